@@ -1,0 +1,71 @@
+"""The ``memsym`` command: a stable interface for scripts and people.
+
+Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``run(args)``;
+:data:`COMMANDS` lists them.  Bad input is one line on stderr and exit status 2 (never a
+traceback); a sizing question without an answer ("nothing fits") is exit status 1.
+Modules import SymPy-heavy code only inside ``run`` so that ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main", "COMMANDS", "ArgumentParser"]
+
+#: subcommand -> module (relative to this package); a module registers one subcommand.
+COMMANDS = {
+    "estimate": ".estimate",
+    "solve": ".solve",
+    "latex": ".latex",
+}
+
+
+class UsageError(Exception):
+    """Raised by :class:`ArgumentParser` instead of printing usage and exiting."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a bad argument as one line (the caller prints it)."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        raise UsageError(f"{self.prog}: error: {message}")
+
+
+def build_parser() -> ArgumentParser:
+    from .. import __version__
+
+    parser = ArgumentParser(
+        prog="memsym",
+        description="GPU memory and communication cost of LLM training, derived symbolically.")
+    parser.add_argument("--version", action="version", version=f"memsym {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
+    sub.required = True
+    for name, module in COMMANDS.items():
+        importlib.import_module(module, __name__).add_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit status."""
+    from ..errors import MemsymError, NoFitError
+
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.run(args) or 0)
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except NoFitError as exc:
+        print(f"memsym: {exc}", file=sys.stderr)
+        return 1
+    except MemsymError as exc:
+        print(f"memsym: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `memsym ... | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""``memsym estimate``: the per-GPU memory breakdown of a training configuration."""
+
+from __future__ import annotations
+
+from .options import add_model_state_options, emit_json, model_state_setup, number_out
+
+#: JSON keys that are always present in "bytes" for the model-state family.
+MODEL_STATE_KEYS = ("weights", "gradients", "optimizer")
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "estimate", help="per-GPU memory breakdown",
+        description="Per-GPU memory of a training configuration, term by term, with sources. "
+        "Bytes are exact; GB means 1e9 bytes and GiB 2^30.")
+    add_model_state_options(parser)
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.set_defaults(run=run)
+
+
+def model_state_report(args) -> dict:
+    """The model-state part of the report: exact bytes per term, host bytes, sources."""
+    from ..terms.model_state import host_state
+
+    total, values, scheme, widths = model_state_setup(args)
+    bd = total.breakdown(values)
+    out = {key: bd.get(key, 0) for key in MODEL_STATE_KEYS}
+    host = {}
+    if args.offload != "none":
+        host_total = host_state(scheme, offload=args.offload).subs(widths)
+        host = {k: v for k, v in host_total.breakdown(values).items() if k != "total"}
+    sources = {term.key: str(term.source) for term in total}
+    return {"bytes": out, "host_bytes": host, "values": values, "scheme": scheme,
+            "widths": {str(k): int(v) for k, v in widths.items()}, "sources": sources,
+            "total": total}
+
+
+def run(args) -> int:
+    import sympy as sp
+
+    rep = model_state_report(args)
+    terms = dict(rep["bytes"])
+    total = sp.Add(*terms.values())
+    cap = args.gpu_memory
+    fits = None if cap is None else bool(total <= cap)
+    values = rep["values"]
+    if args.json:
+        emit_json({
+            "bytes": {**{k: number_out(v) for k, v in terms.items()}, "total": number_out(total)},
+            "gpu_memory_bytes": cap,
+            "fits": fits,
+            "host_bytes": {k: number_out(v) for k, v in rep["host_bytes"].items()},
+            "layout": {"dp": int(values["d"]), "tp": int(values["t"]), "pp": int(values["p"])},
+            "params": int(values["N"]),
+            "sharding": rep["scheme"],
+            "convention": args.convention,
+            "precision": args.precision,
+            "optimizer": args.optimizer,
+            "offload": args.offload,
+            "bytes_per_parameter": rep["widths"],
+            "sources": rep["sources"],
+            "units": "bytes",
+        })
+        return 0
+    print(render_table(terms, total, rep, args, fits))
+    return 0
+
+
+def render_table(terms: dict, total, rep: dict, args, fits) -> str:
+    """A plain-text table: bytes, GB (1e9) and GiB (2^30) per term, with sources."""
+    values = rep["values"]
+    head = (f"memsym estimate: {rep['scheme']} ({args.convention} convention), "
+            f"{args.precision} weights, {args.optimizer} optimizer, offload {args.offload}\n"
+            f"N = {int(values['N']):,} parameters; d = {values['d']}, t = {values['t']}, "
+            f"p = {values['p']}")
+    rows = [f"{'term':<12}{'bytes':>22}{'GB':>12}{'GiB':>12}  source"]
+    for key, val in list(terms.items()) + [("total", total)]:
+        src = rep["sources"].get(key, "")
+        rows.append(f"{key:<12}{float(val):>22,.0f}{float(val) / 1e9:>12.3f}"
+                    f"{float(val) / 2**30:>12.3f}  {src}")
+    lines = [head, ""] + rows
+    for key, val in rep["host_bytes"].items():
+        lines.append(f"(host memory: {key} {float(val) / 1e9:.3f} GB offloaded)")
+    if fits is not None:
+        cap = args.gpu_memory
+        verdict = "fits" if fits else "does NOT fit"
+        lines.append(f"\nGPU memory {cap / 1e9:.3f} GB ({cap / 2**30:.3f} GiB): {verdict}, "
+                     f"headroom {(cap - float(total)) / 1e9:.3f} GB")
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""Option types and option groups shared by the subcommands.
+
+Every type function validates strictly and explains what is accepted; no argument text is
+ever evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from ..errors import MemsymError, UnknownNameError
+
+__all__ = [
+    "positive_int", "count", "capacity", "choice", "add_model_state_options",
+    "model_state_setup", "emit_json", "number_out",
+]
+
+
+def positive_int(text: str) -> int:
+    """A whole number >= 1 (degrees, sizes)."""
+    raw = str(text).strip()
+    if not raw.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number >= 1, got {raw[:40]!r}")
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {raw!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """A parameter count: 7000000000, 7e9, 7B, 1.5T."""
+    from ..units import parse_count
+
+    try:
+        return parse_count(text)
+    except MemsymError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def capacity(text: str) -> int:
+    """A memory size: 80GB, 80GiB or bytes."""
+    from ..units import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except MemsymError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_number(text: str) -> float:
+    """A finite number > 0 (efficiencies, bandwidths, prices)."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {str(text)[:40]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def choice(kind: str, names):
+    """A type that accepts one of ``names`` (case-insensitive) and suggests on a miss."""
+    names = tuple(names)
+    table = {n.lower(): n for n in names}
+
+    def parse(text: str) -> str:
+        key = str(text).strip().lower().replace("_", "-")
+        if key in table:
+            return table[key]
+        raise argparse.ArgumentTypeError(str(UnknownNameError(kind, text, names)))
+
+    parse.__name__ = kind
+    return parse
+
+
+def add_model_state_options(parser, *, dp: bool = True) -> None:
+    """Options of the model-state family (issue 2), shared by estimate, solve and latex."""
+    from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
+
+    grp = parser.add_argument_group("model states")
+    grp.add_argument("--params", type=count, metavar="N",
+                     help="total parameter count N (7000000000, 7e9, 7B, 1.5T)")
+    if dp:
+        grp.add_argument("--dp", "--data-parallel-size", dest="dp", type=positive_int,
+                         default=None, metavar="D", help="data-parallel size d (default 1)")
+    grp.add_argument("--tp", "--tensor-model-parallel-size", dest="tp", type=positive_int,
+                     default=None, metavar="T", help="tensor-parallel size t (default 1)")
+    grp.add_argument("--pp", "--pipeline-model-parallel-size", dest="pp", type=positive_int,
+                     default=None, metavar="P", help="pipeline-parallel size p (default 1)")
+    grp.add_argument("--sharding", type=choice("sharding", SCHEMES), default=None,
+                     help="how model states are sharded over data parallel: " + ", ".join(SCHEMES)
+                     + " (default distributed-optimizer)")
+    grp.add_argument("--use-distributed-optimizer", action="store_true",
+                     help="Megatron's flag: same as --sharding distributed-optimizer")
+    grp.add_argument("--convention", type=choice("convention", CONVENTIONS + ("megatron-bridge",)),
+                     default="memsym",
+                     help="memsym (seed 000: fp32 gradients sharded, 2 + 16/d bytes/param) or "
+                     "megatron-lm (gradient buffer unsharded, 6 + 12/d) or megatron-bridge")
+    grp.add_argument("--precision", type=choice("precision", tuple(PRECISIONS)), default="bf16",
+                     help="weight precision: " + ", ".join(PRECISIONS) + " (default bf16)")
+    grp.add_argument("--optimizer", type=choice("optimizer", tuple(OPTIMIZERS)), default="adam",
+                     help="optimizer: " + ", ".join(OPTIMIZERS) + " (default adam)")
+    grp.add_argument("--offload", type=choice("offload", OFFLOADS), default="none",
+                     help="CPU offload: " + ", ".join(OFFLOADS))
+    grp.add_argument("--gpu-memory", type=capacity, default=None, metavar="C",
+                     help="GPU memory capacity: 80GB (1e9), 80GiB (2^30) or bytes")
+
+
+def resolve_scheme(args) -> str:
+    """The sharding scheme from --sharding / --use-distributed-optimizer (they must agree)."""
+    from ..errors import InvalidValueError
+
+    scheme = args.sharding
+    if args.use_distributed_optimizer:
+        if scheme not in (None, "distributed-optimizer"):
+            raise InvalidValueError(f"--use-distributed-optimizer contradicts --sharding {scheme}")
+        scheme = "distributed-optimizer"
+    return scheme or "distributed-optimizer"
+
+
+def model_state_setup(args, *, need_params: bool = True):
+    """(Total with byte widths substituted, values dict, scheme, widths) from parsed args."""
+    from ..errors import InvalidValueError
+    from ..terms.model_state import byte_widths, model_state
+
+    scheme = resolve_scheme(args)
+    convention = args.convention
+    if convention == "megatron-bridge":
+        convention = "megatron-lm"  # same byte model for model states (18 or 6 + 12/n)
+    if args.offload != "none" and (args.pp or 1) > 1:
+        # REF: seed001 (MCore raises "no support for Pipeline parallelism with CPU offloading")
+        raise InvalidValueError("CPU offload needs --pp 1: Megatron-Core refuses pipeline parallelism "
+                                "with CPU offloading")
+    widths = byte_widths(scheme, args.precision, args.optimizer, convention)
+    total = model_state(scheme, convention=convention, offload=args.offload).subs(widths)
+    values = {"t": args.tp or 1, "p": args.pp or 1}
+    if hasattr(args, "dp"):  # `solve dp` has no --dp: d is the unknown
+        values["d"] = args.dp or 1
+    if args.params is not None:
+        values["N"] = args.params
+    elif need_params:
+        raise InvalidValueError("give the parameter count with --params N (e.g. --params 175B)")
+    return total, values, scheme, widths
+
+
+def number_out(value):
+    """A JSON-friendly number: an int when exact and whole, else a float."""
+    import sympy as sp
+
+    value = sp.sympify(value)
+    if value.is_Integer:
+        return int(value)
+    return float(value)
+
+
+def emit_json(obj) -> None:
+    """Print one JSON object on stdout."""
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")

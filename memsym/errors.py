@@ -1,0 +1,68 @@
+"""memsym's exceptions: every refusal is one of these, and each is a ``ValueError``.
+
+Messages are one line that says what was wrong and what is accepted; the command line
+prints them on stderr (exit status 2, or 1 when a query has no answer) without a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+__all__ = [
+    "MemsymError",
+    "InvalidValueError",
+    "UnknownNameError",
+    "DivisibilityError",
+    "NoFitError",
+]
+
+
+class MemsymError(ValueError):
+    """Base class of memsym's errors (a ``ValueError``)."""
+
+
+class InvalidValueError(MemsymError):
+    """A value of the wrong kind or range (zero degrees, NaN, malformed units, ...)."""
+
+
+class UnknownNameError(MemsymError):
+    """A name that memsym does not know; the message suggests the closest valid ones.
+
+    Examples
+    --------
+    >>> str(UnknownNameError("sharding", "fdsp", ["ddp", "fsdp", "zero3"]))
+    "unknown sharding 'fdsp'; did you mean fsdp? (accepted: ddp, fsdp, zero3)"
+    """
+
+    def __init__(self, kind: str, name, accepted, limit: int = 12):
+        self.kind, self.name = kind, name
+        self.accepted = sorted(str(a) for a in accepted)
+        lowered = {a.lower(): a for a in self.accepted}
+        close = [lowered[x] for x in difflib.get_close_matches(str(name).lower(), list(lowered),
+                                                               n=3, cutoff=0.6)]
+        self.suggestions = close
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        shown = ", ".join(self.accepted[:limit]) + (", ..." if len(self.accepted) > limit else "")
+        # repr() of the name: a hostile string is shown quoted, never interpreted.
+        super().__init__(f"unknown {kind} {str(name)[:80]!r}{hint} (accepted: {shown})")
+
+
+class DivisibilityError(MemsymError):
+    """A layout that violates a divisibility rule (the rule is named in the message)."""
+
+
+class NoFitError(MemsymError):
+    """A sizing question with no answer: nothing fits, whatever the unknown.
+
+    Attributes
+    ----------
+    binding : tuple of str
+        Keys of the terms that do not shrink with the unknown and set the floor.
+    floor : sympy.Expr
+        The memory [bytes] that stays whatever the unknown (the limit of the total).
+    """
+
+    def __init__(self, message: str, binding=(), floor=None):
+        super().__init__(message)
+        self.binding = tuple(binding)
+        self.floor = floor

@@ -1,0 +1,115 @@
+"""The numeric boundary: totals compiled once into broadcasting numpy (or math) functions.
+
+``lambdify`` costs milliseconds to build and microseconds to call, while ``subs().evalf()``
+costs about a millisecond per point; so each expression is compiled once, with common
+subexpression elimination, and cached by the (hashable) expression itself.  numpy is
+imported only when a numpy function is built, which keeps ``import memsym`` lean.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Mapping
+
+import sympy as sp
+
+from .errors import InvalidValueError
+from .symbols import lookup
+
+__all__ = ["CompiledTotal", "compile_expr", "compile_total"]
+
+
+def _argnames(exprs) -> tuple[str, ...]:
+    free = set().union(*(sp.sympify(x).free_symbols for x in exprs)) if exprs else set()
+    return tuple(sorted(s.name for s in free))
+
+
+@functools.lru_cache(maxsize=512)
+def _lambdify(exprs: tuple, names: tuple, backend: str):
+    syms = [lookup(name) for name in names]
+    return sp.lambdify(syms, list(exprs), modules=backend, cse=True)
+
+
+def compile_expr(expr, backend: str = "numpy"):
+    """Compile one expression; returns ``(function, argument names)``; cached.
+
+    Examples
+    --------
+    >>> from memsym.symbols import N, d
+    >>> fn, names = compile_expr(16 * N / d, "math")
+    >>> names, fn(7e9, 8)[0]
+    (('N', 'd'), 14000000000.0)
+    """
+    expr = sp.sympify(expr)
+    names = _argnames((expr,))
+    return _lambdify((expr,), names, backend), names
+
+
+class CompiledTotal:
+    """A :class:`~memsym.term.Total` compiled to a function of keyword arguments.
+
+    Calling it returns the total; :meth:`breakdown` returns every term too, from one
+    compiled function with shared subexpressions.  Arguments broadcast as numpy arrays do.
+
+    Examples
+    --------
+    >>> from memsym import model_state, byte_widths
+    >>> M = model_state("zero3").subs(byte_widths("zero3")).compile()
+    >>> M.names
+    ('N', 'd', 'p', 't')
+    >>> float(M(N=7.5e9, d=64, p=1, t=1)) / 1e9
+    1.875
+    """
+
+    def __init__(self, total):
+        self.total = total
+        self.keys = total.keys
+        exprs = tuple(term.expr for term in total) + (total.expr,)
+        self.names = _argnames(exprs)
+        self._exprs = exprs
+
+    def _args(self, kwargs: Mapping) -> list:
+        from .symbols import registry
+
+        missing = [n for n in self.names if n not in kwargs]
+        # registered symbols the total does not depend on are ignored (d for DDP, say),
+        # so one sweep can feed several totals; unknown names are errors.
+        extra = [k for k in kwargs if k not in self.names and k not in registry()]
+        if missing or extra:
+            msg = []
+            if missing:
+                msg.append("missing " + ", ".join(missing))
+            if extra:
+                msg.append("unexpected " + ", ".join(map(str, extra)))
+            raise InvalidValueError(f"{self.total.name}: {'; '.join(msg)} "
+                                    f"(arguments: {', '.join(self.names)})")
+        return [kwargs[n] for n in self.names]
+
+    @functools.cached_property
+    def _total_fn(self):
+        return _lambdify((self._exprs[-1],), self.names, "numpy")
+
+    @functools.cached_property
+    def _all_fn(self):
+        return _lambdify(self._exprs, self.names, "numpy")
+
+    def __call__(self, **kwargs):
+        """The total [unit] for the given (broadcasting) values."""
+        import numpy as np
+
+        out = self._total_fn(*self._args(kwargs))[0]
+        return np.asarray(out, dtype=float) if np.ndim(out) == 0 else out
+
+    def breakdown(self, **kwargs) -> dict:
+        """Each term and ``"total"`` [unit], broadcast to a common shape."""
+        import numpy as np
+
+        values = self._all_fn(*self._args(kwargs))
+        arrays = np.broadcast_arrays(*[np.asarray(x, dtype=float) for x in values])
+        return dict(zip(self.keys + ("total",), arrays))
+
+
+@functools.lru_cache(maxsize=256)
+def compile_total(total) -> CompiledTotal:
+    """The cached :class:`CompiledTotal` of a total (totals are hashable records)."""
+    return CompiledTotal(total)

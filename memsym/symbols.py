@@ -1,0 +1,206 @@
+"""The symbol registry: the one place where memsym creates SymPy symbols.
+
+Each symbol is registered once, with its LaTeX form, meaning, unit and domain, so that
+terms written in different modules share the very same ``Symbol`` objects (two symbols
+with the same name but different assumptions would not cancel).  Metadata is kept
+*beside* the symbols in a frozen record, never stored on them, as ``sympy.physics.units``
+does.
+
+User-supplied names are resolved with :func:`lookup`, which validates them against the
+registry and never parses them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+import sympy as sp
+
+from .errors import UnknownNameError
+
+__all__ = ["SymbolInfo", "info", "lookup", "registry", "suggest"]
+
+
+@dataclass(frozen=True)
+class SymbolInfo:
+    """Metadata of one registered symbol.
+
+    Attributes
+    ----------
+    symbol : sympy.Symbol
+        The symbol itself (every registered symbol is ``positive`` or ``nonnegative``;
+        none is ``integer``, so that ``solve`` works over the reals).
+    latex : str
+        Its LaTeX form, e.g. ``b_{\\mathrm{hp}}``.
+    meaning : str
+        One line saying what it stands for.
+    unit : str
+        Its unit, e.g. ``bytes``, ``parameters``, ``1`` for pure numbers.
+    domain : str
+        ``"positive integer"``, ``"positive"`` or ``"nonnegative"``: the values a user may give.
+    """
+
+    symbol: sp.Symbol
+    latex: str
+    meaning: str
+    unit: str
+    domain: str
+
+    @property
+    def name(self) -> str:
+        return self.symbol.name
+
+    @property
+    def integer(self) -> bool:
+        """Whether only whole values make sense (checked at the numeric boundary)."""
+        return self.domain == "positive integer"
+
+
+_REGISTRY: dict[str, SymbolInfo] = {}
+
+
+def _register(name: str, latex: str, meaning: str, unit: str, domain: str = "positive") -> sp.Symbol:
+    if name in _REGISTRY:  # pragma: no cover - guards the module against itself
+        raise RuntimeError(f"symbol {name!r} registered twice")
+    if domain not in ("positive integer", "positive", "nonnegative"):  # pragma: no cover
+        raise RuntimeError(f"bad domain {domain!r}")
+    # positive (or nonnegative) only: integer=True makes sympy.solve return [] silently.
+    assumptions = {"nonnegative": True} if domain == "nonnegative" else {"positive": True}
+    sym = sp.Symbol(name, **assumptions)
+    _REGISTRY[name] = SymbolInfo(sym, latex, meaning, unit, domain)
+    return sym
+
+
+# --- model states (seed 000; ZeRO §3.1, §5) -------------------------------------------------
+N = _register("N", "N", "total number of model parameters", "parameters")
+d = _register("d", "d", "data-parallel size", "GPUs", "positive integer")
+t = _register("t", "t", "tensor-parallel size", "GPUs", "positive integer")
+p = _register("p", "p", "pipeline-parallel size (number of stages)", "GPUs", "positive integer")
+b_hp = _register("b_hp", r"b_{\mathrm{hp}}", "bytes per model weight as used in forward/backward "
+                 "(half precision: 2)", "bytes/parameter")
+b_g = _register("b_g", r"b_{\mathrm{g}}", "bytes per gradient element held for the optimizer",
+                "bytes/parameter", "nonnegative")
+b_m = _register("b_m", r"b_{\mathrm{m}}", "bytes per parameter of the master-weight copy "
+                "(fp32: 4; none when weights are already fp32)", "bytes/parameter", "nonnegative")
+b_o = _register("b_o", r"b_{\mathrm{o}}", "bytes per parameter of optimizer moments "
+                "(Adam: two fp32 moments = 8)", "bytes/parameter", "nonnegative")
+C = _register("C", "C", "GPU memory capacity", "bytes")
+G = _register("G", "G", "number of GPUs (world size)", "GPUs", "positive integer")
+
+# --- layouts and model shapes (Korthikanti et al. 2022; Narayanan et al. 2021) --------------
+c = _register("c", "c", "context-parallel size", "GPUs", "positive integer")
+e = _register("e", "e", "expert-parallel size", "GPUs", "positive integer")
+t_e = _register("t_e", r"t_{\mathrm{e}}", "expert tensor-parallel size", "GPUs", "positive integer")
+v = _register("v", "v", "virtual pipeline stages (model chunks) per pipeline rank", "1",
+              "positive integer")
+m = _register("m", "m", "number of microbatches per step and pipeline", "1", "positive integer")
+s = _register("s", "s", "sequence length", "tokens", "positive integer")
+b = _register("b", "b", "micro-batch size", "sequences", "positive integer")
+B = _register("B", "B", "global batch size", "sequences", "positive integer")
+h = _register("h", "h", "hidden size", "1", "positive integer")
+a = _register("a", "a", "number of attention heads", "1", "positive integer")
+L = _register("L", "L", "number of transformer layers", "1", "positive integer")
+V = _register("V", "V", "vocabulary size (padded)", "tokens", "positive integer")
+f = _register("f", "f", "feed-forward (MLP) hidden size", "1", "positive integer")
+g = _register("g", "g", "number of key/value heads (query groups)", "1", "positive integer")
+d_h = _register("d_h", r"d_{\mathrm{head}}", "attention head dimension (kv channels)", "1",
+                "positive integer")
+E = _register("E", "E", "number of routed experts per MoE layer", "1", "positive integer")
+k = _register("k", "k", "experts each token is routed to (top-k)", "1", "positive integer")
+f_e = _register("f_e", r"f_{\mathrm{e}}", "expert feed-forward hidden size", "1", "positive integer")
+f_sh = _register("f_sh", r"f_{\mathrm{sh}}", "shared-expert feed-forward hidden size", "1",
+                 "nonnegative")
+# --- communication, compute and time (NCCL tests; Narayanan et al. 2021) --------------------
+n = _register("n", "n", "number of ranks taking part in a collective", "GPUs", "positive integer")
+S = _register("S", "S", "size of the buffer a collective operates on", "bytes")
+beta = _register("beta", r"\beta", "link bandwidth per GPU", "bytes/s")
+alpha = _register("alpha", r"\alpha", "latency per collective step", "s", "nonnegative")
+F = _register("F", r"F_{\mathrm{peak}}", "peak dense throughput of one GPU", "FLOP/s")
+eta = _register("eta", r"\eta", "achieved fraction of peak throughput (efficiency)", "1")
+T = _register("T", "T", "number of training tokens", "tokens")
+# --- architectures (issue 3): parameter counts (memsym/models.py) -------------------------
+s_max = _register("s_max", r"s_{\mathrm{max}}", "rows of the learned position-embedding table "
+                  "(max_position_embeddings)", "tokens", "positive integer")
+L_m = _register("L_m", r"L_{\mathrm{m}}", "number of MoE layers among the L layers", "1",
+                "nonnegative")
+n_mtp = _register("n_mtp", r"n_{\mathrm{mtp}}", "number of multi-token-prediction (MTP) layers",
+                  "1", "nonnegative")
+r_q = _register("r_q", r"r_{\mathrm{q}}", "MLA query low-rank (q_lora_rank)", "1",
+                "positive integer")
+r_kv = _register("r_kv", r"r_{\mathrm{kv}}", "MLA key/value low-rank (kv_lora_rank)", "1",
+                 "positive integer")
+d_qk = _register("d_qk", r"d_{\mathrm{qk}}", "MLA query/key head dim without RoPE "
+                 "(qk_nope_head_dim; Megatron qk_head_dim)", "1", "positive integer")
+d_r = _register("d_r", r"d_{\mathrm{r}}", "MLA decoupled RoPE head dim (qk_rope_head_dim; "
+                "Megatron qk_pos_emb_head_dim)", "1", "positive integer")
+d_v = _register("d_v", r"d_{\mathrm{v}}", "MLA value head dim (v_head_dim)", "1",
+                "positive integer")
+# --- communication & time (issue 4) -------------------------------------------------------
+n_node = _register("n_node", r"n_{\mathrm{node}}", "GPUs per node (one NVLink domain)", "GPUs",
+                   "positive integer")
+beta_intra = _register("beta_intra", r"\beta_{\mathrm{intra}}", "intra-node (NVLink) bandwidth "
+                       "per GPU", "bytes/s")
+beta_inter = _register("beta_inter", r"\beta_{\mathrm{inter}}", "inter-node (InfiniBand/RoCE) "
+                       "bandwidth per GPU", "bytes/s")
+b_c = _register("b_c", r"b_{\mathrm{c}}", "bytes per communicated activation element (bf16: 2)",
+                "bytes/element")
+omega = _register("omega", r"\omega", "fraction of communication time hidden behind compute",
+                  "1", "nonnegative")
+price = _register("price", r"c_{\mathrm{GPU\,h}}", "price per GPU-hour", "currency/(GPU h)",
+                  "nonnegative")
+
+# --- activations and the training total (issue 3): memsym/terms/activations.py, training.py --
+c_f = _register("c_f", r"c_{\mathrm{f}}", "MoE capacity factor: routed-token load of the busiest "
+                "expert rank relative to a perfectly balanced one", "1")
+M_ws = _register("M_ws", r"M_{\mathrm{ws}}", "allowance for workspace and temporary buffers "
+                 "(CUDA context, cuBLAS/TE workspaces, transient tensors)", "bytes", "nonnegative")
+M_nccl = _register("M_nccl", r"M_{\mathrm{nccl}}", "allowance for NCCL communicator buffers",
+                   "bytes", "nonnegative")
+phi_frag = _register("phi_frag", r"\varphi_{\mathrm{frag}}", "allocator fragmentation margin, as a "
+                     "fraction of the memory the caching allocator hands out", "1", "nonnegative")
+
+
+def registry() -> Mapping[str, SymbolInfo]:
+    """All registered symbols by name (a read-only view).
+
+    Examples
+    --------
+    >>> registry()["b_hp"].latex
+    'b_{\\\\mathrm{hp}}'
+    """
+    return MappingProxyType(_REGISTRY)
+
+
+def suggest(name: str, choices, n: int = 3) -> list[str]:
+    """The closest valid names to a misspelt one (case-insensitive)."""
+    lowered = {str(x).lower(): str(x) for x in choices}
+    hits = difflib.get_close_matches(str(name).lower(), list(lowered), n=n, cutoff=0.5)
+    return [lowered[x] for x in hits]
+
+
+def lookup(name: str) -> sp.Symbol:
+    """The registered symbol called ``name``; never parses the string.
+
+    Raises
+    ------
+    UnknownNameError
+        When no symbol has that name; the message lists the closest names.
+
+    Examples
+    --------
+    >>> lookup("d")
+    d
+    """
+    if isinstance(name, sp.Symbol):
+        name = name.name
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise UnknownNameError("symbol", name, list(_REGISTRY))
+    return _REGISTRY[name].symbol
+
+
+def info(symbol) -> SymbolInfo:
+    """The :class:`SymbolInfo` of a registered symbol (or of its name)."""
+    return _REGISTRY[lookup(symbol).name]

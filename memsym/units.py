@@ -1,0 +1,127 @@
+"""Byte quantities as people write them: ``80GB`` (1e9), ``80GiB`` (2^30), or plain bytes.
+
+GB and GiB differ by 7.4 %, and sources mix them (ZeRO uses 1e9; DeepSpeed prints "GB" but
+computes GiB), so memsym accepts only unambiguous spellings and every output says which unit
+it uses.  Nothing here evaluates the text: it is matched against a strict pattern.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from .errors import InvalidValueError
+
+__all__ = ["parse_bytes", "parse_count", "UNITS", "format_bytes"]
+
+#: Accepted unit spellings (case-sensitive: ``gb`` could be gigabits) and their size in bytes.
+UNITS = {
+    "B": 1,
+    "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50,
+}
+
+_PATTERN = re.compile(r"^(?P<num>\d+(?:\.\d+)?)\s?(?P<unit>[A-Za-z]+)?$")
+#: Bare numbers below this many bytes are surely a forgotten unit ("80" meaning 80 GB).
+_MIN_BARE = 2**20
+_ACCEPTED = "a number with a unit (80GB, 80 GB, 80GiB, 1.5TB) or a whole number of bytes"
+
+
+def parse_bytes(text) -> int:
+    """The number of bytes a capacity string means (exact integer).
+
+    Parameters
+    ----------
+    text : str or int
+        ``"80GB"``, ``"80 GB"``, ``"80GiB"``, ``"141GB"``, ``"85899345920"`` (bytes).
+
+    Raises
+    ------
+    InvalidValueError
+        For ambiguous or malformed spellings: ``80`` (no unit, too small to be bytes),
+        ``80gb`` (lower-case, could be gigabits), ``1e3TB`` (exponent), ``-80GB``, ``0GB``.
+
+    Examples
+    --------
+    >>> parse_bytes("80GB"), parse_bytes("80GiB"), parse_bytes("1.5 TB")
+    (80000000000, 85899345920, 1500000000000)
+    """
+    if isinstance(text, bool):
+        raise InvalidValueError(f"memory size must be {_ACCEPTED}, got {text!r}")
+    if isinstance(text, int):
+        value = text
+        unit = "B"
+    else:
+        raw = str(text).strip()
+        match = _PATTERN.match(raw)
+        if not match:
+            raise InvalidValueError(f"cannot read memory size {str(text)[:40]!r}: expected {_ACCEPTED}")
+        unit = match.group("unit") or ""
+        if unit and unit not in UNITS:
+            upper = {u.lower(): u for u in UNITS}
+            hint = ""
+            if unit.lower() in upper:
+                bits = unit[-1] == "b" and not unit.lower().endswith("ib")
+                hint = (f" (units are case-sensitive: did you mean {upper[unit.lower()]}?"
+                        + (f" '{unit}' could mean bits)" if bits else ")"))
+            raise InvalidValueError(f"unknown unit {unit!r} in {raw!r}{hint}; accepted: "
+                                    + ", ".join(UNITS))
+        number = Fraction(match.group("num"))
+        if not unit:
+            if number.denominator != 1 or number < _MIN_BARE:
+                raise InvalidValueError(
+                    f"memory size {raw!r} is ambiguous: give a unit (e.g. {raw}GB or {raw}GiB); "
+                    f"plain numbers are bytes and must be whole and >= {_MIN_BARE}")
+            unit = "B"
+        value = number * UNITS[unit]
+        if value.denominator != 1:
+            raise InvalidValueError(f"memory size {raw!r} is not a whole number of bytes")
+        value = int(value)
+    if value <= 0:
+        raise InvalidValueError(f"memory size must be > 0 bytes, got {text!r}")
+    return value
+
+
+def format_bytes(value, unit: str = "GB", digits: int = 2) -> str:
+    """``value`` bytes as ``"12.34 GB"`` in the named unit (GB = 1e9, GiB = 2^30).
+
+    Examples
+    --------
+    >>> format_bytes(80 * 2**30, "GiB"), format_bytes(120 * 10**9)
+    ('80.00 GiB', '120.00 GB')
+    """
+    return f"{float(value) / UNITS[unit]:.{digits}f} {unit}"
+
+
+_COUNT = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?:[eE](?P<exp>\+?\d{1,2}))?(?P<suffix>[KMBT]?)$")
+_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+def parse_count(text, what: str = "parameter count") -> int:
+    """A whole count written as ``7000000000``, ``7e9``, ``7B``, ``1.5T`` or ``175B``.
+
+    The text is matched against a strict pattern and converted exactly (no float), so
+    ``1e15`` stays the integer 10^15.
+
+    Examples
+    --------
+    >>> parse_count("7B"), parse_count("1.75e11"), parse_count("1e15")
+    (7000000000, 175000000000, 1000000000000000)
+    """
+    if isinstance(text, bool):
+        raise InvalidValueError(f"{what} must be a whole number, got {text!r}")
+    if isinstance(text, int):
+        value = Fraction(text)
+    else:
+        raw = str(text).strip()
+        match = _COUNT.match(raw)
+        if not match:
+            raise InvalidValueError(f"cannot read {what} {raw[:40]!r}: expected a whole number "
+                                    "such as 7000000000, 7e9, 7B or 1.5T")
+        value = Fraction(match.group("num")) * 10 ** int(match.group("exp") or 0)
+        value *= _SUFFIX[match.group("suffix")]
+    if value.denominator != 1:
+        raise InvalidValueError(f"{what} must be a whole number, got {text!r}")
+    if value <= 0:
+        raise InvalidValueError(f"{what} must be > 0, got {text!r}")
+    return int(value)

@@ -1,0 +1,95 @@
+"""Numbers at the boundary: user values become exact SymPy numbers, checked by domain.
+
+Everything inside memsym is exact; a float given by a user is read through its decimal
+``repr`` (``7.5e9`` becomes the integer 7500000000), never kept as a float.  NaN, infinity,
+zero or negative sizes and fractional degrees are refused here with one clear line.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from numbers import Integral, Rational as _PyRational
+from typing import Mapping
+
+import sympy as sp
+
+from .errors import InvalidValueError
+from .symbols import info, lookup
+
+__all__ = ["exact", "as_values"]
+
+
+def exact(value, what: str = "value") -> sp.Expr:
+    """An exact SymPy number for ``value`` (int, Fraction, finite float, SymPy number).
+
+    Parameters
+    ----------
+    value : int, float, fractions.Fraction or sympy.Number
+        The number; floats are converted through their shortest decimal representation.
+    what : str
+        What the number is, for the error message.
+
+    Examples
+    --------
+    >>> exact(7.5e9)
+    7500000000
+    >>> exact(0.1)
+    1/10
+    """
+    if isinstance(value, bool):
+        raise InvalidValueError(f"{what} must be a number, got {value!r}")
+    if isinstance(value, sp.Basic):
+        if not value.is_number:
+            raise InvalidValueError(f"{what} must be a number, got the expression {value}")
+        if value.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+            raise InvalidValueError(f"{what} must be finite, got {value}")
+        return value if not isinstance(value, sp.Float) else sp.Rational(str(value))
+    if isinstance(value, Integral):
+        return sp.Integer(int(value))
+    if isinstance(value, _PyRational):
+        return sp.Rational(int(value.numerator), int(value.denominator))
+    if isinstance(value, float) or hasattr(value, "__float__") and not isinstance(value, str):
+        x = float(value)
+        if not math.isfinite(x):
+            raise InvalidValueError(f"{what} must be finite, got {x}")
+        frac = Fraction(repr(x))  # shortest decimal that round-trips: 0.1 -> 1/10
+        return sp.Rational(frac.numerator, frac.denominator)
+    raise InvalidValueError(f"{what} must be a number, got {type(value).__name__} {value!r:.60}")
+
+
+def _check_domain(sym: sp.Symbol, val: sp.Expr) -> None:
+    meta = info(sym)
+    if not val.is_real:
+        raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be real, got {val}")
+    if meta.domain == "nonnegative":
+        if val < 0:
+            raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be >= 0, got {val}")
+        return
+    if val <= 0:
+        raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be > 0, got {val}")
+    if meta.integer and not val.is_integer:
+        raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be a whole number, got {val}")
+
+
+def as_values(values: Mapping | None = None, **kwargs) -> dict[sp.Symbol, sp.Expr]:
+    """Validate a substitution: registered names (or symbols) to exact, in-domain numbers.
+
+    Symbolic values (expressions in registered symbols) pass through unchanged, so a
+    substitution may also rename or specialise, e.g. ``{b_hp: 2}`` or ``{t: 8}``.
+
+    Examples
+    --------
+    >>> as_values({"d": 8}, t=2)
+    {d: 8, t: 2}
+    """
+    out: dict[sp.Symbol, sp.Expr] = {}
+    for key, val in {**(dict(values) if values else {}), **kwargs}.items():
+        sym = lookup(key)
+        if isinstance(val, sp.Basic) and not val.is_number:
+            out[sym] = val
+            continue
+        num = exact(val, sym.name)
+        _check_domain(sym, num)
+        out[sym] = num
+    return out

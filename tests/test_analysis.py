@@ -1,0 +1,82 @@
+"""The solver: closed forms, integers verified by substitution, and honest refusals."""
+
+import math
+
+import pytest
+import sympy as sp
+from hypothesis import given, settings, strategies as st
+
+from memsym import byte_widths, largest, model_state, smallest
+from memsym.errors import InvalidValueError, NoFitError
+from memsym.symbols import C, N, b_hp, p, t
+
+GB = 10**9
+
+
+def distopt():
+    # seed 000 with fp32 widths substituted and b_hp kept symbolic
+    return model_state("distributed-optimizer").subs(b_g=4, b_m=4, b_o=8)
+
+
+def test_closed_form_of_smallest_d():
+    # hand: N/(pt)(b_hp + 16/d) <= C  <=>  d >= 16 N / (C p t - N b_hp)
+    sol = smallest(distopt(), "d", 80 * GB, {"N": 175 * GB, "t": 4, "p": 2, "b_hp": 2})
+    assert sp.simplify(sol.closed_form - 16 * N / (C * p * t - N * b_hp)) == 0
+    # hand: 16*175e9 / (80e9*8 - 2*175e9) = 2800/290 = 9.655...  -> 10
+    assert sol.bound == sp.Rational(2800, 290)
+    assert sol.value == 10
+    assert sol.memory <= 80 * GB
+
+
+def test_nothing_fits_names_the_binding_term():
+    # the replicated bf16 weights alone: 2 * 175e9 / 1 = 350 GB > 80 GB
+    with pytest.raises(NoFitError) as err:
+        smallest(distopt(), "d", 80 * GB, {"N": 175 * GB, "t": 1, "p": 1, "b_hp": 2})
+    assert err.value.binding == ("weights",)
+    assert err.value.floor == 350 * GB
+    assert "weights" in str(err.value) and "350" in str(err.value)
+    assert isinstance(err.value, ValueError)
+
+
+def test_smallest_t_and_p_with_divisibility():
+    total = model_state("zero1").subs(byte_widths("zero1"))
+    heads = 96
+    sol = smallest(total, "t", 80 * GB, {"N": 175 * GB, "d": 64, "p": 1},
+                   valid=lambda x: heads % x == 0)
+    # hand: (4 + 12/64) * 175e9 / t <= 80e9  ->  t >= 9.16 -> 10, but 96 % 10 != 0 -> 12
+    assert sol.value == 12
+    sol_p = smallest(total, "p", 80 * GB, {"N": 175 * GB, "d": 64, "t": 8})
+    # hand: 4.1875 * 175e9 / (8 p) <= 80e9 -> p >= 1.145 -> 2
+    assert sol_p.value == 2
+
+
+def test_largest_n():
+    total = model_state("ddp").subs(byte_widths("ddp"))
+    sol = largest(total, "N", 80 * GB, {"d": 1, "t": 1, "p": 1})
+    assert sol.value == 5 * GB  # 80e9 / 16
+    assert sol.relation == "<="
+
+
+def test_bad_capacity_and_missing_values():
+    with pytest.raises(InvalidValueError):
+        smallest(distopt(), "d", 0, {"N": 1, "t": 1, "p": 1, "b_hp": 2})
+    with pytest.raises(InvalidValueError, match="values needed"):
+        smallest(distopt(), "d", 80 * GB, {"N": 175 * GB})
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(params=st.integers(10**8, 10**12), tp=st.sampled_from([1, 2, 4, 8]),
+       pp=st.sampled_from([1, 2, 4, 8, 16]), cap_gb=st.integers(16, 192),
+       scheme=st.sampled_from(["zero1", "zero2", "zero3", "distributed-optimizer"]))
+def test_smallest_d_is_minimal(params, tp, pp, cap_gb, scheme):
+    total = model_state(scheme).subs(byte_widths(scheme))
+    values = {"N": params, "t": tp, "p": pp}
+    try:
+        sol = smallest(total, "d", cap_gb * GB, values)
+    except NoFitError as err:
+        # then the floor really is at least the capacity
+        assert err.floor >= cap_gb * GB
+        return
+    fits = lambda x: total.evaluate({**values, "d": x}) <= cap_gb * GB
+    assert fits(sol.value)
+    assert sol.value == 1 or not fits(sol.value - 1)
