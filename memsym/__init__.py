@@ -8,7 +8,7 @@ totals that simplify, differentiate, solve, print as LaTeX and compile for numer
 N*(b_hp + 16/d)/(p*t)
 """
 
-from .analysis import Solution, largest, smallest
+from .analysis import Solution, largest, smallest, smallest_gpus
 from .errors import DivisibilityError, InvalidValueError, MemsymError, NoFitError, UnknownNameError
 from .term import Source, Term, Total
 from .terms.model_state import byte_widths, host_state, model_state
@@ -19,6 +19,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Source", "Term", "Total", "Solution",
     "model_state", "host_state", "byte_widths",
-    "smallest", "largest", "as_values", "exact",
+    "smallest", "largest", "smallest_gpus", "as_values", "exact",
     "MemsymError", "InvalidValueError", "UnknownNameError", "DivisibilityError", "NoFitError",
 ]

@@ -18,7 +18,7 @@ from .errors import InvalidValueError, NoFitError
 from .symbols import C, info, lookup
 from .values import as_values, exact
 
-__all__ = ["Solution", "smallest", "largest"]
+__all__ = ["Solution", "smallest", "largest", "smallest_gpus"]
 
 _MAX_STEPS = 1 << 62  # search bound for integer unknowns (beyond any real cluster)
 
@@ -250,6 +250,30 @@ def largest(total, unknown, capacity, values: Mapping | None = None, *,
     5000000000
     """
     return _search(total, unknown, capacity, values, valid, lower, upper, False)
+
+
+def smallest_gpus(total, capacity, values: Mapping | None = None) -> Solution:
+    r"""The fewest GPUs :math:`G = d\,t\,p` that fit, for fixed t and p.
+
+    The total is rewritten with :math:`d = G/(t p)` and solved for G over the positive reals;
+    the integer answer is then the smallest multiple of :math:`t p` that fits.
+
+    Examples
+    --------
+    >>> from memsym import model_state, byte_widths
+    >>> M = model_state("zero3").subs(byte_widths("zero3"))
+    >>> sol = smallest_gpus(M, 80 * 10**9, {"N": 70 * 10**9, "t": 2, "p": 1})
+    >>> sol.closed_form, sol.value
+    (16*N/C, 14)
+    """
+    from .symbols import G, d, p, t
+
+    vals = as_values(values)
+    tp = vals.get(t, t) * vals.get(p, p)
+    if not sp.sympify(tp).is_Integer:
+        raise InvalidValueError("smallest_gpus needs values for t and p")
+    rewritten = total.map(lambda x: x.xreplace({d: G / (t * p)}))
+    return smallest(rewritten, G, capacity, vals, valid=lambda n: n % int(tp) == 0, lower=int(tp))
 
 
 def describe(symbol) -> str:

@@ -80,3 +80,16 @@ def test_smallest_d_is_minimal(params, tp, pp, cap_gb, scheme):
     fits = lambda x: total.evaluate({**values, "d": x}) <= cap_gb * GB
     assert fits(sol.value)
     assert sol.value == 1 or not fits(sol.value - 1)
+
+
+def test_fewest_gpus_seed004_7b_needs_two_80gb_cards():
+    # seed 004: 7B full training = 16 x 7 = 112 GB of states -> at least 2 x 80 GB (sharded, ZeRO-3)
+    from memsym import smallest_gpus
+
+    total = model_state("zero3").subs(byte_widths("zero3"))
+    sol = smallest_gpus(total, 80 * GB, {"N": 7 * GB, "t": 1, "p": 1})
+    assert sol.value == 2
+    # with t = 2 fixed, GPU counts come in multiples of t p = 2 and 2 still suffices
+    assert smallest_gpus(total, 80 * GB, {"N": 7 * GB, "t": 2, "p": 1}).value == 2
+    # 70B: 1120 GB / 80 GB = 14 exactly
+    assert smallest_gpus(total, 80 * GB, {"N": 70 * GB, "t": 1, "p": 1}).value == 14
