@@ -1,5 +1,6 @@
 """LaTeX output: registry names, derivations, solve results; compiled by pdflatex."""
 
+import pytest
 import sympy as sp
 
 from memsym import byte_widths, model_state, smallest
@@ -36,3 +37,30 @@ def test_term_total_derivation_and_solve_compile():
         r"\[" + sol.latex() + r"\]",
     ])
     compile_tex(document(body, "memsym: model states & the smallest d"))
+
+
+@needs_tex
+@pytest.mark.parametrize("form", ["--document", "--snippet", "default"])
+def test_cli_latex_outputs_compile(tmp_path, form):
+    from memsym.cli import main
+    from memsym.printing import document as wrap
+
+    out = tmp_path / "out.tex"
+    argv = ["latex", "--params", "175B", "--tp", "4", "--pp", "2", "--gpu-memory", "80GB", "-o", str(out)]
+    if form != "default":
+        argv.append(form)
+    assert main(argv) == 0
+    text = out.read_text()
+    compile_tex(text if form == "--document" else wrap(text))
+    if form == "--document":
+        # the smallest d (hand: 2800/290 -> 10) and the sources are in the document
+        assert "d = 10" in text and "seed000" in text
+
+
+def test_cli_latex_markdown(capsys):
+    from memsym.cli import main
+
+    assert main(["latex", "--params", "175B", "--tp", "4", "--pp", "2", "--gpu-memory", "80GB",
+                 "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("$$") == 4 and "| weights |" in out

@@ -1,21 +1,35 @@
-"""``memsym latex``: the derivation of the per-GPU model-state memory as LaTeX."""
+"""``memsym latex``: the derivation of the per-GPU model-state memory for design documents.
+
+Default: an ``equation*`` block.  ``--snippet``: an ``align*`` block to ``\\input``.
+``--document``: a standalone amsmath document (derivation, per-term table with sources and,
+given ``--params`` and ``--gpu-memory`` without ``--dp``, the smallest d).  ``--markdown``:
+the same with ``$$`` math for code-hosting sites.  ``--output FILE`` writes the file only
+once everything has been computed.
+"""
 
 from __future__ import annotations
+
+import sys
 
 from .options import add_model_state_options
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("latex", help="the derivation as LaTeX",
-                            description="The derivation, one underbrace per term, as an amsmath "
-                            "equation* block (valid inside any amsmath document).")
+                            description="The derivation, one underbrace per term, as LaTeX valid "
+                            "inside any amsmath document.")
     add_model_state_options(parser)
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--document", action="store_true", help="a standalone amsmath document")
+    form.add_argument("--snippet", action="store_true", help="an align* block to \\input")
+    form.add_argument("--markdown", action="store_true", help="Markdown with $$ math")
+    parser.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
-    from ..printing import derivation_latex
-    from .options import model_state_setup
+    from .. import printing
+    from ..analysis import smallest
     from ..terms.model_state import byte_widths, model_state
     from .options import resolve_scheme
 
@@ -24,6 +38,32 @@ def run(args) -> int:
     total = model_state(scheme, convention=convention, offload=args.offload)
     widths = byte_widths(scheme, args.precision, args.optimizer, convention)
     # keep b_hp symbolic as seed 000 does; substitute the other widths
-    body = derivation_latex(total, {k: v for k, v in widths.items() if k.name != "b_hp"})
-    print("\\begin{equation*}\n" + body + "\n\\end{equation*}")
+    rest = {k: v for k, v in widths.items() if k.name != "b_hp"}
+    values = {"t": args.tp or 1, "p": args.pp or 1, "b_hp": widths[next(k for k in widths if k.name == "b_hp")]}
+    if args.params is not None:
+        values["N"] = args.params
+    if args.dp is not None:
+        values["d"] = args.dp
+    solution = None
+    if args.params is not None and args.gpu_memory is not None and args.dp is None:
+        solution = smallest(total.subs(rest), "d", args.gpu_memory, values)
+    if solution is not None:  # the table shows the values at the solved d
+        values["d"] = solution.value
+    if args.document:
+        text = printing.design_document(total, rest, values, solution,
+                                        title=f"Per-GPU model-state memory ({scheme})")
+    elif args.snippet:
+        text = printing.snippet_latex(total, rest, solution)
+    elif args.markdown:
+        text = printing.markdown_report(total, rest, values, solution)
+    else:
+        body = printing.derivation_latex(total, rest)
+        if solution is not None:
+            body += "\n\\end{equation*}\n\\begin{equation*}\n" + solution.latex()
+        text = "\\begin{equation*}\n" + body + "\n\\end{equation*}"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text + ("" if text.endswith("\n") else "\n"))
+    else:
+        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
     return 0
