@@ -57,7 +57,7 @@ class CompiledTotal:
     >>> M = model_state("zero3").subs(byte_widths("zero3")).compile()
     >>> M.names
     ('N', 'd', 'p', 't')
-    >>> float(M(N=7.5e9, d=64, p=1, t=1)) / 1e9
+    >>> M(N=7.5e9, d=64, p=1, t=1) / 1e9
     1.875
     """
 
@@ -93,11 +93,19 @@ class CompiledTotal:
     def _all_fn(self):
         return _lambdify(self._exprs, self.names, "numpy")
 
+    @functools.cached_property
+    def _scalar_fn(self):
+        return _lambdify((self._exprs[-1],), self.names, "math")
+
     def __call__(self, **kwargs):
-        """The total [unit] for the given (broadcasting) values."""
+        """The total [unit] for the given values: a float for Python scalars (the ``math``
+        back end, no numpy overhead), an array broadcast from numpy arrays otherwise."""
+        args = self._args(kwargs)
+        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in args):
+            return float(self._scalar_fn(*args)[0])
         import numpy as np
 
-        out = self._total_fn(*self._args(kwargs))[0]
+        out = self._total_fn(*args)[0]
         return np.asarray(out, dtype=float) if np.ndim(out) == 0 else out
 
     def breakdown(self, **kwargs) -> dict:
