@@ -13,6 +13,15 @@ from .errors import DivisibilityError, InvalidValueError, MemsymError, NoFitErro
 from .term import Source, Term, Total
 from .terms.model_state import byte_widths, host_state, model_state
 from .values import as_values, exact
+from .terms.communication import communication_per_step, communication_time  # issue 4
+from .terms.pipeline import bubble_fraction, global_batch  # issue 4
+from .terms.compute import (flops_per_iteration, gpu_hours, hfu, mfu, step_report,  # issue 4
+                            step_time, training_cost, training_time)
+from .models import (Architecture, from_hf_config, parameter_count, preset,  # issue 3: models
+                     resolve_model)
+from .conventions import convention_breakdown, megatron_bridge, megatron_lm  # issue 3: conventions
+from .training import Layout, Training, training_memory  # issue 3: training total
+from .terms.activations import korthikanti, layer_activations  # issue 3: activations
 
 __version__ = "0.1.0"
 
@@ -21,4 +30,10 @@ __all__ = [
     "model_state", "host_state", "byte_widths",
     "smallest", "largest", "smallest_gpus", "as_values", "exact",
     "MemsymError", "InvalidValueError", "UnknownNameError", "DivisibilityError", "NoFitError",
+    "Architecture", "preset", "from_hf_config", "resolve_model", "parameter_count",
+    "communication_per_step", "communication_time", "bubble_fraction", "global_batch",  # issue 4
+    "flops_per_iteration", "step_time", "mfu", "hfu", "training_time", "gpu_hours",
+    "training_cost", "step_report",
+    "convention_breakdown", "megatron_lm", "megatron_bridge",  # issue 3: conventions
+    "Layout", "Training", "training_memory", "korthikanti", "layer_activations",  # issue 3
 ]

@@ -162,6 +162,21 @@ M_nccl = _register("M_nccl", r"M_{\mathrm{nccl}}", "allowance for NCCL communica
 phi_frag = _register("phi_frag", r"\varphi_{\mathrm{frag}}", "allocator fragmentation margin, as a "
                      "fraction of the memory the caching allocator hands out", "1", "nonnegative")
 
+# --- adapters (issue 5): LoRA / QLoRA, memsym/terms/adapters.py ------------------------------
+r_lora = _register("r_lora", "r", "LoRA rank of each adapter", "1", "positive integer")
+L_lora = _register("L_lora", r"\hat{L}_{\mathrm{LoRA}}", "number of weight matrices LoRA adapts "
+                   "(all layers together)", "1", "positive integer")
+N_a = _register("N_a", r"N_{\mathrm{a}}", "trainable adapter parameters held by one GPU",
+                "parameters", "nonnegative")
+N_u = _register("N_u", r"N_{\mathrm{u}}", "frozen parameters kept unquantized on one GPU "
+                "(embeddings, norms, output layer under QLoRA)", "parameters", "nonnegative")
+N_e = _register("N_e", r"N_{\mathrm{e}}", "routed-expert parameters on one GPU of a pipeline stage "
+                "(the stage's experts divided by e t_e)", "parameters", "nonnegative")
+
+# --- published tables and framework estimators (issue 7): memsym/accuracy.py ----------------
+N_ll = _register("N_ll", r"N_{\mathrm{ll}}", "parameters of the largest single module "
+                 "(DeepSpeed's largest_layer_params, gathered whole under ZeRO-3)", "parameters")
+
 
 def registry() -> Mapping[str, SymbolInfo]:
     """All registered symbols by name (a read-only view).
