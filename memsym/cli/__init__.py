@@ -19,6 +19,8 @@ COMMANDS = {
     "estimate": ".estimate",
     "solve": ".solve",
     "latex": ".latex",
+    "time": ".time_cmd",
+    "bench": ".bench",
 }
 
 

@@ -1,0 +1,138 @@
+r"""Collectives as NCCL counts them: bytes each rank sends, and the time that takes.
+
+For a buffer of :math:`S` bytes over :math:`n` ranks, nccl-tests ``doc/PERFORMANCE.md``
+gives the data each rank must move (the *bus-bandwidth* correction factors).  Time is
+``bytes / bandwidth + latency * steps`` (PERFORMANCE.md, "Time": overhead + size / bw).
+
+Bus-bandwidth convention
+------------------------
+``beta`` here is a **per-GPU, one-direction** bandwidth, the quantity nccl-tests prints as
+``busbw`` and compares with the hardware peak.  Vendors quote NVLink as the sum of both
+directions (H100: "900 GB/s" = 450 GB/s each way) and InfiniBand per port and direction
+(400 Gb/s = 50 GB/s).  Seed 002 prices its 7.5 GB against the vendor's 900 GB/s; memsym's
+cluster presets keep that number so the seed's arithmetic is reproduced, and say so
+(see :mod:`memsym.hardware`): halve it for a one-direction ``busbw`` comparison.
+
+References
+----------
+.. [nccl-tests] NVIDIA, nccl-tests ``doc/PERFORMANCE.md`` ("Bus bandwidth", "Summary").
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..errors import UnknownNameError
+from ..symbols import S, alpha, beta, n
+from ..term import Source, Term
+
+__all__ = ["COLLECTIVES", "collective_bytes", "collective_steps", "collective_time",
+           "collective_term"]
+
+_NCCL = Source("nccl-tests", "doc/PERFORMANCE.md, Bus bandwidth / Summary")
+
+#: Collective -> (per-rank bytes factor on S, sequential steps of a ring implementation).
+#: REF: nccl-tests, doc/PERFORMANCE.md, Summary (factors); steps: a ring all-reduce is a
+#: reduce-scatter then an all-gather, n-1 steps each; broadcast is pipelined along the ring.
+COLLECTIVES = {
+    "all-reduce": (2 * (n - 1) / n, 2 * (n - 1)),
+    "reduce-scatter": ((n - 1) / n, n - 1),
+    "all-gather": ((n - 1) / n, n - 1),
+    "all-to-all": ((n - 1) / n, n - 1),
+    "broadcast": (sp.Integer(1), n - 1),
+    "reduce": (sp.Integer(1), n - 1),
+    "p2p": (sp.Integer(1), sp.Integer(1)),
+}
+
+
+def _op(name: str) -> str:
+    key = str(name).strip().lower().replace("_", "-").replace("allreduce", "all-reduce")
+    aliases = {"allgather": "all-gather", "reducescatter": "reduce-scatter",
+               "alltoall": "all-to-all", "send": "p2p", "send-recv": "p2p",
+               "point-to-point": "p2p"}
+    key = aliases.get(key, key)
+    if key not in COLLECTIVES:
+        raise UnknownNameError("collective", name, COLLECTIVES)
+    return key
+
+
+def collective_bytes(op: str, size=S, ranks=n) -> sp.Expr:
+    r"""Bytes each rank sends for one collective on a buffer of ``size`` bytes [bytes].
+
+    .. math::
+
+        \text{all-reduce}: \tfrac{2(n-1)}{n} S \qquad
+        \text{reduce-scatter, all-gather, all-to-all}: \tfrac{n-1}{n} S \qquad
+        \text{broadcast, reduce, p2p}: S
+
+    ``S`` is the size of the *whole* array (for reduce-scatter and all-gather, the count
+    per rank times ``n``), as nccl-tests defines it.
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`COLLECTIVES`.
+    size : sympy.Expr
+        The buffer size :math:`S` [bytes].
+    ranks : sympy.Expr
+        The number of ranks :math:`n` [GPUs].
+
+    Examples
+    --------
+    >>> collective_bytes("all-reduce")
+    2*S*(n - 1)/n
+    >>> collective_bytes("all-gather", 8 * 10**9, 8)
+    7000000000
+
+    References
+    ----------
+    nccl-tests ``doc/PERFORMANCE.md``, "Summary".
+    """
+    factor, _ = COLLECTIVES[_op(op)]
+    # factor_terms keeps the source's form 2*(n-1)/n instead of SymPy's (2n-2)/n
+    return sp.factor_terms(sp.sympify(factor).xreplace({n: sp.sympify(ranks)}) * sp.sympify(size))
+
+
+def collective_steps(op: str, ranks=n) -> sp.Expr:
+    """Sequential latency-bound steps of the ring implementation of ``op`` [1].
+
+    Examples
+    --------
+    >>> collective_steps("all-reduce", 8)
+    14
+    """
+    _, steps = COLLECTIVES[_op(op)]
+    return sp.sympify(steps).xreplace({n: sp.sympify(ranks)})
+
+
+def collective_time(op: str, size=S, ranks=n, bandwidth=beta, latency=alpha) -> sp.Expr:
+    r"""Time of one collective: bytes per rank over the bus bandwidth plus latency [s].
+
+    .. math::
+
+        t = \frac{\text{factor}(n)\, S}{\beta} + \alpha \cdot \text{steps}(n)
+
+    Examples
+    --------
+    Seed 002's 7.5 GB moved at 900 GB/s and at 50 GB/s (no latency):
+
+    >>> round(float(collective_time("p2p", 7516192768, 1, 900 * 10**9, 0)), 4)
+    0.0084
+    >>> round(float(collective_time("p2p", 7516192768, 1, 50 * 10**9, 0)), 4)
+    0.1503
+    """
+    return (collective_bytes(op, size, ranks) / sp.sympify(bandwidth)
+            + sp.sympify(latency) * collective_steps(op, ranks))
+
+
+def collective_term(op: str, key: str | None = None, size=S, ranks=n) -> Term:
+    """The per-rank bytes of ``op`` as a cited :class:`~memsym.term.Term` [bytes].
+
+    Examples
+    --------
+    >>> collective_term("reduce-scatter").expr
+    S*(n - 1)/n
+    """
+    op = _op(op)
+    return Term(key or op, collective_bytes(op, size, ranks),
+                f"bytes each rank sends in one {op} (NCCL bus-bandwidth factor)", _NCCL)

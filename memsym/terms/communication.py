@@ -1,0 +1,579 @@
+r"""Traffic of each parallelism per training step, and its time on the link it crosses.
+
+Every term counts the bytes **one GPU sends** in one training step (one optimizer step of
+``m`` microbatches of ``b`` sequences), with NCCL's per-rank factors
+(:mod:`memsym.terms.collectives`).  With :math:`Y = s\,b\,h\,b_c` one activation tensor of
+a microbatch and :math:`L/p` layers on a pipeline stage:
+
+* TP: 4 all-reduces of :math:`Y` per layer per microbatch (2 forward, 2 backward;
+  Narayanan §3.3 / Megatron-LM), :math:`8Y(t-1)/t` per layer; seed 002's
+  ``tp_bytes_per_step``.  TP + SP: 4 all-gathers + 4 reduce-scatters, the same bytes
+  (Korthikanti §4.2.2).
+* PP: :math:`Y` forward and :math:`Y` backward per microbatch across each stage boundary
+  (:math:`Y/t` with the scatter/gather optimisation, Narayanan §4.1).
+* DP: gradient all-reduce :math:`2(d-1)/d\cdot\Psi b_g`; ZeRO-1/2 reduce-scatter + all-gather;
+  ZeRO-3/FSDP 1.5x (ZeRO §7).
+* CP: ring passing of K and V (ring attention), or Llama 3's all-gather of K and V;
+  Ulysses all-to-all (DeepSpeed-Ulysses).
+* EP: two all-to-alls per MoE layer forward (dispatch, combine), two backward.
+* Full activation recomputation repeats the forward collectives of TP, CP and EP.
+
+Network tiers: a cluster has ``n_node`` GPUs per node, an intra-node link
+(``beta_intra``, NVLink) and an inter-node link (``beta_inter``, InfiniBand/RoCE).  Groups
+are laid out innermost first in the order [TP, CP, PP, DP] (seed 002; Llama 3 §3.3.2); a
+group stays inside a node when the product of its size and the sizes of the groups inside
+it is at most ``n_node``, and is priced on ``beta_inter`` otherwise (its ring crosses the
+node boundary and the slowest link sets the pace).
+
+References
+----------
+.. [nccl-tests] NVIDIA nccl-tests ``doc/PERFORMANCE.md``.
+.. [narayanan2021] Narayanan et al. 2021, arXiv:2104.04473, §3.3, §4.1.
+.. [korthikanti2022] Korthikanti et al. 2022, arXiv:2205.05198, §4.2.2.
+.. [zero] Rajbhandari et al. 2020, arXiv:1910.02054, §7.
+.. [ring-attention] Liu, Zaharia, Abbeel 2023, arXiv:2310.01889.
+.. [llama3] Llama Team 2024, arXiv:2407.21783, §3.3.2.
+.. [ulysses] Jacobs et al. 2023, arXiv:2309.14509; DeepSpeed blog ``deepspeed-ulysses``.
+.. [seed002] shared/seeds/002.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from ..errors import InvalidValueError, UnknownNameError
+from ..symbols import (L, L_m, N, alpha, b, b_c, b_g, b_hp, beta_inter, beta_intra, c, d, d_h,
+                       e, g, h, k, m, n_node, p, s, t, v)
+from ..term import Source, Term, Total
+from ..terms.model_state import normalize_scheme
+
+__all__ = [
+    "GROUPS", "LAYOUT_ORDER", "RECOMPUTE", "CP_VARIANTS", "LINKS",
+    "tensor_parallel", "pipeline_parallel", "data_parallel", "context_parallel",
+    "expert_parallel", "communication_per_step", "communication_time", "placement",
+    "link_for", "tensor_parallel_fits", "layout_warnings", "tp_bytes_per_step",
+]
+
+#: Parallel groups that communicate.
+GROUPS = ("tp", "cp", "pp", "dp", "ep")
+#: Rank order from innermost (fastest-varying) to outermost. REF: seed002; llama3 §3.3.2.
+LAYOUT_ORDER = ("tp", "cp", "pp", "dp")
+RECOMPUTE = ("none", "selective", "full")
+CP_VARIANTS = ("ring", "all-gather", "ulysses")
+#: link name -> bandwidth symbol
+LINKS = {"intra": beta_intra, "inter": beta_inter}
+
+_TP = Source("narayanan", "§3.3 (4 all-reduces of bsh per layer per microbatch)")
+_SEED_TP = Source("seed002", "tp_bytes_per_step")
+_SP = Source("korthikanti", "§4.2.2 (all-gather + reduce-scatter, same bytes as TP)")
+_PP = Source("narayanan", "§4.1 (bsh per microbatch between stages; bsh/t scatter/gather)")
+_DP = Source("zero", "§7 (DP all-reduce 2Ψ; P_os+g 2Ψ; P_os+g+p 3Ψ)")
+_NCCL = Source("nccl-tests", "doc/PERFORMANCE.md, Summary")
+_RING = Source("ring-attention", "§3 (K, V blocks passed around the ring)")
+_LLAMA3 = Source("llama3", "§3.3.2 (all-gather K and V for context parallelism)")
+_ULYSSES = Source("ulysses", "§3.1 (all-to-all of Q, K, V and output; 4Nh/P per link)")
+_EP = Source("gshard", "§2.2 / §3.2 (dispatch and combine all-to-all per MoE layer)")
+
+
+def _check(kind, name, accepted):
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in accepted:
+        raise UnknownNameError(kind, name, accepted)
+    return key
+
+
+def _term(key, expr, desc, src, label):
+    """A bytes term with common factors pulled out (``2*(t-1)/t``, not ``(2t-2)/t``)."""
+    return Term(key, sp.factor_terms(expr), desc, src, label=label)
+
+
+def _activation():
+    """One activation tensor of a microbatch [bytes]: Y = s b h b_c."""
+    return s * b * h * b_c
+
+
+@dataclass(frozen=True)
+class _Traffic:
+    """A communication term and its latency-bound steps per training step (ring algorithms)."""
+
+    term: Term
+    group: str
+    steps: sp.Expr
+
+
+def _tp(sequence_parallel: bool, recompute: str) -> _Traffic:
+    recompute = _check("recompute", recompute, RECOMPUTE)
+    Y = _activation()
+    layers = L / p * m  # layer passes of this stage in one step
+    if not sequence_parallel:
+        calls = 4 + (2 if recompute == "full" else 0)  # 2 fwd + 2 bwd (+2 recomputed fwd)
+        per_call = 2 * (t - 1) / t * Y
+        steps = calls * 2 * (t - 1)
+        desc = (f"tensor parallel: {calls} all-reduces of s·b·h per layer per microbatch"
+                + (" (full recompute repeats the forward 2)" if recompute == "full" else ""))
+        src = _TP
+    else:
+        calls = 8 + (4 if recompute == "full" else 0)  # 2 AG + 2 RS fwd, same bwd
+        per_call = (t - 1) / t * Y
+        steps = calls * (t - 1)
+        desc = (f"tensor + sequence parallel: {calls // 2} all-gathers + {calls // 2} "
+                "reduce-scatters of s·b·h per layer per microbatch")
+        src = _SP
+    return _Traffic(_term("tp", calls * per_call * layers, desc, src, "TP"), "tp",
+                    steps * layers)
+
+
+def tensor_parallel(*, sequence_parallel: bool = False, recompute: str = "none") -> Term:
+    r"""Bytes one GPU sends for tensor parallelism in one training step [bytes].
+
+    .. math::
+
+        4 \cdot \frac{2(t-1)}{t}\, s\,b\,h\,b_c \cdot \frac{L}{p}\, m
+
+    (6 all-reduces instead of 4 with full recomputation; with sequence parallelism
+    8 all-gathers / reduce-scatters of :math:`(t-1)/t\cdot Y`, the same bytes).
+
+    Parameters
+    ----------
+    sequence_parallel : bool
+        Megatron sequence parallelism (all-gather + reduce-scatter instead of all-reduce).
+    recompute : {"none", "selective", "full"}
+        Full recomputation repeats the forward collectives; selective recomputation
+        (attention core only) adds no TP traffic (Korthikanti §5).
+
+    Examples
+    --------
+    Seed 002: s = 4096, b = 1, h = 4096, L = 32, t = 8, bf16 -> 7.516192768 GB per step:
+
+    >>> tensor_parallel().evaluate(s=4096, b=1, h=4096, L=32, t=8, b_c=2, p=1, m=1)
+    7516192768
+
+    References
+    ----------
+    Narayanan et al. 2021 §3.3; Korthikanti et al. 2022 §4.2.2; seed 002.
+    """
+    return _tp(sequence_parallel, recompute).term
+
+
+def tp_bytes_per_step() -> Term:
+    """Seed 002's ``tp_bytes_per_step``: 4 ring all-reduces of s·b·h per layer, L layers [bytes].
+
+    Examples
+    --------
+    >>> float(tp_bytes_per_step().evaluate(s=4096, b=1, h=4096, L=32, t=8, b_c=2)) / 1e9
+    7.516192768
+    """
+    return Term("tp", 4 * (s * b * h * b_c) * 2 * (t - 1) / t * L,
+                "tensor-parallel bytes per GPU per step (seed 002, one microbatch, no pipeline)",
+                _SEED_TP, label="TP")
+
+
+def _pp(scatter_gather: bool, interleaved: bool) -> _Traffic:
+    Y = _activation() / t if scatter_gather else _activation()
+    chunks = v if interleaved else 1
+    # Average over the p stages: p*v - 1 boundaries, each crossed forward and backward by
+    # every microbatch (a middle stage sends 2Y; the ends send Y); zero when p = v = 1.
+    sends = 2 * (p * chunks - 1) / p * m
+    desc = ("pipeline parallel: activations forward and gradients backward across each stage "
+            "boundary, per microbatch" + (" (scatter/gather: /t)" if scatter_gather else "")
+            + (" (interleaved: v chunks per rank)" if interleaved else ""))
+    return _Traffic(_term("pp", sends * Y, desc, _PP, "PP"), "pp", sends)
+
+
+def pipeline_parallel(*, scatter_gather: bool = False, interleaved: bool = False) -> Term:
+    r"""Bytes one GPU sends point-to-point for pipeline parallelism per step [bytes].
+
+    .. math::
+
+        \frac{2(p\,v - 1)}{p}\, m \cdot s\,b\,h\,b_c \;\big/\; t_{\text{sg}}
+
+    averaged over stages (:math:`v = 1` without interleaving; a middle stage sends
+    :math:`2\,m\,Y`); :math:`t_{\text{sg}} = t` with the scatter/gather optimisation (and
+    with sequence parallelism, where the sent tensor is already split), else 1.
+
+    Examples
+    --------
+    >>> pipeline_parallel().expr
+    2*b*b_c*h*m*s*(p - 1)/p
+    >>> pipeline_parallel(scatter_gather=True).evaluate(p=1, m=8, s=1, b=1, h=1, b_c=2, t=8)
+    0
+
+    References
+    ----------
+    Narayanan et al. 2021 §4.1.
+    """
+    return _pp(scatter_gather, interleaved).term
+
+
+def _dp(sharding: str, context_parallel: bool, params=None) -> _Traffic:
+    scheme = normalize_scheme(sharding)
+    psi = N / (p * t) if params is None else sp.sympify(params)
+    nd = d * c if context_parallel else d  # Megatron reduces gradients over DP x CP
+    frac = (nd - 1) / nd
+    grads, weights = psi * b_g, psi * b_hp
+    if scheme == "ddp":
+        expr, steps = 2 * frac * grads, 2 * (nd - 1)
+        desc = "data parallel: gradient all-reduce once per step"
+    elif scheme in ("zero1", "distributed-optimizer"):
+        expr, steps = frac * grads + frac * weights, 2 * (nd - 1)
+        desc = "data parallel (ZeRO-1 / distributed optimizer): gradient reduce-scatter + parameter all-gather"
+    elif scheme == "zero2":
+        # Gradients are partitioned: no full-size buffer to accumulate microbatches into, so
+        # they are reduce-scattered after every microbatch's backward (DeepSpeed stage 2).
+        expr, steps = m * frac * grads + frac * weights, (m + 1) * (nd - 1)
+        desc = "data parallel (ZeRO-2): gradient reduce-scatter per microbatch + parameter all-gather"
+    else:  # zero3, fsdp
+        # Parameters are gathered for forward and again for backward, gradients
+        # reduce-scattered, for every microbatch: 1.5x an all-reduce when b_g = b_hp, m = 1.
+        expr, steps = m * (2 * frac * weights + frac * grads), 3 * m * (nd - 1)
+        desc = ("data parallel (ZeRO-3 / FSDP): parameter all-gather forward and backward + "
+                "gradient reduce-scatter, per microbatch")
+    return _Traffic(_term("dp", expr, desc, _DP, "DP"), "dp", steps)
+
+
+def data_parallel(sharding: str = "ddp", *, context_parallel: bool = False, params=None) -> Term:
+    r"""Bytes one GPU sends for data-parallel gradient (and parameter) sync per step [bytes].
+
+    With :math:`\Psi = N/(p\,t)` parameters on this GPU's model-parallel shard:
+
+    .. math::
+
+        \begin{aligned}
+        \text{ddp}:&\; \tfrac{2(d-1)}{d}\,\Psi b_g \\
+        \text{zero1, distributed-optimizer}:&\; \tfrac{d-1}{d}\,\Psi (b_g + b_{hp}) \\
+        \text{zero2}:&\; \tfrac{d-1}{d}\,\Psi (m\,b_g + b_{hp}) \\
+        \text{zero3, fsdp}:&\; m\,\tfrac{d-1}{d}\,\Psi (2 b_{hp} + b_g)
+        \end{aligned}
+
+    ZeRO §7: with :math:`b_g = b_{hp}` and :math:`m = 1` these are 2Ψ, 2Ψ, 2Ψ and 3Ψ
+    (1.5x) element-bytes for large d.  With context parallelism the gradient group is
+    :math:`d\,c` (Megatron-LM reduces over DP x CP).
+
+    Examples
+    --------
+    >>> data_parallel("ddp").subs(b_g=2, p=1, t=1).expr
+    4*N*(d - 1)/d
+    >>> data_parallel("zero3").subs(b_g=2, b_hp=2, p=1, t=1, m=1).expr
+    6*N*(d - 1)/d
+
+    References
+    ----------
+    ZeRO (Rajbhandari et al. 2020) §7; nccl-tests PERFORMANCE.md.
+    """
+    return _dp(sharding, context_parallel, params).term
+
+
+def _cp(variant: str, recompute: str) -> _Traffic:
+    variant = _check("context-parallel variant", variant, CP_VARIANTS)
+    recompute = _check("recompute", recompute, RECOMPUTE)
+    full = recompute == "full"
+    layers = L / p * m
+    kv = 2 * s * b * g * d_h * b_c / t  # K and V of the whole sequence on one TP rank
+    if variant == "ring":
+        passes = 3 + (1 if full else 0)  # fwd: K,V; bwd: K,V again + dK,dV; (+fwd)
+        expr = passes * (c - 1) * kv / c * layers
+        steps = passes * (c - 1) * layers
+        desc = (f"context parallel (ring): K and V blocks passed c-1 times, {passes} passes "
+                "per layer per microbatch (fwd K,V; bwd K,V and dK,dV)")
+        src = _RING
+    elif variant == "all-gather":
+        ops = 2 + (1 if full else 0)  # fwd all-gather K,V; bwd reduce-scatter dK,dV
+        expr = ops * (c - 1) / c * kv * layers
+        steps = ops * (c - 1) * layers
+        desc = ("context parallel (Llama 3): all-gather K and V forward, reduce-scatter their "
+                "gradients backward, per layer per microbatch")
+        src = _LLAMA3
+    else:  # ulysses
+        ops = 2 + (1 if full else 0)  # fwd: Q,K,V in + output out; bwd: the same
+        local = s * b * (2 * h + 2 * g * d_h) * b_c / c  # Q, O (h wide) and K, V (g d_h wide)
+        expr = ops * (c - 1) / c * local * layers
+        steps = ops * 4 * (c - 1) * layers
+        desc = ("sequence parallel (Ulysses): all-to-all of Q, K, V and of the attention "
+                "output, forward and backward, per layer per microbatch")
+        src = _ULYSSES
+    return _Traffic(_term("cp", expr, desc, src, "CP"), "cp", steps)
+
+
+def context_parallel(variant: str = "ring", *, recompute: str = "none") -> Term:
+    r"""Bytes one GPU sends for context (sequence) parallelism per step [bytes].
+
+    With :math:`K\!V = 2\,s\,b\,g\,d_h\,b_c/t` the keys and values of the whole sequence on
+    one tensor-parallel rank (``g`` KV heads of size ``d_h``; ``g d_h = h`` without GQA):
+
+    .. math::
+
+        \begin{aligned}
+        \text{ring}:&\; 3\,(c-1)\,\tfrac{K\!V}{c}\cdot\tfrac{L}{p} m \\
+        \text{all-gather (Llama 3)}:&\; 2\,\tfrac{c-1}{c}\,K\!V\cdot\tfrac{L}{p} m \\
+        \text{ulysses}:&\; 2\,\tfrac{c-1}{c}\,\tfrac{s\,b\,(2h + 2 g d_h)\,b_c}{c}\cdot\tfrac{L}{p} m
+        \end{aligned}
+
+    Ring: forward passes K, V; backward passes K, V again and dK, dV.  All-gather: forward
+    all-gather of K, V, backward reduce-scatter of their gradients.  Ulysses: all-to-all of
+    Q, K, V before and of the output after attention, forward and backward (the blog's
+    :math:`4Nh/P` per link for MHA, times NCCL's :math:`(c-1)/c`; Ulysses is shown with
+    ``t = 1``).  Full recomputation adds the forward traffic again.
+
+    Examples
+    --------
+    >>> context_parallel("all-gather").subs(t=1, p=1, m=1).expr
+    4*L*b*b_c*d_h*g*s*(c - 1)/c
+
+    References
+    ----------
+    Ring attention (arXiv:2310.01889); Llama 3 §3.3.2; DeepSpeed-Ulysses.
+    """
+    return _cp(variant, recompute).term
+
+
+def _ep(recompute: str, moe_layers=None) -> _Traffic:
+    recompute = _check("recompute", recompute, RECOMPUTE)
+    ops = 4 + (2 if recompute == "full" else 0)  # dispatch + combine, fwd and bwd
+    layers = (L_m if moe_layers is None else sp.sympify(moe_layers)) / p * m
+    tokens = s * b * k * h * b_c  # every token sent to k experts
+    expr = ops * (e - 1) / e * tokens * layers
+    desc = (f"expert parallel: {ops} all-to-alls (dispatch, combine) of the routed tokens per "
+            "MoE layer per microbatch")
+    return _Traffic(_term("ep", expr, desc, _EP, "EP"), "ep", ops * (e - 1) * layers)
+
+
+def expert_parallel(*, recompute: str = "none", moe_layers=None) -> Term:
+    r"""Bytes one GPU sends for expert-parallel token routing per step [bytes].
+
+    .. math::
+
+        4\,\tfrac{e-1}{e}\, s\,b\,k\,h\,b_c \cdot \tfrac{L_m}{p}\, m
+
+    Two all-to-alls per MoE layer forward (dispatch to the top-``k`` experts, combine) and
+    two backward, on perfectly balanced routing (NCCL's all-to-all factor).
+
+    Examples
+    --------
+    >>> expert_parallel().subs(p=1, m=1, e=8).expr
+    7*L_m*b*b_c*h*k*s/2
+
+    References
+    ----------
+    GShard (Lepikhin et al. 2020) §2.2; nccl-tests PERFORMANCE.md (all-to-all).
+    """
+    return _ep(recompute, moe_layers).term
+
+
+def _traffic(*, tensor: bool, sequence_parallel: bool, pipeline: bool, scatter_gather: bool,
+             interleaved: bool, sharding: str | None, context: str | None, expert: bool,
+             recompute: str, moe_layers=None) -> list[_Traffic]:
+    recompute = _check("recompute", recompute, RECOMPUTE)
+    out = []
+    if tensor:
+        out.append(_tp(sequence_parallel, recompute))
+    if context is not None:
+        out.append(_cp(context, recompute))
+    if pipeline:
+        out.append(_pp(scatter_gather or sequence_parallel, interleaved))
+    if sharding is not None:
+        out.append(_dp(sharding, context is not None))
+    if expert:
+        out.append(_ep(recompute, moe_layers))
+    return out
+
+
+def communication_per_step(*, tensor: bool = True, sequence_parallel: bool = False,
+                           pipeline: bool = True, scatter_gather: bool = False,
+                           interleaved: bool = False, sharding: str | None = "ddp",
+                           context: str | None = None, expert: bool = False,
+                           recompute: str = "none", moe_layers=None) -> Total:
+    r"""Bytes one GPU sends per training step, one term per parallel group [bytes].
+
+    Terms (keys): ``tp``, ``cp``, ``pp``, ``dp``, ``ep`` — see :func:`tensor_parallel`,
+    :func:`context_parallel`, :func:`pipeline_parallel`, :func:`data_parallel`,
+    :func:`expert_parallel`.  A group of size 1 contributes 0 once sizes are substituted.
+
+    Parameters
+    ----------
+    tensor, pipeline, expert : bool
+        Include the TP, PP, EP terms.
+    sequence_parallel : bool
+        Megatron SP with TP (also implies the PP scatter/gather split).
+    scatter_gather : bool
+        Narayanan's scatter/gather optimisation for PP sends.
+    interleaved : bool
+        Interleaved pipeline schedule (``v`` chunks per rank).
+    sharding : str or None
+        Data-parallel scheme (:data:`memsym.terms.model_state.SCHEMES`); None leaves DP out.
+    context : {"ring", "all-gather", "ulysses"} or None
+        Context-parallel variant; None leaves CP out.
+    recompute : {"none", "selective", "full"}
+        Full recomputation repeats the forward traffic of TP, CP and EP.
+
+    Examples
+    --------
+    >>> tot = communication_per_step(sharding="ddp")
+    >>> tot.keys
+    ('tp', 'pp', 'dp')
+    >>> tot.evaluate(s=4096, b=1, h=4096, L=32, t=8, b_c=2, p=1, m=1, d=1, N=7 * 10**9, b_g=2)
+    7516192768
+    """
+    return Total("communication bytes per GPU per step",
+                 tuple(x.term for x in _traffic(
+                     tensor=tensor, sequence_parallel=sequence_parallel, pipeline=pipeline,
+                     scatter_gather=scatter_gather, interleaved=interleaved, sharding=sharding,
+                     context=context, expert=expert, recompute=recompute,
+                     moe_layers=moe_layers)))
+
+
+# --- network tiers ------------------------------------------------------------------------
+
+def _sizes(values) -> dict:
+    """Group sizes from a values mapping (names or symbols), missing ones = 1."""
+    out = {"tp": 1, "cp": 1, "pp": 1, "dp": 1, "ep": 1}
+    if not values:
+        return out
+    names = {"t": "tp", "c": "cp", "p": "pp", "d": "dp", "e": "ep"}
+    for key, val in dict(values).items():
+        name = getattr(key, "name", key)
+        if name in names:
+            num = sp.sympify(val)
+            if not (num.is_Integer and num >= 1):
+                raise InvalidValueError(f"{name} must be a whole number >= 1 to place groups, got {val}")
+            out[names[name]] = int(num)
+    return out
+
+
+def link_for(group: str, sizes: dict, gpus_per_node: int, order=LAYOUT_ORDER) -> str:
+    """The link (``"intra"`` or ``"inter"``) a group's collectives cross.
+
+    Ranks are numbered innermost first in ``order``; a group spans the product of its own
+    size and the sizes of the groups inside it, and stays in one node when that span is at
+    most ``gpus_per_node`` (nodes hold consecutive ranks).  Expert parallelism is carved out
+    of the data-parallel dimension (its span is the inner groups times ``e``).
+
+    Examples
+    --------
+    >>> link_for("tp", {"tp": 8}, 8), link_for("tp", {"tp": 16}, 8)
+    ('intra', 'inter')
+    >>> link_for("dp", {"tp": 2, "dp": 4}, 8), link_for("pp", {"tp": 8, "pp": 4}, 8)
+    ('intra', 'inter')
+    """
+    group = _check("parallel group", group, GROUPS)
+    if int(gpus_per_node) < 1:
+        raise InvalidValueError(f"GPUs per node must be >= 1, got {gpus_per_node}")
+    order = tuple(order)
+    span = 1
+    target = "dp" if group == "ep" else group
+    for name in order:
+        if name == target:
+            span *= sizes.get("ep", 1) if group == "ep" else sizes.get(name, 1)
+            break
+        span *= sizes.get(name, 1)
+    return "intra" if span <= int(gpus_per_node) else "inter"
+
+
+def placement(values=None, gpus_per_node: int | None = None, order=LAYOUT_ORDER) -> dict:
+    """Link of every group: from sizes and GPUs per node when known, else TP intra-node and
+    the other groups inter-node (the usual layout with t = GPUs per node).
+
+    Examples
+    --------
+    >>> placement({"t": 8, "p": 4, "d": 2}, 8)["tp"], placement()["dp"]
+    ('intra', 'inter')
+    """
+    if gpus_per_node is None:
+        return {grp: ("intra" if grp == "tp" else "inter") for grp in GROUPS}
+    sizes = _sizes(values)
+    return {grp: link_for(grp, sizes, gpus_per_node, order) for grp in GROUPS}
+
+
+def tensor_parallel_fits(t_size, gpus_per_node) -> bool:
+    """Seed 002's rule: the tensor-parallel size must not exceed the GPUs in a node.
+
+    Examples
+    --------
+    >>> tensor_parallel_fits(8, 8), tensor_parallel_fits(16, 8)
+    (True, False)
+    """
+    return int(t_size) <= int(gpus_per_node)
+
+
+def layout_warnings(values, gpus_per_node: int, order=LAYOUT_ORDER) -> list:
+    """One line per rule of practice the layout breaks (TP crossing nodes, CP crossing nodes).
+
+    Examples
+    --------
+    >>> layout_warnings({"t": 16}, 8)
+    ['tensor parallel size 16 exceeds 8 GPUs per node: TP all-reduces cross the inter-node link (seed 002: keep t <= GPUs per node)']
+    """
+    sizes = _sizes(values)
+    out = []
+    if not tensor_parallel_fits(sizes["tp"], gpus_per_node):
+        out.append(f"tensor parallel size {sizes['tp']} exceeds {gpus_per_node} GPUs per node: "
+                   "TP all-reduces cross the inter-node link (seed 002: keep t <= GPUs per node)")
+    if sizes["cp"] > 1 and link_for("cp", sizes, gpus_per_node, order) == "inter" \
+            and tensor_parallel_fits(sizes["tp"], gpus_per_node):
+        out.append(f"context parallel group (t*c = {sizes['tp'] * sizes['cp']}) spans nodes: "
+                   "K/V traffic runs on the inter-node link")
+    return out
+
+
+def communication_time(*, placement_map: dict | None = None, latency: bool = True,
+                       **options) -> Total:
+    r"""Seconds one GPU spends in each group's communication per step [s].
+
+    Each term of :func:`communication_per_step` divided by the bandwidth of the link its
+    group crosses (``beta_intra`` or ``beta_inter``), plus ``alpha`` times its
+    latency-bound ring steps:
+
+    .. math::
+
+        t_{\text{group}} = \frac{\text{bytes}_{\text{group}}}{\beta_{\text{link}}}
+            + \alpha \cdot \text{steps}_{\text{group}}
+
+    Parameters
+    ----------
+    placement_map : dict, optional
+        Group -> ``"intra"`` / ``"inter"`` (see :func:`placement`); default TP intra-node,
+        the rest inter-node.
+    latency : bool
+        Include the ``alpha`` terms.
+    **options
+        As :func:`communication_per_step`.
+
+    Examples
+    --------
+    Seed 002: 7.5 GB per step on NVLink (900 GB/s) against one 400 Gb/s port (50 GB/s):
+
+    >>> T = communication_time(pipeline=False, sharding=None, latency=False)
+    >>> vals = dict(s=4096, b=1, h=4096, L=32, t=8, b_c=2, p=1, m=1)
+    >>> round(float(T.evaluate(vals, beta_intra=900 * 10**9)), 4)
+    0.0084
+    >>> T2 = communication_time(pipeline=False, sharding=None, latency=False,
+    ...                         placement_map={"tp": "inter"})
+    >>> round(float(T2.evaluate(vals, beta_inter=50 * 10**9)), 3)
+    0.15
+    >>> T.sensitivity("beta_intra")
+    -8*L*b*b_c*h*m*s*(t - 1)/(beta_intra**2*p*t)
+    """
+    links = placement()
+    if placement_map:
+        for grp, link in placement_map.items():
+            links[_check("parallel group", grp, GROUPS)] = _check("link", link, LINKS)
+    terms = []
+    for item in _traffic(tensor=options.pop("tensor", True),
+                         sequence_parallel=options.pop("sequence_parallel", False),
+                         pipeline=options.pop("pipeline", True),
+                         scatter_gather=options.pop("scatter_gather", False),
+                         interleaved=options.pop("interleaved", False),
+                         sharding=options.pop("sharding", "ddp"),
+                         context=options.pop("context", None),
+                         expert=options.pop("expert", False),
+                         recompute=options.pop("recompute", "none"),
+                         moe_layers=options.pop("moe_layers", None)):
+        bw = LINKS[links[item.group]]
+        expr = item.term.expr / bw + (alpha * item.steps if latency else 0)
+        terms.append(Term(item.term.key, expr,
+                          item.term.description + f"; time on the {links[item.group]}-node link",
+                          item.term.source, unit="s", label=item.term.label))
+    if options:
+        raise InvalidValueError("unknown communication options: " + ", ".join(sorted(options)))
+    return Total("communication time per GPU per step", tuple(terms), unit="s")

@@ -1,0 +1,440 @@
+r"""FLOPs per iteration, step time, MFU / HFU, training time, GPU-hours and cost.
+
+FLOPs count the dense matrix multiplies of a GPT layer (Narayanan et al. 2021 §5.1;
+Korthikanti et al. 2022 App. A); :math:`B` is the global batch [sequences] of one
+iteration.  Step time is compute at an efficiency :math:`\eta` of the peak :math:`F`, plus
+the pipeline bubble, plus the communication not hidden behind compute; the overlap is an
+explicit assumption (none, full, or a fraction :math:`\omega`).
+
+References
+----------
+.. [narayanan2021] Narayanan et al. 2021, arXiv:2104.04473, §5.1 Eq. (2)-(4).
+.. [korthikanti2022] Korthikanti et al. 2022, arXiv:2205.05198, Appendix A, §6.3 (MFU, HFU).
+.. [kaplan2020] Kaplan et al. 2020, arXiv:2001.08361, §2.1 (C = 6 N per token).
+.. [seed004] shared/seeds/004: cost = price x estimated training time.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..errors import InvalidValueError, UnknownNameError
+from ..symbols import B, F, G, L, N, T, V, eta, h, omega, price, s
+from ..term import Source, Term, Total
+from .pipeline import bubble_fraction
+
+__all__ = ["FLOP_KINDS", "OVERLAPS", "RECOMPUTE", "parameters_narayanan", "flops_per_iteration",
+           "step_time", "mfu", "hfu", "training_time", "training_time_from_steps",
+           "gpu_hours", "training_cost", "step_report", "DEFAULT_EFFICIENCY"]
+
+RECOMPUTE = ("none", "selective", "full")
+FLOP_KINDS = ("model", "hardware")
+FORMULAS = ("korthikanti", "6n")
+OVERLAPS = ("none", "full", "fraction")
+#: Default efficiency when none is given: Narayanan et al. 2021 Table 1 reach 163 of the
+#: A100's 312 TFLOP/s (52 %) at 1T parameters.  REF: narayanan2021, Table 1.
+DEFAULT_EFFICIENCY = sp.Rational(1, 2)
+
+_EQ3 = Source("narayanan", "§5.1, Eq. (3)")
+_APPA = Source("korthikanti", "Appendix A")
+_EQ4 = Source("narayanan", "§5.1, Eq. (4)")
+_KAPLAN = Source("kaplan2020", "§2.1 (C ≈ 6N per token)")
+
+
+def _check(kind, name, accepted):
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in accepted:
+        raise UnknownNameError(kind, name, accepted)
+    return key
+
+
+def parameters_narayanan() -> sp.Expr:
+    r"""Parameters of a GPT model (Narayanan Eq. 2) [parameters].
+
+    .. math::
+
+        P = 12\,L\,h^2\left(1 + \frac{13}{12h} + \frac{V + s}{12\,L\,h}\right)
+
+    Examples
+    --------
+    The 1T configuration of Narayanan Table 1 (L = 128, h = 25600, V = 51200, s = 2048):
+
+    >>> round(float(parameters_narayanan().subs({L: 128, h: 25600, V: 51200, s: 2048})) / 1e12, 3)
+    1.008
+    """
+    return 12 * L * h**2 * (1 + sp.Rational(13, 12) / h + (V + s) / (12 * L * h))
+
+
+def flops_per_iteration(kind: str = "model", recompute: str = "none",
+                        formula: str = "korthikanti", batch=B) -> Total:
+    r"""Floating-point operations of one training iteration on ``batch`` sequences [FLOP].
+
+    .. math::
+
+        \begin{aligned}
+        \text{model}:&\; 72\,B L s h^2\left(1 + \tfrac{s}{6h} + \tfrac{V}{12hL}\right)
+            &&\text{(Korthikanti App. A)}\\
+        \text{hardware, selective}:&\; 72\,B L s h^2\left(1 + \tfrac{s}{3h} + \tfrac{V}{12hL}\right)
+            &&\text{(Korthikanti App. A, as printed)}\\
+        \text{hardware, full}:&\; 96\,B L s h^2\left(1 + \tfrac{s}{6h} + \tfrac{V}{16Lh}\right)
+            &&\text{(Narayanan Eq. 3)}\\
+        \text{6n}:&\; 6\,N\,B\,s \;\; (8\,N\,B\,s \text{ hardware with full recompute})
+        \end{aligned}
+
+    Model FLOPs ignore recomputation (what MFU counts); hardware FLOPs include it (HFU).
+    Hand check of the selective line: recomputing :math:`QK^T` and the attention over V
+    adds :math:`4Bs^2h` per layer, i.e. :math:`1 + 2s/(9h)`; the paper prints
+    :math:`s/(3h)` (hardware/model ratio :math:`\approx 1 + s/(6h)`), which memsym keeps as
+    the cited form — the difference is below 1 % for :math:`s \ll h` and grows with s/h.
+
+    Parameters
+    ----------
+    kind : {"model", "hardware"}
+    recompute : {"none", "selective", "full"}
+    formula : {"korthikanti", "6n"}
+    batch : sympy.Expr
+        Sequences per iteration (default the global batch ``B``).
+
+    Examples
+    --------
+    >>> flops_per_iteration("hardware", "full").expr
+    96*B*L*h**2*s*(1 + s/(6*h) + V/(16*L*h))
+    >>> flops_per_iteration("model", formula="6n").expr
+    6*B*N*s
+
+    References
+    ----------
+    Narayanan et al. 2021 Eq. 3; Korthikanti et al. 2022 App. A; Kaplan et al. 2020 §2.1.
+    """
+    kind = _check("FLOP kind", kind, FLOP_KINDS)
+    recompute = _check("recompute", recompute, RECOMPUTE)
+    formula = _check("FLOP formula", formula, FORMULAS)
+    Bq = sp.sympify(batch)
+    effective = recompute if kind == "hardware" else "none"
+    if formula == "6n":
+        factor = 8 if effective == "full" else 6
+        if effective == "selective":  # attention core only: Korthikanti's ratio 1 + s/(6h)
+            expr = 6 * N * Bq * s * (1 + s / (6 * h))
+        else:
+            expr = factor * N * Bq * s
+        term = Term("flops", expr, f"{kind} FLOPs per iteration, {factor if effective != 'selective' else 6}"
+                    "·N·tokens", _KAPLAN, unit="FLOP")
+    elif effective == "full":
+        expr = 96 * Bq * L * s * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
+        term = Term("flops", expr, "hardware FLOPs per iteration with full recomputation", _EQ3,
+                    unit="FLOP")
+    elif effective == "selective":
+        expr = 72 * Bq * L * s * h**2 * (1 + s / (3 * h) + V / (12 * h * L))
+        term = Term("flops", expr, "hardware FLOPs per iteration with selective recomputation",
+                    _APPA, unit="FLOP")
+    else:
+        expr = 72 * Bq * L * s * h**2 * (1 + s / (6 * h) + V / (12 * h * L))
+        term = Term("flops", expr, "model FLOPs per iteration (no recomputation counted)", _APPA,
+                    unit="FLOP")
+    return Total(f"{kind} FLOPs per iteration ({recompute} recompute, {formula})", (term,),
+                 unit="FLOP")
+
+
+def step_time(*, recompute: str = "none", communication: Total | None = None,
+              overlap: str = "none", interleaved: bool = False, pipeline: bool = True,
+              formula: str = "korthikanti", batch=B, gpus=G) -> Total:
+    r"""Seconds per training step on one GPU [s].
+
+    .. math::
+
+        t_{\text{step}} = \underbrace{\frac{F_{\text{hw}}}{G\,F_{\text{peak}}\,\eta}}_{\text{compute}}
+            \Bigl(1 + \underbrace{\tfrac{p-1}{m}}_{\text{bubble}}\Bigr)
+            + (1-\omega)\sum_{\text{groups}} t_{\text{comm}}
+
+    ``overlap``: ``none`` (:math:`\omega = 0`), ``fraction`` (symbol :math:`\omega`), or
+    ``full`` (communication hides entirely behind compute up to the compute time:
+    :math:`\max(0, t_\text{comm} - t_\text{compute})` is exposed).
+
+    Parameters
+    ----------
+    recompute : {"none", "selective", "full"}
+        Which hardware FLOPs are executed.
+    communication : Total, optional
+        Seconds per group (:func:`memsym.terms.communication.communication_time`).
+    overlap : {"none", "full", "fraction"}
+    interleaved, pipeline : bool
+        Bubble with the interleaved schedule; leave the bubble out (no pipeline).
+    batch, gpus : sympy.Expr
+        Sequences per iteration :math:`B` and GPUs :math:`G` (defaults: the symbols).
+
+    Examples
+    --------
+    >>> st = step_time(pipeline=False, formula="6n")
+    >>> st.expr
+    6*B*N*s/(F*G*eta)
+    >>> st.evaluate(B=1024, N=175 * 10**9, s=2048, F=312 * 10**12, G=1024, eta=1) > 0
+    True
+    """
+    overlap = _check("overlap", overlap, OVERLAPS)
+    flops = flops_per_iteration("hardware", recompute, formula, batch).expr
+    compute = flops / (sp.sympify(gpus) * F * eta)
+    terms = [Term("compute", compute, "hardware FLOPs per GPU at efficiency eta of peak",
+                  _EQ4, unit="s")]
+    if pipeline:
+        terms.append(Term("bubble", bubble_fraction(interleaved) * compute,
+                          "pipeline bubble: idle time relative to the ideal compute time",
+                          Source("narayanan", "§2.2.1-2.2.2"), unit="s"))
+    if communication is not None and len(communication):
+        if overlap == "full":
+            busy = sp.Add(*(term.expr for term in terms))
+            exposed = sp.Max(0, communication.expr - busy)
+            terms.append(Term("communication", exposed,
+                              "communication not hidden behind compute (full overlap assumed)",
+                              Source("nccl-tests", "doc/PERFORMANCE.md"), unit="s"))
+        else:
+            keep = 1 if overlap == "none" else 1 - omega
+            for term in communication:
+                terms.append(Term(f"comm_{term.key}", keep * term.expr,
+                                  term.description + (" (exposed fraction 1 - omega)"
+                                                      if overlap == "fraction" else ""),
+                                  term.source, unit="s", label=term.label))
+    return Total("step time per GPU", tuple(terms), unit="s")
+
+
+def mfu(step: Total | sp.Expr, formula: str = "korthikanti", batch=B, gpus=G) -> sp.Expr:
+    r"""Model FLOPs utilisation: model FLOPs over the peak the GPUs could do in the step [1].
+
+    .. math::
+
+        \mathrm{MFU} = \frac{F_{\text{model}}}{G\,F_{\text{peak}}\,t_{\text{step}}}
+
+    Examples
+    --------
+    Without pipeline, communication or recomputation MFU is the efficiency itself:
+
+    >>> mfu(step_time(pipeline=False))
+    eta
+
+    References
+    ----------
+    Korthikanti et al. 2022 §6.3 (after PaLM).
+    """
+    t_step = step.expr if isinstance(step, Total) else sp.sympify(step)
+    model = flops_per_iteration("model", "none", formula, batch).expr
+    return sp.cancel(model / (sp.sympify(gpus) * F * t_step)) if not t_step.has(sp.Max) \
+        else model / (sp.sympify(gpus) * F * t_step)
+
+
+def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "korthikanti",
+        batch=B, gpus=G) -> sp.Expr:
+    r"""Hardware FLOPs utilisation: executed FLOPs (recomputation included) over peak [1].
+
+    Examples
+    --------
+    >>> hfu(step_time(recompute="full", pipeline=False), "full")
+    eta
+    """
+    t_step = step.expr if isinstance(step, Total) else sp.sympify(step)
+    hw = flops_per_iteration("hardware", recompute, formula, batch).expr
+    out = hw / (sp.sympify(gpus) * F * t_step)
+    return out if t_step.has(sp.Max) else sp.cancel(out)
+
+
+def training_time(recompute: bool = True, tokens=T, params=N, gpus=G) -> Total:
+    r"""End-to-end training time for ``tokens`` tokens (Narayanan Eq. 4) [s].
+
+    .. math::
+
+        t \approx \frac{8\,T\,P}{n\,X} \quad\text{(with recomputation; } 6\,T P/(n X)
+        \text{ without)}, \qquad X = \eta\,F_{\text{peak}}
+
+    Examples
+    --------
+    GPT-3 175B on 300B tokens, 1024 GPUs at 140 TFLOP/s: about 34 days.
+
+    >>> tt = training_time()
+    >>> days = tt.evaluate(T=300 * 10**9, N=175 * 10**9, G=1024, F=140 * 10**12, eta=1) / 86400
+    >>> round(float(days), 1)
+    33.9
+
+    References
+    ----------
+    Narayanan et al. 2021 §5.1, Eq. (4).
+    """
+    factor = 8 if recompute else 6
+    expr = factor * sp.sympify(tokens) * sp.sympify(params) / (sp.sympify(gpus) * F * eta)
+    return Total("training time", (Term("training", expr, f"{factor}·T·P / (n·X), X = eta·F",
+                                        _EQ4, unit="s"),), unit="s")
+
+
+def training_time_from_steps(step: Total, tokens=T, batch=B) -> Total:
+    r"""Training time as steps x step time: :math:`T/(B\,s)\cdot t_{\text{step}}` [s].
+
+    Examples
+    --------
+    >>> training_time_from_steps(step_time(pipeline=False, formula="6n")).expr
+    6*N*T/(F*G*eta)
+    """
+    steps = sp.sympify(tokens) / (sp.sympify(batch) * s)
+    return Total("training time", tuple(
+        Term(term.key, sp.cancel(steps * term.expr) if not term.expr.has(sp.Max) else steps * term.expr,
+             term.description + "; times the T/(B s) steps", term.source, unit="s",
+             label=term.label) for term in step), unit="s")
+
+
+def gpu_hours(time: Total, gpus=G) -> Total:
+    r"""GPU-hours: :math:`G\cdot t/3600` [GPU h].
+
+    Examples
+    --------
+    >>> gpu_hours(training_time()).expr
+    N*T/(450*F*eta)
+    """
+    return Total("GPU-hours", tuple(
+        Term(term.key, sp.cancel(sp.sympify(gpus) * term.expr / 3600) if not term.expr.has(sp.Max)
+             else sp.sympify(gpus) * term.expr / 3600,
+             term.description + "; in GPU-hours", Source("seed004", "チェックリスト 1 (単価 × 推定学習時間)"),
+             unit="GPU h", label=term.label) for term in time), unit="GPU h")
+
+
+def training_cost(time: Total, gpus=G, rate=price) -> Total:
+    r"""Cost: price per GPU-hour x GPU-hours (seed 004's checklist) [currency].
+
+    Examples
+    --------
+    >>> cost = training_cost(training_time())
+    >>> cost.expr
+    N*T*price/(450*F*eta)
+    """
+    hours = gpu_hours(time, gpus)
+    return Total("training cost", tuple(
+        Term(term.key, sp.sympify(rate) * term.expr, "price per GPU-hour x GPU-hours",
+             Source("seed004", "チェックリスト 1 (単価 × 推定学習時間)"), unit="currency",
+             label=term.label) for term in hours), unit="currency")
+
+
+# --- plain-number report ---------------------------------------------------------------------
+
+def _num(x):
+    x = sp.sympify(x)
+    if x.is_Integer:
+        return int(x)
+    return float(x)
+
+
+def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16",
+                sharding: str | None = "distributed-optimizer", recompute: str = "none",
+                sequence_parallel: bool = False, context: str | None = None,
+                expert: bool = False, interleaved: bool = False, scatter_gather: bool = False,
+                overlap: str = "none", efficiency=None, formula: str = "korthikanti",
+                gpus_per_node=None, intra_node_bandwidth=None, inter_node_bandwidth=None) -> dict:
+    """Communication, bubble, FLOPs, step time and MFU of one configuration, as plain numbers.
+
+    Parameters
+    ----------
+    values : dict
+        Registry names to numbers: the model (``N``, ``s``, ``h``, ``L``, ``V``; ``g``,
+        ``d_h`` for CP; ``k``, ``L_m`` for EP), the layout (``t``, ``p``, ``d``, ``c``,
+        ``e``, ``v``), ``b`` and ``m``; optional ``b_c`` (default 2), ``b_g`` / ``b_hp``
+        (default from the sharding's byte widths), ``eta``, ``omega``.
+    cluster : str or Cluster, optional
+        A preset (:func:`memsym.hardware.cluster`); or ``gpu`` with the bandwidth keywords.
+    efficiency : number, optional
+        :math:`\\eta`; default ``values["eta"]`` or :data:`DEFAULT_EFFICIENCY` (1/2).
+    Other keywords as :func:`memsym.terms.communication.communication_per_step` and
+    :func:`step_time`.
+
+    Returns
+    -------
+    dict
+        JSON-ready: ``communication`` {group: {"bytes", "seconds", "link"}}, ``bubble``,
+        ``flops`` {"model", "hardware"} per iteration, ``step_time_s``, ``mfu``, ``hfu``,
+        ``global_batch``, ``tokens_per_step``, ``warnings``, ``assumptions``.
+
+    Examples
+    --------
+    >>> rep = step_report({"N": 7 * 10**9, "s": 4096, "b": 1, "h": 4096, "L": 32, "V": 32000,
+    ...                    "t": 8, "p": 1, "d": 1, "m": 1}, cluster="dgx-h100", sharding=None)
+    >>> rep["communication"]["tp"]["bytes"], rep["communication"]["tp"]["link"]
+    (7516192768, 'intra')
+    >>> round(rep["communication"]["tp"]["seconds"] * 1000, 2)
+    8.35
+    """
+    from .. import hardware
+    from ..values import as_values
+    from .communication import communication_per_step, communication_time, layout_warnings, placement
+    from .model_state import byte_widths
+
+    vals = dict(values)
+    defaults = {"t": 1, "p": 1, "d": 1, "c": 1, "e": 1, "v": 1, "m": 1, "b": 1, "b_c": 2}
+    for key, val in defaults.items():
+        vals.setdefault(key, val)
+    if sharding is not None:
+        widths = byte_widths(sharding, precision if precision in ("bf16", "fp16", "fp32", "fp8") else "bf16")
+        for sym, width in widths.items():
+            vals.setdefault(sym.name, width)
+    if cluster is not None:
+        clu = hardware.cluster(cluster)
+    else:
+        dev = hardware.gpu(gpu) if gpu is not None else None
+        if dev is None:
+            raise InvalidValueError("step_report needs a cluster (e.g. dgx-h100) or a gpu")
+        clu = hardware.cluster_for(dev, gpus_per_node or 8, intra_node_bandwidth, inter_node_bandwidth)
+    changes = {}
+    if gpus_per_node is not None:
+        changes["gpus_per_node"] = int(gpus_per_node)
+    if intra_node_bandwidth is not None:
+        changes["intra_node_bandwidth"] = intra_node_bandwidth
+    if inter_node_bandwidth is not None:
+        changes["inter_node_bandwidth"] = inter_node_bandwidth
+    if changes:
+        clu = clu.with_(**changes)
+    for key, val in clu.values(precision).items():
+        vals.setdefault(key, val)
+    eff = efficiency if efficiency is not None else vals.get("eta", DEFAULT_EFFICIENCY)
+    vals["eta"] = eff
+    if context is None and int(vals["c"]) > 1:
+        context = "ring"
+    expert = expert or int(vals["e"]) > 1
+    if expert:
+        vals.setdefault("L_m", vals.get("L"))
+    gpus_total = int(vals["t"]) * int(vals["p"]) * int(vals["c"]) * int(vals["d"])
+    batch = int(vals["b"]) * int(vals["m"]) * int(vals["d"])
+    vals.setdefault("G", gpus_total)
+    vals.setdefault("B", batch)
+    pipe = int(vals["p"]) > 1
+    opts = dict(sequence_parallel=sequence_parallel, pipeline=pipe, scatter_gather=scatter_gather,
+                interleaved=interleaved, sharding=sharding, context=context, expert=expert,
+                recompute=recompute)
+    links = placement(vals, clu.gpus_per_node)
+    byte_total = communication_per_step(**opts)
+    time_total = communication_time(placement_map=links, **opts)
+    step = step_time(recompute=recompute, communication=time_total, overlap=overlap,
+                     interleaved=interleaved, pipeline=pipe, formula=formula)
+    needed = (byte_total.free_symbols | step.free_symbols)
+    exact_vals = as_values({k: v for k, v in vals.items()
+                            if any(sym.name == getattr(k, "name", k) for sym in needed)})
+    bytes_bd = byte_total.breakdown(exact_vals)
+    secs_bd = time_total.breakdown(exact_vals)
+    t_step = step.evaluate(exact_vals)
+    model = flops_per_iteration("model", "none", formula).evaluate(exact_vals)
+    hardware_flops = flops_per_iteration("hardware", recompute, formula).evaluate(exact_vals)
+    peak = exact_vals[F] * gpus_total
+    bubble = bubble_fraction(interleaved).xreplace(exact_vals) if pipe else sp.Integer(0)
+    return {
+        "communication": {key: {"bytes": _num(bytes_bd[key]), "seconds": _num(secs_bd[key]),
+                                "link": links[key]} for key in byte_total.keys},
+        "bubble": _num(bubble),
+        "flops": {"model": _num(model), "hardware": _num(hardware_flops)},
+        "step_time_s": _num(t_step),
+        "mfu": _num(model / (peak * t_step)),
+        "hfu": _num(hardware_flops / (peak * t_step)),
+        "global_batch": batch,
+        "tokens_per_step": batch * int(vals["s"]),
+        "gpus": gpus_total,
+        "warnings": layout_warnings(vals, clu.gpus_per_node),
+        "assumptions": {
+            "cluster": clu.name, "gpu": clu.gpu.name, "precision": precision,
+            "peak_flops_per_gpu": _num(exact_vals[F]), "efficiency": _num(exact_vals[eta]),
+            "gpus_per_node": clu.gpus_per_node,
+            "intra_node_bandwidth_bytes_per_s": _num(clu.intra_node_bandwidth),
+            "inter_node_bandwidth_bytes_per_s": _num(clu.inter_node_bandwidth),
+            "overlap": overlap, "recompute": recompute, "layout_order": "tp, cp, pp, dp",
+            "bandwidth_convention": "vendor NVLink figure (both directions), NIC per direction",
+        },
+    }

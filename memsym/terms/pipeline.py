@@ -1,0 +1,98 @@
+r"""Pipeline bubble and the batch identity that ties micro-batches, microbatches and d.
+
+The bubble is the idle time of a pipeline flush relative to the ideal compute time
+(Narayanan et al. 2021 §2.2.1): :math:`(p-1)/m`, and :math:`(p-1)/(v\,m)` with the
+interleaved schedule (§2.2.2).  The global batch is :math:`B = b\,m\,d` (seed 002: changing
+t changes d and therefore the global batch, a hyper-parameter change).
+
+References
+----------
+.. [narayanan2021] Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+   Clusters Using Megatron-LM", SC21, arXiv:2104.04473, §2.2.
+.. [seed002] shared/seeds/002: bubble table for 8 stages, m = 4 ... 64.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..symbols import b, d, m, p, v
+from ..term import Source, Term
+
+__all__ = ["bubble_fraction", "bubble_term", "global_batch", "data_parallel_for"]
+
+_BUBBLE = Source("narayanan", "§2.2.1 (bubble (p-1)/m), §2.2.2 (interleaved (p-1)/(v m))")
+
+
+def bubble_fraction(interleaved: bool = False, stages=p, microbatches=m, chunks=v) -> sp.Expr:
+    r"""Pipeline bubble as a fraction of the ideal compute time [1].
+
+    .. math::
+
+        \frac{p-1}{m} \quad\text{(1F1B / GPipe)}, \qquad
+        \frac{p-1}{v\,m} \quad\text{(interleaved, } v \text{ chunks per rank)}
+
+    It can exceed 1: with 8 stages and 4 microbatches the pipeline idles 175 % of the
+    useful time (seed 002).
+
+    Parameters
+    ----------
+    interleaved : bool
+        Use the interleaved schedule (``v`` model chunks per pipeline rank).
+    stages, microbatches, chunks : sympy.Expr
+        :math:`p`, :math:`m`, :math:`v` (default: the registry symbols).
+
+    Examples
+    --------
+    >>> bubble_fraction()
+    (p - 1)/m
+    >>> [float(bubble_fraction(stages=8, microbatches=mm)) for mm in (4, 8, 16, 32, 64)]
+    [1.75, 0.875, 0.4375, 0.21875, 0.109375]
+    >>> bubble_fraction(True)
+    (p - 1)/(m*v)
+
+    References
+    ----------
+    Narayanan et al. 2021 §2.2.1-2.2.2; seed 002 (table).
+    """
+    frac = (sp.sympify(stages) - 1) / sp.sympify(microbatches)
+    return frac / sp.sympify(chunks) if interleaved else frac
+
+
+def bubble_term(interleaved: bool = False) -> Term:
+    """The bubble fraction as a cited term (unit ``1``).
+
+    Examples
+    --------
+    >>> bubble_term().evaluate(p=8, m=16)
+    7/16
+    """
+    return Term("bubble", bubble_fraction(interleaved),
+                "pipeline bubble relative to the ideal compute time"
+                + (" (interleaved schedule)" if interleaved else ""), _BUBBLE, unit="1")
+
+
+def global_batch(micro_batch=b, microbatches=m, data_parallel=d) -> sp.Expr:
+    r"""Global batch size :math:`B = b\,m\,d` [sequences].
+
+    Examples
+    --------
+    >>> global_batch()
+    b*d*m
+    >>> global_batch(1, 8, 16)
+    128
+    """
+    return sp.sympify(micro_batch) * sp.sympify(microbatches) * sp.sympify(data_parallel)
+
+
+def data_parallel_for(gpus, t=1, p=1, c=1) -> sp.Expr:
+    r"""Data-parallel size left when ``gpus`` are split by t, p and c: :math:`d = G/(t\,p\,c)`.
+
+    Seed 002: halving t doubles d and therefore the global batch.
+
+    Examples
+    --------
+    >>> data_parallel_for(64, t=8), data_parallel_for(64, t=4)
+    (8, 16)
+    """
+    return sp.sympify(gpus) / (sp.sympify(t) * sp.sympify(p) * sp.sympify(c))

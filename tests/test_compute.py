@@ -1,0 +1,159 @@
+"""Pipeline bubble, FLOPs, step time, MFU, training time and cost (issue 4)."""
+
+from __future__ import annotations
+
+import pytest
+import sympy as sp
+
+from memsym.analysis import smallest
+from memsym.errors import InvalidValueError, UnknownNameError
+from memsym.symbols import G, beta_inter, eta
+from memsym.terms.communication import communication_time
+from memsym.terms.compute import (flops_per_iteration, gpu_hours, hfu, mfu, parameters_narayanan,
+                                  step_report, step_time, training_cost, training_time,
+                                  training_time_from_steps)
+from memsym.terms.pipeline import bubble_fraction, data_parallel_for, global_batch
+
+DAY = 86400
+
+
+def test_seed002_bubble_table():
+    # seed 002: 8 stages, m = 4..64 -> 175.0%, 87.5%, 43.8%, 21.9%, 10.9%
+    printed = {4: 175.0, 8: 87.5, 16: 43.8, 32: 21.9, 64: 10.9}
+    for mm, pct in printed.items():
+        assert round(float(bubble_fraction(stages=8, microbatches=mm)) * 100, 1) == pct
+
+
+def test_interleaved_bubble_and_global_batch():
+    assert bubble_fraction(True, 8, 16, 4) == sp.Rational(7, 64)
+    assert global_batch(1, 8, 16) == 128
+    # seed 002: t 8 -> 4 on 64 GPUs doubles d and the global batch
+    assert global_batch(1, 8, data_parallel_for(64, t=4)) == 2 * global_batch(1, 8, data_parallel_for(64, t=8))
+
+
+def test_smallest_microbatches_for_10_percent_bubble():
+    from memsym.term import Term, Total, Source
+    bub = Total("bubble", (Term("bubble", bubble_fraction(), "bubble", Source("narayanan", "§2.2.1"),
+                                unit="1"),), unit="1")
+    sol = smallest(bub, "m", sp.Rational(1, 10), {"p": 8})
+    assert sol.value == 70  # by hand: 7/m <= 0.1 -> m >= 70
+
+
+def test_narayanan_eq4_gpt3_and_1t():
+    tt = training_time()
+    gpt3 = tt.evaluate(T=300 * 10**9, N=175 * 10**9, G=1024, F=140 * 10**12, eta=1) / DAY
+    assert abs(float(gpt3) - 34) < 0.5  # "about 34 days"
+    one_t = tt.evaluate(T=450 * 10**9, N=10**12, G=3072, F=163 * 10**12, eta=1) / DAY
+    assert abs(float(one_t) - 84) < 1  # "about 84 days" (83.2 with P = 1e12, 83.9 with 1008B)
+
+
+def test_parameters_eq2_1t():
+    from memsym.values import as_values
+    P = parameters_narayanan().xreplace(as_values(L=128, h=25600, V=51200, s=2048))
+    assert abs(float(P) - 1008e9) < 0.5e9  # Narayanan Table 1: 1008B
+
+
+def test_flops_forms_by_hand():
+    # one layer forward: 24 B s h^2 + 4 B s^2 h, logits 2 B s h V; backward 2x; recompute +1x
+    B, L, s, h, V = 8, 2, 1024, 2048, 50000
+    fwd = L * (24 * B * s * h**2 + 4 * B * s**2 * h) + 2 * B * s * h * V
+    vals = dict(B=B, L=L, s=s, h=h, V=V)
+    assert flops_per_iteration("model").evaluate(vals) == 3 * fwd
+    # Eq. 3 recomputes the layers (4x) but not the logits (3x: 6 B s h V)
+    layers = L * (24 * B * s * h**2 + 4 * B * s**2 * h)
+    assert flops_per_iteration("hardware", "full").evaluate(vals) == 4 * layers + 6 * B * s * h * V
+    assert flops_per_iteration("model", formula="6n").evaluate(B=2, N=10, s=3) == 360
+    with pytest.raises(UnknownNameError):
+        flops_per_iteration("modle")
+
+
+def test_mfu_equals_eta_without_overheads():
+    assert mfu(step_time(pipeline=False)) == eta
+    assert hfu(step_time(recompute="full", pipeline=False), "full") == eta
+    # full recompute: MFU is 3/4 of eta (hand: 72(...)/96(...) ratio with V = 0, s/h -> 0)
+    st = step_time(recompute="full", pipeline=False)
+    val = mfu(st).xreplace({sp.Symbol("V", positive=True): 0})
+    assert sp.limit(val, sp.Symbol("s", positive=True), 0) == sp.Rational(3, 4) * eta
+
+
+def test_overlap_assumptions():
+    comm = communication_time(pipeline=False, sharding=None, latency=False)
+    none = step_time(communication=comm, pipeline=False, formula="6n")
+    frac = step_time(communication=comm, pipeline=False, formula="6n", overlap="fraction")
+    full = step_time(communication=comm, pipeline=False, formula="6n", overlap="full")
+    vals = dict(s=4096, b=1, h=4096, L=32, t=8, b_c=2, p=1, m=1, beta_intra=900 * 10**9,
+                B=1, N=7 * 10**9, F=989 * 10**12, G=8, eta=sp.Rational(1, 2))
+    compute = sp.Rational(6 * 7 * 10**9 * 4096, 8 * 989 * 10**12 // 2)
+    tp = sp.Rational(7516192768, 900 * 10**9)
+    assert none.evaluate(vals) == compute + tp
+    assert frac.evaluate(vals, omega=sp.Rational(1, 4)) == compute + sp.Rational(3, 4) * tp
+    assert full.evaluate(vals) == max(compute, tp)
+    with pytest.raises(UnknownNameError):
+        step_time(overlap="partial")
+
+
+def test_derivative_of_step_time_in_inter_node_bandwidth():
+    comm = communication_time(sharding="ddp", tensor=False, pipeline=False, latency=False)
+    st = step_time(communication=comm, pipeline=False)
+    dT = st.sensitivity("beta_inter")
+    # d/d(beta) of bytes/beta = -bytes/beta^2
+    assert sp.simplify(dT + comm.expr / beta_inter) == 0
+
+
+def test_smallest_gpus_for_a_deadline():
+    # GPT-3 175B, 300B tokens at 140 TFLOP/s: fewest GPUs to finish in 30 days
+    sol = smallest(training_time(), "G", 30 * DAY,
+                   {"T": 300 * 10**9, "N": 175 * 10**9, "F": 140 * 10**12, "eta": 1})
+    # by hand: 8*300e9*175e9 / (140e12 * 30*86400) = 1157.4 -> 1158
+    assert sol.value == 1158
+
+
+def test_gpu_hours_and_cost():
+    tt = training_time()
+    vals = dict(T=300 * 10**9, N=175 * 10**9, G=1024, F=140 * 10**12, eta=1)
+    hours = gpu_hours(tt).evaluate(vals)
+    assert hours == sp.Rational(8 * 300 * 10**9 * 175 * 10**9, 140 * 10**12 * 3600)
+    assert training_cost(tt).evaluate(vals, price=2) == 2 * hours
+    steps = training_time_from_steps(step_time(pipeline=False, formula="6n"))
+    assert sp.simplify(steps.expr - 6 * sp.Symbol("N", positive=True) *
+                       sp.Symbol("T", positive=True) / (G * sp.Symbol("F", positive=True) * eta)) == 0
+
+
+def test_step_report_seed002():
+    rep = step_report({"N": 7 * 10**9, "s": 4096, "b": 1, "h": 4096, "L": 32, "V": 32000,
+                       "t": 8, "p": 1, "d": 1, "m": 1}, cluster="dgx-h100", sharding=None)
+    assert rep["communication"]["tp"]["bytes"] == 7516192768
+    assert rep["communication"]["tp"]["link"] == "intra"
+    assert abs(rep["communication"]["tp"]["seconds"] - 7.516192768 / 900) < 1e-12
+    assert rep["bubble"] == 0 and rep["global_batch"] == 1
+    assert 0 < rep["mfu"] <= 0.5 and rep["step_time_s"] > 0
+    import json
+    json.dumps(rep)
+
+
+def test_step_report_tp_across_nodes_is_slow_and_warned():
+    base = {"N": 70 * 10**9, "s": 4096, "b": 1, "h": 8192, "L": 80, "V": 32000, "p": 4, "d": 2,
+            "m": 16}
+    inside = step_report({**base, "t": 8}, cluster="dgx-h100")
+    across = step_report({**base, "t": 16}, cluster="dgx-h100")
+    assert across["communication"]["tp"]["link"] == "inter" and across["warnings"]
+    assert inside["communication"]["pp"]["link"] == "inter"
+    assert inside["bubble"] == pytest.approx(3 / 16)
+    assert across["communication"]["tp"]["seconds"] > 10 * inside["communication"]["tp"]["seconds"]
+    with pytest.raises(InvalidValueError):
+        step_report(base)
+
+
+def test_cli_time(capsys):
+    import json
+    from memsym.cli import main
+    # Narayanan Eq. 4 through the command line: GPT-3, 300B tokens, 1024 GPUs at 140 TFLOP/s
+    assert main(["time", "175B", "--tokens", "300B", "--tflops", "140", "--gpus", "1024",
+                 "--price-per-gpu-hour", "2", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert abs(rep["days"] - 34) < 0.5
+    assert rep["gpu_hours"] == pytest.approx(8 * 300e9 * 175e9 / 140e12 / 3600 * 1)
+    assert rep["cost"] == pytest.approx(2 * rep["gpu_hours"])
+    assert main(["time", "7B", "--tokens", "1T", "--gpu", "h100-80"]) == 2
+    assert "did you mean h100-80gb" in capsys.readouterr().err
+    assert main(["time", "7B", "--tokens", "1T", "--efficiency", "1.5"]) == 2
