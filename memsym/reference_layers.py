@@ -1,0 +1,279 @@
+r"""Reference transformer layers to measure: Megatron-style GPT and Llama-style (eager or SDPA).
+
+Each factory returns ``(make, make_inputs)`` for :func:`memsym.measure.derive_saved_bytes`:
+``make(**shape)`` builds one layer and ``make_inputs(**shape)`` its input activation
+(``requires_grad=True``, as inside a model).  The layers are written op by op after the
+code they imitate so that what autograd saves is what that code saves on this PyTorch
+build; PyTorch is imported only when a factory is called.
+
+References
+----------
+.. [korthikanti] Korthikanti et al., arXiv:2205.05198, §4.1 (the layer of Eq. 1: LayerNorm,
+   fused QKV, softmax attention with dropout, 4h GeLU MLP, dropout).
+.. [llama] Touvron et al., "Llama 2", arXiv:2307.09288 (RMSNorm, SwiGLU, grouped-query
+   attention); the op order follows Hugging Face transformers' ``modeling_llama.py``
+   (``LlamaRMSNorm``, ``repeat_kv``, ``eager_attention_forward``).
+.. [pytorch-sdpa] ``torch.nn.functional.scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import InvalidValueError, UnknownNameError
+
+__all__ = ["gpt_layer", "llama_layer", "DROPOUTS", "ATTENTIONS"]
+
+#: How dropout is run: ``functional`` is ``F.dropout`` (on the CPU it keeps a scaled noise
+#: tensor in the activation dtype); ``native`` is ``torch.native_dropout``, the fused kernel
+#: CUDA uses, which keeps a 1-byte bool mask.
+DROPOUTS = ("functional", "native")
+#: Attention kernels of the Llama-style layer.
+ATTENTIONS = ("eager", "sdpa")
+
+_CLASSES: dict = {}
+
+
+def _dtype(torch, dtype):
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = ("bfloat16", "float16", "float32", "float64")
+    if dtype not in names:
+        raise UnknownNameError("dtype", dtype, names)
+    return getattr(torch, dtype)
+
+
+def _classes() -> dict:
+    """Define the layer classes on first use (so that importing this module needs no torch)."""
+    if _CLASSES:
+        return _CLASSES
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    def drop(x, p, impl, training):
+        if not training or p == 0:
+            return x
+        if impl == "native":
+            return torch.native_dropout(x, p, True)[0]
+        return F.dropout(x, p, True)
+
+    class MegatronAttention(nn.Module):
+        """Megatron-LM ParallelAttention at t = 1: fused QKV, baddbmm, softmax, dropout, bmm."""
+
+        def __init__(self, h, a, p_drop, dropout, causal):
+            super().__init__()
+            self.a, self.d = a, h // a
+            self.p, self.impl, self.causal = p_drop, dropout, causal
+            self.qkv = nn.Linear(h, 3 * h)
+            self.proj = nn.Linear(h, h)
+
+        def forward(self, x):  # x: [s, b, h], Megatron's layout
+            s, b, h = x.shape
+            a, d = self.a, self.d
+            # Megatron's per-head interleaved layout: Q, K, V stay views of one storage.
+            mixed = self.qkv(x).view(s, b, a, 3 * d)
+            q, k, v = mixed.split(d, dim=-1)
+            q = q.view(s, b * a, d).transpose(0, 1)
+            k = k.view(s, b * a, d).transpose(0, 1)
+            v = v.view(s, b * a, d).transpose(0, 1)
+            buf = torch.empty(b * a, s, s, dtype=x.dtype)
+            # The 1/sqrt(d) scale inside baddbmm (as Megatron does) saves no extra tensor.
+            scores = torch.baddbmm(buf, q, k.transpose(1, 2), beta=0.0, alpha=1.0 / math.sqrt(d))
+            scores = scores.view(b, a, s, s)
+            if self.causal:
+                mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+                scores = scores.masked_fill(mask, float("-inf"))
+            probs = torch.softmax(scores, dim=-1)
+            probs = drop(probs, self.p, self.impl, self.training)
+            ctx = torch.bmm(probs.view(b * a, s, s), v)
+            ctx = ctx.transpose(0, 1).reshape(s, b, h)
+            return drop(self.proj(ctx), self.p, self.impl, self.training)
+
+    class MegatronMLP(nn.Module):
+        def __init__(self, h, p_drop, dropout):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
+            self.p, self.impl = p_drop, dropout
+
+        def forward(self, x):
+            return drop(self.fc2(F.gelu(self.fc1(x))), self.p, self.impl, self.training)
+
+    class GPTLayer(nn.Module):
+        """Pre-LayerNorm GPT layer of Korthikanti et al. §4.1."""
+
+        def __init__(self, h, a, p_drop=0.1, dropout="functional", causal=True):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(h)
+            self.attention = MegatronAttention(h, a, p_drop, dropout, causal)
+            self.ln2 = nn.LayerNorm(h)
+            self.mlp = MegatronMLP(h, p_drop, dropout)
+
+        def forward(self, x):
+            x = x + self.attention(self.ln1(x))
+            return x + self.mlp(self.ln2(x))
+
+    class LlamaRMSNorm(nn.Module):
+        """transformers' LlamaRMSNorm: normalise in fp32, cast back, scale."""
+
+        def __init__(self, h, eps=1e-6):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(h))
+            self.eps = eps
+
+        def forward(self, x):
+            dtype = x.dtype
+            x = x.to(torch.float32)
+            var = x.pow(2).mean(-1, keepdim=True)
+            x = x * torch.rsqrt(var + self.eps)
+            return self.weight * x.to(dtype)
+
+    class LlamaAttention(nn.Module):
+        """Grouped-query attention without RoPE; eager (repeat_kv + matmul) or SDPA."""
+
+        def __init__(self, a, g, d, kernel):
+            super().__init__()
+            h = a * d
+            self.a, self.g, self.d, self.kernel = a, g, d, kernel
+            self.q_proj = nn.Linear(h, a * d, bias=False)
+            self.k_proj = nn.Linear(h, g * d, bias=False)
+            self.v_proj = nn.Linear(h, g * d, bias=False)
+            self.o_proj = nn.Linear(a * d, h, bias=False)
+
+        def forward(self, x):  # x: [b, s, h], transformers' layout
+            b, s, _ = x.shape
+            a, g, d = self.a, self.g, self.d
+            q = self.q_proj(x).view(b, s, a, d).transpose(1, 2)
+            k = self.k_proj(x).view(b, s, g, d).transpose(1, 2)
+            v = self.v_proj(x).view(b, s, g, d).transpose(1, 2)
+            if self.kernel == "sdpa":
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=g != a)
+            else:
+                rep = a // g
+                if rep > 1:  # transformers' repeat_kv: expand then reshape (a copy)
+                    k = k[:, :, None].expand(b, g, rep, s, d).reshape(b, a, s, d)
+                    v = v[:, :, None].expand(b, g, rep, s, d).reshape(b, a, s, d)
+                w = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(d)
+                mask = torch.full((s, s), torch.finfo(x.dtype).min, dtype=x.dtype).triu(1)
+                w = w + mask
+                w = torch.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+                out = torch.matmul(w, v)
+            out = out.transpose(1, 2).reshape(b, s, a * d)
+            return self.o_proj(out)
+
+    class LlamaMLP(nn.Module):
+        def __init__(self, h, f):
+            super().__init__()
+            self.gate_proj = nn.Linear(h, f, bias=False)
+            self.up_proj = nn.Linear(h, f, bias=False)
+            self.down_proj = nn.Linear(f, h, bias=False)
+
+        def forward(self, x):
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    class LlamaLayer(nn.Module):
+        def __init__(self, a, g, d, f, kernel="eager"):
+            super().__init__()
+            h = a * d
+            self.input_layernorm = LlamaRMSNorm(h)
+            self.self_attn = LlamaAttention(a, g, d, kernel)
+            self.post_attention_layernorm = LlamaRMSNorm(h)
+            self.mlp = LlamaMLP(h, f)
+
+        def forward(self, x):
+            x = x + self.self_attn(self.input_layernorm(x))
+            return x + self.mlp(self.post_attention_layernorm(x))
+
+    _CLASSES.update(GPTLayer=GPTLayer, LlamaLayer=LlamaLayer, LlamaRMSNorm=LlamaRMSNorm)
+    return _CLASSES
+
+
+def gpt_layer(*, dtype="bfloat16", p_drop: float = 0.1, dropout: str = "functional",
+              causal: bool = True):
+    r"""A Megatron-style GPT layer (Korthikanti et al. §4.1) as ``(make, make_inputs)``.
+
+    ``make(s, b, h, a)`` builds the layer (``h`` divisible by ``a``); the input is
+    ``[s, b, h]``.  Korthikanti's Eq. 1 for this layer, 16-bit activations and 1-byte
+    dropout masks:
+
+    .. math::
+
+        A_{\text{layer}} = s b h \left(34 + 5 \frac{a s}{h}\right) \quad [\text{bytes}]
+
+    Parameters
+    ----------
+    dtype : str
+        ``"bfloat16"`` (default), ``"float16"``, ``"float32"`` or ``"float64"``.
+    p_drop : float
+        Dropout probability (attention probabilities and both block outputs).
+    dropout : {"functional", "native"}
+        See :data:`DROPOUTS`.
+    causal : bool
+        Apply a causal mask with ``masked_fill`` (which saves an s x s bool mask).
+
+    Examples
+    --------
+    >>> from memsym.measure import torch_available, measure_saved
+    >>> if torch_available():
+    ...     make, inputs = gpt_layer(dropout="native", causal=False)
+    ...     measure_saved(make, inputs, dict(s=4, b=2, h=8, a=2)).total
+    ... else:  # by hand: 34 sbh + 5 a s^2 b + 2 LayerNorms x (mean, rstd) in bf16 = 8 sb
+    ...     34 * 4 * 2 * 8 + 5 * 2 * 4**2 * 2 + 8 * 4 * 2
+    2560
+    """
+    import torch
+
+    dt = _dtype(torch, dtype)
+    if dropout not in DROPOUTS:
+        raise UnknownNameError("dropout", dropout, DROPOUTS)
+    if not 0 <= p_drop < 1:
+        raise InvalidValueError(f"p_drop must be in [0, 1), not {p_drop!r}")
+    cls = _classes()["GPTLayer"]
+
+    def make(s=None, b=None, h=None, a=None, **_):
+        if h % a:
+            raise InvalidValueError(f"h = {h} is not divisible by a = {a}")
+        return cls(h, a, p_drop, dropout, causal).to(dt)
+
+    def make_inputs(s=None, b=None, h=None, **_):
+        return (torch.randn(s, b, h, dtype=dt, requires_grad=True),)
+
+    return make, make_inputs
+
+
+def llama_layer(*, dtype="bfloat16", attention: str = "eager"):
+    r"""A Llama-style layer (RMSNorm, GQA, SwiGLU; no RoPE) as ``(make, make_inputs)``.
+
+    ``make(s, b, a, g, d_h, f)`` builds it with hidden size :math:`h = a\,d_h`, ``g``
+    key/value heads (``a`` divisible by ``g``) and SwiGLU width ``f``; the input is
+    ``[b, s, h]``.  ``attention="sdpa"`` uses ``scaled_dot_product_attention``
+    (``is_causal=True``, ``enable_gqa``), which on the CPU runs the flash kernel and keeps
+    only Q, K, V, the output and an fp32 log-sum-exp per query row.
+
+    Examples
+    --------
+    >>> from memsym.measure import torch_available, measure_saved
+    >>> if torch_available():
+    ...     make, inputs = llama_layer(attention="sdpa")
+    ...     measure_saved(make, inputs, dict(s=4, b=1, a=2, g=1, d_h=4, f=8)).total
+    ... else:  # by hand: 2 RMSNorms (6 sbh + 4 sb) + attention 6 sbh + 4 s b g d_h + 4 a s b
+    ...     # (the o_proj input is a view of the saved SDPA output) + SwiGLU 2 sbh + 8 sbf
+    ...     2 * (6 * 32 + 4 * 4) + 6 * 32 + 4 * 4 * 1 * 4 + 4 * 2 * 4 + 2 * 32 + 8 * 4 * 8
+    1024
+    """
+    import torch
+
+    dt = _dtype(torch, dtype)
+    if attention not in ATTENTIONS:
+        raise UnknownNameError("attention", attention, ATTENTIONS)
+    cls = _classes()["LlamaLayer"]
+
+    def make(s=None, b=None, a=None, g=None, d_h=None, f=None, **_):
+        if a % g:
+            raise InvalidValueError(f"a = {a} heads are not divisible by g = {g} key/value heads")
+        return cls(a, g, d_h, f, attention).to(dt)
+
+    def make_inputs(s=None, b=None, a=None, d_h=None, **_):
+        return (torch.randn(b, s, a * d_h, dtype=dt, requires_grad=True),)
+
+    return make, make_inputs
