@@ -24,10 +24,31 @@ def _argnames(exprs) -> tuple[str, ...]:
     return tuple(sorted(s.name for s in free))
 
 
+def _fast_printer(base):
+    """A code printer that writes small integer powers as products and reciprocals as
+    divisions: ``t**(-1.0)`` goes through numpy's generic ``pow`` loop, several times slower
+    than ``1/t`` on arrays, and the CSE of memory totals is full of ``1/t``, ``1/p``."""
+
+    class FastPowPrinter(base):
+        def _print_Pow(self, expr, rational=False):
+            b, e = expr.as_base_exp()
+            if e.is_Integer and 1 <= abs(int(e)) <= 3:
+                x = self.parenthesize(b, 1000)  # atom-level precedence: always bracketed
+                prod = "*".join([x] * abs(int(e)))
+                return f"({prod})" if e > 0 else f"(1/({prod}))"
+            return super()._print_Pow(expr, rational=rational)
+
+    return FastPowPrinter
+
+
 @functools.lru_cache(maxsize=512)
 def _lambdify(exprs: tuple, names: tuple, backend: str):
+    from sympy.printing.numpy import NumPyPrinter
+    from sympy.printing.pycode import PythonCodePrinter
+
     syms = [lookup(name) for name in names]
-    return sp.lambdify(syms, list(exprs), modules=backend, cse=True)
+    printer = _fast_printer(NumPyPrinter if backend == "numpy" else PythonCodePrinter)
+    return sp.lambdify(syms, list(exprs), modules=backend, cse=True, printer=printer)
 
 
 def compile_expr(expr, backend: str = "numpy"):

@@ -1,0 +1,258 @@
+"""The benchmark: every speed claim as a ratio measured side by side in the same run.
+
+Absolute times on shared 2-core machines mean little, so each figure is compared with a
+baseline timed in the same process moments apart: the compiled sweep against the same
+formula written by hand in numpy (the practical limit), against a per-configuration
+pure-Python function (how framework estimators evaluate one configuration per call) and
+against ``subs().evalf()``; the command line's start-up against ``import sympy``.
+
+Run ``memsym bench`` (about a minute) or ``memsym bench --quick`` (seconds; what CI runs to
+prove it still works); ``--output FILE`` writes the results as JSON.  Not a timed test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+
+__all__ = ["run", "p1_total", "hand_numpy", "hand_python", "main"]
+
+#: The targets of issue 8: (figure, comparison, target, "min" = at least / "max" = at most).
+TARGETS = {
+    "p1_vs_numpy": (0.8, "min"),
+    "p1_vs_python": (30.0, "min"),
+    "p1_vs_evalf": (1000.0, "min"),
+    "p2_search_s": (1.0, "max"),
+    "p2_min_gpus_s": (1.0, "max"),
+    "p3_startup_ratio": (1.5, "max"),
+    "p4_solve_ms": (50.0, "max"),
+    "p5_suite_s": (300.0, "max"),
+}
+
+
+def p1_total():
+    """The per-GPU training total of the P1 sweep [bytes]: model states (distributed
+    optimizer, seed 000) + activations of the first 1F1B stage (L layers' worth, TP + SP,
+    Korthikanti Eq. 4) + the three named allowances."""
+    from .symbols import L
+    from .term import Term, Total
+    from .terms.activations import korthikanti
+    from .terms.model_state import byte_widths, model_state
+    from .training import allowance_terms
+
+    states = model_state("distributed-optimizer").subs(byte_widths())
+    layer = korthikanti("tp+sp", "none")
+    act = Term("activations", L * layer.expr, "first-stage activations, L layers' worth",
+               layer.source)
+    allocated = states.expr + act.expr
+    return Total("P1 training total", states.terms + (act,) + allowance_terms(allocated))
+
+
+def hand_numpy(N, d, t, p, s, b, h, a, L, M_ws, M_nccl, phi_frag):
+    """The P1 formula written by hand in numpy (the practical limit)."""
+    states = N / (p * t) * (2 + 16 / d)
+    act = L * s * b * h / t * (34 + 5 * a * s / h)
+    return (states + act) * (1 + phi_frag) + M_ws + M_nccl
+
+
+def hand_python(N, d, t, p, s, b, h, a, L, M_ws, M_nccl, phi_frag):
+    """The same formula for one configuration per call, as framework estimators do."""
+    states = N / (p * t) * (2 + 16 / d)
+    act = L * s * b * h / t * (34 + 5 * a * s / h)
+    return (states + act) * (1 + phi_frag) + M_ws + M_nccl
+
+
+def _configs(n: int, seed: int = 0) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    pick = lambda xs: rng.choice(np.asarray(xs, dtype=float), n)  # noqa: E731
+    return {
+        "N": rng.uniform(1e9, 1e12, n), "d": pick([1, 2, 4, 8, 16, 32, 64, 128]),
+        "t": pick([1, 2, 4, 8]), "p": pick([1, 2, 4, 8, 16]), "s": pick([2048, 4096, 8192]),
+        "b": pick([1, 2, 4]), "h": pick([4096, 8192, 12288, 16384]), "a": pick([32, 64, 96, 128]),
+        "L": pick([32, 80, 96, 126]), "M_ws": np.full(n, 2.0**30), "M_nccl": np.full(n, 2.0**30),
+        "phi_frag": np.full(n, 0.1),
+    }
+
+
+def _best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def bench_p1(n: int, python_sample: int, evalf_sample: int, repeat: int) -> dict:
+    import numpy as np
+
+    total = p1_total()
+    cfg = _configs(n)
+    compiled = total.compile()
+    compiled(**{k: v[:2] for k, v in cfg.items()})  # build (lambdify) outside the timing
+    t_compiled = _best(lambda: compiled(**cfg), repeat)
+    t_hand = _best(lambda: hand_numpy(**cfg), repeat)
+    ref = hand_numpy(**cfg)
+    got = compiled(**cfg)
+    max_rel = float(np.max(np.abs(got - ref) / ref))
+
+    rows = [{k: float(v[i]) for k, v in cfg.items()} for i in range(python_sample)]
+    t_python = _best(lambda: [hand_python(**r) for r in rows], 1) / python_sample * n
+    expr = total.expr
+    from .symbols import lookup
+
+    syms = {k: lookup(k) for k in cfg}
+    sample = rows[:evalf_sample]
+    start = time.perf_counter()
+    for r in sample:
+        expr.subs({syms[k]: v for k, v in r.items()}).evalf()
+    t_evalf = (time.perf_counter() - start) / len(sample) * n
+
+    tracemalloc.start()
+    compiled(**cfg)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {
+        "configurations": n,
+        "compiled_s": t_compiled, "hand_numpy_s": t_hand,
+        "python_per_config_s_extrapolated": t_python, "evalf_s_extrapolated": t_evalf,
+        "p1_vs_numpy": t_hand / t_compiled,
+        "p1_vs_python": t_python / t_compiled,
+        "p1_vs_evalf": t_evalf / t_compiled,
+        "max_relative_difference_vs_hand": max_rel,
+        "sweep_peak_bytes": peak,
+        "input_bytes": int(sum(v.nbytes for v in cfg.values())),
+    }
+
+
+def bench_p2(gpus: int) -> dict:
+    try:
+        from . import search as search_mod
+    except ImportError:  # pragma: no cover - search not available
+        return {"skipped": "memsym.search not available"}
+    out = {}
+    start = time.perf_counter()
+    result = search_mod.search("llama3-405b", gpu="h100-80gb", gpus=gpus)
+    out["p2_search_s"] = time.perf_counter() - start
+    out["layouts_ranked"] = len(result) if hasattr(result, "__len__") else None
+    start = time.perf_counter()
+    search_mod.min_gpus("llama3-405b", gpu="h100-80gb")
+    out["p2_min_gpus_s"] = time.perf_counter() - start
+    return out
+
+
+def _run_cmd(argv) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def bench_p3(repeat: int) -> dict:
+    cli = [sys.executable, "-m", "memsym", "estimate", "--params", "175B", "--dp", "8",
+           "--tp", "8", "--pp", "8", "--gpu-memory", "80GB", "--json"]
+    base = [sys.executable, "-c", "import sympy"]
+    t_cli, t_base = [], []
+    for _ in range(repeat):  # interleaved, so drifts in machine load hit both alike
+        t_base.append(_run_cmd(base))
+        t_cli.append(_run_cmd(cli))
+    return {"estimate_s": statistics.median(t_cli), "import_sympy_s": statistics.median(t_base),
+            "p3_startup_ratio": statistics.median(t_cli) / statistics.median(t_base)}
+
+
+def bench_p4(repeat: int) -> dict:
+    from .analysis import smallest
+    from .terms.model_state import model_state
+
+    total = model_state("distributed-optimizer").subs(b_g=4, b_m=4, b_o=8)
+    values = {"N": 175 * 10**9, "t": 4, "p": 2, "b_hp": 2}
+    start = time.perf_counter()
+    smallest(total, "d", 80 * 10**9, values)
+    cold = time.perf_counter() - start
+    warm = _best(lambda: smallest(total, "d", 80 * 10**9, {**values, "N": 170 * 10**9}), repeat)
+    return {"p4_solve_cold_ms": cold * 1e3, "p4_solve_ms": warm * 1e3,
+            "p4_cold_over_warm": cold / warm}
+
+
+def bench_p5() -> dict:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                          cwd=root, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    return {"p5_suite_s": elapsed, "p5_result": last, "p5_exit": proc.returncode}
+
+
+def _environment() -> dict:
+    import numpy
+    import sympy
+
+    return {"python": platform.python_version(), "sympy": sympy.__version__,
+            "numpy": numpy.__version__, "platform": platform.platform(),
+            "machine": platform.machine(), "processor": platform.processor(),
+            "cpus": os.cpu_count()}
+
+
+def run(quick: bool = False, suite: bool = False) -> dict:
+    """Run the benchmark; ``quick`` uses small sizes (seconds), ``suite`` also times P5."""
+    n = 10_000 if quick else 1_000_000
+    results = {"mode": "quick" if quick else "full", "environment": _environment()}
+    results["p1"] = bench_p1(n, 2_000 if quick else 50_000, 20 if quick else 200, 2 if quick else 5)
+    results["p2"] = bench_p2(64 if quick else 16_384)
+    results["p3"] = bench_p3(2 if quick else 7)
+    results["p4"] = bench_p4(3 if quick else 20)
+    if suite:
+        results["p5"] = bench_p5()
+    flat = {k: v for part in results.values() if isinstance(part, dict) for k, v in part.items()}
+    results["targets"] = {
+        key: {"value": flat.get(key), "target": tgt, "kind": kind,
+              "met": None if flat.get(key) is None else
+              (flat[key] >= tgt if kind == "min" else flat[key] <= tgt)}
+        for key, (tgt, kind) in TARGETS.items()}
+    return results
+
+
+def report(results: dict) -> str:
+    """The results as a readable table (each figure with its target)."""
+    lines = [f"memsym bench ({results['mode']}) on {results['environment']['cpus']} CPUs, "
+             f"Python {results['environment']['python']}, SymPy {results['environment']['sympy']}, "
+             f"NumPy {results['environment']['numpy']}"]
+    labels = {
+        "p1_vs_numpy": "P1 compiled sweep vs hand-written numpy (x, higher is better)",
+        "p1_vs_python": "P1 compiled sweep vs per-config Python function (x)",
+        "p1_vs_evalf": "P1 compiled sweep vs subs().evalf() (x)",
+        "p2_search_s": "P2 rank every layout, Llama-3 405B on 16,384 H100 [s]",
+        "p2_min_gpus_s": "P2 minimum-GPU query [s]",
+        "p3_startup_ratio": "P3 `memsym estimate` / `python -c 'import sympy'`",
+        "p4_solve_ms": "P4 smallest d, closed form + integer, warm [ms]",
+        "p5_suite_s": "P5 full test suite [s]",
+    }
+    for key, row in results["targets"].items():
+        val = row["value"]
+        shown = "n/a" if val is None else f"{val:,.3g}"
+        mark = {True: "ok", False: "MISSED", None: "-"}[row["met"]]
+        sign = ">=" if row["kind"] == "min" else "<="
+        lines.append(f"  {labels[key]:<66} {shown:>10}  target {sign} {row['target']:g}  {mark}")
+    p1 = results["p1"]
+    lines.append(f"  P1 sweep: {p1['configurations']:,} configurations, peak traced memory "
+                 f"{p1['sweep_peak_bytes'] / 2**20:.1f} MiB (inputs {p1['input_bytes'] / 2**20:.1f} MiB), "
+                 f"max relative difference vs hand {p1['max_relative_difference_vs_hand']:.1e}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:  # pragma: no cover - exercised through the CLI
+    from .cli import main as cli_main
+
+    return cli_main(["bench", *(argv or [])])
+
+
+def to_json(results: dict) -> str:
+    return json.dumps(results, indent=2, default=float)
