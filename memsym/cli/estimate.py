@@ -14,6 +14,9 @@ def add_parser(sub) -> None:
         description="Per-GPU memory of a training configuration, term by term, with sources. "
         "Bytes are exact; GB means 1e9 bytes and GiB 2^30.")
     add_model_state_options(parser)
+    from .training_options import add_training_options  # issue 3: MODEL, layout, training
+
+    add_training_options(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(run=run)
 
@@ -37,6 +40,11 @@ def model_state_report(args) -> dict:
 
 def run(args) -> int:
     import sympy as sp
+
+    from .training_options import estimate_training, wants_training
+
+    if wants_training(args):  # a model was given: the full training total (issue 3)
+        return estimate_training(args)
 
     rep = model_state_report(args)
     terms = dict(rep["bytes"])

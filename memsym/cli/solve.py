@@ -20,6 +20,18 @@ def add_parser(sub) -> None:
     add_model_state_options(dp, dp=False)
     dp.add_argument("--json", action="store_true", help="one JSON object on stdout")
     dp.set_defaults(run=run_dp)
+    # issue 3: sizing a whole training configuration (MODEL and Megatron-LM options)
+    from .training_options import add_training_options, solve_training
+
+    for name, helptext in (("micro-batch-size", "largest micro-batch size that fits"),
+                           ("pp", "smallest pipeline-parallel size that fits"),
+                           ("tp", "smallest tensor-parallel size that fits")):
+        sp_ = unknowns.add_parser(name, help=helptext, description=helptext +
+                                  " (valid layouts only: divisibility is respected)")
+        add_model_state_options(sp_)
+        add_training_options(sp_)
+        sp_.add_argument("--json", action="store_true", help="one JSON object on stdout")
+        sp_.set_defaults(run=solve_training)
 
 
 def run_dp(args) -> int:

@@ -1,0 +1,333 @@
+"""Model, layout and training options with Megatron-LM's long names (issue 3).
+
+A launch command's arguments can be pasted: ``--num-layers 32 --hidden-size 4096 ...``.  The
+positional MODEL (a preset name or a config.json path) gives the architecture; options given
+next to it override its fields.  Nothing here evaluates argument text.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .options import capacity, choice, positive_int
+
+__all__ = ["add_training_options", "wants_training", "training_setup", "ARCH_OPTIONS"]
+
+#: option dest -> Architecture field (Megatron-LM long names, dashes for underscores).
+ARCH_OPTIONS = (
+    "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+    "ffn_hidden_size", "vocab_size", "make_vocab_size_divisible_by", "num_experts",
+    "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+    "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+    "v_head_dim", "mtp_num_layers",
+)
+_ARCH_FLAGS = ("swiglu", "untie_embeddings_and_output_weights", "multi_latent_attention")
+
+
+def _fraction(text: str):
+    from fractions import Fraction
+
+    raw = str(text).strip()
+    try:
+        val = Fraction(raw)
+    except (ValueError, ZeroDivisionError):
+        import argparse
+        raise argparse.ArgumentTypeError(f"expected a number >= 0 (0.1, 1/10), got {raw[:40]!r}") from None
+    if val < 0:
+        import argparse
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {raw!r}")
+    return val
+
+
+def _bytes_or_zero(text: str) -> int:
+    return 0 if str(text).strip() in ("0", "0B") else capacity(text)
+
+
+def add_training_options(parser) -> None:
+    """MODEL and the model / layout / training / allowance options (estimate and solve)."""
+    parser.add_argument("model", nargs="?", default=None, metavar="MODEL",
+                        help="preset name (llama3-70b, mixtral-8x7b, ...) or path to a config.json")
+    grp = parser.add_argument_group("model (Megatron-LM argument names)")
+    for name in ARCH_OPTIONS:
+        grp.add_argument("--" + name.replace("_", "-"), dest=name, type=positive_int, default=None,
+                         metavar="N")
+    grp.add_argument("--group-query-attention", action="store_true",
+                     help="GQA: --num-query-groups KV heads")
+    grp.add_argument("--swiglu", action="store_true", default=None, help="gated (SwiGLU) MLP")
+    grp.add_argument("--untie-embeddings-and-output-weights", action="store_true", default=None)
+    grp.add_argument("--multi-latent-attention", action="store_true", default=None)
+    grp.add_argument("--normalization", type=choice("normalization", ("LayerNorm", "RMSNorm")),
+                     default=None)
+    lay = parser.add_argument_group("layout")
+    lay.add_argument("--context-parallel-size", "--cp", dest="cp", type=positive_int, default=None)
+    lay.add_argument("--expert-model-parallel-size", "--ep", dest="ep", type=positive_int, default=None)
+    lay.add_argument("--expert-tensor-parallel-size", "--etp", dest="etp", type=positive_int,
+                     default=None)
+    lay.add_argument("--virtual-pipeline-model-parallel-size", "--vpp", dest="vpp",
+                     type=positive_int, default=None)
+    lay.add_argument("--sequence-parallel", action="store_true")
+    lay.add_argument("--world-size", type=positive_int, default=None,
+                     help="number of GPUs G = t*p*c*d (gives d when --dp is absent)")
+    lay.add_argument("--decoder-first-pipeline-num-layers", dest="first_stage_layers",
+                     type=positive_int, default=None)
+    lay.add_argument("--decoder-last-pipeline-num-layers", dest="last_stage_layers",
+                     type=positive_int, default=None)
+    trn = parser.add_argument_group("training")
+    trn.add_argument("--seq-length", type=positive_int, default=None, metavar="S")
+    trn.add_argument("--micro-batch-size", type=positive_int, default=None, metavar="B")
+    trn.add_argument("--global-batch-size", type=positive_int, default=None, metavar="GB")
+    trn.add_argument("--num-microbatches", type=positive_int, default=None, metavar="M")
+    trn.add_argument("--recompute-granularity", choices=("selective", "full"), default=None,
+                     help="activation recomputation (absent = none)")
+    trn.add_argument("--use-flash-attn", action="store_true", help="flash attention (no s^2 scores)")
+    trn.add_argument("--hidden-dropout", type=_fraction, default=None,
+                     help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
+    trn.add_argument("--attention-dropout", type=_fraction, default=None)
+    trn.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
+    trn.add_argument("--moe-expert-capacity-factor", type=_fraction, default=None,
+                     help="routed-token load of the busiest expert rank (default 1, balanced)")
+    alw = parser.add_argument_group("allowances (set 0 to drop one)")
+    alw.add_argument("--workspace", type=_bytes_or_zero, default=None,
+                     help="workspace/temporary buffers (default 1GiB)")
+    alw.add_argument("--nccl-buffers", type=_bytes_or_zero, default=None,
+                     help="NCCL buffers (default 1GiB)")
+    alw.add_argument("--fragmentation", type=_fraction, default=None,
+                     help="allocator fragmentation margin as a fraction (default 0.1)")
+
+
+def wants_training(args) -> bool:
+    """Whether the arguments describe a model (else the model-state-only path applies)."""
+    return args.model is not None or any(getattr(args, n, None) is not None for n in ARCH_OPTIONS)
+
+
+def _architecture(args):
+    from dataclasses import replace
+
+    from ..errors import InvalidValueError
+    from ..models import Architecture, resolve_model
+
+    over = {n: getattr(args, n) for n in ARCH_OPTIONS if getattr(args, n) is not None}
+    for n in _ARCH_FLAGS:
+        if getattr(args, n, None):
+            over[n] = True
+    if args.normalization is not None:
+        over["normalization"] = args.normalization
+    if args.num_query_groups is not None and not args.group_query_attention:
+        # Megatron-LM ignores --num-query-groups without --group-query-attention
+        over.pop("num_query_groups")
+    if args.model is not None:
+        arch = resolve_model(args.model)
+        return replace(arch, **over) if over else arch
+    for need in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+        if need not in over:
+            raise InvalidValueError(f"without a MODEL give --{need.replace('_', '-')} "
+                                    "(or name a preset / config.json)")
+    over.setdefault("position_embedding_type", "rope" if args.swiglu else "learned_absolute")
+    return Architecture(name="custom", **over)
+
+
+def training_setup(args, *, micro_batch_size=None, tp=None, pp=None):
+    """(Architecture, Layout, Training, allowances) from parsed arguments; warns on stderr."""
+    from ..errors import InvalidValueError
+    from ..training import Layout, Training
+    from .options import resolve_scheme
+
+    arch = _architecture(args)
+    t_ = tp or args.tp or 1
+    p_ = pp or args.pp or 1
+    c_ = args.cp or 1
+    d_ = getattr(args, "dp", None)
+    if args.world_size is not None:
+        if args.world_size % (t_ * p_ * c_):
+            raise InvalidValueError(f"world size {args.world_size} is not a multiple of "
+                                    f"t*p*c = {t_ * p_ * c_}")
+        if d_ is not None and d_ * t_ * p_ * c_ != args.world_size:
+            raise InvalidValueError(f"world size {args.world_size} != t*p*c*d = "
+                                    f"{t_}*{p_}*{c_}*{d_} = {t_ * p_ * c_ * d_}")
+        d_ = args.world_size // (t_ * p_ * c_)
+    if args.sequence_parallel and t_ == 1:
+        print("memsym: warning: --sequence-parallel has no effect at tensor-parallel size 1 "
+              "(Megatron-LM turns it off)", file=sys.stderr)
+    layout = Layout(t=t_, p=p_, d=d_ or 1, c=c_, e=args.ep or 1, t_e=args.etp, v=args.vpp,
+                    sequence_parallel=bool(args.sequence_parallel and t_ > 1),
+                    first_stage_layers=args.first_stage_layers,
+                    last_stage_layers=args.last_stage_layers)
+    if args.seq_length is None:
+        raise InvalidValueError("give the sequence length with --seq-length S")
+    dropout = args.hidden_dropout is None or args.hidden_dropout > 0
+    convention = args.convention if args.convention in ("memsym", "megatron-lm") else "memsym"
+    training = Training(
+        seq_length=args.seq_length, micro_batch_size=micro_batch_size or args.micro_batch_size or 1,
+        num_microbatches=args.num_microbatches, global_batch_size=args.global_batch_size,
+        recompute=args.recompute_granularity or "none", flash_attention=args.use_flash_attn,
+        dropout=dropout, schedule=args.schedule, precision=args.precision,
+        optimizer=args.optimizer, sharding=resolve_scheme(args), convention=convention,
+        offload=args.offload,
+        capacity_factor=args.moe_expert_capacity_factor if args.moe_expert_capacity_factor else 1)
+    if args.attention_dropout is not None and (args.attention_dropout > 0) != dropout:
+        raise InvalidValueError("memsym models one dropout setting: give --hidden-dropout and "
+                                "--attention-dropout both zero or both non-zero")
+    allowances = {}
+    for key, dest in (("workspace", "workspace"), ("nccl", "nccl_buffers"),
+                      ("fragmentation", "fragmentation")):
+        if getattr(args, dest) is not None:
+            allowances[key] = getattr(args, dest)
+    return arch, layout, training, allowances
+
+
+def _num(value):
+    import sympy as sp
+
+    value = sp.sympify(value)
+    return int(value) if value.is_Integer else int(sp.ceiling(value))
+
+
+def training_report(args, **override) -> dict:
+    """The JSON-ready report of ``memsym estimate MODEL ...`` (memsym or a framework convention)."""
+    from ..models import parameter_count
+    from ..training import training_memory
+
+    arch, layout, training, allowances = training_setup(args, **override)
+    common = {
+        "model": arch.name,
+        "layout": {"dp": layout.d, "tp": layout.t, "pp": layout.p, "cp": layout.c,
+                   "ep": layout.e, "etp": layout.expert_tp, "vpp": layout.v,
+                   "sequence_parallel": layout.sequence_parallel,
+                   "world_size": layout.world_size},
+        "training": {"seq_length": training.seq_length,
+                     "micro_batch_size": training.micro_batch_size,
+                     "recompute": training.recompute, "flash_attention": training.flash_attention,
+                     "dropout": training.dropout, "schedule": training.schedule},
+        "convention": args.convention,
+        "units": "bytes",
+    }
+    if args.convention in ("megatron-lm", "megatron-bridge"):
+        from ..conventions import convention_breakdown
+
+        out = convention_breakdown(args.convention, arch, layout, training)
+        byt = dict(out["bytes"])
+        return {**common, "bytes": byt, "stage": {"index": 0, "role": "first",
+                "note": "the framework assumes pipeline stage 0 is the most loaded"},
+                "path": out["path"], "assumptions": out["assumptions"],
+                "params": int(parameter_count(arch)), "_total": byt["total"]}
+    est = training_memory(arch, layout, training, allowances=allowances)
+    grouped = est.grouped()
+    byt = {key: _num(val) for key, val in grouped.items()}
+    byt["total"] = sum(v_ for k_, v_ in byt.items() if k_ != "total")
+    return {**common, "bytes": byt,
+            "stage": {"index": est.stage, "role": est.role,
+                      "stage_totals": [_num(x) for x in est.stage_bytes]},
+            "activation_bytes": {k_: _num(v_) for k_, v_ in est.activations().items()},
+            "allowances": {str(s_): float(v_) if not v_.is_Integer else int(v_)
+                           for s_, v_ in est.values.items() if s_.name in ("M_ws", "M_nccl", "phi_frag")},
+            "sources": {term.key: str(term.source) for term in est.total},
+            "params": int(parameter_count(arch)), "notes": list(est.notes),
+            "_total": byt["total"]}
+
+
+def estimate_training(args) -> int:
+    """``memsym estimate MODEL ...``: print the per-GPU training memory (table or JSON)."""
+    from .options import emit_json
+
+    rep = training_report(args)
+    total = rep.pop("_total")
+    cap = args.gpu_memory
+    fits = None if cap is None else bool(total <= cap)
+    if args.json:
+        emit_json({**rep, "gpu_memory_bytes": cap, "fits": fits})
+        return 0
+    lay = rep["layout"]
+    print(f"memsym estimate: {rep['model']} ({rep['convention']} convention), most-loaded "
+          f"pipeline stage {rep['stage']['index']} ({rep['stage']['role']})\n"
+          f"t = {lay['tp']}, p = {lay['pp']}, d = {lay['dp']}, c = {lay['cp']}, e = {lay['ep']}; "
+          f"s = {rep['training']['seq_length']}, b = {rep['training']['micro_batch_size']}, "
+          f"recompute {rep['training']['recompute']}\n")
+    print(f"{'term':<24}{'bytes':>22}{'GB':>12}{'GiB':>12}  source")
+    for key, val in rep["bytes"].items():
+        src = rep.get("sources", {}).get(key, "")
+        print(f"{key:<24}{val:>22,}{val / 1e9:>12.3f}{val / 2**30:>12.3f}  {src}")
+    if fits is not None:
+        verdict = "fits" if fits else "does NOT fit"
+        print(f"\nGPU memory {cap / 1e9:.3f} GB ({cap / 2**30:.3f} GiB): {verdict}, "
+              f"headroom {(cap - total) / 1e9:.3f} GB")
+    return 0
+
+
+def _divisors_ok(args, tp=None, pp=None) -> bool:
+    from ..errors import DivisibilityError, InvalidValueError
+    import contextlib
+    import io
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            training_setup(args, tp=tp, pp=pp)
+        from ..models import check_layout
+        arch = _architecture(args)
+        check_layout(arch, tp or args.tp or 1, pp or args.pp or 1, args.ep or 1, args.etp)
+        return True
+    except (DivisibilityError, InvalidValueError):
+        return False
+
+
+def solve_training(args) -> int:
+    """``memsym solve micro-batch-size|pp|tp MODEL ...``: largest b, smallest p or t that fits.
+
+    Each candidate is validated (divisibility, world size) and evaluated exactly on its
+    most-loaded stage; candidates that break a rule are skipped, not guessed.
+    """
+    from ..errors import InvalidValueError, NoFitError
+    from .options import emit_json
+
+    cap = args.gpu_memory
+    if cap is None:
+        raise InvalidValueError(f"solve {args.unknown} needs --gpu-memory C (e.g. 80GB or 80GiB)")
+    import contextlib
+    import io
+
+    def total_at(**kw):
+        with contextlib.redirect_stderr(io.StringIO()):   # warn once, below, not per candidate
+            rep = training_report(args, **kw)
+        return rep["_total"], rep
+
+    tried = []
+    if args.unknown == "micro-batch-size":
+        best = None
+        limit = args.global_batch_size or 4096
+        for bb in range(1, limit + 1):
+            if args.global_batch_size and args.global_batch_size % (bb * (args.dp or 1)):
+                continue
+            tot, rep = total_at(micro_batch_size=bb)
+            tried.append((bb, tot))
+            if tot > cap:
+                break
+            best = (bb, tot, rep)
+        if best is None:
+            raise NoFitError(f"nothing fits: micro-batch size 1 needs {tried[0][1] / 1e9:.4g} GB "
+                             f"> capacity {cap / 1e9:.4g} GB")
+    else:
+        arch = _architecture(args)
+        limit = arch.num_layers if args.unknown == "pp" else arch.num_attention_heads
+        best = None
+        for n_ in range(1, limit + 1):
+            kw = {"pp": n_} if args.unknown == "pp" else {"tp": n_}
+            if not _divisors_ok(args, **kw):
+                continue
+            tot, rep = total_at(**kw)
+            tried.append((n_, tot))
+            if tot <= cap:
+                best = (n_, tot, rep)
+                break
+        if best is None:
+            low = min(tried, key=lambda x: x[1]) if tried else None
+            extra = f"; the least is {low[1] / 1e9:.4g} GB at {args.unknown} = {low[0]}" if low else ""
+            raise NoFitError(f"nothing fits: no valid {args.unknown} up to {limit} fits "
+                             f"{cap / 1e9:.4g} GB{extra}")
+    value, tot, rep = best
+    if args.json:
+        emit_json({"unknown": args.unknown, "value": value, "memory_bytes": tot,
+                   "gpu_memory_bytes": cap, "stage": rep["stage"], "bytes": rep["bytes"],
+                   "tried": [{"value": v_, "memory_bytes": m_} for v_, m_ in tried]})
+        return 0
+    rel = "largest" if args.unknown == "micro-batch-size" else "smallest"
+    print(f"{rel} {args.unknown} = {value}; memory at {args.unknown} = {value}: "
+          f"{tot / 1e9:.3f} GB of {cap / 1e9:.3f} GB (stage {rep['stage']['index']})")
+    return 0

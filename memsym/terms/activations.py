@@ -1,0 +1,425 @@
+r"""Activation memory per transformer layer, as Korthikanti et al. printed it and as real models differ.
+
+Two families live here.  :func:`korthikanti` returns the paper's per-layer formulas exactly as
+printed (Eq. 1, Eq. 2, Eq. 4 and the Table 2 rows), each its own cited :class:`~memsym.term.Term`.
+:func:`layer_activations`, :func:`embedding_activations` and :func:`output_activations` derive
+the same bytes tensor by tensor, so that each departure from the paper's GPT layer (gated MLP,
+GQA, flash attention, RMSNorm, context parallelism, MoE layers, MLA, the logits) is a named term
+and not a fudge factor; with the paper's settings they reduce to the paper's formulas
+(``tests/test_activations.py`` proves it).
+
+Conventions (Korthikanti §4.1): 2 bytes per 16-bit element, 1 byte per dropout-mask element,
+per micro-batch of ``b`` sequences of ``s`` tokens, for one GPU.
+
+Derivation of the GPT layer (Korthikanti §4.1), the base of every variant:
+
+================================  ====================  ==========================================
+tensor kept for backward           bytes                 memsym key
+================================  ====================  ==========================================
+input of each of the 2 norms       2·2sbh                ``norm_inputs``
+norm output = QKV GEMM input       2sbh                  ``qkv_input``
+Q and K (for QK^T)                 2sb(a + g)d_h         ``qk``          (4sbh for g = a)
+V (for softmax·V)                  2sb·g·d_h             ``v``           (2sbh)
+softmax out, dropout mask, out     (2 + 1 + 2)as²b       ``scores``      (flash: ``softmax_stats``)
+attention output = proj input      2sb·a·d_h             ``proj_input``  (2sbh)
+attention dropout mask             sbh                   ``attn_dropout_mask``
+norm output = fc1 input            2sbh                  ``mlp_input``
+fc1 output = activation input      2sbf (gated: 4sbf)    ``mlp_activation``  (8sbh for f = 4h)
+activation output = fc2 input      2sbf                  ``fc2_input``   (8sbh)
+MLP dropout mask                   sbh                   ``mlp_dropout_mask``
+================================  ====================  ==========================================
+
+Sum: 34sbh + 5as²b = sbh(34 + 5as/h) (Eq. 1).  Tensor parallelism divides the head- and
+f-sized tensors by t (Eq. 2: 10 + 24/t), sequence parallelism divides the rest by t too (Eq. 4),
+and context parallelism divides every token count by c (each rank keeps s/c queries; its
+scores are (s/c)×s per head).
+
+References
+----------
+.. [korthikanti] Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+   Models", arXiv:2205.05198, §4.1 (Eq. 1), §4.2 (Eq. 2, 4), Table 2, §4.3.
+.. [flash-attention] Dao et al. 2022, arXiv:2205.14135 §3.1; Dao 2023, arXiv:2307.08691.
+.. [megatron-lm] theoretical_memory_usage.py (8sbp int64 input ids).
+.. [seed002] act_gb table (s = 4096, b = 1, h = 4096, a = 32, L = 32).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..errors import InvalidValueError, UnknownNameError
+from ..symbols import E, V, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
+from ..term import Source, Term, Total
+
+__all__ = [
+    "PARALLEL", "RECOMPUTE", "NORMS",
+    "korthikanti", "korthikanti_terms",
+    "layer_activations", "embedding_activations", "output_activations",
+    "paper_layer", "paper_first_stage",
+]
+
+#: Parallel settings of Korthikanti's Table 2.
+PARALLEL = ("none", "tp", "tp+sp")
+#: Recompute modes (Megatron ``--recompute-granularity``; ``none`` when absent).
+RECOMPUTE = ("none", "selective", "full")
+#: Normalisations and the fp32 statistics per token each keeps for its backward [bytes].
+#: LayerNorm keeps mean and 1/sigma, RMSNorm only 1/rms (``torch.native_layer_norm`` and
+#: Transformer Engine save exactly these; the paper neglects them).
+NORMS = {"layernorm": 8, "rmsnorm": 4}
+
+_K = "korthikanti"
+_DERIVED = Source("memsym-derivation", "memsym/terms/activations.py module docstring")
+
+
+def _choose(kind, value, accepted):
+    key = str(value).strip().lower()
+    if key not in accepted:
+        raise UnknownNameError(kind, value, accepted)
+    return key
+
+
+# --- the paper, as printed -------------------------------------------------------------------
+def korthikanti(parallel: str = "none", recompute: str = "none") -> Term:
+    r"""Korthikanti et al.'s activation memory per transformer layer, as printed [bytes].
+
+    .. math::
+
+        \begin{array}{lll}
+        \text{none} & sbh\,(34 + 5as/h) & \text{Eq. 1} \\
+        \text{tp} & sbh\,(10 + 24/t + 5as/(ht)) & \text{Eq. 2} \\
+        \text{tp+sp} & \frac{sbh}{t}\,(34 + 5as/h) & \text{Eq. 4} \\
+        \text{tp, selective} & sbh\,(10 + 24/t) & \text{Table 2} \\
+        \text{tp+sp, selective} & 34\,sbh/t & \text{Table 2} \\
+        \text{full recompute} & 2\,sbh & \text{Table 2}
+        \end{array}
+
+    ``parallel="none"`` with selective recompute is the tp row at t = 1, 34sbh (seed 002).
+
+    Parameters
+    ----------
+    parallel : {"none", "tp", "tp+sp"}
+        No parallelism, tensor parallelism, tensor + sequence parallelism.
+    recompute : {"none", "selective", "full"}
+        Activation recomputation.
+
+    Returns
+    -------
+    Term
+        Per layer, per micro-batch, per GPU [bytes]; GPT layer with a 4h GeLU MLP, dropout,
+        no flash attention.
+
+    Examples
+    --------
+    >>> korthikanti().expr
+    b*h*s*(5*a*s/h + 34)
+    >>> float(korthikanti("none", "full").evaluate(s=4096, b=1, h=4096) * 32 / 10**9)  # seed 002
+    1.073741824
+
+    References
+    ----------
+    Korthikanti et al. 2022, arXiv:2205.05198, §4.1, §4.2, Table 2.
+    """
+    parallel = _choose("parallel setting", parallel, PARALLEL)
+    recompute = _choose("recompute mode", recompute, RECOMPUTE)
+    sbh = s * b * h
+    if recompute == "full":
+        # REF: korthikanti, Table 2 (full activation recomputation: only the layer input)
+        return Term("korthikanti.full", 2 * sbh, "full recompute: only the layer input is kept",
+                    Source(_K, "Table 2, full activation recomputation"), label="2sbh")
+    if parallel == "none" and recompute == "none":
+        expr, loc = sbh * (34 + 5 * a * s / h), "§4.1, Eq. 1"
+    elif parallel == "none":
+        expr, loc = sbh * 34, "Table 2, tensor parallel + selective recompute, at t = 1"
+    elif parallel == "tp" and recompute == "none":
+        expr, loc = sbh * (10 + 24 / t + 5 * a * s / (h * t)), "§4.2.1, Eq. 2; Table 2"
+    elif parallel == "tp":
+        expr, loc = sbh * (10 + 24 / t), "§4.3 (selective); Table 2, tensor parallel + selective"
+    elif recompute == "none":
+        expr, loc = sbh / t * (34 + 5 * a * s / h), "§4.2.2, Eq. 4; Table 2"
+    else:
+        expr, loc = 34 * sbh / t, "Table 2, tensor + sequence parallel + selective"
+    key = f"korthikanti.{parallel}.{recompute}"
+    return Term(key, expr, f"activations per layer ({parallel}, recompute {recompute}), as printed",
+                Source(_K, loc), label=key)
+
+
+def korthikanti_terms() -> tuple[Term, ...]:
+    """Every row of Korthikanti's Table 2 (and Eq. 1) as a Term, in table order.
+
+    Examples
+    --------
+    >>> [t.key for t in korthikanti_terms()][:2]
+    ['korthikanti.none.none', 'korthikanti.tp.none']
+    """
+    rows = [("none", "none"), ("tp", "none"), ("tp+sp", "none"), ("none", "selective"),
+            ("tp", "selective"), ("tp+sp", "selective"), ("none", "full")]
+    return tuple(korthikanti(p_, r_) for p_, r_ in rows)
+
+
+# --- memsym's derivation, term by term --------------------------------------------------------
+def _common(sp_on: bool, recompute: str):
+    recompute = _choose("recompute mode", recompute, RECOMPUTE)
+    tok = s * b / c                   # tokens of one micro-batch on this context-parallel rank
+    sp_div = t if sp_on else 1        # sequence parallelism splits the h-wide tensors over t
+    return recompute, tok, sp_div
+
+
+def layer_activations(*, gated: bool = False, flash: bool = False, sequence_parallel: bool = False,
+                      recompute: str = "none", dropout: bool = True, norm: str = "layernorm",
+                      moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
+                      attention_dropout: bool | None = None, norm_statistics: bool = True) -> Total:
+    r"""Activations one transformer layer keeps for its backward, term by term [bytes].
+
+    Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank and
+    :math:`\sigma = t` under sequence parallelism (else 1):
+
+    .. math::
+
+        \begin{aligned}
+        \text{attention:}\;& \tfrac{4\tau h}{\sigma} + \tfrac{2\tau h}{\sigma}
+            + \tfrac{2\tau (a+g) d_h}{t} + \tfrac{2\tau g d_h}{t}
+            + \tfrac{(2 + 3\delta)\,a s \tau}{t} + \tfrac{2\tau a d_h}{t}
+            + \tfrac{\delta\,\tau h}{\sigma} \\
+        \text{dense MLP:}\;& \tfrac{2\tau h}{\sigma} + \tfrac{(2 + 2\gamma)\,\tau f}{t}
+            + \tfrac{2\tau f}{t} + \tfrac{\delta\,\tau h}{\sigma}
+        \end{aligned}
+
+    (:math:`\delta` = 1 with dropout, :math:`\gamma` = 1 for a gated MLP).  Flash attention
+    replaces the :math:`(2+3\delta)as\tau/t` scores by one fp32 logsumexp per query row and
+    head, :math:`4a\tau/t`: its backward reads Q, K, V, the output and the logsumexp, and
+    regenerates the dropout mask from the RNG state (FlashAttention §3.1; PyTorch's
+    ``_flash_attention_backward`` signature).  Norm statistics add :math:`8\tau/\sigma`
+    (LayerNorm: mean, 1/σ) or :math:`4\tau/\sigma` (RMSNorm) per norm.
+
+    An MoE layer replaces the dense MLP: the router keeps fp32 probabilities (:math:`4\tau
+    E/\sigma`), each expert GPU receives :math:`R = c_f\,k\,\tau\,t_e/t` routed token copies
+    (top-k, the ETP all-gather, the capacity factor :math:`c_f` for the busiest rank; Switch
+    Transformer §2.2) and keeps for each its fc1 input :math:`2h`, activation input
+    :math:`(2 + 2\gamma) f_e/t_e`, fc2 input :math:`2f_e/t_e` and the expert output for the
+    probability-weighted combine :math:`2h`; shared experts keep a dense MLP of width
+    :math:`f_{sh}` (their input is the router's input, counted once).
+
+    Selective recompute (Megatron ``core_attn``) drops ``scores``/``softmax_stats``; full
+    recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh).
+
+    Parameters
+    ----------
+    gated : bool
+        Gated MLP (SwiGLU): fc1 produces gate and up projections, both kept.
+    flash : bool
+        Memory-efficient (flash) attention: no :math:`s^2` tensors.
+    sequence_parallel : bool
+        Megatron sequence parallelism (the h-wide tensors divided by t).
+    recompute : {"none", "selective", "full"}
+    dropout : bool
+        Hidden dropout masks kept (1 byte per element; none at dropout 0).
+    attention_dropout : bool, optional
+        Attention-probability dropout; defaults to ``dropout``.
+    norm : {"layernorm", "rmsnorm"}
+    norm_statistics : bool
+        Count the norms' fp32 per-token statistics (False reproduces the paper, which neglects them).
+    moe : bool
+        An MoE layer instead of a dense MLP.
+    shared_expert : bool
+        The MoE layer has shared experts of width ``f_sh``.
+    mla : dict, optional
+        Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
+        ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers): Q and K are
+        :math:`a(d_{qk} + d_r)` wide, V :math:`a d_v`, and the latents (the inputs of the q/kv
+        up-projections and their norms, :math:`4\tau r` each) are replicated over t.
+
+    Returns
+    -------
+    Total
+        Per layer, per micro-batch, per GPU [bytes].
+
+    Examples
+    --------
+    The paper's GPT layer (t = c = 1, g = a, d_h = h/a, f = 4h) is Eq. 1 plus the norm
+    statistics the paper neglects:
+
+    >>> A = layer_activations().without("norm_statistics")
+    >>> gpt = {c: 1, t: 1, g: a, d_h: h / a, f: 4 * h}
+    >>> sp.simplify(A.expr.subs(gpt) - b*h*s*(34 + 5*a*s/h))
+    0
+
+    References
+    ----------
+    Korthikanti et al. 2022 §4.1–4.3; FlashAttention (arXiv:2205.14135, 2307.08691);
+    Switch Transformers (arXiv:2101.03961) §2.2.
+    """
+    recompute, tok, sig = _common(sequence_parallel, recompute)
+    norm = _choose("normalization", norm, NORMS)
+    att_drop = dropout if attention_dropout is None else attention_dropout
+    delta = 1 if dropout else 0
+    gam = 1 if gated else 0
+    tk = Source(_K, "§4.1 (attention block, MLP, LayerNorm)")
+    terms: list[Term] = []
+
+    def add(key, expr, what, source=tk):
+        if expr != 0:
+            terms.append(Term(key, expr, what, source, label=key.replace("_", " ")))
+
+    if recompute == "full":
+        add("layer_input", 2 * tok * h / sig, "layer input, the only tensor kept under full recompute",
+            Source(_K, "Table 2, full activation recomputation"))
+        return Total(f"activations per layer (full recompute)", tuple(terms))
+
+    # attention block
+    add("norm_inputs", 2 * 2 * tok * h / sig, "inputs of the two norms (attention and MLP)",
+        Source(_K, "§4.1, LayerNorm: 4sbh"))
+    add("norm_statistics", (2 * NORMS[norm] * tok / sig) if norm_statistics else 0,
+        f"fp32 per-token statistics of the two {norm} norms (the paper neglects them)", _DERIVED)
+    add("qkv_input", 2 * tok * h / sig, "norm output, input of the QKV projection")
+    if mla:
+        r_q, r_kv = mla.get("q_lora_rank"), mla["kv_lora_rank"]
+        d_qk, d_r, d_v = (sp.Integer(mla[x]) for x in ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
+        latent = 4 * tok * (sp.Integer(r_kv) + (sp.Integer(r_q) if r_q else 0))
+        add("mla_latents", latent, "MLA latents: inputs of the q/kv up-projections and of their "
+            "norms (down-projections are replicated over t)", _DERIVED)
+        add("qk", 2 * tok * 2 * a * (d_qk + d_r) / t, "MLA queries and keys, a(d_qk + d_r) wide each",
+            _DERIVED)
+        add("v", 2 * tok * a * d_v / t, "MLA values, a d_v wide", _DERIVED)
+        proj_width = a * d_v
+    else:
+        add("qk", 2 * tok * (a + g) * d_h / t, "queries (a d_h wide) and keys (g d_h: GQA) for QK^T")
+        add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
+        proj_width = a * d_h
+    if recompute == "none":
+        if flash:
+            add("softmax_stats", 4 * a * tok / t,
+                "flash attention: one fp32 logsumexp per query row and head (no s^2 tensors)",
+                Source("flash-attention", "FlashAttention-2 §3.1.1 (logsumexp); FlashAttention §3.1"))
+        else:
+            adelta = 1 if att_drop else 0
+            add("scores", (2 + 3 * adelta) * a * s * tok / t,
+                "softmax output" + (", its dropout mask and dropout output" if att_drop else "")
+                + " (a x s/c x s per micro-batch)", Source(_K, "§4.1, attention: 5as^2b"))
+    add("proj_input", 2 * tok * proj_width / t, "attention output, input of the output projection")
+    add("attn_dropout_mask", delta * tok * h / sig, "dropout mask after the attention block")
+
+    if not moe:
+        add("mlp_input", 2 * tok * h / sig, "norm output, input of fc1")
+        add("mlp_activation", (2 + 2 * gam) * tok * f / t,
+            "fc1 output, input of the " + ("SwiGLU (gate and up, 2f wide)" if gated else "GeLU"),
+            _DERIVED if gated else tk)
+        add("fc2_input", 2 * tok * f / t, "activation output, input of fc2")
+        add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MLP")
+        return Total(f"activations per layer (dense, recompute {recompute})", tuple(terms))
+
+    routed = c_f * k * tok * t_e / t   # token copies one expert GPU receives per micro-batch
+    moe_src = Source("memsym-derivation", "layer_activations docstring (MoE layer)")
+    add("moe_input", 2 * tok * h / sig, "norm output, input of the router and the shared experts")
+    add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts", moe_src)
+    add("routed_tokens", 2 * routed * h, "dispatched token copies, input of the expert fc1 "
+        "(top-k, capacity factor c_f)", Source("shazeer-switch", "§2.2, expert capacity"))
+    add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
+        "expert fc1 outputs, input of the expert activation", moe_src)
+    add("expert_fc2_input", 2 * routed * f_e / t_e, "expert activation outputs, input of fc2", moe_src)
+    add("combine", 2 * routed * h, "expert outputs kept for the probability-weighted combine", moe_src)
+    if shared_expert:
+        add("shared_expert", (4 + 2 * gam) * tok * f_sh / t,
+            "shared-expert activation and fc2 inputs", moe_src)
+    add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MoE block")
+    return Total(f"activations per layer (MoE, recompute {recompute})", tuple(terms))
+
+
+def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = True) -> Total:
+    r"""Activations of the input embedding on the first pipeline stage [bytes per micro-batch].
+
+    .. math::
+
+        8\,\frac{sb}{c} + \delta\,\frac{sbh}{c\,\sigma}
+
+    int64 token ids (Megatron-LM's ``8sbp`` for p in-flight micro-batches) and the embedding
+    dropout mask (Korthikanti §4.3: ``sbhp/t`` with SP).  The embedding lookup's backward
+    needs only the ids, so its output is not counted (it is the first layer's norm input).
+
+    Examples
+    --------
+    >>> embedding_activations(dropout=False).expr
+    8*b*s/c
+    """
+    _, tok, sig = _common(sequence_parallel, "none")
+    terms = [Term("input_ids", 8 * tok, "int64 token ids",
+                  Source("megatron-lm", "theoretical_memory_usage.py, compute_activation_memory "
+                         "(8sbp: input to embedding)"), label="input ids")]
+    if dropout:
+        terms.append(Term("embedding_dropout_mask", tok * h / sig, "embedding dropout mask",
+                          Source(_K, "§4.3 (sbhp/t)"), label="embedding dropout"))
+    return Total("activations of the input embedding", tuple(terms))
+
+
+def output_activations(*, sequence_parallel: bool = False, norm: str = "layernorm",
+                       norm_statistics: bool = True) -> Total:
+    r"""Activations of the final norm, the output layer and the loss on the last stage [bytes].
+
+    .. math::
+
+        \frac{2\tau h}{\sigma} + \frac{2\tau h}{\sigma} + \frac{4\tau V}{t}
+        \;(+\;\text{norm statistics})
+
+    The final norm's input, the output layer's input, and the fp32 logits the cross-entropy
+    keeps (Korthikanti §4.3: 2sbh/t, 2sbh/t, 4sbv/t; Megatron's vocab-parallel cross entropy
+    keeps the fp32 softmax).  These are not recomputed under full recompute, and with a large
+    vocabulary the logits alone reach tens of GB (seed 002, failure pattern 3: s·b·V).
+    The bf16 logits (2τV/t) exist only transiently during the forward and are not counted.
+
+    Examples
+    --------
+    >>> float(output_activations()["logits"].evaluate(s=8192, b=8, c=1, t=1, V=128256)) / 1e9
+    33.621540864
+    """
+    _, tok, sig = _common(sequence_parallel, "none")
+    norm = _choose("normalization", norm, NORMS)
+    src = Source(_K, "§4.3 (final LayerNorm 2sbh/t, output-layer input 2sbh/t, logits 4sbv/t)")
+    terms = (
+        Term("final_norm_input", 2 * tok * h / sig, "input of the final norm", src),
+        Term("final_norm_statistics", NORMS[norm] * tok / sig if norm_statistics else 0,
+             "fp32 statistics of the final norm", _DERIVED),
+        Term("output_input", 2 * tok * h / sig, "final norm output, input of the output layer", src),
+        Term("logits", 4 * tok * V / t, "fp32 logits (softmax) kept by the cross-entropy loss", src),
+    )
+    return Total("activations of the output layer and loss", tuple(x for x in terms if x.expr != 0))
+
+
+def paper_layer(parallel: str = "none", recompute: str = "none") -> Total:
+    r"""memsym's derivation specialised to the paper's setting [bytes per layer].
+
+    :func:`layer_activations` for a GPT layer (g = a, d_h = h/a, f = 4h, LayerNorm, dropout,
+    no flash attention, c = 1; t = 1 for ``parallel="none"``; SP for ``"tp+sp"``) without the
+    norm statistics the paper neglects.  The catalogue proves it equals :func:`korthikanti`
+    row by row, i.e. that the term-by-term derivation reproduces the printed formulas.
+
+    Examples
+    --------
+    >>> sp.factor_terms(sp.expand(paper_layer().expr))
+    b*s*(5*a*s + 34*h)
+    """
+    parallel = _choose("parallel setting", parallel, PARALLEL)
+    recompute = _choose("recompute mode", recompute, RECOMPUTE)
+    A = layer_activations(sequence_parallel=parallel == "tp+sp", recompute=recompute,
+                          norm_statistics=False)
+    gpt = {g: a, d_h: h / a, f: 4 * h, c: sp.Integer(1)}
+    if parallel == "none":
+        gpt[t] = sp.Integer(1)
+    return A.map(lambda x: sp.cancel(x.xreplace(gpt)))
+
+
+def paper_first_stage(interleaved: bool = False) -> Term:
+    r"""The first pipeline stage's activations, TP + SP, no recompute (Korthikanti Eq. 5) [bytes].
+
+    .. math:: rac{sbhL}{t}\left(34 + rac{5as}{h}ight)\,\phi,\qquad
+        \phi = 1 	ext{ (1F1B)},\; 1 + rac{p - 1}{p\,v} 	ext{ (interleaved)}
+
+    Examples
+    --------
+    >>> paper_first_stage().expr
+    L*b*h*s*(5*a*s/h + 34)/t
+    """
+    from .schedule import first_stage_layers
+
+    return Term("korthikanti.first_stage" + (".interleaved" if interleaved else ""),
+                first_stage_layers(interleaved=interleaved) * korthikanti("tp+sp").expr,
+                "first pipeline stage: L layers' worth of TP+SP activations",
+                Source(_K, "§4.2.3, Eq. 5" + (" and the interleaved factor" if interleaved else "")))

@@ -1,0 +1,203 @@
+r"""Pipeline schedules: how many micro-batches of activations each stage holds at its peak.
+
+Activation memory of a pipeline stage = (layers on the stage) × (micro-batches in flight) ×
+(activations per layer and micro-batch).  Under 1F1B the first stage holds p micro-batches of
+L/p layers, L layers' worth (Korthikanti Eq. 5), whatever p; the interleaved schedule with v
+model chunks per stage multiplies that by 1 + (p−1)/(p·v); with fewer micro-batches than stages
+only m are in flight (min(1, m/p)); GPipe keeps all m.
+
+Stage i (0-based) of p holds, in layers' worth of one micro-batch:
+
+* 1F1B: :math:`\min(p - i,\, m)\,L/p` (warm-up p − i − 1 forwards, then one more before the first
+  backward);
+* interleaved: :math:`\min(2(p - i - 1) + (v - 1)p + 1,\; m v)\,L/(p v)` (Megatron-LM's
+  interleaved warm-up, counted in model chunks of L/(pv) layers);
+* GPipe: :math:`m\,L/p` (every forward before any backward).
+
+References
+----------
+.. [korthikanti] arXiv:2205.05198 §4.2.3 (Eq. 5 and the interleaved factor).
+.. [narayanan] arXiv:2104.04473 §2.2 (1F1B and interleaved schedules).
+.. [gpipe] arXiv:1811.06965 §2.2.
+.. [megatron-lm] theoretical_memory_usage.py (min(1, m/p) for fewer micro-batches than stages).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..errors import InvalidValueError, UnknownNameError
+from ..symbols import L, m, p, v
+from ..term import Source, Term
+
+__all__ = ["SCHEDULES", "pipeline_factor", "first_stage_layers", "stage_layers",
+           "stage_microbatches", "embedding_microbatches", "logits_microbatches"]
+
+#: Pipeline schedules; ``1f1b`` becomes interleaved when v > 1 (Megatron's VPP).
+SCHEDULES = ("1f1b", "gpipe")
+
+
+def _schedule(schedule: str) -> str:
+    key = str(schedule).strip().lower().replace("-", "")
+    if key not in SCHEDULES:
+        raise UnknownNameError("pipeline schedule", schedule, SCHEDULES)
+    return key
+
+
+def pipeline_factor(schedule: str = "1f1b", *, interleaved: bool = False,
+                    limited: bool = False) -> Term:
+    r"""The first stage's activations in units of L layers' worth of one micro-batch [1].
+
+    .. math::
+
+        \phi = \begin{cases}
+        1 & \text{1F1B (Eq. 5: p micro-batches of } L/p \text{ layers)}\\
+        1 + \dfrac{p - 1}{p\,v} & \text{interleaved 1F1B}\\
+        \min(1, m/p) & \text{1F1B with } m < p \text{ micro-batches}\\
+        m/p & \text{GPipe}
+        \end{cases}
+
+    Parameters
+    ----------
+    schedule : {"1f1b", "gpipe"}
+    interleaved : bool
+        The interleaved 1F1B schedule (v model chunks per stage).
+    limited : bool
+        Cap by the number of micro-batches m (Megatron-LM's min(1, m/p)).
+
+    Examples
+    --------
+    >>> pipeline_factor(interleaved=True).expr
+    1 + (p - 1)/(p*v)
+    >>> pipeline_factor(limited=True).expr
+    Min(1, m/p)
+    """
+    schedule = _schedule(schedule)
+    if schedule == "gpipe":
+        return Term("pipeline.gpipe", m / p, "GPipe: all m micro-batches of L/p layers in flight",
+                    Source("gpipe", "§2.2"), unit="1")
+    if interleaved:
+        expr = 1 + (p - 1) / (p * v)
+        if limited:
+            expr = sp.Min(expr, m / p * (1 + (p - 1) / (p * v)))
+        return Term("pipeline.interleaved", expr, "interleaved 1F1B: first stage holds "
+                    "L(1 + (p-1)/(pv)) layers' worth", Source("korthikanti", "§4.2.3"), unit="1")
+    if limited:
+        return Term("pipeline.1f1b.limited", sp.Min(1, m / p), "1F1B with m micro-batches: "
+                    "min(1, m/p)", Source("megatron-lm", "theoretical_memory_usage.py, "
+                                          "compute_activation_memory"), unit="1")
+    return Term("pipeline.1f1b", sp.Integer(1), "1F1B: first stage holds p micro-batches of L/p "
+                "layers, L layers' worth", Source("korthikanti", "§4.2.3, Eq. 5"), unit="1")
+
+
+def first_stage_layers(schedule: str = "1f1b", *, interleaved: bool = False,
+                       limited: bool = False) -> sp.Expr:
+    """Layers' worth of activations on the first stage: ``L * pipeline_factor`` [layers].
+
+    Examples
+    --------
+    >>> first_stage_layers()
+    L
+    """
+    return L * pipeline_factor(schedule, interleaved=interleaved, limited=limited).expr
+
+
+def _stage_index(stage, pp):
+    if stage == "first":
+        return 0
+    if stage == "last":
+        return pp - 1
+    if isinstance(stage, bool) or not isinstance(stage, (int, sp.Integer)):
+        raise InvalidValueError(f"stage must be 'first', 'last' or an index, got {stage!r}")
+    return sp.Integer(stage)
+
+
+def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None) -> sp.Expr:
+    r"""Model-chunk micro-batches stage ``stage`` holds at its peak [1].
+
+    Under 1F1B a count of micro-batches of L/p layers; interleaved (``vv`` > 1) a count of
+    chunk micro-batches of L/(p v) layers.  ``mm`` None means "at least as many micro-batches
+    as the schedule can hold" (no cap).
+
+    Examples
+    --------
+    >>> stage_microbatches(0), stage_microbatches("last")
+    (p, 1)
+    >>> stage_microbatches(0, vv=v)
+    p*(v - 1) + 2*p - 1
+    >>> stage_microbatches(0, pp=4, mm=2)
+    2
+    """
+    schedule = _schedule(schedule)
+    pp = sp.sympify(pp)                   # exact: plain ints must not become floats
+    vv = None if vv is None else sp.sympify(vv)
+    i = _stage_index(stage, pp)
+    if schedule == "gpipe":
+        if mm is None:
+            raise InvalidValueError("GPipe keeps all m micro-batches: give the number of micro-batches")
+        return sp.sympify(mm)
+    if vv is not None and vv != 1:
+        if pp == 1:
+            raise InvalidValueError("an interleaved (virtual) pipeline needs p > 1 stages")
+        # REF: narayanan §2.2; Megatron-LM schedules.py: warm-up (p - i - 1)*2 + (v - 1)*p
+        count = 2 * (pp - i - 1) + (vv - 1) * pp + 1
+        return count if mm is None else sp.Min(count, mm * vv)
+    count = pp - i
+    return count if mm is None else sp.Min(count, mm)
+
+
+def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layers=L) -> sp.Expr:
+    r"""Layers' worth of one micro-batch's activations held by a stage at its peak [layers].
+
+    Examples
+    --------
+    Eq. 5: the first 1F1B stage holds L layers' worth; the last L/p:
+
+    >>> stage_layers("first"), stage_layers("last")
+    (L, L/p)
+
+    and interleaved, L(1 + (p - 1)/(p v)):
+
+    >>> sp.simplify(stage_layers("first", vv=v) - L * (1 + (p - 1) / (p * v)))
+    0
+    """
+    chunks = stage_microbatches(stage, schedule, pp=pp, vv=vv, mm=mm)
+    pp, layers = sp.sympify(pp), sp.sympify(layers)
+    per = layers / pp if (vv is None or vv == 1) else layers / (pp * vv)
+    return chunks * per
+
+
+def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None) -> sp.Expr:
+    """Micro-batches whose input-embedding activations the first stage holds at its peak.
+
+    1F1B: p; interleaved: 2p − 1 (the first chunk has run p micro-batches, then p − 1 more
+    when the first backward starts); GPipe: m; each capped by m.
+
+    Examples
+    --------
+    >>> embedding_microbatches(), embedding_microbatches(vv=2)
+    (p, 2*p - 1)
+    """
+    schedule = _schedule(schedule)
+    pp = sp.sympify(pp)
+    if schedule == "gpipe":
+        return stage_microbatches(0, "gpipe", pp=pp, mm=mm)
+    count = pp if (vv is None or vv == 1) else 2 * pp - 1
+    return count if mm is None else sp.Min(count, mm)
+
+
+def logits_microbatches(schedule: str = "1f1b", *, mm=None) -> sp.Expr:
+    """Micro-batches whose output-layer activations (logits) the last stage holds.
+
+    1F1B (interleaved or not) runs each micro-batch's backward right after its forward on
+    the last stage: 1.  GPipe: m.
+
+    Examples
+    --------
+    >>> logits_microbatches()
+    1
+    """
+    schedule = _schedule(schedule)
+    if schedule == "gpipe":
+        return stage_microbatches(0, "gpipe", mm=mm)
+    return sp.Integer(1)
