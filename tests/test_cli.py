@@ -111,3 +111,29 @@ def test_console_script_end_to_end():
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["bytes"]["total"] > 0
+
+
+def test_estimate_with_cluster_prices_communication(capsys):
+    # Llama-3 70B (h = 8192, L = 80) at t = 4, p = 4, d = 2 on H100 nodes; B = 32 -> m = 16
+    code, out, err = run(capsys, "estimate", "llama3-70b", "--tp", "4", "--pp", "4", "--dp", "2",
+                         "--seq-length", "4096", "--micro-batch-size", "1", "--global-batch-size", "32",
+                         "--sequence-parallel", "--recompute-granularity", "selective",
+                         "--gpu", "h100-80gb", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    # hand (Narayanan §3.3): 4 all-reduces of s*b*h*2 bytes, ring factor 2(t-1)/t,
+    # for the L/p = 20 layers of this stage and m = 16 microbatches
+    tp_bytes = 4 * 4096 * 8192 * 2 * 2 * 3 // 4 * 20 * 16
+    assert data["communication"]["tp"]["bytes"] == tp_bytes
+    assert data["communication"]["tp"]["link"] == "intra"
+    assert data["bubble"] == (4 - 1) / 16  # (p - 1)/m
+    assert 0 < data["mfu"] < 1 and data["step_time_s"] > 0
+    # --gpu h100-80gb supplies the capacity: 80 GB as the vendor states it
+    assert data["gpu_memory_bytes"] == 80 * GB
+
+
+def test_estimate_cluster_needs_model_and_sane_efficiency(capsys):
+    code, out, err = run(capsys, "estimate", "--params", "7B", "--gpu", "h100-80gb")
+    assert code == 2 and "model" in err and out == ""
+    code, out, err = run(capsys, "estimate", "llama2-7b", "--seq-length", "4096", "--efficiency", "1.5")
+    assert code == 2 and "efficiency" in err and out == ""

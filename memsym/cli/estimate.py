@@ -17,8 +17,58 @@ def add_parser(sub) -> None:
     from .training_options import add_training_options  # issue 3: MODEL, layout, training
 
     add_training_options(parser)
+    add_cluster_options(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(run=run)
+
+
+def add_cluster_options(parser) -> None:
+    """Issue 4: with a known cluster, estimate also prices communication and time."""
+    from .options import positive_int, positive_number
+
+    grp = parser.add_argument_group("cluster (communication, bubble, FLOPs, step time, MFU)")
+    grp.add_argument("--gpu", metavar="NAME", default=None,
+                     help="GPU from the catalogue (h100-80gb, a100-80gb, h200-141gb, ...); "
+                     "its memory is the capacity unless --gpu-memory is given")
+    grp.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="K",
+                     help="GPUs per node (default 8)")
+    grp.add_argument("--intra-node-bandwidth", type=positive_number, default=None, metavar="GB/s",
+                     help="intra-node (NVLink) bandwidth per GPU [GB/s = 1e9 bytes/s]")
+    grp.add_argument("--inter-node-bandwidth", type=positive_number, default=None, metavar="GB/s",
+                     help="inter-node (InfiniBand/RoCE) bandwidth per GPU [GB/s] (default 50)")
+    grp.add_argument("--efficiency", type=positive_number, default=None, metavar="ETA",
+                     help="achieved fraction of peak FLOP/s, 0 < eta <= 1 (default 1/2)")
+
+
+def cluster_known(args) -> bool:
+    return any(getattr(args, n, None) is not None for n in
+               ("gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth", "efficiency"))
+
+
+def communication_report(args, arch, layout, training) -> dict:
+    """``communication``, ``bubble``, ``flops``, ``step_time_s``, ``mfu`` of the layout on the
+    cluster the options describe (:func:`memsym.terms.compute.step_report`)."""
+    from ..models import active_parameter_count, moe_layer_pattern
+    from ..terms.compute import step_report
+    from ..training import arch_values, microbatches
+
+    values = {str(sym): int(val) for sym, val in arch_values(arch, layout.t).items()}
+    # FLOPs follow the parameters a token passes through (the active ones for MoE)
+    values["N"] = int(active_parameter_count(arch))
+    m_ = microbatches(layout, training) or 1
+    values.update({"s": training.seq_length, "b": training.micro_batch_size, "m": m_,
+                   "t": layout.t, "p": layout.p, "d": layout.d, "c": layout.c, "e": layout.e,
+                   "v": layout.v or 1})
+    if arch.num_experts:
+        values["L_m"] = sum(moe_layer_pattern(arch))
+    gb = 10**9
+    return step_report(
+        values, gpu=args.gpu or "h100-80gb", precision=training.precision,
+        sharding=training.sharding, recompute=training.recompute,
+        sequence_parallel=layout.sequence_parallel, interleaved=(layout.v or 1) > 1,
+        efficiency=args.efficiency, gpus_per_node=args.gpus_per_node,
+        intra_node_bandwidth=None if args.intra_node_bandwidth is None else args.intra_node_bandwidth * gb,
+        inter_node_bandwidth=None if args.inter_node_bandwidth is None else args.inter_node_bandwidth * gb)
 
 
 def model_state_report(args) -> dict:
@@ -43,8 +93,21 @@ def run(args) -> int:
 
     from .training_options import estimate_training, wants_training
 
+    if args.efficiency is not None and args.efficiency > 1:
+        from ..errors import InvalidValueError
+
+        raise InvalidValueError(f"--efficiency is a fraction of peak, 0 < eta <= 1; got {args.efficiency}")
+    if args.gpu is not None and args.gpu_memory is None:
+        from ..hardware import gpu
+
+        args.gpu_memory = gpu(args.gpu).memory_bytes  # the catalogue's capacity (vendor units)
     if wants_training(args):  # a model was given: the full training total (issue 3)
         return estimate_training(args)
+    if cluster_known(args):
+        from ..errors import InvalidValueError
+
+        raise InvalidValueError("communication and time need a model: name a preset or config.json "
+                                "(e.g. memsym estimate llama3-8b --seq-length 8192 --gpu h100-80gb)")
 
     rep = model_state_report(args)
     terms = dict(rep["bytes"])

@@ -211,6 +211,11 @@ def training_report(args, **override) -> dict:
                 "path": out["path"], "assumptions": out["assumptions"],
                 "params": int(parameter_count(arch)), "_total": byt["total"]}
     est = training_memory(arch, layout, training, allowances=allowances)
+    extra = {}
+    from .estimate import cluster_known, communication_report
+
+    if cluster_known(args):
+        extra = communication_report(args, arch, layout, training)
     grouped = est.grouped()
     byt = {key: _num(val) for key, val in grouped.items()}
     byt["total"] = sum(v_ for k_, v_ in byt.items() if k_ != "total")
@@ -222,7 +227,7 @@ def training_report(args, **override) -> dict:
                            for s_, v_ in est.values.items() if s_.name in ("M_ws", "M_nccl", "phi_frag")},
             "sources": {term.key: str(term.source) for term in est.total},
             "params": int(parameter_count(arch)), "notes": list(est.notes),
-            "_total": byt["total"]}
+            **extra, "_total": byt["total"]}
 
 
 def estimate_training(args) -> int:
