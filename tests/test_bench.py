@@ -1,0 +1,36 @@
+"""The benchmark runs (quick mode) and reports every figure with its target.
+
+This is not a timed test: it asserts the structure and the correctness of what is timed,
+never a speed (machines are noisy; `memsym bench` reports ratios).
+"""
+
+import json
+
+import numpy as np
+
+from memsym import bench
+
+
+def test_p1_formula_matches_hand_written_numpy():
+    # the compiled total must compute the same formula the hand-written baseline does
+    cfg = bench._configs(1000, seed=3)
+    got = bench.p1_total().compile()(**cfg)
+    ref = bench.hand_numpy(**cfg)
+    assert np.allclose(got, ref, rtol=1e-12, atol=0)
+    one = {k: float(v[0]) for k, v in cfg.items()}
+    assert abs(bench.hand_python(**one) - ref[0]) <= 1e-12 * ref[0]
+
+
+def test_quick_benchmark_reports_every_target(tmp_path, capsys):
+    from memsym.cli import main
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data["targets"]) == set(bench.TARGETS)
+    assert data["environment"]["cpus"] >= 1 and data["environment"]["sympy"].startswith("1.14")
+    for key in ("p1_vs_numpy", "p1_vs_python", "p1_vs_evalf", "p3_startup_ratio", "p4_solve_ms"):
+        assert data["targets"][key]["value"] > 0
+    assert data["p1"]["max_relative_difference_vs_hand"] < 1e-12
+    text = capsys.readouterr().out
+    assert "target" in text and "P1" in text and "P4" in text
