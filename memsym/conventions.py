@@ -27,7 +27,7 @@ import sympy as sp
 from .errors import DivisibilityError, InvalidValueError, UnknownNameError
 from .symbols import L, V, b, c, d, e, f, f_e, f_sh, h, k, m, p, s, t, t_e, v
 from .term import Source, Term, Total
-from .values import exact
+from .values import as_expr, exact
 
 __all__ = [
     "CONVENTION_NAMES",
@@ -99,7 +99,7 @@ def megatron_bytes_per_parameter(distributed_optimizer: bool = True, shard=None)
     # REF: megatron-lm, compute_weight_and_optimizer_memory, num_bytes_per_parameter
     if not distributed_optimizer:
         return sp.Integer(18)
-    n = d if shard is None else sp.sympify(shard)
+    n = d if shard is None else as_expr(shard)
     return 6 + 12 / n
 
 
@@ -137,7 +137,7 @@ def bridge_bytes_per_parameter(distributed_optimizer: bool = True, shard=None) -
         return sp.Integer(18)
     if shard is None:
         return 6 + 12 / (d * c)  # max(1, d c) = d c: both are positive integers
-    return 6 + 12 / sp.Max(1, sp.sympify(shard))
+    return 6 + 12 / sp.Max(1, as_expr(shard))
 
 
 def pipeline_factor(schedule: str = "none") -> sp.Expr:
@@ -674,10 +674,10 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
                + (P_attn + P_sh + P_exp + P_lat + P_norm + P_rt + P_gate) * mtp_moe
                + (2 if A.untied else 1) * emb)
     params = {
-        "total": sp.sympify(n_total).xreplace(vals),
+        "total": as_expr(n_total).xreplace(vals),
         "most_loaded_shard": (T_expr + R_expr + X_expr).xreplace(vals),
         "padded_vocab": V_pad.xreplace(vals),
-        "attention_per_layer": sp.sympify(P_attn),
+        "attention_per_layer": as_expr(P_attn),
     }
     total = Total("megatron-lm core 0.19 theoretical memory (most-loaded GPU)", tuple(terms))
     return ConventionResult("megatron-lm", total, vals, path, tuple(assumptions), params)

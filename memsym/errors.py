@@ -14,6 +14,7 @@ __all__ = [
     "UnknownNameError",
     "DivisibilityError",
     "NoFitError",
+    "choose",
 ]
 
 
@@ -45,6 +46,27 @@ class UnknownNameError(MemsymError):
         shown = ", ".join(self.accepted[:limit]) + (", ..." if len(self.accepted) > limit else "")
         # repr() of the name: a hostile string is shown quoted, never interpreted.
         super().__init__(f"unknown {kind} {str(name)[:80]!r}{hint} (accepted: {shown})")
+
+
+def choose(kind: str, name, accepted) -> str:
+    """The canonical spelling of ``name`` among ``accepted`` (case-insensitive; ``_`` may
+    stand for ``-``), or :class:`UnknownNameError` with the closest names.
+
+    This is the one place user-given names are matched: against a fixed table, never parsed.
+
+    Examples
+    --------
+    >>> choose("sharding", " ZeRO3 ", ("ddp", "zero3"))
+    'zero3'
+    >>> choose("recompute", "Distributed_Optimizer", ("distributed-optimizer",))
+    'distributed-optimizer'
+    """
+    key = str(name).strip().lower()
+    if key in accepted:
+        return key
+    if key.replace("_", "-") in accepted:
+        return key.replace("_", "-")
+    raise UnknownNameError(kind, name, accepted)
 
 
 class DivisibilityError(MemsymError):

@@ -17,8 +17,11 @@ Units, stated as the vendor states them
 * NVLink: the vendor's figure, the **sum of both directions** per GPU (H100: 900 GB/s =
   450 GB/s each way); None where there is no NVLink.  nccl-tests' bus bandwidth is one
   direction, so a measured ``busbw`` is compared with half of it.
-* Cluster presets keep seed 002's numbers: NVLink at the vendor figure, 400 Gb/s InfiniBand
-  = 50 GB/s per GPU (one NIC per GPU, one direction).
+* Cluster presets price links **per direction**, as a ring collective uses them (every rank
+  sends and receives at once; nccl-tests' bus bandwidth is per direction): NVLink at half the
+  vendor figure (H100: 450 GB/s) and 400 Gb/s InfiniBand = 50 GB/s per GPU.  Seed 002 divides
+  by the both-direction 900 GB/s ("about 10 ms" for 7.5 GB), which is 2x optimistic; pass
+  ``intra_node_bandwidth=900e9`` (``--intra-node-bandwidth 900``) to reproduce it.
 
 References
 ----------
@@ -127,7 +130,7 @@ class Cluster:
     gpu : GPU
     gpus_per_node : int
     intra_node_bandwidth : float
-        Per GPU inside a node [bytes/s] (NVLink; the vendor's both-direction figure in presets).
+        Per GPU inside a node, one direction [bytes/s] (NVLink: half the vendor's figure).
     inter_node_bandwidth : float
         Per GPU between nodes [bytes/s] (one NIC per GPU, one direction).
     latency : float
@@ -142,7 +145,7 @@ class Cluster:
     inter_node_bandwidth: float
     latency: float = 0
     source: str = "seed002"
-    locator: str = "テンソル並列 (NVLink 900 GB/s vs 400 Gb/s InfiniBand = 50 GB/s)"
+    locator: str = "tensor parallelism section (NVLink 900 GB/s both ways vs 400 Gb/s InfiniBand = 50 GB/s)"
 
     def __post_init__(self):
         if int(self.gpus_per_node) != self.gpus_per_node or self.gpus_per_node < 1:
@@ -160,7 +163,7 @@ class Cluster:
         --------
         >>> v = cluster("dgx-h100").values()
         >>> v["n_node"], v["beta_intra"], v["beta_inter"]
-        (8, 900000000000, 50000000000)
+        (8, 450000000000, 50000000000)
         """
         return {"n_node": self.gpus_per_node, "beta_intra": self.intra_node_bandwidth,
                 "beta_inter": self.inter_node_bandwidth, "alpha": self.latency,
@@ -324,16 +327,17 @@ def clusters() -> tuple:
 
 
 def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Cluster:
-    """A cluster of ``gpu_name`` nodes: intra-node = the GPU's NVLink figure (or PCIe 4.0 x16,
-    32 GB/s, without NVLink), inter-node = 50 GB/s (one 400 Gb/s NIC per GPU, seed 002).
+    """A cluster of ``gpu_name`` nodes: intra-node = the GPU's NVLink figure per direction
+    (half the vendor's both-direction figure; PCIe 4.0 x16, 32 GB/s per direction, without
+    NVLink), inter-node = 50 GB/s (one 400 Gb/s NIC per GPU, seed 002).
 
     Examples
     --------
     >>> cluster_for("a100-80gb").intra_node_bandwidth / 1e9
-    600.0
+    300.0
     """
     dev = gpu(gpu_name)
-    intra = intra if intra is not None else (dev.nvlink or 32 * GB)
+    intra = intra if intra is not None else (dev.nvlink / 2 if dev.nvlink else 32 * GB)
     inter = inter if inter is not None else 50 * GB
     return Cluster(f"{dev.name}-x{gpus_per_node}", dev, int(gpus_per_node), intra, inter)
 
@@ -341,11 +345,12 @@ def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Clu
 # REF: seed002 (8 GPUs per node, NVLink 4 900 GB/s, 400 Gb/s InfiniBand = 50 GB/s per GPU);
 # DGX A100: 8 x 200 Gb/s HDR = 25 GB/s per GPU; DGX B200: 8 x 400 Gb/s ConnectX-7.
 for _c in (
-    Cluster("dgx-h100", gpu("h100-80gb"), 8, 900 * GB, 50 * GB),
-    Cluster("hgx-h200", gpu("h200-141gb"), 8, 900 * GB, 50 * GB),
-    Cluster("dgx-a100", gpu("a100-80gb"), 8, 600 * GB, 25 * GB, locator="DGX A100: NVLink 600 GB/s, 8 x 200 Gb/s HDR"),
-    Cluster("dgx-b200", gpu("b200"), 8, 1800 * GB, 50 * GB, locator="DGX B200: NVLink 5 1.8 TB/s, 8 x 400 Gb/s"),
-    Cluster("mi300x-8", gpu("mi300x-192gb"), 8, 896 * GB, 50 * GB,
-            locator="8 x MI300X platform: Infinity Fabric 896 GB/s, 400 Gb/s per GPU"),
+    # per direction: NVLink 4 900 GB/s both ways = 450 each way
+    Cluster("dgx-h100", gpu("h100-80gb"), 8, 450 * GB, 50 * GB),
+    Cluster("hgx-h200", gpu("h200-141gb"), 8, 450 * GB, 50 * GB),
+    Cluster("dgx-a100", gpu("a100-80gb"), 8, 300 * GB, 25 * GB, locator="DGX A100: NVLink 600 GB/s (both ways), 8 x 200 Gb/s HDR"),
+    Cluster("dgx-b200", gpu("b200"), 8, 900 * GB, 50 * GB, locator="DGX B200: NVLink 5 1.8 TB/s (both ways), 8 x 400 Gb/s"),
+    Cluster("mi300x-8", gpu("mi300x-192gb"), 8, 448 * GB, 50 * GB,
+            locator="8 x MI300X platform: Infinity Fabric 896 GB/s (both ways), 400 Gb/s per GPU"),
 ):
     register_cluster(_c)

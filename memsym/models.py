@@ -606,8 +606,8 @@ def _component_sources(x: Architecture) -> dict:
 
     mega = "theoretical_memory_usage.py (MEGATRON-ESTIMATORS.md §2.2)"
     return {
-        "embedding": Source("narayanan", "§3.1 Eq. 2 (the Vh term)"),
-        "position_embedding": Source("narayanan", "§3.1 Eq. 2 (the sh term)"),
+        "embedding": Source("narayanan", "§5.1 Eq. 2 (the Vh term)"),
+        "position_embedding": Source("narayanan", "§5.1 Eq. 2 (the sh term)"),
         "attention": (Source("deepseek-v2", "§2.1.2-2.1.3 (MLA projections)")
                       if x.multi_latent_attention else Source("megatron-lm", mega + ": 2dh(a+g)")),
         "mlp": Source("megatron-lm", mega + ": 2γhf"),

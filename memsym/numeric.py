@@ -15,12 +15,13 @@ import sympy as sp
 
 from .errors import InvalidValueError
 from .symbols import lookup
+from .values import as_expr
 
 __all__ = ["CompiledTotal", "compile_expr", "compile_total"]
 
 
 def _argnames(exprs) -> tuple[str, ...]:
-    free = set().union(*(sp.sympify(x).free_symbols for x in exprs)) if exprs else set()
+    free = set().union(*(as_expr(x).free_symbols for x in exprs)) if exprs else set()
     return tuple(sorted(s.name for s in free))
 
 
@@ -80,7 +81,7 @@ def compile_expr(expr, backend: str = "numpy"):
     >>> names, fn(7e9, 8)[0]
     (('N', 'd'), 14000000000.0)
     """
-    expr = sp.sympify(expr)
+    expr = as_expr(expr)
     names = _argnames((expr,))
     return _lambdify((expr,), names, backend), names
 
@@ -120,7 +121,7 @@ class CompiledTotal:
             if missing:
                 msg.append("missing " + ", ".join(missing))
             if extra:
-                msg.append("unexpected " + ", ".join(map(str, extra)))
+                msg.append("unexpected " + ", ".join(repr(str(k)[:40]) for k in extra))  # quoted, short
             raise InvalidValueError(f"{self.total.name}: {'; '.join(msg)} "
                                     f"(arguments: {', '.join(self.names)})")
         return [kwargs[n] for n in self.names]

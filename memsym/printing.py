@@ -13,6 +13,7 @@ import sympy as sp
 from sympy.printing.latex import LatexPrinter
 
 from .symbols import registry
+from .values import as_expr
 
 __all__ = ["MemsymLatexPrinter", "latex", "derivation_latex", "document", "escape",
            "term_table_latex", "snippet_latex", "design_document", "markdown_report"]
@@ -43,7 +44,7 @@ def latex(expr, **settings) -> str:
     >>> latex(N / (p * t) * (b_hp + 16 / d))
     '\\frac{N \\left(b_{\\mathrm{hp}} + \\frac{16}{d}\\right)}{p t}'
     """
-    return MemsymLatexPrinter(settings).doprint(sp.sympify(expr))
+    return MemsymLatexPrinter(settings).doprint(as_expr(expr))
 
 
 _ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",

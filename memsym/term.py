@@ -16,7 +16,7 @@ import sympy as sp
 
 from .errors import InvalidValueError, UnknownNameError
 from .symbols import lookup
-from .values import as_values
+from .values import as_expr, as_values
 
 __all__ = ["Source", "Term", "Total"]
 
@@ -73,7 +73,7 @@ class Term:
     label: str = ""
 
     def __post_init__(self):
-        object.__setattr__(self, "expr", sp.sympify(self.expr))  # library input only, never user text
+        object.__setattr__(self, "expr", as_expr(self.expr, f"term {self.key!r}"))  # text refused, never parsed
 
     @property
     def free_symbols(self) -> set:

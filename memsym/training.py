@@ -13,7 +13,7 @@ from typing import Mapping
 
 import sympy as sp
 
-from .errors import DivisibilityError, InvalidValueError, UnknownNameError
+from .errors import DivisibilityError, InvalidValueError, UnknownNameError, choose
 from .symbols import (E, L, M_nccl, M_ws, V, a, b, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, k, m, p,
                       phi_frag, s, t, t_e, v)
 from .term import Source, Term, Total
@@ -249,12 +249,6 @@ def _mla(x) -> dict | None:
 # ---------------------------------------------------------------------------------------------
 # validation (issue 3, part 8): one clear line per broken rule
 # ---------------------------------------------------------------------------------------------
-def _choose(kind, value, accepted):
-    key = str(value).strip().lower()
-    if key not in accepted:
-        raise UnknownNameError(kind, value, accepted)
-    return key
-
 
 def microbatches(layout: Layout, training: Training):
     """The number of micro-batches m per step (None when neither m nor B is given).
@@ -300,8 +294,8 @@ def validate(arch, layout: Layout, training: Training) -> None:
         val = getattr(training, name)
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise InvalidValueError(f"{name} must be a whole number >= 1, got {val!r}")
-    _choose("recompute mode", training.recompute, RECOMPUTE)
-    _choose("pipeline schedule", training.schedule, SCHEDULES)
+    choose("recompute mode", training.recompute, RECOMPUTE)
+    choose("pipeline schedule", training.schedule, SCHEDULES)
     models.check_layout(arch, layout.t, layout.p, layout.e, layout.t_e,
                         layout.first_stage_layers, layout.last_stage_layers)
     if arch.num_experts:
@@ -381,8 +375,8 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     pp = layout.p
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
         raise InvalidValueError(f"stage must be a whole number in 0..{pp - 1}, got {stage!r}")
-    recompute = _choose("recompute mode", training.recompute, RECOMPUTE)
-    schedule = _choose("pipeline schedule", training.schedule, SCHEDULES)
+    recompute = choose("recompute mode", training.recompute, RECOMPUTE)
+    schedule = choose("pipeline schedule", training.schedule, SCHEDULES)
     sp_on = bool(layout.sequence_parallel and layout.t > 1)   # Megatron turns SP off at t = 1
     interleaved = layout.v is not None and layout.v > 1
     m_known = microbatches(layout, training) is not None
@@ -466,7 +460,7 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     sp_ = stage_params or models.stage_parameters(
         x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers)
-    conv = _choose("convention", training.convention, ("memsym", "megatron-lm"))
+    conv = choose("convention", training.convention, ("memsym", "megatron-lm"))
     widths = byte_widths(training.sharding, training.precision, training.optimizer, conv)
     states = model_state(training.sharding, convention=conv, offload=training.offload,
                          params=sp_.dense_per_gpu, dp=d * c).subs(widths)

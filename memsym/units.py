@@ -21,7 +21,8 @@ UNITS = {
     "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50,
 }
 
-_PATTERN = re.compile(r"^(?P<num>\d+(?:\.\d+)?)\s?(?P<unit>[A-Za-z]+)?$")
+# re.ASCII: \d must not match other scripts' digits ("٨٠GB" is not a size anyone types)
+_PATTERN = re.compile(r"^(?P<num>\d+(?:\.\d+)?) ?(?P<unit>[A-Za-z]+)?$", re.ASCII)
 #: Bare numbers below this many bytes are surely a forgotten unit ("80" meaning 80 GB).
 _MIN_BARE = 2**20
 _ACCEPTED = "a number with a unit (80GB, 80 GB, 80GiB, 1.5TB) or a whole number of bytes"
@@ -93,7 +94,8 @@ def format_bytes(value, unit: str = "GB", digits: int = 2) -> str:
     return f"{float(value) / UNITS[unit]:.{digits}f} {unit}"
 
 
-_COUNT = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?:[eE](?P<exp>\+?\d{1,2}))?(?P<suffix>[KMBT]?)$")
+_COUNT = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?:[eE](?P<exp>\+?\d{1,2}))?(?P<suffix>[KMBT]?)$",
+                    re.ASCII)
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
 

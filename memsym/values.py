@@ -17,7 +17,7 @@ import sympy as sp
 from .errors import InvalidValueError
 from .symbols import info, lookup
 
-__all__ = ["exact", "as_values"]
+__all__ = ["exact", "as_values", "as_expr"]
 
 
 def exact(value, what: str = "value") -> sp.Expr:
@@ -93,3 +93,29 @@ def as_values(values: Mapping | None = None, **kwargs) -> dict[sp.Symbol, sp.Exp
         _check_domain(sym, num)
         out[sym] = num
     return out
+
+
+def as_expr(value, what: str = "value") -> sp.Expr:
+    """A SymPy object for a library argument (number or expression); text is refused.
+
+    ``sympy.sympify`` parses strings with ``eval``; memsym's functions take numbers and
+    expressions only, so a string (say, Python code to import ``os``) is refused here, never
+    parsed.
+
+    Examples
+    --------
+    >>> as_expr(3), as_expr(0.5)
+    (3, 0.500000000000000)
+    >>> as_expr("1+1")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: value must be a number or a SymPy expression, got the text '1+1' (memsym never parses text)
+    """
+    if isinstance(value, (str, bytes, bytearray)):
+        raise InvalidValueError(f"{what} must be a number or a SymPy expression, got the text "
+                                f"{str(value)[:60]!r} (memsym never parses text)")
+    try:
+        return sp.sympify(value, strict=True)  # strict: no string parsing, no eval
+    except sp.SympifyError:
+        raise InvalidValueError(f"{what} must be a number or a SymPy expression, got "
+                                f"{type(value).__name__}") from None

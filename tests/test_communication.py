@@ -160,3 +160,20 @@ def test_tp_link_rule_property(tp, node):
 def test_tp_bytes_monotone_in_t(tp):
     expr = tensor_parallel().subs(dict(s=1, b=1, h=1, L=1, b_c=1, p=1, m=1)).expr
     assert expr.subs(t, tp + 1) >= expr.subs(t, tp)
+
+
+def test_expert_traffic_counts_the_tokens_a_rank_holds():
+    # with sequence parallelism a rank holds s b /(t) tokens, with CP s b / c: the
+    # dispatched bytes shrink by the same factor (the activation terms count the same tokens)
+    import sympy as sp
+
+    from memsym.symbols import c, t
+    from memsym.terms.communication import communication_per_step
+
+    plain = communication_per_step(tensor=False, sharding=None, pipeline=False, expert=True)["ep"].expr
+    sp_on = communication_per_step(tensor=True, sequence_parallel=True, sharding=None,
+                                   pipeline=False, expert=True)["ep"].expr
+    cp_on = communication_per_step(tensor=False, sharding=None, pipeline=False, expert=True,
+                                   context="ring")["ep"].expr
+    assert sp.simplify(sp_on - plain / t) == 0
+    assert sp.simplify(cp_on - plain / c) == 0

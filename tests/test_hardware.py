@@ -51,10 +51,11 @@ def test_every_source_is_a_reference():
 
 
 def test_seed002_cluster_preset():
-    # seed 002: 8 GPUs per node, NVLink 4 900 GB/s, 400 Gb/s InfiniBand = 50 GB/s per GPU
+    # seed 002: 8 GPUs per node, NVLink 4 900 GB/s, 400 Gb/s InfiniBand = 50 GB/s per GPU;
+    # the preset prices one direction, as ring collectives use the link: 900 / 2 = 450 GB/s
     dgx = cluster("dgx-h100")
     assert dgx.gpus_per_node == 8
-    assert dgx.intra_node_bandwidth == 900 * 10**9
+    assert dgx.intra_node_bandwidth == 900 * 10**9 // 2
     assert dgx.inter_node_bandwidth == 400 * 10**9 // 8
     assert dgx.values()["F"] == gpu("h100-80gb").bf16
 

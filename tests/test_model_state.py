@@ -141,3 +141,16 @@ def test_sensitivity_and_elasticity():
 def test_huge_counts_stay_exact():
     total = model_state("ddp").subs(byte_widths("ddp"))
     assert total.evaluate(N=10**15, d=1, t=1, p=1) == 16 * 10**15
+
+
+@pytest.mark.parametrize("precision,plain,distributed", [
+    # Megatron-LM docs/user-guide/features/dist_optimizer.md, bytes per parameter table
+    ("bf16", 18, 6 + Fraction(12, 8)),   # bf16 param, fp32 grads: 18 or 6 + 12/d
+    ("fp16", 20, 4 + Fraction(16, 8)),   # fp16 param, fp16 grads: 20 or 4 + 16/d
+    ("fp32", 16, 8 + Fraction(8, 8)),    # fp32 param, fp32 grads: 16 or 8 + 8/d
+])
+def test_megatron_lm_table_rows(precision, plain, distributed):
+    for scheme, expected in (("ddp", plain), ("distributed-optimizer", distributed)):
+        w = byte_widths(scheme, precision, convention="megatron-lm")
+        total = model_state(scheme, convention="megatron-lm").subs(w)
+        assert total.evaluate(N=1, d=8, p=1, t=1) == expected

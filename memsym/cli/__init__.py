@@ -21,6 +21,8 @@ COMMANDS = {
     "latex": ".latex",
     "time": ".time_cmd",
     "bench": ".bench",
+    "search": ".search",
+    "min-gpus": ".min_gpus",
 }
 
 
@@ -67,6 +69,10 @@ def main(argv=None) -> int:
         return 2
     except BrokenPipeError:  # `memsym ... | head`
         return 0
+    except OSError as exc:  # --output into a missing folder, a config.json we may not read
+        where = f" {exc.filename!r}" if exc.filename else ""
+        print(f"memsym: error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,7 +22,7 @@ __all__ = [
 def positive_int(text: str) -> int:
     """A whole number >= 1 (degrees, sizes)."""
     raw = str(text).strip()
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):  # str.isdigit alone accepts "²" and "٨"
         raise argparse.ArgumentTypeError(
             f"expected a whole number >= 1, got {raw[:40]!r}")
     value = int(raw)

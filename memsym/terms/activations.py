@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..errors import InvalidValueError, UnknownNameError
+from ..errors import choose
 from ..symbols import E, V, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
 from ..term import Source, Term, Total
 
@@ -70,12 +70,6 @@ NORMS = {"layernorm": 8, "rmsnorm": 4}
 _K = "korthikanti"
 _DERIVED = Source("memsym-derivation", "memsym/terms/activations.py module docstring")
 
-
-def _choose(kind, value, accepted):
-    key = str(value).strip().lower()
-    if key not in accepted:
-        raise UnknownNameError(kind, value, accepted)
-    return key
 
 
 # --- the paper, as printed -------------------------------------------------------------------
@@ -119,8 +113,8 @@ def korthikanti(parallel: str = "none", recompute: str = "none") -> Term:
     ----------
     Korthikanti et al. 2022, arXiv:2205.05198, §4.1, §4.2, Table 2.
     """
-    parallel = _choose("parallel setting", parallel, PARALLEL)
-    recompute = _choose("recompute mode", recompute, RECOMPUTE)
+    parallel = choose("parallel setting", parallel, PARALLEL)
+    recompute = choose("recompute mode", recompute, RECOMPUTE)
     sbh = s * b * h
     if recompute == "full":
         # REF: korthikanti, Table 2 (full activation recomputation: only the layer input)
@@ -133,7 +127,7 @@ def korthikanti(parallel: str = "none", recompute: str = "none") -> Term:
     elif parallel == "tp" and recompute == "none":
         expr, loc = sbh * (10 + 24 / t + 5 * a * s / (h * t)), "§4.2.1, Eq. 2; Table 2"
     elif parallel == "tp":
-        expr, loc = sbh * (10 + 24 / t), "§4.3 (selective); Table 2, tensor parallel + selective"
+        expr, loc = sbh * (10 + 24 / t), "§5, Table 2, tensor parallel + selective"
     elif recompute == "none":
         expr, loc = sbh / t * (34 + 5 * a * s / h), "§4.2.2, Eq. 4; Table 2"
     else:
@@ -158,7 +152,7 @@ def korthikanti_terms() -> tuple[Term, ...]:
 
 # --- memsym's derivation, term by term --------------------------------------------------------
 def _common(sp_on: bool, recompute: str):
-    recompute = _choose("recompute mode", recompute, RECOMPUTE)
+    recompute = choose("recompute mode", recompute, RECOMPUTE)
     tok = s * b / c                   # tokens of one micro-batch on this context-parallel rank
     sp_div = t if sp_on else 1        # sequence parallelism splits the h-wide tensors over t
     return recompute, tok, sp_div
@@ -249,7 +243,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     Switch Transformers (arXiv:2101.03961) §2.2.
     """
     recompute, tok, sig = _common(sequence_parallel, recompute)
-    norm = _choose("normalization", norm, NORMS)
+    norm = choose("normalization", norm, NORMS)
     att_drop = dropout if attention_dropout is None else attention_dropout
     delta = 1 if dropout else 0
     gam = 1 if gated else 0
@@ -371,7 +365,7 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     33.621540864
     """
     _, tok, sig = _common(sequence_parallel, "none")
-    norm = _choose("normalization", norm, NORMS)
+    norm = choose("normalization", norm, NORMS)
     src = Source(_K, "§4.3 (final LayerNorm 2sbh/t, output-layer input 2sbh/t, logits 4sbv/t)")
     terms = (
         Term("final_norm_input", 2 * tok * h / sig, "input of the final norm", src),
@@ -396,8 +390,8 @@ def paper_layer(parallel: str = "none", recompute: str = "none") -> Total:
     >>> sp.factor_terms(sp.expand(paper_layer().expr))
     b*s*(5*a*s + 34*h)
     """
-    parallel = _choose("parallel setting", parallel, PARALLEL)
-    recompute = _choose("recompute mode", recompute, RECOMPUTE)
+    parallel = choose("parallel setting", parallel, PARALLEL)
+    recompute = choose("recompute mode", recompute, RECOMPUTE)
     A = layer_activations(sequence_parallel=parallel == "tp+sp", recompute=recompute,
                           norm_statistics=False)
     gpt = {g: a, d_h: h / a, f: 4 * h, c: sp.Integer(1)}
@@ -409,8 +403,8 @@ def paper_layer(parallel: str = "none", recompute: str = "none") -> Total:
 def paper_first_stage(interleaved: bool = False) -> Term:
     r"""The first pipeline stage's activations, TP + SP, no recompute (Korthikanti Eq. 5) [bytes].
 
-    .. math:: rac{sbhL}{t}\left(34 + rac{5as}{h}ight)\,\phi,\qquad
-        \phi = 1 	ext{ (1F1B)},\; 1 + rac{p - 1}{p\,v} 	ext{ (interleaved)}
+    .. math:: \frac{sbhL}{t}\left(34 + \frac{5as}{h}\right)\,\phi,\qquad
+        \phi = 1 \text{ (1F1B)},\; 1 + \frac{p - 1}{p\,v} \text{ (interleaved)}
 
     Examples
     --------

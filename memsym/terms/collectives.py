@@ -25,6 +25,7 @@ import sympy as sp
 from ..errors import UnknownNameError
 from ..symbols import S, alpha, beta, n
 from ..term import Source, Term
+from ..values import as_expr
 
 __all__ = ["COLLECTIVES", "collective_bytes", "collective_steps", "collective_time",
            "collective_term"]
@@ -90,7 +91,7 @@ def collective_bytes(op: str, size=S, ranks=n) -> sp.Expr:
     """
     factor, _ = COLLECTIVES[_op(op)]
     # factor_terms keeps the source's form 2*(n-1)/n instead of SymPy's (2n-2)/n
-    return sp.factor_terms(sp.sympify(factor).xreplace({n: sp.sympify(ranks)}) * sp.sympify(size))
+    return sp.factor_terms(as_expr(factor).xreplace({n: as_expr(ranks)}) * as_expr(size))
 
 
 def collective_steps(op: str, ranks=n) -> sp.Expr:
@@ -102,7 +103,7 @@ def collective_steps(op: str, ranks=n) -> sp.Expr:
     14
     """
     _, steps = COLLECTIVES[_op(op)]
-    return sp.sympify(steps).xreplace({n: sp.sympify(ranks)})
+    return as_expr(steps).xreplace({n: as_expr(ranks)})
 
 
 def collective_time(op: str, size=S, ranks=n, bandwidth=beta, latency=alpha) -> sp.Expr:
@@ -121,8 +122,8 @@ def collective_time(op: str, size=S, ranks=n, bandwidth=beta, latency=alpha) -> 
     >>> round(float(collective_time("p2p", 7516192768, 1, 50 * 10**9, 0)), 4)
     0.1503
     """
-    return (collective_bytes(op, size, ranks) / sp.sympify(bandwidth)
-            + sp.sympify(latency) * collective_steps(op, ranks))
+    return (collective_bytes(op, size, ranks) / as_expr(bandwidth)
+            + as_expr(latency) * collective_steps(op, ranks))
 
 
 def collective_term(op: str, key: str | None = None, size=S, ranks=n) -> Term:

@@ -6,7 +6,7 @@ Every term counts the bytes **one GPU sends** in one training step (one optimize
 a microbatch and :math:`L/p` layers on a pipeline stage:
 
 * TP: 4 all-reduces of :math:`Y` per layer per microbatch (2 forward, 2 backward;
-  Narayanan §3.3 / Megatron-LM), :math:`8Y(t-1)/t` per layer; seed 002's
+  Narayanan §3.2 / Megatron-LM), :math:`8Y(t-1)/t` per layer; seed 002's
   ``tp_bytes_per_step``.  TP + SP: 4 all-gathers + 4 reduce-scatters, the same bytes
   (Korthikanti §4.2.2).
 * PP: :math:`Y` forward and :math:`Y` backward per microbatch across each stage boundary
@@ -28,7 +28,7 @@ node boundary and the slowest link sets the pace).
 References
 ----------
 .. [nccl-tests] NVIDIA nccl-tests ``doc/PERFORMANCE.md``.
-.. [narayanan2021] Narayanan et al. 2021, arXiv:2104.04473, §3.3, §4.1.
+.. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §3.2, §4.1.
 .. [korthikanti2022] Korthikanti et al. 2022, arXiv:2205.05198, §4.2.2.
 .. [zero] Rajbhandari et al. 2020, arXiv:1910.02054, §7.
 .. [ring-attention] Liu, Zaharia, Abbeel 2023, arXiv:2310.01889.
@@ -43,10 +43,11 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..errors import InvalidValueError, UnknownNameError
+from ..errors import InvalidValueError, choose
 from ..symbols import (L, L_m, N, alpha, b, b_c, b_g, b_hp, beta_inter, beta_intra, c, d, d_h,
                        e, g, h, k, m, n_node, p, s, t, v)
 from ..term import Source, Term, Total
+from ..values import as_expr
 from ..terms.model_state import normalize_scheme
 
 __all__ = [
@@ -65,7 +66,7 @@ CP_VARIANTS = ("ring", "all-gather", "ulysses")
 #: link name -> bandwidth symbol
 LINKS = {"intra": beta_intra, "inter": beta_inter}
 
-_TP = Source("narayanan", "§3.3 (4 all-reduces of bsh per layer per microbatch)")
+_TP = Source("narayanan", "§3.2 (4 all-reduces of bsh per layer per microbatch)")
 _SEED_TP = Source("seed002", "tp_bytes_per_step")
 _SP = Source("korthikanti", "§4.2.2 (all-gather + reduce-scatter, same bytes as TP)")
 _PP = Source("narayanan", "§4.1 (bsh per microbatch between stages; bsh/t scatter/gather)")
@@ -76,12 +77,6 @@ _LLAMA3 = Source("llama3", "§3.3.2 (all-gather K and V for context parallelism)
 _ULYSSES = Source("ulysses", "§3.1 (all-to-all of Q, K, V and output; 4Nh/P per link)")
 _EP = Source("gshard", "§2.2 / §3.2 (dispatch and combine all-to-all per MoE layer)")
 
-
-def _check(kind, name, accepted):
-    key = str(name).strip().lower().replace("_", "-")
-    if key not in accepted:
-        raise UnknownNameError(kind, name, accepted)
-    return key
 
 
 def _term(key, expr, desc, src, label):
@@ -104,7 +99,7 @@ class _Traffic:
 
 
 def _tp(sequence_parallel: bool, recompute: str) -> _Traffic:
-    recompute = _check("recompute", recompute, RECOMPUTE)
+    recompute = choose("recompute", recompute, RECOMPUTE)
     Y = _activation()
     layers = L / p * m  # layer passes of this stage in one step
     if not sequence_parallel:
@@ -152,7 +147,7 @@ def tensor_parallel(*, sequence_parallel: bool = False, recompute: str = "none")
 
     References
     ----------
-    Narayanan et al. 2021 §3.3; Korthikanti et al. 2022 §4.2.2; seed 002.
+    Narayanan et al. 2021 §3.2; Korthikanti et al. 2022 §4.2.2; seed 002.
     """
     return _tp(sequence_parallel, recompute).term
 
@@ -209,7 +204,7 @@ def pipeline_parallel(*, scatter_gather: bool = False, interleaved: bool = False
 
 def _dp(sharding: str, context_parallel: bool, params=None) -> _Traffic:
     scheme = normalize_scheme(sharding)
-    psi = N / (p * t) if params is None else sp.sympify(params)
+    psi = N / (p * t) if params is None else as_expr(params)
     nd = d * c if context_parallel else d  # Megatron reduces gradients over DP x CP
     frac = (nd - 1) / nd
     grads, weights = psi * b_g, psi * b_hp
@@ -266,8 +261,8 @@ def data_parallel(sharding: str = "ddp", *, context_parallel: bool = False, para
 
 
 def _cp(variant: str, recompute: str) -> _Traffic:
-    variant = _check("context-parallel variant", variant, CP_VARIANTS)
-    recompute = _check("recompute", recompute, RECOMPUTE)
+    variant = choose("context-parallel variant", variant, CP_VARIANTS)
+    recompute = choose("recompute", recompute, RECOMPUTE)
     full = recompute == "full"
     layers = L / p * m
     kv = 2 * s * b * g * d_h * b_c / t  # K and V of the whole sequence on one TP rank
@@ -328,11 +323,16 @@ def context_parallel(variant: str = "ring", *, recompute: str = "none") -> Term:
     return _cp(variant, recompute).term
 
 
-def _ep(recompute: str, moe_layers=None) -> _Traffic:
-    recompute = _check("recompute", recompute, RECOMPUTE)
+def _ep(recompute: str, moe_layers=None, sequence_parallel: bool = False,
+        context: bool = False) -> _Traffic:
+    recompute = choose("recompute", recompute, RECOMPUTE)
     ops = 4 + (2 if recompute == "full" else 0)  # dispatch + combine, fwd and bwd
-    layers = (L_m if moe_layers is None else sp.sympify(moe_layers)) / p * m
-    tokens = s * b * k * h * b_c  # every token sent to k experts
+    layers = (L_m if moe_layers is None else as_expr(moe_layers)) / p * m
+    # every token this rank holds is sent to k experts; a rank holds s b / c tokens under
+    # context parallelism, and 1/t of those under sequence parallelism (which Megatron
+    # requires for MoE with t > 1), the same token count the activation terms use
+    held = s * b / ((c if context else 1) * (t if sequence_parallel else 1))
+    tokens = held * k * h * b_c
     expr = ops * (e - 1) / e * tokens * layers
     desc = (f"expert parallel: {ops} all-to-alls (dispatch, combine) of the routed tokens per "
             "MoE layer per microbatch")
@@ -364,7 +364,7 @@ def expert_parallel(*, recompute: str = "none", moe_layers=None) -> Term:
 def _traffic(*, tensor: bool, sequence_parallel: bool, pipeline: bool, scatter_gather: bool,
              interleaved: bool, sharding: str | None, context: str | None, expert: bool,
              recompute: str, moe_layers=None) -> list[_Traffic]:
-    recompute = _check("recompute", recompute, RECOMPUTE)
+    recompute = choose("recompute", recompute, RECOMPUTE)
     out = []
     if tensor:
         out.append(_tp(sequence_parallel, recompute))
@@ -375,7 +375,7 @@ def _traffic(*, tensor: bool, sequence_parallel: bool, pipeline: bool, scatter_g
     if sharding is not None:
         out.append(_dp(sharding, context is not None))
     if expert:
-        out.append(_ep(recompute, moe_layers))
+        out.append(_ep(recompute, moe_layers, sequence_parallel and tensor, context is not None))
     return out
 
 
@@ -434,7 +434,7 @@ def _sizes(values) -> dict:
     for key, val in dict(values).items():
         name = getattr(key, "name", key)
         if name in names:
-            num = sp.sympify(val)
+            num = as_expr(val)
             if not (num.is_Integer and num >= 1):
                 raise InvalidValueError(f"{name} must be a whole number >= 1 to place groups, got {val}")
             out[names[name]] = int(num)
@@ -456,7 +456,7 @@ def link_for(group: str, sizes: dict, gpus_per_node: int, order=LAYOUT_ORDER) ->
     >>> link_for("dp", {"tp": 2, "dp": 4}, 8), link_for("pp", {"tp": 8, "pp": 4}, 8)
     ('intra', 'inter')
     """
-    group = _check("parallel group", group, GROUPS)
+    group = choose("parallel group", group, GROUPS)
     if int(gpus_per_node) < 1:
         raise InvalidValueError(f"GPUs per node must be >= 1, got {gpus_per_node}")
     order = tuple(order)
@@ -557,7 +557,7 @@ def communication_time(*, placement_map: dict | None = None, latency: bool = Tru
     links = placement()
     if placement_map:
         for grp, link in placement_map.items():
-            links[_check("parallel group", grp, GROUPS)] = _check("link", link, LINKS)
+            links[choose("parallel group", grp, GROUPS)] = choose("link", link, LINKS)
     terms = []
     for item in _traffic(tensor=options.pop("tensor", True),
                          sequence_parallel=options.pop("sequence_parallel", False),

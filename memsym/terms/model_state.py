@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..errors import InvalidValueError, UnknownNameError
+from ..errors import InvalidValueError, choose
 from ..symbols import N, b_g, b_hp, b_m, b_o, d, p, t
 from ..term import Source, Term, Total
+from ..values import as_expr
 
 __all__ = [
     "SCHEMES",
@@ -72,17 +73,7 @@ _OFFLOAD = Source("zero-offload", "§4")
 
 def normalize_scheme(scheme: str) -> str:
     """The canonical scheme name (``fsdp`` stays, it is a documented alias of ZeRO-3)."""
-    key = str(scheme).strip().lower().replace("_", "-")
-    if key not in SCHEMES:
-        raise UnknownNameError("sharding", scheme, SCHEMES)
-    return key
-
-
-def _check(kind: str, name: str, accepted) -> str:
-    key = str(name).strip().lower()
-    if key not in accepted:
-        raise UnknownNameError(kind, name, accepted)
-    return key
+    return choose("sharding", scheme, SCHEMES)
 
 
 def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
@@ -117,12 +108,17 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     4
     """
     scheme = normalize_scheme(scheme)
-    precision = _check("precision", precision, PRECISIONS)
-    optimizer = _check("optimizer", optimizer, OPTIMIZERS)
-    convention = _check("convention", convention, CONVENTIONS)
+    precision = choose("precision", precision, PRECISIONS)
+    optimizer = choose("optimizer", optimizer, OPTIMIZERS)
+    convention = choose("convention", convention, CONVENTIONS)
     weight, master = PRECISIONS[precision]
     fp32_grads = scheme == "distributed-optimizer" or convention == "megatron-lm"
     grad = 4 if fp32_grads else max(weight, 2)  # fp8 weights still get bf16 gradients
+    if convention == "megatron-lm" and precision == "fp16":
+        # REF: megatron-distopt-doc, table row fp16 param / fp16 grads: 20, or 4 + 16/d.
+        # The backward writes fp16 gradients; the optimizer keeps fp32 main weights *and*
+        # fp32 main gradients (4 + 4), sharded with the moments under the distributed optimizer.
+        grad, master = 2, 8
     if optimizer == "none":  # frozen or inference: no gradients, no optimizer
         grad, master = 0, 0
     return {b_hp: sp.Integer(weight), b_g: sp.Integer(grad), b_m: sp.Integer(master),
@@ -183,10 +179,10 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "mem
     ZeRO §3.1, §5 (Figure 1); seed 000; Megatron-LM theoretical_memory_usage.py; ZeRO-Offload §4.
     """
     scheme = normalize_scheme(scheme)
-    convention = _check("convention", convention, CONVENTIONS)
-    offload = _check("offload", offload, OFFLOADS)
-    psi = N / (p * t) if params is None else sp.sympify(params)
-    dp = d if dp is None else sp.sympify(dp)
+    convention = choose("convention", convention, CONVENTIONS)
+    offload = choose("offload", offload, OFFLOADS)
+    psi = N / (p * t) if params is None else as_expr(params)
+    dp = d if dp is None else as_expr(dp)
     if convention == "megatron-lm" and scheme not in ("ddp", "distributed-optimizer"):
         raise InvalidValueError(
             f"convention megatron-lm covers ddp and distributed-optimizer only, not {scheme} "
@@ -241,7 +237,7 @@ def host_state(scheme: str = "zero3", *, offload: str = "optimizer", params=None
     7/2
     """
     scheme = normalize_scheme(scheme)
-    offload = _check("offload", offload, OFFLOADS)
+    offload = choose("offload", offload, OFFLOADS)
     full = model_state(scheme, params=params, dp=dp)
     on_gpu = model_state(scheme, offload=offload, params=params, dp=dp)
     moved = tuple(

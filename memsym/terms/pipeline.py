@@ -18,6 +18,7 @@ import sympy as sp
 
 from ..symbols import b, d, m, p, v
 from ..term import Source, Term
+from ..values import as_expr
 
 __all__ = ["bubble_fraction", "bubble_term", "global_batch", "data_parallel_for"]
 
@@ -55,8 +56,8 @@ def bubble_fraction(interleaved: bool = False, stages=p, microbatches=m, chunks=
     ----------
     Narayanan et al. 2021 §2.2.1-2.2.2; seed 002 (table).
     """
-    frac = (sp.sympify(stages) - 1) / sp.sympify(microbatches)
-    return frac / sp.sympify(chunks) if interleaved else frac
+    frac = (as_expr(stages) - 1) / as_expr(microbatches)
+    return frac / as_expr(chunks) if interleaved else frac
 
 
 def bubble_term(interleaved: bool = False) -> Term:
@@ -82,7 +83,7 @@ def global_batch(micro_batch=b, microbatches=m, data_parallel=d) -> sp.Expr:
     >>> global_batch(1, 8, 16)
     128
     """
-    return sp.sympify(micro_batch) * sp.sympify(microbatches) * sp.sympify(data_parallel)
+    return as_expr(micro_batch) * as_expr(microbatches) * as_expr(data_parallel)
 
 
 def data_parallel_for(gpus, t=1, p=1, c=1) -> sp.Expr:
@@ -95,4 +96,4 @@ def data_parallel_for(gpus, t=1, p=1, c=1) -> sp.Expr:
     >>> data_parallel_for(64, t=8), data_parallel_for(64, t=4)
     (8, 16)
     """
-    return sp.sympify(gpus) / (sp.sympify(t) * sp.sympify(p) * sp.sympify(c))
+    return as_expr(gpus) / (as_expr(t) * as_expr(p) * as_expr(c))
