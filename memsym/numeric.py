@@ -9,6 +9,7 @@ imported only when a numpy function is built, which keeps ``import memsym`` lean
 from __future__ import annotations
 
 import functools
+import math
 from typing import Mapping
 
 import sympy as sp
@@ -68,7 +69,10 @@ def _lambdify(exprs: tuple, names: tuple, backend: str):
 
     syms = [lookup(name) for name in names]
     printer = _fast_printer(NumPyPrinter if backend == "numpy" else PythonCodePrinter)
-    return sp.lambdify(syms, list(exprs), modules=backend, cse=_cse, printer=printer)
+    # the printer writes Min/Max of several arguments as functools.reduce(...): lambdify
+    # imports what its own printers need, not what a printer class passed in needs
+    extra = {"functools": functools, "math": math}
+    return sp.lambdify(syms, list(exprs), modules=[extra, backend], cse=_cse, printer=printer)
 
 
 def compile_expr(expr, backend: str = "numpy"):

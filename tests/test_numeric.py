@@ -44,3 +44,18 @@ def test_compiled_arguments_are_checked():
         fn(N=1, t=1, p=1)
     with pytest.raises(InvalidValueError, match="unexpected"):
         fn(N=1, d=1, t=1, p=1, q=3)
+
+
+def test_min_max_ceiling_compile_on_both_back_ends():
+    # Min/Max of three arguments print as functools.reduce(...): the namespace must have it
+    from memsym.numeric import compile_expr
+    from memsym.symbols import d, p, t
+
+    expr = sp.Min(d, t, p) + sp.Max(d, t) + sp.ceiling(d / t)
+    fn, names = compile_expr(expr, "numpy")
+    assert names == ("d", "p", "t")
+    out = fn(np.array([1.0, 2.0]), np.array([2.0, 2.0]), np.array([3.0, 1.0]))[0]
+    # hand: min(1,3,2) + max(1,3) + ceil(1/3) = 5; min(2,1,2) + max(2,1) + ceil(2/1) = 5
+    assert out.tolist() == [5.0, 5.0]
+    fn_math, _ = compile_expr(expr, "math")
+    assert fn_math(1, 2, 3)[0] == 5
