@@ -1,0 +1,49 @@
+"""``memsym min-gpus``: the fewest GPUs on which a training fits, and the layout to use."""
+
+from __future__ import annotations
+
+from .options import emit_json, positive_int
+from .search import Progress, add_search_options, bytes_json, layout_json, search_options
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "min-gpus", help="fewest GPUs that fit, with the layout",
+        description="The smallest number of GPUs (over every layout the rules allow) on which "
+        "the training fits; the boundary d >= f(N, C) is solved in closed form where the total "
+        "allows, then the integer. GB = 1e9 bytes.")
+    add_search_options(parser)
+    parser.add_argument("--max-gpus", type=positive_int, default=1 << 17, metavar="N",
+                        help="search bound (default 131072)")
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import sympy as sp
+
+    from ..search import min_gpus
+
+    prog = Progress("memsym min-gpus")
+    try:
+        res = min_gpus(args.model, args.gpu, max_gpus=args.max_gpus, progress=prog,
+                       **search_options(args))
+    finally:
+        prog.close()
+    row = dict(res.layout)
+    row.setdefault("m", None)
+    if args.json:
+        emit_json({
+            "gpus": res.gpus, "layout": layout_json(row), "bytes": bytes_json(res.bytes),
+            "method": res.method,
+            "closed_form": None if res.closed_form is None else sp.sstr(res.closed_form),
+            "bound": None if res.bound is None else float(res.bound),
+            "units": "bytes",
+        })
+        return 0
+    lay = layout_json(row)
+    print(f"memsym min-gpus: {res.gpus} GPUs")
+    print("layout: " + ", ".join(f"{k} {v}" for k, v in lay.items() if v is not None))
+    print(res.explanation() + "  (C: GPU memory in bytes)")
+    print("bytes on the most-loaded GPU: " + ", ".join(
+        f"{k} {float(v) / 1e9:.3f} GB" for k, v in res.bytes.items()))
+    return 0

@@ -1,0 +1,194 @@
+"""``memsym search``: the best layouts of a model on N GPUs, each with its memory breakdown."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from .options import capacity, choice, emit_json, number_out, positive_int, positive_number
+
+__all__ = ["add_parser", "run", "add_search_options", "search_options", "Progress"]
+
+
+def add_search_options(parser) -> None:
+    """Options shared by ``search`` and ``min-gpus``."""
+    from ..terms.model_state import OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
+
+    parser.add_argument("model", metavar="MODEL",
+                        help="preset name (llama3-405b, ...) or path to a config.json")
+    parser.add_argument("--gpu", required=True, metavar="NAME", help="catalogue GPU (h100-80gb, ...)")
+    parser.add_argument("--seq-length", type=positive_int, default=4096, metavar="S",
+                        help="sequence length (default 4096)")
+    parser.add_argument("--global-batch-size", type=positive_int, default=None, metavar="B",
+                        help="global batch in sequences (enables step-time ranking)")
+    parser.add_argument("--micro-batch-size", type=positive_int, nargs="+", default=None,
+                        metavar="b", help="micro-batch sizes to try (default 1 2 4 8)")
+    parser.add_argument("--recompute", type=choice("recompute", ("none", "selective", "full")),
+                        nargs="+", default=None, help="recompute modes to try (default all)")
+    parser.add_argument("--sharding", type=choice("sharding", SCHEMES), nargs="+", default=None,
+                        help="sharding schemes to try (default ddp zero1 zero2 zero3 "
+                        "distributed-optimizer)")
+    parser.add_argument("--offload", type=choice("offload", OFFLOADS), nargs="+", default=None,
+                        help="CPU offload modes to try (default none)")
+    for flag, what in (("--tp", "tensor"), ("--pp", "pipeline"), ("--cp", "context"),
+                       ("--ep", "expert"), ("--vpp", "virtual pipeline")):
+        parser.add_argument(flag, type=positive_int, nargs="+", default=None, metavar="K",
+                            help=f"restrict the {what}-parallel sizes tried")
+    parser.add_argument("--no-sequence-parallel", action="store_true",
+                        help="do not try Megatron sequence parallelism")
+    parser.add_argument("--precision", type=choice("precision", tuple(PRECISIONS)), default="bf16")
+    parser.add_argument("--optimizer", type=choice("optimizer", tuple(OPTIMIZERS)), default="adam")
+    parser.add_argument("--convention", type=choice("convention", ("memsym", "megatron-lm")),
+                        default="memsym")
+    parser.add_argument("--no-flash-attention", action="store_true",
+                        help="keep the s^2 attention scores (default: flash attention)")
+    parser.add_argument("--dropout", action="store_true", help="keep dropout masks (default off)")
+    parser.add_argument("--finetune", type=choice("fine-tuning", ("full", "lora", "qlora")),
+                        default="full", help="full training, LoRA (bf16 base) or QLoRA (NF4 base)")
+    parser.add_argument("--lora-rank", type=positive_int, default=16, metavar="R")
+    parser.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="K",
+                        help="GPUs per node (default 8): t may not exceed it")
+    parser.add_argument("--gpu-memory", type=capacity, default=None, metavar="C",
+                        help="capacity override: 80GB (1e9), 80GiB (2^30) or bytes")
+    parser.add_argument("--efficiency", type=positive_number, default=None, metavar="ETA",
+                        help="achieved fraction of peak FLOP/s for the step time (default 0.5)")
+    parser.add_argument("--json", action="store_true", help="JSON on stdout")
+
+
+def search_options(args) -> dict:
+    """Keyword arguments of :func:`memsym.search.search` from parsed options."""
+    from ..search import SCHEMES
+
+    out = dict(seq_length=args.seq_length, global_batch_size=args.global_batch_size,
+               precision=args.precision, optimizer=args.optimizer, convention=args.convention,
+               flash_attention=not args.no_flash_attention, dropout=args.dropout,
+               finetune=args.finetune, lora_rank=args.lora_rank, capacity=args.gpu_memory,
+               gpus_per_node=args.gpus_per_node, efficiency=args.efficiency,
+               tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, vpp=args.vpp,
+               sequence_parallel=(False,) if args.no_sequence_parallel else (False, True))
+    if args.micro_batch_size:
+        out["micro_batch_sizes"] = args.micro_batch_size
+    if args.recompute:
+        out["recompute"] = args.recompute
+    out["sharding"] = args.sharding or SCHEMES
+    if args.offload:
+        out["offload"] = args.offload
+    return out
+
+
+class Progress:
+    """Prints ``done/total`` on stderr once a search has run longer than ``after`` seconds."""
+
+    def __init__(self, what: str, after: float = 0.5, stream=None):
+        self.what, self.after = what, after
+        self.stream = stream or sys.stderr
+        self.start = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if time.perf_counter() - self.start < self.after:
+            return
+        self.shown = True
+        self.stream.write(f"\r{self.what}: {done}/{total} choices")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "search", help="best layouts of a model on N GPUs",
+        description="Every layout (t, p, c, d, e, v, micro-batch, recompute, sharding) that the "
+        "framework rules allow on N GPUs, its memory on the most-loaded GPU and step time; "
+        "the best that fit, each with its breakdown. GB = 1e9 bytes.")
+    add_search_options(parser)
+    parser.add_argument("--gpus", type=positive_int, required=True, metavar="N",
+                        help="number of GPUs (world size)")
+    parser.add_argument("--top", type=positive_int, default=10, metavar="K",
+                        help="how many layouts to show (default 10)")
+    parser.set_defaults(run=run)
+
+
+def layout_json(row: dict) -> dict:
+    """The layout part of a JSON row (Megatron-like names)."""
+    return {"tp": row["t"], "pp": row["p"], "cp": row["c"], "dp": row["d"], "ep": row["e"],
+            "vpp": row["v"], "micro_batch_size": row["b"], "num_microbatches": row.get("m"),
+            "recompute": row["recompute"], "sharding": row["sharding"],
+            "sequence_parallel": bool(row["sequence_parallel"]), "offload": row["offload"]}
+
+
+def bytes_json(grouped: dict) -> dict:
+    """Whole bytes per term, rounded up as ``memsym estimate --json`` rounds them."""
+    import sympy as sp
+
+    out = {}
+    for key, val in grouped.items():
+        val = sp.sympify(val)
+        out[key] = int(val) if val.is_Integer else int(sp.ceiling(val))
+    return out
+
+
+def run(args) -> int:
+    from ..search import search
+
+    prog = Progress("memsym search")
+    try:
+        res = search(args.model, args.gpu, args.gpus, progress=prog, **search_options(args))
+    finally:
+        prog.close()
+    order = res.order()[: args.top]
+    if not len(order):
+        raise res.no_fit()
+    rows = []
+    for i in order:
+        row = res.row(int(i))
+        exact = res.exact(int(i))
+        rows.append((row, exact))
+    cap = res.space.capacity
+    if args.json:
+        emit_json([{
+            "layout": layout_json(row), "gpus": res.gpus,
+            "bytes": bytes_json(exact["bytes"]),
+            "gpu_memory_bytes": number_out(cap),
+            "headroom_bytes": number_out(cap - exact["bytes"]["total"]),
+            "fits": bool(exact["bytes"]["total"] <= cap),
+            "stage": exact["stage"], "binding": row["binding"],
+            "step_time_s": row["step_time"], "units": "bytes",
+        } for row, exact in rows])
+        return 0
+    print(render(res, rows))
+    return 0
+
+
+def render(res, rows) -> str:
+    """A table of the best layouts and, under each, its breakdown in GB."""
+    sp_ = res.space
+    lines = [f"memsym search: {sp_.arch.name} on {res.gpus} x {sp_.gpu.name} "
+             f"({sp_.capacity / 1e9:.4g} GB each), s = {sp_.seq_length}"
+             + (f", B = {sp_.global_batch_size}" if sp_.global_batch_size else "")
+             + f"; {res.valid} of {res.raw} layouts pass the rules ({len(res)} with the "
+             f"recompute/sharding/SP choices), {int(res.columns['fits'].sum()) if len(res) else 0} "
+             f"fit; ranked by {res.ranked_by}"]
+    excl = [f"{k} {v}" for k, v in res.excluded.items() if v]
+    if excl:
+        lines.append("excluded by rule: " + ", ".join(excl))
+    for note in res.notes:
+        lines.append("note: " + note)
+    lines.append("")
+    lines.append(f"{'#':>3} {'t':>3} {'p':>4} {'c':>4} {'d':>6} {'e':>3} {'v':>3} {'b':>3} "
+                 f"{'recompute':<10}{'sharding':<22}{'SP':<4}{'GB':>9}{'free GB':>9}"
+                 f"{'step s':>10}  binding")
+    for n, (row, exact) in enumerate(rows, 1):
+        tot = float(exact["bytes"]["total"])
+        st = "" if row["step_time"] is None else f"{row['step_time']:.4g}"
+        lines.append(f"{n:>3} {row['t']:>3} {row['p']:>4} {row['c']:>4} {row['d']:>6} {row['e']:>3} "
+                     f"{row['v']:>3} {row['b']:>3} {row['recompute']:<10}{row['sharding']:<22}"
+                     f"{'yes' if row['sequence_parallel'] else 'no':<4}{tot / 1e9:>9.3f}"
+                     f"{(sp_.capacity - tot) / 1e9:>9.3f}{st:>10}  {row['binding']}")
+        parts = ", ".join(f"{k} {float(v) / 1e9:.3f}" for k, v in exact["bytes"].items()
+                          if k != "total")
+        lines.append(f"      stage {exact['stage']}: {parts} GB")
+    return "\n".join(lines)

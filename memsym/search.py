@@ -1,0 +1,1433 @@
+r"""Configuration search: every layout that fits, ranked; the smallest cluster; the largest batch.
+
+The per-GPU training total (:func:`memsym.training.stage_total`: model states + activations +
+allowances on each pipeline stage) is compiled once per *discrete* choice (recompute mode,
+sequence parallelism, interleaving, stage role) and evaluated with numpy broadcasting over
+the whole grid of *numeric* knobs (t, p, c, d, e, v, b, m, and the exact parameters each
+stage holds); no SymPy runs per configuration.  Framework rules are numpy masks over the
+same grid, each named (:data:`RULES`), so every excluded layout says which rule excluded it.
+Step time (:func:`memsym.terms.compute.step_time` + :func:`memsym.terms.communication.
+communication_time`, each group on the link its span crosses) ranks the layouts that fit.
+
+Sizing questions are solved exactly where the total is monotone in the unknown: the
+smallest d for a layout (hence the smallest GPU count) by :func:`memsym.analysis.smallest`
+(closed form, then the integer), checked against the vectorized search.
+
+References
+----------
+.. [seed001] MCore: CPU offloading refuses p > 1; VPP needs (L/p) % v == 0.
+.. [seed002] tensor parallelism stays inside a node (t <= GPUs per node).
+.. [seed004] minimum hardware: 13B full fine-tune -> 4 x A100 80GB with +20-30 % activations.
+.. [narayanan] arXiv:2104.04473 (layouts, bubble, step time).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
+
+import sympy as sp
+
+from .errors import InvalidValueError, NoFitError, UnknownNameError
+from .symbols import N, N_a, N_e, N_u, c, d, e, p, t, t_e
+
+__all__ = ["RULES", "SCHEMES", "Space", "SearchResult", "MinGpus", "search", "min_gpus",
+           "smallest_d", "largest_fit", "explain", "raw_grid"]
+
+#: The framework rules a layout must satisfy, by name (the name is what the output shows).
+RULES = {
+    "world-size": "t*p*c*d must equal the number of GPUs",
+    "tp-per-node": "t must not exceed the GPUs per node (seed 002: TP stays on NVLink)",
+    "tp-heads": "t must divide the attention heads",
+    "tp-kv-heads": "t must divide the KV heads (query groups)",
+    "tp-ffn": "t must divide the ffn hidden size",
+    "pp-layers": "p must divide the layers (or the rest after the given first/last stages)",
+    "vpp-stages": "virtual stages v > 1 need p > 1",
+    "vpp-layers": "v must divide the layers per pipeline stage, (L/p) % v == 0 (seed 001, MCore)",
+    "ep-experts": "e must divide the experts (e = 1 without experts)",
+    "ep-group": "e*t_e must divide t*c*d (experts are carved out of the data-parallel ranks)",
+    "cp-seq": "c must divide the sequence length",
+    "batch": "the global batch must be a multiple of micro-batch x d",
+    "offload-pp": "CPU offload only with p = 1 (seed 001: MCore refuses PP with offloading)",
+    "moe-tp-sp": "MoE with t > 1 needs sequence parallelism (Megatron-LM)",
+}
+
+#: Sharding schemes searched by default (fsdp is the same memory as zero3).
+SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
+
+_KNOBS = ("t", "p", "c", "d", "e", "v", "b")
+_STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients", "optimizer",
+               "expert_weights", "expert_gradients", "expert_optimizer")
+_ALLOW = ("workspace", "nccl", "fragmentation")
+
+
+def _divisors(n: int) -> list:
+    small = [i for i in range(1, int(math.isqrt(n)) + 1) if n % i == 0]
+    return sorted(set(small + [n // i for i in small]))
+
+
+def _pos(value, what):
+    if isinstance(value, bool) or int(value) != value or int(value) < 1:
+        raise InvalidValueError(f"{what} must be a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def _choices(kind, given, accepted):
+    out = []
+    for item in given:
+        key = str(item).strip().lower()
+        if key not in accepted:
+            raise UnknownNameError(kind, item, accepted)
+        if key not in out:
+            out.append(key)
+    return tuple(out)
+
+
+def _int_list(given, what):
+    if given is None:
+        return None
+    if isinstance(given, (int,)) and not isinstance(given, bool):
+        given = [given]
+    return sorted({_pos(x, what) for x in given})
+
+
+# ------------------------------------------------------------------------------------------
+# the problem
+# ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Space:
+    """What is searched: a model on a GPU type, a training setup and the knob choices.
+
+    Build it with :func:`search` / :func:`min_gpus` keywords; fields mirror them.
+    """
+
+    arch: object
+    gpu: object
+    capacity: int
+    gpus_per_node: int
+    seq_length: int
+    global_batch_size: int | None
+    micro_batch_sizes: tuple
+    recompute: tuple
+    sharding: tuple
+    sequence_parallel: tuple
+    offload: tuple
+    tp: tuple | None
+    pp: tuple | None
+    cp: tuple | None
+    ep: tuple | None
+    vpp: tuple | None
+    precision: str
+    optimizer: str
+    convention: str
+    flash_attention: bool
+    dropout: bool
+    schedule: str
+    allowances: tuple
+    finetune: str
+    lora_rank: int
+    lora_targets: tuple
+    quantization: str
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+    efficiency: object
+    intra_bw: float
+    inter_bw: float
+    latency: float
+    capacity_factor: object = 1
+
+    @property
+    def uniform(self) -> bool:
+        from .models import moe_layer_pattern
+
+        return (self.first_stage_layers is None and self.last_stage_layers is None
+                and len(set(moe_layer_pattern(self.arch))) == 1)
+
+    def training(self, **kw):
+        from .training import Training
+
+        base = dict(seq_length=self.seq_length, micro_batch_size=1,
+                    global_batch_size=self.global_batch_size, recompute="none",
+                    flash_attention=self.flash_attention, dropout=self.dropout,
+                    schedule=self.schedule, precision=self.precision, optimizer=self.optimizer,
+                    sharding="distributed-optimizer", convention=self.convention,
+                    offload="none", capacity_factor=self.capacity_factor)
+        base.update(kw)
+        return Training(**base)
+
+
+def make_space(model, gpu, *, seq_length=4096, global_batch_size=None, micro_batch_sizes=None,
+               recompute=("none", "selective", "full"), sharding=SCHEMES,
+               sequence_parallel=(False, True), offload=("none",), tp=None, pp=None, cp=None,
+               ep=None, vpp=None, precision="bf16", optimizer="adam", convention="memsym",
+               flash_attention=True, dropout=False, schedule="1f1b", allowances=None,
+               finetune="full", lora_rank=16, lora_targets="all", quantization=None,
+               first_stage_layers=None, last_stage_layers=None, capacity=None,
+               gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1) -> Space:
+    """Validate the search keywords into a :class:`Space` (see :func:`search`)."""
+    from . import hardware, models
+    from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
+    from .terms.model_state import CONVENTIONS, OFFLOADS
+    from .terms.model_state import SCHEMES as ALL_SCHEMES
+    from .training import ALLOWANCES
+
+    arch = model if isinstance(model, models.Architecture) else models.resolve_model(model)
+    arch = models.resolve(arch, seq_length=_pos(seq_length, "seq_length"))
+    clu = None
+    if cluster is not None:
+        clu = hardware.cluster(cluster)
+        dev = clu.gpu if gpu is None else hardware.gpu(gpu)
+    else:
+        if gpu is None:
+            raise InvalidValueError("give a GPU (e.g. h100-80gb) or a cluster")
+        dev = hardware.gpu(gpu)
+        clu = hardware.cluster_for(dev, gpus_per_node or 8)
+    if gpus_per_node is not None:
+        clu = clu.with_(gpus_per_node=_pos(gpus_per_node, "gpus_per_node"))
+    cap = dev.memory_bytes if capacity is None else capacity
+    if isinstance(cap, bool) or not cap > 0:
+        raise InvalidValueError(f"GPU memory capacity must be > 0 bytes, got {cap!r}")
+    finetune = _choices("fine-tuning mode", [finetune], ("full", "lora", "qlora"))[0]
+    if quantization is None:
+        quantization = {"full": "bf16", "lora": "bf16", "qlora": "nf4-dq"}[finetune]
+    quantization = _choices("quantization", [quantization], QUANTIZATIONS)[0]
+    if isinstance(lora_targets, str):
+        lora_targets = LORA_TARGETS if lora_targets == "all" else (lora_targets,)
+    lora_targets = _choices("LoRA target", lora_targets, LORA_TARGETS)
+    B = None if global_batch_size is None else _pos(global_batch_size, "global_batch_size")
+    if micro_batch_sizes is None:
+        limit = 8 if B is None else min(8, B)
+        micro_batch_sizes = [x for x in (1, 2, 4, 8) if x <= limit]
+    mbs = tuple(_int_list(micro_batch_sizes, "micro-batch size"))
+    shard = _choices("sharding", [("zero3" if x == "fsdp" else x) for x in
+                                  ([sharding] if isinstance(sharding, str) else sharding)],
+                     ALL_SCHEMES)
+    if finetune != "full":
+        # adapters' states are tiny: sharding them changes nothing worth a row; keep the
+        # schemes that change where the frozen weights live (replicated or ZeRO-3 sharded)
+        shard = tuple(dict.fromkeys("zero3" if x in ("zero3", "fsdp") else "ddp" for x in shard))
+    al = tuple(sorted((k, v) for k, v in (allowances or {}).items()))
+    for key, _ in al:
+        if key not in ALLOWANCES:
+            raise UnknownNameError("allowance", key, ALLOWANCES)
+    eff = efficiency
+    if eff is None:
+        from .terms.compute import DEFAULT_EFFICIENCY
+        eff = DEFAULT_EFFICIENCY
+    return Space(
+        arch=arch, gpu=dev, capacity=int(cap) if float(cap).is_integer() else cap,
+        gpus_per_node=clu.gpus_per_node, seq_length=int(seq_length), global_batch_size=B,
+        micro_batch_sizes=mbs,
+        recompute=_choices("recompute mode", [recompute] if isinstance(recompute, str) else recompute,
+                           ("none", "selective", "full")),
+        sharding=shard,
+        sequence_parallel=tuple(sorted({bool(x) for x in ([sequence_parallel] if isinstance(
+            sequence_parallel, bool) else sequence_parallel)})),
+        offload=_choices("offload", [offload] if isinstance(offload, str) else offload, OFFLOADS),
+        tp=_int_list(tp, "tp") and tuple(_int_list(tp, "tp")),
+        pp=_int_list(pp, "pp") and tuple(_int_list(pp, "pp")),
+        cp=_int_list(cp, "cp") and tuple(_int_list(cp, "cp")),
+        ep=_int_list(ep, "ep") and tuple(_int_list(ep, "ep")),
+        vpp=_int_list(vpp, "vpp") and tuple(_int_list(vpp, "vpp")),
+        precision=precision, optimizer=optimizer,
+        convention=_choices("convention", [convention], CONVENTIONS)[0],
+        flash_attention=bool(flash_attention), dropout=bool(dropout), schedule=schedule,
+        allowances=al, finetune=finetune, lora_rank=_pos(lora_rank, "lora_rank"),
+        lora_targets=lora_targets, quantization=quantization,
+        first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+        efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
+        latency=clu.latency, capacity_factor=capacity_factor)
+
+
+# ------------------------------------------------------------------------------------------
+# the raw grid and the rules (numpy masks)
+# ------------------------------------------------------------------------------------------
+def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
+    """Every (t, p, c, d, e, v, b) with t*p*c*d = gpus drawn from the candidate lists, as
+    numpy columns (before any rule).  Candidates: divisors of the GPU count for t, p, c;
+    divisors of the experts for e; divisors of the layers for v; the micro-batch list for b.
+    """
+    import numpy as np
+
+    x = space.arch
+    divs = _divisors(gpus)
+    cand_t = space.tp or tuple(dv for dv in divs)
+    cand_p = space.pp or tuple(dv for dv in divs)
+    cand_c = space.cp or tuple(dv for dv in divs)
+    if x.num_experts:
+        cand_e = space.ep or tuple(dv for dv in _divisors(x.num_experts))
+    else:
+        cand_e = space.ep or (1,)
+    cand_v = space.vpp or tuple(_divisors(x.num_layers))
+    rows = []
+    for tt in cand_t:
+        if gpus % tt:
+            continue
+        for pp in cand_p:
+            if (gpus // tt) % pp:
+                continue
+            for cc in cand_c:
+                if (gpus // (tt * pp)) % cc:
+                    continue
+                rows.append((tt, pp, cc, gpus // (tt * pp * cc)))
+    if not rows:
+        raise InvalidValueError(f"no layout of the given tp/pp/cp sizes multiplies to {gpus} GPUs")
+    base = np.array(rows, dtype=np.int64)
+    ev = np.array(list(itertools.product(cand_e, cand_v, space.micro_batch_sizes)), dtype=np.int64)
+    n1, n2 = len(base), len(ev)
+    grid = {
+        "t": np.repeat(base[:, 0], n2), "p": np.repeat(base[:, 1], n2),
+        "c": np.repeat(base[:, 2], n2), "d": np.repeat(base[:, 3], n2),
+        "e": np.tile(ev[:, 0], n1), "v": np.tile(ev[:, 1], n1), "b": np.tile(ev[:, 2], n1),
+    }
+    return grid
+
+
+def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
+    """``rule name -> boolean array`` (True where the layout breaks the rule)."""
+    import numpy as np
+
+    x = space.arch
+    t_, p_, c_, d_, e_, v_, b_ = (grid[k] for k in _KNOBS)
+    L_ = x.num_layers
+    out = {}
+    if gpus is not None:
+        out["world-size"] = t_ * p_ * c_ * d_ != gpus
+    out["tp-per-node"] = t_ > space.gpus_per_node
+    out["tp-heads"] = x.num_attention_heads % t_ != 0
+    out["tp-kv-heads"] = (x.num_query_groups % t_ != 0) if not x.multi_latent_attention \
+        else np.zeros_like(t_, dtype=bool)
+    from .models import moe_layer_pattern
+
+    dense = not all(moe_layer_pattern(x))
+    out["tp-ffn"] = (x.ffn_hidden_size % t_ != 0) if dense else (x.moe_ffn_hidden_size % t_ != 0)
+    fst, lst = space.first_stage_layers, space.last_stage_layers
+    if fst is None and lst is None:
+        out["pp-layers"] = L_ % p_ != 0
+        per = L_ // p_
+    else:
+        given = (fst or 0) + (lst or 0)
+        middle = p_ - (fst is not None) - (lst is not None)
+        rest = L_ - given
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bad = np.where(middle > 0, rest % np.maximum(middle, 1) != 0, rest != 0)
+        out["pp-layers"] = bad | (p_ == 1) | (rest < 0)
+        per = np.where(middle > 0, rest // np.maximum(middle, 1), 0)
+    out["vpp-stages"] = (v_ > 1) & (p_ == 1)
+    out["vpp-layers"] = (v_ > 1) & (per % v_ != 0)
+    if x.num_experts:
+        out["ep-experts"] = x.num_experts % e_ != 0
+        out["ep-group"] = (t_ * c_ * d_) % (e_ * t_) != 0
+    else:
+        out["ep-experts"] = e_ != 1
+    out["cp-seq"] = space.seq_length % c_ != 0
+    if space.global_batch_size is not None:
+        out["batch"] = space.global_batch_size % (b_ * d_) != 0
+    return out
+
+
+def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
+    """The names of the rules one layout breaks (empty when it is valid).
+
+    Examples
+    --------
+    >>> explain("llama3-405b", {"t": 16, "p": 5, "d": 1}, "h100-80gb")
+    ['tp-per-node', 'tp-kv-heads', 'pp-layers']
+    """
+    import numpy as np
+
+    space = space_or_model if isinstance(space_or_model, Space) else make_space(
+        space_or_model, gpu, **kw)
+    grid = {k: np.array([int(layout.get(k, 1))], dtype=np.int64) for k in _KNOBS}
+    out = [name for name, mask in rule_masks(space, grid).items() if bool(mask[0])]
+    if layout.get("offload", "none") != "none" and int(layout.get("p", 1)) > 1:
+        out.append("offload-pp")
+    if space.arch.num_experts and int(layout.get("t", 1)) > 1 and not layout.get("sequence_parallel"):
+        out.append("moe-tp-sp")
+    return [r for r in RULES if r in out]
+
+
+# ------------------------------------------------------------------------------------------
+# compiled pieces (cached per space and discrete choice)
+# ------------------------------------------------------------------------------------------
+class _Stub:
+    """Stand-in for :class:`memsym.models.StageParameters` with symbolic per-GPU counts, so
+    one template total serves every (t, p, e): the exact counts are fed in per row."""
+
+    def __init__(self, moe: bool):
+        self.dense_per_gpu = N / (p * t)
+        self.experts = 1 if moe else 0
+        self.experts_per_gpu = N_e
+
+
+@functools.lru_cache(maxsize=1024)
+def _numeric_form(expr):
+    """``Min``/``Max`` of two arguments as ``(x + y -/+ |x - y|)/2`` (the same function):
+    numpy's lambdify printer emits ``reduce(minimum, ...)`` for them, which the shared
+    compiled namespace does not provide."""
+    def _mn(*args):
+        out = args[0]
+        for y in args[1:]:
+            out = (out + y - sp.Abs(out - y)) / 2
+        return out
+
+    def _mx(*args):
+        out = args[0]
+        for y in args[1:]:
+            out = (out + y + sp.Abs(out - y)) / 2
+        return out
+
+    if expr.has(sp.Min) or expr.has(sp.Max):
+        expr = expr.replace(sp.Min, _mn).replace(sp.Max, _mx)
+    return expr
+
+
+@functools.lru_cache(maxsize=4096)
+def _sum_expr(pairs: tuple):
+    """The sum of a template's ``(key, expression)`` pairs (cached: one compile per template)."""
+    return sp.Add(*(expr for _, expr in pairs))
+
+
+def _call(expr, kw: dict):
+    from .numeric import compile_expr
+
+    fn, names = compile_expr(_numeric_form(expr))
+    return fn(*[kw[n] for n in names])[0]
+
+
+def _role_stage(role: str, pp: int) -> int:
+    return {"only": 0, "first": 0, "second": 1, "last": pp - 1}[role]
+
+
+def _template(space: Space, rc: str, spf: bool, vv: int | None, role: str, rep: dict):
+    return _template_cached(space, rc, spf, vv, role, rep["t"], rep["p"], rep["e"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _template_cached(space, rc, spf, vv, role, t0, p0, e0):
+    rep = {"t": t0, "p": p0, "e": e0}
+    """Activation terms of a stage role (keys -> expressions), from memsym.training."""
+    from .training import Layout, stage_activations
+
+    pp = rep["p"]
+    lay = Layout(t=rep["t"], p=pp, d=1, c=1, e=rep["e"], v=vv, sequence_parallel=spf,
+                 first_stage_layers=space.first_stage_layers,
+                 last_stage_layers=space.last_stage_layers)
+    tr = space.training(recompute=rc, micro_batch_size=1,
+                        global_batch_size=space.global_batch_size)
+    act = stage_activations(space.arch, lay, tr, _role_stage(role, pp))
+    return tuple((term.key, term.expr) for term in act)
+
+
+@functools.lru_cache(maxsize=1024)
+def _states(space: Space, scheme: str, off: str):
+    """Model-state terms (keys -> expressions) symbolic in N (= stage params x p t) and N_e."""
+    from .terms.model_state import byte_widths, model_state
+
+    if space.finetune != "full":
+        from .symbols import b_g, b_m, b_o
+        from .terms.adapters import lora
+        from .terms.model_state import OPTIMIZERS
+
+        widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[space.optimizer]}  # fp32 adapters (PEFT)
+        tot = lora(space.quantization, "fp32", params=N / (p * t), adapters=N_a, unquantized=N_u,
+                   sharded=scheme == "zero3").subs(widths)
+        return tuple((term.key, term.expr) for term in tot)
+    widths = byte_widths(scheme, space.precision, space.optimizer, space.convention)
+    out = [(term.key, term.expr) for term in model_state(
+        scheme, convention=space.convention, offload=off, params=N / (p * t), dp=d * c).subs(widths)]
+    if space.arch.num_experts:
+        ex = model_state(scheme, convention=space.convention, offload=off, params=N_e,
+                         dp=d * c * t / (e * t_e)).subs(widths)
+        out += [("expert_" + term.key, term.expr) for term in ex]
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=65536)
+def _stage_counts(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
+    """(N value, N_e, N_u, N_a) per GPU of a stage: exact counts from memsym.models."""
+    from .models import layer_parameters, moe_layer_pattern, stage_parameters
+    from .terms.adapters import lora_parameter_count
+
+    sp_ = stage_parameters(space.arch, tt, pp, stage, e=ee, first_stage_layers=space.first_stage_layers,
+                           last_stage_layers=space.last_stage_layers)
+    if space.finetune == "full":
+        return (sp_.dense_per_gpu * pp * tt, sp_.experts_per_gpu if sp_.experts else 0, 0, 0)
+    pattern = moe_layer_pattern(space.arch)
+    lin = sum(layer_parameters(space.arch, pattern[i])["tp"] for i in sp_.layers)
+    quant = sp.Rational(lin, tt) + sp_.experts_per_gpu
+    unq = sp_.per_gpu - quant
+    adapters = sp.Rational(lora_parameter_count(space.arch, space.lora_rank, space.lora_targets)
+                           * len(sp_.layers), space.arch.num_layers * tt)
+    return (quant * pp * tt, 0, unq, adapters)
+
+
+# ------------------------------------------------------------------------------------------
+# results
+# ------------------------------------------------------------------------------------------
+@dataclass
+class SearchResult:
+    """The feasible layouts of one search, as numpy columns, with ranking helpers.
+
+    Attributes
+    ----------
+    space : Space
+    gpus : int
+    columns : dict
+        Knobs (``t p c d e v b m``), choices (``recompute sharding sequence_parallel offload``),
+        ``memory`` (the most-loaded GPU [bytes]), ``stage`` (its pipeline stage), one column
+        per grouped term (``weights`` ... ``activations`` ... ``fragmentation``),
+        ``headroom`` (capacity - memory [bytes]), ``fits``, ``step_time`` [s] (NaN without a
+        global batch), ``binding`` (the largest term's key).
+    excluded : dict
+        Rule name -> number of raw layouts it excludes (a layout may break several).
+    raw : int
+        Raw layouts considered before the rules.
+    seconds : float
+        Wall time of the search.
+    """
+
+    space: Space
+    gpus: int
+    columns: dict
+    excluded: dict
+    raw: int
+    seconds: float = 0.0
+    valid: int = 0
+    notes: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.columns["memory"])
+
+    @property
+    def ranked_by(self) -> str:
+        return "step time" if self.space.global_batch_size is not None else "memory headroom"
+
+    def order(self, fitting: bool = True):
+        """Row indices best first: step time (then headroom) with a global batch, else headroom."""
+        import numpy as np
+
+        col = self.columns
+        idx = np.flatnonzero(col["fits"]) if fitting else np.arange(len(self))
+        if self.space.global_batch_size is not None:
+            keys = (-col["headroom"][idx], col["step_time"][idx])   # lexsort: last key first
+        else:
+            keys = (-col["headroom"][idx],)
+        return idx[np.lexsort(keys)]
+
+    def row(self, i: int) -> dict:
+        """One layout as a plain dict (knobs, choices, bytes per grouped term, step time)."""
+        col = self.columns
+        out = {k: int(col[k][i]) for k in ("t", "p", "c", "d", "e", "v", "b")}
+        out["m"] = None if col["m"][i] <= 0 else int(col["m"][i])
+        for k in ("recompute", "sharding", "offload"):
+            out[k] = str(col[k][i])
+        out["sequence_parallel"] = bool(col["sequence_parallel"][i])
+        out["stage"] = int(col["stage"][i])
+        out["memory"] = float(col["memory"][i])
+        out["headroom"] = float(col["headroom"][i])
+        out["fits"] = bool(col["fits"][i])
+        st = float(col["step_time"][i])
+        out["step_time"] = None if math.isnan(st) else st
+        out["binding"] = str(col["binding"][i])
+        out["bytes"] = {k: float(col[k][i]) for k in self.term_keys if k in col}
+        return out
+
+    @property
+    def term_keys(self) -> tuple:
+        return tuple(k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in self.columns)
+
+    def top(self, k: int = 10) -> list:
+        """The ``k`` best fitting layouts as dicts (see :meth:`row`)."""
+        return [self.row(int(i)) for i in self.order()[:k]]
+
+    def best(self) -> dict:
+        """The best fitting layout; :class:`NoFitError` naming the closest one when none fits."""
+        idx = self.order()
+        if len(idx):
+            return self.row(int(idx[0]))
+        raise self.no_fit()
+
+    def no_fit(self) -> NoFitError:
+        import numpy as np
+
+        if not len(self):
+            return NoFitError(f"no layout of {self.gpus} GPUs passes the rules ("
+                              + ", ".join(f"{k}: {v}" for k, v in self.excluded.items() if v) + ")")
+        i = int(np.argmin(self.columns["memory"]))
+        r = self.row(i)
+        return NoFitError(
+            f"no layout of {self.gpus} x {self.space.gpu.name} fits: the least memory is "
+            f"{r['memory'] / 1e9:.4g} GB > {self.space.capacity / 1e9:.4g} GB "
+            f"(t={r['t']}, p={r['p']}, c={r['c']}, d={r['d']}, b={r['b']}, {r['recompute']} "
+            f"recompute, {r['sharding']}; binding term: {r['binding']})",
+            binding=(r["binding"],), floor=sp.Float(r["memory"]))
+
+    def pareto(self) -> list:
+        """Fitting layouts on the Pareto front of headroom (more is better) vs step time
+        (less is better), fastest first.  Without a global batch: the most headroom only."""
+        import numpy as np
+
+        col = self.columns
+        idx = np.flatnonzero(col["fits"])
+        if not len(idx):
+            return []
+        if self.space.global_batch_size is None:
+            return [self.row(int(idx[np.argmax(col["headroom"][idx])]))]
+        order = idx[np.lexsort((-col["headroom"][idx], col["step_time"][idx]))]
+        front, best_head = [], -np.inf
+        for i in order:
+            if col["headroom"][i] > best_head:
+                front.append(self.row(int(i)))
+                best_head = col["headroom"][i]
+        return front
+
+    def largest(self, knob: str = "b") -> dict:
+        """The fitting layout with the largest value of a knob (``b`` the micro-batch size),
+        ties broken by the ranking."""
+        import numpy as np
+
+        if knob not in self.columns:
+            raise UnknownNameError("knob", knob, _KNOBS)
+        idx = self.order()
+        if not len(idx):
+            raise self.no_fit()
+        vals = self.columns[knob][idx]
+        return self.row(int(idx[int(np.argmax(vals))]))
+
+    def exact(self, i: int) -> dict:
+        """Exact bytes of row ``i`` (SymPy, term by term) and the stage they belong to,
+        from the same composition the vectorized search used."""
+        return _exact_row(self.space, self.row(i))
+
+
+# ------------------------------------------------------------------------------------------
+# the vectorized evaluation
+# ------------------------------------------------------------------------------------------
+def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=True,
+              only: dict | None = None) -> dict:
+    """Memory (and step time) of every row of ``grid`` under every discrete choice.
+
+    ``grid`` holds rule-valid numeric knobs.  Returns concatenated columns."""
+    import numpy as np
+
+    from .training import allowance_values, arch_values
+
+    x = space.arch
+    moe = bool(x.num_experts)
+    n = len(grid["t"])
+    out_cols: dict = {k: [] for k in ("row", "t", "p", "c", "d", "e", "v", "b", "m", "recompute",
+                                       "sharding", "sequence_parallel", "offload", "memory",
+                                       "stage", "step_time") + _STATE_KEYS + ("activations",) + _ALLOW}
+    if n == 0:
+        return {k: np.array([]) for k in out_cols}
+    B = space.global_batch_size
+    t_, p_, c_, d_, e_, v_, b_ = (grid[k] for k in _KNOBS)
+    m_ = (B // (b_ * d_)) if B is not None else np.zeros(n, dtype=np.int64)
+    # exact per-stage counts for each unique (t, p, e, stage), cast to float once
+    avals = arch_values(x, 1)
+    scal = {str(k): float(v) for k, v in avals.items()}
+    allow = {str(k): float(v) for k, v in allowance_values(dict(space.allowances)).items()}
+    Vpad = {int(tt): float(arch_values(x, int(tt))[sp.Symbol("V", positive=True)])
+            for tt in np.unique(t_)}
+    V_row = np.array([Vpad[int(tt)] for tt in t_])
+    roles_needed = ["only", "first", "last"] + ([] if space.uniform else ["second"])
+    counts = {}
+    for role in roles_needed:
+        arrs = np.zeros((4, n))
+        if role == "only":
+            sel = p_ == 1
+        elif role == "second":
+            sel = p_ >= 3
+        else:
+            sel = p_ > 1
+        keys = {}
+        for i in np.flatnonzero(sel):
+            key = (int(t_[i]), int(p_[i]), int(e_[i]))
+            if key not in keys:
+                keys[key] = [float(q) for q in _stage_counts(space, *key, _role_stage(role, key[1]))]
+            arrs[:, i] = keys[key]
+        counts[role] = (sel, arrs)
+    base_kw = dict(scal)
+    base_kw.update(allow)
+    base_kw.update({"s": float(space.seq_length), "c_f": float(space.capacity_factor),
+                    "t": t_.astype(float), "p": p_.astype(float), "c": c_.astype(float),
+                    "d": d_.astype(float), "e": e_.astype(float), "t_e": t_.astype(float),
+                    "v": v_.astype(float), "b": b_.astype(float), "m": m_.astype(float),
+                    "V": V_row})
+    # representatives for building the symbolic templates
+    combos = []
+    for rc in space.recompute:
+        for spf in space.sequence_parallel:
+            for inter in (False, True):
+                for off in space.offload:
+                    for scheme in space.sharding:
+                        combos.append((rc, spf, inter, off, scheme))
+    cache_act, cache_states = {}, {}
+    done = 0
+    phi = allow.get("phi_frag", 0.0)
+    for rc, spf, inter, off, scheme in combos:
+        done += 1
+        if progress is not None:
+            progress(done, len(combos))
+        sel = np.ones(n, dtype=bool)
+        sel &= (v_ > 1) if inter else (v_ == 1)
+        sel &= (t_ > 1) if spf else np.ones(n, dtype=bool)
+        if moe and not spf:
+            sel &= t_ == 1
+        if off != "none":
+            sel &= p_ == 1
+        if only is not None:
+            sel &= ((only["recompute"] == rc) & (only["sharding"] == scheme)
+                    & (only["sequence_parallel"] == spf) & (only["offload"] == off))
+        if not sel.any():
+            continue
+        idx = np.flatnonzero(sel)
+        kw = {k: (val[idx] if isinstance(val, np.ndarray) else val) for k, val in base_kw.items()}
+        stkey = (scheme, off)
+        if stkey not in cache_states:
+            cache_states[stkey] = _states(space, scheme, off)
+        states = cache_states[stkey]
+        best_mem = np.full(len(idx), -np.inf)
+        best_parts = {}
+        best_stage = np.zeros(len(idx), dtype=np.int64)
+        for role in roles_needed:
+            rsel, arr = counts[role]
+            rmask = rsel[idx]
+            if not rmask.any():
+                continue
+            ridx = np.flatnonzero(rmask)
+            rkw = {k: (val[ridx] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
+            rkw["N"], rkw["N_e"], rkw["N_u"], rkw["N_a"] = (arr[j][idx][ridx] for j in range(4))
+            rep_i = idx[ridx[0]]
+            akey = (rc, spf, inter, role) if space.uniform else (rc, spf, inter, role, int(p_[rep_i]))
+            if not space.uniform:
+                # the stack depends on the stage's concrete layers: one template per p
+                parts_by_p = {}
+                for pv in np.unique(rkw["p"]):
+                    sub = np.flatnonzero(rkw["p"] == pv)
+                    r0 = idx[ridx[sub[0]]]
+                    k2 = (rc, spf, inter, role, int(pv))
+                    if k2 not in cache_act:
+                        cache_act[k2] = _template(space, rc, spf, int(v_[r0]) if inter else None,
+                                                  role, {"t": int(t_[r0]), "p": int(pv),
+                                                         "e": int(e_[r0])})
+                    parts_by_p[int(pv)] = sub
+                act = np.zeros(len(ridx))
+                for pv, sub in parts_by_p.items():
+                    skw = {k: (val[sub] if isinstance(val, np.ndarray) else val) for k, val in rkw.items()}
+                    act[sub] += np.broadcast_to(
+                        _call(_sum_expr(cache_act[(rc, spf, inter, role, pv)]), skw), len(sub))
+            else:
+                if akey not in cache_act:
+                    cache_act[akey] = _template(space, rc, spf, int(v_[rep_i]) if inter else None,
+                                                role, {"t": int(t_[rep_i]), "p": int(p_[rep_i]),
+                                                       "e": int(e_[rep_i])})
+                # one compiled function per template: only the sum is needed here
+                act = np.zeros(len(ridx)) + np.broadcast_to(
+                    _call(_sum_expr(cache_act[akey]), rkw), len(ridx))
+            parts = {}
+            for key, expr in states:
+                parts[key] = np.broadcast_to(np.asarray(_call(expr, rkw), dtype=float), len(ridx))
+            allocated = act + sum(parts.values()) if parts else act
+            parts["activations"] = act
+            parts["workspace"] = np.full(len(ridx), allow.get("M_ws", 0.0))
+            parts["nccl"] = np.full(len(ridx), allow.get("M_nccl", 0.0))
+            parts["fragmentation"] = phi * allocated
+            mem = allocated + parts["workspace"] + parts["nccl"] + parts["fragmentation"]
+            better = mem > best_mem[ridx]
+            tgt = ridx[better]
+            best_mem[tgt] = mem[better]
+            best_stage[tgt] = np.array([_role_stage(role, int(pv)) for pv in rkw["p"][better]],
+                                       dtype=np.int64) if better.any() else best_stage[tgt]
+            for key, arr2 in parts.items():
+                best_parts.setdefault(key, np.zeros(len(idx)))
+                best_parts[key][tgt] = arr2[better]
+        out_cols["row"].append(idx)
+        for k in ("t", "p", "c", "d", "e", "v", "b", "m"):
+            out_cols[k].append(grid[k][idx] if k != "m" else m_[idx])
+        out_cols["recompute"].append(np.full(len(idx), rc, dtype=object))
+        out_cols["sharding"].append(np.full(len(idx), scheme, dtype=object))
+        out_cols["offload"].append(np.full(len(idx), off, dtype=object))
+        out_cols["sequence_parallel"].append(np.full(len(idx), spf, dtype=bool))
+        out_cols["memory"].append(best_mem)
+        out_cols["stage"].append(best_stage)
+        for key in _STATE_KEYS + ("activations",) + _ALLOW:
+            out_cols[key].append(best_parts.get(key, np.full(len(idx), np.nan)))
+        if want_time and B is not None:
+            out_cols["step_time"].append(_step_time(space, kw, rc, spf, scheme, gpus_of_row[idx]))
+        else:
+            out_cols["step_time"].append(np.full(len(idx), np.nan))
+    cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
+    # drop term columns that are absent everywhere
+    for key in _STATE_KEYS:
+        if key in cols and (not len(cols[key]) or np.all(np.isnan(cols[key]))):
+            del cols[key]
+    return cols
+
+
+def _step_time(space: Space, kw: dict, rc: str, spf: bool, scheme: str, gpus) -> "numpy.ndarray":  # noqa: F821
+    """Seconds per step: compute + bubble (memsym.terms.compute.step_time) + every group's
+    communication on the link its span crosses (no overlap: an upper bound)."""
+    import numpy as np
+
+    from .models import moe_layer_pattern
+    from .terms.model_state import byte_widths
+
+    x = space.arch
+    moe = bool(x.num_experts)
+    widths = byte_widths(scheme, space.precision if space.precision in ("bf16", "fp16", "fp32", "fp8")
+                         else "bf16", space.optimizer)
+    tkw = dict(kw)
+    tkw.update({str(k): float(v) for k, v in widths.items()})
+    tkw.update({"b_c": 2.0, "B": float(space.global_batch_size), "G": gpus.astype(float),
+                "F": float(space.gpu.peak(space.precision if space.precision in ("bf16", "fp16", "fp8")
+                                          else "bf16")),
+                "eta": float(space.efficiency), "alpha": float(space.latency),
+                "beta_intra": float(space.intra_bw), "beta_inter": float(space.inter_bw),
+                "N": float(_total_params(x)), "L": float(x.num_layers),
+                "L_m": float(sum(moe_layer_pattern(x)))})
+    for key in ("k",):
+        tkw.setdefault(key, 1.0)
+    total = np.zeros(len(kw["t"]))
+    total += np.broadcast_to(_call(_step_expr(rc), tkw), len(total))
+    shard = None if space.finetune != "full" else scheme
+    intra = _comm_terms(spf, shard, moe, rc, "intra")
+    inter = _comm_terms(spf, shard, moe, rc, "inter")
+    t_, c_, p_, e_ = kw["t"], kw["c"], kw["p"], kw["e"]
+    span = {"tp": t_, "cp": t_ * c_, "pp": t_ * c_ * p_, "dp": gpus.astype(float),
+            "ep": t_ * c_ * p_ * e_}
+    for (key, a_expr), (_, b_expr) in zip(intra, inter):
+        on_node = span[key] <= space.gpus_per_node
+        ta = np.broadcast_to(_call(a_expr, tkw), len(total))
+        tb = np.broadcast_to(_call(b_expr, tkw), len(total))
+        total += np.where(on_node, ta, tb)
+    return total
+
+
+@functools.lru_cache(maxsize=64)
+def _step_expr(rc: str):
+    """Compute + bubble of :func:`memsym.terms.compute.step_time` (interleaved form: v = 1
+    gives the plain 1F1B bubble (p - 1)/m)."""
+    from .terms.compute import step_time
+
+    return step_time(recompute=rc, interleaved=True, pipeline=True).expr
+
+
+@functools.lru_cache(maxsize=256)
+def _comm_terms(spf: bool, sharding, moe: bool, rc: str, link: str) -> tuple:
+    """``(group, seconds)`` of :func:`memsym.terms.communication.communication_time` with
+    every group on ``link``; the search picks intra or inter per layout from its span."""
+    from .terms.communication import communication_time
+
+    tot = communication_time(placement_map={g_: link for g_ in ("tp", "cp", "pp", "dp", "ep")},
+                             sequence_parallel=spf, pipeline=True, interleaved=True,
+                             sharding=sharding, context="ring", expert=moe, recompute=rc)
+    return tuple((term.key, term.expr) for term in tot)
+
+
+def _total_params(x) -> int:
+    from .models import parameter_count
+
+    return int(parameter_count(x))
+
+
+def _binding(cols: dict) -> "numpy.ndarray":  # noqa: F821
+    import numpy as np
+
+    keys = [k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in cols]
+    if not len(cols["memory"]):
+        return np.array([], dtype=object)
+    mat = np.vstack([np.nan_to_num(cols[k], nan=-1.0) for k in keys])
+    return np.array(keys, dtype=object)[np.argmax(mat, axis=0)]
+
+
+# ------------------------------------------------------------------------------------------
+# public entry points
+# ------------------------------------------------------------------------------------------
+def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, **options) -> SearchResult:
+    r"""Every layout of ``gpus`` GPUs that the framework rules allow, with its memory on the
+    most-loaded GPU, its step time, and whether it fits; ranked.
+
+    .. math::
+
+        \{(t,p,c,d,e,v,b,\text{recompute},\text{sharding},\text{SP}) :
+          t\,p\,c\,d = G,\ \text{rules}\}, \qquad
+        M_{\max} = \max_{\text{stage}} M_{\text{stage}} \le C
+
+    Parameters
+    ----------
+    model : str or Architecture
+        A preset name, a config.json path or an :class:`~memsym.models.Architecture`.
+    gpu : str
+        A catalogue GPU (``h100-80gb``); its memory is the capacity unless ``capacity`` is
+        given [bytes].
+    gpus : int
+        The world size G.
+    progress : callable, optional
+        Called as ``progress(done, total)`` per discrete choice (the command line uses it to
+        show progress on stderr).
+    **options
+        ``seq_length`` (4096), ``global_batch_size`` (None: rank by headroom, no step time),
+        ``micro_batch_sizes`` (1, 2, 4, 8), ``recompute`` (all three), ``sharding``
+        (:data:`SCHEMES`), ``sequence_parallel`` ((False, True)), ``offload`` (("none",)),
+        ``tp``/``pp``/``cp``/``ep``/``vpp`` (lists restricting the candidates),
+        ``precision``, ``optimizer``, ``convention``, ``flash_attention`` (True),
+        ``dropout`` (False), ``allowances`` (overrides of the training allowances),
+        ``finetune`` ("full", "lora", "qlora"), ``lora_rank``, ``lora_targets``,
+        ``quantization``, ``first_stage_layers``/``last_stage_layers``, ``capacity``,
+        ``gpus_per_node``, ``cluster``, ``efficiency``.
+
+    Returns
+    -------
+    SearchResult
+
+    Examples
+    --------
+    >>> res = search("llama2-7b", "a100-80gb", 8, seq_length=2048, global_batch_size=64,
+    ...              recompute=["selective"], sharding=["distributed-optimizer"])
+    >>> best = res.best()
+    >>> best["fits"], best["t"] * best["p"] * best["c"] * best["d"]
+    (True, 8)
+    >>> res.excluded["tp-heads"]
+    0
+    """
+    import numpy as np
+
+    start = time.perf_counter()
+    G_ = _pos(gpus, "gpus")
+    space = options.pop("space", None) or make_space(model, gpu, **options)
+    grid = raw_grid(space, G_)
+    masks = rule_masks(space, grid, G_)
+    raw = len(grid["t"])
+    bad = np.zeros(raw, dtype=bool)
+    for mask in masks.values():
+        bad |= mask
+    excluded = {name: int(masks[name].sum()) if name in masks else 0 for name in RULES}
+    # choice-level rules, counted on the layouts that pass the knob rules
+    ok = ~bad
+    n_ok = int(ok.sum())
+    if "none" not in space.offload or len(space.offload) > 1:
+        excluded["offload-pp"] = int((grid["p"][ok] > 1).sum()) * sum(o != "none" for o in space.offload)
+    if space.arch.num_experts and False in space.sequence_parallel:
+        excluded["moe-tp-sp"] = int((grid["t"][ok] > 1).sum())
+    valid = {k: grid[k][ok] for k in _KNOBS}
+    gpus_row = np.full(n_ok, G_, dtype=np.int64)
+    cols = _evaluate(space, valid, gpus_row, progress)
+    cols["headroom"] = space.capacity - cols["memory"] if len(cols["memory"]) else np.array([])
+    cols["fits"] = cols["headroom"] >= 0 if len(cols["memory"]) else np.array([], dtype=bool)
+    cols["binding"] = _binding(cols)
+    res = SearchResult(space, G_, cols, excluded, raw, time.perf_counter() - start, valid=n_ok)
+    if space.global_batch_size is None:
+        res.notes.append("no global batch size: layouts ranked by memory headroom (no step time)")
+    return res
+
+
+def _exact_row(space: Space, row: Mapping) -> dict:
+    """Exact (SymPy) bytes of one layout on its most-loaded stage, grouped like ``estimate``."""
+    vals, totals = _row_totals(space, row)
+    best = None
+    for stage, tot in totals.items():
+        val = tot.evaluate(vals)
+        if best is None or val > best[1]:
+            best = (stage, val, tot)
+    stage, _, tot = best
+    bd = tot.breakdown(vals)
+    return {"stage": stage, "bytes": group_bytes(bd), "total": tot, "values": vals}
+
+
+def group_bytes(bd: Mapping) -> dict:
+    """Exact per-term bytes grouped as ``memsym estimate --json`` reports them: model-state
+    keys, ``activations`` (every activation term), the allowances, ``total``."""
+    out = {k: bd[k] for k in _STATE_KEYS if k in bd}
+    out["activations"] = sp.Add(*(val for key, val in bd.items()
+                                   if key not in _STATE_KEYS and key not in _ALLOW and key != "total"))
+    for key in _ALLOW:
+        if key in bd:
+            out[key] = bd[key]
+    out["total"] = bd["total"]
+    return out
+
+
+def _row_totals(space: Space, row: Mapping):
+    """(exact values, {stage: Total}) for one layout: the stages the search compares."""
+    from .symbols import m as m_sym
+    from .term import Term, Total
+    from .training import allowance_terms, allowance_values, arch_values
+
+    x = space.arch
+    tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in _KNOBS)
+    vals = dict(arch_values(x, tt))
+    vals.update({sp.Symbol(k, positive=True): sp.Integer(val) for k, val in
+                 zip(("t", "p", "c", "d", "e", "t_e", "v", "b", "s"),
+                     (tt, pp, cc, dd, ee, tt, vv, bb, space.seq_length))})
+    vals[sp.Symbol("c_f", positive=True)] = sp.nsimplify(space.capacity_factor)
+    if space.global_batch_size is not None:
+        vals[m_sym] = sp.Integer(space.global_batch_size // (bb * dd))
+    vals.update(allowance_values(dict(space.allowances)))
+    roles = ["only"] if pp == 1 else ["first", "last"] + ([] if space.uniform or pp < 3 else ["second"])
+    states = dict(_states(space, row["sharding"], row.get("offload", "none")))
+    totals = {}
+    for role in roles:
+        stage = _role_stage(role, pp)
+        act = _template(space, row["recompute"], bool(row["sequence_parallel"]),
+                        vv if vv > 1 else None, role, {"t": tt, "p": pp, "e": ee})
+        nval, ne, nu, na = _stage_counts(space, tt, pp, ee, stage)
+        sub = {N: nval, N_e: ne, N_u: nu, N_a: na}
+        terms = [Term(k, ex.xreplace(sub), k, _src(k)) for k, ex in states.items()]
+        terms += [Term(k, ex, k, _src(k)) for k, ex in act]
+        allocated = sp.Add(*(term.expr for term in terms))
+        terms += list(allowance_terms(allocated))
+        totals[stage] = Total(f"memory of pipeline stage {stage}", tuple(terms))
+    return vals, totals
+
+
+def _src(key: str):
+    from .term import Source
+
+    if key.startswith("expert_") or key in ("weights", "gradients", "optimizer"):
+        return Source("zero", "§5, Figure 1")
+    if key in ("adapter_weights", "weights_unquantized"):
+        return Source("lora", "§4.1")
+    return Source("korthikanti", "§4.2.3, Eq. 5")
+
+
+# ------------------------------------------------------------------------------------------
+# minimum hardware
+# ------------------------------------------------------------------------------------------
+@dataclass
+class MinGpus:
+    """The smallest GPU count that fits, and how it was found.
+
+    Attributes
+    ----------
+    gpus : int
+        The answer G = t p c d.
+    layout : dict
+        The layout chosen at that count (best step time, else most headroom).
+    bytes : dict
+        Exact bytes of that layout grouped as ``memsym estimate --json`` (SymPy numbers).
+    closed_form : sympy.Expr or None
+        The boundary :math:`d \\geq f(\\ldots)` solved symbolically for the chosen layout
+        (None where the total is not solvable in closed form and d was searched).
+    bound : sympy.Expr or None
+        That boundary at the given values.
+    method : str
+        ``"closed form"`` or ``"searched"``.
+    solution : memsym.analysis.Solution or None
+    """
+
+    gpus: int
+    layout: dict
+    bytes: dict
+    closed_form: object
+    bound: object
+    method: str
+    solution: object = None
+    candidates: int = 0
+    seconds: float = 0.0
+
+    def explanation(self) -> str:
+        """Closed form, then the integer: ``d >= 16 N/(C p t - ...) = 1.3 -> d = 2 -> G = 16``."""
+        lay = self.layout
+        tpc = lay["t"] * lay["p"] * lay["c"]
+        head = ""
+        if self.closed_form is not None:
+            head = f"d >= {sp.sstr(self.closed_form)} = {float(self.bound):.6g}; "
+        return (f"{head}d = {lay['d']} -> G = t*p*c*d = {tpc}*{lay['d']} = {self.gpus}"
+                f" ({self.method})")
+
+
+def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 1, b: int = 1,
+               v: int = 1, recompute: str = "full", sharding: str = "distributed-optimizer",
+               sequence_parallel: bool = False, offload: str = "none", hint: int | None = None,
+               **options):
+    """The smallest data-parallel size d for one layout, solved exactly.
+
+    The most-loaded stage's total is solved for d with :func:`memsym.analysis.smallest`
+    (closed form over the positive reals, then the integer, verified), for every stage the
+    search compares; the answer is the largest of them, moved up to the next d the batch
+    rule allows.  ``m`` is replaced by ``B/(b d)`` when a global batch is given, so the
+    pipeline's in-flight micro-batches shrink with d as they do in Megatron.
+
+    Returns
+    -------
+    memsym.analysis.Solution
+        For the stage that needs the largest d.
+
+    Examples
+    --------
+    >>> sol = smallest_d("llama2-7b", "a100-80gb", sharding="zero3", seq_length=2048,
+    ...                  allowances={"workspace": 0, "nccl": 0, "fragmentation": 0})
+    >>> sol.value
+    2
+    """
+    from .analysis import smallest
+    from .symbols import m as m_sym
+
+    space = options.pop("space", None) or make_space(model, gpu, **options)
+    row = {"t": t, "p": p, "c": c, "d": 1, "e": e, "v": v, "b": b, "recompute": recompute,
+           "sharding": "zero3" if sharding == "fsdp" else sharding,
+           "sequence_parallel": sequence_parallel, "offload": offload}
+    broken = [r for r in explain(space, row) if r not in ("batch", "ep-group")]
+    if broken:
+        raise InvalidValueError("layout breaks " + ", ".join(f"{r} ({RULES[r]})" for r in broken))
+    vals, totals = _row_totals(space, row)
+    vals.pop(d, None)
+    Bv = space.global_batch_size
+    if Bv is not None:
+        vals[m_sym] = sp.Integer(Bv) / (sp.Integer(b) * d)
+        # Min(in-flight, m) is piecewise in d: solve on the branch active near the answer
+        # (``hint``, else d = 1); the integer is verified on the full total below.
+        at = {**vals, d: sp.Integer(hint or 1)}
+
+        def branch(*args):
+            return min(args, key=lambda x_: x_.xreplace(at))
+
+        totals = {k_: tot.map(lambda x_: x_.xreplace(vals).replace(sp.Min, branch))
+                  for k_, tot in totals.items()}
+        full = {k_: tot for k_, tot in _row_totals(space, row)[1].items()}
+    else:
+        full = totals
+
+    def valid(n: int) -> bool:
+        ok = True
+        if Bv is not None:
+            ok &= Bv % (b * n) == 0
+        if space.arch.num_experts:
+            ok &= (t * c * n) % (e * t) == 0
+        return bool(ok)
+
+    upper = None if Bv is None else Bv // b
+    # every value but N (the stage's parameters times p t) goes in, so the printed boundary
+    # reads d >= f(N, C); N is substituted by smallest() itself
+    keep = {N: vals[N]} if N in vals else {}
+    sub = {k_: v_ for k_, v_ in vals.items() if k_ != N and k_ != m_sym}
+    if Bv is not None:
+        sub[m_sym] = vals[m_sym]
+    totals = {k_: tot.map(lambda x_: x_.xreplace(sub).xreplace(sub)) for k_, tot in totals.items()}
+    best = None
+    for stage, tot in totals.items():
+        sol = smallest(tot, "d", space.capacity, keep, valid=valid, upper=upper)
+        if best is None or sol.value > best.value:
+            best = sol
+    # the chosen d must make every stage fit and obey the rules
+    nval = best.value
+    def at_n(n_):
+        out = {**vals, d: sp.Integer(n_)}
+        if Bv is not None:
+            out[m_sym] = sp.Rational(Bv, b * n_)
+        return out
+
+    while not (valid(nval) and all(tot.evaluate(at_n(nval)) <= space.capacity
+                                   for tot in full.values())):
+        nval += 1
+        if upper is not None and nval > upper:
+            raise NoFitError(f"no data-parallel size up to B/b = {upper} fits this layout")
+    if nval != best.value:
+        best = replace(best, value=nval)
+    return best
+
+
+def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | None = None,
+             **options) -> MinGpus:
+    r"""The fewest GPUs on which the training fits, over every layout the rules allow.
+
+    For each rule-valid (t, p, c, e, v, b) and discrete choice the memory is nonincreasing
+    in d, so the smallest fitting d is found for all of them at once (vectorized exponential
+    search and bisection on the compiled totals), moved up to the next d the batch rule
+    allows; G = t p c d is minimised (ties: best step time, else most headroom).  The chosen
+    layout's d is then solved exactly (:func:`smallest_d`: closed form, then the integer) and
+    must agree.
+
+    .. math:: G^{*} = \min_{\text{layouts}} t\,p\,c\,d^{*}(t,p,c,\ldots),\qquad
+              d^{*} = \min\{d : M(d) \le C\}
+
+    Parameters
+    ----------
+    max_gpus : int
+        Search bound on G.
+    **options
+        As :func:`search`.
+
+    Raises
+    ------
+    NoFitError
+        When nothing fits up to ``max_gpus``; names the binding term.
+
+    Examples
+    --------
+    Seed 004: a 7B full fine-tune needs at least two 80 GB GPUs:
+
+    >>> r = min_gpus("llama2-7b", "a100-80gb", seq_length=2048, recompute=["full"],
+    ...              allowances={"workspace": 0, "nccl": 0, "fragmentation": 0})
+    >>> r.gpus
+    2
+    """
+    import numpy as np
+
+    start = time.perf_counter()
+    space = options.pop("space", None) or make_space(model, gpu, **options)
+    x = space.arch
+    maxg = _pos(max_gpus, "max_gpus")
+    # candidate (t, p, c, e, v, b): the knob rules except world size and the d-dependent ones
+    pseudo = replace(space, global_batch_size=None)
+    cand_t = space.tp or tuple(dv for dv in _divisors(x.num_attention_heads) if dv <= space.gpus_per_node)
+    cand_p = space.pp or tuple(_divisors(x.num_layers)) if space.first_stage_layers is None \
+        and space.last_stage_layers is None else (space.pp or tuple(range(2, x.num_layers + 1)))
+    cand_c = space.cp or (1,)
+    cand_e = space.ep or (tuple(_divisors(x.num_experts)) if x.num_experts else (1,))
+    cand_v = space.vpp or (1,)   # interleaving never lowers memory (seed 001): v = 1 for sizing
+    prod = np.array(list(itertools.product(cand_t, cand_p, cand_c, cand_e, cand_v,
+                                           space.micro_batch_sizes)), dtype=np.int64)
+    grid = {k: prod[:, i] for i, k in enumerate(("t", "p", "c", "e", "v", "b"))}
+    grid["d"] = np.ones(len(prod), dtype=np.int64)
+    masks = rule_masks(pseudo, grid)
+    masks.pop("ep-group", None)
+    bad = np.zeros(len(prod), dtype=bool)
+    for mask in masks.values():
+        bad |= mask
+    grid = {k: val[~bad] for k, val in grid.items()}
+    grid = {k: val[grid["t"] * grid["p"] * grid["c"] <= maxg] for k, val in grid.items()}
+    if not len(grid["t"]):
+        raise NoFitError(f"no layout passes the rules within {maxg} GPUs")
+    B = space.global_batch_size
+    knobs = {k: grid[k] for k in ("t", "p", "c", "e", "v", "b")}
+    nk = len(knobs["t"])
+
+    def evaluate_at(dvals, only=None, rows=None):
+        """Memory of knob rows (``rows``, default all) at data-parallel sizes ``dvals``
+        under every discrete choice (or the row's own choice with ``only``)."""
+        sel = np.arange(nk) if rows is None else rows
+        g2 = {k: knobs[k][sel] for k in knobs}
+        g2["d"] = np.asarray(dvals, dtype=np.int64)
+        return _evaluate(space, g2, np.zeros(len(sel), dtype=np.int64), want_time=False,
+                         only=only)
+
+    cap = float(space.capacity)
+    if B is not None:
+        # finite candidates: b*d must divide B; memory is nonincreasing in d (fewer
+        # micro-batches in flight, more sharding), so the first divisor that fits is the answer
+        best = {}
+        for dv in sorted({dv for bb in np.unique(knobs["b"]) for dv in _divisors(B // int(bb))}):
+            ok_rows = np.flatnonzero((B % (knobs["b"] * dv) == 0)
+                                     & (knobs["t"] * knobs["p"] * knobs["c"] * dv <= maxg))
+            if x.num_experts:
+                ok_rows = ok_rows[(knobs["c"][ok_rows] * dv) % knobs["e"][ok_rows] == 0]
+            if not len(ok_rows):
+                continue
+            cols = evaluate_at(np.full(len(ok_rows), dv), rows=ok_rows)
+            fit = cols["memory"] <= cap
+            for j in np.flatnonzero(fit):
+                key = (int(ok_rows[cols["row"][j]]), cols["recompute"][j], cols["sharding"][j],
+                       bool(cols["sequence_parallel"][j]), cols["offload"][j])
+                best.setdefault(key, dv)
+        if not best:
+            rows, best_d = None, np.zeros(0, dtype=np.int64)
+        else:
+            keys = list(best)
+            rows = {"knob": np.array([k_[0] for k_ in keys]),
+                    "recompute": np.array([k_[1] for k_ in keys], dtype=object),
+                    "sharding": np.array([k_[2] for k_ in keys], dtype=object),
+                    "sequence_parallel": np.array([k_[3] for k_ in keys], dtype=bool),
+                    "offload": np.array([k_[4] for k_ in keys], dtype=object)}
+            best_d = np.array([best[k_] for k_ in keys], dtype=np.int64)
+    else:
+        # without a global batch nothing in flight depends on d, and every d-dependent term
+        # is a model state divided by d: M(d) = alpha + beta/d exactly (checked at d = 4),
+        # so d* = ceil(beta/(C - alpha)) for every row and choice at once
+        m1, m2, m4 = (evaluate_at(np.full(nk, dv)) for dv in (1, 2, 4))
+        beta = 2 * (m1["memory"] - m2["memory"])
+        alpha = m1["memory"] - beta
+        if not np.allclose(alpha + beta / 4, m4["memory"], rtol=1e-9, atol=1.0):
+            raise InvalidValueError("memory is not of the form a + b/d here; give a global batch")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dstar = np.where(alpha < cap, np.ceil(np.maximum(beta, 0) / (cap - alpha)), 0)
+        dstar = np.where((alpha < cap) & (dstar < 1), 1, dstar)
+        rows = {"knob": m1["row"], "recompute": m1["recompute"], "sharding": m1["sharding"],
+                "sequence_parallel": m1["sequence_parallel"], "offload": m1["offload"]}
+        tpc0 = (knobs["t"] * knobs["p"] * knobs["c"])[rows["knob"]]
+        step = np.ones(len(dstar), dtype=np.int64)
+        if x.num_experts:
+            ee, cc = knobs["e"][rows["knob"]], knobs["c"][rows["knob"]]
+            step = ee // np.gcd(ee, cc)
+        dstar = np.where(dstar > 0, np.ceil(dstar / step) * step, 0)
+        dstar = np.where(tpc0 * dstar <= maxg, dstar, 0).astype(np.int64)
+        # float rounding at the boundary: verify d* fits and d* - step does not, fix by one step
+        live = np.flatnonzero(dstar > 0)
+        only = {k: rows[k][live] for k in ("recompute", "sharding", "sequence_parallel", "offload")}
+        for _ in range(3):
+            if not len(live):
+                break
+            memd = evaluate_at(dstar[live], only=only, rows=rows["knob"][live])
+            over = np.zeros(len(live), dtype=bool)
+            over[memd["row"]] = memd["memory"] > cap
+            dstar[live[over]] += step[live[over]]
+            if not over.any():
+                break
+        lower = live[dstar[live] > step[live]]
+        if len(lower):
+            only2 = {k: rows[k][lower] for k in only}
+            memd = evaluate_at(dstar[lower] - step[lower], only=only2, rows=rows["knob"][lower])
+            under = np.zeros(len(lower), dtype=bool)
+            under[memd["row"]] = memd["memory"] <= cap
+            dstar[lower[under]] -= step[lower[under]]
+        best_d = dstar
+    if rows is None:
+        best_d = np.zeros(0, dtype=np.int64)
+        rows = {"knob": np.zeros(0, dtype=np.int64)}
+    n = len(best_d)
+    tpc = (knobs["t"] * knobs["p"] * knobs["c"])[rows["knob"]] if n else np.zeros(0, dtype=np.int64)
+    for k in ("t", "p", "c", "e", "v", "b"):
+        rows[k] = knobs[k][rows["knob"]]
+    ok = best_d > 0
+    if not ok.any():
+        # the least memory at the largest d tried names the binding term
+        dfar = np.maximum(maxg // (knobs["t"] * knobs["p"] * knobs["c"]), 1)
+        cols = evaluate_at(dfar)
+        cols["binding"] = _binding(cols)
+        j = int(np.argmin(cols["memory"]))
+        raise NoFitError(
+            f"nothing fits within {maxg} x {space.gpu.name}: the least memory is "
+            f"{cols['memory'][j] / 1e9:.4g} GB > {space.capacity / 1e9:.4g} GB (t={cols['t'][j]}, "
+            f"p={cols['p'][j]}, c={cols['c'][j]}, d={cols['d'][j]}, b={cols['b'][j]}, "
+            f"{cols['recompute'][j]} recompute, {cols['sharding'][j]}); binding term: "
+            f"{cols['binding'][j]}", binding=(str(cols["binding"][j]),),
+            floor=sp.Float(float(cols["memory"][j])))
+    G_all = np.where(ok, tpc * best_d, np.iinfo(np.int64).max)
+    gbest = int(G_all.min())
+    tie = np.flatnonzero(G_all == gbest)
+    # rank the tied layouts exactly as `search` would at G = gbest
+    cand = []
+    for i in tie:
+        cand.append({"t": int(rows["t"][i]), "p": int(rows["p"][i]), "c": int(rows["c"][i]),
+                     "d": int(best_d[i]), "e": int(rows["e"][i]), "v": int(rows["v"][i]),
+                     "b": int(rows["b"][i]), "recompute": str(rows["recompute"][i]),
+                     "sharding": str(rows["sharding"][i]),
+                     "sequence_parallel": bool(rows["sequence_parallel"][i]),
+                     "offload": str(rows["offload"][i])})
+    tied = replace(space, tp=tuple(sorted({r["t"] for r in cand})),
+                   pp=tuple(sorted({r["p"] for r in cand})), cp=tuple(sorted({r["c"] for r in cand})),
+                   vpp=tuple(sorted({r["v"] for r in cand})),
+                   micro_batch_sizes=tuple(sorted({r["b"] for r in cand})),
+                   recompute=tuple(sorted({r["recompute"] for r in cand})),
+                   sharding=tuple(sorted({r["sharding"] for r in cand})),
+                   sequence_parallel=tuple(sorted({r["sequence_parallel"] for r in cand})),
+                   offload=tuple(sorted({r["offload"] for r in cand})))
+    res = search(model, gpu, gbest, space=tied)
+    order = res.order()
+    chosen = None
+    keyset = {(r["t"], r["p"], r["c"], r["d"], r["e"], r["v"], r["b"], r["recompute"],
+               r["sharding"], r["sequence_parallel"], r["offload"]) for r in cand}
+    for i in order:
+        r = res.row(int(i))
+        key = (r["t"], r["p"], r["c"], r["d"], r["e"], r["v"], r["b"], r["recompute"],
+               r["sharding"], r["sequence_parallel"], r["offload"])
+        if key in keyset:
+            chosen = r
+            break
+    if chosen is None:
+        chosen = res.best() if len(order) else {**cand[0]}
+    lay = {k: chosen[k] for k in ("t", "p", "c", "d", "e", "v", "b", "recompute", "sharding",
+                                  "sequence_parallel", "offload")}
+    lay["m"] = chosen.get("m")
+    # the exact, symbolic answer for the chosen layout
+    sol, method, closed, bound = None, "searched", None, None
+    try:
+        sol = smallest_d(model, gpu, space=space, hint=lay["d"], **{k: lay[k] for k in (
+            "t", "p", "c", "e", "b", "v", "recompute", "sharding", "sequence_parallel", "offload")})
+        closed, bound = sol.closed_form, sol.bound
+        if closed is not None:
+            method = "closed form"
+        if sol.value != lay["d"]:
+            # the vectorized search and the exact solver disagree only at float ties
+            res.notes.append(f"exact solver gives d = {sol.value}, search d = {lay['d']}")
+    except Exception:  # noqa: BLE001 - a solver gap falls back to the searched answer
+        sol = None
+    exact = _exact_row(space, lay)
+    return MinGpus(gbest, lay, exact["bytes"], closed, bound, method, sol, n,
+                   time.perf_counter() - start)
+
+
+# ------------------------------------------------------------------------------------------
+# the largest micro-batch, sequence, model
+# ------------------------------------------------------------------------------------------
+def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, limit: int = 1 << 20,
+                **options) -> dict:
+    r"""The largest micro-batch size, sequence length or depth (layers) that fits one layout.
+
+    ``micro_batch_size`` and ``seq_length`` are solved exactly on the most-loaded stage's
+    total (:func:`memsym.analysis.largest`: closed form where SymPy finds one, e.g. the
+    quadratic in s without flash attention, then the integer) for every stage compared;
+    ``layers`` (the largest model of the same width) is found by bisection on the exact total,
+    keeping p | L and (L/p) % v == 0.
+
+    Returns
+    -------
+    dict
+        ``{"what", "value", "closed_form", "bound", "bytes"}``.
+
+    Examples
+    --------
+    >>> r = largest_fit("micro_batch_size", "llama2-7b", "a100-80gb", seq_length=2048,
+    ...                 layout={"t": 1, "p": 1, "d": 8, "recompute": "full", "sharding": "zero3"})
+    >>> r["value"] > 1
+    True
+    """
+    from .analysis import largest
+    from .symbols import b as b_sym, s as s_sym
+
+    what = _choices("quantity", [what], ("micro_batch_size", "seq_length", "layers"))[0]
+    lay = {"t": 1, "p": 1, "c": 1, "d": 1, "e": 1, "v": 1, "b": 1, "recompute": "none",
+           "sharding": "distributed-optimizer", "sequence_parallel": False, "offload": "none"}
+    lay.update(layout or {})
+    lay["sharding"] = "zero3" if lay["sharding"] == "fsdp" else lay["sharding"]
+    space = options.pop("space", None) or make_space(model, gpu, **options)
+    if space.global_batch_size is not None and what == "micro_batch_size":
+        raise InvalidValueError("the largest micro-batch is asked with no global batch (m free)")
+    if what == "layers":
+        from .models import resolve
+
+        def fits(nl):
+            sp2 = replace(space, arch=resolve(replace(space.arch, num_layers=int(nl))))
+            if explain(sp2, lay):
+                return None
+            ex = _exact_row(sp2, lay)
+            return ex if ex["bytes"]["total"] <= space.capacity else None
+
+        step = lay["p"] * lay["v"]
+        lo, k = 0, 1                 # lo*step fits (0: nothing known); gallop on k
+        while k * step <= limit and fits(k * step):
+            lo, k = k, k * 2
+        if lo == 0:
+            raise NoFitError(f"not even {step} layers fit this layout")
+        hi = k
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid * step) else (lo, mid)
+        ex = fits(lo * step)
+        return {"what": what, "value": lo * step, "closed_form": None, "bound": None,
+                "bytes": ex["bytes"]}
+    vals, totals = _row_totals(space, lay)
+    sym = b_sym if what == "micro_batch_size" else s_sym
+    vals.pop(sym, None)
+
+    def valid(nv: int) -> bool:
+        if what == "seq_length":
+            return nv % lay["c"] == 0
+        return True
+
+    best = None
+    for stage, tot in totals.items():
+        sol = largest(tot, sym, space.capacity, vals, valid=valid, upper=limit)
+        if best is None or sol.value < best.value:
+            best = sol
+    nv = best.value
+    vals[sym] = sp.Integer(nv)
+    bd = max((tot.breakdown(vals) for tot in totals.values()), key=lambda x: x["total"])
+    return {"what": what, "value": nv, "closed_form": best.closed_form, "bound": best.bound,
+            "bytes": group_bytes(bd)}

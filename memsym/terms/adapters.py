@@ -1,0 +1,270 @@
+r"""LoRA, QLoRA and frozen layers: memory when only part of the model is trained.
+
+The base weights are frozen and held at their storage precision (bf16, int8, or NF4 4-bit
+with double-quantized constants); gradients and optimizer states exist only for the
+trainable parameters (the adapters, or the layers left unfrozen); activations are still
+kept for the backward pass (it must run through the frozen layers to reach the adapters).
+
+References
+----------
+.. [lora] Hu et al., "LoRA: Low-Rank Adaptation of Large Language Models", arXiv:2106.09685,
+   §4.1 and §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r), Table 4.
+.. [qlora] Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs", arXiv:2305.14314,
+   §3 (4-bit NormalFloat, blocks of 64; double quantization: 8-bit constants in blocks of
+   256, 32/64 = 0.5 bits -> 8/64 + 32/(64·256) = 0.127 bits per parameter).
+.. [seed004] case B: LoRA 2P GB, QLoRA 0.5P GB; 7B QLoRA 12-16 GB, 70B QLoRA 48-80 GB.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..errors import InvalidValueError, UnknownNameError
+from ..symbols import L_lora, N, N_a, b_g, b_m, b_o, d, h, p, r_lora, t
+from ..term import Source, Term, Total
+
+__all__ = ["QUANTIZATIONS", "ADAPTER_DTYPES", "quantization_bits", "quantization_bytes",
+           "lora_parameters", "lora_parameter_count", "frozen_weights", "adapter_state",
+           "lora", "qlora", "LORA_TARGETS"]
+
+_R = sp.Rational
+_LORA = Source("lora", "§4.1; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r)")
+_QLORA = Source("qlora", "§3, Double Quantization (0.127 bits per parameter)")
+
+#: Storage of frozen base weights -> (bits per weight, bits of quantization constants per weight).
+#: REF: qlora §3: NF4 with block size 64 and fp32 absmax constants costs 32/64 = 0.5 extra bits;
+#: double quantization stores them as 8-bit values (8/64) plus one fp32 constant per 256 of them
+#: (32/(64*256)), 0.127 bits in all.  int8 (LLM.int8, bitsandbytes) keeps one fp32 scale per row,
+#: neglected here (4 bytes per row of thousands of weights).
+QUANTIZATIONS = {
+    "fp32": (_R(32), _R(0)),
+    "bf16": (_R(16), _R(0)),
+    "fp16": (_R(16), _R(0)),
+    "int8": (_R(8), _R(0)),
+    # REF: seed004 (FP4 / INT4: 0.5 bytes per parameter; block constants neglected)
+    "int4": (_R(4), _R(0)),
+    "fp4": (_R(4), _R(0)),
+    "nf4": (_R(4), _R(32, 64)),
+    "nf4-dq": (_R(4), _R(8, 64) + _R(32, 64 * 256)),
+}
+
+#: Adapter weight precision -> bytes per adapter weight.  PEFT keeps adapters in fp32 by
+#: default (``autocast_adapter_dtype=True``), so fp32 is the default.
+ADAPTER_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+#: LoRA target modules of a Llama-style layer and their (input, output) widths in terms of
+#: h (hidden), q = a*d_h, kv = g*d_h, f (ffn); LoRA adds r*(d_in + d_out) per matrix.
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def _choose(kind, value, accepted):
+    key = str(value).strip().lower()
+    if key not in accepted:
+        raise UnknownNameError(kind, value, accepted)
+    return key
+
+
+def quantization_bits(kind: str = "nf4-dq") -> sp.Rational:
+    r"""Bits per frozen weight, quantization constants included [bits/parameter].
+
+    .. math:: b_{\mathrm{NF4+DQ}} = 4 + \frac{8}{64} + \frac{32}{64 \cdot 256} = 4 + 0.127
+
+    Examples
+    --------
+    >>> quantization_bits("nf4-dq") - 4, float(quantization_bits("nf4-dq") - 4)
+    (65/512, 0.126953125)
+    >>> quantization_bits("nf4")
+    9/2
+    """
+    bits, extra = QUANTIZATIONS[_choose("quantization", kind, QUANTIZATIONS)]
+    return bits + extra
+
+
+def quantization_bytes(kind: str = "nf4-dq") -> sp.Rational:
+    """Bytes per frozen weight: :func:`quantization_bits` / 8 [bytes/parameter].
+
+    Examples
+    --------
+    >>> quantization_bytes("bf16"), quantization_bytes("int8"), quantization_bytes("nf4-dq")
+    (2, 1, 2113/4096)
+    """
+    return quantization_bits(kind) / 8
+
+
+def lora_parameters() -> sp.Expr:
+    r"""Trainable LoRA parameters as the LoRA paper prints them [parameters].
+
+    .. math:: |\Theta| = 2\,\hat{L}_{\mathrm{LoRA}}\,d_{\mathrm{model}}\,r
+
+    for :math:`\hat{L}_{\mathrm{LoRA}}` adapted square :math:`d_{\mathrm{model}} \times
+    d_{\mathrm{model}}` matrices (:math:`d_{\mathrm{model}} = h`).
+
+    Examples
+    --------
+    LoRA Table 4 (GPT-3 175B, W_q and W_v in 96 layers, r = 1 and r = 8: 4.7M and 37.7M):
+
+    >>> e = lora_parameters()
+    >>> [int(e.subs({L_lora: 192, h: 12288, r_lora: r})) for r in (1, 8)]
+    [4718592, 37748736]
+
+    References
+    ----------
+    Hu et al. 2021, arXiv:2106.09685, §5.1 and Table 4.
+    """
+    return 2 * L_lora * h * r_lora
+
+
+def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
+    """Exact trainable LoRA parameters of an architecture: r(d_in + d_out) per adapted matrix.
+
+    Equals :func:`lora_parameters` when every target is square (d_in = d_out = h).
+
+    Parameters
+    ----------
+    arch : memsym.models.Architecture
+    rank : int
+        LoRA rank r.
+    targets : iterable of str
+        Subset of :data:`LORA_TARGETS` (``"all"`` for every linear layer); dense layers only.
+
+    Examples
+    --------
+    >>> from memsym.models import preset
+    >>> lora_parameter_count(preset("gpt3-175b"), 8)
+    37748736
+    """
+    from ..models import _lenient
+
+    if isinstance(rank, bool) or int(rank) != rank or rank < 1:
+        raise InvalidValueError(f"LoRA rank must be a whole number >= 1, got {rank!r}")
+    x = _lenient(arch)
+    if targets == "all":
+        targets = LORA_TARGETS
+    hs, q = x.hidden_size, x.num_attention_heads * x.kv_channels
+    kv = x.num_query_groups * x.kv_channels
+    f = x.ffn_hidden_size
+    shapes = {"q": (hs, q), "k": (hs, kv), "v": (hs, kv), "o": (q, hs),
+              "gate": (hs, f), "up": (hs, f), "down": (f, hs)}
+    total = 0
+    for name in targets:
+        key = _choose("LoRA target", name, LORA_TARGETS)
+        if key == "gate" and not x.swiglu:
+            continue  # an ungated MLP has no gate projection
+        din, dout = shapes[key]
+        total += int(rank) * (din + dout)
+    return total * x.num_layers
+
+
+def frozen_weights(quantization: str = "bf16", params=None, *, sharded: bool = False) -> Term:
+    r"""The frozen base weights at their storage precision [bytes].
+
+    .. math:: M_{\mathrm{frozen}} = \frac{N}{p\,t}\,\frac{\text{bits}}{8}
+
+    Parameters
+    ----------
+    quantization : str
+        One of :data:`QUANTIZATIONS` (``nf4-dq`` is QLoRA's NF4 with double quantization).
+    params : sympy.Expr, optional
+        Frozen parameters held by this GPU's model-parallel shard (default ``N/(p t)``).
+    sharded : bool
+        Frozen weights sharded over data parallel too (FSDP / ZeRO-3): divided by d.
+
+    Examples
+    --------
+    Seed 004: 70B at bf16 is 2P = 140 GB, at 4-bit 0.5P = 35 GB (QLoRA adds 0.127 bits):
+
+    >>> [float(frozen_weights(q).evaluate(N=70e9, p=1, t=1)) / 1e9 for q in ("bf16", "nf4", "nf4-dq")]
+    [140.0, 39.375, 36.11083984375]
+    """
+    key = _choose("quantization", quantization, QUANTIZATIONS)
+    psi = N / (p * t) if params is None else sp.sympify(params)
+    expr = psi * quantization_bytes(key) / (d if sharded else 1)
+    src = _QLORA if key.startswith("nf4") else Source("seed004", "case B (LoRA 2P GB, QLoRA 0.5P GB)")
+    return Term("weights", expr, f"frozen base weights stored as {key}"
+                + (", sharded over data parallel" if sharded else ""), src, label="frozen weights")
+
+
+def adapter_state(adapter_dtype: str = "fp32", params=N_a) -> Total:
+    r"""Weights, gradients and optimizer states of the trainable adapter parameters [bytes].
+
+    .. math:: M = N_a\,(b_a + b_g + b_m + b_o)
+
+    with :math:`b_a` the adapter weight bytes (fp32: 4, PEFT's default) and the byte widths
+    :math:`b_g, b_m, b_o` of :func:`memsym.terms.model_state.byte_widths` (fp32 adapters need
+    no separate master copy: substitute ``b_m = 0``).
+
+    Examples
+    --------
+    >>> adapter_state().subs(b_g=4, b_m=0, b_o=8).evaluate(N_a=4718592)
+    75497472
+    """
+    width = ADAPTER_DTYPES[_choose("adapter dtype", adapter_dtype, ADAPTER_DTYPES)]
+    psi = sp.sympify(params)
+    return Total("trainable adapter states", (
+        Term("adapter_weights", psi * width, f"LoRA adapter weights ({adapter_dtype})", _LORA,
+             label="adapters"),
+        Term("gradients", psi * b_g, "gradients of the adapter parameters only (the base is frozen)",
+             _LORA, label="gradients"),
+        Term("optimizer", psi * (b_m + b_o), "optimizer states of the adapter parameters only",
+             _LORA, label="optimizer"),
+    ))
+
+
+def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None,
+         adapters=N_a, unquantized=None, sharded: bool = False) -> Total:
+    r"""Model memory of LoRA fine-tuning per GPU (activations are added separately) [bytes].
+
+    .. math::
+
+        M = \frac{N}{p\,t}\,\frac{\text{bits}}{8} + N_a\,(b_a + b_g + b_m + b_o)
+
+    Parameters
+    ----------
+    quantization : str
+        Storage of the frozen base (``bf16`` for LoRA, ``nf4-dq`` for QLoRA).
+    adapter_dtype : {"fp32", "bf16", "fp16"}
+    params : sympy.Expr, optional
+        Frozen parameters per GPU (default ``N/(p t)``).
+    adapters : sympy.Expr
+        Trainable adapter parameters per GPU (default the symbol ``N_a``; the paper's form
+        is :func:`lora_parameters`).
+    unquantized : sympy.Expr, optional
+        Frozen parameters that stay at bf16 whatever ``quantization`` says (bitsandbytes
+        quantizes ``nn.Linear`` layers only: the embedding, the norms and the output layer
+        stay 16-bit), e.g. the symbol ``N_u``; default none.
+    sharded : bool
+        Frozen weights sharded over data parallel (FSDP / ZeRO-3 with QLoRA).
+
+    Examples
+    --------
+    Seed 004 case B: 7B with LoRA at bf16 holds 2P = 14 GB of weights plus a small adapter:
+
+    >>> M = lora().subs(b_g=4, b_m=0, b_o=8)
+    >>> float(M.evaluate(N=7e9, p=1, t=1, N_a=4e6)) / 1e9
+    14.064
+    """
+    base = (frozen_weights(quantization, params, sharded=sharded),)
+    if unquantized is not None:
+        keep = frozen_weights("bf16", unquantized, sharded=sharded)
+        base += (Term("weights_unquantized", keep.expr, "frozen embeddings, norms and output layer "
+                      "kept at bf16 (bitsandbytes quantizes linear layers only)", _QLORA,
+                      label="bf16 weights"),)
+    return Total(f"LoRA model memory ({quantization} base, {adapter_dtype} adapters)",
+                 base + adapter_state(adapter_dtype, adapters).terms)
+
+
+def qlora(adapter_dtype: str = "fp32", *, double_quant: bool = True, params=None,
+          adapters=N_a, unquantized=None, sharded: bool = False) -> Total:
+    r"""QLoRA: :func:`lora` with an NF4 base (with or without double quantization) [bytes].
+
+    .. math:: M = \frac{N}{p\,t}\,\Bigl(\frac{4 + 0.127}{8}\Bigr) + N_a\,(b_a + b_g + b_m + b_o)
+
+    Examples
+    --------
+    QLoRA abstract: a 65B model fine-tunes in under 48 GB; the NF4 weights take 33.5 GB:
+
+    >>> round(float(qlora().terms[0].evaluate(N=65.2e9, p=1, t=1)) / 1e9, 1)
+    33.6
+    """
+    return lora("nf4-dq" if double_quant else "nf4", adapter_dtype, params=params,
+                adapters=adapters, unquantized=unquantized, sharded=sharded)

@@ -1,0 +1,272 @@
+"""Configuration search (issue 5): rules, ranking, minimum hardware, largest fits, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import sympy as sp
+from hypothesis import given, settings, strategies as st
+
+from memsym import model_state, byte_widths
+from memsym.analysis import smallest
+from memsym.cli import main
+from memsym.errors import NoFitError, UnknownNameError
+from memsym.models import Architecture
+from memsym.search import (RULES, explain, largest_fit, min_gpus,
+                           search, smallest_d)
+from memsym.symbols import N, d
+from memsym.term import Source, Term
+from memsym.training import Layout, Training, training_memory
+
+GB = 10**9
+ZERO = {"workspace": 0, "nccl": 0, "fragmentation": 0}
+
+
+# --- rules, each named ---------------------------------------------------------------------
+def test_rules_named_for_a_bad_layout():
+    # Llama-3 405B: 128 heads, 8 KV heads, 126 layers; 8 GPUs per node (seed 002)
+    assert explain("llama3-405b", {"t": 16, "p": 5}, "h100-80gb") == [
+        "tp-per-node", "tp-kv-heads", "pp-layers"]
+    assert explain("llama3-405b", {"t": 8, "p": 2}, "h100-80gb") == []
+
+
+def test_vpp_rule_of_seed001():
+    # seed 001 baseline: Llama3 70B, TP4 PP4 VPP5 (80/4 = 20 layers, 20 % 5 == 0); PP8 VPP5 too
+    assert explain("llama3-70b", {"t": 4, "p": 4, "v": 5}, "h100-80gb") == []
+    assert explain("llama3-70b", {"t": 4, "p": 8, "v": 5}, "h100-80gb") == []
+    assert explain("llama3-70b", {"t": 4, "p": 4, "v": 3}, "h100-80gb") == ["vpp-layers"]
+    assert explain("llama3-70b", {"t": 4, "p": 1, "v": 2}, "h100-80gb") == ["vpp-stages"]
+
+
+def test_offload_only_with_p1_and_batch_rule():
+    assert "offload-pp" in explain("llama2-7b", {"p": 2, "offload": "optimizer"}, "a100-80gb")
+    assert explain("llama2-7b", {"p": 1, "offload": "optimizer"}, "a100-80gb") == []
+    assert explain("llama2-7b", {"d": 3, "b": 2}, "a100-80gb", global_batch_size=64) == ["batch"]
+
+
+def test_moe_rules():
+    # Mixtral 8x7B: 8 experts; e must divide them; e*t_e | t*c*d
+    assert "ep-experts" in explain("mixtral-8x7b", {"e": 3, "d": 3}, "h100-80gb")
+    assert "ep-group" in explain("mixtral-8x7b", {"e": 4, "d": 2}, "h100-80gb")
+    assert "ep-experts" in explain("llama2-7b", {"e": 2, "d": 2}, "h100-80gb")
+
+
+def test_excluded_counts_match_the_masks_by_hand():
+    # 8 GPUs, llama2-7b (32 heads, 32 layers): raw (t, p, c, d) factorizations of 8 = 20;
+    # v in divisors(32) (6), b in (1, 2, 4, 8) (4): 480 raw layouts
+    res = search("llama2-7b", "a100-80gb", 8, seq_length=2048, recompute=["full"],
+                 sharding=["zero3"], sequence_parallel=[False])
+    assert res.raw == 20 * 6 * 4
+    # v > 1 with p = 1: the 10 factorizations with p = 1 x 5 values of v x 4 b
+    assert res.excluded["vpp-stages"] == 10 * 5 * 4
+    assert set(res.excluded) == set(RULES)
+
+
+def test_every_row_obeys_the_rules():
+    res = search("llama3-70b", "h100-80gb", 64, seq_length=4096, global_batch_size=128,
+                 recompute=["selective"], sharding=["distributed-optimizer"])
+    col = res.columns
+    assert np.all(col["t"] * col["p"] * col["c"] * col["d"] == 64)
+    for i in range(0, len(res), max(1, len(res) // 40)):
+        row = res.row(i)
+        assert explain(res.space, row) == [], row
+
+
+# --- the vectorized memory is the training total ------------------------------------------
+def test_vectorized_equals_training_memory():
+    res = search("llama2-7b", "a100-80gb", 8, seq_length=2048, global_batch_size=64)
+    rng = np.random.default_rng(7)
+    for i in rng.choice(len(res), 12, replace=False):
+        row = res.row(int(i))
+        lay = Layout(t=row["t"], p=row["p"], d=row["d"], c=row["c"],
+                     v=row["v"] if row["v"] > 1 else None,
+                     sequence_parallel=row["sequence_parallel"])
+        tr = Training(seq_length=2048, micro_batch_size=row["b"], global_batch_size=64,
+                      recompute=row["recompute"], flash_attention=True, dropout=False,
+                      sharding=row["sharding"])
+        est = training_memory("llama2-7b", lay, tr)
+        assert row["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12)
+        ex = res.exact(int(i))
+        assert ex["bytes"]["total"] == est.bytes_total
+        assert ex["stage"] == est.stage
+
+
+# --- ranking and Pareto front -------------------------------------------------------------
+def test_ranking_and_pareto_front():
+    res = search("llama3-70b", "h100-80gb", 64, seq_length=4096, global_batch_size=128,
+                 recompute=["selective", "full"], sharding=["distributed-optimizer"])
+    top = res.top(20)
+    assert all(r["fits"] for r in top)
+    times = [r["step_time"] for r in top]
+    assert times == sorted(times)
+    front = res.pareto()
+    assert front
+    for a, b in zip(front, front[1:]):
+        assert a["step_time"] <= b["step_time"] and a["headroom"] < b["headroom"]
+    # nothing that fits dominates a front member
+    col = res.columns
+    fits = col["fits"]
+    for r in front:
+        dom = fits & (col["step_time"] < r["step_time"]) & (col["headroom"] > r["headroom"])
+        assert not dom.any()
+
+
+def test_binding_term_is_the_largest():
+    res = search("llama3-405b", "h100-80gb", 16384, seq_length=8192, global_batch_size=2048,
+                 recompute=["full"], sharding=["distributed-optimizer"])
+    best = res.best()
+    assert best["binding"] == max(best["bytes"], key=best["bytes"].get)
+
+
+def test_full_recompute_beats_none_on_memory():
+    # Korthikanti Table 2: full recompute keeps 2sbh per layer, far below the other modes
+    res = search("llama2-7b", "a100-80gb", 8, seq_length=4096, tp=[1], pp=[1], cp=[1],
+                 sharding=["zero3"], sequence_parallel=[False], micro_batch_sizes=[1])
+    col = res.columns
+    mem = {rc: col["memory"][col["recompute"] == rc][0] for rc in ("none", "selective", "full")}
+    assert mem["full"] < mem["selective"] < mem["none"]
+
+
+# --- minimum hardware: seed 004 -----------------------------------------------------------
+def test_seed004_13b_rule_four_a100():
+    # seed 004: 13B full fine-tune, 16 B/param (208 GB) + 20-30 % activations ~ 250 GB,
+    # 250/80 = 3.125 -> 4 x A100 80GB; without the activations 208/80 = 2.6 -> 3.
+    # The seed pools memory over the GPUs: ZeRO-3 over d = G GPUs (t = p = 1).
+    states = model_state("zero3").subs(byte_widths("zero3"))
+    for frac in (sp.Rational(1, 5), sp.Rational(3, 10)):
+        act = Term("activations", frac * 16 * N / d, "seed 004: +20-30 % of 16P, pooled",
+                   Source("seed004", "実践的な計算シミュレーション例"))
+        sol = smallest(states + act, "d", 80 * GB, {"N": 13 * GB, "t": 1, "p": 1})
+        assert sol.value == 4
+    assert smallest(states, "d", 80 * GB, {"N": 13 * GB, "t": 1, "p": 1}).value == 3
+
+
+def test_seed004_13b_model_path():
+    # the same question through the model: 208 GB of states cannot fit on 2 (104 GB each);
+    # with memsym's allowances (2 GiB + 10 %) and full recompute the answer is the seed's 4
+    r = min_gpus("llama2-13b", "a100-80gb", seq_length=4096, recompute=["full"],
+                 sharding=["zero3"], tp=[1], pp=[1], micro_batch_sizes=[1])
+    assert r.gpus == 4
+    assert r.method == "closed form" and r.closed_form is not None
+    assert 3 < float(r.bound) <= 4
+
+
+def test_seed004_7b_needs_two_80gb():
+    # seed 004: 7B full fine-tune: 112 GB > 80 GB -> at least 2 x A100 80GB
+    r = min_gpus("llama2-7b", "a100-80gb", seq_length=2048, recompute=["full"], allowances=ZERO)
+    assert r.gpus == 2
+    assert r.bytes["total"] <= 80 * GB
+
+
+def test_smallest_d_closed_form_matches_vectorized():
+    sol = smallest_d("llama2-13b", "a100-80gb", sharding="zero3", seq_length=4096, p=2,
+                     recompute="selective", global_batch_size=64)
+    assert sol.closed_form is not None
+    res = search("llama2-13b", "a100-80gb", 2 * sol.value, seq_length=4096, global_batch_size=64,
+                 tp=[1], pp=[2], cp=[1], recompute=["selective"], sharding=["zero3"],
+                 micro_batch_sizes=[1], sequence_parallel=[False], vpp=[1])
+    assert res.columns["fits"].any()
+    assert sol.value == 4    # bound 2.38 -> 3 breaks 64 % (b d) == 0 -> 4
+
+
+def test_min_gpus_no_fit_names_binding_term():
+    with pytest.raises(NoFitError) as err:
+        min_gpus("llama2-7b", "rtx4090-24gb", seq_length=2048, sharding=["ddp"], tp=[1], pp=[1],
+                 max_gpus=64)
+    assert "binding term" in str(err.value)
+
+
+def test_largest_micro_batch_is_largest():
+    lay = {"t": 1, "p": 1, "d": 8, "recompute": "full", "sharding": "zero3"}
+    r = largest_fit("micro_batch_size", "llama2-7b", "a100-80gb", seq_length=2048, layout=lay)
+    assert r["bytes"]["total"] <= 80 * GB
+    bigger = largest_fit("micro_batch_size", "llama2-7b", "a100-80gb", seq_length=2048,
+                         layout=lay, capacity=float(r["bytes"]["total"]) - 1)
+    assert bigger["value"] == r["value"] - 1
+
+
+def test_longest_sequence_closed_form_quadratic():
+    lay = {"t": 1, "p": 1, "d": 8, "recompute": "none", "sharding": "zero3"}
+    r = largest_fit("seq_length", "llama2-7b", "a100-80gb", flash_attention=False, layout=lay)
+    assert r["closed_form"] is not None and r["closed_form"].has(sp.sqrt(2)) or \
+        r["closed_form"].atoms(sp.Pow)
+    assert r["bytes"]["total"] <= 80 * GB
+
+
+def test_bad_names():
+    with pytest.raises(UnknownNameError):
+        search("llama2-7b", "h100-80", 8)
+    with pytest.raises(UnknownNameError):
+        search("llama2-7b", "h100-80gb", 8, recompute=["partial"])
+
+
+# --- the minimum is minimal (property) ----------------------------------------------------
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(layers=st.sampled_from([4, 6, 8, 12]), width=st.sampled_from([512, 1024, 2048]),
+       heads=st.sampled_from([8, 16]), cap_gb=st.sampled_from([0.25, 0.5, 1, 2]))
+def test_min_gpus_is_minimal(layers, width, heads, cap_gb):
+    arch = Architecture(name="toy", num_layers=layers, hidden_size=width, num_attention_heads=heads,
+                        vocab_size=32000, swiglu=True, normalization="RMSNorm",
+                        ffn_hidden_size=4 * width, position_embedding_type="rope",
+                        add_bias_linear=False)
+    opts = dict(seq_length=1024, capacity=int(cap_gb * GB), recompute=["selective"],
+                sharding=["distributed-optimizer", "zero3"], micro_batch_sizes=[1],
+                gpus_per_node=2, cp=[1], allowances=ZERO)
+    try:
+        r = min_gpus(arch, "a100-80gb", max_gpus=256, **opts)
+    except NoFitError:
+        return
+    assert r.bytes["total"] <= cap_gb * GB
+    if r.gpus > 1:
+        fewer = search(arch, "a100-80gb", r.gpus - 1, **opts)
+        assert not fewer.columns["fits"].any()
+    lay = r.layout
+    if lay["d"] > 1:
+        smaller = search(arch, "a100-80gb", lay["t"] * lay["p"] * lay["c"] * (lay["d"] - 1),
+                         tp=[lay["t"]], pp=[lay["p"]], **{k: v for k, v in opts.items() if k != "cp"},
+                         cp=[lay["c"]])
+        assert not smaller.columns["fits"].any()
+
+
+# --- command line -------------------------------------------------------------------------
+def test_cli_search_json_bytes_like_estimate(capsys):
+    code = main(["search", "llama2-7b", "--gpu", "a100-80gb", "--gpus", "8", "--seq-length",
+                 "2048", "--global-batch-size", "64", "--top", "2", "--json",
+                 "--recompute", "selective", "--sharding", "zero1"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 2
+    first = rows[0]
+    lay = first["layout"]
+    assert set(first["bytes"]) >= {"weights", "gradients", "optimizer", "activations", "total"}
+    argv = ["estimate", "llama2-7b", "--tp", str(lay["tp"]), "--pp", str(lay["pp"]),
+            "--dp", str(lay["dp"]), "--seq-length", "2048", "--micro-batch-size",
+            str(lay["micro_batch_size"]), "--global-batch-size", "64",
+            "--recompute-granularity", "selective", "--use-flash-attn", "--hidden-dropout", "0",
+            "--attention-dropout", "0", "--sharding", "zero1", "--json"]
+    if lay["sequence_parallel"]:
+        argv.append("--sequence-parallel")
+    if lay["vpp"] > 1:
+        argv += ["--virtual-pipeline-model-parallel-size", str(lay["vpp"])]
+    assert main(argv) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert est["bytes"] == first["bytes"]
+
+
+def test_cli_min_gpus_json(capsys):
+    code = main(["min-gpus", "llama2-7b", "--gpu", "a100-80gb", "--seq-length", "2048",
+                 "--recompute", "full", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"gpus", "layout", "bytes"} <= set(out)
+    assert out["gpus"] >= 2
+
+
+def test_cli_errors(capsys):
+    assert main(["search", "llama2-7b", "--gpu", "h100-80", "--gpus", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "h100-80gb" in err
+    assert main(["search", "llama3-405b", "--gpu", "rtx4090-24gb", "--gpus", "8",
+                 "--recompute", "none"]) == 1
