@@ -365,27 +365,6 @@ class _Stub:
 
 
 @functools.lru_cache(maxsize=1024)
-def _numeric_form(expr):
-    """``Min``/``Max`` of two arguments as ``(x + y -/+ |x - y|)/2`` (the same function):
-    numpy's lambdify printer emits ``reduce(minimum, ...)`` for them, which the shared
-    compiled namespace does not provide."""
-    def _mn(*args):
-        out = args[0]
-        for y in args[1:]:
-            out = (out + y - sp.Abs(out - y)) / 2
-        return out
-
-    def _mx(*args):
-        out = args[0]
-        for y in args[1:]:
-            out = (out + y + sp.Abs(out - y)) / 2
-        return out
-
-    if expr.has(sp.Min) or expr.has(sp.Max):
-        expr = expr.replace(sp.Min, _mn).replace(sp.Max, _mx)
-    return expr
-
-
 @functools.lru_cache(maxsize=4096)
 def _sum_expr(pairs: tuple):
     """The sum of a template's ``(key, expression)`` pairs (cached: one compile per template)."""
@@ -395,7 +374,7 @@ def _sum_expr(pairs: tuple):
 def _call(expr, kw: dict):
     from .numeric import compile_expr
 
-    fn, names = compile_expr(_numeric_form(expr))
+    fn, names = compile_expr(expr)
     return fn(*[kw[n] for n in names])[0]
 
 
