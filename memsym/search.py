@@ -50,7 +50,8 @@ RULES = {
     "vpp-layers": "v must divide the layers per pipeline stage, (L/p) % v == 0 (seed 001, MCore)",
     "ep-experts": "e must divide the experts (e = 1 without experts)",
     "ep-group": "e*t_e must divide t*c*d (experts are carved out of the data-parallel ranks)",
-    "cp-seq": "c must divide the sequence length",
+    "cp-seq": "2c must divide the sequence length (Megatron splits it into 2c chunks for causal "
+              "load balancing)",
     "batch": "the global batch must be a multiple of micro-batch x d",
     "offload-pp": "CPU offload only with p = 1 (seed 001: MCore refuses PP with offloading)",
     "moe-tp-sp": "MoE with t > 1 needs sequence parallelism (Megatron-LM)",
@@ -324,7 +325,9 @@ def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
         out["ep-group"] = (t_ * c_ * d_) % (e_ * t_) != 0
     else:
         out["ep-experts"] = e_ != 1
-    out["cp-seq"] = space.seq_length % c_ != 0
+    # REF: Megatron-LM get_batch_on_this_cp_rank: the sequence is cut into 2c chunks and rank
+    # i keeps chunks i and 2c-1-i, so that causal attention work is balanced
+    out["cp-seq"] = (c_ > 1) & (space.seq_length % (2 * c_) != 0)
     if space.global_batch_size is not None:
         out["batch"] = space.global_batch_size % (b_ * d_) != 0
     return out

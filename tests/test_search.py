@@ -270,3 +270,22 @@ def test_cli_errors(capsys):
     assert err.count("\n") == 1 and "h100-80gb" in err
     assert main(["search", "llama3-405b", "--gpu", "rtx4090-24gb", "--gpus", "8",
                  "--recompute", "none"]) == 1
+
+
+def test_context_parallel_needs_2c_to_divide_the_sequence():
+    # Megatron cuts the sequence into 2c chunks (rank i keeps chunks i and 2c-1-i)
+    from memsym.search import explain
+
+    assert "cp-seq" in explain("llama2-7b", {"t": 1, "p": 1, "c": 4096, "d": 1}, "h100-80gb",
+                               seq_length=4096)
+    assert "cp-seq" not in explain("llama2-7b", {"t": 1, "p": 1, "c": 2048, "d": 1}, "h100-80gb",
+                                   seq_length=4096)
+
+
+def test_cli_search_assumes_a_4m_token_batch(capsys):
+    from memsym.cli import main
+
+    assert main(["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    # 4 * 2^20 tokens / 4096 tokens per sequence = 1024 sequences; ranked by step time
+    assert "B = 1024" in out and "ranked by step time" in out

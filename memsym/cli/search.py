@@ -55,11 +55,30 @@ def add_search_options(parser) -> None:
     parser.add_argument("--json", action="store_true", help="JSON on stdout")
 
 
+#: Tokens per step assumed when no global batch is given: Llama 2's 4M-token batch
+#: (Touvron et al. 2023, arXiv:2307.09288, §2.2), so that layouts rank by step time.
+DEFAULT_TOKENS_PER_STEP = 4 * 2**20
+
+
+def default_global_batch(seq_length: int) -> int:
+    """A power-of-two number of sequences closest to 4M tokens per step (at least 1).
+
+    >>> default_global_batch(4096), default_global_batch(8192), default_global_batch(10**7)
+    (1024, 512, 1)
+    """
+    import math
+
+    return 2 ** max(0, round(math.log2(DEFAULT_TOKENS_PER_STEP / seq_length)))
+
+
 def search_options(args) -> dict:
     """Keyword arguments of :func:`memsym.search.search` from parsed options."""
     from ..search import SCHEMES
 
-    out = dict(seq_length=args.seq_length, global_batch_size=args.global_batch_size,
+    batch = args.global_batch_size
+    if batch is None and getattr(args, "assume_batch", False):
+        batch = default_global_batch(args.seq_length)
+    out = dict(seq_length=args.seq_length, global_batch_size=batch,
                precision=args.precision, optimizer=args.optimizer, convention=args.convention,
                flash_attention=not args.no_flash_attention, dropout=args.dropout,
                finetune=args.finetune, lora_rank=args.lora_rank, capacity=args.gpu_memory,
@@ -87,6 +106,13 @@ class Progress:
 
     def __call__(self, done: int, total: int) -> None:
         if time.perf_counter() - self.start < self.after:
+            return
+        tty = getattr(self.stream, "isatty", lambda: False)()
+        if not tty:  # a log file gets one line, not a carriage-return animation
+            if not self.shown:
+                self.stream.write(f"{self.what}: searching {total} choices...")
+                self.stream.flush()
+            self.shown = True
             return
         self.shown = True
         self.stream.write(f"\r{self.what}: {done}/{total} choices")
@@ -134,6 +160,9 @@ def bytes_json(grouped: dict) -> dict:
 def run(args) -> int:
     from ..search import search
 
+    # without a global batch there is no step time to rank by: assume Llama 2's 4M tokens
+    args.assume_batch = True
+    assumed = args.global_batch_size is None
     prog = Progress("memsym search")
     try:
         res = search(args.model, args.gpu, args.gpus, progress=prog, **search_options(args))
@@ -159,7 +188,12 @@ def run(args) -> int:
             "step_time_s": row["step_time"], "units": "bytes",
         } for row, exact in rows])
         return 0
-    print(render(res, rows))
+    text = render(res, rows)
+    if assumed:
+        text = text.replace("\n", f"\nnote: no --global-batch-size: assumed B = "
+                            f"{res.space.global_batch_size} sequences (about 4M tokens per step, "
+                            "as Llama 2 trained)\n", 1)
+    print(text)
     return 0
 
 
