@@ -78,8 +78,23 @@ def _closed_form(expr: sp.Expr, unknown: sp.Symbol):
         sols = sp.solve(sp.Eq(expr, C), unknown)
     except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
         return None
-    sols = [sp.factor_terms(sp.cancel(s)) for s in sols if s.is_real is not False]
+    sols = [_tidy(s) for s in sols if s.is_real is not False]
     return tuple(sols) if sols else None
+
+
+def _tidy(expr: sp.Expr) -> sp.Expr:
+    """A closed form as a person writes it: common factors out, no minus sign leading the
+    numerator and the denominator (``-16N/(-Cpt + 2N)`` becomes ``16N/(Cpt - 2N)``).
+
+    >>> from memsym.symbols import C, N, p, t
+    >>> _tidy(-16 * N / (-C * p * t + 2 * N))
+    16*N/(C*p*t - 2*N)
+    """
+    expr = sp.factor_terms(sp.cancel(expr))
+    num, den = sp.fraction(expr)
+    if den.could_extract_minus_sign():
+        num, den = -num, -den
+    return sp.factor_terms(num) / sp.factor_terms(den)
 
 
 def _prepare(total, unknown, capacity, values):
