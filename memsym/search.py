@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import numbers
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
@@ -72,8 +73,10 @@ def _divisors(n: int) -> list:
 
 
 def _pos(value, what):
-    if isinstance(value, bool) or int(value) != value or int(value) < 1:
-        raise InvalidValueError(f"{what} must be a whole number >= 1, got {value!r}")
+    # numbers only: int("abc"), int(nan), int(inf) and int(None) would escape as other errors
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value) or int(value) != value or int(value) < 1:
+        raise InvalidValueError(f"{what} must be a whole number >= 1, got {value!r:.40}")
     return int(value)
 
 
@@ -190,8 +193,10 @@ def make_space(model, gpu, *, seq_length=4096, global_batch_size=None, micro_bat
     if gpus_per_node is not None:
         clu = clu.with_(gpus_per_node=_pos(gpus_per_node, "gpus_per_node"))
     cap = dev.memory_bytes if capacity is None else capacity
-    if isinstance(cap, bool) or not cap > 0:
-        raise InvalidValueError(f"GPU memory capacity must be > 0 bytes, got {cap!r}")
+    if isinstance(cap, bool) or not isinstance(cap, numbers.Real) or not cap > 0 \
+            or not math.isfinite(cap):
+        raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0 (for text use "
+                                f"memsym.units.parse_bytes('80GB')), got {cap!r:.40}")
     finetune = _choices("fine-tuning mode", [finetune], ("full", "lora", "qlora"))[0]
     if quantization is None:
         quantization = {"full": "bf16", "lora": "bf16", "qlora": "nf4-dq"}[finetune]
@@ -1115,6 +1120,13 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
     return best
 
 
+def _no_valid_choice(space, knobs, maxg) -> NoFitError:
+    """Every (layout, discrete choice) breaks a rule (offload with p > 1, say): name it."""
+    why = (f" (offload-pp: {RULES['offload-pp']})"
+           if "none" not in space.offload and all(int(x_) > 1 for x_ in knobs["p"]) else "")
+    return NoFitError(f"no layout passes the rules within {maxg} GPUs{why}")
+
+
 def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | None = None,
              **options) -> MinGpus:
     r"""The fewest GPUs on which the training fits, over every layout the rules allow.
@@ -1223,6 +1235,8 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
         # is a model state divided by d: M(d) = alpha + beta/d exactly (checked at d = 4),
         # so d* = ceil(beta/(C - alpha)) for every row and choice at once
         m1, m2, m4 = (evaluate_at(np.full(nk, dv)) for dv in (1, 2, 4))
+        if not len(m1["row"]):   # every candidate breaks a rule of its discrete choices
+            raise _no_valid_choice(space, knobs, maxg)
         beta = 2 * (m1["memory"] - m2["memory"])
         alpha = m1["memory"] - beta
         if not np.allclose(alpha + beta / 4, m4["memory"], rtol=1e-9, atol=1.0):
@@ -1271,6 +1285,8 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
         # the least memory at the largest d tried names the binding term
         dfar = np.maximum(maxg // (knobs["t"] * knobs["p"] * knobs["c"]), 1)
         cols = evaluate_at(dfar)
+        if not len(cols["memory"]):   # every candidate breaks a rule of its discrete choices
+            raise _no_valid_choice(space, knobs, maxg)
         cols["binding"] = _binding(cols)
         j = int(np.argmin(cols["memory"]))
         raise NoFitError(

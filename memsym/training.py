@@ -294,6 +294,21 @@ def validate(arch, layout: Layout, training: Training) -> None:
         val = getattr(training, name)
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise InvalidValueError(f"{name} must be a whole number >= 1, got {val!r}")
+    # optional knobs: None or a whole number >= 1 (v = 0 must not mean "not interleaved")
+    for obj, name in ((layout, "v"), (layout, "t_e"), (training, "num_microbatches"),
+                      (training, "global_batch_size")):
+        val = getattr(obj, name)
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+            raise InvalidValueError(f"{name} must be a whole number >= 1 or None, got {val!r}")
+    # flags: a string such as "false" is truthy in Python, so only real booleans are accepted
+    for obj, name in ((layout, "sequence_parallel"), (training, "flash_attention"),
+                      (training, "dropout")):
+        if not isinstance(getattr(obj, name), bool):
+            raise InvalidValueError(f"{name} must be true or false, got {getattr(obj, name)!r:.40}")
+    if training.offload != "none" and layout.p > 1:
+        # REF: seed001 (MCore raises "no support for Pipeline parallelism with CPU offloading")
+        raise InvalidValueError("CPU offload needs p = 1: Megatron-Core refuses pipeline "
+                                "parallelism with CPU offloading")
     choose("recompute mode", training.recompute, RECOMPUTE)
     choose("pipeline schedule", training.schedule, SCHEDULES)
     models.check_layout(arch, layout.t, layout.p, layout.e, layout.t_e,

@@ -88,6 +88,51 @@ def model_state_report(args) -> dict:
             "total": total}
 
 
+#: (option, dest) of the options that describe a model's training: without a MODEL they
+#: would be silently ignored, so they are refused instead.
+_NEEDS_MODEL = (
+    ("--seq-length", "seq_length"), ("--micro-batch-size", "micro_batch_size"),
+    ("--global-batch-size", "global_batch_size"), ("--num-microbatches", "num_microbatches"),
+    ("--context-parallel-size", "cp"), ("--expert-model-parallel-size", "ep"),
+    ("--expert-tensor-parallel-size", "etp"), ("--virtual-pipeline-model-parallel-size", "vpp"),
+    ("--sequence-parallel", "sequence_parallel"),
+    ("--decoder-first-pipeline-num-layers", "first_stage_layers"),
+    ("--decoder-last-pipeline-num-layers", "last_stage_layers"),
+    ("--recompute-granularity", "recompute_granularity"), ("--use-flash-attn", "use_flash_attn"),
+    ("--hidden-dropout", "hidden_dropout"), ("--attention-dropout", "attention_dropout"),
+    ("--moe-expert-capacity-factor", "moe_expert_capacity_factor"), ("--workspace", "workspace"),
+    ("--nccl-buffers", "nccl_buffers"), ("--fragmentation", "fragmentation"),
+    ("--group-query-attention", "group_query_attention"), ("--swiglu", "swiglu"),
+    ("--untie-embeddings-and-output-weights", "untie_embeddings_and_output_weights"),
+    ("--multi-latent-attention", "multi_latent_attention"), ("--normalization", "normalization"),
+)
+
+
+def check_model_state_only(args) -> None:
+    """Without a MODEL only model states are estimated: options that need a model are refused
+    (never silently ignored), and ``--world-size`` must equal t*p*d (it gives d without --dp)."""
+    from ..errors import InvalidValueError
+
+    given = [opt for opt, dest in _NEEDS_MODEL
+             if getattr(args, dest, None) is not None and getattr(args, dest, None) is not False]
+    if getattr(args, "schedule", "1f1b") != "1f1b":
+        given.append("--schedule")
+    if given:
+        raise InvalidValueError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} "
+                                "a MODEL (a preset or a config.json); "
+                                "with --params alone memsym estimates model states only")
+    ws = getattr(args, "world_size", None)
+    if ws is not None:
+        t_, p_ = args.tp or 1, args.pp or 1
+        if args.dp is None:
+            if ws % (t_ * p_):
+                raise InvalidValueError(f"world size {ws} is not a multiple of t*p = {t_ * p_}")
+            args.dp = ws // (t_ * p_)
+        elif args.dp * t_ * p_ != ws:
+            raise InvalidValueError(f"world size {ws} != t*p*d = {t_}*{p_}*{args.dp} = "
+                                    f"{t_ * p_ * args.dp}")
+
+
 def run(args) -> int:
     import sympy as sp
 
@@ -109,6 +154,7 @@ def run(args) -> int:
         raise InvalidValueError("communication and time need a model: name a preset or config.json "
                                 "(e.g. memsym estimate llama3-8b --seq-length 8192 --gpu h100-80gb)")
 
+    check_model_state_only(args)
     rep = model_state_report(args)
     terms = dict(rep["bytes"])
     total = sp.Add(*terms.values())

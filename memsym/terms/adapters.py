@@ -22,6 +22,7 @@ import sympy as sp
 from ..errors import InvalidValueError, UnknownNameError
 from ..symbols import L_lora, N, N_a, b_g, b_m, b_o, d, h, p, r_lora, t
 from ..term import Source, Term, Total
+from ..values import as_expr  # library arguments: text refused, never parsed
 
 __all__ = ["QUANTIZATIONS", "ADAPTER_DTYPES", "quantization_bits", "quantization_bytes",
            "lora_parameters", "lora_parameter_count", "frozen_weights", "adapter_state",
@@ -177,7 +178,7 @@ def frozen_weights(quantization: str = "bf16", params=None, *, sharded: bool = F
     [140.0, 39.375, 36.11083984375]
     """
     key = _choose("quantization", quantization, QUANTIZATIONS)
-    psi = N / (p * t) if params is None else sp.sympify(params)
+    psi = N / (p * t) if params is None else as_expr(params)
     expr = psi * quantization_bytes(key) / (d if sharded else 1)
     src = _QLORA if key.startswith("nf4") else Source("seed004", "case B (LoRA 2P GB, QLoRA 0.5P GB)")
     return Term("weights", expr, f"frozen base weights stored as {key}"
@@ -199,7 +200,7 @@ def adapter_state(adapter_dtype: str = "fp32", params=N_a) -> Total:
     75497472
     """
     width = ADAPTER_DTYPES[_choose("adapter dtype", adapter_dtype, ADAPTER_DTYPES)]
-    psi = sp.sympify(params)
+    psi = as_expr(params)
     return Total("trainable adapter states", (
         Term("adapter_weights", psi * width, f"LoRA adapter weights ({adapter_dtype})", _LORA,
              label="adapters"),

@@ -29,6 +29,7 @@ import sympy as sp
 from ..errors import InvalidValueError, UnknownNameError
 from ..symbols import L, m, p, v
 from ..term import Source, Term
+from ..values import as_expr  # library arguments: text refused, never parsed
 
 __all__ = ["SCHEDULES", "pipeline_factor", "first_stage_layers", "stage_layers",
            "stage_microbatches", "embedding_microbatches", "logits_microbatches"]
@@ -129,13 +130,14 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None)
     2
     """
     schedule = _schedule(schedule)
-    pp = sp.sympify(pp)                   # exact: plain ints must not become floats
-    vv = None if vv is None else sp.sympify(vv)
+    pp = as_expr(pp)                   # exact: plain ints must not become floats
+    vv = None if vv is None else as_expr(vv)
+    mm = None if mm is None else as_expr(mm)
     i = _stage_index(stage, pp)
     if schedule == "gpipe":
         if mm is None:
             raise InvalidValueError("GPipe keeps all m micro-batches: give the number of micro-batches")
-        return sp.sympify(mm)
+        return as_expr(mm)
     if vv is not None and vv != 1:
         if pp == 1:
             raise InvalidValueError("an interleaved (virtual) pipeline needs p > 1 stages")
@@ -162,7 +164,7 @@ def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layer
     0
     """
     chunks = stage_microbatches(stage, schedule, pp=pp, vv=vv, mm=mm)
-    pp, layers = sp.sympify(pp), sp.sympify(layers)
+    pp, layers = as_expr(pp), as_expr(layers)
     per = layers / pp if (vv is None or vv == 1) else layers / (pp * vv)
     return chunks * per
 
@@ -179,7 +181,8 @@ def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None) ->
     (p, 2*p - 1)
     """
     schedule = _schedule(schedule)
-    pp = sp.sympify(pp)
+    pp = as_expr(pp)
+    mm = None if mm is None else as_expr(mm)
     if schedule == "gpipe":
         return stage_microbatches(0, "gpipe", pp=pp, mm=mm)
     count = pp if (vv is None or vv == 1) else 2 * pp - 1

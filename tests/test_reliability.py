@@ -1,0 +1,753 @@
+"""Bad input gets a clear answer (issue 9, part 1).
+
+Every class of bad input is tried twice: through the Python API (an exception of memsym's own,
+a subclass of ``ValueError``, one line that says what was wrong and what is accepted) and
+through the command line (one line on stderr, exit status 2 -- 1 for "nothing fits" --, no
+traceback, nothing on stdout, no output file).  A few cases run the real ``python -m memsym``
+in a subprocess so that the whole path, interpreter start-up included, is covered.
+
+The expected fragments of each message are what a user needs to read: the rule broken and
+the numbers involved (heads, layers, experts, b*d), or the accepted spellings / closest names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import memsym
+from memsym import errors
+from memsym.cli import main
+from memsym.models import Architecture, check_layout, from_hf_config, preset, resolve_model
+from memsym.terms.model_state import byte_widths, model_state
+from memsym.training import Layout, Training, microbatches, training_memory
+from memsym.units import parse_bytes, parse_count
+from memsym.values import as_values, exact
+
+GB = 10**9
+GiB = 2**30
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers: what "a clear answer" means, checked the same way everywhere
+# ------------------------------------------------------------------------------------------------
+def api_refused(fn, *fragments, kind=errors.MemsymError):
+    """``fn()`` raises memsym's own ValueError subclass with a one-line message."""
+    with pytest.raises(kind) as info:
+        fn()
+    exc = info.value
+    assert isinstance(exc, errors.MemsymError) and isinstance(exc, ValueError)
+    msg = str(exc)
+    assert msg and "\n" not in msg, msg
+    for frag in fragments:
+        assert frag in msg, f"{frag!r} not in {msg!r}"
+    return msg
+
+
+def cli_refused(capsys, argv, *fragments, code=2):
+    """``memsym argv`` fails with one stderr line, the exit status, nothing on stdout."""
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    assert rc == code, (rc, out, err)
+    assert out == "", out
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for frag in fragments:
+        assert frag in err, f"{frag!r} not in {err!r}"
+    return err
+
+
+def cli_ok(capsys, argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    assert rc == 0, (out, err)
+    return out, err
+
+
+LLAMA = ["llama2-7b", "--seq-length", "4096"]
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. zero, negative, fractional or non-numeric degrees and sizes
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["0", "-2", "1.5", "two", "", "²", "0x8", "1e1"])
+@pytest.mark.parametrize("option", ["--tp", "--pp", "--dp", "--seq-length", "--micro-batch-size",
+                                    "--global-batch-size", "--context-parallel-size", "--ep",
+                                    "--world-size"])
+def test_cli_degrees_and_sizes_must_be_whole_and_positive(capsys, option, bad):
+    cli_refused(capsys, ["estimate", *LLAMA, f"{option}={bad}"],
+                "expected a whole number >= 1", option.split("=")[0])
+
+
+@pytest.mark.parametrize("bad, said", [
+    ("0", "must be > 0"), ("-7B", "expected a whole number such as 7000000000, 7e9, 7B"),
+    ("1.5", "must be a whole number"), ("seven", "expected a whole number such as"),
+    ("nan", "cannot read parameter count"), ("inf", "cannot read parameter count"),
+    ("1e100", "cannot read parameter count"), ("7b", "7B"),
+])
+def test_cli_parameter_count_refused(capsys, bad, said):
+    cli_refused(capsys, ["estimate", f"--params={bad}"], "--params", said)
+
+
+def test_cli_negative_count_without_equals_sign_is_still_one_line(capsys):
+    # argparse reads "-7B" as an option name; the answer is still one line, exit 2
+    cli_refused(capsys, ["estimate", "--params", "-7B"], "--params")
+
+
+@pytest.mark.parametrize("name, bad, said", [
+    ("t", 0, "must be > 0"), ("d", -1, "must be > 0"), ("p", 1.5, "must be a whole number"),
+    ("t", "2", "must be a number"), ("N", 0, "must be > 0"), ("N", -7e9, "must be > 0"),
+    ("d", True, "must be a number"), ("C", 0, "must be > 0"),
+])
+def test_api_symbol_values_checked_by_domain(name, bad, said):
+    M = model_state("zero3").subs(byte_widths("zero3"))
+    vals = {"N": 7 * GB, "d": 8, "t": 1, "p": 1, name: bad}
+    api_refused(lambda: M.evaluate(vals), said, name, kind=errors.InvalidValueError)
+    api_refused(lambda: as_values({name: bad}), said, kind=errors.InvalidValueError)
+
+
+@pytest.mark.parametrize("field, bad", [("t", 0), ("p", -1), ("d", 1.5), ("c", "2"), ("e", True),
+                                        ("t", 2.0)])
+def test_api_layout_degrees(field, bad):
+    layout = Layout(**{field: bad})
+    api_refused(lambda: training_memory("llama2-7b", layout, Training(seq_length=128)),
+                f"layout {field} must be a whole number >= 1", kind=errors.InvalidValueError)
+
+
+@pytest.mark.parametrize("field, bad", [("seq_length", 0), ("seq_length", 4096.0),
+                                        ("micro_batch_size", -1), ("micro_batch_size", "1")])
+def test_api_training_sizes(field, bad):
+    api_refused(lambda: training_memory("llama2-7b", Layout(), Training(**{field: bad})),
+                f"{field} must be a whole number >= 1", kind=errors.InvalidValueError)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_api_virtual_pipeline_size(bad):
+    # v = 0 or -1 must not silently mean "not interleaved"; "2" must not be a TypeError
+    api_refused(lambda: training_memory("llama2-7b", Layout(p=2, v=bad), Training(seq_length=128)),
+                "v", "whole number", kind=errors.InvalidValueError)
+
+
+@pytest.mark.parametrize("where, field, bad", [
+    ("training", "flash_attention", "no"), ("training", "dropout", "false"),
+    ("layout", "sequence_parallel", "yes"), ("training", "flash_attention", 1.0)])
+def test_api_flags_must_be_booleans(where, field, bad):
+    # a non-empty string is truthy in Python: "false" must not switch dropout on silently
+    layout = Layout(t=2, **({field: bad} if where == "layout" else {}))
+    training = Training(seq_length=128, **({field: bad} if where == "training" else {}))
+    api_refused(lambda: training_memory("llama2-7b", layout, training), field, "true or false",
+                kind=errors.InvalidValueError)
+
+
+@pytest.mark.parametrize("field, bad", [("global_batch_size", 0), ("global_batch_size", "8"),
+                                        ("global_batch_size", 8.0), ("num_microbatches", 1.5),
+                                        ("num_microbatches", -2)])
+def test_api_batch_sizes(field, bad):
+    api_refused(lambda: training_memory("llama2-7b", Layout(), Training(seq_length=128, **{field: bad})),
+                field, "whole number", kind=errors.InvalidValueError)
+
+
+@pytest.mark.parametrize("field, bad, said", [("num_layers", 0, "must be > 0"),
+                                              ("hidden_size", 4096.0, "must be a whole number"),
+                                              ("num_attention_heads", -32, "must be > 0"),
+                                              ("vocab_size", "32000", "must be a whole number")])
+def test_api_architecture_sizes(field, bad, said):
+    kw = dict(num_layers=32, hidden_size=4096, num_attention_heads=32, vocab_size=32000,
+              position_embedding_type="rope")
+    kw[field] = bad
+    api_refused(lambda: training_memory(Architecture(**kw), Layout(), Training(seq_length=128)),
+                field, said, kind=errors.InvalidValueError)
+
+
+@pytest.mark.parametrize("bad", ["1.5", "0", "-3", "lots", "1e15.5"])
+def test_api_parse_count_refusals(bad):
+    api_refused(lambda: parse_count(bad), "parameter count", kind=errors.InvalidValueError)
+
+
+# ------------------------------------------------------------------------------------------------
+# 2-6. divisibility and world size: the rule and the numbers are named
+# ------------------------------------------------------------------------------------------------
+def test_t_must_divide_heads():
+    # llama2-7b: 32 heads (Touvron et al. 2023, Table 2 config)
+    frag = ("t=3", "attention heads", "num_attention_heads=32")
+    api_refused(lambda: check_layout(preset("llama2-7b"), t=3), *frag, kind=errors.DivisibilityError)
+    api_refused(lambda: training_memory("llama2-7b", Layout(t=3, sequence_parallel=True),
+                                        Training(seq_length=128)), *frag,
+                kind=errors.DivisibilityError)
+
+
+def test_cli_t_must_divide_heads(capsys):
+    cli_refused(capsys, ["estimate", *LLAMA, "--tp", "3"], "t=3", "num_attention_heads=32")
+
+
+def test_t_must_divide_kv_heads():
+    # llama2-70b: 64 heads, 8 KV heads (GQA): t = 16 divides the heads but not the KV heads
+    frag = ("t=16", "KV heads", "num_query_groups=8")
+    api_refused(lambda: check_layout(preset("llama2-70b"), t=16), *frag,
+                kind=errors.DivisibilityError)
+    api_refused(lambda: training_memory("llama2-70b", Layout(t=16, sequence_parallel=True),
+                                        Training(seq_length=128)), *frag,
+                kind=errors.DivisibilityError)
+
+
+def test_cli_t_must_divide_kv_heads(capsys):
+    cli_refused(capsys, ["estimate", "llama2-70b", "--seq-length", "4096", "--tp", "16",
+                         "--sequence-parallel"], "t=16", "num_query_groups=8")
+
+
+def test_p_must_divide_layers():
+    frag = ("p=5", "num_layers=32")
+    api_refused(lambda: check_layout(preset("llama2-7b"), p=5), *frag, kind=errors.DivisibilityError)
+    api_refused(lambda: training_memory("llama2-7b", Layout(p=5), Training(seq_length=128)), *frag,
+                kind=errors.DivisibilityError)
+
+
+def test_cli_p_must_divide_layers(capsys):
+    cli_refused(capsys, ["estimate", *LLAMA, "--pp", "5"], "p=5", "num_layers=32")
+
+
+def test_world_size_must_equal_tpcd(capsys):
+    # the Python layout has no separate world size: it is derived, so it cannot contradict
+    lay = Layout(t=2, p=4, c=2, d=3)
+    assert lay.world_size == 2 * 4 * 2 * 3
+    cli_refused(capsys, ["estimate", *LLAMA, "--tp", "2", "--dp", "2", "--world-size", "8"],
+                "world size 8", "t*p*c*d", "= 4")
+    cli_refused(capsys, ["estimate", *LLAMA, "--tp", "4", "--pp", "2", "--world-size", "12"],
+                "world size 12", "multiple of", "t*p*c = 8")
+    # the model-state path (--params, no MODEL) must not ignore a contradicting world size
+    cli_refused(capsys, ["estimate", "--params", "7B", "--tp", "2", "--dp", "2", "--world-size", "8"],
+                "world size 8")
+
+
+def test_api_world_size_in_the_search():
+    # the search takes a world size G and layouts restricted to tp/pp lists: none multiply to G
+    from memsym.search import search
+
+    api_refused(lambda: search("llama2-7b", "h100-80gb", 8, tp=[4], pp=[4], seq_length=128),
+                "8 GPUs", kind=errors.InvalidValueError)
+    api_refused(lambda: search("llama2-7b", "h100-80gb", 0, seq_length=128),
+                "gpus must be a whole number >= 1", kind=errors.InvalidValueError)
+
+
+@pytest.mark.parametrize("field, bad", [("seq_length", float("nan")), ("seq_length", float("inf")),
+                                        ("seq_length", "4096"), ("seq_length", None),
+                                        ("capacity", "80GB"), ("capacity", -1)])
+def test_api_search_options_checked(field, bad):
+    from memsym.search import make_space
+
+    api_refused(lambda: make_space("llama2-7b", "h100-80gb", **{field: bad}), field.split("_")[0],
+                kind=errors.InvalidValueError)
+
+
+def test_api_min_gpus_nothing_fits_names_the_binding_term():
+    from memsym.search import min_gpus
+
+    with pytest.raises(errors.NoFitError) as info:
+        min_gpus("llama2-7b", "h100-80gb", capacity=10**9, max_gpus=64, seq_length=2048)
+    assert "nothing fits" in str(info.value) and "binding term" in str(info.value)
+
+
+def test_cli_training_options_without_a_model_are_refused(capsys):
+    # with --params alone only model states are estimated: nothing is silently ignored
+    cli_refused(capsys, ["estimate", "--params", "7B", "--seq-length", "4096"],
+                "--seq-length needs a MODEL")
+    cli_refused(capsys, ["estimate", "--params", "7B", "--sequence-parallel", "--ep", "2"],
+                "--expert-model-parallel-size, --sequence-parallel need a MODEL")
+    out, _ = cli_ok(capsys, ["estimate", "--params", "175B", "--tp", "8", "--pp", "8",
+                             "--world-size", "512", "--json"])
+    assert json.loads(out)["layout"] == {"dp": 8, "tp": 8, "pp": 8}   # d = G/(t p)
+
+
+def test_cli_world_size_gives_d(capsys):
+    out, _ = cli_ok(capsys, ["estimate", *LLAMA, "--tp", "2", "--pp", "2", "--world-size", "16",
+                             "--json"])
+    lay = json.loads(out)["layout"]
+    assert (lay["dp"], lay["world_size"]) == (4, 16)
+
+
+def test_e_must_divide_experts(capsys):
+    # Mixtral 8x7B: 8 experts (Jiang et al. 2024)
+    frag = ("e=3", "num_experts=8")
+    api_refused(lambda: check_layout(preset("mixtral-8x7b"), e=3), *frag,
+                kind=errors.DivisibilityError)
+    api_refused(lambda: training_memory("mixtral-8x7b", Layout(e=3, d=3), Training(seq_length=128)),
+                *frag, kind=errors.DivisibilityError)
+    cli_refused(capsys, ["estimate", "mixtral-8x7b", "--seq-length", "128", "--ep", "3", "--dp", "3"],
+                *frag)
+
+
+def test_expert_parallel_needs_experts(capsys):
+    api_refused(lambda: check_layout(preset("llama2-7b"), e=2), "e=2", "needs a model with experts",
+                kind=errors.DivisibilityError)
+    cli_refused(capsys, ["estimate", *LLAMA, "--ep", "2", "--dp", "2"], "needs a model with experts")
+
+
+def test_global_batch_divisible_by_micro_batch_times_d(capsys):
+    frag = ("B=16", "b*d=6")
+    api_refused(lambda: microbatches(Layout(d=3), Training(micro_batch_size=2, global_batch_size=16)),
+                *frag, kind=errors.DivisibilityError)
+    api_refused(lambda: training_memory("llama2-7b", Layout(d=3),
+                                        Training(seq_length=128, micro_batch_size=2,
+                                                 global_batch_size=16)),
+                *frag, kind=errors.DivisibilityError)
+    cli_refused(capsys, ["estimate", *LLAMA, "--dp", "3", "--micro-batch-size", "2",
+                         "--global-batch-size", "16"], *frag)
+
+
+def test_num_microbatches_contradicting_global_batch(capsys):
+    # B = m b d: 32 = m * 1 * 2 gives m = 16, not 3
+    api_refused(lambda: microbatches(Layout(d=2), Training(global_batch_size=32, num_microbatches=3)),
+                "num_microbatches 3", "16", kind=errors.InvalidValueError)
+    cli_refused(capsys, ["estimate", *LLAMA, "--dp", "2", "--global-batch-size", "32",
+                         "--num-microbatches", "3"], "num_microbatches 3", "16")
+
+
+def test_virtual_pipeline_must_divide_layers_per_stage(capsys):
+    # seed 001: "number of layers on each middle pipeline rank ... must be divisible by virtual
+    # pipeline parallel degree"; llama2-7b, p = 2: 16 layers per stage, v = 3 does not divide
+    api_refused(lambda: training_memory("llama2-7b", Layout(p=2, v=3), Training(seq_length=128)),
+                "v=3", "16", kind=errors.DivisibilityError)
+    cli_refused(capsys, ["estimate", *LLAMA, "--pp", "2", "--vpp", "3"], "v=3", "(16)")
+
+
+# ------------------------------------------------------------------------------------------------
+# 7. capacity <= 0, or below the replicated floor (the floor named)
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cap", [0, -80 * GB, float("nan"), float("inf")])
+def test_api_capacity_must_be_positive_and_finite(cap):
+    M = model_state("distributed-optimizer").subs(byte_widths())
+    api_refused(lambda: memsym.smallest(M, "d", cap, {"N": 7 * GB, "t": 1, "p": 1}), "capacity",
+                kind=errors.InvalidValueError)
+
+
+@pytest.mark.parametrize("cap, said", [("0GB", "must be > 0 bytes"), ("-80GB", "cannot read"),
+                                       ("0", "ambiguous")])
+def test_cli_capacity_must_be_positive(capsys, cap, said):
+    cli_refused(capsys, ["solve", "dp", "--params", "7B", f"--gpu-memory={cap}"], "--gpu-memory", said)
+    cli_refused(capsys, ["estimate", "--params", "7B", f"--gpu-memory={cap}"], said)
+
+
+def test_api_capacity_below_replicated_floor_names_the_floor():
+    # distributed optimizer: 2N/(pt) weights stay whatever d (seed 000); 175e9 * 2 = 350 GB
+    M = model_state("distributed-optimizer").subs(byte_widths())
+    with pytest.raises(errors.NoFitError) as info:
+        memsym.smallest(M, "d", 80 * GB, {"N": 175 * GB, "t": 1, "p": 1})
+    exc = info.value
+    assert isinstance(exc, ValueError) and "\n" not in str(exc)
+    assert exc.binding == ("weights",) and exc.floor == 350 * GB
+    assert "weights" in str(exc) and "350 GB" in str(exc) and "80 GB" in str(exc)
+
+
+def test_cli_capacity_below_floor_is_exit_1_with_the_floor(capsys):
+    # "nothing fits" is an answer, not a usage error: exit 1 (memsym.cli contract), one line
+    cli_refused(capsys, ["solve", "dp", "--params", "175B", "--gpu-memory", "80GB"],
+                "nothing fits", "weights", "350 GB", code=1)
+
+
+def test_api_ddp_cannot_be_solved_for_d():
+    # DDP replicates everything: memory does not depend on d, so "smallest d" has no meaning
+    M = model_state("ddp").subs(byte_widths("ddp"))
+    api_refused(lambda: memsym.smallest(M, "d", 80 * GB, {"N": 7 * GB, "t": 1, "p": 1}),
+                "does not depend on d", kind=errors.InvalidValueError)
+
+
+# ------------------------------------------------------------------------------------------------
+# 8. unknown names: the closest valid names are suggested
+# ------------------------------------------------------------------------------------------------
+def test_api_unknown_names_suggest_closest():
+    from memsym.hardware import gpu
+
+    cases = [
+        (lambda: preset("llama2-7"), "model", "llama2-7b"),
+        (lambda: resolve_model("mixtral-8x7"), "model", "mixtral-8x7b"),
+        (lambda: gpu("h100x"), "GPU", "h100"),
+        (lambda: model_state("fdsp"), "sharding", "fsdp"),
+        (lambda: byte_widths("zero3", optimizer="adm"), "optimizer", "adam"),
+        (lambda: byte_widths("zero3", precision="bf61"), "precision", "bf16"),
+        (lambda: model_state("zero3", convention="megatrn"), "convention", "megatron-lm"),
+        (lambda: training_memory("llama2-7b", Layout(), Training(recompute="selectve")),
+         "recompute", "selective"),
+        (lambda: training_memory("llama2-7b", Layout(), Training(sharding="zer03")), "sharding",
+         "zero3"),
+    ]
+    for fn, kind, close in cases:
+        msg = api_refused(fn, f"unknown {kind}", "did you mean", close, "accepted:",
+                          kind=errors.UnknownNameError)
+        hint = msg.split("did you mean", 1)[1].split("?", 1)[0]
+        assert close in [x.strip() for x in hint.split(" or ")], msg
+
+
+@pytest.mark.parametrize("argv, kind, close", [
+    (["estimate", "llama2-7", "--seq-length", "128"], "model", "llama2-7b"),
+    (["time", "7B", "--tokens", "1T", "--gpu", "h100x"], "GPU", "h100"),
+    (["estimate", "--params", "7B", "--sharding", "fdsp"], "sharding", "fsdp"),
+    (["estimate", "--params", "7B", "--optimizer", "adm"], "optimizer", "adam"),
+    (["estimate", "--params", "7B", "--precision", "bf61"], "precision", "bf16"),
+    (["estimate", "--params", "7B", "--convention", "megatron"], "convention", "megatron-lm"),
+    (["estimate", "--params", "7B", "--offload", "optimiser"], "offload", "optimizer"),
+])
+def test_cli_unknown_names_suggest_closest(capsys, argv, kind, close):
+    cli_refused(capsys, argv, f"unknown {kind}", "did you mean", close, "accepted:")
+
+
+def test_names_are_case_and_separator_tolerant(capsys):
+    # the accepted spellings: case-insensitive, "_" for "-" (what people paste from configs)
+    assert preset("LLAMA2_7B").num_layers == 32
+    out, _ = cli_ok(capsys, ["estimate", "--params", "7B", "--sharding", "Distributed_Optimizer",
+                             "--json"])
+    assert json.loads(out)["sharding"] == "distributed-optimizer"
+
+
+# ------------------------------------------------------------------------------------------------
+# 9. unit strings: the common unambiguous spellings are accepted, the rest refused
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, value", [
+    ("80GB", 80 * GB), ("80 GB", 80 * GB), ("80GiB", 80 * GiB), ("80 GiB", 80 * GiB),
+    ("1.5TB", 1500 * GB), ("80.5GB", 80_500_000_000), ("141GB", 141 * GB),
+    ("  80GB ", 80 * GB), ("85899345920", 80 * GiB), ("512MiB", 512 * 2**20), (80 * GB, 80 * GB),
+])
+def test_units_accepted(text, value):
+    assert parse_bytes(text) == value
+
+
+@pytest.mark.parametrize("text, said", [
+    ("80", "ambiguous"),                  # 80 bytes is surely a forgotten unit
+    ("80gb", "case-sensitive"),           # could be gigabits
+    ("80Gb", "could mean bits"),
+    ("80 gib", "did you mean GiB"),
+    ("1e3TB", "cannot read"),             # exponents are not a size spelling
+    ("80 G", "unknown unit"), ("80GBs", "unknown unit"), ("GB80", "cannot read"),
+    ("-80GB", "cannot read"), ("+80GB", "cannot read"), ("0GB", "must be > 0"),
+    ("0.1B", "whole number of bytes"), ("80,5GB", "cannot read"), ("80  GB", "cannot read"),
+    ("80\tGB", "cannot read"), ("nan GB", "cannot read"), ("inf", "cannot read"),
+    ("", "cannot read"), ("٨٠GB", "cannot read"), (True, "memory size"),
+])
+def test_units_refused(text, said):
+    msg = api_refused(lambda: parse_bytes(text), said, kind=errors.InvalidValueError)
+    assert "GB" in msg or "GiB" in msg or "bytes" in msg  # says what is accepted
+
+
+@pytest.mark.parametrize("text", ["80", "80gb", "1e3TB"])
+def test_cli_units_refused(capsys, text):
+    cli_refused(capsys, ["estimate", "--params", "7B", "--gpu-memory", text], "--gpu-memory")
+
+
+def test_cli_units_accepted(capsys):
+    out, _ = cli_ok(capsys, ["estimate", "--params", "7B", "--gpu-memory", "80 GiB", "--json"])
+    assert json.loads(out)["gpu_memory_bytes"] == 80 * GiB
+
+
+# ------------------------------------------------------------------------------------------------
+# 10. NaN, infinity, 1e15 parameters: refused or exact, never overflowing
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_api_non_finite_refused(bad):
+    api_refused(lambda: exact(bad, "N"), "must be finite", kind=errors.InvalidValueError)
+    M = model_state("zero3").subs(byte_widths("zero3"))
+    api_refused(lambda: M.evaluate(N=bad, d=1, t=1, p=1), "N", kind=errors.InvalidValueError)
+
+
+def test_api_1e15_parameters_exact():
+    # 1e15 as a float is read through its decimal repr: exactly 10**15
+    assert exact(1e15) == 10**15 and exact(1e15).is_Integer
+    M = model_state("zero3").subs(byte_widths("zero3"))
+    # ZeRO-3, 16 bytes/param over d = 7: 16e15/7 exactly, not a rounded float
+    val = M.evaluate(N=1e15, d=7, t=1, p=1)
+    assert val * 7 == 16 * 10**15
+    # the compiled numeric path stays finite
+    f = M.compile()
+    assert abs(f(N=1e15, d=7, t=1, p=1) - 16e15 / 7) <= 1e-12 * 16e15 / 7
+    # 10**30 does not overflow the exact path either
+    assert M.evaluate(N=10**30, d=1, t=1, p=1) == 16 * 10**30
+
+
+def test_cli_1e15_parameters_exact(capsys):
+    out, _ = cli_ok(capsys, ["estimate", "--params", "1e15", "--sharding", "ddp", "--json"])
+    data = json.loads(out)
+    assert data["params"] == 10**15
+    assert data["bytes"]["total"] == 16 * 10**15 and isinstance(data["bytes"]["total"], int)
+
+
+@pytest.mark.parametrize("argv", [
+    ["estimate", *LLAMA, "--fragmentation", "nan"],
+    ["estimate", *LLAMA, "--fragmentation", "inf"],
+    ["estimate", *LLAMA, "--hidden-dropout", "NaN"],
+    ["estimate", *LLAMA, "--moe-expert-capacity-factor", "-inf"],
+    ["time", "7B", "--tokens", "1T", "--efficiency", "nan"],
+    ["time", "7B", "--tokens", "1T", "--price-per-gpu-hour", "inf"],
+])
+def test_cli_non_finite_options_refused(capsys, argv):
+    cli_refused(capsys, argv, "expected")
+
+
+# ------------------------------------------------------------------------------------------------
+# 11. config.json: missing, not JSON, wrong types, huge, fields designed to be evaluated
+# ------------------------------------------------------------------------------------------------
+LLAMA_CFG = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000}
+
+
+def write_cfg(tmp_path, content, name="config.json"):
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+    return str(path)
+
+
+def test_config_missing(tmp_path, capsys):
+    missing = str(tmp_path / "nope" / "config.json")
+    api_refused(lambda: from_hf_config(missing), "no such config file", kind=errors.InvalidValueError)
+    api_refused(lambda: resolve_model(missing), "no such config file")
+    cli_refused(capsys, ["estimate", missing, "--seq-length", "128"], "no such config file")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("{not json", "not valid JSON"), ("", "not valid JSON"), ("[1, 2]", "JSON object"),
+    ('{"hidden_size": NaN}', "not valid JSON"), ('{"a": Infinity}', "not valid JSON"),
+    ("[" * 100000 + "]" * 100000, "not valid JSON"),
+])
+def test_config_not_json(tmp_path, capsys, text, said):
+    path = write_cfg(tmp_path, text)
+    api_refused(lambda: from_hf_config(path), said, kind=errors.InvalidValueError)
+    cli_refused(capsys, ["estimate", path, "--seq-length", "128"], said)
+
+
+def test_config_binary_garbage(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    api_refused(lambda: from_hf_config(str(path)), "not valid JSON", kind=errors.InvalidValueError)
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("hidden_size", "4096", "must be a whole number"),
+    ("hidden_size", 4096.0, "must be a whole number"),
+    ("num_hidden_layers", True, "must be a whole number"),
+    ("num_attention_heads", -32, "must be > 0"),
+    ("vocab_size", [32000], "must be a whole number"),
+    ("tie_word_embeddings", "false", "must be true or false"),
+    ("num_hidden_layers", None, "missing field"),
+])
+def test_config_wrong_types(tmp_path, capsys, field, value, said):
+    cfg = dict(LLAMA_CFG, **{field: value})
+    path = write_cfg(tmp_path, cfg)
+    api_refused(lambda: from_hf_config(path), field, said, kind=errors.InvalidValueError)
+    cli_refused(capsys, ["estimate", path, "--seq-length", "128"], field, said)
+
+
+def test_config_unsupported_model_type(tmp_path):
+    path = write_cfg(tmp_path, dict(LLAMA_CFG, model_type="lama"))
+    api_refused(lambda: from_hf_config(path), "model_type", "did you mean llama",
+                kind=errors.UnknownNameError)
+
+
+def test_config_huge_refused_before_reading(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    with open(path, "wb") as fh:       # sparse: 5 MiB on paper, nothing on disk
+        fh.truncate(5 * 2**20)
+    api_refused(lambda: from_hf_config(str(path)), "refused above", kind=errors.InvalidValueError)
+    cli_refused(capsys, ["estimate", str(path), "--seq-length", "128"], "refused above")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_config_that_is_a_device_is_refused_without_reading(capsys):
+    # an endless "file" must not hang the reader: only regular files are read, and at most 4 MiB
+    api_refused(lambda: resolve_model("/dev/zero"), "no such config file")
+    cli_refused(capsys, ["estimate", "/dev/zero", "--seq-length", "128"], "no such config file")
+
+
+def test_config_directory_without_config(tmp_path):
+    api_refused(lambda: from_hf_config(str(tmp_path)), "no such config file")
+
+
+def test_config_valid_reads(tmp_path):
+    # the same file, well formed, reads (so the refusals above are about the defect alone);
+    # 6738415616 parameters: Llama-2-7B's published count (Touvron et al. 2023, HF card)
+    path = write_cfg(tmp_path, LLAMA_CFG)
+    assert memsym.parameter_count(from_hf_config(path)) == 6738415616
+
+
+# ------------------------------------------------------------------------------------------------
+# 12. contradictory flags
+# ------------------------------------------------------------------------------------------------
+def test_cli_offload_with_pipeline_refused(capsys):
+    # seed 001: "Currently there is no support for Pipeline parallelism with CPU offloading"
+    cli_refused(capsys, ["estimate", "--params", "7B", "--pp", "2", "--offload", "optimizer"],
+                "CPU offload", "--pp 1")
+
+
+def test_cli_offload_with_pipeline_refused_for_models(capsys):
+    # the same rule on the model path (MODEL given)
+    cli_refused(capsys, ["estimate", *LLAMA, "--pp", "2", "--offload", "optimizer"],
+                "offload", "pipeline")
+
+
+def test_api_offload_with_pipeline_refused():
+    api_refused(lambda: training_memory("llama2-7b", Layout(p=2),
+                                        Training(seq_length=128, offload="optimizer")),
+                "offload", "pipeline", kind=errors.InvalidValueError)
+
+
+def test_min_gpus_when_every_layout_breaks_a_rule(capsys):
+    # offload with p = 2 only: every candidate layout is excluded by the offload-pp rule
+    from memsym.search import min_gpus
+
+    for batch in (None, 64):   # both paths of min_gpus (with and without a global batch)
+        api_refused(lambda: min_gpus("llama2-7b", "h100-80gb", offload=["optimizer"], pp=[2],
+                                     seq_length=128, global_batch_size=batch), "offload-pp",
+                    kind=errors.NoFitError)
+    cli_refused(capsys, ["min-gpus", "llama2-7b", "--gpu", "h100-80gb", "--offload", "optimizer",
+                         "--pp", "2", "--seq-length", "128"], "offload", code=1)
+
+
+def test_cli_distributed_optimizer_flag_contradicts_sharding(capsys):
+    cli_refused(capsys, ["estimate", "--params", "7B", "--use-distributed-optimizer",
+                         "--sharding", "zero3"], "--use-distributed-optimizer contradicts")
+
+
+def test_cli_dropout_settings_must_agree(capsys):
+    cli_refused(capsys, ["estimate", *LLAMA, "--hidden-dropout", "0", "--attention-dropout", "0.1"],
+                "dropout")
+
+
+def test_sequence_parallel_at_t1_warns_once_and_answers(capsys):
+    # Megatron-LM silently turns --sequence-parallel off when t = 1: memsym answers, and says so
+    out, err = cli_ok(capsys, ["estimate", *LLAMA, "--sequence-parallel", "--json"])
+    assert err.count("\n") == 1 and err.startswith("memsym: warning:") and "Traceback" not in err
+    assert "sequence-parallel" in err and "tensor-parallel size 1" in err
+    assert json.loads(out)["layout"]["sequence_parallel"] is False
+    # ... and the answer equals the one without the flag (it had no effect)
+    plain, err2 = cli_ok(capsys, ["estimate", *LLAMA, "--json"])
+    assert err2 == "" and json.loads(plain)["bytes"] == json.loads(out)["bytes"]
+    # the Python API records the adjustment as a note, not a warning on stderr
+    est = training_memory("llama2-7b", Layout(sequence_parallel=True), Training(seq_length=128))
+    assert any("sequence parallelism is off at t = 1" in n for n in est.notes)
+
+
+def test_moe_with_tp_needs_sequence_parallel():
+    # Megatron-LM arguments.py: "When using MoE and tensor parallelism, sequence parallelism
+    # must be used."
+    api_refused(lambda: training_memory("mixtral-8x7b", Layout(t=2), Training(seq_length=128)),
+                "sequence parallelism", kind=errors.InvalidValueError)
+
+
+# ------------------------------------------------------------------------------------------------
+# nothing is written or partially printed on failure
+# ------------------------------------------------------------------------------------------------
+def test_output_file_not_created_on_failure(tmp_path, capsys):
+    target = tmp_path / "derivation.tex"
+    cli_refused(capsys, ["latex", "--params", "175B", "--gpu-memory", "80GB", "--output",
+                         str(target)], "nothing fits", code=1)
+    assert not target.exists()
+    cli_refused(capsys, ["latex", "--params", "7B", "--tp", "0", "--output", str(target)], "--tp")
+    assert not target.exists()
+    cli_refused(capsys, ["latex", "--params", "7B", "--sharding", "nope", "--output", str(target)],
+                "unknown sharding")
+    assert not target.exists()
+
+
+def test_output_into_missing_folder_is_one_line(tmp_path, capsys):
+    target = tmp_path / "no" / "such" / "dir" / "x.tex"
+    cli_refused(capsys, ["latex", "--params", "7B", "--output", str(target)], "No such file")
+    assert not target.exists()
+
+
+def test_output_written_on_success(tmp_path, capsys):
+    target = tmp_path / "x.tex"
+    rc = main(["latex", "--params", "7B", "--output", str(target)])
+    out, err = capsys.readouterr()
+    assert rc == 0 and out == "" and err == ""
+    assert target.read_text().startswith("\\begin{equation*}")
+
+
+def test_failure_after_valid_options_prints_nothing(capsys):
+    # everything is computed before the first line is printed: a late refusal leaves stdout empty
+    cli_refused(capsys, ["estimate", *LLAMA, "--tp", "2", "--pp", "2", "--dp", "2",
+                         "--global-batch-size", "3"], "B=3")
+
+
+# ------------------------------------------------------------------------------------------------
+# the real command: a fresh interpreter, exit status and streams as a shell sees them
+# ------------------------------------------------------------------------------------------------
+def _run(*argv, cwd=None):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-m", "memsym", *argv], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["estimate", "--params", "7B", "--tp", "0"], "expected a whole number >= 1"),
+    (["estimate", "llama2-7", "--seq-length", "128"], "did you mean llama2-7b"),
+    (["estimate", "--params", "7B", "--gpu-memory", "80gb"], "case-sensitive"),
+    (["estimate", "llama2-7b", "--seq-length", "128", "--tp", "3"], "must divide the attention heads"),
+])
+def test_subprocess_refusals(argv, fragment):
+    proc = _run(*argv)
+    assert proc.returncode == 2, proc
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert fragment in proc.stderr
+
+
+def test_subprocess_bad_config_and_no_output_file(tmp_path):
+    bad = write_cfg(tmp_path, "{'hidden_size': 4096}")  # Python, not JSON
+    out = tmp_path / "out.tex"
+    proc = _run("estimate", bad, "--seq-length", "128")
+    assert proc.returncode == 2 and proc.stdout == "" and "not valid JSON" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    proc = _run("latex", "--params", "175B", "--gpu-memory", "80GB", "--output", str(out))
+    assert proc.returncode == 1 and proc.stdout == "" and not out.exists()
+    assert proc.stderr.count("\n") == 1 and "350 GB" in proc.stderr
+
+
+def test_subprocess_sequence_parallel_warning():
+    proc = _run("estimate", "llama2-7b", "--seq-length", "128", "--sequence-parallel", "--json")
+    assert proc.returncode == 0
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("memsym: warning:")
+    assert json.loads(proc.stdout)["layout"]["sequence_parallel"] is False
+
+
+# ------------------------------------------------------------------------------------------------
+# docs/validation.md shows the real messages: every console block is run here
+# ------------------------------------------------------------------------------------------------
+def _doc_examples():
+    import pathlib
+    import re
+    import shlex
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "validation.md").read_text(
+        encoding="utf-8")
+    out = []
+    for block in re.findall(r"```console\n(.*?)```", text, re.S):
+        lines = block.rstrip("\n").split("\n")
+        for i, line in enumerate(lines):
+            if line.startswith("$ memsym "):
+                expected = lines[i + 1]
+                assert not expected.startswith("$ "), line
+                out.append((shlex.split(line[2:])[1:], expected))
+    return out
+
+
+DOC_EXAMPLES = _doc_examples()
+
+
+def test_doc_has_examples_of_every_kind():
+    assert len(DOC_EXAMPLES) >= 20
+    kinds = " ".join(e for _, e in DOC_EXAMPLES)
+    for frag in ("must divide", "world size", "unknown model", "unknown GPU", "ambiguous",
+                 "nothing fits", "offload", "warning", "cannot read"):
+        assert frag in kinds, frag
+
+
+@pytest.mark.parametrize("argv, expected", DOC_EXAMPLES, ids=[" ".join(a)[:60] for a, _ in DOC_EXAMPLES])
+def test_doc_examples_are_the_real_messages(capsys, tmp_path, monkeypatch, argv, expected):
+    monkeypatch.chdir(tmp_path)   # relative paths in the examples (missing/config.json) stay missing
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert err == expected + "\n"
+    if expected.startswith("memsym: warning:"):
+        assert rc == 0 and out
+    else:
+        assert rc == (1 if "nothing fits" in expected else 2) and out == ""
