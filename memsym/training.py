@@ -477,13 +477,16 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers)
     conv = choose("convention", training.convention, ("memsym", "megatron-lm"))
     widths = byte_widths(training.sharding, training.precision, training.optimizer, conv)
+    # t, e and t_e stay symbols (tp/t + replicated, experts/(e t_e)): equal to the stage's
+    # exact per-GPU counts at the layout's values, and differentiable in t for sensitivities
+    # (the stage's layer split, hence p, enters through the counts themselves)
     states = model_state(training.sharding, convention=conv, offload=training.offload,
-                         params=sp_.dense_per_gpu, dp=d * c).subs(widths)
+                         params=sp.Integer(sp_.tp) / t + sp_.replicated, dp=d * c).subs(widths)
     terms = list(states.terms)
     if sp_.experts:
         edp = d * c * t / (e * t_e)
         ex = model_state(training.sharding, convention=conv, offload=training.offload,
-                         params=sp_.experts_per_gpu, dp=edp).subs(widths)
+                         params=sp.Integer(sp_.experts) / (e * t_e), dp=edp).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
     act = stage_activations(x, layout, training, stage)

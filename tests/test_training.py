@@ -205,3 +205,20 @@ def test_cli_solve_micro_batch_and_pp(capsys):
     out = run_json(["solve", "pp", "llama3-70b", "--tp", "8", "--seq-length", "4096",
                     "--sequence-parallel", "--use-flash-attn", "--gpu-memory", "80GB"], capsys)
     assert 80 % out["value"] == 0 and out["memory_bytes"] <= 80 * 10**9
+
+
+def test_training_total_is_differentiable_in_t():
+    # the stage's parameters enter as tp/t + replicated, so dM/dt sees the model states:
+    # for the weights term, (t/M) dM/dt = -(tp/t) / (tp/t + replicated), from the counts
+    from memsym.models import stage_parameters
+    from memsym.symbols import t as sym_t
+
+    lay = Layout(t=4, p=4, d=2, sequence_parallel=True)
+    est = training_memory("llama3-70b", lay, Training(seq_length=4096, recompute="selective"))
+    sp_ = stage_parameters(preset("llama3-70b"), 4, 4, est.stage)
+    weights = est.total["weights"]
+    elasticity = sp.simplify((sym_t * sp.diff(weights.expr, sym_t) / weights.expr).xreplace(est.values))
+    assert elasticity == -sp.Rational(sp_.tp, 4) / (sp.Rational(sp_.tp, 4) + sp_.replicated)
+    # and the whole total falls with t, but less than proportionally (allowances stay)
+    total_el = est.total.elasticity("t", est.values)
+    assert -1 < total_el < 0
