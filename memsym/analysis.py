@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 import sympy as sp
 
 from .errors import InvalidValueError, NoFitError
-from .symbols import C, info, lookup
+from .symbols import C, lookup
 from .values import as_values, exact
 
 __all__ = ["Solution", "smallest", "largest", "smallest_gpus"]
@@ -119,13 +119,13 @@ def _value(fixed, x, n) -> sp.Expr:
     return fixed.xreplace({x: sp.Integer(n)})
 
 
-def _bound(expr, x, vals, cap, fixed, lo, hi):
+def _bound(expr, x, vals, cap):
     """(closed form, exact real boundary) or (None, None)."""
     sols = _closed_form(expr, x)
     if not sols:
         return None, None
     for sol in sols:
-        val = sp.nsimplify(sol.xreplace({**vals, C: cap}))
+        val = sol.xreplace({**vals, C: cap})
         if val.is_real and val.is_positive:
             return sol, val
     return sols[0], None
@@ -151,16 +151,20 @@ def _floor_message(total, x, vals, cap, direction):
 
 def _search(total, unknown, capacity, values, valid, lower, upper, want_small):
     x, cap, vals, expr, fixed = _prepare(total, unknown, capacity, values)
-    lower = max(int(lower), 1)
-    upper = _MAX_STEPS if upper is None else int(upper)
+    for name, bound in (("lower", lower), ("upper", upper)):
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
+            raise InvalidValueError(f"{name} must be a whole number >= 1, got {bound!r}")
+    upper = _MAX_STEPS if upper is None else upper
+    if upper < lower:
+        raise InvalidValueError(f"upper {upper} is below lower {lower}")
 
     def fits(n: int) -> bool:
         return bool(_value(fixed, x, n) <= cap)
 
-    closed, bound = _bound(expr, x, vals, cap, fixed, lower, upper)
+    closed, bound = _bound(expr, x, vals, cap)
     if want_small:
         # memory must fall as x grows; the floor is the limit at infinity
-        if not fits(upper if upper < _MAX_STEPS else upper):
+        if not fits(upper):
             lim = sp.limit(fixed, x, sp.oo) if upper >= _MAX_STEPS else _value(fixed, x, upper)
             if lim >= cap:
                 raise _floor_message(total, x, vals, cap, +1)
@@ -291,7 +295,3 @@ def smallest_gpus(total, capacity, values: Mapping | None = None) -> Solution:
     return smallest(rewritten, G, capacity, vals, valid=lambda n: n % int(tp) == 0, lower=int(tp))
 
 
-def describe(symbol) -> str:
-    """One line describing a registered symbol (meaning and unit)."""
-    meta = info(symbol)
-    return f"{meta.name}: {meta.meaning} [{meta.unit}]"

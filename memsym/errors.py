@@ -61,7 +61,9 @@ def choose(kind: str, name, accepted) -> str:
     >>> choose("recompute", "Distributed_Optimizer", ("distributed-optimizer",))
     'distributed-optimizer'
     """
-    key = str(name).strip().lower()
+    if not isinstance(name, str):  # None must not become the name "none"
+        raise UnknownNameError(kind, name, accepted)
+    key = name.strip().lower()
     if key in accepted:
         return key
     if key.replace("_", "-") in accepted:

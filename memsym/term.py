@@ -10,7 +10,7 @@ elasticities, LaTeX and compiled numeric evaluation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator, Mapping
+from typing import Iterator, Mapping
 
 import sympy as sp
 
@@ -102,7 +102,7 @@ def _evaluate(expr: sp.Expr, vals: dict, what: str) -> sp.Expr:
     if missing:
         names = ", ".join(sorted(str(x) for x in missing))
         raise InvalidValueError(f"{what} needs values for: {names}")
-    return sp.nsimplify(out) if out.has(sp.Float) else out
+    return out  # exact: terms and values hold no floats (values.as_expr, values.exact)
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Total:
         terms = tuple(self.terms)
         keys = [t.key for t in terms]
         if len(set(keys)) != len(keys):
-            raise ValueError(f"duplicate term keys in {self.name}: {keys}")
+            raise InvalidValueError(f"duplicate term keys in {self.name}: {keys}")
         object.__setattr__(self, "terms", terms)
 
     # --- access -----------------------------------------------------------------------------
@@ -298,7 +298,3 @@ class Total:
 
         return compile_total(self)
 
-
-def total_of(name: str, terms: Iterable[Term], unit: str = "bytes") -> Total:
-    """Build a :class:`Total`, dropping terms that are identically zero."""
-    return Total(name, tuple(t for t in terms if t.expr != 0), unit)

@@ -44,7 +44,12 @@ def exact(value, what: str = "value") -> sp.Expr:
             raise InvalidValueError(f"{what} must be a number, got the expression {value}")
         if value.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
             raise InvalidValueError(f"{what} must be finite, got {value}")
-        return value if not isinstance(value, sp.Float) else sp.Rational(str(value))
+        if value.is_real is not True:
+            raise InvalidValueError(f"{what} must be a real number, got {value}")
+        if isinstance(value, sp.Float):  # read like a Python float: its shortest decimal
+            frac = Fraction(repr(float(value)))
+            return sp.Rational(frac.numerator, frac.denominator)
+        return value
     if isinstance(value, Integral):
         return sp.Integer(int(value))
     if isinstance(value, _PyRational):
@@ -83,11 +88,14 @@ def as_values(values: Mapping | None = None, **kwargs) -> dict[sp.Symbol, sp.Exp
     >>> as_values({"d": 8}, t=2)
     {d: 8, t: 2}
     """
+    if values is not None and not isinstance(values, Mapping):
+        raise InvalidValueError(f"values must be a mapping of symbol names to numbers, got "
+                                f"{type(values).__name__}")
     out: dict[sp.Symbol, sp.Expr] = {}
     for key, val in {**(dict(values) if values else {}), **kwargs}.items():
         sym = lookup(key)
         if isinstance(val, sp.Basic) and not val.is_number:
-            out[sym] = val
+            out[sym] = as_expr(val, sym.name)
             continue
         num = exact(val, sym.name)
         _check_domain(sym, num)
@@ -104,8 +112,8 @@ def as_expr(value, what: str = "value") -> sp.Expr:
 
     Examples
     --------
-    >>> as_expr(3), as_expr(0.5)
-    (3, 0.500000000000000)
+    >>> as_expr(3), as_expr(0.5), as_expr(0.1)
+    (3, 1/2, 1/10)
     >>> as_expr("1+1")
     Traceback (most recent call last):
     ...
@@ -115,7 +123,10 @@ def as_expr(value, what: str = "value") -> sp.Expr:
         raise InvalidValueError(f"{what} must be a number or a SymPy expression, got the text "
                                 f"{str(value)[:60]!r} (memsym never parses text)")
     try:
-        return sp.sympify(value, strict=True)  # strict: no string parsing, no eval
+        expr = sp.sympify(value, strict=True)  # strict: no string parsing, no eval
     except sp.SympifyError:
         raise InvalidValueError(f"{what} must be a number or a SymPy expression, got "
                                 f"{type(value).__name__}") from None
+    # floats are read through their decimal repr here, once, so every term stays exact
+    floats = expr.atoms(sp.Float)
+    return expr.xreplace({x: exact(x, what) for x in floats}) if floats else expr

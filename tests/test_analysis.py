@@ -93,3 +93,14 @@ def test_fewest_gpus_seed004_7b_needs_two_80gb_cards():
     assert smallest_gpus(total, 80 * GB, {"N": 7 * GB, "t": 2, "p": 1}).value == 2
     # 70B: 1120 GB / 80 GB = 14 exactly
     assert smallest_gpus(total, 80 * GB, {"N": 70 * GB, "t": 1, "p": 1}).value == 14
+
+
+def test_bounds_and_values_are_checked():
+    total = model_state("zero3").subs(byte_widths("zero3"))
+    for bad in ({"lower": 0}, {"lower": "a"}, {"upper": 0}, {"lower": 5, "upper": 2}):
+        with pytest.raises(InvalidValueError):
+            smallest(total, "d", 80 * GB, {"N": 7 * GB, "t": 1, "p": 1}, **bad)
+    with pytest.raises(InvalidValueError, match="mapping"):
+        smallest(total, "d", 80 * GB, [("N", 7 * GB)])
+    with pytest.raises(InvalidValueError, match="real"):
+        smallest(total, "d", sp.I, {"N": 7 * GB, "t": 1, "p": 1})

@@ -154,3 +154,17 @@ def test_megatron_lm_table_rows(precision, plain, distributed):
         w = byte_widths(scheme, precision, convention="megatron-lm")
         total = model_state(scheme, convention="megatron-lm").subs(w)
         assert total.evaluate(N=1, d=8, p=1, t=1) == expected
+
+
+def test_floats_are_read_exactly_and_none_is_not_a_name():
+    from memsym import Source, Term
+    from memsym.errors import UnknownNameError
+
+    # a float enters through its shortest decimal, once: 0.1 is 1/10 exactly, and the
+    # float 1/3.0 = 0.3333333333333333 is that decimal (never "guessed" back to 1/3)
+    assert Term("x", N * 0.1, "a tenth", Source("zero", "§5")).evaluate(N=10**10 + 1) == \
+        sp.Rational(10**10 + 1, 10)
+    assert Term("y", N / 3.0, "a float third", Source("zero", "§5")).evaluate(N=1) == \
+        sp.Rational(3333333333333333, 10**16)
+    with pytest.raises(UnknownNameError):
+        byte_widths(optimizer=None)  # None must not become the optimizer "none"

@@ -353,7 +353,7 @@ _CALL = re.compile(r"(?<![\w.])(eval|exec)\(|\bsympify\(|\bparse_expr\(|\bsp\.S\
 
 #: (file, the call line stripped) -> why its argument is never user text.
 REVIEWED = {
-    ("memsym/values.py", "return sp.sympify(value, strict=True)  # strict: no string parsing, no eval"):
+    ("memsym/values.py", "expr = sp.sympify(value, strict=True)  # strict: no string parsing, no eval"):
         "as_expr: strings are refused just above, and strict=True never parses text",
     ("memsym/models.py", "value = sp.sympify(expr).xreplace(vals)"):
         "_as_int: expr is parameter_expression()'s SymPy expression, built by memsym",
