@@ -32,8 +32,11 @@ from fractions import Fraction
 import sympy as sp
 
 from .errors import InvalidValueError, NoFitError
+from .reference import _cell
 from .symbols import N, N_ll, d
 from .term import Source, Term, Total
+from .units import UNITS
+from .values import as_expr
 
 __all__ = ["Row", "apply_rounding", "rows", "tables", "render", "deepspeed_gpu",
            "qlora_constant_bits", "TABLES_PATH"]
@@ -41,9 +44,9 @@ __all__ = ["Row", "apply_rounding", "rows", "tables", "render", "deepspeed_gpu",
 #: The transcribed tables (a checked-in catalogue file of the repository).
 TABLES_PATH = pathlib.Path(__file__).resolve().parent.parent / "formulas" / "tables.toml"
 
-_GB = Fraction(10**9)
-_GIB = Fraction(2**30)
-_MIB = Fraction(2**20)
+_GB = Fraction(UNITS["GB"])
+_GIB = Fraction(UNITS["GiB"])
+_MIB = Fraction(UNITS["MiB"])
 _DS = Source("deepspeed-estimators", "memory.rst, Discussion, GPU RAM")
 
 
@@ -200,7 +203,7 @@ def _ev(expr, **values) -> Fraction:
     """Exact value of ``expr`` with registered symbols given by name."""
     from .values import as_values
 
-    out = sp.sympify(expr).xreplace(as_values(values))
+    out = as_expr(expr).xreplace(as_values(values))
     if out.free_symbols:  # pragma: no cover - a missing value is a bug in this module
         raise InvalidValueError(f"unresolved symbols {sorted(map(str, out.free_symbols))}")
     return _frac(sp.nsimplify(out) if out.has(sp.Float) else out)
@@ -534,8 +537,9 @@ def _korthikanti_text(tb):
         elif q == "selective_saving":
             expr = 100 * (1 - korthikanti("tp+sp", "selective").expr / korthikanti("tp+sp").expr)
         elif q == "selective_flops_overhead":
-            expr = 100 * (flops_per_iteration("hardware", "selective").expr /
-                          flops_per_iteration("model").expr - 1)
+            # the paper's own App. A count (its "2.7 %"), not memsym's hand count
+            expr = 100 * (flops_per_iteration("hardware", "selective", "korthikanti").expr /
+                          flops_per_iteration("model", formula="korthikanti").expr - 1)
         elif q == "output_tensor_gib":
             # App. B: the output tensor of each in-flight micro-batch, sbh elements at 2 bytes,
             # p of them on the first stage (the paper writes sbhp and prints 2.73 "GB").
@@ -544,7 +548,7 @@ def _korthikanti_text(tb):
             emb = embedding_activations(sequence_parallel=True)["embedding_dropout_mask"].expr
             outp = output_activations(sequence_parallel=True, norm_statistics=False).expr
             expr = 100 * (p * emb + outp) / (L * korthikanti("tp+sp").expr)
-        value = _frac(sp.cancel(sp.sympify(expr).xreplace(vals)))
+        value = _frac(sp.cancel(as_expr(expr).xreplace(vals)))
         if row["rounding"] == "bound":
             bound = _printed(row["printed"].lstrip("<").strip())
             ok = value < bound
@@ -593,8 +597,9 @@ def _korthikanti_table5(tb):
     out = []
     peak = _frac(gpu(tb["gpu"]).bf16)
     half = _frac(tb["time_step"]) / 2
-    model_f = flops_per_iteration("model").expr
-    hw_f = flops_per_iteration("hardware", "selective").expr
+    # Table 5 is the paper's MFU / HFU: its App. A formulas as printed
+    model_f = flops_per_iteration("model", formula="korthikanti").expr
+    hw_f = flops_per_iteration("hardware", "selective", "korthikanti").expr
 
     def util(expr, cfg, seq, vocab, batch, gpus, time):
         flops = _frac(expr.xreplace({B: batch, L: cfg["layers"], h: cfg["hidden"], s: seq,
@@ -732,10 +737,6 @@ def _fmt_diff(r: Row) -> str:
     return f"{float(diff):+.4g}{rel}"
 
 
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def render() -> str:
     """``docs/accuracy.md``: every comparison as a table (generated; do not edit by hand).
 
@@ -774,10 +775,12 @@ def render() -> str:
         "GiB/MiB (2^30, 2^20); Korthikanti's App. B \"2.73 GB\" is GiB.",
         "",
     ]
+    from .reference import references
+
     refs = {}
     try:
-        refs = tomllib.loads((TABLES_PATH.parent / "references.toml").read_text(encoding="utf-8"))
-    except OSError:  # pragma: no cover
+        refs = references(TABLES_PATH.parent.parent)
+    except InvalidValueError:  # pragma: no cover - installed without the repository
         pass
     for tb in tables():
         ref = refs.get(tb["source"], {})

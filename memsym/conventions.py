@@ -24,9 +24,11 @@ from typing import Mapping
 
 import sympy as sp
 
-from .errors import DivisibilityError, InvalidValueError, UnknownNameError
+from .errors import DivisibilityError, InvalidValueError, UnknownNameError, choose
 from .symbols import L, V, b, c, d, e, f, f_e, f_sh, h, k, m, p, s, t, t_e, v
 from .term import Source, Term, Total
+from .terms.activations import RECOMPUTE
+from .terms.model_state import normalize_scheme
 from .values import as_expr, exact
 
 __all__ = [
@@ -170,13 +172,12 @@ def pipeline_factor(schedule: str = "none") -> sp.Expr:
     ----------
     Megatron-LM ``compute_activation_memory`` ("interleaved_schedule_memory_penalty").
     """
+    schedule = choose("pipeline schedule", schedule, ("none", "interleaved", "microbatches"))
     if schedule == "interleaved":
         return 1 + (p - 1) / (p * v)
     if schedule == "microbatches":
         return sp.Min(1, m / p)
-    if schedule == "none":
-        return sp.Integer(1)
-    raise UnknownNameError("pipeline schedule", schedule, ("none", "interleaved", "microbatches"))
+    return sp.Integer(1)
 
 
 def megatron_lm_activation(path: str = "A", schedule: str = "none",
@@ -313,9 +314,6 @@ _ALIASES = {
 }
 _INT_KNOBS = ("t", "p", "d", "c", "e", "t_e", "v", "s", "b", "m", "B",
               "first_stage_layers", "last_stage_layers")
-RECOMPUTE = ("none", "selective", "full")
-
-
 def _read(obj, name):
     if obj is None:
         return None
@@ -356,10 +354,8 @@ def _knobs(layout, training, overrides) -> dict:
         raise InvalidValueError("the framework conventions need the sequence length s and the "
                                 "micro-batch size b")
     # Megatron's default --recompute-granularity is None: no recompute.
-    rec = "none" if out["recompute"] is None else str(out["recompute"]).strip().lower()
-    if rec not in RECOMPUTE:
-        raise UnknownNameError("recompute", out["recompute"], RECOMPUTE)
-    out["recompute"] = rec
+    out["recompute"] = "none" if out["recompute"] is None else \
+        choose("recompute", out["recompute"], RECOMPUTE)
     out["sequence_parallel"] = bool(out["sequence_parallel"])
     out["m_derived"] = False
     if out["m"] is None and out["B"] is not None:
@@ -371,7 +367,7 @@ def _knobs(layout, training, overrides) -> dict:
         out["m_derived"] = True
     if out["distributed_optimizer"] is None:
         sharding = "distributed-optimizer" if out["sharding"] is None else \
-            str(out["sharding"]).strip().lower().replace("_", "-")
+            normalize_scheme(out["sharding"])  # a name memsym knows, then Megatron's subset
         accepted = ("distributed-optimizer", "zero1", "ddp")
         if sharding not in accepted:
             raise InvalidValueError(
@@ -929,9 +925,7 @@ def convention_breakdown(convention: str, arch, layout=None, training=None, **kn
     >>> out["path"], out["bytes"]["total"]
     ('B', 1621824)
     """
-    key = str(convention).strip().lower()
-    if key not in CONVENTION_NAMES:
-        raise UnknownNameError("convention", convention, CONVENTION_NAMES)
+    key = choose("convention", convention, CONVENTION_NAMES)
     fn = megatron_lm if key == "megatron-lm" else megatron_bridge
     res = fn(arch, layout, training, **knobs)
     bd = res.breakdown()

@@ -14,9 +14,21 @@ Units, stated as the vendor states them
 * Peak FLOP/s: **dense** tensor-core throughput (the datasheets' "with sparsity" figures
   halved), in FLOP/s, for BF16, FP16 and FP8 (None where the GPU has no FP8 tensor cores).
   Consumer cards are quoted with FP32 accumulation, the mode used for training.
+* FP32 training: its matrix multiplies run on the tensor cores in TF32 (PyTorch with
+  ``torch.backends.cuda.matmul.allow_tf32 = True`` or ``set_float32_matmul_precision("high")``;
+  cuDNN convolutions by default), and every datasheet here prints a dense TF32 peak of half
+  its BF16 peak (A100 156 / 312, H100 SXM 494.7 / 989.4 TFLOPS, RTX 3090 35.6 / 71, MI300X
+  653.7 / 1307.4), so ``peak("fp32")`` is half the BF16 peak.  With TF32 off, matrix
+  multiplies run on the CUDA cores at the much lower FP32 peak (H100 SXM 67 TFLOPS): give
+  the efficiency accordingly.
 * NVLink: the vendor's figure, the **sum of both directions** per GPU (H100: 900 GB/s =
   450 GB/s each way); None where there is no NVLink.  nccl-tests' bus bandwidth is one
-  direction, so a measured ``busbw`` is compared with half of it.
+  direction, so a measured ``busbw`` is compared with half of it.  On the PCIe cards
+  (H100 PCIe and NVL, RTX 3090, RTX A6000) NVLink is a bridge joining **two** GPUs; a
+  node of more than two of them talks over PCIe (:func:`cluster_for`).
+* PCIe x16, per direction: 4.0 (16 GT/s a lane, 128b/130b) 31.5 GB/s, quoted 32 GB/s;
+  5.0 (32 GT/s) 63 GB/s, quoted 64 GB/s — half the "64 / 128 GB/s" the datasheets print for
+  both directions (H100 PCIe: "PCIe Gen5 128 GB/s").
 * Cluster presets price links **per direction**, as a ring collective uses them (every rank
   sends and receives at once; nccl-tests' bus bandwidth is per direction): NVLink at half the
   vendor figure (H100: 450 GB/s) and 400 Gb/s InfiniBand = 50 GB/s per GPU.  Seed 002 divides
@@ -34,13 +46,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .errors import InvalidValueError, UnknownNameError
+from .errors import InvalidValueError, UnknownNameError, choose
+from .units import UNITS
 
 __all__ = ["GPU", "Cluster", "gpu", "cluster", "gpus", "clusters", "register_gpu",
-           "register_cluster", "GB", "TFLOPS"]
+           "register_cluster", "GB", "TFLOPS", "PRECISIONS", "FP32_PEAK_NOTE"]
 
-GB = 10**9
+GB = UNITS["GB"]
 TFLOPS = 10**12
+#: Precisions :meth:`GPU.peak` prices.
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+#: What ``peak("fp32")`` assumes (the step report repeats it under ``assumptions``).
+FP32_PEAK_NOTE = ("fp32 priced at the TF32 tensor-core peak = half the BF16 dense peak "
+                  "(vendor datasheets); with TF32 disabled fp32 matmuls run on CUDA cores, "
+                  "several times slower")
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,10 @@ class GPU:
         Where in the source.
     note : str
         Anything a user must know (form factor, accumulate mode, ...).
+    nvlink_bridge : bool
+        NVLink is a bridge between two cards (PCIe boards), not a switch across the node.
+    pcie : float
+        PCIe bandwidth per GPU, one direction [bytes/s] (x16 4.0: 32e9; 5.0: 64e9).
     """
 
     name: str
@@ -78,13 +101,15 @@ class GPU:
     locator: str
     note: str = ""
     aliases: tuple = field(default=(), compare=False)
+    nvlink_bridge: bool = False
+    pcie: float = 32 * GB
 
     def __post_init__(self):
         if self.memory_unit not in ("GB", "GiB"):
             raise InvalidValueError(f"memory_unit must be GB or GiB, got {self.memory_unit!r}")
         if not self.memory_stated or self.memory_stated <= 0:
             raise InvalidValueError(f"memory of {self.name} must be > 0")
-        for what in ("bf16", "fp16", "fp8", "nvlink"):
+        for what in ("bf16", "fp16", "fp8", "nvlink", "pcie"):
             val = getattr(self, what)
             if val is not None and not val > 0:
                 raise InvalidValueError(f"{what} of {self.name} must be > 0 or None, got {val}")
@@ -104,16 +129,22 @@ class GPU:
         return int(Fraction(str(self.memory_stated)) * scale)
 
     def peak(self, precision: str = "bf16") -> float:
-        """Peak dense FLOP/s at ``precision`` (bf16, fp16, fp8).
+        """Peak dense FLOP/s at ``precision`` (bf16, fp16, fp8, fp32).
+
+        ``fp32`` is the TF32 tensor-core peak, half the BF16 one (see the module notes and
+        :data:`FP32_PEAK_NOTE`).
 
         Examples
         --------
         >>> gpu("h100-80gb").peak("bf16") / 1e12
         989.4
+        >>> gpu("a100-80gb").peak("FP32") / 1e12  # A100 datasheet: TF32 156 TFLOPS dense
+        156.0
         """
-        key = str(precision).strip().lower()
-        if key not in ("bf16", "fp16", "fp8"):
-            raise UnknownNameError("precision", precision, ("bf16", "fp16", "fp8"))
+        key = choose("precision", precision, PRECISIONS)
+        if key == "fp32":
+            # REF: vendor datasheets: dense TF32 = BF16 / 2 on every catalogue GPU.
+            return self.bf16 / 2
         val = getattr(self, key)
         if val is None:
             raise InvalidValueError(f"{self.name} has no {key} tensor-core peak in its datasheet")
@@ -175,11 +206,11 @@ class Cluster:
 
 
 def _nv(name, mem, bf16_tf, fp8_tf, nvlink_gb, locator, note="", aliases=(), fp16_tf=None,
-        source=None, unit="GB"):
+        source=None, unit="GB", bridge=False, pcie_gb=32):
     return GPU(name, mem, unit, bf16_tf * TFLOPS, (fp16_tf or bf16_tf) * TFLOPS,
                None if fp8_tf is None else fp8_tf * TFLOPS,
                None if nvlink_gb is None else nvlink_gb * GB,
-               source or "nvidia-datasheets", locator, note, tuple(aliases))
+               source or "nvidia-datasheets", locator, note, tuple(aliases), bridge, pcie_gb * GB)
 
 
 # REF: vendor datasheets (dense = "with sparsity" / 2).  Each locator names the document.
@@ -193,10 +224,10 @@ _GPUS = [
         "SXM5", ("h100-sxm-80gb", "h100", "h100-sxm")),
     _nv("h100-pcie-80gb", 80, 756.5, 1513, 600,
         "H100 datasheet (2023), PCIe: BF16 1,513 / FP8 3,026 TFLOPS with sparsity; NVLink bridge 600 GB/s",
-        "PCIe; NVLink only through a 2-GPU bridge", ("h100-pcie",)),
+        "PCIe; NVLink only through a 2-GPU bridge", ("h100-pcie",), bridge=True, pcie_gb=64),
     _nv("h100-nvl-94gb", 94, 835.5, 1670.5, 600,
         "H100 datasheet (2023), H100 NVL: BF16 1,671 / FP8 3,341 TFLOPS with sparsity; NVLink 600 GB/s",
-        "PCIe dual-slot, NVLink bridge", ("h100-nvl",)),
+        "PCIe dual-slot, NVLink bridge", ("h100-nvl",), bridge=True, pcie_gb=64),
     _nv("h200-141gb", 141, 989.5, 1979, 900,
         "H200 datasheet (2024), SXM: BF16 1,979 / FP8 3,958 TFLOPS with sparsity; NVLink 900 GB/s",
         "SXM; same compute as H100 SXM", ("h200", "h200-sxm-141gb")),
@@ -207,13 +238,13 @@ _GPUS = [
     _nv("rtx3090-24gb", 24, 71, None, 112.5,
         "NVIDIA Ampere GA102 whitepaper, RTX 3090: FP16/BF16 tensor with FP32 accumulate 71 TFLOPS dense; "
         "NVLink bridge 112.5 GB/s", "GeForce: FP32-accumulate rate is half the FP16-accumulate rate",
-        ("rtx-3090", "rtx3090", "3090"), source="nvidia-ga102"),
+        ("rtx-3090", "rtx3090", "3090"), source="nvidia-ga102", bridge=True),
     _nv("rtx4090-24gb", 24, 165.2, 330.3, None,
         "NVIDIA Ada Lovelace whitepaper, RTX 4090: FP16/BF16 with FP32 accumulate 165.2, FP8 330.3 TFLOPS dense",
         "GeForce; no NVLink (PCIe 4.0 x16)", ("rtx-4090", "rtx4090", "4090"), source="nvidia-ada"),
     _nv("rtx-a6000-48gb", 48, 154.8, None, 112.5,
         "RTX A6000 datasheet (2020): tensor 309.7 TFLOPS with sparsity; NVLink bridge 112.5 GB/s",
-        "workstation Ampere", ("rtx-a6000", "a6000")),
+        "workstation Ampere", ("rtx-a6000", "a6000"), bridge=True),
     _nv("l40s-48gb", 48, 362.05, 733, None,
         "L40S datasheet (2023): BF16/FP16 362.05 (733 sparse), FP8 733 (1,466 sparse) TFLOPS",
         "PCIe 4.0 x16, no NVLink", ("l40s",)),
@@ -328,18 +359,38 @@ def clusters() -> tuple:
 
 def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Cluster:
     """A cluster of ``gpu_name`` nodes: intra-node = the GPU's NVLink figure per direction
-    (half the vendor's both-direction figure; PCIe 4.0 x16, 32 GB/s per direction, without
-    NVLink), inter-node = 50 GB/s (one 400 Gb/s NIC per GPU, seed 002).
+    (half the vendor's both-direction figure), inter-node = 50 GB/s (one 400 Gb/s NIC per
+    GPU, seed 002).
+
+    Without NVLink, and for the bridge-only NVLink cards (H100 PCIe / NVL, RTX 3090,
+    RTX A6000) in a node of more than two GPUs, the intra-node link is PCIe x16 per
+    direction (``GPU.pcie``: 4.0 32 GB/s, 5.0 64 GB/s): a bridge joins a pair of cards, and
+    a ring over the node crosses PCIe between pairs, which sets its pace.
 
     Examples
     --------
     >>> cluster_for("a100-80gb").intra_node_bandwidth / 1e9
     300.0
+    >>> cluster_for("h100-pcie", 8).intra_node_bandwidth / 1e9  # PCIe 5.0 x16, one direction
+    64.0
+    >>> cluster_for("rtx3090", 2).intra_node_bandwidth / 1e9    # the 2-GPU NVLink bridge
+    56.25
     """
     dev = gpu(gpu_name)
-    intra = intra if intra is not None else (dev.nvlink / 2 if dev.nvlink else 32 * GB)
+    if int(gpus_per_node) != gpus_per_node or gpus_per_node < 1:
+        raise InvalidValueError(f"gpus_per_node must be a whole number >= 1, got {gpus_per_node}")
+    bridged = dev.nvlink_bridge and int(gpus_per_node) > 2
+    if intra is not None:
+        how = "intra-node bandwidth given"
+    elif dev.nvlink and not bridged:
+        intra, how = dev.nvlink / 2, "NVLink per direction (half the vendor figure)"
+    else:
+        intra = dev.pcie
+        how = (f"PCIe x16 per direction ({dev.pcie / GB:g} GB/s)"
+               + ("; the NVLink bridge joins only 2 GPUs" if bridged else ""))
     inter = inter if inter is not None else 50 * GB
-    return Cluster(f"{dev.name}-x{gpus_per_node}", dev, int(gpus_per_node), intra, inter)
+    return Cluster(f"{dev.name}-x{gpus_per_node}", dev, int(gpus_per_node), intra, inter,
+                   locator=f"{how}; 400 Gb/s NIC per GPU = 50 GB/s (seed 002)")
 
 
 # REF: seed002 (8 GPUs per node, NVLink 4 900 GB/s, 400 Gb/s InfiniBand = 50 GB/s per GPU);

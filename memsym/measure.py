@@ -23,13 +23,14 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 import sympy as sp
 
-from .errors import InvalidValueError, MemsymError
+from .errors import InvalidValueError, MemsymError, choose
 from .symbols import lookup
 from .term import Source, Term, Total
+from .values import as_expr
 
 __all__ = [
     "MeasureError",
@@ -155,7 +156,7 @@ def monomial_basis(symbols, degree: int, max_degree: Mapping | None = None) -> t
 def _check_basis(basis, syms) -> tuple:
     out = []
     for mono in basis:
-        mono = sp.sympify(mono) if isinstance(mono, int) else mono  # ints only; never strings
+        mono = as_expr(mono, "basis entry") if isinstance(mono, int) else mono  # never text
         if not isinstance(mono, sp.Expr):
             raise InvalidValueError(f"basis entries must be SymPy monomials, not {type(mono).__name__}")
         if not mono.free_symbols <= set(syms):
@@ -450,7 +451,9 @@ class SavedBytes:
     groups : dict
         Group -> bytes (each storage in the group that saved it first).
     tensors : tuple of SavedTensor
-        Every saved tensor in order (including the shared and the excluded ones are not listed).
+        Every saved tensor in the order autograd saved it, including those whose storage
+        was already counted (``counted=False``); tensors of the module's parameters and
+        buffers (and empty storages) are not listed.
     """
 
     total: int
@@ -496,10 +499,7 @@ def saved_bytes(module, inputs, *, group_by: str = "module", depth: int = 1) -> 
     96
     """
     torch = _torch()
-    if group_by not in ("module", "dtype", "none"):
-        from .errors import UnknownNameError
-
-        raise UnknownNameError("group_by", group_by, ("module", "dtype", "none"))
+    group_by = choose("group_by", group_by, ("module", "dtype", "none"))
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
     excluded = {t.untyped_storage().data_ptr() for t in itertools.chain(module.parameters(), module.buffers())}
@@ -533,11 +533,10 @@ def saved_bytes(module, inputs, *, group_by: str = "module", depth: int = 1) -> 
 
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = module(*inputs)
+            module(*inputs)  # the output is not needed: ``keep`` holds every saved tensor
     finally:
         for hnd in handles:
             hnd.remove()
-    del out, keep
     return SavedBytes(sum(seen.values()), groups, tuple(records))
 
 
@@ -611,8 +610,8 @@ def derive_saved_bytes(make, make_inputs, symbols, *, dtype=None, group_by: str 
     ...     make = lambda **x: torch.nn.GELU()
     ...     inputs = lambda s, b, h: torch.ones(s, b, h, requires_grad=True)
     ...     derive_saved_bytes(make, inputs, ("s", "b", "h"), degree=3).expr
-    ... else:
-    ...     sp.sympify("4*b*h*s")
+    ... else:  # by hand: GeLU keeps its fp32 input, 4 bytes per element
+    ...     4 * lookup("s") * lookup("b") * lookup("h")
     4*b*h*s
     """
     _torch()
@@ -694,12 +693,8 @@ def model_state_bytes(make, make_inputs, shape: Mapping, *, optimizer: str = "ad
     (64, 64, 64, 64)
     """
     torch = _torch()
-    from .errors import UnknownNameError
-
     kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-    key = str(optimizer).strip().lower()
-    if key not in kinds:
-        raise UnknownNameError("optimizer", optimizer, kinds)
+    key = choose("optimizer", optimizer, tuple(kinds))
     if not isinstance(steps, int) or steps < 1:
         raise InvalidValueError(f"steps must be a whole number >= 1, not {steps!r}")
     module, inputs = _build(make, make_inputs, dict(shape), dtype, seed)

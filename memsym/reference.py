@@ -35,10 +35,10 @@ from typing import Iterable
 
 import sympy as sp
 
-from .errors import InvalidValueError
+from .errors import InvalidValueError, MemsymError
 from .printing import latex
 from .symbols import registry
-from .values import as_values
+from .values import as_expr, as_values
 
 __all__ = ["ROOT", "catalogue", "references", "code_expression", "formulas_page",
            "symbols_page", "bibliography_page", "generate", "stale", "write", "main"]
@@ -103,7 +103,7 @@ def code_expression(entry: dict) -> sp.Expr:
         raise InvalidValueError(f"catalogue code must name a memsym function, got {entry['code']!r}")
     obj = getattr(importlib.import_module(module), name)
     result = obj(**entry.get("args", {})) if callable(obj) else obj
-    expr = sp.sympify(getattr(result, "expr", result))
+    expr = as_expr(getattr(result, "expr", result), entry["code"])
     subs = entry.get("code_subs")
     return expr.xreplace(as_values(subs)) if subs else expr
 
@@ -273,11 +273,16 @@ def stale(root=None) -> list[str]:
 
 
 def write(root=None) -> list[str]:
-    """Write the pages that changed; returns their paths relative to the root."""
+    """Write the pages that changed; returns their paths relative to the root.
+
+    The pages are generated first, so a root without the catalogue is refused before
+    anything is created under it.
+    """
     base = pathlib.Path(root or ROOT)
+    pages = generate(root)
     (base / OUTPUT).mkdir(parents=True, exist_ok=True)
     changed = []
-    for name, text in generate(root).items():
+    for name, text in pages.items():
         path = base / OUTPUT / name
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
@@ -294,13 +299,17 @@ def main(argv=None) -> int:
                         help="write nothing; exit 1 if a generated page is stale")
     parser.add_argument("--root", default=None, help="repository root (default: this checkout)")
     args = parser.parse_args(argv)
-    if args.check:
-        bad = stale(args.root)
-        for path in bad:
-            print(f"stale: {path} (run python -m memsym.reference)", file=sys.stderr)
-        return 1 if bad else 0
-    for path in write(args.root):
-        print(f"wrote {path}")
+    try:
+        if args.check:
+            bad = stale(args.root)
+            for path in bad:
+                print(f"stale: {path} (run python -m memsym.reference)", file=sys.stderr)
+            return 1 if bad else 0
+        for path in write(args.root):
+            print(f"wrote {path}")
+    except MemsymError as err:  # one line, like the memsym command: no traceback
+        print(f"python -m memsym.reference: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

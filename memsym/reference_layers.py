@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import InvalidValueError, UnknownNameError
+from .errors import InvalidValueError, choose
 
 __all__ = ["gpt_layer", "llama_layer", "DROPOUTS", "ATTENTIONS"]
 
@@ -38,18 +38,18 @@ def _dtype(torch, dtype):
     if isinstance(dtype, torch.dtype):
         return dtype
     names = ("bfloat16", "float16", "float32", "float64")
-    if dtype not in names:
-        raise UnknownNameError("dtype", dtype, names)
-    return getattr(torch, dtype)
+    return getattr(torch, choose("dtype", dtype, names))
 
 
 def _classes() -> dict:
     """Define the layer classes on first use (so that importing this module needs no torch)."""
     if _CLASSES:
         return _CLASSES
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
+    from .measure import _torch
+
+    torch = _torch()  # MeasureError with the install hint when PyTorch is missing
+    F = torch.nn.functional
+    nn = torch.nn
 
     def drop(x, p, impl, training):
         if not training or p == 0:
@@ -184,7 +184,7 @@ def _classes() -> dict:
             x = x + self.self_attn(self.input_layernorm(x))
             return x + self.mlp(self.post_attention_layernorm(x))
 
-    _CLASSES.update(GPTLayer=GPTLayer, LlamaLayer=LlamaLayer, LlamaRMSNorm=LlamaRMSNorm)
+    _CLASSES.update(GPTLayer=GPTLayer, LlamaLayer=LlamaLayer)
     return _CLASSES
 
 
@@ -221,11 +221,11 @@ def gpt_layer(*, dtype="bfloat16", p_drop: float = 0.1, dropout: str = "function
     ...     34 * 4 * 2 * 8 + 5 * 2 * 4**2 * 2 + 8 * 4 * 2
     2560
     """
-    import torch
+    from .measure import _torch
 
+    torch = _torch()
     dt = _dtype(torch, dtype)
-    if dropout not in DROPOUTS:
-        raise UnknownNameError("dropout", dropout, DROPOUTS)
+    dropout = choose("dropout", dropout, DROPOUTS)
     if not 0 <= p_drop < 1:
         raise InvalidValueError(f"p_drop must be in [0, 1), not {p_drop!r}")
     cls = _classes()["GPTLayer"]
@@ -261,11 +261,11 @@ def llama_layer(*, dtype="bfloat16", attention: str = "eager"):
     ...     2 * (6 * 32 + 4 * 4) + 6 * 32 + 4 * 4 * 1 * 4 + 4 * 2 * 4 + 2 * 32 + 8 * 4 * 8
     1024
     """
-    import torch
+    from .measure import _torch
 
+    torch = _torch()
     dt = _dtype(torch, dtype)
-    if attention not in ATTENTIONS:
-        raise UnknownNameError("attention", attention, ATTENTIONS)
+    attention = choose("attention", attention, ATTENTIONS)
     cls = _classes()["LlamaLayer"]
 
     def make(s=None, b=None, a=None, g=None, d_h=None, f=None, **_):

@@ -6,8 +6,11 @@ sequence parallelism, interleaving, stage role) and evaluated with numpy broadca
 the whole grid of *numeric* knobs (t, p, c, d, e, v, b, m, and the exact parameters each
 stage holds); no SymPy runs per configuration.  Framework rules are numpy masks over the
 same grid, each named (:data:`RULES`), so every excluded layout says which rule excluded it.
-Step time (:func:`memsym.terms.compute.step_time` + :func:`memsym.terms.communication.
-communication_time`, each group on the link its span crosses) ranks the layouts that fit.
+Step time (:func:`memsym.terms.compute.step_time` with 6n FLOPs on the active parameters +
+:func:`memsym.terms.communication.communication_time`, each group on the link its span
+crosses; data parallelism moves each stage's own dense and expert parameters) ranks the
+layouts that fit.  Every pipeline stage that can be the most loaded is evaluated: first,
+last, and the lowest stage of each distinct middle make-up (dense/MoE layers).
 
 Sizing questions are solved exactly where the total is monotone in the unknown: the
 smallest d for a layout (hence the smallest GPU count) by :func:`memsym.analysis.smallest`
@@ -33,8 +36,9 @@ from typing import Callable, Mapping
 
 import sympy as sp
 
-from .errors import InvalidValueError, NoFitError, UnknownNameError
-from .symbols import N, N_a, N_e, N_u, c, d, e, p, t, t_e
+from .errors import InvalidValueError, MemsymError, NoFitError, UnknownNameError, choose
+from .symbols import N, N_a, N_e, N_u, V, c, d, e, p, t, t_e
+from .values import exact
 
 __all__ = ["RULES", "SCHEMES", "Space", "SearchResult", "MinGpus", "search", "min_gpus",
            "smallest_d", "largest_fit", "explain", "raw_grid"]
@@ -62,6 +66,7 @@ RULES = {
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
 
 _KNOBS = ("t", "p", "c", "d", "e", "v", "b")
+_CHOICE_KEYS = ("recompute", "sharding", "sequence_parallel", "offload")
 _STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients", "optimizer",
                "expert_weights", "expert_gradients", "expert_optimizer")
 _ALLOW = ("workspace", "nccl", "fragmentation")
@@ -80,15 +85,17 @@ def _pos(value, what):
     return int(value)
 
 
-def _choices(kind, given, accepted):
-    out = []
-    for item in given:
-        key = str(item).strip().lower()
-        if key not in accepted:
-            raise UnknownNameError(kind, item, accepted)
-        if key not in out:
-            out.append(key)
-    return tuple(out)
+def _choices(kind, given, accepted) -> tuple:
+    """Each name of ``given`` matched by :func:`memsym.errors.choose`, duplicates dropped."""
+    return tuple(dict.fromkeys(choose(kind, item, accepted) for item in given))
+
+
+def _scheme(name) -> str:
+    """A sharding scheme by name; FSDP keeps the same states as ZeRO-3, so it is one row."""
+    from .terms.model_state import SCHEMES as ALL_SCHEMES
+
+    key = choose("sharding", name, ALL_SCHEMES)
+    return "zero3" if key == "fsdp" else key
 
 
 def _int_list(given, what):
@@ -96,7 +103,14 @@ def _int_list(given, what):
         return None
     if isinstance(given, (int,)) and not isinstance(given, bool):
         given = [given]
-    return sorted({_pos(x, what) for x in given})
+    return tuple(sorted({_pos(x, what) for x in given}))
+
+
+def _cp_seq_ok(seq, c_):
+    """The cp-seq rule, shared with :func:`memsym.training.validate`."""
+    from .training import cp_sequence_ok
+
+    return cp_sequence_ok(seq, c_)
 
 
 # ------------------------------------------------------------------------------------------
@@ -175,8 +189,7 @@ def make_space(model, gpu, *, seq_length=4096, global_batch_size=None, micro_bat
     """Validate the search keywords into a :class:`Space` (see :func:`search`)."""
     from . import hardware, models
     from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
-    from .terms.model_state import CONVENTIONS, OFFLOADS
-    from .terms.model_state import SCHEMES as ALL_SCHEMES
+    from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS
     from .training import ALLOWANCES
 
     arch = model if isinstance(model, models.Architecture) else models.resolve_model(model)
@@ -208,22 +221,30 @@ def make_space(model, gpu, *, seq_length=4096, global_batch_size=None, micro_bat
     if micro_batch_sizes is None:
         limit = 8 if B is None else min(8, B)
         micro_batch_sizes = [x for x in (1, 2, 4, 8) if x <= limit]
-    mbs = tuple(_int_list(micro_batch_sizes, "micro-batch size"))
-    shard = _choices("sharding", [("zero3" if x == "fsdp" else x) for x in
-                                  ([sharding] if isinstance(sharding, str) else sharding)],
-                     ALL_SCHEMES)
+    mbs = _int_list(micro_batch_sizes, "micro-batch size")
+    shard = tuple(dict.fromkeys(_scheme(x) for x in
+                                ([sharding] if isinstance(sharding, str) else sharding)))
     if finetune != "full":
         # adapters' states are tiny: sharding them changes nothing worth a row; keep the
         # schemes that change where the frozen weights live (replicated or ZeRO-3 sharded)
-        shard = tuple(dict.fromkeys("zero3" if x in ("zero3", "fsdp") else "ddp" for x in shard))
+        shard = tuple(dict.fromkeys("zero3" if x == "zero3" else "ddp" for x in shard))
     al = tuple(sorted((k, v) for k, v in (allowances or {}).items()))
     for key, _ in al:
         if key not in ALLOWANCES:
             raise UnknownNameError("allowance", key, ALLOWANCES)
-    eff = efficiency
-    if eff is None:
+    if efficiency is None:
         from .terms.compute import DEFAULT_EFFICIENCY
-        eff = DEFAULT_EFFICIENCY
+        efficiency = DEFAULT_EFFICIENCY
+    eff = exact(efficiency, "efficiency")
+    if not 0 < eff <= 1:
+        raise InvalidValueError(f"efficiency is the achieved fraction of peak FLOP/s: "
+                                f"0 < efficiency <= 1, got {efficiency}")
+    prec = choose("precision", precision, PRECISIONS)
+    if B is not None:
+        dev.peak(prec)   # the step time needs the GPU's peak at this precision: refuse early
+    cf = exact(capacity_factor, "capacity_factor")
+    if not cf > 0:
+        raise InvalidValueError(f"capacity_factor must be > 0, got {capacity_factor}")
     return Space(
         arch=arch, gpu=dev, capacity=int(cap) if float(cap).is_integer() else cap,
         gpus_per_node=clu.gpus_per_node, seq_length=int(seq_length), global_batch_size=B,
@@ -234,19 +255,16 @@ def make_space(model, gpu, *, seq_length=4096, global_batch_size=None, micro_bat
         sequence_parallel=tuple(sorted({bool(x) for x in ([sequence_parallel] if isinstance(
             sequence_parallel, bool) else sequence_parallel)})),
         offload=_choices("offload", [offload] if isinstance(offload, str) else offload, OFFLOADS),
-        tp=_int_list(tp, "tp") and tuple(_int_list(tp, "tp")),
-        pp=_int_list(pp, "pp") and tuple(_int_list(pp, "pp")),
-        cp=_int_list(cp, "cp") and tuple(_int_list(cp, "cp")),
-        ep=_int_list(ep, "ep") and tuple(_int_list(ep, "ep")),
-        vpp=_int_list(vpp, "vpp") and tuple(_int_list(vpp, "vpp")),
-        precision=precision, optimizer=optimizer,
+        tp=_int_list(tp, "tp"), pp=_int_list(pp, "pp"), cp=_int_list(cp, "cp"),
+        ep=_int_list(ep, "ep"), vpp=_int_list(vpp, "vpp"),
+        precision=prec, optimizer=choose("optimizer", optimizer, OPTIMIZERS),
         convention=_choices("convention", [convention], CONVENTIONS)[0],
         flash_attention=bool(flash_attention), dropout=bool(dropout), schedule=schedule,
         allowances=al, finetune=finetune, lora_rank=_pos(lora_rank, "lora_rank"),
         lora_targets=lora_targets, quantization=quantization,
         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
-        latency=clu.latency, capacity_factor=capacity_factor)
+        latency=clu.latency, capacity_factor=cf)
 
 
 # ------------------------------------------------------------------------------------------
@@ -309,8 +327,15 @@ def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
         else np.zeros_like(t_, dtype=bool)
     from .models import moe_layer_pattern
 
-    dense = not all(moe_layer_pattern(x))
-    out["tp-ffn"] = (x.ffn_hidden_size % t_ != 0) if dense else (x.moe_ffn_hidden_size % t_ != 0)
+    # every FFN the model has is split over t: dense layers' ffn, MoE layers' expert (and
+    # shared-expert) ffn (expert TP = t here)
+    kinds = set(moe_layer_pattern(x))
+    sizes = ([x.ffn_hidden_size] if False in kinds else []) + (
+        [x.moe_ffn_hidden_size, x.moe_shared_expert_intermediate_size] if True in kinds else [])
+    out["tp-ffn"] = np.zeros_like(t_, dtype=bool)
+    for size in sizes:
+        if size:
+            out["tp-ffn"] |= size % t_ != 0
     fst, lst = space.first_stage_layers, space.last_stage_layers
     if fst is None and lst is None:
         out["pp-layers"] = L_ % p_ != 0
@@ -330,9 +355,7 @@ def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
         out["ep-group"] = (t_ * c_ * d_) % (e_ * t_) != 0
     else:
         out["ep-experts"] = e_ != 1
-    # REF: Megatron-LM get_batch_on_this_cp_rank: the sequence is cut into 2c chunks and rank
-    # i keeps chunks i and 2c-1-i, so that causal attention work is balanced
-    out["cp-seq"] = (c_ > 1) & (space.seq_length % (2 * c_) != 0)
+    out["cp-seq"] = ~_cp_seq_ok(space.seq_length, c_)
     if space.global_batch_size is not None:
         out["batch"] = space.global_batch_size % (b_ * d_) != 0
     return out
@@ -362,52 +385,78 @@ def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
 # ------------------------------------------------------------------------------------------
 # compiled pieces (cached per space and discrete choice)
 # ------------------------------------------------------------------------------------------
-class _Stub:
-    """Stand-in for :class:`memsym.models.StageParameters` with symbolic per-GPU counts, so
-    one template total serves every (t, p, e): the exact counts are fed in per row."""
-
-    def __init__(self, moe: bool):
-        self.dense_per_gpu = N / (p * t)
-        self.experts = 1 if moe else 0
-        self.experts_per_gpu = N_e
-
-
-@functools.lru_cache(maxsize=1024)
 @functools.lru_cache(maxsize=4096)
-def _sum_expr(pairs: tuple):
-    """The sum of a template's ``(key, expression)`` pairs (cached: one compile per template)."""
-    return sp.Add(*(expr for _, expr in pairs))
+def _compiled(expr):
+    """``(function, argument names)`` of one expression, compiled once per expression."""
+    from .numeric import compile_expr
+
+    return compile_expr(expr)
 
 
 def _call(expr, kw: dict):
-    from .numeric import compile_expr
-
-    fn, names = compile_expr(expr)
+    fn, names = _compiled(expr)
     return fn(*[kw[n] for n in names])[0]
 
 
-def _role_stage(role: str, pp: int) -> int:
-    return {"only": 0, "first": 0, "second": 1, "last": pp - 1}[role]
+@functools.lru_cache(maxsize=4096)
+def _check_stages(space: Space, pp: int) -> tuple:
+    """The pipeline stages whose memory can be the largest at ``p = pp``, lowest first.
 
+    The first stage (embedding, the most micro-batches in flight) and the last (output layer,
+    logits) always.  Between them, stages of the same make-up (the MoE/dense kind of each of
+    their layers) hold the same parameters and the same activations per micro-batch, and the
+    lower index keeps at least as many micro-batches in flight (1F1B: min(p - i, m);
+    interleaved: 2(p - i - 1) + (v - 1) p + 1; GPipe: m), so the lowest index of each
+    make-up stands for all of them.  An evenly split uniform model needs only first and last.
+    """
+    if pp == 1:
+        return (0,)
+    if space.uniform or pp == 2:
+        return (0, pp - 1)
+    from .models import moe_layer_pattern, stage_layers
 
-def _template(space: Space, rc: str, spf: bool, vv: int | None, role: str, rep: dict):
-    return _template_cached(space, rc, spf, vv, role, rep["t"], rep["p"], rep["e"])
+    pattern = moe_layer_pattern(space.arch)
+    lowest = {}
+    for i in range(1, pp - 1):
+        rng = stage_layers(space.arch, pp, i, space.first_stage_layers, space.last_stage_layers)
+        lowest.setdefault(tuple(pattern[j] for j in rng), i)
+    return (0, *sorted(lowest.values()), pp - 1)
 
 
 @functools.lru_cache(maxsize=4096)
-def _template_cached(space, rc, spf, vv, role, t0, p0, e0):
-    rep = {"t": t0, "p": p0, "e": e0}
-    """Activation terms of a stage role (keys -> expressions), from memsym.training."""
+def _template_rep(space: Space, pp: int, stage: int) -> tuple:
+    """``(p, stage)`` of the activation template that stands for stage ``stage`` of ``pp``.
+
+    An evenly split uniform model keeps p symbolic (L/p layers, p - i micro-batches), so its
+    first and last stages of every p share one template, built at the smallest p > 1; any
+    other model's stages depend on their concrete layers: their own (p, stage)."""
+    if not space.uniform or pp == 1:
+        return pp, stage
+    L_ = space.arch.num_layers
+    p0 = next(q for q in range(2, L_ + 1) if L_ % q == 0)
+    return p0, (0 if stage == 0 else p0 - 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _activation_terms(space: Space, rc: str, sp_on: bool, inter: bool, pp: int, stage: int) -> tuple:
+    """Activation terms ``(key, expression)`` of stage ``stage`` of ``pp`` from
+    :func:`memsym.training.stage_activations`.
+
+    They are symbolic in t and v: t enters the stage only through "t > 1 turns sequence
+    parallelism on" (``sp_on``) and v only through "interleaved or not" (``inter``)."""
     from .training import Layout, stage_activations
 
-    pp = rep["p"]
-    lay = Layout(t=rep["t"], p=pp, d=1, c=1, e=rep["e"], v=vv, sequence_parallel=spf,
+    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
-    tr = space.training(recompute=rc, micro_batch_size=1,
-                        global_batch_size=space.global_batch_size)
-    act = stage_activations(space.arch, lay, tr, _role_stage(role, pp))
+    act = stage_activations(space.arch, lay, space.training(recompute=rc), stage)
     return tuple((term.key, term.expr) for term in act)
+
+
+@functools.lru_cache(maxsize=4096)
+def _activation_sum(space: Space, rc: str, sp_on: bool, inter: bool, pp: int, stage: int):
+    """The sum of :func:`_activation_terms` (the search compiles only the sum)."""
+    return sp.Add(*(expr for _, expr in _activation_terms(space, rc, sp_on, inter, pp, stage)))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -552,7 +601,7 @@ class SearchResult:
             f"{r['memory'] / 1e9:.4g} GB > {self.space.capacity / 1e9:.4g} GB "
             f"(t={r['t']}, p={r['p']}, c={r['c']}, d={r['d']}, b={r['b']}, {r['recompute']} "
             f"recompute, {r['sharding']}; binding term: {r['binding']})",
-            binding=(r["binding"],), floor=sp.Float(r["memory"]))
+            binding=(r["binding"],), floor=_exact_row(self.space, r)["bytes"]["total"])
 
     def pareto(self) -> list:
         """Fitting layouts on the Pareto front of headroom (more is better) vs step time
@@ -596,10 +645,13 @@ class SearchResult:
 # the vectorized evaluation
 # ------------------------------------------------------------------------------------------
 def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=True,
-              only: dict | None = None) -> dict:
+              only: dict | None = None, per_stage: bool = False) -> dict:
     """Memory (and step time) of every row of ``grid`` under every discrete choice.
 
-    ``grid`` holds rule-valid numeric knobs.  Returns concatenated columns."""
+    ``grid`` holds rule-valid numeric knobs.  Every stage of :func:`_check_stages` is
+    evaluated (slot j of a row holds its j-th such stage) and the largest is kept.  Returns
+    concatenated columns; ``per_stage`` adds ``stage_memory`` (rows x slots, NaN where a row
+    has fewer stages) for sizing questions that need each stage's own curve."""
     import numpy as np
 
     from .training import allowance_values, arch_values
@@ -610,35 +662,43 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     out_cols: dict = {k: [] for k in ("row", "t", "p", "c", "d", "e", "v", "b", "m", "recompute",
                                        "sharding", "sequence_parallel", "offload", "memory",
                                        "stage", "step_time") + _STATE_KEYS + ("activations",) + _ALLOW}
+    if per_stage:
+        out_cols["stage_memory"] = []
     if n == 0:
         return {k: np.array([]) for k in out_cols}
     B = space.global_batch_size
     t_, p_, c_, d_, e_, v_, b_ = (grid[k] for k in _KNOBS)
     m_ = (B // (b_ * d_)) if B is not None else np.zeros(n, dtype=np.int64)
-    # exact per-stage counts for each unique (t, p, e, stage), cast to float once
-    avals = arch_values(x, 1)
-    scal = {str(k): float(v) for k, v in avals.items()}
+    scal = {str(k): float(v) for k, v in arch_values(x, 1).items()}
     allow = {str(k): float(v) for k, v in allowance_values(dict(space.allowances)).items()}
-    Vpad = {int(tt): float(arch_values(x, int(tt))[sp.Symbol("V", positive=True)])
-            for tt in np.unique(t_)}
+    Vpad = {int(tt): float(arch_values(x, int(tt))[V]) for tt in np.unique(t_)}
     V_row = np.array([Vpad[int(tt)] for tt in t_])
-    roles_needed = ["only", "first", "last"] + ([] if space.uniform else ["second"])
-    counts = {}
-    for role in roles_needed:
-        arrs = np.zeros((4, n))
-        if role == "only":
-            sel = p_ == 1
-        elif role == "second":
-            sel = p_ >= 3
-        else:
-            sel = p_ > 1
-        keys = {}
-        for i in np.flatnonzero(sel):
-            key = (int(t_[i]), int(p_[i]), int(e_[i]))
-            if key not in keys:
-                keys[key] = [float(q) for q in _stage_counts(space, *key, _role_stage(role, key[1]))]
-            arrs[:, i] = keys[key]
-        counts[role] = (sel, arrs)
+    # slot j of a row holds the j-th stage _check_stages gives for its p (-1: none)
+    stages_of = {int(pv): _check_stages(space, int(pv)) for pv in np.unique(p_)}
+    nslot = max(len(sts) for sts in stages_of.values())
+    slot_stage = np.full((nslot, n), -1, dtype=np.int64)
+    for pv, sts in stages_of.items():
+        for j, st in enumerate(sts):
+            slot_stage[j, p_ == pv] = st
+    # per slot: exact per-GPU counts (N, N_e, N_u, N_a) of the stage, computed once per
+    # unique (t, p, e, stage); and which activation template (its (p, stage)) stands for it
+    counts = np.zeros((nslot, 4, n))
+    tmpl_id = np.zeros((nslot, n), dtype=np.int64)
+    tmpl_rep: list = []
+    for j in range(nslot):
+        live = np.flatnonzero(slot_stage[j] >= 0)
+        keys = np.stack([t_[live], p_[live], e_[live], slot_stage[j, live]], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        table = np.array([[float(q) for q in _stage_counts(space, *(int(z) for z in key))]
+                          for key in uniq]).reshape(-1, 4)
+        counts[j][:, live] = table[inv.ravel()].T
+        reps = {}
+        for u, key in enumerate(uniq):
+            rep = _template_rep(space, int(key[1]), int(key[3]))
+            if rep not in tmpl_rep:
+                tmpl_rep.append(rep)
+            reps[u] = tmpl_rep.index(rep)
+        tmpl_id[j, live] = np.array([reps[u] for u in range(len(uniq))])[inv.ravel()]
     base_kw = dict(scal)
     base_kw.update(allow)
     base_kw.update({"s": float(space.seq_length), "c_f": float(space.capacity_factor),
@@ -646,107 +706,82 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
                     "d": d_.astype(float), "e": e_.astype(float), "t_e": t_.astype(float),
                     "v": v_.astype(float), "b": b_.astype(float), "m": m_.astype(float),
                     "V": V_row})
-    # representatives for building the symbolic templates
-    combos = []
-    for rc in space.recompute:
-        for spf in space.sequence_parallel:
-            for inter in (False, True):
-                for off in space.offload:
-                    for scheme in space.sharding:
-                        combos.append((rc, spf, inter, off, scheme))
-    cache_act, cache_states = {}, {}
-    done = 0
+    combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
+                                    space.offload, space.sharding))
     phi = allow.get("phi_frag", 0.0)
-    for rc, spf, inter, off, scheme in combos:
-        done += 1
+
+    def pick(kw, rows):
+        return {k: (val[rows] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
+
+    for done, (rc, spf, inter, off, scheme) in enumerate(combos, 1):
         if progress is not None:
             progress(done, len(combos))
-        sel = np.ones(n, dtype=bool)
-        sel &= (v_ > 1) if inter else (v_ == 1)
-        sel &= (t_ > 1) if spf else np.ones(n, dtype=bool)
-        if moe and not spf:
-            sel &= t_ == 1
+        sel = (v_ > 1) if inter else (v_ == 1)
+        if spf:
+            sel &= t_ > 1          # SP is a choice only with t > 1 (Megatron turns it off at 1)
+        elif moe:
+            sel &= t_ == 1         # moe-tp-sp: MoE with t > 1 needs SP
         if off != "none":
-            sel &= p_ == 1
+            sel &= p_ == 1         # offload-pp
         if only is not None:
             sel &= ((only["recompute"] == rc) & (only["sharding"] == scheme)
                     & (only["sequence_parallel"] == spf) & (only["offload"] == off))
         if not sel.any():
             continue
         idx = np.flatnonzero(sel)
-        kw = {k: (val[idx] if isinstance(val, np.ndarray) else val) for k, val in base_kw.items()}
-        stkey = (scheme, off)
-        if stkey not in cache_states:
-            cache_states[stkey] = _states(space, scheme, off)
-        states = cache_states[stkey]
+        kw = pick(base_kw, idx)
+        states = _states(space, scheme, off)
         best_mem = np.full(len(idx), -np.inf)
-        best_parts = {}
         best_stage = np.zeros(len(idx), dtype=np.int64)
-        for role in roles_needed:
-            rsel, arr = counts[role]
-            rmask = rsel[idx]
-            if not rmask.any():
+        best_parts = {key: np.zeros(len(idx)) for key in [k for k, _ in states]
+                      + ["activations", *_ALLOW]}
+        stage_mem = np.full((len(idx), nslot), np.nan)
+        for j in range(nslot):
+            ridx = np.flatnonzero(slot_stage[j, idx] >= 0)
+            if not len(ridx):
                 continue
-            ridx = np.flatnonzero(rmask)
-            rkw = {k: (val[ridx] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
-            rkw["N"], rkw["N_e"], rkw["N_u"], rkw["N_a"] = (arr[j][idx][ridx] for j in range(4))
-            rep_i = idx[ridx[0]]
-            akey = (rc, spf, inter, role) if space.uniform else (rc, spf, inter, role, int(p_[rep_i]))
-            if not space.uniform:
-                # the stack depends on the stage's concrete layers: one template per p
-                parts_by_p = {}
-                for pv in np.unique(rkw["p"]):
-                    sub = np.flatnonzero(rkw["p"] == pv)
-                    r0 = idx[ridx[sub[0]]]
-                    k2 = (rc, spf, inter, role, int(pv))
-                    if k2 not in cache_act:
-                        cache_act[k2] = _template(space, rc, spf, int(v_[r0]) if inter else None,
-                                                  role, {"t": int(t_[r0]), "p": int(pv),
-                                                         "e": int(e_[r0])})
-                    parts_by_p[int(pv)] = sub
-                act = np.zeros(len(ridx))
-                for pv, sub in parts_by_p.items():
-                    skw = {k: (val[sub] if isinstance(val, np.ndarray) else val) for k, val in rkw.items()}
-                    act[sub] += np.broadcast_to(
-                        _call(_sum_expr(cache_act[(rc, spf, inter, role, pv)]), skw), len(sub))
-            else:
-                if akey not in cache_act:
-                    cache_act[akey] = _template(space, rc, spf, int(v_[rep_i]) if inter else None,
-                                                role, {"t": int(t_[rep_i]), "p": int(p_[rep_i]),
-                                                       "e": int(e_[rep_i])})
-                # one compiled function per template: only the sum is needed here
-                act = np.zeros(len(ridx)) + np.broadcast_to(
-                    _call(_sum_expr(cache_act[akey]), rkw), len(ridx))
-            parts = {}
-            for key, expr in states:
-                parts[key] = np.broadcast_to(np.asarray(_call(expr, rkw), dtype=float), len(ridx))
-            allocated = act + sum(parts.values()) if parts else act
+            rows = idx[ridx]
+            rkw = pick(kw, ridx)
+            rkw["N"], rkw["N_e"], rkw["N_u"], rkw["N_a"] = counts[j][:, rows]
+            act = np.zeros(len(ridx))
+            tid = tmpl_id[j, rows]
+            for q in np.unique(tid):
+                sub = np.flatnonzero(tid == q)
+                expr = _activation_sum(space, rc, spf, inter, *tmpl_rep[q])
+                act[sub] = _call(expr, rkw if len(sub) == len(ridx) else pick(rkw, sub))
+            parts = {key: np.broadcast_to(np.asarray(_call(expr, rkw), dtype=float), len(ridx))
+                     for key, expr in states}
+            allocated = act + sum(parts.values())
             parts["activations"] = act
             parts["workspace"] = np.full(len(ridx), allow.get("M_ws", 0.0))
             parts["nccl"] = np.full(len(ridx), allow.get("M_nccl", 0.0))
             parts["fragmentation"] = phi * allocated
             mem = allocated + parts["workspace"] + parts["nccl"] + parts["fragmentation"]
+            stage_mem[ridx, j] = mem
+            # strictly larger: on a tie the lower stage stays (as training_memory picks)
             better = mem > best_mem[ridx]
             tgt = ridx[better]
             best_mem[tgt] = mem[better]
-            best_stage[tgt] = np.array([_role_stage(role, int(pv)) for pv in rkw["p"][better]],
-                                       dtype=np.int64) if better.any() else best_stage[tgt]
+            best_stage[tgt] = slot_stage[j, rows[better]]
             for key, arr2 in parts.items():
-                best_parts.setdefault(key, np.zeros(len(idx)))
                 best_parts[key][tgt] = arr2[better]
         out_cols["row"].append(idx)
-        for k in ("t", "p", "c", "d", "e", "v", "b", "m"):
-            out_cols[k].append(grid[k][idx] if k != "m" else m_[idx])
+        for k in ("t", "p", "c", "d", "e", "v", "b"):
+            out_cols[k].append(grid[k][idx])
+        out_cols["m"].append(m_[idx])
         out_cols["recompute"].append(np.full(len(idx), rc, dtype=object))
         out_cols["sharding"].append(np.full(len(idx), scheme, dtype=object))
         out_cols["offload"].append(np.full(len(idx), off, dtype=object))
         out_cols["sequence_parallel"].append(np.full(len(idx), spf, dtype=bool))
         out_cols["memory"].append(best_mem)
         out_cols["stage"].append(best_stage)
+        if per_stage:
+            out_cols["stage_memory"].append(stage_mem)
         for key in _STATE_KEYS + ("activations",) + _ALLOW:
             out_cols[key].append(best_parts.get(key, np.full(len(idx), np.nan)))
         if want_time and B is not None:
-            out_cols["step_time"].append(_step_time(space, kw, rc, spf, scheme, gpus_of_row[idx]))
+            out_cols["step_time"].append(_step_time(space, kw, rc, spf, scheme, gpus_of_row[idx],
+                                                    counts[:, :, idx]))
         else:
             out_cols["step_time"].append(np.full(len(idx), np.nan))
     cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
@@ -757,31 +792,33 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     return cols
 
 
-def _step_time(space: Space, kw: dict, rc: str, spf: bool, scheme: str, gpus) -> "numpy.ndarray":  # noqa: F821
-    """Seconds per step: compute + bubble (memsym.terms.compute.step_time) + every group's
-    communication on the link its span crosses (no overlap: an upper bound)."""
+def _step_time(space: Space, kw: dict, rc: str, spf: bool, scheme: str, gpus, counts):
+    """Seconds per step [s] of each row: compute + bubble
+    (:func:`memsym.terms.compute.step_time`, FLOP formula ``6n`` on the active parameters, so
+    a MoE counts the k of E experts a token passes through) + every group's communication on
+    the link its span crosses (no overlap: an upper bound).
+
+    Data parallelism moves each stage's own per-GPU parameters (``counts``: slots x
+    (N, N_e, ...) x rows, as :func:`_evaluate` holds them): the dense ones over the d c group,
+    the routed experts over the expert-data-parallel group t c d/(e t_e); the slowest stage
+    sets the step."""
     import numpy as np
 
-    from .models import moe_layer_pattern
     from .terms.model_state import byte_widths
 
     x = space.arch
     moe = bool(x.num_experts)
-    widths = byte_widths(scheme, space.precision if space.precision in ("bf16", "fp16", "fp32", "fp8")
-                         else "bf16", space.optimizer)
+    active, moe_layers = _model_numbers(x)
+    n = len(kw["t"])
     tkw = dict(kw)
-    tkw.update({str(k): float(v) for k, v in widths.items()})
+    tkw.update({str(k): float(v) for k, v in byte_widths(scheme, space.precision,
+                                                          space.optimizer).items()})
     tkw.update({"b_c": 2.0, "B": float(space.global_batch_size), "G": gpus.astype(float),
-                "F": float(space.gpu.peak(space.precision if space.precision in ("bf16", "fp16", "fp8")
-                                          else "bf16")),
-                "eta": float(space.efficiency), "alpha": float(space.latency),
-                "beta_intra": float(space.intra_bw), "beta_inter": float(space.inter_bw),
-                "N": float(_total_params(x)), "L": float(x.num_layers),
-                "L_m": float(sum(moe_layer_pattern(x)))})
-    for key in ("k",):
-        tkw.setdefault(key, 1.0)
-    total = np.zeros(len(kw["t"]))
-    total += np.broadcast_to(_call(_step_expr(rc), tkw), len(total))
+                "F": float(space.gpu.peak(space.precision)), "eta": float(space.efficiency),
+                "alpha": float(space.latency), "beta_intra": float(space.intra_bw),
+                "beta_inter": float(space.inter_bw), "L": float(x.num_layers),
+                "L_m": float(moe_layers)})
+    total = np.zeros(n) + _call(_step_expr(rc), dict(tkw, N=float(active)))
     shard = None if space.finetune != "full" else scheme
     intra = _comm_terms(spf, shard, moe, rc, "intra")
     inter = _comm_terms(spf, shard, moe, rc, "inter")
@@ -790,19 +827,41 @@ def _step_time(space: Space, kw: dict, rc: str, spf: bool, scheme: str, gpus) ->
             "ep": t_ * c_ * p_ * e_}
     for (key, a_expr), (_, b_expr) in zip(intra, inter):
         on_node = span[key] <= space.gpus_per_node
-        ta = np.broadcast_to(_call(a_expr, tkw), len(total))
-        tb = np.broadcast_to(_call(b_expr, tkw), len(total))
-        total += np.where(on_node, ta, tb)
+
+        def secs(a_, b_, kw_):
+            return np.where(on_node, np.broadcast_to(_call(a_, kw_), n),
+                            np.broadcast_to(_call(b_, kw_), n))
+
+        if key != "dp":
+            total += secs(a_expr, b_expr, tkw)
+            continue
+        # the dp term moves Psi = N/(p t) per GPU; counts[j, 0] is already N (the stage's
+        # dense per-GPU count times p t, as _states takes it), counts[j, 1] the experts per GPU
+        worst = np.zeros(n)
+        for j in range(counts.shape[0]):
+            sec = secs(a_expr, b_expr, dict(tkw, N=counts[j, 0]))
+            if moe:
+                sec = sec + secs(_expert_dp(a_expr), _expert_dp(b_expr),
+                                 dict(tkw, N=counts[j, 1] * p_ * t_))
+            worst = np.maximum(worst, sec)
+        total += worst
     return total
+
+
+@functools.lru_cache(maxsize=256)
+def _expert_dp(expr):
+    """A data-parallel traffic term moved to the expert-data-parallel group: d -> d t/(e t_e)
+    (the term's group is d c, so it becomes t c d/(e t_e), as Megatron-Core builds it)."""
+    return expr.xreplace({d: d * t / (e * t_e)})
 
 
 @functools.lru_cache(maxsize=64)
 def _step_expr(rc: str):
-    """Compute + bubble of :func:`memsym.terms.compute.step_time` (interleaved form: v = 1
-    gives the plain 1F1B bubble (p - 1)/m)."""
+    """Compute + bubble of :func:`memsym.terms.compute.step_time` with FLOP formula ``6n``
+    (interleaved form: v = 1 gives the plain 1F1B bubble (p - 1)/m)."""
     from .terms.compute import step_time
 
-    return step_time(recompute=rc, interleaved=True, pipeline=True).expr
+    return step_time(recompute=rc, interleaved=True, pipeline=True, formula="6n").expr
 
 
 @functools.lru_cache(maxsize=256)
@@ -817,13 +876,15 @@ def _comm_terms(spf: bool, sharding, moe: bool, rc: str, link: str) -> tuple:
     return tuple((term.key, term.expr) for term in tot)
 
 
-def _total_params(x) -> int:
-    from .models import parameter_count
+@functools.lru_cache(maxsize=64)
+def _model_numbers(x) -> tuple:
+    """(active parameters, MoE layers) of an architecture, computed once per search."""
+    from .models import active_parameter_count, moe_layer_pattern
 
-    return int(parameter_count(x))
+    return int(active_parameter_count(x)), sum(moe_layer_pattern(x))
 
 
-def _binding(cols: dict) -> "numpy.ndarray":  # noqa: F821
+def _binding(cols: dict):
     import numpy as np
 
     keys = [k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in cols]
@@ -867,7 +928,8 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         ``dropout`` (False), ``allowances`` (overrides of the training allowances),
         ``finetune`` ("full", "lora", "qlora"), ``lora_rank``, ``lora_targets``,
         ``quantization``, ``first_stage_layers``/``last_stage_layers``, ``capacity``,
-        ``gpus_per_node``, ``cluster``, ``efficiency``.
+        ``gpus_per_node``, ``cluster``, ``efficiency`` (achieved fraction of peak FLOP/s,
+        0 < efficiency <= 1; default 1/2), ``capacity_factor`` (MoE, > 0; default 1).
 
     Returns
     -------
@@ -941,31 +1003,29 @@ def group_bytes(bd: Mapping) -> dict:
 
 
 def _row_totals(space: Space, row: Mapping):
-    """(exact values, {stage: Total}) for one layout: the stages the search compares."""
+    """(exact values, {stage: Total}) for one layout: the stages the search compares
+    (:func:`_check_stages`), each composed as the vectorized search composes it."""
     from .symbols import m as m_sym
     from .term import Term, Total
-    from .training import allowance_terms, allowance_values, arch_values
+    from .training import Layout, allowance_terms, training_values
 
-    x = space.arch
     tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in _KNOBS)
-    vals = dict(arch_values(x, tt))
-    vals.update({sp.Symbol(k, positive=True): sp.Integer(val) for k, val in
-                 zip(("t", "p", "c", "d", "e", "t_e", "v", "b", "s"),
-                     (tt, pp, cc, dd, ee, tt, vv, bb, space.seq_length))})
-    vals[sp.Symbol("c_f", positive=True)] = sp.nsimplify(space.capacity_factor)
+    lay = Layout(t=tt, p=pp, d=dd, c=cc, e=ee, v=vv if vv > 1 else None)
+    # m is set here (not from B by training_values): smallest_d asks at d = 1, where b d
+    # need not divide B yet
+    vals = training_values(space.arch, lay, space.training(micro_batch_size=bb,
+                                                           global_batch_size=None),
+                           dict(space.allowances))
     if space.global_batch_size is not None:
         vals[m_sym] = sp.Integer(space.global_batch_size // (bb * dd))
-    vals.update(allowance_values(dict(space.allowances)))
-    roles = ["only"] if pp == 1 else ["first", "last"] + ([] if space.uniform or pp < 3 else ["second"])
-    states = dict(_states(space, row["sharding"], row.get("offload", "none")))
+    rc, spf = row["recompute"], bool(row["sequence_parallel"]) and tt > 1
+    states = _states(space, _scheme(row["sharding"]), row.get("offload", "none"))
     totals = {}
-    for role in roles:
-        stage = _role_stage(role, pp)
-        act = _template(space, row["recompute"], bool(row["sequence_parallel"]),
-                        vv if vv > 1 else None, role, {"t": tt, "p": pp, "e": ee})
+    for stage in _check_stages(space, pp):
+        act = _activation_terms(space, rc, spf, vv > 1, *_template_rep(space, pp, stage))
         nval, ne, nu, na = _stage_counts(space, tt, pp, ee, stage)
         sub = {N: nval, N_e: ne, N_u: nu, N_a: na}
-        terms = [Term(k, ex.xreplace(sub), k, _src(k)) for k, ex in states.items()]
+        terms = [Term(k, ex.xreplace(sub), k, _src(k)) for k, ex in states]
         terms += [Term(k, ex, k, _src(k)) for k, ex in act]
         allocated = sp.Add(*(term.expr for term in terms))
         terms += list(allowance_terms(allocated))
@@ -1006,6 +1066,8 @@ class MinGpus:
     method : str
         ``"closed form"`` or ``"searched"``.
     solution : memsym.analysis.Solution or None
+    notes : list of str
+        E.g. where the exact solver's d differs from the searched one.
     """
 
     gpus: int
@@ -1017,6 +1079,7 @@ class MinGpus:
     solution: object = None
     candidates: int = 0
     seconds: float = 0.0
+    notes: list = field(default_factory=list)
 
     def explanation(self) -> str:
         """Closed form, then the integer: ``d >= 16 N/(C p t - ...) = 1.3 -> d = 2 -> G = 16``."""
@@ -1058,12 +1121,12 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
 
     space = options.pop("space", None) or make_space(model, gpu, **options)
     row = {"t": t, "p": p, "c": c, "d": 1, "e": e, "v": v, "b": b, "recompute": recompute,
-           "sharding": "zero3" if sharding == "fsdp" else sharding,
-           "sequence_parallel": sequence_parallel, "offload": offload}
+           "sharding": _scheme(sharding), "sequence_parallel": sequence_parallel,
+           "offload": offload}
     broken = [r for r in explain(space, row) if r not in ("batch", "ep-group")]
     if broken:
         raise InvalidValueError("layout breaks " + ", ".join(f"{r} ({RULES[r]})" for r in broken))
-    vals, totals = _row_totals(space, row)
+    vals, full = _row_totals(space, row)   # every value is exact; N is already the stage's
     vals.pop(d, None)
     Bv = space.global_batch_size
     if Bv is not None:
@@ -1076,10 +1139,9 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
             return min(args, key=lambda x_: x_.xreplace(at))
 
         totals = {k_: tot.map(lambda x_: x_.xreplace(vals).replace(sp.Min, branch))
-                  for k_, tot in totals.items()}
-        full = {k_: tot for k_, tot in _row_totals(space, row)[1].items()}
+                  for k_, tot in full.items()}
     else:
-        full = totals
+        totals = {k_: tot.map(lambda x_: x_.xreplace(vals)) for k_, tot in full.items()}
 
     def valid(n: int) -> bool:
         ok = True
@@ -1090,20 +1152,14 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
         return bool(ok)
 
     upper = None if Bv is None else Bv // b
-    # every value but N (the stage's parameters times p t) goes in, so the printed boundary
-    # reads d >= f(N, C); N is substituted by smallest() itself
-    keep = {N: vals[N]} if N in vals else {}
-    sub = {k_: v_ for k_, v_ in vals.items() if k_ != N and k_ != m_sym}
-    if Bv is not None:
-        sub[m_sym] = vals[m_sym]
-    totals = {k_: tot.map(lambda x_: x_.xreplace(sub).xreplace(sub)) for k_, tot in totals.items()}
     best = None
-    for stage, tot in totals.items():
-        sol = smallest(tot, "d", space.capacity, keep, valid=valid, upper=upper)
+    for tot in totals.values():
+        sol = smallest(tot, "d", space.capacity, valid=valid, upper=upper)
         if best is None or sol.value > best.value:
             best = sol
     # the chosen d must make every stage fit and obey the rules
     nval = best.value
+
     def at_n(n_):
         out = {**vals, d: sp.Integer(n_)}
         if Bv is not None:
@@ -1118,6 +1174,44 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
     if nval != best.value:
         best = replace(best, value=nval)
     return best
+
+
+def _smallest_multiple(fits: Callable, step, kmax):
+    """For each row r the smallest d = k step[r] (1 <= k <= kmax[r]) with ``fits(rows, d)``
+    true, 0 where none: galloping on k (1, 2, 4, ...), then bisection.  ``fits`` must be
+    monotone in d (memory is nonincreasing in d); it is called on index arrays of rows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> need = np.array([1, 5, 12, 40])           # row r fits from d = need[r] on
+    >>> _smallest_multiple(lambda r, dv: dv >= need[r], np.array([1, 1, 4, 1]),
+    ...                    np.array([64, 64, 64, 32])).tolist()
+    [1, 5, 12, 0]
+    """
+    import numpy as np
+
+    step = np.asarray(step, dtype=np.int64)
+    kmax = np.asarray(kmax, dtype=np.int64)
+    lo = np.zeros(len(step), dtype=np.int64)   # largest k known not to fit
+    hi = np.zeros(len(step), dtype=np.int64)   # smallest k known to fit (0: none)
+    k = np.ones(len(step), dtype=np.int64)
+    todo = np.flatnonzero(kmax >= 1)
+    while len(todo):
+        ok = np.asarray(fits(todo, k[todo] * step[todo]), dtype=bool)
+        hi[todo[ok]] = k[todo[ok]]
+        miss = todo[~ok]
+        lo[miss] = k[miss]
+        k[miss] = np.minimum(2 * k[miss], kmax[miss])
+        todo = miss[lo[miss] < kmax[miss]]
+    todo = np.flatnonzero(hi - lo > 1)
+    while len(todo):
+        mid = (lo[todo] + hi[todo]) // 2
+        ok = np.asarray(fits(todo, mid * step[todo]), dtype=bool)
+        hi[todo[ok]] = mid[ok]
+        lo[todo[~ok]] = mid[~ok]
+        todo = todo[hi[todo] - lo[todo] > 1]
+    return hi * step
 
 
 def _no_valid_choice(space, knobs, maxg) -> NoFitError:
@@ -1193,21 +1287,27 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     knobs = {k: grid[k] for k in ("t", "p", "c", "e", "v", "b")}
     nk = len(knobs["t"])
 
-    def evaluate_at(dvals, only=None, rows=None):
+    def evaluate_at(dvals, only=None, rows=None, per_stage=False):
         """Memory of knob rows (``rows``, default all) at data-parallel sizes ``dvals``
         under every discrete choice (or the row's own choice with ``only``)."""
         sel = np.arange(nk) if rows is None else rows
         g2 = {k: knobs[k][sel] for k in knobs}
         g2["d"] = np.asarray(dvals, dtype=np.int64)
         return _evaluate(space, g2, np.zeros(len(sel), dtype=np.int64), want_time=False,
-                         only=only)
+                         only=only, per_stage=per_stage)
+
+    def report(done, total):
+        if progress is not None:
+            progress(done, total)
 
     cap = float(space.capacity)
     if B is not None:
         # finite candidates: b*d must divide B; memory is nonincreasing in d (fewer
         # micro-batches in flight, more sharding), so the first divisor that fits is the answer
         best = {}
-        for dv in sorted({dv for bb in np.unique(knobs["b"]) for dv in _divisors(B // int(bb))}):
+        dvs = sorted({dv for bb in np.unique(knobs["b"]) for dv in _divisors(B // int(bb))})
+        for done, dv in enumerate(dvs, 1):
+            report(done, len(dvs))
             ok_rows = np.flatnonzero((B % (knobs["b"] * dv) == 0)
                                      & (knobs["t"] * knobs["p"] * knobs["c"] * dv <= maxg))
             if x.num_experts:
@@ -1232,18 +1332,23 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
             best_d = np.array([best[k_] for k_ in keys], dtype=np.int64)
     else:
         # without a global batch nothing in flight depends on d, and every d-dependent term
-        # is a model state divided by d: M(d) = alpha + beta/d exactly (checked at d = 4),
-        # so d* = ceil(beta/(C - alpha)) for every row and choice at once
-        m1, m2, m4 = (evaluate_at(np.full(nk, dv)) for dv in (1, 2, 4))
+        # is a model state divided by d: each stage's memory is alpha + beta/d exactly
+        # (checked at d = 4), so d* = max over the stages of ceil(beta/(C - alpha)).  The
+        # most-loaded stage may change with d (deepseek-v3: dense first stages, MoE later),
+        # so the max over stages is not of that form; each stage is fitted on its own.
+        report(1, 3)
+        m1, m2, m4 = (evaluate_at(np.full(nk, dv), per_stage=True) for dv in (1, 2, 4))
         if not len(m1["row"]):   # every candidate breaks a rule of its discrete choices
             raise _no_valid_choice(space, knobs, maxg)
-        beta = 2 * (m1["memory"] - m2["memory"])
-        alpha = m1["memory"] - beta
-        if not np.allclose(alpha + beta / 4, m4["memory"], rtol=1e-9, atol=1.0):
-            raise InvalidValueError("memory is not of the form a + b/d here; give a global batch")
+        s1, s2, s4 = m1["stage_memory"], m2["stage_memory"], m4["stage_memory"]
+        beta = 2 * (s1 - s2)
+        alpha = s1 - beta
+        absent = np.isnan(s1)    # rows with fewer stages than the widest
+        linear = np.all(absent | np.isclose(alpha + beta / 4, s4, rtol=1e-9, atol=1.0), axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            dstar = np.where(alpha < cap, np.ceil(np.maximum(beta, 0) / (cap - alpha)), 0)
-        dstar = np.where((alpha < cap) & (dstar < 1), 1, dstar)
+            need = np.where(alpha < cap, np.ceil(np.maximum(beta, 0) / (cap - alpha)), np.inf)
+        need = np.where(absent, 1, np.maximum(need, 1))
+        dstar = need.max(axis=1)          # inf: some stage never fits
         rows = {"knob": m1["row"], "recompute": m1["recompute"], "sharding": m1["sharding"],
                 "sequence_parallel": m1["sequence_parallel"], "offload": m1["offload"]}
         tpc0 = (knobs["t"] * knobs["p"] * knobs["c"])[rows["knob"]]
@@ -1251,27 +1356,33 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
         if x.num_experts:
             ee, cc = knobs["e"][rows["knob"]], knobs["c"][rows["knob"]]
             step = ee // np.gcd(ee, cc)
-        dstar = np.where(dstar > 0, np.ceil(dstar / step) * step, 0)
-        dstar = np.where(tpc0 * dstar <= maxg, dstar, 0).astype(np.int64)
-        # float rounding at the boundary: verify d* fits and d* - step does not, fix by one step
+        kmax = maxg // (tpc0 * step)      # d = k step with t p c d <= max_gpus
+        with np.errstate(invalid="ignore"):
+            kstar = np.where(np.isfinite(dstar), np.ceil(dstar / step), 0)
+        dstar = np.where((kstar >= 1) & (kstar <= kmax), kstar * step, 0).astype(np.int64)
+
+        def fits_at(sel, dvals):
+            """Whether knob-and-choice rows ``sel`` fit at data-parallel sizes ``dvals``."""
+            out = np.zeros(len(sel), dtype=bool)
+            if len(sel):
+                memd = evaluate_at(dvals, rows=rows["knob"][sel],
+                                   only={k: rows[k][sel] for k in _CHOICE_KEYS})
+                out[memd["row"]] = memd["memory"] <= cap
+            return out
+
+        # verify on the compiled totals: d* fits and d* - step does not.  A row that fails
+        # (float rounding at the boundary, a stage not of the form a + b/d) is searched
+        # exactly instead (gallop and bisection; memory is nonincreasing in d)
+        report(2, 3)
         live = np.flatnonzero(dstar > 0)
-        only = {k: rows[k][live] for k in ("recompute", "sharding", "sequence_parallel", "offload")}
-        for _ in range(3):
-            if not len(live):
-                break
-            memd = evaluate_at(dstar[live], only=only, rows=rows["knob"][live])
-            over = np.zeros(len(live), dtype=bool)
-            over[memd["row"]] = memd["memory"] > cap
-            dstar[live[over]] += step[live[over]]
-            if not over.any():
-                break
-        lower = live[dstar[live] > step[live]]
-        if len(lower):
-            only2 = {k: rows[k][lower] for k in only}
-            memd = evaluate_at(dstar[lower] - step[lower], only=only2, rows=rows["knob"][lower])
-            under = np.zeros(len(lower), dtype=bool)
-            under[memd["row"]] = memd["memory"] <= cap
-            dstar[lower[under]] -= step[lower[under]]
+        top_ok = fits_at(live, dstar[live])
+        low = live[top_ok & (dstar[live] > step[live])]
+        low_fits = fits_at(low, dstar[low] - step[low])
+        redo = np.union1d(np.union1d(live[~top_ok], low[low_fits]), np.flatnonzero(~linear))
+        if len(redo):
+            report(3, 3)
+            dstar[redo] = _smallest_multiple(lambda r, dv: fits_at(redo[r], dv), step[redo],
+                                             kmax[redo])
         best_d = dstar
     if rows is None:
         best_d = np.zeros(0, dtype=np.int64)
@@ -1289,13 +1400,14 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
             raise _no_valid_choice(space, knobs, maxg)
         cols["binding"] = _binding(cols)
         j = int(np.argmin(cols["memory"]))
+        least = {k: cols[k][j] for k in _KNOBS + _CHOICE_KEYS}
         raise NoFitError(
             f"nothing fits within {maxg} x {space.gpu.name}: the least memory is "
             f"{cols['memory'][j] / 1e9:.4g} GB > {space.capacity / 1e9:.4g} GB (t={cols['t'][j]}, "
             f"p={cols['p'][j]}, c={cols['c'][j]}, d={cols['d'][j]}, b={cols['b'][j]}, "
             f"{cols['recompute'][j]} recompute, {cols['sharding'][j]}); binding term: "
             f"{cols['binding'][j]}", binding=(str(cols["binding"][j]),),
-            floor=sp.Float(float(cols["memory"][j])))
+            floor=_exact_row(space, least)["bytes"]["total"])
     G_all = np.where(ok, tpc * best_d, np.iinfo(np.int64).max)
     gbest = int(G_all.min())
     tie = np.flatnonzero(G_all == gbest)
@@ -1343,12 +1455,12 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
             method = "closed form"
         if sol.value != lay["d"]:
             # the vectorized search and the exact solver disagree only at float ties
-            res.notes.append(f"exact solver gives d = {sol.value}, search d = {lay['d']}")
-    except Exception:  # noqa: BLE001 - a solver gap falls back to the searched answer
+            res.notes.append(f"the exact solver gives d = {sol.value}, the search d = {lay['d']}")
+    except MemsymError:   # a solver gap falls back to the searched answer
         sol = None
     exact = _exact_row(space, lay)
     return MinGpus(gbest, lay, exact["bytes"], closed, bound, method, sol, n,
-                   time.perf_counter() - start)
+                   time.perf_counter() - start, res.notes)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1383,7 +1495,7 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
     lay = {"t": 1, "p": 1, "c": 1, "d": 1, "e": 1, "v": 1, "b": 1, "recompute": "none",
            "sharding": "distributed-optimizer", "sequence_parallel": False, "offload": "none"}
     lay.update(layout or {})
-    lay["sharding"] = "zero3" if lay["sharding"] == "fsdp" else lay["sharding"]
+    lay["sharding"] = _scheme(lay["sharding"])
     space = options.pop("space", None) or make_space(model, gpu, **options)
     if space.global_batch_size is not None and what == "micro_batch_size":
         raise InvalidValueError("the largest micro-batch is asked with no global batch (m free)")
@@ -1415,9 +1527,8 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
     vals.pop(sym, None)
 
     def valid(nv: int) -> bool:
-        if what == "seq_length":
-            return nv % lay["c"] == 0
-        return True
+        # the same cp-seq rule the search applies (2c | s for c > 1)
+        return bool(_cp_seq_ok(nv, lay["c"])) if what == "seq_length" else True
 
     best = None
     for stage, tot in totals.items():

@@ -116,7 +116,7 @@ f_sh = _register("f_sh", r"f_{\mathrm{sh}}", "shared-expert feed-forward hidden 
 # --- communication, compute and time (NCCL tests; Narayanan et al. 2021) --------------------
 n = _register("n", "n", "number of ranks taking part in a collective", "GPUs", "positive integer")
 S = _register("S", "S", "size of the buffer a collective operates on", "bytes")
-beta = _register("beta", r"\beta", "link bandwidth per GPU", "bytes/s")
+beta = _register("beta", r"\beta", "link bandwidth per GPU, one direction", "bytes/s")
 alpha = _register("alpha", r"\alpha", "latency per collective step", "s", "nonnegative")
 F = _register("F", r"F_{\mathrm{peak}}", "peak dense throughput of one GPU", "FLOP/s")
 eta = _register("eta", r"\eta", "achieved fraction of peak throughput (efficiency)", "1")
@@ -142,9 +142,9 @@ d_v = _register("d_v", r"d_{\mathrm{v}}", "MLA value head dim (v_head_dim)", "1"
 n_node = _register("n_node", r"n_{\mathrm{node}}", "GPUs per node (one NVLink domain)", "GPUs",
                    "positive integer")
 beta_intra = _register("beta_intra", r"\beta_{\mathrm{intra}}", "intra-node (NVLink) bandwidth "
-                       "per GPU", "bytes/s")
+                       "per GPU, one direction", "bytes/s")
 beta_inter = _register("beta_inter", r"\beta_{\mathrm{inter}}", "inter-node (InfiniBand/RoCE) "
-                       "bandwidth per GPU", "bytes/s")
+                       "bandwidth per GPU, one direction", "bytes/s")
 b_c = _register("b_c", r"b_{\mathrm{c}}", "bytes per communicated activation element (bf16: 2)",
                 "bytes/element")
 omega = _register("omega", r"\omega", "fraction of communication time hidden behind compute",

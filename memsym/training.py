@@ -9,6 +9,7 @@ symbol with a documented default that a user can set to 0 or to a measured value
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Mapping
 
 import sympy as sp
@@ -17,18 +18,16 @@ from .errors import DivisibilityError, InvalidValueError, UnknownNameError, choo
 from .symbols import (E, L, M_nccl, M_ws, V, a, b, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, k, m, p,
                       phi_frag, s, t, t_e, v)
 from .term import Source, Term, Total
-from .terms.activations import (embedding_activations, layer_activations, output_activations)
-from .terms.model_state import byte_widths, model_state
-from .terms.schedule import embedding_microbatches, logits_microbatches, stage_microbatches
+from .terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
+                                output_activations)
+from .terms.model_state import CONVENTIONS, byte_widths, model_state
+from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
+                             stage_microbatches)
 from .values import exact
 
 __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "TrainingEstimate", "allowance_values",
            "allowance_terms", "arch_values", "microbatches", "validate", "stage_activations",
            "stage_total", "training_values", "training_memory", "RECOMPUTE", "SCHEDULES"]
-
-RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("1f1b", "gpipe")
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -210,11 +209,19 @@ def allowance_terms(allocated: sp.Expr) -> tuple:
 # the architecture's sizes as symbol values
 # ---------------------------------------------------------------------------------------------
 def _resolve(arch, training):
+    """An Architecture (passed through), preset name, or config.json path (str or Path),
+    with Megatron's defaults filled in."""
     from . import models
 
-    if isinstance(arch, str):
-        arch = models.resolve_model(arch)
-    return models.resolve(arch, seq_length=training.seq_length)
+    return models.resolve(models.resolve_model(arch), seq_length=training.seq_length)
+
+
+def _check_types(layout, training) -> None:
+    # a dict (or anything else) would fail later with an AttributeError, not a clear refusal
+    for obj, cls, name in ((layout, Layout, "layout"), (training, Training, "training")):
+        if not isinstance(obj, cls):
+            raise InvalidValueError(f"{name} must be a memsym.training.{cls.__name__}(...), got "
+                                    f"{type(obj).__name__}")
 
 
 def arch_values(arch, t_: int = 1) -> dict:
@@ -273,17 +280,48 @@ def microbatches(layout: Layout, training: Training):
     return m_
 
 
+def cp_sequence_ok(seq, c_):
+    """Whether context parallelism ``c`` can split a sequence of ``seq`` tokens: c = 1, or 2c
+    divides it (works on ints and numpy arrays).
+
+    >>> cp_sequence_ok(4096, 2048), cp_sequence_ok(4096, 4096), cp_sequence_ok(6, 1)
+    (True, False, True)
+    """
+    # REF: Megatron-LM get_batch_on_this_cp_rank: the sequence is cut into 2c chunks and rank
+    # i keeps chunks i and 2c-1-i, so that causal attention work is balanced
+    return (c_ == 1) | (seq % (2 * c_) == 0)
+
+
 def validate(arch, layout: Layout, training: Training) -> None:
     """Refuse settings Megatron-LM would refuse, one line naming the rule.
+
+    ``arch`` may be an Architecture, a preset name or a config.json path.
 
     Raises
     ------
     DivisibilityError
         t must divide the heads and KV heads, p the layers (unless uneven stages are given),
-        e the experts, e·t_e must divide t·c·d, c the sequence length, v the layers per stage.
+        e the experts, e·t_e must divide t·c·d, c the sequence length, v the layers of every
+        pipeline stage (first and last included when uneven), B must be a multiple of b·d.
     InvalidValueError
-        A bad value, an unknown recompute mode or schedule, MoE with t > 1 but no SP.
+        A bad value, an unknown recompute mode or schedule, MoE with t > 1 but no SP, a
+        layout or training that is not a :class:`Layout` / :class:`Training`.
+
+    Examples
+    --------
+    >>> validate("llama2-7b", Layout(p=4, v=2, first_stage_layers=5, last_stage_layers=9),
+    ...          Training(seq_length=4096))
+    Traceback (most recent call last):
+    ...
+    memsym.errors.DivisibilityError: virtual pipeline size v=2 must divide the layers of every pipeline stage (stage 0 has 5)
     """
+    _check_types(layout, training)
+    _validate(_resolve(arch, training), layout, training)
+
+
+def _validate(arch, layout: Layout, training: Training):
+    """:func:`validate` of a resolved architecture; returns the canonical recompute mode,
+    schedule and micro-batch count m (or None), so callers need not recompute them."""
     from . import models
 
     for name in ("t", "p", "d", "c", "e"):
@@ -309,8 +347,8 @@ def validate(arch, layout: Layout, training: Training) -> None:
         # REF: seed001 (MCore raises "no support for Pipeline parallelism with CPU offloading")
         raise InvalidValueError("CPU offload needs p = 1: Megatron-Core refuses pipeline "
                                 "parallelism with CPU offloading")
-    choose("recompute mode", training.recompute, RECOMPUTE)
-    choose("pipeline schedule", training.schedule, SCHEDULES)
+    recompute = choose("recompute mode", training.recompute, RECOMPUTE)
+    schedule = choose("pipeline schedule", training.schedule, SCHEDULES)
     models.check_layout(arch, layout.t, layout.p, layout.e, layout.t_e,
                         layout.first_stage_layers, layout.last_stage_layers)
     if arch.num_experts:
@@ -323,21 +361,34 @@ def validate(arch, layout: Layout, training: Training) -> None:
             # parallelism must be used."
             raise InvalidValueError("MoE with tensor parallelism needs sequence parallelism "
                                     "(Megatron-LM refuses t > 1 without --sequence-parallel)")
-    if training.seq_length % layout.c:
-        raise DivisibilityError(f"context-parallel size c={layout.c} must divide the sequence "
-                                f"length s={training.seq_length}")
+    if not cp_sequence_ok(training.seq_length, layout.c):
+        raise DivisibilityError(f"context parallelism c={layout.c} needs 2c to divide the sequence "
+                                f"length s={training.seq_length} (Megatron cuts it into 2c chunks)")
     if layout.v is not None and layout.v > 1:
         if layout.p == 1:
             raise InvalidValueError("virtual pipeline stages (v > 1) need p > 1")
         per = arch.num_layers // layout.p
-        if layout.first_stage_layers is None and layout.last_stage_layers is None and per % layout.v:
-            # REF: seed001 (MCore: layers on each middle pipeline rank must be divisible by v)
-            raise DivisibilityError(f"virtual pipeline size v={layout.v} must divide the layers "
-                                    f"per pipeline stage ({per})")
-    if training.schedule == "gpipe" and microbatches(layout, training) is None:
+        if layout.first_stage_layers is None and layout.last_stage_layers is None:
+            if per % layout.v:
+                # REF: seed001 (MCore: layers on each middle pipeline rank must be divisible by v)
+                raise DivisibilityError(f"virtual pipeline size v={layout.v} must divide the "
+                                        f"layers per pipeline stage ({per})")
+        else:
+            # REF: Megatron-Core TransformerConfig: "number of layers at first stage ... must
+            # be divisible by virtual pipeline parallel degree" (likewise the last stage and
+            # the middle ones): every model chunk holds a whole number of layers
+            for i in range(layout.p):
+                n_i = len(models.stage_layers(arch, layout.p, i, layout.first_stage_layers,
+                                              layout.last_stage_layers))
+                if n_i % layout.v:
+                    raise DivisibilityError(
+                        f"virtual pipeline size v={layout.v} must divide the layers of every "
+                        f"pipeline stage (stage {i} has {n_i})")
+    m_ = microbatches(layout, training)
+    if schedule == "gpipe" and m_ is None:
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
-    microbatches(layout, training)
+    return recompute, schedule, m_
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,9 +435,16 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     >>> A.keys
     ('layer_activations', 'embedding_activations', 'output_activations')
     """
+    _check_types(layout, training)
+    return _stage_activations(_resolve(arch, training), layout, training, stage)
+
+
+def _stage_activations(x, layout: Layout, training: Training, stage: int,
+                       m_known: bool | None = None) -> Total:
+    """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
+    None = work it out)."""
     from . import models
 
-    x = _resolve(arch, training)
     pp = layout.p
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
         raise InvalidValueError(f"stage must be a whole number in 0..{pp - 1}, got {stage!r}")
@@ -394,7 +452,8 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     schedule = choose("pipeline schedule", training.schedule, SCHEDULES)
     sp_on = bool(layout.sequence_parallel and layout.t > 1)   # Megatron turns SP off at t = 1
     interleaved = layout.v is not None and layout.v > 1
-    m_known = microbatches(layout, training) is not None
+    if m_known is None:
+        m_known = microbatches(layout, training) is not None
     vv = v if interleaved else None
     mm = m if m_known else None
     common = dict(gated=x.swiglu, flash=training.flash_attention, sequence_parallel=sp_on,
@@ -453,8 +512,8 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     return Total(f"activations of pipeline stage {stage} ({_role(stage, pp)})", tuple(terms))
 
 
-def stage_total(arch, layout: Layout = Layout(), training: Training = Training(), stage: int = 0,
-                *, stage_params=None) -> Total:
+def stage_total(arch, layout: Layout = Layout(), training: Training = Training(),
+                stage: int = 0) -> Total:
     r"""Per-GPU training memory of pipeline stage ``stage`` [bytes], symbolic in the registry.
 
     .. math::
@@ -468,14 +527,25 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     group including context parallelism (d·c, as Megatron-Core's distributed optimizer does),
     routed experts over the expert data-parallel group t·c·d/(e·t_e), with keys
     ``expert_weights``, ``expert_gradients``, ``expert_optimizer``.
+
+    Examples
+    --------
+    >>> stage_total("llama2-7b", Layout(), Training(seq_length=4096)).keys[:3]
+    ('weights', 'gradients', 'optimizer')
     """
+    _check_types(layout, training)
+    return _stage_total(_resolve(arch, training), layout, training, stage)
+
+
+def _stage_total(x, layout: Layout, training: Training, stage: int,
+                 m_known: bool | None = None) -> Total:
+    """:func:`stage_total` of a resolved architecture."""
     from . import models
 
-    x = _resolve(arch, training)
-    sp_ = stage_params or models.stage_parameters(
+    sp_ = models.stage_parameters(
         x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers)
-    conv = choose("convention", training.convention, ("memsym", "megatron-lm"))
+    conv = choose("convention", training.convention, CONVENTIONS)
     widths = byte_widths(training.sharding, training.precision, training.optimizer, conv)
     # t, e and t_e stay symbols (tp/t + replicated, experts/(e t_e)): equal to the stage's
     # exact per-GPU counts at the layout's values, and differentiable in t for sensitivities
@@ -489,7 +559,7 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
                          params=sp.Integer(sp_.experts) / (e * t_e), dp=edp).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
-    act = stage_activations(x, layout, training, stage)
+    act = _stage_activations(x, layout, training, stage, m_known)
     terms += list(act.terms)
     allocated = sp.Add(*(term.expr for term in terms))
     terms += list(allowance_terms(allocated))
@@ -499,17 +569,34 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
 
 def training_values(arch, layout: Layout = Layout(), training: Training = Training(),
                     allowances: Mapping | None = None) -> dict:
-    """Symbol -> exact value for every symbol a :func:`stage_total` can contain."""
-    x = _resolve(arch, training)
-    te = layout.expert_tp
-    vals = arch_values(x, layout.t)
-    vals.update({s: training.seq_length, b: training.micro_batch_size, t: layout.t, p: layout.p,
-                 d: layout.d, c: layout.c, e: layout.e, t_e: te})
-    vals = {key: sp.Integer(val) for key, val in vals.items()}
+    """Symbol -> exact value for every symbol a :func:`stage_total` can contain.
+
+    Examples
+    --------
+    >>> vals = training_values("llama2-7b", Layout(t=2, d=4), Training(seq_length=4096,
+    ...                                                              global_batch_size=32))
+    >>> vals[t], vals[d], vals[m], vals[L]
+    (2, 4, 8, 32)
+    """
+    _check_types(layout, training)
+    return _training_values(_resolve(arch, training), layout, training, allowances)
+
+
+_UNSET = object()
+
+
+def _training_values(x, layout: Layout, training: Training, allowances: Mapping | None = None,
+                     m_=_UNSET) -> dict:
+    """:func:`training_values` of a resolved architecture (``m_`` if already worked out)."""
+    vals = arch_values(x, layout.t)     # already exact Integers
+    vals.update({key: sp.Integer(val) for key, val in (
+        (s, training.seq_length), (b, training.micro_batch_size), (t, layout.t), (p, layout.p),
+        (d, layout.d), (c, layout.c), (e, layout.e), (t_e, layout.expert_tp))})
     vals[c_f] = exact(training.capacity_factor, "capacity_factor")
     if vals[c_f] <= 0:
         raise InvalidValueError(f"capacity_factor must be > 0, got {training.capacity_factor}")
-    m_ = microbatches(layout, training)
+    if m_ is _UNSET:
+        m_ = microbatches(layout, training)
     if m_ is not None:
         vals[m] = sp.Integer(m_)
     if layout.v is not None and layout.v > 1:
@@ -551,19 +638,24 @@ class TrainingEstimate:
     stage_bytes: tuple
     notes: tuple = ()
 
+    @cached_property
+    def _breakdown(self) -> dict:
+        # evaluated once: bytes_total, grouped() and activations() all read it
+        return self.total.breakdown(self.values)
+
     def breakdown(self) -> dict:
         """Exact bytes per term and ``total``."""
-        return self.total.breakdown(self.values)
+        return dict(self._breakdown)
 
     @property
     def bytes_total(self) -> sp.Expr:
-        return self.breakdown()["total"]
+        return self._breakdown["total"]
 
     def grouped(self) -> dict:
         """Exact bytes grouped as the command line reports them: model-state keys,
         ``activations`` (all activation terms), ``workspace``, ``nccl``, ``fragmentation``
         and ``total`` (their sum)."""
-        bd = self.breakdown()
+        bd = self._breakdown
         out = {key: bd[key] for key in _STATE_KEYS if key in bd}
         out["activations"] = sp.Add(*(bd[key] for key in _ACT_KEYS if key in bd))
         for key in ALLOWANCES:
@@ -573,7 +665,7 @@ class TrainingEstimate:
 
     def activations(self) -> dict:
         """Exact bytes of each activation term."""
-        bd = self.breakdown()
+        bd = self._breakdown
         return {key: bd[key] for key in _ACT_KEYS if key in bd}
 
 
@@ -590,8 +682,8 @@ def training_memory(arch, layout: Layout | None = None, training: Training | Non
 
     Parameters
     ----------
-    arch : Architecture or str
-        An architecture, preset name or config.json path.
+    arch : Architecture, str or path
+        An architecture, preset name or config.json path (str or :class:`pathlib.Path`).
     layout : Layout
     training : Training
     allowances : mapping, optional
@@ -610,16 +702,17 @@ def training_memory(arch, layout: Layout | None = None, training: Training | Non
     """
     layout = Layout() if layout is None else layout
     training = Training() if training is None else training
-    x = _resolve(arch, training)
-    validate(x, layout, training)
+    _check_types(layout, training)
+    x = _resolve(arch, training)        # once: the private helpers take the resolved arch
+    _, _, m_ = _validate(x, layout, training)
     notes = []
     if layout.sequence_parallel and layout.t == 1:
         notes.append("sequence parallelism is off at t = 1 (as Megatron-LM turns it off)")
-    vals = training_values(x, layout, training, allowances)
+    vals = _training_values(x, layout, training, allowances, m_)
     stages = range(layout.p) if stage is None else [stage]
     results = {}
     for i in stages:
-        tot = stage_total(x, layout, training, i)
+        tot = _stage_total(x, layout, training, i, m_ is not None)
         results[i] = (tot, tot.evaluate(vals))
     best = max(results, key=lambda i: (results[i][1], -i))
     return TrainingEstimate(results[best][0], vals, best, _role(best, layout.p),

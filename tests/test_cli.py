@@ -110,7 +110,12 @@ def test_console_script_end_to_end():
     proc = subprocess.run([sys.executable, "-m", "memsym", "estimate", "--params", "7B", "--json"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["bytes"]["total"] > 0
+    # seed 000, summary formula, with the command's defaults (distributed optimizer, bf16,
+    # Adam, d = 1): bf16 weights 2 B + fp32 gradients 4 B + fp32 master/momentum/variance
+    # 12 B = 18 B per parameter -> 7e9 * (2 + 16) = 126e9 bytes (nothing sharded at d = 1)
+    byt = json.loads(proc.stdout)["bytes"]
+    assert byt == {"weights": 14 * 10**9, "gradients": 28 * 10**9, "optimizer": 84 * 10**9,
+                   "total": 126 * 10**9}
 
 
 def test_estimate_with_cluster_prices_communication(capsys):
@@ -133,7 +138,77 @@ def test_estimate_with_cluster_prices_communication(capsys):
 
 
 def test_estimate_cluster_needs_model_and_sane_efficiency(capsys):
-    code, out, err = run(capsys, "estimate", "--params", "7B", "--gpu", "h100-80gb")
-    assert code == 2 and "model" in err and out == ""
+    # (review fix) --gpu alone now supplies the capacity of a --params estimate; the options
+    # that price communication and time still need a model
+    code, out, err = run(capsys, "estimate", "--params", "7B", "--efficiency", "0.5")
+    assert code == 2 and "model" in err and "--efficiency" in err and out == ""
+    code, out, err = run(capsys, "estimate", "--params", "7B", "--gpu", "h100-80gb",
+                         "--inter-node-bandwidth", "50")
+    assert code == 2 and "model" in err and "--inter-node-bandwidth" in err and out == ""
     code, out, err = run(capsys, "estimate", "llama2-7b", "--seq-length", "4096", "--efficiency", "1.5")
     assert code == 2 and "efficiency" in err and out == ""
+    code, out, err = run(capsys, "estimate", "llama2-7b", "--seq-length", "4096", "--efficiency", "0")
+    assert code == 2 and "efficiency" in err and out == ""
+
+
+def test_params_with_gpu_supplies_capacity(capsys):
+    # seed 000 with the command's defaults: 7e9 x 18 B = 126 GB > the H100's 80 GB
+    code, out, err = run(capsys, "estimate", "--params", "7B", "--gpu", "h100-80gb", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["gpu_memory_bytes"] == 80 * GB and data["fits"] is False
+    assert data["bytes"]["total"] == 126 * GB
+
+
+LLAMA70B_CLUSTER = ["llama3-70b", "--tp", "4", "--pp", "4", "--dp", "2", "--seq-length", "4096",
+                    "--micro-batch-size", "1", "--global-batch-size", "32", "--sequence-parallel",
+                    "--recompute-granularity", "selective", "--gpu", "h100-80gb"]
+# hand (Narayanan §3.3), as in test_estimate_with_cluster_prices_communication
+LLAMA70B_TP_BYTES = 4 * 4096 * 8192 * 2 * 2 * 3 // 4 * 20 * 16
+
+
+def test_text_estimate_prints_communication_and_time(capsys):
+    code, out, err = run(capsys, "estimate", *LLAMA70B_CLUSTER)
+    assert code == 0, err
+    after = out.split("communication per GPU per step", 1)[1]     # after the memory table
+    assert f"{LLAMA70B_TP_BYTES:,}" in after
+    # bubble (p - 1)/m = 3/16
+    assert f"pipeline bubble: {3 / 16:.4g}" in after
+    assert "step time:" in after and "MFU" in after
+
+
+def test_framework_convention_prices_communication_too(capsys):
+    for conv in ("megatron-lm", "megatron-bridge"):
+        code, out, err = run(capsys, "estimate", *LLAMA70B_CLUSTER, "--convention", conv, "--json")
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["communication"]["tp"]["bytes"] == LLAMA70B_TP_BYTES
+        assert data["bubble"] == 3 / 16
+        code, out, err = run(capsys, "estimate", *LLAMA70B_CLUSTER, "--convention", conv)
+        assert code == 0 and "communication per GPU per step" in out
+
+
+def test_text_table_keys_never_run_into_numbers(capsys):
+    code, out, _ = run(capsys, "estimate", "llama3-70b", "--tp", "4", "--pp", "4", "--seq-length",
+                       "4096", "--sequence-parallel", "--convention", "megatron-bridge")
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("weights_and_optimizer")]
+    assert {line.split()[0] for line in rows} >= {"weights_and_optimizer_dense"}
+    for line in rows:
+        key = line.split()[0]
+        assert line[len(key)] == " " and line.split()[1].replace(",", "").isdigit()
+
+
+def test_moe_dp_traffic_uses_total_parameters(capsys):
+    # Mixtral 8x7B, t = p = 1, d = 8, DDP: every expert's gradient is all-reduced, so the DP
+    # bytes are the ring all-reduce 2(d-1)/d of all N parameters x 2-byte bf16 gradients
+    # (seed 000's DDP widths), N the total count (not the 12.9e9 active parameters)
+    from memsym.models import parameter_count, preset
+
+    n_total = parameter_count(preset("mixtral-8x7b"))
+    assert 46 * 10**9 < n_total < 47 * 10**9
+    code, out, err = run(capsys, "estimate", "mixtral-8x7b", "--dp", "8", "--seq-length", "4096",
+                         "--sharding", "ddp", "--gpu", "h100-80gb", "--json")
+    assert code == 0, err
+    dp_bytes = json.loads(out)["communication"]["dp"]["bytes"]
+    assert dp_bytes == 2 * 7 * n_total * 2 // 8

@@ -177,3 +177,31 @@ def test_expert_traffic_counts_the_tokens_a_rank_holds():
                                    context="ring")["ep"].expr
     assert sp.simplify(sp_on - plain / t) == 0
     assert sp.simplify(cp_on - plain / c) == 0
+
+
+def test_group_sizes_accept_whole_floats_and_refuse_the_rest():
+    # 8.0 is the whole number 8 (values.exact); 8.5, NaN and text are refused with one line
+    assert placement({"t": 8.0, "d": 2.0}, 8) == placement({"t": 8, "d": 2}, 8)
+    assert layout_warnings({"t": 16.0}, 8)
+    for bad in (8.5, float("nan"), "8"):
+        with pytest.raises(InvalidValueError):
+            placement({"t": bad}, 8)
+
+
+def test_collective_names_go_through_one_matcher():
+    # NCCL's function names and p2p spellings map to the table; then errors.choose
+    assert collective_bytes("AllReduce", 8, 4) == collective_bytes("all-reduce", 8, 4) == 12
+    assert collective_steps("all_gather", 4) == 3
+    assert collective_bytes("SendRecv", 5, 2) == 5
+    with pytest.raises(UnknownNameError) as err:
+        collective_bytes("all-reduc")
+    assert "all-reduce" in err.value.suggestions
+    with pytest.raises(UnknownNameError):
+        collective_bytes(None)
+
+
+def test_bandwidth_is_per_direction_in_the_symbols():
+    # the registry says which direction convention a bandwidth symbol uses
+    from memsym.symbols import beta, info
+    for sym in (beta, beta_intra, beta_inter):
+        assert info(sym).meaning.endswith("one direction")

@@ -182,3 +182,91 @@ def test_selective_recompute_flops_counted_term_by_term():
     # the paper's printed form charges three times that: 12 B L s^2 h
     printed = flops_per_iteration("hardware", "selective", "korthikanti").expr
     assert sp.simplify(printed - model - 12 * B * L * s**2 * h) == 0
+
+
+# --- review fixes --------------------------------------------------------------------------
+
+# Mixtral 8x7B (Jiang et al. 2024, arXiv:2401.04088 §2: "47B parameters", "13B active"),
+# counted by hand from its config (L 32, h 4096, 8 experts of 3 x 4096 x 14336, top-2, GQA
+# 8 x 128, V 32000 untied): per layer attention 41,943,040 + router 32,768 + norms 8,192;
+# total = 32 x 1,451,270,144 + 262,148,096 = 46,702,792,704; active with 2 experts
+# = 32 x 394,305,536 + 262,148,096 = 12,879,925,248.
+MIXTRAL_TOTAL = 46_702_792_704
+MIXTRAL_ACTIVE = 12_879_925_248
+
+
+def test_moe_dp_gradients_follow_the_total_parameters():
+    # N prices the FLOPs (active parameters); every expert's gradients are all-reduced.
+    vals = {"N": MIXTRAL_ACTIVE, "s": 4096, "b": 1, "h": 4096, "L": 32, "V": 32000,
+            "t": 1, "p": 1, "d": 8, "m": 1}
+    rep = step_report(vals, cluster="dgx-h100", sharding="ddp", dp_params=MIXTRAL_TOTAL)
+    # hand: ddp all-reduce 2 (d-1)/d * Psi * b_g with b_g = 2 (bf16), Psi = 46,702,792,704:
+    # 2 * 7/8 * 46,702,792,704 * 2 = 163,459,774,464 bytes; d = 8 fits one node (450 GB/s)
+    assert rep["communication"]["dp"]["bytes"] == 163_459_774_464
+    assert rep["communication"]["dp"]["seconds"] == pytest.approx(163_459_774_464 / 450e9, rel=1e-12)
+    # dp_params changes the DP term only: FLOPs are the same as without it
+    plain = step_report(vals, cluster="dgx-h100", sharding="ddp")
+    assert plain["flops"] == rep["flops"]
+    assert plain["communication"]["dp"]["bytes"] == 2 * 7 * MIXTRAL_ACTIVE * 2 // 8
+    assert rep["communication"]["dp"]["bytes"] / plain["communication"]["dp"]["bytes"] \
+        == pytest.approx(46.7 / 12.879, rel=1e-3)   # the 3.6x the active count missed
+
+
+def test_dp_params_symbolic_and_split_over_model_parallel_ranks():
+    from memsym.terms.communication import communication_per_step as cps
+
+    tot = cps(tensor=False, pipeline=False, sharding="ddp", dp_params=800)
+    # hand: Psi = 800 / (p t) = 100 with p = 2, t = 4; 2 (d-1)/d Psi b_g = 2 * 3/4 * 100 * 2
+    assert tot.evaluate(p=2, t=4, d=4, b_g=2) == 300
+    time = communication_time(tensor=False, pipeline=False, sharding="ddp", dp_params=800,
+                              latency=False)
+    assert time.evaluate(p=2, t=4, d=4, b_g=2, beta_inter=100) == 3
+    with pytest.raises(InvalidValueError):
+        cps(sharding="ddp", dp_params="8e9")   # text is never parsed
+
+
+def test_fp32_is_priced_at_the_tf32_peak_and_says_so():
+    vals = {"N": 10**9, "s": 1024, "b": 1, "h": 2048, "L": 16, "V": 32000, "d": 2}
+    rep = step_report(vals, gpu="h100-80gb", precision="fp32", sharding="ddp")
+    # H100 SXM datasheet: TF32 989 TFLOPS with sparsity = 494.7 dense (BF16 989.4 / 2)
+    assert rep["assumptions"]["peak_flops_per_gpu"] == pytest.approx(494.7e12)
+    assert "TF32" in rep["assumptions"]["peak_note"]
+    # fp32 gradients: 4 bytes; ddp all-reduce over d = 2: 2 * 1/2 * 1e9 * 4
+    assert rep["communication"]["dp"]["bytes"] == 4 * 10**9
+    assert "peak_note" not in step_report(vals, gpu="h100-80gb", sharding="ddp")["assumptions"]
+    with pytest.raises(UnknownNameError, match="fp32"):
+        step_report(vals, gpu="h100-80gb", precision="fp64", sharding="ddp")
+
+
+def test_cli_estimate_fp32(capsys):
+    from memsym.cli import main
+    assert main(["estimate", "llama2-7b", "--seq-length", "4096", "--precision", "fp32",
+                 "--gpu", "h100-80gb"]) in (0, 1)   # 1: does not fit; what matters: no refusal
+    assert "unknown precision" not in capsys.readouterr().err
+
+
+def test_report_states_the_conventions_it_used():
+    from memsym.terms.communication import LAYOUT_ORDER
+    rep = step_report({"N": 7 * 10**9, "s": 4096, "b": 1, "h": 4096, "L": 32, "V": 32000,
+                       "t": 8}, cluster="dgx-h100", sharding=None)
+    assert rep["assumptions"]["layout_order"] == ", ".join(LAYOUT_ORDER) == "tp, cp, pp, dp"
+    assert rep["assumptions"]["bandwidth_convention"].startswith("per direction")
+
+
+def test_one_default_flop_formula():
+    # step_time, flops_per_iteration, mfu and hfu share the default ("memsym"), so the HFU
+    # of a selective-recompute step with nothing else in it is exactly the efficiency
+    assert hfu(step_time(recompute="selective", pipeline=False), "selective") == eta
+    assert flops_per_iteration("hardware", "selective").expr == \
+        flops_per_iteration("hardware", "selective", "memsym").expr
+    # MFU of that step: model / hardware FLOPs = (1 + s/(6h) + V/(12hL)) / (1 + 2s/(9h) + V/(12hL))
+    from memsym.symbols import L, V, h, s
+    ratio = (1 + s / (6 * h) + V / (12 * h * L)) / (1 + 2 * s / (9 * h) + V / (12 * h * L))
+    assert sp.simplify(mfu(step_time(recompute="selective", pipeline=False)) - eta * ratio) == 0
+
+
+def test_recompute_modes_defined_once():
+    from memsym import conventions
+    from memsym.terms import activations, communication, compute
+    assert compute.RECOMPUTE is activations.RECOMPUTE is communication.RECOMPUTE \
+        is conventions.RECOMPUTE

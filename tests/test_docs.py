@@ -129,3 +129,36 @@ def test_notebooks_follow_the_policy(path):
             assert out.get("output_type") != "error", f"stored error in {path.name}"
     assert any("assert " in "".join(c["source"]) for c in code), "states no key number as an assert"
     assert nb["cells"][0]["cell_type"] == "markdown", "starts without a lesson title"
+
+
+def test_reference_refuses_a_root_without_the_catalogue(tmp_path, monkeypatch, capsys):
+    """A wrong --root is one line on stderr, exit 2, and nothing is created under it."""
+    monkeypatch.chdir(tmp_path)
+    assert reference.main(["--root", "x y"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "formulas/references.toml" in err and "Traceback" not in err
+    assert not (tmp_path / "x y").exists()
+    assert reference.main(["--check", "--root", "x y"]) == 2
+    with pytest.raises(ValueError):
+        reference.write(tmp_path / "x y")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _commands(page: pathlib.Path) -> list[list[str]]:
+    """The `memsym ...` lines of the page's ```bash blocks, as argument lists."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M)
+    return [line.split("#")[0].split()[1:] for block in blocks for line in block.splitlines()
+            if line.startswith("memsym ")]
+
+
+def test_getting_started_commands_run(tmp_path, monkeypatch, capsys):
+    """docs/getting-started.md says its `memsym` commands run: they do, with exit status 0."""
+    from memsym.cli import main
+
+    commands = _commands(DOCS / "getting-started.md")
+    assert len(commands) >= 3
+    monkeypatch.chdir(tmp_path)   # `memsym latex ... -o sizing.tex` writes here
+    for argv in commands:
+        assert main(argv) == 0, " ".join(argv)
+        capsys.readouterr()
+    assert (tmp_path / "sizing.tex").is_file()

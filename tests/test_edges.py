@@ -167,7 +167,15 @@ def test_moe_e_equals_experts_needs_enough_ranks():
 def test_moe_many_experts():
     est = training_memory("qwen3-30b-a3b", Layout(e=128, d=128), Training(seq_length=4096,
                                                                            flash_attention=True))
-    sensible(est)
+    bd = sensible(est)
+    # Qwen3-30B-A3B config.json: 48 layers, hidden 2048, 128 experts of ffn 768 (SwiGLU: gate,
+    # up, down).  e = 128 puts one expert of every layer on each GPU; the expert data-parallel
+    # group is t*c*d/(e*t_e) = 128/128 = 1, so the distributed optimizer shards nothing:
+    # bf16 weights 2 B, fp32 gradients 4 B, fp32 master + Adam moments 12 B per parameter
+    expert_params = 48 * 3 * 2048 * 768
+    assert bd["expert_weights"] == 2 * expert_params
+    assert bd["expert_gradients"] == 4 * expert_params
+    assert bd["expert_optimizer"] == 12 * expert_params
 
 
 # ------------------------------------------------------------------------------------------------

@@ -60,7 +60,15 @@ def test_seed002_cluster_preset():
     assert dgx.values()["F"] == gpu("h100-80gb").bf16
 
 
-def test_user_registration():
+@pytest.fixture
+def scratch_catalogue(monkeypatch):
+    """Registrations made by a test are undone afterwards: the module's tables are swapped for
+    copies that monkeypatch restores, so a second run in the same process starts clean."""
+    for table in ("_GPU_TABLE", "_GPU_ALIASES", "_CLUSTER_TABLE"):
+        monkeypatch.setattr(hardware, table, dict(getattr(hardware, table)))
+
+
+def test_user_registration(scratch_catalogue):
     mine = GPU("test-gpu-32gb", 32, "GiB", 100e12, 100e12, None, None, "seed002", "hand")
     register_gpu(mine)
     assert gpu("Test-GPU-32GB").memory_bytes == 32 * 2**30
@@ -74,3 +82,38 @@ def test_user_registration():
         GPU("bad", 16, "gb", 1, 1, None, None, "seed002", "")
     with pytest.raises(InvalidValueError):
         Cluster("bad", mine, 0, 1, 1)
+
+
+def test_fp32_peak_is_tf32_half_of_bf16():
+    # datasheets, dense TF32: A100 156 TFLOPS ("312 with sparsity"); H100 SXM 494.7 ("989");
+    # MI300X 653.7; precision names go through errors.choose
+    assert gpu("a100-80gb").peak("fp32") == pytest.approx(156e12)
+    assert gpu("h100-80gb").peak("FP32") == pytest.approx(494.7e12)
+    assert gpu("mi300x-192gb").peak("fp32") == pytest.approx(653.7e12)
+    assert cluster("dgx-h100").values("fp32")["F"] == pytest.approx(494.7e12)
+    with pytest.raises(UnknownNameError) as err:
+        gpu("h100-80gb").peak("bf61")
+    assert "bf16" in err.value.suggestions
+    with pytest.raises(InvalidValueError, match="fp8"):
+        gpu("a100-80gb").peak("fp8")   # no FP8 tensor cores
+
+
+@pytest.mark.parametrize("name, node, expect", [
+    ("h100-pcie", 8, 64e9),       # PCIe 5.0 x16, one direction (datasheet: Gen5 128 GB/s both)
+    ("h100-nvl", 4, 64e9),
+    ("rtx3090", 8, 32e9),         # PCIe 4.0 x16, one direction
+    ("rtx-a6000", 4, 32e9),
+    ("h100-pcie", 2, 300e9),      # the pair on its NVLink bridge: 600 GB/s / 2
+    ("rtx3090", 2, 56.25e9),      # bridge 112.5 GB/s / 2
+    ("h100-80gb", 8, 450e9),      # SXM: NVLink switch across the node
+    ("rtx4090", 8, 32e9),         # no NVLink at all
+])
+def test_bridge_only_nvlink_uses_pcie_beyond_a_pair(name, node, expect):
+    clu = hardware.cluster_for(name, node)
+    assert clu.intra_node_bandwidth == pytest.approx(expect)
+    assert clu.inter_node_bandwidth == 50e9
+
+
+def test_gb_is_the_units_table():
+    from memsym.units import UNITS
+    assert hardware.GB == UNITS["GB"] == 10**9

@@ -166,6 +166,11 @@ def test_llama_sdpa_layer():
     attention = 2 * s * b * H + 2 * s * b * H + 4 * s * b * g * d_h + 4 * a * s * b + 2 * s * b * H
     assert sp.expand(fit.parts["self_attn"] - attention) == 0
     assert not sp.Poly(fit.expr, s).degree() > 1
+    # the whole layer: two RMSNorms as in the eager test, 2 (4sbh + 4sb + 2sbh) = 12sbh + 8sb;
+    # attention above 6sbh + 4sbgd_h + 4asb; SwiGLU 2sbh + 8sbf (eager test) -> with h = a d_h:
+    # 20 a d_h s b + 4 s b g d_h + 4 a s b + 8 s b f + 8 s b
+    assert sp.expand(fit.expr - (20 * a * d_h * s * b + 4 * s * b * g * d_h + 4 * a * s * b
+                                 + 8 * s * b * f + 8 * s * b)) == 0
 
 
 @pytest.mark.parametrize("optimizer, options, states", [
@@ -232,3 +237,27 @@ def test_user_basis_and_exact_rationals():
                          valid=lambda x: x["h"] == 2)
     assert fit.expr == sp.Rational(3, 2) * s * b * h
     assert fit.total().evaluate(s=2, b=1, h=2) == 6
+
+
+def test_names_go_through_errors_choose_and_missing_torch_is_one_error(monkeypatch):
+    # dtype, dropout, attention, group_by and optimizer: case forgiven, misses suggest
+    make, inputs = gpt_layer(dtype="BFloat16", dropout="Native")
+    x = inputs(s=2, b=1, h=4)
+    from memsym.measure import saved_bytes
+    assert saved_bytes(make(s=2, b=1, h=4, a=2), x, group_by="DType").total == \
+        saved_bytes(make(s=2, b=1, h=4, a=2), x, group_by="dtype").total
+    with pytest.raises(UnknownNameError) as err:
+        llama_layer(attention="spda")
+    assert "sdpa" in err.value.suggestions
+    with pytest.raises(UnknownNameError):
+        gpt_layer(dtype="bf16")
+    with pytest.raises(UnknownNameError):
+        saved_bytes(make(s=2, b=1, h=4, a=2), x, group_by="layer")
+    st = model_state_bytes(*gpt_layer(), dict(s=2, b=1, h=4, a=2), optimizer="AdamW")
+    assert st.optimizer
+    # without PyTorch the layer factories refuse with MeasureError (install hint), no ImportError
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)
+    with pytest.raises(MeasureError, match="memsym\\[torch\\]"):
+        gpt_layer()
+    with pytest.raises(MeasureError):
+        llama_layer()

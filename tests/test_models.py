@@ -353,7 +353,11 @@ HF_CASES = {
                    "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
                    "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
                    "tie_word_embeddings": False, "attention_bias": False}, 30_532_122_624),
-    # Qwen/Qwen3-0.6B config.json (tied embeddings); HF safetensors 596,049,920 (lm_head tied)
+    # Qwen/Qwen3-0.6B config.json (tied embeddings).  The expected count follows from the config
+    # by hand, the output layer sharing the embedding (the HF checkpoint also stores lm_head):
+    # embedding V h = 151936 * 1024 = 155,582,464; per layer q,o 2 * 1024 * 2048 + k,v
+    # 2 * 1024 * 1024 + q/k norms 2 * 128 + SwiGLU 3 * 1024 * 3072 + 2 norms 2 * 1024 =
+    # 15,730,944, x 28 = 440,466,432; final norm 1024 -> 596,049,920 (card: 0.44B non-embedding)
     "qwen3-0.6b": ({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
                     "hidden_size": 1024, "intermediate_size": 3072, "head_dim": 128,
                     "num_attention_heads": 16, "num_key_value_heads": 8, "num_hidden_layers": 28,

@@ -16,7 +16,7 @@ from memsym.errors import NoFitError, UnknownNameError
 from memsym.models import Architecture
 from memsym.search import (RULES, explain, largest_fit, min_gpus,
                            search, smallest_d)
-from memsym.symbols import N, d
+from memsym.symbols import C as C_sym, N, d, s as s_sym
 from memsym.term import Source, Term
 from memsym.training import Layout, Training, training_memory
 
@@ -190,9 +190,34 @@ def test_largest_micro_batch_is_largest():
 def test_longest_sequence_closed_form_quadratic():
     lay = {"t": 1, "p": 1, "d": 8, "recompute": "none", "sharding": "zero3"}
     r = largest_fit("seq_length", "llama2-7b", "a100-80gb", flash_attention=False, layout=lay)
-    assert r["closed_form"] is not None and r["closed_form"].has(sp.sqrt(2)) or \
-        r["closed_form"].atoms(sp.Pow)
-    assert r["bytes"]["total"] <= 80 * GB
+    cap = 80 * GB                # a100-80gb: 80 GB (decimal) of HBM
+
+    def est(seq):                # the same layout through the training estimate
+        return training_memory("llama2-7b", Layout(d=8), Training(
+            seq_length=seq, micro_batch_size=1, recompute="none", flash_attention=False,
+            dropout=False, sharding="zero3"))
+
+    s_max = r["value"]
+    # the answer fits and the next sequence length (every s is valid at c = 1) does not
+    assert est(s_max).bytes_total <= cap < est(s_max + 1).bytes_total
+    assert r["bytes"]["total"] == est(s_max).bytes_total
+    # the bound is the real root of M(s) = C before the floor: s_max <= bound < s_max + 1
+    # and the training total at s = bound is exactly the capacity
+    assert s_max <= r["bound"] < s_max + 1
+    e = est(s_max)
+    vals = {k: v for k, v in e.values.items() if k != s_sym}
+    m_of_s = sp.expand(e.total.expr.xreplace(vals))
+    assert sp.simplify(m_of_s.xreplace({s_sym: r["bound"]}) - cap) == 0
+    # without flash attention the total is quadratic in s; by hand the s^2 coefficient is the
+    # softmax output kept per layer, 2 a s^2 b bytes (bf16; no dropout mask/output at
+    # dropout 0, Korthikanti Sec. 4.2.1), times L = 32 layers, plus the 10 % fragmentation
+    # allowance: 2 * 32 * 1 * 32 * 11/10 = 11264/5
+    assert sp.Poly(m_of_s, s_sym).degree() == 2
+    assert sp.Poly(m_of_s, s_sym).LC() == sp.Rational(2 * 32 * 1 * 32 * 11, 10)
+    # the closed form, at the model's values and C = 80 GB, is that same bound
+    assert r["closed_form"].free_symbols <= set(e.values) | {C_sym}
+    at = r["closed_form"].xreplace({**e.values, C_sym: sp.Integer(cap)})
+    assert sp.simplify(at - r["bound"]) == 0
 
 
 def test_bad_names():
@@ -261,7 +286,12 @@ def test_cli_min_gpus_json(capsys):
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert {"gpus", "layout", "bytes"} <= set(out)
-    assert out["gpus"] >= 2
+    # seed 004: a 7B full fine-tune needs 2 x 80 GB.  By hand: one GPU holds at least the
+    # 16 bytes/parameter of mixed-precision Adam (2 + 2 + 12), 16 * 6.74e9 = 107.8 GB > 80 GB;
+    # on two (t = 2 or ZeRO over d = 2) the states halve to ~54 GB, leaving room for the
+    # full-recompute activations (layer inputs only) and the allowances
+    assert out["gpus"] == 2
+    assert out["bytes"]["total"] <= 80 * GB
 
 
 def test_cli_errors(capsys):
@@ -289,3 +319,162 @@ def test_cli_search_assumes_a_4m_token_batch(capsys):
     out = capsys.readouterr().out
     # 4 * 2^20 tokens / 4096 tokens per sequence = 1024 sequences; ranked by step time
     assert "B = 1024" in out and "ranked by step time" in out
+
+
+# --- review fixes (issue 5 follow-up) -----------------------------------------------------
+def _training_of(row, seq_length, global_batch):
+    """The row as memsym.training's Layout and Training (flash attention, no dropout: the
+    search's defaults)."""
+    lay = Layout(t=row["t"], p=row["p"], d=row["d"], c=row["c"], e=row["e"],
+                 v=row["v"] if row["v"] > 1 else None, sequence_parallel=row["sequence_parallel"])
+    tr = Training(seq_length=seq_length, micro_batch_size=row["b"],
+                  global_batch_size=global_batch, recompute=row["recompute"],
+                  flash_attention=True, dropout=False, sharding=row["sharding"])
+    return lay, tr
+
+
+def test_mixed_layers_deepseek_v3_most_loaded_stage():
+    # DeepSeek-V3: 61 layers, the first 3 dense, then MoE (arXiv:2412.19437 §4.2).  With
+    # p = 61 each stage holds one layer: stage 1 (dense) stands in for no MoE stage; stage 3,
+    # the first MoE layer, holds the experts with 61 - 3 = 58 micro-batches in flight.
+    # training_memory evaluates all 61 stages one by one: the search must find the same.
+    opts = dict(seq_length=4096, global_batch_size=1024, recompute=["none"],
+                sharding=["distributed-optimizer"], sequence_parallel=[False], tp=[1], pp=[61],
+                cp=[1], ep=[8], vpp=[1], micro_batch_sizes=[1])
+    res = search("deepseek-v3", "h200-141gb", 61 * 8, **opts)
+    assert len(res) == 1
+    row = res.row(0)
+    est = training_memory("deepseek-v3", *_training_of(row, 4096, 1024))
+    assert est.stage == 3 and row["stage"] == 3
+    assert row["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12)
+    assert res.exact(0)["bytes"]["total"] == est.bytes_total
+    assert est.bytes_total > 141 * GB and not row["fits"]
+
+
+def test_mixed_layers_moe_layer_freq_every_row_equals_training_memory():
+    # moe_layer_freq = 2: layers 0, 2, 4, 6 are MoE, 1, 3, 5, 7 dense (Megatron: i % q == 0)
+    arch = Architecture(name="toy-moe", num_layers=8, hidden_size=1024, num_attention_heads=16,
+                        vocab_size=32000, swiglu=True, normalization="RMSNorm",
+                        ffn_hidden_size=4096, position_embedding_type="rope",
+                        add_bias_linear=False, num_experts=4, moe_router_topk=2,
+                        moe_ffn_hidden_size=2048, moe_layer_freq=2)
+    res = search(arch, "a100-80gb", 8, seq_length=1024, global_batch_size=32, pp=[2, 4, 8],
+                 recompute=["none", "full"], sharding=["zero1", "zero3"], micro_batch_sizes=[1])
+    assert len(res) > 0
+    rng = np.random.default_rng(5)
+    for i in rng.choice(len(res), min(16, len(res)), replace=False):
+        row = res.row(int(i))
+        est = training_memory(arch, *_training_of(row, 1024, 32))
+        assert row["stage"] == est.stage, row
+        assert row["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12)
+        assert res.exact(int(i))["bytes"]["total"] == est.bytes_total
+
+
+def test_min_gpus_deepseek_v3_without_a_batch():
+    # each stage is a + b/d but their max is not (the most-loaded stage moves with d):
+    # min-gpus must answer, and its answer is checked with training_memory at d and d - 1
+    r = min_gpus("deepseek-v3", "h200-141gb")
+    lay = r.layout
+    assert r.gpus == lay["t"] * lay["p"] * lay["c"] * lay["d"]
+    cap = 141 * GB
+
+    def total(dd):
+        row = dict(lay, d=dd)
+        lay_, tr = _training_of(row, 4096, None)
+        return training_memory("deepseek-v3", lay_, tr).bytes_total
+
+    assert r.bytes["total"] == total(lay["d"]) <= cap
+    smaller = [dd for dd in range(1, lay["d"]) if (lay["c"] * dd) % lay["e"] == 0]  # ep-group
+    if smaller:
+        assert total(smaller[-1]) > cap
+    assert main(["min-gpus", "deepseek-v3", "--gpu", "h200-141gb"]) == 0
+
+
+def test_moe_step_time_by_hand_mixtral():
+    # Mixtral 8x7B (arXiv:2401.04088: 47B parameters, 13B active), 8 H100 in one node
+    # (450 GB/s per direction, no latency), t = p = c = 1, d = 8, B = 64, s = 4096, b = 1,
+    # no recompute, distributed optimizer (b_g = 4, b_hp = 2: seed 000 convention).
+    h, f, L, V, kv = 4096, 14336, 32, 32000, 1024
+    attn = 2 * h * h + 2 * h * kv                     # q, o; k, v (8 KV heads of 128)
+    expert = 3 * h * f                                # SwiGLU: gate, up, down
+    per_layer = attn + 8 * h + 2 * h                  # + router (h x 8) + two RMSNorms
+    dense = L * per_layer + 2 * V * h + h             # + untied embedding/output, final norm
+    experts = L * 8 * expert
+    active = dense + L * 2 * expert                   # top-2 of 8
+    assert (active, dense + experts) == (12_879_925_248, 46_702_792_704)   # 12.9B, 46.7B
+    B, s, G, F, eta, bw = 64, 4096, 8, 989.4e12, 0.5, 450e9
+    compute = 6 * active * B * s / (G * F * eta)      # 6n FLOPs on the active parameters
+    dp_dense = 7 / 8 * dense * (4 + 2) / bw           # reduce-scatter + all-gather over d = 8
+    # e = 1: experts are synced over t c d/(e t_e) = 8 ranks; e = 8: over 1 (nothing), but
+    # the tokens take 4 all-to-alls per MoE layer and micro-batch (m = B/(b d) = 8)
+    dp_experts_e1 = 7 / 8 * experts * (4 + 2) / bw
+    ep_e8 = 4 * 7 / 8 * s * 2 * h * 2 * L * 8 / bw   # (e-1)/e s b k h b_c L_m m
+    res = search("mixtral-8x7b", "h100-80gb", 8, seq_length=4096, global_batch_size=64,
+                 tp=[1], pp=[1], cp=[1], ep=[1, 8], vpp=[1], micro_batch_sizes=[1],
+                 recompute=["none"], sharding=["distributed-optimizer"],
+                 sequence_parallel=[False])
+    got = {int(e_): float(st_) for e_, st_ in zip(res.columns["e"], res.columns["step_time"])}
+    assert got[1] == pytest.approx(compute + dp_dense + dp_experts_e1, rel=1e-9)
+    assert got[8] == pytest.approx(compute + dp_dense + ep_e8, rel=1e-9)
+
+
+def test_efficiency_and_capacity_factor_are_checked():
+    from memsym.cli.options import fraction
+    from memsym.errors import InvalidValueError
+
+    for bad in (1.5, 0, -0.5):
+        with pytest.raises(InvalidValueError, match="efficiency"):
+            search("llama2-7b", "h100-80gb", 8, efficiency=bad)
+    with pytest.raises(InvalidValueError, match="capacity_factor"):
+        search("mixtral-8x7b", "h100-80gb", 8, capacity_factor=0)
+    assert fraction("1") == 1.0 and fraction("0.25") == 0.25
+    for cmd in (["search", "llama2-7b", "--gpus", "8"], ["min-gpus", "llama2-7b"]):
+        assert main(cmd + ["--gpu", "h100-80gb", "--efficiency", "1.5"]) == 2
+
+
+def test_cli_efficiency_out_of_range_one_line(capsys):
+    assert main(["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8",
+                 "--efficiency", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "0 < x <= 1" in err and err.strip().count("\n") <= 1
+
+
+def test_longest_sequence_obeys_the_cp_seq_rule():
+    # c = 2: Megatron cuts the sequence into 2c = 4 chunks, so s must be a multiple of 4;
+    # the answer is the largest such s that fits (checked with training_memory)
+    lay = {"t": 1, "p": 1, "c": 2, "d": 4, "recompute": "full", "sharding": "zero3"}
+    r = largest_fit("seq_length", "llama2-7b", "a100-80gb", layout=lay)
+    s_max = r["value"]
+    assert s_max % 4 == 0
+
+    def fits(seq):
+        est = training_memory("llama2-7b", Layout(t=1, p=1, c=2, d=4),
+                              Training(seq_length=seq, recompute="full", flash_attention=True,
+                                       dropout=False, sharding="zero3"))
+        return est.bytes_total <= 80 * GB
+
+    assert fits(s_max) and not fits(s_max + 4)
+    assert explain("llama2-7b", lay, "a100-80gb", seq_length=s_max) == []
+
+
+def test_tp_ffn_checks_the_expert_ffn_of_mixed_models():
+    # dense ffn 4096 and expert ffn 1000: t = 8 divides both (1000 = 8 x 125), t = 16 only
+    # the dense one (1000 = 16 x 62.5)
+    arch = Architecture(name="toy-moe", num_layers=8, hidden_size=1024, num_attention_heads=16,
+                        vocab_size=32000, swiglu=True, normalization="RMSNorm",
+                        ffn_hidden_size=4096, position_embedding_type="rope",
+                        add_bias_linear=False, num_experts=4, moe_ffn_hidden_size=1000,
+                        moe_layer_freq=2)
+    assert "tp-ffn" not in explain(arch, {"t": 8, "sequence_parallel": True}, "h100-80gb")
+    assert "tp-ffn" in explain(arch, {"t": 16, "sequence_parallel": True}, "h100-80gb",
+                               gpus_per_node=16)
+
+
+def test_min_gpus_reports_progress_and_names_are_chosen():
+    calls = []
+    r = min_gpus("llama2-7b", "a100-80gb", seq_length=2048, recompute=["FULL"],
+                 sharding=["Distributed_Optimizer", "fsdp"], allowances=ZERO,
+                 progress=lambda done, total: calls.append((done, total)))
+    assert r.gpus == 2
+    assert calls and all(1 <= done <= total for done, total in calls)
+    assert r.layout["sharding"] in ("distributed-optimizer", "zero3")

@@ -365,17 +365,6 @@ REVIEWED = {
         "bytes_json: val is a computed byte count from the search's exact re-evaluation",
     ("memsym/cli/training_options.py", "value = sp.sympify(value)"):
         "_num: value is a computed SymPy number (training_memory's bytes)",
-    ("memsym/reference.py", "expr = sp.sympify(getattr(result, \"expr\", result))"):
-        "code_expression: result of a memsym function named by the repository's catalogue "
-        "(formulas/*.toml), which is refused unless it names memsym code",
-    ("memsym/measure.py", "mono = sp.sympify(mono) if isinstance(mono, int) else mono  # ints only; never strings"):
-        "ints only (guarded by isinstance)",
-    ("memsym/measure.py", "...     sp.sympify(\"4*b*h*s\")"):
-        "a doctest literal written by memsym's authors, not user input",
-    ("memsym/accuracy.py", "out = sp.sympify(expr).xreplace(as_values(values))"):
-        "_ev: expr is a memsym Term expression or number computed in accuracy.py",
-    ("memsym/accuracy.py", "value = _frac(sp.cancel(sp.sympify(expr).xreplace(vals)))"):
-        "expr is built in accuracy.py from memsym terms and integer constants",
 }
 
 

@@ -87,7 +87,6 @@ def test_seed004_13b_full_finetune():
     # seed 004: 13B x 16 bytes = 208 GB; + 20-30 % activations ~ 250 GB -> 4 x A100 80GB
     states = model_state("ddp").subs(byte_widths("ddp")).evaluate(N=13 * 10**9, d=1, p=1, t=1)
     assert states == 208 * 10**9
-    assert -(-250 // 80) == 4
     # memsym: Llama-2 13B, ZeRO-3 over 4 GPUs, s = 4096, b = 1, flash attention, full recompute
     tr = Training(seq_length=4096, flash_attention=True, dropout=False, sharding="zero3",
                   recompute="full")
@@ -113,6 +112,12 @@ def test_seed001_vpp_barely_changes_peak():
     v5, v10 = _seed001(v=5), _seed001(v=10)
     change = abs(v10.bytes_total - v5.bytes_total) / v5.bytes_total
     assert change < sp.Rational(5, 100)
+    # by hand (Narayanan et al. 2021 §2.2.2, Korthikanti §4.2.3): interleaved 1F1B keeps
+    # L (1 + (p-1)/(p v)) layers' worth on the first stage; at p = 4 that is 1 + 3/20 for
+    # v = 5 and 1 + 3/40 for v = 10, so the layer activations scale by
+    # (1 + 3/40) / (1 + 3/20) = (43/40) / (46/40) = 43/46
+    ratio = v10.activations()["layer_activations"] / v5.activations()["layer_activations"]
+    assert ratio == sp.Rational(43, 46)
 
 
 def test_seed001_pp8_reduces_memory_vs_pp4():
@@ -168,7 +173,22 @@ def test_cli_megatron_convention_routes(capsys):
     out = run_json(["estimate", "llama3-70b", "--tp", "4", "--pp", "4", "--seq-length", "4096",
                     "--sequence-parallel", "--recompute-granularity", "selective",
                     "--convention", "megatron-lm"], capsys)
-    assert out["convention"] == "megatron-lm" and out["bytes"]["total"] > 0
+    assert out["convention"] == "megatron-lm"
+    # expected bytes from the literal port of Megatron-LM's theoretical_memory_usage.py
+    # (tests/framework_ports.py), fed Llama 3 70B's config.json values and the command's
+    # defaults (d = 1, b = 1; the distributed optimizer changes nothing at d = 1: 18 B/param)
+    import framework_ports as port
+
+    llama3_70b = Architecture(name="llama3-70b", num_layers=80, hidden_size=8192,
+                              num_attention_heads=64, num_query_groups=8, ffn_hidden_size=28672,
+                              vocab_size=128256, swiglu=True, normalization="RMSNorm",
+                              untie_embeddings_and_output_weights=True, add_bias_linear=False,
+                              position_embedding_type="rope")
+    wo, act = port.lm_report_theoretical_memory_bytes(port.lm_args(
+        llama3_70b, t=4, p=4, d=1, s=4096, b=1, sequence_parallel=True, recompute="selective"))
+    assert out["bytes"]["weights_and_optimizer"] == wo
+    assert out["bytes"]["activations"] == act
+    assert out["bytes"]["total"] == wo + act
 
 
 @pytest.mark.parametrize("argv", [
@@ -222,3 +242,167 @@ def test_training_total_is_differentiable_in_t():
     # and the whole total falls with t, but less than proportionally (allowances stay)
     total_el = est.total.elasticity("t", est.values)
     assert -1 < total_el < 0
+
+
+# --- review fixes: one schedule model, uneven VPP, inputs, the solver --------------------------
+def _megatron_peak_chunks(p_, v_, m_, rank):
+    """Model chunks in flight at the peak on pipeline ``rank``, by walking Megatron-LM's loop
+    (core/pipeline_parallel/schedules.py): warm-up forwards, then 1F1B steps (one forward,
+    then one backward), then cool-down backwards."""
+    total = m_ * v_
+    if v_ == 1:   # forward_backward_pipelining_without_interleaving
+        warmup = min(p_ - rank - 1, m_)
+    else:         # with interleaving: (p - rank - 1)*2 + (v - 1)*p, capped at m*v
+        warmup = min((p_ - rank - 1) * 2 + (v_ - 1) * p_, total)
+    live = peak = 0
+    for _ in range(warmup):
+        live += 1
+        peak = max(peak, live)
+    for _ in range(total - warmup):
+        live += 1                  # forward of the next micro-batch chunk
+        peak = max(peak, live)
+        live -= 1                  # backward frees one
+    return peak
+
+
+@pytest.mark.parametrize("p_,v_,m_", [(4, 2, 2), (4, 2, 8), (4, 3, 4), (2, 5, 16), (8, 2, 1),
+                                      (4, 1, 2), (4, 1, 16), (3, 2, 7)])
+def test_schedule_model_matches_megatron_loop(p_, v_, m_):
+    from memsym.symbols import L, m, p, v
+    from memsym.terms.schedule import pipeline_factor, stage_layers
+
+    vv = v_ if v_ > 1 else None
+    for rank in range(p_):
+        expect = _megatron_peak_chunks(p_, v_, m_, rank) * L / (p_ * v_)
+        assert stage_layers(rank, pp=p_, vv=vv, mm=m_) == expect
+    # pipeline_factor is the first stage's row of the same model
+    phi = pipeline_factor(interleaved=v_ > 1, limited=True).expr.subs({p: p_, v: v_, m: m_})
+    assert phi == sp.Rational(_megatron_peak_chunks(p_, v_, m_, 0), p_ * v_)
+
+
+def test_interleaved_limited_factor_hand_value():
+    # the review's case, by hand: p = 4, v = 2, m = 2, L = 32.  Rank 0 warm-up
+    # (4 - 0 - 1)*2 + (2 - 1)*4 = 10 > m v = 4, so all 4 chunks run forward first:
+    # 4 chunks of L/(p v) = 4 layers = 16 layers' worth (the old factor gave 22)
+    from memsym.symbols import m, p, v
+    from memsym.terms.schedule import pipeline_factor, stage_layers
+
+    assert stage_layers("first", pp=4, vv=2, mm=2, layers=32) == 16
+    assert 32 * pipeline_factor(interleaved=True, limited=True).expr.subs({p: 4, v: 2, m: 2}) == 16
+
+
+def test_stage_outside_pipeline_refused():
+    from memsym.terms.schedule import stage_microbatches
+
+    for bad in (5, 4, -1):
+        with pytest.raises(InvalidValueError, match="0..3"):
+            stage_microbatches(bad, pp=4)
+    assert stage_microbatches(3, pp=4) == 1      # the last of 4 stages: one micro-batch
+
+
+def test_uneven_stages_with_vpp_need_whole_chunks():
+    tr = Training(seq_length=1024, flash_attention=True, dropout=False)
+    # Llama-2 7B has 32 layers; first 5 and last 9 leave 9 + 9 for the middle stages, and
+    # v = 2 would put 5/2 layers in a chunk of stage 0 (Megatron-Core refuses it)
+    with pytest.raises(DivisibilityError, match=r"v=2 .*stage 0 has 5"):
+        training_memory("llama2-7b", Layout(p=4, v=2, first_stage_layers=5,
+                                            last_stage_layers=9), tr)
+    # first 6 and last 10 leave 8 + 8: every stage even, accepted.  Stage 0 holds, by hand,
+    # 2(p-1) + (v-1)p + 1 = 6 + 4 + 1 = 11 chunks of 6/2 = 3 layers = 33 layers' worth,
+    # against 32 for the whole stack at p = 1 (one micro-batch of L = 32 layers)
+    est = training_memory("llama2-7b", Layout(p=4, v=2, first_stage_layers=6,
+                                              last_stage_layers=10), tr, allowances=NOALLOW, stage=0)
+    one = training_memory("llama2-7b", Layout(), tr, allowances=NOALLOW)
+    assert 32 * est.activations()["layer_activations"] == 33 * one.activations()["layer_activations"]
+
+
+def test_config_path_accepted_as_pathlib(tmp_path):
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
+           "intermediate_size": 1376, "num_attention_heads": 8, "num_key_value_heads": 8,
+           "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 2048,
+           "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    tr = Training(seq_length=256)
+    assert training_memory(path, Layout(), tr).bytes_total == \
+        training_memory(str(path), Layout(), tr).bytes_total
+
+
+def test_layout_or_training_as_dict_refused():
+    with pytest.raises(InvalidValueError, match="Layout"):
+        training_memory("llama2-7b", {"t": 2}, Training(seq_length=128))
+    with pytest.raises(InvalidValueError, match="Training"):
+        training_memory("llama2-7b", Layout(), {"seq_length": 128})
+    with pytest.raises(InvalidValueError, match="Layout"):
+        stage_total("llama2-7b", {"t": 2}, Training(seq_length=128))
+
+
+def test_estimate_breakdown_evaluated_once(monkeypatch):
+    from memsym.term import Total
+
+    est = training_memory("llama2-7b", Layout(), Training(seq_length=128))
+    calls = []
+    original = Total.breakdown
+    monkeypatch.setattr(Total, "breakdown", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    grouped, acts, total = est.grouped(), est.activations(), est.bytes_total
+    assert len(calls) <= 1
+    assert grouped["total"] == total and sum(acts.values()) == grouped["activations"]
+
+
+def test_cli_solve_micro_batch_uses_d_from_world_size(capsys):
+    # G = 16 GPUs at t = p = c = 1 -> d = 16; B = 64 -> b must divide B/d = 4: b in {1, 2, 4}.
+    # Capacity between the totals at b = 2 and b = 4 (computed through the library, one b at a
+    # time, independently of the command's search) -> the answer is b = 2
+    tr = dict(seq_length=2048, flash_attention=True, global_batch_size=64)
+    mem = {bb: training_memory("llama2-7b", Layout(d=16), Training(micro_batch_size=bb, **tr)).bytes_total
+           for bb in (1, 2, 4)}
+    cap = int((mem[2] + mem[4]) / 2)
+    out = run_json(["solve", "micro-batch-size", "llama2-7b", "--seq-length", "2048",
+                    "--use-flash-attn", "--world-size", "16", "--global-batch-size", "64",
+                    "--gpu-memory", f"{cap}B"], capsys)
+    assert out["value"] == 2 and 64 % (2 * 16) == 0
+    assert out["memory_bytes"] == sp.ceiling(mem[2])
+    assert out["tried"][-1] == {"value": 4, "memory_bytes": sp.ceiling(mem[4])}
+
+
+def test_cli_solve_micro_batch_bisects_and_verifies(capsys):
+    # no B: every b is admissible; the command must return b with M(b) <= C < M(b + 1),
+    # checked here with the library, in far fewer evaluations than one per b
+    argv = ["llama2-7b", "--seq-length", "128", "--use-flash-attn", "--dp", "8"]
+    out = run_json(["solve", "micro-batch-size", *argv, "--gpu-memory", "80GB"], capsys)
+    b_ = out["value"]
+
+    def mem(bb):
+        return training_memory("llama2-7b", Layout(d=8), Training(
+            seq_length=128, micro_batch_size=bb, flash_attention=True)).bytes_total
+
+    assert b_ > 16 and mem(b_) <= 80 * 10**9 < mem(b_ + 1)
+    assert out["tried"][-1]["value"] == b_ + 1
+    assert len(out["tried"]) <= 2 * b_.bit_length() + 3
+
+
+def test_cli_solve_warns_once_and_tp_with_world_size(capsys):
+    assert main(["solve", "micro-batch-size", "llama2-7b", "--seq-length", "1024", "--use-flash-attn",
+                 "--dp", "8", "--sequence-parallel", "--gpu-memory", "80GB"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sequence-parallel" in err[0]
+    # G = 16 with d = 2: only t = 8 makes t*p*c*d = 16 (t = 1, 2, 4 are skipped, not errors)
+    out = run_json(["solve", "tp", "llama2-7b", "--dp", "2", "--world-size", "16", "--seq-length",
+                    "2048", "--use-flash-attn", "--sequence-parallel", "--gpu-memory", "80GB"], capsys)
+    assert out["value"] == 8 and [row["value"] for row in out["tried"]] == [8]
+
+
+def test_cli_capacity_factor_zero_refused(capsys):
+    assert main(["estimate", "mixtral-8x7b", "--seq-length", "1024",
+                 "--moe-expert-capacity-factor", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "capacity_factor" in err
+
+
+def test_context_parallel_needs_2c_to_divide_the_sequence():
+    # Megatron cuts the sequence into 2c chunks (rank i keeps chunks i and 2c-1-i): c = s/2
+    # works, c = s does not, although c divides s
+    train = Training(seq_length=4096)
+    training_memory("llama2-7b", Layout(c=2048), train)
+    with pytest.raises(DivisibilityError, match="2c"):
+        training_memory("llama2-7b", Layout(c=4096), train)

@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
 
 def add_cluster_options(parser) -> None:
     """Issue 4: with a known cluster, estimate also prices communication and time."""
-    from .options import positive_int, positive_number
+    from .options import fraction, positive_int, positive_number
 
     grp = parser.add_argument_group("cluster (communication, bubble, FLOPs, step time, MFU)")
     grp.add_argument("--gpu", metavar="NAME", default=None,
@@ -36,25 +36,35 @@ def add_cluster_options(parser) -> None:
                      help="intra-node (NVLink) bandwidth per GPU [GB/s = 1e9 bytes/s]")
     grp.add_argument("--inter-node-bandwidth", type=positive_number, default=None, metavar="GB/s",
                      help="inter-node (InfiniBand/RoCE) bandwidth per GPU [GB/s] (default 50)")
-    grp.add_argument("--efficiency", type=positive_number, default=None, metavar="ETA",
+    grp.add_argument("--efficiency", type=fraction, default=None, metavar="ETA",
                      help="achieved fraction of peak FLOP/s, 0 < eta <= 1 (default 1/2)")
 
 
+#: (option, dest) of the cluster options that price communication and time (--gpu alone may
+#: also just supply the capacity, so it is not among them).
+_PRICING = (("--gpus-per-node", "gpus_per_node"), ("--intra-node-bandwidth", "intra_node_bandwidth"),
+            ("--inter-node-bandwidth", "inter_node_bandwidth"), ("--efficiency", "efficiency"))
+
+
 def cluster_known(args) -> bool:
-    return any(getattr(args, n, None) is not None for n in
-               ("gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth", "efficiency"))
+    """Whether the options describe a cluster (with a model: communication and time are priced)."""
+    return getattr(args, "gpu", None) is not None or \
+        any(getattr(args, dest, None) is not None for _, dest in _PRICING)
 
 
 def communication_report(args, arch, layout, training) -> dict:
     """``communication``, ``bubble``, ``flops``, ``step_time_s``, ``mfu`` of the layout on the
     cluster the options describe (:func:`memsym.terms.compute.step_report`)."""
-    from ..models import active_parameter_count, moe_layer_pattern
+    from ..models import active_parameter_count, moe_layer_pattern, parameter_count
     from ..terms.compute import step_report
     from ..training import arch_values, microbatches
 
     values = {str(sym): int(val) for sym, val in arch_values(arch, layout.t).items()}
-    # FLOPs follow the parameters a token passes through (the active ones for MoE)
+    # FLOPs follow the parameters a token passes through (the active ones for MoE) ...
     values["N"] = int(active_parameter_count(arch))
+    # ... but data parallelism reduces the gradients of every parameter, every expert's too
+    # (for e > 1 the experts' group is smaller, d t c / (e t_e): an approximation there)
+    dp_params = int(parameter_count(arch))
     m_ = microbatches(layout, training) or 1
     values.update({"s": training.seq_length, "b": training.micro_batch_size, "m": m_,
                    "t": layout.t, "p": layout.p, "d": layout.d, "c": layout.c, "e": layout.e,
@@ -68,7 +78,8 @@ def communication_report(args, arch, layout, training) -> dict:
         sequence_parallel=layout.sequence_parallel, interleaved=(layout.v or 1) > 1,
         efficiency=args.efficiency, gpus_per_node=args.gpus_per_node,
         intra_node_bandwidth=None if args.intra_node_bandwidth is None else args.intra_node_bandwidth * gb,
-        inter_node_bandwidth=None if args.inter_node_bandwidth is None else args.inter_node_bandwidth * gb)
+        inter_node_bandwidth=None if args.inter_node_bandwidth is None else args.inter_node_bandwidth * gb,
+        dp_params=dp_params)
 
 
 def model_state_report(args) -> dict:
@@ -138,21 +149,19 @@ def run(args) -> int:
 
     from .training_options import estimate_training, wants_training
 
-    if args.efficiency is not None and args.efficiency > 1:
-        from ..errors import InvalidValueError
-
-        raise InvalidValueError(f"--efficiency is a fraction of peak, 0 < eta <= 1; got {args.efficiency}")
     if args.gpu is not None and args.gpu_memory is None:
         from ..hardware import gpu
 
         args.gpu_memory = gpu(args.gpu).memory_bytes  # the catalogue's capacity (vendor units)
     if wants_training(args):  # a model was given: the full training total (issue 3)
         return estimate_training(args)
-    if cluster_known(args):
+    pricing = [opt for opt, dest in _PRICING if getattr(args, dest, None) is not None]
+    if pricing:  # --gpu alone only supplies the capacity of the model-state estimate
         from ..errors import InvalidValueError
 
-        raise InvalidValueError("communication and time need a model: name a preset or config.json "
-                                "(e.g. memsym estimate llama3-8b --seq-length 8192 --gpu h100-80gb)")
+        raise InvalidValueError(f"{', '.join(pricing)}: communication and time need a model: name "
+                                "a preset or config.json (e.g. memsym estimate llama3-8b "
+                                "--seq-length 8192 --gpu h100-80gb)")
 
     check_model_state_only(args)
     rep = model_state_report(args)

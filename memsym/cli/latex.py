@@ -30,23 +30,18 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from .. import printing
     from ..analysis import smallest
-    from ..terms.model_state import byte_widths, model_state
-    from .options import resolve_scheme
+    from ..terms.model_state import model_state
+    from .options import model_state_convention, model_state_setup
 
-    scheme = resolve_scheme(args)
-    convention = "megatron-lm" if args.convention == "megatron-bridge" else args.convention
-    total = model_state(scheme, convention=convention, offload=args.offload)
-    widths = byte_widths(scheme, args.precision, args.optimizer, convention)
-    # keep b_hp symbolic as seed 000 does; substitute the other widths
-    rest = {k: v for k, v in widths.items() if k.name != "b_hp"}
-    values = {"t": args.tp or 1, "p": args.pp or 1, "b_hp": widths[next(k for k in widths if k.name == "b_hp")]}
-    if args.params is not None:
-        values["N"] = args.params
-    if args.dp is not None:
-        values["d"] = args.dp
+    # keep b_hp symbolic as seed 000 does; `rest` holds the other widths, substituted
+    solved, values, scheme, rest = model_state_setup(args, need_params=False, keep_symbolic=True)
+    # the derivation starts from the widths as symbols, then substitutes `rest`
+    total = model_state(scheme, convention=model_state_convention(args), offload=args.offload)
+    if args.dp is None:
+        values.pop("d")      # d stays the unknown (solved below when N and C are given)
     solution = None
     if args.params is not None and args.gpu_memory is not None and args.dp is None:
-        solution = smallest(total.subs(rest), "d", args.gpu_memory, values)
+        solution = smallest(solved, "d", args.gpu_memory, values)
     if solution is not None:  # the table shows the values at the solved d
         values["d"] = solution.value
     if args.document:

@@ -44,6 +44,8 @@ def run(args) -> int:
     print(f"memsym min-gpus: {res.gpus} GPUs")
     print("layout: " + ", ".join(f"{k} {v}" for k, v in lay.items() if v is not None))
     print(res.explanation() + "  (C: GPU memory in bytes)")
+    for note in res.notes:
+        print("note: " + note)
     print("bytes on the most-loaded GPU: " + ", ".join(
         f"{k} {float(v) / 1e9:.3f} GB" for k, v in res.bytes.items()))
     return 0

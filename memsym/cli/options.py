@@ -14,8 +14,8 @@ import sys
 from ..errors import MemsymError, UnknownNameError
 
 __all__ = [
-    "positive_int", "count", "capacity", "choice", "add_model_state_options",
-    "model_state_setup", "emit_json", "number_out",
+    "positive_int", "count", "capacity", "fraction", "choice", "add_model_state_options",
+    "model_state_setup", "model_state_convention", "emit_json", "number_out",
 ]
 
 
@@ -59,6 +59,18 @@ def positive_number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {str(text)[:40]!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A finite number with 0 < x <= 1 (efficiencies, fractions of peak)."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction with 0 < x <= 1 (e.g. 0.5), got {str(text)[:40]!r}")
     return value
 
 
@@ -122,22 +134,35 @@ def resolve_scheme(args) -> str:
     return scheme or "distributed-optimizer"
 
 
-def model_state_setup(args, *, need_params: bool = True):
-    """(Total with byte widths substituted, values dict, scheme, widths) from parsed args."""
+def model_state_convention(args) -> str:
+    """The model-state convention of --convention: megatron-bridge uses megatron-lm's bytes."""
+    # same byte model for model states (18 or 6 + 12/n)
+    return "megatron-lm" if args.convention == "megatron-bridge" else args.convention
+
+
+def model_state_setup(args, *, need_params: bool = True, keep_symbolic: bool = False):
+    """(Total with byte widths substituted, values dict, scheme, widths) from parsed args.
+
+    ``keep_symbolic``: :math:`b_{hp}` stays a symbol in the total, so a solved closed form
+    reads as seed 000 writes it, d >= 16N/(Cpt - N b_hp); its width goes into
+    ``values["b_hp"]`` and ``widths`` holds only the widths substituted.
+    """
     from ..errors import InvalidValueError
+    from ..symbols import b_hp
     from ..terms.model_state import byte_widths, model_state
 
     scheme = resolve_scheme(args)
-    convention = args.convention
-    if convention == "megatron-bridge":
-        convention = "megatron-lm"  # same byte model for model states (18 or 6 + 12/n)
+    convention = model_state_convention(args)
     if args.offload != "none" and (args.pp or 1) > 1:
         # REF: seed001 (MCore raises "no support for Pipeline parallelism with CPU offloading")
         raise InvalidValueError("CPU offload needs --pp 1: Megatron-Core refuses pipeline parallelism "
                                 "with CPU offloading")
     widths = byte_widths(scheme, args.precision, args.optimizer, convention)
-    total = model_state(scheme, convention=convention, offload=args.offload).subs(widths)
     values = {"t": args.tp or 1, "p": args.pp or 1}
+    if keep_symbolic:
+        values["b_hp"] = widths[b_hp]
+        widths = {k: v for k, v in widths.items() if k != b_hp}
+    total = model_state(scheme, convention=convention, offload=args.offload).subs(widths)
     if hasattr(args, "dp"):  # `solve dp` has no --dp: d is the unknown
         values["d"] = args.dp or 1
     if args.params is not None:
@@ -147,14 +172,23 @@ def model_state_setup(args, *, need_params: bool = True):
     return total, values, scheme, widths
 
 
-def number_out(value):
-    """A JSON-friendly number: an int when exact and whole, else a float."""
+def number_out(value, *, round_up: bool = False):
+    """A JSON-friendly number: an int when exact and whole, else a float — or, with
+    ``round_up`` (whole bytes, as every ``--json`` byte count is reported), the next int up.
+
+    The one place this rounding lives (estimate, solve, search and min-gpus use it).
+
+    Examples
+    --------
+    >>> number_out(3), number_out(0.5), number_out(7 / 2, round_up=True)
+    (3, 0.5, 4)
+    """
     import sympy as sp
 
     value = sp.sympify(value)
     if value.is_Integer:
         return int(value)
-    return float(value)
+    return int(sp.ceiling(value)) if round_up else float(value)
 
 
 def emit_json(obj) -> None:

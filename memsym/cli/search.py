@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from .options import capacity, choice, emit_json, number_out, positive_int, positive_number
+from .options import capacity, choice, emit_json, fraction, number_out, positive_int
 
 __all__ = ["add_parser", "run", "add_search_options", "search_options", "Progress"]
 
@@ -50,8 +50,9 @@ def add_search_options(parser) -> None:
                         help="GPUs per node (default 8): t may not exceed it")
     parser.add_argument("--gpu-memory", type=capacity, default=None, metavar="C",
                         help="capacity override: 80GB (1e9), 80GiB (2^30) or bytes")
-    parser.add_argument("--efficiency", type=positive_number, default=None, metavar="ETA",
-                        help="achieved fraction of peak FLOP/s for the step time (default 0.5)")
+    parser.add_argument("--efficiency", type=fraction, default=None, metavar="ETA",
+                        help="achieved fraction of peak FLOP/s for the step time, 0 < ETA <= 1 "
+                        "(default 0.5)")
     parser.add_argument("--json", action="store_true", help="JSON on stdout")
 
 
@@ -71,12 +72,15 @@ def default_global_batch(seq_length: int) -> int:
     return 2 ** max(0, round(math.log2(DEFAULT_TOKENS_PER_STEP / seq_length)))
 
 
-def search_options(args) -> dict:
-    """Keyword arguments of :func:`memsym.search.search` from parsed options."""
+def search_options(args, *, assume_batch: bool = False) -> dict:
+    """Keyword arguments of :func:`memsym.search.search` from parsed options.
+
+    ``assume_batch``: without ``--global-batch-size`` assume about 4M tokens per step
+    (:func:`default_global_batch`), so that layouts rank by step time."""
     from ..search import SCHEMES
 
     batch = args.global_batch_size
-    if batch is None and getattr(args, "assume_batch", False):
+    if batch is None and assume_batch:
         batch = default_global_batch(args.seq_length)
     out = dict(seq_length=args.seq_length, global_batch_size=batch,
                precision=args.precision, optimizer=args.optimizer, convention=args.convention,
@@ -96,7 +100,7 @@ def search_options(args) -> dict:
 
 
 class Progress:
-    """Prints ``done/total`` on stderr once a search has run longer than ``after`` seconds."""
+    """Prints ``done/total`` steps on stderr once a search has run longer than ``after`` s."""
 
     def __init__(self, what: str, after: float = 0.5, stream=None):
         self.what, self.after = what, after
@@ -110,12 +114,12 @@ class Progress:
         tty = getattr(self.stream, "isatty", lambda: False)()
         if not tty:  # a log file gets one line, not a carriage-return animation
             if not self.shown:
-                self.stream.write(f"{self.what}: searching {total} choices...")
+                self.stream.write(f"{self.what}: searching ({total} steps)...")
                 self.stream.flush()
             self.shown = True
             return
         self.shown = True
-        self.stream.write(f"\r{self.what}: {done}/{total} choices")
+        self.stream.write(f"\r{self.what}: {done}/{total} steps")
         self.stream.flush()
 
     def close(self) -> None:
@@ -161,11 +165,11 @@ def run(args) -> int:
     from ..search import search
 
     # without a global batch there is no step time to rank by: assume Llama 2's 4M tokens
-    args.assume_batch = True
     assumed = args.global_batch_size is None
     prog = Progress("memsym search")
     try:
-        res = search(args.model, args.gpu, args.gpus, progress=prog, **search_options(args))
+        res = search(args.model, args.gpu, args.gpus, progress=prog,
+                     **search_options(args, assume_batch=True))
     finally:
         prog.close()
     order = res.order()[: args.top]

@@ -41,15 +41,10 @@ def run_dp(args) -> int:
 
     if args.gpu_memory is None:
         raise InvalidValueError("solve dp needs --gpu-memory C (e.g. 80GB or 80GiB)")
-    total, values, scheme, widths = model_state_setup(args)
-    # Solve with b_hp kept symbolic so the closed form reads as seed 000 writes it:
-    # d >= (b_g + b_m + b_o) N / (C p t - N b_hp).
-    b_hp = next(k for k in widths if k.name == "b_hp")
-    from ..terms.model_state import model_state
-    convention = "megatron-lm" if args.convention == "megatron-bridge" else args.convention
-    rest = {k: v for k, v in widths.items() if k != b_hp}
-    total = model_state(scheme, convention=convention, offload=args.offload).subs(rest)
-    sol = smallest(total, "d", args.gpu_memory, {**values, "b_hp": widths[b_hp]})
+    # b_hp kept symbolic so the closed form reads as seed 000 writes it:
+    # d >= (b_g + b_m + b_o) N / (C p t - N b_hp)
+    total, values, _, _ = model_state_setup(args, keep_symbolic=True)
+    sol = smallest(total, "d", args.gpu_memory, values)
     report(sol, args)
     return 0
 

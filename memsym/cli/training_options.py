@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import sys
 
-from .options import capacity, choice, positive_int
+from .options import capacity, choice, number_out, positive_int
 
-__all__ = ["add_training_options", "wants_training", "training_setup", "ARCH_OPTIONS"]
+__all__ = ["add_training_options", "wants_training", "training_setup", "ARCH_OPTIONS",
+           "warn_sequence_parallel"]
 
 #: option dest -> Architecture field (Megatron-LM long names, dashes for underscores).
 ARCH_OPTIONS = (
@@ -126,13 +127,22 @@ def _architecture(args):
     return Architecture(name="custom", **over)
 
 
-def training_setup(args, *, micro_batch_size=None, tp=None, pp=None):
-    """(Architecture, Layout, Training, allowances) from parsed arguments; warns on stderr."""
-    from ..errors import InvalidValueError
-    from ..training import Layout, Training
-    from .options import resolve_scheme
+def warn_sequence_parallel(args) -> None:
+    """Warn once on stderr, before any output, that --sequence-parallel is a no-op at t = 1.
 
-    arch = _architecture(args)
+    ``memsym solve tp`` does not warn: its candidates with t > 1 do use sequence parallelism.
+    """
+    if args.sequence_parallel and (args.tp or 1) == 1 and getattr(args, "unknown", None) != "tp":
+        print("memsym: warning: --sequence-parallel has no effect at tensor-parallel size 1 "
+              "(Megatron-LM turns it off)", file=sys.stderr)
+
+
+def layout_setup(args, *, tp=None, pp=None):
+    """The Layout of the arguments (``tp`` / ``pp`` override --tp / --pp); d from --dp or
+    from --world-size / (t p c)."""
+    from ..errors import InvalidValueError
+    from ..training import Layout
+
     t_ = tp or args.tp or 1
     p_ = pp or args.pp or 1
     c_ = args.cp or 1
@@ -145,17 +155,32 @@ def training_setup(args, *, micro_batch_size=None, tp=None, pp=None):
             raise InvalidValueError(f"world size {args.world_size} != t*p*c*d = "
                                     f"{t_}*{p_}*{c_}*{d_} = {t_ * p_ * c_ * d_}")
         d_ = args.world_size // (t_ * p_ * c_)
-    if args.sequence_parallel and t_ == 1:
-        print("memsym: warning: --sequence-parallel has no effect at tensor-parallel size 1 "
-              "(Megatron-LM turns it off)", file=sys.stderr)
-    layout = Layout(t=t_, p=p_, d=d_ or 1, c=c_, e=args.ep or 1, t_e=args.etp, v=args.vpp,
-                    sequence_parallel=bool(args.sequence_parallel and t_ > 1),
-                    first_stage_layers=args.first_stage_layers,
-                    last_stage_layers=args.last_stage_layers)
+    return Layout(t=t_, p=p_, d=d_ or 1, c=c_, e=args.ep or 1, t_e=args.etp, v=args.vpp,
+                  sequence_parallel=bool(args.sequence_parallel and t_ > 1),
+                  first_stage_layers=args.first_stage_layers,
+                  last_stage_layers=args.last_stage_layers)
+
+
+def training_setup(args, *, micro_batch_size=None, tp=None, pp=None):
+    """(Architecture, Layout, Training, allowances) from parsed arguments (nothing printed:
+    the command warns once with :func:`warn_sequence_parallel`)."""
+    arch = _architecture(args)
+    layout = layout_setup(args, tp=tp, pp=pp)
+    return (arch, layout, *training_part(args, micro_batch_size=micro_batch_size))
+
+
+def training_part(args, *, micro_batch_size=None):
+    """(Training, allowances) from parsed arguments: what does not depend on the layout."""
+    from ..errors import InvalidValueError
+    from ..terms.model_state import CONVENTIONS
+    from ..training import Training
+    from .options import resolve_scheme
+
     if args.seq_length is None:
         raise InvalidValueError("give the sequence length with --seq-length S")
     dropout = args.hidden_dropout is None or args.hidden_dropout > 0
-    convention = args.convention if args.convention in ("memsym", "megatron-lm") else "memsym"
+    # a framework convention (megatron-bridge) is reported by its own breakdown, not Training
+    convention = args.convention if args.convention in CONVENTIONS else "memsym"
     training = Training(
         seq_length=args.seq_length, micro_batch_size=micro_batch_size or args.micro_batch_size or 1,
         num_microbatches=args.num_microbatches, global_batch_size=args.global_batch_size,
@@ -163,7 +188,9 @@ def training_setup(args, *, micro_batch_size=None, tp=None, pp=None):
         dropout=dropout, schedule=args.schedule, precision=args.precision,
         optimizer=args.optimizer, sharding=resolve_scheme(args), convention=convention,
         offload=args.offload,
-        capacity_factor=args.moe_expert_capacity_factor if args.moe_expert_capacity_factor else 1)
+        # `is None`, not truthiness: 0 must reach the library and be refused, not become 1
+        capacity_factor=1 if args.moe_expert_capacity_factor is None
+        else args.moe_expert_capacity_factor)
     if args.attention_dropout is not None and (args.attention_dropout > 0) != dropout:
         raise InvalidValueError("memsym models one dropout setting: give --hidden-dropout and "
                                 "--attention-dropout both zero or both non-zero")
@@ -172,22 +199,31 @@ def training_setup(args, *, micro_batch_size=None, tp=None, pp=None):
                       ("fragmentation", "fragmentation")):
         if getattr(args, dest) is not None:
             allowances[key] = getattr(args, dest)
-    return arch, layout, training, allowances
-
-
-def _num(value):
-    import sympy as sp
-
-    value = sp.sympify(value)
-    return int(value) if value.is_Integer else int(sp.ceiling(value))
+    return training, allowances
 
 
 def training_report(args, **override) -> dict:
     """The JSON-ready report of ``memsym estimate MODEL ...`` (memsym or a framework convention)."""
+    return report_for(args, *training_setup(args, **override))
+
+
+def _num(value) -> int:
+    return number_out(value, round_up=True)
+
+
+def report_for(args, arch, layout, training, allowances, *, cluster: bool = True) -> dict:
+    """The report of one (arch, layout, training, allowances): validated once, evaluated on
+    every stage; with ``cluster`` and cluster options, communication and time too."""
     from ..models import parameter_count
     from ..training import training_memory
+    from .estimate import cluster_known, communication_report
 
-    arch, layout, training, allowances = training_setup(args, **override)
+    def priced() -> dict:
+        # the same block whatever the memory convention: communication does not depend on it
+        if cluster and cluster_known(args):
+            return communication_report(args, arch, layout, training)
+        return {}
+
     common = {
         "model": arch.name,
         "layout": {"dp": layout.d, "tp": layout.t, "pp": layout.p, "cp": layout.c,
@@ -209,13 +245,9 @@ def training_report(args, **override) -> dict:
         return {**common, "bytes": byt, "stage": {"index": 0, "role": "first",
                 "note": "the framework assumes pipeline stage 0 is the most loaded"},
                 "path": out["path"], "assumptions": out["assumptions"],
-                "params": int(parameter_count(arch)), "_total": byt["total"]}
+                "params": int(parameter_count(arch)), **priced(), "_total": byt["total"]}
     est = training_memory(arch, layout, training, allowances=allowances)
-    extra = {}
-    from .estimate import cluster_known, communication_report
-
-    if cluster_known(args):
-        extra = communication_report(args, arch, layout, training)
+    extra = priced()
     grouped = est.grouped()
     byt = {key: _num(val) for key, val in grouped.items()}
     byt["total"] = sum(v_ for k_, v_ in byt.items() if k_ != "total")
@@ -223,8 +255,8 @@ def training_report(args, **override) -> dict:
             "stage": {"index": est.stage, "role": est.role,
                       "stage_totals": [_num(x) for x in est.stage_bytes]},
             "activation_bytes": {k_: _num(v_) for k_, v_ in est.activations().items()},
-            "allowances": {str(s_): float(v_) if not v_.is_Integer else int(v_)
-                           for s_, v_ in est.values.items() if s_.name in ("M_ws", "M_nccl", "phi_frag")},
+            "allowances": {str(s_): number_out(v_) for s_, v_ in est.values.items()
+                           if s_.name in ("M_ws", "M_nccl", "phi_frag")},
             "sources": {term.key: str(term.source) for term in est.total},
             "params": int(parameter_count(arch)), "notes": list(est.notes),
             **extra, "_total": byt["total"]}
@@ -234,6 +266,7 @@ def estimate_training(args) -> int:
     """``memsym estimate MODEL ...``: print the per-GPU training memory (table or JSON)."""
     from .options import emit_json
 
+    warn_sequence_parallel(args)        # once, before any output
     rep = training_report(args)
     total = rep.pop("_total")
     cap = args.gpu_memory
@@ -247,83 +280,160 @@ def estimate_training(args) -> int:
           f"t = {lay['tp']}, p = {lay['pp']}, d = {lay['dp']}, c = {lay['cp']}, e = {lay['ep']}; "
           f"s = {rep['training']['seq_length']}, b = {rep['training']['micro_batch_size']}, "
           f"recompute {rep['training']['recompute']}\n")
-    print(f"{'term':<24}{'bytes':>22}{'GB':>12}{'GiB':>12}  source")
+    # wide enough for the longest key (megatron-bridge's weights_and_optimizer_dense)
+    wide = max([len("term")] + [len(key) for key in rep["bytes"]]) + 2
+    print(f"{'term':<{wide}}{'bytes':>22}{'GB':>12}{'GiB':>12}  source")
     for key, val in rep["bytes"].items():
         src = rep.get("sources", {}).get(key, "")
-        print(f"{key:<24}{val:>22,}{val / 1e9:>12.3f}{val / 2**30:>12.3f}  {src}")
+        print(f"{key:<{wide}}{val:>22,}{val / 1e9:>12.3f}{val / 2**30:>12.3f}  {src}")
     if fits is not None:
         verdict = "fits" if fits else "does NOT fit"
         print(f"\nGPU memory {cap / 1e9:.3f} GB ({cap / 2**30:.3f} GiB): {verdict}, "
               f"headroom {(cap - total) / 1e9:.3f} GB")
+    if "communication" in rep:
+        print("\n" + render_step(rep))
     return 0
 
 
-def _divisors_ok(args, tp=None, pp=None) -> bool:
-    from ..errors import DivisibilityError, InvalidValueError
-    import contextlib
-    import io
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            training_setup(args, tp=tp, pp=pp)
-        from ..models import check_layout
-        arch = _architecture(args)
-        check_layout(arch, tp or args.tp or 1, pp or args.pp or 1, args.ep or 1, args.etp)
-        return True
-    except (DivisibilityError, InvalidValueError):
-        return False
+def render_step(rep: dict) -> str:
+    """The communication / bubble / step-time / MFU block of a report (text output)."""
+    comm = rep["communication"]
+    asm = rep.get("assumptions", {})
+    wide = max([len("group")] + [len(key) for key in comm]) + 2
+    lines = [f"communication per GPU per step ({asm.get('gpu', '?')}, "
+             f"{asm.get('gpus_per_node', '?')} GPUs per node):",
+             f"{'group':<{wide}}{'bytes':>22}{'GB':>12}{'seconds':>12}  link"]
+    for key, row in comm.items():
+        lines.append(f"{key:<{wide}}{row['bytes']:>22,}{row['bytes'] / 1e9:>12.3f}"
+                     f"{row['seconds']:>12.4g}  {row['link']}")
+    lines.append(f"pipeline bubble: {rep['bubble']:.4g} of the step")
+    eff = asm.get("efficiency")
+    lines.append(f"step time: {rep['step_time_s']:.4g} s"
+                 + ("" if eff is None else f" at efficiency {eff:.3g} of peak")
+                 + f"; MFU {100 * rep['mfu']:.1f} %")
+    lines += [f"warning: {w}" for w in rep.get("warnings", [])]
+    return "\n".join(lines)
+
+
+def _next_fit_search(valid, total_of, cap, limit):
+    """Largest valid b <= limit with total_of(b) <= cap, for a non-decreasing total.
+
+    Gallop over b = 1, 2, 4, ... then bisect; ``valid`` is None (every b) or the sorted list
+    of admissible values.  Returns (best or None, the next admissible value after best or
+    None, {b: (total, report)} of every evaluation).
+    """
+    seen = {}
+
+    def fits(i):
+        key = i if valid is None else valid[i]
+        if key not in seen:
+            seen[key] = total_of(key)
+        return seen[key][0] <= cap
+
+    n = limit if valid is None else len(valid)
+    first = 1 if valid is None else 0
+    last = n if valid is None else n - 1
+    if last < first or not fits(first):
+        return None, (first if last >= first else None), seen
+    lo, step = first, 1                 # lo fits
+    hi = None                           # hi does not fit
+    while hi is None:
+        probe = min(lo + step, last)
+        if probe == lo:
+            break                       # everything up to the limit fits
+        if fits(probe):
+            lo, step = probe, step * 2
+        else:
+            hi = probe
+    while hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    best = lo if valid is None else valid[lo]
+    nxt = None
+    if lo < last:
+        nxt_i = lo + 1                  # exact verification: the next admissible one does not fit
+        fits(nxt_i)
+        nxt = nxt_i if valid is None else valid[nxt_i]
+    return best, nxt, seen
+
+
+#: Without --global-batch-size the micro-batch search stops here (reported as the answer).
+_B_LIMIT = 2**16
 
 
 def solve_training(args) -> int:
     """``memsym solve micro-batch-size|pp|tp MODEL ...``: largest b, smallest p or t that fits.
 
-    Each candidate is validated (divisibility, world size) and evaluated exactly on its
-    most-loaded stage; candidates that break a rule are skipped, not guessed.
+    Each candidate is validated once (divisibility, world size) and evaluated exactly on its
+    most-loaded stage; candidates that break a rule are skipped, not guessed.  The micro-batch
+    size is found by galloping and bisection (memory never falls as b grows) and verified
+    exactly: b fits, the next admissible b does not; with --global-batch-size only b with
+    B divisible by b*d are admissible, d the data-parallel size (from --world-size too).
     """
-    from ..errors import InvalidValueError, NoFitError
+    from dataclasses import replace
+
+    from ..errors import DivisibilityError, InvalidValueError, NoFitError
     from .options import emit_json
 
     cap = args.gpu_memory
     if cap is None:
         raise InvalidValueError(f"solve {args.unknown} needs --gpu-memory C (e.g. 80GB or 80GiB)")
-    import contextlib
-    import io
+    warn_sequence_parallel(args)        # once, before any output
+    # the candidate-independent part, once (a missing --seq-length is an error, not "no fit")
+    arch = _architecture(args)
+    training, allowances = training_part(args)
 
-    def total_at(**kw):
-        with contextlib.redirect_stderr(io.StringIO()):   # warn once, below, not per candidate
-            rep = training_report(args, **kw)
-        return rep["_total"], rep
+    def total_at(lay, trn):
+        rep = report_for(args, arch, lay, trn, allowances, cluster=False)
+        return rep.pop("_total"), rep
 
     tried = []
     if args.unknown == "micro-batch-size":
-        best = None
-        limit = args.global_batch_size or 4096
-        for bb in range(1, limit + 1):
-            if args.global_batch_size and args.global_batch_size % (bb * (args.dp or 1)):
-                continue
-            tot, rep = total_at(micro_batch_size=bb)
-            tried.append((bb, tot))
-            if tot > cap:
-                break
-            best = (bb, tot, rep)
-        if best is None:
-            raise NoFitError(f"nothing fits: micro-batch size 1 needs {tried[0][1] / 1e9:.4g} GB "
-                             f"> capacity {cap / 1e9:.4g} GB")
+        layout = layout_setup(args)     # d from --dp or --world-size
+        B_, d_ = args.global_batch_size, layout.d
+        valid, limit = None, _B_LIMIT
+        if B_ is not None:
+            if B_ % d_:
+                raise DivisibilityError(f"global batch size B={B_} must be a multiple of the "
+                                        f"data-parallel size d={d_}")
+            per = B_ // d_              # b must divide B/d
+            valid = [bb for bb in range(1, per + 1) if per % bb == 0]
+            if args.num_microbatches is not None:   # B = m b d fixes b
+                valid = [bb for bb in valid if bb * args.num_microbatches == per]
+                if not valid:
+                    raise InvalidValueError(f"num_microbatches {args.num_microbatches} does not "
+                                            f"divide B/d = {per}")
+        best_b, next_b, seen = _next_fit_search(
+            valid, lambda bb: total_at(layout, replace(training, micro_batch_size=bb)), cap, limit)
+        order = [bb for bb in seen if bb not in (best_b, next_b)] + \
+            [bb for bb in (best_b, next_b) if bb is not None and bb in seen]
+        tried = [(bb, seen[bb][0]) for bb in order]
+        if best_b is None:
+            raise NoFitError(f"nothing fits: micro-batch size {tried[0][0]} needs "
+                             f"{tried[0][1] / 1e9:.4g} GB > capacity {cap / 1e9:.4g} GB")
+        best = (best_b, *seen[best_b])
     else:
-        arch = _architecture(args)
         limit = arch.num_layers if args.unknown == "pp" else arch.num_attention_heads
-        best = None
+        best, refused = None, None
         for n_ in range(1, limit + 1):
             kw = {"pp": n_} if args.unknown == "pp" else {"tp": n_}
-            if not _divisors_ok(args, **kw):
+            try:
+                lay = layout_setup(args, **kw)
+                tot, rep = total_at(lay, training)      # validates the candidate once
+            except (DivisibilityError, InvalidValueError) as exc:
+                refused = exc
                 continue
-            tot, rep = total_at(**kw)
             tried.append((n_, tot))
             if tot <= cap:
                 best = (n_, tot, rep)
                 break
         if best is None:
             low = min(tried, key=lambda x: x[1]) if tried else None
-            extra = f"; the least is {low[1] / 1e9:.4g} GB at {args.unknown} = {low[0]}" if low else ""
+            extra = f"; the least is {low[1] / 1e9:.4g} GB at {args.unknown} = {low[0]}" if low else \
+                (f"; every candidate was refused, e.g. {refused}" if refused else "")
             raise NoFitError(f"nothing fits: no valid {args.unknown} up to {limit} fits "
                              f"{cap / 1e9:.4g} GB{extra}")
     value, tot, rep = best

@@ -9,9 +9,12 @@ Bus-bandwidth convention
 ``beta`` here is a **per-GPU, one-direction** bandwidth, the quantity nccl-tests prints as
 ``busbw`` and compares with the hardware peak.  Vendors quote NVLink as the sum of both
 directions (H100: "900 GB/s" = 450 GB/s each way) and InfiniBand per port and direction
-(400 Gb/s = 50 GB/s).  Seed 002 prices its 7.5 GB against the vendor's 900 GB/s; memsym's
-cluster presets keep that number so the seed's arithmetic is reproduced, and say so
-(see :mod:`memsym.hardware`): halve it for a one-direction ``busbw`` comparison.
+(400 Gb/s = 50 GB/s).  memsym's cluster presets price links per direction, like ``busbw``:
+NVLink at half the vendor figure (H100: 450 GB/s), a NIC per port (see
+:mod:`memsym.hardware`).  Seed 002 prices its 7.5 GB against the vendor's both-direction
+900 GB/s ("about 10 ms"); that arithmetic is reproduced by giving the bandwidth 900 GB/s
+explicitly (``intra_node_bandwidth=900e9``, ``--intra-node-bandwidth 900``), and is 2x
+optimistic for a ring collective.
 
 References
 ----------
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..errors import UnknownNameError
+from ..errors import choose
 from ..symbols import S, alpha, beta, n
 from ..term import Source, Term
 from ..values import as_expr
@@ -46,15 +49,18 @@ COLLECTIVES = {
 }
 
 
+#: Other spellings of the collectives (NCCL's function names, lower-case, and p2p's).
+_ALIASES = {"allreduce": "all-reduce", "allgather": "all-gather",
+            "reducescatter": "reduce-scatter", "alltoall": "all-to-all", "send": "p2p",
+            "send-recv": "p2p", "sendrecv": "p2p", "point-to-point": "p2p"}
+
+
 def _op(name: str) -> str:
-    key = str(name).strip().lower().replace("_", "-").replace("allreduce", "all-reduce")
-    aliases = {"allgather": "all-gather", "reducescatter": "reduce-scatter",
-               "alltoall": "all-to-all", "send": "p2p", "send-recv": "p2p",
-               "point-to-point": "p2p"}
-    key = aliases.get(key, key)
-    if key not in COLLECTIVES:
-        raise UnknownNameError("collective", name, COLLECTIVES)
-    return key
+    # aliases first (a fixed table), then the one matcher for user names
+    if isinstance(name, str):
+        key = name.strip().lower().replace("_", "-")
+        name = _ALIASES.get(key, name)
+    return choose("collective", name, tuple(COLLECTIVES))
 
 
 def collective_bytes(op: str, size=S, ranks=n) -> sp.Expr:

@@ -45,10 +45,11 @@ import sympy as sp
 
 from ..errors import InvalidValueError, choose
 from ..symbols import (L, L_m, N, alpha, b, b_c, b_g, b_hp, beta_inter, beta_intra, c, d, d_h,
-                       e, g, h, k, m, n_node, p, s, t, v)
+                       e, g, h, k, m, p, s, t, v)
 from ..term import Source, Term, Total
-from ..values import as_expr
-from ..terms.model_state import normalize_scheme
+from ..values import as_expr, exact
+from .activations import RECOMPUTE
+from .model_state import normalize_scheme
 
 __all__ = [
     "GROUPS", "LAYOUT_ORDER", "RECOMPUTE", "CP_VARIANTS", "LINKS",
@@ -61,7 +62,6 @@ __all__ = [
 GROUPS = ("tp", "cp", "pp", "dp", "ep")
 #: Rank order from innermost (fastest-varying) to outermost. REF: seed002; llama3 §3.3.2.
 LAYOUT_ORDER = ("tp", "cp", "pp", "dp")
-RECOMPUTE = ("none", "selective", "full")
 CP_VARIANTS = ("ring", "all-gather", "ulysses")
 #: link name -> bandwidth symbol
 LINKS = {"intra": beta_intra, "inter": beta_inter}
@@ -231,7 +231,8 @@ def _dp(sharding: str, context_parallel: bool, params=None) -> _Traffic:
 def data_parallel(sharding: str = "ddp", *, context_parallel: bool = False, params=None) -> Term:
     r"""Bytes one GPU sends for data-parallel gradient (and parameter) sync per step [bytes].
 
-    With :math:`\Psi = N/(p\,t)` parameters on this GPU's model-parallel shard:
+    With :math:`\Psi = N/(p\,t)` parameters on this GPU's model-parallel shard (``params``
+    replaces :math:`\Psi` itself, the shard's count):
 
     .. math::
 
@@ -363,7 +364,7 @@ def expert_parallel(*, recompute: str = "none", moe_layers=None) -> Term:
 
 def _traffic(*, tensor: bool, sequence_parallel: bool, pipeline: bool, scatter_gather: bool,
              interleaved: bool, sharding: str | None, context: str | None, expert: bool,
-             recompute: str, moe_layers=None) -> list[_Traffic]:
+             recompute: str, moe_layers=None, dp_params=None) -> list[_Traffic]:
     recompute = choose("recompute", recompute, RECOMPUTE)
     out = []
     if tensor:
@@ -373,7 +374,10 @@ def _traffic(*, tensor: bool, sequence_parallel: bool, pipeline: bool, scatter_g
     if pipeline:
         out.append(_pp(scatter_gather or sequence_parallel, interleaved))
     if sharding is not None:
-        out.append(_dp(sharding, context is not None))
+        # dp_params: every parameter whose gradient is reduced (a mixture of experts' total,
+        # not the active count that prices its FLOPs), split over the p t model-parallel ranks
+        shard = None if dp_params is None else as_expr(dp_params, "dp_params") / (p * t)
+        out.append(_dp(sharding, context is not None, shard))
     if expert:
         out.append(_ep(recompute, moe_layers, sequence_parallel and tensor, context is not None))
     return out
@@ -383,7 +387,7 @@ def communication_per_step(*, tensor: bool = True, sequence_parallel: bool = Fal
                            pipeline: bool = True, scatter_gather: bool = False,
                            interleaved: bool = False, sharding: str | None = "ddp",
                            context: str | None = None, expert: bool = False,
-                           recompute: str = "none", moe_layers=None) -> Total:
+                           recompute: str = "none", moe_layers=None, dp_params=None) -> Total:
     r"""Bytes one GPU sends per training step, one term per parallel group [bytes].
 
     Terms (keys): ``tp``, ``cp``, ``pp``, ``dp``, ``ep`` — see :func:`tensor_parallel`,
@@ -406,6 +410,14 @@ def communication_per_step(*, tensor: bool = True, sequence_parallel: bool = Fal
         Context-parallel variant; None leaves CP out.
     recompute : {"none", "selective", "full"}
         Full recomputation repeats the forward traffic of TP, CP and EP.
+    moe_layers : sympy.Expr, optional
+        MoE layers for the EP term (default ``L_m``).
+    dp_params : sympy.Expr or int, optional
+        Parameters whose gradients the DP group reduces, before the :math:`p\,t` split
+        (default ``N``).  For a mixture of experts ``N`` is usually the *active* count
+        (FLOPs), while every expert's gradients are reduced: pass the total here.  With
+        expert parallelism each GPU holds only ``1/e`` of the experts, so the total is an
+        upper bound; pass dense + experts/e for the per-GPU figure.
 
     Examples
     --------
@@ -420,7 +432,7 @@ def communication_per_step(*, tensor: bool = True, sequence_parallel: bool = Fal
                      tensor=tensor, sequence_parallel=sequence_parallel, pipeline=pipeline,
                      scatter_gather=scatter_gather, interleaved=interleaved, sharding=sharding,
                      context=context, expert=expert, recompute=recompute,
-                     moe_layers=moe_layers)))
+                     moe_layers=moe_layers, dp_params=dp_params)))
 
 
 # --- network tiers ------------------------------------------------------------------------
@@ -434,7 +446,7 @@ def _sizes(values) -> dict:
     for key, val in dict(values).items():
         name = getattr(key, "name", key)
         if name in names:
-            num = as_expr(val)
+            num = exact(val, name)  # 8.0 is the whole number 8; text and NaN are refused
             if not (num.is_Integer and num >= 1):
                 raise InvalidValueError(f"{name} must be a whole number >= 1 to place groups, got {val}")
             out[names[name]] = int(num)
@@ -541,12 +553,18 @@ def communication_time(*, placement_map: dict | None = None, latency: bool = Tru
 
     Examples
     --------
-    Seed 002: 7.5 GB per step on NVLink (900 GB/s) against one 400 Gb/s port (50 GB/s):
+    Both bandwidths are per GPU and **one direction** (NVLink at half the vendor's
+    both-direction figure: H100 450 GB/s; a NIC per port).  Seed 002 divides its 7.5 GB per
+    step by the vendor's both-direction 900 GB/s ("about 10 ms"), reproduced by giving
+    ``beta_intra`` = 900 GB/s; the per-direction 450 GB/s doubles it.  Against one 400 Gb/s
+    port (50 GB/s) the same bytes take 0.15 s:
 
     >>> T = communication_time(pipeline=False, sharding=None, latency=False)
     >>> vals = dict(s=4096, b=1, h=4096, L=32, t=8, b_c=2, p=1, m=1)
     >>> round(float(T.evaluate(vals, beta_intra=900 * 10**9)), 4)
     0.0084
+    >>> round(float(T.evaluate(vals, beta_intra=450 * 10**9)), 4)
+    0.0167
     >>> T2 = communication_time(pipeline=False, sharding=None, latency=False,
     ...                         placement_map={"tp": "inter"})
     >>> round(float(T2.evaluate(vals, beta_inter=50 * 10**9)), 3)
@@ -568,7 +586,8 @@ def communication_time(*, placement_map: dict | None = None, latency: bool = Tru
                          context=options.pop("context", None),
                          expert=options.pop("expert", False),
                          recompute=options.pop("recompute", "none"),
-                         moe_layers=options.pop("moe_layers", None)):
+                         moe_layers=options.pop("moe_layers", None),
+                         dp_params=options.pop("dp_params", None)):
         bw = LINKS[links[item.group]]
         expr = item.term.expr / bw + (alpha * item.steps if latency else 0)
         terms.append(Term(item.term.key, expr,

@@ -22,13 +22,13 @@ from ..errors import InvalidValueError, choose
 from ..symbols import B, F, G, L, N, T, V, eta, h, omega, price, s
 from ..term import Source, Term, Total
 from ..values import as_expr
+from .activations import RECOMPUTE
 from .pipeline import bubble_fraction
 
 __all__ = ["FLOP_KINDS", "OVERLAPS", "RECOMPUTE", "parameters_narayanan", "flops_per_iteration",
            "step_time", "mfu", "hfu", "training_time", "training_time_from_steps",
            "gpu_hours", "training_cost", "step_report", "DEFAULT_EFFICIENCY"]
 
-RECOMPUTE = ("none", "selective", "full")
 FLOP_KINDS = ("model", "hardware")
 #: FLOP formulas: Korthikanti App. A / Narayanan Eq. 3 as printed; ``memsym``: the same, but
 #: selective recomputation counted term by term (see :func:`flops_per_iteration`); 6N per token.
@@ -63,7 +63,7 @@ def parameters_narayanan() -> sp.Expr:
 
 
 def flops_per_iteration(kind: str = "model", recompute: str = "none",
-                        formula: str = "korthikanti", batch=B) -> Total:
+                        formula: str = "memsym", batch=B) -> Total:
     r"""Floating-point operations of one training iteration on ``batch`` sequences [FLOP].
 
     .. math::
@@ -81,14 +81,18 @@ def flops_per_iteration(kind: str = "model", recompute: str = "none",
     Model FLOPs ignore recomputation (what MFU counts); hardware FLOPs include it (HFU).
     Hand check of the selective line: recomputing :math:`QK^T` and the attention over V
     adds :math:`4Bs^2h` per layer, i.e. :math:`1 + 2s/(9h)`; the paper prints
-    :math:`s/(3h)` (hardware/model ratio :math:`\approx 1 + s/(6h)`), which memsym keeps as
-    the cited form — the difference is below 1 % for :math:`s \ll h` and grows with s/h.
+    :math:`s/(3h)` (hardware/model ratio :math:`\approx 1 + s/(6h)`), which
+    ``formula="korthikanti"`` keeps as the cited form; the default ``"memsym"`` counts the
+    recomputed forward (the two differ below 1 % for :math:`s \ll h`, more as s/h grows).
+    The formulas agree for model FLOPs and for full recomputation.
 
     Parameters
     ----------
     kind : {"model", "hardware"}
     recompute : {"none", "selective", "full"}
-    formula : {"korthikanti", "6n"}
+    formula : {"memsym", "korthikanti", "6n"}
+        ``memsym`` (default, the same default as :func:`step_time`, :func:`mfu` and
+        :func:`hfu`), ``korthikanti`` (App. A as printed) or ``6n`` (Kaplan).
     batch : sympy.Expr
         Sequences per iteration (default the global batch ``B``).
 
@@ -167,6 +171,9 @@ def step_time(*, recompute: str = "none", communication: Total | None = None,
     overlap : {"none", "full", "fraction"}
     interleaved, pipeline : bool
         Bubble with the interleaved schedule; leave the bubble out (no pipeline).
+    formula : {"memsym", "korthikanti", "6n"}
+        FLOP count (:func:`flops_per_iteration`); the default is shared with :func:`mfu`
+        and :func:`hfu`.
     batch, gpus : sympy.Expr
         Sequences per iteration :math:`B` and GPUs :math:`G` (defaults: the symbols).
 
@@ -204,7 +211,7 @@ def step_time(*, recompute: str = "none", communication: Total | None = None,
     return Total("step time per GPU", tuple(terms), unit="s")
 
 
-def mfu(step: Total | sp.Expr, formula: str = "korthikanti", batch=B, gpus=G) -> sp.Expr:
+def mfu(step: Total | sp.Expr, formula: str = "memsym", batch=B, gpus=G) -> sp.Expr:
     r"""Model FLOPs utilisation: model FLOPs over the peak the GPUs could do in the step [1].
 
     .. math::
@@ -228,14 +235,27 @@ def mfu(step: Total | sp.Expr, formula: str = "korthikanti", batch=B, gpus=G) ->
         else model / (as_expr(gpus) * F * t_step)
 
 
-def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "korthikanti",
+def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "memsym",
         batch=B, gpus=G) -> sp.Expr:
     r"""Hardware FLOPs utilisation: executed FLOPs (recomputation included) over peak [1].
+
+    .. math::
+
+        \mathrm{HFU} = \frac{F_{\text{hw}}}{G\,F_{\text{peak}}\,t_{\text{step}}}
+
+    ``formula`` defaults to ``"memsym"`` like :func:`step_time`, so the HFU of a step
+    computed with the defaults is :math:`\eta` when nothing else takes time.
 
     Examples
     --------
     >>> hfu(step_time(recompute="full", pipeline=False), "full")
     eta
+    >>> hfu(step_time(recompute="selective", pipeline=False), "selective")
+    eta
+
+    References
+    ----------
+    Korthikanti et al. 2022 §6.3.
     """
     t_step = step.expr if isinstance(step, Total) else as_expr(step)
     hw = flops_per_iteration("hardware", recompute, formula, batch).expr
@@ -330,7 +350,8 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
                 sequence_parallel: bool = False, context: str | None = None,
                 expert: bool = False, interleaved: bool = False, scatter_gather: bool = False,
                 overlap: str = "none", efficiency=None, formula: str = "memsym",
-                gpus_per_node=None, intra_node_bandwidth=None, inter_node_bandwidth=None) -> dict:
+                gpus_per_node=None, intra_node_bandwidth=None, inter_node_bandwidth=None,
+                dp_params=None) -> dict:
     """Communication, bubble, FLOPs, step time and MFU of one configuration, as plain numbers.
 
     Parameters
@@ -342,8 +363,17 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         (default from the sharding's byte widths), ``eta``, ``omega``.
     cluster : str or Cluster, optional
         A preset (:func:`memsym.hardware.cluster`); or ``gpu`` with the bandwidth keywords.
+    precision : {"bf16", "fp16", "fp8", "fp32"}
+        Byte widths (:func:`memsym.terms.model_state.byte_widths`) and the peak
+        (:meth:`memsym.hardware.GPU.peak`; fp32 is priced at the TF32 tensor-core peak, which
+        ``assumptions["peak_note"]`` says).
     efficiency : number, optional
         :math:`\\eta`; default ``values["eta"]`` or :data:`DEFAULT_EFFICIENCY` (1/2).
+    dp_params : int, optional
+        Parameters whose gradients the data-parallel group reduces, before the :math:`p\\,t`
+        split (default ``values["N"]``).  ``N`` prices the FLOPs, which for a mixture of
+        experts follow the *active* parameters; every expert's gradients are reduced, so pass
+        the total count there (Mixtral 8x7B: 46.7e9 total against 12.9e9 active).
     Other keywords as :func:`memsym.terms.communication.communication_per_step` and
     :func:`step_time`.
 
@@ -362,18 +392,22 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     (7516192768, 'intra')
     >>> round(rep["communication"]["tp"]["seconds"] * 1000, 2)  # 7.5 GB at 450 GB/s each way
     16.7
+    >>> rep["assumptions"]["layout_order"]
+    'tp, cp, pp, dp'
     """
     from .. import hardware
     from ..values import as_values
-    from .communication import communication_per_step, communication_time, layout_warnings, placement
+    from .communication import (LAYOUT_ORDER, communication_per_step, communication_time,
+                                layout_warnings, placement)
     from .model_state import byte_widths
 
     vals = dict(values)
+    precision_key = choose("precision", precision, hardware.PRECISIONS)
     defaults = {"t": 1, "p": 1, "d": 1, "c": 1, "e": 1, "v": 1, "m": 1, "b": 1, "b_c": 2}
     for key, val in defaults.items():
         vals.setdefault(key, val)
     if sharding is not None:
-        widths = byte_widths(sharding, precision if precision in ("bf16", "fp16", "fp32", "fp8") else "bf16")
+        widths = byte_widths(sharding, precision)  # an unknown precision is refused there
         for sym, width in widths.items():
             vals.setdefault(sym.name, width)
     if cluster is not None:
@@ -408,7 +442,7 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     pipe = int(vals["p"]) > 1
     opts = dict(sequence_parallel=sequence_parallel, pipeline=pipe, scatter_gather=scatter_gather,
                 interleaved=interleaved, sharding=sharding, context=context, expert=expert,
-                recompute=recompute)
+                recompute=recompute, dp_params=dp_params)
     links = placement(vals, clu.gpus_per_node)
     byte_total = communication_per_step(**opts)
     time_total = communication_time(placement_map=links, **opts)
@@ -437,12 +471,13 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         "gpus": gpus_total,
         "warnings": layout_warnings(vals, clu.gpus_per_node),
         "assumptions": {
-            "cluster": clu.name, "gpu": clu.gpu.name, "precision": precision,
+            "cluster": clu.name, "gpu": clu.gpu.name, "precision": precision_key,
             "peak_flops_per_gpu": _num(exact_vals[F]), "efficiency": _num(exact_vals[eta]),
             "gpus_per_node": clu.gpus_per_node,
             "intra_node_bandwidth_bytes_per_s": _num(clu.intra_node_bandwidth),
             "inter_node_bandwidth_bytes_per_s": _num(clu.inter_node_bandwidth),
-            "overlap": overlap, "recompute": recompute, "layout_order": "tp, cp, pp, dp",
-            "bandwidth_convention": "vendor NVLink figure (both directions), NIC per direction",
+            "overlap": overlap, "recompute": recompute, "layout_order": ", ".join(LAYOUT_ORDER),
+            "bandwidth_convention": "per direction (NVLink: half the vendor figure; NIC per port)",
+            **({"peak_note": hardware.FP32_PEAK_NOTE} if precision_key == "fp32" else {}),
         },
     }

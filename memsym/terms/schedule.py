@@ -11,22 +11,29 @@ Stage i (0-based) of p holds, in layers' worth of one micro-batch:
 * 1F1B: :math:`\min(p - i,\, m)\,L/p` (warm-up p − i − 1 forwards, then one more before the first
   backward);
 * interleaved: :math:`\min(2(p - i - 1) + (v - 1)p + 1,\; m v)\,L/(p v)` (Megatron-LM's
-  interleaved warm-up, counted in model chunks of L/(pv) layers);
+  interleaved warm-up of :math:`W_i = \min(2(p - i - 1) + (v - 1)p,\, m v)` forward chunks,
+  then one more forward before the first backward while any remain; counted in model chunks
+  of L/(pv) layers);
 * GPipe: :math:`m\,L/p` (every forward before any backward).
+
+:func:`pipeline_factor` is the first stage's row of this one model divided by L, so the two
+can never disagree.
 
 References
 ----------
 .. [korthikanti] arXiv:2205.05198 §4.2.3 (Eq. 5 and the interleaved factor).
 .. [narayanan] arXiv:2104.04473 §2.2 (1F1B and interleaved schedules).
 .. [gpipe] arXiv:1811.06965 §2.2.
-.. [megatron-lm] theoretical_memory_usage.py (min(1, m/p) for fewer micro-batches than stages).
+.. [megatron-lm] theoretical_memory_usage.py (min(1, m/p) for fewer micro-batches than stages);
+   core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving
+   (num_warmup_microbatches = (p - rank - 1)*2 + (v - 1)*p, capped at m*v).
 """
 
 from __future__ import annotations
 
 import sympy as sp
 
-from ..errors import InvalidValueError, UnknownNameError
+from ..errors import InvalidValueError, choose
 from ..symbols import L, m, p, v
 from ..term import Source, Term
 from ..values import as_expr  # library arguments: text refused, never parsed
@@ -39,10 +46,19 @@ SCHEDULES = ("1f1b", "gpipe")
 
 
 def _schedule(schedule: str) -> str:
-    key = str(schedule).strip().lower().replace("-", "")
-    if key not in SCHEDULES:
-        raise UnknownNameError("pipeline schedule", schedule, SCHEDULES)
-    return key
+    return choose("pipeline schedule", schedule, SCHEDULES)
+
+
+def _into_min(expr: sp.Expr) -> sp.Expr:
+    """``c * Min(x, y)`` -> ``Min(c x, c y)`` for a positive factor c (every registry symbol is
+    positive), so the cap reads as Megatron-LM writes it: min(1, m/p), not min(m, p)/p."""
+    if not (expr.is_Mul and any(isinstance(arg, sp.Min) for arg in expr.args)):
+        return expr
+    cap = next(arg for arg in expr.args if isinstance(arg, sp.Min))
+    rest = expr / cap
+    if rest.is_positive is not True:
+        return expr
+    return sp.Min(*(sp.cancel(arg * rest) for arg in cap.args))
 
 
 def pipeline_factor(schedule: str = "1f1b", *, interleaved: bool = False,
@@ -54,9 +70,14 @@ def pipeline_factor(schedule: str = "1f1b", *, interleaved: bool = False,
         \phi = \begin{cases}
         1 & \text{1F1B (Eq. 5: p micro-batches of } L/p \text{ layers)}\\
         1 + \dfrac{p - 1}{p\,v} & \text{interleaved 1F1B}\\
-        \min(1, m/p) & \text{1F1B with } m < p \text{ micro-batches}\\
+        \min(1,\, m/p) & \text{1F1B with } m \text{ micro-batches}\\
+        \min\!\left(\dfrac{p v + p - 1}{p v},\, \dfrac{m}{p}\right)
+            & \text{interleaved 1F1B with } m \text{ micro-batches}\\
         m/p & \text{GPipe}
         \end{cases}
+
+    Built from :func:`stage_layers` of the first stage (divided by L), so it is the same model
+    as :func:`stage_microbatches`.
 
     Parameters
     ----------
@@ -69,25 +90,33 @@ def pipeline_factor(schedule: str = "1f1b", *, interleaved: bool = False,
     Examples
     --------
     >>> pipeline_factor(interleaved=True).expr
-    1 + (p - 1)/(p*v)
+    (p*v + p - 1)/(p*v)
     >>> pipeline_factor(limited=True).expr
     Min(1, m/p)
+    >>> pipeline_factor(interleaved=True, limited=True).expr.subs({p: 4, v: 2, m: 2})
+    1/2
     """
     schedule = _schedule(schedule)
+    # one model: the first stage's row of stage_layers, in units of L (never a second formula)
+    mm = m if (limited or schedule == "gpipe") else None
+    vv = v if interleaved else None
+    expr = _into_min(stage_layers("first", schedule, vv=vv, mm=mm) / L)
     if schedule == "gpipe":
-        return Term("pipeline.gpipe", m / p, "GPipe: all m micro-batches of L/p layers in flight",
+        return Term("pipeline.gpipe", expr, "GPipe: all m micro-batches of L/p layers in flight",
                     Source("gpipe", "§2.2"), unit="1")
     if interleaved:
-        expr = 1 + (p - 1) / (p * v)
-        if limited:
-            expr = sp.Min(expr, m / p * (1 + (p - 1) / (p * v)))
-        return Term("pipeline.interleaved", expr, "interleaved 1F1B: first stage holds "
-                    "L(1 + (p-1)/(pv)) layers' worth", Source("korthikanti", "§4.2.3"), unit="1")
+        what = "min(2p - 1 + (v - 1)p, m v) chunks of L/(pv) layers" if limited else \
+            "L(1 + (p-1)/(pv)) layers' worth"
+        return Term("pipeline.interleaved" + (".limited" if limited else ""), expr,
+                    "interleaved 1F1B: first stage holds " + what,
+                    Source("korthikanti", "§4.2.3") if not limited else
+                    Source("megatron-lm", "schedules.py, forward_backward_pipelining_with_"
+                                          "interleaving (num_warmup_microbatches)"), unit="1")
     if limited:
-        return Term("pipeline.1f1b.limited", sp.Min(1, m / p), "1F1B with m micro-batches: "
+        return Term("pipeline.1f1b.limited", expr, "1F1B with m micro-batches: "
                     "min(1, m/p)", Source("megatron-lm", "theoretical_memory_usage.py, "
                                           "compute_activation_memory"), unit="1")
-    return Term("pipeline.1f1b", sp.Integer(1), "1F1B: first stage holds p micro-batches of L/p "
+    return Term("pipeline.1f1b", expr, "1F1B: first stage holds p micro-batches of L/p "
                 "layers, L layers' worth", Source("korthikanti", "§4.2.3, Eq. 5"), unit="1")
 
 
@@ -104,13 +133,17 @@ def first_stage_layers(schedule: str = "1f1b", *, interleaved: bool = False,
 
 
 def _stage_index(stage, pp):
-    if stage == "first":
-        return 0
-    if stage == "last":
-        return pp - 1
+    """Stage index in 0..p-1 ('first', 'last' or a whole number); refused outside the range."""
+    if isinstance(stage, str) and stage in ("first", "last"):
+        return sp.Integer(0) if stage == "first" else pp - 1
     if isinstance(stage, bool) or not isinstance(stage, (int, sp.Integer)):
-        raise InvalidValueError(f"stage must be 'first', 'last' or an index, got {stage!r}")
-    return sp.Integer(stage)
+        raise InvalidValueError(f"stage must be 'first', 'last' or an index, got {stage!r:.40}")
+    i = sp.Integer(stage)
+    # a negative index or one past the last stage would give a count <= 0, never an error
+    if i < 0 or (pp.is_number and i >= pp):
+        upper = pp - 1 if pp.is_number else "p-1"
+        raise InvalidValueError(f"stage must be in 0..{upper}, got {stage}")
+    return i
 
 
 def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None) -> sp.Expr:
@@ -125,7 +158,7 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None)
     >>> stage_microbatches(0), stage_microbatches("last")
     (p, 1)
     >>> stage_microbatches(0, vv=v)
-    p*(v - 1) + 2*p - 1
+    p*v + p - 1
     >>> stage_microbatches(0, pp=4, mm=2)
     2
     """
@@ -141,8 +174,11 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None)
     if vv is not None and vv != 1:
         if pp == 1:
             raise InvalidValueError("an interleaved (virtual) pipeline needs p > 1 stages")
-        # REF: narayanan §2.2; Megatron-LM schedules.py: warm-up (p - i - 1)*2 + (v - 1)*p
-        count = 2 * (pp - i - 1) + (vv - 1) * pp + 1
+        # REF: narayanan §2.2; Megatron-LM schedules.py: warm-up W = (p - i - 1)*2 + (v - 1)*p
+        # forward chunks, capped at m*v (then all forwards run before any backward); while
+        # chunks remain, the steady state runs one more forward before the first backward,
+        # so the peak is min(W + 1, m v)
+        count = sp.expand(2 * (pp - i - 1) + (vv - 1) * pp + 1)
         return count if mm is None else sp.Min(count, mm * vv)
     count = pp - i
     return count if mm is None else sp.Min(count, mm)
