@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-import sympy as sp
 from sympy.printing.latex import LatexPrinter
 
 from .symbols import registry

@@ -12,7 +12,7 @@ __all__ = ["add_parser", "run", "add_search_options", "search_options", "Progres
 
 def add_search_options(parser) -> None:
     """Options shared by ``search`` and ``min-gpus``."""
-    from ..terms.model_state import OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
+    from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
 
     parser.add_argument("model", metavar="MODEL",
                         help="preset name (llama3-405b, ...) or path to a config.json")
@@ -38,7 +38,7 @@ def add_search_options(parser) -> None:
                         help="do not try Megatron sequence parallelism")
     parser.add_argument("--precision", type=choice("precision", tuple(PRECISIONS)), default="bf16")
     parser.add_argument("--optimizer", type=choice("optimizer", tuple(OPTIMIZERS)), default="adam")
-    parser.add_argument("--convention", type=choice("convention", ("memsym", "megatron-lm")),
+    parser.add_argument("--convention", type=choice("convention", CONVENTIONS),
                         default="memsym")
     parser.add_argument("--no-flash-attention", action="store_true",
                         help="keep the s^2 attention scores (default: flash attention)")
@@ -152,13 +152,7 @@ def layout_json(row: dict) -> dict:
 
 def bytes_json(grouped: dict) -> dict:
     """Whole bytes per term, rounded up as ``memsym estimate --json`` rounds them."""
-    import sympy as sp
-
-    out = {}
-    for key, val in grouped.items():
-        val = sp.sympify(val)
-        out[key] = int(val) if val.is_Integer else int(sp.ceiling(val))
-    return out
+    return {key: number_out(val, round_up=True) for key, val in grouped.items()}
 
 
 def run(args) -> int:

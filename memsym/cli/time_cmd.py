@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .options import choice, count, emit_json, positive_int, positive_number
+from .options import choice, count, emit_json, fraction, positive_int, positive_number
 
 
 def add_parser(sub) -> None:
@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
                         help="number of GPUs (default 8)")
     parser.add_argument("--precision", type=choice("precision", ("bf16", "fp16", "fp8")),
                         default="bf16", help="which peak to use (default bf16)")
-    parser.add_argument("--efficiency", type=positive_number, default=None, metavar="ETA",
+    parser.add_argument("--efficiency", type=fraction, default=None, metavar="ETA",
                         help="achieved fraction of peak, 0 < ETA <= 1 (default 0.5: Narayanan "
                         "Table 1 reaches 52%% of A100 peak)")
     parser.add_argument("--tflops", type=positive_number, default=None, metavar="X",
@@ -59,7 +59,6 @@ def time_report(args) -> dict:
     """The numbers of ``memsym time`` as a JSON-ready dict."""
     import sympy as sp
 
-    from ..errors import InvalidValueError
     from ..hardware import gpu
     from ..terms.compute import DEFAULT_EFFICIENCY, gpu_hours, training_cost, training_time
     from ..values import exact
@@ -71,8 +70,6 @@ def time_report(args) -> dict:
         device = gpu(args.gpu)
         peak = exact(device.peak(args.precision))
         eff = DEFAULT_EFFICIENCY if args.efficiency is None else exact(args.efficiency, "efficiency")
-        if eff > 1:
-            raise InvalidValueError(f"--efficiency must be in (0, 1], got {args.efficiency}")
     vals = {"T": args.tokens, "N": params, "G": args.gpus, "F": peak, "eta": eff}
     total = training_time(recompute=args.recompute == "full")
     seconds = total.evaluate(vals)

@@ -257,7 +257,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     if recompute == "full":
         add("layer_input", 2 * tok * h / sig, "layer input, the only tensor kept under full recompute",
             Source(_K, "Table 2, full activation recomputation"))
-        return Total(f"activations per layer (full recompute)", tuple(terms))
+        return Total("activations per layer (full recompute)", tuple(terms))
 
     # attention block
     add("norm_inputs", 2 * 2 * tok * h / sig, "inputs of the two norms (attention and MLP)",
