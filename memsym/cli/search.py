@@ -207,6 +207,9 @@ def render(res, rows) -> str:
     excl = [f"{k} {v}" for k, v in res.excluded.items() if v]
     if excl:
         lines.append("excluded by rule: " + ", ".join(excl))
+    lines.append(f"assumed: flash attention {'on' if sp_.flash_attention else 'off'}, dropout "
+                 f"{'on' if sp_.dropout else 'off'} (--no-flash-attention, --dropout to change; "
+                 "memsym estimate follows Megatron's defaults: flash off, dropout on)")
     for note in res.notes:
         lines.append("note: " + note)
     lines.append("")

@@ -279,7 +279,9 @@ def estimate_training(args) -> int:
           f"pipeline stage {rep['stage']['index']} ({rep['stage']['role']})\n"
           f"t = {lay['tp']}, p = {lay['pp']}, d = {lay['dp']}, c = {lay['cp']}, e = {lay['ep']}; "
           f"s = {rep['training']['seq_length']}, b = {rep['training']['micro_batch_size']}, "
-          f"recompute {rep['training']['recompute']}\n")
+          f"recompute {rep['training']['recompute']}, flash attention "
+          f"{'on' if rep['training']['flash_attention'] else 'off (--use-flash-attn)'}, dropout "
+          f"{'on (Megatron default; --hidden-dropout 0 --attention-dropout 0)' if rep['training']['dropout'] else 'off'}\n")
     # wide enough for the longest key (megatron-bridge's weights_and_optimizer_dense)
     wide = max([len("term")] + [len(key) for key in rep["bytes"]]) + 2
     print(f"{'term':<{wide}}{'bytes':>22}{'GB':>12}{'GiB':>12}  source")
