@@ -212,3 +212,17 @@ def test_moe_dp_traffic_uses_total_parameters(capsys):
     assert code == 0, err
     dp_bytes = json.loads(out)["communication"]["dp"]["bytes"]
     assert dp_bytes == 2 * 7 * n_total * 2 // 8
+
+
+def test_moe_dp_traffic_with_expert_parallelism(capsys):
+    # Mixtral 8x7B with e = 8: a GPU holds the dense parameters and 1/8 of the experts.
+    # Hand count (HF config: h 4096, f 14336, 32 layers, 8 experts, SwiGLU = 3 h f):
+    experts = 32 * 8 * 3 * 4096 * 14336                       # 45,097,156,608
+    dense = 46_702_792_704 - experts                          # 1,605,636,096 (attention, norms,
+    per_gpu = dense + experts // 8                            #   router, embeddings)
+    code, out, err = run(capsys, "estimate", "mixtral-8x7b", "--dp", "8", "--seq-length", "4096",
+                         "--expert-model-parallel-size", "8", "--sharding", "ddp",
+                         "--gpu", "h100-80gb", "--json")
+    assert code == 0, err
+    # ring all-reduce 2(d-1)/d of the GPU's gradients, 2 bytes each (DDP widths)
+    assert json.loads(out)["communication"]["dp"]["bytes"] == 2 * 7 * per_gpu * 2 // 8

@@ -55,16 +55,23 @@ def cluster_known(args) -> bool:
 def communication_report(args, arch, layout, training) -> dict:
     """``communication``, ``bubble``, ``flops``, ``step_time_s``, ``mfu`` of the layout on the
     cluster the options describe (:func:`memsym.terms.compute.step_report`)."""
-    from ..models import active_parameter_count, moe_layer_pattern, parameter_count
+    from ..models import active_parameter_count, moe_layer_pattern, stage_parameters
     from ..terms.compute import step_report
     from ..training import arch_values, microbatches
 
     values = {str(sym): int(val) for sym, val in arch_values(arch, layout.t).items()}
-    # FLOPs follow the parameters a token passes through (the active ones for MoE) ...
+    # FLOPs: 6 N per token on the parameters a token passes through (the active ones for
+    # MoE), as memsym search prices them: Korthikanti's 72BLsh^2 form assumes a GPT layer
+    # (4h MLP, full multi-head attention) and miscounts SwiGLU, GQA and experts
     values["N"] = int(active_parameter_count(arch))
-    # ... but data parallelism reduces the gradients of every parameter, every expert's too
-    # (for e > 1 the experts' group is smaller, d t c / (e t_e): an approximation there)
-    dp_params = int(parameter_count(arch))
+    # data parallelism reduces the gradients a GPU holds: the heaviest stage's dense and
+    # expert parameters (experts/(e t_e) of them); the ring factor uses d for both groups
+    heaviest = max(
+        (stage_parameters(arch, layout.t, layout.p, i, e=layout.e, t_e=layout.t_e,
+                          first_stage_layers=layout.first_stage_layers,
+                          last_stage_layers=layout.last_stage_layers).per_gpu
+         for i in range(layout.p)))
+    dp_params = heaviest * layout.p * layout.t
     m_ = microbatches(layout, training) or 1
     values.update({"s": training.seq_length, "b": training.micro_batch_size, "m": m_,
                    "t": layout.t, "p": layout.p, "d": layout.d, "c": layout.c, "e": layout.e,
@@ -79,7 +86,7 @@ def communication_report(args, arch, layout, training) -> dict:
         efficiency=args.efficiency, gpus_per_node=args.gpus_per_node,
         intra_node_bandwidth=None if args.intra_node_bandwidth is None else args.intra_node_bandwidth * gb,
         inter_node_bandwidth=None if args.inter_node_bandwidth is None else args.inter_node_bandwidth * gb,
-        dp_params=dp_params)
+        dp_params=dp_params, formula="6n")
 
 
 def model_state_report(args) -> dict:
