@@ -173,7 +173,7 @@ def test_text_estimate_prints_communication_and_time(capsys):
     after = out.split("communication per GPU per step", 1)[1]     # after the memory table
     assert f"{LLAMA70B_TP_BYTES:,}" in after
     # bubble (p - 1)/m = 3/16
-    assert f"pipeline bubble: {3 / 16:.4g}" in after
+    assert f"pipeline bubble: {100 * 3 / 16:.3g} % of the compute time" in after  # (p-1)/m = 3/16
     assert "step time:" in after and "MFU" in after
 
 

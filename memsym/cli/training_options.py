@@ -308,7 +308,11 @@ def render_step(rep: dict) -> str:
     for key, row in comm.items():
         lines.append(f"{key:<{wide}}{row['bytes']:>22,}{row['bytes'] / 1e9:>12.3f}"
                      f"{row['seconds']:>12.4g}  {row['link']}")
-    lines.append(f"pipeline bubble: {rep['bubble']:.4g} of the step")
+    m_ = rep["global_batch"] // max(1, rep["layout"]["dp"] * rep["training"]["micro_batch_size"])
+    lines.append(f"pipeline bubble: {100 * rep['bubble']:.3g} % of the compute time ((p-1)/m, "
+                 f"m = {m_} microbatches"
+                 + ("; give --global-batch-size or --num-microbatches" if m_ == 1 and rep["layout"]["pp"] > 1
+                    else "") + ")")
     eff = asm.get("efficiency")
     lines.append(f"step time: {rep['step_time_s']:.4g} s"
                  + ("" if eff is None else f" at efficiency {eff:.3g} of peak")
