@@ -17,7 +17,7 @@ from .terms.communication import communication_per_step, communication_time  # i
 from .terms.pipeline import bubble_fraction, global_batch  # issue 4
 from .terms.compute import (flops_per_iteration, gpu_hours, hfu, mfu, step_report,  # issue 4
                             step_time, training_cost, training_time)
-from .models import (Architecture, from_hf_config, parameter_count, preset,  # issue 3: models
+from .model import (Architecture, from_hf_config, parameter_count, preset,  # issue 3: models
                      resolve_model)
 from .conventions import convention_breakdown, megatron_bridge, megatron_lm  # issue 3: conventions
 from .training import Layout, Training, training_memory  # issue 3: training total

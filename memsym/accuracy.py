@@ -450,7 +450,7 @@ def _llama3_table4(tb):
 
 
 def _llama3_table3(tb):
-    from .models import parameter_count, preset
+    from .model import parameter_count, preset
 
     out = []
     fields = [("layers", "num_layers"), ("hidden", "hidden_size"), ("ffn", "ffn_hidden_size"),

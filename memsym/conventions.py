@@ -533,7 +533,7 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
 
     Parameters
     ----------
-    arch : memsym.models.Architecture
+    arch : memsym.model.Architecture
         The model (Megatron argument names).
     layout, training : mapping or object, optional
         Knobs ``t p d c e t_e v`` and ``s b m sequence_parallel recompute sharding``
@@ -547,7 +547,7 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
 
     Examples
     --------
-    >>> from memsym.models import Architecture
+    >>> from memsym.model import Architecture
     >>> gpt = Architecture(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=1000)
     >>> r = megatron_lm(gpt, dict(t=2, p=1, d=2),
     ...                 dict(s=32, b=1, sequence_parallel=True, recompute="selective"))
@@ -755,7 +755,7 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
 
     Parameters
     ----------
-    arch : memsym.models.Architecture
+    arch : memsym.model.Architecture
     layout, training : mapping or object, optional
         As for :func:`megatron_lm`; ``first_stage_layers`` / ``last_stage_layers`` select uneven PP.
     num_microbatches : int, optional
@@ -768,7 +768,7 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
 
     Examples
     --------
-    >>> from memsym.models import Architecture
+    >>> from memsym.model import Architecture
     >>> gpt = Architecture(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=1000)
     >>> megatron_bridge(gpt, dict(t=2, d=2), dict(s=32, b=1)).breakdown()["total"]
     1116544
@@ -901,7 +901,7 @@ def convention_breakdown(convention: str, arch, layout=None, training=None, **kn
     Parameters
     ----------
     convention : {"megatron-lm", "megatron-bridge"}
-    arch : memsym.models.Architecture
+    arch : memsym.model.Architecture
     layout, training : mapping or object
         Knobs as for :func:`megatron_lm`.
     **knobs
@@ -919,7 +919,7 @@ def convention_breakdown(convention: str, arch, layout=None, training=None, **kn
 
     Examples
     --------
-    >>> from memsym.models import Architecture
+    >>> from memsym.model import Architecture
     >>> gpt = Architecture(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=1000)
     >>> out = convention_breakdown("megatron-lm", gpt, dict(t=2), dict(s=32, b=1))
     >>> out["path"], out["bytes"]["total"]

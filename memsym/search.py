@@ -160,7 +160,7 @@ class Space:
 
     @property
     def uniform(self) -> bool:
-        from .models import moe_layer_pattern
+        from .model import moe_layer_pattern
 
         return (self.first_stage_layers is None and self.last_stage_layers is None
                 and len(set(moe_layer_pattern(self.arch))) == 1)
@@ -187,7 +187,7 @@ def make_space(model, gpu, *, seq_length=4096, global_batch_size=None, micro_bat
                first_stage_layers=None, last_stage_layers=None, capacity=None,
                gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1) -> Space:
     """Validate the search keywords into a :class:`Space` (see :func:`search`)."""
-    from . import hardware, models
+    from . import hardware, model as models
     from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
     from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS
     from .training import ALLOWANCES
@@ -325,7 +325,7 @@ def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
     out["tp-heads"] = x.num_attention_heads % t_ != 0
     out["tp-kv-heads"] = (x.num_query_groups % t_ != 0) if not x.multi_latent_attention \
         else np.zeros_like(t_, dtype=bool)
-    from .models import moe_layer_pattern
+    from .model import moe_layer_pattern
 
     # every FFN the model has is split over t: dense layers' ffn, MoE layers' expert (and
     # shared-expert) ffn (expert TP = t here)
@@ -413,7 +413,7 @@ def _check_stages(space: Space, pp: int) -> tuple:
         return (0,)
     if space.uniform or pp == 2:
         return (0, pp - 1)
-    from .models import moe_layer_pattern, stage_layers
+    from .model import moe_layer_pattern, stage_layers
 
     pattern = moe_layer_pattern(space.arch)
     lowest = {}
@@ -485,8 +485,8 @@ def _states(space: Space, scheme: str, off: str):
 
 @functools.lru_cache(maxsize=65536)
 def _stage_counts(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
-    """(N value, N_e, N_u, N_a) per GPU of a stage: exact counts from memsym.models."""
-    from .models import layer_parameters, moe_layer_pattern, stage_parameters
+    """(N value, N_e, N_u, N_a) per GPU of a stage: exact counts from memsym.model."""
+    from .model import layer_parameters, moe_layer_pattern, stage_parameters
     from .terms.adapters import lora_parameter_count
 
     sp_ = stage_parameters(space.arch, tt, pp, stage, e=ee, first_stage_layers=space.first_stage_layers,
@@ -879,7 +879,7 @@ def _comm_terms(spf: bool, sharding, moe: bool, rc: str, link: str) -> tuple:
 @functools.lru_cache(maxsize=64)
 def _model_numbers(x) -> tuple:
     """(active parameters, MoE layers) of an architecture, computed once per search."""
-    from .models import active_parameter_count, moe_layer_pattern
+    from .model import active_parameter_count, moe_layer_pattern
 
     return int(active_parameter_count(x)), sum(moe_layer_pattern(x))
 
@@ -910,7 +910,7 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     Parameters
     ----------
     model : str or Architecture
-        A preset name, a config.json path or an :class:`~memsym.models.Architecture`.
+        A preset name, a config.json path or an :class:`~memsym.model.Architecture`.
     gpu : str
         A catalogue GPU (``h100-80gb``); its memory is the capacity unless ``capacity`` is
         given [bytes].
@@ -1500,7 +1500,7 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
     if space.global_batch_size is not None and what == "micro_batch_size":
         raise InvalidValueError("the largest micro-batch is asked with no global batch (m free)")
     if what == "layers":
-        from .models import resolve
+        from .model import resolve
 
         def fits(nl):
             sp2 = replace(space, arch=resolve(replace(space.arch, num_layers=int(nl))))

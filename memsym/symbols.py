@@ -121,7 +121,7 @@ alpha = _register("alpha", r"\alpha", "latency per collective step", "s", "nonne
 F = _register("F", r"F_{\mathrm{peak}}", "peak dense throughput of one GPU", "FLOP/s")
 eta = _register("eta", r"\eta", "achieved fraction of peak throughput (efficiency)", "1")
 T = _register("T", "T", "number of training tokens", "tokens")
-# --- architectures (issue 3): parameter counts (memsym/models.py) -------------------------
+# --- architectures (issue 3): parameter counts (memsym/model/) -------------------------
 s_max = _register("s_max", r"s_{\mathrm{max}}", "rows of the learned position-embedding table "
                   "(max_position_embeddings)", "tokens", "positive integer")
 L_m = _register("L_m", r"L_{\mathrm{m}}", "number of MoE layers among the L layers", "1",

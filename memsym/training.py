@@ -211,7 +211,7 @@ def allowance_terms(allocated: sp.Expr) -> tuple:
 def _resolve(arch, training):
     """An Architecture (passed through), preset name, or config.json path (str or Path),
     with Megatron's defaults filled in."""
-    from . import models
+    from . import model as models
 
     return models.resolve(models.resolve_model(arch), seq_length=training.seq_length)
 
@@ -229,12 +229,12 @@ def arch_values(arch, t_: int = 1) -> dict:
 
     Examples
     --------
-    >>> from memsym.models import preset
+    >>> from memsym.model import preset
     >>> vals = arch_values(preset("llama2-7b"))
     >>> vals[h], vals[g], vals[f], vals[V]
     (4096, 32, 11008, 32000)
     """
-    from . import models
+    from . import model as models
 
     x = models.resolve(arch, seq_length=1) if arch.max_position_embeddings is None else models.resolve(arch)
     vals = {h: x.hidden_size, a: x.num_attention_heads, g: x.num_query_groups,
@@ -322,7 +322,7 @@ def validate(arch, layout: Layout, training: Training) -> None:
 def _validate(arch, layout: Layout, training: Training):
     """:func:`validate` of a resolved architecture; returns the canonical recompute mode,
     schedule and micro-batch count m (or None), so callers need not recompute them."""
-    from . import models
+    from . import model as models
 
     for name in ("t", "p", "d", "c", "e"):
         val = getattr(layout, name)
@@ -428,7 +428,7 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     Seed 002's 7B-class stack without recompute, one micro-batch, no pipeline: L layers of
     Eq. 1 plus the embedding and the output layer:
 
-    >>> from memsym.models import Architecture
+    >>> from memsym.model import Architecture
     >>> gpt = Architecture(num_layers=32, hidden_size=4096, num_attention_heads=32,
     ...                    vocab_size=32000, position_embedding_type="rope")
     >>> A = stage_activations(gpt, Layout(), Training(seq_length=4096))
@@ -443,7 +443,7 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                        m_known: bool | None = None) -> Total:
     """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
     None = work it out)."""
-    from . import models
+    from . import model as models
 
     pp = layout.p
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
@@ -523,7 +523,7 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
             + \varphi_{\mathrm{frag}}\,(M_{\mathrm{states}} + M_{\mathrm{act}})
 
     Model states use the exact parameters on one GPU of the stage
-    (:func:`memsym.models.stage_parameters`): the dense part sharded over the data-parallel
+    (:func:`memsym.model.stage_parameters`): the dense part sharded over the data-parallel
     group including context parallelism (d·c, as Megatron-Core's distributed optimizer does),
     routed experts over the expert data-parallel group t·c·d/(e·t_e), with keys
     ``expert_weights``, ``expert_gradients``, ``expert_optimizer``.
@@ -540,7 +540,7 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
 def _stage_total(x, layout: Layout, training: Training, stage: int,
                  m_known: bool | None = None) -> Total:
     """:func:`stage_total` of a resolved architecture."""
-    from . import models
+    from . import model as models
 
     sp_ = models.stage_parameters(
         x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
@@ -693,7 +693,7 @@ def training_memory(arch, layout: Layout | None = None, training: Training | Non
 
     Examples
     --------
-    >>> from memsym.models import preset
+    >>> from memsym.model import preset
     >>> est = training_memory("llama2-7b", Layout(t=1, p=4, d=2),
     ...                       Training(seq_length=4096, micro_batch_size=1, recompute="selective",
     ...                                flash_attention=True, dropout=False, global_batch_size=64))

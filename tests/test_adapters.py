@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from memsym.models import Architecture, preset
+from memsym.model import Architecture, preset
 from memsym.symbols import L_lora, N_a, b_g, b_m, b_o, h, r_lora
 from memsym.terms.adapters import (adapter_state, frozen_weights, lora, lora_parameter_count,
                                    lora_parameters, qlora, quantization_bits, quantization_bytes)
@@ -63,7 +63,7 @@ def test_qlora_paper_65b_model_memory_under_48gb():
                            ffn_hidden_size=22016, swiglu=True, normalization="RMSNorm",
                            vocab_size=32000, untie_embeddings_and_output_weights=True,
                            position_embedding_type="rope", add_bias_linear=False)
-    from memsym.models import parameter_count
+    from memsym.model import parameter_count
 
     n_all = parameter_count(llama65)
     assert abs(n_all - 65.2e9) < 0.1e9

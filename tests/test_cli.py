@@ -203,7 +203,7 @@ def test_moe_dp_traffic_uses_total_parameters(capsys):
     # Mixtral 8x7B, t = p = 1, d = 8, DDP: every expert's gradient is all-reduced, so the DP
     # bytes are the ring all-reduce 2(d-1)/d of all N parameters x 2-byte bf16 gradients
     # (seed 000's DDP widths), N the total count (not the 12.9e9 active parameters)
-    from memsym.models import parameter_count, preset
+    from memsym.model import parameter_count, preset
 
     n_total = parameter_count(preset("mixtral-8x7b"))
     assert 46 * 10**9 < n_total < 47 * 10**9

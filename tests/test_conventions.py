@@ -28,7 +28,7 @@ from memsym.conventions import (
     megatron_bytes_per_parameter, padded_vocab,
 )
 from memsym.errors import DivisibilityError, InvalidValueError, UnknownNameError
-from memsym.models import Architecture
+from memsym.model import Architecture
 from memsym.symbols import d
 
 # --- architectures (Hugging Face config.json values) ----------------------------------------------
@@ -362,7 +362,7 @@ def test_refusals():
 
 def test_presets_agree_with_the_configs_written_here():
     """When memsym's presets exist, the conventions give the same bytes for them."""
-    from memsym import models
+    from memsym import model as models
 
     for name, arch in (("llama3-70b", LLAMA3_70B), ("mixtral-8x7b", MIXTRAL_8X7B),
                        ("llama2-7b", LLAMA2_7B), ("gpt3-175b", GPT3_175B)):

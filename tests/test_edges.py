@@ -17,7 +17,7 @@ import sympy as sp
 import memsym
 from memsym import errors
 from memsym.cli import main
-from memsym.models import parameter_count, preset
+from memsym.model import parameter_count, preset
 from memsym.terms.model_state import byte_widths, model_state
 from memsym.training import Layout, Training, training_memory
 

@@ -14,7 +14,7 @@ import pytest
 import sympy as sp
 
 from memsym.errors import DivisibilityError, InvalidValueError, UnknownNameError
-from memsym.models import (COMPONENTS, PRESETS, Architecture, active_parameter_count,
+from memsym.model import (COMPONENTS, PRESETS, Architecture, active_parameter_count,
                            check_layout, from_hf_config, gpt_parameter_expression,
                            layer_parameters, moe_layer_pattern, padded_vocab_size,
                            parameter_count, parameter_counts, parameter_expression,

@@ -140,7 +140,7 @@ def test_layer_activations_non_increasing_in_t(sp_on, flash, gated, recompute, t
 # ------------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def _stage(model, scheme, tt, pp, s, rc):
-    from memsym.models import preset
+    from memsym.model import preset
 
     arch = preset(model)
     lay = Layout(t=tt, p=pp, sequence_parallel=tt > 1)
@@ -218,7 +218,7 @@ def test_compiled_model_states_equal_exact(combo, N, d, t, p):
        b=st.integers(1, 8), rc=st.sampled_from(("none", "selective", "full")),
        flash=st.booleans(), d=st.sampled_from((1, 8, 64)))
 def test_compiled_training_total_equals_exact(model, scheme, s, b, rc, flash, d):
-    from memsym.models import preset
+    from memsym.model import preset
 
     x = preset(model)
     tt = 2 if x.num_experts else 1
@@ -319,7 +319,7 @@ def test_smallest_gpus_is_minimal(scheme, N, t, p, cap_gb):
 # ------------------------------------------------------------------------------------------------
 def every_term():
     """(family, key, expression) for every term memsym builds, across the families."""
-    from memsym.models import preset
+    from memsym.model import preset
     from memsym.terms import activations as act, adapters, collectives, communication, compute
     from memsym.terms.model_state import host_state
     from memsym.terms.pipeline import bubble_term

@@ -22,7 +22,7 @@ import pytest
 import memsym
 from memsym import errors
 from memsym.cli import main
-from memsym.models import Architecture, check_layout, from_hf_config, preset, resolve_model
+from memsym.model import Architecture, check_layout, from_hf_config, preset, resolve_model
 from memsym.terms.model_state import byte_widths, model_state
 from memsym.training import Layout, Training, microbatches, training_memory
 from memsym.units import parse_bytes, parse_count

@@ -13,7 +13,7 @@ from memsym import model_state, byte_widths
 from memsym.analysis import smallest
 from memsym.cli import main
 from memsym.errors import NoFitError, UnknownNameError
-from memsym.models import Architecture
+from memsym.model import Architecture
 from memsym.search import (RULES, explain, largest_fit, min_gpus,
                            search, smallest_d)
 from memsym.symbols import C as C_sym, N, d, s as s_sym

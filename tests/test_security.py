@@ -83,7 +83,7 @@ def refused_as_name(fn, text):
 # 1. names and values a user types, through the Python API
 # ------------------------------------------------------------------------------------------------
 def test_model_names(trap, marker):
-    from memsym.models import resolve_model
+    from memsym.model import resolve_model
     from memsym.training import Layout, Training, training_memory
 
     for text in hostile_strings(marker):
@@ -199,7 +199,7 @@ LLAMA_CFG = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
 
 
 def test_config_field_values(trap, marker, tmp_path):
-    from memsym.models import from_hf_config
+    from memsym.model import from_hf_config
 
     for text in hostile_strings(marker):
         for field in ("hidden_size", "num_hidden_layers", "vocab_size", "num_key_value_heads",
@@ -217,7 +217,7 @@ def test_config_field_values(trap, marker, tmp_path):
 
 def test_config_keys_and_names_are_data(trap, marker, tmp_path):
     # hostile *keys* are ignored (never looked up as code); a hostile _name_or_path is only a label
-    from memsym.models import from_hf_config
+    from memsym.model import from_hf_config
 
     cfg = dict(LLAMA_CFG)
     for text in hostile_strings(marker)[:8]:
@@ -233,7 +233,7 @@ def test_config_keys_and_names_are_data(trap, marker, tmp_path):
 
 
 def test_config_path_that_is_hostile(trap, marker):
-    from memsym.models import resolve_model
+    from memsym.model import resolve_model
 
     for text in hostile_strings(marker):
         with pytest.raises(errors.MemsymError):
@@ -355,7 +355,7 @@ _CALL = re.compile(r"(?<![\w.])(eval|exec)\(|\bsympify\(|\bparse_expr\(|\bsp\.S\
 REVIEWED = {
     ("memsym/values.py", "expr = sp.sympify(value, strict=True)  # strict: no string parsing, no eval"):
         "as_expr: strings are refused just above, and strict=True never parses text",
-    ("memsym/models.py", "value = sp.sympify(expr).xreplace(vals)"):
+    ("memsym/model/counts.py", "value = sp.sympify(expr).xreplace(vals)"):
         "_as_int: expr is parameter_expression()'s SymPy expression, built by memsym",
     ("memsym/analysis.py", "if not sp.sympify(tp).is_Integer:"):
         "smallest_gpus: tp is the product of values that as_values() validated as numbers",

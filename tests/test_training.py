@@ -9,7 +9,7 @@ import sympy as sp
 
 from memsym.cli import main
 from memsym.errors import DivisibilityError, InvalidValueError, UnknownNameError
-from memsym.models import Architecture, parameter_count, preset
+from memsym.model import Architecture, parameter_count, preset
 from memsym.terms.model_state import byte_widths, model_state
 from memsym.training import (ALLOWANCES, Layout, Training, allowance_values, stage_total,
                              training_memory)
@@ -230,7 +230,7 @@ def test_cli_solve_micro_batch_and_pp(capsys):
 def test_training_total_is_differentiable_in_t():
     # the stage's parameters enter as tp/t + replicated, so dM/dt sees the model states:
     # for the weights term, (t/M) dM/dt = -(tp/t) / (tp/t + replicated), from the counts
-    from memsym.models import stage_parameters
+    from memsym.model import stage_parameters
     from memsym.symbols import t as sym_t
 
     lay = Layout(t=4, p=4, d=2, sequence_parallel=True)

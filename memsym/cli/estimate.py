@@ -55,7 +55,7 @@ def cluster_known(args) -> bool:
 def communication_report(args, arch, layout, training) -> dict:
     """``communication``, ``bubble``, ``flops``, ``step_time_s``, ``mfu`` of the layout on the
     cluster the options describe (:func:`memsym.terms.compute.step_report`)."""
-    from ..models import active_parameter_count, moe_layer_pattern, stage_parameters
+    from ..model import active_parameter_count, moe_layer_pattern, stage_parameters
     from ..terms.compute import step_report
     from ..training import arch_values, microbatches
 

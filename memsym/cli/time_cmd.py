@@ -44,7 +44,7 @@ def _params(text: str):
         return parse_count(text), "parameters"
     except MemsymError:
         pass
-    from .. import models
+    from .. import model as models
 
     arch = models.preset(text)  # UnknownNameError with suggestions on a miss
     moe = getattr(arch, "is_moe", False)

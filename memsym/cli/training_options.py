@@ -105,7 +105,7 @@ def _architecture(args):
     from dataclasses import replace
 
     from ..errors import InvalidValueError
-    from ..models import Architecture, resolve_model
+    from ..model import Architecture, resolve_model
 
     over = {n: getattr(args, n) for n in ARCH_OPTIONS if getattr(args, n) is not None}
     for n in _ARCH_FLAGS:
@@ -214,7 +214,7 @@ def _num(value) -> int:
 def report_for(args, arch, layout, training, allowances, *, cluster: bool = True) -> dict:
     """The report of one (arch, layout, training, allowances): validated once, evaluated on
     every stage; with ``cluster`` and cluster options, communication and time too."""
-    from ..models import parameter_count
+    from ..model import parameter_count
     from ..training import training_memory
     from .estimate import cluster_known, communication_report
 

@@ -122,7 +122,7 @@ def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
 
     Parameters
     ----------
-    arch : memsym.models.Architecture
+    arch : memsym.model.Architecture
     rank : int
         LoRA rank r.
     targets : iterable of str
@@ -130,11 +130,11 @@ def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
 
     Examples
     --------
-    >>> from memsym.models import preset
+    >>> from memsym.model import preset
     >>> lora_parameter_count(preset("gpt3-175b"), 8)
     37748736
     """
-    from ..models import _lenient
+    from ..model.architecture import _lenient
 
     if isinstance(rank, bool) or int(rank) != rank or rank < 1:
         raise InvalidValueError(f"LoRA rank must be a whole number >= 1, got {rank!r}")

@@ -1,0 +1,251 @@
+"""The architecture record (Megatron-LM field names), its resolution and validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional, Union
+
+
+
+from ..errors import InvalidValueError, UnknownNameError
+
+__all__ = ["Architecture", "resolve", "padded_vocab_size", "moe_layer_pattern"]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A decoder-only transformer, described as Megatron-LM's arguments describe it.
+
+    Defaults resolve as Megatron's ``validate_args`` resolves them: ``num_query_groups``
+    to ``num_attention_heads`` (no GQA), ``kv_channels`` to h/a, ``ffn_hidden_size`` to 4h
+    (8h/3 rounded is *not* implied by ``swiglu``; presets state f explicitly).
+    Use :func:`resolve` to get a copy with every default filled in and every field checked.
+
+    Fields added beyond Megatron's argument names: ``qk_layernorm`` (per-head RMSNorm on Q and K,
+    Qwen3), ``moe_router_bias`` (E router biases per MoE layer: gpt-oss's router bias,
+    DeepSeek-V3's ``e_score_correction_bias``; None follows ``add_bias_linear``),
+    ``moe_shared_expert_gate`` (Qwen2-MoE's h→1 gate), ``attention_sinks`` (one learned logit per
+    head, gpt-oss), ``untie_embeddings_and_output_weights`` as in Megatron.
+    """
+
+    name: str = "custom"
+    num_layers: int = 1
+    hidden_size: int = 1
+    num_attention_heads: int = 1
+    num_query_groups: Optional[int] = None        # KV heads (GQA); None = num_attention_heads
+    kv_channels: Optional[int] = None             # head dim; None = hidden_size / heads
+    ffn_hidden_size: Optional[int] = None         # None = 4 * hidden_size
+    swiglu: bool = False                          # gated MLP (3 matrices)
+    normalization: str = "LayerNorm"              # or "RMSNorm"
+    vocab_size: int = 1
+    make_vocab_size_divisible_by: int = 128
+    untie_embeddings_and_output_weights: bool = False
+    position_embedding_type: str = "learned_absolute"   # or "rope"
+    max_position_embeddings: Optional[int] = None
+    add_bias_linear: bool = True                   # biases on the linear layers
+    add_qkv_bias: bool = False                     # QKV bias even when add_bias_linear is False
+    # Mixture of experts
+    num_experts: Optional[int] = None
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: Optional[int] = None
+    moe_shared_expert_intermediate_size: Optional[int] = None
+    moe_layer_freq: Union[int, tuple] = 1          # int q: layer i is MoE iff i % q == 0; or a 0/1 tuple
+    # Multi-latent attention (DeepSeek-V3)
+    multi_latent_attention: bool = False
+    q_lora_rank: Optional[int] = None
+    kv_lora_rank: Optional[int] = None
+    qk_head_dim: Optional[int] = None
+    qk_pos_emb_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    mtp_num_layers: int = 0
+    extra: dict = field(default_factory=dict, compare=False, hash=False)  # documented extras per preset
+    # --- added by the models module (issue 3) ---
+    qk_layernorm: bool = False                     # per-head norm on Q and K (Qwen3): 2*d_h per layer
+    moe_router_bias: Optional[bool] = None         # E biases per MoE router; None = add_bias_linear
+    moe_shared_expert_gate: bool = False           # sigmoid gate h->1 on the shared expert (Qwen2-MoE)
+    attention_sinks: bool = False                  # one learned sink logit per head (gpt-oss)
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the model has routed experts."""
+        return bool(self.num_experts)
+
+    @property
+    def gated(self) -> bool:
+        """Whether the MLP is gated (SwiGLU: three matrices)."""
+        return bool(self.swiglu)
+
+
+# ----------------------------------------------------------------------------------------------
+# resolution and checks
+# ----------------------------------------------------------------------------------------------
+
+_NORMS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
+_POSITIONS = {"learned_absolute": "learned_absolute", "learned": "learned_absolute",
+              "rope": "rope", "none": "none", "yarn": "rope"}
+_INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
+               "kv_channels", "ffn_hidden_size", "vocab_size", "make_vocab_size_divisible_by",
+               "max_position_embeddings", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+               "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+_BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
+                "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
+                "attention_sinks")
+
+
+def _pos_int(value, what: str, allow_zero: bool = False) -> int:
+    # bool is an int subclass in Python: True must not pass as 1 layer.
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import numbers
+            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        except Exception:  # pragma: no cover
+            ok = False
+        if not ok:
+            raise InvalidValueError(f"{what} must be a whole number, got {type(value).__name__} "
+                                    f"{str(value)[:40]!r}")
+        value = int(value)
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidValueError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+    return value
+
+
+def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architecture:
+    """A copy of ``arch`` with Megatron's defaults filled in and every field checked.
+
+    ``num_query_groups`` → a, ``kv_channels`` → h/a (h must divide), ``ffn_hidden_size`` → 4h,
+    ``moe_ffn_hidden_size`` → ``ffn_hidden_size``, ``max_position_embeddings`` → ``seq_length``
+    (when learned positions need it), ``moe_router_bias`` → ``add_bias_linear``,
+    ``normalization`` and ``position_embedding_type`` spelled canonically.
+
+    Raises
+    ------
+    InvalidValueError
+        A field of the wrong type or range (one line naming the field).
+
+    Examples
+    --------
+    >>> r = resolve(Architecture(num_layers=2, hidden_size=64, num_attention_heads=8), seq_length=2048)
+    >>> (r.num_query_groups, r.kv_channels, r.ffn_hidden_size)
+    (8, 8, 256)
+    """
+    if not isinstance(arch, Architecture):
+        raise InvalidValueError(f"expected an Architecture, got {type(arch).__name__}")
+    upd = {}
+    for name in _INT_FIELDS:
+        val = getattr(arch, name)
+        if val is not None:
+            upd[name] = _pos_int(val, name)
+    for name in _BOOL_FIELDS:
+        val = getattr(arch, name)
+        if not isinstance(val, bool):
+            raise InvalidValueError(f"{name} must be true or false, got {val!r:.40}")
+    if arch.moe_router_bias is not None and not isinstance(arch.moe_router_bias, bool):
+        raise InvalidValueError(f"moe_router_bias must be true, false or None, got "
+                                f"{arch.moe_router_bias!r:.40}")
+    upd["mtp_num_layers"] = _pos_int(arch.mtp_num_layers, "mtp_num_layers", allow_zero=True)
+    if arch.moe_shared_expert_intermediate_size is not None:
+        upd["moe_shared_expert_intermediate_size"] = _pos_int(
+            arch.moe_shared_expert_intermediate_size, "moe_shared_expert_intermediate_size",
+            allow_zero=True)
+    norm = _NORMS.get(str(arch.normalization).lower())
+    if norm is None:
+        raise UnknownNameError("normalization", arch.normalization, list(_NORMS.values()))
+    upd["normalization"] = norm
+    pos = _POSITIONS.get(str(arch.position_embedding_type).lower())
+    if pos is None:
+        raise UnknownNameError("position_embedding_type", arch.position_embedding_type,
+                               ["learned_absolute", "rope", "none"])
+    upd["position_embedding_type"] = pos
+    hs, heads = upd["hidden_size"], upd["num_attention_heads"]
+    upd.setdefault("num_query_groups", heads)
+    if "kv_channels" not in upd:
+        if hs % heads:
+            raise InvalidValueError(f"kv_channels is not given and hidden_size {hs} is not a "
+                                    f"multiple of num_attention_heads {heads}; give kv_channels")
+        upd["kv_channels"] = hs // heads
+    upd.setdefault("ffn_hidden_size", 4 * hs)
+    if upd["num_query_groups"] > heads or heads % upd["num_query_groups"]:
+        raise InvalidValueError(f"num_query_groups {upd['num_query_groups']} must divide "
+                                f"num_attention_heads {heads}")
+    if pos == "learned_absolute" and "max_position_embeddings" not in upd:
+        if seq_length is None:
+            raise InvalidValueError("learned position embeddings need max_position_embeddings "
+                                    "(or a seq_length to default it to)")
+        upd["max_position_embeddings"] = _pos_int(seq_length, "seq_length")
+    if upd.get("num_experts"):
+        upd.setdefault("moe_ffn_hidden_size", upd["ffn_hidden_size"])
+        if upd["moe_router_topk"] > upd["num_experts"]:
+            raise InvalidValueError(f"moe_router_topk {upd['moe_router_topk']} exceeds "
+                                    f"num_experts {upd['num_experts']}")
+        freq = arch.moe_layer_freq
+        if isinstance(freq, (list, tuple)):
+            if len(freq) != upd["num_layers"] or any(
+                    isinstance(x, bool) or x not in (0, 1) for x in freq):
+                raise InvalidValueError(f"moe_layer_freq as a pattern must list {upd['num_layers']}"
+                                        " entries of 0 or 1")
+            upd["moe_layer_freq"] = tuple(int(x) for x in freq)
+        else:
+            upd["moe_layer_freq"] = _pos_int(freq, "moe_layer_freq")
+    if arch.multi_latent_attention:
+        for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            if name not in upd:
+                raise InvalidValueError(f"multi_latent_attention needs {name}")
+    if arch.moe_router_bias is None:
+        upd["moe_router_bias"] = bool(arch.add_bias_linear)
+    return replace(arch, **upd)
+
+
+def _lenient(arch: Architecture) -> Architecture:
+    # structure-only resolution: a missing position-table length does not matter here
+    return resolve(arch, seq_length=1 if isinstance(arch, Architecture)
+                   and arch.max_position_embeddings is None else None)
+
+
+def padded_vocab_size(vocab_size: int, t: int = 1, divisible_by: int = 128) -> int:
+    """Megatron-LM's padded vocabulary: the next multiple of ``divisible_by * t``.
+
+    .. math:: V_{\\mathrm{pad}} = \\left\\lceil \\frac{V}{128\\,t} \\right\\rceil 128\\,t
+
+    Parameters
+    ----------
+    vocab_size : int
+        Tokenizer vocabulary [tokens].
+    t : int
+        Tensor-parallel size [GPUs].
+    divisible_by : int
+        ``--make-vocab-size-divisible-by`` (default 128).
+
+    References
+    ----------
+    Megatron-LM ``_vocab_size_with_padding`` (megatron/training/tokenizer); MEGATRON-ESTIMATORS.md §2.1.
+
+    Examples
+    --------
+    >>> padded_vocab_size(50257, t=1), padded_vocab_size(50257, t=8), padded_vocab_size(32000, t=8)
+    (50304, 51200, 32768)
+    """
+    vocab_size = _pos_int(vocab_size, "vocab_size")
+    mult = _pos_int(divisible_by, "make_vocab_size_divisible_by") * _pos_int(t, "t")
+    return -(-vocab_size // mult) * mult
+
+
+def moe_layer_pattern(arch: Architecture) -> tuple:
+    """Which decoder layers are MoE layers: a tuple of L booleans (all False for a dense model).
+
+    ``moe_layer_freq`` = q (int): layer i (0-based) is MoE iff i mod q = 0 (Megatron-LM);
+    a tuple gives the pattern itself (DeepSeek-V3: three dense layers, then 58 MoE layers).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> moe_layer_pattern(preset("mixtral-8x7b"))[:3]
+    (True, True, True)
+    >>> sum(moe_layer_pattern(preset("deepseek-v3")))
+    58
+    """
+    x = _lenient(arch)
+    if not x.is_moe:
+        return (False,) * x.num_layers
+    if isinstance(x.moe_layer_freq, tuple):
+        return tuple(bool(v) for v in x.moe_layer_freq)
+    return tuple(i % x.moe_layer_freq == 0 for i in range(x.num_layers))

@@ -1,0 +1,389 @@
+"""Exact parameter counts: symbolic forms in the registry's symbols and integers."""
+
+from __future__ import annotations
+
+
+import sympy as sp
+
+from ..errors import InvalidValueError, UnknownNameError
+from .architecture import Architecture, _lenient, moe_layer_pattern, padded_vocab_size, resolve
+from ..symbols import (E, L, L_m, V, a, d_h, d_qk, d_r, d_v, f, f_e, f_sh, g, h, k, n_mtp, r_kv, r_q, s_max)
+
+# ----------------------------------------------------------------------------------------------
+# symbolic parameter counts
+# ----------------------------------------------------------------------------------------------
+
+__all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "parameter_total"]
+
+
+COMPONENTS = ("embedding", "position_embedding", "attention", "mlp", "norms", "router",
+              "shared_experts", "experts", "output_layer", "mtp", "mtp_experts")
+"""Keys of :func:`parameter_expression` / :func:`parameter_counts`, in model order."""
+
+_ZERO = sp.Integer(0)
+
+
+def _eta(x: Architecture) -> int:
+    # parameters per normalised element: RMSNorm has a scale only, LayerNorm scale and shift.
+    return 1 if x.normalization == "RMSNorm" else 2
+
+
+def _attention_parts(x: Architecture):
+    """Per-layer attention parameters as (TP-sharded, TP-replicated) expressions."""
+    bias_all, bias_qkv = x.add_bias_linear, x.add_bias_linear or x.add_qkv_bias
+    eta = _eta(x)
+    if x.multi_latent_attention:
+        # DeepSeek-V2/V3 MLA (arXiv 2405.04434 §2.1): queries and keys/values through low-rank
+        # latents with an RMSNorm each; the down projections are duplicated on every TP rank in
+        # Megatron-core (parallel_mode="duplicated"), the up projections and output are sharded.
+        rep = _ZERO
+        if x.q_lora_rank:
+            rep += h * r_q + eta * r_q
+            tp = r_q * a * (d_qk + d_r)
+        else:
+            tp = h * a * (d_qk + d_r)
+        rep += h * (r_kv + d_r) + eta * r_kv
+        tp += r_kv * a * (d_qk + d_v) + a * d_v * h
+        if bias_all:  # not used by any preset; counted as Megatron would build it
+            tp += a * (d_qk + d_r) + a * (d_qk + d_v)
+            rep += h
+        return tp, rep
+    # Q and O are h x a*d_h, K and V are h x g*d_h (GQA; g = a is multi-head attention).
+    tp = h * a * d_h + 2 * h * g * d_h + a * d_h * h
+    rep = _ZERO
+    if bias_qkv:
+        tp += (a + 2 * g) * d_h
+    if bias_all:
+        rep += h                      # the output projection's bias (row-parallel: replicated)
+    if x.qk_layernorm:
+        rep += 2 * eta * d_h          # one norm over the head dim for Q and one for K
+    if x.attention_sinks:
+        tp += a                       # one sink logit per head, sharded with the heads
+    return tp, rep
+
+
+def _mlp_parts(x: Architecture, width):
+    """An MLP of inner size ``width``: (TP-sharded, replicated) weights and biases."""
+    gated = x.gated
+    tp = (3 if gated else 2) * h * width
+    rep = _ZERO
+    if x.add_bias_linear:
+        tp += (2 if gated else 1) * width   # column-parallel fc1 (gate and up) biases
+        rep += h                            # row-parallel fc2 bias
+    return tp, rep
+
+
+def _layer_parts(x: Architecture, moe: bool) -> dict:
+    """One decoder layer: component -> (TP-sharded, replicated, routed-expert) expressions."""
+    at, ar = _attention_parts(x)
+    parts = {"attention": (at, ar, _ZERO), "norms": (_ZERO, 2 * _eta(x) * h, _ZERO)}
+    if not moe:
+        mt, mr = _mlp_parts(x, f)
+        parts["mlp"] = (mt, mr, _ZERO)
+        return parts
+    router = h * E + (E if x.moe_router_bias else 0)
+    parts["router"] = (_ZERO, router, _ZERO)
+    if x.moe_shared_expert_intermediate_size:
+        st, sr = _mlp_parts(x, f_sh)
+        if x.moe_shared_expert_gate:
+            sr += h
+        parts["shared_experts"] = (st, sr, _ZERO)
+    et, er = _mlp_parts(x, f_e)
+    parts["experts"] = (_ZERO, _ZERO, E * (et + er))
+    return parts
+
+
+def _per_layer_total(x: Architecture, moe: bool, experts: bool = True):
+    return sum((tp + rep + (ex if experts else 0) for tp, rep, ex in _layer_parts(x, moe).values()),
+               _ZERO)
+
+
+def _mtp_extra(x: Architecture):
+    # REF: DeepSeek-V3 (arXiv 2412.19437) §2.2: each MTP module has RMSNorms on the hidden state
+    # and on the embedding, the projection M (2h -> h) and a transformer block; Megatron-core adds
+    # a final norm per MTP layer.  The embedding and output head are shared with the main model.
+    return 3 * _eta(x) * h + 2 * h * h
+
+
+def parameter_expression(arch: Architecture) -> dict:
+    """The parameter count of each component as a SymPy expression in registry symbols.
+
+    The structure (gated or not, GQA or MLA, biases, norms, tied or untied) comes from ``arch``;
+    the sizes stay symbols (h, a, g, d_h, f, V, E, k, f_e, f_sh, L, L_m, s_max, r_q, r_kv,
+    d_qk, d_r, d_v, n_mtp), and :func:`parameter_values` gives their values.
+
+    .. math::
+        N = \\underbrace{Vh}_{\\text{embedding}} + L\\,P_{\\text{attn}} + (L-L_m)P_{\\text{mlp}}
+          + L_m\\,(hE + P_{\\text{sh}} + E\\,P_{\\text{exp}}) + 2\\eta h L + \\eta h
+          + [\\text{untied}]\\,Vh + n_{\\text{mtp}}(\\dots)
+
+    Parameters
+    ----------
+    arch : Architecture
+        The model.
+
+    Returns
+    -------
+    dict
+        ``{component: expr}`` for every key of :data:`COMPONENTS` [parameters].
+
+    References
+    ----------
+    Narayanan et al. 2021, Eq. 2 (GPT); MEGATRON-ESTIMATORS.md §2.2 (GQA, SwiGLU, MoE, MLA).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> ex = parameter_expression(preset("llama2-7b"))
+    >>> ex["attention"], ex["mlp"], ex["norms"]
+    (L*(2*a*d_h*h + 2*d_h*g*h), 3*L*f*h, 2*L*h + h)
+    """
+    x = _lenient(arch)
+    pattern = moe_layer_pattern(x)
+    any_moe, any_dense = any(pattern), not all(pattern)
+    n_moe = L_m if any_moe else _ZERO
+    n_dense = (L - L_m) if any_moe else L
+    out = {key: _ZERO for key in COMPONENTS}
+    out["embedding"] = V * h
+    if x.position_embedding_type == "learned_absolute":
+        out["position_embedding"] = s_max * h
+    if x.untie_embeddings_and_output_weights:
+        out["output_layer"] = V * h
+    dense_parts = _layer_parts(x, False) if any_dense else {}
+    moe_parts = _layer_parts(x, True) if any_moe else {}
+    for key in ("attention", "norms"):
+        out[key] = L * sum(_layer_parts(x, any_moe)[key][:3], _ZERO)
+    out["norms"] += _eta(x) * h                  # final norm
+    if any_dense:
+        out["mlp"] = n_dense * sum(dense_parts["mlp"], _ZERO)
+    for key in ("router", "shared_experts", "experts"):
+        if key in moe_parts:
+            out[key] = n_moe * sum(moe_parts[key], _ZERO)
+    if x.mtp_num_layers:
+        last_moe = pattern[-1]
+        out["mtp"] = n_mtp * (_per_layer_total(x, last_moe, experts=False) + _mtp_extra(x))
+        if last_moe:
+            out["mtp_experts"] = n_mtp * _layer_parts(x, True)["experts"][2]
+    return {key: sp.expand(val) if key in ("mtp", "mtp_experts") else val
+            for key, val in out.items()}
+
+
+def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) -> dict:
+    """The values of the symbols in :func:`parameter_expression` for ``arch`` (exact Integers).
+
+    ``V`` is the published vocabulary, or Megatron's padded one when ``pad_vocab`` (padding to a
+    multiple of ``make_vocab_size_divisible_by * t``).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> vals = parameter_values(preset("gpt3-175b"), pad_vocab=True)
+    >>> int(vals[V]), int(vals[h])
+    (50304, 12288)
+    """
+    x = resolve(arch)   # strict: learned positions need max_position_embeddings
+    vocab = (padded_vocab_size(x.vocab_size, t, x.make_vocab_size_divisible_by) if pad_vocab
+             else x.vocab_size)
+    vals = {h: x.hidden_size, a: x.num_attention_heads, g: x.num_query_groups,
+            d_h: x.kv_channels, f: x.ffn_hidden_size, V: vocab, L: x.num_layers,
+            s_max: x.max_position_embeddings or 1, n_mtp: x.mtp_num_layers,
+            L_m: sum(moe_layer_pattern(x))}
+    if x.is_moe:
+        vals.update({E: x.num_experts, k: x.moe_router_topk, f_e: x.moe_ffn_hidden_size,
+                     f_sh: x.moe_shared_expert_intermediate_size or 0})
+    if x.multi_latent_attention:
+        vals.update({r_kv: x.kv_lora_rank, d_qk: x.qk_head_dim, d_r: x.qk_pos_emb_head_dim,
+                     d_v: x.v_head_dim})
+        if x.q_lora_rank:
+            vals[r_q] = x.q_lora_rank
+    return {sym: sp.Integer(val) for sym, val in vals.items()}
+
+
+def _as_int(expr, vals) -> int:
+    value = sp.sympify(expr).xreplace(vals)
+    if not value.is_Integer:  # pragma: no cover - a symbol left unvalued is a bug here
+        raise InvalidValueError(f"parameter count did not evaluate to an integer: {value}")
+    return int(value)
+
+
+def parameter_counts(arch: Architecture, t: int = 1, pad_vocab: bool = False) -> dict:
+    """Exact parameter count of each component (ints), keys as :data:`COMPONENTS`.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> c = parameter_counts(preset("llama2-7b"))
+    >>> c["embedding"], c["output_layer"], c["norms"]
+    (131072000, 131072000, 266240)
+    """
+    vals = parameter_values(arch, t, pad_vocab)
+    return {key: _as_int(expr, vals) for key, expr in parameter_expression(arch).items()}
+
+
+def parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False, mtp: bool = True,
+                    embedding: bool = True) -> int:
+    """The exact number of parameters of ``arch`` [parameters].
+
+    .. math:: N = \\sum_{\\text{components}} N_c
+
+    Parameters
+    ----------
+    arch : Architecture
+        The model.
+    t : int
+        Tensor-parallel size; matters only with ``pad_vocab`` (the padding multiple is 128·t).
+    pad_vocab : bool
+        Count Megatron's padded vocabulary rows (default: the published vocabulary).
+    mtp : bool
+        Include the multi-token-prediction layers (DeepSeek-V3's published 671B excludes them).
+    embedding : bool
+        Include the input embedding (and learned position table).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> parameter_count(preset("llama2-7b"))
+    6738415616
+    """
+    counts = parameter_counts(arch, t, pad_vocab)
+    if not mtp:
+        counts["mtp"] = counts["mtp_experts"] = 0
+    if not embedding:
+        counts["embedding"] = counts["position_embedding"] = 0
+    return sum(counts.values())
+
+
+def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False,
+                           mtp: bool = False, embedding: bool = True) -> int:
+    """Parameters a token passes through: routed experts count k of E per MoE layer.
+
+    .. math:: N_{\\text{active}} = N - L_m (E - k) P_{\\text{exp}}
+
+    MTP layers are excluded by default (they are a training-only head).  DeepSeek-V3's "37B
+    activated" and gpt-oss's "5.1B active" are stated without the input embedding: pass
+    ``embedding=False`` for those.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> active_parameter_count(preset("mixtral-8x7b"))
+    12879925248
+    """
+    counts = parameter_counts(arch, t, pad_vocab)
+    x = _lenient(arch)
+    if x.is_moe:
+        ratio = sp.Rational(x.moe_router_topk, x.num_experts)
+        counts["experts"] = int(counts["experts"] * ratio)
+        counts["mtp_experts"] = int(counts["mtp_experts"] * ratio)
+    if not mtp:
+        counts["mtp"] = counts["mtp_experts"] = 0
+    if not embedding:
+        counts["embedding"] = counts["position_embedding"] = 0
+    return sum(counts.values())
+
+
+def gpt_parameter_expression(final_norm: bool = True) -> sp.Expr:
+    """The GPT count in h, L, V, s_max only (f = 4h, d_h = h/a, tied, biases, learned positions).
+
+    .. math:: N = 12Lh^2 + 13Lh + (V + s_{\\max})h \\;[+\\,2h]
+
+    Narayanan et al. 2021 Eq. 2 omits the final LayerNorm (``final_norm=False`` reproduces it).
+
+    Examples
+    --------
+    >>> sp.factor(gpt_parameter_expression(final_norm=False) - 12*L*h**2)
+    h*(13*L + V + s_max)
+    """
+    arch = Architecture(name="gpt", num_layers=2, hidden_size=64, num_attention_heads=8,
+                        vocab_size=128, max_position_embeddings=16)
+    total = sum(parameter_expression(arch).values(), _ZERO)
+    total = total.subs({f: 4 * h, d_h: h / a, g: a})
+    if not final_norm:
+        total -= 2 * h
+    return sp.expand(total)
+
+
+_PER_LAYER = {"attention": False, "norms": False, "mlp": False, "layer": False,
+              "router": True, "shared_experts": True, "experts": True, "moe_layer": True}
+
+
+def symbolic_parameters(model, component: str = "total", per_layer: bool = False) -> sp.Expr:
+    """One component's parameter count as a SymPy expression, for a preset name or Architecture.
+
+    ``per_layer=True`` gives one decoder layer's share: ``attention``, ``norms``, ``mlp``,
+    ``layer`` (a dense layer), ``router``, ``shared_experts``, ``experts``, ``moe_layer``.
+    Otherwise a key of :data:`COMPONENTS` or ``"total"``.
+
+    Examples
+    --------
+    >>> symbolic_parameters("llama3-8b", "layer", per_layer=True)
+    2*a*d_h*h + 2*d_h*g*h + 3*f*h + 2*h
+    """
+    from .presets import preset  # presets import the counts: resolve the name late
+    arch = model if isinstance(model, Architecture) else preset(model)
+    x = _lenient(arch)
+    if per_layer:
+        if component not in _PER_LAYER:
+            raise UnknownNameError("per-layer component", component, list(_PER_LAYER))
+        moe = _PER_LAYER[component]
+        if moe and not x.is_moe:
+            raise InvalidValueError(f"{x.name} has no MoE layers (asked for {component})")
+        parts = _layer_parts(x, moe)
+        if component in ("layer", "moe_layer"):
+            return sp.expand(sum((sum(q, _ZERO) for q in parts.values()), _ZERO))
+        return sp.expand(sum(parts.get(component, (_ZERO,)), _ZERO))
+    exprs = parameter_expression(x)
+    if component == "total":
+        return sum(exprs.values(), _ZERO)
+    if component not in exprs:
+        raise UnknownNameError("parameter component", component, list(exprs) + ["total"])
+    return exprs[component]
+
+
+def _component_sources(x: Architecture) -> dict:
+    from ..term import Source
+
+    mega = "theoretical_memory_usage.py (MEGATRON-ESTIMATORS.md §2.2)"
+    return {
+        "embedding": Source("narayanan", "§5.1 Eq. 2 (the Vh term)"),
+        "position_embedding": Source("narayanan", "§5.1 Eq. 2 (the sh term)"),
+        "attention": (Source("deepseek-v2", "§2.1.2-2.1.3 (MLA projections)")
+                      if x.multi_latent_attention else Source("megatron-lm", mega + ": 2dh(a+g)")),
+        "mlp": Source("megatron-lm", mega + ": 2γhf"),
+        "norms": Source("megatron-lm", mega + ": 2ηh per layer + ηh"),
+        "router": Source("megatron-lm", mega + ": hE (+E)"),
+        "shared_experts": Source("megatron-lm", mega + ": 2γh f_sh"),
+        "experts": Source("megatron-lm", mega + ": 2γh f_e E"),
+        "output_layer": Source("megatron-lm", mega + ": hV when untied"),
+        "mtp": Source("deepseek-v3", "§2.2 (MTP modules: norms, projection M, one block)"),
+        "mtp_experts": Source("deepseek-v3", "§2.2 (the MTP block's routed experts)"),
+    }
+
+
+def parameter_total(arch: Architecture):
+    """The parameter count as a :class:`~memsym.term.Total` of cited terms [parameters].
+
+    Zero components are left out; evaluate with :func:`parameter_values`.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> tot = parameter_total(preset("llama2-7b"))
+    >>> [t.key for t in tot]
+    ['embedding', 'attention', 'mlp', 'norms', 'output_layer']
+    >>> tot.expr.xreplace(parameter_values(preset("llama2-7b")))
+    6738415616
+    """
+    from ..term import Term, Total
+
+    x = _lenient(arch)
+    sources = _component_sources(x)
+    what = {"embedding": "word embedding (V rows of h)", "position_embedding": "learned positions",
+            "attention": "attention projections per layer", "mlp": "dense MLPs",
+            "norms": "normalisation weights (per layer and final)", "router": "MoE routers",
+            "shared_experts": "shared experts", "experts": "routed experts",
+            "output_layer": "untied output layer", "mtp": "multi-token-prediction layers",
+            "mtp_experts": "routed experts of the MTP layers"}
+    terms = [Term(key, expr, what[key], sources[key], unit="parameters")
+             for key, expr in parameter_expression(x).items() if expr != 0]
+    return Total(f"parameters of {x.name}", tuple(terms), unit="parameters")

@@ -1,0 +1,137 @@
+"""Published models as presets, each equal to its published total."""
+
+from __future__ import annotations
+
+import os
+
+
+
+from ..errors import InvalidValueError, UnknownNameError
+from .architecture import Architecture
+from .hf_config import from_hf_config
+
+# ----------------------------------------------------------------------------------------------
+# presets
+# ----------------------------------------------------------------------------------------------
+
+__all__ = ["PRESETS", "preset", "preset_names", "resolve_model"]
+
+
+def _llama(name, L_, h_, a_, g_, f_, V_, **kw):
+    return Architecture(name=name, num_layers=L_, hidden_size=h_, num_attention_heads=a_,
+                        num_query_groups=g_, ffn_hidden_size=f_, swiglu=True,
+                        normalization="RMSNorm", vocab_size=V_,
+                        untie_embeddings_and_output_weights=True, position_embedding_type="rope",
+                        add_bias_linear=False, **kw)
+
+
+# Values are the Hugging Face config.json files of each model (hidden_size, num_hidden_layers,
+# num_attention_heads, num_key_value_heads, intermediate_size, vocab_size, ...); see
+# tests/test_models.py for the published totals each one reproduces.
+PRESETS: dict = {
+    # REF: Brown et al. 2020 (arXiv 2005.14165) Table 2.1: 96 layers, d_model 12288, 96 heads,
+    # d_head 128, context 2048; GPT-2 vocabulary 50257, learned positions, tied, biases.
+    "gpt3-175b": Architecture(name="gpt3-175b", num_layers=96, hidden_size=12288,
+                              num_attention_heads=96, vocab_size=50257,
+                              max_position_embeddings=2048),
+    "llama2-7b": _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, max_position_embeddings=4096),
+    "llama2-13b": _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000,
+                         max_position_embeddings=4096),
+    "llama2-70b": _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000,
+                         max_position_embeddings=4096),
+    "llama3-8b": _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, max_position_embeddings=8192),
+    "llama3-70b": _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256,
+                         max_position_embeddings=8192),
+    "llama3-405b": _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256,
+                          max_position_embeddings=131072),
+    "mistral-7b": _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000,
+                         max_position_embeddings=32768, extra={"sliding_window": 4096}),
+    "mixtral-8x7b": _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000,
+                           max_position_embeddings=32768, num_experts=8, moe_router_topk=2,
+                           moe_ffn_hidden_size=14336),
+    "deepseek-v3": Architecture(
+        name="deepseek-v3", num_layers=61, hidden_size=7168, num_attention_heads=128,
+        ffn_hidden_size=18432, swiglu=True, normalization="RMSNorm", vocab_size=129280,
+        untie_embeddings_and_output_weights=True, position_embedding_type="rope",
+        max_position_embeddings=163840, add_bias_linear=False,
+        num_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
+        moe_shared_expert_intermediate_size=2048, moe_layer_freq=(0,) * 3 + (1,) * 58,
+        multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
+        qk_pos_emb_head_dim=64, v_head_dim=128, kv_channels=128, mtp_num_layers=1,
+        moe_router_bias=True,   # e_score_correction_bias (noaux_tc routing), a parameter in HF
+        extra={"first_k_dense_replace": 3, "n_shared_experts": 1}),
+    "qwen3-8b": _llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, kv_channels=128,
+                       qk_layernorm=True, max_position_embeddings=40960),
+    "qwen3-30b-a3b": _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, kv_channels=128,
+                            qk_layernorm=True, max_position_embeddings=40960, num_experts=128,
+                            moe_router_topk=8, moe_ffn_hidden_size=768),
+    # gpt-oss-120b: 36 layers, all MoE (128 experts, top-4, expert ffn 2880), GQA 64/8 heads of 64,
+    # biases on every linear layer (attention, experts, router), one sink logit per head, untied.
+    # Sliding-window (128) attention on alternate layers changes activations, not parameters.
+    "gpt-oss-120b": Architecture(
+        name="gpt-oss-120b", num_layers=36, hidden_size=2880, num_attention_heads=64,
+        num_query_groups=8, kv_channels=64, ffn_hidden_size=2880, swiglu=True,
+        normalization="RMSNorm", vocab_size=201088, untie_embeddings_and_output_weights=True,
+        position_embedding_type="rope", max_position_embeddings=131072, add_bias_linear=True,
+        num_experts=128, moe_router_topk=4, moe_ffn_hidden_size=2880, attention_sinks=True,
+        extra={"sliding_window": 128, "layer_types": "sliding/full alternating",
+               "swiglu_limit": 7.0}),
+}
+
+
+def preset_names() -> list:
+    """The preset names, sorted."""
+    return sorted(PRESETS)
+
+
+def _normalise_name(name: str) -> str:
+    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def preset(name: str) -> Architecture:
+    """The preset architecture called ``name`` (case-insensitive; ``_`` reads as ``-``).
+
+    Raises
+    ------
+    UnknownNameError
+        When no preset has that name; the message suggests the closest.
+
+    Examples
+    --------
+    >>> preset("Llama2-7B").num_layers
+    32
+    >>> preset("llama2-7")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.UnknownNameError: unknown model 'llama2-7'; did you mean llama2-7b or llama2-70b or llama3-70b? (accepted: deepseek-v3, gpt-oss-120b, gpt3-175b, llama2-13b, llama2-70b, llama2-7b, llama3-405b, llama3-70b, llama3-8b, mistral-7b, mixtral-8x7b, qwen3-30b-a3b, ...)
+    """
+    if not isinstance(name, str):
+        raise InvalidValueError(f"a model name must be a string, got {type(name).__name__}")
+    key = _normalise_name(name)
+    if key not in PRESETS:
+        raise UnknownNameError("model", name, list(PRESETS))
+    return PRESETS[key]
+
+
+
+def resolve_model(name_or_path) -> Architecture:
+    """A preset name or a path to a ``config.json`` (or its directory), as the CLI's MODEL.
+
+    Anything that names an existing file or directory, or ends in ``.json``, is read as a
+    config; everything else is looked up among the presets.
+
+    Examples
+    --------
+    >>> resolve_model("MIXTRAL-8x7B").num_experts
+    8
+    """
+    if isinstance(name_or_path, Architecture):
+        return name_or_path
+    if isinstance(name_or_path, os.PathLike):
+        return from_hf_config(name_or_path)
+    if not isinstance(name_or_path, str):
+        raise InvalidValueError(f"a model must be a preset name or a config.json path, got "
+                                f"{type(name_or_path).__name__}")
+    if name_or_path.lower().endswith(".json") or os.path.exists(name_or_path):
+        return from_hf_config(name_or_path)
+    return preset(name_or_path)

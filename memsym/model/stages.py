@@ -1,0 +1,267 @@
+"""Pipeline stages: the layer split and per-stage parameter counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import sympy as sp
+
+from ..errors import DivisibilityError, InvalidValueError
+from .architecture import Architecture, _lenient, _pos_int, moe_layer_pattern, resolve
+from .counts import _ZERO, _as_int, _eta, _layer_parts, _mtp_extra, parameter_values
+from ..symbols import V, h
+
+# ----------------------------------------------------------------------------------------------
+# pipeline stages
+# ----------------------------------------------------------------------------------------------
+
+__all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters"]
+
+
+def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Optional[int] = None,
+                 first_stage_layers: Optional[int] = None,
+                 last_stage_layers: Optional[int] = None) -> None:
+    """Refuse a layout that Megatron-LM cannot build, naming the divisibility rule broken.
+
+    Rules: t divides the attention heads and the KV heads (query groups), t divides the ffn size;
+    p divides the layers (unless first/last stage sizes are given: then p − (number given)
+    divides the rest); e divides the experts; t_e divides the expert ffn size.
+
+    Raises
+    ------
+    DivisibilityError
+        One line naming the rule.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> check_layout(preset("llama2-70b"), t=8, p=4)
+    >>> check_layout(preset("llama2-70b"), t=16)
+    Traceback (most recent call last):
+    ...
+    memsym.errors.DivisibilityError: tensor-parallel size t=16 must divide the KV heads (num_query_groups=8)
+    """
+    x = _lenient(arch)
+    t, p, e = _pos_int(t, "t"), _pos_int(p, "p"), _pos_int(e, "e")
+    t_e = t if t_e is None else _pos_int(t_e, "t_e")
+    if x.num_attention_heads % t:
+        raise DivisibilityError(f"tensor-parallel size t={t} must divide the attention heads "
+                                f"(num_attention_heads={x.num_attention_heads})")
+    if not x.multi_latent_attention and x.num_query_groups % t:
+        raise DivisibilityError(f"tensor-parallel size t={t} must divide the KV heads "
+                                f"(num_query_groups={x.num_query_groups})")
+    if not all(moe_layer_pattern(x)) and x.ffn_hidden_size % t:
+        raise DivisibilityError(f"tensor-parallel size t={t} must divide the ffn size "
+                                f"(ffn_hidden_size={x.ffn_hidden_size})")
+    if x.is_moe:
+        if x.num_experts % e:
+            raise DivisibilityError(f"expert-parallel size e={e} must divide the experts "
+                                    f"(num_experts={x.num_experts})")
+        if x.moe_ffn_hidden_size % t_e:
+            raise DivisibilityError(f"expert tensor-parallel size t_e={t_e} must divide the "
+                                    f"expert ffn size (moe_ffn_hidden_size={x.moe_ffn_hidden_size})")
+    elif e != 1:
+        raise DivisibilityError(f"expert-parallel size e={e} needs a model with experts "
+                                f"({x.name} has none); use e=1")
+    _split_layers(x.num_layers, p, first_stage_layers, last_stage_layers)
+
+
+def _split_layers(n_layers: int, p: int, first=None, last=None) -> list:
+    """Layers per stage (Megatron's even split, or given first/last stage sizes)."""
+    if first is None and last is None:
+        if n_layers % p:
+            raise DivisibilityError(f"pipeline-parallel size p={p} must divide the layers "
+                                    f"(num_layers={n_layers}) unless first/last stage sizes are given")
+        return [n_layers // p] * p
+    if p == 1:
+        raise DivisibilityError("first/last pipeline stage sizes need p > 1")
+    sizes = [None] * p
+    rest, middle = n_layers, p
+    if first is not None:
+        sizes[0] = _pos_int(first, "first_stage_layers", allow_zero=True)
+        rest, middle = rest - sizes[0], middle - 1
+    if last is not None:
+        sizes[-1] = _pos_int(last, "last_stage_layers", allow_zero=True)
+        rest, middle = rest - sizes[-1], middle - 1
+    if rest < 0:
+        raise DivisibilityError(f"first/last stage sizes exceed num_layers={n_layers}")
+    if middle == 0:
+        if rest:
+            raise DivisibilityError(f"first and last stages hold {n_layers - rest} layers, "
+                                    f"not num_layers={n_layers}")
+        return sizes
+    if rest % middle:
+        raise DivisibilityError(f"the {middle} remaining pipeline stages must split the remaining "
+                                f"{rest} layers evenly")
+    return [rest // middle if s is None else s for s in sizes]
+
+
+def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,
+                 first_stage_layers: Optional[int] = None,
+                 last_stage_layers: Optional[int] = None) -> range:
+    """The decoder layers (0-based indices) held by pipeline ``stage`` of ``p``.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> stage_layers(preset("llama3-405b"), p=16, stage=0, first_stage_layers=7, last_stage_layers=7)
+    range(0, 7)
+    """
+    n = _lenient(arch).num_layers
+    p = _pos_int(p, "p")
+    sizes = _split_layers(n, p, first_stage_layers, last_stage_layers)
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < p:
+        raise InvalidValueError(f"stage must be a whole number in 0..{p - 1}, got {stage!r}")
+    start = sum(sizes[:stage])
+    return range(start, start + sizes[stage])
+
+
+def layer_parameters(arch: Architecture, moe: bool = False) -> dict:
+    """One decoder layer's parameters split by how they shard (exact ints).
+
+    Returns ``{"tp": ..., "replicated": ..., "experts": ...}``: TP-sharded weights (divide by t),
+    weights every TP rank holds whole (norms, router, row-parallel biases, MLA down projections),
+    and routed-expert weights (divide by e·t_e).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> layer_parameters(preset("llama2-7b"))
+    {'tp': 202375168, 'replicated': 8192, 'experts': 0}
+    """
+    x = _lenient(arch)
+    vals = parameter_values(replace(x, position_embedding_type="rope"))  # no s_max needed here
+    parts = _layer_parts(x, moe)
+    return {"tp": _as_int(sum((q[0] for q in parts.values()), _ZERO), vals),
+            "replicated": _as_int(sum((q[1] for q in parts.values()), _ZERO), vals),
+            "experts": _as_int(sum((q[2] for q in parts.values()), _ZERO), vals)}
+
+
+@dataclass(frozen=True)
+class StageParameters:
+    """Parameters held by one pipeline stage, whole and per GPU.
+
+    Attributes
+    ----------
+    stage : int
+        The stage index (0 = first).
+    layers : range
+        The decoder layers it holds.
+    embedding, output_layer, mtp : bool
+        Whether it holds the input embedding, the output layer (with the final norm), the MTP layers.
+    tp : int
+        TP-sharded parameters of the stage (whole, before dividing by t) [parameters].
+    replicated : int
+        Parameters every TP rank holds whole (norms, router, position table, ...) [parameters].
+    experts : int
+        Routed-expert parameters of the stage (whole, before dividing by e·t_e) [parameters].
+    t, e, t_e : int
+        The tensor, expert and expert-tensor parallel sizes used for the per-GPU numbers.
+    """
+
+    stage: int
+    layers: range
+    embedding: bool
+    output_layer: bool
+    mtp: bool
+    tp: int
+    replicated: int
+    experts: int
+    t: int = 1
+    e: int = 1
+    t_e: int = 1
+
+    @property
+    def dense(self) -> int:
+        """Stage parameters outside the routed experts [parameters]."""
+        return self.tp + self.replicated
+
+    @property
+    def total(self) -> int:
+        """All parameters of the stage [parameters]."""
+        return self.tp + self.replicated + self.experts
+
+    @property
+    def dense_per_gpu(self) -> sp.Rational:
+        """Non-expert parameters on one GPU of the stage: tp/t + replicated [parameters]."""
+        return sp.Rational(self.tp, self.t) + self.replicated
+
+    @property
+    def experts_per_gpu(self) -> sp.Rational:
+        """Routed-expert parameters on one GPU: experts/(e·t_e) [parameters]."""
+        return sp.Rational(self.experts, self.e * self.t_e)
+
+    @property
+    def per_gpu(self) -> sp.Rational:
+        """All parameters on one GPU of the stage [parameters]."""
+        return self.dense_per_gpu + self.experts_per_gpu
+
+
+def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0, *, e: int = 1,
+                     t_e: Optional[int] = None, first_stage_layers: Optional[int] = None,
+                     last_stage_layers: Optional[int] = None, pad_vocab: bool = True,
+                     tied_output_copy: bool = True) -> StageParameters:
+    """The parameters pipeline ``stage`` of ``p`` holds (Megatron-LM placement).
+
+    The first stage holds the word embedding (V_pad·h, sharded over t) and the learned position
+    table (replicated); the last stage holds the final norm, the output layer and the MTP layers
+    (Megatron-core places MTP on the last stage).  With tied embeddings and p > 1 the last stage
+    also holds a copy of the word embedding as its output weight (Megatron allocates it and
+    all-reduces its gradient with the first stage); ``tied_output_copy=False`` drops it.
+
+    .. math:: N_{\\text{GPU}} = \\frac{N_{\\text{tp}}}{t} + N_{\\text{rep}} + \\frac{N_{\\text{exp}}}{e\\,t_e}
+
+    Parameters
+    ----------
+    arch : Architecture
+    t, p, e : int
+        Tensor-, pipeline- and expert-parallel sizes [GPUs].
+    t_e : int, optional
+        Expert tensor-parallel size (default t, as Megatron resolves it).
+    stage : int
+        0 .. p−1.
+    first_stage_layers, last_stage_layers : int, optional
+        Uneven pipeline: layers on the first / last stage (Megatron's
+        ``--decoder-first/last-pipeline-num-layers``); the rest split evenly.
+    pad_vocab : bool
+        Use Megatron's padded vocabulary (default True: it is what is allocated).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> sp0 = stage_parameters(preset("llama2-7b"), t=1, p=4, stage=0, pad_vocab=False)
+    >>> sp0.total == 8 * 202383360 + 32000 * 4096
+    True
+    """
+    x = resolve(arch)   # strict: the position table is counted on stage 0
+    check_layout(x, t, p, e, t_e, first_stage_layers, last_stage_layers)
+    t_e = t if t_e is None else t_e
+    rng = stage_layers(x, p, stage, first_stage_layers, last_stage_layers)
+    pattern = moe_layer_pattern(x)
+    per = {kind: layer_parameters(x, kind) for kind in set(pattern)}
+    tp = sum(per[pattern[i]]["tp"] for i in rng)
+    rep = sum(per[pattern[i]]["replicated"] for i in rng)
+    ex = sum(per[pattern[i]]["experts"] for i in rng)
+    vals = parameter_values(x, t, pad_vocab)
+    vh = _as_int(V * h, vals)
+    first, last = stage == 0, stage == p - 1
+    if first:
+        tp += vh
+        if x.position_embedding_type == "learned_absolute":
+            rep += x.max_position_embeddings * x.hidden_size
+    if last:
+        rep += _eta(x) * x.hidden_size
+        if x.untie_embeddings_and_output_weights or (p > 1 and tied_output_copy):
+            tp += vh
+        if x.mtp_num_layers:
+            # each MTP layer: a block of the last layer's kind, its three norms (replicated) and
+            # the 2h -> h projection (counted as TP-sharded)
+            block = per[pattern[-1]]
+            norms = 3 * _eta(x) * x.hidden_size
+            proj = _as_int(_mtp_extra(x), vals) - norms
+            tp += x.mtp_num_layers * (block["tp"] + proj)
+            rep += x.mtp_num_layers * (block["replicated"] + norms)
+            ex += x.mtp_num_layers * block["experts"]
+    return StageParameters(stage, rng, first, last, bool(last and x.mtp_num_layers), tp, rep, ex,
+                           t, e, t_e)
