@@ -39,28 +39,17 @@ import sympy as sp
 from .errors import InvalidValueError, MemsymError, NoFitError, UnknownNameError, choose
 from .symbols import N, N_a, N_e, N_u, V, c, d, e, p, t, t_e
 from .values import exact
+from . import rules as _rules
+from .job import DEFAULTS
 
 __all__ = ["RULES", "SCHEMES", "Space", "SearchResult", "MinGpus", "search", "min_gpus",
            "smallest_d", "largest_fit", "explain", "raw_grid"]
 
-#: The framework rules a layout must satisfy, by name (the name is what the output shows).
-RULES = {
-    "world-size": "t*p*c*d must equal the number of GPUs",
-    "tp-per-node": "t must not exceed the GPUs per node (seed 002: TP stays on NVLink)",
-    "tp-heads": "t must divide the attention heads",
-    "tp-kv-heads": "t must divide the KV heads (query groups)",
-    "tp-ffn": "t must divide the ffn hidden size",
-    "pp-layers": "p must divide the layers (or the rest after the given first/last stages)",
-    "vpp-stages": "virtual stages v > 1 need p > 1",
-    "vpp-layers": "v must divide the layers per pipeline stage, (L/p) % v == 0 (seed 001, MCore)",
-    "ep-experts": "e must divide the experts (e = 1 without experts)",
-    "ep-group": "e*t_e must divide t*c*d (experts are carved out of the data-parallel ranks)",
-    "cp-seq": "2c must divide the sequence length (Megatron splits it into 2c chunks for causal "
-              "load balancing)",
-    "batch": "the global batch must be a multiple of micro-batch x d",
-    "offload-pp": "CPU offload only with p = 1 (seed 001: MCore refuses PP with offloading)",
-    "moe-tp-sp": "MoE with t > 1 needs sequence parallelism (Megatron-LM)",
-}
+#: The rules the search applies, by name (the name is what the output shows), from the one
+#: rule table :data:`memsym.rules.RULES`.
+RULES = {name: rule.summary for name, rule in _rules.RULES.items()}
+#: Rules on the discrete choices (checked per recompute/sharding/SP/offload combination).
+_CHOICE_RULES = ("moe-tp-sp", "offload-pp", "zero-pp")
 
 #: Sharding schemes searched by default (fsdp is the same memory as zero3).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
@@ -104,13 +93,6 @@ def _int_list(given, what):
     if isinstance(given, (int,)) and not isinstance(given, bool):
         given = [given]
     return tuple(sorted({_pos(x, what) for x in given}))
-
-
-def _cp_seq_ok(seq, c_):
-    """The cp-seq rule, shared with :func:`memsym.training.validate`."""
-    from .training import cp_sequence_ok
-
-    return cp_sequence_ok(seq, c_)
 
 
 # ------------------------------------------------------------------------------------------
@@ -178,11 +160,13 @@ class Space:
         return Training(**base)
 
 
-def make_space(model, gpu, *, seq_length=4096, global_batch_size=None, micro_batch_sizes=None,
+def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_size=None,
+               micro_batch_sizes=None,
                recompute=("none", "selective", "full"), sharding=SCHEMES,
                sequence_parallel=(False, True), offload=("none",), tp=None, pp=None, cp=None,
                ep=None, vpp=None, precision="bf16", optimizer="adam", convention="memsym",
-               flash_attention=True, dropout=False, schedule="1f1b", allowances=None,
+               flash_attention=DEFAULTS["flash_attention"], dropout=DEFAULTS["dropout"],
+               schedule=DEFAULTS["schedule"], allowances=None,
                finetune="full", lora_rank=16, lora_targets="all", quantization=None,
                first_stage_layers=None, last_stage_layers=None, capacity=None,
                gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1) -> Space:
@@ -311,54 +295,28 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
     return grid
 
 
+def _grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
+    """The knob values :mod:`memsym.rules` reads, over a grid (expert TP = t here)."""
+    B = space.global_batch_size
+    k = {name: grid[name] for name in _KNOBS}
+    k.update({"t_e": grid["t"], "s": space.seq_length, "B": B, "gpus": gpus,
+              "gpus_per_node": space.gpus_per_node,
+              "first_stage_layers": space.first_stage_layers,
+              "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,
+              "m": None if B is None else B // (grid["b"] * grid["d"])})
+    return k
+
+
 def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
-    """``rule name -> boolean array`` (True where the layout breaks the rule)."""
-    import numpy as np
+    """``rule name -> boolean array`` (True where the layout breaks the rule) for every rule
+    on the numeric knobs (:mod:`memsym.rules`; the choice rules are applied per combination)."""
+    names = [n for n in _rules.RULES if n not in _CHOICE_RULES and (n != "world-size" or gpus)]
+    return _rules.masks(space.arch, _grid_knobs(space, grid, gpus), names)
 
-    x = space.arch
-    t_, p_, c_, d_, e_, v_, b_ = (grid[k] for k in _KNOBS)
-    L_ = x.num_layers
-    out = {}
-    if gpus is not None:
-        out["world-size"] = t_ * p_ * c_ * d_ != gpus
-    out["tp-per-node"] = t_ > space.gpus_per_node
-    out["tp-heads"] = x.num_attention_heads % t_ != 0
-    out["tp-kv-heads"] = (x.num_query_groups % t_ != 0) if not x.multi_latent_attention \
-        else np.zeros_like(t_, dtype=bool)
-    from .model import moe_layer_pattern
 
-    # every FFN the model has is split over t: dense layers' ffn, MoE layers' expert (and
-    # shared-expert) ffn (expert TP = t here)
-    kinds = set(moe_layer_pattern(x))
-    sizes = ([x.ffn_hidden_size] if False in kinds else []) + (
-        [x.moe_ffn_hidden_size, x.moe_shared_expert_intermediate_size] if True in kinds else [])
-    out["tp-ffn"] = np.zeros_like(t_, dtype=bool)
-    for size in sizes:
-        if size:
-            out["tp-ffn"] |= size % t_ != 0
-    fst, lst = space.first_stage_layers, space.last_stage_layers
-    if fst is None and lst is None:
-        out["pp-layers"] = L_ % p_ != 0
-        per = L_ // p_
-    else:
-        given = (fst or 0) + (lst or 0)
-        middle = p_ - (fst is not None) - (lst is not None)
-        rest = L_ - given
-        with np.errstate(divide="ignore", invalid="ignore"):
-            bad = np.where(middle > 0, rest % np.maximum(middle, 1) != 0, rest != 0)
-        out["pp-layers"] = bad | (p_ == 1) | (rest < 0)
-        per = np.where(middle > 0, rest // np.maximum(middle, 1), 0)
-    out["vpp-stages"] = (v_ > 1) & (p_ == 1)
-    out["vpp-layers"] = (v_ > 1) & (per % v_ != 0)
-    if x.num_experts:
-        out["ep-experts"] = x.num_experts % e_ != 0
-        out["ep-group"] = (t_ * c_ * d_) % (e_ * t_) != 0
-    else:
-        out["ep-experts"] = e_ != 1
-    out["cp-seq"] = ~_cp_seq_ok(space.seq_length, c_)
-    if space.global_batch_size is not None:
-        out["batch"] = space.global_batch_size % (b_ * d_) != 0
-    return out
+def _choice_knobs(k: dict, spf: bool, off: str, scheme: str) -> dict:
+    return dict(k, sequence_parallel=spf, offload=off != "none",
+                shards_gradients=scheme in ("zero2", "zero3", "fsdp"))
 
 
 def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
@@ -374,12 +332,11 @@ def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
     space = space_or_model if isinstance(space_or_model, Space) else make_space(
         space_or_model, gpu, **kw)
     grid = {k: np.array([int(layout.get(k, 1))], dtype=np.int64) for k in _KNOBS}
-    out = [name for name, mask in rule_masks(space, grid).items() if bool(mask[0])]
-    if layout.get("offload", "none") != "none" and int(layout.get("p", 1)) > 1:
-        out.append("offload-pp")
-    if space.arch.num_experts and int(layout.get("t", 1)) > 1 and not layout.get("sequence_parallel"):
-        out.append("moe-tp-sp")
-    return [r for r in RULES if r in out]
+    k = _choice_knobs(_grid_knobs(space, grid), bool(layout.get("sequence_parallel", False)),
+                      layout.get("offload", "none"),
+                      _scheme(layout.get("sharding", "distributed-optimizer")))
+    return [name for name, mask in _rules.masks(space.arch, k).items()
+            if name != "world-size" and bool(mask[0])]
 
 
 # ------------------------------------------------------------------------------------------
@@ -657,7 +614,6 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     from .training import allowance_values, arch_values
 
     x = space.arch
-    moe = bool(x.num_experts)
     n = len(grid["t"])
     out_cols: dict = {k: [] for k in ("row", "t", "p", "c", "d", "e", "v", "b", "m", "recompute",
                                        "sharding", "sequence_parallel", "offload", "memory",
@@ -706,6 +662,7 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
                     "d": d_.astype(float), "e": e_.astype(float), "t_e": t_.astype(float),
                     "v": v_.astype(float), "b": b_.astype(float), "m": m_.astype(float),
                     "V": V_row})
+    knob_k = _grid_knobs(space, grid)
     combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
                                     space.offload, space.sharding))
     phi = allow.get("phi_frag", 0.0)
@@ -719,10 +676,8 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
         sel = (v_ > 1) if inter else (v_ == 1)
         if spf:
             sel &= t_ > 1          # SP is a choice only with t > 1 (Megatron turns it off at 1)
-        elif moe:
-            sel &= t_ == 1         # moe-tp-sp: MoE with t > 1 needs SP
-        if off != "none":
-            sel &= p_ == 1         # offload-pp
+        for mask in _rules.masks(x, _choice_knobs(knob_k, spf, off, scheme), _CHOICE_RULES).values():
+            sel &= ~mask
         if only is not None:
             sel &= ((only["recompute"] == rc) & (only["sharding"] == scheme)
                     & (only["sequence_parallel"] == spf) & (only["offload"] == off))
@@ -925,7 +880,7 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         (:data:`SCHEMES`), ``sequence_parallel`` ((False, True)), ``offload`` (("none",)),
         ``tp``/``pp``/``cp``/``ep``/``vpp`` (lists restricting the candidates),
         ``precision``, ``optimizer``, ``convention``, ``flash_attention`` (True),
-        ``dropout`` (False), ``allowances`` (overrides of the training allowances),
+        ``dropout`` (True: Megatron keeps dropout masks by default), ``allowances`` (overrides of the training allowances),
         ``finetune`` ("full", "lora", "qlora"), ``lora_rank``, ``lora_targets``,
         ``quantization``, ``first_stage_layers``/``last_stage_layers``, ``capacity``,
         ``gpus_per_node``, ``cluster``, ``efficiency`` (achieved fraction of peak FLOP/s,
@@ -960,10 +915,13 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     # choice-level rules, counted on the layouts that pass the knob rules
     ok = ~bad
     n_ok = int(ok.sum())
-    if "none" not in space.offload or len(space.offload) > 1:
-        excluded["offload-pp"] = int((grid["p"][ok] > 1).sum()) * sum(o != "none" for o in space.offload)
-    if space.arch.num_experts and False in space.sequence_parallel:
-        excluded["moe-tp-sp"] = int((grid["t"][ok] > 1).sum())
+    okk = _grid_knobs(space, {k: grid[k][ok] for k in _KNOBS}, G_)
+    for spf, off, scheme in itertools.product(space.sequence_parallel, space.offload, space.sharding):
+        if spf:
+            continue      # SP rows exist only with t > 1, where no choice rule refuses SP
+        for name, mask in _rules.masks(space.arch, _choice_knobs(okk, spf, off, scheme),
+                                       _CHOICE_RULES).items():
+            excluded[name] += int(mask.sum())
     valid = {k: grid[k][ok] for k in _KNOBS}
     gpus_row = np.full(n_ok, G_, dtype=np.int64)
     cols = _evaluate(space, valid, gpus_row, progress)
@@ -1522,13 +1480,16 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
         ex = fits(lo * step)
         return {"what": what, "value": lo * step, "closed_form": None, "bound": None,
                 "bytes": ex["bytes"]}
+    if what == "seq_length" and space.arch.max_position_embeddings:
+        limit = min(limit, space.arch.max_position_embeddings)     # rule seq-positions
     vals, totals = _row_totals(space, lay)
     sym = b_sym if what == "micro_batch_size" else s_sym
     vals.pop(sym, None)
 
     def valid(nv: int) -> bool:
         # the same cp-seq rule the search applies (2c | s for c > 1)
-        return bool(_cp_seq_ok(nv, lay["c"])) if what == "seq_length" else True
+        return not _rules.broken(space.arch, {"c": lay["c"], "s": nv}, ["cp-seq"]) \
+            if what == "seq_length" else True
 
     best = None
     for stage, tot in totals.items():

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import sympy as sp
 
-from .errors import DivisibilityError, InvalidValueError, UnknownNameError, choose
+from .errors import InvalidValueError, UnknownNameError, choose
 from .symbols import (E, L, M_nccl, M_ws, V, a, b, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, k, m, p,
                       phi_frag, s, t, t_e, v)
 from .term import Source, Term, Total
@@ -24,98 +24,11 @@ from .terms.model_state import CONVENTIONS, byte_widths, model_state
 from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                              stage_microbatches)
 from .values import exact
+from .job import Job, Layout, Training, _check_fields, microbatches, validate as _validate_job
 
 __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "TrainingEstimate", "allowance_values",
-           "allowance_terms", "arch_values", "microbatches", "validate", "stage_activations",
+           "allowance_terms", "arch_values", "microbatches", "validate", "job_memory", "stage_activations",
            "stage_total", "training_values", "training_memory", "RECOMPUTE", "SCHEDULES"]
-
-@dataclass(frozen=True)
-class Layout:
-    """A parallel layout: how the GPUs are split (Megatron-LM's ordering [TP, CP, PP, DP]).
-
-    Attributes
-    ----------
-    t, p, d, c : int
-        Tensor-, pipeline-, data- and context-parallel sizes; world size ``G = t p c d``.
-    e, t_e : int or None
-        Expert-parallel size and expert tensor-parallel size (``t_e`` None = ``t``, as
-        Megatron-LM's ``validate_args`` resolves it).
-    v : int or None
-        Virtual pipeline stages (model chunks) per pipeline rank; None = not interleaved.
-    sequence_parallel : bool
-        Megatron sequence parallelism (only meaningful for ``t > 1``).
-    first_stage_layers, last_stage_layers : int or None
-        Uneven pipeline: decoder layers on the first / last stage (Megatron's
-        ``--decoder-first/last-pipeline-num-layers``); the rest split evenly.
-    """
-
-    t: int = 1
-    p: int = 1
-    d: int = 1
-    c: int = 1
-    e: int = 1
-    t_e: int | None = None
-    v: int | None = None
-    sequence_parallel: bool = False
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-
-    @property
-    def world_size(self) -> int:
-        return self.t * self.p * self.c * self.d
-
-    @property
-    def expert_tp(self) -> int:
-        return self.t if self.t_e is None else self.t_e
-
-
-@dataclass(frozen=True)
-class Training:
-    """What one training step does (Megatron-LM argument names where they exist).
-
-    Attributes
-    ----------
-    seq_length : int
-        ``s`` [tokens].
-    micro_batch_size : int
-        ``b`` [sequences].
-    num_microbatches : int or None
-        ``m`` per step and pipeline; None = derived from ``global_batch_size`` as
-        ``B/(b d)``, or "enough" (at least ``p``) when that is also None.
-    global_batch_size : int or None
-        ``B`` [sequences].
-    recompute : {"none", "selective", "full"}
-        Activation recomputation (Megatron ``--recompute-granularity``; absent = none).
-    flash_attention : bool
-        Memory-efficient attention (no s^2 scores kept; softmax statistics kept).
-    dropout : bool
-        Whether dropout masks are kept (Megatron's defaults --hidden-dropout 0.1 and
-        --attention-dropout 0.1; Llama-style recipes set both to 0, and PyTorch keeps no
-        mask at p = 0).
-    schedule : {"1f1b", "gpipe"}
-        Pipeline schedule; 1F1B is interleaved when the layout's ``v`` > 1.
-    precision, optimizer, sharding, convention, offload : str
-        As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
-    capacity_factor : number
-        MoE routed-token load of the busiest expert rank relative to a perfectly balanced
-        one (1 = balanced; Megatron's ``--moe-expert-capacity-factor`` when tokens are dropped).
-    """
-
-    seq_length: int = 2048
-    micro_batch_size: int = 1
-    num_microbatches: int | None = None
-    global_batch_size: int | None = None
-    recompute: str = "none"
-    flash_attention: bool = False
-    dropout: bool = True
-    schedule: str = "1f1b"
-    precision: str = "bf16"
-    optimizer: str = "adam"
-    sharding: str = "distributed-optimizer"
-    convention: str = "memsym"
-    offload: str = "none"
-    capacity_factor: float = 1
-
 
 # ---------------------------------------------------------------------------------------------
 # allowances: named, cited, each a registered symbol with a default a user can override
@@ -216,14 +129,6 @@ def _resolve(arch, training):
     return models.resolve(models.resolve_model(arch), seq_length=training.seq_length)
 
 
-def _check_types(layout, training) -> None:
-    # a dict (or anything else) would fail later with an AttributeError, not a clear refusal
-    for obj, cls, name in ((layout, Layout, "layout"), (training, Training, "training")):
-        if not isinstance(obj, cls):
-            raise InvalidValueError(f"{name} must be a memsym.training.{cls.__name__}(...), got "
-                                    f"{type(obj).__name__}")
-
-
 def arch_values(arch, t_: int = 1) -> dict:
     """Registry symbol -> exact value for a resolved architecture (padded vocabulary at t).
 
@@ -251,144 +156,6 @@ def _mla(x) -> dict | None:
         return None
     return {name: getattr(x, name) for name in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
                                                  "qk_pos_emb_head_dim", "v_head_dim")}
-
-
-# ---------------------------------------------------------------------------------------------
-# validation (issue 3, part 8): one clear line per broken rule
-# ---------------------------------------------------------------------------------------------
-
-def microbatches(layout: Layout, training: Training):
-    """The number of micro-batches m per step (None when neither m nor B is given).
-
-    Megatron: ``B = m · b · d`` (the global batch is split over data-parallel ranks and
-    micro-batches; CP ranks share a sequence).
-
-    Examples
-    --------
-    >>> microbatches(Layout(d=2), Training(micro_batch_size=1, global_batch_size=32))
-    16
-    """
-    m_, B_ = training.num_microbatches, training.global_batch_size
-    bd = training.micro_batch_size * layout.d
-    if B_ is not None:
-        if B_ % bd:
-            raise DivisibilityError(f"global batch size B={B_} must be a multiple of micro-batch "
-                                    f"size x data-parallel size b*d={bd}")
-        if m_ is not None and m_ != B_ // bd:
-            raise InvalidValueError(f"num_microbatches {m_} contradicts B/(b*d) = {B_ // bd}")
-        return B_ // bd
-    return m_
-
-
-def cp_sequence_ok(seq, c_):
-    """Whether context parallelism ``c`` can split a sequence of ``seq`` tokens: c = 1, or 2c
-    divides it (works on ints and numpy arrays).
-
-    >>> cp_sequence_ok(4096, 2048), cp_sequence_ok(4096, 4096), cp_sequence_ok(6, 1)
-    (True, False, True)
-    """
-    # REF: Megatron-LM get_batch_on_this_cp_rank: the sequence is cut into 2c chunks and rank
-    # i keeps chunks i and 2c-1-i, so that causal attention work is balanced
-    return (c_ == 1) | (seq % (2 * c_) == 0)
-
-
-def validate(arch, layout: Layout, training: Training) -> None:
-    """Refuse settings Megatron-LM would refuse, one line naming the rule.
-
-    ``arch`` may be an Architecture, a preset name or a config.json path.
-
-    Raises
-    ------
-    DivisibilityError
-        t must divide the heads and KV heads, p the layers (unless uneven stages are given),
-        e the experts, e·t_e must divide t·c·d, c the sequence length, v the layers of every
-        pipeline stage (first and last included when uneven), B must be a multiple of b·d.
-    InvalidValueError
-        A bad value, an unknown recompute mode or schedule, MoE with t > 1 but no SP, a
-        layout or training that is not a :class:`Layout` / :class:`Training`.
-
-    Examples
-    --------
-    >>> validate("llama2-7b", Layout(p=4, v=2, first_stage_layers=5, last_stage_layers=9),
-    ...          Training(seq_length=4096))
-    Traceback (most recent call last):
-    ...
-    memsym.errors.DivisibilityError: virtual pipeline size v=2 must divide the layers of every pipeline stage (stage 0 has 5)
-    """
-    _check_types(layout, training)
-    _validate(_resolve(arch, training), layout, training)
-
-
-def _validate(arch, layout: Layout, training: Training):
-    """:func:`validate` of a resolved architecture; returns the canonical recompute mode,
-    schedule and micro-batch count m (or None), so callers need not recompute them."""
-    from . import model as models
-
-    for name in ("t", "p", "d", "c", "e"):
-        val = getattr(layout, name)
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            raise InvalidValueError(f"layout {name} must be a whole number >= 1, got {val!r}")
-    for name in ("seq_length", "micro_batch_size"):
-        val = getattr(training, name)
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            raise InvalidValueError(f"{name} must be a whole number >= 1, got {val!r}")
-    # optional knobs: None or a whole number >= 1 (v = 0 must not mean "not interleaved")
-    for obj, name in ((layout, "v"), (layout, "t_e"), (training, "num_microbatches"),
-                      (training, "global_batch_size")):
-        val = getattr(obj, name)
-        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
-            raise InvalidValueError(f"{name} must be a whole number >= 1 or None, got {val!r}")
-    # flags: a string such as "false" is truthy in Python, so only real booleans are accepted
-    for obj, name in ((layout, "sequence_parallel"), (training, "flash_attention"),
-                      (training, "dropout")):
-        if not isinstance(getattr(obj, name), bool):
-            raise InvalidValueError(f"{name} must be true or false, got {getattr(obj, name)!r:.40}")
-    if training.offload != "none" and layout.p > 1:
-        # REF: seed001 (MCore raises "no support for Pipeline parallelism with CPU offloading")
-        raise InvalidValueError("CPU offload needs p = 1: Megatron-Core refuses pipeline "
-                                "parallelism with CPU offloading")
-    recompute = choose("recompute mode", training.recompute, RECOMPUTE)
-    schedule = choose("pipeline schedule", training.schedule, SCHEDULES)
-    models.check_layout(arch, layout.t, layout.p, layout.e, layout.t_e,
-                        layout.first_stage_layers, layout.last_stage_layers)
-    if arch.num_experts:
-        te = layout.expert_tp
-        if (layout.t * layout.c * layout.d) % (layout.e * te):
-            raise DivisibilityError(f"expert-parallel x expert-tensor-parallel size e*t_e="
-                                    f"{layout.e * te} must divide t*c*d={layout.t * layout.c * layout.d}")
-        if layout.t > 1 and not layout.sequence_parallel:
-            # REF: Megatron-LM arguments.py: "When using MoE and tensor parallelism, sequence
-            # parallelism must be used."
-            raise InvalidValueError("MoE with tensor parallelism needs sequence parallelism "
-                                    "(Megatron-LM refuses t > 1 without --sequence-parallel)")
-    if not cp_sequence_ok(training.seq_length, layout.c):
-        raise DivisibilityError(f"context parallelism c={layout.c} needs 2c to divide the sequence "
-                                f"length s={training.seq_length} (Megatron cuts it into 2c chunks)")
-    if layout.v is not None and layout.v > 1:
-        if layout.p == 1:
-            raise InvalidValueError("virtual pipeline stages (v > 1) need p > 1")
-        per = arch.num_layers // layout.p
-        if layout.first_stage_layers is None and layout.last_stage_layers is None:
-            if per % layout.v:
-                # REF: seed001 (MCore: layers on each middle pipeline rank must be divisible by v)
-                raise DivisibilityError(f"virtual pipeline size v={layout.v} must divide the "
-                                        f"layers per pipeline stage ({per})")
-        else:
-            # REF: Megatron-Core TransformerConfig: "number of layers at first stage ... must
-            # be divisible by virtual pipeline parallel degree" (likewise the last stage and
-            # the middle ones): every model chunk holds a whole number of layers
-            for i in range(layout.p):
-                n_i = len(models.stage_layers(arch, layout.p, i, layout.first_stage_layers,
-                                              layout.last_stage_layers))
-                if n_i % layout.v:
-                    raise DivisibilityError(
-                        f"virtual pipeline size v={layout.v} must divide the layers of every "
-                        f"pipeline stage (stage {i} has {n_i})")
-    m_ = microbatches(layout, training)
-    if schedule == "gpipe" and m_ is None:
-        raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
-                                "global_batch_size")
-    return recompute, schedule, m_
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,7 +202,7 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     >>> A.keys
     ('layer_activations', 'embedding_activations', 'output_activations')
     """
-    _check_types(layout, training)
+    _check_fields(layout, training)
     return _stage_activations(_resolve(arch, training), layout, training, stage)
 
 
@@ -533,7 +300,7 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     >>> stage_total("llama2-7b", Layout(), Training(seq_length=4096)).keys[:3]
     ('weights', 'gradients', 'optimizer')
     """
-    _check_types(layout, training)
+    _check_fields(layout, training)
     return _stage_total(_resolve(arch, training), layout, training, stage)
 
 
@@ -578,7 +345,7 @@ def training_values(arch, layout: Layout = Layout(), training: Training = Traini
     >>> vals[t], vals[d], vals[m], vals[L]
     (2, 4, 8, 32)
     """
-    _check_types(layout, training)
+    _check_fields(layout, training)
     return _training_values(_resolve(arch, training), layout, training, allowances)
 
 
@@ -682,8 +449,9 @@ def training_memory(arch, layout: Layout | None = None, training: Training | Non
 
     Parameters
     ----------
-    arch : Architecture, str or path
-        An architecture, preset name or config.json path (str or :class:`pathlib.Path`).
+    arch : Job, Architecture, str or path
+        A :class:`~memsym.job.Job` (then ``layout``, ``training`` and ``allowances`` come from
+        it), or an architecture, preset name or config.json path (str or :class:`pathlib.Path`).
     layout : Layout
     training : Training
     allowances : mapping, optional
@@ -693,27 +461,49 @@ def training_memory(arch, layout: Layout | None = None, training: Training | Non
 
     Examples
     --------
-    >>> from memsym.model import preset
     >>> est = training_memory("llama2-7b", Layout(t=1, p=4, d=2),
     ...                       Training(seq_length=4096, micro_batch_size=1, recompute="selective",
     ...                                flash_attention=True, dropout=False, global_batch_size=64))
     >>> est.stage, est.role
     (0, 'first')
     """
-    layout = Layout() if layout is None else layout
-    training = Training() if training is None else training
-    _check_types(layout, training)
-    x = _resolve(arch, training)        # once: the private helpers take the resolved arch
-    _, _, m_ = _validate(x, layout, training)
-    notes = []
-    if layout.sequence_parallel and layout.t == 1:
-        notes.append("sequence parallelism is off at t = 1 (as Megatron-LM turns it off)")
-    vals = _training_values(x, layout, training, allowances, m_)
+    if isinstance(arch, Job):
+        if layout is not None or training is not None:
+            raise InvalidValueError("a Job carries its layout and training: pass the Job alone "
+                                    "(job.replace(...) changes it)")
+        return job_memory(arch, stage=stage, allowances=allowances)
+    from .job import job as make_job
+
+    return job_memory(make_job(arch, layout=layout, training=training, allowances=allowances),
+                      stage=stage)
+
+
+def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None = None) -> TrainingEstimate:
+    """:func:`training_memory` of a validated :class:`~memsym.job.Job`."""
+    x, layout, training = j.model, j.layout, j.training
+    alw = dict(j.allowances)
+    alw.update(allowances or {})
+    vals = _training_values(x, layout, training, alw, j.m)
     stages = range(layout.p) if stage is None else [stage]
     results = {}
     for i in stages:
-        tot = _stage_total(x, layout, training, i, m_ is not None)
+        tot = _stage_total(x, layout, training, i, j.m is not None)
         results[i] = (tot, tot.evaluate(vals))
     best = max(results, key=lambda i: (results[i][1], -i))
     return TrainingEstimate(results[best][0], vals, best, _role(best, layout.p),
-                            tuple(results[i][1] for i in sorted(results)), tuple(notes))
+                            tuple(results[i][1] for i in sorted(results)), j.notes)
+
+
+def validate(arch, layout: Layout, training: Training) -> None:
+    """Refuse settings the framework would refuse, one line naming the rule
+    (:mod:`memsym.rules`); ``arch`` may be an Architecture, a preset name or a config.json path.
+
+    Examples
+    --------
+    >>> validate("llama2-70b", Layout(t=16), Training(seq_length=4096))
+    Traceback (most recent call last):
+    ...
+    memsym.errors.DivisibilityError: tensor-parallel size t=16 must divide the KV heads (num_query_groups=8)
+    """
+    _check_fields(layout, training)
+    _validate_job(_resolve(arch, training), layout, training)

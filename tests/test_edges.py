@@ -8,11 +8,14 @@ al. 2024: 32 layers, h = 4096, 8 KV heads, 8 experts of ffn 14336, top-2) and fr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 import sympy as sp
+
+from memsym.model import preset
 
 import memsym
 from memsym import errors
@@ -193,18 +196,21 @@ def test_sequence_of_one_token(capsys):
 
 def test_sequence_of_a_million_tokens(capsys):
     s = 2**20
-    flash = training_memory("llama2-7b", Layout(), Training(seq_length=s, flash_attention=True,
-                                                            recompute="full"))
+    # a Llama-2 7B with a million-position table (the stock one has 4096: rule seq-positions)
+    long7b = dataclasses.replace(preset("llama2-7b"), max_position_embeddings=s)
+    flash = training_memory(long7b, Layout(), Training(seq_length=s, flash_attention=True,
+                                                       recompute="full"))
     sensible(flash)
     # flash attention keeps no s^2 scores: the layer activations are linear in s
-    half = training_memory("llama2-7b", Layout(), Training(seq_length=s // 2, flash_attention=True,
-                                                           recompute="full"))
+    half = training_memory(long7b, Layout(), Training(seq_length=s // 2, flash_attention=True,
+                                                      recompute="full"))
     assert flash.activations()["layer_activations"] == 2 * half.activations()["layer_activations"]
     # without flash attention the 5as^2 scores of Korthikanti Eq. 1 dominate: still exact, finite
-    plain = training_memory("llama2-7b", Layout(), Training(seq_length=s))
+    plain = training_memory(long7b, Layout(), Training(seq_length=s, flash_attention=False))
     bd = sensible(plain)
     assert bd["total"] > 32 * 5 * 32 * s * s          # L x 5 a s^2 bytes (b = 1)
-    data = cli_json(capsys, "estimate", "llama2-7b", "--seq-length", str(s), "--use-flash-attn",
+    data = cli_json(capsys, "estimate", "llama2-7b", "--max-position-embeddings", str(s),
+                    "--seq-length", str(s), "--use-flash-attn",
                     "--context-parallel-size", "8", "--dp", "1")
     assert data["layout"]["cp"] == 8 and data["bytes"]["total"] > 0
 

@@ -167,6 +167,10 @@ def test_training_total_in_d(model, scheme, s, rc, d):
        s=st.sampled_from((1024, 4096)), tt=st.sampled_from((1, 2, 4)),
        pp=st.sampled_from((1, 2, 4)))
 def test_training_total_non_increasing_in_t_and_p(model, scheme, s, tt, pp):
+    # ZeRO-2/3 with PP is refused (rule zero-pp): for them only t varies, at p = 1
+    no_pp = scheme in ("zero2", "zero3", "fsdp")
+    pp = 1 if no_pp else pp
+
     def total(t_, p_):
         lay = Layout(t=t_, p=p_, sequence_parallel=t_ > 1)
         tr = Training(seq_length=s, sharding=scheme, flash_attention=True, recompute="selective")
@@ -174,7 +178,8 @@ def test_training_total_non_increasing_in_t_and_p(model, scheme, s, tt, pp):
 
     here = total(tt, pp)
     assert total(2 * tt, pp) <= here
-    assert total(tt, 2 * pp) <= here
+    if not no_pp:
+        assert total(tt, 2 * pp) <= here
 
 
 def test_first_stage_activations_do_not_fall_with_p():
@@ -221,6 +226,7 @@ def test_compiled_training_total_equals_exact(model, scheme, s, b, rc, flash, d)
     from memsym.model import preset
 
     x = preset(model)
+    s = min(s, x.max_position_embeddings or s)     # rule seq-positions
     tt = 2 if x.num_experts else 1
     lay = Layout(t=tt, d=d, e=1, sequence_parallel=tt > 1)
     est = training_memory(x, lay, Training(seq_length=s, micro_batch_size=b, recompute=rc,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from memsym import model_state, byte_widths
 from memsym.analysis import smallest
 from memsym.cli import main
 from memsym.errors import NoFitError, UnknownNameError
-from memsym.model import Architecture
+from memsym.model import Architecture, preset
 from memsym.search import (RULES, explain, largest_fit, min_gpus,
                            search, smallest_d)
 from memsym.symbols import C as C_sym, N, d, s as s_sym
@@ -84,8 +85,7 @@ def test_vectorized_equals_training_memory():
                      v=row["v"] if row["v"] > 1 else None,
                      sequence_parallel=row["sequence_parallel"])
         tr = Training(seq_length=2048, micro_batch_size=row["b"], global_batch_size=64,
-                      recompute=row["recompute"], flash_attention=True, dropout=False,
-                      sharding=row["sharding"])
+                      recompute=row["recompute"], sharding=row["sharding"])
         est = training_memory("llama2-7b", lay, tr)
         assert row["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12)
         ex = res.exact(int(i))
@@ -161,14 +161,23 @@ def test_seed004_7b_needs_two_80gb():
 
 
 def test_smallest_d_closed_form_matches_vectorized():
-    sol = smallest_d("llama2-13b", "a100-80gb", sharding="zero3", seq_length=4096, p=2,
+    # ZeRO-1 at p = 2 (ZeRO-2/3 refuse PP): 2 + 14/d bytes per parameter of the stage
+    sol = smallest_d("llama2-13b", "a100-80gb", sharding="zero1", seq_length=4096, p=2,
                      recompute="selective", global_batch_size=64)
     assert sol.closed_form is not None
-    res = search("llama2-13b", "a100-80gb", 2 * sol.value, seq_length=4096, global_batch_size=64,
-                 tp=[1], pp=[2], cp=[1], recompute=["selective"], sharding=["zero3"],
-                 micro_batch_sizes=[1], sequence_parallel=[False], vpp=[1])
-    assert res.columns["fits"].any()
-    assert sol.value == 4    # bound 2.38 -> 3 breaks 64 % (b d) == 0 -> 4
+    kw = dict(seq_length=4096, global_batch_size=64, tp=[1], pp=[2], cp=[1],
+              recompute=["selective"], sharding=["zero1"], micro_batch_sizes=[1],
+              sequence_parallel=[False], vpp=[1])
+    # the vectorised search at the answer fits; at the next smaller admissible d (64 % d == 0)
+    # it does not, and its float memory equals the exact estimate of the same layout
+    res = search("llama2-13b", "a100-80gb", 2 * sol.value, **kw)
+    assert res.columns["fits"].all()
+    smaller = max(dd for dd in range(1, sol.value) if 64 % dd == 0)
+    below = search("llama2-13b", "a100-80gb", 2 * smaller, **kw)
+    assert not below.columns["fits"].any()
+    exact = training_memory("llama2-13b", Layout(p=2, d=sol.value), Training(
+        seq_length=4096, global_batch_size=64, recompute="selective", sharding="zero1"))
+    assert res.columns["memory"][0] == pytest.approx(float(exact.bytes_total), rel=1e-12)
 
 
 def test_min_gpus_no_fit_names_binding_term():
@@ -189,11 +198,14 @@ def test_largest_micro_batch_is_largest():
 
 def test_longest_sequence_closed_form_quadratic():
     lay = {"t": 1, "p": 1, "d": 8, "recompute": "none", "sharding": "zero3"}
-    r = largest_fit("seq_length", "llama2-7b", "a100-80gb", flash_attention=False, layout=lay)
+    # a long-context Llama-2 7B (2^17 positions), so the position table does not bound s
+    long7b = replace(preset("llama2-7b"), max_position_embeddings=2**17)
+    r = largest_fit("seq_length", long7b, "a100-80gb", flash_attention=False, dropout=False,
+                    layout=lay)
     cap = 80 * GB                # a100-80gb: 80 GB (decimal) of HBM
 
     def est(seq):                # the same layout through the training estimate
-        return training_memory("llama2-7b", Layout(d=8), Training(
+        return training_memory(long7b, Layout(d=8), Training(
             seq_length=seq, micro_batch_size=1, recompute="none", flash_attention=False,
             dropout=False, sharding="zero3"))
 
@@ -323,13 +335,13 @@ def test_cli_search_assumes_a_4m_token_batch(capsys):
 
 # --- review fixes (issue 5 follow-up) -----------------------------------------------------
 def _training_of(row, seq_length, global_batch):
-    """The row as memsym.training's Layout and Training (flash attention, no dropout: the
-    search's defaults)."""
+    """The row as memsym.training's Layout and Training (the defaults both share,
+    memsym.job.DEFAULTS)."""
     lay = Layout(t=row["t"], p=row["p"], d=row["d"], c=row["c"], e=row["e"],
                  v=row["v"] if row["v"] > 1 else None, sequence_parallel=row["sequence_parallel"])
     tr = Training(seq_length=seq_length, micro_batch_size=row["b"],
                   global_batch_size=global_batch, recompute=row["recompute"],
-                  flash_attention=True, dropout=False, sharding=row["sharding"])
+                  sharding=row["sharding"])
     return lay, tr
 
 
@@ -443,18 +455,18 @@ def test_longest_sequence_obeys_the_cp_seq_rule():
     # c = 2: Megatron cuts the sequence into 2c = 4 chunks, so s must be a multiple of 4;
     # the answer is the largest such s that fits (checked with training_memory)
     lay = {"t": 1, "p": 1, "c": 2, "d": 4, "recompute": "full", "sharding": "zero3"}
-    r = largest_fit("seq_length", "llama2-7b", "a100-80gb", layout=lay)
+    long7b = replace(preset("llama2-7b"), max_position_embeddings=2**20)
+    r = largest_fit("seq_length", long7b, "a100-80gb", layout=lay)
     s_max = r["value"]
     assert s_max % 4 == 0
 
     def fits(seq):
-        est = training_memory("llama2-7b", Layout(t=1, p=1, c=2, d=4),
-                              Training(seq_length=seq, recompute="full", flash_attention=True,
-                                       dropout=False, sharding="zero3"))
+        est = training_memory(long7b, Layout(t=1, p=1, c=2, d=4),
+                              Training(seq_length=seq, recompute="full", sharding="zero3"))
         return est.bytes_total <= 80 * GB
 
     assert fits(s_max) and not fits(s_max + 4)
-    assert explain("llama2-7b", lay, "a100-80gb", seq_length=s_max) == []
+    assert explain(long7b, lay, "a100-80gb", seq_length=s_max) == []
 
 
 def test_tp_ffn_checks_the_expert_ffn_of_mixed_models():

@@ -20,7 +20,7 @@ ARCH_OPTIONS = (
     "ffn_hidden_size", "vocab_size", "make_vocab_size_divisible_by", "num_experts",
     "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
     "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-    "v_head_dim", "mtp_num_layers",
+    "v_head_dim", "mtp_num_layers", "max_position_embeddings",
 )
 _ARCH_FLAGS = ("swiglu", "untie_embeddings_and_output_weights", "multi_latent_attention")
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import dataclasses
+import threading
+from dataclasses import dataclass, field
 from typing import Optional, Union
 
 
 
 from ..errors import InvalidValueError, UnknownNameError
 
-__all__ = ["Architecture", "resolve", "padded_vocab_size", "moe_layer_pattern"]
+__all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,8 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
     """
     if not isinstance(arch, Architecture):
         raise InvalidValueError(f"expected an Architecture, got {type(arch).__name__}")
+    if isinstance(arch, Resolved):
+        return arch             # resolved once: nothing resolves it again
     upd = {}
     for name in _INT_FIELDS:
         val = getattr(arch, name)
@@ -192,7 +196,48 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
                 raise InvalidValueError(f"multi_latent_attention needs {name}")
     if arch.moe_router_bias is None:
         upd["moe_router_bias"] = bool(arch.add_bias_linear)
-    return replace(arch, **upd)
+    fields = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
+    fields.update(upd)
+    _MAKING.ok = True
+    try:
+        return Resolved(**fields)
+    finally:
+        _MAKING.ok = False
+
+
+_MAKING = threading.local()
+
+
+@dataclass(frozen=True)
+class Resolved(Architecture):
+    """An :class:`Architecture` with every default filled in and every field checked.
+
+    Only :func:`resolve` makes one; everything downstream of a job (parameter counts, stage
+    splits, activations, conventions) takes it as it is, so no caller resolves twice with a
+    different leniency.  ``dataclasses.replace`` on a Resolved gives a plain Architecture
+    again (a changed field must be checked again).
+
+    Examples
+    --------
+    >>> r = resolve(Architecture(num_layers=2, hidden_size=64, num_attention_heads=8,
+    ...                          position_embedding_type="rope"))
+    >>> isinstance(r, Resolved), resolve(r) is r
+    (True, True)
+    >>> dataclasses.replace(r, num_layers=0)
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: num_layers must be > 0, got 0
+    """
+
+    def __post_init__(self):
+        # made by resolve(), or by dataclasses.replace() on a Resolved: then the changed
+        # fields are checked by resolving a plain copy (which must change nothing)
+        if getattr(_MAKING, "ok", False):
+            return
+        plain = Architecture(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        again = resolve(plain)
+        if again != self:
+            raise InvalidValueError("a Resolved architecture is made by memsym.model.resolve()")
 
 
 def _lenient(arch: Architecture) -> Architecture:

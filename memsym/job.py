@@ -1,0 +1,464 @@
+r"""One training job: the resolved model, the layout, the step and the hardware, built once.
+
+Every command and API answers from a :class:`Job`: :func:`job` builds it from a preset, a
+config.json, an :class:`~memsym.model.Architecture` or architecture fields, with one set of
+defaults (:data:`DEFAULTS`) and one validation (:mod:`memsym.rules`); nothing downstream
+resolves or validates it again.
+
+.. math:: G = t\,p\,c\,d, \qquad B = m\,b\,d
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .errors import DivisibilityError, InvalidValueError, UnknownNameError, choose
+
+__all__ = ["Layout", "Training", "Job", "DEFAULTS", "OPTION_ALIASES", "job", "whole",
+           "microbatches", "validate"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the parts
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """A parallel layout: how the GPUs are split (Megatron-LM's ordering [TP, CP, PP, DP]).
+
+    Attributes
+    ----------
+    t, p, d, c : int
+        Tensor-, pipeline-, data- and context-parallel sizes [GPUs]; world size ``G = t p c d``.
+    e, t_e : int or None
+        Expert-parallel size and expert tensor-parallel size [GPUs] (``t_e`` None = ``t``, as
+        Megatron-LM's ``validate_args`` resolves it).
+    v : int or None
+        Virtual pipeline stages (model chunks) per pipeline rank; None = not interleaved.
+    sequence_parallel : bool
+        Megatron sequence parallelism (only meaningful for ``t > 1``).
+    first_stage_layers, last_stage_layers : int or None
+        Uneven pipeline: decoder layers on the first / last stage (Megatron's
+        ``--decoder-first/last-pipeline-num-layers``); the rest split evenly.
+    """
+
+    t: int = 1
+    p: int = 1
+    d: int = 1
+    c: int = 1
+    e: int = 1
+    t_e: int | None = None
+    v: int | None = None
+    sequence_parallel: bool = False
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+
+    @property
+    def world_size(self) -> int:
+        """``G = t p c d`` [GPUs]."""
+        return self.t * self.p * self.c * self.d
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel size [GPUs] (``t`` unless given)."""
+        return self.t if self.t_e is None else self.t_e
+
+
+@dataclass(frozen=True)
+class Training:
+    """What one training step does (Megatron-LM argument names where they exist).
+
+    The defaults are :data:`DEFAULTS` (one table for every command and API).
+
+    Attributes
+    ----------
+    seq_length : int
+        ``s`` [tokens].
+    micro_batch_size : int
+        ``b`` [sequences].
+    num_microbatches : int or None
+        ``m`` per step and pipeline; None = derived from ``global_batch_size`` as
+        ``B/(b d)``, or "enough" (at least ``p``) when that is also None.
+    global_batch_size : int or None
+        ``B`` [sequences].
+    recompute : {"none", "selective", "full"}
+        Activation recomputation (Megatron ``--recompute-granularity``; absent = none).
+    flash_attention : bool
+        Memory-efficient attention (no s^2 scores kept; softmax statistics kept).
+        Megatron-core's default ``--attention-backend auto`` lets Transformer Engine pick a
+        fused or flash kernel, so the default is True.
+    dropout : bool
+        Whether dropout masks are kept (Megatron's defaults --hidden-dropout 0.1 and
+        --attention-dropout 0.1; Llama-style recipes set both to 0, and PyTorch keeps no
+        mask at p = 0).
+    schedule : {"1f1b", "gpipe"}
+        Pipeline schedule; 1F1B is interleaved when the layout's ``v`` > 1.
+    precision, optimizer, sharding, convention, offload : str
+        As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
+    capacity_factor : number
+        MoE routed-token load of the busiest expert rank relative to a perfectly balanced
+        one (1 = balanced; Megatron's ``--moe-expert-capacity-factor`` when tokens are dropped).
+    microbatch_group_size : int or None
+        Megatron's ``microbatch_group_size_per_vp_stage`` (None = p) for the interleaved
+        schedule's launch rule.
+    """
+
+    seq_length: int = 4096
+    micro_batch_size: int = 1
+    num_microbatches: int | None = None
+    global_batch_size: int | None = None
+    recompute: str = "none"
+    flash_attention: bool = True
+    dropout: bool = True
+    schedule: str = "1f1b"
+    precision: str = "bf16"
+    optimizer: str = "adam"
+    sharding: str = "distributed-optimizer"
+    convention: str = "memsym"
+    offload: str = "none"
+    capacity_factor: object = 1
+    microbatch_group_size: int | None = None
+
+
+def _defaults() -> dict:
+    out = {f.name: f.default for f in dataclasses.fields(Layout)}
+    out.update({f.name: f.default for f in dataclasses.fields(Training)})
+    return out
+
+
+#: Every default of a job, in one table (Layout and Training fields).  Where it differs
+#: from a framework's, the framework readers (:mod:`memsym.readers`) apply the framework's.
+DEFAULTS: dict = _defaults()
+
+#: Option spellings accepted beside the field names (Megatron-LM's and the CLI's).
+OPTION_ALIASES: dict = {
+    "tp": "t", "tensor_model_parallel_size": "t", "pp": "p", "pipeline_model_parallel_size": "p",
+    "dp": "d", "data_parallel_size": "d", "cp": "c", "context_parallel_size": "c",
+    "ep": "e", "expert_model_parallel_size": "e", "etp": "t_e",
+    "expert_tensor_parallel_size": "t_e", "vpp": "v", "virtual_pipeline_model_parallel_size": "v",
+    "decoder_first_pipeline_num_layers": "first_stage_layers",
+    "decoder_last_pipeline_num_layers": "last_stage_layers",
+    "recompute_granularity": "recompute", "use_flash_attn": "flash_attention",
+    "moe_expert_capacity_factor": "capacity_factor",
+    "microbatch_group_size_per_vp_stage": "microbatch_group_size",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole-number validator (one for every size a job carries)
+# ---------------------------------------------------------------------------------------------
+def whole(value, what: str, *, minimum: int = 1, optional: bool = False):
+    """``value`` as a Python int ``>= minimum`` (None passes when ``optional``).
+
+    Booleans are refused (``True`` is not one layer); numpy integers are accepted.
+
+    Examples
+    --------
+    >>> whole(8, "t")
+    8
+    >>> whole(0, "t")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: t must be a whole number >= 1, got 0
+    """
+    import numbers
+
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise InvalidValueError(f"{what} must be a whole number >= {minimum}"
+                                + (" or None" if optional else "") + f", got {shown}")
+    return int(value)
+
+
+def _flag(value, what: str) -> bool:
+    # a string such as "false" is truthy in Python, so only real booleans are accepted
+    if not isinstance(value, bool):
+        raise InvalidValueError(f"{what} must be true or false, got {value!r:.40}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------------
+def microbatches(layout: Layout, training: Training):
+    """The number of micro-batches m per step (None when neither m nor B is given).
+
+    Megatron: ``B = m · b · d`` (the global batch is split over data-parallel ranks and
+    micro-batches; CP ranks share a sequence).
+
+    Examples
+    --------
+    >>> microbatches(Layout(d=2), Training(micro_batch_size=1, global_batch_size=32))
+    16
+    """
+    m_, B_ = training.num_microbatches, training.global_batch_size
+    bd = training.micro_batch_size * layout.d
+    if B_ is not None:
+        if B_ % bd:
+            raise DivisibilityError(f"global batch size B={B_} must be a multiple of micro-batch "
+                                    f"size x data-parallel size b*d={bd}")
+        if m_ is not None and m_ != B_ // bd:
+            raise InvalidValueError(f"num_microbatches {m_} contradicts B/(b*d) = {B_ // bd}")
+        return B_ // bd
+    return m_
+
+
+def _check_types(layout, training) -> None:
+    # a dict (or anything else) would fail later with an AttributeError, not a clear refusal
+    for obj, cls, name in ((layout, Layout, "layout"), (training, Training, "training")):
+        if not isinstance(obj, cls):
+            raise InvalidValueError(f"{name} must be a memsym.{cls.__name__}(...), got "
+                                    f"{type(obj).__name__}")
+
+
+def _check_fields(layout: Layout, training: Training) -> None:
+    _check_types(layout, training)
+    for name in ("t", "p", "d", "c", "e"):
+        whole(getattr(layout, name), f"layout {name}")
+    for name in ("seq_length", "micro_batch_size"):
+        whole(getattr(training, name), name)
+    for obj, name in ((layout, "v"), (layout, "t_e"), (training, "num_microbatches"),
+                      (training, "global_batch_size"), (training, "microbatch_group_size")):
+        whole(getattr(obj, name), name, optional=True)
+    for obj, name in ((layout, "first_stage_layers"), (layout, "last_stage_layers")):
+        whole(getattr(obj, name), name, minimum=0, optional=True)
+    _flag(layout.sequence_parallel, "sequence_parallel")
+    _flag(training.flash_attention, "flash_attention")
+    _flag(training.dropout, "dropout")
+
+
+def validate(x, layout: Layout, training: Training):
+    """Refuse what the framework would refuse, one line naming the rule; return ``m``.
+
+    ``x`` is a resolved architecture (:func:`memsym.model.resolve`).  Field types first,
+    then every launch rule of :data:`memsym.rules.RULES`.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> validate(preset("llama2-7b"), Layout(p=4, v=2, first_stage_layers=5, last_stage_layers=9),
+    ...          Training(seq_length=4096))
+    Traceback (most recent call last):
+    ...
+    memsym.errors.DivisibilityError: virtual pipeline size v=2 must divide the layers of every pipeline stage (stage 0 has 5)
+    """
+    from . import rules
+    from .terms.activations import RECOMPUTE
+    from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
+    from .terms.schedule import SCHEDULES
+
+    _check_fields(layout, training)
+    choose("recompute mode", training.recompute, RECOMPUTE)
+    choose("pipeline schedule", training.schedule, SCHEDULES)
+    choose("precision", training.precision, PRECISIONS)
+    choose("optimizer", training.optimizer, OPTIMIZERS)
+    choose("sharding", training.sharding, SCHEMES)
+    choose("convention", training.convention, CONVENTIONS + FRAMEWORK_CONVENTIONS)
+    choose("offload", training.offload, OFFLOADS)
+    m_ = None
+    k = rules.knobs(layout, training)
+    # rules that need m read it; the batch rule comes first, as microbatches() would raise it
+    rules.check(x, k, [n for n in rules.LAUNCH if n != "vpp-microbatches"])
+    m_ = microbatches(layout, training)
+    rules.check(x, dict(k, m=m_), ["vpp-microbatches"])
+    if choose("pipeline schedule", training.schedule, SCHEDULES) == "gpipe" and m_ is None:
+        raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
+                                "global_batch_size")
+    return m_
+
+
+#: Memory conventions reported by a framework's own estimator (memsym.conventions).
+FRAMEWORK_CONVENTIONS = ("megatron-bridge",)
+
+
+# ---------------------------------------------------------------------------------------------
+# the job
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Job:
+    """One training job, resolved and validated (build it with :func:`job`).
+
+    Attributes
+    ----------
+    model : memsym.model.Resolved
+        The architecture, every default filled in.
+    layout : Layout
+    training : Training
+    allowances : tuple of (str, number)
+        Overrides of the allowance defaults (:data:`memsym.training.ALLOWANCES`).
+    gpu, cluster : hardware records or None
+        Where it runs (:mod:`memsym.hardware`), when given.
+    capacity : int or None
+        GPU memory [bytes] the job must fit (the GPU's, unless given).
+    m : int or None
+        Micro-batches per step (from ``B/(b d)`` or given).
+    notes : tuple of str
+        What was assumed or adjusted (defaults that matter, SP off at t = 1, ...).
+    """
+
+    model: object
+    layout: Layout = field(default_factory=Layout)
+    training: Training = field(default_factory=Training)
+    allowances: tuple = ()
+    gpu: object = None
+    cluster: object = None
+    capacity: int | None = None
+    m: int | None = None
+    notes: tuple = ()
+
+    def replace(self, **options) -> "Job":
+        """A new job with ``options`` changed (the same names as :func:`job`), validated."""
+        return job(self.model, layout=self.layout, training=self.training,
+                   allowances=dict(self.allowances), gpu=self.gpu, cluster=self.cluster,
+                   capacity=self.capacity, _notes=self.notes, **options)
+
+    @property
+    def world_size(self) -> int:
+        """``G = t p c d`` [GPUs]."""
+        return self.layout.world_size
+
+    def describe(self) -> str:
+        """One line naming the model and the layout (titles, headers)."""
+        lay, trn = self.layout, self.training
+        parts = [f"t={lay.t}", f"p={lay.p}", f"d={lay.d}"]
+        parts += [f"{n}={getattr(lay, n)}" for n in ("c", "e") if getattr(lay, n) != 1]
+        if lay.v:
+            parts.append(f"v={lay.v}")
+        return f"{self.model.name}, {' '.join(parts)}, s={trn.seq_length}, b={trn.micro_batch_size}"
+
+
+_LAYOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Layout))
+_TRAINING_FIELDS = tuple(f.name for f in dataclasses.fields(Training))
+_ALLOWANCE_KEYS = ("workspace", "nccl", "fragmentation")
+
+
+def _canonical(options: Mapping) -> dict:
+    out = {}
+    for key, val in options.items():
+        name = OPTION_ALIASES.get(key, key)
+        if name in out and out[name] != val:
+            raise InvalidValueError(f"{key} given twice with different values")
+        out[name] = val
+    return out
+
+
+def job(model=None, *, layout: Layout | None = None, training: Training | None = None,
+        allowances: Mapping | None = None, gpu=None, cluster=None, capacity=None,
+        world_size=None, gpus_per_node=None, _notes=(), **options) -> Job:
+    """Build and validate one training job.
+
+    Parameters
+    ----------
+    model : str, path, Architecture or None
+        A preset name, a config.json path, an Architecture, or None with architecture
+        fields among ``options`` (``num_layers``, ``hidden_size``, ...).
+    layout, training : Layout, Training, optional
+        Starting points; ``options`` override their fields.
+    allowances : mapping, optional
+        Overrides of the allowance defaults (``{"workspace": 0}``) [bytes or fraction].
+    gpu, cluster : str or hardware record, optional
+        Where it runs; the GPU's memory is the capacity unless ``capacity`` [bytes] is given.
+    world_size : int, optional
+        ``G`` [GPUs]: gives ``d = G/(t p c)`` when ``d`` is not given.
+    gpus_per_node : int, optional
+        Overrides the cluster's node size [GPUs].
+    **options
+        Layout and Training fields (:data:`DEFAULTS`) under their names or the aliases of
+        :data:`OPTION_ALIASES` (``tp``, ``pp``, ``dp``, Megatron's long names), allowance
+        keys (``workspace``, ``nccl``, ``fragmentation``) and Architecture fields.
+
+    Returns
+    -------
+    Job
+
+    Examples
+    --------
+    >>> j = job("llama2-70b", tp=8, pp=4, world_size=64, seq_length=4096, global_batch_size=64)
+    >>> j.layout.d, j.m, j.model.name
+    (2, 32, 'llama2-70b')
+    >>> job("llama2-70b", tp=16)
+    Traceback (most recent call last):
+    ...
+    memsym.errors.DivisibilityError: tensor-parallel size t=16 must divide the KV heads (num_query_groups=8)
+    """
+    from . import hardware
+    from .model import Architecture, resolve, resolve_model
+
+    opts = _canonical(options)
+    notes = list(_notes)
+    arch_fields = {f.name for f in dataclasses.fields(Architecture)}
+    over = {k: opts.pop(k) for k in list(opts) if k in arch_fields}
+    if model is None:
+        for need in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+            if need not in over:
+                raise InvalidValueError(f"without a model give {need} (or name a preset / "
+                                        "config.json)")
+        base = Architecture(name="custom")
+    else:
+        base = resolve_model(model)
+    if over:
+        plain = Architecture(**{f.name: getattr(base, f.name)
+                                for f in dataclasses.fields(Architecture)})
+        base = dataclasses.replace(plain, **over)
+    lay_kw = {k: opts.pop(k) for k in list(opts) if k in _LAYOUT_FIELDS}
+    trn_kw = {k: opts.pop(k) for k in list(opts) if k in _TRAINING_FIELDS}
+    alw = dict(allowances or {})
+    alw.update({k: opts.pop(k) for k in list(opts) if k in _ALLOWANCE_KEYS})
+    if opts:
+        name = next(iter(opts))
+        raise UnknownNameError("job option", name, list(_LAYOUT_FIELDS + _TRAINING_FIELDS)
+                               + list(OPTION_ALIASES) + list(_ALLOWANCE_KEYS))
+    layout = Layout() if layout is None else layout
+    training = Training() if training is None else training
+    _check_types(layout, training)
+    lay = dataclasses.replace(layout, **lay_kw)
+    trn = dataclasses.replace(training, **trn_kw)
+    if world_size is not None:
+        G = whole(world_size, "world size")
+        tpc = whole(lay.t, "t") * whole(lay.p, "p") * whole(lay.c, "c")
+        if G % tpc:
+            raise InvalidValueError(f"world size {G} is not a multiple of t*p*c = {tpc}")
+        if "d" in lay_kw and lay.d * tpc != G:
+            raise InvalidValueError(f"world size {G} != t*p*c*d = {lay.t}*{lay.p}*{lay.c}*{lay.d}"
+                                    f" = {tpc * lay.d}")
+        lay = dataclasses.replace(lay, d=G // tpc)
+    x = resolve(base, seq_length=whole(trn.seq_length, "seq_length"))
+    if lay.sequence_parallel is True and lay.t == 1:
+        notes.append("sequence parallelism is off at t = 1 (as Megatron-LM turns it off)")
+    m_ = validate(x, lay, trn)
+    from .training import allowance_values
+
+    allowance_values(alw)                        # refuses unknown keys and negative values
+    dev = clu = None
+    if cluster is not None:
+        clu = cluster if isinstance(cluster, hardware.Cluster) else hardware.cluster(cluster)
+        dev = clu.gpu if gpu is None else (gpu if isinstance(gpu, hardware.GPU) else hardware.gpu(gpu))
+    elif gpu is not None:
+        dev = gpu if isinstance(gpu, hardware.GPU) else hardware.gpu(gpu)
+        clu = hardware.cluster_for(dev, whole(gpus_per_node, "gpus_per_node") if gpus_per_node else 8)
+    if clu is not None and gpus_per_node is not None:
+        clu = clu.with_(gpus_per_node=whole(gpus_per_node, "gpus_per_node"))
+    cap = capacity
+    if cap is None and dev is not None:
+        cap = dev.memory_bytes
+    if cap is not None:
+        cap = _capacity(cap)
+    return Job(x, lay, trn, tuple(sorted(alw.items())), dev, clu, cap, m_,
+               tuple(dict.fromkeys(notes)))
+
+
+def _capacity(value) -> int:
+    import math
+    import numbers
+
+    if isinstance(value, str):
+        from .units import parse_bytes
+        return parse_bytes(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 \
+            or not math.isfinite(value):
+        raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0, got "
+                                f"{value!r:.40}")
+    return int(value)

@@ -1,0 +1,339 @@
+"""The framework rules a training job must satisfy, each written once, as data.
+
+A :class:`Rule` has a name (what ``memsym search`` shows under "excluded by rule"), a check
+that works on Python integers and on numpy arrays alike (True where the rule is broken), the
+line a refusal prints, and the source it comes from.  :func:`check` raises the first broken
+rule for one job (estimate, solve, conventions); :func:`masks` evaluates every rule over a
+grid of layouts (search); :func:`broken` names the rules one layout breaks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from .errors import DivisibilityError, InvalidValueError
+from .term import Source
+
+__all__ = ["Rule", "RULES", "LAUNCH", "PREFERENCES", "knobs", "masks", "broken", "check"]
+
+_MLM_ARGS = "megatron/training/arguments.py, validate_args"
+_MLM_TC = "megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One framework rule.
+
+    Attributes
+    ----------
+    name : str
+        Short identifier, shown by the search (``tp-heads``).
+    summary : str
+        The rule in words.
+    test : callable
+        ``test(x, k) -> bool or numpy bool array``: True where the rule is *broken*, for a
+        resolved architecture ``x`` and knob values ``k`` (see :func:`knobs`); ``&``, ``|``,
+        ``%`` only, so one function serves integers and arrays.
+    message : callable
+        ``message(x, k) -> str``: the refusal for one (scalar) job.
+    source : Source
+        Where the framework states the rule.
+    error : type
+        The exception :func:`check` raises.
+    kind : str
+        ``"launch"``: the framework refuses to start; ``"preference"``: memsym's search
+        prefers it (TP inside a node) but an estimate of a given job does not refuse it.
+    """
+
+    name: str
+    summary: str
+    test: Callable
+    message: Callable
+    source: Source
+    error: type = DivisibilityError
+    kind: str = "launch"
+
+
+def _ffn_sizes(x) -> tuple:
+    """(size, which) of every FFN a tensor-parallel split divides: the dense layers' ffn, the
+    shared experts' ffn (split over t), the routed experts' ffn (split over t_e)."""
+    from .model import moe_layer_pattern
+
+    kinds = set(moe_layer_pattern(x))
+    out = []
+    if False in kinds:
+        out.append((x.ffn_hidden_size, "t", "ffn size (ffn_hidden_size"))
+    if True in kinds:
+        if x.moe_shared_expert_intermediate_size:
+            out.append((x.moe_shared_expert_intermediate_size, "t",
+                        "shared-expert ffn size (moe_shared_expert_intermediate_size"))
+        out.append((x.moe_ffn_hidden_size, "t_e", "expert ffn size (moe_ffn_hidden_size"))
+    return tuple(out)
+
+
+def _tp_ffn(x, k):
+    bad = False
+    for size, which, _ in _ffn_sizes(x):
+        bad = bad | (size % k[which] != 0)
+    return bad
+
+
+def _tp_ffn_msg(x, k):
+    for size, which, what in _ffn_sizes(x):
+        if size % k[which]:
+            name = "tensor-parallel size t" if which == "t" else "expert tensor-parallel size t_e"
+            return f"{name}={k[which]} must divide the {what}={size})"
+    return ""
+
+
+def _stage_sizes(x, k):
+    """(layers per middle stage, whether the split is impossible) for even or uneven stages."""
+    import numpy as np
+
+    L_, p_ = x.num_layers, k["p"]
+    fst, lst = k.get("first_stage_layers"), k.get("last_stage_layers")
+    if fst is None and lst is None:
+        return L_ // p_, L_ % p_ != 0
+    rest = L_ - (fst or 0) - (lst or 0)
+    middle = p_ - (fst is not None) - (lst is not None)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per = np.where(middle > 0, rest // np.maximum(middle, 1), 0)
+        bad = np.where(middle > 0, rest % np.maximum(middle, 1) != 0, rest != 0)
+    return per, bad | (p_ == 1) | (rest < 0)
+
+
+def _pp_msg(x, k):
+    fst, lst = k.get("first_stage_layers"), k.get("last_stage_layers")
+    if fst is None and lst is None:
+        return (f"pipeline-parallel size p={k['p']} must divide the layers "
+                f"(num_layers={x.num_layers}) unless first/last stage sizes are given")
+    if k["p"] == 1:
+        return "first/last pipeline stage sizes need p > 1"
+    rest = x.num_layers - (fst or 0) - (lst or 0)
+    if rest < 0:
+        return f"first/last stage sizes exceed num_layers={x.num_layers}"
+    middle = k["p"] - (fst is not None) - (lst is not None)
+    if middle == 0:
+        return (f"first and last stages hold {x.num_layers - rest} layers, not "
+                f"num_layers={x.num_layers}")
+    return f"the {middle} remaining pipeline stages must split the remaining {rest} layers evenly"
+
+
+def _vpp_layers(x, k):
+    v_ = k["v"]
+    per, _ = _stage_sizes(x, k)
+    bad = per % v_ != 0
+    for end in ("first_stage_layers", "last_stage_layers"):
+        if k.get(end) is not None:
+            bad = bad | (k[end] % v_ != 0)
+    return (v_ > 1) & bad
+
+
+def _vpp_layers_msg(x, k):
+    fst, lst = k.get("first_stage_layers"), k.get("last_stage_layers")
+    if fst is None and lst is None:
+        return (f"virtual pipeline size v={k['v']} must divide the layers per pipeline stage "
+                f"({x.num_layers // k['p']})")
+    per, _ = _stage_sizes(x, k)
+    sizes = [fst if fst is not None else int(per)] + [int(per)] * max(0, k["p"] - 2) \
+        + [lst if lst is not None else int(per)]
+    stage = next(i for i, n in enumerate(sizes) if n % k["v"])
+    return (f"virtual pipeline size v={k['v']} must divide the layers of every pipeline stage "
+            f"(stage {stage} has {sizes[stage]})")
+
+
+def _group(k):
+    """Megatron's microbatch_group_size_per_vp_stage (default: the pipeline size)."""
+    return k["p"] if k.get("microbatch_group_size") is None else k["microbatch_group_size"]
+
+
+def _vpp_microbatches(x, k):
+    m_ = k.get("m")
+    if m_ is None:
+        return False
+    n_ = _group(k)
+    rem = m_ % n_
+    return (k["v"] > 1) & ((n_ < k["p"]) | (n_ > m_) | ((rem != 0) & (rem < k["p"])))
+
+
+def _vpp_microbatches_msg(x, k):
+    n_, m_ = _group(k), k["m"]
+    return (f"the interleaved schedule needs p <= N <= m and m mod N = 0 or >= p (N = "
+            f"microbatch group size {n_}, p = {k['p']}, m = {m_} micro-batches); give a global "
+            f"batch with m a multiple of p")
+
+
+def _not(flag):
+    # a numpy bool array negates with ~, a Python bool with not (~True is -2)
+    return ~flag if hasattr(flag, "dtype") else not flag
+
+
+def _moe(x) -> bool:
+    return bool(x.num_experts)
+
+
+RULES: dict = {r.name: r for r in (
+    Rule("world-size", "t*p*c*d must equal the number of GPUs",
+         lambda x, k: (k["t"] * k["p"] * k["c"] * k["d"] != k["gpus"]) if k.get("gpus") else False,
+         lambda x, k: (f"world size {k['gpus']} != t*p*c*d = {k['t']}*{k['p']}*{k['c']}*{k['d']}"),
+         Source("megatron-lm", "megatron/core/parallel_state.py, initialize_model_parallel"),
+         InvalidValueError),
+    Rule("tp-per-node", "t must not exceed the GPUs per node (seed 002: TP stays on NVLink)",
+         lambda x, k: (k["t"] > k["gpus_per_node"]) if k.get("gpus_per_node") else False,
+         lambda x, k: f"t={k['t']} exceeds the {k['gpus_per_node']} GPUs of a node",
+         Source("seed002", "テンソル並列 (NVLink 内)"), InvalidValueError, "preference"),
+    Rule("tp-heads", "t must divide the attention heads",
+         lambda x, k: x.num_attention_heads % k["t"] != 0,
+         lambda x, k: (f"tensor-parallel size t={k['t']} must divide the attention heads "
+                       f"(num_attention_heads={x.num_attention_heads})"),
+         Source("megatron-lm", _MLM_ARGS + " (num_attention_heads % tensor_model_parallel_size)")),
+    Rule("tp-kv-heads", "t must divide the KV heads (query groups)",
+         lambda x, k: (x.num_query_groups % k["t"] != 0) & (not x.multi_latent_attention),
+         lambda x, k: (f"tensor-parallel size t={k['t']} must divide the KV heads "
+                       f"(num_query_groups={x.num_query_groups})"),
+         Source("megatron-lm", _MLM_ARGS + " (num_query_groups % tensor_model_parallel_size)")),
+    Rule("tp-ffn", "t must divide every ffn size (t_e the routed experts')", _tp_ffn, _tp_ffn_msg,
+         Source("megatron-lm", "megatron/core/tensor_parallel/layers.py, ColumnParallelLinear "
+                               "(divide(output_size, world_size))")),
+    Rule("pp-layers", "p must divide the layers (or the rest after the given first/last stages)",
+         lambda x, k: _stage_sizes(x, k)[1], _pp_msg,
+         Source("megatron-lm", _MLM_TC + " (num_layers % pipeline_model_parallel_size)")),
+    Rule("vpp-stages", "virtual stages v > 1 need p > 1",
+         lambda x, k: (k["v"] > 1) & (k["p"] == 1),
+         lambda x, k: "virtual pipeline stages (v > 1) need p > 1",
+         Source("megatron-lm", _MLM_ARGS + " (interleaved schedule only with PP > 1)"),
+         InvalidValueError),
+    Rule("vpp-layers", "v must divide the layers of every pipeline stage (seed 001, MCore)",
+         _vpp_layers, _vpp_layers_msg,
+         Source("megatron-lm", _MLM_TC + " (layers per stage divisible by the virtual size)")),
+    Rule("vpp-microbatches", "interleaving needs p <= N <= m and m mod N in {0} or >= p "
+         "(N = microbatch group size, default p)", _vpp_microbatches, _vpp_microbatches_msg,
+         Source("megatron-lm", "megatron/core/pipeline_parallel/schedules.py, "
+                               "forward_backward_pipelining_with_interleaving")),
+    Rule("ep-experts", "e must divide the experts (e = 1 without experts)",
+         lambda x, k: (x.num_experts % k["e"] != 0) if _moe(x) else (k["e"] != 1),
+         lambda x, k: (f"expert-parallel size e={k['e']} must divide the experts "
+                       f"(num_experts={x.num_experts})") if _moe(x) else
+         f"expert-parallel size e={k['e']} needs a model with experts ({x.name} has none); use e=1",
+         Source("megatron-lm", _MLM_ARGS + " (num_experts % expert_model_parallel_size)")),
+    Rule("ep-group", "e*t_e must divide t*c*d (the expert data-parallel size is a whole number "
+         ">= 1)",
+         lambda x, k: ((k["t"] * k["c"] * k["d"]) % (k["e"] * k["t_e"]) != 0) if _moe(x) else False,
+         lambda x, k: (f"expert-parallel x expert-tensor-parallel size e*t_e={k['e'] * k['t_e']} "
+                       f"must divide t*c*d={k['t'] * k['c'] * k['d']}"),
+         Source("megatron-lm", "megatron/core/parallel_state.py, initialize_model_parallel "
+                               "(expert data-parallel size = world/(ETP EP PP))")),
+    Rule("moe-tp-sp", "MoE with t > 1 needs sequence parallelism (Megatron-LM)",
+         lambda x, k: ((k["t"] > 1) & _not(k["sequence_parallel"])) if _moe(x) else False,
+         lambda x, k: ("MoE with tensor parallelism needs sequence parallelism (Megatron-LM "
+                       "refuses t > 1 without --sequence-parallel)"),
+         Source("megatron-lm", _MLM_ARGS + " (MoE with TP requires sequence parallelism)"),
+         InvalidValueError),
+    Rule("cp-seq", "2c must divide the sequence length (Megatron splits it into 2c chunks for "
+         "causal load balancing)",
+         lambda x, k: (k["c"] != 1) & (k["s"] % (2 * k["c"]) != 0),
+         lambda x, k: (f"context parallelism c={k['c']} needs 2c to divide the sequence length "
+                       f"s={k['s']} (Megatron cuts it into 2c chunks)"),
+         Source("megatron-lm", "megatron/training/utils.py, get_batch_on_this_cp_rank")),
+    Rule("seq-positions", "the sequence must not exceed max_position_embeddings",
+         lambda x, k: (k["s"] > x.max_position_embeddings) if x.max_position_embeddings else False,
+         lambda x, k: (f"sequence length s={k['s']} exceeds max_position_embeddings="
+                       f"{x.max_position_embeddings} of {x.name} (Megatron-LM asserts "
+                       f"max_position_embeddings >= seq_length)"),
+         Source("megatron-lm", _MLM_ARGS + " (max_position_embeddings >= seq_length)"),
+         InvalidValueError),
+    Rule("batch", "the global batch must be a multiple of micro-batch x d",
+         lambda x, k: (k["B"] % (k["b"] * k["d"]) != 0) if k.get("B") is not None else False,
+         lambda x, k: (f"global batch size B={k['B']} must be a multiple of micro-batch size x "
+                       f"data-parallel size b*d={k['b'] * k['d']}"),
+         Source("megatron-lm", "megatron/core/num_microbatches_calculator.py "
+                               "(global_batch_size % (micro_batch_size x data_parallel_size))")),
+    Rule("offload-pp", "CPU offload only with p = 1 (seed 001: MCore refuses PP with offloading)",
+         lambda x, k: (k["p"] > 1) & k.get("offload", False),
+         lambda x, k: ("CPU offload needs p = 1: Megatron-Core refuses pipeline parallelism "
+                       "with CPU offloading"),
+         Source("seed001", "CPU オフロード (no support for Pipeline parallelism)"),
+         InvalidValueError),
+    Rule("zero-pp", "ZeRO-2/3 and FSDP shard gradients per micro-batch: no pipeline parallelism",
+         lambda x, k: (k["p"] > 1) & k.get("shards_gradients", False),
+         lambda x, k: ("ZeRO-2/3 and FSDP need p = 1: DeepSpeed's PipelineEngine asserts ZeRO "
+                       "stage < 2 (use zero1 or the distributed optimizer with PP)"),
+         Source("deepspeed-pipe", "PipelineEngine.__init__ (assert zero_optimization_stage() < 2)"),
+         InvalidValueError),
+)}
+
+#: The rules a framework refuses to launch against, and memsym's search preferences.
+LAUNCH = tuple(n for n, r in RULES.items() if r.kind == "launch")
+PREFERENCES = tuple(n for n, r in RULES.items() if r.kind == "preference")
+
+
+def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> dict:
+    """The knob values the rules read, from a :class:`~memsym.training.Layout` and
+    :class:`~memsym.training.Training` (``m``: the micro-batch count, when known)."""
+    k = {"t": layout.t, "p": layout.p, "c": layout.c, "d": layout.d, "e": layout.e,
+         "t_e": layout.expert_tp, "v": layout.v or 1,
+         "sequence_parallel": bool(layout.sequence_parallel),
+         "first_stage_layers": layout.first_stage_layers,
+         "last_stage_layers": layout.last_stage_layers, "gpus": gpus,
+         "gpus_per_node": gpus_per_node, "m": m}
+    if training is not None:
+        k.update({"s": training.seq_length, "b": training.micro_batch_size,
+                  "B": training.global_batch_size, "offload": training.offload != "none",
+                  "shards_gradients": training.sharding in ("zero2", "zero3", "fsdp"),
+                  "microbatch_group_size": getattr(training, "microbatch_group_size", None)})
+    return k
+
+
+def masks(x, k: Mapping, names=None) -> dict:
+    """``rule name -> boolean array`` (True where broken) over a grid of knob arrays."""
+    import numpy as np
+
+    shape = np.shape(k["t"])
+    out = {}
+    for name in (RULES if names is None else names):
+        rule = RULES[name]
+        need = ("s", "b") if name in ("cp-seq", "batch") else ()
+        if any(n not in k for n in need):
+            continue
+        out[name] = np.broadcast_to(np.asarray(rule.test(x, k), dtype=bool), shape)
+    return out
+
+
+def broken(x, k: Mapping, names=None) -> list:
+    """The names of the rules one job breaks, in table order (empty when it is valid).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> from memsym.training import Layout, Training
+    >>> broken(preset("llama2-70b"), knobs(Layout(t=16), Training(seq_length=4096)))
+    ['tp-kv-heads']
+    """
+    out = []
+    for name in (LAUNCH if names is None else names):
+        rule = RULES[name]
+        try:
+            bad = rule.test(x, k)
+        except KeyError:          # a rule whose inputs this job does not carry
+            continue
+        if bool(bad):
+            out.append(name)
+    return out
+
+
+def check(x, k: Mapping, names=None) -> None:
+    """Raise the first broken launch rule (its own error class and message).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> from memsym.training import Layout, Training
+    >>> check(preset("llama2-70b"), knobs(Layout(t=16), Training(seq_length=4096)))
+    Traceback (most recent call last):
+    ...
+    memsym.errors.DivisibilityError: tensor-parallel size t=16 must divide the KV heads (num_query_groups=8)
+    """
+    for name in broken(x, k, names):
+        rule = RULES[name]
+        raise rule.error(rule.message(x, k))
