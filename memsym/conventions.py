@@ -458,6 +458,27 @@ def _arch(arch) -> _Arch:
     )
 
 
+def _launchable(arch, kn: dict):
+    """The resolved architecture, after the same launch rules as every memsym job
+    (:mod:`memsym.rules`): a framework's estimator prints numbers for layouts the framework
+    refuses to start (an expert data-parallel size of 0, t not dividing the KV heads); memsym
+    refuses them with the rule's line instead."""
+    from . import rules
+    from .model import Architecture, resolve
+
+    if not isinstance(arch, Architecture):
+        return arch
+    x = resolve(arch, seq_length=kn["s"])
+    k = {"t": kn["t"], "p": kn["p"], "c": kn["c"], "d": kn["d"], "e": kn["e"],
+         "t_e": kn["t_e"] or kn["t"], "v": kn["v"] or 1, "s": kn["s"], "b": kn["b"],
+         "B": kn["B"], "m": kn["m"], "sequence_parallel": kn["sequence_parallel"],
+         "first_stage_layers": kn["first_stage_layers"],
+         "last_stage_layers": kn["last_stage_layers"], "offload": False,
+         "shards_gradients": False, "microbatch_group_size": None}
+    rules.check(x, k)
+    return x
+
+
 def _schedule(kn: dict) -> str:
     """Which branch of the pipeline factor the frameworks take for this layout."""
     if kn["v"] is not None and kn["v"] > 1:  # v = 1 means no interleaving (Megatron sets None)
@@ -563,6 +584,7 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     if num_microbatches is not None:
         knobs = {**knobs, "m": num_microbatches}
     kn = _knobs(layout, training, knobs)
+    arch = _launchable(arch, kn)
     A = _arch(arch)
     assumptions = []
     te_val = kn["t_e"] if kn["t_e"] is not None else kn["t"]  # validate_args: ETP defaults to TP
@@ -782,6 +804,7 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
     if should_pad_vocab is not None:
         knobs = {**knobs, "should_pad_vocab": should_pad_vocab}
     kn = _knobs(layout, training, knobs)
+    arch = _launchable(arch, kn)
     A = _arch(arch)
     assumptions = []
     te_val = kn["t_e"] if kn["t_e"] is not None else kn["t"]

@@ -71,7 +71,7 @@ def choose(kind: str, name, accepted) -> str:
     raise UnknownNameError(kind, name, accepted)
 
 
-class DivisibilityError(MemsymError):
+class DivisibilityError(InvalidValueError):
     """A layout that violates a divisibility rule (the rule is named in the message)."""
 
 

@@ -83,14 +83,20 @@ CASES = [
     # Mixtral with CP and ETP = 2, p = 1 (output-layer term), distributed optimizer.
     ("mixtral-t4c2e4te2d4", MIXTRAL_8X7B, dict(t=4, p=1, c=2, e=4, t_e=2, d=4),
      dict(s=8192, b=1, **SEL)),
-    # Mixtral, DDP, ETP left unset (resolves to TP), SP off -> path B.
-    ("mixtral-t2p2e2-ddp", MIXTRAL_8X7B, dict(t=2, p=2, e=2, d=2),
+    # Mixtral, DDP, ETP left unset (resolves to TP), SP off (t = 1: MoE with t > 1 needs SP,
+    # memsym.rules moe-tp-sp) -> path B.
+    ("mixtral-t1p2e2-ddp", MIXTRAL_8X7B, dict(t=1, p=2, e=2, d=4),
      dict(s=4096, b=1, sharding="ddp", recompute="selective")),
     # DeepSeek-V3 as trained: PP 16, EP 64 on 2048 GPUs; MLA, MTP, 3 dense + 58 MoE layers.
-    ("deepseek-v3-p16e64d128", DEEPSEEK_V3, dict(t=1, p=16, e=64, t_e=1, d=128),
+    # 16 stages cannot split 61 layers evenly (memsym.rules pp-layers): the end stages hold
+    # 3 and 2 (Megatron's --decoder-first/last-pipeline-num-layers), 14 x 4 in between.
+    ("deepseek-v3-p16e64d128", DEEPSEEK_V3, dict(t=1, p=16, e=64, t_e=1, d=128,
+                                                 first_stage_layers=3, last_stage_layers=2),
      dict(s=4096, b=1, m=4, recompute="full")),
-    # DeepSeek-V3 with TP 2 (SP + selective), EP 32, VPP 2 on 1024 GPUs.
-    ("deepseek-v3-t2p8v2e32d64", DEEPSEEK_V3, dict(t=2, p=8, v=2, e=32, t_e=1, d=64),
+    # DeepSeek-V3 with TP 2 (SP + selective), EP 32 on 1024 GPUs; end stages of 7 and 6
+    # layers, 6 x 8 in between (no VPP: 61 layers cannot give every stage an even count).
+    ("deepseek-v3-t2p8e32d64", DEEPSEEK_V3, dict(t=2, p=8, e=32, t_e=1, d=64,
+                                                 first_stage_layers=7, last_stage_layers=6),
      dict(s=4096, b=1, m=32, **SEL)),
 ]
 CASE_IDS = [case[0] for case in CASES]
@@ -179,7 +185,7 @@ def test_paths_taken():
     assert paths["llama2-7b-d8-norecompute"] == "B"
     assert paths["llama3-70b-t8p4v5c2d2-full"] == "B"
     assert paths["llama3-70b-t8p2d4-sp-none"] == "B"
-    assert paths["mixtral-t2p2e2-ddp"] == "B"          # selective but SP off
+    assert paths["mixtral-t1p2e2-ddp"] == "B"          # selective but SP off
     sp_t1 = convention_breakdown("megatron-lm", LLAMA2_7B, dict(t=1), dict(s=4096, b=1, **SEL))
     assert sp_t1["path"] == "B"                         # Megatron turns SP off at t = 1
     assert any("switched off" in a for a in sp_t1["assumptions"])
@@ -272,8 +278,9 @@ def test_hand_deepseek_v3_mla_attention():
     q = 1536 * (7168 + 128 * 192 + 1)
     kv = 512 * (7168 + 128 * 256 + 1)
     assert q + kv + 7168 * 64 + 128 * 128 * 7168 == 187_107_328
-    lm = megatron_lm(DEEPSEEK_V3, dict(p=16), dict(s=4096, b=1))
-    br = megatron_bridge(DEEPSEEK_V3, dict(p=16), dict(s=4096, b=1))
+    lay = dict(p=16, first_stage_layers=3, last_stage_layers=2)   # 61 = 3 + 14 x 4 + 2
+    lm = megatron_lm(DEEPSEEK_V3, lay, dict(s=4096, b=1))
+    br = megatron_bridge(DEEPSEEK_V3, lay, dict(s=4096, b=1))
     assert lm.parameters["attention_per_layer"] == 187_107_328
     assert br.parameters["attention_per_layer"] == 2 * 128 * 7168 * 256
 
@@ -366,7 +373,9 @@ def test_presets_agree_with_the_configs_written_here():
 
     for name, arch in (("llama3-70b", LLAMA3_70B), ("mixtral-8x7b", MIXTRAL_8X7B),
                        ("llama2-7b", LLAMA2_7B), ("gpt3-175b", GPT3_175B)):
-        lay, tr = dict(t=4, p=2, d=2, e=2), dict(s=4096, b=1, **SEL)
+        # e = 2 only with experts (rule ep-experts); GPT-3's position table is 2048
+        lay = dict(t=4, p=2, d=2, e=2 if arch.num_experts else 1)
+        tr = dict(s=2048 if name == "gpt3-175b" else 4096, b=1, **SEL)
         for conv in CONVENTION_NAMES:
             assert (convention_breakdown(conv, models.preset(name), lay, tr)["total"]
                     == convention_breakdown(conv, arch, lay, tr)["total"]), (name, conv)

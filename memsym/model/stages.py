@@ -24,9 +24,9 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
                  last_stage_layers: Optional[int] = None) -> None:
     """Refuse a layout that Megatron-LM cannot build, naming the divisibility rule broken.
 
-    Rules: t divides the attention heads and the KV heads (query groups), t divides the ffn size;
-    p divides the layers (unless first/last stage sizes are given: then p − (number given)
-    divides the rest); e divides the experts; t_e divides the expert ffn size.
+    The structural rules of :data:`memsym.rules.RULES`: ``tp-heads``, ``tp-kv-heads``,
+    ``tp-ffn`` (t divides the dense and shared-expert ffn, t_e the routed experts'),
+    ``ep-experts`` and ``pp-layers``.
 
     Raises
     ------
@@ -42,28 +42,14 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
     ...
     memsym.errors.DivisibilityError: tensor-parallel size t=16 must divide the KV heads (num_query_groups=8)
     """
+    from .. import rules   # the one rule table (it reads the model layer: imported late)
+
     x = _lenient(arch)
     t, p, e = _pos_int(t, "t"), _pos_int(p, "p"), _pos_int(e, "e")
     t_e = t if t_e is None else _pos_int(t_e, "t_e")
-    if x.num_attention_heads % t:
-        raise DivisibilityError(f"tensor-parallel size t={t} must divide the attention heads "
-                                f"(num_attention_heads={x.num_attention_heads})")
-    if not x.multi_latent_attention and x.num_query_groups % t:
-        raise DivisibilityError(f"tensor-parallel size t={t} must divide the KV heads "
-                                f"(num_query_groups={x.num_query_groups})")
-    if not all(moe_layer_pattern(x)) and x.ffn_hidden_size % t:
-        raise DivisibilityError(f"tensor-parallel size t={t} must divide the ffn size "
-                                f"(ffn_hidden_size={x.ffn_hidden_size})")
-    if x.is_moe:
-        if x.num_experts % e:
-            raise DivisibilityError(f"expert-parallel size e={e} must divide the experts "
-                                    f"(num_experts={x.num_experts})")
-        if x.moe_ffn_hidden_size % t_e:
-            raise DivisibilityError(f"expert tensor-parallel size t_e={t_e} must divide the "
-                                    f"expert ffn size (moe_ffn_hidden_size={x.moe_ffn_hidden_size})")
-    elif e != 1:
-        raise DivisibilityError(f"expert-parallel size e={e} needs a model with experts "
-                                f"({x.name} has none); use e=1")
+    rules.check(x, {"t": t, "p": p, "e": e, "t_e": t_e, "first_stage_layers": first_stage_layers,
+                    "last_stage_layers": last_stage_layers},
+                ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts", "pp-layers"))
     _split_layers(x.num_layers, p, first_stage_layers, last_stage_layers)
 
 
