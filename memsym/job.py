@@ -102,6 +102,12 @@ class Training:
     microbatch_group_size : int or None
         Megatron's ``microbatch_group_size_per_vp_stage`` (None = p) for the interleaved
         schedule's launch rule.
+    finetune : {"full", "lora", "qlora"}
+        Full training, or LoRA adapters on a frozen base (QLoRA: an NF4 base).
+    lora_rank, lora_targets, quantization
+        LoRA rank, adapted matrices (``"all"`` or names of
+        :data:`memsym.terms.adapters.LORA_TARGETS`) and the frozen base's format (None: bf16
+        for LoRA, nf4-dq for QLoRA; :data:`memsym.terms.adapters.QUANTIZATIONS`).
     """
 
     seq_length: int = 4096
@@ -119,6 +125,10 @@ class Training:
     offload: str = "none"
     capacity_factor: object = 1
     microbatch_group_size: int | None = None
+    finetune: str = "full"
+    lora_rank: int = 16
+    lora_targets: object = "all"
+    quantization: str | None = None
 
 
 def _defaults() -> dict:
@@ -258,6 +268,19 @@ def validate(x, layout: Layout, training: Training):
     choose("sharding", training.sharding, SCHEMES)
     choose("convention", training.convention, CONVENTIONS + FRAMEWORK_CONVENTIONS)
     choose("offload", training.offload, OFFLOADS)
+    choose("fine-tuning mode", training.finetune, ("full", "lora", "qlora"))
+    if training.finetune != "full":
+        from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
+
+        whole(training.lora_rank, "lora_rank")
+        if training.quantization is not None:
+            choose("quantization", training.quantization, QUANTIZATIONS)
+        if training.lora_targets != "all":
+            if isinstance(training.lora_targets, str) or not training.lora_targets:
+                raise InvalidValueError("lora_targets must be \"all\" or a list of "
+                                        + ", ".join(LORA_TARGETS))
+            for name in training.lora_targets:
+                choose("LoRA target", name, LORA_TARGETS)
     m_ = None
     k = rules.knobs(layout, training)
     # rules that need m read it; the batch rule comes first, as microbatches() would raise it

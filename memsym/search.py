@@ -37,7 +37,7 @@ from typing import Callable, Mapping
 import sympy as sp
 
 from .errors import InvalidValueError, MemsymError, NoFitError, UnknownNameError, choose
-from .symbols import N, N_a, N_e, N_u, V, c, d, e, p, t, t_e
+from .symbols import M_alloc, V, d, e, t, t_e
 from .values import exact
 from . import rules as _rules
 from .job import DEFAULTS
@@ -155,7 +155,9 @@ class Space:
                     flash_attention=self.flash_attention, dropout=self.dropout,
                     schedule=self.schedule, precision=self.precision, optimizer=self.optimizer,
                     sharding="distributed-optimizer", convention=self.convention,
-                    offload="none", capacity_factor=self.capacity_factor)
+                    offload="none", capacity_factor=self.capacity_factor,
+                    finetune=self.finetune, lora_rank=self.lora_rank,
+                    lora_targets=self.lora_targets, quantization=self.quantization)
         base.update(kw)
         return Training(**base)
 
@@ -395,68 +397,44 @@ def _template_rep(space: Space, pp: int, stage: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=4096)
-def _activation_terms(space: Space, rc: str, sp_on: bool, inter: bool, pp: int, stage: int) -> tuple:
-    """Activation terms ``(key, expression)`` of stage ``stage`` of ``pp`` from
-    :func:`memsym.training.stage_activations`.
+def _template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme: str, pp: int,
+              stage: int):
+    """The per-GPU total of stage ``stage`` of ``pp`` under one discrete choice: the Total of
+    :func:`memsym.training.stage_total` itself (the one composition), symbolic in the knobs
+    and in the stage's parameter counts, which the search binds per row.
 
-    They are symbolic in t and v: t enters the stage only through "t > 1 turns sequence
-    parallelism on" (``sp_on``) and v only through "interleaved or not" (``inter``)."""
-    from .training import Layout, stage_activations
+    t enters the stage's structure only through "t > 1 turns sequence parallelism on"
+    (``sp_on``) and v only through "interleaved or not" (``inter``), so one template serves
+    every t and v.  Returns (states and activation Terms, their activation sum, the
+    allowance Terms over a placeholder for the allocated bytes)."""
+    from .training import Layout, _stage_total, allowance_terms
 
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
-    act = stage_activations(space.arch, lay, space.training(recompute=rc), stage)
-    return tuple((term.key, term.expr) for term in act)
+    tot = _stage_total(space.arch, lay, space.training(recompute=rc, sharding=scheme, offload=off),
+                       stage, space.global_batch_size is not None)
+    allow = set(_ALLOW)
+    kept = tuple(term for term in tot if term.key not in allow)
+    states = tuple(term for term in kept if term.key in _STATE_KEYS or term.key.startswith("expert_"))
+    acts = sp.Add(*(term.expr for term in kept if term not in states))
+    return tot, states, acts, allowance_terms(_ALLOCATED)
 
 
-@functools.lru_cache(maxsize=4096)
-def _activation_sum(space: Space, rc: str, sp_on: bool, inter: bool, pp: int, stage: int):
-    """The sum of :func:`_activation_terms` (the search compiles only the sum)."""
-    return sp.Add(*(expr for _, expr in _activation_terms(space, rc, sp_on, inter, pp, stage)))
-
-
-@functools.lru_cache(maxsize=1024)
-def _states(space: Space, scheme: str, off: str):
-    """Model-state terms (keys -> expressions) symbolic in N (= stage params x p t) and N_e."""
-    from .terms.model_state import byte_widths, model_state
-
-    if space.finetune != "full":
-        from .symbols import b_g, b_m, b_o
-        from .terms.adapters import lora
-        from .terms.model_state import OPTIMIZERS
-
-        widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[space.optimizer]}  # fp32 adapters (PEFT)
-        tot = lora(space.quantization, "fp32", params=N / (p * t), adapters=N_a, unquantized=N_u,
-                   sharded=scheme == "zero3").subs(widths)
-        return tuple((term.key, term.expr) for term in tot)
-    widths = byte_widths(scheme, space.precision, space.optimizer, space.convention)
-    out = [(term.key, term.expr) for term in model_state(
-        scheme, convention=space.convention, offload=off, params=N / (p * t), dp=d * c).subs(widths)]
-    if space.arch.num_experts:
-        ex = model_state(scheme, convention=space.convention, offload=off, params=N_e,
-                         dp=d * c * t / (e * t_e)).subs(widths)
-        out += [("expert_" + term.key, term.expr) for term in ex]
-    return tuple(out)
+#: The allocated bytes in the compiled allowance terms (the fragmentation allowance is a
+#: fraction of them): the registry's M_alloc.
+_ALLOCATED = M_alloc
 
 
 @functools.lru_cache(maxsize=65536)
 def _stage_counts(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
-    """(N value, N_e, N_u, N_a) per GPU of a stage: exact counts from memsym.model."""
-    from .model import layer_parameters, moe_layer_pattern, stage_parameters
-    from .terms.adapters import lora_parameter_count
+    """``((symbol name, value), ...)``: the stage's parameter counts
+    (:func:`memsym.training.stage_counts`) at one (t, p, e)."""
+    from .training import Layout, stage_counts
 
-    sp_ = stage_parameters(space.arch, tt, pp, stage, e=ee, first_stage_layers=space.first_stage_layers,
-                           last_stage_layers=space.last_stage_layers)
-    if space.finetune == "full":
-        return (sp_.dense_per_gpu * pp * tt, sp_.experts_per_gpu if sp_.experts else 0, 0, 0)
-    pattern = moe_layer_pattern(space.arch)
-    lin = sum(layer_parameters(space.arch, pattern[i])["tp"] for i in sp_.layers)
-    quant = sp.Rational(lin, tt) + sp_.experts_per_gpu
-    unq = sp_.per_gpu - quant
-    adapters = sp.Rational(lora_parameter_count(space.arch, space.lora_rank, space.lora_targets)
-                           * len(sp_.layers), space.arch.num_layers * tt)
-    return (quant * pp * tt, 0, unq, adapters)
+    lay = Layout(t=tt, p=pp, e=ee, first_stage_layers=space.first_stage_layers,
+                 last_stage_layers=space.last_stage_layers)
+    return tuple((str(k), v) for k, v in stage_counts(space.arch, lay, space.training(), stage).items())
 
 
 # ------------------------------------------------------------------------------------------
@@ -636,18 +614,20 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     for pv, sts in stages_of.items():
         for j, st in enumerate(sts):
             slot_stage[j, p_ == pv] = st
-    # per slot: exact per-GPU counts (N, N_e, N_u, N_a) of the stage, computed once per
-    # unique (t, p, e, stage); and which activation template (its (p, stage)) stands for it
-    counts = np.zeros((nslot, 4, n))
+    # per slot: the stage's exact parameter counts (memsym.training.stage_counts), computed
+    # once per unique (t, p, e, stage); and which template (its (p, stage)) stands for it
+    names = [name for name, _ in _stage_counts(space, int(t_[0]), int(p_[0]), int(e_[0]), 0)]
+    counts = {name: np.zeros((nslot, n)) for name in names}
     tmpl_id = np.zeros((nslot, n), dtype=np.int64)
     tmpl_rep: list = []
     for j in range(nslot):
         live = np.flatnonzero(slot_stage[j] >= 0)
         keys = np.stack([t_[live], p_[live], e_[live], slot_stage[j, live]], axis=1)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-        table = np.array([[float(q) for q in _stage_counts(space, *(int(z) for z in key))]
-                          for key in uniq]).reshape(-1, 4)
-        counts[j][:, live] = table[inv.ravel()].T
+        table = np.array([[float(v) for _, v in _stage_counts(space, *(int(z) for z in key))]
+                          for key in uniq]).reshape(-1, len(names))
+        for col, name in enumerate(names):
+            counts[name][j, live] = table[inv.ravel(), col]
         reps = {}
         for u, key in enumerate(uniq):
             rep = _template_rep(space, int(key[1]), int(key[3]))
@@ -665,7 +645,6 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     knob_k = _grid_knobs(space, grid)
     combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
                                     space.offload, space.sharding))
-    phi = allow.get("phi_frag", 0.0)
 
     def pick(kw, rows):
         return {k: (val[rows] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
@@ -685,11 +664,9 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
             continue
         idx = np.flatnonzero(sel)
         kw = pick(base_kw, idx)
-        states = _states(space, scheme, off)
         best_mem = np.full(len(idx), -np.inf)
         best_stage = np.zeros(len(idx), dtype=np.int64)
-        best_parts = {key: np.zeros(len(idx)) for key in [k for k, _ in states]
-                      + ["activations", *_ALLOW]}
+        best_parts = {key: np.full(len(idx), np.nan) for key in _STATE_KEYS + ("activations",) + _ALLOW}
         stage_mem = np.full((len(idx), nslot), np.nan)
         for j in range(nslot):
             ridx = np.flatnonzero(slot_stage[j, idx] >= 0)
@@ -697,21 +674,23 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
                 continue
             rows = idx[ridx]
             rkw = pick(kw, ridx)
-            rkw["N"], rkw["N_e"], rkw["N_u"], rkw["N_a"] = counts[j][:, rows]
-            act = np.zeros(len(ridx))
+            rkw.update({name: arr[j, rows] for name, arr in counts.items()})
+            parts = {"activations": np.zeros(len(ridx))}
             tid = tmpl_id[j, rows]
             for q in np.unique(tid):
                 sub = np.flatnonzero(tid == q)
-                expr = _activation_sum(space, rc, spf, inter, *tmpl_rep[q])
-                act[sub] = _call(expr, rkw if len(sub) == len(ridx) else pick(rkw, sub))
-            parts = {key: np.broadcast_to(np.asarray(_call(expr, rkw), dtype=float), len(ridx))
-                     for key, expr in states}
-            allocated = act + sum(parts.values())
-            parts["activations"] = act
-            parts["workspace"] = np.full(len(ridx), allow.get("M_ws", 0.0))
-            parts["nccl"] = np.full(len(ridx), allow.get("M_nccl", 0.0))
-            parts["fragmentation"] = phi * allocated
-            mem = allocated + parts["workspace"] + parts["nccl"] + parts["fragmentation"]
+                skw = rkw if len(sub) == len(ridx) else pick(rkw, sub)
+                _, states, acts, allowance = _template(space, rc, spf, inter, off, scheme,
+                                                       *tmpl_rep[q])
+                parts["activations"][sub] = _call(acts, skw)
+                for term in states:
+                    parts.setdefault(term.key, np.zeros(len(ridx)))[sub] = _call(term.expr, skw)
+            allocated = sum(parts.values())
+            akw = dict(allow, M_alloc=allocated)
+            for term in allowance:
+                parts[term.key] = np.broadcast_to(np.asarray(_call(term.expr, akw), dtype=float),
+                                                  len(ridx))
+            mem = allocated + sum(parts[key] for key in _ALLOW)
             stage_mem[ridx, j] = mem
             # strictly larger: on a tie the lower stage stays (as training_memory picks)
             better = mem > best_mem[ridx]
@@ -733,10 +712,13 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
         if per_stage:
             out_cols["stage_memory"].append(stage_mem)
         for key in _STATE_KEYS + ("activations",) + _ALLOW:
-            out_cols[key].append(best_parts.get(key, np.full(len(idx), np.nan)))
+            col = best_parts[key]
+            # a term some stage has and the row's most-loaded stage lacks (experts on a
+            # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
+            out_cols[key].append(col if np.isnan(col).all() else np.nan_to_num(col, nan=0.0))
         if want_time and B is not None:
             out_cols["step_time"].append(_step_time(space, kw, rc, spf, scheme, gpus_of_row[idx],
-                                                    counts[:, :, idx]))
+                                                    _dp_counts(counts, t_, p_, e_)[:, :, idx]))
         else:
             out_cols["step_time"].append(np.full(len(idx), np.nan))
     cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
@@ -745,6 +727,19 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
         if key in cols and (not len(cols[key]) or np.all(np.isnan(cols[key]))):
             del cols[key]
     return cols
+
+
+def _dp_counts(counts: dict, t_, p_, e_):
+    """(slots x 2 x rows): the parameters data parallelism moves per GPU, as the step time's
+    dense term takes them (N = per-GPU dense count x p t) and the routed experts per GPU."""
+    import numpy as np
+
+    if "N_tp" in counts:
+        dense = (counts["N_tp"] / t_ + counts["N_rep"]) * p_ * t_
+        experts = counts["N_exp"] / (e_ * t_)
+    else:                 # LoRA: the frozen base per GPU, as the dense term takes it
+        dense, experts = counts["N_q"] * p_ * t_, np.zeros_like(counts["N_q"])
+    return np.stack([dense, experts], axis=1)
 
 
 def _step_time(space: Space, kw: dict, rc: str, spf: bool, scheme: str, gpus, counts):
@@ -962,10 +957,13 @@ def group_bytes(bd: Mapping) -> dict:
 
 def _row_totals(space: Space, row: Mapping):
     """(exact values, {stage: Total}) for one layout: the stages the search compares
-    (:func:`_check_stages`), each composed as the vectorized search composes it."""
-    from .symbols import m as m_sym
-    from .term import Term, Total
-    from .training import Layout, allowance_terms, training_values
+    (:func:`_check_stages`), each the template the vectorized search compiled, with the
+    stage's exact parameter counts substituted (every Term keeps its own source)."""
+    from dataclasses import replace as _replace
+
+    from .symbols import lookup, m as m_sym
+    from .term import Total
+    from .training import Layout, training_values
 
     tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in _KNOBS)
     lay = Layout(t=tt, p=pp, d=dd, c=cc, e=ee, v=vv if vv > 1 else None)
@@ -977,28 +975,16 @@ def _row_totals(space: Space, row: Mapping):
     if space.global_batch_size is not None:
         vals[m_sym] = sp.Integer(space.global_batch_size // (bb * dd))
     rc, spf = row["recompute"], bool(row["sequence_parallel"]) and tt > 1
-    states = _states(space, _scheme(row["sharding"]), row.get("offload", "none"))
     totals = {}
     for stage in _check_stages(space, pp):
-        act = _activation_terms(space, rc, spf, vv > 1, *_template_rep(space, pp, stage))
-        nval, ne, nu, na = _stage_counts(space, tt, pp, ee, stage)
-        sub = {N: nval, N_e: ne, N_u: nu, N_a: na}
-        terms = [Term(k, ex.xreplace(sub), k, _src(k)) for k, ex in states]
-        terms += [Term(k, ex, k, _src(k)) for k, ex in act]
-        allocated = sp.Add(*(term.expr for term in terms))
-        terms += list(allowance_terms(allocated))
-        totals[stage] = Total(f"memory of pipeline stage {stage}", tuple(terms))
+        tot = _template(space, rc, spf, vv > 1, row.get("offload", "none"),
+                        _scheme(row["sharding"]), *_template_rep(space, pp, stage))[0]
+        sub = {lookup(name): val for name, val in _stage_counts(space, tt, pp, ee, stage)}
+        for name in sub:
+            vals.pop(name, None)
+        totals[stage] = Total(f"memory of pipeline stage {stage}",
+                              tuple(_replace(term, expr=term.expr.xreplace(sub)) for term in tot))
     return vals, totals
-
-
-def _src(key: str):
-    from .term import Source
-
-    if key.startswith("expert_") or key in ("weights", "gradients", "optimizer"):
-        return Source("zero", "§5, Figure 1")
-    if key in ("adapter_weights", "weights_unquantized"):
-        return Source("lora", "§4.1")
-    return Source("korthikanti", "§4.2.3, Eq. 5")
 
 
 # ------------------------------------------------------------------------------------------

@@ -161,6 +161,8 @@ M_nccl = _register("M_nccl", r"M_{\mathrm{nccl}}", "allowance for NCCL communica
                    "bytes", "nonnegative")
 phi_frag = _register("phi_frag", r"\varphi_{\mathrm{frag}}", "allocator fragmentation margin, as a "
                      "fraction of the memory the caching allocator hands out", "1", "nonnegative")
+M_alloc = _register("M_alloc", r"M_{\mathrm{alloc}}", "memory the caching allocator hands out on "
+                    "one GPU: model states + activations", "bytes", "nonnegative")
 
 # --- adapters (issue 5): LoRA / QLoRA, memsym/terms/adapters.py ------------------------------
 r_lora = _register("r_lora", "r", "LoRA rank of each adapter", "1", "positive integer")
@@ -172,6 +174,17 @@ N_u = _register("N_u", r"N_{\mathrm{u}}", "frozen parameters kept unquantized on
                 "(embeddings, norms, output layer under QLoRA)", "parameters", "nonnegative")
 N_e = _register("N_e", r"N_{\mathrm{e}}", "routed-expert parameters on one GPU of a pipeline stage "
                 "(the stage's experts divided by e t_e)", "parameters", "nonnegative")
+
+# --- one pipeline stage's parameters (memsym/training.py): the per-GPU total's counts --------
+N_tp = _register("N_tp", r"N_{\mathrm{tp}}", "parameters of the pipeline stage that tensor "
+                 "parallelism splits, all t ranks together", "parameters", "nonnegative")
+N_rep = _register("N_rep", r"N_{\mathrm{rep}}", "parameters of the pipeline stage replicated on "
+                  "every tensor-parallel rank (norms, row-parallel biases)", "parameters",
+                  "nonnegative")
+N_exp = _register("N_exp", r"N_{\mathrm{exp}}", "routed-expert parameters of the pipeline stage, "
+                  "all e t_e ranks together", "parameters", "nonnegative")
+N_q = _register("N_q", r"N_{\mathrm{q}}", "frozen linear-layer parameters on one GPU (quantized "
+                "under QLoRA; the base weights LoRA adapts)", "parameters", "nonnegative")
 
 # --- published tables and framework estimators (issue 7): memsym/accuracy.py ----------------
 N_ll = _register("N_ll", r"N_{\mathrm{ll}}", "parameters of the largest single module "

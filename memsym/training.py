@@ -304,28 +304,91 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     return _stage_total(_resolve(arch, training), layout, training, stage)
 
 
-def _stage_total(x, layout: Layout, training: Training, stage: int,
-                 m_known: bool | None = None) -> Total:
-    """:func:`stage_total` of a resolved architecture."""
+def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
+    """The parameter counts of one pipeline stage, as values of the total's count symbols.
+
+    Full training: ``N_tp`` (the stage's tensor-split parameters, all t ranks together),
+    ``N_rep`` (replicated on every TP rank) and ``N_exp`` (routed experts, all e t_e ranks
+    together), so one GPU holds ``N_tp/t + N_rep`` dense and ``N_exp/(e t_e)`` expert
+    parameters (:func:`memsym.model.stage_parameters`, exact, vocabulary padded at t).
+    LoRA/QLoRA: ``N_q`` (frozen linear weights per GPU), ``N_u`` (frozen, unquantized) and
+    ``N_a`` (adapters) per GPU.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> from memsym.symbols import N_tp, N_rep
+    >>> c = stage_counts(preset("llama2-7b"), Layout(t=2), Training(), 0)
+    >>> c[N_tp] + c[N_rep] == 6738415616     # Llama-2 7B (vocabulary 32000 is already padded)
+    True
+    """
     from . import model as models
+    from .symbols import N_a, N_exp, N_q, N_rep, N_tp, N_u
 
     sp_ = models.stage_parameters(
         x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers)
+    if training.finetune == "full":
+        return {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
+                N_exp: sp.Integer(sp_.experts)}
+    from .terms.adapters import LORA_TARGETS, lora_parameter_count
+
+    pattern = models.moe_layer_pattern(x)
+    lin = sum(models.layer_parameters(x, pattern[i])["tp"] for i in sp_.layers)
+    quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
+    targets = LORA_TARGETS if training.lora_targets == "all" else training.lora_targets
+    adapters = sp.Rational(lora_parameter_count(x, training.lora_rank, targets) * len(sp_.layers),
+                           x.num_layers * layout.t)
+    return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters}
+
+
+def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
+    from . import model as models
+
+    if not x.num_experts:
+        return False
+    pattern = models.moe_layer_pattern(x)
+    return any(pattern[i] for i in models.stage_layers(
+        x, layout.p, stage, layout.first_stage_layers, layout.last_stage_layers))
+
+
+def _model_states(x, layout: Layout, training: Training, stage: int) -> list:
+    """The model-state Terms of one stage, in the count symbols of :func:`stage_counts`."""
+    from .symbols import N_a, N_exp, N_q, N_rep, N_tp, N_u, b_g, b_m, b_o
+
+    if training.finetune != "full":
+        from .terms.adapters import lora
+        from .terms.model_state import OPTIMIZERS
+
+        # adapters train in fp32 with the optimizer's moments (PEFT); ZeRO-3/FSDP shards the
+        # frozen base over data parallel, every other scheme keeps it whole on each GPU
+        widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.optimizer]}
+        quant = training.quantization or ("nf4-dq" if training.finetune == "qlora" else "bf16")
+        tot = lora(quant, "fp32", params=N_q, adapters=N_a, unquantized=N_u,
+                   sharded=training.sharding in ("zero3", "fsdp")).subs(widths)
+        return list(tot.terms)
     conv = choose("convention", training.convention, CONVENTIONS)
     widths = byte_widths(training.sharding, training.precision, training.optimizer, conv)
-    # t, e and t_e stay symbols (tp/t + replicated, experts/(e t_e)): equal to the stage's
-    # exact per-GPU counts at the layout's values, and differentiable in t for sensitivities
-    # (the stage's layer split, hence p, enters through the counts themselves)
+    # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
+    # per-GPU counts at the layout's values, and differentiable in t for sensitivities
     states = model_state(training.sharding, convention=conv, offload=training.offload,
-                         params=sp.Integer(sp_.tp) / t + sp_.replicated, dp=d * c).subs(widths)
+                         params=N_tp / t + N_rep, dp=d * c).subs(widths)
     terms = list(states.terms)
-    if sp_.experts:
+    if _stage_has_experts(x, layout, stage):
         edp = d * c * t / (e * t_e)
         ex = model_state(training.sharding, convention=conv, offload=training.offload,
-                         params=sp.Integer(sp_.experts) / (e * t_e), dp=edp).subs(widths)
+                         params=N_exp / (e * t_e), dp=edp).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
+    return terms
+
+
+def _stage_total(x, layout: Layout, training: Training, stage: int,
+                 m_known: bool | None = None) -> Total:
+    """:func:`stage_total` of a resolved architecture: the one composition of the per-GPU
+    total (model states + activations + allowances), in the count symbols of
+    :func:`stage_counts`; ``memsym.search`` compiles this same total over its grid."""
+    terms = _model_states(x, layout, training, stage)
     act = _stage_activations(x, layout, training, stage, m_known)
     terms += list(act.terms)
     allocated = sp.Add(*(term.expr for term in terms))
@@ -335,7 +398,7 @@ def _stage_total(x, layout: Layout, training: Training, stage: int,
 
 
 def training_values(arch, layout: Layout = Layout(), training: Training = Training(),
-                    allowances: Mapping | None = None) -> dict:
+                    allowances: Mapping | None = None, stage: int = 0) -> dict:
     """Symbol -> exact value for every symbol a :func:`stage_total` can contain.
 
     Examples
@@ -346,7 +409,9 @@ def training_values(arch, layout: Layout = Layout(), training: Training = Traini
     (2, 4, 8, 32)
     """
     _check_fields(layout, training)
-    return _training_values(_resolve(arch, training), layout, training, allowances)
+    x = _resolve(arch, training)
+    return {**_training_values(x, layout, training, allowances),
+            **stage_counts(x, layout, training, stage)}
 
 
 _UNSET = object()
@@ -488,9 +553,10 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
     results = {}
     for i in stages:
         tot = _stage_total(x, layout, training, i, j.m is not None)
-        results[i] = (tot, tot.evaluate(vals))
+        vals_i = {**vals, **stage_counts(x, layout, training, i)}
+        results[i] = (tot, tot.evaluate(vals_i), vals_i)
     best = max(results, key=lambda i: (results[i][1], -i))
-    return TrainingEstimate(results[best][0], vals, best, _role(best, layout.p),
+    return TrainingEstimate(results[best][0], results[best][2], best, _role(best, layout.p),
                             tuple(results[i][1] for i in sorted(results)), j.notes)
 
 

@@ -386,7 +386,7 @@ def every_term():
     add("adapters", adapters.lora())
     add("adapters", adapters.qlora())
     for name, lay in (("llama2-7b", dict(t=2, p=2, d=4)),
-                      ("mixtral-8x7b", dict(t=2, e=2, sequence_parallel=True))):
+                      ("mixtral-8x7b", dict(t=2, e=2, d=2, sequence_parallel=True))):
         add("megatron-lm", cv.megatron_lm(preset(name), lay, dict(s=4096, b=1)).total)
         add("megatron-bridge", cv.megatron_bridge(preset(name), lay, dict(s=4096, b=1)).total)
     return out
