@@ -8,6 +8,7 @@ symbol with a documented default that a user can set to 0 or to a measured value
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Mapping
@@ -354,8 +355,21 @@ def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
 
 def _model_states(x, layout: Layout, training: Training, stage: int) -> list:
     """The model-state Terms of one stage, in the count symbols of :func:`stage_counts`."""
+    return list(_state_terms(_stage_has_experts(x, layout, stage), training.finetune,
+                             training.sharding, training.convention, training.precision,
+                             training.optimizer, training.offload, training.quantization))
+
+
+@functools.lru_cache(maxsize=1024)
+def _state_terms(experts: bool, finetune: str, sharding: str, convention: str, precision: str,
+                 optimizer: str, offload: str, quantization) -> tuple:
+    # cached: the search builds one stage total per discrete choice and pipeline template,
+    # and the model states depend only on these arguments
     from .symbols import N_a, N_exp, N_q, N_rep, N_tp, N_u, b_g, b_m, b_o
 
+    training = Training(finetune=finetune, sharding=sharding, convention=convention,
+                        precision=precision, optimizer=optimizer, offload=offload,
+                        quantization=quantization)
     if training.finetune != "full":
         from .terms.adapters import lora
         from .terms.model_state import OPTIMIZERS
@@ -366,7 +380,7 @@ def _model_states(x, layout: Layout, training: Training, stage: int) -> list:
         quant = training.quantization or ("nf4-dq" if training.finetune == "qlora" else "bf16")
         tot = lora(quant, "fp32", params=N_q, adapters=N_a, unquantized=N_u,
                    sharded=training.sharding in ("zero3", "fsdp")).subs(widths)
-        return list(tot.terms)
+        return tuple(tot.terms)
     conv = choose("convention", training.convention, CONVENTIONS)
     widths = byte_widths(training.sharding, training.precision, training.optimizer, conv)
     # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
@@ -374,13 +388,13 @@ def _model_states(x, layout: Layout, training: Training, stage: int) -> list:
     states = model_state(training.sharding, convention=conv, offload=training.offload,
                          params=N_tp / t + N_rep, dp=d * c).subs(widths)
     terms = list(states.terms)
-    if _stage_has_experts(x, layout, stage):
+    if experts:
         edp = d * c * t / (e * t_e)
         ex = model_state(training.sharding, convention=conv, offload=training.offload,
                          params=N_exp / (e * t_e), dp=edp).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
-    return terms
+    return tuple(terms)
 
 
 def _stage_total(x, layout: Layout, training: Training, stage: int,
