@@ -372,7 +372,9 @@ HF_CASES = {
                     "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
                     "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 152064,
                     "tie_word_embeddings": False}, 7_615_616_512),
-    # deepseek-ai/DeepSeek-V3 config.json (num_nextn_predict_layers 1); main model 671,026,419,200
+    # deepseek-ai/DeepSeek-V3 config.json (num_nextn_predict_layers 1).  Main model 671,026,419,200
+    # (checkpoint layers 0-60) less the router's e_score_correction_bias, 58 MoE layers x 256,
+    # which transformers 5 keeps as a buffer, not a parameter: 671,026,419,200 - 14,848.
     "deepseek-v3": ({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
                      "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
                      "num_hidden_layers": 61, "num_nextn_predict_layers": 1,
@@ -382,7 +384,7 @@ HF_CASES = {
                      "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "num_experts_per_tok": 8,
                      "moe_layer_freq": 1, "first_k_dense_replace": 3, "vocab_size": 129280,
                      "max_position_embeddings": 163840, "tie_word_embeddings": False,
-                     "attention_bias": False}, 671_026_419_200),
+                     "attention_bias": False}, 671_026_419_200 - 58 * 256),
     # EleutherAI/pythia-70m-deduped config.json (GPT-NeoX: LayerNorm, biases, rotary, untied);
     # HF safetensors 70,426,624
     "pythia-70m": ({"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox",
@@ -411,7 +413,10 @@ def test_hf_config_counts(tmp_path, case):
 def test_hf_config_matches_presets(tmp_path):
     assert parameter_count(from_hf_config(_write(tmp_path, LLAMA2_7B))) == 6_738_415_616
     ds = from_hf_config(_write(tmp_path, HF_CASES["deepseek-v3"][0]))
-    assert parameter_count(ds) == parameter_count(preset("deepseek-v3"))
+    # transformers builds neither the MTP layer nor a router-bias parameter; the reader says so
+    assert ds.mtp_num_layers == 0
+    assert parameter_count(ds) == parameter_count(preset("deepseek-v3"), mtp=False) - 58 * 256
+    assert any("num_nextn_predict_layers=1 not counted" in n for n in ds.extra["notes"])
     # a directory holding config.json works too, and resolve_model reads paths
     assert resolve_model(str(tmp_path)).num_layers == 61
     assert resolve_model(str(tmp_path / "config.json")).num_experts == 256
@@ -439,7 +444,6 @@ def test_hf_config_malformed(tmp_path, raw, match):
     ({"intermediate_size": 11008.0}, "'intermediate_size' must be a whole number"),
     ({"num_attention_heads": -4}, "'num_attention_heads' must be > 0"),
     ({"tie_word_embeddings": "no"}, "'tie_word_embeddings' must be true or false"),
-    ({"attention_bias": True}, "attention_bias and mlp_bias differ"),
 ])
 def test_hf_config_bad_fields(tmp_path, change, match):
     cfg = {**LLAMA2_7B, **change}
@@ -447,6 +451,13 @@ def test_hf_config_bad_fields(tmp_path, change, match):
     with pytest.raises(InvalidValueError, match=match) as err:
         from_hf_config(_write(tmp_path, cfg))
     assert "\n" not in str(err.value)
+
+
+def test_hf_config_llama_attention_bias_without_mlp_bias(tmp_path):
+    # LlamaAttention: q, k, v, o with bias=config.attention_bias; the MLP keeps mlp_bias=False.
+    # By hand: per layer q, k, v biases 3 * 4096 + o bias 4096 = 16,384; x 32 layers = 524,288.
+    arch = from_hf_config(_write(tmp_path, {**LLAMA2_7B, "attention_bias": True}))
+    assert parameter_count(arch) == 6_738_415_616 + 32 * 4 * 4096
 
 
 def test_hf_config_missing_file_huge_and_unknown(tmp_path):
