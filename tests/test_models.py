@@ -292,6 +292,62 @@ def test_resolve_defaults_and_bad_fields():
         parameter_count(Architecture())
 
 
+@pytest.mark.parametrize("field,value,limit", [
+    ("num_layers", 10**6 + 1, 10**6), ("num_layers", 10**300, 10**6),
+    ("hidden_size", 2**24 + 8, 2**24), ("num_attention_heads", 2**20 + 1, 2**20),
+    ("vocab_size", 2**31 + 1, 2**31), ("num_experts", 2**20 + 1, 2**20),
+    ("max_position_embeddings", 2**31 + 1, 2**31),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_resolve_refuses_sizes_over_the_limits(field, value, limit):
+    from memsym.model.architecture import LIMITS
+    kw = dict(num_layers=2, hidden_size=64, num_attention_heads=8, vocab_size=10,
+              position_embedding_type="rope")
+    arch = Architecture(**{**kw, field: value})
+    with pytest.raises(InvalidValueError) as err:
+        resolve(arch)
+    msg = str(err.value)
+    assert field in msg and str(limit) in msg and "LIMITS" in msg and len(msg) < 200
+    assert LIMITS[field] == limit                 # the documented limit is the one checked
+
+
+def test_new_structure_fields_checked_and_counted_by_hand():
+    base = dict(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2,
+                ffn_hidden_size=96, swiglu=True, normalization="RMSNorm", vocab_size=100,
+                position_embedding_type="rope", add_bias_linear=False)
+    n0 = parameter_count(Architecture(**base))
+    # four norms per layer instead of two: 2 layers x 2 x 64 more
+    assert parameter_count(Architecture(**base, norms_per_layer=4)) - n0 == 2 * 2 * 64
+    # full-width q/k norms: (a + g) d_h = (4 + 2) x 16 per layer
+    assert parameter_count(Architecture(**base, qk_layernorm=True, qk_norm_width="full")) - n0 \
+        == 2 * 96
+    # output-layer bias: V; embedding norm: h
+    assert parameter_count(Architecture(**base, output_layer_bias=True)) - n0 == 100
+    assert parameter_count(Architecture(**base, embedding_norm=True)) - n0 == 64
+    # non-affine norms: no norm parameters (2 x 2 x 64 per-layer + 64 final)
+    assert n0 - parameter_count(Architecture(**base, norm_affine=False)) == 2 * 2 * 64 + 64
+    # attention biases without MLP biases: (a + 2g) d_h + h per layer
+    assert parameter_count(Architecture(**base, attention_bias=True)) - n0 == 2 * (128 + 64)
+    for bad, match in ((dict(norms_per_layer=True), "norms_per_layer"),
+                       (dict(norms_per_layer=9), "LIMITS"),
+                       (dict(norm_bias="no"), "norm_bias"),
+                       (dict(attention_bias=1), "attention_bias"),
+                       (dict(embedding_norm=None), "embedding_norm")):
+        with pytest.raises(InvalidValueError, match=match):
+            resolve(Architecture(**{**base, **bad}))
+    with pytest.raises(UnknownNameError, match="qk_norm_width"):
+        resolve(Architecture(**base, qk_norm_width="wide"))
+
+
+def test_names_are_kept_printable():
+    from memsym.model.architecture import printable
+    arch = resolve(Architecture(name="a\n\x1b[31mfits\x07" + "z" * 200, num_layers=1,
+                                hidden_size=8, num_attention_heads=2, vocab_size=4,
+                                position_embedding_type="rope"))
+    assert arch.name.isprintable() and len(arch.name) <= 80 and "\\x1b" in arch.name
+    assert printable(arch.name) == arch.name          # idempotent
+    assert preset("llama2-7b").name == resolve(preset("llama2-7b")).name
+
+
 # --------------------------------------------------------------------------------------------
 # names
 # --------------------------------------------------------------------------------------------
