@@ -480,3 +480,77 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(InvalidValueError, match="not a regular file"):
         from_hf_config(fifo)
+
+
+# --------------------------------------------------------------------------------------------
+# the new structures through the pipeline stages, and MTP when the framework builds it
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["gptj", "gptj-tied", "bloom", "gemma3_text", "olmo",
+                                  "cohere-qk-norm-bias", "phimoe-biases", "falcon-new-one-norm-ffn"])
+def test_stages_add_up_to_the_count(tmp_path, case):
+    from memsym.model import stage_parameters
+    arch = from_hf_config(_write(tmp_path, SMALL[case]))
+    total = parameter_count(arch)
+    one = stage_parameters(arch, t=1, p=1, stage=0, pad_vocab=False)
+    assert one.total == total
+    # p = 3 (one layer each): the stages hold every parameter once, plus the last stage's copy
+    # of a tied output weight (V h), as Megatron allocates it
+    stages = [stage_parameters(arch, t=1, p=3, stage=i, pad_vocab=False) for i in range(3)]
+    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
+    assert sum(s.total for s in stages) == total + tied_copy
+
+
+def test_deepseek_v3_mtp_counted_when_the_framework_builds_it(tmp_path):
+    # The reader counts what transformers builds; a Megatron job with --mtp-num-layers 1 (and the
+    # expert bias it trains, --moe-router-enable-expert-bias) is the preset's model again.
+    from dataclasses import replace
+    from memsym.model import preset
+    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+           "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+           "num_hidden_layers": 61, "num_nextn_predict_layers": 1, "num_attention_heads": 128,
+           "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
+           "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
+           "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "num_experts_per_tok": 8,
+           "first_k_dense_replace": 3, "vocab_size": 129280, "max_position_embeddings": 163840,
+           "tie_word_embeddings": False}   # deepseek-ai/DeepSeek-V3 config.json
+    arch = from_hf_config(_write(tmp_path, cfg))
+    megatron = replace(arch, mtp_num_layers=1, moe_router_bias=True)
+    assert parameter_count(megatron) == parameter_count(preset("deepseek-v3"))
+    assert parameter_count(megatron, mtp=False) == 671_026_419_200   # DeepSeek-V3 README main model
+
+
+# --------------------------------------------------------------------------------------------
+# fuzz: any JSON object is an Architecture or one clear line, quickly
+# --------------------------------------------------------------------------------------------
+
+def test_fuzzed_config_contents(tmp_path):
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    from memsym.errors import MemsymError
+
+    keys = sorted({k for cfg in SMALL.values() for k in cfg} | {"_name_or_path", "text_config"})
+    values = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2, max_value=10**12),
+                       st.sampled_from([10**8, 10**10, 10**300, 2**31 + 1, 0, 1, 2, 4, 64]),
+                       st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20),
+                       st.lists(st.integers(min_value=0, max_value=4), max_size=4))
+    types = st.sampled_from(list(HF_MODEL_TYPES) + ["bert", "", "gemma3"])
+
+    @hypothesis.settings(max_examples=150, deadline=None, database=None)
+    @hypothesis.given(mtype=types, base=st.sampled_from(sorted(SMALL)),
+                      changes=st.dictionaries(st.sampled_from(keys), values, max_size=4))
+    def check(mtype, base, changes):
+        cfg = {**SMALL[base], "model_type": mtype, **changes}
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(cfg))
+        start = time.perf_counter()
+        try:
+            arch = from_hf_config(path)
+        except MemsymError as exc:
+            msg = str(exc)
+            assert msg and "\n" not in msg and len(msg) < 2000
+        else:
+            assert parameter_count(arch) > 0 and arch.name.isprintable()
+        assert time.perf_counter() - start < 5.0
+
+    check()
