@@ -129,8 +129,12 @@ def parameter_expression(arch: Architecture) -> dict:
 
     .. math::
         N = \\underbrace{Vh}_{\\text{embedding}} + L\\,P_{\\text{attn}} + (L-L_m)P_{\\text{mlp}}
-          + L_m\\,(hE + P_{\\text{sh}} + E\\,P_{\\text{exp}}) + 2\\eta h L + \\eta h
+          + L_m\\,(hE + P_{\\text{sh}} + E\\,P_{\\text{exp}}) + n_{\\text{norm}}\\eta h L + \\eta h
           + [\\text{untied}]\\,Vh + n_{\\text{mtp}}(\\dots)
+
+    with n_norm = ``norms_per_layer`` (2), η parameters per normalised element (2 LayerNorm,
+    1 RMSNorm or bias-free LayerNorm, 0 non-parametric), plus V for an output-layer bias and ηh
+    for an embedding norm where the model has them.
 
     Parameters
     ----------
