@@ -292,6 +292,62 @@ def test_resolve_defaults_and_bad_fields():
         parameter_count(Architecture())
 
 
+@pytest.mark.parametrize("field,value,limit", [
+    ("num_layers", 10**6 + 1, 10**6), ("num_layers", 10**300, 10**6),
+    ("hidden_size", 2**24 + 8, 2**24), ("num_attention_heads", 2**20 + 1, 2**20),
+    ("vocab_size", 2**31 + 1, 2**31), ("num_experts", 2**20 + 1, 2**20),
+    ("max_position_embeddings", 2**31 + 1, 2**31),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_resolve_refuses_sizes_over_the_limits(field, value, limit):
+    from memsym.model.architecture import LIMITS
+    kw = dict(num_layers=2, hidden_size=64, num_attention_heads=8, vocab_size=10,
+              position_embedding_type="rope")
+    arch = Architecture(**{**kw, field: value})
+    with pytest.raises(InvalidValueError) as err:
+        resolve(arch)
+    msg = str(err.value)
+    assert field in msg and str(limit) in msg and "LIMITS" in msg and len(msg) < 200
+    assert LIMITS[field] == limit                 # the documented limit is the one checked
+
+
+def test_new_structure_fields_checked_and_counted_by_hand():
+    base = dict(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2,
+                ffn_hidden_size=96, swiglu=True, normalization="RMSNorm", vocab_size=100,
+                position_embedding_type="rope", add_bias_linear=False)
+    n0 = parameter_count(Architecture(**base))
+    # four norms per layer instead of two: 2 layers x 2 x 64 more
+    assert parameter_count(Architecture(**base, norms_per_layer=4)) - n0 == 2 * 2 * 64
+    # full-width q/k norms: (a + g) d_h = (4 + 2) x 16 per layer
+    assert parameter_count(Architecture(**base, qk_layernorm=True, qk_norm_width="full")) - n0 \
+        == 2 * 96
+    # output-layer bias: V; embedding norm: h
+    assert parameter_count(Architecture(**base, output_layer_bias=True)) - n0 == 100
+    assert parameter_count(Architecture(**base, embedding_norm=True)) - n0 == 64
+    # non-affine norms: no norm parameters (2 x 2 x 64 per-layer + 64 final)
+    assert n0 - parameter_count(Architecture(**base, norm_affine=False)) == 2 * 2 * 64 + 64
+    # attention biases without MLP biases: (a + 2g) d_h + h per layer
+    assert parameter_count(Architecture(**base, attention_bias=True)) - n0 == 2 * (128 + 64)
+    for bad, match in ((dict(norms_per_layer=True), "norms_per_layer"),
+                       (dict(norms_per_layer=9), "LIMITS"),
+                       (dict(norm_bias="no"), "norm_bias"),
+                       (dict(attention_bias=1), "attention_bias"),
+                       (dict(embedding_norm=None), "embedding_norm")):
+        with pytest.raises(InvalidValueError, match=match):
+            resolve(Architecture(**{**base, **bad}))
+    with pytest.raises(UnknownNameError, match="qk_norm_width"):
+        resolve(Architecture(**base, qk_norm_width="wide"))
+
+
+def test_names_are_kept_printable():
+    from memsym.model.architecture import printable
+    arch = resolve(Architecture(name="a\n\x1b[31mfits\x07" + "z" * 200, num_layers=1,
+                                hidden_size=8, num_attention_heads=2, vocab_size=4,
+                                position_embedding_type="rope"))
+    assert arch.name.isprintable() and len(arch.name) <= 80 and "\\x1b" in arch.name
+    assert printable(arch.name) == arch.name          # idempotent
+    assert preset("llama2-7b").name == resolve(preset("llama2-7b")).name
+
+
 # --------------------------------------------------------------------------------------------
 # names
 # --------------------------------------------------------------------------------------------
@@ -372,7 +428,9 @@ HF_CASES = {
                     "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
                     "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 152064,
                     "tie_word_embeddings": False}, 7_615_616_512),
-    # deepseek-ai/DeepSeek-V3 config.json (num_nextn_predict_layers 1); main model 671,026,419,200
+    # deepseek-ai/DeepSeek-V3 config.json (num_nextn_predict_layers 1).  Main model 671,026,419,200
+    # (checkpoint layers 0-60) less the router's e_score_correction_bias, 58 MoE layers x 256,
+    # which transformers 5 keeps as a buffer, not a parameter: 671,026,419,200 - 14,848.
     "deepseek-v3": ({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
                      "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
                      "num_hidden_layers": 61, "num_nextn_predict_layers": 1,
@@ -382,7 +440,7 @@ HF_CASES = {
                      "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "num_experts_per_tok": 8,
                      "moe_layer_freq": 1, "first_k_dense_replace": 3, "vocab_size": 129280,
                      "max_position_embeddings": 163840, "tie_word_embeddings": False,
-                     "attention_bias": False}, 671_026_419_200),
+                     "attention_bias": False}, 671_026_419_200 - 58 * 256),
     # EleutherAI/pythia-70m-deduped config.json (GPT-NeoX: LayerNorm, biases, rotary, untied);
     # HF safetensors 70,426,624
     "pythia-70m": ({"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox",
@@ -411,7 +469,10 @@ def test_hf_config_counts(tmp_path, case):
 def test_hf_config_matches_presets(tmp_path):
     assert parameter_count(from_hf_config(_write(tmp_path, LLAMA2_7B))) == 6_738_415_616
     ds = from_hf_config(_write(tmp_path, HF_CASES["deepseek-v3"][0]))
-    assert parameter_count(ds) == parameter_count(preset("deepseek-v3"))
+    # transformers builds neither the MTP layer nor a router-bias parameter; the reader says so
+    assert ds.mtp_num_layers == 0
+    assert parameter_count(ds) == parameter_count(preset("deepseek-v3"), mtp=False) - 58 * 256
+    assert any("num_nextn_predict_layers=1 not counted" in n for n in ds.extra["notes"])
     # a directory holding config.json works too, and resolve_model reads paths
     assert resolve_model(str(tmp_path)).num_layers == 61
     assert resolve_model(str(tmp_path / "config.json")).num_experts == 256
@@ -439,7 +500,6 @@ def test_hf_config_malformed(tmp_path, raw, match):
     ({"intermediate_size": 11008.0}, "'intermediate_size' must be a whole number"),
     ({"num_attention_heads": -4}, "'num_attention_heads' must be > 0"),
     ({"tie_word_embeddings": "no"}, "'tie_word_embeddings' must be true or false"),
-    ({"attention_bias": True}, "attention_bias and mlp_bias differ"),
 ])
 def test_hf_config_bad_fields(tmp_path, change, match):
     cfg = {**LLAMA2_7B, **change}
@@ -447,6 +507,13 @@ def test_hf_config_bad_fields(tmp_path, change, match):
     with pytest.raises(InvalidValueError, match=match) as err:
         from_hf_config(_write(tmp_path, cfg))
     assert "\n" not in str(err.value)
+
+
+def test_hf_config_llama_attention_bias_without_mlp_bias(tmp_path):
+    # LlamaAttention: q, k, v, o with bias=config.attention_bias; the MLP keeps mlp_bias=False.
+    # By hand: per layer q, k, v biases 3 * 4096 + o bias 4096 = 16,384; x 32 layers = 524,288.
+    arch = from_hf_config(_write(tmp_path, {**LLAMA2_7B, "attention_bias": True}))
+    assert parameter_count(arch) == 6_738_415_616 + 32 * 4 * 4096
 
 
 def test_hf_config_missing_file_huge_and_unknown(tmp_path):

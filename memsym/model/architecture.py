@@ -1,4 +1,8 @@
-"""The architecture record (Megatron-LM field names), its resolution and validation."""
+"""The architecture record (Megatron-LM field names), its resolution and validation.
+
+Also the documented size limits every architecture is checked against (:data:`LIMITS`) and
+:func:`printable`, which makes a name read from a file safe to print.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,125 @@ from typing import Optional, Union
 
 from ..errors import InvalidValueError, UnknownNameError
 
-__all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern"]
+__all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern", "LIMITS",
+           "check_limit", "printable"]
+
+# Every size an architecture carries is bounded, so that a hostile or mistyped value is refused at
+# once instead of building a 10^8-entry layer pattern or overflowing a float.  The bounds are far
+# beyond any published model (the largest have ~10^2 layers, h ~ 2^15, V ~ 2^18, E ~ 2^8).
+LIMITS = {
+    "num_layers": 10**6,
+    "hidden_size": 2**24,
+    "num_attention_heads": 2**20,
+    "num_query_groups": 2**20,
+    "kv_channels": 2**24,
+    "ffn_hidden_size": 2**30,
+    "moe_ffn_hidden_size": 2**30,
+    "moe_shared_expert_intermediate_size": 2**30,
+    "vocab_size": 2**31,
+    "make_vocab_size_divisible_by": 2**31,
+    "max_position_embeddings": 2**31,
+    "num_experts": 2**20,
+    "moe_router_topk": 2**20,
+    "q_lora_rank": 2**24,
+    "kv_lora_rank": 2**24,
+    "qk_head_dim": 2**24,
+    "qk_pos_emb_head_dim": 2**24,
+    "v_head_dim": 2**24,
+    "mtp_num_layers": 10**6,
+    "norms_per_layer": 8,
+}
+"""Upper bound of each size field of :class:`Architecture` (inclusive) [count of the field's unit].
+
+Layers ≤ 10^6, hidden ≤ 2^24, heads ≤ 2^20, vocabulary ≤ 2^31, experts ≤ 2^20, positions ≤ 2^31;
+:func:`resolve` refuses a larger value naming the limit.
+"""
+
+
+def _shown(value) -> str:
+    # a huge integer is described, not echoed (str() of one past 4300 digits even raises)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"{'-' if value < 0 else ''}a number of about {int(abs(value).bit_length() * 0.30103) + 1} digits"
+    return printable(repr(value), 40)
+
+
+def check_limit(name: str, value: int, what: str = None) -> int:
+    """Refuse ``value`` above ``LIMITS[name]``, naming the field and the limit; return it.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`LIMITS`.
+    value : int
+        The size to check (already a whole number).
+    what : str, optional
+        How to name the value in the message (default ``name``; a config reader passes its own
+        field name).
+
+    Examples
+    --------
+    >>> check_limit("num_layers", 96)
+    96
+    >>> check_limit("num_layers", 10**8)
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: num_layers = 100000000 is above memsym's limit of 1000000 (LIMITS['num_layers'])
+    """
+    limit = LIMITS[name]
+    if value > limit:
+        raise InvalidValueError(f"{what or name} = {_shown(value)} is above memsym's limit of {limit} "
+                                f"(LIMITS[{name!r}])")
+    return value
+
+
+def printable(text, limit: int = 80) -> str:
+    r"""``text`` made safe to print on one line: control characters escaped, length bounded.
+
+    Newlines, tabs, ESC (ANSI sequences), DEL, C1 controls and invisible format characters
+    (bidirectional overrides, zero-width marks) become ``\n``, ``\x1b``, ``\u202e``...;
+    a text longer than ``limit`` characters is cut to ``limit`` with a trailing ``...``.
+    Escaping is idempotent, so a name can pass through twice unchanged.
+
+    Parameters
+    ----------
+    text : object
+        The name (``str()`` of anything else).
+    limit : int
+        Most characters returned (at least 4).
+
+    Examples
+    --------
+    >>> printable("evil\n\x1b[2Jmodel: fits")
+    'evil\\n\\x1b[2Jmodel: fits'
+    >>> printable("x" * 100, limit=10)
+    'xxxxxxx...'
+    """
+    import unicodedata
+
+    limit = max(4, int(limit))
+    try:
+        whole = text if isinstance(text, str) else str(text)
+    except (ValueError, TypeError):        # e.g. an int past Python's 4300-digit str() limit
+        whole = f"<{type(text).__name__}>"
+    out = []
+    for ch in whole[: 8 * limit]:          # bounded work whatever the input's length
+        cat = unicodedata.category(ch)
+        if ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif cat in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else
+                       f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    res = "".join(out)
+    if len(res) > limit or len(whole) > 8 * limit:
+        res = res[: limit - 3] + "..."
+    return res
 
 
 @dataclass(frozen=True)
@@ -28,6 +150,27 @@ class Architecture:
     DeepSeek-V3's ``e_score_correction_bias``; None follows ``add_bias_linear``),
     ``moe_shared_expert_gate`` (Qwen2-MoE's h→1 gate), ``attention_sinks`` (one learned logit per
     head, gpt-oss), ``untie_embeddings_and_output_weights`` as in Megatron.
+
+    Fields added for the Hugging Face families (each default keeps Megatron's layer):
+
+    * ``norms_per_layer``: norms in each decoder layer (2; 1 for a parallel block with one input
+      norm: GPT-J, Cohere, Falcon-7B; 4 for Gemma 2/3's pre- and post-norms).
+    * ``norm_affine``: whether a norm has a learned scale (False: OLMo's non-parametric LayerNorm).
+    * ``norm_bias``: whether a norm has a learned shift; None = LayerNorm yes, RMSNorm no
+      (False: Cohere's bias-free LayerNorm).  Together they set η, parameters per normalised
+      element: 0, 1 or 2.
+    * ``qk_norm_width``: with ``qk_layernorm``, ``"head"`` = one norm of d_h for Q and one for K
+      shared by all heads (Qwen3, Gemma 3: 2·d_h); ``"full"`` = over all heads ((a + g)·d_h:
+      OLMo 2, Cohere).
+    * ``attention_bias``: biases on Q, K, V and the output projection; None follows
+      ``add_bias_linear`` (False with ``add_bias_linear`` True: GPT-J, GPT-NeoX without
+      attention bias, where only the MLP has biases).
+    * ``output_layer_bias``: V biases on the output layer (GPT-J, Phi-MoE ``lm_head_bias``).
+    * ``embedding_norm``: a norm right after the word embedding (BLOOM), on the first stage.
+    * ``parallel_attention``: attention and MLP read the same normalised input (GPT-J, Falcon,
+      Cohere); recorded for activation models, it changes no parameter count by itself.
+
+    Every size is bounded by :data:`LIMITS`; the name is kept printable (:func:`printable`).
     """
 
     name: str = "custom"
@@ -66,6 +209,15 @@ class Architecture:
     moe_router_bias: Optional[bool] = None         # E biases per MoE router; None = add_bias_linear
     moe_shared_expert_gate: bool = False           # sigmoid gate h->1 on the shared expert (Qwen2-MoE)
     attention_sinks: bool = False                  # one learned sink logit per head (gpt-oss)
+    # --- added for the Hugging Face families (issue 13) ---
+    norms_per_layer: int = 2                       # 1: parallel block (GPT-J, Cohere); 4: Gemma 2/3
+    norm_affine: bool = True                       # False: non-parametric LayerNorm (OLMo)
+    norm_bias: Optional[bool] = None               # None: LayerNorm has a shift, RMSNorm not
+    qk_norm_width: str = "head"                    # "head": 2*d_h; "full": (a+g)*d_h (OLMo 2, Cohere)
+    attention_bias: Optional[bool] = None          # Q, K, V, O biases; None = add_bias_linear
+    output_layer_bias: bool = False                # V biases on the output layer (GPT-J)
+    embedding_norm: bool = False                   # norm after the word embedding (BLOOM)
+    parallel_attention: bool = False               # attention and MLP in parallel (no count change)
 
     @property
     def is_moe(self) -> bool:
@@ -91,7 +243,10 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
-                "attention_sinks")
+                "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
+                "parallel_attention")
+_OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
+_QK_NORM_WIDTHS = ("head", "full")
 
 
 def _pos_int(value, what: str, allow_zero: bool = False) -> int:
@@ -104,10 +259,11 @@ def _pos_int(value, what: str, allow_zero: bool = False) -> int:
             ok = False
         if not ok:
             raise InvalidValueError(f"{what} must be a whole number, got {type(value).__name__} "
-                                    f"{str(value)[:40]!r}")
+                                    f"{_shown(value)}")
         value = int(value)
     if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidValueError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+        raise InvalidValueError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got "
+                                f"{_shown(value)}")
     return value
 
 
@@ -119,10 +275,13 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
     (when learned positions need it), ``moe_router_bias`` → ``add_bias_linear``,
     ``normalization`` and ``position_embedding_type`` spelled canonically.
 
+    Every size is checked against :data:`LIMITS` before anything is built from it; the name is
+    passed through :func:`printable`.
+
     Raises
     ------
     InvalidValueError
-        A field of the wrong type or range (one line naming the field).
+        A field of the wrong type or range, or above its limit (one line naming the field).
 
     Examples
     --------
@@ -135,22 +294,31 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
     if isinstance(arch, Resolved):
         return arch             # resolved once: nothing resolves it again
     upd = {}
+    upd["name"] = printable(arch.name)
     for name in _INT_FIELDS:
         val = getattr(arch, name)
         if val is not None:
-            upd[name] = _pos_int(val, name)
+            upd[name] = check_limit(name, _pos_int(val, name))
     for name in _BOOL_FIELDS:
         val = getattr(arch, name)
         if not isinstance(val, bool):
-            raise InvalidValueError(f"{name} must be true or false, got {val!r:.40}")
-    if arch.moe_router_bias is not None and not isinstance(arch.moe_router_bias, bool):
-        raise InvalidValueError(f"moe_router_bias must be true, false or None, got "
-                                f"{arch.moe_router_bias!r:.40}")
-    upd["mtp_num_layers"] = _pos_int(arch.mtp_num_layers, "mtp_num_layers", allow_zero=True)
+            raise InvalidValueError(f"{name} must be true or false, got {printable(repr(val), 40)}")
+    for name in _OPTIONAL_BOOL_FIELDS:
+        val = getattr(arch, name)
+        if val is not None and not isinstance(val, bool):
+            raise InvalidValueError(f"{name} must be true, false or None, got "
+                                    f"{printable(repr(val), 40)}")
+    upd["mtp_num_layers"] = check_limit("mtp_num_layers", _pos_int(
+        arch.mtp_num_layers, "mtp_num_layers", allow_zero=True))
+    upd["norms_per_layer"] = check_limit("norms_per_layer", _pos_int(
+        arch.norms_per_layer, "norms_per_layer", allow_zero=True))
+    if arch.qk_norm_width not in _QK_NORM_WIDTHS:
+        raise UnknownNameError("qk_norm_width", arch.qk_norm_width, _QK_NORM_WIDTHS)
     if arch.moe_shared_expert_intermediate_size is not None:
-        upd["moe_shared_expert_intermediate_size"] = _pos_int(
-            arch.moe_shared_expert_intermediate_size, "moe_shared_expert_intermediate_size",
-            allow_zero=True)
+        upd["moe_shared_expert_intermediate_size"] = check_limit(
+            "moe_shared_expert_intermediate_size", _pos_int(
+                arch.moe_shared_expert_intermediate_size, "moe_shared_expert_intermediate_size",
+                allow_zero=True))
     norm = _NORMS.get(str(arch.normalization).lower())
     if norm is None:
         raise UnknownNameError("normalization", arch.normalization, list(_NORMS.values()))
@@ -175,7 +343,8 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
         if seq_length is None:
             raise InvalidValueError("learned position embeddings need max_position_embeddings "
                                     "(or a seq_length to default it to)")
-        upd["max_position_embeddings"] = _pos_int(seq_length, "seq_length")
+        upd["max_position_embeddings"] = check_limit(
+            "max_position_embeddings", _pos_int(seq_length, "seq_length"), "seq_length")
     if upd.get("num_experts"):
         upd.setdefault("moe_ffn_hidden_size", upd["ffn_hidden_size"])
         if upd["moe_router_topk"] > upd["num_experts"]:
@@ -189,7 +358,8 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
                                         " entries of 0 or 1")
             upd["moe_layer_freq"] = tuple(int(x) for x in freq)
         else:
-            upd["moe_layer_freq"] = _pos_int(freq, "moe_layer_freq")
+            upd["moe_layer_freq"] = check_limit("num_layers", _pos_int(freq, "moe_layer_freq"),
+                                                "moe_layer_freq")
     if arch.multi_latent_attention:
         for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             if name not in upd:

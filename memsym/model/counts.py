@@ -24,13 +24,23 @@ _ZERO = sp.Integer(0)
 
 
 def _eta(x: Architecture) -> int:
-    # parameters per normalised element: RMSNorm has a scale only, LayerNorm scale and shift.
-    return 1 if x.normalization == "RMSNorm" else 2
+    # parameters per normalised element: RMSNorm has a scale only, LayerNorm scale and shift;
+    # norm_affine=False (OLMo's LayerNorm) has neither, norm_bias=False (Cohere's) no shift.
+    if not x.norm_affine:
+        return 0
+    shift = x.normalization == "LayerNorm" if x.norm_bias is None else x.norm_bias
+    return 1 + int(bool(shift))
+
+
+def _attention_bias(x: Architecture) -> bool:
+    # Q, K, V and output-projection biases: their own switch, else Megatron's add_bias_linear
+    return bool(x.add_bias_linear if x.attention_bias is None else x.attention_bias)
 
 
 def _attention_parts(x: Architecture):
     """Per-layer attention parameters as (TP-sharded, TP-replicated) expressions."""
-    bias_all, bias_qkv = x.add_bias_linear, x.add_bias_linear or x.add_qkv_bias
+    bias_all = _attention_bias(x)
+    bias_qkv = bias_all or x.add_qkv_bias
     eta = _eta(x)
     if x.multi_latent_attention:
         # DeepSeek-V2/V3 MLA (arXiv 2405.04434 §2.1): queries and keys/values through low-rank
@@ -55,7 +65,11 @@ def _attention_parts(x: Architecture):
         tp += (a + 2 * g) * d_h
     if bias_all:
         rep += h                      # the output projection's bias (row-parallel: replicated)
-    if x.qk_layernorm:
+    if x.qk_layernorm and x.qk_norm_width == "full":
+        # OLMo 2 (Olmo2RMSNorm(a*d_h), (g*d_h)) and Cohere (CohereLayerNorm((a, d_h)), (g, d_h))):
+        # a weight per query/key channel, split with the heads under TP
+        tp += eta * (a + g) * d_h
+    elif x.qk_layernorm:
         rep += 2 * eta * d_h          # one norm over the head dim for Q and one for K
     if x.attention_sinks:
         tp += a                       # one sink logit per head, sharded with the heads
@@ -76,7 +90,8 @@ def _mlp_parts(x: Architecture, width):
 def _layer_parts(x: Architecture, moe: bool) -> dict:
     """One decoder layer: component -> (TP-sharded, replicated, routed-expert) expressions."""
     at, ar = _attention_parts(x)
-    parts = {"attention": (at, ar, _ZERO), "norms": (_ZERO, 2 * _eta(x) * h, _ZERO)}
+    parts = {"attention": (at, ar, _ZERO),
+             "norms": (_ZERO, x.norms_per_layer * _eta(x) * h, _ZERO)}
     if not moe:
         mt, mr = _mlp_parts(x, f)
         parts["mlp"] = (mt, mr, _ZERO)
@@ -114,8 +129,12 @@ def parameter_expression(arch: Architecture) -> dict:
 
     .. math::
         N = \\underbrace{Vh}_{\\text{embedding}} + L\\,P_{\\text{attn}} + (L-L_m)P_{\\text{mlp}}
-          + L_m\\,(hE + P_{\\text{sh}} + E\\,P_{\\text{exp}}) + 2\\eta h L + \\eta h
+          + L_m\\,(hE + P_{\\text{sh}} + E\\,P_{\\text{exp}}) + n_{\\text{norm}}\\eta h L + \\eta h
           + [\\text{untied}]\\,Vh + n_{\\text{mtp}}(\\dots)
+
+    with n_norm = ``norms_per_layer`` (2), η parameters per normalised element (2 LayerNorm,
+    1 RMSNorm or bias-free LayerNorm, 0 non-parametric), plus V for an output-layer bias and ηh
+    for an embedding norm where the model has them.
 
     Parameters
     ----------
@@ -149,11 +168,15 @@ def parameter_expression(arch: Architecture) -> dict:
         out["position_embedding"] = s_max * h
     if x.untie_embeddings_and_output_weights:
         out["output_layer"] = V * h
+    if x.output_layer_bias:                      # GPT-J's lm_head bias (kept when tied, too)
+        out["output_layer"] += V
     dense_parts = _layer_parts(x, False) if any_dense else {}
     moe_parts = _layer_parts(x, True) if any_moe else {}
     for key in ("attention", "norms"):
         out[key] = L * sum(_layer_parts(x, any_moe)[key][:3], _ZERO)
     out["norms"] += _eta(x) * h                  # final norm
+    if x.embedding_norm:                         # BLOOM's word_embeddings_layernorm
+        out["norms"] += _eta(x) * h
     if any_dense:
         out["mlp"] = n_dense * sum(dense_parts["mlp"], _ZERO)
     for key in ("router", "shared_experts", "experts"):
@@ -350,11 +373,16 @@ def _component_sources(x: Architecture) -> dict:
         "attention": (Source("deepseek-v2", "§2.1.2-2.1.3 (MLA projections)")
                       if x.multi_latent_attention else Source("megatron-lm", mega + ": 2dh(a+g)")),
         "mlp": Source("megatron-lm", mega + ": 2γhf"),
-        "norms": Source("megatron-lm", mega + ": 2ηh per layer + ηh"),
+        "norms": (Source("hf-transformers-5", "modeling_<model_type>.py: the norms each decoder layer "
+                                         "builds (η per element) + final (+ embedding) norm")
+                  if x.norms_per_layer != 2 or x.embedding_norm or not x.norm_affine
+                  else Source("megatron-lm", mega + ": 2ηh per layer + ηh")),
         "router": Source("megatron-lm", mega + ": hE (+E)"),
         "shared_experts": Source("megatron-lm", mega + ": 2γh f_sh"),
         "experts": Source("megatron-lm", mega + ": 2γh f_e E"),
-        "output_layer": Source("megatron-lm", mega + ": hV when untied"),
+        "output_layer": (Source("hf-transformers-5", "modeling_gptj.py GPTJForCausalLM.lm_head "
+                                                "(nn.Linear with bias)")
+                         if x.output_layer_bias else Source("megatron-lm", mega + ": hV when untied")),
         "mtp": Source("deepseek-v3", "§2.2 (MTP modules: norms, projection M, one block)"),
         "mtp_experts": Source("deepseek-v3", "§2.2 (the MTP block's routed experts)"),
     }
@@ -382,7 +410,7 @@ def parameter_total(arch: Architecture):
             "attention": "attention projections per layer", "mlp": "dense MLPs",
             "norms": "normalisation weights (per layer and final)", "router": "MoE routers",
             "shared_experts": "shared experts", "experts": "routed experts",
-            "output_layer": "untied output layer", "mtp": "multi-token-prediction layers",
+            "output_layer": "output layer (untied weight, bias)", "mtp": "multi-token-prediction layers",
             "mtp_experts": "routed experts of the MTP layers"}
     terms = [Term(key, expr, what[key], sources[key], unit="parameters")
              for key, expr in parameter_expression(x).items() if expr != 0]

@@ -236,10 +236,14 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
         tp += vh
         if x.position_embedding_type == "learned_absolute":
             rep += x.max_position_embeddings * x.hidden_size
+        if x.embedding_norm:                    # BLOOM's norm after the word embedding
+            rep += _eta(x) * x.hidden_size
     if last:
         rep += _eta(x) * x.hidden_size
         if x.untie_embeddings_and_output_weights or (p > 1 and tied_output_copy):
             tp += vh
+        if x.output_layer_bias:                 # GPT-J's lm_head bias, one per (padded) row
+            tp += _as_int(V, vals)
         if x.mtp_num_layers:
             # each MTP layer: a block of the last layer's kind, its three norms (replicated) and
             # the 2h -> h projection (counted as TP-sharded)

@@ -1,0 +1,556 @@
+"""Hugging Face config.json families against transformers' own models, and the reader's refusals.
+
+The oracle is independent of memsym: transformers builds ``AutoModelForCausalLM.from_config`` of
+the very file memsym reads, on the meta device (no memory, no download), and
+``sum(p.numel() for p in model.parameters())`` (shared tied weights counted once) must equal
+memsym's ``parameter_count``.  Those tests carry ``@pytest.mark.torch`` and skip cleanly without
+torch or transformers (verified against transformers 5.24.0, torch 2.13).  Realistic configs carry
+the values of the models' published config.json files (hub page cited); where the release publishes
+a total (the hub's safetensors parameter count or the model card) it is asserted without torch.
+Every config here is written by the test itself: no network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from memsym.errors import InvalidValueError, UnknownNameError
+from memsym.model import from_hf_config, parameter_count
+from memsym.model.architecture import LIMITS
+from memsym.model.hf_config import HF_MODEL_TYPES
+
+# --------------------------------------------------------------------------------------------
+# small configs, one or more per model type and per structural switch
+# --------------------------------------------------------------------------------------------
+
+_TOKENS = {"pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+_BASE = {"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 128,
+         "max_position_embeddings": 64, **_TOKENS}
+
+
+def _small(model_type, **over):
+    return {"model_type": model_type, **_BASE, **over}
+
+
+_DEEPSEEK = dict(q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                 v_head_dim=8, n_routed_experts=4, n_shared_experts=1, moe_intermediate_size=16,
+                 first_k_dense_replace=1, num_experts_per_tok=2, n_group=1, topk_group=1,
+                 num_key_value_heads=4)
+
+SMALL = {
+    "llama": _small("llama"),
+    "llama-biases": _small("llama", attention_bias=True, mlp_bias=True),
+    "llama-attention-bias": _small("llama", attention_bias=True),
+    "llama-mlp-bias-tied": _small("llama", mlp_bias=True, tie_word_embeddings=True),
+    "llama-head-dim": _small("llama", head_dim=32),
+    "llama-no-kv-field": {k: v for k, v in _small("llama").items() if k != "num_key_value_heads"},
+    "mistral": _small("mistral"),
+    "mistral-default-kv": {**{k: v for k, v in _small("mistral").items()
+                              if k != "num_key_value_heads"}, "num_attention_heads": 8},
+    "mixtral": _small("mixtral", num_local_experts=4, num_experts_per_tok=2),
+    "qwen2": _small("qwen2"),
+    "qwen2-tied": _small("qwen2", tie_word_embeddings=True),
+    "qwen3": _small("qwen3", head_dim=16),
+    "qwen3-default-head-dim": _small("qwen3"),
+    "qwen2_moe": _small("qwen2_moe", num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                        decoder_sparse_step=2, mlp_only_layers=[0]),
+    "qwen3_moe": _small("qwen3_moe", head_dim=16, num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, mlp_only_layers=[1]),
+    "deepseek_v2": _small("deepseek_v2", **{**_DEEPSEEK, "q_lora_rank": None},
+                          topk_method="greedy"),
+    "deepseek_v3": _small("deepseek_v3", **_DEEPSEEK, num_nextn_predict_layers=1),
+    "gpt_oss": _small("gpt_oss", head_dim=16, num_local_experts=4, num_experts_per_tok=2),
+    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 64,
+             "vocab_size": 128, **_TOKENS},
+    "gpt2-n-inner": {"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4,
+                     "n_positions": 64, "n_inner": 80, "vocab_size": 128, **_TOKENS},
+    "gpt_neox": _small("gpt_neox", num_key_value_heads=None),
+    "gpt_neox-no-attention-bias": _small("gpt_neox", attention_bias=False),
+    "gemma": _small("gemma", head_dim=16),
+    "gemma-default-head-dim-and-kv": {**{k: v for k, v in _small("gemma").items()
+                                         if k != "num_key_value_heads"},
+                                      "num_attention_heads": 16},
+    "gemma-attention-bias": _small("gemma", head_dim=16, attention_bias=True),
+    "gemma2": _small("gemma2", head_dim=16),
+    "gemma3_text": _small("gemma3_text", head_dim=16),
+    "gemma3_text-untied": _small("gemma3_text", head_dim=16, tie_word_embeddings=False),
+    "phi3": _small("phi3"),
+    "phi3-tied": _small("phi3", tie_word_embeddings=True),
+    "phimoe": _small("phimoe", num_local_experts=4, num_experts_per_tok=2),
+    "phimoe-biases": _small("phimoe", num_local_experts=4, num_experts_per_tok=2,
+                            attention_bias=True, lm_head_bias=True),
+    "olmo": _small("olmo"),
+    "olmo-tied-bias": _small("olmo", tie_word_embeddings=True, attention_bias=True),
+    "olmo2": _small("olmo2"),
+    "gptj": {"model_type": "gptj", "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 64,
+             "rotary_dim": 8, "vocab_size": 128, **_TOKENS},
+    "gptj-tied": {"model_type": "gptj", "n_embd": 64, "n_layer": 3, "n_head": 4,
+                  "n_positions": 64, "rotary_dim": 8, "n_inner": 80, "vocab_size": 128,
+                  "tie_word_embeddings": True, **_TOKENS},
+    "falcon-multi-query-parallel": {"model_type": "falcon", "hidden_size": 64,
+                                    "num_hidden_layers": 3, "num_attention_heads": 4,
+                                    "vocab_size": 128, **_TOKENS},
+    "falcon-mha-sequential-bias": {"model_type": "falcon", "hidden_size": 64,
+                                   "num_hidden_layers": 3, "num_attention_heads": 4,
+                                   "vocab_size": 128, "multi_query": False,
+                                   "parallel_attn": False, "bias": True, **_TOKENS},
+    "falcon-new-architecture": {"model_type": "falcon", "hidden_size": 64,
+                                "num_hidden_layers": 3, "num_attention_heads": 4,
+                                "num_kv_heads": 2, "new_decoder_architecture": True,
+                                "vocab_size": 128, **_TOKENS},
+    "falcon-new-one-norm-ffn": {"model_type": "falcon", "hidden_size": 64,
+                                "num_hidden_layers": 3, "num_attention_heads": 4,
+                                "num_kv_heads": 2, "new_decoder_architecture": True,
+                                "num_ln_in_parallel_attn": 1, "ffn_hidden_size": 80,
+                                "vocab_size": 128, **_TOKENS},
+    "falcon-alibi-untied": {"model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 3,
+                            "num_attention_heads": 4, "alibi": True,
+                            "tie_word_embeddings": False, "vocab_size": 128, **_TOKENS},
+    "bloom": {"model_type": "bloom", "n_embed": 64, "n_layer": 3, "n_head": 4,
+              "vocab_size": 128, **_TOKENS},
+    "starcoder2": _small("starcoder2"),
+    "starcoder2-no-bias-untied": _small("starcoder2", use_bias=False, tie_word_embeddings=False),
+    "cohere": _small("cohere"),
+    "cohere-qk-norm-bias": _small("cohere", use_qk_norm=True, attention_bias=True),
+    "granite": _small("granite"),
+    "granite-mlp-bias": _small("granite", mlp_bias=True, tie_word_embeddings=True),
+    "granitemoe": _small("granitemoe", num_local_experts=4, num_experts_per_tok=2),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# realistic configs: the published config.json values (fields that matter)
+# --------------------------------------------------------------------------------------------
+
+REAL = {
+    # https://huggingface.co/google/gemma-7b/blob/main/config.json
+    "gemma-7b": {"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "head_dim": 256,
+                 "hidden_act": "gelu", "hidden_size": 3072, "intermediate_size": 24576,
+                 "max_position_embeddings": 8192, "num_attention_heads": 16,
+                 "num_hidden_layers": 28, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+                 "rope_theta": 10000.0, "vocab_size": 256000, "bos_token_id": 2,
+                 "eos_token_id": 1, "pad_token_id": 0},
+    # https://huggingface.co/google/gemma-2-9b/blob/main/config.json
+    "gemma-2-9b": {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+                   "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+                   "hidden_size": 3584, "intermediate_size": 14336,
+                   "max_position_embeddings": 8192, "num_attention_heads": 16,
+                   "num_hidden_layers": 42, "num_key_value_heads": 8, "query_pre_attn_scalar": 256,
+                   "sliding_window": 4096, "final_logit_softcapping": 30.0,
+                   "attn_logit_softcapping": 50.0, "vocab_size": 256000, "bos_token_id": 2,
+                   "eos_token_id": 1, "pad_token_id": 0},
+    # https://huggingface.co/google/gemma-3-1b-pt/blob/main/config.json
+    "gemma-3-1b": {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+                   "head_dim": 256, "hidden_size": 1152, "intermediate_size": 6912,
+                   "max_position_embeddings": 32768, "num_attention_heads": 4,
+                   "num_hidden_layers": 26, "num_key_value_heads": 1,
+                   "query_pre_attn_scalar": 256, "sliding_window": 512,
+                   "sliding_window_pattern": 6, "rope_theta": 1000000,
+                   "vocab_size": 262144, "bos_token_id": 2, "eos_token_id": 1,
+                   "pad_token_id": 0},
+    # https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json
+    "phi-3-mini": {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+                   "hidden_size": 3072, "intermediate_size": 8192,
+                   "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
+                   "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+                   "rms_norm_eps": 1e-05, "sliding_window": 2047, "tie_word_embeddings": False,
+                   "vocab_size": 32064, "bos_token_id": 1, "eos_token_id": 32000,
+                   "pad_token_id": 32000},
+    # https://huggingface.co/microsoft/phi-4/blob/main/config.json (model_type phi3)
+    "phi-4": {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 5120,
+              "intermediate_size": 17920, "max_position_embeddings": 16384,
+              "original_max_position_embeddings": 16384, "num_attention_heads": 40,
+              "num_hidden_layers": 40, "num_key_value_heads": 10, "rope_theta": 250000,
+              "tie_word_embeddings": False, "vocab_size": 100352, "bos_token_id": 100257,
+              "eos_token_id": 100257, "pad_token_id": 100257},
+    # https://huggingface.co/microsoft/Phi-3.5-MoE-instruct/blob/main/config.json
+    "phi-3.5-moe": {"architectures": ["PhiMoEForCausalLM"], "model_type": "phimoe",
+                    "hidden_size": 4096, "intermediate_size": 6400,
+                    "max_position_embeddings": 131072, "num_attention_heads": 32,
+                    "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 16,
+                    "num_experts_per_tok": 2, "attention_bias": True, "lm_head_bias": True,
+                    "tie_word_embeddings": False, "vocab_size": 32064, "bos_token_id": 1,
+                    "eos_token_id": 32000},
+    # https://huggingface.co/allenai/OLMo-2-1124-7B/blob/main/config.json
+    "olmo-2-7b": {"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2",
+                  "hidden_size": 4096, "intermediate_size": 11008,
+                  "max_position_embeddings": 4096, "num_attention_heads": 32,
+                  "num_hidden_layers": 32, "num_key_value_heads": 32, "rms_norm_eps": 1e-06,
+                  "rope_theta": 500000, "attention_bias": False, "tie_word_embeddings": False,
+                  "vocab_size": 100352, "eos_token_id": 100257, "pad_token_id": 100277},
+    # https://huggingface.co/allenai/OLMo-1B-hf/blob/main/config.json
+    "olmo-1b": {"architectures": ["OlmoForCausalLM"], "model_type": "olmo", "hidden_size": 2048,
+                "intermediate_size": 8192, "max_position_embeddings": 2048,
+                "num_attention_heads": 16, "num_hidden_layers": 16, "num_key_value_heads": 16,
+                "attention_bias": False, "clip_qkv": None, "tie_word_embeddings": True,
+                "vocab_size": 50304, "eos_token_id": 50279, "pad_token_id": 1},
+    # https://huggingface.co/EleutherAI/gpt-j-6b/blob/main/config.json
+    "gpt-j-6b": {"architectures": ["GPTJForCausalLM"], "model_type": "gptj", "n_embd": 4096,
+                 "n_head": 16, "n_layer": 28, "n_positions": 2048, "rotary_dim": 64,
+                 "n_inner": None, "activation_function": "gelu_new",
+                 "tie_word_embeddings": False, "vocab_size": 50400, "bos_token_id": 50256,
+                 "eos_token_id": 50256},
+    # https://huggingface.co/tiiuae/falcon-7b/blob/main/config.json
+    "falcon-7b": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "alibi": False,
+                  "bias": False, "hidden_size": 4544, "multi_query": True,
+                  "new_decoder_architecture": False, "num_attention_heads": 71,
+                  "num_hidden_layers": 32, "parallel_attn": True, "vocab_size": 65024,
+                  "bos_token_id": 11, "eos_token_id": 11},
+    # https://huggingface.co/tiiuae/falcon-40b/blob/main/config.json
+    "falcon-40b": {"architectures": ["FalconForCausalLM"], "model_type": "falcon",
+                   "alibi": False, "bias": False, "hidden_size": 8192,
+                   "new_decoder_architecture": True, "num_attention_heads": 128,
+                   "num_hidden_layers": 60, "num_kv_heads": 8, "parallel_attn": True,
+                   "vocab_size": 65024, "bos_token_id": 11, "eos_token_id": 11},
+    # https://huggingface.co/bigscience/bloom-560m/blob/main/config.json
+    "bloom-560m": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embed": 1024,
+                   "n_head": 16, "n_layer": 24, "vocab_size": 250880,
+                   "apply_residual_connection_post_layernorm": False,
+                   "layer_norm_epsilon": 1e-05, "bos_token_id": 1, "eos_token_id": 2,
+                   "pad_token_id": 3},
+    # https://huggingface.co/bigcode/starcoder2-3b/blob/main/config.json
+    "starcoder2-3b": {"architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2",
+                      "hidden_size": 3072, "intermediate_size": 12288,
+                      "max_position_embeddings": 16384, "num_attention_heads": 24,
+                      "num_hidden_layers": 30, "num_key_value_heads": 2, "norm_epsilon": 1e-05,
+                      "rope_theta": 999999.4420358813, "sliding_window": 4096, "use_bias": True,
+                      "vocab_size": 49152, "bos_token_id": 0, "eos_token_id": 0},
+    # https://huggingface.co/CohereForAI/c4ai-command-r-v01/blob/main/config.json
+    "command-r": {"architectures": ["CohereForCausalLM"], "model_type": "cohere",
+                  "hidden_size": 8192, "intermediate_size": 22528, "logit_scale": 0.0625,
+                  "max_position_embeddings": 8192, "num_attention_heads": 64,
+                  "num_hidden_layers": 40, "num_key_value_heads": 64, "layer_norm_eps": 1e-05,
+                  "rope_theta": 8000000.0, "use_qk_norm": False, "vocab_size": 256000,
+                  "bos_token_id": 5, "eos_token_id": 255001, "pad_token_id": 0},
+    # https://huggingface.co/CohereForAI/c4ai-command-r-plus/blob/main/config.json (qk-norm)
+    "command-r-plus": {"architectures": ["CohereForCausalLM"], "model_type": "cohere",
+                       "hidden_size": 12288, "intermediate_size": 33792, "logit_scale": 0.8333,
+                       "max_position_embeddings": 8192, "num_attention_heads": 96,
+                       "num_hidden_layers": 64, "num_key_value_heads": 8,
+                       "layer_norm_eps": 1e-05, "rope_theta": 75000000.0, "use_qk_norm": True,
+                       "vocab_size": 256000, "bos_token_id": 5, "eos_token_id": 255001,
+                       "pad_token_id": 0},
+    # https://huggingface.co/ibm-granite/granite-3.0-2b-base/blob/main/config.json
+    "granite-3.0-2b": {"architectures": ["GraniteForCausalLM"], "model_type": "granite",
+                       "hidden_size": 2048, "intermediate_size": 8192,
+                       "max_position_embeddings": 4096, "num_attention_heads": 32,
+                       "num_hidden_layers": 40, "num_key_value_heads": 8,
+                       "attention_bias": False, "mlp_bias": False, "embedding_multiplier": 12.0,
+                       "attention_multiplier": 0.015625, "residual_multiplier": 0.22,
+                       "logits_scaling": 8.0, "tie_word_embeddings": True, "vocab_size": 49155,
+                       "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0},
+    # https://huggingface.co/ibm-granite/granite-3.0-1b-a400m-base/blob/main/config.json
+    "granite-3.0-1b-a400m": {"architectures": ["GraniteMoeForCausalLM"],
+                             "model_type": "granitemoe", "hidden_size": 1024,
+                             "intermediate_size": 512, "max_position_embeddings": 4096,
+                             "num_attention_heads": 16, "num_hidden_layers": 24,
+                             "num_key_value_heads": 8, "num_local_experts": 32,
+                             "num_experts_per_tok": 8, "tie_word_embeddings": True,
+                             "vocab_size": 49155, "bos_token_id": 0, "eos_token_id": 0,
+                             "pad_token_id": 0},
+    # https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json
+    "deepseek-v2-lite": {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+                         "hidden_size": 2048, "intermediate_size": 10944,
+                         "moe_intermediate_size": 1408, "num_hidden_layers": 27,
+                         "num_attention_heads": 16, "num_key_value_heads": 16,
+                         "n_shared_experts": 2, "n_routed_experts": 64, "kv_lora_rank": 512,
+                         "q_lora_rank": None, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                         "qk_nope_head_dim": 128, "topk_method": "greedy", "n_group": 1,
+                         "topk_group": 1, "num_experts_per_tok": 6, "moe_layer_freq": 1,
+                         "first_k_dense_replace": 1, "vocab_size": 102400,
+                         "max_position_embeddings": 163840, "tie_word_embeddings": False,
+                         "bos_token_id": 100000, "eos_token_id": 100001},
+}
+
+# Published totals.  Each is the hub's safetensors parameter count of the release; the ones the
+# model card rounds ("8.54B", "9.24B", ...) agree with it.
+PUBLISHED = {
+    "gemma-7b": 8_537_680_896,          # google/gemma-7b, safetensors (card: 8.54B)
+    "gemma-2-9b": 9_241_705_984,        # google/gemma-2-9b, safetensors (card: 9.24B)
+    "gemma-3-1b": 999_885_952,          # google/gemma-3-1b-pt, safetensors (card: 1B)
+    "phi-3-mini": 3_821_079_552,        # microsoft/Phi-3-mini-4k-instruct, safetensors (3.8B)
+    "phi-4": 14_659_507_200,            # microsoft/phi-4, safetensors (card: 14B / 14.7B)
+    "phi-3.5-moe": 41_873_153_344,      # microsoft/Phi-3.5-MoE-instruct, safetensors (41.9B)
+    "olmo-2-7b": 7_298_617_344,         # allenai/OLMo-2-1124-7B, safetensors (7.3B)
+    "olmo-1b": 1_176_764_416,           # allenai/OLMo-1B-hf, safetensors (1.18B)
+    "bloom-560m": 559_214_592,          # bigscience/bloom-560m, model card "559,214,592 parameters"
+    "command-r": 34_980_831_232,        # CohereForAI/c4ai-command-r-v01, safetensors (35B)
+    "granite-3.0-2b": 2_533_531_648,    # ibm-granite/granite-3.0-2b-base, safetensors (2.53B)
+    "falcon-7b": 6_921_720_704,         # tiiuae/falcon-7b, safetensors (card: 7B)
+    "starcoder2-3b": 3_030_371_328,     # bigcode/starcoder2-3b, safetensors (3.03B)
+    "command-r-plus": 103_810_674_688,  # CohereForAI/c4ai-command-r-plus, safetensors (104B)
+    "deepseek-v2-lite": 15_706_484_224,  # deepseek-ai/DeepSeek-V2-Lite, safetensors (15.7B)
+}
+
+
+def _write(tmp_path, cfg, sub="m"):
+    d = tmp_path / sub
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d / "config.json"
+
+
+def _transformers_count(path) -> int:
+    """transformers' own model built from the same file on the meta device: sum(p.numel())."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    import transformers
+
+    conf = AutoConfig.from_pretrained(str(path.parent))
+    if conf.model_type == "deepseek_v3" and int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers < 5 keeps e_score_correction_bias as a parameter; memsym "
+                    "reads the model of transformers 5, where it is a buffer")
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(conf)
+    # parameters() yields a tied (shared) weight once
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_every_accepted_type_has_a_small_config():
+    assert {cfg["model_type"] for cfg in SMALL.values()} == set(HF_MODEL_TYPES)
+
+
+@pytest.mark.parametrize("case", sorted(SMALL))
+def test_small_configs_read(tmp_path, case):
+    arch = from_hf_config(_write(tmp_path, SMALL[case]))
+    assert arch.extra["hf_model_type"] == SMALL[case]["model_type"]
+    assert parameter_count(arch) > 0
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", sorted(SMALL))
+def test_small_configs_match_transformers(tmp_path, case):
+    path = _write(tmp_path, SMALL[case])
+    assert parameter_count(from_hf_config(path)) == _transformers_count(path)
+
+
+@pytest.mark.parametrize("case", sorted(PUBLISHED))
+def test_real_configs_published_totals(tmp_path, case):
+    assert parameter_count(from_hf_config(_write(tmp_path, REAL[case]))) == PUBLISHED[case]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", sorted(REAL))
+def test_real_configs_match_transformers(tmp_path, case):
+    path = _write(tmp_path, REAL[case])
+    assert parameter_count(from_hf_config(path)) == _transformers_count(path)
+
+
+def test_hand_counts_of_the_new_structures(tmp_path):
+    # Independent hand arithmetic from the modules each modeling file builds (h=64, L=3, a=4,
+    # g=2, d_h=16, f=96, V=128):
+    h, L, V, f = 64, 3, 128, 96
+    attn = 2 * h * 64 + 2 * h * 32                       # q, o: h x a d_h; k, v: h x g d_h
+    # GPT-J: one LayerNorm (2h), no attention bias, 4h MLP with biases, lm_head with bias
+    gptj = V * h + L * (2 * h + 4 * h * h + 2 * h * 4 * h + 4 * h + h) + 2 * h + V * h + V
+    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["gptj"], "j"))) == gptj
+    # Gemma 2: four RMSNorms per layer, tied
+    gemma2 = V * h + L * (attn + 3 * h * f + 4 * h) + h
+    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["gemma2"], "g"))) == gemma2
+    # OLMo 2: q norm over a d_h = 64, k norm over g d_h = 32, two norms, untied
+    olmo2 = 2 * V * h + L * (attn + 64 + 32 + 3 * h * f + 2 * h) + h
+    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["olmo2"], "o"))) == olmo2
+    # OLMo: non-parametric LayerNorms, no norm parameters at all
+    olmo = 2 * V * h + L * (attn + 3 * h * f)
+    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["olmo"], "o1"))) == olmo
+    # BLOOM: embedding LayerNorm, fused qkv 3h and dense with bias, 4h MLP with bias, 2 LNs
+    bloom = V * h + 2 * h + L * (3 * h * h + 3 * h + h * h + h + 8 * h * h + 5 * h + 4 * h) + 2 * h
+    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["bloom"], "b"))) == bloom
+    # Cohere with qk-norm: one bias-free LayerNorm per layer, q/k norms (a + g) d_h, q, k, v, o
+    # biases (a d_h + 2 g d_h + h), tied
+    cohere = V * h + L * (attn + (64 + 2 * 32 + h) + 4 * 16 + 2 * 16 + 3 * h * f + h) + h
+    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["cohere-qk-norm-bias"], "c"))) \
+        == cohere
+    # Falcon-7B style: one KV head (qkv h + 2 d_h), one LayerNorm (parallel), no biases, tied
+    falcon = V * h + L * ((h + 2 * 16) * h + h * h + 8 * h * h + 2 * h) + 2 * h
+    path = _write(tmp_path, SMALL["falcon-multi-query-parallel"], "f")
+    assert parameter_count(from_hf_config(path)) == falcon
+
+
+# --------------------------------------------------------------------------------------------
+# DeepSeek-V3: what transformers builds, said in notes
+# --------------------------------------------------------------------------------------------
+
+def test_deepseek_v3_mtp_and_router_buffer_are_notes(tmp_path):
+    arch = from_hf_config(_write(tmp_path, SMALL["deepseek_v3"]))
+    assert arch.mtp_num_layers == 0 and arch.moe_router_bias is False
+    notes = arch.extra["notes"]
+    assert any(n.startswith("num_nextn_predict_layers=1 not counted") for n in notes)
+    assert any("e_score_correction_bias" in n for n in notes)
+    assert all("\n" not in n for n in notes)
+    # without num_nextn_predict_layers there is nothing to say about MTP
+    cfg = {k: v for k, v in SMALL["deepseek_v3"].items() if k != "num_nextn_predict_layers"}
+    arch2 = from_hf_config(_write(tmp_path, cfg, "n"))
+    assert not any("num_nextn" in n for n in arch2.extra["notes"])
+    # a plain llama config carries no notes
+    assert from_hf_config(_write(tmp_path, SMALL["llama"], "l")).extra["notes"] == ()
+
+
+# --------------------------------------------------------------------------------------------
+# refusals
+# --------------------------------------------------------------------------------------------
+
+def test_unknown_model_type_lists_the_accepted(tmp_path):
+    with pytest.raises(UnknownNameError) as err:
+        from_hf_config(_write(tmp_path, {**_BASE, "model_type": "bert"}))
+    msg = str(err.value)
+    assert "\n" not in msg and "bert" in msg
+    for mtype in HF_MODEL_TYPES:
+        assert mtype in msg
+    with pytest.raises(InvalidValueError, match="gemma3_text"):
+        from_hf_config(_write(tmp_path, {"model_type": "gemma3", "text_config": {}}, "g3"))
+
+
+@pytest.mark.parametrize("field,value,limit", [
+    ("num_hidden_layers", 10**8, "num_layers"),
+    ("num_hidden_layers", 10**10, "num_layers"),
+    ("num_hidden_layers", 10**300, "num_layers"),
+    ("hidden_size", 2**24 + 64, "hidden_size"),
+    ("num_attention_heads", 2**20 + 4, "num_attention_heads"),
+    ("vocab_size", 2**31 + 1, "vocab_size"),
+    ("max_position_embeddings", 2**31 + 1, "max_position_embeddings"),
+    ("intermediate_size", 2**30 + 1, "ffn_hidden_size"),
+])
+def test_sizes_over_the_limits_refused_at_once(tmp_path, field, value, limit):
+    for mtype, extra in (("llama", {}), ("qwen3_moe", {"num_experts": 8, "num_experts_per_tok": 2,
+                                                       "moe_intermediate_size": 32})):
+        path = _write(tmp_path, {**_small(mtype), **extra, field: value}, mtype)
+        start = time.perf_counter()
+        with pytest.raises(InvalidValueError) as err:
+            from_hf_config(path)
+        assert time.perf_counter() - start < 2.0
+        msg = str(err.value)
+        assert f"LIMITS[{limit!r}]" in msg and str(LIMITS[limit]) in msg and "\n" not in msg
+        assert len(msg) < 300                      # a 301-digit value is described, not echoed
+
+
+def test_experts_over_the_limit(tmp_path):
+    cfg = _small("mixtral", num_local_experts=2**20 + 1, num_experts_per_tok=2)
+    with pytest.raises(InvalidValueError, match=r"LIMITS\['num_experts'\]"):
+        from_hf_config(_write(tmp_path, cfg))
+
+
+def test_a_hostile_name_is_stored_escaped(tmp_path):
+    evil = "x\n\x1b[2J\x1b[1;32mllama2-7b: fits\x1b[0m\r\u202e" + "y" * 500
+    arch = from_hf_config(_write(tmp_path, {**SMALL["llama"], "_name_or_path": evil}))
+    assert arch.name.isprintable() and len(arch.name) <= 80
+    assert "\\n" in arch.name and "\\x1b" in arch.name
+    with pytest.raises(InvalidValueError, match="'_name_or_path' must be a string"):
+        from_hf_config(_write(tmp_path, {**SMALL["llama"], "_name_or_path": ["a"]}, "n"))
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"model_type": 7}, "'model_type' must be a string"),
+    ({"head_dim": "16"}, "'head_dim' must be a whole number"),
+    ({"num_key_value_heads": 2.0}, "'num_key_value_heads' must be a whole number"),
+    ({"attention_bias": 1}, "'attention_bias' must be true or false"),
+    ({"vocab_size": [128]}, "'vocab_size' must be a whole number"),
+    ({"num_hidden_layers": 0}, "'num_hidden_layers' must be > 0"),
+])
+def test_malformed_fields_one_line(tmp_path, change, match):
+    with pytest.raises(InvalidValueError, match=match) as err:
+        from_hf_config(_write(tmp_path, {**SMALL["llama"], **change}))
+    assert "\n" not in str(err.value)
+
+
+def test_malformed_moe_and_alias_fields(tmp_path):
+    with pytest.raises(InvalidValueError, match="'mlp_only_layers' must be a list"):
+        from_hf_config(_write(tmp_path, {**SMALL["qwen3_moe"], "mlp_only_layers": "0"}))
+    # two spellings of one size (transformers' attribute_map) that disagree
+    cfg = {**SMALL["gpt2"], "hidden_size": 128}
+    with pytest.raises(InvalidValueError, match="'n_embd' and 'hidden_size'"):
+        from_hf_config(_write(tmp_path, cfg, "a"))
+    # agreeing spellings are fine
+    assert from_hf_config(_write(tmp_path, {**SMALL["gpt2"], "hidden_size": 64}, "b")) \
+        .hidden_size == 64
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a FIFO")
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidValueError, match="not a regular file"):
+        from_hf_config(fifo)
+
+
+# --------------------------------------------------------------------------------------------
+# the new structures through the pipeline stages, and MTP when the framework builds it
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["gptj", "gptj-tied", "bloom", "gemma3_text", "olmo",
+                                  "cohere-qk-norm-bias", "phimoe-biases", "falcon-new-one-norm-ffn"])
+def test_stages_add_up_to_the_count(tmp_path, case):
+    from memsym.model import stage_parameters
+    arch = from_hf_config(_write(tmp_path, SMALL[case]))
+    total = parameter_count(arch)
+    one = stage_parameters(arch, t=1, p=1, stage=0, pad_vocab=False)
+    assert one.total == total
+    # p = 3 (one layer each): the stages hold every parameter once, plus the last stage's copy
+    # of a tied output weight (V h), as Megatron allocates it
+    stages = [stage_parameters(arch, t=1, p=3, stage=i, pad_vocab=False) for i in range(3)]
+    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
+    assert sum(s.total for s in stages) == total + tied_copy
+
+
+def test_deepseek_v3_mtp_counted_when_the_framework_builds_it(tmp_path):
+    # The reader counts what transformers builds; a Megatron job with --mtp-num-layers 1 (and the
+    # expert bias it trains, --moe-router-enable-expert-bias) is the preset's model again.
+    from dataclasses import replace
+    from memsym.model import preset
+    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+           "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+           "num_hidden_layers": 61, "num_nextn_predict_layers": 1, "num_attention_heads": 128,
+           "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
+           "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
+           "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "num_experts_per_tok": 8,
+           "first_k_dense_replace": 3, "vocab_size": 129280, "max_position_embeddings": 163840,
+           "tie_word_embeddings": False}   # deepseek-ai/DeepSeek-V3 config.json
+    arch = from_hf_config(_write(tmp_path, cfg))
+    megatron = replace(arch, mtp_num_layers=1, moe_router_bias=True)
+    assert parameter_count(megatron) == parameter_count(preset("deepseek-v3"))
+    assert parameter_count(megatron, mtp=False) == 671_026_419_200   # DeepSeek-V3 README main model
+
+
+# --------------------------------------------------------------------------------------------
+# fuzz: any JSON object is an Architecture or one clear line, quickly
+# --------------------------------------------------------------------------------------------
+
+def test_fuzzed_config_contents(tmp_path):
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    from memsym.errors import MemsymError
+
+    keys = sorted({k for cfg in SMALL.values() for k in cfg} | {"_name_or_path", "text_config"})
+    values = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2, max_value=10**12),
+                       st.sampled_from([10**8, 10**10, 10**300, 2**31 + 1, 0, 1, 2, 4, 64]),
+                       st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20),
+                       st.lists(st.integers(min_value=0, max_value=4), max_size=4))
+    types = st.sampled_from(list(HF_MODEL_TYPES) + ["bert", "", "gemma3"])
+
+    @hypothesis.settings(max_examples=150, deadline=None, database=None)
+    @hypothesis.given(mtype=types, base=st.sampled_from(sorted(SMALL)),
+                      changes=st.dictionaries(st.sampled_from(keys), values, max_size=4))
+    def check(mtype, base, changes):
+        cfg = {**SMALL[base], "model_type": mtype, **changes}
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(cfg))
+        start = time.perf_counter()
+        try:
+            arch = from_hf_config(path)
+        except MemsymError as exc:
+            msg = str(exc)
+            assert msg and "\n" not in msg and len(msg) < 2000
+        else:
+            assert parameter_count(arch) > 0 and arch.name.isprintable()
+        assert time.perf_counter() - start < 5.0
+
+    check()
