@@ -188,7 +188,9 @@ def _as_fraction(value, where: str) -> Fraction:
             if isinstance(value, sp.Rational):
                 return Fraction(int(value.p), int(value.q))
             if value.is_number and value.is_finite and value.is_real:
-                value = float(value)
+                # 30 significant digits, then exactly: no float overflow for 10^400
+                num, den = sp.Rational(value.evalf(30)).as_numer_denom()
+                return Fraction(int(num), int(den))
             else:
                 raise InvalidValueError(f"{where} is not finite: {short(value)}")
     except ImportError:  # pragma: no cover
