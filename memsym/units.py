@@ -125,7 +125,7 @@ def parse_count(text, what: str = "parameter count", limit: str | None = None) -
         value = Fraction(text)
     else:
         raw = str(text).strip()
-        match = _COUNT.match(raw) if len(raw) <= MAX_DIGITS + 4 else None
+        match = _COUNT.match(raw) if len(raw) <= MAX_DIGITS else None
         if not match:
             raise InvalidValueError(f"cannot read {what} {short(raw)}: expected a whole number "
                                     "such as 7000000000, 7e9, 7B or 1.5T"

@@ -20,6 +20,21 @@ from .symbols import info, lookup
 __all__ = ["exact", "whole", "positive", "fraction_in", "boolean", "as_values", "as_expr"]
 
 
+#: The most bits an exact number's numerator or denominator may have (about 1,233 digits):
+#: far above every limit of :mod:`memsym.limits` and 10^300-sized thought experiments, and
+#: it keeps each exact operation on user values bounded in time and memory.
+MAX_BITS = 4096
+
+
+def _bounded(num: sp.Expr, what: str) -> sp.Expr:
+    if num.is_Rational and max(int(num.p).bit_length(), int(num.q).bit_length()) > MAX_BITS:
+        from .errors import LimitError
+
+        raise LimitError(f"{what} = {_short(num)} has more than {int(MAX_BITS * 0.30103)} digits; "
+                         "memsym's sizes stop far below (see memsym.limits)", what, MAX_BITS)
+    return num
+
+
 def exact(value, what: str = "value") -> sp.Expr:
     """An exact SymPy number for ``value`` (int, Fraction, finite float, SymPy number).
 
@@ -52,11 +67,11 @@ def exact(value, what: str = "value") -> sp.Expr:
                 raise InvalidValueError(f"{what} must be within float range, got {_short(value)}")
             frac = Fraction(repr(x))
             return sp.Rational(frac.numerator, frac.denominator)
-        return value
+        return _bounded(value, what)
     if isinstance(value, Integral):
-        return sp.Integer(int(value))
+        return _bounded(sp.Integer(int(value)), what)
     if isinstance(value, _PyRational):
-        return sp.Rational(int(value.numerator), int(value.denominator))
+        return _bounded(sp.Rational(int(value.numerator), int(value.denominator)), what)
     if isinstance(value, float) or hasattr(value, "__float__") and not isinstance(value, str):
         x = float(value)
         if not math.isfinite(x):
@@ -121,7 +136,8 @@ def whole(value, what: str = "value", *, minimum: int = 1, limit=None,
     memsym.errors.LimitError: num_layers = 10000000 is above memsym's limit of 10^6 layers (layers: ~8000x the deepest published LLM (126 layers); per-layer and per-stage loops stay short)
     """
     accepted = f"{what} must be a whole number >= {minimum}"
-    if isinstance(value, bool):
+    if isinstance(value, bool) or type(value).__name__ in ("bool_", "bool") \
+            and type(value).__module__ == "numpy":
         raise InvalidValueError(f"{accepted}, got {value!r} (a bool)")
     if isinstance(value, Integral):
         n = int(value)
@@ -207,7 +223,10 @@ def boolean(value, what: str = "flag") -> bool:
     """
     if isinstance(value, bool):
         return value
-    if type(value).__name__ == "bool_" and type(value).__module__ == "numpy":
+    import sys
+
+    np = sys.modules.get("numpy")  # numpy's bool is not a Python bool; never import it here
+    if np is not None and isinstance(value, np.bool_):
         return bool(value)
     raise InvalidValueError(f"{what} must be True or False, got {type(value).__name__} {_short(value)}")
 
