@@ -195,4 +195,7 @@ def parse_number(text, what: str = "value", *, low=0, high=None, include_low: bo
                                 f"got {approx(value)}")
     if limit is not None:
         check_limit(limit, value, what)
+    from .values import exact
+
+    exact(value, what)  # 1e-9999 is in (0, 1] but has 10^4 digits: refused (values.MAX_BITS)
     return value
