@@ -110,7 +110,7 @@ def flops_per_iteration(kind: str = "model", recompute: str = "none",
     kind = choose("FLOP kind", kind, FLOP_KINDS)
     recompute = choose("recompute", recompute, RECOMPUTE)
     formula = choose("FLOP formula", formula, FORMULAS)
-    Bq = as_expr(batch)
+    Bq = _arg(batch, "batch", "global_batch")
     effective = recompute if kind == "hardware" else "none"
     if formula == "6n":
         factor = 8 if effective == "full" else 6
@@ -187,7 +187,7 @@ def step_time(*, recompute: str = "none", communication: Total | None = None,
     """
     overlap = choose("overlap", overlap, OVERLAPS)
     flops = flops_per_iteration("hardware", recompute, formula, batch).expr
-    compute = flops / (as_expr(gpus) * F * eta)
+    compute = flops / (_arg(gpus, "gpus", "gpus") * F * eta)
     terms = [Term("compute", compute, "hardware FLOPs per GPU at efficiency eta of peak",
                   _EQ4, unit="s")]
     if pipeline:
@@ -231,8 +231,9 @@ def mfu(step: Total | sp.Expr, formula: str = "memsym", batch=B, gpus=G) -> sp.E
     """
     t_step = step.expr if isinstance(step, Total) else as_expr(step)
     model = flops_per_iteration("model", "none", formula, batch).expr
-    return sp.cancel(model / (as_expr(gpus) * F * t_step)) if not t_step.has(sp.Max) \
-        else model / (as_expr(gpus) * F * t_step)
+    gpus = _arg(gpus, "gpus", "gpus")
+    return sp.cancel(model / (gpus * F * t_step)) if not t_step.has(sp.Max) \
+        else model / (gpus * F * t_step)
 
 
 def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "memsym",
@@ -259,7 +260,7 @@ def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "memsym",
     """
     t_step = step.expr if isinstance(step, Total) else as_expr(step)
     hw = flops_per_iteration("hardware", recompute, formula, batch).expr
-    out = hw / (as_expr(gpus) * F * t_step)
+    out = hw / (_arg(gpus, "gpus", "gpus") * F * t_step)
     return out if t_step.has(sp.Max) else sp.cancel(out)
 
 
