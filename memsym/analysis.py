@@ -159,7 +159,8 @@ def _gb(value) -> str:
     """``value`` bytes in GB, exact numbers shown safely beyond float range."""
     from .text import approx
 
-    return approx(sp.sympify(value) / 10**9, 4)
+    value = value if isinstance(value, sp.Basic) else sp.Integer(value)  # ints only: never text
+    return approx(value / 10**9, 4)
 
 
 def _beyond(x, what: str, bound=None) -> BeyondSearchBound:
