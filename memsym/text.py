@@ -219,7 +219,7 @@ def jsonable(obj, path: str = ""):
     >>> jsonable({"a": [1, 2.5], "b": Fraction(1, 4)})
     {'a': [1, 2.5], 'b': 0.25}
     """
-    where = path or "the output"
+    where = printable(path, 60) if path else "the output"  # keys may come from a file
     if obj is None or isinstance(obj, (bool, str)):
         return obj
     if isinstance(obj, Integral):

@@ -126,6 +126,9 @@ def parse_count(text, what: str = "parameter count", limit: str | None = None) -
     else:
         raw = str(text).strip()
         match = _COUNT.match(raw) if len(raw) <= MAX_DIGITS else None
+        if not match and re.match(r"^\d+(?:\.\d+)?[eE]\+?\d{3,}[KMBT]?$", raw, re.ASCII):
+            raise InvalidValueError(f"cannot read {what} {short(raw)}: exponents go up to e99 "
+                                    "(memsym's sizes stop far below 1e99, see memsym.limits)")
         if not match:
             raise InvalidValueError(f"cannot read {what} {short(raw)}: expected a whole number "
                                     "such as 7000000000, 7e9, 7B or 1.5T"

@@ -214,6 +214,12 @@ def test_count_limit():
     with pytest.raises(errors.LimitError, match="10\\^16 parameters"):
         parse_count("1e17", "--params", limit="parameters")
     assert parse_count("1e30") == 10**30                     # no limit unless asked
+    # issue 15: `time 1e200 --tokens 1e200`: refused in one line that says why
+    for text in ("1e200", "1e9999", "7e100B"):
+        with pytest.raises(errors.InvalidValueError, match="exponents go up to e99"):
+            parse_count(text, "--tokens")
+    with pytest.raises(errors.LimitError, match="--tokens = 100000000000...\\(100 digits\\) .*10\\^18"):
+        parse_count("1e99", "--tokens", limit="tokens")
 
 
 @pytest.mark.parametrize("text, expected", [("0.1", Fraction(1, 10)), ("1e-3", Fraction(1, 1000)),

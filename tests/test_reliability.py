@@ -1024,3 +1024,11 @@ def test_hostile_values_in_bounded_time_and_memory():
     with time_limit(90):
         proc = run_python(HOSTILE_VALUES, seconds=60, memory=2 * GiB)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_finite_json_error_shows_a_hostile_key_escaped():
+    # found by tests/test_fuzz.py: a key from a file is data in the error message too
+    with pytest.raises(errors.InvalidValueError) as info:
+        mtext.finite_json({"a\n\x1b[2Jb": math.inf})
+    msg = str(info.value)
+    assert msg.startswith("a\\n\\x1b[2Jb would be inf") and "\n" not in msg and "\x1b" not in msg
