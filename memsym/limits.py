@@ -15,7 +15,7 @@ from types import MappingProxyType
 from .errors import InvalidValueError, LimitError
 
 __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "check_limit",
-           "limit_of", "describe"]
+           "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes"]
 
 
 @dataclass(frozen=True)
@@ -167,3 +167,80 @@ def check_limit(name: str, value, what: str | None = None):
                          f"({lim.name}: {lim.reason})", lim.name, lim.maximum)
     return value
 
+
+
+#: The limit of every size field of :class:`memsym.model.Architecture`,
+#: :class:`memsym.training.Layout` and :class:`memsym.training.Training` (one table, so a new
+#: field without a limit is visible in review; ``tests/test_limits.py`` checks the names exist).
+FIELD_LIMITS = MappingProxyType({
+    # Architecture (Megatron-LM argument names)
+    "num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+    "num_query_groups": "heads", "kv_channels": "head_dim", "ffn_hidden_size": "ffn",
+    "vocab_size": "vocab", "make_vocab_size_divisible_by": "vocab",
+    "max_position_embeddings": "sequence", "num_experts": "experts", "moe_router_topk": "experts",
+    "moe_ffn_hidden_size": "ffn", "moe_shared_expert_intermediate_size": "ffn",
+    "q_lora_rank": "rank", "kv_lora_rank": "rank", "qk_head_dim": "head_dim",
+    "qk_pos_emb_head_dim": "head_dim", "v_head_dim": "head_dim", "mtp_num_layers": "layers",
+    # Layout: every parallel degree is a number of GPUs
+    "t": "gpus", "p": "gpus", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",
+    "first_stage_layers": "layers", "last_stage_layers": "layers",
+    # Training
+    "seq_length": "sequence", "micro_batch_size": "micro_batch",
+    "num_microbatches": "microbatches", "global_batch_size": "global_batch",
+})
+
+#: The limit of every size key a Hugging Face ``config.json`` may carry (read by
+#: :mod:`memsym.model.hf_config`); checked before any value is used, so a 60-byte file with
+#: ``num_hidden_layers = 10^8`` is refused at once instead of building 10^8 layers.
+HF_LIMITS = MappingProxyType({
+    "num_hidden_layers": "layers", "n_layer": "layers", "num_layers": "layers",
+    "hidden_size": "hidden", "n_embd": "hidden", "d_model": "hidden",
+    "num_attention_heads": "heads", "n_head": "heads", "num_key_value_heads": "heads",
+    "head_dim": "head_dim", "intermediate_size": "ffn", "n_inner": "ffn", "ffn_dim": "ffn",
+    "moe_intermediate_size": "ffn", "shared_expert_intermediate_size": "ffn",
+    "vocab_size": "vocab", "max_position_embeddings": "sequence", "n_positions": "sequence",
+    "num_local_experts": "experts", "num_experts": "experts", "n_routed_experts": "experts",
+    "n_shared_experts": "experts", "num_experts_per_tok": "experts", "moe_topk": "experts",
+    "first_k_dense_replace": "layers", "moe_layer_freq": "layers", "decoder_sparse_step": "layers",
+    "num_nextn_predict_layers": "layers", "q_lora_rank": "rank", "kv_lora_rank": "rank",
+    "qk_nope_head_dim": "head_dim", "qk_rope_head_dim": "head_dim", "v_head_dim": "head_dim",
+    "sliding_window": "sequence",
+})
+
+
+def check_sizes(values, table=FIELD_LIMITS, where: str = "") -> None:
+    """Check every size in ``values`` (a mapping or a dataclass) that ``table`` names.
+
+    Absent, ``None`` and non-numeric entries are left to the caller's own type checks (a
+    bool or text is not a size: :func:`memsym.values.whole` refuses those); only the limits
+    are checked here, before any value is used.
+
+    Parameters
+    ----------
+    values : mapping or dataclass instance
+        E.g. a parsed ``config.json``, an ``Architecture``, a ``Layout``.
+    table : mapping
+        Field name to limit name (:data:`FIELD_LIMITS`, :data:`HF_LIMITS`).
+    where : str
+        A prefix for the field name in the message (``"config.json: "``).
+
+    Examples
+    --------
+    >>> check_sizes({"num_hidden_layers": 32, "hidden_size": 4096}, HF_LIMITS)
+    >>> check_sizes({"num_hidden_layers": 10**8}, HF_LIMITS, "config.json: ")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.LimitError: config.json: num_hidden_layers = 100000000 is above memsym's limit of 10^6 layers (layers: ~8000x the deepest published LLM (126 layers); per-layer and per-stage loops stay short)
+    """
+    from numbers import Real
+
+    get = values.get if hasattr(values, "get") else (lambda k, default=None: getattr(values, k, default))
+    for key, name in table.items():
+        val = get(key, None)
+        if isinstance(val, (list, tuple)):  # moe_layer_freq may be a 0/1 pattern
+            if len(val) > LIMITS["layers"].maximum:
+                check_limit("layers", len(val), f"{where}{key} (length)")
+            continue
+        if isinstance(val, bool) or not isinstance(val, Real):
+            continue
+        check_limit(name, val, f"{where}{key}")

@@ -246,3 +246,38 @@ def test_parse_number_open_ends():
     with pytest.raises(errors.InvalidValueError, match=r"\[0, 1\)"):
         parse_number("1", "--hidden-dropout", high=1, include_high=False)
     assert math.isclose(float(parse_number("0.999", "p", high=1, include_high=False)), 0.999)
+
+
+# ------------------------------------------------------------------------------------------------
+# the field tables the entry points use
+# ------------------------------------------------------------------------------------------------
+def test_field_limits_name_real_fields_and_known_limits():
+    import dataclasses
+
+    from memsym.limits import FIELD_LIMITS, HF_LIMITS
+    from memsym.model import Architecture
+    from memsym.training import Layout, Training
+
+    fields = {f.name for cls in (Architecture, Layout, Training) for f in dataclasses.fields(cls)}
+    assert set(FIELD_LIMITS) <= fields, set(FIELD_LIMITS) - fields
+    assert set(FIELD_LIMITS.values()) | set(HF_LIMITS.values()) <= set(LIMITS)
+    # every int-valued size field of the three records has a limit
+    sizes = {f.name for cls in (Architecture, Layout, Training) for f in dataclasses.fields(cls)
+             if "int" in str(f.type) and "bool" not in str(f.type)}
+    assert sizes <= set(FIELD_LIMITS) | {"moe_layer_freq"}, sizes - set(FIELD_LIMITS)
+
+
+def test_check_sizes_on_a_config_and_a_record():
+    from memsym.limits import HF_LIMITS, check_sizes
+    from memsym.model import preset
+
+    # every preset is far inside the limits
+    for name in ("llama3-405b", "deepseek-v3", "mixtral-8x7b", "gpt3-175b"):
+        check_sizes(preset(name))
+    # issue 15's 60-byte config.json with 10^8 layers, and 10^300 (OverflowError before)
+    for layers in (10**8, 10**10, 10**300):
+        with pytest.raises(errors.LimitError, match="config.json: num_hidden_layers"):
+            check_sizes({"num_hidden_layers": layers, "hidden_size": 64}, HF_LIMITS, "config.json: ")
+    with pytest.raises(errors.LimitError, match="num_local_experts"):
+        check_sizes({"num_local_experts": 2**21}, HF_LIMITS)
+    check_sizes({"num_hidden_layers": "32", "hidden_size": True}, HF_LIMITS)   # types: not here
