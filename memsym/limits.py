@@ -187,6 +187,7 @@ FIELD_LIMITS = MappingProxyType({
     # Training
     "seq_length": "sequence", "micro_batch_size": "micro_batch",
     "num_microbatches": "microbatches", "global_batch_size": "global_batch",
+    "microbatch_group_size": "microbatches",
 })
 
 #: The limit of every size key a Hugging Face ``config.json`` may carry (read by
