@@ -9,18 +9,19 @@ neighbour does not.  ``integer=True`` is never used in ``solve`` (it returns ``[
 from __future__ import annotations
 
 import functools
+from numbers import Integral
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import sympy as sp
 
-from .errors import InvalidValueError, NoFitError
+from .errors import BeyondSearchBound, InvalidValueError, NoFitError
+from .limits import MAX_CANDIDATES, SEARCH_BOUND
 from .symbols import C, lookup
 from .values import as_values, exact
 
 __all__ = ["Solution", "smallest", "largest", "smallest_gpus"]
 
-_MAX_STEPS = 1 << 62  # search bound for integer unknowns (beyond any real cluster)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,9 @@ class Solution:
         if self.closed_form is not None:
             parts.append(f"{rel} {latex(self.closed_form)}")
         if self.bound is not None:
-            parts.append(f"{'=' if self.closed_form is not None else rel} {float(self.bound):.6g}")
+            from .text import approx  # exact bound shown without float overflow
+
+            parts.append(f"{'=' if self.closed_form is not None else rel} {approx(self.bound, 6)}")
         return " ".join(parts) + rf" \;\Rightarrow\; {x} = {self.value}"
 
     def _repr_latex_(self) -> str:
@@ -133,6 +136,8 @@ def _bound(expr, x, vals, cap):
 
 def _floor_message(total, x, vals, cap, direction):
     """NoFitError naming the terms that stay as x grows (or shrinks) and their floor."""
+    from .text import approx
+
     limit_at = sp.oo if direction > 0 else sp.Integer(1)
     parts = {}
     for term in total:
@@ -143,77 +148,162 @@ def _floor_message(total, x, vals, cap, direction):
     floor = sp.Add(*parts.values())
     where = "however large" if direction > 0 else "however small"
     names = " + ".join(parts) or "none"
+    # approx: exact numbers shown safely beyond float range (no inf, no OverflowError)
     return NoFitError(
-        f"nothing fits: {names} alone need {float(floor) / 1e9:.4g} GB "
-        f"(>= capacity {float(cap) / 1e9:.4g} GB) {where} {x.name} is",
+        f"nothing fits: {names} alone need {_gb(floor)} GB "
+        f"(>= capacity {_gb(cap)} GB) {where} {x.name} is",
         binding=tuple(parts), floor=floor)
 
 
-def _search(total, unknown, capacity, values, valid, lower, upper, want_small):
+def _gb(value) -> str:
+    """``value`` bytes in GB, exact numbers shown safely beyond float range."""
+    from .text import approx
+
+    value = value if isinstance(value, sp.Basic) else sp.Integer(value)  # ints only: never text
+    return approx(value / 10**9, 4)
+
+
+def _beyond(x, what: str, bound=None) -> BeyondSearchBound:
+    from .text import approx
+
+    where = "" if bound is None else f" (the real boundary is {x.name} = {approx(bound)})"
+    return BeyondSearchBound(f"the {what} {x.name} that fits is beyond the search bound "
+                             f"2^{SEARCH_BOUND.bit_length() - 1}{where}; no answer is claimed",
+                             SEARCH_BOUND)
+
+
+def _whole_bound(name, value):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise InvalidValueError(f"{name} must be a whole number >= 1, got {value!r:.40}")
+    return int(value)
+
+
+def _search(total, unknown, capacity, values, valid, lower, upper, want_small, multiple_of=None):
+    """The bounded search behind :func:`smallest` and :func:`largest`.
+
+    Every loop is bounded by construction: galloping and bisection over at most
+    ``[1, SEARCH_BOUND]`` (<= 2 x 256 exact evaluations), and at most
+    :data:`~memsym.limits.MAX_CANDIDATES` calls of ``valid`` past the memory boundary.
+    Memory is monotone in the unknown (falling for :func:`smallest`, rising for
+    :func:`largest`), so once the boundary is found only ``valid`` needs asking.
+    """
     x, cap, vals, expr, fixed = _prepare(total, unknown, capacity, values)
-    for name, bound in (("lower", lower), ("upper", upper)):
-        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
-            raise InvalidValueError(f"{name} must be a whole number >= 1, got {bound!r}")
-    upper = _MAX_STEPS if upper is None else upper
+    lower = _whole_bound("lower", lower)
+    user_upper = _whole_bound("upper", upper)
+    if user_upper is not None and user_upper > SEARCH_BOUND:
+        raise InvalidValueError(f"upper must be at most the search bound "
+                                f"2^{SEARCH_BOUND.bit_length() - 1}")
+    upper = SEARCH_BOUND if user_upper is None else user_upper
     if upper < lower:
         raise InvalidValueError(f"upper {upper} is below lower {lower}")
+    step_k = _whole_bound("multiple_of", multiple_of)
 
     def fits(n: int) -> bool:
         return bool(_value(fixed, x, n) <= cap)
 
     closed, bound = _bound(expr, x, vals, cap)
     if want_small:
-        # memory must fall as x grows; the floor is the limit at infinity
         if not fits(upper):
-            lim = sp.limit(fixed, x, sp.oo) if upper >= _MAX_STEPS else _value(fixed, x, upper)
+            if user_upper is not None:
+                raise NoFitError(f"nothing fits with {x.name} <= {upper}: the total at "
+                                 f"{x.name} = {upper} is {_gb(_value(fixed, x, upper))} GB "
+                                 f"(> capacity {_gb(cap)} GB)")
+            lim = sp.limit(fixed, x, sp.oo)
             if lim >= cap:
                 raise _floor_message(total, x, vals, cap, +1)
-        start = lower if bound is None else max(lower, int(sp.ceiling(bound)))
-        start = min(start, upper)
-        n = start
-        if not fits(n):
-            # no exact boundary (or rounding): gallop upwards, then bisect
-            step, lo = 1, n
-            while not fits(min(n + step, upper)):
-                lo = n + step
-                step *= 2
-                if lo >= upper:
-                    raise _floor_message(total, x, vals, cap, +1)
-            hi = min(n + step, upper)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-            n = hi
-        while n > lower and fits(n - 1):
-            n -= 1
+            raise _beyond(x, "smallest", bound)
+        # the first n that fits in [lower, upper]: start at the exact boundary when there is
+        # one, else gallop upwards from lower; then bisect (fits is monotone in n)
+        start = lower if bound is None else min(max(lower, int(sp.ceiling(bound))), upper)
+        if fits(start):
+            hi, lo = start, lower - 1
+            # the closed form is exact, so the boundary is at most one below start; still,
+            # gallop downwards in case a sympy root was the wrong one
+            stepd = 1
+            while hi - stepd >= lower and fits(hi - stepd):
+                hi, stepd = hi - stepd, stepd * 2
+            lo = max(lower - 1, hi - stepd)
+        else:
+            lo, stepu, hi = start, 1, None
+            while hi is None:
+                cand = min(start + stepu, upper)
+                if fits(cand):
+                    hi = cand
+                else:
+                    lo, stepu = cand, stepu * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+        n = hi
+        if step_k is not None:
+            n = -(-n // step_k) * step_k
+            if n > upper:
+                raise (NoFitError(f"no multiple of {step_k} with {x.name} <= {upper} fits")
+                       if user_upper is not None else _beyond(x, "smallest", bound))
         if valid is not None:
-            while not (valid(n) and fits(n)):
-                n += 1
+            for _ in range(MAX_CANDIDATES):
+                if valid(n) and fits(n):  # fits: cheap insurance against a non-monotone total
+                    break
+                n += step_k or 1
                 if n > upper:
-                    raise InvalidValueError(f"no valid {x.name} <= {upper} fits")
+                    if user_upper is None:
+                        raise _beyond(x, "smallest valid", bound)
+                    raise NoFitError(f"no valid {x.name} <= {upper} fits")
+            else:
+                raise _beyond_candidates(x, n)
         relation = ">="
     else:
         if not fits(lower):
             raise _floor_message(total, x, vals, cap, -1)
-        n = lower if bound is None else max(lower, min(int(sp.floor(bound)), upper))
-        if not fits(n):
-            while n > lower and not fits(n):
-                n = max(lower, n // 2)
-        step = 1
-        while n + step <= upper and fits(n + step):
-            n += step
-            step *= 2
-        while step > 1:
-            step //= 2
-            if n + step <= upper and fits(n + step):
-                n += step
+        if fits(upper):
+            if user_upper is None:
+                raise _beyond(x, "largest", bound)
+            n = upper
+        else:
+            # the last n that fits: from the exact boundary, or gallop up from lower; bisect
+            start = lower if bound is None else min(max(lower, int(sp.floor(bound))), upper)
+            if fits(start):
+                lo, stepu, hi = start, 1, None
+                while hi is None:
+                    cand = min(start + stepu, upper)
+                    if not fits(cand):
+                        hi = cand
+                    else:
+                        lo, stepu = cand, stepu * 2
+            else:
+                hi, stepd = start, 1
+                while not fits(max(lower, hi - stepd)):
+                    hi, stepd = max(lower, hi - stepd), stepd * 2
+                lo = max(lower, hi - stepd)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+            n = lo
+        if step_k is not None:
+            n = (n // step_k) * step_k
+            if n < lower:
+                raise NoFitError(f"no multiple of {step_k} with {x.name} >= {lower} fits")
         if valid is not None:
-            while not (valid(n) and fits(n)):
-                n -= 1
+            for _ in range(MAX_CANDIDATES):
+                if valid(n) and fits(n):
+                    break
+                n -= step_k or 1
                 if n < lower:
-                    raise InvalidValueError(f"no valid {x.name} >= {lower} fits")
+                    raise NoFitError(f"no valid {x.name} >= {lower} fits")
+            else:
+                raise _beyond_candidates(x, n)
         relation = "<="
     return Solution(x, int(n), closed, bound, relation, _value(fixed, x, n), cap)
+
+
+def _beyond_candidates(x, n) -> BeyondSearchBound:
+    from .text import short
+
+    return BeyondSearchBound(f"no {x.name} meeting the divisibility rule within {MAX_CANDIDATES} "
+                             f"candidates of the memory boundary (stopped at {x.name} = {short(n)}): "
+                             "beyond the search bound; no answer is claimed", MAX_CANDIDATES)
 
 
 def smallest(total, unknown, capacity, values: Mapping | None = None, *,
@@ -239,8 +329,11 @@ def smallest(total, unknown, capacity, values: Mapping | None = None, *,
     Raises
     ------
     NoFitError
-        When the terms that do not shrink with the unknown alone reach the capacity;
-        the error names them and their floor.
+        When the terms that do not shrink with the unknown alone reach the capacity (the
+        error names them and their floor), or nothing fits up to a given ``upper``.
+    BeyondSearchBound
+        When an answer may exist but lies above :data:`memsym.limits.SEARCH_BOUND` (2^256),
+        or ``valid`` refuses :data:`memsym.limits.MAX_CANDIDATES` (2^20) candidates in a row.
 
     Examples
     --------
@@ -292,6 +385,8 @@ def smallest_gpus(total, capacity, values: Mapping | None = None) -> Solution:
     if not sp.sympify(tp).is_Integer:
         raise InvalidValueError("smallest_gpus needs values for t and p")
     rewritten = total.map(lambda x: x.xreplace({d: G / (t * p)}))
-    return smallest(rewritten, G, capacity, vals, valid=lambda n: n % int(tp) == 0, lower=int(tp))
+    # the smallest multiple of t p is rounded up to in one step (a walk of up to t p - 1
+    # candidates would be unbounded for t p up to 2^80)
+    return _search(rewritten, G, capacity, vals, None, int(tp), None, True, multiple_of=int(tp))
 
 

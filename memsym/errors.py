@@ -14,6 +14,8 @@ __all__ = [
     "UnknownNameError",
     "DivisibilityError",
     "NoFitError",
+    "LimitError",
+    "BeyondSearchBound",
     "choose",
 ]
 
@@ -90,3 +92,32 @@ class NoFitError(MemsymError):
         super().__init__(message)
         self.binding = tuple(binding)
         self.floor = floor
+
+
+class LimitError(InvalidValueError):
+    """A size above memsym's documented limit (:mod:`memsym.limits`); the message names it.
+
+    Attributes
+    ----------
+    name : str
+        The limit's key in :data:`memsym.limits.LIMITS` (``"layers"``, ``"gpus"``, ...).
+    limit : int
+        The largest accepted value.
+    """
+
+    def __init__(self, message: str, name: str = "", limit: int | None = None):
+        super().__init__(message)
+        self.name, self.limit = name, limit
+
+
+class BeyondSearchBound(MemsymError):
+    """A search stopped at its documented bound without an answer.
+
+    Distinct from :class:`NoFitError` ("nothing fits, whatever the unknown"): here an answer
+    may exist, but beyond the range memsym searches (:data:`memsym.limits.SEARCH_BOUND`, or
+    :data:`memsym.limits.MAX_CANDIDATES` divisibility checks), so none is claimed.
+    """
+
+    def __init__(self, message: str, bound: int | None = None):
+        super().__init__(message)
+        self.bound = bound

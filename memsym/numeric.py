@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 from typing import Mapping
 
 import sympy as sp
@@ -18,7 +19,78 @@ from .errors import InvalidValueError
 from .symbols import lookup
 from .values import as_expr
 
-__all__ = ["CompiledTotal", "compile_expr", "compile_total"]
+__all__ = ["CompiledTotal", "compile_expr", "compile_total", "finite_float"]
+
+
+def _extreme(inputs: Mapping) -> str:
+    """The inputs most likely to blame for an out-of-range result: those farthest from 1 in
+    orders of magnitude (1e-320, 1e200), or all of them when none stands out."""
+    from .text import short
+
+    def mag(v) -> float:
+        try:
+            frac = v if isinstance(v, Fraction) else Fraction(v) if not isinstance(v, sp.Basic) \
+                else Fraction(int(sp.Rational(v).p), int(sp.Rational(v).q))
+        except (TypeError, ValueError, OverflowError):
+            return 0.0
+        if frac == 0:
+            return 400.0
+        num, den = abs(frac.numerator), frac.denominator
+        return abs(math.log10(num) - math.log10(den)) if num and den else 0.0
+
+    scored = sorted(((mag(v), str(k), v) for k, v in inputs.items()), reverse=True)
+    if not scored:
+        return "the inputs"
+    top = [x for x in scored if x[0] >= 100] or scored
+    return ", ".join(f"{k} = {short(v)}" for _, k, v in top[:3])
+
+
+def finite_float(value, what: str = "result", inputs: Mapping | None = None) -> float:
+    """``value`` (exact or float) as a finite Python float, or an error naming the inputs.
+
+    memsym computes exactly, so ``--efficiency 1e-320`` or ``--tokens 1e200`` give a finite
+    exact time; only its conversion to a float (for printing or JSON) overflows to ``inf`` or
+    underflows to 0.  This refuses both instead of printing ``inf`` or ``Infinity``.
+
+    Parameters
+    ----------
+    value : int, float, fractions.Fraction or sympy number
+        The result.
+    what : str
+        What it is, with its unit (``"training time [s]"``).
+    inputs : mapping, optional
+        The inputs it came from (name to value); the extreme ones are named in the error.
+
+    Examples
+    --------
+    >>> finite_float(sp.Rational(3, 2), "step time [s]")
+    1.5
+    >>> finite_float(sp.Integer(10)**400, "training time [s]", {"tokens": 10**200, "eta": 0.5})
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: training time [s] = 1e+400 is outside the float range (about 1e-308 to 1e308); it comes from tokens = 100000000000...(201 digits)
+    """
+    from .text import approx
+
+    blame = f"; it comes from {_extreme(inputs)}" if inputs else ""
+    if isinstance(value, sp.Basic):
+        if value.has(sp.nan, sp.zoo, sp.oo, -sp.oo) or not value.is_number:
+            raise InvalidValueError(f"{what} is not a finite number ({value}){blame}")
+        exact_val = value
+    else:
+        exact_val = value
+    try:
+        out = float(exact_val)
+    except OverflowError:
+        out = math.inf
+    if not math.isfinite(out):
+        shown = approx(exact_val) if not isinstance(exact_val, float) else repr(exact_val)
+        raise InvalidValueError(f"{what} = {shown} is outside the float range (about 1e-308 to "
+                                f"1e308){blame}")
+    if out == 0 and exact_val != 0:
+        raise InvalidValueError(f"{what} = {approx(exact_val)} is below the float range (it would "
+                                f"print as 0){blame}")
+    return out
 
 
 def _argnames(exprs) -> tuple[str, ...]:
@@ -147,7 +219,14 @@ class CompiledTotal:
         back end, no numpy overhead), an array broadcast from numpy arrays otherwise."""
         args = self._args(kwargs)
         if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in args):
-            return float(self._scalar_fn(*args)[0])
+            try:
+                out = float(self._scalar_fn(*args)[0])
+            except (OverflowError, ZeroDivisionError):
+                out = math.inf
+            if not math.isfinite(out):  # never hand back inf/nan as if it were an answer
+                raise InvalidValueError(f"{self.total.name} is outside the float range (got {out}); "
+                                        f"it comes from {_extreme(dict(zip(self.names, args)))}")
+            return out
         import numpy as np
 
         out = self._total_fn(*args)[0]

@@ -80,8 +80,10 @@ class Term:
         return self.expr.free_symbols
 
     def subs(self, values: Mapping | None = None, **kwargs) -> "Term":
-        """This term with registered symbols replaced (exactly)."""
-        return replace(self, expr=self.expr.xreplace(as_values(values, **kwargs)))
+        """This term with registered symbols replaced (exactly); the values and the result are
+        checked against the symbols' domains (:func:`_checked`)."""
+        vals = as_values(values, **kwargs)
+        return replace(self, expr=_checked(self.expr.xreplace(vals), vals, self.key, self.unit))
 
     def evaluate(self, values: Mapping | None = None, **kwargs) -> sp.Expr:
         """The exact value [``unit``] for the given symbol values."""
@@ -96,8 +98,29 @@ class Term:
         return f"$\\displaystyle {self.latex()}$"
 
 
+def _named(vals: dict) -> str:
+    from .text import short
+
+    return ", ".join(f"{k.name} = {short(v)}" for k, v in vals.items()) or "no values"
+
+
+def _checked(expr: sp.Expr, vals: dict, what: str, unit: str) -> sp.Expr:
+    """``expr`` (a term after substitution) if it is still finite and, for an amount such as
+    bytes or seconds, not provably negative; otherwise an error naming the substitution.
+
+    The values themselves were checked by :func:`memsym.values.as_values`; this catches what
+    only the combination shows (a ``1/(d - 1)`` at ``d = 1`` becomes ``zoo``).
+    """
+    if expr.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+        bad = next(x for x in (sp.zoo, sp.nan, sp.oo, -sp.oo) if expr.has(x))
+        raise InvalidValueError(f"{what} becomes {bad} (not a finite number) after {_named(vals)}")
+    if unit in ("bytes", "s", "FLOP") and expr.is_negative:
+        raise InvalidValueError(f"{what} [{unit}] becomes negative after {_named(vals)}")
+    return expr
+
+
 def _evaluate(expr: sp.Expr, vals: dict, what: str) -> sp.Expr:
-    out = expr.xreplace(vals)
+    out = _checked(expr.xreplace(vals), vals, what, "")
     missing = out.free_symbols
     if missing:
         names = ", ".join(sorted(str(x) for x in missing))
@@ -204,7 +227,9 @@ class Total:
         N*b_g/(8*p*t) + N*b_hp/(8*p*t) + N*(b_m + b_o)/(8*p*t)
         """
         vals = as_values(values, **kwargs)
-        return self.map(lambda x: x.xreplace(vals))
+        return replace(self, terms=tuple(
+            replace(term, expr=_checked(term.expr.xreplace(vals), vals, term.key, term.unit))
+            for term in self.terms))
 
     # --- exact evaluation -------------------------------------------------------------------
     def evaluate(self, values: Mapping | None = None, **kwargs) -> sp.Expr:

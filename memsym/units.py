@@ -11,8 +11,10 @@ import re
 from fractions import Fraction
 
 from .errors import InvalidValueError
+from .limits import LIMITS, MAX_DIGITS, check_limit
+from .text import short
 
-__all__ = ["parse_bytes", "parse_count", "UNITS", "format_bytes"]
+__all__ = ["parse_bytes", "parse_count", "parse_number", "UNITS", "format_bytes"]
 
 #: Accepted unit spellings (case-sensitive: ``gb`` could be gigabits) and their size in bytes.
 UNITS = {
@@ -40,7 +42,10 @@ def parse_bytes(text) -> int:
     ------
     InvalidValueError
         For ambiguous or malformed spellings: ``80`` (no unit, too small to be bytes),
-        ``80gb`` (lower-case, could be gigabits), ``1e3TB`` (exponent), ``-80GB``, ``0GB``.
+        ``80gb`` (lower-case, could be gigabits), ``1e3TB`` (exponent), ``-80GB``, ``0GB``,
+        and for text longer than :data:`memsym.limits.MAX_DIGITS` digits.
+    LimitError
+        Above 2^64 bytes (:data:`memsym.limits.LIMITS` ``"bytes"``), e.g. ``1e309`` bytes.
 
     Examples
     --------
@@ -54,9 +59,11 @@ def parse_bytes(text) -> int:
         unit = "B"
     else:
         raw = str(text).strip()
-        match = _PATTERN.match(raw)
+        # bounded before any conversion: int() of a 5,000-digit string raises ValueError
+        match = _PATTERN.match(raw) if len(raw) <= MAX_DIGITS + 8 else None
         if not match:
-            raise InvalidValueError(f"cannot read memory size {str(text)[:40]!r}: expected {_ACCEPTED}")
+            raise InvalidValueError(f"cannot read memory size {short(str(text))}: expected {_ACCEPTED}"
+                                    + (f" (at most {MAX_DIGITS} digits)" if len(raw) > MAX_DIGITS else ""))
         unit = match.group("unit") or ""
         if unit and unit not in UNITS:
             upper = {u.lower(): u for u in UNITS}
@@ -65,7 +72,7 @@ def parse_bytes(text) -> int:
                 bits = unit[-1] == "b" and not unit.lower().endswith("ib")
                 hint = (f" (units are case-sensitive: did you mean {upper[unit.lower()]}?"
                         + (f" '{unit}' could mean bits)" if bits else ")"))
-            raise InvalidValueError(f"unknown unit {unit!r} in {raw!r}{hint}; accepted: "
+            raise InvalidValueError(f"unknown unit {short(unit)} in {short(raw)}{hint}; accepted: "
                                     + ", ".join(UNITS))
         number = Fraction(match.group("num"))
         if not unit:
@@ -79,8 +86,8 @@ def parse_bytes(text) -> int:
             raise InvalidValueError(f"memory size {raw!r} is not a whole number of bytes")
         value = int(value)
     if value <= 0:
-        raise InvalidValueError(f"memory size must be > 0 bytes, got {text!r}")
-    return value
+        raise InvalidValueError(f"memory size must be > 0 bytes, got {short(text)}")
+    return check_limit("bytes", value, "memory size")
 
 
 def format_bytes(value, unit: str = "GB", digits: int = 2) -> str:
@@ -99,11 +106,13 @@ _COUNT = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?:[eE](?P<exp>\+?\d{1,2}))?(?P<suf
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
 
-def parse_count(text, what: str = "parameter count") -> int:
+def parse_count(text, what: str = "parameter count", limit: str | None = None) -> int:
     """A whole count written as ``7000000000``, ``7e9``, ``7B``, ``1.5T`` or ``175B``.
 
     The text is matched against a strict pattern and converted exactly (no float), so
-    ``1e15`` stays the integer 10^15.
+    ``1e15`` stays the integer 10^15.  Text of more than :data:`memsym.limits.MAX_DIGITS`
+    characters is refused before conversion; ``limit`` names a :data:`memsym.limits.LIMITS`
+    entry (``"parameters"``, ``"tokens"``) the count must not exceed.
 
     Examples
     --------
@@ -116,14 +125,80 @@ def parse_count(text, what: str = "parameter count") -> int:
         value = Fraction(text)
     else:
         raw = str(text).strip()
-        match = _COUNT.match(raw)
+        match = _COUNT.match(raw) if len(raw) <= MAX_DIGITS else None
+        if not match and re.match(r"^\d+(?:\.\d+)?[eE]\+?\d{3,}[KMBT]?$", raw, re.ASCII):
+            raise InvalidValueError(f"cannot read {what} {short(raw)}: exponents go up to e99 "
+                                    "(memsym's sizes stop far below 1e99, see memsym.limits)")
         if not match:
-            raise InvalidValueError(f"cannot read {what} {raw[:40]!r}: expected a whole number "
-                                    "such as 7000000000, 7e9, 7B or 1.5T")
+            raise InvalidValueError(f"cannot read {what} {short(raw)}: expected a whole number "
+                                    "such as 7000000000, 7e9, 7B or 1.5T"
+                                    + (f" (at most {MAX_DIGITS} digits)" if len(raw) > MAX_DIGITS else ""))
         value = Fraction(match.group("num")) * 10 ** int(match.group("exp") or 0)
         value *= _SUFFIX[match.group("suffix")]
     if value.denominator != 1:
-        raise InvalidValueError(f"{what} must be a whole number, got {text!r}")
+        raise InvalidValueError(f"{what} must be a whole number, got {short(text)}")
     if value <= 0:
-        raise InvalidValueError(f"{what} must be > 0, got {text!r}")
-    return int(value)
+        raise InvalidValueError(f"{what} must be > 0, got {short(text)}")
+    return int(value) if limit is None else check_limit(limit, int(value), what)
+
+
+_NUMBER = re.compile(r"^(?P<num>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d{1,4}))?$", re.ASCII)
+
+
+def parse_number(text, what: str = "value", *, low=0, high=None, include_low: bool = True,
+                 include_high: bool = True, limit: str | None = None) -> Fraction:
+    """A decimal number typed by a user (``0.1``, ``1e-3``, ``45``) as an exact ``Fraction``.
+
+    Matched against a strict pattern (no sign, no ``inf``/``nan``, at most
+    :data:`memsym.limits.MAX_DIGITS` characters, exponents of at most four digits) and
+    converted exactly, then checked against ``[low, high]``: ``--fragmentation 1e1000`` or
+    ``--efficiency 1e-320`` are refused with the range instead of becoming ``inf`` or ``0``.
+
+    Parameters
+    ----------
+    text : str
+        The number as typed.
+    what : str
+        Its name (``"--fragmentation"``).
+    low, high : number, optional
+        The accepted range (``high=None``: no upper end other than ``limit``).
+    include_low, include_high : bool
+        Whether the ends are accepted.
+    limit : str, optional
+        A :data:`memsym.limits.LIMITS` key the value must not exceed.
+
+    Examples
+    --------
+    >>> parse_number("0.1", "--fragmentation", high=1)
+    Fraction(1, 10)
+    >>> parse_number("1e1000", "--fragmentation", high=1)
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: --fragmentation must be in [0, 1], got 1e+1000
+    """
+    if isinstance(text, bool) or not isinstance(text, str):
+        raise InvalidValueError(f"{what} must be given as text such as 0.1 or 1e-3, got "
+                                f"{type(text).__name__}")
+    raw = text.strip()
+    match = _NUMBER.match(raw) if len(raw) <= MAX_DIGITS else None
+    if not match:
+        raise InvalidValueError(f"cannot read {what} {short(raw)}: expected a decimal number "
+                                f"such as 0.1, 45 or 1e-3 (at most {MAX_DIGITS} characters)")
+    num = match.group("num")
+    value = Fraction(num if not num.endswith(".") else num[:-1]) * Fraction(10) ** int(match.group("exp") or 0)
+    lo_ok = value > low or (include_low and value == low)
+    hi_ok = high is None or value < high or (include_high and value == high)
+    if not (lo_ok and hi_ok):
+        from .text import approx
+
+        left = "[" if include_low else "("
+        right = "" if high is None else f", {high}{']' if include_high else ')'}"
+        rng = f"{left}{low}{right}" if high is not None else (f">= {low}" if include_low else f"> {low}")
+        raise InvalidValueError(f"{what} must be {'in ' if high is not None else ''}{rng}, "
+                                f"got {approx(value)}")
+    if limit is not None:
+        check_limit(limit, value, what)
+    from .values import exact
+
+    exact(value, what)  # 1e-9999 is in (0, 1] but has 10^4 digits: refused (values.MAX_BITS)
+    return value

@@ -17,7 +17,22 @@ import sympy as sp
 from .errors import InvalidValueError
 from .symbols import info, lookup
 
-__all__ = ["exact", "as_values", "as_expr"]
+__all__ = ["exact", "whole", "positive", "fraction_in", "boolean", "as_values", "as_expr"]
+
+
+#: The most bits an exact number's numerator or denominator may have (about 1,233 digits):
+#: far above every limit of :mod:`memsym.limits` and 10^300-sized thought experiments, and
+#: it keeps each exact operation on user values bounded in time and memory.
+MAX_BITS = 4096
+
+
+def _bounded(num: sp.Expr, what: str) -> sp.Expr:
+    if num.is_Rational and max(int(num.p).bit_length(), int(num.q).bit_length()) > MAX_BITS:
+        from .errors import LimitError
+
+        raise LimitError(f"{what} = {_short(num)} has more than {int(MAX_BITS * 0.30103)} digits; "
+                         "memsym's sizes stop far below (see memsym.limits)", what, MAX_BITS)
+    return num
 
 
 def exact(value, what: str = "value") -> sp.Expr:
@@ -47,13 +62,16 @@ def exact(value, what: str = "value") -> sp.Expr:
         if value.is_real is not True:
             raise InvalidValueError(f"{what} must be a real number, got {value}")
         if isinstance(value, sp.Float):  # read like a Python float: its shortest decimal
-            frac = Fraction(repr(float(value)))
+            x = float(value)
+            if not math.isfinite(x):  # Float('1e1000') is finite to SymPy, not as a float
+                raise InvalidValueError(f"{what} must be within float range, got {_short(value)}")
+            frac = Fraction(repr(x))
             return sp.Rational(frac.numerator, frac.denominator)
-        return value
+        return _bounded(value, what)
     if isinstance(value, Integral):
-        return sp.Integer(int(value))
+        return _bounded(sp.Integer(int(value)), what)
     if isinstance(value, _PyRational):
-        return sp.Rational(int(value.numerator), int(value.denominator))
+        return _bounded(sp.Rational(int(value.numerator), int(value.denominator)), what)
     if isinstance(value, float) or hasattr(value, "__float__") and not isinstance(value, str):
         x = float(value)
         if not math.isfinite(x):
@@ -61,6 +79,156 @@ def exact(value, what: str = "value") -> sp.Expr:
         frac = Fraction(repr(x))  # shortest decimal that round-trips: 0.1 -> 1/10
         return sp.Rational(frac.numerator, frac.denominator)
     raise InvalidValueError(f"{what} must be a number, got {type(value).__name__} {value!r:.60}")
+
+
+def _short(value) -> str:
+    from .text import short
+
+    return short(value)
+
+
+def _limit(value, what, limit):
+    if limit is None:
+        return
+    if isinstance(limit, str):
+        from .limits import check_limit
+
+        check_limit(limit, value, what)
+    elif value > limit:
+        from .errors import LimitError
+
+        raise LimitError(f"{what} = {_short(value)} is above the limit {limit}", what, limit)
+
+
+def whole(value, what: str = "value", *, minimum: int = 1, limit=None,
+          integral_floats: bool = False) -> int:
+    """``value`` as a Python ``int`` if it is a whole number >= ``minimum`` (and within ``limit``).
+
+    The one validator of counts, sizes and degrees from the Python API.  ``True``/``False``
+    are refused (a bool is not a count); numpy and SymPy integers are accepted; a float is
+    accepted only with ``integral_floats=True`` and only when finite and integral (``8.0``);
+    text is refused, never parsed.
+
+    Parameters
+    ----------
+    value : int, numpy integer, sympy.Integer (float if ``integral_floats``)
+        The number.
+    what : str
+        Its name in the error message (``"num_layers"``, ``"--tp"``).
+    minimum : int
+        The smallest accepted value (1 for sizes and degrees, 0 for counts that may be absent).
+    limit : str or int, optional
+        A key of :data:`memsym.limits.LIMITS` (``"layers"``, ``"gpus"``, ...) or a number;
+        above it, :class:`~memsym.errors.LimitError` names the limit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> whole(np.int64(8), "t"), whole(8.0, "t", integral_floats=True)
+    (8, 8)
+    >>> whole(True, "t")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: t must be a whole number >= 1, got True (a bool)
+    >>> whole(10**7, "num_layers", limit="layers")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.LimitError: num_layers = 10000000 is above memsym's limit of 10^6 layers (layers: ~8000x the deepest published LLM (126 layers); per-layer and per-stage loops stay short)
+    """
+    accepted = f"{what} must be a whole number >= {minimum}"
+    if isinstance(value, bool) or type(value).__name__ in ("bool_", "bool") \
+            and type(value).__module__ == "numpy":
+        raise InvalidValueError(f"{accepted}, got {value!r} (a bool)")
+    if isinstance(value, Integral):
+        n = int(value)
+    elif isinstance(value, sp.Integer):
+        n = int(value)
+    elif isinstance(value, (str, bytes, bytearray)):
+        raise InvalidValueError(f"{accepted}, got the text {_short(str(value))} "
+                                "(memsym never parses text)")
+    elif isinstance(value, float) or (not isinstance(value, sp.Basic)
+                                      and hasattr(value, "__float__")):
+        x = float(value)
+        if not integral_floats:
+            raise InvalidValueError(f"{accepted}, got the float {x!r} (give an int)")
+        if not math.isfinite(x) or not x.is_integer():
+            raise InvalidValueError(f"{accepted}, got {x!r}")
+        n = int(Fraction(x))
+    else:
+        raise InvalidValueError(f"{accepted}, got {type(value).__name__} {_short(value)}")
+    if n < minimum:
+        raise InvalidValueError(f"{accepted}, got {_short(n)}")
+    _limit(n, what, limit)
+    return n
+
+
+def positive(value, what: str = "value", *, limit=None, allow_zero: bool = False) -> sp.Rational:
+    """``value`` as an exact, finite SymPy number > 0 (>= 0 with ``allow_zero``).
+
+    Floats are read through their shortest decimal (``0.1`` is ``1/10``); NaN, infinity,
+    bools and text are refused.
+
+    Examples
+    --------
+    >>> positive(0.45, "efficiency"), positive(2, "price", allow_zero=True)
+    (9/20, 2)
+    >>> positive(float("inf"), "tflops")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: tflops must be finite, got inf
+    """
+    num = exact(value, what)
+    if allow_zero and num < 0:
+        raise InvalidValueError(f"{what} must be >= 0, got {_short(num)}")
+    if not allow_zero and not num > 0:
+        raise InvalidValueError(f"{what} must be > 0, got {_short(num)}")
+    _limit(num, what, limit)
+    return num
+
+
+def fraction_in(value, what: str = "value", *, low=0, high=1, include_high: bool = False) -> sp.Rational:
+    """``value`` as an exact number in ``[low, high)`` (``[low, high]`` with ``include_high``).
+
+    Dropout probabilities live in ``[0, 1)`` (PyTorch ``nn.Dropout`` divides by ``1 - p``).
+
+    Examples
+    --------
+    >>> fraction_in(0.1, "hidden_dropout")
+    1/10
+    >>> fraction_in(2, "hidden_dropout")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: hidden_dropout must be in [0, 1), got 2
+    """
+    num = exact(value, what)
+    close = "]" if include_high else ")"
+    if num < low or num > high or (num == high and not include_high):
+        raise InvalidValueError(f"{what} must be in [{low}, {high}{close}, got {_short(num)}")
+    return num
+
+
+def boolean(value, what: str = "flag") -> bool:
+    """``value`` if it is ``True`` or ``False`` (numpy bools too); anything else is refused.
+
+    ``"false"`` and ``"no"`` are truthy strings: taken as flags they would switch a feature on.
+
+    Examples
+    --------
+    >>> boolean(False, "flash_attention")
+    False
+    >>> boolean("false", "flash_attention")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: flash_attention must be True or False, got str 'false'
+    """
+    if isinstance(value, bool):
+        return value
+    import sys
+
+    np = sys.modules.get("numpy")  # numpy's bool is not a Python bool; never import it here
+    if np is not None and isinstance(value, np.bool_):
+        return bool(value)
+    raise InvalidValueError(f"{what} must be True or False, got {type(value).__name__} {_short(value)}")
 
 
 def _check_domain(sym: sp.Symbol, val: sp.Expr) -> None:
@@ -75,6 +243,56 @@ def _check_domain(sym: sp.Symbol, val: sp.Expr) -> None:
         raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be > 0, got {val}")
     if meta.integer and not val.is_integer:
         raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be a whole number, got {val}")
+
+
+def _integral(expr: sp.Expr) -> bool:
+    """Whether ``expr`` is a whole number for every admissible value of its symbols: an
+    integer, a registered whole-number symbol, or sums, products and non-negative integer
+    powers of those (``2*t``, ``t*p + 1``; not ``t/3``, not ``h/a``)."""
+    if expr.is_Integer:
+        return True
+    if expr.is_Symbol:
+        try:
+            return info(expr).integer and info(expr).symbol is expr
+        except Exception:  # an unregistered symbol: nothing is known about it
+            return False
+    if expr.is_Add or expr.is_Mul:
+        return all(_integral(arg) for arg in expr.args)
+    if expr.is_Pow:
+        return expr.exp.is_Integer and expr.exp >= 0 and _integral(expr.base)
+    return False
+
+
+def _check_symbolic_domain(sym: sp.Symbol, expr: sp.Expr) -> None:
+    """A symbolic substitution must keep ``sym`` in its domain for every admissible value of
+    the expression's own symbols: ``N = -t`` (negative), ``d = t/3`` (fractional), ``d = t - 1``
+    (0 at t = 1, where 1/d is ``zoo``) are refused, ``d = 2*t`` is accepted."""
+    meta = info(sym)
+    shown = _short(expr)
+    if expr.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+        raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be finite, got {shown}")
+    if expr.is_real is False:
+        raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be real, got {shown}")
+    if meta.domain == "nonnegative":
+        if expr.is_nonnegative is not True:
+            raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be >= 0, but {sym.name} = "
+                                    f"{shown} can be negative")
+        return
+    if meta.integer:
+        if not _integral(expr):
+            raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be a whole number, but "
+                                    f"{sym.name} = {shown} can be fractional (give a sum or "
+                                    "product of whole-number symbols)")
+        # the smallest value of an integer polynomial in symbols >= 1: set every symbol to 1
+        # and require positive coefficients (then it is increasing in each symbol)
+        poly_ok = all(c > 0 for c in sp.Poly(expr, *sorted(expr.free_symbols, key=str)).coeffs())
+        if not poly_ok or expr.xreplace({x: 1 for x in expr.free_symbols}) < 1:
+            raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be >= 1, but {sym.name} = "
+                                    f"{shown} can be below 1")
+        return
+    if expr.is_positive is not True:
+        raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be > 0, but {sym.name} = "
+                                f"{shown} can be zero or negative")
 
 
 def as_values(values: Mapping | None = None, **kwargs) -> dict[sp.Symbol, sp.Expr]:
@@ -95,7 +313,9 @@ def as_values(values: Mapping | None = None, **kwargs) -> dict[sp.Symbol, sp.Exp
     for key, val in {**(dict(values) if values else {}), **kwargs}.items():
         sym = lookup(key)
         if isinstance(val, sp.Basic) and not val.is_number:
-            out[sym] = as_expr(val, sym.name)
+            expr = as_expr(val, sym.name)
+            _check_symbolic_domain(sym, expr)
+            out[sym] = expr
             continue
         num = exact(val, sym.name)
         _check_domain(sym, num)

@@ -240,3 +240,167 @@ def test_smallest_d_with_enormous_models_is_exact():
 def test_parameter_count_of_the_largest_preset_is_an_exact_int():
     n = parameter_count(preset("llama3-405b"))
     assert isinstance(n, int) and 400 * 10**9 < n < 410 * 10**9
+
+
+# ================================================================================================
+# issue 15: bounded solvers, exact answers at the edges, substitution keeps the domain
+# ================================================================================================
+from bounded import GiB, run_python, time_limit  # noqa: E402  (tests/ is on sys.path: conftest)
+
+from memsym.symbols import d as d_sym, p as p_sym, t as t_sym  # noqa: E402
+
+ZERO3 = model_state("zero3").subs(byte_widths("zero3"))        # N (2 + 2 + 12) / (d t p), ZeRO §5
+
+
+def test_zero3_at_1e30_parameters_finds_d_2e20_exactly():
+    # issue 15: "solve dp --params 1e30 --sharding zero3 claims nothing fits although d = 2e20
+    # does".  By hand: 16 N / (d C) <= 1  <=>  d >= 16e30 / 80e9 = 2e20, and at d = 2e20 the
+    # memory is exactly 80e9 bytes (fits), at 2e20 - 1 it is above (does not).
+    with time_limit(10):
+        sol = memsym.smallest(ZERO3, "d", 80 * GB, {"N": 10**30, "t": 1, "p": 1})
+    assert sol.value == 2 * 10**20 and isinstance(sol.value, int)
+    assert sol.memory == 80 * GB
+    assert ZERO3.evaluate(N=10**30, d=2 * 10**20 - 1, t=1, p=1) > 80 * GB
+    assert "2e+20" in sol.latex() and "inf" not in sol.latex()
+
+
+def test_cli_solve_dp_at_1e30_parameters(capsys):
+    rc = main(["solve", "dp", "--params", "1e30", "--sharding", "zero3", "--gpu-memory", "80GB"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "d = 200000000000000000000" in out        # the exact integer, not 2e+20
+
+
+def test_smallest_with_a_rule_never_true_stops_at_the_documented_bound():
+    # issue 15: "smallest(..., valid=<never true>) walks to 2^62"; now at most 2^20 candidates
+    from memsym.limits import MAX_CANDIDATES
+
+    asked = []
+
+    def never(n):
+        asked.append(n)
+        return False
+
+    with time_limit(20):
+        with pytest.raises(errors.BeyondSearchBound, match="beyond the search bound") as info:
+            memsym.smallest(ZERO3, "d", 80 * GB, {"N": 10**9, "t": 1, "p": 1}, valid=never)
+    assert not isinstance(info.value, errors.NoFitError)          # not "nothing fits"
+    assert isinstance(info.value, errors.MemsymError) and "\n" not in str(info.value)
+    assert len(asked) == MAX_CANDIDATES and asked[0] == 1
+
+
+def test_largest_with_a_rule_never_true_is_nothing_fits_when_the_range_is_exhausted():
+    # every n from the boundary down to lower=1 was asked: an honest "nothing fits"
+    ddp = model_state("ddp").subs(byte_widths("ddp"))
+    with time_limit(20):
+        with pytest.raises(errors.NoFitError, match="no valid N >= 1 fits"):
+            memsym.largest(ddp, "N", 2**20 * 16, {"d": 1, "t": 1, "p": 1}, valid=lambda n: False)
+
+
+def test_answer_beyond_2_256_is_beyond_the_search_bound_not_nothing_fits():
+    with time_limit(10):
+        with pytest.raises(errors.BeyondSearchBound, match="2\\^256.*2e\\+290"):
+            memsym.smallest(ZERO3, "d", 80 * GB, {"N": 10**300, "t": 1, "p": 1})
+        ddp = model_state("ddp").subs(byte_widths("ddp"))
+        with pytest.raises(errors.BeyondSearchBound, match="largest N"):
+            # 16 N <= 2^300 bytes: N up to 2^296 > 2^256
+            memsym.largest(ddp, "N", 2**300, {"d": 1, "t": 1, "p": 1})
+
+
+def test_user_upper_bound_gives_nothing_fits_with_the_total_there():
+    with pytest.raises(errors.NoFitError, match="d <= 1000"):
+        memsym.smallest(ZERO3, "d", 80 * GB, {"N": 10**15, "t": 1, "p": 1}, upper=1000)
+    # the same question with the answer inside the range: 200,000 (test above, hand arithmetic)
+    assert memsym.smallest(ZERO3, "d", 80 * GB, {"N": 10**15, "t": 1, "p": 1},
+                           upper=200_000).value == 200_000
+
+
+def test_smallest_gpus_rounds_to_a_multiple_in_one_step():
+    # t = p = 2^40: G must be a multiple of 2^80; a linear walk would never end.  By hand:
+    # 16 N / G <= C  <=>  G >= 16 * 70e9 / 80e9 = 14, rounded up to the multiple 2^80.
+    with time_limit(10):
+        sol = memsym.smallest_gpus(ZERO3, 80 * GB, {"N": 70 * 10**9, "t": 2**40, "p": 2**40})
+    assert sol.value == 2**80
+
+
+def test_bisection_without_closed_form_is_bounded():
+    # a total sympy cannot solve in closed form (max of two terms): galloping + bisection
+    from memsym.term import Source, Term, Total
+    from memsym.symbols import N
+
+    tot = Total("odd", (Term("x", sp.Max(16 * N / d_sym, N / d_sym**2 + 1), "test",
+                             Source("zero", "§5")),))
+    with time_limit(20):
+        sol = memsym.smallest(tot, "d", 80 * GB, {"N": 10**30})
+    # by hand: 16e30 / d <= 80e9  <=>  d >= 2e20 (the second term is then ~ 2.5e-11 + 1)
+    assert sol.value == 2 * 10**20
+
+
+@pytest.mark.parametrize("values, symbol, said", [
+    ({"N": -t_sym}, "N", "can be zero or negative"),       # issue 15: M.subs(N=-t) gave -16 bytes
+    ({"d": t_sym / 3}, "d", "can be fractional"),          # subs(d=t/3) gave d = 1/3
+    ({"d": t_sym - 1}, "d", "can be below 1"),             # subs(d=t-1) gave zoo at t = 1
+    ({"d": t_sym * p_sym - 1}, "d", "can be below 1"),
+    ({"b_g": -t_sym}, "b_g", "can be negative"),
+    ({"d": sp.zoo}, "d", "finite"), ({"N": sp.nan}, "N", "finite"), ({"N": sp.oo}, "N", "finite"),
+    ({"d": sp.Rational(1, 3)}, "d", "whole number"), ({"d": 0}, "d", "> 0"),
+])
+def test_substitution_rechecks_the_domain(values, symbol, said):
+    for call in (lambda: ZERO3.subs(values), lambda: ZERO3["weights"].subs(values),
+                 lambda: model_state("zero3").subs(values)):
+        with pytest.raises(errors.InvalidValueError) as info:
+            call()
+        msg = str(info.value)
+        assert msg.startswith(symbol) and said in msg and "\n" not in msg, msg
+
+
+def test_substitution_keeps_admissible_rewrites():
+    # d = 2t, d = t p + 1, N = 7e9 t: whole and >= 1 / positive for every admissible t, p
+    assert ZERO3.subs(d=2 * t_sym).evaluate(N=10**9, t=2, p=1) == 16 * 10**9 // 8
+    assert ZERO3.subs(d=t_sym * p_sym + 1).evaluate(N=10**9, t=1, p=1) == 8 * 10**9
+    assert ZERO3.subs(N=7 * 10**9 * t_sym).evaluate(d=1, t=1, p=1) == 16 * 7 * 10**9
+
+
+def test_smallest_after_a_negative_substitution_is_refused_not_fitting_at_minus_16():
+    # issue 15: `smallest` "fitted" at -16 bytes after M.subs(N=-t)
+    with pytest.raises(errors.InvalidValueError, match="^N "):
+        memsym.smallest(ZERO3, "d", 80 * GB, {"N": -t_sym, "t": 1, "p": 1})
+
+
+def test_evaluation_that_divides_by_zero_names_the_substitution():
+    from memsym.term import Source, Term, Total
+
+    tot = Total("odd", (Term("x", 1 / (d_sym - 1), "test", Source("zero", "§5")),))
+    with pytest.raises(errors.InvalidValueError, match="odd becomes zoo .*after d = 1"):
+        tot.evaluate(d=1)
+    with pytest.raises(errors.InvalidValueError, match="x becomes zoo"):
+        tot.subs(d=1)
+
+
+HOSTILE_SOLVES = r"""
+import memsym
+from memsym import errors
+from memsym.terms.model_state import byte_widths, model_state
+M = model_state("zero3").subs(byte_widths("zero3"))
+ddp = model_state("ddp").subs(byte_widths("ddp"))
+cases = [
+    lambda: memsym.smallest(M, "d", 80 * 10**9, {"N": 10**30, "t": 1, "p": 1}),
+    lambda: memsym.smallest(M, "d", 80 * 10**9, {"N": 10**9, "t": 1, "p": 1}, valid=lambda n: False),
+    lambda: memsym.smallest(M, "d", 1, {"N": 10**300, "t": 10**300, "p": 1}),
+    lambda: memsym.smallest_gpus(M, 80 * 10**9, {"N": 10**30, "t": 2**40, "p": 2**40}),
+    lambda: memsym.largest(ddp, "N", 2**64, {"d": 1, "t": 1, "p": 1}, valid=lambda n: n % 7919 == 0),
+    lambda: memsym.largest(ddp, "N", 10**300, {"d": 10**300, "t": 1, "p": 1}),
+    lambda: memsym.smallest(M, "d", 80 * 10**9, {"N": 10**1300, "t": 1, "p": 1}),
+]
+for case in cases:
+    try:
+        case()
+    except errors.MemsymError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 400, str(exc)
+print("ok")
+"""
+
+
+def test_hostile_solves_in_bounded_time_and_memory():
+    proc = run_python(HOSTILE_SOLVES, seconds=60, memory=3 * GiB)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -751,3 +751,284 @@ def test_doc_examples_are_the_real_messages(capsys, tmp_path, monkeypatch, argv,
         assert rc == 0 and out
     else:
         assert rc == (1 if "nothing fits" in expected else 2) and out == ""
+
+
+# ================================================================================================
+# issue 15: names are data, output is finite, failed writes are errors, results stay in range
+# ================================================================================================
+import math  # noqa: E402
+import pathlib  # noqa: E402
+import shlex  # noqa: E402
+import stat  # noqa: E402
+import unicodedata  # noqa: E402
+
+import numpy as np  # noqa: E402
+import sympy as sp  # noqa: E402
+
+from bounded import GiB, run_python, time_limit  # noqa: E402
+
+from memsym import text as mtext  # noqa: E402
+from memsym.cli import output as mout  # noqa: E402
+from memsym.numeric import finite_float  # noqa: E402
+from memsym.terms import compute  # noqa: E402
+
+FORGED = "meta-llama/x\nllama2-7b: fits on 1 GPU\x1b[2J\x1b[31mred\x1b]0;title\x07\u202eevil\r"
+
+
+def _no_raw_controls(shown: str):
+    bad = [ch for ch in shown if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")]
+    assert not bad, (shown, bad)
+
+
+def test_printable_escapes_a_forged_line_and_ansi_escapes():
+    # issue 15: a config's _name_or_path with a newline and ANSI escapes printed a fake
+    # "...: fits" line and live terminal escapes
+    shown = mtext.printable(FORGED, limit=200)
+    _no_raw_controls(shown)
+    assert "\\n" in shown and "\\x1b[2J" in shown and "\\u202e" in shown and "\\x07" in shown
+    assert shown.startswith("meta-llama/x\\nllama2-7b: fits")
+
+
+def test_printable_cannot_be_forged_by_a_typed_backslash():
+    # a name that *contains* the text "\n" must not look like an escaped newline
+    assert mtext.printable("a\\nb") == "a\\\\nb" and mtext.printable("a\nb") == "a\\nb"
+
+
+def test_printable_truncates_with_a_marker():
+    shown = mtext.printable("x" * 10_000, limit=80)
+    assert shown == "x" * 80 + "...(+9920 chars)"
+    # the escape of a control character is never cut in half
+    shown = mtext.printable("a" * 79 + "\x1b", limit=80)
+    assert shown == "a" * 79 + "...(+1 chars)"
+
+
+def test_short_echo_of_a_5000_digit_value():
+    # issue 15: "5,000-digit values are echoed in full"; str() of them raises in Python 3.11+
+    for value in (10**5000, -(10**5000), "9" * 5000, sp.Integer(10)**5000,
+                  sp.Rational(1, 10**5000)):
+        shown = mtext.short(value)
+        assert len(shown) <= 80, shown
+    assert mtext.short(10**5000) == "100000000000...(5001 digits)"
+    assert mtext.short(12345) == "12345" and mtext.short(True) == "True"
+
+
+def test_finite_json_refuses_infinity_naming_the_key():
+    # issue 15: `--efficiency 1e-320` gave `Infinity` in --json (invalid JSON) with exit 0
+    for bad, where in (({"time": {"days": math.inf}}, "time.days"),
+                       ({"rows": [1.0, math.nan]}, "rows[1]"),
+                       ({"b": sp.Integer(10)**400 / 3}, "b"), ({"x": sp.zoo}, "x"),
+                       ({"x": np.float64("inf")}, "x")):
+        with pytest.raises(errors.InvalidValueError) as info:
+            mtext.finite_json(bad)
+        assert str(info.value).startswith(where), str(info.value)
+
+
+def test_finite_json_keeps_exact_integers_exact():
+    data = json.loads(mtext.finite_json({"bytes": sp.Integer(10)**30 + 1, "n": np.int64(7),
+                                         "r": sp.Rational(1, 4), "ok": True, "none": None}))
+    assert data == {"bytes": 10**30 + 1, "n": 7, "r": 0.25, "ok": True, "none": None}
+
+
+def test_exact_text_prints_integers_exactly():
+    # issue 15: "--params 1e30 prints float-rounded 'exact' bytes"
+    assert mout.number(16 * 10**30) == "16000000000000000000000000000000"
+    assert mout.number(sp.Integer(2) ** 70) == str(2**70)
+    assert float(mout.number(sp.Rational(1, 3))) == pytest.approx(1 / 3, rel=1e-5)
+    assert mtext.approx(sp.Integer(10) ** 400 * 2) == "2e+400"
+
+
+
+# --- results outside float range: refused naming the input (compute, numeric) -------------------
+H100 = dict(N=7 * 10**9, G=8, F=989 * 10**12, eta=sp.Rational(1, 2))
+
+
+def test_time_with_1e200_tokens_is_refused_naming_the_input():
+    # issue 15: `time 1e200 --tokens 1e200` printed inf
+    with pytest.raises(errors.LimitError, match="tokens .*10\\^18 tokens"):
+        compute.training_time(tokens=10**200)
+    with pytest.raises(errors.LimitError, match="params .*10\\^16 parameters"):
+        compute.training_time(params=10**200)
+    vals = {**H100, "N": 10**200, "T": 10**200}
+    secs = compute.training_time().evaluate(vals)     # exact and finite: 8 T N / (G F eta)
+    assert secs == 8 * 10**400 / (8 * 989 * 10**12 * sp.Rational(1, 2))
+    with pytest.raises(errors.InvalidValueError, match="outside the float range.*(N|T) = 1000") as info:
+        finite_float(secs, "training time [s]", vals)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+
+
+def test_time_with_tflops_1e_300_is_refused_naming_the_peak():
+    # issue 15: `time --tflops 1e-300` printed inf; 1e-300 TFLOP/s = 1e-288 FLOP/s
+    vals = {**H100, "T": 10**12, "F": sp.Rational(1, 10**288)}
+    secs = compute.training_time().evaluate(vals)
+    with pytest.raises(errors.InvalidValueError, match="F = 1/1000"):
+        finite_float(secs, "training time [s]", vals)
+
+
+def test_step_report_with_efficiency_1e_320_is_refused_naming_eta():
+    # issue 15: `--efficiency 1e-320` gave inf in text and Infinity in --json, exit 0
+    values = {"N": 7 * 10**9, "s": 4096, "b": 1, "h": 4096, "L": 32, "V": 32000, "t": 8, "p": 1,
+              "d": 1, "m": 1}
+    with pytest.raises(errors.InvalidValueError, match="eta = 1/1000") as info:
+        compute.step_report(values, cluster="dgx-h100", sharding=None, efficiency=1e-320)
+    assert "outside the float range" in str(info.value)
+    for bad in (0, -0.5, 1.5, float("nan"), float("inf"), "0.5", True):
+        with pytest.raises(errors.InvalidValueError, match="efficiency"):
+            compute.step_report(values, cluster="dgx-h100", sharding=None, efficiency=bad)
+    # a sane efficiency still answers with finite numbers (no change to the happy path)
+    rep = compute.step_report(values, cluster="dgx-h100", sharding=None, efficiency=0.5)
+    assert math.isfinite(rep["step_time_s"]) and 0 < rep["mfu"] <= 1
+
+
+def test_cost_at_a_price_of_1e308_is_refused_naming_the_price():
+    # issue 15: "a price of 1e308" gave inf
+    cost = compute.training_cost(compute.training_time())
+    vals = {**H100, "T": 10**13, "price": 10**308}
+    exact_cost = cost.evaluate(vals)
+    assert exact_cost.is_Rational and exact_cost > 10**308
+    with pytest.raises(errors.InvalidValueError, match="price = 1000"):
+        finite_float(exact_cost, "training cost", vals)
+    with pytest.raises(errors.InvalidValueError, match="price per GPU-hour must be >= 0"):
+        compute.training_cost(compute.training_time(), rate=-1)
+    with pytest.raises(errors.InvalidValueError, match="finite"):
+        compute.training_cost(compute.training_time(), rate=float("inf"))
+
+
+def test_compiled_total_refuses_an_overflowing_float_result():
+    M = model_state("zero3").subs(byte_widths("zero3")).compile()
+    assert M(N=7.5e9, d=64, p=1, t=1) == 16 * 7.5e9 / 64
+    with pytest.raises(errors.InvalidValueError, match="outside the float range.*N = 1e\\+308"):
+        M(N=1e308, d=1e-300, p=1, t=1)
+
+
+# --- output in one go; a failed write is an error ------------------------------------------------
+WRITER = r"""
+import sys
+from memsym.cli.output import Output, OutputError, write_stdout
+out = Output()
+for i in range(%d):
+    out.line("row", i)
+try:
+    write_stdout(out.text())
+except OutputError as exc:
+    print("memsym: error:", exc, file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def _writer(rows: int, redirect: str) -> subprocess.CompletedProcess:
+    code = WRITER % rows
+    cmd = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} {redirect}"
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[1])}
+    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_closed_stdout_is_an_error_exit():
+    # issue 15: `memsym estimate --params 7B >&-` exited 0 with the output lost
+    proc = _writer(10, ">&-")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "stdout: it is closed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_full_disk_is_an_error_exit():
+    proc = _writer(10, "> /dev/full")
+    assert proc.returncode == 2 and "no space left" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_broken_pipe_is_an_error_exit_without_a_traceback():
+    # the reader closes its end at once; 2 MB cannot sit in a pipe buffer
+    code = WRITER % 200_000
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[1])}
+    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+    writer.stdout.close()                                       # nobody reads: EPIPE
+    _, err = writer.communicate(timeout=60)
+    assert writer.returncode == 2, err
+    assert "pipe was closed" in err and "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_output_file_is_written_whole_and_atomically(tmp_path):
+    target = tmp_path / "out.txt"
+    mout.write_file(target, "a\n" * 1000)
+    assert target.read_text() == "a\n" * 1000
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]     # no temporary left behind
+
+
+def test_output_to_a_fifo_is_refused_without_blocking(tmp_path):
+    # issue 15: `--output` to a FIFO hung (open() waits for a reader)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with time_limit(10):
+        with pytest.raises(mout.OutputError, match="it is a FIFO"):
+            mout.write_file(fifo, "x\n")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+@pytest.mark.parametrize("path, kind", [("/dev/null", "a device"), ("/dev/zero", "a device"),
+                                        ("/", "a directory")])
+def test_output_to_a_device_or_directory_is_refused(path, kind):
+    with pytest.raises(mout.OutputError, match=kind):
+        mout.write_file(path, "x\n")
+
+
+def test_output_into_a_missing_folder_is_one_line(tmp_path):
+    with pytest.raises(mout.OutputError, match="cannot write the output to .*No such file") as info:
+        mout.write_file(tmp_path / "missing" / "out.txt", "x")
+    assert "\n" not in str(info.value)
+
+
+def test_output_path_with_control_characters_is_shown_escaped(tmp_path):
+    with pytest.raises(mout.OutputError) as info:
+        mout.write_file(tmp_path / "no\n\x1b[2Jdir" / "out", "x")
+    assert "\n" not in str(info.value) and "\x1b" not in str(info.value)
+
+
+def test_output_json_refuses_infinity_before_writing_anything():
+    out = mout.Output()
+    out.line("header")
+    with pytest.raises(errors.InvalidValueError, match="step_time_s"):
+        out.json({"step_time_s": math.inf})
+
+
+# --- the issue's hostile sizes into the lower layers, bounded time and memory --------------------
+HOSTILE_VALUES = r"""
+from memsym import errors
+from memsym.units import parse_bytes, parse_count, parse_number
+from memsym.values import whole, positive, exact
+from memsym.limits import check_limit
+from memsym.text import short, printable, finite_json
+cases = [
+    lambda: parse_count("7" * 4300), lambda: parse_count("1" * 100000),
+    lambda: parse_bytes("1e1000"), lambda: parse_bytes("9" * 400 + "GB"),
+    lambda: parse_bytes(str(10**309)), lambda: parse_number("1e1000", "--fragmentation", high=1),
+    lambda: parse_number("1e-9999", "--efficiency", include_low=False, high=1),
+    lambda: whole(10**8, "num_hidden_layers", limit="layers"),
+    lambda: whole(10**300, "num_hidden_layers", limit="layers"),
+    lambda: whole(10**100000, "num_hidden_layers", limit="layers"),
+    lambda: positive(10**100000, "tokens"), lambda: exact(10**100000),
+    lambda: check_limit("gpus", 10**18, "--gpus"), lambda: check_limit("global_batch", 10**11),
+    lambda: short(10**100000), lambda: printable("\x1b" * 10**6),
+    lambda: finite_json({"x": [1e308 * 10]}),
+]
+for case in cases:
+    try:
+        out = case()
+    except errors.MemsymError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 400, str(exc)[:500]
+    else:
+        assert out is None or len(str(out)) < 400 or isinstance(out, int)
+print("ok")
+"""
+
+
+def test_hostile_values_in_bounded_time_and_memory():
+    with time_limit(90):
+        proc = run_python(HOSTILE_VALUES, seconds=60, memory=2 * GiB)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_finite_json_error_shows_a_hostile_key_escaped():
+    # found by tests/test_fuzz.py: a key from a file is data in the error message too
+    with pytest.raises(errors.InvalidValueError) as info:
+        mtext.finite_json({"a\n\x1b[2Jb": math.inf})
+    msg = str(info.value)
+    assert msg.startswith("a\\n\\x1b[2Jb would be inf") and "\n" not in msg and "\x1b" not in msg

@@ -21,7 +21,7 @@ import sympy as sp
 from ..errors import InvalidValueError, choose
 from ..symbols import B, F, G, L, N, T, V, eta, h, omega, price, s
 from ..term import Source, Term, Total
-from ..values import as_expr
+from ..values import as_expr, positive
 from .activations import RECOMPUTE
 from .pipeline import bubble_fraction
 
@@ -110,7 +110,7 @@ def flops_per_iteration(kind: str = "model", recompute: str = "none",
     kind = choose("FLOP kind", kind, FLOP_KINDS)
     recompute = choose("recompute", recompute, RECOMPUTE)
     formula = choose("FLOP formula", formula, FORMULAS)
-    Bq = as_expr(batch)
+    Bq = _arg(batch, "batch", "global_batch")
     effective = recompute if kind == "hardware" else "none"
     if formula == "6n":
         factor = 8 if effective == "full" else 6
@@ -187,7 +187,7 @@ def step_time(*, recompute: str = "none", communication: Total | None = None,
     """
     overlap = choose("overlap", overlap, OVERLAPS)
     flops = flops_per_iteration("hardware", recompute, formula, batch).expr
-    compute = flops / (as_expr(gpus) * F * eta)
+    compute = flops / (_arg(gpus, "gpus", "gpus") * F * eta)
     terms = [Term("compute", compute, "hardware FLOPs per GPU at efficiency eta of peak",
                   _EQ4, unit="s")]
     if pipeline:
@@ -231,8 +231,9 @@ def mfu(step: Total | sp.Expr, formula: str = "memsym", batch=B, gpus=G) -> sp.E
     """
     t_step = step.expr if isinstance(step, Total) else as_expr(step)
     model = flops_per_iteration("model", "none", formula, batch).expr
-    return sp.cancel(model / (as_expr(gpus) * F * t_step)) if not t_step.has(sp.Max) \
-        else model / (as_expr(gpus) * F * t_step)
+    gpus = _arg(gpus, "gpus", "gpus")
+    return sp.cancel(model / (gpus * F * t_step)) if not t_step.has(sp.Max) \
+        else model / (gpus * F * t_step)
 
 
 def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "memsym",
@@ -259,8 +260,17 @@ def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "memsym",
     """
     t_step = step.expr if isinstance(step, Total) else as_expr(step)
     hw = flops_per_iteration("hardware", recompute, formula, batch).expr
-    out = hw / (as_expr(gpus) * F * t_step)
+    out = hw / (_arg(gpus, "gpus", "gpus") * F * t_step)
     return out if t_step.has(sp.Max) else sp.cancel(out)
+
+
+def _arg(value, what: str, limit: str | None = None, allow_zero: bool = False) -> sp.Expr:
+    """A public function's argument: a symbol or expression passes through; a number must be
+    exact, finite, > 0 (>= 0 with ``allow_zero``) and within ``limit`` (issue 15: refuse at
+    the entry, naming the input, instead of returning ``inf`` later)."""
+    if isinstance(value, sp.Basic) and not value.is_number:
+        return as_expr(value, what)
+    return positive(value, what, limit=limit, allow_zero=allow_zero)
 
 
 def training_time(recompute: bool = True, tokens=T, params=N, gpus=G) -> Total:
@@ -285,7 +295,8 @@ def training_time(recompute: bool = True, tokens=T, params=N, gpus=G) -> Total:
     Narayanan et al. 2021 §5.1, Eq. (4).
     """
     factor = 8 if recompute else 6
-    expr = factor * as_expr(tokens) * as_expr(params) / (as_expr(gpus) * F * eta)
+    expr = factor * _arg(tokens, "tokens", "tokens") * _arg(params, "params", "parameters") \
+        / (_arg(gpus, "gpus", "gpus") * F * eta)
     return Total("training time", (Term("training", expr, f"{factor}·T·P / (n·X), X = eta·F",
                                         _EQ4, unit="s"),), unit="s")
 
@@ -298,7 +309,7 @@ def training_time_from_steps(step: Total, tokens=T, batch=B) -> Total:
     >>> training_time_from_steps(step_time(pipeline=False, formula="6n")).expr
     6*N*T/(F*G*eta)
     """
-    steps = as_expr(tokens) / (as_expr(batch) * s)
+    steps = _arg(tokens, "tokens", "tokens") / (_arg(batch, "batch", "global_batch") * s)
     return Total("training time", tuple(
         Term(term.key, sp.cancel(steps * term.expr) if not term.expr.has(sp.Max) else steps * term.expr,
              term.description + "; times the T/(B s) steps", term.source, unit="s",
@@ -313,9 +324,10 @@ def gpu_hours(time: Total, gpus=G) -> Total:
     >>> gpu_hours(training_time()).expr
     N*T/(450*F*eta)
     """
+    gpus = _arg(gpus, "gpus", "gpus")
     return Total("GPU-hours", tuple(
-        Term(term.key, sp.cancel(as_expr(gpus) * term.expr / 3600) if not term.expr.has(sp.Max)
-             else as_expr(gpus) * term.expr / 3600,
+        Term(term.key, sp.cancel(gpus * term.expr / 3600) if not term.expr.has(sp.Max)
+             else gpus * term.expr / 3600,
              term.description + "; in GPU-hours", Source("seed004", "チェックリスト 1 (単価 × 推定学習時間)"),
              unit="GPU h", label=term.label) for term in time), unit="GPU h")
 
@@ -330,19 +342,24 @@ def training_cost(time: Total, gpus=G, rate=price) -> Total:
     N*T*price/(450*F*eta)
     """
     hours = gpu_hours(time, gpus)
+    rate = _arg(rate, "price per GPU-hour", allow_zero=True)
     return Total("training cost", tuple(
-        Term(term.key, as_expr(rate) * term.expr, "price per GPU-hour x GPU-hours",
+        Term(term.key, rate * term.expr, "price per GPU-hour x GPU-hours",
              Source("seed004", "チェックリスト 1 (単価 × 推定学習時間)"), unit="currency",
              label=term.label) for term in hours), unit="currency")
 
 
 # --- plain-number report ---------------------------------------------------------------------
 
-def _num(x):
+def _num(x, what: str = "result", inputs=None):
+    """An exact result as a plain number: ints exactly, others as finite floats (a result
+    past float range is refused naming the extreme inputs, never returned as ``inf``)."""
+    from ..numeric import finite_float
+
     x = as_expr(x)
     if x.is_Integer:
         return int(x)
-    return float(x)
+    return finite_float(x, what, inputs)
 
 
 def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16",
@@ -429,7 +446,9 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     for key, val in clu.values(precision).items():
         vals.setdefault(key, val)
     eff = efficiency if efficiency is not None else vals.get("eta", DEFAULT_EFFICIENCY)
-    vals["eta"] = eff
+    vals["eta"] = positive(eff, "efficiency")
+    if vals["eta"] > 1:
+        raise InvalidValueError(f"efficiency must be in (0, 1], got {vals['eta']}")
     if context is None and int(vals["c"]) > 1:
         context = "ring"
     expert = expert or int(vals["e"]) > 1
@@ -458,14 +477,20 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     hardware_flops = flops_per_iteration("hardware", recompute, formula).evaluate(exact_vals)
     peak = exact_vals[F] * gpus_total
     bubble = bubble_fraction(interleaved).xreplace(exact_vals) if pipe else sp.Integer(0)
+    given = {k.name: v for k, v in exact_vals.items()}
+
+    def num(x, what):
+        return _num(x, what, given)
+
     return {
-        "communication": {key: {"bytes": _num(bytes_bd[key]), "seconds": _num(secs_bd[key]),
+        "communication": {key: {"bytes": num(bytes_bd[key], f"{key} bytes"),
+                                "seconds": num(secs_bd[key], f"{key} time [s]"),
                                 "link": links[key]} for key in byte_total.keys},
-        "bubble": _num(bubble),
-        "flops": {"model": _num(model), "hardware": _num(hardware_flops)},
-        "step_time_s": _num(t_step),
-        "mfu": _num(model / (peak * t_step)),
-        "hfu": _num(hardware_flops / (peak * t_step)),
+        "bubble": num(bubble, "bubble"),
+        "flops": {"model": num(model, "model FLOPs"), "hardware": num(hardware_flops, "hardware FLOPs")},
+        "step_time_s": num(t_step, "step time [s]"),
+        "mfu": num(model / (peak * t_step), "MFU"),
+        "hfu": num(hardware_flops / (peak * t_step), "HFU"),
         "global_batch": batch,
         "tokens_per_step": batch * int(vals["s"]),
         "gpus": gpus_total,

@@ -1,0 +1,247 @@
+"""The documented limits on every size a job can carry, and the bounds of every search.
+
+Each limit is generous for any real model and cluster and far beyond (the largest published
+models have ~10^2 layers, hidden sizes ~3·10^4, vocabularies ~2.6·10^5, clusters ~10^5 GPUs),
+yet small enough that no loop over layers, stages, divisors or batch sizes can run away in time
+or memory.  A value above its limit is refused where it enters, with :class:`~memsym.errors.LimitError`
+naming the limit; :func:`check_limit` is the one place this is done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from .errors import InvalidValueError, LimitError
+
+__all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "check_limit",
+           "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes"]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One documented limit: the largest accepted value, its unit and why it is enough.
+
+    Attributes
+    ----------
+    name : str
+        The key, e.g. ``"layers"``.
+    maximum : int
+        The largest accepted value (inclusive).
+    unit : str
+        The unit in brackets in the docs, e.g. ``"GPUs"``, ``"bytes"``.
+    shown : str
+        The maximum as people write it (``"10^6"``, ``"2^40"``).
+    reason : str
+        One line: why this bound is generous and why it exists.
+    """
+
+    name: str
+    maximum: int
+    unit: str
+    shown: str
+    reason: str
+
+
+def _limits(*rows: Limit):
+    return MappingProxyType({row.name: row for row in rows})
+
+
+#: Every limit by name.  Real values for comparison: Llama-3-405B has 126 layers, h = 16384,
+#: 128 heads, V = 128256, 405e9 parameters; DeepSeek-V3 256 routed experts; the largest
+#: clusters ~10^5 GPUs; an H200 holds 141e9 bytes.
+LIMITS = _limits(
+    Limit("layers", 10**6, "layers", "10^6",
+          "~8000x the deepest published LLM (126 layers); per-layer and per-stage loops stay short"),
+    Limit("hidden", 2**24, "1", "2^24",
+          "1000x the widest published hidden size (16384); h^2 stays exact and far below 2^64"),
+    Limit("ffn", 2**26, "1", "2^26",
+          "the MLP width, ~1000x real ones (53248); 4h at the hidden limit fits"),
+    Limit("heads", 2**20, "heads", "2^20",
+          "8000x the most attention heads published (128); bounds the divisors of the head count"),
+    Limit("head_dim", 2**20, "1", "2^20", "head dimensions are 64-256 in practice"),
+    Limit("vocab", 2**31, "tokens", "2^31",
+          "8000x the largest vocabulary (262144); token ids fit a signed 32-bit integer"),
+    Limit("sequence", 2**31, "tokens", "2^31",
+          "2000x the longest trained context (10^6); positions fit a signed 32-bit integer"),
+    Limit("micro_batch", 2**40, "sequences", "2^40",
+          "a trillion sequences per micro-batch; real ones are 1-64"),
+    Limit("global_batch", 2**40, "sequences", "2^40",
+          "a trillion sequences per step; real ones are ~10^3-10^4"),
+    Limit("microbatches", 2**40, "1", "2^40", "microbatches per step, at most the global batch"),
+    Limit("gpus", 2**40, "GPUs", "2^40",
+          "10^7 times the largest cluster (~10^5 GPUs); every parallel degree is at most this"),
+    Limit("parameters", 10**16, "parameters", "10^16",
+          "~10^4 times the largest published model (~1.8e12); exact in float64 up to 2^53"),
+    Limit("experts", 2**20, "experts", "2^20",
+          "4000x the most routed experts published (256); bounds expert loops and divisors"),
+    Limit("tokens", 10**18, "tokens", "10^18",
+          "~10^4 times the largest training corpus (~1.5e13 tokens)"),
+    Limit("rank", 2**24, "1", "2^24", "LoRA / MLA low ranks, at most the hidden size"),
+    Limit("bytes", 2**64, "bytes", "2^64",
+          "16 EiB: the whole 64-bit address space; GPU memories are ~10^11 bytes"),
+)
+
+#: The largest integer the exact solvers of :mod:`memsym.analysis` search for an unknown:
+#: 2^256, about 1.2e77.  Galloping and bisection take at most 2 x 256 exact evaluations, so the
+#: bound costs microseconds; an answer above it is reported as "beyond the search bound".
+SEARCH_BOUND = 2**256
+
+#: The most candidates a divisibility rule (``valid=``) is asked about past the memory
+#: boundary before a search stops "beyond the search bound" (a fraction of a second of Python
+#: calls; every real rule is met within the head, layer or GPU count).
+MAX_CANDIDATES = 2**20
+
+#: The most decimal digits a number typed by a user may have (10^60 is far above every limit;
+#: Python refuses int() of more than 4300 digits with a traceback-worthy ValueError).
+MAX_DIGITS = 60
+
+
+def limit_of(name: str) -> Limit:
+    """The :class:`Limit` called ``name`` (a :class:`~memsym.errors.UnknownNameError` otherwise).
+
+    Examples
+    --------
+    >>> limit_of("gpus").maximum == 2**40
+    True
+    """
+    from .errors import choose
+
+    return LIMITS[choose("limit", name, tuple(LIMITS))]
+
+
+def describe(name: str) -> str:
+    """One line for the docs: ``"layers <= 10^6 [layers]: <reason>"``.
+
+    Examples
+    --------
+    >>> describe("gpus").split(":")[0]
+    'gpus <= 2^40 [GPUs]'
+    """
+    lim = limit_of(name)
+    return f"{lim.name} <= {lim.shown} [{lim.unit}]: {lim.reason}"
+
+
+def check_limit(name: str, value, what: str | None = None):
+    """``value`` unchanged if it is at most the limit ``name``; :class:`LimitError` otherwise.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`LIMITS` (``"layers"``, ``"hidden"``, ``"heads"``, ``"vocab"``,
+        ``"sequence"``, ``"micro_batch"``, ``"global_batch"``, ``"gpus"``, ``"parameters"``,
+        ``"experts"``, ``"bytes"``, ...).
+    value : int, fractions.Fraction or sympy.Rational
+        The number to check (exact; a float is compared as it is).
+    what : str, optional
+        How the value is called where it entered (``"--num-layers"``, ``"num_hidden_layers"``);
+        defaults to the limit's name.
+
+    Raises
+    ------
+    LimitError
+        When ``value`` is above the limit; the message names the limit, its value and why.
+
+    Examples
+    --------
+    >>> check_limit("layers", 126)
+    126
+    >>> check_limit("layers", 10**8, "num_hidden_layers")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.LimitError: num_hidden_layers = 100000000 is above memsym's limit of 10^6 layers (layers: ~8000x the deepest published LLM (126 layers); per-layer and per-stage loops stay short)
+    """
+    lim = limit_of(name)
+    label = what or name
+    if isinstance(value, bool):
+        raise InvalidValueError(f"{label} must be a number, got {value!r}")
+    try:
+        above = value > lim.maximum
+    except TypeError:
+        raise InvalidValueError(f"{label} must be a number, got {type(value).__name__}") from None
+    if above is not False and bool(above):
+        from .text import short
+
+        unit = "" if lim.unit == "1" else f" {lim.unit}"
+        raise LimitError(f"{label} = {short(value)} is above memsym's limit of {lim.shown}{unit} "
+                         f"({lim.name}: {lim.reason})", lim.name, lim.maximum)
+    return value
+
+
+
+#: The limit of every size field of :class:`memsym.model.Architecture`,
+#: :class:`memsym.training.Layout` and :class:`memsym.training.Training` (one table, so a new
+#: field without a limit is visible in review; ``tests/test_limits.py`` checks the names exist).
+FIELD_LIMITS = MappingProxyType({
+    # Architecture (Megatron-LM argument names)
+    "num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+    "num_query_groups": "heads", "kv_channels": "head_dim", "ffn_hidden_size": "ffn",
+    "vocab_size": "vocab", "make_vocab_size_divisible_by": "vocab",
+    "max_position_embeddings": "sequence", "num_experts": "experts", "moe_router_topk": "experts",
+    "moe_ffn_hidden_size": "ffn", "moe_shared_expert_intermediate_size": "ffn",
+    "q_lora_rank": "rank", "kv_lora_rank": "rank", "qk_head_dim": "head_dim",
+    "qk_pos_emb_head_dim": "head_dim", "v_head_dim": "head_dim", "mtp_num_layers": "layers",
+    # Layout: every parallel degree is a number of GPUs
+    "t": "gpus", "p": "gpus", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",
+    "first_stage_layers": "layers", "last_stage_layers": "layers",
+    # Training
+    "seq_length": "sequence", "micro_batch_size": "micro_batch",
+    "num_microbatches": "microbatches", "global_batch_size": "global_batch",
+    "microbatch_group_size": "microbatches",
+})
+
+#: The limit of every size key a Hugging Face ``config.json`` may carry (read by
+#: :mod:`memsym.model.hf_config`); checked before any value is used, so a 60-byte file with
+#: ``num_hidden_layers = 10^8`` is refused at once instead of building 10^8 layers.
+HF_LIMITS = MappingProxyType({
+    "num_hidden_layers": "layers", "n_layer": "layers", "num_layers": "layers",
+    "hidden_size": "hidden", "n_embd": "hidden", "d_model": "hidden",
+    "num_attention_heads": "heads", "n_head": "heads", "num_key_value_heads": "heads",
+    "head_dim": "head_dim", "intermediate_size": "ffn", "n_inner": "ffn", "ffn_dim": "ffn",
+    "moe_intermediate_size": "ffn", "shared_expert_intermediate_size": "ffn",
+    "vocab_size": "vocab", "max_position_embeddings": "sequence", "n_positions": "sequence",
+    "num_local_experts": "experts", "num_experts": "experts", "n_routed_experts": "experts",
+    "n_shared_experts": "experts", "num_experts_per_tok": "experts", "moe_topk": "experts",
+    "first_k_dense_replace": "layers", "moe_layer_freq": "layers", "decoder_sparse_step": "layers",
+    "num_nextn_predict_layers": "layers", "q_lora_rank": "rank", "kv_lora_rank": "rank",
+    "qk_nope_head_dim": "head_dim", "qk_rope_head_dim": "head_dim", "v_head_dim": "head_dim",
+    "sliding_window": "sequence",
+})
+
+
+def check_sizes(values, table=FIELD_LIMITS, where: str = "") -> None:
+    """Check every size in ``values`` (a mapping or a dataclass) that ``table`` names.
+
+    Absent, ``None`` and non-numeric entries are left to the caller's own type checks (a
+    bool or text is not a size: :func:`memsym.values.whole` refuses those); only the limits
+    are checked here, before any value is used.
+
+    Parameters
+    ----------
+    values : mapping or dataclass instance
+        E.g. a parsed ``config.json``, an ``Architecture``, a ``Layout``.
+    table : mapping
+        Field name to limit name (:data:`FIELD_LIMITS`, :data:`HF_LIMITS`).
+    where : str
+        A prefix for the field name in the message (``"config.json: "``).
+
+    Examples
+    --------
+    >>> check_sizes({"num_hidden_layers": 32, "hidden_size": 4096}, HF_LIMITS)
+    >>> check_sizes({"num_hidden_layers": 10**8}, HF_LIMITS, "config.json: ")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.LimitError: config.json: num_hidden_layers = 100000000 is above memsym's limit of 10^6 layers (layers: ~8000x the deepest published LLM (126 layers); per-layer and per-stage loops stay short)
+    """
+    from numbers import Real
+
+    get = values.get if hasattr(values, "get") else (lambda k, default=None: getattr(values, k, default))
+    for key, name in table.items():
+        val = get(key, None)
+        if isinstance(val, (list, tuple)):  # moe_layer_freq may be a 0/1 pattern
+            if len(val) > LIMITS["layers"].maximum:
+                check_limit("layers", len(val), f"{where}{key} (length)")
+            continue
+        if isinstance(val, bool) or not isinstance(val, Real):
+            continue
+        check_limit(name, val, f"{where}{key}")

@@ -1,0 +1,277 @@
+"""Text that leaves memsym: names shown as data, bad values echoed short, JSON kept finite.
+
+Anything that came from a user or a file (a config's ``_name_or_path``, a bad option value) is
+passed through :func:`printable` or :func:`short` before it is printed, so a newline cannot
+forge an output line and an ANSI escape cannot reach the terminal; :func:`finite_json` is the
+one JSON writer, and it refuses ``inf``/``NaN`` naming the key instead of emitting ``Infinity``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+from fractions import Fraction
+from numbers import Integral, Rational as _PyRational
+
+from .errors import InvalidValueError
+
+__all__ = ["printable", "short", "finite_json", "jsonable", "approx", "exact_text"]
+
+#: Unicode categories never printed raw: controls (newline, ESC, DEL, C1), format characters
+#: (bidirectional overrides, zero-width joiners), separators of lines and paragraphs,
+#: surrogates, private-use and unassigned code points.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def _escape(ch: str) -> str:
+    if ch in _NAMED:
+        return _NAMED[ch]
+    if unicodedata.category(ch) not in _HIDDEN:
+        return ch
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(name, limit: int = 80) -> str:
+    """``name`` as one line of inert text: control characters escaped, long values truncated.
+
+    Newlines become ``\\n``, the ESC that starts an ANSI sequence becomes ``\\x1b`` (so the
+    sequence prints as text and does nothing), bidirectional overrides become ``\\u202e``;
+    backslashes are doubled so the escaping cannot be forged either.  Text longer than
+    ``limit`` characters (after escaping) is cut and marked with how much was left out.
+
+    Parameters
+    ----------
+    name : object
+        Any value; ``str(name)`` is shown.
+    limit : int
+        The most characters returned before the truncation marker (>= 8).
+
+    Examples
+    --------
+    >>> printable("llama\\n7b: fits\\x1b[2J")
+    'llama\\\\n7b: fits\\\\x1b[2J'
+    >>> printable("x" * 100, limit=10)
+    'xxxxxxxxxx...(+90 chars)'
+    """
+    text = name if isinstance(name, str) else str(name)
+    limit = max(int(limit), 8)
+    out, used = [], 0
+    for i, ch in enumerate(text):
+        piece = _escape(ch)
+        if used + len(piece) > limit:
+            return "".join(out) + f"...(+{len(text) - i} chars)"
+        out.append(piece)
+        used += len(piece)
+    return "".join(out)
+
+
+def _digits(n: int) -> int:
+    """The number of decimal digits of ``abs(n)`` (exact, without ``str``)."""
+    n = abs(n)
+    if n < 10:
+        return 1
+    k = int((n.bit_length() - 1) * 0.30102999566398119521) + 1  # digits of 2^(bits-1), +-1
+    if n < 10 ** (k - 1):
+        k -= 1
+    elif n >= 10**k:
+        k += 1
+    return k
+
+
+def _int_text(n: int, limit: int) -> str:
+    if n.bit_length() < 3.3 * limit:  # few digits: str is cheap and within Python's limit
+        text = str(n)
+        if len(text) <= limit:
+            return text
+    digits = _digits(n)
+    head = abs(n) // 10 ** (digits - 12)
+    sign = "-" if n < 0 else ""
+    return f"{sign}{head}...({digits} digits)"
+
+
+def short(value, limit: int = 40) -> str:
+    """A bad value as echoed in an error message: at most about ``limit`` characters.
+
+    Huge integers are shown by their first digits and their length (a 5,000-digit value is
+    not echoed in full, and ``str`` of it would raise past Python's 4,300-digit limit);
+    text goes through :func:`printable`.
+
+    Examples
+    --------
+    >>> short(10**5000)
+    '100000000000...(5001 digits)'
+    >>> short("7B\\n")
+    "'7B\\\\n'"
+    >>> short(7.5)
+    '7.5'
+    """
+    if isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, Integral):
+        return _int_text(int(value), limit)
+    if isinstance(value, str):
+        return "'" + printable(value, limit) + "'"
+    if isinstance(value, float):
+        return repr(value)
+    try:
+        import sympy as sp
+
+        if isinstance(value, sp.Integer):
+            return _int_text(int(value), limit)
+        if isinstance(value, sp.Rational):
+            return f"{_int_text(int(value.p), limit)}/{_int_text(int(value.q), limit)}"
+    except ImportError:  # pragma: no cover - sympy is a dependency
+        pass
+    if isinstance(value, Fraction):
+        return f"{_int_text(value.numerator, limit)}/{_int_text(value.denominator, limit)}"
+    return printable(value, limit)
+
+
+def approx(value, digits: int = 4) -> str:
+    """An exact number in ``%g`` style, safe beyond float range (no ``inf``, no overflow).
+
+    Examples
+    --------
+    >>> approx(80 * 10**9), approx(2 * 10**400), approx(Fraction(1, 3))
+    ('8e+10', '2e+400', '0.3333')
+    """
+    x = _as_fraction(value, "value")
+    if x == 0:
+        return "0"
+    try:
+        f = float(x)
+    except OverflowError:
+        f = math.inf
+    if math.isfinite(f) and f != 0 and 1e-300 < abs(f) < 1e300:
+        return f"{f:.{digits}g}"
+    sign = "-" if x < 0 else ""
+    x = abs(x)
+    exp = _digits(x.numerator) - _digits(x.denominator)
+    scaled = x / Fraction(10) ** exp
+    if scaled < 1:
+        scaled, exp = scaled * 10, exp - 1
+    mant = f"{float(scaled):.{digits}g}"
+    if mant.startswith("10"):  # rounding carried into the next power of ten
+        mant, exp = "1", exp + 1
+    return f"{sign}{mant}e{'+' if exp >= 0 else '-'}{abs(exp):02d}"
+
+
+def exact_text(value) -> str:
+    """An exact integer printed exactly (``7000000000``, never ``7e+09``); a non-integer
+    exact number as its ``%g`` approximation via :func:`approx`.
+
+    Examples
+    --------
+    >>> exact_text(10**30), exact_text(Fraction(3, 2))
+    ('1000000000000000000000000000000', '1.5')
+    """
+    x = _as_fraction(value, "value")
+    if x.denominator == 1:
+        return _int_text(x.numerator, 4000)
+    return approx(x, 6)
+
+
+def _as_fraction(value, where: str) -> Fraction:
+    if isinstance(value, bool):
+        raise InvalidValueError(f"{where} must be a number, got {value!r}")
+    if isinstance(value, Integral):
+        return Fraction(int(value))
+    if isinstance(value, _PyRational):
+        return Fraction(int(value.numerator), int(value.denominator))
+    try:
+        import sympy as sp
+
+        if isinstance(value, sp.Basic):
+            if isinstance(value, sp.Rational):
+                return Fraction(int(value.p), int(value.q))
+            if value.is_number and value.is_finite and value.is_real:
+                # 30 significant digits, then exactly: no float overflow for 10^400
+                num, den = sp.Rational(value.evalf(30)).as_numer_denom()
+                return Fraction(int(num), int(den))
+            else:
+                raise InvalidValueError(f"{where} is not finite: {short(value)}")
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(value, float) or hasattr(value, "__float__") and not isinstance(value, str):
+        f = float(value)
+        if not math.isfinite(f):
+            raise InvalidValueError(f"{where} is not finite: {f}")
+        return Fraction(f)
+    raise InvalidValueError(f"{where} must be a number, got {type(value).__name__}")
+
+
+def jsonable(obj, path: str = ""):
+    """``obj`` as plain JSON data, refusing non-finite numbers and naming their key.
+
+    Exact integers (Python, numpy or SymPy) stay exact integers; other exact numbers and
+    numpy floats become finite floats; keys become strings.
+
+    Raises
+    ------
+    InvalidValueError
+        For ``inf``/``NaN`` or a number outside float range, naming the path (``bytes.total``).
+
+    Examples
+    --------
+    >>> jsonable({"a": [1, 2.5], "b": Fraction(1, 4)})
+    {'a': [1, 2.5], 'b': 0.25}
+    """
+    where = printable(path, 60) if path else "the output"  # keys may come from a file
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, Integral):
+        return int(obj)
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise InvalidValueError(f"{where} would be {obj}: the inputs give a non-finite result "
+                                    "(refused rather than emitted as invalid JSON)")
+        return obj
+    if isinstance(obj, dict):
+        out = {}
+        for key, val in obj.items():
+            name = key if isinstance(key, str) else str(key)
+            out[name] = jsonable(val, f"{path}.{name}" if path else name)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(val, f"{path}[{i}]") for i, val in enumerate(obj)]
+    import sys
+
+    sp = sys.modules.get("sympy")
+    if sp is not None and isinstance(obj, sp.Basic):
+        if isinstance(obj, sp.Integer):
+            return int(obj)
+        if obj.has(sp.nan, sp.zoo, sp.oo, -sp.oo) or not obj.is_number:
+            raise InvalidValueError(f"{where} would be {short(obj)}: not a finite number")
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist(), path)
+    try:
+        frac = _as_fraction(obj, where)
+    except InvalidValueError:
+        raise InvalidValueError(f"{where} would be {short(obj)}: not a finite number") from None
+    try:
+        val = float(frac)
+    except OverflowError:
+        val = math.inf
+    if not math.isfinite(val):
+        raise InvalidValueError(f"{where} = {approx(frac)} is outside the float range of JSON "
+                                "numbers (refused rather than emitted as Infinity)")
+    return val
+
+
+def finite_json(obj, **kwargs) -> str:
+    """JSON text of ``obj`` that never contains ``Infinity`` or ``NaN`` (see :func:`jsonable`).
+
+    Examples
+    --------
+    >>> finite_json({"total": 10**30})
+    '{"total": 1000000000000000000000000000000}'
+    >>> finite_json({"time": {"days": float("inf")}})
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: time.days would be inf: the inputs give a non-finite result (refused rather than emitted as invalid JSON)
+    """
+    return json.dumps(jsonable(obj), allow_nan=False, **kwargs)
