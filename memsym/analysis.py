@@ -136,7 +136,6 @@ def _bound(expr, x, vals, cap):
 
 def _floor_message(total, x, vals, cap, direction):
     """NoFitError naming the terms that stay as x grows (or shrinks) and their floor."""
-    from .text import approx
 
     limit_at = sp.oo if direction > 0 else sp.Integer(1)
     parts = {}

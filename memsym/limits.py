@@ -78,6 +78,7 @@ LIMITS = _limits(
     Limit("tokens", 10**18, "tokens", "10^18",
           "~10^4 times the largest training corpus (~1.5e13 tokens)"),
     Limit("rank", 2**24, "1", "2^24", "LoRA / MLA low ranks, at most the hidden size"),
+    Limit("norms", 8, "norms", "2^3", "norms per decoder layer: 1 (GPT-J), 2, 4 (Gemma 2/3)"),
     Limit("bytes", 2**64, "bytes", "2^64",
           "16 EiB: the whole 64-bit address space; GPU memories are ~10^11 bytes"),
 )
@@ -181,13 +182,14 @@ FIELD_LIMITS = MappingProxyType({
     "moe_ffn_hidden_size": "ffn", "moe_shared_expert_intermediate_size": "ffn",
     "q_lora_rank": "rank", "kv_lora_rank": "rank", "qk_head_dim": "head_dim",
     "qk_pos_emb_head_dim": "head_dim", "v_head_dim": "head_dim", "mtp_num_layers": "layers",
+    "norms_per_layer": "norms", "moe_layer_freq": "layers",
     # Layout: every parallel degree is a number of GPUs
     "t": "gpus", "p": "gpus", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",
     "first_stage_layers": "layers", "last_stage_layers": "layers",
     # Training
     "seq_length": "sequence", "micro_batch_size": "micro_batch",
     "num_microbatches": "microbatches", "global_batch_size": "global_batch",
-    "microbatch_group_size": "microbatches",
+    "microbatch_group_size": "microbatches", "lora_rank": "rank",
 })
 
 #: The limit of every size key a Hugging Face ``config.json`` may carry (read by

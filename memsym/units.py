@@ -11,7 +11,7 @@ import re
 from fractions import Fraction
 
 from .errors import InvalidValueError
-from .limits import LIMITS, MAX_DIGITS, check_limit
+from .limits import MAX_DIGITS, check_limit
 from .text import short
 
 __all__ = ["parse_bytes", "parse_count", "parse_number", "UNITS", "format_bytes"]

@@ -1,139 +1,42 @@
 """The architecture record (Megatron-LM field names), its resolution and validation.
 
-Also the documented size limits every architecture is checked against (:data:`LIMITS`) and
-:func:`printable`, which makes a name read from a file safe to print.
+Every size is checked against memsym's documented limits (:mod:`memsym.limits`) and a name
+read from a file is stored inert (:func:`memsym.text.printable`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-
-
+from .. import limits as _limits
 from ..errors import InvalidValueError, UnknownNameError
+from ..text import printable, short
 
 __all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern", "LIMITS",
            "check_limit", "printable"]
 
-# Every size an architecture carries is bounded, so that a hostile or mistyped value is refused at
-# once instead of building a 10^8-entry layer pattern or overflowing a float.  The bounds are far
-# beyond any published model (the largest have ~10^2 layers, h ~ 2^15, V ~ 2^18, E ~ 2^8).
-LIMITS = {
-    "num_layers": 10**6,
-    "hidden_size": 2**24,
-    "num_attention_heads": 2**20,
-    "num_query_groups": 2**20,
-    "kv_channels": 2**24,
-    "ffn_hidden_size": 2**30,
-    "moe_ffn_hidden_size": 2**30,
-    "moe_shared_expert_intermediate_size": 2**30,
-    "vocab_size": 2**31,
-    "make_vocab_size_divisible_by": 2**31,
-    "max_position_embeddings": 2**31,
-    "num_experts": 2**20,
-    "moe_router_topk": 2**20,
-    "q_lora_rank": 2**24,
-    "kv_lora_rank": 2**24,
-    "qk_head_dim": 2**24,
-    "qk_pos_emb_head_dim": 2**24,
-    "v_head_dim": 2**24,
-    "mtp_num_layers": 10**6,
-    "norms_per_layer": 8,
-}
-"""Upper bound of each size field of :class:`Architecture` (inclusive) [count of the field's unit].
-
-Layers ≤ 10^6, hidden ≤ 2^24, heads ≤ 2^20, vocabulary ≤ 2^31, experts ≤ 2^20, positions ≤ 2^31;
-:func:`resolve` refuses a larger value naming the limit.
-"""
-
-
-def _shown(value) -> str:
-    # a huge integer is described, not echoed (str() of one past 4300 digits even raises)
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        return f"{'-' if value < 0 else ''}a number of about {int(abs(value).bit_length() * 0.30103) + 1} digits"
-    return printable(repr(value), 40)
+# Every size an architecture carries is bounded (memsym.limits, the one table of limits), so a
+# hostile or mistyped value is refused at once instead of building a 10^8-entry layer pattern.
+#: Architecture field -> its largest accepted value, a view of :data:`memsym.limits.LIMITS`
+#: through :data:`memsym.limits.FIELD_LIMITS`.
+LIMITS = MappingProxyType({field_: _limits.limit_of(kind).maximum
+                           for field_, kind in _limits.FIELD_LIMITS.items()})
 
 
 def check_limit(name: str, value: int, what: str = None) -> int:
-    """Refuse ``value`` above ``LIMITS[name]``, naming the field and the limit; return it.
-
-    Parameters
-    ----------
-    name : str
-        A key of :data:`LIMITS`.
-    value : int
-        The size to check (already a whole number).
-    what : str, optional
-        How to name the value in the message (default ``name``; a config reader passes its own
-        field name).
+    """Refuse ``value`` above the limit of Architecture field ``name``, naming the field and
+    the limit (:func:`memsym.limits.check_limit`); return it.
 
     Examples
     --------
     >>> check_limit("num_layers", 96)
     96
-    >>> check_limit("num_layers", 10**8)
-    Traceback (most recent call last):
-    ...
-    memsym.errors.InvalidValueError: num_layers = 100000000 is above memsym's limit of 1000000 (LIMITS['num_layers'])
     """
-    limit = LIMITS[name]
-    if value > limit:
-        raise InvalidValueError(f"{what or name} = {_shown(value)} is above memsym's limit of {limit} "
-                                f"(LIMITS[{name!r}])")
-    return value
-
-
-def printable(text, limit: int = 80) -> str:
-    r"""``text`` made safe to print on one line: control characters escaped, length bounded.
-
-    Newlines, tabs, ESC (ANSI sequences), DEL, C1 controls and invisible format characters
-    (bidirectional overrides, zero-width marks) become ``\n``, ``\x1b``, ``\u202e``...;
-    a text longer than ``limit`` characters is cut to ``limit`` with a trailing ``...``.
-    Escaping is idempotent, so a name can pass through twice unchanged.
-
-    Parameters
-    ----------
-    text : object
-        The name (``str()`` of anything else).
-    limit : int
-        Most characters returned (at least 4).
-
-    Examples
-    --------
-    >>> printable("evil\n\x1b[2Jmodel: fits")
-    'evil\\n\\x1b[2Jmodel: fits'
-    >>> printable("x" * 100, limit=10)
-    'xxxxxxx...'
-    """
-    import unicodedata
-
-    limit = max(4, int(limit))
-    try:
-        whole = text if isinstance(text, str) else str(text)
-    except (ValueError, TypeError):        # e.g. an int past Python's 4300-digit str() limit
-        whole = f"<{type(text).__name__}>"
-    out = []
-    for ch in whole[: 8 * limit]:          # bounded work whatever the input's length
-        cat = unicodedata.category(ch)
-        if ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif cat in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else
-                       f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    res = "".join(out)
-    if len(res) > limit or len(whole) > 8 * limit:
-        res = res[: limit - 3] + "..."
-    return res
+    return _limits.check_limit(_limits.FIELD_LIMITS[name], value, what or name)
 
 
 @dataclass(frozen=True)
@@ -259,11 +162,11 @@ def _pos_int(value, what: str, allow_zero: bool = False) -> int:
             ok = False
         if not ok:
             raise InvalidValueError(f"{what} must be a whole number, got {type(value).__name__} "
-                                    f"{_shown(value)}")
+                                    f"{short(value)}")
         value = int(value)
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidValueError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got "
-                                f"{_shown(value)}")
+                                f"{short(value)}")
     return value
 
 
@@ -294,7 +197,7 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
     if isinstance(arch, Resolved):
         return arch             # resolved once: nothing resolves it again
     upd = {}
-    upd["name"] = printable(arch.name)
+    upd["name"] = printable(arch.name, 64)
     for name in _INT_FIELDS:
         val = getattr(arch, name)
         if val is not None:

@@ -499,7 +499,7 @@ def from_hf_config(path) -> Architecture:
     raw_name = data.get("_name_or_path")
     if raw_name is not None and not isinstance(raw_name, str):
         raise c._bad(f"field '_name_or_path' must be a string, got {type(raw_name).__name__}")
-    name = printable(raw_name or mtype, 80)
+    name = printable(raw_name or mtype, 64)
     tied = c.bool("tie_word_embeddings", _DEFAULTS[mtype][0])
     notes: list = []
     kw = _READERS.get(mtype, _read_llama_like)(c, mtype, notes)
