@@ -267,3 +267,16 @@ def test_launchable_flag_and_m_below_p_bubble():
 def test_bad_knobs_refused():
     with pytest.raises(InvalidValueError, match="must be >= 1"):
         _llama70(t=0)
+
+
+def test_exact_schedule_matches_grid_on_equal_stages_and_bounds_uneven():
+    kw = dict(t=8, p=8, d=1, m=64, v=1, settings=Settings(seq_length=2048, flash_attention=False,
+                                                           dropout=True, sequence_parallel=True,
+                                                           recompute="selective"))
+    arch = Architecture(name="175b", num_layers=96, hidden_size=12288, num_attention_heads=96,
+                        vocab_size=51200, max_position_embeddings=2048)
+    grid = step_time_grid(arch, "a100-80gb", **kw)
+    exact = step_time_grid(arch, "a100-80gb", exact_schedule=True, **kw)
+    # stages differ only by the embedding / output layer: the bound is within 1 % and above
+    assert float(exact["step"]) <= float(grid["step"]) * (1 + 1e-12)
+    assert float(exact["step"]) == pytest.approx(float(grid["step"]), rel=0.01)

@@ -146,13 +146,16 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,)) -> Simu
     N = p if group_size is None else _whole(group_size, "group_size")
     if 2 * p * m * v > MAX_OPS:
         raise InvalidValueError(f"schedule of {2 * p * m * v} passes exceeds {MAX_OPS}")
-    fw = [Fraction(x) for x in (forward if len(forward) == p else list(forward) * p)]
-    bw = [Fraction(x) for x in (backward if len(backward) == p else list(backward) * p)]
+    # whole numbers and fractions stay exact; floats (seconds) are simulated in floats
+    num = (lambda x: float(x)) if any(isinstance(x, float) for x in (*forward, *backward)) \
+        else Fraction
+    fw = [num(x) for x in (forward if len(forward) == p else list(forward) * p)]
+    bw = [num(x) for x in (backward if len(backward) == p else list(backward) * p)]
     if len(fw) != p or len(bw) != p or min(fw + bw) <= 0:
         raise InvalidValueError("forward/backward: one positive duration, or one per rank")
     orders = [rank_order(r, p, m, v, N) for r in range(p)]
     pos = [0] * p
-    free = [Fraction(0)] * p
+    free = [num(0)] * p
     done: dict = {}
     last = p * v - 1
     flight = [0] * p

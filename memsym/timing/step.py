@@ -30,7 +30,7 @@ from .collectives import collective_time, group_bandwidth
 from .efficiency import ceiling, gemm_time, memory_time
 from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, output_gemm,
                    shape_of)
-from .schedule import bubble_fraction, schedule_rule
+from .schedule import bubble_fraction, schedule_rule, simulate
 
 __all__ = ["Overlap", "StepTime", "Settings", "step_time", "step_time_grid", "OPTIMIZER_BYTES",
            "FLASH_FORWARD", "FLASH_BACKWARD"]
@@ -257,7 +257,7 @@ def _stage_layers(L, p, first, last):
 def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=None, m=1,
                    settings: Settings = Settings(), cluster: Cluster | None = None,
                    overlap: Overlap = Overlap(), eta_gemm=None, first_stage_layers=None,
-                   last_stage_layers=None) -> dict:
+                   last_stage_layers=None, exact_schedule: bool = False) -> dict:
     r"""Step time [s] of many layouts at once: numpy arrays of the knobs broadcast together.
 
     .. math::
@@ -364,7 +364,24 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     launchable = ok[inv.ravel()].reshape(p.shape)
     others = np.where(single, 0.0, (total_tau - tau_max) / np.maximum(p - 1, 1))
     pipeline = m * tau_max + beta * others
-    bubble = beta * others
+    if exact_schedule:
+        pipeline = np.array(pipeline, dtype=float)
+        if pipeline.size > 1000:
+            raise InvalidValueError("exact_schedule simulates each layout: at most 1,000")
+        fwd = {r: np.broadcast_to(tau[r][0] + p2p_exposed, p.shape) for r in tau}
+        bwd = {r: np.broadcast_to(tau[r][1] + p2p_exposed, p.shape) for r in tau}
+        for idx in np.ndindex(p.shape):
+            pp_ = int(p[idx])
+            if pp_ == 1:
+                continue
+            fw = [float(fwd["middle"][idx])] * pp_
+            bw = [float(bwd["middle"][idx])] * pp_
+            fw[0], bw[0] = float(fwd["first"][idx]), float(bwd["first"][idx])
+            fw[-1], bw[-1] = float(fwd["last"][idx]), float(bwd["last"][idx])
+            N = st.group_size if (st.group_size is None or st.group_size >= pp_) else None
+            sim = simulate(pp_, int(m[idx]), int(v[idx]), N, forward=fw, backward=bw)
+            pipeline[idx] = sim.makespan
+    bubble = pipeline - m * tau_max
     # --- data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
     dense_p, expert_p = layer_params(x, moe=False)
     if x.L_moe:
@@ -445,7 +462,7 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                          e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
                          cluster=cluster, overlap=overlap, eta_gemm=eta_gemm,
                          first_stage_layers=layout.first_stage_layers,
-                         last_stage_layers=layout.last_stage_layers)
+                         last_stage_layers=layout.last_stage_layers, exact_schedule=True)
     parts = {k: float(np.asarray(out[k]).ravel()[0]) for k in out if k != "launchable"}
     total = parts.pop("step")
     mfu = None
