@@ -26,14 +26,34 @@ import numpy as np
 
 from ..errors import InvalidValueError, choose
 from ..hardware import Cluster, cluster_for, gpu as _gpu
+from ..term import Source
 from .collectives import collective_time, group_bandwidth
 from .efficiency import ceiling, gemm_time, memory_time
 from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, output_gemm,
                    shape_of)
 from .schedule import bubble_fraction, schedule_rule, simulate
 
-__all__ = ["Overlap", "StepTime", "Settings", "step_time", "step_time_grid", "OPTIMIZER_BYTES",
+__all__ = ["Overlap", "StepTime", "Settings", "step_time", "step_time_grid", "OPTIMIZER_BYTES", "SOURCES",
            "FLASH_FORWARD", "FLASH_BACKWARD"]
+
+#: Where each part of the breakdown comes from (keys of formulas/references.toml).
+SOURCES = {
+    "compute": Source("nvidia-gemm-guide", "tile and wave quantisation, math vs memory bound; "
+                      "ceiling calibrated per class (docs/time-accuracy.md)"),
+    "memory": Source("memsym-derivation", "memory-bound bytes per layer, memsym.timing.gemm."
+                     "memory_bytes, at the datasheet HBM bandwidth"),
+    "tp": Source("megatron-schedules", "tensor_parallel/layers.py, LinearWithGradAccumulation"
+                 "AndAsyncCommunication (async dgrad collectives under the wgrad GEMM)"),
+    "ep": Source("gshard", "§2.2 (dispatch and combine all-to-all per MoE layer)"),
+    "cp": Source("ring-attention", "§3 (K, V blocks passed around the ring)"),
+    "pp": Source("megatron-schedules", "arguments.py: overlap_p2p_comm only with interleaving"),
+    "dp": Source("megatron-schedules", "distributed_data_parallel_config.py: overlap_grad_reduce, "
+                 "overlap_param_gather"),
+    "bubble": Source("megatron-schedules", "schedules.py: get_pp_rank_microbatches, "
+                     "get_schedule_table (simulated in memsym.timing.schedule)"),
+    "optimizer": Source("memsym-derivation", "OPTIMIZER_BYTES per parameter at HBM bandwidth"),
+    "collectives": Source("nccl-tests", "doc/PERFORMANCE.md (bus bandwidth factors)"),
+}
 
 #: HBM bytes per parameter of one optimizer step (Megatron Float16Optimizer path): grad-norm read (4), Adam reads g, p, m, v (16) and writes p, m, v (12), fp32 -> bf16 copy (6), zeroing the grad buffer (4).  Memsym count; was: read the fp32 gradient
 #: (4), read and write master (8), m (8), v (8), write the bf16 weight (2).  Memsym's count.
@@ -472,4 +492,5 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
             training.precision))
     return StepTime(total, parts, parts["bubble"], mfu,
                     {"overlap": overlap, "eta_gemm": eta_gemm, "microbatches": mm,
+                     "sources": SOURCES, "settings": st,
                      "launchable": bool(np.asarray(out["launchable"]).ravel()[0])})

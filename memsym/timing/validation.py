@@ -22,10 +22,18 @@ from . import efficiency
 from .gemm import forward_flops_per_token, shape_of
 from .step import Overlap, Settings, step_time_grid
 
-__all__ = ["RUNS_PATH", "runs", "Result", "predict", "measured_step", "validate", "calibrate",
-           "accuracy_markdown", "summary"]
+__all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
+           "calibrate", "accuracy_markdown", "summary", "write_docs"]
 
 RUNS_PATH = pathlib.Path(__file__).resolve().parent.parent.parent / "formulas" / "measured_time.toml"
+DOC_PATH = RUNS_PATH.parent.parent / "docs" / "time-accuracy.md"
+
+
+def write_docs(path=None) -> pathlib.Path:
+    """Write :func:`accuracy_markdown` to ``docs/time-accuracy.md`` (or ``path``)."""
+    out = pathlib.Path(DOC_PATH if path is None else path)
+    out.write_text(accuracy_markdown(), encoding="utf-8")
+    return out
 
 
 def runs() -> tuple:
