@@ -36,6 +36,9 @@ from .schedule import bubble_fraction, schedule_rule, simulate
 __all__ = ["Overlap", "StepTime", "Settings", "step_time", "step_time_grid", "OPTIMIZER_BYTES", "SOURCES",
            "FLASH_FORWARD", "FLASH_BACKWARD"]
 
+#: Backward memory-bound bytes relative to the forward's (see :func:`_layer`).
+BACKWARD_MEMORY = 1.5
+
 #: Where each part of the breakdown comes from (keys of formulas/references.toml).
 SOURCES = {
     "compute": Source("nvidia-gemm-guide", "tile and wave quantisation, math vs memory bound; "
@@ -190,7 +193,10 @@ def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, o
     mem = memory_time(memory_bytes(x, s, b, t, c, e, t_e, moe=moe,
                                    sequence_parallel=st.sequence_parallel,
                                    flash=st.flash_attention, dropout=st.dropout), dev)
-    f_mem, b_mem = mem, 2 * mem
+    # backward of an elementwise op reads its saved input and the incoming gradient and writes
+    # one gradient (norm, activation, softmax: 3 tensors to the forward's 2; dropout and
+    # residual pass the gradient through): about 1.5 x the forward bytes (memsym's count)
+    f_mem, b_mem = mem, BACKWARD_MEMORY * mem
     # --- tensor parallel: bytes of the full activation [T, h] in bf16
     T = _arr(b) * s / _arr(c)
     act = 2 * T * x.h
@@ -257,7 +263,7 @@ def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, o
         if not st.flash_attention:  # the softmax and its dropout run again
             scores = _arr(b) * (x.a / _arr(t)) * (s / cc) * s
             bwd["memory"] = bwd["memory"] + memory_time(2 * (2 + (2.5 if st.dropout else 0))
-                                                        * scores, dev)
+                                                        * scores, dev)  # 2 bytes per element
     return fwd, bwd
 
 

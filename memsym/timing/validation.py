@@ -59,8 +59,12 @@ def _settings(run) -> Settings:
 
 
 def _overlap(run) -> Overlap:
-    # Megatron 2021/22 (Narayanan, Korthikanti): gradients all-reduced after the backward
-    if run["source"] in ("narayanan", "korthikanti"):
+    # Megatron 2021/22 (Narayanan, Korthikanti): gradients all-reduced after the backward;
+    # the asynchronous backward TP all-reduce (LinearWithGradAccumulationAndAsyncCommunication)
+    # arrived after Narayanan's SC21 code (--async-tensor-model-parallel-allreduce, late 2021)
+    if run["source"] == "narayanan":
+        return Overlap(grad_reduce=False, param_gather=False, tp_async_backward=False)
+    if run["source"] == "korthikanti":
         return Overlap(grad_reduce=False, param_gather=False)
     return Overlap()
 
