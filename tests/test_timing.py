@@ -280,3 +280,12 @@ def test_exact_schedule_matches_grid_on_equal_stages_and_bounds_uneven():
     # stages differ only by the embedding / output layer: the bound is within 1 % and above
     assert float(exact["step"]) <= float(grid["step"]) * (1 + 1e-12)
     assert float(exact["step"]) == pytest.approx(float(grid["step"]), rel=0.01)
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 3)])
+def test_gpipe_bubble_and_in_flight(p, m):
+    # GPipe (Huang et al. 2019 §2.2): (p - 1)/m idle; every stage holds all m micro-batches
+    sim = schedule.simulate(p, m, gpipe=True)
+    assert sim.bubble == Fraction(p - 1, m)
+    assert sim.in_flight == (m,) * p
+    assert schedule.bubble_fraction("gpipe", p, m) == Fraction(p - 1, m)

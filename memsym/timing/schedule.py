@@ -88,15 +88,22 @@ def schedule_table(m: int, v: int, N: int) -> list:
     return out
 
 
-def rank_order(rank: int, p: int, m: int, v: int = 1, N=None) -> list:
+def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = False) -> list:
     """Ops of one rank in issue order: ('F'|'B', microbatch, chunk).
+
+    GPipe (``gpipe=True``, v = 1): every forward, then every backward in micro-batch order
+    (torch.distributed.pipelining ScheduleGPipe).
 
     Examples
     --------
     >>> rank_order(0, 2, 3)
     [('F', 0, 0), ('F', 1, 0), ('B', 0, 0), ('F', 2, 0), ('B', 1, 0), ('B', 2, 0)]
+    >>> rank_order(0, 2, 2, gpipe=True)
+    [('F', 0, 0), ('F', 1, 0), ('B', 0, 0), ('B', 1, 0)]
     """
     N = p if N is None else N
+    if gpipe:
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
     total = m * v
     if v == 1:
         table = [(i, 0) for i in range(m)]
@@ -126,12 +133,13 @@ class Simulation:
     in_flight: tuple
 
 
-def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,)) -> Simulation:
+def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
+             gpipe: bool = False) -> Simulation:
     r"""Run the schedule on its data dependencies; durations per rank (whole-stage, all v chunks).
 
     ``forward`` / ``backward``: one duration per rank (or one for all), the time of a whole
     stage's forward / backward of one microbatch; a chunk takes 1/v of it.  Exact rationals.
-    GPipe is ``schedule="gpipe"`` in :func:`bubble_fraction` (closed form).
+    ``gpipe=True`` runs GPipe's order (all forwards, then all backwards; v = 1).
 
     Examples
     --------
@@ -144,6 +152,8 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,)) -> Simu
     """
     p, m, v = _whole(p, "p"), _whole(m, "m"), _whole(v, "v")
     N = p if group_size is None else _whole(group_size, "group_size")
+    if gpipe and v != 1:
+        raise InvalidValueError("GPipe has one chunk per rank (v = 1)")
     if 2 * p * m * v > MAX_OPS:
         raise InvalidValueError(f"schedule of {2 * p * m * v} passes exceeds {MAX_OPS}")
     # whole numbers and fractions stay exact; floats (seconds) are simulated in floats
@@ -153,7 +163,7 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,)) -> Simu
     bw = [num(x) for x in (backward if len(backward) == p else list(backward) * p)]
     if len(fw) != p or len(bw) != p or min(fw + bw) <= 0:
         raise InvalidValueError("forward/backward: one positive duration, or one per rank")
-    orders = [rank_order(r, p, m, v, N) for r in range(p)]
+    orders = [rank_order(r, p, m, v, N, gpipe) for r in range(p)]
     pos = [0] * p
     free = [num(0)] * p
     done: dict = {}

@@ -133,6 +133,8 @@ class Settings:
         ``--grad-reduce-in-bf16``).
     group_size : int or None
         ``microbatch_group_size_per_vp_stage`` (None = p).
+    schedule : {"1f1b", "gpipe"}
+        Pipeline schedule (1F1B is interleaved where v > 1).
     """
 
     seq_length: int = 2048
@@ -145,6 +147,7 @@ class Settings:
     distributed_optimizer: bool = True
     grad_bytes: int = 4
     group_size: int | None = None
+    schedule: str = "1f1b"
 
 
 @dataclass(frozen=True)
@@ -315,6 +318,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     clu = cluster if cluster is not None else cluster_for(dev.name)
     st = settings
     choose("recompute", st.recompute, ("none", "selective", "full"))
+    choose("pipeline schedule", st.schedule, ("1f1b", "gpipe"))
     x = shape_of(arch)
     b = st.micro_batch_size if b is None else b
     t, p, d, c, e, v, b, m = np.broadcast_arrays(*(_arr(q) for q in (t, p, d, c, e, v, b, m)))
@@ -381,7 +385,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     ok = np.empty(len(uniq), dtype=bool)
     for i, (pp_, mm_, vv_) in enumerate(uniq):
         N = st.group_size
-        sched = "1f1b" if vv_ == 1 else "interleaved"
+        sched = "gpipe" if st.schedule == "gpipe" else ("1f1b" if vv_ == 1 else "interleaved")
         if vv_ > 1 and N is not None and N < pp_:
             N = None
         vals[i] = float(bubble_fraction(sched, pp_, mm_, vv_, N, backward_ratio=ratio)) * mm_
@@ -405,7 +409,8 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
             fw[0], bw[0] = float(fwd["first"][idx]), float(bwd["first"][idx])
             fw[-1], bw[-1] = float(fwd["last"][idx]), float(bwd["last"][idx])
             N = st.group_size if (st.group_size is None or st.group_size >= pp_) else None
-            sim = simulate(pp_, int(m[idx]), int(v[idx]), N, forward=fw, backward=bw)
+            sim = simulate(pp_, int(m[idx]), int(v[idx]), N, forward=fw, backward=bw,
+                           gpipe=st.schedule == "gpipe")
             pipeline[idx] = sim.makespan
     bubble = pipeline - m * tau_max
     # --- data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
@@ -483,7 +488,8 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                   sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
                   flash_attention=training.flash_attention, dropout=training.dropout,
                   precision=training.precision,
-                  distributed_optimizer=training.sharding == "distributed-optimizer")
+                  distributed_optimizer=training.sharding == "distributed-optimizer",
+                  schedule=training.schedule)
     out = step_time_grid(arch, gpu_name, t=layout.t, p=layout.p, d=layout.d, c=layout.c,
                          e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
                          cluster=cluster, overlap=overlap, eta_gemm=eta_gemm,
