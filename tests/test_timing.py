@@ -264,9 +264,21 @@ def test_launchable_flag_and_m_below_p_bubble():
     assert float(out["bubble"][()]) / busy == pytest.approx(1, abs=0.05)
 
 
-def test_bad_knobs_refused():
-    with pytest.raises(InvalidValueError, match="must be >= 1"):
-        _llama70(t=0)
+@pytest.mark.parametrize("kw", [dict(t=0), dict(p=2.5), dict(m=float("nan")), dict(d=-1)])
+def test_bad_knobs_refused(kw):
+    with pytest.raises(InvalidValueError, match="whole number"):
+        _llama70(**kw)
+
+
+def test_bad_settings_refused():
+    with pytest.raises(InvalidValueError, match="seq_length"):
+        _llama70(settings=Settings(seq_length=0))
+    with pytest.raises(InvalidValueError, match="overlap"):
+        _llama70(overlap=Overlap(tp_comm="yes"))
+    with pytest.raises(InvalidValueError):
+        collectives.collective_time("all-reduce", -1, 8, 1e9)
+    with pytest.raises(InvalidValueError):
+        efficiency.gemm_time(float("nan"), 1, 1, "h100")
 
 
 def test_exact_schedule_matches_grid_on_equal_stages_and_bounds_uneven():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import choose
+from ..errors import InvalidValueError, choose
 
 __all__ = ["KINDS", "ORDER", "LINK_LATENCY", "collective_time", "group_stride", "group_link",
            "group_bandwidth"]
@@ -70,6 +70,9 @@ def collective_time(kind: str, nbytes, n, bandwidth, latency=0.0):
     kind = choose("collective", kind, KINDS)
     n = np.asarray(n, float)
     nbytes = np.asarray(nbytes, float)
+    if not np.all(np.isfinite(n)) or np.any(n < 1) or not np.all(np.isfinite(nbytes)) \
+            or np.any(nbytes < 0):
+        raise InvalidValueError("a collective needs n >= 1 ranks and bytes >= 0")
     if kind == "all-reduce":
         frac, steps = 2 * (n - 1) / n, 2 * (n - 1)
     elif kind == "p2p":

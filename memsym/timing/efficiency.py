@@ -146,8 +146,9 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
     dev = _dev(device)
     precision = choose("precision", precision, ("bf16", "fp16", "fp8", "fp32"))
     M, N, K = (np.asarray(x, dtype=float) for x in (M, N, K))
-    if np.any(M <= 0) or np.any(N <= 0) or np.any(K <= 0):
-        raise InvalidValueError("GEMM dimensions must be > 0")
+    if not (np.all(np.isfinite(M)) and np.all(np.isfinite(N)) and np.all(np.isfinite(K))) \
+            or np.any(M <= 0) or np.any(N <= 0) or np.any(K <= 0):
+        raise InvalidValueError("GEMM dimensions must be finite and > 0")
     flops = 2.0 * M * N * K
     if eta_gemm is not None:
         eff = float(eta_gemm)

@@ -317,14 +317,29 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     dev = _gpu(gpu_name)
     clu = cluster if cluster is not None else cluster_for(dev.name)
     st = settings
+    if not isinstance(st, Settings):
+        raise InvalidValueError(f"settings must be a Settings, got {type(st).__name__}")
+    if not isinstance(overlap, Overlap) or not all(
+            isinstance(getattr(overlap, k), bool) for k in Overlap.__dataclass_fields__):
+        raise InvalidValueError("overlap must be an Overlap whose switches are true or false")
+    for what in ("seq_length", "micro_batch_size"):
+        val = getattr(st, what)
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or not 1 <= val <= 10**8:
+            raise InvalidValueError(f"{what} must be a whole number in 1..1e8, got {val!r:.40}")
+    if st.grad_bytes not in (1, 2, 4):
+        raise InvalidValueError(f"grad_bytes must be 1, 2 or 4, got {st.grad_bytes!r:.40}")
+    choose("precision", st.precision, ("bf16", "fp16", "fp8", "fp32"))
     choose("recompute", st.recompute, ("none", "selective", "full"))
     choose("pipeline schedule", st.schedule, ("1f1b", "gpipe"))
     x = shape_of(arch)
     b = st.micro_batch_size if b is None else b
     t, p, d, c, e, v, b, m = np.broadcast_arrays(*(_arr(q) for q in (t, p, d, c, e, v, b, m)))
     t_e_ = t if t_e is None else np.broadcast_to(_arr(t_e), t.shape)
-    if np.any((t < 1) | (p < 1) | (d < 1) | (c < 1) | (e < 1) | (v < 1) | (b < 1) | (m < 1)):
-        raise InvalidValueError("every layout knob (t, p, d, c, e, v, b, m) must be >= 1")
+    knobs = np.stack([t, p, d, c, e, v, b, m])
+    if not np.all(np.isfinite(knobs)) or np.any(knobs != np.floor(knobs)) or np.any(knobs < 1) \
+            or np.any(knobs > 10**7):
+        raise InvalidValueError("every layout knob (t, p, d, c, e, v, b, m) must be a whole "
+                                "number in 1..1e7")
     if t.size > 10_000_000:
         raise InvalidValueError(f"{t.size} layouts exceed the 10,000,000 a grid may hold")
     s = st.seq_length
