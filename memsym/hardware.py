@@ -29,6 +29,10 @@ Units, stated as the vendor states them
 * PCIe x16, per direction: 4.0 (16 GT/s a lane, 128b/130b) 31.5 GB/s, quoted 32 GB/s;
   5.0 (32 GT/s) 63 GB/s, quoted 64 GB/s — half the "64 / 128 GB/s" the datasheets print for
   both directions (H100 PCIe: "PCIe Gen5 128 GB/s").
+* Timing data (issue 17, :mod:`memsym.timing`): ``hbm_bandwidth`` (datasheet memory
+  bandwidth, bytes/s, pricing memory-bound operations), ``sm_count`` (the wave size of a
+  GEMM's tiles) and ``arch_class`` (the key of the calibrated GEMM ceiling in
+  :data:`memsym.timing.efficiency.GEMM_CEILING`).
 * Cluster presets price links **per direction**, as a ring collective uses them (every rank
   sends and receives at once; nccl-tests' bus bandwidth is per direction): NVLink at half the
   vendor figure (H100: 450 GB/s) and 400 Gb/s InfiniBand = 50 GB/s per GPU.  Seed 002 divides

@@ -301,3 +301,12 @@ def test_gpipe_bubble_and_in_flight(p, m):
     assert sim.bubble == Fraction(p - 1, m)
     assert sim.in_flight == (m,) * p
     assert schedule.bubble_fraction("gpipe", p, m) == Fraction(p - 1, m)
+
+
+def test_hardware_timing_fields_from_datasheets():
+    # A100 datasheet: 80GB SXM 2,039 GB/s, 40GB 1,555 GB/s; H100 SXM 3.35 TB/s; H200 4.8 TB/s;
+    # SMs: GA100 108, H100 SXM5 132 (whitepapers)
+    assert gpu("a100-80gb").hbm_bandwidth == 2039e9 and gpu("a100-40gb").hbm_bandwidth == 1555e9
+    assert gpu("h100").hbm_bandwidth == 3350e9 and gpu("h200").hbm_bandwidth == 4800e9
+    assert (gpu("a100-80gb").sm_count, gpu("h100").sm_count) == (108, 132)
+    assert gpu("h100").arch_class == "hopper"
