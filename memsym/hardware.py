@@ -29,6 +29,10 @@ Units, stated as the vendor states them
 * PCIe x16, per direction: 4.0 (16 GT/s a lane, 128b/130b) 31.5 GB/s, quoted 32 GB/s;
   5.0 (32 GT/s) 63 GB/s, quoted 64 GB/s — half the "64 / 128 GB/s" the datasheets print for
   both directions (H100 PCIe: "PCIe Gen5 128 GB/s").
+* Timing data (issue 17, :mod:`memsym.timing`): ``hbm_bandwidth`` (datasheet memory
+  bandwidth, bytes/s, pricing memory-bound operations), ``sm_count`` (the wave size of a
+  GEMM's tiles) and ``arch_class`` (the key of the calibrated GEMM ceiling in
+  :data:`memsym.timing.efficiency.GEMM_CEILING`).
 * Cluster presets price links **per direction**, as a ring collective uses them (every rank
   sends and receives at once; nccl-tests' bus bandwidth is per direction): NVLink at half the
   vendor figure (H100: 450 GB/s) and 400 Gb/s InfiniBand = 50 GB/s per GPU.  Seed 002 divides
@@ -103,13 +107,19 @@ class GPU:
     aliases: tuple = field(default=(), compare=False)
     nvlink_bridge: bool = False
     pcie: float = 32 * GB
+    #: HBM bandwidth [bytes/s] from the datasheet (memory-bound operations are priced by it).
+    hbm_bandwidth: float | None = None
+    #: Streaming multiprocessors (AMD: compute units): the wave size of a GEMM's tiles.
+    sm_count: int | None = None
+    #: Efficiency class of :mod:`memsym.timing.efficiency` (``ampere``, ``hopper``, ...).
+    arch_class: str | None = None
 
     def __post_init__(self):
         if self.memory_unit not in ("GB", "GiB"):
             raise InvalidValueError(f"memory_unit must be GB or GiB, got {self.memory_unit!r}")
         if not self.memory_stated or self.memory_stated <= 0:
             raise InvalidValueError(f"memory of {self.name} must be > 0")
-        for what in ("bf16", "fp16", "fp8", "nvlink", "pcie"):
+        for what in ("bf16", "fp16", "fp8", "nvlink", "pcie", "hbm_bandwidth", "sm_count"):
             val = getattr(self, what)
             if val is not None and not val > 0:
                 raise InvalidValueError(f"{what} of {self.name} must be > 0 or None, got {val}")
@@ -207,10 +217,29 @@ class Cluster:
 
 def _nv(name, mem, bf16_tf, fp8_tf, nvlink_gb, locator, note="", aliases=(), fp16_tf=None,
         source=None, unit="GB", bridge=False, pcie_gb=32):
+    hbm_gb, sms, klass = _TIMING[name]
     return GPU(name, mem, unit, bf16_tf * TFLOPS, (fp16_tf or bf16_tf) * TFLOPS,
                None if fp8_tf is None else fp8_tf * TFLOPS,
                None if nvlink_gb is None else nvlink_gb * GB,
-               source or "nvidia-datasheets", locator, note, tuple(aliases), bridge, pcie_gb * GB)
+               source or "nvidia-datasheets", locator, note, tuple(aliases), bridge, pcie_gb * GB,
+               hbm_gb * GB, sms, klass)
+
+
+# REF: vendor datasheets (memory bandwidth) and architecture whitepapers (SM counts):
+# A100 datasheet (2021): 40GB SXM 1,555 GB/s, 80GB SXM 2,039 GB/s; 108 SMs (Ampere GA100
+# whitepaper).  H100 datasheet (2023): SXM 3.35 TB/s, PCIe 2 TB/s, NVL 3.9 TB/s; 132 SMs (SXM5),
+# 114 (PCIe) (Hopper whitepaper).  H200 datasheet (2024): 4.8 TB/s, 132 SMs.  DGX B200 datasheet:
+# 64 TB/s for 8 GPUs = 8 TB/s; 148 SMs.  GA102 whitepaper: RTX 3090 936 GB/s, 82 SMs; Ada
+# whitepaper: RTX 4090 1,008 GB/s, 128 SMs; RTX A6000 datasheet 768 GB/s, 84 SMs; L40S
+# datasheet 864 GB/s, 142 SMs; MI300X data sheet 5.3 TB/s, 304 CUs.
+_TIMING = {  # name -> (HBM GB/s, SMs, efficiency class)
+    "a100-40gb": (1555, 108, "ampere"), "a100-80gb": (2039, 108, "ampere"),
+    "h100-80gb": (3350, 132, "hopper"), "h100-pcie-80gb": (2000, 114, "hopper"),
+    "h100-nvl-94gb": (3900, 132, "hopper"), "h200-141gb": (4800, 132, "hopper"),
+    "b200": (8000, 148, "blackwell"), "rtx3090-24gb": (936, 82, "ampere"),
+    "rtx4090-24gb": (1008, 128, "ada"), "rtx-a6000-48gb": (768, 84, "ampere"),
+    "l40s-48gb": (864, 142, "ada"), "mi300x-192gb": (5300, 304, "cdna3"),
+}
 
 
 # REF: vendor datasheets (dense = "with sparsity" / 2).  Each locator names the document.

@@ -191,6 +191,14 @@ N_ll = _register("N_ll", r"N_{\mathrm{ll}}", "parameters of the largest single m
                  "(DeepSpeed's largest_layer_params, gathered whole under ZeRO-3)", "parameters")
 
 
+# --- step-time model (issue 17): memsym/timing ------------------------------------------------
+eta_gemm = _register("eta_gemm", r"\eta_{\mathrm{GEMM}}", "achieved GEMM efficiency: the override "
+                     "that replaces memsym.timing's size-dependent efficiency curve", "1")
+beta_hbm = _register("beta_hbm", r"\beta_{\mathrm{HBM}}", "HBM bandwidth of one GPU (prices the "
+                     "memory-bound operations)", "bytes/s")
+alpha_link = _register("alpha_link", r"\alpha_{\mathrm{link}}", "latency of one ring step on a link "
+                       "tier (NVLink or the inter-node network)", "s", "nonnegative")
+
 def registry() -> Mapping[str, SymbolInfo]:
     """All registered symbols by name (a read-only view).
 

@@ -205,3 +205,23 @@ def test_bandwidth_is_per_direction_in_the_symbols():
     from memsym.symbols import beta, info
     for sym in (beta, beta_intra, beta_inter):
         assert info(sym).meaning.endswith("one direction")
+
+
+# --- issue 17: TP and PP traffic under context parallelism ---------------------------------
+
+def test_tp_and_pp_traffic_divided_by_cp():
+    # a CP rank holds s/c tokens (Megatron schedules.py: tensor_shape[0] //= cp size):
+    # llama3-8b-like numbers, c = 1, 2, 4 give bytes in the ratio 4 : 2 : 1
+    base = dict(s=8192, b=1, h=4096, L=32, t=8, b_c=2, p=4, m=8)
+    tp = [float(tensor_parallel(context_parallel=True).evaluate(c=c, **base)) for c in (1, 2, 4)]
+    assert tp[0] == 2 * tp[1] == 4 * tp[2]
+    # hand: 4 all-reduces x 2 (t-1)/t x s b h b_c / c x (L/p) m at c = 2
+    assert tp[1] == 4 * 2 * 7 / 8 * 8192 * 4096 * 2 / 2 * 8 * 8
+    pp = [float(pipeline_parallel(context_parallel=True).evaluate(c=c, **base)) for c in (1, 4)]
+    assert pp[0] == 4 * pp[1]
+
+
+def test_cp_enters_every_term_of_communication_per_step():
+    tot = communication_per_step(context="ring", sequence_parallel=True)
+    c_sym = sp.Symbol("c", positive=True)
+    assert c_sym in tot["tp"].expr.free_symbols and c_sym in tot["pp"].expr.free_symbols

@@ -270,3 +270,44 @@ def test_recompute_modes_defined_once():
     from memsym.terms import activations, communication, compute
     assert compute.RECOMPUTE is activations.RECOMPUTE is communication.RECOMPUTE \
         is conventions.RECOMPUTE
+
+
+# --- issue 17: the GEMM-count convention (default) beside 6N ---------------------------------
+
+def test_gemm_count_llama3_405b_by_hand():
+    from memsym.terms.compute import gemm_flops_per_token
+    from memsym.symbols import a, d_h, f, g, h, s
+    # Llama 3 405B (Table 3): h 16384, 128 heads of 128, 8 KV heads, f 53248, SwiGLU, s 8192
+    vals = {h: 16384, a: 128, d_h: 128, g: 8, f: 53248, s: 8192}
+    hand = (2 * 16384 * (128 + 16) * 128 + 2 * 128 * 128 * 16384 + 6 * 16384 * 53248
+            + 4 * 8192 * 128 * 128 // 2)
+    assert gemm_flops_per_token().expr.subs(vals) == hand
+
+
+def test_gemm_count_exceeds_6n_by_the_attention_term():
+    # 6N omits attention: at s = 8192 the 405B layer's causal attention adds 3 x 2 s a d_h
+    from memsym.terms.compute import flops_per_iteration_gemm
+    from memsym.symbols import B, L, V, a, d_h, f, g, h, s
+    vals = {h: 16384, a: 128, d_h: 128, g: 8, f: 53248, s: 8192, L: 126, V: 128256, B: 1}
+    gemm = flops_per_iteration_gemm().expr.subs(vals)
+    six_n_like = flops_per_iteration_gemm(causal=True).expr.subs(vals) - 126 * 8192 * 3 * (
+        4 * 8192 * 128 * 128 // 2)
+    assert gemm - six_n_like == 126 * 8192 * 6 * 8192 * 128 * 128
+    # per token: layer GEMMs 2h(a+2g)d + 2adh + 6hf = 6,375,342,080; causal attention
+    # 2 s a d = 268,435,456; logits 2hV = 4,202,692,608
+    assert gemm / six_n_like == 1 + sp.Rational(126 * 268435456, 126 * 6375342080 + 4202692608)
+
+
+def test_gemm_count_recompute_kinds():
+    from memsym.terms.compute import flops_per_iteration_gemm
+    model = flops_per_iteration_gemm("model").expr
+    full = flops_per_iteration_gemm("hardware", "full").expr
+    sel = flops_per_iteration_gemm("hardware", "selective").expr
+    # full recompute: 4 forward passes of the layers (not of the logits); selective: + attention
+    assert sp.expand(full - model) == sp.expand(model / 3 - B_S_LOGITS())
+    assert sp.simplify(sel - model).has(sp.Symbol("a", positive=True))
+
+
+def B_S_LOGITS():
+    from memsym.symbols import B, V, h, s
+    return 2 * B * s * h * V

@@ -17,6 +17,8 @@ a microbatch and :math:`L/p` layers on a pipeline stage:
   Ulysses all-to-all (DeepSpeed-Ulysses).
 * EP: two all-to-alls per MoE layer forward (dispatch, combine), two backward.
 * Full activation recomputation repeats the forward collectives of TP, CP and EP.
+* Context parallelism: a rank holds s/c tokens, so TP and PP tensors are divided by c
+  (Megatron-LM schedules.py: ``tensor_shape[0] //= cp_group.size()``).
 
 Network tiers: a cluster has ``n_node`` GPUs per node, an intra-node link
 (``beta_intra``, NVLink) and an inter-node link (``beta_inter``, InfiniBand/RoCE).  Groups
@@ -98,9 +100,11 @@ class _Traffic:
     steps: sp.Expr
 
 
-def _tp(sequence_parallel: bool, recompute: str) -> _Traffic:
+def _tp(sequence_parallel: bool, recompute: str, context: bool = False) -> _Traffic:
     recompute = choose("recompute", recompute, RECOMPUTE)
-    Y = _activation()
+    # a context-parallel rank holds s/c of the sequence: its TP collectives move s b h / c
+    # (Megatron's tensor_shape[0] //= cp_group.size() in schedules.py)
+    Y = _activation() / (c if context else 1)
     layers = L / p * m  # layer passes of this stage in one step
     if not sequence_parallel:
         calls = 4 + (2 if recompute == "full" else 0)  # 2 fwd + 2 bwd (+2 recomputed fwd)
@@ -120,7 +124,8 @@ def _tp(sequence_parallel: bool, recompute: str) -> _Traffic:
                     steps * layers)
 
 
-def tensor_parallel(*, sequence_parallel: bool = False, recompute: str = "none") -> Term:
+def tensor_parallel(*, sequence_parallel: bool = False, recompute: str = "none",
+                    context_parallel: bool = False) -> Term:
     r"""Bytes one GPU sends for tensor parallelism in one training step [bytes].
 
     .. math::
@@ -137,6 +142,8 @@ def tensor_parallel(*, sequence_parallel: bool = False, recompute: str = "none")
     recompute : {"none", "selective", "full"}
         Full recomputation repeats the forward collectives; selective recomputation
         (attention core only) adds no TP traffic (Korthikanti §5).
+    context_parallel : bool
+        A CP rank holds s/c tokens: every tensor it all-reduces is s b h / c.
 
     Examples
     --------
@@ -149,7 +156,7 @@ def tensor_parallel(*, sequence_parallel: bool = False, recompute: str = "none")
     ----------
     Narayanan et al. 2021 §3.2; Korthikanti et al. 2022 §4.2.2; seed 002.
     """
-    return _tp(sequence_parallel, recompute).term
+    return _tp(sequence_parallel, recompute, context_parallel).term
 
 
 def tp_bytes_per_step() -> Term:
@@ -165,8 +172,9 @@ def tp_bytes_per_step() -> Term:
                 _SEED_TP, label="TP")
 
 
-def _pp(scatter_gather: bool, interleaved: bool) -> _Traffic:
-    Y = _activation() / t if scatter_gather else _activation()
+def _pp(scatter_gather: bool, interleaved: bool, context: bool = False) -> _Traffic:
+    # REF: megatron-lm schedules.py: tensor_shape = [seq_length // cp, mbs, hidden] (// tp with SP)
+    Y = (_activation() / t if scatter_gather else _activation()) / (c if context else 1)
     chunks = v if interleaved else 1
     # Average over the p stages: p*v - 1 boundaries, each crossed forward and backward by
     # every microbatch (a middle stage sends 2Y; the ends send Y); zero when p = v = 1.
@@ -177,7 +185,8 @@ def _pp(scatter_gather: bool, interleaved: bool) -> _Traffic:
     return _Traffic(_term("pp", sends * Y, desc, _PP, "PP"), "pp", sends)
 
 
-def pipeline_parallel(*, scatter_gather: bool = False, interleaved: bool = False) -> Term:
+def pipeline_parallel(*, scatter_gather: bool = False, interleaved: bool = False,
+                      context_parallel: bool = False) -> Term:
     r"""Bytes one GPU sends point-to-point for pipeline parallelism per step [bytes].
 
     .. math::
@@ -199,7 +208,7 @@ def pipeline_parallel(*, scatter_gather: bool = False, interleaved: bool = False
     ----------
     Narayanan et al. 2021 §4.1.
     """
-    return _pp(scatter_gather, interleaved).term
+    return _pp(scatter_gather, interleaved, context_parallel).term
 
 
 def _dp(sharding: str, context_parallel: bool, params=None) -> _Traffic:
@@ -368,11 +377,11 @@ def _traffic(*, tensor: bool, sequence_parallel: bool, pipeline: bool, scatter_g
     recompute = choose("recompute", recompute, RECOMPUTE)
     out = []
     if tensor:
-        out.append(_tp(sequence_parallel, recompute))
+        out.append(_tp(sequence_parallel, recompute, context is not None))
     if context is not None:
         out.append(_cp(context, recompute))
     if pipeline:
-        out.append(_pp(scatter_gather or sequence_parallel, interleaved))
+        out.append(_pp(scatter_gather or sequence_parallel, interleaved, context is not None))
     if sharding is not None:
         # dp_params: every parameter whose gradient is reduced (a mixture of experts' total,
         # not the active count that prices its FLOPs), split over the p t model-parallel ranks

@@ -19,13 +19,14 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, choose
-from ..symbols import B, F, G, L, N, T, V, eta, h, omega, price, s
+from ..symbols import B, F, G, L, N, T, V, a, d_h, eta, f, g, h, omega, price, s
 from ..term import Source, Term, Total
 from ..values import as_expr, positive
 from .activations import RECOMPUTE
 from .pipeline import bubble_fraction
 
 __all__ = ["FLOP_KINDS", "OVERLAPS", "RECOMPUTE", "parameters_narayanan", "flops_per_iteration",
+           "gemm_flops_per_token", "flops_per_iteration_gemm", "FLOP_CONVENTIONS",
            "step_time", "mfu", "hfu", "training_time", "training_time_from_steps",
            "gpu_hours", "training_cost", "step_report", "DEFAULT_EFFICIENCY"]
 
@@ -60,6 +61,106 @@ def parameters_narayanan() -> sp.Expr:
     1.008
     """
     return 12 * L * h**2 * (1 + sp.Rational(13, 12) / h + (V + s) / (12 * L * h))
+
+
+#: Named FLOP conventions: ``gemm-count`` (default: every GEMM of a GQA / gated-MLP layer
+#: counted from its shapes, attention included) and ``6n`` (Kaplan's 6 N per token, no
+#: attention term) — kept so a user can reproduce numbers quoted with it.
+FLOP_CONVENTIONS = ("gemm-count", "6n")
+_GEMM_COUNT = Source("memsym-derivation", "GEMM count: 2 x rows x cols per weight matrix, "
+                     "2 s (d_qk + d_v) per head for attention (Narayanan §5.1 generalised)")
+
+
+def gemm_flops_per_token(*, gated: bool = True, causal: bool = True) -> Total:
+    r"""Forward FLOPs per token of one decoder layer, counted GEMM by GEMM [FLOP].
+
+    .. math::
+
+        \underbrace{2h(a + 2g)d_h}_{QKV} + \underbrace{2\,a d_h h}_{\text{proj}}
+        + \underbrace{2\,(2|3)\,h f}_{\text{MLP}} + \underbrace{4\,s\,a\,d_h\,\kappa}_{\text{attention}}
+
+    with :math:`\kappa = 1/2` for causal attention computed block-sparsely (flash) and 1
+    otherwise (Megatron's unfused softmax computes the full square).  With
+    :math:`g = a`, :math:`a d_h = h`, :math:`f = 4h`, ungated and non-causal it is
+    Narayanan's :math:`24 h^2 + 4 s h` per token (§5.1).
+
+    Parameters
+    ----------
+    gated : bool
+        Gated MLP (SwiGLU: three h x f matrices).
+    causal : bool
+        Count only the causal half of the attention square.
+
+    Examples
+    --------
+    >>> sp.expand(gemm_flops_per_token(gated=False, causal=False).expr.subs(
+    ...     {g: a, d_h: h / a, f: 4 * h}))
+    24*h**2 + 4*h*s
+
+    References
+    ----------
+    Narayanan et al. 2021 §5.1 (the GEMMs of a layer).
+    """
+    kappa = sp.Rational(1, 2) if causal else 1
+    terms = (
+        Term("qkv", 2 * h * (a + 2 * g) * d_h, "QKV projection (GQA: g key/value heads)",
+             _GEMM_COUNT, unit="FLOP"),
+        Term("proj", 2 * a * d_h * h, "attention output projection", _GEMM_COUNT, unit="FLOP"),
+        Term("mlp", (6 if gated else 4) * h * f, "MLP (gated: 3 matrices, else 2)",
+             _GEMM_COUNT, unit="FLOP"),
+        Term("attention", 4 * s * a * d_h * kappa,
+             "QK^T and attention x V" + (" (causal half)" if causal else ""), _GEMM_COUNT,
+             unit="FLOP"),
+    )
+    return Total("forward FLOPs per token and layer (GEMM count)", terms, unit="FLOP")
+
+
+def flops_per_iteration_gemm(kind: str = "model", recompute: str = "none", *,
+                             gated: bool = True, causal: bool = True, batch=B) -> Total:
+    r"""FLOPs of one iteration from the GEMM count (the default convention) [FLOP].
+
+    .. math::
+
+        F = B\,s\,\bigl(L\,(3\,\phi + \phi_{\text{re}}) + 6\,h V\bigr)
+
+    :math:`\phi` the forward FLOPs per token and layer (:func:`gemm_flops_per_token`);
+    :math:`\phi_{\text{re}}` the recomputed forward (hardware FLOPs only): :math:`\phi`
+    with full recomputation, its attention term with selective; :math:`6hV` the logits.
+
+    Parameters
+    ----------
+    kind : {"model", "hardware"}
+    recompute : {"none", "selective", "full"}
+    gated, causal : bool
+        As :func:`gemm_flops_per_token`.
+    batch : sympy.Expr
+        Sequences per iteration [sequences].
+
+    Examples
+    --------
+    GPT-3 shapes give Korthikanti App. A's :math:`72BLsh^2(1 + s/(6h) + V/(12hL))`:
+
+    >>> e = flops_per_iteration_gemm(gated=False, causal=False).expr
+    >>> sp.simplify(e.subs({g: a, d_h: h / a, f: 4 * h})
+    ...             - 72 * B * L * s * h**2 * (1 + s / (6 * h) + V / (12 * h * L)))
+    0
+
+    References
+    ----------
+    Korthikanti et al. 2022 App. A; Narayanan et al. 2021 §5.1.
+    """
+    kind = choose("FLOP kind", kind, FLOP_KINDS)
+    recompute = choose("recompute", recompute, RECOMPUTE)
+    per = gemm_flops_per_token(gated=gated, causal=causal)
+    layer = per.expr
+    att = per["attention"].expr
+    effective = recompute if kind == "hardware" else "none"
+    extra = {"none": 0, "full": layer, "selective": att}[effective]
+    Bq = as_expr(batch)
+    expr = Bq * s * (L * (3 * layer + extra) + 6 * h * V)
+    return Total(f"{kind} FLOPs per iteration (GEMM count, {recompute} recompute)",
+                 (Term("flops", expr, f"{kind} FLOPs: 3 x forward GEMMs (+ recomputed forward) "
+                       "+ logits", _GEMM_COUNT, unit="FLOP"),), unit="FLOP")
 
 
 def flops_per_iteration(kind: str = "model", recompute: str = "none",

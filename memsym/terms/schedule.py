@@ -25,8 +25,10 @@ References
 .. [narayanan] arXiv:2104.04473 §2.2 (1F1B and interleaved schedules).
 .. [gpipe] arXiv:1811.06965 §2.2.
 .. [megatron-lm] theoretical_memory_usage.py (min(1, m/p) for fewer micro-batches than stages);
-   core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving
-   (num_warmup_microbatches = (p - rank - 1)*2 + (v - 1)*p, capped at m*v).
+   core/pipeline_parallel/schedules.py, get_pp_rank_microbatches (rev d98e8a6):
+   num_warmup_microbatches = (p - rank - 1)*2 + (v - 1)*N, N = microbatch_group_size_per_vp_stage
+   (default p), capped at m*v.  :func:`memsym.timing.schedule.simulate` runs the schedule and
+   counts the same peak (tests/test_timing.py checks the two agree).
 """
 
 from __future__ import annotations
@@ -146,7 +148,8 @@ def _stage_index(stage, pp):
     return i
 
 
-def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None) -> sp.Expr:
+def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
+                       group=None) -> sp.Expr:
     r"""Model-chunk micro-batches stage ``stage`` holds at its peak [1].
 
     Under 1F1B a count of micro-batches of L/p layers; interleaved (``vv`` > 1) a count of
@@ -161,6 +164,12 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None)
     p*v + p - 1
     >>> stage_microbatches(0, pp=4, mm=2)
     2
+
+    ``group`` is Megatron's ``microbatch_group_size_per_vp_stage`` N (default p): the
+    warm-up is :math:`2(p - i - 1) + (v - 1) N` chunks (``get_pp_rank_microbatches``):
+
+    >>> stage_microbatches(0, pp=4, vv=2, group=6)
+    13
     """
     schedule = _schedule(schedule)
     pp = as_expr(pp)                   # exact: plain ints must not become floats
@@ -178,7 +187,8 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None)
         # forward chunks, capped at m*v (then all forwards run before any backward); while
         # chunks remain, the steady state runs one more forward before the first backward,
         # so the peak is min(W + 1, m v)
-        count = sp.expand(2 * (pp - i - 1) + (vv - 1) * pp + 1)
+        nn = pp if group is None else as_expr(group)
+        count = sp.expand(2 * (pp - i - 1) + (vv - 1) * nn + 1)
         return count if mm is None else sp.Min(count, mm * vv)
     count = pp - i
     return count if mm is None else sp.Min(count, mm)

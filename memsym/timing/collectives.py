@@ -1,0 +1,131 @@
+r"""Collective times from bandwidth and latency, on the link each parallel group crosses.
+
+A ring collective over :math:`n` ranks of a buffer of :math:`S` bytes takes
+:math:`f(n)\,S/\beta + k(n)\,\alpha` with NCCL's bus factors (all-reduce :math:`2(n-1)/n`
+and :math:`2(n-1)` steps; all-gather, reduce-scatter and all-to-all :math:`(n-1)/n` and
+:math:`n-1` steps; point-to-point 1 and 1).  Ranks are laid out in Megatron-LM's default
+order ``tp-cp-ep-dp-pp`` (innermost first); a group whose span (stride x size) fits in a node
+runs on NVLink, otherwise its ring crosses the inter-node network, which sets the pace.
+
+References
+----------
+.. [nccl-tests] NVIDIA nccl-tests doc/PERFORMANCE.md (bus bandwidth factors).
+.. [megatron-lm] megatron/core/parallel_state.py, initialize_model_parallel(order="tp-cp-ep-dp-pp").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidValueError, choose
+
+__all__ = ["KINDS", "ORDER", "LINK_LATENCY", "collective_time", "group_stride", "group_link",
+           "group_bandwidth"]
+
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
+#: Megatron-LM's default rank order (parallel_state.initialize_model_parallel, order=).
+ORDER = ("tp", "cp", "ep", "dp", "pp")
+#: Per-step latency [s] of one ring step on each tier.  Assumption (order of magnitude of
+#: NCCL's small-message times on NVLink and InfiniBand; nccl-tests reports tens of
+#: microseconds for an 8-rank all-reduce of a few KB).  Named so a user can replace it.
+LINK_LATENCY = {"intra": 5e-6, "inter": 10e-6}
+
+
+def collective_time(kind: str, nbytes, n, bandwidth, latency=0.0):
+    r"""Seconds for one collective of ``nbytes`` over ``n`` ranks [s].
+
+    .. math::
+
+        t = f(n)\,\frac{S}{\beta} + k(n)\,\alpha, \quad
+        (f, k) = \begin{cases} (2(n-1)/n,\; 2(n-1)) & \text{all-reduce}\\
+        ((n-1)/n,\; n-1) & \text{all-gather, reduce-scatter, all-to-all}\\
+        (1,\; 1) & \text{p2p}\end{cases}
+
+    ``nbytes`` is the full buffer (the all-gathered output, the reduce-scattered input, all
+    of a rank's all-to-all payload); 0 for n = 1.  Vectorised over numpy arrays.
+
+    Parameters
+    ----------
+    kind : {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p"}
+    nbytes : array_like
+        [bytes]
+    n : array_like
+        Ranks in the group [GPUs].
+    bandwidth : array_like
+        Per GPU, one direction [bytes/s].
+    latency : array_like
+        Per ring step [s].
+
+    Examples
+    --------
+    Seed 002's 7.5 GB of TP all-reduce over 8 GPUs at 450 GB/s per direction (one call):
+
+    >>> round(float(collective_time("all-reduce", 7.516e9 / 1.75, 8, 450e9)), 4)
+    0.0167
+
+    References
+    ----------
+    nccl-tests doc/PERFORMANCE.md.
+    """
+    kind = choose("collective", kind, KINDS)
+    n = np.asarray(n, float)
+    nbytes = np.asarray(nbytes, float)
+    if not np.all(np.isfinite(n)) or np.any(n < 1) or not np.all(np.isfinite(nbytes)) \
+            or np.any(nbytes < 0):
+        raise InvalidValueError("a collective needs n >= 1 ranks and bytes >= 0")
+    if kind == "all-reduce":
+        frac, steps = 2 * (n - 1) / n, 2 * (n - 1)
+    elif kind == "p2p":
+        frac, steps = np.ones_like(n), np.ones_like(n)
+    else:
+        frac, steps = (n - 1) / n, n - 1
+    out = frac * nbytes / bandwidth + steps * latency
+    return np.where(n > 1, out, 0.0) if kind != "p2p" else out
+
+
+def group_stride(group: str, t=1, c=1, d=1, e=1, t_e=None):
+    """Stride between neighbouring ranks of ``group`` in the order tp-cp-ep-dp-pp [GPUs].
+
+    The dense mesh is tp-cp-dp-pp (Megatron folds EP into DP for non-expert layers); the
+    expert mesh is expert-tp, ep, expert-dp, pp, so EP's stride is the expert TP size.
+
+    Examples
+    --------
+    >>> [int(group_stride(g, t=8, c=2, d=4)) for g in ("tp", "cp", "dp", "pp")]
+    [1, 8, 16, 64]
+    """
+    group = choose("group", group, ("tp", "cp", "ep", "dp", "pp"))
+    t, c, d = (np.asarray(x, float) for x in (t, c, d))
+    t_e = t if t_e is None else np.asarray(t_e, float)
+    return {"tp": np.ones_like(t * c), "cp": t, "ep": t_e, "dp": t * c,
+            "pp": t * c * d}[group]
+
+
+def group_link(group: str, size, gpus_per_node: int, **layout):
+    """Whether each group runs inside a node (True) or crosses nodes (False).
+
+    Examples
+    --------
+    >>> bool(group_link("tp", 8, 8, t=8)), bool(group_link("dp", 2, 8, t=4, d=2))
+    (True, True)
+    >>> bool(group_link("pp", 4, 8, t=4, d=2, c=1))
+    False
+    """
+    stride = group_stride(group, **layout)
+    return stride * np.asarray(size, float) <= gpus_per_node
+
+
+def group_bandwidth(group: str, size, cluster, **layout):
+    """(bandwidth [bytes/s], latency [s]) for each group: NVLink inside a node, else the NIC.
+
+    Examples
+    --------
+    >>> from memsym.hardware import cluster
+    >>> bw, lat = group_bandwidth("tp", 8, cluster("dgx-h100"), t=8)
+    >>> float(bw) / 1e9, float(lat)
+    (450.0, 5e-06)
+    """
+    inside = group_link(group, size, cluster.gpus_per_node, **layout)
+    bw = np.where(inside, float(cluster.intra_node_bandwidth), float(cluster.inter_node_bandwidth))
+    lat = np.where(inside, LINK_LATENCY["intra"], LINK_LATENCY["inter"])
+    return bw, lat

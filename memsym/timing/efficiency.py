@@ -1,0 +1,173 @@
+r"""GEMM time from a documented roofline with tile and wave quantisation, per GPU class.
+
+A GEMM :math:`[M, K] \times [K, N]` costs the larger of its math time at the class's
+large-GEMM ceiling and its HBM time, after tile quantisation (the output is computed in
+whole tiles) and wave quantisation (tiles run in waves of one tile per SM), plus a fixed
+launch overhead.  This is the model of NVIDIA's *Matrix Multiplication Background User's
+Guide* (tile and wave quantisation, arithmetic intensity vs the ops:byte ratio).
+
+The ceiling (fraction of the dense datasheet peak a large, well-shaped GEMM sustains under
+training's power and clock limits) is the one calibrated constant per class and precision;
+:data:`GEMM_CEILING` says which published run fixed each (``docs/time-accuracy.md``).
+
+References
+----------
+.. [nvidia-gemm-guide] NVIDIA Deep Learning Performance docs, "Matrix Multiplication
+   Background User's Guide" (tile quantisation, wave quantisation, math vs memory bound).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidValueError, choose
+from ..hardware import GPU, gpu as _gpu
+
+__all__ = ["GEMM_CEILING", "TILES", "LAUNCH_OVERHEAD", "gemm_time", "gemm_efficiency",
+           "ceiling"]
+
+#: Large-GEMM ceiling as a fraction of the dense datasheet peak, per class and precision.
+#: Each was fixed on ONE published run (the calibration points of docs/time-accuracy.md):
+#: ampere/bf16 on Korthikanti Table 5, 175B with selective recompute (13.75 s);
+#: hopper/bf16 on Llama 3 Table 4 row 1 (8,192 GPUs, 430 TFLOP/s);
+#: hopper/fp8 on seed 001's baseline (TP4 PP4 VPP5, 709.93 TFLOP/s).
+#: The other classes carry the Hopper/Ampere value of their generation (an assumption,
+#: not a calibration; say so when quoting them).  fp16 = bf16; fp32 runs as TF32.
+GEMM_CEILING = {
+    ("ampere", "bf16"): 0.800, ("ampere", "fp32"): 0.800,
+    ("hopper", "bf16"): 0.577, ("hopper", "fp32"): 0.577, ("hopper", "fp8"): 0.531,
+    ("ada", "bf16"): 0.577, ("ada", "fp32"): 0.577, ("ada", "fp8"): 0.531,
+    ("blackwell", "bf16"): 0.577, ("blackwell", "fp32"): 0.577, ("blackwell", "fp8"): 0.531,
+    ("cdna3", "bf16"): 0.577, ("cdna3", "fp32"): 0.577, ("cdna3", "fp8"): 0.531,
+}
+#: Output tiles a cuBLAS/CUTLASS kernel can use, with its relative mainloop efficiency
+#: (smaller tiles reuse operands less).  The best one for the shape is taken, as cuBLAS's
+#: heuristics do.  REF: nvidia-gemm-guide (tile sizes 256x128 ... 64x64); the relative
+#: efficiencies are memsym's assumption.
+TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.95), (64, 128, 0.85), (64, 64, 0.7))
+#: Fixed cost of one kernel launch + prologue/epilogue [s] (assumption: a few microseconds).
+LAUNCH_OVERHEAD = 4e-6
+#: K below ~this many elements leaves the mainloop pipeline partly empty: factor K/(K + K0).
+K0 = 64
+
+
+def _dev(device) -> GPU:
+    dev = _gpu(device)
+    if dev.arch_class is None or dev.sm_count is None or dev.hbm_bandwidth is None:
+        raise InvalidValueError(f"GPU {dev.name} has no timing data (arch_class, sm_count, "
+                                "hbm_bandwidth); give them in its GPU record")
+    return dev
+
+
+def ceiling(device, precision: str = "bf16") -> float:
+    """The large-GEMM ceiling of ``device`` at ``precision`` [1].
+
+    Examples
+    --------
+    >>> ceiling("a100-80gb") == GEMM_CEILING[("ampere", "bf16")]
+    True
+    """
+    dev = _dev(device)
+    prec = "bf16" if precision == "fp16" else precision
+    key = (dev.arch_class, prec)
+    if key not in GEMM_CEILING:
+        raise InvalidValueError(f"no GEMM ceiling for {dev.name} at {precision} "
+                                f"(classes and precisions: {sorted(GEMM_CEILING)})")
+    return GEMM_CEILING[key]
+
+
+def _quantisation(M, N, sms):
+    """Best over TILES of (useful outputs / outputs computed in whole waves) x tile efficiency."""
+    best = np.zeros(np.broadcast(M, N).shape)
+    for tm, tn, rel in TILES:
+        tiles = np.ceil(M / tm) * np.ceil(N / tn)
+        waves = np.ceil(tiles / sms)
+        best = np.maximum(best, rel * (M * N) / (waves * sms * tm * tn))
+    return best
+
+
+def gemm_efficiency(M, N, K, device, precision: str = "bf16", *, eta_gemm=None):
+    r"""Achieved fraction of the dense peak for GEMMs of shape ``[M, K] x [K, N]`` [1].
+
+    .. math::
+
+        \eta(M, N, K) = \frac{2MNK}{F_{\text{peak}}\; t_{\text{GEMM}}(M, N, K)}
+
+    Vectorised: ``M``, ``N``, ``K`` broadcast as numpy arrays.
+
+    Parameters
+    ----------
+    M, N, K : array_like
+        GEMM dimensions [elements].
+    device : str or GPU
+    precision : {"bf16", "fp16", "fp8", "fp32"}
+    eta_gemm : float, optional
+        Override: a fixed achieved GEMM efficiency (the symbol ``eta_gemm``); the curve is
+        then not used.
+
+    Examples
+    --------
+    Big square GEMMs approach the ceiling; skinny ones fall far below it:
+
+    >>> big = float(gemm_efficiency(8192, 8192, 8192, "h100"))
+    >>> small = float(gemm_efficiency(512, 1024, 1024, "h100"))
+    >>> big > 0.55 > 0.3 > small
+    True
+
+    References
+    ----------
+    NVIDIA Matrix Multiplication Background User's Guide.
+    """
+    dev = _dev(device)
+    t = gemm_time(M, N, K, dev, precision, eta_gemm=eta_gemm)
+    return 2.0 * np.asarray(M, float) * N * K / (dev.peak(precision) * t)
+
+
+def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=1):
+    r"""Seconds for ``count`` GEMMs ``[M, K] x [K, N]`` on one GPU [s].
+
+    .. math::
+
+        t = \max\!\Bigl(\frac{2MNK}{\eta_{\max} F\, q(M,N)\, K/(K+K_0)},\;
+            \frac{b\,(MK + KN + MN)}{B_{\text{HBM}}}\Bigr) + t_{\text{launch}}
+
+    with :math:`q` the best tile/wave quantisation factor over :data:`TILES`, :math:`b` the
+    bytes per element (1 for fp8, 4 for fp32, else 2).  ``eta_gemm`` replaces the whole
+    math-side efficiency :math:`\eta_{\max} q K/(K+K_0)` by one number.
+
+    Examples
+    --------
+    A 4096-cube bf16 GEMM on an A100 (0.137 TFLOP) at the ceiling and full quantisation:
+
+    >>> t = float(gemm_time(4096, 4096, 4096, "a100-80gb"))
+    >>> round(2 * 4096**3 / t / 312e12, 2) <= 0.800
+    True
+    """
+    dev = _dev(device)
+    precision = choose("precision", precision, ("bf16", "fp16", "fp8", "fp32"))
+    M, N, K = (np.asarray(x, dtype=float) for x in (M, N, K))
+    if not (np.all(np.isfinite(M)) and np.all(np.isfinite(N)) and np.all(np.isfinite(K))) \
+            or np.any(M <= 0) or np.any(N <= 0) or np.any(K <= 0):
+        raise InvalidValueError("GEMM dimensions must be finite and > 0")
+    flops = 2.0 * M * N * K
+    if eta_gemm is not None:
+        eff = float(eta_gemm)
+        if not 0 < eff <= 1:
+            raise InvalidValueError(f"eta_gemm must be in (0, 1], got {eta_gemm}")
+    else:
+        eff = ceiling(dev, precision) * _quantisation(M, N, dev.sm_count) * K / (K + K0)
+    width = {"fp8": 1, "fp32": 4}.get(precision, 2)
+    t_math = flops / (dev.peak(precision) * eff)
+    t_mem = width * (M * K + K * N + M * N) / dev.hbm_bandwidth
+    return count * (np.maximum(t_math, t_mem) + LAUNCH_OVERHEAD)
+
+
+def memory_time(nbytes, device):
+    """Seconds to stream ``nbytes`` through HBM (memory-bound operations) [s].
+
+    Examples
+    --------
+    >>> round(float(memory_time(3.35e12, "h100")), 3)
+    1.0
+    """
+    return np.asarray(nbytes, float) / _dev(device).hbm_bandwidth

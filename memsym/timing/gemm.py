@@ -1,0 +1,272 @@
+r"""Per-layer work after the TP/SP/CP/EP splits: GEMM shapes, attention, memory-bound bytes.
+
+One GPU's share of one transformer layer for one micro-batch of ``b`` sequences of ``s``
+tokens, split by tensor (``t``), context (``c``), expert (``e``, expert-TP ``t_e``)
+parallelism; sequence parallelism splits the norm/dropout/residual elementwise work by t.
+Forward GEMMs ``[M, K] x [K, N]`` have a data-gradient ``[M, N] x [N, K]`` and a
+weight-gradient ``[K, M] x [M, N]`` in the backward pass (same FLOPs, other shapes).
+Every count is vectorised over numpy arrays of the layout knobs.
+
+References
+----------
+.. [narayanan] arXiv:2104.04473 §5.1 (the GEMMs of a GPT layer; backward = 2 x forward).
+.. [korthikanti] arXiv:2205.05198 §4 (sequence parallelism), §5 (selective recompute), App. A.
+.. [flash-attention] Dao et al. 2022 / 2023: causal blocks above the diagonal are skipped;
+   the backward runs 5 matrix multiplies to the forward's 2 (2.5x the FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.architecture import moe_layer_pattern, padded_vocab_size, resolve
+
+__all__ = ["Gemm", "Shape", "shape_of", "layer_gemms", "attention_flops", "memory_bytes",
+           "layer_params", "forward_flops_per_token"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The numbers of an architecture the time model needs (resolved, Megatron defaults)."""
+
+    L: int
+    h: int
+    a: int
+    g: int
+    d_qk: int   # query/key head dim (with MLA's RoPE part)
+    d_v: int    # value head dim
+    f: int
+    gated: bool
+    V: int
+    E: int      # routed experts (0 = dense)
+    k: int
+    f_e: int
+    f_sh: int
+    L_moe: int
+    mla: tuple  # (q_lora_rank or 0, kv_lora_rank, rope dim) or ()
+    untied: bool
+    rope: bool = True
+
+
+def shape_of(arch, t: int = 1) -> Shape:
+    """Resolve ``arch`` (a memsym Architecture) into the numbers the time model uses.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> x = shape_of(preset("llama3-70b"))
+    >>> (x.L, x.h, x.a, x.g, x.f, x.gated)
+    (80, 8192, 64, 8, 28672, True)
+    """
+    x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
+    mla = ()
+    d_qk = d_v = x.kv_channels
+    if x.multi_latent_attention:
+        mla = (x.q_lora_rank or 0, x.kv_lora_rank, x.qk_pos_emb_head_dim)
+        d_qk, d_v = x.qk_head_dim + x.qk_pos_emb_head_dim, x.v_head_dim
+    E = x.num_experts or 0
+    return Shape(L=x.num_layers, h=x.hidden_size, a=x.num_attention_heads, g=x.num_query_groups,
+                 d_qk=d_qk, d_v=d_v, f=x.ffn_hidden_size, gated=bool(x.swiglu),
+                 V=padded_vocab_size(x.vocab_size, 1, x.make_vocab_size_divisible_by),
+                 E=E, k=x.moe_router_topk if E else 0,
+                 f_e=(x.moe_ffn_hidden_size or 0) if E else 0,
+                 f_sh=(x.moe_shared_expert_intermediate_size or 0) if E else 0,
+                 L_moe=sum(moe_layer_pattern(x)), mla=mla,
+                 untied=bool(x.untie_embeddings_and_output_weights),
+                 rope=x.position_embedding_type == "rope")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One forward GEMM ``count x [M, K] x [K, N]`` (arrays broadcast over layouts)."""
+
+    name: str
+    M: object
+    N: object
+    K: object
+    count: object = 1
+
+    @property
+    def flops(self):
+        return 2.0 * np.asarray(self.M, float) * self.N * self.K * self.count
+
+
+def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -> list:
+    r"""Forward GEMMs of one layer on one GPU for one micro-batch (attention core excluded).
+
+    Tokens on a rank: :math:`T = b\,s/c` (sequence parallelism all-gathers the :math:`T/t`
+    tokens back to :math:`T` before each column-parallel GEMM).  Column-parallel weights
+    split their output dimension by t, row-parallel their input.  A MoE layer's experts
+    receive, per GPU, :math:`b\,s\,k\,t_e/(t\,c)` routed rows (balanced routing) spread
+    over its :math:`E/e` local experts.
+
+    Examples
+    --------
+    Hand count for GPT-3 175B (h = 12288, f = 4h, a = 96, no GQA), t = 8, s = 2048, b = 1:
+    QKV [2048, 12288] x [12288, 3 * 12288 / 8], 2 M N K = 2 * 2048 * 12288 * 4608 FLOPs.
+
+    >>> from memsym.model import preset
+    >>> g = layer_gemms(shape_of(preset("gpt3-175b")), 2048, 1, t=8)
+    >>> [(q.name, int(q.M), int(q.N), int(q.K)) for q in g][:2]
+    [('qkv', 2048, 4608, 12288), ('proj', 2048, 12288, 1536)]
+    >>> float(sum(q.flops for q in g)) == 2 * 2048 * 12 * 12288**2 / 8
+    True
+    """
+    t = np.asarray(t, float)
+    c = np.asarray(c, float)
+    e = np.asarray(e, float)
+    t_e = t if t_e is None else np.asarray(t_e, float)
+    T = np.asarray(b, float) * s / c
+    out = []
+    h = x.h
+    if x.mla:
+        r_q, r_kv, d_r = x.mla
+        if r_q:
+            out.append(Gemm("q_down", T, r_q + 0 * t, h))
+            out.append(Gemm("q_up", T, x.a * x.d_qk / t, r_q))
+        else:
+            out.append(Gemm("q", T, x.a * x.d_qk / t, h))
+        out.append(Gemm("kv_down", T, r_kv + d_r + 0 * t, h))
+        out.append(Gemm("kv_up", T, x.a * (x.d_qk - d_r + x.d_v) / t, r_kv))
+        out.append(Gemm("proj", T, h + 0 * t, x.a * x.d_v / t))
+    else:
+        out.append(Gemm("qkv", T, (x.a + 2 * x.g) * x.d_qk / t, h))
+        out.append(Gemm("proj", T, h + 0 * t, x.a * x.d_v / t))
+    mult = 2 if x.gated else 1
+    if not moe:
+        out.append(Gemm("fc1", T, mult * x.f / t, h))
+        out.append(Gemm("fc2", T, h + 0 * t, x.f / t))
+        return out
+    out.append(Gemm("router", T, x.E + 0 * t, h))
+    rows = np.asarray(b, float) * s * x.k * t_e / (t * c)
+    local = x.E / e
+    per_expert = rows / local
+    out.append(Gemm("expert_fc1", per_expert, mult * x.f_e / t_e, h, local))
+    out.append(Gemm("expert_fc2", per_expert, h + 0 * t, x.f_e / t_e, local))
+    if x.f_sh:
+        out.append(Gemm("shared_fc1", T, mult * x.f_sh / t, h))
+        out.append(Gemm("shared_fc2", T, h + 0 * t, x.f_sh / t))
+    return out
+
+
+def output_gemm(x: Shape, s, b, t=1, c=1) -> Gemm:
+    """The output layer (logits) on the last stage: ``[T, h] x [h, V/t]``.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> int(output_gemm(shape_of(preset("gpt3-175b")), 2048, 1, t=8).N)
+    6288
+    """
+    T = np.asarray(b, float) * s / np.asarray(c, float)
+    return Gemm("output", T, x.V / np.asarray(t, float), x.h)
+
+
+def attention_flops(x: Shape, s, b, t=1, c=1, *, causal_skip: bool):
+    r"""Forward FLOPs of the attention core (:math:`QK^T` and attention x V) on one GPU.
+
+    .. math::
+
+        2\,b\,\frac{s}{c}\,s\,\frac{a}{t}\,(d_{qk} + d_v)\;\cdot\;\bigl(\tfrac12\text{ if causal
+        blocks are skipped (flash)}\bigr)
+
+    Examples
+    --------
+    GPT-3 175B, s = 2048, t = 8, b = 1: 2 * 2048^2 * 12 * 128 * 2 = 4 s^2 h / t FLOPs.
+
+    >>> from memsym.model import preset
+    >>> fl = attention_flops(shape_of(preset("gpt3-175b")), 2048, 1, 8, causal_skip=False)
+    >>> float(fl) == 4 * 2048**2 * 12288 / 8
+    True
+    """
+    full = 2.0 * np.asarray(b, float) * (s / np.asarray(c, float)) * s * (x.a / np.asarray(t, float)) \
+        * (x.d_qk + x.d_v)
+    return full / 2 if causal_skip else full
+
+
+def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence_parallel: bool,
+                 flash: bool, dropout: bool, width: int = 2):
+    r"""HBM bytes of one layer's memory-bound forward operations on one GPU [bytes].
+
+    Per element of the hidden state (:math:`T h`, divided by t under sequence parallelism,
+    replicated on every TP rank without it): 2 norms (read + write: 4), 2 residual adds
+    (2 reads + 1 write: 6), 2 dropouts (read, write and a 1-byte mask: 5, if dropout is on);
+    the activation (GeLU: read + write of f; SwiGLU: 2 reads + 1 write); RoPE on Q and K;
+    without flash attention the softmax reads and writes the :math:`s \times s` scores (plus
+    attention dropout).  MoE layers add the permute and unpermute copies of the routed rows.
+    The backward pass moves about twice these bytes.  Memsym's count (assumption).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> x = shape_of(preset("gpt3-175b"))
+    >>> nb = memory_bytes(x, 2048, 1, 8, moe=False, sequence_parallel=True, flash=True,
+    ...                   dropout=False)
+    >>> float(nb) == 2 * (10 * 2048 * 12288 / 8 + 2 * 2048 * 4 * 12288 / 8)
+    True
+    """
+    t = np.asarray(t, float)
+    c = np.asarray(c, float)
+    t_e = t if t_e is None else np.asarray(t_e, float)
+    T = np.asarray(b, float) * s / c
+    hidden = T * x.h / (t if sequence_parallel else 1)
+    elems = (10 + (5 if dropout else 0)) * hidden
+    act = 3 if x.gated else 2
+    if moe:
+        rows = np.asarray(b, float) * s * x.k * t_e / (t * c)
+        elems = elems + act * rows * x.f_e / t_e + 4 * rows * x.h
+        if x.f_sh:
+            elems = elems + act * T * x.f_sh / t
+    else:
+        elems = elems + act * T * x.f / t
+    if x.rope:
+        elems = elems + 2 * T * (x.a + x.g) * x.d_qk / t
+    if not flash:
+        scores = np.asarray(b, float) * (x.a / t) * (s / c) * s
+        elems = elems + (2 + (2.5 if dropout else 0)) * scores
+    return width * elems
+
+
+def layer_params(x: Shape, *, moe: bool) -> tuple:
+    """(dense, expert) weight parameters of one layer (norms included in dense).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> dense, expert = layer_params(shape_of(preset("llama3-70b")), moe=False)
+    >>> dense == 8192 * (64 + 16) * 128 + 64 * 128 * 8192 + 3 * 8192 * 28672 + 2 * 8192, expert
+    (True, 0)
+    """
+    h = x.h
+    if x.mla:
+        r_q, r_kv, d_r = x.mla
+        att = (h * r_q + r_q * x.a * x.d_qk if r_q else h * x.a * x.d_qk) \
+            + h * (r_kv + d_r) + r_kv * x.a * (x.d_qk - d_r + x.d_v) + x.a * x.d_v * h
+    else:
+        att = h * (x.a + 2 * x.g) * x.d_qk + x.a * x.d_v * h
+    mult = 3 if x.gated else 2
+    if not moe:
+        return att + mult * h * x.f + 2 * h, 0
+    return att + h * x.E + mult * h * x.f_sh + 2 * h, x.E * mult * h * x.f_e
+
+
+def forward_flops_per_token(x: Shape, s, *, causal: bool = True) -> float:
+    """Model forward FLOPs per token (all layers, the logits, attention): the MFU numerator / 3.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> x = shape_of(preset("gpt3-175b"))
+    >>> f = forward_flops_per_token(x, 2048, causal=False)
+    >>> f == 24 * 96 * 12288**2 * (1 + 2048 / (6 * 12288) + x.V / (12 * 12288 * 96))
+    True
+    """
+    dense = sum(q.flops for q in layer_gemms(x, s, 1)) / s
+    per_layer_att = attention_flops(x, s, 1, causal_skip=causal) / s
+    total = (x.L - x.L_moe) * (dense + per_layer_att)
+    if x.L_moe:
+        moe = sum(q.flops for q in layer_gemms(x, s, 1, moe=True)) / s
+        total = total + x.L_moe * (moe + per_layer_att)
+    return float(total + 2 * x.h * x.V)

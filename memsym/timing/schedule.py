@@ -1,0 +1,259 @@
+r"""The exact pipeline schedule: Megatron-LM's op order per rank, run on its data dependencies.
+
+Each pipeline rank executes its forward and backward model-chunk passes in the order
+Megatron-LM's ``forward_backward_pipelining_with(out)_interleaving`` issues them (warm-up
+forwards, then one forward and one backward per steady step, then the cool-down backwards;
+the interleaved order from ``get_schedule_table`` with ``microbatch_group_size_per_vp_stage``
+N), each as soon as its input has arrived.  The makespan gives the bubble exactly — for
+m not a multiple of p, m < p, uneven stages and any N — and the peak count of forwards
+not yet backwarded gives the in-flight activations.
+
+References
+----------
+.. [megatron-lm] megatron/core/pipeline_parallel/schedules.py (rev d98e8a6):
+   get_pp_rank_microbatches (num_warmup_microbatches = 2(p - rank - 1) + (v - 1) N, capped at
+   m v; 1F1B: p - rank - 1 capped at m), get_schedule_table, and the checks in
+   forward_backward_pipelining_with_interleaving (N in [p, m]; m mod N = 0 or >= p).
+.. [narayanan] arXiv:2104.04473 §2.2 ((p-1)/m and (p-1)/(v m)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+import sympy as sp
+
+from ..errors import InvalidValueError, choose
+
+__all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "schedule_table", "rank_order", "simulate",
+           "Simulation", "bubble_fraction"]
+
+SCHEDULES = ("1f1b", "interleaved", "gpipe")
+#: Bound on the forward + backward passes simulated (p m v 2).
+MAX_OPS = 2_000_000
+
+
+def _whole(x, what, low=1):
+    if isinstance(x, bool) or int(x) != x or int(x) < low:
+        raise InvalidValueError(f"{what} must be a whole number >= {low}, got {x!r:.40}")
+    return int(x)
+
+
+def schedule_rule(p, m, v=1, group_size=None, *, overlap_p2p=True):
+    """The Megatron-LM rule an interleaved schedule breaks, or None when it launches.
+
+    Verbatim conditions of schedules.py / arguments.py (rev d98e8a6): interleaving needs
+    p > 1 (p > 2 without p2p overlap); N (``microbatch_group_size_per_vp_stage``, default p)
+    must lie in [p, m]; the last group m mod N must be 0 or at least p.
+
+    Examples
+    --------
+    >>> schedule_rule(4, 8, 2) is None
+    True
+    >>> schedule_rule(16, 1, 4)
+    'microbatch_group_size_per_vp_stage N=16 must lie in [p=16, m=1]'
+    >>> schedule_rule(4, 6, 2)
+    'm mod N = 2 must be 0 or >= p = 4 (dependency bubbles)'
+    """
+    p, m, v = _whole(p, "p"), _whole(m, "m"), _whole(v, "v")
+    if v == 1:
+        return None
+    if p == 1 or (p <= 2 and not overlap_p2p):
+        return f"interleaved schedule needs p > {1 if overlap_p2p else 2}, got p={p}"
+    N = p if group_size is None else _whole(group_size, "group_size")
+    if N > m or N < p:
+        return f"microbatch_group_size_per_vp_stage N={N} must lie in [p={p}, m={m}]"
+    rest = m % N
+    if 0 < rest < p:
+        return f"m mod N = {rest} must be 0 or >= p = {p} (dependency bubbles)"
+    return None
+
+
+def schedule_table(m: int, v: int, N: int) -> list:
+    """Megatron's ``get_schedule_table``: (microbatch, chunk) of each virtual forward.
+
+    Examples
+    --------
+    The docstring example of schedules.py (PP2, N3, M5, VP2):
+
+    >>> [mb for mb, _ in schedule_table(5, 2, 3)], [ch for _, ch in schedule_table(5, 2, 3)]
+    ([0, 1, 2, 0, 1, 2, 3, 4, 3, 4], [0, 0, 0, 1, 1, 1, 0, 0, 1, 1])
+    """
+    out = []
+    for lo in range(0, m, N):
+        hi = m if lo + N >= m else lo + N
+        out.extend((mb, ch) for ch in range(v) for mb in range(lo, hi))
+    return out
+
+
+def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = False) -> list:
+    """Ops of one rank in issue order: ('F'|'B', microbatch, chunk).
+
+    GPipe (``gpipe=True``, v = 1): every forward, then every backward in micro-batch order
+    (torch.distributed.pipelining ScheduleGPipe).
+
+    Examples
+    --------
+    >>> rank_order(0, 2, 3)
+    [('F', 0, 0), ('F', 1, 0), ('B', 0, 0), ('F', 2, 0), ('B', 1, 0), ('B', 2, 0)]
+    >>> rank_order(0, 2, 2, gpipe=True)
+    [('F', 0, 0), ('F', 1, 0), ('B', 0, 0), ('B', 1, 0)]
+    """
+    N = p if N is None else N
+    if gpipe:
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    total = m * v
+    if v == 1:
+        table = [(i, 0) for i in range(m)]
+        warm = min(p - rank - 1, m)
+    else:
+        table = schedule_table(m, v, N)
+        warm = 2 * (p - rank - 1) + (v - 1) * N
+    warm = min(warm, total)
+    fwd = [("F", mb, ch) for mb, ch in table]
+    bwd = [("B", mb, v - 1 - ch) for mb, ch in table]
+    order = fwd[:warm]
+    for i in range(total - warm):
+        order.append(fwd[warm + i])
+        order.append(bwd[i])
+    order.extend(bwd[total - warm:])
+    return order
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """Result of :func:`simulate`: makespan [time units], ideal busy time of the busiest
+    rank, bubble = makespan / busy - 1, and each rank's peak chunk-passes in flight."""
+
+    makespan: Fraction
+    busy: Fraction
+    bubble: Fraction
+    in_flight: tuple
+
+
+def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
+             gpipe: bool = False) -> Simulation:
+    r"""Run the schedule on its data dependencies; durations per rank (whole-stage, all v chunks).
+
+    ``forward`` / ``backward``: one duration per rank (or one for all), the time of a whole
+    stage's forward / backward of one microbatch; a chunk takes 1/v of it.  Exact rationals.
+    ``gpipe=True`` runs GPipe's order (all forwards, then all backwards; v = 1).
+
+    Examples
+    --------
+    Uniform 1F1B: the bubble is (p - 1)/m, also for m < p:
+
+    >>> simulate(4, 8).bubble, simulate(8, 2).bubble
+    (Fraction(3, 8), Fraction(7, 2))
+    >>> simulate(4, 8, 2).bubble  # interleaved, m a multiple of p: (p-1)/(v m)
+    Fraction(3, 16)
+    """
+    p, m, v = _whole(p, "p"), _whole(m, "m"), _whole(v, "v")
+    N = p if group_size is None else _whole(group_size, "group_size")
+    if gpipe and v != 1:
+        raise InvalidValueError("GPipe has one chunk per rank (v = 1)")
+    if 2 * p * m * v > MAX_OPS:
+        raise InvalidValueError(f"schedule of {2 * p * m * v} passes exceeds {MAX_OPS}")
+    # whole numbers and fractions stay exact; floats (seconds) are simulated in floats
+    num = (lambda x: float(x)) if any(isinstance(x, float) for x in (*forward, *backward)) \
+        else Fraction
+    fw = [num(x) for x in (forward if len(forward) == p else list(forward) * p)]
+    bw = [num(x) for x in (backward if len(backward) == p else list(backward) * p)]
+    if len(fw) != p or len(bw) != p or min(fw + bw) <= 0:
+        raise InvalidValueError("forward/backward: one positive duration, or one per rank")
+    orders = [rank_order(r, p, m, v, N, gpipe) for r in range(p)]
+    pos = [0] * p
+    free = [num(0)] * p
+    done: dict = {}
+    last = p * v - 1
+    flight = [0] * p
+    peak = [0] * p
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for r in range(p):
+            while pos[r] < len(orders[r]):
+                kind, mb, ch = orders[r][pos[r]]
+                gs = ch * p + r
+                if kind == "F":
+                    dep = ("F", mb, gs - 1) if gs > 0 else None
+                else:
+                    dep = ("B", mb, gs + 1) if gs < last else ("F", mb, gs)
+                if dep is not None and dep not in done:
+                    break
+                start = max(free[r], done[dep]) if dep is not None else free[r]
+                end = start + (fw[r] if kind == "F" else bw[r]) / v
+                done[(kind, mb, gs)] = end
+                free[r] = end
+                flight[r] += 1 if kind == "F" else -1
+                peak[r] = max(peak[r], flight[r])
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise InvalidValueError(f"schedule p={p} m={m} v={v} N={N} deadlocks")
+    makespan = max(free)
+    busy = max(m * (fw[r] + bw[r]) for r in range(p))
+    return Simulation(makespan, busy, makespan / busy - 1, tuple(peak))
+
+
+@lru_cache(maxsize=4096)
+def _bubble_cached(p, m, v, N, ratio):
+    return simulate(p, m, v, N, forward=(1,), backward=(ratio,)).bubble
+
+
+def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
+                    backward_ratio=2, strict: bool = False):
+    r"""Exact pipeline bubble: idle time over the ideal compute time, uniform stages [1].
+
+    .. math::
+
+        \text{1F1B, GPipe: } \frac{p-1}{m} \qquad
+        \text{interleaved (valid N, } N \mid m\text{): } \frac{p-1}{v\,m}
+
+    and otherwise whatever the simulated Megatron order gives (:func:`simulate`, with a
+    backward ``backward_ratio`` times the forward: 2, or 3 with full recomputation).
+    ``strict`` raises when Megatron-LM would refuse the interleaved layout
+    (:func:`schedule_rule`); otherwise the layout is priced as it would run.
+
+    Parameters
+    ----------
+    schedule : {"1f1b", "interleaved", "gpipe"}
+    p, m, v : int
+        Stages [GPUs], microbatches per step, model chunks per rank.
+    group_size : int, optional
+        ``microbatch_group_size_per_vp_stage`` N (default p).
+
+    Examples
+    --------
+    >>> bubble_fraction("1f1b", p=8, m=4)
+    7/4
+    >>> bubble_fraction("interleaved", p=4, m=8, v=2)
+    3/16
+    >>> bubble_fraction("interleaved", p=4, m=10, v=2) > sp.Rational(3, 20)  # m % p != 0
+    True
+
+    References
+    ----------
+    Narayanan et al. 2021 §2.2; Megatron-LM schedules.py.
+    """
+    schedule = choose("pipeline schedule", schedule, SCHEDULES)
+    p, m, v = _whole(p, "p"), _whole(m, "m"), _whole(v, "v")
+    if schedule in ("gpipe", "1f1b") and v == 1 or schedule == "gpipe":
+        if schedule == "gpipe" and v != 1:
+            raise InvalidValueError("GPipe has one chunk per rank (v = 1)")
+        return sp.Rational(p - 1, m)
+    if schedule == "1f1b":
+        schedule = "interleaved"
+    rule = schedule_rule(p, m, v, group_size)
+    if strict and rule:
+        raise InvalidValueError(f"Megatron-LM refuses this interleaved layout: {rule}")
+    N = p if group_size is None else _whole(group_size, "group_size")
+    if rule is None and m % N == 0:
+        return sp.Rational(p - 1, v * m)
+    if v > 1 and p == 1:
+        return sp.Integer(0)
+    frac = _bubble_cached(p, m, v, N, Fraction(backward_ratio))
+    return sp.Rational(frac.numerator, frac.denominator)

@@ -1,0 +1,523 @@
+r"""The step time: per-stage compute from GEMMs, exposed communication, exact schedule, DP sync.
+
+For each pipeline stage the forward and backward of one micro-batch cost the sum over its
+layers of GEMM times (:mod:`.efficiency`), attention, memory-bound operations priced by HBM
+bandwidth, and the communication that is not hidden (each overlap a named switch in
+:class:`Overlap`).  The pipeline makespan comes from the schedule (:mod:`.schedule`): the
+slowest stage runs all ``m`` micro-batches, the fill and drain pass once through the others
+(divided by ``v`` chunks), times the exact bubble of Megatron-LM's order.  After the flush
+the data-parallel gradient reduce-scatter / all-reduce and the parameter all-gather are
+exposed beyond what the last backward / first forward hides, then the optimizer step.
+
+References
+----------
+.. [megatron-lm] distributed/distributed_data_parallel_config.py (overlap_grad_reduce,
+   overlap_param_gather); model_parallel_config.py (tp_comm_overlap, overlap_p2p_comm,
+   overlap_moe_expert_parallel_comm); arguments.py (overlap_p2p_comm only with interleaving).
+.. [narayanan] arXiv:2104.04473 §2.2, §3.2, §5.1.
+.. [korthikanti] arXiv:2205.05198 §4-§6.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InvalidValueError, choose
+from ..hardware import Cluster, cluster_for, gpu as _gpu
+from ..term import Source
+from .collectives import collective_time, group_bandwidth
+from .efficiency import ceiling, gemm_time, memory_time
+from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, output_gemm,
+                   shape_of)
+from .schedule import bubble_fraction, schedule_rule, simulate
+
+__all__ = ["Overlap", "StepTime", "Settings", "step_time", "step_time_grid", "OPTIMIZER_BYTES", "SOURCES",
+           "FLASH_FORWARD", "FLASH_BACKWARD"]
+
+#: Backward memory-bound bytes relative to the forward's (see :func:`_layer`).
+BACKWARD_MEMORY = 1.5
+
+#: Where each part of the breakdown comes from (keys of formulas/references.toml).
+SOURCES = {
+    "compute": Source("nvidia-gemm-guide", "tile and wave quantisation, math vs memory bound; "
+                      "ceiling calibrated per class (docs/time-accuracy.md)"),
+    "memory": Source("memsym-derivation", "memory-bound bytes per layer, memsym.timing.gemm."
+                     "memory_bytes, at the datasheet HBM bandwidth"),
+    "tp": Source("megatron-schedules", "tensor_parallel/layers.py, LinearWithGradAccumulation"
+                 "AndAsyncCommunication (async dgrad collectives under the wgrad GEMM)"),
+    "ep": Source("gshard", "§2.2 (dispatch and combine all-to-all per MoE layer)"),
+    "cp": Source("ring-attention", "§3 (K, V blocks passed around the ring)"),
+    "pp": Source("megatron-schedules", "arguments.py: overlap_p2p_comm only with interleaving"),
+    "dp": Source("megatron-schedules", "distributed_data_parallel_config.py: overlap_grad_reduce, "
+                 "overlap_param_gather"),
+    "bubble": Source("megatron-schedules", "schedules.py: get_pp_rank_microbatches, "
+                     "get_schedule_table (simulated in memsym.timing.schedule)"),
+    "optimizer": Source("memsym-derivation", "OPTIMIZER_BYTES per parameter at HBM bandwidth"),
+    "collectives": Source("nccl-tests", "doc/PERFORMANCE.md (bus bandwidth factors)"),
+}
+
+#: HBM bytes per parameter of one optimizer step (Megatron Float16Optimizer path): grad-norm read (4), Adam reads g, p, m, v (16) and writes p, m, v (12), fp32 -> bf16 copy (6), zeroing the grad buffer (4).  Memsym count; was: read the fp32 gradient
+#: (4), read and write master (8), m (8), v (8), write the bf16 weight (2).  Memsym's count.
+OPTIMIZER_BYTES = 42
+#: Flash attention's throughput relative to the GEMM ceiling, forward and backward
+#: (FlashAttention-2 paper: forward up to ~70 % of A100 peak, backward ~ 5-10 % lower;
+#: assumption: 0.9 and 0.75 of the ceiling).
+FLASH_FORWARD = 0.9
+FLASH_BACKWARD = 0.75
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Which communication hides behind compute; each switch is a framework option.
+
+    Attributes
+    ----------
+    grad_reduce : bool
+        ``--overlap-grad-reduce``: the DP gradient reduce-scatter / all-reduce runs during the
+        last micro-batch's backward (exposed: what exceeds that backward).
+    param_gather : bool
+        ``--overlap-param-gather``: the distributed optimizer's parameter all-gather runs
+        during the next step's first forward.
+    tp_comm : bool
+        ``--tp-comm-overlap`` (Transformer Engine userbuffers): TP all-gather /
+        reduce-scatter overlap the GEMMs they feed (exposed: what exceeds those GEMMs).
+    ep_a2a : bool
+        ``--overlap-moe-expert-parallel-comm``: EP all-to-all hidden behind another
+        micro-batch's compute (exposed: what exceeds the layer's expert GEMMs).
+    pp_p2p : bool
+        ``overlap_p2p_comm`` (Megatron's default, on with interleaving only; arguments.py
+        turns it off without): the p2p sends of the steady state hide behind compute.
+    cp_ring : bool
+        Ring context parallelism passes K/V blocks while attention computes the previous
+        block (Transformer Engine): exposed is what exceeds the attention compute.
+    tp_async_backward : bool
+        Megatron's always-on backward overlap in ``LinearWithGradAccumulationAndAsync-
+        Communication``: the column-parallel dgrad all-reduce / reduce-scatter under the
+        weight-gradient GEMM, the SP input re-gather under the dgrad GEMM.
+    """
+
+    grad_reduce: bool = True
+    param_gather: bool = True
+    tp_comm: bool = False
+    ep_a2a: bool = False
+    pp_p2p: bool = True
+    cp_ring: bool = True
+    tp_async_backward: bool = True
+
+    @classmethod
+    def none(cls) -> "Overlap":
+        """Nothing overlapped (every byte on the critical path)."""
+        return cls(False, False, False, False, False, False, False)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the step does beyond the layout (a Training's time-relevant fields).
+
+    Attributes
+    ----------
+    seq_length : int  [tokens]
+    micro_batch_size : int  [sequences]
+    recompute : {"none", "selective", "full"}
+    sequence_parallel : bool
+    flash_attention : bool
+    dropout : bool
+    precision : {"bf16", "fp16", "fp8", "fp32"}
+        GEMM precision (fp8: GEMMs in FP8, everything else in bf16).
+    distributed_optimizer : bool
+        Gradient reduce-scatter + parameter all-gather (else an all-reduce).
+    grad_bytes : int
+        Bytes per gradient element reduced (Megatron: fp32 main grads, 4; 2 with
+        ``--grad-reduce-in-bf16``).
+    group_size : int or None
+        ``microbatch_group_size_per_vp_stage`` (None = p).
+    schedule : {"1f1b", "gpipe"}
+        Pipeline schedule (1F1B is interleaved where v > 1).
+    """
+
+    seq_length: int = 2048
+    micro_batch_size: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = True
+    flash_attention: bool = True
+    dropout: bool = False
+    precision: str = "bf16"
+    distributed_optimizer: bool = True
+    grad_bytes: int = 4
+    group_size: int | None = None
+    schedule: str = "1f1b"
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One layout's step time [s] and its breakdown [s] (``parts``), with what it assumed."""
+
+    total: float
+    parts: dict
+    bubble: float
+    mfu: float | None = None
+    assumptions: dict = field(default_factory=dict)
+
+
+def _arr(x):
+    return np.asarray(x, dtype=float)
+
+
+def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, overlap: Overlap,
+           dp):
+    """Forward and backward seconds of one layer and one micro-batch on one GPU (arrays)."""
+    s = st.seq_length
+    prec = st.precision
+    gemms = layer_gemms(x, s, b, t, c, e, t_e, moe=moe)
+    f_gemm = sum(gemm_time(q.M, q.N, q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
+                 for q in gemms)
+    # backward: data gradient [M,N]x[N,K] and weight gradient [K,M]x[M,N]
+    b_gemm = sum(gemm_time(q.M, q.K, q.N, dev, prec, eta_gemm=eta_gemm, count=q.count)
+                 + gemm_time(q.K, q.N, q.M, dev, prec, eta_gemm=eta_gemm, count=q.count)
+                 for q in gemms)
+    # attention core: bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16)
+    aprec = "bf16" if prec == "fp8" else prec
+    peak = dev.peak(aprec)
+    ceil = ceiling(dev, aprec) if eta_gemm is None else float(eta_gemm)
+    if st.flash_attention:
+        fl = attention_flops(x, s, b, t, c, causal_skip=True)
+        f_att = fl / (peak * ceil * FLASH_FORWARD)
+        b_att = 2.5 * fl / (peak * ceil * FLASH_BACKWARD)
+    else:
+        # unfused core attention: batched QK^T [s/c, d] x [d, s] and AV [s/c, s] x [s, d_v]
+        heads = _arr(b) * x.a / _arr(t)
+        sq = s / _arr(c)
+        qk = gemm_time(sq, s, x.d_qk, dev, aprec, eta_gemm=eta_gemm, count=heads)
+        av = gemm_time(sq, x.d_v, s, dev, aprec, eta_gemm=eta_gemm, count=heads)
+        f_att = qk + av
+        b_att = 2 * (qk + av)
+    mem = memory_time(memory_bytes(x, s, b, t, c, e, t_e, moe=moe,
+                                   sequence_parallel=st.sequence_parallel,
+                                   flash=st.flash_attention, dropout=st.dropout), dev)
+    # backward of an elementwise op reads its saved input and the incoming gradient and writes
+    # one gradient (norm, activation, softmax: 3 tensors to the forward's 2; dropout and
+    # residual pass the gradient through): about 1.5 x the forward bytes (memsym's count)
+    f_mem, b_mem = mem, BACKWARD_MEMORY * mem
+    # --- tensor parallel: bytes of the full activation [T, h] in bf16
+    T = _arr(b) * s / _arr(c)
+    act = 2 * T * x.h
+    bw, lat = group_bandwidth("tp", t, clu, t=t, c=c, d=dp)
+    if st.sequence_parallel:
+        calls = 2 if moe else 4   # fwd: AG + RS around attention (and MLP when dense)
+        one = collective_time("all-gather", act, t, bw, lat)
+        f_tp = calls * one
+    else:
+        calls = 1 if moe else 2
+        f_tp = calls * collective_time("all-reduce", act, t, bw, lat)
+    # backward: Megatron's LinearWithGradAccumulationAndAsyncCommunication (tensor_parallel/
+    # layers.py) issues the column-parallel layers' dgrad all-reduce (SP: reduce-scatter)
+    # asynchronously and runs the weight-gradient GEMM under it; under SP it also re-gathers
+    # the input asynchronously under the dgrad GEMM.  The row-parallel layers' backward
+    # all-gather (SP) is exposed.
+    colpar = [q for q in gemms if q.name in ("qkv", "q", "q_up", "kv_up", "fc1", "shared_fc1")]
+    wgrad = sum(gemm_time(q.K, q.N, q.M, dev, prec, eta_gemm=eta_gemm, count=q.count)
+                for q in colpar)
+    dgrad = sum(gemm_time(q.M, q.K, q.N, dev, prec, eta_gemm=eta_gemm, count=q.count)
+                for q in colpar)
+    if not overlap.tp_async_backward:
+        b_tp = f_tp * (1.5 if st.sequence_parallel else 1)
+    elif st.sequence_parallel:
+        n_col = calls // 2
+        b_tp = (n_col * one                                   # row-parallel backward AG
+                + np.maximum(0, n_col * one - wgrad)          # dgrad RS under wgrad
+                + np.maximum(0, n_col * one - dgrad))         # input re-gather under dgrad
+    else:
+        b_tp = np.maximum(0, f_tp - wgrad)
+    if overlap.tp_comm:
+        f_tp = np.maximum(0, f_tp - f_gemm)
+        b_tp = np.maximum(0, b_tp - b_gemm)
+    # --- expert parallel all-to-all: dispatch + combine of the rank's routed rows
+    f_ep = b_ep = 0.0
+    if moe:
+        held = T * x.k * x.h * 2 / (_arr(t) if st.sequence_parallel else 1)
+        ebw, elat = group_bandwidth("ep", e, clu, t=t, c=c, d=dp, t_e=t_e)
+        f_ep = 2 * collective_time("all-to-all", held, e, ebw, elat)
+        b_ep = f_ep
+        if overlap.ep_a2a:
+            exp_f = sum(gemm_time(q.M, q.N, q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
+                        for q in gemms if q.name.startswith("expert"))
+            f_ep = np.maximum(0, f_ep - exp_f)
+            b_ep = np.maximum(0, b_ep - 2 * exp_f)
+    # --- context parallel ring: K and V blocks passed c - 1 times (fwd), K,V + dK,dV (bwd)
+    kv = 2 * 2 * T * x.g * x.d_qk / _arr(t) if not x.mla else 2 * T * x.a * (x.d_qk + x.d_v) / _arr(t)
+    cbw, clat = group_bandwidth("cp", c, clu, t=t, c=c, d=dp)
+    cc = _arr(c)
+    f_cp = np.where(cc > 1, (cc - 1) * (kv / cbw + clat), 0.0)
+    b_cp = 2 * f_cp
+    if overlap.cp_ring:
+        f_cp = np.maximum(0, f_cp - f_att)
+        b_cp = np.maximum(0, b_cp - b_att)
+    fwd = {"gemm": f_gemm, "attention": f_att, "memory": f_mem, "tp": f_tp, "ep": f_ep,
+           "cp": f_cp}
+    bwd = {"gemm": b_gemm, "attention": b_att, "memory": b_mem, "tp": b_tp, "ep": b_ep,
+           "cp": b_cp}
+    if st.recompute == "full":
+        for key in fwd:
+            bwd[key] = bwd[key] + fwd[key]
+    elif st.recompute == "selective":
+        bwd["attention"] = bwd["attention"] + f_att
+        if not st.flash_attention:  # the softmax and its dropout run again
+            scores = _arr(b) * (x.a / _arr(t)) * (s / cc) * s
+            bwd["memory"] = bwd["memory"] + memory_time(2 * (2 + (2.5 if st.dropout else 0))
+                                                        * scores, dev)  # 2 bytes per element
+    return fwd, bwd
+
+
+def _stage_layers(L, p, first, last):
+    """Decoder layers on (first, middle, last) stages (Megatron's uneven first/last option)."""
+    p = _arr(p)
+    if first is None and last is None:
+        per = L / p
+        return per, per, per
+    fl = _arr(first if first is not None else 0)
+    ll = _arr(last if last is not None else 0)
+    inner = p - (first is not None) - (last is not None)
+    rest = (L - fl - ll) / np.maximum(inner, 1)
+    return (fl if first is not None else rest), rest, (ll if last is not None else rest)
+
+
+def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=None, m=1,
+                   settings: Settings = Settings(), cluster: Cluster | None = None,
+                   overlap: Overlap = Overlap(), eta_gemm=None, first_stage_layers=None,
+                   last_stage_layers=None, exact_schedule: bool = False) -> dict:
+    r"""Step time [s] of many layouts at once: numpy arrays of the knobs broadcast together.
+
+    .. math::
+
+        t_{\text{step}} = m\,\max_r \tau_r + \beta\,\frac{\sum_r \tau_r - \max_r \tau_r}{p - 1}
+            + t_{\text{DP, exposed}} + t_{\text{optimizer}},
+        \qquad \tau_r = t^{\text{fwd}}_r + t^{\text{bwd}}_r
+
+    with :math:`\tau_r` the stage's forward + backward of one micro-batch (every layer's
+    GEMMs, attention, memory-bound work and exposed TP/EP/CP traffic, the embedding and output
+    layer on the end stages, exposed PP p2p) and :math:`\beta` the exact bubble in stage
+    units (:func:`memsym.timing.schedule.bubble_fraction` times m; :math:`(p-1)/v` where
+    Megatron's closed form holds).
+
+    Returns a dict of arrays: ``step`` and the parts ``compute``, ``bubble``, ``tp``, ``ep``,
+    ``cp``, ``pp``, ``dp``, ``optimizer``, ``memory`` (seconds of one step of the busiest
+    stage, the communication parts being the exposed time), and ``launchable`` (False where
+    Megatron's interleaved-schedule rule refuses the layout; the step is still priced).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> out = step_time_grid(preset("llama3-70b"), "h100", t=[4, 8], p=4, d=[2, 1], v=5,
+    ...                      m=[16, 32], settings=Settings(seq_length=4096, precision="fp8"))
+    >>> bool(out["step"][1] > out["step"][0])   # TP 8 is slower (seed 001)
+    True
+    """
+    dev = _gpu(gpu_name)
+    clu = cluster if cluster is not None else cluster_for(dev.name)
+    st = settings
+    if not isinstance(st, Settings):
+        raise InvalidValueError(f"settings must be a Settings, got {type(st).__name__}")
+    if not isinstance(overlap, Overlap) or not all(
+            isinstance(getattr(overlap, k), bool) for k in Overlap.__dataclass_fields__):
+        raise InvalidValueError("overlap must be an Overlap whose switches are true or false")
+    for what in ("seq_length", "micro_batch_size"):
+        val = getattr(st, what)
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or not 1 <= val <= 10**8:
+            raise InvalidValueError(f"{what} must be a whole number in 1..1e8, got {val!r:.40}")
+    if st.grad_bytes not in (1, 2, 4):
+        raise InvalidValueError(f"grad_bytes must be 1, 2 or 4, got {st.grad_bytes!r:.40}")
+    choose("precision", st.precision, ("bf16", "fp16", "fp8", "fp32"))
+    choose("recompute", st.recompute, ("none", "selective", "full"))
+    choose("pipeline schedule", st.schedule, ("1f1b", "gpipe"))
+    x = shape_of(arch)
+    b = st.micro_batch_size if b is None else b
+    t, p, d, c, e, v, b, m = np.broadcast_arrays(*(_arr(q) for q in (t, p, d, c, e, v, b, m)))
+    t_e_ = t if t_e is None else np.broadcast_to(_arr(t_e), t.shape)
+    knobs = np.stack([t, p, d, c, e, v, b, m])
+    if not np.all(np.isfinite(knobs)) or np.any(knobs != np.floor(knobs)) or np.any(knobs < 1) \
+            or np.any(knobs > 10**7):
+        raise InvalidValueError("every layout knob (t, p, d, c, e, v, b, m) must be a whole "
+                                "number in 1..1e7")
+    if t.size > 10_000_000:
+        raise InvalidValueError(f"{t.size} layouts exceed the 10,000,000 a grid may hold")
+    s = st.seq_length
+    lf, lb = {}, {}
+    dense_f, dense_b = _layer(x, st, dev, clu, t, c, e, t_e_, b, moe=False, eta_gemm=eta_gemm,
+                              overlap=overlap, dp=d)
+    if x.L_moe:
+        moe_f, moe_b = _layer(x, st, dev, clu, t, c, e, t_e_, b, moe=True, eta_gemm=eta_gemm,
+                              overlap=overlap, dp=d)
+        share = x.L_moe / x.L   # MoE layers spread evenly over stages (assumption)
+        for key in dense_f:
+            lf[key] = (1 - share) * dense_f[key] + share * moe_f[key]
+            lb[key] = (1 - share) * dense_b[key] + share * moe_b[key]
+    else:
+        lf, lb = dense_f, dense_b
+    layer_f = sum(lf.values())
+    layer_b = sum(lb.values())
+    first, middle, last = _stage_layers(x.L, p, first_stage_layers, last_stage_layers)
+    # output layer + cross-entropy on the last stage (fp32 logits: ~16 bytes per logit, fwd+bwd)
+    prec = st.precision
+    og = output_gemm(x, s, b, t, c)
+    out_f = gemm_time(og.M, og.N, og.K, dev, "bf16" if prec == "fp8" else prec, eta_gemm=eta_gemm)
+    out_b = (gemm_time(og.M, og.K, og.N, dev, "bf16" if prec == "fp8" else prec, eta_gemm=eta_gemm)
+             + gemm_time(og.K, og.N, og.M, dev, "bf16" if prec == "fp8" else prec, eta_gemm=eta_gemm))
+    logits = og.M * og.N
+    out_f = out_f + memory_time(6 * logits, dev)
+    out_b = out_b + memory_time(10 * logits, dev)
+    T = b * s / c
+    emb = memory_time(4 * T * x.h, dev)   # embedding lookup + its gradient scatter
+    # PP p2p: one [T, h] (/t under SP) bf16 message per chunk pass and direction
+    pbw, plat = group_bandwidth("pp", p, clu, t=t, c=c, d=d)
+    # /t: SP splits the sent tensor; without SP Megatron's scatter/gather optimisation
+    # (Narayanan §4.1) sends 1/t and all-gathers it over NVLink (not priced)
+    msg = 2 * T * x.h / t
+    p2p = np.where(p > 1, collective_time("p2p", msg, p, pbw, plat), 0.0)
+    hide_p2p = overlap.pp_p2p & (v > 1)
+    p2p_exposed = np.where(hide_p2p, 0.0, p2p) * v   # v chunk passes per stage-microbatch
+    tau = {}
+    for role, layers in (("first", first), ("middle", middle), ("last", last)):
+        fr = layers * layer_f + (emb if role == "first" else 0) + (out_f if role == "last" else 0)
+        br = layers * layer_b + (out_b if role == "last" else 0)
+        tau[role] = (fr, br)
+    tau_first = sum(tau["first"]) + 2 * p2p_exposed
+    tau_mid = sum(tau["middle"]) + 2 * p2p_exposed
+    tau_last = sum(tau["last"]) + 2 * p2p_exposed
+    single = p == 1
+    tau_first = np.where(single, sum(tau["first"]) + out_f + out_b, tau_first)
+    tau_max = np.where(single, tau_first, np.maximum(np.maximum(tau_first, tau_last), tau_mid))
+    total_tau = np.where(single, tau_first, tau_first + tau_last + np.maximum(p - 2, 0) * tau_mid)
+    # exact bubble in stage units per unique (p, m, v, N)
+    ratio = 3 if st.recompute == "full" else 2
+    beta = np.zeros(p.shape)
+    keys = np.stack([p.ravel(), m.ravel(), v.ravel()], axis=1).astype(int)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    if len(uniq) > 20_000:
+        raise InvalidValueError(f"{len(uniq)} distinct (p, m, v) exceed 20,000")
+    vals = np.empty(len(uniq))
+    ok = np.empty(len(uniq), dtype=bool)
+    for i, (pp_, mm_, vv_) in enumerate(uniq):
+        N = st.group_size
+        sched = "gpipe" if st.schedule == "gpipe" else ("1f1b" if vv_ == 1 else "interleaved")
+        if vv_ > 1 and N is not None and N < pp_:
+            N = None
+        vals[i] = float(bubble_fraction(sched, pp_, mm_, vv_, N, backward_ratio=ratio)) * mm_
+        ok[i] = schedule_rule(pp_, mm_, vv_, N) is None
+    beta = vals[inv.ravel()].reshape(p.shape)
+    launchable = ok[inv.ravel()].reshape(p.shape)
+    others = np.where(single, 0.0, (total_tau - tau_max) / np.maximum(p - 1, 1))
+    pipeline = m * tau_max + beta * others
+    if exact_schedule:
+        pipeline = np.array(pipeline, dtype=float)
+        if pipeline.size > 1000:
+            raise InvalidValueError("exact_schedule simulates each layout: at most 1,000")
+        fwd = {r: np.broadcast_to(tau[r][0] + p2p_exposed, p.shape) for r in tau}
+        bwd = {r: np.broadcast_to(tau[r][1] + p2p_exposed, p.shape) for r in tau}
+        for idx in np.ndindex(p.shape):
+            pp_ = int(p[idx])
+            if pp_ == 1:
+                continue
+            fw = [float(fwd["middle"][idx])] * pp_
+            bw = [float(bwd["middle"][idx])] * pp_
+            fw[0], bw[0] = float(fwd["first"][idx]), float(bwd["first"][idx])
+            fw[-1], bw[-1] = float(fwd["last"][idx]), float(bwd["last"][idx])
+            N = st.group_size if (st.group_size is None or st.group_size >= pp_) else None
+            sim = simulate(pp_, int(m[idx]), int(v[idx]), N, forward=fw, backward=bw,
+                           gpipe=st.schedule == "gpipe")
+            pipeline[idx] = sim.makespan
+    bubble = pipeline - m * tau_max
+    # --- data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
+    dense_p, expert_p = layer_params(x, moe=False)
+    if x.L_moe:
+        moe_dense, moe_expert = layer_params(x, moe=True)
+        per_layer_dense = ((x.L - x.L_moe) * dense_p + x.L_moe * moe_dense) / x.L
+        per_layer_expert = x.L_moe * moe_expert / x.L
+    else:
+        per_layer_dense, per_layer_expert = dense_p, 0.0
+    layers_max = np.maximum(np.maximum(first, last), middle)
+    ends = x.V * x.h * (1 if x.untied else 1)   # embedding (first) or output (last): one matrix
+    dense_gpu = (layers_max * per_layer_dense + ends) / t
+    expert_gpu = layers_max * per_layer_expert / (e * t_e_)
+    ndp = d * c
+    ebw_dp, elat_dp = group_bandwidth("dp", ndp, clu, t=t, c=np.ones_like(c), d=ndp)
+    edp = np.maximum(d * c * t / (e * t_e_), 1)
+    gb = st.grad_bytes
+    if st.distributed_optimizer:
+        rs = collective_time("reduce-scatter", dense_gpu * gb, ndp, ebw_dp, elat_dp) \
+            + collective_time("reduce-scatter", expert_gpu * gb, edp, ebw_dp, elat_dp)
+        ag = collective_time("all-gather", dense_gpu * 2, ndp, ebw_dp, elat_dp) \
+            + collective_time("all-gather", expert_gpu * 2, edp, ebw_dp, elat_dp)
+    else:
+        rs = collective_time("all-reduce", dense_gpu * gb, ndp, ebw_dp, elat_dp) \
+            + collective_time("all-reduce", expert_gpu * gb, edp, ebw_dp, elat_dp)
+        ag = np.zeros_like(rs)
+    last_bwd = np.where(single, tau["first"][1], tau["first"][1])
+    first_fwd = tau["first"][0]
+    rs_exp = np.maximum(0, rs - last_bwd) if overlap.grad_reduce else rs
+    ag_exp = np.maximum(0, ag - first_fwd) if (overlap.param_gather and st.distributed_optimizer) else ag
+    shard = ndp if st.distributed_optimizer else 1
+    optimizer = memory_time(OPTIMIZER_BYTES * (dense_gpu / shard + expert_gpu / np.where(
+        st.distributed_optimizer, edp, 1)), dev)
+    step = pipeline + rs_exp + ag_exp + optimizer
+    per_stage_mb = m * layers_max
+    return {
+        "step": step, "pipeline": pipeline, "bubble": bubble,
+        "compute": per_stage_mb * (lf["gemm"] + lb["gemm"] + lf["attention"] + lb["attention"]),
+        "memory": per_stage_mb * (lf["memory"] + lb["memory"]),
+        "tp": per_stage_mb * (lf["tp"] + lb["tp"]), "ep": per_stage_mb * (lf["ep"] + lb["ep"]),
+        "cp": per_stage_mb * (lf["cp"] + lb["cp"]), "pp": m * 2 * p2p_exposed,
+        "dp": rs_exp + ag_exp, "optimizer": optimizer, "launchable": launchable,
+    }
+
+
+def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, *,
+              overlap: Overlap = Overlap(), eta_gemm=None, flops_per_token=None) -> StepTime:
+    r"""Step time of one layout [s], with a breakdown (memsym Layout and Training records).
+
+    ``layout``: :class:`memsym.training.Layout`; ``training``:
+    :class:`memsym.training.Training` (its ``num_microbatches`` or ``global_batch_size``
+    gives m).  ``eta_gemm`` overrides the efficiency curve with one achieved GEMM
+    efficiency.  ``flops_per_token`` (model FLOPs per token) adds the MFU.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> from memsym.training import Layout, Training
+    >>> st = step_time(preset("llama3-8b"), Layout(t=2, d=4, sequence_parallel=True),
+    ...                Training(seq_length=4096, global_batch_size=32, flash_attention=True,
+    ...                         dropout=False), "h100")
+    >>> st.bubble, st.assumptions["microbatches"]      # no pipeline: no bubble; m = 32/4
+    (0.0, 8)
+    >>> sorted(st.parts)[:4]
+    ['bubble', 'compute', 'cp', 'dp']
+    """
+    from ..training import microbatches
+
+    mm = microbatches(layout, training)
+    if mm is None:
+        raise InvalidValueError("give num_microbatches or global_batch_size to price a step")
+    st = Settings(seq_length=training.seq_length, micro_batch_size=training.micro_batch_size,
+                  recompute=training.recompute,
+                  sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
+                  flash_attention=training.flash_attention, dropout=training.dropout,
+                  precision=training.precision,
+                  distributed_optimizer=training.sharding == "distributed-optimizer",
+                  schedule=training.schedule)
+    out = step_time_grid(arch, gpu_name, t=layout.t, p=layout.p, d=layout.d, c=layout.c,
+                         e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
+                         cluster=cluster, overlap=overlap, eta_gemm=eta_gemm,
+                         first_stage_layers=layout.first_stage_layers,
+                         last_stage_layers=layout.last_stage_layers, exact_schedule=True)
+    parts = {k: float(np.asarray(out[k]).ravel()[0]) for k in out if k != "launchable"}
+    total = parts.pop("step")
+    mfu = None
+    if flops_per_token is not None:
+        tokens = mm * training.micro_batch_size * layout.d * training.seq_length
+        mfu = 3 * flops_per_token * tokens / (layout.world_size * total * _gpu(gpu_name).peak(
+            training.precision))
+    return StepTime(total, parts, parts["bubble"], mfu,
+                    {"overlap": overlap, "eta_gemm": eta_gemm, "microbatches": mm,
+                     "sources": SOURCES, "settings": st,
+                     "launchable": bool(np.asarray(out["launchable"]).ravel()[0])})

@@ -1,0 +1,301 @@
+r"""Published measured step times against the step-time model; the generated accuracy page.
+
+``formulas/measured_time.toml`` lists the runs (source, layout, settings, what the paper
+leaves open).  :func:`validate` predicts each with :func:`memsym.timing.step.step_time_grid`
+and reports the error; :func:`calibrate` re-derives a class's GEMM ceiling from its one
+calibration run (the value stored in :data:`memsym.timing.efficiency.GEMM_CEILING`);
+:func:`accuracy_markdown` writes ``docs/time-accuracy.md`` (a test checks it is current).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tomllib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidValueError
+from ..hardware import cluster as _cluster, gpu as _gpu
+from ..model.architecture import Architecture
+from . import efficiency
+from .gemm import forward_flops_per_token, shape_of
+from .step import Overlap, Settings, step_time_grid
+
+__all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
+           "calibrate", "accuracy_markdown", "summary", "write_docs"]
+
+RUNS_PATH = pathlib.Path(__file__).resolve().parent.parent.parent / "formulas" / "measured_time.toml"
+DOC_PATH = RUNS_PATH.parent.parent / "docs" / "time-accuracy.md"
+
+
+def write_docs(path=None) -> pathlib.Path:
+    """Write :func:`accuracy_markdown` to ``docs/time-accuracy.md`` (or ``path``)."""
+    out = pathlib.Path(DOC_PATH if path is None else path)
+    out.write_text(accuracy_markdown(), encoding="utf-8")
+    return out
+
+
+def runs() -> tuple:
+    """The ``[[run]]`` entries of ``formulas/measured_time.toml``."""
+    return tuple(tomllib.loads(RUNS_PATH.read_text(encoding="utf-8"))["run"])
+
+
+def _arch(run):
+    if "gpt" in run:
+        L, h, a = run["gpt"]
+        return Architecture(name=f"gpt-{L}x{h}", num_layers=L, hidden_size=h,
+                            num_attention_heads=a, vocab_size=51200, max_position_embeddings=2048)
+    from ..model import preset
+    return preset(run["preset"])
+
+
+def _settings(run) -> Settings:
+    st = run["settings"]
+    return Settings(seq_length=st["seq"], micro_batch_size=st["b"], recompute=st["recompute"],
+                    sequence_parallel=st["sp"], flash_attention=st["flash"],
+                    dropout=st["dropout"], precision=st.get("precision", "bf16"),
+                    distributed_optimizer=st["distopt"], grad_bytes=st.get("grad_bytes", 4))
+
+
+def _overlap(run) -> Overlap:
+    # Megatron 2021/22 (Narayanan, Korthikanti): gradients all-reduced after the backward;
+    # the asynchronous backward TP all-reduce (LinearWithGradAccumulationAndAsyncCommunication)
+    # arrived after Narayanan's SC21 code (--async-tensor-model-parallel-allreduce, late 2021)
+    if run["source"] == "narayanan":
+        return Overlap(grad_reduce=False, param_gather=False, tp_async_backward=False)
+    if run["source"] == "korthikanti":
+        return Overlap(grad_reduce=False, param_gather=False)
+    return Overlap()
+
+
+def gpus_of(run) -> int:
+    lay = run["layout"]
+    return lay["t"] * lay["p"] * lay["d"] * lay.get("c", 1)
+
+
+def measured_step(run) -> float:
+    """The run's measured step time [s] (a printed step, or throughput converted by `flops`).
+
+    Examples
+    --------
+    Narayanan Table 1's 1T row: Eq. 3 FLOPs / (3072 GPUs x 163 TFLOP/s):
+
+    >>> r = next(x for x in runs() if x["id"] == "narayanan.t1.1008b")
+    >>> round(measured_step(r), 1)
+    102.6
+    """
+    meas = run["measured"]
+    if "step_s" in meas:
+        return float(meas["step_s"])
+    st = run["settings"]
+    s, B = st["seq"], st["B"]
+    if meas["flops"] == "narayanan-eq3":
+        L, h, _ = run["gpt"]
+        V = 51200
+        flops = 96 * B * L * s * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
+    elif meas["flops"] == "model-causal":
+        flops = 3 * forward_flops_per_token(shape_of(_arch(run)), s, causal=True) * B * s
+    else:
+        raise InvalidValueError(f"unknown FLOP counter {meas['flops']!r} in run {run['id']}")
+    return flops / (gpus_of(run) * meas["tflops"] * 1e12)
+
+
+def predict(run, *, overlap: Overlap | None = None, eta_gemm=None) -> dict:
+    """memsym's step time and breakdown for one run [s] (dict of floats)."""
+    lay = run["layout"]
+    st = _settings(run)
+    m = run["settings"]["B"] // (st.micro_batch_size * lay["d"])
+    out = step_time_grid(_arch(run), run["gpu"], t=lay["t"], p=lay["p"], d=lay["d"],
+                         c=lay.get("c", 1), v=lay.get("v", 1), m=m, settings=st,
+                         cluster=_cluster(run["cluster"]),
+                         overlap=_overlap(run) if overlap is None else overlap,
+                         eta_gemm=eta_gemm, first_stage_layers=lay.get("first"),
+                         last_stage_layers=lay.get("last"))
+    return {k: float(np.asarray(val).ravel()[0]) for k, val in out.items()}
+
+
+@dataclass(frozen=True)
+class Result:
+    """One run: measured and predicted step [s], signed error [1], its role."""
+
+    id: str
+    role: str
+    measured: float
+    predicted: float
+    parts: dict
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1
+
+
+def validate() -> tuple:
+    """Every run of ``measured_time.toml`` with memsym's prediction (tuple of Result)."""
+    return tuple(Result(r["id"], r["role"], measured_step(r), (p := predict(r))["step"], p)
+                 for r in runs())
+
+
+def calibrate(klass: str, precision: str, *, lo=0.3, hi=1.0, iterations=40) -> float:
+    """The GEMM ceiling that makes the class's calibration run match its measured step [1].
+
+    Bisection (the step time falls as the ceiling rises); restores the stored table.
+    """
+    run = next((r for r in runs() if r.get("calibrates") == f"{klass}/{precision}"), None)
+    if run is None:
+        raise InvalidValueError(f"no calibration run for {klass}/{precision}")
+    target = measured_step(run)
+    key = (klass, precision)
+    saved = efficiency.GEMM_CEILING[key]
+    try:
+        for _ in range(int(iterations)):
+            mid = (lo + hi) / 2
+            efficiency.GEMM_CEILING[key] = mid
+            if predict(run)["step"] > target:
+                lo = mid
+            else:
+                hi = mid
+    finally:
+        efficiency.GEMM_CEILING[key] = saved
+    return (lo + hi) / 2
+
+
+def _ratio_rows(results):
+    by = {r.id: r for r in results}
+    out = []
+    for run in runs():
+        if run["role"] != "ratio":
+            continue
+        base = by[run["ratio_to"]]
+        me = by[run["id"]]
+        # throughput ratio = inverse step ratio (same model, same global batch)
+        out.append((run["id"], base.measured / me.measured - 1, base.predicted / me.predicted - 1))
+    return out
+
+
+def summary(results=None) -> dict:
+    """Mean absolute errors on the non-calibration runs, per source group [1]."""
+    results = validate() if results is None else results
+    groups = {}
+    for r in results:
+        if r.role != "validation":
+            continue
+        groups.setdefault(r.id.split(".")[0] + "." + r.id.split(".")[1], []).append(abs(r.error))
+    out = {k: float(np.mean(v)) for k, v in groups.items()}
+    out["all"] = float(np.mean([abs(r.error) for r in results if r.role == "validation"]))
+    return out
+
+
+def accuracy_markdown() -> str:
+    """The text of ``docs/time-accuracy.md`` (generated; tests check it is current)."""
+    res = validate()
+    summ = summary(res)
+    lines = [
+        "# Step-time accuracy",
+        "",
+        "Generated by `memsym.timing.validation.accuracy_markdown()` from",
+        "`formulas/measured_time.toml`; `tests/test_timing.py` fails when this page is stale.",
+        "",
+        "memsym prices each step from the GEMMs of every layer after the TP/SP/CP/EP splits",
+        "(a roofline with tile and wave quantisation per GPU class), attention, memory-bound",
+        "operations at HBM bandwidth, collectives on the links their groups cross, the overlap",
+        "switches of `memsym.timing.step.Overlap`, and Megatron-LM's exact pipeline order.",
+        "",
+        "## Calibration",
+        "",
+        "One constant per GPU class and precision, the large-GEMM ceiling, is fixed on one",
+        "published run each; nothing else is fitted.",
+        "",
+        "| class / precision | ceiling | calibrated on |",
+        "| --- | --- | --- |",
+    ]
+    for r in runs():
+        if r["role"] == "calibration":
+            k, prec = r["calibrates"].split("/")
+            lines.append(f"| {k} / {prec} | {efficiency.GEMM_CEILING[(k, prec)]:.3f} | "
+                         f"`{r['id']}` ({r['locator']}) |")
+    lines += ["", "## Error on the runs not used for calibration", "",
+              "| group | mean absolute step-time error |", "| --- | --- |"]
+    for k, val in summ.items():
+        lines.append(f"| {k} | {100 * val:.2f} % |")
+    lines += ["", "## Every run", "",
+              "| run | role | measured step [s] | memsym [s] | error | bubble [s] | exposed TP [s] | exposed DP [s] |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in res:
+        lines.append(f"| `{r.id}` | {r.role} | {r.measured:.3f} | {r.predicted:.3f} | "
+                     f"{100 * r.error:+.1f} % | {r.parts['bubble']:.3f} | {r.parts['tp']:.3f} | "
+                     f"{r.parts['dp']:.3f} |")
+    lines += ["", "## Measured ratios (seed 001: throughput change against the baseline)", "",
+              "| run | measured | memsym |", "| --- | --- | --- |"]
+    for rid, meas, pred in _ratio_rows(res):
+        lines.append(f"| `{rid}` | {100 * meas:+.1f} % | {100 * pred:+.1f} % |")
+    nar = [r for r in res if r.id.startswith("narayanan.t1")]
+    lines += ["", "## Narayanan Table 1 trend (TFLOP/s per GPU, Eq. 3 FLOPs)", "",
+              "| run | measured | memsym |", "| --- | --- | --- |"]
+    by = {r["id"]: r for r in runs()}
+    for r in nar:
+        meas = by[r.id]["measured"]["tflops"]
+        lines.append(f"| `{r.id}` | {meas:.0f} | {meas * r.measured / r.predicted:.0f} |")
+    lines += ["", "## Korthikanti Table 4: one 22B layer (t = 8, b = 4, s = 2048) [ms]", "",
+              "| experiment | printed forward | memsym | printed backward | memsym |",
+              "| --- | --- | --- | --- | --- |"]
+    for name, fw, bw, mf, mb in table4():
+        lines.append(f"| {name} | {fw} | {mf:.2f} | {bw} | {mb:.2f} |")
+    lines += ["", "## Sensitivity to what Llama 3 leaves open (row 2, 16,384 GPUs;",
+              "ceiling held at its v = 4 calibration)", "",
+              "| assumption | memsym step [s] | error |", "| --- | --- | --- |"]
+    row2 = next(r for r in runs() if r["id"] == "llama3.t4.16384")
+    meas2 = measured_step(row2)
+    for vv in (2, 4, 8):
+        alt = {**row2, "layout": {**row2["layout"], "v": vv}}
+        st2 = predict(alt)["step"]
+        lines.append(f"| v = {vv}{' (stored)' if vv == row2['layout']['v'] else ''} | "
+                     f"{st2:.3f} | {100 * (st2 / meas2 - 1):+.1f} % |")
+    lines += [
+        "",
+        "## Known gaps",
+        "",
+        "* Seed 001's TP 4 -> 8 drop is predicted with the right sign but about half its size;",
+        "  the priced causes (twice the TP traffic per unit of compute, smaller GEMMs) do not",
+        "  explain all of it (candidates not modelled: SM contention of overlapped NCCL kernels,",
+        "  FP8 GEMM efficiency at small N, per-TP-size userbuffer configurations).",
+        "* Narayanan Table 1 (2021 code) is not a calibration point: the same 530B layout and",
+        "  batch per pipeline (t 8, p 35, m 280, full recompute) ran 54.09 s per step there",
+        "  (Eq. 3 at 163 TFLOP/s) and 49.05 s in Korthikanti Table 5 (2022 code), so one",
+        "  ceiling cannot fit both; memsym reproduces the rising trend, steeper than measured.",
+        "* With uneven stages `step_time_grid` bounds the makespan from above (the slowest",
+        "  stage runs m micro-batches, the fill passes once through the others);",
+        "  `step_time` simulates the schedule exactly.",
+        "* Interleaving is not charged a per-chunk overhead beyond exposed p2p, so larger v",
+        "  always lowers the predicted step when p2p overlap is on.",
+        "* Link latencies (`memsym.timing.collectives.LINK_LATENCY`) and the tile efficiencies",
+        "  of `memsym.timing.efficiency.TILES` are stated assumptions, not measurements.",
+        "",
+        "Every setting a paper leaves open and the value assumed for it is listed",
+        "under `open` in `formulas/measured_time.toml`.", ""]
+    return "\n".join(lines)
+
+
+#: Korthikanti Table 4 (22B, one layer): experiment -> (recompute, SP, forward, backward [ms]).
+TABLE4 = (("Baseline no recompute", "none", False, 7.7, 11.9),
+          ("Sequence Parallelism", "none", True, 7.2, 11.8),
+          ("Baseline with recompute", "full", False, 7.7, 19.5),
+          ("Selective Recompute", "selective", False, 7.7, 13.2),
+          ("Selective + Sequence", "selective", True, 7.2, 13.1))
+
+
+def table4() -> list:
+    """Korthikanti Table 4 rows with memsym's per-layer forward and backward [ms]."""
+    from .step import _layer
+
+    x = shape_of(Architecture(name="22b", num_layers=48, hidden_size=6144, num_attention_heads=64,
+                              vocab_size=51200, max_position_embeddings=2048))
+    out = []
+    for name, rec, sp_, fw, bw in TABLE4:
+        st = Settings(seq_length=2048, micro_batch_size=4, recompute=rec, sequence_parallel=sp_,
+                      flash_attention=False, dropout=True)
+        f, b = _layer(x, st, _gpu("a100-80gb"), _cluster("dgx-a100"), 8, 1, 1, 8, 4, moe=False,
+                      eta_gemm=None, overlap=Overlap(), dp=1)
+        out.append((name, fw, bw, 1e3 * sum(float(q) for q in f.values()),
+                    1e3 * sum(float(q) for q in b.values())))
+    return out
