@@ -1,7 +1,8 @@
 """Saved activations of Hugging Face transformers' own decoder layers against memsym's formula.
 
 Each test builds transformers' real layer class (``LlamaDecoderLayer``, ``Qwen2DecoderLayer``,
-``Qwen3DecoderLayer``, ``GPT2Block``) from a small config (no download), runs its forward in
+``Qwen3DecoderLayer``, ``GPT2Block``) from a small config (no download; through
+``memsym.reference_layers.hf_layer``, which calls it as the model does), runs its forward in
 bf16 on the CPU under ``torch.autograd.graph.saved_tensors_hooks`` (``memsym.measure``), fits
 the exact per-layer polynomial over many shapes (verified on held-back shapes), and proves
 
@@ -20,6 +21,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from memsym.measure import derive_saved_bytes  # noqa: E402
+from memsym.reference_layers import hf_layer  # noqa: E402
 from memsym.symbols import a, b, c, d_h, f, g, h, s, t  # noqa: E402
 from memsym.terms.activations import layer_activations  # noqa: E402
 
@@ -30,44 +32,6 @@ LLAMA_FIT = dict(degree=4, max_degree=dict(b=1, a=1, g=1, d_h=1, f=1),
                  # GQA needs g | a; RoPE's rotate_half needs an even head dimension
                  valid=lambda x: x["a"] % x["g"] == 0 and x["d_h"] % 2 == 0,
                  extra=2, holdout=3)  # fewer extra shapes: the suite budget is < 30 s
-
-
-class _Layer(torch.nn.Module):
-    """One decoder layer called as its model calls it: RoPE tables computed outside (no grad)."""
-
-    def __init__(self, layer, rope=None):
-        super().__init__()
-        self.layer, self.rope = layer, rope
-
-    def forward(self, x):
-        kwargs = {}
-        if self.rope is not None:
-            pos = torch.arange(x.shape[1])[None].expand(x.shape[0], -1)
-            with torch.no_grad():
-                kwargs = dict(position_embeddings=self.rope(x, pos), position_ids=pos)
-        out = self.layer(x, **kwargs)
-        return out[0] if isinstance(out, tuple) else out
-
-
-def _inputs(s=None, b=None, a=None, d_h=None, **_):
-    return (torch.randn(b, s, a * d_h, dtype=torch.bfloat16, requires_grad=True),)
-
-
-def _rope_family(family: str, attention: str):
-    mod = __import__(f"transformers.models.{family}.modeling_{family}", fromlist=["x"])
-    name = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}[family]
-    config_cls = getattr(transformers, f"{name}Config")
-    layer_cls = getattr(mod, f"{name}DecoderLayer")
-    rope_cls = getattr(mod, f"{name}RotaryEmbedding")
-
-    def make(s=None, b=None, a=None, g=None, d_h=None, f=None, **_):
-        cfg = config_cls(hidden_size=a * d_h, num_attention_heads=a, num_key_value_heads=g,
-                         head_dim=d_h, intermediate_size=f, num_hidden_layers=1, vocab_size=16,
-                         max_position_embeddings=64, attention_dropout=0.0)
-        cfg._attn_implementation = attention
-        return _Layer(layer_cls(cfg, 0), rope_cls(cfg))
-
-    return make
 
 
 def _memsym(**flags) -> sp.Expr:
@@ -109,8 +73,8 @@ LLAMA_FLAGS = dict(gated=True, norm="rmsnorm", dropout=False, sequence_parallel=
     ("qwen3", "sdpa", RMSNORM_FP32 + SILU_OUTPUT + ROPE_TABLES + QK_NORM),
 ])
 def test_rope_decoder_layer_is_memsym_plus_named_differences(family, attention, differences):
-    fit = derive_saved_bytes(_rope_family(family, attention), _inputs, LLAMA_SYMBOLS,
-                             dtype="bfloat16", **LLAMA_FIT)
+    make, inputs = hf_layer(family, attention=attention)
+    fit = derive_saved_bytes(make, inputs, LLAMA_SYMBOLS, **LLAMA_FIT)
     # SDPA on the CPU runs the flash kernel (Q, K, V at g heads, output, fp32 logsumexp 4asb):
     # memsym's flash=True terms; eager keeps the s^2 softmax: flash=False
     ours = _memsym(flash=attention == "sdpa", **LLAMA_FLAGS)
@@ -121,17 +85,9 @@ def test_rope_decoder_layer_is_memsym_plus_named_differences(family, attention, 
 
 
 def test_gpt2_block_with_dropout_is_memsym_plus_named_differences():
-    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
-
-    def make(s=None, b=None, a=None, d_h=None, **_):
-        cfg = transformers.GPT2Config(n_embd=a * d_h, n_head=a, n_layer=1, vocab_size=16,
-                                      n_positions=64, resid_pdrop=0.1, attn_pdrop=0.1,
-                                      bos_token_id=None, eos_token_id=None)
-        cfg._attn_implementation = "eager"
-        return _Layer(GPT2Block(cfg, layer_idx=0))
-
-    fit = derive_saved_bytes(make, _inputs, ("s", "b", "a", "d_h"), dtype="bfloat16",
-                             degree=4, max_degree=dict(b=1, a=1, d_h=1),
+    make, inputs = hf_layer("gpt2", attention="eager", dropout=0.1)
+    fit = derive_saved_bytes(make, inputs, ("s", "b", "a", "d_h"), degree=4,
+                             max_degree=dict(b=1, a=1, d_h=1),
                              ranges=dict(s=(1, 6), b=(1, 3), a=(1, 4), d_h=(1, 4)))
     # memsym: Korthikanti's GPT layer (LayerNorm, 4h GeLU MLP, dropout, softmax attention)
     ours = _memsym(gated=False, flash=False, norm="layernorm", dropout=True,
