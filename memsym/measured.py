@@ -299,6 +299,15 @@ def job(point: Point) -> Job:
     * allowances: memsym's defaults, except no fragmentation for an ``allocated`` metric
       (allocated bytes contain no allocator slack).
 
+    Parameters
+    ----------
+    point : Point
+        A point of :func:`load`.
+
+    Returns
+    -------
+    Job
+
     Examples
     --------
     >>> points, _ = load()
@@ -307,6 +316,9 @@ def job(point: Point) -> Job:
     (4, 4, 5, 2, 'bf16')
     """
     from .training import Layout, Training
+
+    if not isinstance(point, Point):
+        raise InvalidValueError(f"job needs a memsym.measured.Point, got {type(point).__name__}")
 
     cfg = point.config()
     notes = []
@@ -349,9 +361,7 @@ def job(point: Point) -> Job:
     layout = Layout(t=cfg.get("tp", 1), p=pp, d=cfg.get("dp", 1), c=cfg.get("cp", 1),
                     e=cfg.get("ep", 1), t_e=cfg.get("etp"), v=vpp,
                     sequence_parallel=cfg.get("sequence_parallel", False))
-    gbs = cfg.get("gbs") if m_ is None else None
-    if gbs is not None and pp == 1:
-        gbs = None          # gradient accumulation at p = 1 keeps one micro-batch in flight
+    gbs = cfg.get("gbs") if m_ is None else None    # m = B/(b d) unless pipelining set it
     training = Training(seq_length=cfg["seq_length"], micro_batch_size=mbs,
                         num_microbatches=m_, global_batch_size=gbs, recompute=recompute,
                         flash_attention=cfg.get("flash_attention", True),
@@ -382,16 +392,32 @@ class Prediction:
     notes: tuple
 
 
-def predict(point: Point) -> Prediction:
-    """memsym's per-GPU peak for ``point`` through the public API [bytes].
+def predict(point) -> Prediction:
+    r"""memsym's per-GPU peak for ``point`` through the public API [bytes].
+
+    .. math:: M_{\mathrm{pred}} = M_{\max}(\text{job}(x)) + (1 + \varphi_{\mathrm{frag}})\,M_{\mathrm{adapters}}
+
+    with :math:`M_{\max}` from :func:`memsym.training.training_memory` of :func:`job`.
+
+    Parameters
+    ----------
+    point : Point or str
+        A data point, or its id in ``formulas/measured_memory.toml``.
 
     Examples
     --------
-    >>> points, _ = load()
-    >>> pred = predict(points[0])
+    >>> pred = predict("seed001.llama3-70b.baseline")
     >>> 0 < pred.allocated < pred.total
     True
     """
+    if isinstance(point, str):
+        by_id = {x.id: x for x in load()[0]}
+        if point not in by_id:
+            raise UnknownNameError("measured point", point, by_id)
+        point = by_id[point]
+    if not isinstance(point, Point):
+        raise InvalidValueError(f"predict needs a memsym.measured.Point or a point id, got "
+                                f"{type(point).__name__}")
     from .symbols import phi_frag
     from .terms.adapters import adapter_state
     from .training import training_memory

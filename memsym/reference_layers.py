@@ -342,7 +342,10 @@ def hf_layer(family: str, *, attention: str = "sdpa", dtype="bfloat16", dropout:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise MeasureError("hf_layer needs transformers: pip install transformers") from exc
     name = HF_FAMILIES[family]
-    mod = __import__(f"transformers.models.{family}.modeling_{family}", fromlist=["_"])
+    import importlib
+
+    # family is one of HF_FAMILIES (checked by choose above), never free text
+    mod = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
     config_cls = getattr(transformers, f"{name}Config")
 
     class CalledAsInTheModel(torch.nn.Module):
