@@ -133,3 +133,15 @@ def test_bad_files_are_refused_with_one_line(tmp_path):
         load(tmp_path / "missing.toml")
     with pytest.raises(ValueError):
         measured.main(["--write-everything"])
+
+
+def test_predict_by_id_and_refusals():
+    by_id = measured.predict("seed001.llama3-70b.tp8")
+    point = {p.id: p for p in load()[0]}["seed001.llama3-70b.tp8"]
+    assert by_id == measured.predict(point)
+    with pytest.raises(ValueError, match="unknown measured point"):
+        measured.predict("seed001.llama3-70b.tp16")
+    with pytest.raises(ValueError, match="needs a memsym.measured.Point"):
+        measured.predict(42)
+    with pytest.raises(ValueError, match="needs a memsym.measured.Point"):
+        measured.job({"id": "x"})
