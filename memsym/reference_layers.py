@@ -1,10 +1,11 @@
-r"""Reference transformer layers to measure: Megatron-style GPT and Llama-style (eager or SDPA).
+r"""Reference transformer layers to measure: Megatron-style GPT, Llama-style, and transformers' own.
 
 Each factory returns ``(make, make_inputs)`` for :func:`memsym.measure.derive_saved_bytes`:
 ``make(**shape)`` builds one layer and ``make_inputs(**shape)`` its input activation
 (``requires_grad=True``, as inside a model).  The layers are written op by op after the
 code they imitate so that what autograd saves is what that code saves on this PyTorch
-build; PyTorch is imported only when a factory is called.
+build; :func:`hf_layer` builds Hugging Face transformers' real decoder-layer classes instead.
+PyTorch (and transformers) are imported only when a factory is called.
 
 References
 ----------
@@ -14,6 +15,9 @@ References
    attention); the op order follows Hugging Face transformers' ``modeling_llama.py``
    (``LlamaRMSNorm``, ``repeat_kv``, ``eager_attention_forward``).
 .. [pytorch-sdpa] ``torch.nn.functional.scaled_dot_product_attention``.
+.. [hf-transformers-layers] transformers' ``LlamaDecoderLayer``, ``Qwen2DecoderLayer``,
+   ``Qwen3DecoderLayer`` (``modeling_*.py``: called with ``position_embeddings`` from the
+   model's rotary embedding) and ``GPT2Block``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import math
 
 from .errors import InvalidValueError, choose
 
-__all__ = ["gpt_layer", "llama_layer", "DROPOUTS", "ATTENTIONS"]
+__all__ = ["gpt_layer", "llama_layer", "hf_layer", "DROPOUTS", "ATTENTIONS", "HF_FAMILIES"]
 
 #: How dropout is run: ``functional`` is ``F.dropout`` (on the CPU it keeps a scaled noise
 #: tensor in the activation dtype); ``native`` is ``torch.native_dropout``, the fused kernel
@@ -272,6 +276,111 @@ def llama_layer(*, dtype="bfloat16", attention: str = "eager"):
         if a % g:
             raise InvalidValueError(f"a = {a} heads are not divisible by g = {g} key/value heads")
         return cls(a, g, d_h, f, attention).to(dt)
+
+    def make_inputs(s=None, b=None, a=None, d_h=None, **_):
+        return (torch.randn(b, s, a * d_h, dtype=dt, requires_grad=True),)
+
+    return make, make_inputs
+
+
+#: transformers decoder layers :func:`hf_layer` builds -> (module, class prefix).
+HF_FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "gpt2": "GPT2"}
+
+
+def hf_layer(family: str, *, attention: str = "sdpa", dtype="bfloat16", dropout: float = 0.0):
+    r"""One of Hugging Face transformers' own decoder layers as ``(make, make_inputs)``.
+
+    Built from a small config (no download) and called as its model calls it: Llama, Qwen2
+    and Qwen3 layers get ``position_embeddings`` from the model's rotary-embedding module
+    (computed without grad, as the model does once for all layers).  ``make(s, b, a, g, d_h,
+    f)`` for the RoPE families (``h = a d_h``, ``g`` key/value heads, MLP width ``f``),
+    ``make(s, b, a, d_h)`` for GPT-2 (``n_inner = 4h``); the input is ``[b, s, h]``.
+
+    .. math::
+
+        A_{\mathrm{HF}} = A_{\mathrm{memsym}} + \Delta_{\text{named}} \quad [\text{bytes}]
+
+    (``tests/test_hf_activations.py`` derives each named difference.)
+
+    Parameters
+    ----------
+    family : {"llama", "qwen2", "qwen3", "gpt2"}
+    attention : {"eager", "sdpa"}
+        transformers' ``_attn_implementation``.
+    dtype : str
+        Module dtype (``"bfloat16"`` for the 2-byte comparison).
+    dropout : float
+        Attention and residual dropout probability (GPT-2's ``attn_pdrop``/``resid_pdrop``;
+        ``attention_dropout`` of the RoPE families) [1].
+
+    Examples
+    --------
+    >>> import importlib.util
+    >>> from memsym.measure import measure_saved
+    >>> if importlib.util.find_spec("transformers") and importlib.util.find_spec("torch"):
+    ...     make, inputs = hf_layer("llama")
+    ...     measure_saved(make, inputs, dict(s=4, b=1, a=2, g=1, d_h=4, f=8)).total
+    ... else:  # by hand: memsym's Llama layer 12sbh + 4sbgd_h + 4asb + 8sb + 6sbf (at g = 1,
+    ...     # the MQA case) + RMSNorm fp32 copies 8sbh + SiLU output 2sbf + RoPE tables 4sbd_h
+    ...     (12 + 8) * 32 + 4 * 4 * 4 + 4 * 2 * 4 + 8 * 4 + (6 + 2) * 4 * 8 + 4 * 4 * 4
+    1088
+
+    References
+    ----------
+    Hugging Face transformers, ``models/llama/modeling_llama.py`` and siblings.
+    """
+    from .measure import MeasureError, _torch
+
+    torch = _torch()
+    dt = _dtype(torch, dtype)
+    family = choose("transformers layer family", family, tuple(HF_FAMILIES))
+    attention = choose("attention", attention, ATTENTIONS)
+    if not 0 <= dropout < 1:
+        raise InvalidValueError(f"dropout must be in [0, 1), not {dropout!r}")
+    try:
+        import transformers
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise MeasureError("hf_layer needs transformers: pip install transformers") from exc
+    name = HF_FAMILIES[family]
+    import importlib
+
+    # family is one of HF_FAMILIES (checked by choose above), never free text
+    mod = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    config_cls = getattr(transformers, f"{name}Config")
+
+    class CalledAsInTheModel(torch.nn.Module):
+        def __init__(self, layer, rope=None):
+            super().__init__()
+            self.layer, self.rope = layer, rope
+
+        def forward(self, x):
+            kwargs = {}
+            if self.rope is not None:
+                pos = torch.arange(x.shape[1])[None].expand(x.shape[0], -1)
+                with torch.no_grad():   # the model computes cos/sin once, outside the layers
+                    kwargs = dict(position_embeddings=self.rope(x, pos), position_ids=pos)
+            out = self.layer(x, **kwargs)
+            return out[0] if isinstance(out, tuple) else out
+
+    if family == "gpt2":
+        def make(s=None, b=None, a=None, d_h=None, **_):
+            cfg = config_cls(n_embd=a * d_h, n_head=a, n_layer=1, vocab_size=16, n_positions=64,
+                             resid_pdrop=dropout, attn_pdrop=dropout, embd_pdrop=dropout,
+                             bos_token_id=None, eos_token_id=None)
+            cfg._attn_implementation = attention
+            return CalledAsInTheModel(mod.GPT2Block(cfg, layer_idx=0)).to(dt)
+    else:
+        layer_cls = getattr(mod, f"{name}DecoderLayer")
+        rope_cls = getattr(mod, f"{name}RotaryEmbedding")
+
+        def make(s=None, b=None, a=None, g=None, d_h=None, f=None, **_):
+            if a % g:
+                raise InvalidValueError(f"a = {a} heads are not divisible by g = {g} key/value heads")
+            cfg = config_cls(hidden_size=a * d_h, num_attention_heads=a, num_key_value_heads=g,
+                             head_dim=d_h, intermediate_size=f, num_hidden_layers=1,
+                             vocab_size=16, max_position_embeddings=64, attention_dropout=dropout)
+            cfg._attn_implementation = attention
+            return CalledAsInTheModel(layer_cls(cfg, 0), rope_cls(cfg)).to(dt)
 
     def make_inputs(s=None, b=None, a=None, d_h=None, **_):
         return (torch.randn(b, s, a * d_h, dtype=dt, requires_grad=True),)

@@ -1,0 +1,112 @@
+"""Saved activations of Hugging Face transformers' own decoder layers against memsym's formula.
+
+Each test builds transformers' real layer class (``LlamaDecoderLayer``, ``Qwen2DecoderLayer``,
+``Qwen3DecoderLayer``, ``GPT2Block``) from a small config (no download; through
+``memsym.reference_layers.hf_layer``, which calls it as the model does), runs its forward in
+bf16 on the CPU under ``torch.autograd.graph.saved_tensors_hooks`` (``memsym.measure``), fits
+the exact per-layer polynomial over many shapes (verified on held-back shapes), and proves
+
+    measured = memsym's layer_activations(architecture flags) + the named differences
+
+where every difference is derived by hand below from what transformers' code saves.  Bytes
+per layer and micro-batch; t = c = 1; h = a d_h.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sympy as sp
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from memsym.measure import derive_saved_bytes  # noqa: E402
+from memsym.reference_layers import hf_layer  # noqa: E402
+from memsym.symbols import a, b, c, d_h, f, g, h, s, t  # noqa: E402
+from memsym.terms.activations import layer_activations  # noqa: E402
+
+H = a * d_h
+LLAMA_SYMBOLS = ("s", "b", "a", "g", "d_h", "f")
+LLAMA_FIT = dict(degree=4, max_degree=dict(b=1, a=1, g=1, d_h=1, f=1),
+                 ranges=dict(s=(1, 6), b=(1, 3), a=(2, 8), g=(2, 4), d_h=(2, 4), f=(1, 6)),
+                 # GQA needs g | a; RoPE's rotate_half needs an even head dimension
+                 valid=lambda x: x["a"] % x["g"] == 0 and x["d_h"] % 2 == 0,
+                 extra=2, holdout=3)  # fewer extra shapes: the suite budget is < 30 s
+
+
+def _memsym(**flags) -> sp.Expr:
+    """memsym's per-layer formula at t = c = 1 in the fit's symbols."""
+    expr = layer_activations(**flags).expr
+    return sp.expand(expr.xreplace({t: sp.Integer(1), c: sp.Integer(1), h: H}))
+
+
+# --- differences, each derived from transformers' code (modeling_llama.py & co.) -------------
+# LlamaRMSNorm upcasts its input to fp32 and keeps that copy (4sbh, saved by pow and mul:
+# one storage) and the bf16 cast multiplied by the weight (2sbh), where memsym counts the bf16
+# input (2sbh); both keep the fp32 1/rms per token (4sb).  Per norm: +4sbh, two norms.
+RMSNORM_FP32 = 2 * 4 * s * b * H
+# Unfused SwiGLU: down_proj(act(gate) * up) keeps SiLU's output for the product's backward
+# (2sbf); Megatron's fused bias_swiglu keeps only the fc1 output and recomputes it.
+SILU_OUTPUT = 2 * s * b * f
+# apply_rotary_pos_emb multiplies by cos and sin (bf16, [b, s, d_h]), which autograd keeps:
+# 4 s b d_h.  The tables are one storage shared by every layer of a model (computed once in
+# the model's forward), so they belong to the model, not to each layer; memsym leaves them out.
+ROPE_TABLES = 2 * 2 * s * b * d_h
+# Eager attention: repeat_kv materialises K and V at all a heads (2sbh each instead of
+# 2 s b g d_h each: GQA saves nothing in eager mode) ...
+REPEAT_KV = 2 * (2 * s * b * H - 2 * s * b * g * d_h)
+# ... and the softmax runs in fp32 (4 a s^2 b kept) and is cast to bf16 for the matmul with V
+# (2 a s^2 b kept), where memsym counts one bf16 softmax output (2 a s^2 b).
+SOFTMAX_FP32 = 4 * a * s**2 * b
+# Qwen3's per-head q_norm and k_norm are RMSNorms: each keeps its fp32 input copy, the bf16
+# cast and the fp32 1/rms per head and token: (6sbh + 4sba) for Q, (6 s b g d_h + 4sbg) for K.
+QK_NORM = 6 * s * b * H + 4 * s * b * a + 6 * s * b * g * d_h + 4 * s * b * g
+
+LLAMA_FLAGS = dict(gated=True, norm="rmsnorm", dropout=False, sequence_parallel=False)
+
+
+@pytest.mark.parametrize("family, attention, differences", [
+    ("llama", "sdpa", RMSNORM_FP32 + SILU_OUTPUT + ROPE_TABLES),
+    ("llama", "eager", RMSNORM_FP32 + SILU_OUTPUT + ROPE_TABLES + REPEAT_KV + SOFTMAX_FP32),
+    # Qwen2 is Llama with biases on q, k and v: biases save nothing more
+    ("qwen2", "sdpa", RMSNORM_FP32 + SILU_OUTPUT + ROPE_TABLES),
+    ("qwen3", "sdpa", RMSNORM_FP32 + SILU_OUTPUT + ROPE_TABLES + QK_NORM),
+])
+def test_rope_decoder_layer_is_memsym_plus_named_differences(family, attention, differences):
+    make, inputs = hf_layer(family, attention=attention)
+    fit = derive_saved_bytes(make, inputs, LLAMA_SYMBOLS, **LLAMA_FIT)
+    # SDPA on the CPU runs the flash kernel (Q, K, V at g heads, output, fp32 logsumexp 4asb):
+    # memsym's flash=True terms; eager keeps the s^2 softmax: flash=False
+    ours = _memsym(flash=attention == "sdpa", **LLAMA_FLAGS)
+    assert sp.expand(fit.expr - ours - differences) == 0, sp.factor_terms(
+        sp.expand(fit.expr - ours - differences))
+    if attention == "sdpa":
+        assert sp.Poly(fit.expr, s).degree() == 1          # no s^2 tensor at all
+
+
+def test_gpt2_block_with_dropout_is_memsym_plus_named_differences():
+    make, inputs = hf_layer("gpt2", attention="eager", dropout=0.1)
+    fit = derive_saved_bytes(make, inputs, ("s", "b", "a", "d_h"), degree=4,
+                             max_degree=dict(b=1, a=1, d_h=1),
+                             ranges=dict(s=(1, 6), b=(1, 3), a=(1, 4), d_h=(1, 4)))
+    # memsym: Korthikanti's GPT layer (LayerNorm, 4h GeLU MLP, dropout, softmax attention)
+    ours = _memsym(gated=False, flash=False, norm="layernorm", dropout=True,
+                   sequence_parallel=False).xreplace({g: a, f: 4 * H})
+    # F.dropout on the CPU keeps a bf16 scaled-noise tensor (2 bytes per element) where the
+    # fused CUDA kernel keeps a 1-byte mask: +1 byte per element of the attention
+    # probabilities (a s^2 b) and of the two residual dropouts (2 sbh)
+    cpu_dropout = a * s**2 * b + 2 * s * b * H
+    # native_layer_norm on the CPU keeps mean and rstd in the input dtype (bf16: 2 + 2 bytes
+    # per token) where CUDA and memsym keep fp32 (4 + 4): -4sb per LayerNorm, two of them
+    cpu_layernorm = -2 * 4 * s * b
+    # GPT-2's gelu_new is the unfused tanh formula 0.5 x (1 + tanh(√(2/π)(x + 0.044715 x³))):
+    # autograd keeps tanh's output, 0.5 x and (1 + tanh(...)) besides x (4h wide, bf16 each):
+    # 3 x 8sbh more than memsym's GeLU input
+    tanh_gelu = 3 * 2 * s * b * 4 * H
+    differences = cpu_dropout + cpu_layernorm + tanh_gelu
+    assert sp.expand(fit.expr - ours - differences) == 0, sp.factor_terms(
+        sp.expand(fit.expr - ours - differences))
+    # and the paper's Eq. 1 is inside it: with the CPU quirks and gelu_new removed and the
+    # norm statistics dropped, the measurement is sbh(34 + 5as/h)
+    eq1 = s * b * H * (34 + 5 * a * s / H)
+    assert sp.expand(fit.expr - differences - 2 * 8 * s * b - eq1) == 0
