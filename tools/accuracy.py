@@ -217,7 +217,8 @@ def _row(table, label, printed, value, unit, rule, *, lo=None, hi=None, discrepa
 def tables() -> tuple:
     """The ``[[table]]`` entries of ``formulas/tables.toml``."""
     if not TABLES_PATH.exists():  # pragma: no cover - a copy of tools/ without formulas/
-        raise InvalidValueError(f"{TABLES_PATH} not found: tools/accuracy.py reads a source checkout")
+        raise InvalidValueError(f"{TABLES_PATH} not found: tools/accuracy.py reads a source "
+                                "checkout")
     return tuple(tomllib.loads(TABLES_PATH.read_text(encoding="utf-8"))["table"])
 
 
