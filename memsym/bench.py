@@ -21,6 +21,8 @@ import sys
 import time
 import tracemalloc
 
+from .errors import InvalidValueError
+
 __all__ = ["run", "p1_total", "hand_numpy", "hand_python", "main"]
 
 #: The targets of issue 8: (figure, comparison, target, "min" = at least / "max" = at most).
@@ -193,6 +195,9 @@ def bench_p4(repeat: int) -> dict:
 
 def bench_p5() -> dict:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isdir(os.path.join(root, "tests")):  # an installed wheel has no test suite
+        raise InvalidValueError("bench --suite times the test suite of a source checkout; "
+                                f"no tests/ beside the package in {root}")
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
                           cwd=root, capture_output=True, text=True)

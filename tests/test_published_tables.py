@@ -3,7 +3,7 @@
 The expectations are the values the sources print, transcribed with their locators in
 formulas/tables.toml: ZeRO Tables 1-2, DeepSpeed's estimator examples, QLoRA's double
 quantization, Llama 3 Tables 3-4, Korthikanti Tables 2-5 and worked numbers, Narayanan Table 1
-and its training-time examples.  memsym.accuracy recomputes each with memsym's terms; every
+and its training-time examples.  tools/accuracy.py recomputes each with memsym's terms; every
 value must be reproduced under the source's own rounding, except the ones the transcription
 marks as wrong in the source, which must *not* be reproduced (and carry the reason).
 """
@@ -19,13 +19,14 @@ import pytest
 import sympy as sp
 
 from catalogue import entries, mapped_source, references
-from memsym import accuracy
-from memsym.accuracy import apply_rounding, deepspeed_gpu, render, rows, tables
 from memsym.symbols import N, N_ll, d
+from memsym.terms.estimators import deepspeed_gpu
+from tools import accuracy
+from tools.accuracy import apply_rounding, render, rows, tables
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ROWS = rows()
-# korthikanti.table2 rows of memsym.accuracy compare two memsym functions (korthikanti() against
+# korthikanti.table2 rows of tools/accuracy.py compare two memsym functions (korthikanti() against
 # paper_layer()), so they are not evidence here; the printed formulas are checked against the
 # catalogue's transcription of the paper in test_korthikanti_table2_printed_formulas_equal_memsym
 PRINTED_ROWS = [r for r in ROWS if r.table != "korthikanti.table2"]
@@ -44,7 +45,7 @@ def test_every_table_is_cited_and_located():
         assert tb["source"] in refs, tb["id"]
         assert tb["locator"] and tb["title"], tb["id"]
         assert re.match(r"^(paper|seed|hand|framework|vendor)\b", tb["origin"]), tb["id"]
-        assert tb["kind"] in accuracy._KINDS, tb["id"]
+        assert tb["kind"] in accuracy.KINDS, tb["id"]
 
 
 def test_tables_cover_the_issue():
@@ -198,9 +199,22 @@ def test_deepspeed_rejects_other_stages():
 # --- the accuracy page ---------------------------------------------------------------------------
 def test_accuracy_page_is_generated_and_fresh():
     page = ROOT / "docs" / "accuracy.md"
-    assert page.exists(), "run: python -m memsym.accuracy > docs/accuracy.md"
+    assert page.exists(), "run: python tools/accuracy.py"
     assert page.read_text(encoding="utf-8") == render(), (
-        "docs/accuracy.md is stale; regenerate it: python -m memsym.accuracy > docs/accuracy.md")
+        "docs/accuracy.md is stale; regenerate it: python tools/accuracy.py")
+
+
+def test_accuracy_check_and_write(tmp_path, capsys):
+    """--check exits 1 where the page is missing, 0 once written; --stdout prints the page."""
+    assert accuracy.main(["--check", "--root", str(tmp_path)]) == 1
+    assert "stale: docs/accuracy.md" in capsys.readouterr().err
+    assert accuracy.main(["--root", str(tmp_path)]) == 0
+    assert (tmp_path / "docs" / "accuracy.md").read_text(encoding="utf-8") == render()
+    assert accuracy.main(["--check", "--root", str(tmp_path)]) == 0
+    assert accuracy.stale(tmp_path) == [] and accuracy.write(tmp_path) == []
+    capsys.readouterr()
+    assert accuracy.main(["--stdout"]) == 0
+    assert capsys.readouterr().out == render()
 
 
 def test_accuracy_page_lists_every_table_and_row():

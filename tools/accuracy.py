@@ -5,7 +5,9 @@ QLoRA, DeepSpeed's estimators) with their locators and the rounding each source 
 module recomputes every printed value with memsym's own terms and returns one :class:`Row`
 per value: the source's value, memsym's, the difference and whether they agree under the
 source's rounding.  ``tests/test_published_tables.py`` asserts the same rows, and
-``python -m memsym.accuracy > docs/accuracy.md`` writes the page from them.
+``python tools/accuracy.py`` (or ``python -m tools.accuracy`` from the checkout) writes the page
+from them; ``--check`` exits with status 1 when the page on disk is stale.  This is repository
+tooling: it reads the checkout's ``formulas/``, so it lives beside the package, not in it.
 
 Rounding rules (``formulas/tables.toml`` header): ``half_up:k``, ``floor:k`` (truncation),
 ``nearest:k`` (what ``f"{x:.kf}"`` printed), ``sig:k`` (significant digits), ``exact``.
@@ -22,32 +24,52 @@ References
 
 from __future__ import annotations
 
+import argparse
 import functools
 import math
 import pathlib
+import sys
 import tomllib
 from dataclasses import dataclass
 from fractions import Fraction
 
-import sympy as sp
+#: The repository root: this file is ``tools/accuracy.py`` of a source checkout.
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as `python tools/accuracy.py`: use this checkout's memsym
+    sys.path.insert(0, str(ROOT))
 
-from .errors import InvalidValueError, NoFitError
-from .reference import _cell
-from .symbols import N, N_ll, d
-from .term import Source, Term, Total
-from .units import UNITS
-from .values import as_expr
+import sympy as sp  # noqa: E402
 
-__all__ = ["Row", "apply_rounding", "rows", "tables", "render", "deepspeed_gpu",
-           "qlora_constant_bits", "TABLES_PATH"]
+from memsym.analysis import largest, smallest  # noqa: E402
+from memsym.errors import InvalidValueError, MemsymError, NoFitError  # noqa: E402
+from memsym.hardware import gpu  # noqa: E402
+from memsym.model import parameter_count, preset  # noqa: E402
+from memsym.printing import latex  # noqa: E402
+from memsym.symbols import B, L, N, N_ll, V, a, b, c, d, h, p, s, t  # noqa: E402
+from memsym.terms.activations import (embedding_activations, korthikanti,  # noqa: E402
+                                       output_activations, paper_layer)
+from memsym.terms.adapters import frozen_weights  # noqa: E402
+from memsym.terms.compute import (flops_per_iteration, parameters_narayanan,  # noqa: E402
+                                  training_time)
+from memsym.terms.estimators import (DEEPSPEED_WIDTHS, deepspeed_gpu,  # noqa: E402
+                                      qlora_constant_bits)
+from memsym.terms.model_state import byte_widths, host_state, model_state  # noqa: E402
+from memsym.units import UNITS  # noqa: E402
+from memsym.values import as_expr, as_values  # noqa: E402
+
+from tools.reference import cell, references  # noqa: E402
+
+__all__ = ["ROOT", "TABLES_PATH", "OUTPUT", "Row", "apply_rounding", "tables", "rows", "KINDS",
+           "render", "stale", "write", "main"]
 
 #: The transcribed tables (a checked-in catalogue file of the repository).
-TABLES_PATH = pathlib.Path(__file__).resolve().parent.parent / "formulas" / "tables.toml"
+TABLES_PATH = ROOT / "formulas" / "tables.toml"
+#: The generated page, relative to the root.
+OUTPUT = pathlib.Path("docs") / "accuracy.md"
 
 _GB = Fraction(UNITS["GB"])
 _GIB = Fraction(UNITS["GiB"])
 _MIB = Fraction(UNITS["MiB"])
-_DS = Source("deepspeed-estimators", "memory.rst, Discussion, GPU RAM")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -194,14 +216,14 @@ def _row(table, label, printed, value, unit, rule, *, lo=None, hi=None, discrepa
 @functools.lru_cache(maxsize=1)
 def tables() -> tuple:
     """The ``[[table]]`` entries of ``formulas/tables.toml``."""
-    if not TABLES_PATH.exists():  # pragma: no cover - installed without the repository
-        raise InvalidValueError(f"{TABLES_PATH} not found: memsym.accuracy needs the repository")
+    if not TABLES_PATH.exists():  # pragma: no cover - a copy of tools/ without formulas/
+        raise InvalidValueError(f"{TABLES_PATH} not found: tools/accuracy.py reads a source "
+                                "checkout")
     return tuple(tomllib.loads(TABLES_PATH.read_text(encoding="utf-8"))["table"])
 
 
 def _ev(expr, **values) -> Fraction:
     """Exact value of ``expr`` with registered symbols given by name."""
-    from .values import as_values
 
     out = as_expr(expr).xreplace(as_values(values))
     if out.free_symbols:  # pragma: no cover - a missing value is a bug in this module
@@ -210,87 +232,9 @@ def _ev(expr, **values) -> Fraction:
 
 
 # ----------------------------------------------------------------------------------------------
-# formula-level functions (catalogued in formulas/tables.toml)
-# ----------------------------------------------------------------------------------------------
-#: DeepSpeed's byte counts: fp16 weights (2), fp32 gradients (4: FusedAdam converts the fp16
-#: gradients to fp32 before the update), fp32 weights (4) and Adam moments (8).
-#: REF: deepspeed-estimators, memory.rst, Discussion ("16 and 18 multipliers").
-DEEPSPEED_WIDTHS = {"b_hp": 2, "b_g": 4, "b_m": 4, "b_o": 8}
-
-
-def deepspeed_gpu(stage: int = 3, offload: str = "none") -> Total:
-    r"""DeepSpeed's estimator of GPU model-state memory, built from memsym's terms [bytes].
-
-    .. math::
-
-        \begin{aligned}
-        \text{ZeRO-2}:&\; 4N + 16N/d \;\;(\text{offload: } 2N)\\
-        \text{ZeRO-3}:&\; 4N_{\mathrm{ll}} + 18N/d \;\;(\text{offload optimizer: }
-            4N_{\mathrm{ll}} + 2N/d;\; \text{and params: } 4N_{\mathrm{ll}})
-        \end{aligned}
-
-    memsym's :func:`~memsym.terms.model_state.model_state` with DeepSpeed's byte widths
-    (2, 4, 4, 8) gives the sharded part; DeepSpeed adds, as separate terms, the largest
-    layer gathered whole under ZeRO-3 (fp16 weights and gradients, :math:`4N_{\mathrm{ll}}`)
-    and, under ZeRO-2 without offload, an unsharded fp16 gradient buffer (:math:`2N`), which
-    memsym's ZeRO-2 (ZeRO §5.2: gradients reduce-scattered) does not hold.
-
-    Parameters
-    ----------
-    stage : {2, 3}
-    offload : {"none", "optimizer", "optimizer+params"}
-        ``cpu_offload`` and ``cpu_offload_params`` (ZeRO-3 only).
-
-    Examples
-    --------
-    >>> deepspeed_gpu(3).expr
-    18*N/d + 4*N_ll
-    >>> deepspeed_gpu(2).expr
-    4*N + 16*N/d
-
-    References
-    ----------
-    microsoft/DeepSpeed ``docs/code-docs/source/memory.rst``; ZeRO-Offload §4.
-    """
-    from .terms.model_state import model_state
-
-    if stage not in (2, 3):
-        raise InvalidValueError(f"DeepSpeed's estimators cover ZeRO stage 2 or 3, not {stage!r}")
-    scheme = "zero3" if stage == 3 else "zero2"
-    total = model_state(scheme, offload=offload, params=N, dp=d).subs(DEEPSPEED_WIDTHS)
-    if stage == 3:
-        total = total + Term("largest_layer", 4 * N_ll,
-                             "largest layer gathered whole: fp16 weights and fp16 gradients", _DS,
-                             label="largest layer")
-    elif offload == "none":
-        total = total + Term("fp16_gradients", 2 * N,
-                             "unsharded fp16 gradient buffer DeepSpeed's ZeRO-2 estimate counts",
-                             _DS, label="fp16 gradients")
-    return Total(f"DeepSpeed ZeRO-{stage} GPU estimate (offload {offload})", total.terms)
-
-
-def qlora_constant_bits(double: bool = True) -> sp.Rational:
-    r"""Bits per weight of QLoRA's quantization constants [bits/parameter].
-
-    .. math:: \frac{32}{64} \;\text{or, double-quantized,}\; \frac{8}{64} + \frac{32}{64\cdot256}
-
-    Examples
-    --------
-    >>> qlora_constant_bits(), qlora_constant_bits(False)
-    (65/512, 1/2)
-    """
-    from .terms.adapters import quantization_bits
-
-    kind = "nf4-dq" if double else "nf4"
-    return quantization_bits(kind) - 4  # the 4 bits of the NF4 weight itself
-
-
-# ----------------------------------------------------------------------------------------------
 # one builder per kind of table
 # ----------------------------------------------------------------------------------------------
 def _zero_table1(tb):
-    from .analysis import smallest
-    from .terms.model_state import byte_widths, model_state
 
     out = []
     cap = _frac(tb["capacity"])
@@ -317,8 +261,6 @@ def _zero_table1(tb):
 
 
 def _zero_table2(tb):
-    from .analysis import largest
-    from .terms.model_state import byte_widths, model_state
 
     out = []
     cap = _frac(tb["capacity"])
@@ -344,7 +286,6 @@ def _zero_table2(tb):
 
 def _deepspeed_cpu(row, factor):
     """DeepSpeed's CPU estimate: its init term against memsym's host copy of offloaded states."""
-    from .terms.model_state import host_state
 
     n, nodes = row["gpus_per_node"], row["nodes"]
     params, largest_ = _frac(row["params"]), _frac(row["largest"])
@@ -400,7 +341,6 @@ def _deepspeed_discussion(tb):
 
 
 def _qlora(tb):
-    from .terms.adapters import frozen_weights
 
     out = []
     for row in tb["rows"]:
@@ -421,7 +361,6 @@ def _qlora(tb):
 
 
 def _llama3_table4(tb):
-    from .hardware import gpu
 
     out = []
     peak = _frac(gpu(tb["gpu"]).bf16)
@@ -450,7 +389,6 @@ def _llama3_table4(tb):
 
 
 def _llama3_table3(tb):
-    from .model import parameter_count, preset
 
     out = []
     fields = [("layers", "num_layers"), ("hidden", "hidden_size"), ("ffn", "ffn_hidden_size"),
@@ -473,8 +411,6 @@ def _llama3_table3(tb):
 
 
 def _korthikanti_table2(tb):
-    from .printing import latex
-    from .terms.activations import korthikanti, paper_layer
 
     out = []
     for row in tb["rows"]:
@@ -490,8 +426,6 @@ def _korthikanti_table2(tb):
 
 
 def _narayanan_params(L_, h_, V_, s_):
-    from .symbols import L, V, h, s
-    from .terms.compute import parameters_narayanan
 
     return _frac(parameters_narayanan().xreplace({L: L_, h: h_, V: V_, s: s_}))
 
@@ -521,9 +455,6 @@ def _config(model):
 
 
 def _korthikanti_text(tb):
-    from .symbols import L, V, a, b, c, h, p, s, t
-    from .terms.activations import embedding_activations, korthikanti, output_activations
-    from .terms.compute import flops_per_iteration
 
     out = []
     for row in tb["rows"]:
@@ -590,9 +521,6 @@ def _korthikanti_table4(tb):
 
 
 def _korthikanti_table5(tb):
-    from .hardware import gpu
-    from .symbols import B, L, V, h, s
-    from .terms.compute import flops_per_iteration
 
     out = []
     peak = _frac(gpu(tb["gpu"]).bf16)
@@ -633,7 +561,6 @@ def _korthikanti_table5(tb):
 
 
 def _narayanan_table1(tb):
-    from .hardware import gpu
 
     out = []
     peak = _frac(gpu(tb["gpu"]).bf16) / 10**12
@@ -661,7 +588,6 @@ def _narayanan_table1(tb):
 
 
 def _narayanan_training_time(tb):
-    from .terms.compute import training_time
 
     out = []
     expr = training_time(recompute=True).expr
@@ -674,7 +600,7 @@ def _narayanan_training_time(tb):
     return out
 
 
-_KINDS = {
+KINDS = {
     "zero_table1": _zero_table1,
     "zero_table2": _zero_table2,
     "deepspeed_cold": _deepspeed_cold,
@@ -704,10 +630,10 @@ def rows() -> tuple:
     """
     out = []
     for tb in tables():
-        if tb["kind"] not in _KINDS:
+        if tb["kind"] not in KINDS:
             raise InvalidValueError(f"table {tb['id']}: unknown kind {tb['kind']!r}; accepted: "
-                                    + ", ".join(sorted(_KINDS)))
-        out.extend(_KINDS[tb["kind"]](tb))
+                                    + ", ".join(sorted(KINDS)))
+        out.extend(KINDS[tb["kind"]](tb))
     return tuple(out)
 
 
@@ -751,7 +677,7 @@ def render() -> str:
     lines = [
         "# Accuracy: published numbers recomputed with memsym",
         "",
-        "<!-- GENERATED by `python -m memsym.accuracy > docs/accuracy.md` from "
+        "<!-- GENERATED by `python tools/accuracy.py` from "
         "formulas/tables.toml; tests/test_published_tables.py fails when this page is stale. -->",
         "",
         "Every value below is printed in a paper or a framework's documentation, transcribed with "
@@ -775,13 +701,8 @@ def render() -> str:
         "GiB/MiB (2^30, 2^20); Korthikanti's App. B \"2.73 GB\" is GiB.",
         "",
     ]
-    from .reference import references
 
-    refs = {}
-    try:
-        refs = references(TABLES_PATH.parent.parent)
-    except InvalidValueError:  # pragma: no cover - installed without the repository
-        pass
+    refs = references(ROOT)
     for tb in tables():
         ref = refs.get(tb["source"], {})
         cite = ", ".join(x for x in (ref.get("authors", ""), str(ref.get("year", "")),
@@ -798,20 +719,66 @@ def render() -> str:
             if r.note:
                 notes.append(f"- {r.label}: {r.note}")
             unit = f" {r.unit}" if r.unit and r.unit not in ("", "bytes") else ""
-            lines.append(f"| {_cell(r.label)} | {_cell(r.source)} | {_cell(_fmt(r.memsym))}"
-                         f"{'' if isinstance(r.memsym, str) else _cell(unit)} | "
-                         f"{_cell(_fmt_diff(r))} | {r.rule} | {status} |")
+            lines.append(f"| {cell(r.label)} | {cell(r.source)} | {cell(_fmt(r.memsym))}"
+                         f"{'' if isinstance(r.memsym, str) else cell(unit)} | "
+                         f"{cell(_fmt_diff(r))} | {r.rule} | {status} |")
         if notes:
-            lines += ["", "Notes:", ""] + [_cell(n) for n in dict.fromkeys(notes)]
+            lines += ["", "Notes:", ""] + [cell(n) for n in dict.fromkeys(notes)]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
 
-def main() -> None:  # pragma: no cover - exercised through the freshness test
-    import sys
+def stale(root=None) -> list[str]:
+    """``[OUTPUT]`` when ``docs/accuracy.md`` under ``root`` (default: this checkout) is missing
+    or differs from :func:`render`, else ``[]``."""
+    path = pathlib.Path(root or ROOT) / OUTPUT
+    current = path.is_file() and path.read_text(encoding="utf-8") == render()
+    return [] if current else [str(OUTPUT)]
 
-    sys.stdout.write(render())
+
+def write(root=None) -> list[str]:
+    """Write ``docs/accuracy.md`` under ``root`` (default: this checkout) if it changed.
+
+    Returns the paths written, relative to the root.  The tables are always this checkout's
+    ``formulas/tables.toml``; ``root`` only says where the page goes.
+    """
+    text = render()
+    path = pathlib.Path(root or ROOT) / OUTPUT
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return [str(OUTPUT)]
+
+
+def main(argv=None) -> int:
+    """``python tools/accuracy.py [--check | --stdout] [--root DIR]``: exit 0, 1 (stale), 2."""
+    parser = argparse.ArgumentParser(prog="python tools/accuracy.py",
+                                     description="Regenerate docs/accuracy.md from "
+                                     "formulas/tables.toml.")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 if docs/accuracy.md is stale")
+    mode.add_argument("--stdout", action="store_true", help="print the page instead of writing it")
+    parser.add_argument("--root", default=None,
+                        help="where docs/accuracy.md goes (default: this checkout)")
+    args = parser.parse_args(argv)
+    try:
+        if args.stdout:
+            sys.stdout.write(render())
+            return 0
+        if args.check:
+            bad = stale(args.root)
+            for path in bad:
+                print(f"stale: {path} (run python tools/accuracy.py)", file=sys.stderr)
+            return 1 if bad else 0
+        for path in write(args.root):
+            print(f"wrote {path}")
+    except (MemsymError, OSError) as err:  # one line, like the memsym command: no traceback
+        print(f"python tools/accuracy.py: {err}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    raise SystemExit(main())
