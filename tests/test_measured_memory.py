@@ -12,9 +12,9 @@ import pathlib
 import pytest
 import sympy as sp
 
-from memsym import measured
-from memsym.measured import DataError, load
-from memsym.reference import references
+from tools import measured
+from tools.measured import DataError, load
+from tools.reference import references
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SEED001 = next((ROOT.parent.parent / "shared" / "seeds").glob("001_*.txt"), None) \
@@ -107,10 +107,10 @@ def test_seed001_job_mapping(data):
 
 
 def test_page_is_current():
-    """docs/measured-accuracy.md equals what `python -m memsym.measured` would write now."""
+    """docs/measured-accuracy.md equals what `python -m tools.measured` would write now."""
     page = ROOT / "docs" / "measured-accuracy.md"
     assert page.read_text(encoding="utf-8") == measured.generate(), \
-        "stale docs/measured-accuracy.md: run `python -m memsym.measured`"
+        "stale docs/measured-accuracy.md: run `python -m tools.measured`"
     assert measured.main(["--check"]) == 0
 
 
@@ -141,7 +141,7 @@ def test_predict_by_id_and_refusals():
     assert by_id == measured.predict(point)
     with pytest.raises(ValueError, match="unknown measured point"):
         measured.predict("seed001.llama3-70b.tp16")
-    with pytest.raises(ValueError, match="needs a memsym.measured.Point"):
+    with pytest.raises(ValueError, match="needs a tools.measured.Point"):
         measured.predict(42)
-    with pytest.raises(ValueError, match="needs a memsym.measured.Point"):
+    with pytest.raises(ValueError, match="needs a tools.measured.Point"):
         measured.job({"id": "x"})
