@@ -257,7 +257,8 @@ def deepspeed_gpu(stage: int = 3, offload: str = "none") -> Total:
     if stage not in (2, 3):
         raise InvalidValueError(f"DeepSpeed's estimators cover ZeRO stage 2 or 3, not {stage!r}")
     scheme = "zero3" if stage == 3 else "zero2"
-    total = model_state(scheme, offload=offload, params=N, dp=d).subs(DEEPSPEED_WIDTHS)
+    total = model_state(scheme, offload=offload, params=N, dp=d, convention="zero-paper").subs(
+        DEEPSPEED_WIDTHS)
     if stage == 3:
         total = total + Term("largest_layer", 4 * N_ll,
                              "largest layer gathered whole: fp16 weights and fp16 gradients", _DS,
@@ -296,7 +297,8 @@ def _zero_table1(tb):
     cap = _frac(tb["capacity"])
     names = {"zero1": "P_os", "zero2": "P_os+g", "zero3": "P_os+g+p"}
     for col, printed in zip(tb["columns"], tb["printed"]):
-        total = model_state(col["stage"]).subs(byte_widths(col["stage"]))
+        total = model_state(col["stage"], convention="zero-paper").subs(
+            byte_widths(col["stage"], convention="zero-paper"))
         psi = _frac(col["params"])
         for n_d, text in zip(tb["degrees"], printed):
             value = _ev(total.expr, N=psi, d=n_d, p=1, t=1) / _GB
@@ -326,7 +328,8 @@ def _zero_table2(tb):
     first = {}
     for row in tb["rows"]:
         for stage, text, rule in zip(tb["stages"], row["printed"], row["rounding"]):
-            total = model_state(stage).subs(byte_widths(stage))
+            total = model_state(stage, convention="zero-paper").subs(
+                byte_widths(stage, convention="zero-paper"))
             sol = largest(total, "N", cap, {"d": row["gpus"] // row["mp"], "t": row["mp"], "p": 1})
             value = _frac(sol.bound) / _GB
             first.setdefault(stage, value)
