@@ -4,7 +4,7 @@ Every term is a cited SymPy expression in the registry's symbols; terms compose 
 totals that simplify, differentiate, solve, print as LaTeX and compile for numeric sweeps.
 
 >>> from memsym import model_state, byte_widths
->>> model_state("distributed-optimizer").factored({"b_g": 4, "b_m": 4, "b_o": 8})
+>>> model_state("distributed-optimizer", convention="seed000").factored({"b_g": 4, "b_m": 4, "b_o": 8})
 N*(b_hp + 16/d)/(p*t)
 """
 

@@ -53,7 +53,7 @@ def test_single_gpu_model_states_by_hand():
     # one GPU, every scheme degenerates to the unsharded 16 bytes/param (ZeRO §5, N_d = 1)
     vals = dict(N=LLAMA7_PARAMS, d=1, t=1, p=1)
     for scheme in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
-        M = model_state(scheme).subs(byte_widths(scheme))
+        M = model_state(scheme, convention="zero-paper").subs(byte_widths(scheme, convention="zero-paper"))
         assert M.evaluate(vals) == 16 * LLAMA7_PARAMS, scheme
 
 
@@ -70,7 +70,7 @@ def test_single_gpu_training_total(capsys):
 
 
 def test_single_gpu_smallest_d_is_1_when_it_fits():
-    M = model_state("zero3").subs(byte_widths("zero3"))
+    M = model_state("zero3", convention="zero-paper").subs(byte_widths("zero3", convention="zero-paper"))
     sol = memsym.smallest(M, "d", 80 * GB, {"N": 10**9, "t": 1, "p": 1})  # 16 GB fits on one
     assert sol.value == 1 and sol.memory == 16 * 10**9
     gpus = memsym.smallest_gpus(M, 80 * GB, {"N": 10**9, "t": 1, "p": 1})
@@ -218,14 +218,14 @@ def test_context_parallel_must_divide_sequence():
 # sizes at the extremes of the number line
 # ------------------------------------------------------------------------------------------------
 def test_quadrillion_parameters_exact():
-    M = model_state("distributed-optimizer").subs(byte_widths())
+    M = model_state("distributed-optimizer", convention="seed000").subs(byte_widths(convention="seed000"))
     val = M.evaluate(N=10**15, d=3, t=1, p=1)
     assert val == 2 * 10**15 + sp.Rational(16 * 10**15, 3)   # seed 000: N (2 + 16/d)
     assert isinstance(val, sp.Rational)
 
 
 def test_smallest_d_with_enormous_models_is_exact():
-    M = model_state("zero3").subs(byte_widths("zero3"))
+    M = model_state("zero3", convention="zero-paper").subs(byte_widths("zero3", convention="zero-paper"))
     sol = memsym.smallest(M, "d", 80 * GB, {"N": 10**15, "t": 1, "p": 1})
     assert sol.value == 200_000                       # 16e15 / 80e9 exactly
     assert M.evaluate(N=10**15, d=sol.value, t=1, p=1) == 80 * GB
