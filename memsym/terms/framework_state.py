@@ -111,7 +111,7 @@ def fsdp2_rank_bytes(shapes, world: int, rank: int, param_bytes: int = 4,
     Examples
     --------
     >>> fsdp2_rank_bytes([(5, 7), (5,), (3, 5)], 4, 3)
-    {'params': 76, 'grads': 76, 'states': 0, 'step': 12}
+    {'params': 84, 'grads': 84, 'states': 0, 'step': 12}
     """
     _check_world(world, rank)
     shapes = _check_shapes(shapes)

@@ -366,6 +366,7 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
     theoretical_memory_usage.py; ZeRO-Offload §4.
     """
     scheme = normalize_scheme(scheme)
+    given = choose("convention", convention, CONVENTIONS)  # the title keeps the name asked for
     convention = normalize_convention(convention)
     offload = choose("offload", offload, OFFLOADS)
     psi = N / (p * t) if params is None else as_expr(params)
@@ -413,7 +414,7 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
                           "fp32 master weights and optimizer moments" +
                           (", sharded over data parallel" if shard_o else ", replicated"),
                           src, label="master + moments"))
-    return Total(f"model states per GPU ({scheme}, {convention}, offload {offload})", tuple(terms))
+    return Total(f"model states per GPU ({scheme}, {given}, offload {offload})", tuple(terms))
 
 
 def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
