@@ -15,7 +15,8 @@ from ..symbols import (M_ctx, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c
 from ..term import Source, Term, Total
 from ..values import as_expr
 
-__all__ = ["DEFAULTS", "cross_entropy_transient", "fsdp2_transients", "zero3_transients",
+__all__ = ["DEFAULTS", "cross_entropy_transient", "fsdp2_transients", "fsdp2_reshards_after_forward",
+           "fsdp2_kept_unsharded", "zero3_transients",
            "deepspeed_ipg_buckets", "megatron_buckets", "optimizer_step_transient",
            "cuda_context", "nccl_buffers"]
 
@@ -64,14 +65,19 @@ def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     .. math::
 
         \underbrace{2\tau V/t}_{\text{bf16 logits}} +
-        \underbrace{(4 + 4 + 4 + 8 + 1)\,\tau}_{\text{max, predicted, sum-exp, target, mask}}
+        \underbrace{(4 + 1 + 8 + 8 + 4 + 4)\,\tau}_{\text{max, mask, target, arange, predicted}\times 2}
 
     ``calculate_logits_max`` makes an fp32 copy of the logits (``.float()``), then subtracts,
     exponentiates and normalises *in place*, and saves that fp32 softmax for the backward:
     the :math:`4\tau V/t` of :func:`memsym.terms.activations.output_activations` (not counted
     again here).  While it exists, the output layer's 16-bit logits are still referenced by the
     model's forward (``GPTModel.forward`` keeps ``logits`` until the loss returns), and the
-    backward's 16-bit gradient of the logits is as large again at the other end.
+    backward's 16-bit gradient of the logits is as large again at the other end.  Per token, the
+    peak of ``calculate_predicted_logits`` holds the fp32 ``logits_max`` (4), the bool
+    ``target_mask`` (1), the int64 ``masked_target`` (8) and ``arange_1d`` (8), and the fp32
+    predicted logits twice (the gather and its ``.clone()``, 4 + 4): 29 bytes; the loss line
+    reaches 29 again (max, mask, target, predicted, sum-exp, log, loss).  Measured on a literal
+    port in ``tests/test_transients.py``.
 
     Parameters
     ----------
@@ -90,7 +96,7 @@ def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     Examples
     --------
     >>> ce = cross_entropy_transient()
-    >>> ce.evaluate(s=4096, b=1, c=1, V=128256, t=4) == 2 * 4096 * 128256 // 4 + 21 * 4096
+    >>> ce.evaluate(s=4096, b=1, c=1, V=128256, t=4) == 2 * 4096 * 128256 // 4 + 29 * 4096
     True
 
     References
@@ -103,8 +109,8 @@ def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     return Total("cross-entropy transient (last stage, forward peak)", (
         Term("logits_16bit", 2 * tau * vocab / tp, "16-bit logits of the output layer, alive while "
              "the fp32 copy is made (and their gradient in backward)", _CE, label="bf16 logits"),
-        Term("ce_per_token", 21 * tau, "fp32 logits_max, predicted_logits, sum_exp_logits; int64 "
-             "masked target; bool target mask", _CE, label="per-token CE buffers"),
+        Term("ce_per_token", 29 * tau, "fp32 logits_max and predicted logits (gather + clone); "
+             "int64 masked target and arange; bool target mask", _CE, label="per-token CE buffers"),
     ))
 
 
@@ -142,6 +148,66 @@ def fsdp2_transients(group_params=None, dp=None) -> Total:
         Term("reduce_scatter", n * b_r * (1 + 1 / dp), "reduce-scatter input (unsharded) and "
              "output (1/d), in reduce_dtype", _FSDP_RS, label="reduce-scatter buffers"),
     ))
+
+
+def fsdp2_reshards_after_forward(setting="default", *, is_root=False, pp_enabled=False,
+                                 torchtitan=True) -> bool:
+    """Whether FSDP2 frees a group's unsharded parameters after its forward.
+
+    FSDP2 (``fully_shard(reshard_after_forward=None)``, the default): True except for the root
+    module, whose parameters would be re-gathered at once (``FSDPState._lazy_init``).
+    torchtitan's ``fsdp_reshard_after_forward``: ``"always"`` True, ``"never"`` False,
+    ``"default"`` ``not pp_enabled`` (with pipeline parallelism no block reshards: per-microbatch
+    all-gathers would not overlap).
+
+    Examples
+    --------
+    >>> fsdp2_reshards_after_forward(pp_enabled=True), fsdp2_reshards_after_forward()
+    (False, True)
+    >>> fsdp2_reshards_after_forward(None, is_root=True, torchtitan=False)
+    False
+
+    References
+    ----------
+    PyTorch ``_fully_shard.py`` and ``_fsdp_state.py:_lazy_init``; torchtitan
+    ``torchtitan/distributed/fsdp.py:get_fsdp_reshard_after_forward_policy`` (b5bcd76c66).
+    """
+    from ..errors import InvalidValueError
+
+    if torchtitan:
+        if setting not in ("always", "never", "default"):
+            raise InvalidValueError(f"torchtitan's fsdp_reshard_after_forward is always, never or "
+                                    f"default, not {setting!r}")
+        return {"always": True, "never": False}.get(setting, not pp_enabled)
+    if setting is None or setting == "default":
+        return not is_root
+    if isinstance(setting, bool):
+        return setting
+    raise InvalidValueError(f"reshard_after_forward is None, True or False here, not {setting!r}")
+
+
+def fsdp2_kept_unsharded(stage_params=None) -> Term:
+    r"""Unsharded parameters kept from forward to backward when FSDP2 does not reshard.
+
+    .. math::
+
+        \Psi_{\mathrm{stage}}\, b_u
+
+    on top of the sharded copy of :func:`memsym.terms.model_state.model_state` (the all-gather
+    output is its own full-size buffer in ``param_dtype``): every block of the stage stays
+    gathered (torchtitan with PP, ``reshard_after_forward=False``, or the root).
+
+    Examples
+    --------
+    >>> fsdp2_kept_unsharded(8 * 10**9).evaluate(b_u=2)
+    16000000000
+    """
+    from ..symbols import N, p
+
+    n = N / (p * t) if stage_params is None else as_expr(stage_params)
+    return Term("kept_unsharded", n * b_u, "unsharded parameters kept between "
+                "forward and backward (no reshard after forward)", _FSDP_PG,
+                label="params kept gathered")
 
 
 def zero3_transients(largest_layer=None) -> Total:
