@@ -284,3 +284,21 @@ def test_framework_bad_combinations():
         byte_widths(convention="seed000", grad_dtype="bf16")
     with pytest.raises(UnknownNameError):
         model_state(grad_dtype="fp64")
+
+
+def test_megatron_fsdp_strategies_by_hand():
+    from memsym.terms.model_state import megatron_fsdp_state
+    w = byte_widths()  # bf16 params, fp32 main grads, fp32 main params + Adam
+    per = {s: megatron_fsdp_state(s).subs(w).evaluate(N=1, d=4, p=1, t=1)
+           for s in ("no_shard", "optim", "optim_grads", "optim_grads_params")}
+    # by hand at d = 4: 2 + 4 + 12; 2 + 4 + 12/4; 2 + 16/4; 18/4
+    assert per == {"no_shard": 18, "optim": 9, "optim_grads": 6, "optim_grads_params": Fraction(9, 2)}
+    with pytest.raises(UnknownNameError):
+        megatron_fsdp_state("full_shard")
+
+
+def test_deepspeed_pipeline_rule():
+    from memsym.terms.model_state import deepspeed_allows_pipeline
+    # DeepSpeed runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+    assert deepspeed_allows_pipeline("zero1") and not deepspeed_allows_pipeline("zero2")
+    assert not deepspeed_allows_pipeline("zero3")

@@ -41,6 +41,9 @@ __all__ = [
     "byte_widths",
     "normalize_scheme",
     "normalize_convention",
+    "megatron_fsdp_state",
+    "deepspeed_allows_pipeline",
+    "MEGATRON_FSDP_STRATEGIES",
 ]
 
 #: Sharding schemes; ``fsdp`` is PyTorch FSDP2 ``fully_shard`` (ZeRO-3 in the textbook forms).
@@ -511,3 +514,85 @@ def host_state(scheme: str = "zero3", *, offload: str = "optimizer", params=None
         Term(term.key, term.expr, term.description + ", offloaded to host memory", _OFFLOAD, label=term.label)
         for term in full if term.key not in on_gpu)
     return Total(f"host memory of offloaded states ({scheme}, offload {offload})", moved)
+
+
+#: Megatron-FSDP ``--data-parallel-sharding-strategy`` -> which buffers are sharded
+#: (model weights, main weights + optimizer, main grads).
+MEGATRON_FSDP_STRATEGIES = {
+    "no_shard": (False, False, False),
+    "optim": (False, True, False),
+    "optim_grads": (False, True, True),
+    "optim_grads_params": (True, True, True),
+}
+
+_MFSDP = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py, "
+                "ParamAndGradBuffer._init_each_parameter_group_buffers (is_*_buffer_distributed per "
+                "data_parallel_sharding_strategy; model_weight_buffer, main_weight_buffer, "
+                "main_grad_buffer)")
+
+
+def megatron_fsdp_state(strategy: str = "optim_grads_params", *, params=None, dp=None) -> Total:
+    r"""Model states per GPU under Megatron-FSDP (``--use-megatron-fsdp``) [bytes].
+
+    .. math::
+
+        \begin{aligned}
+        \text{no\_shard}:\;& \Psi\,(b_{hp} + b_g + b_m + b_o) \\
+        \text{optim}:\;& \Psi\,(b_{hp} + b_g) + \Psi\,(b_m + b_o)/d \\
+        \text{optim\_grads}:\;& \Psi\,b_{hp} + \Psi\,(b_g + b_m + b_o)/d \\
+        \text{optim\_grads\_params}:\;& \Psi\,(b_{hp} + b_g + b_m + b_o)/d
+        \end{aligned}
+
+    The 16-bit ``model_weight_buffer``, the fp32 ``main_weight_buffer`` (with Adam's states on
+    it) and the ``main_grad_buffer`` (fp32 with ``grad_reduce_in_fp32``) are each sharded or
+    not by the strategy; the widths are :func:`byte_widths` ``("distributed-optimizer")``'s.
+    The unsharded buckets gathered for compute (``temporary_bucket_allocator``) are transients,
+    as FSDP2's (:func:`memsym.terms.transients.fsdp2_transients`).  The CLI default is
+    ``optim_grads_params``; ``DistributedDataParallelConfig``'s is ``no_shard``.
+
+    Examples
+    --------
+    >>> w = byte_widths()
+    >>> megatron_fsdp_state("optim").subs(w).evaluate(N=1, d=8, p=1, t=1)
+    15/2
+    >>> megatron_fsdp_state().subs(w).evaluate(N=1, d=8, p=1, t=1)
+    9/4
+
+    References
+    ----------
+    Megatron-core ``megatron_fsdp/param_and_grad_buffer.py``.
+    """
+    strategy = choose("data_parallel_sharding_strategy", strategy, tuple(MEGATRON_FSDP_STRATEGIES))
+    shard_w, shard_o, shard_g = MEGATRON_FSDP_STRATEGIES[strategy]
+    psi = N / (p * t) if params is None else as_expr(params)
+    dp = d if dp is None else as_expr(dp)
+
+    def per_gpu(width, sharded):
+        return psi * width / dp if sharded else psi * width
+
+    return Total(f"model states per GPU (Megatron-FSDP {strategy})", (
+        Term("weights", per_gpu(b_hp, shard_w), "16-bit model_weight_buffer" +
+             (", sharded" if shard_w else ", whole"), _MFSDP, label="weights"),
+        Term("gradients", per_gpu(b_g, shard_g), "main_grad_buffer" +
+             (", sharded" if shard_g else ", whole"), _MFSDP, label="gradients"),
+        Term("optimizer", per_gpu(b_m + b_o, shard_o), "fp32 main_weight_buffer and Adam states" +
+             (", sharded" if shard_o else ", whole"), _MFSDP, label="master + moments"),
+    ))
+
+
+def deepspeed_allows_pipeline(scheme: str) -> bool:
+    """Whether DeepSpeed runs ``scheme`` with pipeline parallelism (ZeRO-2/3 do not).
+
+    ``PipelineEngine.__init__`` asserts ``zero_optimization_stage() < ZeroStageEnum.gradients``:
+    "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism".
+
+    Examples
+    --------
+    >>> [deepspeed_allows_pipeline(s) for s in ("zero1", "zero2", "zero3")]
+    [True, False, False]
+
+    References
+    ----------
+    DeepSpeed ``runtime/pipe/engine.py:PipelineEngine.__init__`` (edaa722126).
+    """
+    return normalize_scheme(scheme) not in ("zero2", "zero3")
