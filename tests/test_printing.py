@@ -17,7 +17,7 @@ def test_registry_latex_names():
 
 
 def test_derivation_has_one_underbrace_per_term():
-    total = model_state("distributed-optimizer")
+    total = model_state("distributed-optimizer", convention="seed000")
     tex = derivation_latex(total, {"b_g": 4, "b_m": 4, "b_o": 8})
     assert tex.count(r"\underbrace") == len(total) == 3
     assert tex.rstrip().endswith(r"\end{aligned}")
@@ -26,7 +26,7 @@ def test_derivation_has_one_underbrace_per_term():
 
 @needs_tex
 def test_term_total_derivation_and_solve_compile():
-    total = model_state("distributed-optimizer")
+    total = model_state("distributed-optimizer", convention="seed000")
     sol = smallest(total.subs(b_g=4, b_m=4, b_o=8), "d", 80 * 10**9,
                    {"N": 175 * 10**9, "t": 4, "p": 2, "b_hp": 2})
     body = "\n".join([

@@ -104,7 +104,7 @@ def test_cli_negative_count_without_equals_sign_is_still_one_line(capsys):
     ("d", True, "must be a number"), ("C", 0, "must be > 0"),
 ])
 def test_api_symbol_values_checked_by_domain(name, bad, said):
-    M = model_state("zero3").subs(byte_widths("zero3"))
+    M = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
     vals = {"N": 7 * GB, "d": 8, "t": 1, "p": 1, name: bad}
     api_refused(lambda: M.evaluate(vals), said, name, kind=errors.InvalidValueError)
     api_refused(lambda: as_values({name: bad}), said, kind=errors.InvalidValueError)
@@ -319,7 +319,7 @@ def test_virtual_pipeline_must_divide_layers_per_stage(capsys):
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("cap", [0, -80 * GB, float("nan"), float("inf")])
 def test_api_capacity_must_be_positive_and_finite(cap):
-    M = model_state("distributed-optimizer").subs(byte_widths())
+    M = model_state("distributed-optimizer", convention="seed000").subs(byte_widths(convention="seed000"))
     api_refused(lambda: memsym.smallest(M, "d", cap, {"N": 7 * GB, "t": 1, "p": 1}), "capacity",
                 kind=errors.InvalidValueError)
 
@@ -333,7 +333,7 @@ def test_cli_capacity_must_be_positive(capsys, cap, said):
 
 def test_api_capacity_below_replicated_floor_names_the_floor():
     # distributed optimizer: 2N/(pt) weights stay whatever d (seed 000); 175e9 * 2 = 350 GB
-    M = model_state("distributed-optimizer").subs(byte_widths())
+    M = model_state("distributed-optimizer", convention="seed000").subs(byte_widths(convention="seed000"))
     with pytest.raises(errors.NoFitError) as info:
         memsym.smallest(M, "d", 80 * GB, {"N": 175 * GB, "t": 1, "p": 1})
     exc = info.value
@@ -350,7 +350,7 @@ def test_cli_capacity_below_floor_is_exit_1_with_the_floor(capsys):
 
 def test_api_ddp_cannot_be_solved_for_d():
     # DDP replicates everything: memory does not depend on d, so "smallest d" has no meaning
-    M = model_state("ddp").subs(byte_widths("ddp"))
+    M = model_state("ddp", convention="seed000").subs(byte_widths("ddp", convention="seed000"))
     api_refused(lambda: memsym.smallest(M, "d", 80 * GB, {"N": 7 * GB, "t": 1, "p": 1}),
                 "does not depend on d", kind=errors.InvalidValueError)
 
@@ -447,14 +447,14 @@ def test_cli_units_accepted(capsys):
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_api_non_finite_refused(bad):
     api_refused(lambda: exact(bad, "N"), "must be finite", kind=errors.InvalidValueError)
-    M = model_state("zero3").subs(byte_widths("zero3"))
+    M = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
     api_refused(lambda: M.evaluate(N=bad, d=1, t=1, p=1), "N", kind=errors.InvalidValueError)
 
 
 def test_api_1e15_parameters_exact():
     # 1e15 as a float is read through its decimal repr: exactly 10**15
     assert exact(1e15) == 10**15 and exact(1e15).is_Integer
-    M = model_state("zero3").subs(byte_widths("zero3"))
+    M = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
     # ZeRO-3, 16 bytes/param over d = 7: 16e15/7 exactly, not a rounded float
     val = M.evaluate(N=1e15, d=7, t=1, p=1)
     assert val * 7 == 16 * 10**15

@@ -134,7 +134,7 @@ def test_seed004_13b_rule_four_a100():
     # seed 004: 13B full fine-tune, 16 B/param (208 GB) + 20-30 % activations ~ 250 GB,
     # 250/80 = 3.125 -> 4 x A100 80GB; without the activations 208/80 = 2.6 -> 3.
     # The seed pools memory over the GPUs: ZeRO-3 over d = G GPUs (t = p = 1).
-    states = model_state("zero3").subs(byte_widths("zero3"))
+    states = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
     for frac in (sp.Rational(1, 5), sp.Rational(3, 10)):
         act = Term("activations", frac * 16 * N / d, "seed 004: +20-30 % of 16P, pooled",
                    Source("seed004", "実践的な計算シミュレーション例"))

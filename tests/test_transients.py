@@ -170,3 +170,13 @@ def test_cross_entropy_peak_and_saved_tensors_measured():
     assert per_token == ce["ce_per_token"].evaluate(s=1, b=1, c=1)
     # the bf16 logits themselves (created before, alive throughout) are memsym's logits_16bit
     assert ce["logits_16bit"].evaluate(s=s_, b=b_, c=1, t=1, V=256) == 2 * tau * 256
+
+
+def test_zero3_transients_by_hand():
+    from memsym.symbols import N_pf
+    # 1e8-parameter largest layer: 16-bit params + grads (4 B, DeepSpeed's estimator) + 5e7 x 2
+    z = tr.zero3_transients(persistent_params=10**6)
+    vals = {N_ll: 10**8, N_pf: 5 * 10**7, b_u: 2, d: 8}
+    assert z["gathered_layer"].evaluate(vals) == 4 * 10**8
+    assert z["prefetch"].evaluate(vals) == 10**8
+    assert z["persistent"].evaluate(vals) == 2 * 10**6 * 7 // 8   # whole on every rank, less its shard

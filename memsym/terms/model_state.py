@@ -483,9 +483,15 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
         terms.append(Term("gradients", per_gpu(b_g, shard_g), what, src_g, label="gradients"))
     if main_copy and offload == "none":
         src = _MC_DDP if scheme == "ddp" else (_MC_MAIN if megatron else src_o)
-        terms.append(Term("main_gradients", per_gpu(b_mg, shard_o),
-                          "fp32 copy of the gradients the optimizer steps on" +
-                          (", the rank's shard" if shard_o else ""), src, label="fp32 main grads"))
+        what = "fp32 copy of the gradients the optimizer steps on" + (", the rank's shard" if shard_o else "")
+        if scheme == "zero3":
+            # stage3.py _prepare_fp32_grad_for_sub_group: one sub-group at a time (config
+            # sub_group_size, 1e9 elements by default), beside the persistent 16-bit
+            # grad_partitions_flat_buffer; DeepSpeed's estimator (18/N) leaves one of the two out
+            what += " (one sub_group_size sub-group at a time, during the step)"
+        elif scheme in ("zero1", "zero2"):
+            what += " (made at the step, stage_1_and_2.py step: .to(fp32))"
+        terms.append(Term("main_gradients", per_gpu(b_mg, shard_o), what, src, label="fp32 main grads"))
     if offload == "none" and optimizer != "none":
         terms.append(Term("optimizer", per_gpu(b_m + b_o, shard_o),
                           ("optimizer moments" if scheme == "fsdp" else

@@ -45,7 +45,7 @@ _DS_EST = Source("deepspeed-zero", "runtime/zero/stage3.py, estimate_zero3_model
                  "(largest_layer_memory = 4 * largest_layer_params); "
                  "partitioned_param_coordinator.py (prefetch bucket)")
 _DS_IPG = Source("deepspeed-zero", "runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer."
-                 "backward_prologue (buf_0, and buf_1 with overlap_comm: torch.empty("
+                 "setup_buckets (buf_0, and buf_1 with overlap_comm: torch.empty("
                  "reduce_bucket_size, dtype=self.dtype))")
 _MC_DDP = Source("megatron-core", "core/distributed/distributed_data_parallel.py, "
                  "DistributedDataParallel.__init__ (bucket_size = max(40000000, 1000000 * dp)); "
@@ -210,7 +210,7 @@ def fsdp2_kept_unsharded(stage_params=None) -> Term:
                 label="params kept gathered")
 
 
-def zero3_transients(largest_layer=None) -> Total:
+def zero3_transients(largest_layer=None, persistent_params=None) -> Total:
     r"""DeepSpeed ZeRO-3: the gathered largest layer and the prefetch bucket.
 
     .. math::
@@ -219,9 +219,11 @@ def zero3_transients(largest_layer=None) -> Total:
 
     (16-bit parameters and gradients of the largest layer, DeepSpeed's estimator; the
     ``stage3_prefetch_bucket_size`` elements fetched ahead).  Parameters below
-    ``stage3_param_persistence_threshold`` (1e5 elements) stay gathered and a parameter
-    reused within ``stage3_max_reuse_distance`` is not released: both can raise the peak and
-    are not modelled.
+    ``stage3_param_persistence_threshold`` (1e5 elements: norms, biases) stay gathered on every
+    rank: pass their count as ``persistent_params`` for a ``persistent`` term
+    :math:`b_u N_{\mathrm{persist}}(1 - 1/d)` beyond their shard.  A parameter reused within
+    ``stage3_max_reuse_distance`` (1e9) is not released, and ``stage3_max_live_parameters``
+    (1e9) caps what is gathered: neither is modelled.
 
     Examples
     --------
@@ -233,12 +235,19 @@ def zero3_transients(largest_layer=None) -> Total:
     DeepSpeed ``runtime/zero/stage3.py``, ``partitioned_param_coordinator.py``.
     """
     n = N_ll if largest_layer is None else as_expr(largest_layer)
-    return Total("ZeRO-3 transients", (
+    terms = [
         Term("gathered_layer", 4 * n, "16-bit parameters and gradients of the largest layer",
              _DS_EST, label="gathered layer"),
         Term("prefetch", b_u * N_pf, "parameters prefetched ahead (stage3_prefetch_bucket_size)",
              _DS_EST, label="prefetch bucket"),
-    ))
+    ]
+    if persistent_params is not None:
+        terms.append(Term("persistent", b_u * as_expr(persistent_params) * (1 - 1 / d),
+                          "parameters under stage3_param_persistence_threshold, kept whole",
+                          Source("deepspeed-zero", "runtime/zero/config.py "
+                                 "(stage3_param_persistence_threshold 1e5); "
+                                 "partitioned_param_coordinator.py"), label="persistent params"))
+    return Total("ZeRO-3 transients", tuple(terms))
 
 
 def deepspeed_ipg_buckets() -> Total:
