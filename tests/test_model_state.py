@@ -302,3 +302,26 @@ def test_deepspeed_pipeline_rule():
     # DeepSpeed runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
     assert deepspeed_allows_pipeline("zero1") and not deepspeed_allows_pipeline("zero2")
     assert not deepspeed_allows_pipeline("zero3")
+
+
+def test_megatron_buffer_layout_by_hand():
+    from memsym.terms.framework_state import megatron_buffer_layout, megatron_distopt_rank_bytes
+    # three params [50, 200, 10] in module order; Megatron lays them out in reverse:
+    # 10 at [0, 10); 200 at [64, 264) (start aligned to 64); 50 at [320, 370);
+    # one bucket, end padded to lcm(8, 128) = 128: 384
+    ranges, buckets, numel = megatron_buffer_layout([50, 200, 10], 8)
+    assert ranges == [(320, 370), (64, 264), (0, 10)] and buckets == [(0, 384)] and numel == 384
+    # bucket_size 100: the 200-element param closes the first bucket at 264 -> 384; the 50
+    # starts the next bucket at 384 and ends at 434 -> padded to 512
+    ranges, buckets, numel = megatron_buffer_layout([50, 200, 10], 8, bucket_size=100)
+    assert buckets == [(0, 384), (384, 512)] and ranges[0] == (384, 434) and numel == 512
+    # per rank: whole param_data/grad_data; main params + Adam only for owned real elements,
+    # which over the ranks add up to 12 bytes per parameter exactly (padding costs no state)
+    per_rank = [megatron_distopt_rank_bytes([50, 200, 10], 8, r) for r in range(8)]
+    assert all(x["grad_data"] == 384 * 4 and x["param_data"] == 384 * 2 for x in per_rank)
+    assert sum(x["main_and_moments"] for x in per_rank) == 12 * 260
+    # rank 0 owns [0, 48): the 10-element param and 200's first 0 elements in [64, ...) -> 10
+    assert per_rank[0]["main_and_moments"] == 12 * 10
+    # model_state's framework form is the unpadded N (2 + 4) + 12 N/d
+    ms = model_state().subs(byte_widths())
+    assert ms.evaluate(N=260, d=8, p=1, t=1) * 8 == 8 * 260 * 6 + 12 * 260

@@ -7,12 +7,12 @@ per-parameter forms; the engine tests compare them with real PyTorch tensors.
 
 from __future__ import annotations
 
-from math import ceil, prod
+from math import ceil, lcm, prod
 
 from ..errors import InvalidValueError
 
 __all__ = ["fsdp2_local_rows", "fsdp2_padded_numel", "fsdp2_rank_bytes", "adam_state_bytes",
-           "sgd_state_bytes"]
+           "sgd_state_bytes", "megatron_buffer_layout", "megatron_distopt_rank_bytes"]
 
 _MAX_TENSORS = 100_000  # bound on the shapes a caller may pass
 
@@ -160,3 +160,110 @@ def sgd_state_bytes(numels, state_bytes: int = 4) -> dict:
     if len(numels) > _MAX_TENSORS or any(n < 0 for n in numels):
         raise InvalidValueError("numels: at most 100000 sizes, each >= 0")
     return {"moments": state_bytes * sum(numels), "step": 0}
+
+
+def megatron_buffer_layout(param_numels, dp: int, bucket_size: int | None = None,
+                           shared_embedding=(), pad_for_high_nccl_busbw: bool = False):
+    r"""Megatron-core's contiguous buffer layout: (param ranges, bucket ranges, buffer numel).
+
+    A port of ``DistributedOptimizer._compute_per_buffer_param_layout``: parameters in
+    reverse (backprop) order, each start aligned to 64 elements, a bucket closed once it holds
+    ``bucket_size`` elements (or at a shared embedding), each bucket end padded to
+    :math:`\mathrm{lcm}(d, 128)` (:math:`\mathrm{lcm}(d, 128, 2^{16})` with
+    ``pad_buckets_for_high_nccl_busbw``).  ``grad_data`` and ``param_data`` have the last
+    bucket end's numel on every rank.
+
+    Parameters
+    ----------
+    param_numels : sequence of int
+        Elements of each parameter, in ``module.parameters()`` order.
+    dp : int
+        Data-parallel (DP·CP, or expert-DP) size the buffer is sharded for [GPUs].
+    bucket_size : int, optional
+        Elements per bucket (:func:`memsym.terms.transients.megatron_buckets`); None: one bucket.
+    shared_embedding : iterable of int
+        Indices of parameters flagged ``shared_embedding`` (they get a bucket of their own).
+
+    Returns
+    -------
+    tuple
+        ``(ranges, buckets, numel)``: per-parameter ``(start, end)`` in parameter order, the
+        ``(start, end)`` of each bucket, the padded buffer size [elements].
+
+    Examples
+    --------
+    >>> megatron_buffer_layout([100, 30], 4)
+    ([(64, 164), (0, 30)], [(0, 256)], 256)
+
+    References
+    ----------
+    Megatron-core ``core/optimizer/distrib_optimizer.py:_compute_per_buffer_param_layout``,
+    ``core/optimizer/param_layout.py`` (d98e8a64dd).
+    """
+    numels = [int(n) for n in param_numels]
+    if len(numels) > _MAX_TENSORS or any(n < 0 for n in numels):
+        raise InvalidValueError("param_numels: at most 100000 sizes, each >= 0")
+    _check_world(dp)
+    if bucket_size is not None and (int(bucket_size) != bucket_size or bucket_size < 1):
+        raise InvalidValueError(f"bucket_size must be a positive integer or None, got {bucket_size}")
+    shared = set(int(i) for i in shared_embedding)
+    divisor = lcm(dp, 128, 2**16) if pad_for_high_nccl_busbw else lcm(dp, 128)
+
+    def pad(value, div):
+        return -(-value // div) * div
+
+    ranges = [None] * len(numels)
+    buckets = []
+    start = bucket_start = 0
+    in_bucket = 0
+    end = 0
+    for i in reversed(range(len(numels))):
+        start = pad(start, 64)
+        if i in shared and in_bucket:
+            buckets.append((bucket_start, pad(start, divisor)))
+            bucket_start = start = buckets[-1][1]
+            in_bucket = 0
+        end = start + numels[i]
+        ranges[i] = (start, end)
+        in_bucket += 1
+        if (bucket_size is not None and end - bucket_start >= bucket_size) or i in shared:
+            buckets.append((bucket_start, pad(end, divisor)))
+            bucket_start = start = buckets[-1][1]
+            in_bucket = 0
+        else:
+            start = end
+    if in_bucket:
+        buckets.append((bucket_start, pad(end, divisor)))
+    return ranges, buckets, (buckets[-1][1] if buckets else 0)
+
+
+def megatron_distopt_rank_bytes(param_numels, dp: int, rank: int, param_bytes: int = 2,
+                                grad_bytes: int = 4, main_bytes: int = 4, moment_bytes: int = 8,
+                                bucket_size: int | None = None) -> dict:
+    r"""Bytes one rank of Megatron's distributed optimizer holds, padding included.
+
+    .. math::
+
+        \text{param\_data} = b_p\,n_{\mathrm{buf}},\quad
+        \text{grad\_data} = b_g\,n_{\mathrm{buf}},\quad
+        \text{main} = (b_m + b_o) \sum_j |[s_j, e_j) \cap \text{shard}_k|
+
+    Each bucket splits into :math:`d` equal shards; rank :math:`k` creates fp32 main params
+    (``shard_model_param.clone().float()``) and Adam states only for the parameter elements in
+    its shards, so the padding costs 16-bit + gradient bytes but no optimizer bytes.
+
+    Examples
+    --------
+    >>> megatron_distopt_rank_bytes([100, 30], 4, 0)
+    {'param_data': 512, 'grad_data': 1024, 'main_and_moments': 360}
+    """
+    _check_world(dp, rank)
+    ranges, buckets, numel = megatron_buffer_layout(param_numels, dp, bucket_size)
+    owned = 0
+    for lo, hi in buckets:
+        shard = (hi - lo) // dp
+        s_lo, s_hi = lo + rank * shard, lo + (rank + 1) * shard
+        owned += sum(max(0, min(e, s_hi) - max(s, s_lo)) for s, e in ranges
+                     if lo <= s < hi)
+    return {"param_data": numel * param_bytes, "grad_data": numel * grad_bytes,
+            "main_and_moments": owned * (main_bytes + moment_bytes)}
