@@ -32,6 +32,16 @@ def _worker(rank, world, port, mixed, queue):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp._fully_shard import _fsdp_collectives as coll
+
+        allocations = []  # every all-gather / reduce-scatter buffer FSDP2 allocates
+        original = coll.DefaultAllocMixin.allocate
+
+        def recording(self, size, *, dtype, device):
+            allocations.append((type(self).__name__, int(torch.Size(size).numel()), str(dtype)))
+            return original(self, size, dtype=dtype, device=device)
+
+        coll.DefaultAllocMixin.allocate = recording
 
         dist.init_process_group("gloo", rank=rank, world_size=world)
         torch.manual_seed(0)
@@ -60,6 +70,7 @@ def _worker(rank, world, port, mixed, queue):
                 "step": state["step"].numel() * state["step"].element_size(),
             }
         out["grad_storage_total"] = sum(grad_storages.values())
+        out["allocations"] = allocations
         queue.put((rank, out))
         dist.destroy_process_group()
     except Exception as exc:  # pragma: no cover - reported to the parent
@@ -126,3 +137,30 @@ def test_fsdp2_per_rank_bytes_exact(world, mixed):
     assert params_all == total["weights"].evaluate(N=n_total, d=world, p=1, t=1) * world + 4 * padding
     grads_all = sum(out["grad_storage_total"] for out in results.values())
     assert grads_all == total["gradients"].evaluate(N=n_total, d=world, p=1, t=1) * world + 4 * padding
+
+
+@pytest.mark.parametrize("world,mixed", [(2, True)])
+def test_fsdp2_collective_buffers_match_transients(world, mixed):
+    """The all-gather output and reduce-scatter buffers FSDP2 allocates, per group, vs memsym."""
+    from memsym.symbols import N_ll, b_r, b_u, d, n_ag
+    from memsym.terms.transients import fsdp2_transients
+
+    results = _run(world, mixed)
+    groups = [[SHAPES["0.weight"], SHAPES["0.bias"]], [SHAPES["2.weight"]]]
+    for out in results.values():
+        allocs = out["allocations"]
+        for shapes in groups:
+            # the group's unsharded size with FSDP2's dim-0 padding
+            unsharded = world * sum(fsdp2_padded_numel(sh, world) for sh in shapes)
+            t = fsdp2_transients(group_params=unsharded, dp=world)
+            vals = {N_ll: unsharded, n_ag: 1, b_u: 2, b_r: 4, d: world}
+            # forward and backward all-gather the group once each, in param_dtype bf16
+            ag = [a for a in allocs if a[0] == "DefaultAllGather" and a[1] == unsharded]
+            assert len(ag) == 2 and all(a[2] == "torch.bfloat16" for a in ag)
+            assert t["unsharded_params"].evaluate(vals) == 2 * unsharded
+            # reduce-scatter: input unsharded and output 1/world, both in reduce_dtype fp32
+            rs = [a for a in allocs if a[0] == "DefaultReduceScatter"
+                  and a[1] in (unsharded, unsharded // world)]
+            assert sorted(a[1] for a in rs) == [unsharded // world, unsharded]
+            assert all(a[2] == "torch.float32" for a in rs)
+            assert t["reduce_scatter"].evaluate(vals) == 4 * (unsharded + unsharded // world)
