@@ -315,8 +315,8 @@ def optimizer_step_transient(params=None, state_bytes=4) -> Total:
 
     Parameters
     ----------
-    params : sympy.Expr
-        Parameters whose states this GPU steps [parameters]; default ``N_ll``-free: required.
+    params : sympy.Expr, optional
+        Parameters whose states this GPU steps [parameters]; default :math:`N/(p t d)`.
     state_bytes : int
         Bytes per element of ``exp_avg_sq`` [bytes].
 
