@@ -5,7 +5,7 @@ architectures and presets; the per-GPU total of a training job; solvers for the 
 that fits; step time and cost. Totals simplify, solve, print as LaTeX and compile for sweeps.
 
 >>> from memsym import model_state, byte_widths
->>> model_state("distributed-optimizer").factored({"b_g": 4, "b_m": 4, "b_o": 8})
+>>> model_state("distributed-optimizer", convention="seed000").factored({"b_g": 4, "b_m": 4, "b_o": 8})
 N*(b_hp + 16/d)/(p*t)
 """
 

@@ -339,7 +339,7 @@ def smallest(total, unknown, capacity, values: Mapping | None = None, *,
     The seed-000 question, smallest d for GPT-3 175B on 80 GB GPUs with t = 8, p = 8:
 
     >>> from memsym import model_state, byte_widths
-    >>> M = model_state("distributed-optimizer").subs(byte_widths())
+    >>> M = model_state("distributed-optimizer", convention="seed000").subs(byte_widths(convention="seed000"))
     >>> sol = smallest(M, "d", 80 * 10**9, {"N": 175 * 10**9, "t": 8, "p": 8})
     >>> sol.closed_form, sol.value
     (16*N/(C*p*t - 2*N), 1)
@@ -356,7 +356,7 @@ def largest(total, unknown, capacity, values: Mapping | None = None, *,
     Examples
     --------
     >>> from memsym import model_state, byte_widths
-    >>> M = model_state("ddp").subs(byte_widths("ddp"))
+    >>> M = model_state("ddp", convention="seed000").subs(byte_widths("ddp", convention="seed000"))
     >>> largest(M, "N", 80 * 10**9, {"d": 1, "t": 1, "p": 1}).value
     5000000000
     """
@@ -372,7 +372,7 @@ def smallest_gpus(total, capacity, values: Mapping | None = None) -> Solution:
     Examples
     --------
     >>> from memsym import model_state, byte_widths
-    >>> M = model_state("zero3").subs(byte_widths("zero3"))
+    >>> M = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
     >>> sol = smallest_gpus(M, 80 * 10**9, {"N": 70 * 10**9, "t": 2, "p": 1})
     >>> sol.closed_form, sol.value
     (16*N/C, 14)

@@ -94,8 +94,18 @@ class Training:
         mask at p = 0).
     schedule : {"1f1b", "gpipe"}
         Pipeline schedule; 1F1B is interleaved when the layout's ``v`` > 1.
-    precision, optimizer, sharding, convention, offload : str
+    precision, optimizer, sharding, offload : str
         As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
+    convention : str
+        How model states are counted: ``"framework"`` (default: what Megatron-core,
+        DeepSpeed or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient
+        buffer, 6 + 12/d bytes per parameter), ``"seed000"`` (seed 000's 2 + 16/d; alias
+        ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"`` (its estimator).
+    grad_dtype, precision_aware, fp8_param_gather
+        Megatron's gradient-buffer dtype (None: fp32 for 16-bit training, as
+        ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32``; ``"bf16"`` =
+        ``--grad-reduce-in-bf16``), ``--use-precision-aware-optimizer`` and
+        ``--fp8-param-gather`` (:func:`memsym.terms.model_state.byte_widths`).
     capacity_factor : number
         MoE routed-token load of the busiest expert rank relative to a perfectly balanced
         one (1 = balanced; Megatron's ``--moe-expert-capacity-factor`` when tokens are dropped).
@@ -121,10 +131,13 @@ class Training:
     precision: str = "bf16"
     optimizer: str = "adam"
     sharding: str = "distributed-optimizer"
-    convention: str = "memsym"
+    convention: str = "framework"
     offload: str = "none"
     capacity_factor: object = 1
     microbatch_group_size: int | None = None
+    grad_dtype: str | None = None
+    precision_aware: bool = False
+    fp8_param_gather: bool = False
     finetune: str = "full"
     lora_rank: int = 16
     lora_targets: object = "all"
@@ -238,6 +251,8 @@ def _check_fields(layout: Layout, training: Training) -> None:
     _flag(layout.sequence_parallel, "sequence_parallel")
     _flag(training.flash_attention, "flash_attention")
     _flag(training.dropout, "dropout")
+    _flag(training.precision_aware, "precision_aware")
+    _flag(training.fp8_param_gather, "fp8_param_gather")
 
 
 def validate(x, layout: Layout, training: Training):

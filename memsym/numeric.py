@@ -171,7 +171,8 @@ class CompiledTotal:
     Examples
     --------
     >>> from memsym import model_state, byte_widths
-    >>> M = model_state("zero3").subs(byte_widths("zero3")).compile()
+    >>> M = model_state("zero3", convention="zero-paper").subs(
+    ...     byte_widths("zero3", convention="zero-paper")).compile()
     >>> M.names
     ('N', 'd', 'p', 't')
     >>> M(N=7.5e9, d=64, p=1, t=1) / 1e9

@@ -81,7 +81,7 @@ def memory_vs_d(total, values: Mapping, capacity, *, d_max: int | None = None, s
     Examples
     --------
     >>> from memsym import model_state, byte_widths
-    >>> M = model_state("zero3").subs(byte_widths("zero3"))
+    >>> M = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
     >>> fig = memory_vs_d(M, {"N": 70e9, "t": 1, "p": 1}, 80e9)
     >>> fig.axes[0].get_xlabel()
     'data-parallel size d'

@@ -56,8 +56,9 @@ SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
 
 _KNOBS = ("t", "p", "c", "d", "e", "v", "b")
 _CHOICE_KEYS = ("recompute", "sharding", "sequence_parallel", "offload")
-_STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients", "optimizer",
-               "expert_weights", "expert_gradients", "expert_optimizer")
+_STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
+               "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
+               "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
 _ALLOW = ("workspace", "nccl", "fragmentation")
 
 
@@ -166,7 +167,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                micro_batch_sizes=None,
                recompute=("none", "selective", "full"), sharding=SCHEMES,
                sequence_parallel=(False, True), offload=("none",), tp=None, pp=None, cp=None,
-               ep=None, vpp=None, precision="bf16", optimizer="adam", convention="memsym",
+               ep=None, vpp=None, precision=DEFAULTS["precision"], optimizer=DEFAULTS["optimizer"],
+               convention=DEFAULTS["convention"],
                flash_attention=DEFAULTS["flash_attention"], dropout=DEFAULTS["dropout"],
                schedule=DEFAULTS["schedule"], allowances=None,
                finetune="full", lora_rank=16, lora_targets="all", quantization=None,

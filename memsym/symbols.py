@@ -199,6 +199,40 @@ beta_hbm = _register("beta_hbm", r"\beta_{\mathrm{HBM}}", "HBM bandwidth of one 
 alpha_link = _register("alpha_link", r"\alpha_{\mathrm{link}}", "latency of one ring step on a link "
                        "tier (NVLink or the inter-node network)", "s", "nonnegative")
 
+# --- framework-faithful model states and transient peaks (issue 14) ------------------------
+# memsym/terms/model_state.py (convention "framework"), memsym/terms/transients.py
+b_mg = _register("b_mg", r"b_{\mathrm{mg}}", "bytes per parameter of the optimizer's separate "
+                 "fp32 main-gradient copy (Megatron .float() of a 16-bit grad buffer, DeepSpeed's fp32 "
+                 "gradient partition; 0 when the gradient buffer is already fp32)", "bytes/parameter",
+                 "nonnegative")
+b_f8 = _register("b_f8", r"b_{\mathrm{f8}}", "bytes per linear-layer weight of Transformer Engine's "
+                 "cached FP8 copies (rowwise + columnwise/transpose: 2)", "bytes/parameter",
+                 "nonnegative")
+N_lin = _register("N_lin", r"N_{\mathrm{lin}}", "parameters of one GPU held in linear (GEMM) "
+                  "layer weights, the ones FP8 quantizes (not embeddings, norms, biases)",
+                  "parameters", "nonnegative")
+b_r = _register("b_r", r"b_{\mathrm{r}}", "bytes per element of the gradient reduce dtype "
+                "(FSDP2 reduce_dtype, fp32: 4)", "bytes/element")
+b_u = _register("b_u", r"b_{\mathrm{u}}", "bytes per element of the unsharded compute parameters "
+                "(FSDP2 param_dtype, ZeRO-3 16-bit params: 2)", "bytes/element")
+n_ag = _register("n_ag", r"n_{\mathrm{ag}}", "parameter groups (layers) held unsharded at once "
+                 "under FSDP2 / ZeRO-3 (current + prefetched: 2)", "1", "positive integer")
+N_bkt = _register("N_bkt", r"N_{\mathrm{bkt}}", "elements of one gradient-reduction bucket "
+                  "(DeepSpeed reduce_bucket_size 5e8; Megatron bucket max(4e7, 1e6 d))", "elements")
+n_bkt = _register("n_bkt", r"n_{\mathrm{bkt}}", "gradient buckets allocated at once "
+                  "(DeepSpeed IPG: 2 with overlap_comm, else 1)", "1", "positive integer")
+N_pf = _register("N_pf", r"N_{\mathrm{pf}}", "elements ZeRO-3 prefetches ahead "
+                 "(stage3_prefetch_bucket_size, 5e7)", "elements", "nonnegative")
+M_ctx = _register("M_ctx", r"M_{\mathrm{ctx}}", "CUDA context and loaded kernel modules per GPU "
+                  "(outside the caching allocator)", "bytes", "nonnegative")
+S_nccl = _register("S_nccl", r"S_{\mathrm{nccl}}", "NCCL buffer per channel and peer "
+                   "(NCCL_BUFFSIZE, 4 MiB)", "bytes")
+n_ch = _register("n_ch", r"n_{\mathrm{ch}}", "NCCL channels per communicator", "1",
+                 "positive integer")
+n_comm = _register("n_comm", r"n_{\mathrm{comm}}", "NCCL communicators a GPU takes part in "
+                   "(one per process group it uses: TP, PP, DP, CP, EP, ...)", "1", "positive integer")
+
+
 def registry() -> Mapping[str, SymbolInfo]:
     """All registered symbols by name (a read-only view).
 

@@ -142,7 +142,7 @@ class Total:
     Examples
     --------
     >>> from memsym.terms.model_state import model_state
-    >>> M = model_state("distributed-optimizer")
+    >>> M = model_state("distributed-optimizer", convention="seed000")
     >>> M.factored({"b_g": 4, "b_m": 4, "b_o": 8})
     N*(b_hp + 16/d)/(p*t)
     """
@@ -193,7 +193,7 @@ class Total:
         Examples
         --------
         >>> from memsym.terms.model_state import model_state
-        >>> model_state("ddp").placeholders()[0]
+        >>> model_state("ddp", convention="zero-paper").placeholders()[0]
         M_gradients + M_optimizer + M_weights
         """
         syms = {t.key: sp.Symbol(f"M_{t.key}") for t in self.terms}
@@ -223,7 +223,7 @@ class Total:
         Examples
         --------
         >>> from memsym.terms.model_state import model_state
-        >>> model_state("zero3").subs(d=8).expr
+        >>> model_state("zero3", convention="zero-paper").subs(d=8).expr
         N*b_g/(8*p*t) + N*b_hp/(8*p*t) + N*(b_m + b_o)/(8*p*t)
         """
         vals = as_values(values, **kwargs)
@@ -242,7 +242,7 @@ class Total:
         Examples
         --------
         >>> from memsym.terms.model_state import model_state, byte_widths
-        >>> bd = model_state("zero1").subs(byte_widths("zero1")).breakdown(
+        >>> bd = model_state("zero1", convention="zero-paper").subs(byte_widths("zero1", convention="zero-paper")).breakdown(
         ...     N=7 * 10**9, d=8, t=1, p=1)
         >>> [bd[k] / 10**9 for k in ("weights", "gradients", "optimizer", "total")]
         [14, 14, 21/2, 77/2]
@@ -275,7 +275,7 @@ class Total:
         Examples
         --------
         >>> from memsym.terms.model_state import model_state
-        >>> model_state("zero3").subs(b_hp=2, b_g=2, b_m=4, b_o=8).sensitivity("d")
+        >>> model_state("zero3", convention="zero-paper").subs(b_hp=2, b_g=2, b_m=4, b_o=8).sensitivity("d")
         -16*N/(d**2*p*t)
         """
         sym = lookup(symbol)
@@ -292,7 +292,7 @@ class Total:
         Examples
         --------
         >>> from memsym.terms.model_state import model_state
-        >>> model_state("zero3").elasticity("d")
+        >>> model_state("zero3", convention="zero-paper").elasticity("d")
         -1
         """
         sym = lookup(symbol)

@@ -324,18 +324,19 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     True
     """
     from . import model as models
-    from .symbols import N_a, N_exp, N_q, N_rep, N_tp, N_u
+    from .symbols import N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u
 
     sp_ = models.stage_parameters(
         x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers)
+    pattern = models.moe_layer_pattern(x)
+    # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
+    lin = sum(models.layer_parameters(x, pattern[i])["tp"] for i in sp_.layers)
     if training.finetune == "full":
         return {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
-                N_exp: sp.Integer(sp_.experts)}
+                N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t)}
     from .terms.adapters import LORA_TARGETS, lora_parameter_count
 
-    pattern = models.moe_layer_pattern(x)
-    lin = sum(models.layer_parameters(x, pattern[i])["tp"] for i in sp_.layers)
     quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
     targets = LORA_TARGETS if training.lora_targets == "all" else training.lora_targets
     adapters = sp.Rational(lora_parameter_count(x, training.lora_rank, targets) * len(sp_.layers),
@@ -355,21 +356,22 @@ def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
 
 def _model_states(x, layout: Layout, training: Training, stage: int) -> list:
     """The model-state Terms of one stage, in the count symbols of :func:`stage_counts`."""
-    return list(_state_terms(_stage_has_experts(x, layout, stage), training.finetune,
-                             training.sharding, training.convention, training.precision,
-                             training.optimizer, training.offload, training.quantization))
+    return list(_state_terms(_stage_has_experts(x, layout, stage), _state_training(training)))
+
+
+def _state_training(training: Training) -> Training:
+    """The fields of ``training`` that model states depend on (the cache key)."""
+    keep = ("finetune", "sharding", "convention", "precision", "optimizer", "offload",
+            "quantization", "grad_dtype", "precision_aware", "fp8_param_gather")
+    return Training(**{name: getattr(training, name) for name in keep})
 
 
 @functools.lru_cache(maxsize=1024)
-def _state_terms(experts: bool, finetune: str, sharding: str, convention: str, precision: str,
-                 optimizer: str, offload: str, quantization) -> tuple:
+def _state_terms(experts: bool, training: Training) -> tuple:
     # cached: the search builds one stage total per discrete choice and pipeline template,
-    # and the model states depend only on these arguments
-    from .symbols import N_a, N_exp, N_q, N_rep, N_tp, N_u, b_g, b_m, b_o
+    # and the model states depend only on these fields
+    from .symbols import N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, b_g, b_m, b_o
 
-    training = Training(finetune=finetune, sharding=sharding, convention=convention,
-                        precision=precision, optimizer=optimizer, offload=offload,
-                        quantization=quantization)
     if training.finetune != "full":
         from .terms.adapters import lora
         from .terms.model_state import OPTIMIZERS
@@ -382,16 +384,23 @@ def _state_terms(experts: bool, finetune: str, sharding: str, convention: str, p
                    sharded=training.sharding in ("zero3", "fsdp")).subs(widths)
         return tuple(tot.terms)
     conv = choose("convention", training.convention, CONVENTIONS)
-    widths = byte_widths(training.sharding, training.precision, training.optimizer, conv)
+    framework = dict(grad_dtype=training.grad_dtype, precision_aware=training.precision_aware,
+                     fp8_param_gather=training.fp8_param_gather)
+    widths = byte_widths(training.sharding, training.precision, training.optimizer, conv,
+                         **framework)
+    fp8 = dict(precision=training.precision, optimizer=training.optimizer, **framework)
     # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
-    # per-GPU counts at the layout's values, and differentiable in t for sensitivities
+    # per-GPU counts at the layout's values, and differentiable in t for sensitivities.
+    # FP8 caches cover the linear-layer weights only (N_lin of the stage's dense part).
     states = model_state(training.sharding, convention=conv, offload=training.offload,
-                         params=N_tp / t + N_rep, dp=d * c).subs(widths)
+                         params=N_tp / t + N_rep, dp=d * c,
+                         linear_params=N_lin if training.precision == "fp8" else None,
+                         **fp8).subs(widths)
     terms = list(states.terms)
     if experts:
         edp = d * c * t / (e * t_e)
         ex = model_state(training.sharding, convention=conv, offload=training.offload,
-                         params=N_exp / (e * t_e), dp=edp).subs(widths)
+                         params=N_exp / (e * t_e), dp=edp, **fp8).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
     return tuple(terms)
@@ -451,8 +460,9 @@ def _training_values(x, layout: Layout, training: Training, allowances: Mapping 
     return vals
 
 
-_STATE_KEYS = ("weights", "gradients", "optimizer", "expert_weights", "expert_gradients",
-               "expert_optimizer")
+_STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
+               "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
+               "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
 _ACT_KEYS = ("layer_activations", "embedding_activations", "output_activations",
              "mtp_activations", "recompute_working_set")
 

@@ -12,7 +12,7 @@ GB = 10**9
 
 def distopt():
     # seed 000 with fp32 widths substituted and b_hp kept symbolic
-    return model_state("distributed-optimizer").subs(b_g=4, b_m=4, b_o=8)
+    return model_state("distributed-optimizer", convention="seed000").subs(b_g=4, b_m=4, b_o=8)
 
 
 def test_closed_form_of_smallest_d():
@@ -36,7 +36,7 @@ def test_nothing_fits_names_the_binding_term():
 
 
 def test_smallest_t_and_p_with_divisibility():
-    total = model_state("zero1").subs(byte_widths("zero1"))
+    total = model_state("zero1", convention="zero-paper").subs(byte_widths("zero1", convention="zero-paper"))
     heads = 96
     sol = smallest(total, "t", 80 * GB, {"N": 175 * GB, "d": 64, "p": 1},
                    valid=lambda x: heads % x == 0)
@@ -48,7 +48,7 @@ def test_smallest_t_and_p_with_divisibility():
 
 
 def test_largest_n():
-    total = model_state("ddp").subs(byte_widths("ddp"))
+    total = model_state("ddp", convention="zero-paper").subs(byte_widths("ddp", convention="zero-paper"))
     sol = largest(total, "N", 80 * GB, {"d": 1, "t": 1, "p": 1})
     assert sol.value == 5 * GB  # 80e9 / 16
     assert sol.relation == "<="
@@ -65,7 +65,7 @@ def test_fewest_gpus_seed004_7b_needs_two_80gb_cards():
     # seed 004: 7B full training = 16 x 7 = 112 GB of states -> at least 2 x 80 GB (sharded, ZeRO-3)
     from memsym import smallest_gpus
 
-    total = model_state("zero3").subs(byte_widths("zero3"))
+    total = model_state("zero3", convention="zero-paper").subs(byte_widths("zero3", convention="zero-paper"))
     sol = smallest_gpus(total, 80 * GB, {"N": 7 * GB, "t": 1, "p": 1})
     assert sol.value == 2
     # with t = 2 fixed, GPU counts come in multiples of t p = 2 and 2 still suffices
@@ -75,7 +75,7 @@ def test_fewest_gpus_seed004_7b_needs_two_80gb_cards():
 
 
 def test_bounds_and_values_are_checked():
-    total = model_state("zero3").subs(byte_widths("zero3"))
+    total = model_state("zero3", convention="zero-paper").subs(byte_widths("zero3", convention="zero-paper"))
     for bad in ({"lower": 0}, {"lower": "a"}, {"upper": 0}, {"lower": 5, "upper": 2}):
         with pytest.raises(InvalidValueError):
             smallest(total, "d", 80 * GB, {"N": 7 * GB, "t": 1, "p": 1}, **bad)

@@ -23,10 +23,12 @@ def test_estimate_json_contract(capsys):
     assert code == 0 and err == ""
     data = json.loads(out)
     b = data["bytes"]
-    # seed 000 by hand: N/(pt) = 175e9/64; weights 2x, gradients 4/8 x, optimizer 12/8 x
+    # Megatron-core's distributed optimizer by hand (the default, convention framework):
+    # N/(pt) = 175e9/64; bf16 weights 2x, the whole fp32 gradient buffer 4x on every rank
+    # (NVIDIA/Megatron-LM#654), fp32 master + Adam moments 12/8 x sharded over d = 8
     shard = 175 * GB / 64
     assert b["weights"] == 2 * shard
-    assert b["gradients"] == 4 * shard / 8
+    assert b["gradients"] == 4 * shard
     assert b["optimizer"] == 12 * shard / 8
     assert b["total"] == b["weights"] + b["gradients"] + b["optimizer"]
     assert data["gpu_memory_bytes"] == 80 * GB and data["fits"] is True
@@ -36,7 +38,9 @@ def test_estimate_without_capacity_has_null_fits(capsys):
     code, out, _ = run(capsys, "estimate", "--params", "7e9", "--sharding", "ddp", "--json")
     data = json.loads(out)
     assert data["fits"] is None and data["gpu_memory_bytes"] is None
-    assert data["bytes"]["total"] == 16 * 7 * GB  # ZeRO baseline, fp16 gradients
+    # Megatron DDP with bf16: 2 + 4 (fp32 gradient buffer) + 12 = 18 bytes per parameter
+    # (Megatron-LM docs/user-guide/features/dist_optimizer.md)
+    assert data["bytes"]["total"] == 18 * 7 * GB
 
 
 def test_use_distributed_optimizer_flag_and_megatron_convention(capsys):
@@ -47,17 +51,18 @@ def test_use_distributed_optimizer_flag_and_megatron_convention(capsys):
 
 
 def test_gpu_memory_units(capsys):
-    _, out, _ = run(capsys, "estimate", "--params", "5B", "--sharding", "ddp", "--gpu-memory", "80GiB", "--json")
+    _, out, _ = run(capsys, "estimate", "--params", "4.5B", "--sharding", "ddp", "--gpu-memory", "80GiB", "--json")
     data = json.loads(out)
     assert data["gpu_memory_bytes"] == 80 * 2**30
-    assert data["fits"] is True  # 80 GB of states <= 85.9e9 bytes
-    _, out, _ = run(capsys, "estimate", "--params", "5B", "--sharding", "ddp", "--gpu-memory", "79GB", "--json")
+    assert data["fits"] is True  # 18 x 4.5e9 = 81 GB of states <= 85.9e9 bytes
+    _, out, _ = run(capsys, "estimate", "--params", "4.5B", "--sharding", "ddp", "--gpu-memory", "80GB", "--json")
     assert json.loads(out)["fits"] is False
 
 
 def test_solve_dp_json(capsys):
+    # seed 000's distributed optimizer, N/(pt)(b_hp + 16/d)
     code, out, _ = run(capsys, "solve", "dp", "--params", "175B", "--tp", "4", "--pp", "2",
-                       "--gpu-memory", "80GB", "--json")
+                       "--gpu-memory", "80GB", "--convention", "seed000", "--json")
     data = json.loads(out)
     assert code == 0
     assert data["unknown"] == "d" and data["value"] == 10  # hand: 2800/290 = 9.66 -> 10
@@ -103,7 +108,9 @@ def test_latex_derivation(capsys):
     code, out, _ = run(capsys, "latex")
     assert code == 0
     assert r"\underbrace" in out and r"b_{\mathrm{hp}}" in out
-    assert r"\frac{16}{d}" in out
+    assert r"\frac{12}{d}" in out          # Megatron: (b_hp + 4 + 12/d), the default
+    code, out, _ = run(capsys, "latex", "--convention", "seed000")
+    assert code == 0 and r"\frac{16}{d}" in out      # seed 000: (b_hp + 16/d)
 
 
 def test_console_script_end_to_end():

@@ -56,7 +56,7 @@ def test_single_gpu_model_states_by_hand():
     # one GPU, every scheme degenerates to the unsharded 16 bytes/param (ZeRO §5, N_d = 1)
     vals = dict(N=LLAMA7_PARAMS, d=1, t=1, p=1)
     for scheme in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
-        M = model_state(scheme).subs(byte_widths(scheme))
+        M = model_state(scheme, convention="zero-paper").subs(byte_widths(scheme, convention="zero-paper"))
         assert M.evaluate(vals) == 16 * LLAMA7_PARAMS, scheme
 
 
@@ -73,7 +73,7 @@ def test_single_gpu_training_total(capsys):
 
 
 def test_single_gpu_smallest_d_is_1_when_it_fits():
-    M = model_state("zero3").subs(byte_widths("zero3"))
+    M = model_state("zero3", convention="zero-paper").subs(byte_widths("zero3", convention="zero-paper"))
     sol = memsym.smallest(M, "d", 80 * GB, {"N": 10**9, "t": 1, "p": 1})  # 16 GB fits on one
     assert sol.value == 1 and sol.memory == 16 * 10**9
     gpus = memsym.smallest_gpus(M, 80 * GB, {"N": 10**9, "t": 1, "p": 1})
@@ -130,7 +130,7 @@ def test_t_equals_heads_but_not_kv_heads_refused():
 # ------------------------------------------------------------------------------------------------
 def test_zero3_at_d1_equals_ddp():
     # nothing to shard over: ZeRO-3 at N_d = 1 is the DDP baseline (ZeRO §5, Figure 1)
-    common = dict(seq_length=2048, flash_attention=True)
+    common = dict(seq_length=2048, flash_attention=True, convention="zero-paper")
     z3 = training_memory("llama2-7b", Layout(d=1), Training(sharding="zero3", **common))
     ddp = training_memory("llama2-7b", Layout(d=1), Training(sharding="ddp", **common))
     assert sensible(z3)["total"] == sensible(ddp)["total"]
@@ -224,14 +224,14 @@ def test_context_parallel_must_divide_sequence():
 # sizes at the extremes of the number line
 # ------------------------------------------------------------------------------------------------
 def test_quadrillion_parameters_exact():
-    M = model_state("distributed-optimizer").subs(byte_widths())
+    M = model_state("distributed-optimizer", convention="seed000").subs(byte_widths(convention="seed000"))
     val = M.evaluate(N=10**15, d=3, t=1, p=1)
     assert val == 2 * 10**15 + sp.Rational(16 * 10**15, 3)   # seed 000: N (2 + 16/d)
     assert isinstance(val, sp.Rational)
 
 
 def test_smallest_d_with_enormous_models_is_exact():
-    M = model_state("zero3").subs(byte_widths("zero3"))
+    M = model_state("zero3", convention="zero-paper").subs(byte_widths("zero3", convention="zero-paper"))
     sol = memsym.smallest(M, "d", 80 * GB, {"N": 10**15, "t": 1, "p": 1})
     assert sol.value == 200_000                       # 16e15 / 80e9 exactly
     assert M.evaluate(N=10**15, d=sol.value, t=1, p=1) == 80 * GB
@@ -249,7 +249,8 @@ from bounded import GiB, run_python, time_limit  # noqa: E402  (tests/ is on sys
 
 from memsym.symbols import d as d_sym, p as p_sym, t as t_sym  # noqa: E402
 
-ZERO3 = model_state("zero3").subs(byte_widths("zero3"))        # N (2 + 2 + 12) / (d t p), ZeRO §5
+ZERO3 = model_state("zero3", convention="zero-paper").subs(
+    byte_widths("zero3", convention="zero-paper"))             # N (2 + 2 + 12) / (d t p), ZeRO §5
 
 
 def test_zero3_at_1e30_parameters_finds_d_2e20_exactly():
@@ -265,10 +266,18 @@ def test_zero3_at_1e30_parameters_finds_d_2e20_exactly():
 
 
 def test_cli_solve_dp_at_1e30_parameters(capsys):
-    rc = main(["solve", "dp", "--params", "1e30", "--sharding", "zero3", "--gpu-memory", "80GB"])
+    # ZeRO §5's 16 bytes per parameter: d >= 16e30 / 80e9 = 2e20
+    rc = main(["solve", "dp", "--params", "1e30", "--sharding", "zero3", "--gpu-memory", "80GB",
+               "--convention", "zero-paper"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert "d = 200000000000000000000" in out        # the exact integer, not 2e+20
+    # DeepSpeed's ZeRO-3 as it allocates (the default): 2 + 2 + 4 + 12 = 20 bytes per
+    # parameter sharded (fp32 gradient partition too): d >= 20e30 / 80e9 = 2.5e20
+    rc = main(["solve", "dp", "--params", "1e30", "--sharding", "zero3", "--gpu-memory", "80GB"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "d = 250000000000000000000" in out
 
 
 def test_smallest_with_a_rule_never_true_stops_at_the_documented_bound():

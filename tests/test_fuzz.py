@@ -36,8 +36,8 @@ SLOW = settings(max_examples=80, deadline=5000, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
-ZERO3 = model_state("zero3").subs(byte_widths("zero3"))
-DDP = model_state("ddp").subs(byte_widths("ddp"))
+ZERO3 = model_state("zero3", convention="zero-paper").subs(byte_widths("zero3", convention="zero-paper"))
+DDP = model_state("ddp", convention="zero-paper").subs(byte_widths("ddp", convention="zero-paper"))
 
 
 def memsym_refusal(exc: BaseException) -> None:
@@ -269,7 +269,7 @@ from hypothesis import given, settings, strategies as st
 from memsym import errors, smallest
 from memsym.terms.model_state import byte_widths, model_state
 from memsym.units import parse_bytes, parse_count
-M = model_state("zero3").subs(byte_widths("zero3"))
+M = model_state("zero3", convention="zero-paper").subs(byte_widths("zero3", convention="zero-paper"))
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(st.integers(1, 10**300), st.integers(1, 10**300), st.integers(1, 10**6),

@@ -17,7 +17,7 @@ GB = 10**9
 
 def test_breakdown_bars_stack_to_the_total(tmp_path):
     # ZeRO §5 example: 7.5B, d = 64: stage 1 = 4Ψ + 12Ψ/64 = 31.4 GB
-    bd = model_state("zero1").subs(byte_widths("zero1")).breakdown(N=7.5e9, d=64, p=1, t=1)
+    bd = model_state("zero1", convention="seed000").subs(byte_widths("zero1", convention="seed000")).breakdown(N=7.5e9, d=64, p=1, t=1)
     fig = breakdown_bars({"zero1": bd}, capacity=80 * GB)
     assert isinstance(fig, Figure)
     tops = [patch.get_y() + patch.get_height() for patch in fig.axes[0].patches]
@@ -29,7 +29,7 @@ def test_breakdown_bars_stack_to_the_total(tmp_path):
 
 def test_memory_vs_d_marks_smallest_d(tmp_path):
     # ZeRO-3, 70B, 80 GB: 16 * 70e9 / d <= 80e9  ->  d >= 14 (by hand)
-    M = model_state("zero3").subs(byte_widths("zero3"))
+    M = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
     fig = memory_vs_d(M, {"N": 70e9, "t": 1, "p": 1}, 80 * GB)
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert "smallest d = 14" in labels

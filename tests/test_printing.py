@@ -17,7 +17,7 @@ def test_registry_latex_names():
 
 
 def test_derivation_has_one_underbrace_per_term():
-    total = model_state("distributed-optimizer")
+    total = model_state("distributed-optimizer", convention="seed000")
     tex = derivation_latex(total, {"b_g": 4, "b_m": 4, "b_o": 8})
     assert tex.count(r"\underbrace") == len(total) == 3
     assert tex.rstrip().endswith(r"\end{aligned}")
@@ -26,7 +26,7 @@ def test_derivation_has_one_underbrace_per_term():
 
 @needs_tex
 def test_term_total_derivation_and_solve_compile():
-    total = model_state("distributed-optimizer")
+    total = model_state("distributed-optimizer", convention="seed000")
     sol = smallest(total.subs(b_g=4, b_m=4, b_o=8), "d", 80 * 10**9,
                    {"N": 175 * 10**9, "t": 4, "p": 2, "b_hp": 2})
     body = "\n".join([
@@ -46,7 +46,8 @@ def test_cli_latex_outputs_compile(tmp_path, form):
     from memsym.printing import document as wrap
 
     out = tmp_path / "out.tex"
-    argv = ["latex", "--params", "175B", "--tp", "4", "--pp", "2", "--gpu-memory", "80GB", "-o", str(out)]
+    argv = ["latex", "--params", "175B", "--tp", "4", "--pp", "2", "--gpu-memory", "80GB",
+            "--convention", "seed000", "-o", str(out)]
     if form != "default":
         argv.append(form)
     assert main(argv) == 0
@@ -61,6 +62,7 @@ def test_cli_latex_markdown(capsys):
     from memsym.cli import main
 
     assert main(["latex", "--params", "175B", "--tp", "4", "--pp", "2", "--gpu-memory", "80GB",
+            "--convention", "seed000",
                  "--markdown"]) == 0
     out = capsys.readouterr().out
     assert out.count("$$") == 4 and "| weights |" in out

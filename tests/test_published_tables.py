@@ -102,7 +102,7 @@ def test_apply_rounding_by_hand():
 def _zero_cells(tb, col):
     from memsym.terms.model_state import byte_widths, model_state
 
-    total = model_state(col["stage"]).subs(byte_widths(col["stage"]))
+    total = model_state(col["stage"], convention="zero-paper").subs(byte_widths(col["stage"], convention="zero-paper"))
     psi = sp.Rational(col["params"]) if "e" not in col["params"] else sp.Integer(int(float(col["params"])))
     return [Fraction(str(total.evaluate(N=psi, d=n_d, p=1, t=1) / 10**9)) for n_d in tb["degrees"]]
 

@@ -87,7 +87,7 @@ def test_seed002_full_stack_without_recompute():
 
 def test_seed004_13b_full_finetune():
     # seed 004: 13B x 16 bytes = 208 GB; + 20-30 % activations ~ 250 GB -> 4 x A100 80GB
-    states = model_state("ddp").subs(byte_widths("ddp")).evaluate(N=13 * 10**9, d=1, p=1, t=1)
+    states = model_state("ddp", convention="zero-paper").subs(byte_widths("ddp", convention="zero-paper")).evaluate(N=13 * 10**9, d=1, p=1, t=1)
     assert states == 208 * 10**9
     # memsym: Llama-2 13B, ZeRO-3 over 4 GPUs, s = 4096, b = 1, flash attention, full recompute
     tr = Training(seq_length=4096, flash_attention=True, dropout=False, sharding="zero3",

@@ -240,7 +240,8 @@ def _zero_table1(tb):
     cap = _frac(tb["capacity"])
     names = {"zero1": "P_os", "zero2": "P_os+g", "zero3": "P_os+g+p"}
     for col, printed in zip(tb["columns"], tb["printed"]):
-        total = model_state(col["stage"]).subs(byte_widths(col["stage"]))
+        total = model_state(col["stage"], convention="zero-paper").subs(
+            byte_widths(col["stage"], convention="zero-paper"))
         psi = _frac(col["params"])
         for n_d, text in zip(tb["degrees"], printed):
             value = _ev(total.expr, N=psi, d=n_d, p=1, t=1) / _GB
@@ -268,7 +269,8 @@ def _zero_table2(tb):
     first = {}
     for row in tb["rows"]:
         for stage, text, rule in zip(tb["stages"], row["printed"], row["rounding"]):
-            total = model_state(stage).subs(byte_widths(stage))
+            total = model_state(stage, convention="zero-paper").subs(
+                byte_widths(stage, convention="zero-paper"))
             sol = largest(total, "N", cap, {"d": row["gpus"] // row["mp"], "t": row["mp"], "p": 1})
             value = _frac(sol.bound) / _GB
             first.setdefault(stage, value)

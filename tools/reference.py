@@ -98,7 +98,8 @@ def code_expression(entry: dict) -> sp.Expr:
 
     Examples
     --------
-    >>> entry = {"code": "memsym.terms.model_state:model_state", "args": {"scheme": "zero3"},
+    >>> entry = {"code": "memsym.terms.model_state:model_state", "args": {"scheme": "zero3",
+    ...          "convention": "zero-paper"},
     ...          "code_subs": {"p": 1, "t": 1}}
     >>> code_expression(entry)
     N*b_g/d + N*b_hp/d + N*(b_m + b_o)/d

@@ -109,9 +109,11 @@ def add_model_state_options(parser, *, dp: bool = True) -> None:
     grp.add_argument("--use-distributed-optimizer", action="store_true",
                      help="Megatron's flag: same as --sharding distributed-optimizer")
     grp.add_argument("--convention", type=choice("convention", CONVENTIONS + ("megatron-bridge",)),
-                     default="memsym",
-                     help="memsym (seed 000: fp32 gradients sharded, 2 + 16/d bytes/param) or "
-                     "megatron-lm (gradient buffer unsharded, 6 + 12/d) or megatron-bridge")
+                     default="framework",
+                     help="framework (default: what Megatron-core / DeepSpeed / FSDP2 allocate; "
+                     "the distributed optimizer keeps the whole fp32 gradient buffer, 6 + 12/d "
+                     "bytes/param), seed000 (seed 000: 2 + 16/d; alias memsym), zero-paper "
+                     "(ZeRO §5), megatron-lm or megatron-bridge (the frameworks' estimators)")
     grp.add_argument("--precision", type=choice("precision", tuple(PRECISIONS)), default="bf16",
                      help="weight precision: " + ", ".join(PRECISIONS) + " (default bf16)")
     grp.add_argument("--optimizer", type=choice("optimizer", tuple(OPTIMIZERS)), default="adam",

@@ -39,7 +39,7 @@ def add_search_options(parser) -> None:
     parser.add_argument("--precision", type=choice("precision", tuple(PRECISIONS)), default="bf16")
     parser.add_argument("--optimizer", type=choice("optimizer", tuple(OPTIMIZERS)), default="adam")
     parser.add_argument("--convention", type=choice("convention", CONVENTIONS),
-                        default="memsym")
+                        default="framework")
     parser.add_argument("--no-flash-attention", action="store_true",
                         help="keep the s^2 attention scores (default: flash attention)")
     parser.add_argument("--dropout", action="store_true", help="keep dropout masks (default off)")

@@ -180,7 +180,7 @@ def training_part(args, *, micro_batch_size=None):
         raise InvalidValueError("give the sequence length with --seq-length S")
     dropout = args.hidden_dropout is None or args.hidden_dropout > 0
     # a framework convention (megatron-bridge) is reported by its own breakdown, not Training
-    convention = args.convention if args.convention in CONVENTIONS else "memsym"
+    convention = args.convention if args.convention in CONVENTIONS else "framework"
     training = Training(
         seq_length=args.seq_length, micro_batch_size=micro_batch_size or args.micro_batch_size or 1,
         num_microbatches=args.num_microbatches, global_batch_size=args.global_batch_size,

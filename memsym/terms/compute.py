@@ -525,7 +525,7 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     for key, val in defaults.items():
         vals.setdefault(key, val)
     if sharding is not None:
-        widths = byte_widths(sharding, precision)  # an unknown precision is refused there
+        widths = byte_widths(sharding, precision, convention="seed000")  # unknown precision refused there
         for sym, width in widths.items():
             vals.setdefault(sym.name, width)
     if cluster is not None:

@@ -74,7 +74,8 @@ def deepspeed_gpu(stage: int = 3, offload: str = "none") -> Total:
     if isinstance(stage, bool) or stage not in (2, 3):
         raise InvalidValueError(f"DeepSpeed's estimators cover ZeRO stage 2 or 3, not {stage!r}")
     scheme = "zero3" if stage == 3 else "zero2"
-    total = model_state(scheme, offload=offload, params=N, dp=d).subs(DEEPSPEED_WIDTHS)
+    total = model_state(scheme, offload=offload, params=N, dp=d,
+                        convention="zero-paper").subs(DEEPSPEED_WIDTHS)
     if stage == 3:
         total = total + Term("largest_layer", 4 * N_ll,
                              "largest layer gathered whole: fp16 weights and fp16 gradients", _DS,

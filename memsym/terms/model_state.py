@@ -1,8 +1,9 @@
 """Model-state memory per GPU: weights, gradients and optimizer states under every sharding.
 
-Byte widths are symbols (``b_hp``, ``b_g``, ``b_m``, ``b_o``), so precisions and optimizers
-are substitutions (:func:`byte_widths`), and the parameters held by one model-parallel
-shard default to the seed-000 approximation ``N/(p t)``.
+Byte widths are symbols (``b_hp``, ``b_g``, ``b_mg``, ``b_m``, ``b_o``, ``b_f8``), so precisions
+and optimizers are substitutions (:func:`byte_widths`).  The default convention,
+``"framework"``, is what each framework's code allocates (Megatron-core, DeepSpeed, FSDP2);
+``"seed000"`` and ``"zero-paper"`` keep the textbook forms by name.
 
 References
 ----------
@@ -11,6 +12,10 @@ References
 .. [seed000] shared/seeds/000: NeMo distributed optimizer, ``N/(p t)·(b_hp + 16/d)``.
 .. [megatron-lm] Megatron-LM ``megatron/training/theoretical_memory_usage.py`` and
    ``docs/user-guide/features/dist_optimizer.md``: 18, or 6 + 12/d, bytes per parameter.
+.. [megatron-core] Megatron-LM ``megatron/core`` at d98e8a64dd: ``_ParamAndGradBuffer``,
+   ``DistributedOptimizer._copy_model_grads_to_main_grads``.
+.. [deepspeed-zero] DeepSpeed ``runtime/zero/stage_1_and_2.py``, ``stage3.py`` at edaa722126.
+.. [pytorch-fsdp2] PyTorch ``torch/distributed/fsdp/_fully_shard/`` (torch 2.13).
 .. [zero-offload] Ren et al., "ZeRO-Offload", arXiv:2101.06840, §4.
 """
 
@@ -19,30 +24,47 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, choose
-from ..symbols import N, b_g, b_hp, b_m, b_o, d, p, t
+from ..symbols import N, b_f8, b_g, b_hp, b_m, b_mg, b_o, d, p, t
 from ..term import Source, Term, Total
 from ..values import as_expr
 
 __all__ = [
     "SCHEMES",
     "CONVENTIONS",
+    "CONVENTION_ALIASES",
     "PRECISIONS",
     "OPTIMIZERS",
     "OFFLOADS",
+    "GRAD_DTYPES",
+    "STATE_DTYPES",
     "model_state",
     "byte_widths",
     "normalize_scheme",
+    "normalize_convention",
+    "megatron_fsdp_state",
+    "deepspeed_allows_pipeline",
+    "MEGATRON_FSDP_STRATEGIES",
 ]
 
-#: Sharding schemes; ``fsdp`` is PyTorch FSDP/FSDP2 full shard, identical to ZeRO-3.
+#: Sharding schemes; ``fsdp`` is PyTorch FSDP2 ``fully_shard`` (ZeRO-3 in the textbook forms).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
-#: How the distributed optimizer's fp32 gradient buffer is counted (seed 000 vs Megatron-LM).
-CONVENTIONS = ("memsym", "megatron-lm")
+#: How model states are counted.  ``framework`` (default): what the framework's code allocates
+#: (ddp and distributed-optimizer: Megatron-core; zero1/2/3: DeepSpeed; fsdp: FSDP2).
+#: ``seed000``: seed 000's distributed optimizer (fp32 gradients sharded, 2 + 16/d) and ZeRO's
+#: forms for the other schemes.  ``zero-paper``: ZeRO §5 for every scheme (distributed-optimizer
+#: = P_os).  ``megatron-lm``: Megatron-LM's estimator.  ``memsym`` is the old name of seed000.
+CONVENTIONS = ("framework", "seed000", "zero-paper", "megatron-lm", "memsym")
+#: Old names that mean a current convention exactly.
+CONVENTION_ALIASES = {"memsym": "seed000"}
 #: Offload of model states to host memory (ZeRO-Offload / ZeRO-Infinity).
 OFFLOADS = ("none", "optimizer", "optimizer+params")
+#: Gradient-buffer dtypes (Megatron ``--grad-reduce-in-bf16``; ``None``: the framework's default).
+GRAD_DTYPES = ("fp32", "bf16", "fp16")
+#: Bytes of the precision-aware optimizer's state dtypes (Megatron ``optimizer_config.py``).
+STATE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
-#: Weight precision -> (bytes per weight used in forward/backward, fp32 master copy bytes).
-#: fp32 training needs no separate master copy.  fp8 means fp8 primary weights.
+#: Weight precision -> (bytes per weight used in forward/backward, fp32 master copy bytes),
+#: as the textbook conventions count them.  fp8 there means fp8 primary weights.
 PRECISIONS = {
     "fp32": (4, 0),
     "bf16": (2, 4),
@@ -69,6 +91,28 @@ _ZERO = Source("zero", "§5, Figure 1")
 _SEED = Source("seed000", "summary formula (まとめ)")
 _MEGATRON = Source("megatron-lm", "theoretical_memory_usage.py, compute_weight_and_optimizer_memory")
 _OFFLOAD = Source("zero-offload", "§4")
+# Framework sources (revisions in formulas/references.toml).
+_MC_BUF = Source("megatron-core", "core/distributed/param_and_grad_buffer.py, _ParamAndGradBuffer."
+                 "__init__ (grad_data and param_data: numel of the whole buffer on every rank)")
+_MC_MAIN = Source("megatron-core", "core/optimizer/distrib_optimizer.py, DistributedOptimizer."
+                  "_copy_model_grads_to_main_grads (shard_main_param.grad = shard_model_grad.float())")
+_MC_SHARD = Source("megatron-core", "core/optimizer/distrib_optimizer.py, DistributedOptimizer."
+                   "_build_model_and_main_param_groups (fp32 main params of the rank's shard); "
+                   "optimizer_config.py (precision-aware dtypes)")
+_MC_DDP = Source("megatron-core", "core/optimizer/optimizer.py, Float16OptimizerWithFloat16Params "
+                 "(fp32 main params of every param; main_grad.float())")
+_TE_FP8 = Source("transformer-engine", "pytorch/module/base.py, quantize_weight with "
+                 "is_first_microbatch (_fp8_workspaces); csrc/extensions/cast.cu, cast (rowwise data "
+                 "+ data_transpose for columnwise usage)")
+_DS_12 = Source("deepspeed-zero", "runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.__init__ "
+                "(bit16_groups whole, single_partition_of_fp32_groups) and step "
+                "(single_grad_partition .to(fp32)); estimate_zero2_model_states_mem_needs 2 + 18/N")
+_DS_3 = Source("deepspeed-zero", "runtime/zero/stage3.py, DeepSpeedZeroOptimizer_Stage3 "
+               "(fp16 partitions, fp32 partition and its grad); estimate_zero3_model_states_mem_needs "
+               "18/N")
+_FSDP2 = Source("pytorch-fsdp2", "_fsdp_param.py, FSDPParam._init_sharded_param (dim-0 shard in "
+                "the original dtype); _fsdp_collectives.py, foreach_reduce (sharded grad in the "
+                "original dtype); _fsdp_api.py MixedPrecisionPolicy (no extra fp32 copy)")
 
 
 def normalize_scheme(scheme: str) -> str:
@@ -76,13 +120,59 @@ def normalize_scheme(scheme: str) -> str:
     return choose("sharding", scheme, SCHEMES)
 
 
-def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
-                optimizer: str = "adam", convention: str = "memsym") -> dict:
-    """Bytes per parameter of weights, gradients, master copy and optimizer moments.
+def normalize_convention(convention: str) -> str:
+    """The convention a name means: ``memsym`` (the old default) is ``seed000``.
 
-    Defaults follow each scheme's source: ZeRO keeps gradients in the training precision
-    (fp16 gradients, ZeRO §3.1), the distributed optimizer keeps fp32 "main" gradients
-    (seed 000, Megatron-Core), and Megatron-LM's estimator always counts fp32 gradients.
+    Examples
+    --------
+    >>> normalize_convention("memsym"), normalize_convention("Zero_Paper")
+    ('seed000', 'zero-paper')
+    """
+    name = choose("convention", convention, CONVENTIONS)
+    return CONVENTION_ALIASES.get(name, name)
+
+
+def _grad_dtype(scheme: str, precision: str, grad_dtype) -> str:
+    """The gradient-buffer dtype the framework uses when the user does not say."""
+    if grad_dtype is not None:
+        return choose("grad_dtype", grad_dtype, GRAD_DTYPES)
+    if precision == "fp32":
+        return "fp32"
+    if scheme in ("ddp", "distributed-optimizer"):
+        # REF: megatron-lm arguments.py validate_args: bf16 forces
+        # accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16; fp16 does not.
+        return "fp16" if precision == "fp16" else "fp32"
+    # DeepSpeed: data_types.grad_accum_dtype defaults to the model dtype; FSDP2: the
+    # sharded grads keep the parameter's original dtype (fp32 under MixedPrecisionPolicy).
+    return "fp32" if scheme == "fsdp" else ("fp16" if precision == "fp16" else "bf16")
+
+
+def _has_main_grad_copy(scheme: str, precision: str, grad_dtype: str, precision_aware: bool) -> bool:
+    """Whether the framework keeps a separate fp32 copy of the gradients for the optimizer."""
+    if scheme == "fsdp" or precision == "fp32" or grad_dtype == "fp32":
+        return False
+    # Megatron's precision-aware optimizer reads shard_main_param.decoupled_grad, a view of
+    # the grad buffer (no copy): distrib_optimizer.py _copy_model_grads_to_main_grads.
+    return not (precision_aware and scheme == "distributed-optimizer")
+
+
+def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
+                optimizer: str = "adam", convention: str = "framework", *,
+                grad_dtype: str | None = None, fp8_param_gather: bool = False,
+                precision_aware: bool = False, main_params_dtype: str = "fp32",
+                exp_avg_dtype: str = "fp32", exp_avg_sq_dtype: str = "fp32",
+                store_param_remainders: bool = True) -> dict:
+    """Bytes per parameter of weights, gradients, main-gradient copy, master copy and moments.
+
+    Under ``convention="framework"`` the widths are the framework's tensors: Megatron-core
+    (ddp, distributed-optimizer) keeps bf16 params and an fp32 gradient buffer (bf16 forces
+    ``grad_reduce_in_fp32``), fp16 params an fp16 buffer plus an fp32 ``.float()`` shard;
+    DeepSpeed (zero1/2/3) 16-bit params and grads plus an fp32 gradient partition; FSDP2
+    (fsdp) keeps fp32 sharded params and grads (they are the master copy) and only the
+    moments beside them.  FP8 (Transformer Engine) keeps the bf16 weight and caches FP8
+    copies (``b_f8 = 2``: rowwise + transpose) unless ``fp8_param_gather`` (then 1-byte
+    weights, no cache).  The textbook conventions keep their widths (ZeRO: fp16 gradients,
+    seed 000: fp32 gradients sharded, Megatron-LM's estimator: fp32 gradients).
 
     Parameters
     ----------
@@ -94,15 +184,32 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
         One of :data:`OPTIMIZERS`; ``"none"`` means frozen weights (no gradients either).
     convention : str
         One of :data:`CONVENTIONS`.
+    grad_dtype : {"fp32", "bf16", "fp16"}, optional
+        Gradient-buffer dtype (framework only); default the framework's (see above).
+    fp8_param_gather : bool
+        Megatron ``--fp8-param-gather``: FP8 weights only, gathered in FP8 (framework, fp8).
+    precision_aware : bool
+        Megatron ``--use-precision-aware-optimizer`` (distributed-optimizer, Adam).
+    main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
+        The precision-aware optimizer's dtypes, keys of :data:`STATE_DTYPES`.
+    store_param_remainders : bool
+        With bf16 params and fp32 main params, keep only the 16-bit remainder (2 B) [TE FusedAdam].
 
     Returns
     -------
     dict
-        ``{b_hp, b_g, b_m, b_o}`` as exact integers [bytes/parameter].
+        ``{b_hp, b_g, b_m, b_o}`` and, under ``framework``, ``b_mg`` and ``b_f8``, as exact
+        integers [bytes/parameter].
 
     Examples
     --------
-    >>> sorted((str(k), v) for k, v in byte_widths("zero1").items())
+    >>> w = byte_widths()  # Megatron distributed optimizer, bf16: 2 + 4 + (0 + 4 + 8)/d
+    >>> [int(w[x]) for x in (b_hp, b_g, b_mg, b_m, b_o, b_f8)]
+    [2, 4, 0, 4, 8, 0]
+    >>> w = byte_widths(grad_dtype="bf16")  # --grad-reduce-in-bf16: 2 + 2 + (4 + 4 + 8)/d
+    >>> [int(w[x]) for x in (b_hp, b_g, b_mg, b_m, b_o)]
+    [2, 2, 4, 4, 8]
+    >>> sorted((str(k), v) for k, v in byte_widths("zero1", convention="zero-paper").items())
     [('b_g', 2), ('b_hp', 2), ('b_m', 4), ('b_o', 8)]
     >>> byte_widths("ddp", convention="megatron-lm")[b_g]
     4
@@ -110,9 +217,18 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     scheme = normalize_scheme(scheme)
     precision = choose("precision", precision, PRECISIONS)
     optimizer = choose("optimizer", optimizer, OPTIMIZERS)
-    convention = choose("convention", convention, CONVENTIONS)
+    convention = normalize_convention(convention)
+    if convention == "framework":
+        return _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
+                                 precision_aware, main_params_dtype, exp_avg_dtype,
+                                 exp_avg_sq_dtype, store_param_remainders)
+    if grad_dtype is not None or fp8_param_gather or precision_aware:
+        raise InvalidValueError(
+            f"grad_dtype, fp8_param_gather and precision_aware describe a framework's tensors; "
+            f"convention {convention} has fixed widths (use convention='framework')")
     weight, master = PRECISIONS[precision]
-    fp32_grads = scheme == "distributed-optimizer" or convention == "megatron-lm"
+    fp32_grads = (scheme == "distributed-optimizer" and convention == "seed000") or \
+        convention == "megatron-lm"
     grad = 4 if fp32_grads else max(weight, 2)  # fp8 weights still get bf16 gradients
     if convention == "megatron-lm" and precision == "fp16":
         # REF: megatron-distopt-doc, table row fp16 param / fp16 grads: 20, or 4 + 16/d.
@@ -125,33 +241,91 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
             b_o: sp.Integer(OPTIMIZERS[optimizer])}
 
 
-def model_state(scheme: str = "distributed-optimizer", *, convention: str = "memsym",
-                offload: str = "none", params=None, dp=None) -> Total:
+def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
+                      precision_aware, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype,
+                      store_param_remainders) -> dict:
+    if precision == "fp8" and scheme not in ("ddp", "distributed-optimizer"):
+        raise InvalidValueError(
+            f"fp8 is modelled as Transformer Engine under Megatron (ddp, distributed-optimizer), "
+            f"not {scheme}; use precision bf16 or convention='zero-paper'")
+    if fp8_param_gather and (precision != "fp8" or scheme != "distributed-optimizer"):
+        raise InvalidValueError("fp8_param_gather needs precision fp8 and the distributed optimizer "
+                                "(Megatron: --fp8-param-gather needs DistOpt or FSDP)")
+    if precision_aware and (scheme != "distributed-optimizer" or optimizer not in ("adam", "adamw")):
+        raise InvalidValueError("precision_aware needs the distributed optimizer with Adam "
+                                "(Megatron --use-precision-aware-optimizer)")
+    gdt = _grad_dtype(scheme, precision, grad_dtype)
+    weight = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}[precision]
+    if scheme == "fsdp":
+        weight = 4  # sharded params stay in their original fp32; param_dtype is the compute copy
+    f8 = 0
+    if precision == "fp8":
+        # TE keeps the bf16 weight and caches FP8 rowwise + transpose (1 + 1 B), or with
+        # fp8_param_gather keeps only the FP8 weight (fp8_model_init): b_f8 is then that weight.
+        f8 = 1 if fp8_param_gather else 2
+    grad = STATE_DTYPES[gdt]
+    main_grad = 4 if _has_main_grad_copy(scheme, precision, gdt, precision_aware) else 0
+    # fp32 masters: none for fp32 Megatron params (they are the main params) and none for
+    # FSDP2 (the fp32 shard is updated in place); DeepSpeed clones even fp32 partitions.
+    if scheme == "fsdp" or (precision == "fp32" and scheme in ("ddp", "distributed-optimizer")):
+        master = 0
+    else:
+        master = 4
+    moments = OPTIMIZERS[optimizer]
+    if precision_aware:
+        for name, value in (("main_params_dtype", main_params_dtype), ("exp_avg_dtype", exp_avg_dtype),
+                            ("exp_avg_sq_dtype", exp_avg_sq_dtype)):
+            choose(name, value, tuple(STATE_DTYPES))
+        master = STATE_DTYPES[choose("main_params_dtype", main_params_dtype, ("fp32", "fp16"))]
+        if master == 4 and precision in ("bf16", "fp8") and store_param_remainders:
+            # REF: TE optimizers/fused_adam.py store_param_remainders: the bf16 param plus a
+            # 16-bit remainder reconstruct the fp32 master exactly.
+            master = 2
+        if precision == "fp32":
+            master = 0
+        moments = STATE_DTYPES[exp_avg_dtype.strip().lower()] + STATE_DTYPES[exp_avg_sq_dtype.strip().lower()]
+    if optimizer == "none":
+        grad, main_grad, master, moments = 0, 0, 0, 0
+    return {b_hp: sp.Integer(weight), b_g: sp.Integer(grad), b_mg: sp.Integer(main_grad),
+            b_m: sp.Integer(master), b_o: sp.Integer(moments), b_f8: sp.Integer(f8)}
+
+
+def model_state(scheme: str = "distributed-optimizer", *, convention: str = "framework",
+                offload: str = "none", params=None, dp=None, precision: str = "bf16",
+                grad_dtype: str | None = None, precision_aware: bool = False,
+                fp8_param_gather: bool = False, linear_params=None,
+                optimizer: str = "adam") -> Total:
     r"""Per-GPU memory of weights, gradients and optimizer states [bytes].
 
     With :math:`\Psi` the parameters of one model-parallel shard (default
-    :math:`N/(p\,t)`) and :math:`d` the data-parallel size:
+    :math:`N/(p\,t)`), :math:`d` the group the states are sharded over (Megatron: DP·CP
+    for dense, expert-DP for experts) and ``convention="framework"``:
 
     .. math::
 
         \begin{aligned}
-        \text{ddp}:\;& \Psi\,(b_{hp} + b_g + b_m + b_o) \\
-        \text{zero1}:\;& \Psi\,(b_{hp} + b_g) + \Psi\,(b_m + b_o)/d \\
-        \text{zero2}:\;& \Psi\,b_{hp} + \Psi\,(b_g + b_m + b_o)/d \\
-        \text{zero3, fsdp}:\;& \Psi\,(b_{hp} + b_g + b_m + b_o)/d \\
-        \text{distributed-optimizer}:\;& \Psi\,b_{hp} + \Psi\,(b_g + b_m + b_o)/d
-            \quad\text{(seed 000)}\\
-        \text{distributed-optimizer, megatron-lm}:\;& \Psi\,(b_{hp} + b_g) + \Psi\,(b_m + b_o)/d
+        \text{ddp (Megatron DDP)}:\;& \Psi\,(b_{hp} + b_g + b_{mg} + b_m + b_o) \\
+        \text{distributed-optimizer (Megatron)}:\;& \Psi\,(b_{hp} + b_g)
+            + \Psi\,(b_{mg} + b_m + b_o)/d \\
+        \text{zero1 (DeepSpeed)}:\;& \Psi\,(b_{hp} + b_g) + \Psi\,(b_{mg} + b_m + b_o)/d \\
+        \text{zero2 (DeepSpeed)}:\;& \Psi\,b_{hp} + \Psi\,(b_g + b_{mg} + b_m + b_o)/d \\
+        \text{zero3 (DeepSpeed)}:\;& \Psi\,(b_{hp} + b_g + b_{mg} + b_m + b_o)/d \\
+        \text{fsdp (FSDP2)}:\;& \Psi\,(b_{hp} + b_g + b_o)/d \quad (b_{hp} = b_g = 4)
         \end{aligned}
+
+    plus, with Transformer Engine FP8, :math:`b_{f8}\,\Psi_{\mathrm{lin}}` for the cached FP8
+    copies of the linear weights (``fp8_param_gather``: the linear weights are FP8 only,
+    :math:`b_{hp}(\Psi - \Psi_{\mathrm{lin}}) + b_{f8}\Psi_{\mathrm{lin}}`).  The bf16
+    distributed optimizer is 6 + 12/d bytes per parameter, the whole fp32 gradient buffer on
+    every rank (NVIDIA/Megatron-LM#654); ``seed000`` shards it (2 + 16/d), ``zero-paper``
+    counts ZeRO §5's forms (distributed-optimizer = :math:`P_{os}`: 4 + 12/d).
 
     Parameters
     ----------
     scheme : str
         One of :data:`SCHEMES`.
-    convention : {"memsym", "megatron-lm"}
-        ``megatron-lm`` keeps the distributed optimizer's fp32 gradient buffer unsharded,
-        as Megatron-LM's estimator does (6 + 12/d bytes per parameter); ``memsym`` follows
-        seed 000 (gradients reduce-scattered, 2 + 16/d).
+    convention : str
+        One of :data:`CONVENTIONS` (``memsym`` = ``seed000``).
     offload : {"none", "optimizer", "optimizer+params"}
         ZeRO-Offload: master copy and moments move to host memory, and so do the gradient
         partitions under ZeRO-2/3 (the update runs on the CPU); ``optimizer+params``
@@ -159,47 +333,67 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "mem
     params : sympy.Expr, optional
         Parameters held by this GPU's model-parallel shard [parameters]; default ``N/(p t)``.
     dp : sympy.Expr, optional
-        The group the states are sharded over; default ``d``.
+        The group the states are sharded over [GPUs]; default ``d``.
+    precision, grad_dtype, precision_aware, fp8_param_gather, optimizer :
+        Which framework tensors exist (framework only; pass the same to :func:`byte_widths`):
+        a ``main_gradients`` term when the framework copies 16-bit grads to fp32, an
+        ``fp8_weights`` term for fp8.
+    linear_params : sympy.Expr, optional
+        Of ``params``, those in linear-layer weights [parameters]; default all of ``params``
+        (FP8 only; an over-count by the embeddings and norms).
 
     Returns
     -------
     Total
-        Terms ``weights``, ``gradients`` and ``optimizer`` (master copy + moments); a term
-        that is zero on the GPU (offloaded) is left out.
+        Terms ``weights``, ``gradients``, ``main_gradients`` (when copied), ``optimizer``
+        (master copy + moments) and ``fp8_weights`` (fp8); a term that is zero on the GPU
+        (offloaded) is left out.
 
     Examples
     --------
     >>> from memsym import model_state, byte_widths
-    >>> M = model_state("zero2").subs(byte_widths("zero2"))
-    >>> M.evaluate(N=7 * 10**9, d=8, p=1, t=1) / 10**9
+    >>> M = model_state().subs(byte_widths())  # Megatron DistOpt, bf16: 6 + 12/d
+    >>> M.evaluate(N=1, d=8, p=1, t=1)
+    15/2
+    >>> S = model_state(convention="seed000").subs(byte_widths(convention="seed000"))
+    >>> S.evaluate(N=1, d=8, p=1, t=1)
+    4
+    >>> Z = model_state("zero2", convention="zero-paper").subs(byte_widths("zero2", convention="zero-paper"))
+    >>> Z.evaluate(N=7 * 10**9, d=8, p=1, t=1) / 10**9
     105/4
 
     References
     ----------
-    ZeRO §3.1, §5 (Figure 1); seed 000; Megatron-LM theoretical_memory_usage.py; ZeRO-Offload §4.
+    Megatron-core param_and_grad_buffer.py, distrib_optimizer.py; DeepSpeed stage_1_and_2.py,
+    stage3.py; PyTorch _fully_shard; ZeRO §3.1, §5 (Figure 1); seed 000; Megatron-LM
+    theoretical_memory_usage.py; ZeRO-Offload §4.
     """
     scheme = normalize_scheme(scheme)
-    convention = choose("convention", convention, CONVENTIONS)
+    given = choose("convention", convention, CONVENTIONS)  # the title keeps the name asked for
+    convention = normalize_convention(convention)
     offload = choose("offload", offload, OFFLOADS)
     psi = N / (p * t) if params is None else as_expr(params)
     dp = d if dp is None else as_expr(dp)
     if convention == "megatron-lm" and scheme not in ("ddp", "distributed-optimizer"):
         raise InvalidValueError(
             f"convention megatron-lm covers ddp and distributed-optimizer only, not {scheme} "
-            "(Megatron-LM's estimator has no ZeRO-2/3 accounting); use --convention memsym")
+            "(Megatron-LM's estimator has no ZeRO-2/3 accounting); use convention framework")
     if offload == "optimizer+params" and scheme not in ("zero3", "fsdp"):
         raise InvalidValueError(
             f"offload optimizer+params needs sharded parameters (zero3 or fsdp), not {scheme}")
+    if convention == "framework":
+        return _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
+                                fp8_param_gather, linear_params, optimizer)
 
-    # Which of the three states are divided by the data-parallel group.
+    # Textbook conventions: which of the three states are divided by the data-parallel group.
     shard_w = scheme in ("zero3", "fsdp")
     shard_g = scheme in ("zero2", "zero3", "fsdp") or (
-        scheme == "distributed-optimizer" and convention == "memsym")
+        scheme == "distributed-optimizer" and convention == "seed000")
     shard_o = scheme != "ddp"
     if scheme == "ddp":
-        src = Source("zero", "§3.1") if convention == "memsym" else _MEGATRON
+        src = _MEGATRON if convention == "megatron-lm" else Source("zero", "§3.1")
     elif scheme == "distributed-optimizer":
-        src = _SEED if convention == "memsym" else _MEGATRON
+        src = {"seed000": _SEED, "megatron-lm": _MEGATRON}.get(convention, _ZERO)
     else:
         src = _ZERO
 
@@ -223,10 +417,92 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "mem
                           "fp32 master weights and optimizer moments" +
                           (", sharded over data parallel" if shard_o else ", replicated"),
                           src, label="master + moments"))
-    return Total(f"model states per GPU ({scheme}, {convention}, offload {offload})", tuple(terms))
+    return Total(f"model states per GPU ({scheme}, {given}, offload {offload})", tuple(terms))
 
 
-def host_state(scheme: str = "zero3", *, offload: str = "optimizer", params=None, dp=None) -> Total:
+def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
+                     fp8_param_gather, linear_params, optimizer) -> Total:
+    """:func:`model_state` under ``convention="framework"``."""
+    precision = choose("precision", precision, PRECISIONS)
+    optimizer = choose("optimizer", optimizer, OPTIMIZERS)
+    # the same validation as the widths, so that structure and widths cannot disagree
+    byte_widths(scheme, precision, optimizer, "framework", grad_dtype=grad_dtype,
+                fp8_param_gather=fp8_param_gather, precision_aware=precision_aware)
+    gdt = _grad_dtype(scheme, precision, grad_dtype)
+    main_copy = optimizer != "none" and _has_main_grad_copy(scheme, precision, gdt, precision_aware)
+    lin = psi if linear_params is None else as_expr(linear_params)
+    megatron = scheme in ("ddp", "distributed-optimizer")
+    if scheme == "ddp":
+        src_w = src_g = _MC_BUF
+        src_o = _MC_DDP
+    elif scheme == "distributed-optimizer":
+        src_w = src_g = _MC_BUF
+        src_o = _MC_SHARD
+    elif scheme == "fsdp":
+        src_w = src_g = src_o = _FSDP2
+    else:
+        src_w = src_g = src_o = _DS_3 if scheme == "zero3" else _DS_12
+    shard_w = scheme in ("zero3", "fsdp")
+    shard_g = scheme in ("zero2", "zero3", "fsdp")
+    shard_o = scheme != "ddp"
+
+    def per_gpu(width, sharded, count=psi):
+        return count * width / dp if sharded else count * width
+
+    who = {"ddp": "Megatron DDP", "distributed-optimizer": "Megatron distributed optimizer",
+           "fsdp": "FSDP2 fully_shard"}.get(scheme, f"DeepSpeed ZeRO stage {scheme[-1]}")
+    terms = []
+    if offload != "optimizer+params":
+        if precision == "fp8" and fp8_param_gather:
+            terms.append(Term("weights", per_gpu(b_hp, shard_w, psi - lin),
+                              "16-bit weights outside the linear layers (embeddings, norms)",
+                              src_w, label="weights"))
+        else:
+            what = ("sharded parameters in their original dtype (dim-0 shards)" if scheme == "fsdp"
+                    else "16-bit parameters" + (", sharded" if shard_w else
+                                                 ", whole on every data-parallel rank"))
+            if megatron:
+                what += " (param_data of the buffer)" if scheme == "distributed-optimizer" else ""
+            terms.append(Term("weights", per_gpu(b_hp, shard_w), what, src_w, label="weights"))
+        if precision == "fp8":
+            if fp8_param_gather:
+                terms.append(Term("fp8_weights", lin * b_f8, "FP8 linear-layer weights "
+                                  "(fp8_model_init, gathered in FP8)", _TE_FP8, label="fp8 weights"))
+            else:
+                terms.append(Term("fp8_weights", lin * b_f8, "Transformer Engine's cached FP8 "
+                                  "copies of the linear weights (rowwise + transpose)", _TE_FP8,
+                                  label="fp8 weight cache"))
+    on_gpu_g = not (offload != "none" and scheme in ("zero2", "zero3", "fsdp"))
+    if on_gpu_g and optimizer != "none":
+        what = {"ddp": "gradient buffer (grad_data), whole on every rank",
+                "distributed-optimizer": "gradient buffer (grad_data), whole on every rank: "
+                                         "reduce-scatter leaves it allocated",
+                "zero1": "16-bit gradients, whole until the reduction",
+                "fsdp": "sharded gradients in the original dtype (reduce-scatter output)"}.get(
+                    scheme, "16-bit gradient partition")
+        terms.append(Term("gradients", per_gpu(b_g, shard_g), what, src_g, label="gradients"))
+    if main_copy and offload == "none":
+        src = _MC_DDP if scheme == "ddp" else (_MC_MAIN if megatron else src_o)
+        what = "fp32 copy of the gradients the optimizer steps on" + (", the rank's shard" if shard_o else "")
+        if scheme == "zero3":
+            # stage3.py _prepare_fp32_grad_for_sub_group: one sub-group at a time (config
+            # sub_group_size, 1e9 elements by default), beside the persistent 16-bit
+            # grad_partitions_flat_buffer; DeepSpeed's estimator (18/N) leaves one of the two out
+            what += " (one sub_group_size sub-group at a time, during the step)"
+        elif scheme in ("zero1", "zero2"):
+            what += " (made at the step, stage_1_and_2.py step: .to(fp32))"
+        terms.append(Term("main_gradients", per_gpu(b_mg, shard_o), what, src, label="fp32 main grads"))
+    if offload == "none" and optimizer != "none":
+        terms.append(Term("optimizer", per_gpu(b_m + b_o, shard_o),
+                          ("optimizer moments" if scheme == "fsdp" else
+                           "main (master) parameters and optimizer moments") +
+                          (", sharded" if shard_o else ", replicated"), src_o,
+                          label="master + moments"))
+    return Total(f"model states per GPU ({who}, {precision}, offload {offload})", tuple(terms))
+
+
+def host_state(scheme: str = "zero3", *, offload: str = "optimizer", params=None, dp=None,
+               convention: str = "zero-paper") -> Total:
     r"""Host (CPU) memory per GPU's share of the offloaded model states [bytes].
 
     The complement of :func:`model_state`: what ZeRO-Offload moves out of the GPU.
@@ -238,9 +514,91 @@ def host_state(scheme: str = "zero3", *, offload: str = "optimizer", params=None
     """
     scheme = normalize_scheme(scheme)
     offload = choose("offload", offload, OFFLOADS)
-    full = model_state(scheme, params=params, dp=dp)
-    on_gpu = model_state(scheme, offload=offload, params=params, dp=dp)
+    full = model_state(scheme, params=params, dp=dp, convention=convention)
+    on_gpu = model_state(scheme, offload=offload, params=params, dp=dp, convention=convention)
     moved = tuple(
         Term(term.key, term.expr, term.description + ", offloaded to host memory", _OFFLOAD, label=term.label)
         for term in full if term.key not in on_gpu)
     return Total(f"host memory of offloaded states ({scheme}, offload {offload})", moved)
+
+
+#: Megatron-FSDP ``--data-parallel-sharding-strategy`` -> which buffers are sharded
+#: (model weights, main weights + optimizer, main grads).
+MEGATRON_FSDP_STRATEGIES = {
+    "no_shard": (False, False, False),
+    "optim": (False, True, False),
+    "optim_grads": (False, True, True),
+    "optim_grads_params": (True, True, True),
+}
+
+_MFSDP = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py, "
+                "ParamAndGradBuffer._init_each_parameter_group_buffers (is_*_buffer_distributed per "
+                "data_parallel_sharding_strategy; model_weight_buffer, main_weight_buffer, "
+                "main_grad_buffer)")
+
+
+def megatron_fsdp_state(strategy: str = "optim_grads_params", *, params=None, dp=None) -> Total:
+    r"""Model states per GPU under Megatron-FSDP (``--use-megatron-fsdp``) [bytes].
+
+    .. math::
+
+        \begin{aligned}
+        \text{no\_shard}:\;& \Psi\,(b_{hp} + b_g + b_m + b_o) \\
+        \text{optim}:\;& \Psi\,(b_{hp} + b_g) + \Psi\,(b_m + b_o)/d \\
+        \text{optim\_grads}:\;& \Psi\,b_{hp} + \Psi\,(b_g + b_m + b_o)/d \\
+        \text{optim\_grads\_params}:\;& \Psi\,(b_{hp} + b_g + b_m + b_o)/d
+        \end{aligned}
+
+    The 16-bit ``model_weight_buffer``, the fp32 ``main_weight_buffer`` (with Adam's states on
+    it) and the ``main_grad_buffer`` (fp32 with ``grad_reduce_in_fp32``) are each sharded or
+    not by the strategy; the widths are :func:`byte_widths` ``("distributed-optimizer")``'s.
+    The unsharded buckets gathered for compute (``temporary_bucket_allocator``) are transients,
+    as FSDP2's (:func:`memsym.terms.transients.fsdp2_transients`).  The CLI default is
+    ``optim_grads_params``; ``DistributedDataParallelConfig``'s is ``no_shard``.
+
+    Examples
+    --------
+    >>> w = byte_widths()
+    >>> megatron_fsdp_state("optim").subs(w).evaluate(N=1, d=8, p=1, t=1)
+    15/2
+    >>> megatron_fsdp_state().subs(w).evaluate(N=1, d=8, p=1, t=1)
+    9/4
+
+    References
+    ----------
+    Megatron-core ``megatron_fsdp/param_and_grad_buffer.py``.
+    """
+    strategy = choose("data_parallel_sharding_strategy", strategy, tuple(MEGATRON_FSDP_STRATEGIES))
+    shard_w, shard_o, shard_g = MEGATRON_FSDP_STRATEGIES[strategy]
+    psi = N / (p * t) if params is None else as_expr(params)
+    dp = d if dp is None else as_expr(dp)
+
+    def per_gpu(width, sharded):
+        return psi * width / dp if sharded else psi * width
+
+    return Total(f"model states per GPU (Megatron-FSDP {strategy})", (
+        Term("weights", per_gpu(b_hp, shard_w), "16-bit model_weight_buffer" +
+             (", sharded" if shard_w else ", whole"), _MFSDP, label="weights"),
+        Term("gradients", per_gpu(b_g, shard_g), "main_grad_buffer" +
+             (", sharded" if shard_g else ", whole"), _MFSDP, label="gradients"),
+        Term("optimizer", per_gpu(b_m + b_o, shard_o), "fp32 main_weight_buffer and Adam states" +
+             (", sharded" if shard_o else ", whole"), _MFSDP, label="master + moments"),
+    ))
+
+
+def deepspeed_allows_pipeline(scheme: str) -> bool:
+    """Whether DeepSpeed runs ``scheme`` with pipeline parallelism (ZeRO-2/3 do not).
+
+    ``PipelineEngine.__init__`` asserts ``zero_optimization_stage() < ZeroStageEnum.gradients``:
+    "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism".
+
+    Examples
+    --------
+    >>> [deepspeed_allows_pipeline(s) for s in ("zero1", "zero2", "zero3")]
+    [True, False, False]
+
+    References
+    ----------
+    DeepSpeed ``runtime/pipe/engine.py:PipelineEngine.__init__`` (edaa722126).
+    """
+    return normalize_scheme(scheme) not in ("zero2", "zero3")

@@ -1,0 +1,371 @@
+"""Transient peaks: memory that exists only during one phase of the training step.
+
+The fp32 logits of the cross-entropy, the unsharded parameters and reduce-scatter buffers of
+FSDP2 / ZeRO-3, DeepSpeed's gradient buckets, the optimizer step's temporaries, the CUDA
+context and NCCL's buffers; each a cited :class:`~memsym.term.Term` with its knobs as symbols
+and :data:`DEFAULTS` from the libraries' documented defaults.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..symbols import (M_ctx, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c, d, n_ag, n_bkt,
+                       n_ch, n_comm, s, t)
+from ..term import Source, Term, Total
+from ..values import as_expr
+
+__all__ = ["DEFAULTS", "cross_entropy_transient", "fsdp2_transients", "fsdp2_reshards_after_forward",
+           "fsdp2_kept_unsharded", "zero3_transients",
+           "deepspeed_ipg_buckets", "megatron_buckets", "optimizer_step_transient",
+           "cuda_context", "nccl_buffers"]
+
+_MIB = 2**20
+
+#: Default values of the transient knobs, each from a documented default (see the functions).
+DEFAULTS = {
+    M_ctx: 500 * _MIB,         # allowance; CUDA lazy loading (default since 12.2) keeps it small
+    S_nccl: 4 * _MIB,          # NCCL_BUFFSIZE default 4194304 (nccl-env)
+    n_ch: 32,                  # NCCL's MAXCHANNELS: an upper bound on channels per communicator
+    n_ag: 2,                   # FSDP2: current group + one prefetched (forward and backward)
+    N_bkt: 5 * 10**8,          # DeepSpeed reduce_bucket_size default (runtime/zero/config.py)
+    n_bkt: 1,                  # DeepSpeed overlap_comm off for stages 1/2 (2 buffers when on)
+    N_pf: 5 * 10**7,           # DeepSpeed stage3_prefetch_bucket_size default
+    b_r: 4,                    # FSDP2 reduce_dtype fp32 (torchtitan's default)
+    b_u: 2,                    # FSDP2 param_dtype bf16; ZeRO-3's 16-bit parameters
+}
+
+_CE = Source("megatron-core", "core/tensor_parallel/cross_entropy.py, "
+             "_VocabParallelCrossEntropy.forward and VocabParallelCrossEntropy.calculate_*")
+_FSDP_PG = Source("pytorch-fsdp2", "_fsdp_param_group.py, FSDPParamGroup (Note on overlapping "
+                  "all-gather copy-in and all-gather: next group's all-gather overlaps the current)")
+_FSDP_RS = Source("pytorch-fsdp2", "_fsdp_collectives.py, foreach_reduce (reduce_scatter_input of "
+                  "the padded unsharded numel, reduce_output of 1/world of it, in reduce_dtype)")
+_DS_EST = Source("deepspeed-zero", "runtime/zero/stage3.py, estimate_zero3_model_states_mem_needs "
+                 "(largest_layer_memory = 4 * largest_layer_params); "
+                 "partitioned_param_coordinator.py (prefetch bucket)")
+_DS_IPG = Source("deepspeed-zero", "runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer."
+                 "setup_buckets (buf_0, and buf_1 with overlap_comm: torch.empty("
+                 "reduce_bucket_size, dtype=self.dtype))")
+_MC_DDP = Source("megatron-core", "core/distributed/distributed_data_parallel.py, "
+                 "DistributedDataParallel.__init__ (bucket_size = max(40000000, 1000000 * dp)); "
+                 "param_and_grad_buffer.py (buckets are views of grad_data / param_data)")
+_ADAM = Source("pytorch-optim", "torch/optim/adam.py, _multi_tensor_adam "
+               "(exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs))")
+_CTX = Source("cuda-lazy-loading", "§4.7 Lazy Loading (modules loaded on first use; default since "
+              "CUDA 12.2 on Linux)")
+_NCCL = Source("nccl-env", "NCCL_BUFFSIZE (default 4 MiB), NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS")
+
+
+def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
+    r"""What the vocab-parallel cross-entropy adds at its forward peak, beyond the saved softmax.
+
+    With :math:`\tau = s b / c` tokens on one GPU and :math:`V/t` logits per token:
+
+    .. math::
+
+        \underbrace{2\tau V/t}_{\text{bf16 logits}} +
+        \underbrace{(4 + 1 + 8 + 8 + 4 + 4)\,\tau}_{\text{max, mask, target, arange, predicted}\times 2}
+
+    ``calculate_logits_max`` makes an fp32 copy of the logits (``.float()``), then subtracts,
+    exponentiates and normalises *in place*, and saves that fp32 softmax for the backward:
+    the :math:`4\tau V/t` of :func:`memsym.terms.activations.output_activations` (not counted
+    again here).  While it exists, the output layer's 16-bit logits are still referenced by the
+    model's forward (``GPTModel.forward`` keeps ``logits`` until the loss returns), and the
+    backward's 16-bit gradient of the logits is as large again at the other end.  Per token, the
+    peak of ``calculate_predicted_logits`` holds the fp32 ``logits_max`` (4), the bool
+    ``target_mask`` (1), the int64 ``masked_target`` (8) and ``arange_1d`` (8), and the fp32
+    predicted logits twice (the gather and its ``.clone()``, 4 + 4): 29 bytes; the loss line
+    reaches 29 again (max, mask, target, predicted, sum-exp, log, loss).  Measured on a literal
+    port in ``tests/test_transients.py``.
+
+    Parameters
+    ----------
+    tokens : sympy.Expr, optional
+        Tokens on one GPU [tokens]; default :math:`s b / c`.
+    vocab : sympy.Expr, optional
+        Padded vocabulary [tokens]; default ``V``.
+    tp : sympy.Expr, optional
+        Tensor-parallel size the vocabulary is split over [GPUs]; default ``t``.
+
+    Returns
+    -------
+    Total
+        ``logits_16bit`` and ``ce_per_token`` [bytes].
+
+    Examples
+    --------
+    >>> ce = cross_entropy_transient()
+    >>> ce.evaluate(s=4096, b=1, c=1, V=128256, t=4) == 2 * 4096 * 128256 // 4 + 29 * 4096
+    True
+
+    References
+    ----------
+    Megatron-core ``core/tensor_parallel/cross_entropy.py``.
+    """
+    tau = s * b / c if tokens is None else as_expr(tokens)
+    vocab = V if vocab is None else as_expr(vocab)
+    tp = t if tp is None else as_expr(tp)
+    return Total("cross-entropy transient (last stage, forward peak)", (
+        Term("logits_16bit", 2 * tau * vocab / tp, "16-bit logits of the output layer, alive while "
+             "the fp32 copy is made (and their gradient in backward)", _CE, label="bf16 logits"),
+        Term("ce_per_token", 29 * tau, "fp32 logits_max and predicted logits (gather + clone); "
+             "int64 masked target and arange; bool target mask", _CE, label="per-token CE buffers"),
+    ))
+
+
+def fsdp2_transients(group_params=None, dp=None) -> Total:
+    r"""FSDP2's unsharded parameters (current + prefetched groups) and reduce-scatter buffers.
+
+    With :math:`N_{\mathrm{ll}}` the parameters of the largest ``fully_shard`` group (one
+    transformer block), :math:`n_{\mathrm{ag}}` groups unsharded at once:
+
+    .. math::
+
+        n_{\mathrm{ag}} N_{\mathrm{ll}} b_u \;+\; N_{\mathrm{ll}}\,b_u
+        \;+\; N_{\mathrm{ll}}\,b_r\,(1 + 1/d)
+
+    (all-gathered params; the block's unsharded gradients in param_dtype; reduce-scatter input
+    and output in reduce_dtype).  Dim-0 padding to a multiple of :math:`d` is neglected here;
+    :func:`memsym.terms.framework_state.fsdp2_padded_numel` counts it exactly.
+
+    Examples
+    --------
+    >>> fsdp2_transients().evaluate(N_ll=10**6, n_ag=2, b_u=2, b_r=4, d=4)
+    11000000
+
+    References
+    ----------
+    PyTorch ``_fsdp_param_group.py``, ``_fsdp_collectives.py:foreach_reduce``.
+    """
+    n = N_ll if group_params is None else as_expr(group_params)
+    dp = d if dp is None else as_expr(dp)
+    return Total("FSDP2 transients (backward of one block)", (
+        Term("unsharded_params", n_ag * n * b_u, "all-gathered parameters of the current and "
+             "prefetched groups, in param_dtype", _FSDP_PG, label="all-gathered params"),
+        Term("unsharded_grads", n * b_u, "the block's unsharded gradients before copy-in",
+             _FSDP_RS, label="unsharded grads"),
+        Term("reduce_scatter", n * b_r * (1 + 1 / dp), "reduce-scatter input (unsharded) and "
+             "output (1/d), in reduce_dtype", _FSDP_RS, label="reduce-scatter buffers"),
+    ))
+
+
+def fsdp2_reshards_after_forward(setting="default", *, is_root=False, pp_enabled=False,
+                                 torchtitan=True) -> bool:
+    """Whether FSDP2 frees a group's unsharded parameters after its forward.
+
+    FSDP2 (``fully_shard(reshard_after_forward=None)``, the default): True except for the root
+    module, whose parameters would be re-gathered at once (``FSDPState._lazy_init``).
+    torchtitan's ``fsdp_reshard_after_forward``: ``"always"`` True, ``"never"`` False,
+    ``"default"`` ``not pp_enabled`` (with pipeline parallelism no block reshards: per-microbatch
+    all-gathers would not overlap).
+
+    Examples
+    --------
+    >>> fsdp2_reshards_after_forward(pp_enabled=True), fsdp2_reshards_after_forward()
+    (False, True)
+    >>> fsdp2_reshards_after_forward(None, is_root=True, torchtitan=False)
+    False
+
+    References
+    ----------
+    PyTorch ``_fully_shard.py`` and ``_fsdp_state.py:_lazy_init``; torchtitan
+    ``torchtitan/distributed/fsdp.py:get_fsdp_reshard_after_forward_policy`` (b5bcd76c66).
+    """
+    from ..errors import InvalidValueError
+
+    if torchtitan:
+        if setting not in ("always", "never", "default"):
+            raise InvalidValueError(f"torchtitan's fsdp_reshard_after_forward is always, never or "
+                                    f"default, not {setting!r}")
+        return {"always": True, "never": False}.get(setting, not pp_enabled)
+    if setting is None or setting == "default":
+        return not is_root
+    if isinstance(setting, bool):
+        return setting
+    raise InvalidValueError(f"reshard_after_forward is None, True or False here, not {setting!r}")
+
+
+def fsdp2_kept_unsharded(stage_params=None) -> Term:
+    r"""Unsharded parameters kept from forward to backward when FSDP2 does not reshard.
+
+    .. math::
+
+        \Psi_{\mathrm{stage}}\, b_u
+
+    on top of the sharded copy of :func:`memsym.terms.model_state.model_state` (the all-gather
+    output is its own full-size buffer in ``param_dtype``): every block of the stage stays
+    gathered (torchtitan with PP, ``reshard_after_forward=False``, or the root).
+
+    Examples
+    --------
+    >>> fsdp2_kept_unsharded(8 * 10**9).evaluate(b_u=2)
+    16000000000
+    """
+    from ..symbols import N, p
+
+    n = N / (p * t) if stage_params is None else as_expr(stage_params)
+    return Term("kept_unsharded", n * b_u, "unsharded parameters kept between "
+                "forward and backward (no reshard after forward)", _FSDP_PG,
+                label="params kept gathered")
+
+
+def zero3_transients(largest_layer=None, persistent_params=None) -> Total:
+    r"""DeepSpeed ZeRO-3: the gathered largest layer and the prefetch bucket.
+
+    .. math::
+
+        4 N_{\mathrm{ll}} + b_u N_{\mathrm{pf}}
+
+    (16-bit parameters and gradients of the largest layer, DeepSpeed's estimator; the
+    ``stage3_prefetch_bucket_size`` elements fetched ahead).  Parameters below
+    ``stage3_param_persistence_threshold`` (1e5 elements: norms, biases) stay gathered on every
+    rank: pass their count as ``persistent_params`` for a ``persistent`` term
+    :math:`b_u N_{\mathrm{persist}}(1 - 1/d)` beyond their shard.  A parameter reused within
+    ``stage3_max_reuse_distance`` (1e9) is not released, and ``stage3_max_live_parameters``
+    (1e9) caps what is gathered: neither is modelled.
+
+    Examples
+    --------
+    >>> zero3_transients().evaluate(N_ll=10**8, N_pf=5 * 10**7, b_u=2)
+    500000000
+
+    References
+    ----------
+    DeepSpeed ``runtime/zero/stage3.py``, ``partitioned_param_coordinator.py``.
+    """
+    n = N_ll if largest_layer is None else as_expr(largest_layer)
+    terms = [
+        Term("gathered_layer", 4 * n, "16-bit parameters and gradients of the largest layer",
+             _DS_EST, label="gathered layer"),
+        Term("prefetch", b_u * N_pf, "parameters prefetched ahead (stage3_prefetch_bucket_size)",
+             _DS_EST, label="prefetch bucket"),
+    ]
+    if persistent_params is not None:
+        terms.append(Term("persistent", b_u * as_expr(persistent_params) * (1 - 1 / d),
+                          "parameters under stage3_param_persistence_threshold, kept whole",
+                          Source("deepspeed-zero", "runtime/zero/config.py "
+                                 "(stage3_param_persistence_threshold 1e5); "
+                                 "partitioned_param_coordinator.py"), label="persistent params"))
+    return Total("ZeRO-3 transients", tuple(terms))
+
+
+def deepspeed_ipg_buckets() -> Total:
+    r"""DeepSpeed ZeRO-1/2 independent-partition gradient buckets.
+
+    .. math::
+
+        n_{\mathrm{bkt}}\, N_{\mathrm{bkt}}\, b_{hp}
+
+    ``reduce_bucket_size`` elements in the optimizer's 16-bit dtype, two buffers with
+    ``overlap_comm``: 1 GB (2 GB) at the defaults with bf16.
+
+    Examples
+    --------
+    >>> deepspeed_ipg_buckets().evaluate(n_bkt=2, N_bkt=5 * 10**8, b_hp=2)
+    2000000000
+
+    References
+    ----------
+    DeepSpeed ``runtime/zero/stage_1_and_2.py``.
+    """
+    return Total("DeepSpeed IPG buckets", (
+        Term("ipg_buckets", n_bkt * N_bkt * b_hp, "contiguous gradient buckets "
+             "(reduce_bucket_size, x2 with overlap_comm)", _DS_IPG, label="IPG buckets"),
+    ))
+
+
+def megatron_buckets(dp=None):
+    r"""Megatron-core's bucket size [parameters]: views into the buffers, no extra memory.
+
+    .. math::
+
+        \max(4\cdot10^7,\; 10^6\, d)
+
+    Gradient buckets are slices of ``grad_data`` and the distributed optimizer all-gathers
+    parameters in place into ``param_data``, so the buckets add no memory beyond the model
+    states; they size NCCL's messages.  Buckets exist only with ``overlap_grad_reduce`` and on
+    pipeline rank 0.
+
+    Examples
+    --------
+    >>> megatron_buckets(64)
+    64000000
+    >>> megatron_buckets(8)
+    40000000
+
+    References
+    ----------
+    Megatron-core ``distributed_data_parallel.py``.
+    """
+    dp = d if dp is None else as_expr(dp)
+    return sp.Max(40 * 10**6, 10**6 * dp)
+
+
+def optimizer_step_transient(params=None, state_bytes=4) -> Total:
+    r"""torch.optim.Adam(W)'s foreach step: a full copy of the second moment.
+
+    .. math::
+
+        \Psi_{\mathrm{opt}}\, b_{\mathrm{state}}
+
+    ``_multi_tensor_adam`` computes ``torch._foreach_sqrt(exp_avg_sq)`` out of place for every
+    tensor of a (device, dtype) group at once.  Fused multi-tensor kernels (Apex / TE
+    ``FusedAdam``, used by Megatron) work in chunks and add next to nothing.
+
+    Parameters
+    ----------
+    params : sympy.Expr, optional
+        Parameters whose states this GPU steps [parameters]; default :math:`N/(p t d)`.
+    state_bytes : int
+        Bytes per element of ``exp_avg_sq`` [bytes].
+
+    Examples
+    --------
+    >>> optimizer_step_transient(10**6).evaluate()
+    4000000
+    """
+    if params is None:
+        from ..symbols import N, p
+
+        params = N / (p * t * d)
+    return Total("optimizer-step transient", (
+        Term("adam_sqrt", as_expr(params) * as_expr(state_bytes), "out-of-place sqrt of "
+             "exp_avg_sq (foreach Adam)", _ADAM, label="foreach sqrt"),
+    ))
+
+
+def cuda_context() -> Term:
+    r"""The CUDA context and loaded kernels: :math:`M_{\mathrm{ctx}}` (default 500 MiB).
+
+    Outside PyTorch's caching allocator (``torch.cuda.max_memory_allocated`` does not see
+    it, ``nvidia-smi`` does).  CUDA's lazy loading keeps it to the kernels used; the default
+    is an allowance, set ``M_ctx`` from a measurement of your stack.
+
+    Examples
+    --------
+    >>> cuda_context().evaluate(DEFAULTS) / 2**20
+    500
+    """
+    return Term("cuda_context", M_ctx, "CUDA context and loaded kernel modules", _CTX,
+                label="CUDA context")
+
+
+def nccl_buffers() -> Term:
+    r"""NCCL's communicator buffers: one SIMPLE-protocol buffer per channel and ring peer.
+
+    .. math::
+
+        n_{\mathrm{comm}}\, n_{\mathrm{ch}}\, S_{\mathrm{nccl}}
+
+    ``NCCL_BUFFSIZE`` (4 MiB) per channel and peer; with :math:`n_{\mathrm{ch}} = 32` (NCCL's
+    channel maximum) each communicator holds 128 MiB.  The LL/LL128 buffers and tree peers
+    add to it; lower ``NCCL_BUFFSIZE`` or ``NCCL_MAX_NCHANNELS`` to cut it.
+
+    Examples
+    --------
+    >>> nccl_buffers().evaluate({**DEFAULTS, n_comm: 3}) / 2**20
+    384
+    """
+    return Term("nccl_buffers", n_comm * n_ch * S_nccl, "NCCL buffers (NCCL_BUFFSIZE per channel "
+                "and peer)", _NCCL, label="NCCL buffers")

@@ -1,0 +1,166 @@
+"""FSDP2 ``fully_shard`` on a CPU gloo group of 2 and 4 processes: per-rank bytes vs memsym.
+
+Each rank builds the same small model, shards every Linear and the root with ``fully_shard``
+(with and without ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``), trains one
+AdamW step and reports, from the tensors themselves, the bytes of its sharded parameters
+(DTensor ``to_local()`` and the padded storage behind it), sharded gradients and optimizer
+states.  memsym's exact FSDP2 counts (:mod:`memsym.terms.framework_state`) and its
+per-parameter form (``model_state("fsdp")``: 4 + 4 + 8 bytes over d) must match exactly.
+"""
+
+import os
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
+    pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
+
+from memsym import byte_widths, model_state  # noqa: E402
+from memsym.terms.framework_state import (fsdp2_local_rows, fsdp2_padded_numel,  # noqa: E402
+                                          fsdp2_rank_bytes)
+
+pytestmark = pytest.mark.torch
+
+# dim 0 of 5 and 3 rows does not divide 2 or 4: FSDP2 pads (and rank 3 of 4 gets no rows)
+SHAPES = {"0.weight": (5, 7), "0.bias": (5,), "2.weight": (3, 5)}
+
+
+def _worker(rank, world, port, mixed, queue):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp._fully_shard import _fsdp_collectives as coll
+
+        allocations = []  # every all-gather / reduce-scatter buffer FSDP2 allocates
+        original = coll.DefaultAllocMixin.allocate
+
+        def recording(self, size, *, dtype, device):
+            allocations.append((type(self).__name__, int(torch.Size(size).numel()), str(dtype)))
+            return original(self, size, dtype=dtype, device=device)
+
+        coll.DefaultAllocMixin.allocate = recording
+
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.ReLU(),
+                                    torch.nn.Linear(5, 3, bias=False))
+        kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                reduce_dtype=torch.float32)} if mixed else {}
+        for layer in (model[0], model[2]):
+            fully_shard(layer, **kw)
+        fully_shard(model, **kw)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        model(torch.randn(4, 7)).float().sum().backward()
+        opt.step()
+        out, grad_storages = {}, {}
+        for name, param in model.named_parameters():
+            local, grad = param.to_local(), param.grad.to_local()
+            storage = grad.untyped_storage()
+            grad_storages[storage.data_ptr()] = storage.nbytes()  # one flat RS output per group
+            state = opt.state[param]
+            out[name] = {
+                "local_numel": local.numel(), "dtype": str(local.dtype),
+                "param_storage": local.untyped_storage().nbytes(),
+                "grad_numel": grad.numel(), "grad_dtype": str(grad.dtype),
+                "moments": sum(v.to_local().numel() * v.to_local().element_size()
+                               for k, v in state.items() if k != "step"),
+                "step": state["step"].numel() * state["step"].element_size(),
+            }
+        out["grad_storage_total"] = sum(grad_storages.values())
+        out["allocations"] = allocations
+        queue.put((rank, out))
+        dist.destroy_process_group()
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        queue.put((rank, repr(exc)))
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _run(world, mixed, timeout=60):
+    ctx = torch.multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, mixed, queue)) for r in range(world)]
+    for proc in procs:
+        proc.start()
+    results = {}
+    try:
+        for _ in range(world):
+            rank, out = queue.get(timeout=timeout)
+            results[rank] = out
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():  # pragma: no cover - bounded: never hang the suite
+                proc.kill()
+    for rank, out in results.items():
+        assert isinstance(out, dict), f"rank {rank} failed: {out}"
+    return results
+
+
+@pytest.mark.parametrize("world,mixed", [(2, False), (4, True)])
+def test_fsdp2_per_rank_bytes_exact(world, mixed):
+    results = _run(world, mixed)
+    n_total = sum(torch.Size(s).numel() for s in SHAPES.values())
+    for rank, out in results.items():
+        for name, shape in SHAPES.items():
+            rec = out[name]
+            rows = fsdp2_local_rows(shape[0], world, rank)
+            inner = torch.Size(shape[1:]).numel()
+            # sharded params stay fp32 (the original dtype) even with param_dtype=bf16
+            assert rec["dtype"] == "torch.float32" and rec["grad_dtype"] == "torch.float32"
+            assert rec["local_numel"] == rows * inner == rec["grad_numel"]
+            # storage behind the local view: the padded chunk 0, on every rank
+            assert rec["param_storage"] == 4 * fsdp2_padded_numel(shape, world)
+            assert rec["moments"] == 2 * 4 * rows * inner
+            assert rec["step"] == 4
+        exact = fsdp2_rank_bytes(SHAPES.values(), world, rank)
+        assert sum(out[nm]["param_storage"] for nm in SHAPES) == exact["params"]
+        assert out["grad_storage_total"] == exact["grads"]
+        assert sum(out[nm]["moments"] for nm in SHAPES) == exact["states"]
+        assert sum(out[nm]["step"] for nm in SHAPES) == exact["step"]
+    # over the ranks the unpadded states add up to memsym's per-parameter form
+    # model_state("fsdp"): (4 params + 4 grads + 8 moments) N / d per rank, summed over d
+    total = model_state("fsdp").subs(byte_widths("fsdp"))
+    states_all = sum(out[nm]["moments"] for out in results.values() for nm in SHAPES)
+    assert total["optimizer"].evaluate(N=n_total, d=world, p=1, t=1) * world == states_all
+    # params and grads: memsym's N/d form plus exactly the dim-0 padding FSDP2 adds
+    padding = sum(fsdp2_padded_numel(s, world) * world - torch.Size(s).numel() for s in SHAPES.values())
+    params_all = sum(out[nm]["param_storage"] for out in results.values() for nm in SHAPES)
+    assert params_all == total["weights"].evaluate(N=n_total, d=world, p=1, t=1) * world + 4 * padding
+    grads_all = sum(out["grad_storage_total"] for out in results.values())
+    assert grads_all == total["gradients"].evaluate(N=n_total, d=world, p=1, t=1) * world + 4 * padding
+
+
+@pytest.mark.parametrize("world,mixed", [(2, True)])
+def test_fsdp2_collective_buffers_match_transients(world, mixed):
+    """The all-gather output and reduce-scatter buffers FSDP2 allocates, per group, vs memsym."""
+    from memsym.symbols import N_ll, b_r, b_u, d, n_ag
+    from memsym.terms.transients import fsdp2_transients
+
+    results = _run(world, mixed)
+    groups = [[SHAPES["0.weight"], SHAPES["0.bias"]], [SHAPES["2.weight"]]]
+    for out in results.values():
+        allocs = out["allocations"]
+        for shapes in groups:
+            # the group's unsharded size with FSDP2's dim-0 padding
+            unsharded = world * sum(fsdp2_padded_numel(sh, world) for sh in shapes)
+            t = fsdp2_transients(group_params=unsharded, dp=world)
+            vals = {N_ll: unsharded, n_ag: 1, b_u: 2, b_r: 4, d: world}
+            # forward and backward all-gather the group once each, in param_dtype bf16
+            ag = [a for a in allocs if a[0] == "DefaultAllGather" and a[1] == unsharded]
+            assert len(ag) == 2 and all(a[2] == "torch.bfloat16" for a in ag)
+            assert t["unsharded_params"].evaluate(vals) == 2 * unsharded
+            # reduce-scatter: input unsharded and output 1/world, both in reduce_dtype fp32
+            rs = [a for a in allocs if a[0] == "DefaultReduceScatter"
+                  and a[1] in (unsharded, unsharded // world)]
+            assert sorted(a[1] for a in rs) == [unsharded // world, unsharded]
+            assert all(a[2] == "torch.float32" for a in rs)
+            assert t["reduce_scatter"].evaluate(vals) == 4 * (unsharded + unsharded // world)

@@ -1,0 +1,182 @@
+"""Transient terms: by hand, and the cross-entropy measured on a literal port of Megatron's code.
+
+The port is Megatron-core's ``core/tensor_parallel/cross_entropy.py`` forward at TP = 1 (the
+all-reduces are identities there), run on CPU under a dispatch mode that tracks the bytes of
+every live tensor, so the peak and the saved tensors are measured, not restated.
+"""
+
+import weakref
+
+import pytest
+import sympy as sp
+
+from memsym.symbols import N_ll, b_r, b_u, d, n_ag
+from memsym.terms import transients as tr
+from memsym.terms.activations import output_activations
+
+
+def test_fsdp2_transients_by_hand():
+    # one 1e6-parameter block, 2 groups gathered in bf16, fp32 reduce-scatter over 4:
+    # 2 * 1e6 * 2 + 1e6 * 2 (unsharded grads) + 1e6 * 4 * (1 + 1/4)
+    total = tr.fsdp2_transients()
+    assert total.evaluate({N_ll: 10**6, n_ag: 2, b_u: 2, b_r: 4, d: 4}) == 4 * 10**6 + 2 * 10**6 + 5 * 10**6
+
+
+def test_defaults_are_the_documented_ones():
+    assert tr.DEFAULTS[tr.S_nccl] == 4194304          # NCCL_BUFFSIZE default
+    assert tr.DEFAULTS[tr.N_bkt] == 500_000_000       # DeepSpeed reduce_bucket_size
+    assert tr.DEFAULTS[tr.N_pf] == 50_000_000         # stage3_prefetch_bucket_size
+    # DeepSpeed IPG with overlap_comm: two 5e8-element bf16 buffers = 2 GB
+    assert tr.deepspeed_ipg_buckets().evaluate({**tr.DEFAULTS, tr.n_bkt: 2, tr.b_hp: 2}) == 2 * 10**9
+    # Megatron's bucket rule max(4e7, 1e6 dp): no extra memory, the size of NCCL's messages
+    assert tr.megatron_buckets(40) == 40 * 10**6 and tr.megatron_buckets(128) == 128 * 10**6
+
+
+def test_reshard_rules():
+    assert tr.fsdp2_reshards_after_forward("default", pp_enabled=True) is False   # torchtitan + PP
+    assert tr.fsdp2_reshards_after_forward("always", pp_enabled=True) is True
+    assert tr.fsdp2_reshards_after_forward(None, torchtitan=False) is True
+    assert tr.fsdp2_reshards_after_forward(None, is_root=True, torchtitan=False) is False
+    from memsym.errors import InvalidValueError
+    with pytest.raises(InvalidValueError):
+        tr.fsdp2_reshards_after_forward("sometimes")
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+class _LiveBytes:
+    """Tracks the bytes of tensors created under a TorchDispatchMode (storage-shared counted once)."""
+
+    def __init__(self):
+        self.live = self.peak = 0
+        self.refs = {}
+
+    def add(self, t):
+        key = t.untyped_storage().data_ptr()
+        if key not in self.refs:
+            self.refs[key] = [0, t.untyped_storage().nbytes()]
+            self.live += self.refs[key][1]
+            self.peak = max(self.peak, self.live)
+        self.refs[key][0] += 1
+        weakref.finalize(t, self._drop, key)
+
+    def _drop(self, key):
+        entry = self.refs[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.live -= entry[1]
+            del self.refs[key]
+
+
+class _VocabParallelCrossEntropy:
+    """Literal port of Megatron-core's VocabParallelCrossEntropy static methods (TP = 1),
+    function by function, so that locals die where Megatron's do."""
+
+    @staticmethod
+    def calculate_logits_max(vocab_parallel_logits):
+        torch = _torch()
+        vocab_parallel_logits = vocab_parallel_logits.float()
+        logits_max = torch.max(vocab_parallel_logits, dim=-1)[0]
+        return vocab_parallel_logits, logits_max
+
+    @staticmethod
+    def calculate_predicted_logits(vocab_parallel_logits, target, logits_max, vocab_start_index,
+                                   vocab_end_index):
+        torch = _torch()
+        vocab_parallel_logits -= logits_max.unsqueeze(dim=-1)
+        target_mask = (target < vocab_start_index) | (target >= vocab_end_index)
+        masked_target = target.clone() - vocab_start_index
+        masked_target[target_mask] = 0
+        partition_vocab_size = vocab_parallel_logits.size()[-1]
+        logits_2d = vocab_parallel_logits.view(-1, partition_vocab_size)
+        masked_target_1d = masked_target.view(-1)
+        arange_1d = torch.arange(start=0, end=logits_2d.size()[0], device=logits_2d.device)
+        predicted_logits_1d = logits_2d[arange_1d, masked_target_1d]
+        predicted_logits_1d = predicted_logits_1d.clone().contiguous()
+        predicted_logits = predicted_logits_1d.view_as(target)
+        predicted_logits[target_mask] = 0.0
+        exp_logits = vocab_parallel_logits
+        torch.exp(vocab_parallel_logits, out=exp_logits)
+        sum_exp_logits = exp_logits.sum(dim=-1)
+        return target_mask, masked_target_1d, predicted_logits, sum_exp_logits, exp_logits
+
+    @staticmethod
+    def calculate_cross_entropy_loss(exp_logits, predicted_logits, sum_exp_logits):
+        torch = _torch()
+        loss = torch.log(sum_exp_logits) - predicted_logits
+        exp_logits.div_(sum_exp_logits.unsqueeze(dim=-1))
+        return exp_logits, loss
+
+
+def _megatron_ce_forward(vocab_parallel_logits, target):
+    """_VocabParallelCrossEntropy.forward at TP = 1 (the all-reduces are identities)."""
+    vpce = _VocabParallelCrossEntropy
+    vocab_parallel_logits, logits_max = vpce.calculate_logits_max(vocab_parallel_logits)
+    partition_vocab_size = vocab_parallel_logits.size()[-1]
+    vocab_start_index, vocab_end_index = 0, partition_vocab_size
+    (target_mask, masked_target_1d, predicted_logits, sum_exp_logits, exp_logits) = (
+        vpce.calculate_predicted_logits(vocab_parallel_logits, target, logits_max,
+                                        vocab_start_index, vocab_end_index))
+    exp_logits, loss = vpce.calculate_cross_entropy_loss(exp_logits, predicted_logits, sum_exp_logits)
+    saved = (exp_logits, target_mask, masked_target_1d)                          # ctx.save_for_backward
+    return loss, saved
+
+
+def _measure(s_, b_, vocab):
+    torch = _torch()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    tracker = _LiveBytes()
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(t, torch.Tensor):
+                    tracker.add(t)
+            return out
+
+    torch.manual_seed(0)
+    logits = torch.randn(s_, b_, vocab, dtype=torch.bfloat16)   # the output layer's 16-bit logits
+    target = torch.randint(0, vocab, (s_, b_))
+    with Mode():
+        loss, saved = _megatron_ce_forward(logits, target)
+    peak = tracker.peak
+    saved_bytes = sum(t.untyped_storage().nbytes() for t in saved)
+    ref = loss.float().mean()
+    expected = torch.nn.functional.cross_entropy(logits.float().view(-1, vocab), target.view(-1))
+    assert torch.allclose(ref, expected, atol=1e-4)   # the port computes cross-entropy
+    return peak, saved_bytes
+
+
+@pytest.mark.torch
+def test_cross_entropy_peak_and_saved_tensors_measured():
+    s_, b_ = 32, 2
+    tau = s_ * b_
+    peaks, saved = {}, {}
+    for vocab in (256, 512):
+        peaks[vocab], saved[vocab] = _measure(s_, b_, vocab)
+        # saved for backward: fp32 softmax (activations' 4 tau V / t) + bool mask + int64 target
+        logits_term = output_activations()["logits"].evaluate(s=s_, b=b_, c=1, t=1, V=vocab)
+        assert saved[vocab] == logits_term + tau * (1 + 8)
+    # the vocabulary-proportional part of the peak is exactly the one fp32 copy (4 tau V):
+    # exp, subtract and divide are in place
+    assert peaks[512] - peaks[256] == 4 * tau * (512 - 256)
+    # the per-token rest of the peak (beyond 4 tau V) against memsym's 29 tau
+    ce = tr.cross_entropy_transient()
+    per_token = sp.Rational(peaks[256] - 4 * tau * 256, tau)
+    assert per_token == ce["ce_per_token"].evaluate(s=1, b=1, c=1)
+    # the bf16 logits themselves (created before, alive throughout) are memsym's logits_16bit
+    assert ce["logits_16bit"].evaluate(s=s_, b=b_, c=1, t=1, V=256) == 2 * tau * 256
+
+
+def test_zero3_transients_by_hand():
+    from memsym.symbols import N_pf
+    # 1e8-parameter largest layer: 16-bit params + grads (4 B, DeepSpeed's estimator) + 5e7 x 2
+    z = tr.zero3_transients(persistent_params=10**6)
+    vals = {N_ll: 10**8, N_pf: 5 * 10**7, b_u: 2, d: 8}
+    assert z["gathered_layer"].evaluate(vals) == 4 * 10**8
+    assert z["prefetch"].evaluate(vals) == 10**8
+    assert z["persistent"].evaluate(vals) == 2 * 10**6 * 7 // 8   # whole on every rank, less its shard
