@@ -465,6 +465,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         lay = dataclasses.replace(lay, d=G // tpc)
     x = resolve(base, seq_length=whole(trn.seq_length, "seq_length"))
     if lay.sequence_parallel is True and lay.t == 1:
+        lay = dataclasses.replace(lay, sequence_parallel=False)
         notes.append("sequence parallelism is off at t = 1 (as Megatron-LM turns it off)")
     m_ = validate(x, lay, trn)
     from .training import allowance_values

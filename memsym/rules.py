@@ -189,7 +189,7 @@ RULES: dict = {r.name: r for r in (
                        f"(num_attention_heads={x.num_attention_heads})"),
          Source("megatron-lm", _MLM_ARGS + " (num_attention_heads % tensor_model_parallel_size)")),
     Rule("tp-kv-heads", "t must divide the KV heads (query groups)",
-         lambda x, k: (x.num_query_groups % k["t"] != 0) & (not x.multi_latent_attention),
+         lambda x, k: False if x.multi_latent_attention else (x.num_query_groups % k["t"] != 0),
          lambda x, k: (f"tensor-parallel size t={k['t']} must divide the KV heads "
                        f"(num_query_groups={x.num_query_groups})"),
          Source("megatron-lm", _MLM_ARGS + " (num_query_groups % tensor_model_parallel_size)")),

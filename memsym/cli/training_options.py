@@ -11,7 +11,7 @@ import sys
 
 from .options import capacity, choice, number_out, positive_int
 
-__all__ = ["add_training_options", "wants_training", "training_setup", "ARCH_OPTIONS",
+__all__ = ["add_training_options", "wants_training", "job_from_args", "ARCH_OPTIONS",
            "warn_sequence_parallel"]
 
 #: option dest -> Architecture field (Megatron-LM long names, dashes for underscores).
@@ -78,9 +78,14 @@ def add_training_options(parser) -> None:
     trn.add_argument("--micro-batch-size", type=positive_int, default=None, metavar="B")
     trn.add_argument("--global-batch-size", type=positive_int, default=None, metavar="GB")
     trn.add_argument("--num-microbatches", type=positive_int, default=None, metavar="M")
-    trn.add_argument("--recompute-granularity", choices=("selective", "full"), default=None,
+    trn.add_argument("--recompute-granularity", "--recompute", dest="recompute_granularity",
+                     choices=("none", "selective", "full"), default=None,
                      help="activation recomputation (absent = none)")
-    trn.add_argument("--use-flash-attn", action="store_true", help="flash attention (no s^2 scores)")
+    trn.add_argument("--use-flash-attn", action="store_true",
+                     help="flash/fused attention, no s^2 scores (the default: Megatron-core's "
+                     "--attention-backend auto picks a fused kernel)")
+    trn.add_argument("--no-flash-attn", "--no-flash-attention", dest="no_flash_attn",
+                     action="store_true", help="unfused attention: keep the s^2 scores")
     trn.add_argument("--hidden-dropout", type=_fraction, default=None,
                      help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
     trn.add_argument("--attention-dropout", type=_fraction, default=None)
@@ -101,30 +106,78 @@ def wants_training(args) -> bool:
     return args.model is not None or any(getattr(args, n, None) is not None for n in ARCH_OPTIONS)
 
 
-def _architecture(args):
-    from dataclasses import replace
+#: (dest, Job option) of the layout and training options; None values are left to the
+#: job's defaults (memsym.job.DEFAULTS), so the command line has no defaults of its own.
+_JOB_OPTIONS = (
+    ("tp", "t"), ("pp", "p"), ("dp", "d"), ("cp", "c"), ("ep", "e"), ("etp", "t_e"), ("vpp", "v"),
+    ("first_stage_layers", "first_stage_layers"), ("last_stage_layers", "last_stage_layers"),
+    ("seq_length", "seq_length"), ("micro_batch_size", "micro_batch_size"),
+    ("global_batch_size", "global_batch_size"), ("num_microbatches", "num_microbatches"),
+    ("recompute_granularity", "recompute"), ("offload", "offload"), ("precision", "precision"),
+    ("optimizer", "optimizer"), ("moe_expert_capacity_factor", "capacity_factor"),
+)
 
+
+def job_from_args(args, **override):
+    """The :class:`memsym.job.Job` the parsed options describe, built and validated once
+    (``override``: job options that replace the parsed ones, e.g. ``tp=4`` for a candidate).
+
+    Architecture options given next to a MODEL override its fields; without a MODEL they
+    describe the model (Megatron's defaults: learned absolute positions unless ``--swiglu``).
+    """
     from ..errors import InvalidValueError
-    from ..model import Architecture, resolve_model
+    from ..job import DEFAULTS, job
+    from ..terms.model_state import CONVENTIONS
+    from .options import resolve_scheme
 
-    over = {n: getattr(args, n) for n in ARCH_OPTIONS if getattr(args, n) is not None}
+    arch = {n: getattr(args, n) for n in ARCH_OPTIONS if getattr(args, n, None) is not None}
     for n in _ARCH_FLAGS:
         if getattr(args, n, None):
-            over[n] = True
-    if args.normalization is not None:
-        over["normalization"] = args.normalization
-    if args.num_query_groups is not None and not args.group_query_attention:
+            arch[n] = True
+    if getattr(args, "normalization", None) is not None:
+        arch["normalization"] = args.normalization
+    if "num_query_groups" in arch and not args.group_query_attention:
         # Megatron-LM ignores --num-query-groups without --group-query-attention
-        over.pop("num_query_groups")
-    if args.model is not None:
-        arch = resolve_model(args.model)
-        return replace(arch, **over) if over else arch
-    for need in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
-        if need not in over:
-            raise InvalidValueError(f"without a MODEL give --{need.replace('_', '-')} "
-                                    "(or name a preset / config.json)")
-    over.setdefault("position_embedding_type", "rope" if args.swiglu else "learned_absolute")
-    return Architecture(name="custom", **over)
+        arch.pop("num_query_groups")
+    if args.model is None:
+        arch.setdefault("position_embedding_type", "rope" if args.swiglu else "learned_absolute")
+    opts = {dest_job: getattr(args, dest) for dest, dest_job in _JOB_OPTIONS
+            if getattr(args, dest, None) is not None}
+    opts["sequence_parallel"] = bool(args.sequence_parallel)
+    opts["schedule"] = args.schedule
+    if getattr(args, "no_flash_attn", False):
+        opts["flash_attention"] = False
+    elif getattr(args, "use_flash_attn", False):
+        opts["flash_attention"] = True
+    if args.hidden_dropout is not None or args.attention_dropout is not None:
+        hidden = args.hidden_dropout if args.hidden_dropout is not None else args.attention_dropout
+        attention = args.attention_dropout if args.attention_dropout is not None else hidden
+        if (hidden > 0) != (attention > 0):
+            raise InvalidValueError("memsym models one dropout setting: give --hidden-dropout and "
+                                    "--attention-dropout both zero or both non-zero")
+        opts["dropout"] = hidden > 0
+    # a framework estimator (megatron-bridge) reports its own breakdown beside the job's
+    if args.convention in CONVENTIONS:
+        opts["convention"] = args.convention
+    if args.sharding is not None or args.use_distributed_optimizer:
+        opts["sharding"] = resolve_scheme(args)
+    for key, dest in (("workspace", "workspace"), ("nccl", "nccl_buffers"),
+                      ("fragmentation", "fragmentation")):
+        if getattr(args, dest, None) is not None:
+            opts[key] = getattr(args, dest)
+    opts.update(arch)
+    opts.update(override)
+    if getattr(args, "world_size", None) is not None and "d" not in override:
+        opts["world_size"] = args.world_size
+    if getattr(args, "gpu", None) is not None:
+        opts["gpu"] = args.gpu
+    if getattr(args, "gpu_memory", None) is not None:
+        opts["capacity"] = args.gpu_memory
+    if getattr(args, "gpus_per_node", None) is not None:
+        opts["gpus_per_node"] = args.gpus_per_node
+    notes = () if args.seq_length is not None else (
+        f"sequence length s = {DEFAULTS['seq_length']} (memsym's default; give --seq-length S)",)
+    return job(args.model, _notes=notes, **opts)
 
 
 def warn_sequence_parallel(args) -> None:
@@ -137,86 +190,24 @@ def warn_sequence_parallel(args) -> None:
               "(Megatron-LM turns it off)", file=sys.stderr)
 
 
-def layout_setup(args, *, tp=None, pp=None):
-    """The Layout of the arguments (``tp`` / ``pp`` override --tp / --pp); d from --dp or
-    from --world-size / (t p c)."""
-    from ..errors import InvalidValueError
-    from ..training import Layout
-
-    t_ = tp or args.tp or 1
-    p_ = pp or args.pp or 1
-    c_ = args.cp or 1
-    d_ = getattr(args, "dp", None)
-    if args.world_size is not None:
-        if args.world_size % (t_ * p_ * c_):
-            raise InvalidValueError(f"world size {args.world_size} is not a multiple of "
-                                    f"t*p*c = {t_ * p_ * c_}")
-        if d_ is not None and d_ * t_ * p_ * c_ != args.world_size:
-            raise InvalidValueError(f"world size {args.world_size} != t*p*c*d = "
-                                    f"{t_}*{p_}*{c_}*{d_} = {t_ * p_ * c_ * d_}")
-        d_ = args.world_size // (t_ * p_ * c_)
-    return Layout(t=t_, p=p_, d=d_ or 1, c=c_, e=args.ep or 1, t_e=args.etp, v=args.vpp,
-                  sequence_parallel=bool(args.sequence_parallel and t_ > 1),
-                  first_stage_layers=args.first_stage_layers,
-                  last_stage_layers=args.last_stage_layers)
-
-
-def training_setup(args, *, micro_batch_size=None, tp=None, pp=None):
-    """(Architecture, Layout, Training, allowances) from parsed arguments (nothing printed:
-    the command warns once with :func:`warn_sequence_parallel`)."""
-    arch = _architecture(args)
-    layout = layout_setup(args, tp=tp, pp=pp)
-    return (arch, layout, *training_part(args, micro_batch_size=micro_batch_size))
-
-
-def training_part(args, *, micro_batch_size=None):
-    """(Training, allowances) from parsed arguments: what does not depend on the layout."""
-    from ..errors import InvalidValueError
-    from ..terms.model_state import CONVENTIONS
-    from ..training import Training
-    from .options import resolve_scheme
-
-    if args.seq_length is None:
-        raise InvalidValueError("give the sequence length with --seq-length S")
-    dropout = args.hidden_dropout is None or args.hidden_dropout > 0
-    # a framework convention (megatron-bridge) is reported by its own breakdown, not Training
-    convention = args.convention if args.convention in CONVENTIONS else "framework"
-    training = Training(
-        seq_length=args.seq_length, micro_batch_size=micro_batch_size or args.micro_batch_size or 1,
-        num_microbatches=args.num_microbatches, global_batch_size=args.global_batch_size,
-        recompute=args.recompute_granularity or "none", flash_attention=args.use_flash_attn,
-        dropout=dropout, schedule=args.schedule, precision=args.precision,
-        optimizer=args.optimizer, sharding=resolve_scheme(args), convention=convention,
-        offload=args.offload,
-        # `is None`, not truthiness: 0 must reach the library and be refused, not become 1
-        capacity_factor=1 if args.moe_expert_capacity_factor is None
-        else args.moe_expert_capacity_factor)
-    if args.attention_dropout is not None and (args.attention_dropout > 0) != dropout:
-        raise InvalidValueError("memsym models one dropout setting: give --hidden-dropout and "
-                                "--attention-dropout both zero or both non-zero")
-    allowances = {}
-    for key, dest in (("workspace", "workspace"), ("nccl", "nccl_buffers"),
-                      ("fragmentation", "fragmentation")):
-        if getattr(args, dest) is not None:
-            allowances[key] = getattr(args, dest)
-    return training, allowances
-
-
 def training_report(args, **override) -> dict:
     """The JSON-ready report of ``memsym estimate MODEL ...`` (memsym or a framework convention)."""
-    return report_for(args, *training_setup(args, **override))
+    return report_for(args, job_from_args(args, **override))
 
 
 def _num(value) -> int:
     return number_out(value, round_up=True)
 
 
-def report_for(args, arch, layout, training, allowances, *, cluster: bool = True) -> dict:
-    """The report of one (arch, layout, training, allowances): validated once, evaluated on
-    every stage; with ``cluster`` and cluster options, communication and time too."""
+def report_for(args, j, *, cluster: bool = True) -> dict:
+    """The report of one validated :class:`memsym.job.Job`, evaluated on every stage; with
+    ``cluster`` and cluster options, communication and time too."""
     from ..model import parameter_count
-    from ..training import training_memory
+    from ..text import printable
+    from ..training import job_memory
     from .estimate import cluster_known, communication_report
+
+    arch, layout, training = j.model, j.layout, j.training
 
     def priced() -> dict:
         # the same block whatever the memory convention: communication does not depend on it
@@ -225,7 +216,7 @@ def report_for(args, arch, layout, training, allowances, *, cluster: bool = True
         return {}
 
     common = {
-        "model": arch.name,
+        "model": printable(arch.name),
         "layout": {"dp": layout.d, "tp": layout.t, "pp": layout.p, "cp": layout.c,
                    "ep": layout.e, "etp": layout.expert_tp, "vpp": layout.v,
                    "sequence_parallel": layout.sequence_parallel,
@@ -246,7 +237,7 @@ def report_for(args, arch, layout, training, allowances, *, cluster: bool = True
                 "note": "the framework assumes pipeline stage 0 is the most loaded"},
                 "path": out["path"], "assumptions": out["assumptions"],
                 "params": int(parameter_count(arch)), **priced(), "_total": byt["total"]}
-    est = training_memory(arch, layout, training, allowances=allowances)
+    est = job_memory(j)
     extra = priced()
     grouped = est.grouped()
     byt = {key: _num(val) for key, val in grouped.items()}
@@ -257,9 +248,20 @@ def report_for(args, arch, layout, training, allowances, *, cluster: bool = True
             "activation_bytes": {k_: _num(v_) for k_, v_ in est.activations().items()},
             "allowances": {str(s_): number_out(v_) for s_, v_ in est.values.items()
                            if s_.name in ("M_ws", "M_nccl", "phi_frag")},
-            "sources": {term.key: str(term.source) for term in est.total},
-            "params": int(parameter_count(arch)), "notes": list(est.notes),
+            "sources": _sources(est),
+            "params": int(parameter_count(arch)),
+            "notes": list(est.notes) + [printable(n, 200) for n in arch.extra.get("notes", ())],
             **extra, "_total": byt["total"]}
+
+
+def _sources(est) -> dict:
+    """The source of every row the report shows: each term's own, and for the activations row
+    (several terms summed) each of its terms' sources once."""
+    out = {term.key: str(term.source) for term in est.total}
+    grouped = est.grouped()
+    acts = [term for term in est.total if term.key not in grouped]
+    out["activations"] = "; ".join(dict.fromkeys(str(term.source) for term in acts))
+    return out
 
 
 def estimate_training(args) -> int:
@@ -288,6 +290,8 @@ def estimate_training(args) -> int:
     for key, val in rep["bytes"].items():
         src = rep.get("sources", {}).get(key, "")
         print(f"{key:<{wide}}{val:>22,}{val / 1e9:>12.3f}{val / 2**30:>12.3f}  {src}")
+    for note in rep.get("notes", []):
+        print(f"note: {note}")
     if fits is not None:
         verdict = "fits" if fits else "does NOT fit"
         print(f"\nGPU memory {cap / 1e9:.3f} GB ({cap / 2**30:.3f} GiB): {verdict}, "
@@ -379,8 +383,6 @@ def solve_training(args) -> int:
     exactly: b fits, the next admissible b does not; with --global-batch-size only b with
     B divisible by b*d are admissible, d the data-parallel size (from --world-size too).
     """
-    from dataclasses import replace
-
     from ..errors import DivisibilityError, InvalidValueError, NoFitError
     from .options import emit_json
 
@@ -388,32 +390,31 @@ def solve_training(args) -> int:
     if cap is None:
         raise InvalidValueError(f"solve {args.unknown} needs --gpu-memory C (e.g. 80GB or 80GiB)")
     warn_sequence_parallel(args)        # once, before any output
-    # the candidate-independent part, once (a missing --seq-length is an error, not "no fit")
-    arch = _architecture(args)
-    training, allowances = training_part(args)
+    # validated once (a bad option is an error, not "no fit"); for tp/pp at the smallest
+    # candidate, whose layout every rule on t and p admits
+    base = job_from_args(args) if args.unknown == "micro-batch-size" else \
+        job_from_args(args, t=1, p=1, d=1)
 
-    def total_at(lay, trn):
-        rep = report_for(args, arch, lay, trn, allowances, cluster=False)
+    def total_at(**override):
+        rep = report_for(args, job_from_args(args, **override), cluster=False)
         return rep.pop("_total"), rep
 
     tried = []
     if args.unknown == "micro-batch-size":
-        layout = layout_setup(args)     # d from --dp or --world-size
-        B_, d_ = args.global_batch_size, layout.d
+        B_, d_ = args.global_batch_size, base.layout.d
         valid, limit = None, _B_LIMIT
         if B_ is not None:
-            if B_ % d_:
-                raise DivisibilityError(f"global batch size B={B_} must be a multiple of the "
-                                        f"data-parallel size d={d_}")
-            per = B_ // d_              # b must divide B/d
-            valid = [bb for bb in range(1, per + 1) if per % bb == 0]
+            per = B_ // d_              # b must divide B/d (B % d was checked with the job)
+            valid = [bb for bb in range(1, min(per, _B_LIMIT) + 1) if per % bb == 0]
             if args.num_microbatches is not None:   # B = m b d fixes b
                 valid = [bb for bb in valid if bb * args.num_microbatches == per]
                 if not valid:
                     raise InvalidValueError(f"num_microbatches {args.num_microbatches} does not "
                                             f"divide B/d = {per}")
         best_b, next_b, seen = _next_fit_search(
-            valid, lambda bb: total_at(layout, replace(training, micro_batch_size=bb)), cap, limit)
+            valid, lambda bb: total_at(micro_batch_size=bb, num_microbatches=None)
+            if args.num_microbatches is None or B_ is not None else total_at(micro_batch_size=bb),
+            cap, limit)
         order = [bb for bb in seen if bb not in (best_b, next_b)] + \
             [bb for bb in (best_b, next_b) if bb is not None and bb in seen]
         tried = [(bb, seen[bb][0]) for bb in order]
@@ -422,13 +423,18 @@ def solve_training(args) -> int:
                              f"{tried[0][1] / 1e9:.4g} GB > capacity {cap / 1e9:.4g} GB")
         best = (best_b, *seen[best_b])
     else:
+        arch = base.model
         limit = arch.num_layers if args.unknown == "pp" else arch.num_attention_heads
+        # only the divisors can pass the tp-heads / pp-layers rules: a bounded candidate list
+        cands = [n_ for n_ in range(1, int(limit ** 0.5) + 1) if limit % n_ == 0]
+        cands = sorted(set(cands + [limit // n_ for n_ in cands]))
+        if args.unknown == "pp" and (args.first_stage_layers or args.last_stage_layers):
+            cands = list(range(2, min(limit, 4096) + 1))   # uneven stages: any p may split
         best, refused = None, None
-        for n_ in range(1, limit + 1):
-            kw = {"pp": n_} if args.unknown == "pp" else {"tp": n_}
+        for n_ in cands:
+            kw = {"p": n_} if args.unknown == "pp" else {"t": n_}
             try:
-                lay = layout_setup(args, **kw)
-                tot, rep = total_at(lay, training)      # validates the candidate once
+                tot, rep = total_at(**kw)      # validates the candidate once
             except (DivisibilityError, InvalidValueError) as exc:
                 refused = exc
                 continue

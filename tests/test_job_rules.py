@@ -1,0 +1,142 @@
+"""The one job record (memsym.job) and the one rule table (memsym.rules), issue 12.
+
+Expected values are hand arithmetic or the frameworks' own rules; the vectorised masks are
+checked against the scalar checks on every layout of a grid (the same rule, two inputs).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from memsym import rules
+from memsym.cli import main
+from memsym.errors import DivisibilityError, InvalidValueError, UnknownNameError
+from memsym.job import DEFAULTS, Job, Layout, Training, job
+from memsym.model import Resolved, preset, resolve
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- the job: built once, validated once -----------------------------------------------------
+def test_job_resolves_once_and_derives_d_and_m():
+    j = job("llama2-70b", tp=8, pp=4, world_size=64, seq_length=4096, global_batch_size=64)
+    assert isinstance(j, Job) and isinstance(j.model, Resolved)
+    assert resolve(j.model) is j.model                      # nothing resolves it again
+    # d = G / (t p c) = 64 / 32; m = B / (b d) = 64 / 2 (Megatron's num_microbatches)
+    assert (j.layout.d, j.m) == (2, 32)
+
+
+def test_one_set_of_defaults():
+    # the same defaults reach every entry point: Training(), job(), the search space
+    from memsym.search import make_space
+
+    assert DEFAULTS["flash_attention"] is True and DEFAULTS["dropout"] is True
+    assert DEFAULTS["convention"] == "framework" and DEFAULTS["seq_length"] == 4096
+    space = make_space("llama2-7b", "h100-80gb")
+    assert (space.flash_attention, space.dropout, space.seq_length, space.convention) == (
+        DEFAULTS["flash_attention"], DEFAULTS["dropout"], DEFAULTS["seq_length"],
+        DEFAULTS["convention"])
+    assert job("llama2-7b").training == Training()
+
+
+@pytest.mark.parametrize("options,kind,needle", [
+    (dict(tp=16), DivisibilityError, "KV heads"),                        # 8 KV heads
+    (dict(pp=3), DivisibilityError, "pipeline-parallel size p=3"),        # 80 layers
+    (dict(ep=2), DivisibilityError, "needs a model with experts"),
+    (dict(cp=2, seq_length=4095), DivisibilityError, "2c to divide"),
+    (dict(pp=2, offload="optimizer"), InvalidValueError, "CPU offload"),
+    (dict(pp=2, sharding="zero3"), InvalidValueError, "ZeRO-2/3"),
+    (dict(seq_length=10**5), InvalidValueError, "max_position_embeddings"),
+    (dict(tensor_parallel=2), UnknownNameError, "job option"),
+    (dict(tp=2, t=4), InvalidValueError, "twice"),
+])
+def test_job_refuses_what_the_framework_refuses(options, kind, needle):
+    with pytest.raises(kind, match=needle):
+        job("llama2-70b", **options)
+
+
+def test_interleaving_needs_m_a_multiple_of_p():
+    # Megatron's interleaved schedule: p <= N <= m and m mod N in {0} or >= p, N = p by
+    # default (schedules.py); p = 4, v = 2, m = 6 -> 6 mod 4 = 2 < 4: refused; m = 8 launches
+    with pytest.raises(DivisibilityError, match="interleaved schedule"):
+        job("llama2-7b", pp=4, vpp=2, global_batch_size=6)
+    assert job("llama2-7b", pp=4, vpp=2, global_batch_size=8).m == 8
+
+
+# --- one rule table: the vectorised masks equal the scalar checks -----------------------------
+@pytest.mark.parametrize("name", ["llama2-70b", "mixtral-8x7b", "deepseek-v3"])
+def test_masks_equal_the_scalar_rules(name):
+    x = resolve(preset(name), seq_length=4096)
+    t_, p_, c_, d_, e_, v_ = np.meshgrid([1, 2, 3, 8], [1, 2, 4, 5], [1, 2], [1, 3, 4], [1, 2, 8],
+                                         [1, 2], indexing="ij")
+    grid = {"t": t_.ravel(), "p": p_.ravel(), "c": c_.ravel(), "d": d_.ravel(), "e": e_.ravel(),
+            "v": v_.ravel()}
+    common = dict(s=4096, b=1, B=64, gpus=None, gpus_per_node=8, first_stage_layers=None,
+                  last_stage_layers=None, microbatch_group_size=None, sequence_parallel=True,
+                  offload=False, shards_gradients=False)
+    k = dict(grid, t_e=grid["t"], m=64 // (grid["d"] * 1), **common)
+    masks = rules.masks(x, k)
+    for i in range(len(grid["t"])):
+        row = {key: int(val[i]) for key, val in grid.items()}
+        scalar = dict(row, t_e=row["t"], m=64 // row["d"], **common)
+        expect = rules.broken(x, scalar, list(rules.RULES))
+        got = [n for n, mask in masks.items() if mask[i]]
+        assert got == expect, (row, got, expect)
+
+
+def test_every_rule_names_its_source():
+    for rule in rules.RULES.values():
+        assert rule.source.key and rule.source.locator and rule.summary
+        assert rule.kind in ("launch", "preference")
+
+
+# --- the command line builds the same job -----------------------------------------------------
+def test_custom_gpt_with_learned_positions(capsys):
+    # issue 12: failed with "learned position embeddings need max_position_embeddings" after
+    # the memory was computed.  By hand (Megatron GPT): per layer 12 h^2 + 13 h = 49,984
+    # (QKV, projection, two MLP matrices with biases, two LayerNorms); the embedding's rows
+    # padded to 128 (1000 -> 1024) x 64; the learned position table s x h = 32 x 64 (it
+    # defaults to --seq-length, as Megatron requires); the final LayerNorm 2h.
+    code, out, err = cli(capsys, "estimate", "--num-layers", "2", "--hidden-size", "64",
+                         "--num-attention-heads", "4", "--vocab-size", "1000", "--seq-length",
+                         "32", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    params = 2 * (12 * 64**2 + 13 * 64) + 1024 * 64 + 32 * 64 + 2 * 64
+    assert params == 167_680
+    assert data["bytes"]["weights"] == 2 * params              # bf16 weights, t = p = 1
+    assert data["bytes"]["gradients"] == 4 * params            # Megatron's fp32 gradient buffer
+    # the reported parameter count is the published (unpadded) one: 24 rows fewer
+    assert data["params"] == params - 24 * 64
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["estimate", "mixtral-8x7b", "--seq-length", "2048", "--ep", "8", "--dp", "4",
+      "--convention", "megatron-lm"], "e*t_e=8 must divide t*c*d=4"),
+    (["estimate", "llama2-70b", "--tp", "16", "--convention", "megatron-lm"], "KV heads"),
+    (["estimate", "llama2-70b", "--tp", "16", "--convention", "megatron-bridge"], "KV heads"),
+])
+def test_framework_conventions_refuse_what_the_framework_refuses(capsys, argv, needle):
+    code, out, err = cli(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err
+    assert "Traceback" not in err
+
+
+def test_estimate_rows_carry_their_terms_sources(capsys):
+    code, out, _ = cli(capsys, "estimate", "llama3-70b", "--tp", "8", "--pp", "4", "--dp", "4",
+                       "--json")
+    data = json.loads(out)
+    assert code == 0
+    # every row that has bytes has a source, the activations row its terms' sources
+    for key in data["bytes"]:
+        if key != "total":
+            assert data["sources"].get(key), key
+    assert "korthikanti" in data["sources"]["activations"]
+    assert "megatron-core" in data["sources"]["gradients"]      # not a ZeRO citation
