@@ -398,7 +398,7 @@ def test_cli_capacity_factor_zero_refused(capsys):
     assert main(["estimate", "mixtral-8x7b", "--seq-length", "1024",
                  "--moe-expert-capacity-factor", "0"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "capacity_factor" in err
+    assert err.count("\n") == 1 and "capacity factor" in err
 
 
 def test_context_parallel_needs_2c_to_divide_the_sequence():

@@ -52,25 +52,41 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Run the command line; returns the exit status."""
-    from ..errors import MemsymError, NoFitError
+    """Run the command line; returns the exit status.
 
+    A command's standard output is collected while it runs and written in one go once it
+    has finished (:func:`memsym.cli.output.write_stdout`): a command that fails half-way
+    prints nothing on stdout, and a write that fails (closed stdout, a closed pipe, a full
+    disk) is an error with exit status 2, not a silent 0.
+    """
+    import contextlib
+    import io
+
+    from ..errors import MemsymError, NoFitError
+    from ..text import printable
+    from .output import write_stdout
+
+    buffer = io.StringIO()
     try:
-        args = build_parser().parse_args(argv)
-        return int(args.run(args) or 0)
+        with contextlib.redirect_stdout(buffer):
+            args = build_parser().parse_args(argv)
+            status = int(args.run(args) or 0)
+        write_stdout(buffer.getvalue())
+        return status
+    except SystemExit:                 # --help and --version print, then exit
+        write_stdout(buffer.getvalue())
+        raise
     except UsageError as exc:
-        print(str(exc), file=sys.stderr)
+        print(printable(str(exc), 400), file=sys.stderr)
         return 2
     except NoFitError as exc:
-        print(f"memsym: {exc}", file=sys.stderr)
+        print(f"memsym: {printable(str(exc), 400)}", file=sys.stderr)
         return 1
     except MemsymError as exc:
-        print(f"memsym: error: {exc}", file=sys.stderr)
+        print(f"memsym: error: {printable(str(exc), 400)}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `memsym ... | head`
-        return 0
     except OSError as exc:  # --output into a missing folder, a config.json we may not read
-        where = f" {exc.filename!r}" if exc.filename else ""
+        where = f" {printable(exc.filename)!r}" if exc.filename else ""
         print(f"memsym: error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
         return 2
 

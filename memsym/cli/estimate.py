@@ -154,6 +154,8 @@ def check_model_state_only(args) -> None:
 def run(args) -> int:
     import sympy as sp
 
+    from ..errors import InvalidValueError
+
     from .training_options import estimate_training, wants_training
 
     if args.gpu is not None and args.gpu_memory is None:
@@ -161,6 +163,9 @@ def run(args) -> int:
 
         args.gpu_memory = gpu(args.gpu).memory_bytes  # the catalogue's capacity (vendor units)
     if wants_training(args):  # a model was given: the full training total (issue 3)
+        if args.params is not None:
+            raise InvalidValueError("--params contradicts the model: the parameter count comes "
+                                    "from the MODEL or the architecture options (drop --params)")
         return estimate_training(args)
     pricing = [opt for opt, dest in _PRICING if getattr(args, dest, None) is not None]
     if pricing:  # --gpu alone only supplies the capacity of the model-state estimate

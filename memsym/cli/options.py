@@ -7,7 +7,6 @@ ever evaluated.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 
@@ -194,5 +193,8 @@ def number_out(value, *, round_up: bool = False):
 
 
 def emit_json(obj) -> None:
-    """Print one JSON object on stdout."""
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    """Print one JSON object on stdout: finite numbers only (an infinity or NaN is refused,
+    naming its key, never written as the invalid JSON ``Infinity``), exact integers exactly."""
+    from ..text import finite_json
+
+    sys.stdout.write(finite_json(obj, indent=2) + "\n")

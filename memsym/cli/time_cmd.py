@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .options import choice, count, emit_json, fraction, positive_int, positive_number
+from .options import choice, emit_json, fraction, positive_int, positive_number
 
 
 def add_parser(sub) -> None:
@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
     parser.add_argument("model", metavar="MODEL-or-PARAMS",
                         help="a model preset name (see `memsym` model presets) or a parameter "
                         "count (7B, 175e9, 1T)")
-    parser.add_argument("--tokens", type=count, required=True, metavar="T",
+    parser.add_argument("--tokens", type=_tokens, required=True, metavar="T",
                         help="training tokens (300B, 15T, 3e11)")
     parser.add_argument("--gpu", default="h100-80gb", metavar="NAME",
                         help="GPU from the catalogue (default h100-80gb)")
@@ -33,6 +33,19 @@ def add_parser(sub) -> None:
                         help="price of one GPU-hour (any currency) for the cost")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(run=run)
+
+
+def _tokens(text: str) -> int:
+    """A token count (300B, 15T, 3e11), bounded by memsym.limits' ``tokens`` limit."""
+    import argparse
+
+    from ..errors import MemsymError
+    from ..units import parse_count
+
+    try:
+        return parse_count(text, "--tokens", limit="tokens")
+    except MemsymError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _params(text: str):
@@ -78,6 +91,13 @@ def time_report(args) -> dict:
     if args.price_per_gpu_hour is not None:
         cost = training_cost(total).evaluate(vals, price=exact(args.price_per_gpu_hour))
     factor = 8 if args.recompute == "full" else 6
+    from ..numeric import finite_float
+
+    inputs = {"--tokens": args.tokens, "MODEL": params, "--gpus": args.gpus,
+              "achieved FLOP/s": float(peak * eff), "--price-per-gpu-hour": args.price_per_gpu_hour}
+    for what, value in (("training time", seconds), ("GPU-hours", hours), ("cost", cost)):
+        if value is not None:
+            finite_float(value, what, inputs)
     return {
         "params": params,
         "params_kind": what,

@@ -25,19 +25,29 @@ ARCH_OPTIONS = (
 _ARCH_FLAGS = ("swiglu", "untie_embeddings_and_output_weights", "multi_latent_attention")
 
 
-def _fraction(text: str):
-    from fractions import Fraction
+def _number(what: str, **bounds):
+    """An option type: an exact decimal number within ``bounds`` (memsym.units.parse_number)."""
+    import argparse
 
-    raw = str(text).strip()
-    try:
-        val = Fraction(raw)
-    except (ValueError, ZeroDivisionError):
-        import argparse
-        raise argparse.ArgumentTypeError(f"expected a number >= 0 (0.1, 1/10), got {raw[:40]!r}") from None
-    if val < 0:
-        import argparse
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {raw!r}")
-    return val
+    from ..errors import MemsymError
+    from ..units import parse_number
+
+    def parse(text: str):
+        try:
+            return parse_number(text, what, **bounds)
+        except MemsymError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = what
+    return parse
+
+
+#: Dropout is a probability p with 0 <= p < 1 (torch.nn.Dropout refuses p = 1 as a training
+#: setting that drops everything); the fragmentation margin a fraction in [0, 1]; the expert
+#: capacity factor a positive load ratio (bounded: 2^20, as the experts).
+_dropout = _number("dropout", low=0, high=1, include_high=False)
+_fragmentation = _number("fragmentation", low=0, high=1)
+_capacity_factor = _number("capacity factor", low=0, include_low=False, high=2**20)
 
 
 def _bytes_or_zero(text: str) -> int:
@@ -86,18 +96,18 @@ def add_training_options(parser) -> None:
                      "--attention-backend auto picks a fused kernel)")
     trn.add_argument("--no-flash-attn", "--no-flash-attention", dest="no_flash_attn",
                      action="store_true", help="unfused attention: keep the s^2 scores")
-    trn.add_argument("--hidden-dropout", type=_fraction, default=None,
+    trn.add_argument("--hidden-dropout", type=_dropout, default=None,
                      help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
-    trn.add_argument("--attention-dropout", type=_fraction, default=None)
+    trn.add_argument("--attention-dropout", type=_dropout, default=None)
     trn.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
-    trn.add_argument("--moe-expert-capacity-factor", type=_fraction, default=None,
+    trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
                      help="routed-token load of the busiest expert rank (default 1, balanced)")
     alw = parser.add_argument_group("allowances (set 0 to drop one)")
     alw.add_argument("--workspace", type=_bytes_or_zero, default=None,
                      help="workspace/temporary buffers (default 1GiB)")
     alw.add_argument("--nccl-buffers", type=_bytes_or_zero, default=None,
                      help="NCCL buffers (default 1GiB)")
-    alw.add_argument("--fragmentation", type=_fraction, default=None,
+    alw.add_argument("--fragmentation", type=_fragmentation, default=None,
                      help="allocator fragmentation margin as a fraction (default 0.1)")
 
 
