@@ -1,0 +1,3 @@
+"""placeholder"""
+def read_deepspeed_config(*a, **k):
+    raise NotImplementedError

@@ -1,0 +1,3 @@
+"""placeholder"""
+def read_torchtitan_toml(*a, **k):
+    raise NotImplementedError
