@@ -541,8 +541,9 @@ class _Eval:
             elif kind == "arith":
                 v = self.arith(value, depth, cond)
             else:
+                # never run; the placeholder has no spaces, so it stays one word when split
                 self.note(f"command substitution $({value.strip()[:40]}) not run")
-                v = "$(" + value + ")"
+                v = "$(...)"
             if isinstance(v, list):
                 if quoted:
                     for j, el in enumerate(v):
