@@ -232,9 +232,7 @@ def test_swiglu_ffn_rule_as_megatron_computes_it():
 
 
 def test_max_position_defaults_to_seq_with_note_and_is_enforced():
-    base = [w for w in BASE if w not in ("--max-position-embeddings",)]
-    base.remove("128")      # the value of --max-position-embeddings (first "128" is seq-length's)
-    base = BASE[:8] + BASE[10:]
+    base = BASE[:8] + BASE[10:]     # without "--max-position-embeddings 128"
     job = read(base=base)
     assert job.architecture["max_position_embeddings"] == 128
     assert any("--max-position-embeddings absent" in n for n in job.notes)
@@ -272,6 +270,10 @@ def test_conflicting_and_invalid_combinations():
         (["--tensor-model-parallel-size", "2", "--tp-comm-overlap"], "sequence-parallel"),
         (["--no-position-embedding"], "deprecated"),
         (["--moe-latent-size", "16"], "does not model"),
+        (["--num-experts", "6", "--expert-model-parallel-size", "4"], "multiple"),
+        (["--context-parallel-size", "3"], "2 x"),
+        (["--recompute-granularity", "full", "--recompute-method", "uniform",
+          "--recompute-num-layers", "5"], "exceeds"),
     ]
     for extra, match in cases:
         with pytest.raises(InvalidValueError, match=match):
@@ -331,6 +333,10 @@ def test_bounded_whole_numbers():
             read("--num-layers", bad)
     with pytest.raises(InvalidValueError, match="--world-size"):
         read("--world-size", str(2**41))
+
+
+def test_a_value_ending_in_py_is_not_a_program():
+    assert "--data-path" in read("--data-path", "corpus.py").ignored
 
 
 def test_torchrun_prefix_gives_world_size():

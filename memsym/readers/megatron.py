@@ -11,6 +11,7 @@ Revision read: NVIDIA/Megatron-LM ``d98e8a64dd`` (main, 2026-08-22).  ``args`` b
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -143,7 +144,7 @@ _MEMORY_NOT_MODELLED = {
     "optimizer CPU offload", "fp4": "FP4 (NVFP4) training", "enable_cuda_graph": "CUDA graphs",
     "external_cuda_graph": "CUDA graphs", "fine_grained_activation_offloading":
     "fine-grained activation offloading", "moe_expert_capacity_factor": "expert capacity (token "
-    "dropping)", "calculate_per_token_loss": None,
+    "dropping)",
 }
 
 # Cited vocabulary sizes of tokenizers a launch script names but memsym cannot open.
@@ -187,7 +188,7 @@ class ArgumentError(UnknownNameError):
 # the argv parser (argparse's grammar for this table; nothing is evaluated)
 # ----------------------------------------------------------------------------------------------
 
-_SCHEDULE_ENTRY = __import__("re").compile(r"[0-9]+(?:\.[0-9]+)?[KMBT]?:[0-9]+")
+_SCHEDULE_ENTRY = re.compile(r"[0-9]+(?:\.[0-9]+)?[KMBT]?:[0-9]+")
 
 _PROGRAMS = {"torchrun", "python", "python3", "-m", "torch.distributed.run",
              "torch.distributed.launch", "-u", "uv", "run"}
@@ -219,7 +220,9 @@ def _parse(argv: Sequence[str]):
     # A pasted command line: `torchrun [options] pretrain_gpt.py [args]`.  The launcher part is
     # what precedes the first word naming a Python script.
     start = 0
-    for i, w in enumerate(argv):
+    launched = bool(argv) and (argv[0] in _PROGRAMS or argv[0].endswith(("torchrun", ".py"))
+                               or argv[0].rsplit("/", 1)[-1].startswith("python"))
+    for i, w in enumerate(argv if launched else ()):
         if not w.startswith("-") and w.endswith(".py"):
             start = i + 1
             break
@@ -490,7 +493,7 @@ def read_megatron_args(argv: Sequence[str]) -> MegatronJob:
         if dest in _STRUCTURE_NOT_MODELLED and raw[dest] not in (None, False):
             raise InvalidValueError(f"{name} ({_STRUCTURE_NOT_MODELLED[dest]}) changes the model in "
                                     "a way memsym does not model")
-        if dest in _MEMORY_NOT_MODELLED and _MEMORY_NOT_MODELLED[dest] and raw[dest] not in (None, False):
+        if dest in _MEMORY_NOT_MODELLED and raw[dest] not in (None, False):
             r.note(f"{name}: {_MEMORY_NOT_MODELLED[dest]} changes memory and is not modelled")
         if dest not in _MODELLED:
             ignored.append(name)
@@ -695,6 +698,14 @@ class _Reader:
         e = self.int("expert_model_parallel_size", 1)
         t_e = self.int("expert_tensor_parallel_size", t)   # args: defaults to TP
         lay = {"t": t, "p": p, "c": c, "e": e, "t_e": t_e}
+        E = arch.get("num_experts")
+        if e > 1 and (not E or E % e):   # args: "Number of experts should be a multiple of ..."
+            raise InvalidValueError(f"--expert-model-parallel-size {e} needs --num-experts a "
+                                    f"multiple of it (got {E})")
+        seq = self.seq_length()
+        if c > 1 and seq % (2 * c):       # args: seq-length a multiple of 2 * CP
+            raise InvalidValueError(f"--seq-length {seq} must be a multiple of 2 x "
+                                    f"--context-parallel-size {c}")
         sp = self.flag("sequence_parallel")
         if sp and t == 1:   # args: "Disabling sequence parallelism because tensor ... disabled"
             sp = False
@@ -859,7 +870,7 @@ class _Reader:
                 raise InvalidValueError("full recompute needs --recompute-method (uniform or block) "
                                         "and --recompute-num-layers (TransformerConfig)")
             per_rank = arch["num_layers"] // lay["p"]
-            if method == "block" and nrec > per_rank:
+            if nrec > per_rank:   # TC: between 1 and num_layers_per_pipeline_rank
                 raise InvalidValueError(f"--recompute-num-layers {nrec} exceeds the {per_rank} "
                                         "layers of a pipeline rank")
         else:
@@ -916,11 +927,15 @@ class _Reader:
         dtypes = {k: self.choice(k, ch, "fp32") for k, ch in (
             ("main_params_dtype", ("fp32", "fp16")), ("exp_avg_dtype", ("fp32", "fp16", "bf16", "fp8")),
             ("exp_avg_sq_dtype", ("fp32", "fp16", "bf16", "fp8")))}
-        if not pa and any(self.given(k) for k in ("main_grads_dtype", *dtypes)):
-            self.note("--main-*/--exp-avg*-dtype take effect only with --use-precision-aware-optimizer"
-                      " (fp32 otherwise)")
+        if not pa:
+            # optimizer_config.py: without the precision-aware optimizer the optimizer's main
+            # grads/params and Adam states are fp32 (main_grads_dtype still steered the
+            # accumulate rule above, as in validate_args)
+            if any(self.given(k) for k in ("main_grads_dtype", *dtypes)):
+                self.note("--main-*/--exp-avg*-dtype take effect only with "
+                          "--use-precision-aware-optimizer (fp32 otherwise)")
             dtypes = {k: "fp32" for k in dtypes}
-            main_grads = "fp32" if accumulate or params == "fp32" else main_grads
+            main_grads = "fp32"
         fp8 = self.choice("fp8", ("e4m3", "hybrid"), None)
         recipe = self.choice("fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
                              "delayed")
