@@ -280,6 +280,25 @@ def test_conflicting_and_invalid_combinations():
             read(*extra)
 
 
+def test_optimizer_and_fsdp_settings():
+    o = read("--use-megatron-fsdp").optimizer
+    assert o["data_parallel_sharding_strategy"] == "optim_grads_params"     # CLI default
+    assert o["megatron_fsdp_main_params_dtype"] == "fp32"
+    o = read("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim").optimizer
+    assert o["data_parallel_sharding_strategy"] == "optim"
+    assert read("--use-torch-fsdp2", "--untie-embeddings-and-output-weights").optimizer[
+        "use_torch_fsdp2"]
+    p = read("--bf16", "--use-distributed-optimizer", "--use-precision-aware-optimizer",
+             "--main-params-dtype", "fp16", "--exp-avg-dtype", "bf16").precision
+    assert (p["main_params_dtype"], p["exp_avg_dtype"], p["exp_avg_sq_dtype"]) == ("fp16", "bf16",
+                                                                                   "fp32")
+    p = read("--bf16", "--exp-avg-dtype", "bf16").precision      # ignored without the PA optimizer
+    assert p["exp_avg_dtype"] == "fp32"
+    assert read("--ddp-bucket-size", "40000000").optimizer["ddp_bucket_size"] == 40_000_000
+    with pytest.raises(UnknownNameError, match="optim_grads"):
+        read("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grad")
+
+
 def test_recompute_family():
     r = read("--recompute-activations").training["recompute"]
     assert r == {"granularity": "selective", "method": None, "num_layers": None,
@@ -455,6 +474,30 @@ def test_launch_script_refusals_and_bounds():
     # nothing is run: a command substitution stays text
     s = parse_launch_script("X=$(rm -rf /)\npython pretrain_gpt.py --save $X")
     assert s.argv == ["--save", "$(...)"] and any("rm -rf" in n for n in s.notes)
+
+
+@pytest.mark.parametrize("text", ["python pretrain_gpt.py >", "A=(--x | y)", "A=(--s=(x)",
+                                  "python pretrain_gpt.py $(( 1 +", "X=${A:-${B:-${C", "echo '",
+                                  "python pretrain_gpt.py <<EOF\n--never\n"])
+def test_launch_script_truncated_or_hostile_input_ends(text):
+    # found by fuzzing: each once looped forever or grew without bound
+    try:
+        parse_launch_script(text)
+    except MemsymError:
+        pass
+
+
+def test_launch_script_expansions():
+    s = parse_launch_script('''
+A=(one two three)
+N=${#A[@]}
+P=${UNSET:+never}
+Q=${A:+set}
+export E=exported
+unset A
+python pretrain_gpt.py --n $N --p "$P" --q $Q --e $E $A
+''')
+    assert s.argv == ["--n", "3", "--p", "", "--q", "set", "--e", "exported", "$A"]
 
 
 def test_argument_file(tmp_path):

@@ -110,7 +110,7 @@ class _Lexer:
             self.i += 2
             if self.peek() == "-":
                 self.i += 1
-            while self.peek() in " \t":
+            while self.peek() and self.peek() in " \t":
                 self.i += 1
             word = self.word()
             delim = "".join(p[1] for p in word if p[0] == "lit")
@@ -123,9 +123,9 @@ class _Lexer:
         if ch in "<>":
             # a redirection: its target word is read and dropped
             self.i += 1
-            while self.peek() in "<>&":
+            while self.peek() and self.peek() in "<>&":
                 self.i += 1
-            while self.peek() in " \t":
+            while self.peek() and self.peek() in " \t":
                 self.i += 1
             self.word()
             return self.next()
@@ -178,7 +178,11 @@ class _Lexer:
             if ch == ")":
                 self.i += 1
                 return words
+            if ch in "(;&|<>":     # word() would not advance: refuse instead of looping
+                self.fail(f"unexpected {ch!r} inside an array")
             words.append(self.word())
+            if len(words) > MAX_ARGS:
+                self.fail(f"an array of more than {MAX_ARGS} words")
 
     def word(self):
         parts = []
@@ -229,7 +233,7 @@ class _Lexer:
             if ch == '"':
                 self.i += 1
                 break
-            if ch == "\\" and self.peek(1) in '$`"\\\n':
+            if ch == "\\" and self.peek(1) and self.peek(1) in '$`"\\\n':
                 if self.peek(1) == "\n":
                     self.line += 1
                 else:

@@ -397,7 +397,7 @@ class _Pattern:
                 if self.i - j > 7:
                     self.fail("number too large")
             return int(self.s[j:self.i])
-        if ch in "[(":
+        if ch and ch in "[(":
             self.depth += 1
             if self.depth > self.MAX_DEPTH:
                 self.fail("nested too deeply")
