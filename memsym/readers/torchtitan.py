@@ -1,0 +1,212 @@
+"""Read a torchtitan job TOML (v0.2.x) as the layout, training and precision part of a job.
+
+This module owns torchtitan's meaning of the keys of ``torchtitan/config/job_config.py`` at tag
+v0.2.2 (pytorch/torchtitan ``73a0e6979d``) and the degree rule of
+``torchtitan/distributed/parallel_dims.py:ParallelDims._validate``.  Newer torchtitan moved to
+Python configs; their keys are not read here.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+
+from ..errors import InvalidValueError
+from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, MAX_SEQ
+
+__all__ = ["read_torchtitan_toml", "TORCHTITAN_KEYS"]
+
+# (section, key) -> (type, default) as job_config.py v0.2.2 declares them.
+TORCHTITAN_KEYS = {
+    ("parallelism", "data_parallel_replicate_degree"): (int, 1),
+    ("parallelism", "data_parallel_shard_degree"): (int, -1),
+    ("parallelism", "fsdp_reshard_after_forward"): (str, "default"),
+    ("parallelism", "tensor_parallel_degree"): (int, 1),
+    ("parallelism", "pipeline_parallel_degree"): (int, 1),
+    ("parallelism", "pipeline_parallel_microbatch_size"): (int, 1),
+    ("parallelism", "pipeline_parallel_schedule"): (str, "1F1B"),
+    ("parallelism", "context_parallel_degree"): (int, 1),
+    ("parallelism", "expert_parallel_degree"): (int, 1),
+    ("parallelism", "expert_tensor_parallel_degree"): (int, 1),
+    ("activation_checkpoint", "mode"): (str, "selective"),
+    ("activation_checkpoint", "selective_ac_option"): (str, "2"),
+    ("training", "seq_len"): (int, 2048),
+    ("training", "local_batch_size"): (int, 8),
+    ("training", "global_batch_size"): (int, -1),
+    ("training", "dtype"): (str, "float32"),
+    ("training", "mixed_precision_param"): (str, "bfloat16"),
+    ("training", "mixed_precision_reduce"): (str, "float32"),
+    ("training", "enable_cpu_offload"): (bool, False),
+    ("model", "name"): (str, "llama3"),
+    ("model", "flavor"): (str, "debugmodel"),
+    ("model", "converters"): (list, []),
+    ("quantize.linear.float8", "enable_fsdp_float8_all_gather"): (bool, False),
+    ("quantize.linear.float8", "precompute_float8_dynamic_scale_for_fsdp"): (bool, False),
+    ("quantize.linear.float8", "recipe_name"): (str, None),
+}
+_CHOICES = {
+    ("parallelism", "fsdp_reshard_after_forward"): ("default", "always", "never"),
+    ("activation_checkpoint", "mode"): ("selective", "full", "memory_budget", "none"),
+    ("training", "dtype"): ("bfloat16", "float32"),
+    ("training", "mixed_precision_param"): ("bfloat16", "float32"),
+    ("training", "mixed_precision_reduce"): ("float32",),
+    ("quantize.linear.float8", "recipe_name"): ("tensorwise", "rowwise", "rowwise_with_gw_hp"),
+}
+
+
+def _flatten(data, prefix="", depth=0):
+    # sections nest ([quantize.linear.float8]); a leaf is any non-table value
+    if depth > 8:
+        raise InvalidValueError("torchtitan TOML nested too deeply")
+    for k, v in data.items():
+        name = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            yield from _flatten(v, name, depth + 1)
+        else:
+            sec, _, key = name.rpartition(".")
+            yield sec, key, v
+
+
+def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
+    """A torchtitan v0.2.x job TOML as plain data: ``layout``, ``training``, ``precision``.
+
+    ``data_parallel_shard_degree = -1`` takes the leftover ranks (``ParallelDims._validate``):
+
+    .. math:: d_{\\text{shard}} = \\frac{W}{d_{\\text{rep}}\\,c\\,t\\,p}, \\qquad
+              d_{\\text{rep}}\\,d_{\\text{shard}}\\,c\\,t\\,p = W
+
+    Parameters
+    ----------
+    source : str or path
+        A path to the TOML file, or its text.
+    world_size : int, optional
+        W [GPUs]; needed when a degree is -1.
+
+    Returns
+    -------
+    dict
+        ``layout`` (dp_replicate, dp_shard, t, p, c, e, t_e, d, world_size,
+        fsdp_reshard_after_forward as torchtitan resolves "default"), ``training`` (seq_len
+        [tokens], local/global batch [sequences], activation checkpointing), ``precision``
+        (param/reduce dtypes, float8), ``model`` (name, flavor), ``ignored`` and ``notes``.
+
+    References
+    ----------
+    torchtitan v0.2.2 ``torchtitan/config/job_config.py``, ``distributed/parallel_dims.py``,
+    ``models/llama3/infra/parallelize.py`` (reshard_after_forward "default" = not PP).
+
+    Examples
+    --------
+    >>> c = read_torchtitan_toml('[parallelism]\\ntensor_parallel_degree = 8\\n'
+    ...                          '[training]\\nlocal_batch_size = 2\\nseq_len = 8192\\n', 128)
+    >>> c["layout"]["dp_shard"], c["training"]["global_batch_size"], c["training"]["ac_mode"]
+    (16, 32, 'selective')
+    """
+    text = source
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
+                                           and "=" not in source):
+        try:
+            if os.path.getsize(source) > MAX_BYTES_INPUT:
+                raise InvalidValueError(f"torchtitan TOML larger than {MAX_BYTES_INPUT} bytes")
+            with open(source, "rb") as fh:
+                text = fh.read(MAX_BYTES_INPUT + 1).decode("utf-8")
+        except OSError as exc:
+            raise InvalidValueError(f"cannot read torchtitan TOML {str(source)[:200]!r}: "
+                                    f"{exc.strerror}") from None
+    if not isinstance(text, str):
+        raise InvalidValueError("a torchtitan config is a path or TOML text")
+    if len(text) > MAX_BYTES_INPUT:
+        raise InvalidValueError(f"torchtitan TOML larger than {MAX_BYTES_INPUT} bytes")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidValueError(f"torchtitan config is not TOML: {exc}") from None
+    values, ignored, notes = {}, [], []
+    for sec, key, v in _flatten(data):
+        spec = TORCHTITAN_KEYS.get((sec, key))
+        if spec is None:
+            ignored.append(f"{sec}.{key}" if sec else key)
+            continue
+        typ = spec[0]
+        ok = isinstance(v, typ) and not (typ is int and isinstance(v, bool))
+        if typ is str and key == "selective_ac_option" and isinstance(v, int) and not isinstance(v, bool):
+            v, ok = str(v), True
+        if not ok:
+            raise InvalidValueError(f"torchtitan [{sec}] {key} must be a {typ.__name__}, got "
+                                    f"{v!r:.40}")
+        ch = _CHOICES.get((sec, key))
+        if ch and v not in ch:
+            raise InvalidValueError(f"torchtitan [{sec}] {key} must be one of {', '.join(ch)}, "
+                                    f"got {v!r:.40}")
+        values[(sec, key)] = v
+
+    def val(sec, key):
+        return values.get((sec, key), TORCHTITAN_KEYS[(sec, key)][1])
+
+    def degree(key, lo=1):
+        v = val("parallelism", key)
+        if not (lo <= v <= MAX_GPUS) and not (key == "data_parallel_shard_degree" and v == -1):
+            raise InvalidValueError(f"torchtitan parallelism.{key} must be >= {lo}, got {v}")
+        return v
+
+    rep, shard = degree("data_parallel_replicate_degree"), degree("data_parallel_shard_degree")
+    t, p = degree("tensor_parallel_degree"), degree("pipeline_parallel_degree")
+    c, e = degree("context_parallel_degree"), degree("expert_parallel_degree")
+    t_e = degree("expert_tensor_parallel_degree")
+    if world_size is not None:
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or \
+                not 1 <= world_size <= MAX_GPUS:
+            raise InvalidValueError(f"world size must be a whole number of GPUs, got {world_size!r}")
+    if shard == -1:
+        if world_size is None:
+            raise InvalidValueError("data_parallel_shard_degree = -1 takes the leftover GPUs: give "
+                                    "the world size")
+        shard = world_size // (rep * c * t * p)
+        if shard < 1:
+            raise InvalidValueError(f"world size {world_size} leaves no GPUs for "
+                                    f"data_parallel_shard_degree (rep*cp*tp*pp = {rep * c * t * p})")
+        notes.append(f"data_parallel_shard_degree -1: {shard} (the leftover GPUs)")
+    product = rep * shard * c * t * p
+    if world_size is None:
+        world_size = product
+    elif product != world_size:   # parallel_dims.py: the product must equal WORLD_SIZE
+        raise InvalidValueError(f"torchtitan degrees dp_replicate {rep} x dp_shard {shard} x cp {c} "
+                                f"x tp {t} x pp {p} = {product} != world size {world_size}")
+    if e > 1 and t_e not in (t, 1):
+        raise InvalidValueError("torchtitan supports expert_tensor_parallel_degree = TP or 1")
+    reshard = val("parallelism", "fsdp_reshard_after_forward")
+    # models/llama3/infra/parallelize.py: "default" reshards after forward unless PP is used
+    resolved = {"always": True, "never": False, "default": p == 1}[reshard]
+    local = val("training", "local_batch_size")
+    if not 1 <= local <= MAX_BATCH:
+        raise InvalidValueError(f"torchtitan training.local_batch_size must be >= 1, got {local}")
+    gbs = val("training", "global_batch_size")
+    d = rep * shard
+    if gbs == -1:   # job_config.py: defaults to local_batch_size * data-parallel degree
+        gbs = local * d
+    elif gbs < 1 or gbs % (local * d):
+        raise InvalidValueError(f"torchtitan global_batch_size {gbs} must be a multiple of "
+                                f"local_batch_size x dp = {local * d}")
+    seq = val("training", "seq_len")
+    if not 1 <= seq <= MAX_SEQ:
+        raise InvalidValueError(f"torchtitan training.seq_len must be between 1 and {MAX_SEQ}")
+    converters = val("model", "converters")
+    float8 = any(x in ("float8", "quantize.linear.float8") for x in converters)
+    return {
+        "layout": {"dp_replicate": rep, "dp_shard": shard, "t": t, "p": p, "c": c, "e": e,
+                   "t_e": t_e, "d": d, "world_size": world_size,
+                   "fsdp_reshard_after_forward": resolved},
+        "training": {"seq_len": seq, "local_batch_size": local, "global_batch_size": gbs,
+                     "gradient_accumulation_steps": gbs // (local * d),
+                     "ac_mode": val("activation_checkpoint", "mode"),
+                     "selective_ac_option": val("activation_checkpoint", "selective_ac_option"),
+                     "enable_cpu_offload": val("training", "enable_cpu_offload")},
+        "precision": {"mixed_precision_param": val("training", "mixed_precision_param"),
+                      "mixed_precision_reduce": val("training", "mixed_precision_reduce"),
+                      "dtype": val("training", "dtype"), "float8": float8,
+                      "float8_recipe": val("quantize.linear.float8", "recipe_name"),
+                      "enable_fsdp_float8_all_gather":
+                          val("quantize.linear.float8", "enable_fsdp_float8_all_gather")},
+        "model": {"name": val("model", "name"), "flavor": val("model", "flavor")},
+        "ignored": tuple(ignored), "notes": tuple(notes),
+    }

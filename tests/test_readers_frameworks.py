@@ -1,0 +1,337 @@
+"""Tests of memsym.readers.deepspeed and memsym.readers.torchtitan on the frameworks' own configs.
+
+Configs are copied from the frameworks' documentation and repositories (cited at each), and the
+expected values are the frameworks' own rules worked by hand: DeepSpeed's
+``train_batch_size = micro * accumulation * DP`` (runtime/config.py:_batch_assertion) and
+torchtitan's leftover shard degree ``W / (replicate * cp * tp * pp)``
+(distributed/parallel_dims.py:ParallelDims._validate, v0.2.2).
+"""
+
+import json
+
+import pytest
+
+from memsym.errors import InvalidValueError
+from memsym.readers import read_deepspeed_config, read_torchtitan_toml
+
+# deepspeedai/DeepSpeed docs/_tutorials/zero.md (edaa722126): the ZeRO stage-2 example
+ZERO2_DOC = {"zero_optimization": {"stage": 2, "contiguous_gradients": True, "overlap_comm": True,
+                                   "reduce_scatter": True, "reduce_bucket_size": 5e8,
+                                   "allgather_bucket_size": 5e8}}
+# the same tutorial, the ZeRO-Infinity (stage 3 with CPU offload) example
+ZERO3_DOC = """{
+    "zero_optimization": {
+        "stage": 3,
+        "contiguous_gradients": true,
+        "stage3_max_live_parameters": 1e9,
+        "stage3_max_reuse_distance": 1e9,
+        "stage3_prefetch_bucket_size": 1e7,
+        "stage3_param_persistence_threshold": 1e5,
+        "reduce_bucket_size": 1e7,
+        "sub_group_size": 1e9,
+        "offload_optimizer": {
+            "device": "cpu"
+         },
+        "offload_param": {
+            "device": "cpu"
+       }
+   }
+}"""
+# docs/_pages/config-json.md: train_batch_size example 32
+
+
+def with_batch(cfg, **batch):
+    cfg = json.loads(cfg) if isinstance(cfg, str) else dict(cfg)
+    cfg.update(batch)
+    return cfg
+
+
+def test_zero2_doc_config():
+    c = read_deepspeed_config(with_batch(ZERO2_DOC, train_batch_size=32,
+                                         train_micro_batch_size_per_gpu=4), world_size=4)
+    # 32 = 4 * GAS * 4  ->  GAS = 2
+    assert c["training"] == {"micro_batch_size": 4, "gradient_accumulation_steps": 2,
+                             "global_batch_size": 32}
+    sh = c["sharding"]
+    assert sh["zero_stage"] == 2 and sh["overlap_comm"] is True
+    assert sh["reduce_bucket_size"] == sh["allgather_bucket_size"] == 500_000_000
+    assert sh["offload_optimizer"] == sh["offload_param"] == "none"
+    assert c["precision"]["params_dtype"] == "fp32"
+
+
+def test_zero3_infinity_doc_config_and_defaults():
+    c = read_deepspeed_config(with_batch(ZERO3_DOC, train_micro_batch_size_per_gpu=1,
+                                         gradient_accumulation_steps=8, bf16={"enabled": True}),
+                              world_size=16)
+    sh = c["sharding"]
+    assert (sh["offload_optimizer"], sh["offload_param"]) == ("cpu", "cpu")
+    assert sh["stage3_prefetch_bucket_size"] == 10_000_000 and sh["reduce_bucket_size"] == 10_000_000
+    assert sh["stage3_max_live_parameters"] == 10**9
+    assert sh["overlap_comm"] is True                      # stage 3 default (overlap_comm_valid)
+    assert sh["allgather_bucket_size"] == 500_000_000      # default, not in the doc config
+    assert c["training"]["global_batch_size"] == 1 * 8 * 16
+    assert c["precision"] == {"params_dtype": "bf16", "grad_accum_dtype": "bf16"}
+
+
+def test_deepspeed_defaults_stage1_overlap_off():
+    c = read_deepspeed_config({"train_micro_batch_size_per_gpu": 2, "zero_optimization":
+                               {"stage": 1}}, world_size=8)
+    assert c["sharding"]["overlap_comm"] is False
+    assert c["training"] == {"micro_batch_size": 2, "gradient_accumulation_steps": 1,
+                             "global_batch_size": 16}
+
+
+def test_deepspeed_batch_rule():
+    with pytest.raises(InvalidValueError, match="batch rule"):
+        read_deepspeed_config({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
+                               "gradient_accumulation_steps": 2}, world_size=4)
+    # DP from the full triple: 64 / (2 * 4) = 8
+    c = read_deepspeed_config({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
+                               "gradient_accumulation_steps": 4})
+    assert c["layout"]["d"] == 8
+    with pytest.raises(InvalidValueError, match="micro"):
+        read_deepspeed_config({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
+                               "gradient_accumulation_steps": 2})
+    with pytest.raises(InvalidValueError, match="needs train_batch_size"):
+        read_deepspeed_config({"gradient_accumulation_steps": 2}, world_size=2)
+
+
+def test_deepspeed_wrong_types_and_rules():
+    for cfg, match in [
+        ({"train_batch_size": "32"}, "whole number"),
+        ({"train_batch_size": 32.5}, "whole number"),
+        ({"train_batch_size": 8, "bf16": {"enabled": True}, "fp16": {"enabled": True}}, "both"),
+        ({"train_batch_size": 8, "zero_optimization": {"stage": 4}}, "stage"),
+        ({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_param":
+                                                       {"device": "cpu"}}}, "stage 3"),
+        ({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer":
+                                                       {"device": "gpu"}}}, "device"),
+        ({"train_batch_size": 8, "zero_optimization": {"overlap_comm": "yes"}}, "true or false"),
+    ]:
+        with pytest.raises(InvalidValueError, match=match):
+            read_deepspeed_config(cfg, world_size=8)
+    with pytest.raises(InvalidValueError, match="not JSON"):
+        read_deepspeed_config("{not json")
+
+
+def test_deepspeed_hf_auto_and_ignored():
+    c = read_deepspeed_config({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 2,
+                               "optimizer": {"type": "AdamW"}, "gradient_clipping": 1.0},
+                              world_size=4)
+    assert c["training"]["global_batch_size"] == 8
+    assert "optimizer" in c["ignored"] and any("auto" in n for n in c["notes"])
+
+
+def test_deepspeed_reads_a_file(tmp_path):
+    f = tmp_path / "ds.json"
+    f.write_text(json.dumps(with_batch(ZERO2_DOC, train_batch_size=16)))
+    assert read_deepspeed_config(f, world_size=16)["training"]["micro_batch_size"] == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# torchtitan v0.2.2
+# ----------------------------------------------------------------------------------------------
+
+# pytorch/torchtitan torchtitan/models/llama3/train_configs/llama3_405b.toml at v0.2.2, verbatim
+LLAMA3_405B = r'''# NOTE: this toml config is a preset for 128 H100 GPUs.
+
+[job]
+dump_folder = "./outputs"
+description = "Llama 3 405B training"
+
+[profiling]
+enable_profiling = true
+save_traces_folder = "profile_trace"
+profile_freq = 100
+
+[metrics]
+log_freq = 10
+enable_tensorboard = true
+save_tb_folder = "tb"
+
+[model]
+name = "llama3"
+flavor = "405B"
+hf_assets_path = "./assets/hf/Llama-3.1-405B"
+converters = ["float8"]
+
+[optimizer]
+name = "AdamW"
+lr = 8e-5
+eps = 1e-8
+
+[lr_scheduler]
+warmup_steps = 600  # lr scheduler warm up, normally 20% of the train steps
+
+[training]
+local_batch_size = 2
+seq_len = 8192
+max_norm = 1.0  # grad norm clipping
+steps = 3000
+dataset = "c4"
+
+[parallelism]
+data_parallel_replicate_degree = 1
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 8  # 8-way TP
+enable_async_tensor_parallel = true
+pipeline_parallel_degree = 1
+context_parallel_degree = 1
+
+[checkpoint]
+enable = false
+folder = "checkpoint"
+interval = 500
+last_save_model_only = true
+export_dtype = "float32"
+async_mode = "disabled" # ["disabled", "async", "async_with_pinned_mem"]
+
+[activation_checkpoint]
+mode = "full" # ["none", "selective", "full"]
+
+[compile]
+enable=true
+components = ["model", "loss"]
+
+[quantize.linear.float8]
+enable_fsdp_float8_all_gather = true
+precompute_float8_dynamic_scale_for_fsdp = true
+filter_fqns = ["output"]
+
+[validation]
+enable = false
+dataset = "c4_validation"
+freq = 500
+steps = 1200  # Recommend value for c4_validation with world-size=8 and seq_len=8192
+'''
+
+# pytorch/torchtitan torchtitan/models/deepseek_v3/train_configs/deepseek_v3_671b.toml at v0.2.2
+DEEPSEEK_V3_671B = r'''[job]
+dump_folder = "./outputs"
+description = "DeepSeek-V3 671B model training"
+print_config = false
+
+[profiling]
+enable_profiling = false
+save_traces_folder = "profile_trace"
+profile_freq = 10
+enable_memory_snapshot = false
+save_memory_snapshot_folder = "memory_snapshot"
+
+[metrics]
+log_freq = 10
+disable_color_printing = false
+enable_tensorboard = false
+save_tb_folder = "tb"
+enable_wandb = false
+
+[model]
+name = "deepseek_v3"
+flavor = "671B"
+hf_assets_path = "./assets/hf/DeepSeek-V3.1-Base"
+# converters = ["float8"]
+
+[optimizer]
+name = "AdamW"
+lr = 2.2e-4
+eps = 1e-8
+
+[lr_scheduler]
+warmup_steps = 2_000  # lr scheduler warm up, normally 20% of the train steps
+decay_ratio = 0.8  # lr scheduler decay ratio, 80% of the train steps
+decay_type = "cosine"
+min_lr_factor = 0.1
+
+[training]
+local_batch_size = 4
+seq_len = 4096
+max_norm = 1.0  # grad norm clipping
+steps = 10_000
+dataset = "c4"  # supported datasets: c4_test (2K), c4 (177M)
+
+[parallelism]
+data_parallel_replicate_degree = 1
+data_parallel_shard_degree = -1
+fsdp_reshard_after_forward = "default" # default / never / always
+tensor_parallel_degree = 1
+enable_async_tensor_parallel = false
+pipeline_parallel_degree = 1
+pipeline_parallel_schedule = "Interleaved1F1B"
+expert_parallel_degree = 1
+expert_tensor_parallel_degree = 1
+
+[checkpoint]
+enable = false
+folder = "checkpoint"
+interval = 500
+last_save_model_only = true
+export_dtype = "float32"
+async_mode = "disabled"  # ["disabled", "async", "async_with_pinned_mem]"
+
+[activation_checkpoint]
+mode = "selective"  # ["none", "selective", "full"]
+selective_ac_option = 'op'  # 'int' = ac every positive int layer or 'op', ac based on ops policy
+
+[compile]
+enable = true
+components = ["loss"] # ["model", "loss"]
+
+[quantize.linear.float8]
+enable_fsdp_float8_all_gather = false
+precompute_float8_dynamic_scale_for_fsdp = false
+filter_fqns = ["output", "router.gate"]
+
+[quantize.grouped_mm.float8]
+fqns = ["experts"]
+'''
+
+
+def test_llama3_405b_toml_on_128_gpus():
+    c = read_torchtitan_toml(LLAMA3_405B, world_size=128)   # "a preset for 128 H100 GPUs"
+    lay = c["layout"]
+    # dp_shard -1: 128 / (1 * 1 * 8 * 1) = 16
+    assert (lay["dp_replicate"], lay["dp_shard"], lay["t"], lay["p"], lay["c"]) == (1, 16, 8, 1, 1)
+    assert lay["fsdp_reshard_after_forward"] is True          # "default" without PP
+    tr = c["training"]
+    assert (tr["seq_len"], tr["local_batch_size"], tr["global_batch_size"]) == (8192, 2, 32)
+    assert tr["ac_mode"] == "full"
+    p = c["precision"]
+    assert p["float8"] and p["enable_fsdp_float8_all_gather"]
+    assert (p["mixed_precision_param"], p["mixed_precision_reduce"]) == ("bfloat16", "float32")
+    assert c["model"] == {"name": "llama3", "flavor": "405B"}
+    assert "optimizer.lr" in c["ignored"] and "job.dump_folder" in c["ignored"]
+
+
+def test_deepseek_v3_toml_defaults():
+    c = read_torchtitan_toml(DEEPSEEK_V3_671B, world_size=64)
+    assert c["layout"]["dp_shard"] == 64 and c["training"]["selective_ac_option"] == "op"
+    assert c["training"]["global_batch_size"] == 4 * 64
+
+
+def test_torchtitan_degree_rules():
+    pp = "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 4\n"
+    c = read_torchtitan_toml(pp, world_size=8)
+    assert c["layout"]["fsdp_reshard_after_forward"] is False   # PP turns resharding off
+    with pytest.raises(InvalidValueError, match="!= world size"):
+        read_torchtitan_toml(pp, world_size=16)
+    with pytest.raises(InvalidValueError, match="world size"):
+        read_torchtitan_toml("[parallelism]\ntensor_parallel_degree = 2\n")   # -1 needs W
+    # no -1: the world size is the product of the degrees
+    c = read_torchtitan_toml(pp)
+    assert c["layout"]["world_size"] == 8
+    with pytest.raises(InvalidValueError, match="leaves no GPUs"):
+        read_torchtitan_toml("[parallelism]\ntensor_parallel_degree = 8\n", world_size=4)
+
+
+def test_torchtitan_types_and_unknowns():
+    with pytest.raises(InvalidValueError, match="must be a int"):
+        read_torchtitan_toml("[parallelism]\ntensor_parallel_degree = \"8\"\n", world_size=8)
+    with pytest.raises(InvalidValueError, match="one of"):
+        read_torchtitan_toml("[activation_checkpoint]\nmode = \"fast\"\n", world_size=8)
+    with pytest.raises(InvalidValueError, match="not TOML"):
+        read_torchtitan_toml("[parallelism\n")
+    c = read_torchtitan_toml("[newsection]\nx = 1\n[training]\nunknown_key = 2\n", world_size=2)
+    assert c["ignored"] == ("newsection.x", "training.unknown_key")
+    with pytest.raises(InvalidValueError, match="multiple"):
+        read_torchtitan_toml("[training]\nlocal_batch_size = 3\nglobal_batch_size = 10\n",
+                             world_size=2)
