@@ -227,8 +227,9 @@ RULES: dict = {r.name: r for r in (
     Rule("moe-tp-sp", "MoE with t > 1 needs sequence parallelism (Megatron-LM)",
          lambda x, k: ((k["t"] > 1) & _not(k["sequence_parallel"])) if _moe(x) else False,
          lambda x, k: ("MoE with tensor parallelism needs sequence parallelism (Megatron-LM "
-                       "refuses t > 1 without --sequence-parallel)"),
-         Source("megatron-lm", _MLM_ARGS + " (MoE with TP requires sequence parallelism)"),
+                       "refuses t > 1 without --sequence-parallel in training; add it)"),
+         Source("megatron-lm", "megatron/core/transformer/moe/moe_layer.py, MoELayer.forward "
+                               "(raises in training with TP > 1 and no sequence parallelism)"),
          InvalidValueError),
     Rule("cp-seq", "2c must divide the sequence length (Megatron splits it into 2c chunks for "
          "causal load balancing)",

@@ -69,7 +69,13 @@ def main(argv=None) -> int:
     buffer = io.StringIO()
     try:
         with contextlib.redirect_stdout(buffer):
-            args = build_parser().parse_args(argv)
+            raw = list(sys.argv[1:] if argv is None else argv)
+            parser = build_parser()
+            args, extra = parser.parse_known_args(raw)
+            if extra and not getattr(args, "megatron_arguments", False):
+                parser.error("unrecognized arguments: " + " ".join(extra))
+            # a command that reads a pasted Megatron-LM argument list gets the raw argv
+            args.raw_argv, args.unparsed = raw[1:], extra
             status = int(args.run(args) or 0)
         write_stdout(buffer.getvalue())
         return status

@@ -17,6 +17,9 @@ def add_parser(sub) -> None:
     from .training_options import add_training_options  # issue 3: MODEL, layout, training
 
     add_training_options(parser)
+    from .training_options import add_megatron_inputs
+
+    add_megatron_inputs(parser)
     add_cluster_options(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(run=run)
@@ -162,7 +165,9 @@ def run(args) -> int:
         from ..hardware import gpu
 
         args.gpu_memory = gpu(args.gpu).memory_bytes  # the catalogue's capacity (vendor units)
-    if wants_training(args):  # a model was given: the full training total (issue 3)
+    from .training_options import megatron_mode
+
+    if wants_training(args) or megatron_mode(args):  # a model: the full training total
         if args.params is not None:
             raise InvalidValueError("--params contradicts the model: the parameter count comes "
                                     "from the MODEL or the architecture options (drop --params)")

@@ -111,6 +111,81 @@ def add_training_options(parser) -> None:
                      help="allocator fragmentation margin as a fraction (default 0.1)")
 
 
+#: memsym's own options of a job command (hardware, output, conventions, allowances, inputs),
+#: with how many values each takes: everything else of a pasted command is Megatron-LM's.
+HOST_OPTIONS = {"--gpu": 1, "--gpu-memory": 1, "--gpus-per-node": 1, "--intra-node-bandwidth": 1,
+                "--inter-node-bandwidth": 1, "--efficiency": 1, "--json": 0, "--convention": 1,
+                "--workspace": 1, "--nccl-buffers": 1, "--fragmentation": 1, "--args-file": 1,
+                "--launch-script": 1}
+
+
+def add_megatron_inputs(parser) -> None:
+    """``--args-file`` / ``--launch-script`` and the pasted-argument mode of a job command."""
+    grp = parser.add_argument_group(
+        "a Megatron-LM job (pretrain_gpt.py arguments pasted whole, with Megatron's defaults: "
+        "docs/howto-paste-launch-command.md)")
+    grp.add_argument("--args-file", default=None, metavar="FILE",
+                     help="a file of pretrain_gpt.py arguments")
+    grp.add_argument("--launch-script", default=None, metavar="SCRIPT.sh",
+                     help="a bash launch script: its torchrun/pretrain_gpt.py command is read "
+                     "(assignments, arrays and $VAR substituted; never executed)")
+    parser.set_defaults(megatron_arguments=True)
+
+
+def megatron_mode(args) -> bool:
+    """Whether the arguments are a Megatron-LM launch command: an argument memsym does not
+    define, or an argument file or launch script."""
+    return bool(getattr(args, "unparsed", None) or getattr(args, "args_file", None)
+                or getattr(args, "launch_script", None))
+
+
+def _megatron_tokens(raw) -> list:
+    """The raw arguments without memsym's own options and the MODEL: Megatron's argument list."""
+    out, i = [], 0
+    while i < len(raw):
+        tok = raw[i]
+        flag = tok.split("=", 1)[0]
+        if flag in HOST_OPTIONS:
+            i += 1 if "=" in tok else 1 + HOST_OPTIONS[flag]
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
+def megatron_job_from_args(args):
+    """(Job, MegatronJob) of a pasted Megatron-LM command (:func:`megatron_mode`)."""
+    from ..readers.jobs import megatron_job
+    from ..readers.launch_script import read_argument_file, read_launch_script
+    from ..readers.megatron import read_megatron_args
+    from ..terms.model_state import CONVENTIONS
+
+    tokens = _megatron_tokens(args.raw_argv)
+    if args.model is not None and tokens and tokens[0] == args.model:
+        tokens = tokens[1:]
+    if args.launch_script:
+        with open(args.launch_script, encoding="utf-8") as fh:
+            text = fh.read(1 << 20 + 1)
+        tokens = read_launch_script(text) + tokens
+    if args.args_file:
+        tokens = read_argument_file(args.args_file) + tokens
+    mj = read_megatron_args(tokens)
+    extra = {}
+    if args.convention in CONVENTIONS and args.convention != "framework":
+        extra["convention"] = args.convention
+    for key, dest in (("workspace", "workspace"), ("nccl", "nccl_buffers"),
+                      ("fragmentation", "fragmentation")):
+        if getattr(args, dest, None) is not None:
+            extra[key] = getattr(args, dest)
+    if getattr(args, "gpu", None) is not None:
+        extra["gpu"] = args.gpu
+    if getattr(args, "gpu_memory", None) is not None:
+        extra["capacity"] = args.gpu_memory
+    if getattr(args, "gpus_per_node", None) is not None:
+        extra["gpus_per_node"] = args.gpus_per_node
+    return megatron_job(mj, model=args.model, **extra), mj
+
+
 def wants_training(args) -> bool:
     """Whether the arguments describe a model (else the model-state-only path applies)."""
     return args.model is not None or any(getattr(args, n, None) is not None for n in ARCH_OPTIONS)
@@ -276,10 +351,18 @@ def _sources(est) -> dict:
 
 def estimate_training(args) -> int:
     """``memsym estimate MODEL ...``: print the per-GPU training memory (table or JSON)."""
+    from ..text import printable
     from .options import emit_json
 
-    warn_sequence_parallel(args)        # once, before any output
-    rep = training_report(args)
+    if megatron_mode(args):
+        j, mj = megatron_job_from_args(args)
+        rep = report_for(args, j)
+        rep["read_as"] = "Megatron-LM arguments (pretrain_gpt.py semantics and defaults)"
+        rep["ignored"] = [printable(x) for x in mj.ignored]
+        rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + [printable(n, 300) for n in j.notes]))
+    else:
+        warn_sequence_parallel(args)        # once, before any output
+        rep = training_report(args)
     total = rep.pop("_total")
     cap = args.gpu_memory
     fits = None if cap is None else bool(total <= cap)
@@ -300,6 +383,10 @@ def estimate_training(args) -> int:
     for key, val in rep["bytes"].items():
         src = rep.get("sources", {}).get(key, "")
         print(f"{key:<{wide}}{val:>22,}{val / 1e9:>12.3f}{val / 2**30:>12.3f}  {src}")
+    if rep.get("read_as"):
+        print(f"read as {rep['read_as']}")
+    if rep.get("ignored"):
+        print("ignored (no effect on memory or time): " + " ".join(rep["ignored"]))
     for note in rep.get("notes", []):
         print(f"note: {note}")
     if fits is not None:
