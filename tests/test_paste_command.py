@@ -104,3 +104,39 @@ def test_pasted_arguments_without_a_world_size_say_which_flag(capsys, tmp_path):
     code, out, err = cli(capsys, "estimate", "--launch-script", script(tmp_path, "gpt3_175b"),
                          "--vocab-size", "50257")
     assert code == 2 and "--world-size" in err
+
+
+# --- DeepSpeed and torchtitan configs as the layout/training part of a job --------------------
+def test_deepspeed_zero3_offload_for_a_preset(capsys, tmp_path):
+    # DeepSpeed's JSON keys: micro-batch 2 x accumulation 4 x DP 8 = train_batch_size 64
+    # (runtime/config.py _batch_assertion); ZeRO-3 with the optimizer offloaded to the CPU:
+    # the GPU keeps only its bf16 parameter partition, 2 N / d bytes (N = 6,738,415,616)
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+                               "bf16": {"enabled": True},
+                               "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}))
+    code, out, err = cli(capsys, "estimate", "llama2-7b", "--deepspeed-config", str(cfg),
+                         "--world-size", "8", "--seq-length", "4096", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["layout"]["dp"] == 8 and data["training"]["micro_batch_size"] == 2
+    assert data["bytes"]["weights"] == 2 * 6_738_415_616 // 8
+    assert "optimizer" not in data["bytes"] and "gradients" not in data["bytes"]
+
+
+def test_torchtitan_llama3_405b_toml(capsys, tmp_path):
+    # torchtitan v0.2.2 train_configs/llama3_405b.toml (verbatim in test_readers_frameworks):
+    # TP 8, data_parallel_shard_degree -1 -> 512 / 8 = 64, local batch 2, seq_len 8192, full AC
+    from test_readers_frameworks import LLAMA3_405B
+
+    toml = tmp_path / "llama3_405b.toml"
+    toml.write_text(LLAMA3_405B)
+    code, out, err = cli(capsys, "estimate", "--torchtitan-config", str(toml), "--world-size",
+                         "512", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["model"] == "llama3-405b"
+    assert (data["layout"]["tp"], data["layout"]["dp"]) == (8, 64)
+    assert (data["training"]["seq_length"], data["training"]["micro_batch_size"],
+            data["training"]["recompute"]) == (8192, 2, "full")
+    assert any("leftover" in n for n in data["notes"])

@@ -116,7 +116,7 @@ def add_training_options(parser) -> None:
 HOST_OPTIONS = {"--gpu": 1, "--gpu-memory": 1, "--gpus-per-node": 1, "--intra-node-bandwidth": 1,
                 "--inter-node-bandwidth": 1, "--efficiency": 1, "--json": 0, "--convention": 1,
                 "--workspace": 1, "--nccl-buffers": 1, "--fragmentation": 1, "--args-file": 1,
-                "--launch-script": 1}
+                "--launch-script": 1, "--deepspeed-config": 1, "--torchtitan-config": 1}
 
 
 def add_megatron_inputs(parser) -> None:
@@ -129,6 +129,12 @@ def add_megatron_inputs(parser) -> None:
     grp.add_argument("--launch-script", default=None, metavar="SCRIPT.sh",
                      help="a bash launch script: its torchrun/pretrain_gpt.py command is read "
                      "(assignments, arrays and $VAR substituted; never executed)")
+    grp.add_argument("--deepspeed-config", default=None, metavar="ds_config.json",
+                     help="a DeepSpeed config (ZeRO stage, offload, bf16/fp16, batch) for MODEL; "
+                     "--world-size gives the data-parallel size")
+    grp.add_argument("--torchtitan-config", default=None, metavar="JOB.toml",
+                     help="a torchtitan job TOML (v0.2 keys: [parallelism], [training], "
+                     "[activation_checkpoint], [float8]); the model from MODEL or its [model]")
     parser.set_defaults(megatron_arguments=True)
 
 
@@ -137,6 +143,11 @@ def megatron_mode(args) -> bool:
     define, or an argument file or launch script."""
     return bool(getattr(args, "unparsed", None) or getattr(args, "args_file", None)
                 or getattr(args, "launch_script", None))
+
+
+def framework_input(args) -> bool:
+    """Whether a DeepSpeed config or torchtitan TOML describes the job."""
+    return bool(getattr(args, "deepspeed_config", None) or getattr(args, "torchtitan_config", None))
 
 
 def _megatron_tokens(raw) -> list:
@@ -153,23 +164,10 @@ def _megatron_tokens(raw) -> list:
     return out
 
 
-def megatron_job_from_args(args):
-    """(Job, MegatronJob) of a pasted Megatron-LM command (:func:`megatron_mode`)."""
-    from ..readers.jobs import megatron_job
-    from ..readers.launch_script import read_argument_file, read_launch_script
-    from ..readers.megatron import read_megatron_args
+def _host_options(args) -> dict:
+    """The job options memsym's own (host) options give, whatever the framework input."""
     from ..terms.model_state import CONVENTIONS
 
-    tokens = _megatron_tokens(args.raw_argv)
-    if args.model is not None and tokens and tokens[0] == args.model:
-        tokens = tokens[1:]
-    if args.launch_script:
-        with open(args.launch_script, encoding="utf-8") as fh:
-            text = fh.read(1 << 20 + 1)
-        tokens = read_launch_script(text) + tokens
-    if args.args_file:
-        tokens = read_argument_file(args.args_file) + tokens
-    mj = read_megatron_args(tokens)
     extra = {}
     if args.convention in CONVENTIONS and args.convention != "framework":
         extra["convention"] = args.convention
@@ -183,6 +181,51 @@ def megatron_job_from_args(args):
         extra["capacity"] = args.gpu_memory
     if getattr(args, "gpus_per_node", None) is not None:
         extra["gpus_per_node"] = args.gpus_per_node
+    return extra
+
+
+def framework_job_from_args(args):
+    """The Job of a DeepSpeed config or torchtitan TOML given with ``--deepspeed-config`` /
+    ``--torchtitan-config`` (None when neither is given)."""
+    from ..errors import InvalidValueError
+    from ..readers import read_deepspeed_config, read_torchtitan_toml
+    from ..readers.jobs import deepspeed_job, torchtitan_job
+
+    ds, tt = getattr(args, "deepspeed_config", None), getattr(args, "torchtitan_config", None)
+    if ds is None and tt is None:
+        return None
+    if ds is not None and tt is not None:
+        raise InvalidValueError("give --deepspeed-config or --torchtitan-config, not both")
+    extra = _host_options(args)
+    if args.seq_length is not None:
+        extra["seq_length"] = args.seq_length
+    if ds is not None:
+        if args.model is None:
+            raise InvalidValueError("a DeepSpeed config has no model: name a MODEL (a preset or a "
+                                    "Hugging Face config.json) before --deepspeed-config")
+        return deepspeed_job(read_deepspeed_config(ds, world_size=args.world_size), args.model,
+                             **extra)
+    return torchtitan_job(read_torchtitan_toml(tt, world_size=args.world_size), args.model,
+                          **{k: v for k, v in extra.items() if k != "seq_length"})
+
+
+def megatron_job_from_args(args):
+    """(Job, MegatronJob) of a pasted Megatron-LM command (:func:`megatron_mode`)."""
+    from ..readers.jobs import megatron_job
+    from ..readers.launch_script import read_argument_file, read_launch_script
+    from ..readers.megatron import read_megatron_args
+
+    tokens = _megatron_tokens(args.raw_argv)
+    if args.model is not None and tokens and tokens[0] == args.model:
+        tokens = tokens[1:]
+    if args.launch_script:
+        with open(args.launch_script, encoding="utf-8") as fh:
+            text = fh.read(1 << 20 + 1)
+        tokens = read_launch_script(text) + tokens
+    if args.args_file:
+        tokens = read_argument_file(args.args_file) + tokens
+    mj = read_megatron_args(tokens)
+    extra = _host_options(args)
     return megatron_job(mj, model=args.model, **extra), mj
 
 
@@ -354,7 +397,13 @@ def estimate_training(args) -> int:
     from ..text import printable
     from .options import emit_json
 
-    if megatron_mode(args):
+    framework = framework_job_from_args(args)
+    if framework is not None:
+        rep = report_for(args, framework)
+        rep["read_as"] = ("a DeepSpeed config" if args.deepspeed_config else
+                          "a torchtitan job TOML (v0.2 keys)")
+        rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + list(framework.notes)))
+    elif megatron_mode(args):
         j, mj = megatron_job_from_args(args)
         rep = report_for(args, j)
         rep["read_as"] = "Megatron-LM arguments (pretrain_gpt.py semantics and defaults)"

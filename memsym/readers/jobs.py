@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..errors import InvalidValueError
 
-__all__ = ["megatron_job", "MEGATRON_FSDP_SCHEMES"]
+__all__ = ["megatron_job", "deepspeed_job", "torchtitan_job", "MEGATRON_FSDP_SCHEMES", "DEEPSPEED_SCHEMES"]
 
 #: Megatron-FSDP's --data-parallel-sharding-strategy -> the scheme that shards the same
 #: states (megatron/core/distributed/fsdp: no_shard keeps everything, optim shards the
@@ -99,5 +99,95 @@ def megatron_job(mj, model=None, **options):
         opts["sharding"] = "distributed-optimizer" if opt.get("use_distributed_optimizer") else "ddp"
     opts.update(mj.architecture if model is None else
                 {k: v for k, v in mj.architecture.items() if v is not None})
+    opts.update(options)
+    return job(model, _notes=tuple(notes), **opts)
+
+
+#: DeepSpeed's zero_optimization.stage -> memsym's sharding scheme (stage 0: plain data parallel).
+DEEPSPEED_SCHEMES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
+
+
+def deepspeed_job(cfg: dict, model, **options):
+    """The :class:`memsym.job.Job` of a read DeepSpeed config (:func:`read_deepspeed_config`)
+    for ``model`` (a preset, config.json or Architecture: DeepSpeed's JSON has no model).
+
+    ZeRO stage -> sharding, ``offload_optimizer``/``offload_param`` -> offload, bf16/fp16 ->
+    precision, micro-batch and global batch as DeepSpeed's batch rule resolved them; DeepSpeed
+    keeps no tensor or pipeline split of its own here (t = p = 1).
+
+    Examples
+    --------
+    >>> j = deepspeed_job({"layout": {"d": 8}, "training": {"micro_batch_size": 2,
+    ...     "global_batch_size": 64}, "precision": {"params_dtype": "bf16"},
+    ...     "sharding": {"zero_stage": 3, "offload_optimizer": "cpu", "offload_param": "none"},
+    ...     "notes": ()}, "llama2-7b", seq_length=4096)
+    >>> j.training.sharding, j.training.offload, j.layout.d, j.m
+    ('zero3', 'optimizer', 8, 4)
+    """
+    from ..job import job
+
+    shard = cfg["sharding"]
+    opts = {"d": cfg["layout"]["d"], "micro_batch_size": cfg["training"]["micro_batch_size"],
+            "global_batch_size": cfg["training"]["global_batch_size"],
+            "precision": cfg["precision"].get("params_dtype", "fp32"),
+            "sharding": DEEPSPEED_SCHEMES[shard["zero_stage"]]}
+    off_p, off_o = shard.get("offload_param", "none"), shard.get("offload_optimizer", "none")
+    if off_p not in (None, "none"):
+        opts["offload"] = "optimizer+params"
+    elif off_o not in (None, "none"):
+        opts["offload"] = "optimizer"
+    opts.update(options)
+    return job(model, _notes=tuple(cfg.get("notes", ())), **opts)
+
+
+def torchtitan_job(cfg: dict, model=None, **options):
+    """The :class:`memsym.job.Job` of a read torchtitan TOML (:func:`read_torchtitan_toml`).
+
+    The model is ``model`` or the TOML's ``[model] name``/``flavor`` as a preset
+    (``llama3`` ``405B`` -> ``llama3-405b``).  Data parallelism: replicate x shard GPUs, the
+    states sharded by FSDP2 when the shard degree is > 1 (HSDP's replicas keep their own
+    shard: counted over the whole data-parallel group, said in the notes); activation
+    checkpointing ``full`` -> full recompute, ``selective`` -> Korthikanti's selective (an
+    approximation of torchtitan's per-op / every-other-layer policy, said in the notes).
+
+    Examples
+    --------
+    >>> cfg = {"layout": {"dp_replicate": 1, "dp_shard": 8, "t": 1, "p": 1, "c": 1, "e": 1,
+    ...        "d": 8, "world_size": 8}, "training": {"seq_len": 8192, "local_batch_size": 1,
+    ...        "global_batch_size": 8, "ac_mode": "full"}, "precision": {"float8": False},
+    ...        "model": {"name": "llama3", "flavor": "8B"}, "notes": ()}
+    >>> j = torchtitan_job(cfg)
+    >>> j.model.name, j.training.sharding, j.training.recompute
+    ('llama3-8b', 'fsdp', 'full')
+    """
+    from ..job import job
+
+    notes = list(cfg.get("notes", ()))
+    lay, trn = cfg["layout"], cfg["training"]
+    if model is None:
+        meta = cfg.get("model") or {}
+        if not meta.get("name") or not meta.get("flavor"):
+            raise InvalidValueError("the torchtitan TOML names no [model] name/flavor: give the "
+                                    "MODEL (a preset or a Hugging Face config.json)")
+        model = f"{meta['name']}-{str(meta['flavor']).lower()}"
+    ac = trn.get("ac_mode", "none")
+    opts = {"t": lay["t"], "p": lay["p"], "c": lay["c"], "e": lay["e"], "d": lay["d"],
+            "seq_length": trn["seq_len"], "micro_batch_size": trn["local_batch_size"],
+            "global_batch_size": trn.get("global_batch_size"),
+            "recompute": {"full": "full", "selective": "selective"}.get(ac, "none"),
+            "sharding": "fsdp" if lay.get("dp_shard", 1) > 1 else "ddp",
+            "precision": "bf16", "sequence_parallel": lay["t"] > 1}
+    if cfg["precision"].get("float8"):
+        # torchao's Float8Linear casts weights and activations per GEMM; FSDP2 keeps the
+        # parameters in their own dtype (torchtitan components/quantization/float8.py)
+        notes.append("float8 (torchao Float8Linear): parameters counted in bf16 compute and "
+                     "fp32 states as FSDP2 keeps them; the per-GEMM fp8 casts are transient")
+    if ac == "selective":
+        notes.append(f"activation checkpointing selective (option {trn.get('selective_ac_option')}"
+                     "): counted as Korthikanti's selective recompute")
+    if lay.get("dp_replicate", 1) > 1 and lay.get("dp_shard", 1) > 1:
+        notes.append("HSDP: the states are counted as sharded over the whole data-parallel "
+                     "group (torchtitan shards them over data_parallel_shard_degree only)")
+    opts = {k: v for k, v in opts.items() if v is not None}
     opts.update(options)
     return job(model, _notes=tuple(notes), **opts)
