@@ -140,3 +140,18 @@ def test_torchtitan_llama3_405b_toml(capsys, tmp_path):
     assert (data["training"]["seq_length"], data["training"]["micro_batch_size"],
             data["training"]["recompute"]) == (8192, 2, "full")
     assert any("leftover" in n for n in data["notes"])
+
+
+def test_time_reads_a_config_json(capsys, tmp_path):
+    # Llama-2 7B's config.json values: 6,738,415,616 parameters (the published total); the
+    # time is Narayanan Eq. 4, 8 T N / (G X) with full recompute
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                               "num_attention_heads": 32, "intermediate_size": 11008,
+                               "vocab_size": 32000}))
+    code, out, err = cli(capsys, "time", str(cfg), "--tokens", "2T", "--gpus", "1024",
+                         "--tflops", "400", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["params"] == 6_738_415_616
+    assert data["seconds"] == pytest.approx(8 * 2e12 * 6_738_415_616 / (1024 * 400e12), rel=1e-12)

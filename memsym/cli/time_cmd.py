@@ -12,7 +12,7 @@ def add_parser(sub) -> None:
         "6*T*N/(G*X) without (Narayanan et al. 2021 Eq. 4), X = efficiency x peak dense FLOP/s "
         "of the GPU; GPU-hours and cost at a price per GPU-hour (seed 004).")
     parser.add_argument("model", metavar="MODEL-or-PARAMS",
-                        help="a model preset name (see `memsym` model presets) or a parameter "
+                        help="a model preset name, a Hugging Face config.json, or a parameter "
                         "count (7B, 175e9, 1T)")
     parser.add_argument("--tokens", type=_tokens, required=True, metavar="T",
                         help="training tokens (300B, 15T, 3e11)")
@@ -58,14 +58,17 @@ def _params(text: str):
     except MemsymError:
         pass
     from .. import model as models
+    from ..text import printable
 
-    arch = models.preset(text)  # UnknownNameError with suggestions on a miss
+    # a preset name or a Hugging Face config.json (UnknownNameError with suggestions on a miss)
+    arch = models.resolve_model(text)
+    arch = models.resolve(arch, seq_length=arch.max_position_embeddings or 1)
     moe = getattr(arch, "is_moe", False)
     moe = moe() if callable(moe) else moe
     if moe and hasattr(models, "active_parameter_count"):
         # FLOPs per token follow the parameters each token meets (Kaplan's 6N with active N)
-        return int(models.active_parameter_count(arch)), f"active parameters of {arch.name}"
-    return int(models.parameter_count(arch)), f"parameters of {arch.name}"
+        return int(models.active_parameter_count(arch)), f"active parameters of {printable(arch.name)}"
+    return int(models.parameter_count(arch)), f"parameters of {printable(arch.name)}"
 
 
 def time_report(args) -> dict:
@@ -95,9 +98,9 @@ def time_report(args) -> dict:
 
     inputs = {"--tokens": args.tokens, "MODEL": params, "--gpus": args.gpus,
               "achieved FLOP/s": float(peak * eff), "--price-per-gpu-hour": args.price_per_gpu_hour}
-    for what, value in (("training time", seconds), ("GPU-hours", hours), ("cost", cost)):
+    for name, value in (("training time", seconds), ("GPU-hours", hours), ("cost", cost)):
         if value is not None:
-            finite_float(value, what, inputs)
+            finite_float(value, name, inputs)
     return {
         "params": params,
         "params_kind": what,
