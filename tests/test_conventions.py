@@ -2,7 +2,7 @@
 
 Each worked case is computed twice, independently:
 
-* by memsym (memsym/conventions.py: SymPy terms in the layout symbols, evaluated exactly), and
+* by memsym (memsym/conventions/: SymPy terms in the layout symbols, evaluated exactly), and
 * by tests/framework_ports.py, a literal line-by-line port of Megatron-LM core 0.19
   ``theoretical_memory_usage.py`` and Megatron-Bridge 0.6 ``estimate_training_memory`` run on
   exact Fractions,
