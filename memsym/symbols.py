@@ -121,7 +121,7 @@ alpha = _register("alpha", r"\alpha", "latency per collective step", "s", "nonne
 F = _register("F", r"F_{\mathrm{peak}}", "peak dense throughput of one GPU", "FLOP/s")
 eta = _register("eta", r"\eta", "achieved fraction of peak throughput (efficiency)", "1")
 T = _register("T", "T", "number of training tokens", "tokens")
-# --- architectures (issue 3): parameter counts (memsym/model/) -------------------------
+# --- architectures: shapes and parameter counts (memsym/model/) ---------------------------
 s_max = _register("s_max", r"s_{\mathrm{max}}", "rows of the learned position-embedding table "
                   "(max_position_embeddings)", "tokens", "positive integer")
 L_m = _register("L_m", r"L_{\mathrm{m}}", "number of MoE layers among the L layers", "1",
@@ -138,7 +138,7 @@ d_r = _register("d_r", r"d_{\mathrm{r}}", "MLA decoupled RoPE head dim (qk_rope_
                 "Megatron qk_pos_emb_head_dim)", "1", "positive integer")
 d_v = _register("d_v", r"d_{\mathrm{v}}", "MLA value head dim (v_head_dim)", "1",
                 "positive integer")
-# --- communication & time (issue 4) -------------------------------------------------------
+# --- communication and time: groups, links, FLOP/s (memsym/terms/communication.py) --------
 n_node = _register("n_node", r"n_{\mathrm{node}}", "GPUs per node (one NVLink domain)", "GPUs",
                    "positive integer")
 beta_intra = _register("beta_intra", r"\beta_{\mathrm{intra}}", "intra-node (NVLink) bandwidth "
@@ -152,7 +152,7 @@ omega = _register("omega", r"\omega", "fraction of communication time hidden beh
 price = _register("price", r"c_{\mathrm{GPU\,h}}", "price per GPU-hour", "currency/(GPU h)",
                   "nonnegative")
 
-# --- activations and the training total (issue 3): memsym/terms/activations.py, training.py --
+# --- activations and the training total: memsym/terms/activations.py, training.py ---------
 c_f = _register("c_f", r"c_{\mathrm{f}}", "MoE capacity factor: routed-token load of the busiest "
                 "expert rank relative to a perfectly balanced one", "1")
 M_ws = _register("M_ws", r"M_{\mathrm{ws}}", "allowance for workspace and temporary buffers "
@@ -164,7 +164,7 @@ phi_frag = _register("phi_frag", r"\varphi_{\mathrm{frag}}", "allocator fragment
 M_alloc = _register("M_alloc", r"M_{\mathrm{alloc}}", "memory the caching allocator hands out on "
                     "one GPU: model states + activations", "bytes", "nonnegative")
 
-# --- adapters (issue 5): LoRA / QLoRA, memsym/terms/adapters.py ------------------------------
+# --- adapters: LoRA / QLoRA, memsym/terms/adapters.py ---------------------------------------
 r_lora = _register("r_lora", "r", "LoRA rank of each adapter", "1", "positive integer")
 L_lora = _register("L_lora", r"\hat{L}_{\mathrm{LoRA}}", "number of weight matrices LoRA adapts "
                    "(all layers together)", "1", "positive integer")
@@ -186,12 +186,12 @@ N_exp = _register("N_exp", r"N_{\mathrm{exp}}", "routed-expert parameters of the
 N_q = _register("N_q", r"N_{\mathrm{q}}", "frozen linear-layer parameters on one GPU (quantized "
                 "under QLoRA; the base weights LoRA adapts)", "parameters", "nonnegative")
 
-# --- published tables and framework estimators (issue 7): memsym/accuracy.py ----------------
+# --- published estimators: DeepSpeed's largest layer (memsym/terms/estimators.py) ----------
 N_ll = _register("N_ll", r"N_{\mathrm{ll}}", "parameters of the largest single module "
                  "(DeepSpeed's largest_layer_params, gathered whole under ZeRO-3)", "parameters")
 
 
-# --- step-time model (issue 17): memsym/timing ------------------------------------------------
+# --- step-time model: GEMM efficiency, HBM, link latency (memsym/timing) -------------------
 eta_gemm = _register("eta_gemm", r"\eta_{\mathrm{GEMM}}", "achieved GEMM efficiency: the override "
                      "that replaces memsym.timing's size-dependent efficiency curve", "1")
 beta_hbm = _register("beta_hbm", r"\beta_{\mathrm{HBM}}", "HBM bandwidth of one GPU (prices the "
@@ -199,7 +199,7 @@ beta_hbm = _register("beta_hbm", r"\beta_{\mathrm{HBM}}", "HBM bandwidth of one 
 alpha_link = _register("alpha_link", r"\alpha_{\mathrm{link}}", "latency of one ring step on a link "
                        "tier (NVLink or the inter-node network)", "s", "nonnegative")
 
-# --- framework-faithful model states and transient peaks (issue 14) ------------------------
+# --- model states as the frameworks allocate them, and transient peaks ----------------------
 # memsym/terms/model_state.py (convention "framework"), memsym/terms/transients.py
 b_mg = _register("b_mg", r"b_{\mathrm{mg}}", "bytes per parameter of the optimizer's separate "
                  "fp32 main-gradient copy (Megatron .float() of a 16-bit grad buffer, DeepSpeed's fp32 "
