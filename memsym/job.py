@@ -449,6 +449,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         name = next(iter(opts))
         raise UnknownNameError("job option", name, list(_LAYOUT_FIELDS + _TRAINING_FIELDS)
                                + list(OPTION_ALIASES) + list(_ALLOWANCE_KEYS))
+    seq_given = training is not None or "seq_length" in trn_kw
     layout = Layout() if layout is None else layout
     training = Training() if training is None else training
     _check_types(layout, training)
@@ -463,6 +464,17 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
             raise InvalidValueError(f"world size {G} != t*p*c*d = {lay.t}*{lay.p}*{lay.c}*{lay.d}"
                                     f" = {tpc * lay.d}")
         lay = dataclasses.replace(lay, d=G // tpc)
+    if not seq_given:
+        # the default sequence, capped by the model's position table (Megatron requires
+        # seq_length <= max_position_embeddings)
+        table = base.max_position_embeddings
+        if table is not None and table < trn.seq_length:
+            trn = dataclasses.replace(trn, seq_length=table)
+            notes.append(f"sequence length s = {table}: {base.name}'s position table (memsym's "
+                         f"default {DEFAULTS['seq_length']} is longer; give seq_length)")
+        else:
+            notes.append(f"sequence length s = {trn.seq_length} (memsym's default; give "
+                         "seq_length / --seq-length)")
     x = resolve(base, seq_length=whole(trn.seq_length, "seq_length"))
     if lay.sequence_parallel is True and lay.t == 1:
         lay = dataclasses.replace(lay, sequence_parallel=False)

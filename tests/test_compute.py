@@ -266,7 +266,7 @@ def test_one_default_flop_formula():
 
 
 def test_recompute_modes_defined_once():
-    from memsym import conventions
+    from memsym.conventions import knobs as conventions
     from memsym.terms import activations, communication, compute
     assert compute.RECOMPUTE is activations.RECOMPUTE is communication.RECOMPUTE \
         is conventions.RECOMPUTE

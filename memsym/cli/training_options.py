@@ -254,7 +254,7 @@ def job_from_args(args, **override):
     describe the model (Megatron's defaults: learned absolute positions unless ``--swiglu``).
     """
     from ..errors import InvalidValueError
-    from ..job import DEFAULTS, job
+    from ..job import job
     from ..terms.model_state import CONVENTIONS
     from .options import resolve_scheme
 
@@ -303,9 +303,7 @@ def job_from_args(args, **override):
         opts["capacity"] = args.gpu_memory
     if getattr(args, "gpus_per_node", None) is not None:
         opts["gpus_per_node"] = args.gpus_per_node
-    notes = () if args.seq_length is not None else (
-        f"sequence length s = {DEFAULTS['seq_length']} (memsym's default; give --seq-length S)",)
-    return job(args.model, _notes=notes, **opts)
+    return job(args.model, **opts)
 
 
 def warn_sequence_parallel(args) -> None:
@@ -410,8 +408,8 @@ def estimate_training(args) -> int:
         rep["ignored"] = [printable(x) for x in mj.ignored]
         rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + [printable(n, 300) for n in j.notes]))
     else:
-        warn_sequence_parallel(args)        # once, before any output
         rep = training_report(args)
+        warn_sequence_parallel(args)        # once, after validation, before any output
     total = rep.pop("_total")
     cap = args.gpu_memory
     fits = None if cap is None else bool(total <= cap)
@@ -535,11 +533,11 @@ def solve_training(args) -> int:
     cap = args.gpu_memory
     if cap is None:
         raise InvalidValueError(f"solve {args.unknown} needs --gpu-memory C (e.g. 80GB or 80GiB)")
-    warn_sequence_parallel(args)        # once, before any output
     # validated once (a bad option is an error, not "no fit"); for tp/pp at the smallest
     # candidate, whose layout every rule on t and p admits
     base = job_from_args(args) if args.unknown == "micro-batch-size" else \
         job_from_args(args, t=1, p=1, d=1)
+    warn_sequence_parallel(args)        # once, after validation, before any output
 
     def total_at(**override):
         rep = report_for(args, job_from_args(args, **override), cluster=False)
