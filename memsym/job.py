@@ -35,7 +35,7 @@ class Layout:
         Expert-parallel size and expert tensor-parallel size [GPUs] (``t_e`` None = ``t``, as
         Megatron-LM's ``validate_args`` resolves it).
     v : int or None
-        Virtual pipeline stages (model chunks) per pipeline rank; None = not interleaved.
+        Virtual pipeline stages (model chunks) per pipeline rank [1]; None = not interleaved.
     sequence_parallel : bool
         Megatron sequence parallelism (only meaningful for ``t > 1``).
     first_stage_layers, last_stage_layers : int or None
@@ -78,7 +78,7 @@ class Training:
     micro_batch_size : int
         ``b`` [sequences].
     num_microbatches : int or None
-        ``m`` per step and pipeline; None = derived from ``global_batch_size`` as
+        ``m``, micro-batches per step and pipeline [1]; None = derived from ``global_batch_size`` as
         ``B/(b d)``, or "enough" (at least ``p``) when that is also None.
     global_batch_size : int or None
         ``B`` [sequences].
@@ -324,7 +324,9 @@ class Job:
     model : memsym.model.Resolved
         The architecture, every default filled in.
     layout : Layout
+        The parallel layout (:class:`Layout`).
     training : Training
+        The training step (:class:`Training`).
     allowances : tuple of (str, number)
         Overrides of the allowance defaults (:data:`memsym.training.ALLOWANCES`).
     gpu, cluster : hardware records or None
@@ -332,7 +334,7 @@ class Job:
     capacity : int or None
         GPU memory [bytes] the job must fit (the GPU's, unless given).
     m : int or None
-        Micro-batches per step (from ``B/(b d)`` or given).
+        Micro-batches per step and pipeline [1] (from ``B/(b d)`` or given).
     notes : tuple of str
         What was assumed or adjusted (defaults that matter, SP off at t = 1, ...).
     """
@@ -398,7 +400,9 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     allowances : mapping, optional
         Overrides of the allowance defaults (``{"workspace": 0}``) [bytes or fraction].
     gpu, cluster : str or hardware record, optional
-        Where it runs; the GPU's memory is the capacity unless ``capacity`` [bytes] is given.
+        Where it runs; the GPU's memory is the capacity unless ``capacity`` is given.
+    capacity : int, optional
+        GPU memory C [bytes] the job must fit (default: the GPU's).
     world_size : int, optional
         ``G`` [GPUs]: gives ``d = G/(t p c)`` when ``d`` is not given.
     gpus_per_node : int, optional

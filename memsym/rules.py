@@ -271,7 +271,33 @@ PREFERENCES = tuple(n for n, r in RULES.items() if r.kind == "preference")
 
 def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> dict:
     """The knob values the rules read, from a :class:`~memsym.training.Layout` and
-    :class:`~memsym.training.Training` (``m``: the micro-batch count, when known)."""
+    :class:`~memsym.training.Training`.
+
+    Parameters
+    ----------
+    layout : Layout
+        The parallel layout (``t p c d e t_e v``, sequence parallelism, uneven stages).
+    training : Training, optional
+        The training step (``s b B``, offload, sharding); without it the batch rules are
+        skipped.
+    gpus : int, optional
+        World size G [GPUs], when the rules should check it.
+    gpus_per_node : int, optional
+        GPUs per node [GPUs].
+    m : int, optional
+        Micro-batches per step and pipeline [1], when known.
+
+    Returns
+    -------
+    dict
+        Knob name -> value, as :data:`RULES` read them.
+
+    Examples
+    --------
+    >>> from memsym.training import Layout
+    >>> knobs(Layout(t=2, p=4))["t_e"]
+    2
+    """
     k = {"t": layout.t, "p": layout.p, "c": layout.c, "d": layout.d, "e": layout.e,
          "t_e": layout.expert_tp, "v": layout.v or 1,
          "sequence_parallel": bool(layout.sequence_parallel),
@@ -287,7 +313,31 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
 
 
 def masks(x, k: Mapping, names=None) -> dict:
-    """``rule name -> boolean array`` (True where broken) over a grid of knob arrays."""
+    """``rule name -> boolean array`` (True where broken) over a grid of knob arrays.
+
+    Parameters
+    ----------
+    x : memsym.model.Resolved
+        The model.
+    k : mapping
+        Knob name -> numpy array (or scalar), as :func:`knobs` names them; a rule whose
+        inputs are missing is left out.
+    names : iterable of str, optional
+        The rules to test (default: all of :data:`RULES`).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Rule name -> boolean array of the grid's shape, True where the rule is broken.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from memsym.model import preset
+    >>> k = {"t": np.array([8, 16]), "p": np.array([1, 1]), "e": 1, "t_e": np.array([8, 16])}
+    >>> masks(preset("llama2-70b"), k, ["tp-kv-heads"])["tp-kv-heads"].tolist()
+    [False, True]
+    """
     import numpy as np
 
     shape = np.shape(k["t"])
@@ -303,6 +353,20 @@ def masks(x, k: Mapping, names=None) -> dict:
 
 def broken(x, k: Mapping, names=None) -> list:
     """The names of the rules one job breaks, in table order (empty when it is valid).
+
+    Parameters
+    ----------
+    x : memsym.model.Resolved
+        The model.
+    k : mapping
+        The job's knobs (:func:`knobs`).
+    names : iterable of str, optional
+        The rules to test (default: the launch rules, :data:`LAUNCH`).
+
+    Returns
+    -------
+    list of str
+        Names of the broken rules.
 
     Examples
     --------
@@ -325,6 +389,21 @@ def broken(x, k: Mapping, names=None) -> list:
 
 def check(x, k: Mapping, names=None) -> None:
     """Raise the first broken launch rule (its own error class and message).
+
+    Parameters
+    ----------
+    x : memsym.model.Resolved
+        The model.
+    k : mapping
+        The job's knobs (:func:`knobs`).
+    names : iterable of str, optional
+        The rules to test (default: the launch rules, :data:`LAUNCH`).
+
+    Raises
+    ------
+    memsym.errors.InvalidValueError
+        The first broken rule's error (its :class:`~memsym.errors.DivisibilityError` for the
+        divisibility rules), with its message.
 
     Examples
     --------

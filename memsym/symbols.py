@@ -245,7 +245,27 @@ def registry() -> Mapping[str, SymbolInfo]:
 
 
 def suggest(name: str, choices, n: int = 3) -> list[str]:
-    """The closest valid names to a misspelt one (case-insensitive)."""
+    """The closest valid names to a misspelt one (case-insensitive).
+
+    Parameters
+    ----------
+    name : str
+        The misspelt name.
+    choices : iterable
+        The valid names.
+    n : int
+        At most this many suggestions (a count of names, not of ranks).
+
+    Returns
+    -------
+    list of str
+        The closest names, best first.
+
+    Examples
+    --------
+    >>> suggest("seq_lenght", ["seq_length", "micro_batch_size"])
+    ['seq_length']
+    """
     lowered = {str(x).lower(): str(x) for x in choices}
     hits = difflib.get_close_matches(str(name).lower(), list(lowered), n=n, cutoff=0.5)
     return [lowered[x] for x in hits]

@@ -244,7 +244,21 @@ def megatron_bridge_activation(schedule: str = "none", output_layer: bool = True
 
 
 def padded_vocab(vocab_size: int, divisible_by: int = 128, tp=t) -> sp.Expr:
-    r"""Megatron's padded vocabulary :math:`\lceil V/(128 t)\rceil \cdot 128 t`.
+    r"""Megatron's padded vocabulary :math:`\lceil V/(128 t)\rceil \cdot 128 t` [tokens].
+
+    Parameters
+    ----------
+    vocab_size : int
+        Unpadded vocabulary size V [tokens].
+    divisible_by : int, optional
+        ``--make-vocab-size-divisible-by`` [tokens], default 128.
+    tp : int or sympy.Expr, optional
+        Tensor-parallel size t [GPUs]; the symbol ``t`` by default.
+
+    Returns
+    -------
+    sympy.Expr
+        The padded vocabulary [tokens].
 
     Examples
     --------

@@ -77,9 +77,11 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
     Parameters
     ----------
     arch : memsym.model.Architecture
+        The model (Megatron argument names).
     layout, training : mapping or object, optional
         As for :func:`megatron_lm`; ``first_stage_layers`` / ``last_stage_layers`` select uneven PP.
     num_microbatches : int, optional
+        Micro-batches per step m [1], as for :func:`megatron_lm`.
     should_pad_vocab : bool, optional
         Default False (``GPTModelProvider``'s default).
 

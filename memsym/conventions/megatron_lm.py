@@ -40,7 +40,8 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
         Knobs ``t p d c e t_e v`` and ``s b m sequence_parallel recompute sharding``
         (Megatron's argument names are accepted too); keyword ``knobs`` override both.
     num_microbatches : int, optional
-        What the training loop passes (``get_num_microbatches()``); the offline tool passes none.
+        Micro-batches per step m [1], what the training loop passes (``get_num_microbatches()``);
+        the offline tool passes none.
 
     Returns
     -------

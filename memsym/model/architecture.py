@@ -181,6 +181,18 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
     Every size is checked against :data:`LIMITS` before anything is built from it; the name is
     passed through :func:`printable`.
 
+    Parameters
+    ----------
+    arch : Architecture
+        The model as given (a :class:`Resolved` one is returned unchanged).
+    seq_length : int, optional
+        Sequence length s [tokens]: the default ``max_position_embeddings`` of learned positions.
+
+    Returns
+    -------
+    Resolved
+        The architecture with every default filled in.
+
     Raises
     ------
     InvalidValueError

@@ -197,6 +197,20 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
     ``V`` is the published vocabulary, or Megatron's padded one when ``pad_vocab`` (padding to a
     multiple of ``make_vocab_size_divisible_by * t``).
 
+    Parameters
+    ----------
+    arch : Architecture
+        The model.
+    t : int
+        Tensor-parallel size [GPUs]; matters only with ``pad_vocab``.
+    pad_vocab : bool
+        Use Megatron's padded vocabulary (default: the published one).
+
+    Returns
+    -------
+    dict of sympy.Symbol to sympy.Integer
+        The architecture symbols (``h``, ``V``, ``L``, ...) and their values.
+
     Examples
     --------
     >>> from memsym.model import preset
@@ -230,7 +244,21 @@ def _as_int(expr, vals) -> int:
 
 
 def parameter_counts(arch: Architecture, t: int = 1, pad_vocab: bool = False) -> dict:
-    """Exact parameter count of each component (ints), keys as :data:`COMPONENTS`.
+    """Exact parameter count of each component [parameters], keys as :data:`COMPONENTS`.
+
+    Parameters
+    ----------
+    arch : Architecture
+        The model.
+    t : int
+        Tensor-parallel size [GPUs]; matters only with ``pad_vocab``.
+    pad_vocab : bool
+        Count Megatron's padded vocabulary rows (default: the published vocabulary).
+
+    Returns
+    -------
+    dict of str to int
+        Parameters of each component [parameters].
 
     Examples
     --------
@@ -254,7 +282,8 @@ def parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False, mtp
     arch : Architecture
         The model.
     t : int
-        Tensor-parallel size; matters only with ``pad_vocab`` (the padding multiple is 128·t).
+        Tensor-parallel size [GPUs]; matters only with ``pad_vocab`` (the padding multiple is
+        128·t).
     pad_vocab : bool
         Count Megatron's padded vocabulary rows (default: the published vocabulary).
     mtp : bool
@@ -285,6 +314,24 @@ def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = Fal
     MTP layers are excluded by default (they are a training-only head).  DeepSeek-V3's "37B
     activated" and gpt-oss's "5.1B active" are stated without the input embedding: pass
     ``embedding=False`` for those.
+
+    Parameters
+    ----------
+    arch : Architecture
+        The model.
+    t : int
+        Tensor-parallel size [GPUs]; matters only with ``pad_vocab``.
+    pad_vocab : bool
+        Count Megatron's padded vocabulary rows (default: the published vocabulary).
+    mtp : bool
+        Include the multi-token-prediction layers (default: excluded).
+    embedding : bool
+        Include the input embedding (and learned position table).
+
+    Returns
+    -------
+    int
+        Active parameters [parameters].
 
     Examples
     --------

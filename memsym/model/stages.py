@@ -28,6 +28,17 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
     ``tp-ffn`` (t divides the dense and shared-expert ffn, t_e the routed experts'),
     ``ep-experts`` and ``pp-layers``.
 
+    Parameters
+    ----------
+    arch : Architecture
+        The model.
+    t, p, e : int
+        Tensor-, pipeline- and expert-parallel sizes [GPUs].
+    t_e : int, optional
+        Expert tensor-parallel size [GPUs] (default t, as Megatron resolves it).
+    first_stage_layers, last_stage_layers : int, optional
+        Uneven pipeline: decoder layers on the first / last stage [1].
+
     Raises
     ------
     DivisibilityError
@@ -88,6 +99,22 @@ def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,
                  last_stage_layers: Optional[int] = None) -> range:
     """The decoder layers (0-based indices) held by pipeline ``stage`` of ``p``.
 
+    Parameters
+    ----------
+    arch : Architecture
+        The model.
+    p : int
+        Pipeline-parallel size [GPUs].
+    stage : int
+        The stage index, 0 .. p−1.
+    first_stage_layers, last_stage_layers : int, optional
+        Uneven pipeline: decoder layers on the first / last stage [1]; the rest split evenly.
+
+    Returns
+    -------
+    range
+        The stage's layer indices.
+
     Examples
     --------
     >>> from memsym.model import preset
@@ -143,7 +170,7 @@ class StageParameters:
     experts : int
         Routed-expert parameters of the stage (whole, before dividing by e·t_e) [parameters].
     t, e, t_e : int
-        The tensor, expert and expert-tensor parallel sizes used for the per-GPU numbers.
+        The tensor, expert and expert-tensor parallel sizes used for the per-GPU numbers [GPUs].
     """
 
     stage: int
@@ -201,10 +228,11 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     Parameters
     ----------
     arch : Architecture
+        The model.
     t, p, e : int
         Tensor-, pipeline- and expert-parallel sizes [GPUs].
     t_e : int, optional
-        Expert tensor-parallel size (default t, as Megatron resolves it).
+        Expert tensor-parallel size [GPUs] (default t, as Megatron resolves it).
     stage : int
         0 .. p−1.
     first_stage_layers, last_stage_layers : int, optional

@@ -256,6 +256,21 @@ def data_parallel(sharding: str = "ddp", *, context_parallel: bool = False, para
     (1.5x) element-bytes for large d.  With context parallelism the gradient group is
     :math:`d\,c` (Megatron-LM reduces over DP x CP).
 
+    Parameters
+    ----------
+    sharding : {"ddp", "zero1", "distributed-optimizer", "zero2", "zero3", "fsdp"}
+        How model states are sharded over the data-parallel group.
+    context_parallel : bool
+        Reduce over :math:`d\,c` instead of :math:`d`.
+    params : sympy.Expr or int, optional
+        The parameters Ψ of this GPU's model-parallel shard [parameters] (default
+        :math:`N/(p\,t)`).
+
+    Returns
+    -------
+    Term
+        Bytes sent per step [bytes].
+
     Examples
     --------
     >>> data_parallel("ddp").subs(b_g=2, p=1, t=1).expr

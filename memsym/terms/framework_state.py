@@ -252,6 +252,25 @@ def megatron_distopt_rank_bytes(param_numels, dp: int, rank: int, param_bytes: i
     (``shard_model_param.clone().float()``) and Adam states only for the parameter elements in
     its shards, so the padding costs 16-bit + gradient bytes but no optimizer bytes.
 
+    Parameters
+    ----------
+    param_numels : sequence of int
+        Elements of each parameter, in ``module.parameters()`` order [parameters].
+    dp : int
+        Data-parallel (DP·CP, or expert-DP) size the buffer is sharded for [GPUs].
+    rank : int
+        The data-parallel rank k, 0 .. d−1.
+    param_bytes, grad_bytes, main_bytes, moment_bytes : int
+        Bytes per element of the 16-bit parameter buffer, the gradient buffer, the fp32 main
+        parameters and the optimizer moments [bytes/parameter].
+    bucket_size : int, optional
+        Elements per bucket (:func:`megatron_buffer_layout`); None: one bucket.
+
+    Returns
+    -------
+    dict of str to int
+        ``param_data``, ``grad_data`` and ``main_and_moments`` [bytes].
+
     Examples
     --------
     >>> megatron_distopt_rank_bytes([100, 30], 4, 0)

@@ -556,6 +556,20 @@ def megatron_fsdp_state(strategy: str = "optim_grads_params", *, params=None, dp
     as FSDP2's (:func:`memsym.terms.transients.fsdp2_transients`).  The CLI default is
     ``optim_grads_params``; ``DistributedDataParallelConfig``'s is ``no_shard``.
 
+    Parameters
+    ----------
+    strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}
+        Megatron-FSDP's ``--data-parallel-sharding-strategy``.
+    params : sympy.Expr or int, optional
+        Parameters Ψ on this GPU's model-parallel shard [parameters] (default :math:`N/(p\,t)`).
+    dp : sympy.Expr or int, optional
+        The sharding group's size d [GPUs] (default the symbol ``d``).
+
+    Returns
+    -------
+    Total
+        Model states per GPU [bytes].
+
     Examples
     --------
     >>> w = byte_widths()

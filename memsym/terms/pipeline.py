@@ -70,6 +70,26 @@ def bubble_exact(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *, stri
     order otherwise (:func:`memsym.timing.schedule.bubble_fraction`; ``strict`` raises where
     Megatron-LM refuses the layout).
 
+    Parameters
+    ----------
+    schedule : {"1f1b", "gpipe", "interleaved"}
+        The pipeline schedule.
+    p : int
+        Pipeline-parallel size [GPUs].
+    m : int
+        Micro-batches per step [1].
+    v : int
+        Virtual pipeline stages (model chunks) per rank [1].
+    group_size : int, optional
+        Megatron's ``microbatch_group_size_per_vp_stage`` N (default p).
+    strict : bool
+        Raise where Megatron-LM refuses the layout instead of simulating it.
+
+    Returns
+    -------
+    sympy.Rational
+        Bubble time over ideal compute time [1].
+
     Examples
     --------
     >>> bubble_exact("1f1b", 8, 2), bubble_exact("interleaved", 2, 1, 3)
@@ -110,6 +130,18 @@ def data_parallel_for(gpus, t=1, p=1, c=1) -> sp.Expr:
     r"""Data-parallel size left when ``gpus`` are split by t, p and c: :math:`d = G/(t\,p\,c)`.
 
     Seed 002: halving t doubles d and therefore the global batch.
+
+    Parameters
+    ----------
+    gpus : int or sympy.Expr
+        World size G [GPUs].
+    t, p, c : int or sympy.Expr
+        Tensor-, pipeline- and context-parallel sizes [GPUs].
+
+    Returns
+    -------
+    sympy.Expr
+        Data-parallel size d [GPUs].
 
     Examples
     --------

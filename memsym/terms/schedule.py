@@ -156,6 +156,26 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
     chunk micro-batches of L/(p v) layers.  ``mm`` None means "at least as many micro-batches
     as the schedule can hold" (no cap).
 
+    Parameters
+    ----------
+    stage : {"first", "last"} or int
+        The pipeline stage (an index 0 .. p−1).
+    schedule : {"1f1b", "gpipe"}
+        The pipeline schedule; 1F1B is interleaved when ``vv`` > 1.
+    pp : int or sympy.Expr
+        Pipeline-parallel size p [GPUs] (default the symbol ``p``).
+    vv : int or sympy.Expr, optional
+        Model chunks per rank v [1]; None = not interleaved.
+    mm : int or sympy.Expr, optional
+        Micro-batches per step m [1]; None = no cap.
+    group : int or sympy.Expr, optional
+        Megatron's ``microbatch_group_size_per_vp_stage`` N (default p).
+
+    Returns
+    -------
+    sympy.Expr
+        Chunk micro-batches held [1].
+
     Examples
     --------
     >>> stage_microbatches(0), stage_microbatches("last")
@@ -197,6 +217,26 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
 def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layers=L) -> sp.Expr:
     r"""Layers' worth of one micro-batch's activations held by a stage at its peak [layers].
 
+    Parameters
+    ----------
+    stage : {"first", "last"} or int
+        The pipeline stage (an index 0 .. p−1).
+    schedule : {"1f1b", "gpipe"}
+        The pipeline schedule; 1F1B is interleaved when ``vv`` > 1.
+    pp : int or sympy.Expr
+        Pipeline-parallel size p [GPUs] (default the symbol ``p``).
+    vv : int or sympy.Expr, optional
+        Model chunks per rank v [1]; None = not interleaved.
+    mm : int or sympy.Expr, optional
+        Micro-batches per step m [1]; None = no cap.
+    layers : int or sympy.Expr
+        Decoder layers L [1] (default the symbol ``L``).
+
+    Returns
+    -------
+    sympy.Expr
+        Layers' worth of one micro-batch's activations [layers].
+
     Examples
     --------
     Eq. 5: the first 1F1B stage holds L layers' worth; the last L/p:
@@ -220,6 +260,22 @@ def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None) ->
 
     1F1B: p; interleaved: 2p − 1 (the first chunk has run p micro-batches, then p − 1 more
     when the first backward starts); GPipe: m; each capped by m.
+
+    Parameters
+    ----------
+    schedule : {"1f1b", "gpipe"}
+        The pipeline schedule; 1F1B is interleaved when ``vv`` > 1.
+    pp : int or sympy.Expr
+        Pipeline-parallel size p [GPUs] (default the symbol ``p``).
+    vv : int or sympy.Expr, optional
+        Model chunks per rank v [1]; None = not interleaved.
+    mm : int or sympy.Expr, optional
+        Micro-batches per step m [1]; None = no cap.
+
+    Returns
+    -------
+    sympy.Expr
+        Micro-batches held [1].
 
     Examples
     --------

@@ -89,6 +89,20 @@ def group_stride(group: str, t=1, c=1, d=1, e=1, t_e=None):
     The dense mesh is tp-cp-dp-pp (Megatron folds EP into DP for non-expert layers); the
     expert mesh is expert-tp, ep, expert-dp, pp, so EP's stride is the expert TP size.
 
+    Parameters
+    ----------
+    group : {"tp", "cp", "ep", "dp", "pp"}
+        The process group.
+    t, c, d, e : array_like
+        Tensor-, context-, data- and expert-parallel sizes [GPUs].
+    t_e : array_like, optional
+        Expert tensor-parallel size [GPUs] (default t).
+
+    Returns
+    -------
+    numpy.ndarray
+        The stride [GPUs].
+
     Examples
     --------
     >>> [int(group_stride(g, t=8, c=2, d=4)) for g in ("tp", "cp", "dp", "pp")]

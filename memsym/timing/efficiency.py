@@ -98,12 +98,19 @@ def gemm_efficiency(M, N, K, device, precision: str = "bf16", *, eta_gemm=None):
     Parameters
     ----------
     M, N, K : array_like
-        GEMM dimensions [elements].
+        GEMM dimensions [elements] (``N`` here is a GEMM dimension, not a parameter count).
     device : str or GPU
+        The GPU (a :mod:`memsym.hardware` name or record).
     precision : {"bf16", "fp16", "fp8", "fp32"}
+        The GEMM's input precision (sets the peak).
     eta_gemm : float, optional
-        Override: a fixed achieved GEMM efficiency (the symbol ``eta_gemm``); the curve is
-        then not used.
+        Override: a fixed achieved GEMM efficiency in (0, 1] [1] (the symbol ``eta_gemm``);
+        the curve is then not used.
+
+    Returns
+    -------
+    numpy.ndarray
+        Achieved fraction of the dense peak [1].
 
     Examples
     --------
@@ -134,6 +141,24 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
     with :math:`q` the best tile/wave quantisation factor over :data:`TILES`, :math:`b` the
     bytes per element (1 for fp8, 4 for fp32, else 2).  ``eta_gemm`` replaces the whole
     math-side efficiency :math:`\eta_{\max} q K/(K+K_0)` by one number.
+
+    Parameters
+    ----------
+    M, N, K : array_like
+        GEMM dimensions [elements] (``N`` here is a GEMM dimension, not a parameter count).
+    device : str or GPU
+        The GPU (a :mod:`memsym.hardware` name or record).
+    precision : {"bf16", "fp16", "fp8", "fp32"}
+        The GEMM's input precision (sets the peak and the bytes per element).
+    eta_gemm : float, optional
+        Override: a fixed achieved math-side GEMM efficiency in (0, 1] [1].
+    count : int or array_like
+        How many such GEMMs.
+
+    Returns
+    -------
+    numpy.ndarray
+        Time [s].
 
     Examples
     --------

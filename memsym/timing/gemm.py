@@ -29,7 +29,37 @@ __all__ = ["Gemm", "Shape", "shape_of", "layer_gemms", "attention_flops", "memor
 
 @dataclass(frozen=True)
 class Shape:
-    """The numbers of an architecture the time model needs (resolved, Megatron defaults)."""
+    """The numbers of an architecture the time model needs (resolved, Megatron defaults).
+
+    Attributes
+    ----------
+    L : int
+        Decoder layers [1].
+    h : int
+        Hidden size [1].
+    a, g : int
+        Attention heads and key/value heads (query groups) [1].
+    d_qk, d_v : int
+        Query/key head dimension (with MLA's RoPE part) and value head dimension [1].
+    f : int
+        Dense MLP hidden size [1].
+    gated : bool
+        Gated MLP (SwiGLU: two input projections).
+    V : int
+        Padded vocabulary size [tokens].
+    E, k : int
+        Routed experts per MoE layer (0 = dense) and experts per token (top-k) [1].
+    f_e, f_sh : int
+        Routed-expert and shared-expert MLP hidden sizes [1] (0 when absent).
+    L_moe : int
+        MoE layers among the L [1].
+    mla : tuple
+        ``(q_lora_rank or 0, kv_lora_rank, rope dim)`` under MLA, else ``()``.
+    untied : bool
+        Output layer untied from the input embedding.
+    rope : bool
+        Rotary position embeddings (RoPE's memory-bound work is counted).
+    """
 
     L: int
     h: int
@@ -52,6 +82,17 @@ class Shape:
 
 def shape_of(arch, t: int = 1) -> Shape:
     """Resolve ``arch`` (a memsym Architecture) into the numbers the time model uses.
+
+    Parameters
+    ----------
+    arch : memsym.model.Architecture
+        The model.
+    t : int
+        Tensor-parallel size [GPUs] (accepted for symmetry; the vocabulary is padded for t = 1).
+
+    Returns
+    -------
+    Shape
 
     Examples
     --------
@@ -80,7 +121,17 @@ def shape_of(arch, t: int = 1) -> Shape:
 
 @dataclass(frozen=True)
 class Gemm:
-    """One forward GEMM ``count x [M, K] x [K, N]`` (arrays broadcast over layouts)."""
+    """One forward GEMM ``count x [M, K] x [K, N]`` (arrays broadcast over layouts).
+
+    Attributes
+    ----------
+    name : str
+        Which GEMM (``"qkv"``, ``"fc1"``, ...).
+    M, N, K : array_like
+        GEMM dimensions [elements] (``N`` a GEMM dimension, not a parameter count).
+    count : int or array_like
+        How many such GEMMs (the local experts).
+    """
 
     name: str
     M: object
@@ -101,6 +152,25 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -
     split their output dimension by t, row-parallel their input.  A MoE layer's experts
     receive, per GPU, :math:`b\,s\,k\,t_e/(t\,c)` routed rows (balanced routing) spread
     over its :math:`E/e` local experts.
+
+    Parameters
+    ----------
+    x : Shape
+        The architecture (:func:`shape_of`).
+    s : int or array_like
+        Sequence length [tokens].
+    b : int or array_like
+        Micro-batch size [sequences].
+    t, c, e : array_like
+        Tensor-, context- and expert-parallel sizes [GPUs].
+    t_e : array_like, optional
+        Expert tensor-parallel size [GPUs] (default t).
+    moe : bool
+        A MoE layer (router, routed and shared experts) instead of a dense MLP.
+
+    Returns
+    -------
+    list of Gemm
 
     Examples
     --------
@@ -172,6 +242,24 @@ def attention_flops(x: Shape, s, b, t=1, c=1, *, causal_skip: bool):
         2\,b\,\frac{s}{c}\,s\,\frac{a}{t}\,(d_{qk} + d_v)\;\cdot\;\bigl(\tfrac12\text{ if causal
         blocks are skipped (flash)}\bigr)
 
+    Parameters
+    ----------
+    x : Shape
+        The architecture (:func:`shape_of`).
+    s : int or array_like
+        Sequence length [tokens].
+    b : int or array_like
+        Micro-batch size [sequences].
+    t, c : array_like
+        Tensor- and context-parallel sizes [GPUs].
+    causal_skip : bool
+        Causal blocks are skipped (flash attention): half the FLOPs.
+
+    Returns
+    -------
+    numpy.ndarray
+        Forward FLOPs [FLOP].
+
     Examples
     --------
     GPT-3 175B, s = 2048, t = 8, b = 1: 2 * 2048^2 * 12 * 128 * 2 = 4 s^2 h / t FLOPs.
@@ -197,6 +285,29 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     without flash attention the softmax reads and writes the :math:`s \times s` scores (plus
     attention dropout).  MoE layers add the permute and unpermute copies of the routed rows.
     The backward pass moves about twice these bytes.  Memsym's count (assumption).
+
+    Parameters
+    ----------
+    x : Shape
+        The architecture (:func:`shape_of`).
+    s : int or array_like
+        Sequence length [tokens].
+    b : int or array_like
+        Micro-batch size [sequences].
+    t, c, e : array_like
+        Tensor-, context- and expert-parallel sizes [GPUs].
+    t_e : array_like, optional
+        Expert tensor-parallel size [GPUs] (default t).
+    moe, sequence_parallel, flash, dropout : bool
+        A MoE layer; Megatron sequence parallelism; flash attention (no s x s scores);
+        dropout on.
+    width : int
+        Bytes per element [bytes/element] (bf16: 2).
+
+    Returns
+    -------
+    numpy.ndarray
+        HBM bytes [bytes].
 
     Examples
     --------
@@ -254,6 +365,20 @@ def layer_params(x: Shape, *, moe: bool) -> tuple:
 
 def forward_flops_per_token(x: Shape, s, *, causal: bool = True) -> float:
     """Model forward FLOPs per token (all layers, the logits, attention): the MFU numerator / 3.
+
+    Parameters
+    ----------
+    x : Shape
+        The architecture (:func:`shape_of`).
+    s : int
+        Sequence length [tokens].
+    causal : bool
+        Count half of the attention core (causal masking).
+
+    Returns
+    -------
+    float
+        Forward FLOPs per token [FLOP/token].
 
     Examples
     --------

@@ -48,6 +48,24 @@ def schedule_rule(p, m, v=1, group_size=None, *, overlap_p2p=True):
     p > 1 (p > 2 without p2p overlap); N (``microbatch_group_size_per_vp_stage``, default p)
     must lie in [p, m]; the last group m mod N must be 0 or at least p.
 
+    Parameters
+    ----------
+    p : int
+        Pipeline-parallel size (stages) [GPUs].
+    m : int
+        Micro-batches per step [1].
+    v : int
+        Model chunks per rank [1].
+    group_size : int, optional
+        ``microbatch_group_size_per_vp_stage`` N (default p).
+    overlap_p2p : bool
+        Megatron's ``--overlap-p2p-communication`` (without it interleaving needs p > 2).
+
+    Returns
+    -------
+    str or None
+        The broken rule's message, or None.
+
     Examples
     --------
     >>> schedule_rule(4, 8, 2) is None
@@ -74,6 +92,20 @@ def schedule_rule(p, m, v=1, group_size=None, *, overlap_p2p=True):
 def schedule_table(m: int, v: int, N: int) -> list:
     """Megatron's ``get_schedule_table``: (microbatch, chunk) of each virtual forward.
 
+    Parameters
+    ----------
+    m : int
+        Micro-batches per step [1].
+    v : int
+        Model chunks per rank [1].
+    N : int
+        ``microbatch_group_size_per_vp_stage``: micro-batches per group (not parameters).
+
+    Returns
+    -------
+    list of (int, int)
+        ``(microbatch, chunk)`` in issue order.
+
     Examples
     --------
     The docstring example of schedules.py (PP2, N3, M5, VP2):
@@ -93,6 +125,27 @@ def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = Fals
 
     GPipe (``gpipe=True``, v = 1): every forward, then every backward in micro-batch order
     (torch.distributed.pipelining ScheduleGPipe).
+
+    Parameters
+    ----------
+    rank : int
+        The pipeline rank, 0 .. p−1.
+    p : int
+        Pipeline-parallel size (stages) [GPUs].
+    m : int
+        Micro-batches per step [1].
+    v : int
+        Model chunks per rank [1].
+    N : int, optional
+        ``microbatch_group_size_per_vp_stage``: micro-batches per group (default p; not
+        parameters).
+    gpipe : bool
+        GPipe's order instead of (interleaved) 1F1B.
+
+    Returns
+    -------
+    list of (str, int, int)
+        ``('F'|'B', microbatch, chunk)`` in issue order.
 
     Examples
     --------
@@ -140,6 +193,26 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
     ``forward`` / ``backward``: one duration per rank (or one for all), the time of a whole
     stage's forward / backward of one microbatch; a chunk takes 1/v of it.  Exact rationals.
     ``gpipe=True`` runs GPipe's order (all forwards, then all backwards; v = 1).
+
+    Parameters
+    ----------
+    p : int
+        Pipeline-parallel size (stages) [GPUs].
+    m : int
+        Micro-batches per step [1].
+    v : int
+        Model chunks per rank [1].
+    group_size : int, optional
+        ``microbatch_group_size_per_vp_stage`` N (default p).
+    forward, backward : sequence of number
+        A whole stage's forward / backward of one micro-batch, one per rank or one for all
+        (whole numbers and fractions stay exact; floats are taken as seconds).
+    gpipe : bool
+        GPipe's order (v = 1).
+
+    Returns
+    -------
+    Simulation
 
     Examples
     --------
@@ -221,10 +294,24 @@ def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
     Parameters
     ----------
     schedule : {"1f1b", "interleaved", "gpipe"}
-    p, m, v : int
-        Stages [GPUs], microbatches per step, model chunks per rank.
+        The pipeline schedule.
+    p : int
+        Pipeline-parallel size (stages) [GPUs].
+    m : int
+        Micro-batches per step [1].
+    v : int
+        Model chunks per rank [1].
     group_size : int, optional
         ``microbatch_group_size_per_vp_stage`` N (default p).
+    backward_ratio : number
+        Backward time over forward time (2, or 3 with full recomputation).
+    strict : bool
+        Raise when Megatron-LM would refuse the interleaved layout.
+
+    Returns
+    -------
+    sympy.Rational
+        Bubble time over ideal compute time [1].
 
     Examples
     --------

@@ -118,12 +118,18 @@ class Settings:
 
     Attributes
     ----------
-    seq_length : int  [tokens]
-    micro_batch_size : int  [sequences]
+    seq_length : int
+        Sequence length s [tokens].
+    micro_batch_size : int
+        Micro-batch size b [sequences].
     recompute : {"none", "selective", "full"}
+        Activation recomputation (full: the backward reruns the forward).
     sequence_parallel : bool
+        Megatron sequence parallelism (norm/dropout work split by t).
     flash_attention : bool
+        Flash attention (no s x s scores through HBM, causal blocks skipped).
     dropout : bool
+        Dropout on (its masks' memory traffic).
     precision : {"bf16", "fp16", "fp8", "fp32"}
         GEMM precision (fp8: GEMMs in FP8, everything else in bf16).
     distributed_optimizer : bool
@@ -306,6 +312,36 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     stage, the communication parts being the exposed time), and ``launchable`` (False where
     Megatron's interleaved-schedule rule refuses the layout; the step is still priced).
 
+    Parameters
+    ----------
+    arch : memsym.model.Architecture
+        The model.
+    gpu_name : str or GPU
+        The GPU (:mod:`memsym.hardware`).
+    t, p, d, c, e : array_like
+        Tensor-, pipeline-, data-, context- and expert-parallel sizes [GPUs].
+    t_e : array_like, optional
+        Expert tensor-parallel size [GPUs] (default t).
+    v : array_like
+        Model chunks per pipeline rank [1].
+    b : array_like, optional
+        Micro-batch size [sequences] (default ``settings.micro_batch_size``).
+    m : array_like
+        Micro-batches per step [1].
+    settings : Settings
+        What the step does beyond the layout.
+    cluster : Cluster, optional
+        The interconnect (default: the GPU's usual cluster).
+    overlap : Overlap
+        Which communication hides behind compute.
+    eta_gemm : float, optional
+        A fixed achieved GEMM efficiency in (0, 1] [1] replacing the efficiency curve.
+    first_stage_layers, last_stage_layers : int, optional
+        Uneven pipeline: decoder layers on the first / last stage [1].
+    exact_schedule : bool
+        Simulate the schedule with each stage's own durations (at most 1,000 layouts)
+        instead of the uniform-stage bubble.
+
     Examples
     --------
     >>> from memsym.model import preset
@@ -480,6 +516,30 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     :class:`memsym.training.Training` (its ``num_microbatches`` or ``global_batch_size``
     gives m).  ``eta_gemm`` overrides the efficiency curve with one achieved GEMM
     efficiency.  ``flops_per_token`` (model FLOPs per token) adds the MFU.
+
+    Parameters
+    ----------
+    arch : memsym.model.Architecture
+        The model.
+    layout : Layout
+        The parallel layout.
+    training : Training
+        The training step (gives s, b and m).
+    gpu_name : str or GPU
+        The GPU (:mod:`memsym.hardware`).
+    cluster : Cluster, optional
+        The interconnect (default: the GPU's usual cluster).
+    overlap : Overlap
+        Which communication hides behind compute.
+    eta_gemm : float, optional
+        A fixed achieved GEMM efficiency in (0, 1] [1] replacing the efficiency curve.
+    flops_per_token : float, optional
+        Model FLOPs per token [FLOP/token] (adds the MFU).
+
+    Returns
+    -------
+    StepTime
+        The step [s], its parts [s], the bubble [s] and the MFU [1].
 
     Examples
     --------

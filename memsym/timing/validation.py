@@ -102,7 +102,22 @@ def measured_step(run) -> float:
 
 
 def predict(run, *, overlap: Overlap | None = None, eta_gemm=None) -> dict:
-    """memsym's step time and breakdown for one run [s] (dict of floats)."""
+    """memsym's step time and breakdown for one run [s] (dict of floats).
+
+    Parameters
+    ----------
+    run : mapping
+        One ``[[run]]`` entry of ``formulas/measured_time.toml`` (:func:`runs`).
+    overlap : Overlap, optional
+        Which communication hides behind compute (default: the run's own switches).
+    eta_gemm : float, optional
+        A fixed achieved GEMM efficiency in (0, 1] [1] replacing the efficiency curve.
+
+    Returns
+    -------
+    dict of str to float
+        ``step`` and its parts (:func:`memsym.timing.step.step_time_grid`) [s].
+    """
     lay = run["layout"]
     st = _settings(run)
     m = run["settings"]["B"] // (st.micro_batch_size * lay["d"])
