@@ -155,3 +155,21 @@ def test_time_reads_a_config_json(capsys, tmp_path):
     data = json.loads(out)
     assert data["params"] == 6_738_415_616
     assert data["seconds"] == pytest.approx(8 * 2e12 * 6_738_415_616 / (1024 * 400e12), rel=1e-12)
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_bridge_padded_and_unpadded_runs(capsys, pad):
+    # Megatron-Bridge: GPTModelProvider.should_pad_vocab (default False; True when the vocabulary
+    # comes from the tokenizer): the literal port of estimate_training_memory with and without
+    from memsym.model import preset
+    from test_conventions import bridge_port
+
+    argv = ["estimate", "llama3-70b", "--tp", "8", "--pp", "1", "--dp", "4", "--seq-length",
+            "4096", "--micro-batch-size", "1", "--sequence-parallel",
+            "--recompute-granularity", "selective", "--convention", "megatron-bridge", "--json"]
+    code, out, err = cli(capsys, *argv, *(["--should-pad-vocab"] if pad else []))
+    assert code == 0, err
+    dense, routed, act = bridge_port(preset("llama3-70b"), dict(t=8, p=1, d=4),
+                                     dict(s=4096, b=1, sequence_parallel=True,
+                                          recompute="selective"), pad)
+    assert json.loads(out)["bytes"]["total"] == math.ceil(dense + routed + act)

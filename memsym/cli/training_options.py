@@ -102,6 +102,10 @@ def add_training_options(parser) -> None:
     trn.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
     trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
                      help="routed-token load of the busiest expert rank (default 1, balanced)")
+    grp.add_argument("--should-pad-vocab", action="store_true",
+                     help="Megatron-Bridge's GPTModelProvider.should_pad_vocab (default False: "
+                     "the preset's vocabulary as is; True when the vocabulary comes from the "
+                     "tokenizer): pad to a multiple of 128 x TP (--convention megatron-bridge)")
     alw = parser.add_argument_group("allowances (set 0 to drop one)")
     alw.add_argument("--workspace", type=_bytes_or_zero, default=None,
                      help="workspace/temporary buffers (default 1GiB)")
@@ -357,7 +361,9 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
     if args.convention in ("megatron-lm", "megatron-bridge"):
         from ..conventions import convention_breakdown
 
-        out = convention_breakdown(args.convention, arch, layout, training)
+        pad = {"should_pad_vocab": True} if getattr(args, "should_pad_vocab", False) and \
+            args.convention == "megatron-bridge" else {}
+        out = convention_breakdown(args.convention, arch, layout, training, **pad)
         byt = dict(out["bytes"])
         return {**common, "bytes": byt, "stage": {"index": 0, "role": "first",
                 "note": "the framework assumes pipeline stage 0 is the most loaded"},
