@@ -23,7 +23,7 @@ __all__ = ["Source", "Term", "Total"]
 
 @dataclass(frozen=True)
 class Source:
-    """Where a formula comes from: a key of ``formulas/references.toml`` and a locator.
+    """Where a formula comes from: a key of ``memsym/references.toml`` and a locator.
 
     Examples
     --------

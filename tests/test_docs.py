@@ -137,7 +137,7 @@ def test_reference_refuses_a_root_without_the_catalogue(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     assert reference.main(["--root", "x y"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "formulas/references.toml" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "formulas/ catalogue" in err and "Traceback" not in err
     assert not (tmp_path / "x y").exists()
     assert reference.main(["--check", "--root", "x y"]) == 2
     with pytest.raises(ValueError):
