@@ -32,8 +32,9 @@ _BUDGET = 330.0
 #: ``M_{GPU}^{(i)} &=``, and the estimate's error take the rest).
 _FILL = 0.72
 
-_STATE_KEYS = ("weights", "gradients", "optimizer", "expert_weights", "expert_gradients",
-               "expert_optimizer")
+_STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
+               "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
+               "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
 _ACT_KEYS = ("layer_activations", "embedding_activations", "output_activations",
              "mtp_activations", "recompute_working_set")
 _ALLOW_KEYS = ("workspace", "nccl", "fragmentation")
@@ -216,6 +217,7 @@ class JobParts:
     context: list = field(default_factory=list)
     stage_note: str = ""
     named_counts: bool = False
+    count_symbols: tuple = ()   # the stage's parameter-count symbols the derivation uses
     printer: object = None
     values: dict = None       # symbol -> exact value (the estimate's, with the named counts)
     expr: sp.Expr = None      # the estimate's total expression (registry symbols)
@@ -249,6 +251,32 @@ def _layout_text(vals: dict, layout=None) -> str:
     return text + (", " + ", ".join(extra) if extra else "")
 
 
+def _unpack(estimate, arch, layout, training):
+    """(estimate, arch, layout, training) from a :class:`memsym.job.Job` (its estimate is
+    :func:`memsym.training.job_memory`) or from an estimate and the parts given beside it."""
+    from .job import Job
+
+    if isinstance(estimate, Job):
+        from .training import job_memory
+
+        j = estimate
+        return (job_memory(j), j.model if arch is None else arch,
+                j.layout if layout is None else layout,
+                j.training if training is None else training)
+    return estimate, arch, layout, training
+
+
+def _capacity_of(estimate, solve, capacity):
+    """The capacity to compare with [bytes]: given, the solve's, or the Job's (its GPU's)."""
+    if capacity is not None:
+        return capacity
+    if getattr(solve, "capacity", None) is not None:
+        return solve.capacity
+    from .job import Job
+
+    return estimate.capacity if isinstance(estimate, Job) else None
+
+
 def _arch_of(estimate, arch):
     arch = arch if arch is not None else getattr(estimate, "arch", None)
     if arch is None:
@@ -272,44 +300,32 @@ def _small(expr: sp.Expr) -> bool:
 
 
 def _named_counts(total, vals, x, layout, stage):
-    """Rewrite the model-state terms in N_tp, N_rep, N_exp; returns (exprs by key, counts)
-    or None when the stage's counts do not reproduce the terms exactly."""
-    from .model import stage_parameters
+    """The stage's parameter counts the total is written in (N_tp, N_rep, N_exp; LoRA N_q,
+    N_u, N_a; N_lin for FP8 caches, :func:`memsym.training.stage_counts`), with their values.
 
-    tt, pp, ee = (int(_val(vals, n) or 1) for n in ("t", "p", "e"))
-    te_ = _val(vals, "t_e")
-    first = getattr(layout, "first_stage_layers", None) if layout is not None else None
-    last = getattr(layout, "last_stage_layers", None) if layout is not None else None
-    try:
-        sp_ = stage_parameters(x, tt, pp, stage, e=ee, t_e=None if te_ is None else int(te_),
-                               first_stage_layers=first, last_stage_layers=last)
-    except ValueError:
+    Returns (exprs by key, counts, stage parameters) or None when the total carries no
+    count symbol with a value (a hand-built total in N).
+    """
+    from .model import stage_parameters
+    from .symbols import N_a, N_lin, N_q, N_u
+
+    named = (N_tp, N_rep, N_exp, N_lin, N_q, N_u, N_a)
+    free = total.expr.free_symbols
+    counts = {sym: vals[sym] for sym in named if sym in free and sym in vals}
+    if not counts or any(sym in free and sym not in vals for sym in named):
         return None
-    dense_val = sp.Integer(sp_.tp) / t + sp.Integer(sp_.replicated)
-    dense_sym = N_tp / t + N_rep
-    exp_val = sp.Integer(sp_.experts) / (e * t_e)
-    exp_sym = N_exp / (e * t_e)
-    counts = {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated)}
-    if sp_.experts:
-        counts[N_exp] = sp.Integer(sp_.experts)
-    out = {}
-    for term in total:
-        if term.key not in _STATE_KEYS:
-            continue
-        if term.expr == 0:
-            out[term.key] = sp.Integer(0)
-            continue
-        expert = term.key.startswith("expert_")
-        if expert and not sp_.experts:
-            return None
-        base_val, base_sym = (exp_val, exp_sym) if expert else (dense_val, dense_sym)
-        ratio = sp.factor_terms(sp.cancel(term.expr / base_val))
-        if not _small(ratio) or ratio.has(*(sp.Integer(v) for v in (sp_.tp, sp_.replicated) if v)):
-            return None
-        shown = ratio * base_sym
-        if sp.cancel(shown.xreplace(counts) - term.expr) != 0:
-            return None
-        out[term.key] = shown
+    sp_ = None
+    if x is not None:
+        tt, pp, ee = (int(_val(vals, n) or 1) for n in ("t", "p", "e"))
+        te_ = _val(vals, "t_e")
+        first = getattr(layout, "first_stage_layers", None) if layout is not None else None
+        last = getattr(layout, "last_stage_layers", None) if layout is not None else None
+        try:
+            sp_ = stage_parameters(x, tt, pp, stage, e=ee, t_e=None if te_ is None else int(te_),
+                                   first_stage_layers=first, last_stage_layers=last)
+        except ValueError:
+            sp_ = None
+    out = {term.key: term.expr for term in total if term.key in _STATE_KEYS}
     return out, counts, sp_
 
 
@@ -406,6 +422,7 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
     >>> parts.lhs, [g for g in dict.fromkeys(s.group for s in parts.terms)]
     ('M_{\\\\mathrm{GPU}}', ['states', 'act', 'allow'])
     """
+    estimate, arch, layout, training = _unpack(estimate, arch, layout, training)
     total = getattr(estimate, "total", None)
     vals = getattr(estimate, "values", None)
     if total is None or vals is None:
@@ -419,7 +436,7 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
     pp = int(_val(vals, "p") or 1)
     vals = dict(vals)
     pr = _Printer()
-    named = _named_counts(total, vals, x, layout, stage) if x is not None else None
+    named = _named_counts(total, vals, x, layout, stage)
     shown_state = {}
     counts = {}
     sp_ = None
@@ -456,7 +473,8 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
     if title is None:
         title = f"Per-GPU training memory: {name}, {_layout_text(vals, layout)}"
     parts = JobParts(lhs, title, terms, defs, total=sp.Add(*(s.value for s in terms)),
-                     named_counts=named is not None)
+                     named_counts=named is not None,
+                     count_symbols=tuple(counts))
     if pp > 1:
         parts.stage_note = (f"pipeline stage {stage} of {pp} ({role}), the most-loaded GPU"
                             if getattr(estimate, "stage_bytes", None) and
@@ -628,6 +646,26 @@ def _entry_text(key: str, bib: dict) -> str:
     if ref.get("units"):
         text += f" Units: {ref['units']}."
     return text
+
+
+def _tex_locator(text: str) -> str:
+    r"""A locator in LaTeX: escaped, with long code names (``param_and_grad_buffer.py``,
+    ``DistributedOptimizer._build_model_and_main_param_groups``) set by ``\code`` (the url
+    package in the text font) so that they break at ``/``, ``.`` and ``_``.
+
+    >>> _tex_locator("core/optimizer/distrib_optimizer.py, Eq. 5")
+    '\\code{core/optimizer/distrib_optimizer.py}, Eq. 5'
+    """
+    pieces = re.split(r"([A-Za-z0-9_./-]{16,})", text)
+    out = []
+    for i, piece in enumerate(pieces):
+        if i % 2 and re.search(r"[/_.]", piece):
+            out.append(r"\code{%s}" % piece)
+        else:
+            lead = " " if piece[:1].isspace() else ""
+            tail = " " if piece[-1:].isspace() and piece.strip() else ""
+            out.append(lead + escape(piece) + tail if piece.strip() else piece)
+    return "".join(out)
 
 
 def _tex_entry(text: str) -> str:
@@ -826,7 +864,7 @@ def _terms_table(parts: JobParts, numbers: dict) -> list[str]:
     labels = dict((g, lab) for g, lab, _ in _GROUPS)
     for s_ in parts.terms:
         loc = _clean_locator(s_.source.locator)
-        src = f"[{numbers[s_.source.key]}]" + (", " + escape(loc) if loc else "")
+        src = f"[{numbers[s_.source.key]}]" + (", " + _tex_locator(loc) if loc else "")
         lines.append(rf"{labels.get(s_.group, 'other')} & {escape(s_.label)} & "
                      rf"{float(s_.value) / _GB:.3f} & {float(s_.value) / _GIB:.3f} & {src} \\")
     lines += [r"\midrule",
@@ -891,8 +929,8 @@ def _intro(parts: JobParts) -> str:
             r"Units: bytes; GB means $10^9$ bytes and GiB $2^{30}$ bytes. "
             r"The fragmentation allowance is a fraction $\varphi_{\mathrm{frag}}$ of the memory "
             r"the allocator hands out, $M_{\mathrm{alloc}}$."
-            + (" The stage's parameter counts are named ($N_{\\mathrm{tp}}$, $N_{\\mathrm{rep}}$"
-               + (r", $N_{\mathrm{exp}}$" if any(s_.key.startswith("expert_") for s_ in parts.terms) else "")
+            + (" The stage's parameter counts are named ("
+               + ", ".join("$%s$" % latex(sym) for sym in parts.count_symbols)
                + ") and their values are in the inputs table." if parts.named_counts else ""))
 
 
@@ -948,7 +986,7 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
     bib = _bibliography()
     keys = _cited(parts, solve, cluster)
     numbers = {k: i + 1 for i, k in enumerate(keys)}
-    cap = capacity if capacity is not None else getattr(solve, "capacity", None)
+    cap = _capacity_of(estimate, solve, capacity)
     body = [_intro(parts)]
     body += [escape(x) for x in parts.context]
     body += [r"\section*{Derivation}", _align(_align_lines(parts)),
@@ -973,7 +1011,7 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
         f"\\usepackage[{geo},margin=2.5cm]{{geometry}}\n"
         "\\usepackage{amsmath}\n\\usepackage{amssymb}\n\\usepackage[utf8]{inputenc}\n"
         "\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n\\usepackage{tabularx}\n"
-        "\\usepackage[hyphens]{url}\n"
+        "\\usepackage[hyphens]{url}\n\\DeclareUrlCommand\\code{\\urlstyle{same}}\n"
         "\\allowdisplaybreaks\n"
         f"\\title{{{title_tex}}}\n\\date{{}}\n"
         "\\begin{document}\n\\maketitle\n" + "\n\n".join(body) + "\n\\end{document}\n")
@@ -999,7 +1037,7 @@ def job_snippet(estimate, *, solve=None, arch=None, layout=None, training=None,
         raise InvalidValueError(f"textwidth must be between 100 and 2000 pt, got {textwidth}")
     parts = job_parts(estimate, arch=arch, layout=layout, training=training,
                       budget=_FILL * float(textwidth))
-    cap = capacity if capacity is not None else getattr(solve, "capacity", None)
+    cap = _capacity_of(estimate, solve, capacity)
     lines = _align_lines(parts) + _numeric_lines(parts, cap)
     if solve is not None:
         lines += _solve_lines(solve, parts)
@@ -1021,7 +1059,7 @@ def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dic
     bib = _bibliography()
     keys = _cited(parts, solve, cluster)
     numbers = {k: i + 1 for i, k in enumerate(keys)}
-    cap = capacity if capacity is not None else getattr(solve, "capacity", None)
+    cap = _capacity_of(estimate, solve, capacity)
     labels = dict((g, lab) for g, lab, _ in _GROUPS)
     out = [f"## {parts.title.replace(' x ', ' × ')}", "",
            f"Memory on one GPU of {parts.stage_note}. Units: bytes; GB means 10^9 bytes, "
