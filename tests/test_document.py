@@ -240,3 +240,64 @@ def test_uneven_stage_placeholder_is_one_layer():
     # in flight on a middle stage under 1F1B: min(m, p - 1) with m = 256/(1*4) = 64 -> 15
     one_layer = expr.xreplace(parts.values)
     assert 8 * 15 * one_layer == est.breakdown()["layer_activations"]
+
+
+# ---------------------------------------------------------------------------------------------
+# memsym latex JOB ... --document | --snippet | --markdown (the command line)
+# ---------------------------------------------------------------------------------------------
+_ISSUE = ["latex", "llama3-70b", "--tp", "8", "--pp", "4", "--dp", "4", "--seq-length", "8192"]
+
+
+@needs_tex
+@pytest.mark.parametrize("paper", ["a4", "letter"])
+def test_cli_latex_job_document_compiles(tmp_path, paper):
+    # the issue's command, as a new user types it
+    from memsym.cli import main
+
+    out = tmp_path / "doc.tex"
+    assert main(_ISSUE + ["--document", "--paper", paper, "-o", str(out)]) == 0
+    text = out.read_text()
+    title = re.search(r"\\title\{(.*)\}", text).group(1)
+    assert "llama3-70b" in title and r"TP 8 $\times$ PP 4 $\times$ DP 4 (128 GPUs)" in title
+    assert ("a4paper" if paper == "a4" else "letterpaper") in text
+    assert r"\section*{Inputs}" in text and r"\section*{References}" in text
+    assert "N_{\\mathrm{tp}}" in text
+    log = compile_tex(text)
+    assert all(w <= 3 for w in _overfull(log)), _overfull(log)
+
+
+@needs_tex
+def test_cli_latex_job_solve_dp_compiles(tmp_path):
+    from memsym.cli import main
+
+    out = tmp_path / "doc.tex"
+    assert main(["latex", "gpt3-175b", "--tp", "8", "--pp", "4", "--seq-length", "2048",
+                 "--recompute-granularity", "full", "--num-microbatches", "16",
+                 "--use-flash-attn", "--gpu", "h100-80gb", "--solve", "dp", "--document",
+                 "--paper", "letter", "-o", str(out)]) == 0
+    text = out.read_text()
+    # smallest d = 3 (tests/test_solve_job.py, by hand); the document shows the job at d = 3
+    assert r"\Rightarrow\; d &= 3" in text and "DP 3 (96 GPUs)" in text
+    log = compile_tex(text)
+    assert all(w <= 3 for w in _overfull(log)), _overfull(log)
+
+
+def test_cli_latex_job_snippet_and_markdown(capsys):
+    from memsym.cli import main
+
+    assert main(_ISSUE + ["--snippet"]) == 0
+    snip = capsys.readouterr().out
+    assert snip.startswith("\\begin{align*}") and snip.splitlines()[1].startswith(
+        r"M_{\mathrm{GPU}}^{(0)} &=")
+    assert main(_ISSUE + ["--markdown"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("## Per-GPU training memory: llama3-70b, TP 8 × PP 4 × DP 4 (128 GPUs)")
+    assert "### References" in md
+
+
+def test_job_document_accepts_a_job():
+    from memsym.job import job
+
+    j = job("llama3-70b", tp=8, pp=4, dp=4, seq_length=8192)
+    est, kw = _job("llama3-70b")
+    assert job_snippet(j) == job_snippet(est, **kw)

@@ -223,3 +223,84 @@ def test_cli_plot_module(tmp_path):
         from memsym.cli.plot import candidates
 
         candidates("1:100000")
+
+
+# ---------------------------------------------------------------------------------------------
+# memsym plot KIND JOB ... -o FILE (the command line)
+# ---------------------------------------------------------------------------------------------
+_JOB = ["gpt3-175b", "--tp", "8", "--pp", "4", "--dp", "8", "--seq-length", "2048",
+        "--recompute-granularity", "full", "--num-microbatches", "16", "--use-flash-attn"]
+
+
+def _plot_cli(monkeypatch, tmp_path, kind, ext, *extra):
+    import memsym.plotting as plotting
+    from memsym.cli import main
+
+    drawn = []
+    real = plotting.save
+
+    def keep(fig, path):
+        drawn.append(fig)
+        return real(fig, path)
+
+    monkeypatch.setattr(plotting, "save", keep)
+    out = tmp_path / f"{kind}.{ext}"
+    assert main(["plot", kind, *_JOB, *extra, "-o", str(out)]) == 0
+    assert out.stat().st_size > 0
+    return drawn[0].axes[0], out
+
+
+def test_cli_plot_breakdown(monkeypatch, tmp_path):
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "breakdown", "png", "--gpu", "h100-80gb")
+    assert "gpt3-175b" in ax.get_title() and "TP 8 x PP 4 x DP 8 (256 GPUs)" in ax.get_title()
+    assert ax.get_ylabel() == "memory per GPU [GB = 1e9 bytes]"
+    assert _legend(ax) == ["capacity 80 GB", "model states", "activations", "allowances"]
+    est = training_memory("gpt3-175b", Layout(t=8, p=4, d=8),
+                          Training(seq_length=2048, recompute="full", num_microbatches=16))
+    tops = [p.get_y() + p.get_height() for p in ax.patches]
+    assert abs(max(tops) - float(est.bytes_total) / GB) < 1e-9
+
+
+def test_cli_plot_memory_vs_marks_the_solved_d(monkeypatch, tmp_path):
+    ax, out = _plot_cli(monkeypatch, tmp_path, "memory-vs", "svg", "--gpu-memory", "80GB",
+                        "--vs", "dp")
+    assert ax.get_xlabel() == "data-parallel size d [GPUs]"
+    legend = _legend(ax)
+    # smallest d = 3 (tests/test_solve_job.py derives it by hand), the capacity and the floor
+    assert "smallest d that fits = 3" in legend and "capacity C = 80 GB" in legend
+    assert any(x.startswith("floor: memory no d removes") for x in legend)
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    assert out.read_text().lstrip().startswith(("<?xml", "<svg"))
+
+
+def test_cli_plot_memory_vs_nothing_fits(monkeypatch, tmp_path):
+    # Llama-3 70B, s = 8192, no recompute: nothing fits however large d is (the floor is above C)
+    import memsym.plotting as plotting
+    from memsym.cli import main
+
+    drawn = []
+    real = plotting.save
+    monkeypatch.setattr(plotting, "save", lambda fig, path: (drawn.append(fig), real(fig, path))[1])
+    out = tmp_path / "none.pdf"
+    assert main(["plot", "memory-vs", "llama3-70b", "--tp", "8", "--pp", "4", "--seq-length",
+                 "8192", "--gpu-memory", "80GB", "-o", str(out)]) == 0
+    texts = " ".join(_texts(drawn[0].axes[0]))
+    assert "nothing fits" in texts
+    assert out.read_bytes().startswith(b"%PDF")
+
+
+def test_cli_plot_feasibility_marks_best(monkeypatch, tmp_path):
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "feasibility", "png", "--gpu", "h100-80gb")
+    assert ax.get_xlabel().startswith("pipeline-parallel size")
+    assert ax.get_ylabel().startswith("tensor-parallel size")
+    fig_texts = [t.get_text() for t in ax.figure.legends[0].get_texts()] if ax.figure.legends \
+        else _legend(ax)
+    assert any(x.startswith("best:") for x in fig_texts)
+    assert any("blank" in x for x in fig_texts)
+
+
+def test_cli_plot_bad_extension(tmp_path, capsys):
+    from memsym.cli import main
+
+    assert main(["plot", "breakdown", *_JOB, "-o", str(tmp_path / "x.jpg")]) == 2
+    assert "--output must end in .png, .pdf or .svg" in capsys.readouterr().err

@@ -184,3 +184,46 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     plotting.save(fig, args.output)
     print(f"wrote {args.output}")
     return 0
+
+
+def add_parser(sub) -> None:
+    """``memsym plot KIND MODEL ... -o FILE``: the plot options and the job options."""
+    from .options import add_model_state_options
+    from .solve import add_gpu_option
+    from .training_options import add_training_options
+
+    parser = add_plot_parser(sub)
+    add_model_state_options(parser)
+    add_training_options(parser)
+    add_gpu_option(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    """Build the job once (:func:`memsym.cli.solve.job_from_args`), estimate it, solve the
+    memory-vs unknown when a capacity is known, and draw."""
+    from ..errors import InvalidValueError, MemsymError
+    from ..training import job_memory
+    from .solve import job_from_args
+    from .training_options import wants_training
+
+    if not wants_training(args):
+        raise InvalidValueError("plot needs a MODEL (a preset name or a config.json) and "
+                                "--seq-length")
+    j = job_from_args(args)
+    est = job_memory(j)
+    solution = None
+    if args.kind == "memory-vs" and j.capacity is not None:
+        from ..analysis import solve_job
+
+        name = {"d": "dp", "t": "tp", "p": "pp", "c": "cp", "b": "micro-batch-size",
+                "s": "seq-length"}.get(UNKNOWNS[args.vs])
+        try:
+            solution = solve_job(j, name, j.capacity)
+        except MemsymError:       # nothing fits / beyond the range: the plot says so itself
+            solution = None
+        if solution is not None and args.candidates is not None \
+                and solution.value not in args.candidates:
+            solution = None       # the marked value must be one of the drawn candidates
+    return run_plot(args, est, arch=j.model, layout=j.layout, training=j.training,
+                    capacity=j.capacity, solution=solution)
