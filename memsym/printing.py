@@ -175,7 +175,7 @@ def term_table_latex(total, values: Mapping | None = None) -> str:
     Examples
     --------
     >>> from memsym import model_state
-    >>> r"[1], summary formula" in term_table_latex(model_state())
+    >>> r"[1], summary formula" in term_table_latex(model_state(convention="seed000"))
     True
     """
     from .values import as_values
@@ -203,7 +203,7 @@ def references_latex(total) -> str:
     Examples
     --------
     >>> from memsym import model_state
-    >>> "NeMo distributed optimizer" in references_latex(model_state())
+    >>> "NeMo distributed optimizer" in references_latex(model_state(convention="seed000"))
     True
     """
     from .document import _bibliography, _entry_text, _tex_entry
@@ -222,7 +222,8 @@ def solution_lines(solution) -> list[str]:
     Examples
     --------
     >>> from memsym import model_state, byte_widths, smallest
-    >>> sol = smallest(model_state().subs(byte_widths()), "d", 80 * 10**9,
+    >>> seed = dict(convention="seed000")      # seed 000's 2 + 16/d bytes per parameter
+    >>> sol = smallest(model_state(**seed).subs(byte_widths(**seed)), "d", 80 * 10**9,
     ...                {"N": 175 * 10**9, "t": 4, "p": 2})
     >>> solution_lines(sol)[0]
     'd &\\geq \\frac{16 N}{C p t - 2 N}'
