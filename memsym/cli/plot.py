@@ -117,8 +117,18 @@ def _re_estimate(arch, layout, training, unknown):
     return evaluate
 
 
+def _job_estimate(j, unknown):
+    """``n -> bytes``: the Job re-estimated with the unknown set to n (its allowances and
+    rules kept; a candidate a rule refuses raises and is skipped by the plot)."""
+    from ..training import job_memory
+
+    field = {"d": "d", "t": "t", "p": "p", "c": "c", "b": "micro_batch_size",
+             "s": "seq_length"}[unknown]
+    return lambda n: job_memory(j.replace(**{field: int(n)})).bytes_total
+
+
 def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=None,
-             search_result=None, solution=None) -> int:
+             search_result=None, solution=None, job=None) -> int:
     """Draw ``args.kind`` for an already computed estimate and write ``args.output``.
 
     Parameters
@@ -137,6 +147,8 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     solution : memsym.analysis.Solution, optional
         For memory-vs: the solve result to mark (otherwise the smallest/largest candidate
         that fits is marked).
+    job : memsym.job.Job, optional
+        memory-vs re-estimates this job (its allowances and launch rules) at each candidate.
     """
     from .. import plotting
     from ..errors import InvalidValueError
@@ -157,7 +169,9 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     elif args.kind == "memory-vs":
         unknown = UNKNOWNS[args.vs]
         evaluate = None    # the symbolic total, unless the job can be re-estimated
-        if arch is not None and layout is not None and training is not None:
+        if job is not None:
+            evaluate = _job_estimate(job, unknown)
+        elif arch is not None and layout is not None and training is not None:
             evaluate = _re_estimate(arch, layout, training, unknown)
         # p (and the stage split) changes which layers a stage holds, so the estimate's total
         # is not symbolic in p: draw the re-estimates only, without a symbolic floor
@@ -226,4 +240,4 @@ def run(args) -> int:
                 and solution.value not in args.candidates:
             solution = None       # the marked value must be one of the drawn candidates
     return run_plot(args, est, arch=j.model, layout=j.layout, training=j.training,
-                    capacity=j.capacity, solution=solution)
+                    capacity=j.capacity, solution=solution, job=j)
