@@ -824,7 +824,9 @@ def _solve_lines(solve, parts: JobParts | None = None) -> list[str]:
 def _solve_form_text(solve, parts) -> str:
     """One sentence defining the parts of the short solve form, when it was used."""
     closed = getattr(solve, "closed_form", None)
-    if closed is not None and tex_width(latex(closed)) <= parts.budget:
+    if closed is None:       # no closed form: _solve_text and the solve's notes say how it was found
+        return ""
+    if tex_width(latex(closed)) <= parts.budget:
         return ""
     lin = _linear_form(solve, parts)
     x = solve.unknown.name

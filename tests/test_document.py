@@ -301,3 +301,17 @@ def test_job_document_accepts_a_job():
     j = job("llama3-70b", tp=8, pp=4, dp=4, seq_length=8192)
     est, kw = _job("llama3-70b")
     assert job_snippet(j) == job_snippet(est, **kw)
+
+
+def test_solve_without_closed_form_says_how_it_was_found():
+    # p has no closed form (the stage's counts change with p in steps): the document says so
+    # and how the integer was found, never "too long for a line"
+    from memsym.analysis import solve_job
+    from memsym.job import job
+
+    j = job("gpt3-175b", tp=8, pp=4, dp=8, seq_length=2048, recompute="full", num_microbatches=16)
+    sol = solve_job(j, "pp", 80 * 10**9)
+    md = job_markdown(sol.job, solve=sol)
+    sec = md[md.index("### Solving for p"):md.index("### References")]
+    assert "too long for a line" not in sec and "no closed form in p" in sec
+    assert r"\Rightarrow\; p &= %d" % sol.value in sec and "checked: p = " in sec
