@@ -83,7 +83,7 @@ class GPU:
     nvlink : float or None
         NVLink (or Infinity Fabric) bandwidth per GPU, both directions summed [bytes/s].
     source : str
-        Reference key in ``formulas/references.toml``.
+        Reference key in ``memsym/references.toml``.
     locator : str
         Where in the source.
     note : str

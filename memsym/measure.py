@@ -47,7 +47,7 @@ __all__ = [
     "model_state_bytes",
 ]
 
-#: The citation of every measured term (a key of formulas/references.toml).
+#: The citation of every measured term (a key of memsym/references.toml).
 SOURCE = Source("pytorch-saved-tensors-hooks", "measured with torch.autograd.graph.saved_tensors_hooks")
 
 # A 61-bit Mersenne prime: the rank test during design selection runs modulo it (fast

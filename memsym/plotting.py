@@ -1,25 +1,145 @@
 """Plots of memory budgets and layout searches (matplotlib, imported only when a plot is made).
 
-Each function returns a :class:`matplotlib.figure.Figure`; save it with ``fig.savefig("x.pdf")``
-or ``.png``.  Memory axes are in GB (1e9 bytes), as the seeds print them.
+Owns the charts a reader of a sizing question needs: the breakdown of a job's memory by term
+group against the GPU's capacity, memory against one unknown (d, t, p, b, s, ...) with the
+solved value and the floor no amount of the unknown removes, and the feasibility map of a
+layout search.  Each function returns a :class:`matplotlib.figure.Figure`; :func:`save` writes
+it as PNG, PDF or SVG by the file's extension.  Memory axes are in GB (1e9 bytes).
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+import os
+from typing import Callable, Mapping, Sequence
 
-__all__ = ["breakdown_bars", "memory_vs_d", "feasibility_map"]
+__all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS",
+           "breakdown_bars", "memory_vs_d", "feasibility_map"]
 
 _GB = 1e9
+#: File extensions :func:`save` writes.
+FORMATS = ("png", "pdf", "svg")
+#: Term keys by group, as :meth:`memsym.training.TrainingEstimate.grouped` reports them.
+_GROUPS = (("model states", ("weights", "gradients", "optimizer", "expert_weights",
+                             "expert_gradients", "expert_optimizer")),
+           ("activations", ("activations", "layer_activations", "embedding_activations",
+                            "output_activations", "mtp_activations", "recompute_working_set")),
+           ("allowances", ("workspace", "nccl", "fragmentation")))
+_COLORS = {"model states": "tab:blue", "activations": "tab:orange", "allowances": "tab:gray"}
+_MAX_POINTS = 4096   # points on a memory-vs curve (every size from a user is bounded)
 
 
-def _figure(ax=None):
+def _figure(ax=None, size=(7.5, 4.2)):
     if ax is not None:
         return ax.figure, ax
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    fig = Figure(figsize=size, layout="constrained")
     return fig, fig.add_subplot()
+
+
+def _legend_outside(ax, **kw):
+    """A legend to the right of the axes, never over the data."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                     fontsize="small", **kw)
+
+
+def save(fig, path) -> str:
+    """Write ``fig`` to ``path``; the format follows the extension (png, pdf or svg).
+
+    Raises
+    ------
+    InvalidValueError
+        For any other extension.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> fig = breakdown({"zero1": {"weights": 14e9}}, capacity=80e9)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     out = save(fig, os.path.join(tmp, "m.svg"))
+    ...     os.path.getsize(out) > 0
+    True
+    """
+    from .errors import InvalidValueError
+
+    ext = os.path.splitext(str(path))[1].lower().lstrip(".")
+    if ext not in FORMATS:
+        raise InvalidValueError(f"plot file must end in .png, .pdf or .svg, got {str(path)[-40:]!r}")
+    fig.savefig(path, format=ext, dpi=150 if ext == "png" else None)
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# breakdown
+# ---------------------------------------------------------------------------------------------
+def _grouped_bytes(item) -> dict:
+    """Group name -> bytes for an estimate or a ``{term: bytes}`` mapping."""
+    if hasattr(item, "breakdown") and hasattr(item, "total"):
+        bd = item.breakdown()
+    else:
+        bd = dict(item)
+    out = {}
+    seen = set()
+    for group, keys in _GROUPS:
+        vals = [float(bd[k]) for k in keys if k in bd]
+        seen.update(k for k in keys if k in bd)
+        if vals:
+            out[group] = sum(vals)
+    rest = [float(v) for k, v in bd.items() if k not in seen and k != "total"]
+    if rest:
+        out["other"] = sum(rest)
+    return out
+
+
+def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
+    """Stacked bars of per-GPU memory by term group (model states, activations,
+    allowances) [GB], one bar per job, with the capacity line.
+
+    Parameters
+    ----------
+    items : TrainingEstimate, mapping
+        One estimate (:func:`memsym.training.training_memory`), or label -> estimate or
+        ``{term: bytes}`` (e.g. :meth:`memsym.term.Total.breakdown`).
+    capacity : number, optional
+        GPU memory [bytes], drawn and labelled.
+    title : str, optional
+
+    Examples
+    --------
+    >>> from memsym.training import Layout, Training, training_memory
+    >>> est = training_memory("llama2-7b", Layout(d=8), Training(seq_length=4096))
+    >>> fig = breakdown({"llama2-7b d=8": est}, capacity=80e9)
+    >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    ['capacity 80 GB', 'model states', 'activations', 'allowances']
+    """
+    import numpy as np
+
+    if hasattr(items, "breakdown") and hasattr(items, "total"):
+        items = {"most-loaded GPU": items}
+    labels = [str(x) for x in items]
+    data = [_grouped_bytes(v) for v in items.values()]
+    groups = [g for g, _ in _GROUPS if any(g in d for d in data)]
+    if any("other" in d for d in data):
+        groups.append("other")
+    fig, ax = _figure(ax)
+    bottom = np.zeros(len(labels))
+    for g in groups:
+        vals = np.array([d.get(g, 0.0) / _GB for d in data])
+        ax.bar(labels, vals, bottom=bottom, label=g, color=_COLORS.get(g, "tab:purple"),
+               edgecolor="white")
+        bottom += vals
+    for i, top in enumerate(bottom):
+        ax.annotate(f"{top:.1f} GB", (i, top), xytext=(0, 3), textcoords="offset points",
+                    ha="center", va="bottom", fontsize="small")
+    if capacity is not None:
+        cap = float(capacity) / _GB
+        ax.axhline(cap, color="black", linestyle="--", label=f"capacity {cap:.4g} GB")
+        ax.set_ylim(0, max(cap, float(bottom.max(initial=0))) * 1.15)
+    ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
+    ax.set_xlabel("job")
+    ax.set_title(title or "Per-GPU memory by term group (most-loaded GPU)")
+    _legend_outside(ax)
+    return fig
 
 
 def breakdown_bars(breakdowns: Mapping[str, Mapping], *, capacity=None, title: str = "", ax=None):
@@ -58,14 +178,207 @@ def breakdown_bars(breakdowns: Mapping[str, Mapping], *, capacity=None, title: s
     ax.set_ylabel("memory per GPU [GB]")
     if title:
         ax.set_title(title)
-    ax.legend(loc="best", fontsize="small")
+    _legend_outside(ax)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# memory against one unknown
+# ---------------------------------------------------------------------------------------------
+#: Default candidates per unknown: powers of two for the parallel sizes and lengths.
+_POW2 = {"t": 64, "p": 64, "c": 64, "e": 256, "v": 16, "s": 1 << 20, "t_e": 64}
+
+
+def _axis_label(name: str) -> str:
+    from .symbols import registry
+
+    meta = registry().get(name)
+    if meta is None:
+        return name
+    unit = "" if meta.unit == "1" else f" [{meta.unit}]"
+    return f"{meta.meaning} {name}{unit}"
+
+
+def _candidates(name: str, solved, lo: int = 1) -> list[int]:
+    if name in _POW2:
+        out, n = [], max(1, lo)
+        while n <= _POW2[name]:
+            out.append(n)
+            n *= 2
+        if name == "s":
+            out = [x for x in out if x >= 256]
+        return out
+    top = max(16, 2 * int(solved)) if solved else 32
+    return list(range(max(1, lo), min(top, _MAX_POINTS) + 1))
+
+
+def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None, *,
+              candidates: Sequence[int] | None = None, solution=None,
+              evaluate: Callable[[int], float] | None = None, title: str | None = None,
+              ax=None):
+    r"""Memory per GPU against one unknown (d, t, p, c, b, s, ...) [GB]: the curve, the
+    capacity line, the solved value marked and labelled, and the floor.
+
+    The floor is the memory no amount of the unknown removes: the limit as it grows for a
+    total that falls with it (d, t, p), or the part that does not grow with it (b, s).
+    When the floor reaches the capacity, "nothing fits" is written on the plot.
+
+    .. math:: M_{\mathrm{floor}} = \lim_{x\to\infty} M(x) \quad\text{(or } M(0^+)\text{)}
+
+    Parameters
+    ----------
+    total : Total or TrainingEstimate
+        The symbolic total; an estimate brings its total and values.
+    unknown : str
+        A registered symbol name (``"d"``, ``"t"``, ``"b"``, ...).
+    values : mapping, optional
+        Every other symbol's value (default: the estimate's).
+    capacity : number, optional
+        GPU memory [bytes].
+    candidates : sequence of int, optional
+        The unknown's values to draw (default: 1 .. 2x the solution for d and b, powers of two
+        for t, p, c, e, s).  At most 4096.
+    solution : memsym.analysis.Solution, optional
+        Default: :func:`memsym.analysis.smallest` (or ``largest`` for b and s) of the total.
+    evaluate : callable, optional
+        ``n -> bytes`` used instead of the symbolic total (for unknowns that change the
+        stage's structure, such as p); a candidate that raises ``ValueError`` (a layout the
+        rules refuse) is skipped and the plot says so.
+
+    Examples
+    --------
+    >>> from memsym import model_state, byte_widths
+    >>> M = model_state("zero3").subs(byte_widths("zero3"))
+    >>> fig = memory_vs(M, "d", {"N": 70e9, "t": 1, "p": 1}, 80e9)
+    >>> fig.axes[0].get_xlabel()
+    'data-parallel size d [GPUs]'
+    """
+    import sympy as sp
+    from matplotlib.ticker import MaxNLocator
+
+    from .analysis import largest, smallest
+    from .errors import InvalidValueError, NoFitError
+    from .symbols import lookup, registry
+    from .values import as_values, exact
+
+    x = lookup(unknown)
+    if hasattr(total, "total") and hasattr(total, "values"):
+        values = total.values if values is None else values
+        total = total.total
+    vals = as_values({k: v for k, v in dict(values or {}).items()
+                      if getattr(k, "name", k) != x.name})
+    grows = x.name in ("b", "s", "N", "L", "h", "m")
+    cap = None if capacity is None else exact(capacity, "capacity")
+    fixed = total.expr.xreplace(vals) if total is not None else None
+    if fixed is not None and fixed.free_symbols - {x}:
+        missing = ", ".join(sorted(s_.name for s_ in fixed.free_symbols - {x}))
+        raise InvalidValueError(f"memory_vs needs values for: {missing}")
+    floor = None
+    if fixed is not None:
+        try:
+            floor = sp.limit(fixed, x, 0, "+") if grows else sp.limit(fixed, x, sp.oo)
+        except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
+            floor = None
+        if floor is not None and not floor.is_finite:
+            floor = None
+    nothing = False
+    centre = None          # a symbolic answer, to place the default candidates around
+    if solution is None and cap is not None and fixed is not None:
+        try:
+            centre = (largest if grows else smallest)(total, x, cap, vals)
+        except NoFitError:
+            nothing = True
+        except (InvalidValueError, NotImplementedError):  # e.g. Min(m, p): no closed search
+            centre = None
+        if evaluate is None:
+            solution = centre
+    elif solution is not None:
+        centre = solution
+    cands = list(candidates) if candidates is not None else \
+        _candidates(x.name, centre.value if centre is not None else None)
+    if len(cands) > _MAX_POINTS or not cands:
+        raise InvalidValueError(f"candidates: 1 to {_MAX_POINTS} values, got {len(cands)}")
+    if centre is not None and centre.value not in cands and candidates is None \
+            and x.name not in _POW2:
+        cands = sorted(set(cands) | {int(centre.value)})
+    xs, ys, skipped = [], [], []
+    for n in cands:
+        try:
+            val = evaluate(int(n)) if evaluate is not None else fixed.xreplace({x: sp.Integer(n)})
+        except ValueError:
+            skipped.append(int(n))
+            continue
+        xs.append(int(n))
+        ys.append(float(val) / _GB)
+    none_drawn = False
+    if evaluate is not None and cap is not None and solution is None:
+        # the marked value is the best drawn candidate that fits when re-estimated
+        fit = [n for n, y in zip(xs, ys) if y * _GB <= float(cap)]
+        if fit:
+            best = max(fit) if grows else min(fit)
+            solution = type("Found", (), {"value": best, "memory": ys[xs.index(best)] * _GB})()
+            nothing = False
+        elif not nothing:
+            none_drawn = True
+    fig, ax = _figure(ax)
+    ax.plot(xs, ys, marker="o", markersize=3.5, color="tab:blue", label="memory per GPU")
+    if cap is not None:
+        capf = float(cap) / _GB
+        ax.axhline(capf, color="black", linestyle="--", label=f"capacity C = {capf:.4g} GB")
+    if floor is not None:
+        fl = float(floor) / _GB
+        what = f"floor: memory no {x.name} removes" if not grows else \
+            f"floor: memory that does not grow with {x.name}"
+        ax.axhline(fl, color="tab:green", linestyle=":", label=f"{what} ({fl:.4g} GB)")
+        if cap is not None and not grows and floor >= cap:
+            nothing = True
+    if solution is not None and not nothing:
+        word = "largest" if grows else "smallest"
+        val = int(solution.value)
+        mem = float(solution.memory) / _GB
+        ax.axvline(val, color="tab:red", linestyle="-.", linewidth=1)
+        ax.plot([val], [mem], "o", color="tab:red", markersize=7,
+                label=f"{word} {x.name} that fits = {val}")
+        ax.annotate(f"{x.name} = {val}\n{mem:.1f} GB", (val, mem), xytext=(8, 8),
+                    textcoords="offset points", color="tab:red", fontsize="small")
+    if nothing:
+        msg = "nothing fits"
+        ypos, coords = 0.5, ax.transAxes
+        if floor is not None and cap is not None:
+            word = "reaches" if floor == cap else "is above"
+            msg += (f": the floor {float(floor) / _GB:.4g} GB\n{word} the "
+                    f"{float(cap) / _GB:.4g} GB capacity")
+            # below the floor no curve point lies: the message there covers no data
+            ypos, coords = float(floor) / _GB / 2, ax.get_yaxis_transform()
+        ax.text(0.5, ypos, msg, transform=coords, ha="center", va="center",
+                fontsize="large", color="tab:red",
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor="tab:red"))
+    if none_drawn:
+        ax.text(0.5, 0.97, f"none of the drawn {x.name} fits: try larger values",
+                transform=ax.transAxes, ha="center", va="top", color="tab:red")
+    skipped_note = ""
+    if skipped:   # under the x label, where it covers no data
+        skipped_note = (f"\n(not drawn, refused by the layout rules: {x.name} = "
+                        + ", ".join(map(str, skipped[:8])) + (" ..." if len(skipped) > 8 else "") + ")")
+    meta = registry().get(x.name)
+    if x.name in _POW2 and len(xs) > 1:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(v) for v in xs])
+        ax.minorticks_off()
+    elif meta is not None and meta.integer:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(_axis_label(x.name) + skipped_note)
+    ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title or f"Memory per GPU against {x.name}")
+    _legend_outside(ax)
     return fig
 
 
 def memory_vs_d(total, values: Mapping, capacity, *, d_max: int | None = None, solution=None,
                 ax=None):
     """Memory per GPU against the data-parallel size d, the capacity line and the solved
-    smallest d marked.
+    smallest d marked (:func:`memory_vs` in ``d``).
 
     Parameters
     ----------
@@ -84,36 +397,156 @@ def memory_vs_d(total, values: Mapping, capacity, *, d_max: int | None = None, s
     >>> M = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
     >>> fig = memory_vs_d(M, {"N": 70e9, "t": 1, "p": 1}, 80e9)
     >>> fig.axes[0].get_xlabel()
-    'data-parallel size d'
+    'data-parallel size d [GPUs]'
     """
+    cands = None if d_max is None else list(range(1, int(d_max) + 1))
+    return memory_vs(total, "d", values, capacity, candidates=cands, solution=solution, ax=ax,
+                     title="Memory per GPU against the data-parallel size d")
+
+
+# ---------------------------------------------------------------------------------------------
+# feasibility of a layout search
+# ---------------------------------------------------------------------------------------------
+def _cells(result, xk, yk, value):
     import numpy as np
 
-    from .analysis import smallest
-    from .errors import NoFitError
+    col = result.columns
+    xs = sorted({int(v) for v in col[xk]}) if len(result) else [1]
+    ys = sorted({int(v) for v in col[yk]}) if len(result) else [1]
+    grid = np.full((len(ys), len(xs)), np.nan)
+    for i, yy in enumerate(ys):
+        for j, xx in enumerate(xs):
+            sel = (col[yk] == yy) & (col[xk] == xx)
+            if not sel.any():
+                continue                     # blank: no layout with these two passes the rules
+            fits = sel & col["fits"]
+            if value == "fits":
+                grid[i, j] = 1.0 if fits.any() else 0.0
+            elif value == "step_time":
+                st = col["step_time"][fits]
+                grid[i, j] = np.nanmin(st) if fits.any() and np.isfinite(st).any() else -1.0
+            else:
+                grid[i, j] = np.max(col["headroom"][sel]) / _GB
+    return xs, ys, grid
 
-    vals = {str(getattr(k, "name", k)): v for k, v in dict(values).items() if str(getattr(k, "name", k)) != "d"}
-    if solution is None:
-        try:
-            solution = smallest(total, "d", capacity, vals)
-        except NoFitError:
-            solution = None
-    top = d_max or max(8, 2 * (solution.value if solution else 8))
-    ds = np.arange(1, top + 1, dtype=float)
-    comp = total.compile()
-    kw = {k: float(v) for k, v in vals.items()}
-    kw["d"] = ds
-    mem = np.broadcast_to(comp(**kw), ds.shape) / _GB
-    fig, ax = _figure(ax)
-    ax.plot(ds, mem, marker="o", markersize=3, label="memory per GPU")
-    ax.axhline(float(capacity) / _GB, color="black", linestyle="--", label="capacity")
-    if solution is not None:
-        ax.axvline(solution.value, color="tab:red", linestyle=":",
-                   label=f"smallest d = {solution.value}")
-        ax.plot([solution.value], [float(solution.memory) / _GB], "o", color="tab:red")
-    ax.set_xlabel("data-parallel size d")
-    ax.set_ylabel("memory per GPU [GB]")
-    ax.legend(loc="best", fontsize="small")
+
+def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
+                title: str | None = None, ax=None):
+    """Map of a layout search over two knobs: whether any layout with those two values fits,
+    or the best step time among those that do; the best layout marked, blank cells explained.
+
+    Parameters
+    ----------
+    result : memsym.search.SearchResult
+        From :func:`memsym.search.search`.
+    x, y : str
+        Knobs (``t p c d e v b``).
+    value : {"fits", "step_time", "headroom"}, optional
+        What a cell shows; default step time when the search has a global batch, else fits.
+
+    Examples
+    --------
+    >>> from memsym.search import search
+    >>> res = search("llama2-7b", "a100-80gb", 8, seq_length=2048, recompute=["full"],
+    ...              sharding=["zero3"])
+    >>> fig = feasibility(res)
+    >>> fig.axes[0].get_xlabel()
+    'pipeline-parallel size (number of stages) p [GPUs]'
+    """
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    from .errors import InvalidValueError, UnknownNameError
+
+    knobs = ("t", "p", "c", "d", "e", "v", "b")
+    for k in (x, y):
+        if k not in knobs:
+            raise UnknownNameError("knob", k, knobs)
+    if x == y:
+        raise InvalidValueError(f"x and y must be two different knobs, got {x!r} twice")
+    if value is None:
+        value = "step_time" if result.space.global_batch_size is not None else "fits"
+    if value not in ("fits", "step_time", "headroom"):
+        raise InvalidValueError(f"value must be fits, step_time or headroom, got {value!r}")
+    xs, ys, grid = _cells(result, x, y, value)
+    fig, ax = _figure(ax, size=(8, 4.6))
+    if value == "fits":
+        cmap = ListedColormap(["#d9534f", "#5cb85c"])
+        ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, origin="lower", aspect="auto")
+        handles = [Patch(color="#5cb85c", label="a layout fits"),
+                   Patch(color="#d9534f", label="valid, none fits")]
+    elif value == "step_time":
+        shown = np.where(grid > 0, grid, np.nan)
+        img = ax.imshow(shown, cmap="viridis_r", origin="lower", aspect="auto")
+        fig.colorbar(img, ax=ax, label="best step time [s]")
+        nofit = np.where(grid == -1.0, 1.0, np.nan)
+        ax.imshow(nofit, cmap=ListedColormap(["#d9534f"]), origin="lower", aspect="auto")
+        handles = [Patch(color="#d9534f", label="valid, none fits")]
+        finite = grid[grid > 0]
+        mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+        for i in range(len(ys)):
+            for j in range(len(xs)):
+                if grid[i, j] > 0:   # dark text on the light (fast) end of viridis_r
+                    ax.text(j, i, f"{grid[i, j]:.2f} s", ha="center", va="center",
+                            fontsize="x-small", color="black" if grid[i, j] <= mid else "white")
+    else:
+        lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
+        img = ax.imshow(grid, cmap="RdYlGn", vmin=-lim, vmax=lim, origin="lower", aspect="auto")
+        fig.colorbar(img, ax=ax, label="best headroom [GB]")
+        handles = []
+    handles.append(Patch(facecolor="white", edgecolor="0.6", label="blank: no layout passes the rules"))
+    ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+    ax.set_yticks(range(len(ys)), [str(v) for v in ys])
+    ax.set_xlabel(_axis_label(x))
+    ax.set_ylabel(_axis_label(y))
+    gpu = result.space.gpu.name
+    ax.set_title(title or f"{result.space.arch.name} on {result.gpus} x {gpu}: "
+                 + {"fits": "does a layout fit?", "step_time": "best step time",
+                    "headroom": "best headroom"}[value])
+    if len(result) and result.columns["fits"].any():
+        best = result.best()
+        j, i = xs.index(best[x]), ys.index(best[y])
+        # in the cell's upper right corner, so that the cell's own number stays readable
+        ax.plot([j + 0.32], [i + 0.3], marker="*", markersize=14, color="gold",
+                markeredgecolor="black", linestyle="none",
+                label=f"best: t={best['t']} p={best['p']} c={best['c']} d={best['d']} b={best['b']}")
+        handles.append(ax.get_lines()[-1])
+    else:
+        ax.text(0.5, 0.5, "nothing fits", transform=ax.transAxes, ha="center", va="center",
+                fontsize="large", color="tab:red",
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor="tab:red"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2,
+              fontsize="small", title=_blank_note(result, xs, ys, grid, x, y),
+              title_fontsize="x-small", frameon=False)
     return fig
+
+
+def _blank_note(result, xs, ys, grid, x, y) -> str:
+    """Why cells are blank: the pair cannot split the GPUs, or the rules refuse every layout."""
+    import numpy as np
+
+    split = {"t", "p", "c", "d"}
+    cannot, refused = 0, 0
+    for i, yy in enumerate(ys):
+        for j, xx in enumerate(xs):
+            if not np.isnan(grid[i, j]):
+                continue
+            if x in split and y in split and result.gpus % (xx * yy):
+                cannot += 1
+            else:
+                refused += 1
+    if not cannot and not refused:
+        return "every cell holds at least one valid layout"
+    bits = []
+    if cannot:
+        bits.append(f"{cannot} blank: {y}\u00b7{x} does not divide the {result.gpus} GPUs")
+    if refused:
+        rules = [f"{k} ({v})" for k, v in sorted(result.excluded.items(), key=lambda kv: -kv[1])
+                 if v][:3]
+        bits.append(f"{refused} blank: the framework rules refuse every layout with that pair"
+                    + (" (most excluded by: " + ", ".join(rules) + ")" if rules else ""))
+    return "; ".join(bits)
 
 
 def feasibility_map(result, *, ax=None):

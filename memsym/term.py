@@ -23,7 +23,7 @@ __all__ = ["Source", "Term", "Total"]
 
 @dataclass(frozen=True)
 class Source:
-    """Where a formula comes from: a key of ``formulas/references.toml`` and a locator.
+    """Where a formula comes from: a key of ``memsym/references.toml`` and a locator.
 
     Examples
     --------
@@ -201,8 +201,21 @@ class Total:
 
     # --- composition ------------------------------------------------------------------------
     def __add__(self, other) -> "Total":
+        """This total with a term or another total appended; the name names every part
+        (``"model states per GPU + activations"``), not only the first.
+
+        Examples
+        --------
+        >>> from memsym.symbols import N
+        >>> w = Term("weights", 2 * N, "bf16 weights", Source("zero", "§3.1"))
+        >>> a = Term("activations", 3 * N, "kept for backward", Source("korthikanti", "§4"),
+        ...          label="activations")
+        >>> (Total("model states", (w,)) + a).name
+        'model states + activations'
+        """
         if isinstance(other, Term):
-            return replace(self, terms=self.terms + (other,))
+            part = other.label or other.key.replace("_", " ")
+            return replace(self, name=f"{self.name} + {part}", terms=self.terms + (other,))
         if isinstance(other, Total):
             return Total(f"{self.name} + {other.name}", self.terms + other.terms, self.unit)
         return NotImplemented

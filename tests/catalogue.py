@@ -27,7 +27,7 @@ _FUNCTIONS = {name: getattr(sp, name) for name in (
 
 
 def references() -> dict:
-    return tomllib.loads((FORMULAS / "references.toml").read_text())
+    return tomllib.loads((FORMULAS.parent / "memsym" / "references.toml").read_text())
 
 
 def entries():

@@ -62,4 +62,4 @@ def test_every_cited_source_key_exists():
         keys |= set(pattern.findall(path.read_text()))
     assert keys, "no Source(...) found"
     unknown = sorted(k for k in keys if k not in refs)
-    assert not unknown, f"sources missing from formulas/references.toml: {unknown}"
+    assert not unknown, f"sources missing from memsym/references.toml: {unknown}"

@@ -35,6 +35,13 @@ def test_check_flag_reports_stale_pages(tmp_path, capsys):
     (tmp_path / "formulas").mkdir()
     for path in (ROOT / "formulas").glob("*.toml"):
         (tmp_path / "formulas" / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    # a source checkout: the catalogue's README and the bibliography (package data since it
+    # moved to memsym/references.toml)
+    (tmp_path / "formulas" / "README.md").write_text(
+        (ROOT / "formulas" / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "memsym").mkdir()
+    (tmp_path / "memsym" / "references.toml").write_text(
+        (ROOT / "memsym" / "references.toml").read_text(encoding="utf-8"), encoding="utf-8")
     assert reference.main(["--check", "--root", str(tmp_path)]) == 1
     assert reference.main(["--root", str(tmp_path)]) == 0
     assert reference.main(["--check", "--root", str(tmp_path)]) == 0
@@ -137,7 +144,7 @@ def test_reference_refuses_a_root_without_the_catalogue(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     assert reference.main(["--root", "x y"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "formulas/references.toml" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "formulas/ catalogue" in err and "Traceback" not in err
     assert not (tmp_path / "x y").exists()
     assert reference.main(["--check", "--root", "x y"]) == 2
     with pytest.raises(ValueError):

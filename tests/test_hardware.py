@@ -43,7 +43,7 @@ def test_names_case_insensitive_and_suggestions():
 def test_every_source_is_a_reference():
     import tomllib
     from pathlib import Path
-    refs = tomllib.loads((Path(__file__).resolve().parent.parent / "formulas" / "references.toml").read_text())
+    refs = tomllib.loads((Path(__file__).resolve().parent.parent / "memsym" / "references.toml").read_text())
     for name in hardware.gpus():
         assert gpu(name).source in refs, name
     for name in hardware.clusters():

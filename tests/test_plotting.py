@@ -1,23 +1,42 @@
-"""Plots (issue 5, part 7): each returns a Figure that saves to PDF and PNG (Agg backend)."""
+"""Plots (issue 16, part 3): each returns a Figure; titles, axis labels with units, the capacity
+line, the solved value, the floor, "nothing fits" and the best layout checked on the matplotlib
+objects; saved as PNG, PDF and SVG."""
 
 from __future__ import annotations
+
+import argparse
+from dataclasses import replace
 
 import matplotlib
 
 matplotlib.use("Agg")
 
+import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from memsym import byte_widths, model_state  # noqa: E402
-from memsym.plotting import breakdown_bars, feasibility_map, memory_vs_d  # noqa: E402
+from memsym.errors import InvalidValueError  # noqa: E402
+from memsym.plotting import (breakdown, breakdown_bars, feasibility, feasibility_map,  # noqa: E402
+                             memory_vs, memory_vs_d, save)
 from memsym.search import search  # noqa: E402
+from memsym.symbols import L, N, b, h, s  # noqa: E402
+from memsym.term import Source, Term, Total  # noqa: E402
+from memsym.training import Layout, Training, training_memory  # noqa: E402
 
 GB = 10**9
 
 
+def _texts(ax):
+    return [t.get_text() for t in ax.texts]
+
+
+def _legend(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
 def test_breakdown_bars_stack_to_the_total(tmp_path):
     # ZeRO §5 example: 7.5B, d = 64: stage 1 = 4Ψ + 12Ψ/64 = 31.4 GB
-    bd = model_state("zero1", convention="seed000").subs(byte_widths("zero1", convention="seed000")).breakdown(N=7.5e9, d=64, p=1, t=1)
+    bd = model_state("zero1", convention="zero-paper").subs(byte_widths("zero1", convention="zero-paper")).breakdown(N=7.5e9, d=64, p=1, t=1)
     fig = breakdown_bars({"zero1": bd}, capacity=80 * GB)
     assert isinstance(fig, Figure)
     tops = [patch.get_y() + patch.get_height() for patch in fig.axes[0].patches]
@@ -27,16 +46,140 @@ def test_breakdown_bars_stack_to_the_total(tmp_path):
     assert (tmp_path / "bars.pdf").stat().st_size > 0 and (tmp_path / "bars.png").stat().st_size > 0
 
 
-def test_memory_vs_d_marks_smallest_d(tmp_path):
-    # ZeRO-3, 70B, 80 GB: 16 * 70e9 / d <= 80e9  ->  d >= 14 (by hand)
-    M = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
+def test_breakdown_groups_and_capacity():
+    # ZeRO §5 again, grouped: 4Ψ + 12Ψ/64 are all model states (31.40625 GB), nothing else
+    bd = model_state("zero1", convention="zero-paper").subs(byte_widths("zero1", convention="zero-paper")).breakdown(N=7.5e9, d=64, p=1, t=1)
+    fig = breakdown({"ZeRO-1, d = 64": bd}, capacity=80 * GB, title="ZeRO §5")
+    ax = fig.axes[0]
+    assert ax.get_title() == "ZeRO §5"
+    assert ax.get_ylabel() == "memory per GPU [GB = 1e9 bytes]"
+    assert _legend(ax) == ["capacity 80 GB", "model states"]
+    assert "31.4 GB" in _texts(ax)
+    cap = [ln for ln in ax.get_lines() if ln.get_label().startswith("capacity")][0]
+    assert cap.get_ydata()[0] == 80
+    # the legend sits outside the axes (anchored right of them)
+    assert ax.get_legend().get_bbox_to_anchor().x0 >= ax.get_window_extent().x1
+
+
+def test_breakdown_of_estimates_stacks_groups():
+    lay, tr = Layout(t=4, p=2, d=8), Training(seq_length=2048, recompute="full", num_microbatches=16)
+    ests = {f"d={n}": training_memory("gpt3-175b", replace(lay, d=n), tr) for n in (8, 32)}
+    fig = breakdown(ests, capacity=80 * GB)
+    ax = fig.axes[0]
+    assert _legend(ax)[1:] == ["model states", "activations", "allowances"]
+    # each bar's stack ends at the estimate's total
+    for i, est in enumerate(ests.values()):
+        tops = [p.get_y() + p.get_height() for p in ax.patches if abs(p.get_x() + p.get_width() / 2 - i) < 1e-9]
+        assert abs(max(tops) - float(est.bytes_total) / GB) < 1e-9
+
+
+def test_memory_vs_d_marks_smallest_d_and_integer_ticks(tmp_path):
+    # ZeRO-3, 70B, 80 GB: 16 * 70e9 / d <= 80e9  ->  d >= 14 (by hand); floor 0 (all sharded)
+    M = model_state("zero3", convention="zero-paper").subs(byte_widths("zero3", convention="zero-paper"))
     fig = memory_vs_d(M, {"N": 70e9, "t": 1, "p": 1}, 80 * GB)
-    labels = [line.get_label() for line in fig.axes[0].get_lines()]
-    assert "smallest d = 14" in labels
+    ax = fig.axes[0]
+    assert "smallest d that fits = 14" in _legend(ax)
+    assert ax.get_xlabel() == "data-parallel size d [GPUs]"
+    assert ax.get_ylabel() == "memory per GPU [GB = 1e9 bytes]"
+    assert all(float(x).is_integer() for x in ax.get_xticks())
+    assert any("d = 14" in t for t in _texts(ax))
     fig.savefig(tmp_path / "d.pdf")
 
 
-def test_feasibility_map(tmp_path):
+def test_memory_vs_draws_the_floor():
+    # distributed optimizer, 7B: 2N + 16N/d [bytes]; floor 2 * 7e9 = 14 GB (the weights no d
+    # shards); 14 + 112/d <= 80 -> d >= 112/66 = 1.7 -> 2 (by hand)
+    M = model_state("distributed-optimizer", convention="seed000").subs(
+        byte_widths(convention="seed000"))
+    fig = memory_vs(M, "d", {"N": 7e9, "t": 1, "p": 1}, 80 * GB)
+    ax = fig.axes[0]
+    floor = [ln for ln in ax.get_lines() if ln.get_label().startswith("floor")][0]
+    assert floor.get_ydata()[0] == 14
+    assert floor.get_label() == "floor: memory no d removes (14 GB)"
+    assert "smallest d that fits = 2" in _legend(ax)
+
+
+def test_memory_vs_nothing_fits():
+    # 70B with the distributed optimizer: the unsharded bf16 weights alone are 140 GB > 80 GB
+    M = model_state("distributed-optimizer", convention="seed000").subs(
+        byte_widths(convention="seed000"))
+    fig = memory_vs(M, "d", {"N": 70e9, "t": 1, "p": 1}, 80 * GB)
+    ax = fig.axes[0]
+    assert any(t.startswith("nothing fits: the floor 140 GB") for t in _texts(ax))
+    assert not any(lab.startswith("smallest") for lab in _legend(ax))
+
+
+def test_memory_vs_micro_batch_grows():
+    # seed 002: 34sbhL bytes per sequence without recompute; s = h = 4096, L = 32:
+    # 34*4096*4096*32 = 18,253,611,008 bytes (18.25 GB) per sequence, plus 14 GB of weights:
+    # 14 + 18.25 b <= 80 -> b <= 3.6 -> 3 (by hand)
+    tot = Total("toy", (Term("weights", 2 * N, "bf16 weights", Source("seed002", "16 bytes")),
+                        Term("acts", 34 * s * b * h * L, "activations", Source("korthikanti", "Eq. 1"))))
+    fig = memory_vs(tot, "b", {"N": 7e9, "s": 4096, "h": 4096, "L": 32}, 80 * GB)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "micro-batch size b [sequences]"
+    assert "largest b that fits = 3" in _legend(ax)
+    floor = [ln for ln in ax.get_lines() if ln.get_label().startswith("floor")][0]
+    assert floor.get_ydata()[0] == 14
+
+
+def test_memory_vs_p_skips_refused_layouts():
+    # GPT-3 has 96 layers: p = 5 does not divide them (Megatron refuses it), p = 4 does
+    lay, tr = Layout(t=4, p=2, d=8), Training(seq_length=2048, recompute="full", num_microbatches=16)
+    # p changes the layers a stage holds: the curve is re-estimated, no symbolic total is used
+    fig = memory_vs(None, "p", capacity=80 * GB, candidates=[1, 2, 4, 5, 8],
+                    evaluate=lambda n: training_memory("gpt3-175b", replace(lay, p=n), tr).bytes_total)
+    ax = fig.axes[0]
+    assert [int(x) for x in ax.get_lines()[0].get_xdata()] == [1, 2, 4, 8]
+    assert ax.get_xlabel() == ("pipeline-parallel size (number of stages) p [GPUs]\n"
+                               "(not drawn, refused by the layout rules: p = 5)")
+    # the marked p is the smallest drawn candidate whose re-estimate fits
+    mem = {n: training_memory("gpt3-175b", replace(lay, p=n), tr).bytes_total for n in (1, 2, 4, 8)}
+    want = min(n for n, m in mem.items() if m <= 80 * GB)
+    assert f"smallest p that fits = {want}" in _legend(ax)
+
+
+def _search():
+    return search("llama2-13b", "a100-80gb", 8, seq_length=4096, micro_batch_sizes=[1],
+                  global_batch_size=64)
+
+
+def test_feasibility_step_time_marks_best_and_explains_blanks(tmp_path):
+    res = _search()
+    fig = feasibility(res)
+    ax = fig.axes[0]
+    best = res.best()
+    star = [ln for ln in ax.get_lines() if ln.get_label().startswith("best")][0]
+    assert star.get_label() == (f"best: t={best['t']} p={best['p']} c={best['c']} "
+                                f"d={best['d']} b={best['b']}")
+    assert "best step time" in ax.get_title()
+    assert ax.get_xlabel().endswith("p [GPUs]") and ax.get_ylabel().endswith("t [GPUs]")
+    # (t, p) pairs whose product does not divide 8 cannot exist: e.g. t = 8, p = 2
+    title = ax.get_legend().get_title().get_text()
+    assert "t\u00b7p does not divide the 8 GPUs" in title
+    img = ax.get_images()[0].get_array()
+    ts = sorted({int(x) for x in res.columns["t"]})
+    ps = sorted({int(x) for x in res.columns["p"]})
+    assert img.shape == (len(ts), len(ps))
+    assert fig.axes[1].get_ylabel() == "best step time [s]"
+    for ext in ("png", "pdf", "svg"):
+        save(fig, tmp_path / f"map.{ext}")
+        assert (tmp_path / f"map.{ext}").stat().st_size > 0
+
+
+def test_feasibility_fits_map_values():
+    res = search("llama2-13b", "a100-40gb", 8, seq_length=4096, micro_batch_sizes=[1],
+                 recompute=["none"], sharding=["ddp"])
+    fig = feasibility(res, value="fits")
+    ax = fig.axes[0]
+    arr = ax.get_images()[0].get_array()
+    # 13B with plain DDP: 16 bytes x 13e9 = 208 GB unsharded; only model parallelism helps
+    assert set(float(v) for v in arr.compressed()) <= {0.0, 1.0}
+    if not res.columns["fits"].any():
+        assert "nothing fits" in _texts(ax)
+
+
+def test_feasibility_map_kept(tmp_path):
     res = search("llama2-13b", "a100-80gb", 8, seq_length=2048, recompute=["full"],
                  sharding=["distributed-optimizer"], micro_batch_sizes=[1])
     fig = feasibility_map(res)
@@ -45,3 +188,132 @@ def test_feasibility_map(tmp_path):
     ps = sorted({int(x) for x in res.columns["p"]})
     assert img.get_array().shape == (len(ts), len(ps))
     fig.savefig(tmp_path / "map.png")
+
+
+def test_save_refuses_other_formats(tmp_path):
+    fig = breakdown({"x": {"weights": 1e9}})
+    with pytest.raises(InvalidValueError, match=r"\.png, \.pdf or \.svg"):
+        save(fig, tmp_path / "x.jpg")
+
+
+def test_cli_plot_module(tmp_path):
+    from memsym.cli import ArgumentParser
+    from memsym.cli.plot import add_plot_parser, run_plot
+
+    parser = ArgumentParser(prog="memsym")
+    sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser)
+    add_plot_parser(sub)
+    lay, tr = Layout(t=4, p=2, d=8), Training(seq_length=2048, recompute="full", num_microbatches=16)
+    est = training_memory("gpt3-175b", lay, tr)
+    for kind, extra in (("breakdown", []), ("memory-vs", ["--vs", "dp", "--candidates", "4:24"]),
+                        ("memory-vs", ["--vs", "micro-batch-size", "--candidates", "1,2,4"])):
+        out = tmp_path / f"{kind}.svg"
+        args = parser.parse_args(["plot", kind, "-o", str(out)] + extra)
+        args.gpu_memory = 80 * GB
+        assert run_plot(args, est, arch="gpt3-175b", layout=lay, training=tr) == 0
+        assert out.read_text().startswith("<?xml")
+    args = parser.parse_args(["plot", "feasibility", "-o", str(tmp_path / "f.png")])
+    with pytest.raises(InvalidValueError, match="needs a MODEL and --gpu"):
+        run_plot(args, est)
+    from memsym.cli import UsageError
+
+    with pytest.raises(UsageError):
+        parser.parse_args(["plot", "memory-vs", "-o", "x.png", "--candidates", "__import__('os')"])
+    with pytest.raises(argparse.ArgumentTypeError):
+        from memsym.cli.plot import candidates
+
+        candidates("1:100000")
+
+
+# ---------------------------------------------------------------------------------------------
+# memsym plot KIND JOB ... -o FILE (the command line)
+# ---------------------------------------------------------------------------------------------
+_JOB = ["gpt3-175b", "--tp", "8", "--pp", "4", "--dp", "8", "--seq-length", "2048",
+        "--recompute-granularity", "full", "--num-microbatches", "16", "--use-flash-attn"]
+
+
+def _plot_cli(monkeypatch, tmp_path, kind, ext, *extra):
+    import memsym.plotting as plotting
+    from memsym.cli import main
+
+    drawn = []
+    real = plotting.save
+
+    def keep(fig, path):
+        drawn.append(fig)
+        return real(fig, path)
+
+    monkeypatch.setattr(plotting, "save", keep)
+    out = tmp_path / f"{kind}.{ext}"
+    assert main(["plot", kind, *_JOB, *extra, "-o", str(out)]) == 0
+    assert out.stat().st_size > 0
+    return drawn[0].axes[0], out
+
+
+def test_cli_plot_breakdown(monkeypatch, tmp_path):
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "breakdown", "png", "--gpu", "h100-80gb")
+    assert "gpt3-175b" in ax.get_title() and "TP 8 x PP 4 x DP 8 (256 GPUs)" in ax.get_title()
+    assert ax.get_ylabel() == "memory per GPU [GB = 1e9 bytes]"
+    assert _legend(ax) == ["capacity 80 GB", "model states", "activations", "allowances"]
+    est = training_memory("gpt3-175b", Layout(t=8, p=4, d=8),
+                          Training(seq_length=2048, recompute="full", num_microbatches=16))
+    tops = [p.get_y() + p.get_height() for p in ax.patches]
+    assert abs(max(tops) - float(est.bytes_total) / GB) < 1e-9
+
+
+def test_cli_plot_memory_vs_marks_the_solved_d(monkeypatch, tmp_path):
+    ax, out = _plot_cli(monkeypatch, tmp_path, "memory-vs", "svg", "--gpu-memory", "80GB",
+                        "--vs", "dp")
+    assert ax.get_xlabel() == "data-parallel size d [GPUs]"
+    legend = _legend(ax)
+    # smallest d = 3 (tests/test_solve_job.py derives it by hand), the capacity and the floor
+    assert "smallest d that fits = 3" in legend and "capacity C = 80 GB" in legend
+    assert any(x.startswith("floor: memory no d removes") for x in legend)
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    assert out.read_text().lstrip().startswith(("<?xml", "<svg"))
+
+
+def test_cli_plot_memory_vs_nothing_fits(monkeypatch, tmp_path):
+    # Llama-3 70B, s = 8192, no recompute: nothing fits however large d is (the floor is above C)
+    import memsym.plotting as plotting
+    from memsym.cli import main
+
+    drawn = []
+    real = plotting.save
+    monkeypatch.setattr(plotting, "save", lambda fig, path: (drawn.append(fig), real(fig, path))[1])
+    out = tmp_path / "none.pdf"
+    assert main(["plot", "memory-vs", "llama3-70b", "--tp", "8", "--pp", "4", "--seq-length",
+                 "8192", "--gpu-memory", "80GB", "-o", str(out)]) == 0
+    texts = " ".join(_texts(drawn[0].axes[0]))
+    assert "nothing fits" in texts
+    assert out.read_bytes().startswith(b"%PDF")
+
+
+def test_cli_plot_feasibility_marks_best(monkeypatch, tmp_path):
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "feasibility", "png", "--gpu", "h100-80gb")
+    assert ax.get_xlabel().startswith("pipeline-parallel size")
+    assert ax.get_ylabel().startswith("tensor-parallel size")
+    fig_texts = [t.get_text() for t in ax.figure.legends[0].get_texts()] if ax.figure.legends \
+        else _legend(ax)
+    assert any(x.startswith("best:") for x in fig_texts)
+    assert any("blank" in x for x in fig_texts)
+
+
+def test_cli_plot_bad_extension(tmp_path, capsys):
+    from memsym.cli import main
+
+    assert main(["plot", "breakdown", *_JOB, "-o", str(tmp_path / "x.jpg")]) == 2
+    assert "--output must end in .png, .pdf or .svg" in capsys.readouterr().err
+
+
+def test_cli_plot_memory_vs_keeps_the_job_allowances(monkeypatch, tmp_path):
+    # --workspace 0 drops the 1 GiB workspace allowance at every candidate d (and its 10 %
+    # fragmentation share is of allocated memory only, so the curve falls by exactly 2^30 bytes)
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "memory-vs", "png", "--gpu-memory", "80GB",
+                      "--vs", "dp", "--candidates", "2,3,4", "--workspace", "0")
+    line = next(ln for ln in ax.get_lines() if ln.get_label() == "memory per GPU")
+    xs, ys = list(line.get_xdata()), list(line.get_ydata())
+    for n in (2, 3, 4):
+        full = training_memory("gpt3-175b", Layout(t=8, p=4, d=n),
+                               Training(seq_length=2048, recompute="full", num_microbatches=16))
+        assert abs(ys[xs.index(n)] - (float(full.bytes_total) - 2**30) / GB) < 1e-9

@@ -74,7 +74,7 @@ class Point:
     Attributes
     ----------
     id, source, locator : str
-        Unique name; a key of ``formulas/references.toml`` and where in it.
+        Unique name; a key of ``memsym/references.toml`` and where in it.
     model, gpu, framework, task : str
         A memsym preset, the GPU as printed, the framework, ``pretrain|sft|lora``.
     gpus : int or None
@@ -161,7 +161,7 @@ def _point(raw: dict, n: int, refs: dict, presets) -> Point:
         if not isinstance(raw[key], str) or not raw[key].strip() or len(raw[key]) > 300:
             _fail(where, f"{key} must be a non-empty string of at most 300 characters")
     if raw["source"] not in refs:
-        _fail(where, f"source {raw['source']!r} is not a key of formulas/references.toml")
+        _fail(where, f"source {raw['source']!r} is not a key of memsym/references.toml")
     if raw["model"] not in presets:
         _fail(where, f"model {raw['model']!r} is not a memsym preset")
     val = raw["measured"]

@@ -23,6 +23,7 @@ COMMANDS = {
     "bench": ".bench",
     "search": ".search",
     "min-gpus": ".min_gpus",
+    "plot": ".plot",
 }
 
 

@@ -1,4 +1,8 @@
-"""``memsym latex``: the derivation of the per-GPU model-state memory for design documents.
+"""``memsym latex``: the derivation of the per-GPU memory for design documents.
+
+``memsym latex MODEL ...`` (a whole job: model, layout, training) writes the job's design
+document from :mod:`memsym.document` (``--paper a4|letter``, ``--solve UNKNOWN`` with
+``--gpu-memory`` or ``--gpu``); ``memsym latex --params N ...`` the model states alone.
 
 Default: an ``equation*`` block.  ``--snippet``: an ``align*`` block to ``\\input``.
 ``--document``: a standalone amsmath document (derivation, per-term table with sources and,
@@ -24,10 +28,59 @@ def add_parser(sub) -> None:
     form.add_argument("--snippet", action="store_true", help="an align* block to \\input")
     form.add_argument("--markdown", action="store_true", help="Markdown with $$ math")
     parser.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    from .options import choice
+    from .solve import UNKNOWNS, add_gpu_option
+    from .training_options import add_training_options
+
+    add_training_options(parser)
+    add_gpu_option(parser)
+    job_grp = parser.add_argument_group("whole-job document (with MODEL)")
+    job_grp.add_argument("--paper", type=choice("paper", ("a4", "letter")), default="a4",
+                         help="--document: paper size, a4 or letter (2.5 cm margins)")
+    job_grp.add_argument("--solve", type=choice("unknown", tuple(UNKNOWNS)), default=None,
+                         metavar="UNKNOWN", help="also solve for " + ", ".join(UNKNOWNS)
+                         + " (needs --gpu-memory or --gpu)")
     parser.set_defaults(run=run)
 
 
+def _write(args, text: str) -> None:
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text + ("" if text.endswith("\n") else "\n"))
+    else:
+        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+
+
+def run_job(args) -> int:
+    """The whole job's document, snippet or Markdown (default: the snippet)."""
+    from .. import document
+    from ..errors import InvalidValueError
+    from .solve import job_from_args
+
+    j = job_from_args(args)
+    solution = None
+    if args.solve is not None:
+        if j.capacity is None:
+            raise InvalidValueError("--solve needs --gpu-memory C or --gpu NAME")
+        from ..analysis import solve_job
+
+        solution = solve_job(j, args.solve, j.capacity)
+        j = solution.job          # the document shows the job at the solved value
+    if args.markdown:
+        text = document.job_markdown(j, solve=solution)
+    elif args.document:
+        text = document.job_document(j, solve=solution, paper=args.paper)
+    else:
+        text = document.job_snippet(j, solve=solution)
+    _write(args, text)
+    return 0
+
+
 def run(args) -> int:
+    from .training_options import wants_training
+
+    if wants_training(args):
+        return run_job(args)
     from .. import printing
     from ..analysis import smallest
     from ..terms.model_state import model_state
@@ -56,9 +109,5 @@ def run(args) -> int:
         if solution is not None:
             body += "\n\\end{equation*}\n\\begin{equation*}\n" + solution.latex()
         text = "\\begin{equation*}\n" + body + "\n\\end{equation*}"
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text + ("" if text.endswith("\n") else "\n"))
-    else:
-        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+    _write(args, text)
     return 0

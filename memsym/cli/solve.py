@@ -1,50 +1,118 @@
-"""``memsym solve``: the smallest degree (or largest size) that fits a GPU."""
+"""``memsym solve``: the smallest degree (or largest size) with which a whole job fits a GPU.
+
+``memsym solve UNKNOWN MODEL ... --gpu-memory C | --gpu NAME`` solves the full per-GPU total
+(model states + activations + allowances on the most-loaded stage,
+:func:`memsym.analysis.solve_job`); ``memsym solve dp --params N ...`` (no MODEL) keeps the
+model-state-only path of seed 000.  Also :func:`job_from_args`, the Job of the job options,
+shared by ``latex`` and ``plot``.
+"""
 
 from __future__ import annotations
 
+import sys
+
 from .options import add_model_state_options, emit_json
 
-#: unknown -> (registry symbol, smallest or largest, help)
+#: unknown -> help (the unknowns of memsym.analysis.solve_job)
 UNKNOWNS = {
-    "dp": ("d", "smallest", "smallest data-parallel size d that fits"),
+    "dp": "smallest data-parallel size d that fits",
+    "tp": "smallest tensor-parallel size t that fits",
+    "pp": "smallest pipeline-parallel size p that fits",
+    "cp": "smallest context-parallel size c that fits",
+    "gpus": "fewest GPUs G = t p c d that fit (t, p, c fixed; d solved)",
+    "micro-batch-size": "largest micro-batch size b that fits",
+    "seq-length": "largest sequence length s that fits",
 }
 
 
+def add_gpu_option(parser) -> None:
+    """``--gpu NAME``: a catalogue GPU whose memory is the capacity (an explicit option, so
+    that argparse does not read ``--gpu`` as an abbreviation of ``--gpu-memory``)."""
+    parser.add_argument("--gpu", metavar="NAME", default=None,
+                        help="catalogue GPU (h100-80gb, a100-40gb, ...): its memory is the "
+                        "capacity unless --gpu-memory is given")
+
+
 def add_parser(sub) -> None:
-    parser = sub.add_parser("solve", help="smallest degree that fits",
-                            description="Solve the per-GPU memory for one unknown: the closed form "
-                            "over the positive reals, then the integer, verified by substitution.")
+    from .training_options import add_training_options
+
+    parser = sub.add_parser("solve", help="smallest degree (largest size) that fits",
+                            description="Solve the per-GPU memory of a whole job for one unknown: "
+                            "the closed form over the positive reals, then the integer, verified "
+                            "against the estimate under the launch rules.")
     unknowns = parser.add_subparsers(dest="unknown", metavar="UNKNOWN", parser_class=type(parser))
     unknowns.required = True
-    dp = unknowns.add_parser("dp", help=UNKNOWNS["dp"][2], description=UNKNOWNS["dp"][2])
-    add_model_state_options(dp, dp=False)
-    dp.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    dp.set_defaults(run=run_dp)
-    # issue 3: sizing a whole training configuration (MODEL and Megatron-LM options)
-    from .training_options import add_training_options, solve_training
-
-    for name, helptext in (("micro-batch-size", "largest micro-batch size that fits"),
-                           ("pp", "smallest pipeline-parallel size that fits"),
-                           ("tp", "smallest tensor-parallel size that fits")):
-        sp_ = unknowns.add_parser(name, help=helptext, description=helptext +
-                                  " (valid layouts only: divisibility is respected)")
-        add_model_state_options(sp_)
+    for name, helptext in UNKNOWNS.items():
+        sp_ = unknowns.add_parser(name, help=helptext, description=helptext + ": model states + "
+                                  "activations + allowances on the most-loaded GPU; candidates a "
+                                  "launch rule refuses are skipped. Without MODEL, `solve dp "
+                                  "--params N` solves the model states alone (seed 000).")
+        # the unknown's own option is not offered (d, t, p are what is solved)
+        add_model_state_options(sp_, dp=name not in ("dp", "gpus"))
         add_training_options(sp_)
+        add_gpu_option(sp_)
         sp_.add_argument("--json", action="store_true", help="one JSON object on stdout")
-        sp_.set_defaults(run=solve_training)
+        sp_.set_defaults(run=run)
+
+
+def job_from_args(args):
+    """The :class:`memsym.job.Job` of the job options (MODEL, layout, training, allowances,
+    ``--gpu``, ``--gpu-memory``), validated once."""
+    from .training_options import job_from_args as build, warn_sequence_parallel
+
+    j = build(args)
+    warn_sequence_parallel(args)        # once, after validation
+    return j
+
+
+def run(args) -> int:
+    from ..errors import InvalidValueError
+    from .training_options import wants_training
+
+    if not wants_training(args):
+        if args.unknown != "dp":
+            raise InvalidValueError(f"solve {args.unknown} needs a MODEL (a preset name or a "
+                                    "config.json) and --seq-length")
+        return run_dp(args)
+    from ..analysis import solve_job
+
+    fix_dp = args.world_size is not None and getattr(args, "dp", None) is not None
+    if args.world_size is not None and args.unknown in ("tp", "pp", "cp") and fix_dp:
+        # G and d fixed: the unknown starts at the one value that makes t p c d = G
+        others = {"tp": (args.pp or 1) * (args.cp or 1), "pp": (args.tp or 1) * (args.cp or 1),
+                  "cp": (args.tp or 1) * (args.pp or 1)}[args.unknown] * args.dp
+        if args.world_size % others:
+            raise InvalidValueError(f"no {args.unknown} makes t*p*c*d = world size "
+                                    f"{args.world_size}")
+        setattr(args, args.unknown, args.world_size // others)
+    j = job_from_args(args)
+    if j.capacity is None:
+        raise InvalidValueError(f"solve {args.unknown} needs --gpu-memory C (e.g. 80GB or "
+                                "80GiB) or --gpu NAME")
+    sol = solve_job(j, args.unknown, j.capacity,
+                    world_size=args.world_size if args.unknown not in ("dp", "gpus") else None,
+                    fix_dp=fix_dp)
+    report_job(sol, j, args)
+    return 0
 
 
 def run_dp(args) -> int:
+    """``solve dp --params N ...``: model states alone (seed 000's question)."""
     from ..analysis import smallest
     from ..errors import InvalidValueError
     from .options import model_state_setup
 
-    if args.gpu_memory is None:
-        raise InvalidValueError("solve dp needs --gpu-memory C (e.g. 80GB or 80GiB)")
+    cap = args.gpu_memory
+    if cap is None and args.gpu:
+        from ..hardware import gpu
+
+        cap = gpu(args.gpu).memory_bytes
+    if cap is None:
+        raise InvalidValueError("solve dp needs --gpu-memory C (e.g. 80GB or 80GiB) or --gpu NAME")
     # b_hp kept symbolic so the closed form reads as seed 000 writes it:
     # d >= (b_g + b_m + b_o) N / (C p t - N b_hp)
     total, values, _, _ = model_state_setup(args, keep_symbolic=True)
-    sol = smallest(total, "d", args.gpu_memory, values)
+    sol = smallest(total, "d", cap, values)
     report(sol, args)
     return 0
 
@@ -67,3 +135,43 @@ def report(sol, args) -> None:
     bound = "" if sol.bound is None else f" = {float(sol.bound):.4g}"
     print(f"{rel} {sol.unknown} = {sol.value}{closed}{bound}; memory at {sol.unknown} = {sol.value}: "
           f"{float(sol.memory) / 1e9:.3f} GB of {float(sol.capacity) / 1e9:.3f} GB")
+
+
+def _bytes(value) -> int:
+    """Whole bytes (rounded up: an allocation is never a fraction of a byte)."""
+    import sympy as sp
+
+    return int(sp.ceiling(value))
+
+
+def report_job(sol, j, args) -> None:
+    """Print a :class:`~memsym.analysis.JobSolution`: JSON, or the closed form, the integer,
+    the stage and the check as lines."""
+    from ..printing import latex
+
+    x = sol.unknown.name
+    if args.json:
+        emit_json({
+            "unknown": args.unknown, "symbol": x, "value": sol.value, "relation": sol.relation,
+            "closed_form": None if sol.closed_form is None else str(sol.closed_form),
+            "closed_form_latex": None if sol.closed_form is None else latex(sol.closed_form),
+            "bound": None if sol.bound is None else float(sol.bound),
+            "memory_bytes": _bytes(sol.memory), "gpu_memory_bytes": int(sol.capacity),
+            "stage": sol.stage,
+            "neighbour": None if sol.neighbour is None else
+            {"value": sol.neighbour[0], "memory_bytes": _bytes(sol.neighbour[1])},
+            "notes": list(sol.notes), "job": sol.job.describe(),
+            # every admissible candidate evaluated; the answer, then the neighbour, last
+            "tried": [{"value": v_, "memory_bytes": _bytes(m_)} for v_, m_ in sol.tried],
+        })
+        return
+    word = "smallest" if sol.relation == ">=" else "largest"
+    out = [f"{word} {x} = {sol.value} for {sol.job.describe()} on {float(sol.capacity) / 1e9:.4g} GB "
+           f"(most-loaded pipeline stage {sol.stage})"]
+    if sol.closed_form is not None:
+        bound = "" if sol.bound is None else f" = {float(sol.bound):.6g}"
+        out.append(f"closed form: {x} {sol.relation} {sol.closed_form}{bound}")
+    else:
+        out.append("closed form: none")
+    out += [f"  {note}" for note in sol.notes]
+    sys.stdout.write("\n".join(out) + "\n")

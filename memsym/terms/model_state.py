@@ -91,7 +91,7 @@ _ZERO = Source("zero", "§5, Figure 1")
 _SEED = Source("seed000", "summary formula (まとめ)")
 _MEGATRON = Source("megatron-lm", "theoretical_memory_usage.py, compute_weight_and_optimizer_memory")
 _OFFLOAD = Source("zero-offload", "§4")
-# Framework sources (revisions in formulas/references.toml).
+# Framework sources (revisions in memsym/references.toml).
 _MC_BUF = Source("megatron-core", "core/distributed/param_and_grad_buffer.py, _ParamAndGradBuffer."
                  "__init__ (grad_data and param_data: numel of the whole buffer on every rank)")
 _MC_MAIN = Source("megatron-core", "core/optimizer/distrib_optimizer.py, DistributedOptimizer."

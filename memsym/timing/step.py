@@ -39,7 +39,7 @@ __all__ = ["Overlap", "StepTime", "Settings", "step_time", "step_time_grid", "OP
 #: Backward memory-bound bytes relative to the forward's (see :func:`_layer`).
 BACKWARD_MEMORY = 1.5
 
-#: Where each part of the breakdown comes from (keys of formulas/references.toml).
+#: Where each part of the breakdown comes from (keys of memsym/references.toml).
 SOURCES = {
     "compute": Source("nvidia-gemm-guide", "tile and wave quantisation, math vs memory bound; "
                       "ceiling calibrated per class (docs/time-accuracy.md)"),

@@ -1,0 +1,243 @@
+"""``memsym plot``: the charts of a job, written to PNG, PDF or SVG by the file's extension.
+
+``breakdown`` (memory by term group against the capacity), ``memory-vs`` (memory against
+d, t, p, c, b or s, the solved value and the floor marked) and ``feasibility`` (a layout
+search over two knobs: fits or step time, the best layout marked).  This module adds the
+plot options and draws from an estimate the caller has already computed; the job options
+(MODEL, layout, training, --gpu) are the caller's (:func:`add_plot_parser`, :func:`run_plot`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["KINDS", "UNKNOWNS", "add_plot_parser", "add_plot_options", "run_plot", "candidates"]
+
+#: Plot kinds, as the command line names them.
+KINDS = ("breakdown", "memory-vs", "feasibility")
+#: Unknowns memory-vs draws against (registry names; b and s grow memory, the others shrink it).
+UNKNOWNS = {"dp": "d", "d": "d", "tp": "t", "t": "t", "pp": "p", "p": "p", "cp": "c", "c": "c",
+            "micro-batch-size": "b", "b": "b", "seq-length": "s", "s": "s"}
+_MAX_CANDIDATES = 64
+_MAX_VALUE = 1 << 20
+
+
+def candidates(text: str) -> list[int]:
+    """``"1,2,4,8"`` or ``"1:16"`` (inclusive) as whole numbers (argparse type; never evaluated).
+
+    >>> candidates("1,2,4"), candidates("3:6")
+    ([1, 2, 4], [3, 4, 5, 6])
+    """
+    raw = str(text).strip()
+    try:
+        if ":" in raw:
+            lo, hi = (int(x) for x in raw.split(":", 1))
+            vals = list(range(lo, hi + 1)) if 0 < lo <= hi and hi - lo < _MAX_CANDIDATES else None
+        else:
+            vals = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        vals = None
+    if not vals or len(vals) > _MAX_CANDIDATES or any(not 0 < v <= _MAX_VALUE for v in vals):
+        raise argparse.ArgumentTypeError(
+            f"expected up to {_MAX_CANDIDATES} whole numbers 1..{_MAX_VALUE} as 1,2,4 or 1:16, "
+            f"got {raw[:40]!r}")
+    return sorted(set(vals))
+
+
+def add_plot_options(parser) -> None:
+    """The plot options alone (the kind, the output file, memory-vs and feasibility knobs)."""
+    from .options import choice
+
+    parser.add_argument("kind", type=choice("plot", KINDS), metavar="KIND",
+                        help="breakdown, memory-vs or feasibility")
+    parser.add_argument("--output", "-o", metavar="FILE", required=True,
+                        help="FILE.png, FILE.pdf or FILE.svg")
+    parser.add_argument("--vs", dest="vs", type=choice("unknown", tuple(UNKNOWNS)), default="dp",
+                        help="memory-vs: the unknown on the x axis (dp, tp, pp, cp, "
+                        "micro-batch-size, seq-length; default dp)")
+    parser.add_argument("--candidates", type=candidates, default=None, metavar="LIST",
+                        help="memory-vs: values to draw, 1,2,4,8 or 1:32 (default: around the "
+                        "solution; powers of two for tp, pp, cp, seq-length)")
+    parser.add_argument("--x", dest="map_x", default="p", choices=("t", "p", "c", "d", "e", "v", "b"),
+                        help="feasibility: knob on the x axis (default p)")
+    parser.add_argument("--y", dest="map_y", default="t", choices=("t", "p", "c", "d", "e", "v", "b"),
+                        help="feasibility: knob on the y axis (default t)")
+    parser.add_argument("--map", dest="map_value", default=None,
+                        choices=("fits", "step_time", "headroom"),
+                        help="feasibility: what a cell shows (default: step time with a global "
+                        "batch, else fits)")
+    parser.add_argument("--title", default=None, help="the plot's title (default: the job)")
+
+
+def add_plot_parser(subparsers):
+    """Register ``memsym plot`` with the plot options; the caller adds the job options and
+    sets ``run``.  Returns the parser."""
+    parser = subparsers.add_parser(
+        "plot", help="draw a job's memory breakdown, memory against an unknown, or a layout map",
+        description="Charts of a job, written to PNG, PDF or SVG by the file's extension. "
+        "Memory in GB (1e9 bytes).")
+    add_plot_options(parser)
+    return parser
+
+
+def _capacity(args, capacity):
+    if capacity is not None:
+        return capacity
+    if getattr(args, "gpu_memory", None) is not None:
+        return args.gpu_memory
+    if getattr(args, "gpu", None):
+        from ..hardware import gpu
+
+        return gpu(args.gpu).memory_bytes
+    return None
+
+
+def _job_name(estimate, arch) -> str:
+    from ..document import _arch_of, _layout_text
+
+    x = _arch_of(estimate, arch)
+    return f"{getattr(x, 'name', None) or 'model'}, {_layout_text(estimate.values)}"
+
+
+def _re_estimate(arch, layout, training, unknown):
+    """``n -> bytes``: the job re-estimated with the unknown set to n (exact stage counts,
+    micro-batches and padding at every candidate; a layout the rules refuse raises)."""
+    from dataclasses import replace
+
+    from ..training import training_memory
+
+    field = {"d": "d", "t": "t", "p": "p", "c": "c"}.get(unknown)
+
+    def evaluate(n: int):
+        if field is not None:
+            return training_memory(arch, replace(layout, **{field: n}), training).bytes_total
+        key = "micro_batch_size" if unknown == "b" else "seq_length"
+        return training_memory(arch, layout, replace(training, **{key: n})).bytes_total
+
+    return evaluate
+
+
+def _job_estimate(j, unknown):
+    """``n -> bytes``: the Job re-estimated with the unknown set to n (its allowances and
+    rules kept; a candidate a rule refuses raises and is skipped by the plot)."""
+    from ..training import job_memory
+
+    field = {"d": "d", "t": "t", "p": "p", "c": "c", "b": "micro_batch_size",
+             "s": "seq_length"}[unknown]
+    return lambda n: job_memory(j.replace(**{field: int(n)})).bytes_total
+
+
+def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=None,
+             search_result=None, solution=None, job=None) -> int:
+    """Draw ``args.kind`` for an already computed estimate and write ``args.output``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        With the options of :func:`add_plot_options` (and ``gpu``/``gpu_memory`` if known).
+    estimate : memsym.training.TrainingEstimate
+    arch, layout, training : optional
+        The job (default: the estimate's attributes of those names).  memory-vs re-estimates
+        the job at each candidate with them (layouts the rules refuse are skipped and named on
+        the plot); feasibility searches the world size of ``layout`` on ``args.gpu``.
+    capacity : number, optional
+        GPU memory [bytes]; default ``args.gpu_memory``, else the catalogue's ``args.gpu``.
+    search_result : memsym.search.SearchResult, optional
+        For feasibility: a search already run (otherwise one is run here).
+    solution : memsym.analysis.Solution, optional
+        For memory-vs: the solve result to mark (otherwise the smallest/largest candidate
+        that fits is marked).
+    job : memsym.job.Job, optional
+        memory-vs re-estimates this job (its allowances and launch rules) at each candidate.
+    """
+    from .. import plotting
+    from ..errors import InvalidValueError
+
+    arch = arch if arch is not None else getattr(estimate, "arch", None)
+    layout = layout if layout is not None else getattr(estimate, "layout", None)
+    training = training if training is not None else getattr(estimate, "training", None)
+    cap = _capacity(args, capacity)
+    import os
+
+    ext = os.path.splitext(str(args.output))[1].lower().lstrip(".")
+    if ext not in plotting.FORMATS:
+        raise InvalidValueError(f"--output must end in .png, .pdf or .svg, got {args.output!r}")
+    name = _job_name(estimate, arch)
+    if args.kind == "breakdown":
+        fig = plotting.breakdown({name: estimate}, capacity=cap,
+                                 title=args.title or f"Per-GPU memory by term group\n{name}")
+    elif args.kind == "memory-vs":
+        unknown = UNKNOWNS[args.vs]
+        evaluate = None    # the symbolic total, unless the job can be re-estimated
+        if job is not None:
+            evaluate = _job_estimate(job, unknown)
+        elif arch is not None and layout is not None and training is not None:
+            evaluate = _re_estimate(arch, layout, training, unknown)
+        # p (and the stage split) changes which layers a stage holds, so the estimate's total
+        # is not symbolic in p: draw the re-estimates only, without a symbolic floor
+        source = None if unknown == "p" and evaluate is not None else estimate
+        fig = plotting.memory_vs(source, unknown, capacity=cap, candidates=args.candidates,
+                                 evaluate=evaluate, solution=solution,
+                                 title=args.title or f"Memory per GPU against {unknown}\n{name}")
+    else:
+        res = search_result
+        if res is None:
+            if arch is None or layout is None or training is None or not getattr(args, "gpu", None):
+                raise InvalidValueError("plot feasibility needs a MODEL and --gpu NAME (the layout "
+                                        "search runs over the job's world size)")
+            from ..search import search
+
+            # the job's own training choices; the map varies the layout knobs
+            res = search(arch, args.gpu, layout.world_size, seq_length=training.seq_length,
+                         micro_batch_sizes=[training.micro_batch_size],
+                         global_batch_size=training.global_batch_size,
+                         recompute=[training.recompute], sharding=[training.sharding],
+                         **({"capacity": cap} if cap is not None else {}))
+        fig = plotting.feasibility(res, x=args.map_x, y=args.map_y, value=args.map_value,
+                                   title=args.title)
+    plotting.save(fig, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """``memsym plot KIND MODEL ... -o FILE``: the plot options and the job options."""
+    from .options import add_model_state_options
+    from .solve import add_gpu_option
+    from .training_options import add_training_options
+
+    parser = add_plot_parser(sub)
+    add_model_state_options(parser)
+    add_training_options(parser)
+    add_gpu_option(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    """Build the job once (:func:`memsym.cli.solve.job_from_args`), estimate it, solve the
+    memory-vs unknown when a capacity is known, and draw."""
+    from ..errors import InvalidValueError, MemsymError
+    from ..training import job_memory
+    from .solve import job_from_args
+    from .training_options import wants_training
+
+    if not wants_training(args):
+        raise InvalidValueError("plot needs a MODEL (a preset name or a config.json) and "
+                                "--seq-length")
+    j = job_from_args(args)
+    est = job_memory(j)
+    solution = None
+    if args.kind == "memory-vs" and j.capacity is not None:
+        from ..analysis import solve_job
+
+        name = {"d": "dp", "t": "tp", "p": "pp", "c": "cp", "b": "micro-batch-size",
+                "s": "seq-length"}.get(UNKNOWNS[args.vs])
+        try:
+            solution = solve_job(j, name, j.capacity)
+        except MemsymError:       # nothing fits / beyond the range: the plot says so itself
+            solution = None
+        if solution is not None and args.candidates is not None \
+                and solution.value not in args.candidates:
+            solution = None       # the marked value must be one of the drawn candidates
+    return run_plot(args, est, arch=j.model, layout=j.layout, training=j.training,
+                    capacity=j.capacity, solution=solution, job=j)

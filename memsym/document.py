@@ -1,0 +1,1097 @@
+r"""The whole-job design document: a training estimate as LaTeX or Markdown to paste.
+
+Owns :func:`job_document` (a standalone ``article``), :func:`job_snippet` (an ``align*``
+block) and :func:`job_markdown`: the derivation of the most-loaded GPU's total, grouped into
+model states, activations and allowances (and communication and time when a cluster report
+is given), with the stage's parameter counts as named symbols, an inputs table, the solve
+result and a references section generated from ``memsym/references.toml``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from .errors import InvalidValueError
+from .printing import escape, latex
+from .values import exact
+from .symbols import M_alloc, N, N_exp, N_rep, N_tp, phi_frag, registry
+
+__all__ = ["job_document", "job_snippet", "job_markdown", "job_parts", "JobParts", "PAPERS",
+           "tex_width", "break_sum"]
+
+#: Paper sizes: geometry option and text width [pt] with 2.5 cm margins (1 in = 72.27 pt).
+PAPERS = {"a4": ("a4paper", (210 - 50) / 25.4 * 72.27),
+          "letter": ("letterpaper", (215.9 - 50) / 25.4 * 72.27)}
+#: Width [pt] the right-hand side of one align line may take (the narrower paper, less the
+#: left-hand column and a safety margin for the width estimate).
+_BUDGET = 330.0
+#: The fraction of the text width a line's right-hand side may take (the left-hand column,
+#: ``M_{GPU}^{(i)} &=``, and the estimate's error take the rest).
+_FILL = 0.72
+
+_STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
+               "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
+               "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
+_ACT_KEYS = ("layer_activations", "embedding_activations", "output_activations",
+             "mtp_activations", "recompute_working_set")
+_ALLOW_KEYS = ("workspace", "nccl", "fragmentation")
+_GROUPS = (("states", "model states", _STATE_KEYS), ("act", "activations", _ACT_KEYS),
+           ("allow", "allowances", _ALLOW_KEYS))
+_GB = 10**9
+_GIB = 2**30
+
+
+# ---------------------------------------------------------------------------------------------
+# width of typeset math, estimated from the LaTeX (10 pt Computer Modern, display style)
+# ---------------------------------------------------------------------------------------------
+_SPACES = {r"\,": 1.7, r"\;": 2.8, r"\:": 2.2, r"\!": -1.7, r"\quad": 10.0, r"\qquad": 20.0,
+           "\\ ": 3.3}
+_OPS = {"+": 12.2, "-": 12.2, "=": 13.3, "<": 13.3, ">": 13.3, ",": 4.5, "(": 3.9, ")": 3.9,
+        "[": 2.8, "]": 2.8, "|": 2.8, ".": 2.8, ";": 2.8, ":": 2.8, "/": 5.0, "!": 2.8}
+_CMDS = {r"\geq": 13.3, r"\leq": 13.3, r"\cdot": 7.8, r"\times": 12.2, r"\Rightarrow": 15.5,
+         r"\approx": 13.3, r"\min": 15.0, r"\max": 17.0, r"\log": 13.0, r"\left": 0.0,
+         r"\right": 0.0, r"\varphi": 6.0, r"\lceil": 4.5, r"\rceil": 4.5, r"\lfloor": 4.5,
+         r"\rfloor": 4.5, r"\ldots": 13.0, r"\dots": 13.0, r"\%": 8.3, r"\&": 7.8}
+
+
+def _group(s: str, i: int) -> tuple[str, int]:
+    """The brace group (or single token) starting at s[i]; returns (content, next index)."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        return "", i
+    if s[i] == "{":
+        depth, j = 0, i
+        for j in range(i, len(s)):
+            if s[j] == "{":
+                depth += 1
+            elif s[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+        return s[i + 1:j], j + 1
+    if s[i] == "\\":
+        m_ = re.match(r"\\[A-Za-z]+|\\.", s[i:])
+        return m_.group(0), i + len(m_.group(0))
+    return s[i], i + 1
+
+
+def tex_width(tex: str, scale: float = 1.0) -> float:
+    r"""Estimated typeset width [pt] of a line of display math (10 pt Computer Modern).
+
+    An estimate (glyph widths averaged, fractions as their wider part, sub- and superscripts
+    at 70 %) used to break sums over lines; the tests compile the result with pdflatex and
+    check that nothing is overfull.
+
+    Examples
+    --------
+    >>> round(tex_width(r"\frac{N}{p t}"))
+    13
+    >>> tex_width("a + b") > tex_width("ab")
+    True
+    """
+    s, i, w = tex, 0, 0.0
+    while i < len(s):
+        ch = s[i]
+        if ch == "\\":
+            m_ = re.match(r"\\[A-Za-z]+|\\.", s[i:])
+            cmd = m_.group(0)
+            i += len(cmd)
+            if cmd in ("\\frac", "\\dfrac", "\\tfrac"):
+                num, i = _group(s, i)
+                den, i = _group(s, i)
+                w += max(tex_width(num, scale), tex_width(den, scale)) + 2 * scale
+            elif cmd in ("\\mathrm", "\\text", "\\operatorname", "\\mathit", "\\mathbf",
+                         "\\textrm", "\\mathsf", "\\hat", "\\bar", "\\tilde"):
+                arg, i = _group(s, i)
+                w += tex_width(arg, scale) * (0.95 if cmd in ("\\text", "\\textrm") else 1.0)
+            elif cmd == "\\underbrace":
+                body, i = _group(s, i)
+                j = i
+                while j < len(s) and s[j] == " ":
+                    j += 1
+                under = ""
+                if j < len(s) and s[j] == "_":
+                    under, i = _group(s, j + 1)
+                w += max(tex_width(body, scale), tex_width(under, 0.7 * scale))
+            elif cmd in ("\\left", "\\right", "\\bigl", "\\bigr", "\\Bigl", "\\Bigr"):
+                delim, i = _group(s, i)
+                w += 0.0 if delim == "." else 4.5 * scale
+            elif cmd in _SPACES:
+                w += _SPACES[cmd] * scale
+            elif cmd == "\\\\":
+                pass
+            else:
+                w += _CMDS.get(cmd, 6.0) * scale
+        elif ch in "_^":
+            arg, i = _group(s, i + 1)
+            w += tex_width(arg, 0.7 * scale)
+        elif ch == "{":
+            arg, i = _group(s, i)
+            w += tex_width(arg, scale)
+        elif ch in " &}":
+            i += 1
+        else:
+            i += 1
+            if ch in _OPS:
+                w += _OPS[ch] * scale
+            elif ch.isdigit():
+                w += 5.0 * scale
+            elif ch.isupper():
+                w += 7.5 * scale
+            else:
+                w += 5.3 * scale
+    return w
+
+
+def break_sum(parts: list[str], budget: float = _BUDGET, indent: str = r"\quad ") -> list[str]:
+    r"""Pack signed addends (``["a", "+ b", ...]``) greedily into lines no wider than
+    ``budget`` [pt]; continuation lines start with ``indent``.
+
+    Examples
+    --------
+    >>> break_sum(["a", "+ b"], budget=1000)
+    ['a + b']
+    >>> break_sum(["a", "+ b"], budget=10)
+    ['a', '\\quad + b']
+    """
+    lines, cur = [], ""
+    for part in parts:
+        trial = part if not cur else f"{cur} {part}"
+        if cur and tex_width(trial) > budget:
+            lines.append(cur)
+            cur = indent + part
+        else:
+            cur = trial
+    if cur:
+        lines.append(cur)
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# the structure of a job's total
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Shown:
+    """One term as the document shows it."""
+
+    key: str
+    label: str
+    group: str
+    expr: sp.Expr          # in named symbols (N_tp, N_rep, N_exp, M_alloc, placeholders)
+    value: sp.Expr         # exact bytes
+    source: object
+    description: str
+    tex: str = ""          # LaTeX to print instead of the expression (keeps phi before M_alloc)
+
+
+@dataclass
+class JobParts:
+    r"""Everything the three renderers print, worked out once from an estimate.
+
+    Attributes
+    ----------
+    lhs : str
+        LaTeX of the left-hand side (:math:`M_{\mathrm{GPU}}` or its stage-indexed form).
+    title : str
+        Plain-text title naming the model and the layout.
+    terms : list
+        The shown terms (key, label, group, expression in named symbols, exact bytes, source).
+    definitions : list of (str, str, sympy.Expr)
+        Placeholders introduced to keep lines short: (LaTeX name, meaning, expression).
+    inputs : list of (str, str, str, str)
+        (LaTeX symbol, meaning, value, unit) for every symbol the derivation uses.
+    total : sympy.Expr
+        Exact bytes of the whole total.
+    """
+
+    lhs: str
+    title: str
+    terms: list
+    definitions: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)
+    total: sp.Expr = sp.Integer(0)
+    context: list = field(default_factory=list)
+    stage_note: str = ""
+    named_counts: bool = False
+    count_symbols: tuple = ()   # the stage's parameter-count symbols the derivation uses
+    printer: object = None
+    values: dict = None       # symbol -> exact value (the estimate's, with the named counts)
+    expr: sp.Expr = None      # the estimate's total expression (registry symbols)
+    budget: float = _BUDGET   # width [pt] one line's right-hand side may take
+
+
+def _layout_text(vals: dict, layout=None) -> str:
+    """``TP 8 x PP 4 x DP 4 (128 GPUs)`` from the layout's values."""
+    def get(name, default=1):
+        for key, val in vals.items():
+            if getattr(key, "name", key) == name:
+                return int(val)
+        return default
+
+    tt, pp, dd, cc, ee = (get(x) for x in ("t", "p", "d", "c", "e"))
+    parts = [f"TP {tt}", f"PP {pp}", f"DP {dd}"]
+    if cc > 1:
+        parts.insert(2, f"CP {cc}")
+    text = " x ".join(parts) + f" ({tt * pp * cc * dd} GPUs)"
+    extra = []
+    if ee > 1:
+        extra.append(f"EP {ee}")
+    te_ = get("t_e", tt)
+    if ee > 1 and te_ != tt:
+        extra.append(f"ETP {te_}")
+    vv = get("v", 1)
+    if vv > 1:
+        extra.append(f"VPP {vv}")
+    if layout is not None and getattr(layout, "sequence_parallel", False) and tt > 1:
+        extra.append("SP")
+    return text + (", " + ", ".join(extra) if extra else "")
+
+
+def _unpack(estimate, arch, layout, training):
+    """(estimate, arch, layout, training) from a :class:`memsym.job.Job` (its estimate is
+    :func:`memsym.training.job_memory`) or from an estimate and the parts given beside it."""
+    from .job import Job
+
+    if isinstance(estimate, Job):
+        from .training import job_memory
+
+        j = estimate
+        return (job_memory(j), j.model if arch is None else arch,
+                j.layout if layout is None else layout,
+                j.training if training is None else training)
+    return estimate, arch, layout, training
+
+
+def _capacity_of(estimate, solve, capacity):
+    """The capacity to compare with [bytes]: given, the solve's, or the Job's (its GPU's)."""
+    if capacity is not None:
+        return capacity
+    if getattr(solve, "capacity", None) is not None:
+        return solve.capacity
+    from .job import Job
+
+    return estimate.capacity if isinstance(estimate, Job) else None
+
+
+def _arch_of(estimate, arch):
+    arch = arch if arch is not None else getattr(estimate, "arch", None)
+    if arch is None:
+        return None
+    from . import model as models
+
+    return models.resolve(models.resolve_model(arch), seq_length=1) \
+        if getattr(arch, "max_position_embeddings", 1) is None else models.resolve(models.resolve_model(arch))
+
+
+def _val(vals: dict, name: str):
+    for key, val in vals.items():
+        if getattr(key, "name", key) == name:
+            return val
+    return None
+
+
+def _small(expr: sp.Expr) -> bool:
+    """Whether an expression holds only small integers (widths, not parameter counts)."""
+    return all(abs(x.p) < 10**4 and abs(x.q) < 10**4 for x in expr.atoms(sp.Rational))
+
+
+def _named_counts(total, vals, x, layout, stage):
+    """The stage's parameter counts the total is written in (N_tp, N_rep, N_exp; LoRA N_q,
+    N_u, N_a; N_lin for FP8 caches, :func:`memsym.training.stage_counts`), with their values.
+
+    Returns (exprs by key, counts, stage parameters) or None when the total carries no
+    count symbol with a value (a hand-built total in N).
+    """
+    from .model import stage_parameters
+    from .symbols import N_a, N_lin, N_q, N_u
+
+    named = (N_tp, N_rep, N_exp, N_lin, N_q, N_u, N_a)
+    free = total.expr.free_symbols
+    counts = {sym: vals[sym] for sym in named if sym in free and sym in vals}
+    if not counts or any(sym in free and sym not in vals for sym in named):
+        return None
+    sp_ = None
+    if x is not None:
+        tt, pp, ee = (int(_val(vals, n) or 1) for n in ("t", "p", "e"))
+        te_ = _val(vals, "t_e")
+        first = getattr(layout, "first_stage_layers", None) if layout is not None else None
+        last = getattr(layout, "last_stage_layers", None) if layout is not None else None
+        try:
+            sp_ = stage_parameters(x, tt, pp, stage, e=ee, t_e=None if te_ is None else int(te_),
+                                   first_stage_layers=first, last_stage_layers=last)
+        except ValueError:
+            sp_ = None
+    out = {term.key: term.expr for term in total if term.key in _STATE_KEYS}
+    return out, counts, sp_
+
+
+def _placeholder(term_key: str, sub: sp.Expr, index: int, taken: set):
+    """A named symbol for a long sum inside a term, with its meaning."""
+    from .symbols import E as E_
+
+    if term_key in ("layer_activations", "mtp_activations"):
+        moe = sub.has(E_)
+        short = "moe" if moe else "layer"
+        meaning = ("activations of one MoE decoder layer for one micro-batch" if moe else
+                   "activations of one decoder layer for one micro-batch")
+    elif term_key == "recompute_working_set":
+        short, meaning = "rc", "one layer's activations rematerialised during its backward"
+    elif term_key == "output_activations":
+        short, meaning = "out", "output layer and logits activations for one micro-batch"
+    elif term_key == "embedding_activations":
+        short, meaning = "emb", "embedding activations for one micro-batch"
+    else:
+        short, meaning = escape(term_key.replace("_", " ")), f"part of {term_key}"
+    name = r"A_{\mathrm{%s}}" % short
+    k = 2
+    while name in taken:
+        name = r"A_{\mathrm{%s},%d}" % (short, k)
+        k += 1
+    taken.add(name)
+    return sp.Symbol(f"_A{index}", positive=True), name, meaning
+
+
+class _Printer:
+    """latex() with the document's placeholder names."""
+
+    def __init__(self):
+        self.names = {}
+
+    def __call__(self, expr) -> str:
+        from .printing import MemsymLatexPrinter
+
+        names = self.names
+
+        class P(MemsymLatexPrinter):
+            def _print_Symbol(self, sym, style="plain"):
+                if sym in names:
+                    return names[sym]
+                return super()._print_Symbol(sym, style=style)
+
+        return P().doprint(expr)
+
+
+def _shorten(key: str, expr: sp.Expr, pr: _Printer, defs: list, taken: set, budget: float,
+             counts: dict | None = None):
+    """Replace the widest long sums inside ``expr`` by placeholders until it fits.
+
+    ``counts`` ({"dense": n, "moe": n}) are the stage's decoder layers of each kind: a stage
+    whose layers are counted one by one (an uneven split, a dense/MoE mix) carries the count as
+    a coefficient of the per-layer sum, which is pulled out so that the placeholder is one layer.
+    """
+    from .symbols import E as E_, L as L_
+
+    for _ in range(8):  # bounded: each pass removes one sum
+        if tex_width(pr(expr)) <= budget:
+            return expr
+        adds = [x for x in sp.preorder_traversal(expr) if x.is_Add and len(x.args) > 2]
+        if not adds:
+            return expr
+        widest = max(adds, key=lambda x: tex_width(pr(x)))
+        inner, n = widest, sp.Integer(1)
+        if key == "layer_activations" and counts and not expr.has(L_):
+            cnt = counts.get("moe" if widest.has(E_) else "dense", 0)
+            content = widest.as_content_primitive()[0]
+            if cnt > 1 and (content / cnt).is_integer:
+                n = sp.Integer(cnt)
+                inner = sp.expand(widest / n)
+        sym, name, meaning = _placeholder(key, inner, len(pr.names), taken)
+        pr.names[sym] = name
+        defs.append((sym, name, meaning, inner))
+        expr = expr.xreplace({widest: n * sym})
+    return expr
+
+
+def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
+              budget: float = _BUDGET) -> JobParts:
+    """The structure every renderer prints (see :class:`JobParts`).
+
+    ``arch``, ``layout`` and ``training`` default to the estimate's attributes of those
+    names when it has them; without the architecture the stage's parameter counts stay
+    numbers.
+
+    Examples
+    --------
+    >>> from memsym.training import Layout, Training, training_memory
+    >>> est = training_memory("llama2-7b", Layout(t=2, d=4), Training(seq_length=4096))
+    >>> parts = job_parts(est, arch="llama2-7b")
+    >>> parts.lhs, [g for g in dict.fromkeys(s.group for s in parts.terms)]
+    ('M_{\\\\mathrm{GPU}}', ['states', 'act', 'allow'])
+    """
+    estimate, arch, layout, training = _unpack(estimate, arch, layout, training)
+    total = getattr(estimate, "total", None)
+    vals = getattr(estimate, "values", None)
+    if total is None or vals is None:
+        raise InvalidValueError("job_document needs a TrainingEstimate (memsym.training."
+                                f"training_memory(...)), got {type(estimate).__name__}")
+    layout = layout if layout is not None else getattr(estimate, "layout", None)
+    training = training if training is not None else getattr(estimate, "training", None)
+    x = _arch_of(estimate, arch)
+    stage = int(getattr(estimate, "stage", 0))
+    role = getattr(estimate, "role", "only")
+    pp = int(_val(vals, "p") or 1)
+    vals = dict(vals)
+    pr = _Printer()
+    named = _named_counts(total, vals, x, layout, stage)
+    shown_state = {}
+    counts = {}
+    sp_ = None
+    if named is not None:
+        shown_state, counts, sp_ = named
+        vals.update(counts)
+    layer_counts = None
+    if sp_ is not None:
+        from .model import moe_layer_pattern
+
+        kinds = [moe_layer_pattern(x)[i] for i in sp_.layers]
+        layer_counts = {"moe": sum(kinds), "dense": len(kinds) - sum(kinds)}
+    keys = set(total.keys)
+    states = [tm for tm in total if tm.key in _STATE_KEYS]
+    acts = [tm for tm in total if tm.key in _ACT_KEYS]
+    allocated = sp.Add(*(tm.expr for tm in states + acts))
+    terms, defs, taken = [], [], set()
+    for tm in total:
+        group = next((g for g, _, ks in _GROUPS if tm.key in ks), "other")
+        expr = shown_state.get(tm.key, tm.expr)
+        if tm.key == "fragmentation" and sp.cancel(tm.expr - phi_frag * allocated) == 0:
+            expr = phi_frag * M_alloc
+        elif group != "states":
+            expr = _shorten(tm.key, expr, pr, defs, taken, budget - 20, layer_counts)
+        value = tm.expr.xreplace(vals)
+        tex = latex(phi_frag) + r"\, " + latex(M_alloc) if expr == phi_frag * M_alloc else ""
+        terms.append(_Shown(tm.key, tm.label or tm.key, group, expr, value, tm.source,
+                            tm.description, tex))
+    alloc_val = allocated.xreplace(vals)
+    if "fragmentation" in keys and alloc_val.is_number:
+        vals[M_alloc] = alloc_val
+    lhs = r"M_{\mathrm{GPU}}" if pp == 1 else r"M_{\mathrm{GPU}}^{(%d)}" % stage
+    name = getattr(x, "name", None) or "model"
+    if title is None:
+        title = f"Per-GPU training memory: {name}, {_layout_text(vals, layout)}"
+    parts = JobParts(lhs, title, terms, defs, total=sp.Add(*(s.value for s in terms)),
+                     named_counts=named is not None,
+                     count_symbols=tuple(counts))
+    if pp > 1:
+        parts.stage_note = (f"pipeline stage {stage} of {pp} ({role}), the most-loaded GPU"
+                            if getattr(estimate, "stage_bytes", None) and
+                            len(estimate.stage_bytes) > 1 else f"pipeline stage {stage} of {pp} ({role})")
+    else:
+        parts.stage_note = "every GPU holds the whole depth of the model (p = 1)"
+    parts.context = _context(training, estimate, vals, sp_, x)
+    parts.inputs = _inputs(parts, vals, pr, sp_, x)
+    parts.printer = pr
+    parts.values = vals
+    parts.expr = total.expr
+    parts.budget = budget
+    return parts
+
+
+def _context(training, estimate, vals, sp_, x) -> list[str]:
+    """Plain-text sentences stating the assumptions (training knobs, notes, stage contents)."""
+    out = []
+    if training is not None:
+        act = [f"recompute {training.recompute}",
+               "flash attention" if training.flash_attention else "attention scores kept (no flash attention)",
+               "dropout masks kept" if training.dropout else "no dropout masks",
+               f"{training.schedule} schedule"]
+        out.append(f"Training: {training.precision} weights, {training.optimizer} optimizer, "
+                   f"{training.sharding} sharding ({training.convention} convention"
+                   + (f", offload {training.offload}" if training.offload != "none" else "")
+                   + f"); activations: {', '.join(act)}.")
+    if sp_ is not None:
+        held = [f"decoder layers {sp_.layers.start}-{sp_.layers.stop - 1}"
+                if len(sp_.layers) else "no decoder layers"]
+        if sp_.embedding:
+            held.append("the input embedding")
+        if sp_.output_layer:
+            held.append("the final norm and output layer")
+        if sp_.mtp:
+            held.append("the MTP layers")
+        out.append("The stage holds " + ", ".join(held) + ".")
+    for note in getattr(estimate, "notes", ()) or ():
+        out.append(str(note)[:1].upper() + str(note)[1:] + ".")
+    return out
+
+
+def _fmt_value(val) -> str:
+    """An exact value for the inputs table: integers with thin-space groups, fractions as is."""
+    val = exact(val, "input value") if not isinstance(val, sp.Basic) else val
+    if val.is_Integer:
+        n = int(val)
+        if abs(n) >= 10**4:
+            return "{,}".join(re.findall(r"\d{1,3}(?=(?:\d{3})*$)", str(abs(n)))) if n > 0 else str(n)
+        return str(n)
+    if val.is_Rational:
+        return r"%d/%d" % (val.p, val.q)
+    return latex(val)
+
+
+_BYTES_SYMS = ("M_ws", "M_nccl", "M_alloc", "C")
+#: Sizes every job states in its inputs table even where the derivation no longer shows them
+#: (V and L live inside the stage's parameter counts); MoE and allowance symbols appear when
+#: the derivation uses them.
+_CORE = ("t", "p", "d", "c", "s", "b", "m", "v", "h", "a", "g", "d_h", "f", "L", "V")
+_MOE = ("E", "k", "f_e", "f_sh", "e", "t_e", "c_f")
+
+
+def _inputs(parts, vals, pr, sp_, x) -> list[tuple]:
+    """(LaTeX symbol, meaning, value, unit) for every symbol the derivation uses."""
+    reg = registry()
+    used = set()
+    for s_ in parts.terms:
+        used |= s_.expr.free_symbols
+    for sym, _, _, expr in parts.definitions:
+        used |= expr.free_symbols
+    used = {u for u in used if u not in pr.names}
+    # every layout and model size the job was evaluated at, even where the derivation no longer
+    # shows it (V and L live inside the stage counts): the reader can reproduce the counts
+    for key in vals:
+        name = getattr(key, "name", key)
+        if name in _CORE or (name in _MOE and _val(vals, "E") is not None):
+            used.add(reg[name].symbol)
+    if x is not None:
+        from .model import parameter_count
+
+        vals = {**vals, N: sp.Integer(parameter_count(x))}
+        used.add(N)
+    order = list(reg)
+    rows = []
+    for sym in sorted(used, key=lambda s_: order.index(s_.name) if s_.name in reg else 10**6):
+        meta = reg.get(sym.name)
+        if meta is None:
+            continue
+        val = vals.get(sym)
+        if val is None or not (isinstance(val, sp.Basic) and val.is_number):
+            shown = "symbolic"
+        elif sym.name in _BYTES_SYMS:
+            shown = rf"{_fmt_value(val)} ({float(val) / _GB:.4g} GB)"
+        else:
+            shown = _fmt_value(val)
+        meaning = meta.meaning
+        if sym is N_tp and sp_ is not None and sp_.embedding:
+            meaning += "; includes the input embedding V h"
+        rows.append((meta.latex, meaning, shown, meta.unit))
+    for sym, name, meaning, expr in parts.definitions:
+        rows.append((name, meaning + " (defined in the derivation)", "derived", "bytes"))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# references
+# ---------------------------------------------------------------------------------------------
+def _bibliography() -> dict:
+    from .bibliography import references   # package data: works from an installed wheel
+
+    return references()
+
+
+#: The seeds' Japanese section headings that locators quote, in English (pdflatex's default
+#: fonts cannot set them; the reference entry says the seed is in Japanese).
+_HEADINGS = {"概要": "overview", "測定結果": "measurements", "まとめ": "summary",
+             "一時メモリ／ワークスペースメモリ": "temporary / workspace memory",
+             "使い方の例": "usage example", "テンソル並列": "tensor parallelism"}
+
+
+def _clean_locator(text: str) -> str:
+    """The locator with the seeds' Japanese headings in English, without other characters
+    pdflatex cannot set and without the punctuation they leave behind.
+
+    >>> _clean_locator("概要; 測定結果 (expandable_segments)")
+    'overview; measurements (expandable_segments)'
+    >>> _clean_locator("summary formula (まとめ)")
+    'summary formula'
+    """
+    text = str(text)
+    for ja, en in _HEADINGS.items():
+        # a heading quoted after its English rendering ("summary formula (まとめ)") is dropped
+        if re.search(r"\(\s*%s\s*\)" % re.escape(ja), text) and en in text.lower():
+            text = re.sub(r"\(\s*%s\s*\)" % re.escape(ja), "", text)
+        text = text.replace(ja, en)
+    kept = "".join(ch for ch in text if ord(ch) < 0x250)
+    kept = re.sub(r"\(\s*[;,]?\s*\)", "", kept)
+    kept = re.sub(r"\s*[;,]\s*(?=[;,]|$)", "", kept)
+    kept = re.sub(r"^\s*[;,]\s*", "", kept)
+    return re.sub(r"\s{2,}", " ", kept).strip()
+
+
+def _cited(parts: JobParts, solve=None, cluster=None) -> list[str]:
+    keys = []
+    for s_ in parts.terms:
+        if s_.source.key not in keys:
+            keys.append(s_.source.key)
+    if cluster is not None:
+        for key in ("narayanan", "nccl-tests"):
+            if key not in keys:
+                keys.append(key)
+    return keys
+
+
+def _entry_text(key: str, bib: dict) -> str:
+    ref = bib.get(key)
+    if ref is None:
+        return f"{key} (not in memsym/references.toml)"
+    bits = []
+    if ref.get("authors"):
+        bits.append(str(ref["authors"]))
+    bits.append(str(ref.get("title", key)))
+    if ref.get("year"):
+        bits.append(str(ref["year"]))
+    if ref.get("where"):
+        bits.append(str(ref["where"]))
+    text = ". ".join(b.rstrip(".") for b in bits) + "."
+    if ref.get("units"):
+        text += f" Units: {ref['units']}."
+    return text
+
+
+def _tex_locator(text: str) -> str:
+    r"""A locator in LaTeX: escaped, with long code names (``param_and_grad_buffer.py``,
+    ``DistributedOptimizer._build_model_and_main_param_groups``) set by ``\code`` (the url
+    package in the text font) so that they break at ``/``, ``.`` and ``_``.
+
+    >>> _tex_locator("core/optimizer/distrib_optimizer.py, Eq. 5")
+    '\\code{core/optimizer/distrib_optimizer.py}, Eq. 5'
+    """
+    pieces = re.split(r"([A-Za-z0-9_./-]{16,})", text)
+    out = []
+    for i, piece in enumerate(pieces):
+        if i % 2 and re.search(r"[/_.]", piece):
+            out.append(r"\code{%s}" % piece)
+        else:
+            lead = " " if piece[:1].isspace() else ""
+            tail = " " if piece[-1:].isspace() and piece.strip() else ""
+            out.append(lead + escape(piece) + tail if piece.strip() else piece)
+    return "".join(out)
+
+
+def _tex_entry(text: str) -> str:
+    """An entry in LaTeX: escaped, with URLs set by ``\\url`` so that they break."""
+    # URLs and file paths (no spaces, a slash) as \url so that they break at / and _
+    pieces = re.split(r"(https?://[^\s;,)]*[^\s;,).]|[\w.-]+(?:/[\w.-]+)+\.[A-Za-z]\w*"
+                      r"|[\w.-]+/[\w.-]+/[\w./-]*[\w/])", text)
+    out = []
+    for i, piece in enumerate(pieces):
+        if i % 2:
+            out.append(r"\url{%s}" % piece.replace("%", r"\%").replace("#", r"\#"))
+        else:
+            # escape() strips its ends: keep the spaces around the URLs
+            lead = " " if piece[:1].isspace() else ""
+            tail = " " if piece[-1:].isspace() and piece.strip() else ""
+            out.append(lead + escape(piece) + tail)
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# renderers
+# ---------------------------------------------------------------------------------------------
+def _underbraced(s_: _Shown, pr) -> str:
+    label = escape(s_.label)
+    return r"\underbrace{%s}_{\text{%s}}" % (s_.tex or pr(s_.expr), label)
+
+
+def _align_lines(parts: JobParts) -> list[str]:
+    """The derivation as align lines (``LHS &= ...``), each within the width budget."""
+    pr = parts.printer
+    present = [g for g, _, _ in _GROUPS if any(s_.group == g for s_ in parts.terms)]
+    extra = [s_ for s_ in parts.terms if s_.group == "other"]
+    names = {"states": r"M_{\mathrm{states}}", "act": r"M_{\mathrm{act}}",
+             "allow": r"M_{\mathrm{allow}}"}
+    labels = dict((g, lab) for g, lab, _ in _GROUPS)
+    top = [r"\underbrace{%s}_{\text{%s}}" % (names[g], labels[g]) for g in present]
+    top += [_underbraced(s_, pr) for s_ in extra]
+    lines = []
+    for i, line in enumerate(break_sum([top[0]] + ["+ " + x for x in top[1:]], parts.budget)):
+        lines.append(parts.lhs + " &= " + line if i == 0 else "&" + line)
+    for g in present:
+        shown = [s_ for s_ in parts.terms if s_.group == g]
+        braces = [_underbraced(s_, pr) for s_ in shown]
+        for i, line in enumerate(break_sum([braces[0]] + ["+ " + x for x in braces[1:]],
+                                           parts.budget)):
+            lines.append(names[g] + " &= " + line if i == 0 else "&" + line)
+    if any(s_.key == "fragmentation" for s_ in parts.terms):
+        lines.append(r"M_{\mathrm{alloc}} &= " + " + ".join(names[g] for g in present
+                                                           if g in ("states", "act")))
+    for sym, name, meaning, expr in parts.definitions:
+        for i, line in enumerate(break_sum(_placeholder_parts(expr, pr), parts.budget)):
+            lines.append(name + " &= " + line if i == 0 else "&" + line)
+    return lines
+
+
+def _placeholder_parts(expr, pr) -> list[str]:
+    out = []
+    for i, term in enumerate(expr.as_ordered_terms() if expr.is_Add else [expr]):
+        tex = pr(term)
+        if i and tex.startswith("-"):
+            out.append("- " + tex[1:].lstrip())
+        elif i:
+            out.append("+ " + tex)
+        else:
+            out.append(tex)
+    return out
+
+
+def _gb(val) -> str:
+    return f"{float(val) / _GB:.2f}"
+
+
+def _numeric_lines(parts: JobParts, capacity=None) -> list[str]:
+    """The total at the job's values, group by group [GB]."""
+    groups = []
+    for g, lab, _ in _GROUPS:
+        vals = [s_.value for s_ in parts.terms if s_.group == g]
+        if vals:
+            groups.append(_gb(sp.Add(*vals)))
+    groups += [_gb(s_.value) for s_ in parts.terms if s_.group == "other"]
+    line = (parts.lhs + r" &= " + " + ".join(groups) + r"\ \mathrm{GB} = "
+            + _gb(parts.total) + r"\ \mathrm{GB}")
+    if capacity is not None:
+        cap = exact(capacity, "capacity")
+        rel = r"\leq" if parts.total <= cap else ">"
+        line += rf" {rel} C = {_gb(cap)}\ \mathrm{{GB}}"
+    return [line]
+
+
+def _linear_form(solve, parts: JobParts | None):
+    """(kind, M_0, M_1) when the total at the job's other values is M_0 + M_1/x ("inverse",
+    memory falls with x) or M_0 + M_1 x ("linear"); None otherwise or without the parts."""
+    if parts is None or parts.values is None:
+        return None
+    x = solve.unknown
+    vals = {k: v for k, v in parts.values.items() if k != x}
+    fixed = parts.expr.xreplace(vals)
+    if fixed.free_symbols != {x}:
+        return None
+    try:
+        if solve.relation == ">=":
+            m0 = sp.limit(fixed, x, sp.oo)
+            m1 = sp.cancel((fixed - m0) * x)
+            kind = "inverse"
+        else:
+            m0 = fixed.xreplace({x: 0})
+            m1 = sp.cancel((fixed - m0) / x)
+            kind = "linear"
+    except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
+        return None
+    if m1.free_symbols or not m1.is_positive or not m0.is_finite:
+        return None
+    return kind, m0, m1
+
+
+def _solve_lines(solve, parts: JobParts | None = None) -> list[str]:
+    r"""The solve result as align lines with the relation in the ``&`` column:
+    ``d &\geq closed form``, ``&= bound``, ``\Rightarrow\ d &= value``.
+
+    A closed form too long for a line is shown in the form the total takes at the job's
+    other values, :math:`M = M_\infty + M_1/x` (so :math:`x \geq M_1/(C - M_\infty)`) or
+    :math:`M = M_0 + M_1 x`, with the two parts in GB.
+    """
+    from .analysis import _tidy
+
+    x = latex(solve.unknown)
+    rel = r"\geq" if solve.relation == ">=" else r"\leq"
+    lines = []
+    closed = getattr(solve, "closed_form", None)
+    bound = getattr(solve, "bound", None)
+    if closed is not None:
+        tex = latex(_tidy(closed))
+        if tex_width(tex) <= (parts.budget if parts is not None else _BUDGET):
+            lines.append(f"{x} &{rel} {tex}")
+    if not lines:
+        lin = _linear_form(solve, parts)
+        cap = _gb(solve.capacity)
+        if lin is not None and lin[0] == "inverse":
+            _, m0, m1 = lin
+            lines.append(rf"{x} &{rel} \frac{{M_{{1}}}}{{C - M_{{\infty}}}} = "
+                         rf"\frac{{{_gb(m1)}}}{{{cap} - {_gb(m0)}}}")
+        elif lin is not None:
+            _, m0, m1 = lin
+            lines.append(rf"{x} &{rel} \frac{{C - M_{{0}}}}{{M_{{1}}}} = "
+                         rf"\frac{{{cap} - {_gb(m0)}}}{{{_gb(m1)}}}")
+    if bound is not None:
+        head = "" if lines else x
+        op = "=" if lines else rel
+        lines.append(f"{head} &{op} {float(bound):.6g}")
+    word = "smallest" if solve.relation == ">=" else "largest"
+    lines.append(rf"\Rightarrow\; {x} &= {int(solve.value)} \quad \text{{(the {word} whole "
+                 rf"number that fits)}}")
+    return lines
+
+
+def _solve_form_text(solve, parts) -> str:
+    """One sentence defining the parts of the short solve form, when it was used."""
+    closed = getattr(solve, "closed_form", None)
+    if closed is None:       # no closed form: _solve_text and the solve's notes say how it was found
+        return ""
+    if tex_width(latex(closed)) <= parts.budget:
+        return ""
+    lin = _linear_form(solve, parts)
+    x = solve.unknown.name
+    if lin is None:
+        return ("The closed form is too long for a line; it is the root of M(%s) = C in the "
+                "symbols of the derivation." % x)
+    if lin[0] == "inverse":
+        return (f"At the other inputs' values the total is M = M_inf + M_1/{x} [GB]: M_inf = "
+                f"{_gb(lin[1])} GB is the memory no {x} removes, M_1 = {_gb(lin[2])} GB the part "
+                f"divided by {x}.")
+    return (f"At the other inputs' values the total is M = M_0 + M_1 {x} [GB]: M_0 = "
+            f"{_gb(lin[1])} GB does not grow with {x}, M_1 = {_gb(lin[2])} GB per unit of {x}.")
+
+
+def _solve_text(solve) -> list[str]:
+    """Plain sentences on how the integer was found (verified against the estimate)."""
+    x = solve.unknown.name
+    out = [f"At {x} = {int(solve.value)} the total is {float(solve.memory) / _GB:.3f} GB against "
+           f"C = {float(solve.capacity) / _GB:.3f} GB."]
+    for attr in ("method", "note", "explanation"):
+        val = getattr(solve, attr, None)
+        if isinstance(val, str) and val:
+            out.append(val)
+    for attr in ("notes", "implicit"):
+        val = getattr(solve, attr, None)
+        if isinstance(val, (list, tuple)):
+            out += [str(v) for v in val if v]
+    if getattr(solve, "closed_form", None) is None:
+        out.append("No closed form exists for this total in the unknown; the integer was found "
+                   "by searching and checked against the estimate.")
+    return out
+
+
+def _terms_table(parts: JobParts, numbers: dict) -> list[str]:
+    lines = [r"\begin{tabularx}{\textwidth}{@{}llrr>{\raggedright\arraybackslash}X@{}}", r"\toprule",
+             r"group & term & GB & GiB & source \\", r"\midrule"]
+    labels = dict((g, lab) for g, lab, _ in _GROUPS)
+    for s_ in parts.terms:
+        loc = _clean_locator(s_.source.locator)
+        src = f"[{numbers[s_.source.key]}]" + (", " + _tex_locator(loc) if loc else "")
+        lines.append(rf"{labels.get(s_.group, 'other')} & {escape(s_.label)} & "
+                     rf"{float(s_.value) / _GB:.3f} & {float(s_.value) / _GIB:.3f} & {src} \\")
+    lines += [r"\midrule",
+              rf"total & & {float(parts.total) / _GB:.3f} & {float(parts.total) / _GIB:.3f} & \\",
+              r"\bottomrule", r"\end{tabularx}"]
+    return lines
+
+
+def _inputs_table(parts: JobParts) -> list[str]:
+    lines = [r"\begin{tabularx}{\textwidth}{@{}l>{\raggedright\arraybackslash}Xll@{}}", r"\toprule",
+             r"symbol & meaning & value & unit \\", r"\midrule"]
+    for sym, meaning, val, unit in parts.inputs:
+        val_tex = val if val in ("symbolic", "derived") else f"${val}$".replace(" (", "$ (").replace(" GB)$", " GB)")
+        lines.append(rf"${sym}$ & {escape(meaning)} & {val_tex} & {escape(unit)} \\")
+    lines += [r"\bottomrule", r"\end{tabularx}"]
+    return lines
+
+
+def _cluster_table(cluster: dict) -> list[str]:
+    lines = [r"\begin{tabularx}{\textwidth}{@{}>{\raggedright\arraybackslash}Xrrl@{}}", r"\toprule",
+             r"collective (per step) & GB & ms & link \\", r"\midrule"]
+    for key, row in (cluster.get("communication") or {}).items():
+        lines.append(rf"{escape(key)} & {float(row['bytes']) / _GB:.3f} & "
+                     rf"{float(row['seconds']) * 1e3:.2f} & {escape(row.get('link', ''))} \\")
+    lines += [r"\bottomrule", r"\end{tabularx}"]
+    return lines
+
+
+def _cluster_sentences(cluster: dict) -> list[str]:
+    out = []
+    a_ = cluster.get("assumptions") or {}
+    if a_:
+        out.append(f"Cluster: {a_.get('cluster', '')}, {a_.get('gpu', '')} GPUs, "
+                   f"{a_.get('gpus_per_node', '')} per node, efficiency "
+                   f"{a_.get('efficiency', '')} of the {a_.get('precision', '')} peak; bandwidths "
+                   f"per direction ({a_.get('bandwidth_convention', '')}).")
+    if "step_time_s" in cluster:
+        out.append(f"Step time {float(cluster['step_time_s']):.3f} s, pipeline bubble "
+                   f"{100 * float(cluster.get('bubble', 0)):.1f} %, MFU "
+                   f"{100 * float(cluster.get('mfu', 0)):.1f} %.")
+    for warn in cluster.get("warnings") or ():
+        out.append(str(warn))
+    return out
+
+
+def _align(lines: list[str]) -> str:
+    return "\\begin{align*}\n" + " \\\\\n".join(lines) + "\n\\end{align*}"
+
+
+def _table(lines: list[str]) -> str:
+    return "\\noindent\n" + "\n".join(lines)
+
+
+def _check_paper(paper: str) -> tuple:
+    if paper not in PAPERS:
+        raise InvalidValueError(f"paper must be one of {', '.join(PAPERS)}, got {paper!r}")
+    return PAPERS[paper]
+
+
+def _intro(parts: JobParts) -> str:
+    return (f"Memory on one GPU of {escape(parts.stage_note)}, term by term. "
+            r"Units: bytes; GB means $10^9$ bytes and GiB $2^{30}$ bytes. "
+            r"The fragmentation allowance is a fraction $\varphi_{\mathrm{frag}}$ of the memory "
+            r"the allocator hands out, $M_{\mathrm{alloc}}$."
+            + (" The stage's parameter counts are named ("
+               + ", ".join("$%s$" % latex(sym) for sym in parts.count_symbols)
+               + ") and their values are in the inputs table." if parts.named_counts else ""))
+
+
+def job_document(estimate, *, title: str | None = None, solve=None, cluster: dict | None = None,
+                 paper: str = "a4", arch=None, layout=None, training=None,
+                 capacity=None) -> str:
+    r"""A standalone LaTeX design document of a whole training job (pdflatex, amsmath).
+
+    Sections: the derivation of the most-loaded GPU's total (model states, activations and
+    allowances, one underbrace per term, the fragmentation allowance as
+    :math:`\varphi_{\mathrm{frag}} M_{\mathrm{alloc}}`), the numbers term by term with their
+    sources, every input with its value and unit, the solve result when given, communication
+    and step time when a cluster report is given, and the references.
+
+    .. math:: M_{\mathrm{GPU}} = M_{\mathrm{states}} + M_{\mathrm{act}} + M_{\mathrm{ws}}
+        + M_{\mathrm{nccl}} + \varphi_{\mathrm{frag}}\,M_{\mathrm{alloc}}
+
+    Parameters
+    ----------
+    estimate : memsym.training.TrainingEstimate
+        From :func:`memsym.training.training_memory`.
+    title : str, optional
+        Default: the model and the layout.
+    solve : memsym.analysis.Solution, optional
+        A solve result (unknown, closed form, bound, integer) to state.
+    cluster : dict, optional
+        A report of :func:`memsym.terms.compute.step_report` (communication per group, step
+        time, bubble, MFU).
+    paper : {"a4", "letter"}
+        Paper size (2.5 cm margins).
+    arch, layout, training : optional
+        The job's architecture (preset name, config.json path or Architecture), Layout and
+        Training, when the estimate does not carry them; the architecture names the model and
+        the stage's parameter counts.
+    capacity : number, optional
+        GPU memory [bytes] to compare the total with (default: the solve's capacity).
+
+    Examples
+    --------
+    >>> from memsym.training import Layout, Training, training_memory
+    >>> est = training_memory("llama2-7b", Layout(t=2, d=4), Training(seq_length=4096))
+    >>> doc = job_document(est, arch="llama2-7b")
+    >>> doc.startswith(r"\documentclass") and r"\section*{References}" in doc
+    True
+
+    References
+    ----------
+    Sources of each term are listed from ``memsym/references.toml``.
+    """
+    geo, width = _check_paper(paper)
+    parts = job_parts(estimate, arch=arch, layout=layout, training=training, title=title,
+                      budget=_FILL * width)
+    bib = _bibliography()
+    keys = _cited(parts, solve, cluster)
+    numbers = {k: i + 1 for i, k in enumerate(keys)}
+    cap = _capacity_of(estimate, solve, capacity)
+    body = [_intro(parts)]
+    body += [escape(x) for x in parts.context]
+    body += [r"\section*{Derivation}", _align(_align_lines(parts)),
+             "At the values of the inputs table:", _align(_numeric_lines(parts, cap)),
+             r"\section*{Terms and sources}", _table(_terms_table(parts, numbers))]
+    body += [r"\section*{Inputs}", _table(_inputs_table(parts))]
+    if solve is not None:
+        body += [r"\section*{Solving for $%s$}" % latex(solve.unknown),
+                 rf"With capacity $C = {float(solve.capacity) / _GB:.3f}$\,GB:",
+                 _align(_solve_lines(solve, parts))]
+        form = _solve_form_text(solve, parts)
+        body += [escape(x) for x in ([form] if form else []) + _solve_text(solve)]
+    if cluster is not None:
+        body += [r"\section*{Communication and step time}", _table(_cluster_table(cluster))]
+        body += [escape(x) for x in _cluster_sentences(cluster)]
+    body += [r"\section*{References}", r"{\raggedright", r"\begin{enumerate}"]
+    body += [r"\item[{[%d]}] %s" % (numbers[k], _tex_entry(_entry_text(k, bib))) for k in keys]
+    body += [r"\end{enumerate}}"]
+    title_tex = escape(parts.title).replace(" x ", r" $\times$ ")
+    return (
+        "\\documentclass[10pt]{article}\n"
+        f"\\usepackage[{geo},margin=2.5cm]{{geometry}}\n"
+        "\\usepackage{amsmath}\n\\usepackage{amssymb}\n\\usepackage[utf8]{inputenc}\n"
+        "\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n\\usepackage{tabularx}\n"
+        "\\usepackage[hyphens]{url}\n\\DeclareUrlCommand\\code{\\urlstyle{same}}\n"
+        "\\allowdisplaybreaks\n"
+        f"\\title{{{title_tex}}}\n\\date{{}}\n"
+        "\\begin{document}\n\\maketitle\n" + "\n\n".join(body) + "\n\\end{document}\n")
+
+
+def job_snippet(estimate, *, solve=None, arch=None, layout=None, training=None,
+                capacity=None, textwidth: float = 345.0) -> str:
+    r"""An ``align*`` block of the job's derivation, its numbers and the solve result, to
+    ``\input`` into a document (needs amsmath).
+
+    The relation of the solve line sits in the ``&`` column (``d &\geq ...``), like every
+    ``&=`` above it.  Lines are broken for a text ``textwidth`` [pt] wide (default 345 pt,
+    LaTeX's ``article`` at 10 pt).
+
+    Examples
+    --------
+    >>> from memsym.training import Layout, Training, training_memory
+    >>> est = training_memory("llama2-7b", Layout(t=2, d=4), Training(seq_length=4096))
+    >>> job_snippet(est, arch="llama2-7b").splitlines()[0]
+    '\\begin{align*}'
+    """
+    if not 100 <= float(textwidth) <= 2000:
+        raise InvalidValueError(f"textwidth must be between 100 and 2000 pt, got {textwidth}")
+    parts = job_parts(estimate, arch=arch, layout=layout, training=training,
+                      budget=_FILL * float(textwidth))
+    cap = _capacity_of(estimate, solve, capacity)
+    lines = _align_lines(parts) + _numeric_lines(parts, cap)
+    if solve is not None:
+        lines += _solve_lines(solve, parts)
+    return "\\begin{align*}\n" + " \\\\\n".join(lines) + "\n\\end{align*}"
+
+
+def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dict | None = None,
+                 arch=None, layout=None, training=None, capacity=None) -> str:
+    """The content of :func:`job_document` as Markdown with ``$$`` math (GitHub, GitLab, MyST).
+
+    Examples
+    --------
+    >>> from memsym.training import Layout, Training, training_memory
+    >>> est = training_memory("llama2-7b", Layout(t=2, d=4), Training(seq_length=4096))
+    >>> job_markdown(est, arch="llama2-7b").startswith("## Per-GPU training memory: llama2-7b")
+    True
+    """
+    parts = job_parts(estimate, arch=arch, layout=layout, training=training, title=title)
+    bib = _bibliography()
+    keys = _cited(parts, solve, cluster)
+    numbers = {k: i + 1 for i, k in enumerate(keys)}
+    cap = _capacity_of(estimate, solve, capacity)
+    labels = dict((g, lab) for g, lab, _ in _GROUPS)
+    out = [f"## {parts.title.replace(' x ', ' × ')}", "",
+           f"Memory on one GPU of {parts.stage_note}. Units: bytes; GB means 10^9 bytes, "
+           "GiB 2^30.", ""]
+    out += [x for x in parts.context] + [""]
+    out += ["$$", r"\begin{aligned}", " \\\\\n".join(_align_lines(parts) + _numeric_lines(parts, cap)),
+            r"\end{aligned}", "$$", "",
+            "| group | term | GB | GiB | source |", "| --- | --- | ---: | ---: | --- |"]
+    for s_ in parts.terms:
+        loc = _clean_locator(s_.source.locator)
+        out.append(f"| {labels.get(s_.group, 'other')} | {s_.label} | {float(s_.value) / _GB:.3f} | "
+                   f"{float(s_.value) / _GIB:.3f} | [{numbers[s_.source.key]}]"
+                   + (f", {loc}" if loc else "") + " |")
+    out.append(f"| total | | {float(parts.total) / _GB:.3f} | {float(parts.total) / _GIB:.3f} | |")
+    out += ["", "### Inputs", "", "| symbol | meaning | value | unit |", "| --- | --- | --- | --- |"]
+    for sym, meaning, val, unit in parts.inputs:
+        shown = val if val in ("symbolic", "derived") else f"${val}$".replace(" (", "$ (").replace(" GB)$", " GB)")
+        out.append(f"| ${sym}$ | {meaning} | {shown} | {unit} |")
+    if solve is not None:
+        out += ["", f"### Solving for {solve.unknown.name}", "", "$$", r"\begin{aligned}",
+                " \\\\\n".join(_solve_lines(solve, parts)), r"\end{aligned}", "$$", ""]
+        form = _solve_form_text(solve, parts)
+        out += ([form] if form else []) + _solve_text(solve)
+    if cluster is not None:
+        out += ["", "### Communication and step time", "", "| collective | GB | ms | link |",
+                "| --- | ---: | ---: | --- |"]
+        for key, row in (cluster.get("communication") or {}).items():
+            out.append(f"| {key} | {float(row['bytes']) / _GB:.3f} | "
+                       f"{float(row['seconds']) * 1e3:.2f} | {row.get('link', '')} |")
+        out += [""] + _cluster_sentences(cluster)
+    out += ["", "### References", ""]
+    out += [f"{numbers[k]}. {_entry_text(k, bib)}" for k in keys]
+    return "\n".join(out) + "\n"
