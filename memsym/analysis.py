@@ -357,6 +357,19 @@ def largest(total, unknown, capacity, values: Mapping | None = None, *,
     """The largest integer ``unknown`` for which ``total <= capacity`` (the total must not
     shrink as the unknown grows: parameters, micro-batch size, sequence length).
 
+    Parameters
+    ----------
+    total : Total
+        A total that does not shrink as the unknown grows.
+    unknown : str or sympy.Symbol
+        A registered symbol, e.g. ``"b"``.
+    capacity : number
+        The memory available [bytes].
+    values : mapping
+        Values of every other symbol of the total.
+    valid, lower, upper
+        As in :func:`smallest`.
+
     Examples
     --------
     >>> from memsym import model_state, byte_widths
@@ -372,6 +385,16 @@ def smallest_gpus(total, capacity, values: Mapping | None = None) -> Solution:
 
     The total is rewritten with :math:`d = G/(t p)` and solved for G over the positive reals;
     the integer answer is then the smallest multiple of :math:`t p` that fits.
+
+
+    Parameters
+    ----------
+    total : Total
+        The per-GPU total, symbolic in d (and t, p).
+    capacity : number
+        The memory available [bytes].
+    values : mapping
+        Values of t, p and every other symbol but d.
 
     Examples
     --------

@@ -1028,6 +1028,16 @@ def job_snippet(estimate, *, solve=None, arch=None, layout=None, training=None,
     ``&=`` above it.  Lines are broken for a text ``textwidth`` [pt] wide (default 345 pt,
     LaTeX's ``article`` at 10 pt).
 
+
+    Parameters
+    ----------
+    estimate : memsym.training.TrainingEstimate or memsym.job.Job
+        The job, estimated (a Job is estimated here).
+    capacity : number, optional
+        GPU memory [bytes] for the "fits" line (a Job's GPU by default).
+    solve, arch, layout, training
+        As in :func:`job_document`.
+
     Examples
     --------
     >>> from memsym.training import Layout, Training, training_memory
@@ -1049,6 +1059,16 @@ def job_snippet(estimate, *, solve=None, arch=None, layout=None, training=None,
 def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dict | None = None,
                  arch=None, layout=None, training=None, capacity=None) -> str:
     """The content of :func:`job_document` as Markdown with ``$$`` math (GitHub, GitLab, MyST).
+
+
+    Parameters
+    ----------
+    estimate : memsym.training.TrainingEstimate or memsym.job.Job
+        The job, estimated (a Job is estimated here).
+    capacity : number, optional
+        GPU memory [bytes] for the "fits" line (a Job's GPU by default).
+    solve, arch, layout, training
+        As in :func:`job_document`.
 
     Examples
     --------
