@@ -557,8 +557,9 @@ def test_config_huge_refused_before_reading(tmp_path, capsys):
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
 def test_config_that_is_a_device_is_refused_without_reading(capsys):
     # an endless "file" must not hang the reader: only regular files are read, and at most 4 MiB
-    api_refused(lambda: resolve_model("/dev/zero"), "no such config file")
-    cli_refused(capsys, ["estimate", "/dev/zero", "--seq-length", "128"], "no such config file")
+    # issue 15: said "no such config file" although it exists; now the reason in words
+    api_refused(lambda: resolve_model("/dev/zero"), "not a regular file")
+    cli_refused(capsys, ["estimate", "/dev/zero", "--seq-length", "128"], "not a regular file")
 
 
 def test_config_directory_without_config(tmp_path):

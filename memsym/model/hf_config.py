@@ -175,9 +175,8 @@ def _read_json(path) -> dict:
         raise InvalidValueError(f"no such config file: {shown!r}")
     if not os.path.isfile(path):
         # a FIFO or a device (/dev/zero) would block or never end: refuse before opening it
-        # (the message keeps "no such config file" as the reader always said it)
-        raise InvalidValueError(f"no such config file: {shown!r} is not a regular file (a device, "
-                                "FIFO or socket); give a config.json file")
+        raise InvalidValueError(f"config file {shown!r} is not a regular file (a device, FIFO or "
+                                "socket): give a config.json file")
     size = os.path.getsize(path)
     if size > _MAX_CONFIG_BYTES:
         raise InvalidValueError(f"{shown!r} is {size} bytes; a config.json is refused above "
