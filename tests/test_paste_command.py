@@ -173,3 +173,23 @@ def test_bridge_padded_and_unpadded_runs(capsys, pad):
                                      dict(s=4096, b=1, sequence_parallel=True,
                                           recompute="selective"), pad)
     assert json.loads(out)["bytes"]["total"] == math.ceil(dense + routed + act)
+
+
+def test_every_job_command_takes_a_pasted_command(capsys, tmp_path):
+    # solve, latex and plot read the same pasted job as estimate (one job record)
+    path = script(tmp_path, "llama3_8b_fp8")
+    code, out, err = cli(capsys, "estimate", "--launch-script", path, "--json")
+    assert code == 0, err
+    total = json.loads(out)["bytes"]["total"]
+    code, out, err = cli(capsys, "solve", "micro-batch-size", "--launch-script", path,
+                         "--gpu-memory", f"{total + 1}B", "--json")
+    # the script's micro-batch 1 fits within its own total + 1 byte, and the answer divides
+    # B/d = 128/8 = 16 (Megatron's batch rule)
+    assert code in (0, 1), err
+    if code == 0:
+        assert 16 % json.loads(out)["value"] == 0
+    code, out, err = cli(capsys, "latex", "--launch-script", path, "--markdown")
+    assert code == 0 and "TP 1" in out and "DP 8" in out, err
+    code, out, err = cli(capsys, "plot", "breakdown", "--launch-script", path, "-o",
+                         str(tmp_path / "b.svg"))
+    assert code == 0 and (tmp_path / "b.svg").stat().st_size > 0, err

@@ -165,9 +165,7 @@ def run(args) -> int:
         from ..hardware import gpu
 
         args.gpu_memory = gpu(args.gpu).memory_bytes  # the catalogue's capacity (vendor units)
-    from .training_options import framework_input, megatron_mode
-
-    if wants_training(args) or megatron_mode(args) or framework_input(args):
+    if wants_training(args):  # a job: the full training total
         if args.params is not None:
             raise InvalidValueError("--params contradicts the model: the parameter count comes "
                                     "from the MODEL or the architecture options (drop --params)")

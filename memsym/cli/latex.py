@@ -33,6 +33,9 @@ def add_parser(sub) -> None:
     from .training_options import add_training_options
 
     add_training_options(parser)
+    from .training_options import add_megatron_inputs
+
+    add_megatron_inputs(parser)
     add_gpu_option(parser)
     job_grp = parser.add_argument_group("whole-job document (with MODEL)")
     job_grp.add_argument("--paper", type=choice("paper", ("a4", "letter")), default="a4",

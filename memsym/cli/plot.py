@@ -209,6 +209,9 @@ def add_parser(sub) -> None:
     parser = add_plot_parser(sub)
     add_model_state_options(parser)
     add_training_options(parser)
+    from .training_options import add_megatron_inputs
+
+    add_megatron_inputs(parser)
     add_gpu_option(parser)
     parser.set_defaults(run=run)
 

@@ -50,6 +50,9 @@ def add_parser(sub) -> None:
         # the unknown's own option is not offered (d, t, p are what is solved)
         add_model_state_options(sp_, dp=name not in ("dp", "gpus"))
         add_training_options(sp_)
+        from .training_options import add_megatron_inputs
+
+        add_megatron_inputs(sp_)
         add_gpu_option(sp_)
         sp_.add_argument("--json", action="store_true", help="one JSON object on stdout")
         sp_.set_defaults(run=run)
@@ -58,8 +61,14 @@ def add_parser(sub) -> None:
 def job_from_args(args):
     """The :class:`memsym.job.Job` of the job options (MODEL, layout, training, allowances,
     ``--gpu``, ``--gpu-memory``), validated once."""
-    from .training_options import job_from_args as build, warn_sequence_parallel
+    from .training_options import (framework_job_from_args, job_from_args as build,
+                                   megatron_job_from_args, megatron_mode, warn_sequence_parallel)
 
+    framework = framework_job_from_args(args)   # a DeepSpeed config or torchtitan TOML
+    if framework is not None:
+        return framework
+    if megatron_mode(args):                      # a pasted Megatron-LM command
+        return megatron_job_from_args(args)[0]
     j = build(args)
     warn_sequence_parallel(args)        # once, after validation
     return j

@@ -115,12 +115,6 @@ def add_training_options(parser) -> None:
                      help="allocator fragmentation margin as a fraction (default 0.1)")
 
 
-#: memsym's own options of a job command (hardware, output, conventions, allowances, inputs),
-#: with how many values each takes: everything else of a pasted command is Megatron-LM's.
-HOST_OPTIONS = {"--gpu": 1, "--gpu-memory": 1, "--gpus-per-node": 1, "--intra-node-bandwidth": 1,
-                "--inter-node-bandwidth": 1, "--efficiency": 1, "--json": 0, "--convention": 1,
-                "--workspace": 1, "--nccl-buffers": 1, "--fragmentation": 1, "--args-file": 1,
-                "--launch-script": 1, "--deepspeed-config": 1, "--torchtitan-config": 1}
 
 
 def add_megatron_inputs(parser) -> None:
@@ -139,7 +133,7 @@ def add_megatron_inputs(parser) -> None:
     grp.add_argument("--torchtitan-config", default=None, metavar="JOB.toml",
                      help="a torchtitan job TOML (v0.2 keys: [parallelism], [training], "
                      "[activation_checkpoint], [float8]); the model from MODEL or its [model]")
-    parser.set_defaults(megatron_arguments=True)
+    parser.set_defaults(megatron_arguments=True, job_parser=parser)
 
 
 def megatron_mode(args) -> bool:
@@ -154,14 +148,38 @@ def framework_input(args) -> bool:
     return bool(getattr(args, "deepspeed_config", None) or getattr(args, "torchtitan_config", None))
 
 
-def _megatron_tokens(raw) -> list:
-    """The raw arguments without memsym's own options and the MODEL: Megatron's argument list."""
+def _host_flags(parser) -> dict:
+    """memsym's own options of a job command (hardware, output, conventions, allowances,
+    inputs) -> how many values each takes: every option of the command's parser that is not
+    one of Megatron-LM's (the reader's table of Megatron's 876 option strings)."""
+    from ..readers._megatron_flags import FLAGS
+
+    out = {}
+    for action in parser._actions:
+        if action.option_strings and not any(o in FLAGS for o in action.option_strings):
+            n = action.nargs
+            count = 0 if n == 0 else 1 if n in (None, "?") else 1
+            out.update({o: count for o in action.option_strings})
+    return out
+
+
+def _megatron_tokens(args) -> list:
+    """The raw arguments without memsym's own options and the positionals (the command, the
+    unknown, the MODEL): Megatron-LM's argument list."""
+    raw = args.raw_argv
+    host = _host_flags(args.job_parser)
+    positional = {v for v in (args.model, getattr(args, "unknown", None),
+                              getattr(args, "kind", None)) if v is not None}
     out, i = [], 0
     while i < len(raw):
         tok = raw[i]
         flag = tok.split("=", 1)[0]
-        if flag in HOST_OPTIONS:
-            i += 1 if "=" in tok else 1 + HOST_OPTIONS[flag]
+        if flag in host:
+            i += 1 if "=" in tok else 1 + host[flag]
+            continue
+        if tok in positional and not tok.startswith("-"):
+            positional.discard(tok)
+            i += 1
             continue
         out.append(tok)
         i += 1
@@ -219,9 +237,9 @@ def megatron_job_from_args(args):
     from ..readers.launch_script import read_argument_file, read_launch_script
     from ..readers.megatron import read_megatron_args
 
-    tokens = _megatron_tokens(args.raw_argv)
-    if args.model is not None and tokens and tokens[0] == args.model:
-        tokens = tokens[1:]
+    tokens = _megatron_tokens(args)
+    if getattr(args, "world_size", None) is not None:
+        tokens += ["--world-size", str(args.world_size)]   # memsym's flag, read by the reader too
     if args.launch_script:
         with open(args.launch_script, encoding="utf-8") as fh:
             text = fh.read(1 << 20 + 1)
@@ -234,8 +252,10 @@ def megatron_job_from_args(args):
 
 
 def wants_training(args) -> bool:
-    """Whether the arguments describe a model (else the model-state-only path applies)."""
-    return args.model is not None or any(getattr(args, n, None) is not None for n in ARCH_OPTIONS)
+    """Whether the arguments describe a job (else the model-state-only path applies): a MODEL,
+    architecture options, a pasted Megatron-LM command, or a framework config."""
+    return (args.model is not None or any(getattr(args, n, None) is not None for n in ARCH_OPTIONS)
+            or megatron_mode(args) or framework_input(args))
 
 
 #: (dest, Job option) of the layout and training options; None values are left to the
