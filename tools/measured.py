@@ -47,6 +47,7 @@ SETTINGS = {
     "stages_per_rank": int, "seq_length": int, "lora_rank": int,
     "sequence_parallel": bool, "flash_attention": bool, "dropout": bool, "compile": bool,
     "async_tp": bool, "expandable_segments": bool, "lora_regather": bool,
+    "grad_reduce_in_fp32": bool,
     "recompute": str, "precision": str, "sharding": str, "schedule": str,
 }
 _CHOICES = {
@@ -356,9 +357,6 @@ def job(point: Point) -> Job:
         notes.append(("torchtitan per-op SAC (recomputes every second matmul and the "
                       "elementwise ops) modelled as Megatron selective (core_attn) recompute", +1))
     lora = point.task == "lora"
-    if lora and cfg.get("lora_regather") is False and cfg.get("sequence_parallel"):
-        notes.append(("LoRA-A gathered-input retention (sequence_parallel_input_regather) not "
-                      "modelled: both runs predict the same", -1))
     if cfg.get("compile"):
         notes.append(("torch.compile fusions (fewer saved intermediates) not modelled", +1))
     layout = Layout(t=cfg.get("tp", 1), p=pp, d=cfg.get("dp", 1), c=cfg.get("cp", 1),
@@ -369,19 +367,37 @@ def job(point: Point) -> Job:
                         num_microbatches=m_, global_batch_size=gbs, recompute=recompute,
                         flash_attention=cfg.get("flash_attention", True),
                         dropout=cfg.get("dropout", False), schedule=schedule,
-                        precision="bf16", optimizer="none" if lora else "adam",
-                        sharding=cfg.get("sharding", "distributed-optimizer"))
-    allowances = {"fragmentation": 0} if point.metric == "allocated" else {}
-    adapters = 0
-    if lora:
-        from memsym.model import preset
-        from memsym.terms.adapters import lora_parameter_count
+                        precision="bf16", optimizer="adam",
+                        sharding=cfg.get("sharding", "distributed-optimizer"),
+                        grad_dtype="bf16" if cfg.get("grad_reduce_in_fp32") is False else None,
+                        # Megatron-Bridge LoRA defaults: dim 32 on linear_qkv, linear_proj,
+                        # linear_fc1, linear_fc2 (memsym's "all"); frozen bf16 base
+                        finetune="lora" if lora else "full", lora_rank=cfg.get("lora_rank", 32),
+                        lora_regather=bool(cfg.get("lora_regather", False)))
+    return Job(point.model, layout, training, _allowances(point), 0, tuple(notes))
 
-        # Megatron-Bridge LoRA defaults: dim 32 on linear_qkv, linear_proj, linear_fc1,
-        # linear_fc2 (dense layers here); spread over the model-parallel group
-        total = lora_parameter_count(preset(point.model), cfg.get("lora_rank", 32), "all")
-        adapters = total // (layout.t * layout.p)
-    return Job(point.model, layout, training, allowances, adapters, tuple(notes))
+
+#: What each framework's own memory log reads when a source does not say (``unstated``):
+#: Megatron-LM / Bridge report ``torch.cuda.max_memory_allocated`` (training.py
+#: report_memory, "max allocated"), torchtitan ``max_memory_reserved`` (metrics.py,
+#: DeviceMemoryMonitor).
+_FRAMEWORK_METRIC = {"megatron-bridge": "allocated", "megatron-lm": "allocated",
+                     "torchtitan": "reserved"}
+
+
+def _allowances(point: Point) -> dict:
+    """The allowances the point's metric sees: PyTorch's counters see neither the CUDA
+    context nor NCCL's buffers (both outside the caching allocator); ``allocated`` also no
+    allocator reserve (fragmentation); nvidia-smi sees everything."""
+    metric = point.metric
+    if metric == "unstated":
+        metric = _FRAMEWORK_METRIC.get(point.framework, "nvidia-smi")
+    if metric == "nvidia-smi":
+        return {}
+    out = {"cuda_context": 0, "nccl": 0}
+    if metric == "allocated":
+        out["fragmentation"] = 0
+    return out
 
 
 @dataclass(frozen=True)
@@ -393,14 +409,17 @@ class Prediction:
     allocated: sp.Expr
     stage: int
     notes: tuple
+    phase: str = "forward"
 
 
 def predict(point) -> Prediction:
     r"""memsym's per-GPU peak for ``point`` through the public API [bytes].
 
-    .. math:: M_{\mathrm{pred}} = M_{\max}(\text{job}(x)) + (1 + \varphi_{\mathrm{frag}})\,M_{\mathrm{adapters}}
+    .. math:: M_{\mathrm{pred}} = M_{\max}(\text{job}(x))
 
-    with :math:`M_{\max}` from :func:`memsym.training.training_memory` of :func:`job`.
+    with :math:`M_{\max}` from :func:`memsym.training.training_memory` of :func:`job`: the
+    peak over the step's phases on the most-loaded stage, with the allowances the point's
+    metric sees.
 
     Parameters
     ----------
@@ -421,8 +440,6 @@ def predict(point) -> Prediction:
     if not isinstance(point, Point):
         raise InvalidValueError(f"predict needs a tools.measured.Point or a point id, got "
                                 f"{type(point).__name__}")
-    from memsym.symbols import phi_frag
-    from memsym.terms.adapters import adapter_state
     from memsym.training import training_memory
 
     j = job(point)
@@ -431,13 +448,7 @@ def predict(point) -> Prediction:
     allocated = sp.Add(*(v for k, v in grp.items()
                          if k not in ("workspace", "nccl", "fragmentation", "total")))
     total = grp["total"]
-    if j.adapters:
-        # fp32 adapters (PEFT's default), fp32 gradients, Adam moments
-        extra = adapter_state("fp32").subs(b_g=4, b_m=0, b_o=8).evaluate(N_a=j.adapters)
-        frag = est.values[phi_frag]
-        allocated += extra
-        total += extra * (1 + frag)
-    return Prediction(total, allocated, est.stage, j.notes)
+    return Prediction(total, allocated, est.stage, j.notes, est.phase)
 
 
 @dataclass(frozen=True)

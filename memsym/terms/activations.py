@@ -54,7 +54,7 @@ from ..term import Source, Term, Total
 __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS",
     "korthikanti", "korthikanti_terms",
-    "layer_activations", "embedding_activations", "output_activations",
+    "layer_activations", "embedding_activations", "output_activations", "lora_gathered_inputs",
     "paper_layer", "paper_first_stage",
 ]
 
@@ -375,6 +375,60 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
         Term("logits", 4 * tok * V / t, "fp32 logits (softmax) kept by the cross-entropy loss", src),
     )
     return Total("activations of the output layer and loss", tuple(x for x in terms if x.expr != 0))
+
+
+def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
+                         regather: bool = False) -> Term:
+    r"""The gathered norm output each column-parallel LoRA-A keeps under sequence parallelism [bytes].
+
+    Per micro-batch, layer and eligible adapter (Megatron-Bridge: LoRA-A of ``linear_qkv`` and of
+    a dense layer's ``linear_fc1``), with :math:`\tau = sb/c`:
+
+    .. math::
+
+        n_{\mathrm{el}}\; 2\tau h
+
+    Without ``sequence_parallel_input_regather`` the adapter consumes the *gathered* 16-bit
+    LayerNorm output (all :math:`\tau` tokens, not the :math:`\tau/t` shard the base layer
+    keeps, counted in ``qkv_input`` / ``mlp_input``) and keeps it for its weight gradient; with it
+    the adapter keeps only the local shard (the same tensor the base layer keeps) and gathers
+    again in backward, so the term is 0.  Also 0 without sequence parallelism (nothing is
+    gathered) and for expert, row-parallel adapters (they fall back, seed 001).
+
+    Parameters
+    ----------
+    eligible : int or sympy.Expr
+        Eligible column-parallel LoRA-A adapters of one layer (2 in a dense layer with
+        qkv and fc1 targeted, 1 in an MoE layer).
+    sequence_parallel : bool
+        Sequence parallelism on (t > 1).
+    regather : bool
+        Bridge's ``LoRA(sequence_parallel_input_regather=True)``.
+
+    Examples
+    --------
+    Qwen3-8B (h = 4096, 36 layers), s = 8192, b = 1: the saving of the regather is
+    36 x 2 x 2 s h = 4.83 GB (seed 001 measured 4.731 GB):
+
+    >>> per_layer = lora_gathered_inputs(2).evaluate(s=8192, b=1, c=1, h=4096)
+    >>> 36 * per_layer == 36 * 2 * 2 * 8192 * 4096
+    True
+
+    References
+    ----------
+    Megatron-Bridge ``src/megatron/bridge/peft/lora.py`` (LoRA.sequence_parallel_input_regather:
+    "the full LayerNorm output consumed by LoRA-A is gathered temporarily in forward, released
+    after the LoRA-A computation, and gathered again during backward"), ``peft/utils.py``
+    (get_adapter_attributes_from_linear, ParallelLinearAdapter); seed 001 (LoRA + SP table).
+    """
+    _, tok, _ = _common(False, "none")
+    on = sequence_parallel and not regather
+    expr = sp.sympify(eligible) * 2 * tok * h if on else sp.Integer(0)
+    return Term("lora_gathered_inputs", expr, "gathered 16-bit norm output kept by each "
+                "column-parallel LoRA-A until backward (no sequence_parallel_input_regather)",
+                Source("megatron-bridge-peft", "src/megatron/bridge/peft/lora.py, LoRA "
+                       "(sequence_parallel_input_regather); peft/utils.py, ParallelLinearAdapter"),
+                label="LoRA-A gathered inputs")
 
 
 def paper_layer(parallel: str = "none", recompute: str = "none") -> Total:
