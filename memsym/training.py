@@ -48,6 +48,9 @@ class Allowance:
 
 
 _MIB = sp.Integer(2) ** 20
+#: The cuBLAS / Transformer Engine workspaces inside the caching allocator [bytes]: the part
+#: of the ``workspace`` allowance PyTorch's counters see.
+WORKSPACES = 64 * _MIB
 
 #: The allowances of the training total, by key.  Defaults come from the libraries' documented
 #: defaults (:mod:`memsym.terms.transients`); set them to 0 (``allowances={"nccl": 0}``) or to a
@@ -55,17 +58,16 @@ _MIB = sp.Integer(2) ** 20
 #: allocator (``max_memory_allocated`` / ``max_memory_reserved`` do not see them, nvidia-smi
 #: does); the cuBLAS / Transformer Engine workspaces are allocated through it.
 ALLOWANCES = {
-    # TE's cuBLAS workspace is 32 MiB on Hopper and later (get_cublas_workspace_size_bytes),
-    # and PyTorch's own cuBLAS handle keeps one more of the same size: 2 x 32 MiB.
-    "workspace": Allowance("workspace", M_ws, 64 * _MIB,
-                           Source("transformer-engine", "pytorch/module/base.py, "
-                                  "get_cublas_workspace_size_bytes (32 MiB on sm90+)"),
-                           "cuBLAS / Transformer Engine workspaces (default 64 MiB)"),
-    # CUDA lazy loading (default since 12.2) loads only the kernels used:
-    # memsym.terms.transients.cuda_context, default 500 MiB.
-    "cuda_context": Allowance("cuda_context", M_ctx, sp.Integer(_TR_DEFAULTS[M_ctx]),
-                              Source("cuda-lazy-loading", "§4.7 Lazy Loading"),
-                              "CUDA context and loaded kernel modules (default 500 MiB)"),
+    # The CUDA context and loaded kernels (memsym.terms.transients.cuda_context: 500 MiB with
+    # CUDA lazy loading, default since 12.2, outside the caching allocator) plus the cuBLAS
+    # workspaces, which are allocated through it: Transformer Engine's is 32 MiB on Hopper and
+    # later (get_cublas_workspace_size_bytes) and PyTorch's own cuBLAS handle keeps one more
+    # of the same size.  set {"workspace": WORKSPACES} to count the workspaces alone.
+    "workspace": Allowance("workspace", M_ws, sp.Integer(_TR_DEFAULTS[M_ctx]) + WORKSPACES,
+                           Source("cuda-lazy-loading", "§4.7 Lazy Loading; transformer-engine "
+                                  "pytorch/module/base.py get_cublas_workspace_size_bytes"),
+                           "CUDA context and kernels (500 MiB) + cuBLAS / Transformer Engine "
+                           "workspaces (2 x 32 MiB)"),
     # memsym.terms.transients.nccl_buffers: NCCL_BUFFSIZE 4 MiB x 32 channels per
     # communicator, for 4 communicators (TP, DP, PP and the DP x CP / embedding groups a
     # Megatron rank joins): 512 MiB.
@@ -117,11 +119,11 @@ def allowance_values(allowances: Mapping | None = None) -> dict:
 def allowance_terms(allocated: sp.Expr) -> tuple:
     r"""The three allowance Terms; fragmentation is a fraction of ``allocated`` [bytes].
 
-    .. math:: (M_{\mathrm{ctx}} + M_{\mathrm{ws}}) + M_{\mathrm{nccl}}
+    .. math:: M_{\mathrm{ws}} + M_{\mathrm{nccl}}
         + \varphi_{\mathrm{frag}}\,M_{\mathrm{alloc}}
 
-    ``workspace`` holds the CUDA context (:func:`memsym.terms.transients.cuda_context`) and
-    the cuBLAS workspaces; ``nccl`` NCCL's buffers (:func:`memsym.terms.transients.nccl_buffers`
+    ``workspace`` holds the CUDA context (:func:`memsym.terms.transients.cuda_context`,
+    500 MiB) and the cuBLAS workspaces (:data:`WORKSPACES`); ``nccl`` NCCL's buffers (:func:`memsym.terms.transients.nccl_buffers`
     at 4 communicators); :math:`M_{\mathrm{alloc}}` is the peak phase's allocation.
 
     Examples
@@ -132,10 +134,9 @@ def allowance_terms(allocated: sp.Expr) -> tuple:
     >>> Total("a", allowance_terms(sp.Integer(0))).evaluate(allowance_values()) / 2**20
     1076
     """
-    w, ctx, n_, fr = (ALLOWANCES[x] for x in ("workspace", "cuda_context", "nccl", "fragmentation"))
+    w, n_, fr = (ALLOWANCES[x] for x in ALLOWANCE_TERMS)
     return (
-        Term("workspace", ctx.symbol + w.symbol, "CUDA context and kernels + " + w.description,
-             w.source, label="CUDA context + workspaces"),
+        Term("workspace", w.symbol, w.description, w.source, label="CUDA context + workspaces"),
         Term("nccl", n_.symbol, n_.description, n_.source, label="NCCL buffers"),
         Term("fragmentation", fr.symbol * allocated, fr.description, fr.source,
              label="fragmentation"),

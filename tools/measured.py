@@ -394,7 +394,9 @@ def _allowances(point: Point) -> dict:
         metric = _FRAMEWORK_METRIC.get(point.framework, "nvidia-smi")
     if metric == "nvidia-smi":
         return {}
-    out = {"cuda_context": 0, "nccl": 0}
+    from memsym.training import WORKSPACES
+
+    out = {"workspace": WORKSPACES, "nccl": 0}
     if metric == "allocated":
         out["fragmentation"] = 0
     return out
@@ -602,31 +604,43 @@ def render(rows, relations) -> str:
 
 
 _EXPLANATIONS = [
-    "* **Seed 001 (Megatron-Bridge, Llama3 70B, FP8).** memsym is 22–48 % above every row; "
-    "its model states (bf16 weights, fp32 gradients, fp32 master weights and Adam moments "
-    "sharded over d) are 45 GB of the 71 GB it allocates at the baseline. The card leaves open "
-    "the gradient-buffer dtype (Bridge recipes may reduce in bf16, `grad_reduce_in_fp32 = "
-    "False`, which halves the gradients), whether its peak is allocated or reserved, and the "
-    "recompute, sequence-parallel and attention settings (memsym assumes the Bridge recipe "
-    "defaults: SP on, no recompute, fused attention, no dropout). PP 4 → 8 goes down in "
-    "both, but by 1.8 GB in memsym against 5.6 GB measured (DP 2 → 1 doubles memsym's sharded "
-    "optimizer state); VPP 5 → 10 goes *down* 1.9 GB in memsym and *up* 1.4 GB measured "
-    "(per-chunk buffers are not modelled). Effects that would raise memsym are not modelled "
-    "either: Transformer Engine's fp8 weight copies and transposes, the last stage's fp32 "
-    "logits and loss transient (issue 14).",
-    "* **LoRA + regather.** memsym has no term for the gathered LoRA-A input that "
-    "Megatron-Bridge keeps until backward under sequence parallelism, so both rows of each "
-    "pair predict the same. The candidate term (per adapted column-parallel layer: "
-    "linear_qkv and linear_fc1) is the gathered bf16 input minus its local shard, "
-    "2·2sbh(1 − 1/t) bytes per layer and in-flight micro-batch; at Qwen3-8B, t = 2, "
-    "s = 8192, b = 1, 36 layers that is 2.42 GB against the measured 4.73 GB saving, so "
-    "either b = 2 or more targets keep their input (open settings).",
+    "* **What is calibrated.** Nothing per point. The allowances follow the metric each "
+    "source read (`tools.measured._allowances`): PyTorch's allocated and reserved counters see "
+    "neither the CUDA context nor NCCL's buffers, `allocated` no allocator reserve; an "
+    "unstated metric is the framework's own log (Megatron/Bridge: max allocated; torchtitan: "
+    "max reserved). The fragmentation margin (10 %) is memsym's default, not fitted. The one "
+    "assumption taken from the framework rather than the card is seed 001's bf16 gradient "
+    "buffer (Bridge's perf recipes set `grad_reduce_in_fp32 = False`); with the distributed "
+    "optimizer's fp32 main-gradient shard it costs the same as fp32 at d = 2.",
+    "* **Seed 001 (Megatron-Bridge, Llama3 70B, FP8).** memsym is 16–40 % above every row. Its "
+    "model states (54.5 GB at the baseline: bf16 weights, the whole gradient buffer, fp32 "
+    "main parameters, main gradients and Adam moments over d = 2) are what Megatron-core "
+    "allocates, so the excess is in the 25.9 GB of activations: the named unknowns are "
+    "Transformer Engine's FP8 activations (TE saves the FP8-quantized GEMM inputs, 1 byte, "
+    "not bf16 — not modelled), the recompute and packed-sequence settings the card leaves "
+    "open, and whether the 58.8 GB is allocated or reserved. PP 4 → 8 and TP 8 go down as "
+    "measured (PP 8 by 5.8 GB against 5.6 GB; TP 8 is the lowest); VPP 5 → 10 goes *down* "
+    "1.6 GB in memsym and *up* 1.4 GB measured: the interleaved schedule's extra per-chunk "
+    "buffers are not modelled, so this ordering does **not** hold.",
+    "* **LoRA + regather.** Modelled now: without `sequence_parallel_input_regather` each "
+    "column-parallel LoRA-A (linear_qkv, and linear_fc1 of dense layers; expert adapters fall "
+    "back) keeps the gathered 16-bit norm output, 2sbh per layer and micro-batch "
+    "(`memsym.terms.activations.lora_gathered_inputs`). The savings have the measured sign "
+    "everywhere; Qwen3-8B (s = 8192 printed) predicts 4.83 GB against 4.73 GB measured. The "
+    "MoE rows' sequence length is not printed (2048 assumed): their predicted savings "
+    "(0.40 and 0.42 GB) are below the measured 1.57 and 0.81 GB, which s = 8192 and 4096 "
+    "would match. The absolute LoRA peaks are 23–34 % low: the recipes' micro-batch, "
+    "sequence length and packing are open, and MoE dispatcher workspace and token imbalance "
+    "are not modelled.",
     "* **torchtitan.** Its `Memory(GiB)` is the peak *reserved* by PyTorch's caching "
     "allocator, which rounds blocks and keeps freed ones; runs near the card's capacity "
     "reserve most of it whatever they allocate (Table 2 reads 84 GiB at every CP size). "
-    "Its per-op selective AC is not Megatron's selective recompute, torch.compile removes "
-    "saved intermediates, and FSDP2 holds the all-gathered bf16 parameters of one or two "
-    "layers (prefetch) during compute. The 405B pipeline rows are not predicted: 126 "
+    "memsym is 30–100 % high on the 8B rows: torchtitan's per-op selective AC (every second "
+    "matmul recomputed, no norms or elementwise outputs kept) is mapped to Megatron's "
+    "selective recompute, which keeps far more, and torch.compile removes saved "
+    "intermediates. The 70B 2D rows are 32–36 % low (full AC at lbs 16: the FSDP2 "
+    "prefetch and the reduce-scatter buffers are modelled, the recompute working set of a "
+    "16-sequence batch is the named unknown). The 405B pipeline rows are not predicted: 126 "
     "layers do not split evenly over 8 stages and the split torchtitan used is not printed.",
 ]
 
