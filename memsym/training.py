@@ -251,6 +251,8 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     mm = m if m_known else None
     common = dict(gated=x.swiglu, flash=training.flash_attention, sequence_parallel=sp_on,
                   dropout=training.dropout, norm=x.normalization.lower(), mla=_mla(x))
+    if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
+        common["qk_norm"] = getattr(x, "qk_norm_width", "head")
     shared = bool(x.moe_shared_expert_intermediate_size)
 
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:

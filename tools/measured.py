@@ -296,8 +296,8 @@ def job(point: Point) -> Job:
     * FP8 / float8 / MXFP8 compute keeps bf16 (Transformer Engine) or fp32-sharded (FSDP2)
       parameters, so model states use ``precision="bf16"``; the fp8 weight caches are
       named as not modelled;
-    * torchtitan's per-op selective AC maps to ``recompute="selective"`` (Megatron's
-      core_attn rule: with flash attention both keep every matmul output);
+    * torchtitan's per-op selective AC maps to ``recompute="selective-op"``
+      (:func:`memsym.terms.activations.layer_activations`: every second matmul output kept);
     * LoRA: frozen bf16 base (``optimizer="none"``) plus
       :func:`memsym.terms.adapters.adapter_state` of the adapter parameters;
     * allowances: memsym's defaults, except no fragmentation for an ``allocated`` metric
@@ -349,13 +349,13 @@ def job(point: Point) -> Job:
     precision = cfg.get("precision", "bf16")
     # each note: (text, +1 when it makes memsym predict more than the run, -1 when less)
     if precision != "bf16":
+        if point.framework.startswith("megatron"):
+            notes.append((f"{precision} compute in Transformer Engine: the GEMM inputs saved for "
+                          "backward may be kept as FP8 (1 byte), memsym counts 16-bit "
+                          "activations", +1))
         notes.append((f"{precision} compute modelled with bf16 parameters (fp8 weight caches "
                       "not modelled)", -1))
     recompute = cfg.get("recompute", "none")
-    if recompute == "selective-op":
-        recompute = "selective"
-        notes.append(("torchtitan per-op SAC (recomputes every second matmul and the "
-                      "elementwise ops) modelled as Megatron selective (core_attn) recompute", +1))
     lora = point.task == "lora"
     if cfg.get("compile"):
         notes.append(("torch.compile fusions (fewer saved intermediates) not modelled", +1))

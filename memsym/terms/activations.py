@@ -60,8 +60,9 @@ __all__ = [
 
 #: Parallel settings of Korthikanti's Table 2.
 PARALLEL = ("none", "tp", "tp+sp")
-#: Recompute modes (Megatron ``--recompute-granularity``; ``none`` when absent).
-RECOMPUTE = ("none", "selective", "full")
+#: Recompute modes (Megatron ``--recompute-granularity``; ``none`` when absent), and
+#: torchtitan's per-op selective AC (``selective_ac_option = "op"``) as ``selective-op``.
+RECOMPUTE = ("none", "selective", "full", "selective-op")
 #: Normalisations and the fp32 statistics per token each keeps for its backward [bytes].
 #: LayerNorm keeps mean and 1/sigma, RMSNorm only 1/rms (``torch.native_layer_norm`` and
 #: Transformer Engine save exactly these; the paper neglects them).
@@ -161,7 +162,8 @@ def _common(sp_on: bool, recompute: str):
 def layer_activations(*, gated: bool = False, flash: bool = False, sequence_parallel: bool = False,
                       recompute: str = "none", dropout: bool = True, norm: str = "layernorm",
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
-                      attention_dropout: bool | None = None, norm_statistics: bool = True) -> Total:
+                      attention_dropout: bool | None = None, norm_statistics: bool = True,
+                      qk_norm: bool = False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank and
@@ -194,7 +196,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     :math:`f_{sh}` (their input is the router's input, counted once).
 
     Selective recompute (Megatron ``core_attn``) drops ``scores``/``softmax_stats``; full
-    recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh).
+    recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);
+    ``selective-op`` is torchtitan's per-op policy (:func:`_op_sac_layer`).
 
     Parameters
     ----------
@@ -216,6 +219,11 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         An MoE layer instead of a dense MLP.
     shared_expert : bool
         The MoE layer has shared experts of width ``f_sh``.
+    qk_norm : bool or {"head", "full"}
+        Norms on Q and K (``qk_layernorm``): they keep their inputs and fp32 statistics,
+        :math:`2\tau(a+g)d_h/t + 4\tau(a+g)/t` per head (True or ``"head"``, Qwen3) or
+        :math:`+\,8\tau` over the whole projection (``"full"``, OLMo 2) (``qk_norm_inputs``;
+        the normalised Q and K are the ``qk`` term).
     mla : dict, optional
         Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
         ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers): Q and K are
@@ -258,6 +266,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         add("layer_input", 2 * tok * h / sig, "layer input, the only tensor kept under full recompute",
             Source(_K, "Table 2, full activation recomputation"))
         return Total("activations per layer (full recompute)", tuple(terms))
+    if recompute == "selective-op":
+        return _op_sac_layer(tok, sig, gated=gated, flash=flash, moe=moe, mla=mla,
+                             sequence_parallel=sequence_parallel)
 
     # attention block
     add("norm_inputs", 2 * 2 * tok * h / sig, "inputs of the two norms (attention and MLP)",
@@ -277,6 +288,14 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         proj_width = a * d_v
     else:
         add("qk", 2 * tok * (a + g) * d_h / t, "queries (a d_h wide) and keys (g d_h: GQA) for QK^T")
+        if qk_norm:
+            # one fp32 statistic per head and token ("head", Qwen3), or per token for Q and
+            # for K when the norm spans the whole projection ("full", OLMo 2)
+            stats = 8 * tok if qk_norm == "full" else 4 * tok * (a + g) / t
+            add("qk_norm_inputs", 2 * tok * (a + g) * d_h / t + stats,
+                "inputs of the per-head Q and K norms and their fp32 statistics (qk_layernorm)",
+                Source("megatron-core", "core/transformer/attention.py, SelfAttention."
+                       "get_query_key_value_tensors (q_layernorm, k_layernorm before RoPE)"))
         add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
         proj_width = a * d_h
     if recompute == "none":
@@ -316,6 +335,71 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
             "shared-expert activation and fc2 inputs", moe_src)
     add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MoE block")
     return Total(f"activations per layer (MoE, recompute {recompute})", tuple(terms))
+
+
+_TT_SAC = Source("torchtitan", "torchtitan/distributed/activation_checkpoint.py, "
+                 "_apply_op_sac / _custom_policy (_save_list: aten.mm, SDPA flash/efficient, "
+                 "reduce_scatter_tensor, abs, max; every second mm recomputed)")
+
+
+def _op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel) -> Total:
+    r"""torchtitan's per-op selective activation checkpointing of one dense block [bytes].
+
+    The policy saves the outputs of ``aten.mm`` except every second one (counted per block and
+    per forward), of the SDPA kernels and of ``reduce_scatter_tensor``, and recomputes the
+    rest (norms, RoPE, SiLU, products).  A torchtitan Llama block calls its matmuls in the
+    order wq, wk, wv, wo, w1, w3, w2, so mm 1, 3, 5, 7 are kept:
+
+    .. math::
+
+        \underbrace{\tfrac{2\tau h}{\sigma}}_{\text{block input}}
+        + \underbrace{\tfrac{2\tau a d_h}{t}}_{w_q}
+        + \underbrace{\tfrac{2\tau g d_h}{t}}_{w_v}
+        + \underbrace{\tfrac{2\tau a d_h}{t} + \tfrac{4 a\tau}{t}}_{\text{SDPA out, logsumexp}}
+        + \underbrace{\tfrac{2\tau f}{t}}_{w_1}
+        + \underbrace{2\tau h}_{w_2}
+        + [\mathrm{SP}]\,\underbrace{\tfrac{2\cdot 2\tau h}{\sigma}}_{\text{reduce-scatters of } w_o, w_2}
+
+    (under tensor parallelism the row-parallel ``w2`` matmul output is the full-token partial
+    sum before its reduce-scatter).  Dense layers with a gated MLP and flash/efficient
+    attention only: other blocks raise :class:`memsym.errors.InvalidValueError`.
+
+    Examples
+    --------
+    Llama-3 8B (h = 4096, a = 32, g = 8, d_h = 128, f = 14336), one 8192-token sequence, t = 1:
+
+    >>> A = layer_activations(gated=True, flash=True, recompute="selective-op")
+    >>> A.evaluate(s=8192, b=1, c=1, t=1, h=4096, a=32, g=8, d_h=128, f=14336) == \
+    ...     8192 * (2 * 4096 * 4 + 2 * 1024 + 4 * 32 + 2 * 14336)
+    True
+
+    References
+    ----------
+    torchtitan ``torchtitan/distributed/activation_checkpoint.py`` (``_apply_op_sac``).
+    """
+    from ..errors import InvalidValueError
+
+    if moe or mla or not gated or not flash:
+        raise InvalidValueError("recompute 'selective-op' (torchtitan per-op SAC) is modelled for "
+                                "dense gated-MLP layers with flash attention only")
+    terms = [
+        Term("layer_input", 2 * tok * h / sig, "block input (the checkpoint's input)", _TT_SAC,
+             label="layer input"),
+        Term("q", 2 * tok * a * d_h / t, "wq output (mm 1, saved)", _TT_SAC, label="q"),
+        Term("v", 2 * tok * g * d_h / t, "wv output (mm 3, saved; wk, mm 2, recomputed)", _TT_SAC,
+             label="v"),
+        Term("attention_output", 2 * tok * a * d_h / t + 4 * a * tok / t,
+             "SDPA output and fp32 logsumexp (saved; wo, mm 4, recomputed)", _TT_SAC,
+             label="attention output"),
+        Term("w1_output", 2 * tok * f / t, "w1 output (mm 5, saved; w3, mm 6, recomputed)",
+             _TT_SAC, label="w1 output"),
+        Term("w2_output", 2 * tok * h, "w2 output (mm 7, saved)", _TT_SAC, label="w2 output"),
+    ]
+    if sequence_parallel:
+        terms.append(Term("reduce_scatter_outputs", 2 * 2 * tok * h / sig,
+                          "reduce-scatter outputs of wo and w2 (saved)", _TT_SAC,
+                          label="reduce-scatter outputs"))
+    return Total("activations per layer (torchtitan per-op SAC)", tuple(terms))
 
 
 def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = True) -> Total:
