@@ -477,7 +477,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     accumulating into the preallocated buffers) and ``optimizer`` (all activations freed):
 
     * last stage, forward: :func:`memsym.terms.transients.cross_entropy_transient` (16-bit
-      logits while the fp32 copy exists, 29 bytes per token of CE buffers); backward: the
+      logits while the fp32 copy exists, 29 bytes per token of CE buffers; under FSDP2,
+      torchtitan's ``F.cross_entropy`` on a ``.float()`` copy,
+      :func:`memsym.terms.transients.torch_cross_entropy_transient`); backward: the
       16-bit gradient of the logits (``logits_grad_16bit``, 2τV/t) while the fp32 softmax
       turned gradient is still referenced;
     * FSDP2 (``sharding="fsdp"``): forward, ``n_ag`` blocks all-gathered; backward,
@@ -510,7 +512,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
 
     out = {ph: [] for ph in PHASES}
     if stage == layout.p - 1:
-        ce = tr.cross_entropy_transient()
+        # FSDP2 is torchtitan's path here: its loss is F.cross_entropy on a .float() copy
+        ce = (tr.torch_cross_entropy_transient() if training.sharding == "fsdp"
+              else tr.cross_entropy_transient())
         out["forward"] += list(ce.terms)
         grad = ce["logits_16bit"]
         out["backward"].append(replace(grad, key="logits_grad_16bit", label="bf16 logits grad",

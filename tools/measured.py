@@ -464,6 +464,7 @@ class Row:
     error_pct: float | None
     reason: str
     notes: tuple
+    phase: str | None = None
 
 
 #: Errors beyond this fraction get a named explanation.
@@ -505,7 +506,7 @@ def report(points=None) -> tuple[Row, ...]:
             continue
         err = (pred.total - meas) / meas
         rows.append(Row(pt, meas, pred.total, pred.allocated, float(100 * err),
-                        _reason(pt, err, pred.notes), pred.notes))
+                        _reason(pt, err, pred.notes), pred.notes, pred.phase))
     return tuple(rows)
 
 
@@ -577,19 +578,23 @@ def render(rows, relations) -> str:
         "converted exactly); error = (predicted − measured)/measured. Settings marked * are "
         "not printed by the source: memsym assumes them (each is named in the data file's "
         "`open` list). \"states + act.\" is the prediction without allowances (workspace, "
-        "NCCL, fragmentation).", "",
+        "NCCL, fragmentation). \"peak phase\" is the phase of the training step the peak "
+        "occurs in on the most-loaded stage (end of forward, backward, optimizer step; "
+        "`memsym.training.TrainingEstimate.phase`). memsym's target is a median absolute "
+        "error within 5 %; the median below is what it reaches.", "",
         f"{len(rows)} points, {n} predicted; median absolute error {med:.1f} %, "
         f"{beyond} beyond 10 %.", "",
-        "| point | source | measured | what | settings | predicted | states + act. | error | "
-        "why (when beyond 10 %) |",
-        "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
+        "| point | source | measured | what | settings | predicted | states + act. | peak phase | "
+        "error | why (when beyond 10 %) |",
+        "| --- | --- | ---: | --- | --- | ---: | ---: | --- | ---: | --- |",
     ]
     for r in rows:
         pt = r.point
         err = "—" if r.error_pct is None else f"{r.error_pct:+.1f} %"
         out.append(f"| `{pt.id}` | {pt.source}, {pt.locator} | {pt.measured} {pt.unit} "
                    f"({_gb(r.measured)} GB) | {pt.metric} | {pt.model}, {pt.gpu}: "
-                   f"{_setting_text(pt)} | {_gb(r.predicted)} | {_gb(r.allocated)} | {err} | "
+                   f"{_setting_text(pt)} | {_gb(r.predicted)} | {_gb(r.allocated)} | "
+                   f"{r.phase or '—'} | {err} | "
                    f"{r.reason} |")
     out += ["", "## Orderings the sources state", "",
             "| relation | source | measured b − a | holds (measured) | predicted b − a | "
@@ -604,7 +609,8 @@ def render(rows, relations) -> str:
 
 
 _EXPLANATIONS = [
-    "* **What is calibrated.** Nothing per point. The allowances follow the metric each "
+    "* **What is calibrated.** Nothing, on any point: every number on this page is memsym's "
+    "default answer through the public API. The allowances follow the metric each "
     "source read (`tools.measured._allowances`): PyTorch's allocated and reserved counters see "
     "neither the CUDA context nor NCCL's buffers, `allocated` no allocator reserve; an "
     "unstated metric is the framework's own log (Megatron/Bridge: max allocated; torchtitan: "
@@ -616,8 +622,8 @@ _EXPLANATIONS = [
     "model states (54.5 GB at the baseline: bf16 weights, the whole gradient buffer, fp32 "
     "main parameters, main gradients and Adam moments over d = 2) are what Megatron-core "
     "allocates, so the excess is in the 25.9 GB of activations: the named unknowns are "
-    "Transformer Engine's FP8 activations (TE saves the FP8-quantized GEMM inputs, 1 byte, "
-    "not bf16 — not modelled), the recompute and packed-sequence settings the card leaves "
+    "Transformer Engine's FP8 activations (TE may keep the GEMM inputs it saves for backward "
+    "as FP8, 1 byte, where memsym counts bf16 — not modelled), the recompute and packed-sequence settings the card leaves "
     "open, and whether the 58.8 GB is allocated or reserved. PP 4 → 8 and TP 8 go down as "
     "measured (PP 8 by 5.8 GB against 5.6 GB; TP 8 is the lowest); VPP 5 → 10 goes *down* "
     "1.6 GB in memsym and *up* 1.4 GB measured: the interleaved schedule's extra per-chunk "
@@ -629,19 +635,23 @@ _EXPLANATIONS = [
     "everywhere; Qwen3-8B (s = 8192 printed) predicts 4.83 GB against 4.73 GB measured. The "
     "MoE rows' sequence length is not printed (2048 assumed): their predicted savings "
     "(0.40 and 0.42 GB) are below the measured 1.57 and 0.81 GB, which s = 8192 and 4096 "
-    "would match. The absolute LoRA peaks are 23–34 % low: the recipes' micro-batch, "
+    "would match. The absolute LoRA peaks are 20–33 % low (Qwen3's q/k-norm inputs are "
+    "counted): the recipes' micro-batch, "
     "sequence length and packing are open, and MoE dispatcher workspace and token imbalance "
     "are not modelled.",
     "* **torchtitan.** Its `Memory(GiB)` is the peak *reserved* by PyTorch's caching "
     "allocator, which rounds blocks and keeps freed ones; runs near the card's capacity "
-    "reserve most of it whatever they allocate (Table 2 reads 84 GiB at every CP size). "
-    "memsym is 30–100 % high on the 8B rows: torchtitan's per-op selective AC (every second "
-    "matmul recomputed, no norms or elementwise outputs kept) is mapped to Megatron's "
-    "selective recompute, which keeps far more, and torch.compile removes saved "
-    "intermediates. The 70B 2D rows are 32–36 % low (full AC at lbs 16: the FSDP2 "
-    "prefetch and the reduce-scatter buffers are modelled, the recompute working set of a "
-    "16-sequence batch is the named unknown). The 405B pipeline rows are not predicted: 126 "
-    "layers do not split evenly over 8 stages and the split torchtitan used is not printed.",
+    "reserve most of it whatever they allocate (Table 2 reads 84 GiB at every CP size), so "
+    "the 10 % fragmentation default is the named unknown of the rows memsym under-predicts "
+    "(Tables 1, 3 and 4: −4 to −25 %). Modelled for these rows: torchtitan's per-op selective "
+    "AC (`recompute=\"selective-op\"`: the outputs of every second matmul and of SDPA kept), "
+    "FSDP2's all-gathered blocks, reduce-scatter buffers and AdamW's foreach temporaries by "
+    "phase, and its loss on a `.float()` copy of the logits (the peak is at the end of "
+    "forward on these runs). The Trainy and MXFP8 rows (+26 to +46 %) run torch.compile, "
+    "whose fusions save fewer intermediates and may fuse the loss's fp32 copy away (not "
+    "modelled); the MXFP8 page also does not say what its GB measured. The 405B pipeline "
+    "rows are not predicted: 126 layers do not split evenly over 8 stages and the split "
+    "torchtitan used is not printed; the CP rows exceed Llama-3 8B's 8192 positions.",
 ]
 
 
