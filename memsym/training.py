@@ -25,7 +25,7 @@ from .terms.activations import (RECOMPUTE, embedding_activations, layer_activati
 from .terms.model_state import CONVENTIONS, byte_widths, model_state
 from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                              stage_microbatches)
-from .values import exact
+from .values import as_expr, exact
 from .job import Job, Layout, Training, _check_fields, microbatches, validate as _validate_job
 
 __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "PHASES",
@@ -492,7 +492,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
       parameter buffers (:func:`memsym.terms.transients.megatron_buckets`) and TE/Apex
       FusedAdam steps in chunks: no transient beyond the logits.
 
-    Knobs take :data:`memsym.terms.transients.DEFAULTS` (``n_ag`` = 2, fp32 reduce, ...);
+    The sharding buffers apply under ``convention="framework"`` (the default); the textbook
+    conventions keep only the logits transient.  Knobs take
+    :data:`memsym.terms.transients.DEFAULTS` (``n_ag`` = 2, fp32 reduce, ...);
     ``N_ll`` is the largest layer on one GPU (:func:`stage_counts`).
 
     Returns
@@ -513,14 +515,18 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     out = {ph: [] for ph in PHASES}
     if stage == layout.p - 1:
         # FSDP2 is torchtitan's path here: its loss is F.cross_entropy on a .float() copy
-        ce = (tr.torch_cross_entropy_transient() if training.sharding == "fsdp"
+        ce = (tr.torch_cross_entropy_transient()
+              if training.sharding == "fsdp" and training.convention == "framework"
               else tr.cross_entropy_transient())
         out["forward"] += list(ce.terms)
         grad = ce["logits_16bit"]
         out["backward"].append(replace(grad, key="logits_grad_16bit", label="bf16 logits grad",
                                        description="16-bit gradient of the logits, made from "
                                        "the fp32 softmax-turned-gradient before it is freed"))
-    scheme = training.sharding
+    # the sharding schemes' buffers are the frameworks' own (FSDP2, DeepSpeed): they join the
+    # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
+    # keep their published model-state forms and only the logits transient
+    scheme = training.sharding if training.convention == "framework" else None
     if scheme == "fsdp":
         fs = tr.fsdp2_transients(N_ll, d * c)
         out["forward"].append(fs["unsharded_params"])
@@ -536,7 +542,7 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         out["backward"] += list(ipg)
         out["optimizer"] += list(ipg)
     widths = _transient_widths(training)
-    return {ph: tuple(replace(term, expr=sp.sympify(term.expr).subs(widths)) for term in terms)
+    return {ph: tuple(replace(term, expr=as_expr(term.expr).subs(widths)) for term in terms)
             for ph, terms in out.items()}
 
 

@@ -50,6 +50,7 @@ import sympy as sp
 from ..errors import choose
 from ..symbols import E, V, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
 from ..term import Source, Term, Total
+from ..values import as_expr
 
 __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS",
@@ -507,7 +508,7 @@ def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
     """
     _, tok, _ = _common(False, "none")
     on = sequence_parallel and not regather
-    expr = sp.sympify(eligible) * 2 * tok * h if on else sp.Integer(0)
+    expr = as_expr(eligible) * 2 * tok * h if on else sp.Integer(0)
     return Term("lora_gathered_inputs", expr, "gathered 16-bit norm output kept by each "
                 "column-parallel LoRA-A until backward (no sequence_parallel_input_regather)",
                 Source("megatron-bridge-peft", "src/megatron/bridge/peft/lora.py, LoRA "
