@@ -18,6 +18,8 @@ from .errors import InvalidValueError
 from .printing import escape, latex
 from .values import exact
 from .symbols import M_alloc, N, N_exp, N_rep, N_tp, phi_frag, registry
+from .training import (ACTIVATION_KEYS as _ACT_KEYS, ALLOWANCE_KEYS as _ALLOW_KEYS,
+                       STATE_KEYS as _STATE_KEYS)
 
 __all__ = ["job_document", "job_snippet", "job_markdown", "job_parts", "JobParts", "PAPERS",
            "tex_width", "break_sum"]
@@ -32,12 +34,6 @@ _BUDGET = 330.0
 #: ``M_{GPU}^{(i)} &=``, and the estimate's error take the rest).
 _FILL = 0.72
 
-_STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
-               "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
-               "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
-_ACT_KEYS = ("layer_activations", "embedding_activations", "output_activations",
-             "mtp_activations", "recompute_working_set")
-_ALLOW_KEYS = ("workspace", "nccl", "fragmentation")
 _GROUPS = (("states", "model states", _STATE_KEYS), ("act", "activations", _ACT_KEYS),
            ("allow", "allowances", _ALLOW_KEYS))
 _GB = 10**9

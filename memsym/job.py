@@ -118,6 +118,10 @@ class Training:
         LoRA rank, adapted matrices (``"all"`` or names of
         :data:`memsym.terms.adapters.LORA_TARGETS`) and the frozen base's format (None: bf16
         for LoRA, nf4-dq for QLoRA; :data:`memsym.terms.adapters.QUANTIZATIONS`).
+    lora_regather : bool
+        Megatron-Bridge's ``LoRA(sequence_parallel_input_regather=...)`` (default False): under
+        sequence parallelism LoRA-A keeps only the local norm-output shard and re-gathers it in
+        backward (:func:`memsym.terms.activations.lora_gathered_inputs`).
     """
 
     seq_length: int = 4096
@@ -142,6 +146,7 @@ class Training:
     lora_rank: int = 16
     lora_targets: object = "all"
     quantization: str | None = None
+    lora_regather: bool = False
 
 
 def _defaults() -> dict:
@@ -284,6 +289,8 @@ def validate(x, layout: Layout, training: Training):
     choose("convention", training.convention, CONVENTIONS + FRAMEWORK_CONVENTIONS)
     choose("offload", training.offload, OFFLOADS)
     choose("fine-tuning mode", training.finetune, ("full", "lora", "qlora"))
+    if not isinstance(training.lora_regather, bool):
+        raise InvalidValueError(f"lora_regather must be True or False, got {training.lora_regather!r}")
     if training.finetune != "full":
         from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
 

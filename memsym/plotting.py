@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import Callable, Mapping, Sequence
 
+from .training import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
+
 __all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS",
            "breakdown_bars", "memory_vs_d", "feasibility_map"]
 
@@ -19,11 +21,8 @@ _GB = 1e9
 #: File extensions :func:`save` writes.
 FORMATS = ("png", "pdf", "svg")
 #: Term keys by group, as :meth:`memsym.training.TrainingEstimate.grouped` reports them.
-_GROUPS = (("model states", ("weights", "gradients", "optimizer", "expert_weights",
-                             "expert_gradients", "expert_optimizer")),
-           ("activations", ("activations", "layer_activations", "embedding_activations",
-                            "output_activations", "mtp_activations", "recompute_working_set")),
-           ("allowances", ("workspace", "nccl", "fragmentation")))
+_GROUPS = (("model states", STATE_KEYS), ("activations", ("activations",) + ACTIVATION_KEYS),
+           ("allowances", ALLOWANCE_KEYS))
 _COLORS = {"model states": "tab:blue", "activations": "tab:orange", "allowances": "tab:gray"}
 _MAX_POINTS = 4096   # points on a memory-vs curve (every size from a user is bounded)
 

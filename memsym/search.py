@@ -41,6 +41,7 @@ from .symbols import M_alloc, V, d, e, t, t_e
 from .values import exact
 from . import rules as _rules
 from .job import DEFAULTS
+from .training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
 
 __all__ = ["RULES", "SCHEMES", "Space", "SearchResult", "MinGpus", "search", "min_gpus",
            "smallest_d", "largest_fit", "explain", "raw_grid"]
@@ -56,10 +57,6 @@ SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
 
 _KNOBS = ("t", "p", "c", "d", "e", "v", "b")
 _CHOICE_KEYS = ("recompute", "sharding", "sequence_parallel", "offload")
-_STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
-               "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
-               "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
-_ALLOW = ("workspace", "nccl", "fragmentation")
 
 
 def _divisors(n: int) -> list:

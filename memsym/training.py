@@ -16,20 +16,23 @@ from typing import Mapping
 import sympy as sp
 
 from .errors import InvalidValueError, UnknownNameError, choose
-from .symbols import (E, L, M_nccl, M_ws, V, a, b, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, k, m, p,
-                      phi_frag, s, t, t_e, v)
+from .symbols import (E, L, M_ctx, M_nccl, M_ws, S_nccl, V, a, b, c, c_f, d, d_h, e, f, f_e,
+                      f_sh, g, h, k, m, n_ch, p, phi_frag, s, t, t_e, v)
+from .terms.transients import DEFAULTS as _TR_DEFAULTS
 from .term import Source, Term, Total
 from .terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
                                 output_activations)
 from .terms.model_state import CONVENTIONS, byte_widths, model_state
 from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                              stage_microbatches)
-from .values import exact
+from .values import as_expr, exact
 from .job import Job, Layout, Training, _check_fields, microbatches, validate as _validate_job
 
-__all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "TrainingEstimate", "allowance_values",
+__all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "PHASES",
+           "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
            "allowance_terms", "arch_values", "microbatches", "validate", "job_memory", "stage_activations",
-           "stage_total", "training_values", "training_memory", "RECOMPUTE", "SCHEDULES"]
+           "stage_total", "training_values", "training_memory", "STATE_KEYS", "ACTIVATION_KEYS",
+           "ALLOWANCE_KEYS", "RECOMPUTE", "SCHEDULES"]
 
 # ---------------------------------------------------------------------------------------------
 # allowances: named, cited, each a registered symbol with a default a user can override
@@ -45,32 +48,46 @@ class Allowance:
     description: str
 
 
-_GIB = sp.Integer(2) ** 30
+_MIB = sp.Integer(2) ** 20
+#: The cuBLAS / Transformer Engine workspaces inside the caching allocator [bytes]: the part
+#: of the ``workspace`` allowance PyTorch's counters see.
+WORKSPACES = 64 * _MIB
 
-#: The allowances of the training total, by key.  Defaults are memsym's documented judgment,
-#: not measurements: set them to 0 (``allowances={"workspace": 0}``) or to a measured value.
+#: The allowances of the training total, by key.  Defaults come from the libraries' documented
+#: defaults (:mod:`memsym.terms.transients`); set them to 0 (``allowances={"nccl": 0}``) or to a
+#: measured value.  The CUDA context and NCCL's buffers live outside PyTorch's caching
+#: allocator (``max_memory_allocated`` / ``max_memory_reserved`` do not see them, nvidia-smi
+#: does); the cuBLAS / Transformer Engine workspaces are allocated through it.
 ALLOWANCES = {
-    # CUDA context and kernel images (outside PyTorch's allocator, visible in nvidia-smi),
-    # cuBLAS / Transformer Engine workspaces (32 MiB per stream on Hopper) and transient
-    # buffers of fused kernels; seed 001 lists "temporary / workspace memory: CUDA kernels,
-    # NCCL buffers, CUDA graphs" as a peak-memory component that the Bridge estimator omits.
-    "workspace": Allowance("workspace", M_ws, _GIB,
-                           Source("seed001", "概要 (一時メモリ／ワークスペースメモリ)"),
-                           "CUDA context, cuBLAS/TE workspaces and temporary buffers (default 1 GiB)"),
-    # NCCL keeps NCCL_BUFFSIZE = 4 MiB per channel and peer for each communicator: with up to
-    # 32 channels and 2 ring peers about 256 MiB per communicator, and a training job opens
-    # several (TP, DP, PP, CP, EP): 1 GiB.
-    "nccl": Allowance("nccl", M_nccl, _GIB,
-                      Source("nccl-env", "NCCL_BUFFSIZE (4 MiB per channel and peer)"),
-                      "NCCL communicator buffers (default 1 GiB)"),
+    # The CUDA context and loaded kernels (memsym.terms.transients.cuda_context: 500 MiB with
+    # CUDA lazy loading, default since 12.2, outside the caching allocator) plus the cuBLAS
+    # workspaces, which are allocated through it: Transformer Engine's is 32 MiB on Hopper and
+    # later (get_cublas_workspace_size_bytes) and PyTorch's own cuBLAS handle keeps one more
+    # of the same size.  set {"workspace": WORKSPACES} to count the workspaces alone.
+    "workspace": Allowance("workspace", M_ws, sp.Integer(_TR_DEFAULTS[M_ctx]) + WORKSPACES,
+                           Source("cuda-lazy-loading", "§4.7 Lazy Loading; transformer-engine "
+                                  "pytorch/module/base.py get_cublas_workspace_size_bytes"),
+                           "CUDA context and kernels (500 MiB) + cuBLAS / Transformer Engine "
+                           "workspaces (2 x 32 MiB)"),
+    # memsym.terms.transients.nccl_buffers: NCCL_BUFFSIZE 4 MiB x 32 channels per
+    # communicator, for 4 communicators (TP, DP, PP and the DP x CP / embedding groups a
+    # Megatron rank joins): 512 MiB.
+    "nccl": Allowance("nccl", M_nccl, sp.Integer(4 * _TR_DEFAULTS[n_ch] * _TR_DEFAULTS[S_nccl]),
+                      Source("nccl-env", "NCCL_BUFFSIZE (4 MiB per channel and peer), "
+                             "NCCL_MAX_NCHANNELS (32)"),
+                      "NCCL communicator buffers: 4 communicators x 32 channels x 4 MiB "
+                      "(default 512 MiB)"),
     # Seed 001: a 58.8 GB peak OOMed on an 80 GB H100 from fragmentation alone (>26 % of the
     # card unusable), fixed by PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.  The default
     # 10 % assumes expandable segments; without them measure (reserved - allocated).
     "fragmentation": Allowance("fragmentation", phi_frag, sp.Rational(1, 10),
                                Source("seed001", "概要; 測定結果 (expandable_segments)"),
-                               "allocator fragmentation margin, a fraction of model states + "
-                               "activations (default 10 %)"),
+                               "allocator fragmentation margin, a fraction of the peak-phase "
+                               "allocation (default 10 %)"),
 }
+
+#: The keys of the allowance Terms in every total (what memsym.search splits off).
+ALLOWANCE_TERMS = ("workspace", "nccl", "fragmentation")
 
 
 def allowance_values(allowances: Mapping | None = None) -> dict:
@@ -103,16 +120,24 @@ def allowance_values(allowances: Mapping | None = None) -> dict:
 def allowance_terms(allocated: sp.Expr) -> tuple:
     r"""The three allowance Terms; fragmentation is a fraction of ``allocated`` [bytes].
 
-    .. math:: M_{\mathrm{ws}} + M_{\mathrm{nccl}} + \varphi_{\mathrm{frag}}\,(M_{\mathrm{states}} + M_{\mathrm{act}})
+    .. math:: M_{\mathrm{ws}} + M_{\mathrm{nccl}}
+        + \varphi_{\mathrm{frag}}\,M_{\mathrm{alloc}}
+
+    ``workspace`` holds the CUDA context (:func:`memsym.terms.transients.cuda_context`,
+    500 MiB) and the cuBLAS workspaces (:data:`WORKSPACES`); ``nccl`` NCCL's buffers (:func:`memsym.terms.transients.nccl_buffers`
+    at 4 communicators); :math:`M_{\mathrm{alloc}}` is the peak phase's allocation.
 
     Examples
     --------
     >>> [t_.key for t_ in allowance_terms(sp.Integer(10))]
     ['workspace', 'nccl', 'fragmentation']
+    >>> from memsym.term import Total
+    >>> Total("a", allowance_terms(sp.Integer(0))).evaluate(allowance_values()) / 2**20
+    1076
     """
-    w, n_, fr = (ALLOWANCES[x] for x in ("workspace", "nccl", "fragmentation"))
+    w, n_, fr = (ALLOWANCES[x] for x in ALLOWANCE_TERMS)
     return (
-        Term("workspace", w.symbol, w.description, w.source, label="workspace"),
+        Term("workspace", w.symbol, w.description, w.source, label="CUDA context + workspaces"),
         Term("nccl", n_.symbol, n_.description, n_.source, label="NCCL buffers"),
         Term("fragmentation", fr.symbol * allocated, fr.description, fr.source,
              label="fragmentation"),
@@ -212,6 +237,7 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
     None = work it out)."""
     from . import model as models
+    from .terms.adapters import LORA_TARGETS
 
     pp = layout.p
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
@@ -226,6 +252,8 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     mm = m if m_known else None
     common = dict(gated=x.swiglu, flash=training.flash_attention, sequence_parallel=sp_on,
                   dropout=training.dropout, norm=x.normalization.lower(), mla=_mla(x))
+    if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
+        common["qk_norm"] = getattr(x, "qk_norm_width", "head")
     shared = bool(x.moe_shared_expert_intermediate_size)
 
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
@@ -253,6 +281,19 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                   + (", interleaved" if interleaved else "") + f", recompute {recompute})",
                   Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)"),
                   label="layers")]
+    if training.finetune != "full" and sp_on and not training.lora_regather:
+        from .terms.activations import lora_gathered_inputs
+
+        targets = set(LORA_TARGETS if training.lora_targets == "all" else training.lora_targets)
+        qkv = int(bool(targets & {"q", "k", "v"}))
+        fc1 = int(bool(targets & {"gate", "up"}))     # dense layers only: expert adapters fall back
+        eligible = (sp.Integer(len(kinds) - n_moe) * (qkv + fc1) + sp.Integer(n_moe) * qkv)
+        if uniform:
+            eligible = (L / p) * (qkv + fc1 * (1 - int(pattern[0])))
+        eligible = eligible / (1 if vv is None else vv)
+        gathered = lora_gathered_inputs(eligible, sequence_parallel=True)
+        if gathered.expr != 0:
+            terms.append(replace(gathered, expr=chunks * gathered.expr))
     if stage == 0:
         n_emb = embedding_microbatches(schedule, pp=p, vv=vv, mm=mm)
         terms.append(Term("embedding_activations",
@@ -324,7 +365,7 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     True
     """
     from . import model as models
-    from .symbols import N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u
+    from .symbols import N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_tp, N_u
 
     sp_ = models.stage_parameters(
         x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
@@ -332,16 +373,21 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     pattern = models.moe_layer_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
     lin = sum(models.layer_parameters(x, pattern[i])["tp"] for i in sp_.layers)
+    # the largest layer's parameters on one GPU: what FSDP2 / ZeRO-3 gather at once
+    largest = max((sp.Rational(q["tp"], layout.t) + q["replicated"]
+                   + sp.Rational(q["experts"], layout.e * layout.expert_tp)
+                   for q in (models.layer_parameters(x, pattern[i]) for i in sp_.layers)),
+                  default=sp.Integer(0))
     if training.finetune == "full":
         return {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
-                N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t)}
+                N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}
     from .terms.adapters import LORA_TARGETS, lora_parameter_count
 
     quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
     targets = LORA_TARGETS if training.lora_targets == "all" else training.lora_targets
     adapters = sp.Rational(lora_parameter_count(x, training.lora_rank, targets) * len(sp_.layers),
                            x.num_layers * layout.t)
-    return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters}
+    return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
 
 
 def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
@@ -406,18 +452,177 @@ def _state_terms(experts: bool, training: Training) -> tuple:
     return tuple(terms)
 
 
+#: The phases of one training step whose peaks memsym compares (on the most-loaded stage).
+PHASES = ("forward", "backward", "optimizer")
+
+_PHASE_SRC = Source("memsym-derivation", "memsym/training.py, phase_transients (peak over the "
+                    "step's phases)")
+
+
+def _transient_widths(training: Training) -> dict:
+    """Knob values of the transient Terms: the libraries' defaults
+    (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
+    from .symbols import N_bkt, N_pf, b_hp, b_r, b_u, n_ag, n_bkt
+
+    half = 4 if training.precision == "fp32" else 2
+    vals = {sym: sp.Integer(_TR_DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
+    vals.update({b_u: sp.Integer(half), b_hp: sp.Integer(half)})
+    return vals
+
+
+def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
+    r"""The transient Terms of each phase of the step on pipeline stage ``stage`` [bytes].
+
+    ``forward`` (end of the forward of the last micro-batch: every in-flight micro-batch's
+    activations are held), ``backward`` (its start: activations not yet freed, gradients
+    accumulating into the preallocated buffers) and ``optimizer`` (all activations freed):
+
+    * last stage, forward: :func:`memsym.terms.transients.cross_entropy_transient` (16-bit
+      logits while the fp32 copy exists, 29 bytes per token of CE buffers; under FSDP2,
+      torchtitan's ``F.cross_entropy`` on a ``.float()`` copy,
+      :func:`memsym.terms.transients.torch_cross_entropy_transient`); backward: the
+      16-bit gradient of the logits (``logits_grad_16bit``, 2τV/t) while the fp32 softmax
+      turned gradient is still referenced;
+    * FSDP2 (``sharding="fsdp"``): forward, ``n_ag`` blocks all-gathered; backward,
+      :func:`memsym.terms.transients.fsdp2_transients`; optimizer, torch AdamW's foreach
+      ``sqrt(exp_avg_sq)`` copy (:func:`memsym.terms.transients.optimizer_step_transient`);
+    * DeepSpeed ZeRO-3: :func:`memsym.terms.transients.zero3_transients` in forward and
+      backward; ZeRO-1/2: the IPG buckets (:func:`memsym.terms.transients.deepspeed_ipg_buckets`)
+      from the first backward on;
+    * Megatron-core (distributed optimizer, DDP): buckets are views of the gradient and
+      parameter buffers (:func:`memsym.terms.transients.megatron_buckets`) and TE/Apex
+      FusedAdam steps in chunks: no transient beyond the logits.
+
+    The sharding buffers apply under ``convention="framework"`` (the default); the textbook
+    conventions keep only the logits transient.  Knobs take
+    :data:`memsym.terms.transients.DEFAULTS` (``n_ag`` = 2, fp32 reduce, ...);
+    ``N_ll`` is the largest layer on one GPU (:func:`stage_counts`).
+
+    Returns
+    -------
+    dict
+        Phase name (:data:`PHASES`) -> tuple of Terms.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> ph = phase_transients(preset("llama2-7b"), Layout(), Training(), 0)
+    >>> [t_.key for t_ in ph["forward"]], [t_.key for t_ in ph["backward"]], ph["optimizer"]
+    (['logits_16bit', 'ce_per_token'], ['logits_grad_16bit'], ())
+    """
+    from .symbols import N_ll, N_rep, N_tp
+    from .terms import transients as tr
+
+    out = {ph: [] for ph in PHASES}
+    if stage == layout.p - 1:
+        # FSDP2 is torchtitan's path here: its loss is F.cross_entropy on a .float() copy
+        ce = (tr.torch_cross_entropy_transient()
+              if training.sharding == "fsdp" and training.convention == "framework"
+              else tr.cross_entropy_transient())
+        out["forward"] += list(ce.terms)
+        grad = ce["logits_16bit"]
+        out["backward"].append(replace(grad, key="logits_grad_16bit", label="bf16 logits grad",
+                                       description="16-bit gradient of the logits, made from "
+                                       "the fp32 softmax-turned-gradient before it is freed"))
+    # the sharding schemes' buffers are the frameworks' own (FSDP2, DeepSpeed): they join the
+    # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
+    # keep their published model-state forms and only the logits transient
+    scheme = training.sharding if training.convention == "framework" else None
+    if scheme == "fsdp":
+        fs = tr.fsdp2_transients(N_ll, d * c)
+        out["forward"].append(fs["unsharded_params"])
+        out["backward"] += list(fs.terms)
+        if training.optimizer == "adam":
+            out["optimizer"] += list(tr.optimizer_step_transient((N_tp / t + N_rep) / (d * c)).terms)
+    elif scheme == "zero3":
+        z3 = tr.zero3_transients(N_ll)
+        out["forward"] += list(z3.terms)
+        out["backward"] += list(z3.terms)
+    elif scheme in ("zero1", "zero2"):
+        ipg = tr.deepspeed_ipg_buckets().terms
+        out["backward"] += list(ipg)
+        out["optimizer"] += list(ipg)
+    widths = _transient_widths(training)
+    return {ph: tuple(replace(term, expr=as_expr(term.expr).subs(widths)) for term in terms)
+            for ph, terms in out.items()}
+
+
+def _phase_parts(x, layout: Layout, training: Training, stage: int, m_known):
+    states = _model_states(x, layout, training, stage)
+    act = list(_stage_activations(x, layout, training, stage, m_known).terms)
+    return states, act, phase_transients(x, layout, training, stage)
+
+
+def _phase_term(act: list, trans: dict):
+    r"""The one Term that turns the steady sum into the peak over phases, or None.
+
+    .. math:: M_{\mathrm{tr}} = \max(T_{\mathrm{fwd}},\; T_{\mathrm{bwd}},\;
+        T_{\mathrm{opt}} - M_{\mathrm{act}})
+
+    so that :math:`M_{\mathrm{states}} + M_{\mathrm{act}} + M_{\mathrm{tr}}
+    = M_{\mathrm{states}} + \max(M_{\mathrm{act}} + T_{\mathrm{fwd}},\;
+    M_{\mathrm{act}} + T_{\mathrm{bwd}},\; T_{\mathrm{opt}})`: the optimizer step runs
+    after every activation is freed."""
+    tf, tb, to = (sp.Add(*(term.expr for term in trans[ph])) for ph in PHASES)
+    A = sp.Add(*(term.expr for term in act))
+    if to != 0:
+        peak = sp.Max(tf, tb, to - A)
+    elif tf == 0 and tb == 0:
+        return None
+    else:
+        peak = sp.Max(tf, tb) if tf != 0 and tb != 0 else tf + tb
+    return Term("phase_transient", peak, "transient peak of the step's largest phase "
+                "(end of forward: logits and CE buffers, all-gathered layers; backward: logits "
+                "gradient, reduce-scatter buffers; optimizer step: its temporaries)",
+                _PHASE_SRC, label="peak-phase transients")
+
+
 def _stage_total(x, layout: Layout, training: Training, stage: int,
                  m_known: bool | None = None) -> Total:
     """:func:`stage_total` of a resolved architecture: the one composition of the per-GPU
-    total (model states + activations + allowances), in the count symbols of
-    :func:`stage_counts`; ``memsym.search`` compiles this same total over its grid."""
-    terms = _model_states(x, layout, training, stage)
-    act = _stage_activations(x, layout, training, stage, m_known)
-    terms += list(act.terms)
+    peak (model states + activations + the peak phase's transients + allowances), in the
+    count symbols of :func:`stage_counts`; ``memsym.search`` compiles this same total over
+    its grid."""
+    states, act, trans = _phase_parts(x, layout, training, stage, m_known)
+    terms = states + act
+    peak = _phase_term(act, trans)
+    if peak is not None:
+        terms.append(peak)
     allocated = sp.Add(*(term.expr for term in terms))
     terms += list(allowance_terms(allocated))
     return Total(f"training memory per GPU, pipeline stage {stage} ({_role(stage, layout.p)})",
                  tuple(terms))
+
+
+def phase_totals(x, layout: Layout, training: Training, stage: int,
+                 m_known: bool | None = None) -> dict:
+    r"""Each phase's per-GPU total on stage ``stage`` [bytes]: phase name -> Total.
+
+    .. math::
+
+        M_{\mathrm{fwd}} = S + A + T_{\mathrm{fwd}},\quad
+        M_{\mathrm{bwd}} = S + A + T_{\mathrm{bwd}},\quad
+        M_{\mathrm{opt}} = S + T_{\mathrm{opt}}
+
+    each with its allowances (fragmentation a fraction of that phase's allocation); the
+    largest equals :func:`stage_total`.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> tots = phase_totals(preset("llama2-7b"), Layout(), Training(), 0)
+    >>> sorted(tots)
+    ['backward', 'forward', 'optimizer']
+    """
+    states, act, trans = _phase_parts(_resolve(x, training) if not hasattr(x, "swiglu") else x,
+                                      layout, training, stage, m_known)
+    out = {}
+    for ph in PHASES:
+        terms = list(states) + (list(act) if ph != "optimizer" else []) + list(trans[ph])
+        allocated = sp.Add(*(term.expr for term in terms))
+        out[ph] = Total(f"{ph} phase, pipeline stage {stage}",
+                        tuple(terms) + allowance_terms(allocated))
+    return out
 
 
 def training_values(arch, layout: Layout = Layout(), training: Training = Training(),
@@ -460,11 +665,16 @@ def _training_values(x, layout: Layout, training: Training, allowances: Mapping 
     return vals
 
 
-_STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
-               "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
-               "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
-_ACT_KEYS = ("layer_activations", "embedding_activations", "output_activations",
-             "mtp_activations", "recompute_working_set")
+#: The keys of the per-GPU total's terms by group, the one list every report, document, plot
+#: and the search read: model states, activations (phase transients included), allowances.
+STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
+              "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
+              "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
+ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
+                   "output_activations", "mtp_activations", "recompute_working_set",
+                   "phase_transient")
+ALLOWANCE_KEYS = ("workspace", "nccl", "fragmentation")
+_STATE_KEYS, _ACT_KEYS = STATE_KEYS, ACTIVATION_KEYS
 
 
 @dataclass(frozen=True)
@@ -485,6 +695,11 @@ class TrainingEstimate:
         Exact total [bytes] of every stage, so the comparison can be checked.
     notes : tuple of str
         Adjustments made, e.g. sequence parallelism switched off at t = 1.
+    phase : str
+        The phase of the step the peak occurs in (:data:`PHASES`; the earliest on a tie).
+    phase_bytes : tuple of (str, sympy.Expr)
+        (phase, exact total [bytes]) of the most-loaded stage in each phase, with its
+        allowances (:meth:`phases` as a dict); the largest equals ``bytes_total``.
     """
 
     total: Total
@@ -493,6 +708,8 @@ class TrainingEstimate:
     role: str
     stage_bytes: tuple
     notes: tuple = ()
+    phase: str = "forward"
+    phase_bytes: tuple = ()
 
     @cached_property
     def _breakdown(self) -> dict:
@@ -514,10 +731,14 @@ class TrainingEstimate:
         bd = self._breakdown
         out = {key: bd[key] for key in _STATE_KEYS if key in bd}
         out["activations"] = sp.Add(*(bd[key] for key in _ACT_KEYS if key in bd))
-        for key in ALLOWANCES:
+        for key in ALLOWANCE_TERMS:
             out[key] = bd[key]
         out["total"] = bd["total"]
         return out
+
+    def phases(self) -> dict:
+        """Phase -> exact total [bytes] of the most-loaded stage (:data:`PHASES`)."""
+        return dict(self.phase_bytes)
 
     def activations(self) -> dict:
         """Exact bytes of each activation term."""
@@ -580,8 +801,12 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
         vals_i = {**vals, **stage_counts(x, layout, training, i)}
         results[i] = (tot, tot.evaluate(vals_i), vals_i)
     best = max(results, key=lambda i: (results[i][1], -i))
+    phases = phase_totals(x, layout, training, best, j.m is not None)
+    pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
+    phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
     return TrainingEstimate(results[best][0], results[best][2], best, _role(best, layout.p),
-                            tuple(results[i][1] for i in sorted(results)), j.notes)
+                            tuple(results[i][1] for i in sorted(results)), j.notes, phase,
+                            tuple(pb.items()))
 
 
 def validate(arch, layout: Layout, training: Training) -> None:

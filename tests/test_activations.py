@@ -139,3 +139,39 @@ def test_fewer_microbatches_and_gpipe():
     assert stage_layers(3, "gpipe", pp=8, mm=16, layers=80) == 160
     assert logits_microbatches("gpipe", mm=16) == 16 and logits_microbatches() == 1
     assert embedding_microbatches(pp=4) == 4
+
+
+def test_qk_norm_inputs_by_hand():
+    # Qwen3-8B-like attention, t = 2: a = 32, g = 8, d_h = 128, s = 8192, b = 1: the inputs of
+    # the per-head Q and K norms, 2 s (a + g) d_h / t bytes, and one fp32 rstd per head and
+    # token, 4 s (a + g) / t
+    vals = dict(s=8192, b=1, c=1, t=2, h=4096, a=32, g=8, d_h=128, f=12288)
+    with_norm = layer_activations(gated=True, flash=True, norm="rmsnorm", qk_norm=True)
+    without = layer_activations(gated=True, flash=True, norm="rmsnorm")
+    assert with_norm.evaluate(**vals) - without.evaluate(**vals) \
+        == 2 * 8192 * 40 * 128 // 2 + 4 * 8192 * 40 // 2
+    full = layer_activations(gated=True, flash=True, norm="rmsnorm", qk_norm="full")
+    assert full.evaluate(**vals) - without.evaluate(**vals) == 2 * 8192 * 40 * 128 // 2 + 8 * 8192
+
+
+def test_torchtitan_op_sac_by_hand():
+    # torchtitan's per-op SAC keeps mm 1, 3, 5, 7 of wq, wk, wv, wo, w1, w3, w2 (wq, wv, w1,
+    # w2 outputs), the SDPA output and logsumexp, and the block input; Llama-3 8B, t = 1
+    vals = dict(s=8192, b=2, c=1, t=1, h=4096, a=32, g=8, d_h=128, f=14336)
+    tau = 8192 * 2
+    A = layer_activations(gated=True, flash=True, recompute="selective-op")
+    by_hand = (2 * tau * 4096            # block input
+               + 2 * tau * 4096          # wq output (a d_h = h)
+               + 2 * tau * 8 * 128       # wv output (GQA)
+               + 2 * tau * 4096 + 4 * 32 * tau   # SDPA output + fp32 logsumexp per head
+               + 2 * tau * 14336         # w1 output
+               + 2 * tau * 4096)         # w2 output
+    assert A.evaluate(**vals) == by_hand
+    # fewer bytes than Megatron's selective (core_attn) recompute, which keeps every matmul input
+    sel = layer_activations(gated=True, flash=True, recompute="selective", norm="rmsnorm",
+                            dropout=False)
+    assert A.evaluate(**vals) < sel.evaluate(**vals)
+    import pytest
+    from memsym.errors import InvalidValueError
+    with pytest.raises(InvalidValueError, match="selective-op"):
+        layer_activations(gated=True, flash=True, recompute="selective-op", moe=True)

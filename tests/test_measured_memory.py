@@ -103,7 +103,9 @@ def test_seed001_job_mapping(data):
     assert (j.layout.t, j.layout.p, j.layout.v, j.layout.d) == (4, 4, 10, 2)
     assert j.training.global_batch_size == 32 and j.training.seq_length == 4096
     lora = measured.job(by["seed001.qwen3-8b.lora"])
-    assert lora.training.optimizer == "none" and lora.adapters > 0
+    assert lora.training.finetune == "lora" and lora.training.lora_rank == 32
+    assert lora.training.lora_regather is False
+    assert measured.job(by["seed001.qwen3-8b.lora-regather"]).training.lora_regather is True
 
 
 def test_page_is_current():
@@ -145,3 +147,28 @@ def test_predict_by_id_and_refusals():
         measured.predict(42)
     with pytest.raises(ValueError, match="needs a tools.measured.Point"):
         measured.job({"id": "x"})
+
+
+def test_seed001_orderings_and_lora_savings():
+    """Seed 001's measured orderings (PP 8 below baseline, TP 8 lowest) and the sign of the
+    three LoRA regather savings; Qwen3-8B's saving is 36 layers x 2 adapters x 2 s h bytes."""
+    pred = {pid: measured.predict(pid).total for pid in (
+        "seed001.llama3-70b.baseline", "seed001.llama3-70b.pp8", "seed001.llama3-70b.tp8",
+        "seed001.llama3-70b.vpp10")}
+    assert pred["seed001.llama3-70b.pp8"] < pred["seed001.llama3-70b.baseline"]
+    assert pred["seed001.llama3-70b.tp8"] == min(pred.values())
+    for model in ("qwen3-8b", "qwen3-30b-a3b", "gpt-oss-120b"):
+        off = measured.predict(f"seed001.{model}.lora").total
+        on = measured.predict(f"seed001.{model}.lora-regather").total
+        assert on < off, model
+    saving = (measured.predict("seed001.qwen3-8b.lora").total
+              - measured.predict("seed001.qwen3-8b.lora-regather").total)
+    assert saving == 36 * 2 * 2 * 8192 * 4096      # measured 4.731 GB: within 2.2 %
+    assert abs(float(saving) / 4.731e9 - 1) < 0.03
+
+
+@pytest.mark.xfail(reason="VPP 10 above baseline (measured +1.4 GB) is not reproduced: the "
+                          "interleaved schedule's per-chunk buffers are not modelled", strict=True)
+def test_seed001_vpp10_above_baseline():
+    assert measured.predict("seed001.llama3-70b.vpp10").total \
+        > measured.predict("seed001.llama3-70b.baseline").total

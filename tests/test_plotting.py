@@ -307,8 +307,10 @@ def test_cli_plot_bad_extension(tmp_path, capsys):
 
 
 def test_cli_plot_memory_vs_keeps_the_job_allowances(monkeypatch, tmp_path):
-    # --workspace 0 drops the 1 GiB workspace allowance at every candidate d (and its 10 %
-    # fragmentation share is of allocated memory only, so the curve falls by exactly 2^30 bytes)
+    # --workspace 0 drops the workspace allowance at every candidate d (the fragmentation share
+    # is of allocated memory only, so the curve falls by exactly that allowance: its default
+    # M_ws, the CUDA context and the cuBLAS / TE workspaces)
+    from memsym.training import ALLOWANCES
     ax, _ = _plot_cli(monkeypatch, tmp_path, "memory-vs", "png", "--gpu-memory", "80GB",
                       "--vs", "dp", "--candidates", "2,3,4", "--workspace", "0")
     line = next(ln for ln in ax.get_lines() if ln.get_label() == "memory per GPU")
@@ -316,4 +318,5 @@ def test_cli_plot_memory_vs_keeps_the_job_allowances(monkeypatch, tmp_path):
     for n in (2, 3, 4):
         full = training_memory("gpt3-175b", Layout(t=8, p=4, d=n),
                                Training(seq_length=2048, recompute="full", num_microbatches=16))
-        assert abs(ys[xs.index(n)] - (float(full.bytes_total) - 2**30) / GB) < 1e-9
+        ws = float(ALLOWANCES["workspace"].default)
+        assert abs(ys[xs.index(n)] - (float(full.bytes_total) - ws) / GB) < 1e-9

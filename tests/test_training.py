@@ -40,8 +40,9 @@ def test_allowances_settable_to_zero():
     assert grouped["workspace"] == grouped["nccl"] == grouped["fragmentation"] == 0
     full = training_memory("llama2-7b", Layout(), Training(seq_length=1024))
     states_act = grouped["total"]
-    # hand: M_ws + M_nccl + 10 % of (states + activations)
-    assert full.grouped()["total"] == states_act + 2 * 2**30 + states_act / 10
+    # hand: M_ws (500 MiB CUDA context + 2 x 32 MiB cuBLAS/TE workspaces) + M_nccl
+    # (4 communicators x 32 channels x NCCL_BUFFSIZE 4 MiB) + 10 % of the peak allocation
+    assert full.grouped()["total"] == states_act + (500 + 64 + 512) * 2**20 + states_act / 10
 
 
 def test_model_states_use_exact_stage_parameters():
@@ -409,3 +410,66 @@ def test_context_parallel_needs_2c_to_divide_the_sequence():
     training_memory("llama2-7b", Layout(c=2048), train)
     with pytest.raises(DivisibilityError, match="2c"):
         training_memory("llama2-7b", Layout(c=4096), train)
+
+
+# --- the peak over the step's phases (issue 14) ----------------------------------------------
+def test_phase_peak_megatron_last_stage_by_hand():
+    # Llama-2 7B, p = t = 1, s = 4096, b = 1, V = 32000: the forward ends with the 16-bit
+    # logits (2 s b V / t) and 29 bytes per token of CE buffers beside the saved fp32 softmax;
+    # the backward's 16-bit logits gradient is 2 s b V / t; FusedAdam adds nothing.
+    est = training_memory("llama2-7b", Layout(), Training(seq_length=4096), allowances=NOALLOW)
+    assert est.breakdown()["phase_transient"] == 2 * 4096 * 32000 + 29 * 4096
+    ph = est.phases()
+    assert est.phase == "forward"
+    assert ph["forward"] - ph["backward"] == 29 * 4096
+    assert est.bytes_total == max(ph.values()) == ph["forward"]
+    # the optimizer step holds the model states only (all activations freed)
+    states = sum(v for k, v in est.grouped().items() if k in ("weights", "gradients", "optimizer"))
+    assert ph["optimizer"] == states
+
+
+def test_phase_peak_fsdp_by_hand():
+    # FSDP2 over d = 8, Llama-2 7B: the largest block has 4h^2 + 3hf + 2h parameters
+    # (q, k, v, o; gate, up, down; two RMSNorm weights) = 202383360 at h = 4096, f = 11008.
+    from memsym.model import preset
+    from memsym.symbols import N_ll, c, d
+    from memsym.training import phase_transients, stage_counts
+
+    tr = Training(seq_length=4096, sharding="fsdp")
+    x = preset("llama2-7b")
+    n_ll = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
+    assert stage_counts(x, Layout(d=8), tr, 0)[N_ll] == n_ll
+    ph = phase_transients(x, Layout(d=8), tr, 0)
+    vals = {N_ll: n_ll, d: 8, c: 1}
+    fwd = {t_.key: t_.expr.subs(vals) for t_ in ph["forward"]}
+    # two blocks all-gathered in bf16 (current + prefetched)
+    assert fwd["unsharded_params"] == 2 * n_ll * 2
+    bwd = {t_.key: t_.expr.subs(vals) for t_ in ph["backward"]}
+    # + the block's bf16 unsharded grads + fp32 reduce-scatter input and 1/8 output
+    assert bwd["unsharded_grads"] == 2 * n_ll
+    assert bwd["reduce_scatter"] == 4 * n_ll + sp.Rational(4 * n_ll, 8)
+    opt = {t_.key for t_ in ph["optimizer"]}
+    assert opt == {"adam_sqrt"}          # torch AdamW foreach: sqrt(exp_avg_sq) out of place
+    est = training_memory(x, Layout(d=8), tr, allowances=NOALLOW)
+    assert est.bytes_total == max(est.phases().values())
+
+
+def test_phase_peak_is_the_max_of_the_phase_totals_with_allowances():
+    est = training_memory("llama2-7b", Layout(p=2, d=2), Training(seq_length=2048,
+                                                                   global_batch_size=8))
+    assert est.bytes_total == max(est.phases().values())
+
+
+def test_lora_gathered_inputs_by_hand():
+    # Qwen3-8B LoRA at t = 2 with SP, s = 8192, b = 1: each of 36 layers keeps the gathered
+    # bf16 norm output for LoRA-A of linear_qkv and linear_fc1: 36 * 2 * 2 s h bytes, 0 with
+    # the regather (Megatron-Bridge peft/lora.py)
+    lay = Layout(t=2, sequence_parallel=True)
+    base = Training(seq_length=8192, finetune="lora", lora_rank=32, flash_attention=True,
+                    dropout=False)
+    off = training_memory("qwen3-8b", lay, base, allowances=NOALLOW)
+    on = training_memory("qwen3-8b", lay, Training(**{**base.__dict__, "lora_regather": True}),
+                         allowances=NOALLOW)
+    assert off.breakdown()["lora_gathered_inputs"] == 36 * 2 * 2 * 8192 * 4096
+    assert "lora_gathered_inputs" not in on.breakdown()
+    assert off.bytes_total - on.bytes_total == 36 * 2 * 2 * 8192 * 4096

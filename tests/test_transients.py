@@ -180,3 +180,38 @@ def test_zero3_transients_by_hand():
     assert z["gathered_layer"].evaluate(vals) == 4 * 10**8
     assert z["prefetch"].evaluate(vals) == 10**8
     assert z["persistent"].evaluate(vals) == 2 * 10**6 * 7 // 8   # whole on every rank, less its shard
+
+
+@pytest.mark.torch
+def test_torch_cross_entropy_peak_measured():
+    """torchtitan's loss, F.cross_entropy(pred.flatten(0, 1).float(), labels), run on CPU under
+    the live-bytes tracker: beyond the bf16 pred (created before), the peak holds the fp32
+    copy and log_softmax's fp32 output (the saved 4 tau V of output_activations) at once."""
+    torch = _torch()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    b_, s_ = 2, 32
+    tau = s_ * b_
+    peaks = {}
+    for vocab in (256, 512):
+        tracker = _LiveBytes()
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t_ in (out if isinstance(out, (tuple, list)) else (out,)):
+                    if isinstance(t_, torch.Tensor):
+                        tracker.add(t_)
+                return out
+
+        pred = torch.randn(b_, s_, vocab, dtype=torch.bfloat16, requires_grad=True)
+        labels = torch.randint(0, vocab, (b_, s_))
+        with Mode():
+            loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
+        peaks[vocab] = tracker.peak
+        del loss
+    # the vocabulary-proportional peak: fp32 copy + fp32 log_softmax output, 8 tau V
+    assert peaks[512] - peaks[256] == 8 * tau * (512 - 256)
+    ce = tr.torch_cross_entropy_transient()
+    saved = output_activations()["logits"].evaluate(s=s_, b=b_, c=1, t=1, V=256)
+    assert ce["logits_fp32_copy"].evaluate(s=s_, b=b_, c=1, t=1, V=256) + saved == 8 * tau * 256

@@ -50,18 +50,20 @@ import sympy as sp
 from ..errors import choose
 from ..symbols import E, V, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
 from ..term import Source, Term, Total
+from ..values import as_expr
 
 __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS",
     "korthikanti", "korthikanti_terms",
-    "layer_activations", "embedding_activations", "output_activations",
+    "layer_activations", "embedding_activations", "output_activations", "lora_gathered_inputs",
     "paper_layer", "paper_first_stage",
 ]
 
 #: Parallel settings of Korthikanti's Table 2.
 PARALLEL = ("none", "tp", "tp+sp")
-#: Recompute modes (Megatron ``--recompute-granularity``; ``none`` when absent).
-RECOMPUTE = ("none", "selective", "full")
+#: Recompute modes (Megatron ``--recompute-granularity``; ``none`` when absent), and
+#: torchtitan's per-op selective AC (``selective_ac_option = "op"``) as ``selective-op``.
+RECOMPUTE = ("none", "selective", "full", "selective-op")
 #: Normalisations and the fp32 statistics per token each keeps for its backward [bytes].
 #: LayerNorm keeps mean and 1/sigma, RMSNorm only 1/rms (``torch.native_layer_norm`` and
 #: Transformer Engine save exactly these; the paper neglects them).
@@ -161,7 +163,8 @@ def _common(sp_on: bool, recompute: str):
 def layer_activations(*, gated: bool = False, flash: bool = False, sequence_parallel: bool = False,
                       recompute: str = "none", dropout: bool = True, norm: str = "layernorm",
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
-                      attention_dropout: bool | None = None, norm_statistics: bool = True) -> Total:
+                      attention_dropout: bool | None = None, norm_statistics: bool = True,
+                      qk_norm: bool = False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank and
@@ -194,7 +197,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     :math:`f_{sh}` (their input is the router's input, counted once).
 
     Selective recompute (Megatron ``core_attn``) drops ``scores``/``softmax_stats``; full
-    recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh).
+    recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);
+    ``selective-op`` is torchtitan's per-op policy (:func:`_op_sac_layer`).
 
     Parameters
     ----------
@@ -216,6 +220,11 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         An MoE layer instead of a dense MLP.
     shared_expert : bool
         The MoE layer has shared experts of width ``f_sh``.
+    qk_norm : bool or {"head", "full"}
+        Norms on Q and K (``qk_layernorm``): they keep their inputs and fp32 statistics,
+        :math:`2\tau(a+g)d_h/t + 4\tau(a+g)/t` per head (True or ``"head"``, Qwen3) or
+        :math:`+\,8\tau` over the whole projection (``"full"``, OLMo 2) (``qk_norm_inputs``;
+        the normalised Q and K are the ``qk`` term).
     mla : dict, optional
         Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
         ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers): Q and K are
@@ -258,6 +267,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         add("layer_input", 2 * tok * h / sig, "layer input, the only tensor kept under full recompute",
             Source(_K, "Table 2, full activation recomputation"))
         return Total("activations per layer (full recompute)", tuple(terms))
+    if recompute == "selective-op":
+        return _op_sac_layer(tok, sig, gated=gated, flash=flash, moe=moe, mla=mla,
+                             sequence_parallel=sequence_parallel)
 
     # attention block
     add("norm_inputs", 2 * 2 * tok * h / sig, "inputs of the two norms (attention and MLP)",
@@ -277,6 +289,14 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         proj_width = a * d_v
     else:
         add("qk", 2 * tok * (a + g) * d_h / t, "queries (a d_h wide) and keys (g d_h: GQA) for QK^T")
+        if qk_norm:
+            # one fp32 statistic per head and token ("head", Qwen3), or per token for Q and
+            # for K when the norm spans the whole projection ("full", OLMo 2)
+            stats = 8 * tok if qk_norm == "full" else 4 * tok * (a + g) / t
+            add("qk_norm_inputs", 2 * tok * (a + g) * d_h / t + stats,
+                "inputs of the per-head Q and K norms and their fp32 statistics (qk_layernorm)",
+                Source("megatron-core", "core/transformer/attention.py, SelfAttention."
+                       "get_query_key_value_tensors (q_layernorm, k_layernorm before RoPE)"))
         add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
         proj_width = a * d_h
     if recompute == "none":
@@ -316,6 +336,71 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
             "shared-expert activation and fc2 inputs", moe_src)
     add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MoE block")
     return Total(f"activations per layer (MoE, recompute {recompute})", tuple(terms))
+
+
+_TT_SAC = Source("torchtitan", "torchtitan/distributed/activation_checkpoint.py, "
+                 "_apply_op_sac / _custom_policy (_save_list: aten.mm, SDPA flash/efficient, "
+                 "reduce_scatter_tensor, abs, max; every second mm recomputed)")
+
+
+def _op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel) -> Total:
+    r"""torchtitan's per-op selective activation checkpointing of one dense block [bytes].
+
+    The policy saves the outputs of ``aten.mm`` except every second one (counted per block and
+    per forward), of the SDPA kernels and of ``reduce_scatter_tensor``, and recomputes the
+    rest (norms, RoPE, SiLU, products).  A torchtitan Llama block calls its matmuls in the
+    order wq, wk, wv, wo, w1, w3, w2, so mm 1, 3, 5, 7 are kept:
+
+    .. math::
+
+        \underbrace{\tfrac{2\tau h}{\sigma}}_{\text{block input}}
+        + \underbrace{\tfrac{2\tau a d_h}{t}}_{w_q}
+        + \underbrace{\tfrac{2\tau g d_h}{t}}_{w_v}
+        + \underbrace{\tfrac{2\tau a d_h}{t} + \tfrac{4 a\tau}{t}}_{\text{SDPA out, logsumexp}}
+        + \underbrace{\tfrac{2\tau f}{t}}_{w_1}
+        + \underbrace{2\tau h}_{w_2}
+        + [\mathrm{SP}]\,\underbrace{\tfrac{2\cdot 2\tau h}{\sigma}}_{\text{reduce-scatters of } w_o, w_2}
+
+    (under tensor parallelism the row-parallel ``w2`` matmul output is the full-token partial
+    sum before its reduce-scatter).  Dense layers with a gated MLP and flash/efficient
+    attention only: other blocks raise :class:`memsym.errors.InvalidValueError`.
+
+    Examples
+    --------
+    Llama-3 8B (h = 4096, a = 32, g = 8, d_h = 128, f = 14336), one 8192-token sequence, t = 1:
+
+    >>> A = layer_activations(gated=True, flash=True, recompute="selective-op")
+    >>> A.evaluate(s=8192, b=1, c=1, t=1, h=4096, a=32, g=8, d_h=128, f=14336) == \
+    ...     8192 * (2 * 4096 * 4 + 2 * 1024 + 4 * 32 + 2 * 14336)
+    True
+
+    References
+    ----------
+    torchtitan ``torchtitan/distributed/activation_checkpoint.py`` (``_apply_op_sac``).
+    """
+    from ..errors import InvalidValueError
+
+    if moe or mla or not gated or not flash:
+        raise InvalidValueError("recompute 'selective-op' (torchtitan per-op SAC) is modelled for "
+                                "dense gated-MLP layers with flash attention only")
+    terms = [
+        Term("layer_input", 2 * tok * h / sig, "block input (the checkpoint's input)", _TT_SAC,
+             label="layer input"),
+        Term("q", 2 * tok * a * d_h / t, "wq output (mm 1, saved)", _TT_SAC, label="q"),
+        Term("v", 2 * tok * g * d_h / t, "wv output (mm 3, saved; wk, mm 2, recomputed)", _TT_SAC,
+             label="v"),
+        Term("attention_output", 2 * tok * a * d_h / t + 4 * a * tok / t,
+             "SDPA output and fp32 logsumexp (saved; wo, mm 4, recomputed)", _TT_SAC,
+             label="attention output"),
+        Term("w1_output", 2 * tok * f / t, "w1 output (mm 5, saved; w3, mm 6, recomputed)",
+             _TT_SAC, label="w1 output"),
+        Term("w2_output", 2 * tok * h, "w2 output (mm 7, saved)", _TT_SAC, label="w2 output"),
+    ]
+    if sequence_parallel:
+        terms.append(Term("reduce_scatter_outputs", 2 * 2 * tok * h / sig,
+                          "reduce-scatter outputs of wo and w2 (saved)", _TT_SAC,
+                          label="reduce-scatter outputs"))
+    return Total("activations per layer (torchtitan per-op SAC)", tuple(terms))
 
 
 def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = True) -> Total:
@@ -375,6 +460,60 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
         Term("logits", 4 * tok * V / t, "fp32 logits (softmax) kept by the cross-entropy loss", src),
     )
     return Total("activations of the output layer and loss", tuple(x for x in terms if x.expr != 0))
+
+
+def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
+                         regather: bool = False) -> Term:
+    r"""The gathered norm output each column-parallel LoRA-A keeps under sequence parallelism [bytes].
+
+    Per micro-batch, layer and eligible adapter (Megatron-Bridge: LoRA-A of ``linear_qkv`` and of
+    a dense layer's ``linear_fc1``), with :math:`\tau = sb/c`:
+
+    .. math::
+
+        n_{\mathrm{el}}\; 2\tau h
+
+    Without ``sequence_parallel_input_regather`` the adapter consumes the *gathered* 16-bit
+    LayerNorm output (all :math:`\tau` tokens, not the :math:`\tau/t` shard the base layer
+    keeps, counted in ``qkv_input`` / ``mlp_input``) and keeps it for its weight gradient; with it
+    the adapter keeps only the local shard (the same tensor the base layer keeps) and gathers
+    again in backward, so the term is 0.  Also 0 without sequence parallelism (nothing is
+    gathered) and for expert, row-parallel adapters (they fall back, seed 001).
+
+    Parameters
+    ----------
+    eligible : int or sympy.Expr
+        Eligible column-parallel LoRA-A adapters of one layer (2 in a dense layer with
+        qkv and fc1 targeted, 1 in an MoE layer).
+    sequence_parallel : bool
+        Sequence parallelism on (t > 1).
+    regather : bool
+        Bridge's ``LoRA(sequence_parallel_input_regather=True)``.
+
+    Examples
+    --------
+    Qwen3-8B (h = 4096, 36 layers), s = 8192, b = 1: the saving of the regather is
+    36 x 2 x 2 s h = 4.83 GB (seed 001 measured 4.731 GB):
+
+    >>> per_layer = lora_gathered_inputs(2).evaluate(s=8192, b=1, c=1, h=4096)
+    >>> 36 * per_layer == 36 * 2 * 2 * 8192 * 4096
+    True
+
+    References
+    ----------
+    Megatron-Bridge ``src/megatron/bridge/peft/lora.py`` (LoRA.sequence_parallel_input_regather:
+    "the full LayerNorm output consumed by LoRA-A is gathered temporarily in forward, released
+    after the LoRA-A computation, and gathered again during backward"), ``peft/utils.py``
+    (get_adapter_attributes_from_linear, ParallelLinearAdapter); seed 001 (LoRA + SP table).
+    """
+    _, tok, _ = _common(False, "none")
+    on = sequence_parallel and not regather
+    expr = as_expr(eligible) * 2 * tok * h if on else sp.Integer(0)
+    return Term("lora_gathered_inputs", expr, "gathered 16-bit norm output kept by each "
+                "column-parallel LoRA-A until backward (no sequence_parallel_input_regather)",
+                Source("megatron-bridge-peft", "src/megatron/bridge/peft/lora.py, LoRA "
+                       "(sequence_parallel_input_regather); peft/utils.py, ParallelLinearAdapter"),
+                label="LoRA-A gathered inputs")
 
 
 def paper_layer(parallel: str = "none", recompute: str = "none") -> Total:

@@ -15,7 +15,7 @@ from ..symbols import (M_ctx, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c
 from ..term import Source, Term, Total
 from ..values import as_expr
 
-__all__ = ["DEFAULTS", "cross_entropy_transient", "fsdp2_transients", "fsdp2_reshards_after_forward",
+__all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient", "fsdp2_transients", "fsdp2_reshards_after_forward",
            "fsdp2_kept_unsharded", "zero3_transients",
            "deepspeed_ipg_buckets", "megatron_buckets", "optimizer_step_transient",
            "cuda_context", "nccl_buffers"]
@@ -111,6 +111,44 @@ def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
              "the fp32 copy is made (and their gradient in backward)", _CE, label="bf16 logits"),
         Term("ce_per_token", 29 * tau, "fp32 logits_max and predicted logits (gather + clone); "
              "int64 masked target and arange; bool target mask", _CE, label="per-token CE buffers"),
+    ))
+
+
+def torch_cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
+    r"""What ``F.cross_entropy(pred.float(), labels)`` adds at its forward peak (torchtitan).
+
+    With :math:`\tau = s b / c` tokens on one GPU and :math:`V/t` logits per token:
+
+    .. math::
+
+        \underbrace{2\tau V/t}_{\text{bf16 pred}} + \underbrace{4\tau V/t}_{\text{fp32 copy}}
+
+    torchtitan's ``cross_entropy_loss`` casts the 16-bit logits to fp32 (``.float()``) and
+    calls ``F.cross_entropy`` = ``log_softmax`` + ``nll_loss``: while ``log_softmax`` writes
+    its fp32 output (saved for backward: the :math:`4\tau V/t` of
+    :func:`memsym.terms.activations.output_activations`), the fp32 copy and the bf16 ``pred``
+    (deleted by the train step only after the loss returns) are alive.
+
+    Examples
+    --------
+    >>> torch_cross_entropy_transient().evaluate(s=8192, b=2, c=1, V=128256, t=1) \
+    ...     == 6 * 8192 * 2 * 128256
+    True
+
+    References
+    ----------
+    torchtitan ``torchtitan/components/loss.py``, ``cross_entropy_loss``.
+    """
+    tau = s * b / c if tokens is None else as_expr(tokens)
+    vocab = V if vocab is None else as_expr(vocab)
+    tp = t if tp is None else as_expr(tp)
+    src = Source("torchtitan", "torchtitan/components/loss.py, cross_entropy_loss "
+                 "(F.cross_entropy(pred.flatten(0, 1).float(), labels))")
+    return Total("cross-entropy transient of F.cross_entropy on fp32 logits (torchtitan)", (
+        Term("logits_16bit", 2 * tau * vocab / tp, "16-bit pred, alive until the loss returns",
+             src, label="bf16 logits"),
+        Term("logits_fp32_copy", 4 * tau * vocab / tp, "the .float() copy log_softmax reads",
+             src, label="fp32 logits copy"),
     ))
 
 
