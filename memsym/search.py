@@ -972,9 +972,9 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
             # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
             out_cols[key].append(col if np.isnan(col).all() else np.nan_to_num(col, nan=0.0))
         if want_time and B is not None:
-            # the step time depends on the choice only through (recompute, SP, DDP or a
-            # sharded optimizer): priced once per such triple over every row, then indexed
-            tkey = (rc, spf, scheme == "ddp")
+            # the step time depends on the choice only through (recompute, SP, DDP / ZeRO-3 /
+            # a sharded optimizer): priced once per such triple over every row, then indexed
+            tkey = (rc, spf, scheme if scheme in ("ddp", "zero3") else "sharded")
             if tkey not in time_cache:
                 rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
                 full = _step_time(space, {k: grid[k][rows_t] for k in _KNOBS}, m_[rows_t],
@@ -1012,12 +1012,16 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     their groups cross with Megatron's default overlaps, the exact schedule's bubble (uneven
     end stages included), the exposed DP sync and the optimizer step.
 
-    Sharding enters as Megatron's distributed optimizer (reduce-scatter + all-gather) for
-    every ZeRO stage and FSDP, as an all-reduce for DDP (assumption: ZeRO-3's per-micro-batch
-    parameter gathers are priced like the distributed optimizer's one gather per step)."""
+    Sharding enters as Megatron's distributed optimizer (gradient reduce-scatter + parameter
+    all-gather once per step, overlapped) for ZeRO-1/2, as an all-reduce for DDP.  ZeRO-3 /
+    FSDP gathers the parameters in every micro-batch's forward and again in its backward and
+    reduce-scatters the gradients in every backward (DeepSpeed stage 3, FSDP2's
+    reshard_after_forward): m (AG + AG + RS), hidden behind the pipeline's compute where it
+    fits (prefetching), the rest exposed (assumption: the collectives' un-overlapped times
+    from :func:`memsym.timing.step.step_time_grid` with :meth:`Overlap.none`, AG = RS 2/b_g)."""
     import numpy as np
 
-    from .timing.step import Settings, step_time_grid
+    from .timing.step import Overlap, Settings, step_time_grid
 
     x = space.arch
     L_ = x.num_layers
@@ -1048,7 +1052,18 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                          m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
                          eta_gemm=eta, first_stage_layers=first, last_stage_layers=last)
     col = {k: np.broadcast_to(np.asarray(out[k], dtype=float), (n,)) for k in (
-        "step", "compute", "memory", "bubble", "optimizer", "tp", "ep", "cp", "pp", "dp")}
+        "step", "compute", "memory", "bubble", "optimizer", "tp", "ep", "cp", "pp", "dp",
+        "pipeline")}
+    if scheme == "zero3":
+        bare = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
+                              e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
+                              m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
+                              overlap=Overlap.none(), eta_gemm=eta, first_stage_layers=first,
+                              last_stage_layers=last)
+        once = np.asarray(bare["dp"], dtype=float)        # RS + AG, nothing hidden
+        ag = once * 2 / (2 + st.grad_bytes)
+        dp3 = np.maximum(0, np.maximum(m_, 1) * (once + ag) - col["pipeline"])
+        col = dict(col, step=col["step"] - col["dp"] + dp3, dp=dp3)
     res = {"step_time": col["step"], "time_compute": col["compute"], "time_memory": col["memory"],
            "time_comm": col["tp"] + col["ep"] + col["cp"] + col["pp"] + col["dp"],
            "time_bubble": col["bubble"], "time_optimizer": col["optimizer"]}
@@ -1196,7 +1211,11 @@ def _row_totals(space: Space, row: Mapping):
     from .training import Layout, training_values
 
     tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in _KNOBS)
-    lay = Layout(t=tt, p=pp, d=dd, c=cc, e=ee, v=vv if vv > 1 else None)
+    space = _sub(space, row.get("first_stage_layers") or space.first_stage_layers or 0,
+                 row.get("last_stage_layers") or space.last_stage_layers or 0)
+    lay = Layout(t=tt, p=pp, d=dd, c=cc, e=ee, v=vv if vv > 1 else None,
+                 first_stage_layers=space.first_stage_layers,
+                 last_stage_layers=space.last_stage_layers)
     # m is set here (not from B by training_values): smallest_d asks at d = 1, where b d
     # need not divide B yet
     vals = training_values(space.arch, lay, space.training(micro_batch_size=bb,
@@ -1205,8 +1224,6 @@ def _row_totals(space: Space, row: Mapping):
     if space.global_batch_size is not None:
         vals[m_sym] = sp.Integer(space.global_batch_size // (bb * dd))
     rc, spf = row["recompute"], bool(row["sequence_parallel"]) and tt > 1
-    space = _sub(space, row.get("first_stage_layers") or space.first_stage_layers or 0,
-                 row.get("last_stage_layers") or space.last_stage_layers or 0)
     totals = {}
     for stage in _check_stages(space, pp):
         tot = _template(space, rc, spf, vv > 1, row.get("offload", "none"),
