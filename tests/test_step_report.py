@@ -78,7 +78,7 @@ def test_six_n_convention_is_a_named_option():
     assert six["flops"]["model"] == pytest.approx(6 * n * 32 * 4096, rel=1e-12)
     assert six["mfu"] == pytest.approx(6 * n * 32 * 4096 / (8 * 989.4e12 * six["step_time_s"]),
                                        rel=1e-9)
-    from memsym.errors import InvalidValueError
+    from memsym.errors import UnknownNameError
 
-    with pytest.raises(InvalidValueError, match="unknown MFU FLOP count"):
+    with pytest.raises(UnknownNameError, match="unknown MFU FLOP count"):
         step_report(values, mfu_flops="72blsh2", **kw)
