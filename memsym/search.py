@@ -5,12 +5,12 @@ allowances on each pipeline stage) is compiled once per *discrete* choice (recom
 sequence parallelism, interleaving, stage role) and evaluated with numpy broadcasting over
 the whole grid of *numeric* knobs (t, p, c, d, e, v, b, m, and the exact parameters each
 stage holds); no SymPy runs per configuration.  Framework rules are numpy masks over the
-same grid, each named (:data:`RULES`), so every excluded layout says which rule excluded it.
-Step time (:func:`memsym.terms.compute.step_time` with 6n FLOPs on the active parameters +
-:func:`memsym.terms.communication.communication_time`, each group on the link its span
-crosses; data parallelism moves each stage's own dense and expert parameters) ranks the
-layouts that fit.  Every pipeline stage that can be the most loaded is evaluated: first,
-last, and the lowest stage of each distinct middle make-up (dense/MoE layers).
+same grid, each named (:data:`RULES`), so every excluded layout says which rule excluded it;
+uneven first/last pipeline stages (:func:`stage_splits`) are part of the grid.  The predicted
+step time (:func:`memsym.timing.step.step_time_grid`: GEMMs after the splits on the GPU's
+efficiency curve, collectives with overlap, the exact schedule; breakdown :data:`TIME_PARTS`)
+ranks the layouts that fit.  Every pipeline stage that can be the most loaded is evaluated:
+first, last, and the lowest stage of each distinct middle make-up (dense/MoE layers).
 
 Sizing questions are solved exactly where the total is monotone in the unknown: the
 smallest d for a layout (hence the smallest GPU count) by :func:`memsym.analysis.smallest`
@@ -42,8 +42,8 @@ from .values import exact
 from . import rules as _rules
 from .job import DEFAULTS
 
-__all__ = ["RULES", "SCHEMES", "Space", "SearchResult", "MinGpus", "search", "min_gpus",
-           "smallest_d", "largest_fit", "explain", "raw_grid"]
+__all__ = ["RULES", "SCHEMES", "TIME_PARTS", "Space", "SearchResult", "MinGpus", "search",
+           "min_gpus", "smallest_d", "largest_fit", "explain", "raw_grid", "stage_splits"]
 
 #: The rules the search applies, by name (the name is what the output shows), from the one
 #: rule table :data:`memsym.rules.RULES`.
@@ -284,7 +284,7 @@ def stage_splits(num_layers: int, p: int, vpp=(1,)) -> tuple:
               \max(v, \mathrm{mid} - 2v) \le f, l \le \mathrm{mid}
 
     (p = 2: f + l = L with |f - l| <= 2v), the even split excluded (it is the ``(0, 0)`` row).
-    Bounded: at most ``(4v/p + 1)`` middle sizes and 5 splits each per v.
+    Bounded: per v at most ``4v/p + 1`` middle sizes and 3 splits each.
 
     Examples
     --------
@@ -682,7 +682,8 @@ class SearchResult:
         ``memory`` (the most-loaded GPU [bytes]), ``stage`` (its pipeline stage), one column
         per grouped term (``weights`` ... ``activations`` ... ``fragmentation``),
         ``headroom`` (capacity - memory [bytes]), ``fits``, ``step_time`` [s] (NaN without a
-        global batch), ``binding`` (the largest term's key).
+        global batch) and its breakdown :data:`TIME_PARTS` [s], ``f``/``l`` (first/last stage
+        layers, 0: even split), ``binding`` (the largest term's key).
     excluded : dict
         Rule name -> number of raw layouts it excludes (a layout may break several).
     raw : int
@@ -1123,8 +1124,10 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         ``dropout`` (True: Megatron keeps dropout masks by default), ``allowances`` (overrides of the training allowances),
         ``finetune`` ("full", "lora", "qlora"), ``lora_rank``, ``lora_targets``,
         ``quantization``, ``first_stage_layers``/``last_stage_layers``, ``capacity``,
-        ``gpus_per_node``, ``cluster``, ``efficiency`` (achieved fraction of peak FLOP/s,
-        0 < efficiency <= 1; default 1/2), ``capacity_factor`` (MoE, > 0; default 1).
+        ``gpus_per_node``, ``cluster``, ``efficiency`` (the explicit override: one achieved
+        GEMM efficiency, 0 < efficiency <= 1; default None, predicted per GEMM shape),
+        ``capacity_factor`` (MoE, > 0; default 1), ``uneven`` (True: offer uneven first/last
+        stages, :func:`stage_splits`, where none are given).
 
     Returns
     -------
