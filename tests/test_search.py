@@ -643,3 +643,26 @@ def test_explicit_tp_beyond_a_node_is_allowed():
                  tp=[16], recompute=["full"], sharding=["distributed-optimizer"])
     assert res.excluded["tp-per-node"] == 0 and len(res) > 0
     assert set(res.columns["t"]) == {16}
+
+
+def test_explain_names_exactly_the_rules_the_search_counts():
+    # every raw layout (uneven splits included): the rules explain() names for it are the
+    # masks the search counted it under; the valid ones are exactly those explain() clears
+    from memsym.search import raw_grid, rule_masks
+
+    res = search("llama2-7b", "a100-80gb", 8, seq_length=2048, global_batch_size=64,
+                 recompute=["full"], sharding=["distributed-optimizer"],
+                 sequence_parallel=[False])
+    grid = raw_grid(res.space, 8)
+    masks = rule_masks(res.space, grid, 8)
+    assert {k: int(v.sum()) for k, v in masks.items()} == {
+        k: v for k, v in res.excluded.items() if k in masks}
+    rng = np.random.default_rng(3)
+    for i in rng.choice(len(grid["t"]), 150, replace=False):
+        lay = {k: int(grid[k][i]) for k in ("t", "p", "c", "d", "e", "v", "b")}
+        lay.update(first_stage_layers=int(grid["f"][i]) or None,
+                   last_stage_layers=int(grid["l"][i]) or None)
+        named = [r for r in explain(res.space, lay) if r in masks]
+        assert named == [k for k in masks if masks[k][i]], lay
+    ok = ~np.any(np.stack(list(masks.values())), axis=0)
+    assert int(ok.sum()) == res.valid
