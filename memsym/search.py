@@ -655,15 +655,34 @@ def _fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sc
 _ALLOCATED = M_alloc
 
 
+#: Stage counts by what they depend on (see :func:`_stage_counts`).
+_COUNTS: dict = {}
+
+
 @functools.lru_cache(maxsize=65536)
 def _stage_counts(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
     """``((symbol name, value), ...)``: the stage's parameter counts
-    (:func:`memsym.training.stage_counts`) at one (t, p, e)."""
+    (:func:`memsym.training.stage_counts`) at one (t, p, e).
+
+    Full training's counts (N_tp, N_rep, N_exp of all the ranks together, N_lin per TP rank)
+    depend on the layout only through t (vocabulary padding, N_lin/t), the stage's layers,
+    whether it is first / last, and p > 1 (the tied output copy): computed once per such key
+    and shared across p and e (LoRA's per-GPU counts also depend on e: kept in the key)."""
+    from .model import stage_layers
     from .training import Layout, stage_counts
 
-    lay = Layout(t=tt, p=pp, e=ee, first_stage_layers=space.first_stage_layers,
-                 last_stage_layers=space.last_stage_layers)
-    return tuple((str(k), v) for k, v in stage_counts(space.arch, lay, space.training(), stage).items())
+    rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
+    key = (space.arch, space.finetune, space.lora_rank, space.lora_targets, tt, rng.start,
+           rng.stop, stage == 0, stage == pp - 1, pp > 1,
+           ee if space.finetune != "full" else None)
+    if key not in _COUNTS:
+        if len(_COUNTS) > 65536:
+            _COUNTS.clear()
+        lay = Layout(t=tt, p=pp, e=ee, first_stage_layers=space.first_stage_layers,
+                     last_stage_layers=space.last_stage_layers)
+        _COUNTS[key] = tuple((str(k), v) for k, v in
+                             stage_counts(space.arch, lay, space.training(), stage).items())
+    return _COUNTS[key]
 
 
 # ------------------------------------------------------------------------------------------

@@ -331,8 +331,8 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers)
     pattern = models.moe_layer_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
-    # one layer_parameters call per layer kind (dense, MoE), not per layer: the search asks
-    # for hundreds of stages
+    # one layer_parameters call per layer kind (dense, MoE), not per layer: memsym.search
+    # asks for hundreds of stages
     per_kind = {kind: models.layer_parameters(x, kind)["tp"]
                 for kind in {pattern[i] for i in sp_.layers}}
     lin = sum(per_kind[pattern[i]] for i in sp_.layers)
