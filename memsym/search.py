@@ -487,7 +487,8 @@ def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
                       layout.get("offload", "none"),
                       _scheme(layout.get("sharding", "distributed-optimizer")))
     return [name for name, mask in _rules.masks(space.arch, k).items()
-            if name != "world-size" and bool(mask[0])]
+            if name != "world-size" and bool(mask[0])
+            and not (name == "tp-per-node" and space.tp is not None)]   # asked for explicitly
 
 
 # ------------------------------------------------------------------------------------------
