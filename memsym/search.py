@@ -5,12 +5,12 @@ allowances on each pipeline stage) is compiled once per *discrete* choice (recom
 sequence parallelism, interleaving, stage role) and evaluated with numpy broadcasting over
 the whole grid of *numeric* knobs (t, p, c, d, e, v, b, m, and the exact parameters each
 stage holds); no SymPy runs per configuration.  Framework rules are numpy masks over the
-same grid, each named (:data:`RULES`), so every excluded layout says which rule excluded it.
-Step time (:func:`memsym.terms.compute.step_time` with 6n FLOPs on the active parameters +
-:func:`memsym.terms.communication.communication_time`, each group on the link its span
-crosses; data parallelism moves each stage's own dense and expert parameters) ranks the
-layouts that fit.  Every pipeline stage that can be the most loaded is evaluated: first,
-last, and the lowest stage of each distinct middle make-up (dense/MoE layers).
+same grid, each named (:data:`RULES`), so every excluded layout says which rule excluded it;
+uneven first/last pipeline stages (:func:`stage_splits`) are part of the grid.  The predicted
+step time (:func:`memsym.timing.step.step_time_grid`: GEMMs after the splits on the GPU's
+efficiency curve, collectives with overlap, the exact schedule; breakdown :data:`TIME_PARTS`)
+ranks the layouts that fit.  Every pipeline stage that can be the most loaded is evaluated:
+first, last, and the lowest stage of each distinct middle make-up (dense/MoE layers).
 
 Sizing questions are solved exactly where the total is monotone in the unknown: the
 smallest d for a layout (hence the smallest GPU count) by :func:`memsym.analysis.smallest`
@@ -37,14 +37,14 @@ from typing import Callable, Mapping
 import sympy as sp
 
 from .errors import InvalidValueError, MemsymError, NoFitError, UnknownNameError, choose
-from .symbols import M_alloc, V, d, e, t, t_e
+from .symbols import M_alloc, V, d
 from .values import exact
 from . import rules as _rules
 from .job import DEFAULTS
 from .training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
 
-__all__ = ["RULES", "SCHEMES", "Space", "SearchResult", "MinGpus", "search", "min_gpus",
-           "smallest_d", "largest_fit", "explain", "raw_grid"]
+__all__ = ["RULES", "SCHEMES", "TIME_PARTS", "Space", "SearchResult", "MinGpus", "search",
+           "min_gpus", "smallest_d", "largest_fit", "explain", "raw_grid", "stage_splits"]
 
 #: The rules the search applies, by name (the name is what the output shows), from the one
 #: rule table :data:`memsym.rules.RULES`.
@@ -137,6 +137,9 @@ class Space:
     inter_bw: float
     latency: float
     capacity_factor: object = 1
+    #: offer uneven first/last pipeline stages (:func:`stage_splits`) when none is given
+    uneven: bool = True
+    cluster: object = None
 
     @property
     def uniform(self) -> bool:
@@ -170,7 +173,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                schedule=DEFAULTS["schedule"], allowances=None,
                finetune="full", lora_rank=16, lora_targets="all", quantization=None,
                first_stage_layers=None, last_stage_layers=None, capacity=None,
-               gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1) -> Space:
+               gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1,
+               uneven=True) -> Space:
     """Validate the search keywords into a :class:`Space` (see :func:`search`)."""
     from . import hardware, model as models
     from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
@@ -217,13 +221,18 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     for key, _ in al:
         if key not in ALLOWANCES:
             raise UnknownNameError("allowance", key, ALLOWANCES)
-    if efficiency is None:
-        from .terms.compute import DEFAULT_EFFICIENCY
-        efficiency = DEFAULT_EFFICIENCY
-    eff = exact(efficiency, "efficiency")
-    if not 0 < eff <= 1:
-        raise InvalidValueError(f"efficiency is the achieved fraction of peak FLOP/s: "
-                                f"0 < efficiency <= 1, got {efficiency}")
+    # None: the step time predicts GEMM efficiency (memsym.timing.efficiency); a number is
+    # the explicit, named override (the achieved GEMM efficiency eta_gemm)
+    eff = None
+    if efficiency is not None:
+        eff = exact(efficiency, "efficiency")
+        if not 0 < eff <= 1:
+            raise InvalidValueError(f"efficiency is the achieved fraction of peak FLOP/s of "
+                                    f"the GEMMs: 0 < efficiency <= 1, got {efficiency}")
+    for what, val in (("first_stage_layers", first_stage_layers),
+                      ("last_stage_layers", last_stage_layers)):
+        if val is not None:
+            _pos(val, what)
     prec = choose("precision", precision, PRECISIONS)
     if B is not None:
         dev.peak(prec)   # the step time needs the GPU's peak at this precision: refuse early
@@ -247,22 +256,81 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         flash_attention=bool(flash_attention), dropout=bool(dropout), schedule=schedule,
         allowances=al, finetune=finetune, lora_rank=_pos(lora_rank, "lora_rank"),
         lora_targets=lora_targets, quantization=quantization,
-        first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+        first_stage_layers=None if first_stage_layers is None else int(first_stage_layers),
+        last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
-        latency=clu.latency, capacity_factor=cf)
+        latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu)
 
 
 # ------------------------------------------------------------------------------------------
 # the raw grid and the rules (numpy masks)
 # ------------------------------------------------------------------------------------------
+#: Lighter end stages offered: each end stage holds between mid - UNEVEN_SPAN v and mid layers.
+UNEVEN_SPAN = 2
+
+
+def stage_splits(num_layers: int, p: int, vpp=(1,)) -> tuple:
+    r"""The uneven (first, last) stage sizes the search offers at pipeline size ``p``.
+
+    Megatron-LM's ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
+    (transformer_config.py: the other p - 2 stages split the rest evenly; with v > 1 every
+    stage's layers divisible by v).  Offered: for each v of ``vpp``, a middle size ``mid``
+    (a multiple of v) and end stages f, l (multiples of v) with
+
+    .. math:: f + l + (p - 2)\,\mathrm{mid} = L, \qquad
+              \max(v, \mathrm{mid} - 2v) \le f, l \le \mathrm{mid}
+
+    (p = 2: f + l = L with |f - l| <= 2v), the even split excluded (it is the ``(0, 0)`` row).
+    Bounded: per v at most ``4v/p + 1`` middle sizes and 3 splits each.
+
+    Examples
+    --------
+    Llama 3 405B (126 layers) on 16 stages: Meta's 7 + 14 x 8 + 7 and its neighbours:
+
+    >>> stage_splits(126, 16)
+    ((6, 8), (7, 7), (8, 6))
+    >>> stage_splits(126, 16, (2,))    # v = 2: every stage even
+    ((6, 8), (8, 6))
+    >>> stage_splits(126, 1)
+    ()
+    """
+    L_, out = int(num_layers), set()
+    if p < 2:
+        return ()
+    for vv in vpp:
+        vv = int(vv)
+        if p == 2:
+            for f in range(vv, L_, vv):
+                lv = L_ - f
+                if lv % vv == 0 and abs(f - lv) <= UNEVEN_SPAN * vv and f != lv:
+                    out.add((f, lv))
+            continue
+        lo_mid = -(-L_ // p)
+        hi_mid = (L_ + 2 * UNEVEN_SPAN * vv) // p
+        for mid in range(lo_mid - lo_mid % vv, hi_mid + 1, vv):
+            if mid < vv:
+                continue
+            rest = L_ - (p - 2) * mid
+            low = max(vv, mid - UNEVEN_SPAN * vv)
+            for f in range(-(-low // vv) * vv, mid + 1, vv):
+                lv = rest - f
+                if low <= lv <= mid and lv % vv == 0 and not (f == lv == mid):
+                    out.add((f, lv))
+    return tuple(sorted(out))
+
+
 def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
-    """Every (t, p, c, d, e, v, b) with t*p*c*d = gpus drawn from the candidate lists, as
+    """Every (t, p, c, d, e, v, b, f, l) with t*p*c*d = gpus drawn from the candidate lists, as
     numpy columns (before any rule).  Candidates: divisors of the GPU count for t, p, c;
-    divisors of the experts for e; divisors of the layers for v; the micro-batch list for b.
+    divisors of the experts for e; divisors of the layers (and 2, 4, 8 where uneven stages
+    are offered) for v; the micro-batch list for b; f, l the first/last stage sizes (0: the
+    even split; the given sizes only where ``first_stage_layers``/``last_stage_layers`` are
+    set; else the even split and :func:`stage_splits` unless ``uneven`` is off).
     """
     import numpy as np
 
     x = space.arch
+    L_ = x.num_layers
     divs = _divisors(gpus)
     cand_t = space.tp or tuple(dv for dv in divs)
     cand_p = space.pp or tuple(dv for dv in divs)
@@ -271,7 +339,10 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
         cand_e = space.ep or tuple(dv for dv in _divisors(x.num_experts))
     else:
         cand_e = space.ep or (1,)
-    cand_v = space.vpp or tuple(_divisors(x.num_layers))
+    given = space.first_stage_layers is not None or space.last_stage_layers is not None
+    offer = space.uneven and not given
+    cand_v = space.vpp or tuple(sorted(set(_divisors(L_)) | (
+        {vv for vv in (2, 4, 8) if vv <= L_} if offer else set())))
     rows = []
     for tt in cand_t:
         if gpus % tt:
@@ -285,15 +356,45 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
                 rows.append((tt, pp, cc, gpus // (tt * pp * cc)))
     if not rows:
         raise InvalidValueError(f"no layout of the given tp/pp/cp sizes multiplies to {gpus} GPUs")
-    base = np.array(rows, dtype=np.int64)
+
+    @functools.lru_cache(maxsize=None)
+    def splits(pp):
+        if given:
+            return ((space.first_stage_layers or 0, space.last_stage_layers or 0),)
+        return ((0, 0),) + (stage_splits(L_, pp, cand_v) if offer and pp <= L_ else ())
+
     ev = np.array(list(itertools.product(cand_e, cand_v, space.micro_batch_sizes)), dtype=np.int64)
-    n1, n2 = len(base), len(ev)
-    grid = {
-        "t": np.repeat(base[:, 0], n2), "p": np.repeat(base[:, 1], n2),
-        "c": np.repeat(base[:, 2], n2), "d": np.repeat(base[:, 3], n2),
-        "e": np.tile(ev[:, 0], n1), "v": np.tile(ev[:, 1], n1), "b": np.tile(ev[:, 2], n1),
-    }
-    return grid
+    blocks = []
+    for row in rows:
+        fl = np.array(splits(row[1]), dtype=np.int64)
+        nb = len(fl) * len(ev)
+        blk = np.empty((nb, 9), dtype=np.int64)
+        blk[:, 0:4] = row
+        blk[:, 4:7] = np.tile(ev, (len(fl), 1))
+        blk[:, 7:9] = np.repeat(fl, len(ev), axis=0)
+        blocks.append(blk)
+    allr = np.concatenate(blocks)
+    return {k: allr[:, i] for i, k in enumerate(("t", "p", "c", "d", "e", "v", "b", "f", "l"))}
+
+
+def _splits_of(space: Space, grid: dict):
+    """The (f, l) columns of a grid (0: none), filled from the space where a grid lacks them."""
+    import numpy as np
+
+    n = len(grid["t"])
+    if "f" in grid:
+        return grid["f"], grid["l"]
+    return (np.full(n, space.first_stage_layers or 0, dtype=np.int64),
+            np.full(n, space.last_stage_layers or 0, dtype=np.int64))
+
+
+@functools.lru_cache(maxsize=4096)
+def _sub(space: Space, f: int, l_: int) -> Space:
+    """The space with first/last stage sizes f, l (0: none)."""
+    f, l_ = (int(f) or None), (int(l_) or None)
+    if space.first_stage_layers == f and space.last_stage_layers == l_:
+        return space
+    return replace(space, first_stage_layers=f, last_stage_layers=l_)
 
 
 def _grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
@@ -308,11 +409,55 @@ def _grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
     return k
 
 
+def _knob_names(space: Space, gpus) -> list:
+    names = [n for n in _rules.RULES if n not in _CHOICE_RULES and (n != "world-size" or gpus)]
+    if space.tp is not None:
+        # tp-per-node is a preference: a --tp given explicitly (even beyond a node) is asked for
+        names = [n for n in names if n != "tp-per-node"]
+    return names
+
+
 def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
     """``rule name -> boolean array`` (True where the layout breaks the rule) for every rule
-    on the numeric knobs (:mod:`memsym.rules`; the choice rules are applied per combination)."""
-    names = [n for n in _rules.RULES if n not in _CHOICE_RULES and (n != "world-size" or gpus)]
-    return _rules.masks(space.arch, _grid_knobs(space, grid, gpus), names)
+    on the numeric knobs (:mod:`memsym.rules`; the choice rules are applied per combination).
+    The rules read first/last stage sizes as scalars: evaluated per (f, l) group."""
+    import numpy as np
+
+    names = _knob_names(space, gpus)
+    f_, l_ = _splits_of(space, grid)
+    n = len(grid["t"])
+    out = {name: np.zeros(n, dtype=bool) for name in names}
+    for (fv, lv), idx in _groups(f_, l_):
+        sub = _sub(space, fv, lv)
+        g2 = {k: grid[k][idx] for k in _KNOBS}
+        for name, mask in _rules.masks(space.arch, _grid_knobs(sub, g2, gpus), names).items():
+            out[name][idx] = mask
+    return out
+
+
+def _unique_rows(*cols):
+    """(distinct rows as a 2-D int array, inverse) of equal-length non-negative int columns:
+    the rows encoded as one integer (np.unique on 1-D data, much faster than axis=0)."""
+    import numpy as np
+
+    mat = np.stack([np.asarray(c_, dtype=np.int64) for c_ in cols])
+    dims = tuple(int(r.max()) + 1 if r.size else 1 for r in mat)
+    code = np.ravel_multi_index(tuple(mat), dims)
+    uq, inv = np.unique(code, return_inverse=True)
+    return np.stack(np.unravel_index(uq, dims), axis=1), inv.ravel()
+
+
+def _groups(f_, l_):
+    """``((f, l), row indices)`` per distinct first/last split of a grid."""
+    import numpy as np
+
+    if not len(f_):
+        return []
+    uniq, inv = _unique_rows(f_, l_)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+    return [((int(uniq[u, 0]), int(uniq[u, 1])), order[bounds[u]:bounds[u + 1]])
+            for u in range(len(uniq))]
 
 
 def _choice_knobs(k: dict, spf: bool, off: str, scheme: str) -> dict:
@@ -333,11 +478,14 @@ def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
     space = space_or_model if isinstance(space_or_model, Space) else make_space(
         space_or_model, gpu, **kw)
     grid = {k: np.array([int(layout.get(k, 1))], dtype=np.int64) for k in _KNOBS}
+    space = _sub(space, layout.get("first_stage_layers") or space.first_stage_layers or 0,
+                 layout.get("last_stage_layers") or space.last_stage_layers or 0)
     k = _choice_knobs(_grid_knobs(space, grid), bool(layout.get("sequence_parallel", False)),
                       layout.get("offload", "none"),
                       _scheme(layout.get("sharding", "distributed-optimizer")))
     return [name for name, mask in _rules.masks(space.arch, k).items()
-            if name != "world-size" and bool(mask[0])]
+            if name != "world-size" and bool(mask[0])
+            and not (name == "tp-per-node" and space.tp is not None)]   # asked for explicitly
 
 
 # ------------------------------------------------------------------------------------------
@@ -395,6 +543,47 @@ def _template_rep(space: Space, pp: int, stage: int) -> tuple:
     return p0, (0 if stage == 0 else p0 - 1)
 
 
+#: Shared stage templates: (space, structure) -> (representative space, p, stage, layers).
+_REPS: dict = {}
+
+
+@functools.lru_cache(maxsize=65536)
+def _stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple:
+    """``((space, p, stage) of the template, factor)`` for stage ``stage`` of ``pp`` at first/
+    last stage sizes ``f``, ``l_`` (0: none): the factor multiplies the template's decoder-
+    layer activations.
+
+    An evenly split uniform model keeps p symbolic (:func:`_template_rep`, factor 1).  Any
+    other stage's total depends on its layers only through (a) its role (first: embedding and
+    the most micro-batches in flight; last: the output layer; a middle stage: its index,
+    p - i in flight, p symbolic), (b) whether it holds dense and/or MoE layers (which
+    states, which per-layer activations) and (c) ``layer_activations`` = in-flight x (dense
+    layers x per-dense-layer + MoE layers x per-MoE-layer) / v
+    (:func:`memsym.training.stage_activations`).  A stage of one layer kind is therefore
+    the template of the first stage of the same structure met, its layer term scaled by
+    n / n0 (exact); a stage mixing both kinds keeps its own counts in the key (factor 1).
+    """
+    from .model import moe_layer_pattern, stage_layers
+
+    sub = _sub(space, f, l_)
+    if sub.uniform or pp == 1:
+        return (sub, *_template_rep(sub, pp, stage)), 1.0
+    pattern = moe_layer_pattern(space.arch)
+    kinds = [pattern[i] for i in stage_layers(space.arch, pp, stage, sub.first_stage_layers,
+                                              sub.last_stage_layers)]
+    n_moe = sum(kinds)
+    n_dense = len(kinds) - n_moe
+    mixed = (n_dense, n_moe) if n_dense and n_moe else None
+    middle = None if stage in (0, pp - 1) else stage
+    key = (space, stage == 0, stage == pp - 1, middle, n_dense > 0, n_moe > 0, mixed)
+    if key not in _REPS:
+        if len(_REPS) > 65536:
+            _REPS.clear()
+        _REPS[key] = ((sub, pp, stage), len(kinds))
+    rep, n0 = _REPS[key]
+    return rep, (1.0 if mixed or not n0 else len(kinds) / n0)
+
+
 @functools.lru_cache(maxsize=4096)
 def _template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme: str, pp: int,
               stage: int):
@@ -405,7 +594,8 @@ def _template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme:
     t enters the stage's structure only through "t > 1 turns sequence parallelism on"
     (``sp_on``) and v only through "interleaved or not" (``inter``), so one template serves
     every t and v.  Returns (states and activation Terms, their activation sum, the
-    allowance Terms over a placeholder for the allocated bytes)."""
+    allowance Terms over a placeholder for the allocated bytes, the decoder layers'
+    activation term ``layer_activations`` alone; the activation sum excludes it)."""
     from .training import Layout, _stage_total, allowance_terms
 
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
@@ -416,8 +606,51 @@ def _template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme:
     allow = set(_ALLOW)
     kept = tuple(term for term in tot if term.key not in allow)
     states = tuple(term for term in kept if term.key in _STATE_KEYS or term.key.startswith("expert_"))
-    acts = sp.Add(*(term.expr for term in kept if term not in states))
-    return tot, states, acts, allowance_terms(_ALLOCATED)
+    acts = sp.Add(*(term.expr for term in kept if term not in states
+                    and term.key != "layer_activations"))
+    layer = sp.Add(*(term.expr for term in kept if term.key == "layer_activations"))
+    return tot, states, acts, allowance_terms(_ALLOCATED), layer
+
+
+@functools.lru_cache(maxsize=4096)
+def _act_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: int,
+                  stage: int) -> tuple:
+    """(activation sum without the decoder layers, the decoder layers' term) of one stage:
+    :func:`memsym.training._stage_activations`, the activations :func:`_template`'s total
+    holds; they do not depend on the sharding scheme, so one serves every scheme."""
+    from .training import Layout, _stage_activations
+
+    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
+                 first_stage_layers=space.first_stage_layers,
+                 last_stage_layers=space.last_stage_layers)
+    act = _stage_activations(space.arch, lay, space.training(recompute=rc, offload=off), stage,
+                             space.global_batch_size is not None)
+    rest = sp.Add(*(term.expr for term in act if term.key != "layer_activations"))
+    layer = sp.Add(*(term.expr for term in act if term.key == "layer_activations"))
+    return rest, layer
+
+
+@functools.lru_cache(maxsize=4096)
+def _fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme: str,
+                   pp: int, stage: int) -> tuple:
+    """:func:`_template`'s pieces (None, states, activations without the decoder layers,
+    allowances, decoder layers) built from the two halves :func:`memsym.training._stage_total`
+    adds (``_model_states`` and ``_stage_activations``), the activations shared across
+    sharding schemes (tests check the sum against the exact per-layout total)."""
+    from .training import PHASES, Layout, _model_states, allowance_terms, phase_transients
+
+    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
+                 first_stage_layers=space.first_stage_layers,
+                 last_stage_layers=space.last_stage_layers)
+    trn = space.training(recompute=rc, sharding=scheme, offload=off)
+    states = tuple(_model_states(space.arch, lay, trn, stage))
+    rest, layer = _act_template(space, rc, sp_on, inter, off, pp, stage)
+    # the phase transients depend on the scheme (FSDP2 / ZeRO buffers): per template; the
+    # peak phase max(T_fwd, T_bwd, T_opt - A) is taken per row with the row's activations A
+    # (memsym.training._phase_term states the same formula)
+    trans = phase_transients(space.arch, lay, trn, stage)
+    phases = tuple(sp.Add(*(term.expr for term in trans[ph])) for ph in PHASES)
+    return None, states, rest, allowance_terms(_ALLOCATED), layer, phases
 
 
 #: The allocated bytes in the compiled allowance terms (the fragmentation allowance is a
@@ -425,15 +658,34 @@ def _template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme:
 _ALLOCATED = M_alloc
 
 
+#: Stage counts by what they depend on (see :func:`_stage_counts`).
+_COUNTS: dict = {}
+
+
 @functools.lru_cache(maxsize=65536)
 def _stage_counts(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
     """``((symbol name, value), ...)``: the stage's parameter counts
-    (:func:`memsym.training.stage_counts`) at one (t, p, e)."""
+    (:func:`memsym.training.stage_counts`) at one (t, p, e).
+
+    Full training's counts (N_tp, N_rep, N_exp of all the ranks together, N_lin per TP rank)
+    depend on the layout only through t (vocabulary padding, N_lin/t), the stage's layers,
+    whether it is first / last, and p > 1 (the tied output copy): computed once per such key
+    and shared across p and e (LoRA's per-GPU counts also depend on e: kept in the key)."""
+    from .model import stage_layers
     from .training import Layout, stage_counts
 
-    lay = Layout(t=tt, p=pp, e=ee, first_stage_layers=space.first_stage_layers,
-                 last_stage_layers=space.last_stage_layers)
-    return tuple((str(k), v) for k, v in stage_counts(space.arch, lay, space.training(), stage).items())
+    rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
+    key = (space.arch, space.finetune, space.lora_rank, space.lora_targets, tt, rng.start,
+           rng.stop, stage == 0, stage == pp - 1, pp > 1,
+           ee if space.finetune != "full" else None)
+    if key not in _COUNTS:
+        if len(_COUNTS) > 65536:
+            _COUNTS.clear()
+        lay = Layout(t=tt, p=pp, e=ee, first_stage_layers=space.first_stage_layers,
+                     last_stage_layers=space.last_stage_layers)
+        _COUNTS[key] = tuple((str(k), v) for k, v in
+                             stage_counts(space.arch, lay, space.training(), stage).items())
+    return _COUNTS[key]
 
 
 # ------------------------------------------------------------------------------------------
@@ -452,7 +704,8 @@ class SearchResult:
         ``memory`` (the most-loaded GPU [bytes]), ``stage`` (its pipeline stage), one column
         per grouped term (``weights`` ... ``activations`` ... ``fragmentation``),
         ``headroom`` (capacity - memory [bytes]), ``fits``, ``step_time`` [s] (NaN without a
-        global batch), ``binding`` (the largest term's key).
+        global batch) and its breakdown :data:`TIME_PARTS` [s], ``f``/``l`` (first/last stage
+        layers, 0: even split), ``binding`` (the largest term's key).
     excluded : dict
         Rule name -> number of raw layouts it excludes (a layout may break several).
     raw : int
@@ -497,12 +750,16 @@ class SearchResult:
         for k in ("recompute", "sharding", "offload"):
             out[k] = str(col[k][i])
         out["sequence_parallel"] = bool(col["sequence_parallel"][i])
+        out["first_stage_layers"] = int(col["f"][i]) or None
+        out["last_stage_layers"] = int(col["l"][i]) or None
         out["stage"] = int(col["stage"][i])
         out["memory"] = float(col["memory"][i])
         out["headroom"] = float(col["headroom"][i])
         out["fits"] = bool(col["fits"][i])
         st = float(col["step_time"][i])
         out["step_time"] = None if math.isnan(st) else st
+        out["time"] = None if math.isnan(st) else {
+            k[len("time_"):]: float(col[k][i]) for k in TIME_PARTS}
         out["binding"] = str(col["binding"][i])
         out["bytes"] = {k: float(col[k][i]) for k in self.term_keys if k in col}
         return out
@@ -594,7 +851,8 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     n = len(grid["t"])
     out_cols: dict = {k: [] for k in ("row", "t", "p", "c", "d", "e", "v", "b", "m", "recompute",
                                        "sharding", "sequence_parallel", "offload", "memory",
-                                       "stage", "step_time") + _STATE_KEYS + ("activations",) + _ALLOW}
+                                       "stage", "step_time", "f", "l") + TIME_PARTS
+                      + _STATE_KEYS + ("activations",) + _ALLOW}
     if per_stage:
         out_cols["stage_memory"] = []
     if n == 0:
@@ -606,34 +864,47 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     allow = {str(k): float(v) for k, v in allowance_values(dict(space.allowances)).items()}
     Vpad = {int(tt): float(arch_values(x, int(tt))[V]) for tt in np.unique(t_)}
     V_row = np.array([Vpad[int(tt)] for tt in t_])
-    # slot j of a row holds the j-th stage _check_stages gives for its p (-1: none)
-    stages_of = {int(pv): _check_stages(space, int(pv)) for pv in np.unique(p_)}
-    nslot = max(len(sts) for sts in stages_of.values())
-    slot_stage = np.full((nslot, n), -1, dtype=np.int64)
-    for pv, sts in stages_of.items():
-        for j, st in enumerate(sts):
-            slot_stage[j, p_ == pv] = st
+    # slot j of a row holds the j-th stage _check_stages gives for its (p, f, l) (-1: none)
+    f_, l_ = _splits_of(space, grid)
+    uq, inv_pfl = _unique_rows(p_, f_, l_)
+    stages_of = [_check_stages(_sub(space, fv, lv), int(pv)) for pv, fv, lv in uq]
+    nslot = max(len(sts) for sts in stages_of)
+    stage_tab = np.full((len(uq), nslot), -1, dtype=np.int64)
+    for u, sts in enumerate(stages_of):
+        stage_tab[u, :len(sts)] = sts
+    slot_stage = stage_tab[inv_pfl].T.copy()
     # per slot: the stage's exact parameter counts (memsym.training.stage_counts), computed
-    # once per unique (t, p, e, stage); and which template (its (p, stage)) stands for it
+    # once per unique (t, p, e, f, l, stage); and which template stands for it (with the
+    # factor its decoder-layer activations scale by: see _stage_template)
     names = [name for name, _ in _stage_counts(space, int(t_[0]), int(p_[0]), int(e_[0]), 0)]
     counts = {name: np.zeros((nslot, n)) for name in names}
     tmpl_id = np.zeros((nslot, n), dtype=np.int64)
+    scale = np.ones((nslot, n))
     tmpl_rep: list = []
+    tmpl_index: dict = {}
     for j in range(nslot):
         live = np.flatnonzero(slot_stage[j] >= 0)
-        keys = np.stack([t_[live], p_[live], e_[live], slot_stage[j, live]], axis=1)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-        table = np.array([[float(v) for _, v in _stage_counts(space, *(int(z) for z in key))]
+        if not len(live):
+            continue
+        uniq, inv = _unique_rows(t_[live], p_[live], e_[live], f_[live], l_[live],
+                                 slot_stage[j, live])
+        table = np.array([[float(v) for _, v in _stage_counts(_sub(space, key[3], key[4]),
+                                                               int(key[0]), int(key[1]),
+                                                               int(key[2]), int(key[5]))]
                           for key in uniq]).reshape(-1, len(names))
         for col, name in enumerate(names):
-            counts[name][j, live] = table[inv.ravel(), col]
-        reps = {}
+            counts[name][j, live] = table[inv, col]
+        ids = np.empty(len(uniq), dtype=np.int64)
+        fac = np.empty(len(uniq))
         for u, key in enumerate(uniq):
-            rep = _template_rep(space, int(key[1]), int(key[3]))
-            if rep not in tmpl_rep:
+            rep, factor = _stage_template(space, int(key[1]), int(key[3]), int(key[4]),
+                                          int(key[5]))
+            if rep not in tmpl_index:
+                tmpl_index[rep] = len(tmpl_rep)
                 tmpl_rep.append(rep)
-            reps[u] = tmpl_rep.index(rep)
-        tmpl_id[j, live] = np.array([reps[u] for u in range(len(uniq))])[inv.ravel()]
+            ids[u], fac[u] = tmpl_index[rep], factor
+        tmpl_id[j, live] = ids[inv]
+        scale[j, live] = fac[inv]
     base_kw = dict(scal)
     base_kw.update(allow)
     base_kw.update({"s": float(space.seq_length), "c_f": float(space.capacity_factor),
@@ -647,6 +918,8 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
 
     def pick(kw, rows):
         return {k: (val[rows] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
+
+    time_cache: dict = {}
 
     for done, (rc, spf, inter, off, scheme) in enumerate(combos, 1):
         if progress is not None:
@@ -679,9 +952,15 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
             for q in np.unique(tid):
                 sub = np.flatnonzero(tid == q)
                 skw = rkw if len(sub) == len(ridx) else pick(rkw, sub)
-                _, states, acts, allowance = _template(space, rc, spf, inter, off, scheme,
-                                                       *tmpl_rep[q])
-                parts["activations"][sub] = _call(acts, skw)
+                sub_space, pq, stq = tmpl_rep[q]
+                _, states, acts, allowance, layer, phases = _fast_template(
+                    sub_space, rc, spf, inter, off, scheme, pq, stq)
+                # the decoder layers' activations scale with the stage's layer count
+                # (one layer kind per shared template, _stage_template)
+                fac_q = scale[j, rows[sub]]
+                act_q = _call(acts, skw) + fac_q * _call(layer, skw)
+                tf, tb, to = (_call(ex, skw) for ex in phases)
+                parts["activations"][sub] = act_q + np.maximum(np.maximum(tf, tb), to - act_q)
                 for term in states:
                     parts.setdefault(term.key, np.zeros(len(ridx)))[sub] = _call(term.expr, skw)
             allocated = sum(parts.values())
@@ -701,6 +980,8 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
         out_cols["row"].append(idx)
         for k in ("t", "p", "c", "d", "e", "v", "b"):
             out_cols[k].append(grid[k][idx])
+        out_cols["f"].append(f_[idx])
+        out_cols["l"].append(l_[idx])
         out_cols["m"].append(m_[idx])
         out_cols["recompute"].append(np.full(len(idx), rc, dtype=object))
         out_cols["sharding"].append(np.full(len(idx), scheme, dtype=object))
@@ -716,10 +997,22 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
             # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
             out_cols[key].append(col if np.isnan(col).all() else np.nan_to_num(col, nan=0.0))
         if want_time and B is not None:
-            out_cols["step_time"].append(_step_time(space, kw, rc, spf, scheme, gpus_of_row[idx],
-                                                    _dp_counts(counts, t_, p_, e_)[:, :, idx]))
+            # the step time depends on the choice only through (recompute, SP, DDP / ZeRO-3 /
+            # a sharded optimizer): priced once per such triple over every row, then indexed
+            tkey = (rc, spf, scheme if scheme in ("ddp", "zero3") else "sharded")
+            if tkey not in time_cache:
+                rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
+                full = _step_time(space, {k: grid[k][rows_t] for k in _KNOBS}, m_[rows_t],
+                                  f_[rows_t], l_[rows_t], rc, spf, scheme)
+                pos = np.full(n, -1, dtype=np.int64)
+                pos[rows_t] = np.arange(len(rows_t))
+                time_cache[tkey] = (full, pos)
+            full, pos = time_cache[tkey]
+            secs = {k: col[pos[idx]] for k, col in full.items()}
         else:
-            out_cols["step_time"].append(np.full(len(idx), np.nan))
+            secs = {k: np.full(len(idx), np.nan) for k in ("step_time",) + TIME_PARTS}
+        for key, col in secs.items():
+            out_cols[key].append(col)
     cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
     # drop term columns that are absent everywhere
     for key in _STATE_KEYS:
@@ -728,101 +1021,79 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     return cols
 
 
-def _dp_counts(counts: dict, t_, p_, e_):
-    """(slots x 2 x rows): the parameters data parallelism moves per GPU, as the step time's
-    dense term takes them (N = per-GPU dense count x p t) and the routed experts per GPU."""
+#: The step-time breakdown columns of a search [s]: the decoder layers' GEMM and attention
+#: compute, memory-bound operations, exposed communication (TP, EP, CP, PP, DP), pipeline
+#: bubble, optimizer step, and the rest (embedding, output layer and loss on the end stages)
+#: (:func:`memsym.timing.step.step_time_grid`; they add up to the step).
+TIME_PARTS = ("time_compute", "time_memory", "time_comm", "time_bubble", "time_optimizer",
+              "time_other")
+
+
+def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme: str) -> dict:
+    """Seconds per step [s] of each row and its breakdown (:data:`TIME_PARTS`), predicted by
+    :func:`memsym.timing.step.step_time_grid`: per-stage GEMMs after the TP/SP/CP/EP splits
+    on the GPU's efficiency curve (``efficiency``, when given, is the explicit achieved GEMM
+    efficiency ``eta_gemm``), memory-bound work at HBM bandwidth, collectives on the links
+    their groups cross with Megatron's default overlaps, the exact schedule's bubble (uneven
+    end stages included), the exposed DP sync and the optimizer step.
+
+    Sharding enters as Megatron's distributed optimizer (gradient reduce-scatter + parameter
+    all-gather once per step, overlapped) for ZeRO-1/2, as an all-reduce for DDP.  ZeRO-3 /
+    FSDP gathers the parameters in every micro-batch's forward and again in its backward and
+    reduce-scatters the gradients in every backward (DeepSpeed stage 3, FSDP2's
+    reshard_after_forward): m (AG + AG + RS), hidden behind the pipeline's compute where it
+    fits (prefetching), the rest exposed (assumption: the collectives' un-overlapped times
+    from :func:`memsym.timing.step.step_time_grid` with :meth:`Overlap.none`, AG = RS 2/b_g)."""
     import numpy as np
 
-    if "N_tp" in counts:
-        dense = (counts["N_tp"] / t_ + counts["N_rep"]) * p_ * t_
-        experts = counts["N_exp"] / (e_ * t_)
-    else:                 # LoRA: the frozen base per GPU, as the dense term takes it
-        dense, experts = counts["N_q"] * p_ * t_, np.zeros_like(counts["N_q"])
-    return np.stack([dense, experts], axis=1)
-
-
-def _step_time(space: Space, kw: dict, rc: str, spf: bool, scheme: str, gpus, counts):
-    """Seconds per step [s] of each row: compute + bubble
-    (:func:`memsym.terms.compute.step_time`, FLOP formula ``6n`` on the active parameters, so
-    a MoE counts the k of E experts a token passes through) + every group's communication on
-    the link its span crosses (no overlap: an upper bound).
-
-    Data parallelism moves each stage's own per-GPU parameters (``counts``: slots x
-    (N, N_e, ...) x rows, as :func:`_evaluate` holds them): the dense ones over the d c group,
-    the routed experts over the expert-data-parallel group t c d/(e t_e); the slowest stage
-    sets the step."""
-    import numpy as np
-
-    from .terms.model_state import byte_widths
+    from .timing.step import Overlap, Settings, step_time_grid
 
     x = space.arch
-    moe = bool(x.num_experts)
-    active, moe_layers = _model_numbers(x)
-    n = len(kw["t"])
-    tkw = dict(kw)
-    tkw.update({str(k): float(v) for k, v in byte_widths(scheme, space.precision,
-                                                          space.optimizer).items()})
-    tkw.update({"b_c": 2.0, "B": float(space.global_batch_size), "G": gpus.astype(float),
-                "F": float(space.gpu.peak(space.precision)), "eta": float(space.efficiency),
-                "alpha": float(space.latency), "beta_intra": float(space.intra_bw),
-                "beta_inter": float(space.inter_bw), "L": float(x.num_layers),
-                "L_m": float(moe_layers)})
-    total = np.zeros(n) + _call(_step_expr(rc), dict(tkw, N=float(active)))
-    shard = None if space.finetune != "full" else scheme
-    intra = _comm_terms(spf, shard, moe, rc, "intra")
-    inter = _comm_terms(spf, shard, moe, rc, "inter")
-    t_, c_, p_, e_ = kw["t"], kw["c"], kw["p"], kw["e"]
-    span = {"tp": t_, "cp": t_ * c_, "pp": t_ * c_ * p_, "dp": gpus.astype(float),
-            "ep": t_ * c_ * p_ * e_}
-    for (key, a_expr), (_, b_expr) in zip(intra, inter):
-        on_node = span[key] <= space.gpus_per_node
-
-        def secs(a_, b_, kw_):
-            return np.where(on_node, np.broadcast_to(_call(a_, kw_), n),
-                            np.broadcast_to(_call(b_, kw_), n))
-
-        if key != "dp":
-            total += secs(a_expr, b_expr, tkw)
-            continue
-        # the dp term moves Psi = N/(p t) per GPU; counts[j, 0] is already N (the stage's
-        # dense per-GPU count times p t, as _states takes it), counts[j, 1] the experts per GPU
-        worst = np.zeros(n)
-        for j in range(counts.shape[0]):
-            sec = secs(a_expr, b_expr, dict(tkw, N=counts[j, 0]))
-            if moe:
-                sec = sec + secs(_expert_dp(a_expr), _expert_dp(b_expr),
-                                 dict(tkw, N=counts[j, 1] * p_ * t_))
-            worst = np.maximum(worst, sec)
-        total += worst
-    return total
-
-
-@functools.lru_cache(maxsize=256)
-def _expert_dp(expr):
-    """A data-parallel traffic term moved to the expert-data-parallel group: d -> d t/(e t_e)
-    (the term's group is d c, so it becomes t c d/(e t_e), as Megatron-Core builds it)."""
-    return expr.xreplace({d: d * t / (e * t_e)})
-
-
-@functools.lru_cache(maxsize=64)
-def _step_expr(rc: str):
-    """Compute + bubble of :func:`memsym.terms.compute.step_time` with FLOP formula ``6n``
-    (interleaved form: v = 1 gives the plain 1F1B bubble (p - 1)/m)."""
-    from .terms.compute import step_time
-
-    return step_time(recompute=rc, interleaved=True, pipeline=True, formula="6n").expr
-
-
-@functools.lru_cache(maxsize=256)
-def _comm_terms(spf: bool, sharding, moe: bool, rc: str, link: str) -> tuple:
-    """``(group, seconds)`` of :func:`memsym.terms.communication.communication_time` with
-    every group on ``link``; the search picks intra or inter per layout from its span."""
-    from .terms.communication import communication_time
-
-    tot = communication_time(placement_map={g_: link for g_ in ("tp", "cp", "pp", "dp", "ep")},
-                             sequence_parallel=spf, pipeline=True, interleaved=True,
-                             sharding=sharding, context="ring", expert=moe, recompute=rc)
-    return tuple((term.key, term.expr) for term in tot)
+    L_ = x.num_layers
+    n = len(knobs["t"])
+    if n == 0:
+        return {k: np.zeros(0) for k in ("step_time",) + TIME_PARTS}
+    st = Settings(seq_length=space.seq_length, micro_batch_size=int(knobs["b"][0]),
+                  recompute=rc, sequence_parallel=bool(spf),
+                  flash_attention=space.flash_attention, dropout=space.dropout,
+                  precision=space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32")
+                  else "bf16",
+                  distributed_optimizer=scheme != "ddp",
+                  schedule="gpipe" if space.schedule == "gpipe" else "1f1b")
+    p_ = knobs["p"]
+    even = (f_ == 0) & (l_ == 0)
+    # the even split as explicit end stages of L/p layers (the middle then holds L/p too)
+    first = np.where(f_ > 0, f_, L_ / p_)
+    last = np.where(l_ > 0, l_, L_ / p_)
+    one_given = ~even & ((f_ == 0) | (l_ == 0))
+    if one_given.any():        # one end given: the others split the rest evenly
+        inner = p_ - 1
+        rest = np.where(f_ > 0, (L_ - f_) / np.maximum(inner, 1), (L_ - l_) / np.maximum(inner, 1))
+        first = np.where(one_given & (f_ == 0), rest, first)
+        last = np.where(one_given & (l_ == 0), rest, last)
+    eta = None if space.efficiency is None else float(space.efficiency)
+    out = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
+                         e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
+                         m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
+                         eta_gemm=eta, first_stage_layers=first, last_stage_layers=last)
+    col = {k: np.broadcast_to(np.asarray(out[k], dtype=float), (n,)) for k in (
+        "step", "compute", "memory", "bubble", "optimizer", "tp", "ep", "cp", "pp", "dp",
+        "pipeline")}
+    if scheme == "zero3":
+        bare = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
+                              e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
+                              m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
+                              overlap=Overlap.none(), eta_gemm=eta, first_stage_layers=first,
+                              last_stage_layers=last)
+        once = np.asarray(bare["dp"], dtype=float)        # RS + AG, nothing hidden
+        ag = once * 2 / (2 + st.grad_bytes)
+        dp3 = np.maximum(0, np.maximum(m_, 1) * (once + ag) - col["pipeline"])
+        col = dict(col, step=col["step"] - col["dp"] + dp3, dp=dp3)
+    res = {"step_time": col["step"], "time_compute": col["compute"], "time_memory": col["memory"],
+           "time_comm": col["tp"] + col["ep"] + col["cp"] + col["pp"] + col["dp"],
+           "time_bubble": col["bubble"], "time_optimizer": col["optimizer"]}
+    res["time_other"] = res["step_time"] - sum(res[k] for k in TIME_PARTS[:-1])
+    return res
 
 
 @functools.lru_cache(maxsize=64)
@@ -877,8 +1148,10 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         ``dropout`` (True: Megatron keeps dropout masks by default), ``allowances`` (overrides of the training allowances),
         ``finetune`` ("full", "lora", "qlora"), ``lora_rank``, ``lora_targets``,
         ``quantization``, ``first_stage_layers``/``last_stage_layers``, ``capacity``,
-        ``gpus_per_node``, ``cluster``, ``efficiency`` (achieved fraction of peak FLOP/s,
-        0 < efficiency <= 1; default 1/2), ``capacity_factor`` (MoE, > 0; default 1).
+        ``gpus_per_node``, ``cluster``, ``efficiency`` (the explicit override: one achieved
+        GEMM efficiency, 0 < efficiency <= 1; default None, predicted per GEMM shape),
+        ``capacity_factor`` (MoE, > 0; default 1), ``uneven`` (True: offer uneven first/last
+        stages, :func:`stage_splits`, where none are given).
 
     Returns
     -------
@@ -916,7 +1189,7 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         for name, mask in _rules.masks(space.arch, _choice_knobs(okk, spf, off, scheme),
                                        _CHOICE_RULES).items():
             excluded[name] += int(mask.sum())
-    valid = {k: grid[k][ok] for k in _KNOBS}
+    valid = {k: grid[k][ok] for k in _KNOBS + ("f", "l")}
     gpus_row = np.full(n_ok, G_, dtype=np.int64)
     cols = _evaluate(space, valid, gpus_row, progress)
     cols["headroom"] = space.capacity - cols["memory"] if len(cols["memory"]) else np.array([])
@@ -965,7 +1238,11 @@ def _row_totals(space: Space, row: Mapping):
     from .training import Layout, training_values
 
     tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in _KNOBS)
-    lay = Layout(t=tt, p=pp, d=dd, c=cc, e=ee, v=vv if vv > 1 else None)
+    space = _sub(space, row.get("first_stage_layers") or space.first_stage_layers or 0,
+                 row.get("last_stage_layers") or space.last_stage_layers or 0)
+    lay = Layout(t=tt, p=pp, d=dd, c=cc, e=ee, v=vv if vv > 1 else None,
+                 first_stage_layers=space.first_stage_layers,
+                 last_stage_layers=space.last_stage_layers)
     # m is set here (not from B by training_values): smallest_d asks at d = 1, where b d
     # need not divide B yet
     vals = training_values(space.arch, lay, space.training(micro_batch_size=bb,

@@ -372,12 +372,14 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers)
     pattern = models.moe_layer_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
-    lin = sum(models.layer_parameters(x, pattern[i])["tp"] for i in sp_.layers)
+    # one layer_parameters call per layer kind (dense, MoE), not per layer: memsym.search
+    # asks for hundreds of stages
+    per_kind = {kind: models.layer_parameters(x, kind) for kind in {pattern[i] for i in sp_.layers}}
+    lin = sum(per_kind[pattern[i]]["tp"] for i in sp_.layers)
     # the largest layer's parameters on one GPU: what FSDP2 / ZeRO-3 gather at once
     largest = max((sp.Rational(q["tp"], layout.t) + q["replicated"]
                    + sp.Rational(q["experts"], layout.e * layout.expert_tp)
-                   for q in (models.layer_parameters(x, pattern[i]) for i in sp_.layers)),
-                  default=sp.Integer(0))
+                   for q in per_kind.values()), default=sp.Integer(0))
     if training.finetune == "full":
         return {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
                 N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}

@@ -57,7 +57,9 @@ def cluster_known(args) -> bool:
 
 def communication_report(args, arch, layout, training) -> dict:
     """``communication``, ``bubble``, ``flops``, ``step_time_s``, ``mfu`` of the layout on the
-    cluster the options describe (:func:`memsym.terms.compute.step_report`)."""
+    cluster the options describe (:func:`memsym.terms.compute.step_report` with the layout:
+    step time, bubble and MFU from :func:`memsym.timing.step.step_time`, the exact schedule;
+    MFU on GEMM-count FLOPs; ``--efficiency`` the explicit achieved-GEMM-efficiency override)."""
     from ..model import active_parameter_count, moe_layer_pattern, stage_parameters
     from ..terms.compute import step_report
     from ..training import arch_values, microbatches
@@ -89,7 +91,8 @@ def communication_report(args, arch, layout, training) -> dict:
         efficiency=args.efficiency, gpus_per_node=args.gpus_per_node,
         intra_node_bandwidth=None if args.intra_node_bandwidth is None else args.intra_node_bandwidth * gb,
         inter_node_bandwidth=None if args.inter_node_bandwidth is None else args.inter_node_bandwidth * gb,
-        dp_params=dp_params, formula="6n")
+        dp_params=dp_params, formula="6n", arch=arch, layout=layout, training=training,
+        mfu_flops=getattr(args, "mfu_flops", None) or "gemm")
 
 
 def model_state_report(args) -> dict:

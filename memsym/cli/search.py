@@ -34,6 +34,15 @@ def add_search_options(parser) -> None:
                        ("--ep", "expert"), ("--vpp", "virtual pipeline")):
         parser.add_argument(flag, type=positive_int, nargs="+", default=None, metavar="K",
                             help=f"restrict the {what}-parallel sizes tried")
+    parser.add_argument("--decoder-first-pipeline-num-layers", type=positive_int, default=None,
+                        metavar="N", help="layers on the first pipeline stage (Megatron-LM's "
+                        "option; restricts the search to it)")
+    parser.add_argument("--decoder-last-pipeline-num-layers", type=positive_int, default=None,
+                        metavar="N", help="layers on the last pipeline stage (restricts the "
+                        "search to it)")
+    parser.add_argument("--no-uneven-stages", action="store_true",
+                        help="do not offer uneven first/last pipeline stages (default: offered "
+                        "where the other stages split the rest evenly)")
     parser.add_argument("--no-sequence-parallel", action="store_true",
                         help="do not try Megatron sequence parallelism")
     parser.add_argument("--precision", type=choice("precision", tuple(PRECISIONS)), default="bf16")
@@ -51,8 +60,9 @@ def add_search_options(parser) -> None:
     parser.add_argument("--gpu-memory", type=capacity, default=None, metavar="C",
                         help="capacity override: 80GB (1e9), 80GiB (2^30) or bytes")
     parser.add_argument("--efficiency", type=fraction, default=None, metavar="ETA",
-                        help="achieved fraction of peak FLOP/s for the step time, 0 < ETA <= 1 "
-                        "(default 0.5)")
+                        help="override: one achieved GEMM efficiency (fraction of peak "
+                        "FLOP/s), 0 < ETA <= 1 (default: predicted per GEMM shape and GPU, "
+                        "memsym.timing)")
     parser.add_argument("--json", action="store_true", help="JSON on stdout")
 
 
@@ -88,7 +98,10 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
                finetune=args.finetune, lora_rank=args.lora_rank, capacity=args.gpu_memory,
                gpus_per_node=args.gpus_per_node, efficiency=args.efficiency,
                tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, vpp=args.vpp,
-               sequence_parallel=(False,) if args.no_sequence_parallel else (False, True))
+               sequence_parallel=(False,) if args.no_sequence_parallel else (False, True),
+               first_stage_layers=args.decoder_first_pipeline_num_layers,
+               last_stage_layers=args.decoder_last_pipeline_num_layers,
+               uneven=not args.no_uneven_stages)
     if args.micro_batch_size:
         out["micro_batch_sizes"] = args.micro_batch_size
     if args.recompute:
@@ -146,6 +159,8 @@ def layout_json(row: dict) -> dict:
     """The layout part of a JSON row (Megatron-like names)."""
     return {"tp": row["t"], "pp": row["p"], "cp": row["c"], "dp": row["d"], "ep": row["e"],
             "vpp": row["v"], "micro_batch_size": row["b"], "num_microbatches": row.get("m"),
+            "decoder_first_pipeline_num_layers": row.get("first_stage_layers"),
+            "decoder_last_pipeline_num_layers": row.get("last_stage_layers"),
             "recompute": row["recompute"], "sharding": row["sharding"],
             "sequence_parallel": bool(row["sequence_parallel"]), "offload": row["offload"]}
 
@@ -183,7 +198,8 @@ def run(args) -> int:
             "headroom_bytes": number_out(cap - exact["bytes"]["total"]),
             "fits": bool(exact["bytes"]["total"] <= cap),
             "stage": exact["stage"], "binding": row["binding"],
-            "step_time_s": row["step_time"], "units": "bytes",
+            "step_time_s": row["step_time"],
+            "step_time_parts_s": row.get("time"), "units": "bytes",
         } for row, exact in rows])
         return 0
     text = render(res, rows)
@@ -214,16 +230,22 @@ def render(res, rows) -> str:
         lines.append("note: " + note)
     lines.append("")
     lines.append(f"{'#':>3} {'t':>3} {'p':>4} {'c':>4} {'d':>6} {'e':>3} {'v':>3} {'b':>3} "
-                 f"{'recompute':<10}{'sharding':<22}{'SP':<4}{'GB':>9}{'free GB':>9}"
+                 f"{'ends':>7} {'recompute':<10}{'sharding':<22}{'SP':<4}{'GB':>9}{'free GB':>9}"
                  f"{'step s':>10}  binding")
     for n, (row, exact) in enumerate(rows, 1):
         tot = float(exact["bytes"]["total"])
         st = "" if row["step_time"] is None else f"{row['step_time']:.4g}"
+        f_, l_ = row.get("first_stage_layers"), row.get("last_stage_layers")
+        ends = "even" if f_ is None and l_ is None else f"{f_ or '-'}/{l_ or '-'}"
         lines.append(f"{n:>3} {row['t']:>3} {row['p']:>4} {row['c']:>4} {row['d']:>6} {row['e']:>3} "
-                     f"{row['v']:>3} {row['b']:>3} {row['recompute']:<10}{row['sharding']:<22}"
+                     f"{row['v']:>3} {row['b']:>3} {ends:>7} {row['recompute']:<10}"
+                     f"{row['sharding']:<22}"
                      f"{'yes' if row['sequence_parallel'] else 'no':<4}{tot / 1e9:>9.3f}"
                      f"{(sp_.capacity - tot) / 1e9:>9.3f}{st:>10}  {row['binding']}")
         parts = ", ".join(f"{k} {float(v) / 1e9:.3f}" for k, v in exact["bytes"].items()
                           if k != "total")
         lines.append(f"      stage {exact['stage']}: {parts} GB")
+        if row.get("time"):
+            lines.append("      step: " + ", ".join(f"{k} {v:.3g}" for k, v in row["time"].items())
+                         + " s")
     return "\n".join(lines)

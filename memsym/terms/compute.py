@@ -469,7 +469,8 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
                 expert: bool = False, interleaved: bool = False, scatter_gather: bool = False,
                 overlap: str = "none", efficiency=None, formula: str = "memsym",
                 gpus_per_node=None, intra_node_bandwidth=None, inter_node_bandwidth=None,
-                dp_params=None) -> dict:
+                dp_params=None, arch=None, layout=None, training=None,
+                mfu_flops: str = "gemm") -> dict:
     """Communication, bubble, FLOPs, step time and MFU of one configuration, as plain numbers.
 
     Parameters
@@ -492,6 +493,19 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         split (default ``values["N"]``).  ``N`` prices the FLOPs, which for a mixture of
         experts follow the *active* parameters; every expert's gradients are reduced, so pass
         the total count there (Mixtral 8x7B: 46.7e9 total against 12.9e9 active).
+    arch, layout, training : optional
+        A resolved architecture with its :class:`memsym.training.Layout` and
+        :class:`memsym.training.Training`: then the step time, the bubble and the MFU are
+        predicted by :func:`memsym.timing.step.step_time` (GEMMs after the splits on the
+        GPU's efficiency curve, collectives with overlap, Megatron's exact schedule; the
+        breakdown in ``step_time_parts_s``), ``efficiency`` being the explicit achieved GEMM
+        efficiency override (None: predicted); without them, the closed form
+        :func:`step_time` at ``efficiency``.
+    mfu_flops : {"gemm", "6n"}
+        The MFU numerator with ``arch``: ``"gemm"`` the model FLOPs counted from the GEMM
+        shapes and causal attention (:func:`memsym.timing.gemm.forward_flops_per_token`
+        x 3, as Meta and docs/time-accuracy.md count them), ``"6n"`` the 6N-per-token
+        convention of :func:`flops_per_iteration`.
     Other keywords as :func:`memsym.terms.communication.communication_per_step` and
     :func:`step_time`.
 
@@ -583,6 +597,9 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     def num(x, what):
         return _num(x, what, given)
 
+    if arch is not None:
+        return _predicted_report(locals(), arch, layout, training, clu, efficiency, mfu_flops,
+                                 num)
     return {
         "communication": {key: {"bytes": num(bytes_bd[key], f"{key} bytes"),
                                 "seconds": num(secs_bd[key], f"{key} time [s]"),
@@ -605,5 +622,73 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
             "overlap": overlap, "recompute": recompute, "layout_order": ", ".join(LAYOUT_ORDER),
             "bandwidth_convention": "per direction (NVLink: half the vendor figure; NIC per port)",
             **({"peak_note": hardware.FP32_PEAK_NOTE} if precision_key == "fp32" else {}),
+        },
+    }
+
+
+def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_flops, num) -> dict:
+    """:func:`step_report` with the step time of :func:`memsym.timing.step.step_time` (exact
+    schedule) and the MFU on GEMM-count (or 6N) model FLOPs."""
+    from dataclasses import replace as _replace
+
+    from ..timing.gemm import forward_flops_per_token, shape_of
+    from ..timing.schedule import bubble_fraction as schedule_bubble
+    from ..timing.step import step_time as predicted_step
+    from ..training import microbatches
+
+    kind = choose("MFU FLOP count", mfu_flops, ("gemm", "6n"))
+    if microbatches(layout, training) is None:     # one micro-batch per step when none given
+        training = _replace(training, num_microbatches=1, global_batch_size=None)
+    eta_gemm = None if efficiency is None else float(positive(efficiency, "efficiency"))
+    st = predicted_step(arch, layout, training, clu.gpu.name, clu, eta_gemm=eta_gemm)
+    batch, gpus_total = ctx["batch"], ctx["gpus_total"]
+    s_ = training.seq_length
+    peak = float(clu.gpu.peak(training.precision)) * gpus_total
+    six_n = float(ctx["model"])
+    gemm = 3.0 * forward_flops_per_token(shape_of(arch), s_, causal=True) * batch * s_
+    model = gemm if kind == "gemm" else six_n
+    # hardware FLOPs: full recomputation runs every forward twice (4 passes, not 3);
+    # selective recomputes attention's core only (priced in the step, not counted here)
+    hardware_ = model * (sp.Rational(4, 3) if training.recompute == "full" else 1)
+    busy = st.parts["pipeline"] - st.bubble
+    base = ctx["bytes_bd"], ctx["secs_bd"], ctx["byte_total"], ctx["links"]
+    bytes_bd, secs_bd, byte_total, links = base
+    return {
+        "communication": {key: {"bytes": num(bytes_bd[key], f"{key} bytes"),
+                                "seconds": num(secs_bd[key], f"{key} time [s]"),
+                                "exposed_seconds": float(st.parts.get(key, 0.0)),
+                                "link": links[key]} for key in byte_total.keys},
+        # the schedule's idle fraction on uniform stages (Megatron's order simulated: (p-1)/m
+        # for 1F1B, (p-1)/(v m) interleaved where that holds); its seconds with the real
+        # stage times (embedding, output layer, uneven ends) are step_time_parts_s["bubble"]
+        "bubble": float(schedule_bubble(
+            "gpipe" if training.schedule == "gpipe" else "1f1b", layout.p,
+            st.assumptions["microbatches"], layout.v or 1,
+            backward_ratio=3 if training.recompute == "full" else 2)),
+        "bubble_of_busy_time": float(st.bubble / busy) if busy > 0 else 0.0,
+        "flops": {"model": float(model), "hardware": float(hardware_), "model_6n": six_n,
+                  "model_gemm": float(gemm)},
+        "step_time_s": float(st.total),
+        "step_time_parts_s": {k: float(v) for k, v in st.parts.items()},
+        "mfu": float(model / (peak * st.total)),
+        "hfu": float(hardware_ / (peak * st.total)),
+        "global_batch": batch,
+        "tokens_per_step": batch * int(s_),
+        "gpus": gpus_total,
+        "warnings": ctx["layout_warnings"](ctx["vals"], clu.gpus_per_node),
+        "assumptions": {
+            "cluster": clu.name, "gpu": clu.gpu.name, "precision": training.precision,
+            "peak_flops_per_gpu": float(clu.gpu.peak(training.precision)),
+            "efficiency": None if eta_gemm is None else eta_gemm,
+            "step_model": "memsym.timing.step.step_time: GEMM shapes on the efficiency curve, "
+                          "collectives with overlap, exact pipeline schedule",
+            "mfu_flops": kind, "microbatches": st.assumptions["microbatches"],
+            "overlap": {k: getattr(st.assumptions["overlap"], k)
+                        for k in st.assumptions["overlap"].__dataclass_fields__},
+            "gpus_per_node": clu.gpus_per_node,
+            "intra_node_bandwidth_bytes_per_s": float(clu.intra_node_bandwidth),
+            "inter_node_bandwidth_bytes_per_s": float(clu.inter_node_bandwidth),
+            "recompute": training.recompute,
+            "launchable": st.assumptions["launchable"],
         },
     }
