@@ -101,6 +101,18 @@ class Space:
     """What is searched: a model on a GPU type, a training setup and the knob choices.
 
     Build it with :func:`search` / :func:`min_gpus` keywords; fields mirror them.
+
+    Attributes
+    ----------
+    capacity : int
+        GPU memory capacity [bytes].
+    seq_length : int
+        Sequence length [tokens].
+    global_batch_size : int or None
+        Global batch size [sequences].
+    tp, pp, cp, ep : tuple of int or None
+        The tensor-, pipeline-, context- and expert-parallel sizes the search is restricted
+        to (None: every divisor) [GPUs].
     """
 
     arch: object
@@ -283,6 +295,15 @@ def stage_splits(num_layers: int, p: int, vpp=(1,)) -> tuple:
     (p = 2: f + l = L with |f - l| <= 2v), the even split excluded (it is the ``(0, 0)`` row).
     Bounded: per v at most ``4v/p + 1`` middle sizes and 3 splits each.
 
+    Parameters
+    ----------
+    num_layers : int
+        Decoder layers L.
+    p : int
+        Pipeline-parallel size (number of stages) [GPUs].
+    vpp : tuple of int
+        Virtual stages per pipeline rank tried.
+
     Examples
     --------
     Llama 3 405B (126 layers) on 16 stages: Meta's 7 + 14 x 8 + 7 and its neighbours:
@@ -326,6 +347,11 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
     are offered) for v; the micro-batch list for b; f, l the first/last stage sizes (0: the
     even split; the given sizes only where ``first_stage_layers``/``last_stage_layers`` are
     set; else the even split and :func:`stage_splits` unless ``uneven`` is off).
+
+    Parameters
+    ----------
+    gpus : int
+        Number of GPUs (world size) [GPUs].
     """
     import numpy as np
 
@@ -699,6 +725,7 @@ class SearchResult:
     ----------
     space : Space
     gpus : int
+        Number of GPUs (world size) [GPUs].
     columns : dict
         Knobs (``t p c d e v b m``), choices (``recompute sharding sequence_parallel offload``),
         ``memory`` (the most-loaded GPU [bytes]), ``stage`` (its pipeline stage), one column
@@ -1135,7 +1162,7 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         A catalogue GPU (``h100-80gb``); its memory is the capacity unless ``capacity`` is
         given [bytes].
     gpus : int
-        The world size G.
+        The world size G [GPUs].
     progress : callable, optional
         Called as ``progress(done, total)`` per discrete choice (the command line uses it to
         show progress on stderr).
@@ -1273,7 +1300,7 @@ class MinGpus:
     Attributes
     ----------
     gpus : int
-        The answer G = t p c d.
+        The answer G = t p c d [GPUs].
     layout : dict
         The layout chosen at that count (best step time, else most headroom).
     bytes : dict
@@ -1323,6 +1350,22 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
     search compares; the answer is the largest of them, moved up to the next d the batch
     rule allows.  ``m`` is replaced by ``B/(b d)`` when a global batch is given, so the
     pipeline's in-flight micro-batches shrink with d as they do in Megatron.
+
+    Parameters
+    ----------
+    t : int
+        Tensor-parallel size [GPUs].
+
+    p : int
+        Pipeline-parallel size (number of stages) [GPUs].
+    c : int
+        Context-parallel size [GPUs].
+    e : int
+        Expert-parallel size [GPUs].
+    b : int
+        Micro-batch size [sequences].
+    v : int
+        Virtual pipeline stages (model chunks) per pipeline rank [1].
 
     Returns
     -------

@@ -166,7 +166,7 @@ def frozen_weights(quantization: str = "bf16", params=None, *, sharded: bool = F
     quantization : str
         One of :data:`QUANTIZATIONS` (``nf4-dq`` is QLoRA's NF4 with double quantization).
     params : sympy.Expr, optional
-        Frozen parameters held by this GPU's model-parallel shard (default ``N/(p t)``).
+        Frozen parameters held by this GPU's model-parallel shard (default ``N/(p t)``) [parameters].
     sharded : bool
         Frozen weights sharded over data parallel too (FSDP / ZeRO-3): divided by d.
 
@@ -193,6 +193,12 @@ def adapter_state(adapter_dtype: str = "fp32", params=N_a) -> Total:
     with :math:`b_a` the adapter weight bytes (fp32: 4, PEFT's default) and the byte widths
     :math:`b_g, b_m, b_o` of :func:`memsym.terms.model_state.byte_widths` (fp32 adapters need
     no separate master copy: substitute ``b_m = 0``).
+
+    Parameters
+    ----------
+    params : int
+        Total number of model parameters [parameters].
+
 
     Examples
     --------
@@ -225,7 +231,7 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
         Storage of the frozen base (``bf16`` for LoRA, ``nf4-dq`` for QLoRA).
     adapter_dtype : {"fp32", "bf16", "fp16"}
     params : sympy.Expr, optional
-        Frozen parameters per GPU (default ``N/(p t)``).
+        Frozen parameters per GPU (default ``N/(p t)``) [parameters].
     adapters : sympy.Expr
         Trainable adapter parameters per GPU (default the symbol ``N_a``; the paper's form
         is :func:`lora_parameters`).
@@ -259,6 +265,12 @@ def qlora(adapter_dtype: str = "fp32", *, double_quant: bool = True, params=None
     r"""QLoRA: :func:`lora` with an NF4 base (with or without double quantization) [bytes].
 
     .. math:: M = \frac{N}{p\,t}\,\Bigl(\frac{4 + 0.127}{8}\Bigr) + N_a\,(b_a + b_g + b_m + b_o)
+
+    Parameters
+    ----------
+    params : int
+        Total number of model parameters [parameters].
+
 
     Examples
     --------

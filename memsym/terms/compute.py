@@ -276,7 +276,7 @@ def step_time(*, recompute: str = "none", communication: Total | None = None,
         FLOP count (:func:`flops_per_iteration`); the default is shared with :func:`mfu`
         and :func:`hfu`.
     batch, gpus : sympy.Expr
-        Sequences per iteration :math:`B` and GPUs :math:`G` (defaults: the symbols).
+        Sequences per iteration :math:`B` and GPUs :math:`G` (defaults: the symbols) [GPUs].
 
     Examples
     --------
@@ -319,6 +319,12 @@ def mfu(step: Total | sp.Expr, formula: str = "memsym", batch=B, gpus=G) -> sp.E
 
         \mathrm{MFU} = \frac{F_{\text{model}}}{G\,F_{\text{peak}}\,t_{\text{step}}}
 
+    Parameters
+    ----------
+    gpus : int
+        Number of GPUs (world size) [GPUs].
+
+
     Examples
     --------
     Without pipeline, communication or recomputation MFU is the efficiency itself:
@@ -347,6 +353,12 @@ def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "memsym",
 
     ``formula`` defaults to ``"memsym"`` like :func:`step_time`, so the HFU of a step
     computed with the defaults is :math:`\eta` when nothing else takes time.
+
+    Parameters
+    ----------
+    gpus : int
+        Number of GPUs (world size) [GPUs].
+
 
     Examples
     --------
@@ -381,6 +393,14 @@ def training_time(recompute: bool = True, tokens=T, params=N, gpus=G) -> Total:
 
         t \approx \frac{8\,T\,P}{n\,X} \quad\text{(with recomputation; } 6\,T P/(n X)
         \text{ without)}, \qquad X = \eta\,F_{\text{peak}}
+
+    Parameters
+    ----------
+    params : int
+        Total number of model parameters [parameters].
+
+    gpus : int
+        Number of GPUs (world size) [GPUs].
 
     Examples
     --------
@@ -420,6 +440,12 @@ def training_time_from_steps(step: Total, tokens=T, batch=B) -> Total:
 def gpu_hours(time: Total, gpus=G) -> Total:
     r"""GPU-hours: :math:`G\cdot t/3600` [GPU h].
 
+    Parameters
+    ----------
+    gpus : int
+        Number of GPUs (world size) [GPUs].
+
+
     Examples
     --------
     >>> gpu_hours(training_time()).expr
@@ -435,6 +461,12 @@ def gpu_hours(time: Total, gpus=G) -> Total:
 
 def training_cost(time: Total, gpus=G, rate=price) -> Total:
     r"""Cost: price per GPU-hour x GPU-hours (seed 004's checklist) [currency].
+
+    Parameters
+    ----------
+    gpus : int
+        Number of GPUs (world size) [GPUs].
+
 
     Examples
     --------

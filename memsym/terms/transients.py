@@ -129,6 +129,12 @@ def torch_cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     :func:`memsym.terms.activations.output_activations`), the fp32 copy and the bf16 ``pred``
     (deleted by the train step only after the loss returns) are alive.
 
+    Parameters
+    ----------
+    tp : int
+        Tensor-parallel size [GPUs].
+
+
     Examples
     --------
     >>> torch_cross_entropy_transient().evaluate(s=8192, b=2, c=1, V=128256, t=1) \
@@ -166,6 +172,12 @@ def fsdp2_transients(group_params=None, dp=None) -> Total:
     (all-gathered params; the block's unsharded gradients in param_dtype; reduce-scatter input
     and output in reduce_dtype).  Dim-0 padding to a multiple of :math:`d` is neglected here;
     :func:`memsym.terms.framework_state.fsdp2_padded_numel` counts it exactly.
+
+    Parameters
+    ----------
+    dp : int
+        Data-parallel size [GPUs].
+
 
     Examples
     --------
@@ -324,6 +336,12 @@ def megatron_buckets(dp=None):
     parameters in place into ``param_data``, so the buckets add no memory beyond the model
     states; they size NCCL's messages.  Buckets exist only with ``overlap_grad_reduce`` and on
     pipeline rank 0.
+
+    Parameters
+    ----------
+    dp : int
+        Data-parallel size [GPUs].
+
 
     Examples
     --------
