@@ -38,7 +38,7 @@ import sympy as sp
 
 from .errors import InvalidValueError, MemsymError, NoFitError, UnknownNameError, choose
 from .symbols import M_alloc, V, d
-from .values import exact
+from .values import boolean, exact
 from . import rules as _rules
 from .job import DEFAULTS
 from .training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
@@ -64,11 +64,22 @@ def _divisors(n: int) -> list:
     return sorted(set(small + [n // i for i in small]))
 
 
+#: The memsym.limits limit each searched size is bounded by (every loop and grid is bounded).
+_LIMIT_OF = {"gpus": "gpus", "max_gpus": "gpus", "gpus_per_node": "gpus", "seq_length": "sequence",
+             "global_batch_size": "global_batch", "micro-batch size": "micro_batch",
+             "lora_rank": "rank", "tp": "gpus", "pp": "gpus", "cp": "gpus", "ep": "gpus",
+             "vpp": "layers"}
+
+
 def _pos(value, what):
     # numbers only: int("abc"), int(nan), int(inf) and int(None) would escape as other errors
     if isinstance(value, bool) or not isinstance(value, numbers.Real) \
             or not math.isfinite(value) or int(value) != value or int(value) < 1:
         raise InvalidValueError(f"{what} must be a whole number >= 1, got {value!r:.40}")
+    if what in _LIMIT_OF:
+        from .limits import check_limit
+
+        check_limit(_LIMIT_OF[what], int(value), what)
     return int(value)
 
 
@@ -265,7 +276,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         ep=_int_list(ep, "ep"), vpp=_int_list(vpp, "vpp"),
         precision=prec, optimizer=choose("optimizer", optimizer, OPTIMIZERS),
         convention=_choices("convention", [convention], CONVENTIONS)[0],
-        flash_attention=bool(flash_attention), dropout=bool(dropout), schedule=schedule,
+        flash_attention=boolean(flash_attention, "flash_attention"),
+        dropout=boolean(dropout, "dropout"), schedule=schedule,
         allowances=al, finetune=finetune, lora_rank=_pos(lora_rank, "lora_rank"),
         lora_targets=lora_targets, quantization=quantization,
         first_stage_layers=None if first_stage_layers is None else int(first_stage_layers),
@@ -1216,6 +1228,12 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         for name, mask in _rules.masks(space.arch, _choice_knobs(okk, spf, off, scheme),
                                        _CHOICE_RULES).items():
             excluded[name] += int(mask.sum())
+    if n_ok == 0:
+        # an impossible restriction is bad input, not "nothing fits": say which rules
+        names = [f"{name} ({RULES[name]})" for name, count in
+                 sorted(excluded.items(), key=lambda kv: -kv[1]) if count]
+        raise InvalidValueError(f"no layout of {G_} GPUs passes the framework rules with these "
+                                "restrictions; excluded by " + "; ".join(names[:4]))
     valid = {k: grid[k][ok] for k in _KNOBS + ("f", "l")}
     gpus_row = np.full(n_ok, G_, dtype=np.int64)
     cols = _evaluate(space, valid, gpus_row, progress)

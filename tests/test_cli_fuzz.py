@@ -108,3 +108,31 @@ def test_the_contract_holds_for_the_listed_edge_inputs(capsys):
         out, err = capsys.readouterr()
         assert code in (1, 2) and out == "" and err.count("\n") == 1, (argv, code, err)
     assert math.isfinite(1.0)
+
+
+def test_search_edges_one_line_exit_2(capsys):
+    # issue 15: sizes past the limits and impossible restrictions are bad input (exit 2, the
+    # rule in words), not tracebacks, hangs or "nothing fits"
+    for argv, needle in (
+            (["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "1000000000000000000"], "2^40"),
+            (["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8", "--micro-batch-size",
+              "1" + "0" * 30], "limit"),
+            (["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8", "--cp", "2",
+              "--seq-length", "4095"], "cp-seq"),
+            (["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8", "--ep", "2"], "ep-experts"),
+            (["min-gpus", "llama2-7b", "--gpu", "h100-80gb", "--global-batch-size",
+              "1000000000000000000"], "limit")):
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, (argv, err)
+
+
+def test_search_flags_must_be_booleans():
+    import pytest
+
+    from memsym.errors import InvalidValueError
+    from memsym.search import search
+
+    for key in ("flash_attention", "dropout"):
+        with pytest.raises(InvalidValueError, match=key):
+            search("llama2-7b", "h100-80gb", 8, **{key: "false"})
