@@ -317,11 +317,5 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:  # pragma: no cover - exercised through the CLI
-    from .cli import main as cli_main
-
-    return cli_main(["bench", *(argv or [])])
-
-
 def to_json(results: dict) -> str:
     return json.dumps(results, indent=2, default=float)

@@ -17,82 +17,12 @@ def add_parser(sub) -> None:
     from .training_options import add_training_options  # issue 3: MODEL, layout, training
 
     add_training_options(parser)
-    from .training_options import add_megatron_inputs
+    from .training_options import add_cluster_options, add_megatron_inputs
 
     add_megatron_inputs(parser)
     add_cluster_options(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(run=run)
-
-
-def add_cluster_options(parser) -> None:
-    """Issue 4: with a known cluster, estimate also prices communication and time."""
-    from .options import fraction, positive_int, positive_number
-
-    grp = parser.add_argument_group("cluster (communication, bubble, FLOPs, step time, MFU)")
-    grp.add_argument("--gpu", metavar="NAME", default=None,
-                     help="GPU from the catalogue (h100-80gb, a100-80gb, h200-141gb, ...); "
-                     "its memory is the capacity unless --gpu-memory is given")
-    grp.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="K",
-                     help="GPUs per node (default 8)")
-    grp.add_argument("--intra-node-bandwidth", type=positive_number, default=None, metavar="GB/s",
-                     help="intra-node (NVLink) bandwidth per GPU [GB/s = 1e9 bytes/s]")
-    grp.add_argument("--inter-node-bandwidth", type=positive_number, default=None, metavar="GB/s",
-                     help="inter-node (InfiniBand/RoCE) bandwidth per GPU [GB/s] (default 50)")
-    grp.add_argument("--efficiency", type=fraction, default=None, metavar="ETA",
-                     help="achieved fraction of peak FLOP/s, 0 < eta <= 1 (default 1/2)")
-
-
-#: (option, dest) of the cluster options that price communication and time (--gpu alone may
-#: also just supply the capacity, so it is not among them).
-_PRICING = (("--gpus-per-node", "gpus_per_node"), ("--intra-node-bandwidth", "intra_node_bandwidth"),
-            ("--inter-node-bandwidth", "inter_node_bandwidth"), ("--efficiency", "efficiency"))
-
-
-def cluster_known(args) -> bool:
-    """Whether the options describe a cluster (with a model: communication and time are priced)."""
-    return getattr(args, "gpu", None) is not None or \
-        any(getattr(args, dest, None) is not None for _, dest in _PRICING)
-
-
-def communication_report(args, arch, layout, training) -> dict:
-    """``communication``, ``bubble``, ``flops``, ``step_time_s``, ``mfu`` of the layout on the
-    cluster the options describe (:func:`memsym.terms.compute.step_report` with the layout:
-    step time, bubble and MFU from :func:`memsym.timing.step.step_time`, the exact schedule;
-    MFU on GEMM-count FLOPs; ``--efficiency`` the explicit achieved-GEMM-efficiency override)."""
-    from ..model import active_parameter_count, moe_layer_pattern, stage_parameters
-    from ..terms.compute import step_report
-    from ..training import arch_values, microbatches
-
-    values = {str(sym): int(val) for sym, val in arch_values(arch, layout.t).items()}
-    # FLOPs: 6 N per token on the parameters a token passes through (the active ones for
-    # MoE), as memsym search prices them: Korthikanti's 72BLsh^2 form assumes a GPT layer
-    # (4h MLP, full multi-head attention) and miscounts SwiGLU, GQA and experts
-    values["N"] = int(active_parameter_count(arch))
-    # data parallelism reduces the gradients a GPU holds: the heaviest stage's dense and
-    # expert parameters (experts/(e t_e) of them); the ring factor uses d for both groups
-    heaviest = max(
-        (stage_parameters(arch, layout.t, layout.p, i, e=layout.e, t_e=layout.t_e,
-                          first_stage_layers=layout.first_stage_layers,
-                          last_stage_layers=layout.last_stage_layers).per_gpu
-         for i in range(layout.p)))
-    dp_params = heaviest * layout.p * layout.t
-    m_ = microbatches(layout, training) or 1
-    values.update({"s": training.seq_length, "b": training.micro_batch_size, "m": m_,
-                   "t": layout.t, "p": layout.p, "d": layout.d, "c": layout.c, "e": layout.e,
-                   "v": layout.v or 1})
-    if arch.num_experts:
-        values["L_m"] = sum(moe_layer_pattern(arch))
-    gb = 10**9
-    return step_report(
-        values, gpu=args.gpu or "h100-80gb", precision=training.precision,
-        sharding=training.sharding, recompute=training.recompute,
-        sequence_parallel=layout.sequence_parallel, interleaved=(layout.v or 1) > 1,
-        efficiency=args.efficiency, gpus_per_node=args.gpus_per_node,
-        intra_node_bandwidth=None if args.intra_node_bandwidth is None else args.intra_node_bandwidth * gb,
-        inter_node_bandwidth=None if args.inter_node_bandwidth is None else args.inter_node_bandwidth * gb,
-        dp_params=dp_params, formula="6n", arch=arch, layout=layout, training=training,
-        mfu_flops=getattr(args, "mfu_flops", None) or "gemm")
 
 
 def model_state_report(args) -> dict:
@@ -173,7 +103,9 @@ def run(args) -> int:
             raise InvalidValueError("--params contradicts the model: the parameter count comes "
                                     "from the MODEL or the architecture options (drop --params)")
         return estimate_training(args)
-    pricing = [opt for opt, dest in _PRICING if getattr(args, dest, None) is not None]
+    from .training_options import PRICING
+
+    pricing = [opt for opt, dest in PRICING if getattr(args, dest, None) is not None]
     if pricing:  # --gpu alone only supplies the capacity of the model-state estimate
         from ..errors import InvalidValueError
 
