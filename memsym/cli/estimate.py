@@ -149,11 +149,19 @@ def render_table(terms: dict, total, rep: dict, args, fits) -> str:
             f"{args.precision} weights, {args.optimizer} optimizer, offload {args.offload}\n"
             f"N = {int(values['N']):,} parameters; d = {values['d']}, t = {values['t']}, "
             f"p = {values['p']}")
-    rows = [f"{'term':<12}{'bytes':>22}{'GB':>12}{'GiB':>12}  source"]
-    for key, val in list(terms.items()) + [("total", total)]:
+    import sympy as sp
+
+    from ..text import approx
+
+    items = list(terms.items()) + [("total", total)]
+    # exact whole bytes, any size; the columns widen so that huge values never run together
+    shown = {key: f"{number_out(val, round_up=True):,}" for key, val in items}
+    wide = max(22, 2 + max(len(s) for s in shown.values()))
+    rows = [f"{'term':<12}{'bytes':>{wide}}{'GB':>12}{'GiB':>12}  source"]
+    for key, val in items:
         src = rep["sources"].get(key, "")
-        rows.append(f"{key:<12}{float(val):>22,.0f}{float(val) / 1e9:>12.3f}"
-                    f"{float(val) / 2**30:>12.3f}  {src}")
+        rows.append(f"{key:<12}{shown[key]:>{wide}}{approx(sp.Rational(val) / 10**9, 6):>12}"
+                    f"{approx(sp.Rational(val) / 2**30, 6):>12}  {src}")
     lines = [head, ""] + rows
     for key, val in rep["host_bytes"].items():
         lines.append(f"(host memory: {key} {float(val) / 1e9:.3f} GB offloaded)")

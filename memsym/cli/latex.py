@@ -47,11 +47,14 @@ def add_parser(sub) -> None:
 
 
 def _write(args, text: str) -> None:
+    from .output import write_file
+
+    text = text + ("" if text.endswith("\n") else "\n")
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text + ("" if text.endswith("\n") else "\n"))
+        # atomically, and refusing a FIFO or a device (a FIFO would block: issue 15)
+        write_file(args.output, text)
     else:
-        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+        sys.stdout.write(text)
 
 
 def run_job(args) -> int:
