@@ -286,8 +286,7 @@ def test_cli_search_json_bytes_like_estimate(capsys):
     argv = ["estimate", "llama2-7b", "--tp", str(lay["tp"]), "--pp", str(lay["pp"]),
             "--dp", str(lay["dp"]), "--seq-length", "2048", "--micro-batch-size",
             str(lay["micro_batch_size"]), "--global-batch-size", "64",
-            "--recompute-granularity", "selective", "--use-flash-attn", "--hidden-dropout", "0",
-            "--attention-dropout", "0", "--sharding", "zero1", "--json"]
+            "--recompute-granularity", "selective", "--sharding", "zero1", "--json"]
     if lay["sequence_parallel"]:
         argv.append("--sequence-parallel")
     if lay["vpp"] > 1:

@@ -18,12 +18,13 @@ def add_search_options(parser) -> None:
                         help="preset name (llama3-405b, ...) or path to a config.json")
     parser.add_argument("--gpu", required=True, metavar="NAME", help="catalogue GPU (h100-80gb, ...)")
     parser.add_argument("--seq-length", type=positive_int, default=4096, metavar="S",
-                        help="sequence length (default 4096)")
+                        help="sequence length (default 4096, memsym.job.DEFAULTS)")
     parser.add_argument("--global-batch-size", type=positive_int, default=None, metavar="B",
                         help="global batch in sequences (enables step-time ranking)")
     parser.add_argument("--micro-batch-size", type=positive_int, nargs="+", default=None,
                         metavar="b", help="micro-batch sizes to try (default 1 2 4 8)")
-    parser.add_argument("--recompute", type=choice("recompute", ("none", "selective", "full")),
+    parser.add_argument("--recompute", "--recompute-granularity", dest="recompute",
+                        type=choice("recompute", ("none", "selective", "full")),
                         nargs="+", default=None, help="recompute modes to try (default all)")
     parser.add_argument("--sharding", type=choice("sharding", SCHEMES), nargs="+", default=None,
                         help="sharding schemes to try (default ddp zero1 zero2 zero3 "
@@ -49,9 +50,18 @@ def add_search_options(parser) -> None:
     parser.add_argument("--optimizer", type=choice("optimizer", tuple(OPTIMIZERS)), default="adam")
     parser.add_argument("--convention", type=choice("convention", CONVENTIONS),
                         default="framework")
-    parser.add_argument("--no-flash-attention", action="store_true",
+    parser.add_argument("--no-flash-attention", "--no-flash-attn", dest="no_flash_attention",
+                        action="store_true",
                         help="keep the s^2 attention scores (default: flash attention)")
-    parser.add_argument("--dropout", action="store_true", help="keep dropout masks (default off)")
+    parser.add_argument("--use-flash-attn", action="store_true",
+                        help="flash/fused attention (the default, memsym.job.DEFAULTS)")
+    parser.add_argument("--dropout", action="store_true",
+                        help="keep dropout masks (the default, as Megatron's 0.1 dropouts)")
+    from .training_options import _dropout
+
+    parser.add_argument("--hidden-dropout", type=_dropout, default=None,
+                        help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
+    parser.add_argument("--attention-dropout", type=_dropout, default=None)
     parser.add_argument("--finetune", type=choice("fine-tuning", ("full", "lora", "qlora")),
                         default="full", help="full training, LoRA (bf16 base) or QLoRA (NF4 base)")
     parser.add_argument("--lora-rank", type=positive_int, default=16, metavar="R")
@@ -82,6 +92,20 @@ def default_global_batch(seq_length: int) -> int:
     return 2 ** max(0, round(math.log2(DEFAULT_TOKENS_PER_STEP / seq_length)))
 
 
+def _dropout_on(args) -> bool:
+    """Dropout masks kept: the job default (memsym.job.DEFAULTS) unless both dropouts are 0."""
+    from ..errors import InvalidValueError
+    from ..job import DEFAULTS
+
+    rates = [r for r in (args.hidden_dropout, args.attention_dropout) if r is not None]
+    if not rates:
+        return DEFAULTS["dropout"]
+    if len({r > 0 for r in rates}) > 1:
+        raise InvalidValueError("memsym models one dropout setting: give --hidden-dropout and "
+                                "--attention-dropout both zero or both non-zero")
+    return rates[0] > 0
+
+
 def search_options(args, *, assume_batch: bool = False) -> dict:
     """Keyword arguments of :func:`memsym.search.search` from parsed options.
 
@@ -94,7 +118,7 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
         batch = default_global_batch(args.seq_length)
     out = dict(seq_length=args.seq_length, global_batch_size=batch,
                precision=args.precision, optimizer=args.optimizer, convention=args.convention,
-               flash_attention=not args.no_flash_attention, dropout=args.dropout,
+               flash_attention=not args.no_flash_attention, dropout=_dropout_on(args),
                finetune=args.finetune, lora_rank=args.lora_rank, capacity=args.gpu_memory,
                gpus_per_node=args.gpus_per_node, efficiency=args.efficiency,
                tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, vpp=args.vpp,
@@ -224,8 +248,8 @@ def render(res, rows) -> str:
     if excl:
         lines.append("excluded by rule: " + ", ".join(excl))
     lines.append(f"assumed: flash attention {'on' if sp_.flash_attention else 'off'}, dropout "
-                 f"{'on' if sp_.dropout else 'off'} (--no-flash-attention, --dropout to change; "
-                 "memsym estimate follows Megatron's defaults: flash off, dropout on)")
+                 f"{'on' if sp_.dropout else 'off'} (memsym.job.DEFAULTS, as estimate; "
+                 "--no-flash-attn, --hidden-dropout 0 --attention-dropout 0 to change)")
     for note in res.notes:
         lines.append("note: " + note)
     lines.append("")
