@@ -186,6 +186,29 @@ class Space:
         return Training(**base)
 
 
+def _from_job(model, gpu, options: dict):
+    """A :class:`memsym.job.Job` as the search's model: its resolved architecture, and its
+    training settings, allowances, GPU and capacity as the defaults of ``options`` (the
+    layout is what the search explores)."""
+    from .job import Job
+
+    if not isinstance(model, Job):
+        return model, gpu
+    tr = model.training
+    for key, val in (("seq_length", tr.seq_length), ("global_batch_size", tr.global_batch_size),
+                     ("precision", tr.precision), ("optimizer", tr.optimizer),
+                     ("convention", tr.convention), ("flash_attention", tr.flash_attention),
+                     ("dropout", tr.dropout), ("schedule", tr.schedule),
+                     ("capacity_factor", tr.capacity_factor), ("finetune", tr.finetune),
+                     ("lora_rank", tr.lora_rank), ("allowances", dict(model.allowances)),
+                     ("capacity", model.capacity)):
+        if val is not None:
+            options.setdefault(key, val)
+    if gpu is None and model.gpu is not None:
+        gpu = model.gpu.name
+    return model.model, gpu
+
+
 def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_size=None,
                micro_batch_sizes=None,
                recompute=("none", "selective", "full"), sharding=SCHEMES,
@@ -1210,6 +1233,7 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
 
     start = time.perf_counter()
     G_ = _pos(gpus, "gpus")
+    model, gpu = _from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     grid = raw_grid(space, G_)
     masks = rule_masks(space, grid, G_)
@@ -1400,6 +1424,7 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
     from .analysis import smallest
     from .symbols import m as m_sym
 
+    model, gpu = _from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     row = {"t": t, "p": p, "c": c, "d": 1, "e": e, "v": v, "b": b, "recompute": recompute,
            "sharding": _scheme(sharding), "sequence_parallel": sequence_parallel,
@@ -1540,6 +1565,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     import numpy as np
 
     start = time.perf_counter()
+    model, gpu = _from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     x = space.arch
     maxg = _pos(max_gpus, "max_gpus")
@@ -1777,6 +1803,7 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
            "sharding": "distributed-optimizer", "sequence_parallel": False, "offload": "none"}
     lay.update(layout or {})
     lay["sharding"] = _scheme(lay["sharding"])
+    model, gpu = _from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     if space.global_batch_size is not None and what == "micro_batch_size":
         raise InvalidValueError("the largest micro-batch is asked with no global batch (m free)")

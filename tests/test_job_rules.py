@@ -140,3 +140,15 @@ def test_estimate_rows_carry_their_terms_sources(capsys):
             assert data["sources"].get(key), key
     assert "korthikanti" in data["sources"]["activations"]
     assert "megatron-core" in data["sources"]["gradients"]      # not a ZeRO citation
+
+
+def test_search_and_min_gpus_take_the_job():
+    # the job's model and training settings are the search's (its layout is what is searched);
+    # seed 004: a 7B model needs two 80 GB GPUs
+    from memsym.search import min_gpus, search
+
+    j = job("llama2-7b", seq_length=2048, global_batch_size=64, gpu="a100-80gb")
+    res = search(j, gpus=8, recompute=["selective"], sharding=["zero1"])
+    assert (res.space.seq_length, res.space.global_batch_size) == (2048, 64)
+    assert res.space.capacity == 80 * 10**9 and len(res) > 0
+    assert min_gpus(j).gpus == 2
