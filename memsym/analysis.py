@@ -694,7 +694,13 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     if name in ("tp", "pp"):
         limit = job.model.num_attention_heads if name == "tp" else job.model.num_layers
         tried = []
-        for n in range(1, limit + 1):
+        # only divisors can pass tp-heads / pp-layers (an even split): a bounded candidate list
+        # (at most 2 sqrt(limit) values); with uneven first/last stages every p may split
+        uneven = name == "pp" and (lay.first_stage_layers is not None
+                                   or lay.last_stage_layers is not None)
+        small = [q for q in range(1, int(limit ** 0.5) + 1) if limit % q == 0]
+        cands = range(1, limit + 1) if uneven else sorted(set(small + [limit // q for q in small]))
+        for n in cands:
             got = at(n)
             if got is None:
                 continue

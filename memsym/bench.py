@@ -23,7 +23,7 @@ import tracemalloc
 
 from .errors import InvalidValueError
 
-__all__ = ["run", "p1_total", "hand_numpy", "hand_python", "main"]
+__all__ = ["run", "p1_total", "hand_numpy", "hand_python"]
 
 #: The targets of issue 8: (figure, comparison, target, "min" = at least / "max" = at most).
 TARGETS = {

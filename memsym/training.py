@@ -694,7 +694,8 @@ class TrainingEstimate:
     role : str
         ``"only"`` (p = 1), ``"first"``, ``"last"`` or ``"middle"``.
     stage_bytes : tuple
-        Exact total [bytes] of every stage, so the comparison can be checked.
+        Exact total [bytes] of every candidate stage (:func:`candidate_stages`: first, last and
+        the lowest stage of each distinct middle make-up), in stage order.
     notes : tuple of str
         Adjustments made, e.g. sequence parallelism switched off at t = 1.
     phase : str
@@ -790,13 +791,52 @@ def training_memory(arch, layout: Layout | None = None, training: Training | Non
                       stage=stage)
 
 
+def candidate_stages(x, layout: Layout) -> tuple:
+    """The pipeline stages whose memory can be the largest, lowest index first.
+
+    The first stage (embedding, the most micro-batches in flight) and the last (output layer,
+    logits) always.  Between them, stages of the same make-up (the MoE/dense kind of each of
+    their layers) hold the same parameters and the same activations per micro-batch, and the
+    lower index keeps at least as many micro-batches in flight (1F1B: min(p - i, m);
+    interleaved: 2(p - i - 1) + (v - 1) p + 1; GPipe: m), so the lowest index of each make-up
+    stands for all of them: at most 2 + (distinct make-ups) stages, whatever p.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> candidate_stages(preset("llama2-7b"), Layout(p=32))
+    (0, 1, 31)
+    """
+    from . import model as models
+
+    pp = layout.p
+    if pp <= 2:
+        return tuple(range(pp))
+    pattern = models.moe_layer_pattern(x)
+    if len(set(pattern)) == 1:
+        return (0, 1, pp - 1)
+    f, l_ = layout.first_stage_layers, layout.last_stage_layers
+    L_ = x.num_layers
+    if f is None and l_ is None:
+        size, first = L_ // pp, L_ // pp
+    else:
+        middle = pp - (f is not None) - (l_ is not None)
+        size = (L_ - (f or 0) - (l_ or 0)) // middle
+        first = f if f is not None else size
+    lowest = {}
+    for i in range(1, pp - 1):              # O(L) in all: each stage's layers read once
+        start = first + (i - 1) * size
+        lowest.setdefault(tuple(pattern[start:start + size]), i)
+    return (0, *sorted(lowest.values()), pp - 1)
+
+
 def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None = None) -> TrainingEstimate:
     """:func:`training_memory` of a validated :class:`~memsym.job.Job`."""
     x, layout, training = j.model, j.layout, j.training
     alw = dict(j.allowances)
     alw.update(allowances or {})
     vals = _training_values(x, layout, training, alw, j.m)
-    stages = range(layout.p) if stage is None else [stage]
+    stages = candidate_stages(x, layout) if stage is None else [stage]
     results = {}
     for i in stages:
         tot = _stage_total(x, layout, training, i, j.m is not None)

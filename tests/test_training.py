@@ -61,7 +61,8 @@ def test_most_loaded_stage_is_compared_not_assumed():
     est = training_memory(arch, Layout(p=4), Training(seq_length=4096, flash_attention=True),
                           allowances=NOALLOW)
     assert est.stage == 3 and est.role == "last"
-    assert est.stage_bytes[3] == max(est.stage_bytes)
+    # stage_bytes holds the candidate stages (0, 1, 3: the middle stages share one make-up)
+    assert est.stage_bytes[-1] == max(est.stage_bytes) == est.bytes_total
     deep = training_memory("llama2-7b", Layout(p=4), Training(seq_length=4096), allowances=NOALLOW)
     assert deep.stage == 0 and deep.role == "first"
 
