@@ -220,25 +220,9 @@ def _search(total, unknown, capacity, values, valid, lower, upper, want_small, m
         # the first n that fits in [lower, upper]: start at the exact boundary when there is
         # one, else gallop upwards from lower; then bisect (fits is monotone in n)
         start = lower if bound is None else min(max(lower, int(sp.ceiling(bound))), upper)
-        if fits(start):
-            hi, lo = start, lower - 1
-            # the closed form is exact, so the boundary is at most one below start; still,
-            # gallop downwards in case a sympy root was the wrong one
-            stepd = 1
-            while hi - stepd >= lower and fits(hi - stepd):
-                hi, stepd = hi - stepd, stepd * 2
-            lo = max(lower - 1, hi - stepd)
-        else:
-            lo, stepu, hi = start, 1, None
-            while hi is None:
-                cand = min(start + stepu, upper)
-                if fits(cand):
-                    hi = cand
-                else:
-                    lo, stepu = cand, stepu * 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+        # the closed form is exact, so the boundary is at most one below start; the gallop
+        # still checks both ways in case a sympy root was the wrong one
+        hi = _first_true(fits, lower, upper, start)
         n = hi
         if step_k is not None:
             n = -(-n // step_k) * step_k
