@@ -126,8 +126,33 @@ def _value(fixed, x, n) -> sp.Expr:
     return fixed.xreplace({x: sp.Integer(n)})
 
 
-def _bound(expr, x, vals, cap):
-    """(closed form, exact real boundary) or (None, None)."""
+def _bound(expr, x, vals, cap, want_small: bool = True):
+    """(closed form, exact real boundary) or (None, None).
+
+    A peak over the step's phases is ``... Max(a_1, ..., a_k) ...`` (one Max node, entering
+    linearly): it fits exactly when every branch (the Max replaced by one a_i) fits, so the
+    boundary is the largest branch boundary for a falling total (``want_small``) and the
+    smallest for a rising one; branches that fit at every x (no positive root) do not bind.
+    The closed form is then ``Max`` (or ``Min``) of the branches' closed forms."""
+    maxes = [node for node in sp.preorder_traversal(expr) if isinstance(node, sp.Max)]
+    if len(set(maxes)) == 1:
+        node = maxes[0]
+        found = []
+        for arg in node.args:
+            branch = expr.xreplace({node: arg})
+            if x not in branch.xreplace(vals).free_symbols:
+                continue
+            sol, val = _bound(branch, x, vals, cap, want_small)
+            if sol is None or val is None:
+                continue
+            found.append((sol, val))
+        if not found:
+            return None, None
+        pick = max if want_small else min
+        sol, val = pick(found, key=lambda sv: sv[1])
+        sols = [sv[0] for sv in found]
+        return ((sp.Max if want_small else sp.Min)(*sols, evaluate=False) if len(sols) > 1
+                else sol), val
     sols = _closed_form(expr, x)
     if not sols:
         return None, None
@@ -206,7 +231,7 @@ def _search(total, unknown, capacity, values, valid, lower, upper, want_small, m
     def fits(n: int) -> bool:
         return bool(_value(fixed, x, n) <= cap)
 
-    closed, bound = _bound(expr, x, vals, cap)
+    closed, bound = _bound(expr, x, vals, cap, want_small)
     if want_small:
         if not fits(upper):
             if user_upper is not None:
@@ -638,7 +663,8 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
                      "p was enumerated")
     elif x in expr.free_symbols:
         try:
-            closed, bound = _bound(expr, x, vals, cap)
+            closed, bound = _bound(expr, x, vals, cap,
+                                   want_small=name not in ("micro-batch-size", "seq-length"))
         except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
             closed, bound = None, None
         if closed is None:

@@ -698,7 +698,8 @@ def _fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sc
     allowances, decoder layers) built from the two halves :func:`memsym.training._stage_total`
     adds (``_model_states`` and ``_stage_activations``), the activations shared across
     sharding schemes (tests check the sum against the exact per-layout total)."""
-    from .training import PHASES, Layout, _model_states, allowance_terms, phase_transients
+    from .training import (PHASES, Layout, _model_states, _step_states, allowance_terms,
+                           phase_transients, _with_step_states)
 
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
@@ -709,7 +710,8 @@ def _fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sc
     # the phase transients depend on the scheme (FSDP2 / ZeRO buffers): per template; the
     # peak phase max(T_fwd, T_bwd, T_opt - A) is taken per row with the row's activations A
     # (memsym.training._phase_term states the same formula)
-    trans = phase_transients(space.arch, lay, trn, stage)
+    trans = _with_step_states(phase_transients(space.arch, lay, trn, stage),
+                             _step_states(space.arch, lay, trn, stage))
     phases = tuple(sp.Add(*(term.expr for term in trans[ph])) for ph in PHASES)
     return None, states, rest, allowance_terms(_ALLOCATED), layer, phases
 

@@ -30,6 +30,7 @@ from .job import Job, Layout, Training, _check_fields, microbatches, validate as
 
 __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "PHASES",
            "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
+           "STEP_STATE_KEYS",
            "allowance_terms", "arch_values", "microbatches", "validate", "job_memory", "stage_activations",
            "stage_total", "training_values", "training_memory", "STATE_KEYS", "ACTIVATION_KEYS",
            "ALLOWANCE_KEYS", "RECOMPUTE", "SCHEDULES"]
@@ -250,8 +251,12 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
         m_known = microbatches(layout, training) is not None
     vv = v if interleaved else None
     mm = m if m_known else None
+    # FP8 (Transformer Engine under Megatron) saves its GEMM inputs quantized; the textbook
+    # conventions count 16-bit activations as published
+    fp8_in = training.precision == "fp8" and training.convention == "framework"
     common = dict(gated=x.swiglu, flash=training.flash_attention, sequence_parallel=sp_on,
-                  dropout=training.dropout, norm=x.normalization.lower(), mla=_mla(x))
+                  dropout=training.dropout, norm=x.normalization.lower(), mla=_mla(x),
+                  **({"fp8_inputs": True} if fp8_in else {}))
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
     shared = bool(x.moe_shared_expert_intermediate_size)
@@ -403,8 +408,32 @@ def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
 
 
 def _model_states(x, layout: Layout, training: Training, stage: int) -> list:
-    """The model-state Terms of one stage, in the count symbols of :func:`stage_counts`."""
-    return list(_state_terms(_stage_has_experts(x, layout, stage), _state_training(training)))
+    """The steady model-state Terms of one stage (held through forward and backward), in the
+    count symbols of :func:`stage_counts`; :func:`_step_states` are the rest."""
+    return [term for term in _all_states(x, layout, training, stage) if not _is_step(term, training)]
+
+
+def _step_states(x, layout: Layout, training: Training, stage: int) -> list:
+    """The model-state Terms that exist only during the optimizer step (:data:`STEP_STATE_KEYS`)."""
+    return [term for term in _all_states(x, layout, training, stage) if _is_step(term, training)]
+
+
+def _all_states(x, layout: Layout, training: Training, stage: int) -> tuple:
+    return _state_terms(_stage_has_experts(x, layout, stage), _state_training(training))
+
+
+#: Model-state Terms that the frameworks allocate at the optimizer step and free before the
+#: next forward (``convention="framework"``): the fp32 copy of a 16-bit gradient the optimizer
+#: steps on.  Megatron-core makes it in ``_copy_model_grads_to_main_grads``
+#: (``shard_main_param.grad = shard_model_grad.float()``) and frees it in ``zero_grad``
+#: (``set_to_none`` on ``shard_fp32_from_float16_groups``) at the start of the next step;
+#: DeepSpeed ZeRO-1/2 sets ``single_partition_of_fp32_groups[i].grad = None`` right after
+#: the step.  The textbook conventions keep them in the steady sum as published.
+STEP_STATE_KEYS = ("main_gradients", "expert_main_gradients")
+
+
+def _is_step(term, training: Training) -> bool:
+    return training.convention == "framework" and term.key in STEP_STATE_KEYS
 
 
 def _state_training(training: Training) -> Training:
@@ -552,7 +581,16 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
 def _phase_parts(x, layout: Layout, training: Training, stage: int, m_known):
     states = _model_states(x, layout, training, stage)
     act = list(_stage_activations(x, layout, training, stage, m_known).terms)
-    return states, act, phase_transients(x, layout, training, stage)
+    return states, act, _with_step_states(phase_transients(x, layout, training, stage),
+                                         _step_states(x, layout, training, stage))
+
+
+def _with_step_states(trans: dict, step: list) -> dict:
+    """``trans`` (phase -> Terms) with the step-only model states (:data:`STEP_STATE_KEYS`)
+    added to the optimizer phase."""
+    if not step:
+        return trans
+    return {**trans, "optimizer": tuple(step) + tuple(trans["optimizer"])}
 
 
 def _phase_term(act: list, trans: dict):
@@ -703,6 +741,10 @@ class TrainingEstimate:
     phase_bytes : tuple of (str, sympy.Expr)
         (phase, exact total [bytes]) of the most-loaded stage in each phase, with its
         allowances (:meth:`phases` as a dict); the largest equals ``bytes_total``.
+    step_bytes : tuple of (str, sympy.Expr)
+        (key, exact bytes) of the model states that exist only during the optimizer step
+        (:data:`STEP_STATE_KEYS`, e.g. the fp32 main gradients made from a bf16 gradient
+        buffer): part of the ``optimizer`` phase, not of the steady states.
     """
 
     total: Total
@@ -713,6 +755,7 @@ class TrainingEstimate:
     notes: tuple = ()
     phase: str = "forward"
     phase_bytes: tuple = ()
+    step_bytes: tuple = ()
 
     @cached_property
     def _breakdown(self) -> dict:
@@ -846,9 +889,11 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
     phases = phase_totals(x, layout, training, best, j.m is not None)
     pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
     phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
+    step = tuple((term.key, term.evaluate(results[best][2]))
+                 for term in _step_states(x, layout, training, best))
     return TrainingEstimate(results[best][0], results[best][2], best, _role(best, layout.p),
                             tuple(results[i][1] for i in sorted(results)), j.notes, phase,
-                            tuple(pb.items()))
+                            tuple(pb.items()), step)
 
 
 def validate(arch, layout: Layout, training: Training) -> None:

@@ -175,3 +175,34 @@ def test_torchtitan_op_sac_by_hand():
     from memsym.errors import InvalidValueError
     with pytest.raises(InvalidValueError, match="selective-op"):
         layer_activations(gated=True, flash=True, recompute="selective-op", moe=True)
+
+
+# --- Transformer Engine FP8: the saved GEMM inputs are the quantized tensors -----------------
+# By hand from TE's save_for_backward (pytorch/module/linear.py: saved_inputmat is the
+# quantized input; layernorm_linear.py: ln_out quantized by the fused norm): the QKV and fc1
+# inputs (norm outputs, h/sigma wide) and the fc2 input (f/t) drop from 2 bytes to 1; the
+# output projection keeps a 1-byte copy of the attention output, beside the fused attention's
+# own 16-bit output unless the attention is recomputed.
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+@pytest.mark.parametrize("recompute, proj_delta", [("none", 1), ("selective", -1)])
+def test_fp8_saved_inputs_by_hand(sequence_parallel, recompute, proj_delta):
+    common = dict(gated=True, flash=True, dropout=False, norm="rmsnorm",
+                  sequence_parallel=sequence_parallel, recompute=recompute)
+    bf16 = layer_activations(**common).expr
+    fp8 = layer_activations(fp8_inputs=True, **common).expr
+    tok = s * b / c
+    sig = t if sequence_parallel else 1
+    by_hand = -tok * h / sig - tok * h / sig - tok * f / t + proj_delta * tok * a * d_h / t
+    assert sp.simplify(fp8 - bf16 - by_hand) == 0
+
+
+def test_fp8_saved_inputs_llama70b_layer_in_bytes():
+    # Llama-3 70B layer at t = 4 with SP, s = 4096, b = 1, flash, no dropout, core_attn recompute:
+    # per 2048 x 4096 token-features (h/t x s), norm inputs 2 + 2, qkv input 1, q 2, k and v
+    # 1/4 each (GQA 8 of 64 heads), proj input 1, fc1 input 1, SwiGLU input 4 x 3.5, fc2 input
+    # 3.5 (f = 3.5 h): 27 units, plus the two RMSNorms' fp32 statistics (4 bytes per token each)
+    vals = {s: 4096, b: 1, c: 1, t: 4, h: 8192, a: 64, g: 8, d_h: 128, f: 28672}
+    A = layer_activations(gated=True, flash=True, dropout=False, norm="rmsnorm",
+                          sequence_parallel=True, recompute="selective", fp8_inputs=True)
+    unit = 4096 * 8192 // 4
+    assert A.expr.subs(vals) == 27 * unit + 2 * 4 * 4096 // 4

@@ -72,8 +72,17 @@ def test_distributed_optimizer_only_with_its_flag(capsys, tmp_path):
     data = json.loads(out)
     assert "optimizer" in data["bytes"]
     # nothing is sharded over d: the optimizer row is the whole fp32 state of the shard,
-    # 12 bytes per parameter (master 4 + Adam 8), three times the 4-byte fp32 main gradients
-    assert data["bytes"]["optimizer"] == 3 * data["bytes"]["main_gradients"]
+    # 12 bytes per parameter (master 4 + Adam 8), three times the 4-byte fp32 main gradients.
+    # Those exist only in the optimizer step (Float16OptimizerWithFloat16Params
+    # _copy_model_grads_to_main_grads makes them, zero_grad frees them): not a steady row.
+    step = data["optimizer_step_bytes"]["main_gradients"]
+    assert "main_gradients" not in data["bytes"]
+    assert data["bytes"]["optimizer"] == 3 * step
+    # the optimizer phase holds every steady state plus the main gradients, no activations
+    states = sum(data["bytes"][k] for k in ("weights", "gradients", "optimizer"))
+    ph = data["phases"]
+    assert ph["optimizer"] >= states + step
+    assert ph[ph["peak"]] == max(ph["forward"], ph["backward"], ph["optimizer"])
 
 
 def test_megatron_convention_on_a_pasted_command_equals_its_own_report(capsys, tmp_path):

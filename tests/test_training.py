@@ -474,3 +474,46 @@ def test_lora_gathered_inputs_by_hand():
     assert off.breakdown()["lora_gathered_inputs"] == 36 * 2 * 2 * 8192 * 4096
     assert "lora_gathered_inputs" not in on.breakdown()
     assert off.bytes_total - on.bytes_total == 36 * 2 * 2 * 8192 * 4096
+
+
+# --- the fp32 main gradients of a 16-bit gradient buffer live only in the optimizer step ----
+# Megatron-core DistributedOptimizer._copy_model_grads_to_main_grads makes
+# shard_main_param.grad = shard_model_grad.float() in step(); zero_grad (set_to_none on
+# shard_fp32_from_float16_groups) frees it at the start of the next step, before forward.
+def test_bf16_grad_main_copy_is_an_optimizer_step_transient():
+    lay = Layout(t=1, p=1, d=4)
+    trn = Training(seq_length=2048, micro_batch_size=1, global_batch_size=16, grad_dtype="bf16",
+                   dropout=False)
+    est = training_memory("llama2-7b", lay, trn, allowances=NOALLOW)
+    N = parameter_count(preset("llama2-7b"))
+    step = dict(est.step_bytes)
+    assert step == {"main_gradients": sp.Rational(4 * N, 4)}     # 4 bytes over d = 4
+    g = est.grouped()
+    assert "main_gradients" not in g
+    # steady states: bf16 weights 2 + bf16 grad buffer 2 (whole) + master and Adam 12/d
+    states = g["weights"] + g["gradients"] + g["optimizer"]
+    assert states == N * (2 + 2) + sp.Rational(12 * N, 4)
+    ph = est.phases()
+    assert ph["optimizer"] == states + step["main_gradients"]     # no activations, no logits
+    assert ph["forward"] == states + g["activations"]
+    # the textbook convention keeps the published steady sum (2 + 2 + 16/d at bf16 grads: none
+    # is moved), so the step-only list is empty there
+    seed = training_memory("llama2-7b", lay, Training(seq_length=2048, micro_batch_size=1,
+                                                      global_batch_size=16, dropout=False,
+                                                      convention="seed000"), allowances=NOALLOW)
+    assert seed.step_bytes == ()
+
+
+def test_peak_over_phases_solves_in_closed_form():
+    # ZeRO-3 holds its fp32 gradient partition only in the step: the total is a Max over
+    # phases; the smallest d is still exact and equals a brute-force scan of the estimate
+    from memsym.analysis import solve_job
+    from memsym.job import job
+
+    j = job("llama2-13b", dp=2, sharding="zero3", seq_length=4096, recompute="full",
+            micro_batch_size=1, capacity=40 * 10**9)
+    sol = solve_job(j, "dp")
+    fits = [dd for dd in range(1, 65)
+            if training_memory(j.replace(dp=dd)).bytes_total <= 40 * 10**9]
+    assert sol.value == fits[0]
+    assert sol.closed_form is not None

@@ -47,7 +47,7 @@ SETTINGS = {
     "stages_per_rank": int, "seq_length": int, "lora_rank": int,
     "sequence_parallel": bool, "flash_attention": bool, "dropout": bool, "compile": bool,
     "async_tp": bool, "expandable_segments": bool, "lora_regather": bool,
-    "grad_reduce_in_fp32": bool,
+    "grad_reduce_in_fp32": bool, "fp8_param_gather": bool,
     "recompute": str, "precision": str, "sharding": str, "schedule": str,
 }
 _CHOICES = {
@@ -293,9 +293,10 @@ def job(point: Point) -> Job:
     * parallel sizes, sequence length and batch map one to one (Megatron names); torchtitan's
       ``local_batch`` is the micro-batch at p = 1 and ``local_batch / pp_microbatch_size``
       micro-batches of ``pp_microbatch_size`` under pipelining;
-    * FP8 / float8 / MXFP8 compute keeps bf16 (Transformer Engine) or fp32-sharded (FSDP2)
-      parameters, so model states use ``precision="bf16"``; the fp8 weight caches are
-      named as not modelled;
+    * FP8 compute under Megatron is Transformer Engine's: ``precision="fp8"`` (FP8 weights with
+      ``fp8_param_gather``, else bf16 weights plus TE's FP8 caches; FP8 saved GEMM inputs);
+      torchtitan's float8 / MXFP8 (torchao) keeps fp32-sharded parameters and saves 16-bit
+      inputs (``Float8Linear`` saves the high-precision input), so ``precision="bf16"``;
     * torchtitan's per-op selective AC maps to ``recompute="selective-op"``
       (:func:`memsym.terms.activations.layer_activations`: every second matmul output kept);
     * LoRA: frozen bf16 base (``optimizer="none"``) plus
@@ -317,7 +318,9 @@ def job(point: Point) -> Job:
     >>> points, _ = load()
     >>> j = job(points[0])
     >>> j.layout.t, j.layout.p, j.layout.v, j.layout.d, j.training.precision
-    (4, 4, 5, 2, 'bf16')
+    (4, 4, 5, 2, 'fp8')
+    >>> j.training.fp8_param_gather, j.training.grad_dtype
+    (True, 'bf16')
     """
     from memsym.training import Layout, Training
 
@@ -348,13 +351,7 @@ def job(point: Point) -> Job:
         raise InvalidValueError(f"{point.id}: no micro-batch size printed or assumed")
     precision = cfg.get("precision", "bf16")
     # each note: (text, +1 when it makes memsym predict more than the run, -1 when less)
-    if precision != "bf16":
-        if point.framework.startswith("megatron"):
-            notes.append((f"{precision} compute in Transformer Engine: the GEMM inputs saved for "
-                          "backward may be kept as FP8 (1 byte), memsym counts 16-bit "
-                          "activations", +1))
-        notes.append((f"{precision} compute modelled with bf16 parameters (fp8 weight caches "
-                      "not modelled)", -1))
+    te_fp8 = precision != "bf16" and point.framework.startswith("megatron")
     recompute = cfg.get("recompute", "none")
     lora = point.task == "lora"
     if cfg.get("compile"):
@@ -367,7 +364,8 @@ def job(point: Point) -> Job:
                         num_microbatches=m_, global_batch_size=gbs, recompute=recompute,
                         flash_attention=cfg.get("flash_attention", True),
                         dropout=cfg.get("dropout", False), schedule=schedule,
-                        precision="bf16", optimizer="adam",
+                        precision="fp8" if te_fp8 else "bf16", optimizer="adam",
+                        fp8_param_gather=bool(te_fp8 and cfg.get("fp8_param_gather", False)),
                         sharding=cfg.get("sharding", "distributed-optimizer"),
                         grad_dtype="bf16" if cfg.get("grad_reduce_in_fp32") is False else None,
                         # Megatron-Bridge LoRA defaults: dim 32 on linear_qkv, linear_proj,
@@ -618,16 +616,19 @@ _EXPLANATIONS = [
     "assumption taken from the framework rather than the card is seed 001's bf16 gradient "
     "buffer (Bridge's perf recipes set `grad_reduce_in_fp32 = False`); with the distributed "
     "optimizer's fp32 main-gradient shard it costs the same as fp32 at d = 2.",
-    "* **Seed 001 (Megatron-Bridge, Llama3 70B, FP8).** memsym is 16–40 % above every row. Its "
-    "model states (54.5 GB at the baseline: bf16 weights, the whole gradient buffer, fp32 "
-    "main parameters, main gradients and Adam moments over d = 2) are what Megatron-core "
-    "allocates, so the excess is in the 25.9 GB of activations: the named unknowns are "
-    "Transformer Engine's FP8 activations (TE may keep the GEMM inputs it saves for backward "
-    "as FP8, 1 byte, where memsym counts bf16 — not modelled), the recompute and packed-sequence settings the card leaves "
-    "open, and whether the 58.8 GB is allocated or reserved. PP 4 → 8 and TP 8 go down as "
-    "measured (PP 8 by 5.8 GB against 5.6 GB; TP 8 is the lowest); VPP 5 → 10 goes *down* "
-    "1.6 GB in memsym and *up* 1.4 GB measured: the interleaved schedule's extra per-chunk "
-    "buffers are not modelled, so this ordering does **not** hold.",
+    "* **Seed 001 (Megatron-Bridge, Llama3 70B, FP8).** The run is Bridge's perf recipe "
+    "`llama3_70b_sft_32gpu_h100_fp8cs_config`; memsym takes its settings from the recipe "
+    "(each named in the data file): FP8 linear weights (`fp8_param_gather = True`), the whole "
+    "bf16 gradient buffer, fp32 main parameters and Adam moments over d = 2 (41.1 GB of steady "
+    "states at the baseline), Transformer Engine's FP8 saved GEMM inputs and PR #3107's "
+    "`core_attn` recompute (20.8 GB of activations). The fp32 main-gradient shard (9.1 GB) is "
+    "made in the optimizer step and freed by the next `zero_grad`, when the activations are "
+    "gone: it does not set the peak. Baseline, PP 8 and VPP 10 are within 9 %; TP 8 is 11 % "
+    "low, where the recipe's MLP CUDA graphs (`cuda_graph_scope = [\"mlp\"]`) keep static "
+    "buffers memsym does not model. PP 4 → 8 and TP 8 go down as measured (TP 8 the lowest); "
+    "VPP 5 → 10 goes *down* 1.4 GB in memsym and *up* 1.4 GB measured: the interleaved "
+    "schedule's per-chunk buffers (the CUDA graphs' among them) are not modelled, so this "
+    "ordering does **not** hold.",
     "* **LoRA + regather.** Modelled now: without `sequence_parallel_input_regather` each "
     "column-parallel LoRA-A (linear_qkv, and linear_fc1 of dense layers; expert adapters fall "
     "back) keeps the gathered 16-bit norm output, 2sbh per layer and micro-batch "

@@ -397,6 +397,9 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
             "stage": {"index": est.stage, "role": est.role,
                       "stage_totals": [_num(x) for x in est.stage_bytes]},
             "activation_bytes": {k_: _num(v_) for k_, v_ in est.activations().items()},
+            # the peak over the step's phases, and the states that exist only in the step
+            "phases": {"peak": est.phase, **{ph: _num(v_) for ph, v_ in est.phase_bytes}},
+            "optimizer_step_bytes": {k_: _num(v_) for k_, v_ in est.step_bytes},
             "allowances": {str(s_): number_out(v_) for s_, v_ in est.values.items()
                            if s_.name in ("M_ws", "M_nccl", "phi_frag")},
             "sources": _sources(est),
@@ -455,6 +458,13 @@ def estimate_training(args) -> int:
     for key, val in rep["bytes"].items():
         src = rep.get("sources", {}).get(key, "")
         print(f"{key:<{wide}}{val:>22,}{val / 1e9:>12.3f}{val / 2**30:>12.3f}  {src}")
+    if rep.get("phases"):
+        ph = rep["phases"]
+        step = "".join(f", of which {key.replace('_', ' ')} {val / 1e9:.3f} GB"
+                       for key, val in rep.get("optimizer_step_bytes", {}).items())
+        print(f"peak phase: {ph['peak']} (end of forward {ph['forward'] / 1e9:.3f} GB, backward "
+              f"{ph['backward'] / 1e9:.3f} GB, optimizer step {ph['optimizer'] / 1e9:.3f} GB"
+              f"{step})")
     if rep.get("read_as"):
         print(f"read as {rep['read_as']}")
     if rep.get("ignored"):

@@ -164,7 +164,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       recompute: str = "none", dropout: bool = True, norm: str = "layernorm",
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
-                      qk_norm: bool = False) -> Total:
+                      qk_norm: bool = False, fp8_inputs: bool = False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank and
@@ -196,6 +196,12 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     probability-weighted combine :math:`2h`; shared experts keep a dense MLP of width
     :math:`f_{sh}` (their input is the router's input, counted once).
 
+    FP8 compute in Transformer Engine (``fp8_inputs``) saves each GEMM's input for the
+    weight gradient as the quantized FP8 tensor it multiplied, 1 byte per element instead of
+    2: the QKV, fc1 (their norm outputs), output-projection and fc2 inputs and the experts'
+    fc1/fc2 inputs.  The fused attention still keeps its own 16-bit output for its backward,
+    so without recompute the output projection's input costs :math:`2 + 1` bytes.
+
     Selective recompute (Megatron ``core_attn``) drops ``scores``/``softmax_stats``; full
     recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);
     ``selective-op`` is torchtitan's per-op policy (:func:`_op_sac_layer`).
@@ -225,6 +231,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         :math:`2\tau(a+g)d_h/t + 4\tau(a+g)/t` per head (True or ``"head"``, Qwen3) or
         :math:`+\,8\tau` over the whole projection (``"full"``, OLMo 2) (``qk_norm_inputs``;
         the normalised Q and K are the ``qk`` term).
+    fp8_inputs : bool
+        Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte).
     mla : dict, optional
         Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
         ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers): Q and K are
@@ -249,14 +257,21 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     References
     ----------
     Korthikanti et al. 2022 §4.1–4.3; FlashAttention (arXiv:2205.14135, 2307.08691);
-    Switch Transformers (arXiv:2101.03961) §2.2.
+    Switch Transformers (arXiv:2101.03961) §2.2; Transformer Engine ``pytorch/module/linear.py``
+    and ``layernorm_linear.py`` (``saved_inputmat`` / ``ln_out`` quantized before
+    ``save_for_backward``).
     """
     recompute, tok, sig = _common(sequence_parallel, recompute)
+    # bytes per element of a saved GEMM input: FP8 under Transformer Engine, else 16-bit
+    gx = 1 if fp8_inputs else 2
+    te = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
+                "the quantized input); layernorm_linear.py (ln_out quantized by the fused norm)")
     norm = choose("normalization", norm, NORMS)
     att_drop = dropout if attention_dropout is None else attention_dropout
     delta = 1 if dropout else 0
     gam = 1 if gated else 0
     tk = Source(_K, "§4.1 (attention block, MLP, LayerNorm)")
+    gsrc = te if fp8_inputs else tk
     terms: list[Term] = []
 
     def add(key, expr, what, source=tk):
@@ -276,7 +291,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         Source(_K, "§4.1, LayerNorm: 4sbh"))
     add("norm_statistics", (2 * NORMS[norm] * tok / sig) if norm_statistics else 0,
         f"fp32 per-token statistics of the two {norm} norms (the paper neglects them)", _DERIVED)
-    add("qkv_input", 2 * tok * h / sig, "norm output, input of the QKV projection")
+    add("qkv_input", gx * tok * h / sig, "norm output, input of the QKV projection"
+        + (" (FP8)" if fp8_inputs else ""), gsrc)
     if mla:
         r_q, r_kv = mla.get("q_lora_rank"), mla["kv_lora_rank"]
         d_qk, d_r, d_v = (sp.Integer(mla[x]) for x in ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
@@ -309,15 +325,22 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
             add("scores", (2 + 3 * adelta) * a * s * tok / t,
                 "softmax output" + (", its dropout mask and dropout output" if att_drop else "")
                 + " (a x s/c x s per micro-batch)", Source(_K, "§4.1, attention: 5as^2b"))
-    add("proj_input", 2 * tok * proj_width / t, "attention output, input of the output projection")
+    # FP8: the projection keeps an FP8 copy; the fused attention's own 16-bit output stays
+    # saved for its backward unless the attention is recomputed (selective)
+    o_bytes = gx + (2 if fp8_inputs and flash and recompute == "none" else 0)
+    add("proj_input", o_bytes * tok * proj_width / t, "attention output, input of the output "
+        "projection" + (" (FP8 copy" + (" beside the attention's 16-bit output)" if o_bytes > 1
+                                         else ")") if fp8_inputs else ""), gsrc)
     add("attn_dropout_mask", delta * tok * h / sig, "dropout mask after the attention block")
 
     if not moe:
-        add("mlp_input", 2 * tok * h / sig, "norm output, input of fc1")
+        add("mlp_input", gx * tok * h / sig, "norm output, input of fc1"
+            + (" (FP8)" if fp8_inputs else ""), gsrc)
         add("mlp_activation", (2 + 2 * gam) * tok * f / t,
             "fc1 output, input of the " + ("SwiGLU (gate and up, 2f wide)" if gated else "GeLU"),
             _DERIVED if gated else tk)
-        add("fc2_input", 2 * tok * f / t, "activation output, input of fc2")
+        add("fc2_input", gx * tok * f / t, "activation output, input of fc2"
+            + (" (FP8)" if fp8_inputs else ""), gsrc)
         add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MLP")
         return Total(f"activations per layer (dense, recompute {recompute})", tuple(terms))
 
@@ -325,11 +348,13 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     moe_src = Source("memsym-derivation", "layer_activations docstring (MoE layer)")
     add("moe_input", 2 * tok * h / sig, "norm output, input of the router and the shared experts")
     add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts", moe_src)
-    add("routed_tokens", 2 * routed * h, "dispatched token copies, input of the expert fc1 "
-        "(top-k, capacity factor c_f)", Source("shazeer-switch", "§2.2, expert capacity"))
+    add("routed_tokens", gx * routed * h, "dispatched token copies, input of the expert fc1 "
+        "(top-k, capacity factor c_f)" + (", FP8" if fp8_inputs else ""),
+        te if fp8_inputs else Source("shazeer-switch", "§2.2, expert capacity"))
     add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
         "expert fc1 outputs, input of the expert activation", moe_src)
-    add("expert_fc2_input", 2 * routed * f_e / t_e, "expert activation outputs, input of fc2", moe_src)
+    add("expert_fc2_input", gx * routed * f_e / t_e, "expert activation outputs, input of fc2"
+        + (" (FP8)" if fp8_inputs else ""), te if fp8_inputs else moe_src)
     add("combine", 2 * routed * h, "expert outputs kept for the probability-weighted combine", moe_src)
     if shared_expert:
         add("shared_expert", (4 + 2 * gam) * tok * f_sh / t,
