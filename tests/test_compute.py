@@ -311,3 +311,22 @@ def test_gemm_count_recompute_kinds():
 def B_S_LOGITS():
     from memsym.symbols import B, V, h, s
     return 2 * B * s * h * V
+
+
+def test_selective_op_flops_gemm_count_equals_closed_form():
+    # torchtitan's per-op SAC reruns every second forward matmul (tests/test_engine_sac.py runs
+    # the policy): on a GPT block k, o and fc2, 12h^2 per token and layer of the forward's
+    # 24h^2, so the hardware FLOPs are 72BLsh^2(1 + s/(6h) + 1/6 + V/(12hL)); the GEMM count
+    # (per-matrix) and that closed form agree on GPT shapes, and 6N becomes 7N
+    import sympy as sp
+    from memsym.symbols import B, L, N, V, a, d_h, f, g, h, s
+    from memsym.terms.compute import flops_per_iteration, flops_per_iteration_gemm
+
+    gpt = {g: a, d_h: h / a, f: 4 * h}
+    counted = flops_per_iteration_gemm("hardware", "selective-op", gated=False, causal=False).expr
+    by_hand = 72 * B * L * s * h**2 * (1 + s / (6 * h) + sp.Rational(1, 6) + V / (12 * h * L))
+    assert sp.simplify(counted.subs(gpt) - by_hand) == 0
+    assert sp.simplify(flops_per_iteration("hardware", "selective-op").expr - by_hand) == 0
+    assert flops_per_iteration("hardware", "selective-op", formula="6n").expr == 7 * N * B * s
+    # model FLOPs never count recomputation
+    assert flops_per_iteration("model", "selective-op").expr == flops_per_iteration("model").expr

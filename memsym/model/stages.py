@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -144,11 +145,21 @@ def layer_parameters(arch: Architecture, moe: bool = False) -> dict:
     {'tp': 202375168, 'replicated': 8192, 'experts': 0}
     """
     x = _lenient(arch)
+    try:
+        return dict(_layer_parameters(x, bool(moe)))
+    except TypeError:          # an unhashable architecture (extra holds a dict): not cached
+        return dict(_layer_parameters.__wrapped__(x, bool(moe)))
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_parameters(x, moe: bool) -> tuple:
+    # cached per (architecture, kind): the search asks for the same two layer kinds for
+    # hundreds of stages; a tuple of pairs, copied into a fresh dict by the caller
     vals = parameter_values(replace(x, position_embedding_type="rope"))  # no s_max needed here
     parts = _layer_parts(x, moe)
-    return {"tp": _as_int(sum((q[0] for q in parts.values()), _ZERO), vals),
-            "replicated": _as_int(sum((q[1] for q in parts.values()), _ZERO), vals),
-            "experts": _as_int(sum((q[2] for q in parts.values()), _ZERO), vals)}
+    return (("tp", _as_int(sum((q[0] for q in parts.values()), _ZERO), vals)),
+            ("replicated", _as_int(sum((q[1] for q in parts.values()), _ZERO), vals)),
+            ("experts", _as_int(sum((q[2] for q in parts.values()), _ZERO), vals)))
 
 
 @dataclass(frozen=True)

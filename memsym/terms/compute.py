@@ -155,7 +155,10 @@ def flops_per_iteration_gemm(kind: str = "model", recompute: str = "none", *,
     layer = per.expr
     att = per["attention"].expr
     effective = recompute if kind == "hardware" else "none"
-    extra = {"none": 0, "full": layer, "selective": att}[effective]
+    # selective-op (torchtitan's per-op SAC) reruns every second forward matmul: wk, wo and
+    # w3 of a Llama block, or k, o and fc2 of a GPT block (2hf either way); tests/test_engine_sac.py
+    rerun = 2 * h * g * d_h + per["proj"].expr + 2 * h * f
+    extra = {"none": 0, "full": layer, "selective": att, "selective-op": rerun}[effective]
     Bq = as_expr(batch)
     expr = Bq * s * (L * (3 * layer + extra) + 6 * h * V)
     return Total(f"{kind} FLOPs per iteration (GEMM count, {recompute} recompute)",
@@ -214,7 +217,8 @@ def flops_per_iteration(kind: str = "model", recompute: str = "none",
     Bq = _arg(batch, "batch", "global_batch")
     effective = recompute if kind == "hardware" else "none"
     if formula == "6n":
-        factor = 8 if effective == "full" else 6
+        # selective-op on GPT shapes reruns k, o and fc2, 12h^2 of the 24h^2 forward: +N
+        factor = {"full": 8, "selective-op": 7}.get(effective, 6)
         if effective == "selective":  # attention core only: Korthikanti's ratio 1 + s/(6h)
             expr = 6 * N * Bq * s * (1 + s / (6 * h))
         else:
@@ -225,6 +229,14 @@ def flops_per_iteration(kind: str = "model", recompute: str = "none",
         expr = 96 * Bq * L * s * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
         term = Term("flops", expr, "hardware FLOPs per iteration with full recomputation", _EQ3,
                     unit="FLOP")
+    elif effective == "selective-op":
+        # torchtitan's per-op SAC on a GPT block reruns k (2h^2), o (2h^2) and fc2 (8h^2) per
+        # token and layer: 12h^2 = 72h^2/6 (tests/test_engine_sac.py runs the policy)
+        expr = 72 * Bq * L * s * h**2 * (1 + s / (6 * h) + sp.Rational(1, 6) + V / (12 * h * L))
+        term = Term("flops", expr, "hardware FLOPs per iteration with torchtitan's per-op "
+                    "selective recomputation (every second forward matmul rerun)",
+                    Source("torchtitan", "torchtitan/distributed/activation_checkpoint.py, "
+                           "_custom_policy (mm_count % 2 == 0 recomputed)"), unit="FLOP")
     elif effective == "selective" and formula == "memsym":
         # Recomputing the attention core re-runs only the forward QK^T and attention*V:
         # 2Bs^2h + 2Bs^2h = 4Bs^2h FLOPs per layer = 72BLsh^2 * s/(18h) per iteration, so the

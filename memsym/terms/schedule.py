@@ -148,6 +148,15 @@ def _stage_index(stage, pp):
     return i
 
 
+def _cap(count: sp.Expr, mm: sp.Expr) -> sp.Expr:
+    """``Min(count, mm)``: evaluated for numbers; for symbols left as written, since sympy's
+    ordering proof for symbolic arguments (``Min._find_localzeros``) costs milliseconds per
+    call and the search builds hundreds of such caps (substitution evaluates them)."""
+    if count.is_number and mm.is_number:
+        return sp.Min(count, mm)
+    return sp.Min(count, mm, evaluate=False)
+
+
 def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
                        group=None) -> sp.Expr:
     r"""Model-chunk micro-batches stage ``stage`` holds at its peak [1].
@@ -209,9 +218,9 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
         # so the peak is min(W + 1, m v)
         nn = pp if group is None else as_expr(group)
         count = sp.expand(2 * (pp - i - 1) + (vv - 1) * nn + 1)
-        return count if mm is None else sp.Min(count, mm * vv)
+        return count if mm is None else _cap(count, mm * vv)
     count = pp - i
-    return count if mm is None else sp.Min(count, mm)
+    return count if mm is None else _cap(count, mm)
 
 
 def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layers=L) -> sp.Expr:
@@ -288,7 +297,7 @@ def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None) ->
     if schedule == "gpipe":
         return stage_microbatches(0, "gpipe", pp=pp, mm=mm)
     count = pp if (vv is None or vv == 1) else 2 * pp - 1
-    return count if mm is None else sp.Min(count, mm)
+    return count if mm is None else _cap(count, mm)
 
 
 def logits_microbatches(schedule: str = "1f1b", *, mm=None) -> sp.Expr:

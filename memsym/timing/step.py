@@ -122,8 +122,9 @@ class Settings:
         Sequence length s [tokens].
     micro_batch_size : int
         Micro-batch size b [sequences].
-    recompute : {"none", "selective", "full"}
-        Activation recomputation (full: the backward reruns the forward).
+    recompute : {"none", "selective", "full", "selective-op"}
+        Activation recomputation (full: the backward reruns the forward; selective-op:
+        torchtitan's per-op policy, every second forward matmul rerun).
     sequence_parallel : bool
         Megatron sequence parallelism (norm/dropout work split by t).
     flash_attention : bool
@@ -267,6 +268,23 @@ def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, o
     if st.recompute == "full":
         for key in fwd:
             bwd[key] = bwd[key] + fwd[key]
+    elif st.recompute == "selective-op":
+        # torchtitan's per-op SAC (distributed/activation_checkpoint.py, _custom_policy): of the
+        # block's forward aten.mm calls every second is recomputed (mm_count % 2 == 0) and SDPA
+        # is saved. A Llama block calls wq, wk, wv, wo, w1, w3, w2 (GPT: q, k, v, o, fc1,
+        # fc2): the backward reruns wk, wo and w3 (fc2), plus the elementwise ops between them
+        redo = 0.0
+        for q in gemms:
+            if q.name == "qkv":       # wk: the K columns of the fused QKV
+                redo = redo + gemm_time(q.M, x.g * x.d_qk / _arr(t), q.K, dev, prec,
+                                        eta_gemm=eta_gemm, count=q.count)
+            elif q.name == "proj" or (q.name == "fc1" and x.gated):   # wo; w3 = half of fc1
+                n = q.N / 2 if q.name == "fc1" else q.N
+                redo = redo + gemm_time(q.M, n, q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
+            elif q.name == "fc2" and not x.gated:
+                redo = redo + gemm_time(q.M, q.N, q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
+        bwd["gemm"] = bwd["gemm"] + redo
+        bwd["memory"] = bwd["memory"] + f_mem
     elif st.recompute == "selective":
         bwd["attention"] = bwd["attention"] + f_att
         if not st.flash_attention:  # the softmax and its dropout run again
@@ -365,7 +383,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     if st.grad_bytes not in (1, 2, 4):
         raise InvalidValueError(f"grad_bytes must be 1, 2 or 4, got {st.grad_bytes!r:.40}")
     choose("precision", st.precision, ("bf16", "fp16", "fp8", "fp32"))
-    choose("recompute", st.recompute, ("none", "selective", "full"))
+    choose("recompute", st.recompute, ("none", "selective", "full", "selective-op"))
     choose("pipeline schedule", st.schedule, ("1f1b", "gpipe"))
     x = shape_of(arch)
     b = st.micro_batch_size if b is None else b
