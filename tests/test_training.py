@@ -517,3 +517,26 @@ def test_peak_over_phases_solves_in_closed_form():
             if training_memory(j.replace(dp=dd)).bytes_total <= 40 * 10**9]
     assert sol.value == fits[0]
     assert sol.closed_form is not None
+
+
+def test_cli_grad_reduce_in_bf16_and_fp8_param_gather(capsys):
+    # Megatron's flags in memsym mode: --grad-reduce-in-bf16 halves the whole gradient buffer
+    # (fp32 -> bf16) and makes the 4-byte fp32 copy of the rank's 1/d shard at the optimizer
+    # step (at d = 2 the same bytes as the bf16 buffer); --fp8-param-gather keeps the linear
+    # weights in FP8 only
+    base = ["estimate", "llama3-8b", "--tp", "2", "--dp", "2", "--seq-length", "2048",
+            "--global-batch-size", "8", "--json"]
+
+    def run(*extra):
+        assert main([*base, *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    fp32, bf16 = run(), run("--grad-reduce-in-bf16")
+    assert fp32["optimizer_step_bytes"] == {}
+    assert bf16["bytes"]["gradients"] * 2 == fp32["bytes"]["gradients"]
+    assert bf16["optimizer_step_bytes"]["main_gradients"] == bf16["bytes"]["gradients"]
+    fp8 = run("--precision", "fp8", "--fp8-param-gather")
+    cached = run("--precision", "fp8")
+    # TE's cache is rowwise + transpose (2 B per linear weight); with fp8_param_gather 1 B
+    assert cached["bytes"]["fp8_weights"] == 2 * fp8["bytes"]["fp8_weights"]
+    assert fp8["bytes"]["weights"] < cached["bytes"]["weights"]

@@ -100,6 +100,12 @@ def add_training_options(parser) -> None:
                      help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
     trn.add_argument("--attention-dropout", type=_dropout, default=None)
     trn.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
+    trn.add_argument("--grad-reduce-in-bf16", action="store_true",
+                     help="Megatron's flag: a bf16 gradient buffer (default fp32 under --bf16); "
+                     "the optimizer step then makes an fp32 copy of the rank's shard")
+    trn.add_argument("--fp8-param-gather", action="store_true",
+                     help="Megatron's flag (--precision fp8, distributed optimizer): the linear "
+                     "weights are kept in FP8 only")
     trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
                      help="routed-token load of the busiest expert rank (default 1, balanced)")
     grp.add_argument("--should-pad-vocab", action="store_true",
@@ -313,6 +319,10 @@ def job_from_args(args, **override):
         opts["convention"] = args.convention
     if args.sharding is not None or args.use_distributed_optimizer:
         opts["sharding"] = resolve_scheme(args)
+    if getattr(args, "grad_reduce_in_bf16", False):
+        opts["grad_dtype"] = "bf16"
+    if getattr(args, "fp8_param_gather", False):
+        opts["fp8_param_gather"] = True
     for key, dest in (("workspace", "workspace"), ("nccl", "nccl_buffers"),
                       ("fragmentation", "fragmentation")):
         if getattr(args, dest, None) is not None:
