@@ -451,7 +451,7 @@ _RULE_WINDOW = 4096
 
 
 @dataclass(frozen=True)
-class JobSolution:
+class JobSolution(Solution):
     """The answer to a sizing question about a whole training job.
 
     Attributes
@@ -486,25 +486,12 @@ class JobSolution:
         neighbour last.
     """
 
-    unknown: sp.Symbol
-    value: int
-    closed_form: sp.Expr | None
-    bound: sp.Expr | None
-    relation: str
-    memory: sp.Expr
-    capacity: sp.Expr
+    # Solution's fields (unknown ... capacity) and its latex(), then the job's own
     stage: int
     notes: tuple = ()
     neighbour: tuple | None = None
     job: object = None
     tried: tuple = ()
-
-    def latex(self) -> str:
-        r"""The result as LaTeX, ``d \geq ... = 10.4 \Rightarrow d = 11``."""
-        return Solution.latex(self)   # same fields, same form
-
-    def _repr_latex_(self) -> str:
-        return f"${self.latex()}$"
 
 
 def _job_unknown(unknown: str) -> str:
