@@ -405,3 +405,38 @@ def test_no_shell_or_pickle_in_memsym():
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if bad.search(line.split("#", 1)[0]))]
     assert not hits, hits
+
+
+# --- every file a reader opens is a bounded regular file ------------------------------------
+_FILE_OPTIONS = (["--launch-script"], ["--args-file"], ["llama2-7b", "--deepspeed-config"],
+                 ["llama2-7b", "--torchtitan-config"])
+
+
+@pytest.mark.parametrize("opts", _FILE_OPTIONS, ids=lambda o: o[-1])
+def test_reader_refuses_a_fifo_without_blocking(opts, tmp_path, capsys):
+    # a FIFO has size 0 and open() would wait for a writer forever: refused before opening
+    import os
+
+    from memsym.cli import main
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert main(["estimate", *opts, str(fifo)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "not a regular file" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("opts", _FILE_OPTIONS, ids=lambda o: o[-1])
+def test_reader_refuses_a_file_above_the_limit(opts, tmp_path, capsys):
+    # 1 MiB is the documented limit (readers._values.MAX_BYTES_INPUT); the launch script was
+    # once read with fh.read(1 << 20 + 1), i.e. 2 MiB, and silently truncated beyond that
+    from memsym.cli import main
+    from memsym.readers._values import MAX_BYTES_INPUT
+
+    big = tmp_path / "big"
+    big.write_text("#" * (MAX_BYTES_INPUT + 1))
+    assert main(["estimate", *opts, str(big)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"larger than {MAX_BYTES_INPUT} bytes" in err

@@ -240,6 +240,7 @@ def framework_job_from_args(args):
 def megatron_job_from_args(args):
     """(Job, MegatronJob) of a pasted Megatron-LM command (:func:`megatron_mode`)."""
     from ..readers.jobs import megatron_job
+    from ..readers._values import read_bounded
     from ..readers.launch_script import read_argument_file, read_launch_script
     from ..readers.megatron import read_megatron_args
 
@@ -247,8 +248,9 @@ def megatron_job_from_args(args):
     if getattr(args, "world_size", None) is not None:
         tokens += ["--world-size", str(args.world_size)]   # memsym's flag, read by the reader too
     if args.launch_script:
-        with open(args.launch_script, encoding="utf-8") as fh:
-            text = fh.read(1 << 20 + 1)
+        # bounded, regular files only: a FIFO would block, a larger script is refused (the old
+        # fh.read(1 << 20 + 1) read 2 MiB, 1 << 21, and silently truncated the rest)
+        text = read_bounded(args.launch_script, "launch script", errors="replace")
         tokens = read_launch_script(text) + tokens
     if args.args_file:
         tokens = read_argument_file(args.args_file) + tokens

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from fractions import Fraction
 
 from ..errors import InvalidValueError
@@ -56,3 +58,40 @@ def fraction(text, what: str, lo=0, hi=1) -> Fraction:
     if not lo <= value <= hi:
         raise InvalidValueError(f"{what} must be between {lo} and {hi}, got {value}")
     return value
+
+
+def read_bounded(path, what: str, limit: int = MAX_BYTES_INPUT, errors: str = "strict") -> str:
+    """The text of the regular file ``path``, refused above ``limit`` bytes (one line each).
+
+    A directory, device, FIFO or socket is refused before it is opened (a FIFO would block
+    the reader forever, ``/dev/zero`` never end); at most ``limit + 1`` bytes are read, so a
+    file that grows after the size check is refused too.  UTF-8, with ``errors`` as for
+    :meth:`bytes.decode` (``"replace"`` for shell scripts, whose comments may hold any byte).
+
+    Examples
+    --------
+    >>> read_bounded("/nonexistent.toml", "torchtitan TOML")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: cannot read torchtitan TOML '/nonexistent.toml': No such file or directory
+    """
+    from ..text import printable
+
+    shown = printable(os.fsdecode(os.fspath(path)), 200)
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidValueError(f"{what} {shown!r} is not a regular file (a directory, "
+                                    "device, FIFO or socket)")
+        if info.st_size > limit:
+            raise InvalidValueError(f"{what} larger than {limit} bytes")
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        raise InvalidValueError(f"cannot read {what} {shown!r}: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise InvalidValueError(f"{what} larger than {limit} bytes")
+    try:
+        return raw.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as exc:
+        raise InvalidValueError(f"{what} {shown!r} is not UTF-8 text (byte {exc.start})") from None

@@ -12,7 +12,7 @@ import json
 import os
 
 from ..errors import InvalidValueError
-from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS
+from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, read_bounded
 
 __all__ = ["read_deepspeed_config", "ZERO_DEFAULTS"]
 
@@ -41,15 +41,7 @@ def _load(source):
     if isinstance(source, dict):
         return source
     if isinstance(source, (str, os.PathLike)) and not str(source).lstrip().startswith("{"):
-        try:
-            size = os.path.getsize(source)
-        except OSError as exc:
-            raise InvalidValueError(f"cannot read DeepSpeed config {str(source)[:200]!r}: "
-                                    f"{exc.strerror}") from None
-        if size > MAX_BYTES_INPUT:
-            raise InvalidValueError(f"DeepSpeed config larger than {MAX_BYTES_INPUT} bytes")
-        with open(source, encoding="utf-8") as fh:
-            source = fh.read()
+        source = read_bounded(source, "DeepSpeed config")
     if not isinstance(source, str):
         raise InvalidValueError(f"a DeepSpeed config is a path, JSON text or a dict, got "
                                 f"{type(source).__name__}")

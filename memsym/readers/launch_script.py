@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import InvalidValueError
-from ._values import MAX_ARGS, MAX_BYTES_INPUT
+from ._values import MAX_ARGS, MAX_BYTES_INPUT, read_bounded
 
 __all__ = ["LaunchScript", "LaunchScriptError", "parse_launch_script", "read_launch_script",
            "read_argument_file", "MAX_EXPANSION_DEPTH"]
@@ -960,14 +960,7 @@ def read_argument_file(path) -> list:
     >>> read_argument_file(f.name); os.unlink(f.name)
     ['--num-layers', '2', '--hidden-size', '64', '--bf16']
     """
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        raise InvalidValueError(f"cannot read argument file {str(path)[:200]!r}: {exc.strerror}") from None
-    if size > MAX_BYTES_INPUT:
-        raise InvalidValueError(f"argument file larger than {MAX_BYTES_INPUT} bytes")
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        text = fh.read(MAX_BYTES_INPUT + 1)
+    text = read_bounded(path, "argument file", errors="replace")
     if text.startswith("#!") or re.search(r"pretrain_[A-Za-z0-9_]*\.py", text):
         return read_launch_script(text)
     ev = _Eval()

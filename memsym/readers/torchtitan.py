@@ -12,7 +12,7 @@ import os
 import tomllib
 
 from ..errors import InvalidValueError
-from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, MAX_SEQ
+from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, MAX_SEQ, read_bounded
 
 __all__ = ["read_torchtitan_toml", "TORCHTITAN_KEYS"]
 
@@ -105,14 +105,7 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
     text = source
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
                                            and "=" not in source):
-        try:
-            if os.path.getsize(source) > MAX_BYTES_INPUT:
-                raise InvalidValueError(f"torchtitan TOML larger than {MAX_BYTES_INPUT} bytes")
-            with open(source, "rb") as fh:
-                text = fh.read(MAX_BYTES_INPUT + 1).decode("utf-8")
-        except OSError as exc:
-            raise InvalidValueError(f"cannot read torchtitan TOML {str(source)[:200]!r}: "
-                                    f"{exc.strerror}") from None
+        text = read_bounded(source, "torchtitan TOML")
     if not isinstance(text, str):
         raise InvalidValueError("a torchtitan config is a path or TOML text")
     if len(text) > MAX_BYTES_INPUT:
