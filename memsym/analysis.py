@@ -650,8 +650,7 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
                      "p was enumerated")
     elif x in expr.free_symbols:
         try:
-            closed, bound = _bound(expr, x, vals, cap,
-                                   want_small=name not in ("micro-batch-size", "seq-length"))
+            closed, bound = _bound(expr, x, vals, cap, want_small=direction == "smallest")
         except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
             closed, bound = None, None
         if closed is None:

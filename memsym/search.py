@@ -696,22 +696,20 @@ def _fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sc
                    pp: int, stage: int) -> tuple:
     """:func:`_template`'s pieces (None, states, activations without the decoder layers,
     allowances, decoder layers) built from the two halves :func:`memsym.training._stage_total`
-    adds (``_model_states`` and ``_stage_activations``), the activations shared across
+    adds (``_states_and_transients`` and ``_stage_activations``), the activations shared across
     sharding schemes (tests check the sum against the exact per-layout total)."""
-    from .training import (PHASES, Layout, _model_states, _step_states, allowance_terms,
-                           phase_transients, _with_step_states)
+    from .training import PHASES, Layout, _states_and_transients, allowance_terms
 
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
     trn = space.training(recompute=rc, sharding=scheme, offload=off)
-    states = tuple(_model_states(space.arch, lay, trn, stage))
+    steady, trans = _states_and_transients(space.arch, lay, trn, stage)
+    states = tuple(steady)
     rest, layer = _act_template(space, rc, sp_on, inter, off, pp, stage)
     # the phase transients depend on the scheme (FSDP2 / ZeRO buffers): per template; the
     # peak phase max(T_fwd, T_bwd, T_opt - A) is taken per row with the row's activations A
     # (memsym.training._phase_term states the same formula)
-    trans = _with_step_states(phase_transients(space.arch, lay, trn, stage),
-                             _step_states(space.arch, lay, trn, stage))
     phases = tuple(sp.Add(*(term.expr for term in trans[ph])) for ph in PHASES)
     return None, states, rest, allowance_terms(_ALLOCATED), layer, phases
 

@@ -407,19 +407,18 @@ def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
         x, layout.p, stage, layout.first_stage_layers, layout.last_stage_layers))
 
 
-def _model_states(x, layout: Layout, training: Training, stage: int) -> list:
-    """The steady model-state Terms of one stage (held through forward and backward), in the
-    count symbols of :func:`stage_counts`; :func:`_step_states` are the rest."""
-    return [term for term in _all_states(x, layout, training, stage) if not _is_step(term, training)]
-
-
-def _step_states(x, layout: Layout, training: Training, stage: int) -> list:
-    """The model-state Terms that exist only during the optimizer step (:data:`STEP_STATE_KEYS`)."""
-    return [term for term in _all_states(x, layout, training, stage) if _is_step(term, training)]
-
-
-def _all_states(x, layout: Layout, training: Training, stage: int) -> tuple:
-    return _state_terms(_stage_has_experts(x, layout, stage), _state_training(training))
+def _states_and_transients(x, layout: Layout, training: Training, stage: int) -> tuple:
+    """(steady model-state Terms, phase -> transient Terms) of one stage, in the count symbols
+    of :func:`stage_counts`: the model states held through forward and backward, and
+    :func:`phase_transients` with the step-only states (:data:`STEP_STATE_KEYS`) in the
+    optimizer phase."""
+    terms = _state_terms(_stage_has_experts(x, layout, stage), _state_training(training))
+    step = tuple(term for term in terms
+                 if training.convention == "framework" and term.key in STEP_STATE_KEYS)
+    trans = phase_transients(x, layout, training, stage)
+    if step:
+        trans = {**trans, "optimizer": step + tuple(trans["optimizer"])}
+    return [term for term in terms if term not in step], trans
 
 
 #: Model-state Terms that the frameworks allocate at the optimizer step and free before the
@@ -430,10 +429,6 @@ def _all_states(x, layout: Layout, training: Training, stage: int) -> tuple:
 #: DeepSpeed ZeRO-1/2 sets ``single_partition_of_fp32_groups[i].grad = None`` right after
 #: the step.  The textbook conventions keep them in the steady sum as published.
 STEP_STATE_KEYS = ("main_gradients", "expert_main_gradients")
-
-
-def _is_step(term, training: Training) -> bool:
-    return training.convention == "framework" and term.key in STEP_STATE_KEYS
 
 
 def _state_training(training: Training) -> Training:
@@ -524,6 +519,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
       parameter buffers (:func:`memsym.terms.transients.megatron_buckets`) and TE/Apex
       FusedAdam steps in chunks: no transient beyond the logits.
 
+    The model states that exist only in the step (:data:`STEP_STATE_KEYS`) are not among
+    these Terms: the total adds them to the optimizer phase.
+
     The sharding buffers apply under ``convention="framework"`` (the default); the textbook
     conventions keep only the logits transient.  Knobs take
     :data:`memsym.terms.transients.DEFAULTS` (``n_ag`` = 2, fp32 reduce, ...);
@@ -579,18 +577,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
 
 
 def _phase_parts(x, layout: Layout, training: Training, stage: int, m_known):
-    states = _model_states(x, layout, training, stage)
+    states, trans = _states_and_transients(x, layout, training, stage)
     act = list(_stage_activations(x, layout, training, stage, m_known).terms)
-    return states, act, _with_step_states(phase_transients(x, layout, training, stage),
-                                         _step_states(x, layout, training, stage))
-
-
-def _with_step_states(trans: dict, step: list) -> dict:
-    """``trans`` (phase -> Terms) with the step-only model states (:data:`STEP_STATE_KEYS`)
-    added to the optimizer phase."""
-    if not step:
-        return trans
-    return {**trans, "optimizer": tuple(step) + tuple(trans["optimizer"])}
+    return states, act, trans
 
 
 def _phase_term(act: list, trans: dict):
@@ -889,8 +878,9 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
     phases = phase_totals(x, layout, training, best, j.m is not None)
     pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
     phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
+    opt = _states_and_transients(x, layout, training, best)[1]["optimizer"]
     step = tuple((term.key, term.evaluate(results[best][2]))
-                 for term in _step_states(x, layout, training, best))
+                 for term in opt if term.key in STEP_STATE_KEYS)
     return TrainingEstimate(results[best][0], results[best][2], best, _role(best, layout.p),
                             tuple(results[i][1] for i in sorted(results)), j.notes, phase,
                             tuple(pb.items()), step)
