@@ -540,3 +540,8 @@ def test_cli_grad_reduce_in_bf16_and_fp8_param_gather(capsys):
     # TE's cache is rowwise + transpose (2 B per linear weight); with fp8_param_gather 1 B
     assert cached["bytes"]["fp8_weights"] == 2 * fp8["bytes"]["fp8_weights"]
     assert fp8["bytes"]["weights"] < cached["bytes"]["weights"]
+    # Megatron's validate_args: the flag only stops --bf16 forcing fp32 gradients; with fp16
+    # parameters the buffer is fp16 either way, and memsym says the flag did nothing
+    f16, f16_flag = run("--precision", "fp16"), run("--precision", "fp16", "--grad-reduce-in-bf16")
+    assert f16_flag["bytes"] == f16["bytes"]
+    assert any("has effect only with bf16" in n for n in f16_flag["notes"])

@@ -322,7 +322,13 @@ def job_from_args(args, **override):
     if args.sharding is not None or args.use_distributed_optimizer:
         opts["sharding"] = resolve_scheme(args)
     if getattr(args, "grad_reduce_in_bf16", False):
-        opts["grad_dtype"] = "bf16"
+        # Megatron's validate_args: the flag only stops --bf16 forcing fp32 gradients; under
+        # fp16 or fp32 parameters it changes nothing (the reader notes the same)
+        if (args.precision or "bf16") in ("bf16", "fp8"):
+            opts["grad_dtype"] = "bf16"
+        else:
+            opts["_notes"] = ("--grad-reduce-in-bf16 has effect only with bf16 parameters "
+                              "(Megatron's --bf16)",)
     if getattr(args, "fp8_param_gather", False):
         opts["fp8_param_gather"] = True
     for key, dest in (("workspace", "workspace"), ("nccl", "nccl_buffers"),

@@ -200,7 +200,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     weight gradient as the quantized FP8 tensor it multiplied, 1 byte per element instead of
     2: the QKV, fc1 (their norm outputs), output-projection and fc2 inputs and the experts'
     fc1/fc2 inputs.  The fused attention still keeps its own 16-bit output for its backward,
-    so without recompute the output projection's input costs :math:`2 + 1` bytes.
+    so without recompute the output projection's input costs :math:`2 + 1` bytes.  (MXFP8
+    adds one E8M0 scale per 32 elements, 1/32 byte, neglected here.)
 
     Selective recompute (Megatron ``core_attn``) drops ``scores``/``softmax_stats``; full
     recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);

@@ -273,17 +273,12 @@ def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, o
         # block's forward aten.mm calls every second is recomputed (mm_count % 2 == 0) and SDPA
         # is saved. A Llama block calls wq, wk, wv, wo, w1, w3, w2 (GPT: q, k, v, o, fc1,
         # fc2): the backward reruns wk, wo and w3 (fc2), plus the elementwise ops between them
-        redo = 0.0
-        for q in gemms:
-            if q.name == "qkv":       # wk: the K columns of the fused QKV
-                redo = redo + gemm_time(q.M, x.g * x.d_qk / _arr(t), q.K, dev, prec,
-                                        eta_gemm=eta_gemm, count=q.count)
-            elif q.name == "proj" or (q.name == "fc1" and x.gated):   # wo; w3 = half of fc1
-                n = q.N / 2 if q.name == "fc1" else q.N
-                redo = redo + gemm_time(q.M, n, q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
-            elif q.name == "fc2" and not x.gated:
-                redo = redo + gemm_time(q.M, q.N, q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
-        bwd["gemm"] = bwd["gemm"] + redo
+        # (GEMM, output columns rerun): wk is the K columns of the fused QKV, w3 half of fc1
+        rerun = {"qkv": lambda q: x.g * x.d_qk / _arr(t), "proj": lambda q: q.N,
+                 ("fc1" if x.gated else "fc2"): lambda q: q.N / 2 if x.gated else q.N}
+        bwd["gemm"] = bwd["gemm"] + sum(
+            gemm_time(q.M, rerun[q.name](q), q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
+            for q in gemms if q.name in rerun)
         bwd["memory"] = bwd["memory"] + f_mem
     elif st.recompute == "selective":
         bwd["attention"] = bwd["attention"] + f_att
