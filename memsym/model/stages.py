@@ -144,11 +144,8 @@ def layer_parameters(arch: Architecture, moe: bool = False) -> dict:
     >>> layer_parameters(preset("llama2-7b"))
     {'tp': 202375168, 'replicated': 8192, 'experts': 0}
     """
-    x = _lenient(arch)
-    try:
-        return dict(_layer_parameters(x, bool(moe)))
-    except TypeError:          # an unhashable architecture (extra holds a dict): not cached
-        return dict(_layer_parameters.__wrapped__(x, bool(moe)))
+    # an architecture hashes by its fields (``extra`` is excluded), as the search's caches use it
+    return dict(_layer_parameters(_lenient(arch), bool(moe)))
 
 
 @functools.lru_cache(maxsize=256)
