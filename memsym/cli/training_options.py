@@ -287,7 +287,6 @@ def job_from_args(args, **override):
     """
     from ..errors import InvalidValueError
     from ..job import job
-    from ..terms.model_state import CONVENTIONS
     from .options import resolve_scheme
 
     arch = {n: getattr(args, n) for n in ARCH_OPTIONS if getattr(args, n, None) is not None}
@@ -316,9 +315,6 @@ def job_from_args(args, **override):
             raise InvalidValueError("memsym models one dropout setting: give --hidden-dropout and "
                                     "--attention-dropout both zero or both non-zero")
         opts["dropout"] = hidden > 0
-    # a framework estimator (megatron-bridge) reports its own breakdown beside the job's
-    if args.convention in CONVENTIONS:
-        opts["convention"] = args.convention
     if args.sharding is not None or args.use_distributed_optimizer:
         opts["sharding"] = resolve_scheme(args)
     if getattr(args, "grad_reduce_in_bf16", False):
@@ -331,20 +327,13 @@ def job_from_args(args, **override):
                               "(Megatron's --bf16)",)
     if getattr(args, "fp8_param_gather", False):
         opts["fp8_param_gather"] = True
-    for key, dest in (("workspace", "workspace"), ("nccl", "nccl_buffers"),
-                      ("fragmentation", "fragmentation")):
-        if getattr(args, dest, None) is not None:
-            opts[key] = getattr(args, dest)
+    # the convention (a framework estimator such as megatron-bridge reports its own breakdown
+    # beside the job's), allowances, GPU, capacity and node size: as for every input
+    opts.update(_host_options(args))
     opts.update(arch)
     opts.update(override)
     if getattr(args, "world_size", None) is not None and "d" not in override:
         opts["world_size"] = args.world_size
-    if getattr(args, "gpu", None) is not None:
-        opts["gpu"] = args.gpu
-    if getattr(args, "gpu_memory", None) is not None:
-        opts["capacity"] = args.gpu_memory
-    if getattr(args, "gpus_per_node", None) is not None:
-        opts["gpus_per_node"] = args.gpus_per_node
     return job(args.model, **opts)
 
 
