@@ -122,6 +122,12 @@ class Training:
         Megatron-Bridge's ``LoRA(sequence_parallel_input_regather=...)`` (default False): under
         sequence parallelism LoRA-A keeps only the local norm-output shard and re-gathers it in
         backward (:func:`memsym.terms.activations.lora_gathered_inputs`).
+    compiled_loss : bool
+        The loss runs under ``torch.compile`` (torchtitan's ``compile.enable`` with ``"loss"``
+        in ``compile.components``, since torchtitan bbb1b616e): the cross-entropy keeps the
+        16-bit logits and 8 bytes of statistics per token, not the fp32 log-softmax, and makes
+        no fp32 copy (:func:`memsym.terms.activations.output_activations`).  Default False:
+        Megatron's loss and eager PyTorch.
     """
 
     seq_length: int = 4096
@@ -147,6 +153,7 @@ class Training:
     lora_targets: object = "all"
     quantization: str | None = None
     lora_regather: bool = False
+    compiled_loss: bool = False
 
 
 def _defaults() -> dict:
@@ -258,6 +265,7 @@ def _check_fields(layout: Layout, training: Training) -> None:
     _flag(training.dropout, "dropout")
     _flag(training.precision_aware, "precision_aware")
     _flag(training.fp8_param_gather, "fp8_param_gather")
+    _flag(training.compiled_loss, "compiled_loss")
 
 
 def validate(x, layout: Layout, training: Training):

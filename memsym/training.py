@@ -309,10 +309,16 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                           label="embedding"))
     if stage == pp - 1:
         n_out = logits_microbatches(schedule, mm=mm)
-        out = output_activations(sequence_parallel=sp_on, norm=x.normalization.lower()).expr
+        out_total = output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
+                                       compiled_loss=training.compiled_loss)
+        out = out_total.expr
+        # the logits dominate: the Term carries their source (Korthikanti's fp32 softmax, or
+        # torchtitan's compiled loss keeping the 16-bit logits)
         terms.append(Term("output_activations", n_out * out,
-                          "final norm, output-layer input and fp32 logits for the loss",
-                          Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)"), label="output layer"))
+                          "final norm, output-layer input and the logits kept for the loss",
+                          out_total["logits"].source if training.compiled_loss
+                          else Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)"),
+                          label="output layer"))
         if x.mtp_num_layers:
             last_kind = pattern[-1]
             terms.append(Term("mtp_activations",
@@ -508,7 +514,8 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
       torchtitan's ``F.cross_entropy`` on a ``.float()`` copy,
       :func:`memsym.terms.transients.torch_cross_entropy_transient`); backward: the
       16-bit gradient of the logits (``logits_grad_16bit``, 2τV/t) while the fp32 softmax
-      turned gradient is still referenced;
+      turned gradient is still referenced; a compiled loss (``compiled_loss``) adds nothing in
+      forward (its saved 16-bit logits are activations) and the same gradient in backward;
     * FSDP2 (``sharding="fsdp"``): forward, ``n_ag`` blocks all-gathered; backward,
       :func:`memsym.terms.transients.fsdp2_transients`; optimizer, torch AdamW's foreach
       ``sqrt(exp_avg_sq)`` copy (:func:`memsym.terms.transients.optimizer_step_transient`);
@@ -544,11 +551,14 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
 
     out = {ph: [] for ph in PHASES}
     if stage == layout.p - 1:
-        # FSDP2 is torchtitan's path here: its loss is F.cross_entropy on a .float() copy
+        # FSDP2 is torchtitan's path here: its loss is F.cross_entropy on a .float() copy;
+        # compiled, the cast is fused and the 16-bit logits are saved (output_activations)
         ce = (tr.torch_cross_entropy_transient()
-              if training.sharding == "fsdp" and training.convention == "framework"
+              if training.compiled_loss or (training.sharding == "fsdp"
+                                            and training.convention == "framework")
               else tr.cross_entropy_transient())
-        out["forward"] += list(ce.terms)
+        if not training.compiled_loss:
+            out["forward"] += list(ce.terms)
         grad = ce["logits_16bit"]
         out["backward"].append(replace(grad, key="logits_grad_16bit", label="bf16 logits grad",
                                        description="16-bit gradient of the logits, made from "

@@ -308,6 +308,35 @@ def test_deepseek_v3_toml_defaults():
     assert c["training"]["global_batch_size"] == 4 * 64
 
 
+def test_torchtitan_compile_and_per_op_ac_reach_the_job():
+    # job_config.py v0.2.2: [compile] enable with "loss" in components compiles the loss
+    # (components/loss.py build_cross_entropy_loss); selective_ac_option "op" is per-op SAC
+    from memsym.readers.jobs import torchtitan_job
+
+    c405 = read_torchtitan_toml(LLAMA3_405B, world_size=128)       # enable=true, model+loss
+    assert c405["training"]["compiled_loss"] is True
+    j = torchtitan_job(c405)
+    assert j.training.compiled_loss and j.training.recompute == "full"
+    # components = ["loss"]: the loss is compiled; DeepSeek-V3 is MoE + MLA, where memsym
+    # prices per-op SAC only for dense blocks: Korthikanti's selective, said in a note
+    cds = read_torchtitan_toml(DEEPSEEK_V3_671B, world_size=64)
+    assert cds["training"]["compiled_loss"] is True
+    j = torchtitan_job(cds)
+    assert j.training.recompute == "selective"
+    assert any("per-op selective AC is modelled for dense" in n for n in j.notes)
+    dense = ("[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nseq_len = 8192\n"
+             "local_batch_size = 1\n[activation_checkpoint]\nmode = \"selective\"\n"
+             "selective_ac_option = \"op\"\n[compile]\nenable = true\ncomponents = [\"model\"]\n")
+    cfg = read_torchtitan_toml(dense, world_size=8)
+    assert cfg["training"]["compiled_loss"] is False             # only the model compiled
+    j = torchtitan_job(cfg)
+    assert (j.training.recompute, j.training.compiled_loss) == ("selective-op", False)
+    assert not any("Korthikanti" in n for n in j.notes)
+    assert read_torchtitan_toml("[training]\nseq_len = 8\n", world_size=1)["training"]["compiled_loss"] is False
+    with pytest.raises(InvalidValueError, match="components"):
+        read_torchtitan_toml("[compile]\ncomponents = [\"optimizer\"]\n", world_size=1)
+
+
 def test_torchtitan_degree_rules():
     pp = "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 4\n"
     c = read_torchtitan_toml(pp, world_size=8)

@@ -545,3 +545,47 @@ def test_cli_grad_reduce_in_bf16_and_fp8_param_gather(capsys):
     f16, f16_flag = run("--precision", "fp16"), run("--precision", "fp16", "--grad-reduce-in-bf16")
     assert f16_flag["bytes"] == f16["bytes"]
     assert any("has effect only with bf16" in n for n in f16_flag["notes"])
+
+
+def test_compiled_loss_keeps_16bit_logits_and_drops_the_fp32_copies():
+    # torchtitan's loss F.cross_entropy(pred.float(), labels): eager, the fp32 log-softmax is
+    # saved (4 tau V) and the bf16 pred plus its .float() copy exist at the end of forward
+    # (2 + 4 tau V); compiled, Inductor saves the bf16 pred and 8 bytes per token and makes no
+    # copy (tests/test_engine_compile.py runs both).  Llama-3 8B, FSDP2 over 8 GPUs, one
+    # 8192-token sequence: tau = 8192, V = 128256
+    tau, V = 8192, 128256
+    common = dict(seq_length=tau, micro_batch_size=1, sharding="fsdp", recompute="selective-op",
+                  dropout=False)
+    lay = Layout(d=8)
+    eager = training_memory("llama3-8b", lay, Training(**common), allowances=NOALLOW)
+    comp = training_memory("llama3-8b", lay, Training(compiled_loss=True, **common),
+                           allowances=NOALLOW)
+    fe, be = (dict(eager.phase_bytes)[ph] for ph in ("forward", "backward"))
+    fc, bc = (dict(comp.phase_bytes)[ph] for ph in ("forward", "backward"))
+    assert fe - fc == (4 + 6) * tau * V - (2 * tau * V + 8 * tau)
+    # backward: both make the 16-bit gradient of the logits beside what they saved
+    assert be - bc == 4 * tau * V - (2 * tau * V + 8 * tau)
+    with pytest.raises(InvalidValueError, match="compiled_loss"):
+        training_memory("llama3-8b", lay, Training(compiled_loss="yes", **common))
+
+
+def test_cli_compiled_loss_and_selective_op(capsys):
+    base = ["estimate", "llama3-8b", "--dp", "8", "--sharding", "fsdp", "--seq-length", "8192",
+            "--micro-batch-size", "1", "--global-batch-size", "8", "--hidden-dropout", "0",
+            "--attention-dropout", "0", "--json"]
+
+    def run(*extra):
+        assert main([*base, *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    eager, comp = run("--recompute", "selective-op"), run("--recompute", "selective-op",
+                                                          "--compiled-loss")
+    assert comp["training"]["recompute"] == "selective-op"
+    # the saved logits: fp32 log-softmax (4 tau V) -> bf16 pred + 8 bytes per token
+    tau, V = 8192, 128256
+    assert (eager["activation_bytes"]["output_activations"]
+            - comp["activation_bytes"]["output_activations"] == 2 * tau * V - 8 * tau)
+    assert "torchtitan, torchtitan/components/loss.py" in comp["sources"]["activations"]
+    # without a MODEL only model states are estimated: the flag is refused, not ignored
+    assert main(["estimate", "--params", "8e9", "--compiled-loss"]) == 2
+    assert "--compiled-loss" in capsys.readouterr().err

@@ -47,7 +47,7 @@ SETTINGS = {
     "stages_per_rank": int, "seq_length": int, "lora_rank": int,
     "sequence_parallel": bool, "flash_attention": bool, "dropout": bool, "compile": bool,
     "async_tp": bool, "expandable_segments": bool, "lora_regather": bool,
-    "grad_reduce_in_fp32": bool, "fp8_param_gather": bool,
+    "grad_reduce_in_fp32": bool, "fp8_param_gather": bool, "compiled_loss": bool,
     "recompute": str, "precision": str, "sharding": str, "schedule": str,
 }
 _CHOICES = {
@@ -277,7 +277,7 @@ class Job:
     the LoRA adapter parameters per GPU (0 for full training) and what the mapping approximated
     (``notes``: (text, +1 if it makes memsym predict more than the run, -1 if less))."""
 
-    model: str
+    model: object          # a preset name, or the Architecture the framework builds
     layout: object
     training: object
     allowances: dict
@@ -299,6 +299,9 @@ def job(point: Point) -> Job:
       inputs (``Float8Linear`` saves the high-precision input), so ``precision="bf16"``;
     * torchtitan's per-op selective AC maps to ``recompute="selective-op"``
       (:func:`memsym.terms.activations.layer_activations`: every second matmul output kept);
+      a loss compiled at the run's torchtitan commit to ``compiled_loss``;
+    * torchtitan builds RoPE tables for its ``seq_len``
+      (:func:`memsym.readers.jobs.torchtitan_positions`): no position limit;
     * LoRA: frozen bf16 base (``optimizer="none"``) plus
       :func:`memsym.terms.adapters.adapter_state` of the adapter parameters;
     * allowances: memsym's defaults, except no fragmentation for an ``allocated`` metric
@@ -371,8 +374,14 @@ def job(point: Point) -> Job:
                         # Megatron-Bridge LoRA defaults: dim 32 on linear_qkv, linear_proj,
                         # linear_fc1, linear_fc2 (memsym's "all"); frozen bf16 base
                         finetune="lora" if lora else "full", lora_rank=cfg.get("lora_rank", 32),
-                        lora_regather=bool(cfg.get("lora_regather", False)))
-    return Job(point.model, layout, training, _allowances(point), 0, tuple(notes))
+                        lora_regather=bool(cfg.get("lora_regather", False)),
+                        compiled_loss=bool(cfg.get("compiled_loss", False)))
+    model = point.model
+    if point.framework == "torchtitan":   # its RoPE table is built for the training sequence
+        from memsym.readers.jobs import torchtitan_positions
+
+        model = torchtitan_positions(model, cfg["seq_length"])
+    return Job(model, layout, training, _allowances(point), 0, tuple(notes))
 
 
 #: What each framework's own memory log reads when a source does not say (``unstated``):
@@ -644,15 +653,24 @@ _EXPLANATIONS = [
     "allocator, which rounds blocks and keeps freed ones; runs near the card's capacity "
     "reserve most of it whatever they allocate (Table 2 reads 84 GiB at every CP size), so "
     "the 10 % fragmentation default is the named unknown of the rows memsym under-predicts "
-    "(Tables 1, 3 and 4: −4 to −25 %). Modelled for these rows: torchtitan's per-op selective "
+    "(Tables 1 to 4: −4 to −25 %). Modelled for these rows: torchtitan's per-op selective "
     "AC (`recompute=\"selective-op\"`: the outputs of every second matmul and of SDPA kept), "
     "FSDP2's all-gathered blocks, reduce-scatter buffers and AdamW's foreach temporaries by "
-    "phase, and its loss on a `.float()` copy of the logits (the peak is at the end of "
-    "forward on these runs). The Trainy and MXFP8 rows (+26 to +46 %) run torch.compile, "
-    "whose fusions save fewer intermediates and may fuse the loss's fp32 copy away (not "
-    "modelled); the MXFP8 page also does not say what its GB measured. The 405B pipeline "
-    "rows are not predicted: 126 layers do not split evenly over 8 stages and the split "
-    "torchtitan used is not printed; the CP rows exceed Llama-3 8B's 8192 positions.",
+    "phase, its loss on a `.float()` copy of the logits, and RoPE tables built for the "
+    "training sequence (`update_from_config`: no position limit, so Table 2's 32k–256k rows "
+    "are predicted). The loss is compiled where the run's torchtitan compiled it "
+    "(`compiled_loss`): `build_cross_entropy_loss` wraps it in `torch.compile` since "
+    "bbb1b616e (the Trainy and MXFP8 runs), while at 9dec370 (Tables 1–6) that line is "
+    "commented out (\"compiling loss function causes CUDA errors\"). Compiled, Inductor keeps "
+    "the 16-bit logits and 8 bytes per token instead of the fp32 log-softmax and makes no "
+    "fp32 copy (`tests/test_engine_compile.py` runs both on CPU): the Trainy rows go from "
+    "+26 % to within 4 %. The MXFP8 rows stay about 29 % high: their model states, saved "
+    "layer outputs and logits alone (16.1 + 16.7 + 2.2 GB at d = 8, one 8192-token "
+    "sequence) exceed the printed 33.7 GB, so what that page's \"GB\" measured (and the nightly torch 2.9 it "
+    "ran) is the open question; per-block compilation, which saves fewer intermediates "
+    "than eager SAC, is not modelled. The 405B pipeline rows are not predicted: 126 layers "
+    "do not split evenly over 8 stages and memsym refuses FSDP with pipeline parallelism "
+    "(Megatron's and DeepSpeed's rule, not torchtitan's).",
 ]
 
 

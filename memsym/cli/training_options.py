@@ -89,8 +89,9 @@ def add_training_options(parser) -> None:
     trn.add_argument("--global-batch-size", type=positive_int, default=None, metavar="GB")
     trn.add_argument("--num-microbatches", type=positive_int, default=None, metavar="M")
     trn.add_argument("--recompute-granularity", "--recompute", dest="recompute_granularity",
-                     choices=("none", "selective", "full"), default=None,
-                     help="activation recomputation (absent = none)")
+                     choices=("none", "selective", "full", "selective-op"), default=None,
+                     help="activation recomputation (absent = none; selective-op: torchtitan's "
+                     "per-op SAC, dense gated-MLP layers with flash attention)")
     trn.add_argument("--use-flash-attn", action="store_true",
                      help="flash/fused attention, no s^2 scores (the default: Megatron-core's "
                      "--attention-backend auto picks a fused kernel)")
@@ -106,6 +107,9 @@ def add_training_options(parser) -> None:
     trn.add_argument("--fp8-param-gather", action="store_true",
                      help="Megatron's flag (--precision fp8, distributed optimizer): the linear "
                      "weights are kept in FP8 only")
+    trn.add_argument("--compiled-loss", action="store_true",
+                     help="the loss runs under torch.compile (torchtitan's compile.enable with "
+                     "'loss' in components): 16-bit logits kept, no fp32 copy")
     trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
                      help="routed-token load of the busiest expert rank (default 1, balanced)")
     grp.add_argument("--should-pad-vocab", action="store_true",
@@ -327,6 +331,8 @@ def job_from_args(args, **override):
                               "(Megatron's --bf16)",)
     if getattr(args, "fp8_param_gather", False):
         opts["fp8_param_gather"] = True
+    if getattr(args, "compiled_loss", False):
+        opts["compiled_loss"] = True
     # the convention (a framework estimator such as megatron-bridge reports its own breakdown
     # beside the job's), allowances, GPU, capacity and node size: as for every input
     opts.update(_host_options(args))

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from ..errors import InvalidValueError
 
-__all__ = ["megatron_job", "deepspeed_job", "torchtitan_job", "MEGATRON_FSDP_SCHEMES", "DEEPSPEED_SCHEMES"]
+__all__ = ["megatron_job", "deepspeed_job", "torchtitan_job", "torchtitan_positions",
+           "MEGATRON_FSDP_SCHEMES", "DEEPSPEED_SCHEMES"]
 
 #: Megatron-FSDP's --data-parallel-sharding-strategy -> the scheme that shards the same
 #: states (megatron/core/distributed/fsdp: no_shard keeps everything, optim shards the
@@ -140,6 +141,33 @@ def deepspeed_job(cfg: dict, model, **options):
     return job(model, _notes=tuple(cfg.get("notes", ())), **opts)
 
 
+#: torchtitan [model] name and flavor -> memsym preset, where the plain ``name-flavor`` differs
+#: (torchtitan models/deepseek_v3/__init__.py names the full model flavor "671B").
+_TORCHTITAN_PRESETS = {("deepseek_v3", "671b"): "deepseek-v3"}
+
+
+def torchtitan_positions(model, seq_len: int):
+    """The architecture as torchtitan builds it for ``seq_len``: a RoPE model's table covers the
+    training sequence (``update_from_config`` sets ``max_seq_len = training.seq_len``, with only
+    a warning above the original maximum), so Megatron's ``max_position_embeddings >=
+    seq_length`` assertion does not apply.  Learned absolute positions are left as they are.
+
+    Examples
+    --------
+    >>> torchtitan_positions("llama3-8b", 32768).max_position_embeddings
+    32768
+    """
+    import dataclasses
+
+    from ..model import Architecture, resolve_model
+
+    arch = model if isinstance(model, Architecture) else resolve_model(model)
+    if arch.position_embedding_type != "rope":
+        return arch
+    plain = Architecture(**{f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)})
+    return dataclasses.replace(plain, max_position_embeddings=seq_len)
+
+
 def torchtitan_job(cfg: dict, model=None, **options):
     """The :class:`memsym.job.Job` of a read torchtitan TOML (:func:`read_torchtitan_toml`).
 
@@ -147,8 +175,10 @@ def torchtitan_job(cfg: dict, model=None, **options):
     (``llama3`` ``405B`` -> ``llama3-405b``).  Data parallelism: replicate x shard GPUs, the
     states sharded by FSDP2 when the shard degree is > 1 (HSDP's replicas keep their own
     shard: counted over the whole data-parallel group, said in the notes); activation
-    checkpointing ``full`` -> full recompute, ``selective`` -> Korthikanti's selective (an
-    approximation of torchtitan's per-op / every-other-layer policy, said in the notes).
+    checkpointing ``full`` -> full recompute, ``selective`` with ``selective_ac_option = "op"``
+    -> torchtitan's per-op SAC (``recompute="selective-op"``), with a layer frequency ->
+    Korthikanti's selective (an approximation, said in the notes); a compiled loss
+    (``[compile]``) -> ``compiled_loss``.
 
     Examples
     --------
@@ -169,12 +199,16 @@ def torchtitan_job(cfg: dict, model=None, **options):
         if not meta.get("name") or not meta.get("flavor"):
             raise InvalidValueError("the torchtitan TOML names no [model] name/flavor: give the "
                                     "MODEL (a preset or a Hugging Face config.json)")
-        model = f"{meta['name']}-{str(meta['flavor']).lower()}"
+        key = (str(meta["name"]), str(meta["flavor"]).lower())
+        model = _TORCHTITAN_PRESETS.get(key, f"{key[0]}-{key[1]}")
     ac = trn.get("ac_mode", "none")
+    per_op = ac == "selective" and trn.get("selective_ac_option") == "op"
     opts = {"t": lay["t"], "p": lay["p"], "c": lay["c"], "e": lay["e"], "d": lay["d"],
             "seq_length": trn["seq_len"], "micro_batch_size": trn["local_batch_size"],
             "global_batch_size": trn.get("global_batch_size"),
-            "recompute": {"full": "full", "selective": "selective"}.get(ac, "none"),
+            "recompute": "selective-op" if per_op else
+            {"full": "full", "selective": "selective"}.get(ac, "none"),
+            "compiled_loss": bool(trn.get("compiled_loss", False)),
             "sharding": "fsdp" if lay.get("dp_shard", 1) > 1 else "ddp",
             "precision": "bf16", "sequence_parallel": lay["t"] > 1}
     if cfg["precision"].get("float8"):
@@ -182,12 +216,22 @@ def torchtitan_job(cfg: dict, model=None, **options):
         # parameters in their own dtype (torchtitan components/quantization/float8.py)
         notes.append("float8 (torchao Float8Linear): parameters counted in bf16 compute and "
                      "fp32 states as FSDP2 keeps them; the per-GEMM fp8 casts are transient")
-    if ac == "selective":
-        notes.append(f"activation checkpointing selective (option {trn.get('selective_ac_option')}"
-                     "): counted as Korthikanti's selective recompute")
+    if per_op:
+        from ..model import Architecture, resolve_model
+
+        arch = model if isinstance(model, Architecture) else resolve_model(model)
+        if arch.num_experts or arch.multi_latent_attention or not arch.swiglu:
+            # memsym prices per-op SAC for dense gated-MLP blocks only
+            per_op = False
+            opts["recompute"] = "selective"
+            notes.append("per-op selective AC is modelled for dense gated-MLP layers: counted "
+                         "as Korthikanti's selective recompute for this model")
+    if ac == "selective" and not per_op and trn.get("selective_ac_option") != "op":
+        notes.append(f"activation checkpointing selective (every {trn.get('selective_ac_option')}"
+                     " layers): counted as Korthikanti's selective recompute")
     if lay.get("dp_replicate", 1) > 1 and lay.get("dp_shard", 1) > 1:
         notes.append("HSDP: the states are counted as sharded over the whole data-parallel "
                      "group (torchtitan shards them over data_parallel_shard_degree only)")
     opts = {k: v for k, v in opts.items() if v is not None}
     opts.update(options)
-    return job(model, _notes=tuple(notes), **opts)
+    return job(torchtitan_positions(model, trn["seq_len"]), _notes=tuple(notes), **opts)

@@ -37,6 +37,8 @@ TORCHTITAN_KEYS = {
     ("training", "mixed_precision_param"): (str, "bfloat16"),
     ("training", "mixed_precision_reduce"): (str, "float32"),
     ("training", "enable_cpu_offload"): (bool, False),
+    ("compile", "enable"): (bool, False),
+    ("compile", "components"): (list, ["model", "loss"]),
     ("model", "name"): (str, "llama3"),
     ("model", "flavor"): (str, "debugmodel"),
     ("model", "converters"): (list, []),
@@ -87,7 +89,8 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
     dict
         ``layout`` (dp_replicate, dp_shard, t, p, c, e, t_e, d, world_size,
         fsdp_reshard_after_forward as torchtitan resolves "default"), ``training`` (seq_len
-        [tokens], local/global batch [sequences], activation checkpointing), ``precision``
+        [tokens], local/global batch [sequences], activation checkpointing, whether the loss
+        is compiled), ``precision``
         (param/reduce dtypes, float8), ``model`` (name, flavor), ``ignored`` and ``notes``.
 
     References
@@ -183,6 +186,12 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
     seq = val("training", "seq_len")
     if not 1 <= seq <= MAX_SEQ:
         raise InvalidValueError(f"torchtitan training.seq_len must be between 1 and {MAX_SEQ}")
+    components = val("compile", "components")
+    if len(components) > 2 or any(x not in ("model", "loss") for x in components):
+        raise InvalidValueError("torchtitan [compile] components must list \"model\" and/or "
+                                "\"loss\"")
+    # components/loss.py build_cross_entropy_loss: torch.compile(loss_fn) when enabled
+    compiled_loss = val("compile", "enable") and "loss" in components
     converters = val("model", "converters")
     float8 = any(x in ("float8", "quantize.linear.float8") for x in converters)
     return {
@@ -193,7 +202,8 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
                      "gradient_accumulation_steps": gbs // (local * d),
                      "ac_mode": val("activation_checkpoint", "mode"),
                      "selective_ac_option": val("activation_checkpoint", "selective_ac_option"),
-                     "enable_cpu_offload": val("training", "enable_cpu_offload")},
+                     "enable_cpu_offload": val("training", "enable_cpu_offload"),
+                     "compiled_loss": compiled_loss},
         "precision": {"mixed_precision_param": val("training", "mixed_precision_param"),
                       "mixed_precision_reduce": val("training", "mixed_precision_reduce"),
                       "dtype": val("training", "dtype"), "float8": float8,

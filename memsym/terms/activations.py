@@ -456,13 +456,15 @@ def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = Tr
 
 
 def output_activations(*, sequence_parallel: bool = False, norm: str = "layernorm",
-                       norm_statistics: bool = True) -> Total:
+                       norm_statistics: bool = True, compiled_loss: bool = False) -> Total:
     r"""Activations of the final norm, the output layer and the loss on the last stage [bytes].
 
     .. math::
 
         \frac{2\tau h}{\sigma} + \frac{2\tau h}{\sigma} + \frac{4\tau V}{t}
         \;(+\;\text{norm statistics})
+        \qquad\text{or, with a compiled loss,}\qquad
+        \ldots + \frac{2\tau V}{t} + 8\tau
 
     The final norm's input, the output layer's input, and the fp32 logits the cross-entropy
     keeps (Korthikanti §4.3: 2sbh/t, 2sbh/t, 4sbv/t; Megatron's vocab-parallel cross entropy
@@ -470,10 +472,19 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     vocabulary the logits alone reach tens of GB (seed 002, failure pattern 3: s·b·V).
     The bf16 logits (2τV/t) exist only transiently during the forward and are not counted.
 
+    ``compiled_loss``: torchtitan compiles its loss (``F.cross_entropy(pred.float(), labels)``)
+    when ``compile.enable`` and ``"loss"`` is in ``compile.components`` (the default
+    components).  Inductor fuses the fp32 cast into the softmax reductions and its partitioner
+    keeps the *16-bit* logits and two fp32 statistics per token (row max and log-sum-exp,
+    8 bytes) for backward, which rebuilds the softmax from them: :math:`2\tau V/t + 8\tau`
+    instead of the fp32 log-softmax (``tests/test_engine_compile.py`` runs it on CPU).
+
     Examples
     --------
     >>> float(output_activations()["logits"].evaluate(s=8192, b=8, c=1, t=1, V=128256)) / 1e9
     33.621540864
+    >>> output_activations(compiled_loss=True)["logits"].expr
+    2*V*b*s/(c*t) + 8*b*s/c
     """
     _, tok, sig = _common(sequence_parallel, "none")
     norm = choose("normalization", norm, NORMS)
@@ -483,7 +494,12 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
         Term("final_norm_statistics", NORMS[norm] * tok / sig if norm_statistics else 0,
              "fp32 statistics of the final norm", _DERIVED),
         Term("output_input", 2 * tok * h / sig, "final norm output, input of the output layer", src),
-        Term("logits", 4 * tok * V / t, "fp32 logits (softmax) kept by the cross-entropy loss", src),
+        Term("logits", 4 * tok * V / t, "fp32 logits (softmax) kept by the cross-entropy loss", src)
+        if not compiled_loss else
+        Term("logits", 2 * tok * V / t + 8 * tok, "16-bit logits and fp32 row max and log-sum-exp "
+             "kept by the compiled cross-entropy (Inductor rebuilds the softmax in backward)",
+             Source("torchtitan", "torchtitan/components/loss.py, build_cross_entropy_loss "
+                    "(torch.compile(loss_fn) when compile.enable and 'loss' in components)")),
     )
     return Total("activations of the output layer and loss", tuple(x for x in terms if x.expr != 0))
 

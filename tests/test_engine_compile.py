@@ -1,0 +1,63 @@
+"""torchtitan's loss, eager and under ``torch.compile``, run for real on CPU (Inductor).
+
+torchtitan's ``cross_entropy_loss`` is ``F.cross_entropy(pred.flatten(0, 1).float(), labels)``
+(``torchtitan/components/loss.py``); since bbb1b616e ``build_cross_entropy_loss`` wraps it in
+``torch.compile`` when compilation is on.  A saved-tensor hook records what each version keeps
+for backward; memsym's ``output_activations`` must count the same floating-point bytes:
+eager, the fp32 log-softmax (4TV); compiled, the 16-bit logits themselves and two fp32
+statistics per token (2TV + 8T).  The integer labels are the data loader's tensor, alive
+anyway, and the 0-d total weight of the mean is 4 bytes: neither is counted.
+"""
+
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+T, V = 64, 1000        # tokens, vocabulary
+
+
+def _loss(pred, labels):
+    # the port: torchtitan components/loss.py cross_entropy_loss at e7c0cae
+    return torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
+
+
+def _saved_float_bytes(fn) -> int:
+    torch.manual_seed(0)
+    pred = torch.randn(1, T, V, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, V, (1, T))
+    storages = {}
+
+    def pack(x):
+        if x.is_floating_point() and x.dim() > 0:   # not the mean's 0-d weight
+            st = x.untyped_storage()
+            storages[st.data_ptr()] = st.nbytes()
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        loss = fn(pred, labels)
+    loss.backward()                      # the saved set is a working backward's
+    assert pred.grad.dtype == torch.bfloat16 and torch.isfinite(pred.grad).all()
+    return sum(storages.values())
+
+
+def _memsym_logits(compiled: bool) -> int:
+    from memsym.terms.activations import output_activations
+
+    term = output_activations(compiled_loss=compiled)["logits"]
+    return int(term.evaluate(s=T, b=1, c=1, t=1, V=V))
+
+
+def test_eager_loss_keeps_the_fp32_log_softmax():
+    assert _saved_float_bytes(_loss) == _memsym_logits(False) == 4 * T * V
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="Inductor's CPU backend needs a C++ compiler")
+def test_compiled_loss_keeps_the_16bit_logits_and_two_statistics():
+    torch._dynamo.reset()
+    compiled = torch.compile(_loss, backend="inductor")
+    assert _saved_float_bytes(compiled) == _memsym_logits(True) == 2 * T * V + 8 * T
