@@ -122,6 +122,14 @@ class Training:
         Megatron-Bridge's ``LoRA(sequence_parallel_input_regather=...)`` (default False): under
         sequence parallelism LoRA-A keeps only the local norm-output shard and re-gathers it in
         backward (:func:`memsym.terms.activations.lora_gathered_inputs`).
+    framework : {"megatron", "deepspeed", "torchtitan"}
+        Whose launch rules and runtime apply (:data:`FRAMEWORKS`; default Megatron-LM, whose
+        argument names memsym uses).  ``"torchtitan"``: FSDP2 may run with pipeline
+        parallelism (``torch.distributed.pipelining``), the layers split as torchtitan's
+        ``generate_split_points`` splits them when ``p`` does not divide them, and FSDP2
+        keeps the stage's parameters and fp32 gradients unsharded through the pipelined
+        backward (:func:`memsym.terms.transients.fsdp2_pipeline_unsharded`).  The readers set
+        it.
     compiled_loss : bool
         The loss runs under ``torch.compile`` (torchtitan's ``compile.enable`` with ``"loss"``
         in ``compile.components``, since torchtitan bbb1b616e): the cross-entropy keeps the
@@ -154,6 +162,7 @@ class Training:
     quantization: str | None = None
     lora_regather: bool = False
     compiled_loss: bool = False
+    framework: str = "megatron"
 
 
 def _defaults() -> dict:
@@ -297,6 +306,7 @@ def validate(x, layout: Layout, training: Training):
     choose("convention", training.convention, CONVENTIONS + FRAMEWORK_CONVENTIONS)
     choose("offload", training.offload, OFFLOADS)
     choose("fine-tuning mode", training.finetune, ("full", "lora", "qlora"))
+    choose("framework", training.framework, FRAMEWORKS)
     if not isinstance(training.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.lora_regather!r}")
     if training.finetune != "full":
@@ -322,6 +332,44 @@ def validate(x, layout: Layout, training: Training):
                                 "global_batch_size")
     return m_
 
+
+def framework_layout(x, layout: Layout, training: Training) -> tuple:
+    """The layout as the job's framework lays it out, and a note for each change.
+
+    torchtitan splits the layers over its pipeline stages itself
+    (:func:`memsym.model.stages.torchtitan_rank_layers`) unless told the split: memsym takes
+    that split as the first and last stage sizes.  A split whose middle ranks differ is
+    refused (memsym's stages between the ends hold equal layers); give the split as
+    ``first_stage_layers`` / ``last_stage_layers``.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> lay, notes = framework_layout(preset("llama3-405b"), Layout(t=8, p=8),
+    ...                               Training(framework="torchtitan"))
+    >>> lay.first_stage_layers, lay.last_stage_layers
+    (15, 15)
+    """
+    if (training.framework != "torchtitan" or layout.p == 1
+            or layout.first_stage_layers is not None or layout.last_stage_layers is not None):
+        return layout, []
+    from .model.stages import torchtitan_rank_layers
+
+    ranks = torchtitan_rank_layers(x.num_layers, layout.p, layout.v or 1)
+    if len(set(ranks[1:-1])) > 1:
+        raise InvalidValueError(f"torchtitan splits the {x.num_layers} layers over p={layout.p} "
+                                f"ranks as {ranks}: memsym models equal stages between the "
+                                "first and last; give first_stage_layers/last_stage_layers "
+                                "(torchtitan: module_fqns_per_model_part)")
+    if len(set(ranks)) == 1:
+        return layout, []
+    return (dataclasses.replace(layout, first_stage_layers=ranks[0], last_stage_layers=ranks[-1]),
+            [f"torchtitan's pipeline split: {ranks} layers per rank (generate_llm_fqn_per_model_"
+             "part, the embedding and the output counted as one layer each)"])
+
+
+#: The frameworks whose launch rules and runtime a job follows (``Training.framework``).
+FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
 
 #: Memory conventions reported by a framework's own estimator (memsym.conventions).
 FRAMEWORK_CONVENTIONS = ("megatron-bridge",)
@@ -498,6 +546,8 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     if lay.sequence_parallel is True and lay.t == 1:
         lay = dataclasses.replace(lay, sequence_parallel=False)
         notes.append("sequence parallelism is off at t = 1 (as Megatron-LM turns it off)")
+    lay, split_notes = framework_layout(x, lay, trn)
+    notes += split_notes
     m_ = validate(x, lay, trn)
     from .training import allowance_values
 

@@ -121,6 +121,8 @@ def _pp_msg(x, k):
 
 
 def _vpp_layers(x, k):
+    if k.get("torchtitan", False):   # its stages split the layers unevenly by design
+        return False
     v_ = k["v"]
     per, _ = _stage_sizes(x, k)
     bad = per % v_ != 0
@@ -150,7 +152,8 @@ def _group(k):
 
 def _vpp_microbatches(x, k):
     m_ = k.get("m")
-    if m_ is None:
+    if m_ is None or k.get("torchtitan", False):   # torch.distributed.pipelining: no such rule
+        return False
         return False
     n_ = _group(k)
     rem = m_ % n_
@@ -257,10 +260,15 @@ RULES: dict = {r.name: r for r in (
          Source("seed001", "CPU オフロード (no support for Pipeline parallelism)"),
          InvalidValueError),
     Rule("zero-pp", "ZeRO-2/3 and FSDP shard gradients per micro-batch: no pipeline parallelism",
-         lambda x, k: (k["p"] > 1) & k.get("shards_gradients", False),
+         lambda x, k: (k["p"] > 1) & k.get("shards_gradients", False)
+         & _not(k.get("torchtitan", False)),
          lambda x, k: ("ZeRO-2/3 and FSDP need p = 1: DeepSpeed's PipelineEngine asserts ZeRO "
-                       "stage < 2 (use zero1 or the distributed optimizer with PP)"),
-         Source("deepspeed-pipe", "PipelineEngine.__init__ (assert zero_optimization_stage() < 2)"),
+                       "stage < 2 and Megatron-LM refuses --use-torch-fsdp2 with pipeline "
+                       "parallelism (use zero1 or the distributed optimizer with PP; "
+                       "torchtitan runs FSDP2 with PP: framework=\"torchtitan\")"),
+         Source("deepspeed-pipe", "PipelineEngine.__init__ (assert zero_optimization_stage() < 2); "
+                "Megatron-LM megatron/training/arguments.py validate_args (--use-torch-fsdp2 "
+                "is not supported with pipeline parallelism)"),
          InvalidValueError),
 )}
 
@@ -308,6 +316,7 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
         k.update({"s": training.seq_length, "b": training.micro_batch_size,
                   "B": training.global_batch_size, "offload": training.offload != "none",
                   "shards_gradients": training.sharding in ("zero2", "zero3", "fsdp"),
+                  "torchtitan": getattr(training, "framework", "megatron") == "torchtitan",
                   "microbatch_group_size": getattr(training, "microbatch_group_size", None)})
     return k
 

@@ -517,7 +517,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
       turned gradient is still referenced; a compiled loss (``compiled_loss``) adds nothing in
       forward (its saved 16-bit logits are activations) and the same gradient in backward;
     * FSDP2 (``sharding="fsdp"``): forward, ``n_ag`` blocks all-gathered; backward,
-      :func:`memsym.terms.transients.fsdp2_transients`; optimizer, torch AdamW's foreach
+      :func:`memsym.terms.transients.fsdp2_transients` (torchtitan with PP: the whole stage
+      kept gathered from forward on, and its unsharded gradients accumulated in backward,
+      :func:`memsym.terms.transients.fsdp2_pipeline_unsharded`); optimizer, torch AdamW's foreach
       ``sqrt(exp_avg_sq)`` copy (:func:`memsym.terms.transients.optimizer_step_transient`);
     * DeepSpeed ZeRO-3: :func:`memsym.terms.transients.zero3_transients` in forward and
       backward; ZeRO-1/2: the IPG buckets (:func:`memsym.terms.transients.deepspeed_ipg_buckets`)
@@ -567,7 +569,14 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
     # keep their published model-state forms and only the logits transient
     scheme = training.sharding if training.convention == "framework" else None
-    if scheme == "fsdp":
+    if scheme == "fsdp" and layout.p > 1 and training.framework == "torchtitan":
+        # torch.distributed.pipelining: nothing reshards and gradients accumulate unsharded
+        # until the last micro-batch's backward reduce-scatters them, one block at a time
+        fs = tr.fsdp2_transients(N_ll, d * c)
+        pipe = tr.fsdp2_pipeline_unsharded(N_tp / t + N_rep)
+        out["forward"].append(pipe["kept_unsharded"])
+        out["backward"] += list(pipe.terms) + [fs["unsharded_grads"], fs["reduce_scatter"]]
+    elif scheme == "fsdp":
         fs = tr.fsdp2_transients(N_ll, d * c)
         out["forward"].append(fs["unsharded_params"])
         out["backward"] += list(fs.terms)

@@ -83,11 +83,46 @@ def _free_port():
         return sock.getsockname()[1]
 
 
-def _run(world, mixed, timeout=60):
+def _pipelined_worker(rank, world, port, mixed, queue):
+    # what torch.distributed.pipelining does to an FSDP2 stage (stage.py,
+    # backward_maybe_with_nosync): every micro-batch's backward without gradient sync and
+    # without reshard; torchtitan under PP also keeps the forward's all-gather
+    # (reshard_after_forward=False).  Two micro-batches, then the stage's unsharded bytes.
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.ReLU(),
+                                    torch.nn.Linear(5, 3, bias=False))
+        kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                reduce_dtype=torch.float32)}
+        for layer in (model[0], model[2]):
+            fully_shard(layer, reshard_after_forward=False, **kw)
+        fully_shard(model, reshard_after_forward=False, **kw)
+        for _ in range(2):
+            model.set_requires_gradient_sync(False)
+            model.set_reshard_after_backward(False)
+            model(torch.randn(4, 7)).float().sum().backward()
+        kept, acc = 0, []
+        for layer in (model[0], model[2]):
+            for fp in layer._get_fsdp_state()._fsdp_param_group.fsdp_params:
+                kept += sum(x.untyped_storage().nbytes() for x in fp.all_gather_outputs)
+                g = fp.unsharded_accumulated_grad
+                acc.append((g.numel(), str(g.dtype), g.untyped_storage().nbytes()))
+        queue.put((rank, {"kept": kept, "accumulated": acc}))
+        dist.destroy_process_group()
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        queue.put((rank, repr(exc)))
+
+
+def _run(world, mixed, timeout=60, worker=None):
     ctx = torch.multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, mixed, queue)) for r in range(world)]
+    target = _worker if worker is None else worker
+    procs = [ctx.Process(target=target, args=(r, world, port, mixed, queue)) for r in range(world)]
     for proc in procs:
         proc.start()
     results = {}
@@ -164,3 +199,27 @@ def test_fsdp2_collective_buffers_match_transients(world, mixed):
             assert sorted(a[1] for a in rs) == [unsharded // world, unsharded]
             assert all(a[2] == "torch.float32" for a in rs)
             assert t["reduce_scatter"].evaluate(vals) == 4 * (unsharded + unsharded // world)
+
+
+def test_fsdp2_pipelined_stage_keeps_params_and_fp32_grads_unsharded():
+    # memsym's fsdp2_pipeline_unsharded: b_u + b_r = 2 + 4 bytes per (padded) stage parameter
+    # beyond the sharded states, on every rank
+    from memsym.terms.transients import fsdp2_pipeline_unsharded
+
+    world = 2
+    results = _run(world, True, worker=_pipelined_worker)
+    padded = world * sum(fsdp2_padded_numel(sh, world) for sh in SHAPES.values())
+    for out in results.values():
+        # the all-gather outputs: one bf16 buffer of the padded unsharded size per group
+        assert out["kept"] == 2 * padded
+        # the gradients: each parameter's unsharded (unpadded) size, upcast to fp32
+        assert sorted(a[0] for a in out["accumulated"]) == sorted(
+            torch.Size(sh).numel() for sh in SHAPES.values())
+        assert all(a[1] == "torch.float32" for a in out["accumulated"])
+        acc_bytes = sum(a[2] for a in out["accumulated"])
+        n = sum(torch.Size(sh).numel() for sh in SHAPES.values())
+        assert acc_bytes == 4 * n
+        pipe = fsdp2_pipeline_unsharded(n)
+        assert pipe["accumulated_grads"].evaluate(b_r=4) == acc_bytes
+        # memsym neglects the dim-0 padding of the gathered copy (a few rows per parameter)
+        assert pipe["kept_unsharded"].evaluate(b_u=2) == 2 * n <= out["kept"]

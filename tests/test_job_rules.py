@@ -152,3 +152,53 @@ def test_search_and_min_gpus_take_the_job():
     assert (res.space.seq_length, res.space.global_batch_size) == (2048, 64)
     assert res.space.capacity == 80 * 10**9 and len(res) > 0
     assert min_gpus(j).gpus == 2
+
+
+def test_torchtitan_runs_fsdp_with_pipeline_parallelism_on_its_own_split():
+    # Megatron-LM validate_args: "--use-torch-fsdp2 is not supported with pipeline
+    # parallelism"; DeepSpeed's PipelineEngine asserts ZeRO stage < 2.  torchtitan composes
+    # FSDP2 with torch.distributed.pipelining, and splits the layers itself
+    # (pipeline_parallel.py generate_llm_fqn_per_model_part, embedding and output one layer
+    # each): 126 + 2 = 128 effective layers over 8 ranks = 16 each, ends 15
+    common = dict(t=8, p=8, d=8, sharding="fsdp", seq_length=8192, micro_batch_size=1,
+                  num_microbatches=8)
+    with pytest.raises(InvalidValueError, match="need p = 1"):
+        job("llama3-405b", first_stage_layers=15, last_stage_layers=15, **common)
+    j = job("llama3-405b", framework="torchtitan", **common)
+    assert (j.layout.first_stage_layers, j.layout.last_stage_layers) == (15, 15)
+    assert any("[15, 16, 16, 16, 16, 16, 16, 15]" in n for n in j.notes)
+    # two stages per rank (Interleaved1F1B): 8 per stage, 7 + 8 on the end ranks; Megatron
+    # would refuse 15 layers over v = 2, torchtitan's stages are uneven by design
+    jv = job("llama3-405b", framework="torchtitan", v=2, **common)
+    assert (jv.layout.first_stage_layers, jv.layout.v) == (15, 2)
+    # Llama-3 8B over 4 ranks: 34 effective layers, 9, 9, 8, 8 -> 8, 9, 8, 7 layers: the
+    # middle ranks differ, which memsym's stages do not represent (refused, not guessed)
+    with pytest.raises(InvalidValueError, match=r"\[8, 9, 8, 7\]"):
+        job("llama3-8b", framework="torchtitan", t=1, p=4, d=2, sharding="fsdp",
+            seq_length=8192, micro_batch_size=1, num_microbatches=4)
+    with pytest.raises(UnknownNameError, match="framework"):
+        job("llama3-8b", framework="titan")
+
+
+def test_torchtitan_pipeline_memory_keeps_the_stage_unsharded():
+    # FSDP2 under PP keeps the stage's bf16 parameters gathered and accumulates its fp32
+    # gradients unsharded: 2 + 4 bytes per stage parameter on one GPU in backward (beyond
+    # the sharded 16/d), 2 in forward; memsym's estimate shows both in its phases
+    from memsym.model import layer_parameters, stage_parameters
+    from memsym.training import training_memory
+
+    j = job("llama3-405b", framework="torchtitan", t=8, p=8, d=8, sharding="fsdp",
+            seq_length=8192, micro_batch_size=4, num_microbatches=8, recompute="full",
+            dropout=False)
+    est = training_memory(j.model, j.layout, j.training, allowances={"workspace": 0, "nccl": 0,
+                                                                      "fragmentation": 0})
+    phases = dict(est.phase_bytes)
+    sp_ = stage_parameters(j.model, t=8, p=8, stage=est.stage, first_stage_layers=15,
+                           last_stage_layers=15)
+    n_stage = sp_.tp // 8 + sp_.replicated                 # the stage on one GPU
+    layer = layer_parameters(j.model)
+    n_ll = layer["tp"] // 8 + layer["replicated"]          # one block on one GPU
+    assert est.phase == "backward"
+    # backward adds the fp32 accumulated gradients (4 N_stage) and, at the last micro-batch,
+    # one block's bf16 gradient (2 N_ll) and its fp32 reduce-scatter input and output
+    assert phases["backward"] - phases["forward"] == 4 * n_stage + 2 * n_ll + 4 * n_ll * 9 // 8

@@ -172,3 +172,29 @@ def test_seed001_orderings_and_lora_savings():
 def test_seed001_vpp10_above_baseline():
     assert measured.predict("seed001.llama3-70b.vpp10").total \
         > measured.predict("seed001.llama3-70b.baseline").total
+
+
+def test_torchtitan_compiled_loss_rows_within_five_percent():
+    """The Trainy runs (torchtitan e7c0cae, whose build_cross_entropy_loss compiles the loss):
+    48.0 and 47.0 GiB reserved on H200, predicted within 5 % once the compiled loss keeps the
+    16-bit logits (they were +26 % with the eager loss's fp32 copies)."""
+    for pid in ("torchtitan.trainy.4nodes", "torchtitan.trainy.8nodes"):
+        row = next(r for r in measured.report() if r.point.id == pid)
+        assert abs(row.error_pct) < 5, (pid, row.error_pct)
+
+
+def test_torchtitan_pipeline_rows_are_predicted():
+    """Tables 5 and 6 of torchtitan's 2024 benchmark (405B, FSDP 8 or 1 x TP 8 x PP 8) are
+    torchtitan jobs memsym now models (FSDP2 with PP, torchtitan's split) within 15 %."""
+    rows = {r.point.id: r for r in measured.report()}
+    for pid in ("torchtitan.2412.t5.1f1b", "torchtitan.2412.t5.interleaved",
+                "torchtitan.2412.t6.cp1", "torchtitan.2412.t6.cp8"):
+        assert rows[pid].error_pct is not None and abs(rows[pid].error_pct) < 15, pid
+
+
+@pytest.mark.xfail(reason="Table 5's interleaved 1F1B measures 10 GB below 1F1B; torch's "
+                          "interleaved warm-up holds the same activations on rank 0 and memsym "
+                          "puts it 2 GB above", strict=True)
+def test_torchtitan_interleaved_below_1f1b():
+    assert measured.predict("torchtitan.2412.t5.interleaved").total \
+        < measured.predict("torchtitan.2412.t5.1f1b").total

@@ -337,6 +337,31 @@ def test_torchtitan_compile_and_per_op_ac_reach_the_job():
         read_torchtitan_toml("[compile]\ncomponents = [\"optimizer\"]\n", world_size=1)
 
 
+def test_torchtitan_pipeline_toml_is_a_torchtitan_job():
+    # torchtitan v0.2.2 pipeline_parallel.py: local_batch_size / pipeline_parallel_microbatch_size
+    # micro-batches; Interleaved1F1B puts 2 stages on each rank (no layers_per_stage given);
+    # FSDP2 with PP is torchtitan's own composition (Megatron and DeepSpeed refuse it)
+    from memsym.readers.jobs import torchtitan_job
+
+    toml = ("[model]\nname = \"llama3\"\nflavor = \"405B\"\n[training]\nseq_len = 8192\n"
+            "local_batch_size = 32\n[parallelism]\ntensor_parallel_degree = 8\n"
+            "pipeline_parallel_degree = 8\npipeline_parallel_microbatch_size = 4\n"
+            "pipeline_parallel_schedule = \"Interleaved1F1B\"\n"
+            "[activation_checkpoint]\nmode = \"full\"\n")
+    cfg = read_torchtitan_toml(toml, world_size=512)
+    assert cfg["layout"]["dp_shard"] == 8 and cfg["layout"]["fsdp_reshard_after_forward"] is False
+    j = torchtitan_job(cfg)
+    assert (j.training.framework, j.training.sharding, j.training.micro_batch_size, j.m) == \
+        ("torchtitan", "fsdp", 4, 8)
+    assert (j.layout.p, j.layout.v, j.layout.first_stage_layers, j.layout.last_stage_layers) == \
+        (8, 2, 15, 15)
+    with pytest.raises(InvalidValueError, match="divisible by pipeline_parallel_microbatch_size"):
+        read_torchtitan_toml(toml.replace("local_batch_size = 32", "local_batch_size = 30"),
+                             world_size=512)
+    with pytest.raises(InvalidValueError, match="pipeline_parallel_schedule"):
+        read_torchtitan_toml(toml.replace("Interleaved1F1B", "Zigzag"), world_size=512)
+
+
 def test_torchtitan_degree_rules():
     pp = "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 4\n"
     c = read_torchtitan_toml(pp, world_size=8)

@@ -300,6 +300,9 @@ def job(point: Point) -> Job:
     * torchtitan's per-op selective AC maps to ``recompute="selective-op"``
       (:func:`memsym.terms.activations.layer_activations`: every second matmul output kept);
       a loss compiled at the run's torchtitan commit to ``compiled_loss``;
+    * the framework's rules and runtime (``Training.framework``): torchtitan runs FSDP2 with
+      pipeline parallelism, splits the layers itself and keeps each stage unsharded through
+      the pipelined step (:func:`memsym.terms.transients.fsdp2_pipeline_unsharded`);
     * torchtitan builds RoPE tables for its ``seq_len``
       (:func:`memsym.readers.jobs.torchtitan_positions`): no position limit;
     * LoRA: frozen bf16 base (``optimizer="none"``) plus
@@ -375,13 +378,23 @@ def job(point: Point) -> Job:
                         # linear_fc1, linear_fc2 (memsym's "all"); frozen bf16 base
                         finetune="lora" if lora else "full", lora_rank=cfg.get("lora_rank", 32),
                         lora_regather=bool(cfg.get("lora_regather", False)),
-                        compiled_loss=bool(cfg.get("compiled_loss", False)))
+                        compiled_loss=bool(cfg.get("compiled_loss", False)),
+                        framework=_FRAMEWORK.get(point.framework, "megatron"))
     model = point.model
     if point.framework == "torchtitan":   # its RoPE table is built for the training sequence
         from memsym.readers.jobs import torchtitan_positions
 
         model = torchtitan_positions(model, cfg["seq_length"])
+    from memsym.job import framework_layout
+    from memsym.model import resolve_model
+
+    # the framework's own pipeline split (torchtitan: memsym.model.stages.torchtitan_rank_layers)
+    layout, _ = framework_layout(resolve_model(model), layout, training)
     return Job(model, layout, training, _allowances(point), 0, tuple(notes))
+
+
+#: A point's framework -> ``Training.framework`` (whose launch rules and runtime apply).
+_FRAMEWORK = {"torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 
 
 #: What each framework's own memory log reads when a source does not say (``unstated``):
@@ -668,9 +681,21 @@ _EXPLANATIONS = [
     "layer outputs and logits alone (16.1 + 16.7 + 2.2 GB at d = 8, one 8192-token "
     "sequence) exceed the printed 33.7 GB, so what that page's \"GB\" measured (and the nightly torch 2.9 it "
     "ran) is the open question; per-block compilation, which saves fewer intermediates "
-    "than eager SAC, is not modelled. The 405B pipeline rows are not predicted: 126 layers "
-    "do not split evenly over 8 stages and memsym refuses FSDP with pipeline parallelism "
-    "(Megatron's and DeepSpeed's rule, not torchtitan's).",
+    "than eager SAC, is not modelled. The 405B pipeline rows (Tables 5 and 6) are the "
+    "torchtitan job (`framework=\"torchtitan\"`): FSDP2 with pipeline parallelism, which "
+    "Megatron and DeepSpeed refuse and torchtitan runs; torchtitan's own split of the 126 "
+    "layers (15, 16 × 6, 15 per rank); pp = 8 micro-batches of the local batch (9dec370's "
+    "default); and the stage kept unsharded through the pipelined step: "
+    "`torch.distributed.pipelining` runs each micro-batch's backward without reshard or "
+    "gradient sync, so the bf16 parameters stay gathered and the gradients accumulate "
+    "unsharded in fp32 (6 bytes per stage parameter, 37 GB of the 71; "
+    "`tests/test_engine_fsdp2.py` runs it on a gloo group). Their errors (−15 to +3 %) are "
+    "the reserve again, but the interleaved row measures 10 GB *below* 1F1B and memsym "
+    "puts it 2 GB above. torch's `ScheduleInterleaved1F1B` warms rank 0 up with min(8 + 2 · 7, "
+    "16) = 16 chunk forwards (`_get_warmup_ops`), all 8 micro-batches of both its chunks "
+    "(7 + 8 layers): the same activations as 1F1B's 8 micro-batches of 15 layers, so the "
+    "drop is not in the activations memsym counts (a micro-batch count the table does not "
+    "print is the open setting); that ordering does **not** hold.",
 ]
 
 

@@ -17,7 +17,8 @@ from ..symbols import V, h
 # pipeline stages
 # ----------------------------------------------------------------------------------------------
 
-__all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters"]
+__all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters",
+           "torchtitan_rank_layers"]
 
 
 def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Optional[int] = None,
@@ -93,6 +94,71 @@ def _split_layers(n_layers: int, p: int, first=None, last=None) -> list:
         raise DivisibilityError(f"the {middle} remaining pipeline stages must split the remaining "
                                 f"{rest} layers evenly")
     return [rest // middle if s is None else s for s in sizes]
+
+
+def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
+                           input_weight: int = 1, output_weight: int = 1) -> list:
+    r"""Decoder layers on each pipeline rank as torchtitan splits a model it is not told how to.
+
+    torchtitan (``generate_llm_fqn_per_model_part``) counts the embedding and the output as
+    ``input_weight`` and ``output_weight`` layers (``pipeline_parallel_first/last_stage_less_
+    layers``, default 1), splits the :math:`L + w_{in} + w_{out}` effective layers over the
+    :math:`S = p\,v` stages as evenly as it can (the first :math:`(L + w_{in} + w_{out}) \bmod S`
+    stages one more), and places stage :math:`i` on rank :math:`i \bmod p` (loop style):
+
+    .. math:: n_r = \sum_{j<v} n^{\mathrm{stage}}_{r + j p}
+
+    Parameters
+    ----------
+    n_layers : int
+        Decoder layers L [1].
+    p : int
+        Pipeline-parallel size [GPUs].
+    stages_per_rank : int
+        Stages per rank v [1]: 1 for single-stage schedules (1F1B, GPipe), 2 for the looped
+        ones (Interleaved1F1B, ...) unless ``pipeline_parallel_layers_per_stage`` says otherwise.
+    input_weight, output_weight : int
+        Layers the embedding and the output count for [1].
+
+    Returns
+    -------
+    list of int
+        Layers per rank, rank 0 first.
+
+    Examples
+    --------
+    Llama-3 405B's 126 layers on 8 ranks: 128 effective layers, 16 per stage, the embedding and
+    output taking one each; with 2 stages per rank, 8 per stage (7 + 8 on rank 0):
+
+    >>> torchtitan_rank_layers(126, 8)
+    [15, 16, 16, 16, 16, 16, 16, 15]
+    >>> torchtitan_rank_layers(126, 8, 2)
+    [15, 16, 16, 16, 16, 16, 16, 15]
+
+    References
+    ----------
+    torchtitan v0.2.2 ``torchtitan/distributed/pipeline_parallel.py``
+    (``pipeline_llm``, ``generate_llm_fqn_per_model_part``, ``pipeline_module_split``).
+    """
+    n_layers, p = _pos_int(n_layers, "num_layers"), _pos_int(p, "p")
+    v = _pos_int(stages_per_rank, "stages per rank")
+    total = p * v
+    if total == 1:
+        return [n_layers]
+    effective = n_layers + input_weight + output_weight
+    per, extra = divmod(effective, total)
+    if per == 0 or input_weight > per or output_weight > per:
+        raise InvalidValueError(f"torchtitan cannot split {n_layers} layers (+{input_weight} "
+                                f"+{output_weight} for embedding and output) over {total} stages")
+    stage = [per + (i < extra) for i in range(total)]
+    stage[0] -= input_weight
+    stage[-1] -= output_weight
+    # the last stage takes only the layers left (generate_llm_fqn_per_model_part stops at L)
+    stage[-1] = n_layers - sum(stage[:-1]) if sum(stage[:-1]) <= n_layers else 0
+    if sum(stage[:-1]) > n_layers or min(stage) < 0:
+        raise InvalidValueError(f"torchtitan's split of {n_layers} layers over {total} stages "
+                                "leaves a stage without layers")
+    return [sum(stage[r + j * p] for j in range(v)) for r in range(p)]
 
 
 def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,

@@ -137,6 +137,7 @@ def deepspeed_job(cfg: dict, model, **options):
         opts["offload"] = "optimizer+params"
     elif off_o not in (None, "none"):
         opts["offload"] = "optimizer"
+    opts["framework"] = "deepspeed"
     opts.update(options)
     return job(model, _notes=tuple(cfg.get("notes", ())), **opts)
 
@@ -203,9 +204,22 @@ def torchtitan_job(cfg: dict, model=None, **options):
         model = _TORCHTITAN_PRESETS.get(key, f"{key[0]}-{key[1]}")
     ac = trn.get("ac_mode", "none")
     per_op = ac == "selective" and trn.get("selective_ac_option") == "op"
+    local, pipe = trn["local_batch_size"], {}
+    if lay["p"] > 1:
+        # pipeline_parallel.py: local_batch_size / pipeline_parallel_microbatch_size
+        # micro-batches; the looped schedules put 2 stages on each rank by default
+        mbs = lay.get("pipeline_parallel_microbatch_size", 1)
+        schedule = lay.get("pipeline_parallel_schedule", "1F1B")
+        pipe = {"micro_batch_size": mbs, "num_microbatches": local // mbs,
+                "schedule": "gpipe" if schedule == "GPipe" else "1f1b",
+                "v": None if schedule in ("1F1B", "GPipe") else 2}
+        if schedule not in ("1F1B", "GPipe", "Interleaved1F1B"):
+            notes.append(f"pipeline schedule {schedule}: counted as interleaved 1F1B with 2 "
+                         "stages per rank")
     opts = {"t": lay["t"], "p": lay["p"], "c": lay["c"], "e": lay["e"], "d": lay["d"],
-            "seq_length": trn["seq_len"], "micro_batch_size": trn["local_batch_size"],
-            "global_batch_size": trn.get("global_batch_size"),
+            "seq_length": trn["seq_len"], "micro_batch_size": local,
+            "global_batch_size": trn.get("global_batch_size") if not pipe else None,
+            "framework": "torchtitan", **pipe,
             "recompute": "selective-op" if per_op else
             {"full": "full", "selective": "selective"}.get(ac, "none"),
             "compiled_loss": bool(trn.get("compiled_loss", False)),

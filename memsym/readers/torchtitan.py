@@ -48,6 +48,11 @@ TORCHTITAN_KEYS = {
 }
 _CHOICES = {
     ("parallelism", "fsdp_reshard_after_forward"): ("default", "always", "never"),
+    # torch.distributed.pipelining get_schedule_class: the single-stage schedules and the
+    # looped ones memsym prices as interleaved 1F1B
+    ("parallelism", "pipeline_parallel_schedule"): ("1F1B", "GPipe", "Interleaved1F1B",
+                                                    "LoopedBFS", "InterleavedZeroBubble",
+                                                    "ZBVZeroBubble"),
     ("activation_checkpoint", "mode"): ("selective", "full", "memory_budget", "none"),
     ("training", "dtype"): ("bfloat16", "float32"),
     ("training", "mixed_precision_param"): ("bfloat16", "float32"),
@@ -186,6 +191,13 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
     seq = val("training", "seq_len")
     if not 1 <= seq <= MAX_SEQ:
         raise InvalidValueError(f"torchtitan training.seq_len must be between 1 and {MAX_SEQ}")
+    pp_mbs = val("parallelism", "pipeline_parallel_microbatch_size")
+    if not 1 <= pp_mbs <= MAX_BATCH:
+        raise InvalidValueError(f"torchtitan pipeline_parallel_microbatch_size must be between 1 "
+                                f"and {MAX_BATCH}, got {pp_mbs}")
+    if p > 1 and local % pp_mbs:   # pipeline_parallel.py build_pipeline_schedule
+        raise InvalidValueError(f"torchtitan local_batch_size {local} must be divisible by "
+                                f"pipeline_parallel_microbatch_size {pp_mbs}")
     components = val("compile", "components")
     if len(components) > 2 or any(x not in ("model", "loss") for x in components):
         raise InvalidValueError("torchtitan [compile] components must list \"model\" and/or "
@@ -197,7 +209,9 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
     return {
         "layout": {"dp_replicate": rep, "dp_shard": shard, "t": t, "p": p, "c": c, "e": e,
                    "t_e": t_e, "d": d, "world_size": world_size,
-                   "fsdp_reshard_after_forward": resolved},
+                   "fsdp_reshard_after_forward": resolved,
+                   "pipeline_parallel_schedule": val("parallelism", "pipeline_parallel_schedule"),
+                   "pipeline_parallel_microbatch_size": pp_mbs},
         "training": {"seq_len": seq, "local_batch_size": local, "global_batch_size": gbs,
                      "gradient_accumulation_steps": gbs // (local * d),
                      "ac_mode": val("activation_checkpoint", "mode"),

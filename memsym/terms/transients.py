@@ -16,7 +16,7 @@ from ..term import Source, Term, Total
 from ..values import as_expr
 
 __all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient", "fsdp2_transients", "fsdp2_reshards_after_forward",
-           "fsdp2_kept_unsharded", "zero3_transients",
+           "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
            "deepspeed_ipg_buckets", "megatron_buckets", "optimizer_step_transient",
            "cuda_context", "nccl_buffers"]
 
@@ -258,6 +258,48 @@ def fsdp2_kept_unsharded(stage_params=None) -> Term:
     return Term("kept_unsharded", n * b_u, "unsharded parameters kept between "
                 "forward and backward (no reshard after forward)", _FSDP_PG,
                 label="params kept gathered")
+
+
+def fsdp2_pipeline_unsharded(stage_params=None) -> Total:
+    r"""What an FSDP2 pipeline stage keeps unsharded through the pipelined step [bytes].
+
+    With :math:`\Psi_{\mathrm{stage}}` the stage's parameters on one GPU:
+
+    .. math::
+
+        \underbrace{\Psi_{\mathrm{stage}}\, b_u}_{\text{parameters kept gathered}}
+        \;+\; \underbrace{\Psi_{\mathrm{stage}}\, b_r}_{\text{accumulated gradients}}
+
+    ``torch.distributed.pipelining`` runs each micro-batch's backward of an FSDP2 stage with
+    ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)`` and
+    reduce-scatters once after the last: the all-gathered parameters stay (torchtitan also
+    skips the reshard after forward under PP) and each parameter's unsharded gradient is
+    accumulated, in ``reduce_dtype`` when it differs from ``param_dtype``
+    (``FSDPParam.to_accumulated_grad_if_needed``: the fp32 copy of a bf16 gradient).  Both are
+    on top of the sharded states of :func:`memsym.terms.model_state.model_state`.
+
+    Examples
+    --------
+    A 405B stage of 16 layers at t = 8 (6.3e9 parameters per GPU) keeps 6 bytes each:
+
+    >>> fsdp2_pipeline_unsharded(10**9).evaluate(b_u=2, b_r=4)
+    6000000000
+
+    References
+    ----------
+    PyTorch ``torch/distributed/pipelining/stage.py`` (``backward_maybe_with_nosync``),
+    ``_fsdp_param.py`` (``to_accumulated_grad_if_needed``, ``accumulate_unsharded_grad_if_needed``);
+    torchtitan ``distributed/fsdp.py`` (no reshard after forward with PP).
+    """
+    kept = fsdp2_kept_unsharded(stage_params)
+    n = kept.expr / b_u
+    return Total("FSDP2 under pipeline parallelism: unsharded stage", (
+        kept,
+        Term("accumulated_grads", n * b_r, "unsharded gradients accumulated over the "
+             "micro-batches (reduce_dtype) until the last backward reduce-scatters them",
+             Source("pytorch-pipelining", "stage.py, backward_maybe_with_nosync; _fsdp_param.py "
+                    "to_accumulated_grad_if_needed"), label="accumulated grads"),
+    ))
 
 
 def zero3_transients(largest_layer=None, persistent_params=None) -> Total:
