@@ -365,6 +365,11 @@ REVIEWED = {
         "bytes_json: val is a computed byte count from the search's exact re-evaluation",
     ("memsym/cli/training_options.py", "value = sp.sympify(value)"):
         "_num: value is a computed SymPy number (training_memory's bytes)",
+    ("memsym/compile_cache.py",
+     'exec(compile(source, str(path), "exec"), ns)   # memsym\'s own generated code'):
+        "compile_cache.load: lambdify source memsym wrote, from a file named by its SHA-256 "
+        "key in a directory and file only this user owns and can write "
+        "(tests/test_compile_cache.py)",
 }
 
 

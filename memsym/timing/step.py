@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import InvalidValueError, choose
 from ..hardware import Cluster, cluster_for, gpu as _gpu
+from ..numeric import unique_rows
 from ..term import Source
 from .collectives import collective_time, group_bandwidth
 from .efficiency import ceiling, gemm_time, memory_time
@@ -441,8 +442,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     # exact bubble in stage units per unique (p, m, v, N)
     ratio = 3 if st.recompute == "full" else 2
     beta = np.zeros(p.shape)
-    keys = np.stack([p.ravel(), m.ravel(), v.ravel()], axis=1).astype(int)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    uniq, inv = unique_rows(p.ravel().astype(int), m.ravel().astype(int), v.ravel().astype(int))
     if len(uniq) > 20_000:
         raise InvalidValueError(f"{len(uniq)} distinct (p, m, v) exceed 20,000")
     vals = np.empty(len(uniq))
