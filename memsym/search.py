@@ -497,8 +497,6 @@ def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
     return out
 
 
-
-
 def _groups(f_, l_):
     """``((f, l), row indices)`` per distinct first/last split of a grid."""
     import numpy as np

@@ -225,3 +225,20 @@ def test_cp_enters_every_term_of_communication_per_step():
     tot = communication_per_step(context="ring", sequence_parallel=True)
     c_sym = sp.Symbol("c", positive=True)
     assert c_sym in tot["tp"].expr.free_symbols and c_sym in tot["pp"].expr.free_symbols
+
+
+def test_fsdp_under_pipelining_syncs_once_per_step():
+    # FSDP2 per micro-batch: all-gather forward and backward, reduce-scatter, m times (ZeRO §7
+    # 3 Psi per micro-batch at b_g = b_hp); under torch.distributed.pipelining nothing
+    # reshards and gradients sync after the last micro-batch: one all-gather (b_hp) and one
+    # reduce-scatter (b_g) per step, (d-1)/d Psi (b_hp + b_g) whatever m is
+    from memsym.terms.communication import communication_per_step
+
+    vals = dict(N=8 * 10**9, p=4, t=2, d=8, m=16, b_hp=2, b_g=4)
+    psi = 8 * 10**9 // 8
+    per_mb = communication_per_step(tensor=False, pipeline=False, sharding="fsdp")
+    once = communication_per_step(tensor=False, pipeline=False, sharding="fsdp",
+                                  pipelined_fsdp=True)
+    assert per_mb["dp"].evaluate(vals) == 16 * psi * 7 * (2 * 2 + 4) // 8
+    assert once["dp"].evaluate(vals) == psi * 7 * (2 + 4) // 8
+    assert "pipelining" in once["dp"].source.key

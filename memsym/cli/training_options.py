@@ -587,4 +587,6 @@ def communication_report(args, arch, layout, training) -> dict:
         intra_node_bandwidth=None if args.intra_node_bandwidth is None else args.intra_node_bandwidth * gb,
         inter_node_bandwidth=None if args.inter_node_bandwidth is None else args.inter_node_bandwidth * gb,
         dp_params=dp_params, formula="6n", arch=arch, layout=layout, training=training,
-        mfu_flops=getattr(args, "mfu_flops", None) or "gemm")
+        mfu_flops=getattr(args, "mfu_flops", None) or "gemm",
+        pipelined_fsdp=(training.framework == "torchtitan" and training.sharding == "fsdp"
+                        and layout.p > 1))

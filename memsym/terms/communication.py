@@ -211,7 +211,7 @@ def pipeline_parallel(*, scatter_gather: bool = False, interleaved: bool = False
     return _pp(scatter_gather, interleaved, context_parallel).term
 
 
-def _dp(sharding: str, context_parallel: bool, params=None) -> _Traffic:
+def _dp(sharding: str, context_parallel: bool, params=None, pipelined_fsdp=False) -> _Traffic:
     scheme = normalize_scheme(sharding)
     psi = N / (p * t) if params is None else as_expr(params)
     nd = d * c if context_parallel else d  # Megatron reduces gradients over DP x CP
@@ -228,6 +228,16 @@ def _dp(sharding: str, context_parallel: bool, params=None) -> _Traffic:
         # they are reduce-scattered after every microbatch's backward (DeepSpeed stage 2).
         expr, steps = m * frac * grads + frac * weights, (m + 1) * (nd - 1)
         desc = "data parallel (ZeRO-2): gradient reduce-scatter per microbatch + parameter all-gather"
+    elif scheme == "fsdp" and pipelined_fsdp:
+        # torch.distributed.pipelining: no reshard and no gradient sync until the last
+        # micro-batch, so the stage is all-gathered once and reduce-scattered once per step
+        expr, steps = frac * weights + frac * grads, 2 * (nd - 1)
+        return _Traffic(_term("dp", expr, "data parallel (FSDP2 under pipeline parallelism): "
+                              "one parameter all-gather and one gradient reduce-scatter per step",
+                              Source("pytorch-pipelining", "stage.py, backward_maybe_with_nosync "
+                                     "(set_reshard_after_backward(False), "
+                                     "set_requires_gradient_sync(False) until the last)"), "DP"),
+                        "dp", steps)
     else:  # zero3, fsdp
         # Parameters are gathered for forward and again for backward, gradients
         # reduce-scattered, for every microbatch: 1.5x an all-reduce when b_g = b_hp, m = 1.
@@ -388,7 +398,8 @@ def expert_parallel(*, recompute: str = "none", moe_layers=None) -> Term:
 
 def _traffic(*, tensor: bool, sequence_parallel: bool, pipeline: bool, scatter_gather: bool,
              interleaved: bool, sharding: str | None, context: str | None, expert: bool,
-             recompute: str, moe_layers=None, dp_params=None) -> list[_Traffic]:
+             recompute: str, moe_layers=None, dp_params=None,
+             pipelined_fsdp: bool = False) -> list[_Traffic]:
     recompute = choose("recompute", recompute, RECOMPUTE)
     out = []
     if tensor:
@@ -401,7 +412,7 @@ def _traffic(*, tensor: bool, sequence_parallel: bool, pipeline: bool, scatter_g
         # dp_params: every parameter whose gradient is reduced (a mixture of experts' total,
         # not the active count that prices its FLOPs), split over the p t model-parallel ranks
         shard = None if dp_params is None else as_expr(dp_params, "dp_params") / (p * t)
-        out.append(_dp(sharding, context is not None, shard))
+        out.append(_dp(sharding, context is not None, shard, pipelined_fsdp))
     if expert:
         out.append(_ep(recompute, moe_layers, sequence_parallel and tensor, context is not None))
     return out
@@ -411,7 +422,8 @@ def communication_per_step(*, tensor: bool = True, sequence_parallel: bool = Fal
                            pipeline: bool = True, scatter_gather: bool = False,
                            interleaved: bool = False, sharding: str | None = "ddp",
                            context: str | None = None, expert: bool = False,
-                           recompute: str = "none", moe_layers=None, dp_params=None) -> Total:
+                           recompute: str = "none", moe_layers=None, dp_params=None,
+                           pipelined_fsdp: bool = False) -> Total:
     r"""Bytes one GPU sends per training step, one term per parallel group [bytes].
 
     Terms (keys): ``tp``, ``cp``, ``pp``, ``dp``, ``ep`` — see :func:`tensor_parallel`,
@@ -442,6 +454,9 @@ def communication_per_step(*, tensor: bool = True, sequence_parallel: bool = Fal
         (FLOPs), while every expert's gradients are reduced: pass the total here.  With
         expert parallelism each GPU holds only ``1/e`` of the experts, so the total is an
         upper bound; pass dense + experts/e for the per-GPU figure.
+    pipelined_fsdp : bool
+        FSDP2 stages run by ``torch.distributed.pipelining`` (torchtitan with PP): one
+        all-gather and one reduce-scatter per step, not per micro-batch.
 
     Examples
     --------
@@ -456,7 +471,8 @@ def communication_per_step(*, tensor: bool = True, sequence_parallel: bool = Fal
                      tensor=tensor, sequence_parallel=sequence_parallel, pipeline=pipeline,
                      scatter_gather=scatter_gather, interleaved=interleaved, sharding=sharding,
                      context=context, expert=expert, recompute=recompute,
-                     moe_layers=moe_layers, dp_params=dp_params)))
+                     moe_layers=moe_layers, dp_params=dp_params,
+                     pipelined_fsdp=pipelined_fsdp)))
 
 
 # --- network tiers ------------------------------------------------------------------------
@@ -611,7 +627,8 @@ def communication_time(*, placement_map: dict | None = None, latency: bool = Tru
                          expert=options.pop("expert", False),
                          recompute=options.pop("recompute", "none"),
                          moe_layers=options.pop("moe_layers", None),
-                         dp_params=options.pop("dp_params", None)):
+                         dp_params=options.pop("dp_params", None),
+                         pipelined_fsdp=options.pop("pipelined_fsdp", False)):
         bw = LINKS[links[item.group]]
         expr = item.term.expr / bw + (alpha * item.steps if latency else 0)
         terms.append(Term(item.term.key, expr,

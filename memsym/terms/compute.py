@@ -514,7 +514,7 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
                 overlap: str = "none", efficiency=None, formula: str = "memsym",
                 gpus_per_node=None, intra_node_bandwidth=None, inter_node_bandwidth=None,
                 dp_params=None, arch=None, layout=None, training=None,
-                mfu_flops: str = "gemm") -> dict:
+                mfu_flops: str = "gemm", pipelined_fsdp: bool = False) -> dict:
     """Communication, bubble, FLOPs, step time and MFU of one configuration, as plain numbers.
 
     Parameters
@@ -537,6 +537,10 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         split (default ``values["N"]``).  ``N`` prices the FLOPs, which for a mixture of
         experts follow the *active* parameters; every expert's gradients are reduced, so pass
         the total count there (Mixtral 8x7B: 46.7e9 total against 12.9e9 active).
+    pipelined_fsdp : bool
+        FSDP2 stages under ``torch.distributed.pipelining`` (torchtitan with PP): the DP
+        traffic is one all-gather and one reduce-scatter per step
+        (:func:`memsym.terms.communication.communication_per_step`).
     arch, layout, training : optional
         A resolved architecture with its :class:`memsym.training.Layout` and
         :class:`memsym.training.Training`: then the step time, the bubble and the MFU are
@@ -620,7 +624,7 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     pipe = int(vals["p"]) > 1
     opts = dict(sequence_parallel=sequence_parallel, pipeline=pipe, scatter_gather=scatter_gather,
                 interleaved=interleaved, sharding=sharding, context=context, expert=expert,
-                recompute=recompute, dp_params=dp_params)
+                recompute=recompute, dp_params=dp_params, pipelined_fsdp=pipelined_fsdp)
     links = placement(vals, clu.gpus_per_node)
     byte_total = communication_per_step(**opts)
     time_total = communication_time(placement_map=links, **opts)
