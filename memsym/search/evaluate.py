@@ -1,0 +1,296 @@
+"""The vectorized evaluation: memory of every stage and the predicted step time over the whole
+grid of numeric knobs, with no SymPy per configuration.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+from ..symbols import V
+from .. import rules as _rules
+from ..numeric import unique_rows
+from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+
+from .space import Space, _CHOICE_RULES, _KNOBS
+from .grid import _choice_knobs, _grid_knobs, _splits_of, _sub
+from .templates import _call, _check_stages, _fast_template, _stage_counts, _stage_template
+
+
+def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=True,
+              only: dict | None = None, per_stage: bool = False) -> dict:
+    """Memory (and step time) of every row of ``grid`` under every discrete choice.
+
+    ``grid`` holds rule-valid numeric knobs.  Every stage of :func:`_check_stages` is
+    evaluated (slot j of a row holds its j-th such stage) and the largest is kept.  Returns
+    concatenated columns; ``per_stage`` adds ``stage_memory`` (rows x slots, NaN where a row
+    has fewer stages) for sizing questions that need each stage's own curve."""
+    import numpy as np
+
+    from ..training import allowance_values, arch_values
+
+    x = space.arch
+    n = len(grid["t"])
+    out_cols: dict = {k: [] for k in ("row", "t", "p", "c", "d", "e", "v", "b", "m", "recompute",
+                                       "sharding", "sequence_parallel", "offload", "memory",
+                                       "stage", "step_time", "f", "l") + TIME_PARTS
+                      + _STATE_KEYS + ("activations",) + _ALLOW}
+    if per_stage:
+        out_cols["stage_memory"] = []
+    if n == 0:
+        return {k: np.array([]) for k in out_cols}
+    B = space.global_batch_size
+    t_, p_, c_, d_, e_, v_, b_ = (grid[k] for k in _KNOBS)
+    m_ = (B // (b_ * d_)) if B is not None else np.zeros(n, dtype=np.int64)
+    scal = {str(k): float(v) for k, v in arch_values(x, 1).items()}
+    allow = {str(k): float(v) for k, v in allowance_values(dict(space.allowances)).items()}
+    Vpad = {int(tt): float(arch_values(x, int(tt))[V]) for tt in np.unique(t_)}
+    V_row = np.array([Vpad[int(tt)] for tt in t_])
+    # slot j of a row holds the j-th stage _check_stages gives for its (p, f, l) (-1: none)
+    f_, l_ = _splits_of(space, grid)
+    uq, inv_pfl = unique_rows(p_, f_, l_)
+    stages_of = [_check_stages(_sub(space, fv, lv), int(pv)) for pv, fv, lv in uq]
+    nslot = max(len(sts) for sts in stages_of)
+    stage_tab = np.full((len(uq), nslot), -1, dtype=np.int64)
+    for u, sts in enumerate(stages_of):
+        stage_tab[u, :len(sts)] = sts
+    slot_stage = stage_tab[inv_pfl].T.copy()
+    # per slot: the stage's exact parameter counts (memsym.training.stage_counts), computed
+    # once per unique (t, p, e, f, l, stage); and which template stands for it (with the
+    # factor its decoder-layer activations scale by: see _stage_template)
+    names = [name for name, _ in _stage_counts(space, int(t_[0]), int(p_[0]), int(e_[0]), 0)]
+    counts = {name: np.zeros((nslot, n)) for name in names}
+    tmpl_id = np.zeros((nslot, n), dtype=np.int64)
+    scale = np.ones((nslot, n))
+    tmpl_rep: list = []
+    tmpl_index: dict = {}
+    for j in range(nslot):
+        live = np.flatnonzero(slot_stage[j] >= 0)
+        if not len(live):
+            continue
+        uniq, inv = unique_rows(t_[live], p_[live], e_[live], f_[live], l_[live],
+                                 slot_stage[j, live])
+        table = np.array([[float(v) for _, v in _stage_counts(_sub(space, key[3], key[4]),
+                                                               int(key[0]), int(key[1]),
+                                                               int(key[2]), int(key[5]))]
+                          for key in uniq]).reshape(-1, len(names))
+        for col, name in enumerate(names):
+            counts[name][j, live] = table[inv, col]
+        ids = np.empty(len(uniq), dtype=np.int64)
+        fac = np.empty(len(uniq))
+        for u, key in enumerate(uniq):
+            rep, factor = _stage_template(space, int(key[1]), int(key[3]), int(key[4]),
+                                          int(key[5]))
+            if rep not in tmpl_index:
+                tmpl_index[rep] = len(tmpl_rep)
+                tmpl_rep.append(rep)
+            ids[u], fac[u] = tmpl_index[rep], factor
+        tmpl_id[j, live] = ids[inv]
+        scale[j, live] = fac[inv]
+    base_kw = dict(scal)
+    base_kw.update(allow)
+    base_kw.update({"s": float(space.seq_length), "c_f": float(space.capacity_factor),
+                    "t": t_.astype(float), "p": p_.astype(float), "c": c_.astype(float),
+                    "d": d_.astype(float), "e": e_.astype(float), "t_e": t_.astype(float),
+                    "v": v_.astype(float), "b": b_.astype(float), "m": m_.astype(float),
+                    "V": V_row})
+    knob_k = _grid_knobs(space, grid)
+    combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
+                                    space.offload, space.sharding))
+
+    def pick(kw, rows):
+        return {k: (val[rows] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
+
+    time_cache: dict = {}
+
+    for done, (rc, spf, inter, off, scheme) in enumerate(combos, 1):
+        if progress is not None:
+            progress(done, len(combos))
+        sel = (v_ > 1) if inter else (v_ == 1)
+        if spf:
+            sel &= t_ > 1          # SP is a choice only with t > 1 (Megatron turns it off at 1)
+        for mask in _rules.masks(x, _choice_knobs(knob_k, spf, off, scheme), _CHOICE_RULES).values():
+            sel &= ~mask
+        if only is not None:
+            sel &= ((only["recompute"] == rc) & (only["sharding"] == scheme)
+                    & (only["sequence_parallel"] == spf) & (only["offload"] == off))
+        if not sel.any():
+            continue
+        idx = np.flatnonzero(sel)
+        kw = pick(base_kw, idx)
+        best_mem = np.full(len(idx), -np.inf)
+        best_stage = np.zeros(len(idx), dtype=np.int64)
+        best_parts = {key: np.full(len(idx), np.nan) for key in _STATE_KEYS + ("activations",) + _ALLOW}
+        stage_mem = np.full((len(idx), nslot), np.nan)
+        for j in range(nslot):
+            ridx = np.flatnonzero(slot_stage[j, idx] >= 0)
+            if not len(ridx):
+                continue
+            rows = idx[ridx]
+            rkw = pick(kw, ridx)
+            rkw.update({name: arr[j, rows] for name, arr in counts.items()})
+            parts = {"activations": np.zeros(len(ridx))}
+            tid = tmpl_id[j, rows]
+            for q in np.unique(tid):
+                sub = np.flatnonzero(tid == q)
+                skw = rkw if len(sub) == len(ridx) else pick(rkw, sub)
+                sub_space, pq, stq = tmpl_rep[q]
+                _, states, acts, allowance, layer, phases = _fast_template(
+                    sub_space, rc, spf, inter, off, scheme, pq, stq)
+                # the decoder layers' activations scale with the stage's layer count
+                # (one layer kind per shared template, _stage_template)
+                fac_q = scale[j, rows[sub]]
+                act_q = _call(acts, skw) + fac_q * _call(layer, skw)
+                tf, tb, to = (_call(ex, skw) for ex in phases)
+                parts["activations"][sub] = act_q + np.maximum(np.maximum(tf, tb), to - act_q)
+                for term in states:
+                    parts.setdefault(term.key, np.zeros(len(ridx)))[sub] = _call(term.expr, skw)
+            allocated = sum(parts.values())
+            akw = dict(allow, M_alloc=allocated)
+            for term in allowance:
+                parts[term.key] = np.broadcast_to(np.asarray(_call(term.expr, akw), dtype=float),
+                                                  len(ridx))
+            mem = allocated + sum(parts[key] for key in _ALLOW)
+            stage_mem[ridx, j] = mem
+            # strictly larger: on a tie the lower stage stays (as training_memory picks)
+            better = mem > best_mem[ridx]
+            tgt = ridx[better]
+            best_mem[tgt] = mem[better]
+            best_stage[tgt] = slot_stage[j, rows[better]]
+            for key, arr2 in parts.items():
+                best_parts[key][tgt] = arr2[better]
+        out_cols["row"].append(idx)
+        for k in ("t", "p", "c", "d", "e", "v", "b"):
+            out_cols[k].append(grid[k][idx])
+        out_cols["f"].append(f_[idx])
+        out_cols["l"].append(l_[idx])
+        out_cols["m"].append(m_[idx])
+        out_cols["recompute"].append(np.full(len(idx), rc, dtype=object))
+        out_cols["sharding"].append(np.full(len(idx), scheme, dtype=object))
+        out_cols["offload"].append(np.full(len(idx), off, dtype=object))
+        out_cols["sequence_parallel"].append(np.full(len(idx), spf, dtype=bool))
+        out_cols["memory"].append(best_mem)
+        out_cols["stage"].append(best_stage)
+        if per_stage:
+            out_cols["stage_memory"].append(stage_mem)
+        for key in _STATE_KEYS + ("activations",) + _ALLOW:
+            col = best_parts[key]
+            # a term some stage has and the row's most-loaded stage lacks (experts on a
+            # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
+            out_cols[key].append(col if np.isnan(col).all() else np.nan_to_num(col, nan=0.0))
+        if want_time and B is not None:
+            # the step time depends on the choice only through (recompute, SP, DDP / ZeRO-3 /
+            # a sharded optimizer): priced once per such triple over every row, then indexed
+            tkey = (rc, spf, scheme if scheme in ("ddp", "zero3") else "sharded")
+            if tkey not in time_cache:
+                rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
+                full = _step_time(space, {k: grid[k][rows_t] for k in _KNOBS}, m_[rows_t],
+                                  f_[rows_t], l_[rows_t], rc, spf, scheme)
+                pos = np.full(n, -1, dtype=np.int64)
+                pos[rows_t] = np.arange(len(rows_t))
+                time_cache[tkey] = (full, pos)
+            full, pos = time_cache[tkey]
+            secs = {k: col[pos[idx]] for k, col in full.items()}
+        else:
+            secs = {k: np.full(len(idx), np.nan) for k in ("step_time",) + TIME_PARTS}
+        for key, col in secs.items():
+            out_cols[key].append(col)
+    cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
+    # drop term columns that are absent everywhere
+    for key in _STATE_KEYS:
+        if key in cols and (not len(cols[key]) or np.all(np.isnan(cols[key]))):
+            del cols[key]
+    return cols
+
+
+#: The step-time breakdown columns of a search [s]: the decoder layers' GEMM and attention
+#: compute, memory-bound operations, exposed communication (TP, EP, CP, PP, DP), pipeline
+#: bubble, optimizer step, and the rest (embedding, output layer and loss on the end stages)
+#: (:func:`memsym.timing.step.step_time_grid`; they add up to the step).
+TIME_PARTS = ("time_compute", "time_memory", "time_comm", "time_bubble", "time_optimizer",
+              "time_other")
+
+
+def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme: str) -> dict:
+    """Seconds per step [s] of each row and its breakdown (:data:`TIME_PARTS`), predicted by
+    :func:`memsym.timing.step.step_time_grid`: per-stage GEMMs after the TP/SP/CP/EP splits
+    on the GPU's efficiency curve (``efficiency``, when given, is the explicit achieved GEMM
+    efficiency ``eta_gemm``), memory-bound work at HBM bandwidth, collectives on the links
+    their groups cross with Megatron's default overlaps, the exact schedule's bubble (uneven
+    end stages included), the exposed DP sync and the optimizer step.
+
+    Sharding enters as Megatron's distributed optimizer (gradient reduce-scatter + parameter
+    all-gather once per step, overlapped) for ZeRO-1/2, as an all-reduce for DDP.  ZeRO-3 /
+    FSDP gathers the parameters in every micro-batch's forward and again in its backward and
+    reduce-scatters the gradients in every backward (DeepSpeed stage 3, FSDP2's
+    reshard_after_forward): m (AG + AG + RS), hidden behind the pipeline's compute where it
+    fits (prefetching), the rest exposed (assumption: the collectives' un-overlapped times
+    from :func:`memsym.timing.step.step_time_grid` with :meth:`Overlap.none`, AG = RS 2/b_g)."""
+    import numpy as np
+
+    from ..timing.step import Overlap, Settings, step_time_grid
+
+    x = space.arch
+    L_ = x.num_layers
+    n = len(knobs["t"])
+    if n == 0:
+        return {k: np.zeros(0) for k in ("step_time",) + TIME_PARTS}
+    st = Settings(seq_length=space.seq_length, micro_batch_size=int(knobs["b"][0]),
+                  recompute=rc, sequence_parallel=bool(spf),
+                  flash_attention=space.flash_attention, dropout=space.dropout,
+                  precision=space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32")
+                  else "bf16",
+                  distributed_optimizer=scheme != "ddp",
+                  schedule="gpipe" if space.schedule == "gpipe" else "1f1b")
+    p_ = knobs["p"]
+    even = (f_ == 0) & (l_ == 0)
+    # the even split as explicit end stages of L/p layers (the middle then holds L/p too)
+    first = np.where(f_ > 0, f_, L_ / p_)
+    last = np.where(l_ > 0, l_, L_ / p_)
+    one_given = ~even & ((f_ == 0) | (l_ == 0))
+    if one_given.any():        # one end given: the others split the rest evenly
+        inner = p_ - 1
+        rest = np.where(f_ > 0, (L_ - f_) / np.maximum(inner, 1), (L_ - l_) / np.maximum(inner, 1))
+        first = np.where(one_given & (f_ == 0), rest, first)
+        last = np.where(one_given & (l_ == 0), rest, last)
+    eta = None if space.efficiency is None else float(space.efficiency)
+    out = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
+                         e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
+                         m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
+                         eta_gemm=eta, first_stage_layers=first, last_stage_layers=last)
+    col = {k: np.broadcast_to(np.asarray(out[k], dtype=float), (n,)) for k in (
+        "step", "compute", "memory", "bubble", "optimizer", "tp", "ep", "cp", "pp", "dp",
+        "pipeline")}
+    if scheme == "zero3":
+        bare = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
+                              e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
+                              m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
+                              overlap=Overlap.none(), eta_gemm=eta, first_stage_layers=first,
+                              last_stage_layers=last)
+        once = np.asarray(bare["dp"], dtype=float)        # RS + AG, nothing hidden
+        ag = once * 2 / (2 + st.grad_bytes)
+        dp3 = np.maximum(0, np.maximum(m_, 1) * (once + ag) - col["pipeline"])
+        col = dict(col, step=col["step"] - col["dp"] + dp3, dp=dp3)
+    res = {"step_time": col["step"], "time_compute": col["compute"], "time_memory": col["memory"],
+           "time_comm": col["tp"] + col["ep"] + col["cp"] + col["pp"] + col["dp"],
+           "time_bubble": col["bubble"], "time_optimizer": col["optimizer"]}
+    res["time_other"] = res["step_time"] - sum(res[k] for k in TIME_PARTS[:-1])
+    return res
+
+
+@functools.lru_cache(maxsize=64)
+def _model_numbers(x) -> tuple:
+    """(active parameters, MoE layers) of an architecture, computed once per search."""
+    from ..model import active_parameter_count, moe_layer_pattern
+
+    return int(active_parameter_count(x)), sum(moe_layer_pattern(x))
+
+
+def _binding(cols: dict):
+    import numpy as np
+
+    keys = [k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in cols]
+    if not len(cols["memory"]):
+        return np.array([], dtype=object)
+    mat = np.vstack([np.nan_to_num(cols[k], nan=-1.0) for k in keys])
+    return np.array(keys, dtype=object)[np.argmax(mat, axis=0)]

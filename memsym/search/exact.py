@@ -1,0 +1,91 @@
+"""The exact (SymPy) bytes of one chosen layout, term by term with their sources, from the same
+templates the vectorized search compiled.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import sympy as sp
+
+from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+
+from .space import Space, _KNOBS, _scheme
+from .grid import _sub
+from .templates import _check_stages, _stage_counts, _template, _template_rep
+
+
+def _exact_row(space: Space, row: Mapping) -> dict:
+    """Exact (SymPy) bytes of one layout on its most-loaded stage, grouped like ``estimate``."""
+    vals, totals = _row_totals(space, row)
+    best = None
+    for stage, tot in totals.items():
+        val = tot.evaluate(vals)
+        if best is None or val > best[1]:
+            best = (stage, val, tot)
+    stage, _, tot = best
+    bd = tot.breakdown(vals)
+    return {"stage": stage, "bytes": group_bytes(bd), "total": tot, "values": vals}
+
+
+def group_bytes(bd: Mapping) -> dict:
+    """Exact per-term bytes grouped as ``memsym estimate --json`` reports them: model-state
+    keys, ``activations`` (every activation term), the allowances, ``total``."""
+    out = {k: bd[k] for k in _STATE_KEYS if k in bd}
+    out["activations"] = sp.Add(*(val for key, val in bd.items()
+                                   if key not in _STATE_KEYS and key not in _ALLOW and key != "total"))
+    for key in _ALLOW:
+        if key in bd:
+            out[key] = bd[key]
+    out["total"] = bd["total"]
+    return out
+
+
+def _row_totals(space: Space, row: Mapping):
+    """(exact values, {stage: Total}) for one layout: the stages the search compares
+    (:func:`_check_stages`), each the template the vectorized search compiled, with the
+    stage's exact parameter counts substituted (every Term keeps its own source)."""
+    from dataclasses import replace as _replace
+
+    from ..symbols import lookup, m as m_sym
+    from ..term import Total
+    from ..training import Layout, training_values
+
+    tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in _KNOBS)
+    space = _sub(space, row.get("first_stage_layers") or space.first_stage_layers or 0,
+                 row.get("last_stage_layers") or space.last_stage_layers or 0)
+    lay = Layout(t=tt, p=pp, d=dd, c=cc, e=ee, v=vv if vv > 1 else None,
+                 first_stage_layers=space.first_stage_layers,
+                 last_stage_layers=space.last_stage_layers)
+    # m is set here (not from B by training_values): smallest_d asks at d = 1, where b d
+    # need not divide B yet
+    vals = training_values(space.arch, lay, space.training(micro_batch_size=bb,
+                                                           global_batch_size=None),
+                           dict(space.allowances))
+    if space.global_batch_size is not None:
+        vals[m_sym] = sp.Integer(space.global_batch_size // (bb * dd))
+    rc, spf = row["recompute"], bool(row["sequence_parallel"]) and tt > 1
+    totals = {}
+    for stage in _check_stages(space, pp):
+        tot = _template(space, rc, spf, vv > 1, row.get("offload", "none"),
+                        _scheme(row["sharding"]), *_template_rep(space, pp, stage))[0]
+        sub = {lookup(name): val for name, val in _stage_counts(space, tt, pp, ee, stage)}
+        for name in sub:
+            vals.pop(name, None)
+        totals[stage] = Total(f"memory of pipeline stage {stage}",
+                              tuple(_replace(term, expr=_lazy_xreplace(term.expr, sub))
+                                    for term in tot))
+    return vals, totals
+
+
+def _lazy_xreplace(expr, sub):
+    """``expr.xreplace(sub)`` that leaves every Max/Min unevaluated.
+
+    Re-evaluating the phase peak's ``Max`` with symbols still in it makes SymPy prove an
+    ordering between its branches (``_find_localzeros``: about 0.2 s per layout); the
+    branches are compared when the row is evaluated with numbers, which is exact and fast."""
+    if isinstance(expr, (sp.Max, sp.Min)):
+        return expr.func(*(_lazy_xreplace(a, sub) for a in expr.args), evaluate=False)
+    if not expr.has(sp.Max, sp.Min):
+        return expr.xreplace(sub)
+    return expr.func(*(_lazy_xreplace(a, sub) for a in expr.args))

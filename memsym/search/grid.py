@@ -1,0 +1,242 @@
+"""The raw grid of layouts and the framework rules over it as numpy masks (:func:`raw_grid`,
+:func:`stage_splits`, :func:`rule_masks`, :func:`explain`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import replace
+from typing import Mapping
+
+from ..errors import InvalidValueError
+from .. import rules as _rules
+from ..numeric import unique_rows
+
+from .space import Space, _CHOICE_RULES, _KNOBS, _divisors, _scheme, make_space
+
+
+#: Lighter end stages offered: each end stage holds between mid - UNEVEN_SPAN v and mid layers.
+UNEVEN_SPAN = 2
+
+
+def stage_splits(num_layers: int, p: int, vpp=(1,)) -> tuple:
+    r"""The uneven (first, last) stage sizes the search offers at pipeline size ``p``.
+
+    Megatron-LM's ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
+    (transformer_config.py: the other p - 2 stages split the rest evenly; with v > 1 every
+    stage's layers divisible by v).  Offered: for each v of ``vpp``, a middle size ``mid``
+    (a multiple of v) and end stages f, l (multiples of v) with
+
+    .. math:: f + l + (p - 2)\,\mathrm{mid} = L, \qquad
+              \max(v, \mathrm{mid} - 2v) \le f, l \le \mathrm{mid}
+
+    (p = 2: f + l = L with |f - l| <= 2v), the even split excluded (it is the ``(0, 0)`` row).
+    Bounded: per v at most ``4v/p + 1`` middle sizes and 3 splits each.
+
+    Parameters
+    ----------
+    num_layers : int
+        Decoder layers L.
+    p : int
+        Pipeline-parallel size (number of stages) [GPUs].
+    vpp : tuple of int
+        Virtual stages per pipeline rank tried.
+
+    Examples
+    --------
+    Llama 3 405B (126 layers) on 16 stages: Meta's 7 + 14 x 8 + 7 and its neighbours:
+
+    >>> stage_splits(126, 16)
+    ((6, 8), (7, 7), (8, 6))
+    >>> stage_splits(126, 16, (2,))    # v = 2: every stage even
+    ((6, 8), (8, 6))
+    >>> stage_splits(126, 1)
+    ()
+    """
+    L_, out = int(num_layers), set()
+    if p < 2:
+        return ()
+    for vv in vpp:
+        vv = int(vv)
+        if p == 2:
+            for f in range(vv, L_, vv):
+                lv = L_ - f
+                if lv % vv == 0 and abs(f - lv) <= UNEVEN_SPAN * vv and f != lv:
+                    out.add((f, lv))
+            continue
+        lo_mid = -(-L_ // p)
+        hi_mid = (L_ + 2 * UNEVEN_SPAN * vv) // p
+        for mid in range(lo_mid - lo_mid % vv, hi_mid + 1, vv):
+            if mid < vv:
+                continue
+            rest = L_ - (p - 2) * mid
+            low = max(vv, mid - UNEVEN_SPAN * vv)
+            for f in range(-(-low // vv) * vv, mid + 1, vv):
+                lv = rest - f
+                if low <= lv <= mid and lv % vv == 0 and not (f == lv == mid):
+                    out.add((f, lv))
+    return tuple(sorted(out))
+
+
+def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
+    """Every (t, p, c, d, e, v, b, f, l) with t*p*c*d = gpus drawn from the candidate lists, as
+    numpy columns (before any rule).  Candidates: divisors of the GPU count for t, p, c;
+    divisors of the experts for e; divisors of the layers (and 2, 4, 8 where uneven stages
+    are offered) for v; the micro-batch list for b; f, l the first/last stage sizes (0: the
+    even split; the given sizes only where ``first_stage_layers``/``last_stage_layers`` are
+    set; else the even split and :func:`stage_splits` unless ``uneven`` is off).
+
+    Parameters
+    ----------
+    gpus : int
+        Number of GPUs (world size) [GPUs].
+    """
+    import numpy as np
+
+    x = space.arch
+    L_ = x.num_layers
+    divs = _divisors(gpus)
+    cand_t = space.tp or tuple(dv for dv in divs)
+    cand_p = space.pp or tuple(dv for dv in divs)
+    cand_c = space.cp or tuple(dv for dv in divs)
+    if x.num_experts:
+        cand_e = space.ep or tuple(dv for dv in _divisors(x.num_experts))
+    else:
+        cand_e = space.ep or (1,)
+    given = space.first_stage_layers is not None or space.last_stage_layers is not None
+    offer = space.uneven and not given
+    cand_v = space.vpp or tuple(sorted(set(_divisors(L_)) | (
+        {vv for vv in (2, 4, 8) if vv <= L_} if offer else set())))
+    rows = []
+    for tt in cand_t:
+        if gpus % tt:
+            continue
+        for pp in cand_p:
+            if (gpus // tt) % pp:
+                continue
+            for cc in cand_c:
+                if (gpus // (tt * pp)) % cc:
+                    continue
+                rows.append((tt, pp, cc, gpus // (tt * pp * cc)))
+    if not rows:
+        raise InvalidValueError(f"no layout of the given tp/pp/cp sizes multiplies to {gpus} GPUs")
+
+    @functools.lru_cache(maxsize=None)
+    def splits(pp):
+        if given:
+            return ((space.first_stage_layers or 0, space.last_stage_layers or 0),)
+        return ((0, 0),) + (stage_splits(L_, pp, cand_v) if offer and pp <= L_ else ())
+
+    ev = np.array(list(itertools.product(cand_e, cand_v, space.micro_batch_sizes)), dtype=np.int64)
+    blocks = []
+    for row in rows:
+        fl = np.array(splits(row[1]), dtype=np.int64)
+        nb = len(fl) * len(ev)
+        blk = np.empty((nb, 9), dtype=np.int64)
+        blk[:, 0:4] = row
+        blk[:, 4:7] = np.tile(ev, (len(fl), 1))
+        blk[:, 7:9] = np.repeat(fl, len(ev), axis=0)
+        blocks.append(blk)
+    allr = np.concatenate(blocks)
+    return {k: allr[:, i] for i, k in enumerate(("t", "p", "c", "d", "e", "v", "b", "f", "l"))}
+
+
+def _splits_of(space: Space, grid: dict):
+    """The (f, l) columns of a grid (0: none), filled from the space where a grid lacks them."""
+    import numpy as np
+
+    n = len(grid["t"])
+    if "f" in grid:
+        return grid["f"], grid["l"]
+    return (np.full(n, space.first_stage_layers or 0, dtype=np.int64),
+            np.full(n, space.last_stage_layers or 0, dtype=np.int64))
+
+
+@functools.lru_cache(maxsize=4096)
+def _sub(space: Space, f: int, l_: int) -> Space:
+    """The space with first/last stage sizes f, l (0: none)."""
+    f, l_ = (int(f) or None), (int(l_) or None)
+    if space.first_stage_layers == f and space.last_stage_layers == l_:
+        return space
+    return replace(space, first_stage_layers=f, last_stage_layers=l_)
+
+
+def _grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
+    """The knob values :mod:`memsym.rules` reads, over a grid (expert TP = t here)."""
+    B = space.global_batch_size
+    k = {name: grid[name] for name in _KNOBS}
+    k.update({"t_e": grid["t"], "s": space.seq_length, "B": B, "gpus": gpus,
+              "gpus_per_node": space.gpus_per_node,
+              "first_stage_layers": space.first_stage_layers,
+              "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,
+              "m": None if B is None else B // (grid["b"] * grid["d"])})
+    return k
+
+
+def _knob_names(space: Space, gpus) -> list:
+    names = [n for n in _rules.RULES if n not in _CHOICE_RULES and (n != "world-size" or gpus)]
+    if space.tp is not None:
+        # tp-per-node is a preference: a --tp given explicitly (even beyond a node) is asked for
+        names = [n for n in names if n != "tp-per-node"]
+    return names
+
+
+def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
+    """``rule name -> boolean array`` (True where the layout breaks the rule) for every rule
+    on the numeric knobs (:mod:`memsym.rules`; the choice rules are applied per combination).
+    The rules read first/last stage sizes as scalars: evaluated per (f, l) group."""
+    import numpy as np
+
+    names = _knob_names(space, gpus)
+    f_, l_ = _splits_of(space, grid)
+    n = len(grid["t"])
+    out = {name: np.zeros(n, dtype=bool) for name in names}
+    for (fv, lv), idx in _groups(f_, l_):
+        sub = _sub(space, fv, lv)
+        g2 = {k: grid[k][idx] for k in _KNOBS}
+        for name, mask in _rules.masks(space.arch, _grid_knobs(sub, g2, gpus), names).items():
+            out[name][idx] = mask
+    return out
+
+
+def _groups(f_, l_):
+    """``((f, l), row indices)`` per distinct first/last split of a grid."""
+    import numpy as np
+
+    if not len(f_):
+        return []
+    uniq, inv = unique_rows(f_, l_)
+    # a stable sort of 16-bit keys is numpy's radix sort: ~7x faster than int64 here
+    order = np.argsort(inv.astype(np.int16) if len(uniq) < 2 ** 15 else inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+    return [((int(uniq[u, 0]), int(uniq[u, 1])), order[bounds[u]:bounds[u + 1]])
+            for u in range(len(uniq))]
+
+
+def _choice_knobs(k: dict, spf: bool, off: str, scheme: str) -> dict:
+    return dict(k, sequence_parallel=spf, offload=off != "none",
+                shards_gradients=scheme in ("zero2", "zero3", "fsdp"))
+
+
+def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
+    """The names of the rules one layout breaks (empty when it is valid).
+
+    Examples
+    --------
+    >>> explain("llama3-405b", {"t": 16, "p": 5, "d": 1}, "h100-80gb")
+    ['tp-per-node', 'tp-kv-heads', 'pp-layers']
+    """
+    import numpy as np
+
+    space = space_or_model if isinstance(space_or_model, Space) else make_space(
+        space_or_model, gpu, **kw)
+    grid = {k: np.array([int(layout.get(k, 1))], dtype=np.int64) for k in _KNOBS}
+    space = _sub(space, layout.get("first_stage_layers") or space.first_stage_layers or 0,
+                 layout.get("last_stage_layers") or space.last_stage_layers or 0)
+    k = _choice_knobs(_grid_knobs(space, grid), bool(layout.get("sequence_parallel", False)),
+                      layout.get("offload", "none"),
+                      _scheme(layout.get("sharding", "distributed-optimizer")))
+    return [name for name, mask in _rules.masks(space.arch, k).items()
+            if name != "world-size" and bool(mask[0])
+            and not (name == "tp-per-node" and space.tp is not None)]   # asked for explicitly

@@ -1,0 +1,253 @@
+"""The search entry point (:func:`search`) and its result (:class:`SearchResult`): every
+layout that passes the rules, priced, ranked, explained.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import InvalidValueError, NoFitError, UnknownNameError
+from .. import rules as _rules
+from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+
+from .space import RULES, Space, _CHOICE_RULES, _KNOBS, _from_job, _pos, make_space
+from .grid import _choice_knobs, _grid_knobs, raw_grid, rule_masks
+from .evaluate import TIME_PARTS, _binding, _evaluate
+from .exact import _exact_row
+
+
+@dataclass
+class SearchResult:
+    """The feasible layouts of one search, as numpy columns, with ranking helpers.
+
+    Attributes
+    ----------
+    space : Space
+    gpus : int
+        Number of GPUs (world size) [GPUs].
+    columns : dict
+        Knobs (``t p c d e v b m``), choices (``recompute sharding sequence_parallel offload``),
+        ``memory`` (the most-loaded GPU [bytes]), ``stage`` (its pipeline stage), one column
+        per grouped term (``weights`` ... ``activations`` ... ``fragmentation``),
+        ``headroom`` (capacity - memory [bytes]), ``fits``, ``step_time`` [s] (NaN without a
+        global batch) and its breakdown :data:`TIME_PARTS` [s], ``f``/``l`` (first/last stage
+        layers, 0: even split), ``binding`` (the largest term's key).
+    excluded : dict
+        Rule name -> number of raw layouts it excludes (a layout may break several).
+    raw : int
+        Raw layouts considered before the rules.
+    seconds : float
+        Wall time of the search.
+    """
+
+    space: Space
+    gpus: int
+    columns: dict
+    excluded: dict
+    raw: int
+    seconds: float = 0.0
+    valid: int = 0
+    notes: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.columns["memory"])
+
+    @property
+    def ranked_by(self) -> str:
+        return "step time" if self.space.global_batch_size is not None else "memory headroom"
+
+    def order(self, fitting: bool = True):
+        """Row indices best first: step time (then headroom) with a global batch, else headroom."""
+        import numpy as np
+
+        col = self.columns
+        idx = np.flatnonzero(col["fits"]) if fitting else np.arange(len(self))
+        if self.space.global_batch_size is not None:
+            keys = (-col["headroom"][idx], col["step_time"][idx])   # lexsort: last key first
+        else:
+            keys = (-col["headroom"][idx],)
+        return idx[np.lexsort(keys)]
+
+    def row(self, i: int) -> dict:
+        """One layout as a plain dict (knobs, choices, bytes per grouped term, step time)."""
+        col = self.columns
+        out = {k: int(col[k][i]) for k in ("t", "p", "c", "d", "e", "v", "b")}
+        out["m"] = None if col["m"][i] <= 0 else int(col["m"][i])
+        for k in ("recompute", "sharding", "offload"):
+            out[k] = str(col[k][i])
+        out["sequence_parallel"] = bool(col["sequence_parallel"][i])
+        out["first_stage_layers"] = int(col["f"][i]) or None
+        out["last_stage_layers"] = int(col["l"][i]) or None
+        out["stage"] = int(col["stage"][i])
+        out["memory"] = float(col["memory"][i])
+        out["headroom"] = float(col["headroom"][i])
+        out["fits"] = bool(col["fits"][i])
+        st = float(col["step_time"][i])
+        out["step_time"] = None if math.isnan(st) else st
+        out["time"] = None if math.isnan(st) else {
+            k[len("time_"):]: float(col[k][i]) for k in TIME_PARTS}
+        out["binding"] = str(col["binding"][i])
+        out["bytes"] = {k: float(col[k][i]) for k in self.term_keys if k in col}
+        return out
+
+    @property
+    def term_keys(self) -> tuple:
+        return tuple(k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in self.columns)
+
+    def top(self, k: int = 10) -> list:
+        """The ``k`` best fitting layouts as dicts (see :meth:`row`)."""
+        return [self.row(int(i)) for i in self.order()[:k]]
+
+    def best(self) -> dict:
+        """The best fitting layout; :class:`NoFitError` naming the closest one when none fits."""
+        idx = self.order()
+        if len(idx):
+            return self.row(int(idx[0]))
+        raise self.no_fit()
+
+    def no_fit(self) -> NoFitError:
+        import numpy as np
+
+        if not len(self):
+            return NoFitError(f"no layout of {self.gpus} GPUs passes the rules ("
+                              + ", ".join(f"{k}: {v}" for k, v in self.excluded.items() if v) + ")")
+        i = int(np.argmin(self.columns["memory"]))
+        r = self.row(i)
+        return NoFitError(
+            f"no layout of {self.gpus} x {self.space.gpu.name} fits: the least memory is "
+            f"{r['memory'] / 1e9:.4g} GB > {self.space.capacity / 1e9:.4g} GB "
+            f"(t={r['t']}, p={r['p']}, c={r['c']}, d={r['d']}, b={r['b']}, {r['recompute']} "
+            f"recompute, {r['sharding']}; binding term: {r['binding']})",
+            binding=(r["binding"],), floor=_exact_row(self.space, r)["bytes"]["total"])
+
+    def pareto(self) -> list:
+        """Fitting layouts on the Pareto front of headroom (more is better) vs step time
+        (less is better), fastest first.  Without a global batch: the most headroom only."""
+        import numpy as np
+
+        col = self.columns
+        idx = np.flatnonzero(col["fits"])
+        if not len(idx):
+            return []
+        if self.space.global_batch_size is None:
+            return [self.row(int(idx[np.argmax(col["headroom"][idx])]))]
+        order = idx[np.lexsort((-col["headroom"][idx], col["step_time"][idx]))]
+        front, best_head = [], -np.inf
+        for i in order:
+            if col["headroom"][i] > best_head:
+                front.append(self.row(int(i)))
+                best_head = col["headroom"][i]
+        return front
+
+    def largest(self, knob: str = "b") -> dict:
+        """The fitting layout with the largest value of a knob (``b`` the micro-batch size),
+        ties broken by the ranking."""
+        import numpy as np
+
+        if knob not in self.columns:
+            raise UnknownNameError("knob", knob, _KNOBS)
+        idx = self.order()
+        if not len(idx):
+            raise self.no_fit()
+        vals = self.columns[knob][idx]
+        return self.row(int(idx[int(np.argmax(vals))]))
+
+    def exact(self, i: int) -> dict:
+        """Exact bytes of row ``i`` (SymPy, term by term) and the stage they belong to,
+        from the same composition the vectorized search used."""
+        return _exact_row(self.space, self.row(i))
+
+
+def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, **options) -> SearchResult:
+    r"""Every layout of ``gpus`` GPUs that the framework rules allow, with its memory on the
+    most-loaded GPU, its step time, and whether it fits; ranked.
+
+    .. math::
+
+        \{(t,p,c,d,e,v,b,\text{recompute},\text{sharding},\text{SP}) :
+          t\,p\,c\,d = G,\ \text{rules}\}, \qquad
+        M_{\max} = \max_{\text{stage}} M_{\text{stage}} \le C
+
+    Parameters
+    ----------
+    model : str or Architecture
+        A preset name, a config.json path or an :class:`~memsym.model.Architecture`.
+    gpu : str
+        A catalogue GPU (``h100-80gb``); its memory is the capacity unless ``capacity`` is
+        given [bytes].
+    gpus : int
+        The world size G [GPUs].
+    progress : callable, optional
+        Called as ``progress(done, total)`` per discrete choice (the command line uses it to
+        show progress on stderr).
+    **options
+        ``seq_length`` (4096), ``global_batch_size`` (None: rank by headroom, no step time),
+        ``micro_batch_sizes`` (1, 2, 4, 8), ``recompute`` (all three), ``sharding``
+        (:data:`SCHEMES`), ``sequence_parallel`` ((False, True)), ``offload`` (("none",)),
+        ``tp``/``pp``/``cp``/``ep``/``vpp`` (lists restricting the candidates),
+        ``precision``, ``optimizer``, ``convention``, ``flash_attention`` (True),
+        ``dropout`` (True: Megatron keeps dropout masks by default), ``allowances`` (overrides of the training allowances),
+        ``finetune`` ("full", "lora", "qlora"), ``lora_rank``, ``lora_targets``,
+        ``quantization``, ``first_stage_layers``/``last_stage_layers``, ``capacity``,
+        ``gpus_per_node``, ``cluster``, ``efficiency`` (the explicit override: one achieved
+        GEMM efficiency, 0 < efficiency <= 1; default None, predicted per GEMM shape),
+        ``capacity_factor`` (MoE, > 0; default 1), ``uneven`` (True: offer uneven first/last
+        stages, :func:`stage_splits`, where none are given).
+
+    Returns
+    -------
+    SearchResult
+
+    Examples
+    --------
+    >>> res = search("llama2-7b", "a100-80gb", 8, seq_length=2048, global_batch_size=64,
+    ...              recompute=["selective"], sharding=["distributed-optimizer"])
+    >>> best = res.best()
+    >>> best["fits"], best["t"] * best["p"] * best["c"] * best["d"]
+    (True, 8)
+    >>> res.excluded["tp-heads"]
+    0
+    """
+    import numpy as np
+
+    start = time.perf_counter()
+    G_ = _pos(gpus, "gpus")
+    model, gpu = _from_job(model, gpu, options)
+    space = options.pop("space", None) or make_space(model, gpu, **options)
+    grid = raw_grid(space, G_)
+    masks = rule_masks(space, grid, G_)
+    raw = len(grid["t"])
+    bad = np.zeros(raw, dtype=bool)
+    for mask in masks.values():
+        bad |= mask
+    excluded = {name: int(masks[name].sum()) if name in masks else 0 for name in RULES}
+    # choice-level rules, counted on the layouts that pass the knob rules
+    ok = ~bad
+    n_ok = int(ok.sum())
+    okk = _grid_knobs(space, {k: grid[k][ok] for k in _KNOBS}, G_)
+    for spf, off, scheme in itertools.product(space.sequence_parallel, space.offload, space.sharding):
+        if spf:
+            continue      # SP rows exist only with t > 1, where no choice rule refuses SP
+        for name, mask in _rules.masks(space.arch, _choice_knobs(okk, spf, off, scheme),
+                                       _CHOICE_RULES).items():
+            excluded[name] += int(mask.sum())
+    if n_ok == 0:
+        # an impossible restriction is bad input, not "nothing fits": say which rules
+        names = [f"{name} ({RULES[name]})" for name, count in
+                 sorted(excluded.items(), key=lambda kv: -kv[1]) if count]
+        raise InvalidValueError(f"no layout of {G_} GPUs passes the framework rules with these "
+                                "restrictions; excluded by " + "; ".join(names[:4]))
+    valid = {k: grid[k][ok] for k in _KNOBS + ("f", "l")}
+    gpus_row = np.full(n_ok, G_, dtype=np.int64)
+    cols = _evaluate(space, valid, gpus_row, progress)
+    cols["headroom"] = space.capacity - cols["memory"] if len(cols["memory"]) else np.array([])
+    cols["fits"] = cols["headroom"] >= 0 if len(cols["memory"]) else np.array([], dtype=bool)
+    cols["binding"] = _binding(cols)
+    res = SearchResult(space, G_, cols, excluded, raw, time.perf_counter() - start, valid=n_ok)
+    if space.global_batch_size is None:
+        res.notes.append("no global batch size: layouts ranked by memory headroom (no step time)")
+    return res

@@ -1,0 +1,280 @@
+"""The search problem: the model, GPU, candidate knobs and discrete choices (:class:`Space`,
+:func:`make_space`), and the names the search reports (:data:`RULES`, :data:`SCHEMES`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from ..errors import InvalidValueError, UnknownNameError, choose
+from ..values import boolean, exact
+from .. import rules as _rules
+from ..job import DEFAULTS
+
+
+#: The rules the search applies, by name (the name is what the output shows), from the one
+#: rule table :data:`memsym.rules.RULES`.
+RULES = {name: rule.summary for name, rule in _rules.RULES.items()}
+
+
+#: Rules on the discrete choices (checked per recompute/sharding/SP/offload combination).
+_CHOICE_RULES = ("moe-tp-sp", "offload-pp", "zero-pp")
+
+
+#: Sharding schemes searched by default (fsdp is the same memory as zero3).
+SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
+
+
+_KNOBS = ("t", "p", "c", "d", "e", "v", "b")
+
+
+_CHOICE_KEYS = ("recompute", "sharding", "sequence_parallel", "offload")
+
+
+def _divisors(n: int) -> list:
+    small = [i for i in range(1, int(math.isqrt(n)) + 1) if n % i == 0]
+    return sorted(set(small + [n // i for i in small]))
+
+
+#: The memsym.limits limit each searched size is bounded by (every loop and grid is bounded).
+_LIMIT_OF = {"gpus": "gpus", "max_gpus": "gpus", "gpus_per_node": "gpus", "seq_length": "sequence",
+             "global_batch_size": "global_batch", "micro-batch size": "micro_batch",
+             "lora_rank": "rank", "tp": "gpus", "pp": "gpus", "cp": "gpus", "ep": "gpus",
+             "vpp": "layers"}
+
+
+def _pos(value, what):
+    # numbers only: int("abc"), int(nan), int(inf) and int(None) would escape as other errors
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value) or int(value) != value or int(value) < 1:
+        raise InvalidValueError(f"{what} must be a whole number >= 1, got {value!r:.40}")
+    if what in _LIMIT_OF:
+        from ..limits import check_limit
+
+        check_limit(_LIMIT_OF[what], int(value), what)
+    return int(value)
+
+
+def _choices(kind, given, accepted) -> tuple:
+    """Each name of ``given`` matched by :func:`memsym.errors.choose`, duplicates dropped."""
+    return tuple(dict.fromkeys(choose(kind, item, accepted) for item in given))
+
+
+def _scheme(name) -> str:
+    """A sharding scheme by name; FSDP keeps the same states as ZeRO-3, so it is one row."""
+    from ..terms.model_state import SCHEMES as ALL_SCHEMES
+
+    key = choose("sharding", name, ALL_SCHEMES)
+    return "zero3" if key == "fsdp" else key
+
+
+def _int_list(given, what):
+    if given is None:
+        return None
+    if isinstance(given, (int,)) and not isinstance(given, bool):
+        given = [given]
+    return tuple(sorted({_pos(x, what) for x in given}))
+
+
+@dataclass(frozen=True)
+class Space:
+    """What is searched: a model on a GPU type, a training setup and the knob choices.
+
+    Build it with :func:`search` / :func:`min_gpus` keywords; fields mirror them.
+
+    Attributes
+    ----------
+    capacity : int
+        GPU memory capacity [bytes].
+    seq_length : int
+        Sequence length [tokens].
+    global_batch_size : int or None
+        Global batch size [sequences].
+    tp, pp, cp, ep : tuple of int or None
+        The tensor-, pipeline-, context- and expert-parallel sizes the search is restricted
+        to (None: every divisor) [GPUs].
+    """
+
+    arch: object
+    gpu: object
+    capacity: int
+    gpus_per_node: int
+    seq_length: int
+    global_batch_size: int | None
+    micro_batch_sizes: tuple
+    recompute: tuple
+    sharding: tuple
+    sequence_parallel: tuple
+    offload: tuple
+    tp: tuple | None
+    pp: tuple | None
+    cp: tuple | None
+    ep: tuple | None
+    vpp: tuple | None
+    precision: str
+    optimizer: str
+    convention: str
+    flash_attention: bool
+    dropout: bool
+    schedule: str
+    allowances: tuple
+    finetune: str
+    lora_rank: int
+    lora_targets: tuple
+    quantization: str
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+    efficiency: object
+    intra_bw: float
+    inter_bw: float
+    latency: float
+    capacity_factor: object = 1
+    #: offer uneven first/last pipeline stages (:func:`stage_splits`) when none is given
+    uneven: bool = True
+    cluster: object = None
+
+    @property
+    def uniform(self) -> bool:
+        from ..model import moe_layer_pattern
+
+        return (self.first_stage_layers is None and self.last_stage_layers is None
+                and len(set(moe_layer_pattern(self.arch))) == 1)
+
+    def training(self, **kw):
+        from ..training import Training
+
+        base = dict(seq_length=self.seq_length, micro_batch_size=1,
+                    global_batch_size=self.global_batch_size, recompute="none",
+                    flash_attention=self.flash_attention, dropout=self.dropout,
+                    schedule=self.schedule, precision=self.precision, optimizer=self.optimizer,
+                    sharding="distributed-optimizer", convention=self.convention,
+                    offload="none", capacity_factor=self.capacity_factor,
+                    finetune=self.finetune, lora_rank=self.lora_rank,
+                    lora_targets=self.lora_targets, quantization=self.quantization)
+        base.update(kw)
+        return Training(**base)
+
+
+def _from_job(model, gpu, options: dict):
+    """A :class:`memsym.job.Job` as the search's model: its resolved architecture, and its
+    training settings, allowances, GPU and capacity as the defaults of ``options`` (the
+    layout is what the search explores)."""
+    from ..job import Job
+
+    if not isinstance(model, Job):
+        return model, gpu
+    tr = model.training
+    for key, val in (("seq_length", tr.seq_length), ("global_batch_size", tr.global_batch_size),
+                     ("precision", tr.precision), ("optimizer", tr.optimizer),
+                     ("convention", tr.convention), ("flash_attention", tr.flash_attention),
+                     ("dropout", tr.dropout), ("schedule", tr.schedule),
+                     ("capacity_factor", tr.capacity_factor), ("finetune", tr.finetune),
+                     ("lora_rank", tr.lora_rank), ("allowances", dict(model.allowances)),
+                     ("capacity", model.capacity)):
+        if val is not None:
+            options.setdefault(key, val)
+    if gpu is None and model.gpu is not None:
+        gpu = model.gpu.name
+    return model.model, gpu
+
+
+def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_size=None,
+               micro_batch_sizes=None,
+               recompute=("none", "selective", "full"), sharding=SCHEMES,
+               sequence_parallel=(False, True), offload=("none",), tp=None, pp=None, cp=None,
+               ep=None, vpp=None, precision=DEFAULTS["precision"], optimizer=DEFAULTS["optimizer"],
+               convention=DEFAULTS["convention"],
+               flash_attention=DEFAULTS["flash_attention"], dropout=DEFAULTS["dropout"],
+               schedule=DEFAULTS["schedule"], allowances=None,
+               finetune="full", lora_rank=16, lora_targets="all", quantization=None,
+               first_stage_layers=None, last_stage_layers=None, capacity=None,
+               gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1,
+               uneven=True) -> Space:
+    """Validate the search keywords into a :class:`Space` (see :func:`search`)."""
+    from .. import hardware, model as models
+    from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
+    from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS
+    from ..training import ALLOWANCES
+
+    arch = model if isinstance(model, models.Architecture) else models.resolve_model(model)
+    arch = models.resolve(arch, seq_length=_pos(seq_length, "seq_length"))
+    clu = None
+    if cluster is not None:
+        clu = hardware.cluster(cluster)
+        dev = clu.gpu if gpu is None else hardware.gpu(gpu)
+    else:
+        if gpu is None:
+            raise InvalidValueError("give a GPU (e.g. h100-80gb) or a cluster")
+        dev = hardware.gpu(gpu)
+        clu = hardware.cluster_for(dev, gpus_per_node or 8)
+    if gpus_per_node is not None:
+        clu = clu.with_(gpus_per_node=_pos(gpus_per_node, "gpus_per_node"))
+    cap = dev.memory_bytes if capacity is None else capacity
+    if isinstance(cap, bool) or not isinstance(cap, numbers.Real) or not cap > 0 \
+            or not math.isfinite(cap):
+        raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0 (for text use "
+                                f"memsym.units.parse_bytes('80GB')), got {cap!r:.40}")
+    finetune = _choices("fine-tuning mode", [finetune], ("full", "lora", "qlora"))[0]
+    if quantization is None:
+        quantization = {"full": "bf16", "lora": "bf16", "qlora": "nf4-dq"}[finetune]
+    quantization = _choices("quantization", [quantization], QUANTIZATIONS)[0]
+    if isinstance(lora_targets, str):
+        lora_targets = LORA_TARGETS if lora_targets == "all" else (lora_targets,)
+    lora_targets = _choices("LoRA target", lora_targets, LORA_TARGETS)
+    B = None if global_batch_size is None else _pos(global_batch_size, "global_batch_size")
+    if micro_batch_sizes is None:
+        limit = 8 if B is None else min(8, B)
+        micro_batch_sizes = [x for x in (1, 2, 4, 8) if x <= limit]
+    mbs = _int_list(micro_batch_sizes, "micro-batch size")
+    shard = tuple(dict.fromkeys(_scheme(x) for x in
+                                ([sharding] if isinstance(sharding, str) else sharding)))
+    if finetune != "full":
+        # adapters' states are tiny: sharding them changes nothing worth a row; keep the
+        # schemes that change where the frozen weights live (replicated or ZeRO-3 sharded)
+        shard = tuple(dict.fromkeys("zero3" if x == "zero3" else "ddp" for x in shard))
+    al = tuple(sorted((k, v) for k, v in (allowances or {}).items()))
+    for key, _ in al:
+        if key not in ALLOWANCES:
+            raise UnknownNameError("allowance", key, ALLOWANCES)
+    # None: the step time predicts GEMM efficiency (memsym.timing.efficiency); a number is
+    # the explicit, named override (the achieved GEMM efficiency eta_gemm)
+    eff = None
+    if efficiency is not None:
+        eff = exact(efficiency, "efficiency")
+        if not 0 < eff <= 1:
+            raise InvalidValueError(f"efficiency is the achieved fraction of peak FLOP/s of "
+                                    f"the GEMMs: 0 < efficiency <= 1, got {efficiency}")
+    for what, val in (("first_stage_layers", first_stage_layers),
+                      ("last_stage_layers", last_stage_layers)):
+        if val is not None:
+            _pos(val, what)
+    prec = choose("precision", precision, PRECISIONS)
+    if B is not None:
+        dev.peak(prec)   # the step time needs the GPU's peak at this precision: refuse early
+    cf = exact(capacity_factor, "capacity_factor")
+    if not cf > 0:
+        raise InvalidValueError(f"capacity_factor must be > 0, got {capacity_factor}")
+    return Space(
+        arch=arch, gpu=dev, capacity=int(cap) if float(cap).is_integer() else cap,
+        gpus_per_node=clu.gpus_per_node, seq_length=int(seq_length), global_batch_size=B,
+        micro_batch_sizes=mbs,
+        recompute=_choices("recompute mode", [recompute] if isinstance(recompute, str) else recompute,
+                           ("none", "selective", "full")),
+        sharding=shard,
+        sequence_parallel=tuple(sorted({bool(x) for x in ([sequence_parallel] if isinstance(
+            sequence_parallel, bool) else sequence_parallel)})),
+        offload=_choices("offload", [offload] if isinstance(offload, str) else offload, OFFLOADS),
+        tp=_int_list(tp, "tp"), pp=_int_list(pp, "pp"), cp=_int_list(cp, "cp"),
+        ep=_int_list(ep, "ep"), vpp=_int_list(vpp, "vpp"),
+        precision=prec, optimizer=choose("optimizer", optimizer, OPTIMIZERS),
+        convention=_choices("convention", [convention], CONVENTIONS)[0],
+        flash_attention=boolean(flash_attention, "flash_attention"),
+        dropout=boolean(dropout, "dropout"), schedule=schedule,
+        allowances=al, finetune=finetune, lora_rank=_pos(lora_rank, "lora_rank"),
+        lora_targets=lora_targets, quantization=quantization,
+        first_stage_layers=None if first_stage_layers is None else int(first_stage_layers),
+        last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
+        efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
+        latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu)

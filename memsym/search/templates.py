@@ -1,0 +1,212 @@
+"""The compiled pieces of the search: the per-stage SymPy totals of each discrete choice, built
+once and compiled once (cached per space, choice and stage make-up).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sympy as sp
+
+from ..symbols import M_alloc
+from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+
+from .space import Space
+from .grid import _sub
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(expr):
+    """``(function, argument names)`` of one expression, compiled once per expression."""
+    from ..numeric import compile_expr
+
+    return compile_expr(expr)
+
+
+def _call(expr, kw: dict):
+    fn, names = _compiled(expr)
+    return fn(*[kw[n] for n in names])[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_stages(space: Space, pp: int) -> tuple:
+    """The pipeline stages whose memory can be the largest at ``p = pp``, lowest first.
+
+    The first stage (embedding, the most micro-batches in flight) and the last (output layer,
+    logits) always.  Between them, stages of the same make-up (the MoE/dense kind of each of
+    their layers) hold the same parameters and the same activations per micro-batch, and the
+    lower index keeps at least as many micro-batches in flight (1F1B: min(p - i, m);
+    interleaved: 2(p - i - 1) + (v - 1) p + 1; GPipe: m), so the lowest index of each
+    make-up stands for all of them.  An evenly split uniform model needs only first and last.
+    """
+    if pp == 1:
+        return (0,)
+    if space.uniform or pp == 2:
+        return (0, pp - 1)
+    from ..model import moe_layer_pattern, stage_layers
+
+    pattern = moe_layer_pattern(space.arch)
+    lowest = {}
+    for i in range(1, pp - 1):
+        rng = stage_layers(space.arch, pp, i, space.first_stage_layers, space.last_stage_layers)
+        lowest.setdefault(tuple(pattern[j] for j in rng), i)
+    return (0, *sorted(lowest.values()), pp - 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _template_rep(space: Space, pp: int, stage: int) -> tuple:
+    """``(p, stage)`` of the activation template that stands for stage ``stage`` of ``pp``.
+
+    An evenly split uniform model keeps p symbolic (L/p layers, p - i micro-batches), so its
+    first and last stages of every p share one template, built at the smallest p > 1; any
+    other model's stages depend on their concrete layers: their own (p, stage)."""
+    if not space.uniform or pp == 1:
+        return pp, stage
+    L_ = space.arch.num_layers
+    p0 = next(q for q in range(2, L_ + 1) if L_ % q == 0)
+    return p0, (0 if stage == 0 else p0 - 1)
+
+
+#: Shared stage templates: (space, structure) -> (representative space, p, stage, layers).
+_REPS: dict = {}
+
+
+@functools.lru_cache(maxsize=65536)
+def _stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple:
+    """``((space, p, stage) of the template, factor)`` for stage ``stage`` of ``pp`` at first/
+    last stage sizes ``f``, ``l_`` (0: none): the factor multiplies the template's decoder-
+    layer activations.
+
+    An evenly split uniform model keeps p symbolic (:func:`_template_rep`, factor 1).  Any
+    other stage's total depends on its layers only through (a) its role (first: embedding and
+    the most micro-batches in flight; last: the output layer; a middle stage: its index,
+    p - i in flight, p symbolic), (b) whether it holds dense and/or MoE layers (which
+    states, which per-layer activations) and (c) ``layer_activations`` = in-flight x (dense
+    layers x per-dense-layer + MoE layers x per-MoE-layer) / v
+    (:func:`memsym.training.stage_activations`).  A stage of one layer kind is therefore
+    the template of the first stage of the same structure met, its layer term scaled by
+    n / n0 (exact); a stage mixing both kinds keeps its own counts in the key (factor 1).
+    """
+    from ..model import moe_layer_pattern, stage_layers
+
+    sub = _sub(space, f, l_)
+    if sub.uniform or pp == 1:
+        return (sub, *_template_rep(sub, pp, stage)), 1.0
+    pattern = moe_layer_pattern(space.arch)
+    kinds = [pattern[i] for i in stage_layers(space.arch, pp, stage, sub.first_stage_layers,
+                                              sub.last_stage_layers)]
+    n_moe = sum(kinds)
+    n_dense = len(kinds) - n_moe
+    mixed = (n_dense, n_moe) if n_dense and n_moe else None
+    middle = None if stage in (0, pp - 1) else stage
+    key = (space, stage == 0, stage == pp - 1, middle, n_dense > 0, n_moe > 0, mixed)
+    if key not in _REPS:
+        if len(_REPS) > 65536:
+            _REPS.clear()
+        _REPS[key] = ((sub, pp, stage), len(kinds))
+    rep, n0 = _REPS[key]
+    return rep, (1.0 if mixed or not n0 else len(kinds) / n0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme: str, pp: int,
+              stage: int):
+    """The per-GPU total of stage ``stage`` of ``pp`` under one discrete choice: the Total of
+    :func:`memsym.training.stage_total` itself (the one composition), symbolic in the knobs
+    and in the stage's parameter counts, which the search binds per row.
+
+    t enters the stage's structure only through "t > 1 turns sequence parallelism on"
+    (``sp_on``) and v only through "interleaved or not" (``inter``), so one template serves
+    every t and v.  Returns (states and activation Terms, their activation sum, the
+    allowance Terms over a placeholder for the allocated bytes, the decoder layers'
+    activation term ``layer_activations`` alone; the activation sum excludes it)."""
+    from ..training import Layout, _stage_total, allowance_terms
+
+    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
+                 first_stage_layers=space.first_stage_layers,
+                 last_stage_layers=space.last_stage_layers)
+    tot = _stage_total(space.arch, lay, space.training(recompute=rc, sharding=scheme, offload=off),
+                       stage, space.global_batch_size is not None)
+    allow = set(_ALLOW)
+    kept = tuple(term for term in tot if term.key not in allow)
+    states = tuple(term for term in kept if term.key in _STATE_KEYS or term.key.startswith("expert_"))
+    acts = sp.Add(*(term.expr for term in kept if term not in states
+                    and term.key != "layer_activations"))
+    layer = sp.Add(*(term.expr for term in kept if term.key == "layer_activations"))
+    return tot, states, acts, allowance_terms(_ALLOCATED), layer
+
+
+@functools.lru_cache(maxsize=4096)
+def _act_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: int,
+                  stage: int) -> tuple:
+    """(activation sum without the decoder layers, the decoder layers' term) of one stage:
+    :func:`memsym.training._stage_activations`, the activations :func:`_template`'s total
+    holds; they do not depend on the sharding scheme, so one serves every scheme."""
+    from ..training import Layout, _stage_activations
+
+    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
+                 first_stage_layers=space.first_stage_layers,
+                 last_stage_layers=space.last_stage_layers)
+    act = _stage_activations(space.arch, lay, space.training(recompute=rc, offload=off), stage,
+                             space.global_batch_size is not None)
+    rest = sp.Add(*(term.expr for term in act if term.key != "layer_activations"))
+    layer = sp.Add(*(term.expr for term in act if term.key == "layer_activations"))
+    return rest, layer
+
+
+@functools.lru_cache(maxsize=4096)
+def _fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme: str,
+                   pp: int, stage: int) -> tuple:
+    """:func:`_template`'s pieces (None, states, activations without the decoder layers,
+    allowances, decoder layers) built from the two halves :func:`memsym.training._stage_total`
+    adds (``_states_and_transients`` and ``_stage_activations``), the activations shared across
+    sharding schemes (tests check the sum against the exact per-layout total)."""
+    from ..training import PHASES, Layout, _states_and_transients, allowance_terms
+
+    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
+                 first_stage_layers=space.first_stage_layers,
+                 last_stage_layers=space.last_stage_layers)
+    trn = space.training(recompute=rc, sharding=scheme, offload=off)
+    steady, trans = _states_and_transients(space.arch, lay, trn, stage)
+    states = tuple(steady)
+    rest, layer = _act_template(space, rc, sp_on, inter, off, pp, stage)
+    # the phase transients depend on the scheme (FSDP2 / ZeRO buffers): per template; the
+    # peak phase max(T_fwd, T_bwd, T_opt - A) is taken per row with the row's activations A
+    # (memsym.training._phase_term states the same formula)
+    phases = tuple(sp.Add(*(term.expr for term in trans[ph])) for ph in PHASES)
+    return None, states, rest, allowance_terms(_ALLOCATED), layer, phases
+
+
+#: The allocated bytes in the compiled allowance terms (the fragmentation allowance is a
+#: fraction of them): the registry's M_alloc.
+_ALLOCATED = M_alloc
+
+
+#: Stage counts by what they depend on (see :func:`_stage_counts`).
+_COUNTS: dict = {}
+
+
+@functools.lru_cache(maxsize=65536)
+def _stage_counts(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
+    """``((symbol name, value), ...)``: the stage's parameter counts
+    (:func:`memsym.training.stage_counts`) at one (t, p, e).
+
+    Full training's counts (N_tp, N_rep, N_exp of all the ranks together, N_lin per TP rank)
+    depend on the layout only through t (vocabulary padding, N_lin/t), the stage's layers,
+    whether it is first / last, and p > 1 (the tied output copy): computed once per such key
+    and shared across p and e (LoRA's per-GPU counts also depend on e: kept in the key)."""
+    from ..model import stage_layers
+    from ..training import Layout, stage_counts
+
+    rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
+    key = (space.arch, space.finetune, space.lora_rank, space.lora_targets, tt, rng.start,
+           rng.stop, stage == 0, stage == pp - 1, pp > 1,
+           ee if space.finetune != "full" else None)
+    if key not in _COUNTS:
+        if len(_COUNTS) > 65536:
+            _COUNTS.clear()
+        lay = Layout(t=tt, p=pp, e=ee, first_stage_layers=space.first_stage_layers,
+                     last_stage_layers=space.last_stage_layers)
+        _COUNTS[key] = tuple((str(k), v) for k, v in
+                             stage_counts(space.arch, lay, space.training(), stage).items())
+    return _COUNTS[key]
