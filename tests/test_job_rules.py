@@ -202,3 +202,19 @@ def test_torchtitan_pipeline_memory_keeps_the_stage_unsharded():
     # backward adds the fp32 accumulated gradients (4 N_stage) and, at the last micro-batch,
     # one block's bf16 gradient (2 N_ll) and its fp32 reduce-scatter input and output
     assert phases["backward"] - phases["forward"] == 4 * n_stage + 2 * n_ll + 4 * n_ll * 9 // 8
+
+
+def test_cli_framework_torchtitan(capsys):
+    # memsym's own options: --framework torchtitan is the job torchtitan launches (FSDP2 with
+    # PP on its own split); Megatron's rules refuse the same command, exit 2, one line
+    base = ["estimate", "llama3-405b", "--tp", "8", "--pp", "8", "--dp", "8", "--sharding",
+            "fsdp", "--seq-length", "8192", "--micro-batch-size", "1", "--num-microbatches",
+            "8", "--recompute", "full", "--sequence-parallel", "--json"]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "p=8 must divide the layers" in err
+    assert main(base + ["--framework", "torchtitan"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["training"]["framework"] == "torchtitan"
+    assert any("[15, 16, 16, 16, 16, 16, 16, 15]" in n for n in data["notes"])
+    assert data["phases"]["peak"] == "backward"

@@ -107,6 +107,9 @@ def add_training_options(parser) -> None:
     trn.add_argument("--fp8-param-gather", action="store_true",
                      help="Megatron's flag (--precision fp8, distributed optimizer): the linear "
                      "weights are kept in FP8 only")
+    trn.add_argument("--framework", choices=("megatron", "deepspeed", "torchtitan"), default=None,
+                     help="whose launch rules and runtime apply (default megatron; torchtitan: "
+                     "FSDP2 with pipeline parallelism on torchtitan's own layer split)")
     trn.add_argument("--compiled-loss", action="store_true",
                      help="the loss runs under torch.compile (torchtitan's compile.enable with "
                      "'loss' in components): 16-bit logits kept, no fp32 copy")
@@ -333,6 +336,8 @@ def job_from_args(args, **override):
         opts["fp8_param_gather"] = True
     if getattr(args, "compiled_loss", False):
         opts["compiled_loss"] = True
+    if getattr(args, "framework", None) is not None:
+        opts["framework"] = args.framework
     # the convention (a framework estimator such as megatron-bridge reports its own breakdown
     # beside the job's), allowances, GPU, capacity and node size: as for every input
     opts.update(_host_options(args))
@@ -386,7 +391,10 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
         "training": {"seq_length": training.seq_length,
                      "micro_batch_size": training.micro_batch_size,
                      "recompute": training.recompute, "flash_attention": training.flash_attention,
-                     "dropout": training.dropout, "schedule": training.schedule},
+                     "dropout": training.dropout, "schedule": training.schedule,
+                     "framework": training.framework, "compiled_loss": training.compiled_loss,
+                     "first_stage_layers": layout.first_stage_layers,
+                     "last_stage_layers": layout.last_stage_layers},
         "convention": args.convention,
         "units": "bytes",
     }
