@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from memsym import model_state, byte_widths
 from memsym.analysis import smallest
 from memsym.cli import main
-from memsym.errors import NoFitError, UnknownNameError
+from memsym.errors import InvalidValueError, NoFitError, UnknownNameError
 from memsym.model import Architecture, preset
 from memsym.search import (RULES, explain, largest_fit, min_gpus,
                            search, smallest_d)
@@ -673,3 +673,46 @@ def test_explain_names_exactly_the_rules_the_search_counts():
         assert named == [k for k in masks if masks[k][i]], lay
     ok = ~np.any(np.stack(list(masks.values())), axis=0)
     assert int(ok.sum()) == res.valid
+
+
+def test_torchtitan_search_launches_fsdp_with_pipelines_on_its_split():
+    # torchtitan composes FSDP2 with pipeline parallelism and splits the layers itself
+    # (generate_llm_fqn_per_model_part): a torchtitan search offers those layouts, which the
+    # Megatron search refuses (rule zero-pp), and prices each as `estimate` prices the job
+    from memsym.job import job
+    from memsym.model.stages import torchtitan_rank_layers
+    from memsym.training import job_memory
+
+    kw = dict(seq_length=8192, global_batch_size=256)
+    titan = search("llama3-405b", "h100-80gb", 512, framework="torchtitan", **kw)
+    mega = search("llama3-405b", "h100-80gb", 512, **kw)
+    assert titan.excluded["zero-pp"] == 0 and mega.excluded["zero-pp"] > 0
+    top = titan.top(5)
+    assert {r["sharding"] for r in titan.top(50)} <= {"fsdp", "ddp"}
+    assert any(r["sharding"] == "fsdp" and r["p"] > 1 for r in top)
+    for r in top[:3]:
+        ranks = torchtitan_rank_layers(126, r["p"], r["v"])
+        assert (r["first_stage_layers"] or ranks[0], r["last_stage_layers"] or ranks[-1]) == \
+            (ranks[0], ranks[-1])
+        j = job("llama3-405b", t=r["t"], p=r["p"], c=r["c"], d=r["d"],
+                v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"],
+                recompute=r["recompute"], sharding=r["sharding"],
+                sequence_parallel=r["sequence_parallel"], framework="torchtitan",
+                gpu="h100-80gb", **kw)
+        assert float(job_memory(j).bytes_total) == pytest.approx(r["memory"], rel=1e-12)
+    with pytest.raises(InvalidValueError, match="FSDP2 or replicates"):
+        search("llama3-8b", "h100-80gb", 8, framework="torchtitan", sharding=["zero1"], **kw)
+    with pytest.raises(InvalidValueError, match="torchtitan job use search"):
+        min_gpus("llama3-8b", "h100-80gb", framework="torchtitan")
+
+
+def test_cli_search_framework_torchtitan(capsys):
+    from memsym.cli import main
+
+    assert main(["search", "llama3-8b", "--gpu", "h100-80gb", "--gpus", "16", "--seq-length",
+                 "8192", "--global-batch-size", "32", "--framework", "torchtitan", "--top", "5",
+                 "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 5 and {r["layout"]["sharding"] for r in rows} <= {"fsdp", "ddp"}
+    assert main(["min-gpus", "llama3-8b", "--gpu", "h100-80gb", "--framework", "torchtitan"]) == 2
+    assert "torchtitan job use search" in capsys.readouterr().err

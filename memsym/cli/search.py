@@ -24,11 +24,16 @@ def add_search_options(parser) -> None:
     parser.add_argument("--micro-batch-size", type=positive_int, nargs="+", default=None,
                         metavar="b", help="micro-batch sizes to try (default 1 2 4 8)")
     parser.add_argument("--recompute", "--recompute-granularity", dest="recompute",
-                        type=choice("recompute", ("none", "selective", "full")),
-                        nargs="+", default=None, help="recompute modes to try (default all)")
+                        type=choice("recompute", ("none", "selective", "full", "selective-op")),
+                        nargs="+", default=None, help="recompute modes to try (default all the "
+                        "framework offers; selective-op: torchtitan's per-op SAC)")
     parser.add_argument("--sharding", type=choice("sharding", SCHEMES), nargs="+", default=None,
                         help="sharding schemes to try (default ddp zero1 zero2 zero3 "
-                        "distributed-optimizer)")
+                        "distributed-optimizer; torchtitan: fsdp ddp)")
+    parser.add_argument("--framework", choices=("megatron", "deepspeed", "torchtitan"),
+                        default="megatron", help="whose launch rules and runtime apply (default "
+                        "megatron; torchtitan: FSDP2 with pipeline parallelism on its own layer "
+                        "split, search only)")
     parser.add_argument("--offload", type=choice("offload", OFFLOADS), nargs="+", default=None,
                         help="CPU offload modes to try (default none)")
     for flag, what in (("--tp", "tensor"), ("--pp", "pipeline"), ("--cp", "context"),
@@ -130,7 +135,8 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
         out["micro_batch_sizes"] = args.micro_batch_size
     if args.recompute:
         out["recompute"] = args.recompute
-    out["sharding"] = args.sharding or SCHEMES
+    out["framework"] = args.framework
+    out["sharding"] = args.sharding or (None if args.framework == "torchtitan" else SCHEMES)
     if args.offload:
         out["offload"] = args.offload
     return out

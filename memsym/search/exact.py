@@ -68,7 +68,8 @@ def _row_totals(space: Space, row: Mapping):
     totals = {}
     for stage in _check_stages(space, pp):
         tot = _template(space, rc, spf, vv > 1, row.get("offload", "none"),
-                        _scheme(row["sharding"]), *_template_rep(space, pp, stage))[0]
+                        _scheme(row["sharding"], space.framework),
+                        *_template_rep(space, pp, stage))[0]
         sub = {lookup(name): val for name, val in _stage_counts(space, tt, pp, ee, stage)}
         for name in sub:
             vals.pop(name, None)

@@ -105,9 +105,12 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
     else:
         cand_e = space.ep or (1,)
     given = space.first_stage_layers is not None or space.last_stage_layers is not None
-    offer = space.uneven and not given
+    titan = space.framework == "torchtitan"
+    offer = space.uneven and not given and not titan
     cand_v = space.vpp or tuple(sorted(set(_divisors(L_)) | (
         {vv for vv in (2, 4, 8) if vv <= L_} if offer else set())))
+    if titan and not space.vpp:
+        cand_v = (1, 2)   # single-stage schedules, or the looped ones' 2 stages per rank
     rows = []
     for tt in cand_t:
         if gpus % tt:
@@ -128,16 +131,42 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
             return ((space.first_stage_layers or 0, space.last_stage_layers or 0),)
         return ((0, 0),) + (stage_splits(L_, pp, cand_v) if offer and pp <= L_ else ())
 
+    @functools.lru_cache(maxsize=None)
+    def titan_split(pp, vv):
+        # torchtitan's own split (memsym.job.framework_layout): one per (p, v), or none when
+        # its middle ranks differ (memsym's middle stages are equal)
+        from ..model.stages import torchtitan_rank_layers
+
+        if pp == 1:
+            return ((0, 0),)
+        try:
+            ranks = torchtitan_rank_layers(L_, pp, vv)
+        except InvalidValueError:
+            return ()
+        if len(set(ranks)) == 1:
+            return ((0, 0),)
+        return ((ranks[0], ranks[-1]),) if len(set(ranks[1:-1])) <= 1 else ()
+
     ev = np.array(list(itertools.product(cand_e, cand_v, space.micro_batch_sizes)), dtype=np.int64)
     blocks = []
     for row in rows:
-        fl = np.array(splits(row[1]), dtype=np.int64)
-        nb = len(fl) * len(ev)
-        blk = np.empty((nb, 9), dtype=np.int64)
-        blk[:, 0:4] = row
-        blk[:, 4:7] = np.tile(ev, (len(fl), 1))
-        blk[:, 7:9] = np.repeat(fl, len(ev), axis=0)
-        blocks.append(blk)
+        if titan and not given:
+            fl_ev = [(np.array(titan_split(row[1], int(vv)), dtype=np.int64).reshape(-1, 2),
+                      ev[ev[:, 1] == vv]) for vv in cand_v]
+        else:
+            fl_ev = [(np.array(splits(row[1]), dtype=np.int64), ev)]
+        for fl, evv in fl_ev:
+            nb = len(fl) * len(evv)
+            if not nb:
+                continue
+            blk = np.empty((nb, 9), dtype=np.int64)
+            blk[:, 0:4] = row
+            blk[:, 4:7] = np.tile(evv, (len(fl), 1))
+            blk[:, 7:9] = np.repeat(fl, len(evv), axis=0)
+            blocks.append(blk)
+    if not blocks:
+        raise InvalidValueError(f"no layout of {gpus} GPUs has a pipeline split the framework "
+                                "makes")
     allr = np.concatenate(blocks)
     return {k: allr[:, i] for i, k in enumerate(("t", "p", "c", "d", "e", "v", "b", "f", "l"))}
 
@@ -167,6 +196,7 @@ def _grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
     B = space.global_batch_size
     k = {name: grid[name] for name in _KNOBS}
     k.update({"t_e": grid["t"], "s": space.seq_length, "B": B, "gpus": gpus,
+              "torchtitan": space.framework == "torchtitan",
               "gpus_per_node": space.gpus_per_node,
               "first_stage_layers": space.first_stage_layers,
               "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,
@@ -236,7 +266,7 @@ def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
                  layout.get("last_stage_layers") or space.last_stage_layers or 0)
     k = _choice_knobs(_grid_knobs(space, grid), bool(layout.get("sequence_parallel", False)),
                       layout.get("offload", "none"),
-                      _scheme(layout.get("sharding", "distributed-optimizer")))
+                      _scheme(layout.get("sharding", "distributed-optimizer"), space.framework))
     return [name for name, mask in _rules.masks(space.arch, k).items()
             if name != "world-size" and bool(mask[0])
             and not (name == "tp-per-node" and space.tp is not None)]   # asked for explicitly

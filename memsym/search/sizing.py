@@ -22,6 +22,15 @@ from .exact import _exact_row, _row_totals, group_bytes
 from .results import search
 
 
+def _megatron_split_only(space) -> None:
+    # the sizing answers walk p over Megatron's splits (p dividing the layers, or the given
+    # end stages); torchtitan splits each p its own way, which search() prices
+    if space.framework == "torchtitan":
+        raise InvalidValueError("smallest_d, min_gpus and largest_fit size Megatron-style "
+                                "pipelines; for a torchtitan job use search(..., "
+                                "framework=\"torchtitan\") at the candidate GPU counts")
+
+
 @dataclass
 class MinGpus:
     """The smallest GPU count that fits, and how it was found.
@@ -113,6 +122,7 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
 
     model, gpu = _from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
+    _megatron_split_only(space)
     row = {"t": t, "p": p, "c": c, "d": 1, "e": e, "v": v, "b": b, "recompute": recompute,
            "sharding": _scheme(sharding), "sequence_parallel": sequence_parallel,
            "offload": offload}
@@ -254,6 +264,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     start = time.perf_counter()
     model, gpu = _from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
+    _megatron_split_only(space)
     x = space.arch
     maxg = _pos(max_gpus, "max_gpus")
     # candidate (t, p, c, e, v, b): the knob rules except world size and the d-dependent ones
@@ -489,6 +500,7 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
     lay["sharding"] = _scheme(lay["sharding"])
     model, gpu = _from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
+    _megatron_split_only(space)
     if space.global_batch_size is not None and what == "micro_batch_size":
         raise InvalidValueError("the largest micro-batch is asked with no global batch (m free)")
     if what == "layers":

@@ -62,12 +62,19 @@ def _choices(kind, given, accepted) -> tuple:
     return tuple(dict.fromkeys(choose(kind, item, accepted) for item in given))
 
 
-def _scheme(name) -> str:
-    """A sharding scheme by name; FSDP keeps the same states as ZeRO-3, so it is one row."""
+def _scheme(name, framework: str = "megatron") -> str:
+    """A sharding scheme by name; FSDP keeps the same states as ZeRO-3, so it is one row,
+    except in a torchtitan search, where FSDP2 is the scheme (its own transients, with PP)."""
     from ..terms.model_state import SCHEMES as ALL_SCHEMES
 
     key = choose("sharding", name, ALL_SCHEMES)
-    return "zero3" if key == "fsdp" else key
+    return "zero3" if key == "fsdp" and framework != "torchtitan" else key
+
+
+#: What a torchtitan job can run: FSDP2 (data_parallel_shard_degree) or replicas
+#: (data_parallel_replicate_degree), and activation checkpointing none / per-op / full.
+TORCHTITAN_SCHEMES = ("fsdp", "ddp")
+TORCHTITAN_RECOMPUTE = ("none", "selective-op", "full")
 
 
 def _int_list(given, what):
@@ -134,6 +141,8 @@ class Space:
     #: offer uneven first/last pipeline stages (:func:`stage_splits`) when none is given
     uneven: bool = True
     cluster: object = None
+    #: whose launch rules and runtime apply (:data:`memsym.job.FRAMEWORKS`)
+    framework: str = "megatron"
 
     @property
     def uniform(self) -> bool:
@@ -152,7 +161,8 @@ class Space:
                     sharding="distributed-optimizer", convention=self.convention,
                     offload="none", capacity_factor=self.capacity_factor,
                     finetune=self.finetune, lora_rank=self.lora_rank,
-                    lora_targets=self.lora_targets, quantization=self.quantization)
+                    lora_targets=self.lora_targets, quantization=self.quantization,
+                    framework=self.framework)
         base.update(kw)
         return Training(**base)
 
@@ -172,6 +182,7 @@ def _from_job(model, gpu, options: dict):
                      ("dropout", tr.dropout), ("schedule", tr.schedule),
                      ("capacity_factor", tr.capacity_factor), ("finetune", tr.finetune),
                      ("lora_rank", tr.lora_rank), ("allowances", dict(model.allowances)),
+                     ("framework", tr.framework),
                      ("capacity", model.capacity)):
         if val is not None:
             options.setdefault(key, val)
@@ -182,7 +193,7 @@ def _from_job(model, gpu, options: dict):
 
 def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_size=None,
                micro_batch_sizes=None,
-               recompute=("none", "selective", "full"), sharding=SCHEMES,
+               recompute=None, sharding=None,
                sequence_parallel=(False, True), offload=("none",), tp=None, pp=None, cp=None,
                ep=None, vpp=None, precision=DEFAULTS["precision"], optimizer=DEFAULTS["optimizer"],
                convention=DEFAULTS["convention"],
@@ -191,8 +202,12 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                finetune="full", lora_rank=16, lora_targets="all", quantization=None,
                first_stage_layers=None, last_stage_layers=None, capacity=None,
                gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1,
-               uneven=True) -> Space:
-    """Validate the search keywords into a :class:`Space` (see :func:`search`)."""
+               uneven=True, framework="megatron") -> Space:
+    """Validate the search keywords into a :class:`Space` (see :func:`search`).
+
+    ``recompute`` and ``sharding`` default to what the framework offers: Megatron's none /
+    selective / full and :data:`SCHEMES`; torchtitan's :data:`TORCHTITAN_RECOMPUTE` (per-op
+    SAC for dense gated-MLP models only) and :data:`TORCHTITAN_SCHEMES`."""
     from .. import hardware, model as models
     from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
     from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS
@@ -228,8 +243,23 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         limit = 8 if B is None else min(8, B)
         micro_batch_sizes = [x for x in (1, 2, 4, 8) if x <= limit]
     mbs = _int_list(micro_batch_sizes, "micro-batch size")
-    shard = tuple(dict.fromkeys(_scheme(x) for x in
+    from ..job import FRAMEWORKS
+
+    framework = choose("framework", framework, FRAMEWORKS)
+    titan = framework == "torchtitan"
+    dense_op = bool(arch.swiglu and not arch.num_experts and not arch.multi_latent_attention
+                    and flash_attention)
+    if sharding is None:
+        sharding = TORCHTITAN_SCHEMES if titan else SCHEMES
+    if recompute is None:
+        recompute = (tuple(r for r in TORCHTITAN_RECOMPUTE if r != "selective-op" or dense_op)
+                     if titan else ("none", "selective", "full"))
+    shard = tuple(dict.fromkeys(_scheme(x, framework) for x in
                                 ([sharding] if isinstance(sharding, str) else sharding)))
+    if titan and set(shard) - set(TORCHTITAN_SCHEMES):
+        raise InvalidValueError("torchtitan shards with FSDP2 or replicates: sharding fsdp or "
+                                f"ddp, not {', '.join(sorted(set(shard) - set(TORCHTITAN_SCHEMES)))}")
+    modes = TORCHTITAN_RECOMPUTE if titan else ("none", "selective", "full")
     if finetune != "full":
         # adapters' states are tiny: sharding them changes nothing worth a row; keep the
         # schemes that change where the frozen weights live (replicated or ZeRO-3 sharded)
@@ -261,7 +291,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         gpus_per_node=clu.gpus_per_node, seq_length=int(seq_length), global_batch_size=B,
         micro_batch_sizes=mbs,
         recompute=_choices("recompute mode", [recompute] if isinstance(recompute, str) else recompute,
-                           ("none", "selective", "full")),
+                           modes),
         sharding=shard,
         sequence_parallel=tuple(sorted({bool(x) for x in ([sequence_parallel] if isinstance(
             sequence_parallel, bool) else sequence_parallel)})),
@@ -277,4 +307,5 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         first_stage_layers=None if first_stage_layers is None else int(first_stage_layers),
         last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
-        latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu)
+        latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
+        framework=framework)
