@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from memsym.symbols import L, V, a, b, c, c_f, d_h, f, f_e, g, h, k, m, p, s, t, t_e, v
+from memsym.symbols import L, a, b, c, c_f, d_h, f, f_e, g, h, k, p, s, t, t_e, v
 from memsym.terms.activations import (korthikanti, korthikanti_terms, layer_activations,
                                       output_activations, paper_layer, embedding_activations)
 from memsym.terms.schedule import (pipeline_factor, stage_layers, stage_microbatches,

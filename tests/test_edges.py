@@ -20,7 +20,7 @@ from memsym.model import preset
 import memsym
 from memsym import errors
 from memsym.cli import main
-from memsym.model import parameter_count, preset
+from memsym.model import parameter_count
 from memsym.terms.model_state import byte_widths, model_state
 from memsym.training import Layout, Training, training_memory
 

@@ -17,7 +17,6 @@ import math
 import unicodedata
 from fractions import Fraction
 
-import pytest
 import sympy as sp
 from hypothesis import HealthCheck, given, settings, strategies as st
 

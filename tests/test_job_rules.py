@@ -14,7 +14,7 @@ import pytest
 from memsym import rules
 from memsym.cli import main
 from memsym.errors import DivisibilityError, InvalidValueError, UnknownNameError
-from memsym.job import DEFAULTS, Job, Layout, Training, job
+from memsym.job import DEFAULTS, Job, Training, job
 from memsym.model import Resolved, preset, resolve
 
 

@@ -20,7 +20,7 @@ from memsym.model import (COMPONENTS, PRESETS, Architecture, active_parameter_co
                            parameter_count, parameter_counts, parameter_expression,
                            parameter_total, parameter_values, preset, resolve, resolve_model,
                            stage_layers, stage_parameters, symbolic_parameters)
-from memsym.symbols import L, V, a, h, registry, s_max
+from memsym.symbols import L, V, h, registry, s_max
 
 # --------------------------------------------------------------------------------------------
 # published totals

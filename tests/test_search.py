@@ -613,10 +613,10 @@ def test_interleaved_rule_is_megatrons_schedule_rule():
     for p_ in range(2, 9):
         for m_ in range(1, 33):
             for v_ in (1, 2, 4):
-                for N in (None, p_, p_ + 1, 2 * p_):
-                    k = {"p": p_, "m": m_, "v": v_, "microbatch_group_size": N}
+                for n_ in (None, p_, p_ + 1, 2 * p_):
+                    k = {"p": p_, "m": m_, "v": v_, "microbatch_group_size": n_}
                     mask = bool(rules.RULES["vpp-microbatches"].test(x, k))
-                    assert mask == (schedule_rule(p_, m_, v_, N) is not None), k
+                    assert mask == (schedule_rule(p_, m_, v_, n_) is not None), k
 
 
 def test_uneven_stage_memory_equals_training_memory():

@@ -3,7 +3,6 @@
 import itertools
 
 import pytest
-import sympy as sp
 
 from memsym import model_state
 from memsym.errors import UnknownNameError
