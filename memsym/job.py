@@ -124,12 +124,12 @@ class Training:
         backward (:func:`memsym.terms.activations.lora_gathered_inputs`).
     framework : {"megatron", "deepspeed", "torchtitan"}
         Whose launch rules and runtime apply (:data:`FRAMEWORKS`; default Megatron-LM, whose
-        argument names memsym uses).  ``"torchtitan"``: FSDP2 may run with pipeline
-        parallelism (``torch.distributed.pipelining``), the layers split as torchtitan's
-        ``generate_split_points`` splits them when ``p`` does not divide them, and FSDP2
-        keeps the stage's parameters and fp32 gradients unsharded through the pipelined
-        backward (:func:`memsym.terms.transients.fsdp2_pipeline_unsharded`).  The readers set
-        it.
+        argument names memsym uses).  ``"torchtitan"``: sharding ``fsdp`` or ``ddp``; FSDP2
+        may run with pipeline parallelism (``torch.distributed.pipelining``), the layers
+        split as torchtitan splits them (:func:`framework_layout`) unless the end stages are
+        given, and FSDP2 keeps the stage's parameters and fp32 gradients unsharded through
+        the pipelined backward (:func:`memsym.terms.transients.fsdp2_pipeline_unsharded`).
+        ``"deepspeed"``: sharding ``ddp`` or ZeRO ``zero1/2/3``.  The readers set it.
     compiled_loss : bool
         The loss runs under ``torch.compile`` (torchtitan's ``compile.enable`` with ``"loss"``
         in ``compile.components``, since torchtitan bbb1b616e): the cross-entropy keeps the
@@ -307,6 +307,10 @@ def validate(x, layout: Layout, training: Training):
     choose("offload", training.offload, OFFLOADS)
     choose("fine-tuning mode", training.finetune, ("full", "lora", "qlora"))
     choose("framework", training.framework, FRAMEWORKS)
+    offered = FRAMEWORK_SCHEMES.get(training.framework)
+    if offered and training.sharding not in offered:
+        raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
+                                f"{training.sharding}")
     if not isinstance(training.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.lora_regather!r}")
     if training.finetune != "full":
@@ -370,6 +374,13 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
 
 #: The frameworks whose launch rules and runtime a job follows (``Training.framework``).
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+#: The sharding schemes each framework runs (Megatron: every scheme memsym models, its own
+#: distributed optimizer and torch-FSDP2 / Megatron-FSDP among them).
+FRAMEWORK_SCHEMES = {"deepspeed": ("ddp", "zero1", "zero2", "zero3"),
+                     "torchtitan": ("fsdp", "ddp")}
+#: Each framework's default where it is not Megatron's (DeepSpeed: ZeRO stage 0;
+#: torchtitan: data_parallel_shard_degree -1, FSDP2 over every data-parallel rank).
+_FRAMEWORK_DEFAULT_SCHEME = {"deepspeed": "ddp", "torchtitan": "fsdp"}
 
 #: Memory conventions reported by a framework's own estimator (memsym.conventions).
 FRAMEWORK_CONVENTIONS = ("megatron-bridge",)
@@ -521,7 +532,12 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     training = Training() if training is None else training
     _check_types(layout, training)
     lay = dataclasses.replace(layout, **lay_kw)
+    default_shard = training.sharding == DEFAULTS["sharding"] and "sharding" not in trn_kw
     trn = dataclasses.replace(training, **trn_kw)
+    if default_shard and trn.framework in _FRAMEWORK_DEFAULT_SCHEME:
+        # the framework's own default, not Megatron's distributed optimizer
+        trn = dataclasses.replace(trn, sharding=_FRAMEWORK_DEFAULT_SCHEME[trn.framework])
+        notes.append(f"sharding {trn.sharding}: {trn.framework}'s default")
     if world_size is not None:
         G = whole(world_size, "world size")
         tpc = whole(lay.t, "t") * whole(lay.p, "p") * whole(lay.c, "c")

@@ -218,3 +218,15 @@ def test_cli_framework_torchtitan(capsys):
     assert data["training"]["framework"] == "torchtitan"
     assert any("[15, 16, 16, 16, 16, 16, 16, 15]" in n for n in data["notes"])
     assert data["phases"]["peak"] == "backward"
+
+
+def test_each_framework_runs_its_own_sharding():
+    # torchtitan: FSDP2 (data_parallel_shard_degree) or replicas; DeepSpeed: ZeRO stages 0-3
+    with pytest.raises(InvalidValueError, match="torchtitan shards with fsdp or ddp"):
+        job("llama3-8b", framework="torchtitan", sharding="distributed-optimizer", seq_length=4096)
+    with pytest.raises(InvalidValueError, match="deepspeed shards with ddp or zero1"):
+        job("llama3-8b", framework="deepspeed", sharding="fsdp", seq_length=4096)
+    assert job("llama3-8b", framework="deepspeed", sharding="zero3", seq_length=4096)
+    # not given: the framework's own default (torchtitan FSDP2, DeepSpeed stage 0)
+    assert job("llama3-8b", framework="torchtitan", seq_length=4096).training.sharding == "fsdp"
+    assert job("llama3-8b", framework="deepspeed", seq_length=4096).training.sharding == "ddp"
