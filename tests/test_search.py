@@ -716,3 +716,32 @@ def test_cli_search_framework_torchtitan(capsys):
     assert len(rows) == 5 and {r["layout"]["sharding"] for r in rows} <= {"fsdp", "ddp"}
     assert main(["min-gpus", "llama3-8b", "--gpu", "h100-80gb", "--framework", "torchtitan"]) == 2
     assert "torchtitan job use search" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("framework,shards", [
+    ("megatron", ["zero3", "zero1", "distributed-optimizer", "ddp"]),
+    ("torchtitan", ["fsdp", "ddp"])])
+def test_search_step_time_is_estimate_step_time(framework, shards):
+    # one model of the step for both: the search's vectorized row and step_time() of the
+    # same job agree for every sharding (ZeRO-3 / FSDP gather per micro-batch, the
+    # sharded-optimizer schemes step over 1/d, torchtitan's pipelined FSDP syncs once)
+    from memsym.job import job
+    from memsym.timing.step import step_time
+
+    kw = dict(seq_length=4096, global_batch_size=64)
+    res = search("llama3-8b", "h100-80gb", 16, sharding=shards, recompute=["full"],
+                 framework=framework, **kw)
+    seen = set()
+    for r in res.top(80):
+        key = (r["sharding"], r["p"] > 1)
+        if key in seen:
+            continue
+        seen.add(key)
+        j = job("llama3-8b", t=r["t"], p=r["p"], c=r["c"], d=r["d"],
+                v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"],
+                recompute=r["recompute"], sharding=r["sharding"],
+                sequence_parallel=r["sequence_parallel"], gpu="h100-80gb",
+                framework=framework, **kw)
+        assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
+            pytest.approx(r["step_time"], rel=1e-9), key
+    assert len(seen) >= 3

@@ -228,7 +228,7 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     from :func:`memsym.timing.step.step_time_grid` with :meth:`Overlap.none`, AG = RS 2/b_g)."""
     import numpy as np
 
-    from ..timing.step import Overlap, Settings, step_time_grid
+    from ..timing.step import Settings, step_time_grid
 
     x = space.arch
     L_ = x.num_layers
@@ -241,6 +241,8 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   precision=space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32")
                   else "bf16",
                   distributed_optimizer=scheme != "ddp",
+                  gather_per_microbatch=scheme in ("zero3", "fsdp"),
+                  pipelined_fsdp=scheme == "fsdp" and space.framework == "torchtitan",
                   schedule="gpipe" if space.schedule == "gpipe" else "1f1b")
     p_ = knobs["p"]
     even = (f_ == 0) & (l_ == 0)
@@ -261,20 +263,6 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     col = {k: np.broadcast_to(np.asarray(out[k], dtype=float), (n,)) for k in (
         "step", "compute", "memory", "bubble", "optimizer", "tp", "ep", "cp", "pp", "dp",
         "pipeline")}
-    if scheme in ("zero3", "fsdp"):
-        # ZeRO-3 / FSDP gather and reduce per micro-batch; torchtitan's FSDP2 under pipeline
-        # parallelism syncs once per step (torch.distributed.pipelining), as priced above
-        per_mb = np.ones(n, dtype=bool) if scheme == "zero3" else np.broadcast_to(p_ == 1, (n,))
-        bare = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
-                              e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
-                              m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
-                              overlap=Overlap.none(), eta_gemm=eta, first_stage_layers=first,
-                              last_stage_layers=last)
-        once = np.asarray(bare["dp"], dtype=float)        # RS + AG, nothing hidden
-        ag = once * 2 / (2 + st.grad_bytes)
-        dp3 = np.maximum(0, np.maximum(m_, 1) * (once + ag) - col["pipeline"])
-        col = dict(col, step=np.where(per_mb, col["step"] - col["dp"] + dp3, col["step"]),
-                   dp=np.where(per_mb, dp3, col["dp"]))
     res = {"step_time": col["step"], "time_compute": col["compute"], "time_memory": col["memory"],
            "time_comm": col["tp"] + col["ep"] + col["cp"] + col["pp"] + col["dp"],
            "time_bubble": col["bubble"], "time_optimizer": col["optimizer"]}

@@ -143,6 +143,15 @@ class Settings:
         ``microbatch_group_size_per_vp_stage`` (None = p).
     schedule : {"1f1b", "gpipe"}
         Pipeline schedule (1F1B is interleaved where v > 1).
+    gather_per_microbatch : bool
+        ZeRO-3 / FSDP: parameters all-gathered in forward and again in backward and
+        gradients reduce-scattered for every micro-batch, hidden behind the pipeline's compute
+        where they fit (else once per step, overlapped with the first forward and last
+        backward).
+    pipelined_fsdp : bool
+        FSDP2 under ``torch.distributed.pipelining`` (torchtitan with PP): nothing reshards
+        and gradients sync after the last micro-batch, so where p > 1 the stage is gathered
+        and reduced once per step even with ``gather_per_microbatch``.
     """
 
     seq_length: int = 2048
@@ -156,6 +165,8 @@ class Settings:
     grad_bytes: int = 4
     group_size: int | None = None
     schedule: str = "1f1b"
+    gather_per_microbatch: bool = False
+    pipelined_fsdp: bool = False
 
 
 @dataclass(frozen=True)
@@ -509,7 +520,17 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     shard = ndp if st.distributed_optimizer else 1
     optimizer = memory_time(OPTIMIZER_BYTES * (dense_gpu / shard + expert_gpu / np.where(
         st.distributed_optimizer, edp, 1)), dev)
-    step = pipeline + rs_exp + ag_exp + optimizer
+    dp_exposed = rs_exp + ag_exp
+    if st.gather_per_microbatch:
+        # per micro-batch: the forward's all-gather, the backward's again and the
+        # reduce-scatter (ZeRO §7: 3 Psi), hidden behind the pipeline's compute where it fits
+        once = rs + ag
+        again = once * 2 / (2 + gb)                     # the backward's all-gather
+        per_mb = np.maximum(0, np.maximum(m, 1) * (once + again) - pipeline)
+        if st.pipelined_fsdp:     # torch.distributed.pipelining syncs once per step at p > 1
+            per_mb = np.where(p > 1, dp_exposed, per_mb)
+        dp_exposed = per_mb
+    step = pipeline + dp_exposed + optimizer
     per_stage_mb = m * layers_max
     return {
         "step": step, "pipeline": pipeline, "bubble": bubble,
@@ -517,7 +538,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         "memory": per_stage_mb * (lf["memory"] + lb["memory"]),
         "tp": per_stage_mb * (lf["tp"] + lb["tp"]), "ep": per_stage_mb * (lf["ep"] + lb["ep"]),
         "cp": per_stage_mb * (lf["cp"] + lb["cp"]), "pp": m * 2 * p2p_exposed,
-        "dp": rs_exp + ag_exp, "optimizer": optimizer, "launchable": launchable,
+        "dp": dp_exposed, "optimizer": optimizer, "launchable": launchable,
     }
 
 
@@ -576,7 +597,11 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                   sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
                   flash_attention=training.flash_attention, dropout=training.dropout,
                   precision=training.precision,
-                  distributed_optimizer=training.sharding == "distributed-optimizer",
+                  # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
+                  distributed_optimizer=training.sharding != "ddp",
+                  gather_per_microbatch=training.sharding in ("zero3", "fsdp"),
+                  pipelined_fsdp=(training.sharding == "fsdp"
+                                  and getattr(training, "framework", "megatron") == "torchtitan"),
                   schedule=training.schedule)
     out = step_time_grid(arch, gpu_name, t=layout.t, p=layout.p, d=layout.d, c=layout.c,
                          e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
