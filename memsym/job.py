@@ -82,8 +82,14 @@ class Training:
         ``B/(b d)``, or "enough" (at least ``p``) when that is also None.
     global_batch_size : int or None
         ``B`` [sequences].
-    recompute : {"none", "selective", "full"}
+    recompute : {"none", "selective", "full", "selective-op"}
         Activation recomputation (Megatron ``--recompute-granularity``; absent = none).
+    recompute_method, recompute_num_layers
+        Megatron's ``--recompute-method`` / ``--recompute-num-layers`` under full recompute
+        (None: every layer checkpointed on its own, ``uniform`` with 1).  ``uniform`` N:
+        groups of N layers checkpointed (each group's input kept, one group rematerialised
+        in backward); ``block`` N: the first N layers of each model chunk checkpointed, the
+        others keep their activations (``transformer_block.py``, ``_checkpointed_forward``).
     flash_attention : bool
         Memory-efficient attention (no s^2 scores kept; softmax statistics kept).
         Megatron-core's default ``--attention-backend auto`` lets Transformer Engine pick a
@@ -143,6 +149,8 @@ class Training:
     num_microbatches: int | None = None
     global_batch_size: int | None = None
     recompute: str = "none"
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
     flash_attention: bool = True
     dropout: bool = True
     schedule: str = "1f1b"
@@ -307,6 +315,7 @@ def validate(x, layout: Layout, training: Training):
     choose("offload", training.offload, OFFLOADS)
     choose("fine-tuning mode", training.finetune, ("full", "lora", "qlora"))
     choose("framework", training.framework, FRAMEWORKS)
+    _check_recompute_layers(x, layout, training)
     offered = FRAMEWORK_SCHEMES.get(training.framework)
     if offered and training.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
@@ -335,6 +344,27 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
     return m_
+
+
+def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
+    # Megatron's rules: --recompute-method and --recompute-num-layers only with full
+    # recompute, both given (validate_args); 1 <= N <= layers per pipeline rank
+    # (TransformerConfig.__post_init__)
+    method, n = training.recompute_method, training.recompute_num_layers
+    if method is None and n is None:
+        return
+    if training.recompute != "full":
+        raise InvalidValueError("recompute_method / recompute_num_layers need recompute full "
+                                "(Megatron's --recompute-granularity full)")
+    if method is None or n is None:
+        raise InvalidValueError("full recompute with layers given needs both recompute_method "
+                                "(uniform or block) and recompute_num_layers")
+    choose("recompute method", method, ("uniform", "block"))
+    per_rank = x.num_layers // layout.p
+    whole(n, "recompute_num_layers")
+    if n > per_rank:
+        raise InvalidValueError(f"recompute_num_layers {n} exceeds the {per_rank} layers of a "
+                                "pipeline rank")
 
 
 def framework_layout(x, layout: Layout, training: Training) -> tuple:

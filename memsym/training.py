@@ -272,14 +272,25 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                and len(set(pattern)) == 1)
     where = "first" if stage == 0 else "last" if stage == pp - 1 else stage
     chunks = stage_microbatches(where, schedule, pp=p, vv=vv, mm=mm)
-    if uniform:
-        per_chunk = L / p if vv is None else L / (p * v)
-        stack = per_chunk * per_layer(pattern[0])
-    else:
-        vdiv = 1 if vv is None else vv
-        stack = (sp.Integer(len(kinds) - n_moe) * per_layer(False) if len(kinds) > n_moe else 0) \
-            + (sp.Integer(n_moe) * per_layer(True) if n_moe else 0)
-        stack = stack / vdiv
+    def layer_stack(mode: str):
+        if uniform:
+            return per_chunk * per_layer(pattern[0], mode)
+        out = (sp.Integer(len(kinds) - n_moe) * per_layer(False, mode) if len(kinds) > n_moe
+               else 0) + (sp.Integer(n_moe) * per_layer(True, mode) if n_moe else 0)
+        return out / (1 if vv is None else vv)
+
+    per_chunk = (L / p if vv is None else L / (p * v)) if uniform \
+        else sp.Integer(len(kinds)) / (1 if vv is None else vv)
+    stack = layer_stack(recompute)
+    method, n_rec = training.recompute_method, training.recompute_num_layers
+    if recompute == "full" and method is not None and kinds:
+        # Megatron's _checkpointed_forward: block N checkpoints the first N layers of each
+        # chunk (the rest keep everything); uniform N keeps one input per group of N
+        if method == "block":
+            frac = sp.Min(n_rec, per_chunk) / per_chunk
+            stack = frac * stack + (1 - frac) * layer_stack("none")
+        else:
+            stack = stack * sp.ceiling(per_chunk / n_rec) / per_chunk
     derived = Source("memsym-derivation", "memsym/training.py, stage_activations")
     terms = [Term("layer_activations", chunks * stack,
                   f"{len(kinds)} decoder layers x in-flight micro-batches ({schedule}"
@@ -326,8 +337,10 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                               "multi-token-prediction layers: one layer and one more logits each",
                               derived, label="MTP"))
     if recompute == "full" and kinds:
-        terms.append(Term("recompute_working_set", per_layer(any(kinds), "none"),
-                          "one layer's activations rematerialised during its backward",
+        group = sp.Min(n_rec, per_chunk) if method == "uniform" else 1
+        terms.append(Term("recompute_working_set", group * per_layer(any(kinds), "none"),
+                          "one checkpointed group's activations (one layer unless "
+                          "recompute_method uniform N) rematerialised during its backward",
                           derived, label="recompute working set"))
     return Total(f"activations of pipeline stage {stage} ({_role(stage, pp)})", tuple(terms))
 

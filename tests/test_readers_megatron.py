@@ -303,9 +303,16 @@ def test_recompute_family():
     r = read("--recompute-activations").training["recompute"]
     assert r == {"granularity": "selective", "method": None, "num_layers": None,
                  "modules": ("core_attn",)}                  # TC default [core_attn]
-    r = read("--recompute-granularity", "full", "--recompute-method", "block",
-             "--recompute-num-layers", "2").training["recompute"]
+    cfg_args = ("--recompute-granularity", "full", "--recompute-method", "block",
+                "--recompute-num-layers", "2")
+    cfg = read(*cfg_args)
+    r = cfg.training["recompute"]
     assert (r["method"], r["num_layers"], r["modules"]) == ("block", 2, ())
+    # the job counts it: only the first 2 layers of each chunk checkpointed
+    from memsym.readers.jobs import megatron_job
+
+    tr = megatron_job(read(*cfg_args, "--world-size", "1")).training
+    assert (tr.recompute, tr.recompute_method, tr.recompute_num_layers) == ("full", "block", 2)
     with pytest.raises(UnknownNameError, match="core_attn"):
         read("--recompute-granularity", "selective", "--recompute-modules", "core_atn")
     with pytest.raises(InvalidValueError, match="mla_up_proj"):

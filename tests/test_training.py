@@ -589,3 +589,59 @@ def test_cli_compiled_loss_and_selective_op(capsys):
     # without a MODEL only model states are estimated: the flag is refused, not ignored
     assert main(["estimate", "--params", "8e9", "--compiled-loss"]) == 2
     assert "--compiled-loss" in capsys.readouterr().err
+
+
+def test_recompute_block_and_uniform_follow_megatron():
+    # Megatron's transformer_block.py _checkpointed_forward under full recompute:
+    # block N checkpoints the first N layers (their input kept, 2sbh each, Korthikanti §4.1)
+    # and the rest keep everything (Korthikanti Eq. 1, sbh(34 + 5as/h), plus memsym's fp32
+    # statistics of the two LayerNorms, 16 bytes per token); uniform N keeps one input per
+    # group of N and rematerialises a whole group.  GPT-3 175B, t = p = 1, one sequence.
+    s, b, h, a, L = 2048, 1, 12288, 96, 96
+    none_layer = s * b * h * (34 + 5 * a * s // h) + 16 * s * b
+    common = dict(t=1, p=1, d=1, seq_length=s, micro_batch_size=b, num_microbatches=1,
+                  recompute="full", flash_attention=False, dropout=True, sharding="zero3")
+
+    def parts(**kw):
+        from memsym.job import job as make_job
+        from memsym.training import job_memory
+
+        bd = job_memory(make_job("gpt3-175b", **common, **kw)).breakdown()
+        return bd["layer_activations"], bd["recompute_working_set"]
+
+    full, ws = parts()
+    assert (full, ws) == (L * 2 * s * b * h, none_layer)
+    assert parts(recompute_method="uniform", recompute_num_layers=1) == (full, ws)
+    assert parts(recompute_method="block", recompute_num_layers=L) == (full, ws)
+    blk, ws_b = parts(recompute_method="block", recompute_num_layers=10)
+    assert (blk, ws_b) == (10 * 2 * s * b * h + (L - 10) * none_layer, none_layer)
+    uni, ws_u = parts(recompute_method="uniform", recompute_num_layers=4)
+    assert (uni, ws_u) == (L // 4 * 2 * s * b * h, 4 * none_layer)
+    # Megatron's rules: both flags with full recompute, N within a pipeline rank
+    with pytest.raises(InvalidValueError, match="need recompute full"):
+        training_memory("gpt3-175b", Layout(), Training(
+            recompute="selective", recompute_method="block", recompute_num_layers=2))
+    from memsym.job import job as make_job
+
+    with pytest.raises(InvalidValueError, match="exceeds the 24 layers"):
+        make_job("gpt3-175b", **dict(common, p=4), recompute_method="block",
+                 recompute_num_layers=25)
+    with pytest.raises(InvalidValueError, match="needs both"):
+        make_job("gpt3-175b", **common, recompute_method="block")
+
+
+def test_recompute_block_step_time_reruns_only_its_layers():
+    # the backward reruns the forward of N of the chunk's layers: the compute between no
+    # recompute and full recompute, in proportion N / (L / (p v))
+    from memsym.job import job as make_job
+    from memsym.timing.step import step_time
+
+    base = dict(t=8, p=4, d=4, seq_length=8192, global_batch_size=512, sequence_parallel=True)
+    part = {}
+    for key, kw in (("none", {"recompute": "none"}), ("full", {"recompute": "full"}),
+                    ("block", {"recompute": "full", "recompute_method": "block",
+                               "recompute_num_layers": 5})):
+        j = make_job("llama3-70b", **base, **kw)
+        part[key] = step_time(j.model, j.layout, j.training, "h100-80gb").parts["compute"]
+    assert part["block"] == pytest.approx(part["none"] + (part["full"] - part["none"]) * 5 / 20,
+                                          rel=1e-12)

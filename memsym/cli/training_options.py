@@ -92,6 +92,11 @@ def add_training_options(parser) -> None:
                      choices=("none", "selective", "full", "selective-op"), default=None,
                      help="activation recomputation (absent = none; selective-op: torchtitan's "
                      "per-op SAC, dense gated-MLP layers with flash attention)")
+    trn.add_argument("--recompute-method", choices=("uniform", "block"), default=None,
+                     help="Megatron's: with full recompute, uniform = groups of "
+                     "--recompute-num-layers checkpointed, block = only the first N layers of "
+                     "each chunk (absent: every layer on its own)")
+    trn.add_argument("--recompute-num-layers", type=positive_int, default=None, metavar="N")
     trn.add_argument("--use-flash-attn", action="store_true",
                      help="flash/fused attention, no s^2 scores (the default: Megatron-core's "
                      "--attention-backend auto picks a fused kernel)")
@@ -280,7 +285,9 @@ _JOB_OPTIONS = (
     ("first_stage_layers", "first_stage_layers"), ("last_stage_layers", "last_stage_layers"),
     ("seq_length", "seq_length"), ("micro_batch_size", "micro_batch_size"),
     ("global_batch_size", "global_batch_size"), ("num_microbatches", "num_microbatches"),
-    ("recompute_granularity", "recompute"), ("offload", "offload"), ("precision", "precision"),
+    ("recompute_granularity", "recompute"), ("recompute_method", "recompute_method"),
+    ("recompute_num_layers", "recompute_num_layers"), ("offload", "offload"),
+    ("precision", "precision"),
     ("optimizer", "optimizer"), ("moe_expert_capacity_factor", "capacity_factor"),
 )
 
@@ -390,7 +397,10 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                    "world_size": layout.world_size},
         "training": {"seq_length": training.seq_length,
                      "micro_batch_size": training.micro_batch_size,
-                     "recompute": training.recompute, "flash_attention": training.flash_attention,
+                     "recompute": training.recompute,
+                     "recompute_method": training.recompute_method,
+                     "recompute_num_layers": training.recompute_num_layers,
+                     "flash_attention": training.flash_attention,
                      "dropout": training.dropout, "schedule": training.schedule,
                      "framework": training.framework, "compiled_loss": training.compiled_loss,
                      "first_stage_layers": layout.first_stage_layers,

@@ -68,6 +68,9 @@ def megatron_job(mj, model=None, **options):
     rc = trn.get("recompute") or {}
     granularity = rc.get("granularity")
     opts["recompute"] = granularity or "none"
+    if granularity == "full":   # --recompute-method / --recompute-num-layers (both required)
+        opts["recompute_method"] = rc.get("method")
+        opts["recompute_num_layers"] = rc.get("num_layers")
     if granularity == "selective" and tuple(rc.get("modules") or ("core_attn",)) != ("core_attn",):
         notes.append(f"--recompute-modules {' '.join(rc['modules'])}: memsym models selective "
                      "recompute as Korthikanti's (the attention core's activations recomputed)")

@@ -152,6 +152,9 @@ class Settings:
         FSDP2 under ``torch.distributed.pipelining`` (torchtitan with PP): nothing reshards
         and gradients sync after the last micro-batch, so where p > 1 the stage is gathered
         and reduced once per step even with ``gather_per_microbatch``.
+    recompute_fraction : float
+        Under full recompute, the fraction of layers whose forward the backward reruns [1]
+        (Megatron's ``--recompute-method block`` N: N over the layers of a chunk; 1 else).
     """
 
     seq_length: int = 2048
@@ -167,6 +170,7 @@ class Settings:
     schedule: str = "1f1b"
     gather_per_microbatch: bool = False
     pipelined_fsdp: bool = False
+    recompute_fraction: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -279,7 +283,7 @@ def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, o
            "cp": b_cp}
     if st.recompute == "full":
         for key in fwd:
-            bwd[key] = bwd[key] + fwd[key]
+            bwd[key] = bwd[key] + st.recompute_fraction * fwd[key]
     elif st.recompute == "selective-op":
         # torchtitan's per-op SAC (distributed/activation_checkpoint.py, _custom_policy): of the
         # block's forward aten.mm calls every second is recomputed (mm_count % 2 == 0) and SDPA
@@ -451,7 +455,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     tau_max = np.where(single, tau_first, np.maximum(np.maximum(tau_first, tau_last), tau_mid))
     total_tau = np.where(single, tau_first, tau_first + tau_last + np.maximum(p - 2, 0) * tau_mid)
     # exact bubble in stage units per unique (p, m, v, N)
-    ratio = 3 if st.recompute == "full" else 2
+    ratio = 2 + st.recompute_fraction if st.recompute == "full" else 2
     beta = np.zeros(p.shape)
     uniq, inv = unique_rows(p.ravel().astype(int), m.ravel().astype(int), v.ravel().astype(int))
     if len(uniq) > 20_000:
@@ -542,6 +546,14 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     }
 
 
+def _recompute_fraction(arch, layout, training) -> float:
+    # Megatron's --recompute-method block N reruns the first N layers of each model chunk
+    if training.recompute != "full" or getattr(training, "recompute_method", None) != "block":
+        return 1.0
+    chunk = arch.num_layers / (layout.p * (layout.v or 1))
+    return min(training.recompute_num_layers, chunk) / chunk
+
+
 def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, *,
               overlap: Overlap = Overlap(), eta_gemm=None, flops_per_token=None) -> StepTime:
     r"""Step time of one layout [s], with a breakdown (memsym Layout and Training records).
@@ -602,6 +614,7 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                   gather_per_microbatch=training.sharding in ("zero3", "fsdp"),
                   pipelined_fsdp=(training.sharding == "fsdp"
                                   and getattr(training, "framework", "megatron") == "torchtitan"),
+                  recompute_fraction=_recompute_fraction(arch, layout, training),
                   schedule=training.schedule)
     out = step_time_grid(arch, gpu_name, t=layout.t, p=layout.p, d=layout.d, c=layout.c,
                          e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
