@@ -337,6 +337,25 @@ def test_torchtitan_compile_and_per_op_ac_reach_the_job():
         read_torchtitan_toml("[compile]\ncomponents = [\"optimizer\"]\n", world_size=1)
 
 
+def test_torchtitan_layer_ac_every_nth_block():
+    # v0.2.2's default activation checkpointing: mode "selective", selective_ac_option "2"
+    # (_apply_layer_sac: blocks 0, 2, 4, ... of a rank wrapped in full AC, the others keep
+    # their activations): Llama-3 8B's 32 blocks -> 16 fully checkpointed
+    from memsym.readers.jobs import torchtitan_job
+
+    toml = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nseq_len = 8192\n"
+    j = torchtitan_job(read_torchtitan_toml(toml, world_size=8))
+    assert (j.training.recompute, j.training.recompute_method,
+            j.training.recompute_num_layers) == ("full", "block", 16)
+    # every block (option "1") is plain full AC; every 3rd of 32 -> 11 blocks
+    j1 = torchtitan_job(read_torchtitan_toml(
+        toml + "[activation_checkpoint]\nselective_ac_option = \"1\"\n", world_size=8))
+    assert (j1.training.recompute, j1.training.recompute_method) == ("full", None)
+    j3 = torchtitan_job(read_torchtitan_toml(
+        toml + "[activation_checkpoint]\nselective_ac_option = \"3\"\n", world_size=8))
+    assert j3.training.recompute_num_layers == 11
+
+
 def test_torchtitan_pipeline_toml_is_a_torchtitan_job():
     # torchtitan v0.2.2 pipeline_parallel.py: local_batch_size / pipeline_parallel_microbatch_size
     # micro-batches; Interleaved1F1B puts 2 stages on each rank (no layers_per_stage given);

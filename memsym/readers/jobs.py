@@ -180,9 +180,9 @@ def torchtitan_job(cfg: dict, model=None, **options):
     states sharded by FSDP2 when the shard degree is > 1 (HSDP's replicas keep their own
     shard: counted over the whole data-parallel group, said in the notes); activation
     checkpointing ``full`` -> full recompute, ``selective`` with ``selective_ac_option = "op"``
-    -> torchtitan's per-op SAC (``recompute="selective-op"``), with a layer frequency ->
-    Korthikanti's selective (an approximation, said in the notes); a compiled loss
-    (``[compile]``) -> ``compiled_loss``.
+    -> torchtitan's per-op SAC (``recompute="selective-op"``), with a layer frequency n ->
+    every n-th layer fully checkpointed (Megatron's block method with that many layers: the
+    same memory and rerun); a compiled loss (``[compile]``) -> ``compiled_loss``.
 
     Examples
     --------
@@ -243,9 +243,26 @@ def torchtitan_job(cfg: dict, model=None, **options):
             opts["recompute"] = "selective"
             notes.append("per-op selective AC is modelled for dense gated-MLP layers: counted "
                          "as Korthikanti's selective recompute for this model")
-    if ac == "selective" and not per_op and trn.get("selective_ac_option") != "op":
-        notes.append(f"activation checkpointing selective (every {trn.get('selective_ac_option')}"
-                     " layers): counted as Korthikanti's selective recompute")
+    option = str(trn.get("selective_ac_option", ""))
+    if ac == "selective" and option.isdigit():
+        # distributed/activation_checkpoint.py _apply_layer_sac: a rank's blocks are counted
+        # and every ac_freq-th (0 and 1: every block) is wrapped in full AC, the others keep
+        # their activations; Megatron's block method with that many layers has the same
+        # memory and the same rerun
+        from ..model import Architecture, resolve_model
+        from ..model.stages import torchtitan_rank_layers
+
+        arch = model if isinstance(model, Architecture) else resolve_model(model)
+        freq = int(option)
+        per_rank = max(torchtitan_rank_layers(arch.num_layers, lay["p"], opts.get("v") or 1)) \
+            if lay["p"] > 1 else arch.num_layers
+        opts["recompute"] = "full"
+        if freq > 1:
+            wrapped = -(-per_rank // freq)
+            opts.update(recompute_method="block", recompute_num_layers=wrapped)
+            notes.append(f"activation checkpointing every {freq} layers: {wrapped} of the "
+                         f"{per_rank} layers of the most loaded rank fully checkpointed, the "
+                         "others keep their activations")
     if lay.get("dp_replicate", 1) > 1 and lay.get("dp_shard", 1) > 1:
         notes.append("HSDP: the states are counted as sharded over the whole data-parallel "
                      "group (torchtitan shards them over data_parallel_shard_degree only)")
