@@ -387,17 +387,12 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
     if (training.framework != "torchtitan" or layout.p == 1
             or layout.first_stage_layers is not None or layout.last_stage_layers is not None):
         return layout, []
-    from .model.stages import torchtitan_rank_layers
+    from .model.stages import torchtitan_end_stages
 
-    ranks = torchtitan_rank_layers(x.num_layers, layout.p, layout.v or 1)
-    if len(set(ranks[1:-1])) > 1:
-        raise InvalidValueError(f"torchtitan splits the {x.num_layers} layers over p={layout.p} "
-                                f"ranks as {ranks}: memsym models equal stages between the "
-                                "first and last; give first_stage_layers/last_stage_layers "
-                                "(torchtitan: module_fqns_per_model_part)")
-    if len(set(ranks)) == 1:
+    first, last, ranks = torchtitan_end_stages(x.num_layers, layout.p, layout.v or 1)
+    if first is None:
         return layout, []
-    return (dataclasses.replace(layout, first_stage_layers=ranks[0], last_stage_layers=ranks[-1]),
+    return (dataclasses.replace(layout, first_stage_layers=first, last_stage_layers=last),
             [f"torchtitan's pipeline split: {ranks} layers per rank (generate_llm_fqn_per_model_"
              "part, the embedding and the output counted as one layer each)"])
 

@@ -408,3 +408,33 @@ def test_torchtitan_types_and_unknowns():
     with pytest.raises(InvalidValueError, match="multiple"):
         read_torchtitan_toml("[training]\nlocal_batch_size = 3\nglobal_batch_size = 10\n",
                              world_size=2)
+
+
+def test_torchtitan_split_follows_schedule_and_stage_weights():
+    # v0.2.2 pipeline_parallel.py: schedule names are case-insensitive (get_schedule_class);
+    # the V schedules put stages r and 2p-1-r on rank r; first/last_stage_less_layers weigh
+    # the embedding and output.  Llama-3 405B, 126 layers, p = 8:
+    #   Interleaved1F1B: 16 stages of 8, ends 7 -> ranks 7+8 ... 8+7 = 15, 16 x 6, 15
+    #   ZBVZeroBubble: rank 0 holds stages 0 and 15 (7 + 7 = 14), the others 8 + 8
+    #   1F1B with weights 0/0: 126/8 = 15 r 6 -> 16 x 6, 15, 15 (middle uneven: refused)
+    from memsym.readers.jobs import torchtitan_job
+
+    def toml(schedule, extra=""):
+        return ("[model]\nname = \"llama3\"\nflavor = \"405B\"\n[training]\nseq_len = 8192\n"
+                "local_batch_size = 16\n[parallelism]\ntensor_parallel_degree = 8\n"
+                f"pipeline_parallel_degree = 8\npipeline_parallel_schedule = \"{schedule}\"\n"
+                + extra + "[activation_checkpoint]\nmode = \"full\"\n")
+
+    j = torchtitan_job(read_torchtitan_toml(toml("interleaved1f1b"), world_size=512))
+    assert (j.layout.v, j.layout.first_stage_layers, j.layout.last_stage_layers) == (2, 15, 15)
+    j = torchtitan_job(read_torchtitan_toml(toml("ZBVZeroBubble"), world_size=512))
+    assert (j.layout.first_stage_layers, j.layout.last_stage_layers) == (14, 16)
+    weights = ("pipeline_parallel_first_stage_less_layers = 0\n"
+               "pipeline_parallel_last_stage_less_layers = 0\n")
+    with pytest.raises(InvalidValueError, match=r"\[16, 16, 16, 16, 16, 16, 15, 15\]"):
+        torchtitan_job(read_torchtitan_toml(toml("1F1B", weights), world_size=512))
+    cfg = read_torchtitan_toml(toml("1F1B", "pipeline_parallel_layers_per_stage = 4\n"),
+                               world_size=512)
+    assert any("pipeline_parallel_layers_per_stage given" in n for n in cfg["notes"])
+    with pytest.raises(InvalidValueError, match="pipeline_parallel_schedule must be one of"):
+        read_torchtitan_toml(toml("Zigzag"), world_size=512)

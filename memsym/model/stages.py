@@ -18,7 +18,7 @@ from ..symbols import V, h
 # ----------------------------------------------------------------------------------------------
 
 __all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters",
-           "torchtitan_rank_layers"]
+           "torchtitan_rank_layers", "torchtitan_end_stages"]
 
 
 def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Optional[int] = None,
@@ -97,16 +97,20 @@ def _split_layers(n_layers: int, p: int, first=None, last=None) -> list:
 
 
 def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
-                           input_weight: int = 1, output_weight: int = 1) -> list:
+                           input_weight: int = 1, output_weight: int = 1,
+                           style: str = "loop") -> list:
     r"""Decoder layers on each pipeline rank as torchtitan splits a model it is not told how to.
 
     torchtitan (``generate_llm_fqn_per_model_part``) counts the embedding and the output as
     ``input_weight`` and ``output_weight`` layers (``pipeline_parallel_first/last_stage_less_
     layers``, default 1), splits the :math:`L + w_{in} + w_{out}` effective layers over the
     :math:`S = p\,v` stages as evenly as it can (the first :math:`(L + w_{in} + w_{out}) \bmod S`
-    stages one more), and places stage :math:`i` on rank :math:`i \bmod p` (loop style):
+    stages one more), and places stage :math:`i` on rank :math:`i \bmod p` (loop style) or,
+    for the V schedules (ZBVZeroBubble, DualPipeV: two stages per rank), stages :math:`r` and
+    :math:`2p - 1 - r` on rank :math:`r`:
 
     .. math:: n_r = \sum_{j<v} n^{\mathrm{stage}}_{r + j p}
+              \qquad\text{or}\qquad n_r = n^{\mathrm{stage}}_r + n^{\mathrm{stage}}_{2p-1-r}
 
     Parameters
     ----------
@@ -118,7 +122,10 @@ def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
         Stages per rank v [1]: 1 for single-stage schedules (1F1B, GPipe), 2 for the looped
         ones (Interleaved1F1B, ...) unless ``pipeline_parallel_layers_per_stage`` says otherwise.
     input_weight, output_weight : int
-        Layers the embedding and the output count for [1].
+        Layers the embedding and the output count for [1]
+        (``pipeline_parallel_first/last_stage_less_layers``).
+    style : {"loop", "v"}
+        Stage placement (``pipeline_module_split``'s ``_get_stage_indices``).
 
     Returns
     -------
@@ -134,6 +141,8 @@ def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
     [15, 16, 16, 16, 16, 16, 16, 15]
     >>> torchtitan_rank_layers(126, 8, 2)
     [15, 16, 16, 16, 16, 16, 16, 15]
+    >>> torchtitan_rank_layers(126, 8, 2, style="v")    # rank 0: stages 0 and 15, 7 + 7
+    [14, 16, 16, 16, 16, 16, 16, 16]
 
     References
     ----------
@@ -142,6 +151,12 @@ def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
     """
     n_layers, p = _pos_int(n_layers, "num_layers"), _pos_int(p, "p")
     v = _pos_int(stages_per_rank, "stages per rank")
+    if style not in ("loop", "v") or (style == "v" and v != 2):
+        raise InvalidValueError(f"torchtitan places stages loop-style, or v-style with 2 per "
+                                f"rank; got style {style!r} with {v}")
+    for what, w in (("input_weight", input_weight), ("output_weight", output_weight)):
+        if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= n_layers:
+            raise InvalidValueError(f"{what} must be a whole number in 0..{n_layers}, got {w!r}")
     total = p * v
     if total == 1:
         return [n_layers]
@@ -158,7 +173,46 @@ def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
     if sum(stage[:-1]) > n_layers or min(stage) < 0:
         raise InvalidValueError(f"torchtitan's split of {n_layers} layers over {total} stages "
                                 "leaves a stage without layers")
+    if style == "v":
+        return [stage[r] + stage[2 * p - 1 - r] for r in range(p)]
     return [sum(stage[r + j * p] for j in range(v)) for r in range(p)]
+
+
+def torchtitan_end_stages(n_layers: int, p: int, stages_per_rank: int = 1,
+                          input_weight: int = 1, output_weight: int = 1,
+                          style: str = "loop") -> tuple:
+    """torchtitan's split (:func:`torchtitan_rank_layers`) as memsym's stage sizes.
+
+    Returns ``(first, last, ranks)``: the first and last ranks' layers (None, None when every
+    rank holds the same) and the split itself; a split whose middle ranks differ is refused,
+    as memsym's stages between the ends hold equal layers.
+
+    Parameters
+    ----------
+    n_layers : int
+        Decoder layers L [1].
+    p : int
+        Pipeline-parallel size [GPUs].
+    stages_per_rank, input_weight, output_weight, style
+        As in :func:`torchtitan_rank_layers`.
+
+    Examples
+    --------
+    >>> torchtitan_end_stages(126, 8)[:2]
+    (15, 15)
+    >>> torchtitan_end_stages(32, 2)[:2]       # 34 effective layers: 16 and 16
+    (None, None)
+    """
+    ranks = torchtitan_rank_layers(n_layers, p, stages_per_rank, input_weight, output_weight,
+                                   style)
+    if len(set(ranks[1:-1])) > 1:
+        raise InvalidValueError(f"torchtitan splits the {n_layers} layers over p={p} ranks as "
+                                f"{ranks}: memsym models equal stages between the first and "
+                                "last; give first_stage_layers/last_stage_layers (torchtitan: "
+                                "module_fqns_per_model_part)")
+    if len(set(ranks)) == 1:
+        return None, None, ranks
+    return ranks[0], ranks[-1], ranks
 
 
 def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,

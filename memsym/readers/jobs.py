@@ -205,9 +205,15 @@ def torchtitan_job(cfg: dict, model=None, **options):
                                     "MODEL (a preset or a Hugging Face config.json)")
         key = (str(meta["name"]), str(meta["flavor"]).lower())
         model = _TORCHTITAN_PRESETS.get(key, f"{key[0]}-{key[1]}")
+    from ..model import Architecture, resolve_model
+    from ..model.stages import torchtitan_end_stages
+    from .torchtitan import V_SCHEDULES
+
+    arch = torchtitan_positions(model if isinstance(model, Architecture)
+                                else resolve_model(model), trn["seq_len"])
     ac = trn.get("ac_mode", "none")
     per_op = ac == "selective" and trn.get("selective_ac_option") == "op"
-    local, pipe = trn["local_batch_size"], {}
+    local, pipe, ranks = trn["local_batch_size"], {}, [arch.num_layers]
     if lay["p"] > 1:
         # pipeline_parallel.py: local_batch_size / pipeline_parallel_microbatch_size
         # micro-batches; the looped schedules put 2 stages on each rank by default
@@ -219,6 +225,15 @@ def torchtitan_job(cfg: dict, model=None, **options):
         if schedule not in ("1F1B", "GPipe", "Interleaved1F1B"):
             notes.append(f"pipeline schedule {schedule}: counted as interleaved 1F1B with 2 "
                          "stages per rank")
+        # the split torchtitan generates for this schedule and these end-stage weights
+        # (memsym.job.framework_layout generates the default one for API jobs)
+        first, last, ranks = torchtitan_end_stages(
+            arch.num_layers, lay["p"], pipe["v"] or 1,
+            *lay.get("pipeline_parallel_stage_less_layers", (1, 1)),
+            style="v" if schedule in V_SCHEDULES else "loop")
+        if first is not None:
+            pipe.update(first_stage_layers=first, last_stage_layers=last)
+            notes.append(f"torchtitan's pipeline split: {ranks} layers per rank")
     opts = {"t": lay["t"], "p": lay["p"], "c": lay["c"], "e": lay["e"], "d": lay["d"],
             "seq_length": trn["seq_len"], "micro_batch_size": local,
             "global_batch_size": trn.get("global_batch_size") if not pipe else None,
@@ -234,9 +249,6 @@ def torchtitan_job(cfg: dict, model=None, **options):
         notes.append("float8 (torchao Float8Linear): parameters counted in bf16 compute and "
                      "fp32 states as FSDP2 keeps them; the per-GEMM fp8 casts are transient")
     if per_op:
-        from ..model import Architecture, resolve_model
-
-        arch = model if isinstance(model, Architecture) else resolve_model(model)
         if arch.num_experts or arch.multi_latent_attention or not arch.swiglu:
             # memsym prices per-op SAC for dense gated-MLP blocks only
             per_op = False
@@ -249,13 +261,8 @@ def torchtitan_job(cfg: dict, model=None, **options):
         # and every ac_freq-th (0 and 1: every block) is wrapped in full AC, the others keep
         # their activations; Megatron's block method with that many layers has the same
         # memory and the same rerun
-        from ..model import Architecture, resolve_model
-        from ..model.stages import torchtitan_rank_layers
-
-        arch = model if isinstance(model, Architecture) else resolve_model(model)
         freq = int(option)
-        per_rank = max(torchtitan_rank_layers(arch.num_layers, lay["p"], opts.get("v") or 1)) \
-            if lay["p"] > 1 else arch.num_layers
+        per_rank = max(ranks)
         opts["recompute"] = "full"
         if freq > 1:
             wrapped = -(-per_rank // freq)
@@ -268,4 +275,4 @@ def torchtitan_job(cfg: dict, model=None, **options):
                      "group (torchtitan shards them over data_parallel_shard_degree only)")
     opts = {k: v for k, v in opts.items() if v is not None}
     opts.update(options)
-    return job(torchtitan_positions(model, trn["seq_len"]), _notes=tuple(notes), **opts)
+    return job(arch, _notes=tuple(notes), **opts)

@@ -12,9 +12,9 @@ import os
 import tomllib
 
 from ..errors import InvalidValueError
-from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, MAX_SEQ, read_bounded
+from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, MAX_LAYERS, MAX_SEQ, read_bounded
 
-__all__ = ["read_torchtitan_toml", "TORCHTITAN_KEYS"]
+__all__ = ["read_torchtitan_toml", "TORCHTITAN_KEYS", "SCHEDULES", "V_SCHEDULES"]
 
 # (section, key) -> (type, default) as job_config.py v0.2.2 declares them.
 TORCHTITAN_KEYS = {
@@ -25,6 +25,8 @@ TORCHTITAN_KEYS = {
     ("parallelism", "pipeline_parallel_degree"): (int, 1),
     ("parallelism", "pipeline_parallel_microbatch_size"): (int, 1),
     ("parallelism", "pipeline_parallel_schedule"): (str, "1F1B"),
+    ("parallelism", "pipeline_parallel_first_stage_less_layers"): (int, 1),
+    ("parallelism", "pipeline_parallel_last_stage_less_layers"): (int, 1),
     ("parallelism", "context_parallel_degree"): (int, 1),
     ("parallelism", "expert_parallel_degree"): (int, 1),
     ("parallelism", "expert_tensor_parallel_degree"): (int, 1),
@@ -48,17 +50,22 @@ TORCHTITAN_KEYS = {
 }
 _CHOICES = {
     ("parallelism", "fsdp_reshard_after_forward"): ("default", "always", "never"),
-    # torch.distributed.pipelining get_schedule_class: the single-stage schedules and the
-    # looped ones memsym prices as interleaved 1F1B
-    ("parallelism", "pipeline_parallel_schedule"): ("1F1B", "GPipe", "Interleaved1F1B",
-                                                    "LoopedBFS", "InterleavedZeroBubble",
-                                                    "ZBVZeroBubble"),
     ("activation_checkpoint", "mode"): ("selective", "full", "memory_budget", "none"),
     ("training", "dtype"): ("bfloat16", "float32"),
     ("training", "mixed_precision_param"): ("bfloat16", "float32"),
     ("training", "mixed_precision_reduce"): ("float32",),
     ("quantize.linear.float8", "recipe_name"): ("tensorwise", "rowwise", "rowwise_with_gw_hp"),
 }
+#: torch.distributed.pipelining get_schedule_class (names case-insensitive): the concrete
+#: schedules, single-stage first; the V schedules place a rank's two stages as r, 2p-1-r
+SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
+             "ZBVZeroBubble", "DualPipeV")
+V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
+#: keys that set the pipeline split torchtitan would otherwise generate (not read: the split
+#: memsym counts is the generated one, said in the notes when one of them is given)
+_SPLIT_KEYS = ("parallelism.module_fqns_per_model_part",
+               "parallelism.pipeline_parallel_layers_per_stage",
+               "parallelism.pipeline_parallel_split_points")
 
 
 def _flatten(data, prefix="", depth=0):
@@ -191,6 +198,19 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
     seq = val("training", "seq_len")
     if not 1 <= seq <= MAX_SEQ:
         raise InvalidValueError(f"torchtitan training.seq_len must be between 1 and {MAX_SEQ}")
+    schedule = {x.lower(): x for x in SCHEDULES}.get(
+        val("parallelism", "pipeline_parallel_schedule").lower())
+    if schedule is None:
+        raise InvalidValueError("torchtitan pipeline_parallel_schedule must be one of "
+                                f"{', '.join(SCHEDULES)} (any case), got "
+                                f"{val('parallelism', 'pipeline_parallel_schedule')!r:.40}")
+    less = tuple(val("parallelism", f"pipeline_parallel_{end}_stage_less_layers")
+                 for end in ("first", "last"))
+    if any(not 0 <= w <= MAX_LAYERS for w in less):
+        raise InvalidValueError(f"torchtitan pipeline_parallel_first/last_stage_less_layers must "
+                                f"be between 0 and {MAX_LAYERS}, got {less}")
+    notes += [f"{k} given: memsym counts torchtitan's generated pipeline split"
+              for k in _SPLIT_KEYS if k in ignored and p > 1]
     pp_mbs = val("parallelism", "pipeline_parallel_microbatch_size")
     if not 1 <= pp_mbs <= MAX_BATCH:
         raise InvalidValueError(f"torchtitan pipeline_parallel_microbatch_size must be between 1 "
@@ -210,7 +230,8 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
         "layout": {"dp_replicate": rep, "dp_shard": shard, "t": t, "p": p, "c": c, "e": e,
                    "t_e": t_e, "d": d, "world_size": world_size,
                    "fsdp_reshard_after_forward": resolved,
-                   "pipeline_parallel_schedule": val("parallelism", "pipeline_parallel_schedule"),
+                   "pipeline_parallel_schedule": schedule,
+                   "pipeline_parallel_stage_less_layers": less,
                    "pipeline_parallel_microbatch_size": pp_mbs},
         "training": {"seq_len": seq, "local_batch_size": local, "global_batch_size": gbs,
                      "gradient_accumulation_steps": gbs // (local * d),

@@ -135,17 +135,15 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
     def titan_split(pp, vv):
         # torchtitan's own split (memsym.job.framework_layout): one per (p, v), or none when
         # its middle ranks differ (memsym's middle stages are equal)
-        from ..model.stages import torchtitan_rank_layers
+        from ..model.stages import torchtitan_end_stages
 
         if pp == 1:
             return ((0, 0),)
         try:
-            ranks = torchtitan_rank_layers(L_, pp, vv)
-        except InvalidValueError:
+            first, last, _ = torchtitan_end_stages(L_, pp, vv)
+        except InvalidValueError:   # no split torchtitan makes (or memsym represents)
             return ()
-        if len(set(ranks)) == 1:
-            return ((0, 0),)
-        return ((ranks[0], ranks[-1]),) if len(set(ranks[1:-1])) <= 1 else ()
+        return ((first or 0, last or 0),)
 
     ev = np.array(list(itertools.product(cand_e, cand_v, space.micro_batch_sizes)), dtype=np.int64)
     blocks = []
