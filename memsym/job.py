@@ -142,6 +142,21 @@ class Training:
         16-bit logits and 8 bytes of statistics per token, not the fp32 log-softmax, and makes
         no fp32 copy (:func:`memsym.terms.activations.output_activations`).  Default False:
         Megatron's loss and eager PyTorch.
+    loss_parallel : bool
+        torchtitan's loss parallel (default True: ``disable_loss_parallel = false``): with
+        t > 1 the output layer's logits stay vocab-sharded and the cross-entropy runs in
+        ``torch.distributed.tensor.parallel.loss_parallel()``
+        (:func:`memsym.terms.transients.loss_parallel_transient`).  Only torchtitan reads it:
+        Megatron's loss is always vocab-parallel.
+    fsdp_root_group : bool
+        torchtitan's FSDP2 grouping before 83e694105 (July 2025): the root
+        ``fully_shard(model)`` holds the embedding, final norm and output, gathered from the
+        forward's start to the backward's end (FSDP2 never reshards the root), the output's
+        unsharded gradient waits for the root's reduce-scatter at the end of the backward, and
+        the last block is not resharded after forward.  Default False, torchtitan since then
+        (v0.2): the embedding is its own group, resharded after forward, and ``[norm, output]``
+        one group kept gathered after forward (:func:`memsym.terms.transients.fsdp2_io_groups`).
+        Only torchtitan's FSDP2 without pipelining reads it.
     """
 
     seq_length: int = 4096
@@ -171,6 +186,8 @@ class Training:
     lora_regather: bool = False
     compiled_loss: bool = False
     framework: str = "megatron"
+    loss_parallel: bool = True
+    fsdp_root_group: bool = False
 
 
 def _defaults() -> dict:
@@ -283,6 +300,8 @@ def _check_fields(layout: Layout, training: Training) -> None:
     _flag(training.precision_aware, "precision_aware")
     _flag(training.fp8_param_gather, "fp8_param_gather")
     _flag(training.compiled_loss, "compiled_loss")
+    _flag(training.loss_parallel, "loss_parallel")
+    _flag(training.fsdp_root_group, "fsdp_root_group")
 
 
 def validate(x, layout: Layout, training: Training):

@@ -233,6 +233,13 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     return _stage_activations(_resolve(arch, training), layout, training, stage)
 
 
+def _output_layer(x, layout: Layout, training: Training) -> Total:
+    """One micro-batch's activations of the final norm, the output layer and the loss
+    (:func:`memsym.terms.activations.output_activations` for this job)."""
+    return output_activations(sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
+                              norm=x.normalization.lower(), compiled_loss=training.compiled_loss)
+
+
 def _stage_activations(x, layout: Layout, training: Training, stage: int,
                        m_known: bool | None = None) -> Total:
     """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
@@ -320,8 +327,7 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                           label="embedding"))
     if stage == pp - 1:
         n_out = logits_microbatches(schedule, mm=mm)
-        out_total = output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
-                                       compiled_loss=training.compiled_loss)
+        out_total = _output_layer(x, layout, training)
         out = out_total.expr
         # the logits dominate: the Term carries their source (Korthikanti's fp32 softmax, or
         # torchtitan's compiled loss keeping the 16-bit logits)
@@ -497,8 +503,11 @@ def _state_terms(experts: bool, training: Training) -> tuple:
     return tuple(terms)
 
 
-#: The phases of one training step whose peaks memsym compares (on the most-loaded stage).
-PHASES = ("forward", "backward", "optimizer")
+#: The phases of one training step whose peaks memsym compares (on the most-loaded stage):
+#: the end of the forward, the loss's backward (the first of the backward: every activation
+#: still alive), the blocks' backward (the loss's buffers and the output layer's activations
+#: freed, the sharding schemes' backward buffers) and the optimizer step.
+PHASES = ("forward", "loss-backward", "backward", "optimizer")
 
 _PHASE_SRC = Source("memsym-derivation", "memsym/training.py, phase_transients (peak over the "
                     "step's phases)")
@@ -515,37 +524,98 @@ def _transient_widths(training: Training) -> dict:
     return vals
 
 
+def _loss_kind(layout: Layout, training: Training) -> str:
+    """Which cross-entropy the last stage runs: ``"compiled"`` (torch.compile'd),
+    ``"loss-parallel"`` (torchtitan with t > 1: torch's DTensor ``loss_parallel``), ``"torch"``
+    (eager ``F.cross_entropy`` on a ``.float()`` copy: torchtitan, and memsym's FSDP2 path) or
+    ``"megatron"`` (Megatron-core's fused vocab-parallel cross-entropy)."""
+    if training.compiled_loss:
+        return "compiled"
+    if training.framework == "torchtitan":
+        return "loss-parallel" if layout.t > 1 and training.loss_parallel else "torch"
+    if training.sharding == "fsdp" and training.convention == "framework":
+        return "torch"
+    return "megatron"
+
+
+def _loss_transients(kind: str) -> tuple:
+    """(forward Terms, loss-backward Terms) of the cross-entropy ``kind`` beyond its saved
+    tensors (the ``logits`` of :func:`memsym.terms.activations.output_activations`)."""
+    from .terms import transients as tr
+
+    if kind == "megatron":
+        fwd = tr.cross_entropy_transient()
+        # the fp32 softmax turned gradient in place; autograd casts it to the 16-bit input
+        grad = replace(fwd["logits_16bit"], key="logits_grad_16bit", label="bf16 logits grad",
+                       description="16-bit gradient of the logits, made from the fp32 "
+                       "softmax-turned-gradient before it is freed")
+        return tuple(fwd.terms), (grad,)
+    if kind == "compiled":
+        # Inductor fuses the cast: nothing beyond the saved 16-bit logits in forward, their
+        # 16-bit gradient in backward (tests/test_transients.py measures both)
+        grad = replace(tr.torch_cross_entropy_transient()["logits_16bit"], key="logits_grad_16bit",
+                       label="bf16 logits grad", description="16-bit gradient of the logits "
+                       "(one fused backward kernel)")
+        return (), (grad,)
+    if kind == "loss-parallel":
+        return tuple(tr.loss_parallel_transient().terms), tuple(tr.loss_parallel_backward().terms)
+    return (tuple(tr.torch_cross_entropy_transient().terms),
+            tuple(tr.torch_cross_entropy_backward().terms))
+
+
+def _gradients_not_yet_made(training: Training) -> bool:
+    """Whether the sharded gradients are absent from the forward to the loss's backward.
+
+    torchtitan calls ``optimizers.zero_grad()`` (``set_to_none=True``, torch's default) at the
+    start of every train step, and FSDP2 makes each sharded gradient in the block's
+    post-backward reduce-scatter (``foreach_reduce``): until the first block's backward
+    there is none.  The blocks' backward keeps the whole sharded gradient (an upper bound:
+    they accumulate as the activations are freed).  Megatron's gradient buffer and
+    DeepSpeed's partitions persist."""
+    return (training.framework == "torchtitan" and training.sharding == "fsdp"
+            and training.convention == "framework" and training.finetune == "full")
+
+
 def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     r"""The transient Terms of each phase of the step on pipeline stage ``stage`` [bytes].
 
     ``forward`` (end of the forward of the last micro-batch: every in-flight micro-batch's
-    activations are held), ``backward`` (its start: activations not yet freed, gradients
-    accumulating into the preallocated buffers) and ``optimizer`` (all activations freed):
+    activations are held), ``loss-backward`` (the start of the backward: the loss's
+    gradients while every activation is alive), ``backward`` (the blocks' backward: the
+    output layer's activations freed, the sharding scheme's backward buffers) and
+    ``optimizer`` (all activations freed):
 
-    * last stage, forward: :func:`memsym.terms.transients.cross_entropy_transient` (16-bit
-      logits while the fp32 copy exists, 29 bytes per token of CE buffers; under FSDP2,
-      torchtitan's ``F.cross_entropy`` on a ``.float()`` copy,
-      :func:`memsym.terms.transients.torch_cross_entropy_transient`); backward: the
-      16-bit gradient of the logits (``logits_grad_16bit``, 2τV/t) while the fp32 softmax
-      turned gradient is still referenced; a compiled loss (``compiled_loss``) adds nothing in
-      forward (its saved 16-bit logits are activations) and the same gradient in backward;
-    * FSDP2 (``sharding="fsdp"``): forward, ``n_ag`` blocks all-gathered; backward,
-      :func:`memsym.terms.transients.fsdp2_transients` (torchtitan with PP: the whole stage
-      kept gathered from forward on, and its unsharded gradients accumulated in backward,
-      :func:`memsym.terms.transients.fsdp2_pipeline_unsharded`); optimizer, torch AdamW's foreach
-      ``sqrt(exp_avg_sq)`` copy (:func:`memsym.terms.transients.optimizer_step_transient`);
+    * last stage: the loss's buffers beyond what it saves, by implementation
+      (:func:`_loss_kind`): Megatron-core's fused cross-entropy
+      (:func:`memsym.terms.transients.cross_entropy_transient`; its 16-bit logits gradient in
+      the loss's backward), eager ``F.cross_entropy`` on a ``.float()`` copy (torchtitan,
+      FSDP2: :func:`memsym.terms.transients.torch_cross_entropy_transient` and
+      :func:`memsym.terms.transients.torch_cross_entropy_backward`), torch's
+      ``loss_parallel`` (torchtitan with t > 1:
+      :func:`memsym.terms.transients.loss_parallel_transient`,
+      :func:`memsym.terms.transients.loss_parallel_backward`) or a compiled loss (only the
+      16-bit gradient); in ``backward`` the output layer's activations are freed (a negative
+      Term, ``output_freed``);
+    * FSDP2 (``sharding="fsdp"``): forward and loss-backward, ``n_ag`` blocks all-gathered;
+      backward, :func:`memsym.terms.transients.fsdp2_transients` (torchtitan with PP: the
+      whole stage kept gathered from forward on, and its unsharded gradients accumulated in
+      backward, :func:`memsym.terms.transients.fsdp2_pipeline_unsharded`); optimizer, torch
+      AdamW's foreach ``sqrt(exp_avg_sq)`` copy
+      (:func:`memsym.terms.transients.optimizer_step_transient`); under torchtitan the sharded
+      gradients do not exist before the blocks' backward (:func:`_gradients_not_yet_made`: a
+      negative Term, ``gradients_not_yet_made``, in forward and loss-backward);
     * DeepSpeed ZeRO-3: :func:`memsym.terms.transients.zero3_transients` in forward and
-      backward; ZeRO-1/2: the IPG buckets (:func:`memsym.terms.transients.deepspeed_ipg_buckets`)
-      from the first backward on;
+      both backward phases; ZeRO-1/2: the IPG buckets
+      (:func:`memsym.terms.transients.deepspeed_ipg_buckets`) from the first backward on;
     * Megatron-core (distributed optimizer, DDP): buckets are views of the gradient and
       parameter buffers (:func:`memsym.terms.transients.megatron_buckets`) and TE/Apex
-      FusedAdam steps in chunks: no transient beyond the logits.
+      FusedAdam steps in chunks: no transient beyond the loss's.
 
     The model states that exist only in the step (:data:`STEP_STATE_KEYS`) are not among
     these Terms: the total adds them to the optimizer phase.
 
     The sharding buffers apply under ``convention="framework"`` (the default); the textbook
-    conventions keep only the logits transient.  Knobs take
+    conventions keep only the loss's transients.  Knobs take
     :data:`memsym.terms.transients.DEFAULTS` (``n_ag`` = 2, fp32 reduce, ...);
     ``N_ll`` is the largest layer on one GPU (:func:`stage_counts`).
 
@@ -558,29 +628,26 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     --------
     >>> from memsym.model import preset
     >>> ph = phase_transients(preset("llama2-7b"), Layout(), Training(), 0)
-    >>> [t_.key for t_ in ph["forward"]], [t_.key for t_ in ph["backward"]], ph["optimizer"]
-    (['logits_16bit', 'ce_per_token'], ['logits_grad_16bit'], ())
+    >>> [t_.key for t_ in ph["forward"]], [t_.key for t_ in ph["loss-backward"]]
+    (['logits_16bit', 'ce_per_token'], ['logits_grad_16bit'])
+    >>> [t_.key for t_ in ph["backward"]], ph["optimizer"]
+    (['output_freed'], ())
     """
     from .symbols import N_ll, N_rep, N_tp
     from .terms import transients as tr
 
     out = {ph: [] for ph in PHASES}
     if stage == layout.p - 1:
-        # FSDP2 is torchtitan's path here: its loss is F.cross_entropy on a .float() copy;
-        # compiled, the cast is fused and the 16-bit logits are saved (output_activations)
-        ce = (tr.torch_cross_entropy_transient()
-              if training.compiled_loss or (training.sharding == "fsdp"
-                                            and training.convention == "framework")
-              else tr.cross_entropy_transient())
-        if not training.compiled_loss:
-            out["forward"] += list(ce.terms)
-        grad = ce["logits_16bit"]
-        out["backward"].append(replace(grad, key="logits_grad_16bit", label="bf16 logits grad",
-                                       description="16-bit gradient of the logits, made from "
-                                       "the fp32 softmax-turned-gradient before it is freed"))
+        fwd, bwd = _loss_transients(_loss_kind(layout, training))
+        out["forward"] += list(fwd)
+        out["loss-backward"] += list(bwd)
+        o = _output_layer(x, layout, training).expr
+        out["backward"].append(Term("output_freed", -o, "the output layer's activations and "
+                                    "the saved logits, freed by the loss's and the output "
+                                    "layer's backward", _PHASE_SRC, label="output layer freed"))
     # the sharding schemes' buffers are the frameworks' own (FSDP2, DeepSpeed): they join the
     # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
-    # keep their published model-state forms and only the logits transient
+    # keep their published model-state forms and only the loss's transients
     scheme = training.sharding if training.convention == "framework" else None
     if scheme == "fsdp" and layout.p > 1 and training.framework == "torchtitan":
         # torch.distributed.pipelining: nothing reshards and gradients accumulate unsharded
@@ -588,21 +655,51 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         fs = tr.fsdp2_transients(N_ll, d * c)
         pipe = tr.fsdp2_pipeline_unsharded(N_tp / t + N_rep)
         out["forward"].append(pipe["kept_unsharded"])
+        out["loss-backward"] += list(pipe.terms)
         out["backward"] += list(pipe.terms) + [fs["unsharded_grads"], fs["reduce_scatter"]]
     elif scheme == "fsdp":
         fs = tr.fsdp2_transients(N_ll, d * c)
         out["forward"].append(fs["unsharded_params"])
+        out["loss-backward"].append(fs["unsharded_params"])
         out["backward"] += list(fs.terms)
+        if training.framework == "torchtitan" and training.finetune == "full":
+            # torchtitan's embedding / output groups (its apply_fsdp, by release)
+            io = tr.fsdp2_io_groups(training.fsdp_root_group,
+                                    bool(x.untie_embeddings_and_output_weights), N_ll)
+            for ph, terms in io.items():
+                out[ph] += list(terms)
         if training.optimizer == "adam":
             out["optimizer"] += list(tr.optimizer_step_transient((N_tp / t + N_rep) / (d * c)).terms)
     elif scheme == "zero3":
         z3 = tr.zero3_transients(N_ll)
-        out["forward"] += list(z3.terms)
-        out["backward"] += list(z3.terms)
+        for ph in ("forward", "loss-backward", "backward"):
+            out[ph] += list(z3.terms)
     elif scheme in ("zero1", "zero2"):
         ipg = tr.deepspeed_ipg_buckets().terms
-        out["backward"] += list(ipg)
-        out["optimizer"] += list(ipg)
+        for ph in ("loss-backward", "backward", "optimizer"):
+            out[ph] += list(ipg)
+    if _gradients_not_yet_made(training):
+        grads = [term for term in _state_terms(_stage_has_experts(x, layout, stage),
+                                               _state_training(training))
+                 if term.key in ("gradients", "expert_gradients")]
+        absent = Term("gradients_not_yet_made", -sp.Add(*(term.expr for term in grads)),
+                      "sharded gradients, set to None by the step's zero_grad and made by the "
+                      "blocks' backward", Source("torchtitan", "train.py, train_step "
+                      "(optimizers.zero_grad() first; torch.optim set_to_none=True)"),
+                      label="gradients not yet made")
+        out["forward"].append(absent)
+        out["loss-backward"].append(absent)
+        if layout.p == 1:
+            # the blocks' backward makes each block's gradient shard as it frees the block's
+            # activations: live bytes are linear in the blocks done, so the peak is at the
+            # start (no gradient) or the end (no layer activation): -min(G, A_layers)
+            layers = _stage_activations(x, layout, training, stage)
+            a_l = sp.Add(*(term.expr for term in layers.terms if term.key == "layer_activations"))
+            out["backward"].append(Term(
+                "gradients_as_activations_freed", -sp.Min(-absent.expr, a_l),
+                "sharded gradients made block by block as the blocks' activations are freed "
+                "(the peak at the backward's start or end)", absent.source,
+                label="gradients made as freed"))
     widths = _transient_widths(training)
     # the widths are symbols -> integers: xreplace substitutes them exactly, without subs'
     # pattern matching (a tenth of a cold search)
@@ -619,25 +716,22 @@ def _phase_parts(x, layout: Layout, training: Training, stage: int, m_known):
 def _phase_term(act: list, trans: dict):
     r"""The one Term that turns the steady sum into the peak over phases, or None.
 
-    .. math:: M_{\mathrm{tr}} = \max(T_{\mathrm{fwd}},\; T_{\mathrm{bwd}},\;
+    .. math:: M_{\mathrm{tr}} = \max(T_{\mathrm{fwd}},\; T_{\mathrm{loss}},\; T_{\mathrm{bwd}},\;
         T_{\mathrm{opt}} - M_{\mathrm{act}})
 
-    so that :math:`M_{\mathrm{states}} + M_{\mathrm{act}} + M_{\mathrm{tr}}
-    = M_{\mathrm{states}} + \max(M_{\mathrm{act}} + T_{\mathrm{fwd}},\;
-    M_{\mathrm{act}} + T_{\mathrm{bwd}},\; T_{\mathrm{opt}})`: the optimizer step runs
-    after every activation is freed."""
-    tf, tb, to = (sp.Add(*(term.expr for term in trans[ph])) for ph in PHASES)
+    so that :math:`M_{\mathrm{states}} + M_{\mathrm{act}} + M_{\mathrm{tr}}` is the largest
+    phase: the optimizer step runs after every activation is freed.  A phase without Terms
+    counts as 0 (the steady sum itself)."""
+    *running, to = (sp.Add(*(term.expr for term in trans[ph])) for ph in PHASES)
     A = sp.Add(*(term.expr for term in act))
-    if to != 0:
-        peak = sp.Max(tf, tb, to - A)
-    elif tf == 0 and tb == 0:
+    cands = list(dict.fromkeys(running + ([to - A] if to != 0 else [])))
+    if cands == [0]:
         return None
-    else:
-        peak = sp.Max(tf, tb) if tf != 0 and tb != 0 else tf + tb
+    peak = sp.Max(*cands)
     return Term("phase_transient", peak, "transient peak of the step's largest phase "
-                "(end of forward: logits and CE buffers, all-gathered layers; backward: logits "
-                "gradient, reduce-scatter buffers; optimizer step: its temporaries)",
-                _PHASE_SRC, label="peak-phase transients")
+                "(end of forward: logits and CE buffers, all-gathered layers; loss backward: "
+                "the logits' gradients; blocks' backward: reduce-scatter buffers; optimizer "
+                "step: its temporaries)", _PHASE_SRC, label="peak-phase transients")
 
 
 def _stage_total(x, layout: Layout, training: Training, stage: int,
@@ -664,6 +758,7 @@ def phase_totals(x, layout: Layout, training: Training, stage: int,
     .. math::
 
         M_{\mathrm{fwd}} = S + A + T_{\mathrm{fwd}},\quad
+        M_{\mathrm{loss}} = S + A + T_{\mathrm{loss}},\quad
         M_{\mathrm{bwd}} = S + A + T_{\mathrm{bwd}},\quad
         M_{\mathrm{opt}} = S + T_{\mathrm{opt}}
 
@@ -675,7 +770,7 @@ def phase_totals(x, layout: Layout, training: Training, stage: int,
     >>> from memsym.model import preset
     >>> tots = phase_totals(preset("llama2-7b"), Layout(), Training(), 0)
     >>> sorted(tots)
-    ['backward', 'forward', 'optimizer']
+    ['backward', 'forward', 'loss-backward', 'optimizer']
     """
     states, act, trans = _phase_parts(_resolve(x, training) if not hasattr(x, "swiglu") else x,
                                       layout, training, stage, m_known)

@@ -223,3 +223,112 @@ def test_fsdp2_pipelined_stage_keeps_params_and_fp32_grads_unsharded():
         assert pipe["accumulated_grads"].evaluate(b_r=4) == acc_bytes
         # memsym neglects the dim-0 padding of the gathered copy (a few rows per parameter)
         assert pipe["kept_unsharded"].evaluate(b_u=2) == 2 * n <= out["kept"]
+
+
+# --- torchtitan's embedding / output groups (apply_fsdp before and since 83e694105) --------
+_V, _H = 16, 8          # vocabulary and hidden size of the toy decoder (even: no padding)
+
+
+def _io_groups_worker(rank, world, port, root_group, queue):
+    # torchtitan's apply_fsdp on a toy decoder (embedding, two blocks, RMSNorm, output),
+    # bf16 params / fp32 reduce; what is gathered (all-gather outputs) and which unsharded
+    # gradient exists at the end of forward, inside the loss's backward and inside the
+    # first block's backward
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(0)
+        nn = torch.nn
+
+        class Toy(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.tok_embeddings = nn.Embedding(_V, _H)
+                self.layers = nn.ModuleDict({str(i): nn.Linear(_H, _H, bias=False)
+                                             for i in range(2)})
+                self.norm = nn.RMSNorm(_H)
+                self.output = nn.Linear(_H, _V, bias=False)
+
+            def forward(self, tokens):
+                x = self.tok_embeddings(tokens)
+                for layer in self.layers.values():
+                    x = layer(x)
+                return self.output(self.norm(x))
+
+        model = Toy()
+        kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                reduce_dtype=torch.float32)}
+        if root_group:      # 9dec370: blocks (the last not resharded), then the root
+            for i, block in model.layers.items():
+                fully_shard(block, reshard_after_forward=int(i) < len(model.layers) - 1, **kw)
+        else:               # 83e694105 and v0.2.2, policy "default" without PP
+            fully_shard(model.tok_embeddings, reshard_after_forward=True, **kw)
+            for block in model.layers.values():
+                fully_shard(block, reshard_after_forward=True, **kw)
+            fully_shard([model.norm, model.output], reshard_after_forward=False, **kw)
+        fully_shard(model, **kw)
+        io = ("tok_embeddings", "norm", "output")
+
+        def snapshot():
+            out = {"io": 0, "blocks": 0, "output_grad": 0}
+            groups = {}     # fully_shard([norm, output]): two modules, one state
+            for module in model.modules():
+                if hasattr(module, "_get_fsdp_state"):
+                    for group in module._get_fsdp_state()._fsdp_param_groups:
+                        groups[id(group)] = group
+            for group in groups.values():
+                for fp in group.fsdp_params:
+                    where = fp._module_info.module
+                    key = "io" if any(where is getattr(model, m) for m in io) else "blocks"
+                    out[key] += sum(x.untyped_storage().nbytes() for x in fp.all_gather_outputs)
+                    if where is model.output and fp.sharded_state.name == "UNSHARDED":
+                        grad = fp.unsharded_param.grad
+                        out["output_grad"] += 0 if grad is None else grad.untyped_storage().nbytes()
+            return out
+
+        seen = {}
+        tokens = torch.randint(0, _V, (2, 4))
+        # the gradient of block 0's output is made by block 1's backward (the first block's)
+        def watch(mod, args, out):
+            out.register_hook(lambda g: seen.__setitem__("backward", snapshot()))
+
+        model.layers["0"].register_forward_hook(watch)
+        for step in range(2):       # the second step: lazy init and first all-gathers done
+            logits = model(tokens)
+            seen["forward"] = snapshot()
+            flat = logits.flatten(0, 1).float()
+            flat.register_hook(lambda g: seen.__setitem__("loss-backward", snapshot()))
+            loss = torch.nn.functional.cross_entropy(flat, tokens.flatten())
+            del logits, flat
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+        queue.put((rank, seen))
+        dist.destroy_process_group()
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        queue.put((rank, repr(exc)))
+
+
+@pytest.mark.parametrize("root_group", [False, True])
+def test_torchtitan_io_groups_gathered_by_phase(root_group):
+    # memsym's fsdp2_io_groups plus the blocks' n_ag = 2 all-gathered (fsdp2_transients):
+    # the gathered bf16 bytes at the end of forward and in the loss's backward, and the
+    # embedding / output groups' bytes (with the output's unsharded bf16 gradient) in the
+    # blocks' backward, equal what FSDP2 holds on every rank
+    from memsym.symbols import N_ll, V, b_u, h, n_ag, t
+    from memsym.terms.transients import fsdp2_io_groups, fsdp2_transients
+
+    results = _run(2, root_group, worker=_io_groups_worker)
+    vals = {N_ll: _H * _H, V: _V, h: _H, t: 1, b_u: 2, n_ag: 2}
+    terms = fsdp2_io_groups(root_group, untied=True)
+    blocks = fsdp2_transients()["unsharded_params"].evaluate(vals)
+    for seen in results.values():
+        for phase in ("forward", "loss-backward"):
+            got = seen[phase]
+            assert got["output_grad"] == 0
+            assert got["io"] + got["blocks"] == blocks + sum(
+                term.evaluate(vals) for term in terms[phase])
+        got = seen["backward"]
+        assert got["io"] + got["output_grad"] == sum(term.evaluate(vals)
+                                                     for term in terms["backward"])

@@ -200,8 +200,11 @@ def test_torchtitan_pipeline_memory_keeps_the_stage_unsharded():
     n_ll = layer["tp"] // 8 + layer["replicated"]          # one block on one GPU
     assert est.phase == "backward"
     # backward adds the fp32 accumulated gradients (4 N_stage) and, at the last micro-batch,
-    # one block's bf16 gradient (2 N_ll) and its fp32 reduce-scatter input and output
-    assert phases["backward"] - phases["forward"] == 4 * n_stage + 2 * n_ll + 4 * n_ll * 9 // 8
+    # one block's bf16 gradient (2 N_ll) and its fp32 reduce-scatter input and output; the
+    # forward has no sharded gradient yet (4 N_stage / 8: zero_grad(set_to_none) at the
+    # step's start, the reduce-scatters make them)
+    assert phases["backward"] - phases["forward"] == (4 * n_stage + 2 * n_ll + 4 * n_ll * 9 // 8
+                                                      + 4 * n_stage // 8)
 
 
 def test_cli_framework_torchtitan(capsys):

@@ -337,6 +337,30 @@ def test_torchtitan_compile_and_per_op_ac_reach_the_job():
         read_torchtitan_toml("[compile]\ncomponents = [\"optimizer\"]\n", world_size=1)
 
 
+def test_torchtitan_loss_parallel_reaches_the_job():
+    # parallel_dims.py: loss parallel when tp > 1 and not parallelism.disable_loss_parallel;
+    # the vocab-sharded loss then holds 10 (forward) and 12 (loss backward) bytes per local
+    # logit beyond its saved 4, the eager loss on gathered logits 6 and 8
+    # (tests/test_transients.py measures both)
+    from memsym.readers.jobs import torchtitan_job
+    from memsym.training import job_memory
+
+    toml = ("[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nseq_len = 4096\n"
+            "local_batch_size = 1\n[parallelism]\ntensor_parallel_degree = 2\n"
+            "data_parallel_shard_degree = 4\n")
+    on = torchtitan_job(read_torchtitan_toml(toml, world_size=8))
+    off = torchtitan_job(read_torchtitan_toml(toml + "disable_loss_parallel = true\n",
+                                              world_size=8))
+    assert (on.training.loss_parallel, off.training.loss_parallel) == (True, False)
+    none = {"workspace": 0, "nccl": 0, "fragmentation": 0}
+    pon, poff = (job_memory(j_, allowances=none).phases() for j_ in (on, off))
+    local_logits = 4096 * 128256 // 2
+    assert pon["forward"] - poff["forward"] == (10 - 6) * local_logits
+    assert pon["loss-backward"] - poff["loss-backward"] == (12 - 8) * local_logits
+    with pytest.raises(InvalidValueError):
+        read_torchtitan_toml("[parallelism]\ndisable_loss_parallel = 1\n", world_size=1)
+
+
 def test_torchtitan_layer_ac_every_nth_block():
     # v0.2.2's default activation checkpointing: mode "selective", selective_ac_option "2"
     # (_apply_layer_sac: blocks 0, 2, 4, ... of a rank wrapped in full AC, the others keep

@@ -422,7 +422,11 @@ def test_phase_peak_megatron_last_stage_by_hand():
     assert est.breakdown()["phase_transient"] == 2 * 4096 * 32000 + 29 * 4096
     ph = est.phases()
     assert est.phase == "forward"
-    assert ph["forward"] - ph["backward"] == 29 * 4096
+    assert ph["forward"] - ph["loss-backward"] == 29 * 4096
+    # the blocks' backward: the loss's buffers and the output layer's activations (final norm
+    # and output-layer inputs 2sbh each, the fp32 softmax 4sbV, 4 bytes per token) are freed
+    out_layer = 4 * 4096 * 32000 + 4 * 4096 * 4096 + 4 * 4096
+    assert ph["backward"] == ph["forward"] - (2 * 4096 * 32000 + 29 * 4096) - out_layer
     assert est.bytes_total == max(ph.values()) == ph["forward"]
     # the optimizer step holds the model states only (all activations freed)
     states = sum(v for k, v in est.grouped().items() if k in ("weights", "gradients", "optimizer"))
@@ -453,6 +457,28 @@ def test_phase_peak_fsdp_by_hand():
     assert opt == {"adam_sqrt"}          # torch AdamW foreach: sqrt(exp_avg_sq) out of place
     est = training_memory(x, Layout(d=8), tr, allowances=NOALLOW)
     assert est.bytes_total == max(est.phases().values())
+
+
+def test_torchtitan_fsdp2_phases_by_hand():
+    # Llama-3 8B (8030261248 parameters; h = 4096, V = 128256; blocks of 218112000) under
+    # FSDP2 over d = 8, full recompute, one 8192-token sequence: torchtitan's train step
+    # against the same FSDP2 job without its runtime.  torchtitan zero_grads (set_to_none)
+    # first, so forward and the loss's backward hold no sharded gradient (4 N / 8); v0.2's
+    # apply_fsdp keeps [norm, output] gathered after forward (2 (Vh + h)) and reshards every
+    # block (not the n_ag = 2 blocks of a plain FSDP2 forward); in the blocks' backward the
+    # gradients are made as the blocks' inputs (2 s h each, full recompute) are freed
+    common = dict(seq_length=8192, micro_batch_size=1, global_batch_size=8, sharding="fsdp",
+                  recompute="full", dropout=False)
+    tt, plain = (training_memory("llama3-8b", Layout(d=8), Training(framework=fw, **common),
+                                 allowances=NOALLOW).phases() for fw in ("torchtitan", "megatron"))
+    grads = 4 * 8030261248 // 8
+    out_group = 2 * (128256 * 4096 + 4096)
+    blocks = 2 * 2 * 218112000
+    for phase in ("forward", "loss-backward"):
+        assert tt[phase] - plain[phase] == out_group - blocks - grads
+    layer_inputs = 32 * 2 * 8192 * 4096
+    assert tt["backward"] - plain["backward"] == -min(grads, layer_inputs)
+    assert tt["optimizer"] == plain["optimizer"]
 
 
 def test_phase_peak_is_the_max_of_the_phase_totals_with_allowances():
@@ -560,11 +586,14 @@ def test_compiled_loss_keeps_16bit_logits_and_drops_the_fp32_copies():
     eager = training_memory("llama3-8b", lay, Training(**common), allowances=NOALLOW)
     comp = training_memory("llama3-8b", lay, Training(compiled_loss=True, **common),
                            allowances=NOALLOW)
-    fe, be = (dict(eager.phase_bytes)[ph] for ph in ("forward", "backward"))
-    fc, bc = (dict(comp.phase_bytes)[ph] for ph in ("forward", "backward"))
+    fe, le, be = (dict(eager.phase_bytes)[ph] for ph in ("forward", "loss-backward", "backward"))
+    fc, lc, bc = (dict(comp.phase_bytes)[ph] for ph in ("forward", "loss-backward", "backward"))
     assert fe - fc == (4 + 6) * tau * V - (2 * tau * V + 8 * tau)
-    # backward: both make the 16-bit gradient of the logits beside what they saved
-    assert be - bc == 4 * tau * V - (2 * tau * V + 8 * tau)
+    # the loss's backward: eager adds the fp32 nll and log_softmax gradients (8 tau V) to
+    # its saved 4 tau V, compiled the 16-bit gradient (2 tau V) to its 2 tau V + 8 tau
+    assert le - lc == (4 + 8) * tau * V - (2 * tau * V + 8 * tau + 2 * tau * V)
+    # the blocks' backward: both losses' buffers are gone
+    assert be == bc
     with pytest.raises(InvalidValueError, match="compiled_loss"):
         training_memory("llama3-8b", lay, Training(compiled_loss="yes", **common))
 

@@ -215,3 +215,119 @@ def test_torch_cross_entropy_peak_measured():
     ce = tr.torch_cross_entropy_transient()
     saved = output_activations()["logits"].evaluate(s=s_, b=b_, c=1, t=1, V=256)
     assert ce["logits_fp32_copy"].evaluate(s=s_, b=b_, c=1, t=1, V=256) + saved == 8 * tau * 256
+
+
+# --- the loss's forward and backward, measured at the allocator (tests/live_memory.py) -----
+_B, _S, _H = 2, 64, 8      # batch, sequence, hidden of the toy output layer
+
+
+def _loss_peaks(vocab, loss_fn, shard=None):
+    """(forward peak, saved, backward peak) [bytes] of ``loss_fn`` on an output layer's
+    16-bit logits, the train step's order: pred = h W^T; loss; del pred; loss.backward()."""
+    torch = _torch()
+    from live_memory import Phases
+
+    torch.manual_seed(0)
+    h = torch.randn(_B, _S, _H, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(vocab // (shard[1] if shard else 1), _H, dtype=torch.bfloat16,
+                    requires_grad=True)
+    labels = torch.randint(0, vocab, (_B, _S))
+    ph = Phases()
+    with ph.run():
+        with ph.phase("forward"):
+            pred = h @ w.t()
+            if shard:
+                from torch.distributed.tensor import DTensor, Shard
+
+                pred = DTensor.from_local(pred, shard[0], [Shard(-1)])
+            loss = loss_fn(pred, labels)
+            del pred
+        with ph.phase("backward"):
+            loss.backward()
+    (_, fwd, saved), (_, bwd, _) = ph.result["forward"], ph.result["backward"]
+    return fwd, saved, bwd
+
+
+def _torchtitan_loss(pred, labels):
+    torch = _torch()
+    return torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
+
+
+def _per_logit(peaks_small, peaks_large, vocab_step, shards=1):
+    # the vocabulary-proportional bytes per local logit: two vocabularies, the difference
+    tau = _B * _S
+    return tuple(sp.Rational(b_ - a_, tau * vocab_step // shards)
+                 for a_, b_ in zip(peaks_small, peaks_large))
+
+
+@pytest.mark.torch
+def test_torch_cross_entropy_backward_peak_measured():
+    """torchtitan's eager loss: 10 bytes per logit at the forward's peak (bf16 pred, fp32
+    copy, fp32 log_softmax), 4 saved, 12 at the backward's (the saved 4, nll_loss's fp32
+    gradient, log_softmax's fp32 input gradient): memsym's forward and loss-backward Terms."""
+    fwd, saved, bwd = _per_logit(_loss_peaks(2048, _torchtitan_loss),
+                                 _loss_peaks(4096, _torchtitan_loss), 2048)
+    one = dict(s=1, b=1, c=1, t=1, V=1)
+    kept = output_activations()["logits"].evaluate(one)
+    assert saved == kept == 4
+    assert fwd == kept + tr.torch_cross_entropy_transient().evaluate(one) == 10
+    assert bwd == kept + tr.torch_cross_entropy_backward().evaluate(one) == 12
+
+
+def _loss_parallel_worker(rank, world, port, queue):
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        mesh = init_device_mesh("cpu", (world,))
+        out = []
+        for vocab in (2048, 4096):
+            with loss_parallel():
+                out.append(_loss_peaks(vocab, _torchtitan_loss, shard=(mesh, world)))
+        queue.put((rank, out))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.torch
+def test_loss_parallel_peaks_measured():
+    """torchtitan with TP: the logits stay vocab-sharded and the loss runs in torch's
+    ``loss_parallel()``.  On a gloo group of 2, per local logit: 14 bytes at the forward's
+    peak (bf16 pred, fp32 input, shifted logits, exp or result), 4 saved (the fp32
+    log-softmax), 16 at the backward's: memsym's loss-parallel Terms."""
+    import socket
+
+    _torch()
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_gloo_available():   # pragma: no cover
+        pytest.skip("torch.distributed with gloo is needed")
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_loss_parallel_worker, args=(r, 2, port, queue)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    results = dict(queue.get(timeout=120) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    for rank in (0, 1):
+        measured = _per_logit(*results[rank], 2048, shards=2)
+        # gloo's threads free the per-token all-reduce buffers (4 tau bytes) at a time of their
+        # own: a whole number of logit-sized buffers, give or take less than one eighth of one
+        fwd, saved, bwd = (round(x) for x in measured)
+        assert all(abs(x - round(x)) < sp.Rational(1, 8) for x in measured)
+        one = dict(s=1, b=1, c=1, t=1, V=1)
+        assert saved == output_activations()["logits"].evaluate(one) == 4
+        assert fwd == 4 + tr.loss_parallel_transient().evaluate(one) == 14
+        assert bwd == 4 + tr.loss_parallel_backward().evaluate(one) == 16

@@ -48,6 +48,7 @@ SETTINGS = {
     "sequence_parallel": bool, "flash_attention": bool, "dropout": bool, "compile": bool,
     "async_tp": bool, "expandable_segments": bool, "lora_regather": bool,
     "grad_reduce_in_fp32": bool, "fp8_param_gather": bool, "compiled_loss": bool,
+    "fsdp_root_group": bool,
     "recompute": str, "precision": str, "sharding": str, "schedule": str,
 }
 _CHOICES = {
@@ -379,6 +380,7 @@ def job(point: Point) -> Job:
                         finetune="lora" if lora else "full", lora_rank=cfg.get("lora_rank", 32),
                         lora_regather=bool(cfg.get("lora_regather", False)),
                         compiled_loss=bool(cfg.get("compiled_loss", False)),
+                        fsdp_root_group=bool(cfg.get("fsdp_root_group", False)),
                         framework=_FRAMEWORK.get(point.framework, "megatron"))
     model = point.model
     if point.framework == "torchtitan":   # its RoPE table is built for the training sequence
@@ -599,7 +601,8 @@ def render(rows, relations) -> str:
         "not printed by the source: memsym assumes them (each is named in the data file's "
         "`open` list). \"states + act.\" is the prediction without allowances (workspace, "
         "NCCL, fragmentation). \"peak phase\" is the phase of the training step the peak "
-        "occurs in on the most-loaded stage (end of forward, backward, optimizer step; "
+        "occurs in on the most-loaded stage (end of forward, the loss's backward, the blocks' "
+        "backward, optimizer step; "
         "`memsym.training.TrainingEstimate.phase`). memsym's target is a median absolute "
         "error within 5 %; the median below is what it reaches.", "",
         f"{len(rows)} points, {n} predicted; median absolute error {med:.1f} %, "
@@ -663,25 +666,34 @@ _EXPLANATIONS = [
     "sequence length and packing are open, and MoE dispatcher workspace and token imbalance "
     "are not modelled.",
     "* **torchtitan.** Its `Memory(GiB)` is the peak *reserved* by PyTorch's caching "
-    "allocator, which rounds blocks and keeps freed ones; runs near the card's capacity "
-    "reserve most of it whatever they allocate (Table 2 reads 84 GiB at every CP size), so "
-    "the 10 % fragmentation default is the named unknown of the rows memsym under-predicts "
-    "(Tables 1 to 4: −4 to −25 %). Modelled for these rows: torchtitan's per-op selective "
-    "AC (`recompute=\"selective-op\"`: the outputs of every second matmul and of SDPA kept), "
-    "FSDP2's all-gathered blocks, reduce-scatter buffers and AdamW's foreach temporaries by "
-    "phase, its loss on a `.float()` copy of the logits, and RoPE tables built for the "
-    "training sequence (`update_from_config`: no position limit, so Table 2's 32k–256k rows "
-    "are predicted). The loss is compiled where the run's torchtitan compiled it "
-    "(`compiled_loss`): `build_cross_entropy_loss` wraps it in `torch.compile` since "
-    "bbb1b616e (the Trainy and MXFP8 runs), while at 9dec370 (Tables 1–6) that line is "
-    "commented out (\"compiling loss function causes CUDA errors\"). Compiled, Inductor keeps "
-    "the 16-bit logits and 8 bytes per token instead of the fp32 log-softmax and makes no "
-    "fp32 copy (`tests/test_engine_compile.py` runs both on CPU): the Trainy rows go from "
-    "+26 % to within 4 %. The MXFP8 rows stay about 29 % high: their model states, saved "
-    "layer outputs and logits alone (16.1 + 16.7 + 2.2 GB at d = 8, one 8192-token "
-    "sequence) exceed the printed 33.7 GB, so what that page's \"GB\" measured (and the nightly torch 2.9 it "
-    "ran) is the open question; per-block compilation, which saves fewer intermediates "
-    "than eager SAC, is not modelled. The 405B pipeline rows (Tables 5 and 6) are the "
+    "allocator, which rounds blocks and keeps freed ones: memsym's 10 % fragmentation "
+    "default stands for that reserve and is not fitted. Modelled for these rows: torchtitan's "
+    "per-op selective AC (`recompute=\"selective-op\"`: the outputs of every second matmul "
+    "and of SDPA kept), RoPE tables built for the training sequence (`update_from_config`: no "
+    "position limit, so Table 2's 32k–256k rows are predicted), and the train step phase by "
+    "phase. (1) The loss: eager `F.cross_entropy` on a `.float()` copy holds 10 bytes per "
+    "logit at its forward peak and **12** in its backward (nll_loss's and log_softmax's fp32 "
+    "gradients beside the saved log-softmax), so the peak is the loss's backward; with TP the "
+    "logits stay vocab-sharded and torch's `loss_parallel` holds 14 and 16 bytes per local "
+    "logit (`tests/test_transients.py` measures all four at the CPU allocator, the "
+    "loss-parallel ones on a gloo group). The loss is compiled where the run's torchtitan "
+    "compiled it (`compiled_loss`: since bbb1b616e, the Trainy and MXFP8 runs; at 9dec370, "
+    "Tables 1–6, that line is commented out, \"compiling loss function causes CUDA "
+    "errors\"): Inductor keeps the 16-bit logits and 8 bytes per token, 2 bytes per logit more "
+    "in backward (`tests/test_engine_compile.py`). (2) The gradients: the train step's "
+    "`zero_grad()` (set_to_none) comes first, so the sharded gradients do not exist in "
+    "forward and in the loss's backward, and in the blocks' backward they are made as the "
+    "blocks' activations are freed. (3) FSDP2's groups (`tests/test_engine_fsdp2.py` checks "
+    "both on a gloo group): at 9dec370 and e7c0cae the root `fully_shard(model)` holds the "
+    "embedding, norm and output, gathered from the forward's start to the backward's end "
+    "with the output's unsharded gradient waiting for it, and the last block is not "
+    "resharded; since 83e694105 (the MXFP8 run) `[norm, output]` is one group kept gathered "
+    "after forward and every block reshards. With these, Tables 1–4 and the Trainy rows are "
+    "within −9 to +3 %. The MXFP8 rows are 11–13 % high, 1–2 % before the fragmentation "
+    "margin: a run that compiles every block on B200 reserves little beyond what it "
+    "allocates, and what that page's \"GB\" measured (and the nightly torch 2.9 it ran) is "
+    "open; per-block compilation, which saves fewer intermediates than eager SAC, is not "
+    "modelled. The 405B pipeline rows (Tables 5 and 6) are the "
     "torchtitan job (`framework=\"torchtitan\"`): FSDP2 with pipeline parallelism, which "
     "Megatron and DeepSpeed refuse and torchtitan runs; torchtitan's own split of the 126 "
     "layers (15, 16 × 6, 15 per rank); pp = 8 micro-batches of the local batch (9dec370's "
@@ -689,13 +701,14 @@ _EXPLANATIONS = [
     "`torch.distributed.pipelining` runs each micro-batch's backward without reshard or "
     "gradient sync, so the bf16 parameters stay gathered and the gradients accumulate "
     "unsharded in fp32 (6 bytes per stage parameter, 37 GB of the 71; "
-    "`tests/test_engine_fsdp2.py` runs it on a gloo group). Their errors (−15 to +3 %) are "
-    "the reserve again, but the interleaved row measures 10 GB *below* 1F1B and memsym "
-    "puts it 2 GB above. torch's `ScheduleInterleaved1F1B` warms rank 0 up with min(8 + 2 · 7, "
-    "16) = 16 chunk forwards (`_get_warmup_ops`), all 8 micro-batches of both its chunks "
-    "(7 + 8 layers): the same activations as 1F1B's 8 micro-batches of 15 layers, so the "
-    "drop is not in the activations memsym counts (a micro-batch count the table does not "
-    "print is the open setting); that ordering does **not** hold.",
+    "`tests/test_engine_fsdp2.py` runs it on a gloo group). Their errors (−15 to +3 %): "
+    "CP 8 measures 10 GB above CP 1 where memsym predicts the same (the ring attention's "
+    "buffers are not modelled), and the interleaved row measures 10 GB *below* 1F1B where "
+    "memsym puts it 2 GB above. torch's `ScheduleInterleaved1F1B` warms rank 0 up with "
+    "min(8 + 2 · 7, 16) = 16 chunk forwards (`_get_warmup_ops`), all 8 micro-batches of both "
+    "its chunks (7 + 8 layers): the same activations as 1F1B's 8 micro-batches of 15 layers, "
+    "so the drop is not in the activations memsym counts (a micro-batch count the table does "
+    "not print is the open setting); that ordering does **not** hold.",
 ]
 
 

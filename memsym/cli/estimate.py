@@ -61,6 +61,7 @@ _NEEDS_MODEL = (
     ("--multi-latent-attention", "multi_latent_attention"), ("--normalization", "normalization"),
     ("--grad-reduce-in-bf16", "grad_reduce_in_bf16"), ("--fp8-param-gather", "fp8_param_gather"),
     ("--compiled-loss", "compiled_loss"), ("--framework", "framework"),
+    ("--disable-loss-parallel", "disable_loss_parallel"),
     ("--recompute-method", "recompute_method"), ("--recompute-num-layers", "recompute_num_layers"),
 )
 

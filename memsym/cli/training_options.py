@@ -118,6 +118,9 @@ def add_training_options(parser) -> None:
     trn.add_argument("--compiled-loss", action="store_true",
                      help="the loss runs under torch.compile (torchtitan's compile.enable with "
                      "'loss' in components): 16-bit logits kept, no fp32 copy")
+    trn.add_argument("--disable-loss-parallel", action="store_true",
+                     help="torchtitan's flag (--framework torchtitan, --tp > 1): the logits are "
+                     "gathered and the loss is eager F.cross_entropy, not torch's loss_parallel")
     trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
                      help="routed-token load of the busiest expert rank (default 1, balanced)")
     grp.add_argument("--should-pad-vocab", action="store_true",
@@ -343,6 +346,8 @@ def job_from_args(args, **override):
         opts["fp8_param_gather"] = True
     if getattr(args, "compiled_loss", False):
         opts["compiled_loss"] = True
+    if getattr(args, "disable_loss_parallel", False):
+        opts["loss_parallel"] = False
     if getattr(args, "framework", None) is not None:
         opts["framework"] = args.framework
     # the convention (a framework estimator such as megatron-bridge reports its own breakdown
@@ -403,6 +408,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "flash_attention": training.flash_attention,
                      "dropout": training.dropout, "schedule": training.schedule,
                      "framework": training.framework, "compiled_loss": training.compiled_loss,
+                     "loss_parallel": training.loss_parallel,
                      "first_stage_layers": layout.first_stage_layers,
                      "last_stage_layers": layout.last_stage_layers},
         "convention": args.convention,
@@ -493,7 +499,8 @@ def estimate_training(args) -> int:
         ph = rep["phases"]
         step = "".join(f", of which {key.replace('_', ' ')} {val / 1e9:.3f} GB"
                        for key, val in rep.get("optimizer_step_bytes", {}).items())
-        print(f"peak phase: {ph['peak']} (end of forward {ph['forward'] / 1e9:.3f} GB, backward "
+        print(f"peak phase: {ph['peak']} (end of forward {ph['forward'] / 1e9:.3f} GB, loss "
+              f"backward {ph['loss-backward'] / 1e9:.3f} GB, blocks' backward "
               f"{ph['backward'] / 1e9:.3f} GB, optimizer step {ph['optimizer'] / 1e9:.3f} GB"
               f"{step})")
     if rep.get("read_as"):

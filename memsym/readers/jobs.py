@@ -241,6 +241,7 @@ def torchtitan_job(cfg: dict, model=None, **options):
             "recompute": "selective-op" if per_op else
             {"full": "full", "selective": "selective"}.get(ac, "none"),
             "compiled_loss": bool(trn.get("compiled_loss", False)),
+            "loss_parallel": bool(trn.get("loss_parallel", True)),
             "sharding": "fsdp" if lay.get("dp_shard", 1) > 1 else "ddp",
             "precision": "bf16", "sequence_parallel": lay["t"] > 1}
     if cfg["precision"].get("float8"):

@@ -30,6 +30,7 @@ TORCHTITAN_KEYS = {
     ("parallelism", "context_parallel_degree"): (int, 1),
     ("parallelism", "expert_parallel_degree"): (int, 1),
     ("parallelism", "expert_tensor_parallel_degree"): (int, 1),
+    ("parallelism", "disable_loss_parallel"): (bool, False),
     ("activation_checkpoint", "mode"): (str, "selective"),
     ("activation_checkpoint", "selective_ac_option"): (str, "2"),
     ("training", "seq_len"): (int, 2048),
@@ -238,7 +239,9 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
                      "ac_mode": val("activation_checkpoint", "mode"),
                      "selective_ac_option": val("activation_checkpoint", "selective_ac_option"),
                      "enable_cpu_offload": val("training", "enable_cpu_offload"),
-                     "compiled_loss": compiled_loss},
+                     "compiled_loss": compiled_loss,
+                     # parallel_dims.py loss_parallel_enabled: tp > 1 and not disabled
+                     "loss_parallel": not val("parallelism", "disable_loss_parallel")},
         "precision": {"mixed_precision_param": val("training", "mixed_precision_param"),
                       "mixed_precision_reduce": val("training", "mixed_precision_reduce"),
                       "dtype": val("training", "dtype"), "float8": float8,

@@ -141,8 +141,9 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
                 # (one layer kind per shared template, _stage_template)
                 fac_q = scale[j, rows[sub]]
                 act_q = _call(acts, skw) + fac_q * _call(layer, skw)
-                tf, tb, to = (_call(ex, skw) for ex in phases)
-                parts["activations"][sub] = act_q + np.maximum(np.maximum(tf, tb), to - act_q)
+                *running, to = (_call(ex, skw) for ex in phases)
+                peak = functools.reduce(np.maximum, running, to - act_q)
+                parts["activations"][sub] = act_q + peak
                 for term in states:
                     parts.setdefault(term.key, np.zeros(len(ridx)))[sub] = _call(term.expr, skw)
             allocated = sum(parts.values())

@@ -15,7 +15,9 @@ from ..symbols import (M_ctx, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c
 from ..term import Source, Term, Total
 from ..values import as_expr
 
-__all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient", "fsdp2_transients", "fsdp2_reshards_after_forward",
+__all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient",
+           "torch_cross_entropy_backward", "loss_parallel_transient", "loss_parallel_backward",
+           "fsdp2_transients", "fsdp2_io_groups", "fsdp2_reshards_after_forward",
            "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
            "deepspeed_ipg_buckets", "megatron_buckets", "optimizer_step_transient",
            "cuda_context", "nccl_buffers"]
@@ -57,6 +59,32 @@ _CTX = Source("cuda-lazy-loading", "§4.7 Lazy Loading (modules loaded on first 
 _NCCL = Source("nccl-env", "NCCL_BUFFSIZE (default 4 MiB), NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS")
 
 
+def _logits(tokens, vocab, tp) -> tuple:
+    """(tokens on one GPU, padded vocabulary, TP size) with memsym's symbols as defaults."""
+    return (s * b / c if tokens is None else as_expr(tokens), V if vocab is None else as_expr(vocab),
+            t if tp is None else as_expr(tp))
+
+
+def _logit_shape(tokens, vocab, tp):
+    tau, vocab, tp = _logits(tokens, vocab, tp)
+    return tau * vocab / tp
+
+
+_LOGIT_PARAMS = """tokens : sympy.Expr, optional
+        Tokens on one GPU [tokens]; default :math:`s b / c`.
+    vocab : sympy.Expr, optional
+        Padded vocabulary [tokens]; default ``V``.
+    tp : sympy.Expr, optional
+        Tensor-parallel size the vocabulary is split over [GPUs]; default ``t``."""
+
+
+def _logit_doc(fn):
+    # the loss Terms share their three size parameters: one description
+    fn.__doc__ = fn.__doc__.replace("{logit_params}", _LOGIT_PARAMS)
+    return fn
+
+
+@_logit_doc
 def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     r"""What the vocab-parallel cross-entropy adds at its forward peak, beyond the saved softmax.
 
@@ -81,12 +109,7 @@ def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
 
     Parameters
     ----------
-    tokens : sympy.Expr, optional
-        Tokens on one GPU [tokens]; default :math:`s b / c`.
-    vocab : sympy.Expr, optional
-        Padded vocabulary [tokens]; default ``V``.
-    tp : sympy.Expr, optional
-        Tensor-parallel size the vocabulary is split over [GPUs]; default ``t``.
+    {logit_params}
 
     Returns
     -------
@@ -103,9 +126,7 @@ def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     ----------
     Megatron-core ``core/tensor_parallel/cross_entropy.py``.
     """
-    tau = s * b / c if tokens is None else as_expr(tokens)
-    vocab = V if vocab is None else as_expr(vocab)
-    tp = t if tp is None else as_expr(tp)
+    tau, vocab, tp = _logits(tokens, vocab, tp)
     return Total("cross-entropy transient (last stage, forward peak)", (
         Term("logits_16bit", 2 * tau * vocab / tp, "16-bit logits of the output layer, alive while "
              "the fp32 copy is made (and their gradient in backward)", _CE, label="bf16 logits"),
@@ -114,6 +135,7 @@ def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     ))
 
 
+@_logit_doc
 def torch_cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     r"""What ``F.cross_entropy(pred.float(), labels)`` adds at its forward peak (torchtitan).
 
@@ -131,9 +153,7 @@ def torch_cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
 
     Parameters
     ----------
-    tp : int
-        Tensor-parallel size [GPUs].
-
+    {logit_params}
 
     Examples
     --------
@@ -145,9 +165,7 @@ def torch_cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     ----------
     torchtitan ``torchtitan/components/loss.py``, ``cross_entropy_loss``.
     """
-    tau = s * b / c if tokens is None else as_expr(tokens)
-    vocab = V if vocab is None else as_expr(vocab)
-    tp = t if tp is None else as_expr(tp)
+    tau, vocab, tp = _logits(tokens, vocab, tp)
     src = Source("torchtitan", "torchtitan/components/loss.py, cross_entropy_loss "
                  "(F.cross_entropy(pred.flatten(0, 1).float(), labels))")
     return Total("cross-entropy transient of F.cross_entropy on fp32 logits (torchtitan)", (
@@ -155,6 +173,141 @@ def torch_cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
              src, label="bf16 logits"),
         Term("logits_fp32_copy", 4 * tau * vocab / tp, "the .float() copy log_softmax reads",
              src, label="fp32 logits copy"),
+    ))
+
+
+_TORCH_CE = Source("pytorch-autograd", "aten NLLLossBackward0 (nll_loss_backward: a zero-filled "
+                   "fp32 grad_input) and LogSoftmaxBackward0 (_log_softmax_backward_data: a new "
+                   "fp32 grad_input while its saved output and incoming grad are alive)")
+
+
+@_logit_doc
+def torch_cross_entropy_backward(tokens=None, vocab=None, tp=None) -> Total:
+    r"""What the backward of ``F.cross_entropy(pred.float(), labels)`` adds, beyond the saved
+    fp32 log-softmax (eager PyTorch; torchtitan's loss uncompiled).
+
+    .. math::
+
+        \underbrace{4\tau V/t}_{\text{nll\_loss grad}} +
+        \underbrace{4\tau V/t}_{\text{log\_softmax grad}}
+
+    The backward starts from the loss: ``nll_loss_backward`` makes a zero-filled fp32
+    gradient of the log-probabilities, then ``_log_softmax_backward_data`` writes the fp32
+    gradient of its input while its saved output (:math:`4\tau V/t` of
+    :func:`memsym.terms.activations.output_activations`) and that incoming gradient are
+    alive: :math:`12\tau V/t` at once, above the forward's :math:`10\tau V/t`.  The cast
+    back to 16 bits follows with only one fp32 buffer left.  Measured on CPU
+    (``tests/test_transients.py``, allocator-level: 12 and 10 bytes per logit).
+
+    Parameters
+    ----------
+    {logit_params}
+
+    Returns
+    -------
+    Total
+        ``nll_grad_fp32`` and ``log_softmax_grad_fp32`` [bytes].
+
+    Examples
+    --------
+    >>> torch_cross_entropy_backward().evaluate(s=8192, b=2, c=1, V=128256, t=1) \
+    ...     == 8 * 8192 * 2 * 128256
+    True
+
+    References
+    ----------
+    PyTorch ``aten/src/ATen/native/LossNLL.cpp`` and ``SoftMax.cpp`` (CPU and CUDA kernels
+    allocate one output each).
+    """
+    n = _logit_shape(tokens, vocab, tp)
+    return Total("backward of F.cross_entropy on fp32 logits (eager)", (
+        Term("nll_grad_fp32", 4 * n, "nll_loss's fp32 gradient of the log-probabilities",
+             _TORCH_CE, label="nll_loss grad"),
+        Term("log_softmax_grad_fp32", 4 * n, "log_softmax's fp32 gradient of its input",
+             _TORCH_CE, label="log_softmax grad"),
+    ))
+
+
+_LOSS_PARALLEL = Source("pytorch-loss-parallel", "torch/distributed/tensor/parallel/loss.py, "
+                        "_log_softmax (x.to(fp32), shifted = x - x_max, exp(shifted), "
+                        "result = shifted - logsumexp) and _nll_loss_and_log_softmax_backward "
+                        "((zeros_like(x) + exp(x)) * grad_output)")
+
+
+@_logit_doc
+def loss_parallel_transient(tokens=None, vocab=None, tp=None) -> Total:
+    r"""What torch's ``loss_parallel`` cross-entropy adds at its forward peak (torchtitan, t > 1).
+
+    .. math::
+
+        \underbrace{2\tau V/t}_{\text{bf16 pred}} + \underbrace{4\tau V/t}_{\text{fp32 copy}}
+        + \underbrace{4\tau V/t}_{\text{shifted}}
+
+    torchtitan keeps the output layer's logits vocab-sharded (``ColwiseParallel`` with
+    ``Shard(-1)`` outputs) and computes ``F.cross_entropy(pred.float(), labels)`` inside
+    ``loss_parallel()``: the DTensor ``_log_softmax`` keeps the fp32 input, the shifted
+    logits ``x - max`` and, while ``exp(shifted)`` is summed or the result written, one more
+    fp32 buffer: the result (saved for backward) is the :math:`4\tau V/t` of
+    :func:`memsym.terms.activations.output_activations`.  14 bytes per local logit at the
+    peak, measured on a gloo group of 2 (``tests/test_transients.py``).
+
+    Parameters
+    ----------
+    {logit_params}
+
+    Examples
+    --------
+    >>> loss_parallel_transient().evaluate(s=8192, b=16, c=1, V=128256, t=8) \
+    ...     == 10 * 8192 * 16 * 128256 // 8
+    True
+
+    References
+    ----------
+    PyTorch ``torch/distributed/tensor/parallel/loss.py``; torchtitan
+    ``parallelize_llama.py`` (``output_layouts=Shard(-1)`` with loss parallel) and
+    ``utils.get_train_context`` (``loss_parallel()`` unless ``disable_loss_parallel``).
+    """
+    n = _logit_shape(tokens, vocab, tp)
+    return Total("forward of torch's loss_parallel cross-entropy", (
+        Term("logits_16bit", 2 * n, "16-bit vocab-sharded pred, alive until the loss returns",
+             _LOSS_PARALLEL, label="bf16 logits"),
+        Term("logits_fp32_copy", 4 * n, "the fp32 copy _log_softmax reads", _LOSS_PARALLEL,
+             label="fp32 logits copy"),
+        Term("shifted_fp32", 4 * n, "shifted logits x - max (fp32), alive beside exp(shifted) "
+             "or the result", _LOSS_PARALLEL, label="shifted logits"),
+    ))
+
+
+@_logit_doc
+def loss_parallel_backward(tokens=None, vocab=None, tp=None) -> Total:
+    r"""What the backward of torch's ``loss_parallel`` cross-entropy adds, beyond its saved
+    fp32 log-softmax.
+
+    .. math:: 3 \times 4\tau V/t
+
+    ``_nll_loss_and_log_softmax_backward`` computes ``(zeros_like(x) + exp(x)) *
+    grad_output``: the zero-filled gradient, ``exp(x)`` and their sum (then the product in
+    place of ``exp(x)``) are fp32 buffers of the local logits, 16 bytes per logit with the
+    saved result, measured on a gloo group of 2 (``tests/test_transients.py``).
+
+    Parameters
+    ----------
+    {logit_params}
+
+    Examples
+    --------
+    >>> loss_parallel_backward().evaluate(s=8192, b=16, c=1, V=128256, t=8) \
+    ...     == 12 * 8192 * 16 * 128256 // 8
+    True
+    """
+    n = _logit_shape(tokens, vocab, tp)
+    return Total("backward of torch's loss_parallel cross-entropy", (
+        Term("nll_grad_fp32", 4 * n, "zeros_like(x) with the target entries set (fp32)",
+             _LOSS_PARALLEL, label="nll_loss grad"),
+        Term("exp_fp32", 4 * n, "exp(x) of the saved log-softmax (fp32)", _LOSS_PARALLEL,
+             label="exp(log-softmax)"),
+        Term("log_softmax_grad_fp32", 4 * n, "their sum, then times grad_output (fp32)",
+             _LOSS_PARALLEL, label="log_softmax grad"),
     ))
 
 
@@ -198,6 +351,94 @@ def fsdp2_transients(group_params=None, dp=None) -> Total:
         Term("reduce_scatter", n * b_r * (1 + 1 / dp), "reduce-scatter input (unsharded) and "
              "output (1/d), in reduce_dtype", _FSDP_RS, label="reduce-scatter buffers"),
     ))
+
+
+_TT_FSDP = Source("torchtitan", "models/llama3/infra/parallelize.py, apply_fsdp (since 83e694105: "
+                  "tok_embeddings and [norm, output] their own groups, the latter "
+                  "reshard_after_forward=False; before: the root fully_shard(model) holds them); "
+                  "torch _fsdp_state.py _lazy_init (the root is never resharded after forward)")
+
+
+def fsdp2_io_groups(root_group: bool = False, untied: bool = True, group_params=None) -> dict:
+    r"""torchtitan's FSDP2 embedding / output groups beyond the blocks' (:func:`fsdp2_transients`).
+
+    With :math:`P_{\mathrm{out}} = Vh/t + h` (output projection and final norm) and
+    :math:`P_{\mathrm{io}} = P_{\mathrm{out}} + [\text{untied}]\,Vh/t` (with the embedding),
+    in ``param_dtype`` (:math:`b_u`); at the loss and its backward no block is gathered since
+    83e694105 and one (the last, not resharded) before, not :math:`n_{\mathrm{ag}}`:
+
+    .. math::
+
+        \text{since 83e694105:}\quad T_{\mathrm{fwd}} = T_{\mathrm{loss}} = P_{\mathrm{out}} b_u
+        - n_{\mathrm{ag}} N_{\mathrm{ll}} b_u,\qquad T_{\mathrm{bwd}} = 0
+
+        \text{root group (before):}\quad T_{\mathrm{fwd}} = T_{\mathrm{loss}} =
+        P_{\mathrm{io}} b_u - (n_{\mathrm{ag}} - 1) N_{\mathrm{ll}} b_u,\qquad
+        T_{\mathrm{bwd}} = P_{\mathrm{io}} b_u + (Vh/t) b_u
+
+    Since 83e694105 ``[norm, output]`` is kept gathered after forward (FSDP2 would prefetch
+    it at once for backward), every block is resharded (the last re-gathered by that group's
+    pre-backward prefetch, after the loss's backward); the embedding is resharded after its
+    forward.  Before, the root
+    ``fully_shard(model)`` held the embedding, norm and output, unsharded from the forward's
+    start to the root's post-backward at the end of the backward, with the output
+    projection's unsharded gradient (made in the output layer's backward) waiting for it;
+    the last block was not resharded after forward.
+
+    Parameters
+    ----------
+    root_group : bool
+        torchtitan's grouping before 83e694105 (the root holds embedding, norm and output).
+    untied : bool
+        Whether the output projection is its own matrix (not the embedding's).
+    group_params : sympy.Expr, optional
+        Parameters of one block on one GPU [parameters]; default ``N_ll``.
+
+    Returns
+    -------
+    dict
+        Phase name (``forward``, ``loss-backward``, ``backward``) -> tuple of Terms.
+
+    Examples
+    --------
+    Llama-3 8B (h = 4096, V = 128256, t = 1), one block of 218112000 parameters:
+
+    >>> ph = fsdp2_io_groups()
+    >>> sum(t_.evaluate(V=128256, h=4096, t=1, b_u=2, n_ag=2, N_ll=218112000)
+    ...     for t_ in ph["forward"]) == 2 * (128256 * 4096 + 4096) - 2 * 2 * 218112000
+    True
+
+    References
+    ----------
+    torchtitan ``apply_fsdp`` at 9dec370 and at 73a0e6979d (v0.2.2); PyTorch
+    ``_fsdp_state.py`` (``_lazy_init``: ``post_forward_mesh_info = None`` for the root).
+    """
+    from ..symbols import h
+
+    n = N_ll if group_params is None else as_expr(group_params)
+    out_params = V * h / t + h
+    io = out_params + (V * h / t if untied else 0)
+    if not root_group:
+        # every block resharded after forward; the output group's pre-backward prefetches the
+        # last one only after the loss's backward
+        none = Term("blocks_gathered_at_the_loss", -n_ag * n * b_u, "no block gathered at the "
+                    "loss and its backward (all resharded after forward)", _TT_FSDP,
+                    label="no block at the loss")
+        kept = Term("output_group_gathered", out_params * b_u, "[norm, output] kept gathered "
+                    "after forward (reshard_after_forward=False)", _TT_FSDP,
+                    label="output group gathered")
+        return {"forward": (kept, none), "loss-backward": (kept, none), "backward": ()}
+    one_block = Term("blocks_gathered_at_the_loss", -(n_ag - 1) * n * b_u, "one block gathered "
+                     "at the loss and its backward, not n_ag: the last one, not resharded "
+                     "after forward", _TT_FSDP, label="one block at the loss")
+    root = Term("root_group_gathered", io * b_u, "the root group (embedding, final norm, "
+                "output) gathered from the forward's start to the backward's end", _TT_FSDP,
+                label="root group gathered")
+    grad = Term("output_grad_unsharded", V * h / t * b_u, "the output projection's unsharded "
+                "gradient, until the root's reduce-scatter at the backward's end", _TT_FSDP,
+                label="output grad unsharded")
+    return {"forward": (root, one_block), "loss-backward": (root, one_block),
+            "backward": (root, grad)}
 
 
 def fsdp2_reshards_after_forward(setting="default", *, is_root=False, pp_enabled=False,
