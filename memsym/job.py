@@ -608,6 +608,12 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         notes.append("sequence parallelism is off at t = 1 (as Megatron-LM turns it off)")
     lay, split_notes = framework_layout(x, lay, trn)
     notes += split_notes
+    if trn.loss_parallel is False and (trn.framework != "torchtitan" or lay.t == 1):
+        notes.append("loss_parallel = False (--disable-loss-parallel) has effect only for "
+                     "torchtitan jobs with t > 1")
+    if trn.fsdp_root_group is True and (trn.framework != "torchtitan" or trn.sharding != "fsdp"
+                                        or lay.p > 1):
+        notes.append("fsdp_root_group has effect only for torchtitan's FSDP2 without pipelining")
     m_ = validate(x, lay, trn)
     from .training import allowance_values
 

@@ -462,3 +462,15 @@ def test_torchtitan_split_follows_schedule_and_stage_weights():
     assert any("pipeline_parallel_layers_per_stage given" in n for n in cfg["notes"])
     with pytest.raises(InvalidValueError, match="pipeline_parallel_schedule must be one of"):
         read_torchtitan_toml(toml("Zigzag"), world_size=512)
+
+
+def test_torchtitan_only_switches_say_when_they_do_nothing():
+    # loss parallel and the FSDP2 root group are torchtitan's: elsewhere a note says so
+    from memsym.job import job
+
+    j = job("llama3-8b", d=8, seq_length=8192, loss_parallel=False, fsdp_root_group=True)
+    assert any("loss_parallel = False" in n for n in j.notes)
+    assert any("fsdp_root_group has effect only" in n for n in j.notes)
+    j = job("llama3-8b", d=8, seq_length=8192, framework="torchtitan", sharding="fsdp",
+            fsdp_root_group=True)
+    assert not any("fsdp_root_group" in n for n in j.notes)
