@@ -236,8 +236,11 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
 def _output_layer(x, layout: Layout, training: Training) -> Total:
     """One micro-batch's activations of the final norm, the output layer and the loss
     (:func:`memsym.terms.activations.output_activations` for this job)."""
-    return output_activations(sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
-                              norm=x.normalization.lower(), compiled_loss=training.compiled_loss)
+    sp_on = bool(layout.sequence_parallel and layout.t > 1)
+    # torchtitan's output layer is torch's ColwiseParallel: it saves the gathered input
+    return output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
+                              compiled_loss=training.compiled_loss,
+                              gathered_output_input=sp_on and training.framework == "torchtitan")
 
 
 def _stage_activations(x, layout: Layout, training: Training, stage: int,

@@ -456,7 +456,8 @@ def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = Tr
 
 
 def output_activations(*, sequence_parallel: bool = False, norm: str = "layernorm",
-                       norm_statistics: bool = True, compiled_loss: bool = False) -> Total:
+                       norm_statistics: bool = True, compiled_loss: bool = False,
+                       gathered_output_input: bool = False) -> Total:
     r"""Activations of the final norm, the output layer and the loss on the last stage [bytes].
 
     .. math::
@@ -479,6 +480,12 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     8 bytes) for backward, which rebuilds the softmax from them: :math:`2\tau V/t + 8\tau`
     instead of the fp32 log-softmax (``tests/test_engine_compile.py`` runs it on CPU).
 
+    ``gathered_output_input``: torch's ``ColwiseParallel`` (torchtitan's output layer under
+    sequence parallelism, ``input_layouts=Shard(1)``) all-gathers the final norm's output as
+    a DTensor redistribute and the local matmul saves that gathered input, :math:`2\tau h`
+    rather than Megatron's :math:`2\tau h/t` (its linear layers save the shard and re-gather
+    in backward); measured on a gloo group in ``tests/test_transients.py``.
+
     Examples
     --------
     >>> float(output_activations()["logits"].evaluate(s=8192, b=8, c=1, t=1, V=128256)) / 1e9
@@ -493,7 +500,12 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
         Term("final_norm_input", 2 * tok * h / sig, "input of the final norm", src),
         Term("final_norm_statistics", NORMS[norm] * tok / sig if norm_statistics else 0,
              "fp32 statistics of the final norm", _DERIVED),
-        Term("output_input", 2 * tok * h / sig, "final norm output, input of the output layer", src),
+        Term("output_input", 2 * tok * h / sig, "final norm output, input of the output layer", src)
+        if not gathered_output_input else
+        Term("output_input", 2 * tok * h, "final norm output all-gathered over the sequence, "
+             "saved by the output layer's matmul (torch ColwiseParallel)",
+             Source("pytorch-tensor-parallel", "torch/distributed/tensor/parallel/style.py, "
+                    "ColwiseParallel (input redistributed to Replicate before the local mm)")),
         Term("logits", 4 * tok * V / t, "fp32 logits (softmax) kept by the cross-entropy loss", src)
         if not compiled_loss else
         Term("logits", 2 * tok * V / t + 8 * tok, "16-bit logits and fp32 row max and log-sum-exp "
