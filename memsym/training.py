@@ -567,14 +567,16 @@ def _loss_transients(kind: str) -> tuple:
 
 
 def _gradients_not_yet_made(training: Training) -> bool:
-    """Whether the sharded gradients are absent from the forward to the loss's backward.
+    r"""Whether the sharded gradients are absent from the forward to the loss's backward.
 
     torchtitan calls ``optimizers.zero_grad()`` (``set_to_none=True``, torch's default) at the
     start of every train step, and FSDP2 makes each sharded gradient in the block's
     post-backward reduce-scatter (``foreach_reduce``): until the first block's backward
-    there is none.  The blocks' backward keeps the whole sharded gradient (an upper bound:
-    they accumulate as the activations are freed).  Megatron's gradient buffer and
-    DeepSpeed's partitions persist."""
+    there is none.  In the blocks' backward they are made as the blocks' activations are
+    freed: without pipelining the peak is at its start or its end,
+    :math:`-\min(G, A_{\mathrm{layers}})`; under pipelining (gradients reduce-scattered
+    after the last micro-batch) the whole sharded gradient is kept, an upper bound.
+    Megatron's gradient buffer and DeepSpeed's partitions persist."""
     return (training.framework == "torchtitan" and training.sharding == "fsdp"
             and training.convention == "framework" and training.finetune == "full")
 
@@ -606,7 +608,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
       AdamW's foreach ``sqrt(exp_avg_sq)`` copy
       (:func:`memsym.terms.transients.optimizer_step_transient`); under torchtitan the sharded
       gradients do not exist before the blocks' backward (:func:`_gradients_not_yet_made`: a
-      negative Term, ``gradients_not_yet_made``, in forward and loss-backward);
+      negative Term, ``gradients_not_yet_made``, in forward and loss-backward, and
+      ``gradients_as_activations_freed`` in backward) and its embedding / output groups are
+      :func:`memsym.terms.transients.fsdp2_io_groups` (``fsdp_root_group`` by release);
     * DeepSpeed ZeRO-3: :func:`memsym.terms.transients.zero3_transients` in forward and
       both backward phases; ZeRO-1/2: the IPG buckets
       (:func:`memsym.terms.transients.deepspeed_ipg_buckets`) from the first backward on;
