@@ -243,6 +243,49 @@ def _output_layer(x, layout: Layout, training: Training) -> Total:
                               gathered_output_input=sp_on and training.framework == "torchtitan")
 
 
+def _pipelining_buffers(stage: int, pp: int, vv, mm, chunks, sp_on: bool,
+                        training: Training) -> Term:
+    r"""What ``torch.distributed.pipelining`` keeps on pipeline rank ``stage`` beyond the
+    layers' activations [bytes] (torchtitan's pipeline parallelism).
+
+    With :math:`B = 2\tau h/\sigma` the hidden states of one micro-batch at a stage boundary
+    (:math:`\tau = sb/c`, :math:`\sigma = t` under sequence parallelism), :math:`m`
+    micro-batches, :math:`v` stages on the rank and :math:`n` in-flight micro-batches of the
+    rank's first chunk:
+
+    .. math::
+
+        \text{first rank: } ((2v - 1) m + n) B,\quad
+        \text{middle: } 2 v m B,\quad
+        \text{last: } ((2v - 1) m - 1) B + 2\tau V/t
+
+    Every stage makes one receive buffer per micro-batch for its input (not on the first
+    stage) and one for its output's gradient (not on the last) once, and keeps them
+    (``_create_act_recv_info``, ``_create_grad_recv_info``); a received input is the stage's
+    first block input, already counted for the in-flight micro-batches.  ``fwd_cache`` keeps
+    each in-flight micro-batch's stage output until its backward: the hidden states, and on
+    the last stage the 16-bit logits (the train step's ``del pred`` does not reach them).
+    ``tests/test_engine_fsdp2.py`` checks the buffers on a gloo group."""
+    from .symbols import V, b, c, h, s, t
+
+    width = 4 if training.precision == "fp32" else 2
+    boundary = width * b * s * h / (c * (t if sp_on else 1))
+    vk = 1 if vv is None else vv
+    if stage == 0:
+        count, extra = (2 * vk - 1) * mm + sp.Min(mm, chunks), 0
+    elif stage == pp - 1:
+        count, extra = (2 * vk - 1) * mm - 1, width * b * s * V / (c * t)
+    else:
+        count, extra = 2 * vk * mm, 0
+    return Term("pipeline_buffers", count * boundary + extra, "torch.distributed.pipelining's "
+                "per-micro-batch receive buffers (inputs, output gradients) and the in-flight "
+                "stage outputs it keeps for backward",
+                Source("pytorch-pipelining", "stage.py, _create_act_recv_info / "
+                       "_create_grad_recv_info (one buffer per micro-batch, kept), "
+                       "forward_one_chunk (fwd_cache keeps the stage output)"),
+                label="pipeline buffers")
+
+
 def _stage_activations(x, layout: Layout, training: Training, stage: int,
                        m_known: bool | None = None) -> Total:
     """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
@@ -307,6 +350,8 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                   + (", interleaved" if interleaved else "") + f", recompute {recompute})",
                   Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)"),
                   label="layers")]
+    if training.framework == "torchtitan" and pp > 1 and mm is not None:
+        terms.append(_pipelining_buffers(stage, pp, vv, mm, chunks, sp_on, training))
     if training.finetune != "full" and sp_on and not training.lora_regather:
         from .terms.activations import lora_gathered_inputs
 
@@ -836,8 +881,8 @@ STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
               "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
               "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
 ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
-                   "output_activations", "mtp_activations", "recompute_working_set",
-                   "phase_transient")
+                   "output_activations", "mtp_activations", "pipeline_buffers",
+                   "recompute_working_set", "phase_transient")
 ALLOWANCE_KEYS = ("workspace", "nccl", "fragmentation")
 _STATE_KEYS, _ACT_KEYS = STATE_KEYS, ACTIVATION_KEYS
 

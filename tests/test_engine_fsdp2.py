@@ -332,3 +332,65 @@ def test_torchtitan_io_groups_gathered_by_phase(root_group):
         got = seen["backward"]
         assert got["io"] + got["output_grad"] == sum(term.evaluate(vals)
                                                      for term in terms["backward"])
+
+
+# --- torch.distributed.pipelining's buffers (torchtitan's pipeline parallelism) -------------
+_MB, _M = 3, 4          # micro-batch rows, micro-batches
+
+
+def _pipelining_worker(rank, world, port, _unused, queue):
+    # a 2-stage 1F1B pipeline of one Linear each: the receive buffers each stage keeps after a
+    # step, and the most stage outputs fwd_cache holds at once
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(0)
+        stage = PipelineStage(torch.nn.Linear(_H, _H), rank, world, torch.device("cpu"))
+        sched = Schedule1F1B(stage, n_microbatches=_M,
+                             loss_fn=lambda out, tgt: (out - tgt).pow(2).mean())
+        held = [0]
+        original = stage.forward_one_chunk
+
+        def forward_one_chunk(*args, **kwargs):
+            out = original(*args, **kwargs)
+            held[0] = max(held[0], len(stage.fwd_cache))
+            return out
+
+        stage.forward_one_chunk = forward_one_chunk
+        x, tgt = torch.randn(_M * _MB, _H), torch.randn(_M * _MB, _H)
+        for _ in range(2):
+            sched.step(x) if rank == 0 else sched.step(target=tgt)
+
+        def buffers(infos):
+            return [r.buffer.numel() for mb in sorted(infos) for r in infos[mb]
+                    if getattr(r, "buffer", None) is not None]
+
+        queue.put((rank, {"grad_recv": buffers(stage.grad_recv_info),
+                          "act_recv": buffers(stage.args_recv_info), "held": held[0]}))
+        dist.destroy_process_group()
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        queue.put((rank, repr(exc)))
+
+
+def test_pipelining_buffers_match_memsym():
+    # memsym's pipeline_buffers in units of one micro-batch's boundary tensor B: first rank
+    # (2v - 1) m + n (a gradient buffer per micro-batch, n = min(m, p) outputs in flight);
+    # last rank (2v - 1) m - 1 (an input buffer per micro-batch, less the in-flight one the
+    # layers count) plus its kept output (the logits, counted apart)
+    from memsym.symbols import V, b, c, h, m, p, s, t
+    from memsym.training import Layout, Training, stage_activations
+
+    results = _run(2, None, worker=_pipelining_worker)
+    first, last = results[0], results[1]
+    assert first["grad_recv"] == [_MB * _H] * _M and first["act_recv"] == []
+    assert last["act_recv"] == [_MB * _H] * _M and last["grad_recv"] == []
+    trn = Training(framework="torchtitan", sharding="fsdp", seq_length=512, micro_batch_size=1,
+                   num_microbatches=_M, recompute="full", dropout=False)
+    unit = {b: 1, s: 1, c: 1, h: 1, t: 1, m: _M, p: 2}
+    terms = [stage_activations("llama2-7b", Layout(p=2), trn, i)["pipeline_buffers"].expr
+             for i in (0, 1)]
+    assert terms[0].subs({**unit, V: 0}) / 2 == _M + first["held"] == 6
+    assert terms[1].subs({**unit, V: 0}) / 2 == _M - 1
+    assert last["held"] == 1 and terms[1].subs({**unit, V: 1}) - terms[1].subs({**unit, V: 0}) == 2
