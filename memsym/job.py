@@ -391,7 +391,8 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
 
     torchtitan splits the layers over its pipeline stages itself
     (:func:`memsym.model.stages.torchtitan_rank_layers`) unless told the split: memsym takes
-    that split as the first and last stage sizes.  A split whose middle ranks differ is
+    that split as the first and last stage sizes; its tensor parallelism is always sequence
+    parallel (``apply_tp``).  A split whose middle ranks differ is
     refused (memsym's stages between the ends hold equal layers); give the split as
     ``first_stage_layers`` / ``last_stage_layers``.
 
@@ -403,17 +404,23 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
     >>> lay.first_stage_layers, lay.last_stage_layers
     (15, 15)
     """
+    notes = []
+    if training.framework == "torchtitan" and layout.t > 1 and not layout.sequence_parallel:
+        # apply_tp: SequenceParallel norms and Shard(1) block outputs; no switch turns it off
+        layout = dataclasses.replace(layout, sequence_parallel=True)
+        notes.append("torchtitan's tensor parallelism is sequence parallel (apply_tp shards the "
+                     "norms and the block outputs over the sequence): counted with it")
     if (training.framework != "torchtitan" or layout.p == 1
             or layout.first_stage_layers is not None or layout.last_stage_layers is not None):
-        return layout, []
+        return layout, notes
     from .model.stages import torchtitan_end_stages
 
     first, last, ranks = torchtitan_end_stages(x.num_layers, layout.p, layout.v or 1)
     if first is None:
-        return layout, []
+        return layout, notes
     return (dataclasses.replace(layout, first_stage_layers=first, last_stage_layers=last),
-            [f"torchtitan's pipeline split: {ranks} layers per rank (generate_llm_fqn_per_model_"
-             "part, the embedding and the output counted as one layer each)"])
+            notes + [f"torchtitan's pipeline split: {ranks} layers per rank (generate_llm_fqn_"
+                     "per_model_part, the embedding and the output counted as one layer each)"])
 
 
 #: The frameworks whose launch rules and runtime a job follows (``Training.framework``).

@@ -234,6 +234,13 @@ RULES: dict = {r.name: r for r in (
          Source("megatron-lm", "megatron/core/transformer/moe/moe_layer.py, MoELayer.forward "
                                "(raises in training with TP > 1 and no sequence parallelism)"),
          InvalidValueError),
+    Rule("torchtitan-tp-sp", "torchtitan's tensor parallelism is sequence parallel (t > 1 "
+         "needs sequence parallelism)",
+         lambda x, k: (k["t"] > 1) & _not(k["sequence_parallel"]) & k.get("torchtitan", False),
+         lambda x, k: ("torchtitan's tensor parallelism always shards the norms and the block "
+                       "outputs over the sequence: t > 1 needs sequence parallelism"),
+         Source("torchtitan", "models/llama3/infra/parallelize.py, apply_tp (SequenceParallel "
+                "norms, RowwiseParallel output_layouts=Shard(1))"), InvalidValueError),
     Rule("cp-seq", "2c must divide the sequence length (Megatron splits it into 2c chunks for "
          "causal load balancing)",
          lambda x, k: (k["c"] != 1) & (k["s"] % (2 * k["c"]) != 0),

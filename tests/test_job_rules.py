@@ -233,3 +233,19 @@ def test_each_framework_runs_its_own_sharding():
     # not given: the framework's own default (torchtitan FSDP2, DeepSpeed stage 0)
     assert job("llama3-8b", framework="torchtitan", seq_length=4096).training.sharding == "fsdp"
     assert job("llama3-8b", framework="deepspeed", seq_length=4096).training.sharding == "ddp"
+
+
+def test_torchtitan_tensor_parallelism_is_sequence_parallel():
+    # torchtitan's apply_tp shards the norms and block outputs over the sequence, with no
+    # switch: a torchtitan job with t > 1 is counted with sequence parallelism, and says so;
+    # the rule names it for a layout given without
+    from memsym import rules
+    from memsym.model import preset
+    from memsym.training import Layout
+
+    j = job("llama3-8b", t=2, d=4, seq_length=8192, framework="torchtitan")
+    assert j.layout.sequence_parallel is True
+    assert any("torchtitan's tensor parallelism is sequence parallel" in n for n in j.notes)
+    k = rules.knobs(Layout(t=2, d=4), j.training)
+    assert bool(rules.RULES["torchtitan-tp-sp"].test(preset("llama3-8b"), k))
+    assert not job("llama3-8b", t=2, d=4, seq_length=8192).layout.sequence_parallel

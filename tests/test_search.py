@@ -706,6 +706,33 @@ def test_torchtitan_search_launches_fsdp_with_pipelines_on_its_split():
         min_gpus("llama3-8b", "h100-80gb", framework="torchtitan")
 
 
+def test_torchtitan_search_memory_is_estimate_memory():
+    # every sampled row of a torchtitan search (TP with and without PP, FSDP2 or replicas,
+    # each recompute) is priced as estimate prices the job; TP rows are sequence parallel
+    # (rule torchtitan-tp-sp), as torchtitan's apply_tp always is
+    import numpy as np
+
+    from memsym.job import job
+    from memsym.training import job_memory
+
+    res = search("llama3-70b", "h100-80gb", 64, seq_length=4096, global_batch_size=128,
+                 framework="torchtitan", dropout=False)
+    cols = res.columns
+    assert np.all(np.asarray(cols["sequence_parallel"])[np.asarray(cols["t"]) > 1])
+    assert res.excluded["torchtitan-tp-sp"] > 0
+    order = res.order()
+    for i in order[:: max(1, len(order) // 24)]:
+        r = res.row(int(i))
+        pipe = r["p"] > 1
+        j = job("llama3-70b", t=r["t"], p=r["p"], c=r["c"], d=r["d"], seq_length=4096,
+                v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"],
+                global_batch_size=None if pipe else 128,
+                num_microbatches=r["m"] if pipe else None, recompute=r["recompute"],
+                sharding=r["sharding"], sequence_parallel=r["sequence_parallel"],
+                framework="torchtitan", dropout=False)
+        assert float(job_memory(j).bytes_total) == pytest.approx(r["memory"], rel=1e-12), r
+
+
 def test_cli_search_framework_torchtitan(capsys):
     from memsym.cli import main
 

@@ -20,7 +20,7 @@ RULES = {name: rule.summary for name, rule in _rules.RULES.items()}
 
 
 #: Rules on the discrete choices (checked per recompute/sharding/SP/offload combination).
-_CHOICE_RULES = ("moe-tp-sp", "offload-pp", "zero-pp")
+_CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp")
 
 
 #: Sharding schemes searched by default (fsdp is the same memory as zero3).
