@@ -237,10 +237,13 @@ def _output_layer(x, layout: Layout, training: Training) -> Total:
     """One micro-batch's activations of the final norm, the output layer and the loss
     (:func:`memsym.terms.activations.output_activations` for this job)."""
     sp_on = bool(layout.sequence_parallel and layout.t > 1)
-    # torchtitan's output layer is torch's ColwiseParallel: it saves the gathered input
+    # torchtitan's output layer is torch's ColwiseParallel (it saves the gathered input) and
+    # its final RMSNorm runs eagerly in fp32
+    titan = training.framework == "torchtitan"
     return output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
                               compiled_loss=training.compiled_loss,
-                              gathered_output_input=sp_on and training.framework == "torchtitan")
+                              gathered_output_input=sp_on and titan,
+                              fp32_norm=titan and x.normalization.lower() == "rmsnorm")
 
 
 def _pipelining_buffers(stage: int, pp: int, vv, mm, chunks, sp_on: bool,

@@ -412,3 +412,43 @@ def test_colwise_parallel_saves_the_gathered_input():
         assert got == [((_B * _S, _H), 2 * _B * _S * _H)], got
         assert got[0][1] == gathered["output_input"].evaluate(vals)
         assert shard["output_input"].evaluate(vals) == got[0][1] // 2
+
+
+class _TorchtitanRMSNorm:
+    """Literal port of torchtitan's RMSNorm (torchtitan/models/norms.py at 9dec370)."""
+
+    def __init__(self, dim, eps=1e-6):
+        torch = _torch()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(dim, dtype=torch.bfloat16))
+
+    def _norm(self, x):
+        torch = _torch()
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def __call__(self, x):
+        output = self._norm(x.float()).type_as(x)
+        return output * self.weight
+
+
+@pytest.mark.torch
+def test_torchtitan_final_rmsnorm_saved_tensors():
+    """torchtitan's eager fp32 RMSNorm keeps its fp32 input copy, the rstd and the 16-bit
+    normalised output (not its 16-bit input): memsym's fp32_norm final-norm terms."""
+    torch = _torch()
+    norm = _TorchtitanRMSNorm(_H)
+    x = torch.randn(_B, _S, _H, dtype=torch.bfloat16, requires_grad=True)
+    saved = {}
+
+    def pack(t_):
+        if t_ is not norm.weight:
+            saved[t_.untyped_storage().data_ptr()] = t_.untyped_storage().nbytes()
+        return t_
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t_: t_):
+        norm(x)
+    assert x.untyped_storage().data_ptr() not in saved
+    out = output_activations(norm="rmsnorm", fp32_norm=True)
+    vals = dict(s=_S, b=_B, c=1, t=1, h=_H)
+    expected = out["final_norm_input"].evaluate(vals) + out["final_norm_statistics"].evaluate(vals)
+    assert sum(saved.values()) == expected == (6 * _H + 4) * _S * _B

@@ -457,7 +457,7 @@ def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = Tr
 
 def output_activations(*, sequence_parallel: bool = False, norm: str = "layernorm",
                        norm_statistics: bool = True, compiled_loss: bool = False,
-                       gathered_output_input: bool = False) -> Total:
+                       gathered_output_input: bool = False, fp32_norm: bool = False) -> Total:
     r"""Activations of the final norm, the output layer and the loss on the last stage [bytes].
 
     .. math::
@@ -486,6 +486,14 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     rather than Megatron's :math:`2\tau h/t` (its linear layers save the shard and re-gather
     in backward); measured on a gloo group in ``tests/test_transients.py``.
 
+    ``fp32_norm``: torchtitan's final RMSNorm runs eagerly in fp32 (its ``RMSNorm`` until
+    5078e92e4: ``_norm(x.float()).type_as(x) * weight``; the ``torch.rms_norm`` it uses since
+    decomposes the same way): autograd keeps the fp32 copy :math:`4\tau h/\sigma`, the rstd
+    :math:`4\tau/\sigma` and the 16-bit normalised output :math:`2\tau h/\sigma`, not the 16-bit
+    input, where Megatron's fused norm keeps the input and the statistics
+    (``tests/test_transients.py`` hooks a port; torch 2.13's ``nn.RMSNorm`` keeps the
+    normalised output in fp32, :math:`8\tau h/\sigma` in all).
+
     Examples
     --------
     >>> float(output_activations()["logits"].evaluate(s=8192, b=8, c=1, t=1, V=128256)) / 1e9
@@ -496,8 +504,13 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     _, tok, sig = _common(sequence_parallel, "none")
     norm = choose("normalization", norm, NORMS)
     src = Source(_K, "§4.3 (final LayerNorm 2sbh/t, output-layer input 2sbh/t, logits 4sbv/t)")
+    fp32_src = Source("torchtitan", "torchtitan/models/norms.py RMSNorm.forward at 9dec370 "
+                      "(_norm(x.float()).type_as(x) * weight)")
     terms = (
-        Term("final_norm_input", 2 * tok * h / sig, "input of the final norm", src),
+        Term("final_norm_input", 2 * tok * h / sig, "input of the final norm", src)
+        if not fp32_norm else
+        Term("final_norm_input", 6 * tok * h / sig, "the final norm's fp32 copy of its input and "
+             "its 16-bit normalised output (eager RMSNorm)", fp32_src),
         Term("final_norm_statistics", NORMS[norm] * tok / sig if norm_statistics else 0,
              "fp32 statistics of the final norm", _DERIVED),
         Term("output_input", 2 * tok * h / sig, "final norm output, input of the output layer", src)
