@@ -721,8 +721,15 @@ def test_torchtitan_search_memory_is_estimate_memory():
     assert np.all(np.asarray(cols["sequence_parallel"])[np.asarray(cols["t"]) > 1])
     assert res.excluded["torchtitan-tp-sp"] > 0
     order = res.order()
-    for i in order[:: max(1, len(order) // 24)]:
+    picked = {int(i): None for i in order[:: max(1, len(order) // 24)]}
+    kinds = {}
+    for i in order:     # and the best row of every (p, v): each pipeline shape once
         r = res.row(int(i))
+        kinds.setdefault((r["p"], r["v"]), int(i))
+    picked.update(dict.fromkeys(kinds.values()))
+    assert any(p_ > 1 and v_ == 1 for p_, v_ in kinds) and any(v_ > 1 for _, v_ in kinds)
+    for i in picked:
+        r = res.row(i)
         pipe = r["p"] > 1
         j = job("llama3-70b", t=r["t"], p=r["p"], c=r["c"], d=r["d"], seq_length=4096,
                 v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"],
