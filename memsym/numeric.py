@@ -154,26 +154,42 @@ def _namespace(backend: str) -> dict:
 
 
 @functools.lru_cache(maxsize=512)
-def _lambdify(exprs: tuple, names: tuple, backend: str):
+def _lambdify(exprs: tuple, names: tuple, backend: str, cse: bool = True):
     import inspect
 
     from . import compile_cache
 
-    k = compile_cache.key(exprs, names, backend)
+    # the cache key names the code generation (with or without common subexpressions)
+    k = compile_cache.key(exprs, names, backend if cse else backend + ":no-cse")
     cached = compile_cache.load(k, _namespace(backend))
     if cached is not None:
         return cached
     syms = [lookup(name) for name in names]
-    fn = sp.lambdify(syms, list(exprs), cse=_cse, **_lambdify_options(backend))
-    try:
-        compile_cache.store(k, inspect.getsource(fn))
-    except (OSError, TypeError):   # no source to keep: the function still works
-        pass
+    fn = sp.lambdify(syms, list(exprs), cse=_cse if cse else False,
+                     **_lambdify_options(backend))
+    if compile_cache.cache_dir() is not None:
+        try:
+            compile_cache.store(k, _source(fn, inspect))
+        except (OSError, TypeError):   # no source to keep: the function still works
+            pass
     return fn
 
 
-def compile_expr(expr, backend: str = "numpy"):
+def _source(fn, inspect) -> str:
+    # lambdify registers its generated module, one function, in linecache: reading it back
+    # is what inspect.getsource does, without tokenizing it to find the block
+    import linecache
+
+    entry = linecache.cache.get(fn.__code__.co_filename)
+    return "".join(entry[2]) if entry and entry[2] else inspect.getsource(fn)
+
+
+def compile_expr(expr, backend: str = "numpy", cse: bool = True):
     """Compile one expression; returns ``(function, argument names)``; cached.
+
+    ``cse=False`` skips common-subexpression elimination: cheaper to compile, for the
+    search's many one-expression templates, whose evaluation it does not speed up
+    (``memsym bench`` P2 times both paths).
 
     Examples
     --------
@@ -184,7 +200,7 @@ def compile_expr(expr, backend: str = "numpy"):
     """
     expr = as_expr(expr)
     names = _argnames((expr,))
-    return _lambdify((expr,), names, backend), names
+    return _lambdify((expr,), names, backend, cse), names
 
 
 class CompiledTotal:
