@@ -155,8 +155,6 @@ def _namespace(backend: str) -> dict:
 
 @functools.lru_cache(maxsize=512)
 def _lambdify(exprs: tuple, names: tuple, backend: str, cse: bool = True):
-    import inspect
-
     from . import compile_cache
 
     # the cache key names the code generation (with or without common subexpressions)
@@ -169,15 +167,16 @@ def _lambdify(exprs: tuple, names: tuple, backend: str, cse: bool = True):
                      **_lambdify_options(backend))
     if compile_cache.cache_dir() is not None:
         try:
-            compile_cache.store(k, _source(fn, inspect))
+            compile_cache.store(k, _source(fn))
         except (OSError, TypeError):   # no source to keep: the function still works
             pass
     return fn
 
 
-def _source(fn, inspect) -> str:
+def _source(fn) -> str:
     # lambdify registers its generated module, one function, in linecache: reading it back
     # is what inspect.getsource does, without tokenizing it to find the block
+    import inspect
     import linecache
 
     entry = linecache.cache.get(fn.__code__.co_filename)

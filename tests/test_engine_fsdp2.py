@@ -9,7 +9,6 @@ per-parameter form (``model_state("fsdp")``: 4 + 4 + 8 bytes over d) must match 
 """
 
 import os
-import socket
 
 import pytest
 
@@ -18,6 +17,7 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
 
+from gloo_group import run_group  # noqa: E402
 from memsym import byte_widths, model_state  # noqa: E402
 from memsym.terms.framework_state import (fsdp2_local_rows, fsdp2_padded_numel,  # noqa: E402
                                           fsdp2_rank_bytes)
@@ -77,12 +77,6 @@ def _worker(rank, world, port, mixed, queue):
         queue.put((rank, repr(exc)))
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _pipelined_worker(rank, world, port, mixed, queue):
     # what torch.distributed.pipelining does to an FSDP2 stage (stage.py,
     # backward_maybe_with_nosync): every micro-batch's backward without gradient sync and
@@ -118,23 +112,7 @@ def _pipelined_worker(rank, world, port, mixed, queue):
 
 
 def _run(world, mixed, timeout=60, worker=None):
-    ctx = torch.multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    target = _worker if worker is None else worker
-    procs = [ctx.Process(target=target, args=(r, world, port, mixed, queue)) for r in range(world)]
-    for proc in procs:
-        proc.start()
-    results = {}
-    try:
-        for _ in range(world):
-            rank, out = queue.get(timeout=timeout)
-            results[rank] = out
-    finally:
-        for proc in procs:
-            proc.join(timeout=10)
-            if proc.is_alive():  # pragma: no cover - bounded: never hang the suite
-                proc.kill()
+    results = run_group(_worker if worker is None else worker, world, mixed, timeout)
     for rank, out in results.items():
         assert isinstance(out, dict), f"rank {rank} failed: {out}"
     return results

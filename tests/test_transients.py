@@ -274,25 +274,41 @@ def test_torch_cross_entropy_backward_peak_measured():
     assert bwd == kept + tr.torch_cross_entropy_backward().evaluate(one) == 12
 
 
-def _loss_parallel_worker(rank, world, port, queue):
+def _group_worker(rank, world, port, body, queue):
+    """gloo_group worker: the module function named ``body`` run on an initialised group."""
     import os
 
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import loss_parallel
-
-        mesh = init_device_mesh("cpu", (world,))
-        out = []
-        for vocab in (2048, 4096):
-            with loss_parallel():
-                out.append(_loss_peaks(vocab, _torchtitan_loss, shard=(mesh, world)))
-        queue.put((rank, out))
-    finally:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        queue.put((rank, globals()[body](rank, world)))
         dist.destroy_process_group()
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        queue.put((rank, repr(exc)))
+
+
+def _gloo_group(body: str, world=2):
+    _torch()
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_gloo_available():   # pragma: no cover
+        pytest.skip("torch.distributed with gloo is needed")
+    from gloo_group import run_group
+
+    return run_group(_group_worker, world, body)
+
+
+def _loss_parallel_body(rank, world):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    mesh = init_device_mesh("cpu", (world,))
+    out = []
+    for vocab in (2048, 4096):
+        with loss_parallel():
+            out.append(_loss_peaks(vocab, _torchtitan_loss, shard=(mesh, world)))
+    return out
 
 
 @pytest.mark.torch
@@ -301,26 +317,7 @@ def test_loss_parallel_peaks_measured():
     ``loss_parallel()``.  On a gloo group of 2, per local logit: 14 bytes at the forward's
     peak (bf16 pred, fp32 input, shifted logits, exp or result), 4 saved (the fp32
     log-softmax), 16 at the backward's: memsym's loss-parallel Terms."""
-    import socket
-
-    _torch()
-    dist = pytest.importorskip("torch.distributed")
-    if not dist.is_available() or not dist.is_gloo_available():   # pragma: no cover
-        pytest.skip("torch.distributed with gloo is needed")
-    import torch.multiprocessing as mp
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_loss_parallel_worker, args=(r, 2, port, queue)) for r in range(2)]
-    for proc in procs:
-        proc.start()
-    results = dict(queue.get(timeout=120) for _ in procs)
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    results = _gloo_group("_loss_parallel_body")
     for rank in (0, 1):
         measured = _per_logit(*results[rank], 2048, shards=2)
         # gloo's threads free the per-token all-reduce buffers (4 tau bytes) at a time of their
@@ -333,50 +330,41 @@ def test_loss_parallel_peaks_measured():
         assert bwd == 4 + tr.loss_parallel_backward().evaluate(one) == 16
 
 
-def _colwise_worker(rank, world, port, queue):
-    import os
-
-    import torch.distributed as dist
-
+def _colwise_body(rank, world):
     torch = _torch()
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor import Shard
-        from torch.distributed.tensor.parallel import (ColwiseParallel, SequenceParallel,
-                                                       parallelize_module)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, SequenceParallel,
+                                                   parallelize_module)
 
-        mesh = init_device_mesh("cpu", (world,))
-        torch.manual_seed(0)
-        top = torch.nn.Module()
-        top.norm = torch.nn.RMSNorm(_H)
-        top.output = torch.nn.Linear(_H, 64, bias=False)
-        top = top.to(torch.bfloat16)
-        # torchtitan's plan for the last layers under TP with loss parallel
-        parallelize_module(top, mesh, {
-            "norm": SequenceParallel(),
-            "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1),
-                                      use_local_output=False)})
-        x = torch.randn(_B, _S // world, _H, dtype=torch.bfloat16, requires_grad=True)
-        saved = {}
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(0)
+    top = torch.nn.Module()
+    top.norm = torch.nn.RMSNorm(_H)
+    top.output = torch.nn.Linear(_H, 64, bias=False)
+    top = top.to(torch.bfloat16)
+    # torchtitan's plan for the last layers under TP with loss parallel
+    parallelize_module(top, mesh, {
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1),
+                                  use_local_output=False)})
+    x = torch.randn(_B, _S // world, _H, dtype=torch.bfloat16, requires_grad=True)
+    saved = {}
 
-        from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor
 
-        def pack(t_):
-            local = t_.to_local() if isinstance(t_, DTensor) else t_
-            saved[local.untyped_storage().data_ptr()] = (tuple(local.shape),
-                                                         local.untyped_storage().nbytes())
-            return t_
+    def pack(t_):
+        local = t_.to_local() if isinstance(t_, DTensor) else t_
+        saved[local.untyped_storage().data_ptr()] = (tuple(local.shape),
+                                                     local.untyped_storage().nbytes())
+        return t_
 
-        y = top.norm(x)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t_: t_):
-            top.output(y)
-        weight = top.output.weight.to_local()
-        saved.pop(weight.untyped_storage().data_ptr(), None)
-        queue.put((rank, sorted(saved.values())))
-    finally:
-        dist.destroy_process_group()
+    y = top.norm(x)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t_: t_):
+        top.output(y)
+    weight = top.output.weight.to_local()
+    saved.pop(weight.untyped_storage().data_ptr(), None)
+    return sorted(saved.values())
 
 
 @pytest.mark.torch
@@ -384,26 +372,7 @@ def test_colwise_parallel_saves_the_gathered_input():
     """torchtitan's output layer under TP is torch's ColwiseParallel with Shard(1) inputs: the
     final norm's output is all-gathered over the sequence and the local matmul saves the
     gathered input, 2 tau h bytes (Megatron saves its shard, 2 tau h / t)."""
-    import socket
-
-    _torch()
-    dist = pytest.importorskip("torch.distributed")
-    if not dist.is_available() or not dist.is_gloo_available():   # pragma: no cover
-        pytest.skip("torch.distributed with gloo is needed")
-    import torch.multiprocessing as mp
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_colwise_worker, args=(r, 2, port, queue)) for r in range(2)]
-    for proc in procs:
-        proc.start()
-    results = dict(queue.get(timeout=120) for _ in procs)
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    results = _gloo_group("_colwise_body")
     vals = dict(s=_S, b=_B, c=1, t=2, h=_H)
     gathered = output_activations(sequence_parallel=True, gathered_output_input=True)
     shard = output_activations(sequence_parallel=True)

@@ -1,0 +1,48 @@
+"""Run a function on every rank of a CPU gloo process group (spawned processes).
+
+``run_group(worker, world, arg)`` starts ``world`` processes running
+``worker(rank, world, port, arg, queue)`` on a free local port; each puts ``(rank, result)``
+on the queue, or ``(rank, repr(exc))`` when it fails (a result is never a plain string).  Bounded: every wait has a timeout and a
+process still alive after it is killed, so a hung collective never hangs the suite.
+"""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_group(worker, world: int, arg=None, timeout: float = 120) -> dict:
+    """``rank -> result`` of ``worker`` on a gloo group of ``world`` processes.
+
+    Raises
+    ------
+    AssertionError
+        When a rank reports an exception (its ``repr``) instead of a result.
+    """
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, world, port, arg, queue)) for r in range(world)]
+    for proc in procs:
+        proc.start()
+    results = {}
+    try:
+        for _ in range(world):
+            rank, out = queue.get(timeout=timeout)
+            results[rank] = out
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():  # pragma: no cover - bounded: never hang the suite
+                proc.kill()
+    failed = {rank: out for rank, out in results.items() if isinstance(out, str)}
+    assert not failed, f"ranks failed: {failed}"
+    return results
