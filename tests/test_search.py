@@ -633,6 +633,21 @@ def test_uneven_stage_memory_equals_training_memory():
         assert row["stage"] == est.stage
 
 
+def test_pipeline_sizes_that_only_split_unevenly():
+    # p = 16 does not divide Llama 3 405B's 126 layers: asked for alone, every row is an uneven
+    # split (Megatron's --decoder-first/last-pipeline-num-layers), and each prices as
+    # training_memory prices that job (the search once took its first row's even split)
+    res = search("llama3-405b", "h100-80gb", 128, seq_length=4096, global_batch_size=128,
+                 pp=[16], recompute=["full"], sharding=["distributed-optimizer"])
+    assert len(res) and set(res.columns["p"]) == {16}
+    assert all(int(f_) > 0 for f_ in res.columns["f"])
+    for i in range(0, len(res), max(1, len(res) // 6)):
+        row = res.row(i)
+        assert (126 - row["first_stage_layers"] - row["last_stage_layers"]) % 14 == 0
+        est = training_memory("llama3-405b", *_training_of(row, 4096, 128))
+        assert row["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12), row
+
+
 def test_given_stage_sizes_restrict_and_uneven_can_be_turned_off():
     kw = dict(seq_length=4096, global_batch_size=128, recompute=["full"],
               sharding=["distributed-optimizer"])

@@ -58,7 +58,9 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     # per slot: the stage's exact parameter counts (memsym.training.stage_counts), computed
     # once per unique (t, p, e, f, l, stage); and which template stands for it (with the
     # factor its decoder-layer activations scale by: see _stage_template)
-    names = [name for name, _ in _stage_counts(space, int(t_[0]), int(p_[0]), int(e_[0]), 0)]
+    # (the names are the same for every row; row 0's own split, which may be uneven)
+    names = [name for name, _ in _stage_counts(_sub(space, f_[0], l_[0]), int(t_[0]),
+                                               int(p_[0]), int(e_[0]), 0)]
     counts = {name: np.zeros((nslot, n)) for name in names}
     tmpl_id = np.zeros((nslot, n), dtype=np.int64)
     scale = np.ones((nslot, n))
