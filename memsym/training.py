@@ -327,7 +327,9 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
                and len(set(pattern)) == 1)
     where = "first" if stage == 0 else "last" if stage == pp - 1 else stage
-    chunks = stage_microbatches(where, schedule, pp=p, vv=vv, mm=mm)
+    # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
+    group = training.microbatch_group_size if interleaved else None
+    chunks = stage_microbatches(where, schedule, pp=p, vv=vv, mm=mm, group=group)
     def layer_stack(mode: str):
         if uniform:
             return per_chunk * per_layer(pattern[0], mode)
@@ -369,7 +371,7 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
         if gathered.expr != 0:
             terms.append(replace(gathered, expr=chunks * gathered.expr))
     if stage == 0:
-        n_emb = embedding_microbatches(schedule, pp=p, vv=vv, mm=mm)
+        n_emb = embedding_microbatches(schedule, pp=p, vv=vv, mm=mm, group=group)
         terms.append(Term("embedding_activations",
                           n_emb * embedding_activations(sequence_parallel=sp_on,
                                                         dropout=training.dropout).expr,

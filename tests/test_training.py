@@ -677,3 +677,39 @@ def test_recompute_block_step_time_reruns_only_its_layers():
         part[key] = step_time(j.model, j.layout, j.training, "h100-80gb").parts["compute"]
     assert part["block"] == pytest.approx(part["none"] + (part["full"] - part["none"]) * 5 / 20,
                                           rel=1e-12)
+
+
+def test_microbatch_group_size_sets_the_interleaved_warm_up():
+    # Megatron's --microbatch-group-size-per-virtual-stage N: the warm-up runs
+    # 2(p - i - 1) + (v - 1) N + 1 chunk forwards before the first backward.  The oracle is
+    # memsym.timing.schedule.simulate, which runs the schedule's order and counts the forwards
+    # not yet backwarded: p = 4, v = 2, m = 16 holds 11 / 15 / 23 chunks on rank 0 at
+    # N = 4 (default) / 8 / 16, and the first chunk's embedding activations max(N, 2p - 1)
+    from memsym.timing.schedule import simulate
+
+    lay = Layout(t=1, p=4, d=1, v=2)
+    act = {}
+    for n_ in (None, 8, 16):
+        tr = Training(seq_length=2048, global_batch_size=16, micro_batch_size=1,
+                      microbatch_group_size=n_)
+        act[n_] = training_memory("llama2-7b", lay, tr, allowances=NOALLOW).activations()
+        assert simulate(4, 16, 2, n_).in_flight[0] == {None: 11, 8: 15, 16: 23}[n_]
+    for n_, chunks in ((8, 15), (16, 23)):
+        assert act[n_]["layer_activations"] / act[None]["layer_activations"] == \
+            sp.Rational(chunks, 11)
+        assert act[n_]["embedding_activations"] / act[None]["embedding_activations"] == \
+            sp.Rational(n_, 7)
+
+
+def test_microbatch_group_size_reaches_the_step_time():
+    # Megatron's schedule rule (schedules.py): m = 9 on p = 4 runs with N = 5 (groups of 5
+    # and 4) and is refused with the default N = p (9 mod 4 = 1 < p)
+    from memsym.timing.schedule import schedule_rule
+    from memsym.timing.step import step_time
+
+    lay = Layout(t=1, p=4, d=1, v=2)
+    for n_, ok in ((None, False), (5, True)):
+        assert (schedule_rule(4, 9, 2, n_) is None) == ok
+        tr = Training(seq_length=2048, global_batch_size=9, micro_batch_size=1,
+                      microbatch_group_size=n_, flash_attention=True, dropout=False)
+        assert step_time(preset("llama2-7b"), lay, tr, "h100-80gb").assumptions["launchable"] == ok

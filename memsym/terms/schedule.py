@@ -264,11 +264,14 @@ def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layer
     return chunks * per
 
 
-def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None) -> sp.Expr:
-    """Micro-batches whose input-embedding activations the first stage holds at its peak.
+def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
+                           group=None) -> sp.Expr:
+    r"""Micro-batches whose input-embedding activations the first stage holds at its peak.
 
-    1F1B: p; interleaved: 2p − 1 (the first chunk has run p micro-batches, then p − 1 more
-    when the first backward starts); GPipe: m; each capped by m.
+    1F1B: p; interleaved: :math:`\max(N, 2p - 1)` with N the micro-batch group (default p:
+    2p − 1, the first chunk has run p micro-batches, then p − 1 more when the first backward
+    starts; a group larger than 2p − 1 finishes its first chunk's N first); GPipe: m; each
+    capped by m.
 
     Parameters
     ----------
@@ -280,6 +283,8 @@ def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None) ->
         Model chunks per rank v [1]; None = not interleaved.
     mm : int or sympy.Expr, optional
         Micro-batches per step m [1]; None = no cap.
+    group : int, optional
+        Megatron's ``microbatch_group_size_per_vp_stage`` N (default p).
 
     Returns
     -------
@@ -290,13 +295,19 @@ def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None) ->
     --------
     >>> embedding_microbatches(), embedding_microbatches(vv=2)
     (p, 2*p - 1)
+    >>> embedding_microbatches(pp=4, vv=2, group=12)    # the first group's 12 forwards first
+    12
     """
     schedule = _schedule(schedule)
     pp = as_expr(pp)
     mm = None if mm is None else as_expr(mm)
     if schedule == "gpipe":
         return stage_microbatches(0, "gpipe", pp=pp, mm=mm)
-    count = pp if (vv is None or vv == 1) else 2 * pp - 1
+    if vv is None or vv == 1:
+        count = pp
+    else:
+        # the warm-up's 2(p-1) + (v-1)N + 1 forwards run chunk by chunk in groups of N
+        count = 2 * pp - 1 if group is None else sp.Max(as_expr(group), 2 * pp - 1)
     return count if mm is None else _cap(count, mm)
 
 

@@ -615,6 +615,7 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                   pipelined_fsdp=(training.sharding == "fsdp"
                                   and getattr(training, "framework", "megatron") == "torchtitan"),
                   recompute_fraction=_recompute_fraction(arch, layout, training),
+                  group_size=getattr(training, "microbatch_group_size", None),
                   schedule=training.schedule)
     out = step_time_grid(arch, gpu_name, t=layout.t, p=layout.p, d=layout.d, c=layout.c,
                          e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
