@@ -356,9 +356,9 @@ def validate(x, layout: Layout, training: Training):
     m_ = None
     k = rules.knobs(layout, training)
     # rules that need m read it; the batch rule comes first, as microbatches() would raise it
-    rules.check(x, k, [n for n in rules.LAUNCH if n != "vpp-microbatches"])
+    rules.check(x, k, [n for n in rules.LAUNCH if n not in rules.NEED_M])
     m_ = microbatches(layout, training)
-    rules.check(x, dict(k, m=m_), ["vpp-microbatches"])
+    rules.check(x, dict(k, m=m_), rules.NEED_M)
     if choose("pipeline schedule", training.schedule, SCHEDULES) == "gpipe" and m_ is None:
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
@@ -367,8 +367,9 @@ def validate(x, layout: Layout, training: Training):
 
 def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
     # Megatron's rules: --recompute-method and --recompute-num-layers only with full
-    # recompute, both given (validate_args); 1 <= N <= layers per pipeline rank
-    # (TransformerConfig.__post_init__)
+    # recompute, both given (TransformerConfig.__post_init__).  Its message names 1..layers per
+    # rank, but only a missing N raises: a larger N checkpoints the whole chunk (block) or
+    # makes one group of it (uniform: min(layer_idx + N, layers), core/recompute.py)
     method, n = training.recompute_method, training.recompute_num_layers
     if method is None and n is None:
         return
@@ -379,11 +380,7 @@ def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
         raise InvalidValueError("full recompute with layers given needs both recompute_method "
                                 "(uniform or block) and recompute_num_layers")
     choose("recompute method", method, ("uniform", "block"))
-    per_rank = x.num_layers // layout.p
     whole(n, "recompute_num_layers")
-    if n > per_rank:
-        raise InvalidValueError(f"recompute_num_layers {n} exceeds the {per_rank} layers of a "
-                                "pipeline rank")
 
 
 def framework_layout(x, layout: Layout, training: Training) -> tuple:

@@ -167,6 +167,29 @@ def _vpp_microbatches_msg(x, k):
             f"batch with m a multiple of p")
 
 
+def _torch_pp_microbatches(x, k):
+    # torch.distributed.pipelining (torchtitan): Schedule1F1B needs m >= p; the interleaved
+    # schedules run max(1, m // p) rounds and need m a multiple of them; GPipe has no rule
+    m_ = k.get("m")
+    if m_ is None or not k.get("torchtitan", False):
+        return False
+    p_, v_ = k["p"], k["v"]
+    q = m_ // p_
+    rounds = q + (q == 0)              # max(1, m // p), for ints and numpy arrays alike
+    single = (v_ == 1) & (p_ > 1) & (m_ < p_) & _not(k.get("gpipe", False))
+    return single | ((v_ > 1) & (m_ % rounds != 0))
+
+
+def _torch_pp_microbatches_msg(x, k):
+    p_, m_ = k["p"], k["m"]
+    if k["v"] == 1:
+        return (f"torch's Schedule1F1B needs at least as many micro-batches as stages "
+                f"(m = {m_} < p = {p_}); give a larger global batch or a smaller p")
+    rounds = max(1, m_ // p_)
+    return (f"torch's ScheduleInterleaved1F1B needs m a multiple of its rounds max(1, m // p) "
+            f"= {rounds} (m = {m_}, p = {p_})")
+
+
 def _not(flag):
     # a numpy bool array negates with ~, a Python bool with not (~True is -2)
     return ~flag if hasattr(flag, "dtype") else not flag
@@ -214,6 +237,12 @@ RULES: dict = {r.name: r for r in (
          "(N = microbatch group size, default p)", _vpp_microbatches, _vpp_microbatches_msg,
          Source("megatron-lm", "megatron/core/pipeline_parallel/schedules.py, "
                                "forward_backward_pipelining_with_interleaving")),
+    Rule("torch-pp-microbatches", "torch.distributed.pipelining (torchtitan): 1F1B needs "
+         "m >= p, the interleaved schedules m a multiple of max(1, m // p)",
+         _torch_pp_microbatches, _torch_pp_microbatches_msg,
+         Source("pytorch-pipelining", "torch/distributed/pipelining/schedules.py, "
+                "Schedule1F1B.__init__ (n_microbatches >= number of stages) and "
+                "ScheduleInterleaved1F1B.__init__ (n_microbatches % number_of_rounds)")),
     Rule("ep-experts", "e must divide the experts (e = 1 without experts)",
          lambda x, k: (x.num_experts % k["e"] != 0) if _moe(x) else (k["e"] != 1),
          lambda x, k: (f"expert-parallel size e={k['e']} must divide the experts "
@@ -282,6 +311,8 @@ RULES: dict = {r.name: r for r in (
 #: The rules a framework refuses to launch against, and memsym's search preferences.
 LAUNCH = tuple(n for n, r in RULES.items() if r.kind == "launch")
 PREFERENCES = tuple(n for n, r in RULES.items() if r.kind == "preference")
+#: The rules on the micro-batch count m (checked once the batch rule has given it).
+NEED_M = ("vpp-microbatches", "torch-pp-microbatches")
 
 
 def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> dict:
@@ -324,6 +355,7 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "B": training.global_batch_size, "offload": training.offload != "none",
                   "shards_gradients": training.sharding in ("zero2", "zero3", "fsdp"),
                   "torchtitan": getattr(training, "framework", "megatron") == "torchtitan",
+                  "gpipe": getattr(training, "schedule", "1f1b") == "gpipe",
                   "microbatch_group_size": getattr(training, "microbatch_group_size", None)})
     return k
 

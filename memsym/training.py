@@ -24,7 +24,7 @@ from .terms.activations import (RECOMPUTE, embedding_activations, layer_activati
                                 output_activations)
 from .terms.model_state import CONVENTIONS, byte_widths, model_state
 from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
-                             stage_microbatches)
+                             stage_microbatches, torch_round_size)
 from .values import as_expr, exact
 from .job import Job, Layout, Training, _check_fields, microbatches, validate as _validate_job
 
@@ -329,6 +329,8 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     where = "first" if stage == 0 else "last" if stage == pp - 1 else stage
     # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
     group = training.microbatch_group_size if interleaved else None
+    if interleaved and group is None and mm is not None and training.framework == "torchtitan":
+        group = torch_round_size(mm, p)        # torch's rounds of m // max(1, m // p)
     chunks = stage_microbatches(where, schedule, pp=p, vv=vv, mm=mm, group=group)
     def layer_stack(mode: str):
         if uniform:

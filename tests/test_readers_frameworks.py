@@ -457,11 +457,39 @@ def test_torchtitan_split_follows_schedule_and_stage_weights():
                "pipeline_parallel_last_stage_less_layers = 0\n")
     with pytest.raises(InvalidValueError, match=r"\[16, 16, 16, 16, 16, 16, 15, 15\]"):
         torchtitan_job(read_torchtitan_toml(toml("1F1B", weights), world_size=512))
-    cfg = read_torchtitan_toml(toml("1F1B", "pipeline_parallel_layers_per_stage = 4\n"),
-                               world_size=512)
-    assert any("pipeline_parallel_layers_per_stage given" in n for n in cfg["notes"])
     with pytest.raises(InvalidValueError, match="pipeline_parallel_schedule must be one of"):
         read_torchtitan_toml(toml("Zigzag"), world_size=512)
+
+
+def test_torchtitan_layers_per_stage_sets_the_stages_per_rank():
+    # v0.2.2 pipeline_llm: S = ceil((L + 1 + 1) / layers_per_stage) stages, p must divide S;
+    # a single-stage schedule needs S = p, a multi-stage one S >= 2p; the V schedules exactly
+    # 2 per rank (torch's ZBVZeroBubble).  Llama-3 405B on 16 ranks, 2 layers per stage:
+    # 64 stages, 4 per rank, split 7 + 14 x 8 + 7 (Meta's Llama 3 split, arXiv:2407.21783)
+    from memsym.readers.jobs import torchtitan_job
+
+    def toml(schedule, per_stage, p=16):
+        return ("[model]\nname = \"llama3\"\nflavor = \"405B\"\n[training]\nseq_len = 8192\n"
+                "local_batch_size = 16\n[parallelism]\ntensor_parallel_degree = 8\n"
+                f"pipeline_parallel_degree = {p}\npipeline_parallel_schedule = \"{schedule}\"\n"
+                f"pipeline_parallel_layers_per_stage = {per_stage}\n"
+                "[activation_checkpoint]\nmode = \"full\"\n")
+
+    j = torchtitan_job(read_torchtitan_toml(toml("Interleaved1F1B", 2), world_size=16384))
+    assert (j.layout.p, j.layout.v, j.layout.first_stage_layers, j.layout.last_stage_layers) \
+        == (16, 4, 7, 7)
+    j = torchtitan_job(read_torchtitan_toml(toml("Interleaved1F1B", 1), world_size=16384))
+    assert j.layout.v == 8
+    j = torchtitan_job(read_torchtitan_toml(toml("1F1B", 8), world_size=16384))
+    assert (j.layout.v, j.layout.first_stage_layers) == (None, 7)
+    for schedule, per_stage, match in (("Interleaved1F1B", 3, "divisible by the pipeline"),
+                                       ("1F1B", 4, "single-stage schedule needs 1"),
+                                       ("Interleaved1F1B", 8, "at least 2 stages"),
+                                       ("ZBVZeroBubble", 2, "exactly 2 stages")):
+        with pytest.raises(InvalidValueError, match=match):
+            torchtitan_job(read_torchtitan_toml(toml(schedule, per_stage), world_size=16384))
+    with pytest.raises(InvalidValueError, match="between 1 and"):
+        read_torchtitan_toml(toml("1F1B", 0), world_size=16384)
 
 
 def test_torchtitan_only_switches_say_when_they_do_nothing():

@@ -579,8 +579,10 @@ def test_llama3_405b_meta_layout_is_offered_with_uneven_stages(llama3_405b_16k):
     "issue 17 item 5 not met by the current models: with Megatron's launch rules Meta's "
     "layout needs v <= 2 (v = 2 with 6/8-layer ends), whose bubble (15/32 of the compute at "
     "m = 16) and full recomputation (no recompute does not fit 80 GB in memsym's memory "
-    "model: 47 chunk passes in flight on the first stage) give ~10.6 s and rank ~72nd of "
-    "165 distinct (t, p, c, d) layouts"))
+    "model: all m v = 32 chunk passes of 4 layers in flight on the first stage) give ~10.6 s "
+    "and rank ~72nd of 165 distinct (t, p, c, d) layouts.  Under torchtitan's rules it can "
+    "run 4 or 8 stages per rank (pipeline_parallel_layers_per_stage) but still needs full "
+    "recompute and ranks ~38th; TP 8 PP 16 CP 2 DP 64 with v = 8 ranks first there"))
 def test_llama3_405b_meta_layout_ranks_near_the_top(llama3_405b_16k):
     layouts = list(_distinct_layouts(llama3_405b_16k))
     assert (8, 16, 1, 128) in layouts[:5]
@@ -794,3 +796,30 @@ def test_search_step_time_is_estimate_step_time(framework, shards):
         assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
             pytest.approx(r["step_time"], rel=1e-9), key
     assert len(seen) >= 3
+
+
+def test_torchtitan_search_offers_layers_per_stage_and_torchs_schedule_rule():
+    # torchtitan makes more than 2 stages per rank through pipeline_parallel_layers_per_stage
+    # (pipeline_llm): Llama 3 405B on p = 16 with 2 layers per stage has 4 stages per rank and
+    # Meta's 7 + 14 x 8 + 7 split.  The search offers it, prices it as the TOML job with that
+    # setting, and applies torch's own schedule rule (Schedule1F1B needs m >= p)
+    from memsym.readers.jobs import torchtitan_job
+    from memsym.readers.torchtitan import read_torchtitan_toml
+    from memsym.training import job_memory
+
+    res = search("llama3-405b", "h100-80gb", 2048, seq_length=8192, global_batch_size=256,
+                 framework="torchtitan", tp=[8], pp=[16], cp=[1], recompute=["full"],
+                 sharding=["fsdp"], micro_batch_sizes=[1, 4])
+    shapes = {(r["v"], r["first_stage_layers"], r["last_stage_layers"])
+              for r in (res.row(i) for i in range(len(res)))}
+    assert {(4, 7, 7), (8, 7, 7), (2, 7, 7)} <= shapes and not any(v_ in (3, 6) for v_, *_ in shapes)
+    assert res.excluded["torch-pp-microbatches"] > 0      # b = 4: m = 4 < p = 16 under 1F1B
+    row = next(res.row(i) for i in range(len(res))
+               if res.row(i)["v"] == 4 and res.row(i)["b"] == 1)
+    toml = ("[model]\nname = \"llama3\"\nflavor = \"405B\"\n[training]\nseq_len = 8192\n"
+            "local_batch_size = 16\n[parallelism]\ntensor_parallel_degree = 8\n"
+            "pipeline_parallel_degree = 16\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"
+            "pipeline_parallel_layers_per_stage = 2\n[activation_checkpoint]\nmode = \"full\"\n")
+    j = torchtitan_job(read_torchtitan_toml(toml, world_size=2048))
+    assert (j.layout.d, j.layout.v, j.m) == (16, 4, row["m"])
+    assert float(job_memory(j).bytes_total) == pytest.approx(row["memory"], rel=1e-12)

@@ -310,3 +310,85 @@ def test_hardware_timing_fields_from_datasheets():
     assert gpu("h100").hbm_bandwidth == 3350e9 and gpu("h200").hbm_bandwidth == 4800e9
     assert (gpu("a100-80gb").sm_count, gpu("h100").sm_count) == (108, 132)
     assert gpu("h100").arch_class == "hopper"
+
+
+def _torch_peaks(schedule_cls, p, v, m):
+    """Each rank's peak chunk forwards not yet backwarded in torch's own schedule table
+    (``pipeline_order``), from stand-in stages that carry only what the schedule reads."""
+    import types
+
+    from torch.distributed.pipelining.schedules import _ComputationType as C
+
+    stages = [types.SimpleNamespace(num_stages=p * v, group_size=p, group_rank=0,
+                                    stage_index=j * p, is_first=j == 0,
+                                    is_last=j * p == p * v - 1) for j in range(v)]
+    order = schedule_cls(stages if v > 1 else stages[0], n_microbatches=m).pipeline_order
+    peaks = []
+    for r in range(p):
+        live = peak = 0
+        for act in order.get(r, ()):
+            if act is None:
+                continue
+            if act.computation_type == C.FORWARD:
+                live += 1
+                peak = max(peak, live)
+            elif act.computation_type in (C.FULL_BACKWARD, C.BACKWARD_INPUT):
+                live -= 1
+        peaks.append(peak)
+    return peaks
+
+
+def test_torch_interleaved_schedule_in_flight_and_launch_rule():
+    # torchtitan runs torch.distributed.pipelining's ScheduleInterleaved1F1B: its rounds of
+    # m // max(1, m // p) micro-batches set the warm-up (memsym.terms.schedule.
+    # torch_round_size), and it refuses m not a multiple of its rounds; Schedule1F1B refuses
+    # m < p.  The oracle is torch's own schedule table and constructor.
+    pytest.importorskip("torch")
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
+
+    from memsym import rules
+    from memsym.terms.schedule import torch_round_size
+
+    x = preset("llama2-7b")
+    refused = 0
+    for p_ in (2, 3, 4):
+        for v_ in (2, 3):
+            for m_ in range(1, 14):
+                k = {"p": p_, "v": v_, "m": m_, "torchtitan": True}
+                broken = bool(rules.RULES["torch-pp-microbatches"].test(x, k))
+                try:
+                    peaks = _torch_peaks(ScheduleInterleaved1F1B, p_, v_, m_)
+                except ValueError:
+                    assert broken, k
+                    refused += 1
+                    continue
+                assert not broken, k
+                n_ = torch_round_size(m_, p_)
+                assert peaks == [int(stage_microbatches(i, pp=p_, vv=v_, mm=m_, group=n_))
+                                 for i in range(p_)], k
+    assert refused > 0          # e.g. m = 9 on p = 4: two rounds, 9 mod 2 = 1
+
+
+def test_torch_1f1b_needs_a_microbatch_per_stage():
+    pytest.importorskip("torch")
+    import types
+
+    from torch.distributed.pipelining.schedules import Schedule1F1B
+
+    from memsym import rules
+
+    x = preset("llama2-7b")
+    for p_ in (2, 4):
+        for m_ in (1, p_ - 1, p_, p_ + 1):
+            stage = types.SimpleNamespace(num_stages=p_, group_size=p_, group_rank=0,
+                                          stage_index=0, is_first=True, is_last=False)
+            try:
+                Schedule1F1B(stage, n_microbatches=m_)
+                ok = True
+            except ValueError:
+                ok = False
+            k = {"p": p_, "v": 1, "m": m_, "torchtitan": True}
+            assert bool(rules.RULES["torch-pp-microbatches"].test(x, k)) == (not ok), k
+            # GPipe has no such rule, and Megatron jobs are not torch's
+            assert not rules.RULES["torch-pp-microbatches"].test(x, dict(k, gpipe=True))
+            assert not rules.RULES["torch-pp-microbatches"].test(x, dict(k, torchtitan=False))

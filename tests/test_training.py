@@ -649,15 +649,17 @@ def test_recompute_block_and_uniform_follow_megatron():
     assert (blk, ws_b) == (10 * 2 * s * b * h + (L - 10) * none_layer, none_layer)
     uni, ws_u = parts(recompute_method="uniform", recompute_num_layers=4)
     assert (uni, ws_u) == (L // 4 * 2 * s * b * h, 4 * none_layer)
-    # Megatron's rules: both flags with full recompute, N within a pipeline rank
+    # Megatron's rules: both flags with full recompute; an N beyond the chunk's layers is not
+    # refused (TransformerConfig raises only for a missing N) and checkpoints all of them
+    # (core/recompute.py: layer_idx < N in the block method, min(layer_idx + N, layers) uniform)
     with pytest.raises(InvalidValueError, match="need recompute full"):
         training_memory("gpt3-175b", Layout(), Training(
             recompute="selective", recompute_method="block", recompute_num_layers=2))
     from memsym.job import job as make_job
 
-    with pytest.raises(InvalidValueError, match="exceeds the 24 layers"):
-        make_job("gpt3-175b", **dict(common, p=4), recompute_method="block",
-                 recompute_num_layers=25)
+    assert parts(recompute_method="block", recompute_num_layers=L + 30) == (full, ws)
+    assert parts(recompute_method="uniform", recompute_num_layers=L + 30) == \
+        parts(recompute_method="uniform", recompute_num_layers=L)
     with pytest.raises(InvalidValueError, match="needs both"):
         make_job("gpt3-175b", **common, recompute_method="block")
 

@@ -18,7 +18,8 @@ from ..symbols import V, h
 # ----------------------------------------------------------------------------------------------
 
 __all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters",
-           "torchtitan_rank_layers", "torchtitan_end_stages"]
+           "torchtitan_rank_layers", "torchtitan_end_stages", "torchtitan_stages_per_rank",
+           "torchtitan_layers_per_stage"]
 
 
 def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Optional[int] = None,
@@ -176,6 +177,107 @@ def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
     if style == "v":
         return [stage[r] + stage[2 * p - 1 - r] for r in range(p)]
     return [sum(stage[r + j * p] for j in range(v)) for r in range(p)]
+
+
+def torchtitan_stages_per_rank(n_layers: int, p: int, layers_per_stage: int | None = None,
+                               multi_stage: bool = False, input_weight: int = 1,
+                               output_weight: int = 1) -> int:
+    r"""Stages per pipeline rank v as torchtitan derives them, with its refusals.
+
+    Without ``pipeline_parallel_layers_per_stage`` n: 1 for the single-stage schedules (1F1B,
+    GPipe), 2 for the multi-stage ones.  With it:
+
+    .. math:: S = \left\lceil \frac{L + w_{in} + w_{out}}{n} \right\rceil, \qquad
+              v = S / p
+
+    refused unless p divides S, v = 1 for a single-stage schedule and v >= 2 for a
+    multi-stage one.
+
+    Parameters
+    ----------
+    n_layers : int
+        Decoder layers L [1].
+    p : int
+        Pipeline-parallel size [GPUs].
+    layers_per_stage : int, optional
+        ``parallelism.pipeline_parallel_layers_per_stage`` n [layers].
+    multi_stage : bool
+        A multi-stage schedule (Interleaved1F1B, LoopedBFS, the zero-bubble ones).
+    input_weight, output_weight : int
+        ``pipeline_parallel_first/last_stage_less_layers`` [layers].
+
+    Returns
+    -------
+    int
+        Stages per rank v [1].
+
+    Examples
+    --------
+    Llama-3 405B (126 layers + embedding + output = 128) on 16 ranks, 2 layers per stage: 64
+    stages, 4 per rank (Meta's 7 + 14 x 8 + 7 split):
+
+    >>> torchtitan_stages_per_rank(126, 16, 2, multi_stage=True)
+    4
+    >>> torchtitan_stages_per_rank(126, 16, multi_stage=True)
+    2
+
+    References
+    ----------
+    torchtitan v0.2.2 ``torchtitan/distributed/pipeline_parallel.py``, ``pipeline_llm``.
+    """
+    n_layers, p = _pos_int(n_layers, "num_layers"), _pos_int(p, "p")
+    if layers_per_stage is None:
+        return 2 if multi_stage else 1
+    n = _pos_int(layers_per_stage, "pipeline_parallel_layers_per_stage")
+    stages = -(-(n_layers + input_weight + output_weight) // n)
+    if stages % p:
+        raise InvalidValueError(f"torchtitan: {stages} stages ({n_layers} layers + embedding and "
+                                f"output weights, {n} per stage) must be divisible by the "
+                                f"pipeline size {p}")
+    v = stages // p
+    if not multi_stage and v != 1:
+        raise InvalidValueError(f"torchtitan: a single-stage schedule needs 1 stage per rank, "
+                                f"got {v} ({n} layers per stage)")
+    if multi_stage and v < 2:
+        raise InvalidValueError(f"torchtitan: a multi-stage schedule needs at least 2 stages per "
+                                f"rank, got {v} ({n} layers per stage)")
+    return v
+
+
+def torchtitan_layers_per_stage(n_layers: int, p: int, stages_per_rank: int,
+                                input_weight: int = 1, output_weight: int = 1):
+    r"""The smallest ``pipeline_parallel_layers_per_stage`` that gives ``stages_per_rank``
+    stages per rank (:func:`torchtitan_stages_per_rank`), or None when none does.
+
+    .. math:: \lceil E / n \rceil = p v \iff \frac{E}{p v} \le n < \frac{E}{p v - 1},
+              \qquad E = L + w_{in} + w_{out}
+
+    Parameters
+    ----------
+    n_layers : int
+        Decoder layers L [1].
+    p : int
+        Pipeline-parallel size [GPUs].
+    stages_per_rank : int
+        Stages per rank v [1].
+    input_weight, output_weight : int
+        ``pipeline_parallel_first/last_stage_less_layers`` [layers].
+
+    Returns
+    -------
+    int or None
+        Layers per stage n [layers].
+
+    Examples
+    --------
+    >>> torchtitan_layers_per_stage(126, 16, 4), torchtitan_layers_per_stage(126, 16, 3)
+    (2, None)
+    """
+    effective = n_layers + input_weight + output_weight
+    want = p * stages_per_rank
+    # ceil(E / n) = S  <=>  E / S <= n < E / (S - 1): the smallest candidate is ceil(E / S)
+    n = -(-effective // want)
+    return n if n >= 1 and -(-effective // n) == want else None
 
 
 def torchtitan_end_stages(n_layers: int, p: int, stages_per_rank: int = 1,

@@ -206,7 +206,7 @@ def torchtitan_job(cfg: dict, model=None, **options):
         key = (str(meta["name"]), str(meta["flavor"]).lower())
         model = _TORCHTITAN_PRESETS.get(key, f"{key[0]}-{key[1]}")
     from ..model import Architecture, resolve_model
-    from ..model.stages import torchtitan_end_stages
+    from ..model.stages import torchtitan_end_stages, torchtitan_stages_per_rank
     from .torchtitan import V_SCHEDULES
 
     arch = torchtitan_positions(model if isinstance(model, Architecture)
@@ -219,17 +219,28 @@ def torchtitan_job(cfg: dict, model=None, **options):
         # micro-batches; the looped schedules put 2 stages on each rank by default
         mbs = lay.get("pipeline_parallel_microbatch_size", 1)
         schedule = lay.get("pipeline_parallel_schedule", "1F1B")
+        weights = lay.get("pipeline_parallel_stage_less_layers", (1, 1))
+        # pipeline_llm: 1 stage per rank for the single-stage schedules, 2 for the others,
+        # or what pipeline_parallel_layers_per_stage makes
+        spr = torchtitan_stages_per_rank(arch.num_layers, lay["p"],
+                                         lay.get("pipeline_parallel_layers_per_stage"),
+                                         schedule not in ("1F1B", "GPipe"), *weights)
+        if schedule in V_SCHEDULES and spr != 2:
+            raise InvalidValueError(f"torch's {schedule} needs exactly 2 stages per rank, got "
+                                    f"{spr} (pipeline_parallel_layers_per_stage)")
+        if schedule == "DualPipeV" and local // mbs < 2 * lay["p"]:
+            raise InvalidValueError(f"torch's DualPipeV needs at least as many micro-batches as "
+                                    f"stages ({2 * lay['p']}), got {local // mbs}")
         pipe = {"micro_batch_size": mbs, "num_microbatches": local // mbs,
                 "schedule": "gpipe" if schedule == "GPipe" else "1f1b",
-                "v": None if schedule in ("1F1B", "GPipe") else 2}
+                "v": None if spr == 1 else spr}
         if schedule not in ("1F1B", "GPipe", "Interleaved1F1B"):
-            notes.append(f"pipeline schedule {schedule}: counted as interleaved 1F1B with 2 "
+            notes.append(f"pipeline schedule {schedule}: counted as interleaved 1F1B with {spr} "
                          "stages per rank")
         # the split torchtitan generates for this schedule and these end-stage weights
         # (memsym.job.framework_layout generates the default one for API jobs)
         first, last, ranks = torchtitan_end_stages(
-            arch.num_layers, lay["p"], pipe["v"] or 1,
-            *lay.get("pipeline_parallel_stage_less_layers", (1, 1)),
+            arch.num_layers, lay["p"], spr, *weights,
             style="v" if schedule in V_SCHEDULES else "loop")
         if first is not None:
             pipe.update(first_stage_layers=first, last_stage_layers=last)

@@ -27,6 +27,7 @@ TORCHTITAN_KEYS = {
     ("parallelism", "pipeline_parallel_schedule"): (str, "1F1B"),
     ("parallelism", "pipeline_parallel_first_stage_less_layers"): (int, 1),
     ("parallelism", "pipeline_parallel_last_stage_less_layers"): (int, 1),
+    ("parallelism", "pipeline_parallel_layers_per_stage"): (int, None),
     ("parallelism", "context_parallel_degree"): (int, 1),
     ("parallelism", "expert_parallel_degree"): (int, 1),
     ("parallelism", "expert_tensor_parallel_degree"): (int, 1),
@@ -65,7 +66,6 @@ V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
 #: keys that set the pipeline split torchtitan would otherwise generate (not read: the split
 #: memsym counts is the generated one, said in the notes when one of them is given)
 _SPLIT_KEYS = ("parallelism.module_fqns_per_model_part",
-               "parallelism.pipeline_parallel_layers_per_stage",
                "parallelism.pipeline_parallel_split_points")
 
 
@@ -212,6 +212,10 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
                                 f"be between 0 and {MAX_LAYERS}, got {less}")
     notes += [f"{k} given: memsym counts torchtitan's generated pipeline split"
               for k in _SPLIT_KEYS if k in ignored and p > 1]
+    per_stage = val("parallelism", "pipeline_parallel_layers_per_stage")
+    if per_stage is not None and not 1 <= per_stage <= MAX_LAYERS:
+        raise InvalidValueError(f"torchtitan pipeline_parallel_layers_per_stage must be between "
+                                f"1 and {MAX_LAYERS}, got {per_stage}")
     pp_mbs = val("parallelism", "pipeline_parallel_microbatch_size")
     if not 1 <= pp_mbs <= MAX_BATCH:
         raise InvalidValueError(f"torchtitan pipeline_parallel_microbatch_size must be between 1 "
@@ -233,6 +237,7 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
                    "fsdp_reshard_after_forward": resolved,
                    "pipeline_parallel_schedule": schedule,
                    "pipeline_parallel_stage_less_layers": less,
+                   "pipeline_parallel_layers_per_stage": per_stage,
                    "pipeline_parallel_microbatch_size": pp_mbs},
         "training": {"seq_len": seq, "local_batch_size": local, "global_batch_size": gbs,
                      "gradient_accumulation_steps": gbs // (local * d),

@@ -110,7 +110,9 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
     cand_v = space.vpp or tuple(sorted(set(_divisors(L_)) | (
         {vv for vv in (2, 4, 8) if vv <= L_} if offer else set())))
     if titan and not space.vpp:
-        cand_v = (1, 2)   # single-stage schedules, or the looped ones' 2 stages per rank
+        # single-stage schedules, the looped ones' default 2 stages per rank, and the counts
+        # pipeline_parallel_layers_per_stage makes (kept where one does: titan_split)
+        cand_v = _TORCHTITAN_V
     rows = []
     for tt in cand_t:
         if gpus % tt:
@@ -135,10 +137,12 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
     def titan_split(pp, vv):
         # torchtitan's own split (memsym.job.framework_layout): one per (p, v), or none when
         # its middle ranks differ (memsym's middle stages are equal)
-        from ..model.stages import torchtitan_end_stages
+        from ..model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
 
         if pp == 1:
             return ((0, 0),)
+        if vv > 2 and torchtitan_layers_per_stage(L_, pp, vv) is None:
+            return ()   # no pipeline_parallel_layers_per_stage gives vv stages per rank
         try:
             first, last, _ = torchtitan_end_stages(L_, pp, vv)
         except InvalidValueError:   # no split torchtitan makes (or memsym represents)
@@ -169,6 +173,11 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
     return {k: allr[:, i] for i, k in enumerate(("t", "p", "c", "d", "e", "v", "b", "f", "l"))}
 
 
+#: Stages per rank a torchtitan search offers: 1 (1F1B), 2 (the looped schedules' default)
+#: and up to 8 through ``pipeline_parallel_layers_per_stage``.
+_TORCHTITAN_V = (1, 2, 3, 4, 6, 8)
+
+
 def _splits_of(space: Space, grid: dict):
     """The (f, l) columns of a grid (0: none), filled from the space where a grid lacks them."""
     import numpy as np
@@ -194,7 +203,7 @@ def _grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
     B = space.global_batch_size
     k = {name: grid[name] for name in _KNOBS}
     k.update({"t_e": grid["t"], "s": space.seq_length, "B": B, "gpus": gpus,
-              "torchtitan": space.framework == "torchtitan",
+              "torchtitan": space.framework == "torchtitan", "gpipe": space.schedule == "gpipe",
               "gpus_per_node": space.gpus_per_node,
               "first_stage_layers": space.first_stage_layers,
               "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,

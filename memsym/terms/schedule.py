@@ -40,7 +40,7 @@ from ..symbols import L, m, p, v
 from ..term import Source, Term
 from ..values import as_expr  # library arguments: text refused, never parsed
 
-__all__ = ["SCHEDULES", "pipeline_factor", "first_stage_layers", "stage_layers",
+__all__ = ["SCHEDULES", "pipeline_factor", "first_stage_layers", "stage_layers", "torch_round_size",
            "stage_microbatches", "embedding_microbatches", "logits_microbatches"]
 
 #: Pipeline schedules; ``1f1b`` becomes interleaved when v > 1 (Megatron's VPP).
@@ -155,6 +155,45 @@ def _cap(count: sp.Expr, mm: sp.Expr) -> sp.Expr:
     if count.is_number and mm.is_number:
         return sp.Min(count, mm)
     return sp.Min(count, mm, evaluate=False)
+
+
+def torch_round_size(mm=m, pp=p) -> sp.Expr:
+    r"""Micro-batches per round of torch's interleaved schedules [1]: their group size N.
+
+    .. math:: N = \left\lfloor \frac{m}{\max(1, \lfloor m/p \rfloor)} \right\rfloor
+
+    ``torch.distributed.pipelining``'s ``ScheduleInterleaved1F1B`` (and
+    ``ScheduleInterleavedZeroBubble``) run ``number_of_rounds = max(1, m // p)`` rounds of
+    ``microbatches_per_round = m // number_of_rounds`` micro-batches, and warm up
+    ``(v - 1) N + 2 (p - 1 - rank)`` chunk forwards (``_get_warmup_ops``): Megatron's
+    interleaved warm-up with this N in place of ``microbatch_group_size_per_vp_stage``.
+    N = p where p divides m; N = m < p with fewer micro-batches than stages, which torch runs
+    and Megatron refuses.
+
+    Parameters
+    ----------
+    mm : int or sympy.Expr
+        Micro-batches per step m [1].
+    pp : int or sympy.Expr
+        Pipeline-parallel size p [GPUs].
+
+    Returns
+    -------
+    sympy.Expr
+        Micro-batches per round [1].
+
+    Examples
+    --------
+    >>> torch_round_size(16, 4), torch_round_size(10, 4), torch_round_size(3, 4)
+    (4, 5, 3)
+
+    References
+    ----------
+    .. [pytorch-pipelining] torch/distributed/pipelining/schedules.py,
+       ScheduleInterleaved1F1B.__init__ and _get_warmup_ops (torch 2.13).
+    """
+    mm, pp = as_expr(mm), as_expr(pp)
+    return sp.floor(mm / sp.Max(1, sp.floor(mm / pp)))
 
 
 def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,

@@ -554,6 +554,15 @@ def _recompute_fraction(arch, layout, training) -> float:
     return min(training.recompute_num_layers, chunk) / chunk
 
 
+def _group_size(layout, training, mm):
+    # Megatron's microbatch_group_size_per_vp_stage (None: p); torch's interleaved schedules
+    # (torchtitan) run rounds of m // max(1, m // p) micro-batches (torch_round_size)
+    group = getattr(training, "microbatch_group_size", None)
+    if group is None and (layout.v or 1) > 1 and getattr(training, "framework", "") == "torchtitan":
+        group = mm // max(1, mm // layout.p)
+    return group
+
+
 def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, *,
               overlap: Overlap = Overlap(), eta_gemm=None, flops_per_token=None) -> StepTime:
     r"""Step time of one layout [s], with a breakdown (memsym Layout and Training records).
@@ -615,7 +624,7 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                   pipelined_fsdp=(training.sharding == "fsdp"
                                   and getattr(training, "framework", "megatron") == "torchtitan"),
                   recompute_fraction=_recompute_fraction(arch, layout, training),
-                  group_size=getattr(training, "microbatch_group_size", None),
+                  group_size=_group_size(layout, training, mm),
                   schedule=training.schedule)
     out = step_time_grid(arch, gpu_name, t=layout.t, p=layout.p, d=layout.d, c=layout.c,
                          e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
