@@ -177,6 +177,9 @@ class Cluster:
     latency : float
         Per collective step [s] (0: bandwidth-only, the large-message regime).
     source, locator : str
+    intra_link : {"nvlink", "pcie", "infinity-fabric"}
+        What joins the GPUs of a node (the step-time model prices NCCL's efficiency on
+        NVLink, :data:`memsym.timing.collectives.NVLINK_NCCL_EFFICIENCY`).
     """
 
     name: str
@@ -187,6 +190,7 @@ class Cluster:
     latency: float = 0
     source: str = "seed002"
     locator: str = "tensor parallelism section (NVLink 900 GB/s both ways vs 400 Gb/s InfiniBand = 50 GB/s)"
+    intra_link: str = "nvlink"
 
     def __post_init__(self):
         if int(self.gpus_per_node) != self.gpus_per_node or self.gpus_per_node < 1:
@@ -196,6 +200,9 @@ class Cluster:
                 raise InvalidValueError(f"{what} must be > 0 bytes/s, got {getattr(self, what)}")
         if self.latency < 0:
             raise InvalidValueError(f"latency must be >= 0 s, got {self.latency}")
+        if self.intra_link not in ("nvlink", "pcie", "infinity-fabric"):
+            raise InvalidValueError(f"intra_link must be nvlink, pcie or infinity-fabric, got "
+                                    f"{self.intra_link!r:.40}")
 
     def values(self, precision: str = "bf16") -> dict:
         """The cluster as symbol values: ``n_node``, ``beta_intra``, ``beta_inter``, ``alpha``, ``F``.
@@ -409,9 +416,12 @@ def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Clu
     if int(gpus_per_node) != gpus_per_node or gpus_per_node < 1:
         raise InvalidValueError(f"gpus_per_node must be a whole number >= 1, got {gpus_per_node}")
     bridged = dev.nvlink_bridge and int(gpus_per_node) > 2
+    # AMD's 'nvlink' holds its Infinity Fabric aggregate
+    link = "pcie" if (not dev.nvlink or bridged) else (
+        "infinity-fabric" if dev.arch_class == "cdna3" else "nvlink")
     if intra is not None:
-        how = "intra-node bandwidth given"
-    elif dev.nvlink and not bridged:
+        how = "intra-node bandwidth given (line rate per direction)"
+    elif link != "pcie":
         intra, how = dev.nvlink / 2, "NVLink per direction (half the vendor figure)"
     else:
         intra = dev.pcie
@@ -419,7 +429,7 @@ def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Clu
                + ("; the NVLink bridge joins only 2 GPUs" if bridged else ""))
     inter = inter if inter is not None else 50 * GB
     return Cluster(f"{dev.name}-x{gpus_per_node}", dev, int(gpus_per_node), intra, inter,
-                   locator=f"{how}; 400 Gb/s NIC per GPU = 50 GB/s (seed 002)")
+                   locator=f"{how}; 400 Gb/s NIC per GPU = 50 GB/s (seed 002)", intra_link=link)
 
 
 # REF: seed002 (8 GPUs per node, NVLink 4 900 GB/s, 400 Gb/s InfiniBand = 50 GB/s per GPU);
@@ -431,6 +441,7 @@ for _c in (
     Cluster("dgx-a100", gpu("a100-80gb"), 8, 300 * GB, 25 * GB, locator="DGX A100: NVLink 600 GB/s (both ways), 8 x 200 Gb/s HDR"),
     Cluster("dgx-b200", gpu("b200"), 8, 900 * GB, 50 * GB, locator="DGX B200: NVLink 5 1.8 TB/s (both ways), 8 x 400 Gb/s"),
     Cluster("mi300x-8", gpu("mi300x-192gb"), 8, 448 * GB, 50 * GB,
-            locator="8 x MI300X platform: Infinity Fabric 896 GB/s (both ways), 400 Gb/s per GPU"),
+            locator="8 x MI300X platform: Infinity Fabric 896 GB/s (both ways), 400 Gb/s per GPU",
+            intra_link="infinity-fabric"),
 ):
     register_cluster(_c)

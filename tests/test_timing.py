@@ -392,3 +392,21 @@ def test_torch_1f1b_needs_a_microbatch_per_stage():
             # GPipe has no such rule, and Megatron jobs are not torch's
             assert not rules.RULES["torch-pp-microbatches"].test(x, dict(k, gpipe=True))
             assert not rules.RULES["torch-pp-microbatches"].test(x, dict(k, torchtitan=False))
+
+
+def test_nvlink_runs_at_nccls_effective_bandwidth():
+    # NVIDIA/nccl-tests#212 (NCCL maintainer): H100's 450 GB/s NVLink line rate delivers an
+    # effective 370 GB/s to NCCL's ring protocol; the step-time model prices NVLink groups at
+    # that, and leaves links with no cited figure (PCIe, Infinity Fabric, InfiniBand) at
+    # their line rate
+    from memsym.hardware import cluster_for
+
+    bw, _ = collectives.group_bandwidth("tp", 8, cluster("dgx-h100"), t=8)
+    assert float(bw) == pytest.approx(370e9)
+    bw, _ = collectives.group_bandwidth("dp", 2, cluster("dgx-h100"), t=8, d=2)  # crosses nodes
+    assert float(bw) == pytest.approx(50e9)
+    bw, _ = collectives.group_bandwidth("tp", 8, cluster("mi300x-8"), t=8)
+    assert float(bw) == pytest.approx(448e9)
+    bw, _ = collectives.group_bandwidth("tp", 8, cluster_for("h100-pcie", 8), t=8)
+    assert float(bw) == pytest.approx(64e9)
+    assert cluster_for("mi300x-192gb").intra_link == "infinity-fabric"

@@ -10,6 +10,8 @@ runs on NVLink, otherwise its ring crosses the inter-node network, which sets th
 References
 ----------
 .. [nccl-tests] NVIDIA nccl-tests doc/PERFORMANCE.md (bus bandwidth factors).
+.. [nccl-nvlink-efficiency] NVIDIA/nccl-tests issue #212, NCCL maintainer's comment (NVLink:
+   370 GB/s effective of the 450 GB/s line rate).
 .. [megatron-lm] megatron/core/parallel_state.py, initialize_model_parallel(order="tp-cp-ep-dp-pp").
 """
 
@@ -19,8 +21,8 @@ import numpy as np
 
 from ..errors import InvalidValueError, choose
 
-__all__ = ["KINDS", "ORDER", "LINK_LATENCY", "collective_time", "group_stride", "group_link",
-           "group_bandwidth"]
+__all__ = ["KINDS", "ORDER", "LINK_LATENCY", "NVLINK_NCCL_EFFICIENCY", "collective_time",
+           "group_stride", "group_link", "group_bandwidth"]
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
 #: Megatron-LM's default rank order (parallel_state.initialize_model_parallel, order=).
@@ -29,6 +31,15 @@ ORDER = ("tp", "cp", "ep", "dp", "pp")
 #: NCCL's small-message times on NVLink and InfiniBand; nccl-tests reports tens of
 #: microseconds for an 8-rank all-reduce of a few KB).  Named so a user can replace it.
 LINK_LATENCY = {"intra": 5e-6, "inter": 10e-6}
+#: Fraction of an NVLink's per-direction line rate NCCL's ring protocol delivers [1]: the
+#: NCCL maintainer's figure for H100 (NVIDIA/nccl-tests issue #212: "450GB/s is the line
+#: rate. With the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of
+#: 370GB/s", without NVLink SHARP), taken as the protocol's overhead on every NVLink
+#: generation (an assumption for A100 and B200).  Links that are not NVLink (InfiniBand,
+#: PCIe, Infinity Fabric) keep their line rate: no such figure is cited for them.  The
+#: seed's and the papers' closed forms (``memsym.terms.collectives``) use the line rate, as
+#: they print it.  Named so a user can replace it (1.0: line rate).
+NVLINK_NCCL_EFFICIENCY = 370 / 450
 
 
 def collective_time(kind: str, nbytes, n, bandwidth, latency=0.0):
@@ -132,14 +143,20 @@ def group_link(group: str, size, gpus_per_node: int, **layout):
 def group_bandwidth(group: str, size, cluster, **layout):
     """(bandwidth [bytes/s], latency [s]) for each group: NVLink inside a node, else the NIC.
 
+    Inside an NVLink node the bandwidth is what NCCL delivers of the line rate
+    (:data:`NVLINK_NCCL_EFFICIENCY`).
+
     Examples
     --------
     >>> from memsym.hardware import cluster
     >>> bw, lat = group_bandwidth("tp", 8, cluster("dgx-h100"), t=8)
-    >>> float(bw) / 1e9, float(lat)
-    (450.0, 5e-06)
+    >>> round(float(bw) / 1e9, 6), float(lat)      # 450 GB/s line rate, NCCL's 370
+    (370.0, 5e-06)
     """
     inside = group_link(group, size, cluster.gpus_per_node, **layout)
-    bw = np.where(inside, float(cluster.intra_node_bandwidth), float(cluster.inter_node_bandwidth))
+    intra = float(cluster.intra_node_bandwidth)
+    if getattr(cluster, "intra_link", "nvlink") == "nvlink":
+        intra *= NVLINK_NCCL_EFFICIENCY
+    bw = np.where(inside, intra, float(cluster.inter_node_bandwidth))
     lat = np.where(inside, LINK_LATENCY["intra"], LINK_LATENCY["inter"])
     return bw, lat
