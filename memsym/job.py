@@ -41,6 +41,11 @@ class Layout:
     first_stage_layers, last_stage_layers : int or None
         Uneven pipeline: decoder layers on the first / last stage (Megatron's
         ``--decoder-first/last-pipeline-num-layers``); the rest split evenly.
+    pipeline_layout : PipelineLayout or None
+        Megatron's ``--pipeline-model-parallel-layout`` (or the split of
+        ``--account-for-embedding/loss-in-pipeline-split``): which layers each chunk of each
+        rank builds (:class:`memsym.model.pipeline_layout.PipelineLayout`); its v is the
+        layout's.  :func:`job` takes the layout string.
     """
 
     t: int = 1
@@ -53,6 +58,7 @@ class Layout:
     sequence_parallel: bool = False
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    pipeline_layout: object = None
 
     @property
     def world_size(self) -> int:
@@ -211,7 +217,11 @@ OPTION_ALIASES: dict = {
     "recompute_granularity": "recompute", "use_flash_attn": "flash_attention",
     "moe_expert_capacity_factor": "capacity_factor",
     "microbatch_group_size_per_vp_stage": "microbatch_group_size",
+    "pipeline_model_parallel_layout": "pipeline_layout",
 }
+#: Megatron's switches that count the embedding / loss as a layer of the pipeline split
+#: (:meth:`memsym.model.pipeline_layout.PipelineLayout.from_account_flags`).
+_ACCOUNT_FLAGS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,6 +335,7 @@ def validate(x, layout: Layout, training: Training):
     from .terms.schedule import SCHEDULES
 
     _check_fields(layout, training)
+    _check_pipeline_layout(x, layout, training)
     choose("recompute mode", training.recompute, RECOMPUTE)
     choose("pipeline schedule", training.schedule, SCHEDULES)
     choose("precision", training.precision, PRECISIONS)
@@ -363,6 +374,28 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
     return m_
+
+
+def _check_pipeline_layout(x, layout: Layout, training: Training) -> None:
+    # transformer_config.py __post_init__: a layout excludes the uneven-stage arguments and
+    # sets the VPP size (a given one must agree); validate_layer_layout
+    pl = layout.pipeline_layout
+    if pl is None:
+        return
+    from .model.pipeline_layout import PipelineLayout
+    from .model.stages import check_layout
+
+    if not isinstance(pl, PipelineLayout):
+        raise InvalidValueError("pipeline_layout must be a memsym PipelineLayout (job() takes "
+                                "the layout string)")
+    if (layout.v or 1) != pl.v:
+        raise InvalidValueError(f"virtual pipeline size v={layout.v} conflicts with the "
+                                f"pipeline layout's {pl.v} stages per rank")
+    if training.framework != "megatron":
+        raise InvalidValueError("a pipeline layout is Megatron-Core's "
+                                "(--pipeline-model-parallel-layout)")
+    check_layout(x, layout.t, layout.p, layout.e, layout.t_e, layout.first_stage_layers,
+                 layout.last_stage_layers, pl)
 
 
 def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
@@ -507,6 +540,33 @@ def _canonical(options: Mapping) -> dict:
     return out
 
 
+def _pipeline_layout_of(base, lay: Layout, account: dict) -> tuple:
+    """The layout with its ``pipeline_layout`` parsed (a string or per-stage lists, or the
+    account-for switches' split) and v set from it, as Megatron sets the VPP size from the
+    layout; and a note saying the split."""
+    from .model.pipeline_layout import PipelineLayout
+
+    spec = lay.pipeline_layout
+    if any(account.values()):
+        if spec is not None:
+            raise InvalidValueError("a pipeline layout cannot be given with "
+                                    "--account-for-embedding/loss-in-pipeline-split (Megatron)")
+        if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+            raise InvalidValueError("first/last stage sizes cannot be given with "
+                                    "--account-for-embedding/loss-in-pipeline-split (Megatron)")
+        spec = PipelineLayout.from_account_flags(
+            whole(base.num_layers, "num_layers"), whole(lay.p, "p"),
+            whole(lay.v, "v", optional=True),
+            embedding=account.get(_ACCOUNT_FLAGS[0], False), loss=account.get(_ACCOUNT_FLAGS[1], False))
+    if spec is None:
+        return lay, []
+    pl = PipelineLayout.from_spec(spec, whole(lay.p, "p"))
+    if lay.v is None and pl.v > 1:
+        lay = dataclasses.replace(lay, v=pl.v)
+    return (dataclasses.replace(lay, pipeline_layout=pl),
+            [f"pipeline layout: decoder layers per rank (chunks joined by +) {pl.describe()}"])
+
+
 def job(model=None, *, layout: Layout | None = None, training: Training | None = None,
         allowances: Mapping | None = None, gpu=None, cluster=None, capacity=None,
         world_size=None, gpus_per_node=None, _notes=(), **options) -> Job:
@@ -571,6 +631,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     trn_kw = {k: opts.pop(k) for k in list(opts) if k in _TRAINING_FIELDS}
     alw = dict(allowances or {})
     alw.update({k: opts.pop(k) for k in list(opts) if k in _ALLOWANCE_KEYS})
+    account = {k: _flag(opts.pop(k), k) for k in _ACCOUNT_FLAGS if k in opts}
     if opts:
         name = next(iter(opts))
         raise UnknownNameError("job option", name, list(_LAYOUT_FIELDS + _TRAINING_FIELDS)
@@ -580,6 +641,8 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     training = Training() if training is None else training
     _check_types(layout, training)
     lay = dataclasses.replace(layout, **lay_kw)
+    lay, layout_notes = _pipeline_layout_of(base, lay, account)
+    notes += layout_notes
     default_shard = training.sharding == DEFAULTS["sharding"] and "sharding" not in trn_kw
     trn = dataclasses.replace(training, **trn_kw)
     if default_shard and trn.framework in _FRAMEWORK_DEFAULT_SCHEME:

@@ -79,6 +79,9 @@ LIMITS = _limits(
           "~10^4 times the largest training corpus (~1.5e13 tokens)"),
     Limit("rank", 2**24, "1", "2^24", "LoRA / MLA low ranks, at most the hidden size"),
     Limit("norms", 8, "norms", "2^3", "norms per decoder layer: 1 (GPT-J), 2, 4 (Gemma 2/3)"),
+    Limit("layout", 2**22, "characters", "2^22",
+          "a pipeline layout as given and unrolled: 10^6 layers with their stage marks fit; "
+          "real ones are ~10^2"),
     Limit("bytes", 2**64, "bytes", "2^64",
           "16 EiB: the whole 64-bit address space; GPU memories are ~10^11 bytes"),
 )

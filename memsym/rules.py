@@ -121,8 +121,8 @@ def _pp_msg(x, k):
 
 
 def _vpp_layers(x, k):
-    if k.get("torchtitan", False):   # its stages split the layers unevenly by design
-        return False
+    if k.get("torchtitan", False) or k.get("pipeline_layout"):
+        return False     # torchtitan's stages and a custom layout split the layers themselves
     v_ = k["v"]
     per, _ = _stage_sizes(x, k)
     bad = per % v_ != 0
@@ -223,7 +223,7 @@ RULES: dict = {r.name: r for r in (
          Source("megatron-lm", "megatron/core/tensor_parallel/layers.py, ColumnParallelLinear "
                                "(divide(output_size, world_size))")),
     Rule("pp-layers", "p must divide the layers (or the rest after the given first/last stages)",
-         lambda x, k: _stage_sizes(x, k)[1], _pp_msg,
+         lambda x, k: False if k.get("pipeline_layout") else _stage_sizes(x, k)[1], _pp_msg,
          Source("megatron-lm", _MLM_TC + " (num_layers % pipeline_model_parallel_size)")),
     Rule("vpp-stages", "virtual stages v > 1 need p > 1",
          lambda x, k: (k["v"] > 1) & (k["p"] == 1),
@@ -349,6 +349,7 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
          "sequence_parallel": bool(layout.sequence_parallel),
          "first_stage_layers": layout.first_stage_layers,
          "last_stage_layers": layout.last_stage_layers, "gpus": gpus,
+         "pipeline_layout": getattr(layout, "pipeline_layout", None) is not None,
          "gpus_per_node": gpus_per_node, "m": m}
     if training is not None:
         k.update({"s": training.seq_length, "b": training.micro_batch_size,

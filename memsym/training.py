@@ -289,6 +289,42 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, chunks, sp_on: bool,
                 label="pipeline buffers")
 
 
+def _layout_in_flight(x, layout: Layout, training: Training, stage: int, pattern, per_layer,
+                      group) -> tuple:
+    """(chunk micro-batches at the peak, Σ over chunks of their activations x micro-batches,
+    1) for a custom pipeline layout: each chunk's own layers (dense and MoE) and recompute
+    (block N: the first N of the chunk; uniform N: groups within the chunk), weighted by
+    its micro-batches in flight at the rank's peak (:func:`memsym.timing.schedule.chunk_peak`;
+    m unknown: enough micro-batches that the warm-up is not cut short)."""
+    from .timing.schedule import chunk_peak
+
+    pl = layout.pipeline_layout
+    ids = pl.layer_ids(stage)
+    m_num = microbatches(layout, training)
+    n_grp = group or layout.p
+    if m_num is None:   # "enough": past the warm-up and a whole steady round
+        m_num = n_grp * (pl.v + 2 + -(-2 * layout.p // n_grp))
+    live = chunk_peak(stage, layout.p, int(m_num), pl.v, [len(c) for c in ids], group)
+    method, n_rec = training.recompute_method, training.recompute_num_layers
+    total = sp.Integer(0)
+    for n_mb, chunk in zip(live, ids):
+        if not chunk or not n_mb:
+            continue
+
+        def stack(mode, chunk=chunk):
+            moe = sum(pattern[i] for i in chunk)
+            return (len(chunk) - moe) * per_layer(False, mode) + moe * per_layer(True, mode)
+
+        act = stack(training.recompute)
+        if training.recompute == "full" and method == "block":
+            frac = sp.Rational(min(n_rec, len(chunk)), len(chunk))
+            act = frac * act + (1 - frac) * stack("none")
+        elif training.recompute == "full" and method == "uniform":
+            act = act * sp.Rational(-(-len(chunk) // n_rec), len(chunk))
+        total += n_mb * act
+    return live, total, sp.Integer(1)
+
+
 def _stage_activations(x, layout: Layout, training: Training, stage: int,
                        m_known: bool | None = None) -> Total:
     """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
@@ -321,11 +357,13 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
         return layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe, **common).expr
 
     pattern = models.moe_layer_pattern(x)
-    rng = models.stage_layers(x, pp, stage, layout.first_stage_layers, layout.last_stage_layers)
+    pl = layout.pipeline_layout
+    rng = models.stage_layers(x, pp, stage, layout.first_stage_layers, layout.last_stage_layers,
+                              pl)
     kinds = [pattern[i] for i in rng]
     n_moe = sum(kinds)
     uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
-               and len(set(pattern)) == 1)
+               and pl is None and len(set(pattern)) == 1)
     where = "first" if stage == 0 else "last" if stage == pp - 1 else stage
     # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
     group = training.microbatch_group_size if interleaved else None
@@ -352,6 +390,12 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
         else:
             stack = stack * sp.ceiling(per_chunk / n_rec) / per_chunk
     derived = Source("memsym-derivation", "memsym/training.py, stage_activations")
+    live = None
+    if pl is not None and pp > 1:
+        # a custom layout's chunks differ in size: each chunk's micro-batches in flight when
+        # the rank holds the most decoder layers, walking Megatron's op order
+        live, stack, chunks = _layout_in_flight(x, layout, training, stage, pattern, per_layer,
+                                                group)
     terms = [Term("layer_activations", chunks * stack,
                   f"{len(kinds)} decoder layers x in-flight micro-batches ({schedule}"
                   + (", interleaved" if interleaved else "") + f", recompute {recompute})",
@@ -369,11 +413,17 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
         if uniform:
             eligible = (L / p) * (qkv + fc1 * (1 - int(pattern[0])))
         eligible = eligible / (1 if vv is None else vv)
+        held = chunks
+        if live is not None:       # a custom layout: the layers in flight, not chunks x L/v
+            eligible, held = sp.Integer(1), sum(
+                n * sum((qkv + fc1 * (1 - int(pattern[i]))) for i in ids)
+                for n, ids in zip(live, pl.layer_ids(stage)))
         gathered = lora_gathered_inputs(eligible, sequence_parallel=True)
         if gathered.expr != 0:
-            terms.append(replace(gathered, expr=chunks * gathered.expr))
+            terms.append(replace(gathered, expr=held * gathered.expr))
     if stage == 0:
-        n_emb = embedding_microbatches(schedule, pp=p, vv=vv, mm=mm, group=group)
+        n_emb = embedding_microbatches(schedule, pp=p, vv=vv, mm=mm, group=group) \
+            if live is None else sp.Integer(live[0])     # the embedding is in chunk 0
         terms.append(Term("embedding_activations",
                           n_emb * embedding_activations(sequence_parallel=sp_on,
                                                         dropout=training.dropout).expr,
@@ -398,6 +448,8 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                               "multi-token-prediction layers: one layer and one more logits each",
                               derived, label="MTP"))
     if recompute == "full" and kinds:
+        if pl is not None:
+            per_chunk = sp.Integer(max(pl.chunk_layers(stage)))
         group = sp.Min(n_rec, per_chunk) if method == "uniform" else 1
         terms.append(Term("recompute_working_set", group * per_layer(any(kinds), "none"),
                           "one checkpointed group's activations (one layer unless "
@@ -454,7 +506,8 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
 
     sp_ = models.stage_parameters(
         x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
-        first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers)
+        first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers,
+        pipeline_layout=layout.pipeline_layout)
     pattern = models.moe_layer_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
     # one layer_parameters call per layer kind (dense, MoE), not per layer: memsym.search
@@ -484,7 +537,8 @@ def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
         return False
     pattern = models.moe_layer_pattern(x)
     return any(pattern[i] for i in models.stage_layers(
-        x, layout.p, stage, layout.first_stage_layers, layout.last_stage_layers))
+        x, layout.p, stage, layout.first_stage_layers, layout.last_stage_layers,
+        layout.pipeline_layout))
 
 
 def _states_and_transients(x, layout: Layout, training: Training, stage: int) -> tuple:
@@ -1033,6 +1087,13 @@ def candidate_stages(x, layout: Layout) -> tuple:
     if pp <= 2:
         return tuple(range(pp))
     pattern = models.moe_layer_pattern(x)
+    if layout.pipeline_layout is not None:
+        # a custom layout: the lowest middle rank of each chunk structure holds the most
+        pl, lowest = layout.pipeline_layout, {}
+        for i in range(1, pp - 1):
+            key = tuple(tuple(pattern[j] for j in ids) for ids in pl.layer_ids(i))
+            lowest.setdefault(key, i)
+        return (0, *sorted(lowest.values()), pp - 1)
     if len(set(pattern)) == 1:
         return (0, 1, pp - 1)
     f, l_ = layout.first_stage_layers, layout.last_stage_layers

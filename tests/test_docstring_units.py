@@ -31,6 +31,8 @@ EXCEPTIONS = {
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
     ("memsym.timing.schedule.schedule_table", "N"):
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
+    ("memsym.timing.schedule.chunk_peak", "N"):
+        "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
     ("memsym.timing.efficiency.gemm_time", "N"): "a GEMM dimension [elements], not parameters",
     ("memsym.timing.efficiency.gemm_efficiency", "N"):
         "a GEMM dimension [elements], not parameters",

@@ -83,6 +83,14 @@ def add_training_options(parser) -> None:
                      type=positive_int, default=None)
     lay.add_argument("--decoder-last-pipeline-num-layers", dest="last_stage_layers",
                      type=positive_int, default=None)
+    lay.add_argument("--pipeline-model-parallel-layout", dest="pipeline_layout", default=None,
+                     metavar="LAYOUT",
+                     help="Megatron-Core's layout: the layers of each pipeline stage, e.g. "
+                     "'Et*4|(tttt|)*14,tmL' (E embedding, t decoder layer, m MTP, L loss)")
+    lay.add_argument("--account-for-embedding-in-pipeline-split", action="store_true",
+                     help="count the embedding as one layer of the pipeline split (Megatron)")
+    lay.add_argument("--account-for-loss-in-pipeline-split", action="store_true",
+                     help="count the loss as one layer of the pipeline split (Megatron)")
     trn = parser.add_argument_group("training")
     trn.add_argument("--seq-length", type=positive_int, default=None, metavar="S")
     trn.add_argument("--micro-batch-size", type=positive_int, default=None, metavar="B")
@@ -286,7 +294,7 @@ def wants_training(args) -> bool:
 _JOB_OPTIONS = (
     ("tp", "t"), ("pp", "p"), ("dp", "d"), ("cp", "c"), ("ep", "e"), ("etp", "t_e"), ("vpp", "v"),
     ("first_stage_layers", "first_stage_layers"), ("last_stage_layers", "last_stage_layers"),
-    ("seq_length", "seq_length"), ("micro_batch_size", "micro_batch_size"),
+    ("pipeline_layout", "pipeline_layout"), ("seq_length", "seq_length"), ("micro_batch_size", "micro_batch_size"),
     ("global_batch_size", "global_batch_size"), ("num_microbatches", "num_microbatches"),
     ("recompute_granularity", "recompute"), ("recompute_method", "recompute_method"),
     ("recompute_num_layers", "recompute_num_layers"), ("offload", "offload"),
@@ -320,6 +328,9 @@ def job_from_args(args, **override):
     opts = {dest_job: getattr(args, dest) for dest, dest_job in _JOB_OPTIONS
             if getattr(args, dest, None) is not None}
     opts["sequence_parallel"] = bool(args.sequence_parallel)
+    for flag in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        if getattr(args, flag, False):
+            opts[flag] = True
     opts["schedule"] = args.schedule
     if getattr(args, "no_flash_attn", False):
         opts["flash_attention"] = False
@@ -410,7 +421,9 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "framework": training.framework, "compiled_loss": training.compiled_loss,
                      "loss_parallel": training.loss_parallel,
                      "first_stage_layers": layout.first_stage_layers,
-                     "last_stage_layers": layout.last_stage_layers},
+                     "last_stage_layers": layout.last_stage_layers,
+                     "pipeline_layout": None if layout.pipeline_layout is None
+                     else layout.pipeline_layout.describe()},
         "convention": args.convention,
         "units": "bytes",
     }
@@ -594,7 +607,8 @@ def communication_report(args, arch, layout, training) -> dict:
     heaviest = max(
         (stage_parameters(arch, layout.t, layout.p, i, e=layout.e, t_e=layout.t_e,
                           first_stage_layers=layout.first_stage_layers,
-                          last_stage_layers=layout.last_stage_layers).per_gpu
+                          last_stage_layers=layout.last_stage_layers,
+                          pipeline_layout=layout.pipeline_layout).per_gpu
          for i in range(layout.p)))
     dp_params = heaviest * layout.p * layout.t
     m_ = microbatches(layout, training) or 1

@@ -40,7 +40,12 @@ _ALIASES = {
     "should_pad_vocab": ("should_pad_vocab",),
     "first_stage_layers": ("first_stage_layers", "num_layers_in_first_pipeline_stage"),
     "last_stage_layers": ("last_stage_layers", "num_layers_in_last_pipeline_stage"),
+    "pipeline_layout": ("pipeline_layout", "pipeline_model_parallel_layout"),
 }
+#: The assumption both estimators make under a custom pipeline layout (neither reads it:
+#: theoretical_memory_usage.py and Bridge's theoretical_memory_utils.py split by p).
+LAYOUT_IGNORED = ("the custom pipeline layout is not read by the estimator: the layers are "
+                  "split evenly over p")
 _INT_KNOBS = ("t", "p", "d", "c", "e", "t_e", "v", "s", "b", "m", "B",
               "first_stage_layers", "last_stage_layers")
 def _read(obj, name):
@@ -198,6 +203,7 @@ def _launchable(arch, kn: dict):
          "B": kn["B"], "m": kn["m"], "sequence_parallel": kn["sequence_parallel"],
          "first_stage_layers": kn["first_stage_layers"],
          "last_stage_layers": kn["last_stage_layers"], "offload": False,
+         "pipeline_layout": kn.get("pipeline_layout") is not None,
          "shards_gradients": False, "microbatch_group_size": None}
     rules.check(x, k)
     return x

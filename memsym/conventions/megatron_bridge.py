@@ -9,7 +9,7 @@ from ..errors import DivisibilityError, InvalidValueError
 from ..symbols import V, c, d, e, h, p, t, t_e
 from ..term import Term, Total
 from .formulas import (_BR_A, _BR_WO, bridge_bytes_per_parameter, megatron_bridge_activation, padded_vocab)
-from .knobs import ConventionResult, _arch, _knobs, _launchable, _schedule, _values
+from .knobs import LAYOUT_IGNORED, ConventionResult, _arch, _knobs, _launchable, _schedule, _values
 from .megatron_lm import _precision_note
 
 # ------------------------------------------------------------------------------------------------
@@ -199,6 +199,8 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
         assumptions.append("router and shared-expert-gate parameters not counted")
     if pp_note:
         assumptions.append(pp_note)
+    if kn.get("pipeline_layout") is not None:
+        assumptions.append(LAYOUT_IGNORED)
     if schedule == "interleaved":
         assumptions.append("interleaved schedule: activations x (1 + (p - 1)/(p v))")
     elif schedule == "microbatches":

@@ -10,7 +10,7 @@ from ..symbols import L, V, c, d, e, f, h, p, t, t_e
 from ..term import Term, Total
 from ..values import as_expr
 from .formulas import (_LM_A, _LM_B, _LM_WO, _R, megatron_bytes_per_parameter, megatron_lm_activation, padded_vocab)
-from .knobs import ConventionResult, _arch, _knobs, _launchable, _schedule, _values
+from .knobs import LAYOUT_IGNORED, ConventionResult, _arch, _knobs, _launchable, _schedule, _values
 
 # ------------------------------------------------------------------------------------------------
 # Megatron-LM core 0.19
@@ -159,6 +159,8 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
         assumptions.append("the whole MTP block is counted on stage 0; MTP activations ignored")
     if kn["first_stage_layers"] or kn["last_stage_layers"]:
         assumptions.append("uneven pipeline stages are ignored (even split assumed)")
+    if kn.get("pipeline_layout") is not None:
+        assumptions.append(LAYOUT_IGNORED)
     if schedule == "interleaved":
         assumptions.append("interleaved schedule: activations x (1 + (p - 1)/(p v))")
     elif schedule == "microbatches":

@@ -24,7 +24,7 @@ __all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters"
 
 def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Optional[int] = None,
                  first_stage_layers: Optional[int] = None,
-                 last_stage_layers: Optional[int] = None) -> None:
+                 last_stage_layers: Optional[int] = None, pipeline_layout=None) -> None:
     """Refuse a layout that Megatron-LM cannot build, naming the divisibility rule broken.
 
     The structural rules of :data:`memsym.rules.RULES`: ``tp-heads``, ``tp-kv-heads``,
@@ -41,6 +41,9 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
         Expert tensor-parallel size [GPUs] (default t, as Megatron resolves it).
     first_stage_layers, last_stage_layers : int, optional
         Uneven pipeline: decoder layers on the first / last stage [1].
+    pipeline_layout : memsym.model.pipeline_layout.PipelineLayout, optional
+        A custom layout (``--pipeline-model-parallel-layout``): validated in place of the
+        split rules.
 
     Raises
     ------
@@ -61,10 +64,28 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
     x = _lenient(arch)
     t, p, e = _pos_int(t, "t"), _pos_int(p, "p"), _pos_int(e, "e")
     t_e = t if t_e is None else _pos_int(t_e, "t_e")
+    if pipeline_layout is not None:
+        rules.check(x, {"t": t, "p": p, "e": e, "t_e": t_e},
+                    ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts"))
+        _check_pipeline_layout(x, p, pipeline_layout, first_stage_layers, last_stage_layers)
+        return
     rules.check(x, {"t": t, "p": p, "e": e, "t_e": t_e, "first_stage_layers": first_stage_layers,
                     "last_stage_layers": last_stage_layers},
                 ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts", "pp-layers"))
     _split_layers(x.num_layers, p, first_stage_layers, last_stage_layers)
+
+
+def _check_pipeline_layout(x, p, pipeline_layout, first, last) -> None:
+    # transformer_config.py __post_init__: the layout excludes the uneven-stage arguments;
+    # its stages are a multiple of p; validate_layer_layout
+    if first is not None or last is not None:
+        raise InvalidValueError("a pipeline layout cannot be given with first/last stage sizes "
+                                "(Megatron: pipeline_model_parallel_layout cannot be set with "
+                                "other pipeline layout arguments)")
+    if pipeline_layout.p != p:
+        raise InvalidValueError(f"the pipeline layout is for p={pipeline_layout.p}, the layout "
+                                f"has p={p}")
+    pipeline_layout.validate(x.num_layers, x.mtp_num_layers or 0)
 
 
 def _split_layers(n_layers: int, p: int, first=None, last=None) -> list:
@@ -319,7 +340,7 @@ def torchtitan_end_stages(n_layers: int, p: int, stages_per_rank: int = 1,
 
 def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,
                  first_stage_layers: Optional[int] = None,
-                 last_stage_layers: Optional[int] = None) -> range:
+                 last_stage_layers: Optional[int] = None, pipeline_layout=None):
     """The decoder layers (0-based indices) held by pipeline ``stage`` of ``p``.
 
     Parameters
@@ -332,11 +353,13 @@ def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,
         The stage index, 0 .. p−1.
     first_stage_layers, last_stage_layers : int, optional
         Uneven pipeline: decoder layers on the first / last stage [1]; the rest split evenly.
+    pipeline_layout : memsym.model.pipeline_layout.PipelineLayout, optional
+        A custom layout: the stage's chunks' layers (not contiguous when v > 1).
 
     Returns
     -------
-    range
-        The stage's layer indices.
+    range or tuple of int
+        The stage's layer indices (a tuple under a custom layout).
 
     Examples
     --------
@@ -346,9 +369,11 @@ def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,
     """
     n = _lenient(arch).num_layers
     p = _pos_int(p, "p")
-    sizes = _split_layers(n, p, first_stage_layers, last_stage_layers)
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < p:
         raise InvalidValueError(f"stage must be a whole number in 0..{p - 1}, got {stage!r}")
+    if pipeline_layout is not None:
+        return tuple(i for ids in pipeline_layout.layer_ids(stage) for i in ids)
+    sizes = _split_layers(n, p, first_stage_layers, last_stage_layers)
     start = sum(sizes[:stage])
     return range(start, start + sizes[stage])
 
@@ -444,7 +469,7 @@ class StageParameters:
 def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0, *, e: int = 1,
                      t_e: Optional[int] = None, first_stage_layers: Optional[int] = None,
                      last_stage_layers: Optional[int] = None, pad_vocab: bool = True,
-                     tied_output_copy: bool = True) -> StageParameters:
+                     tied_output_copy: bool = True, pipeline_layout=None) -> StageParameters:
     """The parameters pipeline ``stage`` of ``p`` holds (Megatron-LM placement).
 
     The first stage holds the word embedding (V_pad·h, sharded over t) and the learned position
@@ -470,6 +495,10 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
         ``--decoder-first/last-pipeline-num-layers``); the rest split evenly.
     pad_vocab : bool
         Use Megatron's padded vocabulary (default True: it is what is allocated).
+    tied_output_copy : bool
+        Count the last stage's copy of a tied embedding as its output weight.
+    pipeline_layout : memsym.model.pipeline_layout.PipelineLayout, optional
+        A custom layout (``--pipeline-model-parallel-layout``): the stage's layers from it.
 
     Examples
     --------
@@ -479,9 +508,9 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     True
     """
     x = resolve(arch)   # strict: the position table is counted on stage 0
-    check_layout(x, t, p, e, t_e, first_stage_layers, last_stage_layers)
+    check_layout(x, t, p, e, t_e, first_stage_layers, last_stage_layers, pipeline_layout)
     t_e = t if t_e is None else t_e
-    rng = stage_layers(x, p, stage, first_stage_layers, last_stage_layers)
+    rng = stage_layers(x, p, stage, first_stage_layers, last_stage_layers, pipeline_layout)
     pattern = moe_layer_pattern(x)
     per = {kind: layer_parameters(x, kind) for kind in set(pattern)}
     tp = sum(per[pattern[i]]["tp"] for i in rng)

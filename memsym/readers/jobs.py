@@ -54,7 +54,9 @@ def megatron_job(mj, model=None, **options):
     notes = list(mj.notes)
     lay, trn, prec, opt = mj.layout, mj.training, mj.precision, mj.optimizer
     opts = {k: lay[k] for k in ("t", "p", "c", "e", "t_e", "v", "sequence_parallel",
-                                "first_stage_layers", "last_stage_layers") if lay.get(k) is not None}
+                                "first_stage_layers", "last_stage_layers", "pipeline_layout",
+                                "account_for_embedding_in_pipeline_split",
+                                "account_for_loss_in_pipeline_split") if lay.get(k) is not None}
     if lay.get("world_size") is not None:
         opts["world_size"] = lay["world_size"]
     elif lay.get("d") is not None:

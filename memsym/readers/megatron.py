@@ -715,14 +715,19 @@ class _Reader:
         first = self.int("decoder_first_pipeline_num_layers", None, lo=0, hi=MAX_LAYERS)
         last = self.int("decoder_last_pipeline_num_layers", None, lo=0, hi=MAX_LAYERS)
         lay["first_stage_layers"], lay["last_stage_layers"] = first, last
-        lay["v"] = self.vpp(L, p, first, last)
-        if first is None and last is None and lay["v"] is None and L % p:
+        layout_text = self.raw.get("pipeline_model_parallel_layout") \
+            if self.given("pipeline_model_parallel_layout") else None
+        account = {k: True for k in ("account_for_embedding_in_pipeline_split",
+                                     "account_for_loss_in_pipeline_split") if self.flag(k)}
+        custom = layout_text is not None or bool(account)
+        lay["v"] = self.vpp(L, p, first, last, custom)
+        if not custom and first is None and last is None and lay["v"] is None and L % p:
             raise InvalidValueError(f"--num-layers {L} is not divisible by "
                                     f"--pipeline-model-parallel-size {p} (Megatron's validate_args)")
-        if self.flag("account_for_embedding_in_pipeline_split") or \
-                self.flag("account_for_loss_in_pipeline_split"):
-            raise InvalidValueError("--account-for-embedding/loss-in-pipeline-split layouts are not "
-                                    "modelled")
+        if layout_text is not None:
+            # transformer_config.py: the layout string, parsed and validated by memsym.job
+            lay["pipeline_layout"] = str(layout_text)
+        lay.update(account)
         world = self.world_size()
         lay["world_size"] = world
         if world is not None:
@@ -740,14 +745,14 @@ class _Reader:
             self.note("world size unknown: add --world-size N for the data-parallel size")
         return lay
 
-    def vpp(self, L, p, first, last):
+    def vpp(self, L, p, first, last, custom=False):
         n_layers = self.int("num_layers_per_virtual_pipeline_stage", None, hi=MAX_LAYERS)
         n_stages = self.int("num_virtual_stages_per_pipeline_rank", None, hi=MAX_LAYERS)
         legacy = self.int("virtual_pipeline_model_parallel_size", None, hi=MAX_LAYERS)
-        layout_given = self.given("pipeline_model_parallel_layout")
-        if layout_given:
-            raise InvalidValueError("--pipeline-model-parallel-layout is not modelled; use "
-                                    "--decoder-first/last-pipeline-num-layers")
+        if custom and n_layers is not None:
+            raise InvalidValueError("with --pipeline-model-parallel-layout or --account-for-"
+                                    "embedding/loss-in-pipeline-split give VPP as "
+                                    "--num-virtual-stages-per-pipeline-rank")
         if (n_layers is not None) + (n_stages is not None) + (legacy is not None) > 1:
             raise InvalidValueError("give one of --num-layers-per-virtual-pipeline-stage and "
                                     "--num-virtual-stages-per-pipeline-rank (Megatron's validate_args)")

@@ -28,7 +28,7 @@ import sympy as sp
 from ..errors import InvalidValueError, choose
 
 __all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "schedule_table", "rank_order", "simulate",
-           "Simulation", "bubble_fraction"]
+           "Simulation", "bubble_fraction", "chunk_peak"]
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 #: Bound on the forward + backward passes simulated (p m v 2).
@@ -173,6 +173,52 @@ def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = Fals
         order.append(bwd[i])
     order.extend(bwd[total - warm:])
     return order
+
+
+def chunk_peak(rank: int, p: int, m: int, v: int, weights, N=None) -> tuple:
+    """Micro-batches of each model chunk in flight on ``rank`` when the weight in flight
+    peaks, over Megatron's op order (:func:`rank_order`) [1].
+
+    With chunks of unequal size (a custom pipeline layout) the peak of what a rank holds
+    need not fall at the end of its warm-up; walking the rank's forwards and backwards finds
+    it (the first time it is reached).
+
+    Parameters
+    ----------
+    rank, p, m, v : int
+        The pipeline rank, pipeline size [GPUs], micro-batches [1], chunks per rank [1].
+    weights : sequence of number
+        What one micro-batch of each chunk holds (its decoder layers, say).
+    N : int, optional
+        ``microbatch_group_size_per_vp_stage``: micro-batches per group (default p; not
+        parameters).
+
+    Returns
+    -------
+    tuple of int
+        Per chunk, its micro-batches in flight at the peak.
+
+    Examples
+    --------
+    Rank 0 of 2, chunks of 1 and 2 layers, 4 micro-batches (N = 2): the warm-up's 4 forwards
+    and the one before the first backward hold chunk 0 three times and chunk 1 twice
+    (7 layers); no later moment holds more:
+
+    >>> chunk_peak(0, 2, 4, 2, (1, 2))
+    (3, 2)
+    """
+    if len(weights) != v:
+        raise InvalidValueError(f"give one weight per model chunk ({v}), got {len(weights)}")
+    if 2 * m * v > MAX_OPS:
+        raise InvalidValueError(f"{2 * m * v} forward and backward passes exceed {MAX_OPS}")
+    live, held, best, best_live = [0] * v, 0, None, tuple([0] * v)
+    for kind, _, ch in rank_order(rank, p, m, v, N):
+        step = 1 if kind == "F" else -1
+        live[ch] += step
+        held += step * weights[ch]
+        if best is None or held > best:
+            best, best_live = held, tuple(live)
+    return best_live
 
 
 @dataclass(frozen=True)

@@ -626,11 +626,16 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                   recompute_fraction=_recompute_fraction(arch, layout, training),
                   group_size=_group_size(layout, training, mm),
                   schedule=training.schedule)
+    first, last = layout.first_stage_layers, layout.last_stage_layers
+    pl = getattr(layout, "pipeline_layout", None)
+    if pl is not None and layout.p > 1:
+        # a custom layout: its end ranks' layers (the middle ranks priced at their mean)
+        first, last = pl.rank_layers(0), pl.rank_layers(layout.p - 1)
     out = step_time_grid(arch, gpu_name, t=layout.t, p=layout.p, d=layout.d, c=layout.c,
                          e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
                          cluster=cluster, overlap=overlap, eta_gemm=eta_gemm,
-                         first_stage_layers=layout.first_stage_layers,
-                         last_stage_layers=layout.last_stage_layers, exact_schedule=True)
+                         first_stage_layers=first, last_stage_layers=last,
+                         exact_schedule=True)
     parts = {k: float(np.asarray(out[k]).ravel()[0]) for k in out if k != "launchable"}
     total = parts.pop("step")
     mfu = None
