@@ -511,7 +511,9 @@ def test_min_gpus_is_minimal(model, gpu, options):
     cap = S.make_space(model, gpu, **options).capacity
     layout = Layout(t=lay["t"], p=lay["p"], c=lay["c"], d=lay["d"], e=lay["e"],
                     v=lay["v"] if lay["v"] > 1 else None,
-                    sequence_parallel=lay["sequence_parallel"] and lay["t"] > 1)
+                    sequence_parallel=lay["sequence_parallel"] and lay["t"] > 1,
+                    first_stage_layers=lay.get("first_stage_layers"),
+                    last_stage_layers=lay.get("last_stage_layers"))
     tr = Training(seq_length=options["seq_length"], micro_batch_size=lay["b"],
                   global_batch_size=options.get("global_batch_size"),
                   recompute=lay["recompute"], sharding=lay["sharding"])
@@ -533,7 +535,9 @@ def test_search_smallest_d_against_the_exact_training_total(model, gpu, options)
 
     def exact_total(dd):
         layout = Layout(t=lay["t"], p=lay["p"], c=lay["c"], d=dd, e=lay["e"],
-                        sequence_parallel=lay["sequence_parallel"] and lay["t"] > 1)
+                        sequence_parallel=lay["sequence_parallel"] and lay["t"] > 1,
+                        first_stage_layers=lay.get("first_stage_layers"),
+                        last_stage_layers=lay.get("last_stage_layers"))
         tr = Training(seq_length=options["seq_length"], micro_batch_size=lay["b"],
                       recompute=lay["recompute"], sharding=lay["sharding"])   # shared defaults
         return training_memory(model, layout, tr).bytes_total

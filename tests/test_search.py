@@ -261,8 +261,7 @@ def test_min_gpus_is_minimal(layers, width, heads, cap_gb):
                         add_bias_linear=False)
     opts = dict(seq_length=1024, capacity=int(cap_gb * GB), recompute=["selective"],
                 sharding=["distributed-optimizer", "zero3"], micro_batch_sizes=[1],
-                gpus_per_node=2, cp=[1], allowances=ZERO,
-                uneven=False)   # min_gpus sizes with the even split (uneven stages: search only)
+                gpus_per_node=2, cp=[1], allowances=ZERO)   # uneven end stages offered too
     try:
         r = min_gpus(arch, "a100-80gb", max_gpus=256, **opts)
     except NoFitError:
@@ -277,6 +276,26 @@ def test_min_gpus_is_minimal(layers, width, heads, cap_gb):
                          tp=[lay["t"]], pp=[lay["p"]], **{k: v for k, v in opts.items() if k != "cp"},
                          cp=[lay["c"]])
         assert not smaller.columns["fits"].any()
+
+
+def test_min_gpus_offers_uneven_stages():
+    # Llama 3 405B with Megatron's distributed optimizer and full recompute: no p dividing
+    # the 126 layers fits on fewer than 144 H100s (t 8, p 18); Meta's own split, 7 + 14 x 8
+    # + 7 on p = 16 (--decoder-first/last-pipeline-num-layers 7), fits on 128.  The answer is
+    # the exact training total of that layout, and a search at 127 GPUs finds nothing
+    opts = dict(sharding=["distributed-optimizer"], recompute=["full"])
+    even = min_gpus("llama3-405b", "h100-80gb", uneven=False, **opts)
+    best = min_gpus("llama3-405b", "h100-80gb", **opts)
+    assert even.gpus == 144 and 126 % even.layout["p"] == 0
+    assert best.gpus == 128
+    lay = best.layout
+    assert (lay["t"], lay["p"], lay["d"]) == (8, 16, 1)
+    assert (lay["first_stage_layers"], lay["last_stage_layers"]) in ((7, 7), (6, 8), (8, 6))
+    row = {**lay, "c": 1}
+    est = training_memory("llama3-405b", *_training_of(row, 4096, None))
+    assert est.bytes_total == best.bytes["total"] and est.bytes_total <= 80 * GB
+    fewer = search("llama3-405b", "h100-80gb", 127, **opts)
+    assert not fewer.columns["fits"].any()
 
 
 # --- command line -------------------------------------------------------------------------

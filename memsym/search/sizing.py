@@ -16,7 +16,7 @@ from ..symbols import d
 from .. import rules as _rules
 
 from .space import RULES, _CHOICE_KEYS, _KNOBS, _choices, _divisors, _from_job, _pos, _scheme, make_space
-from .grid import explain, rule_masks
+from .grid import _sub, explain, rule_masks, stage_splits
 from .evaluate import _binding, _evaluate
 from .exact import _exact_row, _row_totals, group_bytes
 from .results import search
@@ -217,6 +217,27 @@ def _smallest_multiple(fits: Callable, step, kmax):
     return hi * step
 
 
+def _with_splits(num_layers: int, grid: dict, cand_v) -> dict:
+    """The knob rows with their first/last stage sizes (``f``, ``l``; 0: the even split):
+    the even split where p divides the layers, and the uneven ones :func:`stage_splits`
+    offers, as :func:`search` lays them out."""
+    import numpy as np
+
+    parts = []
+    for pp in np.unique(grid["p"]):
+        idx = np.flatnonzero(grid["p"] == pp)
+        pairs = ([(0, 0)] if num_layers % int(pp) == 0 else []) + list(
+            stage_splits(num_layers, int(pp), cand_v))
+        for f_, l_ in pairs:
+            parts.append((idx, f_, l_))
+    if not parts:
+        return {**{k: v[:0] for k, v in grid.items()}, "f": grid["p"][:0], "l": grid["p"][:0]}
+    out = {k: np.concatenate([grid[k][idx] for idx, _, _ in parts]) for k in grid}
+    out["f"] = np.concatenate([np.full(len(idx), f_, dtype=np.int64) for idx, f_, _ in parts])
+    out["l"] = np.concatenate([np.full(len(idx), l_, dtype=np.int64) for idx, _, l_ in parts])
+    return out
+
+
 def _no_valid_choice(space, knobs, maxg) -> NoFitError:
     """Every (layout, discrete choice) breaks a rule (offload with p > 1, say): name it."""
     why = (f" (offload-pp: {RULES['offload-pp']})"
@@ -228,8 +249,9 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
              **options) -> MinGpus:
     r"""The fewest GPUs on which the training fits, over every layout the rules allow.
 
-    For each rule-valid (t, p, c, e, v, b) and discrete choice the memory is nonincreasing
-    in d, so the smallest fitting d is found for all of them at once (vectorized exponential
+    For each rule-valid (t, p, c, e, v, b), with the first/last stage sizes :func:`search`
+    offers (uneven ones unless ``uneven=False``), and each discrete choice the memory is
+    nonincreasing in d, so the smallest fitting d is found for all of them at once (vectorized exponential
     search and bisection on the compiled totals), moved up to the next d the batch rule
     allows; G = t p c d is minimised (ties: best step time, else most headroom).  The chosen
     layout's d is then solved exactly (:func:`smallest_d`: closed form, then the integer) and
@@ -270,18 +292,24 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     # candidate (t, p, c, e, v, b): the knob rules except world size and the d-dependent ones
     pseudo = replace(space, global_batch_size=None)
     cand_t = space.tp or tuple(dv for dv in _divisors(x.num_attention_heads) if dv <= space.gpus_per_node)
-    cand_p = space.pp or tuple(_divisors(x.num_layers)) if space.first_stage_layers is None \
-        and space.last_stage_layers is None else (space.pp or tuple(range(2, x.num_layers + 1)))
+    given = space.first_stage_layers is not None or space.last_stage_layers is not None
+    # p: the divisors of the layers (the even split) and, where uneven end stages are offered,
+    # every p up to the layers with the splits the search offers (stage_splits)
+    offer = space.uneven and not given
+    cand_p = space.pp or (tuple(range(2, x.num_layers + 1)) if given else tuple(sorted(
+        set(_divisors(x.num_layers)) | (set(range(2, x.num_layers + 1)) if offer else set()))))
     cand_c = space.cp or (1,)
     cand_e = space.ep or (tuple(_divisors(x.num_experts)) if x.num_experts else (1,))
     cand_v = space.vpp or (1,)   # interleaving never lowers memory (seed 001): v = 1 for sizing
     prod = np.array(list(itertools.product(cand_t, cand_p, cand_c, cand_e, cand_v,
                                            space.micro_batch_sizes)), dtype=np.int64)
     grid = {k: prod[:, i] for i, k in enumerate(("t", "p", "c", "e", "v", "b"))}
-    grid["d"] = np.ones(len(prod), dtype=np.int64)
+    if offer:
+        grid = _with_splits(x.num_layers, grid, cand_v)
+    grid["d"] = np.ones(len(grid["t"]), dtype=np.int64)
     masks = rule_masks(pseudo, grid)
     masks.pop("ep-group", None)
-    bad = np.zeros(len(prod), dtype=bool)
+    bad = np.zeros(len(grid["t"]), dtype=bool)
     for mask in masks.values():
         bad |= mask
     grid = {k: val[~bad] for k, val in grid.items()}
@@ -289,7 +317,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     if not len(grid["t"]):
         raise NoFitError(f"no layout passes the rules within {maxg} GPUs")
     B = space.global_batch_size
-    knobs = {k: grid[k] for k in ("t", "p", "c", "e", "v", "b")}
+    knobs = {k: grid[k] for k in ("t", "p", "c", "e", "v", "b") + (("f", "l") if offer else ())}
     nk = len(knobs["t"])
 
     def evaluate_at(dvals, only=None, rows=None, per_stage=False):
@@ -384,6 +412,12 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
         low = live[top_ok & (dstar[live] > step[live])]
         low_fits = fits_at(low, dstar[low] - step[low])
         redo = np.union1d(np.union1d(live[~top_ok], low[low_fits]), np.flatnonzero(~linear))
+        verified = np.setdiff1d(live[top_ok], redo)
+        if len(verified) and len(redo):
+            # a row needs d >= step: one whose smallest G already exceeds a verified row's
+            # answer cannot win (or tie), so it is not searched
+            g_known = int((tpc0[verified] * dstar[verified]).min())
+            redo = redo[tpc0[redo] * step[redo] <= g_known]
         if len(redo):
             report(3, 3)
             dstar[redo] = _smallest_multiple(lambda r, dv: fits_at(redo[r], dv), step[redo],
@@ -394,7 +428,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
         rows = {"knob": np.zeros(0, dtype=np.int64)}
     n = len(best_d)
     tpc = (knobs["t"] * knobs["p"] * knobs["c"])[rows["knob"]] if n else np.zeros(0, dtype=np.int64)
-    for k in ("t", "p", "c", "e", "v", "b"):
+    for k in knobs:
         rows[k] = knobs[k][rows["knob"]]
     ok = best_d > 0
     if not ok.any():
@@ -406,6 +440,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
         cols["binding"] = _binding(cols)
         j = int(np.argmin(cols["memory"]))
         least = {k: cols[k][j] for k in _KNOBS + _CHOICE_KEYS}
+        least.update(first_stage_layers=int(cols["f"][j]), last_stage_layers=int(cols["l"][j]))
         raise NoFitError(
             f"nothing fits within {maxg} x {space.gpu.name}: the least memory is "
             f"{cols['memory'][j] / 1e9:.4g} GB > {space.capacity / 1e9:.4g} GB (t={cols['t'][j]}, "
@@ -424,7 +459,9 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
                      "b": int(rows["b"][i]), "recompute": str(rows["recompute"][i]),
                      "sharding": str(rows["sharding"][i]),
                      "sequence_parallel": bool(rows["sequence_parallel"][i]),
-                     "offload": str(rows["offload"][i])})
+                     "offload": str(rows["offload"][i]),
+                     "first_stage_layers": int(rows["f"][i]) if offer else 0,
+                     "last_stage_layers": int(rows["l"][i]) if offer else 0})
     tied = replace(space, tp=tuple(sorted({r["t"] for r in cand})),
                    pp=tuple(sorted({r["p"] for r in cand})), cp=tuple(sorted({r["c"] for r in cand})),
                    vpp=tuple(sorted({r["v"] for r in cand})),
@@ -436,25 +473,32 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     res = search(model, gpu, gbest, space=tied)
     order = res.order()
     chosen = None
-    keyset = {(r["t"], r["p"], r["c"], r["d"], r["e"], r["v"], r["b"], r["recompute"],
-               r["sharding"], r["sequence_parallel"], r["offload"]) for r in cand}
+    names = ("t", "p", "c", "d", "e", "v", "b", "recompute", "sharding", "sequence_parallel",
+             "offload")
+
+    def key_of(r):
+        return tuple(r[k] for k in names) + (r.get("first_stage_layers") or 0,
+                                              r.get("last_stage_layers") or 0)
+
+    keyset = {key_of(r) for r in cand}
     for i in order:
         r = res.row(int(i))
-        key = (r["t"], r["p"], r["c"], r["d"], r["e"], r["v"], r["b"], r["recompute"],
-               r["sharding"], r["sequence_parallel"], r["offload"])
-        if key in keyset:
+        if key_of(r) in keyset:
             chosen = r
             break
     if chosen is None:
         chosen = res.best() if len(order) else {**cand[0]}
-    lay = {k: chosen[k] for k in ("t", "p", "c", "d", "e", "v", "b", "recompute", "sharding",
-                                  "sequence_parallel", "offload")}
+    lay = {k: chosen[k] for k in names}
     lay["m"] = chosen.get("m")
+    f_c, l_c = chosen.get("first_stage_layers") or 0, chosen.get("last_stage_layers") or 0
+    if f_c or l_c:
+        lay.update(first_stage_layers=f_c or None, last_stage_layers=l_c or None)
     # the exact, symbolic answer for the chosen layout
     sol, method, closed, bound = None, "searched", None, None
     try:
-        sol = smallest_d(model, gpu, space=space, hint=lay["d"], **{k: lay[k] for k in (
-            "t", "p", "c", "e", "b", "v", "recompute", "sharding", "sequence_parallel", "offload")})
+        sol = smallest_d(model, gpu, space=_sub(space, f_c, l_c), hint=lay["d"], **{
+            k: lay[k] for k in ("t", "p", "c", "e", "b", "v", "recompute", "sharding",
+                                "sequence_parallel", "offload")})
         closed, bound = sol.closed_form, sol.bound
         if closed is not None:
             method = "closed form"
