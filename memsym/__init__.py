@@ -16,21 +16,37 @@ from .values import as_values, exact
 from .terms.model_state import byte_widths, host_state, model_state
 from .terms.activations import korthikanti, layer_activations
 
-# --- model: architectures, presets, config.json, parameter counts -----------------------------
-from .model import Architecture, from_hf_config, parameter_count, preset, resolve_model
+# --- the rest loads on first use (PEP 562), so `import memsym` and the CLI stay lean -----------
+#: name -> the module that defines it: model (architectures, presets, config.json, parameter
+#: counts); job and training (the per-GPU total of a layout) and the frameworks' conventions;
+#: analysis (the smallest degree or largest size that fits); hardware and time
+#: (communication, pipeline bubble, FLOPs, step time, cost).
+_LAZY = {
+    **dict.fromkeys(("Architecture", "from_hf_config", "parameter_count", "preset",
+                     "resolve_model"), ".model"),
+    **dict.fromkeys(("Layout", "Training", "training_memory"), ".training"),
+    **dict.fromkeys(("convention_breakdown", "megatron_bridge", "megatron_lm"), ".conventions"),
+    **dict.fromkeys(("Solution", "largest", "smallest", "smallest_gpus"), ".analysis"),
+    **dict.fromkeys(("communication_per_step", "communication_time"), ".terms.communication"),
+    **dict.fromkeys(("bubble_fraction", "global_batch"), ".terms.pipeline"),
+    **dict.fromkeys(("flops_per_iteration", "gpu_hours", "hfu", "mfu", "step_report",
+                     "step_time", "training_cost", "training_time"), ".terms.compute"),
+}
 
-# --- job and training: the per-GPU total of a layout, and the frameworks' conventions ---------
-from .training import Layout, Training, training_memory
-from .conventions import convention_breakdown, megatron_bridge, megatron_lm
 
-# --- analysis and search: the smallest degree (or largest size) that fits ---------------------
-from .analysis import Solution, largest, smallest, smallest_gpus
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'memsym' has no attribute {name!r}")
+    import importlib
 
-# --- hardware and time: communication, pipeline bubble, FLOPs, step time, cost ---------------
-from .terms.communication import communication_per_step, communication_time
-from .terms.pipeline import bubble_fraction, global_batch
-from .terms.compute import (flops_per_iteration, gpu_hours, hfu, mfu, step_report, step_time,
-                            training_cost, training_time)
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
