@@ -842,3 +842,20 @@ def test_torchtitan_search_offers_layers_per_stage_and_torchs_schedule_rule():
     j = torchtitan_job(read_torchtitan_toml(toml, world_size=2048))
     assert (j.layout.d, j.layout.v, j.m) == (16, 4, row["m"])
     assert float(job_memory(j).bytes_total) == pytest.approx(row["memory"], rel=1e-12)
+
+
+def test_cli_torchtitan_search_names_the_toml_setting(capsys):
+    # a torchtitan row with v > 2 stages per rank says which pipeline_parallel_layers_per_stage
+    # makes them; torchtitan's own derivation (torchtitan_stages_per_rank) gives that v back
+    from memsym.model.stages import torchtitan_stages_per_rank
+
+    code = main(["search", "llama3-405b", "--gpu", "h100-80gb", "--gpus", "2048",
+                 "--seq-length", "8192", "--global-batch-size", "256", "--framework",
+                 "torchtitan", "--tp", "8", "--pp", "16", "--top", "20", "--json"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)
+    deep = [r for r in rows if r["layout"]["vpp"] > 2]
+    assert deep
+    for r in deep:
+        n = int(r["torchtitan"].split("layers_per_stage = ")[1].split()[0])
+        assert torchtitan_stages_per_rank(126, 16, n, multi_stage=True) == r["layout"]["vpp"]

@@ -223,6 +223,8 @@ def run(args) -> int:
     if args.json:
         emit_json([{
             "layout": layout_json(row), "gpus": res.gpus,
+            **({"torchtitan": _torchtitan_stages(res.space, row)}
+               if res.space.framework == "torchtitan" else {}),
             "bytes": bytes_json(exact["bytes"]),
             "gpu_memory_bytes": number_out(cap),
             "headroom_bytes": number_out(cap - exact["bytes"]["total"]),
@@ -278,4 +280,22 @@ def render(res, rows) -> str:
         if row.get("time"):
             lines.append("      step: " + ", ".join(f"{k} {v:.3g}" for k, v in row["time"].items())
                          + " s")
+        hint = _torchtitan_stages(sp_, row)
+        if hint:
+            lines.append("      torchtitan: " + hint)
     return "\n".join(lines)
+
+
+def _torchtitan_stages(space, row) -> str | None:
+    """How a torchtitan job gets the row's stages per rank (its TOML keys), or None."""
+    if space.framework != "torchtitan" or row["p"] == 1:
+        return None
+    if row["v"] == 1:
+        return "a single-stage schedule (pipeline_parallel_schedule = \"1F1B\")"
+    if row["v"] == 2:
+        return "a looped schedule (\"Interleaved1F1B\"): 2 stages per rank by default"
+    from ..model.stages import torchtitan_layers_per_stage
+
+    n = torchtitan_layers_per_stage(space.arch.num_layers, row["p"], row["v"])
+    return (f"\"Interleaved1F1B\" with pipeline_parallel_layers_per_stage = {n} "
+            f"({row['v']} stages per rank)")
