@@ -104,6 +104,11 @@ def _fast_printer(base):
     than ``1/t`` on arrays, and the CSE of memory totals is full of ``1/t``, ``1/p``."""
 
     class FastPowPrinter(base):
+        # terms printed in SymPy's internal order: sorting every Add (the default "lex"
+        # order) is a fifth of lambdify's time on the search's templates, and the sum is the
+        # same to rounding
+        _default_settings = {**base._default_settings, "order": "none"}
+
         def _print_Pow(self, expr, rational=False):
             b, e = expr.as_base_exp()
             if e.is_Integer and 1 <= abs(int(e)) <= 3:
