@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 import sympy as sp
+from hypothesis import given, settings, strategies as st
 
 from memsym.cli import main
 from memsym.errors import InvalidValueError
@@ -188,3 +189,24 @@ def test_megatron_command_and_cli_take_layouts(capsys):
     assert main(args + ["--pipeline-model-parallel-layout", "Et*4|(tttt|)*14,tmL"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "61 decoder layers" in err and "Traceback" not in err
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(text=st.text(alphabet="EtmLx|()*,0123456789 \x07", max_size=40))
+def test_any_layout_text_parses_or_is_refused_in_one_line(text):
+    # a layout string from a user or a launch script: Megatron's stages, or memsym's own
+    # InvalidValueError (never another exception, never an unbounded expansion)
+    try:
+        stages = parse_layout_string(text)
+    except InvalidValueError as exc:
+        assert "\n" not in str(exc) and "\x07" not in str(exc)
+        return
+    assert all(kind in ("embedding", "decoder", "mtp", "loss") for s in stages for kind in s)
+
+
+def test_bad_layout_on_the_command_line_is_one_line(capsys):
+    for bad in ("((((", "Et*99999999999|L", "E\x1b[2J|L"):
+        code = main(["estimate", "llama2-7b", "--pp", "2", "--pipeline-model-parallel-layout", bad])
+        err = capsys.readouterr()
+        assert code == 2 and err.out == "" and err.err.count("\n") == 1
+        assert "\x1b" not in err.err and "Traceback" not in err.err
