@@ -859,3 +859,78 @@ def test_cli_torchtitan_search_names_the_toml_setting(capsys):
     for r in deep:
         n = int(r["torchtitan"].split("layers_per_stage = ")[1].split()[0])
         assert torchtitan_stages_per_rank(126, 16, n, multi_stage=True) == r["layout"]["vpp"]
+
+
+def test_block_recompute_rows_are_the_estimate_of_that_job():
+    # Megatron's --recompute-method block --recompute-num-layers N as a search choice
+    # ("block-N"): each row's memory is training_memory's for that job and its step time
+    # step_time()'s, for an even split, interleaving, uneven ends and DeepSeek-V3's mixed
+    # dense / MoE stages; N at or beyond a chunk's layers is full recompute (one row)
+    from memsym.job import job
+    from memsym.timing.step import step_time
+    from memsym.training import job_memory
+
+    cases = (("llama3-70b", 64, dict(pp=[4, 8, 6]), 4096, 128),
+             ("deepseek-v3", 256, dict(pp=[8], ep=[32], tp=[1]), 4096, 256))
+    for model, gpus, knobs, s_, B_ in cases:
+        res = search(model, "h100-80gb", gpus, seq_length=s_, global_batch_size=B_,
+                     recompute=["block-1", "block-2", "full"], sharding=["distributed-optimizer"],
+                     **knobs)
+        rows = [res.row(i) for i in range(len(res)) if res.columns["recompute"][i] != "full"]
+        assert rows
+        picked = {}
+        for r in rows:      # one row per (p, v, ends, N)
+            picked.setdefault((r["p"], r["v"], r["first_stage_layers"], r["recompute"]), r)
+        assert any(r["first_stage_layers"] for r in picked.values()) or model == "deepseek-v3"
+        for r in list(picked.values())[:: max(1, len(picked) // 10)]:
+            n = int(r["recompute"].split("-")[1])
+            per_chunk = max(filter(None, (r["first_stage_layers"], r["last_stage_layers"])),
+                            default=0)
+            assert n < max(per_chunk, res.space.arch.num_layers / r["p"]) / r["v"]
+            j = job(model, t=r["t"], p=r["p"], c=r["c"], d=r["d"], e=r["e"],
+                    v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"],
+                    recompute="full", recompute_method="block", recompute_num_layers=n,
+                    sharding=r["sharding"], sequence_parallel=r["sequence_parallel"],
+                    first_stage_layers=r["first_stage_layers"],
+                    last_stage_layers=r["last_stage_layers"], gpu="h100-80gb",
+                    seq_length=s_, global_batch_size=B_)
+            assert float(job_memory(j).bytes_total) == pytest.approx(r["memory"], rel=1e-12), r
+            if not r["first_stage_layers"] and not r["last_stage_layers"]:
+                assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
+                    pytest.approx(r["step_time"], rel=1e-9), r
+    with pytest.raises(InvalidValueError, match="block-N is Megatron"):
+        search("llama3-8b", "h100-80gb", 8, recompute=["block-2"], framework="torchtitan")
+    with pytest.raises(InvalidValueError, match="1..32"):
+        search("llama3-8b", "h100-80gb", 8, recompute=["block-40"])
+
+
+def test_cli_block_recompute_row_is_the_estimate(capsys):
+    # a block-N row of `memsym search --json`, fed back to `memsym estimate` with Megatron's
+    # --recompute-granularity full --recompute-method block --recompute-num-layers N, gives
+    # the same bytes
+    assert main(["search", "llama3-70b", "--gpu", "h100-80gb", "--gpus", "64",
+                 "--global-batch-size", "128", "--recompute", "block-2", "--sharding",
+                 "distributed-optimizer", "--top", "1", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    lay = row["layout"]
+    assert (lay["recompute"], lay["recompute_method"], lay["recompute_num_layers"]) == \
+        ("block-2", "block", 2)
+    argv = ["estimate", "llama3-70b", "--tp", str(lay["tp"]), "--pp", str(lay["pp"]),
+            "--dp", str(lay["dp"]), "--cp", str(lay["cp"]), "--seq-length", "4096",
+            "--micro-batch-size", str(lay["micro_batch_size"]), "--global-batch-size", "128",
+            "--recompute-granularity", "full", "--recompute-method", "block",
+            "--recompute-num-layers", "2", "--sharding", "distributed-optimizer", "--json"]
+    if lay["sequence_parallel"]:
+        argv.append("--sequence-parallel")
+    if lay["vpp"] > 1:
+        argv += ["--virtual-pipeline-model-parallel-size", str(lay["vpp"])]
+    for key, flag in (("decoder_first_pipeline_num_layers", "--decoder-first-pipeline-num-layers"),
+                      ("decoder_last_pipeline_num_layers", "--decoder-last-pipeline-num-layers")):
+        if lay[key]:
+            argv += [flag, str(lay[key])]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["bytes"] == row["bytes"]
+    assert main(["search", "llama3-70b", "--gpu", "h100-80gb", "--gpus", "64",
+                 "--recompute", "block-x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "block-N" in err

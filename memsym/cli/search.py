@@ -24,9 +24,10 @@ def add_search_options(parser) -> None:
     parser.add_argument("--micro-batch-size", type=positive_int, nargs="+", default=None,
                         metavar="b", help="micro-batch sizes to try (default 1 2 4 8)")
     parser.add_argument("--recompute", "--recompute-granularity", dest="recompute",
-                        type=choice("recompute", ("none", "selective", "full", "selective-op")),
-                        nargs="+", default=None, help="recompute modes to try (default all the "
-                        "framework offers; selective-op: torchtitan's per-op SAC)")
+                        type=_recompute_choice, nargs="+", default=None,
+                        help="recompute modes to try (default all the framework offers; "
+                        "selective-op: torchtitan's per-op SAC; block-N: Megatron's "
+                        "--recompute-method block --recompute-num-layers N)")
     parser.add_argument("--sharding", type=choice("sharding", SCHEMES), nargs="+", default=None,
                         help="sharding schemes to try (default ddp zero1 zero2 zero3 "
                         "distributed-optimizer; torchtitan: fsdp ddp)")
@@ -185,14 +186,31 @@ def add_parser(sub) -> None:
     parser.set_defaults(run=run)
 
 
+_RECOMPUTE_MODES = choice("recompute", ("none", "selective", "full", "selective-op", "block-N"))
+
+
+def _recompute_choice(text: str) -> str:
+    from ..search.space import block_layers
+
+    key = str(text).strip().lower()
+    return key if block_layers(key) is not None else _RECOMPUTE_MODES(text)
+
+
 def layout_json(row: dict) -> dict:
-    """The layout part of a JSON row (Megatron-like names)."""
-    return {"tp": row["t"], "pp": row["p"], "cp": row["c"], "dp": row["d"], "ep": row["e"],
-            "vpp": row["v"], "micro_batch_size": row["b"], "num_microbatches": row.get("m"),
-            "decoder_first_pipeline_num_layers": row.get("first_stage_layers"),
-            "decoder_last_pipeline_num_layers": row.get("last_stage_layers"),
-            "recompute": row["recompute"], "sharding": row["sharding"],
-            "sequence_parallel": bool(row["sequence_parallel"]), "offload": row["offload"]}
+    """The layout part of a JSON row (Megatron-like names; a block-N recompute choice also
+    as Megatron's --recompute-method / --recompute-num-layers)."""
+    from ..search.space import block_layers
+
+    out = {"tp": row["t"], "pp": row["p"], "cp": row["c"], "dp": row["d"], "ep": row["e"],
+           "vpp": row["v"], "micro_batch_size": row["b"], "num_microbatches": row.get("m"),
+           "decoder_first_pipeline_num_layers": row.get("first_stage_layers"),
+           "decoder_last_pipeline_num_layers": row.get("last_stage_layers"),
+           "recompute": row["recompute"], "sharding": row["sharding"],
+           "sequence_parallel": bool(row["sequence_parallel"]), "offload": row["offload"]}
+    n = block_layers(row["recompute"])
+    if n is not None:
+        out.update(recompute_method="block", recompute_num_layers=n)
+    return out
 
 
 def bytes_json(grouped: dict) -> dict:

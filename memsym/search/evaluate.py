@@ -12,7 +12,7 @@ from .. import rules as _rules
 from ..numeric import unique_rows
 from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
 
-from .space import Space, _CHOICE_RULES, _KNOBS
+from .space import Space, _CHOICE_RULES, _KNOBS, block_layers
 from .grid import _choice_knobs, _grid_knobs, _splits_of, _sub
 from .templates import _call, _check_stages, _fast_template, _stage_counts, _stage_template
 
@@ -97,6 +97,11 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
                     "v": v_.astype(float), "b": b_.astype(float), "m": m_.astype(float),
                     "V": V_row})
     knob_k = _grid_knobs(space, grid)
+    # the most layers in one model chunk of a row (block-N choices beyond it are full)
+    L_all = x.num_layers
+    mid = np.where((f_ == 0) & (l_ == 0), L_all / p_,
+                   (L_all - f_ - l_) / np.maximum(p_ - (f_ > 0) - (l_ > 0), 1))
+    chunk_max = np.maximum(np.maximum(f_, l_), mid) / v_
     combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
                                     space.offload, space.sharding))
 
@@ -111,6 +116,10 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
         sel = (v_ > 1) if inter else (v_ == 1)
         if spf:
             sel &= t_ > 1          # SP is a choice only with t > 1 (Megatron turns it off at 1)
+        n_block = block_layers(rc)
+        if n_block is not None:
+            # block N with N >= every chunk's layers is full recompute: one row, not two
+            sel &= n_block < chunk_max
         for mask in _rules.masks(x, _choice_knobs(knob_k, spf, off, scheme), _CHOICE_RULES).values():
             sel &= ~mask
         if only is not None:
@@ -238,8 +247,16 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     n = len(knobs["t"])
     if n == 0:
         return {k: np.zeros(0) for k in ("step_time",) + TIME_PARTS}
+    p_ = knobs["p"]
+    n_block = block_layers(rc)
+    frac = 1.0
+    if n_block is not None:
+        # block N reruns min(N, chunk) of each chunk's layers (step_time's mean chunk L/(p v))
+        chunk = L_ / (p_ * knobs["v"])
+        frac = np.minimum(n_block, chunk) / chunk
     st = Settings(seq_length=space.seq_length, micro_batch_size=int(knobs["b"][0]),
-                  recompute=rc, sequence_parallel=bool(spf),
+                  recompute="full" if n_block is not None else rc,
+                  recompute_fraction=frac, sequence_parallel=bool(spf),
                   flash_attention=space.flash_attention, dropout=space.dropout,
                   precision=space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32")
                   else "bf16",
@@ -247,7 +264,6 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   gather_per_microbatch=scheme in ("zero3", "fsdp"),
                   pipelined_fsdp=scheme == "fsdp" and space.framework == "torchtitan",
                   schedule="gpipe" if space.schedule == "gpipe" else "1f1b")
-    p_ = knobs["p"]
     even = (f_ == 0) & (l_ == 0)
     # the even split as explicit end stages of L/p layers (the middle then holds L/p too)
     first = np.where(f_ > 0, f_, L_ / p_)

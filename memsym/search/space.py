@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass
 
 from ..errors import InvalidValueError, UnknownNameError, choose
@@ -55,6 +56,56 @@ def _pos(value, what):
 
         check_limit(_LIMIT_OF[what], int(value), what)
     return int(value)
+
+
+#: Megatron's ``--recompute-granularity full --recompute-method block --recompute-num-layers N``
+#: as a search choice: ``"block-N"`` (the first N layers of each model chunk checkpointed,
+#: the others keep their activations).  Asked for, not searched by default.
+_BLOCK = re.compile(r"block-([1-9][0-9]{0,6})")
+
+
+def block_layers(rc) -> int | None:
+    """N of a ``"block-N"`` recompute choice, else None.
+
+    Examples
+    --------
+    >>> block_layers("block-2"), block_layers("full")
+    (2, None)
+    """
+    match = _BLOCK.fullmatch(rc) if isinstance(rc, str) else None
+    return int(match.group(1)) if match else None
+
+
+def recompute_fields(rc) -> dict:
+    """The :class:`memsym.training.Training` fields of a search's recompute choice.
+
+    Examples
+    --------
+    >>> recompute_fields("block-2")["recompute_method"], recompute_fields("none")
+    ('block', {'recompute': 'none'})
+    """
+    n = block_layers(rc)
+    if n is None:
+        return {"recompute": rc}
+    return {"recompute": "full", "recompute_method": "block", "recompute_num_layers": n}
+
+
+def _recompute_choices(given, modes, titan: bool, num_layers: int) -> tuple:
+    """The recompute choices, each checked: the framework's modes, and Megatron's block-N."""
+    out = []
+    for item in given:
+        n = block_layers(item)
+        if n is None:
+            out.append(choose("recompute mode", item, modes))
+            continue
+        if titan:
+            raise InvalidValueError("block-N is Megatron's --recompute-method block; torchtitan "
+                                    "checkpoints every n-th block (selective_ac_option)")
+        if n > num_layers:
+            raise InvalidValueError(f"recompute {item}: N must be 1..{num_layers} (the model's "
+                                    "layers)")
+        out.append(item)
+    return tuple(dict.fromkeys(out))
 
 
 def _choices(kind, given, accepted) -> tuple:
@@ -163,6 +214,8 @@ class Space:
                     finetune=self.finetune, lora_rank=self.lora_rank,
                     lora_targets=self.lora_targets, quantization=self.quantization,
                     framework=self.framework)
+        if "recompute" in kw:
+            kw = {**kw, **recompute_fields(kw["recompute"])}
         base.update(kw)
         return Training(**base)
 
@@ -290,8 +343,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         arch=arch, gpu=dev, capacity=int(cap) if float(cap).is_integer() else cap,
         gpus_per_node=clu.gpus_per_node, seq_length=int(seq_length), global_batch_size=B,
         micro_batch_sizes=mbs,
-        recompute=_choices("recompute mode", [recompute] if isinstance(recompute, str) else recompute,
-                           modes),
+        recompute=_recompute_choices([recompute] if isinstance(recompute, str) else recompute,
+                                     modes, titan, arch.num_layers),
         sharding=shard,
         sequence_parallel=tuple(sorted({bool(x) for x in ([sequence_parallel] if isinstance(
             sequence_parallel, bool) else sequence_parallel)})),

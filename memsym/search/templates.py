@@ -11,7 +11,7 @@ import sympy as sp
 from ..symbols import M_alloc
 from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
 
-from .space import Space
+from .space import Space, block_layers
 from .grid import _sub
 
 
@@ -103,6 +103,10 @@ def _stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple
     n_dense = len(kinds) - n_moe
     mixed = (n_dense, n_moe) if n_dense and n_moe else None
     middle = None if stage in (0, pp - 1) else stage
+    if any(block_layers(rc) is not None for rc in space.recompute):
+        # block N recomputes min(N, layers/v) of a chunk: not proportional to the stage's
+        # layers, so each layer count keeps its own template
+        mixed = (n_dense, n_moe)
     key = (space, stage == 0, stage == pp - 1, middle, n_dense > 0, n_moe > 0, mixed)
     if key not in _REPS:
         if len(_REPS) > 65536:

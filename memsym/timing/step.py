@@ -152,9 +152,10 @@ class Settings:
         FSDP2 under ``torch.distributed.pipelining`` (torchtitan with PP): nothing reshards
         and gradients sync after the last micro-batch, so where p > 1 the stage is gathered
         and reduced once per step even with ``gather_per_microbatch``.
-    recompute_fraction : float
+    recompute_fraction : float or numpy.ndarray
         Under full recompute, the fraction of layers whose forward the backward reruns [1]
-        (Megatron's ``--recompute-method block`` N: N over the layers of a chunk; 1 else).
+        (Megatron's ``--recompute-method block`` N: N over the layers of a chunk; 1 else);
+        an array gives one per layout, broadcast with the knobs.
     """
 
     seq_length: int = 2048
@@ -454,15 +455,21 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     tau_first = np.where(single, sum(tau["first"]) + out_f + out_b, tau_first)
     tau_max = np.where(single, tau_first, np.maximum(np.maximum(tau_first, tau_last), tau_mid))
     total_tau = np.where(single, tau_first, tau_first + tau_last + np.maximum(p - 2, 0) * tau_mid)
-    # exact bubble in stage units per unique (p, m, v, N)
-    ratio = 2 + st.recompute_fraction if st.recompute == "full" else 2
+    # exact bubble in stage units per unique (p, m, v, N, backward/forward ratio)
+    frac = np.broadcast_to(np.asarray(st.recompute_fraction if st.recompute == "full" else 0.0,
+                                      dtype=float), p.shape)
+    ratios = 2 + frac
     beta = np.zeros(p.shape)
-    uniq, inv = unique_rows(p.ravel().astype(int), m.ravel().astype(int), v.ravel().astype(int))
+    uniq, inv = unique_rows(p.ravel().astype(int), m.ravel().astype(int), v.ravel().astype(int),
+                            np.round(frac.ravel() * 2**24).astype(np.int64))
     if len(uniq) > 20_000:
         raise InvalidValueError(f"{len(uniq)} distinct (p, m, v) exceed 20,000")
+    first_of = np.zeros(len(uniq), dtype=np.int64)
+    first_of[inv.ravel()[::-1]] = np.arange(inv.size)[::-1]     # a row of each distinct key
     vals = np.empty(len(uniq))
     ok = np.empty(len(uniq), dtype=bool)
-    for i, (pp_, mm_, vv_) in enumerate(uniq):
+    for i, (pp_, mm_, vv_, _) in enumerate(uniq):
+        ratio = float(ratios.ravel()[first_of[i]])
         N = st.group_size
         sched = "gpipe" if st.schedule == "gpipe" else ("1f1b" if vv_ == 1 else "interleaved")
         if vv_ > 1 and N is not None and N < pp_:
