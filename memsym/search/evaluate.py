@@ -12,6 +12,7 @@ from .. import rules as _rules
 from ..numeric import unique_rows
 from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
 
+from ..model import moe_layer_pattern
 from .space import Space, _CHOICE_RULES, _KNOBS, block_layers
 from .grid import _choice_knobs, _grid_knobs, _splits_of, _sub
 from .templates import _call, _check_stages, _fast_template, _stage_counts, _stage_template
@@ -118,8 +119,11 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
             sel &= t_ > 1          # SP is a choice only with t > 1 (Megatron turns it off at 1)
         n_block = block_layers(rc)
         if n_block is not None:
-            # block N with N >= every chunk's layers is full recompute: one row, not two
+            # block N with N >= every chunk's layers is full recompute: one row, not two;
+            # a model of one layer kind takes it on even splits (templates.py)
             sel &= n_block < chunk_max
+            if len(set(moe_layer_pattern(x))) == 1:
+                sel &= (f_ == 0) & (l_ == 0)
         for mask in _rules.masks(x, _choice_knobs(knob_k, spf, off, scheme), _CHOICE_RULES).values():
             sel &= ~mask
         if only is not None:

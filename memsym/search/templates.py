@@ -103,9 +103,10 @@ def _stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple
     n_dense = len(kinds) - n_moe
     mixed = (n_dense, n_moe) if n_dense and n_moe else None
     middle = None if stage in (0, pp - 1) else stage
-    if any(block_layers(rc) is not None for rc in space.recompute):
+    if any(block_layers(rc) is not None for rc in space.recompute) and len(set(pattern)) > 1:
         # block N recomputes min(N, layers/v) of a chunk: not proportional to the stage's
-        # layers, so each layer count keeps its own template
+        # layers, so each layer count keeps its own template (a model of one layer kind
+        # offers block-N on even splits only, where p stays symbolic: evaluate.py)
         mixed = (n_dense, n_moe)
     key = (space, stage == 0, stage == pp - 1, middle, n_dense > 0, n_moe > 0, mixed)
     if key not in _REPS:
