@@ -372,3 +372,77 @@ def test_pipelining_buffers_match_memsym():
     assert terms[0].subs({**unit, V: 0}) / 2 == _M + first["held"] == 6
     assert terms[1].subs({**unit, V: 0}) / 2 == _M - 1
     assert last["held"] == 1 and terms[1].subs({**unit, V: 1}) - terms[1].subs({**unit, V: 0}) == 2
+
+
+_PP_H, _PP_LAYERS, _PP_M, _PP_B = 512, 8, 4, 8
+
+
+def _pp_fsdp_worker(rank, world, port, interleaved, queue):
+    # torchtitan's composition on a 2 (pp) x 2 (dp) CPU mesh: every Linear and each stage
+    # module fully_shard-ed over dp with reshard_after_forward=False (apply_fsdp under PP),
+    # bf16 parameters and fp32 reduction; the same 8 layers as one stage per rank (1F1B) or
+    # two stages of 2 per rank (Interleaved1F1B, stages r and r + 2); the live bytes of one
+    # step after a warm-up step, from the allocator's events
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        from live_memory import Phases
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.pipelining import (PipelineStage, Schedule1F1B,
+                                                  ScheduleInterleaved1F1B)
+
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+        pp_rank = mesh["pp"].get_local_rank()
+        torch.manual_seed(0)
+        n_stages = 4 if interleaved else 2
+        kw = {"mesh": mesh["dp"], "mp_policy": MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
+        stages = []
+        for sid in ([pp_rank, pp_rank + 2] if interleaved else [pp_rank]):
+            mod = torch.nn.Sequential(*[torch.nn.Linear(_PP_H, _PP_H, bias=False)
+                                        for _ in range(_PP_LAYERS // n_stages)])
+            for layer in mod:
+                fully_shard(layer, reshard_after_forward=False, **kw)
+            fully_shard(mod, reshard_after_forward=False, **kw)
+            stages.append(PipelineStage(mod, sid, n_stages, torch.device("cpu"),
+                                        group=mesh["pp"].get_group()))
+
+        def loss_fn(out, target):
+            return out.float().pow(2).mean()
+
+        sched = (ScheduleInterleaved1F1B(stages, n_microbatches=_PP_M, loss_fn=loss_fn)
+                 if interleaved else Schedule1F1B(stages[0], n_microbatches=_PP_M,
+                                                  loss_fn=loss_fn))
+        x, target = torch.randn(_PP_B * _PP_M, _PP_H), torch.zeros(_PP_B * _PP_M, _PP_H)
+
+        def step():
+            return sched.step(x) if pp_rank == 0 else sched.step(target=target)
+
+        step()
+        ph = Phases()
+        with ph.run():
+            with ph.phase("step"):
+                step()
+        queue.put((rank, {"peak": ph.result["step"][1]}))
+        dist.destroy_process_group()
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        queue.put((rank, repr(exc)))
+
+
+def test_interleaved_pipeline_holds_no_less_than_1f1b_on_the_engine():
+    # memsym's model: at the same micro-batches, Interleaved1F1B holds at least what 1F1B
+    # holds on the first rank (the same unsharded stage parameters and fp32 gradients, more
+    # chunk passes in flight, a second stage's receive buffers).  torch's own engine agrees
+    # on a 4-process gloo mesh: the interleaved peak is the 1F1B peak plus ~1.5 % (8,519,692
+    # against 8,396,812 bytes on pp rank 0), nothing like torchtitan's Table 5, which prints
+    # 12 % less for interleaved at 405B scale (tests/test_measured_memory.py keeps that a
+    # strict xfail).  The bounds leave room for the gloo threads' own allocations, which
+    # the process's peak includes.
+    flat = _run(4, False, timeout=240, worker=_pp_fsdp_worker)
+    loop = _run(4, True, timeout=240, worker=_pp_fsdp_worker)
+    unsharded = (_PP_LAYERS // 2) * _PP_H * _PP_H * (2 + 4)   # a rank's bf16 params + fp32 grads
+    for rank in range(4):
+        assert flat[rank]["peak"] >= unsharded and loop[rank]["peak"] >= unsharded
+        assert 0.95 * flat[rank]["peak"] <= loop[rank]["peak"] <= 1.10 * flat[rank]["peak"], \
+            (rank, flat[rank], loop[rank])
