@@ -194,7 +194,10 @@ def test_torchtitan_pipeline_rows_are_predicted():
 
 @pytest.mark.xfail(reason="Table 5's interleaved 1F1B measures 10 GB below 1F1B; torch's "
                           "interleaved warm-up holds the same activations on rank 0 and memsym "
-                          "puts it 5 GB above (two stages per rank: twice the pipelining buffers)", strict=True)
+                          "puts it 5 GB above (two stages per rank: twice the pipelining "
+                          "buffers); torch's own engine (FSDP2 + Interleaved1F1B on a gloo "
+                          "mesh, tests/test_engine_fsdp2.py) holds ~1.5 % more, not less",
+                   strict=True)
 def test_torchtitan_interleaved_below_1f1b():
     assert measured.predict("torchtitan.2412.t5.interleaved").total \
         < measured.predict("torchtitan.2412.t5.1f1b").total
