@@ -289,13 +289,28 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, chunks, sp_on: bool,
                 label="pipeline buffers")
 
 
-def _layout_in_flight(x, layout: Layout, training: Training, stage: int, pattern, per_layer,
+def _chunk_activations(stack, per_chunk, training: Training) -> sp.Expr:
+    """One model chunk's activations, ``stack(mode)`` under the training's recompute, with
+    Megatron's ``_checkpointed_forward`` methods under full recompute: block N checkpoints the
+    first N layers of the chunk (the rest keep everything); uniform N keeps one input per
+    group of N.  ``per_chunk``: the chunk's layers (a number or an expression)."""
+    act = stack(training.recompute)
+    method, n_rec = training.recompute_method, training.recompute_num_layers
+    if training.recompute != "full" or method is None:
+        return act
+    if method == "block":
+        frac = sp.Min(n_rec, per_chunk) / per_chunk
+        return frac * act + (1 - frac) * stack("none")
+    return act * sp.ceiling(per_chunk / n_rec) / per_chunk
+
+
+def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, per_layer,
                       group) -> tuple:
-    """(chunk micro-batches at the peak, Σ over chunks of their activations x micro-batches,
-    1) for a custom pipeline layout: each chunk's own layers (dense and MoE) and recompute
-    (block N: the first N of the chunk; uniform N: groups within the chunk), weighted by
-    its micro-batches in flight at the rank's peak (:func:`memsym.timing.schedule.chunk_peak`;
-    m unknown: enough micro-batches that the warm-up is not cut short)."""
+    """(chunk micro-batches at the peak, Σ over chunks of their activations x micro-batches)
+    for a custom pipeline layout: each chunk's own layers (dense and MoE) and recompute
+    (:func:`_chunk_activations`), weighted by its micro-batches in flight at the rank's peak
+    (:func:`memsym.timing.schedule.chunk_peak`; m unknown: enough micro-batches that the
+    warm-up is not cut short)."""
     from .timing.schedule import chunk_peak
 
     pl = layout.pipeline_layout
@@ -305,24 +320,17 @@ def _layout_in_flight(x, layout: Layout, training: Training, stage: int, pattern
     if m_num is None:   # "enough": past the warm-up and a whole steady round
         m_num = n_grp * (pl.v + 2 + -(-2 * layout.p // n_grp))
     live = chunk_peak(stage, layout.p, int(m_num), pl.v, [len(c) for c in ids], group)
-    method, n_rec = training.recompute_method, training.recompute_num_layers
     total = sp.Integer(0)
     for n_mb, chunk in zip(live, ids):
         if not chunk or not n_mb:
             continue
+        moe = sum(pattern[i] for i in chunk)
 
-        def stack(mode, chunk=chunk):
-            moe = sum(pattern[i] for i in chunk)
-            return (len(chunk) - moe) * per_layer(False, mode) + moe * per_layer(True, mode)
+        def stack(mode, moe=moe, dense=len(chunk) - moe):
+            return dense * per_layer(False, mode) + moe * per_layer(True, mode)
 
-        act = stack(training.recompute)
-        if training.recompute == "full" and method == "block":
-            frac = sp.Rational(min(n_rec, len(chunk)), len(chunk))
-            act = frac * act + (1 - frac) * stack("none")
-        elif training.recompute == "full" and method == "uniform":
-            act = act * sp.Rational(-(-len(chunk) // n_rec), len(chunk))
-        total += n_mb * act
-    return live, total, sp.Integer(1)
+        total += n_mb * _chunk_activations(stack, sp.Integer(len(chunk)), training)
+    return live, total
 
 
 def _stage_activations(x, layout: Layout, training: Training, stage: int,
@@ -379,24 +387,16 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
 
     per_chunk = (L / p if vv is None else L / (p * v)) if uniform \
         else sp.Integer(len(kinds)) / (1 if vv is None else vv)
-    stack = layer_stack(recompute)
     method, n_rec = training.recompute_method, training.recompute_num_layers
-    if recompute == "full" and method is not None and kinds:
-        # Megatron's _checkpointed_forward: block N checkpoints the first N layers of each
-        # chunk (the rest keep everything); uniform N keeps one input per group of N
-        if method == "block":
-            frac = sp.Min(n_rec, per_chunk) / per_chunk
-            stack = frac * stack + (1 - frac) * layer_stack("none")
-        else:
-            stack = stack * sp.ceiling(per_chunk / n_rec) / per_chunk
+    stack = _chunk_activations(layer_stack, per_chunk, training) if kinds \
+        else layer_stack(recompute)
     derived = Source("memsym-derivation", "memsym/training.py, stage_activations")
-    live = None
+    live, held_layers = None, chunks * stack
     if pl is not None and pp > 1:
         # a custom layout's chunks differ in size: each chunk's micro-batches in flight when
         # the rank holds the most decoder layers, walking Megatron's op order
-        live, stack, chunks = _layout_in_flight(x, layout, training, stage, pattern, per_layer,
-                                                group)
-    terms = [Term("layer_activations", chunks * stack,
+        live, held_layers = _layout_in_flight(layout, training, stage, pattern, per_layer, group)
+    terms = [Term("layer_activations", held_layers,
                   f"{len(kinds)} decoder layers x in-flight micro-batches ({schedule}"
                   + (", interleaved" if interleaved else "") + f", recompute {recompute})",
                   Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)"),

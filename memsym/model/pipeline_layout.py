@@ -24,6 +24,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -225,16 +226,24 @@ class PipelineLayout:
         """Decoder layers on ``rank`` [layers]."""
         return sum(self.chunk_layers(rank))
 
+    @functools.cached_property
+    def _offsets(self) -> tuple:
+        # Megatron's get_layer_offset for every (rank, chunk) at once: the decoder layers of
+        # the stages before, in layer order (chunk-major, rank-minor), one pass
+        out = [[0] * self.v for _ in range(self.p)]
+        total = 0
+        for j in range(self.v):
+            for r in range(self.p):
+                out[r][j] = total
+                total += self.stages[r][j].count("decoder")
+        return tuple(tuple(row) for row in out)
+
     def layer_ids(self, rank: int) -> tuple:
         """0-based decoder-layer indices of each of ``rank``'s chunks (Megatron's
         ``get_layer_offset``: all of chunk j's layers on ranks before r, after every rank's
         earlier chunks)."""
-        out = []
-        for j in range(self.v):
-            offset = sum(self.stages[rr][jj].count("decoder") for jj in range(j + 1)
-                         for rr in range(self.p if jj < j else rank))
-            out.append(tuple(range(offset, offset + self.stages[rank][j].count("decoder"))))
-        return tuple(out)
+        return tuple(tuple(range(start, start + self.stages[rank][j].count("decoder")))
+                     for j, start in enumerate(self._offsets[rank]))
 
     def describe(self) -> str:
         """The layout in one line: decoder layers per rank (chunks joined by +), equal
@@ -258,18 +267,24 @@ class PipelineLayout:
 def _from_lists(spec) -> list:
     if isinstance(spec, (str, bytes)) or not hasattr(spec, "__iter__"):
         raise InvalidValueError("a pipeline layout is a string or a list of per-stage lists")
-    flat = []
+    flat, count = [], 0
     for stage in spec:
         if isinstance(stage, (str, bytes)) or not hasattr(stage, "__iter__"):
             raise InvalidValueError("pipeline layout: each stage is a list of layer names")
         names = []
         for name in stage:
+            count += 1
+            if count > MAX_LAYOUT_CHARS:
+                raise InvalidValueError(f"pipeline layout with more than {MAX_LAYOUT_CHARS} "
+                                        "layers and stages")
             key = name.strip().lower() if isinstance(name, str) else None
             if key not in LAYER_CHARS.values():
                 raise InvalidValueError(f"pipeline layout: unknown layer {str(name)!r:.40} "
                                         f"(known: {', '.join(LAYER_CHARS.values())})")
             names.append(key)
         flat.append(names)
-        if len(flat) > MAX_LAYOUT_CHARS:
-            raise InvalidValueError(f"pipeline layout with more than {MAX_LAYOUT_CHARS} stages")
+        count += 1
+        if count > MAX_LAYOUT_CHARS:
+            raise InvalidValueError(f"pipeline layout with more than {MAX_LAYOUT_CHARS} "
+                                    "layers and stages")
     return flat

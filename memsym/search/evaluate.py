@@ -103,6 +103,7 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     mid = np.where((f_ == 0) & (l_ == 0), L_all / p_,
                    (L_all - f_ - l_) / np.maximum(p_ - (f_ > 0) - (l_ > 0), 1))
     chunk_max = np.maximum(np.maximum(f_, l_), mid) / v_
+    one_kind = len(set(moe_layer_pattern(x))) == 1
     combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
                                     space.offload, space.sharding))
 
@@ -122,7 +123,7 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
             # block N with N >= every chunk's layers is full recompute: one row, not two;
             # a model of one layer kind takes it on even splits (templates.py)
             sel &= n_block < chunk_max
-            if len(set(moe_layer_pattern(x))) == 1:
+            if one_kind:
                 sel &= (f_ == 0) & (l_ == 0)
         for mask in _rules.masks(x, _choice_knobs(knob_k, spf, off, scheme), _CHOICE_RULES).values():
             sel &= ~mask
