@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -193,7 +194,11 @@ def _recompute_choice(text: str) -> str:
     from ..search.space import block_layers
 
     key = str(text).strip().lower()
-    return key if block_layers(key) is not None else _RECOMPUTE_MODES(text)
+    if block_layers(key) is not None:
+        return key
+    if key == "block-n":      # the placeholder the help names, not a choice
+        raise argparse.ArgumentTypeError("block-N takes a number of layers, e.g. block-2")
+    return _RECOMPUTE_MODES(text)
 
 
 def layout_json(row: dict) -> dict:
