@@ -9,8 +9,17 @@ Units, stated as the vendor states them
 ---------------------------------------
 * Memory: every vendor datasheet here prints "GB".  memsym stores ``memory_bytes`` as that
   figure times 10^9 (``memory_unit = "GB"``).  The HBM parts are in fact binary-sized
-  (an A100 80GB has 80 GiB = 85.9e9 bytes; nvidia-smi shows 81920 MiB), so the decimal
-  reading is the conservative, lower figure; give ``--gpu-memory 80GiB`` to use the other.
+  (an A100 80GB has 80 GiB = 85.9e9 bytes; nvidia-smi shows 81920 MiB), and the driver keeps
+  part of it.  What a job can use is the total ``cudaMemGetInfo`` reports, which PyTorch
+  prints in every out-of-memory error as "GPU 0 has a total capacity of X GiB"
+  (c10/cuda/CUDACachingAllocator.cpp; two decimals).  Where a public report gives that total
+  for a catalogue GPU (``cuda_total_gib``, cited in ``cuda_total_source``), it is the capacity
+  memsym checks a job against (:attr:`GPU.capacity_bytes`): an H100 80GB reports 79.11 GiB =
+  84.9e9 bytes, 6 % above the decimal 80e9.  Elsewhere the capacity is the datasheet's decimal
+  figure, the conservative reading.  The CUDA context counts inside that total, so memsym's
+  ``workspace`` allowance (which holds it) is subtracted from it, as on the device.  Give
+  ``--gpu-memory 80GB`` (Python ``capacity=80 * GB``) for the datasheet reading, as seeds 000
+  and 004 size GPUs.
 * Peak FLOP/s: **dense** tensor-core throughput (the datasheets' "with sparsity" figures
   halved), in FLOP/s, for BF16, FP16 and FP8 (None where the GPU has no FP8 tensor cores).
   Consumer cards are quoted with FP32 accumulation, the mode used for training.
@@ -113,13 +122,21 @@ class GPU:
     sm_count: int | None = None
     #: Efficiency class of :mod:`memsym.timing.efficiency` (``ampere``, ``hopper``, ...).
     arch_class: str | None = None
+    #: The total CUDA reports (``cudaMemGetInfo``; PyTorch's "total capacity") [GiB], where a
+    #: public report gives it; None: the capacity is the datasheet figure.
+    cuda_total_gib: float | None = None
+    #: Reference key in ``memsym/references.toml`` of ``cuda_total_gib``.
+    cuda_total_source: str | None = None
 
     def __post_init__(self):
         if self.memory_unit not in ("GB", "GiB"):
             raise InvalidValueError(f"memory_unit must be GB or GiB, got {self.memory_unit!r}")
         if not self.memory_stated or self.memory_stated <= 0:
             raise InvalidValueError(f"memory of {self.name} must be > 0")
-        for what in ("bf16", "fp16", "fp8", "nvlink", "pcie", "hbm_bandwidth", "sm_count"):
+        if self.cuda_total_gib is not None and self.cuda_total_source is None:
+            raise InvalidValueError(f"cuda_total_gib of {self.name} needs its cuda_total_source")
+        for what in ("bf16", "fp16", "fp8", "nvlink", "pcie", "hbm_bandwidth", "sm_count",
+                     "cuda_total_gib"):
             val = getattr(self, what)
             if val is not None and not val > 0:
                 raise InvalidValueError(f"{what} of {self.name} must be > 0 or None, got {val}")
@@ -137,6 +154,41 @@ class GPU:
 
         scale = GB if self.memory_unit == "GB" else 2**30
         return int(Fraction(str(self.memory_stated)) * scale)
+
+    @property
+    def capacity_bytes(self) -> int:
+        r"""The memory a job is checked against [bytes]: the CUDA-reported total where cited.
+
+        .. math:: C = \mathrm{cuda\_total\_gib} \cdot 2^{30}
+           \quad\text{else}\quad C = \mathrm{memory\_bytes}
+
+        Examples
+        --------
+        >>> round(gpu("h100-80gb").capacity_bytes / 2**30, 6)      # vllm-project/vllm#27508
+        79.11
+        >>> gpu("h100-80gb").capacity_bytes > gpu("h100-80gb").memory_bytes   # 80e9
+        True
+        >>> gpu("l40s-48gb").capacity_bytes == gpu("l40s-48gb").memory_bytes  # none cited
+        True
+
+        References
+        ----------
+        PyTorch c10/cuda/CUDACachingAllocator.cpp (the out-of-memory message: ``device_total``
+        from ``cudaMemGetInfo``, printed by ``format_size`` in GiB with two decimals).
+        """
+        from fractions import Fraction
+
+        if self.cuda_total_gib is None:
+            return self.memory_bytes
+        return int(Fraction(str(self.cuda_total_gib)) * 2**30)
+
+    @property
+    def capacity_note(self) -> str:
+        """Where :attr:`capacity_bytes` comes from, for a report's capacity line."""
+        if self.cuda_total_gib is None:
+            return f"datasheet {self.memory_stated:g} {self.memory_unit}"
+        return (f"CUDA total {self.cuda_total_gib:g} GiB, {self.cuda_total_source}; "
+                f"datasheet {self.memory_stated:g} {self.memory_unit}")
 
     def peak(self, precision: str = "bf16") -> float:
         """Peak dense FLOP/s at ``precision`` (bf16, fp16, fp8, fp32).
@@ -225,11 +277,24 @@ class Cluster:
 def _nv(name, mem, bf16_tf, fp8_tf, nvlink_gb, locator, note="", aliases=(), fp16_tf=None,
         source=None, unit="GB", bridge=False, pcie_gb=32):
     hbm_gb, sms, klass = _TIMING[name]
+    total, total_src = _CUDA_TOTAL.get(name, (None, None))
     return GPU(name, mem, unit, bf16_tf * TFLOPS, (fp16_tf or bf16_tf) * TFLOPS,
                None if fp8_tf is None else fp8_tf * TFLOPS,
                None if nvlink_gb is None else nvlink_gb * GB,
                source or "nvidia-datasheets", locator, note, tuple(aliases), bridge, pcie_gb * GB,
-               hbm_gb * GB, sms, klass)
+               hbm_gb * GB, sms, klass, total, total_src)
+
+
+# REF: PyTorch's out-of-memory message, "GPU 0 has a total capacity of X GiB" (cudaMemGetInfo's
+# total, two decimals), as public reports print it for these GPUs.  The total moves by a few
+# hundredths of a GiB with the driver (H100 80GB reports 79.11-79.33 GiB): the lowest report
+# found is used.  GPUs not listed have no report cited and keep the datasheet's decimal figure.
+_CUDA_TOTAL = {  # name -> (GiB, reference key)
+    "h100-80gb": (79.11, "cuda-total-h100"),
+    "a100-80gb": (79.14, "cuda-total-a100-80gb"),
+    "a100-40gb": (39.50, "cuda-total-a100-40gb"),
+    "rtx4090-24gb": (23.68, "cuda-total-rtx4090"),
+}
 
 
 # REF: vendor datasheets (memory bandwidth) and architecture whitepapers (SM counts):

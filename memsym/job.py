@@ -487,7 +487,8 @@ class Job:
     gpu, cluster : hardware records or None
         Where it runs (:mod:`memsym.hardware`), when given.
     capacity : int or None
-        GPU memory [bytes] the job must fit (the GPU's, unless given).
+        GPU memory [bytes] the job must fit (unless given, the GPU's
+        :attr:`~memsym.hardware.GPU.capacity_bytes`: the total CUDA reports, where cited).
     m : int or None
         Micro-batches per step and pipeline [1] (from ``B/(b d)`` or given).
     notes : tuple of str
@@ -584,7 +585,8 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     gpu, cluster : str or hardware record, optional
         Where it runs; the GPU's memory is the capacity unless ``capacity`` is given.
     capacity : int, optional
-        GPU memory C [bytes] the job must fit (default: the GPU's).
+        GPU memory C [bytes] the job must fit (default: the GPU's ``capacity_bytes``, the
+        total CUDA reports for it where a report is cited, else its datasheet figure).
     world_size : int, optional
         ``G`` [GPUs]: gives ``d = G/(t p c)`` when ``d`` is not given.
     gpus_per_node : int, optional
@@ -696,7 +698,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         clu = clu.with_(gpus_per_node=whole(gpus_per_node, "gpus_per_node"))
     cap = capacity
     if cap is None and dev is not None:
-        cap = dev.memory_bytes
+        cap = dev.capacity_bytes
     if cap is not None:
         cap = _capacity(cap)
     return Job(x, lay, trn, tuple(sorted(alw.items())), dev, clu, cap, m_,

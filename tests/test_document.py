@@ -276,8 +276,9 @@ def test_cli_latex_job_solve_dp_compiles(tmp_path):
                  "--use-flash-attn", "--gpu", "h100-80gb", "--solve", "dp", "--document",
                  "--paper", "letter", "-o", str(out)]) == 0
     text = out.read_text()
-    # smallest d = 3 (tests/test_solve_job.py, by hand); the document shows the job at d = 3
-    assert r"\Rightarrow\; d &= 3" in text and "DP 3 (96 GPUs)" in text
+    # smallest d = 2 at the H100's CUDA total (tests/test_solve_job.py, by hand); the document
+    # shows the job at d = 2
+    assert r"\Rightarrow\; d &= 2" in text and "DP 2 (64 GPUs)" in text
     log = compile_tex(text)
     assert all(w <= 3 for w in _overfull(log)), _overfull(log)
 

@@ -50,6 +50,31 @@ def test_every_source_is_a_reference():
         assert cluster(name).source in refs, name
 
 
+def test_capacity_is_the_cited_cuda_total():
+    # The capacity a job is checked against is the "total capacity" PyTorch's out-of-memory
+    # error prints for the card (cudaMemGetInfo, GiB with two decimals), where a report cites
+    # it; each reference's title quotes the figure the catalogue uses
+    import tomllib
+    from fractions import Fraction
+    from pathlib import Path
+    refs = tomllib.loads((Path(__file__).resolve().parent.parent / "memsym" / "references.toml").read_text())
+    cited = {"h100-80gb": "79.11", "a100-80gb": "79.14", "a100-40gb": "39.50", "rtx4090-24gb": "23.68"}
+    for name in hardware.gpus():
+        g = gpu(name)
+        if name in cited:
+            assert g.capacity_bytes == int(Fraction(cited[name]) * 2**30), name
+            assert f"{cited[name]} GiB" in refs[g.cuda_total_source]["title"], name
+            # binary-sized HBM less the driver's share: above the decimal reading, below 2^30
+            assert g.memory_bytes < g.capacity_bytes < g.memory_stated * 2**30, name
+        else:
+            assert g.cuda_total_gib is None and g.capacity_bytes == g.memory_bytes, name
+    with pytest.raises(InvalidValueError, match="cuda_total_source"):
+        GPU("x-gpu", 8, "GB", 1e12, 1e12, None, None, "seed002", "test", cuda_total_gib=7.5)
+    # every default capacity follows it: job, search and the CLI
+    from memsym.job import job
+    assert job("llama2-7b", seq_length=2048, gpu="h100-80gb").capacity == gpu("h100-80gb").capacity_bytes
+
+
 def test_seed002_cluster_preset():
     # seed 002: 8 GPUs per node, NVLink 4 900 GB/s, 400 Gb/s InfiniBand = 50 GB/s per GPU;
     # the preset prices one direction, as ring collectives use the link: 900 / 2 = 450 GB/s

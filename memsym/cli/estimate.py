@@ -104,7 +104,8 @@ def run(args) -> int:
     if args.gpu is not None and args.gpu_memory is None:
         from ..hardware import gpu
 
-        args.gpu_memory = gpu(args.gpu).memory_bytes  # the catalogue's capacity (vendor units)
+        args.gpu_memory = gpu(args.gpu).capacity_bytes  # CUDA total where cited, else datasheet
+        args.capacity_note = gpu(args.gpu).capacity_note
     if wants_training(args):  # a job: the full training total
         if args.params is not None:
             raise InvalidValueError("--params contradicts the model: the parameter count comes "
@@ -131,6 +132,7 @@ def run(args) -> int:
         emit_json({
             "bytes": {**{k: number_out(v) for k, v in terms.items()}, "total": number_out(total)},
             "gpu_memory_bytes": cap,
+            "gpu_memory_note": getattr(args, "capacity_note", "as given"),
             "fits": fits,
             "host_bytes": {k: number_out(v) for k, v in rep["host_bytes"].items()},
             "layout": {"dp": int(values["d"]), "tp": int(values["t"]), "pp": int(values["p"])},
@@ -175,6 +177,8 @@ def render_table(terms: dict, total, rep: dict, args, fits) -> str:
     if fits is not None:
         cap = args.gpu_memory
         verdict = "fits" if fits else "does NOT fit"
-        lines.append(f"\nGPU memory {cap / 1e9:.3f} GB ({cap / 2**30:.3f} GiB): {verdict}, "
+        from .training_options import capacity_label
+
+        lines.append(f"\nGPU memory {capacity_label(args)}: {verdict}, "
                      f"headroom {(cap - float(total)) / 1e9:.3f} GB")
     return "\n".join(lines)

@@ -88,7 +88,7 @@ def _capacity(args, capacity):
     if getattr(args, "gpu", None):
         from ..hardware import gpu
 
-        return gpu(args.gpu).memory_bytes
+        return gpu(args.gpu).capacity_bytes
     return None
 
 

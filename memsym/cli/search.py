@@ -269,8 +269,10 @@ def run(args) -> int:
 def render(res, rows) -> str:
     """A table of the best layouts and, under each, its breakdown in GB."""
     sp_ = res.space
+    whence = (f": CUDA total {sp_.gpu.cuda_total_gib:g} GiB"
+              if sp_.capacity == sp_.gpu.capacity_bytes and sp_.gpu.cuda_total_gib else "")
     lines = [f"memsym search: {sp_.arch.name} on {res.gpus} x {sp_.gpu.name} "
-             f"({sp_.capacity / 1e9:.4g} GB each), s = {sp_.seq_length}"
+             f"({sp_.capacity / 1e9:.4g} GB each{whence}), s = {sp_.seq_length}"
              + (f", B = {sp_.global_batch_size}" if sp_.global_batch_size else "")
              + f"; {res.valid} of {res.raw} layouts pass the rules ({len(res)} with the "
              f"recompute/sharding/SP choices), {int(res.columns['fits'].sum()) if len(res) else 0} "

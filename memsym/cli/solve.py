@@ -29,8 +29,9 @@ def add_gpu_option(parser) -> None:
     """``--gpu NAME``: a catalogue GPU whose memory is the capacity (an explicit option, so
     that argparse does not read ``--gpu`` as an abbreviation of ``--gpu-memory``)."""
     parser.add_argument("--gpu", metavar="NAME", default=None,
-                        help="catalogue GPU (h100-80gb, a100-40gb, ...): its memory is the "
-                        "capacity unless --gpu-memory is given")
+                        help="catalogue GPU (h100-80gb, a100-40gb, ...): the capacity is the "
+                        "total CUDA reports for it where cited, else its datasheet figure, "
+                        "unless --gpu-memory is given")
 
 
 def add_parser(sub) -> None:
@@ -115,7 +116,7 @@ def run_dp(args) -> int:
     if cap is None and args.gpu:
         from ..hardware import gpu
 
-        cap = gpu(args.gpu).memory_bytes
+        cap = gpu(args.gpu).capacity_bytes
     if cap is None:
         raise InvalidValueError("solve dp needs --gpu-memory C (e.g. 80GB or 80GiB) or --gpu NAME")
     # b_hp kept symbolic so the closed form reads as seed 000 writes it:

@@ -492,7 +492,8 @@ def estimate_training(args) -> int:
     cap = args.gpu_memory
     fits = None if cap is None else bool(total <= cap)
     if args.json:
-        emit_json({**rep, "gpu_memory_bytes": cap, "fits": fits})
+        emit_json({**rep, "gpu_memory_bytes": cap,
+                   "gpu_memory_note": getattr(args, "capacity_note", "as given"), "fits": fits})
         return 0
     lay = rep["layout"]
     print(f"memsym estimate: {rep['model']} ({rep['convention']} convention), most-loaded "
@@ -524,11 +525,18 @@ def estimate_training(args) -> int:
         print(f"note: {note}")
     if fits is not None:
         verdict = "fits" if fits else "does NOT fit"
-        print(f"\nGPU memory {cap / 1e9:.3f} GB ({cap / 2**30:.3f} GiB): {verdict}, "
+        print(f"\nGPU memory {capacity_label(args)}: {verdict}, "
               f"headroom {(cap - total) / 1e9:.3f} GB")
     if "communication" in rep:
         print("\n" + render_step(rep))
     return 0
+
+
+def capacity_label(args) -> str:
+    """``84.944 GB (79.110 GiB; CUDA total 79.11 GiB, cuda-total-h100; datasheet 80 GB)``."""
+    cap = args.gpu_memory
+    return (f"{cap / 1e9:.3f} GB ({cap / 2**30:.3f} GiB; "
+            f"{getattr(args, 'capacity_note', 'as given')})")
 
 
 def render_step(rep: dict) -> str:
@@ -565,7 +573,8 @@ def add_cluster_options(parser) -> None:
     grp = parser.add_argument_group("cluster (communication, bubble, FLOPs, step time, MFU)")
     grp.add_argument("--gpu", metavar="NAME", default=None,
                      help="GPU from the catalogue (h100-80gb, a100-80gb, h200-141gb, ...); "
-                     "its memory is the capacity unless --gpu-memory is given")
+                     "the capacity is the total CUDA reports for it where cited (h100-80gb: "
+                     "79.11 GiB), else its datasheet figure, unless --gpu-memory is given")
     grp.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="K",
                      help="GPUs per node (default 8)")
     grp.add_argument("--intra-node-bandwidth", type=positive_number, default=None, metavar="GB/s",

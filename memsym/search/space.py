@@ -279,7 +279,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         clu = hardware.cluster_for(dev, gpus_per_node or 8)
     if gpus_per_node is not None:
         clu = clu.with_(gpus_per_node=_pos(gpus_per_node, "gpus_per_node"))
-    cap = dev.memory_bytes if capacity is None else capacity
+    cap = dev.capacity_bytes if capacity is None else capacity
     if isinstance(cap, bool) or not isinstance(cap, numbers.Real) or not cap > 0 \
             or not math.isfinite(cap):
         raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0 (for text use "
