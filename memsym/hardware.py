@@ -286,9 +286,10 @@ def _nv(name, mem, bf16_tf, fp8_tf, nvlink_gb, locator, note="", aliases=(), fp1
 
 
 # REF: PyTorch's out-of-memory message, "GPU 0 has a total capacity of X GiB" (cudaMemGetInfo's
-# total, two decimals), as public reports print it for these GPUs.  The total moves by a few
-# hundredths of a GiB with the driver (H100 80GB reports 79.11-79.33 GiB): the lowest report
-# found is used.  GPUs not listed have no report cited and keep the datasheet's decimal figure.
+# total, two decimals), as public reports print it for these GPUs: one cited report each.  The
+# total moves a little with the driver and board (H100 80GB: 79.10 GiB in huggingface/trl#2688,
+# 79.11 in vllm-project/vllm#27508), far less than the fragmentation allowance keeps back.
+# GPUs not listed have no report cited and keep the datasheet's decimal figure.
 _CUDA_TOTAL = {  # name -> (GiB, reference key)
     "h100-80gb": (79.11, "cuda-total-h100"),
     "a100-80gb": (79.14, "cuda-total-a100-80gb"),
