@@ -1,11 +1,13 @@
-"""The on-disk cache of compiled expressions: lambdify's generated source, kept between runs.
+"""The on-disk cache of compiled expressions: their generated source, kept between runs.
 
-Building a numpy function from a SymPy total costs milliseconds (common subexpressions, code
-printing, SymPy's own caches warming up); ``memsym search`` builds about a hundred, so a cold
-process spends most of its second doing it.  The generated Python source depends only on the
-expressions, the argument names, the backend, SymPy's printers and memsym's own printer
+Building a numpy function from a SymPy total with common-subexpression elimination costs
+milliseconds (the CSE itself, code printing, SymPy's own caches warming up).  The generated
+Python source (lambdify's form, written by :func:`memsym.numeric._generate`) depends only on
+the expressions, the argument names, the backend, SymPy's printers and memsym's own printer
 (:mod:`memsym.numeric`), so it is stored once under a key of all of them and executed in a
-fresh lambdify namespace on the next run, as Python's ``__pycache__`` stores byte code.
+fresh namespace on the next run, as Python's ``__pycache__`` stores byte code.  Functions
+compiled without CSE (the search's one-expression templates) are not stored: printing one
+walks the expression once, as computing its key would.
 
 Where: ``$MEMSYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/memsym/compiled`` (``~/.cache/...``).
 ``MEMSYM_CACHE_DIR=off`` (or empty) turns it off.  Bounded: at most :data:`MAX_FILES` entries
@@ -99,7 +101,7 @@ def load(digest: str, namespace: dict):
     digest : str
         A :func:`key` (64 hexadecimal digits); anything else is never opened.
     namespace : dict
-        The globals the function runs in (lambdify's for the backend).
+        The globals the function runs in (:func:`memsym.numeric._namespace`).
     """
     root = cache_dir()
     if root is None or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
@@ -128,7 +130,7 @@ def store(digest: str, source: str) -> bool:
     digest : str
         A :func:`key`.
     source : str
-        lambdify's generated module source (it must define ``_lambdifygenerated``).
+        The generated module source (it must define ``_lambdifygenerated``).
     """
     root = cache_dir()
     if root is None or len(source.encode()) > MAX_BYTES or f"def {_FUNC}(" not in source \

@@ -152,28 +152,87 @@ def _lambdify_options(backend: str) -> dict:
 
 @functools.lru_cache(maxsize=4)
 def _namespace(backend: str) -> dict:
-    """The globals lambdify gives a function of ``backend`` (numpy's or math's names)."""
-    ns = dict(sp.lambdify([], 0, **_lambdify_options(backend)).__globals__)
-    ns.pop("_lambdifygenerated", None)
-    return ns
+    """The globals a compiled function of ``backend`` runs in.
+
+    The printers qualify every name they write (``numpy.maximum``, ``math.sqrt``,
+    ``functools.reduce``), so the modules themselves are all the code needs.  lambdify's own
+    namespace adds ``from numpy import *``: a tenth of a second in a new process (it loads
+    numpy's lazy submodules), spent for names the printed code never uses.
+    """
+    if backend == "numpy":
+        import numpy
+
+        return {"numpy": numpy, "math": math, "functools": functools}
+    return {"math": math, "functools": functools}
+
+
+@functools.lru_cache(maxsize=4)
+def _printer(backend: str):
+    return _lambdify_options(backend)["printer"]()
+
+
+def _generate(exprs: tuple, names: tuple, backend: str, cse: bool) -> str | None:
+    """The source of ``def _lambdifygenerated(<names>): return [<exprs>]``, as lambdify
+    writes it (common subexpressions first when ``cse``), or None where lambdify must
+    rename the arguments (a name that is not an identifier, a keyword or a module).
+
+    Examples
+    --------
+    >>> from memsym.symbols import N, d
+    >>> print(_generate((16 * N / d,), ("N", "d"), "numpy", False), end="")
+    def _lambdifygenerated(N, d):
+        return [16*N/d]
+    """
+    import keyword
+
+    from .compile_cache import _FUNC
+
+    if any(not n.isidentifier() or keyword.iskeyword(n) or n in _namespace(backend)
+           or n == _FUNC for n in names):
+        return None
+    printer = _printer(backend)
+    replacements, reduced = _cse(list(exprs)) if cse else ([], list(exprs))
+    lines = [f"def {_FUNC}({', '.join(names)}):"]
+    lines += [f"    {sym.name} = {printer.doprint(e)}" for sym, e in replacements]
+    lines.append(f"    return [{', '.join(printer.doprint(e) for e in reduced)}]")
+    return "\n".join(lines) + "\n"
+
+
+def _run(source: str, backend: str, where: str):
+    # memsym's own generated code, run as lambdify runs what it writes
+    from .compile_cache import _FUNC
+
+    ns = dict(_namespace(backend))
+    exec(compile(source, where, "exec"), ns)
+    return ns[_FUNC]
 
 
 @functools.lru_cache(maxsize=512)
 def _lambdify(exprs: tuple, names: tuple, backend: str, cse: bool = True):
     from . import compile_cache
 
+    source = None if cse else _generate(exprs, names, backend, cse)
+    if source is not None:
+        # without CSE, printing the code costs what hashing the expressions for the disk
+        # cache would (both walk the tree once): such functions are not kept on disk
+        return _run(source, backend, "<memsym>")
     # the cache key names the code generation (with or without common subexpressions)
     k = compile_cache.key(exprs, names, backend if cse else backend + ":no-cse")
     cached = compile_cache.load(k, _namespace(backend))
     if cached is not None:
         return cached
-    syms = [lookup(name) for name in names]
-    fn = sp.lambdify(syms, list(exprs), cse=_cse if cse else False,
-                     **_lambdify_options(backend))
+    source = _generate(exprs, names, backend, cse)
+    if source is None:   # lambdify renames what cannot be an argument name
+        syms = [lookup(name) for name in names]
+        fn = sp.lambdify(syms, list(exprs), cse=_cse if cse else False,
+                         **_lambdify_options(backend))
+        source = _source(fn)
+    else:
+        fn = _run(source, backend, f"<memsym {k[:12]}>")
     if compile_cache.cache_dir() is not None:
         try:
-            compile_cache.store(k, _source(fn))
-        except (OSError, TypeError):   # no source to keep: the function still works
+            compile_cache.store(k, source)
+        except (OSError, TypeError):   # nothing kept: the function still works
             pass
     return fn
 

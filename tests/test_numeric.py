@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from memsym import byte_widths, model_state
+from memsym import byte_widths, model_state, numeric
 from memsym.errors import InvalidValueError
 from memsym.numeric import compile_total
 
@@ -44,3 +44,62 @@ def test_min_max_ceiling_compile_on_both_back_ends():
     assert out.tolist() == [5.0, 5.0]
     fn_math, _ = compile_expr(expr, "math")
     assert fn_math(1, 2, 3)[0] == 5
+
+
+# --- memsym's code generation against SymPy's lambdify (the oracle) ------------------------
+def _generation_cases():
+    import sympy as sp
+
+    from memsym.symbols import N, b, d, h, p, s, t
+
+    return [
+        (16 * N / (d * p * t),),
+        (sp.Max(16 * N / (d * p * t), 2 * N / t, 3) + N / p ** 2, sp.Min(d, p, t) * s),
+        (sp.Rational(11, 10) * (N / t + 34 * s * b * h / t) + sp.floor(N / d),
+         sp.Piecewise((N / d, d > 2), (N, True))),
+        ((N / t + h) ** 2 / d, (N / t + h) ** 3 * p, sp.sqrt(N) * sp.ceiling(h / t)),
+    ]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "math"])
+@pytest.mark.parametrize("cse", [True, False])
+def test_generated_code_equals_lambdify(backend, cse, monkeypatch):
+    # what memsym.numeric writes itself (to skip lambdify's namespace and overhead) computes
+    # what SymPy's lambdify computes from the same expressions, printer and CSE
+    import sympy as sp
+
+    monkeypatch.setenv("MEMSYM_CACHE_DIR", "off")
+    point = {"N": 7e9, "b": 2, "d": 8, "h": 4096, "p": 4, "s": 2048, "t": 2}
+    for exprs in _generation_cases():
+        names = numeric._argnames(exprs)
+        assert numeric._generate(exprs, names, backend, cse) is not None
+        fn = numeric._lambdify.__wrapped__(exprs, names, backend, cse)
+        ref = sp.lambdify([numeric.lookup(n) for n in names], list(exprs),
+                          cse=numeric._cse if cse else False,
+                          **numeric._lambdify_options(backend))
+        args = [point[n] for n in names]
+        assert [float(v) for v in fn(*args)] == [float(v) for v in ref(*args)]
+        if backend == "numpy":     # broadcasting, as lambdify's numpy functions do
+            arr = [np.array([v, 2 * v]) for v in args]
+            for got, want in zip(fn(*arr), ref(*arr)):
+                assert np.array_equal(np.broadcast_to(got, (2,)), np.broadcast_to(want, (2,)))
+
+
+def test_generation_leaves_unusable_names_to_lambdify():
+    # a name that cannot be an argument (a keyword, a module of the namespace) is left to
+    # lambdify, which renames it (no registered memsym symbol is such a name)
+    import keyword
+
+    from memsym.symbols import registry
+
+    assert all(n.isidentifier() and not keyword.iskeyword(n) and n not in numeric._namespace("numpy")
+               for n in registry())
+    import sympy as sp
+
+    from memsym.symbols import N
+
+    for bad in ("lambda", "numpy", "functools"):
+        x = sp.Symbol(bad, positive=True)
+        assert numeric._generate((2 * x,), (bad,), "numpy", False) is None
+    assert numeric._generate((2 * N,), ("N",), "numpy", False).startswith(
+        "def _lambdifygenerated(N):")

@@ -370,6 +370,10 @@ REVIEWED = {
         "compile_cache.load: lambdify source memsym wrote, from a file named by its SHA-256 "
         "key in a directory and file only this user owns and can write "
         "(tests/test_compile_cache.py)",
+    ("memsym/numeric.py", 'exec(compile(source, where, "exec"), ns)'):
+        "numeric._run: the source numeric._generate printed with SymPy's code printer from "
+        "SymPy expressions, argument names checked as identifiers that are no keyword or "
+        "module; what lambdify itself execs (tests/test_numeric.py compares the two)",
 }
 
 
