@@ -163,6 +163,17 @@ class Training:
         (v0.2): the embedding is its own group, resharded after forward, and ``[norm, output]``
         one group kept gathered after forward (:func:`memsym.terms.transients.fsdp2_io_groups`).
         Only torchtitan's FSDP2 without pipelining reads it.
+    overlap_grad_reduce, overlap_param_gather : bool or None
+        Megatron's ``--overlap-grad-reduce`` (the data-parallel gradient reduce-scatter or
+        all-reduce runs in buckets during the backward) and ``--overlap-param-gather`` (the
+        distributed optimizer's parameter all-gather runs during the next forward), for the
+        step time.  None: the framework's default: off for Megatron-LM (``store_true``
+        flags), on for torchtitan (FSDP2 reduce-scatters in the backward and prefetches the
+        next all-gather; DDP's buckets all-reduce in the backward), DeepSpeed's
+        ``overlap_comm`` (on for ZeRO-3 only, ``zero/config.py``).
+    tp_comm_overlap : bool
+        Megatron's ``--tp-comm-overlap`` (Transformer Engine userbuffers: the TP all-gather /
+        reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism).
     """
 
     seq_length: int = 4096
@@ -194,6 +205,9 @@ class Training:
     framework: str = "megatron"
     loss_parallel: bool = True
     fsdp_root_group: bool = False
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool = False
 
 
 def _defaults() -> dict:
@@ -312,6 +326,10 @@ def _check_fields(layout: Layout, training: Training) -> None:
     _flag(training.compiled_loss, "compiled_loss")
     _flag(training.loss_parallel, "loss_parallel")
     _flag(training.fsdp_root_group, "fsdp_root_group")
+    _flag(training.tp_comm_overlap, "tp_comm_overlap")
+    for name in ("overlap_grad_reduce", "overlap_param_gather"):
+        if getattr(training, name) is not None:
+            _flag(getattr(training, name), name)
 
 
 def validate(x, layout: Layout, training: Training):
@@ -346,6 +364,7 @@ def validate(x, layout: Layout, training: Training):
     choose("fine-tuning mode", training.finetune, ("full", "lora", "qlora"))
     choose("framework", training.framework, FRAMEWORKS)
     _check_recompute_layers(x, layout, training)
+    _check_overlaps(layout, training)
     offered = FRAMEWORK_SCHEMES.get(training.framework)
     if offered and training.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
@@ -374,6 +393,27 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
     return m_
+
+
+def _check_overlaps(layout: Layout, training: Training) -> None:
+    # Megatron-LM validate_args: --overlap-param-gather only with the distributed optimizer
+    # (or Megatron-FSDP) and only with --overlap-grad-reduce; --tp-comm-overlap needs sequence
+    # parallelism (it is turned off at t = 1)
+    if training.framework != "megatron":
+        if training.tp_comm_overlap:
+            raise InvalidValueError("tp_comm_overlap is Megatron's --tp-comm-overlap (Transformer "
+                                    f"Engine userbuffers), not a {training.framework} option")
+        return
+    if training.overlap_param_gather:
+        if not training.overlap_grad_reduce:
+            raise InvalidValueError("--overlap-param-gather needs --overlap-grad-reduce "
+                                    "(Megatron's validate_args)")
+        if training.sharding == "ddp":
+            raise InvalidValueError("--overlap-param-gather needs the distributed optimizer "
+                                    "(--use-distributed-optimizer) or Megatron-FSDP")
+    if training.tp_comm_overlap and layout.t > 1 and not layout.sequence_parallel:
+        raise InvalidValueError("--tp-comm-overlap needs --sequence-parallel (Megatron's "
+                                "validate_args)")
 
 
 def _check_pipeline_layout(x, layout: Layout, training: Training) -> None:

@@ -16,7 +16,7 @@ from memsym.analysis import smallest
 from memsym.cli import main
 from memsym.errors import InvalidValueError, NoFitError, UnknownNameError
 from memsym.model import Architecture, preset
-from memsym.search import (RULES, explain, largest_fit, min_gpus,
+from memsym.search import (RULES, explain, largest_fit, launch_overlaps, min_gpus,
                            search, smallest_d)
 from memsym.symbols import C as C_sym, N, d, s as s_sym
 from memsym.term import Source, Term
@@ -373,14 +373,14 @@ def test_cli_search_assumes_a_4m_token_batch(capsys):
 # --- review fixes (issue 5 follow-up) -----------------------------------------------------
 def _training_of(row, seq_length, global_batch):
     """The row as memsym.training's Layout and Training (the defaults both share,
-    memsym.job.DEFAULTS)."""
+    memsym.job.DEFAULTS), with the overlaps the search prices a launch with."""
     lay = Layout(t=row["t"], p=row["p"], d=row["d"], c=row["c"], e=row["e"],
                  v=row["v"] if row["v"] > 1 else None, sequence_parallel=row["sequence_parallel"],
                  first_stage_layers=row.get("first_stage_layers"),
                  last_stage_layers=row.get("last_stage_layers"))
     tr = Training(seq_length=seq_length, micro_batch_size=row["b"],
                   global_batch_size=global_batch, recompute=row["recompute"],
-                  sharding=row["sharding"])
+                  sharding=row["sharding"], **launch_overlaps("megatron", row["sharding"]))
     return lay, tr
 
 
@@ -818,7 +818,7 @@ def test_search_step_time_is_estimate_step_time(framework, shards):
                 v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"],
                 recompute=r["recompute"], sharding=r["sharding"],
                 sequence_parallel=r["sequence_parallel"], gpu="h100-80gb",
-                framework=framework, **kw)
+                framework=framework, **kw, **launch_overlaps(framework, r["sharding"]))
         assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
             pytest.approx(r["step_time"], rel=1e-9), key
     assert len(seen) >= 3
@@ -904,7 +904,8 @@ def test_block_recompute_rows_are_the_estimate_of_that_job():
                     sharding=r["sharding"], sequence_parallel=r["sequence_parallel"],
                     first_stage_layers=r["first_stage_layers"],
                     last_stage_layers=r["last_stage_layers"], gpu="h100-80gb",
-                    seq_length=s_, global_batch_size=B_)
+                    seq_length=s_, global_batch_size=B_,
+                    **launch_overlaps("megatron", r["sharding"]))
             assert float(job_memory(j).bytes_total) == pytest.approx(r["memory"], rel=1e-12), r
             if not r["first_stage_layers"] and not r["last_stage_layers"]:
                 assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
@@ -941,6 +942,13 @@ def test_cli_block_recompute_row_is_the_estimate(capsys):
             argv += [flag, str(lay[key])]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["bytes"] == row["bytes"]
+    # the row's step time is priced with the overlaps it names (Megatron's store_true flags);
+    # fed back with them, estimate gives the same step time
+    assert (lay["overlap_grad_reduce"], lay["overlap_param_gather"]) == (True, True)
+    assert main(argv + ["--gpu", "h100-80gb", "--overlap-grad-reduce",
+                        "--overlap-param-gather"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(
+        row["step_time_s"], rel=1e-9)
     assert main(["search", "llama3-70b", "--gpu", "h100-80gb", "--gpus", "64",
                  "--recompute", "block-x"]) == 2
     err = capsys.readouterr().err

@@ -201,9 +201,11 @@ def _recompute_choice(text: str) -> str:
     return _RECOMPUTE_MODES(text)
 
 
-def layout_json(row: dict) -> dict:
+def layout_json(row: dict, framework: str | None = None) -> dict:
     """The layout part of a JSON row (Megatron-like names; a block-N recompute choice also
-    as Megatron's --recompute-method / --recompute-num-layers)."""
+    as Megatron's --recompute-method / --recompute-num-layers; with ``framework``, the
+    overlap options the search priced the step with, :func:`memsym.search.launch_overlaps`)."""
+    from ..search import launch_overlaps
     from ..search.space import block_layers
 
     out = {"tp": row["t"], "pp": row["p"], "cp": row["c"], "dp": row["d"], "ep": row["e"],
@@ -215,6 +217,8 @@ def layout_json(row: dict) -> dict:
     n = block_layers(row["recompute"])
     if n is not None:
         out.update(recompute_method="block", recompute_num_layers=n)
+    if framework is not None:
+        out.update(launch_overlaps(framework, row["sharding"]))
     return out
 
 
@@ -245,7 +249,7 @@ def run(args) -> int:
     cap = res.space.capacity
     if args.json:
         emit_json([{
-            "layout": layout_json(row), "gpus": res.gpus,
+            "layout": layout_json(row, res.space.framework), "gpus": res.gpus,
             **({"torchtitan": _torchtitan_stages(res.space, row)}
                if res.space.framework == "torchtitan" else {}),
             "bytes": bytes_json(exact["bytes"]),
@@ -283,6 +287,11 @@ def render(res, rows) -> str:
     lines.append(f"assumed: flash attention {'on' if sp_.flash_attention else 'off'}, dropout "
                  f"{'on' if sp_.dropout else 'off'} (memsym.job.DEFAULTS, as estimate; "
                  "--no-flash-attn, --hidden-dropout 0 --attention-dropout 0 to change)")
+    if res.ranked_by == "step time" and sp_.framework != "torchtitan":
+        lines.append("step times as launched with the data-parallel overlaps on ("
+                     + ("--overlap-grad-reduce, and --overlap-param-gather with a sharded "
+                        "optimizer" if sp_.framework == "megatron" else "overlap_comm")
+                     + "; Megatron's flags are off unless given)")
     for note in res.notes:
         lines.append("note: " + note)
     lines.append("")

@@ -129,6 +129,15 @@ def add_training_options(parser) -> None:
     trn.add_argument("--disable-loss-parallel", action="store_true",
                      help="torchtitan's flag (--framework torchtitan, --tp > 1): the logits are "
                      "gathered and the loss is eager F.cross_entropy, not torch's loss_parallel")
+    trn.add_argument("--overlap-grad-reduce", action="store_true",
+                     help="Megatron's flag: the data-parallel gradient reduce-scatter runs in "
+                     "buckets during the backward (step time; off unless given, as in Megatron)")
+    trn.add_argument("--overlap-param-gather", action="store_true",
+                     help="Megatron's flag (needs --overlap-grad-reduce and the distributed "
+                     "optimizer): the parameter all-gather runs during the next forward")
+    trn.add_argument("--tp-comm-overlap", action="store_true",
+                     help="Megatron's flag (needs --sequence-parallel): Transformer Engine "
+                     "pipelines the TP all-gather / reduce-scatter with the GEMMs")
     trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
                      help="routed-token load of the busiest expert rank (default 1, balanced)")
     grp.add_argument("--should-pad-vocab", action="store_true",
@@ -359,6 +368,9 @@ def job_from_args(args, **override):
         opts["compiled_loss"] = True
     if getattr(args, "disable_loss_parallel", False):
         opts["loss_parallel"] = False
+    for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
+        if getattr(args, flag, False):
+            opts[flag] = True
     if getattr(args, "framework", None) is not None:
         opts["framework"] = args.framework
     # the convention (a framework estimator such as megatron-bridge reports its own breakdown
@@ -420,6 +432,9 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "dropout": training.dropout, "schedule": training.schedule,
                      "framework": training.framework, "compiled_loss": training.compiled_loss,
                      "loss_parallel": training.loss_parallel,
+                     "overlap_grad_reduce": training.overlap_grad_reduce,
+                     "overlap_param_gather": training.overlap_param_gather,
+                     "tp_comm_overlap": training.tp_comm_overlap,
                      "first_stage_layers": layout.first_stage_layers,
                      "last_stage_layers": layout.last_stage_layers,
                      "pipeline_layout": None if layout.pipeline_layout is None

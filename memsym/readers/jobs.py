@@ -93,6 +93,10 @@ def megatron_job(mj, model=None, **options):
     if prec.get("precision_aware_optimizer"):
         opts["precision_aware"] = True
     opts["optimizer"] = opt.get("optimizer", "adam")
+    # the step's overlaps, as the command sets them (Megatron's store_true flags: off unless given)
+    opts["overlap_grad_reduce"] = bool(opt.get("overlap_grad_reduce"))
+    opts["overlap_param_gather"] = bool(opt.get("overlap_param_gather"))
+    opts["tp_comm_overlap"] = bool(opt.get("tp_comm_overlap"))
     if opt.get("use_megatron_fsdp"):
         strategy = opt.get("data_parallel_sharding_strategy") or "optim_grads_params"
         opts["sharding"] = MEGATRON_FSDP_SCHEMES[strategy]
@@ -143,6 +147,10 @@ def deepspeed_job(cfg: dict, model, **options):
     elif off_o not in (None, "none"):
         opts["offload"] = "optimizer"
     opts["framework"] = "deepspeed"
+    if shard.get("overlap_comm") is not None:
+        # zero_optimization.overlap_comm: the gradient reduction (and ZeRO-3's parameter
+        # all-gather prefetch) run beside the backward / forward
+        opts["overlap_grad_reduce"] = opts["overlap_param_gather"] = bool(shard["overlap_comm"])
     opts.update(options)
     return job(model, _notes=tuple(cfg.get("notes", ())), **opts)
 

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 from .space import RULES, SCHEMES, Space, make_space  # noqa: F401 (make_space: used by callers)
 from .grid import explain, raw_grid, rule_masks, stage_splits  # noqa: F401
-from .evaluate import TIME_PARTS
+from .evaluate import TIME_PARTS, launch_overlaps
 from .exact import group_bytes  # noqa: F401
 from .results import SearchResult, search
 from .sizing import MinGpus, largest_fit, min_gpus, smallest_d
 
 __all__ = ["RULES", "SCHEMES", "TIME_PARTS", "Space", "SearchResult", "MinGpus", "search",
-           "min_gpus", "smallest_d", "largest_fit", "explain", "raw_grid", "stage_splits"]
+           "min_gpus", "smallest_d", "largest_fit", "explain", "raw_grid", "stage_splits",
+           "launch_overlaps"]

@@ -228,6 +228,30 @@ TIME_PARTS = ("time_compute", "time_memory", "time_comm", "time_bubble", "time_o
               "time_other")
 
 
+def launch_overlaps(framework: str, sharding: str) -> dict:
+    """The overlap options every row is priced with, as :func:`memsym.job.job` options.
+
+    The search proposes layouts to launch, so it prices them with the data-parallel overlaps
+    on (:class:`memsym.timing.step.Overlap`'s defaults): Megatron-LM's
+    ``--overlap-grad-reduce`` and, with a sharded optimizer, ``--overlap-param-gather``,
+    which are off unless given; DeepSpeed's ``overlap_comm``; torchtitan's FSDP2 and DDP
+    overlap by default.  A row fed back to ``memsym estimate`` with these gets its step time.
+
+    Examples
+    --------
+    >>> launch_overlaps("megatron", "distributed-optimizer")
+    {'overlap_grad_reduce': True, 'overlap_param_gather': True}
+    >>> launch_overlaps("megatron", "ddp"), launch_overlaps("torchtitan", "fsdp")
+    ({'overlap_grad_reduce': True}, {})
+    """
+    if framework == "torchtitan":
+        return {}
+    out = {"overlap_grad_reduce": True}
+    if sharding != "ddp":
+        out["overlap_param_gather"] = True
+    return out
+
+
 def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme: str) -> dict:
     """Seconds per step [s] of each row and its breakdown (:data:`TIME_PARTS`), predicted by
     :func:`memsym.timing.step.step_time_grid`: per-stage GEMMs after the TP/SP/CP/EP splits

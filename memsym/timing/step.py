@@ -34,7 +34,8 @@ from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, out
                    shape_of)
 from .schedule import bubble_fraction, schedule_rule, simulate
 
-__all__ = ["Overlap", "StepTime", "Settings", "step_time", "step_time_grid", "OPTIMIZER_BYTES", "SOURCES",
+__all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
+           "OPTIMIZER_BYTES", "SOURCES",
            "FLASH_FORWARD", "FLASH_BACKWARD"]
 
 #: Backward memory-bound bytes relative to the forward's (see :func:`_layer`).
@@ -570,8 +571,44 @@ def _group_size(layout, training, mm):
     return group
 
 
+def overlap_of(training) -> Overlap:
+    """The overlaps a job runs with: its ``overlap_grad_reduce`` / ``overlap_param_gather`` /
+    ``tp_comm_overlap``, each unset one at its framework's default.
+
+    Megatron-LM's ``--overlap-grad-reduce`` and ``--overlap-param-gather`` are ``store_true``
+    flags (off unless given); torchtitan's FSDP2 reduce-scatters in the backward and
+    prefetches the next all-gather (and torch DDP all-reduces its buckets in the backward);
+    DeepSpeed's ``overlap_comm`` defaults to on for ZeRO-3 only.  The other switches keep
+    :class:`Overlap`'s defaults (Megatron's own: ``overlap_p2p_comm`` with interleaving, the
+    backward's async TP collectives, Transformer Engine's ring attention).
+
+    Examples
+    --------
+    >>> from memsym.training import Training
+    >>> overlap_of(Training()).grad_reduce, overlap_of(Training(framework="torchtitan",
+    ...     sharding="fsdp")).grad_reduce
+    (False, True)
+    >>> o = overlap_of(Training(overlap_grad_reduce=True, overlap_param_gather=True))
+    >>> o.grad_reduce, o.param_gather, o.tp_comm
+    (True, True, False)
+    """
+    if training.framework == "torchtitan":
+        default = True
+    elif training.framework == "deepspeed":
+        default = training.sharding == "zero3"
+    else:
+        default = False
+
+    def pick(value):
+        return default if value is None else bool(value)
+
+    return Overlap(grad_reduce=pick(training.overlap_grad_reduce),
+                   param_gather=pick(training.overlap_param_gather),
+                   tp_comm=bool(training.tp_comm_overlap))
+
+
 def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, *,
-              overlap: Overlap = Overlap(), eta_gemm=None, flops_per_token=None) -> StepTime:
+              overlap: Overlap | None = None, eta_gemm=None, flops_per_token=None) -> StepTime:
     r"""Step time of one layout [s], with a breakdown (memsym Layout and Training records).
 
     ``layout``: :class:`memsym.training.Layout`; ``training``:
@@ -591,8 +628,8 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
         The GPU (:mod:`memsym.hardware`).
     cluster : Cluster, optional
         The interconnect (default: the GPU's usual cluster).
-    overlap : Overlap
-        Which communication hides behind compute.
+    overlap : Overlap, optional
+        Which communication hides behind compute (default: the job's, :func:`overlap_of`).
     eta_gemm : float, optional
         A fixed achieved GEMM efficiency in (0, 1] [1] replacing the efficiency curve.
     flops_per_token : float, optional
@@ -620,6 +657,8 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     mm = microbatches(layout, training)
     if mm is None:
         raise InvalidValueError("give num_microbatches or global_batch_size to price a step")
+    if overlap is None:
+        overlap = overlap_of(training)
     st = Settings(seq_length=training.seq_length, micro_batch_size=training.micro_batch_size,
                   recompute=training.recompute,
                   sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),

@@ -1,0 +1,82 @@
+"""The step's overlaps as the frameworks default them and as a launch sets them: Megatron-LM's
+--overlap-grad-reduce / --overlap-param-gather / --tp-comm-overlap (store_true: off unless
+given) with their validate_args rules, DeepSpeed's overlap_comm, torchtitan's FSDP2."""
+
+import pytest
+
+from memsym.errors import InvalidValueError
+from memsym.job import job
+from memsym.readers.deepspeed import read_deepspeed_config
+from memsym.readers.jobs import deepspeed_job, megatron_job
+from memsym.readers.megatron import read_megatron_args
+from memsym.timing.step import overlap_of, step_time
+
+LAUNCH = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32",
+          "--ffn-hidden-size", "14336", "--seq-length", "4096", "--max-position-embeddings",
+          "8192", "--micro-batch-size", "1", "--global-batch-size", "128",
+          "--tensor-model-parallel-size", "2", "--sequence-parallel", "--bf16",
+          "--use-distributed-optimizer", "--swiglu", "--normalization", "RMSNorm",
+          "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights",
+          "--disable-bias-linear", "--group-query-attention", "--num-query-groups", "8",
+          "--vocab-size", "128256", "--world-size", "64"]
+
+
+def _job(*extra):
+    return megatron_job(read_megatron_args(LAUNCH + list(extra)), gpu="h100-80gb")
+
+
+def test_megatron_flags_reach_the_step_time():
+    # without the flags Megatron runs the DP reduce-scatter and all-gather after the
+    # backward / before the forward: all of it is exposed; with them only what exceeds the
+    # last backward / first forward.  Nothing else in the step changes
+    off, on = _job(), _job("--overlap-grad-reduce", "--overlap-param-gather")
+    assert (off.training.overlap_grad_reduce, on.training.overlap_grad_reduce) == (False, True)
+    assert on.training.overlap_param_gather and not off.training.overlap_param_gather
+    st_off = step_time(off.model, off.layout, off.training, "h100-80gb")
+    st_on = step_time(on.model, on.layout, on.training, "h100-80gb")
+    assert st_off.parts["dp"] > st_on.parts["dp"] >= 0
+    assert st_off.total - st_on.total == pytest.approx(st_off.parts["dp"] - st_on.parts["dp"],
+                                                       rel=1e-12)
+    for key in ("compute", "tp", "bubble", "optimizer"):
+        assert st_off.parts[key] == pytest.approx(st_on.parts[key], rel=1e-12)
+    # --tp-comm-overlap hides TP communication behind the GEMMs
+    tpo = _job("--tp-comm-overlap")
+    assert tpo.training.tp_comm_overlap
+    assert step_time(tpo.model, tpo.layout, tpo.training, "h100-80gb").parts["tp"] < \
+        st_off.parts["tp"]
+
+
+def test_megatron_validate_args_rules():
+    with pytest.raises(InvalidValueError, match="needs --overlap-grad-reduce"):
+        job("llama3-8b", d=8, overlap_param_gather=True)
+    with pytest.raises(InvalidValueError, match="distributed optimizer"):
+        job("llama3-8b", d=8, sharding="ddp", overlap_grad_reduce=True, overlap_param_gather=True)
+    with pytest.raises(InvalidValueError, match="--sequence-parallel"):
+        job("llama3-8b", t=2, d=4, tp_comm_overlap=True)
+    with pytest.raises(InvalidValueError, match="not a torchtitan option"):
+        job("llama3-8b", d=8, framework="torchtitan", sharding="fsdp", tp_comm_overlap=True)
+    with pytest.raises(InvalidValueError, match="true or false"):
+        job("llama3-8b", d=8, overlap_grad_reduce="yes")
+    with pytest.raises(InvalidValueError, match="--overlap-grad-reduce"):
+        _job("--overlap-param-gather")          # the reader applies the same rule
+
+
+def test_framework_defaults():
+    # Megatron: off; torchtitan's FSDP2 / DDP: on; DeepSpeed: overlap_comm, on for ZeRO-3 only
+    assert not overlap_of(job("llama3-8b", d=8).training).grad_reduce
+    for shard in ("fsdp", "ddp"):
+        o = overlap_of(job("llama3-8b", d=8, framework="torchtitan", sharding=shard).training)
+        assert o.grad_reduce and o.param_gather
+    for shard, on in (("zero1", False), ("zero2", False), ("zero3", True)):
+        o = overlap_of(job("llama3-8b", d=8, framework="deepspeed", sharding=shard).training)
+        assert (o.grad_reduce, o.param_gather) == (on, on)
+
+
+def test_deepspeed_overlap_comm_is_read():
+    for value in (True, False):
+        cfg = read_deepspeed_config({"train_micro_batch_size_per_gpu": 1,
+                                     "train_batch_size": 8, "bf16": {"enabled": True},
+                                     "zero_optimization": {"stage": 2, "overlap_comm": value}},
+                                    world_size=8)
+        j = deepspeed_job(cfg, "llama3-8b", seq_length=2048)
+        assert overlap_of(j.training).grad_reduce is value
