@@ -123,21 +123,8 @@ def add_training_options(parser) -> None:
     trn.add_argument("--framework", choices=("megatron", "deepspeed", "torchtitan"), default=None,
                      help="whose launch rules and runtime apply (default megatron; torchtitan: "
                      "FSDP2 with pipeline parallelism on torchtitan's own layer split)")
-    trn.add_argument("--compiled-loss", action="store_true",
-                     help="the loss runs under torch.compile (torchtitan's compile.enable with "
-                     "'loss' in components): 16-bit logits kept, no fp32 copy")
-    trn.add_argument("--disable-loss-parallel", action="store_true",
-                     help="torchtitan's flag (--framework torchtitan, --tp > 1): the logits are "
-                     "gathered and the loss is eager F.cross_entropy, not torch's loss_parallel")
-    trn.add_argument("--overlap-grad-reduce", action="store_true",
-                     help="Megatron's flag: the data-parallel gradient reduce-scatter runs in "
-                     "buckets during the backward (step time; off unless given, as in Megatron)")
-    trn.add_argument("--overlap-param-gather", action="store_true",
-                     help="Megatron's flag (needs --overlap-grad-reduce and the distributed "
-                     "optimizer): the parameter all-gather runs during the next forward")
-    trn.add_argument("--tp-comm-overlap", action="store_true",
-                     help="Megatron's flag (needs --sequence-parallel): Transformer Engine "
-                     "pipelines the TP all-gather / reduce-scatter with the GEMMs")
+    for flag, text in _SWITCHES:
+        trn.add_argument(flag, action="store_true", help=text)
     trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
                      help="routed-token load of the busiest expert rank (default 1, balanced)")
     grp.add_argument("--should-pad-vocab", action="store_true",
@@ -545,6 +532,21 @@ def estimate_training(args) -> int:
     if "communication" in rep:
         print("\n" + render_step(rep))
     return 0
+
+
+#: The framework switches that are plain ``store_true`` flags here as in the framework.
+_SWITCHES = (
+    ("--compiled-loss", "the loss runs under torch.compile (torchtitan's compile.enable with "
+     "'loss' in components): 16-bit logits kept, no fp32 copy"),
+    ("--disable-loss-parallel", "torchtitan's flag (--framework torchtitan, --tp > 1): the "
+     "logits are gathered and the loss is eager F.cross_entropy, not torch's loss_parallel"),
+    ("--overlap-grad-reduce", "Megatron's flag: the data-parallel gradient reduce-scatter runs "
+     "in buckets during the backward (step time; off unless given, as in Megatron)"),
+    ("--overlap-param-gather", "Megatron's flag (needs --overlap-grad-reduce and the "
+     "distributed optimizer): the parameter all-gather runs during the next forward"),
+    ("--tp-comm-overlap", "Megatron's flag (needs --sequence-parallel): Transformer Engine "
+     "pipelines the TP all-gather / reduce-scatter with the GEMMs"),
+)
 
 
 def capacity_label(args) -> str:
