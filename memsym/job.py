@@ -397,8 +397,8 @@ def validate(x, layout: Layout, training: Training):
 
 def _check_overlaps(layout: Layout, training: Training) -> None:
     # Megatron-LM validate_args: --overlap-param-gather only with the distributed optimizer
-    # (or Megatron-FSDP) and only with --overlap-grad-reduce; --tp-comm-overlap needs sequence
-    # parallelism (it is turned off at t = 1)
+    # (or Megatron-FSDP) and only with --overlap-grad-reduce; --tp-comm-overlap asserts
+    # sequence parallelism, which validate_args turns off at t = 1
     if training.framework != "megatron":
         if training.tp_comm_overlap:
             raise InvalidValueError("tp_comm_overlap is Megatron's --tp-comm-overlap (Transformer "
@@ -411,9 +411,9 @@ def _check_overlaps(layout: Layout, training: Training) -> None:
         if training.sharding == "ddp":
             raise InvalidValueError("--overlap-param-gather needs the distributed optimizer "
                                     "(--use-distributed-optimizer) or Megatron-FSDP")
-    if training.tp_comm_overlap and layout.t > 1 and not layout.sequence_parallel:
-        raise InvalidValueError("--tp-comm-overlap needs --sequence-parallel (Megatron's "
-                                "validate_args)")
+    if training.tp_comm_overlap and (layout.t == 1 or not layout.sequence_parallel):
+        raise InvalidValueError("--tp-comm-overlap needs --sequence-parallel, which Megatron "
+                                "turns off at TP 1 (validate_args)")
 
 
 def _check_pipeline_layout(x, layout: Layout, training: Training) -> None:

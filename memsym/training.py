@@ -89,6 +89,8 @@ ALLOWANCES = {
 
 #: The keys of the allowance Terms in every total (what memsym.search splits off).
 ALLOWANCE_TERMS = ("workspace", "nccl", "fragmentation")
+#: Keys of the buffers a framework allocates outside PyTorch's allocator (:func:`_outside_allocator`).
+OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers",)
 
 
 def allowance_values(allowances: Mapping | None = None) -> dict:
@@ -722,7 +724,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
       (:func:`memsym.terms.transients.deepspeed_ipg_buckets`) from the first backward on;
     * Megatron-core (distributed optimizer, DDP): buckets are views of the gradient and
       parameter buffers (:func:`memsym.terms.transients.megatron_buckets`) and TE/Apex
-      FusedAdam steps in chunks: no transient beyond the loss's.
+      FusedAdam steps in chunks: no transient beyond the loss's.  (With ``tp_comm_overlap``,
+      Transformer Engine's userbuffers are held throughout, outside PyTorch's allocator:
+      :func:`_outside_allocator`.)
 
     The model states that exist only in the step (:data:`STEP_STATE_KEYS`) are not among
     these Terms: the total adds them to the optimizer phase.
@@ -847,6 +851,18 @@ def _phase_term(act: list, trans: dict):
                 "step: its temporaries)", _PHASE_SRC, label="peak-phase transients")
 
 
+def _outside_allocator(training: Training) -> list:
+    """Buffers a framework allocates outside PyTorch's caching allocator for the whole run,
+    beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
+    Transformer Engine's userbuffers under ``tp_comm_overlap``
+    (:func:`memsym.terms.transients.tp_comm_userbuffers`)."""
+    from .terms import transients as tr
+
+    if training.tp_comm_overlap and training.convention == "framework":
+        return [tr.tp_comm_userbuffers(training.precision == "fp8")]
+    return []
+
+
 def _stage_total(x, layout: Layout, training: Training, stage: int,
                  m_known: bool | None = None) -> Total:
     """:func:`stage_total` of a resolved architecture: the one composition of the per-GPU
@@ -859,7 +875,7 @@ def _stage_total(x, layout: Layout, training: Training, stage: int,
     if peak is not None:
         terms.append(peak)
     allocated = sp.Add(*(term.expr for term in terms))
-    terms += list(allowance_terms(allocated))
+    terms += list(allowance_terms(allocated)) + _outside_allocator(training)
     return Total(f"training memory per GPU, pipeline stage {stage} ({_role(stage, layout.p)})",
                  tuple(terms))
 
@@ -892,7 +908,8 @@ def phase_totals(x, layout: Layout, training: Training, stage: int,
         terms = list(states) + (list(act) if ph != "optimizer" else []) + list(trans[ph])
         allocated = sp.Add(*(term.expr for term in terms))
         out[ph] = Total(f"{ph} phase, pipeline stage {stage}",
-                        tuple(terms) + allowance_terms(allocated))
+                        tuple(terms) + allowance_terms(allocated)
+                        + tuple(_outside_allocator(training)))
     return out
 
 
@@ -1003,13 +1020,15 @@ class TrainingEstimate:
 
     def grouped(self) -> dict:
         """Exact bytes grouped as the command line reports them: model-state keys,
-        ``activations`` (all activation terms), ``workspace``, ``nccl``, ``fragmentation``
-        and ``total`` (their sum)."""
+        ``activations`` (all activation terms), ``workspace``, ``nccl``, ``fragmentation``,
+        the buffers outside PyTorch's allocator where the job has them
+        (``tp_comm_userbuffers``) and ``total`` (their sum)."""
         bd = self._breakdown
         out = {key: bd[key] for key in _STATE_KEYS if key in bd}
         out["activations"] = sp.Add(*(bd[key] for key in _ACT_KEYS if key in bd))
-        for key in ALLOWANCE_TERMS:
-            out[key] = bd[key]
+        for key in ALLOWANCE_TERMS + OUTSIDE_ALLOCATOR_KEYS:
+            if key in bd or key in ALLOWANCE_TERMS:
+                out[key] = bd[key]
         out["total"] = bd["total"]
         return out
 

@@ -80,3 +80,21 @@ def test_deepspeed_overlap_comm_is_read():
                                     world_size=8)
         j = deepspeed_job(cfg, "llama3-8b", seq_length=2048)
         assert overlap_of(j.training).grad_reduce is value
+
+
+def test_tp_comm_overlap_holds_transformer_engines_userbuffers():
+    # initialize_ub(shape=[s b / c, h]): one buffer of that shape per overlapped GEMM, 12 by
+    # default; under FP8 the 8 all-gather inputs are 1-byte, the 4 reduce-scatter outputs
+    # 2-byte.  By hand for this command (s 4096, b 1, c 1, h 4096, bf16): 12 x 4096 x 4096 x
+    # 2 bytes = 384 MiB, outside PyTorch's allocator (no fragmentation margin on it)
+    from memsym.training import job_memory
+
+    off, on = _job(), _job("--tp-comm-overlap")
+    a, b = job_memory(off), job_memory(on)
+    assert b.grouped()["tp_comm_userbuffers"] == 12 * 4096 * 4096 * 2 == 384 * 2**20
+    assert b.bytes_total - a.bytes_total == 384 * 2**20
+    assert "tp_comm_userbuffers" not in a.grouped()
+    assert sum(v for k, v in b.grouped().items() if k != "total") == b.grouped()["total"]
+    fp8 = job("llama3-70b", t=4, d=2, sequence_parallel=True, seq_length=4096, precision="fp8",
+              global_batch_size=32, tp_comm_overlap=True)
+    assert job_memory(fp8).grouped()["tp_comm_userbuffers"] == (8 * 1 + 4 * 2) * 4096 * 8192

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..symbols import (M_ctx, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c, d, n_ag, n_bkt,
-                       n_ch, n_comm, s, t)
+from ..symbols import (M_ctx, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c, d, h, n_ag,
+                       n_bkt, n_ch, n_comm, s, t)
 from ..term import Source, Term, Total
 from ..values import as_expr
 
@@ -20,7 +20,7 @@ __all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient
            "fsdp2_transients", "fsdp2_io_groups", "fsdp2_reshards_after_forward",
            "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
            "deepspeed_ipg_buckets", "megatron_buckets", "optimizer_step_transient",
-           "cuda_context", "nccl_buffers"]
+           "cuda_context", "nccl_buffers", "tp_comm_userbuffers", "USERBUFFER_GEMMS"]
 
 _MIB = 2**20
 
@@ -708,3 +708,58 @@ def nccl_buffers() -> Term:
     """
     return Term("nccl_buffers", n_comm * n_ch * S_nccl, "NCCL buffers (NCCL_BUFFSIZE per channel "
                 "and peer)", _NCCL, label="NCCL buffers")
+
+
+#: Transformer Engine's tensor-parallel overlap GEMMs, each with one userbuffer of the layer's
+#: global input shape [s b / c, h] (``initialize_ub``'s ``methods``): those whose buffer is an
+#: all-gather input (``layers_all_gather_overlap``) are FP8 (1 byte) under an FP8 recipe, the
+#: reduce-scatter outputs stay in the 16-bit dtype (2 bytes).
+USERBUFFER_GEMMS = {
+    "all-gather": ("qkv_fprop", "qkv_dgrad", "proj_dgrad", "proj_wgrad", "fc1_fprop",
+                   "fc1_dgrad", "fc2_dgrad", "fc2_wgrad"),
+    "reduce-scatter": ("proj_fprop", "fc2_fprop", "qkv_wgrad", "fc1_wgrad"),
+}
+
+
+def tp_comm_userbuffers(fp8: bool) -> Term:
+    r"""Transformer Engine's userbuffers for ``--tp-comm-overlap`` [bytes], outside PyTorch's
+    allocator (``cuMemCreate`` / ``cudaMalloc``, kept for the whole run).
+
+    .. math::
+
+        \frac{s\,b\,h}{c}\,\bigl(8\,w_{\mathrm{ag}} + 4 \cdot 2\bigr),\qquad
+        w_{\mathrm{ag}} = 1 \text{ (FP8) or } 2
+
+    Megatron-LM (``training/initialize.py``, ``_initialize_tp_communicators``) and
+    Megatron-Bridge (``training/initialize.py``) call ``initialize_ub`` with the shape
+    ``[seq_length * micro_batch_size / context_parallel_size, hidden_size]`` and one
+    quantization mode (FP8 under an FP8 recipe).  With the default configuration every one of
+    the twelve GEMMs of :data:`USERBUFFER_GEMMS` gets one buffer of that whole shape
+    (``CommOverlapBase`` and the all-gather ``CommOverlapP2PBase``, ``comm_gemm_overlap.cpp``:
+    ``buffer_shape[0] * buffer_shape[1]`` elements; a ring-exchange *reduce-scatter*, which a
+    ``--tp-comm-overlap-cfg`` file may choose, would hold ``(2t - 1)/t`` of it).  Rounding to
+    the allocation granularity (2 MiB) is left out.
+
+    Examples
+    --------
+    >>> # Llama 3 70B, s = 4096, b = 1, c = 1: 8 x 32 MiB (FP8) + 4 x 64 MiB = 512 MiB
+    >>> tp_comm_userbuffers(True).evaluate({s: 4096, b: 1, h: 8192, c: 1}) / 2**20
+    512
+    >>> tp_comm_userbuffers(False).evaluate({s: 4096, b: 1, h: 8192, c: 1}) / 2**20
+    768
+
+    References
+    ----------
+    Transformer Engine ``pytorch/module/base.py``, ``initialize_ub`` (``methods``,
+    ``layers_all_gather_overlap``, ``fp8_buf``); ``common/comm_gemm_overlap/
+    comm_gemm_overlap.cpp`` (``CommOverlapBase::initialize``, ``CommOverlapP2PBase::
+    initialize``).
+    """
+    w_ag = 1 if fp8 else 2
+    n_ag, n_rs = (len(USERBUFFER_GEMMS[k]) for k in ("all-gather", "reduce-scatter"))
+    return Term("tp_comm_userbuffers", (n_ag * w_ag + n_rs * 2) * s * b * h / c,
+                "Transformer Engine userbuffers of --tp-comm-overlap: one [s b / c, h] buffer "
+                "per overlapped GEMM, outside PyTorch's allocator",
+                Source("transformer-engine", "pytorch/module/base.py initialize_ub; "
+                       "common/comm_gemm_overlap/comm_gemm_overlap.cpp"),
+                label="TP-overlap userbuffers")
