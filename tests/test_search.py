@@ -953,3 +953,25 @@ def test_cli_block_recompute_row_is_the_estimate(capsys):
                  "--recompute", "block-x"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "block-N" in err
+
+
+def test_torchtitan_rows_warm_up_in_torchs_rounds():
+    # torch's interleaved schedules warm up rounds of m // max(1, m // p) micro-batches, not
+    # Megatron's p: where p does not divide m the search's rows and step_time() of the same
+    # torchtitan job price the same schedule (they disagreed on every such row before)
+    from memsym.job import job
+    from memsym.timing.step import step_time
+
+    kw = dict(seq_length=4096, global_batch_size=48)
+    res = search("llama3-8b", "h100-80gb", 16, framework="torchtitan", sharding=["fsdp"],
+                 recompute=["full"], **kw)
+    rows = [r for r in res.top(400) if r["v"] > 1 and r["p"] > 1 and r["m"] % r["p"]]
+    assert len(rows) >= 10
+    for r in rows:
+        j = job("llama3-8b", t=r["t"], p=r["p"], c=r["c"], d=r["d"], v=r["v"],
+                micro_batch_size=r["b"], recompute=r["recompute"], sharding=r["sharding"],
+                sequence_parallel=r["sequence_parallel"], gpu="h100-80gb",
+                framework="torchtitan", first_stage_layers=r["first_stage_layers"],
+                last_stage_layers=r["last_stage_layers"], **kw)
+        assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
+            pytest.approx(r["step_time"], rel=1e-9), r

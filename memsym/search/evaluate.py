@@ -292,6 +292,7 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   distributed_optimizer=scheme != "ddp",
                   gather_per_microbatch=scheme in ("zero3", "fsdp"),
                   pipelined_fsdp=scheme == "fsdp" and space.framework == "torchtitan",
+                  torch_rounds=space.framework == "torchtitan",
                   schedule="gpipe" if space.schedule == "gpipe" else "1f1b")
     even = (f_ == 0) & (l_ == 0)
     # the even split as explicit end stages of L/p layers (the middle then holds L/p too)

@@ -142,6 +142,10 @@ class Settings:
         ``--grad-reduce-in-bf16``).
     group_size : int or None
         ``microbatch_group_size_per_vp_stage`` (None = p).
+    torch_rounds : bool
+        torch's interleaved schedules (torchtitan): the warm-up runs rounds of
+        ``m // max(1, m // p)`` micro-batches (:func:`memsym.terms.schedule.torch_round_size`)
+        in place of Megatron's group size, per layout.
     schedule : {"1f1b", "gpipe"}
         Pipeline schedule (1F1B is interleaved where v > 1).
     gather_per_microbatch : bool
@@ -169,6 +173,7 @@ class Settings:
     distributed_optimizer: bool = True
     grad_bytes: int = 4
     group_size: int | None = None
+    torch_rounds: bool = False
     schedule: str = "1f1b"
     gather_per_microbatch: bool = False
     pipelined_fsdp: bool = False
@@ -471,7 +476,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     ok = np.empty(len(uniq), dtype=bool)
     for i, (pp_, mm_, vv_, _) in enumerate(uniq):
         ratio = float(ratios.ravel()[first_of[i]])
-        N = st.group_size
+        N = _group(st, int(pp_), int(mm_), int(vv_))
         sched = "gpipe" if st.schedule == "gpipe" else ("1f1b" if vv_ == 1 else "interleaved")
         if vv_ > 1 and N is not None and N < pp_:
             N = None
@@ -495,7 +500,8 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
             bw = [float(bwd["middle"][idx])] * pp_
             fw[0], bw[0] = float(fwd["first"][idx]), float(bwd["first"][idx])
             fw[-1], bw[-1] = float(fwd["last"][idx]), float(bwd["last"][idx])
-            N = st.group_size if (st.group_size is None or st.group_size >= pp_) else None
+            N = _group(st, pp_, int(m[idx]), int(v[idx]))
+            N = N if (N is None or N >= pp_) else None
             sim = simulate(pp_, int(m[idx]), int(v[idx]), N, forward=fw, backward=bw,
                            gpipe=st.schedule == "gpipe")
             pipeline[idx] = sim.makespan
@@ -562,13 +568,12 @@ def _recompute_fraction(arch, layout, training) -> float:
     return min(training.recompute_num_layers, chunk) / chunk
 
 
-def _group_size(layout, training, mm):
-    # Megatron's microbatch_group_size_per_vp_stage (None: p); torch's interleaved schedules
-    # (torchtitan) run rounds of m // max(1, m // p) micro-batches (torch_round_size)
-    group = getattr(training, "microbatch_group_size", None)
-    if group is None and (layout.v or 1) > 1 and getattr(training, "framework", "") == "torchtitan":
-        group = mm // max(1, mm // layout.p)
-    return group
+def _group(st: Settings, p: int, m: int, v: int):
+    """The warm-up group of one layout: torch's round size under ``torch_rounds``
+    (interleaved only), else Megatron's ``microbatch_group_size_per_vp_stage``."""
+    if st.torch_rounds and v > 1 and st.group_size is None:
+        return m // max(1, m // p)      # memsym.terms.schedule.torch_round_size, in integers
+    return st.group_size
 
 
 def overlap_of(training) -> Overlap:
@@ -670,7 +675,8 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                   pipelined_fsdp=(training.sharding == "fsdp"
                                   and getattr(training, "framework", "megatron") == "torchtitan"),
                   recompute_fraction=_recompute_fraction(arch, layout, training),
-                  group_size=_group_size(layout, training, mm),
+                  group_size=getattr(training, "microbatch_group_size", None),
+                  torch_rounds=getattr(training, "framework", "megatron") == "torchtitan",
                   schedule=training.schedule)
     first, last = layout.first_stage_layers, layout.last_stage_layers
     pl = getattr(layout, "pipeline_layout", None)
