@@ -174,6 +174,15 @@ class Training:
     tp_comm_overlap : bool
         Megatron's ``--tp-comm-overlap`` (Transformer Engine userbuffers: the TP all-gather /
         reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism).
+    overlap_moe_expert_parallel_comm : bool
+        Megatron's ``--overlap-moe-expert-parallel-comm`` (default off): the expert-parallel
+        all-to-all hidden behind another micro-batch's compute; ``TransformerConfig`` allows
+        it only with EP > 1, interleaving where PP > 1, no full recomputation, 16-bit
+        parameters and at most one MTP layer.
+    overlap_p2p_comm : bool
+        Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``):
+        the interleaved schedule's p2p sends hide behind compute; without it interleaving
+        needs PP > 2.
     """
 
     seq_length: int = 4096
@@ -208,6 +217,8 @@ class Training:
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool = False
+    overlap_moe_expert_parallel_comm: bool = False
+    overlap_p2p_comm: bool = True
 
 
 def _defaults() -> dict:
@@ -327,6 +338,8 @@ def _check_fields(layout: Layout, training: Training) -> None:
     _flag(training.loss_parallel, "loss_parallel")
     _flag(training.fsdp_root_group, "fsdp_root_group")
     _flag(training.tp_comm_overlap, "tp_comm_overlap")
+    _flag(training.overlap_moe_expert_parallel_comm, "overlap_moe_expert_parallel_comm")
+    _flag(training.overlap_p2p_comm, "overlap_p2p_comm")
     for name in ("overlap_grad_reduce", "overlap_param_gather"):
         if getattr(training, name) is not None:
             _flag(getattr(training, name), name)
@@ -364,7 +377,7 @@ def validate(x, layout: Layout, training: Training):
     choose("fine-tuning mode", training.finetune, ("full", "lora", "qlora"))
     choose("framework", training.framework, FRAMEWORKS)
     _check_recompute_layers(x, layout, training)
-    _check_overlaps(layout, training)
+    _check_overlaps(x, layout, training)
     offered = FRAMEWORK_SCHEMES.get(training.framework)
     if offered and training.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
@@ -395,15 +408,32 @@ def validate(x, layout: Layout, training: Training):
     return m_
 
 
-def _check_overlaps(layout: Layout, training: Training) -> None:
+def _check_overlaps(x, layout: Layout, training: Training) -> None:
     # Megatron-LM validate_args: --overlap-param-gather only with the distributed optimizer
     # (or Megatron-FSDP) and only with --overlap-grad-reduce; --tp-comm-overlap asserts
     # sequence parallelism, which validate_args turns off at t = 1
     if training.framework != "megatron":
-        if training.tp_comm_overlap:
-            raise InvalidValueError("tp_comm_overlap is Megatron's --tp-comm-overlap (Transformer "
-                                    f"Engine userbuffers), not a {training.framework} option")
+        for name, flag in (("tp_comm_overlap", "--tp-comm-overlap"),
+                           ("overlap_moe_expert_parallel_comm",
+                            "--overlap-moe-expert-parallel-comm")):
+            if getattr(training, name):
+                raise InvalidValueError(f"{name} is Megatron's {flag}, not a "
+                                        f"{training.framework} option")
         return
+    if not training.overlap_p2p_comm and (layout.v or 1) > 1 and layout.p <= 2:
+        raise InvalidValueError("the interleaved schedule needs --pipeline-model-parallel-size "
+                                f"> 2 with --no-overlap-p2p-communication, got {layout.p}")
+    if training.overlap_moe_expert_parallel_comm:
+        # transformer_config.py __post_init__
+        why = ("expert parallelism (EP > 1)" if layout.e <= 1 else
+               "--virtual-pipeline-model-parallel-size where PP > 1"
+               if layout.p > 1 and (layout.v or 1) == 1 else
+               "no full recomputation" if training.recompute == "full" else
+               "bf16 or fp16 parameters" if training.precision == "fp32" else
+               "at most one MTP layer" if (getattr(x, "mtp_num_layers", 0) or 0) > 1 else None)
+        if why:
+            raise InvalidValueError(f"--overlap-moe-expert-parallel-comm needs {why} "
+                                    "(Megatron's TransformerConfig)")
     if training.overlap_param_gather:
         if not training.overlap_grad_reduce:
             raise InvalidValueError("--overlap-param-gather needs --overlap-grad-reduce "

@@ -98,3 +98,27 @@ def test_tp_comm_overlap_holds_transformer_engines_userbuffers():
     fp8 = job("llama3-70b", t=4, d=2, sequence_parallel=True, seq_length=4096, precision="fp8",
               global_batch_size=32, tp_comm_overlap=True)
     assert job_memory(fp8).grouped()["tp_comm_userbuffers"] == (8 * 1 + 4 * 2) * 4096 * 8192
+
+
+def test_expert_and_p2p_overlaps():
+    # --overlap-moe-expert-parallel-comm: TransformerConfig's requirements, then the EP
+    # all-to-all is hidden (Overlap.ep_a2a); --no-overlap-p2p-communication exposes the
+    # interleaved p2p and makes interleaving need PP > 2 (arguments.py)
+    kw = dict(e=8, d=8, seq_length=4096, global_batch_size=64)
+    j = job("mixtral-8x7b", overlap_moe_expert_parallel_comm=True, **kw)
+    assert overlap_of(j.training).ep_a2a
+    on = step_time(j.model, j.layout, j.training, "h100-80gb")
+    off = step_time(j.model, j.layout, job("mixtral-8x7b", **kw).training, "h100-80gb")
+    assert on.parts["ep"] < off.parts["ep"]
+    with pytest.raises(InvalidValueError, match="EP > 1"):
+        job("mixtral-8x7b", d=8, overlap_moe_expert_parallel_comm=True)
+    with pytest.raises(InvalidValueError, match="virtual-pipeline"):
+        job("mixtral-8x7b", e=8, p=2, d=4, overlap_moe_expert_parallel_comm=True)
+    with pytest.raises(InvalidValueError, match="full recomputation"):
+        job("mixtral-8x7b", e=8, d=8, recompute="full", overlap_moe_expert_parallel_comm=True)
+    with pytest.raises(InvalidValueError, match="> 2 with --no-overlap-p2p"):
+        job("llama3-8b", p=2, v=2, d=4, overlap_p2p_comm=False)
+    assert not overlap_of(job("llama3-8b", p=4, v=2, d=2, overlap_p2p_comm=False).training).pp_p2p
+    m = _job("--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage",
+             "4", "--no-overlap-p2p-communication")
+    assert m.training.overlap_p2p_comm is False

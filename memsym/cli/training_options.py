@@ -355,9 +355,12 @@ def job_from_args(args, **override):
         opts["compiled_loss"] = True
     if getattr(args, "disable_loss_parallel", False):
         opts["loss_parallel"] = False
-    for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
+    for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                 "overlap_moe_expert_parallel_comm"):
         if getattr(args, flag, False):
             opts[flag] = True
+    if getattr(args, "no_overlap_p2p_communication", False):
+        opts["overlap_p2p_comm"] = False
     if getattr(args, "framework", None) is not None:
         opts["framework"] = args.framework
     # the convention (a framework estimator such as megatron-bridge reports its own breakdown
@@ -422,6 +425,9 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "overlap_grad_reduce": training.overlap_grad_reduce,
                      "overlap_param_gather": training.overlap_param_gather,
                      "tp_comm_overlap": training.tp_comm_overlap,
+                     "overlap_moe_expert_parallel_comm":
+                         training.overlap_moe_expert_parallel_comm,
+                     "overlap_p2p_comm": training.overlap_p2p_comm,
                      "first_stage_layers": layout.first_stage_layers,
                      "last_stage_layers": layout.last_stage_layers,
                      "pipeline_layout": None if layout.pipeline_layout is None
@@ -546,6 +552,10 @@ _SWITCHES = (
      "distributed optimizer): the parameter all-gather runs during the next forward"),
     ("--tp-comm-overlap", "Megatron's flag (needs --sequence-parallel): Transformer Engine "
      "pipelines the TP all-gather / reduce-scatter with the GEMMs"),
+    ("--overlap-moe-expert-parallel-comm", "Megatron's flag (EP > 1, interleaving where PP > "
+     "1, no full recompute): the EP all-to-all hides behind another micro-batch's compute"),
+    ("--no-overlap-p2p-communication", "Megatron's flag: the interleaved schedule's p2p "
+     "sends are exposed (and interleaving needs PP > 2)"),
 )
 
 

@@ -97,6 +97,8 @@ def megatron_job(mj, model=None, **options):
     opts["overlap_grad_reduce"] = bool(opt.get("overlap_grad_reduce"))
     opts["overlap_param_gather"] = bool(opt.get("overlap_param_gather"))
     opts["tp_comm_overlap"] = bool(opt.get("tp_comm_overlap"))
+    opts["overlap_moe_expert_parallel_comm"] = bool(opt.get("overlap_moe_expert_parallel_comm"))
+    opts["overlap_p2p_comm"] = bool(opt.get("overlap_p2p_comm", True))
     if opt.get("use_megatron_fsdp"):
         strategy = opt.get("data_parallel_sharding_strategy") or "optim_grads_params"
         opts["sharding"] = MEGATRON_FSDP_SCHEMES[strategy]

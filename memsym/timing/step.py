@@ -578,7 +578,8 @@ def _group(st: Settings, p: int, m: int, v: int):
 
 def overlap_of(training) -> Overlap:
     """The overlaps a job runs with: its ``overlap_grad_reduce`` / ``overlap_param_gather`` /
-    ``tp_comm_overlap``, each unset one at its framework's default.
+    ``tp_comm_overlap`` / ``overlap_moe_expert_parallel_comm`` / ``overlap_p2p_comm``, each
+    unset one at its framework's default.
 
     Megatron-LM's ``--overlap-grad-reduce`` and ``--overlap-param-gather`` are ``store_true``
     flags (off unless given); torchtitan's FSDP2 reduce-scatters in the backward and
@@ -609,7 +610,9 @@ def overlap_of(training) -> Overlap:
 
     return Overlap(grad_reduce=pick(training.overlap_grad_reduce),
                    param_gather=pick(training.overlap_param_gather),
-                   tp_comm=bool(training.tp_comm_overlap))
+                   tp_comm=bool(training.tp_comm_overlap),
+                   ep_a2a=bool(training.overlap_moe_expert_parallel_comm),
+                   pp_p2p=bool(training.overlap_p2p_comm))
 
 
 def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, *,
