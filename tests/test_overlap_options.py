@@ -73,13 +73,17 @@ def test_framework_defaults():
 
 
 def test_deepspeed_overlap_comm_is_read():
-    for value in (True, False):
-        cfg = read_deepspeed_config({"train_micro_batch_size_per_gpu": 1,
-                                     "train_batch_size": 8, "bf16": {"enabled": True},
-                                     "zero_optimization": {"stage": 2, "overlap_comm": value}},
-                                    world_size=8)
-        j = deepspeed_job(cfg, "llama3-8b", seq_length=2048)
-        assert overlap_of(j.training).grad_reduce is value
+    # overlap_comm overlaps the gradient reduction; only ZeRO-3 prefetches the parameter
+    # all-gather (ZeRO-1/2 gather the updated parameters inside the step)
+    for stage in (2, 3):
+        for value in (True, False):
+            cfg = read_deepspeed_config({"train_micro_batch_size_per_gpu": 1,
+                                         "train_batch_size": 8, "bf16": {"enabled": True},
+                                         "zero_optimization": {"stage": stage,
+                                                               "overlap_comm": value}},
+                                        world_size=8)
+            o = overlap_of(deepspeed_job(cfg, "llama3-8b", seq_length=2048).training)
+            assert (o.grad_reduce, o.param_gather) == (value, value and stage == 3)
 
 
 def test_tp_comm_overlap_holds_transformer_engines_userbuffers():

@@ -150,9 +150,11 @@ def deepspeed_job(cfg: dict, model, **options):
         opts["offload"] = "optimizer"
     opts["framework"] = "deepspeed"
     if shard.get("overlap_comm") is not None:
-        # zero_optimization.overlap_comm: the gradient reduction (and ZeRO-3's parameter
-        # all-gather prefetch) run beside the backward / forward
-        opts["overlap_grad_reduce"] = opts["overlap_param_gather"] = bool(shard["overlap_comm"])
+        # zero_optimization.overlap_comm: the gradient reduction runs beside the backward, and
+        # under ZeRO-3 the parameter all-gather is prefetched beside the forward (ZeRO-1/2
+        # all-gather the updated parameters inside the optimizer step)
+        opts["overlap_grad_reduce"] = bool(shard["overlap_comm"])
+        opts["overlap_param_gather"] = bool(shard["overlap_comm"]) and shard["zero_stage"] == 3
     opts.update(options)
     return job(model, _notes=tuple(cfg.get("notes", ())), **opts)
 

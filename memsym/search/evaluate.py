@@ -232,10 +232,12 @@ def launch_overlaps(framework: str, sharding: str) -> dict:
     """The overlap options every row is priced with, as :func:`memsym.job.job` options.
 
     The search proposes layouts to launch, so it prices them with the data-parallel overlaps
-    on (:class:`memsym.timing.step.Overlap`'s defaults): Megatron-LM's
-    ``--overlap-grad-reduce`` and, with a sharded optimizer, ``--overlap-param-gather``,
-    which are off unless given; DeepSpeed's ``overlap_comm``; torchtitan's FSDP2 and DDP
-    overlap by default.  A row fed back to ``memsym estimate`` with these gets its step time.
+    the framework can run: Megatron-LM's ``--overlap-grad-reduce`` and, with a sharded
+    optimizer, ``--overlap-param-gather`` (off unless given); DeepSpeed's ``overlap_comm``,
+    which overlaps the gradient reduction and, under ZeRO-3 only, prefetches the parameter
+    all-gather (ZeRO-1/2 gather the updated parameters inside the step); torchtitan's FSDP2
+    and DDP overlap by default.  A row fed back to ``memsym estimate`` with these gets its
+    step time.
 
     Examples
     --------
@@ -243,13 +245,27 @@ def launch_overlaps(framework: str, sharding: str) -> dict:
     {'overlap_grad_reduce': True, 'overlap_param_gather': True}
     >>> launch_overlaps("megatron", "ddp"), launch_overlaps("torchtitan", "fsdp")
     ({'overlap_grad_reduce': True}, {})
+    >>> launch_overlaps("deepspeed", "zero2")
+    {'overlap_grad_reduce': True, 'overlap_param_gather': False}
     """
     if framework == "torchtitan":
         return {}
     out = {"overlap_grad_reduce": True}
-    if sharding != "ddp":
+    if framework == "deepspeed":
+        out["overlap_param_gather"] = sharding == "zero3"
+    elif sharding != "ddp":
         out["overlap_param_gather"] = True
     return out
+
+
+def _search_overlap(framework: str, sharding: str):
+    """The :class:`memsym.timing.step.Overlap` of :func:`launch_overlaps`, as the job with
+    those options gets it (:func:`memsym.timing.step.overlap_of`)."""
+    from ..job import Training
+    from ..timing.step import overlap_of
+
+    return overlap_of(Training(framework=framework, sharding=sharding,
+                               **launch_overlaps(framework, sharding)))
 
 
 def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme: str) -> dict:
@@ -308,6 +324,7 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     out = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
                          e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
                          m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
+                         overlap=_search_overlap(space.framework, scheme),
                          eta_gemm=eta, first_stage_layers=first, last_stage_layers=last)
     col = {k: np.broadcast_to(np.asarray(out[k], dtype=float), (n,)) for k in (
         "step", "compute", "memory", "bubble", "optimizer", "tp", "ep", "cp", "pp", "dp",

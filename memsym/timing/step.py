@@ -572,7 +572,9 @@ def _group(st: Settings, p: int, m: int, v: int):
     """The warm-up group of one layout: torch's round size under ``torch_rounds``
     (interleaved only), else Megatron's ``microbatch_group_size_per_vp_stage``."""
     if st.torch_rounds and v > 1 and st.group_size is None:
-        return m // max(1, m // p)      # memsym.terms.schedule.torch_round_size, in integers
+        from ..terms.schedule import torch_round_size
+
+        return int(torch_round_size(m, p))
     return st.group_size
 
 
