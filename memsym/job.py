@@ -105,7 +105,8 @@ class Training:
         --attention-dropout 0.1; Llama-style recipes set both to 0, and PyTorch keeps no
         mask at p = 0).
     schedule : {"1f1b", "gpipe"}
-        Pipeline schedule; 1F1B is interleaved when the layout's ``v`` > 1.
+        Pipeline schedule; when the layout's ``v`` > 1, 1F1B is interleaved and GPipe
+        loops breadth-first (torch's ``ScheduleLoopedBFS``, torchtitan only).
     precision, optimizer, sharding, offload : str
         As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
     convention : str

@@ -154,7 +154,6 @@ def _vpp_microbatches(x, k):
     m_ = k.get("m")
     if m_ is None or k.get("torchtitan", False):   # torch.distributed.pipelining: no such rule
         return False
-        return False
     n_ = _group(k)
     rem = m_ % n_
     return (k["v"] > 1) & ((n_ < k["p"]) | (n_ > m_) | ((rem != 0) & (rem < k["p"])))
@@ -176,8 +175,9 @@ def _torch_pp_microbatches(x, k):
     p_, v_ = k["p"], k["v"]
     q = m_ // p_
     rounds = q + (q == 0)              # max(1, m // p), for ints and numpy arrays alike
-    single = (v_ == 1) & (p_ > 1) & (m_ < p_) & _not(k.get("gpipe", False))
-    return single | ((v_ > 1) & (m_ % rounds != 0))
+    gpipe = k.get("gpipe", False)      # GPipe and LoopedBFS: no micro-batch rule
+    single = (v_ == 1) & (p_ > 1) & (m_ < p_) & _not(gpipe)
+    return single | ((v_ > 1) & (m_ % rounds != 0) & _not(gpipe))
 
 
 def _torch_pp_microbatches_msg(x, k):
@@ -237,6 +237,15 @@ RULES: dict = {r.name: r for r in (
          "(N = microbatch group size, default p)", _vpp_microbatches, _vpp_microbatches_msg,
          Source("megatron-lm", "megatron/core/pipeline_parallel/schedules.py, "
                                "forward_backward_pipelining_with_interleaving")),
+    Rule("gpipe-chunks", "GPipe runs one stage per rank (v = 1); v stages per rank "
+         "breadth-first is torch's ScheduleLoopedBFS (torchtitan)",
+         lambda x, k: (k["v"] > 1) & k.get("gpipe", False) & _not(k.get("torchtitan", False)),
+         lambda x, k: (f"GPipe runs one stage per rank, got v={k['v']}; looping v stages per "
+                       f"rank breadth-first is torch's ScheduleLoopedBFS "
+                       f"(framework=\"torchtitan\", pipeline_parallel_schedule = \"LoopedBFS\")"),
+         Source("gpipe", "§2.2 (one partition per accelerator); torch/distributed/pipelining/"
+                "schedules.py, ScheduleGPipe (a single stage) and ScheduleLoopedBFS"),
+         InvalidValueError),
     Rule("torch-pp-microbatches", "torch.distributed.pipelining (torchtitan): 1F1B needs "
          "m >= p, the interleaved schedules m a multiple of max(1, m // p)",
          _torch_pp_microbatches, _torch_pp_microbatches_msg,

@@ -321,7 +321,8 @@ def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, p
     n_grp = group or layout.p
     if m_num is None:   # "enough": past the warm-up and a whole steady round
         m_num = n_grp * (pl.v + 2 + -(-2 * layout.p // n_grp))
-    live = chunk_peak(stage, layout.p, int(m_num), pl.v, [len(c) for c in ids], group)
+    live = chunk_peak(stage, layout.p, int(m_num), pl.v, [len(c) for c in ids], group,
+                      gpipe=training.schedule == "gpipe")
     total = sp.Integer(0)
     for n_mb, chunk in zip(live, ids):
         if not chunk or not n_mb:

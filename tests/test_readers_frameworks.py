@@ -492,6 +492,34 @@ def test_torchtitan_layers_per_stage_sets_the_stages_per_rank():
         read_torchtitan_toml(toml("1F1B", 0), world_size=16384)
 
 
+def test_torchtitan_looped_bfs_holds_what_gpipe_holds():
+    # torch's ScheduleLoopedBFS runs every micro-batch through each of a rank's stages before
+    # any backward: with 2 layers per stage (4 stages per rank, split 7 + 14 x 8 + 7) each
+    # rank holds its layers for all m = 32 micro-batches, as GPipe with one 8-layer stage per
+    # rank (the same split) does; Interleaved1F1B's warm-up on the same stages holds less
+    # (torch's rounds of N = 16: 2(p - 1 - r) + 3 N + 1 of the 128 chunk passes)
+    from memsym.readers.jobs import torchtitan_job
+    from memsym.training import stage_activations, training_values
+
+    def job_of(schedule, per_stage):
+        return torchtitan_job(read_torchtitan_toml(
+            "[model]\nname = \"llama3\"\nflavor = \"405B\"\n[training]\nseq_len = 8192\n"
+            "local_batch_size = 32\n[parallelism]\ntensor_parallel_degree = 8\n"
+            f"pipeline_parallel_degree = 16\npipeline_parallel_schedule = \"{schedule}\"\n"
+            f"pipeline_parallel_layers_per_stage = {per_stage}\n"
+            "[activation_checkpoint]\nmode = \"none\"\n", world_size=16384))
+
+    bfs, gpipe, inter = job_of("LoopedBFS", 2), job_of("GPipe", 8), job_of("Interleaved1F1B", 2)
+    assert (bfs.training.schedule, bfs.layout.v) == ("gpipe", 4)
+    assert not any("counted as interleaved" in n for n in bfs.notes)
+    for rank in (0, 1, 15):
+        held = [float(stage_activations(j.model, j.layout, j.training, rank)["layer_activations"]
+                      .evaluate(training_values(j.model, j.layout, j.training, stage=rank)))
+                for j in (bfs, gpipe, inter)]
+        assert held[0] == pytest.approx(held[1], rel=1e-12), rank
+        assert held[2] < held[0], rank
+
+
 def test_torchtitan_only_switches_say_when_they_do_nothing():
     # loss parallel and the FSDP2 root group are torchtitan's: elsewhere a note says so
     from memsym.job import job

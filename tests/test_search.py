@@ -975,3 +975,30 @@ def test_torchtitan_rows_warm_up_in_torchs_rounds():
                 last_stage_layers=r["last_stage_layers"], **kw)
         assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
             pytest.approx(r["step_time"], rel=1e-9), r
+
+
+def test_torchtitan_looped_bfs_rows_price_the_job():
+    # schedule="gpipe" with v > 1 stages per rank is torch's ScheduleLoopedBFS under
+    # torchtitan: the search's rows hold and take what training_memory() and step_time()
+    # of the same job do (all m v chunk passes in flight, the breadth-first bubble); under
+    # Megatron, which has no such schedule, those rows are refused by name
+    from memsym.job import job
+    from memsym.timing.step import step_time
+
+    kw = dict(seq_length=4096, global_batch_size=64)
+    res = search("llama3-8b", "h100-80gb", 16, framework="torchtitan", schedule="gpipe",
+                 sharding=["fsdp"], recompute=["full", "none"], **kw)
+    rows = [r for r in res.top(400) if r["v"] > 1 and r["p"] > 1]
+    assert len(rows) >= 10
+    for r in rows[:: max(1, len(rows) // 12)]:
+        j = job("llama3-8b", t=r["t"], p=r["p"], c=r["c"], d=r["d"], v=r["v"],
+                micro_batch_size=r["b"], recompute=r["recompute"], sharding=r["sharding"],
+                sequence_parallel=r["sequence_parallel"], gpu="h100-80gb", schedule="gpipe",
+                framework="torchtitan", first_stage_layers=r["first_stage_layers"],
+                last_stage_layers=r["last_stage_layers"], **kw)
+        est = training_memory(j.model, j.layout, j.training)
+        assert r["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12), r
+        assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
+            pytest.approx(r["step_time"], rel=1e-9), r
+    meg = search("llama3-8b", "h100-80gb", 16, schedule="gpipe", recompute=["full"], **kw)
+    assert meg.excluded["gpipe-chunks"] > 0 and all(int(v_) == 1 for v_ in meg.columns["v"])

@@ -369,6 +369,53 @@ def test_torch_interleaved_schedule_in_flight_and_launch_rule():
     assert refused > 0          # e.g. m = 9 on p = 4: two rounds, 9 mod 2 = 1
 
 
+def test_torch_looped_bfs_order_memory_and_bubble():
+    # torchtitan's pipeline_parallel_schedule = "LoopedBFS" is torch's ScheduleLoopedBFS:
+    # breadth-first over a rank's v stages, every forward before any backward (GPipe looped),
+    # so each rank holds all m v chunk passes (m micro-batches of L/p layers), not the
+    # interleaved 1F1B warm-up memsym once counted.  Oracle: torch's own schedule table
+    # (stand-in stages); the bubble is Lamy-Poirier's (p - 1)/(v m) once m >= p
+    # (arXiv:2211.05953 §3), and torch has no micro-batch rule for it.
+    pytest.importorskip("torch")
+    import types
+
+    from torch.distributed.pipelining.schedules import ScheduleLoopedBFS
+    from torch.distributed.pipelining.schedules import _ComputationType as C
+
+    from memsym import rules
+
+    x = preset("llama2-7b")
+    for p_ in (2, 3, 4):
+        for v_ in (2, 3):
+            for m_ in range(1, 10):
+                stages = [types.SimpleNamespace(num_stages=p_ * v_, group_size=p_, group_rank=0,
+                                                stage_index=j * p_, is_first=j == 0,
+                                                is_last=j * p_ == p_ * v_ - 1)
+                          for j in range(v_)]
+                order = ScheduleLoopedBFS(stages, n_microbatches=m_).pipeline_order
+                for r in range(p_):
+                    torch_ops = [("F" if a.computation_type == C.FORWARD else "B",
+                                  a.microbatch_index, a.stage_index // p_)
+                                 for a in order[r] if a is not None and a.computation_type in
+                                 (C.FORWARD, C.FULL_BACKWARD)]
+                    assert torch_ops == schedule.rank_order(r, p_, m_, v_, gpipe=True)
+                assert _torch_peaks(ScheduleLoopedBFS, p_, v_, m_) == [
+                    int(stage_microbatches(i, "gpipe", pp=p_, vv=v_, mm=m_)) for i in range(p_)]
+                k = {"p": p_, "v": v_, "m": m_, "torchtitan": True, "gpipe": True}
+                assert not rules.RULES["torch-pp-microbatches"].test(x, k)
+                assert not rules.RULES["gpipe-chunks"].test(x, k)
+                if m_ >= p_:
+                    assert schedule.bubble_fraction("gpipe", p_, m_, v_) == Fraction(p_ - 1,
+                                                                                    v_ * m_)
+                else:           # fewer micro-batches than stages idle longer
+                    assert schedule.bubble_fraction("gpipe", p_, m_, v_) > Fraction(p_ - 1,
+                                                                                   v_ * m_)
+    # Megatron has no GPipe: v stages per rank under it is refused, by name
+    k = {"p": 4, "v": 2, "m": 8, "gpipe": True}
+    assert rules.RULES["gpipe-chunks"].test(x, k)
+    assert "LoopedBFS" in rules.RULES["gpipe-chunks"].message(x, k)
+
+
 def test_torch_1f1b_needs_a_microbatch_per_stage():
     pytest.importorskip("torch")
     import types

@@ -578,7 +578,13 @@ def render_step(rep: dict) -> str:
         lines.append(f"{key:<{wide}}{row['bytes']:>22,}{row['bytes'] / 1e9:>12.3f}"
                      f"{row['seconds']:>12.4g}  {row['link']}")
     m_ = rep["global_batch"] // max(1, rep["layout"]["dp"] * rep["training"]["micro_batch_size"])
-    lines.append(f"pipeline bubble: {100 * rep['bubble']:.3g} % of the compute time ((p-1)/m, "
+    v_ = rep["layout"].get("vpp") or 1
+    # the schedule whose bubble it is: (p-1)/m for 1F1B and GPipe, (p-1)/(v m) interleaved
+    # or looped breadth-first where m fills the pipeline (simulated otherwise)
+    sched = ("GPipe" if v_ == 1 else f"looped BFS, v = {v_}") \
+        if rep["training"].get("schedule") == "gpipe" else \
+        ("1F1B" if v_ == 1 else f"interleaved 1F1B, v = {v_}")
+    lines.append(f"pipeline bubble: {100 * rep['bubble']:.3g} % of the compute time ({sched}, "
                  f"m = {m_} microbatches"
                  + ("; give --global-batch-size or --num-microbatches" if m_ == 1 and rep["layout"]["pp"] > 1
                     else "") + ")")

@@ -246,9 +246,10 @@ def torchtitan_job(cfg: dict, model=None, **options):
             raise InvalidValueError(f"torch's DualPipeV needs at least as many micro-batches as "
                                     f"stages ({2 * lay['p']}), got {local // mbs}")
         pipe = {"micro_batch_size": mbs, "num_microbatches": local // mbs,
-                "schedule": "gpipe" if schedule == "GPipe" else "1f1b",
+                # LoopedBFS is GPipe looped over the rank's stages (breadth-first)
+                "schedule": "gpipe" if schedule in ("GPipe", "LoopedBFS") else "1f1b",
                 "v": None if spr == 1 else spr}
-        if schedule not in ("1F1B", "GPipe", "Interleaved1F1B"):
+        if schedule not in ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS"):
             notes.append(f"pipeline schedule {schedule}: counted as interleaved 1F1B with {spr} "
                          "stages per rank")
         # the split torchtitan generates for this schedule and these end-stage weights

@@ -14,7 +14,9 @@ Stage i (0-based) of p holds, in layers' worth of one micro-batch:
   interleaved warm-up of :math:`W_i = \min(2(p - i - 1) + (v - 1)p,\, m v)` forward chunks,
   then one more forward before the first backward while any remain; counted in model chunks
   of L/(pv) layers);
-* GPipe: :math:`m\,L/p` (every forward before any backward).
+* GPipe: :math:`m\,L/p` (every forward before any backward); with v chunks per rank, torch's
+  breadth-first ``ScheduleLoopedBFS`` keeps the same: :math:`m v` chunk micro-batches of
+  :math:`L/(p v)` layers (every chunk's forwards before any backward).
 
 :func:`pipeline_factor` is the first stage's row of this one model divided by L, so the two
 can never disagree.
@@ -24,6 +26,8 @@ References
 .. [korthikanti] arXiv:2205.05198 §4.2.3 (Eq. 5 and the interleaved factor).
 .. [narayanan] arXiv:2104.04473 §2.2 (1F1B and interleaved schedules).
 .. [gpipe] arXiv:1811.06965 §2.2.
+.. [pytorch-pipelining] torch/distributed/pipelining/schedules.py, ScheduleLoopedBFS.
+   _calculate_single_rank_operations (breadth-first; arXiv:2211.05953).
 .. [megatron-lm] theoretical_memory_usage.py (min(1, m/p) for fewer micro-batches than stages);
    core/pipeline_parallel/schedules.py, get_pp_rank_microbatches (rev d98e8a6):
    num_warmup_microbatches = (p - rank - 1)*2 + (v - 1)*N, N = microbatch_group_size_per_vp_stage
@@ -209,7 +213,8 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
     stage : {"first", "last"} or int
         The pipeline stage (an index 0 .. p−1).
     schedule : {"1f1b", "gpipe"}
-        The pipeline schedule; 1F1B is interleaved when ``vv`` > 1.
+        The pipeline schedule; with ``vv`` > 1, 1F1B is interleaved and GPipe
+        breadth-first (torch's LoopedBFS).
     pp : int or sympy.Expr
         Pipeline-parallel size p [GPUs] (default the symbol ``p``).
     vv : int or sympy.Expr, optional
@@ -232,6 +237,8 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
     p*v + p - 1
     >>> stage_microbatches(0, pp=4, mm=2)
     2
+    >>> stage_microbatches(0, "gpipe", pp=4, vv=2, mm=8)   # LoopedBFS: m v chunk passes
+    16
 
     ``group`` is Megatron's ``microbatch_group_size_per_vp_stage`` N (default p): the
     warm-up is :math:`2(p - i - 1) + (v - 1) N` chunks (``get_pp_rank_microbatches``):
@@ -247,7 +254,8 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
     if schedule == "gpipe":
         if mm is None:
             raise InvalidValueError("GPipe keeps all m micro-batches: give the number of micro-batches")
-        return as_expr(mm)
+        # breadth-first (torch's LoopedBFS): all m micro-batches through every chunk first
+        return as_expr(mm) * (1 if vv is None else vv)
     if vv is not None and vv != 1:
         if pp == 1:
             raise InvalidValueError("an interleaved (virtual) pipeline needs p > 1 stages")
@@ -270,7 +278,8 @@ def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layer
     stage : {"first", "last"} or int
         The pipeline stage (an index 0 .. p−1).
     schedule : {"1f1b", "gpipe"}
-        The pipeline schedule; 1F1B is interleaved when ``vv`` > 1.
+        The pipeline schedule; with ``vv`` > 1, 1F1B is interleaved and GPipe
+        breadth-first (torch's LoopedBFS).
     pp : int or sympy.Expr
         Pipeline-parallel size p [GPUs] (default the symbol ``p``).
     vv : int or sympy.Expr, optional
@@ -315,7 +324,8 @@ def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
     Parameters
     ----------
     schedule : {"1f1b", "gpipe"}
-        The pipeline schedule; 1F1B is interleaved when ``vv`` > 1.
+        The pipeline schedule; with ``vv`` > 1, 1F1B is interleaved and GPipe
+        breadth-first (torch's LoopedBFS).
     pp : int or sympy.Expr
         Pipeline-parallel size p [GPUs] (default the symbol ``p``).
     vv : int or sympy.Expr, optional

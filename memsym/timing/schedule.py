@@ -6,7 +6,8 @@ forwards, then one forward and one backward per steady step, then the cool-down 
 the interleaved order from ``get_schedule_table`` with ``microbatch_group_size_per_vp_stage``
 N), each as soon as its input has arrived.  The makespan gives the bubble exactly — for
 m not a multiple of p, m < p, uneven stages and any N — and the peak count of forwards
-not yet backwarded gives the in-flight activations.
+not yet backwarded gives the in-flight activations.  GPipe's order, and over v chunks per rank
+torch's breadth-first ``ScheduleLoopedBFS``, run on the same dependencies.
 
 References
 ----------
@@ -124,7 +125,10 @@ def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = Fals
     """Ops of one rank in issue order: ('F'|'B', microbatch, chunk).
 
     GPipe (``gpipe=True``, v = 1): every forward, then every backward in micro-batch order
-    (torch.distributed.pipelining ScheduleGPipe).
+    (torch.distributed.pipelining ScheduleGPipe).  With v > 1 chunks, breadth-first as torch's
+    ``ScheduleLoopedBFS`` orders it (``_calculate_single_rank_operations``): every micro-batch
+    through chunk 0, then chunk 1, ...; then the backwards chunk by chunk from the last, each
+    chunk's micro-batches in reverse.
 
     Parameters
     ----------
@@ -140,7 +144,8 @@ def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = Fals
         ``microbatch_group_size_per_vp_stage``: micro-batches per group (default p; not
         parameters).
     gpipe : bool
-        GPipe's order instead of (interleaved) 1F1B.
+        GPipe's order (breadth-first over the chunks when v > 1) instead of (interleaved)
+        1F1B.
 
     Returns
     -------
@@ -153,10 +158,15 @@ def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = Fals
     [('F', 0, 0), ('F', 1, 0), ('B', 0, 0), ('F', 2, 0), ('B', 1, 0), ('B', 2, 0)]
     >>> rank_order(0, 2, 2, gpipe=True)
     [('F', 0, 0), ('F', 1, 0), ('B', 0, 0), ('B', 1, 0)]
+    >>> rank_order(0, 2, 2, 2, gpipe=True)    # LoopedBFS
+    [('F', 0, 0), ('F', 1, 0), ('F', 0, 1), ('F', 1, 1), ('B', 1, 1), ('B', 0, 1), ('B', 1, 0), ('B', 0, 0)]
     """
     N = p if N is None else N
-    if gpipe:
+    if gpipe and v == 1:
         return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    if gpipe:
+        return [("F", i, ch) for ch in range(v) for i in range(m)] + \
+            [("B", i, ch) for ch in reversed(range(v)) for i in reversed(range(m))]
     total = m * v
     if v == 1:
         table = [(i, 0) for i in range(m)]
@@ -175,7 +185,7 @@ def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = Fals
     return order
 
 
-def chunk_peak(rank: int, p: int, m: int, v: int, weights, N=None) -> tuple:
+def chunk_peak(rank: int, p: int, m: int, v: int, weights, N=None, gpipe: bool = False) -> tuple:
     """Micro-batches of each model chunk in flight on ``rank`` when the weight in flight
     peaks, over Megatron's op order (:func:`rank_order`) [1].
 
@@ -192,6 +202,8 @@ def chunk_peak(rank: int, p: int, m: int, v: int, weights, N=None) -> tuple:
     N : int, optional
         ``microbatch_group_size_per_vp_stage``: micro-batches per group (default p; not
         parameters).
+    gpipe : bool
+        Breadth-first order (GPipe; torch's LoopedBFS with v > 1): every chunk holds all m.
 
     Returns
     -------
@@ -212,7 +224,7 @@ def chunk_peak(rank: int, p: int, m: int, v: int, weights, N=None) -> tuple:
     if 2 * m * v > MAX_OPS:
         raise InvalidValueError(f"{2 * m * v} forward and backward passes exceed {MAX_OPS}")
     live, held, best, best_live = [0] * v, 0, None, tuple([0] * v)
-    for kind, _, ch in rank_order(rank, p, m, v, N):
+    for kind, _, ch in rank_order(rank, p, m, v, N, gpipe):
         step = 1 if kind == "F" else -1
         live[ch] += step
         held += step * weights[ch]
@@ -238,7 +250,8 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
 
     ``forward`` / ``backward``: one duration per rank (or one for all), the time of a whole
     stage's forward / backward of one microbatch; a chunk takes 1/v of it.  Exact rationals.
-    ``gpipe=True`` runs GPipe's order (all forwards, then all backwards; v = 1).
+    ``gpipe=True`` runs GPipe's order (all forwards, then all backwards; with v > 1 torch's
+    breadth-first ``ScheduleLoopedBFS``).
 
     Parameters
     ----------
@@ -254,7 +267,7 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
         A whole stage's forward / backward of one micro-batch, one per rank or one for all
         (whole numbers and fractions stay exact; floats are taken as seconds).
     gpipe : bool
-        GPipe's order (v = 1).
+        GPipe's order (breadth-first over the chunks when v > 1).
 
     Returns
     -------
@@ -271,8 +284,6 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
     """
     p, m, v = _whole(p, "p"), _whole(m, "m"), _whole(v, "v")
     N = p if group_size is None else _whole(group_size, "group_size")
-    if gpipe and v != 1:
-        raise InvalidValueError("GPipe has one chunk per rank (v = 1)")
     if 2 * p * m * v > MAX_OPS:
         raise InvalidValueError(f"schedule of {2 * p * m * v} passes exceeds {MAX_OPS}")
     # whole numbers and fractions stay exact; floats (seconds) are simulated in floats
@@ -319,8 +330,8 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
 
 
 @lru_cache(maxsize=4096)
-def _bubble_cached(p, m, v, N, ratio):
-    return simulate(p, m, v, N, forward=(1,), backward=(ratio,)).bubble
+def _bubble_cached(p, m, v, N, ratio, gpipe=False):
+    return simulate(p, m, v, N, forward=(1,), backward=(ratio,), gpipe=gpipe).bubble
 
 
 def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
@@ -330,10 +341,12 @@ def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
     .. math::
 
         \text{1F1B, GPipe: } \frac{p-1}{m} \qquad
-        \text{interleaved (valid N, } N \mid m\text{): } \frac{p-1}{v\,m}
+        \text{interleaved (valid N, } N \mid m\text{), looped BFS } (m \ge p)\text{: }
+        \frac{p-1}{v\,m}
 
-    and otherwise whatever the simulated Megatron order gives (:func:`simulate`, with a
-    backward ``backward_ratio`` times the forward: 2, or 3 with full recomputation).
+    and otherwise whatever the simulated order gives (:func:`simulate`, with a backward
+    ``backward_ratio`` times the forward: 2, or 3 with full recomputation).  ``gpipe`` with
+    v > 1 is torch's breadth-first ``ScheduleLoopedBFS`` (Lamy-Poirier 2022, §3).
     ``strict`` raises when Megatron-LM would refuse the interleaved layout
     (:func:`schedule_rule`); otherwise the layout is priced as it would run.
 
@@ -367,17 +380,26 @@ def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
     3/16
     >>> bubble_fraction("interleaved", p=4, m=10, v=2) > sp.Rational(3, 20)  # m % p != 0
     True
+    >>> bubble_fraction("gpipe", p=4, m=8, v=2), bubble_fraction("gpipe", p=4, m=2, v=2)
+    (3/16, 5/4)
 
     References
     ----------
-    Narayanan et al. 2021 §2.2; Megatron-LM schedules.py.
+    Narayanan et al. 2021 §2.2; Megatron-LM schedules.py; Lamy-Poirier, "Breadth-First
+    Pipeline Parallelism" (arXiv:2211.05953); torch/distributed/pipelining/schedules.py,
+    ScheduleLoopedBFS.
     """
     schedule = choose("pipeline schedule", schedule, SCHEDULES)
     p, m, v = _whole(p, "p"), _whole(m, "m"), _whole(v, "v")
-    if schedule in ("gpipe", "1f1b") and v == 1 or schedule == "gpipe":
-        if schedule == "gpipe" and v != 1:
-            raise InvalidValueError("GPipe has one chunk per rank (v = 1)")
+    if schedule in ("gpipe", "1f1b") and v == 1:
         return sp.Rational(p - 1, m)
+    if schedule == "gpipe":
+        # breadth-first over v chunks: one fill and drain of chunk passes, (p-1)/(v m) once
+        # every rank has work for the whole fill (m >= p; simulated otherwise)
+        if m >= p:
+            return sp.Rational(p - 1, v * m)
+        frac = _bubble_cached(p, m, v, p, Fraction(backward_ratio), True)
+        return sp.Rational(frac.numerator, frac.denominator)
     if schedule == "1f1b":
         schedule = "interleaved"
     rule = schedule_rule(p, m, v, group_size)

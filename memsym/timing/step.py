@@ -481,7 +481,8 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         if vv_ > 1 and N is not None and N < pp_:
             N = None
         vals[i] = float(bubble_fraction(sched, pp_, mm_, vv_, N, backward_ratio=ratio)) * mm_
-        ok[i] = schedule_rule(pp_, mm_, vv_, N) is None
+        # Megatron's interleaving rule; GPipe / torch's LoopedBFS have none
+        ok[i] = sched == "gpipe" or schedule_rule(pp_, mm_, vv_, N) is None
     beta = vals[inv.ravel()].reshape(p.shape)
     launchable = ok[inv.ravel()].reshape(p.shape)
     others = np.where(single, 0.0, (total_tau - tau_max) / np.maximum(p - 1, 1))
