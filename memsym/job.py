@@ -95,7 +95,10 @@ class Training:
         (None: every layer checkpointed on its own, ``uniform`` with 1).  ``uniform`` N:
         groups of N layers checkpointed (each group's input kept, one group rematerialised
         in backward); ``block`` N: the first N layers of each model chunk checkpointed, the
-        others keep their activations (``transformer_block.py``, ``_checkpointed_forward``).
+        others keep their activations (``transformer_block.py``, ``_checkpointed_forward``);
+        ``every`` N (torchtitan's ``selective_ac_option = "N"``): every N-th transformer block
+        a rank builds is fully checkpointed, floor(n/N) of its n blocks, counted across its
+        pipeline stages (``activation_checkpoint.py``, ``_apply_layer_sac``).
     flash_attention : bool
         Memory-efficient attention (no s^2 scores kept; softmax statistics kept).
         Megatron-core's default ``--attention-backend auto`` lets Transformer Engine pick a
@@ -482,9 +485,14 @@ def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
                                 "(Megatron's --recompute-granularity full)")
     if method is None or n is None:
         raise InvalidValueError("full recompute with layers given needs both recompute_method "
-                                "(uniform or block) and recompute_num_layers")
-    choose("recompute method", method, ("uniform", "block"))
+                                "(uniform, block or every) and recompute_num_layers")
+    choose("recompute method", method, ("uniform", "block", "every"))
     whole(n, "recompute_num_layers")
+    if method == "every" and (training.framework != "torchtitan"
+                              or layout.pipeline_layout is not None):
+        raise InvalidValueError("recompute_method \"every\" is torchtitan's layer selective AC "
+                                "(selective_ac_option = \"N\"): use framework=\"torchtitan\"; "
+                                "Megatron checkpoints uniform or block")
 
 
 def framework_layout(x, layout: Layout, training: Training) -> tuple:

@@ -291,17 +291,24 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, chunks, sp_on: bool,
                 label="pipeline buffers")
 
 
-def _chunk_activations(stack, per_chunk, training: Training) -> sp.Expr:
+def _chunk_activations(stack, per_chunk, training: Training, chunks=1) -> sp.Expr:
     """One model chunk's activations, ``stack(mode)`` under the training's recompute, with
     Megatron's ``_checkpointed_forward`` methods under full recompute: block N checkpoints the
     first N layers of the chunk (the rest keep everything); uniform N keeps one input per
-    group of N.  ``per_chunk``: the chunk's layers (a number or an expression)."""
+    group of N; torchtitan's ``every`` N checkpoints floor(n/N) of the n blocks of a rank of
+    ``chunks`` model chunks (its counter runs on across them: the rank's share per chunk).
+    ``per_chunk``: the chunk's layers (a number or an expression)."""
     act = stack(training.recompute)
     method, n_rec = training.recompute_method, training.recompute_num_layers
     if training.recompute != "full" or method is None:
         return act
-    if method == "block":
-        frac = sp.Min(n_rec, per_chunk) / per_chunk
+    if method in ("block", "every"):
+        if method == "block":
+            frac = sp.Min(n_rec, per_chunk) / per_chunk
+        else:
+            # _apply_layer_sac: block k (from 1, one counter per process) wrapped when k % N == 0
+            n_rank = per_chunk * chunks
+            frac = sp.floor(n_rank / n_rec) / n_rank
         return frac * act + (1 - frac) * stack("none")
     return act * sp.ceiling(per_chunk / n_rec) / per_chunk
 
@@ -391,8 +398,8 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     per_chunk = (L / p if vv is None else L / (p * v)) if uniform \
         else sp.Integer(len(kinds)) / (1 if vv is None else vv)
     method, n_rec = training.recompute_method, training.recompute_num_layers
-    stack = _chunk_activations(layer_stack, per_chunk, training) if kinds \
-        else layer_stack(recompute)
+    stack = _chunk_activations(layer_stack, per_chunk, training, 1 if vv is None else vv) \
+        if kinds else layer_stack(recompute)
     derived = Source("memsym-derivation", "memsym/training.py, stage_activations")
     live, held_layers = None, chunks * stack
     if pl is not None and pp > 1:

@@ -362,22 +362,77 @@ def test_torchtitan_loss_parallel_reaches_the_job():
 
 
 def test_torchtitan_layer_ac_every_nth_block():
-    # v0.2.2's default activation checkpointing: mode "selective", selective_ac_option "2"
-    # (_apply_layer_sac: blocks 0, 2, 4, ... of a rank wrapped in full AC, the others keep
-    # their activations): Llama-3 8B's 32 blocks -> 16 fully checkpointed
+    # v0.2.2's default activation checkpointing: mode "selective", selective_ac_option "2".
+    # _apply_layer_sac increments one process-wide counter per block and wraps the block in
+    # full AC when counter % freq == 0: blocks 2, 4, 6, ... (1-based) of a rank, floor(n/2)
+    # of its n, the others keep their activations.  Llama-3 8B's 32 blocks -> 16 wrapped;
+    # every 3rd -> 10 (3, 6, ..., 30), not 11
     from memsym.readers.jobs import torchtitan_job
 
     toml = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nseq_len = 8192\n"
     j = torchtitan_job(read_torchtitan_toml(toml, world_size=8))
     assert (j.training.recompute, j.training.recompute_method,
-            j.training.recompute_num_layers) == ("full", "block", 16)
-    # every block (option "1") is plain full AC; every 3rd of 32 -> 11 blocks
+            j.training.recompute_num_layers) == ("full", "every", 2)
+    assert any("16 of 32 blocks" in n for n in j.notes)
+    # every block (option "1") is plain full AC
     j1 = torchtitan_job(read_torchtitan_toml(
         toml + "[activation_checkpoint]\nselective_ac_option = \"1\"\n", world_size=8))
     assert (j1.training.recompute, j1.training.recompute_method) == ("full", None)
     j3 = torchtitan_job(read_torchtitan_toml(
         toml + "[activation_checkpoint]\nselective_ac_option = \"3\"\n", world_size=8))
-    assert j3.training.recompute_num_layers == 11
+    assert any("10 of 32 blocks" in n for n in j3.notes)
+
+
+def test_torchtitan_layer_ac_counts_each_ranks_blocks():
+    # with pipeline parallelism each rank counts its own blocks, across all its stages (the
+    # counter is per process, model_parts parallelised in order): Llama-3 405B on 16 ranks,
+    # split 7 + 14 x 8 + 7, wraps 3 of the 7 blocks of an end rank and 4 of the 8 of the
+    # others, so each rank holds (w/n) of its fully checkpointed activations plus (1 - w/n)
+    # of its unrecomputed ones; one rank-wide block count (4 of 7 on the first rank, as
+    # memsym once took) under-counts what the first rank keeps by a whole layer x 16
+    # micro-batches.  With 4 stages per rank (2 layers each) the count runs across them.
+    from memsym.readers.jobs import torchtitan_job
+    from memsym.training import stage_activations, training_values
+
+    def held(mode, schedule="1F1B", per_stage=8):
+        j = torchtitan_job(read_torchtitan_toml(
+            "[model]\nname = \"llama3\"\nflavor = \"405B\"\n[training]\nseq_len = 8192\n"
+            "local_batch_size = 16\n[parallelism]\ntensor_parallel_degree = 8\n"
+            f"pipeline_parallel_degree = 16\npipeline_parallel_schedule = \"{schedule}\"\n"
+            f"pipeline_parallel_layers_per_stage = {per_stage}\n"
+            f"[activation_checkpoint]\nmode = \"{mode}\"\n", world_size=16384))
+        return [float(stage_activations(j.model, j.layout, j.training, r)["layer_activations"]
+                      .evaluate(training_values(j.model, j.layout, j.training, stage=r)))
+                for r in (0, 1, 15)]
+
+    for schedule, per_stage in (("1F1B", 8), ("Interleaved1F1B", 2)):
+        every, full, none = (held(mode, schedule, per_stage)
+                             for mode in ("selective", "full", "none"))
+        for i, (wrapped, n) in enumerate(((3, 7), (4, 8), (3, 7))):
+            mix = wrapped / n * full[i] + (1 - wrapped / n) * none[i]
+            assert every[i] == pytest.approx(mix, rel=1e-12), (schedule, i)
+
+
+def test_torchtitan_layer_ac_reruns_its_wrapped_blocks():
+    # the step reruns the forward of the wrapped blocks only: Llama-3 8B on p = 2 (16 blocks
+    # a rank), every 2nd -> 8 of 16, every 3rd -> 5 of 16 (3, 6, ..., 15), so the step time
+    # moves that fraction of the way from no recompute to full; Megatron has no such method
+    from memsym.job import job
+    from memsym.timing.step import step_time
+
+    kw = dict(t=8, p=2, d=4, seq_length=8192, global_batch_size=64, framework="torchtitan",
+              sharding="fsdp", sequence_parallel=True)
+
+    def total(**extra):
+        j = job("llama3-8b", **kw, **extra)
+        return step_time(j.model, j.layout, j.training, "h100-80gb").total
+
+    none, full = total(recompute="none"), total(recompute="full")
+    for freq, wrapped in ((2, 8), (3, 5)):
+        every = total(recompute="full", recompute_method="every", recompute_num_layers=freq)
+        assert (every - none) / (full - none) == pytest.approx(wrapped / 16, rel=1e-9)
+    with pytest.raises(InvalidValueError, match="torchtitan"):
+        job("llama3-8b", recompute="full", recompute_method="every", recompute_num_layers=2)
 
 
 def test_torchtitan_pipeline_toml_is_a_torchtitan_job():

@@ -195,8 +195,8 @@ def torchtitan_job(cfg: dict, model=None, **options):
     shard: counted over the whole data-parallel group, said in the notes); activation
     checkpointing ``full`` -> full recompute, ``selective`` with ``selective_ac_option = "op"``
     -> torchtitan's per-op SAC (``recompute="selective-op"``), with a layer frequency n ->
-    every n-th layer fully checkpointed (Megatron's block method with that many layers: the
-    same memory and rerun); a compiled loss (``[compile]``) -> ``compiled_loss``.
+    every n-th block of a rank fully checkpointed (``recompute_method="every"``: floor(b/n)
+    of a rank's b blocks); a compiled loss (``[compile]``) -> ``compiled_loss``.
 
     Examples
     --------
@@ -284,19 +284,19 @@ def torchtitan_job(cfg: dict, model=None, **options):
                          "as Korthikanti's selective recompute for this model")
     option = str(trn.get("selective_ac_option", ""))
     if ac == "selective" and option.isdigit():
-        # distributed/activation_checkpoint.py _apply_layer_sac: a rank's blocks are counted
-        # and every ac_freq-th (0 and 1: every block) is wrapped in full AC, the others keep
-        # their activations; Megatron's block method with that many layers has the same
-        # memory and the same rerun
+        # distributed/activation_checkpoint.py _apply_layer_sac: one counter per process runs
+        # over the blocks of a rank's stages, and block k (from 1) is wrapped in full AC when
+        # k % ac_freq == 0 (0 and 1: every block): floor(n/ac_freq) of a rank's n blocks, the
+        # others keep their activations (recompute_method "every")
         freq = int(option)
-        per_rank = max(ranks)
         opts["recompute"] = "full"
         if freq > 1:
-            wrapped = -(-per_rank // freq)
-            opts.update(recompute_method="block", recompute_num_layers=wrapped)
-            notes.append(f"activation checkpointing every {freq} layers: {wrapped} of the "
-                         f"{per_rank} layers of the most loaded rank fully checkpointed, the "
-                         "others keep their activations")
+            opts.update(recompute_method="every", recompute_num_layers=freq)
+            wrapped = sorted({(n, n // freq) for n in ranks})
+            notes.append(f"activation checkpointing every {freq} blocks: "
+                         + ", ".join(f"{w} of {n}" for n, w in wrapped)
+                         + " blocks of a rank fully checkpointed, the others keep their "
+                         "activations")
     if lay.get("dp_replicate", 1) > 1 and lay.get("dp_shard", 1) > 1:
         notes.append("HSDP: the states are counted as sharded over the whole data-parallel "
                      "group (torchtitan shards them over data_parallel_shard_degree only)")

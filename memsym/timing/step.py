@@ -562,8 +562,18 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
 
 
 def _recompute_fraction(arch, layout, training) -> float:
-    # Megatron's --recompute-method block N reruns the first N layers of each model chunk
-    if training.recompute != "full" or getattr(training, "recompute_method", None) != "block":
+    # Megatron's --recompute-method block N reruns the first N layers of each model chunk;
+    # torchtitan's layer SAC every N-th block of a rank (floor(n/N) of its n, the rank with
+    # the most layers: the slowest stage)
+    method = getattr(training, "recompute_method", None) if training.recompute == "full" else None
+    if method == "every":
+        from ..model.stages import stage_layers
+
+        n = max(len(stage_layers(arch, layout.p, i, layout.first_stage_layers,
+                                 layout.last_stage_layers)) for i in {0, min(1, layout.p - 1),
+                                                                      layout.p - 1})
+        return (n // training.recompute_num_layers) / n
+    if method != "block":
         return 1.0
     chunk = arch.num_layers / (layout.p * (layout.v or 1))
     return min(training.recompute_num_layers, chunk) / chunk
