@@ -608,7 +608,9 @@ def test_llama3_405b_meta_layout_is_offered_with_uneven_stages(llama3_405b_16k):
     "model: all m v = 32 chunk passes of 4 layers in flight on the first stage) give ~10.6 s "
     "and rank ~75th of 165 distinct (t, p, c, d) layouts.  Under torchtitan's rules it can "
     "run 4 or 8 stages per rank (pipeline_parallel_layers_per_stage) but still needs full "
-    "recompute and ranks ~39th; TP 8 PP 16 CP 2 DP 64 with v = 8 ranks first there"))
+    "recompute or torchtitan's default every-2 layer AC and ranks ~26th of 125 (7.1 s); TP 8 "
+    "PP 16 CP 2 DP 64 with v = 8 and no recompute ranks first there (6.0 s).  At m = p any "
+    "depth-first interleaving runs all of rank 0's forwards before its first backward"))
 def test_llama3_405b_meta_layout_ranks_near_the_top(llama3_405b_16k):
     layouts = list(_distinct_layouts(llama3_405b_16k))
     assert (8, 16, 1, 128) in layouts[:5]
@@ -756,6 +758,7 @@ def test_torchtitan_search_memory_is_estimate_memory():
     import numpy as np
 
     from memsym.job import job
+    from memsym.search.space import recompute_fields
     from memsym.training import job_memory
 
     res = search("llama3-70b", "h100-80gb", 64, seq_length=4096, global_batch_size=128,
@@ -777,7 +780,7 @@ def test_torchtitan_search_memory_is_estimate_memory():
         j = job("llama3-70b", t=r["t"], p=r["p"], c=r["c"], d=r["d"], seq_length=4096,
                 v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"],
                 global_batch_size=None if pipe else 128,
-                num_microbatches=r["m"] if pipe else None, recompute=r["recompute"],
+                num_microbatches=r["m"] if pipe else None, **recompute_fields(r["recompute"]),
                 sharding=r["sharding"], sequence_parallel=r["sequence_parallel"],
                 framework="torchtitan", dropout=False)
         assert float(job_memory(j).bytes_total) == pytest.approx(r["memory"], rel=1e-12), r
@@ -1002,3 +1005,36 @@ def test_torchtitan_looped_bfs_rows_price_the_job():
             pytest.approx(r["step_time"], rel=1e-9), r
     meg = search("llama3-8b", "h100-80gb", 16, schedule="gpipe", recompute=["full"], **kw)
     assert meg.excluded["gpipe-chunks"] > 0 and all(int(v_) == 1 for v_ in meg.columns["v"])
+
+
+def test_torchtitan_every_n_rows_price_the_job():
+    # torchtitan's default activation checkpointing (selective_ac_option "2": every 2nd block
+    # of a rank) is a choice of its search, "every-2", and each row holds and takes what
+    # training_memory() and step_time() of the same job do (floor(b/2) of a rank's b blocks
+    # checkpointed, uneven end stages included); Megatron's space refuses it by name
+    from memsym.job import job
+    from memsym.timing.step import step_time
+
+    kw = dict(seq_length=8192, global_batch_size=256)
+    res = search("llama3-405b", "h100-80gb", 512, framework="torchtitan", sharding=["fsdp"],
+                 recompute=["every-2", "every-3"], **kw)
+    rows = [r for r in (res.row(i) for i in range(len(res))) if r["p"] > 1]
+    assert {r["recompute"] for r in rows} == {"every-2", "every-3"}
+    assert any(r["first_stage_layers"] for r in rows) and any(r["v"] > 1 for r in rows)
+    for r in rows[:: max(1, len(rows) // 20)]:
+        n = int(r["recompute"].split("-")[1])
+        j = job("llama3-405b", t=r["t"], p=r["p"], c=r["c"], d=r["d"], v=r["v"],
+                micro_batch_size=r["b"], recompute="full", recompute_method="every",
+                recompute_num_layers=n, sharding=r["sharding"],
+                sequence_parallel=r["sequence_parallel"], gpu="h100-80gb",
+                framework="torchtitan", first_stage_layers=r["first_stage_layers"],
+                last_stage_layers=r["last_stage_layers"], **kw)
+        est = training_memory(j.model, j.layout, j.training)
+        assert r["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12), r
+        # the rerun is the compute part's; with uneven ends the search bounds the pipeline's
+        # makespan from above where step_time() simulates it (docs/time-accuracy.md)
+        st = step_time(j.model, j.layout, j.training, "h100-80gb")
+        assert st.parts["compute"] == pytest.approx(r["time"]["compute"], rel=1e-9), r
+        assert st.total <= r["step_time"] * (1 + 1e-12) <= st.total * 1.01, r
+    with pytest.raises(InvalidValueError, match="torchtitan's selective_ac_option"):
+        search("llama3-405b", "h100-80gb", 512, recompute=["every-2"], **kw)

@@ -28,7 +28,8 @@ def add_search_options(parser) -> None:
                         type=_recompute_choice, nargs="+", default=None,
                         help="recompute modes to try (default all the framework offers; "
                         "selective-op: torchtitan's per-op SAC; block-N: Megatron's "
-                        "--recompute-method block --recompute-num-layers N)")
+                        "--recompute-method block --recompute-num-layers N; every-N: "
+                        "torchtitan's selective_ac_option = \"N\", its default every-2)")
     parser.add_argument("--sharding", type=choice("sharding", SCHEMES), nargs="+", default=None,
                         help="sharding schemes to try (default ddp zero1 zero2 zero3 "
                         "distributed-optimizer; torchtitan: fsdp ddp)")
@@ -187,26 +188,28 @@ def add_parser(sub) -> None:
     parser.set_defaults(run=run)
 
 
-_RECOMPUTE_MODES = choice("recompute", ("none", "selective", "full", "selective-op", "block-N"))
+_RECOMPUTE_MODES = choice("recompute", ("none", "selective", "full", "selective-op", "block-N",
+                                        "every-N"))
 
 
 def _recompute_choice(text: str) -> str:
-    from ..search.space import block_layers
+    from ..search.space import recompute_layers
 
     key = str(text).strip().lower()
-    if block_layers(key) is not None:
+    if recompute_layers(key) is not None:
         return key
-    if key == "block-n":      # the placeholder the help names, not a choice
-        raise argparse.ArgumentTypeError("block-N takes a number of layers, e.g. block-2")
+    if key in ("block-n", "every-n"):      # the placeholders the help names, not choices
+        raise argparse.ArgumentTypeError(f"{key[:-2]}-N takes a number of layers, e.g. "
+                                         f"{key[:-2]}-2")
     return _RECOMPUTE_MODES(text)
 
 
 def layout_json(row: dict, framework: str | None = None) -> dict:
-    """The layout part of a JSON row (Megatron-like names; a block-N recompute choice also
-    as Megatron's --recompute-method / --recompute-num-layers; with ``framework``, the
-    overlap options the search priced the step with, :func:`memsym.search.launch_overlaps`)."""
+    """The layout part of a JSON row (Megatron-like names; a block-N or every-N recompute
+    choice also as its ``recompute_method`` / ``recompute_num_layers``; with ``framework``,
+    the overlap options the search priced the step with, :func:`memsym.search.launch_overlaps`)."""
     from ..search import launch_overlaps
-    from ..search.space import block_layers
+    from ..search.space import recompute_fields
 
     out = {"tp": row["t"], "pp": row["p"], "cp": row["c"], "dp": row["d"], "ep": row["e"],
            "vpp": row["v"], "micro_batch_size": row["b"], "num_microbatches": row.get("m"),
@@ -214,9 +217,10 @@ def layout_json(row: dict, framework: str | None = None) -> dict:
            "decoder_last_pipeline_num_layers": row.get("last_stage_layers"),
            "recompute": row["recompute"], "sharding": row["sharding"],
            "sequence_parallel": bool(row["sequence_parallel"]), "offload": row["offload"]}
-    n = block_layers(row["recompute"])
-    if n is not None:
-        out.update(recompute_method="block", recompute_num_layers=n)
+    fields = recompute_fields(row["recompute"])
+    if "recompute_method" in fields:
+        out.update(recompute_method=fields["recompute_method"],
+                   recompute_num_layers=fields["recompute_num_layers"])
     if framework is not None:
         out.update(launch_overlaps(framework, row["sharding"]))
     return out

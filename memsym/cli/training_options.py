@@ -100,10 +100,11 @@ def add_training_options(parser) -> None:
                      choices=("none", "selective", "full", "selective-op"), default=None,
                      help="activation recomputation (absent = none; selective-op: torchtitan's "
                      "per-op SAC, dense gated-MLP layers with flash attention)")
-    trn.add_argument("--recompute-method", choices=("uniform", "block"), default=None,
+    trn.add_argument("--recompute-method", choices=("uniform", "block", "every"), default=None,
                      help="Megatron's: with full recompute, uniform = groups of "
                      "--recompute-num-layers checkpointed, block = only the first N layers of "
-                     "each chunk (absent: every layer on its own)")
+                     "each chunk (absent: every layer on its own); every = torchtitan's "
+                     "selective_ac_option N, every N-th block of a rank (--framework torchtitan)")
     trn.add_argument("--recompute-num-layers", type=positive_int, default=None, metavar="N")
     trn.add_argument("--use-flash-attn", action="store_true",
                      help="flash/fused attention, no s^2 scores (the default: Megatron-core's "
@@ -504,11 +505,14 @@ def estimate_training(args) -> int:
                    "gpu_memory_note": getattr(args, "capacity_note", "as given"), "fits": fits})
         return 0
     lay = rep["layout"]
+    trn = rep["training"]
+    rc = trn["recompute"] + ("" if not trn.get("recompute_method") else
+                             f" ({trn['recompute_method']} {trn['recompute_num_layers']})")
     print(f"memsym estimate: {rep['model']} ({rep['convention']} convention), most-loaded "
           f"pipeline stage {rep['stage']['index']} ({rep['stage']['role']})\n"
           f"t = {lay['tp']}, p = {lay['pp']}, d = {lay['dp']}, c = {lay['cp']}, e = {lay['ep']}; "
           f"s = {rep['training']['seq_length']}, b = {rep['training']['micro_batch_size']}, "
-          f"recompute {rep['training']['recompute']}, flash attention "
+          f"recompute {rc}, flash attention "
           f"{'on' if rep['training']['flash_attention'] else 'off (--use-flash-attn)'}, dropout "
           f"{'on (Megatron default; --hidden-dropout 0 --attention-dropout 0)' if rep['training']['dropout'] else 'off'}\n")
     # wide enough for the longest key (megatron-bridge's weights_and_optimizer_dense)

@@ -13,7 +13,7 @@ from ..numeric import unique_rows
 from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
 
 from ..model import moe_layer_pattern
-from .space import Space, _CHOICE_RULES, _KNOBS, block_layers
+from .space import Space, _CHOICE_RULES, _KNOBS, recompute_layers
 from .grid import _choice_knobs, _grid_knobs, _splits_of, _sub
 from .templates import _call, _check_stages, _fast_template, _stage_counts, _stage_template
 
@@ -102,7 +102,11 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     L_all = x.num_layers
     mid = np.where((f_ == 0) & (l_ == 0), L_all / p_,
                    (L_all - f_ - l_) / np.maximum(p_ - (f_ > 0) - (l_ > 0), 1))
-    chunk_max = np.maximum(np.maximum(f_, l_), mid) / v_
+    rank_max = np.maximum(np.maximum(f_, l_), mid)
+    chunk_max = rank_max / v_
+
+    def n_block_ok(n_block):
+        return n_block < chunk_max
     one_kind = len(set(moe_layer_pattern(x))) == 1
     combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
                                     space.offload, space.sharding))
@@ -118,13 +122,16 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
         sel = (v_ > 1) if inter else (v_ == 1)
         if spf:
             sel &= t_ > 1          # SP is a choice only with t > 1 (Megatron turns it off at 1)
-        n_block = block_layers(rc)
-        if n_block is not None:
+        method, n_layers = recompute_layers(rc) or (None, None)
+        if method == "block":
             # block N with N >= every chunk's layers is full recompute: one row, not two;
             # a model of one layer kind takes it on even splits (templates.py)
-            sel &= n_block < chunk_max
+            sel &= n_block_ok(n_layers)
             if one_kind:
                 sel &= (f_ == 0) & (l_ == 0)
+        elif method == "every":
+            # every-N wraps no block of a rank with fewer than N: that is no recompute
+            sel &= n_layers <= rank_max
         for mask in _rules.masks(x, _choice_knobs(knob_k, spf, off, scheme), _CHOICE_RULES).values():
             sel &= ~mask
         if only is not None:
@@ -293,14 +300,20 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     if n == 0:
         return {k: np.zeros(0) for k in ("step_time",) + TIME_PARTS}
     p_ = knobs["p"]
-    n_block = block_layers(rc)
+    method, n_layers = recompute_layers(rc) or (None, None)
     frac = 1.0
-    if n_block is not None:
+    if method == "block":
         # block N reruns min(N, chunk) of each chunk's layers (step_time's mean chunk L/(p v))
         chunk = L_ / (p_ * knobs["v"])
-        frac = np.minimum(n_block, chunk) / chunk
+        frac = np.minimum(n_layers, chunk) / chunk
+    elif method == "every":
+        # every N-th block of the rank with the most layers (step_time's _recompute_fraction)
+        mid_k = np.where((f_ == 0) & (l_ == 0), L_ / p_,
+                         (L_ - f_ - l_) / np.maximum(p_ - (f_ > 0) - (l_ > 0), 1))
+        n_rank = np.where(p_ == 1, L_, np.maximum(np.maximum(f_, l_), mid_k))
+        frac = np.floor(n_rank / n_layers) / n_rank
     st = Settings(seq_length=space.seq_length, micro_batch_size=int(knobs["b"][0]),
-                  recompute="full" if n_block is not None else rc,
+                  recompute="full" if method is not None else rc,
                   recompute_fraction=frac, sequence_parallel=bool(spf),
                   flash_attention=space.flash_attention, dropout=space.dropout,
                   precision=space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32")

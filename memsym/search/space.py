@@ -58,10 +58,26 @@ def _pos(value, what):
     return int(value)
 
 
-#: Megatron's ``--recompute-granularity full --recompute-method block --recompute-num-layers N``
-#: as a search choice: ``"block-N"`` (the first N layers of each model chunk checkpointed,
-#: the others keep their activations).  Asked for, not searched by default.
-_BLOCK = re.compile(r"block-([1-9][0-9]{0,6})")
+#: Layer-wise recompute choices, asked for by name: Megatron's ``--recompute-granularity full
+#: --recompute-method block --recompute-num-layers N`` as ``"block-N"`` (the first N layers of
+#: each model chunk checkpointed, the others keep their activations) and torchtitan's
+#: ``selective_ac_option = "N"`` as ``"every-N"`` (every N-th block of a rank checkpointed,
+#: the default ``every-2`` of a torchtitan search).
+_LAYERWISE = re.compile(r"(block|every)-([1-9][0-9]{0,6})")
+#: The Training ``recompute_method`` of each layer-wise choice.
+_METHOD = {"block": "block", "every": "every"}
+
+
+def recompute_layers(rc) -> tuple | None:
+    """``(method, N)`` of a ``"block-N"`` or ``"every-N"`` recompute choice, else None.
+
+    Examples
+    --------
+    >>> recompute_layers("block-2"), recompute_layers("every-3"), recompute_layers("full")
+    (('block', 2), ('every', 3), None)
+    """
+    match = _LAYERWISE.fullmatch(rc) if isinstance(rc, str) else None
+    return (_METHOD[match.group(1)], int(match.group(2))) if match else None
 
 
 def block_layers(rc) -> int | None:
@@ -69,11 +85,11 @@ def block_layers(rc) -> int | None:
 
     Examples
     --------
-    >>> block_layers("block-2"), block_layers("full")
-    (2, None)
+    >>> block_layers("block-2"), block_layers("every-2"), block_layers("full")
+    (2, None, None)
     """
-    match = _BLOCK.fullmatch(rc) if isinstance(rc, str) else None
-    return int(match.group(1)) if match else None
+    got = recompute_layers(rc)
+    return got[1] if got and got[0] == "block" else None
 
 
 def recompute_fields(rc) -> dict:
@@ -83,24 +99,33 @@ def recompute_fields(rc) -> dict:
     --------
     >>> recompute_fields("block-2")["recompute_method"], recompute_fields("none")
     ('block', {'recompute': 'none'})
+    >>> recompute_fields("every-2")["recompute_method"]
+    'every'
     """
-    n = block_layers(rc)
-    if n is None:
+    got = recompute_layers(rc)
+    if got is None:
         return {"recompute": rc}
-    return {"recompute": "full", "recompute_method": "block", "recompute_num_layers": n}
+    return {"recompute": "full", "recompute_method": got[0], "recompute_num_layers": got[1]}
 
 
 def _recompute_choices(given, modes, titan: bool, num_layers: int) -> tuple:
-    """The recompute choices, each checked: the framework's modes, and Megatron's block-N."""
+    """The recompute choices, each checked: the framework's modes, Megatron's block-N and
+    torchtitan's every-N."""
     out = []
     for item in given:
-        n = block_layers(item)
-        if n is None:
+        got = recompute_layers(item)
+        if got is None:
             out.append(choose("recompute mode", item, modes))
             continue
-        if titan:
+        method, n = got
+        if titan and method == "block":
             raise InvalidValueError("block-N is Megatron's --recompute-method block; torchtitan "
-                                    "checkpoints every n-th block (selective_ac_option)")
+                                    "checkpoints every N-th block (every-N: selective_ac_option)")
+        if not titan and method == "every":
+            raise InvalidValueError("every-N is torchtitan's selective_ac_option = \"N\"; "
+                                    "Megatron checkpoints the first N layers of a chunk (block-N)")
+        if method == "every" and n == 1:
+            raise InvalidValueError("every-1 checkpoints every block: that is recompute full")
         if n > num_layers:
             raise InvalidValueError(f"recompute {item}: N must be 1..{num_layers} (the model's "
                                     "layers)")
@@ -125,7 +150,7 @@ def _scheme(name, framework: str = "megatron") -> str:
 #: What a torchtitan job can run: FSDP2 (data_parallel_shard_degree) or replicas
 #: (data_parallel_replicate_degree), and activation checkpointing none / per-op / full.
 TORCHTITAN_SCHEMES = ("fsdp", "ddp")
-TORCHTITAN_RECOMPUTE = ("none", "selective-op", "full")
+TORCHTITAN_RECOMPUTE = ("none", "selective-op", "every-2", "full")
 
 
 def _int_list(given, what):
@@ -312,7 +337,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     if titan and set(shard) - set(TORCHTITAN_SCHEMES):
         raise InvalidValueError("torchtitan shards with FSDP2 or replicates: sharding fsdp or "
                                 f"ddp, not {', '.join(sorted(set(shard) - set(TORCHTITAN_SCHEMES)))}")
-    modes = TORCHTITAN_RECOMPUTE if titan else ("none", "selective", "full")
+    modes = tuple(r for r in TORCHTITAN_RECOMPUTE if recompute_layers(r) is None) if titan \
+        else ("none", "selective", "full")
     if finetune != "full":
         # adapters' states are tiny: sharding them changes nothing worth a row; keep the
         # schemes that change where the frozen weights live (replicated or ZeRO-3 sharded)

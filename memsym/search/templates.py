@@ -11,7 +11,7 @@ import sympy as sp
 from ..symbols import M_alloc
 from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
 
-from .space import Space, block_layers
+from .space import Space, recompute_layers
 from .grid import _sub
 
 
@@ -103,10 +103,12 @@ def _stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple
     n_dense = len(kinds) - n_moe
     mixed = (n_dense, n_moe) if n_dense and n_moe else None
     middle = None if stage in (0, pp - 1) else stage
-    if any(block_layers(rc) is not None for rc in space.recompute) and len(set(pattern)) > 1:
-        # block N recomputes min(N, layers/v) of a chunk: not proportional to the stage's
-        # layers, so each layer count keeps its own template (a model of one layer kind
-        # offers block-N on even splits only, where p stays symbolic: evaluate.py)
+    methods = {got[0] for got in map(recompute_layers, space.recompute) if got}
+    if ("block" in methods and len(set(pattern)) > 1) or "every" in methods:
+        # block N recomputes min(N, layers/v) of a chunk, every-N floor(n/N) of a rank's n:
+        # not proportional to the stage's layers, so each layer count keeps its own template
+        # (a model of one layer kind offers block-N on even splits only, where p stays
+        # symbolic: evaluate.py)
         mixed = (n_dense, n_moe)
     key = (space, stage == 0, stage == pp - 1, middle, n_dense > 0, n_moe > 0, mixed)
     if key not in _REPS:
