@@ -416,6 +416,62 @@ def test_torch_looped_bfs_order_memory_and_bubble():
     assert "LoopedBFS" in rules.RULES["gpipe-chunks"].message(x, k)
 
 
+def test_zero_bubble_schedules_hold_no_more_than_memsym_counts():
+    # torchtitan's InterleavedZeroBubble, ZBVZeroBubble and DualPipeV are counted as
+    # interleaved 1F1B (memsym.readers.jobs says so in the notes): the first rank's chunk
+    # passes in flight, at torch's round size, are at least what any rank of torch's own
+    # tables holds (a pass live from its forward to its weight gradient), so the count is
+    # an upper bound (ZBV holds min(2p, m + 1 + r, 2m), below the interleaved 3p - 1)
+    pytest.importorskip("torch")
+    import types
+
+    import torch
+    from torch.distributed.pipelining import schedules as S
+    from torch.distributed.pipelining.schedules import _ComputationType as C
+
+    from memsym.terms.schedule import torch_round_size
+
+    def held(cls, p_, v_, m_, v_shape):
+        ids = [0, 2 * p_ - 1] if v_shape else [j * p_ for j in range(v_)]
+        stages = [types.SimpleNamespace(num_stages=p_ * v_, group_size=p_, group_rank=0,
+                                        stage_index=i, is_first=i == 0,
+                                        is_last=i == p_ * v_ - 1, submod=torch.nn.Linear(1, 1))
+                  for i in ids]
+        order = cls(stages, n_microbatches=m_).pipeline_order
+        peaks = []
+        for r in range(p_):
+            live = peak = 0
+            for a in order.get(r, ()):
+                if a is None:
+                    continue
+                if a.computation_type == C.FORWARD:
+                    live += 1
+                elif a.computation_type in (C.FULL_BACKWARD, C.BACKWARD_WEIGHT):
+                    live -= 1
+                peak = max(peak, live)
+            peaks.append(peak)
+        return peaks
+
+    checked = 0
+    for cls, v_shape, vs in ((S.ScheduleInterleavedZeroBubble, False, (2, 3)),
+                             (S.ScheduleZBVZeroBubble, True, (2,)),
+                             (S.ScheduleDualPipeV, True, (2,))):
+        for p_ in (2, 3, 4, 8):
+            for v_ in vs:
+                for m_ in range(1, 3 * p_ + 1):
+                    try:
+                        peaks = held(cls, p_, v_, m_, v_shape)
+                    except ValueError:          # DualPipeV needs m >= 2p
+                        continue
+                    n_ = int(torch_round_size(m_, p_))
+                    first = int(stage_microbatches(0, pp=p_, vv=v_, mm=m_, group=n_))
+                    assert first >= max(peaks), (cls.__name__, p_, v_, m_, peaks)
+                    if cls is S.ScheduleZBVZeroBubble:
+                        assert peaks == [min(2 * p_, m_ + 1 + r, 2 * m_) for r in range(p_)]
+                    checked += 1
+    assert checked > 100
+
+
 def test_torch_1f1b_needs_a_microbatch_per_stage():
     pytest.importorskip("torch")
     import types

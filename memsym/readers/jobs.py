@@ -251,7 +251,11 @@ def torchtitan_job(cfg: dict, model=None, **options):
                 "v": None if spr == 1 else spr}
         if schedule not in ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS"):
             notes.append(f"pipeline schedule {schedule}: counted as interleaved 1F1B with {spr} "
-                         "stages per rank")
+                         "stages per rank (its warm-up and bubble: its first rank holds at "
+                         "least the chunk passes any rank of torch's zero-bubble tables holds)"
+                         + ("; its V places stages r and 2p-1-r on rank r, so rank 0 holds the "
+                            "output layer and the loss too, which memsym counts on the last "
+                            "rank" if schedule in V_SCHEDULES else ""))
         # the split torchtitan generates for this schedule and these end-stage weights
         # (memsym.job.framework_layout generates the default one for API jobs)
         first, last, ranks = torchtitan_end_stages(
