@@ -248,7 +248,7 @@ def _output_layer(x, layout: Layout, training: Training) -> Total:
                               fp32_norm=titan and x.normalization.lower() == "rmsnorm")
 
 
-def _pipelining_buffers(stage: int, pp: int, vv, mm, chunks, sp_on: bool,
+def _pipelining_buffers(stage: int, pp: int, vv, mm, group, sp_on: bool,
                         training: Training) -> Term:
     r"""What ``torch.distributed.pipelining`` keeps on pipeline rank ``stage`` beyond the
     layers' activations [bytes] (torchtitan's pipeline parallelism).
@@ -256,30 +256,35 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, chunks, sp_on: bool,
     With :math:`B = 2\tau h/\sigma` the hidden states of one micro-batch at a stage boundary
     (:math:`\tau = sb/c`, :math:`\sigma = t` under sequence parallelism), :math:`m`
     micro-batches, :math:`v` stages on the rank and :math:`n` in-flight micro-batches of the
-    rank's first chunk:
+    rank's first chunk (those whose embedding it holds,
+    :func:`memsym.terms.schedule.embedding_microbatches`):
 
     .. math::
 
         \text{first rank: } ((2v - 1) m + n) B,\quad
         \text{middle: } 2 v m B,\quad
-        \text{last: } ((2v - 1) m - 1) B + 2\tau V/t
+        \text{last: } ((2v - 1) m - n_\ell) B + n_\ell\, 2\tau V/t
 
     Every stage makes one receive buffer per micro-batch for its input (not on the first
     stage) and one for its output's gradient (not on the last) once, and keeps them
     (``_create_act_recv_info``, ``_create_grad_recv_info``); a received input is the stage's
     first block input, already counted for the in-flight micro-batches.  ``fwd_cache`` keeps
     each in-flight micro-batch's stage output until its backward: the hidden states, and on
-    the last stage the 16-bit logits (the train step's ``del pred`` does not reach them).
-    ``tests/test_engine_fsdp2.py`` checks the buffers on a gloo group."""
+    the last stage the 16-bit logits (the train step's ``del pred`` does not reach them) of
+    its :math:`n_\ell` micro-batches in flight: 1 under (interleaved) 1F1B, all m under GPipe
+    and LoopedBFS (:func:`memsym.terms.schedule.logits_microbatches`).
+    ``tests/test_engine_fsdp2.py`` checks the buffers on gloo groups of 2 and 3 ranks."""
     from .symbols import V, b, c, h, s, t
 
     width = 4 if training.precision == "fp32" else 2
     boundary = width * b * s * h / (c * (t if sp_on else 1))
     vk = 1 if vv is None else vv
     if stage == 0:
-        count, extra = (2 * vk - 1) * mm + sp.Min(mm, chunks), 0
+        n_first = embedding_microbatches(training.schedule, pp=p, vv=vv, mm=mm, group=group)
+        count, extra = (2 * vk - 1) * mm + n_first, 0
     elif stage == pp - 1:
-        count, extra = (2 * vk - 1) * mm - 1, width * b * s * V / (c * t)
+        n_logits = logits_microbatches(training.schedule, mm=mm)
+        count, extra = (2 * vk - 1) * mm - n_logits, n_logits * width * b * s * V / (c * t)
     else:
         count, extra = 2 * vk * mm, 0
     return Term("pipeline_buffers", count * boundary + extra, "torch.distributed.pipelining's "
@@ -412,7 +417,7 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                   Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)"),
                   label="layers")]
     if training.framework == "torchtitan" and pp > 1 and mm is not None:
-        terms.append(_pipelining_buffers(stage, pp, vv, mm, chunks, sp_on, training))
+        terms.append(_pipelining_buffers(stage, pp, vv, mm, group, sp_on, training))
     if training.finetune != "full" and sp_on and not training.lora_regather:
         from .terms.activations import lora_gathered_inputs
 

@@ -374,6 +374,84 @@ def test_pipelining_buffers_match_memsym():
     assert last["held"] == 1 and terms[1].subs({**unit, V: 1}) - terms[1].subs({**unit, V: 0}) == 2
 
 
+_M3 = 6                 # micro-batches of the 3-rank pipelines
+
+
+def _pipelining3_worker(rank, world, port, schedule, queue):
+    # a 3-rank pipeline of one Linear per stage under each torch schedule (v = 2 for the
+    # looped ones, stages r and r + 3): the receive buffers the rank keeps, and, when its
+    # fwd_cache holds the most stage outputs, how many are of the first global stage (whose
+    # input is the user's batch, not a receive buffer) and of the last (the logits)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        from torch.distributed.pipelining import schedules as S
+        from torch.distributed.pipelining import PipelineStage
+
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(0)
+        v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") else 1
+        n = world * v
+        stages = [PipelineStage(torch.nn.Linear(_H, _H), rank + j * world, n, torch.device("cpu"))
+                  for j in range(v)]
+        cls = getattr(S, "Schedule" + schedule)
+        sched = cls(stages if v > 1 else stages[0], n_microbatches=_M3,
+                    loss_fn=lambda out, tgt: (out - tgt).pow(2).mean())
+        peak = {"held": -1}
+        for st in stages:
+            original = st.forward_one_chunk
+
+            def forward_one_chunk(*args, _orig=original, **kwargs):
+                out = _orig(*args, **kwargs)
+                held = {x.stage_index: len(x.fwd_cache) for x in stages}
+                if sum(held.values()) > peak["held"]:
+                    peak.update(held=sum(held.values()), first=held.get(0, 0),
+                                last=held.get(n - 1, 0))
+                return out
+
+            st.forward_one_chunk = forward_one_chunk
+        x, tgt = torch.randn(_M3 * _MB, _H), torch.randn(_M3 * _MB, _H)
+        for _ in range(2):
+            sched.step(x) if rank == 0 else (sched.step(target=tgt) if rank == world - 1
+                                             else sched.step())
+
+        def buffers(infos):
+            return sum(1 for mb in infos for r in infos[mb]
+                       if getattr(r, "buffer", None) is not None)
+
+        queue.put((rank, {"recv": sum(buffers(st.grad_recv_info) + buffers(st.args_recv_info)
+                                      for st in stages), **peak}))
+        dist.destroy_process_group()
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        queue.put((rank, repr(exc)))
+
+
+@pytest.mark.parametrize("schedule", ["1F1B", "Interleaved1F1B", "LoopedBFS", "GPipe"])
+def test_pipelining_buffers_on_three_ranks(schedule):
+    # the middle rank and the looped schedules: per rank, the receive buffers, less the
+    # received inputs the layers already count (in-flight outputs not of the first global
+    # stage), plus the hidden-state outputs fwd_cache keeps, equal memsym's count of boundary
+    # tensors; the last rank's kept logits are 1 under (interleaved) 1F1B and all m under
+    # GPipe and LoopedBFS (memsym once counted 1 for every schedule)
+    from memsym.symbols import V, b, c, h, m, p, s, t, v as v_
+    from memsym.training import Layout, Training, stage_activations
+
+    results = _run(3, schedule, timeout=120, worker=_pipelining3_worker)
+    v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") else None
+    trn = Training(framework="torchtitan", sharding="fsdp", seq_length=512, micro_batch_size=1,
+                   num_microbatches=_M3, recompute="full", dropout=False,
+                   schedule="gpipe" if schedule in ("LoopedBFS", "GPipe") else "1f1b")
+    unit = {b: 1, s: 1, c: 1, h: 1, t: 1, m: _M3, p: 3, v_: v or 1}
+    for rank in range(3):
+        got = results[rank]
+        hidden = got["recv"] - (got["held"] - got["first"]) + (got["held"] - got["last"])
+        term = stage_activations("qwen3-8b", Layout(p=3, v=v), trn, rank)["pipeline_buffers"].expr
+        assert term.subs({**unit, V: 0}) / 2 == hidden, (rank, got)
+        assert (term.subs({**unit, V: 1}) - term.subs({**unit, V: 0})) / 2 == got["last"], \
+            (rank, got)
+    if schedule in ("LoopedBFS", "GPipe"):
+        assert results[2]["last"] == _M3
+
+
 _PP_H, _PP_LAYERS, _PP_M, _PP_B = 512, 8, 4, 8
 
 
