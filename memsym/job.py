@@ -406,7 +406,8 @@ def validate(x, layout: Layout, training: Training):
     rules.check(x, k, [n for n in rules.LAUNCH if n not in rules.NEED_M])
     m_ = microbatches(layout, training)
     rules.check(x, dict(k, m=m_), rules.NEED_M)
-    if choose("pipeline schedule", training.schedule, SCHEDULES) == "gpipe" and m_ is None:
+    if choose("pipeline schedule", training.schedule, SCHEDULES) == "gpipe" and m_ is None \
+            and layout.p > 1:
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
     return m_

@@ -360,6 +360,10 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
         raise InvalidValueError(f"stage must be a whole number in 0..{pp - 1}, got {stage!r}")
     recompute = choose("recompute mode", training.recompute, RECOMPUTE)
     schedule = choose("pipeline schedule", training.schedule, SCHEDULES)
+    if pp == 1:
+        # no pipeline: each micro-batch's backward follows its forward (gradient accumulation),
+        # whatever the schedule is called; GPipe's "all m in flight" needs stages
+        schedule = "1f1b"
     sp_on = bool(layout.sequence_parallel and layout.t > 1)   # Megatron turns SP off at t = 1
     interleaved = layout.v is not None and layout.v > 1
     if m_known is None:

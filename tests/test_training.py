@@ -715,3 +715,20 @@ def test_microbatch_group_size_reaches_the_step_time():
         tr = Training(seq_length=2048, global_batch_size=9, micro_batch_size=1,
                       microbatch_group_size=n_, flash_attention=True, dropout=False)
         assert step_time(preset("llama2-7b"), lay, tr, "h100-80gb").assumptions["launchable"] == ok
+
+
+def test_gpipe_without_a_pipeline_is_gradient_accumulation():
+    # with p = 1 there is no pipeline to fill: each micro-batch's backward follows its
+    # forward and frees its activations, so schedule="gpipe" holds what 1F1B holds (one
+    # micro-batch), not all m (GPipe's m micro-batches in flight need p > 1 stages); with
+    # p = 2 GPipe's first stage holds all m micro-batches of its L/2 layers
+    from memsym.job import job
+
+    def acts(p_, schedule):
+        j = job("llama3-8b", p=p_, d=8 // p_, seq_length=4096, global_batch_size=64,
+                schedule=schedule, dropout=False)
+        return training_memory(j.model, j.layout, j.training).grouped()["activations"]
+
+    assert acts(1, "gpipe") == acts(1, "1f1b")
+    m_ = 64 // 4                      # micro-batches per pipeline at p = 2, d = 4
+    assert acts(2, "gpipe") > acts(2, "1f1b") * (m_ / 2) * 0.9

@@ -70,6 +70,10 @@ def add_search_options(parser) -> None:
     parser.add_argument("--hidden-dropout", type=_dropout, default=None,
                         help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
     parser.add_argument("--attention-dropout", type=_dropout, default=None)
+    parser.add_argument("--schedule", choices=("1f1b", "gpipe"), default=None,
+                        help="pipeline schedule (default 1f1b: interleaved with v > 1); gpipe is "
+                        "torch's ScheduleGPipe, and with v > 1 ScheduleLoopedBFS "
+                        "(--framework torchtitan)")
     parser.add_argument("--finetune", type=choice("fine-tuning", ("full", "lora", "qlora")),
                         default="full", help="full training, LoRA (bf16 base) or QLoRA (NF4 base)")
     parser.add_argument("--lora-rank", type=positive_int, default=16, metavar="R")
@@ -138,6 +142,8 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
         out["micro_batch_sizes"] = args.micro_batch_size
     if args.recompute:
         out["recompute"] = args.recompute
+    if getattr(args, "schedule", None):
+        out["schedule"] = args.schedule
     out["framework"] = args.framework
     out["sharding"] = args.sharding or (None if args.framework == "torchtitan" else SCHEMES)
     if args.offload:
@@ -328,12 +334,15 @@ def _torchtitan_stages(space, row) -> str | None:
     """How a torchtitan job gets the row's stages per rank (its TOML keys), or None."""
     if space.framework != "torchtitan" or row["p"] == 1:
         return None
+    # the search's schedule="gpipe" is torch's ScheduleGPipe, looped: ScheduleLoopedBFS
+    single, looped = ("GPipe", "LoopedBFS") if space.schedule == "gpipe" \
+        else ("1F1B", "Interleaved1F1B")
     if row["v"] == 1:
-        return "a single-stage schedule (pipeline_parallel_schedule = \"1F1B\")"
+        return f"a single-stage schedule (pipeline_parallel_schedule = \"{single}\")"
     if row["v"] == 2:
-        return "a looped schedule (\"Interleaved1F1B\"): 2 stages per rank by default"
+        return f"a looped schedule (\"{looped}\"): 2 stages per rank by default"
     from ..model.stages import torchtitan_layers_per_stage
 
     n = torchtitan_layers_per_stage(space.arch.num_layers, row["p"], row["v"])
-    return (f"\"Interleaved1F1B\" with pipeline_parallel_layers_per_stage = {n} "
+    return (f"\"{looped}\" with pipeline_parallel_layers_per_stage = {n} "
             f"({row['v']} stages per rank)")
