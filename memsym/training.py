@@ -248,6 +248,32 @@ def _output_layer(x, layout: Layout, training: Training) -> Total:
                               fp32_norm=titan and x.normalization.lower() == "rmsnorm")
 
 
+def _boundary_bytes(sp_on: bool, training: Training) -> sp.Expr:
+    """One micro-batch's hidden states at a pipeline-stage boundary [bytes]: 2 tau h / sigma
+    (4 in fp32), sequence-sharded over t under sequence parallelism."""
+    width = 4 if training.precision == "fp32" else 2
+    return width * b * s * h / (c * (t if sp_on else 1))
+
+
+_PIPELINING_SRC = Source("pytorch-pipelining", "stage.py, _create_act_recv_info / "
+                         "_create_grad_recv_info (one buffer per micro-batch, kept), "
+                         "forward_one_chunk (fwd_cache keeps the stage output)")
+
+
+def _pipelining_recv_buffers(stage: int, pp: int, vv, mm, sp_on: bool, training: Training) -> Term:
+    r"""The receive buffers ``torch.distributed.pipelining`` keeps on pipeline rank ``stage``
+    between steps [bytes]: one per micro-batch for each stage's input (not the first global
+    stage's) and output gradient (not the last's), :math:`(2v - 1) m B` on the end ranks and
+    :math:`2 v m B` between them; they outlive the step, so the optimizer step sees them
+    (``tests/test_engine_fsdp2.py`` counts them after a step on a 3-rank gloo pipeline)."""
+    vk = 1 if vv is None else vv
+    count = 2 * vk * mm - (mm if stage in (0, pp - 1) else 0)
+    return Term("pipeline_recv_buffers", count * _boundary_bytes(sp_on, training),
+                "torch.distributed.pipelining's per-micro-batch receive buffers (inputs, "
+                "output gradients), kept between steps", _PIPELINING_SRC,
+                label="pipeline receive buffers")
+
+
 def _pipelining_buffers(stage: int, pp: int, vv, mm, group, sp_on: bool,
                         training: Training) -> Term:
     r"""What ``torch.distributed.pipelining`` keeps on pipeline rank ``stage`` beyond the
@@ -274,10 +300,8 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, group, sp_on: bool,
     its :math:`n_\ell` micro-batches in flight: 1 under (interleaved) 1F1B, all m under GPipe
     and LoopedBFS (:func:`memsym.terms.schedule.logits_microbatches`).
     ``tests/test_engine_fsdp2.py`` checks the buffers on gloo groups of 2 and 3 ranks."""
-    from .symbols import V, b, c, h, s, t
-
     width = 4 if training.precision == "fp32" else 2
-    boundary = width * b * s * h / (c * (t if sp_on else 1))
+    boundary = _boundary_bytes(sp_on, training)
     vk = 1 if vv is None else vv
     if stage == 0:
         n_first = embedding_microbatches(training.schedule, pp=p, vv=vv, mm=mm, group=group)
@@ -289,10 +313,7 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, group, sp_on: bool,
         count, extra = 2 * vk * mm, 0
     return Term("pipeline_buffers", count * boundary + extra, "torch.distributed.pipelining's "
                 "per-micro-batch receive buffers (inputs, output gradients) and the in-flight "
-                "stage outputs it keeps for backward",
-                Source("pytorch-pipelining", "stage.py, _create_act_recv_info / "
-                       "_create_grad_recv_info (one buffer per micro-batch, kept), "
-                       "forward_one_chunk (fwd_cache keeps the stage output)"),
+                "stage outputs it keeps for backward", _PIPELINING_SRC,
                 label="pipeline buffers")
 
 
@@ -736,6 +757,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
       negative Term, ``gradients_not_yet_made``, in forward and loss-backward, and
       ``gradients_as_activations_freed`` in backward) and its embedding / output groups are
       :func:`memsym.terms.transients.fsdp2_io_groups` (``fsdp_root_group`` by release);
+    * torchtitan with PP: the receive buffers of ``torch.distributed.pipelining``
+      (:func:`_pipelining_recv_buffers`) in the optimizer phase (the other phases count them
+      with the activations, ``pipeline_buffers``);
     * DeepSpeed ZeRO-3: :func:`memsym.terms.transients.zero3_transients` in forward and
       both backward phases; ZeRO-1/2: the IPG buckets
       (:func:`memsym.terms.transients.deepspeed_ipg_buckets`) from the first backward on;
@@ -779,6 +803,12 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         out["backward"].append(Term("output_freed", -o, "the output layer's activations and "
                                     "the saved logits, freed by the loss's and the output "
                                     "layer's backward", _PHASE_SRC, label="output layer freed"))
+    if training.framework == "torchtitan" and layout.p > 1 \
+            and microbatches(layout, training) is not None:
+        # the pipeline's receive buffers outlive the step: the optimizer step sees them
+        out["optimizer"].append(_pipelining_recv_buffers(
+            stage, layout.p, v if (layout.v or 1) > 1 else None, m,
+            bool(layout.sequence_parallel and layout.t > 1), training))
     # the sharding schemes' buffers are the frameworks' own (FSDP2, DeepSpeed): they join the
     # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
     # keep their published model-state forms and only the loss's transients

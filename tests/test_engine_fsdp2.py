@@ -431,9 +431,11 @@ def test_pipelining_buffers_on_three_ranks(schedule):
     # received inputs the layers already count (in-flight outputs not of the first global
     # stage), plus the hidden-state outputs fwd_cache keeps, equal memsym's count of boundary
     # tensors; the last rank's kept logits are 1 under (interleaved) 1F1B and all m under
-    # GPipe and LoopedBFS (memsym once counted 1 for every schedule)
+    # GPipe and LoopedBFS (memsym once counted 1 for every schedule); the receive buffers,
+    # still there after the step, are the optimizer phase's
+    from memsym.model import preset
     from memsym.symbols import V, b, c, h, m, p, s, t, v as v_
-    from memsym.training import Layout, Training, stage_activations
+    from memsym.training import Layout, Training, phase_transients, stage_activations
 
     results = _run(3, schedule, timeout=120, worker=_pipelining3_worker)
     v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") else None
@@ -448,6 +450,10 @@ def test_pipelining_buffers_on_three_ranks(schedule):
         assert term.subs({**unit, V: 0}) / 2 == hidden, (rank, got)
         assert (term.subs({**unit, V: 1}) - term.subs({**unit, V: 0})) / 2 == got["last"], \
             (rank, got)
+        # the receive buffers outlive the step: the optimizer phase holds them all
+        opt = {term.key: term for term in phase_transients(preset("qwen3-8b"), Layout(p=3, v=v),
+                                                           trn, rank)["optimizer"]}
+        assert opt["pipeline_recv_buffers"].expr.subs(unit) / 2 == got["recv"], (rank, got)
     if schedule in ("LoopedBFS", "GPipe"):
         assert results[2]["last"] == _M3
 
