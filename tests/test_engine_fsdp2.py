@@ -377,56 +377,63 @@ def test_pipelining_buffers_match_memsym():
 _M3 = 6                 # micro-batches of the 3-rank pipelines
 
 
-def _pipelining3_worker(rank, world, port, schedule, queue):
-    # a 3-rank pipeline of one Linear per stage under each torch schedule (v = 2 for the
-    # looped ones, stages r and r + 3): the receive buffers the rank keeps, and, when its
-    # fwd_cache holds the most stage outputs, how many are of the first global stage (whose
-    # input is the user's batch, not a receive buffer) and of the last (the logits)
+_SCHEDULES3 = ("1F1B", "Interleaved1F1B", "LoopedBFS", "GPipe")
+
+
+def _pipelining3_worker(rank, world, port, schedules, queue):
+    # a 3-rank pipeline of one Linear per stage under each torch schedule in turn, one
+    # process group (v = 2 for the looped ones, stages r and r + 3): the receive buffers the
+    # rank keeps, and, when its fwd_cache holds the most stage outputs, how many are of the
+    # first global stage (whose input is the user's batch, not a receive buffer) and of the
+    # last (the logits)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
         from torch.distributed.pipelining import schedules as S
         from torch.distributed.pipelining import PipelineStage
 
         dist.init_process_group("gloo", rank=rank, world_size=world)
-        torch.manual_seed(0)
-        v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") else 1
-        n = world * v
-        stages = [PipelineStage(torch.nn.Linear(_H, _H), rank + j * world, n, torch.device("cpu"))
-                  for j in range(v)]
-        cls = getattr(S, "Schedule" + schedule)
-        sched = cls(stages if v > 1 else stages[0], n_microbatches=_M3,
-                    loss_fn=lambda out, tgt: (out - tgt).pow(2).mean())
-        peak = {"held": -1}
-        for st in stages:
-            original = st.forward_one_chunk
+        out = {}
+        for schedule in schedules:
+            torch.manual_seed(0)
+            v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") else 1
+            n = world * v
+            stages = [PipelineStage(torch.nn.Linear(_H, _H), rank + j * world, n,
+                                    torch.device("cpu")) for j in range(v)]
+            cls = getattr(S, "Schedule" + schedule)
+            sched = cls(stages if v > 1 else stages[0], n_microbatches=_M3,
+                        loss_fn=lambda out, tgt: (out - tgt).pow(2).mean())
+            peak = {"held": -1}
+            for st in stages:
+                original = st.forward_one_chunk
 
-            def forward_one_chunk(*args, _orig=original, **kwargs):
-                out = _orig(*args, **kwargs)
-                held = {x.stage_index: len(x.fwd_cache) for x in stages}
-                if sum(held.values()) > peak["held"]:
-                    peak.update(held=sum(held.values()), first=held.get(0, 0),
-                                last=held.get(n - 1, 0))
-                return out
+                def forward_one_chunk(*args, _orig=original, _stages=stages, _peak=peak,
+                                      _n=n, **kwargs):
+                    res = _orig(*args, **kwargs)
+                    held = {x.stage_index: len(x.fwd_cache) for x in _stages}
+                    if sum(held.values()) > _peak["held"]:
+                        _peak.update(held=sum(held.values()), first=held.get(0, 0),
+                                     last=held.get(_n - 1, 0))
+                    return res
 
-            st.forward_one_chunk = forward_one_chunk
-        x, tgt = torch.randn(_M3 * _MB, _H), torch.randn(_M3 * _MB, _H)
-        for _ in range(2):
-            sched.step(x) if rank == 0 else (sched.step(target=tgt) if rank == world - 1
-                                             else sched.step())
+                st.forward_one_chunk = forward_one_chunk
+            x, tgt = torch.randn(_M3 * _MB, _H), torch.randn(_M3 * _MB, _H)
+            for _ in range(2):
+                sched.step(x) if rank == 0 else (sched.step(target=tgt) if rank == world - 1
+                                                 else sched.step())
 
-        def buffers(infos):
-            return sum(1 for mb in infos for r in infos[mb]
-                       if getattr(r, "buffer", None) is not None)
+            def buffers(infos):
+                return sum(1 for mb in infos for r in infos[mb]
+                           if getattr(r, "buffer", None) is not None)
 
-        queue.put((rank, {"recv": sum(buffers(st.grad_recv_info) + buffers(st.args_recv_info)
-                                      for st in stages), **peak}))
+            out[schedule] = {"recv": sum(buffers(st.grad_recv_info) + buffers(st.args_recv_info)
+                                         for st in stages), **peak}
+        queue.put((rank, out))
         dist.destroy_process_group()
     except Exception as exc:  # pragma: no cover - reported to the parent
         queue.put((rank, repr(exc)))
 
 
-@pytest.mark.parametrize("schedule", ["1F1B", "Interleaved1F1B", "LoopedBFS", "GPipe"])
-def test_pipelining_buffers_on_three_ranks(schedule):
+def test_pipelining_buffers_on_three_ranks():
     # the middle rank and the looped schedules: per rank, the receive buffers, less the
     # received inputs the layers already count (in-flight outputs not of the first global
     # stage), plus the hidden-state outputs fwd_cache keeps, equal memsym's count of boundary
@@ -437,31 +444,73 @@ def test_pipelining_buffers_on_three_ranks(schedule):
     from memsym.symbols import V, b, c, h, m, p, s, t, v as v_
     from memsym.training import Layout, Training, phase_transients, stage_activations
 
-    results = _run(3, schedule, timeout=120, worker=_pipelining3_worker)
-    v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") else None
-    trn = Training(framework="torchtitan", sharding="fsdp", seq_length=512, micro_batch_size=1,
-                   num_microbatches=_M3, recompute="full", dropout=False,
-                   schedule="gpipe" if schedule in ("LoopedBFS", "GPipe") else "1f1b")
-    unit = {b: 1, s: 1, c: 1, h: 1, t: 1, m: _M3, p: 3, v_: v or 1}
-    for rank in range(3):
-        got = results[rank]
-        hidden = got["recv"] - (got["held"] - got["first"]) + (got["held"] - got["last"])
-        term = stage_activations("qwen3-8b", Layout(p=3, v=v), trn, rank)["pipeline_buffers"].expr
-        assert term.subs({**unit, V: 0}) / 2 == hidden, (rank, got)
-        assert (term.subs({**unit, V: 1}) - term.subs({**unit, V: 0})) / 2 == got["last"], \
-            (rank, got)
-        # the receive buffers outlive the step: the optimizer phase holds them all
-        opt = {term.key: term for term in phase_transients(preset("qwen3-8b"), Layout(p=3, v=v),
-                                                           trn, rank)["optimizer"]}
-        assert opt["pipeline_recv_buffers"].expr.subs(unit) / 2 == got["recv"], (rank, got)
-    if schedule in ("LoopedBFS", "GPipe"):
-        assert results[2]["last"] == _M3
+    results = _run(3, _SCHEDULES3, timeout=180, worker=_pipelining3_worker)
+    for schedule in _SCHEDULES3:
+        v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") else None
+        trn = Training(framework="torchtitan", sharding="fsdp", seq_length=512,
+                       micro_batch_size=1, num_microbatches=_M3, recompute="full",
+                       dropout=False,
+                       schedule="gpipe" if schedule in ("LoopedBFS", "GPipe") else "1f1b")
+        unit = {b: 1, s: 1, c: 1, h: 1, t: 1, m: _M3, p: 3, v_: v or 1}
+        for rank in range(3):
+            got = results[rank][schedule]
+            hidden = got["recv"] - (got["held"] - got["first"]) + (got["held"] - got["last"])
+            term = stage_activations("qwen3-8b", Layout(p=3, v=v), trn,
+                                     rank)["pipeline_buffers"].expr
+            assert term.subs({**unit, V: 0}) / 2 == hidden, (schedule, rank, got)
+            assert (term.subs({**unit, V: 1}) - term.subs({**unit, V: 0})) / 2 == got["last"], \
+                (schedule, rank, got)
+            opt = {tm.key: tm for tm in phase_transients(preset("qwen3-8b"), Layout(p=3, v=v),
+                                                         trn, rank)["optimizer"]}
+            assert opt["pipeline_recv_buffers"].expr.subs(unit) / 2 == got["recv"], \
+                (schedule, rank, got)
+        if schedule in ("LoopedBFS", "GPipe"):
+            assert results[2][schedule]["last"] == _M3
 
 
 _PP_H, _PP_LAYERS, _PP_M, _PP_B = 512, 8, 4, 8
 
 
-def _pp_fsdp_worker(rank, world, port, interleaved, queue):
+def _pp_fsdp_peak(mesh, pp_rank, interleaved):
+    """The live-bytes peak of one step after a warm-up step (see _pp_fsdp_worker)."""
+    from live_memory import Phases
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+
+    torch.manual_seed(0)
+    n_stages = 4 if interleaved else 2
+    kw = {"mesh": mesh["dp"], "mp_policy": MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
+    stages = []
+    for sid in ([pp_rank, pp_rank + 2] if interleaved else [pp_rank]):
+        mod = torch.nn.Sequential(*[torch.nn.Linear(_PP_H, _PP_H, bias=False)
+                                    for _ in range(_PP_LAYERS // n_stages)])
+        for layer in mod:
+            fully_shard(layer, reshard_after_forward=False, **kw)
+        fully_shard(mod, reshard_after_forward=False, **kw)
+        stages.append(PipelineStage(mod, sid, n_stages, torch.device("cpu"),
+                                    group=mesh["pp"].get_group()))
+
+    def loss_fn(out, target):
+        return out.float().pow(2).mean()
+
+    sched = (ScheduleInterleaved1F1B(stages, n_microbatches=_PP_M, loss_fn=loss_fn)
+             if interleaved else Schedule1F1B(stages[0], n_microbatches=_PP_M,
+                                              loss_fn=loss_fn))
+    x, target = torch.randn(_PP_B * _PP_M, _PP_H), torch.zeros(_PP_B * _PP_M, _PP_H)
+
+    def step():
+        return sched.step(x) if pp_rank == 0 else sched.step(target=target)
+
+    step()
+    ph = Phases()
+    with ph.run():
+        with ph.phase("step"):
+            step()
+    return ph.result["step"][1]
+
+
+def _pp_fsdp_worker(rank, world, port, modes, queue):
     # torchtitan's composition on a 2 (pp) x 2 (dp) CPU mesh: every Linear and each stage
     # module fully_shard-ed over dp with reshard_after_forward=False (apply_fsdp under PP),
     # bf16 parameters and fp32 reduction; the same 8 layers as one stage per rank (1F1B) or
@@ -469,46 +518,18 @@ def _pp_fsdp_worker(rank, world, port, interleaved, queue):
     # step after a warm-up step, from the allocator's events
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
-        from live_memory import Phases
+        import gc
+
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        from torch.distributed.pipelining import (PipelineStage, Schedule1F1B,
-                                                  ScheduleInterleaved1F1B)
 
         dist.init_process_group("gloo", rank=rank, world_size=world)
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
         pp_rank = mesh["pp"].get_local_rank()
-        torch.manual_seed(0)
-        n_stages = 4 if interleaved else 2
-        kw = {"mesh": mesh["dp"], "mp_policy": MixedPrecisionPolicy(
-            param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
-        stages = []
-        for sid in ([pp_rank, pp_rank + 2] if interleaved else [pp_rank]):
-            mod = torch.nn.Sequential(*[torch.nn.Linear(_PP_H, _PP_H, bias=False)
-                                        for _ in range(_PP_LAYERS // n_stages)])
-            for layer in mod:
-                fully_shard(layer, reshard_after_forward=False, **kw)
-            fully_shard(mod, reshard_after_forward=False, **kw)
-            stages.append(PipelineStage(mod, sid, n_stages, torch.device("cpu"),
-                                        group=mesh["pp"].get_group()))
-
-        def loss_fn(out, target):
-            return out.float().pow(2).mean()
-
-        sched = (ScheduleInterleaved1F1B(stages, n_microbatches=_PP_M, loss_fn=loss_fn)
-                 if interleaved else Schedule1F1B(stages[0], n_microbatches=_PP_M,
-                                                  loss_fn=loss_fn))
-        x, target = torch.randn(_PP_B * _PP_M, _PP_H), torch.zeros(_PP_B * _PP_M, _PP_H)
-
-        def step():
-            return sched.step(x) if pp_rank == 0 else sched.step(target=target)
-
-        step()
-        ph = Phases()
-        with ph.run():
-            with ph.phase("step"):
-                step()
-        queue.put((rank, {"peak": ph.result["step"][1]}))
+        out = {}
+        for interleaved in modes:      # one process group, each schedule in turn
+            out[interleaved] = {"peak": _pp_fsdp_peak(mesh, pp_rank, interleaved)}
+            gc.collect()
+        queue.put((rank, out))
         dist.destroy_process_group()
     except Exception as exc:  # pragma: no cover - reported to the parent
         queue.put((rank, repr(exc)))
@@ -523,8 +544,9 @@ def test_interleaved_pipeline_holds_no_less_than_1f1b_on_the_engine():
     # 12 % less for interleaved at 405B scale (tests/test_measured_memory.py keeps that a
     # strict xfail).  The bounds leave room for the gloo threads' own allocations, which
     # the process's peak includes.
-    flat = _run(4, False, timeout=240, worker=_pp_fsdp_worker)
-    loop = _run(4, True, timeout=240, worker=_pp_fsdp_worker)
+    both = _run(4, (False, True), timeout=240, worker=_pp_fsdp_worker)
+    flat = {rank: out[False] for rank, out in both.items()}
+    loop = {rank: out[True] for rank, out in both.items()}
     unsharded = (_PP_LAYERS // 2) * _PP_H * _PP_H * (2 + 4)   # a rank's bf16 params + fp32 grads
     for rank in range(4):
         assert flat[rank]["peak"] >= unsharded and loop[rank]["peak"] >= unsharded
