@@ -328,15 +328,16 @@ def _chunk_activations(stack, per_chunk, training: Training, chunks=1) -> sp.Exp
     method, n_rec = training.recompute_method, training.recompute_num_layers
     if training.recompute != "full" or method is None:
         return act
-    if method in ("block", "every"):
-        if method == "block":
-            frac = sp.Min(n_rec, per_chunk) / per_chunk
-        else:
-            # _apply_layer_sac: block k (from 1, one counter per process) wrapped when k % N == 0
-            n_rank = per_chunk * chunks
-            frac = sp.floor(n_rank / n_rec) / n_rank
-        return frac * act + (1 - frac) * stack("none")
-    return act * sp.ceiling(per_chunk / n_rec) / per_chunk
+    if method == "uniform":
+        return act * sp.ceiling(per_chunk / n_rec) / per_chunk
+    if method == "block":
+        frac = sp.Min(n_rec, per_chunk) / per_chunk
+    else:
+        # torchtitan's _apply_layer_sac: block k (from 1, one counter per process) is wrapped
+        # when k % N == 0
+        n_rank = per_chunk * chunks
+        frac = sp.floor(n_rank / n_rec) / n_rank
+    return frac * act + (1 - frac) * stack("none")
 
 
 def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, per_layer,
