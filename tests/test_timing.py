@@ -326,17 +326,27 @@ def test_hardware_timing_fields_from_datasheets():
     assert gpu("h100").arch_class == "hopper"
 
 
-def _torch_peaks(schedule_cls, p, v, m):
-    """Each rank's peak chunk forwards not yet backwarded in torch's own schedule table
-    (``pipeline_order``), from stand-in stages that carry only what the schedule reads."""
+def _torch_order(schedule_cls, p, v, m, v_shape=False):
+    """torch's own schedule table (``pipeline_order``) of a rank with v stages (r, r + p, ...;
+    the V schedules' r and 2p - 1 - r), from stand-in stages that carry only what the
+    schedule reads."""
     import types
 
+    import torch
+
+    ids = [0, 2 * p - 1] if v_shape else [j * p for j in range(v)]
+    stages = [types.SimpleNamespace(num_stages=p * v, group_size=p, group_rank=0,
+                                    stage_index=i, is_first=i == 0, is_last=i == p * v - 1,
+                                    submod=torch.nn.Linear(1, 1)) for i in ids]
+    return schedule_cls(stages if v > 1 else stages[0], n_microbatches=m).pipeline_order
+
+
+def _torch_peaks(schedule_cls, p, v, m, v_shape=False):
+    """Each rank's peak chunk passes in flight in torch's schedule table: a pass is live from
+    its forward to its full backward (or, split, its weight gradient)."""
     from torch.distributed.pipelining.schedules import _ComputationType as C
 
-    stages = [types.SimpleNamespace(num_stages=p * v, group_size=p, group_rank=0,
-                                    stage_index=j * p, is_first=j == 0,
-                                    is_last=j * p == p * v - 1) for j in range(v)]
-    order = schedule_cls(stages if v > 1 else stages[0], n_microbatches=m).pipeline_order
+    order = _torch_order(schedule_cls, p, v, m, v_shape)
     peaks = []
     for r in range(p):
         live = peak = 0
@@ -346,7 +356,7 @@ def _torch_peaks(schedule_cls, p, v, m):
             if act.computation_type == C.FORWARD:
                 live += 1
                 peak = max(peak, live)
-            elif act.computation_type in (C.FULL_BACKWARD, C.BACKWARD_INPUT):
+            elif act.computation_type in (C.FULL_BACKWARD, C.BACKWARD_WEIGHT):
                 live -= 1
         peaks.append(peak)
     return peaks
@@ -391,8 +401,6 @@ def test_torch_looped_bfs_order_memory_and_bubble():
     # (stand-in stages); the bubble is Lamy-Poirier's (p - 1)/(v m) once m >= p
     # (arXiv:2211.05953 §3), and torch has no micro-batch rule for it.
     pytest.importorskip("torch")
-    import types
-
     from torch.distributed.pipelining.schedules import ScheduleLoopedBFS
     from torch.distributed.pipelining.schedules import _ComputationType as C
 
@@ -402,11 +410,7 @@ def test_torch_looped_bfs_order_memory_and_bubble():
     for p_ in (2, 3, 4):
         for v_ in (2, 3):
             for m_ in range(1, 10):
-                stages = [types.SimpleNamespace(num_stages=p_ * v_, group_size=p_, group_rank=0,
-                                                stage_index=j * p_, is_first=j == 0,
-                                                is_last=j * p_ == p_ * v_ - 1)
-                          for j in range(v_)]
-                order = ScheduleLoopedBFS(stages, n_microbatches=m_).pipeline_order
+                order = _torch_order(ScheduleLoopedBFS, p_, v_, m_)
                 for r in range(p_):
                     torch_ops = [("F" if a.computation_type == C.FORWARD else "B",
                                   a.microbatch_index, a.stage_index // p_)
@@ -437,34 +441,9 @@ def test_zero_bubble_schedules_hold_no_more_than_memsym_counts():
     # tables holds (a pass live from its forward to its weight gradient), so the count is
     # an upper bound (ZBV holds min(2p, m + 1 + r, 2m), below the interleaved 3p - 1)
     pytest.importorskip("torch")
-    import types
-
-    import torch
     from torch.distributed.pipelining import schedules as S
-    from torch.distributed.pipelining.schedules import _ComputationType as C
 
     from memsym.terms.schedule import torch_round_size
-
-    def held(cls, p_, v_, m_, v_shape):
-        ids = [0, 2 * p_ - 1] if v_shape else [j * p_ for j in range(v_)]
-        stages = [types.SimpleNamespace(num_stages=p_ * v_, group_size=p_, group_rank=0,
-                                        stage_index=i, is_first=i == 0,
-                                        is_last=i == p_ * v_ - 1, submod=torch.nn.Linear(1, 1))
-                  for i in ids]
-        order = cls(stages, n_microbatches=m_).pipeline_order
-        peaks = []
-        for r in range(p_):
-            live = peak = 0
-            for a in order.get(r, ()):
-                if a is None:
-                    continue
-                if a.computation_type == C.FORWARD:
-                    live += 1
-                elif a.computation_type in (C.FULL_BACKWARD, C.BACKWARD_WEIGHT):
-                    live -= 1
-                peak = max(peak, live)
-            peaks.append(peak)
-        return peaks
 
     checked = 0
     for cls, v_shape, vs in ((S.ScheduleInterleavedZeroBubble, False, (2, 3)),
@@ -474,7 +453,7 @@ def test_zero_bubble_schedules_hold_no_more_than_memsym_counts():
             for v_ in vs:
                 for m_ in range(1, 3 * p_ + 1):
                     try:
-                        peaks = held(cls, p_, v_, m_, v_shape)
+                        peaks = _torch_peaks(cls, p_, v_, m_, v_shape)
                     except ValueError:          # DualPipeV needs m >= 2p
                         continue
                     n_ = int(torch_round_size(m_, p_))
