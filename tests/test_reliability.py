@@ -257,6 +257,12 @@ def test_cli_training_options_without_a_model_are_refused(capsys):
                 "--seq-length needs a MODEL")
     cli_refused(capsys, ["estimate", "--params", "7B", "--sequence-parallel", "--ep", "2"],
                 "--expert-model-parallel-size, --sequence-parallel need a MODEL")
+    # the framework switches (loss and overlap flags) change a job's memory or step time:
+    # without a model each is refused, not dropped
+    for flag in ("--compiled-loss", "--disable-loss-parallel", "--overlap-grad-reduce",
+                 "--overlap-param-gather", "--tp-comm-overlap",
+                 "--overlap-moe-expert-parallel-comm", "--no-overlap-p2p-communication"):
+        cli_refused(capsys, ["estimate", "--params", "7B", flag], f"{flag} needs a MODEL")
     out, _ = cli_ok(capsys, ["estimate", "--params", "175B", "--tp", "8", "--pp", "8",
                              "--world-size", "512", "--json"])
     assert json.loads(out)["layout"] == {"dp": 8, "tp": 8, "pp": 8}   # d = G/(t p)

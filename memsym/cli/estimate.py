@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .options import add_model_state_options, emit_json, model_state_setup, number_out
+from .training_options import switch_dests
 
 #: JSON keys that are always present in "bytes" for the model-state family.
 MODEL_STATE_KEYS = ("weights", "gradients", "optimizer")
@@ -63,9 +64,9 @@ _NEEDS_MODEL = (
     ("--untie-embeddings-and-output-weights", "untie_embeddings_and_output_weights"),
     ("--multi-latent-attention", "multi_latent_attention"), ("--normalization", "normalization"),
     ("--grad-reduce-in-bf16", "grad_reduce_in_bf16"), ("--fp8-param-gather", "fp8_param_gather"),
-    ("--compiled-loss", "compiled_loss"), ("--framework", "framework"),
-    ("--disable-loss-parallel", "disable_loss_parallel"),
+    ("--framework", "framework"),
     ("--recompute-method", "recompute_method"), ("--recompute-num-layers", "recompute_num_layers"),
+    *switch_dests(),
 )
 
 

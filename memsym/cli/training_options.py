@@ -124,7 +124,7 @@ def add_training_options(parser) -> None:
     trn.add_argument("--framework", choices=("megatron", "deepspeed", "torchtitan"), default=None,
                      help="whose launch rules and runtime apply (default megatron; torchtitan: "
                      "FSDP2 with pipeline parallelism on torchtitan's own layer split)")
-    for flag, text in _SWITCHES:
+    for flag, _, _, text in _SWITCHES:
         trn.add_argument(flag, action="store_true", help=text)
     trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
                      help="routed-token load of the busiest expert rank (default 1, balanced)")
@@ -352,16 +352,9 @@ def job_from_args(args, **override):
                               "(Megatron's --bf16)",)
     if getattr(args, "fp8_param_gather", False):
         opts["fp8_param_gather"] = True
-    if getattr(args, "compiled_loss", False):
-        opts["compiled_loss"] = True
-    if getattr(args, "disable_loss_parallel", False):
-        opts["loss_parallel"] = False
-    for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                 "overlap_moe_expert_parallel_comm"):
-        if getattr(args, flag, False):
-            opts[flag] = True
-    if getattr(args, "no_overlap_p2p_communication", False):
-        opts["overlap_p2p_comm"] = False
+    for (_, dest), (_, option, value, _) in zip(switch_dests(), _SWITCHES):
+        if getattr(args, dest, False):
+            opts[option] = value
     if getattr(args, "framework", None) is not None:
         opts["framework"] = args.framework
     # the convention (a framework estimator such as megatron-bridge reports its own breakdown
@@ -544,23 +537,34 @@ def estimate_training(args) -> int:
     return 0
 
 
-#: The framework switches that are plain ``store_true`` flags here as in the framework.
+#: The framework switches that are plain ``store_true`` flags here as in the framework:
+#: (flag, the job option it sets, the value it sets, help).  One table for the parser, the job
+#: (:func:`job_from_args`) and the options a model-state estimate refuses.
 _SWITCHES = (
-    ("--compiled-loss", "the loss runs under torch.compile (torchtitan's compile.enable with "
-     "'loss' in components): 16-bit logits kept, no fp32 copy"),
-    ("--disable-loss-parallel", "torchtitan's flag (--framework torchtitan, --tp > 1): the "
-     "logits are gathered and the loss is eager F.cross_entropy, not torch's loss_parallel"),
-    ("--overlap-grad-reduce", "Megatron's flag: the data-parallel gradient reduce-scatter runs "
-     "in buckets during the backward (step time; off unless given, as in Megatron)"),
-    ("--overlap-param-gather", "Megatron's flag (needs --overlap-grad-reduce and the "
-     "distributed optimizer): the parameter all-gather runs during the next forward"),
-    ("--tp-comm-overlap", "Megatron's flag (needs --sequence-parallel): Transformer Engine "
-     "pipelines the TP all-gather / reduce-scatter with the GEMMs"),
-    ("--overlap-moe-expert-parallel-comm", "Megatron's flag (EP > 1, interleaving where PP > "
-     "1, no full recompute): the EP all-to-all hides behind another micro-batch's compute"),
-    ("--no-overlap-p2p-communication", "Megatron's flag: the interleaved schedule's p2p "
-     "sends are exposed (and interleaving needs PP > 2)"),
+    ("--compiled-loss", "compiled_loss", True, "the loss runs under torch.compile (torchtitan's "
+     "compile.enable with 'loss' in components): 16-bit logits kept, no fp32 copy"),
+    ("--disable-loss-parallel", "loss_parallel", False, "torchtitan's flag (--framework "
+     "torchtitan, --tp > 1): the logits are gathered and the loss is eager F.cross_entropy, not "
+     "torch's loss_parallel"),
+    ("--overlap-grad-reduce", "overlap_grad_reduce", True, "Megatron's flag: the data-parallel "
+     "gradient reduce-scatter runs in buckets during the backward (step time; off unless "
+     "given, as in Megatron)"),
+    ("--overlap-param-gather", "overlap_param_gather", True, "Megatron's flag (needs "
+     "--overlap-grad-reduce and the distributed optimizer): the parameter all-gather runs "
+     "during the next forward"),
+    ("--tp-comm-overlap", "tp_comm_overlap", True, "Megatron's flag (needs --sequence-parallel): "
+     "Transformer Engine pipelines the TP all-gather / reduce-scatter with the GEMMs"),
+    ("--overlap-moe-expert-parallel-comm", "overlap_moe_expert_parallel_comm", True,
+     "Megatron's flag (EP > 1, interleaving where PP > 1, no full recompute): the EP "
+     "all-to-all hides behind another micro-batch's compute"),
+    ("--no-overlap-p2p-communication", "overlap_p2p_comm", False, "Megatron's flag: the "
+     "interleaved schedule's p2p sends are exposed (and interleaving needs PP > 2)"),
 )
+
+
+def switch_dests() -> tuple:
+    """``(flag, argparse destination)`` of every :data:`_SWITCHES` flag."""
+    return tuple((flag, flag[2:].replace("-", "_")) for flag, *_ in _SWITCHES)
 
 
 def capacity_label(args) -> str:
