@@ -98,15 +98,10 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
                     "v": v_.astype(float), "b": b_.astype(float), "m": m_.astype(float),
                     "V": V_row})
     knob_k = _grid_knobs(space, grid)
-    # the most layers in one model chunk of a row (block-N choices beyond it are full)
-    L_all = x.num_layers
-    mid = np.where((f_ == 0) & (l_ == 0), L_all / p_,
-                   (L_all - f_ - l_) / np.maximum(p_ - (f_ > 0) - (l_ > 0), 1))
-    rank_max = np.maximum(np.maximum(f_, l_), mid)
+    # the most layers on one rank and in one model chunk of a row (block-N choices beyond a
+    # chunk are full recompute)
+    rank_max = _most_layers_per_rank(x.num_layers, p_, f_, l_)
     chunk_max = rank_max / v_
-
-    def n_block_ok(n_block):
-        return n_block < chunk_max
     one_kind = len(set(moe_layer_pattern(x))) == 1
     combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
                                     space.offload, space.sharding))
@@ -126,7 +121,7 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
         if method == "block":
             # block N with N >= every chunk's layers is full recompute: one row, not two;
             # a model of one layer kind takes it on even splits (templates.py)
-            sel &= n_block_ok(n_layers)
+            sel &= n_layers < chunk_max
             if one_kind:
                 sel &= (f_ == 0) & (l_ == 0)
         elif method == "every":
@@ -235,6 +230,16 @@ TIME_PARTS = ("time_compute", "time_memory", "time_comm", "time_bubble", "time_o
               "time_other")
 
 
+def _most_layers_per_rank(num_layers: int, p_, f_, l_):
+    """Decoder layers on the rank holding the most, per row [1]: the given first / last stage
+    sizes ``f_`` / ``l_`` (0: none) and the middle stages' even share of the rest."""
+    import numpy as np
+
+    mid = np.where((f_ == 0) & (l_ == 0), num_layers / p_,
+                   (num_layers - f_ - l_) / np.maximum(p_ - (f_ > 0) - (l_ > 0), 1))
+    return np.maximum(np.maximum(f_, l_), mid)
+
+
 def launch_overlaps(framework: str, sharding: str) -> dict:
     """The overlap options every row is priced with, as :func:`memsym.job.job` options.
 
@@ -308,9 +313,7 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
         frac = np.minimum(n_layers, chunk) / chunk
     elif method == "every":
         # every N-th block of the rank with the most layers (step_time's _recompute_fraction)
-        mid_k = np.where((f_ == 0) & (l_ == 0), L_ / p_,
-                         (L_ - f_ - l_) / np.maximum(p_ - (f_ > 0) - (l_ > 0), 1))
-        n_rank = np.where(p_ == 1, L_, np.maximum(np.maximum(f_, l_), mid_k))
+        n_rank = _most_layers_per_rank(L_, p_, f_, l_)
         frac = np.floor(n_rank / n_layers) / n_rank
     st = Settings(seq_length=space.seq_length, micro_batch_size=int(knobs["b"][0]),
                   recompute="full" if method is not None else rc,
