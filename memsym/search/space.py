@@ -64,12 +64,11 @@ def _pos(value, what):
 #: ``selective_ac_option = "N"`` as ``"every-N"`` (every N-th block of a rank checkpointed,
 #: the default ``every-2`` of a torchtitan search).
 _LAYERWISE = re.compile(r"(block|every)-([1-9][0-9]{0,6})")
-#: The Training ``recompute_method`` of each layer-wise choice.
-_METHOD = {"block": "block", "every": "every"}
 
 
 def recompute_layers(rc) -> tuple | None:
-    """``(method, N)`` of a ``"block-N"`` or ``"every-N"`` recompute choice, else None.
+    """``(recompute_method, N)`` of a ``"block-N"`` or ``"every-N"`` recompute choice, else
+    None (the method's name is the choice's prefix).
 
     Examples
     --------
@@ -77,19 +76,7 @@ def recompute_layers(rc) -> tuple | None:
     (('block', 2), ('every', 3), None)
     """
     match = _LAYERWISE.fullmatch(rc) if isinstance(rc, str) else None
-    return (_METHOD[match.group(1)], int(match.group(2))) if match else None
-
-
-def block_layers(rc) -> int | None:
-    """N of a ``"block-N"`` recompute choice, else None.
-
-    Examples
-    --------
-    >>> block_layers("block-2"), block_layers("every-2"), block_layers("full")
-    (2, None, None)
-    """
-    got = recompute_layers(rc)
-    return got[1] if got and got[0] == "block" else None
+    return (match.group(1), int(match.group(2))) if match else None
 
 
 def recompute_fields(rc) -> dict:
@@ -148,7 +135,8 @@ def _scheme(name, framework: str = "megatron") -> str:
 
 
 #: What a torchtitan job can run: FSDP2 (data_parallel_shard_degree) or replicas
-#: (data_parallel_replicate_degree), and activation checkpointing none / per-op / full.
+#: (data_parallel_replicate_degree), and activation checkpointing none / per-op / every
+#: second block (its default selective_ac_option "2") / full.
 TORCHTITAN_SCHEMES = ("fsdp", "ddp")
 TORCHTITAN_RECOMPUTE = ("none", "selective-op", "every-2", "full")
 
