@@ -899,7 +899,7 @@ def _phase_term(act: list, trans: dict):
                 "step: its temporaries)", _PHASE_SRC, label="peak-phase transients")
 
 
-def _outside_allocator(training: Training) -> list:
+def _outside_allocator(training: Training) -> tuple:
     """Buffers a framework allocates outside PyTorch's caching allocator for the whole run,
     beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
     Transformer Engine's userbuffers under ``tp_comm_overlap``
@@ -907,8 +907,15 @@ def _outside_allocator(training: Training) -> list:
     from .terms import transients as tr
 
     if training.tp_comm_overlap and training.convention == "framework":
-        return [tr.tp_comm_userbuffers(training.precision == "fp8")]
-    return []
+        return (tr.tp_comm_userbuffers(training.precision == "fp8"),)
+    return ()
+
+
+def _beyond_allocated(terms, training: Training) -> tuple:
+    """What a total adds to its allocated ``terms``: the allowances (fragmentation a fraction
+    of their sum) and the buffers outside PyTorch's allocator."""
+    allocated = sp.Add(*(term.expr for term in terms))
+    return tuple(allowance_terms(allocated)) + _outside_allocator(training)
 
 
 def _stage_total(x, layout: Layout, training: Training, stage: int,
@@ -922,8 +929,7 @@ def _stage_total(x, layout: Layout, training: Training, stage: int,
     peak = _phase_term(act, trans)
     if peak is not None:
         terms.append(peak)
-    allocated = sp.Add(*(term.expr for term in terms))
-    terms += list(allowance_terms(allocated)) + _outside_allocator(training)
+    terms += list(_beyond_allocated(terms, training))
     return Total(f"training memory per GPU, pipeline stage {stage} ({_role(stage, layout.p)})",
                  tuple(terms))
 
@@ -954,10 +960,8 @@ def phase_totals(x, layout: Layout, training: Training, stage: int,
     out = {}
     for ph in PHASES:
         terms = list(states) + (list(act) if ph != "optimizer" else []) + list(trans[ph])
-        allocated = sp.Add(*(term.expr for term in terms))
         out[ph] = Total(f"{ph} phase, pipeline stage {stage}",
-                        tuple(terms) + allowance_terms(allocated)
-                        + tuple(_outside_allocator(training)))
+                        tuple(terms) + _beyond_allocated(terms, training))
     return out
 
 
@@ -1074,8 +1078,10 @@ class TrainingEstimate:
         bd = self._breakdown
         out = {key: bd[key] for key in _STATE_KEYS if key in bd}
         out["activations"] = sp.Add(*(bd[key] for key in _ACT_KEYS if key in bd))
-        for key in ALLOWANCE_TERMS + OUTSIDE_ALLOCATOR_KEYS:
-            if key in bd or key in ALLOWANCE_TERMS:
+        for key in ALLOWANCE_TERMS:
+            out[key] = bd[key]
+        for key in OUTSIDE_ALLOCATOR_KEYS:
+            if key in bd:
                 out[key] = bd[key]
         out["total"] = bd["total"]
         return out

@@ -756,8 +756,9 @@ def tp_comm_userbuffers(fp8: bool) -> Term:
     initialize``).
     """
     w_ag = 1 if fp8 else 2
-    n_ag, n_rs = (len(USERBUFFER_GEMMS[k]) for k in ("all-gather", "reduce-scatter"))
-    return Term("tp_comm_userbuffers", (n_ag * w_ag + n_rs * 2) * s * b * h / c,
+    # (named apart from the registry's n_ag, the FSDP all-gather depth)
+    n_gather, n_scatter = (len(USERBUFFER_GEMMS[k]) for k in ("all-gather", "reduce-scatter"))
+    return Term("tp_comm_userbuffers", (n_gather * w_ag + n_scatter * 2) * s * b * h / c,
                 "Transformer Engine userbuffers of --tp-comm-overlap: one [s b / c, h] buffer "
                 "per overlapped GEMM, outside PyTorch's allocator",
                 Source("transformer-engine", "pytorch/module/base.py initialize_ub; "
