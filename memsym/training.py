@@ -317,6 +317,14 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, group, sp_on: bool,
                 label="pipeline buffers")
 
 
+#: Where each full-recompute method's split of a chunk's layers is defined.
+_RECOMPUTE_METHOD_SOURCES = {
+    "uniform": "Megatron-LM transformer_block.py _checkpointed_forward",
+    "block": "Megatron-LM transformer_block.py _checkpointed_forward",
+    "every": "torchtitan distributed/activation_checkpoint.py _apply_layer_sac",
+}
+
+
 def _chunk_activations(stack, per_chunk, training: Training, chunks=1) -> sp.Expr:
     """One model chunk's activations, ``stack(mode)`` under the training's recompute, with
     Megatron's ``_checkpointed_forward`` methods under full recompute: block N checkpoints the
@@ -439,7 +447,9 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
         live, held_layers = _layout_in_flight(layout, training, stage, pattern, per_layer, group)
     terms = [Term("layer_activations", held_layers,
                   f"{len(kinds)} decoder layers x in-flight micro-batches ({schedule}"
-                  + (", interleaved" if interleaved else "") + f", recompute {recompute})",
+                  + (", interleaved" if interleaved else "") + f", recompute {recompute}"
+                  + (f", {method} {n_rec}: " + _RECOMPUTE_METHOD_SOURCES[method]
+                     if recompute == "full" and method else "") + ")",
                   Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)"),
                   label="layers")]
     if training.framework == "torchtitan" and pp > 1 and mm is not None:
