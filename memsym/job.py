@@ -106,7 +106,8 @@ class Training:
     dropout : bool
         Whether dropout masks are kept (Megatron's defaults --hidden-dropout 0.1 and
         --attention-dropout 0.1; Llama-style recipes set both to 0, and PyTorch keeps no
-        mask at p = 0).
+        mask at p = 0).  torchtitan's models have no dropout layers: with
+        ``framework="torchtitan"`` it is off (asking for it is refused).
     schedule : {"1f1b", "gpipe"}
         Pipeline schedule; when the layout's ``v`` > 1, 1F1B is interleaved and GPipe
         loops breadth-first (torch's ``ScheduleLoopedBFS``, torchtitan only).
@@ -731,6 +732,15 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         # the framework's own default, not Megatron's distributed optimizer
         trn = dataclasses.replace(trn, sharding=_FRAMEWORK_DEFAULT_SCHEME[trn.framework])
         notes.append(f"sharding {trn.sharding}: {trn.framework}'s default")
+    if trn.framework == "torchtitan" and trn.dropout:
+        # torchtitan's models build no dropout (models/llama3/model.py, models/attention.py:
+        # scaled_dot_product_attention without dropout_p): no mask is ever kept
+        if trn_kw.get("dropout"):
+            raise InvalidValueError("torchtitan's models have no dropout layers: dropout must "
+                                    "be off with framework torchtitan (--hidden-dropout 0 "
+                                    "--attention-dropout 0, or leave them out)")
+        trn = dataclasses.replace(trn, dropout=False)
+        notes.append("dropout off: torchtitan's models have no dropout layers")
     if world_size is not None:
         G = whole(world_size, "world size")
         tpc = whole(lay.t, "t") * whole(lay.p, "p") * whole(lay.c, "c")

@@ -237,6 +237,34 @@ def test_each_framework_runs_its_own_sharding():
     assert job("llama3-8b", framework="deepspeed", seq_length=4096).training.sharding == "ddp"
 
 
+def test_torchtitan_builds_no_dropout():
+    # torchtitan's models have no dropout layers (models/llama3/model.py; models/attention.py
+    # calls scaled_dot_product_attention without dropout_p): a torchtitan job keeps no masks
+    # by default, says so, and refuses to be given them; Megatron keeps its 0.1 dropouts
+    from memsym.search import make_space
+
+    j = job("llama3-8b", framework="torchtitan", seq_length=4096)
+    assert j.training.dropout is False
+    assert any("torchtitan's models have no dropout" in n for n in j.notes)
+    assert job("llama3-8b", seq_length=4096).training.dropout is True
+    with pytest.raises(InvalidValueError, match="no dropout layers"):
+        job("llama3-8b", framework="torchtitan", seq_length=4096, dropout=True)
+    assert make_space("llama3-8b", "h100-80gb", framework="torchtitan").dropout is False
+    assert make_space("llama3-8b", "h100-80gb").dropout is True
+    with pytest.raises(InvalidValueError, match="no dropout layers"):
+        make_space("llama3-8b", "h100-80gb", framework="torchtitan", dropout=True)
+
+
+def test_torchtitan_dropout_refused_on_the_command_line(capsys):
+    for cmd in ("estimate", "search"):
+        args = [cmd, "llama3-8b", "--gpu", "h100-80gb", "--framework", "torchtitan"]
+        args += ["--hidden-dropout", "0.1"] if cmd == "estimate" else ["--gpus", "8",
+                                                                        "--dropout"]
+        assert main(args) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and "no dropout layers" in err
+
+
 def test_torchtitan_tensor_parallelism_is_sequence_parallel():
     # torchtitan's apply_tp shards the norms and block outputs over the sequence, with no
     # switch: a torchtitan job with t > 1 is counted with sequence parallelism, and says so;

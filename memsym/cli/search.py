@@ -64,7 +64,8 @@ def add_search_options(parser) -> None:
     parser.add_argument("--use-flash-attn", action="store_true",
                         help="flash/fused attention (the default, memsym.job.DEFAULTS)")
     parser.add_argument("--dropout", action="store_true",
-                        help="keep dropout masks (the default, as Megatron's 0.1 dropouts)")
+                        help="keep dropout masks (Megatron's default, its 0.1 dropouts; torchtitan "
+                             "builds none)")
     from .training_options import _dropout
 
     parser.add_argument("--hidden-dropout", type=_dropout, default=None,
@@ -105,13 +106,17 @@ def default_global_batch(seq_length: int) -> int:
 
 
 def _dropout_on(args) -> bool:
-    """Dropout masks kept: the job default (memsym.job.DEFAULTS) unless both dropouts are 0."""
+    """Dropout masks kept: None (the framework's default, memsym.job.DEFAULTS for Megatron,
+    off for torchtitan) unless a dropout is given."""
     from ..errors import InvalidValueError
-    from ..job import DEFAULTS
 
     rates = [r for r in (args.hidden_dropout, args.attention_dropout) if r is not None]
+    if getattr(args, "dropout", False):
+        if any(r == 0 for r in rates):
+            raise InvalidValueError("--dropout keeps dropout masks: a dropout of 0 contradicts it")
+        return True
     if not rates:
-        return DEFAULTS["dropout"]
+        return None
     if len({r > 0 for r in rates}) > 1:
         raise InvalidValueError("memsym models one dropout setting: give --hidden-dropout and "
                                 "--attention-dropout both zero or both non-zero")
@@ -295,8 +300,11 @@ def render(res, rows) -> str:
     if excl:
         lines.append("excluded by rule: " + ", ".join(excl))
     lines.append(f"assumed: flash attention {'on' if sp_.flash_attention else 'off'}, dropout "
-                 f"{'on' if sp_.dropout else 'off'} (memsym.job.DEFAULTS, as estimate; "
-                 "--no-flash-attn, --hidden-dropout 0 --attention-dropout 0 to change)")
+                 f"{'on' if sp_.dropout else 'off'} ("
+                 + ("torchtitan's models have none; --no-flash-attn to change)"
+                    if sp_.framework == "torchtitan" else
+                    "memsym.job.DEFAULTS, as estimate; --no-flash-attn, --hidden-dropout 0 "
+                    "--attention-dropout 0 to change)"))
     if res.ranked_by == "step time" and sp_.framework != "torchtitan":
         lines.append("step times as launched with the data-parallel overlaps on ("
                      + ("--overlap-grad-reduce, and --overlap-param-gather with a sharded "

@@ -263,7 +263,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                sequence_parallel=(False, True), offload=("none",), tp=None, pp=None, cp=None,
                ep=None, vpp=None, precision=DEFAULTS["precision"], optimizer=DEFAULTS["optimizer"],
                convention=DEFAULTS["convention"],
-               flash_attention=DEFAULTS["flash_attention"], dropout=DEFAULTS["dropout"],
+               flash_attention=DEFAULTS["flash_attention"], dropout=None,
                schedule=DEFAULTS["schedule"], allowances=None,
                finetune="full", lora_rank=16, lora_targets="all", quantization=None,
                first_stage_layers=None, last_stage_layers=None, capacity=None,
@@ -313,6 +313,12 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
 
     framework = choose("framework", framework, FRAMEWORKS)
     titan = framework == "torchtitan"
+    # None: the framework's default, as memsym.job.job sets it (torchtitan builds no dropout)
+    dropout = (not titan and DEFAULTS["dropout"]) if dropout is None \
+        else boolean(dropout, "dropout")
+    if titan and dropout:
+        raise InvalidValueError("torchtitan's models have no dropout layers: dropout must be off "
+                                "with framework torchtitan")
     dense_op = bool(arch.swiglu and not arch.num_experts and not arch.multi_latent_attention
                     and flash_attention)
     if sharding is None:
@@ -368,7 +374,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         precision=prec, optimizer=choose("optimizer", optimizer, OPTIMIZERS),
         convention=_choices("convention", [convention], CONVENTIONS)[0],
         flash_attention=boolean(flash_attention, "flash_attention"),
-        dropout=boolean(dropout, "dropout"), schedule=schedule,
+        dropout=dropout, schedule=schedule,
         allowances=al, finetune=finetune, lora_rank=_pos(lora_rank, "lora_rank"),
         lora_targets=lora_targets, quantization=quantization,
         first_stage_layers=None if first_stage_layers is None else int(first_stage_layers),
