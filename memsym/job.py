@@ -111,6 +111,13 @@ class Training:
     schedule : {"1f1b", "gpipe"}
         Pipeline schedule; when the layout's ``v`` > 1, 1F1B is interleaved and GPipe
         loops breadth-first (torch's ``ScheduleLoopedBFS``, torchtitan only).
+    stage_placement : {"loop", "v"}
+        Where a rank's pipeline stages sit: ``"loop"`` (default) puts stage i on rank
+        i mod p, so the last rank holds the output layer and the loss; ``"v"`` puts stages r
+        and 2p - 1 - r on rank r (torch's ``ZBVZeroBubble`` and ``DualPipeV``, torchtitan
+        only, 2 stages per rank), so rank 0 holds the embedding, the output layer and the
+        loss.  The in-flight micro-batches stay counted as interleaved 1F1B's, an upper bound
+        on the V schedules' (``tests/test_timing.py``).
     precision, optimizer, sharding, offload : str
         As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
     convention : str
@@ -200,6 +207,7 @@ class Training:
     flash_attention: bool = True
     dropout: bool = True
     schedule: str = "1f1b"
+    stage_placement: str = "loop"
     precision: str = "bf16"
     optimizer: str = "adam"
     sharding: str = "distributed-optimizer"
@@ -374,6 +382,7 @@ def validate(x, layout: Layout, training: Training):
     _check_pipeline_layout(x, layout, training)
     choose("recompute mode", training.recompute, RECOMPUTE)
     choose("pipeline schedule", training.schedule, SCHEDULES)
+    choose("stage placement", training.stage_placement, STAGE_PLACEMENTS)
     choose("precision", training.precision, PRECISIONS)
     choose("optimizer", training.optimizer, OPTIMIZERS)
     choose("sharding", training.sharding, SCHEMES)
@@ -526,13 +535,21 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
         return layout, notes
     from .model.stages import torchtitan_end_stages
 
-    first, last, ranks = torchtitan_end_stages(x.num_layers, layout.p, layout.v or 1)
+    # the V placement's split (stages r and 2p-1-r on rank r) needs its 2 stages per rank;
+    # other v are refused by rule v-placement after this
+    style = "v" if training.stage_placement == "v" and layout.v == 2 else "loop"
+    first, last, ranks = torchtitan_end_stages(x.num_layers, layout.p, layout.v or 1,
+                                               style=style)
     if first is None:
         return layout, notes
     return (dataclasses.replace(layout, first_stage_layers=first, last_stage_layers=last),
             notes + [f"torchtitan's pipeline split: {ranks} layers per rank (generate_llm_fqn_"
                      "per_model_part, the embedding and the output counted as one layer each)"])
 
+
+#: Where a rank's pipeline stages sit (``Training.stage_placement``): loop (stage i on rank
+#: i mod p) or v (stages r and 2p - 1 - r on rank r, torch's ZBVZeroBubble / DualPipeV).
+STAGE_PLACEMENTS = ("loop", "v")
 
 #: The frameworks whose launch rules and runtime a job follows (``Training.framework``).
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")

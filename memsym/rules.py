@@ -199,6 +199,13 @@ def _moe(x) -> bool:
     return bool(x.num_experts)
 
 
+def _mixed_layers(x) -> bool:
+    # dense and MoE layers in one model: which a V-placed rank holds depends on where its two
+    # stages sit, which memsym's contiguous stage ranges do not follow
+    from .model import moe_layer_pattern
+    return len(set(moe_layer_pattern(x))) > 1
+
+
 RULES: dict = {r.name: r for r in (
     Rule("world-size", "t*p*c*d must equal the number of GPUs",
          lambda x, k: (k["t"] * k["p"] * k["c"] * k["d"] != k["gpus"]) if k.get("gpus") else False,
@@ -245,6 +252,22 @@ RULES: dict = {r.name: r for r in (
                        f"(framework=\"torchtitan\", pipeline_parallel_schedule = \"LoopedBFS\")"),
          Source("gpipe", "§2.2 (one partition per accelerator); torch/distributed/pipelining/"
                 "schedules.py, ScheduleGPipe (a single stage) and ScheduleLoopedBFS"),
+         InvalidValueError),
+    Rule("v-placement", "the V placement (stages r and 2p - 1 - r on rank r) is torch's "
+         "ZBVZeroBubble / DualPipeV: torchtitan, p > 1, 2 stages per rank, 1F1B",
+         lambda x, k: k.get("v_placement", False) & (
+             (k["v"] != 2) | (k["p"] < 2) | k.get("gpipe", False)
+             | _not(k.get("torchtitan", False)) | _mixed_layers(x)),
+         lambda x, k: (f"the V stage placement runs 2 stages per rank on a pipeline (torch's "
+                       f"ZBVZeroBubble / DualPipeV under torchtitan, schedule 1f1b), got p="
+                       f"{k['p']}, v={k['v']}" + (", GPipe" if k.get("gpipe") else "")
+                       + ("" if k.get("torchtitan") else ", framework not torchtitan")
+                       + ("; memsym places V stages only for models whose layers are all "
+                          "alike (this one mixes dense and MoE layers)" if _mixed_layers(x)
+                          else "")),
+         Source("pytorch-pipelining", "torch/distributed/pipelining/schedules.py, "
+                "ScheduleZBVZeroBubble / ScheduleDualPipeV (stage_index_to_group_rank: 'v' "
+                "style, 2 stages per rank); torchtitan distributed/pipeline_parallel.py"),
          InvalidValueError),
     Rule("torch-pp-microbatches", "torch.distributed.pipelining (torchtitan): 1F1B needs "
          "m >= p, the interleaved schedules m a multiple of max(1, m // p)",
@@ -366,6 +389,7 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "shards_gradients": training.sharding in ("zero2", "zero3", "fsdp"),
                   "torchtitan": getattr(training, "framework", "megatron") == "torchtitan",
                   "gpipe": getattr(training, "schedule", "1f1b") == "gpipe",
+                  "v_placement": getattr(training, "stage_placement", "loop") == "v",
                   "microbatch_group_size": getattr(training, "microbatch_group_size", None)})
     return k
 

@@ -31,7 +31,7 @@ from .job import Job, Layout, Training, _check_fields, microbatches, validate as
 __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "PHASES",
            "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
            "STEP_STATE_KEYS",
-           "allowance_terms", "arch_values", "microbatches", "validate", "job_memory", "stage_activations",
+           "allowance_terms", "arch_values", "microbatches", "output_stage", "validate", "job_memory", "stage_activations",
            "stage_total", "training_values", "training_memory", "STATE_KEYS", "ACTIVATION_KEYS",
            "ALLOWANCE_KEYS", "RECOMPUTE", "SCHEDULES"]
 
@@ -190,6 +190,22 @@ def _mla(x) -> dict | None:
 # ---------------------------------------------------------------------------------------------
 # one stage
 # ---------------------------------------------------------------------------------------------
+def output_stage(layout: Layout, training: Training) -> int:
+    """The pipeline rank that holds the final norm, the output layer and the loss.
+
+    The last (stage i on rank i mod p), or 0 under torch's V placement
+    (``training.stage_placement == "v"``: stages r and 2p - 1 - r on rank r, so rank 0
+    holds the first and the last stage).
+
+    Examples
+    --------
+    >>> output_stage(Layout(p=4), Training()), output_stage(
+    ...     Layout(p=4, v=2), Training(framework="torchtitan", stage_placement="v"))
+    (3, 0)
+    """
+    return 0 if getattr(training, "stage_placement", "loop") == "v" else layout.p - 1
+
+
 def _role(i: int, pp: int) -> str:
     if pp == 1:
         return "only"
@@ -267,7 +283,11 @@ def _pipelining_recv_buffers(stage: int, pp: int, vv, mm, sp_on: bool, training:
     :math:`2 v m B` between them; they outlive the step, so the optimizer step sees them
     (``tests/test_engine_fsdp2.py`` counts them after a step on a 3-rank gloo pipeline)."""
     vk = 1 if vv is None else vv
-    count = 2 * vk * mm - (mm if stage in (0, pp - 1) else 0)
+    if training.stage_placement == "v":
+        # rank 0 holds the first stage (no input received) and the last (no output gradient)
+        count = 2 * vk * mm - (2 * mm if stage == 0 else 0)
+    else:
+        count = 2 * vk * mm - (mm if stage in (0, pp - 1) else 0)
     return Term("pipeline_recv_buffers", count * _boundary_bytes(sp_on, training),
                 "torch.distributed.pipelining's per-micro-batch receive buffers (inputs, "
                 "output gradients), kept between steps", _PIPELINING_SRC,
@@ -291,6 +311,10 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, group, sp_on: bool,
         \text{middle: } 2 v m B,\quad
         \text{last: } ((2v - 1) m - n_\ell) B + n_\ell\, 2\tau V/t
 
+    Under the V placement (stages r and 2p - 1 - r on rank r) rank 0 holds both ends,
+    :math:`((2v - 2) m + n - n_\ell) B + n_\ell\, 2\tau V/t`, and every other rank
+    :math:`2 v m B`.
+
     Every stage makes one receive buffer per micro-batch for its input (not on the first
     stage) and one for its output's gradient (not on the last) once, and keeps them
     (``_create_act_recv_info``, ``_create_grad_recv_info``); a received input is the stage's
@@ -303,14 +327,17 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, group, sp_on: bool,
     width = 4 if training.precision == "fp32" else 2
     boundary = _boundary_bytes(sp_on, training)
     vk = 1 if vv is None else vv
+    v_style = training.stage_placement == "v"
+    count, extra = 2 * vk * mm, 0
     if stage == 0:
+        # no input received for the first stage; its in-flight outputs kept
         n_first = embedding_microbatches(training.schedule, pp=p, vv=vv, mm=mm, group=group)
-        count, extra = (2 * vk - 1) * mm + n_first, 0
-    elif stage == pp - 1:
+        count += n_first - mm
+    if stage == (0 if v_style else pp - 1):
+        # no output gradient received for the last stage; fwd_cache keeps its logits
         n_logits = logits_microbatches(training.schedule, mm=mm)
-        count, extra = (2 * vk - 1) * mm - n_logits, n_logits * width * b * s * V / (c * t)
-    else:
-        count, extra = 2 * vk * mm, 0
+        count -= mm + n_logits
+        extra = n_logits * width * b * s * V / (c * t)
     return Term("pipeline_buffers", count * boundary + extra, "torch.distributed.pipelining's "
                 "per-micro-batch receive buffers (inputs, output gradients) and the in-flight "
                 "stage outputs it keeps for backward", _PIPELINING_SRC,
@@ -422,6 +449,11 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
                and pl is None and len(set(pattern)) == 1)
     where = "first" if stage == 0 else "last" if stage == pp - 1 else stage
+    if training.stage_placement == "v":
+        # torch's V schedules: every rank is counted with interleaved 1F1B's first-rank
+        # warm-up, at least what any rank of ZBVZeroBubble / DualPipeV holds
+        # (tests/test_timing.py compares it with torch's own schedule tables)
+        where = "first"
     # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
     group = training.microbatch_group_size if interleaved else None
     if interleaved and group is None and mm is not None and training.framework == "torchtitan":
@@ -481,7 +513,7 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                           "input ids and embedding dropout of the in-flight micro-batches",
                           Source("korthikanti", "§4.3 (embedding dropout sbhp/t); Megatron-LM 8sbp"),
                           label="embedding"))
-    if stage == pp - 1:
+    if stage == output_stage(layout, training):
         n_out = logits_microbatches(schedule, mm=mm)
         out_total = _output_layer(x, layout, training)
         out = out_total.expr
@@ -558,7 +590,7 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     sp_ = models.stage_parameters(
         x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers,
-        pipeline_layout=layout.pipeline_layout)
+        pipeline_layout=layout.pipeline_layout, output_stage=output_stage(layout, training))
     pattern = models.moe_layer_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
     # one layer_parameters call per layer kind (dense, MoE), not per layer: memsym.search
@@ -806,7 +838,7 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     from .terms import transients as tr
 
     out = {ph: [] for ph in PHASES}
-    if stage == layout.p - 1:
+    if stage == output_stage(layout, training):
         fwd, bwd = _loss_transients(_loss_kind(layout, training))
         out["forward"] += list(fwd)
         out["loss-backward"] += list(bwd)

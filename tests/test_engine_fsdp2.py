@@ -377,13 +377,15 @@ def test_pipelining_buffers_match_memsym():
 _M3 = 6                 # micro-batches of the 3-rank pipelines
 
 
-_SCHEDULES3 = ("1F1B", "Interleaved1F1B", "LoopedBFS", "GPipe")
+_SCHEDULES3 = ("1F1B", "Interleaved1F1B", "LoopedBFS", "GPipe", "ZBVZeroBubble")
+_V3 = ("ZBVZeroBubble",)          # V placement: stages r and 2p - 1 - r on rank r
 
 
 def _pipelining3_worker(rank, world, port, schedules, queue):
     # a 3-rank pipeline of one Linear per stage under each torch schedule in turn, one
-    # process group (v = 2 for the looped ones, stages r and r + 3): the receive buffers the
-    # rank keeps, and, when its fwd_cache holds the most stage outputs, how many are of the
+    # process group (v = 2 for the looped ones, stages r and r + 3; ZBV's V: r and 5 - r):
+    # the receive buffers the rank keeps, and, when its fwd_cache holds the most stage
+    # outputs, how many are of the
     # first global stage (whose input is the user's batch, not a receive buffer) and of the
     # last (the logits)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -395,10 +397,12 @@ def _pipelining3_worker(rank, world, port, schedules, queue):
         out = {}
         for schedule in schedules:
             torch.manual_seed(0)
-            v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") else 1
+            v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") + _V3 else 1
             n = world * v
-            stages = [PipelineStage(torch.nn.Linear(_H, _H), rank + j * world, n,
-                                    torch.device("cpu")) for j in range(v)]
+            ids = ([rank, n - 1 - rank] if schedule in _V3
+                   else [rank + j * world for j in range(v)])
+            stages = [PipelineStage(torch.nn.Linear(_H, _H), i, n, torch.device("cpu"))
+                      for i in ids]
             cls = getattr(S, "Schedule" + schedule)
             sched = cls(stages if v > 1 else stages[0], n_microbatches=_M3,
                         loss_fn=lambda out, tgt: (out - tgt).pow(2).mean())
@@ -418,8 +422,11 @@ def _pipelining3_worker(rank, world, port, schedules, queue):
                 st.forward_one_chunk = forward_one_chunk
             x, tgt = torch.randn(_M3 * _MB, _H), torch.randn(_M3 * _MB, _H)
             for _ in range(2):
-                sched.step(x) if rank == 0 else (sched.step(target=tgt) if rank == world - 1
-                                                 else sched.step())
+                if schedule in _V3:         # rank 0 holds the first and the last stage
+                    sched.step(x, target=tgt) if rank == 0 else sched.step()
+                else:
+                    sched.step(x) if rank == 0 else (sched.step(target=tgt)
+                                                     if rank == world - 1 else sched.step())
 
             def buffers(infos):
                 return sum(1 for mb in infos for r in infos[mb]
@@ -446,10 +453,10 @@ def test_pipelining_buffers_on_three_ranks():
 
     results = _run(3, _SCHEDULES3, timeout=180, worker=_pipelining3_worker)
     for schedule in _SCHEDULES3:
-        v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") else None
+        v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") + _V3 else None
         trn = Training(framework="torchtitan", sharding="fsdp", seq_length=512,
                        micro_batch_size=1, num_microbatches=_M3, recompute="full",
-                       dropout=False,
+                       dropout=False, stage_placement="v" if schedule in _V3 else "loop",
                        schedule="gpipe" if schedule in ("LoopedBFS", "GPipe") else "1f1b")
         unit = {b: 1, s: 1, c: 1, h: 1, t: 1, m: _M3, p: 3, v_: v or 1}
         for rank in range(3):
@@ -466,6 +473,10 @@ def test_pipelining_buffers_on_three_ranks():
                 (schedule, rank, got)
         if schedule in ("LoopedBFS", "GPipe"):
             assert results[2][schedule]["last"] == _M3
+    # the V placement: rank 0 receives no input for stage 0 and no gradient for stage 5, and
+    # its fwd_cache keeps the logits; the last rank's two stages (2 and 3) receive both
+    assert results[0]["ZBVZeroBubble"]["recv"] == 2 * _M3 and results[0]["ZBVZeroBubble"]["last"] == 1
+    assert results[2]["ZBVZeroBubble"]["recv"] == 4 * _M3 and results[2]["ZBVZeroBubble"]["last"] == 0
 
 
 _PP_H, _PP_LAYERS, _PP_M, _PP_B = 512, 8, 4, 8

@@ -555,3 +555,39 @@ def test_fuzzed_config_contents(tmp_path):
         assert time.perf_counter() - start < 5.0
 
     check()
+
+
+def test_v_placement_ranks_hold_what_torchtitan_puts_there(tmp_path):
+    # torchtitan's V schedules (ZBVZeroBubble, DualPipeV) split 6 layers + embedding + output
+    # into 4 stages of 2 units (generate_llm_fqn_per_model_part: [1, 2, 2, 1] layers) and put
+    # stages r and 3 - r on rank r: rank 0 holds the embedding, layers 0 and 5, the final
+    # norm and lm_head; rank 1 layers 1-4.  transformers' own modules (meta device) give each
+    # rank's parameter count; memsym's V job holds the same on each rank
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from memsym.job import job
+    from memsym.model import stage_parameters
+    from memsym.training import output_stage
+
+    path = _write(tmp_path, _small("llama", num_hidden_layers=6))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path.parent)))
+
+    def count(*modules):
+        return sum(q.numel() for mod in modules for q in mod.parameters())
+
+    inner = model.model
+    want = [count(inner.embed_tokens, inner.layers[0], inner.layers[5], inner.norm,
+                  model.lm_head),
+            count(*inner.layers[1:5])]
+    j = job(str(path), p=2, v=2, d=1, seq_length=64, num_microbatches=4,
+            framework="torchtitan", stage_placement="v")
+    lay = j.layout
+    assert output_stage(lay, j.training) == 0
+    got = [stage_parameters(j.model, 1, 2, r, first_stage_layers=lay.first_stage_layers,
+                            last_stage_layers=lay.last_stage_layers, pad_vocab=False,
+                            output_stage=output_stage(lay, j.training)).total
+           for r in (0, 1)]
+    assert got == want

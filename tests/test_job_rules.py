@@ -279,3 +279,40 @@ def test_torchtitan_tensor_parallelism_is_sequence_parallel():
     k = rules.knobs(Layout(t=2, d=4), j.training)
     assert bool(rules.RULES["torchtitan-tp-sp"].test(preset("llama3-8b"), k))
     assert not job("llama3-8b", t=2, d=4, seq_length=8192).layout.sequence_parallel
+
+
+def test_v_placement_is_torchs_v_schedules_only():
+    # torch's ZBVZeroBubble / DualPipeV place stages r and 2p-1-r on rank r, two per rank
+    # (stage_index_to_group_rank "v"); memsym accepts the placement only there
+    base = dict(p=2, v=2, d=4, seq_length=4096, num_microbatches=4, stage_placement="v")
+    j = job("llama3-8b", framework="torchtitan", **base)
+    assert j.training.stage_placement == "v"
+    # the V split: rank 0 holds stages 0 and 3 ([8, 9, 8, 7] layers), 15 layers
+    assert (j.layout.first_stage_layers, j.layout.last_stage_layers) == (15, 17)
+    for bad, why in ((dict(framework="megatron", sharding="distributed-optimizer"),
+                      "framework not torchtitan"),
+                     (dict(framework="torchtitan", v=4, num_microbatches=8), "v=4"),
+                     (dict(framework="torchtitan", schedule="gpipe"), "GPipe")):
+        with pytest.raises(InvalidValueError, match=why):
+            job("llama3-8b", **{**base, **bad})
+    with pytest.raises(InvalidValueError, match="mixes dense and MoE layers"):
+        job("deepseek-v3", framework="torchtitan", t=8, e=8, **{**base, "d": 8})
+    with pytest.raises(UnknownNameError, match="stage placement"):
+        job("llama3-8b", framework="torchtitan", **{**base, "stage_placement": "zigzag"})
+
+
+def test_v_placement_puts_the_output_and_the_loss_on_rank_0():
+    # rank 0 of a V pipeline runs the last stage: the logits, the loss's transients and the
+    # output layer's weights are its, not the last rank's
+    from memsym.training import phase_transients, stage_activations
+
+    kw = dict(p=2, v=2, d=4, seq_length=4096, num_microbatches=4, framework="torchtitan")
+    v_ = job("llama3-8b", stage_placement="v", **kw)
+    loop = job("llama3-8b", **kw)
+    for j, holder in ((v_, 0), (loop, 1)):
+        for rank in (0, 1):
+            keys = {t_.key for t_ in stage_activations(j.model, j.layout, j.training, rank)}
+            loss = {t_.key for t_ in phase_transients(j.model, j.layout, j.training,
+                                                      rank)["forward"]}
+            assert ("output_activations" in keys) == (rank == holder), (holder, rank)
+            assert bool(loss & {"logits_16bit", "logits_fp32"}) == (rank == holder), loss

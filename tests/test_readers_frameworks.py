@@ -506,8 +506,13 @@ def test_torchtitan_split_follows_schedule_and_stage_weights():
 
     j = torchtitan_job(read_torchtitan_toml(toml("interleaved1f1b"), world_size=512))
     assert (j.layout.v, j.layout.first_stage_layers, j.layout.last_stage_layers) == (2, 15, 15)
+    assert j.training.stage_placement == "loop"
     j = torchtitan_job(read_torchtitan_toml(toml("ZBVZeroBubble"), world_size=512))
     assert (j.layout.first_stage_layers, j.layout.last_stage_layers) == (14, 16)
+    # and rank 0 holds the output layer and the loss (memsym.training.output_stage)
+    assert j.training.stage_placement == "v"
+    assert any("rank 0 holds the embedding, the output layer and the loss" in n
+               for n in j.notes)
     weights = ("pipeline_parallel_first_stage_less_layers = 0\n"
                "pipeline_parallel_last_stage_less_layers = 0\n")
     with pytest.raises(InvalidValueError, match=r"\[16, 16, 16, 16, 16, 16, 15, 15\]"):

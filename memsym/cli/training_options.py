@@ -414,6 +414,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "recompute_num_layers": training.recompute_num_layers,
                      "flash_attention": training.flash_attention,
                      "dropout": training.dropout, "schedule": training.schedule,
+                     "stage_placement": training.stage_placement,
                      "framework": training.framework, "compiled_loss": training.compiled_loss,
                      "loss_parallel": training.loss_parallel,
                      "overlap_grad_reduce": training.overlap_grad_reduce,
@@ -645,7 +646,7 @@ def communication_report(args, arch, layout, training) -> dict:
     MFU on GEMM-count FLOPs; ``--efficiency`` the explicit achieved-GEMM-efficiency override)."""
     from ..model import active_parameter_count, moe_layer_pattern, stage_parameters
     from ..terms.compute import step_report
-    from ..training import arch_values, microbatches
+    from ..training import arch_values, microbatches, output_stage
 
     values = {str(sym): int(val) for sym, val in arch_values(arch, layout.t).items()}
     # FLOPs: 6 N per token on the parameters a token passes through (the active ones for
@@ -658,7 +659,8 @@ def communication_report(args, arch, layout, training) -> dict:
         (stage_parameters(arch, layout.t, layout.p, i, e=layout.e, t_e=layout.t_e,
                           first_stage_layers=layout.first_stage_layers,
                           last_stage_layers=layout.last_stage_layers,
-                          pipeline_layout=layout.pipeline_layout).per_gpu
+                          pipeline_layout=layout.pipeline_layout,
+                          output_stage=output_stage(layout, training)).per_gpu
          for i in range(layout.p)))
     dp_params = heaviest * layout.p * layout.t
     m_ = microbatches(layout, training) or 1

@@ -469,7 +469,8 @@ class StageParameters:
 def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0, *, e: int = 1,
                      t_e: Optional[int] = None, first_stage_layers: Optional[int] = None,
                      last_stage_layers: Optional[int] = None, pad_vocab: bool = True,
-                     tied_output_copy: bool = True, pipeline_layout=None) -> StageParameters:
+                     tied_output_copy: bool = True, pipeline_layout=None,
+                     output_stage: Optional[int] = None) -> StageParameters:
     """The parameters pipeline ``stage`` of ``p`` holds (Megatron-LM placement).
 
     The first stage holds the word embedding (V_pad·h, sharded over t) and the learned position
@@ -499,6 +500,9 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
         Count the last stage's copy of a tied embedding as its output weight.
     pipeline_layout : memsym.model.pipeline_layout.PipelineLayout, optional
         A custom layout (``--pipeline-model-parallel-layout``): the stage's layers from it.
+    output_stage : int, optional
+        The rank that holds the final norm and the output layer (default p - 1; 0 under
+        torch's V placement, where rank 0 holds the first and the last stage).
 
     Examples
     --------
@@ -518,7 +522,7 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     ex = sum(per[pattern[i]]["experts"] for i in rng)
     vals = parameter_values(x, t, pad_vocab)
     vh = _as_int(V * h, vals)
-    first, last = stage == 0, stage == p - 1
+    first, last = stage == 0, stage == (p - 1 if output_stage is None else output_stage)
     if first:
         tp += vh
         if x.position_embedding_type == "learned_absolute":

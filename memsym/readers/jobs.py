@@ -249,13 +249,18 @@ def torchtitan_job(cfg: dict, model=None, **options):
                 # LoopedBFS is GPipe looped over the rank's stages (breadth-first)
                 "schedule": "gpipe" if schedule in ("GPipe", "LoopedBFS") else "1f1b",
                 "v": None if spr == 1 else spr}
+        if schedule in V_SCHEDULES:
+            # stage_index_to_group_rank "v": stages r and 2p-1-r on rank r
+            pipe["stage_placement"] = "v"
         if schedule not in ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS"):
             notes.append(f"pipeline schedule {schedule}: counted as interleaved 1F1B with {spr} "
                          "stages per rank (its warm-up and bubble: its first rank holds at "
-                         "least the chunk passes any rank of torch's zero-bubble tables holds)"
-                         + ("; its V places stages r and 2p-1-r on rank r, so rank 0 holds the "
-                            "output layer and the loss too, which memsym counts on the last "
-                            "rank" if schedule in V_SCHEDULES else ""))
+                         "least the chunk passes any rank of torch's zero-bubble tables holds"
+                         + ("; every rank counted with that first rank's warm-up" if schedule
+                            in V_SCHEDULES else "") + ")"
+                         + ("; its V places stages r and 2p-1-r on rank r: rank 0 holds the "
+                            "embedding, the output layer and the loss" if schedule in V_SCHEDULES
+                            else ""))
         # the split torchtitan generates for this schedule and these end-stage weights
         # (memsym.job.framework_layout generates the default one for API jobs)
         first, last, ranks = torchtitan_end_stages(

@@ -148,6 +148,9 @@ class Settings:
         in place of Megatron's group size, per layout.
     schedule : {"1f1b", "gpipe"}
         Pipeline schedule (1F1B is interleaved where v > 1).
+    output_first : bool
+        torch's V placement (ZBVZeroBubble, DualPipeV): the first rank runs the output layer
+        and the loss too (stages 0 and 2p - 1), not the last.
     gather_per_microbatch : bool
         ZeRO-3 / FSDP: parameters all-gathered in forward and again in backward and
         gradients reduce-scattered for every micro-batch, hidden behind the pipeline's compute
@@ -175,6 +178,7 @@ class Settings:
     group_size: int | None = None
     torch_rounds: bool = False
     schedule: str = "1f1b"
+    output_first: bool = False
     gather_per_microbatch: bool = False
     pipelined_fsdp: bool = False
     recompute_fraction: float = 1.0
@@ -450,15 +454,17 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     hide_p2p = overlap.pp_p2p & (v > 1)
     p2p_exposed = np.where(hide_p2p, 0.0, p2p) * v   # v chunk passes per stage-microbatch
     tau = {}
+    out_role = "first" if st.output_first else "last"
     for role, layers in (("first", first), ("middle", middle), ("last", last)):
-        fr = layers * layer_f + (emb if role == "first" else 0) + (out_f if role == "last" else 0)
-        br = layers * layer_b + (out_b if role == "last" else 0)
+        fr = layers * layer_f + (emb if role == "first" else 0) + (out_f if role == out_role else 0)
+        br = layers * layer_b + (out_b if role == out_role else 0)
         tau[role] = (fr, br)
     tau_first = sum(tau["first"]) + 2 * p2p_exposed
     tau_mid = sum(tau["middle"]) + 2 * p2p_exposed
     tau_last = sum(tau["last"]) + 2 * p2p_exposed
     single = p == 1
-    tau_first = np.where(single, sum(tau["first"]) + out_f + out_b, tau_first)
+    tau_first = np.where(single, sum(tau["first"]) + (0 if st.output_first else out_f + out_b),
+                         tau_first)
     tau_max = np.where(single, tau_first, np.maximum(np.maximum(tau_first, tau_last), tau_mid))
     total_tau = np.where(single, tau_first, tau_first + tau_last + np.maximum(p - 2, 0) * tau_mid)
     # exact bubble in stage units per unique (p, m, v, N, backward/forward ratio)
@@ -518,6 +524,11 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     layers_max = np.maximum(np.maximum(first, last), middle)
     ends = x.V * x.h * (1 if x.untied else 1)   # embedding (first) or output (last): one matrix
     dense_gpu = (layers_max * per_layer_dense + ends) / t
+    if st.output_first:
+        # V placement: the first rank holds both matrices, the others only layers
+        dense_gpu = np.where(p > 1, np.maximum(first * per_layer_dense + 2 * ends,
+                                               np.maximum(middle, last) * per_layer_dense) / t,
+                             dense_gpu)
     expert_gpu = layers_max * per_layer_expert / (e * t_e_)
     ndp = d * c
     ebw_dp, elat_dp = group_bandwidth("dp", ndp, clu, t=t, c=np.ones_like(c), d=ndp)
@@ -693,7 +704,8 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                   recompute_fraction=_recompute_fraction(arch, layout, training),
                   group_size=getattr(training, "microbatch_group_size", None),
                   torch_rounds=getattr(training, "framework", "megatron") == "torchtitan",
-                  schedule=training.schedule)
+                  schedule=training.schedule,
+                  output_first=getattr(training, "stage_placement", "loop") == "v")
     first, last = layout.first_stage_layers, layout.last_stage_layers
     pl = getattr(layout, "pipeline_layout", None)
     if pl is not None and layout.p > 1:
