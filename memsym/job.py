@@ -116,8 +116,8 @@ class Training:
         i mod p, so the last rank holds the output layer and the loss; ``"v"`` puts stages r
         and 2p - 1 - r on rank r (torch's ``ZBVZeroBubble`` and ``DualPipeV``, torchtitan
         only, 2 stages per rank), so rank 0 holds the embedding, the output layer and the
-        loss.  The in-flight micro-batches stay counted as interleaved 1F1B's, an upper bound
-        on the V schedules' (``tests/test_timing.py``).
+        loss, and rank r holds their chunk passes
+        (:func:`memsym.terms.schedule.v_stage_microbatches`).
     precision, optimizer, sharding, offload : str
         As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
     convention : str

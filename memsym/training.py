@@ -24,7 +24,7 @@ from .terms.activations import (RECOMPUTE, embedding_activations, layer_activati
                                 output_activations)
 from .terms.model_state import CONVENTIONS, byte_widths, model_state
 from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
-                             stage_microbatches, torch_round_size)
+                             stage_microbatches, torch_round_size, v_stage_microbatches)
 from .values import as_expr, exact
 from .job import Job, Layout, Training, _check_fields, microbatches, validate as _validate_job
 
@@ -449,16 +449,15 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
                and pl is None and len(set(pattern)) == 1)
     where = "first" if stage == 0 else "last" if stage == pp - 1 else stage
-    if training.stage_placement == "v":
-        # torch's V schedules: every rank is counted with interleaved 1F1B's first-rank
-        # warm-up, at least what any rank of ZBVZeroBubble / DualPipeV holds
-        # (tests/test_timing.py compares it with torch's own schedule tables)
-        where = "first"
     # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
     group = training.microbatch_group_size if interleaved else None
     if interleaved and group is None and mm is not None and training.framework == "torchtitan":
         group = torch_round_size(mm, p)        # torch's rounds of m // max(1, m // p)
     chunks = stage_microbatches(where, schedule, pp=p, vv=vv, mm=mm, group=group)
+    if training.stage_placement == "v":
+        # torch's V schedules (ZBVZeroBubble, DualPipeV): their own count, not interleaved
+        # 1F1B's (tests/test_timing.py compares it with torch's schedule tables)
+        chunks = v_stage_microbatches(where, pp=p, mm=mm)
     def layer_stack(mode: str):
         if uniform:
             return per_chunk * per_layer(pattern[0], mode)

@@ -443,7 +443,7 @@ def test_zero_bubble_schedules_hold_no_more_than_memsym_counts():
     pytest.importorskip("torch")
     from torch.distributed.pipelining import schedules as S
 
-    from memsym.terms.schedule import torch_round_size
+    from memsym.terms.schedule import torch_round_size, v_stage_microbatches
 
     checked = 0
     for cls, v_shape, vs in ((S.ScheduleInterleavedZeroBubble, False, (2, 3)),
@@ -461,6 +461,13 @@ def test_zero_bubble_schedules_hold_no_more_than_memsym_counts():
                     assert first >= max(peaks), (cls.__name__, p_, v_, m_, peaks)
                     if cls is S.ScheduleZBVZeroBubble:
                         assert peaks == [min(2 * p_, m_ + 1 + r, 2 * m_) for r in range(p_)]
+                    if v_shape:
+                        # the V placement's own count (stage_placement "v"): DualPipeV's
+                        # exactly, ZBV's but one pass more on the last rank
+                        ours = [int(v_stage_microbatches(r, pp=p_, mm=m_)) for r in range(p_)]
+                        extra = [0] * (p_ - 1) + [int(cls is S.ScheduleZBVZeroBubble)]
+                        assert ours == [a + e for a, e in zip(peaks, extra)], \
+                            (cls.__name__, p_, m_, peaks, ours)
                     checked += 1
     assert checked > 100
 

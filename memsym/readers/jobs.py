@@ -252,15 +252,16 @@ def torchtitan_job(cfg: dict, model=None, **options):
         if schedule in V_SCHEDULES:
             # stage_index_to_group_rank "v": stages r and 2p-1-r on rank r
             pipe["stage_placement"] = "v"
-        if schedule not in ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS"):
+        if schedule in V_SCHEDULES:
+            notes.append(f"pipeline schedule {schedule}: its V places stages r and 2p-1-r on "
+                         "rank r, so rank 0 holds the embedding, the output layer and the "
+                         "loss; rank r holds min(2p, m+1+r, 2m) chunk passes (one more on the "
+                         "last rank), as torch's schedule tables; its bubble counted as "
+                         "interleaved 1F1B's with 2 stages per rank")
+        elif schedule not in ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS"):
             notes.append(f"pipeline schedule {schedule}: counted as interleaved 1F1B with {spr} "
                          "stages per rank (its warm-up and bubble: its first rank holds at "
-                         "least the chunk passes any rank of torch's zero-bubble tables holds"
-                         + ("; every rank counted with that first rank's warm-up" if schedule
-                            in V_SCHEDULES else "") + ")"
-                         + ("; its V places stages r and 2p-1-r on rank r: rank 0 holds the "
-                            "embedding, the output layer and the loss" if schedule in V_SCHEDULES
-                            else ""))
+                         "least the chunk passes any rank of torch's zero-bubble tables holds)")
         # the split torchtitan generates for this schedule and these end-stage weights
         # (memsym.job.framework_layout generates the default one for API jobs)
         first, last, ranks = torchtitan_end_stages(

@@ -45,7 +45,8 @@ from ..term import Source, Term
 from ..values import as_expr  # library arguments: text refused, never parsed
 
 __all__ = ["SCHEDULES", "pipeline_factor", "first_stage_layers", "stage_layers", "torch_round_size",
-           "stage_microbatches", "embedding_microbatches", "logits_microbatches"]
+           "stage_microbatches", "v_stage_microbatches", "embedding_microbatches",
+           "logits_microbatches"]
 
 #: Pipeline schedules; ``1f1b`` becomes interleaved when v > 1 (Megatron's VPP).
 SCHEDULES = ("1f1b", "gpipe")
@@ -310,6 +311,56 @@ def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layer
     pp, layers = as_expr(pp), as_expr(layers)
     per = layers / pp if (vv is None or vv == 1) else layers / (pp * vv)
     return chunks * per
+
+
+def v_stage_microbatches(stage, *, pp=p, mm=None) -> sp.Expr:
+    r"""Chunk passes rank ``stage`` of a V pipeline holds at its peak [1].
+
+    torch's V schedules place stages :math:`r` and :math:`2p - 1 - r` on rank :math:`r`
+    (``ZBVZeroBubble``, ``DualPipeV``); a chunk pass is live from its forward to its
+    (weight) backward.  torch's own tables give ``ZBVZeroBubble``
+    :math:`\min(2p,\ m + 1 + r,\ 2m)` and ``DualPipeV`` (which needs :math:`m \ge 2p`) 2p,
+    one more on the last rank; memsym counts
+
+    .. math:: \min(2p,\ m + 1 + r,\ 2m) + [r = p - 1]
+
+    exact for both but ZBV's last rank (one pass above).  Interleaved 1F1B's first rank would
+    hold 3p - 1.
+
+    Parameters
+    ----------
+    stage : {"first", "last"} or int
+        The pipeline rank r (0 .. p−1).
+    pp : int or sympy.Expr
+        Pipeline-parallel size p [GPUs] (default the symbol ``p``).
+    mm : int or sympy.Expr, optional
+        Micro-batches per step m [1]; None = no cap.
+
+    Returns
+    -------
+    sympy.Expr
+        Chunk passes held [1].
+
+    Examples
+    --------
+    >>> [v_stage_microbatches(r, pp=4, mm=8) for r in range(4)]
+    [8, 8, 8, 9]
+    >>> [v_stage_microbatches(r, pp=4, mm=2) for r in range(4)]
+    [3, 4, 4, 5]
+    >>> v_stage_microbatches(0)
+    2*p
+
+    References
+    ----------
+    torch/distributed/pipelining/schedules.py, ``ScheduleZBVZeroBubble`` and
+    ``ScheduleDualPipeV`` (their ``pipeline_order``; ``tests/test_timing.py`` reads them).
+    """
+    pp = as_expr(pp)
+    mm = None if mm is None else as_expr(mm)
+    i = _stage_index(stage, pp)
+    last = sp.Integer(1) if (i == pp - 1) is sp.true or i == pp - 1 else sp.Integer(0)
+    count = 2 * pp if mm is None else sp.Min(2 * pp, mm + 1 + i, 2 * mm)
+    return count + last
 
 
 def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
