@@ -151,6 +151,28 @@ def test_torchtitan_llama3_405b_toml(capsys, tmp_path):
     assert any("leftover" in n for n in data["notes"])
 
 
+def test_torchtitan_zbv_toml_places_the_output_on_rank_0(capsys, tmp_path):
+    # ZBVZeroBubble (torch's V placement) on 4 ranks: 32 layers + embedding and output weights
+    # of 2 over 8 stages, 36 = 8 x 4 + 4, the first four one more ([3, 5, 5, 5, 4, 4, 4, 2]
+    # layers, generate_llm_fqn_per_model_part); rank r holds stages r and 7 - r: rank 0
+    # 3 + 2 layers, the embedding, the output layer and the loss, the others 9
+    toml = tmp_path / "zbv.toml"
+    toml.write_text("[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nseq_len = 8192\n"
+                    "local_batch_size = 8\n[parallelism]\npipeline_parallel_degree = 4\n"
+                    "pipeline_parallel_schedule = \"ZBVZeroBubble\"\n"
+                    "pipeline_parallel_first_stage_less_layers = 2\n"
+                    "pipeline_parallel_last_stage_less_layers = 2\n")
+    code, out, err = cli(capsys, "estimate", "--torchtitan-config", str(toml), "--world-size",
+                         "8", "--gpu", "h100-80gb")
+    assert code == 0, err
+    assert "[5, 9, 9, 9] layers per rank" in out
+    assert "V schedule priced as interleaved 1F1B, v = 2" in out
+    code, out, err = cli(capsys, "estimate", "--torchtitan-config", str(toml), "--world-size",
+                         "8", "--json")
+    data = json.loads(out)
+    assert data["training"]["stage_placement"] == "v"
+
+
 def test_time_reads_a_config_json(capsys, tmp_path):
     # Llama-2 7B's config.json values: 6,738,415,616 parameters (the published total); the
     # time is Narayanan Eq. 4, 8 T N / (G X) with full recompute

@@ -593,6 +593,8 @@ def render_step(rep: dict) -> str:
     sched = ("GPipe" if v_ == 1 else f"looped BFS, v = {v_}") \
         if rep["training"].get("schedule") == "gpipe" else \
         ("1F1B" if v_ == 1 else f"interleaved 1F1B, v = {v_}")
+    if rep["training"].get("stage_placement") == "v":
+        sched = f"V schedule priced as interleaved 1F1B, v = {v_}"
     lines.append(f"pipeline bubble: {100 * rep['bubble']:.3g} % of the compute time ({sched}, "
                  f"m = {m_} microbatches"
                  + ("; give --global-batch-size or --num-microbatches" if m_ == 1 and rep["layout"]["pp"] > 1
