@@ -405,6 +405,22 @@ def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, p
     return live, total
 
 
+def _in_flight_chunks(layout: Layout, training: Training, stage: int, schedule: str, *,
+                      pp, vv, mm) -> tuple:
+    """(chunk passes pipeline rank ``stage`` holds at its peak, the interleaved warm-up's
+    micro-batch group N or None), in ``pp``, ``vv``, ``mm`` (symbols or numbers)."""
+    where = "first" if stage == 0 else "last" if stage == layout.p - 1 else stage
+    # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
+    group = training.microbatch_group_size if vv is not None else None
+    if vv is not None and group is None and mm is not None and training.framework == "torchtitan":
+        group = torch_round_size(mm, pp)       # torch's rounds of m // max(1, m // p)
+    if training.stage_placement == "v":
+        # torch's V schedules (ZBVZeroBubble, DualPipeV): their own count, not interleaved
+        # 1F1B's (tests/test_timing.py compares it with torch's schedule tables)
+        return v_stage_microbatches(where, pp=pp, mm=mm), group
+    return stage_microbatches(where, schedule, pp=pp, vv=vv, mm=mm, group=group), group
+
+
 def _stage_activations(x, layout: Layout, training: Training, stage: int,
                        m_known: bool | None = None) -> Total:
     """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
@@ -448,16 +464,7 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     n_moe = sum(kinds)
     uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
                and pl is None and len(set(pattern)) == 1)
-    where = "first" if stage == 0 else "last" if stage == pp - 1 else stage
-    # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
-    group = training.microbatch_group_size if interleaved else None
-    if interleaved and group is None and mm is not None and training.framework == "torchtitan":
-        group = torch_round_size(mm, p)        # torch's rounds of m // max(1, m // p)
-    chunks = stage_microbatches(where, schedule, pp=p, vv=vv, mm=mm, group=group)
-    if training.stage_placement == "v":
-        # torch's V schedules (ZBVZeroBubble, DualPipeV): their own count, not interleaved
-        # 1F1B's (tests/test_timing.py compares it with torch's schedule tables)
-        chunks = v_stage_microbatches(where, pp=p, mm=mm)
+    chunks, group = _in_flight_chunks(layout, training, stage, schedule, pp=p, vv=vv, mm=mm)
     def layer_stack(mode: str):
         if uniform:
             return per_chunk * per_layer(pattern[0], mode)
@@ -754,6 +761,48 @@ def _loss_transients(kind: str) -> tuple:
             tuple(tr.torch_cross_entropy_backward().terms))
 
 
+def _grads_as_stages_run(layout: Layout, training: Training, accumulated: Term) -> Term:
+    r"""FSDP2 under ``torch.distributed.pipelining`` with v stages per rank: a stage's
+    unsharded gradients live from its first backward to its last, which reduce-scatters and
+    frees them before the rank's next op.
+
+    Where a rank runs all m backwards of one stage before the next stage's first (torch's
+    ``ScheduleLoopedBFS``; ``ScheduleInterleaved1F1B`` with one round, m < 2p, whose round
+    is m // max(1, m // p) micro-batches) it never holds two stages' gradients, and at its
+    peak (all warm-up passes in flight, the first backward) holds one:
+
+    .. math::
+
+        b_r\Big(rac{N_{\mathrm{lin}}}{v} + rac{N_{\mathrm{tp}}}{t} - N_{\mathrm{lin}}
+            + N_{\mathrm{rep}}\Big)
+
+    (:math:`N_{\mathrm{lin}}` the decoder layers' split weights, the embedding, output and
+    replicated weights' gradients counted whole: an upper bound where they sit in a later
+    stage).  With more rounds the stages' gradients overlap in the steady state: all of
+    ``accumulated``.  :func:`memsym.timing.schedule.live_by_held_gradients` walks the op
+    order (tests prove this form on it); ``tests/test_engine_fsdp2.py`` watches the gradients
+    come and go on a gloo pipeline."""
+    from .symbols import N_lin, N_rep, N_tp
+
+    if (layout.v or 1) == 1 or training.stage_placement == "v" \
+            or training.framework != "torchtitan":
+        return accumulated
+    b_r = accumulated.expr / (N_tp / t + N_rep)
+    one = b_r * (N_lin / v + N_tp / t - N_lin + N_rep)
+    if training.schedule == "gpipe":
+        held = one                                    # LoopedBFS: stage by stage
+    else:
+        held = sp.Piecewise((one, sp.StrictLessThan(m, 2 * p)), (accumulated.expr, True))
+    return Term("accumulated_grads", held, accumulated.description + "; each stage's live "
+                "from its first backward to its last: one stage's at a time where the rank "
+                "runs its stages' backwards one after the other (LoopedBFS, or one "
+                "interleaved round: m < 2p)",
+                Source("pytorch-pipelining", "stage.py, backward_maybe_with_nosync (gradient "
+                       "sync off until a stage's last micro-batch); schedules.py, "
+                       "ScheduleInterleaved1F1B (rounds of m // max(1, m // p))"),
+                label=accumulated.label)
+
+
 def _gradients_not_yet_made(training: Training) -> bool:
     r"""Whether the sharded gradients are absent from the forward to the loss's backward.
 
@@ -860,9 +909,11 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         # until the last micro-batch's backward reduce-scatters them, one block at a time
         fs = tr.fsdp2_transients(N_ll, d * c)
         pipe = tr.fsdp2_pipeline_unsharded(N_tp / t + N_rep)
+        held = [pipe["kept_unsharded"],
+                _grads_as_stages_run(layout, training, pipe["accumulated_grads"])]
         out["forward"].append(pipe["kept_unsharded"])
-        out["loss-backward"] += list(pipe.terms)
-        out["backward"] += list(pipe.terms) + [fs["unsharded_grads"], fs["reduce_scatter"]]
+        out["loss-backward"] += held
+        out["backward"] += held + [fs["unsharded_grads"], fs["reduce_scatter"]]
     elif scheme == "fsdp":
         fs = tr.fsdp2_transients(N_ll, d * c)
         out["forward"].append(fs["unsharded_params"])

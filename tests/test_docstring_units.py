@@ -33,6 +33,8 @@ EXCEPTIONS = {
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
     ("memsym.timing.schedule.chunk_peak", "N"):
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
+    ("memsym.timing.schedule.live_by_held_gradients", "N"):
+        "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
     ("memsym.timing.efficiency.gemm_time", "N"): "a GEMM dimension [elements], not parameters",
     ("memsym.timing.efficiency.gemm_efficiency", "N"):
         "a GEMM dimension [elements], not parameters",

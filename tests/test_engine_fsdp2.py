@@ -482,8 +482,9 @@ def test_pipelining_buffers_on_three_ranks():
 _PP_H, _PP_LAYERS, _PP_M, _PP_B = 512, 8, 4, 8
 
 
-def _pp_fsdp_peak(mesh, pp_rank, interleaved):
-    """The live-bytes peak of one step after a warm-up step (see _pp_fsdp_worker)."""
+def _pp_fsdp_peak(mesh, pp_rank, interleaved, n_mb=_PP_M, rows=_PP_B):
+    """The live-bytes peak of one step after a warm-up step (see _pp_fsdp_worker): ``n_mb``
+    micro-batches of ``rows`` rows each."""
     from live_memory import Phases
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
@@ -505,10 +506,10 @@ def _pp_fsdp_peak(mesh, pp_rank, interleaved):
     def loss_fn(out, target):
         return out.float().pow(2).mean()
 
-    sched = (ScheduleInterleaved1F1B(stages, n_microbatches=_PP_M, loss_fn=loss_fn)
-             if interleaved else Schedule1F1B(stages[0], n_microbatches=_PP_M,
+    sched = (ScheduleInterleaved1F1B(stages, n_microbatches=n_mb, loss_fn=loss_fn)
+             if interleaved else Schedule1F1B(stages[0], n_microbatches=n_mb,
                                               loss_fn=loss_fn))
-    x, target = torch.randn(_PP_B * _PP_M, _PP_H), torch.zeros(_PP_B * _PP_M, _PP_H)
+    x, target = torch.randn(rows * n_mb, _PP_H), torch.zeros(rows * n_mb, _PP_H)
 
     def step():
         return sched.step(x) if pp_rank == 0 else sched.step(target=target)
@@ -537,8 +538,9 @@ def _pp_fsdp_worker(rank, world, port, modes, queue):
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
         pp_rank = mesh["pp"].get_local_rank()
         out = {}
-        for interleaved in modes:      # one process group, each schedule in turn
-            out[interleaved] = {"peak": _pp_fsdp_peak(mesh, pp_rank, interleaved)}
+        for mode in modes:      # one process group, each schedule in turn
+            interleaved, *shape = mode if isinstance(mode, tuple) else (mode,)
+            out[mode] = {"peak": _pp_fsdp_peak(mesh, pp_rank, interleaved, *shape)}
             gc.collect()
         queue.put((rank, out))
         dist.destroy_process_group()
@@ -547,14 +549,15 @@ def _pp_fsdp_worker(rank, world, port, modes, queue):
 
 
 def test_interleaved_pipeline_holds_no_less_than_1f1b_on_the_engine():
-    # memsym's model: at the same micro-batches, Interleaved1F1B holds at least what 1F1B
-    # holds on the first rank (the same unsharded stage parameters and fp32 gradients, more
-    # chunk passes in flight, a second stage's receive buffers).  torch's own engine agrees
-    # on a 4-process gloo mesh: the interleaved peak is the 1F1B peak plus ~1.5 % (8,519,692
-    # against 8,396,812 bytes on pp rank 0), nothing like torchtitan's Table 5, which prints
-    # 12 % less for interleaved at 405B scale (tests/test_measured_memory.py keeps that a
-    # strict xfail).  The bounds leave room for the gloo threads' own allocations, which
-    # the process's peak includes.
+    # memsym's model: at m = 2p micro-batches, Interleaved1F1B holds at least what 1F1B
+    # holds on the first rank (the same unsharded stage parameters, both stages' fp32
+    # gradients at once beside its warm-up, more chunk passes in flight, a second stage's
+    # receive buffers).  torch's own engine agrees on a 4-process gloo mesh: the interleaved
+    # peak is the 1F1B peak plus ~1.5 % (8,519,692 against 8,396,812 bytes on pp rank 0).
+    # At m = p the stages' gradients never coexist, and interleaving holds less (torchtitan's
+    # Table 5; test_stage_gradients_live_from_first_to_last_backward_on_the_engine).  The
+    # bounds leave room for the gloo threads' own allocations, which the process's peak
+    # includes.
     both = _run(4, (False, True), timeout=240, worker=_pp_fsdp_worker)
     flat = {rank: out[False] for rank, out in both.items()}
     loop = {rank: out[True] for rank, out in both.items()}
@@ -563,3 +566,100 @@ def test_interleaved_pipeline_holds_no_less_than_1f1b_on_the_engine():
         assert flat[rank]["peak"] >= unsharded and loop[rank]["peak"] >= unsharded
         assert 0.95 * flat[rank]["peak"] <= loop[rank]["peak"] <= 1.10 * flat[rank]["peak"], \
             (rank, flat[rank], loop[rank])
+
+
+_GH = 256               # hidden size of the gradient-lifetime pipeline
+
+
+def _unsharded_grad_bytes(mod):
+    """Bytes of the unsharded gradients FSDP2 accumulates for ``mod``'s parameters."""
+    total = 0
+    for sub in mod.modules():
+        state = getattr(sub, "_get_fsdp_state", None)
+        group = None if state is None else state()._fsdp_param_group
+        for fp in () if group is None else group.fsdp_params:
+            grad = getattr(fp, "unsharded_accumulated_grad", None)
+            if grad is None and getattr(fp, "_unsharded_param", None) is not None:
+                grad = fp._unsharded_param.grad
+            if grad is not None:
+                total += grad.numel() * grad.element_size()
+    return total
+
+
+def _grad_lifetime_worker(rank, world, port, counts, queue):
+    # torchtitan's composition on a 2 (pp) x 2 (dp) mesh, Interleaved1F1B with stages r and
+    # r + 2 of two Linear layers each, bf16 parameters and fp32 reduction: before each
+    # backward of the second step, the unsharded gradient bytes each of the rank's stages
+    # holds, for each micro-batch count
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
+
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+        pp_rank = mesh["pp"].get_local_rank()
+        kw = {"mesh": mesh["dp"], "mp_policy": MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
+        out = {}
+        for n_mb in counts:
+            torch.manual_seed(0)
+            stages, mods, log = [], [], []
+            for sid in (pp_rank, pp_rank + 2):
+                mod = torch.nn.Sequential(*[torch.nn.Linear(_GH, _GH, bias=False)
+                                            for _ in range(2)])
+                for layer in mod:
+                    fully_shard(layer, reshard_after_forward=False, **kw)
+                fully_shard(mod, reshard_after_forward=False, **kw)
+                mods.append(mod)
+                stages.append(PipelineStage(mod, sid, 4, torch.device("cpu"),
+                                            group=mesh["pp"].get_group()))
+            for i, st in enumerate(stages):
+                def backward(*args, _orig=st.backward_one_chunk, _i=i, **kwargs):
+                    log.append((_i, tuple(_unsharded_grad_bytes(m_) for m_ in mods)))
+                    return _orig(*args, **kwargs)
+
+                st.backward_one_chunk = backward
+            sched = ScheduleInterleaved1F1B(stages, n_microbatches=n_mb,
+                                            loss_fn=lambda o, tgt: o.float().pow(2).mean())
+            x, tgt = torch.randn(16 * n_mb, _GH), torch.zeros(16 * n_mb, _GH)
+            for _ in range(2):
+                log.clear()
+                sched.step(x) if pp_rank == 0 else sched.step(target=tgt)
+            out[n_mb] = list(log)
+        queue.put((rank, out))
+        dist.destroy_process_group()
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        queue.put((rank, repr(exc)))
+
+
+def test_stage_gradients_live_from_first_to_last_backward_on_the_engine():
+    # memsym.timing.schedule.live_by_held_gradients: under FSDP2 + pipelining a stage's
+    # unsharded fp32 gradients appear with its first backward and are reduce-scattered and
+    # freed after its last, before the rank's next op.  torch's engine, before each backward:
+    # the stages holding gradients are those begun and not finished in memsym's op order
+    # (rank_order at torch's round size), each holding its 2 layers' fp32 gradients; at
+    # m = p = 2 the rank never holds both (Table 5's mechanism), at m = 4 it does
+    from memsym.terms.schedule import torch_round_size
+    from memsym.timing.schedule import live_by_held_gradients, rank_order
+
+    results = _run(4, (2, 4), timeout=180, worker=_grad_lifetime_worker)
+    whole = 2 * _GH * _GH * 4
+    for mb in (2, 4):
+        for rank in range(4):
+            pp_rank = rank // 2
+            order = rank_order(pp_rank, 2, mb, 2, int(torch_round_size(mb, 2)))
+            started, done, expect = set(), [0, 0], []
+            for kind, _, ch in order:
+                if kind != "B":
+                    continue
+                expect.append((ch, tuple(whole if c in started and done[c] < mb else 0
+                                         for c in (0, 1))))
+                started.add(ch)
+                done[ch] += 1
+            assert results[rank][mb] == expect, (mb, rank, results[rank][mb])
+    both = [any(all(g) for _, g in results[r][4]) for r in range(4)]
+    assert all(both) and not any(any(all(g) for _, g in results[r][2]) for r in range(4))
+    assert live_by_held_gradients(0, 2, 2, 2, 2)[1] == 0
+    assert live_by_held_gradients(0, 2, 4, 2, 2)[1] > 0

@@ -608,7 +608,7 @@ def test_llama3_405b_meta_layout_is_offered_with_uneven_stages(llama3_405b_16k):
     "model: all m v = 32 chunk passes of 4 layers in flight on the first stage) give ~10.6 s "
     "and rank ~75th of 165 distinct (t, p, c, d) layouts.  Under torchtitan's rules it can "
     "run 4 or 8 stages per rank (pipeline_parallel_layers_per_stage) but still needs full "
-    "recompute or torchtitan's default every-2 layer AC and ranks ~26th of 125 (7.1 s); TP 8 "
+    "recompute or torchtitan's default every-2 layer AC and ranks ~33rd of 150 (7.1 s); TP 8 "
     "PP 16 CP 2 DP 64 with v = 8 and no recompute ranks first there (6.0 s).  At m = p any "
     "depth-first interleaving runs all of rank 0's forwards before its first backward"))
 def test_llama3_405b_meta_layout_ranks_near_the_top(llama3_405b_16k):

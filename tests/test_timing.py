@@ -513,3 +513,65 @@ def test_nvlink_runs_at_nccls_effective_bandwidth():
     bw, _ = collectives.group_bandwidth("tp", 8, cluster_for("h100-pcie", 8), t=8)
     assert float(bw) == pytest.approx(64e9)
     assert cluster_for("mi300x-192gb").intra_link == "infinity-fabric"
+
+
+def _torch_holdings(schedule_cls, p, v, m):
+    """Per rank of torch's own schedule table: (the most stages holding gradients at once,
+    the chunk passes in flight at the first backward, the most in flight ever), where a
+    stage holds its gradients from its first backward to its last (FSDP2 without sync)."""
+    from torch.distributed.pipelining.schedules import _ComputationType as C
+
+    order = _torch_order(schedule_cls, p, v, m)
+    out = []
+    for r in range(p):
+        live = peak = most = 0
+        first_b, holding, done = None, set(), {}
+        for act in order.get(r, ()):
+            if act is None:
+                continue
+            if act.computation_type == C.FORWARD:
+                live += 1
+            elif act.computation_type == C.FULL_BACKWARD:
+                holding.add(act.stage_index)
+                most = max(most, len(holding))
+                first_b = live if first_b is None else first_b
+                live -= 1
+                done[act.stage_index] = done.get(act.stage_index, 0) + 1
+                if done[act.stage_index] == m:
+                    holding.discard(act.stage_index)
+            peak = max(peak, live)
+        out.append((most, first_b, peak))
+    return out
+
+
+def test_stages_gradients_overlap_only_beyond_one_round():
+    # memsym.training._grads_as_stages_run: under FSDP2 + torch.distributed.pipelining a
+    # rank holds one stage's gradients at a time where it runs each stage's backwards
+    # together (LoopedBFS always; Interleaved1F1B with one round, m < 2p), and holds them at
+    # its peak (the first backward sees every warm-up pass in flight); beyond one round
+    # several stages' overlap.  The oracle is torch's own schedule tables; memsym's walk
+    # (live_by_held_gradients over rank_order) agrees on every case
+    pytest.importorskip("torch")
+    from torch.distributed.pipelining import schedules as S
+
+    from memsym.terms.schedule import torch_round_size
+
+    checked = 0
+    for cls in (S.ScheduleInterleaved1F1B, S.ScheduleLoopedBFS):
+        for p_ in (2, 3, 4, 8):
+            for v_ in (2, 3):
+                for m_ in range(1, 4 * p_ + 1):
+                    try:
+                        got = _torch_holdings(cls, p_, v_, m_)
+                    except ValueError:             # m not a multiple of torch's rounds
+                        continue
+                    one_round = cls is S.ScheduleLoopedBFS or m_ < 2 * p_
+                    gpipe = cls is S.ScheduleLoopedBFS
+                    n_ = int(torch_round_size(m_, p_))
+                    for r, (most, first_b, peak) in enumerate(got):
+                        assert (most == 1) == one_round, (cls.__name__, p_, v_, m_, r, got)
+                        assert first_b == peak, (cls.__name__, p_, v_, m_, r)
+                        walk = schedule.live_by_held_gradients(r, p_, m_, v_, n_, gpipe=gpipe)
+                        assert walk[0] == peak and (max(walk[1:]) == 0) == one_round
+                    checked += 1
+    assert checked > 100

@@ -712,14 +712,18 @@ _EXPLANATIONS = [
     "`tests/test_engine_fsdp2.py` runs it on a gloo group); and what the pipelining runtime "
     "itself keeps (`pipeline_buffers`: a receive buffer per micro-batch for each stage's "
     "input and for its output's gradient, and each in-flight micro-batch's stage output, "
-    "checked on a gloo group). Their errors (−12 to +9 %): CP 8 measures 10 GB above CP 1 "
-    "where memsym predicts the same (the ring attention's buffers are not modelled), and the "
-    "interleaved row measures 10 GB *below* 1F1B where memsym puts it 5 GB above (its two "
-    "stages per rank double the receive buffers). torch's `ScheduleInterleaved1F1B` warms rank 0 up with "
-    "min(8 + 2 · 7, 16) = 16 chunk forwards (`_get_warmup_ops`), all 8 micro-batches of both "
-    "its chunks (7 + 8 layers): the same activations as 1F1B's 8 micro-batches of 15 layers, "
-    "so the drop is not in the activations memsym counts (a micro-batch count the table does "
-    "not print is the open setting); that ordering does **not** hold.",
+    "checked on a gloo group). Their errors (−12 to −9 %): CP 8 measures 10 GB above CP 1 "
+    "where memsym predicts the same (the ring attention's buffers are not modelled). The "
+    "interleaved row measures 10.5 GB *below* 1F1B and memsym puts it 9.3 GB below: torch's "
+    "`ScheduleInterleaved1F1B` warms rank 0 up with min(8 + 2 · 7, 16) = 16 chunk forwards "
+    "(`_get_warmup_ops`), all 8 micro-batches of both its chunks (7 + 8 layers), the same "
+    "activations as 1F1B's 8 micro-batches of 15 layers; but each stage's unsharded fp32 "
+    "gradients live only from its first backward to its last, which reduce-scatters them "
+    "before the next op, and at m = p the second chunk runs all its backwards before the "
+    "first chunk's first: the rank never holds both stages' gradients (12.6 GB each) "
+    "(`memsym.timing.schedule.live_by_held_gradients`, on torch's own schedule tables; "
+    "`tests/test_engine_fsdp2.py` watches the gradients come and go on a gloo pipeline, and "
+    "1F1B holds its stage's whole gradients beside its 8 micro-batches). That ordering holds.",
 ]
 
 

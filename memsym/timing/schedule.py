@@ -28,7 +28,8 @@ import sympy as sp
 
 from ..errors import InvalidValueError, choose
 
-__all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "schedule_table", "rank_order", "simulate",
+__all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "schedule_table", "rank_order",
+           "live_by_held_gradients", "simulate",
            "Simulation", "bubble_fraction", "chunk_peak"]
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
@@ -231,6 +232,66 @@ def chunk_peak(rank: int, p: int, m: int, v: int, weights, N=None, gpipe: bool =
         if best is None or held > best:
             best, best_live = held, tuple(live)
     return best_live
+
+
+def live_by_held_gradients(rank: int, p: int, m: int, v: int, N=None,
+                           gpipe: bool = False) -> tuple:
+    """The most chunk passes ``rank`` holds while h of its chunks hold unsharded gradients,
+    for h = 1 .. v, over the rank's op order (:func:`rank_order`) [1].
+
+    torch.distributed.pipelining runs each stage's backward with gradient sync off and
+    accumulates its unsharded gradients (FSDP2) from the stage's first backward until its
+    last micro-batch's backward, which reduce-scatters and frees them before the next op.
+    With v stages per rank they come and go one stage at a time while the activations in
+    flight fall: where the schedule runs its backwards in a cool-down (m = p interleaved,
+    LoopedBFS) the rank never holds all its gradients beside its warm-up's activations.
+    A chunk's gradients are counted whole from the start of its first backward, beside the
+    pass that backward frees (an upper bound on the moment).
+
+    Parameters
+    ----------
+    rank, p, m, v : int
+        The pipeline rank, pipeline size [GPUs], micro-batches [1], chunks per rank [1].
+    N : int, optional
+        ``microbatch_group_size_per_vp_stage``: micro-batches per group of the interleaved
+        warm-up (default p; torch: its round size; not parameters).
+    gpipe : bool
+        Breadth-first order (GPipe; torch's LoopedBFS with v > 1).
+
+    Returns
+    -------
+    tuple of int
+        Entry h - 1: the most chunk passes in flight while exactly h chunks hold gradients
+        (0: never).
+
+    Examples
+    --------
+    Interleaved at m = p = 8, v = 2 (torchtitan's Table 5 layout): the first rank's second
+    chunk finishes its backwards before the first begins, so it holds one chunk's gradients
+    beside all 16 chunk passes and never both; at m = 16 both, beside its warm-up's 23;
+    1F1B holds its 8 with its gradients:
+
+    >>> live_by_held_gradients(0, 8, 8, 2, N=8), live_by_held_gradients(0, 8, 16, 2, N=8)
+    ((16, 0), (23, 23))
+    >>> live_by_held_gradients(0, 8, 8, 1)
+    (8,)
+    """
+    if 2 * m * v > MAX_OPS:
+        raise InvalidValueError(f"{2 * m * v} forward and backward passes exceed {MAX_OPS}")
+    live, holding, done, best = 0, set(), [0] * v, [0] * v
+    for kind, _, ch in rank_order(rank, p, m, v, N, gpipe):
+        if kind == "F":
+            live += 1
+        else:
+            holding.add(ch)
+        if holding:
+            best[len(holding) - 1] = max(best[len(holding) - 1], live)
+        if kind == "B":
+            live -= 1
+            done[ch] += 1
+            if done[ch] == m:         # its last backward: reduce-scattered and freed
+                holding.discard(ch)
+    return tuple(best)
 
 
 @dataclass(frozen=True)
