@@ -482,26 +482,39 @@ def test_pipelining_buffers_on_three_ranks():
 _PP_H, _PP_LAYERS, _PP_M, _PP_B = 512, 8, 4, 8
 
 
+def _fsdp_stages(mesh, stage_ids, n_stages, layers, hidden):
+    """torchtitan's composition of pipeline stages on a (pp, dp) mesh: each stage a Sequential
+    of ``layers`` Linear layers, every Linear and the stage module fully_shard-ed over dp with
+    reshard_after_forward=False (apply_fsdp under PP), bf16 parameters, fp32 reduction.
+    Returns (the PipelineStages, their modules)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.pipelining import PipelineStage
+
+    kw = {"mesh": mesh["dp"], "mp_policy": MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
+    stages, mods = [], []
+    for sid in stage_ids:
+        mod = torch.nn.Sequential(*[torch.nn.Linear(hidden, hidden, bias=False)
+                                    for _ in range(layers)])
+        for layer in mod:
+            fully_shard(layer, reshard_after_forward=False, **kw)
+        fully_shard(mod, reshard_after_forward=False, **kw)
+        mods.append(mod)
+        stages.append(PipelineStage(mod, sid, n_stages, torch.device("cpu"),
+                                    group=mesh["pp"].get_group()))
+    return stages, mods
+
+
 def _pp_fsdp_peak(mesh, pp_rank, interleaved, n_mb=_PP_M, rows=_PP_B):
     """The live-bytes peak of one step after a warm-up step (see _pp_fsdp_worker): ``n_mb``
     micro-batches of ``rows`` rows each."""
     from live_memory import Phases
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleInterleaved1F1B
 
     torch.manual_seed(0)
     n_stages = 4 if interleaved else 2
-    kw = {"mesh": mesh["dp"], "mp_policy": MixedPrecisionPolicy(
-        param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
-    stages = []
-    for sid in ([pp_rank, pp_rank + 2] if interleaved else [pp_rank]):
-        mod = torch.nn.Sequential(*[torch.nn.Linear(_PP_H, _PP_H, bias=False)
-                                    for _ in range(_PP_LAYERS // n_stages)])
-        for layer in mod:
-            fully_shard(layer, reshard_after_forward=False, **kw)
-        fully_shard(mod, reshard_after_forward=False, **kw)
-        stages.append(PipelineStage(mod, sid, n_stages, torch.device("cpu"),
-                                    group=mesh["pp"].get_group()))
+    stages, _ = _fsdp_stages(mesh, [pp_rank, pp_rank + 2] if interleaved else [pp_rank],
+                             n_stages, _PP_LAYERS // n_stages, _PP_H)
 
     def loss_fn(out, target):
         return out.float().pow(2).mean()
@@ -523,9 +536,8 @@ def _pp_fsdp_peak(mesh, pp_rank, interleaved, n_mb=_PP_M, rows=_PP_B):
 
 
 def _pp_fsdp_worker(rank, world, port, modes, queue):
-    # torchtitan's composition on a 2 (pp) x 2 (dp) CPU mesh: every Linear and each stage
-    # module fully_shard-ed over dp with reshard_after_forward=False (apply_fsdp under PP),
-    # bf16 parameters and fp32 reduction; the same 8 layers as one stage per rank (1F1B) or
+    # torchtitan's composition (_fsdp_stages) on a 2 (pp) x 2 (dp) CPU mesh; the same 8
+    # layers as one stage per rank (1F1B) or
     # two stages of 2 per rank (Interleaved1F1B, stages r and r + 2); the live bytes of one
     # step after a warm-up step, from the allocator's events
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -587,34 +599,23 @@ def _unsharded_grad_bytes(mod):
 
 
 def _grad_lifetime_worker(rank, world, port, counts, queue):
-    # torchtitan's composition on a 2 (pp) x 2 (dp) mesh, Interleaved1F1B with stages r and
-    # r + 2 of two Linear layers each, bf16 parameters and fp32 reduction: before each
+    # torchtitan's composition (_fsdp_stages) on a 2 (pp) x 2 (dp) mesh, Interleaved1F1B
+    # with stages r and r + 2 of two Linear layers each: before each
     # backward of the second step, the unsharded gradient bytes each of the rank's stages
     # holds, for each micro-batch count
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
+        from torch.distributed.pipelining import ScheduleInterleaved1F1B
 
         dist.init_process_group("gloo", rank=rank, world_size=world)
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
         pp_rank = mesh["pp"].get_local_rank()
-        kw = {"mesh": mesh["dp"], "mp_policy": MixedPrecisionPolicy(
-            param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
         out = {}
         for n_mb in counts:
             torch.manual_seed(0)
-            stages, mods, log = [], [], []
-            for sid in (pp_rank, pp_rank + 2):
-                mod = torch.nn.Sequential(*[torch.nn.Linear(_GH, _GH, bias=False)
-                                            for _ in range(2)])
-                for layer in mod:
-                    fully_shard(layer, reshard_after_forward=False, **kw)
-                fully_shard(mod, reshard_after_forward=False, **kw)
-                mods.append(mod)
-                stages.append(PipelineStage(mod, sid, 4, torch.device("cpu"),
-                                            group=mesh["pp"].get_group()))
+            log = []
+            stages, mods = _fsdp_stages(mesh, (pp_rank, pp_rank + 2), 4, 2, _GH)
             for i, st in enumerate(stages):
                 def backward(*args, _orig=st.backward_one_chunk, _i=i, **kwargs):
                     log.append((_i, tuple(_unsharded_grad_bytes(m_) for m_ in mods)))
