@@ -195,6 +195,14 @@ class Training:
         Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``):
         the interleaved schedule's p2p sends hide behind compute; without it interleaving
         needs PP > 2.
+    defer_embedding_wgrad_compute : bool
+        Megatron's ``--defer-embedding-wgrad-compute`` (default off; needs PP > 1): the
+        output layer's weight-gradient GEMMs wait for the pipeline flush, so the last stage
+        keeps each micro-batch's output-layer input and logits gradient until then
+        (:func:`memsym.terms.transients.deferred_wgrad_buffers`).
+    wgrad_deferral_limit : int
+        Megatron's ``--wgrad-deferral-limit`` (default 0: every micro-batch deferred): the
+        most micro-batches deferred, the rest computed at once.
     """
 
     seq_length: int = 4096
@@ -232,6 +240,8 @@ class Training:
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False
     overlap_p2p_comm: bool = True
+    defer_embedding_wgrad_compute: bool = False
+    wgrad_deferral_limit: int = 0
 
 
 def _defaults() -> dict:
@@ -331,6 +341,18 @@ def _check_types(layout, training) -> None:
                                     f"{type(obj).__name__}")
 
 
+def _check_limits(layout: Layout, training: Training) -> None:
+    # memsym.limits.FIELD_LIMITS: every size a user can give has a documented bound (a
+    # count of 10^12 micro-batches would walk 10^12 schedule steps)
+    from .limits import FIELD_LIMITS, check_limit
+
+    for obj in (layout, training):
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if f.name in FIELD_LIMITS and isinstance(value, int) and not isinstance(value, bool):
+                check_limit(FIELD_LIMITS[f.name], value, f.name)
+
+
 def _check_fields(layout: Layout, training: Training) -> None:
     _check_types(layout, training)
     for name in ("t", "p", "d", "c", "e"):
@@ -342,6 +364,7 @@ def _check_fields(layout: Layout, training: Training) -> None:
         whole(getattr(obj, name), name, optional=True)
     for obj, name in ((layout, "first_stage_layers"), (layout, "last_stage_layers")):
         whole(getattr(obj, name), name, minimum=0, optional=True)
+    _check_limits(layout, training)
     _flag(layout.sequence_parallel, "sequence_parallel")
     _flag(training.flash_attention, "flash_attention")
     _flag(training.dropout, "dropout")
@@ -353,6 +376,8 @@ def _check_fields(layout: Layout, training: Training) -> None:
     _flag(training.tp_comm_overlap, "tp_comm_overlap")
     _flag(training.overlap_moe_expert_parallel_comm, "overlap_moe_expert_parallel_comm")
     _flag(training.overlap_p2p_comm, "overlap_p2p_comm")
+    _flag(training.defer_embedding_wgrad_compute, "defer_embedding_wgrad_compute")
+    whole(training.wgrad_deferral_limit, "wgrad_deferral_limit", minimum=0)
     for name in ("overlap_grad_reduce", "overlap_param_gather"):
         if getattr(training, name) is not None:
             _flag(getattr(training, name), name)
@@ -430,7 +455,9 @@ def _check_overlaps(x, layout: Layout, training: Training) -> None:
     if training.framework != "megatron":
         for name, flag in (("tp_comm_overlap", "--tp-comm-overlap"),
                            ("overlap_moe_expert_parallel_comm",
-                            "--overlap-moe-expert-parallel-comm")):
+                            "--overlap-moe-expert-parallel-comm"),
+                           ("defer_embedding_wgrad_compute",
+                            "--defer-embedding-wgrad-compute")):
             if getattr(training, name):
                 raise InvalidValueError(f"{name} is Megatron's {flag}, not a "
                                         f"{training.framework} option")
@@ -456,6 +483,11 @@ def _check_overlaps(x, layout: Layout, training: Training) -> None:
         if training.sharding == "ddp":
             raise InvalidValueError("--overlap-param-gather needs the distributed optimizer "
                                     "(--use-distributed-optimizer) or Megatron-FSDP")
+    if training.defer_embedding_wgrad_compute and layout.p == 1:
+        # model_parallel_config.py __post_init__
+        raise InvalidValueError("--defer-embedding-wgrad-compute needs pipeline parallelism "
+                                "(Megatron's ModelParallelConfig: \"Cannot defer embedding "
+                                "wgrad compute when pipeline model parallel is not used\")")
     if training.tp_comm_overlap and (layout.t == 1 or not layout.sequence_parallel):
         raise InvalidValueError("--tp-comm-overlap needs --sequence-parallel, which Megatron "
                                 "turns off at TP 1 (validate_args)")

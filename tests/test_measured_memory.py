@@ -167,11 +167,17 @@ def test_seed001_orderings_and_lora_savings():
     assert abs(float(saving) / 4.731e9 - 1) < 0.03
 
 
-@pytest.mark.xfail(reason="VPP 10 above baseline (measured +1.4 GB) is not reproduced: the "
-                          "interleaved schedule's per-chunk buffers are not modelled", strict=True)
 def test_seed001_vpp10_above_baseline():
-    assert measured.predict("seed001.llama3-70b.vpp10").total \
-        > measured.predict("seed001.llama3-70b.baseline").total
+    # seed 001: VPP 5 -> 10 raises the peak 1.4 GB (58.8 -> 60.2 GB).  The recipe defers the
+    # output layer's weight gradients to the flush (CommOverlapConfig(defer_embedding_wgrad_
+    # compute=True, wgrad_deferral_limit=22)): the last stage keeps 16 micro-batches' input
+    # and logits gradient (4.5 GB), which makes it the peak stage, and its warm-up holds more
+    # layers at VPP 10 ((v - 1) p + 1 chunk passes: 17 x 4 -> 37 x 2 layers).  memsym
+    # predicts +1.2 GB; nothing is fitted
+    vpp10 = measured.predict("seed001.llama3-70b.vpp10")
+    base = measured.predict("seed001.llama3-70b.baseline")
+    assert vpp10.total > base.total and vpp10.stage == 3
+    assert abs(float(vpp10.total - base.total) - 1.4e9) < 0.5e9
 
 
 def test_torchtitan_compiled_loss_rows_within_five_percent():

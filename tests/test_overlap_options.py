@@ -126,3 +126,51 @@ def test_expert_and_p2p_overlaps():
     m = _job("--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage",
              "4", "--no-overlap-p2p-communication")
     assert m.training.overlap_p2p_comm is False
+
+
+def test_deferred_embedding_wgrad_keeps_the_output_layers_tensors_on_the_last_stage():
+    # Megatron-core: with --defer-embedding-wgrad-compute the output layer (ColumnParallel
+    # Linear) appends its input to embedding_activation_buffer in forward and the logits'
+    # gradient to grad_output_buffer in backward while fewer than --wgrad-deferral-limit are
+    # held (layers.py), until finish_embedding_wgrad_compute drains them at the flush: per
+    # micro-batch the sequence-parallel input s b h / t and the gradient s b V / t, 16-bit.
+    # PP 4 x TP 2 x DP 8: 128 / 8 = 16 micro-batches; limit 5 keeps 5, limit 0 all 16
+    from memsym.symbols import m
+    from memsym.training import phase_transients, training_values
+
+    base = ["--pipeline-model-parallel-size", "4"]
+    off = _job(*base)
+    for extra, n in (([], 16), (["--wgrad-deferral-limit", "5"], 5)):
+        j = _job(*base, "--defer-embedding-wgrad-compute", *extra)
+        assert j.training.defer_embedding_wgrad_compute
+        x, lay, trn = j.model, j.layout, j.training
+        for stage in range(4):
+            ph = phase_transients(x, lay, trn, stage)
+            keys = {ph_: [t_.key for t_ in ph[ph_]] for ph_ in ph}
+            held = [ph_ for ph_, k in keys.items() if "deferred_wgrad_buffers" in k]
+            assert held == (["forward", "loss-backward", "backward"] if stage == 3 else []), \
+                (stage, keys)
+        term = next(t_ for t_ in phase_transients(x, lay, trn, 3)["forward"]
+                    if t_.key == "deferred_wgrad_buffers")
+        vals = {**training_values(x, lay, trn), m: j.m}
+        per_mb = 2 * 4096 * (4096 // 2 + 128256 // 2)      # bf16 input and logits gradient
+        assert term.expr.subs(vals) == n * per_mb
+    # the last stage's total rises by them (and its allowance share); the first's does not
+    from memsym.training import training_memory
+
+    on = _job(*base, "--defer-embedding-wgrad-compute")
+    tot = {name: [float(x_) for x_ in training_memory(j.model, j.layout, j.training).stage_bytes]
+           for name, j in (("off", off), ("on", on))}
+    assert tot["on"][0] == tot["off"][0] and tot["on"][-1] >= tot["off"][-1] + 16 * per_mb
+
+
+def test_deferred_embedding_wgrad_rules():
+    # ModelParallelConfig.__post_init__: no deferral without pipeline parallelism; a Megatron
+    # flag, not torchtitan's; the limit a whole number >= 0
+    with pytest.raises(InvalidValueError, match="needs pipeline parallelism"):
+        _job("--defer-embedding-wgrad-compute")
+    with pytest.raises(InvalidValueError, match="not a torchtitan option"):
+        job("llama3-8b", p=2, d=4, seq_length=4096, global_batch_size=64,
+            framework="torchtitan", defer_embedding_wgrad_compute=True)
+    with pytest.raises(InvalidValueError, match="wgrad_deferral_limit"):
+        job("llama3-8b", p=2, seq_length=4096, global_batch_size=64, wgrad_deferral_limit=-1)

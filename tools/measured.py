@@ -48,7 +48,8 @@ SETTINGS = {
     "sequence_parallel": bool, "flash_attention": bool, "dropout": bool, "compile": bool,
     "async_tp": bool, "expandable_segments": bool, "lora_regather": bool,
     "grad_reduce_in_fp32": bool, "fp8_param_gather": bool, "compiled_loss": bool,
-    "fsdp_root_group": bool,
+    "fsdp_root_group": bool, "defer_embedding_wgrad_compute": bool,
+    "wgrad_deferral_limit": int,
     "recompute": str, "precision": str, "sharding": str, "schedule": str,
 }
 _CHOICES = {
@@ -381,6 +382,9 @@ def job(point: Point) -> Job:
                         lora_regather=bool(cfg.get("lora_regather", False)),
                         compiled_loss=bool(cfg.get("compiled_loss", False)),
                         fsdp_root_group=bool(cfg.get("fsdp_root_group", False)),
+                        defer_embedding_wgrad_compute=bool(
+                            cfg.get("defer_embedding_wgrad_compute", False)),
+                        wgrad_deferral_limit=cfg.get("wgrad_deferral_limit", 0),
                         framework=_FRAMEWORK.get(point.framework, "megatron"))
     model = point.model
     if point.framework == "torchtitan":   # its RoPE table is built for the training sequence
@@ -648,12 +652,18 @@ _EXPLANATIONS = [
     "states at the baseline), Transformer Engine's FP8 saved GEMM inputs and PR #3107's "
     "`core_attn` recompute (20.8 GB of activations). The fp32 main-gradient shard (9.1 GB) is "
     "made in the optimizer step and freed by the next `zero_grad`, when the activations are "
-    "gone: it does not set the peak. Baseline, PP 8 and VPP 10 are within 9 %; TP 8 is 11 % "
-    "low, where the recipe's MLP CUDA graphs (`cuda_graph_scope = [\"mlp\"]`) keep static "
-    "buffers memsym does not model. PP 4 → 8 and TP 8 go down as measured (TP 8 the lowest); "
-    "VPP 5 → 10 goes *down* 1.4 GB in memsym and *up* 1.4 GB measured: the interleaved "
-    "schedule's per-chunk buffers (the CUDA graphs' among them) are not modelled, so this "
-    "ordering does **not** hold.",
+    "gone: it does not set the peak. The recipe also defers the output layer's weight "
+    "gradients to the pipeline flush (`CommOverlapConfig(defer_embedding_wgrad_compute=True, "
+    "wgrad_deferral_limit=22)`): the last stage keeps each micro-batch's output-layer input "
+    "and 16-bit logits gradient until then, 16 × 280 MB = 4.5 GB at the baseline "
+    "(`memsym.terms.transients.deferred_wgrad_buffers`), and becomes the peak stage at VPP 10, "
+    "PP 8 and TP 8. Baseline, VPP 10 and PP 8 are 5–10 % high; TP 8 is 9 % low, where the "
+    "recipe's MLP CUDA graphs (`cuda_graph_scope = [\"mlp\"]`) keep static buffers memsym "
+    "does not model. All three orderings hold: PP 4 → 8 and TP 8 go down as measured (TP 8 "
+    "the lowest), and VPP 5 → 10 goes *up* 1.2 GB (1.4 GB measured): at VPP 10 the last "
+    "stage's warm-up holds (v − 1) p + 1 = 37 chunk passes of 2 layers where VPP 5 held 17 of "
+    "4, beside the deferred tensors (rank 0's warm-up holds fewer layers at VPP 10: 86 "
+    "against 92).",
     "* **LoRA + regather.** Modelled now: without `sequence_parallel_input_regather` each "
     "column-parallel LoRA-A (linear_qkv, and linear_fc1 of dense layers; expert adapters fall "
     "back) keeps the gathered 16-bit norm output, 2sbh per layer and micro-batch "

@@ -46,6 +46,17 @@ def _number(what: str, **bounds):
 #: setting that drops everything); the fragmentation margin a fraction in [0, 1]; the expert
 #: capacity factor a positive load ratio (bounded: 2^20, as the experts).
 _dropout = _number("dropout", low=0, high=1, include_high=False)
+
+
+def _deferral_limit(text: str) -> int:
+    """``--wgrad-deferral-limit``: a whole number 0 .. 10^6 (0: every micro-batch)."""
+    import argparse
+
+    raw = str(text).strip()
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 7 or int(raw) > 10**6:
+        raise argparse.ArgumentTypeError(f"expected a whole number 0 .. 1000000, got "
+                                         f"{raw[:40]!r}")
+    return int(raw)
 _fragmentation = _number("fragmentation", low=0, high=1)
 _capacity_factor = _number("capacity factor", low=0, include_low=False, high=2**20)
 
@@ -126,6 +137,9 @@ def add_training_options(parser) -> None:
                      "FSDP2 with pipeline parallelism on torchtitan's own layer split)")
     for flag, _, _, text in _SWITCHES:
         trn.add_argument(flag, action="store_true", help=text)
+    trn.add_argument("--wgrad-deferral-limit", type=_deferral_limit, default=None, metavar="N",
+                     help="Megatron's: with --defer-embedding-wgrad-compute, the most "
+                     "micro-batches deferred (default 0: all)")
     trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
                      help="routed-token load of the busiest expert rank (default 1, balanced)")
     grp.add_argument("--should-pad-vocab", action="store_true",
@@ -297,6 +311,7 @@ _JOB_OPTIONS = (
     ("recompute_num_layers", "recompute_num_layers"), ("offload", "offload"),
     ("precision", "precision"),
     ("optimizer", "optimizer"), ("moe_expert_capacity_factor", "capacity_factor"),
+    ("wgrad_deferral_limit", "wgrad_deferral_limit"),
 )
 
 
@@ -423,6 +438,8 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "overlap_moe_expert_parallel_comm":
                          training.overlap_moe_expert_parallel_comm,
                      "overlap_p2p_comm": training.overlap_p2p_comm,
+                     "defer_embedding_wgrad_compute": training.defer_embedding_wgrad_compute,
+                     "wgrad_deferral_limit": training.wgrad_deferral_limit,
                      "first_stage_layers": layout.first_stage_layers,
                      "last_stage_layers": layout.last_stage_layers,
                      "pipeline_layout": None if layout.pipeline_layout is None
@@ -560,6 +577,9 @@ _SWITCHES = (
      "all-to-all hides behind another micro-batch's compute"),
     ("--no-overlap-p2p-communication", "overlap_p2p_comm", False, "Megatron's flag: the "
      "interleaved schedule's p2p sends are exposed (and interleaving needs PP > 2)"),
+    ("--defer-embedding-wgrad-compute", "defer_embedding_wgrad_compute", True, "Megatron's "
+     "flag (PP > 1): the output layer's weight gradients wait for the pipeline flush, and the "
+     "last stage keeps each micro-batch's output-layer input and logits gradient until then"),
 )
 
 

@@ -126,7 +126,7 @@ _MODELLED = {
     "data_parallel_sharding_strategy", "megatron_fsdp_main_grads_dtype",
     "megatron_fsdp_main_params_dtype", "megatron_fsdp_grad_comm_dtype", "use_torch_fsdp2",
     "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap",
-    "overlap_moe_expert_parallel_comm",
+    "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
 }
 
 # Accepted, but they change the model's structure in ways memsym's Architecture cannot express:
@@ -999,7 +999,9 @@ class _Reader:
                "ddp_bucket_size": self.int("ddp_bucket_size", None, hi=MAX_BATCH),
                "tp_comm_overlap": tpo,
                "overlap_moe_expert_parallel_comm": self.flag("overlap_moe_expert_parallel_comm"),
-               "overlap_p2p_comm": bool(self.raw.get("overlap_p2p_comm", True))}
+               "overlap_p2p_comm": bool(self.raw.get("overlap_p2p_comm", True)),
+               "defer_embedding_wgrad_compute": self.flag("defer_embedding_wgrad_compute"),
+               "wgrad_deferral_limit": self.int("wgrad_deferral_limit", 0, lo=0, hi=MAX_BATCH)}
         if mfsdp:
             # argparse defaults: main params fp32, main grads and grad communication auto
             for k, default in (("megatron_fsdp_main_grads_dtype", "auto"),

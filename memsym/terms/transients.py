@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import (M_ctx, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c, d, h, n_ag,
-                       n_bkt, n_ch, n_comm, s, t)
+                       m, n_bkt, n_ch, n_comm, s, t)
 from ..term import Source, Term, Total
 from ..values import as_expr
 
@@ -20,7 +20,8 @@ __all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient
            "fsdp2_transients", "fsdp2_io_groups", "fsdp2_reshards_after_forward",
            "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
            "deepspeed_ipg_buckets", "megatron_buckets", "optimizer_step_transient",
-           "cuda_context", "nccl_buffers", "tp_comm_userbuffers", "USERBUFFER_GEMMS"]
+           "cuda_context", "nccl_buffers", "tp_comm_userbuffers", "USERBUFFER_GEMMS",
+           "deferred_wgrad_buffers"]
 
 _MIB = 2**20
 
@@ -764,3 +765,66 @@ def tp_comm_userbuffers(fp8: bool) -> Term:
                 Source("transformer-engine", "pytorch/module/base.py initialize_ub; "
                        "common/comm_gemm_overlap/comm_gemm_overlap.cpp"),
                 label="TP-overlap userbuffers")
+
+
+def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_parallel=True) -> Term:
+    r"""What Megatron's ``--defer-embedding-wgrad-compute`` keeps on the last pipeline stage
+    until the pipeline flush [bytes].
+
+    The output layer (a ``ColumnParallelLinear``) appends each micro-batch's input to
+    ``embedding_activation_buffer`` in its forward and, in its backward, the logits'
+    gradient to ``grad_output_buffer`` instead of computing its weight gradient, while fewer
+    than ``--wgrad-deferral-limit`` are held (0: no limit); the flush
+    (``finish_embedding_wgrad_compute``, before the optimizer step) drains both.  With
+    :math:`	au = s b / c` tokens on one GPU, :math:`w` bytes per element and
+    :math:`n = \min(m, 	ext{limit})` micro-batches (:math:`m` when the limit is 0):
+
+    .. math::
+
+        n\,w\,	au\Big(rac{h}{\sigma} + rac{V}{t}\Big),
+        \qquad \sigma = t 	ext{ under sequence parallelism, else } 1
+
+    (the input is the sequence-sharded one under sequence parallelism: the all-gather
+    happens inside the GEMM).  Held through the forward and the backward, an upper bound on
+    the moment: the last rank's steady state keeps its in-flight passes beside them.
+
+    Parameters
+    ----------
+    microbatches : sympy.Expr, optional
+        Micro-batches per step m [1]; default the symbol ``m``.
+    limit : int
+        ``--wgrad-deferral-limit`` [1]; 0 = every micro-batch.
+    width : int
+        Bytes per element of the output layer's input and gradient [bytes] (2 for bf16).
+    sequence_parallel : bool
+        Whether the input is split over the sequence (``--sequence-parallel``).
+
+    Examples
+    --------
+    Llama 3 70B on seed 001's last stage (t 4, s 4096, 16 micro-batches, limit 22; padded
+    vocabulary 128,512): 16 x (16.8 + 263.2) MB:
+
+    >>> deferred_wgrad_buffers(16, 22).evaluate(s=4096, b=1, c=1, h=8192, V=128512, t=4)
+    4479516672
+
+    References
+    ----------
+    Megatron-core ``core/tensor_parallel/layers.py`` (``ColumnParallelLinear.forward``,
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward``),
+    ``core/pipeline_parallel/schedules.py`` (``finish_embedding_wgrad_compute``),
+    ``core/model_parallel_config.py`` (``defer_embedding_wgrad_compute``,
+    ``wgrad_deferral_limit``).
+    """
+    mm = m if microbatches is None else as_expr(microbatches)
+    n = mm if not limit else (sp.Min(mm, int(limit)) if not mm.is_number
+                              else sp.Integer(min(int(mm), int(limit))))
+    tau = s * b / c
+    return Term("deferred_wgrad_buffers",
+                n * width * tau * (h / (t if sequence_parallel else 1) + V / t),
+                "the output layer's inputs and logits gradients of the deferred micro-batches, "
+                "kept for its weight-gradient GEMMs at the pipeline flush",
+                Source("megatron-core", "core/tensor_parallel/layers.py, ColumnParallelLinear."
+                       "forward (embedding_activation_buffer) and LinearWithGradAccumulationAnd"
+                       "AsyncCommunication.backward (grad_output_buffer); pipeline_parallel/"
+                       "schedules.py, finish_embedding_wgrad_compute"),
+                label="deferred output wgrad")
