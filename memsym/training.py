@@ -892,12 +892,12 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         out["loss-backward"] += list(bwd)
         if training.defer_embedding_wgrad_compute:
             # kept from the step's first micro-batch to the flush, before the optimizer step
-            deferred = tr.deferred_wgrad_buffers(
-                limit=training.wgrad_deferral_limit,
-                width=4 if training.precision == "fp32" else 2,
-                sequence_parallel=bool(layout.sequence_parallel and layout.t > 1))
             for ph in ("forward", "loss-backward", "backward"):
-                out[ph].append(deferred)
+                out[ph].append(tr.deferred_wgrad_buffers(
+                    limit=training.wgrad_deferral_limit,
+                    width=4 if training.precision == "fp32" else 2,
+                    sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
+                    last_pending=ph != "backward"))
         o = _output_layer(x, layout, training).expr
         out["backward"].append(Term("output_freed", -o, "the output layer's activations and "
                                     "the saved logits, freed by the loss's and the output "

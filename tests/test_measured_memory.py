@@ -173,7 +173,7 @@ def test_seed001_vpp10_above_baseline():
     # compute=True, wgrad_deferral_limit=22)): the last stage keeps 16 micro-batches' input
     # and logits gradient (4.5 GB), which makes it the peak stage, and its warm-up holds more
     # layers at VPP 10 ((v - 1) p + 1 chunk passes: 17 x 4 -> 37 x 2 layers).  memsym
-    # predicts +1.2 GB; nothing is fitted
+    # predicts +1.0 GB; nothing is fitted
     vpp10 = measured.predict("seed001.llama3-70b.vpp10")
     base = measured.predict("seed001.llama3-70b.baseline")
     assert vpp10.total > base.total and vpp10.stage == 3

@@ -150,11 +150,15 @@ def test_deferred_embedding_wgrad_keeps_the_output_layers_tensors_on_the_last_st
             held = [ph_ for ph_, k in keys.items() if "deferred_wgrad_buffers" in k]
             assert held == (["forward", "loss-backward", "backward"] if stage == 3 else []), \
                 (stage, keys)
-        term = next(t_ for t_ in phase_transients(x, lay, trn, 3)["forward"]
-                    if t_.key == "deferred_wgrad_buffers")
         vals = {**training_values(x, lay, trn), m: j.m}
-        per_mb = 2 * 4096 * (4096 // 2 + 128256 // 2)      # bf16 input and logits gradient
-        assert term.expr.subs(vals) == n * per_mb
+        inp, grad = 2 * 4096 * 4096 // 2, 2 * 4096 * 128256 // 2     # bf16, per micro-batch
+        per_mb = inp + grad
+        held = {ph_: next(t_ for t_ in terms if t_.key == "deferred_wgrad_buffers").expr.subs(vals)
+                for ph_, terms in phase_transients(x, lay, trn, 3).items() if ph_ != "optimizer"}
+        # at the last deferred backward all n; before it (the last micro-batch's forward and
+        # its loss's backward, whose logits gradient is the loss's own term) one gradient fewer
+        assert held["backward"] == n * per_mb
+        assert held["forward"] == held["loss-backward"] == n * inp + min(n, 16 - 1) * grad
     # the last stage's total rises by them (and its allowance share); the first's does not
     from memsym.training import training_memory
 

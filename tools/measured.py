@@ -660,7 +660,7 @@ _EXPLANATIONS = [
     "PP 8 and TP 8. Baseline, VPP 10 and PP 8 are 5–10 % high; TP 8 is 9 % low, where the "
     "recipe's MLP CUDA graphs (`cuda_graph_scope = [\"mlp\"]`) keep static buffers memsym "
     "does not model. All three orderings hold: PP 4 → 8 and TP 8 go down as measured (TP 8 "
-    "the lowest), and VPP 5 → 10 goes *up* 1.2 GB (1.4 GB measured): at VPP 10 the last "
+    "the lowest), and VPP 5 → 10 goes *up* 1.0 GB (1.4 GB measured): at VPP 10 the last "
     "stage's warm-up holds (v − 1) p + 1 = 37 chunk passes of 2 layers where VPP 5 held 17 of "
     "4, beside the deferred tensors (rank 0's warm-up holds fewer layers at VPP 10: 86 "
     "against 92).",

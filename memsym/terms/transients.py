@@ -767,7 +767,8 @@ def tp_comm_userbuffers(fp8: bool) -> Term:
                 label="TP-overlap userbuffers")
 
 
-def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_parallel=True) -> Term:
+def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_parallel=True,
+                           last_pending=False) -> Term:
     r"""What Megatron's ``--defer-embedding-wgrad-compute`` keeps on the last pipeline stage
     until the pipeline flush [bytes].
 
@@ -785,8 +786,12 @@ def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_paralle
         \qquad \sigma = t 	ext{ under sequence parallelism, else } 1
 
     (the input is the sequence-sharded one under sequence parallelism: the all-gather
-    happens inside the GEMM).  Held through the forward and the backward, an upper bound on
-    the moment: the last rank's steady state keeps its in-flight passes beside them.
+    happens inside the GEMM) at the last deferred backward.  Before it, at the last
+    micro-batch's forward and its loss's backward, that micro-batch's gradient is not in the
+    buffer yet (the loss's backward makes it: the loss's own ``logits_grad_16bit``), so
+    :math:`\min(m - 1, \text{limit})` gradients (``last_pending``).  Both are held beside the
+    stage's peak activations, an upper bound on the moment: the last rank's steady state
+    keeps its in-flight passes beside them.
 
     Parameters
     ----------
@@ -798,6 +803,9 @@ def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_paralle
         Bytes per element of the output layer's input and gradient [bytes] (2 for bf16).
     sequence_parallel : bool
         Whether the input is split over the sequence (``--sequence-parallel``).
+    last_pending : bool
+        At the last micro-batch's forward or loss backward: one logits gradient fewer (its
+        own, not yet appended).
 
     Examples
     --------
@@ -816,11 +824,16 @@ def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_paralle
     ``wgrad_deferral_limit``).
     """
     mm = m if microbatches is None else as_expr(microbatches)
-    n = mm if not limit else (sp.Min(mm, int(limit)) if not mm.is_number
-                              else sp.Integer(min(int(mm), int(limit))))
+
+    def capped(count):
+        return count if not limit else (sp.Min(count, int(limit)) if not count.is_number
+                                        else sp.Integer(min(int(count), int(limit))))
+
+    n = capped(mm)
+    grads = capped(mm - 1) if last_pending else n
     tau = s * b / c
     return Term("deferred_wgrad_buffers",
-                n * width * tau * (h / (t if sequence_parallel else 1) + V / t),
+                width * tau * (n * h / (t if sequence_parallel else 1) + grads * V / t),
                 "the output layer's inputs and logits gradients of the deferred micro-batches, "
                 "kept for its weight-gradient GEMMs at the pipeline flush",
                 Source("megatron-core", "core/tensor_parallel/layers.py, ColumnParallelLinear."
