@@ -283,11 +283,10 @@ def _pipelining_recv_buffers(stage: int, pp: int, vv, mm, sp_on: bool, training:
     :math:`2 v m B` between them; they outlive the step, so the optimizer step sees them
     (``tests/test_engine_fsdp2.py`` counts them after a step on a 3-rank gloo pipeline)."""
     vk = 1 if vv is None else vv
-    if training.stage_placement == "v":
-        # rank 0 holds the first stage (no input received) and the last (no output gradient)
-        count = 2 * vk * mm - (2 * mm if stage == 0 else 0)
-    else:
-        count = 2 * vk * mm - (mm if stage in (0, pp - 1) else 0)
+    # no input received for the first stage, no output gradient for the last (both on rank 0
+    # under the V placement)
+    last = 0 if training.stage_placement == "v" else pp - 1
+    count = 2 * vk * mm - (mm if stage == 0 else 0) - (mm if stage == last else 0)
     return Term("pipeline_recv_buffers", count * _boundary_bytes(sp_on, training),
                 "torch.distributed.pipelining's per-micro-batch receive buffers (inputs, "
                 "output gradients), kept between steps", _PIPELINING_SRC,
@@ -327,13 +326,12 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, group, sp_on: bool,
     width = 4 if training.precision == "fp32" else 2
     boundary = _boundary_bytes(sp_on, training)
     vk = 1 if vv is None else vv
-    v_style = training.stage_placement == "v"
     count, extra = 2 * vk * mm, 0
     if stage == 0:
         # no input received for the first stage; its in-flight outputs kept
         n_first = embedding_microbatches(training.schedule, pp=p, vv=vv, mm=mm, group=group)
         count += n_first - mm
-    if stage == (0 if v_style else pp - 1):
+    if stage == (0 if training.stage_placement == "v" else pp - 1):
         # no output gradient received for the last stage; fwd_cache keeps its logits
         n_logits = logits_microbatches(training.schedule, mm=mm)
         count -= mm + n_logits

@@ -535,11 +535,12 @@ def _pp_fsdp_peak(mesh, pp_rank, interleaved, n_mb=_PP_M, rows=_PP_B):
     return ph.result["step"][1]
 
 
-def _pp_fsdp_worker(rank, world, port, modes, queue):
-    # torchtitan's composition (_fsdp_stages) on a 2 (pp) x 2 (dp) CPU mesh; the same 8
-    # layers as one stage per rank (1F1B) or
-    # two stages of 2 per rank (Interleaved1F1B, stages r and r + 2); the live bytes of one
-    # step after a warm-up step, from the allocator's events
+def _pp_fsdp_worker(rank, world, port, work, queue):
+    # torchtitan's composition (_fsdp_stages) on a 2 (pp) x 2 (dp) CPU mesh, one process
+    # group for every run: work["peaks"], the same 8 layers as one stage per rank (1F1B) or
+    # two stages of 2 per rank (Interleaved1F1B, stages r and r + 2), the live bytes of one
+    # step after a warm-up step from the allocator's events; work["lifetimes"], for each
+    # micro-batch count, the gradients each stage holds before each backward
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
         import gc
@@ -549,18 +550,27 @@ def _pp_fsdp_worker(rank, world, port, modes, queue):
         dist.init_process_group("gloo", rank=rank, world_size=world)
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
         pp_rank = mesh["pp"].get_local_rank()
-        out = {}
-        for mode in modes:      # one process group, each schedule in turn
+        out = {"peaks": {}, "lifetimes": {}}
+        for mode in work.get("peaks", ()):
             interleaved, *shape = mode if isinstance(mode, tuple) else (mode,)
-            out[mode] = {"peak": _pp_fsdp_peak(mesh, pp_rank, interleaved, *shape)}
+            out["peaks"][mode] = {"peak": _pp_fsdp_peak(mesh, pp_rank, interleaved, *shape)}
             gc.collect()
+        for n_mb in work.get("lifetimes", ()):
+            out["lifetimes"][n_mb] = _grad_lifetimes(mesh, pp_rank, n_mb)
         queue.put((rank, out))
         dist.destroy_process_group()
     except Exception as exc:  # pragma: no cover - reported to the parent
         queue.put((rank, repr(exc)))
 
 
-def test_interleaved_pipeline_holds_no_less_than_1f1b_on_the_engine():
+@pytest.fixture(scope="module")
+def pp_dp_mesh_runs():
+    """rank -> results of one 4-process pp 2 x dp 2 gloo group (_pp_fsdp_worker)."""
+    return _run(4, {"peaks": (False, True), "lifetimes": (2, 4)}, timeout=300,
+                worker=_pp_fsdp_worker)
+
+
+def test_interleaved_pipeline_holds_no_less_than_1f1b_on_the_engine(pp_dp_mesh_runs):
     # memsym's model: at m = 2p micro-batches, Interleaved1F1B holds at least what 1F1B
     # holds on the first rank (the same unsharded stage parameters, both stages' fp32
     # gradients at once beside its warm-up, more chunk passes in flight, a second stage's
@@ -570,9 +580,8 @@ def test_interleaved_pipeline_holds_no_less_than_1f1b_on_the_engine():
     # Table 5; test_stage_gradients_live_from_first_to_last_backward_on_the_engine).  The
     # bounds leave room for the gloo threads' own allocations, which the process's peak
     # includes.
-    both = _run(4, (False, True), timeout=240, worker=_pp_fsdp_worker)
-    flat = {rank: out[False] for rank, out in both.items()}
-    loop = {rank: out[True] for rank, out in both.items()}
+    flat = {rank: out["peaks"][False] for rank, out in pp_dp_mesh_runs.items()}
+    loop = {rank: out["peaks"][True] for rank, out in pp_dp_mesh_runs.items()}
     unsharded = (_PP_LAYERS // 2) * _PP_H * _PP_H * (2 + 4)   # a rank's bf16 params + fp32 grads
     for rank in range(4):
         assert flat[rank]["peak"] >= unsharded and loop[rank]["peak"] >= unsharded
@@ -598,44 +607,31 @@ def _unsharded_grad_bytes(mod):
     return total
 
 
-def _grad_lifetime_worker(rank, world, port, counts, queue):
-    # torchtitan's composition (_fsdp_stages) on a 2 (pp) x 2 (dp) mesh, Interleaved1F1B
-    # with stages r and r + 2 of two Linear layers each: before each
-    # backward of the second step, the unsharded gradient bytes each of the rank's stages
-    # holds, for each micro-batch count
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.pipelining import ScheduleInterleaved1F1B
+def _grad_lifetimes(mesh, pp_rank, n_mb):
+    """Interleaved1F1B with stages r and r + 2 of two Linear layers each (_fsdp_stages):
+    before each backward of the second step, the unsharded gradient bytes each of the rank's
+    stages holds."""
+    from torch.distributed.pipelining import ScheduleInterleaved1F1B
 
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
-        pp_rank = mesh["pp"].get_local_rank()
-        out = {}
-        for n_mb in counts:
-            torch.manual_seed(0)
-            log = []
-            stages, mods = _fsdp_stages(mesh, (pp_rank, pp_rank + 2), 4, 2, _GH)
-            for i, st in enumerate(stages):
-                def backward(*args, _orig=st.backward_one_chunk, _i=i, **kwargs):
-                    log.append((_i, tuple(_unsharded_grad_bytes(m_) for m_ in mods)))
-                    return _orig(*args, **kwargs)
+    torch.manual_seed(0)
+    log = []
+    stages, mods = _fsdp_stages(mesh, (pp_rank, pp_rank + 2), 4, 2, _GH)
+    for i, st in enumerate(stages):
+        def backward(*args, _orig=st.backward_one_chunk, _i=i, **kwargs):
+            log.append((_i, tuple(_unsharded_grad_bytes(m_) for m_ in mods)))
+            return _orig(*args, **kwargs)
 
-                st.backward_one_chunk = backward
-            sched = ScheduleInterleaved1F1B(stages, n_microbatches=n_mb,
-                                            loss_fn=lambda o, tgt: o.float().pow(2).mean())
-            x, tgt = torch.randn(16 * n_mb, _GH), torch.zeros(16 * n_mb, _GH)
-            for _ in range(2):
-                log.clear()
-                sched.step(x) if pp_rank == 0 else sched.step(target=tgt)
-            out[n_mb] = list(log)
-        queue.put((rank, out))
-        dist.destroy_process_group()
-    except Exception as exc:  # pragma: no cover - reported to the parent
-        queue.put((rank, repr(exc)))
+        st.backward_one_chunk = backward
+    sched = ScheduleInterleaved1F1B(stages, n_microbatches=n_mb,
+                                    loss_fn=lambda o, tgt: o.float().pow(2).mean())
+    x, tgt = torch.randn(16 * n_mb, _GH), torch.zeros(16 * n_mb, _GH)
+    for _ in range(2):
+        log.clear()
+        sched.step(x) if pp_rank == 0 else sched.step(target=tgt)
+    return list(log)
 
 
-def test_stage_gradients_live_from_first_to_last_backward_on_the_engine():
+def test_stage_gradients_live_from_first_to_last_backward_on_the_engine(pp_dp_mesh_runs):
     # memsym.timing.schedule.live_by_held_gradients: under FSDP2 + pipelining a stage's
     # unsharded fp32 gradients appear with its first backward and are reduce-scattered and
     # freed after its last, before the rank's next op.  torch's engine, before each backward:
@@ -645,7 +641,7 @@ def test_stage_gradients_live_from_first_to_last_backward_on_the_engine():
     from memsym.terms.schedule import torch_round_size
     from memsym.timing.schedule import live_by_held_gradients, rank_order
 
-    results = _run(4, (2, 4), timeout=180, worker=_grad_lifetime_worker)
+    results = {rank: out["lifetimes"] for rank, out in pp_dp_mesh_runs.items()}
     whole = 2 * _GH * _GH * 4
     for mb in (2, 4):
         for rank in range(4):
