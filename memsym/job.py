@@ -383,6 +383,38 @@ def _check_fields(layout: Layout, training: Training) -> None:
             _flag(getattr(training, name), name)
 
 
+def canonical(training: Training) -> Training:
+    """``training`` with every named choice in its canonical spelling (``"GPipe"`` ->
+    ``"gpipe"``), as :func:`memsym.errors.choose` matches them, so that code comparing a
+    field with its canonical name sees what the user meant; an unknown name is left for
+    :func:`validate` to refuse.
+
+    Examples
+    --------
+    >>> canonical(Training(schedule=" GPipe", sharding="ZeRO3")).schedule
+    'gpipe'
+    """
+    from .terms.activations import RECOMPUTE
+    from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
+    from .terms.schedule import SCHEDULES
+
+    table = {"schedule": SCHEDULES, "stage_placement": STAGE_PLACEMENTS, "recompute": RECOMPUTE,
+             "precision": PRECISIONS, "optimizer": OPTIMIZERS, "sharding": SCHEMES,
+             "convention": CONVENTIONS + FRAMEWORK_CONVENTIONS, "offload": OFFLOADS,
+             "finetune": ("full", "lora", "qlora"), "framework": FRAMEWORKS,
+             "recompute_method": ("uniform", "block", "every")}
+    fixed = {}
+    for name, accepted in table.items():
+        value = getattr(training, name)
+        if isinstance(value, str):
+            try:
+                fixed[name] = choose(name, value, tuple(accepted))
+            except UnknownNameError:
+                pass
+    return dataclasses.replace(training, **{k: v for k, v in fixed.items()
+                                            if v != getattr(training, k)})
+
+
 def validate(x, layout: Layout, training: Training):
     """Refuse what the framework would refuse, one line naming the rule; return ``m``.
 
@@ -776,7 +808,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     lay, layout_notes = _pipeline_layout_of(base, lay, account)
     notes += layout_notes
     default_shard = training.sharding == DEFAULTS["sharding"] and "sharding" not in trn_kw
-    trn = dataclasses.replace(training, **trn_kw)
+    trn = canonical(dataclasses.replace(training, **trn_kw))
     if default_shard and trn.framework in _FRAMEWORK_DEFAULT_SCHEME:
         # the framework's own default, not Megatron's distributed optimizer
         trn = dataclasses.replace(trn, sharding=_FRAMEWORK_DEFAULT_SCHEME[trn.framework])
@@ -819,6 +851,9 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     if trn.loss_parallel is False and (trn.framework != "torchtitan" or lay.t == 1):
         notes.append("loss_parallel = False (--disable-loss-parallel) has effect only for "
                      "torchtitan jobs with t > 1")
+    if trn.wgrad_deferral_limit and not trn.defer_embedding_wgrad_compute:
+        notes.append("wgrad_deferral_limit (--wgrad-deferral-limit) has effect only with "
+                     "--defer-embedding-wgrad-compute")
     if trn.fsdp_root_group is True and (trn.framework != "torchtitan" or trn.sharding != "fsdp"
                                         or lay.p > 1):
         notes.append("fsdp_root_group has effect only for torchtitan's FSDP2 without pipelining")

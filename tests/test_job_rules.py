@@ -316,3 +316,21 @@ def test_v_placement_puts_the_output_and_the_loss_on_rank_0():
                                                       rank)["forward"]}
             assert ("output_activations" in keys) == (rank == holder), (holder, rank)
             assert bool(loss & {"logits_16bit", "logits_fp32"}) == (rank == holder), loss
+
+
+def test_named_choices_are_kept_in_their_canonical_spelling():
+    # choose() matches names case-insensitively: the job must then hold the canonical name,
+    # since the rules and the step time compare the field with it ("GPipe" was priced as
+    # 1F1B by the step time and escaped rule gpipe-chunks; "V" left the output on the last rank)
+    from memsym.timing.step import step_time
+
+    kw = dict(p=2, d=4, seq_length=4096, global_batch_size=64)
+    j = job("llama3-8b", schedule="GPipe", **kw)
+    assert j.training.schedule == "gpipe"
+    with pytest.raises(InvalidValueError, match="GPipe runs one stage per rank"):
+        job("llama3-8b", schedule="GPIPE", v=2, **kw)
+    v_ = job("llama3-8b", framework="TorchTitan", stage_placement=" V ", v=2, **kw)
+    assert (v_.training.framework, v_.training.stage_placement) == ("torchtitan", "v")
+    raw = Training(**{**j.training.__dict__, "schedule": "GPipe"})
+    assert step_time(j.model, j.layout, raw, "h100-80gb").assumptions["settings"].schedule \
+        == "gpipe"

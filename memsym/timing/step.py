@@ -684,8 +684,10 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     >>> sorted(st.parts)[:4]
     ['bubble', 'compute', 'cp', 'dp']
     """
+    from ..job import canonical
     from ..training import microbatches
 
+    training = canonical(training)        # "GPipe" is GPipe here too
     mm = microbatches(layout, training)
     if mm is None:
         raise InvalidValueError("give num_microbatches or global_batch_size to price a step")
