@@ -780,12 +780,10 @@ def _grads_as_stages_run(layout: Layout, training: Training, accumulated: Term) 
     ``accumulated``.  :func:`memsym.timing.schedule.live_by_held_gradients` walks the op
     order (tests prove this form on it); ``tests/test_engine_fsdp2.py`` watches the gradients
     come and go on a gloo pipeline."""
-    from .symbols import N_lin, N_rep, N_tp
+    from .symbols import N_lin, N_rep, N_tp, b_r
 
-    if (layout.v or 1) == 1 or training.stage_placement == "v" \
-            or training.framework != "torchtitan":
+    if (layout.v or 1) == 1 or training.stage_placement == "v":
         return accumulated
-    b_r = accumulated.expr / (N_tp / t + N_rep)
     one = b_r * (N_lin / v + N_tp / t - N_lin + N_rep)
     if training.schedule == "gpipe":
         held = one                                    # LoopedBFS: stage by stage

@@ -17,7 +17,8 @@ import sympy as sp
 from .errors import InvalidValueError
 from .symbols import info, lookup
 
-__all__ = ["exact", "whole", "positive", "fraction_in", "boolean", "as_values", "as_expr"]
+__all__ = ["exact", "whole", "positive", "fraction_in", "boolean", "as_values", "as_expr",
+           "lazy_min"]
 
 
 #: The most bits an exact number's numerator or denominator may have (about 1,233 digits):
@@ -350,3 +351,21 @@ def as_expr(value, what: str = "value") -> sp.Expr:
     # floats are read through their decimal repr here, once, so every term stays exact
     floats = expr.atoms(sp.Float)
     return expr.xreplace({x: exact(x, what) for x in floats}) if floats else expr
+
+
+def lazy_min(*args) -> sp.Expr:
+    """``Min(*args)``: evaluated when every argument is a number; for symbols left as written,
+    since sympy's ordering proof for symbolic arguments (``Min._find_localzeros``) costs
+    milliseconds per call and the search builds hundreds of such caps (substitution
+    evaluates them).
+
+    Examples
+    --------
+    >>> from sympy import Symbol
+    >>> lazy_min(4, 7), lazy_min(Symbol("m"), 22)
+    (4, Min(22, m))
+    """
+    args = [as_expr(a) for a in args]
+    if all(a.is_number for a in args):
+        return sp.Min(*args)
+    return sp.Min(*args, evaluate=False)

@@ -42,7 +42,7 @@ import sympy as sp
 from ..errors import InvalidValueError, choose
 from ..symbols import L, m, p, v
 from ..term import Source, Term
-from ..values import as_expr  # library arguments: text refused, never parsed
+from ..values import as_expr, lazy_min  # library arguments: text refused, never parsed
 
 __all__ = ["SCHEDULES", "pipeline_factor", "first_stage_layers", "stage_layers", "torch_round_size",
            "stage_microbatches", "v_stage_microbatches", "embedding_microbatches",
@@ -153,15 +153,6 @@ def _stage_index(stage, pp):
     return i
 
 
-def _cap(count: sp.Expr, mm: sp.Expr) -> sp.Expr:
-    """``Min(count, mm)``: evaluated for numbers; for symbols left as written, since sympy's
-    ordering proof for symbolic arguments (``Min._find_localzeros``) costs milliseconds per
-    call and the search builds hundreds of such caps (substitution evaluates them)."""
-    if count.is_number and mm.is_number:
-        return sp.Min(count, mm)
-    return sp.Min(count, mm, evaluate=False)
-
-
 def torch_round_size(mm=m, pp=p) -> sp.Expr:
     r"""Micro-batches per round of torch's interleaved schedules [1]: their group size N.
 
@@ -266,9 +257,9 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
         # so the peak is min(W + 1, m v)
         nn = pp if group is None else as_expr(group)
         count = sp.expand(2 * (pp - i - 1) + (vv - 1) * nn + 1)
-        return count if mm is None else _cap(count, mm * vv)
+        return count if mm is None else lazy_min(count, mm * vv)
     count = pp - i
-    return count if mm is None else _cap(count, mm)
+    return count if mm is None else lazy_min(count, mm)
 
 
 def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layers=L) -> sp.Expr:
@@ -358,9 +349,8 @@ def v_stage_microbatches(stage, *, pp=p, mm=None) -> sp.Expr:
     pp = as_expr(pp)
     mm = None if mm is None else as_expr(mm)
     i = _stage_index(stage, pp)
-    last = sp.Integer(1) if (i == pp - 1) is sp.true or i == pp - 1 else sp.Integer(0)
-    count = 2 * pp if mm is None else sp.Min(2 * pp, mm + 1 + i, 2 * mm)
-    return count + last
+    count = 2 * pp if mm is None else lazy_min(2 * pp, mm + 1 + i, 2 * mm)
+    return count + (1 if i == pp - 1 else 0)
 
 
 def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
@@ -408,7 +398,7 @@ def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
     else:
         # the warm-up's 2(p-1) + (v-1)N + 1 forwards run chunk by chunk in groups of N
         count = 2 * pp - 1 if group is None else sp.Max(as_expr(group), 2 * pp - 1)
-    return count if mm is None else _cap(count, mm)
+    return count if mm is None else lazy_min(count, mm)
 
 
 def logits_microbatches(schedule: str = "1f1b", *, mm=None) -> sp.Expr:

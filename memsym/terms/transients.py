@@ -13,7 +13,7 @@ import sympy as sp
 from ..symbols import (M_ctx, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c, d, h, n_ag,
                        m, n_bkt, n_ch, n_comm, s, t)
 from ..term import Source, Term, Total
-from ..values import as_expr
+from ..values import as_expr, lazy_min
 
 __all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient",
            "torch_cross_entropy_backward", "loss_parallel_transient", "loss_parallel_backward",
@@ -826,8 +826,7 @@ def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_paralle
     mm = m if microbatches is None else as_expr(microbatches)
 
     def capped(count):
-        return count if not limit else (sp.Min(count, int(limit)) if not count.is_number
-                                        else sp.Integer(min(int(count), int(limit))))
+        return count if not limit else lazy_min(count, int(limit))
 
     n = capped(mm)
     grads = capped(mm - 1) if last_pending else n
