@@ -383,6 +383,24 @@ def _check_fields(layout: Layout, training: Training) -> None:
             _flag(getattr(training, name), name)
 
 
+def _named_choices() -> dict:
+    """Training field -> (its name in messages, the accepted names): the one table
+    :func:`canonical` spells and :func:`validate` checks."""
+    from .terms.activations import RECOMPUTE
+    from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
+    from .terms.schedule import SCHEDULES
+
+    return {"recompute": ("recompute mode", RECOMPUTE),
+            "schedule": ("pipeline schedule", SCHEDULES),
+            "stage_placement": ("stage placement", STAGE_PLACEMENTS),
+            "precision": ("precision", PRECISIONS), "optimizer": ("optimizer", OPTIMIZERS),
+            "sharding": ("sharding", SCHEMES),
+            "convention": ("convention", CONVENTIONS + FRAMEWORK_CONVENTIONS),
+            "offload": ("offload", OFFLOADS),
+            "finetune": ("fine-tuning mode", ("full", "lora", "qlora")),
+            "framework": ("framework", FRAMEWORKS)}
+
+
 def canonical(training: Training) -> Training:
     """``training`` with every named choice in its canonical spelling (``"GPipe"`` ->
     ``"gpipe"``), as :func:`memsym.errors.choose` matches them, so that code comparing a
@@ -394,21 +412,13 @@ def canonical(training: Training) -> Training:
     >>> canonical(Training(schedule=" GPipe", sharding="ZeRO3")).schedule
     'gpipe'
     """
-    from .terms.activations import RECOMPUTE
-    from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
-    from .terms.schedule import SCHEDULES
-
-    table = {"schedule": SCHEDULES, "stage_placement": STAGE_PLACEMENTS, "recompute": RECOMPUTE,
-             "precision": PRECISIONS, "optimizer": OPTIMIZERS, "sharding": SCHEMES,
-             "convention": CONVENTIONS + FRAMEWORK_CONVENTIONS, "offload": OFFLOADS,
-             "finetune": ("full", "lora", "qlora"), "framework": FRAMEWORKS,
-             "recompute_method": ("uniform", "block", "every")}
     fixed = {}
-    for name, accepted in table.items():
+    table = {**_named_choices(), "recompute_method": ("recompute method", RECOMPUTE_METHODS)}
+    for name, (label, accepted) in table.items():
         value = getattr(training, name)
         if isinstance(value, str):
             try:
-                fixed[name] = choose(name, value, tuple(accepted))
+                fixed[name] = choose(label, value, accepted)
             except UnknownNameError:
                 pass
     return dataclasses.replace(training, **{k: v for k, v in fixed.items()
@@ -431,22 +441,11 @@ def validate(x, layout: Layout, training: Training):
     memsym.errors.DivisibilityError: virtual pipeline size v=2 must divide the layers of every pipeline stage (stage 0 has 5)
     """
     from . import rules
-    from .terms.activations import RECOMPUTE
-    from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
-    from .terms.schedule import SCHEDULES
 
     _check_fields(layout, training)
     _check_pipeline_layout(x, layout, training)
-    choose("recompute mode", training.recompute, RECOMPUTE)
-    choose("pipeline schedule", training.schedule, SCHEDULES)
-    choose("stage placement", training.stage_placement, STAGE_PLACEMENTS)
-    choose("precision", training.precision, PRECISIONS)
-    choose("optimizer", training.optimizer, OPTIMIZERS)
-    choose("sharding", training.sharding, SCHEMES)
-    choose("convention", training.convention, CONVENTIONS + FRAMEWORK_CONVENTIONS)
-    choose("offload", training.offload, OFFLOADS)
-    choose("fine-tuning mode", training.finetune, ("full", "lora", "qlora"))
-    choose("framework", training.framework, FRAMEWORKS)
+    names = {name: choose(label, getattr(training, name), accepted)
+             for name, (label, accepted) in _named_choices().items()}
     _check_recompute_layers(x, layout, training)
     _check_overlaps(x, layout, training)
     offered = FRAMEWORK_SCHEMES.get(training.framework)
@@ -473,7 +472,7 @@ def validate(x, layout: Layout, training: Training):
     rules.check(x, k, [n for n in rules.LAUNCH if n not in rules.NEED_M])
     m_ = microbatches(layout, training)
     rules.check(x, dict(k, m=m_), rules.NEED_M)
-    if choose("pipeline schedule", training.schedule, SCHEDULES) == "gpipe" and m_ is None \
+    if names["schedule"] == "gpipe" and m_ is None \
             and layout.p > 1:
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
@@ -561,7 +560,7 @@ def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
     if method is None or n is None:
         raise InvalidValueError("full recompute with layers given needs both recompute_method "
                                 "(uniform, block or every) and recompute_num_layers")
-    choose("recompute method", method, ("uniform", "block", "every"))
+    choose("recompute method", method, RECOMPUTE_METHODS)
     whole(n, "recompute_num_layers")
     if method == "every" and (training.framework != "torchtitan"
                               or layout.pipeline_layout is not None):
@@ -611,9 +610,34 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
                      "per_model_part, the embedding and the output counted as one layer each)"])
 
 
+def framework_dropout(framework: str, dropout=None):
+    """Whether dropout masks are kept under ``framework`` when ``dropout`` is asked for (None:
+    not asked): torchtitan's models build no dropout (``models/llama3/model.py``;
+    ``models/attention.py`` calls ``scaled_dot_product_attention`` without ``dropout_p``), so
+    off there and asking for it is refused; elsewhere what was asked, else None (the job's
+    default, Megatron's 0.1 dropouts).
+
+    Examples
+    --------
+    >>> framework_dropout("torchtitan"), framework_dropout("megatron", False)
+    (False, False)
+    """
+    if framework == "torchtitan":
+        if dropout:
+            raise InvalidValueError("torchtitan's models have no dropout layers: dropout must "
+                                    "be off with framework torchtitan (--hidden-dropout 0 "
+                                    "--attention-dropout 0, or leave them out)")
+        return False
+    return dropout
+
+
 #: Where a rank's pipeline stages sit (``Training.stage_placement``): loop (stage i on rank
 #: i mod p) or v (stages r and 2p - 1 - r on rank r, torch's ZBVZeroBubble / DualPipeV).
 STAGE_PLACEMENTS = ("loop", "v")
+
+#: Full recompute's methods (``Training.recompute_method``): Megatron's uniform and block,
+#: torchtitan's every-N.
+RECOMPUTE_METHODS = ("uniform", "block", "every")
 
 #: The frameworks whose launch rules and runtime a job follows (``Training.framework``).
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
@@ -813,14 +837,9 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         # the framework's own default, not Megatron's distributed optimizer
         trn = dataclasses.replace(trn, sharding=_FRAMEWORK_DEFAULT_SCHEME[trn.framework])
         notes.append(f"sharding {trn.sharding}: {trn.framework}'s default")
-    if trn.framework == "torchtitan" and trn.dropout:
-        # torchtitan's models build no dropout (models/llama3/model.py, models/attention.py:
-        # scaled_dot_product_attention without dropout_p): no mask is ever kept
-        if trn_kw.get("dropout"):
-            raise InvalidValueError("torchtitan's models have no dropout layers: dropout must "
-                                    "be off with framework torchtitan (--hidden-dropout 0 "
-                                    "--attention-dropout 0, or leave them out)")
-        trn = dataclasses.replace(trn, dropout=False)
+    dropout = framework_dropout(trn.framework, trn_kw.get("dropout"))
+    if dropout is not None and dropout != trn.dropout:
+        trn = dataclasses.replace(trn, dropout=dropout)
         notes.append("dropout off: torchtitan's models have no dropout layers")
     if world_size is not None:
         G = whole(world_size, "world size")

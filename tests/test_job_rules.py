@@ -334,3 +334,16 @@ def test_named_choices_are_kept_in_their_canonical_spelling():
     raw = Training(**{**j.training.__dict__, "schedule": "GPipe"})
     assert step_time(j.model, j.layout, raw, "h100-80gb").assumptions["settings"].schedule \
         == "gpipe"
+
+
+def test_cli_recompute_methods_are_the_jobs():
+    # the parser spells memsym.job.RECOMPUTE_METHODS itself (it imports no SymPy)
+    import argparse
+
+    from memsym.cli.training_options import add_training_options
+    from memsym.job import RECOMPUTE_METHODS
+
+    parser = argparse.ArgumentParser()
+    add_training_options(parser)
+    action = next(a for a in parser._actions if "--recompute-method" in a.option_strings)
+    assert tuple(action.choices) == RECOMPUTE_METHODS

@@ -111,6 +111,7 @@ def add_training_options(parser) -> None:
                      choices=("none", "selective", "full", "selective-op"), default=None,
                      help="activation recomputation (absent = none; selective-op: torchtitan's "
                      "per-op SAC, dense gated-MLP layers with flash attention)")
+    # memsym.job.RECOMPUTE_METHODS, spelled here: building the parser imports no SymPy
     trn.add_argument("--recompute-method", choices=("uniform", "block", "every"), default=None,
                      help="Megatron's: with full recompute, uniform = groups of "
                      "--recompute-num-layers checkpointed, block = only the first N layers of "

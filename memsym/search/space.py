@@ -309,16 +309,14 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         limit = 8 if B is None else min(8, B)
         micro_batch_sizes = [x for x in (1, 2, 4, 8) if x <= limit]
     mbs = _int_list(micro_batch_sizes, "micro-batch size")
-    from ..job import FRAMEWORKS
+    from ..job import FRAMEWORKS, framework_dropout
 
     framework = choose("framework", framework, FRAMEWORKS)
     titan = framework == "torchtitan"
     # None: the framework's default, as memsym.job.job sets it (torchtitan builds no dropout)
-    dropout = (not titan and DEFAULTS["dropout"]) if dropout is None \
-        else boolean(dropout, "dropout")
-    if titan and dropout:
-        raise InvalidValueError("torchtitan's models have no dropout layers: dropout must be off "
-                                "with framework torchtitan")
+    dropout = framework_dropout(framework, None if dropout is None
+                                else boolean(dropout, "dropout"))
+    dropout = DEFAULTS["dropout"] if dropout is None else dropout
     dense_op = bool(arch.swiglu and not arch.num_experts and not arch.multi_latent_attention
                     and flash_attention)
     if sharding is None:
