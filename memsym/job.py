@@ -610,25 +610,44 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
                      "per_model_part, the embedding and the output counted as one layer each)"])
 
 
-def framework_dropout(framework: str, dropout=None):
+def framework_dropout(framework: str, dropout=None, arch=None):
     """Whether dropout masks are kept under ``framework`` when ``dropout`` is asked for (None:
-    not asked): torchtitan's models build no dropout (``models/llama3/model.py``;
-    ``models/attention.py`` calls ``scaled_dot_product_attention`` without ``dropout_p``), so
-    off there and asking for it is refused; elsewhere what was asked, else None (the job's
-    default, Megatron's 0.1 dropouts).
+    not asked), and why, as ``(dropout, reason)`` (reason None: nothing to say).
+
+    * torchtitan's models build no dropout (``models/llama3/model.py``; ``models/attention.py``
+      calls ``scaled_dot_product_attention`` without ``dropout_p``): off, and asking for it is
+      refused;
+    * DeepSpeed runs the model's own code: a model read from a ``config.json``
+      (``arch.extra["hf_dropout"]``, :func:`memsym.model.from_hf_config`) keeps masks only if
+      one of the probabilities its transformers modeling code applies is > 0 (Llama-style
+      models: ``attention_dropout`` 0.0, none);
+    * elsewhere what was asked, else None (the job's default, Megatron's 0.1 dropouts).
 
     Examples
     --------
-    >>> framework_dropout("torchtitan"), framework_dropout("megatron", False)
-    (False, False)
+    >>> framework_dropout("torchtitan")[0], framework_dropout("megatron", False)
+    (False, (False, None))
+    >>> framework_dropout("torchtitan", False)
+    (False, None)
     """
     if framework == "torchtitan":
         if dropout:
             raise InvalidValueError("torchtitan's models have no dropout layers: dropout must "
                                     "be off with framework torchtitan (--hidden-dropout 0 "
                                     "--attention-dropout 0, or leave them out)")
-        return False
-    return dropout
+        return False, (None if dropout is not None
+                       else "dropout off: torchtitan's models have no dropout layers")
+    probs = None if arch is None else (arch.extra or {}).get("hf_dropout")
+    if dropout is None and framework == "deepspeed" and probs is not None:
+        on = any(p_ > 0 for p_ in probs.values())
+        shown = ", ".join(f"{k} {v:g}" for k, v in probs.items())
+        return on, (f"dropout {'on' if on else 'off'}: DeepSpeed runs the transformers model, "
+                    f"whose config.json sets {shown}")
+    if dropout is None and framework == "deepspeed":
+        return None, ("dropout masks counted as Megatron's 0.1 defaults: DeepSpeed runs the "
+                      "model's own code (give the model as its config.json to take its "
+                      "dropouts, or --hidden-dropout 0 --attention-dropout 0)")
+    return dropout, None
 
 
 #: Where a rank's pipeline stages sit (``Training.stage_placement``): loop (stage i on rank
@@ -837,10 +856,11 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         # the framework's own default, not Megatron's distributed optimizer
         trn = dataclasses.replace(trn, sharding=_FRAMEWORK_DEFAULT_SCHEME[trn.framework])
         notes.append(f"sharding {trn.sharding}: {trn.framework}'s default")
-    dropout = framework_dropout(trn.framework, trn_kw.get("dropout"))
-    if dropout is not None and dropout != trn.dropout:
+    dropout, why = framework_dropout(trn.framework, trn_kw.get("dropout"), base)
+    if dropout is not None:
         trn = dataclasses.replace(trn, dropout=dropout)
-        notes.append("dropout off: torchtitan's models have no dropout layers")
+    if why is not None and (dropout is not None or trn.dropout):
+        notes.append(why)   # the framework decided (or Megatron's default kept): say why
     if world_size is not None:
         G = whole(world_size, "world size")
         tpc = whole(lay.t, "t") * whole(lay.p, "p") * whole(lay.c, "c")

@@ -591,3 +591,103 @@ def test_v_placement_ranks_hold_what_torchtitan_puts_there(tmp_path):
                             output_stage=output_stage(lay, j.training)).total
            for r in (0, 1)]
     assert got == want
+
+
+# --------------------------------------------------------------------------------------------
+# dropout: the probabilities each transformers model applies (DeepSpeed runs that model)
+# --------------------------------------------------------------------------------------------
+
+def _one_per_type():
+    seen = {}
+    for case in sorted(SMALL):
+        seen.setdefault(SMALL[case]["model_type"], case)
+    return sorted(seen.values())
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mtype", sorted(HF_MODEL_TYPES))
+def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
+    # oracle: transformers' own sources and config defaults (not memsym's table)
+    import importlib
+    import inspect
+    import re
+
+    pytest.importorskip("transformers")
+    from transformers import AutoConfig
+
+    from memsym.model.hf_config import _DROPOUT
+
+    pkg = "gemma3" if mtype == "gemma3_text" else mtype
+    src = inspect.getsource(importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}"))
+    read = set(re.findall(r"config\.([a-z_]*(?:dropout|pdrop)[a-z_]*)", src))
+    # the classification / summary heads' dropouts are not the causal LM's (gpt2 falls back to
+    # hidden_dropout only for its token-classification head's classifier)
+    read = {k for k in read if not k.startswith(("classifier", "summary"))}
+    if mtype == "gpt2":
+        read.discard("hidden_dropout")
+    assert set(_DROPOUT[mtype]) == read
+    defaults = AutoConfig.for_model(mtype).to_dict()
+    assert {k: defaults[k] for k in read} == _DROPOUT[mtype]
+
+
+def _dropout_masks(path) -> int:
+    """Dropout masks drawn in one training forward of transformers' model: the ``bernoulli``
+    / ``native_dropout`` kernels run (``at::dropout`` skips them at p = 0 and keeps each mask
+    drawn for the backward)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    class Draws(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "bernoulli" in func.__name__ or "native_dropout" in func.__name__:
+                Draws.count += 1
+            return func(*args, **(kwargs or {}))
+
+    conf = AutoConfig.from_pretrained(str(path.parent), attn_implementation="eager")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(conf).train()
+    with Draws():
+        model(torch.randint(0, 100, (1, 8)))
+    return Draws.count
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", _one_per_type())
+@pytest.mark.parametrize("p", [None, 0.1])
+def test_deepspeed_dropout_follows_the_transformers_model(tmp_path, case, p):
+    # oracle: transformers' model in training mode keeps a mask exactly when memsym's DeepSpeed
+    # job counts dropout; at the config defaults (p None) and with every field memsym reads set
+    from memsym.job import job
+    from memsym.model.hf_config import _DROPOUT
+
+    cfg = dict(SMALL[case])
+    if p is not None:
+        cfg.update({k: p for k in _DROPOUT[cfg["model_type"]]})
+    path = _write(tmp_path, cfg)
+    j = job(from_hf_config(path), framework="deepspeed", sharding="zero1", d=1,
+            seq_length=8, micro_batch_size=1, global_batch_size=1)
+    assert j.training.dropout == (_dropout_masks(path) > 0)
+    assert any("DeepSpeed runs the transformers model" in n for n in j.notes)
+
+
+def test_deepspeed_dropout_default_for_a_preset_is_said():
+    from memsym.job import job
+
+    j = job("llama2-7b", framework="deepspeed", d=8, seq_length=4096, micro_batch_size=1,
+            global_batch_size=8)
+    assert j.training.dropout
+    assert any("DeepSpeed runs the model's own code" in n for n in j.notes)
+    # Megatron builds its own model: its --hidden-dropout / --attention-dropout defaults hold
+    assert not any("DeepSpeed" in n for n in job("llama2-7b", d=8).notes)
+
+
+def test_dropout_probability_refused_out_of_range(tmp_path):
+    with pytest.raises(InvalidValueError, match="'attention_dropout' must be a probability"):
+        from_hf_config(_write(tmp_path, _small("llama", attention_dropout=1.5)))
+    with pytest.raises(InvalidValueError, match="'resid_pdrop' must be a probability"):
+        from_hf_config(_write(tmp_path, _small("gpt2", resid_pdrop=True)))

@@ -52,6 +52,21 @@ _DEFAULTS = {
     "granite": (False, None, None, 2048),
     "granitemoe": (False, None, None, 2048),
 }
+# model_type -> the dropout probabilities its causal LM applies, with the config class's
+# defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
+# modules and attention's dropout read; gpt2's hidden_dropout and the classifier/summary
+# dropouts belong to other heads) and configuration_<type>.py (the defaults).
+_ATTENTION_ONLY = {"attention_dropout": 0.0}
+_DROPOUT = {mtype: _ATTENTION_ONLY for mtype in _DEFAULTS}
+_DROPOUT.update({
+    "gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
+    "gptj": {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0},
+    "phi3": {"attention_dropout": 0.0, "resid_pdrop": 0.0},
+    "gpt_neox": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
+    "bloom": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
+    "falcon": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
+    "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
+})
 HF_MODEL_TYPES = tuple(sorted(_DEFAULTS))
 """The ``model_type`` values :func:`from_hf_config` reads."""
 
@@ -143,6 +158,16 @@ class _Cfg:
         if not isinstance(val, bool):
             raise self._bad(f"field {key!r} must be true or false, got {printable(repr(val), 40)}")
         return val
+
+    def probability(self, key, default):
+        """A dropout probability in [0, 1]; ``default`` when absent or null."""
+        key, val = self._get(key)
+        if val is _MISSING or val is None:
+            return default
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:
+            raise self._bad(f"field {key!r} must be a probability between 0 and 1, got "
+                            f"{printable(repr(val), 40)}")
+        return float(val)
 
     def str(self, key, default):
         key, val = self._get(key)
@@ -446,7 +471,9 @@ def from_hf_config(path) -> Architecture:
     Returns
     -------
     Architecture
-        Resolved; ``extra`` holds ``hf_model_type`` and ``notes`` (a tuple of strings).
+        Resolved; ``extra`` holds ``hf_model_type``, ``hf_dropout`` (the dropout
+        probabilities the transformers model applies, by config field) and ``notes`` (a tuple
+        of strings).
 
     Raises
     ------
@@ -502,6 +529,7 @@ def from_hf_config(path) -> Architecture:
     tied = c.bool("tie_word_embeddings", _DEFAULTS[mtype][0])
     notes: list = []
     kw = _READERS.get(mtype, _read_llama_like)(c, mtype, notes)
+    dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}
     kw.update(name=name, untie_embeddings_and_output_weights=not tied,
-              extra={"hf_model_type": mtype, "notes": tuple(notes)})
+              extra={"hf_model_type": mtype, "hf_dropout": dropout, "notes": tuple(notes)})
     return resolve(Architecture(**kw))

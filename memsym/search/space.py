@@ -314,8 +314,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     framework = choose("framework", framework, FRAMEWORKS)
     titan = framework == "torchtitan"
     # None: the framework's default, as memsym.job.job sets it (torchtitan builds no dropout)
-    dropout = framework_dropout(framework, None if dropout is None
-                                else boolean(dropout, "dropout"))
+    dropout, _ = framework_dropout(framework, None if dropout is None
+                                   else boolean(dropout, "dropout"), arch)
     dropout = DEFAULTS["dropout"] if dropout is None else dropout
     dense_op = bool(arch.swiglu and not arch.num_experts and not arch.multi_latent_attention
                     and flash_attention)
