@@ -19,7 +19,7 @@ from .printing import escape, latex
 from .values import exact
 from .symbols import M_alloc, N, N_exp, N_rep, N_tp, phi_frag, registry
 from .training import (ACTIVATION_KEYS as _ACT_KEYS, ALLOWANCE_KEYS as _ALLOW_KEYS,
-                       STATE_KEYS as _STATE_KEYS)
+                       STATE_KEYS as _STATE_KEYS, Layout, Training, job_stage_parameters)
 
 __all__ = ["job_document", "job_snippet", "job_markdown", "job_parts", "JobParts", "PAPERS",
            "tex_width", "break_sum"]
@@ -295,7 +295,7 @@ def _small(expr: sp.Expr) -> bool:
     return all(abs(x.p) < 10**4 and abs(x.q) < 10**4 for x in expr.atoms(sp.Rational))
 
 
-def _named_counts(total, vals, x, layout, stage):
+def _named_counts(total, vals, x, layout, stage, training=None):
     """The stage's parameter counts the total is written in (N_tp, N_rep, N_exp; LoRA N_q,
     N_u, N_a; N_lin for FP8 caches, :func:`memsym.training.stage_counts`), with their values.
 
@@ -311,7 +311,10 @@ def _named_counts(total, vals, x, layout, stage):
     if not counts or any(sym in free and sym not in vals for sym in named):
         return None
     sp_ = None
-    if x is not None:
+    if x is not None and isinstance(layout, Layout) and isinstance(training, Training):
+        # the job's own split and output rank (V schedules hold the output on rank 0)
+        sp_ = job_stage_parameters(x, layout, training, stage)
+    elif x is not None:
         tt, pp, ee = (int(_val(vals, n) or 1) for n in ("t", "p", "e"))
         te_ = _val(vals, "t_e")
         first = getattr(layout, "first_stage_layers", None) if layout is not None else None
@@ -432,7 +435,7 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
     pp = int(_val(vals, "p") or 1)
     vals = dict(vals)
     pr = _Printer()
-    named = _named_counts(total, vals, x, layout, stage)
+    named = _named_counts(total, vals, x, layout, stage, training)
     shown_state = {}
     counts = {}
     sp_ = None

@@ -570,6 +570,27 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     return _stage_total(_resolve(arch, training), layout, training, stage)
 
 
+def job_stage_parameters(x, layout: Layout, training: Training, stage: int):
+    """The :class:`memsym.model.StageParameters` of pipeline rank ``stage`` in this job: the
+    layout's split (uneven ends, an explicit pipeline layout) and the rank that holds the output
+    layer under the training's stage placement (:func:`output_stage`: rank 0 under torch's V
+    schedules).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> v = Training(framework="torchtitan", sharding="fsdp", stage_placement="v")
+    >>> job_stage_parameters(preset("llama2-7b"), Layout(p=2, v=2), v, 0).output_layer
+    True
+    """
+    from . import model as models
+
+    return models.stage_parameters(
+        x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
+        first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers,
+        pipeline_layout=layout.pipeline_layout, output_stage=output_stage(layout, training))
+
+
 def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     """The parameter counts of one pipeline stage, as values of the total's count symbols.
 
@@ -591,10 +612,7 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     from . import model as models
     from .symbols import N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_tp, N_u
 
-    sp_ = models.stage_parameters(
-        x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
-        first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers,
-        pipeline_layout=layout.pipeline_layout, output_stage=output_stage(layout, training))
+    sp_ = job_stage_parameters(x, layout, training, stage)
     pattern = models.moe_layer_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
     # one layer_parameters call per layer kind (dense, MoE), not per layer: memsym.search

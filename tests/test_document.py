@@ -316,3 +316,22 @@ def test_solve_without_closed_form_says_how_it_was_found():
     sec = md[md.index("### Solving for p"):md.index("### References")]
     assert "too long for a line" not in sec and "no closed form in p" in sec
     assert r"\Rightarrow\; p &= %d" % sol.value in sec and "checked: p = " in sec
+
+
+def test_v_schedule_document_puts_the_output_layer_on_rank_0():
+    # torch's ZBVZeroBubble / DualPipeV: rank 0 holds stages 0 and 2p - 1, so the embedding
+    # and the output layer (the document once placed the output on the last rank)
+    from memsym.job import job
+    from memsym.training import job_memory
+
+    j = job("llama3-8b", framework="torchtitan", p=2, v=2, d=4, seq_length=4096,
+            num_microbatches=4, stage_placement="v")
+
+    def held(stage):
+        parts = job_parts(job_memory(j, stage=stage), arch=j.model, layout=j.layout,
+                          training=j.training)
+        return next(line for line in parts.context if line.startswith("The stage holds"))
+
+    assert held(0) == ("The stage holds decoder layers 0-14, the input embedding, the final "
+                       "norm and output layer.")
+    assert held(1) == "The stage holds decoder layers 15-31."
