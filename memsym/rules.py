@@ -308,8 +308,13 @@ RULES: dict = {r.name: r for r in (
          lambda x, k: (f"context parallelism c={k['c']} needs 2c to divide the sequence length "
                        f"s={k['s']} (Megatron cuts it into 2c chunks)"),
          Source("megatron-lm", "megatron/training/utils.py, get_batch_on_this_cp_rank")),
+    # a transformers model under DeepSpeed computes RoPE's angles for any position
+    # (LlamaRotaryEmbedding.forward: inv_freq x position_ids): only a learned table bounds s
     Rule("seq-positions", "the sequence must not exceed max_position_embeddings",
-         lambda x, k: (k["s"] > x.max_position_embeddings) if x.max_position_embeddings else False,
+         lambda x, k: ((k["s"] > x.max_position_embeddings)
+                       and not (k.get("deepspeed", False)
+                                and x.position_embedding_type == "rope"))
+         if x.max_position_embeddings else False,
          lambda x, k: (f"sequence length s={k['s']} exceeds max_position_embeddings="
                        f"{x.max_position_embeddings} of {x.name} (Megatron-LM asserts "
                        f"max_position_embeddings >= seq_length)"),
@@ -388,6 +393,7 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "B": training.global_batch_size, "offload": training.offload != "none",
                   "shards_gradients": training.sharding in ("zero2", "zero3", "fsdp"),
                   "torchtitan": getattr(training, "framework", "megatron") == "torchtitan",
+                  "deepspeed": getattr(training, "framework", "megatron") == "deepspeed",
                   "gpipe": getattr(training, "schedule", "1f1b") == "gpipe",
                   "v_placement": getattr(training, "stage_placement", "loop") == "v",
                   "microbatch_group_size": getattr(training, "microbatch_group_size", None)})

@@ -347,3 +347,20 @@ def test_cli_recompute_methods_are_the_jobs():
     add_training_options(parser)
     action = next(a for a in parser._actions if "--recompute-method" in a.option_strings)
     assert tuple(action.choices) == RECOMPUTE_METHODS
+
+
+def test_positions_bound_the_sequence_only_where_the_framework_does():
+    # Megatron-LM asserts max_position_embeddings >= seq_length; a transformers model under
+    # DeepSpeed computes RoPE's angles for any position (LlamaRotaryEmbedding.forward), and
+    # only a learned table (GPT-2's wpe) bounds the sequence there
+    import dataclasses
+
+    from memsym.model import resolve_model
+
+    llama = resolve_model("llama2-7b")     # RoPE, 4096 positions
+    with pytest.raises(InvalidValueError, match="exceeds max_position_embeddings"):
+        job(llama, d=8, seq_length=8192)
+    assert job(llama, framework="deepspeed", d=8, seq_length=8192).training.seq_length == 8192
+    learned = dataclasses.replace(llama, position_embedding_type="learned_absolute")
+    with pytest.raises(InvalidValueError, match="exceeds max_position_embeddings"):
+        job(learned, framework="deepspeed", d=8, seq_length=8192)

@@ -204,6 +204,7 @@ def _grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
     k = {name: grid[name] for name in _KNOBS}
     k.update({"t_e": grid["t"], "s": space.seq_length, "B": B, "gpus": gpus,
               "torchtitan": space.framework == "torchtitan", "gpipe": space.schedule == "gpipe",
+              "deepspeed": space.framework == "deepspeed",
               "gpus_per_node": space.gpus_per_node,
               "first_stage_layers": space.first_stage_layers,
               "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,

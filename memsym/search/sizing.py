@@ -570,7 +570,8 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
         ex = fits(lo * step)
         return {"what": what, "value": lo * step, "closed_form": None, "bound": None,
                 "bytes": ex["bytes"]}
-    if what == "seq_length" and space.arch.max_position_embeddings:
+    if what == "seq_length" and space.arch.max_position_embeddings and not (
+            space.framework == "deepspeed" and space.arch.position_embedding_type == "rope"):
         limit = min(limit, space.arch.max_position_embeddings)     # rule seq-positions
     vals, totals = _row_totals(space, lay)
     sym = b_sym if what == "micro_batch_size" else s_sym
