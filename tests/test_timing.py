@@ -575,3 +575,45 @@ def test_stages_gradients_overlap_only_beyond_one_round():
                         assert walk[0] == peak and (max(walk[1:]) == 0) == one_round
                     checked += 1
     assert checked > 100
+
+
+def test_tp_comm_overlap_runs_as_transformer_engines_userbuffers():
+    # TE's initialize_ub defaults (module/base.py), composed by hand from the GEMM roofline:
+    # forward qkv and fc1 as t ring-exchange GEMMs of M/t rows, proj and fc2 as 4 pipelined
+    # chunks on the 132 - 16 SMs the reduce-scatter leaves; backward proj / fc2 dgrad by ring
+    # exchange, their wgrad whole, qkv / fc1 dgrad and wgrad whole on 116 SMs (bulk)
+    import dataclasses
+
+    from memsym.timing.efficiency import gemm_time
+    from memsym.timing.gemm import layer_gemms, shape_of
+    from memsym.timing.step import _layer
+
+    x, dev, clu = shape_of(preset("llama3-70b")), gpu("h100-80gb"), cluster("dgx-h100")
+    few = dataclasses.replace(dev, sm_count=116, bf16=dev.bf16 * 116 / 132,
+                              fp16=dev.fp16 * 116 / 132, fp8=dev.fp8 * 116 / 132)
+    st = Settings(seq_length=4096, micro_batch_size=1, sequence_parallel=True,
+                  flash_attention=True, dropout=False, precision="fp8")
+    t_ = 8
+    g = {q.name: q for q in layer_gemms(x, 4096, 1, t_)}
+
+    def run(M, N, K, on=dev, n=1):
+        return n * float(gemm_time(M / n, N, K, on, "fp8"))
+
+    fwd_by_hand = (run(4096, g["qkv"].N, g["qkv"].K, n=t_) + run(4096, g["proj"].N, g["proj"].K, few, 4)
+                   + run(4096, g["fc1"].N, g["fc1"].K, n=t_) + run(4096, g["fc2"].N, g["fc2"].K, few, 4))
+    bwd_by_hand = (run(4096, g["proj"].K, g["proj"].N, n=t_) + run(g["proj"].K, g["proj"].N, 4096)
+                   + run(4096, g["fc2"].K, g["fc2"].N, n=t_) + run(g["fc2"].K, g["fc2"].N, 4096)
+                   + sum(run(4096, g[k].K, g[k].N, few) + run(g[k].K, g[k].N, 4096, few)
+                         for k in ("qkv", "fc1")))
+    f, b = _layer(x, st, dev, clu, t_, 1, 1, t_, 1, moe=False, eta_gemm=None,
+                  overlap=Overlap(tp_comm=True), dp=1)
+    assert float(f["gemm"]) == pytest.approx(fwd_by_hand, rel=1e-12)
+    assert float(b["gemm"]) == pytest.approx(bwd_by_hand, rel=1e-12)
+    # splitting costs GEMM time and hides most of the collectives (seed 001's TP 8 layer)
+    f0, b0 = _layer(x, st, dev, clu, t_, 1, 1, t_, 1, moe=False, eta_gemm=None,
+                    overlap=Overlap(), dp=1)
+    assert float(f["gemm"]) > float(f0["gemm"]) and float(f["tp"]) < float(f0["tp"]) / 2
+    # the switch to the old reading: collectives hidden behind the whole, unsplit GEMMs
+    fh, _ = _layer(x, st, dev, clu, t_, 1, 1, t_, 1, moe=False, eta_gemm=None,
+                   overlap=Overlap(tp_comm=True, tp_comm_split=False), dp=1)
+    assert float(fh["gemm"]) == float(f0["gemm"]) and float(fh["tp"]) == 0.0

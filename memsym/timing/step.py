@@ -84,7 +84,13 @@ class Overlap:
         during the next step's first forward.
     tp_comm : bool
         ``--tp-comm-overlap`` (Transformer Engine userbuffers): TP all-gather /
-        reduce-scatter overlap the GEMMs they feed (exposed: what exceeds those GEMMs).
+        reduce-scatter overlap the GEMMs they feed.
+    tp_comm_split : bool
+        How that overlap runs: as Transformer Engine's default userbuffers (True; a dense
+        layer's GEMMs split into ring-exchange and pipelined chunks, 16 SMs given to the
+        collectives beside them, :func:`_userbuffers`), or as collectives hidden behind the
+        layer's whole GEMMs at full efficiency (False: torch's async TP as memsym counts it,
+        and MoE / MLA layers either way).
     ep_a2a : bool
         ``--overlap-moe-expert-parallel-comm``: EP all-to-all hidden behind another
         micro-batch's compute (exposed: what exceeds the layer's expert GEMMs).
@@ -103,6 +109,7 @@ class Overlap:
     grad_reduce: bool = True
     param_gather: bool = True
     tp_comm: bool = False
+    tp_comm_split: bool = True
     ep_a2a: bool = False
     pp_p2p: bool = True
     cp_ring: bool = True
@@ -264,7 +271,10 @@ def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, o
                 + np.maximum(0, n_col * one - dgrad))         # input re-gather under dgrad
     else:
         b_tp = np.maximum(0, f_tp - wgrad)
-    if overlap.tp_comm:
+    if overlap.tp_comm and overlap.tp_comm_split and st.sequence_parallel and not moe \
+            and not x.mla:
+        f_gemm, b_gemm, f_tp, b_tp = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat)
+    elif overlap.tp_comm:
         f_tp = np.maximum(0, f_tp - f_gemm)
         b_tp = np.maximum(0, b_tp - b_gemm)
     # --- expert parallel all-to-all: dispatch + combine of the rank's routed rows
@@ -314,6 +324,72 @@ def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, o
             bwd["memory"] = bwd["memory"] + memory_time(2 * (2 + (2.5 if st.dropout else 0))
                                                         * scores, dev)  # 2 bytes per element
     return fwd, bwd
+
+
+#: Transformer Engine's default userbuffer overlaps (``initialize_ub`` without a user
+#: config, as Megatron-Bridge passes it when ``tp_comm_overlap_cfg`` is None): the SMs the
+#: pipelined reduce-scatter and the bulk collectives take from the GEMM beside them.
+UB_COMM_SMS = 16
+#: ... and the chunks a pipelined GEMM + reduce-scatter is split into.
+UB_PIPELINE_SPLITS = 4
+
+
+def _fewer_sms(dev, taken):
+    """The GPU with ``taken`` SMs given to communication kernels (``set_sm_margin``)."""
+    import dataclasses
+
+    keep = (dev.sm_count - taken) / dev.sm_count
+    return dataclasses.replace(dev, sm_count=dev.sm_count - taken,
+                               **{k: (getattr(dev, k) or 0) * keep or None
+                                  for k in ("bf16", "fp16", "fp8")})
+
+
+def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat):
+    """Forward / backward GEMM and exposed TP seconds of one dense layer under Transformer
+    Engine's default userbuffer overlaps (``--tp-comm-overlap`` with sequence parallelism).
+
+    transformer_engine/pytorch/module/base.py ``initialize_ub``: ring exchange (the
+    all-gather passed to the neighbour chunk by chunk on the copy engines, one GEMM of M/t
+    rows per chunk: qkv and fc1 forward, proj and fc2 data gradients), pipelined GEMM +
+    reduce-scatter (4 chunks, 16 SMs reserved: proj and fc2 forward), bulk (one GEMM on the
+    other SMs beside the whole collective on 16: qkv and fc1 data and weight gradients), the
+    proj and fc2 weight gradients on the ring's gathered gradient.  All-gather buffers are
+    fp8 under an fp8 recipe.  ``hidden``: the layer's full activation [T h] elements."""
+    g = {q.name: q for q in gemms}
+    tt = _arr(t)
+    few = _fewer_sms(dev, UB_COMM_SMS)
+    ag_width = 1 if prec == "fp8" else 2
+    rows = g["qkv"].M
+
+    def gemm(M, N, K, on=dev, count=1):
+        return gemm_time(M, N, K, on, prec, eta_gemm=eta, count=count)
+
+    def ring(M, N, K):
+        chunk = gemm(M / tt, N, K)
+        step = collective_time("p2p", ag_width * hidden / tt, 2, bw, lat)
+        return tt * chunk, (tt - 1) * np.maximum(0, step - chunk)
+
+    def pipelined(M, N, K):
+        n = UB_PIPELINE_SPLITS
+        chunk = gemm(M / n, N, K, few)
+        rs = collective_time("reduce-scatter", 2 * hidden / n, tt, bw, lat)
+        return n * chunk, rs + (n - 1) * np.maximum(0, rs - chunk)
+
+    def bulk(M, N, K, comm):
+        run = gemm(M, N, K, few)
+        return run, np.maximum(0, comm - run)
+
+    qkv, proj, fc1, fc2 = g["qkv"], g["proj"], g["fc1"], g["fc2"]
+    ag = collective_time("all-gather", ag_width * hidden, tt, bw, lat)
+    rs = collective_time("reduce-scatter", 2 * hidden, tt, bw, lat)
+    fwd = [ring(rows, qkv.N, qkv.K), pipelined(rows, proj.N, proj.K),
+           ring(rows, fc1.N, fc1.K), pipelined(rows, fc2.N, fc2.K)]
+    bwd = [ring(rows, proj.K, proj.N), (gemm(proj.K, proj.N, proj.M), 0.0),
+           ring(rows, fc2.K, fc2.N), (gemm(fc2.K, fc2.N, fc2.M), 0.0)]
+    for q in (qkv, fc1):
+        bwd += [bulk(q.M, q.K, q.N, ag), bulk(q.K, q.N, q.M, rs)]
+    return (sum(a for a, _ in fwd), sum(a for a, _ in bwd),
+            sum(b for _, b in fwd), sum(b for _, b in bwd))
 
 
 def _stage_layers(L, p, first, last):
@@ -635,6 +711,8 @@ def overlap_of(training) -> Overlap:
     return Overlap(grad_reduce=pick(training.overlap_grad_reduce),
                    param_gather=pick(training.overlap_param_gather),
                    tp_comm=bool(training.tp_comm_overlap),
+                   # torchtitan's async TP is torch's micro-pipelining, not TE's userbuffers
+                   tp_comm_split=training.framework != "torchtitan",
                    ep_a2a=bool(training.overlap_moe_expert_parallel_comm),
                    pp_p2p=bool(training.overlap_p2p_comm))
 
