@@ -617,3 +617,7 @@ def test_tp_comm_overlap_runs_as_transformer_engines_userbuffers():
     fh, _ = _layer(x, st, dev, clu, t_, 1, 1, t_, 1, moe=False, eta_gemm=None,
                    overlap=Overlap(tp_comm=True, tp_comm_split=False), dp=1)
     assert float(fh["gemm"]) == float(f0["gemm"]) and float(fh["tp"]) == 0.0
+    # no userbuffers without tensor parallelism: t = 1 prices as without the overlap
+    one = [_layer(x, st, dev, clu, 1, 1, 1, 1, 1, moe=False, eta_gemm=None, overlap=o, dp=1)
+           for o in (Overlap(tp_comm=True), Overlap())]
+    assert one[0] == one[1]

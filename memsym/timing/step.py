@@ -273,7 +273,11 @@ def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, o
         b_tp = np.maximum(0, f_tp - wgrad)
     if overlap.tp_comm and overlap.tp_comm_split and st.sequence_parallel and not moe \
             and not x.mla:
-        f_gemm, b_gemm, f_tp, b_tp = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat)
+        # userbuffers exist only with t > 1 (Bridge and TE turn the overlap off at t = 1)
+        ub = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat)
+        multi = _arr(t) > 1
+        f_gemm, b_gemm, f_tp, b_tp = (np.where(multi, u, plain) for u, plain in
+                                      zip(ub, (f_gemm, b_gemm, f_tp, b_tp)))
     elif overlap.tp_comm:
         f_tp = np.maximum(0, f_tp - f_gemm)
         b_tp = np.maximum(0, b_tp - b_gemm)
