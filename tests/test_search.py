@@ -602,15 +602,13 @@ def test_llama3_405b_meta_layout_is_offered_with_uneven_stages(llama3_405b_16k):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "issue 17 item 5 not met by the current models: with Megatron's launch rules Meta's "
-    "layout needs v <= 2 (v = 2 with 6/8-layer ends), whose bubble (15/32 of the compute at "
-    "m = 16) and full recomputation (no recompute does not fit the H100's 79.11 GiB in memsym's memory "
-    "model: all m v = 32 chunk passes of 4 layers in flight on the first stage) give ~10.6 s "
-    "and rank ~75th of 165 distinct (t, p, c, d) layouts.  Under torchtitan's rules it can "
-    "run 4 or 8 stages per rank (pipeline_parallel_layers_per_stage) but still needs full "
-    "recompute or torchtitan's default every-2 layer AC and ranks ~33rd of 150 (7.1 s); TP 8 "
-    "PP 16 CP 2 DP 64 with v = 8 and no recompute ranks first there (6.0 s).  At m = p any "
-    "depth-first interleaving runs all of rank 0's forwards before its first backward"))
+    "issue 17 item 5 (blocked): Meta's layout with v = 8 and no recompute is priced at 6.05 s "
+    "but needs 87.7 GB under Megatron-LM's allocation (128 in-flight chunk passes of 533 MB and "
+    "the distributed optimizer's 19.1 GB of weights and fp32 gradients) and 87.6 GB under "
+    "torchtitan's (torch.distributed.pipelining's kept buffers), against 84.94 GB; with recompute "
+    "it ranks 75th (Megatron, v <= 2 on 126 layers) and 33rd / 19th with every-3 (torchtitan). "
+    "Meta's stack frees the stage inputs/outputs and keeps no gradient buffer before the backward; "
+    "docs/howto-search.md, 'Llama 3 405B's production layout', doctests every number"))
 def test_llama3_405b_meta_layout_ranks_near_the_top(llama3_405b_16k):
     layouts = list(_distinct_layouts(llama3_405b_16k))
     assert (8, 16, 1, 128) in layouts[:5]
