@@ -789,7 +789,7 @@ def _grads_as_stages_run(layout: Layout, training: Training, accumulated: Term) 
 
     .. math::
 
-        b_r\Big(rac{N_{\mathrm{lin}}}{v} + rac{N_{\mathrm{tp}}}{t} - N_{\mathrm{lin}}
+        b_r\Big(\frac{N_{\mathrm{lin}}}{v} + \frac{N_{\mathrm{tp}}}{t} - N_{\mathrm{lin}}
             + N_{\mathrm{rep}}\Big)
 
     (:math:`N_{\mathrm{lin}}` the decoder layers' split weights, the embedding, output and

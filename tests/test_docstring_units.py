@@ -117,3 +117,15 @@ def test_parameter_unit_matches_the_registry(where, obj, pname, unit):
     text = _documented(inspect.getdoc(obj) or "", pname)
     assert text is not None, f"{where}: parameter {pname} is not documented (Parameters/Attributes)"
     assert f"[{unit}]" in text, f"{where}: parameter {pname} needs its unit [{unit}]"
+
+
+def test_no_control_characters_in_the_sources():
+    # a math block written through a non-raw string turns \t, \f, \b, \r into control
+    # characters ("\tau" -> tab + "au"): none may reach a source file of the package
+    import pathlib
+
+    root = pathlib.Path(memsym.__file__).parent
+    bad = [(str(f.relative_to(root)), i) for f in sorted(root.rglob("*.py"))
+           for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+           if re.search(r"[\x00-\x09\x0b-\x1f\x7f]", line)]
+    assert not bad, bad

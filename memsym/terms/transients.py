@@ -777,13 +777,13 @@ def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_paralle
     gradient to ``grad_output_buffer`` instead of computing its weight gradient, while fewer
     than ``--wgrad-deferral-limit`` are held (0: no limit); the flush
     (``finish_embedding_wgrad_compute``, before the optimizer step) drains both.  With
-    :math:`	au = s b / c` tokens on one GPU, :math:`w` bytes per element and
-    :math:`n = \min(m, 	ext{limit})` micro-batches (:math:`m` when the limit is 0):
+    :math:`\tau = s b / c` tokens on one GPU, :math:`w` bytes per element and
+    :math:`n = \min(m, \text{limit})` micro-batches (:math:`m` when the limit is 0):
 
     .. math::
 
-        n\,w\,	au\Big(rac{h}{\sigma} + rac{V}{t}\Big),
-        \qquad \sigma = t 	ext{ under sequence parallelism, else } 1
+        n\,w\,\tau\Big(\frac{h}{\sigma} + \frac{V}{t}\Big),
+        \qquad \sigma = t \text{ under sequence parallelism, else } 1
 
     (the input is the sequence-sharded one under sequence parallelism: the all-gather
     happens inside the GEMM) at the last deferred backward.  Before it, at the last
