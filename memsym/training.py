@@ -254,7 +254,7 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
 def _output_layer(x, layout: Layout, training: Training) -> Total:
     """One micro-batch's activations of the final norm, the output layer and the loss
     (:func:`memsym.terms.activations.output_activations` for this job)."""
-    sp_on = bool(layout.sequence_parallel and layout.t > 1)
+    sp_on = _sequence_parallel(layout)
     # torchtitan's output layer is torch's ColwiseParallel (it saves the gathered input) and
     # its final RMSNorm runs eagerly in fp32
     titan = training.framework == "torchtitan"
@@ -264,10 +264,20 @@ def _output_layer(x, layout: Layout, training: Training) -> Total:
                               fp32_norm=titan and x.normalization.lower() == "rmsnorm")
 
 
+def _activation_width(training: Training) -> int:
+    """Bytes per element of the 16-bit activations and buffers (4 when training in fp32)."""
+    return 4 if training.precision == "fp32" else 2
+
+
+def _sequence_parallel(layout: Layout) -> bool:
+    """Whether sequence parallelism is on: Megatron turns it off at t = 1."""
+    return bool(layout.sequence_parallel and layout.t > 1)
+
+
 def _boundary_bytes(sp_on: bool, training: Training) -> sp.Expr:
     """One micro-batch's hidden states at a pipeline-stage boundary [bytes]: 2 tau h / sigma
     (4 in fp32), sequence-sharded over t under sequence parallelism."""
-    width = 4 if training.precision == "fp32" else 2
+    width = _activation_width(training)
     return width * b * s * h / (c * (t if sp_on else 1))
 
 
@@ -323,7 +333,7 @@ def _pipelining_buffers(stage: int, pp: int, vv, mm, group, sp_on: bool,
     its :math:`n_\ell` micro-batches in flight: 1 under (interleaved) 1F1B, all m under GPipe
     and LoopedBFS (:func:`memsym.terms.schedule.logits_microbatches`).
     ``tests/test_engine_fsdp2.py`` checks the buffers on gloo groups of 2 and 3 ranks."""
-    width = 4 if training.precision == "fp32" else 2
+    width = _activation_width(training)
     boundary = _boundary_bytes(sp_on, training)
     vk = 1 if vv is None else vv
     count, extra = 2 * vk * mm, 0
@@ -435,7 +445,7 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
         # no pipeline: each micro-batch's backward follows its forward (gradient accumulation),
         # whatever the schedule is called; GPipe's "all m in flight" needs stages
         schedule = "1f1b"
-    sp_on = bool(layout.sequence_parallel and layout.t > 1)   # Megatron turns SP off at t = 1
+    sp_on = _sequence_parallel(layout)
     interleaved = layout.v is not None and layout.v > 1
     if m_known is None:
         m_known = microbatches(layout, training) is not None
@@ -732,7 +742,7 @@ def _transient_widths(training: Training) -> dict:
     (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
     from .symbols import N_bkt, N_pf, b_hp, b_r, b_u, n_ag, n_bkt
 
-    half = 4 if training.precision == "fp32" else 2
+    half = _activation_width(training)
     vals = {sym: sp.Integer(_TR_DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
     vals.update({b_u: sp.Integer(half), b_hp: sp.Integer(half)})
     return vals
@@ -909,8 +919,8 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
             for ph in ("forward", "loss-backward", "backward"):
                 out[ph].append(tr.deferred_wgrad_buffers(
                     limit=training.wgrad_deferral_limit,
-                    width=4 if training.precision == "fp32" else 2,
-                    sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
+                    width=_activation_width(training),
+                    sequence_parallel=_sequence_parallel(layout),
                     last_pending=ph != "backward"))
         o = _output_layer(x, layout, training).expr
         out["backward"].append(Term("output_freed", -o, "the output layer's activations and "
@@ -921,7 +931,7 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         # the pipeline's receive buffers outlive the step: the optimizer step sees them
         out["optimizer"].append(_pipelining_recv_buffers(
             stage, layout.p, v if (layout.v or 1) > 1 else None, m,
-            bool(layout.sequence_parallel and layout.t > 1), training))
+            _sequence_parallel(layout), training))
     # the sharding schemes' buffers are the frameworks' own (FSDP2, DeepSpeed): they join the
     # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
     # keep their published model-state forms and only the loss's transients
