@@ -100,7 +100,9 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     knob_k = _grid_knobs(space, grid)
     # the most layers on one rank and in one model chunk of a row (block-N choices beyond a
     # chunk are full recompute)
-    rank_max = _most_layers_per_rank(x.num_layers, p_, f_, l_)
+    from ..timing.step import most_layers_per_rank
+
+    rank_max = most_layers_per_rank(x.num_layers, p_, f_, l_)
     chunk_max = rank_max / v_
     one_kind = len(set(moe_layer_pattern(x))) == 1
     combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
@@ -230,16 +232,6 @@ TIME_PARTS = ("time_compute", "time_memory", "time_comm", "time_bubble", "time_o
               "time_other")
 
 
-def _most_layers_per_rank(num_layers: int, p_, f_, l_):
-    """Decoder layers on the rank holding the most, per row [1]: the given first / last stage
-    sizes ``f_`` / ``l_`` (0: none) and the middle stages' even share of the rest."""
-    import numpy as np
-
-    mid = np.where((f_ == 0) & (l_ == 0), num_layers / p_,
-                   (num_layers - f_ - l_) / np.maximum(p_ - (f_ > 0) - (l_ > 0), 1))
-    return np.maximum(np.maximum(f_, l_), mid)
-
-
 def launch_overlaps(framework: str, sharding: str) -> dict:
     """The overlap options every row is priced with, as :func:`memsym.job.job` options.
 
@@ -312,8 +304,10 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
         chunk = L_ / (p_ * knobs["v"])
         frac = np.minimum(n_layers, chunk) / chunk
     elif method == "every":
-        # every N-th block of the rank with the most layers (step_time's _recompute_fraction)
-        n_rank = _most_layers_per_rank(L_, p_, f_, l_)
+        # every N-th block of the rank with the most layers (as step_time prices it)
+        from ..timing.step import most_layers_per_rank
+
+        n_rank = most_layers_per_rank(L_, p_, f_, l_)
         frac = np.floor(n_rank / n_layers) / n_rank
     st = Settings(seq_length=space.seq_length, micro_batch_size=int(knobs["b"][0]),
                   recompute="full" if method is not None else rc,

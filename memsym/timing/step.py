@@ -35,6 +35,7 @@ from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, out
 from .schedule import bubble_fraction, schedule_rule, simulate
 
 __all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
+           "most_layers_per_rank",
            "OPTIMIZER_BYTES", "SOURCES",
            "FLASH_FORWARD", "FLASH_BACKWARD"]
 
@@ -652,17 +653,30 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     }
 
 
+def most_layers_per_rank(num_layers: int, p, first=0, last=0):
+    """Decoder layers on the pipeline rank holding the most [1], vectorised: the first / last
+    stage sizes (0: not given, Megatron's ``--decoder-first/last-pipeline-num-layers``) and
+    the middle stages' even share of the rest.
+
+    Examples
+    --------
+    >>> float(most_layers_per_rank(126, 16, 7, 7)), float(most_layers_per_rank(80, 4))
+    (8.0, 20.0)
+    """
+    p, f_, l_ = _arr(p), _arr(first), _arr(last)
+    mid = np.where((f_ == 0) & (l_ == 0), num_layers / p,
+                   (num_layers - f_ - l_) / np.maximum(p - (f_ > 0) - (l_ > 0), 1))
+    return np.maximum(np.maximum(f_, l_), mid)
+
+
 def _recompute_fraction(arch, layout, training) -> float:
     # Megatron's --recompute-method block N reruns the first N layers of each model chunk;
     # torchtitan's layer SAC every N-th block of a rank (floor(n/N) of its n, the rank with
     # the most layers: the slowest stage)
     method = getattr(training, "recompute_method", None) if training.recompute == "full" else None
     if method == "every":
-        from ..model.stages import stage_layers
-
-        n = max(len(stage_layers(arch, layout.p, i, layout.first_stage_layers,
-                                 layout.last_stage_layers)) for i in {0, min(1, layout.p - 1),
-                                                                      layout.p - 1})
+        n = int(most_layers_per_rank(arch.num_layers, layout.p, layout.first_stage_layers or 0,
+                                     layout.last_stage_layers or 0))
         return (n // training.recompute_num_layers) / n
     if method != "block":
         return 1.0
