@@ -667,9 +667,9 @@ def communication_report(args, arch, layout, training) -> dict:
     cluster the options describe (:func:`memsym.terms.compute.step_report` with the layout:
     step time, bubble and MFU from :func:`memsym.timing.step.step_time`, the exact schedule;
     MFU on GEMM-count FLOPs; ``--efficiency`` the explicit achieved-GEMM-efficiency override)."""
-    from ..model import active_parameter_count, moe_layer_pattern, stage_parameters
+    from ..model import active_parameter_count, moe_layer_pattern
     from ..terms.compute import step_report
-    from ..training import arch_values, microbatches, output_stage
+    from ..training import arch_values, job_stage_parameters, microbatches
 
     values = {str(sym): int(val) for sym, val in arch_values(arch, layout.t).items()}
     # FLOPs: 6 N per token on the parameters a token passes through (the active ones for
@@ -679,12 +679,7 @@ def communication_report(args, arch, layout, training) -> dict:
     # data parallelism reduces the gradients a GPU holds: the heaviest stage's dense and
     # expert parameters (experts/(e t_e) of them); the ring factor uses d for both groups
     heaviest = max(
-        (stage_parameters(arch, layout.t, layout.p, i, e=layout.e, t_e=layout.t_e,
-                          first_stage_layers=layout.first_stage_layers,
-                          last_stage_layers=layout.last_stage_layers,
-                          pipeline_layout=layout.pipeline_layout,
-                          output_stage=output_stage(layout, training)).per_gpu
-         for i in range(layout.p)))
+        (job_stage_parameters(arch, layout, training, i).per_gpu for i in range(layout.p)))
     dp_params = heaviest * layout.p * layout.t
     m_ = microbatches(layout, training) or 1
     values.update({"s": training.seq_length, "b": training.micro_batch_size, "m": m_,
