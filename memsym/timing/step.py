@@ -654,9 +654,25 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
 
 
 def most_layers_per_rank(num_layers: int, p, first=0, last=0):
-    """Decoder layers on the pipeline rank holding the most [1], vectorised: the first / last
-    stage sizes (0: not given, Megatron's ``--decoder-first/last-pipeline-num-layers``) and
-    the middle stages' even share of the rest.
+    r"""Decoder layers on the pipeline rank holding the most [1], vectorised.
+
+    .. math:: \max\Big(f,\ l,\ \frac{L - f - l}{p - [f > 0] - [l > 0]}\Big)
+
+    with the first / last stage sizes f, l (0: not given, the even split L/p).
+
+    Parameters
+    ----------
+    num_layers : int
+        Decoder layers L [1].
+    p : int or array_like
+        Pipeline-parallel size [GPUs].
+    first, last : int or array_like
+        Megatron's ``--decoder-first/last-pipeline-num-layers`` [1]; 0 when not given.
+
+    Returns
+    -------
+    numpy.ndarray
+        Layers on the most loaded rank [1].
 
     Examples
     --------
