@@ -560,8 +560,14 @@ def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
     if method is None or n is None:
         raise InvalidValueError("full recompute with layers given needs both recompute_method "
                                 "(uniform, block or every) and recompute_num_layers")
-    choose("recompute method", method, RECOMPUTE_METHODS)
-    whole(n, "recompute_num_layers")
+    method = choose("recompute method", method, RECOMPUTE_METHODS)
+    # Megatron accepts 0 (TransformerConfig checks only None): block 0 checkpoints no layer;
+    # uniform 0 never advances its loop (core/recompute.py: layer_idx += recompute_num_layers)
+    whole(n, "recompute_num_layers", minimum=0)
+    if n == 0 and method != "block":
+        raise InvalidValueError(f"recompute_num_layers 0 with recompute_method {method}: "
+                                "Megatron's uniform loop never advances (core/recompute.py); "
+                                "block 0 checkpoints no layer")
     if method == "every" and (training.framework != "torchtitan"
                               or layout.pipeline_layout is not None):
         raise InvalidValueError("recompute_method \"every\" is torchtitan's layer selective AC "

@@ -544,7 +544,9 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                               n_out * x.mtp_num_layers * (per_layer(last_kind) + out),
                               "multi-token-prediction layers: one layer and one more logits each",
                               derived, label="MTP"))
-    if recompute == "full" and kinds:
+    # block 0 checkpoints no layer (core/recompute.py: layer_idx < 0 is never true): nothing
+    # is rematerialised, so no working set
+    if recompute == "full" and kinds and not (method == "block" and n_rec == 0):
         if pl is not None:
             per_chunk = sp.Integer(max(pl.chunk_layers(stage)))
         group = sp.Min(n_rec, per_chunk) if method == "uniform" else 1

@@ -105,9 +105,11 @@ def test_custom_gpt_with_learned_positions(capsys):
     # (QKV, projection, two MLP matrices with biases, two LayerNorms); the embedding's rows
     # padded to 128 (1000 -> 1024) x 64; the learned position table s x h = 32 x 64 (it
     # defaults to --seq-length, as Megatron requires); the final LayerNorm 2h.
+    # without a MODEL the words are a Megatron-LM command, read with Megatron's defaults:
+    # --micro-batch-size and the world size are required, weights fp32 unless --bf16
     code, out, err = cli(capsys, "estimate", "--num-layers", "2", "--hidden-size", "64",
                          "--num-attention-heads", "4", "--vocab-size", "1000", "--seq-length",
-                         "32", "--json")
+                         "32", "--micro-batch-size", "1", "--world-size", "1", "--bf16", "--json")
     assert code == 0, err
     data = json.loads(out)
     params = 2 * (12 * 64**2 + 13 * 64) + 1024 * 64 + 32 * 64 + 2 * 64

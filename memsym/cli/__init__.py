@@ -24,6 +24,8 @@ COMMANDS = {
     "search": ".search",
     "min-gpus": ".min_gpus",
     "plot": ".plot",
+    "models": ".catalogue",
+    "gpus": ".catalogue",
 }
 
 
@@ -47,7 +49,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--version", action="version", version=f"memsym {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     sub.required = True
-    for name, module in COMMANDS.items():
+    for module in dict.fromkeys(COMMANDS.values()):   # a module may register several commands
         importlib.import_module(module, __name__).add_parser(sub)
     return parser
 
@@ -72,11 +74,13 @@ def main(argv=None) -> int:
         with contextlib.redirect_stdout(buffer):
             raw = list(sys.argv[1:] if argv is None else argv)
             parser = build_parser()
-            args, extra = parser.parse_known_args(raw)
-            if extra and not getattr(args, "megatron_arguments", False):
-                parser.error("unrecognized arguments: " + " ".join(extra))
-            # a command that reads a pasted Megatron-LM argument list gets the raw argv
-            args.raw_argv, args.unparsed = raw[1:], extra
+            # a job command's words are sorted once (memsym's options, a pasted Megatron-LM
+            # command, the MODEL) before argparse reads memsym's own: memsym.cli.reading
+            from .reading import prepare_argv
+
+            ordered, words = prepare_argv(parser, raw)
+            args = parser.parse_args(ordered)
+            args.job_words = words
             status = int(args.run(args) or 0)
         write_stdout(buffer.getvalue())
         return status

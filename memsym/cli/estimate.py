@@ -78,7 +78,7 @@ def check_model_state_only(args) -> None:
 
     given = [opt for opt, dest in _NEEDS_MODEL
              if getattr(args, dest, None) is not None and getattr(args, dest, None) is not False]
-    if getattr(args, "schedule", "1f1b") != "1f1b":
+    if getattr(args, "schedule", None) is not None:
         given.append("--schedule")
     if given:
         raise InvalidValueError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} "
@@ -102,6 +102,15 @@ def run(args) -> int:
     from ..errors import InvalidValueError
 
     from .training_options import estimate_training, wants_training
+
+    if getattr(args, "job_words", None) is not None and args.job_words.megatron \
+            and not wants_training(args):
+        from ..errors import InvalidValueError
+
+        raise InvalidValueError(f"{args.job_words.megatron[0]} is a Megatron-LM argument: it "
+                                "needs a model (a preset, a config.json or the architecture "
+                                "arguments); with --params use memsym's options (--precision, "
+                                "--sharding)")
 
     if args.gpu is not None and args.gpu_memory is None:
         from ..hardware import gpu

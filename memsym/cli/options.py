@@ -113,12 +113,15 @@ def add_model_state_options(parser, *, dp: bool = True) -> None:
                      "the distributed optimizer keeps the whole fp32 gradient buffer, 6 + 12/d "
                      "bytes/param), seed000 (seed 000: 2 + 16/d; alias memsym), zero-paper "
                      "(ZeRO §5), megatron-lm or megatron-bridge (the frameworks' estimators)")
-    grp.add_argument("--precision", type=choice("precision", tuple(PRECISIONS)), default="bf16",
-                     help="weight precision: " + ", ".join(PRECISIONS) + " (default bf16)")
-    grp.add_argument("--optimizer", type=choice("optimizer", tuple(OPTIMIZERS)), default="adam",
+    # absent = None: the job's default (memsym.job.DEFAULTS) or the framework's, never a value
+    # argparse would put in that looks given
+    grp.add_argument("--precision", type=choice("precision", tuple(PRECISIONS)), default=None,
+                     help="weight precision: " + ", ".join(PRECISIONS) + " (default bf16; a "
+                     "Megatron-LM command without a MODEL: fp32 unless --bf16/--fp16)")
+    grp.add_argument("--optimizer", type=choice("optimizer", tuple(OPTIMIZERS)), default=None,
                      help="optimizer: " + ", ".join(OPTIMIZERS) + " (default adam)")
-    grp.add_argument("--offload", type=choice("offload", OFFLOADS), default="none",
-                     help="CPU offload: " + ", ".join(OFFLOADS))
+    grp.add_argument("--offload", type=choice("offload", OFFLOADS), default=None,
+                     help="CPU offload: " + ", ".join(OFFLOADS) + " (default none)")
     grp.add_argument("--gpu-memory", type=capacity, default=None, metavar="C",
                      help="GPU memory capacity: 80GB (1e9), 80GiB (2^30) or bytes")
 
@@ -133,6 +136,16 @@ def resolve_scheme(args) -> str:
             raise InvalidValueError(f"--use-distributed-optimizer contradicts --sharding {scheme}")
         scheme = "distributed-optimizer"
     return scheme or "distributed-optimizer"
+
+
+def fill_model_state_defaults(args) -> None:
+    """The model-state estimate's precision, optimizer and offload where not given: the
+    job's defaults (:data:`memsym.job.DEFAULTS`), one table for every path."""
+    from ..job import DEFAULTS
+
+    for name in ("precision", "optimizer", "offload"):
+        if getattr(args, name, None) is None:
+            setattr(args, name, DEFAULTS[name])
 
 
 def model_state_convention(args) -> str:
@@ -154,6 +167,7 @@ def model_state_setup(args, *, need_params: bool = True, keep_symbolic: bool = F
 
     scheme = resolve_scheme(args)
     convention = model_state_convention(args)
+    fill_model_state_defaults(args)
     if args.offload != "none" and (args.pp or 1) > 1:
         # REF: seed001 (MCore raises "no support for Pipeline parallelism with CPU offloading")
         raise InvalidValueError("CPU offload needs --pp 1: Megatron-Core refuses pipeline parallelism "

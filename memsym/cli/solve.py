@@ -62,15 +62,12 @@ def add_parser(sub) -> None:
 def job_from_args(args):
     """The :class:`memsym.job.Job` of the job options (MODEL, layout, training, allowances,
     ``--gpu``, ``--gpu-memory``), validated once."""
-    from .training_options import (framework_job_from_args, job_from_args as build,
-                                   megatron_job_from_args, megatron_mode, warn_sequence_parallel)
+    from .training_options import framework_job_from_args, job_from_args as build, warn_sequence_parallel
 
     framework = framework_job_from_args(args)   # a DeepSpeed config or torchtitan TOML
     if framework is not None:
         return framework
-    if megatron_mode(args):                      # a pasted Megatron-LM command
-        return megatron_job_from_args(args)[0]
-    j = build(args)
+    j = build(args)                              # one reading: memsym.cli.reading
     warn_sequence_parallel(args)        # once, after validation
     return j
 

@@ -23,6 +23,10 @@ ARCH_OPTIONS = (
     "v_head_dim", "mtp_num_layers", "max_position_embeddings",
 )
 _ARCH_FLAGS = ("swiglu", "untie_embeddings_and_output_weights", "multi_latent_attention")
+#: Architecture fields a pasted Megatron-LM argument may change (the rest are job options).
+_ARCH_FIELDS = frozenset(ARCH_OPTIONS + _ARCH_FLAGS + (
+    "normalization", "add_bias_linear", "add_qkv_bias", "qk_layernorm", "position_embedding_type",
+    "moe_shared_expert_gate", "moe_router_bias"))
 
 
 def _number(what: str, **bounds):
@@ -48,8 +52,13 @@ def _number(what: str, **bounds):
 _dropout = _number("dropout", low=0, high=1, include_high=False)
 
 
-def _deferral_limit(text: str) -> int:
-    """``--wgrad-deferral-limit``: a whole number 0 .. 10^6 (0: every micro-batch)."""
+_fragmentation = _number("fragmentation", low=0, high=1)
+_capacity_factor = _number("capacity factor", low=0, include_low=False, high=2**20)
+
+
+def _layer_count(text: str) -> int:
+    """A whole number 0 .. 10^6: ``--recompute-num-layers`` (Megatron accepts 0) and
+    ``--wgrad-deferral-limit`` (0: every micro-batch)."""
     import argparse
 
     raw = str(text).strip()
@@ -57,8 +66,17 @@ def _deferral_limit(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number 0 .. 1000000, got "
                                          f"{raw[:40]!r}")
     return int(raw)
-_fragmentation = _number("fragmentation", low=0, high=1)
-_capacity_factor = _number("capacity factor", low=0, include_low=False, high=2**20)
+
+
+def _lora_targets(text: str) -> tuple:
+    """``--lora-targets q,k,v``: the names, checked when the job is built."""
+    import argparse
+
+    names = tuple(n.strip() for n in str(text).split(",") if n.strip())
+    if not names or len(names) > 16 or any(len(n) > 16 for n in names):
+        raise argparse.ArgumentTypeError(f"expected names such as q,k,v,o,gate,up,down, got "
+                                         f"{str(text)[:40]!r}")
+    return names
 
 
 def _bytes_or_zero(text: str) -> int:
@@ -71,6 +89,11 @@ def add_training_options(parser) -> None:
                         help="preset name (llama3-70b, mixtral-8x7b, ...) or path to a config.json")
     grp = parser.add_argument_group("model (Megatron-LM argument names)")
     for name in ARCH_OPTIONS:
+        if name == "moe_layer_freq":   # Megatron's: an int q or a 0/1 pattern, never evaluated
+            grp.add_argument("--moe-layer-freq", dest=name, default=None, metavar="Q|PATTERN",
+                             help="MoE every q-th layer, or a 0/1 pattern such as "
+                             "'([0]*3+[1]*58)' (Megatron's moe_freq_type; parsed, not evaluated)")
+            continue
         grp.add_argument("--" + name.replace("_", "-"), dest=name, type=positive_int, default=None,
                          metavar="N")
     grp.add_argument("--group-query-attention", action="store_true",
@@ -117,7 +140,9 @@ def add_training_options(parser) -> None:
                      "--recompute-num-layers checkpointed, block = only the first N layers of "
                      "each chunk (absent: every layer on its own); every = torchtitan's "
                      "selective_ac_option N, every N-th block of a rank (--framework torchtitan)")
-    trn.add_argument("--recompute-num-layers", type=positive_int, default=None, metavar="N")
+    trn.add_argument("--recompute-num-layers", type=_layer_count, default=None, metavar="N",
+                     help="Megatron's: layers per checkpointed group (uniform) or checkpointed "
+                     "layers per chunk (block; 0 checkpoints none, as Megatron runs it)")
     trn.add_argument("--use-flash-attn", action="store_true",
                      help="flash/fused attention, no s^2 scores (the default: Megatron-core's "
                      "--attention-backend auto picks a fused kernel)")
@@ -126,7 +151,9 @@ def add_training_options(parser) -> None:
     trn.add_argument("--hidden-dropout", type=_dropout, default=None,
                      help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
     trn.add_argument("--attention-dropout", type=_dropout, default=None)
-    trn.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
+    trn.add_argument("--schedule", choices=("1f1b", "gpipe"), default=None,
+                     help="pipeline schedule (default 1f1b; gpipe: torchtitan's GPipe / "
+                     "looped BFS)")
     trn.add_argument("--grad-reduce-in-bf16", action="store_true",
                      help="Megatron's flag: a bf16 gradient buffer (default fp32 under --bf16); "
                      "the optimizer step then makes an fp32 copy of the rank's shard")
@@ -138,7 +165,7 @@ def add_training_options(parser) -> None:
                      "FSDP2 with pipeline parallelism on torchtitan's own layer split)")
     for flag, _, _, text in _SWITCHES:
         trn.add_argument(flag, action="store_true", help=text)
-    trn.add_argument("--wgrad-deferral-limit", type=_deferral_limit, default=None, metavar="N",
+    trn.add_argument("--wgrad-deferral-limit", type=_layer_count, default=None, metavar="N",
                      help="Megatron's: with --defer-embedding-wgrad-compute, the most "
                      "micro-batches deferred (default 0: all)")
     trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
@@ -147,11 +174,30 @@ def add_training_options(parser) -> None:
                      help="Megatron-Bridge's GPTModelProvider.should_pad_vocab (default False: "
                      "the preset's vocabulary as is; True when the vocabulary comes from the "
                      "tokenizer): pad to a multiple of 128 x TP (--convention megatron-bridge)")
+    ft = parser.add_argument_group("fine-tuning (LoRA / QLoRA adapters on a frozen base)")
+    ft.add_argument("--finetune", choices=("full", "lora", "qlora"), default=None,
+                    help="full training (default), LoRA (a frozen bf16 base) or QLoRA (an NF4 "
+                    "base)")
+    ft.add_argument("--lora-rank", type=positive_int, default=None, metavar="R",
+                    help="the adapters' rank (default 16)")
+    ft.add_argument("--lora-targets", type=_lora_targets, default=None, metavar="LIST",
+                    help="adapted matrices, comma-separated from q,k,v,o,gate,up,down (default "
+                    "all)")
+    ft.add_argument("--lora-quantization", dest="quantization", default=None, metavar="FORMAT",
+                    help="the frozen base's format (default bf16 for LoRA, nf4-dq for QLoRA; "
+                    "memsym.terms.adapters.QUANTIZATIONS)")
+    ft.add_argument("--lora-regather", action="store_true",
+                    help="Megatron-Bridge's LoRA(sequence_parallel_input_regather=True): LoRA-A "
+                    "keeps the local norm-output shard and re-gathers it in backward")
     alw = parser.add_argument_group("allowances (set 0 to drop one)")
+    # the defaults are memsym.training.ALLOWANCES' (tests/test_one_reading.py checks this
+    # text against them; the parser is built without SymPy, so they are spelled here)
     alw.add_argument("--workspace", type=_bytes_or_zero, default=None,
-                     help="workspace/temporary buffers (default 1GiB)")
+                     help="CUDA context and kernels + cuBLAS / Transformer Engine workspaces "
+                     "(default 564MiB = 500 MiB + 2 x 32 MiB)")
     alw.add_argument("--nccl-buffers", type=_bytes_or_zero, default=None,
-                     help="NCCL buffers (default 1GiB)")
+                     help="NCCL communicator buffers (default 512MiB = 4 communicators x 32 "
+                     "channels x 4 MiB)")
     alw.add_argument("--fragmentation", type=_fragmentation, default=None,
                      help="allocator fragmentation margin as a fraction (default 0.1)")
 
@@ -174,57 +220,20 @@ def add_megatron_inputs(parser) -> None:
     grp.add_argument("--torchtitan-config", default=None, metavar="JOB.toml",
                      help="a torchtitan job TOML (v0.2 keys: [parallelism], [training], "
                      "[activation_checkpoint], [float8]); the model from MODEL or its [model]")
-    parser.set_defaults(megatron_arguments=True, job_parser=parser)
 
 
 def megatron_mode(args) -> bool:
-    """Whether the arguments are a Megatron-LM launch command: an argument memsym does not
-    define, or an argument file or launch script."""
-    return bool(getattr(args, "unparsed", None) or getattr(args, "args_file", None)
-                or getattr(args, "launch_script", None))
+    """Whether the job is a Megatron-LM command read with Megatron's own defaults: no MODEL,
+    and Megatron's arguments pasted, in a launch script or in an argument file
+    (:mod:`memsym.cli.reading` sorted the words)."""
+    words = getattr(args, "job_words", None)
+    return args.model is None and bool(words is not None and words.megatron) \
+        and getattr(args, "params", None) is None
 
 
 def framework_input(args) -> bool:
     """Whether a DeepSpeed config or torchtitan TOML describes the job."""
     return bool(getattr(args, "deepspeed_config", None) or getattr(args, "torchtitan_config", None))
-
-
-def _host_flags(parser) -> dict:
-    """memsym's own options of a job command (hardware, output, conventions, allowances,
-    inputs) -> how many values each takes: every option of the command's parser that is not
-    one of Megatron-LM's (the reader's table of Megatron's 876 option strings)."""
-    from ..readers._megatron_flags import FLAGS
-
-    out = {}
-    for action in parser._actions:
-        if action.option_strings and not any(o in FLAGS for o in action.option_strings):
-            n = action.nargs
-            count = 0 if n == 0 else 1 if n in (None, "?") else 1
-            out.update({o: count for o in action.option_strings})
-    return out
-
-
-def _megatron_tokens(args) -> list:
-    """The raw arguments without memsym's own options and the positionals (the command, the
-    unknown, the MODEL): Megatron-LM's argument list."""
-    raw = args.raw_argv
-    host = _host_flags(args.job_parser)
-    positional = {v for v in (args.model, getattr(args, "unknown", None),
-                              getattr(args, "kind", None)) if v is not None}
-    out, i = [], 0
-    while i < len(raw):
-        tok = raw[i]
-        flag = tok.split("=", 1)[0]
-        if flag in host:
-            i += 1 if "=" in tok else 1 + host[flag]
-            continue
-        if tok in positional and not tok.startswith("-"):
-            positional.discard(tok)
-            i += 1
-            continue
-        out.append(tok)
-        i += 1
-    return out
 
 
 def _host_options(args) -> dict:
@@ -273,25 +282,34 @@ def framework_job_from_args(args):
 
 
 def megatron_job_from_args(args):
-    """(Job, MegatronJob) of a pasted Megatron-LM command (:func:`megatron_mode`)."""
+    """(Job, MegatronJob) of a Megatron-LM command without a MODEL (:func:`megatron_mode`):
+    Megatron's reader with Megatron's defaults, memsym's own options applied on top of it."""
+    from ..errors import InvalidValueError
     from ..readers.jobs import megatron_job
-    from ..readers._values import read_bounded
-    from ..readers.launch_script import read_argument_file, read_launch_script
     from ..readers.megatron import read_megatron_args
 
-    tokens = _megatron_tokens(args)
-    if getattr(args, "world_size", None) is not None:
-        tokens += ["--world-size", str(args.world_size)]   # memsym's flag, read by the reader too
-    if args.launch_script:
-        # bounded, regular files only: a FIFO would block, a larger script is refused (the old
-        # fh.read(1 << 20 + 1) read 2 MiB, 1 << 21, and silently truncated the rest)
-        text = read_bounded(args.launch_script, "launch script", errors="replace")
-        tokens = read_launch_script(text) + tokens
-    if args.args_file:
-        tokens = read_argument_file(args.args_file) + tokens
-    mj = read_megatron_args(tokens)
-    extra = _host_options(args)
-    return megatron_job(mj, model=args.model, **extra), mj
+    mj = read_megatron_args(args.job_words.megatron)
+    own = _memsym_options(args)
+    if own.get("framework", "megatron") != "megatron":
+        raise InvalidValueError(f"--framework {own['framework']}: a Megatron-LM command runs under "
+                                "Megatron-LM; name a MODEL to describe a "
+                                f"{own['framework']} job")
+    given = set(args.job_words.megatron)
+    for option, flags in (("precision", ("--bf16", "--fp16", "--fp8-format")),
+                          ("sharding", ("--use-distributed-optimizer", "--use-megatron-fsdp",
+                                        "--use-torch-fsdp2"))):
+        said = [f for f in flags if f in given]
+        if option in own and said:
+            base = megatron_job(mj, **{k: v for k, v in own.items() if k != option})
+            if getattr(base.training, option) != own[option]:
+                raise InvalidValueError(f"--{option} {own[option]} contradicts {said[0]} "
+                                        f"({getattr(base.training, option)}); give one of them")
+    if "sharding" in own:   # memsym's --sharding decides: Megatron's DDP default is not used
+        import dataclasses
+
+        mj = dataclasses.replace(mj, notes=tuple(
+            n for n in mj.notes if not n.startswith("no --use-distributed-optimizer")))
+    return megatron_job(mj, **own), mj
 
 
 def wants_training(args) -> bool:
@@ -312,62 +330,49 @@ _JOB_OPTIONS = (
     ("recompute_num_layers", "recompute_num_layers"), ("offload", "offload"),
     ("precision", "precision"),
     ("optimizer", "optimizer"), ("moe_expert_capacity_factor", "capacity_factor"),
-    ("wgrad_deferral_limit", "wgrad_deferral_limit"),
+    ("wgrad_deferral_limit", "wgrad_deferral_limit"), ("finetune", "finetune"),
+    ("lora_rank", "lora_rank"), ("lora_targets", "lora_targets"),
+    ("quantization", "quantization"),
 )
 
 
-def job_from_args(args, **override):
-    """The :class:`memsym.job.Job` the parsed options describe, built and validated once
-    (``override``: job options that replace the parsed ones, e.g. ``tp=4`` for a candidate).
-
-    Architecture options given next to a MODEL override its fields; without a MODEL they
-    describe the model (Megatron's defaults: learned absolute positions unless ``--swiglu``).
-    """
+def _memsym_options(args) -> dict:
+    """The job options memsym's own options give, only those given (argparse's absent
+    options are None or False, so no default of the command line's own enters a job)."""
     from ..errors import InvalidValueError
-    from ..job import job
     from .options import resolve_scheme
 
-    arch = {n: getattr(args, n) for n in ARCH_OPTIONS if getattr(args, n, None) is not None}
-    for n in _ARCH_FLAGS:
-        if getattr(args, n, None):
-            arch[n] = True
-    if getattr(args, "normalization", None) is not None:
-        arch["normalization"] = args.normalization
-    if "num_query_groups" in arch and not args.group_query_attention:
-        # Megatron-LM ignores --num-query-groups without --group-query-attention
-        arch.pop("num_query_groups")
-    if args.model is None:
-        arch.setdefault("position_embedding_type", "rope" if args.swiglu else "learned_absolute")
     opts = {dest_job: getattr(args, dest) for dest, dest_job in _JOB_OPTIONS
             if getattr(args, dest, None) is not None}
-    opts["sequence_parallel"] = bool(args.sequence_parallel)
+    if getattr(args, "sequence_parallel", False):
+        opts["sequence_parallel"] = True
     for flag in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
         if getattr(args, flag, False):
             opts[flag] = True
-    opts["schedule"] = args.schedule
+    if getattr(args, "schedule", None) is not None:
+        opts["schedule"] = args.schedule
     if getattr(args, "no_flash_attn", False):
         opts["flash_attention"] = False
     elif getattr(args, "use_flash_attn", False):
         opts["flash_attention"] = True
-    if args.hidden_dropout is not None or args.attention_dropout is not None:
-        hidden = args.hidden_dropout if args.hidden_dropout is not None else args.attention_dropout
-        attention = args.attention_dropout if args.attention_dropout is not None else hidden
+    hidden, attention = getattr(args, "hidden_dropout", None), getattr(args, "attention_dropout", None)
+    if hidden is not None or attention is not None:
+        hidden = hidden if hidden is not None else attention
+        attention = attention if attention is not None else hidden
         if (hidden > 0) != (attention > 0):
             raise InvalidValueError("memsym models one dropout setting: give --hidden-dropout and "
                                     "--attention-dropout both zero or both non-zero")
         opts["dropout"] = hidden > 0
-    if args.sharding is not None or args.use_distributed_optimizer:
+    if getattr(args, "sharding", None) is not None or getattr(args, "use_distributed_optimizer", False):
         opts["sharding"] = resolve_scheme(args)
     if getattr(args, "grad_reduce_in_bf16", False):
         # Megatron's validate_args: the flag only stops --bf16 forcing fp32 gradients; under
         # fp16 or fp32 parameters it changes nothing (the reader notes the same)
-        if (args.precision or "bf16") in ("bf16", "fp8"):
-            opts["grad_dtype"] = "bf16"
-        else:
-            opts["_notes"] = ("--grad-reduce-in-bf16 has effect only with bf16 parameters "
-                              "(Megatron's --bf16)",)
+        opts["_grad_reduce_in_bf16"] = True
     if getattr(args, "fp8_param_gather", False):
         opts["fp8_param_gather"] = True
+    if getattr(args, "lora_regather", False):
+        opts["lora_regather"] = True
     for (_, dest), (_, option, value, _) in zip(switch_dests(), _SWITCHES):
         if getattr(args, dest, False):
             opts[option] = value
@@ -376,11 +381,103 @@ def job_from_args(args, **override):
     # the convention (a framework estimator such as megatron-bridge reports its own breakdown
     # beside the job's), allowances, GPU, capacity and node size: as for every input
     opts.update(_host_options(args))
-    opts.update(arch)
-    opts.update(override)
-    if getattr(args, "world_size", None) is not None and "d" not in override:
+    if getattr(args, "world_size", None) is not None:
         opts["world_size"] = args.world_size
+    return opts
+
+
+def _grad_reduce(opts: dict) -> dict:
+    """``--grad-reduce-in-bf16`` as Megatron's validate_args reads it: a bf16 gradient buffer
+    under bf16 (or fp8) parameters, no effect otherwise (said in a note)."""
+    if opts.pop("_grad_reduce_in_bf16", False):
+        if opts.get("precision", "bf16") in ("bf16", "fp8"):
+            opts["grad_dtype"] = "bf16"
+        else:
+            opts["_notes"] = ("--grad-reduce-in-bf16 has effect only with bf16 parameters "
+                              "(Megatron's --bf16)",)
+    return opts
+
+
+def job_from_args(args, **override):
+    """The :class:`memsym.job.Job` the command line describes, built and validated once
+    (``override``: job options that replace the parsed ones, e.g. ``tp=4`` for a candidate).
+
+    One reading (:mod:`memsym.cli.reading`): with a MODEL its recipe is the baseline, memsym's
+    options and the Megatron-LM arguments pasted beside them change it (each with Megatron's
+    meaning); without one, a Megatron-LM command is read with Megatron's defaults
+    (:func:`megatron_job_from_args`).
+    """
+    from ..errors import InvalidValueError
+    from ..job import job
+
+    if megatron_mode(args):
+        j, mj = megatron_job_from_args(args)
+        args.reading = {"read_as": "Megatron-LM arguments (pretrain_gpt.py semantics and "
+                        "defaults)", "ignored": list(mj.ignored)}
+        return j.replace(**override) if override else j
+    arch = {n: getattr(args, n) for n in ARCH_OPTIONS if getattr(args, n, None) is not None}
+    for n in _ARCH_FLAGS:
+        if getattr(args, n, None):
+            arch[n] = True
+    if getattr(args, "normalization", None) is not None:
+        arch["normalization"] = args.normalization
+    opts = _memsym_options(args)
+    notes = []
+    if "moe_layer_freq" in arch:
+        from ..model import resolve_model
+        from ..readers.megatron import parse_moe_layer_freq
+
+        layers = arch.get("num_layers") or (resolve_model(args.model).num_layers
+                                            if args.model is not None else None)
+        arch["moe_layer_freq"] = parse_moe_layer_freq(arch["moe_layer_freq"], layers)
+    words = getattr(args, "job_words", None)
+    pasted = words.megatron if words is not None else []
+    if pasted and args.model is None:
+        raise InvalidValueError(f"{pasted[0]} is a Megatron-LM argument: it needs a model (a "
+                                "preset, a config.json or the architecture arguments), not "
+                                "--params")
+    ignored = []
+    if pasted:
+        from ..model import resolve_model
+        from ..readers.megatron import read_megatron_overrides
+
+        base = resolve_model(args.model)
+        o = read_megatron_overrides(pasted, num_layers=arch.get("num_layers", base.num_layers),
+                                    p=opts.get("p", 1), has_experts=bool(base.num_experts))
+        for key, value in o.options.items():
+            mine = opts.get(key, arch.get(key))
+            if mine is not None and mine != value:
+                raise InvalidValueError(f"the Megatron-LM arguments set {key} = {value!r}, memsym's "
+                                        f"options {mine!r}: give one of them")
+            (arch if key in _ARCH_FIELDS else opts)[key] = value
+        notes += o.notes
+        ignored = list(o.ignored)
+    if "num_query_groups" in arch and not getattr(args, "group_query_attention", False):
+        # Megatron-LM ignores --num-query-groups without --group-query-attention; a model that
+        # already has grouped KV heads (a GQA preset or config.json) takes the new count
+        if args.model is None or _query_groups(args.model) is None:
+            arch.pop("num_query_groups")
+            notes.append("--num-query-groups has no effect without --group-query-attention "
+                         "(Megatron uses multi-head attention)")
+    if args.model is None:
+        arch.setdefault("position_embedding_type", "rope" if args.swiglu else "learned_absolute")
+    opts = _grad_reduce({**opts, **arch})
+    if notes:
+        opts["_notes"] = tuple(opts.get("_notes", ())) + tuple(notes)
+    opts.update(override)
+    if "d" in override:
+        opts.pop("world_size", None)
+    args.reading = {"read_as": None, "ignored": ignored}
     return job(args.model, **opts)
+
+
+def _query_groups(model):
+    """The KV-head count of a named model (None: multi-head attention, one KV head each)."""
+    from ..model import resolve_model
+
+    base = resolve_model(model)
+    g = base.num_query_groups
+    return None if g is None or g == base.num_attention_heads else g
 
 
 def warn_sequence_parallel(args) -> None:
@@ -500,14 +597,15 @@ def estimate_training(args) -> int:
         rep["read_as"] = ("a DeepSpeed config" if args.deepspeed_config else
                           "a torchtitan job TOML (v0.2 keys)")
         rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + list(framework.notes)))
-    elif megatron_mode(args):
-        j, mj = megatron_job_from_args(args)
-        rep = report_for(args, j)
-        rep["read_as"] = "Megatron-LM arguments (pretrain_gpt.py semantics and defaults)"
-        rep["ignored"] = [printable(x) for x in mj.ignored]
-        rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + [printable(n, 300) for n in j.notes]))
     else:
-        rep = training_report(args)
+        j = job_from_args(args)
+        rep = report_for(args, j)
+        reading = args.reading
+        if reading["read_as"]:
+            rep["read_as"] = reading["read_as"]
+        if reading["read_as"] or reading["ignored"]:
+            rep["ignored"] = [printable(x) for x in reading["ignored"]]
+        rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + [printable(n, 300) for n in j.notes]))
         warn_sequence_parallel(args)        # once, after validation, before any output
     total = rep.pop("_total")
     cap = args.gpu_memory
@@ -647,7 +745,8 @@ def add_cluster_options(parser) -> None:
     grp.add_argument("--inter-node-bandwidth", type=positive_number, default=None, metavar="GB/s",
                      help="inter-node (InfiniBand/RoCE) bandwidth per GPU [GB/s] (default 50)")
     grp.add_argument("--efficiency", type=fraction, default=None, metavar="ETA",
-                     help="achieved fraction of peak FLOP/s, 0 < eta <= 1 (default 1/2)")
+                     help="override: every GEMM at this fraction of peak FLOP/s, 0 < eta <= 1 "
+                     "(default: memsym.timing's model, GEMM efficiency by shape and GPU class)")
 
 
 #: (option, dest) of the cluster options that price communication and time (--gpu alone may

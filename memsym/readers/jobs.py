@@ -9,15 +9,11 @@ the same states, recompute modules as Korthikanti's selective recompute).
 from __future__ import annotations
 
 from ..errors import InvalidValueError
+from .megatron import MEGATRON_FSDP_SCHEMES
 
 __all__ = ["megatron_job", "deepspeed_job", "torchtitan_job", "torchtitan_positions",
            "MEGATRON_FSDP_SCHEMES", "DEEPSPEED_SCHEMES"]
 
-#: Megatron-FSDP's --data-parallel-sharding-strategy -> the scheme that shards the same
-#: states (megatron/core/distributed/fsdp: no_shard keeps everything, optim shards the
-#: optimizer states, optim_grads also the gradients, optim_grads_params also the weights).
-MEGATRON_FSDP_SCHEMES = {"no_shard": "ddp", "optim": "distributed-optimizer",
-                         "optim_grads": "zero2", "optim_grads_params": "fsdp"}
 
 
 def megatron_job(mj, model=None, **options):

@@ -20,11 +20,17 @@ from ._megatron_flags import FLAGS
 from ._values import (MAX_ARGS, MAX_BATCH, MAX_GPUS, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ,
                       MAX_VOCAB, MAX_WORD, fraction, whole)
 
-__all__ = ["MegatronJob", "read_megatron_args", "parse_moe_layer_freq", "KNOWN_TOKENIZER_VOCAB",
+__all__ = ["MegatronJob", "MegatronOverrides", "read_megatron_args", "read_megatron_overrides", "megatron_arity", "SCHEDULE_ENTRY", "parse_moe_layer_freq", "KNOWN_TOKENIZER_VOCAB",
            "MAX_LAYERS", "MAX_HIDDEN", "MAX_HEADS", "MAX_VOCAB", "MAX_SEQ", "MAX_GPUS",
            "MAX_PATTERN_CHARS"]
 
 MAX_PATTERN_CHARS = 10_000      # longest --moe-layer-freq pattern read
+
+#: Megatron-FSDP's --data-parallel-sharding-strategy -> the scheme that shards the same
+#: states (megatron/core/distributed/fsdp: no_shard keeps everything, optim shards the
+#: optimizer states, optim_grads also the gradients, optim_grads_params also the weights).
+MEGATRON_FSDP_SCHEMES = {"no_shard": "ddp", "optim": "distributed-optimizer",
+                         "optim_grads": "zero2", "optim_grads_params": "fsdp"}
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,7 @@ _MODELLED = {
     "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
     "virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "world_size",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
     "torchrun_nproc_per_node", "torchrun_nnodes", "overlap_p2p_comm",
     "seq_length", "encoder_seq_length", "decoder_seq_length", "micro_batch_size",
     "global_batch_size", "rampup_batch_size", "step_batch_size_schedule", "recompute_activations", "recompute_granularity",
@@ -169,6 +176,17 @@ def _tokenizer_vocab_note(name: str, size: int) -> str:
             "--vocab-size N to use another)")
 
 
+def megatron_arity(name: str):
+    """How many values the Megatron-LM argument (or torchrun option) ``name`` takes: 0, 1,
+    ``'+'``/``'*'`` or a count; None when Megatron does not accept it.
+
+    >>> megatron_arity("--bf16"), megatron_arity("--lr"), megatron_arity("--recompute-modules")
+    (0, 1, '+')
+    """
+    row = _TABLE.get(name)
+    return None if row is None else row[1]
+
+
 class ArgumentError(UnknownNameError):
     """An argument pretrain_gpt.py does not accept (with the closest spellings)."""
 
@@ -189,7 +207,9 @@ class ArgumentError(UnknownNameError):
 # the argv parser (argparse's grammar for this table; nothing is evaluated)
 # ----------------------------------------------------------------------------------------------
 
-_SCHEDULE_ENTRY = re.compile(r"[0-9]+(?:\.[0-9]+)?[KMBT]?:[0-9]+")
+#: One entry of ``--step-batch-size-schedule`` ("2.4B:320"): the words an unquoted array
+#: split off its value, taken back by the readers.
+SCHEDULE_ENTRY = re.compile(r"[0-9]+(?:\.[0-9]+)?[KMBT]?:[0-9]+")
 
 _PROGRAMS = {"torchrun", "python", "python3", "-m", "torch.distributed.run",
              "torch.distributed.launch", "-u", "uv", "run"}
@@ -270,7 +290,7 @@ def _parse(argv: Sequence[str]):
             # ${ARR[@]} (examples/gpt3/train_gpt3_175b_distributed.sh) reaches argparse as
             # several words, which Megatron refuses; the schedule's own words are taken back.
             extra = 0
-            while i < len(words) and _SCHEDULE_ENTRY.fullmatch(words[i]):
+            while i < len(words) and SCHEDULE_ENTRY.fullmatch(words[i]):
                 val += " " + words[i]
                 i += 1
                 extra += 1
@@ -500,6 +520,200 @@ def read_megatron_args(argv: Sequence[str]) -> MegatronJob:
             ignored.append(name)
     return MegatronJob(architecture=arch, layout=layout, training=training, precision=precision,
                        optimizer=optimizer, ignored=tuple(ignored), notes=tuple(r.notes))
+
+
+@dataclass(frozen=True)
+class MegatronOverrides:
+    """Megatron-LM arguments read as changes to a model's recipe (a preset or config.json).
+
+    Attributes
+    ----------
+    options : dict
+        :func:`memsym.job.job` options (Architecture, Layout and Training fields) the
+        arguments set, each with Megatron's meaning.
+    ignored : tuple of str
+        Arguments accepted that do not change memory or time, each listed once.
+    notes : tuple of str
+        What was assumed, and arguments that change memory in ways memsym does not model.
+    """
+
+    options: dict
+    ignored: tuple
+    notes: tuple
+
+
+#: Megatron's switches that set one job option to a constant when given (dest -> (option,
+#: value)); ``add_bias_linear`` is ``--disable-bias-linear``'s dest (store_false).
+_OVERRIDE_SWITCHES = {
+    "bf16": ("precision", "bf16"), "fp16": ("precision", "fp16"),
+    "add_qkv_bias": ("add_qkv_bias", True), "qk_layernorm": ("qk_layernorm", True),
+    "moe_shared_expert_gate": ("moe_shared_expert_gate", True),
+    "quick_geglu": ("swiglu", True), "squared_relu": ("swiglu", False),
+    "use_rotary_position_embeddings": ("position_embedding_type", "rope"),
+    "use_precision_aware_optimizer": ("precision_aware", True),
+    "use_torch_fsdp2": ("sharding", "fsdp"),
+    "recompute_activations": ("recompute", "selective"),
+}
+
+#: Accepted with a model and changing nothing memsym counts (the model's own vocabulary and
+#: fp32 gradient accumulation stand; buckets, grouped GEMMs and the expert-bias buffer).
+_OVERRIDE_NO_EFFECT = {"accumulate_allreduce_grads_in_fp32", "ddp_bucket_size",
+                       "moe_grouped_gemm", "moe_router_enable_expert_bias", "tokenizer_type",
+                       "tokenizer_model", "vocab_file"}
+
+
+def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
+                            has_experts: bool = False) -> MegatronOverrides:
+    """Read Megatron-LM arguments as changes to a model memsym already knows.
+
+    With a MODEL (a preset or config.json) the model's recipe is the baseline and each
+    argument given changes what it means in Megatron-LM; an argument not given changes
+    nothing (Megatron's own defaults apply only to a command read without a model,
+    :func:`read_megatron_args`).  Arguments without effect on memory or time are listed as
+    ignored, ones whose effect memsym does not model are noted, and ones that change the
+    model's structure beyond memsym's Architecture are refused.
+
+    Parameters
+    ----------
+    argv : sequence of str
+        Megatron-LM arguments (and torchrun's options) that memsym's own options do not
+        spell; the words as a shell splits them.
+    num_layers : int
+        The model's decoder layers [layers] (``--moe-layer-freq`` patterns, VPP sizes).
+    p : int
+        Pipeline-parallel size [GPUs] (``--num-layers-per-virtual-pipeline-stage``).
+    has_experts : bool
+        Whether the model has experts (``--disable-bias-linear`` also drops router biases).
+
+    Returns
+    -------
+    MegatronOverrides
+
+    References
+    ----------
+    Megatron-LM ``megatron/training/arguments.py`` at ``d98e8a64dd`` (each option's dest and
+    ``validate_args``).
+
+    Examples
+    --------
+    >>> o = read_megatron_overrides(["--bf16", "--lr", "3e-4", "--position-embedding-type",
+    ...                              "rope", "--moe-layer-freq", "[0]*1+[1]*3"], num_layers=4)
+    >>> o.options["precision"], o.options["position_embedding_type"], o.options["moe_layer_freq"]
+    ('bf16', 'rope', (0, 1, 1, 1))
+    >>> o.ignored
+    ('--lr',)
+    """
+    raw, order, spelled = _parse(argv)
+    r = _Reader(raw, spelled)
+    opts, ignored = {}, []
+    if r.flag("bf16") and r.flag("fp16"):
+        raise InvalidValueError("--bf16 and --fp16 are mutually exclusive")
+    for dest, (option, value) in _OVERRIDE_SWITCHES.items():
+        if r.flag(dest):
+            opts[option] = value
+    if r.given("add_bias_linear") and raw["add_bias_linear"] is False:   # --disable-bias-linear
+        opts["add_bias_linear"] = False
+        if has_experts:   # router.py: the router's bias exists iff add_bias_linear
+            opts["moe_router_bias"] = False
+    if r.given("position_embedding_type"):
+        pos = r.choice("position_embedding_type", ("learned_absolute", "rope", "yarn", "mrope",
+                                                   "relative", "none"))
+        if pos == "relative":
+            raise InvalidValueError("--position-embedding-type relative (a learned relative-"
+                                    "attention bias) is not modelled")
+        if pos in ("yarn", "mrope"):
+            r.note(f"--position-embedding-type {pos}: counted as rope (no position parameters)")
+        opts["position_embedding_type"] = "rope" if pos in ("yarn", "mrope") else pos
+    if raw.get("add_position_embedding", True) is False \
+            and opts.get("position_embedding_type") != "rope":
+        raise InvalidValueError("--no-position-embedding is refused by Megatron unless the "
+                                "positions are rope; use --position-embedding-type")
+    if r.given("moe_layer_freq"):
+        opts["moe_layer_freq"] = parse_moe_layer_freq(raw["moe_layer_freq"], num_layers)
+    for dest in ("encoder_seq_length", "decoder_seq_length"):
+        if r.given(dest):
+            opts["seq_length"] = r.int(dest, hi=MAX_SEQ)
+    if r.given("fp8"):
+        r.choice("fp8", ("e4m3", "hybrid"))
+        opts["precision"] = "fp8"
+        if r.given("bf16") is False and r.given("fp16") is False:
+            r.note("--fp8-format without --bf16: the weights are counted as bf16 with FP8 "
+                   "GEMMs (memsym's fp8 precision)")
+    if r.given("fp8_recipe"):
+        r.note(f"--fp8-recipe {raw['fp8_recipe']}: Transformer Engine's per-recipe FP8 caches "
+               "are not modelled")
+    if r.given("attention_backend") or r.given("transformer_impl"):
+        backend = r.choice("attention_backend", ("flash", "fused", "unfused", "local", "auto"),
+                           "auto")
+        impl = r.choice("transformer_impl", ("local", "transformer_engine",
+                                             "inference_optimized"), "transformer_engine")
+        opts["flash_attention"] = backend in ("flash", "fused", "auto") and impl != "local"
+    if r.given("recompute_modules"):
+        mods = tuple(raw["recompute_modules"])
+        for m in mods:
+            if m not in _RECOMPUTE_MODULES:
+                raise UnknownNameError("--recompute-modules value", m, _RECOMPUTE_MODULES)
+        opts["recompute"] = "selective"
+        if mods != ("core_attn",):
+            r.note(f"--recompute-modules {' '.join(mods)}: memsym models selective recompute "
+                   "as Korthikanti's (the attention core's activations recomputed)")
+    if r.flag("use_megatron_fsdp"):
+        if r.flag("use_torch_fsdp2"):
+            raise InvalidValueError("--use-megatron-fsdp and --use-torch-fsdp2 are exclusive")
+        strategy = r.choice("data_parallel_sharding_strategy",
+                            ("no_shard", "optim", "optim_grads", "optim_grads_params"),
+                            "optim_grads_params")
+        opts["sharding"] = MEGATRON_FSDP_SCHEMES[strategy]
+        r.note(f"Megatron-FSDP {strategy}: counted as sharding {opts['sharding']} (the same "
+               "states sharded)")
+    elif r.given("data_parallel_sharding_strategy"):
+        r.note("--data-parallel-sharding-strategy has effect only with --use-megatron-fsdp")
+    n_layers = r.int("num_layers_per_virtual_pipeline_stage", None, hi=MAX_LAYERS)
+    n_stages = r.int("num_virtual_stages_per_pipeline_rank", None, hi=MAX_LAYERS)
+    if n_layers is not None and n_stages is not None:
+        raise InvalidValueError("give one of --num-layers-per-virtual-pipeline-stage and "
+                                "--num-virtual-stages-per-pipeline-rank (Megatron's validate_args)")
+    if n_layers is not None:
+        if num_layers % p or (num_layers // p) % n_layers:
+            raise InvalidValueError(f"{num_layers} layers on {p} pipeline stages are not "
+                                    "divisible by --num-layers-per-virtual-pipeline-stage "
+                                    f"{n_layers}")
+        opts["v"] = (num_layers // p) // n_layers or None
+    elif n_stages is not None:
+        opts["v"] = n_stages if n_stages > 1 else None
+    world = r.torchrun_world()
+    if world is not None:
+        opts["world_size"] = world
+        r.note(f"world size {world} from the launcher's GPUs per node x nodes")
+    if r.given("rampup_batch_size") or r.given("step_batch_size_schedule"):
+        r.note("batch-size ramp-up or schedule: memory and time are estimated at the final "
+               "global batch size (--global-batch-size)")
+    if raw.get("pad_vocab_size", True) is False:
+        raise InvalidValueError("--no-pad-vocab-size: the unpadded vocabulary then comes from a "
+                                "checkpoint, which memsym cannot read")
+    handled = set(_OVERRIDE_SWITCHES) | {
+        "add_bias_linear", "position_embedding_type", "add_position_embedding", "moe_layer_freq",
+        "encoder_seq_length", "decoder_seq_length", "fp8", "attention_backend",
+        "transformer_impl", "recompute_modules", "use_megatron_fsdp",
+        "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
+        "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
+        "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe"}
+    for name in order:
+        dest = _TABLE[name][0]
+        if dest in _STRUCTURE_NOT_MODELLED and raw[dest] not in (None, False):
+            raise InvalidValueError(f"{name} ({_STRUCTURE_NOT_MODELLED[dest]}) changes the model in "
+                                    "a way memsym does not model")
+        if dest in _MEMORY_NOT_MODELLED and raw[dest] not in (None, False):
+            r.note(f"{name}: {_MEMORY_NOT_MODELLED[dest]} changes memory and is not modelled")
+        elif dest in handled:
+            continue
+        elif dest in _OVERRIDE_NO_EFFECT or dest not in _MODELLED:
+            ignored.append(name)
+        else:
+            # the optimizer-state dtypes of the precision-aware optimizer, Megatron-FSDP's
+            # buffer dtypes, distributed saved activations: not in memsym's model
+            r.note(f"{name}: changes memory and is not modelled")
+    return MegatronOverrides(options=opts, ignored=tuple(ignored), notes=tuple(r.notes))
 
 
 class _Reader:
@@ -849,7 +1063,8 @@ class _Reader:
                                         "conflicts with --recompute-granularity full")
             gran = "selective"
         method = self.choice("recompute_method", ("uniform", "block"), None)
-        nrec = self.int("recompute_num_layers", None, hi=MAX_LAYERS)
+        # 0 is accepted (TransformerConfig checks only None); uniform 0 is refused by memsym.job
+        nrec = self.int("recompute_num_layers", None, lo=0, hi=MAX_LAYERS)
         mods = self.raw.get("recompute_modules")
         if mods is not None:
             for m in mods:

@@ -1,0 +1,319 @@
+"""One reading of a job's command line: the words a user pastes, sorted before argparse sees them.
+
+A job command (``estimate``, ``solve``, ``plot``, ``latex``) takes memsym's own options, the
+Megatron-LM arguments of a launch command pasted whole (with or without its launcher:
+``torchrun ...``, ``python -m torch.distributed.run ...``, ``deepspeed ...``, ``python
+pretrain_gpt.py``, environment assignments such as ``WORLD_SIZE=64``) and a MODEL (a preset or
+a config.json, before or after the command).  :func:`split_job_words` walks the words once,
+each option taking exactly as many values as its parser defines (memsym's own from the
+subcommand's argparse parser, Megatron's from its argument table,
+:data:`memsym.readers._megatron_flags.FLAGS`), so a value that looks like a word (``--lr
+3e-4``, ``--position-embedding-type rope``, ``--moe-layer-freq "[0]*3+[1]*58"``) is never
+taken for the MODEL.
+
+Which reading applies is decided by one thing only, whether a MODEL is named:
+
+* with a MODEL its recipe is the baseline; memsym's options and the Megatron arguments it
+  spells itself are read by argparse, the other Megatron arguments are changes to the recipe
+  (:func:`memsym.readers.megatron.read_megatron_overrides`);
+* without a MODEL, a job is a Megatron-LM command: every Megatron argument (memsym's
+  shorthands such as ``--tp`` translated to Megatron's spelling) is read by Megatron-LM's
+  reader with Megatron's defaults (:func:`memsym.readers.megatron.read_megatron_args`), and
+  memsym's own options are applied on top of it;
+* without a MODEL and without any model argument, only the model states are estimated
+  (``--params N``).
+
+Nothing here evaluates a word.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["JobWords", "split_job_words", "LAUNCHER_WORDS", "MEMSYM_SPELLINGS"]
+
+#: Words of a launcher that precede the training script (dropped): torchrun and its module
+#: spellings, the Python interpreter and its unbuffered flag, DeepSpeed's and uv's launchers.
+LAUNCHER_WORDS = frozenset({"torchrun", "python", "python3", "-m", "-u", "torch.distributed.run",
+                            "torch.distributed.launch", "deepspeed", "uv", "run"})
+
+#: DeepSpeed's launcher options (deepspeed/launcher/runner.py ``parse_args``): the two that
+#: fix the world size map to torchrun's, the rest take one value and change nothing here.
+_DEEPSPEED_LAUNCHER = {"--num_gpus": "--nproc_per_node", "--num-gpus": "--nproc_per_node",
+                       "--num_nodes": "--nnodes", "--num-nodes": "--nnodes"}
+_DEEPSPEED_LAUNCHER_IGNORED = frozenset({"--hostfile", "--include", "--exclude", "--launcher",
+                                         "--ssh_port"})
+
+#: memsym's shorthands of Megatron-LM arguments -> Megatron's spelling (read by Megatron's
+#: reader when no MODEL is named, so that ``--tp 2`` and ``--tensor-model-parallel-size 2``
+#: are one argument).
+MEMSYM_SPELLINGS = {"--tp": "--tensor-model-parallel-size", "--pp": "--pipeline-model-parallel-size",
+                    "--cp": "--context-parallel-size", "--ep": "--expert-model-parallel-size",
+                    "--etp": "--expert-tensor-parallel-size",
+                    "--vpp": "--virtual-pipeline-model-parallel-size",
+                    "--recompute": "--recompute-granularity"}
+
+#: memsym's values of a Megatron-spelled option that Megatron itself does not take: the option
+#: stays memsym's (argparse) in every reading.
+_MEMSYM_VALUES = {"--recompute-granularity": {"none", "selective-op"},
+                  "--recompute": {"none", "selective-op"}}
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass
+class JobWords:
+    """The words of one job command line, sorted.
+
+    Attributes
+    ----------
+    argparse : list of str
+        What the subcommand's argparse parser reads (its positionals and memsym's options).
+    megatron : list of str
+        Megatron-LM arguments (and the launcher's options) for Megatron's reader.
+    model : str or None
+        The MODEL word, when one is named.
+    launcher : bool
+        Whether a launcher or script prefix was pasted (and dropped).
+    environment : dict
+        ``NAME=VALUE`` assignments pasted before the command (``WORLD_SIZE`` gives the world
+        size, as Megatron reads it from the environment).
+    """
+
+    argparse: list = field(default_factory=list)
+    megatron: list = field(default_factory=list)
+    model: str | None = None
+    launcher: bool = False
+    environment: dict = field(default_factory=dict)
+
+
+def _looks_like_option(word: str) -> bool:
+    # argparse: a word starting with '-' is an option unless it is a negative number
+    if not word.startswith("-") or word == "-":
+        return False
+    try:
+        float(word)
+        return False
+    except ValueError:
+        return True
+
+
+def _arity(action) -> object:
+    n = action.nargs
+    if n == 0:
+        return 0
+    if n in (None, "?"):
+        return 1
+    return n
+
+
+def _own_options(parser) -> dict:
+    """option string -> arity of every option of ``parser`` (0, 1, '+', '*', or a count)."""
+    return {o: _arity(a) for a in parser._actions for o in a.option_strings}
+
+
+def _take(words, i, name, arity, inline):
+    """The values of option ``name`` at ``words[i:]``: (values, next index)."""
+    if arity == 0:
+        return [], i
+    if inline is not None and arity == 1:
+        return [], i
+    got = []
+    while i < len(words) and not _looks_like_option(words[i]):
+        if isinstance(arity, int) and len(got) == arity:
+            break
+        got.append(words[i])
+        i += 1
+    return got, i
+
+
+def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool = True) -> JobWords:
+    """Sort the words of a job command for its two readers (see the module's docstring).
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The subcommand's parser (memsym's options and their arities).
+    words : list of str
+        The words after the subcommand (and after ``solve``'s unknown).
+    positionals : int
+        Positional words the subcommand takes before its MODEL (``plot``: its KIND).
+    model_allowed : bool
+        Whether a MODEL positional follows them.
+
+    Returns
+    -------
+    JobWords
+
+    Examples
+    --------
+    >>> import argparse
+    >>> p = argparse.ArgumentParser()
+    >>> _ = p.add_argument("model", nargs="?"); _ = p.add_argument("--tp", type=int)
+    >>> w = split_job_words(p, ["torchrun", "--nproc_per_node", "8", "pretrain_gpt.py",
+    ...                         "--lr", "3e-4", "--tp", "2", "llama2-7b"])
+    >>> w.model, w.argparse, w.megatron
+    ('llama2-7b', ['llama2-7b', '--tp', '2'], ['--nproc_per_node', '8', '--lr', '3e-4'])
+    """
+    from ..errors import InvalidValueError
+    from ..readers.megatron import SCHEDULE_ENTRY, ArgumentError, megatron_arity
+
+    own = _own_options(parser)
+    out = JobWords()
+    mine, theirs, pos = [], [], []   # (option word, values) pairs and positional words
+    i, n = 0, len(words)
+    while i < n:
+        w = words[i]
+        i += 1
+        if w == "--":
+            pos.extend(words[i:])
+            break
+        if w in ("-m", "-u") and (out.launcher or (i < n and words[i] in LAUNCHER_WORDS)):
+            out.launcher = True                  # the interpreter's own flags
+            continue
+        if not _looks_like_option(w):
+            if _ASSIGNMENT.match(w) and not theirs and not mine:
+                name, _, value = w.partition("=")
+                out.environment[name] = value
+            elif w in LAUNCHER_WORDS or w.rsplit("/", 1)[-1].startswith(("python", "torchrun")) \
+                    or w.endswith(".py"):
+                out.launcher = True
+            else:
+                pos.append(w)
+            continue
+        name, eq, inline = w.partition("=")
+        inline = inline if eq else None
+        if name in _DEEPSPEED_LAUNCHER or name in _DEEPSPEED_LAUNCHER_IGNORED:
+            got, i = _take(words, i, name, 1, inline)
+            if name in _DEEPSPEED_LAUNCHER:
+                theirs.append((_DEEPSPEED_LAUNCHER[name], got if inline is None else [inline]))
+            out.launcher = True
+            continue
+        arity = own.get(name)
+        if arity is not None:
+            got, i = _take(words, i, name, arity, inline)
+            if arity == 1 and inline is None and not got:
+                shown = f", got {words[i][:40]!r}" if i < n else ""
+                raise InvalidValueError(f"{name} needs a value{shown} (a value starting with '-' "
+                                        f"is given as {name}=VALUE)")
+            mine.append((w, got))
+            continue
+        arity = megatron_arity(name)
+        if arity is None:
+            raise ArgumentError(name)
+        got, i = _take(words, i, name, arity, inline)
+        if name == "--step-batch-size-schedule":
+            # its entries split into words by an unquoted ${ARR[@]}: the reader takes them back
+            while i < n and SCHEDULE_ENTRY.fullmatch(words[i]):
+                got.append(words[i])
+                i += 1
+        theirs.append((w, got))
+    if len(pos) > positionals + (1 if model_allowed else 0):
+        extra = pos[positionals + (1 if model_allowed else 0)]
+        raise InvalidValueError(
+            f"unexpected word {extra[:60]!r}: one MODEL (a preset or a config.json) is taken; is "
+            "it the value of a flag that takes none, or a value with a space in it (quote it)?")
+    out.model = pos[positionals] if model_allowed and len(pos) > positionals else None
+    if out.model is None and (theirs or out.launcher or _names_a_model(mine)) \
+            and not _model_states_only(mine):
+        # a Megatron-LM command without a model: Megatron's reader reads every argument it
+        # knows, memsym's shorthands in Megatron's spelling
+        kept = []
+        for word, got in mine:
+            name, eq, inline = word.partition("=")
+            spelled = MEMSYM_SPELLINGS.get(name, name)
+            values = got if not eq else [inline]
+            if megatron_arity(spelled) is not None and not set(values) & _MEMSYM_VALUES.get(name, set()):
+                theirs.append((spelled if not eq else f"{spelled}={inline}", got))
+            else:
+                kept.append((word, got))
+        mine = kept
+    if "WORLD_SIZE" in out.environment:
+        theirs.append(("--world-size", [out.environment["WORLD_SIZE"]]))
+    out.argparse = pos[:positionals + (1 if out.model is not None else 0)]
+    for word, got in mine:
+        out.argparse += [word, *got]
+    for word, got in theirs:
+        out.megatron += [word, *got]
+    return out
+
+
+def _names_a_model(mine) -> bool:
+    """Whether memsym's options describe a model's architecture (no MODEL needed)."""
+    from .training_options import ARCH_OPTIONS
+
+    arch = {"--" + n.replace("_", "-") for n in ARCH_OPTIONS}
+    return any(word.partition("=")[0] in arch for word, _ in mine) or \
+        any(word.partition("=")[0] in ("--launch-script", "--args-file") for word, _ in mine)
+
+
+def _model_states_only(mine) -> bool:
+    """``--params N``: the model-state estimate (no architecture, no Megatron reading)."""
+    return any(word.partition("=")[0] == "--params" for word, _ in mine)
+
+
+#: Job subcommands -> positional words before their MODEL.
+JOB_COMMANDS = {"estimate": 0, "solve": 0, "plot": 1, "latex": 0}
+
+
+def _subparser(parser, name):
+    for action in parser._actions:
+        choices = getattr(action, "choices", None)
+        if isinstance(choices, dict) and name in choices:
+            return choices[name]
+    return None
+
+
+def prepare_argv(parser, raw):
+    """``(argv for argparse, JobWords or None)`` of the whole command line ``raw``: a job
+    command's words sorted by :func:`split_job_words`, any other command's left as given."""
+    if not raw or raw[0] not in JOB_COMMANDS:
+        return list(raw), None
+    head, sub = [raw[0]], _subparser(parser, raw[0])
+    rest = list(raw[1:])
+    if raw[0] == "solve":
+        if not rest or _looks_like_option(rest[0]):
+            return list(raw), None          # argparse says which unknowns exist
+        head.append(rest.pop(0))
+        sub = _subparser(sub, head[-1])
+        if sub is None:
+            return list(raw), None
+    positionals = JOB_COMMANDS[raw[0]]
+    if raw[0] == "plot" and len(rest) >= 2 and rest[0] == "memory-vs" \
+            and not _looks_like_option(rest[1]):
+        from .plot import UNKNOWNS
+
+        if rest[1] in UNKNOWNS:              # `plot memory-vs dp MODEL`: the swept unknown
+            rest = [rest[0], "--vs", rest[1], *rest[2:]]
+    words = split_job_words(sub, _expand_files(rest), positionals=positionals)
+    return head + words.argparse, words
+
+
+def _expand_files(words):
+    """``--launch-script FILE`` and ``--args-file FILE`` replaced by the words they hold, in
+    place, so that a script or an argument file is read exactly as the same words pasted
+    (later words win, as in argparse)."""
+    from ..errors import InvalidValueError
+    from ..readers._values import read_bounded
+    from ..readers.launch_script import read_argument_file, read_launch_script
+
+    out, i = [], 0
+    while i < len(words):
+        name, eq, inline = words[i].partition("=")
+        if name not in ("--launch-script", "--args-file"):
+            out.append(words[i])
+            i += 1
+            continue
+        if eq:
+            path, i = inline, i + 1
+        elif i + 1 < len(words) and not _looks_like_option(words[i + 1]):
+            path, i = words[i + 1], i + 2
+        else:
+            raise InvalidValueError(f"{name} needs a file")
+        if name == "--launch-script":
+            # bounded, regular files only: a FIFO would block, a larger script is refused
+            out += read_launch_script(read_bounded(path, "launch script", errors="replace"))
+        else:
+            out += read_argument_file(path)
+    return out

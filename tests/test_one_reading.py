@@ -1,0 +1,285 @@
+"""One reading of a job (issue 28): pasted words, a launch script and an argument file are the
+same job; an argument Megatron-LM ignores for memory and time changes no number; memsym's own
+options are honoured in every reading; a value that looks like a word is a value.
+
+The oracles: the six example scripts of NVIDIA/Megatron-LM (tests/test_readers_megatron.py,
+verbatim, whose reader is checked there against Megatron's own parameter count), Megatron's
+argument table (which options take values, which it models), and published configurations
+(DeepSeek-V3's ``first_k_dense_replace = 3`` of 61 layers).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memsym.cli import main
+from memsym.model import Architecture, parameter_count, preset
+from memsym.readers.launch_script import read_launch_script
+from memsym.readers.megatron import _MEMORY_NOT_MODELLED, _MODELLED, _STRUCTURE_NOT_MODELLED, _TABLE
+from test_readers_megatron import EXPECTED, SCRIPTS
+
+EXTRA = {"qwen3_30b_a3b": ["--sequence-parallel"]}   # see tests/test_paste_command.py
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def estimate_json(capsys, *argv) -> dict:
+    code, out, err = run(capsys, "estimate", *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _torchrun_split(words):
+    """(torchrun's options, the training script's arguments) of a script's words."""
+    k = 0
+    while k < len(words) and words[k] in ("--nproc_per_node", "--nnodes", "--node_rank",
+                                          "--master_addr", "--master_port"):
+        k += 2
+    return words[:k], words[k:]
+
+
+# --- pasting ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("key", sorted(SCRIPTS))
+def test_pasted_scripts_equal_the_launch_script(capsys, tmp_path, key):
+    path = tmp_path / f"{key}.sh"
+    path.write_text(SCRIPTS[key][2], encoding="utf-8")
+    added = EXPECTED[key]["added"] + EXTRA.get(key, [])
+    via_script = estimate_json(capsys, "--launch-script", path, *added)
+    words = read_launch_script(SCRIPTS[key][2])
+    launcher, rest = _torchrun_split(words)
+    argfile = tmp_path / "args.txt"
+    argfile.write_text(shlex.join(rest), encoding="utf-8")
+    for pasted in (words,                                                    # no launcher
+                   ["torchrun", *launcher, "pretrain_gpt.py", *rest],        # torchrun
+                   ["python", "-m", "torch.distributed.run", *launcher,      # its module
+                    "pretrain_gpt.py", *rest],
+                   [*added[:0], "python", "pretrain_gpt.py", *launcher, *rest]):
+        assert estimate_json(capsys, *pasted, *added) == via_script
+    assert estimate_json(capsys, *launcher, "--args-file", argfile, *added) == via_script
+    # the count of the model Megatron builds (checked against Megatron's own formula in
+    # test_readers_megatron): the pasted words give the same model
+    mj_arch = via_script["params"]
+    assert mj_arch == estimate_json(capsys, *words, *added)["params"]
+
+
+def test_the_issue_command_is_read(capsys):
+    # `--lr 3e-4` used to be taken for the MODEL ("--lr needs a value")
+    data = estimate_json(capsys, "--num-layers", 24, "--hidden-size", 1024,
+                         "--num-attention-heads", 16, "--seq-length", 1024,
+                         "--max-position-embeddings", 1024, "--vocab-size", 50257,
+                         "--world-size", 8, "--lr", "3e-4", "--micro-batch-size", 4,
+                         "--position-embedding-type", "rope")
+    assert data["ignored"] == ["--lr"]
+    # GPT-2 medium as Megatron builds it without --bf16: 24 layers of 12h^2 + 13h, rope (no
+    # position table), the vocabulary padded to 128 (50257 -> 50304), final LayerNorm 2h
+    h = 1024
+    assert data["params"] == 24 * (12 * h * h + 13 * h) + 50257 * h + 2 * h
+    assert data["layout"]["dp"] == 8
+
+
+def test_environment_and_deepspeed_launcher_give_the_world_size(capsys):
+    base = ["--num-layers", 2, "--hidden-size", 64, "--num-attention-heads", 4,
+            "--seq-length", 32, "--max-position-embeddings", 32, "--vocab-size", 1000,
+            "--micro-batch-size", 1, "--bf16"]
+    env = estimate_json(capsys, "WORLD_SIZE=16", "CUDA_DEVICE_MAX_CONNECTIONS=1", "torchrun",
+                        "pretrain_gpt.py", *base)
+    ds = estimate_json(capsys, "deepspeed", "--num_gpus", 8, "--num_nodes", 2,
+                       "pretrain_gpt.py", *base)
+    assert env["layout"]["dp"] == ds["layout"]["dp"] == 16
+
+
+def test_a_model_before_or_after_the_command(capsys):
+    args = ["--tensor-model-parallel-size", 2, "--seq-length", 4096, "--lr", "3e-4"]
+    before = estimate_json(capsys, "llama2-7b", *args)
+    after = estimate_json(capsys, "torchrun", "pretrain_gpt.py", *args, "llama2-7b")
+    assert before == after
+    assert before["model"] == "llama2-7b" and before["layout"]["tp"] == 2
+
+
+# --- one reading -----------------------------------------------------------------------------
+def test_a_harmless_flag_changes_nothing(capsys):
+    plain = estimate_json(capsys, "llama2-7b", "--seq-length", 4096)
+    assert estimate_json(capsys, "llama2-7b", "--seq-length", 4096, "--bf16") == plain
+    zero3 = estimate_json(capsys, "llama2-7b", "--seq-length", 4096, "--sharding", "zero3")
+    assert zero3["bytes"]["total"] < plain["bytes"]["total"]
+    assert estimate_json(capsys, "llama2-7b", "--seq-length", 4096, "--sharding", "zero3",
+                         "--bf16") == zero3
+    tp2 = estimate_json(capsys, "llama2-7b", "--tp", 2)
+    assert {k: v for k, v in estimate_json(capsys, "llama2-7b", "--tensor-model-parallel-size",
+                                          2, "--train-iters", 100).items()
+            if k != "ignored"} == {k: v for k, v in tp2.items() if k != "ignored"}
+    assert estimate_json(capsys, "llama2-7b", "--tp", 2, "--bf16") == tp2
+
+
+def test_contradictions_are_refused(capsys):
+    for argv in (["llama2-7b", "--precision", "fp16", "--bf16"],
+                 ["llama2-7b", "--bf16", "--fp16"],
+                 ["--num-layers", 2, "--hidden-size", 64, "--num-attention-heads", 4,
+                  "--seq-length", 32, "--vocab-size", 1000, "--micro-batch-size", 1,
+                  "--world-size", 1, "--bf16", "--precision", "fp16"]):
+        code, out, err = run(capsys, "estimate", *argv)
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+
+
+def test_memsym_options_are_honoured_in_the_megatron_reading(capsys):
+    base = ["--num-layers", 4, "--hidden-size", 256, "--num-attention-heads", 4,
+            "--seq-length", 128, "--max-position-embeddings", 128, "--vocab-size", 1000,
+            "--micro-batch-size", 1, "--world-size", 8, "--bf16"]
+    megatron = estimate_json(capsys, *base, "--use-distributed-optimizer")
+    assert estimate_json(capsys, *base, "--sharding", "distributed-optimizer") == megatron
+    ddp = estimate_json(capsys, *base)
+    zero3 = estimate_json(capsys, *base, "--sharding", "zero3")
+    assert zero3["bytes"]["weights"] * 8 == ddp["bytes"]["weights"]   # 16-bit weights / d
+    # memsym's shorthand and Megatron's spelling are one argument
+    assert estimate_json(capsys, *base, "--tp", 2) == \
+        estimate_json(capsys, *base, "--tensor-model-parallel-size", 2)
+
+
+def test_word_like_values_are_values(capsys):
+    # DeepSeek-V3: first_k_dense_replace = 3 dense layers of 61 (config.json), Megatron's
+    # pattern "([0]*3+[1]*58)" (examples/deepseek_v3): the preset's own layer pattern
+    plain = estimate_json(capsys, "deepseek-v3", "--seq-length", 4096, "--ep", 8, "--dp", 8)
+    again = estimate_json(capsys, "deepseek-v3", "--seq-length", 4096, "--ep", 8, "--dp", 8,
+                          "--moe-layer-freq", "([0]*3+[1]*58)")
+    assert again == plain
+    other = estimate_json(capsys, "deepseek-v3", "--seq-length", 4096, "--ep", 8, "--dp", 8,
+                          "--moe-layer-freq", "([0]*1+[1]*60)")
+    assert other["params"] > plain["params"]
+
+
+def test_query_groups_follow_megatron_and_the_model(capsys):
+    # Llama-3 8B has 8 KV heads (config.json num_key_value_heads): --num-query-groups changes them
+    four = estimate_json(capsys, "llama3-8b", "--seq-length", 4096, "--num-query-groups", 4)
+    plain = estimate_json(capsys, "llama3-8b", "--seq-length", 4096)
+    # K and V projections (h x 128 per group, no bias) of 4 groups fewer, in 32 layers
+    assert plain["params"] - four["params"] == 2 * 4096 * 4 * 128 * 32
+    # Llama-2 7B is multi-head: Megatron ignores the count without --group-query-attention
+    mha = estimate_json(capsys, "llama2-7b", "--seq-length", 4096, "--num-query-groups", 4)
+    assert mha["params"] == estimate_json(capsys, "llama2-7b", "--seq-length", 4096)["params"]
+    assert any("--num-query-groups has no effect" in n for n in mha["notes"])
+
+
+def test_plot_memory_vs_takes_its_unknown_as_a_word(capsys, tmp_path):
+    out = tmp_path / "m.png"
+    code, stdout, err = run(capsys, "plot", "memory-vs", "dp", "llama2-7b", "--seq-length",
+                            4096, "-o", out)
+    assert code == 0, err and out.exists()
+
+
+def test_unknown_argument_is_one_line(capsys):
+    code, out, err = run(capsys, "estimate", "llama2-7b", "--num-layerz", 4)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--num-layers" in err
+
+
+# --- the property: arguments without effect, and order -----------------------------------------
+#: Megatron-LM arguments its reader marks as not changing memory or time (not modelled, not
+#: refused, not noted), with a value of the right shape for their arity.
+_HARMLESS = sorted(n for n, (dest, arity, _) in _TABLE.items()
+                   if dest not in _MODELLED and dest not in _STRUCTURE_NOT_MODELLED
+                   and dest not in _MEMORY_NOT_MODELLED and arity in (0, 1)
+                   and n.startswith("--") and not n.startswith(("--nproc", "--nnodes")))
+_JOBS = [["llama2-7b", "--seq-length", "2048", "--tp", "2"],
+         ["llama3-8b", "--seq-length", "4096", "--pp", "2", "--global-batch-size", "8",
+          "--recompute-granularity", "selective"],
+         ["mixtral-8x7b", "--seq-length", "1024", "--ep", "2", "--dp", "2", "--bf16"]]
+
+
+# each example runs 3 estimates (~1 s each on this 2-core machine): 4 examples, ~15 s
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(job=st.sampled_from(_JOBS), extra=st.lists(st.sampled_from(_HARMLESS), min_size=1,
+                                                   max_size=3, unique=True),
+       seed=st.randoms(use_true_random=False))
+def test_harmless_arguments_and_order_change_nothing(capsys, job, extra, seed):
+    words = []
+    for name in extra:
+        words += [name] if _TABLE[name][1] == 0 else [name, "1"]
+    plain = estimate_json(capsys, *job)
+    more = estimate_json(capsys, *job, *words)
+    assert more.pop("ignored") == list(extra)
+    assert more == {k: v for k, v in plain.items() if k != "ignored"}
+    # reordered: the option/value pairs shuffled, the MODEL anywhere
+    pairs, i = [], 1
+    while i < len(job):
+        takes = i + 1 < len(job) and not job[i + 1].startswith("--")
+        pairs.append(job[i:i + 2] if takes else job[i:i + 1])
+        i += 2 if takes else 1
+    seed.shuffle(pairs)
+    pairs.insert(seed.randrange(len(pairs) + 1), [job[0]])
+    assert estimate_json(capsys, *[w for p in pairs for w in p]) == plain
+
+
+# --- the help says what the code does ------------------------------------------------------------
+def test_allowance_help_states_the_code_defaults(capsys):
+    import re
+
+    from memsym.training import ALLOWANCES
+
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, key in (("--workspace", "workspace"), ("--nccl-buffers", "nccl")):
+        shown = re.match(re.escape(flag) + r" \S+ [^(]*\(default (\d+)MiB",
+                         text[text.rindex(flag + " "):])
+        assert shown and int(shown.group(1)) * 2**20 == ALLOWANCES[key].default, flag
+    from sympy import Rational
+
+    assert "(default 0.1)" in text and ALLOWANCES["fragmentation"].default == Rational(1, 10)
+    assert "default 1/2" not in text and "default 1GiB" not in text
+
+
+def test_models_and_gpus_list_the_catalogues(capsys):
+    from memsym.hardware import gpu
+
+    data = json.loads((main(["models", "--json"]), capsys.readouterr().out)[1])
+    names = {r["name"]: r for r in data["models"]}
+    # Llama 2 7B: 6,738,415,616 parameters (Hugging Face safetensors index total_size / 2)
+    assert names["llama2-7b"]["params"] == 6_738_415_616
+    assert data["recipe"]["precision"] == "bf16"
+    data = json.loads((main(["gpus", "--json"]), capsys.readouterr().out)[1])
+    h100 = {r["name"]: r for r in data["gpus"]}["h100-80gb"]
+    # 79.11 GiB, the total PyTorch's out-of-memory message reports for an H100 80GB
+    assert h100["capacity_bytes"] == gpu("h100-80gb").capacity_bytes
+    assert abs(h100["capacity_bytes"] / 2**30 - 79.11) < 0.005
+
+
+def test_lora_on_estimate(capsys):
+    # LoRA (Hu et al. 2021, §4.1): r (d_in + d_out) trainable parameters per adapted matrix.
+    # Llama 3 70B (config.json): h 8192, 8 KV heads of 128, MLP 28672, 80 layers; all of
+    # q, k, v, o, gate, up, down adapted at rank 16: 16 (9h + 3f + 2*1024) per layer
+    per_layer = 16 * (9 * 8192 + 3 * 28672 + 2 * 1024)
+    adapters = 80 * per_layer
+    assert adapters == 207_093_760
+    data = estimate_json(capsys, "llama3-70b", "--tp", 8, "--seq-length", 4096,
+                         "--finetune", "lora", "--lora-rank", 16)
+    # the adapters are trained in fp32 (4 bytes), split over t = 8 like their base matrices
+    assert data["bytes"]["adapter_weights"] == 4 * adapters // 8
+    full = estimate_json(capsys, "llama3-70b", "--tp", 8, "--seq-length", 4096)
+    assert data["bytes"]["total"] < full["bytes"]["total"]
+    qv = estimate_json(capsys, "llama3-70b", "--tp", 8, "--seq-length", 4096,
+                       "--finetune", "lora", "--lora-targets", "q,v")
+    assert qv["bytes"]["adapter_weights"] == 4 * 80 * 16 * (2 * 8192 + 8192 + 1024) // 8
+
+
+def test_recompute_num_layers_zero_as_megatron_runs_it(capsys):
+    # megatron/core/recompute.py (d98e8a64dd): block checkpoints layer i iff i < N, so N = 0
+    # keeps every layer's activations, as no recompute; uniform advances by N, so N = 0 never
+    # ends and is refused.  TransformerConfig only refuses a missing N.
+    job = ["llama2-7b", "--seq-length", 4096, "--pp", 2, "--global-batch-size", 8,
+           "--gpu", "h100-80gb"]
+    block0 = estimate_json(capsys, *job, "--recompute-granularity", "full", "--recompute-method",
+                           "block", "--recompute-num-layers", 0)
+    none = estimate_json(capsys, *job)
+    assert block0["bytes"]["total"] == none["bytes"]["total"]
+    assert block0["step_time_s"] == none["step_time_s"]
+    code, out, err = run(capsys, "estimate", *job, "--recompute-granularity", "full",
+                         "--recompute-method", "uniform", "--recompute-num-layers", 0)
+    assert code == 2 and out == "" and "never advances" in err
