@@ -513,6 +513,11 @@ def _context(training, estimate, vals, sp_, x) -> list[str]:
         out.append("The stage holds " + ", ".join(held) + ".")
     for note in getattr(estimate, "notes", ()) or ():
         out.append(str(note)[:1].upper() + str(note)[1:] + ".")
+    applied = getattr(estimate, "defaults", ()) or ()
+    if applied:
+        out.append("Defaults applied (not given): " + "; ".join(
+            f"{name.replace('_', ' ')} {value} ({source})" for name, value, source in applied)
+            + ".")
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Mapping
 
 from .errors import DivisibilityError, InvalidValueError, UnknownNameError, choose
 
-__all__ = ["Layout", "Training", "Job", "DEFAULTS", "OPTION_ALIASES", "job", "whole",
+__all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
            "microbatches", "validate"]
 
 
@@ -267,6 +267,25 @@ OPTION_ALIASES: dict = {
     "microbatch_group_size_per_vp_stage": "microbatch_group_size",
     "pipeline_model_parallel_layout": "pipeline_layout",
 }
+#: The defaults that decide memory or time, listed in every report when the user did not give
+#: them: field -> where the value comes from (memsym's own choice, said with its reason).
+REPORTED_DEFAULTS: dict = {
+    "precision": "memsym.job.DEFAULTS: bf16 mixed precision (Megatron-LM --bf16, as the "
+                 "recipes of Megatron-Bridge and torchtitan train)",
+    "optimizer": "memsym.job.DEFAULTS: Adam (Megatron-LM's --optimizer default)",
+    "sharding": "memsym.job.DEFAULTS: Megatron-core's distributed optimizer (the recipes' "
+                "--use-distributed-optimizer)",
+    "recompute": "memsym.job.DEFAULTS: no recomputation (Megatron-LM without "
+                 "--recompute-granularity)",
+    "flash_attention": "memsym.job.DEFAULTS: Megatron-core's --attention-backend auto picks a "
+                       "fused or flash kernel",
+    "dropout": "memsym.job.DEFAULTS: Megatron-LM's --hidden-dropout 0.1 and "
+               "--attention-dropout 0.1",
+    "micro_batch_size": "memsym.job.DEFAULTS: one sequence per micro-batch",
+    "seq_length": "memsym.job.DEFAULTS: 4096 tokens, capped by the model's position table",
+    "d": "memsym.job.DEFAULTS: data-parallel size 1 (no --world-size or --dp)",
+}
+
 #: Megatron's switches that count the embedding / loss as a layer of the pipeline split
 #: (:meth:`memsym.model.pipeline_layout.PipelineLayout.from_account_flags`).
 _ACCOUNT_FLAGS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
@@ -704,6 +723,9 @@ class Job:
         Micro-batches per step and pipeline [1] (from ``B/(b d)`` or given).
     notes : tuple of str
         What was assumed or adjusted (defaults that matter, SP off at t = 1, ...).
+    defaults : tuple of (str, object, str)
+        Each default the job applied because it was not given: ``(option, value, where the
+        default comes from)`` (:data:`REPORTED_DEFAULTS`, or the framework reader's own).
     """
 
     model: object
@@ -715,12 +737,15 @@ class Job:
     capacity: int | None = None
     m: int | None = None
     notes: tuple = ()
+    defaults: tuple = ()
 
     def replace(self, **options) -> "Job":
         """A new job with ``options`` changed (the same names as :func:`job`), validated."""
         return job(self.model, layout=self.layout, training=self.training,
                    allowances=dict(self.allowances), gpu=self.gpu, cluster=self.cluster,
-                   capacity=self.capacity, _notes=self.notes, **options)
+                   capacity=self.capacity, _notes=self.notes,
+                   _defaults=tuple(d for d in self.defaults if d[0] not in _canonical(options)),
+                   **options)
 
     @property
     def world_size(self) -> int:
@@ -781,7 +806,7 @@ def _pipeline_layout_of(base, lay: Layout, account: dict) -> tuple:
 
 def job(model=None, *, layout: Layout | None = None, training: Training | None = None,
         allowances: Mapping | None = None, gpu=None, cluster=None, capacity=None,
-        world_size=None, gpus_per_node=None, _notes=(), **options) -> Job:
+        world_size=None, gpus_per_node=None, _notes=(), _defaults=(), **options) -> Job:
     """Build and validate one training job.
 
     Parameters
@@ -850,6 +875,9 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         raise UnknownNameError("job option", name, list(_LAYOUT_FIELDS + _TRAINING_FIELDS)
                                + list(OPTION_ALIASES) + list(_ALLOWANCE_KEYS))
     seq_given = training is not None or "seq_length" in trn_kw
+    defaulted = [] if training is not None or layout is not None else [
+        k for k in REPORTED_DEFAULTS if k not in trn_kw and k not in lay_kw
+        and not (k == "d" and world_size is not None)]
     layout = Layout() if layout is None else layout
     training = Training() if training is None else training
     _check_types(layout, training)
@@ -920,8 +948,14 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         cap = dev.capacity_bytes
     if cap is not None:
         cap = _capacity(cap)
+    framework_default = {"sharding": f"{trn.framework}'s default" if trn.framework
+                         in _FRAMEWORK_DEFAULT_SCHEME else None,
+                         "dropout": why if dropout is not None else None}
+    applied = tuple(_defaults) + tuple(
+        (k, getattr(trn, k) if hasattr(trn, k) else getattr(lay, k),
+         framework_default.get(k) or REPORTED_DEFAULTS[k]) for k in defaulted)
     return Job(x, lay, trn, tuple(sorted(alw.items())), dev, clu, cap, m_,
-               tuple(dict.fromkeys(notes)))
+               tuple(dict.fromkeys(notes)), applied)
 
 
 def _capacity(value) -> int:

@@ -1171,6 +1171,8 @@ class TrainingEstimate:
         (key, exact bytes) of the model states that exist only during the optimizer step
         (:data:`STEP_STATE_KEYS`, e.g. the fp32 main gradients made from a bf16 gradient
         buffer): part of the ``optimizer`` phase, not of the steady states.
+    defaults : tuple of (str, object, str)
+        The defaults the job applied, with where each comes from (:attr:`memsym.job.Job.defaults`).
     """
 
     total: Total
@@ -1182,6 +1184,7 @@ class TrainingEstimate:
     phase: str = "forward"
     phase_bytes: tuple = ()
     step_bytes: tuple = ()
+    defaults: tuple = ()
 
     @cached_property
     def _breakdown(self) -> dict:
@@ -1331,7 +1334,7 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
                  for term in opt if term.key in STEP_STATE_KEYS)
     return TrainingEstimate(results[best][0], results[best][2], best, _role(best, layout.p),
                             tuple(results[i][1] for i in sorted(results)), j.notes, phase,
-                            tuple(pb.items()), step)
+                            tuple(pb.items()), step, j.defaults)
 
 
 def validate(arch, layout: Layout, training: Training) -> None:

@@ -106,18 +106,29 @@ def test_a_model_before_or_after_the_command(capsys):
 
 
 # --- one reading -----------------------------------------------------------------------------
+def numbers(report: dict) -> dict:
+    """A report without what it says of the input (the defaults it applied, the arguments it
+    ignored): the job's numbers and settings."""
+    return {k: v for k, v in report.items() if k not in ("defaults", "ignored")}
+
+
 def test_a_harmless_flag_changes_nothing(capsys):
+    # --bf16 on a bf16 recipe changes no number (the report then lists precision as given)
     plain = estimate_json(capsys, "llama2-7b", "--seq-length", 4096)
-    assert estimate_json(capsys, "llama2-7b", "--seq-length", 4096, "--bf16") == plain
+    bf16 = estimate_json(capsys, "llama2-7b", "--seq-length", 4096, "--bf16")
+    assert numbers(bf16) == numbers(plain)
+    assert [d["option"] for d in plain["defaults"] if d["option"] == "precision"] == ["precision"]
+    assert "precision" not in [d["option"] for d in bf16["defaults"]]
     zero3 = estimate_json(capsys, "llama2-7b", "--seq-length", 4096, "--sharding", "zero3")
     assert zero3["bytes"]["total"] < plain["bytes"]["total"]
-    assert estimate_json(capsys, "llama2-7b", "--seq-length", 4096, "--sharding", "zero3",
-                         "--bf16") == zero3
+    assert numbers(estimate_json(capsys, "llama2-7b", "--seq-length", 4096, "--sharding",
+                                 "zero3", "--bf16")) == numbers(zero3)
     tp2 = estimate_json(capsys, "llama2-7b", "--tp", 2)
-    assert {k: v for k, v in estimate_json(capsys, "llama2-7b", "--tensor-model-parallel-size",
-                                          2, "--train-iters", 100).items()
-            if k != "ignored"} == {k: v for k, v in tp2.items() if k != "ignored"}
-    assert estimate_json(capsys, "llama2-7b", "--tp", 2, "--bf16") == tp2
+    assert estimate_json(capsys, "llama2-7b", "--tensor-model-parallel-size", 2,
+                         "--train-iters", 100)["ignored"] == ["--train-iters"]
+    assert numbers(estimate_json(capsys, "llama2-7b", "--tensor-model-parallel-size", 2,
+                                 "--train-iters", 100)) == numbers(tp2)
+    assert numbers(estimate_json(capsys, "llama2-7b", "--tp", 2, "--bf16")) == numbers(tp2)
 
 
 def test_contradictions_are_refused(capsys):
@@ -135,7 +146,8 @@ def test_memsym_options_are_honoured_in_the_megatron_reading(capsys):
             "--seq-length", 128, "--max-position-embeddings", 128, "--vocab-size", 1000,
             "--micro-batch-size", 1, "--world-size", 8, "--bf16"]
     megatron = estimate_json(capsys, *base, "--use-distributed-optimizer")
-    assert estimate_json(capsys, *base, "--sharding", "distributed-optimizer") == megatron
+    assert numbers(estimate_json(capsys, *base, "--sharding", "distributed-optimizer")) == \
+        numbers(megatron)
     ddp = estimate_json(capsys, *base)
     zero3 = estimate_json(capsys, *base, "--sharding", "zero3")
     assert zero3["bytes"]["weights"] * 8 == ddp["bytes"]["weights"]   # 16-bit weights / d
@@ -283,3 +295,137 @@ def test_recompute_num_layers_zero_as_megatron_runs_it(capsys):
     code, out, err = run(capsys, "estimate", *job, "--recompute-granularity", "full",
                          "--recompute-method", "uniform", "--recompute-num-layers", 0)
     assert code == 2 and out == "" and "never advances" in err
+
+
+# NVIDIA/Megatron-LM examples/rl/model_configs/qwen3_8b.sh at d98e8a64dd, verbatim (a newer
+# example: the model options of Megatron-Bridge's run_config for Qwen3 8B)
+QWEN3_8B_RL = r'''#!/bin/bash
+
+TP=${TP:-1}
+PP=${PP:-1}
+NODES_REQUIRED=${NODES_REQUIRED:-1}
+
+echo "Using Qwen3 8B model checkpoint"
+SCRIPT_PATH="${BASH_SOURCE[0]}"
+source $(dirname $SCRIPT_PATH)/common.sh
+
+# Default values
+GRPO_CLAMP_EPS_LOWER=${GRPO_CLAMP_EPS_LOWER:-0.2}
+GRPO_CLAMP_EPS_UPPER=${GRPO_CLAMP_EPS_UPPER:-0.2}
+MAX_INFERENCE_BS=${MAX_INFERENCE_BS:-32}
+GRPO_GROUP_SIZE=${GRPO_GROUP_SIZE:-16}
+GRPO_PROMPTS_PER_STEP=${GRPO_PROMPTS_PER_STEP:-64}
+GRPO_ITERATIONS=${GRPO_ITERATIONS:-1}
+GRPO_KL_BETA=${GRPO_KL_BETA:-"0.0"}
+TRAINING_BATCH_SIZE=${TRAINING_BATCH_SIZE:-256}
+MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}
+MAX_SEQ_LENGTH=${MAX_SEQ_LENGTH:-32768}
+EXIT_INTERVAL=${EXIT_INTERVAL:-16}
+CHKPT_SAVE_INTERVAL=${CHKPT_SAVE_INTERVAL:-16}
+
+ENV_DEPENDENT="\
+  --micro-batch-size $MICRO_BATCH_SIZE \
+  --global-batch-size $TRAINING_BATCH_SIZE \
+  --grpo-group-size $GRPO_GROUP_SIZE \
+  --grpo-prompts-per-step $GRPO_PROMPTS_PER_STEP \
+  --grpo-iterations $GRPO_ITERATIONS \
+  --grpo-clamp-eps-lower $GRPO_CLAMP_EPS_LOWER \
+  --grpo-clamp-eps-upper $GRPO_CLAMP_EPS_UPPER \
+  --grpo-kl-beta $GRPO_KL_BETA \
+  --langrl-env-config $ENV_CONFIG "
+
+# Model configuration based on MegatronBridge run_config.yaml
+MODEL_OPTIONS="\
+  --ckpt-format torch_dist \
+  --seq-length $MAX_SEQ_LENGTH \
+  --inference-max-seq-length $MAX_SEQ_LENGTH \
+  --inference-max-requests $MAX_INFERENCE_BS \
+  --pretrained-checkpoint $CHECKPOINT \
+  --untie-embeddings-and-output-weights \
+  --num-layers 36 \
+  --hidden-size 4096 \
+  --ffn-hidden-size 12288 \
+  --num-attention-heads 32 \
+  --kv-channels 128 \
+  --max-position-embeddings 40960 \
+  --group-query-attention \
+  --num-query-groups 8 \
+  --normalization RMSNorm \
+  --norm-epsilon 1e-6 \
+  --qk-layernorm \
+  --position-embedding-type rope \
+  --rotary-percent 1.0 \
+  --rotary-base 1000000 \
+  --use-rotary-position-embeddings \
+  --swiglu \
+  --disable-bias-linear \
+  --attention-dropout 0.0 \
+  --hidden-dropout 0.0 \
+  --no-masked-softmax-fusion \
+  --attention-softmax-in-fp32 \
+  --tokenizer-type HuggingFaceTokenizer \
+  --tokenizer-model Qwen/Qwen3-8B \
+  --vocab-size 151936 \
+  --make-vocab-size-divisible-by 128 \
+  --optimizer adam \
+  --adam-beta1 0.9 \
+  --adam-beta2 0.999 \
+  --adam-eps 1e-8 \
+  --lr 1e-6 \
+  --min-lr 1e-7 \
+  --lr-warmup-samples 0 \
+  --clip-grad 1.0 \
+  --weight-decay 0.01 \
+  --recompute-granularity selective \
+  --recompute-activations \
+  --recompute-modules core_attn \
+  "
+
+'''
+
+
+@pytest.mark.parametrize("launcher", [[], ["torchrun", "--nproc_per_node", "8", "train_rl.py"]])
+def test_a_newer_example_pasted_counts_the_model_megatron_builds(capsys, tmp_path, launcher):
+    path = tmp_path / "qwen3_8b.sh"
+    path.write_text(QWEN3_8B_RL, encoding="utf-8")
+    via_script = estimate_json(capsys, "--launch-script", path, "--world-size", 8)
+    pasted = estimate_json(capsys, *launcher, *read_launch_script(QWEN3_8B_RL), "--world-size", 8)
+    assert pasted == via_script
+    # Qwen3-8B as transformers builds it (the preset, checked against transformers' model
+    # class in tests/test_hf_configs.py): 8,190,735,360 parameters
+    assert via_script["params"] == parameter_count(preset("qwen3-8b")) == 8_190_735_360
+    assert "--lr" in via_script["ignored"] and via_script["training"]["recompute"] == "selective"
+
+
+def test_script_words_never_name_the_model(capsys, tmp_path):
+    path = tmp_path / "s.sh"
+    path.write_text("torchrun pretrain_gpt.py --num-layers 2 $UNSET_PARAMS\n", encoding="utf-8")
+    code, out, err = run(capsys, "estimate", "--launch-script", path)
+    assert code == 2 and out == "" and "in the launch script" in err
+
+
+def test_megatrons_bare_finetune_flag_is_full_fine_tuning(capsys):
+    # Megatron-LM's --finetune (store_true): load a checkpoint without its optimizer state;
+    # the memory of full training, as memsym's --finetune full
+    plain = estimate_json(capsys, "llama2-7b", "--tp", 2)
+    assert estimate_json(capsys, "llama2-7b", "--finetune", "--tp", 2) == plain
+    assert numbers(estimate_json(capsys, "llama2-7b", "--tp", 2, "--finetune", "full")) == \
+        numbers(plain)
+
+
+def test_every_report_lists_the_defaults_it_applied(capsys):
+    # with a MODEL: memsym's recipe (memsym.job.DEFAULTS), each with its reason
+    rows = {d["option"]: d for d in estimate_json(capsys, "llama2-7b", "--tp", 2)["defaults"]}
+    assert rows["precision"]["value"] == "bf16" and "DEFAULTS" in rows["precision"]["source"]
+    assert rows["sharding"]["value"] == "distributed-optimizer" and "tp" not in rows
+    # without one: Megatron-LM's own argument defaults, cited to arguments.py
+    rows = {d["option"]: d for d in estimate_json(
+        capsys, "--num-layers", 2, "--hidden-size", 64, "--num-attention-heads", 4,
+        "--seq-length", 32, "--vocab-size", 1000, "--micro-batch-size", 1, "--world-size", 1,
+        "--bf16")["defaults"]}
+    assert "precision" not in rows                      # given: --bf16
+    assert rows["sharding"]["value"] == "ddp" and "arguments.py" in rows["sharding"]["source"]
+    assert rows["position_embedding_type"]["value"] == "learned_absolute"
+    # and the LaTeX / Markdown document says them too
+    code, out, err = run(capsys, "latex", "llama2-7b", "--tp", 2, "--markdown")
+    assert code == 0 and "Defaults applied (not given): precision bf16" in out

@@ -57,7 +57,8 @@ MEMSYM_SPELLINGS = {"--tp": "--tensor-model-parallel-size", "--pp": "--pipeline-
 #: memsym's values of a Megatron-spelled option that Megatron itself does not take: the option
 #: stays memsym's (argparse) in every reading.
 _MEMSYM_VALUES = {"--recompute-granularity": {"none", "selective-op"},
-                  "--recompute": {"none", "selective-op"}}
+                  "--recompute": {"none", "selective-op"},
+                  "--finetune": {"full", "lora", "qlora"}}
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -109,12 +110,17 @@ def _arity(action) -> object:
 
 
 def _own_options(parser) -> dict:
-    """option string -> arity of every option of ``parser`` (0, 1, '+', '*', or a count)."""
-    return {o: _arity(a) for a in parser._actions for o in a.option_strings}
+    """option string -> arity of every option of ``parser`` (0, 1, '+', '*', or a count; an
+    optional value ``nargs='?'`` with choices is the set of its choices)."""
+    return {o: (frozenset(a.choices) if a.nargs == "?" and a.choices else _arity(a))
+            for a in parser._actions for o in a.option_strings}
 
 
 def _take(words, i, name, arity, inline):
     """The values of option ``name`` at ``words[i:]``: (values, next index)."""
+    if isinstance(arity, frozenset):   # an optional value: only one of its choices
+        take = inline is None and i < len(words) and words[i] in arity
+        return (words[i:i + 1], i + 1) if take else ([], i)
     if arity == 0:
         return [], i
     if inline is not None and arity == 1:
@@ -128,7 +134,8 @@ def _take(words, i, name, arity, inline):
     return got, i
 
 
-def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool = True) -> JobWords:
+def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool = True,
+                    from_file=frozenset()) -> JobWords:
     """Sort the words of a job command for its two readers (see the module's docstring).
 
     Parameters
@@ -141,6 +148,9 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
         Positional words the subcommand takes before its MODEL (``plot``: its KIND).
     model_allowed : bool
         Whether a MODEL positional follows them.
+    from_file : set of int
+        Indices of ``words`` read from a launch script or argument file: those never name
+        the MODEL (a stray word there is an error naming it).
 
     Returns
     -------
@@ -179,6 +189,11 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
             elif w in LAUNCHER_WORDS or w.rsplit("/", 1)[-1].startswith(("python", "torchrun")) \
                     or w.endswith(".py"):
                 out.launcher = True
+            elif i - 1 in from_file:
+                raise InvalidValueError(
+                    f"unexpected word {w[:60]!r} in the launch script or argument file: "
+                    "pretrain_gpt.py takes no positional arguments (an unset variable, or the "
+                    "value of a flag that takes none?)")
             else:
                 pos.append(w)
             continue
@@ -286,19 +301,20 @@ def prepare_argv(parser, raw):
 
         if rest[1] in UNKNOWNS:              # `plot memory-vs dp MODEL`: the swept unknown
             rest = [rest[0], "--vs", rest[1], *rest[2:]]
-    words = split_job_words(sub, _expand_files(rest), positionals=positionals)
+    expanded, from_file = _expand_files(rest)
+    words = split_job_words(sub, expanded, positionals=positionals, from_file=from_file)
     return head + words.argparse, words
 
 
 def _expand_files(words):
     """``--launch-script FILE`` and ``--args-file FILE`` replaced by the words they hold, in
     place, so that a script or an argument file is read exactly as the same words pasted
-    (later words win, as in argparse)."""
+    (later words win, as in argparse); and the indices of the words from files."""
     from ..errors import InvalidValueError
     from ..readers._values import read_bounded
     from ..readers.launch_script import read_argument_file, read_launch_script
 
-    out, i = [], 0
+    out, i, from_file = [], 0, set()
     while i < len(words):
         name, eq, inline = words[i].partition("=")
         if name not in ("--launch-script", "--args-file"):
@@ -313,7 +329,9 @@ def _expand_files(words):
             raise InvalidValueError(f"{name} needs a file")
         if name == "--launch-script":
             # bounded, regular files only: a FIFO would block, a larger script is refused
-            out += read_launch_script(read_bounded(path, "launch script", errors="replace"))
+            got = read_launch_script(read_bounded(path, "launch script", errors="replace"))
         else:
-            out += read_argument_file(path)
-    return out
+            got = read_argument_file(path)
+        from_file.update(range(len(out), len(out) + len(got)))
+        out += got
+    return out, frozenset(from_file)

@@ -76,7 +76,9 @@ def add_search_options(parser) -> None:
                         "torch's ScheduleGPipe, and with v > 1 ScheduleLoopedBFS "
                         "(--framework torchtitan)")
     parser.add_argument("--finetune", type=choice("fine-tuning", ("full", "lora", "qlora")),
-                        default="full", help="full training, LoRA (bf16 base) or QLoRA (NF4 base)")
+                        nargs="?", const="full", default="full",
+                        help="full training (the bare flag, as Megatron-LM's --finetune), LoRA "
+                        "(bf16 base) or QLoRA (NF4 base)")
     parser.add_argument("--lora-rank", type=positive_int, default=16, metavar="R")
     parser.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="K",
                         help="GPUs per node (default 8): t may not exceed it")

@@ -175,9 +175,12 @@ def add_training_options(parser) -> None:
                      "the preset's vocabulary as is; True when the vocabulary comes from the "
                      "tokenizer): pad to a multiple of 128 x TP (--convention megatron-bridge)")
     ft = parser.add_argument_group("fine-tuning (LoRA / QLoRA adapters on a frozen base)")
-    ft.add_argument("--finetune", choices=("full", "lora", "qlora"), default=None,
-                    help="full training (default), LoRA (a frozen bf16 base) or QLoRA (an NF4 "
-                    "base)")
+    # Megatron-LM's --finetune (a flag: start from a checkpoint without its optimizer state)
+    # is full fine-tuning, memory as training: the bare flag means --finetune full
+    ft.add_argument("--finetune", nargs="?", const="full", choices=("full", "lora", "qlora"),
+                    default=None,
+                    help="full training (default; the bare flag, as Megatron-LM's --finetune), "
+                    "LoRA (a frozen bf16 base) or QLoRA (an NF4 base)")
     ft.add_argument("--lora-rank", type=positive_int, default=None, metavar="R",
                     help="the adapters' rank (default 16)")
     ft.add_argument("--lora-targets", type=_lora_targets, default=None, metavar="LIST",
@@ -543,6 +546,8 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "pipeline_layout": None if layout.pipeline_layout is None
                      else layout.pipeline_layout.describe()},
         "convention": args.convention,
+        # every default the job applied because it was not given, and where it comes from
+        "defaults": [{"option": k_, "value": v_, "source": src} for k_, v_, src in j.defaults],
         "units": "bytes",
     }
     if args.convention in ("megatron-lm", "megatron-bridge"):
@@ -645,6 +650,8 @@ def estimate_training(args) -> int:
         print("ignored (no effect on memory or time): " + " ".join(rep["ignored"]))
     for note in rep.get("notes", []):
         print(f"note: {note}")
+    for row in rep.get("defaults", []):
+        print(f"default: {row['option']} = {row['value']} ({row['source']})")
     if fits is not None:
         verdict = "fits" if fits else "does NOT fit"
         print(f"\nGPU memory {capacity_label(args)}: {verdict}, "

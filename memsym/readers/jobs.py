@@ -110,7 +110,8 @@ def megatron_job(mj, model=None, **options):
     opts.update(mj.architecture if model is None else
                 {k: v for k, v in mj.architecture.items() if v is not None})
     opts.update(options)
-    return job(model, _notes=tuple(notes), **opts)
+    return job(model, _notes=tuple(notes),
+               _defaults=tuple(d for d in mj.defaults if d[0] not in options), **opts)
 
 
 #: DeepSpeed's zero_optimization.stage -> memsym's sharding scheme (stage 0: plain data parallel).

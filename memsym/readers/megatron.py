@@ -55,6 +55,9 @@ class MegatronJob:
         Arguments accepted that do not change memory or time, each listed once.
     notes : tuple of str
         Defaults applied and rules used that the user should know.
+    defaults : tuple of (str, object, str)
+        Megatron's argument defaults that decide memory and time and were not given:
+        ``(job option, value, where)`` (:data:`MEGATRON_DEFAULTS`).
     """
 
     architecture: dict
@@ -64,6 +67,32 @@ class MegatronJob:
     optimizer: dict
     ignored: tuple
     notes: tuple
+    defaults: tuple = ()
+
+
+_ARGS = "Megatron-LM megatron/training/arguments.py (d98e8a64dd)"
+
+#: Megatron's defaults that decide memory or time, reported when a command leaves them out:
+#: (job option, the arguments that set it, its value by default, where the default is).
+MEGATRON_DEFAULTS = (
+    ("precision", ("bf16", "fp16", "fp8"), "fp32", f"{_ARGS}: --bf16 and --fp16 are store_true"),
+    ("sharding", ("use_distributed_optimizer", "use_megatron_fsdp", "use_torch_fsdp2"), "ddp",
+     f"{_ARGS}: --use-distributed-optimizer is store_true (plain DDP)"),
+    ("dropout", ("hidden_dropout", "attention_dropout"), True,
+     f"{_ARGS}: --hidden-dropout and --attention-dropout default 0.1"),
+    ("recompute", ("recompute_granularity", "recompute_activations"), "none",
+     f"{_ARGS}: --recompute-granularity default None"),
+    ("flash_attention", ("attention_backend", "use_flash_attn", "transformer_impl"), True,
+     f"{_ARGS}: --attention-backend auto (Transformer Engine picks a fused kernel)"),
+    ("optimizer", ("optimizer",), "adam", f"{_ARGS}: --optimizer adam"),
+    ("position_embedding_type", ("position_embedding_type", "use_rotary_position_embeddings"),
+     "learned_absolute", f"{_ARGS}: --position-embedding-type learned_absolute"),
+    ("add_bias_linear", ("add_bias_linear",), True,
+     f"{_ARGS}: biases unless --disable-bias-linear"),
+    ("untie_embeddings_and_output_weights", ("untie_embeddings_and_output_weights",), False,
+     f"{_ARGS}: the output layer shares the embedding unless "
+     "--untie-embeddings-and-output-weights"),
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -518,8 +547,11 @@ def read_megatron_args(argv: Sequence[str]) -> MegatronJob:
             r.note(f"{name}: {_MEMORY_NOT_MODELLED[dest]} changes memory and is not modelled")
         if dest not in _MODELLED:
             ignored.append(name)
+    defaults = tuple((option, value, where) for option, dests, value, where in MEGATRON_DEFAULTS
+                     if not any(r.given(d) for d in dests))
     return MegatronJob(architecture=arch, layout=layout, training=training, precision=precision,
-                       optimizer=optimizer, ignored=tuple(ignored), notes=tuple(r.notes))
+                       optimizer=optimizer, ignored=tuple(ignored), notes=tuple(r.notes),
+                       defaults=defaults)
 
 
 @dataclass(frozen=True)
