@@ -513,11 +513,14 @@ def _context(training, estimate, vals, sp_, x) -> list[str]:
         out.append("The stage holds " + ", ".join(held) + ".")
     for note in getattr(estimate, "notes", ()) or ():
         out.append(str(note)[:1].upper() + str(note)[1:] + ".")
-    applied = getattr(estimate, "defaults", ()) or ()
-    if applied:
-        out.append("Defaults applied (not given): " + "; ".join(
-            f"{name.replace('_', ' ')} {value} ({source})" for name, value, source in applied)
-            + ".")
+    # the defaults applied, grouped by where they come from (the source's name before its
+    # reason): "memsym.job.DEFAULTS", Megatron-LM's arguments.py, a preset's recipe
+    groups = {}
+    for name, value, source in getattr(estimate, "defaults", ()) or ():
+        groups.setdefault(str(source).split(":")[0], []).append(
+            f"{name.replace('_', ' ')} {value}")
+    for source, rows in groups.items():
+        out.append(f"Defaults applied (not given), from {source}: {', '.join(rows)}.")
     return out
 
 

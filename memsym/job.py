@@ -890,6 +890,11 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         # the framework's own default, not Megatron's distributed optimizer
         trn = dataclasses.replace(trn, sharding=_FRAMEWORK_DEFAULT_SCHEME[trn.framework])
         notes.append(f"sharding {trn.sharding}: {trn.framework}'s default")
+    adapter = [k for k in ("lora_rank", "lora_targets", "quantization", "lora_regather")
+               if k in trn_kw]
+    if adapter and trn.finetune == "full":
+        raise InvalidValueError(f"{', '.join(adapter)} describe{'s' if len(adapter) == 1 else ''}"
+                                " LoRA adapters: give finetune lora or qlora (--finetune lora)")
     dropout, why = framework_dropout(trn.framework, trn_kw.get("dropout"), base)
     if dropout is not None:
         trn = dataclasses.replace(trn, dropout=dropout)
@@ -950,7 +955,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         cap = _capacity(cap)
     framework_default = {"sharding": f"{trn.framework}'s default" if trn.framework
                          in _FRAMEWORK_DEFAULT_SCHEME else None,
-                         "dropout": why if dropout is not None else None}
+                         "dropout": why if dropout is not None and why else None}
     applied = tuple(_defaults) + tuple(
         (k, getattr(trn, k) if hasattr(trn, k) else getattr(lay, k),
          framework_default.get(k) or REPORTED_DEFAULTS[k]) for k in defaulted)

@@ -428,4 +428,57 @@ def test_every_report_lists_the_defaults_it_applied(capsys):
     assert rows["position_embedding_type"]["value"] == "learned_absolute"
     # and the LaTeX / Markdown document says them too
     code, out, err = run(capsys, "latex", "llama2-7b", "--tp", 2, "--markdown")
-    assert code == 0 and "Defaults applied (not given): precision bf16" in out
+    assert code == 0 and "Defaults applied (not given), from memsym.job.DEFAULTS: precision bf16" in out
+
+
+#: memsym's own options (not Megatron-LM's) with a value that changes a job, for the test
+#: below; every option of `estimate` that Megatron does not spell must be listed here or in
+#: _NOT_JOB_OPTIONS (the test fails on a new one, so none can be dropped unnoticed).
+_OWN_VALUES = {
+    "--compiled-loss": [], "--convention": ["seed000"], "--cp": ["2"], "--dp": ["4"],
+    "--data-parallel-size": ["4"], "--disable-loss-parallel": [], "--efficiency": ["0.3"],
+    "--ep": ["2"], "--etp": ["1"], "--fragmentation": ["0"], "--framework": ["torchtitan"],
+    "--gpu": ["h100-80gb"], "--gpu-memory": ["40GB"], "--gpus-per-node": ["4"],
+    "--inter-node-bandwidth": ["10"], "--intra-node-bandwidth": ["100"],
+    "--nccl-buffers": ["0"], "--no-flash-attn": [], "--no-flash-attention": [],
+    "--num-microbatches": ["4"], "--offload": ["optimizer"], "--pp": ["4"], "--tp": ["1"],
+    "--vpp": ["2"], "--precision": ["fp16"], "--recompute": ["full"], "--schedule": ["gpipe"],
+    "--sharding": ["zero3"], "--should-pad-vocab": [], "--workspace": ["0"],
+    "--finetune": ["lora"], "--lora-rank": ["8"], "--lora-targets": ["q,v"],
+    "--lora-quantization": ["int8"], "--lora-regather": [], "--params": ["7B"],
+}
+#: Options that choose the input or the output, not the job (each tested on its own).
+_NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--args-file", "--launch-script",
+                    "--deepspeed-config", "--torchtitan-config"}
+
+
+_MEGATRON_COMMAND = ["--num-layers", 4, "--hidden-size", 256, "--num-attention-heads", 4,
+                     "--seq-length", 128, "--max-position-embeddings", 128, "--vocab-size", 1000,
+                     "--micro-batch-size", 1, "--global-batch-size", 16, "--world-size", 8,
+                     "--bf16", "--tensor-model-parallel-size", 2,
+                     "--pipeline-model-parallel-size", 2, "--use-distributed-optimizer"]
+_PRESET_JOB = ["llama2-7b", "--tp", 2, "--pp", 2, "--world-size", 8, "--global-batch-size", 16,
+               "--seq-length", 1024]
+
+
+@pytest.mark.parametrize("base", [_MEGATRON_COMMAND, _PRESET_JOB], ids=["megatron", "preset"])
+def test_every_own_option_is_honoured_or_refused_in_every_reading(capsys, base):
+    import argparse
+
+    from memsym.cli import build_parser
+    from memsym.readers.megatron import megatron_arity
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    own = {o for a in sub.choices["estimate"]._actions for o in a.option_strings
+           if megatron_arity(o) is None}
+    # --finetune is Megatron's flag too; with a value (lora, qlora, full) it is memsym's
+    assert (own | {"--finetune"}) - _NOT_JOB_OPTIONS == set(_OWN_VALUES), \
+        "a new option: say what it does"
+    plain = estimate_json(capsys, *base)
+    for option, values in _OWN_VALUES.items():
+        code, out, err = run(capsys, "estimate", *base, option, *values, "--json")
+        if code == 2:
+            assert out == "" and err.count("\n") == 1 and "Traceback" not in err, option
+            continue
+        assert code == 0, (option, err)
+        assert json.loads(out) != plain, f"{option} {values} was dropped"

@@ -376,6 +376,9 @@ def _memsym_options(args) -> dict:
         opts["fp8_param_gather"] = True
     if getattr(args, "lora_regather", False):
         opts["lora_regather"] = True
+    if getattr(args, "should_pad_vocab", False) and args.convention != "megatron-bridge":
+        opts["_notes"] = ("--should-pad-vocab has effect only with --convention megatron-bridge "
+                          "(Megatron-Bridge's GPTModelProvider.should_pad_vocab)",)
     for (_, dest), (_, option, value, _) in zip(switch_dests(), _SWITCHES):
         if getattr(args, dest, False):
             opts[option] = value
@@ -396,8 +399,8 @@ def _grad_reduce(opts: dict) -> dict:
         if opts.get("precision", "bf16") in ("bf16", "fp8"):
             opts["grad_dtype"] = "bf16"
         else:
-            opts["_notes"] = ("--grad-reduce-in-bf16 has effect only with bf16 parameters "
-                              "(Megatron's --bf16)",)
+            opts["_notes"] = tuple(opts.get("_notes", ())) + (
+                "--grad-reduce-in-bf16 has effect only with bf16 parameters (Megatron's --bf16)",)
     return opts
 
 

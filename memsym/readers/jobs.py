@@ -47,7 +47,8 @@ def megatron_job(mj, model=None, **options):
     """
     from ..job import job
 
-    notes = list(mj.notes)
+    options = dict(options)
+    notes = list(mj.notes) + list(options.pop("_notes", ()))
     lay, trn, prec, opt = mj.layout, mj.training, mj.precision, mj.optimizer
     opts = {k: lay[k] for k in ("t", "p", "c", "e", "t_e", "v", "sequence_parallel",
                                 "first_stage_layers", "last_stage_layers", "pipeline_layout",
