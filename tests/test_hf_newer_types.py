@@ -497,3 +497,13 @@ def test_fuzzed_newer_configs(tmp_path):
             assert parameter_count(arch) > 0
 
     check()
+
+
+def test_the_docs_list_every_accepted_type():
+    # docs/validation.md lists the model_type values read (issue 32: kept in step with the code)
+    from pathlib import Path
+
+    text = Path(__file__).resolve().parent.parent.joinpath("docs", "validation.md").read_text()
+    section = text[text.index("## config.json"):]
+    missing = [t for t in HF_MODEL_TYPES if f"`{t}`" not in section]
+    assert not missing, missing

@@ -3,7 +3,8 @@
 Each accepted ``model_type`` is read with the defaults of transformers' own config class and the
 modules its ``modeling_<type>.py`` builds, so that the parameter count equals
 ``sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())`` (transformers 5.24.0,
-checked by ``tests/test_hf_configs.py``).  Nothing in the file is evaluated; every size is bounded.
+checked by ``tests/test_hf_configs.py`` and ``tests/test_hf_newer_types.py``).  Nothing in the
+file is evaluated; every size is bounded.
 """
 
 from __future__ import annotations
@@ -639,16 +640,21 @@ _READERS = {"gpt2": _read_gpt2, "gpt_neox": _read_gpt_neox, "gptj": _read_gptj,
 def from_hf_config(path) -> Architecture:
     """Read a local Hugging Face ``config.json`` into an :class:`Architecture` (no network).
 
-    Accepted ``model_type`` (or, without one, ``architectures[0]``): bloom, cohere, deepseek_v2,
-    deepseek_v3, falcon (both decoder architectures), gemma, gemma2, gemma3_text, gpt2, gpt_neox,
-    gpt_oss, gptj, granite, granitemoe, llama, mistral, mixtral, olmo, olmo2, phi3 (Phi-3 and
-    Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, starcoder2.  The core sizes (hidden size,
-    layers, heads, vocabulary, MLP size) must be in the file; every other field defaults as
+    Accepted ``model_type`` (or, only when the file has none, the type of ``architectures[0]``):
+    apertus, arcee, bloom, cohere, deepseek_v2, deepseek_v3, dots1, ernie4_5, ernie4_5_moe,
+    exaone4, falcon (both decoder architectures), gemma, gemma2, gemma3 (its text_config),
+    gemma3_text, glm4, glm4_moe, gpt2, gpt_neox, gpt_oss, gptj, granite, granitemoe,
+    hunyuan_v1_dense, llama, llama4 (its text_config), llama4_text, mistral, mixtral, olmo, olmo2,
+    olmoe, phi3 (Phi-3 and Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3,
+    starcoder2.  The core sizes (hidden size, layers, heads, vocabulary, MLP size) must be in the
+    file (a vision-language file's text_config takes its text config class's defaults, as the
+    released gemma3 files need, and says so in the notes); every other field defaults as
     transformers' config class defaults it, and the modules are those the transformers model
     builds, so the parameter count equals ``sum(p.numel())`` of
-    ``AutoModelForCausalLM.from_config`` (transformers 5.24.0).  Where transformers builds less
-    than the file describes (DeepSeek-V3's MTP layer) the difference is said in
-    ``arch.extra["notes"]``.  The file is parsed as JSON only; nothing in it is evaluated, every
+    ``AutoModelForCausalLM.from_config`` (transformers 5.24.0; for gemma3, of its language
+    model).  Where transformers builds less than the file describes (DeepSeek-V3's and GLM-4.5's
+    MTP layer, a vision encoder) the difference is said in ``arch.extra["notes"]``.  Any other
+    ``model_type`` is refused; a near name may be suggested but is never read in its place.  The file is parsed as JSON only; nothing in it is evaluated, every
     size is checked against :data:`~memsym.model.architecture.LIMITS` as it is read, and the
     name (``_name_or_path``) is stored escaped (:func:`~memsym.model.architecture.printable`).
 
@@ -669,7 +675,10 @@ def from_hf_config(path) -> Architecture:
     InvalidValueError
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
-        limit (named).
+        limit (named), a type transformers knows whose layers memsym does not model (hybrid
+        Mamba: jamba, falcon_h1, bamba, zamba, zamba2, nemotron_h, granitemoehybrid; Mamba;
+        linear attention: qwen3_next, minimax), a structure of a type that is not modelled
+        (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).
 
