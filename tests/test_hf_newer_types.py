@@ -53,6 +53,17 @@ SMALL = {
                "text_config": _small("gemma3_text", head_dim=16)},
     "gemma3-untied": {"model_type": "gemma3", "tie_word_embeddings": False,
                       "vision_config": _VISION, "text_config": _small("gemma3_text", head_dim=16)},
+    # which tie_word_embeddings counts: Gemma3ForConditionalGeneration reads the top-level one,
+    # Llama4ForCausalLM (built from the text config) the text_config's
+    "gemma3-text-config-tie-ignored": {"model_type": "gemma3", "vision_config": _VISION,
+                                       "text_config": _small("gemma3_text", head_dim=16,
+                                                             tie_word_embeddings=False)},
+    "llama4-top-level-tie-ignored": {"model_type": "llama4", "tie_word_embeddings": True,
+                                     "vision_config": _VISION, **_TOKENS,
+                                     "text_config": _small("llama4_text", head_dim=16,
+                                                           intermediate_size=32,
+                                                           intermediate_size_mlp=96,
+                                                           num_local_experts=4)},
     "olmoe": _small("olmoe", num_experts=4, num_experts_per_tok=2),
     "olmoe-bias-tied": _small("olmoe", num_experts=4, num_experts_per_tok=2, attention_bias=True,
                               tie_word_embeddings=True),
@@ -408,7 +419,7 @@ def test_a_misspelt_model_type_is_refused_not_read_as_the_suggestion(tmp_path):
         from_hf_config(_write(tmp_path, cfg))
     msg = str(err.value)
     assert "\n" not in msg and "'lama'" in msg and "did you mean llama" in msg
-    assert "reads none in place of another" in msg
+    assert "never reads one in place of the other" in msg
     # without a model_type, the file's own architectures[0] names the type (no guess)
     cfg.pop("model_type")
     assert from_hf_config(_write(tmp_path, cfg, "b")).extra["hf_model_type"] == "llama"

@@ -723,9 +723,11 @@ def from_hf_config(path) -> Architecture:
         # another model with another count, so memsym suggests it and never reads it instead
         err = UnknownNameError("config.json model_type", mtype, HF_MODEL_TYPES,
                                limit=len(HF_MODEL_TYPES))
-        if err.suggestions:
-            err.args = (f"{err.args[0]}; a suggested type is a different model: memsym reads "
-                        "none in place of another",)
+        hint = (f"; did you mean {' or '.join(err.suggestions)}? (another type is another "
+                "model: memsym never reads one in place of the other)" if err.suggestions else "")
+        # the hint before the long list, which a terminal line may cut
+        err.args = (f"unknown config.json model_type {mtype[:80]!r}{hint}; accepted: "
+                    f"{', '.join(HF_MODEL_TYPES)}",)
         raise err
     raw_name = data.get("_name_or_path")
     if raw_name is not None and not isinstance(raw_name, str):
