@@ -72,6 +72,8 @@ class Architecture:
     * ``embedding_norm``: a norm right after the word embedding (BLOOM), on the first stage.
     * ``parallel_attention``: attention and MLP read the same normalised input (GPT-J, Falcon,
       Cohere); recorded for activation models, it changes no parameter count by itself.
+    * ``xielu_activation``: the MLP's activation is xIELU with two learned scalars (``alpha_p``,
+      ``alpha_n``) per MLP (Apertus).
 
     Every size is bounded by :data:`LIMITS`; the name is kept printable (:func:`printable`).
     """
@@ -121,6 +123,8 @@ class Architecture:
     output_layer_bias: bool = False                # V biases on the output layer (GPT-J)
     embedding_norm: bool = False                   # norm after the word embedding (BLOOM)
     parallel_attention: bool = False               # attention and MLP in parallel (no count change)
+    # --- added for the newer Hugging Face families (issue 32) ---
+    xielu_activation: bool = False                 # 2 learned activation scalars per MLP (Apertus)
 
     @property
     def is_moe(self) -> bool:
@@ -147,7 +151,7 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
-                "parallel_attention")
+                "parallel_attention", "xielu_activation")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
 

@@ -84,6 +84,8 @@ def _mlp_parts(x: Architecture, width):
     if x.add_bias_linear:
         tp += (2 if gated else 1) * width   # column-parallel fc1 (gate and up) biases
         rep += h                            # row-parallel fc2 bias
+    if x.xielu_activation:
+        rep += 2                            # xIELU's alpha_p and alpha_n (Apertus), one each
     return tp, rep
 
 

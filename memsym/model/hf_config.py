@@ -3,7 +3,8 @@
 Each accepted ``model_type`` is read with the defaults of transformers' own config class and the
 modules its ``modeling_<type>.py`` builds, so that the parameter count equals
 ``sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())`` (transformers 5.24.0,
-checked by ``tests/test_hf_configs.py``).  Nothing in the file is evaluated; every size is bounded.
+checked by ``tests/test_hf_configs.py`` and ``tests/test_hf_newer_types.py``).  Nothing in the
+file is evaluated; every size is bounded.
 """
 
 from __future__ import annotations
@@ -51,6 +52,44 @@ _DEFAULTS = {
     "cohere": (True, None, None, 8192),
     "granite": (False, None, None, 2048),
     "granitemoe": (False, None, None, 2048),
+    # the newer families (issue 32)
+    "llama4_text": (False, 8, 128, 131072),
+    "olmoe": (False, None, None, 4096),
+    "smollm3": (True, 4, None, 32768),
+    "glm4": (False, 2, 128, 131072),
+    "glm4_moe": (False, 8, None, 131072),
+    "ernie4_5": (True, 2, 128, 131072),
+    "ernie4_5_moe": (True, 4, None, 131072),
+    "seed_oss": (False, 8, 128, 524288),
+    "exaone4": (False, 32, None, 2048),
+    "hunyuan_v1_dense": (False, None, None, 2048),
+    "apertus": (False, None, None, 65536),
+    "arcee": (False, None, None, 4096),
+    "dots1": (False, 32, None, 2048),
+}
+# model_type of a vision-language file -> (the model_type of its text_config, the text config
+# class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
+# configuration_gemma3.py Gemma3TextConfig, configuration_llama4.py Llama4TextConfig.
+_TEXT_CONFIG = {
+    "gemma3": ("gemma3_text", {"hidden_size": 2304, "intermediate_size": 9216,
+                               "num_hidden_layers": 26, "num_attention_heads": 8,
+                               "vocab_size": 262208}),
+    "llama4": ("llama4_text", {"hidden_size": 5120, "intermediate_size": 8192,
+                               "num_hidden_layers": 48, "num_attention_heads": 40,
+                               "vocab_size": 202048}),
+}
+# model types transformers builds with layers memsym does not model: refused in one line that
+# says so, with no near name suggested (a near name is another model, with another count)
+_HYBRID_MAMBA = "hybrid Mamba (state-space) layers are not modelled"
+_NOT_MODELLED = {
+    "jamba": _HYBRID_MAMBA, "falcon_h1": _HYBRID_MAMBA, "bamba": _HYBRID_MAMBA,
+    "zamba": _HYBRID_MAMBA, "zamba2": _HYBRID_MAMBA, "nemotron_h": _HYBRID_MAMBA,
+    "granitemoehybrid": _HYBRID_MAMBA,
+    "mamba": "Mamba (state-space) layers are not modelled",
+    "mamba2": "Mamba (state-space) layers are not modelled",
+    "falcon_mamba": "Mamba (state-space) layers are not modelled",
+    "qwen3_next": "hybrid Gated DeltaNet (linear-attention) layers are not modelled",
+    "minimax": "hybrid lightning (linear-attention) layers are not modelled",
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
@@ -59,6 +98,8 @@ _DEFAULTS = {
 _ATTENTION_ONLY = {"attention_dropout": 0.0}
 _DROPOUT = {mtype: _ATTENTION_ONLY for mtype in _DEFAULTS}
 _DROPOUT.update({
+    "ernie4_5": {}, "ernie4_5_moe": {},          # attention dropout fixed at 0.0 in modeling
+    "seed_oss": {"attention_dropout": 0.1, "residual_dropout": 0.1},
     "gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
     "gptj": {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0},
     "phi3": {"attention_dropout": 0.0, "resid_pdrop": 0.0},
@@ -67,7 +108,7 @@ _DROPOUT.update({
     "falcon": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
     "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
 })
-HF_MODEL_TYPES = tuple(sorted(_DEFAULTS))
+HF_MODEL_TYPES = tuple(sorted(set(_DEFAULTS) | set(_TEXT_CONFIG)))
 """The ``model_type`` values :func:`from_hf_config` reads."""
 
 _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
@@ -82,7 +123,15 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "Olmo2ForCausalLM": "olmo2", "GPTJForCausalLM": "gptj",
              "FalconForCausalLM": "falcon", "BloomForCausalLM": "bloom",
              "Starcoder2ForCausalLM": "starcoder2", "CohereForCausalLM": "cohere",
-             "GraniteForCausalLM": "granite", "GraniteMoeForCausalLM": "granitemoe"}
+             "GraniteForCausalLM": "granite", "GraniteMoeForCausalLM": "granitemoe",
+             "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
+             "Gemma3ForConditionalGeneration": "gemma3", "OlmoeForCausalLM": "olmoe",
+             "SmolLM3ForCausalLM": "smollm3", "Glm4ForCausalLM": "glm4",
+             "Glm4MoeForCausalLM": "glm4_moe", "Ernie4_5ForCausalLM": "ernie4_5",
+             "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "SeedOssForCausalLM": "seed_oss",
+             "Exaone4ForCausalLM": "exaone4", "HunYuanDenseV1ForCausalLM": "hunyuan_v1_dense",
+             "ApertusForCausalLM": "apertus", "ArceeForCausalLM": "arcee",
+             "Dots1ForCausalLM": "dots1"}
 
 # config.json field -> the LIMITS entry that bounds it (checked as the value is read, before
 # anything, such as a per-layer pattern, is built from it)
@@ -106,6 +155,10 @@ _FIELD_LIMITS = {
     "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
     "v_head_dim": "v_head_dim", "num_nextn_predict_layers": "mtp_num_layers",
     "num_ln_in_parallel_attn": "norms_per_layer",
+    "intermediate_size_mlp": "ffn_hidden_size", "interleave_moe_layer_step": "num_layers",
+    "moe_num_experts": "num_experts", "moe_k": "moe_router_topk",
+    "moe_num_shared_experts": "num_experts", "moe_layer_start_index": "num_layers",
+    "moe_layer_end_index": "num_layers", "moe_layer_interval": "num_layers",
 }
 
 _MISSING = object()
@@ -250,23 +303,51 @@ def _decoder(c: _Cfg, mtype: str, gated: bool = True, norm: str = "RMSNorm") -> 
 
 def _read_llama_like(c: _Cfg, mtype: str, notes: list) -> dict:
     kw = _decoder(c, mtype)
-    if mtype in ("llama", "granite"):
-        # LlamaAttention / GraniteAttention: q, k, v, o with bias=config.attention_bias;
-        # LlamaMLP / GraniteMLP: gate, up, down with bias=config.mlp_bias
+    if mtype in ("llama", "granite", "smollm3", "arcee"):
+        # LlamaAttention / GraniteAttention / SmolLM3Attention / ArceeAttention: q, k, v, o with
+        # bias=config.attention_bias; their MLPs' projections with bias=config.mlp_bias
         kw["attention_bias"] = c.bool("attention_bias", False)
         kw["add_bias_linear"] = c.bool("mlp_bias", False)
     elif mtype in ("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
-                   "cohere", "phimoe", "granitemoe"):
+                   "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus"):
         kw["attention_bias"] = c.bool("attention_bias", False)   # MLP / experts never biased
     elif mtype == "qwen2":
         kw["add_qkv_bias"] = True           # Qwen2Attention: q, k, v with bias=True, o without
     elif mtype == "qwen2_moe":
         kw["add_qkv_bias"] = c.bool("qkv_bias", True)
-    # mistral, mixtral, phi3: every projection bias=False whatever the file says
-    if mtype in ("qwen3", "qwen3_moe"):
-        kw["qk_layernorm"] = True           # Qwen3RMSNorm(head_dim) on q and on k
-    if mtype in ("gemma2", "gemma3_text"):
-        # input, post_attention, pre_feedforward and post_feedforward norms
+    elif mtype == "glm4":
+        # Glm4Attention: q, k, v with bias=config.attention_bias (default True), o_proj bias=False
+        kw["add_qkv_bias"] = c.bool("attention_bias", True)
+    elif mtype == "ernie4_5":
+        # Ernie4_5Attention q, k, v, o and Ernie4_5MLP gate, up, down: bias=config.use_bias
+        kw["add_bias_linear"] = c.bool("use_bias", False)
+    elif mtype == "seed_oss":
+        # SeedOssAttention: q, k, v bias=config.attention_bias, o bias=config.attention_out_bias;
+        # SeedOssMLP: bias=config.mlp_bias
+        qkv, out = c.bool("attention_bias", True), c.bool("attention_out_bias", False)
+        if out and not qkv:
+            raise c._bad("attention_out_bias true with attention_bias false (an output-projection "
+                         "bias without q, k, v biases) is not modelled")
+        kw.update(attention_bias=out, add_qkv_bias=qkv, add_bias_linear=c.bool("mlp_bias", False))
+    # mistral, mixtral, phi3, exaone4: every projection bias=False whatever the file says
+    if mtype in ("qwen3", "qwen3_moe", "exaone4", "hunyuan_v1_dense", "apertus"):
+        # Qwen3 / Exaone4 / Apertus q_norm, k_norm and HunYuan's query_layernorm,
+        # key_layernorm: an RMSNorm(head_dim) each on q and on k
+        kw["qk_layernorm"] = True
+    if mtype == "hunyuan_v1_dense" and kw["kv_channels"] is None:
+        # HunYuanDenseV1Attention reads config.head_dim, whose default is None: transformers
+        # cannot build the model without it
+        raise c._bad("missing field 'head_dim' (transformers' HunYuanDenseV1Attention needs it)")
+    if mtype in ("arcee", "apertus"):
+        # ArceeMLP / ApertusMLP: up_proj, act, down_proj (no gate)
+        kw["swiglu"] = False
+    if mtype == "apertus":
+        # ApertusMLP replaces the activation by XIELU (learned alpha_p, alpha_n) iff
+        # hidden_act == "xielu"; every other ACT2FN activation has no parameter
+        kw["xielu_activation"] = c.str("hidden_act", "xielu") == "xielu"
+    if mtype in ("gemma2", "gemma3_text", "glm4"):
+        # input, post_attention, pre_feedforward and post_feedforward norms (Glm4DecoderLayer:
+        # input, post_self_attn, post_attention and post_mlp)
         kw["norms_per_layer"] = 4
     if mtype == "gemma3_text":
         kw["qk_layernorm"] = True           # Gemma3RMSNorm(head_dim) on q and on k
@@ -276,6 +357,17 @@ def _read_llama_like(c: _Cfg, mtype: str, notes: list) -> dict:
     if mtype == "olmo2":
         # Olmo2RMSNorm(a*d_h) on q and (g*d_h) on k; post_attention and post_feedforward norms
         kw.update(qk_layernorm=True, qk_norm_width="full")
+    if mtype == "olmoe":
+        # OlmoeAttention: q_norm = RMSNorm(h), k_norm = RMSNorm((h // a) * g), which are a*d_h
+        # and g*d_h only when d_h = h / a; OlmoeSparseMoeBlock in every layer: a router h x E
+        # (no bias) and E gated experts of intermediate_size
+        hs, heads = kw["hidden_size"], kw["num_attention_heads"]
+        if kw["kv_channels"] not in (None, hs // heads) or hs % heads:
+            raise c._bad("an OLMoE head_dim other than hidden_size / num_attention_heads is not "
+                         "modelled (its q and k norms keep the hidden size)")
+        kw.update(qk_layernorm=True, qk_norm_width="full", num_experts=c.int("num_experts", 64),
+                  moe_router_topk=c.int("num_experts_per_tok", 8),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
     if mtype == "cohere":
         # CohereLayerNorm: a weight, no bias; one input norm feeding attention and MLP in
         # parallel; use_qk_norm: CohereLayerNorm((a, d_h)) on q and ((g, d_h)) on k
@@ -319,6 +411,102 @@ def _read_llama_like(c: _Cfg, mtype: str, notes: list) -> dict:
                   num_experts=c.int("num_local_experts", 128),
                   moe_router_topk=c.int(("num_experts_per_tok", "experts_per_token"), 4),
                   moe_ffn_hidden_size=kw["ffn_hidden_size"])
+    return kw
+
+
+def _read_llama4(c: _Cfg, mtype: str, notes: list) -> dict:
+    # Llama4TextDecoderLayer: Llama4TextMoe iff layer_idx in config.moe_layers (default
+    # range(step - 1, L, step), step = interleave_moe_layer_step), else Llama4TextMLP of
+    # intermediate_size_mlp.  Llama4TextMoe: router h x E (no bias), E gated experts and one
+    # gated shared expert, all of intermediate_size.  The q/k norm (Llama4TextL2Norm) has no
+    # weight; no_rope_layers and attention_chunk_size change no parameter.
+    kw = _decoder(c, mtype)
+    n_layers, f_expert = kw["num_layers"], kw["ffn_hidden_size"]
+    if c.data.get("moe_layers") is not None:
+        listed = set(c.int_list("moe_layers"))
+        pattern = tuple(int(i in listed) for i in range(n_layers))
+    else:
+        step = c.int("interleave_moe_layer_step", 1)
+        pattern = tuple(int(i % step == step - 1) for i in range(n_layers))
+    kw.update(attention_bias=c.bool("attention_bias", False),
+              ffn_hidden_size=c.int("intermediate_size_mlp", 16384),
+              num_experts=c.int("num_local_experts", 16),
+              moe_router_topk=c.int("num_experts_per_tok", 1), moe_ffn_hidden_size=f_expert,
+              moe_shared_expert_intermediate_size=f_expert, moe_layer_freq=pattern,
+              moe_router_bias=False)
+    return kw
+
+
+def _first_dense_pattern(c: _Cfg, n_layers: int, default: int) -> tuple:
+    # DeepSeek-style decoder layer: MoE iff layer_idx >= config.first_k_dense_replace
+    first_dense = c.int("first_k_dense_replace", default, allow_zero=True, null=default)
+    return tuple(int(i >= first_dense) for i in range(n_layers))
+
+
+def _read_shared_moe(c: _Cfg, mtype: str, notes: list) -> dict:
+    # Glm4MoeDecoderLayer / Dots1DecoderLayer: a gated MLP of intermediate_size in the first
+    # first_k_dense_replace layers, then MoE: a router weight E x h (its
+    # e_score_correction_bias is an nn.Buffer, not a parameter), E gated experts of
+    # moe_intermediate_size and one gated shared MLP of n_shared_experts * moe_intermediate_size.
+    glm = mtype == "glm4_moe"
+    kw = _decoder(c, mtype)
+    if glm:
+        # Glm4MoeAttention: q, k, v bias=config.attention_bias, o_proj bias=False; q_norm,
+        # k_norm = RMSNorm(head_dim) iff use_qk_norm
+        kw.update(add_qkv_bias=c.bool("attention_bias", False),
+                  qk_layernorm=c.bool("use_qk_norm", False))
+        n_exp, n_shared = c.int("n_routed_experts", 128), c.int("n_shared_experts", 1,
+                                                                 allow_zero=True)
+        topk, moe_f = c.int("num_experts_per_tok", 8), c.int("moe_intermediate_size", 1408)
+    else:
+        # Dots1Attention: q, k, v, o bias=config.attention_bias; RMSNorm(head_dim) on q and k.
+        # n_routed_experts, n_shared_experts and num_experts_per_tok default to None in
+        # Dots1Config, which builds no model: they are required
+        kw.update(attention_bias=c.bool("attention_bias", False), qk_layernorm=True)
+        n_exp, n_shared = c.int("n_routed_experts"), c.int("n_shared_experts", allow_zero=True)
+        topk, moe_f = c.int("num_experts_per_tok"), c.int("moe_intermediate_size", 1408)
+    pattern = _first_dense_pattern(c, kw["num_layers"], 1 if glm else 0)
+    kw.update(num_experts=n_exp, moe_router_topk=topk, moe_ffn_hidden_size=moe_f,
+              moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              moe_layer_freq=pattern, moe_router_bias=False)
+    if any(pattern):
+        notes.append(f"e_score_correction_bias ({sum(pattern)} x {n_exp}) not counted: a buffer, "
+                     f"not a parameter, in transformers' {'Glm4Moe' if glm else 'Dots1'}"
+                     "TopkRouter")
+    n_mtp = c.int("num_nextn_predict_layers", 0, allow_zero=True) if glm else 0
+    if n_mtp:
+        notes.append(f"num_nextn_predict_layers={n_mtp} not counted: transformers' "
+                     "Glm4MoeForCausalLM builds no MTP layer (count it with --mtp-num-layers "
+                     "when the training framework builds one)")
+    return kw
+
+
+def _read_ernie_moe(c: _Cfg, mtype: str, notes: list) -> dict:
+    # Ernie4_5_MoeDecoderLayer: Ernie4_5_MoeSparseMoeBlock iff (i + 1) % moe_layer_interval == 0
+    # and moe_layer_start_index <= i <= moe_layer_end_index, else Ernie4_5_MoeMLP of
+    # intermediate_size.  The block: router weight E x h plus e_score_correction_bias, an
+    # nn.Parameter of E (requires_grad=False); E gated experts of moe_intermediate_size (never
+    # biased); a shared MLP of moe_num_shared_experts * moe_intermediate_size.
+    kw = _decoder(c, mtype)
+    if c.bool("use_bias", False):
+        raise c._bad("use_bias true in an ERNIE-4.5 MoE config is not modelled (its experts stay "
+                     "unbiased while every other projection and lm_head get biases; no released "
+                     "ERNIE-4.5 MoE model uses it)")
+    n_layers = kw["num_layers"]
+    start = c.int("moe_layer_start_index", 1, allow_zero=True)
+    end = c.int("moe_layer_end_index", 27, allow_zero=True)
+    step = c.int("moe_layer_interval", 1)
+    pattern = tuple(int((i + 1) % step == 0 and start <= i <= end) for i in range(n_layers))
+    n_exp = c.int(("moe_num_experts", "num_experts"), 64)
+    moe_f = c.int("moe_intermediate_size", 1536)
+    n_shared = c.int("moe_num_shared_experts", 2, allow_zero=True)
+    kw.update(num_experts=n_exp, moe_router_topk=c.int(("moe_k", "num_experts_per_tok"), 6),
+              moe_ffn_hidden_size=moe_f,
+              moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              moe_layer_freq=pattern, moe_router_bias=True)
+    if any(pattern):
+        notes.append(f"e_score_correction_bias ({sum(pattern)} x {n_exp}) counted: an "
+                     "nn.Parameter (requires_grad=False) of transformers' Ernie4_5_MoeStatics")
     return kw
 
 
@@ -444,22 +632,29 @@ def _read_starcoder2(c: _Cfg, mtype: str, notes: list) -> dict:
 
 _READERS = {"gpt2": _read_gpt2, "gpt_neox": _read_gpt_neox, "gptj": _read_gptj,
             "falcon": _read_falcon, "bloom": _read_bloom, "starcoder2": _read_starcoder2,
-            "deepseek_v2": _read_deepseek, "deepseek_v3": _read_deepseek}
+            "deepseek_v2": _read_deepseek, "deepseek_v3": _read_deepseek,
+            "llama4_text": _read_llama4, "glm4_moe": _read_shared_moe, "dots1": _read_shared_moe,
+            "ernie4_5_moe": _read_ernie_moe}
 
 
 def from_hf_config(path) -> Architecture:
     """Read a local Hugging Face ``config.json`` into an :class:`Architecture` (no network).
 
-    Accepted ``model_type`` (or, without one, ``architectures[0]``): bloom, cohere, deepseek_v2,
-    deepseek_v3, falcon (both decoder architectures), gemma, gemma2, gemma3_text, gpt2, gpt_neox,
-    gpt_oss, gptj, granite, granitemoe, llama, mistral, mixtral, olmo, olmo2, phi3 (Phi-3 and
-    Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, starcoder2.  The core sizes (hidden size,
-    layers, heads, vocabulary, MLP size) must be in the file; every other field defaults as
+    Accepted ``model_type`` (or, only when the file has none, the type of ``architectures[0]``):
+    apertus, arcee, bloom, cohere, deepseek_v2, deepseek_v3, dots1, ernie4_5, ernie4_5_moe,
+    exaone4, falcon (both decoder architectures), gemma, gemma2, gemma3 (its text_config),
+    gemma3_text, glm4, glm4_moe, gpt2, gpt_neox, gpt_oss, gptj, granite, granitemoe,
+    hunyuan_v1_dense, llama, llama4 (its text_config), llama4_text, mistral, mixtral, olmo, olmo2,
+    olmoe, phi3 (Phi-3 and Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3,
+    starcoder2.  The core sizes (hidden size, layers, heads, vocabulary, MLP size) must be in the
+    file (a vision-language file's text_config takes its text config class's defaults, as the
+    released gemma3 files need, and says so in the notes); every other field defaults as
     transformers' config class defaults it, and the modules are those the transformers model
     builds, so the parameter count equals ``sum(p.numel())`` of
-    ``AutoModelForCausalLM.from_config`` (transformers 5.24.0).  Where transformers builds less
-    than the file describes (DeepSeek-V3's MTP layer) the difference is said in
-    ``arch.extra["notes"]``.  The file is parsed as JSON only; nothing in it is evaluated, every
+    ``AutoModelForCausalLM.from_config`` (transformers 5.24.0; for gemma3, of its language
+    model).  Where transformers builds less than the file describes (DeepSeek-V3's and GLM-4.5's
+    MTP layer, a vision encoder) the difference is said in ``arch.extra["notes"]``.  Any other
+    ``model_type`` is refused; a near name may be suggested but is never read in its place.  The file is parsed as JSON only; nothing in it is evaluated, every
     size is checked against :data:`~memsym.model.architecture.LIMITS` as it is read, and the
     name (``_name_or_path``) is stored escaped (:func:`~memsym.model.architecture.printable`).
 
@@ -480,7 +675,10 @@ def from_hf_config(path) -> Architecture:
     InvalidValueError
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
-        limit (named).
+        limit (named), a type transformers knows whose layers memsym does not model (hybrid
+        Mamba: jamba, falcon_h1, bamba, zamba, zamba2, nemotron_h, granitemoehybrid; Mamba;
+        linear attention: qwen3_next, minimax), a structure of a type that is not modelled
+        (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).
 
@@ -507,29 +705,64 @@ def from_hf_config(path) -> Architecture:
                              if os.path.dirname(where) else where, 120))
     mtype = data.get("model_type")
     archs = data.get("architectures")
-    if not isinstance(mtype, str) or mtype not in _DEFAULTS:
+    if mtype is None:
+        # no model_type: the file's own architectures[0] names the class (never a guess)
         if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in _HF_ARCHS:
             mtype = _HF_ARCHS[archs[0]]
-        elif mtype is None:
+        else:
             raise c._bad("missing field 'model_type' (and no known 'architectures' entry); "
                          f"accepted: {', '.join(HF_MODEL_TYPES)}")
-        elif not isinstance(mtype, str):
-            raise c._bad(f"field 'model_type' must be a string, got {type(mtype).__name__}; "
-                         f"accepted: {', '.join(HF_MODEL_TYPES)}")
-        elif mtype == "gemma3":
-            raise c._bad("model_type 'gemma3' is the vision-language model; give its text part "
-                         "(model_type 'gemma3_text', the fields of text_config)")
-        else:
-            raise UnknownNameError("config.json model_type", mtype, HF_MODEL_TYPES,
-                                   limit=len(HF_MODEL_TYPES))
+    elif not isinstance(mtype, str):
+        raise c._bad(f"field 'model_type' must be a string, got {type(mtype).__name__}; "
+                     f"accepted: {', '.join(HF_MODEL_TYPES)}")
+    elif mtype in _NOT_MODELLED:
+        raise c._bad(f"model_type {mtype!r} is refused: {_NOT_MODELLED[mtype]} (accepted: "
+                     f"{', '.join(HF_MODEL_TYPES)})")
+    elif mtype not in HF_MODEL_TYPES:
+        # refused even when architectures[0] or a near name is a known type: a near name is
+        # another model with another count, so memsym suggests it and never reads it instead
+        err = UnknownNameError("config.json model_type", mtype, HF_MODEL_TYPES,
+                               limit=len(HF_MODEL_TYPES))
+        hint = (f"; did you mean {' or '.join(err.suggestions)}? (another type is another "
+                "model: memsym never reads one in place of the other)" if err.suggestions else "")
+        # the hint before the long list, which a terminal line may cut
+        err.args = (f"unknown config.json model_type {mtype[:80]!r}{hint}; accepted: "
+                    f"{', '.join(HF_MODEL_TYPES)}",)
+        raise err
     raw_name = data.get("_name_or_path")
     if raw_name is not None and not isinstance(raw_name, str):
         raise c._bad(f"field '_name_or_path' must be a string, got {type(raw_name).__name__}")
     name = printable(raw_name or mtype, 64)
-    tied = c.bool("tie_word_embeddings", _DEFAULTS[mtype][0])
-    notes: list = []
+    file_type, notes = mtype, []
+    if mtype in _TEXT_CONFIG:
+        # a vision-language file: its language model is the text_config, read with the text
+        # config class's defaults for the sizes the released files leave out
+        text_type, core = _TEXT_CONFIG[mtype]
+        text = data.get("text_config")
+        if text is None:
+            text = {}
+        if not isinstance(text, dict):
+            raise c._bad(f"field 'text_config' must be an object, got {type(text).__name__}")
+        defaulted = sorted(k for k in core if text.get(k) is None)
+        if mtype == "gemma3":
+            # Gemma3ForConditionalGeneration ties lm_head to the language model's embedding by
+            # the top-level tie_word_embeddings (Gemma3Config default True)
+            tied = c.bool("tie_word_embeddings", True)
+        c = _Cfg({**text, **{k: core[k] for k in defaulted}}, f"{c.where} text_config")
+        if mtype == "llama4":
+            # AutoModelForCausalLM builds Llama4ForCausalLM of the text config alone
+            tied = c.bool("tie_word_embeddings", _DEFAULTS[text_type][0])
+        notes.append(f"model_type {mtype!r}: the language model (text_config) only; the vision "
+                     "encoder and the multimodal projector are not counted")
+        if defaulted:
+            notes.append("text_config without " + ", ".join(defaulted) + ": transformers' "
+                         f"{'Gemma3' if mtype == 'gemma3' else 'Llama4'}TextConfig defaults ("
+                         + ", ".join(f"{k}={core[k]}" for k in defaulted) + ")")
+        mtype = text_type
+    else:
+        tied = c.bool("tie_word_embeddings", _DEFAULTS[mtype][0])
     kw = _READERS.get(mtype, _read_llama_like)(c, mtype, notes)
     dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}
     kw.update(name=name, untie_embeddings_and_output_weights=not tied,
-              extra={"hf_model_type": mtype, "hf_dropout": dropout, "notes": tuple(notes)})
+              extra={"hf_model_type": file_type, "hf_dropout": dropout, "notes": tuple(notes)})
     return resolve(Architecture(**kw))
