@@ -17,12 +17,12 @@ import sympy as sp
 
 from .errors import BeyondSearchBound, InvalidValueError, NoFitError
 from .limits import MAX_CANDIDATES, SEARCH_BOUND
+from .printing import tidy
 from .symbols import C, lookup
 from .values import as_values, exact
 
 __all__ = ["Solution", "smallest", "largest", "smallest_gpus", "JobSolution", "solve_job",
            "JOB_UNKNOWNS"]
-
 
 
 @dataclass(frozen=True)
@@ -82,26 +82,8 @@ def _closed_form(expr: sp.Expr, unknown: sp.Symbol):
         sols = sp.solve(sp.Eq(expr, C), unknown)
     except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
         return None
-    sols = [_tidy(s) for s in sols if s.is_real is not False]
+    sols = [tidy(s) for s in sols if s.is_real is not False]
     return tuple(sols) if sols else None
-
-
-def _tidy(expr: sp.Expr) -> sp.Expr:
-    """A closed form as a person writes it: common factors out, no minus sign leading the
-    numerator and the denominator (``-16N/(-Cpt + 2N)`` becomes ``16N/(Cpt - 2N)``).
-
-    >>> from memsym.symbols import C, N, p, t
-    >>> _tidy(-16 * N / (-C * p * t + 2 * N))
-    16*N/(C*p*t - 2*N)
-    """
-    expr = sp.factor_terms(sp.cancel(expr))
-    num, den = sp.fraction(expr)
-    # the capacity enters the denominator with a plus sign where it does (C p t - 2 N), else
-    # no leading minus (could_extract_minus_sign counts the negative terms of a sum)
-    lead = sp.expand(den).coeff(C) if den.has(C) else 0
-    if (lead != 0 and lead.could_extract_minus_sign()) or (lead == 0 and den.could_extract_minus_sign()):
-        num, den = -num, -den
-    return sp.factor_terms(num) / sp.factor_terms(den)
 
 
 def _prepare(total, unknown, capacity, values):
@@ -423,8 +405,6 @@ def smallest_gpus(total, capacity, values: Mapping | None = None) -> Solution:
     # the smallest multiple of t p is rounded up to in one step (a walk of up to t p - 1
     # candidates would be unbounded for t p up to 2^80)
     return _search(rewritten, G, capacity, vals, None, int(tp), None, True, multiple_of=int(tp))
-
-
 
 
 # ---------------------------------------------------------------------------------------------

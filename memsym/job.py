@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .errors import DivisibilityError, InvalidValueError, UnknownNameError, choose
+from .terms.allowances import allowance_values
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "OPTION_ALIASES", "job", "whole",
            "microbatches", "validate"]
@@ -897,8 +898,6 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
                                         or lay.p > 1):
         notes.append("fsdp_root_group has effect only for torchtitan's FSDP2 without pipelining")
     m_ = validate(x, lay, trn)
-    from .training import allowance_values
-
     allowance_values(alw)                        # refuses unknown keys and negative values
     dev = clu = None
     if cluster is not None:

@@ -8,6 +8,7 @@ from typing import Optional
 
 import sympy as sp
 
+from .. import rules   # the one rule table; it reads only the architecture
 from ..errors import DivisibilityError, InvalidValueError
 from .architecture import Architecture, _lenient, _pos_int, moe_layer_pattern, resolve
 from .counts import _ZERO, _as_int, _eta, _layer_parts, _mtp_extra, parameter_values
@@ -59,8 +60,6 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
     ...
     memsym.errors.DivisibilityError: tensor-parallel size t=16 must divide the KV heads (num_query_groups=8)
     """
-    from .. import rules   # the one rule table (it reads the model layer: imported late)
-
     x = _lenient(arch)
     t, p, e = _pos_int(t, "t"), _pos_int(p, "p"), _pos_int(e, "e")
     t_e = t if t_e is None else _pos_int(t_e, "t_e")
