@@ -540,7 +540,7 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
     solve : memsym.analysis.Solution, optional
         A solve result (unknown, closed form, bound, integer) to state.
     cluster : dict, optional
-        A report of :func:`memsym.terms.compute.step_report` (communication per group, step
+        A report of :func:`memsym.timing.report.step_report` (communication per group, step
         time, bubble, MFU).
     paper : {"a4", "letter"}
         Paper size (2.5 cm margins).

@@ -17,19 +17,25 @@ import sympy as sp
 
 from .errors import InvalidValueError, choose
 from .groups import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
-from .symbols import (E, L, V, a, b, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, k, m, p, s, t, t_e,
-                      v)
+from .symbols import (E, L, N_a, N_bkt, N_exp, N_lin, N_ll, N_pf, N_q, N_rep, N_tp, N_u, V, a, b,
+                      b_g, b_hp, b_m, b_o, b_r, b_u, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, k, m,
+                      n_ag, n_bkt, p, s, t, t_e, v)
 from .terms.allowances import (ALLOWANCE_TERMS, ALLOWANCES, WORKSPACES, Allowance,
                                 allowance_terms, allowance_values)
 from .terms.transients import DEFAULTS as _TR_DEFAULTS
 from .term import Source, Term, Total
 from .terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
-                                output_activations)
-from .terms.model_state import CONVENTIONS, byte_widths, model_state
+                                lora_gathered_inputs, output_activations)
+from .terms.model_state import CONVENTIONS, OPTIMIZERS, byte_widths, model_state
 from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                              stage_microbatches, torch_round_size, v_stage_microbatches)
 from .values import as_expr, exact
-from .job import Job, Layout, Training, _check_fields, microbatches, validate as _validate_job
+from .job import (Job, Layout, Training, _check_fields, job as make_job, microbatches,
+                  validate as _validate_job)
+from . import model as models
+from .terms.pipeline_order import chunk_peak
+from .terms.adapters import LORA_TARGETS, lora
+from .terms import transients as tr
 
 __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "WORKSPACES", "PHASES",
            "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
@@ -51,8 +57,6 @@ OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers",)
 def _resolve(arch, training):
     """An Architecture (passed through), preset name, or config.json path (str or Path),
     with Megatron's defaults filled in."""
-    from . import model as models
-
     return models.resolve(models.resolve_model(arch), seq_length=training.seq_length)
 
 
@@ -66,8 +70,6 @@ def arch_values(arch, t_: int = 1) -> dict:
     >>> vals[h], vals[g], vals[f], vals[V]
     (4096, 32, 11008, 32000)
     """
-    from . import model as models
-
     x = models.resolve(arch, seq_length=1) if arch.max_position_embeddings is None else models.resolve(arch)
     vals = {h: x.hidden_size, a: x.num_attention_heads, g: x.num_query_groups,
             d_h: x.kv_channels, f: x.ffn_hidden_size, L: x.num_layers,
@@ -288,8 +290,6 @@ def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, p
     (:func:`_chunk_activations`), weighted by its micro-batches in flight at the rank's peak
     (:func:`memsym.timing.schedule.chunk_peak`; m unknown: enough micro-batches that the
     warm-up is not cut short)."""
-    from .timing.schedule import chunk_peak
-
     pl = layout.pipeline_layout
     ids = pl.layer_ids(stage)
     m_num = microbatches(layout, training)
@@ -331,9 +331,6 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
                        m_known: bool | None = None) -> Total:
     """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
     None = work it out)."""
-    from . import model as models
-    from .terms.adapters import LORA_TARGETS
-
     pp = layout.p
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
         raise InvalidValueError(f"stage must be a whole number in 0..{pp - 1}, got {stage!r}")
@@ -399,8 +396,6 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     if training.framework == "torchtitan" and pp > 1 and mm is not None:
         terms.append(_pipelining_buffers(stage, pp, vv, mm, group, sp_on, training))
     if training.finetune != "full" and sp_on and not training.lora_regather:
-        from .terms.activations import lora_gathered_inputs
-
         targets = set(LORA_TARGETS if training.lora_targets == "all" else training.lora_targets)
         qkv = int(bool(targets & {"q", "k", "v"}))
         fc1 = int(bool(targets & {"gate", "up"}))     # dense layers only: expert adapters fall back
@@ -491,8 +486,6 @@ def job_stage_parameters(x, layout: Layout, training: Training, stage: int):
     >>> job_stage_parameters(preset("llama2-7b"), Layout(p=2, v=2), v, 0).output_layer
     True
     """
-    from . import model as models
-
     return models.stage_parameters(
         x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers,
@@ -517,9 +510,6 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     >>> c[N_tp] + c[N_rep] == 6738415616     # Llama-2 7B (vocabulary 32000 is already padded)
     True
     """
-    from . import model as models
-    from .symbols import N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_tp, N_u
-
     sp_ = job_stage_parameters(x, layout, training, stage)
     pattern = models.moe_layer_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
@@ -534,18 +524,15 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     if training.finetune == "full":
         return {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
                 N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}
-    from .terms.adapters import LORA_TARGETS, lora_parameter_count
 
     quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
     targets = LORA_TARGETS if training.lora_targets == "all" else training.lora_targets
-    adapters = sp.Rational(lora_parameter_count(x, training.lora_rank, targets) * len(sp_.layers),
+    adapters = sp.Rational(models.lora_parameter_count(x, training.lora_rank, targets) * len(sp_.layers),
                            x.num_layers * layout.t)
     return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
 
 
 def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
-    from . import model as models
-
     if not x.num_experts:
         return False
     pattern = models.moe_layer_pattern(x)
@@ -589,12 +576,7 @@ def _state_training(training: Training) -> Training:
 def _state_terms(experts: bool, training: Training) -> tuple:
     # cached: the search builds one stage total per discrete choice and pipeline template,
     # and the model states depend only on these fields
-    from .symbols import N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, b_g, b_m, b_o
-
     if training.finetune != "full":
-        from .terms.adapters import lora
-        from .terms.model_state import OPTIMIZERS
-
         # adapters train in fp32 with the optimizer's moments (PEFT); ZeRO-3/FSDP shards the
         # frozen base over data parallel, every other scheme keeps it whole on each GPU
         widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.optimizer]}
@@ -638,8 +620,6 @@ _PHASE_SRC = Source("memsym-derivation", "memsym/training.py, phase_transients (
 def _transient_widths(training: Training) -> dict:
     """Knob values of the transient Terms: the libraries' defaults
     (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
-    from .symbols import N_bkt, N_pf, b_hp, b_r, b_u, n_ag, n_bkt
-
     half = _activation_width(training)
     vals = {sym: sp.Integer(_TR_DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
     vals.update({b_u: sp.Integer(half), b_hp: sp.Integer(half)})
@@ -663,8 +643,6 @@ def _loss_kind(layout: Layout, training: Training) -> str:
 def _loss_transients(kind: str) -> tuple:
     """(forward Terms, loss-backward Terms) of the cross-entropy ``kind`` beyond its saved
     tensors (the ``logits`` of :func:`memsym.terms.activations.output_activations`)."""
-    from .terms import transients as tr
-
     if kind == "megatron":
         fwd = tr.cross_entropy_transient()
         # the fp32 softmax turned gradient in place; autograd casts it to the 16-bit input
@@ -706,8 +684,6 @@ def _grads_as_stages_run(layout: Layout, training: Training, accumulated: Term) 
     ``accumulated``.  :func:`memsym.timing.schedule.live_by_held_gradients` walks the op
     order (tests prove this form on it); ``tests/test_engine_fsdp2.py`` watches the gradients
     come and go on a gloo pipeline."""
-    from .symbols import N_lin, N_rep, N_tp, b_r
-
     if (layout.v or 1) == 1 or training.stage_placement == "v":
         return accumulated
     one = b_r * (N_lin / v + N_tp / t - N_lin + N_rep)
@@ -804,9 +780,6 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     >>> [t_.key for t_ in ph["backward"]], ph["optimizer"]
     (['output_freed'], ())
     """
-    from .symbols import N_ll, N_rep, N_tp
-    from .terms import transients as tr
-
     out = {ph: [] for ph in PHASES}
     if stage == output_stage(layout, training):
         fwd, bwd = _loss_transients(_loss_kind(layout, training))
@@ -926,8 +899,6 @@ def _outside_allocator(training: Training) -> tuple:
     beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
     Transformer Engine's userbuffers under ``tp_comm_overlap``
     (:func:`memsym.terms.transients.tp_comm_userbuffers`)."""
-    from .terms import transients as tr
-
     if training.tp_comm_overlap and training.convention == "framework":
         return (tr.tp_comm_userbuffers(training.precision == "fp8"),)
     return ()
@@ -1146,7 +1117,6 @@ def training_memory(arch, layout: Layout | None = None, training: Training | Non
             raise InvalidValueError("a Job carries its layout and training: pass the Job alone "
                                     "(job.replace(...) changes it)")
         return job_memory(arch, stage=stage, allowances=allowances)
-    from .job import job as make_job
 
     return job_memory(make_job(arch, layout=layout, training=training, allowances=allowances),
                       stage=stage)
@@ -1168,8 +1138,6 @@ def candidate_stages(x, layout: Layout) -> tuple:
     >>> candidate_stages(preset("llama2-7b"), Layout(p=32))
     (0, 1, 31)
     """
-    from . import model as models
-
     pp = layout.p
     if pp <= 2:
         return tuple(range(pp))

@@ -32,7 +32,7 @@ from .collectives import collective_time, group_bandwidth
 from .efficiency import ceiling, gemm_time, memory_time
 from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, output_gemm,
                    shape_of)
-from .schedule import bubble_fraction, schedule_rule, simulate
+from ..terms.pipeline_order import bubble_fraction, schedule_rule, simulate
 
 __all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
            "most_layers_per_rank",
