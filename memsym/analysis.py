@@ -15,11 +15,16 @@ from typing import Callable, Mapping
 
 import sympy as sp
 
-from .errors import BeyondSearchBound, InvalidValueError, NoFitError
+from .errors import BeyondSearchBound, InvalidValueError, NoFitError, UnknownNameError
 from .limits import MAX_CANDIDATES, SEARCH_BOUND
-from .printing import tidy
-from .symbols import C, lookup
+from .printing import latex, tidy
+from .symbols import C, G, d, lookup, p, t
+# the symbols under other names where solve_job rewrites d = G / (t p c)
+from .symbols import c as c_, d as d_, p as p_, t as t_
 from .values import as_values, exact
+from .text import approx, short
+from .job import Job, _capacity, whole
+from .training import job_memory
 
 __all__ = ["Solution", "smallest", "largest", "smallest_gpus", "JobSolution", "solve_job",
            "JOB_UNKNOWNS"]
@@ -58,16 +63,12 @@ class Solution:
 
     def latex(self) -> str:
         r"""The result as LaTeX, e.g. ``d \geq \frac{16 N}{C p t - N b_{hp}} = 10.4 \Rightarrow d = 11``."""
-        from .printing import latex
-
         rel = r"\geq" if self.relation == ">=" else r"\leq"
         x = latex(self.unknown)
         parts = [x]
         if self.closed_form is not None:
             parts.append(f"{rel} {latex(self.closed_form)}")
         if self.bound is not None:
-            from .text import approx  # exact bound shown without float overflow
-
             parts.append(f"{'=' if self.closed_form is not None else rel} {approx(self.bound, 6)}")
         return " ".join(parts) + rf" \;\Rightarrow\; {x} = {self.value}"
 
@@ -167,15 +168,11 @@ def _floor_message(total, x, vals, cap, direction):
 
 def _gb(value) -> str:
     """``value`` bytes in GB, exact numbers shown safely beyond float range."""
-    from .text import approx
-
     value = value if isinstance(value, sp.Basic) else sp.Integer(value)  # ints only: never text
     return approx(value / 10**9, 4)
 
 
 def _beyond(x, what: str, bound=None) -> BeyondSearchBound:
-    from .text import approx
-
     where = "" if bound is None else f" (the real boundary is {x.name} = {approx(bound)})"
     return BeyondSearchBound(f"the {what} {x.name} that fits is beyond the search bound "
                              f"2^{SEARCH_BOUND.bit_length() - 1}{where}; no answer is claimed",
@@ -293,8 +290,6 @@ def _search(total, unknown, capacity, values, valid, lower, upper, want_small, m
 
 
 def _beyond_candidates(x, n) -> BeyondSearchBound:
-    from .text import short
-
     return BeyondSearchBound(f"no {x.name} meeting the divisibility rule within {MAX_CANDIDATES} "
                              f"candidates of the memory boundary (stopped at {x.name} = {short(n)}): "
                              "beyond the search bound; no answer is claimed", MAX_CANDIDATES)
@@ -395,8 +390,6 @@ def smallest_gpus(total, capacity, values: Mapping | None = None) -> Solution:
     >>> sol.closed_form, sol.value
     (16*N/C, 14)
     """
-    from .symbols import G, d, p, t
-
     vals = as_values(values)
     tp = vals.get(t, t) * vals.get(p, p)
     if not sp.sympify(tp).is_Integer:
@@ -477,8 +470,6 @@ class JobSolution(Solution):
 def _job_unknown(unknown: str) -> str:
     name = _JOB_ALIASES.get(unknown, unknown)
     if name not in JOB_UNKNOWNS:
-        from .errors import UnknownNameError
-
         raise UnknownNameError("unknown", unknown, list(JOB_UNKNOWNS))
     return name
 
@@ -580,11 +571,6 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     ----------
     Megatron-LM's launch rules (:mod:`memsym.rules`); the total of :mod:`memsym.training`.
     """
-    from .errors import BeyondSearchBound as _Beyond
-    from .job import Job, _capacity
-    from .symbols import G, lookup
-    from .training import job_memory
-
     if not isinstance(job, Job):
         raise InvalidValueError("solve_job needs a memsym.job.Job (memsym.job.job(model, ...)), "
                                 f"got {type(job).__name__}")
@@ -601,8 +587,6 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     notes = []
     extra = {}
     if world_size is not None:
-        from .job import whole
-
         if name in ("dp", "gpus"):
             raise InvalidValueError(f"solve {name} with a fixed world size: the world size "
                                     "already fixes d (drop world_size)")
@@ -616,8 +600,6 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     vals = dict(est.values)
     sym_total = est.total
     if name == "gpus":
-        from .symbols import c as c_, d as d_, p as p_, t as t_
-
         sym_total = est.total.map(lambda e_: e_.xreplace({d_: G / (t_ * p_ * c_)}))
         expr = sym_total.expr
         vals.pop(d_, None)
@@ -785,7 +767,7 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     if not mem <= cap:                                  # pragma: no cover - defensive
         raise NoFitError(f"internal check failed: {x.name} = {value} does not fit")
     if neighbour is not None and neighbour[1] <= cap:   # pragma: no cover - defensive
-        raise _Beyond(f"the total is not monotone in {x.name} here; no answer is claimed")
+        raise BeyondSearchBound(f"the total is not monotone in {x.name} here; no answer is claimed")
     shown = value * tpc if name == "gpus" else value
     if neighbour is not None:
         nb = neighbour[0] * tpc if name == "gpus" else neighbour[0]

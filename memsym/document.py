@@ -20,8 +20,11 @@ from .printing import (BUDGET, FILL, GROUPS, NamedPrinter, align_lines, break_su
                        clean_locator, entry_text, escape, gb, latex, linear_form, shown_terms,
                        solution_lines, tex_entry, tex_width)
 from .values import exact
-from .symbols import M_alloc, N, N_exp, N_rep, N_tp, registry
-from .training import STATE_KEYS, Layout, Training, job_stage_parameters
+from .symbols import M_alloc, N, N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, registry
+from .training import Layout, STATE_KEYS, Training, job_memory, job_stage_parameters
+from .job import Job
+from . import model as models
+from .model import moe_layer_pattern, parameter_count, stage_parameters
 
 __all__ = ["job_document", "job_snippet", "job_markdown", "job_parts", "JobParts", "PAPERS",
            "tex_width", "break_sum"]
@@ -105,11 +108,7 @@ def _layout_text(vals: dict, layout=None) -> str:
 def _unpack(estimate, arch, layout, training):
     """(estimate, arch, layout, training) from a :class:`memsym.job.Job` (its estimate is
     :func:`memsym.training.job_memory`) or from an estimate and the parts given beside it."""
-    from .job import Job
-
     if isinstance(estimate, Job):
-        from .training import job_memory
-
         j = estimate
         return (job_memory(j), j.model if arch is None else arch,
                 j.layout if layout is None else layout,
@@ -123,7 +122,6 @@ def _capacity_of(estimate, solve, capacity):
         return capacity
     if getattr(solve, "capacity", None) is not None:
         return solve.capacity
-    from .job import Job
 
     return estimate.capacity if isinstance(estimate, Job) else None
 
@@ -132,7 +130,6 @@ def _arch_of(estimate, arch):
     arch = arch if arch is not None else getattr(estimate, "arch", None)
     if arch is None:
         return None
-    from . import model as models
 
     return models.resolve(models.resolve_model(arch), seq_length=1) \
         if getattr(arch, "max_position_embeddings", 1) is None else models.resolve(models.resolve_model(arch))
@@ -157,9 +154,6 @@ def _named_counts(total, vals, x, layout, stage, training=None):
     Returns (exprs by key, counts, stage parameters) or None when the total carries no
     count symbol with a value (a hand-built total in N).
     """
-    from .model import stage_parameters
-    from .symbols import N_a, N_lin, N_q, N_u
-
     named = (N_tp, N_rep, N_exp, N_lin, N_q, N_u, N_a)
     free = total.expr.free_symbols
     counts = {sym: vals[sym] for sym in named if sym in free and sym in vals}
@@ -222,8 +216,6 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
         vals.update(counts)
     layer_counts = None
     if sp_ is not None:
-        from .model import moe_layer_pattern
-
         kinds = [moe_layer_pattern(x)[i] for i in sp_.layers]
         layer_counts = {"moe": sum(kinds), "dense": len(kinds) - sum(kinds)}
     keys = set(total.keys)
@@ -317,8 +309,6 @@ def _inputs(parts, vals, pr, sp_, x) -> list[tuple]:
         if name in _CORE or (name in _MOE and _val(vals, "E") is not None):
             used.add(reg[name].symbol)
     if x is not None:
-        from .model import parameter_count
-
         vals = {**vals, N: sp.Integer(parameter_count(x))}
         used.add(N)
     order = list(reg)

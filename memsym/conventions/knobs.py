@@ -14,6 +14,8 @@ from ..term import Total
 from ..terms.activations import RECOMPUTE
 from ..terms.model_state import normalize_scheme
 from ..values import exact
+from ..model import Architecture, moe_layer_pattern, resolve
+from .. import rules
 
 
 # ------------------------------------------------------------------------------------------------
@@ -164,8 +166,6 @@ def _arch(arch) -> _Arch:
     f_ = int(get("ffn_hidden_size", 4 * h_))
     if E_ is not None:
         # the model layer's pattern (Megatron's rule: layer i is MoE iff i % q == 0, or the list)
-        from ..model import moe_layer_pattern
-
         pattern = tuple(int(x) for x in moe_layer_pattern(arch))
     else:
         pattern = (0,) * L_
@@ -192,9 +192,6 @@ def _launchable(arch, kn: dict):
     (:mod:`memsym.rules`): a framework's estimator prints numbers for layouts the framework
     refuses to start (an expert data-parallel size of 0, t not dividing the KV heads); memsym
     refuses them with the rule's line instead."""
-    from .. import rules
-    from ..model import Architecture, resolve
-
     if not isinstance(arch, Architecture):
         return arch
     x = resolve(arch, seq_length=kn["s"])

@@ -9,6 +9,8 @@ from ..errors import InvalidValueError, UnknownNameError
 from .architecture import Architecture, _lenient, moe_layer_pattern, padded_vocab_size, resolve
 from ..terms.adapters import LORA_TARGETS, lower_choice
 from ..symbols import (E, L, L_m, V, a, d_h, d_qk, d_r, d_v, f, f_e, f_sh, g, h, k, n_mtp, r_kv, r_q, s_max)
+from .presets import preset
+from ..term import Source, Term, Total
 
 # ----------------------------------------------------------------------------------------------
 # symbolic parameter counts
@@ -390,7 +392,6 @@ def symbolic_parameters(model, component: str = "total", per_layer: bool = False
     >>> symbolic_parameters("llama3-8b", "layer", per_layer=True)
     2*a*d_h*h + 2*d_h*g*h + 3*f*h + 2*h
     """
-    from .presets import preset  # presets import the counts: resolve the name late
     arch = model if isinstance(model, Architecture) else preset(model)
     x = _lenient(arch)
     if per_layer:
@@ -412,8 +413,6 @@ def symbolic_parameters(model, component: str = "total", per_layer: bool = False
 
 
 def _component_sources(x: Architecture) -> dict:
-    from ..term import Source
-
     mega = "theoretical_memory_usage.py (MEGATRON-ESTIMATORS.md §2.2)"
     return {
         "embedding": Source("narayanan", "§5.1 Eq. 2 (the Vh term)"),
@@ -450,8 +449,6 @@ def parameter_total(arch: Architecture):
     >>> tot.expr.xreplace(parameter_values(preset("llama2-7b")))
     6738415616
     """
-    from ..term import Term, Total
-
     x = _lenient(arch)
     sources = _component_sources(x)
     what = {"embedding": "word embedding (V rows of h)", "position_embedding": "learned positions",

@@ -10,12 +10,15 @@ import itertools
 from ..symbols import V
 from .. import rules as _rules
 from ..numeric import unique_rows
-from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+from ..training import (ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS, allowance_values,
+                        arch_values)
 
-from ..model import moe_layer_pattern
+from ..model import active_parameter_count, moe_layer_pattern
 from .space import Space, _CHOICE_RULES, _KNOBS, recompute_layers
 from .grid import _choice_knobs, _grid_knobs, _splits_of, _sub
 from .templates import _call, _check_stages, _fast_template, _stage_counts, _stage_template
+from ..timing.step import Settings, most_layers_per_rank, overlap_of, step_time_grid
+from ..job import Training
 
 
 def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=True,
@@ -27,8 +30,6 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     concatenated columns; ``per_stage`` adds ``stage_memory`` (rows x slots, NaN where a row
     has fewer stages) for sizing questions that need each stage's own curve."""
     import numpy as np
-
-    from ..training import allowance_values, arch_values
 
     x = space.arch
     n = len(grid["t"])
@@ -100,8 +101,6 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     knob_k = _grid_knobs(space, grid)
     # the most layers on one rank and in one model chunk of a row (block-N choices beyond a
     # chunk are full recompute)
-    from ..timing.step import most_layers_per_rank
-
     rank_max = most_layers_per_rank(x.num_layers, p_, f_, l_)
     chunk_max = rank_max / v_
     one_kind = len(set(moe_layer_pattern(x))) == 1
@@ -265,9 +264,6 @@ def launch_overlaps(framework: str, sharding: str) -> dict:
 def _search_overlap(framework: str, sharding: str):
     """The :class:`memsym.timing.step.Overlap` of :func:`launch_overlaps`, as the job with
     those options gets it (:func:`memsym.timing.step.overlap_of`)."""
-    from ..job import Training
-    from ..timing.step import overlap_of
-
     return overlap_of(Training(framework=framework, sharding=sharding,
                                **launch_overlaps(framework, sharding)))
 
@@ -289,8 +285,6 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     from :func:`memsym.timing.step.step_time_grid` with :meth:`Overlap.none`, AG = RS 2/b_g)."""
     import numpy as np
 
-    from ..timing.step import Settings, step_time_grid
-
     x = space.arch
     L_ = x.num_layers
     n = len(knobs["t"])
@@ -305,8 +299,6 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
         frac = np.minimum(n_layers, chunk) / chunk
     elif method == "every":
         # every N-th block of the rank with the most layers (as step_time prices it)
-        from ..timing.step import most_layers_per_rank
-
         n_rank = most_layers_per_rank(L_, p_, f_, l_)
         frac = np.floor(n_rank / n_layers) / n_rank
     st = Settings(seq_length=space.seq_length, micro_batch_size=int(knobs["b"][0]),
@@ -352,8 +344,6 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
 @functools.lru_cache(maxsize=64)
 def _model_numbers(x) -> tuple:
     """(active parameters, MoE layers) of an architecture, computed once per search."""
-    from ..model import active_parameter_count, moe_layer_pattern
-
     return int(active_parameter_count(x)), sum(moe_layer_pattern(x))
 
 

@@ -8,11 +8,13 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+from ..training import ALLOWANCE_KEYS as _ALLOW, Layout, STATE_KEYS as _STATE_KEYS, training_values
 
 from .space import Space, _KNOBS, _scheme
 from .grid import _sub
 from .templates import _check_stages, _stage_counts, _template, _template_rep
+from ..symbols import lookup, m as m_sym
+from ..term import Total
 
 
 def _exact_row(space: Space, row: Mapping) -> dict:
@@ -46,10 +48,6 @@ def _row_totals(space: Space, row: Mapping):
     (:func:`_check_stages`), each the template the vectorized search compiled, with the
     stage's exact parameter counts substituted (every Term keeps its own source)."""
     from dataclasses import replace as _replace
-
-    from ..symbols import lookup, m as m_sym
-    from ..term import Total
-    from ..training import Layout, training_values
 
     tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in _KNOBS)
     space = _sub(space, row.get("first_stage_layers") or space.first_stage_layers or 0,

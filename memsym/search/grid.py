@@ -14,6 +14,7 @@ from .. import rules as _rules
 from ..numeric import unique_rows
 
 from .space import Space, _CHOICE_RULES, _KNOBS, _divisors, _scheme, make_space
+from ..model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
 
 
 #: Lighter end stages offered: each end stage holds between mid - UNEVEN_SPAN v and mid layers.
@@ -137,8 +138,6 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
     def titan_split(pp, vv):
         # torchtitan's own split (memsym.job.framework_layout): one per (p, v), or none when
         # its middle ranks differ (memsym's middle stages are equal)
-        from ..model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
-
         if pp == 1:
             return ((0, 0),)
         if vv > 2 and torchtitan_layers_per_stage(L_, pp, vv) is None:

@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 import sympy as sp
 
 from ..errors import InvalidValueError, MemsymError, NoFitError
-from ..symbols import d
+from ..symbols import b as b_sym, d, m as m_sym, s as s_sym
 from .. import rules as _rules
 
 from .space import RULES, _CHOICE_KEYS, _KNOBS, _choices, _divisors, _from_job, _pos, _scheme, make_space
@@ -20,6 +20,8 @@ from .grid import _sub, explain, rule_masks, stage_splits
 from .evaluate import _binding, _evaluate
 from .exact import _exact_row, _row_totals, group_bytes
 from .results import search
+from ..analysis import largest, smallest
+from ..model import resolve
 
 
 def _megatron_split_only(space) -> None:
@@ -117,9 +119,6 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
     >>> sol.value
     2
     """
-    from ..analysis import smallest
-    from ..symbols import m as m_sym
-
     model, gpu = _from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     _megatron_split_only(space)
@@ -534,9 +533,6 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
     >>> r["value"] > 1
     True
     """
-    from ..analysis import largest
-    from ..symbols import b as b_sym, s as s_sym
-
     what = _choices("quantity", [what], ("micro_batch_size", "seq_length", "layers"))[0]
     lay = {"t": 1, "p": 1, "c": 1, "d": 1, "e": 1, "v": 1, "b": 1, "recompute": "none",
            "sharding": "distributed-optimizer", "sequence_parallel": False, "offload": "none"}
@@ -548,8 +544,6 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
     if space.global_batch_size is not None and what == "micro_batch_size":
         raise InvalidValueError("the largest micro-batch is asked with no global batch (m free)")
     if what == "layers":
-        from ..model import resolve
-
         def fits(nl):
             sp2 = replace(space, arch=resolve(replace(space.arch, num_layers=int(nl))))
             if explain(sp2, lay):

@@ -11,8 +11,14 @@ from dataclasses import dataclass
 
 from ..errors import InvalidValueError, UnknownNameError, choose
 from ..values import boolean, exact
-from .. import rules as _rules
-from ..job import DEFAULTS
+from .. import hardware, model as models, rules as _rules
+from ..job import DEFAULTS, FRAMEWORKS, Job, framework_dropout
+from ..limits import check_limit
+from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS,
+                                 SCHEMES as ALL_SCHEMES)
+from ..model import moe_layer_pattern
+from ..training import ALLOWANCES, Training
+from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
 
 
 #: The rules the search applies, by name (the name is what the output shows), from the one
@@ -52,8 +58,6 @@ def _pos(value, what):
             or not math.isfinite(value) or int(value) != value or int(value) < 1:
         raise InvalidValueError(f"{what} must be a whole number >= 1, got {value!r:.40}")
     if what in _LIMIT_OF:
-        from ..limits import check_limit
-
         check_limit(_LIMIT_OF[what], int(value), what)
     return int(value)
 
@@ -128,8 +132,6 @@ def _choices(kind, given, accepted) -> tuple:
 def _scheme(name, framework: str = "megatron") -> str:
     """A sharding scheme by name; FSDP keeps the same states as ZeRO-3, so it is one row,
     except in a torchtitan search, where FSDP2 is the scheme (its own transients, with PP)."""
-    from ..terms.model_state import SCHEMES as ALL_SCHEMES
-
     key = choose("sharding", name, ALL_SCHEMES)
     return "zero3" if key == "fsdp" and framework != "torchtitan" else key
 
@@ -210,14 +212,10 @@ class Space:
 
     @property
     def uniform(self) -> bool:
-        from ..model import moe_layer_pattern
-
         return (self.first_stage_layers is None and self.last_stage_layers is None
                 and len(set(moe_layer_pattern(self.arch))) == 1)
 
     def training(self, **kw):
-        from ..training import Training
-
         base = dict(seq_length=self.seq_length, micro_batch_size=1,
                     global_batch_size=self.global_batch_size, recompute="none",
                     flash_attention=self.flash_attention, dropout=self.dropout,
@@ -237,8 +235,6 @@ def _from_job(model, gpu, options: dict):
     """A :class:`memsym.job.Job` as the search's model: its resolved architecture, and its
     training settings, allowances, GPU and capacity as the defaults of ``options`` (the
     layout is what the search explores)."""
-    from ..job import Job
-
     if not isinstance(model, Job):
         return model, gpu
     tr = model.training
@@ -274,11 +270,6 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     ``recompute`` and ``sharding`` default to what the framework offers: Megatron's none /
     selective / full and :data:`SCHEMES`; torchtitan's :data:`TORCHTITAN_RECOMPUTE` (per-op
     SAC for dense gated-MLP models only) and :data:`TORCHTITAN_SCHEMES`."""
-    from .. import hardware, model as models
-    from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
-    from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS
-    from ..training import ALLOWANCES
-
     arch = model if isinstance(model, models.Architecture) else models.resolve_model(model)
     arch = models.resolve(arch, seq_length=_pos(seq_length, "seq_length"))
     clu = None
@@ -309,7 +300,6 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         limit = 8 if B is None else min(8, B)
         micro_batch_sizes = [x for x in (1, 2, 4, 8) if x <= limit]
     mbs = _int_list(micro_batch_sizes, "micro-batch size")
-    from ..job import FRAMEWORKS, framework_dropout
 
     framework = choose("framework", framework, FRAMEWORKS)
     titan = framework == "torchtitan"

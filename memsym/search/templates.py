@@ -9,10 +9,14 @@ import functools
 import sympy as sp
 
 from ..symbols import M_alloc
-from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as _STATE_KEYS,
+                        _stage_activations, _stage_total, _states_and_transients, allowance_terms,
+                        stage_counts)
 
 from .space import Space, recompute_layers
 from .grid import _sub
+from ..numeric import compile_expr
+from ..model import moe_layer_pattern, stage_layers
 
 
 @functools.lru_cache(maxsize=4096)
@@ -22,8 +26,6 @@ def _compiled(expr):
     Without common-subexpression elimination: a cold search compiles about a hundred
     templates, and CSE costs a third of the compile time without making the evaluation
     over the grid faster."""
-    from ..numeric import compile_expr
-
     return compile_expr(expr, cse=False)
 
 
@@ -47,7 +49,6 @@ def _check_stages(space: Space, pp: int) -> tuple:
         return (0,)
     if space.uniform or pp == 2:
         return (0, pp - 1)
-    from ..model import moe_layer_pattern, stage_layers
 
     pattern = moe_layer_pattern(space.arch)
     lowest = {}
@@ -91,8 +92,6 @@ def _stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple
     the template of the first stage of the same structure met, its layer term scaled by
     n / n0 (exact); a stage mixing both kinds keeps its own counts in the key (factor 1).
     """
-    from ..model import moe_layer_pattern, stage_layers
-
     sub = _sub(space, f, l_)
     if sub.uniform or pp == 1:
         return (sub, *_template_rep(sub, pp, stage)), 1.0
@@ -131,8 +130,6 @@ def _template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme:
     every t and v.  Returns (states and activation Terms, their activation sum, the
     allowance Terms over a placeholder for the allocated bytes, the decoder layers'
     activation term ``layer_activations`` alone; the activation sum excludes it)."""
-    from ..training import Layout, _stage_total, allowance_terms
-
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
@@ -153,8 +150,6 @@ def _act_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp:
     """(activation sum without the decoder layers, the decoder layers' term) of one stage:
     :func:`memsym.training._stage_activations`, the activations :func:`_template`'s total
     holds; they do not depend on the sharding scheme, so one serves every scheme."""
-    from ..training import Layout, _stage_activations
-
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
@@ -172,8 +167,6 @@ def _fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sc
     allowances, decoder layers) built from the two halves :func:`memsym.training._stage_total`
     adds (``_states_and_transients`` and ``_stage_activations``), the activations shared across
     sharding schemes (tests check the sum against the exact per-layout total)."""
-    from ..training import PHASES, Layout, _states_and_transients, allowance_terms
-
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
@@ -207,9 +200,6 @@ def _stage_counts(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
     depend on the layout only through t (vocabulary padding, N_lin/t), the stage's layers,
     whether it is first / last, and p > 1 (the tied output copy): computed once per such key
     and shared across p and e (LoRA's per-GPU counts also depend on e: kept in the key)."""
-    from ..model import stage_layers
-    from ..training import Layout, stage_counts
-
     rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
     key = (space.arch, space.finetune, space.lora_rank, space.lora_targets, tt, rng.start,
            rng.stop, stage == 0, stage == pp - 1, pp > 1,

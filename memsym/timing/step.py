@@ -33,6 +33,9 @@ from .efficiency import ceiling, gemm_time, memory_time
 from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, output_gemm,
                    shape_of)
 from ..terms.pipeline_order import bubble_fraction, schedule_rule, simulate
+from ..terms.schedule import torch_round_size
+from ..job import canonical
+from ..training import microbatches
 
 __all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
            "most_layers_per_rank",
@@ -704,8 +707,6 @@ def _group(st: Settings, p: int, m: int, v: int):
     """The warm-up group of one layout: torch's round size under ``torch_rounds``
     (interleaved only), else Megatron's ``microbatch_group_size_per_vp_stage``."""
     if st.torch_rounds and v > 1 and st.group_size is None:
-        from ..terms.schedule import torch_round_size
-
         return int(torch_round_size(m, p))
     return st.group_size
 
@@ -796,9 +797,6 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     >>> sorted(st.parts)[:4]
     ['bubble', 'compute', 'cp', 'dp']
     """
-    from ..job import canonical
-    from ..training import microbatches
-
     training = canonical(training)        # "GPipe" is GPipe here too
     mm = microbatches(layout, training)
     if mm is None:
