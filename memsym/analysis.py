@@ -23,7 +23,8 @@ from .symbols import C, G, d, lookup, p, t
 from .symbols import c as c_, d as d_, p as p_, t as t_
 from .values import as_values, exact
 from .text import approx, short
-from .job import Job, _capacity, whole
+from .units import capacity_bytes
+from .job import Job, whole
 from .training import job_memory
 
 __all__ = ["Solution", "smallest", "largest", "smallest_gpus", "JobSolution", "solve_job",
@@ -580,7 +581,7 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     if cap_src is None:
         raise InvalidValueError(f"solve {name} needs a GPU memory capacity (capacity=80e9, "
                                 "'80GB', or a job built with gpu=...)")
-    cap = sp.Integer(_capacity(cap_src))
+    cap = sp.Integer(capacity_bytes(cap_src))
     x = lookup(sym_name)
     lay, trn = job.layout, job.training
     tpc = lay.t * lay.p * lay.c

@@ -33,7 +33,7 @@ __all__ = ["cache_dir", "load", "store", "key", "MAX_FILES", "MAX_BYTES"]
 MAX_FILES = 4096
 #: The largest generated source kept or read [bytes].
 MAX_BYTES = 1 << 20
-_FUNC = "_lambdifygenerated"      # the name lambdify gives the function it writes
+FUNC_NAME = "_lambdifygenerated"      # the name lambdify gives the function it writes
 _OFF = ("", "0", "off", "none", "false")
 
 
@@ -118,7 +118,7 @@ def load(digest: str, namespace: dict):
         exec(compile(source, str(path), "exec"), ns)   # memsym's own generated code
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, NameError, TypeError):
         return None
-    fn = ns.get(_FUNC)
+    fn = ns.get(FUNC_NAME)
     return fn if callable(fn) else None
 
 
@@ -133,7 +133,7 @@ def store(digest: str, source: str) -> bool:
         The generated module source (it must define ``_lambdifygenerated``).
     """
     root = cache_dir()
-    if root is None or len(source.encode()) > MAX_BYTES or f"def {_FUNC}(" not in source \
+    if root is None or len(source.encode()) > MAX_BYTES or f"def {FUNC_NAME}(" not in source \
             or len(digest) != 64:
         return False
     try:

@@ -78,7 +78,7 @@ class JobParts:
     budget: float = BUDGET   # width [pt] one line's right-hand side may take
 
 
-def _layout_text(vals: dict, layout=None) -> str:
+def layout_text(vals: dict, layout=None) -> str:
     """``TP 8 x PP 4 x DP 4 (128 GPUs)`` from the layout's values."""
     def get(name, default=1):
         for key, val in vals.items():
@@ -126,7 +126,7 @@ def _capacity_of(estimate, solve, capacity):
     return estimate.capacity if isinstance(estimate, Job) else None
 
 
-def _arch_of(estimate, arch):
+def arch_of(estimate, arch):
     arch = arch if arch is not None else getattr(estimate, "arch", None)
     if arch is None:
         return None
@@ -201,7 +201,7 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
                                 f"training_memory(...)), got {type(estimate).__name__}")
     layout = layout if layout is not None else getattr(estimate, "layout", None)
     training = training if training is not None else getattr(estimate, "training", None)
-    x = _arch_of(estimate, arch)
+    x = arch_of(estimate, arch)
     stage = int(getattr(estimate, "stage", 0))
     role = getattr(estimate, "role", "only")
     pp = int(_val(vals, "p") or 1)
@@ -226,7 +226,7 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
     lhs = r"M_{\mathrm{GPU}}" if pp == 1 else r"M_{\mathrm{GPU}}^{(%d)}" % stage
     name = getattr(x, "name", None) or "model"
     if title is None:
-        title = f"Per-GPU training memory: {name}, {_layout_text(vals, layout)}"
+        title = f"Per-GPU training memory: {name}, {layout_text(vals, layout)}"
     parts = JobParts(lhs, title, terms, defs, total=sp.Add(*(s.value for s in terms)),
                      named_counts=named is not None,
                      count_symbols=tuple(counts))

@@ -25,7 +25,7 @@ from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout, torchtitan_end_stages
 from .model import Architecture, resolve, resolve_model
-from .units import parse_bytes
+from .units import capacity_bytes as _capacity   # GPU memory capacity as whole bytes
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "OPTION_ALIASES", "job", "whole",
            "microbatches", "validate"]
@@ -907,16 +907,3 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         cap = _capacity(cap)
     return Job(x, lay, trn, tuple(sorted(alw.items())), dev, clu, cap, m_,
                tuple(dict.fromkeys(notes)))
-
-
-def _capacity(value) -> int:
-    import math
-    import numbers
-
-    if isinstance(value, str):
-        return parse_bytes(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 \
-            or not math.isfinite(value):
-        raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0, got "
-                                f"{value!r:.40}")
-    return int(value)

@@ -19,7 +19,7 @@ from .errors import InvalidValueError
 from .symbols import lookup, registry
 from .values import as_expr
 from .text import approx, short
-from .compile_cache import _FUNC
+from .compile_cache import FUNC_NAME
 from . import compile_cache
 
 __all__ = ["CompiledTotal", "compile_expr", "compile_total", "finite_float", "unique_rows"]
@@ -185,11 +185,11 @@ def _generate(exprs: tuple, names: tuple, backend: str, cse: bool) -> str | None
     import keyword
 
     if any(not n.isidentifier() or keyword.iskeyword(n) or n in _namespace(backend)
-           or n == _FUNC for n in names):
+           or n == FUNC_NAME for n in names):
         return None
     printer = _printer(backend)
     replacements, reduced = _cse(list(exprs)) if cse else ([], list(exprs))
-    lines = [f"def {_FUNC}({', '.join(names)}):"]
+    lines = [f"def {FUNC_NAME}({', '.join(names)}):"]
     lines += [f"    {sym.name} = {printer.doprint(e)}" for sym, e in replacements]
     lines.append(f"    return [{', '.join(printer.doprint(e) for e in reduced)}]")
     return "\n".join(lines) + "\n"
@@ -199,7 +199,7 @@ def _run(source: str, backend: str, where: str):
     # memsym's own generated code, run as lambdify runs what it writes
     ns = dict(_namespace(backend))
     exec(compile(source, where, "exec"), ns)
-    return ns[_FUNC]
+    return ns[FUNC_NAME]
 
 
 @functools.lru_cache(maxsize=512)

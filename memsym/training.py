@@ -148,7 +148,7 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     ('layer_activations', 'embedding_activations', 'output_activations')
     """
     _check_fields(layout, training)
-    return _stage_activations(_resolve(arch, training), layout, training, stage)
+    return resolved_stage_activations(_resolve(arch, training), layout, training, stage)
 
 
 def _output_layer(x, layout: Layout, training: Training) -> Total:
@@ -327,7 +327,7 @@ def _in_flight_chunks(layout: Layout, training: Training, stage: int, schedule: 
     return stage_microbatches(where, schedule, pp=pp, vv=vv, mm=mm, group=group), group
 
 
-def _stage_activations(x, layout: Layout, training: Training, stage: int,
+def resolved_stage_activations(x, layout: Layout, training: Training, stage: int,
                        m_known: bool | None = None) -> Total:
     """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
     None = work it out)."""
@@ -470,7 +470,7 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     ('weights', 'gradients', 'optimizer')
     """
     _check_fields(layout, training)
-    return _stage_total(_resolve(arch, training), layout, training, stage)
+    return resolved_stage_total(_resolve(arch, training), layout, training, stage)
 
 
 def job_stage_parameters(x, layout: Layout, training: Training, stage: int):
@@ -541,7 +541,7 @@ def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
         layout.pipeline_layout))
 
 
-def _states_and_transients(x, layout: Layout, training: Training, stage: int) -> tuple:
+def states_and_transients(x, layout: Layout, training: Training, stage: int) -> tuple:
     """(steady model-state Terms, phase -> transient Terms) of one stage, in the count symbols
     of :func:`stage_counts`: the model states held through forward and backward, and
     :func:`phase_transients` with the step-only states (:data:`STEP_STATE_KEYS`) in the
@@ -853,7 +853,7 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
             # the blocks' backward makes each block's gradient shard as it frees the block's
             # activations: live bytes are linear in the blocks done, so the peak is at the
             # start (no gradient) or the end (no layer activation): -min(G, A_layers)
-            layers = _stage_activations(x, layout, training, stage)
+            layers = resolved_stage_activations(x, layout, training, stage)
             a_l = sp.Add(*(term.expr for term in layers.terms if term.key == "layer_activations"))
             out["backward"].append(Term(
                 "gradients_as_activations_freed", -sp.Min(-absent.expr, a_l),
@@ -868,8 +868,8 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
 
 
 def _phase_parts(x, layout: Layout, training: Training, stage: int, m_known):
-    states, trans = _states_and_transients(x, layout, training, stage)
-    act = list(_stage_activations(x, layout, training, stage, m_known).terms)
+    states, trans = states_and_transients(x, layout, training, stage)
+    act = list(resolved_stage_activations(x, layout, training, stage, m_known).terms)
     return states, act, trans
 
 
@@ -911,7 +911,7 @@ def _beyond_allocated(terms, training: Training) -> tuple:
     return tuple(allowance_terms(allocated)) + _outside_allocator(training)
 
 
-def _stage_total(x, layout: Layout, training: Training, stage: int,
+def resolved_stage_total(x, layout: Layout, training: Training, stage: int,
                  m_known: bool | None = None) -> Total:
     """:func:`stage_total` of a resolved architecture: the one composition of the per-GPU
     peak (model states + activations + the peak phase's transients + allowances), in the
@@ -1175,14 +1175,14 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
     stages = candidate_stages(x, layout) if stage is None else [stage]
     results = {}
     for i in stages:
-        tot = _stage_total(x, layout, training, i, j.m is not None)
+        tot = resolved_stage_total(x, layout, training, i, j.m is not None)
         vals_i = {**vals, **stage_counts(x, layout, training, i)}
         results[i] = (tot, tot.evaluate(vals_i), vals_i)
     best = max(results, key=lambda i: (results[i][1], -i))
     phases = phase_totals(x, layout, training, best, j.m is not None)
     pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
     phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
-    opt = _states_and_transients(x, layout, training, best)[1]["optimizer"]
+    opt = states_and_transients(x, layout, training, best)[1]["optimizer"]
     step = tuple((term.key, term.evaluate(results[best][2]))
                  for term in opt if term.key in STEP_STATE_KEYS)
     return TrainingEstimate(results[best][0], results[best][2], best, _role(best, layout.p),

@@ -7,6 +7,8 @@ it uses.  Nothing here evaluates the text: it is matched against a strict patter
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from fractions import Fraction
 
@@ -200,3 +202,21 @@ def parse_number(text, what: str = "value", *, low=0, high=None, include_low: bo
 
     exact(value, what)  # 1e-9999 is in (0, 1] but has 10^4 digits: refused (values.MAX_BITS)
     return value
+
+
+def capacity_bytes(value) -> int:
+    """A GPU memory capacity as whole bytes: a number of bytes > 0, or text such as ``"80GB"``
+    (:func:`parse_bytes`).
+
+    Examples
+    --------
+    >>> capacity_bytes("80GB"), capacity_bytes(2**30)
+    (80000000000, 1073741824)
+    """
+    if isinstance(value, str):
+        return parse_bytes(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 \
+            or not math.isfinite(value):
+        raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0, got "
+                                f"{value!r:.40}")
+    return int(value)

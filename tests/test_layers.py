@@ -61,8 +61,11 @@ LAYERS = (
 
 
 # ---------------------------------------------------------------------------------------------
-# Today's violations, to be emptied (issue 29).  Spelling: 'importer -> imported module' and,
-# for private names, 'importer -> module.name'.
+# The violations not fixed yet, to be emptied (issue 29).  Spelling: 'importer -> imported
+# module' and, for private names, 'importer -> module.name'.  When the test was written they
+# held 3 cycle-closing imports (a 15-module cycle), 12 upward imports, 115 importer/imported
+# pairs of imports inside functions and 89 private names; what is left sits in files other
+# changes were editing at the time (readers/jobs.py, job.py, cli/).
 # ---------------------------------------------------------------------------------------------
 #: (a) the imports that close a cycle, left out of the cycle check.
 CYCLE_EDGES = set()
@@ -72,6 +75,8 @@ UPWARD = set()
 
 #: (c) imports inside functions outside memsym/cli, as (importer, imported) pairs.
 LOCAL = {
+    # readers/jobs.py builds a Job from a framework's reader output: its imports can move to
+    # module level as they are (every target is below the readers)
     "memsym.readers.jobs -> memsym.job",
     "memsym.readers.jobs -> memsym.model",
     "memsym.readers.jobs -> memsym.model.stages",
@@ -80,85 +85,10 @@ LOCAL = {
 
 #: (d) underscore names taken from another module.
 PRIVATE = {
-    "memsym.analysis -> memsym.job._capacity",
-    "memsym.cli.plot -> memsym.document._arch_of",
-    "memsym.cli.plot -> memsym.document._layout_text",
+    # one command-line module's helper used by another: rename it dropout_option in cli/
     "memsym.cli.search -> memsym.cli.training_options._dropout",
-    "memsym.conventions.megatron_bridge -> memsym.conventions.formulas._BR_A",
-    "memsym.conventions.megatron_bridge -> memsym.conventions.formulas._BR_WO",
-    "memsym.conventions.megatron_bridge -> memsym.conventions.knobs._arch",
-    "memsym.conventions.megatron_bridge -> memsym.conventions.knobs._knobs",
-    "memsym.conventions.megatron_bridge -> memsym.conventions.knobs._launchable",
-    "memsym.conventions.megatron_bridge -> memsym.conventions.knobs._schedule",
-    "memsym.conventions.megatron_bridge -> memsym.conventions.knobs._values",
-    "memsym.conventions.megatron_bridge -> memsym.conventions.megatron_lm._precision_note",
-    "memsym.conventions.megatron_lm -> memsym.conventions.formulas._LM_A",
-    "memsym.conventions.megatron_lm -> memsym.conventions.formulas._LM_B",
-    "memsym.conventions.megatron_lm -> memsym.conventions.formulas._LM_WO",
-    "memsym.conventions.megatron_lm -> memsym.conventions.formulas._R",
-    "memsym.conventions.megatron_lm -> memsym.conventions.knobs._arch",
-    "memsym.conventions.megatron_lm -> memsym.conventions.knobs._knobs",
-    "memsym.conventions.megatron_lm -> memsym.conventions.knobs._launchable",
-    "memsym.conventions.megatron_lm -> memsym.conventions.knobs._schedule",
-    "memsym.conventions.megatron_lm -> memsym.conventions.knobs._values",
-    "memsym.model.counts -> memsym.model.architecture._lenient",
-    "memsym.model.stages -> memsym.model.architecture._lenient",
-    "memsym.model.stages -> memsym.model.architecture._pos_int",
-    "memsym.model.stages -> memsym.model.counts._ZERO",
-    "memsym.model.stages -> memsym.model.counts._as_int",
-    "memsym.model.stages -> memsym.model.counts._eta",
-    "memsym.model.stages -> memsym.model.counts._layer_parts",
-    "memsym.model.stages -> memsym.model.counts._mtp_extra",
-    "memsym.numeric -> memsym.compile_cache._FUNC",
-    "memsym.reference_layers -> memsym.measure._torch",
-    "memsym.search.evaluate -> memsym.search.grid._choice_knobs",
-    "memsym.search.evaluate -> memsym.search.grid._grid_knobs",
-    "memsym.search.evaluate -> memsym.search.grid._splits_of",
-    "memsym.search.evaluate -> memsym.search.grid._sub",
-    "memsym.search.evaluate -> memsym.search.space._CHOICE_RULES",
-    "memsym.search.evaluate -> memsym.search.space._KNOBS",
-    "memsym.search.evaluate -> memsym.search.templates._call",
-    "memsym.search.evaluate -> memsym.search.templates._check_stages",
-    "memsym.search.evaluate -> memsym.search.templates._fast_template",
-    "memsym.search.evaluate -> memsym.search.templates._stage_counts",
-    "memsym.search.evaluate -> memsym.search.templates._stage_template",
-    "memsym.search.exact -> memsym.search.grid._sub",
-    "memsym.search.exact -> memsym.search.space._KNOBS",
-    "memsym.search.exact -> memsym.search.space._scheme",
-    "memsym.search.exact -> memsym.search.templates._check_stages",
-    "memsym.search.exact -> memsym.search.templates._stage_counts",
-    "memsym.search.exact -> memsym.search.templates._template",
-    "memsym.search.exact -> memsym.search.templates._template_rep",
-    "memsym.search.grid -> memsym.search.space._CHOICE_RULES",
-    "memsym.search.grid -> memsym.search.space._KNOBS",
-    "memsym.search.grid -> memsym.search.space._divisors",
-    "memsym.search.grid -> memsym.search.space._scheme",
-    "memsym.search.results -> memsym.search.evaluate._binding",
-    "memsym.search.results -> memsym.search.evaluate._evaluate",
-    "memsym.search.results -> memsym.search.exact._exact_row",
-    "memsym.search.results -> memsym.search.grid._choice_knobs",
-    "memsym.search.results -> memsym.search.grid._grid_knobs",
-    "memsym.search.results -> memsym.search.space._CHOICE_RULES",
-    "memsym.search.results -> memsym.search.space._KNOBS",
-    "memsym.search.results -> memsym.search.space._from_job",
-    "memsym.search.results -> memsym.search.space._pos",
-    "memsym.search.sizing -> memsym.search.evaluate._binding",
-    "memsym.search.sizing -> memsym.search.evaluate._evaluate",
-    "memsym.search.sizing -> memsym.search.exact._exact_row",
-    "memsym.search.sizing -> memsym.search.exact._row_totals",
-    "memsym.search.sizing -> memsym.search.grid._sub",
-    "memsym.search.sizing -> memsym.search.space._CHOICE_KEYS",
-    "memsym.search.sizing -> memsym.search.space._KNOBS",
-    "memsym.search.sizing -> memsym.search.space._choices",
-    "memsym.search.sizing -> memsym.search.space._divisors",
-    "memsym.search.sizing -> memsym.search.space._from_job",
-    "memsym.search.sizing -> memsym.search.space._pos",
-    "memsym.search.sizing -> memsym.search.space._scheme",
-    "memsym.search.templates -> memsym.search.grid._sub",
-    "memsym.search.templates -> memsym.training._stage_activations",
-    "memsym.search.templates -> memsym.training._stage_total",
-    "memsym.search.templates -> memsym.training._states_and_transients",
-    "memsym.timing.validation -> memsym.timing.step._layer",
+    # the job record's field checks, which the training total runs first: rename it
+    # check_fields in job.py (its definition and one call there)
     "memsym.training -> memsym.job._check_fields",
 }
 

@@ -42,7 +42,7 @@ __all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_t
            "OPTIMIZER_BYTES", "SOURCES",
            "FLASH_FORWARD", "FLASH_BACKWARD"]
 
-#: Backward memory-bound bytes relative to the forward's (see :func:`_layer`).
+#: Backward memory-bound bytes relative to the forward's (see :func:`layer_time`).
 BACKWARD_MEMORY = 1.5
 
 #: Where each part of the breakdown comes from (keys of memsym/references.toml).
@@ -210,7 +210,7 @@ def _arr(x):
     return np.asarray(x, dtype=float)
 
 
-def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, overlap: Overlap,
+def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, overlap: Overlap,
            dp):
     """Forward and backward seconds of one layer and one micro-batch on one GPU (arrays)."""
     s = st.seq_length
@@ -504,10 +504,10 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         raise InvalidValueError(f"{t.size} layouts exceed the 10,000,000 a grid may hold")
     s = st.seq_length
     lf, lb = {}, {}
-    dense_f, dense_b = _layer(x, st, dev, clu, t, c, e, t_e_, b, moe=False, eta_gemm=eta_gemm,
+    dense_f, dense_b = layer_time(x, st, dev, clu, t, c, e, t_e_, b, moe=False, eta_gemm=eta_gemm,
                               overlap=overlap, dp=d)
     if x.L_moe:
-        moe_f, moe_b = _layer(x, st, dev, clu, t, c, e, t_e_, b, moe=True, eta_gemm=eta_gemm,
+        moe_f, moe_b = layer_time(x, st, dev, clu, t, c, e, t_e_, b, moe=True, eta_gemm=eta_gemm,
                               overlap=overlap, dp=d)
         share = x.L_moe / x.L   # MoE layers spread evenly over stages (assumption)
         for key in dense_f:

@@ -20,7 +20,7 @@ from ..hardware import cluster as _cluster, gpu as _gpu
 from ..model.architecture import Architecture
 from . import efficiency
 from .gemm import forward_flops_per_token, shape_of
-from .step import Overlap, Settings, _layer, overlap_of, step_time_grid
+from .step import Overlap, Settings, layer_time, overlap_of, step_time_grid
 from ..model import preset
 from ..readers.jobs import torchtitan_positions
 from ..job import Training
@@ -350,7 +350,7 @@ def table4() -> list:
     for name, rec, sp_, fw, bw in TABLE4:
         st = Settings(seq_length=2048, micro_batch_size=4, recompute=rec, sequence_parallel=sp_,
                       flash_attention=False, dropout=True)
-        f, b = _layer(x, st, _gpu("a100-80gb"), _cluster("dgx-a100"), 8, 1, 1, 8, 4, moe=False,
+        f, b = layer_time(x, st, _gpu("a100-80gb"), _cluster("dgx-a100"), 8, 1, 1, 8, 4, moe=False,
                       eta_gemm=None, overlap=Overlap(), dp=1)
         out.append((name, fw, bw, 1e3 * sum(float(q) for q in f.values()),
                     1e3 * sum(float(q) for q in b.values())))
