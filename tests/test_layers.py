@@ -92,6 +92,7 @@ PRIVATE = {
     "memsym.training -> memsym.job._check_fields",
 }
 
+
 @dataclass(frozen=True)
 class Edge:
     """One imported memsym module (``name`` is None) or one name imported from it."""
