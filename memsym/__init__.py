@@ -29,8 +29,9 @@ _LAZY = {
     **dict.fromkeys(("Solution", "largest", "smallest", "smallest_gpus"), ".analysis"),
     **dict.fromkeys(("communication_per_step", "communication_time"), ".terms.communication"),
     **dict.fromkeys(("bubble_fraction", "global_batch"), ".terms.pipeline"),
-    **dict.fromkeys(("flops_per_iteration", "gpu_hours", "hfu", "mfu", "step_report",
-                     "step_time", "training_cost", "training_time"), ".terms.compute"),
+    **dict.fromkeys(("flops_per_iteration", "gpu_hours", "hfu", "mfu", "step_time",
+                     "training_cost", "training_time"), ".terms.compute"),
+    "step_report": ".timing.report",
 }
 
 

@@ -15,14 +15,20 @@ from typing import Callable, Mapping
 
 import sympy as sp
 
-from .errors import BeyondSearchBound, InvalidValueError, NoFitError
+from .errors import BeyondSearchBound, InvalidValueError, NoFitError, UnknownNameError
 from .limits import MAX_CANDIDATES, SEARCH_BOUND
-from .symbols import C, lookup
+from .printing import latex, tidy
+from .symbols import C, G, d, lookup, p, t
+# the symbols under other names where solve_job rewrites d = G / (t p c)
+from .symbols import c as c_, d as d_, p as p_, t as t_
 from .values import as_values, exact
+from .text import approx, short
+from .units import capacity_bytes
+from .job import Job, whole
+from .training import job_memory
 
 __all__ = ["Solution", "smallest", "largest", "smallest_gpus", "JobSolution", "solve_job",
            "JOB_UNKNOWNS"]
-
 
 
 @dataclass(frozen=True)
@@ -58,16 +64,12 @@ class Solution:
 
     def latex(self) -> str:
         r"""The result as LaTeX, e.g. ``d \geq \frac{16 N}{C p t - N b_{hp}} = 10.4 \Rightarrow d = 11``."""
-        from .printing import latex
-
         rel = r"\geq" if self.relation == ">=" else r"\leq"
         x = latex(self.unknown)
         parts = [x]
         if self.closed_form is not None:
             parts.append(f"{rel} {latex(self.closed_form)}")
         if self.bound is not None:
-            from .text import approx  # exact bound shown without float overflow
-
             parts.append(f"{'=' if self.closed_form is not None else rel} {approx(self.bound, 6)}")
         return " ".join(parts) + rf" \;\Rightarrow\; {x} = {self.value}"
 
@@ -82,26 +84,8 @@ def _closed_form(expr: sp.Expr, unknown: sp.Symbol):
         sols = sp.solve(sp.Eq(expr, C), unknown)
     except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
         return None
-    sols = [_tidy(s) for s in sols if s.is_real is not False]
+    sols = [tidy(s) for s in sols if s.is_real is not False]
     return tuple(sols) if sols else None
-
-
-def _tidy(expr: sp.Expr) -> sp.Expr:
-    """A closed form as a person writes it: common factors out, no minus sign leading the
-    numerator and the denominator (``-16N/(-Cpt + 2N)`` becomes ``16N/(Cpt - 2N)``).
-
-    >>> from memsym.symbols import C, N, p, t
-    >>> _tidy(-16 * N / (-C * p * t + 2 * N))
-    16*N/(C*p*t - 2*N)
-    """
-    expr = sp.factor_terms(sp.cancel(expr))
-    num, den = sp.fraction(expr)
-    # the capacity enters the denominator with a plus sign where it does (C p t - 2 N), else
-    # no leading minus (could_extract_minus_sign counts the negative terms of a sum)
-    lead = sp.expand(den).coeff(C) if den.has(C) else 0
-    if (lead != 0 and lead.could_extract_minus_sign()) or (lead == 0 and den.could_extract_minus_sign()):
-        num, den = -num, -den
-    return sp.factor_terms(num) / sp.factor_terms(den)
 
 
 def _prepare(total, unknown, capacity, values):
@@ -185,15 +169,11 @@ def _floor_message(total, x, vals, cap, direction):
 
 def _gb(value) -> str:
     """``value`` bytes in GB, exact numbers shown safely beyond float range."""
-    from .text import approx
-
     value = value if isinstance(value, sp.Basic) else sp.Integer(value)  # ints only: never text
     return approx(value / 10**9, 4)
 
 
 def _beyond(x, what: str, bound=None) -> BeyondSearchBound:
-    from .text import approx
-
     where = "" if bound is None else f" (the real boundary is {x.name} = {approx(bound)})"
     return BeyondSearchBound(f"the {what} {x.name} that fits is beyond the search bound "
                              f"2^{SEARCH_BOUND.bit_length() - 1}{where}; no answer is claimed",
@@ -311,8 +291,6 @@ def _search(total, unknown, capacity, values, valid, lower, upper, want_small, m
 
 
 def _beyond_candidates(x, n) -> BeyondSearchBound:
-    from .text import short
-
     return BeyondSearchBound(f"no {x.name} meeting the divisibility rule within {MAX_CANDIDATES} "
                              f"candidates of the memory boundary (stopped at {x.name} = {short(n)}): "
                              "beyond the search bound; no answer is claimed", MAX_CANDIDATES)
@@ -413,8 +391,6 @@ def smallest_gpus(total, capacity, values: Mapping | None = None) -> Solution:
     >>> sol.closed_form, sol.value
     (16*N/C, 14)
     """
-    from .symbols import G, d, p, t
-
     vals = as_values(values)
     tp = vals.get(t, t) * vals.get(p, p)
     if not sp.sympify(tp).is_Integer:
@@ -423,8 +399,6 @@ def smallest_gpus(total, capacity, values: Mapping | None = None) -> Solution:
     # the smallest multiple of t p is rounded up to in one step (a walk of up to t p - 1
     # candidates would be unbounded for t p up to 2^80)
     return _search(rewritten, G, capacity, vals, None, int(tp), None, True, multiple_of=int(tp))
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -497,8 +471,6 @@ class JobSolution(Solution):
 def _job_unknown(unknown: str) -> str:
     name = _JOB_ALIASES.get(unknown, unknown)
     if name not in JOB_UNKNOWNS:
-        from .errors import UnknownNameError
-
         raise UnknownNameError("unknown", unknown, list(JOB_UNKNOWNS))
     return name
 
@@ -600,11 +572,6 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     ----------
     Megatron-LM's launch rules (:mod:`memsym.rules`); the total of :mod:`memsym.training`.
     """
-    from .errors import BeyondSearchBound as _Beyond
-    from .job import Job, _capacity
-    from .symbols import G, lookup
-    from .training import job_memory
-
     if not isinstance(job, Job):
         raise InvalidValueError("solve_job needs a memsym.job.Job (memsym.job.job(model, ...)), "
                                 f"got {type(job).__name__}")
@@ -614,15 +581,13 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     if cap_src is None:
         raise InvalidValueError(f"solve {name} needs a GPU memory capacity (capacity=80e9, "
                                 "'80GB', or a job built with gpu=...)")
-    cap = sp.Integer(_capacity(cap_src))
+    cap = sp.Integer(capacity_bytes(cap_src))
     x = lookup(sym_name)
     lay, trn = job.layout, job.training
     tpc = lay.t * lay.p * lay.c
     notes = []
     extra = {}
     if world_size is not None:
-        from .job import whole
-
         if name in ("dp", "gpus"):
             raise InvalidValueError(f"solve {name} with a fixed world size: the world size "
                                     "already fixes d (drop world_size)")
@@ -636,8 +601,6 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     vals = dict(est.values)
     sym_total = est.total
     if name == "gpus":
-        from .symbols import c as c_, d as d_, p as p_, t as t_
-
         sym_total = est.total.map(lambda e_: e_.xreplace({d_: G / (t_ * p_ * c_)}))
         expr = sym_total.expr
         vals.pop(d_, None)
@@ -805,7 +768,7 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     if not mem <= cap:                                  # pragma: no cover - defensive
         raise NoFitError(f"internal check failed: {x.name} = {value} does not fit")
     if neighbour is not None and neighbour[1] <= cap:   # pragma: no cover - defensive
-        raise _Beyond(f"the total is not monotone in {x.name} here; no answer is claimed")
+        raise BeyondSearchBound(f"the total is not monotone in {x.name} here; no answer is claimed")
     shown = value * tpc if name == "gpus" else value
     if neighbour is not None:
         nb = neighbour[0] * tpc if name == "gpus" else neighbour[0]

@@ -22,6 +22,14 @@ import time
 import tracemalloc
 
 from .errors import InvalidValueError
+from .symbols import L, lookup
+from .term import Term, Total
+from .terms.activations import korthikanti
+from .terms.model_state import byte_widths, model_state
+from .training import Layout, Training, allowance_terms, training_memory
+from .timing.step import step_time
+from . import search as search_mod
+from .analysis import smallest
 
 __all__ = ["run", "p1_total", "hand_numpy", "hand_python"]
 
@@ -45,12 +53,6 @@ def p1_total():
     """The per-GPU training total of the P1 sweep [bytes]: model states (distributed
     optimizer, seed 000) + activations of the first 1F1B stage (L layers' worth, TP + SP,
     Korthikanti Eq. 4) + the three named allowances."""
-    from .symbols import L
-    from .term import Term, Total
-    from .terms.activations import korthikanti
-    from .terms.model_state import byte_widths, model_state
-    from .training import allowance_terms
-
     states = model_state("distributed-optimizer", convention="seed000").subs(byte_widths(convention="seed000"))
     layer = korthikanti("tp+sp", "none")
     act = Term("activations", L * layer.expr, "first-stage activations, L layers' worth",
@@ -118,7 +120,6 @@ def bench_p1(n: int, python_sample: int, evalf_sample: int, repeat: int) -> dict
     rows = [{k: float(v[i]) for k, v in cfg.items()} for i in range(python_sample)]
     t_python = _best(lambda: [hand_python(**r) for r in rows], 1) / python_sample * n
     expr = total.expr
-    from .symbols import lookup
 
     syms = {k: lookup(k) for k in cfg}
     sample = rows[:evalf_sample]
@@ -156,9 +157,6 @@ def _one_by_one(res, rows) -> float:
     """Seconds per layout of evaluating layouts one at a time: the exact per-layout memory
     (:func:`memsym.training.training_memory`) and the one-layout step time
     (:func:`memsym.timing.step.step_time`), what a loop over configurations does."""
-    from .timing.step import step_time
-    from .training import Layout, Training, training_memory
-
     sp_ = res.space
     start = time.perf_counter()
     for row in rows:
@@ -202,8 +200,6 @@ def bench_p2(quick: bool = False) -> dict:
     re-querying gets it), against evaluating the same layouts one by one (timed on a sample of
     the result's rows in the same run, extrapolated to all of them)."""
     import numpy as np
-
-    from . import search as search_mod
 
     out = {"p2_cases": {}}
     worst_warm, worst_ratio = 0.0, float("inf")
@@ -268,9 +264,6 @@ def bench_p3(repeat: int) -> dict:
 
 
 def bench_p4(repeat: int) -> dict:
-    from .analysis import smallest
-    from .terms.model_state import model_state
-
     total = model_state("distributed-optimizer", convention="seed000").subs(b_g=4, b_m=4, b_o=8)
     values = {"N": 175 * 10**9, "t": 4, "p": 2, "b_hp": 2}
     start = time.perf_counter()

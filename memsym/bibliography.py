@@ -8,14 +8,17 @@ that every cited key is in it.
 from __future__ import annotations
 
 import functools
-import tomllib
-from importlib import resources
 
 __all__ = ["references"]
 
 
 @functools.lru_cache(maxsize=1)
 def _load() -> dict:
+    # read on first use: tomllib and importlib.resources cost ~10 ms, and `import memsym`
+    # reaches this module (Term prints through memsym.printing) without needing them
+    import tomllib
+    from importlib import resources
+
     text = resources.files("memsym").joinpath("references.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)
 

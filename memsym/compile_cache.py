@@ -22,10 +22,8 @@ file that does not define it is ignored).
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import pathlib
-import tempfile
 
 __all__ = ["cache_dir", "load", "store", "key", "MAX_FILES", "MAX_BYTES"]
 
@@ -33,7 +31,7 @@ __all__ = ["cache_dir", "load", "store", "key", "MAX_FILES", "MAX_BYTES"]
 MAX_FILES = 4096
 #: The largest generated source kept or read [bytes].
 MAX_BYTES = 1 << 20
-_FUNC = "_lambdifygenerated"      # the name lambdify gives the function it writes
+FUNC_NAME = "_lambdifygenerated"      # the name lambdify gives the function it writes
 _OFF = ("", "0", "off", "none", "false")
 
 
@@ -59,7 +57,11 @@ def cache_dir() -> pathlib.Path | None:
 @functools.lru_cache(maxsize=1)
 def _code_version() -> str:
     # what the generated source depends on besides the expressions: SymPy's printers,
-    # numpy (the namespace), memsym's printer and CSE (memsym/numeric.py, read as bytes)
+    # numpy (the namespace), memsym's printer and CSE (memsym/numeric.py, read as bytes);
+    # hashlib and tempfile are imported where used: `import memsym` reaches this module
+    # (Term.compile) without compiling anything
+    import hashlib
+
     import numpy
     import sympy
 
@@ -79,6 +81,8 @@ def key(exprs: tuple, names: tuple, backend: str) -> str:
     >>> key((16 * N / d,), ("N", "d"), "numpy") == key((16 * N / d,), ("N", "d"), "math")
     False
     """
+    import hashlib
+
     import sympy as sp
 
     text = "\n".join((_code_version(), backend, ",".join(names),
@@ -118,7 +122,7 @@ def load(digest: str, namespace: dict):
         exec(compile(source, str(path), "exec"), ns)   # memsym's own generated code
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, NameError, TypeError):
         return None
-    fn = ns.get(_FUNC)
+    fn = ns.get(FUNC_NAME)
     return fn if callable(fn) else None
 
 
@@ -132,8 +136,10 @@ def store(digest: str, source: str) -> bool:
     source : str
         The generated module source (it must define ``_lambdifygenerated``).
     """
+    import tempfile
+
     root = cache_dir()
-    if root is None or len(source.encode()) > MAX_BYTES or f"def {_FUNC}(" not in source \
+    if root is None or len(source.encode()) > MAX_BYTES or f"def {FUNC_NAME}(" not in source \
             or len(digest) != 64:
         return False
     try:

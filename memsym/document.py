@@ -15,11 +15,16 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from .errors import InvalidValueError
-from .printing import escape, latex
+from .bibliography import references   # package data: works from an installed wheel
+from .printing import (BUDGET, FILL, GROUPS, NamedPrinter, align_lines, break_sum,
+                       clean_locator, entry_text, escape, gb, latex, linear_form, shown_terms,
+                       solution_lines, tex_entry, tex_width)
 from .values import exact
-from .symbols import M_alloc, N, N_exp, N_rep, N_tp, phi_frag, registry
-from .training import (ACTIVATION_KEYS as _ACT_KEYS, ALLOWANCE_KEYS as _ALLOW_KEYS,
-                       STATE_KEYS as _STATE_KEYS, Layout, Training, job_stage_parameters)
+from .symbols import M_alloc, N, N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, registry
+from .training import Layout, STATE_KEYS, Training, job_memory, job_stage_parameters
+from .job import Job
+from . import model as models
+from .model import moe_layer_pattern, parameter_count, stage_parameters
 
 __all__ = ["job_document", "job_snippet", "job_markdown", "job_parts", "JobParts", "PAPERS",
            "tex_width", "break_sum"]
@@ -27,161 +32,14 @@ __all__ = ["job_document", "job_snippet", "job_markdown", "job_parts", "JobParts
 #: Paper sizes: geometry option and text width [pt] with 2.5 cm margins (1 in = 72.27 pt).
 PAPERS = {"a4": ("a4paper", (210 - 50) / 25.4 * 72.27),
           "letter": ("letterpaper", (215.9 - 50) / 25.4 * 72.27)}
-#: Width [pt] the right-hand side of one align line may take (the narrower paper, less the
-#: left-hand column and a safety margin for the width estimate).
-_BUDGET = 330.0
-#: The fraction of the text width a line's right-hand side may take (the left-hand column,
-#: ``M_{GPU}^{(i)} &=``, and the estimate's error take the rest).
-_FILL = 0.72
 
-_GROUPS = (("states", "model states", _STATE_KEYS), ("act", "activations", _ACT_KEYS),
-           ("allow", "allowances", _ALLOW_KEYS))
 _GB = 10**9
 _GIB = 2**30
 
 
 # ---------------------------------------------------------------------------------------------
-# width of typeset math, estimated from the LaTeX (10 pt Computer Modern, display style)
-# ---------------------------------------------------------------------------------------------
-_SPACES = {r"\,": 1.7, r"\;": 2.8, r"\:": 2.2, r"\!": -1.7, r"\quad": 10.0, r"\qquad": 20.0,
-           "\\ ": 3.3}
-_OPS = {"+": 12.2, "-": 12.2, "=": 13.3, "<": 13.3, ">": 13.3, ",": 4.5, "(": 3.9, ")": 3.9,
-        "[": 2.8, "]": 2.8, "|": 2.8, ".": 2.8, ";": 2.8, ":": 2.8, "/": 5.0, "!": 2.8}
-_CMDS = {r"\geq": 13.3, r"\leq": 13.3, r"\cdot": 7.8, r"\times": 12.2, r"\Rightarrow": 15.5,
-         r"\approx": 13.3, r"\min": 15.0, r"\max": 17.0, r"\log": 13.0, r"\left": 0.0,
-         r"\right": 0.0, r"\varphi": 6.0, r"\lceil": 4.5, r"\rceil": 4.5, r"\lfloor": 4.5,
-         r"\rfloor": 4.5, r"\ldots": 13.0, r"\dots": 13.0, r"\%": 8.3, r"\&": 7.8}
-
-
-def _group(s: str, i: int) -> tuple[str, int]:
-    """The brace group (or single token) starting at s[i]; returns (content, next index)."""
-    while i < len(s) and s[i] == " ":
-        i += 1
-    if i >= len(s):
-        return "", i
-    if s[i] == "{":
-        depth, j = 0, i
-        for j in range(i, len(s)):
-            if s[j] == "{":
-                depth += 1
-            elif s[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    break
-        return s[i + 1:j], j + 1
-    if s[i] == "\\":
-        m_ = re.match(r"\\[A-Za-z]+|\\.", s[i:])
-        return m_.group(0), i + len(m_.group(0))
-    return s[i], i + 1
-
-
-def tex_width(tex: str, scale: float = 1.0) -> float:
-    r"""Estimated typeset width [pt] of a line of display math (10 pt Computer Modern).
-
-    An estimate (glyph widths averaged, fractions as their wider part, sub- and superscripts
-    at 70 %) used to break sums over lines; the tests compile the result with pdflatex and
-    check that nothing is overfull.
-
-    Examples
-    --------
-    >>> round(tex_width(r"\frac{N}{p t}"))
-    13
-    >>> tex_width("a + b") > tex_width("ab")
-    True
-    """
-    s, i, w = tex, 0, 0.0
-    while i < len(s):
-        ch = s[i]
-        if ch == "\\":
-            m_ = re.match(r"\\[A-Za-z]+|\\.", s[i:])
-            cmd = m_.group(0)
-            i += len(cmd)
-            if cmd in ("\\frac", "\\dfrac", "\\tfrac"):
-                num, i = _group(s, i)
-                den, i = _group(s, i)
-                w += max(tex_width(num, scale), tex_width(den, scale)) + 2 * scale
-            elif cmd in ("\\mathrm", "\\text", "\\operatorname", "\\mathit", "\\mathbf",
-                         "\\textrm", "\\mathsf", "\\hat", "\\bar", "\\tilde"):
-                arg, i = _group(s, i)
-                w += tex_width(arg, scale) * (0.95 if cmd in ("\\text", "\\textrm") else 1.0)
-            elif cmd == "\\underbrace":
-                body, i = _group(s, i)
-                j = i
-                while j < len(s) and s[j] == " ":
-                    j += 1
-                under = ""
-                if j < len(s) and s[j] == "_":
-                    under, i = _group(s, j + 1)
-                w += max(tex_width(body, scale), tex_width(under, 0.7 * scale))
-            elif cmd in ("\\left", "\\right", "\\bigl", "\\bigr", "\\Bigl", "\\Bigr"):
-                delim, i = _group(s, i)
-                w += 0.0 if delim == "." else 4.5 * scale
-            elif cmd in _SPACES:
-                w += _SPACES[cmd] * scale
-            elif cmd == "\\\\":
-                pass
-            else:
-                w += _CMDS.get(cmd, 6.0) * scale
-        elif ch in "_^":
-            arg, i = _group(s, i + 1)
-            w += tex_width(arg, 0.7 * scale)
-        elif ch == "{":
-            arg, i = _group(s, i)
-            w += tex_width(arg, scale)
-        elif ch in " &}":
-            i += 1
-        else:
-            i += 1
-            if ch in _OPS:
-                w += _OPS[ch] * scale
-            elif ch.isdigit():
-                w += 5.0 * scale
-            elif ch.isupper():
-                w += 7.5 * scale
-            else:
-                w += 5.3 * scale
-    return w
-
-
-def break_sum(parts: list[str], budget: float = _BUDGET, indent: str = r"\quad ") -> list[str]:
-    r"""Pack signed addends (``["a", "+ b", ...]``) greedily into lines no wider than
-    ``budget`` [pt]; continuation lines start with ``indent``.
-
-    Examples
-    --------
-    >>> break_sum(["a", "+ b"], budget=1000)
-    ['a + b']
-    >>> break_sum(["a", "+ b"], budget=10)
-    ['a', '\\quad + b']
-    """
-    lines, cur = [], ""
-    for part in parts:
-        trial = part if not cur else f"{cur} {part}"
-        if cur and tex_width(trial) > budget:
-            lines.append(cur)
-            cur = indent + part
-        else:
-            cur = trial
-    if cur:
-        lines.append(cur)
-    return lines
-
-
-# ---------------------------------------------------------------------------------------------
 # the structure of a job's total
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class _Shown:
-    """One term as the document shows it."""
-
-    key: str
-    label: str
-    group: str
-    expr: sp.Expr          # in named symbols (N_tp, N_rep, N_exp, M_alloc, placeholders)
-    value: sp.Expr         # exact bytes
-    source: object
-    description: str
-    tex: str = ""          # LaTeX to print instead of the expression (keeps phi before M_alloc)
 
 
 @dataclass
@@ -217,10 +75,10 @@ class JobParts:
     printer: object = None
     values: dict = None       # symbol -> exact value (the estimate's, with the named counts)
     expr: sp.Expr = None      # the estimate's total expression (registry symbols)
-    budget: float = _BUDGET   # width [pt] one line's right-hand side may take
+    budget: float = BUDGET   # width [pt] one line's right-hand side may take
 
 
-def _layout_text(vals: dict, layout=None) -> str:
+def layout_text(vals: dict, layout=None) -> str:
     """``TP 8 x PP 4 x DP 4 (128 GPUs)`` from the layout's values."""
     def get(name, default=1):
         for key, val in vals.items():
@@ -250,11 +108,7 @@ def _layout_text(vals: dict, layout=None) -> str:
 def _unpack(estimate, arch, layout, training):
     """(estimate, arch, layout, training) from a :class:`memsym.job.Job` (its estimate is
     :func:`memsym.training.job_memory`) or from an estimate and the parts given beside it."""
-    from .job import Job
-
     if isinstance(estimate, Job):
-        from .training import job_memory
-
         j = estimate
         return (job_memory(j), j.model if arch is None else arch,
                 j.layout if layout is None else layout,
@@ -268,16 +122,14 @@ def _capacity_of(estimate, solve, capacity):
         return capacity
     if getattr(solve, "capacity", None) is not None:
         return solve.capacity
-    from .job import Job
 
     return estimate.capacity if isinstance(estimate, Job) else None
 
 
-def _arch_of(estimate, arch):
+def arch_of(estimate, arch):
     arch = arch if arch is not None else getattr(estimate, "arch", None)
     if arch is None:
         return None
-    from . import model as models
 
     return models.resolve(models.resolve_model(arch), seq_length=1) \
         if getattr(arch, "max_position_embeddings", 1) is None else models.resolve(models.resolve_model(arch))
@@ -302,9 +154,6 @@ def _named_counts(total, vals, x, layout, stage, training=None):
     Returns (exprs by key, counts, stage parameters) or None when the total carries no
     count symbol with a value (a hand-built total in N).
     """
-    from .model import stage_parameters
-    from .symbols import N_a, N_lin, N_q, N_u
-
     named = (N_tp, N_rep, N_exp, N_lin, N_q, N_u, N_a)
     free = total.expr.free_symbols
     counts = {sym: vals[sym] for sym in named if sym in free and sym in vals}
@@ -324,89 +173,12 @@ def _named_counts(total, vals, x, layout, stage, training=None):
                                    first_stage_layers=first, last_stage_layers=last)
         except ValueError:
             sp_ = None
-    out = {term.key: term.expr for term in total if term.key in _STATE_KEYS}
+    out = {term.key: term.expr for term in total if term.key in STATE_KEYS}
     return out, counts, sp_
 
 
-def _placeholder(term_key: str, sub: sp.Expr, index: int, taken: set):
-    """A named symbol for a long sum inside a term, with its meaning."""
-    from .symbols import E as E_
-
-    if term_key in ("layer_activations", "mtp_activations"):
-        moe = sub.has(E_)
-        short = "moe" if moe else "layer"
-        meaning = ("activations of one MoE decoder layer for one micro-batch" if moe else
-                   "activations of one decoder layer for one micro-batch")
-    elif term_key == "recompute_working_set":
-        short, meaning = "rc", "one layer's activations rematerialised during its backward"
-    elif term_key == "output_activations":
-        short, meaning = "out", "output layer and logits activations for one micro-batch"
-    elif term_key == "embedding_activations":
-        short, meaning = "emb", "embedding activations for one micro-batch"
-    else:
-        short, meaning = escape(term_key.replace("_", " ")), f"part of {term_key}"
-    name = r"A_{\mathrm{%s}}" % short
-    k = 2
-    while name in taken:
-        name = r"A_{\mathrm{%s},%d}" % (short, k)
-        k += 1
-    taken.add(name)
-    return sp.Symbol(f"_A{index}", positive=True), name, meaning
-
-
-class _Printer:
-    """latex() with the document's placeholder names."""
-
-    def __init__(self):
-        self.names = {}
-
-    def __call__(self, expr) -> str:
-        from .printing import MemsymLatexPrinter
-
-        names = self.names
-
-        class P(MemsymLatexPrinter):
-            def _print_Symbol(self, sym, style="plain"):
-                if sym in names:
-                    return names[sym]
-                return super()._print_Symbol(sym, style=style)
-
-        return P().doprint(expr)
-
-
-def _shorten(key: str, expr: sp.Expr, pr: _Printer, defs: list, taken: set, budget: float,
-             counts: dict | None = None):
-    """Replace the widest long sums inside ``expr`` by placeholders until it fits.
-
-    ``counts`` ({"dense": n, "moe": n}) are the stage's decoder layers of each kind: a stage
-    whose layers are counted one by one (an uneven split, a dense/MoE mix) carries the count as
-    a coefficient of the per-layer sum, which is pulled out so that the placeholder is one layer.
-    """
-    from .symbols import E as E_, L as L_
-
-    for _ in range(8):  # bounded: each pass removes one sum
-        if tex_width(pr(expr)) <= budget:
-            return expr
-        adds = [x for x in sp.preorder_traversal(expr) if x.is_Add and len(x.args) > 2]
-        if not adds:
-            return expr
-        widest = max(adds, key=lambda x: tex_width(pr(x)))
-        inner, n = widest, sp.Integer(1)
-        if key == "layer_activations" and counts and not expr.has(L_):
-            cnt = counts.get("moe" if widest.has(E_) else "dense", 0)
-            content = widest.as_content_primitive()[0]
-            if cnt > 1 and (content / cnt).is_integer:
-                n = sp.Integer(cnt)
-                inner = sp.expand(widest / n)
-        sym, name, meaning = _placeholder(key, inner, len(pr.names), taken)
-        pr.names[sym] = name
-        defs.append((sym, name, meaning, inner))
-        expr = expr.xreplace({widest: n * sym})
-    return expr
-
-
 def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
-              budget: float = _BUDGET) -> JobParts:
+              budget: float = BUDGET) -> JobParts:
     """The structure every renderer prints (see :class:`JobParts`).
 
     ``arch``, ``layout`` and ``training`` default to the estimate's attributes of those
@@ -429,12 +201,12 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
                                 f"training_memory(...)), got {type(estimate).__name__}")
     layout = layout if layout is not None else getattr(estimate, "layout", None)
     training = training if training is not None else getattr(estimate, "training", None)
-    x = _arch_of(estimate, arch)
+    x = arch_of(estimate, arch)
     stage = int(getattr(estimate, "stage", 0))
     role = getattr(estimate, "role", "only")
     pp = int(_val(vals, "p") or 1)
     vals = dict(vals)
-    pr = _Printer()
+    pr = NamedPrinter()
     named = _named_counts(total, vals, x, layout, stage, training)
     shown_state = {}
     counts = {}
@@ -444,33 +216,17 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
         vals.update(counts)
     layer_counts = None
     if sp_ is not None:
-        from .model import moe_layer_pattern
-
         kinds = [moe_layer_pattern(x)[i] for i in sp_.layers]
         layer_counts = {"moe": sum(kinds), "dense": len(kinds) - sum(kinds)}
     keys = set(total.keys)
-    states = [tm for tm in total if tm.key in _STATE_KEYS]
-    acts = [tm for tm in total if tm.key in _ACT_KEYS]
-    allocated = sp.Add(*(tm.expr for tm in states + acts))
-    terms, defs, taken = [], [], set()
-    for tm in total:
-        group = next((g for g, _, ks in _GROUPS if tm.key in ks), "other")
-        expr = shown_state.get(tm.key, tm.expr)
-        if tm.key == "fragmentation" and sp.cancel(tm.expr - phi_frag * allocated) == 0:
-            expr = phi_frag * M_alloc
-        elif group != "states":
-            expr = _shorten(tm.key, expr, pr, defs, taken, budget - 20, layer_counts)
-        value = tm.expr.xreplace(vals)
-        tex = latex(phi_frag) + r"\, " + latex(M_alloc) if expr == phi_frag * M_alloc else ""
-        terms.append(_Shown(tm.key, tm.label or tm.key, group, expr, value, tm.source,
-                            tm.description, tex))
+    terms, defs, allocated = shown_terms(total, vals, budget, pr, shown_state, layer_counts)
     alloc_val = allocated.xreplace(vals)
     if "fragmentation" in keys and alloc_val.is_number:
         vals[M_alloc] = alloc_val
     lhs = r"M_{\mathrm{GPU}}" if pp == 1 else r"M_{\mathrm{GPU}}^{(%d)}" % stage
     name = getattr(x, "name", None) or "model"
     if title is None:
-        title = f"Per-GPU training memory: {name}, {_layout_text(vals, layout)}"
+        title = f"Per-GPU training memory: {name}, {layout_text(vals, layout)}"
     parts = JobParts(lhs, title, terms, defs, total=sp.Add(*(s.value for s in terms)),
                      named_counts=named is not None,
                      count_symbols=tuple(counts))
@@ -561,8 +317,6 @@ def _inputs(parts, vals, pr, sp_, x) -> list[tuple]:
         if name in _CORE or (name in _MOE and _val(vals, "E") is not None):
             used.add(reg[name].symbol)
     if x is not None:
-        from .model import parameter_count
-
         vals = {**vals, N: sp.Integer(parameter_count(x))}
         used.add(N)
     order = list(reg)
@@ -590,39 +344,6 @@ def _inputs(parts, vals, pr, sp_, x) -> list[tuple]:
 # ---------------------------------------------------------------------------------------------
 # references
 # ---------------------------------------------------------------------------------------------
-def _bibliography() -> dict:
-    from .bibliography import references   # package data: works from an installed wheel
-
-    return references()
-
-
-#: The seeds' Japanese section headings that locators quote, in English (pdflatex's default
-#: fonts cannot set them; the reference entry says the seed is in Japanese).
-_HEADINGS = {"概要": "overview", "測定結果": "measurements", "まとめ": "summary",
-             "一時メモリ／ワークスペースメモリ": "temporary / workspace memory",
-             "使い方の例": "usage example", "テンソル並列": "tensor parallelism"}
-
-
-def _clean_locator(text: str) -> str:
-    """The locator with the seeds' Japanese headings in English, without other characters
-    pdflatex cannot set and without the punctuation they leave behind.
-
-    >>> _clean_locator("概要; 測定結果 (expandable_segments)")
-    'overview; measurements (expandable_segments)'
-    >>> _clean_locator("summary formula (まとめ)")
-    'summary formula'
-    """
-    text = str(text)
-    for ja, en in _HEADINGS.items():
-        # a heading quoted after its English rendering ("summary formula (まとめ)") is dropped
-        if re.search(r"\(\s*%s\s*\)" % re.escape(ja), text) and en in text.lower():
-            text = re.sub(r"\(\s*%s\s*\)" % re.escape(ja), "", text)
-        text = text.replace(ja, en)
-    kept = "".join(ch for ch in text if ord(ch) < 0x250)
-    kept = re.sub(r"\(\s*[;,]?\s*\)", "", kept)
-    kept = re.sub(r"\s*[;,]\s*(?=[;,]|$)", "", kept)
-    kept = re.sub(r"^\s*[;,]\s*", "", kept)
-    return re.sub(r"\s{2,}", " ", kept).strip()
 
 
 def _cited(parts: JobParts, solve=None, cluster=None) -> list[str]:
@@ -635,24 +356,6 @@ def _cited(parts: JobParts, solve=None, cluster=None) -> list[str]:
             if key not in keys:
                 keys.append(key)
     return keys
-
-
-def _entry_text(key: str, bib: dict) -> str:
-    ref = bib.get(key)
-    if ref is None:
-        return f"{key} (not in memsym/references.toml)"
-    bits = []
-    if ref.get("authors"):
-        bits.append(str(ref["authors"]))
-    bits.append(str(ref.get("title", key)))
-    if ref.get("year"):
-        bits.append(str(ref["year"]))
-    if ref.get("where"):
-        bits.append(str(ref["where"]))
-    text = ". ".join(b.rstrip(".") for b in bits) + "."
-    if ref.get("units"):
-        text += f" Units: {ref['units']}."
-    return text
 
 
 def _tex_locator(text: str) -> str:
@@ -675,157 +378,26 @@ def _tex_locator(text: str) -> str:
     return "".join(out)
 
 
-def _tex_entry(text: str) -> str:
-    """An entry in LaTeX: escaped, with URLs set by ``\\url`` so that they break."""
-    # URLs and file paths (no spaces, a slash) as \url so that they break at / and _
-    pieces = re.split(r"(https?://[^\s;,)]*[^\s;,).]|[\w.-]+(?:/[\w.-]+)+\.[A-Za-z]\w*"
-                      r"|[\w.-]+/[\w.-]+/[\w./-]*[\w/])", text)
-    out = []
-    for i, piece in enumerate(pieces):
-        if i % 2:
-            out.append(r"\url{%s}" % piece.replace("%", r"\%").replace("#", r"\#"))
-        else:
-            # escape() strips its ends: keep the spaces around the URLs
-            lead = " " if piece[:1].isspace() else ""
-            tail = " " if piece[-1:].isspace() and piece.strip() else ""
-            out.append(lead + escape(piece) + tail)
-    return "".join(out)
-
-
 # ---------------------------------------------------------------------------------------------
 # renderers
 # ---------------------------------------------------------------------------------------------
-def _underbraced(s_: _Shown, pr) -> str:
-    label = escape(s_.label)
-    return r"\underbrace{%s}_{\text{%s}}" % (s_.tex or pr(s_.expr), label)
-
-
-def _align_lines(parts: JobParts) -> list[str]:
-    """The derivation as align lines (``LHS &= ...``), each within the width budget."""
-    pr = parts.printer
-    present = [g for g, _, _ in _GROUPS if any(s_.group == g for s_ in parts.terms)]
-    extra = [s_ for s_ in parts.terms if s_.group == "other"]
-    names = {"states": r"M_{\mathrm{states}}", "act": r"M_{\mathrm{act}}",
-             "allow": r"M_{\mathrm{allow}}"}
-    labels = dict((g, lab) for g, lab, _ in _GROUPS)
-    top = [r"\underbrace{%s}_{\text{%s}}" % (names[g], labels[g]) for g in present]
-    top += [_underbraced(s_, pr) for s_ in extra]
-    lines = []
-    for i, line in enumerate(break_sum([top[0]] + ["+ " + x for x in top[1:]], parts.budget)):
-        lines.append(parts.lhs + " &= " + line if i == 0 else "&" + line)
-    for g in present:
-        shown = [s_ for s_ in parts.terms if s_.group == g]
-        braces = [_underbraced(s_, pr) for s_ in shown]
-        for i, line in enumerate(break_sum([braces[0]] + ["+ " + x for x in braces[1:]],
-                                           parts.budget)):
-            lines.append(names[g] + " &= " + line if i == 0 else "&" + line)
-    if any(s_.key == "fragmentation" for s_ in parts.terms):
-        lines.append(r"M_{\mathrm{alloc}} &= " + " + ".join(names[g] for g in present
-                                                           if g in ("states", "act")))
-    for sym, name, meaning, expr in parts.definitions:
-        for i, line in enumerate(break_sum(_placeholder_parts(expr, pr), parts.budget)):
-            lines.append(name + " &= " + line if i == 0 else "&" + line)
-    return lines
-
-
-def _placeholder_parts(expr, pr) -> list[str]:
-    out = []
-    for i, term in enumerate(expr.as_ordered_terms() if expr.is_Add else [expr]):
-        tex = pr(term)
-        if i and tex.startswith("-"):
-            out.append("- " + tex[1:].lstrip())
-        elif i:
-            out.append("+ " + tex)
-        else:
-            out.append(tex)
-    return out
-
-
-def _gb(val) -> str:
-    return f"{float(val) / _GB:.2f}"
 
 
 def _numeric_lines(parts: JobParts, capacity=None) -> list[str]:
     """The total at the job's values, group by group [GB]."""
     groups = []
-    for g, lab, _ in _GROUPS:
+    for g, lab, _ in GROUPS:
         vals = [s_.value for s_ in parts.terms if s_.group == g]
         if vals:
-            groups.append(_gb(sp.Add(*vals)))
-    groups += [_gb(s_.value) for s_ in parts.terms if s_.group == "other"]
+            groups.append(gb(sp.Add(*vals)))
+    groups += [gb(s_.value) for s_ in parts.terms if s_.group == "other"]
     line = (parts.lhs + r" &= " + " + ".join(groups) + r"\ \mathrm{GB} = "
-            + _gb(parts.total) + r"\ \mathrm{GB}")
+            + gb(parts.total) + r"\ \mathrm{GB}")
     if capacity is not None:
         cap = exact(capacity, "capacity")
         rel = r"\leq" if parts.total <= cap else ">"
-        line += rf" {rel} C = {_gb(cap)}\ \mathrm{{GB}}"
+        line += rf" {rel} C = {gb(cap)}\ \mathrm{{GB}}"
     return [line]
-
-
-def _linear_form(solve, parts: JobParts | None):
-    """(kind, M_0, M_1) when the total at the job's other values is M_0 + M_1/x ("inverse",
-    memory falls with x) or M_0 + M_1 x ("linear"); None otherwise or without the parts."""
-    if parts is None or parts.values is None:
-        return None
-    x = solve.unknown
-    vals = {k: v for k, v in parts.values.items() if k != x}
-    fixed = parts.expr.xreplace(vals)
-    if fixed.free_symbols != {x}:
-        return None
-    try:
-        if solve.relation == ">=":
-            m0 = sp.limit(fixed, x, sp.oo)
-            m1 = sp.cancel((fixed - m0) * x)
-            kind = "inverse"
-        else:
-            m0 = fixed.xreplace({x: 0})
-            m1 = sp.cancel((fixed - m0) / x)
-            kind = "linear"
-    except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
-        return None
-    if m1.free_symbols or not m1.is_positive or not m0.is_finite:
-        return None
-    return kind, m0, m1
-
-
-def _solve_lines(solve, parts: JobParts | None = None) -> list[str]:
-    r"""The solve result as align lines with the relation in the ``&`` column:
-    ``d &\geq closed form``, ``&= bound``, ``\Rightarrow\ d &= value``.
-
-    A closed form too long for a line is shown in the form the total takes at the job's
-    other values, :math:`M = M_\infty + M_1/x` (so :math:`x \geq M_1/(C - M_\infty)`) or
-    :math:`M = M_0 + M_1 x`, with the two parts in GB.
-    """
-    from .analysis import _tidy
-
-    x = latex(solve.unknown)
-    rel = r"\geq" if solve.relation == ">=" else r"\leq"
-    lines = []
-    closed = getattr(solve, "closed_form", None)
-    bound = getattr(solve, "bound", None)
-    if closed is not None:
-        tex = latex(_tidy(closed))
-        if tex_width(tex) <= (parts.budget if parts is not None else _BUDGET):
-            lines.append(f"{x} &{rel} {tex}")
-    if not lines:
-        lin = _linear_form(solve, parts)
-        cap = _gb(solve.capacity)
-        if lin is not None and lin[0] == "inverse":
-            _, m0, m1 = lin
-            lines.append(rf"{x} &{rel} \frac{{M_{{1}}}}{{C - M_{{\infty}}}} = "
-                         rf"\frac{{{_gb(m1)}}}{{{cap} - {_gb(m0)}}}")
-        elif lin is not None:
-            _, m0, m1 = lin
-            lines.append(rf"{x} &{rel} \frac{{C - M_{{0}}}}{{M_{{1}}}} = "
-                         rf"\frac{{{cap} - {_gb(m0)}}}{{{_gb(m1)}}}")
-    if bound is not None:
-        head = "" if lines else x
-        op = "=" if lines else rel
-        lines.append(f"{head} &{op} {float(bound):.6g}")
-    word = "smallest" if solve.relation == ">=" else "largest"
-    lines.append(rf"\Rightarrow\; {x} &= {int(solve.value)} \quad \text{{(the {word} whole "
-                 rf"number that fits)}}")
-    return lines
 
 
 def _solve_form_text(solve, parts) -> str:
@@ -835,17 +407,17 @@ def _solve_form_text(solve, parts) -> str:
         return ""
     if tex_width(latex(closed)) <= parts.budget:
         return ""
-    lin = _linear_form(solve, parts)
+    lin = linear_form(solve, parts)
     x = solve.unknown.name
     if lin is None:
         return ("The closed form is too long for a line; it is the root of M(%s) = C in the "
                 "symbols of the derivation." % x)
     if lin[0] == "inverse":
         return (f"At the other inputs' values the total is M = M_inf + M_1/{x} [GB]: M_inf = "
-                f"{_gb(lin[1])} GB is the memory no {x} removes, M_1 = {_gb(lin[2])} GB the part "
+                f"{gb(lin[1])} GB is the memory no {x} removes, M_1 = {gb(lin[2])} GB the part "
                 f"divided by {x}.")
     return (f"At the other inputs' values the total is M = M_0 + M_1 {x} [GB]: M_0 = "
-            f"{_gb(lin[1])} GB does not grow with {x}, M_1 = {_gb(lin[2])} GB per unit of {x}.")
+            f"{gb(lin[1])} GB does not grow with {x}, M_1 = {gb(lin[2])} GB per unit of {x}.")
 
 
 def _solve_text(solve) -> list[str]:
@@ -870,9 +442,9 @@ def _solve_text(solve) -> list[str]:
 def _terms_table(parts: JobParts, numbers: dict) -> list[str]:
     lines = [r"\begin{tabularx}{\textwidth}{@{}llrr>{\raggedright\arraybackslash}X@{}}", r"\toprule",
              r"group & term & GB & GiB & source \\", r"\midrule"]
-    labels = dict((g, lab) for g, lab, _ in _GROUPS)
+    labels = dict((g, lab) for g, lab, _ in GROUPS)
     for s_ in parts.terms:
-        loc = _clean_locator(s_.source.locator)
+        loc = clean_locator(s_.source.locator)
         src = f"[{numbers[s_.source.key]}]" + (", " + _tex_locator(loc) if loc else "")
         lines.append(rf"{labels.get(s_.group, 'other')} & {escape(s_.label)} & "
                      rf"{float(s_.value) / _GB:.3f} & {float(s_.value) / _GIB:.3f} & {src} \\")
@@ -966,7 +538,7 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
     solve : memsym.analysis.Solution, optional
         A solve result (unknown, closed form, bound, integer) to state.
     cluster : dict, optional
-        A report of :func:`memsym.terms.compute.step_report` (communication per group, step
+        A report of :func:`memsym.timing.report.step_report` (communication per group, step
         time, bubble, MFU).
     paper : {"a4", "letter"}
         Paper size (2.5 cm margins).
@@ -991,28 +563,28 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
     """
     geo, width = _check_paper(paper)
     parts = job_parts(estimate, arch=arch, layout=layout, training=training, title=title,
-                      budget=_FILL * width)
-    bib = _bibliography()
+                      budget=FILL * width)
+    bib = references()
     keys = _cited(parts, solve, cluster)
     numbers = {k: i + 1 for i, k in enumerate(keys)}
     cap = _capacity_of(estimate, solve, capacity)
     body = [_intro(parts)]
     body += [escape(x) for x in parts.context]
-    body += [r"\section*{Derivation}", _align(_align_lines(parts)),
+    body += [r"\section*{Derivation}", _align(align_lines(parts)),
              "At the values of the inputs table:", _align(_numeric_lines(parts, cap)),
              r"\section*{Terms and sources}", _table(_terms_table(parts, numbers))]
     body += [r"\section*{Inputs}", _table(_inputs_table(parts))]
     if solve is not None:
         body += [r"\section*{Solving for $%s$}" % latex(solve.unknown),
                  rf"With capacity $C = {float(solve.capacity) / _GB:.3f}$\,GB:",
-                 _align(_solve_lines(solve, parts))]
+                 _align(solution_lines(solve, parts))]
         form = _solve_form_text(solve, parts)
         body += [escape(x) for x in ([form] if form else []) + _solve_text(solve)]
     if cluster is not None:
         body += [r"\section*{Communication and step time}", _table(_cluster_table(cluster))]
         body += [escape(x) for x in _cluster_sentences(cluster)]
     body += [r"\section*{References}", r"{\raggedright", r"\begin{enumerate}"]
-    body += [r"\item[{[%d]}] %s" % (numbers[k], _tex_entry(_entry_text(k, bib))) for k in keys]
+    body += [r"\item[{[%d]}] %s" % (numbers[k], tex_entry(entry_text(k, bib))) for k in keys]
     body += [r"\end{enumerate}}"]
     title_tex = escape(parts.title).replace(" x ", r" $\times$ ")
     return (
@@ -1055,11 +627,11 @@ def job_snippet(estimate, *, solve=None, arch=None, layout=None, training=None,
     if not 100 <= float(textwidth) <= 2000:
         raise InvalidValueError(f"textwidth must be between 100 and 2000 pt, got {textwidth}")
     parts = job_parts(estimate, arch=arch, layout=layout, training=training,
-                      budget=_FILL * float(textwidth))
+                      budget=FILL * float(textwidth))
     cap = _capacity_of(estimate, solve, capacity)
-    lines = _align_lines(parts) + _numeric_lines(parts, cap)
+    lines = align_lines(parts) + _numeric_lines(parts, cap)
     if solve is not None:
-        lines += _solve_lines(solve, parts)
+        lines += solution_lines(solve, parts)
     return "\\begin{align*}\n" + " \\\\\n".join(lines) + "\n\\end{align*}"
 
 
@@ -1085,20 +657,20 @@ def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dic
     True
     """
     parts = job_parts(estimate, arch=arch, layout=layout, training=training, title=title)
-    bib = _bibliography()
+    bib = references()
     keys = _cited(parts, solve, cluster)
     numbers = {k: i + 1 for i, k in enumerate(keys)}
     cap = _capacity_of(estimate, solve, capacity)
-    labels = dict((g, lab) for g, lab, _ in _GROUPS)
+    labels = dict((g, lab) for g, lab, _ in GROUPS)
     out = [f"## {parts.title.replace(' x ', ' × ')}", "",
            f"Memory on one GPU of {parts.stage_note}. Units: bytes; GB means 10^9 bytes, "
            "GiB 2^30.", ""]
     out += [x for x in parts.context] + [""]
-    out += ["$$", r"\begin{aligned}", " \\\\\n".join(_align_lines(parts) + _numeric_lines(parts, cap)),
+    out += ["$$", r"\begin{aligned}", " \\\\\n".join(align_lines(parts) + _numeric_lines(parts, cap)),
             r"\end{aligned}", "$$", "",
             "| group | term | GB | GiB | source |", "| --- | --- | ---: | ---: | --- |"]
     for s_ in parts.terms:
-        loc = _clean_locator(s_.source.locator)
+        loc = clean_locator(s_.source.locator)
         out.append(f"| {labels.get(s_.group, 'other')} | {s_.label} | {float(s_.value) / _GB:.3f} | "
                    f"{float(s_.value) / _GIB:.3f} | [{numbers[s_.source.key]}]"
                    + (f", {loc}" if loc else "") + " |")
@@ -1109,7 +681,7 @@ def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dic
         out.append(f"| ${sym}$ | {meaning} | {shown} | {unit} |")
     if solve is not None:
         out += ["", f"### Solving for {solve.unknown.name}", "", "$$", r"\begin{aligned}",
-                " \\\\\n".join(_solve_lines(solve, parts)), r"\end{aligned}", "$$", ""]
+                " \\\\\n".join(solution_lines(solve, parts)), r"\end{aligned}", "$$", ""]
         form = _solve_form_text(solve, parts)
         out += ([form] if form else []) + _solve_text(solve)
     if cluster is not None:
@@ -1120,5 +692,5 @@ def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dic
                        f"{float(row['seconds']) * 1e3:.2f} | {row.get('link', '')} |")
         out += [""] + _cluster_sentences(cluster)
     out += ["", "### References", ""]
-    out += [f"{numbers[k]}. {_entry_text(k, bib)}" for k in keys]
+    out += [f"{numbers[k]}. {entry_text(k, bib)}" for k in keys]
     return "\n".join(out) + "\n"

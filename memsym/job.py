@@ -15,6 +15,17 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .errors import DivisibilityError, InvalidValueError, UnknownNameError, choose
+from .terms.allowances import allowance_values
+from .limits import FIELD_LIMITS, check_limit
+from .terms.activations import RECOMPUTE
+from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
+from .terms.schedule import SCHEDULES
+from . import hardware, rules
+from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
+from .model.pipeline_layout import PipelineLayout
+from .model.stages import check_layout, torchtitan_end_stages
+from .model import Architecture, resolve, resolve_model
+from .units import capacity_bytes as _capacity   # GPU memory capacity as whole bytes
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
            "microbatches", "validate"]
@@ -363,8 +374,6 @@ def _check_types(layout, training) -> None:
 def _check_limits(layout: Layout, training: Training) -> None:
     # memsym.limits.FIELD_LIMITS: every size a user can give has a documented bound (a
     # count of 10^12 micro-batches would walk 10^12 schedule steps)
-    from .limits import FIELD_LIMITS, check_limit
-
     for obj in (layout, training):
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
@@ -405,10 +414,6 @@ def _check_fields(layout: Layout, training: Training) -> None:
 def _named_choices() -> dict:
     """Training field -> (its name in messages, the accepted names): the one table
     :func:`canonical` spells and :func:`validate` checks."""
-    from .terms.activations import RECOMPUTE
-    from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
-    from .terms.schedule import SCHEDULES
-
     return {"recompute": ("recompute mode", RECOMPUTE),
             "schedule": ("pipeline schedule", SCHEDULES),
             "stage_placement": ("stage placement", STAGE_PLACEMENTS),
@@ -459,8 +464,6 @@ def validate(x, layout: Layout, training: Training):
     ...
     memsym.errors.DivisibilityError: virtual pipeline size v=2 must divide the layers of every pipeline stage (stage 0 has 5)
     """
-    from . import rules
-
     _check_fields(layout, training)
     _check_pipeline_layout(x, layout, training)
     names = {name: choose(label, getattr(training, name), accepted)
@@ -474,8 +477,6 @@ def validate(x, layout: Layout, training: Training):
     if not isinstance(training.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.lora_regather!r}")
     if training.finetune != "full":
-        from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
-
         whole(training.lora_rank, "lora_rank")
         if training.quantization is not None:
             choose("quantization", training.quantization, QUANTIZATIONS)
@@ -549,8 +550,6 @@ def _check_pipeline_layout(x, layout: Layout, training: Training) -> None:
     pl = layout.pipeline_layout
     if pl is None:
         return
-    from .model.pipeline_layout import PipelineLayout
-    from .model.stages import check_layout
 
     if not isinstance(pl, PipelineLayout):
         raise InvalidValueError("pipeline_layout must be a memsym PipelineLayout (job() takes "
@@ -621,7 +620,6 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
     if (training.framework != "torchtitan" or layout.p == 1
             or layout.first_stage_layers is not None or layout.last_stage_layers is not None):
         return layout, notes
-    from .model.stages import torchtitan_end_stages
 
     # the V placement's split (stages r and 2p-1-r on rank r) needs its 2 stages per rank;
     # other v are refused by rule v-placement after this
@@ -781,8 +779,6 @@ def _pipeline_layout_of(base, lay: Layout, account: dict) -> tuple:
     """The layout with its ``pipeline_layout`` parsed (a string or per-stage lists, or the
     account-for switches' split) and v set from it, as Megatron sets the VPP size from the
     layout; and a note saying the split."""
-    from .model.pipeline_layout import PipelineLayout
-
     spec = lay.pipeline_layout
     if any(account.values()):
         if spec is not None:
@@ -846,9 +842,6 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     ...
     memsym.errors.DivisibilityError: tensor-parallel size t=16 must divide the KV heads (num_query_groups=8)
     """
-    from . import hardware
-    from .model import Architecture, resolve, resolve_model
-
     opts = _canonical(options)
     notes = list(_notes)
     arch_fields = {f.name for f in dataclasses.fields(Architecture)}
@@ -936,8 +929,6 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
                                         or lay.p > 1):
         notes.append("fsdp_root_group has effect only for torchtitan's FSDP2 without pipelining")
     m_ = validate(x, lay, trn)
-    from .training import allowance_values
-
     allowance_values(alw)                        # refuses unknown keys and negative values
     dev = clu = None
     if cluster is not None:
@@ -961,17 +952,3 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
          framework_default.get(k) or REPORTED_DEFAULTS[k]) for k in defaulted)
     return Job(x, lay, trn, tuple(sorted(alw.items())), dev, clu, cap, m_,
                tuple(dict.fromkeys(notes)), applied)
-
-
-def _capacity(value) -> int:
-    import math
-    import numbers
-
-    if isinstance(value, str):
-        from .units import parse_bytes
-        return parse_bytes(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 \
-            or not math.isfinite(value):
-        raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0, got "
-                                f"{value!r:.40}")
-    return int(value)

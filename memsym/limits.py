@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .errors import InvalidValueError, LimitError
+from .errors import InvalidValueError, LimitError, choose
+from .text import short
 
 __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "check_limit",
            "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes"]
@@ -109,8 +110,6 @@ def limit_of(name: str) -> Limit:
     >>> limit_of("gpus").maximum == 2**40
     True
     """
-    from .errors import choose
-
     return LIMITS[choose("limit", name, tuple(LIMITS))]
 
 
@@ -164,8 +163,6 @@ def check_limit(name: str, value, what: str | None = None):
     except TypeError:
         raise InvalidValueError(f"{label} must be a number, got {type(value).__name__}") from None
     if above is not False and bool(above):
-        from .text import short
-
         unit = "" if lim.unit == "1" else f" {lim.unit}"
         raise LimitError(f"{label} = {short(value)} is above memsym's limit of {lim.shown}{unit} "
                          f"({lim.name}: {lim.reason})", lim.name, lim.maximum)

@@ -84,7 +84,7 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def _torch():
+def import_torch():
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -498,7 +498,7 @@ def saved_bytes(module, inputs, *, group_by: str = "module", depth: int = 1) -> 
     ...     96
     96
     """
-    torch = _torch()
+    torch = import_torch()
     group_by = choose("group_by", group_by, ("module", "dtype", "none"))
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
@@ -555,7 +555,7 @@ def _pop(stack):
 
 
 def _build(make, make_inputs, shape, dtype, seed):
-    torch = _torch()
+    torch = import_torch()
     torch.manual_seed(seed)  # saved sizes do not depend on values; fixed anyway for repeatability
     module = make(**shape)
     if dtype is not None:
@@ -614,7 +614,7 @@ def derive_saved_bytes(make, make_inputs, symbols, *, dtype=None, group_by: str 
     ...     4 * lookup("s") * lookup("b") * lookup("h")
     4*b*h*s
     """
-    _torch()
+    import_torch()
 
     def measure(shape):
         return measure_saved(make, make_inputs, shape, dtype=dtype, group_by=group_by, depth=depth,
@@ -692,7 +692,7 @@ def model_state_bytes(make, make_inputs, shape: Mapping, *, optimizer: str = "ad
     ...     (64, 64, 64, 64)
     (64, 64, 64, 64)
     """
-    torch = _torch()
+    torch = import_torch()
     kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
     key = choose("optimizer", optimizer, tuple(kinds))
     if not isinstance(steps, int) or steps < 1:

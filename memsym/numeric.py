@@ -16,8 +16,11 @@ from typing import Mapping
 import sympy as sp
 
 from .errors import InvalidValueError
-from .symbols import lookup
+from .symbols import lookup, registry
 from .values import as_expr
+from .text import approx, short
+from .compile_cache import FUNC_NAME
+from . import compile_cache
 
 __all__ = ["CompiledTotal", "compile_expr", "compile_total", "finite_float", "unique_rows"]
 
@@ -25,8 +28,6 @@ __all__ = ["CompiledTotal", "compile_expr", "compile_total", "finite_float", "un
 def _extreme(inputs: Mapping) -> str:
     """The inputs most likely to blame for an out-of-range result: those farthest from 1 in
     orders of magnitude (1e-320, 1e200), or all of them when none stands out."""
-    from .text import short
-
     def mag(v) -> float:
         try:
             frac = v if isinstance(v, Fraction) else Fraction(v) if not isinstance(v, sp.Basic) \
@@ -70,8 +71,6 @@ def finite_float(value, what: str = "result", inputs: Mapping | None = None) -> 
     ...
     memsym.errors.InvalidValueError: training time [s] = 1e+400 is outside the float range (about 1e-308 to 1e308); it comes from tokens = 100000000000...(201 digits)
     """
-    from .text import approx
-
     blame = f"; it comes from {_extreme(inputs)}" if inputs else ""
     if isinstance(value, sp.Basic):
         if value.has(sp.nan, sp.zoo, sp.oo, -sp.oo) or not value.is_number:
@@ -185,14 +184,12 @@ def _generate(exprs: tuple, names: tuple, backend: str, cse: bool) -> str | None
     """
     import keyword
 
-    from .compile_cache import _FUNC
-
     if any(not n.isidentifier() or keyword.iskeyword(n) or n in _namespace(backend)
-           or n == _FUNC for n in names):
+           or n == FUNC_NAME for n in names):
         return None
     printer = _printer(backend)
     replacements, reduced = _cse(list(exprs)) if cse else ([], list(exprs))
-    lines = [f"def {_FUNC}({', '.join(names)}):"]
+    lines = [f"def {FUNC_NAME}({', '.join(names)}):"]
     lines += [f"    {sym.name} = {printer.doprint(e)}" for sym, e in replacements]
     lines.append(f"    return [{', '.join(printer.doprint(e) for e in reduced)}]")
     return "\n".join(lines) + "\n"
@@ -200,17 +197,13 @@ def _generate(exprs: tuple, names: tuple, backend: str, cse: bool) -> str | None
 
 def _run(source: str, backend: str, where: str):
     # memsym's own generated code, run as lambdify runs what it writes
-    from .compile_cache import _FUNC
-
     ns = dict(_namespace(backend))
     exec(compile(source, where, "exec"), ns)
-    return ns[_FUNC]
+    return ns[FUNC_NAME]
 
 
 @functools.lru_cache(maxsize=512)
 def _lambdify(exprs: tuple, names: tuple, backend: str, cse: bool = True):
-    from . import compile_cache
-
     source = None if cse else _generate(exprs, names, backend, cse)
     if source is not None:
         # without CSE, printing the code costs what hashing the expressions for the disk
@@ -291,8 +284,6 @@ class CompiledTotal:
         self._exprs = exprs
 
     def _args(self, kwargs: Mapping) -> list:
-        from .symbols import registry
-
         missing = [n for n in self.names if n not in kwargs]
         # registered symbols the total does not depend on are ignored (d for DDP, say),
         # so one sweep can feed several totals; unknown names are errors.

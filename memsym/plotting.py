@@ -13,6 +13,10 @@ import os
 from typing import Callable, Mapping, Sequence
 
 from .training import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
+from .errors import InvalidValueError, NoFitError, UnknownNameError
+from .symbols import lookup, registry
+from .analysis import largest, smallest
+from .values import as_values, exact
 
 __all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS",
            "breakdown_bars", "memory_vs_d", "feasibility_map"]
@@ -59,8 +63,6 @@ def save(fig, path) -> str:
     ...     os.path.getsize(out) > 0
     True
     """
-    from .errors import InvalidValueError
-
     ext = os.path.splitext(str(path))[1].lower().lstrip(".")
     if ext not in FORMATS:
         raise InvalidValueError(f"plot file must end in .png, .pdf or .svg, got {str(path)[-40:]!r}")
@@ -189,8 +191,6 @@ _POW2 = {"t": 64, "p": 64, "c": 64, "e": 256, "v": 16, "s": 1 << 20, "t_e": 64}
 
 
 def _axis_label(name: str) -> str:
-    from .symbols import registry
-
     meta = registry().get(name)
     if meta is None:
         return name
@@ -254,11 +254,6 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
     """
     import sympy as sp
     from matplotlib.ticker import MaxNLocator
-
-    from .analysis import largest, smallest
-    from .errors import InvalidValueError, NoFitError
-    from .symbols import lookup, registry
-    from .values import as_values, exact
 
     x = lookup(unknown)
     if hasattr(total, "total") and hasattr(total, "values"):
@@ -455,8 +450,6 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
     import numpy as np
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
-
-    from .errors import InvalidValueError, UnknownNameError
 
     knobs = ("t", "p", "c", "d", "e", "v", "b")
     for k in (x, y):

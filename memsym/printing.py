@@ -2,17 +2,25 @@
 
 The printer knows the registry's LaTeX names (``b_{\\mathrm{hp}}``); nothing is patched
 globally.  Everything produced here compiles inside a standalone ``amsmath`` document.
+It reads only the core (symbols, values, the bibliography, the groups' keys), so that a
+:class:`~memsym.term.Total` prints itself through it; :mod:`memsym.document` builds the
+whole-job document on its width estimate, grouped derivation and reference entries.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Mapping
+
+import sympy as sp
 
 from sympy.printing.latex import LatexPrinter
 
-from .symbols import registry
-from .values import as_expr
+from .bibliography import references
+from .groups import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
+from .symbols import C, E as E_, L as L_, M_alloc, phi_frag, registry
+from .values import as_expr, as_values
 
 __all__ = ["MemsymLatexPrinter", "latex", "derivation_latex", "document", "escape",
            "term_table_latex", "snippet_latex", "solution_lines", "design_document",
@@ -66,7 +74,500 @@ def escape(text: str) -> str:
     return re.sub(r"\s*\(\s*\)", "", kept).strip()
 
 
-_STATE_KEYS = {"weights", "gradients", "optimizer"}
+# ---------------------------------------------------------------------------------------------
+# width of typeset math, estimated from the LaTeX (10 pt Computer Modern, display style)
+# ---------------------------------------------------------------------------------------------
+#: Width [pt] the right-hand side of one align line may take (the narrower paper, less the
+#: left-hand column and a safety margin for the width estimate).
+BUDGET = 330.0
+
+
+#: The fraction of the text width a line's right-hand side may take (the left-hand column,
+#: ``M_{GPU}^{(i)} &=``, and the estimate's error take the rest).
+FILL = 0.72
+
+
+_SPACES = {r"\,": 1.7, r"\;": 2.8, r"\:": 2.2, r"\!": -1.7, r"\quad": 10.0, r"\qquad": 20.0,
+           "\\ ": 3.3}
+
+
+_OPS = {"+": 12.2, "-": 12.2, "=": 13.3, "<": 13.3, ">": 13.3, ",": 4.5, "(": 3.9, ")": 3.9,
+        "[": 2.8, "]": 2.8, "|": 2.8, ".": 2.8, ";": 2.8, ":": 2.8, "/": 5.0, "!": 2.8}
+
+
+_CMDS = {r"\geq": 13.3, r"\leq": 13.3, r"\cdot": 7.8, r"\times": 12.2, r"\Rightarrow": 15.5,
+         r"\approx": 13.3, r"\min": 15.0, r"\max": 17.0, r"\log": 13.0, r"\left": 0.0,
+         r"\right": 0.0, r"\varphi": 6.0, r"\lceil": 4.5, r"\rceil": 4.5, r"\lfloor": 4.5,
+         r"\rfloor": 4.5, r"\ldots": 13.0, r"\dots": 13.0, r"\%": 8.3, r"\&": 7.8}
+
+
+def _group(s: str, i: int) -> tuple[str, int]:
+    """The brace group (or single token) starting at s[i]; returns (content, next index)."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        return "", i
+    if s[i] == "{":
+        depth, j = 0, i
+        for j in range(i, len(s)):
+            if s[j] == "{":
+                depth += 1
+            elif s[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+        return s[i + 1:j], j + 1
+    if s[i] == "\\":
+        m_ = re.match(r"\\[A-Za-z]+|\\.", s[i:])
+        return m_.group(0), i + len(m_.group(0))
+    return s[i], i + 1
+
+
+def tex_width(tex: str, scale: float = 1.0) -> float:
+    r"""Estimated typeset width [pt] of a line of display math (10 pt Computer Modern).
+
+    An estimate (glyph widths averaged, fractions as their wider part, sub- and superscripts
+    at 70 %) used to break sums over lines; the tests compile the result with pdflatex and
+    check that nothing is overfull.
+
+    Examples
+    --------
+    >>> round(tex_width(r"\frac{N}{p t}"))
+    13
+    >>> tex_width("a + b") > tex_width("ab")
+    True
+    """
+    s, i, w = tex, 0, 0.0
+    while i < len(s):
+        ch = s[i]
+        if ch == "\\":
+            m_ = re.match(r"\\[A-Za-z]+|\\.", s[i:])
+            cmd = m_.group(0)
+            i += len(cmd)
+            if cmd in ("\\frac", "\\dfrac", "\\tfrac"):
+                num, i = _group(s, i)
+                den, i = _group(s, i)
+                w += max(tex_width(num, scale), tex_width(den, scale)) + 2 * scale
+            elif cmd in ("\\mathrm", "\\text", "\\operatorname", "\\mathit", "\\mathbf",
+                         "\\textrm", "\\mathsf", "\\hat", "\\bar", "\\tilde"):
+                arg, i = _group(s, i)
+                w += tex_width(arg, scale) * (0.95 if cmd in ("\\text", "\\textrm") else 1.0)
+            elif cmd == "\\underbrace":
+                body, i = _group(s, i)
+                j = i
+                while j < len(s) and s[j] == " ":
+                    j += 1
+                under = ""
+                if j < len(s) and s[j] == "_":
+                    under, i = _group(s, j + 1)
+                w += max(tex_width(body, scale), tex_width(under, 0.7 * scale))
+            elif cmd in ("\\left", "\\right", "\\bigl", "\\bigr", "\\Bigl", "\\Bigr"):
+                delim, i = _group(s, i)
+                w += 0.0 if delim == "." else 4.5 * scale
+            elif cmd in _SPACES:
+                w += _SPACES[cmd] * scale
+            elif cmd == "\\\\":
+                pass
+            else:
+                w += _CMDS.get(cmd, 6.0) * scale
+        elif ch in "_^":
+            arg, i = _group(s, i + 1)
+            w += tex_width(arg, 0.7 * scale)
+        elif ch == "{":
+            arg, i = _group(s, i)
+            w += tex_width(arg, scale)
+        elif ch in " &}":
+            i += 1
+        else:
+            i += 1
+            if ch in _OPS:
+                w += _OPS[ch] * scale
+            elif ch.isdigit():
+                w += 5.0 * scale
+            elif ch.isupper():
+                w += 7.5 * scale
+            else:
+                w += 5.3 * scale
+    return w
+
+
+def break_sum(parts: list[str], budget: float = BUDGET, indent: str = r"\quad ") -> list[str]:
+    r"""Pack signed addends (``["a", "+ b", ...]``) greedily into lines no wider than
+    ``budget`` [pt]; continuation lines start with ``indent``.
+
+    Examples
+    --------
+    >>> break_sum(["a", "+ b"], budget=1000)
+    ['a + b']
+    >>> break_sum(["a", "+ b"], budget=10)
+    ['a', '\\quad + b']
+    """
+    lines, cur = [], ""
+    for part in parts:
+        trial = part if not cur else f"{cur} {part}"
+        if cur and tex_width(trial) > budget:
+            lines.append(cur)
+            cur = indent + part
+        else:
+            cur = trial
+    if cur:
+        lines.append(cur)
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# a training total grouped (model states, activations, allowances), long sums named
+# ---------------------------------------------------------------------------------------------
+#: (group, label, term keys) of a training total's groups, in the order they are printed.
+GROUPS = (("states", "model states", STATE_KEYS), ("act", "activations", ACTIVATION_KEYS),
+          ("allow", "allowances", ALLOWANCE_KEYS))
+
+
+@dataclass
+class Shown:
+    """One term as a grouped derivation shows it."""
+
+    key: str
+    label: str
+    group: str
+    expr: sp.Expr          # in named symbols (N_tp, N_rep, N_exp, M_alloc, placeholders)
+    value: sp.Expr         # exact bytes
+    source: object
+    description: str
+    tex: str = ""          # LaTeX to print instead of the expression (keeps phi before M_alloc)
+
+
+def placeholder(term_key: str, sub: sp.Expr, index: int, taken: set):
+    """A named symbol for a long sum inside a term, with its meaning."""
+    if term_key in ("layer_activations", "mtp_activations"):
+        moe = sub.has(E_)
+        short = "moe" if moe else "layer"
+        meaning = ("activations of one MoE decoder layer for one micro-batch" if moe else
+                   "activations of one decoder layer for one micro-batch")
+    elif term_key == "recompute_working_set":
+        short, meaning = "rc", "one layer's activations rematerialised during its backward"
+    elif term_key == "output_activations":
+        short, meaning = "out", "output layer and logits activations for one micro-batch"
+    elif term_key == "embedding_activations":
+        short, meaning = "emb", "embedding activations for one micro-batch"
+    else:
+        short, meaning = escape(term_key.replace("_", " ")), f"part of {term_key}"
+    name = r"A_{\mathrm{%s}}" % short
+    k = 2
+    while name in taken:
+        name = r"A_{\mathrm{%s},%d}" % (short, k)
+        k += 1
+    taken.add(name)
+    return sp.Symbol(f"_A{index}", positive=True), name, meaning
+
+
+class NamedPrinter:
+    """latex() with placeholder names (``names``: symbol -> LaTeX) for long sums."""
+
+    def __init__(self):
+        self.names = {}
+
+    def __call__(self, expr) -> str:
+        names = self.names
+
+        class P(MemsymLatexPrinter):
+            def _print_Symbol(self, sym, style="plain"):
+                if sym in names:
+                    return names[sym]
+                return super()._print_Symbol(sym, style=style)
+
+        return P().doprint(expr)
+
+
+def shorten(key: str, expr: sp.Expr, pr: NamedPrinter, defs: list, taken: set, budget: float,
+             counts: dict | None = None):
+    """Replace the widest long sums inside ``expr`` by placeholders until it fits.
+
+    ``counts`` ({"dense": n, "moe": n}) are the stage's decoder layers of each kind: a stage
+    whose layers are counted one by one (an uneven split, a dense/MoE mix) carries the count as
+    a coefficient of the per-layer sum, which is pulled out so that the placeholder is one layer.
+    """
+    for _ in range(8):  # bounded: each pass removes one sum
+        if tex_width(pr(expr)) <= budget:
+            return expr
+        adds = [x for x in sp.preorder_traversal(expr) if x.is_Add and len(x.args) > 2]
+        if not adds:
+            return expr
+        widest = max(adds, key=lambda x: tex_width(pr(x)))
+        inner, n = widest, sp.Integer(1)
+        if key == "layer_activations" and counts and not expr.has(L_):
+            cnt = counts.get("moe" if widest.has(E_) else "dense", 0)
+            content = widest.as_content_primitive()[0]
+            if cnt > 1 and (content / cnt).is_integer:
+                n = sp.Integer(cnt)
+                inner = sp.expand(widest / n)
+        sym, name, meaning = placeholder(key, inner, len(pr.names), taken)
+        pr.names[sym] = name
+        defs.append((sym, name, meaning, inner))
+        expr = expr.xreplace({widest: n * sym})
+    return expr
+
+
+# ---------------------------------------------------------------------------------------------
+# references
+# ---------------------------------------------------------------------------------------------
+#: The seeds' Japanese section headings that locators quote, in English (pdflatex's default
+#: fonts cannot set them; the reference entry says the seed is in Japanese).
+_HEADINGS = {"概要": "overview", "測定結果": "measurements", "まとめ": "summary",
+             "一時メモリ／ワークスペースメモリ": "temporary / workspace memory",
+             "使い方の例": "usage example", "テンソル並列": "tensor parallelism"}
+
+
+def clean_locator(text: str) -> str:
+    """The locator with the seeds' Japanese headings in English, without other characters
+    pdflatex cannot set and without the punctuation they leave behind.
+
+    >>> clean_locator("概要; 測定結果 (expandable_segments)")
+    'overview; measurements (expandable_segments)'
+    >>> clean_locator("summary formula (まとめ)")
+    'summary formula'
+    """
+    text = str(text)
+    for ja, en in _HEADINGS.items():
+        # a heading quoted after its English rendering ("summary formula (まとめ)") is dropped
+        if re.search(r"\(\s*%s\s*\)" % re.escape(ja), text) and en in text.lower():
+            text = re.sub(r"\(\s*%s\s*\)" % re.escape(ja), "", text)
+        text = text.replace(ja, en)
+    kept = "".join(ch for ch in text if ord(ch) < 0x250)
+    kept = re.sub(r"\(\s*[;,]?\s*\)", "", kept)
+    kept = re.sub(r"\s*[;,]\s*(?=[;,]|$)", "", kept)
+    kept = re.sub(r"^\s*[;,]\s*", "", kept)
+    return re.sub(r"\s{2,}", " ", kept).strip()
+
+
+def entry_text(key: str, bib: dict) -> str:
+    ref = bib.get(key)
+    if ref is None:
+        return f"{key} (not in memsym/references.toml)"
+    bits = []
+    if ref.get("authors"):
+        bits.append(str(ref["authors"]))
+    bits.append(str(ref.get("title", key)))
+    if ref.get("year"):
+        bits.append(str(ref["year"]))
+    if ref.get("where"):
+        bits.append(str(ref["where"]))
+    text = ". ".join(b.rstrip(".") for b in bits) + "."
+    if ref.get("units"):
+        text += f" Units: {ref['units']}."
+    return text
+
+
+def tex_entry(text: str) -> str:
+    """An entry in LaTeX: escaped, with URLs set by ``\\url`` so that they break."""
+    # URLs and file paths (no spaces, a slash) as \url so that they break at / and _
+    pieces = re.split(r"(https?://[^\s;,)]*[^\s;,).]|[\w.-]+(?:/[\w.-]+)+\.[A-Za-z]\w*"
+                      r"|[\w.-]+/[\w.-]+/[\w./-]*[\w/])", text)
+    out = []
+    for i, piece in enumerate(pieces):
+        if i % 2:
+            out.append(r"\url{%s}" % piece.replace("%", r"\%").replace("#", r"\#"))
+        else:
+            # escape() strips its ends: keep the spaces around the URLs
+            lead = " " if piece[:1].isspace() else ""
+            tail = " " if piece[-1:].isspace() and piece.strip() else ""
+            out.append(lead + escape(piece) + tail)
+    return "".join(out)
+
+
+def shown_terms(total, values: Mapping, budget: float, printer: NamedPrinter,
+                shown: Mapping | None = None, layer_counts: dict | None = None):
+    """The terms of a total as a grouped derivation shows them.
+
+    Parameters
+    ----------
+    total : memsym.term.Total
+    values : mapping
+        Symbol -> exact value, for each term's value [bytes].
+    budget : float
+        Width [pt] of a line's right-hand side; long sums inside a term are named
+        (:func:`shorten`) until the term fits within ``budget - 20``.
+    printer : NamedPrinter
+        Collects the names given to long sums.
+    shown : mapping, optional
+        Term key -> the expression to show instead of the term's (model states in the stage's
+        named parameter counts).
+    layer_counts : dict, optional
+        The stage's decoder layers of each kind (see :func:`shorten`).
+
+    Returns
+    -------
+    (list of Shown, list of definitions, sympy.Expr)
+        The shown terms, the named sums (symbol, LaTeX name, meaning, expression) and the
+        allocation the fragmentation allowance is a fraction of (model states + activations).
+    """
+    shown = shown or {}
+    states = [tm for tm in total if tm.key in STATE_KEYS]
+    acts = [tm for tm in total if tm.key in ACTIVATION_KEYS]
+    allocated = sp.Add(*(tm.expr for tm in states + acts))
+    terms, defs, taken = [], [], set()
+    for tm in total:
+        group = next((g for g, _, ks in GROUPS if tm.key in ks), "other")
+        expr = shown.get(tm.key, tm.expr)
+        if tm.key == "fragmentation" and sp.cancel(tm.expr - phi_frag * allocated) == 0:
+            expr = phi_frag * M_alloc
+        elif group != "states":
+            expr = shorten(tm.key, expr, printer, defs, taken, budget - 20, layer_counts)
+        value = tm.expr.xreplace(values)
+        tex = latex(phi_frag) + r"\, " + latex(M_alloc) if expr == phi_frag * M_alloc else ""
+        terms.append(Shown(tm.key, tm.label or tm.key, group, expr, value, tm.source,
+                           tm.description, tex))
+    return terms, defs, allocated
+
+
+def underbraced(s_: Shown, pr) -> str:
+    label = escape(s_.label)
+    return r"\underbrace{%s}_{\text{%s}}" % (s_.tex or pr(s_.expr), label)
+
+
+def align_lines(parts) -> list[str]:
+    """The derivation as align lines (``LHS &= ...``), each within the width budget."""
+    pr = parts.printer
+    present = [g for g, _, _ in GROUPS if any(s_.group == g for s_ in parts.terms)]
+    extra = [s_ for s_ in parts.terms if s_.group == "other"]
+    names = {"states": r"M_{\mathrm{states}}", "act": r"M_{\mathrm{act}}",
+             "allow": r"M_{\mathrm{allow}}"}
+    labels = dict((g, lab) for g, lab, _ in GROUPS)
+    top = [r"\underbrace{%s}_{\text{%s}}" % (names[g], labels[g]) for g in present]
+    top += [underbraced(s_, pr) for s_ in extra]
+    lines = []
+    for i, line in enumerate(break_sum([top[0]] + ["+ " + x for x in top[1:]], parts.budget)):
+        lines.append(parts.lhs + " &= " + line if i == 0 else "&" + line)
+    for g in present:
+        shown = [s_ for s_ in parts.terms if s_.group == g]
+        braces = [underbraced(s_, pr) for s_ in shown]
+        for i, line in enumerate(break_sum([braces[0]] + ["+ " + x for x in braces[1:]],
+                                           parts.budget)):
+            lines.append(names[g] + " &= " + line if i == 0 else "&" + line)
+    if any(s_.key == "fragmentation" for s_ in parts.terms):
+        lines.append(r"M_{\mathrm{alloc}} &= " + " + ".join(names[g] for g in present
+                                                           if g in ("states", "act")))
+    for sym, name, meaning, expr in parts.definitions:
+        for i, line in enumerate(break_sum(placeholder_parts(expr, pr), parts.budget)):
+            lines.append(name + " &= " + line if i == 0 else "&" + line)
+    return lines
+
+
+def placeholder_parts(expr, pr) -> list[str]:
+    out = []
+    for i, term in enumerate(expr.as_ordered_terms() if expr.is_Add else [expr]):
+        tex = pr(term)
+        if i and tex.startswith("-"):
+            out.append("- " + tex[1:].lstrip())
+        elif i:
+            out.append("+ " + tex)
+        else:
+            out.append(tex)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# solve results
+# ---------------------------------------------------------------------------------------------
+_GB = 10**9
+
+
+def gb(val) -> str:
+    return f"{float(val) / _GB:.2f}"
+
+
+def linear_form(solve, parts):
+    """(kind, M_0, M_1) when the total at the job's other values is M_0 + M_1/x ("inverse",
+    memory falls with x) or M_0 + M_1 x ("linear"); None otherwise or without the parts."""
+    if parts is None or parts.values is None:
+        return None
+    x = solve.unknown
+    vals = {k: v for k, v in parts.values.items() if k != x}
+    fixed = parts.expr.xreplace(vals)
+    if fixed.free_symbols != {x}:
+        return None
+    try:
+        if solve.relation == ">=":
+            m0 = sp.limit(fixed, x, sp.oo)
+            m1 = sp.cancel((fixed - m0) * x)
+            kind = "inverse"
+        else:
+            m0 = fixed.xreplace({x: 0})
+            m1 = sp.cancel((fixed - m0) / x)
+            kind = "linear"
+    except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
+        return None
+    if m1.free_symbols or not m1.is_positive or not m0.is_finite:
+        return None
+    return kind, m0, m1
+
+
+def solution_lines(solution, parts=None) -> list[str]:
+    r"""The solve result as align lines with the relation in the ``&`` column:
+    ``d &\geq closed form``, ``&= bound``, ``\Rightarrow\ d &= value``.
+
+    A closed form too long for a line is shown in the form the total takes at the job's
+    other values, :math:`M = M_\infty + M_1/x` (so :math:`x \geq M_1/(C - M_\infty)`) or
+    :math:`M = M_0 + M_1 x`, with the two parts in GB.
+
+    Examples
+    --------
+    >>> from memsym import model_state, byte_widths, smallest
+    >>> seed = dict(convention="seed000")      # seed 000's 2 + 16/d bytes per parameter
+    >>> sol = smallest(model_state(**seed).subs(byte_widths(**seed)), "d", 80 * 10**9,
+    ...                {"N": 175 * 10**9, "t": 4, "p": 2})
+    >>> solution_lines(sol)[0]
+    'd &\\geq \\frac{16 N}{C p t - 2 N}'
+    """
+    x = latex(solution.unknown)
+    rel = r"\geq" if solution.relation == ">=" else r"\leq"
+    lines = []
+    closed = getattr(solution, "closed_form", None)
+    bound = getattr(solution, "bound", None)
+    if closed is not None:
+        tex = latex(tidy(closed))
+        if tex_width(tex) <= (parts.budget if parts is not None else BUDGET):
+            lines.append(f"{x} &{rel} {tex}")
+    if not lines:
+        lin = linear_form(solution, parts)
+        cap = gb(solution.capacity)
+        if lin is not None and lin[0] == "inverse":
+            _, m0, m1 = lin
+            lines.append(rf"{x} &{rel} \frac{{M_{{1}}}}{{C - M_{{\infty}}}} = "
+                         rf"\frac{{{gb(m1)}}}{{{cap} - {gb(m0)}}}")
+        elif lin is not None:
+            _, m0, m1 = lin
+            lines.append(rf"{x} &{rel} \frac{{C - M_{{0}}}}{{M_{{1}}}} = "
+                         rf"\frac{{{cap} - {gb(m0)}}}{{{gb(m1)}}}")
+    if bound is not None:
+        head = "" if lines else x
+        op = "=" if lines else rel
+        lines.append(f"{head} &{op} {float(bound):.6g}")
+    word = "smallest" if solution.relation == ">=" else "largest"
+    lines.append(rf"\Rightarrow\; {x} &= {int(solution.value)} \quad \text{{(the {word} whole "
+                 rf"number that fits)}}")
+    return lines
+
+
+def tidy(expr: sp.Expr) -> sp.Expr:
+    """A closed form as a person writes it: common factors out, no minus sign leading the
+    numerator and the denominator (``-16N/(-Cpt + 2N)`` becomes ``16N/(Cpt - 2N)``).
+
+    >>> from memsym.symbols import C, N, p, t
+    >>> tidy(-16 * N / (-C * p * t + 2 * N))
+    16*N/(C*p*t - 2*N)
+    """
+    expr = sp.factor_terms(sp.cancel(expr))
+    num, den = sp.fraction(expr)
+    # the capacity enters the denominator with a plus sign where it does (C p t - 2 N), else
+    # no leading minus (could_extract_minus_sign counts the negative terms of a sum)
+    lead = sp.expand(den).coeff(C) if den.has(C) else 0
+    if (lead != 0 and lead.could_extract_minus_sign()) or (lead == 0 and den.could_extract_minus_sign()):
+        num, den = -num, -den
+    return sp.factor_terms(num) / sp.factor_terms(den)
+
+
+_MODEL_STATE_KEYS = {"weights", "gradients", "optimizer"}
 
 
 def derivation_latex(total, values: Mapping | None = None, *, lhs: str | None = None,
@@ -99,21 +600,20 @@ def derivation_latex(total, values: Mapping | None = None, *, lhs: str | None = 
     """
     keys = set(total.keys)
     sub = total.subs(values, **kwargs) if (values or kwargs) else total
-    if "fragmentation" in keys and keys & _STATE_KEYS:
-        from .document import _FILL, _align_lines, job_parts
-
+    if "fragmentation" in keys and keys & _MODEL_STATE_KEYS:
         class _Bare:  # a total without an estimate: no values, so no named stage counts
-            pass
+            lhs = r"M_{\mathrm{GPU}}"
+            budget = FILL * 345      # LaTeX's article at 10 pt: 345 pt text
 
-        bare = _Bare()
-        bare.total, bare.values, bare.stage, bare.role = sub, {}, 0, "only"
-        parts = job_parts(bare, budget=_FILL * 345)  # LaTeX's article at 10 pt: 345 pt text
-        lines = _align_lines(parts)
+        parts = _Bare()
+        parts.printer = NamedPrinter()
+        parts.terms, parts.definitions, _ = shown_terms(sub, {}, parts.budget, parts.printer)
+        lines = align_lines(parts)
         if lhs is not None:
             lines[0] = lines[0].replace(parts.lhs, lhs, 1)
         return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
     if lhs is None:
-        lhs = r"M_{\mathrm{model}}" if keys <= _STATE_KEYS else "M"
+        lhs = r"M_{\mathrm{model}}" if keys <= _MODEL_STATE_KEYS else "M"
     parts = [r"\underbrace{%s}_{\text{%s}}" % (latex(term.expr), escape(term.label or term.key))
              for term in total]
     lines = [f"{lhs} &= " + " + ".join(parts)]
@@ -162,9 +662,7 @@ def _numbers(total) -> dict:
 
 
 def _cite(source, numbers) -> str:
-    from .document import _clean_locator
-
-    loc = _clean_locator(source.locator)
+    loc = clean_locator(source.locator)
     return f"[{numbers[source.key]}]" + (f", {loc}" if loc else "")
 
 
@@ -178,8 +676,6 @@ def term_table_latex(total, values: Mapping | None = None) -> str:
     >>> r"[1], summary formula" in term_table_latex(model_state(convention="seed000"))
     True
     """
-    from .values import as_values
-
     vals = as_values(values) if values else {}
     numbers = _numbers(total)
     lines = [r"\begin{tabularx}{\textwidth}{@{}llr>{\raggedright\arraybackslash}X@{}}", r"\toprule",
@@ -206,31 +702,11 @@ def references_latex(total) -> str:
     >>> "NeMo distributed optimizer" in references_latex(model_state(convention="seed000"))
     True
     """
-    from .document import _bibliography, _entry_text, _tex_entry
-
-    bib = _bibliography()
-    items = [r"\item[{[%d]}] %s" % (n, _tex_entry(_entry_text(key, bib)))
+    bib = references()
+    items = [r"\item[{[%d]}] %s" % (n, tex_entry(entry_text(key, bib)))
              for key, n in _numbers(total).items()]
     return "{\\raggedright\n\\begin{enumerate}\n" + "\n".join(items) + "\n\\end{enumerate}}"
 
-
-def solution_lines(solution) -> list[str]:
-    r"""A solve result as ``align`` lines, the relation in the ``&`` column and no leading
-    minus in the closed form: ``d &\geq \frac{16 N}{C p t - 2 N}``, ``&= 9.66``,
-    ``\Rightarrow\; d &= 10``.
-
-    Examples
-    --------
-    >>> from memsym import model_state, byte_widths, smallest
-    >>> seed = dict(convention="seed000")      # seed 000's 2 + 16/d bytes per parameter
-    >>> sol = smallest(model_state(**seed).subs(byte_widths(**seed)), "d", 80 * 10**9,
-    ...                {"N": 175 * 10**9, "t": 4, "p": 2})
-    >>> solution_lines(sol)[0]
-    'd &\\geq \\frac{16 N}{C p t - 2 N}'
-    """
-    from .document import _solve_lines
-
-    return _solve_lines(solution)
 
 
 def snippet_latex(total, widths: Mapping | None = None, solution=None) -> str:
@@ -262,8 +738,6 @@ def design_document(total, widths: Mapping | None = None, values: Mapping | None
     >>> doc.startswith(r"\documentclass") and r"\end{document}" in doc
     True
     """
-    from .values import as_values
-
     vals = {**(as_values(widths) if widths else {}), **(as_values(values) if values else {})}
     parts = [r"\section*{Derivation}", f"Per-GPU memory, {escape(total.name)}:",
              "\\begin{equation*}\n" + derivation_latex(total, widths) + "\n\\end{equation*}",
@@ -283,11 +757,7 @@ def markdown_report(total, widths: Mapping | None = None, values: Mapping | None
                     solution=None) -> str:
     """The same content as :func:`design_document` in Markdown with ``$$`` math (renders on
     code-hosting sites)."""
-    from .values import as_values
-
     vals = {**(as_values(widths) if widths else {}), **(as_values(values) if values else {})}
-    from .document import _bibliography, _entry_text
-
     numbers = _numbers(total)
     out = [f"### {total.name}", "", "$$", derivation_latex(total, widths), "$$", "",
            "| term | expression | GB (1e9 bytes) | source |", "| --- | --- | ---: | --- |"]
@@ -297,6 +767,6 @@ def markdown_report(total, widths: Mapping | None = None, values: Mapping | None
     if solution is not None:
         out += ["", "$$", "\\begin{aligned}\n" + " \\\\\n".join(solution_lines(solution))
                 + "\n\\end{aligned}", "$$"]
-    bib = _bibliography()
-    out += ["", "References:", ""] + [f"{n}. {_entry_text(key, bib)}" for key, n in numbers.items()]
+    bib = references()
+    out += ["", "References:", ""] + [f"{n}. {entry_text(key, bib)}" for key, n in numbers.items()]
     return "\n".join(out) + "\n"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 
 from .errors import InvalidValueError, choose
+from .measure import MeasureError, import_torch
 
 __all__ = ["gpt_layer", "llama_layer", "hf_layer", "DROPOUTS", "ATTENTIONS", "HF_FAMILIES"]
 
@@ -49,9 +50,8 @@ def _classes() -> dict:
     """Define the layer classes on first use (so that importing this module needs no torch)."""
     if _CLASSES:
         return _CLASSES
-    from .measure import _torch
 
-    torch = _torch()  # MeasureError with the install hint when PyTorch is missing
+    torch = import_torch()  # MeasureError with the install hint when PyTorch is missing
     F = torch.nn.functional
     nn = torch.nn
 
@@ -225,9 +225,7 @@ def gpt_layer(*, dtype="bfloat16", p_drop: float = 0.1, dropout: str = "function
     ...     34 * 4 * 2 * 8 + 5 * 2 * 4**2 * 2 + 8 * 4 * 2
     2560
     """
-    from .measure import _torch
-
-    torch = _torch()
+    torch = import_torch()
     dt = _dtype(torch, dtype)
     dropout = choose("dropout", dropout, DROPOUTS)
     if not 0 <= p_drop < 1:
@@ -265,9 +263,7 @@ def llama_layer(*, dtype="bfloat16", attention: str = "eager"):
     ...     2 * (6 * 32 + 4 * 4) + 6 * 32 + 4 * 4 * 1 * 4 + 4 * 2 * 4 + 2 * 32 + 8 * 4 * 8
     1024
     """
-    from .measure import _torch
-
-    torch = _torch()
+    torch = import_torch()
     dt = _dtype(torch, dtype)
     attention = choose("attention", attention, ATTENTIONS)
     cls = _classes()["LlamaLayer"]
@@ -329,9 +325,7 @@ def hf_layer(family: str, *, attention: str = "sdpa", dtype="bfloat16", dropout:
     ----------
     Hugging Face transformers, ``models/llama/modeling_llama.py`` and siblings.
     """
-    from .measure import MeasureError, _torch
-
-    torch = _torch()
+    torch = import_torch()
     dt = _dtype(torch, dtype)
     family = choose("transformers layer family", family, tuple(HF_FAMILIES))
     attention = choose("attention", attention, ATTENTIONS)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from .errors import DivisibilityError, InvalidValueError
+from .model.architecture import moe_layer_pattern
 from .term import Source
 
 __all__ = ["Rule", "RULES", "LAUNCH", "PREFERENCES", "knobs", "masks", "broken", "check"]
@@ -58,8 +59,6 @@ class Rule:
 def _ffn_sizes(x) -> tuple:
     """(size, which) of every FFN a tensor-parallel split divides: the dense layers' ffn, the
     shared experts' ffn (split over t), the routed experts' ffn (split over t_e)."""
-    from .model import moe_layer_pattern
-
     kinds = set(moe_layer_pattern(x))
     out = []
     if False in kinds:
@@ -202,7 +201,6 @@ def _moe(x) -> bool:
 def _mixed_layers(x) -> bool:
     # dense and MoE layers in one model: which a V-placed rank holds depends on where its two
     # stages sit, which memsym's contiguous stage ranges do not follow
-    from .model import moe_layer_pattern
     return len(set(moe_layer_pattern(x))) > 1
 
 

@@ -17,6 +17,9 @@ import sympy as sp
 from .errors import InvalidValueError, UnknownNameError
 from .symbols import lookup
 from .values import as_expr, as_values
+from .printing import derivation_latex, latex
+from .text import short
+from .numeric import compile_total
 
 __all__ = ["Source", "Term", "Total"]
 
@@ -90,8 +93,6 @@ class Term:
         return _evaluate(self.expr, as_values(values, **kwargs), self.key)
 
     def latex(self) -> str:
-        from .printing import latex
-
         return latex(self.expr)
 
     def _repr_latex_(self) -> str:
@@ -99,8 +100,6 @@ class Term:
 
 
 def _named(vals: dict) -> str:
-    from .text import short
-
     return ", ".join(f"{k.name} = {short(v)}" for k, v in vals.items()) or "no values"
 
 
@@ -317,14 +316,10 @@ class Total:
     # --- output -----------------------------------------------------------------------------
     def latex(self, factored: bool = False) -> str:
         """LaTeX of the total (its plain sum, or the factored form)."""
-        from .printing import latex
-
         return latex(self.factored() if factored else self.expr)
 
     def derivation(self, values: Mapping | None = None, **kwargs) -> str:
         """An ``aligned`` LaTeX derivation: one underbrace per term, then the factored form."""
-        from .printing import derivation_latex
-
         return derivation_latex(self, values, **kwargs)
 
     def _repr_latex_(self) -> str:
@@ -332,7 +327,5 @@ class Total:
 
     def compile(self):
         """The compiled numeric evaluator (cached; see :func:`memsym.numeric.compile_total`)."""
-        from .numeric import compile_total
-
         return compile_total(self)
 

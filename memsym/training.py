@@ -15,20 +15,29 @@ from typing import Mapping
 
 import sympy as sp
 
-from .errors import InvalidValueError, UnknownNameError, choose
-from .symbols import (E, L, M_ctx, M_nccl, M_ws, S_nccl, V, a, b, c, c_f, d, d_h, e, f, f_e,
-                      f_sh, g, h, k, m, n_ch, p, phi_frag, s, t, t_e, v)
+from .errors import InvalidValueError, choose
+from .groups import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
+from .symbols import (E, L, N_a, N_bkt, N_exp, N_lin, N_ll, N_pf, N_q, N_rep, N_tp, N_u, V, a, b,
+                      b_g, b_hp, b_m, b_o, b_r, b_u, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, k, m,
+                      n_ag, n_bkt, p, s, t, t_e, v)
+from .terms.allowances import (ALLOWANCE_TERMS, ALLOWANCES, WORKSPACES, Allowance,
+                                allowance_terms, allowance_values)
 from .terms.transients import DEFAULTS as _TR_DEFAULTS
 from .term import Source, Term, Total
 from .terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
-                                output_activations)
-from .terms.model_state import CONVENTIONS, byte_widths, model_state
+                                lora_gathered_inputs, output_activations)
+from .terms.model_state import CONVENTIONS, OPTIMIZERS, byte_widths, model_state
 from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                              stage_microbatches, torch_round_size, v_stage_microbatches)
 from .values import as_expr, exact
-from .job import Job, Layout, Training, _check_fields, microbatches, validate as _validate_job
+from .job import (Job, Layout, Training, _check_fields, job as make_job, microbatches,
+                  validate as _validate_job)
+from . import model as models
+from .terms.pipeline_order import chunk_peak
+from .terms.adapters import LORA_TARGETS, lora
+from .terms import transients as tr
 
-__all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "PHASES",
+__all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "WORKSPACES", "PHASES",
            "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
            "STEP_STATE_KEYS",
            "allowance_terms", "arch_values", "microbatches", "output_stage", "validate", "job_memory", "stage_activations",
@@ -36,115 +45,10 @@ __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "
            "ALLOWANCE_KEYS", "RECOMPUTE", "SCHEDULES"]
 
 # ---------------------------------------------------------------------------------------------
-# allowances: named, cited, each a registered symbol with a default a user can override
+# allowances (memsym.terms.allowances): named, cited, each a registered symbol with a default
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Allowance:
-    """One named allowance: its symbol, default value and where the default comes from."""
-
-    key: str
-    symbol: sp.Symbol
-    default: sp.Expr
-    source: Source
-    description: str
-
-
-_MIB = sp.Integer(2) ** 20
-#: The cuBLAS / Transformer Engine workspaces inside the caching allocator [bytes]: the part
-#: of the ``workspace`` allowance PyTorch's counters see.
-WORKSPACES = 64 * _MIB
-
-#: The allowances of the training total, by key.  Defaults come from the libraries' documented
-#: defaults (:mod:`memsym.terms.transients`); set them to 0 (``allowances={"nccl": 0}``) or to a
-#: measured value.  The CUDA context and NCCL's buffers live outside PyTorch's caching
-#: allocator (``max_memory_allocated`` / ``max_memory_reserved`` do not see them, nvidia-smi
-#: does); the cuBLAS / Transformer Engine workspaces are allocated through it.
-ALLOWANCES = {
-    # The CUDA context and loaded kernels (memsym.terms.transients.cuda_context: 500 MiB with
-    # CUDA lazy loading, default since 12.2, outside the caching allocator) plus the cuBLAS
-    # workspaces, which are allocated through it: Transformer Engine's is 32 MiB on Hopper and
-    # later (get_cublas_workspace_size_bytes) and PyTorch's own cuBLAS handle keeps one more
-    # of the same size.  set {"workspace": WORKSPACES} to count the workspaces alone.
-    "workspace": Allowance("workspace", M_ws, sp.Integer(_TR_DEFAULTS[M_ctx]) + WORKSPACES,
-                           Source("cuda-lazy-loading", "§4.7 Lazy Loading; transformer-engine "
-                                  "pytorch/module/base.py get_cublas_workspace_size_bytes"),
-                           "CUDA context and kernels (500 MiB) + cuBLAS / Transformer Engine "
-                           "workspaces (2 x 32 MiB)"),
-    # memsym.terms.transients.nccl_buffers: NCCL_BUFFSIZE 4 MiB x 32 channels per
-    # communicator, for 4 communicators (TP, DP, PP and the DP x CP / embedding groups a
-    # Megatron rank joins): 512 MiB.
-    "nccl": Allowance("nccl", M_nccl, sp.Integer(4 * _TR_DEFAULTS[n_ch] * _TR_DEFAULTS[S_nccl]),
-                      Source("nccl-env", "NCCL_BUFFSIZE (4 MiB per channel and peer), "
-                             "NCCL_MAX_NCHANNELS (32)"),
-                      "NCCL communicator buffers: 4 communicators x 32 channels x 4 MiB "
-                      "(default 512 MiB)"),
-    # Seed 001: a 58.8 GB peak OOMed on an H100 80GB (84.9 GB CUDA total) from fragmentation
-    # alone (>30 % of the card unusable), fixed by PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
-    # The default 10 % assumes expandable segments; without them measure (reserved - allocated).
-    "fragmentation": Allowance("fragmentation", phi_frag, sp.Rational(1, 10),
-                               Source("seed001", "概要; 測定結果 (expandable_segments)"),
-                               "allocator fragmentation margin, a fraction of the peak-phase "
-                               "allocation (default 10 %)"),
-}
-
-#: The keys of the allowance Terms in every total (what memsym.search splits off).
-ALLOWANCE_TERMS = ("workspace", "nccl", "fragmentation")
 #: Keys of the buffers a framework allocates outside PyTorch's allocator (:func:`_outside_allocator`).
 OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers",)
-
-
-def allowance_values(allowances: Mapping | None = None) -> dict:
-    """Allowance symbols -> exact values: the defaults, overridden by ``allowances``.
-
-    Keys may be allowance keys (``workspace``, ``nccl``, ``fragmentation``) or symbol names
-    (``M_ws``, ``M_nccl``, ``phi_frag``).
-
-    Examples
-    --------
-    >>> allowance_values({"workspace": 0})[M_ws]
-    0
-    >>> allowance_values()[phi_frag]
-    1/10
-    """
-    out = {a_.symbol: a_.default for a_ in ALLOWANCES.values()}
-    by_name = {a_.symbol.name: a_ for a_ in ALLOWANCES.values()}
-    for key, val in (dict(allowances) if allowances else {}).items():
-        name = getattr(key, "name", key)
-        al = ALLOWANCES.get(name) or by_name.get(name)
-        if al is None:
-            raise UnknownNameError("allowance", key, list(ALLOWANCES) + list(by_name))
-        num = exact(val, f"allowance {al.key}")
-        if num < 0:
-            raise InvalidValueError(f"allowance {al.key} must be >= 0, got {val}")
-        out[al.symbol] = num
-    return out
-
-
-def allowance_terms(allocated: sp.Expr) -> tuple:
-    r"""The three allowance Terms; fragmentation is a fraction of ``allocated`` [bytes].
-
-    .. math:: M_{\mathrm{ws}} + M_{\mathrm{nccl}}
-        + \varphi_{\mathrm{frag}}\,M_{\mathrm{alloc}}
-
-    ``workspace`` holds the CUDA context (:func:`memsym.terms.transients.cuda_context`,
-    500 MiB) and the cuBLAS workspaces (:data:`WORKSPACES`); ``nccl`` NCCL's buffers (:func:`memsym.terms.transients.nccl_buffers`
-    at 4 communicators); :math:`M_{\mathrm{alloc}}` is the peak phase's allocation.
-
-    Examples
-    --------
-    >>> [t_.key for t_ in allowance_terms(sp.Integer(10))]
-    ['workspace', 'nccl', 'fragmentation']
-    >>> from memsym.term import Total
-    >>> Total("a", allowance_terms(sp.Integer(0))).evaluate(allowance_values()) / 2**20
-    1076
-    """
-    w, n_, fr = (ALLOWANCES[x] for x in ALLOWANCE_TERMS)
-    return (
-        Term("workspace", w.symbol, w.description, w.source, label="CUDA context + workspaces"),
-        Term("nccl", n_.symbol, n_.description, n_.source, label="NCCL buffers"),
-        Term("fragmentation", fr.symbol * allocated, fr.description, fr.source,
-             label="fragmentation"),
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,8 +57,6 @@ def allowance_terms(allocated: sp.Expr) -> tuple:
 def _resolve(arch, training):
     """An Architecture (passed through), preset name, or config.json path (str or Path),
     with Megatron's defaults filled in."""
-    from . import model as models
-
     return models.resolve(models.resolve_model(arch), seq_length=training.seq_length)
 
 
@@ -168,8 +70,6 @@ def arch_values(arch, t_: int = 1) -> dict:
     >>> vals[h], vals[g], vals[f], vals[V]
     (4096, 32, 11008, 32000)
     """
-    from . import model as models
-
     x = models.resolve(arch, seq_length=1) if arch.max_position_embeddings is None else models.resolve(arch)
     vals = {h: x.hidden_size, a: x.num_attention_heads, g: x.num_query_groups,
             d_h: x.kv_channels, f: x.ffn_hidden_size, L: x.num_layers,
@@ -248,7 +148,7 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     ('layer_activations', 'embedding_activations', 'output_activations')
     """
     _check_fields(layout, training)
-    return _stage_activations(_resolve(arch, training), layout, training, stage)
+    return resolved_stage_activations(_resolve(arch, training), layout, training, stage)
 
 
 def _output_layer(x, layout: Layout, training: Training) -> Total:
@@ -390,8 +290,6 @@ def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, p
     (:func:`_chunk_activations`), weighted by its micro-batches in flight at the rank's peak
     (:func:`memsym.timing.schedule.chunk_peak`; m unknown: enough micro-batches that the
     warm-up is not cut short)."""
-    from .timing.schedule import chunk_peak
-
     pl = layout.pipeline_layout
     ids = pl.layer_ids(stage)
     m_num = microbatches(layout, training)
@@ -429,13 +327,10 @@ def _in_flight_chunks(layout: Layout, training: Training, stage: int, schedule: 
     return stage_microbatches(where, schedule, pp=pp, vv=vv, mm=mm, group=group), group
 
 
-def _stage_activations(x, layout: Layout, training: Training, stage: int,
+def resolved_stage_activations(x, layout: Layout, training: Training, stage: int,
                        m_known: bool | None = None) -> Total:
     """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
     None = work it out)."""
-    from . import model as models
-    from .terms.adapters import LORA_TARGETS
-
     pp = layout.p
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
         raise InvalidValueError(f"stage must be a whole number in 0..{pp - 1}, got {stage!r}")
@@ -501,8 +396,6 @@ def _stage_activations(x, layout: Layout, training: Training, stage: int,
     if training.framework == "torchtitan" and pp > 1 and mm is not None:
         terms.append(_pipelining_buffers(stage, pp, vv, mm, group, sp_on, training))
     if training.finetune != "full" and sp_on and not training.lora_regather:
-        from .terms.activations import lora_gathered_inputs
-
         targets = set(LORA_TARGETS if training.lora_targets == "all" else training.lora_targets)
         qkv = int(bool(targets & {"q", "k", "v"}))
         fc1 = int(bool(targets & {"gate", "up"}))     # dense layers only: expert adapters fall back
@@ -579,7 +472,7 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     ('weights', 'gradients', 'optimizer')
     """
     _check_fields(layout, training)
-    return _stage_total(_resolve(arch, training), layout, training, stage)
+    return resolved_stage_total(_resolve(arch, training), layout, training, stage)
 
 
 def job_stage_parameters(x, layout: Layout, training: Training, stage: int):
@@ -595,8 +488,6 @@ def job_stage_parameters(x, layout: Layout, training: Training, stage: int):
     >>> job_stage_parameters(preset("llama2-7b"), Layout(p=2, v=2), v, 0).output_layer
     True
     """
-    from . import model as models
-
     return models.stage_parameters(
         x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers,
@@ -621,9 +512,6 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     >>> c[N_tp] + c[N_rep] == 6738415616     # Llama-2 7B (vocabulary 32000 is already padded)
     True
     """
-    from . import model as models
-    from .symbols import N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_tp, N_u
-
     sp_ = job_stage_parameters(x, layout, training, stage)
     pattern = models.moe_layer_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
@@ -638,18 +526,15 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     if training.finetune == "full":
         return {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
                 N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}
-    from .terms.adapters import LORA_TARGETS, lora_parameter_count
 
     quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
     targets = LORA_TARGETS if training.lora_targets == "all" else training.lora_targets
-    adapters = sp.Rational(lora_parameter_count(x, training.lora_rank, targets) * len(sp_.layers),
+    adapters = sp.Rational(models.lora_parameter_count(x, training.lora_rank, targets) * len(sp_.layers),
                            x.num_layers * layout.t)
     return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
 
 
 def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
-    from . import model as models
-
     if not x.num_experts:
         return False
     pattern = models.moe_layer_pattern(x)
@@ -658,7 +543,7 @@ def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
         layout.pipeline_layout))
 
 
-def _states_and_transients(x, layout: Layout, training: Training, stage: int) -> tuple:
+def states_and_transients(x, layout: Layout, training: Training, stage: int) -> tuple:
     """(steady model-state Terms, phase -> transient Terms) of one stage, in the count symbols
     of :func:`stage_counts`: the model states held through forward and backward, and
     :func:`phase_transients` with the step-only states (:data:`STEP_STATE_KEYS`) in the
@@ -693,12 +578,7 @@ def _state_training(training: Training) -> Training:
 def _state_terms(experts: bool, training: Training) -> tuple:
     # cached: the search builds one stage total per discrete choice and pipeline template,
     # and the model states depend only on these fields
-    from .symbols import N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, b_g, b_m, b_o
-
     if training.finetune != "full":
-        from .terms.adapters import lora
-        from .terms.model_state import OPTIMIZERS
-
         # adapters train in fp32 with the optimizer's moments (PEFT); ZeRO-3/FSDP shards the
         # frozen base over data parallel, every other scheme keeps it whole on each GPU
         widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.optimizer]}
@@ -742,8 +622,6 @@ _PHASE_SRC = Source("memsym-derivation", "memsym/training.py, phase_transients (
 def _transient_widths(training: Training) -> dict:
     """Knob values of the transient Terms: the libraries' defaults
     (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
-    from .symbols import N_bkt, N_pf, b_hp, b_r, b_u, n_ag, n_bkt
-
     half = _activation_width(training)
     vals = {sym: sp.Integer(_TR_DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
     vals.update({b_u: sp.Integer(half), b_hp: sp.Integer(half)})
@@ -767,8 +645,6 @@ def _loss_kind(layout: Layout, training: Training) -> str:
 def _loss_transients(kind: str) -> tuple:
     """(forward Terms, loss-backward Terms) of the cross-entropy ``kind`` beyond its saved
     tensors (the ``logits`` of :func:`memsym.terms.activations.output_activations`)."""
-    from .terms import transients as tr
-
     if kind == "megatron":
         fwd = tr.cross_entropy_transient()
         # the fp32 softmax turned gradient in place; autograd casts it to the 16-bit input
@@ -810,8 +686,6 @@ def _grads_as_stages_run(layout: Layout, training: Training, accumulated: Term) 
     ``accumulated``.  :func:`memsym.timing.schedule.live_by_held_gradients` walks the op
     order (tests prove this form on it); ``tests/test_engine_fsdp2.py`` watches the gradients
     come and go on a gloo pipeline."""
-    from .symbols import N_lin, N_rep, N_tp, b_r
-
     if (layout.v or 1) == 1 or training.stage_placement == "v":
         return accumulated
     one = b_r * (N_lin / v + N_tp / t - N_lin + N_rep)
@@ -908,9 +782,6 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     >>> [t_.key for t_ in ph["backward"]], ph["optimizer"]
     (['output_freed'], ())
     """
-    from .symbols import N_ll, N_rep, N_tp
-    from .terms import transients as tr
-
     out = {ph: [] for ph in PHASES}
     if stage == output_stage(layout, training):
         fwd, bwd = _loss_transients(_loss_kind(layout, training))
@@ -984,7 +855,7 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
             # the blocks' backward makes each block's gradient shard as it frees the block's
             # activations: live bytes are linear in the blocks done, so the peak is at the
             # start (no gradient) or the end (no layer activation): -min(G, A_layers)
-            layers = _stage_activations(x, layout, training, stage)
+            layers = resolved_stage_activations(x, layout, training, stage)
             a_l = sp.Add(*(term.expr for term in layers.terms if term.key == "layer_activations"))
             out["backward"].append(Term(
                 "gradients_as_activations_freed", -sp.Min(-absent.expr, a_l),
@@ -999,8 +870,8 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
 
 
 def _phase_parts(x, layout: Layout, training: Training, stage: int, m_known):
-    states, trans = _states_and_transients(x, layout, training, stage)
-    act = list(_stage_activations(x, layout, training, stage, m_known).terms)
+    states, trans = states_and_transients(x, layout, training, stage)
+    act = list(resolved_stage_activations(x, layout, training, stage, m_known).terms)
     return states, act, trans
 
 
@@ -1030,8 +901,6 @@ def _outside_allocator(training: Training) -> tuple:
     beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
     Transformer Engine's userbuffers under ``tp_comm_overlap``
     (:func:`memsym.terms.transients.tp_comm_userbuffers`)."""
-    from .terms import transients as tr
-
     if training.tp_comm_overlap and training.convention == "framework":
         return (tr.tp_comm_userbuffers(training.precision == "fp8"),)
     return ()
@@ -1044,7 +913,7 @@ def _beyond_allocated(terms, training: Training) -> tuple:
     return tuple(allowance_terms(allocated)) + _outside_allocator(training)
 
 
-def _stage_total(x, layout: Layout, training: Training, stage: int,
+def resolved_stage_total(x, layout: Layout, training: Training, stage: int,
                  m_known: bool | None = None) -> Total:
     """:func:`stage_total` of a resolved architecture: the one composition of the per-GPU
     peak (model states + activations + the peak phase's transients + allowances), in the
@@ -1131,15 +1000,7 @@ def _training_values(x, layout: Layout, training: Training, allowances: Mapping 
     return vals
 
 
-#: The keys of the per-GPU total's terms by group, the one list every report, document, plot
-#: and the search read: model states, activations (phase transients included), allowances.
-STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
-              "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
-              "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
-ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
-                   "output_activations", "mtp_activations", "pipeline_buffers",
-                   "recompute_working_set", "phase_transient")
-ALLOWANCE_KEYS = ("workspace", "nccl", "fragmentation")
+# short names for the groups' keys (memsym.groups)
 _STATE_KEYS, _ACT_KEYS = STATE_KEYS, ACTIVATION_KEYS
 
 
@@ -1261,7 +1122,6 @@ def training_memory(arch, layout: Layout | None = None, training: Training | Non
             raise InvalidValueError("a Job carries its layout and training: pass the Job alone "
                                     "(job.replace(...) changes it)")
         return job_memory(arch, stage=stage, allowances=allowances)
-    from .job import job as make_job
 
     return job_memory(make_job(arch, layout=layout, training=training, allowances=allowances),
                       stage=stage)
@@ -1283,8 +1143,6 @@ def candidate_stages(x, layout: Layout) -> tuple:
     >>> candidate_stages(preset("llama2-7b"), Layout(p=32))
     (0, 1, 31)
     """
-    from . import model as models
-
     pp = layout.p
     if pp <= 2:
         return tuple(range(pp))
@@ -1322,14 +1180,14 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
     stages = candidate_stages(x, layout) if stage is None else [stage]
     results = {}
     for i in stages:
-        tot = _stage_total(x, layout, training, i, j.m is not None)
+        tot = resolved_stage_total(x, layout, training, i, j.m is not None)
         vals_i = {**vals, **stage_counts(x, layout, training, i)}
         results[i] = (tot, tot.evaluate(vals_i), vals_i)
     best = max(results, key=lambda i: (results[i][1], -i))
     phases = phase_totals(x, layout, training, best, j.m is not None)
     pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
     phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
-    opt = _states_and_transients(x, layout, training, best)[1]["optimizer"]
+    opt = states_and_transients(x, layout, training, best)[1]["optimizer"]
     step = tuple((term.key, term.evaluate(results[best][2]))
                  for term in opt if term.key in STEP_STATE_KEYS)
     return TrainingEstimate(results[best][0], results[best][2], best, _role(best, layout.p),

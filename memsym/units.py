@@ -7,12 +7,15 @@ it uses.  Nothing here evaluates the text: it is matched against a strict patter
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from fractions import Fraction
 
 from .errors import InvalidValueError
 from .limits import MAX_DIGITS, check_limit
-from .text import short
+from .text import approx, short
+from .values import exact
 
 __all__ = ["parse_bytes", "parse_count", "parse_number", "UNITS", "format_bytes"]
 
@@ -189,8 +192,6 @@ def parse_number(text, what: str = "value", *, low=0, high=None, include_low: bo
     lo_ok = value > low or (include_low and value == low)
     hi_ok = high is None or value < high or (include_high and value == high)
     if not (lo_ok and hi_ok):
-        from .text import approx
-
         left = "[" if include_low else "("
         right = "" if high is None else f", {high}{']' if include_high else ')'}"
         rng = f"{left}{low}{right}" if high is not None else (f">= {low}" if include_low else f"> {low}")
@@ -198,7 +199,24 @@ def parse_number(text, what: str = "value", *, low=0, high=None, include_low: bo
                                 f"got {approx(value)}")
     if limit is not None:
         check_limit(limit, value, what)
-    from .values import exact
 
     exact(value, what)  # 1e-9999 is in (0, 1] but has 10^4 digits: refused (values.MAX_BITS)
     return value
+
+
+def capacity_bytes(value) -> int:
+    """A GPU memory capacity as whole bytes: a number of bytes > 0, or text such as ``"80GB"``
+    (:func:`parse_bytes`).
+
+    Examples
+    --------
+    >>> capacity_bytes("80GB"), capacity_bytes(2**30)
+    (80000000000, 1073741824)
+    """
+    if isinstance(value, str):
+        return parse_bytes(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 \
+            or not math.isfinite(value):
+        raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0, got "
+                                f"{value!r:.40}")
+    return int(value)

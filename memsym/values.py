@@ -14,8 +14,10 @@ from typing import Mapping
 
 import sympy as sp
 
-from .errors import InvalidValueError
+from .errors import InvalidValueError, LimitError
 from .symbols import info, lookup
+from .text import short
+from .limits import check_limit
 
 __all__ = ["exact", "whole", "positive", "fraction_in", "boolean", "as_values", "as_expr",
            "lazy_min"]
@@ -29,8 +31,6 @@ MAX_BITS = 4096
 
 def _bounded(num: sp.Expr, what: str) -> sp.Expr:
     if num.is_Rational and max(int(num.p).bit_length(), int(num.q).bit_length()) > MAX_BITS:
-        from .errors import LimitError
-
         raise LimitError(f"{what} = {_short(num)} has more than {int(MAX_BITS * 0.30103)} digits; "
                          "memsym's sizes stop far below (see memsym.limits)", what, MAX_BITS)
     return num
@@ -83,8 +83,6 @@ def exact(value, what: str = "value") -> sp.Expr:
 
 
 def _short(value) -> str:
-    from .text import short
-
     return short(value)
 
 
@@ -92,12 +90,8 @@ def _limit(value, what, limit):
     if limit is None:
         return
     if isinstance(limit, str):
-        from .limits import check_limit
-
         check_limit(limit, value, what)
     elif value > limit:
-        from .errors import LimitError
-
         raise LimitError(f"{what} = {_short(value)} is above the limit {limit}", what, limit)
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sympy as sp
 
-from memsym.model import Architecture, preset
+from memsym.model import Architecture, lora_parameter_count, preset
 from memsym.symbols import L_lora, N_a, b_g, b_m, b_o, h, r_lora
-from memsym.terms.adapters import (adapter_state, frozen_weights, lora, lora_parameter_count,
-                                   lora_parameters, qlora, quantization_bits, quantization_bytes)
+from memsym.terms.adapters import (adapter_state, frozen_weights, lora, lora_parameters, qlora,
+                                   quantization_bits, quantization_bytes)
 
 GB = 10**9
 ZERO = {"workspace": 0, "nccl": 0, "fragmentation": 0}

@@ -10,8 +10,9 @@ from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.symbols import G, beta_inter, eta
 from memsym.terms.communication import communication_time
 from memsym.terms.compute import (flops_per_iteration, gpu_hours, hfu, mfu, parameters_narayanan,
-                                  step_report, step_time, training_cost, training_time,
+                                  step_time, training_cost, training_time,
                                   training_time_from_steps)
+from memsym.timing.report import step_report
 from memsym.terms.pipeline import bubble_fraction, data_parallel_for, global_batch
 
 DAY = 86400

@@ -27,13 +27,13 @@ ALIASES = {"seq_length": "s", "micro_batch_size": "b", "global_batch_size": "B",
 #: Parameters named like a registered symbol that mean something else there (documented
 #: with their own meaning, not the symbol's unit): (function, parameter) -> why.
 EXCEPTIONS = {
-    ("memsym.timing.schedule.rank_order", "N"):
+    ("memsym.terms.pipeline_order.rank_order", "N"):
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
-    ("memsym.timing.schedule.schedule_table", "N"):
+    ("memsym.terms.pipeline_order.schedule_table", "N"):
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
-    ("memsym.timing.schedule.chunk_peak", "N"):
+    ("memsym.terms.pipeline_order.chunk_peak", "N"):
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
-    ("memsym.timing.schedule.live_by_held_gradients", "N"):
+    ("memsym.terms.pipeline_order.live_by_held_gradients", "N"):
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
     ("memsym.timing.efficiency.gemm_time", "N"): "a GEMM dimension [elements], not parameters",
     ("memsym.timing.efficiency.gemm_efficiency", "N"):

@@ -194,7 +194,7 @@ def test_bad_input_is_refused():
 
 
 def _cluster_report():
-    # the step report the estimate command prints with --gpu (memsym.terms.compute.step_report)
+    # the step report the estimate command prints with --gpu (memsym.timing.report.step_report)
     import argparse
 
     from memsym.cli.training_options import communication_report

@@ -781,6 +781,7 @@ from memsym import text as mtext  # noqa: E402
 from memsym.cli import output as mout  # noqa: E402
 from memsym.numeric import finite_float  # noqa: E402
 from memsym.terms import compute  # noqa: E402
+from memsym.timing import report  # noqa: E402
 
 FORGED = "meta-llama/x\nllama2-7b: fits on 1 GPU\x1b[2J\x1b[31mred\x1b]0;title\x07\u202eevil\r"
 
@@ -879,13 +880,13 @@ def test_step_report_with_efficiency_1e_320_is_refused_naming_eta():
     values = {"N": 7 * 10**9, "s": 4096, "b": 1, "h": 4096, "L": 32, "V": 32000, "t": 8, "p": 1,
               "d": 1, "m": 1}
     with pytest.raises(errors.InvalidValueError, match="eta = 1/1000") as info:
-        compute.step_report(values, cluster="dgx-h100", sharding=None, efficiency=1e-320)
+        report.step_report(values, cluster="dgx-h100", sharding=None, efficiency=1e-320)
     assert "outside the float range" in str(info.value)
     for bad in (0, -0.5, 1.5, float("nan"), float("inf"), "0.5", True):
         with pytest.raises(errors.InvalidValueError, match="efficiency"):
-            compute.step_report(values, cluster="dgx-h100", sharding=None, efficiency=bad)
+            report.step_report(values, cluster="dgx-h100", sharding=None, efficiency=bad)
     # a sane efficiency still answers with finite numbers (no change to the happy path)
-    rep = compute.step_report(values, cluster="dgx-h100", sharding=None, efficiency=0.5)
+    rep = report.step_report(values, cluster="dgx-h100", sharding=None, efficiency=0.5)
     assert math.isfinite(rep["step_time_s"]) and 0 < rep["mfu"] <= 1
 
 

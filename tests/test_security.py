@@ -356,7 +356,7 @@ REVIEWED = {
     ("memsym/values.py", "expr = sp.sympify(value, strict=True)  # strict: no string parsing, no eval"):
         "as_expr: strings are refused just above, and strict=True never parses text",
     ("memsym/model/counts.py", "value = sp.sympify(expr).xreplace(vals)"):
-        "_as_int: expr is parameter_expression()'s SymPy expression, built by memsym",
+        "as_int: expr is parameter_expression()'s SymPy expression, built by memsym",
     ("memsym/analysis.py", "if not sp.sympify(tp).is_Integer:"):
         "smallest_gpus: tp is the product of values that as_values() validated as numbers",
     ("memsym/cli/options.py", "value = sp.sympify(value)"):

@@ -60,7 +60,7 @@ def test_estimate_mfu_counts_gemm_flops_by_hand(capsys):
 
 def test_six_n_convention_is_a_named_option():
     from memsym.model import active_parameter_count
-    from memsym.terms.compute import step_report
+    from memsym.timing.report import step_report
     from memsym.training import arch_values
 
     arch = preset("llama3-8b")

@@ -15,7 +15,7 @@ from memsym.model.architecture import Architecture
 from memsym.terms.schedule import stage_microbatches
 from memsym.timing import collectives, efficiency, schedule, validation
 from memsym.timing.gemm import layer_gemms, shape_of
-from memsym.timing.step import Overlap, Settings, _layer, step_time_grid
+from memsym.timing.step import Overlap, Settings, layer_time, step_time_grid
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -187,7 +187,7 @@ def test_korthikanti_table4_per_layer_times():
     for (rec, sp_), (fw, bw) in printed.items():
         st = Settings(seq_length=2048, micro_batch_size=4, recompute=rec, sequence_parallel=sp_,
                       flash_attention=False, dropout=True)
-        f, b = _layer(x, st, gpu("a100-80gb"), cluster("dgx-a100"), 8, 1, 1, 8, 4, moe=False,
+        f, b = layer_time(x, st, gpu("a100-80gb"), cluster("dgx-a100"), 8, 1, 1, 8, 4, moe=False,
                       eta_gemm=None, overlap=Overlap(), dp=1)
         assert sum(float(q) for q in f.values()) * 1e3 == pytest.approx(fw, rel=0.06)
         assert sum(float(q) for q in b.values()) * 1e3 == pytest.approx(bw, rel=0.06)
@@ -586,7 +586,7 @@ def test_tp_comm_overlap_runs_as_transformer_engines_userbuffers():
 
     from memsym.timing.efficiency import gemm_time
     from memsym.timing.gemm import layer_gemms, shape_of
-    from memsym.timing.step import _layer
+    from memsym.timing.step import layer_time
 
     x, dev, clu = shape_of(preset("llama3-70b")), gpu("h100-80gb"), cluster("dgx-h100")
     few = dataclasses.replace(dev, sm_count=116, bf16=dev.bf16 * 116 / 132,
@@ -605,19 +605,19 @@ def test_tp_comm_overlap_runs_as_transformer_engines_userbuffers():
                    + run(4096, g["fc2"].K, g["fc2"].N, n=t_) + run(g["fc2"].K, g["fc2"].N, 4096)
                    + sum(run(4096, g[k].K, g[k].N, few) + run(g[k].K, g[k].N, 4096, few)
                          for k in ("qkv", "fc1")))
-    f, b = _layer(x, st, dev, clu, t_, 1, 1, t_, 1, moe=False, eta_gemm=None,
+    f, b = layer_time(x, st, dev, clu, t_, 1, 1, t_, 1, moe=False, eta_gemm=None,
                   overlap=Overlap(tp_comm=True), dp=1)
     assert float(f["gemm"]) == pytest.approx(fwd_by_hand, rel=1e-12)
     assert float(b["gemm"]) == pytest.approx(bwd_by_hand, rel=1e-12)
     # splitting costs GEMM time and hides most of the collectives (seed 001's TP 8 layer)
-    f0, b0 = _layer(x, st, dev, clu, t_, 1, 1, t_, 1, moe=False, eta_gemm=None,
+    f0, b0 = layer_time(x, st, dev, clu, t_, 1, 1, t_, 1, moe=False, eta_gemm=None,
                     overlap=Overlap(), dp=1)
     assert float(f["gemm"]) > float(f0["gemm"]) and float(f["tp"]) < float(f0["tp"]) / 2
     # the switch to the old reading: collectives hidden behind the whole, unsplit GEMMs
-    fh, _ = _layer(x, st, dev, clu, t_, 1, 1, t_, 1, moe=False, eta_gemm=None,
+    fh, _ = layer_time(x, st, dev, clu, t_, 1, 1, t_, 1, moe=False, eta_gemm=None,
                    overlap=Overlap(tp_comm=True, tp_comm_split=False), dp=1)
     assert float(fh["gemm"]) == float(f0["gemm"]) and float(fh["tp"]) == 0.0
     # no userbuffers without tensor parallelism: t = 1 prices as without the overlap
-    one = [_layer(x, st, dev, clu, 1, 1, 1, 1, 1, moe=False, eta_gemm=None, overlap=o, dp=1)
+    one = [layer_time(x, st, dev, clu, 1, 1, 1, 1, 1, moe=False, eta_gemm=None, overlap=o, dp=1)
            for o in (Overlap(tp_comm=True), Overlap())]
     assert one[0] == one[1]

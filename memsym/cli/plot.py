@@ -93,10 +93,10 @@ def _capacity(args, capacity):
 
 
 def _job_name(estimate, arch) -> str:
-    from ..document import _arch_of, _layout_text
+    from ..document import arch_of, layout_text
 
-    x = _arch_of(estimate, arch)
-    return f"{getattr(x, 'name', None) or 'model'}, {_layout_text(estimate.values)}"
+    x = arch_of(estimate, arch)
+    return f"{getattr(x, 'name', None) or 'model'}, {layout_text(estimate.values)}"
 
 
 def _re_estimate(arch, layout, training, unknown):

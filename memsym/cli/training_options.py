@@ -773,11 +773,11 @@ def cluster_known(args) -> bool:
 
 def communication_report(args, arch, layout, training) -> dict:
     """``communication``, ``bubble``, ``flops``, ``step_time_s``, ``mfu`` of the layout on the
-    cluster the options describe (:func:`memsym.terms.compute.step_report` with the layout:
+    cluster the options describe (:func:`memsym.timing.report.step_report` with the layout:
     step time, bubble and MFU from :func:`memsym.timing.step.step_time`, the exact schedule;
     MFU on GEMM-count FLOPs; ``--efficiency`` the explicit achieved-GEMM-efficiency override)."""
     from ..model import active_parameter_count, moe_layer_pattern
-    from ..terms.compute import step_report
+    from ..timing.report import step_report
     from ..training import arch_values, job_stage_parameters, microbatches
 
     values = {str(sym): int(val) for sym, val in arch_values(arch, layout.t).items()}

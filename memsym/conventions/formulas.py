@@ -16,13 +16,13 @@ from ..values import as_expr
 #: The framework conventions this module reproduces.
 CONVENTION_NAMES = ("megatron-lm", "megatron-bridge")
 
-_LM_WO = Source("megatron-lm", "theoretical_memory_usage.py, compute_weight_and_optimizer_memory")
-_LM_A = Source("megatron-lm", "theoretical_memory_usage.py, compute_activation_memory "
+LM_WO = Source("megatron-lm", "theoretical_memory_usage.py, compute_weight_and_optimizer_memory")
+LM_A = Source("megatron-lm", "theoretical_memory_usage.py, compute_activation_memory "
                               "(Korthikanti et al. 2022 Table 2, TP + SP + selective)")
-_LM_B = Source("megatron-lm", "theoretical_memory_usage.py, compute_activation_memory_without_sp")
-_BR_WO = Source("megatron-bridge", "theoretical_memory_utils.py, estimate_training_memory "
+LM_B = Source("megatron-lm", "theoretical_memory_usage.py, compute_activation_memory_without_sp")
+BR_WO = Source("megatron-bridge", "theoretical_memory_utils.py, estimate_training_memory "
                                    "(model_state_components)")
-_BR_A = Source("megatron-bridge", "theoretical_memory_utils.py, _compute_activation_memory_bytes")
+BR_A = Source("megatron-bridge", "theoretical_memory_utils.py, _compute_activation_memory_bytes")
 
 _R = sp.Rational
 

@@ -14,6 +14,8 @@ from ..term import Total
 from ..terms.activations import RECOMPUTE
 from ..terms.model_state import normalize_scheme
 from ..values import exact
+from ..model import Architecture, moe_layer_pattern, resolve
+from .. import rules
 
 
 # ------------------------------------------------------------------------------------------------
@@ -56,7 +58,7 @@ def _read(obj, name):
     return getattr(obj, name, None)
 
 
-def _knobs(layout, training, overrides) -> dict:
+def convention_knobs(layout, training, overrides) -> dict:
     """One flat dict of knobs from a layout, training settings and keyword overrides."""
     known = {alias for names in _ALIASES.values() for alias in names}
     for key in overrides:
@@ -145,7 +147,7 @@ class _Arch:
     shared_gate: bool
 
 
-def _arch(arch) -> _Arch:
+def architecture_of(arch) -> _Arch:
     def get(name, default=None):
         val = getattr(arch, name, default)
         if val is None and isinstance(getattr(arch, "extra", None), Mapping):
@@ -164,8 +166,6 @@ def _arch(arch) -> _Arch:
     f_ = int(get("ffn_hidden_size", 4 * h_))
     if E_ is not None:
         # the model layer's pattern (Megatron's rule: layer i is MoE iff i % q == 0, or the list)
-        from ..model import moe_layer_pattern
-
         pattern = tuple(int(x) for x in moe_layer_pattern(arch))
     else:
         pattern = (0,) * L_
@@ -187,14 +187,11 @@ def _arch(arch) -> _Arch:
     )
 
 
-def _launchable(arch, kn: dict):
+def launchable(arch, kn: dict):
     """The resolved architecture, after the same launch rules as every memsym job
     (:mod:`memsym.rules`): a framework's estimator prints numbers for layouts the framework
     refuses to start (an expert data-parallel size of 0, t not dividing the KV heads); memsym
     refuses them with the rule's line instead."""
-    from .. import rules
-    from ..model import Architecture, resolve
-
     if not isinstance(arch, Architecture):
         return arch
     x = resolve(arch, seq_length=kn["s"])
@@ -209,7 +206,7 @@ def _launchable(arch, kn: dict):
     return x
 
 
-def _schedule(kn: dict) -> str:
+def schedule_name(kn: dict) -> str:
     """Which branch of the pipeline factor the frameworks take for this layout."""
     if kn["v"] is not None and kn["v"] > 1:  # v = 1 means no interleaving (Megatron sets None)
         return "interleaved"
@@ -252,7 +249,7 @@ class ConventionResult:
         return self.total.breakdown(self.values)
 
 
-def _values(kn: dict, *, with_te: int) -> dict:
+def knob_values(kn: dict, *, with_te: int) -> dict:
     vals = {t: kn["t"], p: kn["p"], d: kn["d"], c: kn["c"], e: kn["e"], t_e: with_te,
             s: kn["s"], b: kn["b"]}
     if kn["v"] is not None:

@@ -8,9 +8,11 @@ import sympy as sp
 from ..errors import DivisibilityError, InvalidValueError
 from ..symbols import V, c, d, e, h, p, t, t_e
 from ..term import Term, Total
-from .formulas import (_BR_A, _BR_WO, bridge_bytes_per_parameter, megatron_bridge_activation, padded_vocab)
-from .knobs import LAYOUT_IGNORED, ConventionResult, _arch, _knobs, _launchable, _schedule, _values
-from .megatron_lm import _precision_note
+from .formulas import (BR_A, BR_WO, bridge_bytes_per_parameter, megatron_bridge_activation,
+                       padded_vocab)
+from .knobs import (ConventionResult, LAYOUT_IGNORED, architecture_of, convention_knobs,
+                    knob_values, launchable, schedule_name)
+from .megatron_lm import precision_note
 
 # ------------------------------------------------------------------------------------------------
 # Megatron-Bridge 0.6
@@ -104,9 +106,9 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
         knobs = {**knobs, "m": num_microbatches}
     if should_pad_vocab is not None:
         knobs = {**knobs, "should_pad_vocab": should_pad_vocab}
-    kn = _knobs(layout, training, knobs)
-    arch = _launchable(arch, kn)
-    A = _arch(arch)
+    kn = convention_knobs(layout, training, knobs)
+    arch = launchable(arch, kn)
+    A = architecture_of(arch)
     assumptions = []
     te_val = kn["t_e"] if kn["t_e"] is not None else kn["t"]
     if kn["t_e"] is None and A.E is not None:
@@ -164,11 +166,11 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
     beta_exp = bridge_bytes_per_parameter(kn["distributed_optimizer"], edp)
     opt = "6 + 12/(d c)" if kn["distributed_optimizer"] else "18"
     terms = [Term("weights_and_optimizer_dense", N_d * beta_dense,
-                  f"dense parameters and optimizer (norms / t, embeddings) x {opt} bytes", _BR_WO,
+                  f"dense parameters and optimizer (norms / t, embeddings) x {opt} bytes", BR_WO,
                   label="dense x beta(d c)")]
     if routed_total > 0:
         terms.append(Term("weights_and_optimizer_experts", N_x * beta_exp,
-                          "routed expert parameters and optimizer over e t_e, x beta(EDP)", _BR_WO,
+                          "routed expert parameters and optimizer over e t_e, x beta(EDP)", BR_WO,
                           label="experts x beta(EDP)"))
 
     # --- activations -------------------------------------------------------------------------
@@ -176,12 +178,12 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
     L_m = sum(pattern) if moe else 0
     L_d = L_tot - L_m
     ratio = (sp.Integer(L_d * A.f + L_m * (A.f_e * A.k + A.f_sh)) / (L_tot * h_))
-    schedule = _schedule(kn)
+    schedule = schedule_name(kn)
     act = megatron_bridge_activation(schedule, output_layer=kn["p"] == 1, ratio=ratio,
                                      layers=L_tot)
     act = act.xreplace({h: h_, V: V_used})
     terms.append(Term("activations", act,
-                      "stage-0 activations, MoE layers weighted by top-k, / (t c)", _BR_A,
+                      "stage-0 activations, MoE layers weighted by top-k, / (t c)", BR_A,
                       label="activations"))
 
     assumptions.append("activations: one formula (SP + selective assumed) whatever the recompute "
@@ -205,9 +207,9 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
         assumptions.append("interleaved schedule: activations x (1 + (p - 1)/(p v))")
     elif schedule == "microbatches":
         assumptions.append("fewer microbatches than stages discounted: x min(1, m/p)")
-    _precision_note(kn, assumptions)
+    precision_note(kn, assumptions)
 
-    vals = _values(kn, with_te=te_val)
+    vals = knob_values(kn, with_te=te_val)
     params = {
         "total": (sp.Integer(dense_total + routed_total) + (2 if A.untied else 1) * emb).xreplace(vals),
         "most_loaded_shard": (N_d + N_x).xreplace(vals),

@@ -9,8 +9,10 @@ from ..errors import InvalidValueError
 from ..symbols import L, V, c, d, e, f, h, p, t, t_e
 from ..term import Term, Total
 from ..values import as_expr
-from .formulas import (_LM_A, _LM_B, _LM_WO, _R, megatron_bytes_per_parameter, megatron_lm_activation, padded_vocab)
-from .knobs import LAYOUT_IGNORED, ConventionResult, _arch, _knobs, _launchable, _schedule, _values
+from .formulas import (LM_A, LM_B, LM_WO, megatron_bytes_per_parameter, megatron_lm_activation,
+                       padded_vocab)
+from .knobs import (ConventionResult, LAYOUT_IGNORED, architecture_of, convention_knobs,
+                    knob_values, launchable, schedule_name)
 
 # ------------------------------------------------------------------------------------------------
 # Megatron-LM core 0.19
@@ -64,16 +66,16 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     """
     if num_microbatches is not None:
         knobs = {**knobs, "m": num_microbatches}
-    kn = _knobs(layout, training, knobs)
-    arch = _launchable(arch, kn)
-    A = _arch(arch)
+    kn = convention_knobs(layout, training, knobs)
+    arch = launchable(arch, kn)
+    A = architecture_of(arch)
     assumptions = []
     te_val = kn["t_e"] if kn["t_e"] is not None else kn["t"]  # validate_args: ETP defaults to TP
     if kn["t_e"] is None and A.E is not None:
         assumptions.append("expert_tensor_parallel_size unset: resolved to TP as validate_args does")
     moe = A.E is not None
     eta = 1 if A.rmsnorm else 2  # RMSNorm has no bias (since core 0.16)
-    gamma = _R(3, 2) if A.swiglu else 1
+    gamma = sp.Rational(3, 2) if A.swiglu else 1
     h_, a_ = A.h, A.a
 
     # --- parameter counts, as the source counts them -----------------------------------------
@@ -121,14 +123,14 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     terms = [
         Term("weights_and_optimizer_tp", T_expr * beta_d,
              f"TP-sharded parameters on stage 0 (layers/p, whole MTP block, embedding) x {opt} "
-             "bytes", _LM_WO, label="TP-sharded x beta(d)"),
+             "bytes", LM_WO, label="TP-sharded x beta(d)"),
         Term("weights_and_optimizer_replicated", R_expr * beta_d,
              f"norms, routers and latent projections, replicated over TP, x {opt} bytes",
-             _LM_WO, label="replicated x beta(d)"),
+             LM_WO, label="replicated x beta(d)"),
     ]
     if moe:
         terms.append(Term("weights_and_optimizer_experts", X_expr * beta_e,
-                          "routed experts on stage 0 over t_e e, x beta(expert DP)", _LM_WO,
+                          "routed experts on stage 0 over t_e e, x beta(expert DP)", LM_WO,
                           label="experts x beta(D_e)"))
 
     # --- activations -------------------------------------------------------------------------
@@ -136,10 +138,10 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     if kn["sequence_parallel"] and kn["t"] == 1:
         assumptions.append("sequence_parallel is switched off by Megatron when TP = 1")
     path = "A" if (sp_on and kn["recompute"] == "selective") else "B"
-    schedule = _schedule(kn)
+    schedule = schedule_name(kn)
     act = megatron_lm_activation(path, schedule, output_layer=kn["p"] == 1)
     act = act.xreplace({h: h_, f: A.f, L: A.L, V: V_pad})
-    src = _LM_A if path == "A" else _LM_B
+    src = LM_A if path == "A" else LM_B
     desc = ("stage-0 activations, SP + selective recompute, / t" if path == "A" else
             "stage-0 activations 'without SP' (10 + 24/t per layer, x 1.05)")
     terms.append(Term("activations", act, desc, src, label=f"activations (path {path})"))
@@ -168,9 +170,9 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     if kn["p"] > 1:
         assumptions.append("most-loaded GPU taken to be pipeline stage 0; output-layer logits "
                            "(last stage) not counted")
-    _precision_note(kn, assumptions)
+    precision_note(kn, assumptions)
 
-    vals = _values(kn, with_te=te_val)
+    vals = knob_values(kn, with_te=te_val)
     n_total = (tp_block + rep_block + exp_block + (P_attn + P_mlp + P_norm) * mtp_dense
                + (P_attn + P_sh + P_exp + P_lat + P_norm + P_rt + P_gate) * mtp_moe
                + (2 if A.untied else 1) * emb)
@@ -184,7 +186,7 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     return ConventionResult("megatron-lm", total, vals, path, tuple(assumptions), params)
 
 
-def _precision_note(kn, assumptions):
+def precision_note(kn, assumptions):
     if kn["m_derived"]:
         assumptions.append(f"num_microbatches = B/(b d) = {kn['m']}, as the training loop passes it")
     prec = kn["precision"]

@@ -156,7 +156,7 @@ _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
 
 
-def _pos_int(value, what: str, allow_zero: bool = False) -> int:
+def pos_int(value, what: str, allow_zero: bool = False) -> int:
     # bool is an int subclass in Python: True must not pass as 1 layer.
     if isinstance(value, bool) or not isinstance(value, int):
         try:
@@ -217,7 +217,7 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
     for name in _INT_FIELDS:
         val = getattr(arch, name)
         if val is not None:
-            upd[name] = check_limit(name, _pos_int(val, name))
+            upd[name] = check_limit(name, pos_int(val, name))
     for name in _BOOL_FIELDS:
         val = getattr(arch, name)
         if not isinstance(val, bool):
@@ -227,15 +227,15 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
         if val is not None and not isinstance(val, bool):
             raise InvalidValueError(f"{name} must be true, false or None, got "
                                     f"{printable(repr(val), 40)}")
-    upd["mtp_num_layers"] = check_limit("mtp_num_layers", _pos_int(
+    upd["mtp_num_layers"] = check_limit("mtp_num_layers", pos_int(
         arch.mtp_num_layers, "mtp_num_layers", allow_zero=True))
-    upd["norms_per_layer"] = check_limit("norms_per_layer", _pos_int(
+    upd["norms_per_layer"] = check_limit("norms_per_layer", pos_int(
         arch.norms_per_layer, "norms_per_layer", allow_zero=True))
     if arch.qk_norm_width not in _QK_NORM_WIDTHS:
         raise UnknownNameError("qk_norm_width", arch.qk_norm_width, _QK_NORM_WIDTHS)
     if arch.moe_shared_expert_intermediate_size is not None:
         upd["moe_shared_expert_intermediate_size"] = check_limit(
-            "moe_shared_expert_intermediate_size", _pos_int(
+            "moe_shared_expert_intermediate_size", pos_int(
                 arch.moe_shared_expert_intermediate_size, "moe_shared_expert_intermediate_size",
                 allow_zero=True))
     norm = _NORMS.get(str(arch.normalization).lower())
@@ -263,7 +263,7 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
             raise InvalidValueError("learned position embeddings need max_position_embeddings "
                                     "(or a seq_length to default it to)")
         upd["max_position_embeddings"] = check_limit(
-            "max_position_embeddings", _pos_int(seq_length, "seq_length"), "seq_length")
+            "max_position_embeddings", pos_int(seq_length, "seq_length"), "seq_length")
     if upd.get("num_experts"):
         upd.setdefault("moe_ffn_hidden_size", upd["ffn_hidden_size"])
         if upd["moe_router_topk"] > upd["num_experts"]:
@@ -277,7 +277,7 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
                                         " entries of 0 or 1")
             upd["moe_layer_freq"] = tuple(int(x) for x in freq)
         else:
-            upd["moe_layer_freq"] = check_limit("num_layers", _pos_int(freq, "moe_layer_freq"),
+            upd["moe_layer_freq"] = check_limit("num_layers", pos_int(freq, "moe_layer_freq"),
                                                 "moe_layer_freq")
     if arch.multi_latent_attention:
         for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
@@ -329,7 +329,7 @@ class Resolved(Architecture):
             raise InvalidValueError("a Resolved architecture is made by memsym.model.resolve()")
 
 
-def _lenient(arch: Architecture) -> Architecture:
+def lenient(arch: Architecture) -> Architecture:
     # structure-only resolution: a missing position-table length does not matter here
     return resolve(arch, seq_length=1 if isinstance(arch, Architecture)
                    and arch.max_position_embeddings is None else None)
@@ -358,8 +358,8 @@ def padded_vocab_size(vocab_size: int, t: int = 1, divisible_by: int = 128) -> i
     >>> padded_vocab_size(50257, t=1), padded_vocab_size(50257, t=8), padded_vocab_size(32000, t=8)
     (50304, 51200, 32768)
     """
-    vocab_size = _pos_int(vocab_size, "vocab_size")
-    mult = _pos_int(divisible_by, "make_vocab_size_divisible_by") * _pos_int(t, "t")
+    vocab_size = pos_int(vocab_size, "vocab_size")
+    mult = pos_int(divisible_by, "make_vocab_size_divisible_by") * pos_int(t, "t")
     return -(-vocab_size // mult) * mult
 
 
@@ -377,7 +377,7 @@ def moe_layer_pattern(arch: Architecture) -> tuple:
     >>> sum(moe_layer_pattern(preset("deepseek-v3")))
     58
     """
-    x = _lenient(arch)
+    x = lenient(arch)
     if not x.is_moe:
         return (False,) * x.num_layers
     if isinstance(x.moe_layer_freq, tuple):

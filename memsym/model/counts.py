@@ -6,24 +6,28 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, UnknownNameError
-from .architecture import Architecture, _lenient, moe_layer_pattern, padded_vocab_size, resolve
-from ..symbols import (E, L, L_m, V, a, d_h, d_qk, d_r, d_v, f, f_e, f_sh, g, h, k, n_mtp, r_kv, r_q, s_max)
+from .architecture import Architecture, lenient, moe_layer_pattern, padded_vocab_size, resolve
+from ..terms.adapters import LORA_TARGETS, lower_choice
+from ..symbols import (E, L, L_m, V, a, d_h, d_qk, d_r, d_v, f, f_e, f_sh, g, h, k, n_mtp, r_kv,
+                       r_q, s_max)
+from .presets import preset
+from ..term import Source, Term, Total
 
 # ----------------------------------------------------------------------------------------------
 # symbolic parameter counts
 # ----------------------------------------------------------------------------------------------
 
-__all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "parameter_total"]
+__all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "parameter_total", "lora_parameter_count"]
 
 
 COMPONENTS = ("embedding", "position_embedding", "attention", "mlp", "norms", "router",
               "shared_experts", "experts", "output_layer", "mtp", "mtp_experts")
 """Keys of :func:`parameter_expression` / :func:`parameter_counts`, in model order."""
 
-_ZERO = sp.Integer(0)
+ZERO = sp.Integer(0)
 
 
-def _eta(x: Architecture) -> int:
+def norm_params(x: Architecture) -> int:
     # parameters per normalised element: RMSNorm has a scale only, LayerNorm scale and shift;
     # norm_affine=False (OLMo's LayerNorm) has neither, norm_bias=False (Cohere's) no shift.
     if not x.norm_affine:
@@ -41,12 +45,12 @@ def _attention_parts(x: Architecture):
     """Per-layer attention parameters as (TP-sharded, TP-replicated) expressions."""
     bias_all = _attention_bias(x)
     bias_qkv = bias_all or x.add_qkv_bias
-    eta = _eta(x)
+    eta = norm_params(x)
     if x.multi_latent_attention:
         # DeepSeek-V2/V3 MLA (arXiv 2405.04434 §2.1): queries and keys/values through low-rank
         # latents with an RMSNorm each; the down projections are duplicated on every TP rank in
         # Megatron-core (parallel_mode="duplicated"), the up projections and output are sharded.
-        rep = _ZERO
+        rep = ZERO
         if x.q_lora_rank:
             rep += h * r_q + eta * r_q
             tp = r_q * a * (d_qk + d_r)
@@ -60,7 +64,7 @@ def _attention_parts(x: Architecture):
         return tp, rep
     # Q and O are h x a*d_h, K and V are h x g*d_h (GQA; g = a is multi-head attention).
     tp = h * a * d_h + 2 * h * g * d_h + a * d_h * h
-    rep = _ZERO
+    rep = ZERO
     if bias_qkv:
         tp += (a + 2 * g) * d_h
     if bias_all:
@@ -80,7 +84,7 @@ def _mlp_parts(x: Architecture, width):
     """An MLP of inner size ``width``: (TP-sharded, replicated) weights and biases."""
     gated = x.gated
     tp = (3 if gated else 2) * h * width
-    rep = _ZERO
+    rep = ZERO
     if x.add_bias_linear:
         tp += (2 if gated else 1) * width   # column-parallel fc1 (gate and up) biases
         rep += h                            # row-parallel fc2 bias
@@ -89,37 +93,37 @@ def _mlp_parts(x: Architecture, width):
     return tp, rep
 
 
-def _layer_parts(x: Architecture, moe: bool) -> dict:
+def layer_parts(x: Architecture, moe: bool) -> dict:
     """One decoder layer: component -> (TP-sharded, replicated, routed-expert) expressions."""
     at, ar = _attention_parts(x)
-    parts = {"attention": (at, ar, _ZERO),
-             "norms": (_ZERO, x.norms_per_layer * _eta(x) * h, _ZERO)}
+    parts = {"attention": (at, ar, ZERO),
+             "norms": (ZERO, x.norms_per_layer * norm_params(x) * h, ZERO)}
     if not moe:
         mt, mr = _mlp_parts(x, f)
-        parts["mlp"] = (mt, mr, _ZERO)
+        parts["mlp"] = (mt, mr, ZERO)
         return parts
     router = h * E + (E if x.moe_router_bias else 0)
-    parts["router"] = (_ZERO, router, _ZERO)
+    parts["router"] = (ZERO, router, ZERO)
     if x.moe_shared_expert_intermediate_size:
         st, sr = _mlp_parts(x, f_sh)
         if x.moe_shared_expert_gate:
             sr += h
-        parts["shared_experts"] = (st, sr, _ZERO)
+        parts["shared_experts"] = (st, sr, ZERO)
     et, er = _mlp_parts(x, f_e)
-    parts["experts"] = (_ZERO, _ZERO, E * (et + er))
+    parts["experts"] = (ZERO, ZERO, E * (et + er))
     return parts
 
 
 def _per_layer_total(x: Architecture, moe: bool, experts: bool = True):
-    return sum((tp + rep + (ex if experts else 0) for tp, rep, ex in _layer_parts(x, moe).values()),
-               _ZERO)
+    return sum((tp + rep + (ex if experts else 0) for tp, rep, ex in layer_parts(x, moe).values()),
+               ZERO)
 
 
-def _mtp_extra(x: Architecture):
+def mtp_extra(x: Architecture):
     # REF: DeepSeek-V3 (arXiv 2412.19437) §2.2: each MTP module has RMSNorms on the hidden state
     # and on the embedding, the projection M (2h -> h) and a transformer block; Megatron-core adds
     # a final norm per MTP layer.  The embedding and output head are shared with the main model.
-    return 3 * _eta(x) * h + 2 * h * h
+    return 3 * norm_params(x) * h + 2 * h * h
 
 
 def parameter_expression(arch: Architecture) -> dict:
@@ -159,12 +163,12 @@ def parameter_expression(arch: Architecture) -> dict:
     >>> ex["attention"], ex["mlp"], ex["norms"]
     (L*(2*a*d_h*h + 2*d_h*g*h), 3*L*f*h, 2*L*h + h)
     """
-    x = _lenient(arch)
+    x = lenient(arch)
     pattern = moe_layer_pattern(x)
     any_moe, any_dense = any(pattern), not all(pattern)
-    n_moe = L_m if any_moe else _ZERO
+    n_moe = L_m if any_moe else ZERO
     n_dense = (L - L_m) if any_moe else L
-    out = {key: _ZERO for key in COMPONENTS}
+    out = {key: ZERO for key in COMPONENTS}
     out["embedding"] = V * h
     if x.position_embedding_type == "learned_absolute":
         out["position_embedding"] = s_max * h
@@ -172,23 +176,23 @@ def parameter_expression(arch: Architecture) -> dict:
         out["output_layer"] = V * h
     if x.output_layer_bias:                      # GPT-J's lm_head bias (kept when tied, too)
         out["output_layer"] += V
-    dense_parts = _layer_parts(x, False) if any_dense else {}
-    moe_parts = _layer_parts(x, True) if any_moe else {}
+    dense_parts = layer_parts(x, False) if any_dense else {}
+    moe_parts = layer_parts(x, True) if any_moe else {}
     for key in ("attention", "norms"):
-        out[key] = L * sum(_layer_parts(x, any_moe)[key][:3], _ZERO)
-    out["norms"] += _eta(x) * h                  # final norm
+        out[key] = L * sum(layer_parts(x, any_moe)[key][:3], ZERO)
+    out["norms"] += norm_params(x) * h                  # final norm
     if x.embedding_norm:                         # BLOOM's word_embeddings_layernorm
-        out["norms"] += _eta(x) * h
+        out["norms"] += norm_params(x) * h
     if any_dense:
-        out["mlp"] = n_dense * sum(dense_parts["mlp"], _ZERO)
+        out["mlp"] = n_dense * sum(dense_parts["mlp"], ZERO)
     for key in ("router", "shared_experts", "experts"):
         if key in moe_parts:
-            out[key] = n_moe * sum(moe_parts[key], _ZERO)
+            out[key] = n_moe * sum(moe_parts[key], ZERO)
     if x.mtp_num_layers:
         last_moe = pattern[-1]
-        out["mtp"] = n_mtp * (_per_layer_total(x, last_moe, experts=False) + _mtp_extra(x))
+        out["mtp"] = n_mtp * (_per_layer_total(x, last_moe, experts=False) + mtp_extra(x))
         if last_moe:
-            out["mtp_experts"] = n_mtp * _layer_parts(x, True)["experts"][2]
+            out["mtp_experts"] = n_mtp * layer_parts(x, True)["experts"][2]
     return {key: sp.expand(val) if key in ("mtp", "mtp_experts") else val
             for key, val in out.items()}
 
@@ -238,7 +242,7 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
     return {sym: sp.Integer(val) for sym, val in vals.items()}
 
 
-def _as_int(expr, vals) -> int:
+def as_int(expr, vals) -> int:
     value = sp.sympify(expr).xreplace(vals)
     if not value.is_Integer:  # pragma: no cover - a symbol left unvalued is a bug here
         raise InvalidValueError(f"parameter count did not evaluate to an integer: {value}")
@@ -270,7 +274,7 @@ def parameter_counts(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
     (131072000, 131072000, 266240)
     """
     vals = parameter_values(arch, t, pad_vocab)
-    return {key: _as_int(expr, vals) for key, expr in parameter_expression(arch).items()}
+    return {key: as_int(expr, vals) for key, expr in parameter_expression(arch).items()}
 
 
 def parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False, mtp: bool = True,
@@ -342,7 +346,7 @@ def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = Fal
     12879925248
     """
     counts = parameter_counts(arch, t, pad_vocab)
-    x = _lenient(arch)
+    x = lenient(arch)
     if x.is_moe:
         ratio = sp.Rational(x.moe_router_topk, x.num_experts)
         counts["experts"] = int(counts["experts"] * ratio)
@@ -368,7 +372,7 @@ def gpt_parameter_expression(final_norm: bool = True) -> sp.Expr:
     """
     arch = Architecture(name="gpt", num_layers=2, hidden_size=64, num_attention_heads=8,
                         vocab_size=128, max_position_embeddings=16)
-    total = sum(parameter_expression(arch).values(), _ZERO)
+    total = sum(parameter_expression(arch).values(), ZERO)
     total = total.subs({f: 4 * h, d_h: h / a, g: a})
     if not final_norm:
         total -= 2 * h
@@ -391,30 +395,27 @@ def symbolic_parameters(model, component: str = "total", per_layer: bool = False
     >>> symbolic_parameters("llama3-8b", "layer", per_layer=True)
     2*a*d_h*h + 2*d_h*g*h + 3*f*h + 2*h
     """
-    from .presets import preset  # presets import the counts: resolve the name late
     arch = model if isinstance(model, Architecture) else preset(model)
-    x = _lenient(arch)
+    x = lenient(arch)
     if per_layer:
         if component not in _PER_LAYER:
             raise UnknownNameError("per-layer component", component, list(_PER_LAYER))
         moe = _PER_LAYER[component]
         if moe and not x.is_moe:
             raise InvalidValueError(f"{x.name} has no MoE layers (asked for {component})")
-        parts = _layer_parts(x, moe)
+        parts = layer_parts(x, moe)
         if component in ("layer", "moe_layer"):
-            return sp.expand(sum((sum(q, _ZERO) for q in parts.values()), _ZERO))
-        return sp.expand(sum(parts.get(component, (_ZERO,)), _ZERO))
+            return sp.expand(sum((sum(q, ZERO) for q in parts.values()), ZERO))
+        return sp.expand(sum(parts.get(component, (ZERO,)), ZERO))
     exprs = parameter_expression(x)
     if component == "total":
-        return sum(exprs.values(), _ZERO)
+        return sum(exprs.values(), ZERO)
     if component not in exprs:
         raise UnknownNameError("parameter component", component, list(exprs) + ["total"])
     return exprs[component]
 
 
 def _component_sources(x: Architecture) -> dict:
-    from ..term import Source
-
     mega = "theoretical_memory_usage.py (MEGATRON-ESTIMATORS.md §2.2)"
     return {
         "embedding": Source("narayanan", "§5.1 Eq. 2 (the Vh term)"),
@@ -451,9 +452,7 @@ def parameter_total(arch: Architecture):
     >>> tot.expr.xreplace(parameter_values(preset("llama2-7b")))
     6738415616
     """
-    from ..term import Term, Total
-
-    x = _lenient(arch)
+    x = lenient(arch)
     sources = _component_sources(x)
     what = {"embedding": "word embedding (V rows of h)", "position_embedding": "learned positions",
             "attention": "attention projections per layer", "mlp": "dense MLPs",
@@ -464,3 +463,42 @@ def parameter_total(arch: Architecture):
     terms = [Term(key, expr, what[key], sources[key], unit="parameters")
              for key, expr in parameter_expression(x).items() if expr != 0]
     return Total(f"parameters of {x.name}", tuple(terms), unit="parameters")
+
+
+def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
+    """Exact trainable LoRA parameters of an architecture: r(d_in + d_out) per adapted matrix.
+
+    Equals :func:`lora_parameters` when every target is square (d_in = d_out = h).
+
+    Parameters
+    ----------
+    arch : memsym.model.Architecture
+    rank : int
+        LoRA rank r.
+    targets : iterable of str
+        Subset of :data:`LORA_TARGETS` (``"all"`` for every linear layer); dense layers only.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> lora_parameter_count(preset("gpt3-175b"), 8)
+    37748736
+    """
+    if isinstance(rank, bool) or int(rank) != rank or rank < 1:
+        raise InvalidValueError(f"LoRA rank must be a whole number >= 1, got {rank!r}")
+    x = lenient(arch)
+    if targets == "all":
+        targets = LORA_TARGETS
+    hs, q = x.hidden_size, x.num_attention_heads * x.kv_channels
+    kv = x.num_query_groups * x.kv_channels
+    f = x.ffn_hidden_size
+    shapes = {"q": (hs, q), "k": (hs, kv), "v": (hs, kv), "o": (q, hs),
+              "gate": (hs, f), "up": (hs, f), "down": (f, hs)}
+    total = 0
+    for name in targets:
+        key = lower_choice("LoRA target", name, LORA_TARGETS)
+        if key == "gate" and not x.swiglu:
+            continue  # an ungated MLP has no gate projection
+        din, dout = shapes[key]
+        total += int(rank) * (din + dout)
+    return total * x.num_layers

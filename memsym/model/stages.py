@@ -8,9 +8,10 @@ from typing import Optional
 
 import sympy as sp
 
+from .. import rules   # the one rule table; it reads only the architecture
 from ..errors import DivisibilityError, InvalidValueError
-from .architecture import Architecture, _lenient, _pos_int, moe_layer_pattern, resolve
-from .counts import _ZERO, _as_int, _eta, _layer_parts, _mtp_extra, parameter_values
+from .architecture import Architecture, lenient, pos_int, moe_layer_pattern, resolve
+from .counts import ZERO, as_int, norm_params, layer_parts, mtp_extra, parameter_values
 from ..symbols import V, h
 
 # ----------------------------------------------------------------------------------------------
@@ -59,11 +60,9 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
     ...
     memsym.errors.DivisibilityError: tensor-parallel size t=16 must divide the KV heads (num_query_groups=8)
     """
-    from .. import rules   # the one rule table (it reads the model layer: imported late)
-
-    x = _lenient(arch)
-    t, p, e = _pos_int(t, "t"), _pos_int(p, "p"), _pos_int(e, "e")
-    t_e = t if t_e is None else _pos_int(t_e, "t_e")
+    x = lenient(arch)
+    t, p, e = pos_int(t, "t"), pos_int(p, "p"), pos_int(e, "e")
+    t_e = t if t_e is None else pos_int(t_e, "t_e")
     if pipeline_layout is not None:
         rules.check(x, {"t": t, "p": p, "e": e, "t_e": t_e},
                     ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts"))
@@ -100,10 +99,10 @@ def _split_layers(n_layers: int, p: int, first=None, last=None) -> list:
     sizes = [None] * p
     rest, middle = n_layers, p
     if first is not None:
-        sizes[0] = _pos_int(first, "first_stage_layers", allow_zero=True)
+        sizes[0] = pos_int(first, "first_stage_layers", allow_zero=True)
         rest, middle = rest - sizes[0], middle - 1
     if last is not None:
-        sizes[-1] = _pos_int(last, "last_stage_layers", allow_zero=True)
+        sizes[-1] = pos_int(last, "last_stage_layers", allow_zero=True)
         rest, middle = rest - sizes[-1], middle - 1
     if rest < 0:
         raise DivisibilityError(f"first/last stage sizes exceed num_layers={n_layers}")
@@ -171,8 +170,8 @@ def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
     torchtitan v0.2.2 ``torchtitan/distributed/pipeline_parallel.py``
     (``pipeline_llm``, ``generate_llm_fqn_per_model_part``, ``pipeline_module_split``).
     """
-    n_layers, p = _pos_int(n_layers, "num_layers"), _pos_int(p, "p")
-    v = _pos_int(stages_per_rank, "stages per rank")
+    n_layers, p = pos_int(n_layers, "num_layers"), pos_int(p, "p")
+    v = pos_int(stages_per_rank, "stages per rank")
     if style not in ("loop", "v") or (style == "v" and v != 2):
         raise InvalidValueError(f"torchtitan places stages loop-style, or v-style with 2 per "
                                 f"rank; got style {style!r} with {v}")
@@ -246,10 +245,10 @@ def torchtitan_stages_per_rank(n_layers: int, p: int, layers_per_stage: int | No
     ----------
     torchtitan v0.2.2 ``torchtitan/distributed/pipeline_parallel.py``, ``pipeline_llm``.
     """
-    n_layers, p = _pos_int(n_layers, "num_layers"), _pos_int(p, "p")
+    n_layers, p = pos_int(n_layers, "num_layers"), pos_int(p, "p")
     if layers_per_stage is None:
         return 2 if multi_stage else 1
-    n = _pos_int(layers_per_stage, "pipeline_parallel_layers_per_stage")
+    n = pos_int(layers_per_stage, "pipeline_parallel_layers_per_stage")
     stages = -(-(n_layers + input_weight + output_weight) // n)
     if stages % p:
         raise InvalidValueError(f"torchtitan: {stages} stages ({n_layers} layers + embedding and "
@@ -367,8 +366,8 @@ def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,
     >>> stage_layers(preset("llama3-405b"), p=16, stage=0, first_stage_layers=7, last_stage_layers=7)
     range(0, 7)
     """
-    n = _lenient(arch).num_layers
-    p = _pos_int(p, "p")
+    n = lenient(arch).num_layers
+    p = pos_int(p, "p")
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < p:
         raise InvalidValueError(f"stage must be a whole number in 0..{p - 1}, got {stage!r}")
     if pipeline_layout is not None:
@@ -392,7 +391,7 @@ def layer_parameters(arch: Architecture, moe: bool = False) -> dict:
     {'tp': 202375168, 'replicated': 8192, 'experts': 0}
     """
     # an architecture hashes by its fields (``extra`` is excluded), as the search's caches use it
-    return dict(_layer_parameters(_lenient(arch), bool(moe)))
+    return dict(_layer_parameters(lenient(arch), bool(moe)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -400,10 +399,10 @@ def _layer_parameters(x, moe: bool) -> tuple:
     # cached per (architecture, kind): the search asks for the same two layer kinds for
     # hundreds of stages; a tuple of pairs, copied into a fresh dict by the caller
     vals = parameter_values(replace(x, position_embedding_type="rope"))  # no s_max needed here
-    parts = _layer_parts(x, moe)
-    return (("tp", _as_int(sum((q[0] for q in parts.values()), _ZERO), vals)),
-            ("replicated", _as_int(sum((q[1] for q in parts.values()), _ZERO), vals)),
-            ("experts", _as_int(sum((q[2] for q in parts.values()), _ZERO), vals)))
+    parts = layer_parts(x, moe)
+    return (("tp", as_int(sum((q[0] for q in parts.values()), ZERO), vals)),
+            ("replicated", as_int(sum((q[1] for q in parts.values()), ZERO), vals)),
+            ("experts", as_int(sum((q[2] for q in parts.values()), ZERO), vals)))
 
 
 @dataclass(frozen=True)
@@ -521,26 +520,26 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     rep = sum(per[pattern[i]]["replicated"] for i in rng)
     ex = sum(per[pattern[i]]["experts"] for i in rng)
     vals = parameter_values(x, t, pad_vocab)
-    vh = _as_int(V * h, vals)
+    vh = as_int(V * h, vals)
     first, last = stage == 0, stage == (p - 1 if output_stage is None else output_stage)
     if first:
         tp += vh
         if x.position_embedding_type == "learned_absolute":
             rep += x.max_position_embeddings * x.hidden_size
         if x.embedding_norm:                    # BLOOM's norm after the word embedding
-            rep += _eta(x) * x.hidden_size
+            rep += norm_params(x) * x.hidden_size
     if last:
-        rep += _eta(x) * x.hidden_size
+        rep += norm_params(x) * x.hidden_size
         if x.untie_embeddings_and_output_weights or (p > 1 and tied_output_copy):
             tp += vh
         if x.output_layer_bias:                 # GPT-J's lm_head bias, one per (padded) row
-            tp += _as_int(V, vals)
+            tp += as_int(V, vals)
         if x.mtp_num_layers:
             # each MTP layer: a block of the last layer's kind, its three norms (replicated) and
             # the 2h -> h projection (counted as TP-sharded)
             block = per[pattern[-1]]
-            norms = 3 * _eta(x) * x.hidden_size
-            proj = _as_int(_mtp_extra(x), vals) - norms
+            norms = 3 * norm_params(x) * x.hidden_size
+            proj = as_int(mtp_extra(x), vals) - norms
             tp += x.mtp_num_layers * (block["tp"] + proj)
             rep += x.mtp_num_layers * (block["replicated"] + norms)
             ex += x.mtp_num_layers * block["experts"]

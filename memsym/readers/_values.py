@@ -8,6 +8,7 @@ import stat
 from fractions import Fraction
 
 from ..errors import InvalidValueError
+from ..text import printable
 
 # Bounds on every size read from a user's command or file (the lead moves them to a shared
 # limits module).  They are generous for any real model, and keep arithmetic and loops bounded.
@@ -75,8 +76,6 @@ def read_bounded(path, what: str, limit: int = MAX_BYTES_INPUT, errors: str = "s
     ...
     memsym.errors.InvalidValueError: cannot read torchtitan TOML '/nonexistent.toml': No such file or directory
     """
-    from ..text import printable
-
     shown = printable(os.fsdecode(os.fspath(path)), 200)
     try:
         info = os.stat(path)

@@ -10,25 +10,27 @@ import itertools
 from ..symbols import V
 from .. import rules as _rules
 from ..numeric import unique_rows
-from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+from ..training import (ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS, allowance_values,
+                        arch_values)
 
-from ..model import moe_layer_pattern
-from .space import Space, _CHOICE_RULES, _KNOBS, recompute_layers
-from .grid import _choice_knobs, _grid_knobs, _splits_of, _sub
-from .templates import _call, _check_stages, _fast_template, _stage_counts, _stage_template
+from ..model import active_parameter_count, moe_layer_pattern
+from .space import Space, CHOICE_RULES, KNOBS, recompute_layers
+from .grid import choice_knobs, grid_knobs, splits_of, with_split
+from .templates import (call_compiled, check_stages, fast_template, stage_count_items,
+                        stage_template)
+from ..timing.step import Settings, most_layers_per_rank, overlap_of, step_time_grid
+from ..job import Training
 
 
-def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=True,
+def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_time=True,
               only: dict | None = None, per_stage: bool = False) -> dict:
     """Memory (and step time) of every row of ``grid`` under every discrete choice.
 
-    ``grid`` holds rule-valid numeric knobs.  Every stage of :func:`_check_stages` is
+    ``grid`` holds rule-valid numeric knobs.  Every stage of :func:`check_stages` is
     evaluated (slot j of a row holds its j-th such stage) and the largest is kept.  Returns
     concatenated columns; ``per_stage`` adds ``stage_memory`` (rows x slots, NaN where a row
     has fewer stages) for sizing questions that need each stage's own curve."""
     import numpy as np
-
-    from ..training import allowance_values, arch_values
 
     x = space.arch
     n = len(grid["t"])
@@ -41,16 +43,16 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     if n == 0:
         return {k: np.array([]) for k in out_cols}
     B = space.global_batch_size
-    t_, p_, c_, d_, e_, v_, b_ = (grid[k] for k in _KNOBS)
+    t_, p_, c_, d_, e_, v_, b_ = (grid[k] for k in KNOBS)
     m_ = (B // (b_ * d_)) if B is not None else np.zeros(n, dtype=np.int64)
     scal = {str(k): float(v) for k, v in arch_values(x, 1).items()}
     allow = {str(k): float(v) for k, v in allowance_values(dict(space.allowances)).items()}
     Vpad = {int(tt): float(arch_values(x, int(tt))[V]) for tt in np.unique(t_)}
     V_row = np.array([Vpad[int(tt)] for tt in t_])
-    # slot j of a row holds the j-th stage _check_stages gives for its (p, f, l) (-1: none)
-    f_, l_ = _splits_of(space, grid)
+    # slot j of a row holds the j-th stage check_stages gives for its (p, f, l) (-1: none)
+    f_, l_ = splits_of(space, grid)
     uq, inv_pfl = unique_rows(p_, f_, l_)
-    stages_of = [_check_stages(_sub(space, fv, lv), int(pv)) for pv, fv, lv in uq]
+    stages_of = [check_stages(with_split(space, fv, lv), int(pv)) for pv, fv, lv in uq]
     nslot = max(len(sts) for sts in stages_of)
     stage_tab = np.full((len(uq), nslot), -1, dtype=np.int64)
     for u, sts in enumerate(stages_of):
@@ -58,9 +60,9 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
     slot_stage = stage_tab[inv_pfl].T.copy()
     # per slot: the stage's exact parameter counts (memsym.training.stage_counts), computed
     # once per unique (t, p, e, f, l, stage); and which template stands for it (with the
-    # factor its decoder-layer activations scale by: see _stage_template)
+    # factor its decoder-layer activations scale by: see stage_template)
     # (the names are the same for every row; row 0's own split, which may be uneven)
-    names = [name for name, _ in _stage_counts(_sub(space, f_[0], l_[0]), int(t_[0]),
+    names = [name for name, _ in stage_count_items(with_split(space, f_[0], l_[0]), int(t_[0]),
                                                int(p_[0]), int(e_[0]), 0)]
     counts = {name: np.zeros((nslot, n)) for name in names}
     tmpl_id = np.zeros((nslot, n), dtype=np.int64)
@@ -73,7 +75,7 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
             continue
         uniq, inv = unique_rows(t_[live], p_[live], e_[live], f_[live], l_[live],
                                  slot_stage[j, live])
-        table = np.array([[float(v) for _, v in _stage_counts(_sub(space, key[3], key[4]),
+        table = np.array([[float(v) for _, v in stage_count_items(with_split(space, key[3], key[4]),
                                                                int(key[0]), int(key[1]),
                                                                int(key[2]), int(key[5]))]
                           for key in uniq]).reshape(-1, len(names))
@@ -82,7 +84,7 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
         ids = np.empty(len(uniq), dtype=np.int64)
         fac = np.empty(len(uniq))
         for u, key in enumerate(uniq):
-            rep, factor = _stage_template(space, int(key[1]), int(key[3]), int(key[4]),
+            rep, factor = stage_template(space, int(key[1]), int(key[3]), int(key[4]),
                                           int(key[5]))
             if rep not in tmpl_index:
                 tmpl_index[rep] = len(tmpl_rep)
@@ -97,11 +99,9 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
                     "d": d_.astype(float), "e": e_.astype(float), "t_e": t_.astype(float),
                     "v": v_.astype(float), "b": b_.astype(float), "m": m_.astype(float),
                     "V": V_row})
-    knob_k = _grid_knobs(space, grid)
+    knob_k = grid_knobs(space, grid)
     # the most layers on one rank and in one model chunk of a row (block-N choices beyond a
     # chunk are full recompute)
-    from ..timing.step import most_layers_per_rank
-
     rank_max = most_layers_per_rank(x.num_layers, p_, f_, l_)
     chunk_max = rank_max / v_
     one_kind = len(set(moe_layer_pattern(x))) == 1
@@ -129,7 +129,7 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
         elif method == "every":
             # every-N wraps no block of a rank with fewer than N: that is no recompute
             sel &= n_layers <= rank_max
-        for mask in _rules.masks(x, _choice_knobs(knob_k, spf, off, scheme), _CHOICE_RULES).values():
+        for mask in _rules.masks(x, choice_knobs(knob_k, spf, off, scheme), CHOICE_RULES).values():
             sel &= ~mask
         if only is not None:
             sel &= ((only["recompute"] == rc) & (only["sharding"] == scheme)
@@ -155,21 +155,21 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
                 sub = np.flatnonzero(tid == q)
                 skw = rkw if len(sub) == len(ridx) else pick(rkw, sub)
                 sub_space, pq, stq = tmpl_rep[q]
-                _, states, acts, allowance, layer, phases = _fast_template(
+                _, states, acts, allowance, layer, phases = fast_template(
                     sub_space, rc, spf, inter, off, scheme, pq, stq)
                 # the decoder layers' activations scale with the stage's layer count
-                # (one layer kind per shared template, _stage_template)
+                # (one layer kind per shared template, stage_template)
                 fac_q = scale[j, rows[sub]]
-                act_q = _call(acts, skw) + fac_q * _call(layer, skw)
-                *running, to = (_call(ex, skw) for ex in phases)
+                act_q = call_compiled(acts, skw) + fac_q * call_compiled(layer, skw)
+                *running, to = (call_compiled(ex, skw) for ex in phases)
                 peak = functools.reduce(np.maximum, running, to - act_q)
                 parts["activations"][sub] = act_q + peak
                 for term in states:
-                    parts.setdefault(term.key, np.zeros(len(ridx)))[sub] = _call(term.expr, skw)
+                    parts.setdefault(term.key, np.zeros(len(ridx)))[sub] = call_compiled(term.expr, skw)
             allocated = sum(parts.values())
             akw = dict(allow, M_alloc=allocated)
             for term in allowance:
-                parts[term.key] = np.broadcast_to(np.asarray(_call(term.expr, akw), dtype=float),
+                parts[term.key] = np.broadcast_to(np.asarray(call_compiled(term.expr, akw), dtype=float),
                                                   len(ridx))
             mem = allocated + sum(parts[key] for key in _ALLOW)
             stage_mem[ridx, j] = mem
@@ -205,7 +205,7 @@ def _evaluate(space: Space, grid: dict, gpus_of_row, progress=None, want_time=Tr
             tkey = (rc, spf, scheme if scheme in ("ddp", "zero3") else "sharded")
             if tkey not in time_cache:
                 rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
-                full = _step_time(space, {k: grid[k][rows_t] for k in _KNOBS}, m_[rows_t],
+                full = _step_time(space, {k: grid[k][rows_t] for k in KNOBS}, m_[rows_t],
                                   f_[rows_t], l_[rows_t], rc, spf, scheme)
                 pos = np.full(n, -1, dtype=np.int64)
                 pos[rows_t] = np.arange(len(rows_t))
@@ -265,9 +265,6 @@ def launch_overlaps(framework: str, sharding: str) -> dict:
 def _search_overlap(framework: str, sharding: str):
     """The :class:`memsym.timing.step.Overlap` of :func:`launch_overlaps`, as the job with
     those options gets it (:func:`memsym.timing.step.overlap_of`)."""
-    from ..job import Training
-    from ..timing.step import overlap_of
-
     return overlap_of(Training(framework=framework, sharding=sharding,
                                **launch_overlaps(framework, sharding)))
 
@@ -289,8 +286,6 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     from :func:`memsym.timing.step.step_time_grid` with :meth:`Overlap.none`, AG = RS 2/b_g)."""
     import numpy as np
 
-    from ..timing.step import Settings, step_time_grid
-
     x = space.arch
     L_ = x.num_layers
     n = len(knobs["t"])
@@ -305,8 +300,6 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
         frac = np.minimum(n_layers, chunk) / chunk
     elif method == "every":
         # every N-th block of the rank with the most layers (as step_time prices it)
-        from ..timing.step import most_layers_per_rank
-
         n_rank = most_layers_per_rank(L_, p_, f_, l_)
         frac = np.floor(n_rank / n_layers) / n_rank
     st = Settings(seq_length=space.seq_length, micro_batch_size=int(knobs["b"][0]),
@@ -352,12 +345,10 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
 @functools.lru_cache(maxsize=64)
 def _model_numbers(x) -> tuple:
     """(active parameters, MoE layers) of an architecture, computed once per search."""
-    from ..model import active_parameter_count, moe_layer_pattern
-
     return int(active_parameter_count(x)), sum(moe_layer_pattern(x))
 
 
-def _binding(cols: dict):
+def binding_columns(cols: dict):
     import numpy as np
 
     keys = [k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in cols]

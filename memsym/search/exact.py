@@ -8,16 +8,18 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+from ..training import ALLOWANCE_KEYS as _ALLOW, Layout, STATE_KEYS as _STATE_KEYS, training_values
 
-from .space import Space, _KNOBS, _scheme
-from .grid import _sub
-from .templates import _check_stages, _stage_counts, _template, _template_rep
+from .space import Space, KNOBS, scheme_row
+from .grid import with_split
+from .templates import check_stages, stage_count_items, choice_template, template_rep
+from ..symbols import lookup, m as m_sym
+from ..term import Total
 
 
-def _exact_row(space: Space, row: Mapping) -> dict:
+def exact_row(space: Space, row: Mapping) -> dict:
     """Exact (SymPy) bytes of one layout on its most-loaded stage, grouped like ``estimate``."""
-    vals, totals = _row_totals(space, row)
+    vals, totals = row_totals(space, row)
     best = None
     for stage, tot in totals.items():
         val = tot.evaluate(vals)
@@ -41,18 +43,14 @@ def group_bytes(bd: Mapping) -> dict:
     return out
 
 
-def _row_totals(space: Space, row: Mapping):
+def row_totals(space: Space, row: Mapping):
     """(exact values, {stage: Total}) for one layout: the stages the search compares
-    (:func:`_check_stages`), each the template the vectorized search compiled, with the
+    (:func:`check_stages`), each the template the vectorized search compiled, with the
     stage's exact parameter counts substituted (every Term keeps its own source)."""
     from dataclasses import replace as _replace
 
-    from ..symbols import lookup, m as m_sym
-    from ..term import Total
-    from ..training import Layout, training_values
-
-    tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in _KNOBS)
-    space = _sub(space, row.get("first_stage_layers") or space.first_stage_layers or 0,
+    tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in KNOBS)
+    space = with_split(space, row.get("first_stage_layers") or space.first_stage_layers or 0,
                  row.get("last_stage_layers") or space.last_stage_layers or 0)
     lay = Layout(t=tt, p=pp, d=dd, c=cc, e=ee, v=vv if vv > 1 else None,
                  first_stage_layers=space.first_stage_layers,
@@ -66,11 +64,11 @@ def _row_totals(space: Space, row: Mapping):
         vals[m_sym] = sp.Integer(space.global_batch_size // (bb * dd))
     rc, spf = row["recompute"], bool(row["sequence_parallel"]) and tt > 1
     totals = {}
-    for stage in _check_stages(space, pp):
-        tot = _template(space, rc, spf, vv > 1, row.get("offload", "none"),
-                        _scheme(row["sharding"], space.framework),
-                        *_template_rep(space, pp, stage))[0]
-        sub = {lookup(name): val for name, val in _stage_counts(space, tt, pp, ee, stage)}
+    for stage in check_stages(space, pp):
+        tot = choice_template(space, rc, spf, vv > 1, row.get("offload", "none"),
+                        scheme_row(row["sharding"], space.framework),
+                        *template_rep(space, pp, stage))[0]
+        sub = {lookup(name): val for name, val in stage_count_items(space, tt, pp, ee, stage)}
         for name in sub:
             vals.pop(name, None)
         totals[stage] = Total(f"memory of pipeline stage {stage}",

@@ -13,7 +13,8 @@ from ..errors import InvalidValueError
 from .. import rules as _rules
 from ..numeric import unique_rows
 
-from .space import Space, _CHOICE_RULES, _KNOBS, _divisors, _scheme, make_space
+from .space import Space, CHOICE_RULES, KNOBS, divisors_of, scheme_row, make_space
+from ..model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
 
 
 #: Lighter end stages offered: each end stage holds between mid - UNEVEN_SPAN v and mid layers.
@@ -96,18 +97,18 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
 
     x = space.arch
     L_ = x.num_layers
-    divs = _divisors(gpus)
+    divs = divisors_of(gpus)
     cand_t = space.tp or tuple(dv for dv in divs)
     cand_p = space.pp or tuple(dv for dv in divs)
     cand_c = space.cp or tuple(dv for dv in divs)
     if x.num_experts:
-        cand_e = space.ep or tuple(dv for dv in _divisors(x.num_experts))
+        cand_e = space.ep or tuple(dv for dv in divisors_of(x.num_experts))
     else:
         cand_e = space.ep or (1,)
     given = space.first_stage_layers is not None or space.last_stage_layers is not None
     titan = space.framework == "torchtitan"
     offer = space.uneven and not given and not titan
-    cand_v = space.vpp or tuple(sorted(set(_divisors(L_)) | (
+    cand_v = space.vpp or tuple(sorted(set(divisors_of(L_)) | (
         {vv for vv in (2, 4, 8) if vv <= L_} if offer else set())))
     if titan and not space.vpp:
         # single-stage schedules, the looped ones' default 2 stages per rank, and the counts
@@ -137,8 +138,6 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
     def titan_split(pp, vv):
         # torchtitan's own split (memsym.job.framework_layout): one per (p, v), or none when
         # its middle ranks differ (memsym's middle stages are equal)
-        from ..model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
-
         if pp == 1:
             return ((0, 0),)
         if vv > 2 and torchtitan_layers_per_stage(L_, pp, vv) is None:
@@ -178,7 +177,7 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
 _TORCHTITAN_V = (1, 2, 3, 4, 6, 8)
 
 
-def _splits_of(space: Space, grid: dict):
+def splits_of(space: Space, grid: dict):
     """The (f, l) columns of a grid (0: none), filled from the space where a grid lacks them."""
     import numpy as np
 
@@ -190,7 +189,7 @@ def _splits_of(space: Space, grid: dict):
 
 
 @functools.lru_cache(maxsize=4096)
-def _sub(space: Space, f: int, l_: int) -> Space:
+def with_split(space: Space, f: int, l_: int) -> Space:
     """The space with first/last stage sizes f, l (0: none)."""
     f, l_ = (int(f) or None), (int(l_) or None)
     if space.first_stage_layers == f and space.last_stage_layers == l_:
@@ -198,10 +197,10 @@ def _sub(space: Space, f: int, l_: int) -> Space:
     return replace(space, first_stage_layers=f, last_stage_layers=l_)
 
 
-def _grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
+def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
     """The knob values :mod:`memsym.rules` reads, over a grid (expert TP = t here)."""
     B = space.global_batch_size
-    k = {name: grid[name] for name in _KNOBS}
+    k = {name: grid[name] for name in KNOBS}
     k.update({"t_e": grid["t"], "s": space.seq_length, "B": B, "gpus": gpus,
               "torchtitan": space.framework == "torchtitan", "gpipe": space.schedule == "gpipe",
               "deepspeed": space.framework == "deepspeed",
@@ -213,7 +212,7 @@ def _grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
 
 
 def _knob_names(space: Space, gpus) -> list:
-    names = [n for n in _rules.RULES if n not in _CHOICE_RULES and (n != "world-size" or gpus)]
+    names = [n for n in _rules.RULES if n not in CHOICE_RULES and (n != "world-size" or gpus)]
     if space.tp is not None:
         # tp-per-node is a preference: a --tp given explicitly (even beyond a node) is asked for
         names = [n for n in names if n != "tp-per-node"]
@@ -227,13 +226,13 @@ def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
     import numpy as np
 
     names = _knob_names(space, gpus)
-    f_, l_ = _splits_of(space, grid)
+    f_, l_ = splits_of(space, grid)
     n = len(grid["t"])
     out = {name: np.zeros(n, dtype=bool) for name in names}
     for (fv, lv), idx in _groups(f_, l_):
-        sub = _sub(space, fv, lv)
-        g2 = {k: grid[k][idx] for k in _KNOBS}
-        for name, mask in _rules.masks(space.arch, _grid_knobs(sub, g2, gpus), names).items():
+        sub = with_split(space, fv, lv)
+        g2 = {k: grid[k][idx] for k in KNOBS}
+        for name, mask in _rules.masks(space.arch, grid_knobs(sub, g2, gpus), names).items():
             out[name][idx] = mask
     return out
 
@@ -252,7 +251,7 @@ def _groups(f_, l_):
             for u in range(len(uniq))]
 
 
-def _choice_knobs(k: dict, spf: bool, off: str, scheme: str) -> dict:
+def choice_knobs(k: dict, spf: bool, off: str, scheme: str) -> dict:
     return dict(k, sequence_parallel=spf, offload=off != "none",
                 shards_gradients=scheme in ("zero2", "zero3", "fsdp"))
 
@@ -269,12 +268,12 @@ def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
 
     space = space_or_model if isinstance(space_or_model, Space) else make_space(
         space_or_model, gpu, **kw)
-    grid = {k: np.array([int(layout.get(k, 1))], dtype=np.int64) for k in _KNOBS}
-    space = _sub(space, layout.get("first_stage_layers") or space.first_stage_layers or 0,
+    grid = {k: np.array([int(layout.get(k, 1))], dtype=np.int64) for k in KNOBS}
+    space = with_split(space, layout.get("first_stage_layers") or space.first_stage_layers or 0,
                  layout.get("last_stage_layers") or space.last_stage_layers or 0)
-    k = _choice_knobs(_grid_knobs(space, grid), bool(layout.get("sequence_parallel", False)),
+    k = choice_knobs(grid_knobs(space, grid), bool(layout.get("sequence_parallel", False)),
                       layout.get("offload", "none"),
-                      _scheme(layout.get("sharding", "distributed-optimizer"), space.framework))
+                      scheme_row(layout.get("sharding", "distributed-optimizer"), space.framework))
     return [name for name, mask in _rules.masks(space.arch, k).items()
             if name != "world-size" and bool(mask[0])
             and not (name == "tp-per-node" and space.tp is not None)]   # asked for explicitly

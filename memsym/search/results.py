@@ -14,10 +14,10 @@ from ..errors import InvalidValueError, NoFitError, UnknownNameError
 from .. import rules as _rules
 from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
 
-from .space import RULES, Space, _CHOICE_RULES, _KNOBS, _from_job, _pos, make_space
-from .grid import _choice_knobs, _grid_knobs, raw_grid, rule_masks
-from .evaluate import TIME_PARTS, _binding, _evaluate
-from .exact import _exact_row
+from .space import RULES, Space, CHOICE_RULES, KNOBS, from_job, positive_whole, make_space
+from .grid import choice_knobs, grid_knobs, raw_grid, rule_masks
+from .evaluate import TIME_PARTS, binding_columns, evaluate_grid
+from .exact import exact_row
 
 
 @dataclass
@@ -122,7 +122,7 @@ class SearchResult:
             f"{r['memory'] / 1e9:.4g} GB > {self.space.capacity / 1e9:.4g} GB "
             f"(t={r['t']}, p={r['p']}, c={r['c']}, d={r['d']}, b={r['b']}, {r['recompute']} "
             f"recompute, {r['sharding']}; binding term: {r['binding']})",
-            binding=(r["binding"],), floor=_exact_row(self.space, r)["bytes"]["total"])
+            binding=(r["binding"],), floor=exact_row(self.space, r)["bytes"]["total"])
 
     def pareto(self) -> list:
         """Fitting layouts on the Pareto front of headroom (more is better) vs step time
@@ -149,7 +149,7 @@ class SearchResult:
         import numpy as np
 
         if knob not in self.columns:
-            raise UnknownNameError("knob", knob, _KNOBS)
+            raise UnknownNameError("knob", knob, KNOBS)
         idx = self.order()
         if not len(idx):
             raise self.no_fit()
@@ -159,7 +159,7 @@ class SearchResult:
     def exact(self, i: int) -> dict:
         """Exact bytes of row ``i`` (SymPy, term by term) and the stage they belong to,
         from the same composition the vectorized search used."""
-        return _exact_row(self.space, self.row(i))
+        return exact_row(self.space, self.row(i))
 
 
 def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, **options) -> SearchResult:
@@ -215,8 +215,8 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     import numpy as np
 
     start = time.perf_counter()
-    G_ = _pos(gpus, "gpus")
-    model, gpu = _from_job(model, gpu, options)
+    G_ = positive_whole(gpus, "gpus")
+    model, gpu = from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     grid = raw_grid(space, G_)
     masks = rule_masks(space, grid, G_)
@@ -228,12 +228,12 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     # choice-level rules, counted on the layouts that pass the knob rules
     ok = ~bad
     n_ok = int(ok.sum())
-    okk = _grid_knobs(space, {k: grid[k][ok] for k in _KNOBS}, G_)
+    okk = grid_knobs(space, {k: grid[k][ok] for k in KNOBS}, G_)
     for spf, off, scheme in itertools.product(space.sequence_parallel, space.offload, space.sharding):
         if spf:
             continue      # SP rows exist only with t > 1, where no choice rule refuses SP
-        for name, mask in _rules.masks(space.arch, _choice_knobs(okk, spf, off, scheme),
-                                       _CHOICE_RULES).items():
+        for name, mask in _rules.masks(space.arch, choice_knobs(okk, spf, off, scheme),
+                                       CHOICE_RULES).items():
             excluded[name] += int(mask.sum())
     if n_ok == 0:
         # an impossible restriction is bad input, not "nothing fits": say which rules
@@ -241,12 +241,12 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
                  sorted(excluded.items(), key=lambda kv: -kv[1]) if count]
         raise InvalidValueError(f"no layout of {G_} GPUs passes the framework rules with these "
                                 "restrictions; excluded by " + "; ".join(names[:4]))
-    valid = {k: grid[k][ok] for k in _KNOBS + ("f", "l")}
+    valid = {k: grid[k][ok] for k in KNOBS + ("f", "l")}
     gpus_row = np.full(n_ok, G_, dtype=np.int64)
-    cols = _evaluate(space, valid, gpus_row, progress)
+    cols = evaluate_grid(space, valid, gpus_row, progress)
     cols["headroom"] = space.capacity - cols["memory"] if len(cols["memory"]) else np.array([])
     cols["fits"] = cols["headroom"] >= 0 if len(cols["memory"]) else np.array([], dtype=bool)
-    cols["binding"] = _binding(cols)
+    cols["binding"] = binding_columns(cols)
     res = SearchResult(space, G_, cols, excluded, raw, time.perf_counter() - start, valid=n_ok)
     if space.global_batch_size is None:
         res.notes.append("no global batch size: layouts ranked by memory headroom (no step time)")

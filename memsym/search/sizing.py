@@ -12,14 +12,17 @@ from typing import Callable, Mapping
 import sympy as sp
 
 from ..errors import InvalidValueError, MemsymError, NoFitError
-from ..symbols import d
+from ..symbols import b as b_sym, d, m as m_sym, s as s_sym
 from .. import rules as _rules
 
-from .space import RULES, _CHOICE_KEYS, _KNOBS, _choices, _divisors, _from_job, _pos, _scheme, make_space
-from .grid import _sub, explain, rule_masks, stage_splits
-from .evaluate import _binding, _evaluate
-from .exact import _exact_row, _row_totals, group_bytes
+from .space import (CHOICE_KEYS, KNOBS, RULES, divisors_of, from_job, make_space, matched_choices,
+                    positive_whole, scheme_row)
+from .grid import with_split, explain, rule_masks, stage_splits
+from .evaluate import binding_columns, evaluate_grid
+from .exact import exact_row, row_totals, group_bytes
 from .results import search
+from ..analysis import largest, smallest
+from ..model import resolve
 
 
 def _megatron_split_only(space) -> None:
@@ -117,19 +120,16 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
     >>> sol.value
     2
     """
-    from ..analysis import smallest
-    from ..symbols import m as m_sym
-
-    model, gpu = _from_job(model, gpu, options)
+    model, gpu = from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     _megatron_split_only(space)
     row = {"t": t, "p": p, "c": c, "d": 1, "e": e, "v": v, "b": b, "recompute": recompute,
-           "sharding": _scheme(sharding), "sequence_parallel": sequence_parallel,
+           "sharding": scheme_row(sharding), "sequence_parallel": sequence_parallel,
            "offload": offload}
     broken = [r for r in explain(space, row) if r not in ("batch", "ep-group")]
     if broken:
         raise InvalidValueError("layout breaks " + ", ".join(f"{r} ({RULES[r]})" for r in broken))
-    vals, full = _row_totals(space, row)   # every value is exact; N is already the stage's
+    vals, full = row_totals(space, row)   # every value is exact; N is already the stage's
     vals.pop(d, None)
     Bv = space.global_batch_size
     if Bv is not None:
@@ -284,22 +284,22 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     import numpy as np
 
     start = time.perf_counter()
-    model, gpu = _from_job(model, gpu, options)
+    model, gpu = from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     _megatron_split_only(space)
     x = space.arch
-    maxg = _pos(max_gpus, "max_gpus")
+    maxg = positive_whole(max_gpus, "max_gpus")
     # candidate (t, p, c, e, v, b): the knob rules except world size and the d-dependent ones
     pseudo = replace(space, global_batch_size=None)
-    cand_t = space.tp or tuple(dv for dv in _divisors(x.num_attention_heads) if dv <= space.gpus_per_node)
+    cand_t = space.tp or tuple(dv for dv in divisors_of(x.num_attention_heads) if dv <= space.gpus_per_node)
     given = space.first_stage_layers is not None or space.last_stage_layers is not None
     # p: the divisors of the layers (the even split) and, where uneven end stages are offered,
     # every p up to the layers with the splits the search offers (stage_splits)
     offer = space.uneven and not given
     cand_p = space.pp or (tuple(range(2, x.num_layers + 1)) if given else tuple(sorted(
-        set(_divisors(x.num_layers)) | (set(range(2, x.num_layers + 1)) if offer else set()))))
+        set(divisors_of(x.num_layers)) | (set(range(2, x.num_layers + 1)) if offer else set()))))
     cand_c = space.cp or (1,)
-    cand_e = space.ep or (tuple(_divisors(x.num_experts)) if x.num_experts else (1,))
+    cand_e = space.ep or (tuple(divisors_of(x.num_experts)) if x.num_experts else (1,))
     cand_v = space.vpp or (1,)   # interleaving never lowers memory (seed 001): v = 1 for sizing
     prod = np.array(list(itertools.product(cand_t, cand_p, cand_c, cand_e, cand_v,
                                            space.micro_batch_sizes)), dtype=np.int64)
@@ -326,7 +326,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
         sel = np.arange(nk) if rows is None else rows
         g2 = {k: knobs[k][sel] for k in knobs}
         g2["d"] = np.asarray(dvals, dtype=np.int64)
-        return _evaluate(space, g2, np.zeros(len(sel), dtype=np.int64), want_time=False,
+        return evaluate_grid(space, g2, np.zeros(len(sel), dtype=np.int64), want_time=False,
                          only=only, per_stage=per_stage)
 
     def report(done, total):
@@ -338,7 +338,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
         # finite candidates: b*d must divide B; memory is nonincreasing in d (fewer
         # micro-batches in flight, more sharding), so the first divisor that fits is the answer
         best = {}
-        dvs = sorted({dv for bb in np.unique(knobs["b"]) for dv in _divisors(B // int(bb))})
+        dvs = sorted({dv for bb in np.unique(knobs["b"]) for dv in divisors_of(B // int(bb))})
         for done, dv in enumerate(dvs, 1):
             report(done, len(dvs))
             ok_rows = np.flatnonzero((B % (knobs["b"] * dv) == 0)
@@ -399,7 +399,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
             out = np.zeros(len(sel), dtype=bool)
             if len(sel):
                 memd = evaluate_at(dvals, rows=rows["knob"][sel],
-                                   only={k: rows[k][sel] for k in _CHOICE_KEYS})
+                                   only={k: rows[k][sel] for k in CHOICE_KEYS})
                 out[memd["row"]] = memd["memory"] <= cap
             return out
 
@@ -437,9 +437,9 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
         cols = evaluate_at(dfar)
         if not len(cols["memory"]):   # every candidate breaks a rule of its discrete choices
             raise _no_valid_choice(space, knobs, maxg)
-        cols["binding"] = _binding(cols)
+        cols["binding"] = binding_columns(cols)
         j = int(np.argmin(cols["memory"]))
-        least = {k: cols[k][j] for k in _KNOBS + _CHOICE_KEYS}
+        least = {k: cols[k][j] for k in KNOBS + CHOICE_KEYS}
         least.update(first_stage_layers=int(cols["f"][j]), last_stage_layers=int(cols["l"][j]))
         raise NoFitError(
             f"nothing fits within {maxg} x {space.gpu.name}: the least memory is "
@@ -447,7 +447,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
             f"p={cols['p'][j]}, c={cols['c'][j]}, d={cols['d'][j]}, b={cols['b'][j]}, "
             f"{cols['recompute'][j]} recompute, {cols['sharding'][j]}); binding term: "
             f"{cols['binding'][j]}", binding=(str(cols["binding"][j]),),
-            floor=_exact_row(space, least)["bytes"]["total"])
+            floor=exact_row(space, least)["bytes"]["total"])
     G_all = np.where(ok, tpc * best_d, np.iinfo(np.int64).max)
     gbest = int(G_all.min())
     tie = np.flatnonzero(G_all == gbest)
@@ -496,7 +496,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     # the exact, symbolic answer for the chosen layout
     sol, method, closed, bound = None, "searched", None, None
     try:
-        sol = smallest_d(model, gpu, space=_sub(space, f_c, l_c), hint=lay["d"], **{
+        sol = smallest_d(model, gpu, space=with_split(space, f_c, l_c), hint=lay["d"], **{
             k: lay[k] for k in ("t", "p", "c", "e", "b", "v", "recompute", "sharding",
                                 "sequence_parallel", "offload")})
         closed, bound = sol.closed_form, sol.bound
@@ -507,7 +507,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
             res.notes.append(f"the exact solver gives d = {sol.value}, the search d = {lay['d']}")
     except MemsymError:   # a solver gap falls back to the searched answer
         sol = None
-    exact = _exact_row(space, lay)
+    exact = exact_row(space, lay)
     return MinGpus(gbest, lay, exact["bytes"], closed, bound, method, sol, n,
                    time.perf_counter() - start, res.notes)
 
@@ -534,27 +534,22 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
     >>> r["value"] > 1
     True
     """
-    from ..analysis import largest
-    from ..symbols import b as b_sym, s as s_sym
-
-    what = _choices("quantity", [what], ("micro_batch_size", "seq_length", "layers"))[0]
+    what = matched_choices("quantity", [what], ("micro_batch_size", "seq_length", "layers"))[0]
     lay = {"t": 1, "p": 1, "c": 1, "d": 1, "e": 1, "v": 1, "b": 1, "recompute": "none",
            "sharding": "distributed-optimizer", "sequence_parallel": False, "offload": "none"}
     lay.update(layout or {})
-    lay["sharding"] = _scheme(lay["sharding"])
-    model, gpu = _from_job(model, gpu, options)
+    lay["sharding"] = scheme_row(lay["sharding"])
+    model, gpu = from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     _megatron_split_only(space)
     if space.global_batch_size is not None and what == "micro_batch_size":
         raise InvalidValueError("the largest micro-batch is asked with no global batch (m free)")
     if what == "layers":
-        from ..model import resolve
-
         def fits(nl):
             sp2 = replace(space, arch=resolve(replace(space.arch, num_layers=int(nl))))
             if explain(sp2, lay):
                 return None
-            ex = _exact_row(sp2, lay)
+            ex = exact_row(sp2, lay)
             return ex if ex["bytes"]["total"] <= space.capacity else None
 
         step = lay["p"] * lay["v"]
@@ -573,7 +568,7 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
     if what == "seq_length" and space.arch.max_position_embeddings and not (
             space.framework == "deepspeed" and space.arch.position_embedding_type == "rope"):
         limit = min(limit, space.arch.max_position_embeddings)     # rule seq-positions
-    vals, totals = _row_totals(space, lay)
+    vals, totals = row_totals(space, lay)
     sym = b_sym if what == "micro_batch_size" else s_sym
     vals.pop(sym, None)
 

@@ -11,8 +11,14 @@ from dataclasses import dataclass
 
 from ..errors import InvalidValueError, UnknownNameError, choose
 from ..values import boolean, exact
-from .. import rules as _rules
-from ..job import DEFAULTS
+from .. import hardware, model as models, rules as _rules
+from ..job import DEFAULTS, FRAMEWORKS, Job, framework_dropout
+from ..limits import check_limit
+from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS,
+                                 SCHEMES as ALL_SCHEMES)
+from ..model import moe_layer_pattern
+from ..training import ALLOWANCES, Training
+from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
 
 
 #: The rules the search applies, by name (the name is what the output shows), from the one
@@ -21,20 +27,20 @@ RULES = {name: rule.summary for name, rule in _rules.RULES.items()}
 
 
 #: Rules on the discrete choices (checked per recompute/sharding/SP/offload combination).
-_CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp")
+CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp")
 
 
 #: Sharding schemes searched by default (fsdp is the same memory as zero3).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
 
 
-_KNOBS = ("t", "p", "c", "d", "e", "v", "b")
+KNOBS = ("t", "p", "c", "d", "e", "v", "b")
 
 
-_CHOICE_KEYS = ("recompute", "sharding", "sequence_parallel", "offload")
+CHOICE_KEYS = ("recompute", "sharding", "sequence_parallel", "offload")
 
 
-def _divisors(n: int) -> list:
+def divisors_of(n: int) -> list:
     small = [i for i in range(1, int(math.isqrt(n)) + 1) if n % i == 0]
     return sorted(set(small + [n // i for i in small]))
 
@@ -46,14 +52,12 @@ _LIMIT_OF = {"gpus": "gpus", "max_gpus": "gpus", "gpus_per_node": "gpus", "seq_l
              "vpp": "layers"}
 
 
-def _pos(value, what):
+def positive_whole(value, what):
     # numbers only: int("abc"), int(nan), int(inf) and int(None) would escape as other errors
     if isinstance(value, bool) or not isinstance(value, numbers.Real) \
             or not math.isfinite(value) or int(value) != value or int(value) < 1:
         raise InvalidValueError(f"{what} must be a whole number >= 1, got {value!r:.40}")
     if what in _LIMIT_OF:
-        from ..limits import check_limit
-
         check_limit(_LIMIT_OF[what], int(value), what)
     return int(value)
 
@@ -120,16 +124,14 @@ def _recompute_choices(given, modes, titan: bool, num_layers: int) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
-def _choices(kind, given, accepted) -> tuple:
+def matched_choices(kind, given, accepted) -> tuple:
     """Each name of ``given`` matched by :func:`memsym.errors.choose`, duplicates dropped."""
     return tuple(dict.fromkeys(choose(kind, item, accepted) for item in given))
 
 
-def _scheme(name, framework: str = "megatron") -> str:
+def scheme_row(name, framework: str = "megatron") -> str:
     """A sharding scheme by name; FSDP keeps the same states as ZeRO-3, so it is one row,
     except in a torchtitan search, where FSDP2 is the scheme (its own transients, with PP)."""
-    from ..terms.model_state import SCHEMES as ALL_SCHEMES
-
     key = choose("sharding", name, ALL_SCHEMES)
     return "zero3" if key == "fsdp" and framework != "torchtitan" else key
 
@@ -146,7 +148,7 @@ def _int_list(given, what):
         return None
     if isinstance(given, (int,)) and not isinstance(given, bool):
         given = [given]
-    return tuple(sorted({_pos(x, what) for x in given}))
+    return tuple(sorted({positive_whole(x, what) for x in given}))
 
 
 @dataclass(frozen=True)
@@ -210,14 +212,10 @@ class Space:
 
     @property
     def uniform(self) -> bool:
-        from ..model import moe_layer_pattern
-
         return (self.first_stage_layers is None and self.last_stage_layers is None
                 and len(set(moe_layer_pattern(self.arch))) == 1)
 
     def training(self, **kw):
-        from ..training import Training
-
         base = dict(seq_length=self.seq_length, micro_batch_size=1,
                     global_batch_size=self.global_batch_size, recompute="none",
                     flash_attention=self.flash_attention, dropout=self.dropout,
@@ -233,12 +231,10 @@ class Space:
         return Training(**base)
 
 
-def _from_job(model, gpu, options: dict):
+def from_job(model, gpu, options: dict):
     """A :class:`memsym.job.Job` as the search's model: its resolved architecture, and its
     training settings, allowances, GPU and capacity as the defaults of ``options`` (the
     layout is what the search explores)."""
-    from ..job import Job
-
     if not isinstance(model, Job):
         return model, gpu
     tr = model.training
@@ -274,13 +270,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     ``recompute`` and ``sharding`` default to what the framework offers: Megatron's none /
     selective / full and :data:`SCHEMES`; torchtitan's :data:`TORCHTITAN_RECOMPUTE` (per-op
     SAC for dense gated-MLP models only) and :data:`TORCHTITAN_SCHEMES`."""
-    from .. import hardware, model as models
-    from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
-    from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS
-    from ..training import ALLOWANCES
-
     arch = model if isinstance(model, models.Architecture) else models.resolve_model(model)
-    arch = models.resolve(arch, seq_length=_pos(seq_length, "seq_length"))
+    arch = models.resolve(arch, seq_length=positive_whole(seq_length, "seq_length"))
     clu = None
     if cluster is not None:
         clu = hardware.cluster(cluster)
@@ -291,25 +282,24 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         dev = hardware.gpu(gpu)
         clu = hardware.cluster_for(dev, gpus_per_node or 8)
     if gpus_per_node is not None:
-        clu = clu.with_(gpus_per_node=_pos(gpus_per_node, "gpus_per_node"))
+        clu = clu.with_(gpus_per_node=positive_whole(gpus_per_node, "gpus_per_node"))
     cap = dev.capacity_bytes if capacity is None else capacity
     if isinstance(cap, bool) or not isinstance(cap, numbers.Real) or not cap > 0 \
             or not math.isfinite(cap):
         raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0 (for text use "
                                 f"memsym.units.parse_bytes('80GB')), got {cap!r:.40}")
-    finetune = _choices("fine-tuning mode", [finetune], ("full", "lora", "qlora"))[0]
+    finetune = matched_choices("fine-tuning mode", [finetune], ("full", "lora", "qlora"))[0]
     if quantization is None:
         quantization = {"full": "bf16", "lora": "bf16", "qlora": "nf4-dq"}[finetune]
-    quantization = _choices("quantization", [quantization], QUANTIZATIONS)[0]
+    quantization = matched_choices("quantization", [quantization], QUANTIZATIONS)[0]
     if isinstance(lora_targets, str):
         lora_targets = LORA_TARGETS if lora_targets == "all" else (lora_targets,)
-    lora_targets = _choices("LoRA target", lora_targets, LORA_TARGETS)
-    B = None if global_batch_size is None else _pos(global_batch_size, "global_batch_size")
+    lora_targets = matched_choices("LoRA target", lora_targets, LORA_TARGETS)
+    B = None if global_batch_size is None else positive_whole(global_batch_size, "global_batch_size")
     if micro_batch_sizes is None:
         limit = 8 if B is None else min(8, B)
         micro_batch_sizes = [x for x in (1, 2, 4, 8) if x <= limit]
     mbs = _int_list(micro_batch_sizes, "micro-batch size")
-    from ..job import FRAMEWORKS, framework_dropout
 
     framework = choose("framework", framework, FRAMEWORKS)
     titan = framework == "torchtitan"
@@ -324,7 +314,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     if recompute is None:
         recompute = (tuple(r for r in TORCHTITAN_RECOMPUTE if r != "selective-op" or dense_op)
                      if titan else ("none", "selective", "full"))
-    shard = tuple(dict.fromkeys(_scheme(x, framework) for x in
+    shard = tuple(dict.fromkeys(scheme_row(x, framework) for x in
                                 ([sharding] if isinstance(sharding, str) else sharding)))
     if titan and set(shard) - set(TORCHTITAN_SCHEMES):
         raise InvalidValueError("torchtitan shards with FSDP2 or replicates: sharding fsdp or "
@@ -350,7 +340,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     for what, val in (("first_stage_layers", first_stage_layers),
                       ("last_stage_layers", last_stage_layers)):
         if val is not None:
-            _pos(val, what)
+            positive_whole(val, what)
     prec = choose("precision", precision, PRECISIONS)
     if B is not None:
         dev.peak(prec)   # the step time needs the GPU's peak at this precision: refuse early
@@ -366,14 +356,14 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         sharding=shard,
         sequence_parallel=tuple(sorted({bool(x) for x in ([sequence_parallel] if isinstance(
             sequence_parallel, bool) else sequence_parallel)})),
-        offload=_choices("offload", [offload] if isinstance(offload, str) else offload, OFFLOADS),
+        offload=matched_choices("offload", [offload] if isinstance(offload, str) else offload, OFFLOADS),
         tp=_int_list(tp, "tp"), pp=_int_list(pp, "pp"), cp=_int_list(cp, "cp"),
         ep=_int_list(ep, "ep"), vpp=_int_list(vpp, "vpp"),
         precision=prec, optimizer=choose("optimizer", optimizer, OPTIMIZERS),
-        convention=_choices("convention", [convention], CONVENTIONS)[0],
+        convention=matched_choices("convention", [convention], CONVENTIONS)[0],
         flash_attention=boolean(flash_attention, "flash_attention"),
         dropout=dropout, schedule=schedule,
-        allowances=al, finetune=finetune, lora_rank=_pos(lora_rank, "lora_rank"),
+        allowances=al, finetune=finetune, lora_rank=positive_whole(lora_rank, "lora_rank"),
         lora_targets=lora_targets, quantization=quantization,
         first_stage_layers=None if first_stage_layers is None else int(first_stage_layers),
         last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),

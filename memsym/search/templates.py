@@ -9,10 +9,14 @@ import functools
 import sympy as sp
 
 from ..symbols import M_alloc
-from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as _STATE_KEYS,
+                        allowance_terms, resolved_stage_activations, resolved_stage_total,
+                        stage_counts, states_and_transients)
 
 from .space import Space, recompute_layers
-from .grid import _sub
+from .grid import with_split
+from ..numeric import compile_expr
+from ..model import moe_layer_pattern, stage_layers
 
 
 @functools.lru_cache(maxsize=4096)
@@ -22,18 +26,16 @@ def _compiled(expr):
     Without common-subexpression elimination: a cold search compiles about a hundred
     templates, and CSE costs a third of the compile time without making the evaluation
     over the grid faster."""
-    from ..numeric import compile_expr
-
     return compile_expr(expr, cse=False)
 
 
-def _call(expr, kw: dict):
+def call_compiled(expr, kw: dict):
     fn, names = _compiled(expr)
     return fn(*[kw[n] for n in names])[0]
 
 
 @functools.lru_cache(maxsize=4096)
-def _check_stages(space: Space, pp: int) -> tuple:
+def check_stages(space: Space, pp: int) -> tuple:
     """The pipeline stages whose memory can be the largest at ``p = pp``, lowest first.
 
     The first stage (embedding, the most micro-batches in flight) and the last (output layer,
@@ -47,7 +49,6 @@ def _check_stages(space: Space, pp: int) -> tuple:
         return (0,)
     if space.uniform or pp == 2:
         return (0, pp - 1)
-    from ..model import moe_layer_pattern, stage_layers
 
     pattern = moe_layer_pattern(space.arch)
     lowest = {}
@@ -58,7 +59,7 @@ def _check_stages(space: Space, pp: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=4096)
-def _template_rep(space: Space, pp: int, stage: int) -> tuple:
+def template_rep(space: Space, pp: int, stage: int) -> tuple:
     """``(p, stage)`` of the activation template that stands for stage ``stage`` of ``pp``.
 
     An evenly split uniform model keeps p symbolic (L/p layers, p - i micro-batches), so its
@@ -76,12 +77,12 @@ _REPS: dict = {}
 
 
 @functools.lru_cache(maxsize=65536)
-def _stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple:
+def stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple:
     """``((space, p, stage) of the template, factor)`` for stage ``stage`` of ``pp`` at first/
     last stage sizes ``f``, ``l_`` (0: none): the factor multiplies the template's decoder-
     layer activations.
 
-    An evenly split uniform model keeps p symbolic (:func:`_template_rep`, factor 1).  Any
+    An evenly split uniform model keeps p symbolic (:func:`template_rep`, factor 1).  Any
     other stage's total depends on its layers only through (a) its role (first: embedding and
     the most micro-batches in flight; last: the output layer; a middle stage: its index,
     p - i in flight, p symbolic), (b) whether it holds dense and/or MoE layers (which
@@ -91,11 +92,9 @@ def _stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple
     the template of the first stage of the same structure met, its layer term scaled by
     n / n0 (exact); a stage mixing both kinds keeps its own counts in the key (factor 1).
     """
-    from ..model import moe_layer_pattern, stage_layers
-
-    sub = _sub(space, f, l_)
+    sub = with_split(space, f, l_)
     if sub.uniform or pp == 1:
-        return (sub, *_template_rep(sub, pp, stage)), 1.0
+        return (sub, *template_rep(sub, pp, stage)), 1.0
     pattern = moe_layer_pattern(space.arch)
     kinds = [pattern[i] for i in stage_layers(space.arch, pp, stage, sub.first_stage_layers,
                                               sub.last_stage_layers)]
@@ -120,7 +119,7 @@ def _stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple
 
 
 @functools.lru_cache(maxsize=4096)
-def _template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme: str, pp: int,
+def choice_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme: str, pp: int,
               stage: int):
     """The per-GPU total of stage ``stage`` of ``pp`` under one discrete choice: the Total of
     :func:`memsym.training.stage_total` itself (the one composition), symbolic in the knobs
@@ -131,12 +130,10 @@ def _template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme:
     every t and v.  Returns (states and activation Terms, their activation sum, the
     allowance Terms over a placeholder for the allocated bytes, the decoder layers'
     activation term ``layer_activations`` alone; the activation sum excludes it)."""
-    from ..training import Layout, _stage_total, allowance_terms
-
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
-    tot = _stage_total(space.arch, lay, space.training(recompute=rc, sharding=scheme, offload=off),
+    tot = resolved_stage_total(space.arch, lay, space.training(recompute=rc, sharding=scheme, offload=off),
                        stage, space.global_batch_size is not None)
     allow = set(_ALLOW)
     kept = tuple(term for term in tot if term.key not in allow)
@@ -151,14 +148,12 @@ def _template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme:
 def _act_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: int,
                   stage: int) -> tuple:
     """(activation sum without the decoder layers, the decoder layers' term) of one stage:
-    :func:`memsym.training._stage_activations`, the activations :func:`_template`'s total
+    :func:`memsym.training.resolved_stage_activations`, the activations :func:`choice_template`'s total
     holds; they do not depend on the sharding scheme, so one serves every scheme."""
-    from ..training import Layout, _stage_activations
-
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
-    act = _stage_activations(space.arch, lay, space.training(recompute=rc, offload=off), stage,
+    act = resolved_stage_activations(space.arch, lay, space.training(recompute=rc, offload=off), stage,
                              space.global_batch_size is not None)
     rest = sp.Add(*(term.expr for term in act if term.key != "layer_activations"))
     layer = sp.Add(*(term.expr for term in act if term.key == "layer_activations"))
@@ -166,19 +161,17 @@ def _act_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp:
 
 
 @functools.lru_cache(maxsize=4096)
-def _fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme: str,
+def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme: str,
                    pp: int, stage: int) -> tuple:
-    """:func:`_template`'s pieces (None, states, activations without the decoder layers,
-    allowances, decoder layers) built from the two halves :func:`memsym.training._stage_total`
-    adds (``_states_and_transients`` and ``_stage_activations``), the activations shared across
+    """:func:`choice_template`'s pieces (None, states, activations without the decoder layers,
+    allowances, decoder layers) built from the two halves :func:`memsym.training.resolved_stage_total`
+    adds (``states_and_transients`` and ``resolved_stage_activations``), the activations shared across
     sharding schemes (tests check the sum against the exact per-layout total)."""
-    from ..training import PHASES, Layout, _states_and_transients, allowance_terms
-
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
     trn = space.training(recompute=rc, sharding=scheme, offload=off)
-    steady, trans = _states_and_transients(space.arch, lay, trn, stage)
+    steady, trans = states_and_transients(space.arch, lay, trn, stage)
     states = tuple(steady)
     rest, layer = _act_template(space, rc, sp_on, inter, off, pp, stage)
     # the phase transients depend on the scheme (FSDP2 / ZeRO buffers): per template; the
@@ -194,12 +187,12 @@ def _fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sc
 _ALLOCATED = M_alloc
 
 
-#: Stage counts by what they depend on (see :func:`_stage_counts`).
+#: Stage counts by what they depend on (see :func:`stage_count_items`).
 _COUNTS: dict = {}
 
 
 @functools.lru_cache(maxsize=65536)
-def _stage_counts(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
+def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
     """``((symbol name, value), ...)``: the stage's parameter counts
     (:func:`memsym.training.stage_counts`) at one (t, p, e).
 
@@ -207,9 +200,6 @@ def _stage_counts(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
     depend on the layout only through t (vocabulary padding, N_lin/t), the stage's layers,
     whether it is first / last, and p > 1 (the tied output copy): computed once per such key
     and shared across p and e (LoRA's per-GPU counts also depend on e: kept in the key)."""
-    from ..model import stage_layers
-    from ..training import Layout, stage_counts
-
     rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
     key = (space.arch, space.finetune, space.lora_rank, space.lora_targets, tt, rng.start,
            rng.stop, stage == 0, stage == pp - 1, pp > 1,

@@ -47,10 +47,11 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..errors import choose
+from ..errors import InvalidValueError, choose
 from ..symbols import E, V, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..values import as_expr
+from .schedule import first_stage_layers
 
 __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS",
@@ -404,8 +405,6 @@ def _op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel) -> Tot
     ----------
     torchtitan ``torchtitan/distributed/activation_checkpoint.py`` (``_apply_op_sac``).
     """
-    from ..errors import InvalidValueError
-
     if moe or mla or not gated or not flash:
         raise InvalidValueError("recompute 'selective-op' (torchtitan per-op SAC) is modelled for "
                                 "dense gated-MLP layers with flash attention only")
@@ -617,8 +616,6 @@ def paper_first_stage(interleaved: bool = False) -> Term:
     >>> paper_first_stage().expr
     L*b*h*s*(5*a*s/h + 34)/t
     """
-    from .schedule import first_stage_layers
-
     return Term("korthikanti.first_stage" + (".interleaved" if interleaved else ""),
                 first_stage_layers(interleaved=interleaved) * korthikanti("tp+sp").expr,
                 "first pipeline stage: L layers' worth of TP+SP activations",

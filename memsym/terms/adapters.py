@@ -25,7 +25,7 @@ from ..term import Source, Term, Total
 from ..values import as_expr  # library arguments: text refused, never parsed
 
 __all__ = ["QUANTIZATIONS", "ADAPTER_DTYPES", "quantization_bits", "quantization_bytes",
-           "lora_parameters", "lora_parameter_count", "frozen_weights", "adapter_state",
+           "lora_parameters", "frozen_weights", "adapter_state",
            "lora", "qlora", "LORA_TARGETS"]
 
 _R = sp.Rational
@@ -58,7 +58,9 @@ ADAPTER_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
-def _choose(kind, value, accepted):
+def lower_choice(kind, value, accepted):
+    """``str(value)``, stripped and lower-cased, if it is among ``accepted``; else
+    :class:`~memsym.errors.UnknownNameError`."""
     key = str(value).strip().lower()
     if key not in accepted:
         raise UnknownNameError(kind, value, accepted)
@@ -77,7 +79,7 @@ def quantization_bits(kind: str = "nf4-dq") -> sp.Rational:
     >>> quantization_bits("nf4")
     9/2
     """
-    bits, extra = QUANTIZATIONS[_choose("quantization", kind, QUANTIZATIONS)]
+    bits, extra = QUANTIZATIONS[lower_choice("quantization", kind, QUANTIZATIONS)]
     return bits + extra
 
 
@@ -115,47 +117,6 @@ def lora_parameters() -> sp.Expr:
     return 2 * L_lora * h * r_lora
 
 
-def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
-    """Exact trainable LoRA parameters of an architecture: r(d_in + d_out) per adapted matrix.
-
-    Equals :func:`lora_parameters` when every target is square (d_in = d_out = h).
-
-    Parameters
-    ----------
-    arch : memsym.model.Architecture
-    rank : int
-        LoRA rank r.
-    targets : iterable of str
-        Subset of :data:`LORA_TARGETS` (``"all"`` for every linear layer); dense layers only.
-
-    Examples
-    --------
-    >>> from memsym.model import preset
-    >>> lora_parameter_count(preset("gpt3-175b"), 8)
-    37748736
-    """
-    from ..model.architecture import _lenient
-
-    if isinstance(rank, bool) or int(rank) != rank or rank < 1:
-        raise InvalidValueError(f"LoRA rank must be a whole number >= 1, got {rank!r}")
-    x = _lenient(arch)
-    if targets == "all":
-        targets = LORA_TARGETS
-    hs, q = x.hidden_size, x.num_attention_heads * x.kv_channels
-    kv = x.num_query_groups * x.kv_channels
-    f = x.ffn_hidden_size
-    shapes = {"q": (hs, q), "k": (hs, kv), "v": (hs, kv), "o": (q, hs),
-              "gate": (hs, f), "up": (hs, f), "down": (f, hs)}
-    total = 0
-    for name in targets:
-        key = _choose("LoRA target", name, LORA_TARGETS)
-        if key == "gate" and not x.swiglu:
-            continue  # an ungated MLP has no gate projection
-        din, dout = shapes[key]
-        total += int(rank) * (din + dout)
-    return total * x.num_layers
-
-
 def frozen_weights(quantization: str = "bf16", params=None, *, sharded: bool = False) -> Term:
     r"""The frozen base weights at their storage precision [bytes].
 
@@ -177,7 +138,7 @@ def frozen_weights(quantization: str = "bf16", params=None, *, sharded: bool = F
     >>> [float(frozen_weights(q).evaluate(N=70e9, p=1, t=1)) / 1e9 for q in ("bf16", "nf4", "nf4-dq")]
     [140.0, 39.375, 36.11083984375]
     """
-    key = _choose("quantization", quantization, QUANTIZATIONS)
+    key = lower_choice("quantization", quantization, QUANTIZATIONS)
     psi = N / (p * t) if params is None else as_expr(params)
     expr = psi * quantization_bytes(key) / (d if sharded else 1)
     src = _QLORA if key.startswith("nf4") else Source("seed004", "case B (LoRA 2P GB, QLoRA 0.5P GB)")
@@ -205,7 +166,7 @@ def adapter_state(adapter_dtype: str = "fp32", params=N_a) -> Total:
     >>> adapter_state().subs(b_g=4, b_m=0, b_o=8).evaluate(N_a=4718592)
     75497472
     """
-    width = ADAPTER_DTYPES[_choose("adapter dtype", adapter_dtype, ADAPTER_DTYPES)]
+    width = ADAPTER_DTYPES[lower_choice("adapter dtype", adapter_dtype, ADAPTER_DTYPES)]
     psi = as_expr(params)
     return Total("trainable adapter states", (
         Term("adapter_weights", psi * width, f"LoRA adapter weights ({adapter_dtype})", _LORA,

@@ -19,6 +19,7 @@ import sympy as sp
 from ..symbols import b, d, m, p, v
 from ..term import Source, Term
 from ..values import as_expr
+from .pipeline_order import bubble_fraction as _exact
 
 __all__ = ["bubble_fraction", "bubble_exact", "bubble_term", "global_batch", "data_parallel_for"]
 
@@ -95,8 +96,6 @@ def bubble_exact(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *, stri
     >>> bubble_exact("1f1b", 8, 2), bubble_exact("interleaved", 2, 1, 3)
     (7/2, 1)
     """
-    from ..timing.schedule import bubble_fraction as _exact
-
     return _exact(schedule, p, m, v, group_size, strict=strict)
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..symbols import (M_ctx, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c, d, h, n_ag,
-                       m, n_bkt, n_ch, n_comm, s, t)
+from ..symbols import (M_ctx, N, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c, d, h, m, n_ag,
+                       n_bkt, n_ch, n_comm, p, s, t)
 from ..term import Source, Term, Total
 from ..values import as_expr, lazy_min
+from ..errors import InvalidValueError
 
 __all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient",
            "torch_cross_entropy_backward", "loss_parallel_transient", "loss_parallel_backward",
@@ -414,8 +415,6 @@ def fsdp2_io_groups(root_group: bool = False, untied: bool = True, group_params=
     torchtitan ``apply_fsdp`` at 9dec370 and at 73a0e6979d (v0.2.2); PyTorch
     ``_fsdp_state.py`` (``_lazy_init``: ``post_forward_mesh_info = None`` for the root).
     """
-    from ..symbols import h
-
     n = N_ll if group_params is None else as_expr(group_params)
     out_params = V * h / t + h
     io = out_params + (V * h / t if untied else 0)
@@ -464,8 +463,6 @@ def fsdp2_reshards_after_forward(setting="default", *, is_root=False, pp_enabled
     PyTorch ``_fully_shard.py`` and ``_fsdp_state.py:_lazy_init``; torchtitan
     ``torchtitan/distributed/fsdp.py:get_fsdp_reshard_after_forward_policy`` (b5bcd76c66).
     """
-    from ..errors import InvalidValueError
-
     if torchtitan:
         if setting not in ("always", "never", "default"):
             raise InvalidValueError(f"torchtitan's fsdp_reshard_after_forward is always, never or "
@@ -494,8 +491,6 @@ def fsdp2_kept_unsharded(stage_params=None) -> Term:
     >>> fsdp2_kept_unsharded(8 * 10**9).evaluate(b_u=2)
     16000000000
     """
-    from ..symbols import N, p
-
     n = N / (p * t) if stage_params is None else as_expr(stage_params)
     return Term("kept_unsharded", n * b_u, "unsharded parameters kept between "
                 "forward and backward (no reshard after forward)", _FSDP_PG,
@@ -666,8 +661,6 @@ def optimizer_step_transient(params=None, state_bytes=4) -> Total:
     4000000
     """
     if params is None:
-        from ..symbols import N, p
-
         params = N / (p * t * d)
     return Total("optimizer-step transient", (
         Term("adam_sqrt", as_expr(params) * as_expr(state_bytes), "out-of-place sqrt of "

@@ -12,7 +12,7 @@ Entry points: :func:`memsym.timing.step.step_time` (one layout, with a breakdown
 
 from .efficiency import gemm_time, gemm_efficiency, GEMM_CEILING  # noqa: F401
 from .collectives import collective_time, group_link, LINK_LATENCY  # noqa: F401
-from .schedule import bubble_fraction, simulate, schedule_rule  # noqa: F401
+from ..terms.pipeline_order import bubble_fraction, simulate, schedule_rule  # noqa: F401
 from .step import Overlap, StepTime, step_time, step_time_grid  # noqa: F401
 
 __all__ = ["gemm_time", "gemm_efficiency", "GEMM_CEILING", "collective_time", "group_link",

@@ -32,14 +32,17 @@ from .collectives import collective_time, group_bandwidth
 from .efficiency import ceiling, gemm_time, memory_time
 from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, output_gemm,
                    shape_of)
-from .schedule import bubble_fraction, schedule_rule, simulate
+from ..terms.pipeline_order import bubble_fraction, schedule_rule, simulate
+from ..terms.schedule import torch_round_size
+from ..job import canonical
+from ..training import microbatches
 
 __all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
            "most_layers_per_rank",
            "OPTIMIZER_BYTES", "SOURCES",
            "FLASH_FORWARD", "FLASH_BACKWARD"]
 
-#: Backward memory-bound bytes relative to the forward's (see :func:`_layer`).
+#: Backward memory-bound bytes relative to the forward's (see :func:`layer_time`).
 BACKWARD_MEMORY = 1.5
 
 #: Where each part of the breakdown comes from (keys of memsym/references.toml).
@@ -207,7 +210,7 @@ def _arr(x):
     return np.asarray(x, dtype=float)
 
 
-def _layer(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, overlap: Overlap,
+def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, overlap: Overlap,
            dp):
     """Forward and backward seconds of one layer and one micro-batch on one GPU (arrays)."""
     s = st.seq_length
@@ -501,10 +504,10 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         raise InvalidValueError(f"{t.size} layouts exceed the 10,000,000 a grid may hold")
     s = st.seq_length
     lf, lb = {}, {}
-    dense_f, dense_b = _layer(x, st, dev, clu, t, c, e, t_e_, b, moe=False, eta_gemm=eta_gemm,
+    dense_f, dense_b = layer_time(x, st, dev, clu, t, c, e, t_e_, b, moe=False, eta_gemm=eta_gemm,
                               overlap=overlap, dp=d)
     if x.L_moe:
-        moe_f, moe_b = _layer(x, st, dev, clu, t, c, e, t_e_, b, moe=True, eta_gemm=eta_gemm,
+        moe_f, moe_b = layer_time(x, st, dev, clu, t, c, e, t_e_, b, moe=True, eta_gemm=eta_gemm,
                               overlap=overlap, dp=d)
         share = x.L_moe / x.L   # MoE layers spread evenly over stages (assumption)
         for key in dense_f:
@@ -704,8 +707,6 @@ def _group(st: Settings, p: int, m: int, v: int):
     """The warm-up group of one layout: torch's round size under ``torch_rounds``
     (interleaved only), else Megatron's ``microbatch_group_size_per_vp_stage``."""
     if st.torch_rounds and v > 1 and st.group_size is None:
-        from ..terms.schedule import torch_round_size
-
         return int(torch_round_size(m, p))
     return st.group_size
 
@@ -796,9 +797,6 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     >>> sorted(st.parts)[:4]
     ['bubble', 'compute', 'cp', 'dp']
     """
-    from ..job import canonical
-    from ..training import microbatches
-
     training = canonical(training)        # "GPipe" is GPipe here too
     mm = microbatches(layout, training)
     if mm is None:

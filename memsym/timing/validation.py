@@ -20,7 +20,10 @@ from ..hardware import cluster as _cluster, gpu as _gpu
 from ..model.architecture import Architecture
 from . import efficiency
 from .gemm import forward_flops_per_token, shape_of
-from .step import Overlap, Settings, step_time_grid
+from .step import Overlap, Settings, layer_time, overlap_of, step_time_grid
+from ..model import preset
+from ..readers.jobs import torchtitan_positions
+from ..job import Training
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
            "calibrate", "accuracy_markdown", "summary", "write_docs"]
@@ -46,11 +49,8 @@ def _arch(run):
         L, h, a = run["gpt"]
         return Architecture(name=f"gpt-{L}x{h}", num_layers=L, hidden_size=h,
                             num_attention_heads=a, vocab_size=51200, max_position_embeddings=2048)
-    from ..model import preset
     if run["settings"].get("framework") == "torchtitan":
         # torchtitan sizes a RoPE model's table to the training sequence (update_from_config)
-        from ..readers.jobs import torchtitan_positions
-
         return torchtitan_positions(preset(run["preset"]), run["settings"]["seq"])
     return preset(run["preset"])
 
@@ -80,9 +80,6 @@ def _overlap(run) -> Overlap:
         # FSDP2 reduce-scatters in the backward and prefetches the next all-gather; torch's
         # async TP (torch._inductor micro-pipelining) counted as Megatron's TP overlap
         from dataclasses import replace
-
-        from ..job import Training
-        from .step import overlap_of
 
         base = overlap_of(Training(framework="torchtitan", sharding="fsdp"))
         return replace(base, tp_comm=bool(run["settings"].get("async_tp", False)))
@@ -347,15 +344,13 @@ TABLE4 = (("Baseline no recompute", "none", False, 7.7, 11.9),
 
 def table4() -> list:
     """Korthikanti Table 4 rows with memsym's per-layer forward and backward [ms]."""
-    from .step import _layer
-
     x = shape_of(Architecture(name="22b", num_layers=48, hidden_size=6144, num_attention_heads=64,
                               vocab_size=51200, max_position_embeddings=2048))
     out = []
     for name, rec, sp_, fw, bw in TABLE4:
         st = Settings(seq_length=2048, micro_batch_size=4, recompute=rec, sequence_parallel=sp_,
                       flash_attention=False, dropout=True)
-        f, b = _layer(x, st, _gpu("a100-80gb"), _cluster("dgx-a100"), 8, 1, 1, 8, 4, moe=False,
+        f, b = layer_time(x, st, _gpu("a100-80gb"), _cluster("dgx-a100"), 8, 1, 1, 8, 4, moe=False,
                       eta_gemm=None, overlap=Overlap(), dp=1)
         out.append((name, fw, bw, 1e3 * sum(float(q) for q in f.values()),
                     1e3 * sum(float(q) for q in b.values())))

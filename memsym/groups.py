@@ -1,0 +1,19 @@
+"""The keys of the per-GPU total's terms by group: model states, activations, allowances.
+
+The one list every report, document, plot and the search read (:mod:`memsym.training` builds
+the terms under these keys; :mod:`memsym.printing` groups a derivation by them).  Plain
+strings, so that the printers below the training total can group one without importing it.
+"""
+
+__all__ = ["STATE_KEYS", "ACTIVATION_KEYS", "ALLOWANCE_KEYS"]
+
+#: Model states (weights, gradients, optimizer states and their expert and FP8 variants).
+STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
+              "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
+              "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
+#: Activations, phase transients included.
+ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
+                   "output_activations", "mtp_activations", "pipeline_buffers",
+                   "recompute_working_set", "phase_transient")
+#: The named allowances (:data:`memsym.terms.allowances.ALLOWANCES`).
+ALLOWANCE_KEYS = ("workspace", "nccl", "fragmentation")

@@ -1,0 +1,129 @@
+"""The named allowances of the per-GPU total: the CUDA context and workspaces, NCCL's buffers,
+allocator fragmentation.
+
+Each is a registered symbol with a cited default (from the libraries' documented defaults,
+:mod:`memsym.terms.transients`) that a user can set to 0 or to a measured value; the job record
+checks a user's overrides with :func:`allowance_values` and :mod:`memsym.training` adds
+:func:`allowance_terms` to every total.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import sympy as sp
+
+from ..errors import InvalidValueError, UnknownNameError
+from ..symbols import M_ctx, M_nccl, M_ws, S_nccl, n_ch, phi_frag
+from ..term import Source, Term
+from ..values import exact
+from .transients import DEFAULTS as _TR_DEFAULTS
+
+__all__ = ["Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "WORKSPACES", "allowance_values",
+           "allowance_terms"]
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """One named allowance: its symbol, default value and where the default comes from."""
+
+    key: str
+    symbol: sp.Symbol
+    default: sp.Expr
+    source: Source
+    description: str
+
+
+_MIB = sp.Integer(2) ** 20
+#: The cuBLAS / Transformer Engine workspaces inside the caching allocator [bytes]: the part
+#: of the ``workspace`` allowance PyTorch's counters see.
+WORKSPACES = 64 * _MIB
+
+#: The allowances of the training total, by key.  Defaults come from the libraries' documented
+#: defaults (:mod:`memsym.terms.transients`); set them to 0 (``allowances={"nccl": 0}``) or to a
+#: measured value.  The CUDA context and NCCL's buffers live outside PyTorch's caching
+#: allocator (``max_memory_allocated`` / ``max_memory_reserved`` do not see them, nvidia-smi
+#: does); the cuBLAS / Transformer Engine workspaces are allocated through it.
+ALLOWANCES = {
+    # The CUDA context and loaded kernels (memsym.terms.transients.cuda_context: 500 MiB with
+    # CUDA lazy loading, default since 12.2, outside the caching allocator) plus the cuBLAS
+    # workspaces, which are allocated through it: Transformer Engine's is 32 MiB on Hopper and
+    # later (get_cublas_workspace_size_bytes) and PyTorch's own cuBLAS handle keeps one more
+    # of the same size.  set {"workspace": WORKSPACES} to count the workspaces alone.
+    "workspace": Allowance("workspace", M_ws, sp.Integer(_TR_DEFAULTS[M_ctx]) + WORKSPACES,
+                           Source("cuda-lazy-loading", "§4.7 Lazy Loading; transformer-engine "
+                                  "pytorch/module/base.py get_cublas_workspace_size_bytes"),
+                           "CUDA context and kernels (500 MiB) + cuBLAS / Transformer Engine "
+                           "workspaces (2 x 32 MiB)"),
+    # memsym.terms.transients.nccl_buffers: NCCL_BUFFSIZE 4 MiB x 32 channels per
+    # communicator, for 4 communicators (TP, DP, PP and the DP x CP / embedding groups a
+    # Megatron rank joins): 512 MiB.
+    "nccl": Allowance("nccl", M_nccl, sp.Integer(4 * _TR_DEFAULTS[n_ch] * _TR_DEFAULTS[S_nccl]),
+                      Source("nccl-env", "NCCL_BUFFSIZE (4 MiB per channel and peer), "
+                             "NCCL_MAX_NCHANNELS (32)"),
+                      "NCCL communicator buffers: 4 communicators x 32 channels x 4 MiB "
+                      "(default 512 MiB)"),
+    # Seed 001: a 58.8 GB peak OOMed on an H100 80GB (84.9 GB CUDA total) from fragmentation
+    # alone (>30 % of the card unusable), fixed by PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
+    # The default 10 % assumes expandable segments; without them measure (reserved - allocated).
+    "fragmentation": Allowance("fragmentation", phi_frag, sp.Rational(1, 10),
+                               Source("seed001", "概要; 測定結果 (expandable_segments)"),
+                               "allocator fragmentation margin, a fraction of the peak-phase "
+                               "allocation (default 10 %)"),
+}
+
+#: The keys of the allowance Terms in every total (what memsym.search splits off).
+ALLOWANCE_TERMS = ("workspace", "nccl", "fragmentation")
+def allowance_values(allowances: Mapping | None = None) -> dict:
+    """Allowance symbols -> exact values: the defaults, overridden by ``allowances``.
+
+    Keys may be allowance keys (``workspace``, ``nccl``, ``fragmentation``) or symbol names
+    (``M_ws``, ``M_nccl``, ``phi_frag``).
+
+    Examples
+    --------
+    >>> allowance_values({"workspace": 0})[M_ws]
+    0
+    >>> allowance_values()[phi_frag]
+    1/10
+    """
+    out = {a_.symbol: a_.default for a_ in ALLOWANCES.values()}
+    by_name = {a_.symbol.name: a_ for a_ in ALLOWANCES.values()}
+    for key, val in (dict(allowances) if allowances else {}).items():
+        name = getattr(key, "name", key)
+        al = ALLOWANCES.get(name) or by_name.get(name)
+        if al is None:
+            raise UnknownNameError("allowance", key, list(ALLOWANCES) + list(by_name))
+        num = exact(val, f"allowance {al.key}")
+        if num < 0:
+            raise InvalidValueError(f"allowance {al.key} must be >= 0, got {val}")
+        out[al.symbol] = num
+    return out
+
+
+def allowance_terms(allocated: sp.Expr) -> tuple:
+    r"""The three allowance Terms; fragmentation is a fraction of ``allocated`` [bytes].
+
+    .. math:: M_{\mathrm{ws}} + M_{\mathrm{nccl}}
+        + \varphi_{\mathrm{frag}}\,M_{\mathrm{alloc}}
+
+    ``workspace`` holds the CUDA context (:func:`memsym.terms.transients.cuda_context`,
+    500 MiB) and the cuBLAS workspaces (:data:`WORKSPACES`); ``nccl`` NCCL's buffers (:func:`memsym.terms.transients.nccl_buffers`
+    at 4 communicators); :math:`M_{\mathrm{alloc}}` is the peak phase's allocation.
+
+    Examples
+    --------
+    >>> [t_.key for t_ in allowance_terms(sp.Integer(10))]
+    ['workspace', 'nccl', 'fragmentation']
+    >>> from memsym.term import Total
+    >>> Total("a", allowance_terms(sp.Integer(0))).evaluate(allowance_values()) / 2**20
+    1076
+    """
+    w, n_, fr = (ALLOWANCES[x] for x in ALLOWANCE_TERMS)
+    return (
+        Term("workspace", w.symbol, w.description, w.source, label="CUDA context + workspaces"),
+        Term("nccl", n_.symbol, n_.description, n_.source, label="NCCL buffers"),
+        Term("fragmentation", fr.symbol * allocated, fr.description, fr.source,
+             label="fragmentation"),
+    )
