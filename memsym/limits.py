@@ -15,7 +15,9 @@ from types import MappingProxyType
 from .errors import InvalidValueError, LimitError
 
 __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "check_limit",
-           "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes"]
+           "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes", "MAX_INPUT_BYTES",
+           "MAX_CONFIG_JSON_BYTES", "MAX_NESTING", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
+           "MAX_TOP", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,13 @@ LIMITS = _limits(
           "real ones are ~10^2"),
     Limit("bytes", 2**64, "bytes", "2^64",
           "16 EiB: the whole 64-bit address space; GPU memories are ~10^11 bytes"),
+    Limit("config_layers", 2**8, "layers", "2^8",
+          "decoder layers of a config.json, 2x the deepest published LLM (126); a per-layer "
+          "MoE pattern makes every pipeline stage distinct and memsym search prices each one "
+          "(256 layers: ~10 s on 4096 GPUs; 2*10^5: over 180 s)"),
+    Limit("top", 1000, "layouts", "10^3",
+          "layouts memsym search prints with their breakdowns (each exact, a few ms); a "
+          "screen shows ~10, and --json of 1000 rows is already ~1 MB"),
 )
 
 #: The largest integer the exact solvers of :mod:`memsym.analysis` search for an unknown:
@@ -99,6 +108,53 @@ MAX_CANDIDATES = 2**20
 #: The most decimal digits a number typed by a user may have (10^60 is far above every limit;
 #: Python refuses int() of more than 4300 digits with a traceback-worthy ValueError).
 MAX_DIGITS = 60
+
+# ---------------------------------------------------------------------------------------------
+# Config files (DeepSpeed JSON, torchtitan TOML, Hugging Face config.json): checked on the text
+# BEFORE it is parsed (memsym.readers._values.check_text), since json and tomllib recurse per
+# nesting level, convert every digit of an integer (quadratic beyond 4300 digits, refused by
+# Python with a ValueError) and build a tuple per dotted-key prefix (quadratic in its parts).
+# ---------------------------------------------------------------------------------------------
+
+#: The largest DeepSpeed config, torchtitan TOML, launch script or argument file read [bytes]
+#: (2^20 = 1 MiB; real ones are a few KB).
+MAX_INPUT_BYTES = 2**20
+#: The largest Hugging Face config.json read [bytes] (2^22 = 4 MiB; real ones are 1-10 KB, the
+#: largest with id2label tables ~10^5 bytes).
+MAX_CONFIG_JSON_BYTES = 2**22
+#: The deepest nesting of arrays, objects, inline tables a config file may have (real ones
+#: nest 2-4 deep: a DeepSpeed zero_optimization.offload_param section, a config.json's
+#: rope_scaling); far below the ~1000 levels at which the parsers' recursion fails.
+MAX_NESTING = 64
+#: The most parts of one dotted TOML key or table name (``[quantize.linear.float8]`` has 3);
+#: tomllib's work grows with the square of the parts (5000 parts: 0.6 s, 10^5: memory exhausted).
+MAX_KEY_PARTS = 64
+#: The most values (separators ``,`` ``:`` ``=``) one config file may hold; real ones hold
+#: ~10^2, a config.json with a per-layer list ~10^3.
+MAX_ELEMENTS = 2**16
+#: The longest number in a config file [characters]: a float's 17 significant digits with sign,
+#: point and exponent take ~25; 10^60 is far above every limit.
+MAX_NUMBER_CHARS = MAX_DIGITS
+
+# ---------------------------------------------------------------------------------------------
+# Command-line numbers: a physical range each, so that no time, rate or price can be 0, inf
+# or NaN (1/1e-310 overflows a float to inf and inf - inf is NaN).
+# ---------------------------------------------------------------------------------------------
+
+#: The most layouts ``memsym search --top`` shows (:data:`LIMITS` ``"top"``).
+MAX_TOP = LIMITS["top"].maximum
+#: An achieved fraction of peak FLOP/s, (lowest, highest): 1% is below any real training run
+#: (Narayanan et al. 2021 Table 1: 44-52% of A100 peak; MFU reports 20-60%), and no GPU exceeds
+#: its peak.
+EFFICIENCY_RANGE = (0.01, 1.0)
+#: A link bandwidth per GPU [GB/s = 1e9 bytes/s], (lowest, highest): 0.1 GB/s is 1 Gb/s
+#: Ethernet; 10^5 GB/s is ~50x NVLink 5 (1800 GB/s per GPU, NVIDIA Blackwell datasheet).
+BANDWIDTH_RANGE = (0.1, 1e5)
+#: An achieved FLOP/s per GPU [TFLOP/s], (lowest, highest): 10^-3 TFLOP/s is below any CPU core;
+#: 10^5 TFLOP/s is ~10x the B200's sparse FP4 peak (~2*10^4 TFLOP/s, NVIDIA datasheet).
+TFLOPS_RANGE = (1e-3, 1e5)
+#: A price per GPU-hour (any currency), (lowest, highest): from a tenth of a cent to 10^6.
+PRICE_RANGE = (1e-3, 1e6)
 
 
 def limit_of(name: str) -> Limit:
