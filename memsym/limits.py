@@ -90,6 +90,9 @@ LIMITS = _limits(
           "decoder layers of a config.json, 2x the deepest published LLM (126); a per-layer "
           "MoE pattern makes every pipeline stage distinct and memsym search prices each one "
           "(256 layers: ~10 s on 4096 GPUs; 2*10^5: over 180 s)"),
+    Limit("stages", 2**12, "stages", "2^12",
+          "pipeline stages p, 64x the most published (p = 64: Narayanan et al. 2021, Table 1, "
+          "the 1T-parameter run); the step time prices every stage (10^5 stages: over 60 s)"),
     Limit("top", 1000, "layouts", "10^3",
           "layouts memsym search prints with their breakdowns (each exact, a few ms); a "
           "screen shows ~10, and --json of 1000 rows is already ~1 MB"),
@@ -243,7 +246,7 @@ FIELD_LIMITS = MappingProxyType({
     "qk_pos_emb_head_dim": "head_dim", "v_head_dim": "head_dim", "mtp_num_layers": "layers",
     "norms_per_layer": "norms", "moe_layer_freq": "layers",
     # Layout: every parallel degree is a number of GPUs
-    "t": "gpus", "p": "gpus", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",
+    "t": "gpus", "p": "stages", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",
     "first_stage_layers": "layers", "last_stage_layers": "layers",
     # Training
     "seq_length": "sequence", "micro_batch_size": "micro_batch",

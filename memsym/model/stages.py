@@ -9,7 +9,8 @@ from typing import Optional
 import sympy as sp
 
 from ..errors import DivisibilityError, InvalidValueError
-from .architecture import Architecture, _lenient, _pos_int, moe_layer_pattern, resolve
+from .architecture import (Architecture, _lenient, _pos_int, layer_kinds, moe_layer_pattern,
+                           resolve)
 from .counts import _ZERO, _as_int, _eta, _layer_parts, _mtp_extra, parameter_values
 from ..symbols import V, h
 
@@ -516,7 +517,7 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     t_e = t if t_e is None else t_e
     rng = stage_layers(x, p, stage, first_stage_layers, last_stage_layers, pipeline_layout)
     pattern = moe_layer_pattern(x)
-    per = {kind: layer_parameters(x, kind) for kind in set(pattern)}
+    per = {kind: layer_parameters(x, kind) for kind in layer_kinds(x)}
     tp = sum(per[pattern[i]]["tp"] for i in rng)
     rep = sum(per[pattern[i]]["replicated"] for i in rng)
     ex = sum(per[pattern[i]]["experts"] for i in rng)
