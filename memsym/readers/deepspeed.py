@@ -39,7 +39,10 @@ _TOP_MODELLED = {"train_batch_size", "train_micro_batch_size_per_gpu",
 def _load(source):
     if isinstance(source, dict):
         return source
-    if isinstance(source, (str, os.PathLike)) and not str(source).lstrip().startswith("{"):
+    # JSON text starts with an object or array ('[' is then refused as not an object): never
+    # a 200 KB "file name"
+    if isinstance(source, os.PathLike) or (isinstance(source, str)
+                                           and not source.lstrip().startswith(("{", "["))):
         source = read_bounded(source, "DeepSpeed config")
     if not isinstance(source, str):
         raise InvalidValueError(f"a DeepSpeed config is a path, JSON text or a dict, got "
