@@ -450,3 +450,29 @@ def test_fuzz_numeric_options_stay_in_their_ranges(text):
             assert "\n" not in str(exc)
         else:
             assert math.isfinite(value) and lo <= value <= hi
+
+
+def test_a_model_name_with_a_backslash_is_estimated(tmp_path, capsys):
+    # found with issue 34's names: resolve() escaped the name again on every copy of a resolved
+    # model, so a config.json named C:\models\llama was refused by every estimate
+    from memsym.model import from_hf_config, resolve
+    from memsym.training import Layout, Training, training_memory
+
+    folder = tmp_path / "bs"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "_name_or_path": "C:\\models\\llama", "hidden_size": 256,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512,
+        "vocab_size": 1000, "max_position_embeddings": 4096}))
+    arch = from_hf_config(folder)
+    assert resolve(arch).name == arch.name
+    training_memory(arch, Layout(p=2), Training(seq_length=1024))
+    code, out, err = cli(capsys, "estimate", str(folder), "--seq-length", "1024")
+    assert code == 0 and err == "" and "models" in out
+    # a hidden character is still shown escaped, and stays so on every copy
+    import dataclasses
+
+    from memsym.model import preset
+
+    hidden = resolve(dataclasses.replace(preset("llama2-7b"), name="a\x1b[2Jb"))
+    assert hidden.name == "a\\x1b[2Jb" and resolve(dataclasses.replace(hidden)).name == hidden.name

@@ -209,7 +209,7 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
     if isinstance(arch, Resolved):
         return arch             # resolved once: nothing resolves it again
     upd = {}
-    upd["name"] = printable(arch.name, 64)
+    upd["name"] = _inert_name(arch.name)
     for name in _INT_FIELDS:
         val = getattr(arch, name)
         if val is not None:
@@ -357,6 +357,21 @@ def padded_vocab_size(vocab_size: int, t: int = 1, divisible_by: int = 128) -> i
     vocab_size = _pos_int(vocab_size, "vocab_size")
     mult = _pos_int(divisible_by, "make_vocab_size_divisible_by") * _pos_int(t, "t")
     return -(-vocab_size // mult) * mult
+
+
+def _inert_name(name) -> str:
+    """``name`` as printable text of at most ~64 characters, unchanged if it already is one.
+
+    :func:`printable` doubles every backslash, so applied twice it changes a name again; a
+    name already inert (no hidden characters, short) is kept as it is, so that resolving a
+    copy of a resolved model (``dataclasses.replace``) gives the same name: a config.json
+    named ``C:\\models\\llama`` was refused by every estimate.
+    """
+    text = name if isinstance(name, str) else str(name)
+    plain = text.replace("\\", "")
+    if len(text) <= 96 and printable(plain, 96) == plain:
+        return text
+    return printable(text, 64)
 
 
 def moe_layer_pattern(arch: Architecture) -> tuple:
