@@ -310,6 +310,18 @@ def test_the_lowest_efficiency_gives_finite_times_without_numpy_warnings(capsys)
     assert code == 0 and "Warning" not in err and " inf" not in out and " nan" not in out
 
 
+def test_a_cluster_bandwidth_outside_the_range_is_refused():
+    # the API's way to the same inf: a cluster whose link moves 1e-300 bytes/s
+    from memsym.hardware import cluster_for
+
+    dgx = cluster_for("h100-80gb")
+    lo, hi = (x * 10**9 for x in limits.BANDWIDTH_RANGE)
+    assert dgx.with_(inter_node_bandwidth=lo).inter_node_bandwidth == lo
+    for bad in (1e-300, lo / 2, hi * 2, math.inf, math.nan, True):
+        api_refused(lambda: dgx.with_(inter_node_bandwidth=bad), "inter_node_bandwidth",
+                    "0.1 to 1e5 GB/s")
+
+
 def test_search_api_refuses_an_efficiency_outside_the_range():
     from memsym.search import search
 
