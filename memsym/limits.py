@@ -87,15 +87,13 @@ LIMITS = _limits(
     Limit("bytes", 2**64, "bytes", "2^64",
           "16 EiB: the whole 64-bit address space; GPU memories are ~10^11 bytes"),
     Limit("config_layers", 2**8, "layers", "2^8",
-          "decoder layers of a config.json, 2x the deepest published LLM (126); a per-layer "
-          "MoE pattern makes every pipeline stage distinct and memsym search prices each one "
-          "(256 layers: ~10 s on 4096 GPUs; 2*10^5: over 180 s)"),
+          "a config.json's layers, 2x the deepest published LLM (126); search prices every "
+          "distinct stage of a per-layer MoE pattern (256 layers: ~10 s on 4096 GPUs)"),
     Limit("stages", 2**12, "stages", "2^12",
-          "pipeline stages p, 64x the most published (p = 64: Narayanan et al. 2021, Table 1, "
-          "the 1T-parameter run); the step time prices every stage (10^5 stages: over 60 s)"),
+          "pipeline stages p, 64x the most published (p = 64, Narayanan et al. 2021 Table 1); "
+          "the step time prices every stage"),
     Limit("top", 1000, "layouts", "10^3",
-          "layouts memsym search prints with their breakdowns (each exact, a few ms); a "
-          "screen shows ~10, and --json of 1000 rows is already ~1 MB"),
+          "layouts memsym search prints, each with its exact breakdown; a screen shows ~10"),
 )
 
 #: The largest integer the exact solvers of :mod:`memsym.analysis` search for an unknown:
