@@ -17,6 +17,14 @@ never user input: only files named by a key this module computed are read, only 
 directory and files the current user owns that no one else may write (as ssh treats its
 keys: a shared ``/tmp`` cannot plant code), and only their source defines the function (a
 file that does not define it is ignored).
+
+Each file verifies before it is executed: its first line names the format, the memsym version
+that wrote it and a SHA-256 of its key, that version and the source below the line
+(:func:`_seal`).  A file whose line is missing, whose version differs or whose hash does not
+match (a changed byte, a truncated write, another memsym) is never compiled or executed: it is
+removed and the function is built again and written anew.  The directory is created 0700; one
+owned by someone else, or that the group or others may write, is not used at all (no disk
+cache, no error).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
+import stat
 
 __all__ = ["cache_dir", "load", "store", "key", "MAX_FILES", "MAX_BYTES"]
 
@@ -97,8 +106,70 @@ def _private(st) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
+#: The first line of every cache file: this format's name; the memsym version and the SHA-256
+#: of (key, version, source) follow.
+_MAGIC = "# memsym compiled cache 1"
+_HEADER_MAX = 256          # the longest first line read [bytes]
+
+
+def _version() -> str:
+    from . import __version__
+
+    return str(__version__)
+
+
+def _seal(digest: str, source: str, version: str | None = None) -> str:
+    """The first line of the file that holds ``source`` under key ``digest``.
+
+    The hash covers the key (a file copied under another name does not verify), the version
+    and every byte of the source (a changed or missing byte does not verify).
+
+    Examples
+    --------
+    >>> _seal("a" * 64, "x = 1\\n", "0.1.0")[:46]
+    '# memsym compiled cache 1; memsym 0.1.0; sha25'
+    """
+    import hashlib
+
+    version = _version() if version is None else version
+    h = hashlib.sha256(f"{digest}\n{version}\n".encode() + source.encode("utf-8")).hexdigest()
+    return f"{_MAGIC}; memsym {version}; sha256 {h}\n"
+
+
+def _verified(digest: str, raw: bytes) -> str | None:
+    """The source in ``raw`` if its first line seals it for ``digest`` and this version."""
+    first, newline, body = raw.partition(b"\n")
+    if not newline or len(first) > _HEADER_MAX:
+        return None
+    try:
+        source = body.decode("utf-8")
+        header = first.decode("ascii") + "\n"
+    except UnicodeDecodeError:
+        return None
+    return source if header == _seal(digest, source) else None
+
+
+def _open_private(path):
+    # the entry itself, never a link it is replaced by (O_NOFOLLOW), checked on the open file
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES + _HEADER_MAX \
+                or not _private(st):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read(MAX_BYTES + _HEADER_MAX + 1)
+    finally:
+        os.close(fd)
+
+
 def load(digest: str, namespace: dict):
     """The cached function of key ``digest`` executed in a copy of ``namespace``, or None.
+
+    The file is read only from a private directory (:func:`_private`), and executed only
+    once it verifies (:func:`_seal`: format, memsym version, SHA-256 of key, version and
+    source); a file that does not verify is removed, so that the caller's rebuilt function
+    replaces it.
 
     Parameters
     ----------
@@ -112,15 +183,24 @@ def load(digest: str, namespace: dict):
         return None
     path = root / f"{digest}.py"
     try:
-        if not path.is_file() or not _private(root.stat()):
-            return None
-        st = path.stat()
-        if st.st_size > MAX_BYTES or not _private(st):
-            return None
-        source = path.read_text(encoding="utf-8")
+        if not _private(root.stat()):
+            return None      # someone else's, or writable by others: not used at all
+        raw = _open_private(path)
+    except OSError:          # absent (the usual miss), unreadable, or a link
+        return None
+    if raw is None:
+        return None
+    source = _verified(digest, raw)
+    if source is None:       # tampered, truncated, another version: never executed
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return None
+    try:
         ns = dict(namespace)
-        exec(compile(source, str(path), "exec"), ns)   # memsym's own generated code
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, NameError, TypeError):
+        exec(compile(source, str(path), "exec"), ns)   # memsym's own generated code, verified
+    except (SyntaxError, ValueError, NameError, TypeError):
         return None
     fn = ns.get(FUNC_NAME)
     return fn if callable(fn) else None
@@ -140,7 +220,7 @@ def store(digest: str, source: str) -> bool:
 
     root = cache_dir()
     if root is None or len(source.encode()) > MAX_BYTES or f"def {FUNC_NAME}(" not in source \
-            or len(digest) != 64:
+            or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
         return False
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -153,8 +233,8 @@ def store(digest: str, source: str) -> bool:
     except OSError:
         return False
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(source)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(_seal(digest, source) + source)   # checked by load before it runs
         os.replace(tmp, root / f"{digest}.py")
     except OSError:
         try:

@@ -247,9 +247,18 @@ class Cluster:
     def __post_init__(self):
         if int(self.gpus_per_node) != self.gpus_per_node or self.gpus_per_node < 1:
             raise InvalidValueError(f"gpus_per_node must be a whole number >= 1, got {self.gpus_per_node}")
+        import numbers
+
+        from .limits import BANDWIDTH_RANGE
+
+        # a physical range (memsym.limits, in GB/s): 1e-300 bytes/s made step times inf and
+        # every search column NaN, with numpy overflow warnings on stderr
+        lo, hi = (x * 1e9 for x in BANDWIDTH_RANGE)
         for what in ("intra_node_bandwidth", "inter_node_bandwidth"):
-            if not getattr(self, what) > 0:
-                raise InvalidValueError(f"{what} must be > 0 bytes/s, got {getattr(self, what)}")
+            val = getattr(self, what)
+            if isinstance(val, bool) or not isinstance(val, numbers.Real) or not lo <= val <= hi:
+                raise InvalidValueError(f"{what} must be between {lo:g} and {hi:g} bytes/s "
+                                        f"(0.1 to 1e5 GB/s), got {val!r:.40}")
         if self.latency < 0:
             raise InvalidValueError(f"latency must be >= 0 s, got {self.latency}")
         if self.intra_link not in ("nvlink", "pcie", "infinity-fabric"):

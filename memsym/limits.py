@@ -16,7 +16,9 @@ from .errors import InvalidValueError, LimitError, choose
 from .text import short
 
 __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "check_limit",
-           "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes"]
+           "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes", "MAX_INPUT_BYTES",
+           "MAX_CONFIG_JSON_BYTES", "MAX_NESTING", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
+           "MAX_TOP", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,14 @@ LIMITS = _limits(
           "real ones are ~10^2"),
     Limit("bytes", 2**64, "bytes", "2^64",
           "16 EiB: the whole 64-bit address space; GPU memories are ~10^11 bytes"),
+    Limit("config_layers", 2**8, "layers", "2^8",
+          "a config.json's layers, 2x the deepest published LLM (126); search prices every "
+          "distinct stage of a per-layer MoE pattern (256 layers: ~10 s on 4096 GPUs)"),
+    Limit("stages", 2**12, "stages", "2^12",
+          "pipeline stages p, 64x the most published (p = 64, Narayanan et al. 2021 Table 1); "
+          "the step time prices every stage"),
+    Limit("top", 1000, "layouts", "10^3",
+          "layouts memsym search prints, each with its exact breakdown; a screen shows ~10"),
 )
 
 #: The largest integer the exact solvers of :mod:`memsym.analysis` search for an unknown:
@@ -100,6 +110,53 @@ MAX_CANDIDATES = 2**20
 #: The most decimal digits a number typed by a user may have (10^60 is far above every limit;
 #: Python refuses int() of more than 4300 digits with a traceback-worthy ValueError).
 MAX_DIGITS = 60
+
+# ---------------------------------------------------------------------------------------------
+# Config files (DeepSpeed JSON, torchtitan TOML, Hugging Face config.json): checked on the text
+# BEFORE it is parsed (memsym.readers._values.check_text), since json and tomllib recurse per
+# nesting level, convert every digit of an integer (quadratic beyond 4300 digits, refused by
+# Python with a ValueError) and build a tuple per dotted-key prefix (quadratic in its parts).
+# ---------------------------------------------------------------------------------------------
+
+#: The largest DeepSpeed config, torchtitan TOML, launch script or argument file read [bytes]
+#: (2^20 = 1 MiB; real ones are a few KB).
+MAX_INPUT_BYTES = 2**20
+#: The largest Hugging Face config.json read [bytes] (2^22 = 4 MiB; real ones are 1-10 KB, the
+#: largest with id2label tables ~10^5 bytes).
+MAX_CONFIG_JSON_BYTES = 2**22
+#: The deepest nesting of arrays, objects, inline tables a config file may have (real ones
+#: nest 2-4 deep: a DeepSpeed zero_optimization.offload_param section, a config.json's
+#: rope_scaling); far below the ~1000 levels at which the parsers' recursion fails.
+MAX_NESTING = 64
+#: The most parts of one dotted TOML key or table name (``[quantize.linear.float8]`` has 3);
+#: tomllib's work grows with the square of the parts (5000 parts: 0.6 s, 10^5: memory exhausted).
+MAX_KEY_PARTS = 64
+#: The most values (separators ``,`` ``:`` ``=``) one config file may hold; real ones hold
+#: ~10^2, a config.json with a per-layer list ~10^3.
+MAX_ELEMENTS = 2**16
+#: The longest number in a config file [characters]: a float's 17 significant digits with sign,
+#: point and exponent take ~25; 10^60 is far above every limit.
+MAX_NUMBER_CHARS = MAX_DIGITS
+
+# ---------------------------------------------------------------------------------------------
+# Command-line numbers: a physical range each, so that no time, rate or price can be 0, inf
+# or NaN (1/1e-310 overflows a float to inf and inf - inf is NaN).
+# ---------------------------------------------------------------------------------------------
+
+#: The most layouts ``memsym search --top`` shows (:data:`LIMITS` ``"top"``).
+MAX_TOP = LIMITS["top"].maximum
+#: An achieved fraction of peak FLOP/s, (lowest, highest): 1% is below any real training run
+#: (Narayanan et al. 2021 Table 1: 44-52% of A100 peak; MFU reports 20-60%), and no GPU exceeds
+#: its peak.
+EFFICIENCY_RANGE = (0.01, 1.0)
+#: A link bandwidth per GPU [GB/s = 1e9 bytes/s], (lowest, highest): 0.1 GB/s is 1 Gb/s
+#: Ethernet; 10^5 GB/s is ~50x NVLink 5 (1800 GB/s per GPU, NVIDIA Blackwell datasheet).
+BANDWIDTH_RANGE = (0.1, 1e5)
+#: An achieved FLOP/s per GPU [TFLOP/s], (lowest, highest): 10^-3 TFLOP/s is below any CPU core;
+#: 10^5 TFLOP/s is ~10x the B200's sparse FP4 peak (~2*10^4 TFLOP/s, NVIDIA datasheet).
+TFLOPS_RANGE = (1e-3, 1e5)
+#: A price per GPU-hour (any currency), (lowest, highest): from a tenth of a cent to 10^6.
+PRICE_RANGE = (1e-3, 1e6)
 
 
 def limit_of(name: str) -> Limit:
@@ -184,7 +241,7 @@ FIELD_LIMITS = MappingProxyType({
     "qk_pos_emb_head_dim": "head_dim", "v_head_dim": "head_dim", "mtp_num_layers": "layers",
     "norms_per_layer": "norms", "moe_layer_freq": "layers",
     # Layout: every parallel degree is a number of GPUs
-    "t": "gpus", "p": "gpus", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",
+    "t": "gpus", "p": "stages", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",
     "first_stage_layers": "layers", "last_stage_layers": "layers",
     # Training
     "seq_length": "sequence", "micro_batch_size": "micro_batch",

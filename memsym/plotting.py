@@ -18,7 +18,7 @@ from .symbols import lookup, registry
 from .analysis import largest, smallest
 from .values import as_values, exact
 
-__all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS",
+__all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS", "plot_text", "MAX_TEXT",
            "breakdown_bars", "memory_vs_d", "feasibility_map"]
 
 _GB = 1e9
@@ -31,13 +31,53 @@ _COLORS = {"model states": "tab:blue", "activations": "tab:orange", "allowances"
 _MAX_POINTS = 4096   # points on a memory-vs curve (every size from a user is bounded)
 
 
+#: The longest user text drawn (a title, a job or model name) [characters]; longer is cut
+#: (a command line allows 128 KiB in one argument; a title wider than the figure says nothing).
+MAX_TEXT = 300
+
+
+def plot_text(text, limit: int = MAX_TEXT) -> str:
+    r"""``text`` as matplotlib draws it literally: the one helper every user string (a title,
+    a job, model or term name) passes through before it reaches a plot.
+
+    Matplotlib reads text between two unescaped ``$`` as mathtext and raises on what it cannot
+    parse (``$\frac{$``): every ``$`` is escaped as ``\$``, so no text is ever math and each
+    ``$`` is drawn as a dollar sign (a backslash before it stays a backslash).  Control
+    characters other than the newline become ``\xNN``; text beyond ``limit`` characters is cut.
+    The plots are drawn with ``text.usetex`` off (:func:`_figure`, :func:`save`), so LaTeX
+    never sees the text either.
+
+    Examples
+    --------
+    >>> print(plot_text(r"$\frac{$"), plot_text("a$^{$b"))
+    \$\frac{\$ a\$^{\$b
+    >>> from matplotlib.text import Text
+    >>> Text()._preprocess_math(plot_text(r"$\frac{$"))   # drawn as typed, not as math
+    ('$\\frac{$', False)
+    """
+    text = str(text)
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    out = []
+    for ch in text:
+        if ch == "$":
+            out.append("\\$")
+        elif ch != "\n" and not ch.isprintable():
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _figure(ax=None, size=(7.5, 4.2)):
     if ax is not None:
         return ax.figure, ax
+    from matplotlib import rc_context
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=size, layout="constrained")
-    return fig, fig.add_subplot()
+    with rc_context({"text.usetex": False}):   # a user's matplotlibrc may turn LaTeX on
+        fig = Figure(figsize=size, layout="constrained")
+        return fig, fig.add_subplot()
 
 
 def _legend_outside(ax, **kw):
@@ -66,7 +106,11 @@ def save(fig, path) -> str:
     ext = os.path.splitext(str(path))[1].lower().lstrip(".")
     if ext not in FORMATS:
         raise InvalidValueError(f"plot file must end in .png, .pdf or .svg, got {str(path)[-40:]!r}")
-    fig.savefig(path, format=ext, dpi=150 if ext == "png" else None)
+    from matplotlib import rc_context
+
+    # tick labels are made while drawing: with LaTeX off as the rest (see plot_text)
+    with rc_context({"text.usetex": False}):
+        fig.savefig(path, format=ext, dpi=150 if ext == "png" else None)
     return str(path)
 
 
@@ -117,7 +161,11 @@ def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
 
     if hasattr(items, "breakdown") and hasattr(items, "total"):
         items = {"most-loaded GPU": items}
-    labels = [str(x) for x in items]
+    labels = [plot_text(x) for x in items]
+    if len(set(labels)) != len(labels):
+        from .errors import InvalidValueError
+
+        raise InvalidValueError("breakdown labels must differ (after escaping for the plot)")
     data = [_grouped_bytes(v) for v in items.values()]
     groups = [g for g, _ in _GROUPS if any(g in d for d in data)]
     if any("other" in d for d in data):
@@ -138,7 +186,7 @@ def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
         ax.set_ylim(0, max(cap, float(bottom.max(initial=0))) * 1.15)
     ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
     ax.set_xlabel("job")
-    ax.set_title(title or "Per-GPU memory by term group (most-loaded GPU)")
+    ax.set_title(plot_text(title) if title else "Per-GPU memory by term group (most-loaded GPU)")
     _legend_outside(ax)
     return fig
 
@@ -164,6 +212,7 @@ def breakdown_bars(breakdowns: Mapping[str, Mapping], *, capacity=None, title: s
 
     fig, ax = _figure(ax)
     labels = list(breakdowns)
+    shown = [plot_text(lab) for lab in labels]
     keys = []
     for bd in breakdowns.values():
         for key in bd:
@@ -172,13 +221,13 @@ def breakdown_bars(breakdowns: Mapping[str, Mapping], *, capacity=None, title: s
     bottom = np.zeros(len(labels))
     for key in keys:
         vals = np.array([float(breakdowns[lab].get(key, 0)) / _GB for lab in labels])
-        ax.bar(labels, vals, bottom=bottom, label=key)
+        ax.bar(shown, vals, bottom=bottom, label=plot_text(key))
         bottom += vals
     if capacity is not None:
         ax.axhline(float(capacity) / _GB, color="black", linestyle="--", label="capacity")
     ax.set_ylabel("memory per GPU [GB]")
     if title:
-        ax.set_title(title)
+        ax.set_title(plot_text(title))
     _legend_outside(ax)
     return fig
 
@@ -364,7 +413,7 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
     ax.set_xlabel(_axis_label(x.name) + skipped_note)
     ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
     ax.set_ylim(bottom=0)
-    ax.set_title(title or f"Memory per GPU against {x.name}")
+    ax.set_title(plot_text(title) if title else f"Memory per GPU against {x.name}")
     _legend_outside(ax)
     return fig
 
@@ -493,9 +542,9 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
     ax.set_xlabel(_axis_label(x))
     ax.set_ylabel(_axis_label(y))
     gpu = result.space.gpu.name
-    ax.set_title(title or f"{result.space.arch.name} on {result.gpus} x {gpu}: "
-                 + {"fits": "does a layout fit?", "step_time": "best step time",
-                    "headroom": "best headroom"}[value])
+    ax.set_title(plot_text(title or f"{result.space.arch.name} on {result.gpus} x {gpu}: "
+                           + {"fits": "does a layout fit?", "step_time": "best step time",
+                              "headroom": "best headroom"}[value]))
     if len(result) and result.columns["fits"].any():
         best = result.best()
         j, i = xs.index(best[x]), ys.index(best[y])
@@ -581,5 +630,5 @@ def feasibility_map(result, *, ax=None):
             if np.isfinite(grid[i, j]):
                 ax.text(j, i, f"{grid[i, j]:.0f}", ha="center", va="center", fontsize="small")
     fig.colorbar(img, ax=ax, label="best headroom [GB]")
-    ax.set_title(f"{result.space.arch.name} on {result.gpus} x {result.space.gpu.name}")
+    ax.set_title(plot_text(f"{result.space.arch.name} on {result.gpus} x {result.space.gpu.name}"))
     return fig

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from .errors import DivisibilityError, InvalidValueError
-from .model.architecture import moe_layer_pattern
+from .model.architecture import layer_kinds
 from .term import Source
 
 __all__ = ["Rule", "RULES", "LAUNCH", "PREFERENCES", "knobs", "masks", "broken", "check"]
@@ -59,7 +59,7 @@ class Rule:
 def _ffn_sizes(x) -> tuple:
     """(size, which) of every FFN a tensor-parallel split divides: the dense layers' ffn, the
     shared experts' ffn (split over t), the routed experts' ffn (split over t_e)."""
-    kinds = set(moe_layer_pattern(x))
+    kinds = layer_kinds(x)    # cached: asked once per pipeline stage
     out = []
     if False in kinds:
         out.append((x.ffn_hidden_size, "t", "ffn size (ffn_hidden_size"))
@@ -201,7 +201,7 @@ def _moe(x) -> bool:
 def _mixed_layers(x) -> bool:
     # dense and MoE layers in one model: which a V-placed rank holds depends on where its two
     # stages sit, which memsym's contiguous stage ranges do not follow
-    return len(set(moe_layer_pattern(x))) > 1
+    return len(layer_kinds(x)) > 1
 
 
 RULES: dict = {r.name: r for r in (

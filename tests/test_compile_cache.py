@@ -94,3 +94,129 @@ def test_a_directory_others_can_write_is_not_trusted(cache):
         cache.chmod(0o700)
     (cache / ("e" * 64 + ".py")).chmod(0o666)
     assert compile_cache.load("e" * 64, {}) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 34: every file verifies (format, memsym version, SHA-256 of key, version and source)
+# before it is compiled; one that does not is never executed, and is rebuilt and rewritten
+# ------------------------------------------------------------------------------------------------
+_ARGS = (7e9, 8, 1, 2)
+# independent of memsym: max(16 N/(d p t), 2 N/t) + N/p^2 at N = 7e9, d = 8, p = 1, t = 2
+_WANT = max(16 * 7e9 / (8 * 1 * 2), 2 * 7e9 / 2) + 7e9 / 1**2
+
+
+def _planted(entry, marker):
+    # valid Python defining the function, which would leave ``marker`` behind if executed
+    return (f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+            "def _lambdifygenerated(N, d, p, t):\n    return [0.0]\n")
+
+
+def _rebuilt_after(cache, damage):
+    numeric.compile_expr(_expr())
+    (entry,) = cache.glob("*.py")
+    marker = cache.parent / f"{cache.name}-ran"
+    entry.write_bytes(damage(entry.read_bytes(), entry, marker))
+    numeric._lambdify.cache_clear()                      # a new process
+    fn, _ = numeric.compile_expr(_expr())
+    assert not marker.exists()                           # the unverified file never ran
+    assert fn(*_ARGS)[0] == pytest.approx(_WANT)          # the result is still right
+    raw = entry.read_bytes()                              # rewritten, and it verifies again
+    assert compile_cache._verified(entry.stem, raw) is not None
+    return raw
+
+
+def test_a_tampered_byte_is_not_executed_and_is_rewritten(cache):
+    def flip(raw, entry, marker):
+        i = raw.index(b"return") + 8                      # one byte of the source
+        return raw[:i] + bytes([raw[i] ^ 0x01]) + raw[i + 1:]
+
+    _rebuilt_after(cache, flip)
+
+
+def test_planted_code_under_the_old_seal_is_not_executed(cache):
+    def plant(raw, entry, marker):
+        header = raw.split(b"\n", 1)[0]
+        return header + b"\n" + _planted(entry, marker).encode()
+
+    _rebuilt_after(cache, plant)
+
+
+def test_a_truncated_file_is_not_executed_and_is_rewritten(cache):
+    _rebuilt_after(cache, lambda raw, entry, marker: raw[: len(raw) // 2])
+    _rebuilt_after(cache, lambda raw, entry, marker: raw[:10])           # inside the header
+    _rebuilt_after(cache, lambda raw, entry, marker: b"")
+
+
+def test_another_memsym_version_is_not_executed_and_is_rewritten(cache):
+    def other_version(raw, entry, marker):
+        source = _planted(entry, marker)
+        # a correctly sealed file, but written by another memsym
+        return (compile_cache._seal(entry.stem, source, "0.0.0-other") + source).encode()
+
+    _rebuilt_after(cache, other_version)
+
+
+def test_a_file_sealed_for_another_key_is_not_executed(cache):
+    def moved(raw, entry, marker):
+        source = _planted(entry, marker)
+        return (compile_cache._seal("0" * 64, source) + source).encode()
+
+    _rebuilt_after(cache, moved)
+
+
+def test_an_unsealed_file_of_an_older_memsym_is_not_executed(cache):
+    # what memsym wrote before files were sealed: plain source, now refused and rewritten
+    _rebuilt_after(cache, lambda raw, entry, marker: _planted(entry, marker).encode())
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "getuid"), reason="POSIX permissions")
+def test_the_directory_is_made_0700_and_a_shared_one_falls_back(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    root = tmp_path / "new" / "compiled"
+    monkeypatch.setenv("MEMSYM_CACHE_DIR", str(root))
+    old = os.umask(0)                       # even with no umask the directory is private
+    try:
+        numeric._lambdify.cache_clear()
+        numeric.compile_expr(_expr())
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700 and len(list(root.glob("*.py"))) == 1
+    for mode in (0o770, 0o707, 0o777):      # group- or world-writable: no disk cache, no crash
+        root.chmod(mode)
+        numeric._lambdify.cache_clear()
+        fn, _ = numeric.compile_expr(_expr())
+        assert fn(*_ARGS)[0] == pytest.approx(_WANT)
+        (entry,) = root.glob("*.py")
+        assert compile_cache.load(entry.stem, numeric._namespace("numpy")) is None
+    root.chmod(0o700)
+    numeric._lambdify.cache_clear()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "getuid") or __import__("os").getuid() != 0,
+                    reason="changing a file's owner needs root")
+def test_a_foreign_owned_directory_is_not_used(cache):
+    import os
+
+    numeric.compile_expr(_expr())
+    (entry,) = cache.glob("*.py")
+    os.chown(cache, 12345, -1)
+    try:
+        assert compile_cache.load(entry.stem, numeric._namespace("numpy")) is None
+        assert not compile_cache.store("a" * 64, "def _lambdifygenerated(x):\n    return [x]\n")
+        numeric._lambdify.cache_clear()
+        fn, _ = numeric.compile_expr(_expr())
+        assert fn(*_ARGS)[0] == pytest.approx(_WANT)
+    finally:
+        os.chown(cache, os.getuid(), -1)
+
+
+def test_a_link_in_place_of_an_entry_is_not_followed(cache):
+    numeric.compile_expr(_expr())
+    (entry,) = cache.glob("*.py")
+    target = cache.parent / f"{cache.name}-elsewhere.py"
+    target.write_bytes(entry.read_bytes())          # even a valid file is not read via a link
+    entry.unlink()
+    entry.symlink_to(target)
+    assert compile_cache.load(entry.stem, numeric._namespace("numpy")) is None

@@ -490,7 +490,7 @@ def test_cli_efficiency_out_of_range_one_line(capsys):
     assert main(["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8",
                  "--efficiency", "3"]) == 2
     err = capsys.readouterr().err
-    assert "0 < x <= 1" in err and err.strip().count("\n") <= 1
+    assert "0.01 <= x <= 1" in err and err.strip().count("\n") <= 1   # memsym.limits.EFFICIENCY_RANGE
 
 
 def test_longest_sequence_obeys_the_cp_seq_rule():

@@ -366,9 +366,10 @@ REVIEWED = {
     ("memsym/cli/training_options.py", "value = sp.sympify(value)"):
         "_num: value is a computed SymPy number (training_memory's bytes)",
     ("memsym/compile_cache.py",
-     'exec(compile(source, str(path), "exec"), ns)   # memsym\'s own generated code'):
+     'exec(compile(source, str(path), "exec"), ns)   # memsym\'s own generated code, verified'):
         "compile_cache.load: lambdify source memsym wrote, from a file named by its SHA-256 "
-        "key in a directory and file only this user owns and can write "
+        "key in a directory and file only this user owns and can write, executed only once "
+        "its seal (memsym version, SHA-256 of key, version and source) verifies "
         "(tests/test_compile_cache.py)",
     ("memsym/numeric.py", 'exec(compile(source, where, "exec"), ns)'):
         "numeric._run: the source numeric._generate printed with SymPy's code printer from "

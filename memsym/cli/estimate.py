@@ -105,8 +105,6 @@ def run(args) -> int:
 
     if getattr(args, "job_words", None) is not None and args.job_words.megatron \
             and not wants_training(args):
-        from ..errors import InvalidValueError
-
         raise InvalidValueError(f"{args.job_words.megatron[0]} is a Megatron-LM argument: it "
                                 "needs a model (a preset, a config.json or the architecture "
                                 "arguments); with --params use memsym's options (--precision, "
@@ -126,8 +124,6 @@ def run(args) -> int:
 
     pricing = [opt for opt, dest in PRICING if getattr(args, dest, None) is not None]
     if pricing:  # --gpu alone only supplies the capacity of the model-state estimate
-        from ..errors import InvalidValueError
-
         raise InvalidValueError(f"{', '.join(pricing)}: communication and time need a model: name "
                                 "a preset or config.json (e.g. memsym estimate llama3-8b "
                                 "--seq-length 8192 --gpu h100-80gb)")

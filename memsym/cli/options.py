@@ -13,7 +13,8 @@ import sys
 from ..errors import MemsymError, UnknownNameError
 
 __all__ = [
-    "positive_int", "count", "capacity", "fraction", "choice", "add_model_state_options",
+    "positive_int", "count", "capacity", "fraction", "choice", "number_in", "efficiency",
+    "bandwidth", "tflops", "price", "top_count", "add_model_state_options",
     "model_state_setup", "model_state_convention", "emit_json", "number_out",
 ]
 
@@ -28,6 +29,27 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {raw!r}")
     return value
+
+
+def top_count(text: str) -> int:
+    """``memsym search --top K``: a whole number 1 <= K <= memsym.limits.MAX_TOP (1000).
+
+    Examples
+    --------
+    >>> top_count("10")
+    10
+    >>> top_count("1000000")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a whole number 1 <= K <= 1000 (layouts shown: top), got '1000000'
+    """
+    from ..limits import MAX_TOP
+
+    raw = str(text).strip()
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 7 and 1 <= int(raw) <= MAX_TOP):
+        raise argparse.ArgumentTypeError(f"expected a whole number 1 <= K <= {MAX_TOP} (layouts "
+                                         f"shown: top), got {raw[:40]!r}")
+    return int(raw)
 
 
 def count(text: str) -> int:
@@ -50,27 +72,61 @@ def capacity(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def positive_number(text: str) -> float:
-    """A finite number > 0 (efficiencies, bandwidths, prices)."""
-    try:
-        value = float(str(text).strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {str(text)[:40]!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
+def number_in(lo: float, hi: float, what: str, unit: str = "", example: str = ""):
+    """An argparse type: a finite decimal number with ``lo <= x <= hi`` (a physical range).
+
+    The range keeps every derived time, rate and price finite: 1/1e-310 overflows a float to
+    inf, and inf - inf is NaN.  The text is read by ``float`` only (never evaluated), at most
+    :data:`memsym.limits.MAX_DIGITS` characters.
+
+    Examples
+    --------
+    >>> efficiency("0.5"), bandwidth("900")
+    (0.5, 900.0)
+    >>> efficiency("1e-310")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected an efficiency with 0.01 <= x <= 1 (e.g. 0.5), got '1e-310'
+    """
+    from ..limits import MAX_DIGITS
+
+    shown = f"{lo:g} <= x <= {hi:g}" + (f" [{unit}]" if unit else "")
+    hint = f" (e.g. {example})" if example else ""
+
+    def parse(text: str) -> float:
+        raw = str(text).strip()
+        try:
+            value = float(raw) if len(raw) <= MAX_DIGITS else math.nan
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise argparse.ArgumentTypeError(f"expected {what} with {shown}{hint}, got "
+                                             f"{raw[:40]!r}")
+        return value
+
+    parse.__name__ = what.split()[-1]
+    return parse
 
 
-def fraction(text: str) -> float:
-    """A finite number with 0 < x <= 1 (efficiencies, fractions of peak)."""
-    try:
-        value = float(str(text).strip())
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= 1):
-        raise argparse.ArgumentTypeError(
-            f"expected a fraction with 0 < x <= 1 (e.g. 0.5), got {str(text)[:40]!r}")
-    return value
+def _ranges():
+    from ..limits import BANDWIDTH_RANGE, EFFICIENCY_RANGE, PRICE_RANGE, TFLOPS_RANGE
+
+    return EFFICIENCY_RANGE, BANDWIDTH_RANGE, TFLOPS_RANGE, PRICE_RANGE
+
+
+_EFF, _BW, _TF, _PRICE = _ranges()
+#: --efficiency: an achieved fraction of peak FLOP/s in memsym.limits.EFFICIENCY_RANGE.
+efficiency = number_in(*_EFF, "an efficiency", example="0.5")
+#: --intra-node-bandwidth / --inter-node-bandwidth [GB/s]: memsym.limits.BANDWIDTH_RANGE.
+bandwidth = number_in(*_BW, "a bandwidth", "GB/s", "50 for 400 Gb/s InfiniBand")
+#: --tflops [TFLOP/s per GPU]: memsym.limits.TFLOPS_RANGE.
+tflops = number_in(*_TF, "an achieved throughput", "TFLOP/s", "400")
+#: --price-per-gpu-hour: memsym.limits.PRICE_RANGE.
+price = number_in(*_PRICE, "a price per GPU-hour", example="2.5")
+#: The names the pricing options of memsym.cli.training_options use: --efficiency is
+#: ``fraction``, the two bandwidths [GB/s] are ``positive_number``.
+fraction = efficiency
+positive_number = bandwidth
 
 
 def choice(kind: str, names):

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from .options import capacity, choice, emit_json, fraction, number_out, positive_int
+from .options import capacity, choice, efficiency, emit_json, number_out, positive_int, top_count
 
 __all__ = ["add_parser", "run", "add_search_options", "search_options", "Progress"]
 
@@ -84,9 +84,9 @@ def add_search_options(parser) -> None:
                         help="GPUs per node (default 8): t may not exceed it")
     parser.add_argument("--gpu-memory", type=capacity, default=None, metavar="C",
                         help="capacity override: 80GB (1e9), 80GiB (2^30) or bytes")
-    parser.add_argument("--efficiency", type=fraction, default=None, metavar="ETA",
+    parser.add_argument("--efficiency", type=efficiency, default=None, metavar="ETA",
                         help="override: one achieved GEMM efficiency (fraction of peak "
-                        "FLOP/s), 0 < ETA <= 1 (default: predicted per GEMM shape and GPU, "
+                        "FLOP/s), 0.01 <= ETA <= 1 (default: predicted per GEMM shape and GPU, "
                         "memsym.timing)")
     parser.add_argument("--json", action="store_true", help="JSON on stdout")
 
@@ -196,8 +196,9 @@ def add_parser(sub) -> None:
     add_search_options(parser)
     parser.add_argument("--gpus", type=positive_int, required=True, metavar="N",
                         help="number of GPUs (world size)")
-    parser.add_argument("--top", type=positive_int, default=10, metavar="K",
-                        help="how many layouts to show (default 10)")
+    parser.add_argument("--top", type=top_count, default=10, metavar="K",
+                        help="how many layouts to show, 1..1000 (memsym.limits.MAX_TOP; "
+                        "default 10)")
     parser.set_defaults(run=run)
 
 

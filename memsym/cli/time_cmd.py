@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .options import choice, emit_json, fraction, positive_int, positive_number
+from .options import choice, efficiency, emit_json, positive_int, price, tflops
 
 
 def add_parser(sub) -> None:
@@ -22,14 +22,14 @@ def add_parser(sub) -> None:
                         help="number of GPUs (default 8)")
     parser.add_argument("--precision", type=choice("precision", ("bf16", "fp16", "fp8")),
                         default="bf16", help="which peak to use (default bf16)")
-    parser.add_argument("--efficiency", type=fraction, default=None, metavar="ETA",
-                        help="achieved fraction of peak, 0 < ETA <= 1 (default 0.5: Narayanan "
+    parser.add_argument("--efficiency", type=efficiency, default=None, metavar="ETA",
+                        help="achieved fraction of peak, 0.01 <= ETA <= 1 (default 0.5: Narayanan "
                         "Table 1 reaches 52%% of A100 peak)")
-    parser.add_argument("--tflops", type=positive_number, default=None, metavar="X",
+    parser.add_argument("--tflops", type=tflops, default=None, metavar="X",
                         help="achieved TFLOP/s per GPU (overrides --gpu peak and --efficiency)")
     parser.add_argument("--recompute", type=choice("recompute", ("full", "none")), default="full",
                         help="full: 8*T*N (Eq. 4 as printed, default); none: 6*T*N")
-    parser.add_argument("--price-per-gpu-hour", type=positive_number, default=None, metavar="X",
+    parser.add_argument("--price-per-gpu-hour", type=price, default=None, metavar="X",
                         help="price of one GPU-hour (any currency) for the cost")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(run=run)

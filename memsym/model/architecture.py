@@ -213,7 +213,7 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
     if isinstance(arch, Resolved):
         return arch             # resolved once: nothing resolves it again
     upd = {}
-    upd["name"] = printable(arch.name, 64)
+    upd["name"] = _inert_name(arch.name)
     for name in _INT_FIELDS:
         val = getattr(arch, name)
         if val is not None:
@@ -363,6 +363,21 @@ def padded_vocab_size(vocab_size: int, t: int = 1, divisible_by: int = 128) -> i
     return -(-vocab_size // mult) * mult
 
 
+def _inert_name(name) -> str:
+    """``name`` as printable text of at most ~64 characters, unchanged if it already is one.
+
+    :func:`printable` doubles every backslash, so applied twice it changes a name again; a
+    name already inert (no hidden characters, short) is kept as it is, so that resolving a
+    copy of a resolved model (``dataclasses.replace``) gives the same name: a config.json
+    named ``C:\\models\\llama`` was refused by every estimate.
+    """
+    text = name if isinstance(name, str) else str(name)
+    plain = text.replace("\\", "")
+    if len(text) <= 96 and printable(plain, 96) == plain:
+        return text
+    return printable(text, 64)
+
+
 def moe_layer_pattern(arch: Architecture) -> tuple:
     """Which decoder layers are MoE layers: a tuple of L booleans (all False for a dense model).
 
@@ -377,9 +392,57 @@ def moe_layer_pattern(arch: Architecture) -> tuple:
     >>> sum(moe_layer_pattern(preset("deepseek-v3")))
     58
     """
-    x = lenient(arch)
+    return _pattern_info(lenient(arch))[0]
+
+
+def layer_kinds(arch: Architecture) -> frozenset:
+    """The layer kinds a model has: ``{False}`` (dense), ``{True}`` (every layer MoE) or both.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> sorted(layer_kinds(preset("deepseek-v3"))), sorted(layer_kinds(preset("llama2-7b")))
+    ([False, True], [False])
+    """
+    return _pattern_info(lenient(arch))[1]
+
+
+def moe_layer_count(arch: Architecture) -> int:
+    """The number of MoE decoder layers, ``sum(moe_layer_pattern(arch))``.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> moe_layer_count(preset("deepseek-v3")), moe_layer_count(preset("llama2-7b"))
+    (58, 0)
+    """
+    return _pattern_info(lenient(arch))[2]
+
+
+# (is_moe, layers, freq or id of the freq tuple) -> (freq, pattern, kinds, count).  The pattern
+# is asked for several times per pipeline stage (parameters, rules, activations); building a
+# 10^6-layer tuple and its set and sum each time made a job of p stages O(p L) (1000 stages of
+# 10^6 layers: 51 s before a step-time check could refuse it).  Holding ``freq`` keeps the id
+# of a tuple from being reused while its entry lives.
+_PATTERNS: dict = {}
+_MAX_PATTERNS = 16
+
+
+def _pattern_info(x) -> tuple:
+    freq = x.moe_layer_freq
+    tuple_freq = isinstance(freq, tuple)
+    key = (bool(x.is_moe), x.num_layers, id(freq) if tuple_freq else freq)
+    hit = _PATTERNS.get(key)
+    if hit is not None and (hit[0] is freq if tuple_freq else hit[0] == freq):
+        return hit[1:]
     if not x.is_moe:
-        return (False,) * x.num_layers
-    if isinstance(x.moe_layer_freq, tuple):
-        return tuple(bool(v) for v in x.moe_layer_freq)
-    return tuple(i % x.moe_layer_freq == 0 for i in range(x.num_layers))
+        pattern = (False,) * x.num_layers
+    elif tuple_freq:
+        pattern = tuple(bool(v) for v in freq)
+    else:
+        pattern = tuple(i % freq == 0 for i in range(x.num_layers))
+    info = (pattern, frozenset(pattern), sum(pattern))
+    if len(_PATTERNS) >= _MAX_PATTERNS:
+        _PATTERNS.clear()
+    _PATTERNS[key] = (freq, *info)
+    return info

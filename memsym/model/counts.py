@@ -6,7 +6,8 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, UnknownNameError
-from .architecture import Architecture, lenient, moe_layer_pattern, padded_vocab_size, resolve
+from .architecture import (Architecture, lenient, moe_layer_count, moe_layer_pattern,
+                           padded_vocab_size, resolve)
 from ..terms.adapters import LORA_TARGETS, lower_choice
 from ..symbols import (E, L, L_m, V, a, d_h, d_qk, d_r, d_v, f, f_e, f_sh, g, h, k, n_mtp, r_kv,
                        r_q, s_max)
@@ -230,7 +231,7 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
     vals = {h: x.hidden_size, a: x.num_attention_heads, g: x.num_query_groups,
             d_h: x.kv_channels, f: x.ffn_hidden_size, V: vocab, L: x.num_layers,
             s_max: x.max_position_embeddings or 1, n_mtp: x.mtp_num_layers,
-            L_m: sum(moe_layer_pattern(x))}
+            L_m: moe_layer_count(x)}
     if x.is_moe:
         vals.update({E: x.num_experts, k: x.moe_router_topk, f_e: x.moe_ffn_hidden_size,
                      f_sh: x.moe_shared_expert_intermediate_size or 0})

@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import os
 
+from .. import limits as _limits
 from ..errors import InvalidValueError, UnknownNameError
-from .architecture import LIMITS, Architecture, check_limit, printable, resolve
+from .architecture import Architecture, check_limit, printable, resolve
 
 __all__ = ["from_hf_config", "HF_MODEL_TYPES"]
 
 
-_MAX_CONFIG_BYTES = 4 * 1024 * 1024   # a config.json is a few KB; refuse anything far larger
+# a config.json is a few KB; refuse anything far larger (memsym.limits, documented there)
+from ..limits import MAX_CONFIG_JSON_BYTES as _MAX_CONFIG_BYTES  # noqa: E402
 
 
 # model_type -> the config class's defaults that matter when the file omits the field:
@@ -161,6 +163,10 @@ _FIELD_LIMITS = {
     "moe_layer_end_index": "num_layers", "moe_layer_interval": "num_layers",
 }
 
+# the fields that are a config.json's decoder-layer count: bounded by memsym.limits'
+# "config_layers" (2^8) besides "layers" (a per-layer pattern makes every stage distinct)
+_LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer"})
+
 _MISSING = object()
 
 
@@ -200,7 +206,11 @@ class _Cfg:
             raise self._bad(f"field {key!r} must be {'>= 0' if allow_zero else '> 0'}, got "
                             f"{val if abs(val) < 10**30 else 'a huge number'}")
         try:
-            return check_limit(_FIELD_LIMITS[key], val, f"field {key!r}")
+            check_limit(_FIELD_LIMITS[key], val, f"field {key!r}")
+            if key in _LAYER_COUNTS:
+                # a config.json model may carry a per-layer pattern: its own, lower bound
+                _limits.check_limit("config_layers", val, f"field {key!r}")
+            return val
         except InvalidValueError as exc:
             raise self._bad(str(exc)) from None
 
@@ -231,11 +241,13 @@ class _Cfg:
         return val
 
     def int_list(self, key):
+        """A list of layer indices, at most the config_layers limit long (memsym.limits)."""
         val = self.data.get(key) or []
-        if (not isinstance(val, list) or len(val) > LIMITS["num_layers"]
+        most = _limits.LIMITS["config_layers"].maximum
+        if (not isinstance(val, list) or len(val) > most
                 or any(isinstance(v, bool) or not isinstance(v, int) for v in val)):
-            raise self._bad(f"field {key!r} must be a list of at most {LIMITS['num_layers']} "
-                            "whole numbers")
+            raise self._bad(f"field {key!r} must be a list of at most {most} whole numbers "
+                            "(layer indices)")
         return val
 
 
@@ -263,12 +275,24 @@ def _read_json(path) -> dict:
     def _no_constants(name):  # NaN / Infinity are not JSON and not sizes
         raise ValueError(f"non-finite number {name}")
 
+    from ..limits import MAX_NUMBER_CHARS
+    from ..readers._values import check_text
+
+    def _bounded_int(digits):  # check_text bounds every number; this keeps it for the parser
+        if len(digits) > MAX_NUMBER_CHARS:
+            raise ValueError(f"a number of {len(digits)} digits")
+        return int(digits)
+
     try:
         with open(path, "rb") as fh:
             raw = fh.read(_MAX_CONFIG_BYTES + 1)
         if len(raw) > _MAX_CONFIG_BYTES:
             raise InvalidValueError(f"{shown!r} is refused above {_MAX_CONFIG_BYTES} bytes")
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
+        text = raw.decode("utf-8")
+        # nesting, number lengths and value counts on the text, before json recurses or
+        # converts a 5000-digit integer (memsym.limits MAX_NESTING, MAX_NUMBER_CHARS, ...)
+        check_text(text, repr(shown), "json")
+        data = json.loads(text, parse_constant=_no_constants, parse_int=_bounded_int)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, InvalidValueError):
             raise

@@ -10,7 +10,7 @@ import sympy as sp
 
 from .. import rules   # the one rule table; it reads only the architecture
 from ..errors import DivisibilityError, InvalidValueError
-from .architecture import Architecture, lenient, pos_int, moe_layer_pattern, resolve
+from .architecture import Architecture, layer_kinds, lenient, pos_int, moe_layer_pattern, resolve
 from .counts import ZERO, as_int, norm_params, layer_parts, mtp_extra, parameter_values
 from ..symbols import V, h
 
@@ -515,7 +515,7 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     t_e = t if t_e is None else t_e
     rng = stage_layers(x, p, stage, first_stage_layers, last_stage_layers, pipeline_layout)
     pattern = moe_layer_pattern(x)
-    per = {kind: layer_parameters(x, kind) for kind in set(pattern)}
+    per = {kind: layer_parameters(x, kind) for kind in layer_kinds(x)}
     tp = sum(per[pattern[i]]["tp"] for i in rng)
     rep = sum(per[pattern[i]]["replicated"] for i in rng)
     ex = sum(per[pattern[i]]["experts"] for i in rng)

@@ -8,11 +8,10 @@ rule, bf16/fp16, and ``zero_optimization`` with the defaults of DeepSpeed 0.19.6
 
 from __future__ import annotations
 
-import json
 import os
 
 from ..errors import InvalidValueError
-from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, read_bounded
+from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, load_json, read_bounded
 
 __all__ = ["read_deepspeed_config", "ZERO_DEFAULTS"]
 
@@ -40,17 +39,18 @@ _TOP_MODELLED = {"train_batch_size", "train_micro_batch_size_per_gpu",
 def _load(source):
     if isinstance(source, dict):
         return source
-    if isinstance(source, (str, os.PathLike)) and not str(source).lstrip().startswith("{"):
+    # JSON text starts with an object or array ('[' is then refused as not an object): never
+    # a 200 KB "file name"
+    if isinstance(source, os.PathLike) or (isinstance(source, str)
+                                           and not source.lstrip().startswith(("{", "["))):
         source = read_bounded(source, "DeepSpeed config")
     if not isinstance(source, str):
         raise InvalidValueError(f"a DeepSpeed config is a path, JSON text or a dict, got "
                                 f"{type(source).__name__}")
     if len(source) > MAX_BYTES_INPUT:
         raise InvalidValueError(f"DeepSpeed config larger than {MAX_BYTES_INPUT} bytes")
-    try:
-        data = json.loads(source)
-    except json.JSONDecodeError as exc:
-        raise InvalidValueError(f"DeepSpeed config is not JSON: {exc.msg} at line {exc.lineno}") from None
+    # nesting, number lengths and value counts are checked on the text before json parses it
+    data = load_json(source, "DeepSpeed config")
     if not isinstance(data, dict):
         raise InvalidValueError("a DeepSpeed config is a JSON object")
     return data
@@ -65,7 +65,11 @@ def _count(value, key, lo=0, hi=MAX_BATCH):
             raise InvalidValueError(f"DeepSpeed {key} must be a whole number, got {value!r}")
         value = int(value)
     if not lo <= value <= hi:
-        raise InvalidValueError(f"DeepSpeed {key} must be between {lo} and {hi}, got {value}")
+        from ..text import short
+
+        # short(): a dict given to the API may hold a 5000-digit int, which str() refuses
+        raise InvalidValueError(f"DeepSpeed {key} must be between {lo} and {hi}, got "
+                                f"{short(value)}")
     return value
 
 

@@ -9,10 +9,10 @@ Python configs; their keys are not read here.
 from __future__ import annotations
 
 import os
-import tomllib
 
 from ..errors import InvalidValueError
-from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, MAX_LAYERS, MAX_SEQ, read_bounded
+from ._values import (MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, MAX_LAYERS, MAX_SEQ, load_toml,
+                      read_bounded)
 
 __all__ = ["read_torchtitan_toml", "TORCHTITAN_KEYS", "SCHEDULES", "V_SCHEDULES"]
 
@@ -126,10 +126,8 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
         raise InvalidValueError("a torchtitan config is a path or TOML text")
     if len(text) > MAX_BYTES_INPUT:
         raise InvalidValueError(f"torchtitan TOML larger than {MAX_BYTES_INPUT} bytes")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidValueError(f"torchtitan config is not TOML: {exc}") from None
+    # nesting, number lengths, dotted keys and value counts are checked on the text first
+    data = load_toml(text, "torchtitan TOML")
     values, ignored, notes = {}, [], []
     for sec, key, v in _flatten(data):
         spec = TORCHTITAN_KEYS.get((sec, key))

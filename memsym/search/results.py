@@ -194,7 +194,8 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         ``finetune`` ("full", "lora", "qlora"), ``lora_rank``, ``lora_targets``,
         ``quantization``, ``first_stage_layers``/``last_stage_layers``, ``capacity``,
         ``gpus_per_node``, ``cluster``, ``efficiency`` (the explicit override: one achieved
-        GEMM efficiency, 0 < efficiency <= 1; default None, predicted per GEMM shape),
+        GEMM efficiency, 0.01 <= efficiency <= 1, memsym.limits.EFFICIENCY_RANGE; default
+        None, predicted per GEMM shape),
         ``capacity_factor`` (MoE, > 0; default 1), ``uneven`` (True: offer uneven first/last
         stages, :func:`stage_splits`, where none are given).
 

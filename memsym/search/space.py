@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InvalidValueError, UnknownNameError, choose
+from ..text import short
 from ..values import boolean, exact
 from .. import hardware, model as models, rules as _rules
 from ..job import DEFAULTS, FRAMEWORKS, Job, framework_dropout
@@ -333,10 +334,15 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     # the explicit, named override (the achieved GEMM efficiency eta_gemm)
     eff = None
     if efficiency is not None:
+        from ..limits import EFFICIENCY_RANGE
+
         eff = exact(efficiency, "efficiency")
-        if not 0 < eff <= 1:
+        # a physical range (memsym.limits): 1e-310 made every time inf and every column NaN
+        lo, hi = (exact(x, "efficiency") for x in EFFICIENCY_RANGE)
+        if not lo <= eff <= hi:
             raise InvalidValueError(f"efficiency is the achieved fraction of peak FLOP/s of "
-                                    f"the GEMMs: 0 < efficiency <= 1, got {efficiency}")
+                                    f"the GEMMs: {float(lo):g} <= efficiency <= {float(hi):g}, "
+                                    f"got {short(efficiency)}")
     for what, val in (("first_stage_layers", first_stage_layers),
                       ("last_stage_layers", last_stage_layers)):
         if val is not None:

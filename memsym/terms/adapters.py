@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..errors import InvalidValueError, UnknownNameError
+from ..errors import UnknownNameError
 from ..symbols import L_lora, N, N_a, b_g, b_m, b_o, d, h, p, r_lora, t
 from ..term import Source, Term, Total
 from ..values import as_expr  # library arguments: text refused, never parsed
