@@ -15,6 +15,7 @@ from .term import Source, Term, Total
 from .values import as_values, exact
 from .terms.model_state import byte_widths, host_state, model_state
 from .terms.activations import korthikanti, layer_activations
+from .version import __version__
 
 # --- the rest loads on first use (PEP 562), so `import memsym` and the CLI stay lean -----------
 #: name -> the module that defines it: model (architectures, presets, config.json, parameter
@@ -48,8 +49,6 @@ def __getattr__(name):
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     # terms, exact values and errors

@@ -34,6 +34,8 @@ import os
 import pathlib
 import stat
 
+from .version import __version__
+
 __all__ = ["cache_dir", "load", "store", "key", "MAX_FILES", "MAX_BYTES"]
 
 #: The most entries the directory may hold; beyond it nothing more is written.
@@ -113,8 +115,6 @@ _HEADER_MAX = 256          # the longest first line read [bytes]
 
 
 def _version() -> str:
-    from . import __version__
-
     return str(__version__)
 
 

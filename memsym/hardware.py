@@ -60,6 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .errors import InvalidValueError, UnknownNameError, choose
+from .limits import BANDWIDTH_RANGE
 from .units import UNITS
 
 __all__ = ["GPU", "Cluster", "gpu", "cluster", "gpus", "clusters", "register_gpu",
@@ -248,8 +249,6 @@ class Cluster:
         if int(self.gpus_per_node) != self.gpus_per_node or self.gpus_per_node < 1:
             raise InvalidValueError(f"gpus_per_node must be a whole number >= 1, got {self.gpus_per_node}")
         import numbers
-
-        from .limits import BANDWIDTH_RANGE
 
         # a physical range (memsym.limits, in GB/s): 1e-300 bytes/s made step times inf and
         # every search column NaN, with numpy overflow warnings on stderr

@@ -381,7 +381,7 @@ def _check_limits(layout: Layout, training: Training) -> None:
                 check_limit(FIELD_LIMITS[f.name], value, f.name)
 
 
-def _check_fields(layout: Layout, training: Training) -> None:
+def check_fields(layout: Layout, training: Training) -> None:
     _check_types(layout, training)
     for name in ("t", "p", "d", "c", "e"):
         whole(getattr(layout, name), f"layout {name}")
@@ -464,7 +464,7 @@ def validate(x, layout: Layout, training: Training):
     ...
     memsym.errors.DivisibilityError: virtual pipeline size v=2 must divide the layers of every pipeline stage (stage 0 has 5)
     """
-    _check_fields(layout, training)
+    check_fields(layout, training)
     _check_pipeline_layout(x, layout, training)
     names = {name: choose(label, getattr(training, name), accepted)
              for name, (label, accepted) in _named_choices().items()}

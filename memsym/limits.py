@@ -9,6 +9,7 @@ naming the limit; :func:`check_limit` is the one place this is done.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -18,7 +19,8 @@ from .text import short
 __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "check_limit",
            "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes", "MAX_INPUT_BYTES",
            "MAX_CONFIG_JSON_BYTES", "MAX_NESTING", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
-           "MAX_TOP", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE"]
+           "MAX_TOP", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE",
+           "check_text"]
 
 
 @dataclass(frozen=True)
@@ -305,3 +307,104 @@ def check_sizes(values, table=FIELD_LIMITS, where: str = "") -> None:
         if isinstance(val, bool) or not isinstance(val, Real):
             continue
         check_limit(name, val, f"{where}{key}")
+
+
+# What the pre-scan of :func:`check_text` stops at: a quote (a string starts), a comment, a
+# bracket, a separator, a newline, a dot (TOML: a key part) or a run that starts with a digit
+# (a number, a date, a hex/octal/binary integer).
+_SCAN = {
+    "json": re.compile(r'"|[\[\]{},:]|[0-9][0-9A-Za-z_.+-]*'),
+    "toml": re.compile(r'"""|\'\'\'|["\'#\n.=,\[\]{}]|[0-9][0-9A-Za-z_.+-]*'),
+}
+# The rest of a string once its opening quote is seen (linear: each step consumes; TOML's
+# multi-line strings may end with up to two extra quotes, which belong to the content).
+_STRING_END = {
+    '"': re.compile(r'(?:[^"\\\n]|\\.)*"'),
+    "'": re.compile(r"[^'\n]*'"),
+    '"""': re.compile(r'(?:[^\\]|\\.)*?""""{0,2}', re.S),
+    "'''": re.compile(r"(?s:.)*?''''{0,2}"),
+}
+
+
+def check_text(text: str, what: str, syntax: str) -> None:
+    """Refuse config text whose structure is beyond the limits, before any parser sees it.
+
+    One linear pass over ``text`` that skips strings and comments and checks the limits of
+    :mod:`memsym.limits`: nesting of arrays / objects / inline tables at most
+    :data:`~memsym.limits.MAX_NESTING`, every number (a run starting with a digit) at most
+    :data:`~memsym.limits.MAX_NUMBER_CHARS` characters, at most
+    :data:`~memsym.limits.MAX_ELEMENTS` values, and (TOML) at most
+    :data:`~memsym.limits.MAX_KEY_PARTS` dots in a line's keys.  ``json`` and ``tomllib``
+    recurse once per level (a RecursionError at ~1000), convert integers in time quadratic in
+    their digits (refused with a ValueError beyond 4300) and build dotted keys in time and
+    memory quadratic in their parts: the text is refused before, in one line.
+
+    Parameters
+    ----------
+    text : str
+        The whole file.
+    what : str
+        How the file is called in the message (``"DeepSpeed config"``).
+    syntax : {"json", "toml"}
+        Which strings and comments to skip.
+
+    Raises
+    ------
+    InvalidValueError
+        Naming the limit that was passed and where (line number).
+
+    Examples
+    --------
+    >>> check_text('{"zero_optimization": {"stage": 3}}', "DeepSpeed config", "json")
+    >>> check_text("[" * 100 + "]" * 100, "DeepSpeed config", "json")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: DeepSpeed config nests deeper than 64 levels (line 1); real configs nest 2-4 deep
+    >>> check_text("seq_len = " + "9" * 5000, "torchtitan TOML", "toml")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: torchtitan TOML has a number of 5000 characters (line 1); at most 60 are read
+    """
+    scan = _SCAN[syntax]
+    depth = elements = dots = 0
+    pos, n = 0, len(text)
+
+    def line() -> int:
+        return text.count("\n", 0, pos) + 1
+
+    while pos < n:
+        m = scan.search(text, pos)
+        if m is None:
+            break
+        tok, pos = m.group(), m.end()
+        c = tok[0]
+        if c in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise InvalidValueError(f"{what} nests deeper than {MAX_NESTING} levels (line "
+                                        f"{line()}); real configs nest 2-4 deep")
+        elif c in "]}":
+            depth -= 1
+        elif c in ",:=":
+            elements += 1
+            if elements > MAX_ELEMENTS:
+                raise InvalidValueError(f"{what} holds more than {MAX_ELEMENTS} values (line "
+                                        f"{line()}); real configs hold ~10^2")
+        elif c == "\n":
+            dots = 0
+        elif c == ".":
+            dots += 1
+            if dots > MAX_KEY_PARTS:
+                raise InvalidValueError(f"{what} has a key of more than {MAX_KEY_PARTS} dotted "
+                                        f"parts (line {line()})")
+        elif c == "#":
+            end = text.find("\n", pos)
+            pos = n if end < 0 else end
+        elif c in "\"'":
+            end = _STRING_END[tok].match(text, pos)
+            if end is None:     # unterminated: the parser reports it (nothing follows to scan)
+                break
+            pos = end.end()
+        elif len(tok) > MAX_NUMBER_CHARS:
+            raise InvalidValueError(f"{what} has a number of {len(tok)} characters (line "
+                                    f"{line()}); at most {MAX_NUMBER_CHARS} are read")

@@ -163,7 +163,6 @@ def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
         items = {"most-loaded GPU": items}
     labels = [plot_text(x) for x in items]
     if len(set(labels)) != len(labels):
-        from .errors import InvalidValueError
 
         raise InvalidValueError("breakdown labels must differ (after escaping for the plot)")
     data = [_grouped_bytes(v) for v in items.values()]

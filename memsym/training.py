@@ -30,7 +30,7 @@ from .terms.model_state import CONVENTIONS, OPTIMIZERS, byte_widths, model_state
 from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                              stage_microbatches, torch_round_size, v_stage_microbatches)
 from .values import as_expr, exact
-from .job import (Job, Layout, Training, _check_fields, job as make_job, microbatches,
+from .job import (Job, Layout, Training, check_fields, job as make_job, microbatches,
                   validate as _validate_job)
 from . import model as models
 from .terms.pipeline_order import chunk_peak
@@ -147,7 +147,7 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     >>> A.keys
     ('layer_activations', 'embedding_activations', 'output_activations')
     """
-    _check_fields(layout, training)
+    check_fields(layout, training)
     return resolved_stage_activations(_resolve(arch, training), layout, training, stage)
 
 
@@ -471,7 +471,7 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     >>> stage_total("llama2-7b", Layout(), Training(seq_length=4096)).keys[:3]
     ('weights', 'gradients', 'optimizer')
     """
-    _check_fields(layout, training)
+    check_fields(layout, training)
     return resolved_stage_total(_resolve(arch, training), layout, training, stage)
 
 
@@ -971,7 +971,7 @@ def training_values(arch, layout: Layout = Layout(), training: Training = Traini
     >>> vals[t], vals[d], vals[m], vals[L]
     (2, 4, 8, 32)
     """
-    _check_fields(layout, training)
+    check_fields(layout, training)
     x = _resolve(arch, training)
     return {**_training_values(x, layout, training, allowances),
             **stage_counts(x, layout, training, stage)}
@@ -1206,5 +1206,5 @@ def validate(arch, layout: Layout, training: Training) -> None:
     ...
     memsym.errors.DivisibilityError: tensor-parallel size t=16 must divide the KV heads (num_query_groups=8)
     """
-    _check_fields(layout, training)
+    check_fields(layout, training)
     _validate_job(_resolve(arch, training), layout, training)

@@ -66,11 +66,11 @@ def add_search_options(parser) -> None:
     parser.add_argument("--dropout", action="store_true",
                         help="keep dropout masks (Megatron's default, its 0.1 dropouts; torchtitan "
                              "builds none)")
-    from .training_options import _dropout
+    from .training_options import dropout_option
 
-    parser.add_argument("--hidden-dropout", type=_dropout, default=None,
+    parser.add_argument("--hidden-dropout", type=dropout_option, default=None,
                         help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
-    parser.add_argument("--attention-dropout", type=_dropout, default=None)
+    parser.add_argument("--attention-dropout", type=dropout_option, default=None)
     parser.add_argument("--schedule", choices=("1f1b", "gpipe"), default=None,
                         help="pipeline schedule (default 1f1b: interleaved with v > 1); gpipe is "
                         "torch's ScheduleGPipe, and with v > 1 ScheduleLoopedBFS "

@@ -49,7 +49,7 @@ def _number(what: str, **bounds):
 #: Dropout is a probability p with 0 <= p < 1 (torch.nn.Dropout refuses p = 1 as a training
 #: setting that drops everything); the fragmentation margin a fraction in [0, 1]; the expert
 #: capacity factor a positive load ratio (bounded: 2^20, as the experts).
-_dropout = _number("dropout", low=0, high=1, include_high=False)
+dropout_option = _number("dropout", low=0, high=1, include_high=False)
 
 
 _fragmentation = _number("fragmentation", low=0, high=1)
@@ -148,9 +148,9 @@ def add_training_options(parser) -> None:
                      "--attention-backend auto picks a fused kernel)")
     trn.add_argument("--no-flash-attn", "--no-flash-attention", dest="no_flash_attn",
                      action="store_true", help="unfused attention: keep the s^2 scores")
-    trn.add_argument("--hidden-dropout", type=_dropout, default=None,
+    trn.add_argument("--hidden-dropout", type=dropout_option, default=None,
                      help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
-    trn.add_argument("--attention-dropout", type=_dropout, default=None)
+    trn.add_argument("--attention-dropout", type=dropout_option, default=None)
     trn.add_argument("--schedule", choices=("1f1b", "gpipe"), default=None,
                      help="pipeline schedule (default 1f1b; gpipe: torchtitan's GPipe / "
                      "looped BFS)")

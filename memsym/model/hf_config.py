@@ -13,6 +13,7 @@ import json
 import os
 
 from .. import limits as _limits
+from ..limits import MAX_NUMBER_CHARS, check_text
 from ..errors import InvalidValueError, UnknownNameError
 from .architecture import Architecture, check_limit, printable, resolve
 
@@ -274,9 +275,6 @@ def _read_json(path) -> dict:
 
     def _no_constants(name):  # NaN / Infinity are not JSON and not sizes
         raise ValueError(f"non-finite number {name}")
-
-    from ..limits import MAX_NUMBER_CHARS
-    from ..readers._values import check_text
 
     def _bounded_int(digits):  # check_text bounds every number; this keeps it for the parser
         if len(digits) > MAX_NUMBER_CHARS:

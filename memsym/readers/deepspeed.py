@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from ..errors import InvalidValueError
+from ..text import short
 from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, load_json, read_bounded
 
 __all__ = ["read_deepspeed_config", "ZERO_DEFAULTS"]
@@ -65,7 +66,6 @@ def _count(value, key, lo=0, hi=MAX_BATCH):
             raise InvalidValueError(f"DeepSpeed {key} must be a whole number, got {value!r}")
         value = int(value)
     if not lo <= value <= hi:
-        from ..text import short
 
         # short(): a dict given to the API may hold a 5000-digit int, which str() refuses
         raise InvalidValueError(f"DeepSpeed {key} must be between {lo} and {hi}, got "

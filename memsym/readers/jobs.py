@@ -9,7 +9,11 @@ the same states, recompute modules as Korthikanti's selective recompute).
 from __future__ import annotations
 
 from ..errors import InvalidValueError
+from ..job import job
+from ..model import Architecture, resolve_model
+from ..model.stages import torchtitan_end_stages, torchtitan_stages_per_rank
 from .megatron import MEGATRON_FSDP_SCHEMES
+from .torchtitan import V_SCHEDULES
 
 __all__ = ["megatron_job", "deepspeed_job", "torchtitan_job", "torchtitan_positions",
            "MEGATRON_FSDP_SCHEMES", "DEEPSPEED_SCHEMES"]
@@ -45,7 +49,6 @@ def megatron_job(mj, model=None, **options):
     >>> j.layout.d, j.training.sharding, j.training.precision
     (2, 'ddp', 'bf16')
     """
-    from ..job import job
 
     options = dict(options)
     notes = list(mj.notes) + list(options.pop("_notes", ()))
@@ -136,7 +139,6 @@ def deepspeed_job(cfg: dict, model, **options):
     >>> j.training.sharding, j.training.offload, j.layout.d, j.m
     ('zero3', 'optimizer', 8, 4)
     """
-    from ..job import job
 
     shard = cfg["sharding"]
     opts = {"d": cfg["layout"]["d"], "micro_batch_size": cfg["training"]["micro_batch_size"],
@@ -177,7 +179,6 @@ def torchtitan_positions(model, seq_len: int):
     """
     import dataclasses
 
-    from ..model import Architecture, resolve_model
 
     arch = model if isinstance(model, Architecture) else resolve_model(model)
     if arch.position_embedding_type != "rope":
@@ -208,7 +209,6 @@ def torchtitan_job(cfg: dict, model=None, **options):
     >>> j.model.name, j.training.sharding, j.training.recompute
     ('llama3-8b', 'fsdp', 'full')
     """
-    from ..job import job
 
     notes = list(cfg.get("notes", ()))
     lay, trn = cfg["layout"], cfg["training"]
@@ -219,9 +219,6 @@ def torchtitan_job(cfg: dict, model=None, **options):
                                     "MODEL (a preset or a Hugging Face config.json)")
         key = (str(meta["name"]), str(meta["flavor"]).lower())
         model = _TORCHTITAN_PRESETS.get(key, f"{key[0]}-{key[1]}")
-    from ..model import Architecture, resolve_model
-    from ..model.stages import torchtitan_end_stages, torchtitan_stages_per_rank
-    from .torchtitan import V_SCHEDULES
 
     arch = torchtitan_positions(model if isinstance(model, Architecture)
                                 else resolve_model(model), trn["seq_len"])

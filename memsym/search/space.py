@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InvalidValueError, UnknownNameError, choose
+from ..limits import EFFICIENCY_RANGE
 from ..text import short
 from ..values import boolean, exact
 from .. import hardware, model as models, rules as _rules
@@ -334,7 +335,6 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     # the explicit, named override (the achieved GEMM efficiency eta_gemm)
     eff = None
     if efficiency is not None:
-        from ..limits import EFFICIENCY_RANGE
 
         eff = exact(efficiency, "efficiency")
         # a physical range (memsym.limits): 1e-310 made every time inf and every column NaN
