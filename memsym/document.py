@@ -22,7 +22,7 @@ from .printing import (BUDGET, FILL, GROUPS, NamedPrinter, align_lines, break_su
 from .values import exact
 from .symbols import M_alloc, N, N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, registry
 from .training import Layout, STATE_KEYS, Training, job_memory, job_stage_parameters
-from .job import Job
+from .job import Job, dropout_kept
 from . import model as models
 from .model import moe_layer_pattern, parameter_count, stage_parameters
 
@@ -251,7 +251,7 @@ def _context(training, estimate, vals, sp_, x) -> list[str]:
     if training is not None:
         act = [f"recompute {training.recompute}",
                "flash attention" if training.flash_attention else "attention scores kept (no flash attention)",
-               "dropout masks kept" if training.dropout else "no dropout masks",
+               "dropout masks kept" if dropout_kept(training) else "no dropout masks",
                f"{training.schedule} schedule"]
         out.append(f"Training: {training.precision} weights, {training.optimizer} optimizer, "
                    f"{training.sharding} sharding ({training.convention} convention"

@@ -28,6 +28,7 @@ from .model import Architecture, resolve, resolve_model
 from .units import capacity_bytes as _capacity   # GPU memory capacity as whole bytes
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
+           "resolve_dropout", "dropout_kept",
            "microbatches", "validate"]
 
 
@@ -114,10 +115,14 @@ class Training:
         Memory-efficient attention (no s^2 scores kept; softmax statistics kept).
         Megatron-core's default ``--attention-backend auto`` lets Transformer Engine pick a
         fused or flash kernel, so the default is True.
-    dropout : bool
+    dropout : bool or None
         Whether dropout masks are kept (Megatron's defaults --hidden-dropout 0.1 and
         --attention-dropout 0.1; Llama-style recipes set both to 0, and PyTorch keeps no
-        mask at p = 0).  torchtitan's models have no dropout layers: with
+        mask at p = 0).  None (default): the model's recipe, where a preset has one
+        (:data:`memsym.model.RECIPES`: Megatron-Bridge trains Llama, Mistral, Qwen3,
+        DeepSeek-V3 and gpt-oss without dropout), else the framework's default
+        (:func:`resolve_dropout`); :func:`job` resolves it.  torchtitan's models have no dropout
+        layers: with
         ``framework="torchtitan"`` it is off (asking for it is refused).
     schedule : {"1f1b", "gpipe"}
         Pipeline schedule; when the layout's ``v`` > 1, 1F1B is interleaved and GPipe
@@ -224,7 +229,7 @@ class Training:
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
     flash_attention: bool = True
-    dropout: bool = True
+    dropout: bool | None = None
     schedule: str = "1f1b"
     stage_placement: str = "loop"
     precision: str = "bf16"
@@ -290,8 +295,8 @@ REPORTED_DEFAULTS: dict = {
                  "--recompute-granularity)",
     "flash_attention": "memsym.job.DEFAULTS: Megatron-core's --attention-backend auto picks a "
                        "fused or flash kernel",
-    "dropout": "memsym.job.DEFAULTS: Megatron-LM's --hidden-dropout 0.1 and "
-               "--attention-dropout 0.1",
+    "dropout": "Megatron-LM arguments.py: --hidden-dropout 0.1 and --attention-dropout 0.1 "
+               "(the model has no recipe in memsym.model.RECIPES)",
     "micro_batch_size": "memsym.job.DEFAULTS: one sequence per micro-batch",
     "seq_length": "memsym.job.DEFAULTS: 4096 tokens, capped by the model's position table",
     "d": "memsym.job.DEFAULTS: data-parallel size 1 (no --world-size or --dp)",
@@ -395,7 +400,8 @@ def check_fields(layout: Layout, training: Training) -> None:
     _check_limits(layout, training)
     _flag(layout.sequence_parallel, "sequence_parallel")
     _flag(training.flash_attention, "flash_attention")
-    _flag(training.dropout, "dropout")
+    if training.dropout is not None:
+        _flag(training.dropout, "dropout")
     _flag(training.precision_aware, "precision_aware")
     _flag(training.fp8_param_gather, "fp8_param_gather")
     _flag(training.compiled_loss, "compiled_loss")
@@ -673,6 +679,38 @@ def framework_dropout(framework: str, dropout=None, arch=None):
     return dropout, None
 
 
+def resolve_dropout(framework: str, dropout=None, model=None, arch=None) -> tuple:
+    """Whether dropout masks are kept, and why: ``(bool, reason or None)``.
+
+    What was asked (``dropout``) under the framework's rules (:func:`framework_dropout`);
+    when nothing was asked, a preset's recipe under Megatron (:func:`memsym.model.recipe`),
+    else Megatron-LM's 0.1 dropouts.  ``model`` is the name or preset the job was built from,
+    ``arch`` its architecture.
+
+    Examples
+    --------
+    >>> resolve_dropout("megatron", None, "llama3-70b")[0], resolve_dropout("megatron")
+    (False, (True, None))
+    >>> resolve_dropout("megatron", True, "llama3-70b")
+    (True, None)
+    """
+    from .model import recipe
+
+    kept, why = framework_dropout(framework, dropout, arch)
+    if kept is None and framework == "megatron":
+        options, source = recipe(model)
+        if "dropout" in options:
+            name = getattr(model, "name", model)
+            return options["dropout"], f"{name}'s recipe, {source}"
+    return (True if kept is None else kept), why
+
+
+def dropout_kept(training) -> bool:
+    """``training.dropout`` with None read as Megatron-LM's default (masks kept): for code
+    given a Training that no :func:`job` resolved."""
+    return True if training.dropout is None else training.dropout
+
+
 #: Where a rank's pipeline stages sit (``Training.stage_placement``): loop (stage i on rank
 #: i mod p) or v (stages r and 2p - 1 - r on rank r, torch's ZBVZeroBubble / DualPipeV).
 STAGE_PLACEMENTS = ("loop", "v")
@@ -871,6 +909,9 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     defaulted = [] if training is not None or layout is not None else [
         k for k in REPORTED_DEFAULTS if k not in trn_kw and k not in lay_kw
         and not (k == "d" and world_size is not None)]
+    if "dropout" not in trn_kw and (training is None or getattr(training, "dropout", 0) is None) \
+            and "dropout" not in defaulted:
+        defaulted.append("dropout")   # resolved here whatever the starting Training
     layout = Layout() if layout is None else layout
     training = Training() if training is None else training
     _check_types(layout, training)
@@ -888,10 +929,10 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     if adapter and trn.finetune == "full":
         raise InvalidValueError(f"{', '.join(adapter)} describe{'s' if len(adapter) == 1 else ''}"
                                 " LoRA adapters: give finetune lora or qlora (--finetune lora)")
-    dropout, why = framework_dropout(trn.framework, trn_kw.get("dropout"), base)
-    if dropout is not None:
-        trn = dataclasses.replace(trn, dropout=dropout)
-    if why is not None and (dropout is not None or trn.dropout):
+    asked = trn.dropout
+    dropout, why = resolve_dropout(trn.framework, asked, model, base)
+    trn = dataclasses.replace(trn, dropout=dropout)
+    if why is not None and "recipe" not in why:
         notes.append(why)   # the framework decided (or Megatron's default kept): say why
     if world_size is not None:
         G = whole(world_size, "world size")
@@ -946,7 +987,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         cap = _capacity(cap)
     framework_default = {"sharding": f"{trn.framework}'s default" if trn.framework
                          in _FRAMEWORK_DEFAULT_SCHEME else None,
-                         "dropout": why if dropout is not None and why else None}
+                         "dropout": why}
     applied = tuple(_defaults) + tuple(
         (k, getattr(trn, k) if hasattr(trn, k) else getattr(lay, k),
          framework_default.get(k) or REPORTED_DEFAULTS[k]) for k in defaulted)

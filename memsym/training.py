@@ -30,7 +30,8 @@ from .terms.model_state import CONVENTIONS, OPTIMIZERS, byte_widths, model_state
 from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                              stage_microbatches, torch_round_size, v_stage_microbatches)
 from .values import as_expr, exact
-from .job import (Job, Layout, Training, check_fields, job as make_job, microbatches,
+from .job import (Job, Layout, Training, check_fields, dropout_kept, job as make_job,
+                  microbatches,
                   validate as _validate_job)
 from . import model as models
 from .terms.pipeline_order import chunk_peak
@@ -350,7 +351,7 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
     # conventions count 16-bit activations as published
     fp8_in = training.precision == "fp8" and training.convention == "framework"
     common = dict(gated=x.swiglu, flash=training.flash_attention, sequence_parallel=sp_on,
-                  dropout=training.dropout, norm=x.normalization.lower(), mla=_mla(x),
+                  dropout=dropout_kept(training), norm=x.normalization.lower(), mla=_mla(x),
                   **({"fp8_inputs": True} if fp8_in else {}))
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
@@ -416,7 +417,7 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
             if live is None else sp.Integer(live[0])     # the embedding is in chunk 0
         terms.append(Term("embedding_activations",
                           n_emb * embedding_activations(sequence_parallel=sp_on,
-                                                        dropout=training.dropout).expr,
+                                                        dropout=dropout_kept(training)).expr,
                           "input ids and embedding dropout of the in-flight micro-batches",
                           Source("korthikanti", "§4.3 (embedding dropout sbhp/t); Megatron-LM 8sbp"),
                           label="embedding"))

@@ -38,13 +38,18 @@ def test_one_set_of_defaults():
     # the same defaults reach every entry point: Training(), job(), the search space
     from memsym.search import make_space
 
-    assert DEFAULTS["flash_attention"] is True and DEFAULTS["dropout"] is True
+    # dropout None: the model's recipe, else Megatron's 0.1 dropouts (memsym.job.resolve_dropout)
+    assert DEFAULTS["flash_attention"] is True and DEFAULTS["dropout"] is None
     assert DEFAULTS["convention"] == "framework" and DEFAULTS["seq_length"] == 4096
-    space = make_space("llama2-7b", "h100-80gb")
+    space = make_space("gpt3-175b", "h100-80gb")
     assert (space.flash_attention, space.dropout, space.seq_length, space.convention) == (
-        DEFAULTS["flash_attention"], DEFAULTS["dropout"], DEFAULTS["seq_length"],
-        DEFAULTS["convention"])
-    assert job("llama2-7b").training == Training()
+        DEFAULTS["flash_attention"], True, DEFAULTS["seq_length"], DEFAULTS["convention"])
+    assert job("gpt3-175b", seq_length=2048).training == Training(seq_length=2048, dropout=True)
+    # a preset with a recipe (memsym.model.RECIPES: Megatron-Bridge trains Llama 2 without
+    # dropout) has it, on every entry point
+    assert job("llama2-7b").training == Training(dropout=False)
+    assert job("llama2-7b", training=Training()).training.dropout is False
+    assert make_space("llama2-7b", "h100-80gb").dropout is False
 
 
 @pytest.mark.parametrize("options,kind,needle", [
@@ -248,11 +253,13 @@ def test_torchtitan_builds_no_dropout():
     j = job("llama3-8b", framework="torchtitan", seq_length=4096)
     assert j.training.dropout is False
     assert any("torchtitan's models have no dropout" in n for n in j.notes)
-    assert job("llama3-8b", seq_length=4096).training.dropout is True
+    assert job("gpt3-175b", seq_length=2048).training.dropout is True
+    assert job("llama3-8b", seq_length=4096).training.dropout is False   # its recipe
     with pytest.raises(InvalidValueError, match="no dropout layers"):
         job("llama3-8b", framework="torchtitan", seq_length=4096, dropout=True)
     assert make_space("llama3-8b", "h100-80gb", framework="torchtitan").dropout is False
-    assert make_space("llama3-8b", "h100-80gb").dropout is True
+    assert make_space("gpt3-175b", "h100-80gb").dropout is True
+    assert make_space("llama3-8b", "h100-80gb").dropout is False   # its recipe
     with pytest.raises(InvalidValueError, match="no dropout layers"):
         make_space("llama3-8b", "h100-80gb", framework="torchtitan", dropout=True)
 

@@ -371,16 +371,18 @@ def test_cli_search_assumes_a_4m_token_batch(capsys):
 
 
 # --- review fixes (issue 5 follow-up) -----------------------------------------------------
-def _training_of(row, seq_length, global_batch):
+def _training_of(row, seq_length, global_batch, dropout=None):
     """The row as memsym.training's Layout and Training (the defaults both share,
-    memsym.job.DEFAULTS), with the overlaps the search prices a launch with."""
+    memsym.job.DEFAULTS), with the overlaps the search prices a launch with; ``dropout`` the
+    space's where the Training goes to a function that no job resolves (step_time)."""
     lay = Layout(t=row["t"], p=row["p"], d=row["d"], c=row["c"], e=row["e"],
                  v=row["v"] if row["v"] > 1 else None, sequence_parallel=row["sequence_parallel"],
                  first_stage_layers=row.get("first_stage_layers"),
                  last_stage_layers=row.get("last_stage_layers"))
     tr = Training(seq_length=seq_length, micro_batch_size=row["b"],
                   global_batch_size=global_batch, recompute=row["recompute"],
-                  sharding=row["sharding"], **launch_overlaps("megatron", row["sharding"]))
+                  sharding=row["sharding"], dropout=dropout,
+                  **launch_overlaps("megatron", row["sharding"]))
     return lay, tr
 
 
@@ -454,7 +456,7 @@ def test_search_step_time_is_the_timing_model_mixtral():
     assert len(res) == 2
     for i in range(2):
         row = res.row(i)
-        lay, tr = _training_of(row, 4096, 64)
+        lay, tr = _training_of(row, 4096, 64, res.space.dropout)
         one = step_time(res.space.arch, lay, tr, "h100-80gb", res.space.cluster)
         assert row["step_time"] == pytest.approx(one.total, rel=1e-9)
         # the breakdown the rows carry adds up to the step on the busiest stage
@@ -467,7 +469,8 @@ def test_search_step_time_is_the_timing_model_mixtral():
                   tp=[1], pp=[1], cp=[1], ep=[1], vpp=[1], micro_batch_sizes=[1],
                   recompute=["none"], sharding=["distributed-optimizer"],
                   sequence_parallel=[False], efficiency=0.25)
-    one = step_time(res.space.arch, *_training_of(slow.row(0), 4096, 64), "h100-80gb",
+    one = step_time(res.space.arch, *_training_of(slow.row(0), 4096, 64, slow.space.dropout),
+                    "h100-80gb",
                     res.space.cluster, eta_gemm=0.25)
     assert slow.row(0)["step_time"] == pytest.approx(one.total, rel=1e-9)
 

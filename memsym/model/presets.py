@@ -14,7 +14,7 @@ from .hf_config import from_hf_config
 # presets
 # ----------------------------------------------------------------------------------------------
 
-__all__ = ["PRESETS", "preset", "preset_names", "resolve_model"]
+__all__ = ["PRESETS", "RECIPES", "preset", "preset_names", "recipe", "resolve_model"]
 
 
 def _llama(name, L_, h_, a_, g_, f_, V_, **kw):
@@ -77,6 +77,42 @@ PRESETS: dict = {
         extra={"sliding_window": 128, "layer_types": "sliding/full alternating",
                "swiglu_limit": 7.0}),
 }
+
+
+#: Each preset's training recipe where it decides memory and differs from memsym's defaults
+#: (:data:`memsym.job.DEFAULTS`): preset -> (job options, where they come from).  Megatron-
+#: Bridge trains these models without dropout (its bridges set hidden_dropout 0.0 and take
+#: attention_dropout from config.json, 0.0 in each), as their transformers classes do; GPT-3
+#: 175B keeps Megatron-LM's 0.1 dropouts (examples/gpt3/train_gpt3_175b_distributed.sh sets
+#: none).
+_NO_DROPOUT = ({"dropout": False},
+               "megatron-bridge-recipes: the model's bridge sets hidden_dropout 0.0 and takes "
+               "attention_dropout 0.0 from its config.json")
+RECIPES: dict = {name: _NO_DROPOUT for name in (
+    "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b",
+    "mistral-7b", "mixtral-8x7b", "deepseek-v3", "qwen3-8b", "qwen3-30b-a3b", "gpt-oss-120b")}
+
+
+def recipe(model) -> tuple:
+    """``(job options, source)`` of a preset's training recipe: ``model`` a preset name or the
+    preset's own Architecture (``({}, None)`` when memsym's defaults are its recipe, or for any
+    other model: a config.json's or a changed architecture's recipe is not the preset's).
+
+    Examples
+    --------
+    >>> recipe("Llama3-70B")[0], recipe("gpt3-175b"), recipe(preset("llama2-7b"))[0]
+    ({'dropout': False}, ({}, None), {'dropout': False})
+    """
+    if isinstance(model, Architecture):
+        key = _normalise_name(model.name)
+        if PRESETS.get(key) is not model:
+            return {}, None
+    elif isinstance(model, str):
+        key = _normalise_name(model)
+    else:
+        return {}, None
+    options, source = RECIPES.get(key, ({}, None))
+    return dict(options), source
 
 
 def preset_names() -> list:

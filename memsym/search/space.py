@@ -14,7 +14,7 @@ from ..limits import EFFICIENCY_RANGE
 from ..text import short
 from ..values import boolean, exact
 from .. import hardware, model as models, rules as _rules
-from ..job import DEFAULTS, FRAMEWORKS, Job, framework_dropout
+from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
 from ..limits import check_limit
 from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS,
                                  SCHEMES as ALL_SCHEMES)
@@ -305,10 +305,10 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
 
     framework = choose("framework", framework, FRAMEWORKS)
     titan = framework == "torchtitan"
-    # None: the framework's default, as memsym.job.job sets it (torchtitan builds no dropout)
-    dropout, _ = framework_dropout(framework, None if dropout is None
-                                   else boolean(dropout, "dropout"), arch)
-    dropout = DEFAULTS["dropout"] if dropout is None else dropout
+    # None: the preset's recipe or the framework's default, as memsym.job.job resolves it
+    # (torchtitan builds no dropout; Megatron-Bridge trains Llama without)
+    dropout, _ = resolve_dropout(framework, None if dropout is None
+                                 else boolean(dropout, "dropout"), model, arch)
     dense_op = bool(arch.swiglu and not arch.num_experts and not arch.multi_latent_attention
                     and flash_attention)
     if sharding is None:

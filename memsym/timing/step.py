@@ -34,7 +34,7 @@ from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, out
                    shape_of)
 from ..terms.pipeline_order import bubble_fraction, schedule_rule, simulate
 from ..terms.schedule import torch_round_size
-from ..job import canonical
+from ..job import canonical, dropout_kept
 from ..training import microbatches
 
 __all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
@@ -806,7 +806,7 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     st = Settings(seq_length=training.seq_length, micro_batch_size=training.micro_batch_size,
                   recompute=training.recompute,
                   sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
-                  flash_attention=training.flash_attention, dropout=training.dropout,
+                  flash_attention=training.flash_attention, dropout=dropout_kept(training),
                   precision=training.precision,
                   # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
                   distributed_optimizer=training.sharding != "ddp",
