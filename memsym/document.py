@@ -23,6 +23,7 @@ from .values import exact
 from .symbols import M_alloc, N, N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, registry
 from .training import Layout, STATE_KEYS, Training, job_memory, job_stage_parameters
 from .job import Job, dropout_kept
+from .terms.allowances import METRICS
 from . import model as models
 from .model import moe_layer_pattern, parameter_count, stage_parameters
 
@@ -257,6 +258,8 @@ def _context(training, estimate, vals, sp_, x) -> list[str]:
                    f"{training.sharding} sharding ({training.convention} convention"
                    + (f", offload {training.offload}" if training.offload != "none" else "")
                    + f"); activations: {', '.join(act)}.")
+        metric = getattr(training, "metric", "device")
+        out.append(f"Memory counted as {metric}: {METRICS[metric][1]}.")
     if sp_ is not None:
         held = [f"decoder layers {sp_.layers.start}-{sp_.layers.stop - 1}"
                 if len(sp_.layers) else "no decoder layers"]

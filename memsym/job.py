@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .errors import DivisibilityError, InvalidValueError, UnknownNameError, choose
-from .terms.allowances import allowance_values
+from .terms.allowances import METRICS, allowance_values
 from .limits import FIELD_LIMITS, check_limit
 from .terms.activations import RECOMPUTE
 from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
@@ -24,7 +24,7 @@ from . import hardware, rules
 from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout, torchtitan_end_stages
-from .model import Architecture, resolve, resolve_model
+from .model import Architecture, recipe, resolve, resolve_model
 from .units import capacity_bytes as _capacity   # GPU memory capacity as whole bytes
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
@@ -219,6 +219,11 @@ class Training:
     wgrad_deferral_limit : int
         Megatron's ``--wgrad-deferral-limit`` (default 0: every micro-batch deferred): the
         most micro-batches deferred, the rest computed at once.
+    metric : {"device", "reserved", "allocated"}
+        Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
+        ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
+        ``"reserved"`` (``torch.cuda.max_memory_reserved``: no CUDA context, no NCCL buffers)
+        or ``"allocated"`` (``torch.cuda.max_memory_allocated``: also no allocator reserve).
     """
 
     seq_length: int = 4096
@@ -258,6 +263,7 @@ class Training:
     overlap_p2p_comm: bool = True
     defer_embedding_wgrad_compute: bool = False
     wgrad_deferral_limit: int = 0
+    metric: str = "device"
 
 
 def _defaults() -> dict:
@@ -428,6 +434,7 @@ def _named_choices() -> dict:
             "convention": ("convention", CONVENTIONS + FRAMEWORK_CONVENTIONS),
             "offload": ("offload", OFFLOADS),
             "finetune": ("fine-tuning mode", ("full", "lora", "qlora")),
+            "metric": ("memory metric", tuple(METRICS)),
             "framework": ("framework", FRAMEWORKS)}
 
 
@@ -694,8 +701,6 @@ def resolve_dropout(framework: str, dropout=None, model=None, arch=None) -> tupl
     >>> resolve_dropout("megatron", True, "llama3-70b")
     (True, None)
     """
-    from .model import recipe
-
     kept, why = framework_dropout(framework, dropout, arch)
     if kept is None and framework == "megatron":
         options, source = recipe(model)

@@ -20,7 +20,7 @@ from .groups import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
 from .symbols import (E, L, N_a, N_bkt, N_exp, N_lin, N_ll, N_pf, N_q, N_rep, N_tp, N_u, V, a, b,
                       b_g, b_hp, b_m, b_o, b_r, b_u, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, k, m,
                       n_ag, n_bkt, p, s, t, t_e, v)
-from .terms.allowances import (ALLOWANCE_TERMS, ALLOWANCES, WORKSPACES, Allowance,
+from .terms.allowances import (ALLOWANCE_TERMS, ALLOWANCES, METRICS, WORKSPACES, Allowance,
                                 allowance_terms, allowance_values)
 from .terms.transients import DEFAULTS as _TR_DEFAULTS
 from .term import Source, Term, Total
@@ -902,7 +902,8 @@ def _outside_allocator(training: Training) -> tuple:
     beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
     Transformer Engine's userbuffers under ``tp_comm_overlap``
     (:func:`memsym.terms.transients.tp_comm_userbuffers`)."""
-    if training.tp_comm_overlap and training.convention == "framework":
+    if training.tp_comm_overlap and training.convention == "framework" \
+            and getattr(training, "metric", "device") == "device":   # PyTorch's counters miss them
         return (tr.tp_comm_userbuffers(training.precision == "fp8"),)
     return ()
 
@@ -997,7 +998,9 @@ def _training_values(x, layout: Layout, training: Training, allowances: Mapping 
         vals[m] = sp.Integer(m_)
     if layout.v is not None and layout.v > 1:
         vals[v] = sp.Integer(layout.v)
-    vals.update(allowance_values(allowances))
+    # the memory metric's view (memsym.terms.allowances.METRICS): a user's allowances win
+    metric = METRICS[getattr(training, "metric", "device")][0]
+    vals.update(allowance_values({**metric, **dict(allowances or {})}))
     return vals
 
 

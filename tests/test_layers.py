@@ -49,7 +49,7 @@ LAYERS = (
     ("composition", ("memsym.training",)),
     # consumers of the composed total, side by side
     ("consumers", ("memsym.timing", "memsym.analysis", "memsym.search", "memsym.conventions",
-                   "memsym.measure", "memsym.reference_layers")),
+                   "memsym.measure", "memsym.reference_layers", "memsym.advice")),
     ("readers", ("memsym.readers",)),
     # the whole-job document, plots, the benchmark, and the step-time accuracy page (a report
     # over published runs, which reads the framework inputs)

@@ -285,7 +285,7 @@ def test_recompute_num_layers_zero_as_megatron_runs_it(capsys):
     # megatron/core/recompute.py (d98e8a64dd): block checkpoints layer i iff i < N, so N = 0
     # keeps every layer's activations, as no recompute; uniform advances by N, so N = 0 never
     # ends and is refused.  TransformerConfig only refuses a missing N.
-    job = ["llama2-7b", "--seq-length", 4096, "--pp", 2, "--global-batch-size", 8,
+    job = ["llama2-7b", "--seq-length", 4096, "--pp", 2, "--tp", 2, "--global-batch-size", 8,
            "--gpu", "h100-80gb"]
     block0 = estimate_json(capsys, *job, "--recompute-granularity", "full", "--recompute-method",
                            "block", "--recompute-num-layers", 0)
@@ -446,6 +446,7 @@ _OWN_VALUES = {
     "--sharding": ["zero3"], "--should-pad-vocab": [], "--workspace": ["0"],
     "--finetune": ["lora"], "--lora-rank": ["8"], "--lora-targets": ["q,v"],
     "--lora-quantization": ["int8"], "--lora-regather": [], "--params": ["7B"],
+    "--metric": ["allocated"], "--advise": [],
 }
 #: Options that choose the input or the output, not the job (each tested on its own).
 _NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--args-file", "--launch-script",
@@ -482,3 +483,49 @@ def test_every_own_option_is_honoured_or_refused_in_every_reading(capsys, base):
             continue
         assert code == 0, (option, err)
         assert json.loads(out) != plain, f"{option} {values} was dropped"
+
+
+def test_the_metric_is_stated_and_fitting_is_judged_on_the_device(capsys):
+    # What each counter sees (memsym.terms.allowances.METRICS): PyTorch's counters miss the
+    # CUDA context (500 MiB with lazy loading, CUDA Programming Guide §4.7) and NCCL's buffers
+    # (NCCL_BUFFSIZE 4 MiB x NCCL_MAX_NCHANNELS 32 x 4 communicators = 512 MiB); allocated also
+    # misses the allocator's reserve (the 10 % fragmentation margin of the allocated bytes).
+    job = ["llama2-7b", "--tp", 2, "--pp", 2, "--world-size", 4, "--global-batch-size", 8,
+           "--sequence-parallel", "--tp-comm-overlap", "--gpu", "h100-80gb"]
+    rep = {m: estimate_json(capsys, *job, "--metric", m) for m in ("device", "reserved",
+                                                                   "allocated")}
+    total = {m: r["bytes"]["total"] for m, r in rep.items()}
+    user_buffers = rep["device"]["bytes"]["tp_comm_userbuffers"]      # outside PyTorch too
+    assert total["device"] - total["reserved"] == 500 * 2**20 + 512 * 2**20 + user_buffers
+    allocated_tensors = total["allocated"] - 64 * 2**20   # the cuBLAS / TE workspaces
+    frag = total["reserved"] - total["allocated"]
+    assert abs(frag - allocated_tensors / 10) <= 2          # rounding of whole bytes
+    for r in rep.values():
+        assert r["metric"]["device_bytes_total"] == total["device"]
+        assert r["fits"] == (total["device"] <= r["gpu_memory_bytes"])
+    assert "max_memory_allocated" in rep["allocated"]["metric"]["sees"]
+
+
+def test_a_job_that_does_not_fit_gets_verified_levers_and_exit_1(capsys):
+    # Llama 2 70B on one node at TP 8 with d = 1: the states alone (18 bytes x 8.6e9
+    # parameters per GPU) exceed the 84.9 GB CUDA gives an H100
+    job = ["llama2-70b", "--seq-length", 4096, "--tp", 8, "--world-size", 8,
+           "--global-batch-size", 64, "--gpu", "h100-80gb"]
+    code, out, err = run(capsys, "estimate", *job, "--json")
+    assert code == 1, err
+    rep = json.loads(out)
+    assert rep["fits"] is False and rep["advice"]
+    for lever in rep["advice"]:
+        # each lever, applied as the flags it names, makes the estimate fit (exit 0)
+        code, out, err = run(capsys, "estimate", *job, *lever["flags"], "--json")
+        assert code == 0, (lever, err)
+        again = json.loads(out)
+        assert again["fits"] is True and again["bytes"]["total"] == lever["bytes_total"]
+    code, out, err = run(capsys, "estimate", *job)
+    assert code == 1 and out.startswith("does NOT fit:") and "advice:" in out
+    # --advise on a job that fits lists the levers too; without a capacity it is refused
+    code, out, err = run(capsys, "estimate", "llama2-7b", "--tp", 2, "--gpu", "h100-80gb",
+                         "--advise", "--json")
+    assert code == 0 and "advice" in json.loads(out)
+    code, out, err = run(capsys, "estimate", "llama2-7b", "--advise")
+    assert code == 2 and out == "" and "--advise needs" in err

@@ -187,13 +187,14 @@ def test_first_stage_activations_do_not_fall_with_p():
     first stage also keeps p embedding-dropout masks (§4.3), so its activations grow with p."""
     acts, embedding = [], []
     for pp in (2, 4, 8, 16):
-        est = training_memory("llama2-7b", Layout(p=pp), Training(seq_length=4096), stage=0)
+        est = training_memory("llama2-7b", Layout(p=pp), Training(seq_length=4096, dropout=True),
+                              stage=0)
         acts.append(sum(est.activations().values()))
         embedding.append(est.activations()["embedding_activations"])
     assert acts == sorted(acts) and acts[-1] > acts[0]
     # by hand (Korthikanti §4.3): each of the p in-flight micro-batches keeps the embedding
-    # dropout mask, s b h bytes (1 byte per element; dropout is on by default), and its token
-    # ids, s b int64 = 8 s b bytes; s = 4096, h = 4096, b = 1, t = 1
+    # dropout mask, s b h bytes (1 byte per element; dropout on, as asked: Llama 2's own recipe
+    # has none), and its token ids, s b int64 = 8 s b bytes; s = 4096, h = 4096, b = 1, t = 1
     s_, h_ = 4096, 4096
     assert embedding == [pp * (s_ * h_ + 8 * s_) for pp in (2, 4, 8, 16)]
     # ... and the layer part alone is exactly constant: L layers' worth

@@ -415,17 +415,14 @@ def _allowances(point: Point) -> dict:
     """The allowances the point's metric sees: PyTorch's counters see neither the CUDA
     context nor NCCL's buffers (both outside the caching allocator); ``allocated`` also no
     allocator reserve (fragmentation); nvidia-smi sees everything."""
+    from memsym.terms.allowances import METRICS
+
     metric = point.metric
     if metric == "unstated":
         metric = _FRAMEWORK_METRIC.get(point.framework, "nvidia-smi")
-    if metric == "nvidia-smi":
-        return {}
-    from memsym.training import WORKSPACES
-
-    out = {"workspace": WORKSPACES, "nccl": 0}
-    if metric == "allocated":
-        out["fragmentation"] = 0
-    return out
+    # memsym's metrics (memsym.terms.allowances.METRICS, what --metric selects): nvidia-smi is
+    # the device's count
+    return dict(METRICS["device" if metric == "nvidia-smi" else metric][0])
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ def add_parser(sub) -> None:
 
     add_megatron_inputs(parser)
     add_cluster_options(parser)
+    parser.add_argument("--advise", action="store_true",
+                        help="list the single changes that make the job fit (always when it "
+                        "does not): each knob's smallest change, solved and verified")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(run=run)
 
@@ -115,6 +118,9 @@ def run(args) -> int:
 
         args.gpu_memory = gpu(args.gpu).capacity_bytes  # CUDA total where cited, else datasheet
         args.capacity_note = gpu(args.gpu).capacity_note
+    if args.advise and (args.gpu_memory is None or not wants_training(args)):
+        raise InvalidValueError("--advise needs a job (a MODEL or a launch command) and a "
+                                "capacity (--gpu NAME or --gpu-memory C)")
     if wants_training(args):  # a job: the full training total
         if args.params is not None:
             raise InvalidValueError("--params contradicts the model: the parameter count comes "

@@ -193,6 +193,13 @@ def add_training_options(parser) -> None:
                     help="Megatron-Bridge's LoRA(sequence_parallel_input_regather=True): LoRA-A "
                     "keeps the local norm-output shard and re-gathers it in backward")
     alw = parser.add_argument_group("allowances (set 0 to drop one)")
+    # memsym.terms.allowances.METRICS, spelled here: building the parser imports no SymPy
+    alw.add_argument("--metric", choices=("device", "reserved", "allocated"), default=None,
+                     help="which memory the total counts: device (default: nvidia-smi / "
+                     "cudaMemGetInfo, what must fit), reserved (torch.cuda.max_memory_reserved: "
+                     "no CUDA context, no NCCL buffers) or allocated "
+                     "(torch.cuda.max_memory_allocated: also no allocator reserve); whether the "
+                     "job fits is always judged on the device metric")
     # the defaults are memsym.training.ALLOWANCES' (tests/test_one_reading.py checks this
     # text against them; the parser is built without SymPy, so they are spelled here)
     alw.add_argument("--workspace", type=_bytes_or_zero, default=None,
@@ -250,6 +257,8 @@ def _host_options(args) -> dict:
                       ("fragmentation", "fragmentation")):
         if getattr(args, dest, None) is not None:
             extra[key] = getattr(args, dest)
+    if getattr(args, "metric", None) is not None:
+        extra["metric"] = args.metric
     if getattr(args, "gpu", None) is not None:
         extra["gpu"] = args.gpu
     if getattr(args, "gpu_memory", None) is not None:
@@ -584,6 +593,22 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
             **extra, "_total": byt["total"]}
 
 
+def metric_report(args, j, rep: dict, total) -> int:
+    """Add the memory metric to ``rep`` (its name, what it sees, the device total) and return
+    the device total [bytes], on which fitting is judged (:data:`memsym.terms.allowances.METRICS`)."""
+    from ..terms.allowances import METRICS
+    from ..training import job_memory
+
+    name = j.training.metric
+    if name == "device" or args.convention in ("megatron-lm", "megatron-bridge"):
+        device = total
+    else:
+        est = job_memory(j.replace(metric="device"))
+        device = sum(_num(v) for k, v in est.grouped().items() if k != "total")
+    rep["metric"] = {"name": name, "sees": METRICS[name][1], "device_bytes_total": device}
+    return device
+
+
 def _sources(est) -> dict:
     """The source of every row the report shows: each term's own, and for the activations row
     (several terms summed) each of its terms' sources once."""
@@ -599,7 +624,7 @@ def estimate_training(args) -> int:
     from ..text import printable
     from .options import emit_json
 
-    framework = framework_job_from_args(args)
+    framework = j = framework_job_from_args(args)
     if framework is not None:
         rep = report_for(args, framework)
         rep["read_as"] = ("a DeepSpeed config" if args.deepspeed_config else
@@ -616,12 +641,21 @@ def estimate_training(args) -> int:
         rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + [printable(n, 300) for n in j.notes]))
         warn_sequence_parallel(args)        # once, after validation, before any output
     total = rep.pop("_total")
+    device = metric_report(args, j, rep, total)
     cap = args.gpu_memory
-    fits = None if cap is None else bool(total <= cap)
+    fits = None if cap is None else bool(device <= cap)     # always on the device's count
+    status = 1 if fits is False else 0    # "does not fit" is an answer, as for solve
+    if cap is not None and (fits is False or getattr(args, "advise", False)) \
+            and args.convention not in ("megatron-lm", "megatron-bridge"):
+        rep["advice"] = advice_report(j.replace(capacity=cap) if j.capacity != cap else j)
     if args.json:
         emit_json({**rep, "gpu_memory_bytes": cap,
                    "gpu_memory_note": getattr(args, "capacity_note", "as given"), "fits": fits})
-        return 0
+        return status
+    if fits is False:
+        print(f"does NOT fit: {device / 1e9:.3f} GB on the most-loaded GPU (device count) > "
+              f"{cap / 1e9:.3f} GB; {len(rep['advice'])} single change"
+              f"{'' if len(rep['advice']) == 1 else 's'} that fit{'s' if len(rep['advice']) == 1 else ''} below\n")
     lay = rep["layout"]
     trn = rep["training"]
     rc = trn["recompute"] + ("" if not trn.get("recompute_method") else
@@ -655,13 +689,42 @@ def estimate_training(args) -> int:
         print(f"note: {note}")
     for row in rep.get("defaults", []):
         print(f"default: {row['option']} = {row['value']} ({row['source']})")
+    print(f"memory metric: {rep['metric']['name']}, {rep['metric']['sees']}")
+    if rep["metric"]["name"] != "device":
+        print(f"device total (what must fit): {device:,} bytes = {device / 1e9:.3f} GB")
     if fits is not None:
         verdict = "fits" if fits else "does NOT fit"
         print(f"\nGPU memory {capacity_label(args)}: {verdict}, "
-              f"headroom {(cap - total) / 1e9:.3f} GB")
+              f"headroom {(cap - device) / 1e9:.3f} GB (device metric)")
     if "communication" in rep:
         print("\n" + render_step(rep))
-    return 0
+    if "advice" in rep:
+        print("\n" + render_advice(rep["advice"]))
+    return status
+
+
+def advice_report(j) -> list:
+    """The levers that make the job fit (:func:`memsym.advice.levers`), JSON-ready."""
+    from ..advice import levers
+
+    return [{"knob": lv.knob, "change": lv.change, "flags": list(lv.flags),
+             "bytes_total": lv.bytes_total, "saved_bytes": lv.saved, "gpus": lv.gpus,
+             "step_time_s": lv.step_time} for lv in levers(j)]
+
+
+def render_advice(rows: list) -> str:
+    """The levers as a table: each alone makes the job fit (verified on the estimate)."""
+    if not rows:
+        return ("advice: no single change of d, t, p, c, the micro-batch, recomputation, "
+                "sharding or offload makes it fit")
+    lines = ["advice: each change alone makes the job fit (verified on the estimate), fastest "
+             "first:", f"{'change':<40}{'GB':>9}{'saved':>9}{'GPUs':>7}{'step s':>9}  add"]
+    for r in rows:
+        step = "-" if r["step_time_s"] is None else f"{r['step_time_s']:.3g}"
+        lines.append(f"{r['change'][:39]:<40}{r['bytes_total'] / 1e9:>9.2f}"
+                     f"{r['saved_bytes'] / 1e9:>9.2f}{r['gpus']:>7}{step:>9}  "
+                     + " ".join(r["flags"]))
+    return "\n".join(lines)
 
 
 #: The framework switches that are plain ``store_true`` flags here as in the framework:

@@ -20,7 +20,7 @@ from ..term import Source, Term
 from ..values import exact
 from .transients import DEFAULTS as _TR_DEFAULTS
 
-__all__ = ["Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "WORKSPACES", "allowance_values",
+__all__ = ["Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "METRICS", "WORKSPACES", "allowance_values",
            "allowance_terms"]
 
 
@@ -75,6 +75,21 @@ ALLOWANCES = {
 
 #: The keys of the allowance Terms in every total (what memsym.search splits off).
 ALLOWANCE_TERMS = ("workspace", "nccl", "fragmentation")
+
+#: What each memory metric sees: metric -> (the allowances it overrides, what reports it).
+#: PyTorch's caching-allocator counters see neither the CUDA context nor NCCL's buffers (both
+#: allocated outside it), ``max_memory_allocated`` also no allocator reserve; the device's own
+#: count (nvidia-smi, ``cudaMemGetInfo``) sees everything, and is what a job must fit.
+METRICS = {
+    "allocated": ({"workspace": WORKSPACES, "nccl": 0, "fragmentation": 0},
+                  "torch.cuda.max_memory_allocated (the tensors the caching allocator handed out, "
+                  "with the cuBLAS / Transformer Engine workspaces)"),
+    "reserved": ({"workspace": WORKSPACES, "nccl": 0},
+                 "torch.cuda.max_memory_reserved (allocated plus the allocator's reserve: the "
+                 "fragmentation margin)"),
+    "device": ({}, "the device's own count (nvidia-smi, cudaMemGetInfo): reserved plus the CUDA "
+               "context, NCCL's buffers and any buffer allocated outside PyTorch"),
+}
 def allowance_values(allowances: Mapping | None = None) -> dict:
     """Allowance symbols -> exact values: the defaults, overridden by ``allowances``.
 

@@ -1,0 +1,188 @@
+r"""What to change so that a job fits: one lever per knob, each found on the symbolic total by
+the solver and verified on the estimate.
+
+For a job whose device total :math:`M` exceeds the capacity :math:`C`, each lever is the
+smallest change of one knob that brings the most-loaded GPU under it, the others fixed:
+
+.. math::
+
+    d^\star = \min\{d : M(d) \le C\}, \quad t^\star, p^\star, c^\star \text{ likewise},
+    \qquad b^\star = \max\{b : M(b) \le C\}
+
+(:func:`memsym.analysis.solve_job`: the closed form over the reals, then the integer under the
+framework's launch rules) and the discrete choices (recomputation, sharding, CPU offload) tried
+in turn.  Every lever's job is built and estimated again (:func:`memsym.training.job_memory`)
+before it is offered: it fits, on the device's count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .analysis import solve_job
+from .errors import InvalidValueError, MemsymError
+from .job import Job
+from .timing.step import step_time
+from .training import job_memory
+
+__all__ = ["Lever", "levers"]
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One change that makes a job fit, verified.
+
+    Attributes
+    ----------
+    knob : str
+        What changes (``"dp"``, ``"tp"``, ``"recompute"``, ...).
+    change : str
+        The change in words (``"d 1 -> 8"``).
+    flags : tuple of str
+        The command-line options that make it (memsym's own, honoured with a pasted command).
+    job : memsym.job.Job
+        The changed job.
+    bytes_total : int
+        Its per-GPU total on the device's count [bytes] (it fits).
+    saved : int
+        Bytes less than the original job [bytes].
+    gpus : int
+        Its world size [GPUs].
+    step_time : float or None
+        Its step time [s] (:func:`memsym.timing.step.step_time`), when the job has a GPU and
+        a number of micro-batches.
+    """
+
+    knob: str
+    change: str
+    flags: tuple
+    job: Job
+    bytes_total: int
+    saved: int
+    gpus: int
+    step_time: float | None
+
+
+def _device_total(j: Job) -> int:
+    j = j if j.training.metric == "device" else j.replace(metric="device")
+    return int(-(-job_memory(j).bytes_total // 1))
+
+
+def _seconds(j: Job):
+    if j.gpu is None or j.m is None:
+        return None
+    try:
+        return float(step_time(j.model, j.layout, j.training, j.gpu.name, j.cluster).total)
+    except MemsymError:
+        return None
+
+
+def _solved(j: Job, unknown: str, capacity: int):
+    """The job with ``unknown`` at the solver's answer (None when nothing fits)."""
+    try:
+        sol = solve_job(j, unknown, capacity)
+    except MemsymError:
+        return None
+    name = {"dp": "d", "tp": "t", "pp": "p", "cp": "c", "micro-batch-size": "micro_batch_size",
+            "seq-length": "seq_length"}[unknown]
+    try:
+        return j.replace(**{name: int(sol.value)})
+    except MemsymError:
+        return None
+
+
+def _candidates(j: Job, capacity: int):
+    """(knob, change, flags, job) of every lever tried."""
+    lay, trn = j.layout, j.training
+    for unknown, field, flag, word in (("dp", "d", "--dp", "data-parallel size d"),
+                                       ("tp", "t", "--tp", "tensor-parallel size t"),
+                                       ("pp", "p", "--pp", "pipeline-parallel size p"),
+                                       ("cp", "c", "--cp", "context-parallel size c")):
+        new = _solved(j, unknown, capacity)
+        if new is not None and getattr(new.layout, field) != getattr(lay, field):
+            value = getattr(new.layout, field)
+            yield (unknown, f"{word} {getattr(lay, field)} -> {value}", (flag, str(value)), new)
+    if trn.micro_batch_size > 1:
+        new = _solved(j, "micro-batch-size", capacity)
+        if new is not None and new.training.micro_batch_size < trn.micro_batch_size:
+            b = new.training.micro_batch_size
+            yield ("micro-batch-size", f"micro-batch size {trn.micro_batch_size} -> {b}",
+                   ("--micro-batch-size", str(b)), new)
+    if trn.recompute in ("none", "selective-op") or (trn.recompute == "selective"):
+        tries = [("selective", ("--recompute-granularity", "selective"), {})] \
+            if trn.recompute == "none" else []
+        # every layer checkpointed on its own: Megatron's uniform 1
+        tries.append(("full", ("--recompute-granularity", "full", "--recompute-method",
+                               "uniform", "--recompute-num-layers", "1"),
+                      {"recompute_method": "uniform", "recompute_num_layers": 1}))
+        for mode, flags, extra in tries:
+            try:
+                yield ("recompute", f"recompute {trn.recompute} -> {mode}", flags,
+                       j.replace(recompute=mode, **extra))
+            except MemsymError:
+                pass
+    offered = {"megatron": ("distributed-optimizer", "fsdp"),
+               "deepspeed": ("zero1", "zero2", "zero3"), "torchtitan": ("fsdp",)}
+    for scheme in offered.get(trn.framework, ()):
+        if scheme != trn.sharding:
+            try:
+                yield ("sharding", f"sharding {trn.sharding} -> {scheme}",
+                       ("--sharding", scheme), j.replace(sharding=scheme))
+            except MemsymError:
+                pass
+    if trn.offload == "none" and lay.p == 1:
+        try:
+            yield ("offload", "optimizer states on the host", ("--offload", "optimizer"),
+                   j.replace(offload="optimizer"))
+        except MemsymError:
+            pass
+
+
+def levers(j: Job, capacity: int | None = None) -> list:
+    r"""The changes of one knob each that make ``j`` fit ``capacity``, verified and ranked.
+
+    .. math:: M_{\text{device}}(\text{job with one knob changed}) \le C
+
+    Parameters
+    ----------
+    j : memsym.job.Job
+        The job.
+    capacity : int, optional
+        GPU memory [bytes]; default the job's (its GPU's, :attr:`memsym.job.Job.capacity`).
+
+    Returns
+    -------
+    list of Lever
+        Ranked by step time where it is known (fastest first), then by the GPUs they need
+        and the bytes they leave free; empty when no single change fits.
+
+    Examples
+    --------
+    >>> from memsym.job import job
+    >>> j = job("llama2-7b", seq_length=4096, gpu="h100-80gb")
+    >>> best = levers(j)
+    >>> all(lever.bytes_total <= j.capacity for lever in best), best[0].knob in {l.knob for l in best}
+    (True, True)
+
+    References
+    ----------
+    The solver (:func:`memsym.analysis.solve_job`) on the total of :mod:`memsym.training`;
+    the step time of :mod:`memsym.timing.step`.
+    """
+    cap = j.capacity if capacity is None else int(capacity)
+    if cap is None:
+        raise InvalidValueError("levers need a capacity: give the job a GPU or --gpu-memory")
+    before = _device_total(j)
+    out = []
+    for knob, change, flags, new in _candidates(j, cap):
+        total = _device_total(new)
+        if total > cap:          # verified on the estimate: only a change that fits is offered
+            continue
+        if new.world_size != j.world_size:   # the GPUs it needs, as the command line says it
+            flags = (*flags, "--world-size", str(new.world_size))
+        out.append(Lever(knob, change, tuple(flags), new, total, before - total,
+                         new.world_size, _seconds(new)))
+    inf = float("inf")
+    out.sort(key=lambda lv: (inf if lv.step_time is None else lv.step_time, lv.gpus,
+                             lv.bytes_total))
+    return out
