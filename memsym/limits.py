@@ -14,7 +14,8 @@ from types import MappingProxyType
 
 from .errors import InvalidValueError, LimitError
 
-__all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "check_limit",
+__all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "SHELL_MAX_DEPTH",
+           "SHELL_MAX_WORD_CHARS", "SHELL_MAX_EXPANDED_CHARS", "SHELL_MAX_NUMBER_DIGITS", "check_limit",
            "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes"]
 
 
@@ -99,6 +100,27 @@ MAX_CANDIDATES = 2**20
 #: The most decimal digits a number typed by a user may have (10^60 is far above every limit;
 #: Python refuses int() of more than 4300 digits with a traceback-worthy ValueError).
 MAX_DIGITS = 60
+
+#: Bounds of memsym's reading of a bash launch script without running it
+#: (:mod:`memsym.readers.launch_script`).  Each is checked while the script is read and
+#: expanded, not afterwards, so a small hostile script is refused in bounded time and memory.
+#:
+#: SHELL_MAX_DEPTH: the deepest nesting of ``if``/``{ }`` blocks, of ``${X:-${Y:-...}}``
+#: defaults, of parentheses and variable references inside ``$((...))``, all counted as one
+#: depth (real launch scripts nest 2-4 levels; Python's own stack stays far from its limit).
+SHELL_MAX_DEPTH = 32
+#: SHELL_MAX_WORD_CHARS: the most characters one word or variable value may expand to (4 Mi;
+#: a launch script is at most 1 MiB and its longest real value is a few kilobytes).  Checked as
+#: a running total while the word is built.
+SHELL_MAX_WORD_CHARS = 4 << 20
+#: SHELL_MAX_EXPANDED_CHARS: the most characters all the script's expansions and assignments
+#: may produce together (64 Mi, ~64x the largest script read), so memory and time stay linear
+#: in the script even when each word stays under SHELL_MAX_WORD_CHARS.
+SHELL_MAX_EXPANDED_CHARS = 1 << 26
+#: SHELL_MAX_NUMBER_DIGITS: the most digits of a number in ``$((...))``, a test's ``-eq`` or an
+#: array index ``${A[i]}``; bash's integers are 64-bit (19 digits), so 20 characters cover
+#: every value bash accepts and keep int() of a 5000-digit string from ever running.
+SHELL_MAX_NUMBER_DIGITS = 20
 
 
 def limit_of(name: str) -> Limit:
