@@ -84,6 +84,7 @@ _OPS = ("&&", "||", ";;", ";&", "|&", ";", "&", "|", "(", ")")
 _REDIRS = (">>", ">|", ">&", "<&", "<>", ">", "<")
 _BREAK = frozenset(" \t\n;&|()<>")          # characters that end an unquoted word
 _PLAIN_STOP = frozenset(" \t\n;&|()<>\\'\"$`")
+_ALL_ELEMENTS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\[@\]")
 _HEREDOC_ASSIGN = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?=")
 
 
@@ -348,6 +349,10 @@ class _Lexer:
                 self.i += 1
         if buf or not parts:
             parts.append(("lit", "".join(buf), True))   # keeps "" a (quoted, empty) word
+        if not to_end and any(p[0] == "var" and _ALL_ELEMENTS.fullmatch(p[1]) for p in parts):
+            # bash drops a "...${A[@]}..." that expands to nothing at all when A is empty:
+            # the quoted string is kept as one group to know where it ends
+            return [("dq", parts, True)]
         return parts
 
     def default_parts(self, quoted):
@@ -640,11 +645,13 @@ class _Out:
     Outside of splitting (assignments, ``[[ ]]``) every word is one field.
     """
 
-    __slots__ = ("ev", "split", "fields", "cur", "exists", "size")
+    __slots__ = ("ev", "split", "fields", "cur", "exists", "size", "chars", "no_elements")
 
     def __init__(self, ev, split):
         self.ev, self.split = ev, split
         self.fields, self.cur, self.exists, self.size = [], [], False, 0
+        self.chars = 0                  # characters kept so far (to see if a group added any)
+        self.no_elements = False        # a "${A[@]}" of an empty array was expanded
 
     def grow(self, n):
         # checked before the text is kept: a word can never be built past the limit
@@ -657,6 +664,7 @@ class _Out:
     def text(self, t):
         self.grow(len(t))
         self.cur.append(t)
+        self.chars += len(t)
         self.exists = True
 
     def splittable(self, t):
@@ -669,6 +677,7 @@ class _Out:
                 self.brk()
             if seg:
                 self.cur.append(seg)
+                self.chars += len(seg)
                 self.exists = True
 
     def brk(self):
@@ -781,6 +790,12 @@ class _Eval:
                     out.text(value)
             elif kind == "var":
                 self.param(value, quoted, out, depth, cond)
+            elif kind == "dq":
+                exists, chars, nfields = out.exists, out.chars, len(out.fields)
+                out.no_elements = False
+                self.expand_parts(value, out, depth, cond)
+                if out.no_elements and out.chars == chars and len(out.fields) == nfields:
+                    out.exists = exists     # "${E[@]}$X" with E empty, X empty: no word
             elif kind == "arith":
                 v = self.arith(value, depth, cond)
                 if v is None:
@@ -840,6 +855,8 @@ class _Eval:
                 out.text("${" + spec + "}")
                 return
             arr = val if isinstance(val, list) else ([] if val is _NOVAL else [val])
+            if quoted and index == "@" and not arr:
+                out.no_elements = True
             if index == "*" and quoted:
                 out.text(" ".join(arr))
                 return
@@ -1253,12 +1270,20 @@ def _assigns(nodes) -> bool:
             if words and _literal(words[0]) in _DECL + ("unset",) + tuple(_REFUSED_BUILTINS):
                 return True
             for w in words:
-                for p in w:
+                for p in _flat(w):
                     if p[0] == "var" and re.match(r"[A-Za-z_][A-Za-z0-9_]*:?=", p[1]):
                         return True
                     if p[0] == "arith" and "=" in p[1]:
                         return True
     return False
+
+
+def _flat(word):
+    for p in word:
+        if p[0] == "dq":
+            yield from p[1]
+        else:
+            yield p
 
 
 def _prefix_literal(word) -> str:
