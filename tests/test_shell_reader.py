@@ -312,7 +312,11 @@ def _dquoted(draw):
 
 def _word(allow_arrays=True):
     seg = st.one_of(_plain, _squoted.map(lambda t: f"'{t}'"), _dquoted(), _scalar_ref(False),
-                    _arith(), st.sampled_from("abz-").map(lambda c: "\\" + c),
+                    _arith(), st.sampled_from(list("abz-$\\\"' \t#;&|<>(){}*?[~") + ["\n"]).map(
+                        lambda c: "\\" + c),
+                    st.builds(lambda a, b: a + "\\\n" + b, _plain, _plain),
+                    st.builds(lambda n, op, w: "${" + n + op + w + "}", st.sampled_from(SCALARS),
+                              st.sampled_from([":=", "="]), _plain),
                     st.sampled_from(ARRAYS).map(lambda a: '"${' + a + '[@]}"') if allow_arrays
                     else _plain,
                     st.sampled_from(ARRAYS).map(lambda a: "${" + a + "[@]}") if allow_arrays
@@ -328,7 +332,8 @@ def _statement(draw):
     kind = draw(st.sampled_from(["assign", "assign", "append", "array", "array_append", "multi",
                                  "export", "number", "if", "andor", "group", "herestring",
                                  "heredoc", "unset", "default_assign", "prefix", "comment",
-                                 "copy_array", "unset_array", "two"]))
+                                 "copy_array", "unset_array", "two", "chain", "nested_if",
+                                 "heredoc_then"]))
     name = draw(st.sampled_from(SCALARS))
     if kind == "assign":
         return f"{name}={draw(_word())}"
@@ -380,6 +385,15 @@ def _statement(draw):
         return f"{{ {body}; {draw(st.sampled_from(SCALARS))}={draw(_word())}; }}"
     if kind == "herestring":
         return f": <<< {draw(_word())}"
+    if kind == "chain":
+        return (f"{draw(st.sampled_from(['true', 'false', '! true', '! false']))} "
+                f"{draw(st.sampled_from(['&&', '||']))} {body}\t{draw(st.sampled_from(['&&', '||']))}"
+                f" {draw(st.sampled_from(SCALARS))}={draw(_word())}")
+    if kind == "nested_if":
+        return (f"if {test}; then\n  if [[ ${ref} != \"{draw(_plain)}\" ]]; then {body}; "
+                f"else {name}={draw(_word())}; fi\nfi")
+    if kind == "heredoc_then":
+        return f": <<EOF; {body}\n{draw(_plain)} $V0.\nEOF"
     # a here-document whose body looks like assignments and commands: none may be read
     delim = draw(st.sampled_from(["EOF", "'EOF'", "\"END\"", "-EOF"]))
     end = delim.strip("'\"-")

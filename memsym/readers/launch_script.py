@@ -441,7 +441,7 @@ class _Lexer:
 # ----------------------------------------------------------------------------------------------
 
 _RESERVED = {"then", "elif", "else", "fi", "do", "done", "esac", "}", "in", "]]"}
-_LOOPS = ("for", "while", "until", "case", "select", "function", "coproc", "time")
+_LOOPS = ("for", "while", "until", "case", "select", "function", "coproc")
 
 
 def _literal(word):
@@ -515,6 +515,12 @@ class _Parser:
     def pipeline(self):
         negated = False
         tok = self.tok()
+        if tok is not None and tok[0] == "word" and _literal(tok[1]) == "time":
+            self.i += 1         # `time [-p] pipeline` runs the pipeline as it is
+            tok = self.tok()
+            if tok is not None and tok[0] == "word" and _literal(tok[1]) == "-p":
+                self.i += 1
+                tok = self.tok()
         if tok is not None and tok[0] == "word" and _literal(tok[1]) == "!":
             negated = True
             self.i += 1
@@ -623,6 +629,13 @@ class _NoValue:
 
 
 _NOVAL = _NoValue()
+# variables bash sets itself even under `env -i`: their values are never "unset"
+_BASH_OWN = frozenset(
+    "BASH BASHOPTS BASH_ALIASES BASH_ARGC BASH_ARGV BASH_CMDS BASH_EXECUTION_STRING BASH_LINENO "
+    "BASH_LOADABLES_PATH BASH_SOURCE BASH_VERSINFO BASH_VERSION DIRSTACK EUID GROUPS HOSTNAME "
+    "HOSTTYPE IFS MACHTYPE OPTERR OPTIND OSTYPE PATH PPID PS4 PWD SHELL SHELLOPTS SHLVL TERM UID "
+    "RANDOM SRANDOM SECONDS LINENO EPOCHSECONDS EPOCHREALTIME BASHPID FUNCNAME HISTCMD _ "
+    "0 ? $ ! -".split())
 _IFS_RUN = re.compile(r"[ \t\n]+")       # bash's default IFS: space, tab, newline
 _SPEC = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])(?:\[([^\]]*)\])?(.*)", re.S)
 _OP = re.compile(r":?[-=+?]")
@@ -845,6 +858,12 @@ class _Eval:
         name, index, rest = m.group(1), m.group(2), m.group(3)
         if index is not None and not _NAME.fullmatch(name):
             self.fail(f"expansion ${{{shown}}} is not read")
+        if name in _BASH_OWN and name not in self.vars:
+            if rest:
+                self.fail(f"${{{shown}}}: bash sets ${name} itself; its value is not known "
+                          "without running the script")
+            if cond:
+                raise _Unknown(f"${name} is set by bash itself")
         val = self.lookup(name, True)
         if index in ("@", "*"):
             if rest:
@@ -918,7 +937,7 @@ class _Eval:
         if len(index) > SHELL_MAX_NUMBER_DIGITS:
             self.fail(f"array index of more than {SHELL_MAX_NUMBER_DIGITS} digits "
                       "(memsym.limits.SHELL_MAX_NUMBER_DIGITS)")
-        k = int(index)
+        k = _Arith(self, "", 0).number(index)   # an index is arithmetic: 010 is 8, 08 an error
         if val is None:
             return None
         arr = val if isinstance(val, list) else ([] if val is _NOVAL else [val])
@@ -1003,7 +1022,10 @@ class _Eval:
         # their words are expanded (for ${X:=...}), as bash does, and dropped
         for r in redirs:
             if r[1] != "<<":
-                self.fields(r[2], cond=True, split=False)
+                try:
+                    self.fields(r[2], cond=True, split=False)
+                except _Unknown:
+                    pass
 
     def run_if(self, node):
         _, branches, otherwise, line, _r = node
@@ -1057,6 +1079,7 @@ class _Eval:
         words_out = []
         for w in rest:
             self.check_braces(w)
+            self.check_unexpanded(w, line)
             words_out.extend(self.fields(w))
         self.redirections(redirs)
         for w in prefix:     # `VAR=x cmd`: for cmd's environment only, expanded after the words
@@ -1174,6 +1197,13 @@ class _Eval:
             elif a not in self.order:
                 self.vars[a] = _NOVAL
         return 0
+
+    def check_unexpanded(self, word, line):
+        """Note what bash would expand from outside the script: ``~`` and file name patterns."""
+        if _prefix_literal(word).startswith("~"):
+            self.note(f"line {line}: ~ kept as written (bash puts the home directory there)")
+        if any(p[0] == "lit" and not p[2] and re.search(r"[*?\[]", p[1]) for p in word):
+            self.note(f"line {line}: * ? [ kept as written (as bash does when no file matches)")
 
     def check_braces(self, word):
         """Refuse a word bash would brace-expand (``--x{1,2}``, ``{1..4}``): unquoted ``{``
@@ -1354,7 +1384,7 @@ class _Arith:
             v = int(tok[2:], 16)
         elif tok[0] == "0" and len(tok) > 1:
             if not re.fullmatch(r"[0-7]+", tok):
-                fail(f"{tok!r} in $((...)): bash reads a leading 0 as octal and refuses it")
+                fail(f"the number {tok!r}: bash reads a leading 0 as octal and refuses it")
             v = int(tok, 8)
         elif re.fullmatch(r"[0-9]+", tok):
             v = int(tok)
@@ -1524,6 +1554,8 @@ def parse_launch_script(text: str, env: dict | None = None) -> LaunchScript:
         raise LaunchScriptError(f"a launch script is text, got {type(text).__name__}")
     if len(text.encode("utf-8", "replace")) > MAX_BYTES_INPUT:
         raise LaunchScriptError(f"launch script larger than {MAX_BYTES_INPUT} bytes")
+    if "\0" in text:
+        raise LaunchScriptError("launch script holds a NUL character: not a text file")
     if "\r" in text:
         line = text.count("\n", 0, text.index("\r")) + 1
         raise LaunchScriptError(f"launch script line {line}: a carriage return (a Windows line "
