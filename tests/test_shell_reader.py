@@ -199,6 +199,8 @@ CASES = [
     'V=abc; P ${#V} ${V:+set} "${U:+set}" ${U-unset} "${V-x}"',
     'X="a\tb\nc"; P $X',
     'X=$\'a\'; P $X',
+    'A=(0 1 2 3 4 5 6 7 8 9 10); P ${A[010]} ${A[07]} ${#A[010]}',  # an index is arithmetic
+    'V=a\n{ time -p true; } 2>/dev/null\nP $V ! x',
 ]
 
 
@@ -242,6 +244,11 @@ def test_constructs_as_bash_reads_them(case, tmp_path):
     ("A=1\r\npython pretrain_gpt.py", "carriage return"),
     ("cat <<EOF\n${A:=1}\nEOF\npython pretrain_gpt.py", "here-document"),
     ("exit 0\npython pretrain_gpt.py --x 1", "exits before"),
+    ("python pretrain_gpt.py ${PWD:-x}", "bash sets"),
+    ('if [ -z "$PWD" ]; then A=1; fi\npython pretrain_gpt.py', "cannot decide"),
+    ("A=(1)\npython pretrain_gpt.py ${A[08]}", "octal"),
+    ("python pretrain_gpt.py \0", "NUL"),
+    ("time\n)", "missing"),
 ])
 def test_refusals_name_the_construct(text, what):
     with pytest.raises(LaunchScriptError, match=what) as e:

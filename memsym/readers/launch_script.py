@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import InvalidValueError
+from ..text import printable
 from ..limits import (SHELL_MAX_DEPTH, SHELL_MAX_EXPANDED_CHARS, SHELL_MAX_NUMBER_DIGITS,
                       SHELL_MAX_WORD_CHARS)
 from ._values import MAX_ARGS, MAX_BYTES_INPUT, read_bounded
@@ -42,7 +43,13 @@ MAX_COMMANDS = 100_000
 
 
 class LaunchScriptError(InvalidValueError):
-    """A launch script memsym cannot read (the construct and the line are named)."""
+    """A launch script memsym cannot read (the construct and the line are named).
+
+    The message is one line of inert text: script text quoted in it has its newlines and
+    control characters escaped (:func:`memsym.text.printable`)."""
+
+    def __init__(self, message):
+        super().__init__(printable(str(message), 400))
 
 
 @dataclass(frozen=True)
