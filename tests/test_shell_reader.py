@@ -200,6 +200,8 @@ CASES = [
     'X="a\tb\nc"; P $X',
     'X=$\'a\'; P $X',
     'A=(0 1 2 3 4 5 6 7 8 9 10); P ${A[010]} ${A[07]} ${#A[010]}',  # an index is arithmetic
+    'N=-5; P $((-$N + 1)) $((--5)) $((1--5)) $((1---5)) $((+ +N)) $((++5))',  # -- is two signs
+    'set -euo pipefail; set +x; declare -a A=(1 2); P "${A[@]}"',
     'V=a\n{ time -p true; } 2>/dev/null\nP $V ! x',
 ]
 
@@ -249,6 +251,11 @@ def test_constructs_as_bash_reads_them(case, tmp_path):
     ("A=(1)\npython pretrain_gpt.py ${A[08]}", "octal"),
     ("python pretrain_gpt.py \0", "NUL"),
     ("time\n)", "missing"),
+    ("M=3\npython pretrain_gpt.py $((--M))", "operator --"),
+    ("M=3\npython pretrain_gpt.py $((M++))", r"operator \+\+"),
+    ("set -o posix\npython pretrain_gpt.py", "posix"),
+    ("declare -a A=x\npython pretrain_gpt.py", "-a"),
+    ("declare -i A=1+2\npython pretrain_gpt.py", "-i"),
 ])
 def test_refusals_name_the_construct(text, what):
     with pytest.raises(LaunchScriptError, match=what) as e:

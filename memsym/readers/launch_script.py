@@ -846,12 +846,20 @@ class _Eval:
                 self.fail(f"expansion ${{{shown}}} is not read")
             val = self.lookup(m.group(1), True)
             index = m.group(2)
+            if index not in (None, "@", "*"):
+                val = self.element(val, index)      # the index is checked even if A is unset
+                index = "0"
+            if val is None:
+                if m.group(1) in _BASH_OWN or not cond:
+                    if cond:
+                        raise _Unknown(f"${m.group(1)} is set by bash itself")
+                    self.unset.setdefault(m.group(1))
+                    out.text("${" + spec + "}")
+                    return
             if index in ("@", "*"):
                 n = len(val) if isinstance(val, list) else (0 if val in (None, _NOVAL) else 1)
             else:
-                if index is not None:
-                    val = self.element(val, index)
-                elif isinstance(val, list):
+                if index is None and isinstance(val, list):
                     val = val[0] if val else _NOVAL
                 val = "" if val in (None, _NOVAL) else val
                 if not val.isascii():
@@ -1104,9 +1112,14 @@ class _Eval:
         if name == "unset":
             return self.unset_names(words_out[1:])
         if name == "set":
-            args = words_out[1:]
-            if "--" in args or any(not a.startswith(("-", "+")) for a in args):
-                self.fail("`set` with arguments sets the positional parameters; not read")
+            args, k = words_out[1:], 0
+            while k < len(args):        # options only: -e, +x, -euo pipefail, -o posix
+                a = args[k]
+                if a in ("-", "--") or not a.startswith(("-", "+")):
+                    self.fail("`set` with arguments sets the positional parameters; not read")
+                if "o" in a[1:] and k + 1 < len(args) and args[k + 1] == "posix":
+                    self.fail("`set -o posix` changes how bash reads the script; not read")
+                k += 2 if "o" in a[1:] else 1
             return 0
         if name == "printf" and "-v" in words_out[1:]:
             self.fail("`printf -v` assigns a variable; not read")
@@ -1145,7 +1158,7 @@ class _Eval:
     def declaration(self, head, words, arrays):
         if head == "local":
             self.fail("`local` outside a function (bash refuses it and assigns nothing)")
-        allowed = {"export": "", "readonly": "", "declare": "xrg", "typeset": "xrg"}[head]
+        allowed = {"export": "", "readonly": "", "declare": "xrga", "typeset": "xrga"}[head]
         k = 0
         while k < len(words):
             lit = _literal(words[k])
@@ -1154,10 +1167,11 @@ class _Eval:
             k += 1
             if lit == "--":
                 break
-            if lit[0] == "+" or any(c not in allowed for c in lit[1:]) or \
-                    ("a" in lit and head not in ("declare", "typeset")):
+            if lit[0] == "+" or any(c not in allowed for c in lit[1:]):
                 self.fail(f"`{head} {lit}` is not read")
         readonly = head == "readonly" or any("r" in (_literal(w) or "") for w in words[:k])
+        if any("a" in (_literal(w) or "") for w in words[:k]) and words[k:]:
+            self.fail(f"`{head} -a` with words other than NAME=(...) is not read")
         names = []
         for w in words[k:]:
             m = _ASSIGN.match(_prefix_literal(w))
@@ -1199,10 +1213,7 @@ class _Eval:
                 self.fail(f"{a} is readonly; bash refuses to unset it")
             if self.confined:
                 self.fail(f"{a} is unset where bash would do it in a subshell or maybe not at all")
-            if a in self.vars:
-                self.vars[a] = _NOVAL
-            elif a not in self.order:
-                self.vars[a] = _NOVAL
+            self.vars[a] = _NOVAL
         return 0
 
     def check_unexpanded(self, word, line):
@@ -1369,6 +1380,15 @@ class _Arith:
                     ev.fail("array elements inside $((...)) are not read")
                 self.toks.append(("v", name))
             elif op:
+                if op in ("++", "--"):
+                    # bash: after a name, or before one, an increment (an assignment, refused);
+                    # otherwise two signs (`--5` is 5, `1--5` is 6)
+                    follows = _ARITH_WS.match(text, pos).end()
+                    if (self.toks and self.toks[-1][0] == "v") or _NAME.match(text, follows):
+                        ev.fail(f"the operator {op} in $((...)) is not read")
+                    self.toks.append(("o", op[0]))
+                    pos -= 1
+                    continue
                 if op not in ("**", "+", "-", "*", "/", "%", "(", ")"):
                     ev.fail(f"the operator {op} in $((...)) is not read")
                 self.toks.append(("o", op))
