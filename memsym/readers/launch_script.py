@@ -174,7 +174,9 @@ class _Lexer:
                 self.i += 3 if s.startswith("&>>", self.i) else 2
                 return self.redirect(line)
             if s.startswith(("<(", ">("), self.i):
-                self.fail("process substitution <(...) / >(...) is not read")
+                # a process substitution names a pipe to a command: never run, like $(...)
+                self.i += 2
+                return ("word", [("cmd", self.balanced("(", ")"), False)], line)
             if ch in "<>":
                 for op in _REDIRS:
                     if s.startswith(op, self.i):
@@ -208,6 +210,9 @@ class _Lexer:
 
     def redirect(self, line):
         self.skip_blanks()
+        if self.s.startswith(("<(", ">("), self.i):     # `exec > >(tee log)`: never run
+            self.i += 2
+            return ("redir", ">", [("cmd", self.balanced("(", ")"), False)], line)
         if self.peek() in ("(", ")", ";", "&", "|", "<", ">", "\n", ""):
             self.fail("a redirection without its target")
         return ("redir", ">", self.word(), line)
@@ -334,7 +339,8 @@ class _Lexer:
                 if to_end:
                     continue
                 break
-            if ch == "\\" and self.peek(1) and self.peek(1) in '$`"\\\n':
+            if ch == "\\" and self.peek(1) and (self.peek(1) in '$`"\\\n'
+                                                  or (to_end and self.peek(1) == "}")):
                 if self.peek(1) == "\n":
                     self.line += 1
                 else:
