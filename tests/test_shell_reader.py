@@ -180,6 +180,7 @@ CASES = [
     'A=(x "y z" ""); P p${A[@]}s "p${A[@]}s" ${A[*]} "${A[*]}"',
     'N=010; P $((N)) $((N+1)) $((0x1f)) $((-2**2)) $((7/-2)) $((-7%3)) $((2**3**2))',
     'V=1; V=2 true; P $V',                          # a prefix assignment is the command's only
+    'E=; V=1 $E; P $V',                             # ... unless no command is left
     'V=a; [ -z "$V" ] && V=b; [ -n "$V" ] && W=c; P $V $W',
     'V=a; false || V=b; true || V=c; P $V',
     'V=1; { V=2; W=3; }; P $V $W',

@@ -480,7 +480,7 @@ class _Parser:
         while self.i < len(self.t) and self.t[self.i][:2] == ("op", "\n"):
             self.i += 1
 
-    def parse(self, stop=()):
+    def parse(self, stop=(), line=None):
         nodes = []
         while self.i < len(self.t):
             tok = self.t[self.i]
@@ -500,7 +500,7 @@ class _Parser:
                     self.fail(tok[2], f"unexpected '{first}'")
             nodes.append(self.andor())
         if stop:
-            raise LaunchScriptError(f"launch script: missing {' or '.join(stop)}")
+            raise LaunchScriptError(f"launch script line {line}: missing {' or '.join(stop)}")
         return nodes
 
     def andor(self):
@@ -602,23 +602,23 @@ class _Parser:
         self.i += 1
 
     def parse_group(self, line):
-        body = self.parse(stop=("}",))
+        body = self.parse(stop=("}",), line=line)
         self.expect("}", line)
         return ("group", body, line, self.redirs())
 
     def parse_if(self, line):
         branches, otherwise = [], None
         while True:
-            cond = self.parse(stop=("then",))
+            cond = self.parse(stop=("then",), line=line)
             self.expect("then", line)
-            body = self.parse(stop=("elif", "else", "fi"))
+            body = self.parse(stop=("elif", "else", "fi"), line=line)
             branches.append((cond, body))
             kw = _literal(self.t[self.i][1])
             self.i += 1
             if kw == "elif":
                 continue
             if kw == "else":
-                otherwise = self.parse(stop=("fi",))
+                otherwise = self.parse(stop=("fi",), line=line)
                 self.expect("fi", line)
             return ("if", branches, otherwise, line, self.redirs())
 
@@ -1107,10 +1107,15 @@ class _Eval:
             self.check_unexpanded(w, line)
             words_out.extend(self.fields(w))
         self.redirections(redirs)
-        for w in prefix:     # `VAR=x cmd`: for cmd's environment only, expanded after the words
+        values = []         # `VAR=x cmd`: expanded after the words, for cmd's environment only
+        for w in prefix:
             m = _ASSIGN.match(_prefix_literal(w))
-            self.text_of(_strip_prefix(w, m.end()), 0)
+            values.append((m.group(1), self.text_of(_strip_prefix(w, m.end()), 0),
+                           bool(m.group(2))))
         if not words_out:
+            # `VAR=x $EMPTY`: no command is left, so bash makes the assignments in the shell
+            for name, value, append in values:
+                self.assign(name, value, append)
             return 0 if self.cmdsubs == subs else None
         name = words_out[0]
         if head is None and name in (_DECL + tuple(_REFUSED_BUILTINS) + (
