@@ -151,6 +151,31 @@ def test_sizes_checked_while_expanding():
         parse_launch_script(text)
 
 
+_BOUNDED_RUN = r'''
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))     # the issue's bound: 3 GB
+from memsym.errors import MemsymError
+from memsym.readers.launch_script import parse_launch_script
+text = "A=" + "x" * (1 << 19) + "\nA=$A$A\nA=$A$A\npython pretrain_gpt.py " + "$A" * 3000
+try:
+    parse_launch_script(text)
+except MemsymError as e:
+    print(e)
+'''
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or os.name != "posix", reason="needs RLIMIT_AS")
+def test_issue_size_refused_within_memory_and_time():
+    # 4. at the issue's own size (3,000 references to a 2 MiB value), under a 3 GB address
+    # space limit and the issue's 20 s: one line, no MemoryError
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", _BOUNDED_RUN], capture_output=True, text=True,
+                       timeout=20, cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert r.returncode == 0, r.stderr[-500:]
+    assert r.stdout.count("\n") == 1 and "SHELL_MAX_WORD_CHARS" in r.stdout
+
+
 @pytest.mark.parametrize("text", [
     "A=(1)\npython pretrain_gpt.py ${A[" + "9" * 5000 + "]}",
     "python pretrain_gpt.py $((" + "9" * 5000 + "))",
