@@ -280,6 +280,7 @@ def test_constructs_as_bash_reads_them(case, tmp_path):
     ("M=3\npython pretrain_gpt.py $((--M))", "operator --"),
     ("M=3\npython pretrain_gpt.py $((M++))", r"operator \+\+"),
     ("set -o posix\npython pretrain_gpt.py", "posix"),
+    ("exec {fd}>log\npython pretrain_gpt.py $fd", "file descriptor"),
     ("declare -a A=x\npython pretrain_gpt.py", "-a"),
     ("declare -i A=1+2\npython pretrain_gpt.py", "-i"),
 ])

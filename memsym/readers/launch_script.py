@@ -204,8 +204,11 @@ class _Lexer:
                 return ("array", m.group(1), bool(m.group(2)), self.array_body(), line)
             word = self.word()
             if (len(word) == 1 and word[0][0] == "lit" and not word[0][2]
-                    and word[0][1].isdigit() and self.peek() in ("<", ">")):
-                continue        # `2>&1`: the 2 is the redirection's file descriptor, not a word
+                    and self.peek() in ("<", ">")):
+                if word[0][1].isdigit():
+                    continue    # `2>&1`: the 2 is the redirection's file descriptor, not a word
+                if re.fullmatch(r"\{[A-Za-z_][A-Za-z0-9_]*\}", word[0][1]):
+                    self.fail(f"{word[0][1]}> assigns a file descriptor to a variable; not read")
             return ("word", word, line)
 
     def redirect(self, line):
