@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memsym.errors import MemsymError
 from memsym.limits import (SHELL_MAX_DEPTH, SHELL_MAX_EXPANDED_CHARS, SHELL_MAX_NUMBER_DIGITS,
                            SHELL_MAX_WORD_CHARS)
 from memsym.readers.launch_script import LaunchScriptError, parse_launch_script, read_launch_script
@@ -105,8 +104,10 @@ def test_long_word_of_many_parts_takes_linear_time():
 
 
 @pytest.mark.parametrize("text, what", [
-    ("X=$((" + "(" * 400 + "1" + ")" * 400 + "))\npython pretrain_gpt.py $X", r"\$\(\(\.\.\.\)\) nested"),
-    ("if true; then\n" * 3000 + "A=1\n" + "fi\n" * 3000 + "python pretrain_gpt.py", "if/{ } blocks"),
+    ("X=$((" + "(" * 400 + "1" + ")" * 400 + "))\npython pretrain_gpt.py $X",
+     r"\$\(\(\.\.\.\)\) nested"),
+    ("if true; then\n" * 3000 + "A=1\n" + "fi\n" * 3000 + "python pretrain_gpt.py",
+     "if/{ } blocks"),
     ("{ " * 3000 + "A=1" + "; }" * 3000 + "\npython pretrain_gpt.py", "if/{ } blocks"),
     ("X=" + "${A:-" * 500 + "x" + "}" * 500 + "\npython pretrain_gpt.py $X", "expansions nested"),
     ("X=$((" + "- " * 3000 + "1))\npython pretrain_gpt.py $X", r"\$\(\(\.\.\.\)\) nested"),
@@ -365,7 +366,8 @@ def _word(allow_arrays=True):
     return st.lists(seg, min_size=1, max_size=3).map("".join)
 
 
-_comment = st.one_of(st.just(""), st.builds(lambda t: " # " + t, st.text("ab $'\"\\(){}", max_size=6)))
+_comment = st.one_of(st.just(""), st.builds(lambda t: " # " + t,
+                                            st.text("ab $'\"\\(){}", max_size=6)))
 
 
 @st.composite
@@ -427,9 +429,9 @@ def _statement(draw):
     if kind == "herestring":
         return f": <<< {draw(_word())}"
     if kind == "chain":
-        return (f"{draw(st.sampled_from(['true', 'false', '! true', '! false']))} "
-                f"{draw(st.sampled_from(['&&', '||']))} {body}\t{draw(st.sampled_from(['&&', '||']))}"
-                f" {draw(st.sampled_from(SCALARS))}={draw(_word())}")
+        first, second = draw(st.sampled_from(["&&", "||"])), draw(st.sampled_from(["&&", "||"]))
+        return (f"{draw(st.sampled_from(['true', 'false', '! true', '! false']))} {first} "
+                f"{body}\t{second} {draw(st.sampled_from(SCALARS))}={draw(_word())}")
     if kind == "nested_if":
         return (f"if {test}; then\n  if [[ ${ref} != \"{draw(_plain)}\" ]]; then {body}; "
                 f"else {name}={draw(_word())}; fi\nfi")

@@ -38,7 +38,6 @@ __all__ = ["LaunchScript", "LaunchScriptError", "parse_launch_script", "read_lau
            "read_argument_file", "MAX_EXPANSION_DEPTH"]
 
 MAX_EXPANSION_DEPTH = SHELL_MAX_DEPTH   # kept for callers of the old name
-MAX_VALUE_CHARS = SHELL_MAX_WORD_CHARS
 MAX_COMMANDS = 100_000
 
 
@@ -564,7 +563,8 @@ class _Parser:
         line = tok[-1]
         if tok[0] == "op":
             if tok[1] in ("(", ")"):
-                self.fail(line, "subshells ( ... ), (( ... )) and function definitions are not read")
+                self.fail(line, "subshells ( ... ), (( ... )) and function definitions are "
+                                "not read")
             self.fail(line, f"a command is missing before '{tok[1]}'")
         if tok[0] == "word":
             first = _literal(tok[1])
@@ -659,7 +659,8 @@ _OP = re.compile(r":?[-=+?]")
 _DECL = ("export", "declare", "typeset", "readonly", "local")
 # builtins that set variables or change how the rest is read, which memsym does not follow
 _REFUSED_BUILTINS = {"eval": "it runs text as commands", "let": "it assigns by arithmetic",
-                     "read": "its value comes from input", "readarray": "its value comes from input",
+                     "read": "its value comes from input",
+                     "readarray": "its value comes from input",
                      "mapfile": "its value comes from input", "getopts": "it parses arguments",
                      "shift": "it moves the positional arguments", "alias": "it changes commands",
                      "return": "there is no function to return from", "builtin": "",
@@ -1084,7 +1085,8 @@ class _Eval:
             # assignments (left to right, each sees the one before) and arrays, in order
             for w in prefix:
                 m = _ASSIGN.match(_prefix_literal(w))
-                self.assign(m.group(1), self.text_of(_strip_prefix(w, m.end()), 0), bool(m.group(2)))
+                self.assign(m.group(1), self.text_of(_strip_prefix(w, m.end()), 0),
+                            bool(m.group(2)))
             self.assign_arrays(arrays)
             self.redirections(redirs)
             return 0 if self.cmdsubs == subs else None
