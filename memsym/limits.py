@@ -15,7 +15,8 @@ from types import MappingProxyType
 from .errors import InvalidValueError, LimitError
 
 __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "SHELL_MAX_DEPTH",
-           "SHELL_MAX_WORD_CHARS", "SHELL_MAX_EXPANDED_CHARS", "SHELL_MAX_NUMBER_DIGITS", "check_limit",
+           "SHELL_MAX_WORD_CHARS", "SHELL_MAX_EXPANDED_CHARS", "SHELL_MAX_NUMBER_DIGITS",
+           "SHELL_MAX_COMMANDS", "check_limit",
            "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes"]
 
 
@@ -121,6 +122,9 @@ SHELL_MAX_EXPANDED_CHARS = 1 << 26
 #: array index ``${A[i]}``; bash's integers are 64-bit (19 digits), so 20 characters cover
 #: every value bash accepts and keep int() of a 5000-digit string from ever running.
 SHELL_MAX_NUMBER_DIGITS = 20
+#: SHELL_MAX_COMMANDS: the most commands a launch script's reading records (10^5; a 1 MiB
+#: script holds at most ~2.5·10^5 one-word commands, real ones a few dozen).
+SHELL_MAX_COMMANDS = 100_000
 
 
 def limit_of(name: str) -> Limit:

@@ -18,8 +18,9 @@ while the script is read and expanded (:data:`memsym.limits.SHELL_MAX_DEPTH`,
 
 Two assumptions are made, and each is reported: a variable the script reads but never sets
 (``$1``, ``$DATA``) stays in the words as its own text and is listed in ``unset`` (inside a
-test or a ``${X:-default}`` it is taken as unset, as under ``env -i``), and unquoted ``*``,
-``?``, ``[`` and ``~`` are kept as written (as bash does when no file matches).
+test or a ``${X:-default}`` it is taken as unset, as under ``env -i``; a variable bash sets
+itself, ``$PWD``, ``$RANDOM``, is never taken as unset), and unquoted ``*``, ``?``, ``[`` and
+``~`` are kept as written (as bash does when no file matches).
 """
 
 from __future__ import annotations
@@ -30,15 +31,15 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidValueError
 from ..text import printable
-from ..limits import (SHELL_MAX_DEPTH, SHELL_MAX_EXPANDED_CHARS, SHELL_MAX_NUMBER_DIGITS,
-                      SHELL_MAX_WORD_CHARS)
+from ..limits import (SHELL_MAX_COMMANDS, SHELL_MAX_DEPTH, SHELL_MAX_EXPANDED_CHARS,
+                      SHELL_MAX_NUMBER_DIGITS, SHELL_MAX_WORD_CHARS)
 from ._values import MAX_ARGS, MAX_BYTES_INPUT, read_bounded
 
 __all__ = ["LaunchScript", "LaunchScriptError", "parse_launch_script", "read_launch_script",
            "read_argument_file", "MAX_EXPANSION_DEPTH"]
 
 MAX_EXPANSION_DEPTH = SHELL_MAX_DEPTH   # kept for callers of the old name
-MAX_COMMANDS = 100_000
+MAX_COMMANDS = SHELL_MAX_COMMANDS
 
 
 class LaunchScriptError(InvalidValueError):
@@ -92,7 +93,7 @@ _BREAK = frozenset(" \t\n;&|()<>")          # characters that end an unquoted wo
 _PLAIN_STOP = frozenset(" \t\n;&|()<>\\'\"$`")
 _INDEXED = re.compile(r"\[[^\]\s]*\]\+?=")
 _ALL_ELEMENTS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\[@\]")
-_HEREDOC_ASSIGN = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?=")
+_HEREDOC_ASSIGN = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?=|\$\(\([^\n]*=")
 
 
 class _Lexer:
@@ -244,7 +245,8 @@ class _Lexer:
                     break
                 if not quoted and _HEREDOC_ASSIGN.search(text):
                     # an unquoted here-document is expanded when bash runs it
-                    self.fail(f"a here-document (line {line}) that assigns with ${{X:=...}}")
+                    self.fail(f"a here-document (line {line}) that assigns with ${{X:=...}} "
+                              "or $((X=...))")
         self.pending_heredocs = []
 
     def array_body(self):
