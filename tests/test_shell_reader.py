@@ -316,7 +316,12 @@ def _bare(names, quoted):
 def _scalar_ref(quoted):
     name = st.sampled_from(SCALARS)
     default = st.one_of(_plain, st.builds(lambda t: f'"{t}"', st.text("ab z", max_size=4)),
-                        st.just("a  b") if not quoted else st.just("c d"), _bare(SCALARS, quoted))
+                        # in "${X:-'...'}" the quotes are plain text and $ expands
+                        st.builds(lambda t: f"'{t}'", st.text("ab z" if quoted else "ab z$",
+                                                              max_size=4)),
+                        st.builds(lambda t: f"\\{t}", st.sampled_from("a }$'\"")),
+                        st.just("a  b") if not quoted else st.just("c d"), _bare(SCALARS, quoted),
+                        st.builds(lambda a, b: a + b, _plain, _bare(SCALARS, quoted)))
     return st.one_of(
         _bare(SCALARS, quoted),
         st.builds(lambda n: "${" + n + "}", name),
