@@ -128,6 +128,12 @@ def test_nesting_at_the_limit_is_read():
     text = ("X=$((" + "(" * n + "1+2" + ")" * n + "))\n" + "if true; then\n" * n + "Y=" +
             "${U:-" * n + "y" + "}" * n + "\n" + "fi\n" * n + "python pretrain_gpt.py $X $Y")
     assert read_launch_script(text) == ["3", "y"]
+    # every kind of nesting at once, each near the limit, stays far from Python's stack limit:
+    # 31 if blocks around defaults, parentheses and variables that name variables (27 deep)
+    chain = "".join(f"B{i}=B{i + 1}\n" for i in range(9)) + "B9=7\n"
+    text = (chain + "if true; then\n" * 31 + "X=" + "${U:-" * 9 + "$((" + "(" * 9 + "B0" +
+            ")" * 9 + "))" + "}" * 9 + "\n" + "fi\n" * 31 + "python pretrain_gpt.py $X")
+    assert read_launch_script(text) == ["7"]
 
 
 def test_sizes_checked_while_expanding():
