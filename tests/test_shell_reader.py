@@ -9,6 +9,7 @@ MemsymError line, quickly.
 """
 
 import gc
+import json
 import os
 import shutil
 import subprocess
@@ -64,13 +65,20 @@ def test_here_string_ends_the_line_not_a_heredoc(tmp_path):
     assert words == bash_words(script.replace("cat <<<", ": <<<"), tmp_path)
 
 
-def test_here_string_cli(tmp_path):
-    # the issue's command line: 200 layers of h = 8192 do not fit 80 GB (bash runs 200 layers)
+def test_here_string_cli(tmp_path, capsys):
+    # the issue's command line said the job fits; bash runs 200 layers, which do not fit 80 GB
+    from memsym.cli import main
     f = tmp_path / "h.sh"
     f.write_text("NL=2\ncat <<< x\nNL=200\n\ntorchrun --nproc_per_node 8 pretrain_gpt.py "
                  f"--num-layers $NL {LLAMA}\n")
-    argv = read_launch_script(f.read_text())
-    assert argv[argv.index("--num-layers") + 1] == "200"
+    assert main(["estimate", "--launch-script", str(f), "--gpu-memory", "80GB", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # Megatron's GPT by hand: per layer QKV 3h^2 + 3h, projection h^2 + h, MLP 8h^2 + 5h, two
+    # LayerNorms 4h (12h^2 + 13h); word embeddings V h (V = 32000, already a multiple of 128),
+    # learned positions S h (S = 4096), the final LayerNorm 2h; output layer tied
+    h, L, V, S = 8192, 200, 32000, 4096
+    assert data["params"] == L * (12 * h * h + 13 * h) + V * h + S * h + 2 * h
+    assert data["fits"] is False
 
 
 def _seconds(text):
