@@ -238,6 +238,10 @@ CASES = [
     'if [ "1" -eq 01 ]; then V=y; else V=n; fi; P $V',
     'if [[ 1 -eq 01 ]]; then V=y; elif [ -z "" ]; then V=e; else V=n; fi; P $V',
     'V=abc; P ${#V} ${V:+set} "${U:+set}" ${U-unset} "${V-x}"',
+    # test by the number of arguments; in [[ ]] a "!" that comes from a variable is a string
+    'N="!"; if [[ $N == x ]]; then A=1; else A=2; fi; if [ ! = x ]; then B=1; else B=2; fi; '
+    'if [ ! -z "" ]; then C=1; else C=2; fi; if [ ! "" ]; then D=1; else D=2; fi; '
+    'if [[ ! -n "" ]]; then E=1; else E=2; fi; P $A $B $C $D $E',
     'X="a\tb\nc"; P $X',
     'X=$\'a\'; P $X',
     'A=(0 1 2 3 4 5 6 7 8 9 10); P ${A[010]} ${A[07]} ${#A[010]}',  # an index is arithmetic
@@ -284,6 +288,8 @@ def test_constructs_as_bash_reads_them(case, tmp_path):
     ("for i in 1; do A=1; done\npython pretrain_gpt.py", "'for'"),
     ("if [[ $A == x* ]]; then B=1; fi\npython pretrain_gpt.py", "cannot decide"),
     ("if [[ a && b ]]; then B=1; fi\npython pretrain_gpt.py", r"\[\["),
+    ("if [[ b < a ]]; then B=1; fi\npython pretrain_gpt.py", "inside"),
+    ("O=-n\nif [[ $O x ]]; then B=1; fi\npython pretrain_gpt.py", "cannot decide"),
     ("A=1\r\npython pretrain_gpt.py", "carriage return"),
     ("cat <<EOF\n${A:=1}\nEOF\npython pretrain_gpt.py", "here-document"),
     ("exit 0\npython pretrain_gpt.py --x 1", "exits before"),

@@ -1103,7 +1103,10 @@ class _Eval:
             self.fail("an array assignment inside a command is not read")
         if head in ("[", "[[", "test"):
             # expanded by test() only, where an unset variable is empty (as under `env -i`)
-            self.redirections(redirs)
+            if redirs and head == "[[":
+                self.fail("< and > inside [[ ]] are not read")
+            if redirs:      # `[ a < b ]` reads a file b: bash's answer depends on the disk
+                return None
             try:
                 return 0 if self.test(head, rest) else 1
             except _Unknown:
@@ -1272,9 +1275,10 @@ class _Eval:
             if _literal(words[-1]) != "]]":
                 self.fail("`[[` without its `]]` on the same command (&&, ||, <, > and ( ) "
                           "inside [[ ]] are not read)")
-            ws = []
+            ws, lits = [], []
             for j, w in enumerate(words[1:-1], 1):
                 ws.append(self.text_of(w, 0, cond=True))
+                lits.append(_literal(w))
                 prev = _literal(words[j - 1])
                 if prev in ("==", "=", "!=") and j >= 3:
                     for p in w:      # an unquoted pattern character makes it a pattern match
@@ -1283,7 +1287,7 @@ class _Eval:
                             raise _Unknown("a pattern match in [[ ]]")
                 if _literal(w) == "=~":
                     raise _Unknown("=~ in [[ ]]")
-            return self.decide(ws, arith=True)
+            return self.decide(ws, arith=True, lits=lits)
         # expanded again with cond=True: unset variables are empty, as under `env -i`
         ws = [f for w in words[1:] for f in self.fields(w, cond=True)]
         if name == "[":
@@ -1292,32 +1296,39 @@ class _Eval:
             ws = ws[:-1]
         return self.decide(ws, arith=False)
 
-    def decide(self, ws, arith):
+    def decide(self, ws, arith, lits=None):
+        """POSIX test by the number of arguments (``[``, ``test``); for ``[[ ]]`` (``lits``:
+        the words as written) only a word written as an operator is one."""
+        def op(k, *names):
+            return ws[k] in names and (lits is None or lits[k] == ws[k])
+
         n = len(ws)
         if n == 0:
             return False
         if n == 1:
             return ws[0] != ""
-        if ws[0] == "!" and n <= 4:
-            return not self.decide(ws[1:], arith)
         if n == 2:
-            if ws[0] == "-n":
+            if op(0, "!"):
+                return ws[1] == ""
+            if op(0, "-n"):
                 return ws[1] != ""
-            if ws[0] == "-z":
+            if op(0, "-z"):
                 return ws[1] == ""
             raise _Unknown(f"test {ws[0]!r}")
         if n == 3:
-            a, op, b = ws
-            if op in ("=", "=="):
+            a, b = ws[0], ws[2]
+            if op(1, "=", "=="):
                 return a == b
-            if op == "!=":
+            if op(1, "!="):
                 return a != b
-            if op in ("-eq", "-ne", "-lt", "-le", "-gt", "-ge"):
+            if op(1, "-eq", "-ne", "-lt", "-le", "-gt", "-ge"):
                 x, y = (self.test_number(a, arith), self.test_number(b, arith))
                 return {"-eq": x == y, "-ne": x != y, "-lt": x < y, "-le": x <= y,
-                        "-gt": x > y, "-ge": x >= y}[op]
-            if a == "(" and b == ")":
-                return op != ""
+                        "-gt": x > y, "-ge": x >= y}[ws[1]]
+            if op(0, "!"):
+                return not self.decide(ws[1:], arith, lits and lits[1:])
+        if n == 4 and op(0, "!"):
+            return not self.decide(ws[1:], arith, lits and lits[1:])
         raise _Unknown(f"test '{' '.join(ws)[:40]}'")
 
     def test_number(self, text, arith):
