@@ -232,6 +232,7 @@ CASES = [
     'V=" a b "; : ${W:=$V}; P $W "$W"',
     'X=1 # a comment \\\nP $X',                     # no continuation inside a comment
     "X='a\\\nb'; Y=\"a\\\nb\"; P \"$X\" \"$Y\" a\\\nb",
+    'X\\\n=2 A\\\n=(a b) B=x\\\ny; P $X "${A[@]}" $B',   # the line break goes first
     'C=4; export A=1 B="2 3"; export C; P $A "$B" $C',
     'declare -x D=4; readonly R=5; P $D $R',
     'unset A; A=${A:-d}; P $A',

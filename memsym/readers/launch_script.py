@@ -199,10 +199,12 @@ class _Lexer:
                     self.i = j + 1
                     self.word()
                     return ("placeholder", m.group(1), line)
-            if m and s.startswith("(", m.end()):
-                self.i = m.end() + 1
-                return ("array", m.group(1), bool(m.group(2)), self.array_body(), line)
             word = self.word()
+            if (len(word) == 1 and word[0][0] == "lit" and not word[0][2]
+                    and self.peek() == "(" and _ASSIGN.fullmatch(word[0][1])):
+                m = _ASSIGN.fullmatch(word[0][1])      # `A=(`, also split by a `\` newline
+                self.i += 1
+                return ("array", m.group(1), bool(m.group(2)), self.array_body(), line)
             if (len(word) == 1 and word[0][0] == "lit" and not word[0][2]
                     and self.peek() in ("<", ">")):
                 if word[0][1].isdigit():
@@ -316,7 +318,12 @@ class _Lexer:
                 j = self.i
                 while self.i < len(s) and s[self.i] not in _PLAIN_STOP:
                     self.i += 1
-                parts.append(("lit", s[j:self.i], False))
+                if parts and parts[-1][0] == "lit" and not parts[-1][2]:
+                    # `X\<newline>=2` is `X=2`: bash removes the line break before it reads
+                    # the word, so the pieces are one text (and an assignment)
+                    parts[-1] = ("lit", parts[-1][1] + s[j:self.i], False)
+                else:
+                    parts.append(("lit", s[j:self.i], False))
         return parts
 
     def backquoted(self):
