@@ -303,6 +303,8 @@ def test_constructs_as_bash_reads_them(case, tmp_path):
     ("M=3\npython pretrain_gpt.py $((M++))", r"operator \+\+"),
     ("set -o posix\npython pretrain_gpt.py", "posix"),
     ("exec {fd}>log\npython pretrain_gpt.py $fd", "file descriptor"),
+    ("true &\\\n& A=1\npython pretrain_gpt.py $A", "inside an operator"),
+    ("A=1\npython pretrain_gpt.py $\\\n{A}", "after \\$"),
     ("declare -a A=x\npython pretrain_gpt.py", "-a"),
     ("declare -i A=1+2\npython pretrain_gpt.py", "-i"),
 ])

@@ -182,10 +182,12 @@ class _Lexer:
                     if s.startswith(op, self.i):
                         self.i += len(op)
                         break
+                self.no_split_operator()
                 return self.redirect(line)
             for op in _OPS:
                 if s.startswith(op, self.i):
                     self.i += len(op)
+                    self.no_split_operator()
                     return ("op", op, line)
             m = _ASSIGN.match(s, self.i)
             if m and s.startswith("<", m.end()) and not s.startswith(("<<", "<("), m.end()):
@@ -212,6 +214,14 @@ class _Lexer:
                 if re.fullmatch(r"\{[A-Za-z_][A-Za-z0-9_]*\}", word[0][1]):
                     self.fail(f"{word[0][1]}> assigns a file descriptor to a variable; not read")
             return ("word", word, line)
+
+    def no_split_operator(self):
+        """Refuse ``&\\<newline>&``: bash joins the lines first and reads one operator."""
+        j = self.i
+        while self.s.startswith("\\\n", j):
+            j += 2
+        if j > self.i and j < len(self.s) and self.s[j] in "&|;<>(":
+            self.fail("a line continuation inside an operator is not read")
 
     def redirect(self, line):
         self.skip_blanks()
@@ -431,6 +441,8 @@ class _Lexer:
     def dollar(self, quoted):
         s = self.s
         self.i += 1
+        if s.startswith("\\\n", self.i):
+            self.fail("a line continuation right after $ is not read")
         ch = self.peek()
         if s.startswith("((", self.i):
             self.i += 2
