@@ -16,7 +16,9 @@ from types import MappingProxyType
 from .errors import InvalidValueError, LimitError, choose
 from .text import short
 
-__all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "check_limit",
+__all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "SHELL_MAX_DEPTH",
+           "SHELL_MAX_WORD_CHARS", "SHELL_MAX_EXPANDED_CHARS", "SHELL_MAX_NUMBER_DIGITS",
+           "SHELL_MAX_COMMANDS", "check_limit",
            "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes", "MAX_INPUT_BYTES",
            "MAX_CONFIG_JSON_BYTES", "MAX_NESTING", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
            "MAX_TOP", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE",
@@ -115,7 +117,7 @@ MAX_DIGITS = 60
 
 # ---------------------------------------------------------------------------------------------
 # Config files (DeepSpeed JSON, torchtitan TOML, Hugging Face config.json): checked on the text
-# BEFORE it is parsed (memsym.readers._values.check_text), since json and tomllib recurse per
+# BEFORE it is parsed (check_text, below), since json and tomllib recurse per
 # nesting level, convert every digit of an integer (quadratic beyond 4300 digits, refused by
 # Python with a ValueError) and build a tuple per dotted-key prefix (quadratic in its parts).
 # ---------------------------------------------------------------------------------------------
@@ -159,6 +161,30 @@ BANDWIDTH_RANGE = (0.1, 1e5)
 TFLOPS_RANGE = (1e-3, 1e5)
 #: A price per GPU-hour (any currency), (lowest, highest): from a tenth of a cent to 10^6.
 PRICE_RANGE = (1e-3, 1e6)
+
+#: Bounds of memsym's reading of a bash launch script without running it
+#: (:mod:`memsym.readers.launch_script`).  Each is checked while the script is read and
+#: expanded, not afterwards, so a small hostile script is refused in bounded time and memory.
+#:
+#: SHELL_MAX_DEPTH: the deepest nesting of ``if``/``{ }`` blocks, of ``${X:-${Y:-...}}``
+#: defaults, of parentheses and variable references inside ``$((...))``, all counted as one
+#: depth (real launch scripts nest 2-4 levels; Python's own stack stays far from its limit).
+SHELL_MAX_DEPTH = 32
+#: SHELL_MAX_WORD_CHARS: the most characters one word or variable value may expand to (4 Mi;
+#: a launch script is at most 1 MiB and its longest real value is a few kilobytes).  Checked as
+#: a running total while the word is built.
+SHELL_MAX_WORD_CHARS = 4 << 20
+#: SHELL_MAX_EXPANDED_CHARS: the most characters all the script's expansions and assignments
+#: may produce together (64 Mi, ~64x the largest script read), so memory and time stay linear
+#: in the script even when each word stays under SHELL_MAX_WORD_CHARS.
+SHELL_MAX_EXPANDED_CHARS = 1 << 26
+#: SHELL_MAX_NUMBER_DIGITS: the most digits of a number in ``$((...))``, a test's ``-eq`` or an
+#: array index ``${A[i]}``; bash's integers are 64-bit (19 digits), so 20 characters cover
+#: every value bash accepts and keep int() of a 5000-digit string from ever running.
+SHELL_MAX_NUMBER_DIGITS = 20
+#: SHELL_MAX_COMMANDS: the most commands a launch script's reading records (10^5; a 1 MiB
+#: script holds at most ~2.5·10^5 one-word commands, real ones a few dozen).
+SHELL_MAX_COMMANDS = 100_000
 
 
 def limit_of(name: str) -> Limit:
