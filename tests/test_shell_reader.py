@@ -71,7 +71,7 @@ def test_here_string_cli(tmp_path, capsys):
     f = tmp_path / "h.sh"
     f.write_text("NL=2\ncat <<< x\nNL=200\n\ntorchrun --nproc_per_node 8 pretrain_gpt.py "
                  f"--num-layers $NL {LLAMA}\n")
-    assert main(["estimate", "--launch-script", str(f), "--gpu-memory", "80GB", "--json"]) == 0
+    assert main(["estimate", "--launch-script", str(f), "--gpu-memory", "80GB", "--json"]) == 1   # exit 1: does not fit
     data = json.loads(capsys.readouterr().out)
     # Megatron's GPT by hand: per layer QKV 3h^2 + 3h, projection h^2 + h, MLP 8h^2 + 5h, two
     # LayerNorms 4h (12h^2 + 13h); word embeddings V h (V = 32000, already a multiple of 128),
