@@ -304,7 +304,8 @@ def test_the_lowest_efficiency_gives_finite_times_without_numpy_warnings(capsys)
     code, out, err = cli(capsys, "estimate", "llama2-7b", "--seq-length", "4096", "--gpu",
                          "h100-80gb", "--efficiency", str(lo), "--inter-node-bandwidth",
                          str(limits.BANDWIDTH_RANGE[0]))
-    assert code == 0 and err == "" and "inf" not in out.split("step time:")[1].split("\n")[0]
+    # (exit 1: a 7B model with d = 1 does not fit an H100; the report is printed all the same)
+    assert code in (0, 1) and err == "" and "inf" not in out.split("step time:")[1].split("\n")[0]
     code, out, err = cli(capsys, "search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8",
                          "--efficiency", str(lo), "--top", "3")
     assert code == 0 and "Warning" not in err and " inf" not in out and " nan" not in out

@@ -529,3 +529,16 @@ def test_a_job_that_does_not_fit_gets_verified_levers_and_exit_1(capsys):
     assert code == 0 and "advice" in json.loads(out)
     code, out, err = run(capsys, "estimate", "llama2-7b", "--advise")
     assert code == 2 and out == "" and "--advise needs" in err
+
+
+def test_options_beside_a_framework_config_are_refused_not_dropped(capsys, tmp_path):
+    # a DeepSpeed config sets ZeRO, the micro-batch and precision; memsym's --tp or
+    # --recompute-granularity beside it used to change nothing
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}, '
+                   '"bf16": {"enabled": true}}', encoding="utf-8")
+    base = ["llama2-7b", "--deepspeed-config", cfg, "--world-size", 8, "--seq-length", 2048]
+    assert estimate_json(capsys, *base)["layout"]["dp"] == 8
+    for extra in (["--tp", 2], ["--recompute-granularity", "full"], ["--bf16"]):
+        code, out, err = run(capsys, "estimate", *base, *extra)
+        assert code == 2 and out == "" and "config file sets the layout" in err, extra

@@ -280,6 +280,18 @@ def framework_job_from_args(args):
         return None
     if ds is not None and tt is not None:
         raise InvalidValueError("give --deepspeed-config or --torchtitan-config, not both")
+    # the config decides the layout and the training: memsym's options for them, or pasted
+    # Megatron-LM arguments, would be dropped silently, so they are refused
+    host = set(_host_options(args)) | {"world_size", "seq_length"}
+    said = sorted(k for k in _memsym_options(args) if k not in host and not k.startswith("_"))
+    arch = [n for n in ARCH_OPTIONS if getattr(args, n, None) is not None]
+    words = getattr(args, "job_words", None)
+    if said or arch or (words is not None and words.megatron):
+        what = ", ".join(said + arch) or words.megatron[0]
+        raise InvalidValueError(f"{what}: with {'--deepspeed-config' if ds else '--torchtitan-config'}"
+                                " the config file sets the layout and the training; give them "
+                                "there (only --world-size, --seq-length, the GPU and the "
+                                "allowances go beside it)")
     extra = _host_options(args)
     if args.seq_length is not None:
         extra["seq_length"] = args.seq_length
