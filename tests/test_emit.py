@@ -1,7 +1,8 @@
 """Out as a launch command (issue 32, item 5): ``memsym search --emit`` and :mod:`memsym.emit`.
 
 The contract is the round trip: a searched layout, emitted in a framework's own arguments and
-read back by ``memsym estimate``, is the same layout with the same per-GPU bytes.  Two memsym
+read back by ``memsym estimate``, is the same layout with the same per-GPU bytes (and step
+time).  Two memsym
 paths meet here (the vectorized search and the reader -> job -> total path), so each test can
 fail on either side.  The spellings themselves are asserted against the frameworks' sources:
 Megatron-LM ``megatron/training/arguments.py`` (``d98e8a64dd``), Megatron-FSDP's
@@ -70,6 +71,9 @@ def assert_same(row, est):
     # and the total of the exact sum, rounded once, of the most-loaded stage
     assert est["stage"]["stage_totals"][row["stage"]] - row["bytes"]["total"] in \
         range(-len(row["bytes"]), 1)
+    # the step time too: the read-back names the GPU, and the emitted overlaps are the ones
+    # the search priced (memsym.search.launch_overlaps); both print a float of one value
+    assert est["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
     return trn
 
 
@@ -100,6 +104,10 @@ MEGATRON_CASES = {
     "zero2-selective": ("llama3-8b", 16, "--tp", 2, "--pp", 1, "--cp", 1, 2,
                         "--sharding", "zero2", "--recompute", "selective",
                         "--global-batch-size", 64),
+    # a mixture of experts: expert parallelism (expert TP = t, Megatron's default)
+    "moe-ep": ("qwen3-30b-a3b", 16, "--tp", 2, "--pp", 1, "--ep", 4,
+               "--sharding", "distributed-optimizer", "--recompute", "full", "--top", 1,
+               "--global-batch-size", 64),
     # the settings Megatron's defaults and memsym's differ on: fp32/fp16, dropout, attention
     "fp16-dropout-unfused-sgd": ("llama2-7b", 8, "--tp", 2, "--pp", 1, "--sharding", "ddp",
                                  "--precision", "fp16", "--dropout", "--no-flash-attn",
@@ -335,3 +343,16 @@ def test_read_back_needs_the_file_for_config_frameworks():
                                      "--gpu", GPU]
     with pytest.raises(ValueError):
         e.read_back()
+
+
+def test_json_without_emit_dir_carries_the_text(capsys):
+    """Without --emit-dir each JSON row carries the text; its read-back names the file the
+    text is to be saved as."""
+    code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--tp", 1,
+                         "--pp", 1, "--cp", 1, "--recompute", "none", "--sharding", "zero2",
+                         "--top", 1, "--emit", "deepspeed", "--json")
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert row["emit"]["file"] is None
+    assert "--deepspeed-config layout_1.json --world-size 8" in row["emit"]["read_back"]
+    assert json.loads(row["emit"]["text"])["zero_optimization"]["stage"] == 2
