@@ -2,9 +2,8 @@
 
 The contract is the round trip: a searched layout, emitted in a framework's own arguments and
 read back by ``memsym estimate``, is the same layout with the same per-GPU bytes (and step
-time).  Two memsym
-paths meet here (the vectorized search and the reader -> job -> total path), so each test can
-fail on either side.  The spellings themselves are asserted against the frameworks' sources:
+time).  Two memsym paths meet here (the vectorized search and the reader -> job -> total
+path), so each test can fail on either side.  The spellings themselves are asserted against the frameworks' sources:
 Megatron-LM ``megatron/training/arguments.py`` (``d98e8a64dd``), Megatron-FSDP's
 ``--data-parallel-sharding-strategy`` values, DeepSpeed 0.19.6's batch rule
 (``runtime/config.py:_batch_assertion``: train_batch_size = micro-batch x accumulation x d)
