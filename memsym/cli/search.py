@@ -199,7 +199,18 @@ def add_parser(sub) -> None:
     parser.add_argument("--top", type=top_count, default=10, metavar="K",
                         help="how many layouts to show, 1..1000 (memsym.limits.MAX_TOP; "
                         "default 10)")
-    parser.set_defaults(run=run)
+    parser.add_argument("--emit", choices=("megatron", "torchtitan", "deepspeed"), default=None,
+                        help="print each top layout as the framework's own input instead of the "
+                        "table: pretrain_gpt.py arguments, a torchtitan v0.2 job TOML fragment "
+                        "or a ds_config.json, and the memsym estimate command that reads it "
+                        "back; prices the layouts under that framework's rules (--framework); "
+                        "a layout the framework cannot spell is named in one line, not emitted")
+    parser.add_argument("--emit-dir", default=None, metavar="DIR",
+                        help="with --emit: write one file per layout into DIR (created if "
+                        "missing; at most --top files): layout_N.txt (Megatron-LM argument "
+                        "file), layout_N.toml or layout_N.json")
+    # None: --emit decides the framework (else Megatron-LM, add_search_options' default)
+    parser.set_defaults(run=run, framework=None)
 
 
 _RECOMPUTE_MODES = choice("recompute", ("none", "selective", "full", "selective-op", "block-N",
@@ -241,13 +252,34 @@ def layout_json(row: dict, framework: str | None = None) -> dict:
 
 
 def bytes_json(grouped: dict) -> dict:
-    """Whole bytes per term, rounded up as ``memsym estimate --json`` rounds them."""
-    return {key: number_out(val, round_up=True) for key, val in grouped.items()}
+    """Whole bytes per term, rounded up as ``memsym estimate --json`` rounds them: each term
+    up, the total the sum of the rounded terms (so that the parts add up, and a layout read
+    back with ``memsym estimate`` reports the same total)."""
+    out = {key: number_out(val, round_up=True) for key, val in grouped.items()}
+    if "total" in out:
+        out["total"] = sum(v for k, v in out.items() if k != "total")
+    return out
+
+
+def _emit_framework(args) -> None:
+    """``--emit`` prices the layouts under its framework: it sets ``--framework`` or must
+    agree with it."""
+    from ..errors import InvalidValueError
+
+    args.emit, args.emit_dir = getattr(args, "emit", None), getattr(args, "emit_dir", None)
+    if args.emit_dir is not None and args.emit is None:
+        raise InvalidValueError("--emit-dir needs --emit megatron, torchtitan or deepspeed")
+    if getattr(args, "framework", None) is None:
+        args.framework = args.emit or "megatron"
+    elif args.emit is not None and args.emit != args.framework:
+        raise InvalidValueError(f"--emit {args.emit} prices the layouts under {args.emit}'s rules: "
+                                f"--framework {args.framework} contradicts it")
 
 
 def run(args) -> int:
     from ..search import search
 
+    _emit_framework(args)
     # without a global batch there is no step time to rank by: assume Llama 2's 4M tokens
     assumed = args.global_batch_size is None
     prog = Progress("memsym search")
@@ -265,6 +297,7 @@ def run(args) -> int:
         exact = res.exact(int(i))
         rows.append((row, exact))
     cap = res.space.capacity
+    emitted = _emitted(args, res, rows) if args.emit else None
     if args.json:
         emit_json([{
             "layout": layout_json(row, res.space.framework), "gpus": res.gpus,
@@ -277,7 +310,11 @@ def run(args) -> int:
             "stage": exact["stage"], "binding": row["binding"],
             "step_time_s": row["step_time"],
             "step_time_parts_s": row.get("time"), "units": "bytes",
-        } for row, exact in rows])
+            **({"emit": _emit_json(args, got)} if emitted else {}),
+        } for (row, exact), got in zip(rows, emitted or [None] * len(rows))])
+        return 0
+    if emitted:
+        print(_emit_text(args, res, rows, emitted, assumed))
         return 0
     text = render(res, rows)
     if assumed:
@@ -286,6 +323,85 @@ def run(args) -> int:
                             "as Llama 2 trained)\n", 1)
     print(text)
     return 0
+
+
+def _emitted(args, res, rows) -> list:
+    """``(n, Emitted or the reason it is not, path or None)`` per row; the files written
+    when ``--emit-dir`` is given (every file built before the first is written)."""
+    import os
+
+    from ..emit import NotExpressible, check_emittable, emit
+
+    check_emittable(args.emit, res.space, args.model)    # the whole search: one line, exit 2
+    out = []
+    for n, (row, _) in enumerate(rows, 1):
+        try:
+            got = emit(args.emit, row, res.space, res.gpus, args.model)
+        except NotExpressible as exc:
+            got = str(exc)
+        out.append([n, got, None])
+    if all(isinstance(got, str) for _, got, _ in out):
+        raise NotExpressible(f"--emit {args.emit}: none of the {len(out)} layouts can be "
+                             f"spelled; layout 1: {out[0][1]}")
+    if args.emit_dir is not None:
+        folder = args.emit_dir
+        if not os.path.isdir(folder):
+            os.mkdir(folder)          # the folder itself, not its parents: a typo fails
+        for item in out:
+            if isinstance(item[1], str):
+                continue
+            item[2] = os.path.join(folder, item[1].file_name(item[0]))
+            # O_NOFOLLOW: a link planted at layout_N.* is refused, not written through
+            fd = os.open(item[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                         | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(item[1].text)
+    return out
+
+
+def _read_back(args, n, got, path) -> str:
+    """The ``memsym estimate`` command that reads the emitted layout back."""
+    import shlex
+
+    if path is None and got.framework != "megatron":
+        path = got.file_name(n)       # printed only: the file the text is saved as
+    return shlex.join(["memsym", "estimate", args.model, *got.read_back(path), "--json"])
+
+
+def _emit_json(args, item) -> dict:
+    n, got, path = item
+    if isinstance(got, str):
+        return {"framework": args.emit, "refused": got}
+    return {"framework": got.framework, "text": got.text, "arguments": list(got.arguments),
+            "file": path, "read_back": _read_back(args, n, got, path)}
+
+
+def _emit_text(args, res, rows, emitted, assumed) -> str:
+    """Each layout's summary and read-back command as ``#`` lines, then its text (or the
+    file written, or the one line saying why it is not emitted)."""
+    lines = [f"# memsym search --emit {args.emit}: {res.space.arch.name} on {res.gpus} x "
+             f"{res.space.gpu.name}, s = {res.space.seq_length}, B = "
+             f"{res.space.global_batch_size}"
+             + (" (assumed: about 4M tokens per step, as Llama 2 trained)" if assumed else "")]
+    for (row, exact), (n, got, path) in zip(rows, emitted):
+        f_, l_ = row.get("first_stage_layers"), row.get("last_stage_layers")
+        ends = "" if f_ is None and l_ is None else f" ends {f_ or '-'}/{l_ or '-'}"
+        total = bytes_json(exact["bytes"])["total"]
+        head = (f"# layout {n}: t={row['t']} p={row['p']} c={row['c']} d={row['d']} "
+                f"e={row['e']} v={row['v']} b={row['b']}{ends}, recompute {row['recompute']}, "
+                f"sharding {row['sharding']}, SP {'on' if row['sequence_parallel'] else 'off'}: "
+                f"{total} bytes ({total / 1e9:.3f} GB)")
+        lines.append("")
+        if isinstance(got, str):
+            lines.append(f"{head}; not emitted: {got}")
+            continue
+        lines.append(head)
+        lines.append("# read back: " + _read_back(args, n, got, path))
+        if path is not None:
+            lines.append(f"# wrote {path}")
+        else:
+            lines.append(got.text.rstrip("\n"))
+    return "\n".join(lines)
 
 
 def render(res, rows) -> str:

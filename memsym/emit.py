@@ -1,0 +1,422 @@
+"""Out as a launch command (issue 32): a searched layout in a framework's own arguments.
+
+:func:`emit` turns one row of :func:`memsym.search.search` into what the framework reads:
+
+* ``megatron``: ``pretrain_gpt.py`` arguments (Megatron-LM ``megatron/training/arguments.py``
+  at ``d98e8a64dd``, the commit :mod:`memsym.readers.megatron` reads), the layout, batch,
+  precision, sharding, recompute, dropout and overlap arguments only (the model stays the
+  MODEL the user named), plus ``--world-size`` (memsym's addition: Megatron reads
+  ``WORLD_SIZE`` from the launcher);
+* ``torchtitan``: a job TOML fragment with the ``[parallelism]``, ``[training]`` and
+  ``[activation_checkpoint]`` keys of torchtitan v0.2.2 (``torchtitan/config/job_config.py``,
+  the keys :mod:`memsym.readers.torchtitan` reads);
+* ``deepspeed``: a ``ds_config.json`` (the batch triple, ``bf16``/``fp16`` and
+  ``zero_optimization`` of DeepSpeed 0.19.6, the keys :mod:`memsym.readers.deepspeed` reads).
+
+The contract is the round trip: reading the emitted arguments back (``memsym estimate MODEL
+...``, :meth:`Emitted.read_back`) gives the layout and the per-GPU bytes the search priced.
+Each sharding scheme, recompute mode and setting is spelled in the framework's own flags
+only where memsym's reader of that framework reads it back as the same thing; a row that
+cannot be spelled so is refused with :class:`NotExpressible`, one line saying why, never
+emitted as something that reads back differently.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from .errors import InvalidValueError
+from .job import resolve_dropout
+from .model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
+from .readers.jobs import DEEPSPEED_SCHEMES
+from .readers.megatron import MEGATRON_FSDP_SCHEMES
+from .search import launch_overlaps
+from .search.space import recompute_layers
+
+__all__ = ["EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "emit",
+           "check_emittable"]
+
+#: The frameworks a layout is emitted for, as ``memsym search --emit`` names them.
+EMIT_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+
+#: The file each framework reads: an argument file, a job TOML, a DeepSpeed config.
+FILE_SUFFIX = {"megatron": "txt", "torchtitan": "toml", "deepspeed": "json"}
+
+#: memsym's sharding scheme -> Megatron-FSDP's ``--data-parallel-sharding-strategy``: the
+#: inverse of the reader's table, so that a scheme is spelled only as the one the reader
+#: reads back (``ddp`` and ``distributed-optimizer`` have Megatron's own flags instead).
+_MEGATRON_FSDP_STRATEGY = {scheme: strategy for strategy, scheme in MEGATRON_FSDP_SCHEMES.items()
+                           if scheme not in ("ddp", "distributed-optimizer")}
+
+#: memsym's scheme -> DeepSpeed's ``zero_optimization.stage`` (the reader's table inverted).
+_DEEPSPEED_STAGE = {scheme: stage for stage, scheme in DEEPSPEED_SCHEMES.items()}
+
+#: Megatron-LM's dropout defaults (arguments.py ``--hidden-dropout`` and
+#: ``--attention-dropout``, both 0.1): written out, since a MODEL's recipe may differ.
+_MEGATRON_DROPOUT = "0.1"
+
+#: torchtitan's schedules per memsym schedule: (single stage per rank, looped) --
+#: torch.distributed.pipelining ScheduleGPipe / ScheduleLoopedBFS and Schedule1F1B /
+#: ScheduleInterleaved1F1B, the pairs :func:`memsym.readers.jobs.torchtitan_job` reads back.
+_TORCHTITAN_SCHEDULES = {"gpipe": ("GPipe", "LoopedBFS"), "1f1b": ("1F1B", "Interleaved1F1B")}
+
+
+class NotExpressible(InvalidValueError):
+    """A layout (or a whole search) that a framework's arguments cannot spell so that memsym
+    reads it back the same; the message is one line saying why."""
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """One layout in one framework's input.
+
+    Attributes
+    ----------
+    framework : str
+        One of :data:`EMIT_FRAMEWORKS`.
+    text : str
+        The file's content: the arguments one per line (Megatron), the TOML, the JSON.
+    arguments : tuple of str
+        Megatron-LM's arguments as words (empty for the config-file frameworks).
+    host : tuple of str
+        memsym's own options the read-back needs that are no framework argument (the GPU,
+        a non-default memory convention).
+    world_size : int
+        GPUs [1].
+    seq_length : int
+        Sequence length [tokens].
+    """
+
+    framework: str
+    text: str
+    arguments: tuple
+    host: tuple
+    world_size: int
+    seq_length: int
+
+    @property
+    def suffix(self) -> str:
+        return FILE_SUFFIX[self.framework]
+
+    def file_name(self, n: int) -> str:
+        """``layout_N.<suffix>``."""
+        return f"layout_{int(n)}.{self.suffix}"
+
+    def read_back(self, path=None) -> list:
+        """The words after ``memsym estimate MODEL`` that read the layout back.
+
+        ``path``: the file the text was written to; without it, Megatron's arguments are
+        given as words (the config-file frameworks need the file).
+
+        Examples
+        --------
+        >>> e = Emitted("deepspeed", "{}", (), ("--gpu", "h100-80gb"), 8, 4096)
+        >>> e.read_back("ds.json")
+        ['--deepspeed-config', 'ds.json', '--world-size', '8', '--seq-length', '4096', '--gpu', 'h100-80gb']
+        """
+        if self.framework == "megatron":
+            head = list(self.arguments) if path is None else ["--args-file", str(path)]
+        elif path is None:
+            raise InvalidValueError(f"a {self.framework} config is read back from its file")
+        elif self.framework == "deepspeed":
+            # DeepSpeed's JSON holds neither the world size nor the sequence length
+            head = ["--deepspeed-config", str(path), "--world-size", str(self.world_size),
+                    "--seq-length", str(self.seq_length)]
+        else:
+            head = ["--torchtitan-config", str(path), "--world-size", str(self.world_size)]
+        return head + list(self.host)
+
+
+def check_emittable(framework: str, space, model=None) -> None:
+    """Refuse a whole search whose shared settings ``framework`` cannot spell (raises
+    :class:`NotExpressible`); a row's own choices are checked by :func:`emit`.
+
+    ``model``: the MODEL the search was given (a preset's recipe decides the dropout a
+    DeepSpeed or torchtitan job reads back).
+    """
+    if framework not in EMIT_FRAMEWORKS:
+        raise InvalidValueError(f"--emit takes {', '.join(EMIT_FRAMEWORKS)}, got {framework!r:.40}")
+    if space.framework != framework:
+        raise NotExpressible(f"--emit {framework} needs the layouts priced under {framework}'s "
+                             f"rules, not --framework {space.framework}")
+    if space.finetune != "full":
+        raise NotExpressible(f"--emit: {space.finetune} fine-tuning has no {framework} "
+                             "pre-training arguments (memsym reads back full training)")
+    if framework == "megatron":
+        if space.optimizer not in ("adam", "adamw", "sgd"):
+            raise NotExpressible(f"--emit megatron: optimizer {space.optimizer} is not one of "
+                                 "Megatron-LM's --optimizer adam / sgd")
+        return
+    name = {"deepspeed": "DeepSpeed", "torchtitan": "torchtitan"}[framework]
+    if space.optimizer not in ("adam", "adamw"):
+        raise NotExpressible(f"--emit {framework}: optimizer {space.optimizer}; memsym reads "
+                             f"a {name} job as Adam (its optimizer section is not read)")
+    if not space.flash_attention:
+        raise NotExpressible(f"--emit {framework}: attention without flash is the model code's "
+                             f"choice, not {name}'s config (memsym reads flash attention back)")
+    kept, _ = resolve_dropout(framework, None, model, space.arch)
+    if bool(space.dropout) != bool(kept):
+        raise NotExpressible(f"--emit {framework}: dropout {'on' if space.dropout else 'off'} is "
+                             f"the model code's, not {name}'s config (memsym reads it back "
+                             f"{'on' if kept else 'off'})")
+    if framework == "deepspeed" and space.precision == "fp8":
+        raise NotExpressible("--emit deepspeed: fp8 has no ds_config.json key memsym reads "
+                             "(bf16, fp16 or fp32)")
+    if framework == "torchtitan" and space.precision != "bf16":
+        raise NotExpressible(f"--emit torchtitan: precision {space.precision}; memsym reads a "
+                             "torchtitan job as bf16 mixed precision (FSDP2's param dtype)")
+
+
+def _host(space) -> tuple:
+    """memsym's options of the read-back that no framework spells: the GPU (its workspace
+    and step time) and a memory convention other than the framework's own."""
+    out = ("--gpu", space.gpu.name)
+    if space.convention != "framework":
+        out += ("--convention", space.convention)
+    return out
+
+
+def _batch(row, space) -> tuple:
+    """(b, m, B): micro-batch, micro-batches per step and global batch [sequences]."""
+    b, m = row["b"], row.get("m")
+    B = space.global_batch_size
+    if B is None or m is None:
+        raise NotExpressible("no global batch: give --global-batch-size (the frameworks need "
+                             "one)")
+    return b, m, B
+
+
+def emit(framework: str, row: dict, space, gpus: int, model=None) -> Emitted:
+    """One row of a search in ``framework``'s input (see the module's docstring).
+
+    Parameters
+    ----------
+    framework : {"megatron", "torchtitan", "deepspeed"}
+    row : dict
+        :meth:`memsym.search.SearchResult.row`.
+    space : memsym.search.Space
+        The search's space (``result.space``).
+    gpus : int
+        The world size [GPUs].
+    model : str, optional
+        The MODEL the search was given (see :func:`check_emittable`).
+
+    Returns
+    -------
+    Emitted
+
+    Raises
+    ------
+    NotExpressible
+        The row (or the search) cannot be spelled so that it reads back the same.
+    """
+    check_emittable(framework, space, model)
+    if row["offload"] != "none" and framework != "deepspeed":
+        raise NotExpressible(f"offload {row['offload']}: memsym's {framework} reader reads no "
+                             "CPU offload")
+    return {"megatron": _megatron, "torchtitan": _torchtitan,
+            "deepspeed": _deepspeed}[framework](row, space, int(gpus))
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-LM
+# ---------------------------------------------------------------------------------------------
+def _megatron_sharding(scheme: str) -> list:
+    if scheme == "ddp":
+        return []                     # Megatron-LM's DDP: no flag (arguments.py store_true)
+    if scheme == "distributed-optimizer":
+        return ["--use-distributed-optimizer"]
+    strategy = _MEGATRON_FSDP_STRATEGY.get(scheme)
+    if strategy is None:
+        spelled = {"zero3": "Megatron-FSDP optim_grads_params reads back as fsdp (FSDP2's "
+                            "buffers), not as ZeRO-3",
+                   "zero1": "--use-distributed-optimizer reads back as Megatron's distributed "
+                            "optimizer (its whole fp32 gradient buffer), not as ZeRO-1"}
+        raise NotExpressible(f"sharding {scheme} (DeepSpeed's ZeRO, as the search priced it) has "
+                             f"no Megatron-LM flag: {spelled.get(scheme, 'none reads it back')}")
+    return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy]
+
+
+def _megatron_recompute(rc: str) -> list:
+    got = recompute_layers(rc)
+    if got is not None:
+        method, n = got
+        if method != "block":
+            raise NotExpressible(f"recompute {rc} is torchtitan's; Megatron-LM recomputes "
+                                 "blocks (block-N) or uniform chunks")
+        return ["--recompute-granularity", "full", "--recompute-method", "block",
+                "--recompute-num-layers", str(n)]
+    if rc == "none":
+        return []
+    if rc == "selective":
+        return ["--recompute-granularity", "selective"]
+    if rc == "full":
+        # Megatron's full recompute needs a method (transformer_block.py raises without
+        # one): uniform chunks of 1 layer checkpoint every layer's input
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                "--recompute-num-layers", "1"]
+    raise NotExpressible(f"recompute {rc} is torchtitan's per-op checkpointing; Megatron-LM "
+                         "has none")
+
+
+def _megatron(row, space, gpus) -> Emitted:
+    b, _, B = _batch(row, space)
+    if row["p"] > 1 and space.schedule == "gpipe":
+        raise NotExpressible("schedule gpipe: Megatron-LM runs 1F1B (interleaved with v > 1)")
+    words = ["--tensor-model-parallel-size", str(row["t"]),
+             "--pipeline-model-parallel-size", str(row["p"])]
+    for flag, key in (("--context-parallel-size", "c"), ("--expert-model-parallel-size", "e"),
+                      ("--num-virtual-stages-per-pipeline-rank", "v")):
+        if row[key] > 1:
+            words += [flag, str(row[key])]
+    for flag, key in (("--decoder-first-pipeline-num-layers", "first_stage_layers"),
+                      ("--decoder-last-pipeline-num-layers", "last_stage_layers")):
+        if row.get(key) is not None:
+            words += [flag, str(row[key])]
+    if row["sequence_parallel"] and row["t"] > 1:
+        words.append("--sequence-parallel")
+    words += ["--world-size", str(gpus), "--seq-length", str(space.seq_length),
+              "--micro-batch-size", str(b), "--global-batch-size", str(B)]
+    words += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [],
+              "fp8": ["--bf16", "--fp8-format", "hybrid"]}[space.precision]
+    words += ["--optimizer", "sgd" if space.optimizer == "sgd" else "adam"]
+    words += _megatron_sharding(row["sharding"])
+    words += _megatron_recompute(row["recompute"])
+    rate = _MEGATRON_DROPOUT if space.dropout else "0.0"
+    words += ["--hidden-dropout", rate, "--attention-dropout", rate]
+    if not space.flash_attention:
+        words += ["--attention-backend", "unfused"]
+    # the overlaps the search priced the step time with (memsym.search.launch_overlaps)
+    over = launch_overlaps("megatron", row["sharding"])
+    words += [flag for flag, key in (("--overlap-grad-reduce", "overlap_grad_reduce"),
+                                     ("--overlap-param-gather", "overlap_param_gather"))
+              if over.get(key)]
+    lines, i = [], 0
+    while i < len(words):            # one argument (and its values) per line
+        j = i + 1
+        while j < len(words) and not words[j].startswith("--"):
+            j += 1
+        lines.append(shlex.join(words[i:j]))
+        i = j
+    host = _host(space)
+    if row["sharding"] == "ddp":
+        # Megatron-LM runs plain DDP without --use-distributed-optimizer, but memsym reads a
+        # MODEL's arguments over memsym.job.DEFAULTS (the distributed optimizer, as the
+        # recipes launch): the read-back says ddp in memsym's own option
+        host += ("--sharding", "ddp")
+    if space.precision == "fp32":
+        # likewise fp32 is Megatron's default (no --bf16/--fp16), memsym's is bf16
+        host += ("--precision", "fp32")
+    return Emitted("megatron", "\n".join(lines) + "\n", tuple(words), host, gpus,
+                   space.seq_length)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchtitan
+# ---------------------------------------------------------------------------------------------
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    return json.dumps(str(v))        # a TOML basic string is a JSON string for these values
+
+
+def _torchtitan(row, space, gpus) -> Emitted:
+    b, m, B = _batch(row, space)
+    t, p, d, v = row["t"], row["p"], row["d"], row["v"]
+    if row["sharding"] not in ("fsdp", "ddp"):
+        raise NotExpressible(f"sharding {row['sharding']}: torchtitan shards with FSDP2 or "
+                             "replicates")
+    if row["sharding"] == "fsdp" and d == 1:
+        raise NotExpressible("sharding fsdp over d = 1: data_parallel_shard_degree 1 reads back "
+                             "as plain replicas (ddp)")
+    if bool(row["sequence_parallel"]) != (t > 1):
+        raise NotExpressible("torchtitan's tensor parallelism always shards the sequence: "
+                             "sequence parallelism on exactly when t > 1")
+    if row["e"] > 1:
+        raise NotExpressible("expert parallelism: torchtitan's expert_tensor_parallel_degree is "
+                             "not read back (memsym counts expert TP = t in the search)")
+    par = {"data_parallel_replicate_degree": d if row["sharding"] == "ddp" else 1,
+           "data_parallel_shard_degree": d if row["sharding"] == "fsdp" else 1,
+           "tensor_parallel_degree": t, "pipeline_parallel_degree": p,
+           "context_parallel_degree": row["c"]}
+    L = space.arch.num_layers
+    if p > 1:
+        single, looped = _TORCHTITAN_SCHEDULES[space.schedule or "1f1b"]
+        par["pipeline_parallel_schedule"] = single if v == 1 else looped
+        if v > 2:
+            n = torchtitan_layers_per_stage(L, p, v)
+            if n is None:
+                raise NotExpressible(f"v = {v}: no pipeline_parallel_layers_per_stage gives "
+                                     f"{v} stages per rank of {L} layers")
+            par["pipeline_parallel_layers_per_stage"] = n
+        par["pipeline_parallel_microbatch_size"] = b
+    ends = (row.get("first_stage_layers"), row.get("last_stage_layers"))
+    if ends != (None, None) and ends != torchtitan_end_stages(L, p, v)[:2]:
+        raise NotExpressible(f"first/last stage layers {ends[0]}/{ends[1]}: torchtitan generates "
+                             "its own split (pipeline_parallel_first/last_stage_less_layers)")
+    rc = row["recompute"]
+    got = recompute_layers(rc)
+    if got is not None and got[0] == "every":
+        ac = {"mode": "selective", "selective_ac_option": str(got[1])}
+    elif rc in ("none", "full"):
+        ac = {"mode": rc}
+    elif rc == "selective-op":
+        ac = {"mode": "selective", "selective_ac_option": "op"}
+    else:
+        raise NotExpressible(f"recompute {rc}: torchtitan checkpoints per op, every N-th block "
+                             "or fully (Megatron's selective and block-N are not its modes)")
+    # without PP a rank's step is m micro-batches of b (gradient accumulation); with PP its
+    # local batch is split into micro-batches of pipeline_parallel_microbatch_size
+    training = {"seq_len": space.seq_length, "local_batch_size": b if p == 1 else b * m,
+                "global_batch_size": B, "mixed_precision_param": "bfloat16"}
+    lines = ["[parallelism]"] + [f"{k} = {_toml_value(x)}" for k, x in par.items()]
+    lines += ["", "[training]"] + [f"{k} = {_toml_value(x)}" for k, x in training.items()]
+    lines += ["", "[activation_checkpoint]"] + [f"{k} = {_toml_value(x)}" for k, x in ac.items()]
+    return Emitted("torchtitan", "\n".join(lines) + "\n", (), _host(space), gpus,
+                   space.seq_length)
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed
+# ---------------------------------------------------------------------------------------------
+def _deepspeed(row, space, gpus) -> Emitted:
+    b, m, B = _batch(row, space)
+    split = [f"{k} = {row[k]}" for k in ("t", "p", "c", "e", "v") if row[k] > 1]
+    if split:
+        raise NotExpressible(f"{', '.join(split)}: a DeepSpeed config holds ZeRO data "
+                             "parallelism only (memsym reads t = p = 1 from it)")
+    stage = _DEEPSPEED_STAGE.get(row["sharding"])
+    if stage is None:
+        raise NotExpressible(f"sharding {row['sharding']}: DeepSpeed's ZeRO stages are ddp, "
+                             "zero1, zero2, zero3")
+    if row["recompute"] != "none":
+        raise NotExpressible(f"recompute {row['recompute']}: DeepSpeed's config does not switch "
+                             "activation checkpointing on (the model code calls it), and "
+                             "memsym's DeepSpeed reader reads none")
+    if row["offload"] != "none" and stage == 0:
+        # ZeRO-Offload "is a ZeRO optimization" (DeepSpeed docs/_tutorials/zero-offload.md):
+        # stage 0 builds no ZeRO optimizer to offload
+        raise NotExpressible(f"offload {row['offload']} with ddp: DeepSpeed offloads through "
+                             "a ZeRO stage (1-3), not plain data parallelism")
+    zero = {"stage": stage}
+    # the overlap the search priced the step time with (memsym.search.launch_overlaps)
+    zero["overlap_comm"] = bool(launch_overlaps("deepspeed", row["sharding"])
+                                .get("overlap_grad_reduce"))
+    if row["offload"] in ("optimizer", "optimizer+params"):
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if row["offload"] == "optimizer+params":
+        if stage != 3:
+            raise NotExpressible("offload optimizer+params: DeepSpeed offloads parameters "
+                                 "under ZeRO-3 only")
+        zero["offload_param"] = {"device": "cpu"}
+    cfg = {"train_batch_size": B, "train_micro_batch_size_per_gpu": b,
+           "gradient_accumulation_steps": m}
+    if space.precision in ("bf16", "fp16"):
+        cfg[space.precision] = {"enabled": True}
+    cfg["zero_optimization"] = zero
+    return Emitted("deepspeed", json.dumps(cfg, indent=2) + "\n", (), _host(space), gpus,
+                   space.seq_length)

@@ -1,0 +1,357 @@
+"""Out as a launch command (issue 32, item 5): ``memsym search --emit`` and :mod:`memsym.emit`.
+
+The contract is the round trip: a searched layout, emitted in a framework's own arguments and
+read back by ``memsym estimate``, is the same layout with the same per-GPU bytes (and step
+time).  Two memsym paths meet here (the vectorized search and the reader -> job -> total
+path), so each test can fail on either side.  The spellings themselves are asserted against the frameworks' sources:
+Megatron-LM ``megatron/training/arguments.py`` (``d98e8a64dd``), Megatron-FSDP's
+``--data-parallel-sharding-strategy`` values, DeepSpeed 0.19.6's batch rule
+(``runtime/config.py:_batch_assertion``: train_batch_size = micro-batch x accumulation x d)
+and torchtitan v0.2.2 ``job_config.py`` / ``pipeline_parallel.py`` (local batch split into
+micro-batches of ``pipeline_parallel_microbatch_size``).
+
+Each search is restricted (one preset, 8-16 GPUs, a few t/p sizes) so that one search takes
+about a second; the test file stays within seconds per framework.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+import pytest
+
+from memsym.cli import main
+from memsym.emit import Emitted, NotExpressible, emit
+from memsym.search import search
+
+GPU = "h100-80gb"
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def searched(capsys, tmp_path, framework, model, gpus, *options):
+    """``memsym search --emit FRAMEWORK --emit-dir DIR --json``: the rows, each with its
+    ``emit`` entry (the file written, the read-back command, or the refusal)."""
+    code, out, err = run(capsys, "search", model, "--gpu", GPU, "--gpus", gpus,
+                         "--emit", framework, "--emit-dir", tmp_path, "--json", *options)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def read_back(capsys, command):
+    """Run the read-back command the search printed (``memsym estimate ... --json``)."""
+    words = shlex.split(command)
+    assert words[:2] == ["memsym", "estimate"]
+    code, out, err = run(capsys, *words[1:])
+    assert code == 0, (command, err)
+    return json.loads(out)
+
+
+def assert_same(row, est):
+    """The layout and the per-GPU bytes the search priced are what the estimate reads."""
+    lay, got = row["layout"], est["layout"]
+    for key in ("tp", "pp", "cp", "dp", "ep"):
+        assert got[key] == lay[key], (key, row["emit"]["read_back"])
+    assert (got["vpp"] or 1) == lay["vpp"]
+    assert got["sequence_parallel"] == lay["sequence_parallel"]
+    assert got["world_size"] == row["gpus"]
+    trn = est["training"]
+    assert trn["micro_batch_size"] == lay["micro_batch_size"]
+    assert est["stage"]["index"] == row["stage"]
+    # every term and the total, in the whole bytes both JSON outputs round to (each term up,
+    # the total the sum of the rounded terms)
+    assert est["bytes"] == row["bytes"], row["emit"]["read_back"]
+    # and the total of the exact sum, rounded once, of the most-loaded stage
+    assert est["stage"]["stage_totals"][row["stage"]] - row["bytes"]["total"] in \
+        range(-len(row["bytes"]), 1)
+    # the step time too: the read-back names the GPU, and the emitted overlaps are the ones
+    # the search priced (memsym.search.launch_overlaps); both print a float of one value
+    assert est["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+    return trn
+
+
+def emitted_rows(rows):
+    done = [r for r in rows if "file" in r["emit"]]
+    assert done, [r["emit"] for r in rows]
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-LM
+# ---------------------------------------------------------------------------------------------
+MEGATRON_CASES = {
+    # plain DDP (no flag in Megatron) under interleaving (--num-virtual-stages-per-pipeline-
+    # rank), full recompute spelled with Megatron's required method
+    "ddp-vpp-full": ("llama2-7b", 8, "--tp", 2, "--pp", 2, "--sharding", "ddp",
+                     "--recompute", "full", "--global-batch-size", 64),
+    # the distributed optimizer and uneven stages
+    "distopt-uneven": ("llama3-8b", 16, "--tp", 1, "--pp", 2, "--vpp", 1,
+                       "--decoder-first-pipeline-num-layers", 17,
+                       "--decoder-last-pipeline-num-layers", 15,
+                       "--sharding", "distributed-optimizer", "--recompute", "selective",
+                       "--global-batch-size", 64),
+    # block-N recompute
+    "block": ("llama3-8b", 16, "--tp", 2, "--pp", 2, "--sharding", "distributed-optimizer",
+              "--recompute", "block-2", "--global-batch-size", 64),
+    # ZeRO-2 as Megatron-FSDP optim_grads, selective recompute, context parallelism
+    "zero2-selective": ("llama3-8b", 16, "--tp", 2, "--pp", 1, "--cp", 1, 2,
+                        "--sharding", "zero2", "--recompute", "selective",
+                        "--global-batch-size", 64),
+    # a mixture of experts: expert parallelism (expert TP = t, Megatron's default)
+    "moe-ep": ("qwen3-30b-a3b", 16, "--tp", 2, "--pp", 1, "--ep", 4,
+               "--sharding", "distributed-optimizer", "--recompute", "full", "--top", 1,
+               "--global-batch-size", 64),
+    # the settings Megatron's defaults and memsym's differ on: fp32/fp16, dropout, attention
+    "fp16-dropout-unfused-sgd": ("llama2-7b", 8, "--tp", 2, "--pp", 1, "--sharding", "ddp",
+                                 "--precision", "fp16", "--dropout", "--no-flash-attn",
+                                 "--optimizer", "sgd", "--global-batch-size", 32,
+                                 "--recompute", "full"),
+    "fp32": ("llama2-7b", 8, "--tp", 4, "--pp", 2, "--sharding", "distributed-optimizer",
+             "--precision", "fp32", "--recompute", "full", "--global-batch-size", 32),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MEGATRON_CASES))
+def test_megatron_round_trip(capsys, tmp_path, case):
+    model, gpus, *options = MEGATRON_CASES[case]
+    rows = searched(capsys, tmp_path, "megatron", model, gpus, "--top", 2, *options)
+    for row in emitted_rows(rows):
+        path = row["emit"]["file"]
+        assert os.path.basename(path).startswith("layout_") and path.endswith(".txt")
+        # the argument file holds exactly the arguments printed
+        with open(path, encoding="utf-8") as fh:
+            assert shlex.split(fh.read()) == row["emit"]["arguments"]
+        trn = assert_same(row, read_back(capsys, row["emit"]["read_back"]))
+        rc = row["layout"]["recompute"]
+        assert trn["recompute"] == ("full" if rc.startswith("block-") else rc)
+        if rc.startswith("block-"):
+            assert (trn["recompute_method"], trn["recompute_num_layers"]) == ("block", 2)
+        for key in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
+            side = key.split("_")[1]
+            assert trn[f"{side}_stage_layers"] == row["layout"][key]
+        # the same words pasted, not from the file, read back the same
+        words = ["estimate", model, *row["emit"]["arguments"], "--gpu", GPU, "--json"]
+        words += [w for w in shlex.split(row["emit"]["read_back"])
+                  if w in ("--sharding", "ddp", "--precision", "fp32")]
+        code, out, err = run(capsys, *words)
+        assert code == 0, err
+        assert json.loads(out)["bytes"] == row["bytes"]
+
+
+def test_megatron_spellings_follow_megatron_arguments():
+    """Each memsym choice in Megatron-LM's own flags (arguments.py): the recompute method and
+    count, VPP as stages per rank, uneven ends, ZeRO-2 as Megatron-FSDP optim_grads, and the
+    overlaps the search priced (--overlap-param-gather only with a sharded optimizer)."""
+    res = search("llama3-8b", GPU, 16, global_batch_size=64, tp=[2], pp=[2], vpp=[2],
+                 sharding=["distributed-optimizer"], recompute=["block-3"],
+                 sequence_parallel=[True], micro_batch_sizes=[2])
+    row = res.row(int(res.order()[0]))
+    words = emit("megatron", dict(row, first_stage_layers=15, last_stage_layers=17), res.space,
+                 16, "llama3-8b").arguments
+    text = " ".join(words)
+    for flags in ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2",
+                  "--num-virtual-stages-per-pipeline-rank 2",
+                  "--decoder-first-pipeline-num-layers 15",
+                  "--decoder-last-pipeline-num-layers 17", "--sequence-parallel",
+                  "--world-size 16", "--seq-length 4096", "--micro-batch-size 2",
+                  "--global-batch-size 64", "--bf16", "--use-distributed-optimizer",
+                  "--recompute-granularity full --recompute-method block "
+                  "--recompute-num-layers 3",
+                  "--hidden-dropout 0.0 --attention-dropout 0.0",
+                  "--overlap-grad-reduce --overlap-param-gather"):
+        assert flags in text
+    zero2 = emit("megatron", dict(row, sharding="zero2"), res.space, 16).arguments
+    assert " ".join(zero2).count("--use-megatron-fsdp --data-parallel-sharding-strategy "
+                                 "optim_grads ") == 1
+    ddp = emit("megatron", dict(row, sharding="ddp"), res.space, 16)
+    assert "--overlap-param-gather" not in ddp.arguments
+    assert not {"--use-distributed-optimizer", "--use-megatron-fsdp"} & set(ddp.arguments)
+
+
+@pytest.mark.parametrize("scheme", ["zero1", "zero3"])
+def test_megatron_refuses_deepspeed_zero_it_cannot_spell(scheme):
+    """ZeRO-1 and ZeRO-3 as the search prices them have no Megatron-LM flag that memsym
+    reads back the same (Megatron-FSDP optim_grads_params is read as fsdp, the distributed
+    optimizer as itself): one line, not a launch command."""
+    res = search("llama3-8b", GPU, 16, global_batch_size=64, tp=[2], pp=[1], sharding=[scheme],
+                 recompute=["none"])
+    with pytest.raises(NotExpressible) as exc:
+        emit("megatron", res.row(int(res.order()[0])), res.space, 16)
+    assert "\n" not in str(exc.value) and scheme in str(exc.value)
+
+
+def test_megatron_text_lists_refused_rows_in_one_line(capsys):
+    code, out, err = run(capsys, "search", "llama3-8b", "--gpu", GPU, "--gpus", 16, "--tp", 2,
+                         "--pp", 1, "--cp", 1, "--sharding", "zero3", "distributed-optimizer",
+                         "--recompute", "none", "--global-batch-size", 64, "--top", 4,
+                         "--emit", "megatron")
+    assert code == 0, err
+    refused = [ln for ln in out.splitlines() if "not emitted:" in ln]
+    assert refused and all("sharding zero3" in ln for ln in refused)
+    assert "--use-distributed-optimizer" in out
+    assert out.count("# read back: memsym estimate llama3-8b ") == 4 - len(refused)
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed
+# ---------------------------------------------------------------------------------------------
+DEEPSPEED_CASES = {
+    "zero3": ("llama2-7b", 8, "--sharding", "zero3", "--top", 2, "--global-batch-size", 64),
+    # plain data parallelism holds 7B's states only on a larger GPU (the bytes read back do
+    # not depend on the capacity)
+    "ddp": ("llama2-7b", 8, "--sharding", "ddp", "--top", 1, "--global-batch-size", 64,
+            "--gpu-memory", "200GB"),
+    "zero1": ("llama2-7b", 8, "--sharding", "zero1", "--top", 1, "--global-batch-size", 64),
+    "offload": ("llama2-7b", 8, "--sharding", "zero3", "--offload", "optimizer",
+                "optimizer+params", "--top", 2, "--global-batch-size", 64),
+    "fp16": ("llama2-7b", 8, "--sharding", "zero2", "--precision", "fp16", "--top", 2,
+             "--global-batch-size", 32),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEEPSPEED_CASES))
+def test_deepspeed_round_trip(capsys, tmp_path, case):
+    model, gpus, *options = DEEPSPEED_CASES[case]
+    rows = searched(capsys, tmp_path, "deepspeed", model, gpus, "--tp", 1, "--pp", 1, "--cp", 1,
+                    "--recompute", "none", *options)
+    for row in emitted_rows(rows):
+        with open(row["emit"]["file"], encoding="utf-8") as fh:
+            cfg = json.load(fh)
+        lay = row["layout"]
+        # DeepSpeed's _batch_assertion: train_batch_size = micro-batch x accumulation x d
+        assert cfg["train_micro_batch_size_per_gpu"] == lay["micro_batch_size"]
+        assert cfg["gradient_accumulation_steps"] == lay["num_microbatches"]
+        assert cfg["train_batch_size"] == lay["micro_batch_size"] * lay["num_microbatches"] \
+            * lay["dp"]
+        assert cfg["zero_optimization"]["stage"] == \
+            {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3}[lay["sharding"]]
+        assert ("offload_param" in cfg["zero_optimization"]) == \
+            (lay["offload"] == "optimizer+params")
+        trn = assert_same(row, read_back(capsys, row["emit"]["read_back"]))
+        assert trn["recompute"] == "none"
+
+
+def test_deepspeed_refuses_what_its_config_cannot_hold(capsys):
+    """Tensor parallelism and recompute are not in a ds_config.json memsym reads: every row
+    refused is one stderr line and exit 2 when none is left."""
+    code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--tp", 2,
+                         "--pp", 1, "--global-batch-size", 64, "--top", 2,
+                         "--emit", "deepspeed")
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "t = 2" in err
+    res = search("llama2-7b", GPU, 8, framework="deepspeed", global_batch_size=64, tp=[1],
+                 pp=[1], cp=[1], recompute=["full"], sharding=["zero2"])
+    with pytest.raises(NotExpressible, match="recompute full"):
+        emit("deepspeed", res.row(int(res.order()[0])), res.space, 8, "llama2-7b")
+
+
+# ---------------------------------------------------------------------------------------------
+# torchtitan
+# ---------------------------------------------------------------------------------------------
+TORCHTITAN_CASES = {
+    # FSDP2 and replicas, pipeline schedules with 1, 2 and more stages per rank
+    "pipeline": ("llama3-8b", 16, "--tp", 1, 2, "--pp", 2, "--cp", 1, "--top", 4,
+                 "--global-batch-size", 64),
+    "replicas-every-2": ("llama3-8b", 16, "--tp", 1, "--pp", 2, "--sharding", "ddp",
+                         "--recompute", "every-2", "full", "--top", 2,
+                         "--global-batch-size", 64),
+    "per-op": ("llama3-8b", 8, "--tp", 1, "--pp", 1, "--cp", 1, "--recompute", "selective-op",
+               "--top", 1, "--global-batch-size", 64),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TORCHTITAN_CASES))
+def test_torchtitan_round_trip(capsys, tmp_path, case):
+    import tomllib
+
+    model, gpus, *options = TORCHTITAN_CASES[case]
+    rows = searched(capsys, tmp_path, "torchtitan", model, gpus, *options)
+    for row in emitted_rows(rows):
+        with open(row["emit"]["file"], "rb") as fh:
+            cfg = tomllib.load(fh)
+        lay, par, trn_cfg = row["layout"], cfg["parallelism"], cfg["training"]
+        assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == \
+            lay["dp"]
+        if lay["pp"] > 1:
+            # pipeline_parallel.py: the local batch is split into micro-batches
+            assert par["pipeline_parallel_microbatch_size"] == lay["micro_batch_size"]
+            assert trn_cfg["local_batch_size"] == lay["micro_batch_size"] * \
+                lay["num_microbatches"]
+        assert trn_cfg["global_batch_size"] == lay["micro_batch_size"] * \
+            lay["num_microbatches"] * lay["dp"]
+        trn = assert_same(row, read_back(capsys, row["emit"]["read_back"]))
+        rc = lay["recompute"]
+        if rc.startswith("every-"):
+            assert cfg["activation_checkpoint"] == {"mode": "selective",
+                                                    "selective_ac_option": rc[6:]}
+            assert (trn["recompute"], trn["recompute_method"]) == ("full", "every")
+
+
+def test_torchtitan_refuses_fsdp_over_one_rank():
+    """data_parallel_shard_degree 1 is no FSDP2 sharding: memsym reads it back as replicas."""
+    res = search("llama3-8b", GPU, 8, framework="torchtitan", global_batch_size=64, tp=[1],
+                 pp=[2], cp=[4], sharding=["fsdp"], recompute=["none"])
+    row = next(res.row(int(i)) for i in res.order() if res.row(int(i))["d"] == 1)
+    with pytest.raises(NotExpressible, match="d = 1"):
+        emit("torchtitan", row, res.space, 8, "llama3-8b")
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line's refusals: one stderr line, exit 2, nothing on stdout
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("options, says", [
+    (("--emit-dir", "x"), "--emit-dir needs --emit"),
+    (("--emit", "deepspeed", "--framework", "megatron"), "--framework megatron contradicts"),
+    (("--emit", "megatron", "--finetune", "lora"), "lora fine-tuning"),
+    (("--emit", "torchtitan", "--no-flash-attn"), "flash"),
+    (("--emit", "torchtitan", "--precision", "fp32"), "bf16"),
+    (("--emit", "deepspeed", "--optimizer", "sgd"), "Adam"),
+])
+def test_cli_refusals(capsys, tmp_path, options, says):
+    options = tuple(str(tmp_path / o) if o == "x" else o for o in options)
+    code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--tp", 1,
+                         "--pp", 1, "--cp", 1, "--recompute", "none", "--sharding", "ddp",
+                         "fsdp" if "torchtitan" in options else "zero2", "--top", 1, *options)
+    assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)
+    assert says in err and "Traceback" not in err
+    assert not os.path.exists(tmp_path / "x")
+
+
+def test_emit_dir_refuses_a_planted_link(capsys, tmp_path):
+    """A link at layout_1.json is not written through (O_NOFOLLOW): exit 2, the target
+    untouched."""
+    target = tmp_path / "target"
+    target.write_text("keep")
+    (tmp_path / "out").mkdir()
+    os.symlink(target, tmp_path / "out" / "layout_1.json")
+    code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--tp", 1,
+                         "--pp", 1, "--cp", 1, "--recompute", "none", "--sharding", "zero2",
+                         "--top", 1, "--emit", "deepspeed", "--emit-dir", tmp_path / "out")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert target.read_text() == "keep"
+
+
+def test_read_back_needs_the_file_for_config_frameworks():
+    e = Emitted("torchtitan", "", (), ("--gpu", GPU), 8, 4096)
+    assert e.read_back("a.toml") == ["--torchtitan-config", "a.toml", "--world-size", "8",
+                                     "--gpu", GPU]
+    with pytest.raises(ValueError):
+        e.read_back()
+
+
+def test_json_without_emit_dir_carries_the_text(capsys):
+    """Without --emit-dir each JSON row carries the text; its read-back names the file the
+    text is to be saved as."""
+    code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--tp", 1,
+                         "--pp", 1, "--cp", 1, "--recompute", "none", "--sharding", "zero2",
+                         "--top", 1, "--emit", "deepspeed", "--json")
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert row["emit"]["file"] is None
+    assert "--deepspeed-config layout_1.json --world-size 8" in row["emit"]["read_back"]
+    assert json.loads(row["emit"]["text"])["zero_optimization"]["stage"] == 2
