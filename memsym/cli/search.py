@@ -365,7 +365,9 @@ def _read_back(args, n, got, path) -> str:
 
     if path is None and got.framework != "megatron":
         path = got.file_name(n)       # printed only: the file the text is saved as
-    return shlex.join(["memsym", "estimate", args.model, *got.read_back(path), "--json"])
+    # the capacity the search judged on, where it was given (estimate judges fitting on it)
+    cap = [] if args.gpu_memory is None else ["--gpu-memory", f"{int(args.gpu_memory)}"]
+    return shlex.join(["memsym", "estimate", args.model, *got.read_back(path), *cap, "--json"])
 
 
 def _emit_json(args, item) -> dict:
