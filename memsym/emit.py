@@ -84,7 +84,7 @@ class Emitted:
         memsym's own options the read-back needs that are no framework argument (the GPU,
         a non-default memory convention).
     world_size : int
-        GPUs [1].
+        The GPUs of the job [GPUs].
     seq_length : int
         Sequence length [tokens].
     """
