@@ -31,6 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..readers.megatron import looks_like_option
+
 __all__ = ["JobWords", "split_job_words", "LAUNCHER_WORDS", "MEMSYM_SPELLINGS"]
 
 #: Words of a launcher that precede the training script (dropped): torchrun and its module
@@ -89,17 +91,6 @@ class JobWords:
     environment: dict = field(default_factory=dict)
 
 
-def _looks_like_option(word: str) -> bool:
-    # argparse: a word starting with '-' is an option unless it is a negative number
-    if not word.startswith("-") or word == "-":
-        return False
-    try:
-        float(word)
-        return False
-    except ValueError:
-        return True
-
-
 def _arity(action) -> object:
     n = action.nargs
     if n == 0:
@@ -126,7 +117,7 @@ def _take(words, i, name, arity, inline):
     if inline is not None and arity == 1:
         return [], i
     got = []
-    while i < len(words) and not _looks_like_option(words[i]):
+    while i < len(words) and not looks_like_option(words[i]):
         if isinstance(arity, int) and len(got) == arity:
             break
         got.append(words[i])
@@ -182,7 +173,7 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
         if w in ("-m", "-u") and (out.launcher or (i < n and words[i] in LAUNCHER_WORDS)):
             out.launcher = True                  # the interpreter's own flags
             continue
-        if not _looks_like_option(w):
+        if not looks_like_option(w):
             if _ASSIGNMENT.match(w) and not theirs and not mine:
                 name, _, value = w.partition("=")
                 out.environment[name] = value
@@ -288,7 +279,7 @@ def prepare_argv(parser, raw):
     head, sub = [raw[0]], _subparser(parser, raw[0])
     rest = list(raw[1:])
     if raw[0] == "solve":
-        if not rest or _looks_like_option(rest[0]):
+        if not rest or looks_like_option(rest[0]):
             return list(raw), None          # argparse says which unknowns exist
         head.append(rest.pop(0))
         sub = _subparser(sub, head[-1])
@@ -296,7 +287,7 @@ def prepare_argv(parser, raw):
             return list(raw), None
     positionals = JOB_COMMANDS[raw[0]]
     if raw[0] == "plot" and len(rest) >= 2 and rest[0] == "memory-vs" \
-            and not _looks_like_option(rest[1]):
+            and not looks_like_option(rest[1]):
         from .plot import UNKNOWNS
 
         if rest[1] in UNKNOWNS:              # `plot memory-vs dp MODEL`: the swept unknown
@@ -323,7 +314,7 @@ def _expand_files(words):
             continue
         if eq:
             path, i = inline, i + 1
-        elif i + 1 < len(words) and not _looks_like_option(words[i + 1]):
+        elif i + 1 < len(words) and not looks_like_option(words[i + 1]):
             path, i = words[i + 1], i + 2
         else:
             raise InvalidValueError(f"{name} needs a file")

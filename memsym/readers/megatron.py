@@ -20,7 +20,7 @@ from ._megatron_flags import FLAGS
 from ._values import (MAX_ARGS, MAX_BATCH, MAX_GPUS, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ,
                       MAX_VOCAB, MAX_WORD, fraction, whole)
 
-__all__ = ["MegatronJob", "MegatronOverrides", "read_megatron_args", "read_megatron_overrides", "megatron_arity", "SCHEDULE_ENTRY", "parse_moe_layer_freq", "KNOWN_TOKENIZER_VOCAB",
+__all__ = ["MegatronJob", "MegatronOverrides", "read_megatron_args", "read_megatron_overrides", "megatron_arity", "looks_like_option", "SCHEDULE_ENTRY", "parse_moe_layer_freq", "KNOWN_TOKENIZER_VOCAB",
            "MAX_LAYERS", "MAX_HIDDEN", "MAX_HEADS", "MAX_VOCAB", "MAX_SEQ", "MAX_GPUS",
            "MAX_PATTERN_CHARS"]
 
@@ -205,6 +205,35 @@ def _tokenizer_vocab_note(name: str, size: int) -> str:
             "--vocab-size N to use another)")
 
 
+def _not_modelled(r, name: str, dest: str) -> bool:
+    """Refuse an argument that changes the model's structure beyond memsym's Architecture;
+    note one that changes memory in a way memsym does not model (True when noted)."""
+    if r.raw[dest] in (None, False):
+        return False
+    if dest in _STRUCTURE_NOT_MODELLED:
+        raise InvalidValueError(f"{name} ({_STRUCTURE_NOT_MODELLED[dest]}) changes the model in "
+                                "a way memsym does not model")
+    if dest in _MEMORY_NOT_MODELLED:
+        r.note(f"{name}: {_MEMORY_NOT_MODELLED[dest]} changes memory and is not modelled")
+        return True
+    return False
+
+
+def looks_like_option(word: str) -> bool:
+    """argparse's rule: a word starting with '-' is an option unless it is a negative number.
+
+    >>> looks_like_option("--lr"), looks_like_option("-1e-4"), looks_like_option("3e-4")
+    (True, False, False)
+    """
+    if not word.startswith("-") or word == "-":
+        return False
+    try:
+        float(word)
+        return False
+    except ValueError:
+        return True
+
+
 def megatron_arity(name: str):
     """How many values the Megatron-LM argument (or torchrun option) ``name`` takes: 0, 1,
     ``'+'``/``'*'`` or a count; None when Megatron does not accept it.
@@ -244,17 +273,6 @@ _PROGRAMS = {"torchrun", "python", "python3", "-m", "torch.distributed.run",
              "torch.distributed.launch", "-u", "uv", "run"}
 
 
-def _looks_like_option(word: str) -> bool:
-    # argparse: a word starting with '-' is an option unless it is a negative number.
-    if not word.startswith("-") or word == "-":
-        return False
-    try:
-        float(word)
-        return False
-    except ValueError:
-        return True
-
-
 def _parse(argv: Sequence[str]):
     if isinstance(argv, (str, bytes)):
         raise InvalidValueError("read_megatron_args takes a list of arguments, not one string "
@@ -284,7 +302,7 @@ def _parse(argv: Sequence[str]):
     while i < len(words):
         w = words[i]
         i += 1
-        if not _looks_like_option(w):
+        if not looks_like_option(w):
             raise InvalidValueError(
                 f"unexpected word {w[:60]!r}: pretrain_gpt.py takes no positional arguments "
                 "(is it the value of a flag that takes none, or a value with a space in it?)")
@@ -299,7 +317,7 @@ def _parse(argv: Sequence[str]):
         else:
             got = [inline] if eq else []
             if not eq or arity in ("+", "*"):
-                while i < len(words) and not _looks_like_option(words[i]):
+                while i < len(words) and not looks_like_option(words[i]):
                     if isinstance(arity, int) and len(got) == arity:
                         break
                     got.append(words[i])
@@ -540,11 +558,7 @@ def read_megatron_args(argv: Sequence[str]) -> MegatronJob:
     ignored = []
     for name in order:
         dest = _TABLE[name][0]
-        if dest in _STRUCTURE_NOT_MODELLED and raw[dest] not in (None, False):
-            raise InvalidValueError(f"{name} ({_STRUCTURE_NOT_MODELLED[dest]}) changes the model in "
-                                    "a way memsym does not model")
-        if dest in _MEMORY_NOT_MODELLED and raw[dest] not in (None, False):
-            r.note(f"{name}: {_MEMORY_NOT_MODELLED[dest]} changes memory and is not modelled")
+        _not_modelled(r, name, dest)
         if dest not in _MODELLED:
             ignored.append(name)
     defaults = tuple((option, value, where) for option, dests, value, where in MEGATRON_DEFAULTS
@@ -732,11 +746,8 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
         "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe"}
     for name in order:
         dest = _TABLE[name][0]
-        if dest in _STRUCTURE_NOT_MODELLED and raw[dest] not in (None, False):
-            raise InvalidValueError(f"{name} ({_STRUCTURE_NOT_MODELLED[dest]}) changes the model in "
-                                    "a way memsym does not model")
-        if dest in _MEMORY_NOT_MODELLED and raw[dest] not in (None, False):
-            r.note(f"{name}: {_MEMORY_NOT_MODELLED[dest]} changes memory and is not modelled")
+        if _not_modelled(r, name, dest):
+            pass
         elif dest in handled:
             continue
         elif dest in _OVERRIDE_NO_EFFECT or dest not in _MODELLED:
