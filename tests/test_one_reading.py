@@ -449,7 +449,7 @@ _OWN_VALUES = {
     "--metric": ["allocated"], "--advise": [],
 }
 #: Options that choose the input or the output, not the job (each tested on its own).
-_NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--args-file", "--launch-script",
+_NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--wide", "--args-file", "--launch-script",
                     "--deepspeed-config", "--torchtitan-config"}
 
 
@@ -542,3 +542,22 @@ def test_options_beside_a_framework_config_are_refused_not_dropped(capsys, tmp_p
     for extra in (["--tp", 2], ["--recompute-granularity", "full"], ["--bf16"]):
         code, out, err = run(capsys, "estimate", *base, *extra)
         assert code == 2 and out == "" and "config file sets the layout" in err, extra
+
+
+def test_the_text_report_is_at_most_100_columns_with_numbered_references(capsys):
+    job = ["llama3-70b", "--tp", 8, "--pp", 4, "--world-size", 128, "--seq-length", 8192,
+           "--global-batch-size", 512, "--sequence-parallel", "--recompute-granularity",
+           "selective", "--gpu", "h100-80gb"]
+    code, out, err = run(capsys, "estimate", *job)
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 100
+    data = estimate_json(capsys, *job)
+    cap, rows = data["gpu_memory_bytes"], out.splitlines()
+    # each term: its share of the capacity, and a reference listed at the end
+    weights = next(r for r in rows if r.startswith("weights "))
+    assert f"{100 * data['bytes']['weights'] / cap:.1f} %" in weights and weights.endswith("[1]")
+    refs = rows[rows.index("references:") + 1:]
+    assert refs[0].startswith("[1] ") and data["sources"]["weights"].split()[0] in refs[0]
+    assert rows[[r.startswith("dominant:") for r in rows].index(True)].startswith(
+        "dominant: activations")
+    code, wide, err = run(capsys, "estimate", *job, "--wide")
+    assert code == 0 and data["sources"]["weights"] in wide and "references:" not in wide

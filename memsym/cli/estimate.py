@@ -22,6 +22,8 @@ def add_parser(sub) -> None:
 
     add_megatron_inputs(parser)
     add_cluster_options(parser)
+    parser.add_argument("--wide", action="store_true",
+                        help="each term's source on its line (wider than 100 columns)")
     parser.add_argument("--advise", action="store_true",
                         help="list the single changes that make the job fit (always when it "
                         "does not): each knob's smallest change, solved and verified")
@@ -190,7 +192,7 @@ def render_table(terms: dict, total, rep: dict, args, fits) -> str:
     if fits is not None:
         cap = args.gpu_memory
         verdict = "fits" if fits else "does NOT fit"
-        from .training_options import capacity_label
+        from .report_text import capacity_label
 
         lines.append(f"\nGPU memory {capacity_label(args)}: {verdict}, "
                      f"headroom {(cap - float(total)) / 1e9:.3f} GB")

@@ -664,54 +664,10 @@ def estimate_training(args) -> int:
         emit_json({**rep, "gpu_memory_bytes": cap,
                    "gpu_memory_note": getattr(args, "capacity_note", "as given"), "fits": fits})
         return status
-    if fits is False:
-        print(f"does NOT fit: {device / 1e9:.3f} GB on the most-loaded GPU (device count) > "
-              f"{cap / 1e9:.3f} GB; {len(rep['advice'])} single change"
-              f"{'' if len(rep['advice']) == 1 else 's'} that fit{'s' if len(rep['advice']) == 1 else ''} below\n")
-    lay = rep["layout"]
-    trn = rep["training"]
-    rc = trn["recompute"] + ("" if not trn.get("recompute_method") else
-                             f" ({trn['recompute_method']} {trn['recompute_num_layers']})")
-    print(f"memsym estimate: {rep['model']} ({rep['convention']} convention), most-loaded "
-          f"pipeline stage {rep['stage']['index']} ({rep['stage']['role']})\n"
-          f"t = {lay['tp']}, p = {lay['pp']}, d = {lay['dp']}, c = {lay['cp']}, e = {lay['ep']}; "
-          f"s = {rep['training']['seq_length']}, b = {rep['training']['micro_batch_size']}, "
-          f"recompute {rc}, flash attention "
-          f"{'on' if rep['training']['flash_attention'] else 'off (--use-flash-attn)'}, dropout "
-          f"{'on (Megatron default; --hidden-dropout 0 --attention-dropout 0)' if rep['training']['dropout'] else 'off'}\n")
-    # wide enough for the longest key (megatron-bridge's weights_and_optimizer_dense)
-    wide = max([len("term")] + [len(key) for key in rep["bytes"]]) + 2
-    print(f"{'term':<{wide}}{'bytes':>22}{'GB':>12}{'GiB':>12}  source")
-    for key, val in rep["bytes"].items():
-        src = rep.get("sources", {}).get(key, "")
-        print(f"{key:<{wide}}{val:>22,}{val / 1e9:>12.3f}{val / 2**30:>12.3f}  {src}")
-    if rep.get("phases"):
-        ph = rep["phases"]
-        step = "".join(f", of which {key.replace('_', ' ')} {val / 1e9:.3f} GB"
-                       for key, val in rep.get("optimizer_step_bytes", {}).items())
-        print(f"peak phase: {ph['peak']} (end of forward {ph['forward'] / 1e9:.3f} GB, loss "
-              f"backward {ph['loss-backward'] / 1e9:.3f} GB, blocks' backward "
-              f"{ph['backward'] / 1e9:.3f} GB, optimizer step {ph['optimizer'] / 1e9:.3f} GB"
-              f"{step})")
-    if rep.get("read_as"):
-        print(f"read as {rep['read_as']}")
-    if rep.get("ignored"):
-        print("ignored (no effect on memory or time): " + " ".join(rep["ignored"]))
-    for note in rep.get("notes", []):
-        print(f"note: {note}")
-    for row in rep.get("defaults", []):
-        print(f"default: {row['option']} = {row['value']} ({row['source']})")
-    print(f"memory metric: {rep['metric']['name']}, {rep['metric']['sees']}")
-    if rep["metric"]["name"] != "device":
-        print(f"device total (what must fit): {device:,} bytes = {device / 1e9:.3f} GB")
-    if fits is not None:
-        verdict = "fits" if fits else "does NOT fit"
-        print(f"\nGPU memory {capacity_label(args)}: {verdict}, "
-              f"headroom {(cap - device) / 1e9:.3f} GB (device metric)")
-    if "communication" in rep:
-        print("\n" + render_step(rep))
-    if "advice" in rep:
-        print("\n" + render_advice(rep["advice"]))
+    from .report_text import render_estimate
+
+    print(render_estimate(rep, args, fits=fits, device=device,
+                          wide=getattr(args, "wide", False)))
     return status
 
 
@@ -723,20 +679,6 @@ def advice_report(j) -> list:
              "bytes_total": lv.bytes_total, "saved_bytes": lv.saved, "gpus": lv.gpus,
              "step_time_s": lv.step_time} for lv in levers(j)]
 
-
-def render_advice(rows: list) -> str:
-    """The levers as a table: each alone makes the job fit (verified on the estimate)."""
-    if not rows:
-        return ("advice: no single change of d, t, p, c, the micro-batch, recomputation, "
-                "sharding or offload makes it fit")
-    lines = ["advice: each change alone makes the job fit (verified on the estimate), fastest "
-             "first:", f"{'change':<40}{'GB':>9}{'saved':>9}{'GPUs':>7}{'step s':>9}  add"]
-    for r in rows:
-        step = "-" if r["step_time_s"] is None else f"{r['step_time_s']:.3g}"
-        lines.append(f"{r['change'][:39]:<40}{r['bytes_total'] / 1e9:>9.2f}"
-                     f"{r['saved_bytes'] / 1e9:>9.2f}{r['gpus']:>7}{step:>9}  "
-                     + " ".join(r["flags"]))
-    return "\n".join(lines)
 
 
 #: The framework switches that are plain ``store_true`` flags here as in the framework:
@@ -770,45 +712,6 @@ _SWITCHES = (
 def switch_dests() -> tuple:
     """``(flag, argparse destination)`` of every :data:`_SWITCHES` flag."""
     return tuple((flag, flag[2:].replace("-", "_")) for flag, *_ in _SWITCHES)
-
-
-def capacity_label(args) -> str:
-    """``84.944 GB (79.110 GiB; CUDA total 79.11 GiB, cuda-total-h100; datasheet 80 GB)``."""
-    cap = args.gpu_memory
-    return (f"{cap / 1e9:.3f} GB ({cap / 2**30:.3f} GiB; "
-            f"{getattr(args, 'capacity_note', 'as given')})")
-
-
-def render_step(rep: dict) -> str:
-    """The communication / bubble / step-time / MFU block of a report (text output)."""
-    comm = rep["communication"]
-    asm = rep.get("assumptions", {})
-    wide = max([len("group")] + [len(key) for key in comm]) + 2
-    lines = [f"communication per GPU per step ({asm.get('gpu', '?')}, "
-             f"{asm.get('gpus_per_node', '?')} GPUs per node):",
-             f"{'group':<{wide}}{'bytes':>22}{'GB':>12}{'seconds':>12}  link"]
-    for key, row in comm.items():
-        lines.append(f"{key:<{wide}}{row['bytes']:>22,}{row['bytes'] / 1e9:>12.3f}"
-                     f"{row['seconds']:>12.4g}  {row['link']}")
-    m_ = rep["global_batch"] // max(1, rep["layout"]["dp"] * rep["training"]["micro_batch_size"])
-    v_ = rep["layout"].get("vpp") or 1
-    # the schedule whose bubble it is: (p-1)/m for 1F1B and GPipe, (p-1)/(v m) interleaved
-    # or looped breadth-first where m fills the pipeline (simulated otherwise)
-    sched = ("GPipe" if v_ == 1 else f"looped BFS, v = {v_}") \
-        if rep["training"].get("schedule") == "gpipe" else \
-        ("1F1B" if v_ == 1 else f"interleaved 1F1B, v = {v_}")
-    if rep["training"].get("stage_placement") == "v":
-        sched = f"V schedule priced as interleaved 1F1B, v = {v_}"
-    lines.append(f"pipeline bubble: {100 * rep['bubble']:.3g} % of the compute time ({sched}, "
-                 f"m = {m_} microbatches"
-                 + ("; give --global-batch-size or --num-microbatches" if m_ == 1 and rep["layout"]["pp"] > 1
-                    else "") + ")")
-    eff = asm.get("efficiency")
-    lines.append(f"step time: {rep['step_time_s']:.4g} s"
-                 + ("" if eff is None else f" at efficiency {eff:.3g} of peak")
-                 + f"; MFU {100 * rep['mfu']:.1f} %")
-    lines += [f"warning: {w}" for w in rep.get("warnings", [])]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,171 @@
+"""The text report of ``memsym estimate MODEL ...``: what people read.
+
+At most :data:`WIDTH` columns by default: each term with its bytes, GB and share of the
+capacity (of the total when no capacity is given) and a numbered reference, the dominant terms
+named, every note and default wrapped, the references listed at the end; ``--wide`` prints each
+term's source on its line instead (the older, wider table).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+__all__ = ["WIDTH", "render_estimate", "render_step", "render_advice", "capacity_label"]
+
+#: The widest line of the default report [columns].
+WIDTH = 100
+
+
+def _wrap(text: str, indent: str = "  ") -> str:
+    return textwrap.fill(text, WIDTH, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def _dominant(terms: dict, total: int) -> str:
+    """The largest terms that together make more than half the total, with their shares."""
+    out, run = [], 0
+    for key, val in sorted(terms.items(), key=lambda kv: -kv[1]):
+        if run * 2 > total or val <= 0:
+            break
+        out.append(f"{key} {100 * val / total:.0f} %")
+        run += val
+    return ", ".join(out)
+
+
+def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -> str:
+    """The whole text report of one estimate (``rep`` as ``--json`` prints it)."""
+    cap = args.gpu_memory
+    lines = []
+    if fits is False:
+        n = len(rep.get("advice", []))
+        lines.append(f"does NOT fit: {device / 1e9:.3f} GB on the most-loaded GPU (device "
+                     f"count) > {cap / 1e9:.3f} GB; {n} single change{'' if n == 1 else 's'} "
+                     f"that make{'s' if n == 1 else ''} it fit below")
+        lines.append("")
+    lay, trn = rep["layout"], rep["training"]
+    rc = trn["recompute"] + ("" if not trn.get("recompute_method") else
+                             f" ({trn['recompute_method']} {trn['recompute_num_layers']})")
+    lines.append(f"memsym estimate: {rep['model']} ({rep['convention']} convention), "
+                 f"most-loaded pipeline stage {rep['stage']['index']} ({rep['stage']['role']})")
+    lines.append(_wrap(
+        f"t = {lay['tp']}, p = {lay['pp']}, d = {lay['dp']}, c = {lay['cp']}, e = {lay['ep']}; "
+        f"s = {trn['seq_length']}, b = {trn['micro_batch_size']}, recompute {rc}, flash "
+        f"attention {'on' if trn['flash_attention'] else 'off (--use-flash-attn)'}, dropout "
+        + ("on (--hidden-dropout 0 --attention-dropout 0 turns it off)" if trn["dropout"]
+           else "off")))
+    lines.append("")
+    terms = {k: v for k, v in rep["bytes"].items() if k != "total"}
+    total = rep["bytes"]["total"]
+    sources = rep.get("sources", {})
+    key_w = max([len("term")] + [len(key) for key in rep["bytes"]]) + 2
+    if wide:
+        lines.append(f"{'term':<{key_w}}{'bytes':>22}{'GB':>12}{'GiB':>12}  source")
+        for key, val in rep["bytes"].items():
+            lines.append(f"{key:<{key_w}}{val:>22,}{val / 1e9:>12.3f}{val / 2**30:>12.3f}  "
+                         f"{sources.get(key, '')}")
+        refs = []
+    else:
+        base = cap if cap else total
+        refs = list(dict.fromkeys(sources[k] for k in rep["bytes"] if sources.get(k)))
+        lines.append(f"{'term':<{key_w}}{'bytes':>18}{'GB':>10}"
+                     f"{'of ' + ('capacity' if cap else 'total'):>14}  ref")
+        for key, val in rep["bytes"].items():
+            ref = f"[{refs.index(sources[key]) + 1}]" if sources.get(key) else ""
+            lines.append(f"{key:<{key_w}}{val:>18,}{val / 1e9:>10.3f}{100 * val / base:>12.1f} %"
+                         f"  {ref}".rstrip())
+        if total > 0 and terms:
+            lines.append(f"dominant: {_dominant(terms, total)}")
+    if rep.get("phases"):
+        ph = rep["phases"]
+        step = "".join(f", of which {key.replace('_', ' ')} {val / 1e9:.3f} GB"
+                       for key, val in rep.get("optimizer_step_bytes", {}).items())
+        lines.append(_wrap(
+            f"peak phase: {ph['peak']} (end of forward {ph['forward'] / 1e9:.3f} GB, loss "
+            f"backward {ph['loss-backward'] / 1e9:.3f} GB, blocks' backward "
+            f"{ph['backward'] / 1e9:.3f} GB, optimizer step {ph['optimizer'] / 1e9:.3f} GB"
+            f"{step})") if not wide else
+            f"peak phase: {ph['peak']} (end of forward {ph['forward'] / 1e9:.3f} GB, loss "
+            f"backward {ph['loss-backward'] / 1e9:.3f} GB, blocks' backward "
+            f"{ph['backward'] / 1e9:.3f} GB, optimizer step {ph['optimizer'] / 1e9:.3f} GB"
+            f"{step})")
+    said = [f"read as {rep['read_as']}"] if rep.get("read_as") else []
+    if rep.get("ignored"):
+        said.append("ignored (no effect on memory or time): " + " ".join(rep["ignored"]))
+    said += [f"note: {note}" for note in rep.get("notes", [])]
+    said += [f"default: {row['option']} = {row['value']} ({row['source']})"
+             for row in rep.get("defaults", [])]
+    said.append(f"memory metric: {rep['metric']['name']}, {rep['metric']['sees']}")
+    if rep["metric"]["name"] != "device":
+        said.append(f"device total (what must fit): {device:,} bytes = {device / 1e9:.3f} GB")
+    lines += said if wide else [_wrap(x) for x in said]
+    if fits is not None:
+        verdict = "fits" if fits else "does NOT fit"
+        text = (f"GPU memory {capacity_label(args)}: {verdict}, headroom "
+                f"{(cap - device) / 1e9:.3f} GB (device metric)")
+        lines += ["", text if wide else _wrap(text)]
+    if "communication" in rep:
+        lines += ["", render_step(rep)]
+    if "advice" in rep:
+        lines += ["", render_advice(rep["advice"])]
+    if refs:
+        lines += ["", "references:"]
+        lines += [textwrap.fill(f"[{i}] {src}", WIDTH, subsequent_indent="    ",
+                                break_long_words=True, break_on_hyphens=False)
+                  for i, src in enumerate(refs, 1)]
+    return "\n".join(lines)
+
+
+def capacity_label(args) -> str:
+    """``84.944 GB (79.110 GiB; CUDA total 79.11 GiB, cuda-total-h100; datasheet 80 GB)``."""
+    cap = args.gpu_memory
+    return (f"{cap / 1e9:.3f} GB ({cap / 2**30:.3f} GiB; "
+            f"{getattr(args, 'capacity_note', 'as given')})")
+
+
+
+def render_step(rep: dict) -> str:
+    """The communication / bubble / step-time / MFU block of a report (text output)."""
+    comm = rep["communication"]
+    asm = rep.get("assumptions", {})
+    wide = max([len("group")] + [len(key) for key in comm]) + 2
+    lines = [f"communication per GPU per step ({asm.get('gpu', '?')}, "
+             f"{asm.get('gpus_per_node', '?')} GPUs per node):",
+             f"{'group':<{wide}}{'bytes':>22}{'GB':>12}{'seconds':>12}  link"]
+    for key, row in comm.items():
+        lines.append(f"{key:<{wide}}{row['bytes']:>22,}{row['bytes'] / 1e9:>12.3f}"
+                     f"{row['seconds']:>12.4g}  {row['link']}")
+    m_ = rep["global_batch"] // max(1, rep["layout"]["dp"] * rep["training"]["micro_batch_size"])
+    v_ = rep["layout"].get("vpp") or 1
+    # the schedule whose bubble it is: (p-1)/m for 1F1B and GPipe, (p-1)/(v m) interleaved
+    # or looped breadth-first where m fills the pipeline (simulated otherwise)
+    sched = ("GPipe" if v_ == 1 else f"looped BFS, v = {v_}") \
+        if rep["training"].get("schedule") == "gpipe" else \
+        ("1F1B" if v_ == 1 else f"interleaved 1F1B, v = {v_}")
+    if rep["training"].get("stage_placement") == "v":
+        sched = f"V schedule priced as interleaved 1F1B, v = {v_}"
+    lines.append(f"pipeline bubble: {100 * rep['bubble']:.3g} % of the compute time ({sched}, "
+                 f"m = {m_} microbatches"
+                 + ("; give --global-batch-size or --num-microbatches" if m_ == 1 and rep["layout"]["pp"] > 1
+                    else "") + ")")
+    eff = asm.get("efficiency")
+    lines.append(f"step time: {rep['step_time_s']:.4g} s"
+                 + ("" if eff is None else f" at efficiency {eff:.3g} of peak")
+                 + f"; MFU {100 * rep['mfu']:.1f} %")
+    lines += [f"warning: {w}" for w in rep.get("warnings", [])]
+    return "\n".join(lines)
+
+
+
+def render_advice(rows: list) -> str:
+    """The levers as a table: each alone makes the job fit (verified on the estimate)."""
+    if not rows:
+        return ("advice: no single change of d, t, p, c, the micro-batch, recomputation, "
+                "sharding or offload makes it fit")
+    lines = ["advice: each change alone makes the job fit (verified on the estimate), fastest "
+             "first:", f"{'change':<40}{'GB':>9}{'saved':>9}{'GPUs':>7}{'step s':>9}  add"]
+    for r in rows:
+        step = "-" if r["step_time_s"] is None else f"{r['step_time_s']:.3g}"
+        lines.append(f"{r['change'][:39]:<40}{r['bytes_total'] / 1e9:>9.2f}"
+                     f"{r['saved_bytes'] / 1e9:>9.2f}{r['gpus']:>7}{step:>9}  "
+                     + " ".join(r["flags"]))
+    return "\n".join(lines)
