@@ -175,7 +175,10 @@ def levers(j: Job, capacity: int | None = None) -> list:
     before = _device_total(j)
     out = []
     for knob, change, flags, new in _candidates(j, cap):
-        total = _device_total(new)
+        try:
+            total = _device_total(new)
+        except MemsymError:      # a combination the model refuses (fp8 under FSDP): no lever
+            continue
         if total > cap:          # verified on the estimate: only a change that fits is offered
             continue
         if new.world_size != j.world_size:   # the GPUs it needs, as the command line says it

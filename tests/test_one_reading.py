@@ -561,3 +561,15 @@ def test_the_text_report_is_at_most_100_columns_with_numbered_references(capsys)
         "dominant: activations")
     code, wide, err = run(capsys, "estimate", *job, "--wide")
     assert code == 0 and data["sources"]["weights"] in wide and "references:" not in wide
+
+
+def test_levers_skip_a_combination_the_model_refuses(capsys):
+    # fp8 is modelled as Transformer Engine under Megatron's own sharding: the fsdp lever is
+    # refused by the estimate and left out, the others still offered (this used to end the
+    # command with that refusal instead of the report)
+    code, out, err = run(capsys, "estimate", "llama2-7b", "--precision", "fp8", "--world-size",
+                         8, "--seq-length", 4096, "--global-batch-size", 128, "--gpu",
+                         "h100-80gb", "--json")
+    rep = json.loads(out)
+    assert code == 1 and rep["fits"] is False and rep["advice"]
+    assert all(lever["flags"][:2] != ["--sharding", "fsdp"] for lever in rep["advice"])
