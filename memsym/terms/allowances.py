@@ -64,11 +64,13 @@ ALLOWANCES = {
                              "NCCL_MAX_NCHANNELS (32)"),
                       "NCCL communicator buffers: 4 communicators x 32 channels x 4 MiB "
                       "(default 512 MiB)"),
-    # Seed 001: a 58.8 GB peak OOMed on an H100 80GB (84.9 GB CUDA total) from fragmentation
+    # Megatron-Bridge's memory-tuning skill (seed 001 translates it): a 58.8 GB peak OOMed on an H100 80GB (84.9 GB CUDA total) from fragmentation
     # alone (>30 % of the card unusable), fixed by PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
     # The default 10 % assumes expandable segments; without them measure (reserved - allocated).
     "fragmentation": Allowance("fragmentation", phi_frag, sp.Rational(1, 10),
-                               Source("seed001", "概要; 測定結果 (expandable_segments)"),
+                               Source("mbridge-memory-tuning",
+                                      "What It Is; A Note on VPP (a 58.8 GB peak OOMed on H100 "
+                                      "from fragmentation, expandable_segments fixed it)"),
                                "allocator fragmentation margin, a fraction of the peak-phase "
                                "allocation (default 10 %)"),
 }
