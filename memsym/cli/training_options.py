@@ -769,6 +769,8 @@ def communication_report(args, arch, layout, training) -> dict:
         (job_stage_parameters(arch, layout, training, i).per_gpu for i in range(layout.p)))
     dp_params = heaviest * layout.p * layout.t
     m_ = microbatches(layout, training) or 1
+    if training.grad_dtype in ("bf16", "fp16"):   # --grad-reduce-in-bf16: 2-byte gradients
+        values["b_g"] = 2                           # reduced, as the step time prices them
     values.update({"s": training.seq_length, "b": training.micro_batch_size, "m": m_,
                    "t": layout.t, "p": layout.p, "d": layout.d, "c": layout.c, "e": layout.e,
                    "v": layout.v or 1})

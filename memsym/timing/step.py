@@ -810,6 +810,9 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                   precision=training.precision,
                   # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
                   distributed_optimizer=training.sharding != "ddp",
+                  # --grad-reduce-in-bf16 (grad_dtype bf16) reduces 2-byte gradients, as the
+                  # memory counts its buffer; otherwise Megatron's fp32 main-grad buffer
+                  grad_bytes=2 if getattr(training, "grad_dtype", None) in ("bf16", "fp16") else 4,
                   gather_per_microbatch=training.sharding in ("zero3", "fsdp"),
                   pipelined_fsdp=(training.sharding == "fsdp"
                                   and getattr(training, "framework", "megatron") == "torchtitan"),
