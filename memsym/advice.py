@@ -108,7 +108,7 @@ def _candidates(j: Job, capacity: int):
             b = new.training.micro_batch_size
             yield ("micro-batch-size", f"micro-batch size {trn.micro_batch_size} -> {b}",
                    ("--micro-batch-size", str(b)), new)
-    if trn.recompute in ("none", "selective-op") or (trn.recompute == "selective"):
+    if trn.recompute != "full":
         tries = [("selective", ("--recompute-granularity", "selective"), {})] \
             if trn.recompute == "none" else []
         # every layer checkpointed on its own: Megatron's uniform 1

@@ -491,16 +491,22 @@ def _read_shared_moe(c: _Cfg, mtype: str, notes: list) -> dict:
     kw.update(num_experts=n_exp, moe_router_topk=topk, moe_ffn_hidden_size=moe_f,
               moe_shared_expert_intermediate_size=n_shared * moe_f or None,
               moe_layer_freq=pattern, moe_router_bias=False)
+    _uncounted_notes(c, notes, pattern, n_exp, "Glm4Moe" if glm else "Dots1", mtp=glm)
+    return kw
+
+
+def _uncounted_notes(c: _Cfg, notes: list, pattern, n_exp: int, cls: str, *, mtp: bool) -> None:
+    """Say what a DeepSeek-V3-style config holds that transformers' ``cls`` model does not
+    build as parameters: the routers' e_score_correction_bias (an nn.Buffer) and, where the
+    config has them, the MTP layers (num_nextn_predict_layers)."""
     if any(pattern):
         notes.append(f"e_score_correction_bias ({sum(pattern)} x {n_exp}) not counted: a buffer, "
-                     f"not a parameter, in transformers' {'Glm4Moe' if glm else 'Dots1'}"
-                     "TopkRouter")
-    n_mtp = c.int("num_nextn_predict_layers", 0, allow_zero=True) if glm else 0
+                     f"not a parameter, in transformers' {cls}TopkRouter")
+    n_mtp = c.int("num_nextn_predict_layers", 0, allow_zero=True) if mtp else 0
     if n_mtp:
         notes.append(f"num_nextn_predict_layers={n_mtp} not counted: transformers' "
-                     "Glm4MoeForCausalLM builds no MTP layer (count it with --mtp-num-layers "
+                     f"{cls}ForCausalLM builds no MTP layer (count it with --mtp-num-layers "
                      "when the training framework builds one)")
-    return kw
 
 
 def _read_ernie_moe(c: _Cfg, mtype: str, notes: list) -> dict:
@@ -562,14 +568,8 @@ def _read_deepseek(c: _Cfg, mtype: str, notes: list) -> dict:
               # DeepseekV3TopkRouter keeps e_score_correction_bias as an nn.Buffer (not a
               # parameter) in transformers 5; DeepSeek-V2's router has no bias
               moe_router_bias=False, mtp_num_layers=0)
-    if v3 and any(pattern):
-        notes.append(f"e_score_correction_bias ({sum(pattern)} x {kw['num_experts']}) not counted: "
-                     "a buffer, not a parameter, in transformers' DeepseekV3TopkRouter")
-    n_mtp = c.int("num_nextn_predict_layers", 0, allow_zero=True)
-    if n_mtp:
-        notes.append(f"num_nextn_predict_layers={n_mtp} not counted: transformers' "
-                     "DeepseekV3ForCausalLM builds no MTP layer (count it with --mtp-num-layers "
-                     "when the training framework builds one)")
+    _uncounted_notes(c, notes, pattern if v3 else (), kw["num_experts"],
+                     "DeepseekV3" if v3 else "DeepseekV2", mtp=True)
     return kw
 
 

@@ -682,7 +682,7 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     if r.given("fp8"):
         r.choice("fp8", ("e4m3", "hybrid"))
         opts["precision"] = "fp8"
-        if r.given("bf16") is False and r.given("fp16") is False:
+        if not (r.given("bf16") or r.given("fp16")):
             r.note("--fp8-format without --bf16: the weights are counted as bf16 with FP8 "
                    "GEMMs (memsym's fp8 precision)")
     if r.given("fp8_recipe"):
