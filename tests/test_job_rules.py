@@ -345,19 +345,6 @@ def test_named_choices_are_kept_in_their_canonical_spelling():
         == "gpipe"
 
 
-def test_cli_recompute_methods_are_the_jobs():
-    # the parser spells memsym.job.RECOMPUTE_METHODS itself (it imports no SymPy)
-    import argparse
-
-    from memsym.cli.training_options import add_training_options
-    from memsym.job import RECOMPUTE_METHODS
-
-    parser = argparse.ArgumentParser()
-    add_training_options(parser)
-    action = next(a for a in parser._actions if "--recompute-method" in a.option_strings)
-    assert tuple(action.choices) == RECOMPUTE_METHODS
-
-
 def test_positions_bound_the_sequence_only_where_the_framework_does():
     # Megatron-LM asserts max_position_embeddings >= seq_length; a transformers model under
     # DeepSpeed computes RoPE's angles for any position (LlamaRotaryEmbedding.forward), and

@@ -230,24 +230,6 @@ def test_harmless_arguments_and_order_change_nothing(capsys, job, extra, seed):
 
 
 # --- the help says what the code does ------------------------------------------------------------
-def test_allowance_help_states_the_code_defaults(capsys):
-    import re
-
-    from memsym.training import ALLOWANCES
-
-    with pytest.raises(SystemExit):
-        main(["estimate", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    for flag, key in (("--workspace", "workspace"), ("--nccl-buffers", "nccl")):
-        shown = re.match(re.escape(flag) + r" \S+ [^(]*\(default (\d+)MiB",
-                         text[text.rindex(flag + " "):])
-        assert shown and int(shown.group(1)) * 2**20 == ALLOWANCES[key].default, flag
-    from sympy import Rational
-
-    assert "(default 0.1)" in text and ALLOWANCES["fragmentation"].default == Rational(1, 10)
-    assert "default 1/2" not in text and "default 1GiB" not in text
-
-
 def test_models_and_gpus_list_the_catalogues(capsys):
     from memsym.hardware import gpu
 
@@ -446,7 +428,7 @@ _OWN_VALUES = {
     "--sharding": ["zero3"], "--should-pad-vocab": [], "--workspace": ["0"],
     "--finetune": ["lora"], "--lora-rank": ["8"], "--lora-targets": ["q,v"],
     "--lora-quantization": ["int8"], "--lora-regather": [], "--params": ["7B"],
-    "--metric": ["allocated"], "--advise": [],
+    "--metric": ["allocated"], "--advise": [], "--dropout": [],
 }
 #: Options that choose the input or the output, not the job (each tested on its own).
 _NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--wide", "--args-file", "--launch-script",
@@ -462,9 +444,24 @@ _PRESET_JOB = ["llama2-7b", "--tp", 2, "--pp", 2, "--world-size", 8, "--global-b
                "--seq-length", 1024]
 
 
-@pytest.mark.parametrize("base", [_MEGATRON_COMMAND, _PRESET_JOB], ids=["megatron", "preset"])
-def test_every_own_option_is_honoured_or_refused_in_every_reading(capsys, base):
+@pytest.mark.parametrize("path", ["megatron", "preset", "args-file", "launch-script"])
+def test_every_own_option_is_honoured_or_refused_in_every_reading(capsys, tmp_path, path):
     import argparse
+    import shlex
+
+    # every input path: the flags of a preset job, a pasted Megatron-LM command, the same
+    # command in an argument file and in a launch script (torchrun prefix, a variable)
+    words = " ".join(shlex.quote(str(w)) for w in _MEGATRON_COMMAND)
+    if path == "args-file":
+        (tmp_path / "args.txt").write_text(words + "\n", encoding="utf-8")
+        base = ["--args-file", tmp_path / "args.txt"]
+    elif path == "launch-script":
+        (tmp_path / "run.sh").write_text(
+            f"#!/bin/bash\nARGS=\"{words}\"\ntorchrun --nproc_per_node 8 pretrain_gpt.py $ARGS\n",
+            encoding="utf-8")
+        base = ["--launch-script", tmp_path / "run.sh"]
+    else:
+        base = _MEGATRON_COMMAND if path == "megatron" else _PRESET_JOB
 
     from memsym.cli import build_parser
     from memsym.readers.megatron import megatron_arity

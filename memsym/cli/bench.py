@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from .option_table import add_options
+
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("bench", help="benchmark (ratios measured side by side)",
                             description="Benchmark memsym: compiled sweeps vs hand-written numpy, "
                             "per-configuration Python and subs().evalf(); search; start-up; solve. "
                             "Each figure is printed with its target.")
-    parser.add_argument("--quick", action="store_true", help="small sizes (seconds): proves it runs")
-    parser.add_argument("--suite", action="store_true", help="also time the full test suite (P5)")
-    parser.add_argument("--output", "-o", metavar="FILE", help="write the results as JSON to FILE")
+    add_options(parser, "bench")
     parser.set_defaults(run=run)
 
 

@@ -7,6 +7,7 @@ catalogue with the capacity a job is checked against and where that figure comes
 
 from __future__ import annotations
 
+from .option_table import add_options
 from .options import emit_json
 
 
@@ -15,13 +16,13 @@ def add_parser(sub) -> None:
                             description="The preset models a MODEL may name (or give a Hugging "
                             "Face config.json path), with their size and the recipe a job starts "
                             "from.")
-    models.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    add_options(models, "models")
     models.set_defaults(run=run_models)
     gpus = sub.add_parser("gpus", help="the GPU catalogue (--gpu names)",
                           description="The GPUs --gpu may name: memory as the vendor states it, "
                           "the capacity a job is checked against (the total CUDA reports where "
                           "a report is cited) and peak dense throughput, each cited.")
-    gpus.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    add_options(gpus, "gpus")
     gpus.set_defaults(run=run_gpus)
 
 

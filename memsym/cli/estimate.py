@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .options import add_model_state_options, emit_json, model_state_setup, number_out
+from .option_table import add_options
+from .options import emit_json, model_state_setup, number_out
 from .training_options import switch_dests
 
 #: JSON keys that are always present in "bytes" for the model-state family.
@@ -14,20 +15,7 @@ def add_parser(sub) -> None:
         "estimate", help="per-GPU memory breakdown",
         description="Per-GPU memory of a training configuration, term by term, with sources. "
         "Bytes are exact; GB means 1e9 bytes and GiB 2^30.")
-    add_model_state_options(parser)
-    from .training_options import add_training_options  # issue 3: MODEL, layout, training
-
-    add_training_options(parser)
-    from .training_options import add_cluster_options, add_megatron_inputs
-
-    add_megatron_inputs(parser)
-    add_cluster_options(parser)
-    parser.add_argument("--wide", action="store_true",
-                        help="each term's source on its line (wider than 100 columns)")
-    parser.add_argument("--advise", action="store_true",
-                        help="list the single changes that make the job fit (always when it "
-                        "does not): each knob's smallest change, solved and verified")
-    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    add_options(parser, "estimate")
     parser.set_defaults(run=run)
 
 

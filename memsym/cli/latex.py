@@ -15,34 +15,14 @@ from __future__ import annotations
 
 import sys
 
-from .options import add_model_state_options
+from .option_table import add_options
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("latex", help="the derivation as LaTeX",
                             description="The derivation, one underbrace per term, as LaTeX valid "
                             "inside any amsmath document.")
-    add_model_state_options(parser)
-    form = parser.add_mutually_exclusive_group()
-    form.add_argument("--document", action="store_true", help="a standalone amsmath document")
-    form.add_argument("--snippet", action="store_true", help="an align* block to \\input")
-    form.add_argument("--markdown", action="store_true", help="Markdown with $$ math")
-    parser.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
-    from .options import choice
-    from .solve import UNKNOWNS, add_gpu_option
-    from .training_options import add_training_options
-
-    add_training_options(parser)
-    from .training_options import add_megatron_inputs
-
-    add_megatron_inputs(parser)
-    add_gpu_option(parser)
-    job_grp = parser.add_argument_group("whole-job document (with MODEL)")
-    job_grp.add_argument("--paper", type=choice("paper", ("a4", "letter")), default="a4",
-                         help="--document: paper size, a4 or letter (2.5 cm margins)")
-    job_grp.add_argument("--solve", type=choice("unknown", tuple(UNKNOWNS)), default=None,
-                         metavar="UNKNOWN", help="also solve for " + ", ".join(UNKNOWNS)
-                         + " (needs --gpu-memory or --gpu)")
+    add_options(parser, "latex")
     parser.set_defaults(run=run)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .options import emit_json, positive_int
-from .search import Progress, add_search_options, bytes_json, layout_json, search_options
+from .option_table import add_options
+from .options import emit_json
+from .search import Progress, bytes_json, layout_json, search_model, search_options
 
 
 def add_parser(sub) -> None:
@@ -12,9 +13,7 @@ def add_parser(sub) -> None:
         description="The smallest number of GPUs (over every layout the rules allow) on which "
         "the training fits; the boundary d >= f(N, C) is solved in closed form where the total "
         "allows, then the integer. GB = 1e9 bytes.")
-    add_search_options(parser)
-    parser.add_argument("--max-gpus", type=positive_int, default=1 << 17, metavar="N",
-                        help="search bound (default 131072)")
+    add_options(parser, "min-gpus")
     parser.set_defaults(run=run)
 
 
@@ -25,7 +24,7 @@ def run(args) -> int:
 
     prog = Progress("memsym min-gpus")
     try:
-        res = min_gpus(args.model, args.gpu, max_gpus=args.max_gpus, progress=prog,
+        res = min_gpus(search_model(args), args.gpu, max_gpus=args.max_gpus, progress=prog,
                        **search_options(args))
     finally:
         prog.close()

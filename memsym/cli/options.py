@@ -14,7 +14,7 @@ from ..errors import MemsymError, UnknownNameError
 
 __all__ = [
     "positive_int", "count", "capacity", "fraction", "choice", "number_in", "efficiency",
-    "bandwidth", "tflops", "price", "top_count", "add_model_state_options",
+    "bandwidth", "tflops", "price", "top_count",
     "model_state_setup", "model_state_convention", "emit_json", "number_out",
 ]
 
@@ -144,42 +144,117 @@ def choice(kind: str, names):
     return parse
 
 
-def add_model_state_options(parser, *, dp: bool = True) -> None:
-    """Options of the model-state family (issue 2), shared by estimate, solve and latex."""
-    from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
+# ---------------------------------------------------------------------------------------------
+# the types of the job options (memsym.cli.option_table): each validates and says what it takes
+# ---------------------------------------------------------------------------------------------
+def exact_number(what: str, **bounds):
+    """An option type: an exact decimal number within ``bounds`` (memsym.units.parse_number)."""
 
-    grp = parser.add_argument_group("model states")
-    grp.add_argument("--params", type=count, metavar="N",
-                     help="total parameter count N (7000000000, 7e9, 7B, 1.5T)")
-    if dp:
-        grp.add_argument("--dp", "--data-parallel-size", dest="dp", type=positive_int,
-                         default=None, metavar="D", help="data-parallel size d (default 1)")
-    grp.add_argument("--tp", "--tensor-model-parallel-size", dest="tp", type=positive_int,
-                     default=None, metavar="T", help="tensor-parallel size t (default 1)")
-    grp.add_argument("--pp", "--pipeline-model-parallel-size", dest="pp", type=positive_int,
-                     default=None, metavar="P", help="pipeline-parallel size p (default 1)")
-    grp.add_argument("--sharding", type=choice("sharding", SCHEMES), default=None,
-                     help="how model states are sharded over data parallel: " + ", ".join(SCHEMES)
-                     + " (default distributed-optimizer)")
-    grp.add_argument("--use-distributed-optimizer", action="store_true",
-                     help="Megatron's flag: same as --sharding distributed-optimizer")
-    grp.add_argument("--convention", type=choice("convention", CONVENTIONS + ("megatron-bridge",)),
-                     default="framework",
-                     help="framework (default: what Megatron-core / DeepSpeed / FSDP2 allocate; "
-                     "the distributed optimizer keeps the whole fp32 gradient buffer, 6 + 12/d "
-                     "bytes/param), seed000 (seed 000: 2 + 16/d; alias memsym), zero-paper "
-                     "(ZeRO §5), megatron-lm or megatron-bridge (the frameworks' estimators)")
-    # absent = None: the job's default (memsym.job.DEFAULTS) or the framework's, never a value
-    # argparse would put in that looks given
-    grp.add_argument("--precision", type=choice("precision", tuple(PRECISIONS)), default=None,
-                     help="weight precision: " + ", ".join(PRECISIONS) + " (default bf16; a "
-                     "Megatron-LM command without a MODEL: fp32 unless --bf16/--fp16)")
-    grp.add_argument("--optimizer", type=choice("optimizer", tuple(OPTIMIZERS)), default=None,
-                     help="optimizer: " + ", ".join(OPTIMIZERS) + " (default adam)")
-    grp.add_argument("--offload", type=choice("offload", OFFLOADS), default=None,
-                     help="CPU offload: " + ", ".join(OFFLOADS) + " (default none)")
-    grp.add_argument("--gpu-memory", type=capacity, default=None, metavar="C",
-                     help="GPU memory capacity: 80GB (1e9), 80GiB (2^30) or bytes")
+    def parse(text: str):
+        from ..units import parse_number
+
+        try:
+            return parse_number(text, what, **bounds)
+        except MemsymError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = what
+    return parse
+
+
+#: Dropout is a probability p with 0 <= p < 1 (torch.nn.Dropout refuses p = 1 as a training
+#: setting that drops everything); the fragmentation margin a fraction in [0, 1]; the expert
+#: capacity factor a positive load ratio (bounded: 2^20, as the experts).
+dropout_option = exact_number("dropout", low=0, high=1, include_high=False)
+fragmentation = exact_number("fragmentation", low=0, high=1)
+capacity_factor = exact_number("capacity factor", low=0, include_low=False, high=2**20)
+
+
+def layer_count(text: str) -> int:
+    """A whole number 0 .. 10^6: ``--recompute-num-layers`` (Megatron accepts 0) and
+    ``--wgrad-deferral-limit`` (0: every micro-batch).
+
+    >>> layer_count("0"), layer_count("12")
+    (0, 12)
+    """
+    raw = str(text).strip()
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 7 or int(raw) > 10**6:
+        raise argparse.ArgumentTypeError(f"expected a whole number 0 .. 1000000, got "
+                                         f"{raw[:40]!r}")
+    return int(raw)
+
+
+def lora_targets(text: str) -> tuple:
+    """``--lora-targets q,k,v``: the names, checked when the job is built.
+
+    >>> lora_targets("q, v")
+    ('q', 'v')
+    """
+    names = tuple(n.strip() for n in str(text).split(",") if n.strip())
+    if not names or len(names) > 16 or any(len(n) > 16 for n in names):
+        raise argparse.ArgumentTypeError(f"expected names such as q,k,v,o,gate,up,down, got "
+                                         f"{str(text)[:40]!r}")
+    return names
+
+
+def tokens(text: str) -> int:
+    """A token count (300B, 15T, 3e11), bounded by memsym.limits' ``tokens`` limit."""
+    from ..units import parse_count
+
+    try:
+        return parse_count(text, "--tokens", limit="tokens")
+    except MemsymError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def bytes_or_zero(text: str) -> int:
+    """An allowance: a memory size (:func:`capacity`) or 0 to drop it."""
+    return 0 if str(text).strip() in ("0", "0B") else capacity(text)
+
+
+#: ``memsym plot --candidates``: the most values drawn, and the largest.
+MAX_CANDIDATES = 64
+MAX_CANDIDATE_VALUE = 1 << 20
+
+
+def candidates(text: str) -> list[int]:
+    """``"1,2,4,8"`` or ``"1:16"`` (inclusive) as whole numbers (argparse type; never evaluated).
+
+    >>> candidates("1,2,4"), candidates("3:6")
+    ([1, 2, 4], [3, 4, 5, 6])
+    """
+    raw = str(text).strip()
+    try:
+        if ":" in raw:
+            lo, hi = (int(x) for x in raw.split(":", 1))
+            vals = list(range(lo, hi + 1)) if 0 < lo <= hi and hi - lo < MAX_CANDIDATES else None
+        else:
+            vals = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        vals = None
+    if not vals or len(vals) > MAX_CANDIDATES or any(not 0 < v <= MAX_CANDIDATE_VALUE for v in vals):
+        raise argparse.ArgumentTypeError(
+            f"expected up to {MAX_CANDIDATES} whole numbers 1..{MAX_CANDIDATE_VALUE} as 1,2,4 or "
+            f"1:16, got {raw[:40]!r}")
+    return sorted(set(vals))
+
+
+_RECOMPUTE_MODES = choice("recompute", ("none", "selective", "full", "selective-op", "block-N",
+                                        "every-N"))
+
+
+def recompute_mode(text: str) -> str:
+    """``memsym search --recompute``: a granularity, or ``block-N`` / ``every-N`` (Megatron's
+    --recompute-method block --recompute-num-layers N; torchtitan's selective_ac_option N)."""
+    from ..search.space import recompute_layers
+
+    key = str(text).strip().lower()
+    if recompute_layers(key) is not None:
+        return key
+    if key in ("block-n", "every-n"):      # the placeholders the help names, not choices
+        raise argparse.ArgumentTypeError(f"{key[:-2]}-N takes a number of layers, e.g. "
+                                         f"{key[:-2]}-2")
+    return _RECOMPUTE_MODES(text)
 
 
 def resolve_scheme(args) -> str:

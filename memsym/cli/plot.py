@@ -9,64 +9,12 @@ plot options and draws from an estimate the caller has already computed; the job
 
 from __future__ import annotations
 
-import argparse
+from .option_table import PLOT_KINDS, PLOT_UNKNOWNS, add_options
 
-__all__ = ["KINDS", "UNKNOWNS", "add_plot_parser", "add_plot_options", "run_plot", "candidates"]
+__all__ = ["KINDS", "UNKNOWNS", "add_plot_parser", "run_plot"]
 
-#: Plot kinds, as the command line names them.
-KINDS = ("breakdown", "memory-vs", "feasibility")
-#: Unknowns memory-vs draws against (registry names; b and s grow memory, the others shrink it).
-UNKNOWNS = {"dp": "d", "d": "d", "tp": "t", "t": "t", "pp": "p", "p": "p", "cp": "c", "c": "c",
-            "micro-batch-size": "b", "b": "b", "seq-length": "s", "s": "s"}
-_MAX_CANDIDATES = 64
-_MAX_VALUE = 1 << 20
-
-
-def candidates(text: str) -> list[int]:
-    """``"1,2,4,8"`` or ``"1:16"`` (inclusive) as whole numbers (argparse type; never evaluated).
-
-    >>> candidates("1,2,4"), candidates("3:6")
-    ([1, 2, 4], [3, 4, 5, 6])
-    """
-    raw = str(text).strip()
-    try:
-        if ":" in raw:
-            lo, hi = (int(x) for x in raw.split(":", 1))
-            vals = list(range(lo, hi + 1)) if 0 < lo <= hi and hi - lo < _MAX_CANDIDATES else None
-        else:
-            vals = [int(x) for x in raw.split(",") if x.strip()]
-    except ValueError:
-        vals = None
-    if not vals or len(vals) > _MAX_CANDIDATES or any(not 0 < v <= _MAX_VALUE for v in vals):
-        raise argparse.ArgumentTypeError(
-            f"expected up to {_MAX_CANDIDATES} whole numbers 1..{_MAX_VALUE} as 1,2,4 or 1:16, "
-            f"got {raw[:40]!r}")
-    return sorted(set(vals))
-
-
-def add_plot_options(parser) -> None:
-    """The plot options alone (the kind, the output file, memory-vs and feasibility knobs)."""
-    from .options import choice
-
-    parser.add_argument("kind", type=choice("plot", KINDS), metavar="KIND",
-                        help="breakdown, memory-vs or feasibility")
-    parser.add_argument("--output", "-o", metavar="FILE", required=True,
-                        help="FILE.png, FILE.pdf or FILE.svg")
-    parser.add_argument("--vs", dest="vs", type=choice("unknown", tuple(UNKNOWNS)), default="dp",
-                        help="memory-vs: the unknown on the x axis (dp, tp, pp, cp, "
-                        "micro-batch-size, seq-length; default dp)")
-    parser.add_argument("--candidates", type=candidates, default=None, metavar="LIST",
-                        help="memory-vs: values to draw, 1,2,4,8 or 1:32 (default: around the "
-                        "solution; powers of two for tp, pp, cp, seq-length)")
-    parser.add_argument("--x", dest="map_x", default="p", choices=("t", "p", "c", "d", "e", "v", "b"),
-                        help="feasibility: knob on the x axis (default p)")
-    parser.add_argument("--y", dest="map_y", default="t", choices=("t", "p", "c", "d", "e", "v", "b"),
-                        help="feasibility: knob on the y axis (default t)")
-    parser.add_argument("--map", dest="map_value", default=None,
-                        choices=("fits", "step_time", "headroom"),
-                        help="feasibility: what a cell shows (default: step time with a global "
-                        "batch, else fits)")
-    parser.add_argument("--title", default=None, help="the plot's title (default: the job)")
+#: Plot kinds and the unknowns memory-vs draws against (memsym.cli.option_table).
+KINDS, UNKNOWNS = PLOT_KINDS, PLOT_UNKNOWNS
 
 
 def add_plot_parser(subparsers):
@@ -76,7 +24,6 @@ def add_plot_parser(subparsers):
         "plot", help="draw a job's memory breakdown, memory against an unknown, or a layout map",
         description="Charts of a job, written to PNG, PDF or SVG by the file's extension. "
         "Memory in GB (1e9 bytes).")
-    add_plot_options(parser)
     return parser
 
 
@@ -134,7 +81,7 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     Parameters
     ----------
     args : argparse.Namespace
-        With the options of :func:`add_plot_options` (and ``gpu``/``gpu_memory`` if known).
+        With the plot options (memsym.cli.option_table) (and ``gpu``/``gpu_memory`` if known).
     estimate : memsym.training.TrainingEstimate
     arch, layout, training : optional
         The job (default: the estimate's attributes of those names).  memory-vs re-estimates
@@ -202,17 +149,8 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
 
 def add_parser(sub) -> None:
     """``memsym plot KIND MODEL ... -o FILE``: the plot options and the job options."""
-    from .options import add_model_state_options
-    from .solve import add_gpu_option
-    from .training_options import add_training_options
-
     parser = add_plot_parser(sub)
-    add_model_state_options(parser)
-    add_training_options(parser)
-    from .training_options import add_megatron_inputs
-
-    add_megatron_inputs(parser)
-    add_gpu_option(parser)
+    add_options(parser, "plot")
     parser.set_defaults(run=run)
 
 

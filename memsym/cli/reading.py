@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..readers.megatron import looks_like_option
+from .option_table import memsym_spellings
 
 __all__ = ["JobWords", "split_job_words", "LAUNCHER_WORDS", "MEMSYM_SPELLINGS"]
 
@@ -49,12 +50,8 @@ _DEEPSPEED_LAUNCHER_IGNORED = frozenset({"--hostfile", "--include", "--exclude",
 
 #: memsym's shorthands of Megatron-LM arguments -> Megatron's spelling (read by Megatron's
 #: reader when no MODEL is named, so that ``--tp 2`` and ``--tensor-model-parallel-size 2``
-#: are one argument).
-MEMSYM_SPELLINGS = {"--tp": "--tensor-model-parallel-size", "--pp": "--pipeline-model-parallel-size",
-                    "--cp": "--context-parallel-size", "--ep": "--expert-model-parallel-size",
-                    "--etp": "--expert-tensor-parallel-size",
-                    "--vpp": "--virtual-pipeline-model-parallel-size",
-                    "--recompute": "--recompute-granularity"}
+#: are one argument): from the table of options.
+MEMSYM_SPELLINGS = memsym_spellings()
 
 #: memsym's values of a Megatron-spelled option that Megatron itself does not take: the option
 #: stays memsym's (argparse) in every reading.

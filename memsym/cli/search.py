@@ -6,89 +6,10 @@ import argparse
 import sys
 import time
 
-from .options import capacity, choice, efficiency, emit_json, number_out, positive_int, top_count
+from .option_table import add_options
+from .options import emit_json, number_out
 
-__all__ = ["add_parser", "run", "add_search_options", "search_options", "Progress"]
-
-
-def add_search_options(parser) -> None:
-    """Options shared by ``search`` and ``min-gpus``."""
-    from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
-
-    parser.add_argument("model", metavar="MODEL",
-                        help="preset name (llama3-405b, ...) or path to a config.json")
-    parser.add_argument("--gpu", required=True, metavar="NAME", help="catalogue GPU (h100-80gb, ...)")
-    parser.add_argument("--seq-length", type=positive_int, default=4096, metavar="S",
-                        help="sequence length (default 4096, memsym.job.DEFAULTS)")
-    parser.add_argument("--global-batch-size", type=positive_int, default=None, metavar="B",
-                        help="global batch in sequences (enables step-time ranking)")
-    parser.add_argument("--micro-batch-size", type=positive_int, nargs="+", default=None,
-                        metavar="b", help="micro-batch sizes to try (default 1 2 4 8)")
-    parser.add_argument("--recompute", "--recompute-granularity", dest="recompute",
-                        type=_recompute_choice, nargs="+", default=None,
-                        help="recompute modes to try (default all the framework offers; "
-                        "selective-op: torchtitan's per-op SAC; block-N: Megatron's "
-                        "--recompute-method block --recompute-num-layers N; every-N: "
-                        "torchtitan's selective_ac_option = \"N\", its default every-2)")
-    parser.add_argument("--sharding", type=choice("sharding", SCHEMES), nargs="+", default=None,
-                        help="sharding schemes to try (default ddp zero1 zero2 zero3 "
-                        "distributed-optimizer; torchtitan: fsdp ddp)")
-    parser.add_argument("--framework", choices=("megatron", "deepspeed", "torchtitan"),
-                        default="megatron", help="whose launch rules and runtime apply (default "
-                        "megatron; torchtitan: FSDP2 with pipeline parallelism on its own layer "
-                        "split, search only)")
-    parser.add_argument("--offload", type=choice("offload", OFFLOADS), nargs="+", default=None,
-                        help="CPU offload modes to try (default none)")
-    for flag, what in (("--tp", "tensor"), ("--pp", "pipeline"), ("--cp", "context"),
-                       ("--ep", "expert"), ("--vpp", "virtual pipeline")):
-        parser.add_argument(flag, type=positive_int, nargs="+", default=None, metavar="K",
-                            help=f"restrict the {what}-parallel sizes tried")
-    parser.add_argument("--decoder-first-pipeline-num-layers", type=positive_int, default=None,
-                        metavar="N", help="layers on the first pipeline stage (Megatron-LM's "
-                        "option; restricts the search to it)")
-    parser.add_argument("--decoder-last-pipeline-num-layers", type=positive_int, default=None,
-                        metavar="N", help="layers on the last pipeline stage (restricts the "
-                        "search to it)")
-    parser.add_argument("--no-uneven-stages", action="store_true",
-                        help="do not offer uneven first/last pipeline stages (default: offered "
-                        "where the other stages split the rest evenly)")
-    parser.add_argument("--no-sequence-parallel", action="store_true",
-                        help="do not try Megatron sequence parallelism")
-    parser.add_argument("--precision", type=choice("precision", tuple(PRECISIONS)), default="bf16")
-    parser.add_argument("--optimizer", type=choice("optimizer", tuple(OPTIMIZERS)), default="adam")
-    parser.add_argument("--convention", type=choice("convention", CONVENTIONS),
-                        default="framework")
-    parser.add_argument("--no-flash-attention", "--no-flash-attn", dest="no_flash_attention",
-                        action="store_true",
-                        help="keep the s^2 attention scores (default: flash attention)")
-    parser.add_argument("--use-flash-attn", action="store_true",
-                        help="flash/fused attention (the default, memsym.job.DEFAULTS)")
-    parser.add_argument("--dropout", action="store_true",
-                        help="keep dropout masks (Megatron's default, its 0.1 dropouts; torchtitan "
-                             "builds none)")
-    from .training_options import dropout_option
-
-    parser.add_argument("--hidden-dropout", type=dropout_option, default=None,
-                        help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
-    parser.add_argument("--attention-dropout", type=dropout_option, default=None)
-    parser.add_argument("--schedule", choices=("1f1b", "gpipe"), default=None,
-                        help="pipeline schedule (default 1f1b: interleaved with v > 1); gpipe is "
-                        "torch's ScheduleGPipe, and with v > 1 ScheduleLoopedBFS "
-                        "(--framework torchtitan)")
-    parser.add_argument("--finetune", type=choice("fine-tuning", ("full", "lora", "qlora")),
-                        nargs="?", const="full", default="full",
-                        help="full training (the bare flag, as Megatron-LM's --finetune), LoRA "
-                        "(bf16 base) or QLoRA (NF4 base)")
-    parser.add_argument("--lora-rank", type=positive_int, default=16, metavar="R")
-    parser.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="K",
-                        help="GPUs per node (default 8): t may not exceed it")
-    parser.add_argument("--gpu-memory", type=capacity, default=None, metavar="C",
-                        help="capacity override: 80GB (1e9), 80GiB (2^30) or bytes")
-    parser.add_argument("--efficiency", type=efficiency, default=None, metavar="ETA",
-                        help="override: one achieved GEMM efficiency (fraction of peak "
-                        "FLOP/s), 0.01 <= ETA <= 1 (default: predicted per GEMM shape and GPU, "
-                        "memsym.timing)")
-    parser.add_argument("--json", action="store_true", help="JSON on stdout")
+__all__ = ["add_parser", "run", "search_options", "Progress"]
 
 
 #: Tokens per step assumed when no global batch is given: Llama 2's 4M-token batch
@@ -125,34 +46,65 @@ def _dropout_on(args) -> bool:
     return rates[0] > 0
 
 
+def search_model(args):
+    """The model searched: MODEL with the architecture options applied (the same fields and
+    parsing as a job's, :func:`memsym.cli.training_options.arch_overrides`)."""
+    from .training_options import query_groups, arch_overrides
+
+    arch = arch_overrides(args)
+    if not arch:
+        return args.model
+    if "num_query_groups" in arch and not args.group_query_attention \
+            and query_groups(args.model) is None:
+        arch.pop("num_query_groups")     # as Megatron: ignored without --group-query-attention
+    from ..job import job
+
+    return job(args.model, **arch).model
+
+
 def search_options(args, *, assume_batch: bool = False) -> dict:
-    """Keyword arguments of :func:`memsym.search.search` from parsed options.
+    """Keyword arguments of :func:`memsym.search.search` from parsed options: the job options
+    of :mod:`memsym.cli.option_table` (absent ones take the job's defaults,
+    :data:`memsym.job.DEFAULTS`), the list options as the values to try.
 
     ``assume_batch``: without ``--global-batch-size`` assume about 4M tokens per step
     (:func:`default_global_batch`), so that layouts rank by step time."""
+    from ..job import DEFAULTS
     from ..search import SCHEMES
 
+    def given(name):
+        value = getattr(args, name, None)
+        return DEFAULTS[name] if value is None else value
+
+    seq = given("seq_length")
     batch = args.global_batch_size
     if batch is None and assume_batch:
-        batch = default_global_batch(args.seq_length)
-    out = dict(seq_length=args.seq_length, global_batch_size=batch,
-               precision=args.precision, optimizer=args.optimizer, convention=args.convention,
-               flash_attention=not args.no_flash_attention, dropout=_dropout_on(args),
-               finetune=args.finetune, lora_rank=args.lora_rank, capacity=args.gpu_memory,
+        batch = default_global_batch(seq)
+    framework = args.framework or "megatron"
+    out = dict(seq_length=seq, global_batch_size=batch,
+               precision=given("precision"), optimizer=given("optimizer"),
+               convention=args.convention, flash_attention=not args.no_flash_attn,
+               dropout=_dropout_on(args), finetune=given("finetune"),
+               lora_rank=given("lora_rank"), capacity=args.gpu_memory,
                gpus_per_node=args.gpus_per_node, efficiency=args.efficiency,
                tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, vpp=args.vpp,
                sequence_parallel=(False,) if args.no_sequence_parallel else (False, True),
-               first_stage_layers=args.decoder_first_pipeline_num_layers,
-               last_stage_layers=args.decoder_last_pipeline_num_layers,
+               first_stage_layers=args.first_stage_layers,
+               last_stage_layers=args.last_stage_layers,
                uneven=not args.no_uneven_stages)
+    allowances = {key: getattr(args, dest) for key, dest in (
+        ("workspace", "workspace"), ("nccl", "nccl_buffers"), ("fragmentation", "fragmentation"))
+        if getattr(args, dest, None) is not None}
+    if allowances:
+        out["allowances"] = allowances
     if args.micro_batch_size:
         out["micro_batch_sizes"] = args.micro_batch_size
-    if args.recompute:
-        out["recompute"] = args.recompute
+    if args.recompute_granularity:
+        out["recompute"] = args.recompute_granularity
     if getattr(args, "schedule", None):
         out["schedule"] = args.schedule
-    out["framework"] = args.framework
-    out["sharding"] = args.sharding or (None if args.framework == "torchtitan" else SCHEMES)
+    out["framework"] = framework
+    out["sharding"] = args.sharding or (None if framework == "torchtitan" else SCHEMES)
     if args.offload:
         out["offload"] = args.offload
     return out
@@ -193,40 +145,9 @@ def add_parser(sub) -> None:
         description="Every layout (t, p, c, d, e, v, micro-batch, recompute, sharding) that the "
         "framework rules allow on N GPUs, its memory on the most-loaded GPU and step time; "
         "the best that fit, each with its breakdown. GB = 1e9 bytes.")
-    add_search_options(parser)
-    parser.add_argument("--gpus", type=positive_int, required=True, metavar="N",
-                        help="number of GPUs (world size)")
-    parser.add_argument("--top", type=top_count, default=10, metavar="K",
-                        help="how many layouts to show, 1..1000 (memsym.limits.MAX_TOP; "
-                        "default 10)")
-    parser.add_argument("--emit", choices=("megatron", "torchtitan", "deepspeed"), default=None,
-                        help="print each top layout as the framework's own input instead of the "
-                        "table: pretrain_gpt.py arguments, a torchtitan v0.2 job TOML fragment "
-                        "or a ds_config.json, and the memsym estimate command that reads it "
-                        "back; prices the layouts under that framework's rules (--framework); "
-                        "a layout the framework cannot spell is named in one line, not emitted")
-    parser.add_argument("--emit-dir", default=None, metavar="DIR",
-                        help="with --emit: write one file per layout into DIR (created if "
-                        "missing; at most --top files): layout_N.txt (Megatron-LM argument "
-                        "file), layout_N.toml or layout_N.json")
-    # None: --emit decides the framework (else Megatron-LM, add_search_options' default)
+    add_options(parser, "search")
+    # None: --emit decides the framework (else Megatron-LM)
     parser.set_defaults(run=run, framework=None)
-
-
-_RECOMPUTE_MODES = choice("recompute", ("none", "selective", "full", "selective-op", "block-N",
-                                        "every-N"))
-
-
-def _recompute_choice(text: str) -> str:
-    from ..search.space import recompute_layers
-
-    key = str(text).strip().lower()
-    if recompute_layers(key) is not None:
-        return key
-    if key in ("block-n", "every-n"):      # the placeholders the help names, not choices
-        raise argparse.ArgumentTypeError(f"{key[:-2]}-N takes a number of layers, e.g. "
-                                         f"{key[:-2]}-2")
-    return _RECOMPUTE_MODES(text)
 
 
 def layout_json(row: dict, framework: str | None = None) -> dict:
@@ -269,6 +190,14 @@ def _emit_framework(args) -> None:
     args.emit, args.emit_dir = getattr(args, "emit", None), getattr(args, "emit_dir", None)
     if args.emit_dir is not None and args.emit is None:
         raise InvalidValueError("--emit-dir needs --emit megatron, torchtitan or deepspeed")
+    if args.emit is not None:
+        from .training_options import arch_overrides
+
+        changed = arch_overrides(args)
+        if changed:   # the emitted read-back command names the MODEL alone
+            raise InvalidValueError(f"--emit reads the layouts back on the MODEL as named: give a "
+                                    f"config.json with {', '.join(sorted(changed))} instead of "
+                                    "the architecture options")
     if getattr(args, "framework", None) is None:
         args.framework = args.emit or "megatron"
     elif args.emit is not None and args.emit != args.framework:
@@ -284,7 +213,7 @@ def run(args) -> int:
     assumed = args.global_batch_size is None
     prog = Progress("memsym search")
     try:
-        res = search(args.model, args.gpu, args.gpus, progress=prog,
+        res = search(search_model(args), args.gpu, args.gpus, progress=prog,
                      **search_options(args, assume_batch=True))
     finally:
         prog.close()

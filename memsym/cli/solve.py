@@ -11,32 +11,14 @@ from __future__ import annotations
 
 import sys
 
-from .options import add_model_state_options, emit_json
+from .option_table import SOLVE_UNKNOWNS, add_options
+from .options import emit_json
 
 #: unknown -> help (the unknowns of memsym.analysis.solve_job)
-UNKNOWNS = {
-    "dp": "smallest data-parallel size d that fits",
-    "tp": "smallest tensor-parallel size t that fits",
-    "pp": "smallest pipeline-parallel size p that fits",
-    "cp": "smallest context-parallel size c that fits",
-    "gpus": "fewest GPUs G = t p c d that fit (t, p, c fixed; d solved)",
-    "micro-batch-size": "largest micro-batch size b that fits",
-    "seq-length": "largest sequence length s that fits",
-}
-
-
-def add_gpu_option(parser) -> None:
-    """``--gpu NAME``: a catalogue GPU whose memory is the capacity (an explicit option, so
-    that argparse does not read ``--gpu`` as an abbreviation of ``--gpu-memory``)."""
-    parser.add_argument("--gpu", metavar="NAME", default=None,
-                        help="catalogue GPU (h100-80gb, a100-40gb, ...): the capacity is the "
-                        "total CUDA reports for it where cited, else its datasheet figure, "
-                        "unless --gpu-memory is given")
+UNKNOWNS = SOLVE_UNKNOWNS
 
 
 def add_parser(sub) -> None:
-    from .training_options import add_training_options
-
     parser = sub.add_parser("solve", help="smallest degree (largest size) that fits",
                             description="Solve the per-GPU memory of a whole job for one unknown: "
                             "the closed form over the positive reals, then the integer, verified "
@@ -49,13 +31,7 @@ def add_parser(sub) -> None:
                                   "launch rule refuses are skipped. Without MODEL, `solve dp "
                                   "--params N` solves the model states alone (seed 000).")
         # the unknown's own option is not offered (d, t, p are what is solved)
-        add_model_state_options(sp_, dp=name not in ("dp", "gpus"))
-        add_training_options(sp_)
-        from .training_options import add_megatron_inputs
-
-        add_megatron_inputs(sp_)
-        add_gpu_option(sp_)
-        sp_.add_argument("--json", action="store_true", help="one JSON object on stdout")
+        add_options(sp_, "solve", skip=("dp",) if name in ("dp", "gpus") else ())
         sp_.set_defaults(run=run)
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .options import choice, efficiency, emit_json, positive_int, price, tflops
+from .option_table import add_options
+from .options import emit_json
 
 
 def add_parser(sub) -> None:
@@ -11,41 +12,8 @@ def add_parser(sub) -> None:
         description="End-to-end training time ~ 8*T*N/(G*X) with full recomputation, "
         "6*T*N/(G*X) without (Narayanan et al. 2021 Eq. 4), X = efficiency x peak dense FLOP/s "
         "of the GPU; GPU-hours and cost at a price per GPU-hour (seed 004).")
-    parser.add_argument("model", metavar="MODEL-or-PARAMS",
-                        help="a model preset name, a Hugging Face config.json, or a parameter "
-                        "count (7B, 175e9, 1T)")
-    parser.add_argument("--tokens", type=_tokens, required=True, metavar="T",
-                        help="training tokens (300B, 15T, 3e11)")
-    parser.add_argument("--gpu", default="h100-80gb", metavar="NAME",
-                        help="GPU from the catalogue (default h100-80gb)")
-    parser.add_argument("--gpus", type=positive_int, default=8, metavar="G",
-                        help="number of GPUs (default 8)")
-    parser.add_argument("--precision", type=choice("precision", ("bf16", "fp16", "fp8")),
-                        default="bf16", help="which peak to use (default bf16)")
-    parser.add_argument("--efficiency", type=efficiency, default=None, metavar="ETA",
-                        help="achieved fraction of peak, 0.01 <= ETA <= 1 (default 0.5: Narayanan "
-                        "Table 1 reaches 52%% of A100 peak)")
-    parser.add_argument("--tflops", type=tflops, default=None, metavar="X",
-                        help="achieved TFLOP/s per GPU (overrides --gpu peak and --efficiency)")
-    parser.add_argument("--recompute", type=choice("recompute", ("full", "none")), default="full",
-                        help="full: 8*T*N (Eq. 4 as printed, default); none: 6*T*N")
-    parser.add_argument("--price-per-gpu-hour", type=price, default=None, metavar="X",
-                        help="price of one GPU-hour (any currency) for the cost")
-    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    add_options(parser, "time")
     parser.set_defaults(run=run)
-
-
-def _tokens(text: str) -> int:
-    """A token count (300B, 15T, 3e11), bounded by memsym.limits' ``tokens`` limit."""
-    import argparse
-
-    from ..errors import MemsymError
-    from ..units import parse_count
-
-    try:
-        return parse_count(text, "--tokens", limit="tokens")
-    except MemsymError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _params(text: str):

@@ -9,227 +9,18 @@ from __future__ import annotations
 
 import sys
 
-from .options import capacity, choice, number_out, positive_int
+from .option_table import arch_options, job_fields, switches
+from .options import number_out
 
-__all__ = ["add_training_options", "wants_training", "job_from_args", "ARCH_OPTIONS",
-           "warn_sequence_parallel"]
+__all__ = ["wants_training", "job_from_args", "ARCH_OPTIONS", "warn_sequence_parallel"]
 
 #: option dest -> Architecture field (Megatron-LM long names, dashes for underscores).
-ARCH_OPTIONS = (
-    "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
-    "ffn_hidden_size", "vocab_size", "make_vocab_size_divisible_by", "num_experts",
-    "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
-    "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-    "v_head_dim", "mtp_num_layers", "max_position_embeddings",
-)
+ARCH_OPTIONS = arch_options()
 _ARCH_FLAGS = ("swiglu", "untie_embeddings_and_output_weights", "multi_latent_attention")
 #: Architecture fields a pasted Megatron-LM argument may change (the rest are job options).
 _ARCH_FIELDS = frozenset(ARCH_OPTIONS + _ARCH_FLAGS + (
     "normalization", "add_bias_linear", "add_qkv_bias", "qk_layernorm", "position_embedding_type",
     "moe_shared_expert_gate", "moe_router_bias"))
-
-
-def _number(what: str, **bounds):
-    """An option type: an exact decimal number within ``bounds`` (memsym.units.parse_number)."""
-    import argparse
-
-    from ..errors import MemsymError
-    from ..units import parse_number
-
-    def parse(text: str):
-        try:
-            return parse_number(text, what, **bounds)
-        except MemsymError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    parse.__name__ = what
-    return parse
-
-
-#: Dropout is a probability p with 0 <= p < 1 (torch.nn.Dropout refuses p = 1 as a training
-#: setting that drops everything); the fragmentation margin a fraction in [0, 1]; the expert
-#: capacity factor a positive load ratio (bounded: 2^20, as the experts).
-dropout_option = _number("dropout", low=0, high=1, include_high=False)
-
-
-_fragmentation = _number("fragmentation", low=0, high=1)
-_capacity_factor = _number("capacity factor", low=0, include_low=False, high=2**20)
-
-
-def _layer_count(text: str) -> int:
-    """A whole number 0 .. 10^6: ``--recompute-num-layers`` (Megatron accepts 0) and
-    ``--wgrad-deferral-limit`` (0: every micro-batch)."""
-    import argparse
-
-    raw = str(text).strip()
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 7 or int(raw) > 10**6:
-        raise argparse.ArgumentTypeError(f"expected a whole number 0 .. 1000000, got "
-                                         f"{raw[:40]!r}")
-    return int(raw)
-
-
-def _lora_targets(text: str) -> tuple:
-    """``--lora-targets q,k,v``: the names, checked when the job is built."""
-    import argparse
-
-    names = tuple(n.strip() for n in str(text).split(",") if n.strip())
-    if not names or len(names) > 16 or any(len(n) > 16 for n in names):
-        raise argparse.ArgumentTypeError(f"expected names such as q,k,v,o,gate,up,down, got "
-                                         f"{str(text)[:40]!r}")
-    return names
-
-
-def _bytes_or_zero(text: str) -> int:
-    return 0 if str(text).strip() in ("0", "0B") else capacity(text)
-
-
-def add_training_options(parser) -> None:
-    """MODEL and the model / layout / training / allowance options (estimate and solve)."""
-    parser.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                        help="preset name (llama3-70b, mixtral-8x7b, ...) or path to a config.json")
-    grp = parser.add_argument_group("model (Megatron-LM argument names)")
-    for name in ARCH_OPTIONS:
-        if name == "moe_layer_freq":   # Megatron's: an int q or a 0/1 pattern, never evaluated
-            grp.add_argument("--moe-layer-freq", dest=name, default=None, metavar="Q|PATTERN",
-                             help="MoE every q-th layer, or a 0/1 pattern such as "
-                             "'([0]*3+[1]*58)' (Megatron's moe_freq_type; parsed, not evaluated)")
-            continue
-        grp.add_argument("--" + name.replace("_", "-"), dest=name, type=positive_int, default=None,
-                         metavar="N")
-    grp.add_argument("--group-query-attention", action="store_true",
-                     help="GQA: --num-query-groups KV heads")
-    grp.add_argument("--swiglu", action="store_true", default=None, help="gated (SwiGLU) MLP")
-    grp.add_argument("--untie-embeddings-and-output-weights", action="store_true", default=None)
-    grp.add_argument("--multi-latent-attention", action="store_true", default=None)
-    grp.add_argument("--normalization", type=choice("normalization", ("LayerNorm", "RMSNorm")),
-                     default=None)
-    lay = parser.add_argument_group("layout")
-    lay.add_argument("--context-parallel-size", "--cp", dest="cp", type=positive_int, default=None)
-    lay.add_argument("--expert-model-parallel-size", "--ep", dest="ep", type=positive_int, default=None)
-    lay.add_argument("--expert-tensor-parallel-size", "--etp", dest="etp", type=positive_int,
-                     default=None)
-    lay.add_argument("--virtual-pipeline-model-parallel-size", "--vpp", dest="vpp",
-                     type=positive_int, default=None)
-    lay.add_argument("--sequence-parallel", action="store_true")
-    lay.add_argument("--world-size", type=positive_int, default=None,
-                     help="number of GPUs G = t*p*c*d (gives d when --dp is absent)")
-    lay.add_argument("--decoder-first-pipeline-num-layers", dest="first_stage_layers",
-                     type=positive_int, default=None)
-    lay.add_argument("--decoder-last-pipeline-num-layers", dest="last_stage_layers",
-                     type=positive_int, default=None)
-    lay.add_argument("--pipeline-model-parallel-layout", dest="pipeline_layout", default=None,
-                     metavar="LAYOUT",
-                     help="Megatron-Core's layout: the layers of each pipeline stage, e.g. "
-                     "'Et*4|(tttt|)*14,tmL' (E embedding, t decoder layer, m MTP, L loss)")
-    lay.add_argument("--account-for-embedding-in-pipeline-split", action="store_true",
-                     help="count the embedding as one layer of the pipeline split (Megatron)")
-    lay.add_argument("--account-for-loss-in-pipeline-split", action="store_true",
-                     help="count the loss as one layer of the pipeline split (Megatron)")
-    trn = parser.add_argument_group("training")
-    trn.add_argument("--seq-length", type=positive_int, default=None, metavar="S")
-    trn.add_argument("--micro-batch-size", type=positive_int, default=None, metavar="B")
-    trn.add_argument("--global-batch-size", type=positive_int, default=None, metavar="GB")
-    trn.add_argument("--num-microbatches", type=positive_int, default=None, metavar="M")
-    trn.add_argument("--recompute-granularity", "--recompute", dest="recompute_granularity",
-                     choices=("none", "selective", "full", "selective-op"), default=None,
-                     help="activation recomputation (absent = none; selective-op: torchtitan's "
-                     "per-op SAC, dense gated-MLP layers with flash attention)")
-    # memsym.job.RECOMPUTE_METHODS, spelled here: building the parser imports no SymPy
-    trn.add_argument("--recompute-method", choices=("uniform", "block", "every"), default=None,
-                     help="Megatron's: with full recompute, uniform = groups of "
-                     "--recompute-num-layers checkpointed, block = only the first N layers of "
-                     "each chunk (absent: every layer on its own); every = torchtitan's "
-                     "selective_ac_option N, every N-th block of a rank (--framework torchtitan)")
-    trn.add_argument("--recompute-num-layers", type=_layer_count, default=None, metavar="N",
-                     help="Megatron's: layers per checkpointed group (uniform) or checkpointed "
-                     "layers per chunk (block; 0 checkpoints none, as Megatron runs it)")
-    trn.add_argument("--use-flash-attn", action="store_true",
-                     help="flash/fused attention, no s^2 scores (the default: Megatron-core's "
-                     "--attention-backend auto picks a fused kernel)")
-    trn.add_argument("--no-flash-attn", "--no-flash-attention", dest="no_flash_attn",
-                     action="store_true", help="unfused attention: keep the s^2 scores")
-    trn.add_argument("--hidden-dropout", type=dropout_option, default=None,
-                     help="0 keeps no dropout masks (default 0.1 as Megatron-LM)")
-    trn.add_argument("--attention-dropout", type=dropout_option, default=None)
-    trn.add_argument("--schedule", choices=("1f1b", "gpipe"), default=None,
-                     help="pipeline schedule (default 1f1b; gpipe: torchtitan's GPipe / "
-                     "looped BFS)")
-    trn.add_argument("--grad-reduce-in-bf16", action="store_true",
-                     help="Megatron's flag: a bf16 gradient buffer (default fp32 under --bf16); "
-                     "the optimizer step then makes an fp32 copy of the rank's shard")
-    trn.add_argument("--fp8-param-gather", action="store_true",
-                     help="Megatron's flag (--precision fp8, distributed optimizer): the linear "
-                     "weights are kept in FP8 only")
-    trn.add_argument("--framework", choices=("megatron", "deepspeed", "torchtitan"), default=None,
-                     help="whose launch rules and runtime apply (default megatron; torchtitan: "
-                     "FSDP2 with pipeline parallelism on torchtitan's own layer split)")
-    for flag, _, _, text in _SWITCHES:
-        trn.add_argument(flag, action="store_true", help=text)
-    trn.add_argument("--wgrad-deferral-limit", type=_layer_count, default=None, metavar="N",
-                     help="Megatron's: with --defer-embedding-wgrad-compute, the most "
-                     "micro-batches deferred (default 0: all)")
-    trn.add_argument("--moe-expert-capacity-factor", type=_capacity_factor, default=None,
-                     help="routed-token load of the busiest expert rank (default 1, balanced)")
-    grp.add_argument("--should-pad-vocab", action="store_true",
-                     help="Megatron-Bridge's GPTModelProvider.should_pad_vocab (default False: "
-                     "the preset's vocabulary as is; True when the vocabulary comes from the "
-                     "tokenizer): pad to a multiple of 128 x TP (--convention megatron-bridge)")
-    ft = parser.add_argument_group("fine-tuning (LoRA / QLoRA adapters on a frozen base)")
-    # Megatron-LM's --finetune (a flag: start from a checkpoint without its optimizer state)
-    # is full fine-tuning, memory as training: the bare flag means --finetune full
-    ft.add_argument("--finetune", nargs="?", const="full", choices=("full", "lora", "qlora"),
-                    default=None,
-                    help="full training (default; the bare flag, as Megatron-LM's --finetune), "
-                    "LoRA (a frozen bf16 base) or QLoRA (an NF4 base)")
-    ft.add_argument("--lora-rank", type=positive_int, default=None, metavar="R",
-                    help="the adapters' rank (default 16)")
-    ft.add_argument("--lora-targets", type=_lora_targets, default=None, metavar="LIST",
-                    help="adapted matrices, comma-separated from q,k,v,o,gate,up,down (default "
-                    "all)")
-    ft.add_argument("--lora-quantization", dest="quantization", default=None, metavar="FORMAT",
-                    help="the frozen base's format (default bf16 for LoRA, nf4-dq for QLoRA; "
-                    "memsym.terms.adapters.QUANTIZATIONS)")
-    ft.add_argument("--lora-regather", action="store_true",
-                    help="Megatron-Bridge's LoRA(sequence_parallel_input_regather=True): LoRA-A "
-                    "keeps the local norm-output shard and re-gathers it in backward")
-    alw = parser.add_argument_group("allowances (set 0 to drop one)")
-    # memsym.terms.allowances.METRICS, spelled here: building the parser imports no SymPy
-    alw.add_argument("--metric", choices=("device", "reserved", "allocated"), default=None,
-                     help="which memory the total counts: device (default: nvidia-smi / "
-                     "cudaMemGetInfo, what must fit), reserved (torch.cuda.max_memory_reserved: "
-                     "no CUDA context, no NCCL buffers) or allocated "
-                     "(torch.cuda.max_memory_allocated: also no allocator reserve); whether the "
-                     "job fits is always judged on the device metric")
-    # the defaults are memsym.training.ALLOWANCES' (tests/test_one_reading.py checks this
-    # text against them; the parser is built without SymPy, so they are spelled here)
-    alw.add_argument("--workspace", type=_bytes_or_zero, default=None,
-                     help="CUDA context and kernels + cuBLAS / Transformer Engine workspaces "
-                     "(default 564MiB = 500 MiB + 2 x 32 MiB)")
-    alw.add_argument("--nccl-buffers", type=_bytes_or_zero, default=None,
-                     help="NCCL communicator buffers (default 512MiB = 4 communicators x 32 "
-                     "channels x 4 MiB)")
-    alw.add_argument("--fragmentation", type=_fragmentation, default=None,
-                     help="allocator fragmentation margin as a fraction (default 0.1)")
-
-
-
-
-def add_megatron_inputs(parser) -> None:
-    """``--args-file`` / ``--launch-script`` and the pasted-argument mode of a job command."""
-    grp = parser.add_argument_group(
-        "a Megatron-LM job (pretrain_gpt.py arguments pasted whole, with Megatron's defaults: "
-        "docs/howto-paste-launch-command.md)")
-    grp.add_argument("--args-file", default=None, metavar="FILE",
-                     help="a file of pretrain_gpt.py arguments")
-    grp.add_argument("--launch-script", default=None, metavar="SCRIPT.sh",
-                     help="a bash launch script: its torchrun/pretrain_gpt.py command is read "
-                     "(assignments, arrays and $VAR substituted; never executed)")
-    grp.add_argument("--deepspeed-config", default=None, metavar="ds_config.json",
-                     help="a DeepSpeed config (ZeRO stage, offload, bf16/fp16, batch) for MODEL; "
-                     "--world-size gives the data-parallel size")
-    grp.add_argument("--torchtitan-config", default=None, metavar="JOB.toml",
-                     help="a torchtitan job TOML (v0.2 keys: [parallelism], [training], "
-                     "[activation_checkpoint], [float8]); the model from MODEL or its [model]")
 
 
 def megatron_mode(args) -> bool:
@@ -343,21 +134,10 @@ def wants_training(args) -> bool:
             or megatron_mode(args) or framework_input(args))
 
 
-#: (dest, Job option) of the layout and training options; None values are left to the
-#: job's defaults (memsym.job.DEFAULTS), so the command line has no defaults of its own.
-_JOB_OPTIONS = (
-    ("tp", "t"), ("pp", "p"), ("dp", "d"), ("cp", "c"), ("ep", "e"), ("etp", "t_e"), ("vpp", "v"),
-    ("first_stage_layers", "first_stage_layers"), ("last_stage_layers", "last_stage_layers"),
-    ("pipeline_layout", "pipeline_layout"), ("seq_length", "seq_length"), ("micro_batch_size", "micro_batch_size"),
-    ("global_batch_size", "global_batch_size"), ("num_microbatches", "num_microbatches"),
-    ("recompute_granularity", "recompute"), ("recompute_method", "recompute_method"),
-    ("recompute_num_layers", "recompute_num_layers"), ("offload", "offload"),
-    ("precision", "precision"),
-    ("optimizer", "optimizer"), ("moe_expert_capacity_factor", "capacity_factor"),
-    ("wgrad_deferral_limit", "wgrad_deferral_limit"), ("finetune", "finetune"),
-    ("lora_rank", "lora_rank"), ("lora_targets", "lora_targets"),
-    ("quantization", "quantization"),
-)
+#: (dest, Job option) of the valued layout and training options (memsym.cli.option_table);
+#: None values are left to the job's defaults (memsym.job.DEFAULTS), so the command line has
+#: no defaults of its own.
+_JOB_OPTIONS = job_fields()
 
 
 def _memsym_options(args) -> dict:
@@ -373,13 +153,15 @@ def _memsym_options(args) -> dict:
     for flag in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
         if getattr(args, flag, False):
             opts[flag] = True
-    if getattr(args, "schedule", None) is not None:
-        opts["schedule"] = args.schedule
     if getattr(args, "no_flash_attn", False):
         opts["flash_attention"] = False
     elif getattr(args, "use_flash_attn", False):
         opts["flash_attention"] = True
     hidden, attention = getattr(args, "hidden_dropout", None), getattr(args, "attention_dropout", None)
+    if getattr(args, "dropout", False):      # --dropout: masks kept, as Megatron's 0.1
+        if 0 in (hidden, attention):
+            raise InvalidValueError("--dropout keeps dropout masks: a dropout of 0 contradicts it")
+        hidden = attention = hidden or attention or 1
     if hidden is not None or attention is not None:
         hidden = hidden if hidden is not None else attention
         attention = attention if attention is not None else hidden
@@ -400,7 +182,7 @@ def _memsym_options(args) -> dict:
     if getattr(args, "should_pad_vocab", False) and args.convention != "megatron-bridge":
         opts["_notes"] = ("--should-pad-vocab has effect only with --convention megatron-bridge "
                           "(Megatron-Bridge's GPTModelProvider.should_pad_vocab)",)
-    for (_, dest), (_, option, value, _) in zip(switch_dests(), _SWITCHES):
+    for _, dest, option, value in switches():
         if getattr(args, dest, False):
             opts[option] = value
     if getattr(args, "framework", None) is not None:
@@ -442,21 +224,9 @@ def job_from_args(args, **override):
         args.reading = {"read_as": "Megatron-LM arguments (pretrain_gpt.py semantics and "
                         "defaults)", "ignored": list(mj.ignored)}
         return j.replace(**override) if override else j
-    arch = {n: getattr(args, n) for n in ARCH_OPTIONS if getattr(args, n, None) is not None}
-    for n in _ARCH_FLAGS:
-        if getattr(args, n, None):
-            arch[n] = True
-    if getattr(args, "normalization", None) is not None:
-        arch["normalization"] = args.normalization
+    arch = arch_overrides(args)
     opts = _memsym_options(args)
     notes = []
-    if "moe_layer_freq" in arch:
-        from ..model import resolve_model
-        from ..readers.megatron import parse_moe_layer_freq
-
-        layers = arch.get("num_layers") or (resolve_model(args.model).num_layers
-                                            if args.model is not None else None)
-        arch["moe_layer_freq"] = parse_moe_layer_freq(arch["moe_layer_freq"], layers)
     words = getattr(args, "job_words", None)
     pasted = words.megatron if words is not None else []
     if pasted and args.model is None:
@@ -482,7 +252,7 @@ def job_from_args(args, **override):
     if "num_query_groups" in arch and not getattr(args, "group_query_attention", False):
         # Megatron-LM ignores --num-query-groups without --group-query-attention; a model that
         # already has grouped KV heads (a GQA preset or config.json) takes the new count
-        if args.model is None or _query_groups(args.model) is None:
+        if args.model is None or query_groups(args.model) is None:
             arch.pop("num_query_groups")
             notes.append("--num-query-groups has no effect without --group-query-attention "
                          "(Megatron uses multi-head attention)")
@@ -498,7 +268,26 @@ def job_from_args(args, **override):
     return job(args.model, **opts)
 
 
-def _query_groups(model):
+def arch_overrides(args) -> dict:
+    """The architecture fields the model options give (Megatron-LM's names; a
+    ``--moe-layer-freq`` pattern parsed as Megatron parses it, never evaluated)."""
+    arch = {n: getattr(args, n) for n in ARCH_OPTIONS if getattr(args, n, None) is not None}
+    for n in _ARCH_FLAGS:
+        if getattr(args, n, None):
+            arch[n] = True
+    if getattr(args, "normalization", None) is not None:
+        arch["normalization"] = args.normalization
+    if "moe_layer_freq" in arch:
+        from ..model import resolve_model
+        from ..readers.megatron import parse_moe_layer_freq
+
+        layers = arch.get("num_layers") or (resolve_model(args.model).num_layers
+                                            if args.model is not None else None)
+        arch["moe_layer_freq"] = parse_moe_layer_freq(arch["moe_layer_freq"], layers)
+    return arch
+
+
+def query_groups(model):
     """The KV-head count of a named model (None: multi-head attention, one KV head each)."""
     from ..model import resolve_model
 
@@ -681,60 +470,9 @@ def advice_report(j) -> list:
 
 
 
-#: The framework switches that are plain ``store_true`` flags here as in the framework:
-#: (flag, the job option it sets, the value it sets, help).  One table for the parser, the job
-#: (:func:`job_from_args`) and the options a model-state estimate refuses.
-_SWITCHES = (
-    ("--compiled-loss", "compiled_loss", True, "the loss runs under torch.compile (torchtitan's "
-     "compile.enable with 'loss' in components): 16-bit logits kept, no fp32 copy"),
-    ("--disable-loss-parallel", "loss_parallel", False, "torchtitan's flag (--framework "
-     "torchtitan, --tp > 1): the logits are gathered and the loss is eager F.cross_entropy, not "
-     "torch's loss_parallel"),
-    ("--overlap-grad-reduce", "overlap_grad_reduce", True, "Megatron's flag: the data-parallel "
-     "gradient reduce-scatter runs in buckets during the backward (step time; off unless "
-     "given, as in Megatron)"),
-    ("--overlap-param-gather", "overlap_param_gather", True, "Megatron's flag (needs "
-     "--overlap-grad-reduce and the distributed optimizer): the parameter all-gather runs "
-     "during the next forward"),
-    ("--tp-comm-overlap", "tp_comm_overlap", True, "Megatron's flag (needs --sequence-parallel): "
-     "Transformer Engine pipelines the TP all-gather / reduce-scatter with the GEMMs"),
-    ("--overlap-moe-expert-parallel-comm", "overlap_moe_expert_parallel_comm", True,
-     "Megatron's flag (EP > 1, interleaving where PP > 1, no full recompute): the EP "
-     "all-to-all hides behind another micro-batch's compute"),
-    ("--no-overlap-p2p-communication", "overlap_p2p_comm", False, "Megatron's flag: the "
-     "interleaved schedule's p2p sends are exposed (and interleaving needs PP > 2)"),
-    ("--defer-embedding-wgrad-compute", "defer_embedding_wgrad_compute", True, "Megatron's "
-     "flag (PP > 1): the output layer's weight gradients wait for the pipeline flush, and the "
-     "last stage keeps each micro-batch's output-layer input and logits gradient until then"),
-)
-
-
 def switch_dests() -> tuple:
-    """``(flag, argparse destination)`` of every :data:`_SWITCHES` flag."""
-    return tuple((flag, flag[2:].replace("-", "_")) for flag, *_ in _SWITCHES)
-
-
-# ---------------------------------------------------------------------------------------------
-# the cluster options: with a model, estimate also prices communication and time
-# ---------------------------------------------------------------------------------------------
-def add_cluster_options(parser) -> None:
-    """Issue 4: with a known cluster, estimate also prices communication and time."""
-    from .options import fraction, positive_int, positive_number
-
-    grp = parser.add_argument_group("cluster (communication, bubble, FLOPs, step time, MFU)")
-    grp.add_argument("--gpu", metavar="NAME", default=None,
-                     help="GPU from the catalogue (h100-80gb, a100-80gb, h200-141gb, ...); "
-                     "the capacity is the total CUDA reports for it where cited (h100-80gb: "
-                     "79.11 GiB), else its datasheet figure, unless --gpu-memory is given")
-    grp.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="K",
-                     help="GPUs per node (default 8)")
-    grp.add_argument("--intra-node-bandwidth", type=positive_number, default=None, metavar="GB/s",
-                     help="intra-node (NVLink) bandwidth per GPU [GB/s = 1e9 bytes/s]")
-    grp.add_argument("--inter-node-bandwidth", type=positive_number, default=None, metavar="GB/s",
-                     help="inter-node (InfiniBand/RoCE) bandwidth per GPU [GB/s] (default 50)")
-    grp.add_argument("--efficiency", type=fraction, default=None, metavar="ETA",
-                     help="override: every GEMM at this fraction of peak FLOP/s, 0 < eta <= 1 "
-                     "(default: memsym.timing's model, GEMM efficiency by shape and GPU class)")
+    """``(flag, argparse destination)`` of every framework switch (:func:`switches`)."""
+    return tuple((flag, dest) for flag, dest, _, _ in switches())
 
 
 #: (option, dest) of the cluster options that price communication and time (--gpu alone may

@@ -1,0 +1,163 @@
+"""One table of options (issue 28): every subcommand's parser, its help and docs/options.md come
+from memsym.cli.option_table; the defaults it states are the code's; no option is declared
+anywhere else; search and min-gpus take the job's options by the same names."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import pathlib
+
+import pytest
+import sympy as sp
+
+from memsym.cli import build_parser, main
+from memsym.cli import option_table as table
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _subparsers():
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    out = dict(sub.choices)
+    solve = out.pop("solve")
+    inner = next(a for a in solve._actions if isinstance(a, argparse._SubParsersAction))
+    out.update({f"solve {k}": v for k, v in inner.choices.items()})
+    return out
+
+
+def test_the_option_reference_is_current():
+    # docs/options.md is generated: `python -m tools.option_reference` rewrites it
+    doc = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    assert doc == table.reference_markdown() + "\n", "run python -m tools.option_reference"
+
+
+def test_no_option_is_declared_outside_the_table():
+    # every add_argument of memsym/cli is in option_table.py (the top-level --version aside)
+    found = []
+    for path in sorted((ROOT / "memsym" / "cli").glob("*.py")):
+        if path.name == "option_table.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                first = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) \
+                    else None
+                if first != "--version":
+                    found.append(f"{path.name}:{node.lineno} {first}")
+    assert found == []
+
+
+def test_every_parser_is_the_table():
+    # each subcommand's options are exactly the table's rows for it, with the table's help
+    for name, parser in _subparsers().items():
+        command = name.split()[0]
+        rows = table.rows(command)
+        want = {n for o in rows for n in o.names if not o.positional}
+        if name in ("solve dp", "solve gpus"):
+            want -= {"--dp", "--data-parallel-size"}        # the unknown is not an option
+        have = {s for a in parser._actions for s in a.option_strings} - {"-h", "--help"}
+        assert have == want, name
+        helps = {s: a.help for a in parser._actions for s in a.option_strings}
+        for o in rows:
+            if not o.positional and o.names[0] in have:
+                assert helps[o.names[0]] == table.help_text(o, command), (name, o.names[0])
+
+
+def test_the_stated_defaults_are_the_codes():
+    from memsym.hardware import cluster_for
+    from memsym.job import DEFAULTS, FRAMEWORKS, RECOMPUTE_METHODS
+    from memsym.terms.allowances import ALLOWANCES, METRICS
+    from memsym.terms.compute import DEFAULT_EFFICIENCY
+    from memsym.terms.schedule import SCHEDULES
+
+    keys = {"workspace": "workspace", "nccl": "nccl", "fragmentation": "fragmentation"}
+    checked = 0
+    for o in table.OPTIONS:
+        if o.source.startswith("memsym.job.DEFAULTS"):
+            assert DEFAULTS[o.field] == o.default, o.names
+            checked += 1
+        elif o.source.startswith("memsym.training.ALLOWANCES"):
+            assert ALLOWANCES[keys[o.field]].default == sp.Rational(o.default), o.names
+            checked += 1
+    assert checked >= 20
+    row = {(o.names[0], frozenset(o.commands)): o for o in table.OPTIONS}
+    by_name = {}
+    for (name, _), o in row.items():
+        by_name.setdefault(name, []).append(o)
+    # the choices the parser spells itself (building it imports no SymPy) are the code's
+    assert tuple(by_name["--recompute-method"][0].choices) == RECOMPUTE_METHODS
+    assert set(by_name["--metric"][0].choices) == set(METRICS)
+    assert all(tuple(o.choices) == FRAMEWORKS for o in by_name["--framework"])
+    assert set(by_name["--schedule"][0].choices) == set(SCHEDULES)
+    # the cluster's defaults: 8 GPUs per node, 50 GB/s per GPU between nodes
+    clu = cluster_for("h100-80gb")
+    gpn = by_name["--gpus-per-node"][0]
+    assert gpn.default == clu.gpus_per_node
+    assert by_name["--inter-node-bandwidth"][0].default * 10**9 == clu.inter_node_bandwidth
+    # memsym time's efficiency: Narayanan et al.'s 52 %, rounded to the 1/2 the code uses
+    time_eff = next(o for o in by_name["--efficiency"] if "time" in o.commands)
+    assert sp.Rational(time_eff.default) == DEFAULT_EFFICIENCY
+
+
+def test_every_row_says_what_it_changes_and_the_job_field_exists():
+    import dataclasses
+
+    from memsym.job import DEFAULTS
+    from memsym.model import Architecture
+
+    arch = {f.name for f in dataclasses.fields(Architecture)}
+    extra = {"world_size", "gpu", "capacity", "gpus_per_node", "workspace", "nccl",
+             "fragmentation", "account_for_embedding_in_pipeline_split",
+             "account_for_loss_in_pipeline_split"}
+    for o in table.OPTIONS:
+        assert o.effect in table.EFFECTS, o.names
+        assert o.help, o.names
+        if o.field:
+            assert o.field in DEFAULTS or o.field in arch or o.field in extra, o.names
+
+
+def test_search_takes_the_job_options_by_the_same_names(capsys):
+    parsers = _subparsers()
+    est = {s for a in parsers["estimate"]._actions for s in a.option_strings}
+    for cmd in ("search", "min-gpus"):
+        have = {s for a in parsers[cmd]._actions for s in a.option_strings}
+        for o in table.OPTIONS:
+            if o.search and "estimate" in o.commands:
+                assert set(o.names) <= have and set(o.names) <= est, (cmd, o.names)
+    # the Megatron-LM spelling and memsym's shorthand are one option in a search too
+    code = main(["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8",
+                 "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "1",
+                 "--micro-batch-size", "1", "--recompute", "none", "--sharding",
+                 "distributed-optimizer", "--seq-length", "4096", "--top", "1", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == 0 and rows[0]["layout"]["tp"] == 2 and rows[0]["layout"]["pp"] == 1
+
+
+def test_search_applies_the_architecture_and_allowance_options(capsys):
+    # --num-layers 16 halves Llama 2 7B's 32 layers: the weights of the one layout searched
+    # are then the 16-layer model's (counted by hand: 16 x 202,383,360 per layer + embeddings
+    # and output 2 x 32000 x 4096 + final norm 4096 = 3,500,281,856 parameters), and
+    # --workspace 0 --nccl-buffers 0 --fragmentation 0 leave only states and activations
+    base = ["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8", "--tp", "1",
+            "--pp", "1", "--micro-batch-size", "1", "--recompute", "full", "--sharding",
+            "distributed-optimizer", "--top", "1", "--json"]
+    main(base + ["--num-layers", "16", "--workspace", "0", "--nccl-buffers", "0",
+                 "--fragmentation", "0"])
+    row = json.loads(capsys.readouterr().out)[0]
+    params = 16 * 202_383_360 + 2 * 32000 * 4096 + 4096
+    assert row["bytes"]["weights"] == 2 * params   # bf16 weights (distributed optimizer)
+    assert row["bytes"]["workspace"] == row["bytes"]["nccl"] == row["bytes"]["fragmentation"] == 0
+    main(base)
+    full = json.loads(capsys.readouterr().out)[0]
+    assert full["bytes"]["weights"] == 2 * 6_738_415_616  # Llama 2 7B (Touvron et al. 2023)
+
+
+@pytest.mark.parametrize("command", ["search", "min-gpus"])
+def test_search_refuses_an_option_it_cannot_honour(capsys, command):
+    from memsym.cli import main as cli
+
+    extra = ["--gpus", "8"] if command == "search" else []
+    code = cli([command, "llama2-7b", "--gpu", "h100-80gb", *extra, "--world-size", "8"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--world-size" in err
