@@ -15,5 +15,4 @@ STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
 ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
                    "output_activations", "mtp_activations", "pipeline_buffers",
                    "recompute_working_set", "phase_transient")
-#: The named allowances (:data:`memsym.terms.allowances.ALLOWANCES`).
-ALLOWANCE_KEYS = ("workspace", "nccl", "fragmentation")
+from .vocabulary import ALLOWANCE_KEYS  # the named allowances (memsym.terms.allowances)

@@ -26,6 +26,8 @@ from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout, torchtitan_end_stages
 from .model import Architecture, recipe, resolve, resolve_model
 from .units import capacity_bytes as _capacity   # GPU memory capacity as whole bytes
+from .vocabulary import (ALLOWANCE_KEYS, FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS,
+                         RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
            "resolve_dropout", "dropout_kept",
@@ -433,7 +435,7 @@ def _named_choices() -> dict:
             "sharding": ("sharding", SCHEMES),
             "convention": ("convention", CONVENTIONS + FRAMEWORK_CONVENTIONS),
             "offload": ("offload", OFFLOADS),
-            "finetune": ("fine-tuning mode", ("full", "lora", "qlora")),
+            "finetune": ("fine-tuning mode", FINETUNES),
             "metric": ("memory metric", tuple(METRICS)),
             "framework": ("framework", FRAMEWORKS)}
 
@@ -716,16 +718,6 @@ def dropout_kept(training) -> bool:
     return True if training.dropout is None else training.dropout
 
 
-#: Where a rank's pipeline stages sit (``Training.stage_placement``): loop (stage i on rank
-#: i mod p) or v (stages r and 2p - 1 - r on rank r, torch's ZBVZeroBubble / DualPipeV).
-STAGE_PLACEMENTS = ("loop", "v")
-
-#: Full recompute's methods (``Training.recompute_method``): Megatron's uniform and block,
-#: torchtitan's every-N.
-RECOMPUTE_METHODS = ("uniform", "block", "every")
-
-#: The frameworks whose launch rules and runtime a job follows (``Training.framework``).
-FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
 #: The sharding schemes each framework runs (Megatron: every scheme memsym models, its own
 #: distributed optimizer and torch-FSDP2 / Megatron-FSDP among them).
 FRAMEWORK_SCHEMES = {"deepspeed": ("ddp", "zero1", "zero2", "zero3"),
@@ -734,8 +726,6 @@ FRAMEWORK_SCHEMES = {"deepspeed": ("ddp", "zero1", "zero2", "zero3"),
 #: torchtitan: data_parallel_shard_degree -1, FSDP2 over every data-parallel rank).
 _FRAMEWORK_DEFAULT_SCHEME = {"deepspeed": "ddp", "torchtitan": "fsdp"}
 
-#: Memory conventions reported by a framework's own estimator (memsym.conventions).
-FRAMEWORK_CONVENTIONS = ("megatron-bridge",)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -805,7 +795,7 @@ class Job:
 
 _LAYOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Layout))
 _TRAINING_FIELDS = tuple(f.name for f in dataclasses.fields(Training))
-_ALLOWANCE_KEYS = ("workspace", "nccl", "fragmentation")
+_ALLOWANCE_KEYS = ALLOWANCE_KEYS
 
 
 def _canonical(options: Mapping) -> dict:

@@ -35,7 +35,7 @@ LAYERS = (
     # formula (the bibliography, GPUs and clusters, the term keys of a total by group)
     ("core", ("memsym.errors", "memsym.symbols", "memsym.values", "memsym.units",
               "memsym.limits", "memsym.text", "memsym.numeric", "memsym.compile_cache",
-              "memsym.version",
+              "memsym.version", "memsym.vocabulary",
               "memsym.printing", "memsym.bibliography", "memsym.hardware", "memsym.groups")),
     ("term", ("memsym.term",)),
     # formula families as pure functions returning Terms

@@ -161,3 +161,14 @@ def test_search_refuses_an_option_it_cannot_honour(capsys, command):
     code = cli([command, "llama2-7b", "--gpu", "h100-80gb", *extra, "--world-size", "8"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and "--world-size" in err
+
+
+def test_the_vocabulary_names_what_the_library_defines():
+    # memsym.vocabulary spells the names without SymPy; the tables that give them meaning
+    # (byte widths, optimizer states, metrics, allowances) define exactly those names
+    from memsym import vocabulary as v
+    from memsym.terms.allowances import ALLOWANCES, METRICS
+    from memsym.terms.model_state import OPTIMIZERS, PRECISIONS
+
+    assert tuple(PRECISIONS) == v.PRECISION_NAMES and tuple(OPTIMIZERS) == v.OPTIMIZER_NAMES
+    assert tuple(METRICS) == v.METRIC_NAMES and tuple(ALLOWANCES) == v.ALLOWANCE_KEYS

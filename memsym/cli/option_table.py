@@ -20,6 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..vocabulary import (CONVENTIONS, FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS,
+                          METRIC_NAMES, OFFLOADS, RECOMPUTE, RECOMPUTE_METHODS, SCHEDULES, SCHEMES)
+from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
+from ..vocabulary import PRECISION_NAMES as PRECISIONS
 from . import options as T
 
 __all__ = ["Option", "OPTIONS", "GROUPS", "JOB_COMMANDS", "SEARCH_COMMANDS", "add_options",
@@ -206,8 +210,6 @@ def _arch_rows():
 
 
 def _state_rows():
-    from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
-
     return [
         _o("--params", group="states", type=T.count, metavar="N", effect="memory",
            help="total parameter count N (7000000000, 7e9, 7B, 1.5T) for the model states alone"),
@@ -231,19 +233,19 @@ def _state_rows():
         _flag("--use-distributed-optimizer", group="states",
               help="Megatron's flag: same as --sharding distributed-optimizer"),
         _o("--convention", group="states",
-           type=T.choice("convention", CONVENTIONS + ("megatron-bridge",)),
+           type=T.choice("convention", CONVENTIONS + FRAMEWORK_CONVENTIONS),
            parser_default="framework", default="framework", source="memsym: what the "
            "frameworks allocate", commands=_BOTH, search="same",
            help="framework (what Megatron-core / DeepSpeed / FSDP2 allocate; the distributed "
            "optimizer keeps the whole fp32 gradient buffer, 6 + 12/d bytes/param), seed000 "
            "(2 + 16/d; alias memsym), zero-paper (ZeRO §5), megatron-lm or megatron-bridge "
            "(the frameworks' estimators)"),
-        _o("--precision", group="states", type=T.choice("precision", tuple(PRECISIONS)),
+        _o("--precision", group="states", type=T.choice("precision", PRECISIONS),
            field="precision", default="bf16", commands=_BOTH, search="same",
            source=_JOB_DEFAULTS + " (bf16 mixed precision, as the recipes); a Megatron-LM "
            "command without MODEL: fp32 unless --bf16/--fp16",
            help="weight precision: " + ", ".join(PRECISIONS)),
-        _o("--optimizer", group="states", type=T.choice("optimizer", tuple(OPTIMIZERS)),
+        _o("--optimizer", group="states", type=T.choice("optimizer", OPTIMIZERS),
            field="optimizer", default="adam", source=_JOB_DEFAULTS + " (Megatron-LM's "
            "--optimizer adam)", commands=_BOTH, search="same",
            help="optimizer: " + ", ".join(OPTIMIZERS)),
@@ -351,7 +353,7 @@ def _training_rows():
            field="num_microbatches", effect="memory, time",
            help="micro-batches per step m (instead of --global-batch-size)"),
         _o(("--recompute-granularity", "--recompute"), "recompute_granularity",
-           group="training", choices=("none", "selective", "full", "selective-op"),
+           group="training", choices=RECOMPUTE,
            field="recompute", default="none", source=_JOB_DEFAULTS + " (Megatron-LM without "
            "--recompute-granularity)", commands=_BOTH, search="list",
            search_type=T.recompute_mode, effect="memory, time",
@@ -360,8 +362,7 @@ def _training_rows():
            search_help="recompute modes to try (default all the framework offers; "
            "selective-op: torchtitan's per-op SAC; block-N: Megatron's --recompute-method "
            "block --recompute-num-layers N; every-N: torchtitan's selective_ac_option = \"N\")"),
-        # memsym.job.RECOMPUTE_METHODS, spelled here: building the parser imports no SymPy
-        _o("--recompute-method", group="training", choices=("uniform", "block", "every"),
+        _o("--recompute-method", group="training", choices=RECOMPUTE_METHODS,
            field="recompute_method", effect="memory, time",
            source="every layer recomputed on its own",
            help="Megatron's: with full recompute, uniform = groups of --recompute-num-layers "
@@ -387,7 +388,7 @@ def _training_rows():
         _o("--attention-dropout", group="training", type=T.dropout_option, field="dropout",
            commands=_BOTH, search="same", default=0.1, source=_RECIPE,
            help="0 keeps no dropout masks (memsym models one dropout setting)"),
-        _o("--schedule", group="training", choices=("1f1b", "gpipe"), field="schedule",
+        _o("--schedule", group="training", choices=SCHEDULES, field="schedule",
            default="1f1b", source=_JOB_DEFAULTS + " (Megatron's; interleaved with v > 1)",
            commands=_BOTH, search="same", effect="memory, time",
            help="pipeline schedule (gpipe: torch's ScheduleGPipe, with v > 1 "
@@ -400,7 +401,7 @@ def _training_rows():
         _flag("--fp8-param-gather", group="training", field="fp8_param_gather", value=True,
               help="Megatron's flag (--precision fp8, distributed optimizer): the linear "
               "weights are kept in FP8 only"),
-        _o("--framework", group="training", choices=("megatron", "deepspeed", "torchtitan"),
+        _o("--framework", group="training", choices=FRAMEWORKS,
            field="framework", default="megatron", source=_JOB_DEFAULTS, commands=_BOTH,
            search="same", effect="memory, time",
            help="whose launch rules and runtime apply (torchtitan: FSDP2 with pipeline "
@@ -422,7 +423,7 @@ def _finetune_rows():
         # Megatron-LM's --finetune (a flag: start from a checkpoint without its optimizer
         # state) is full fine-tuning, memory as training: the bare flag means --finetune full
         _o("--finetune", group="finetune", nargs="?", const="full",
-           choices=("full", "lora", "qlora"), field="finetune", default="full",
+           choices=FINETUNES, field="finetune", default="full",
            source=_JOB_DEFAULTS, commands=_BOTH, search="same",
            help="full training (the bare flag, as Megatron-LM's --finetune), LoRA (a frozen "
            "bf16 base) or QLoRA (an NF4 base)"),
@@ -443,8 +444,7 @@ def _finetune_rows():
 
 def _allowance_rows():
     return [
-        # memsym.terms.allowances.METRICS, spelled here: building the parser imports no SymPy
-        _o("--metric", group="allowances", choices=("device", "reserved", "allocated"),
+        _o("--metric", group="allowances", choices=METRIC_NAMES,
            field="metric", default="device", source=_JOB_DEFAULTS, effect="output",
            commands=_BOTH, search="same",
            help="which memory the total counts: device (nvidia-smi / cudaMemGetInfo, what must "

@@ -51,6 +51,7 @@ from ..errors import InvalidValueError, choose
 from ..symbols import E, V, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..values import as_expr
+from ..vocabulary import RECOMPUTE  # Megatron --recompute-granularity; torchtitan's per-op AC
 from .schedule import first_stage_layers
 
 __all__ = [
@@ -62,9 +63,6 @@ __all__ = [
 
 #: Parallel settings of Korthikanti's Table 2.
 PARALLEL = ("none", "tp", "tp+sp")
-#: Recompute modes (Megatron ``--recompute-granularity``; ``none`` when absent), and
-#: torchtitan's per-op selective AC (``selective_ac_option = "op"``) as ``selective-op``.
-RECOMPUTE = ("none", "selective", "full", "selective-op")
 #: Normalisations and the fp32 statistics per token each keeps for its backward [bytes].
 #: LayerNorm keeps mean and 1/sigma, RMSNorm only 1/rms (``torch.native_layer_norm`` and
 #: Transformer Engine save exactly these; the paper neglects them).

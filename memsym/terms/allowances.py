@@ -18,6 +18,7 @@ from ..errors import InvalidValueError, UnknownNameError
 from ..symbols import M_ctx, M_nccl, M_ws, S_nccl, n_ch, phi_frag
 from ..term import Source, Term
 from ..values import exact
+from ..vocabulary import ALLOWANCE_KEYS
 from .transients import DEFAULTS as _TR_DEFAULTS
 
 __all__ = ["Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "METRICS", "WORKSPACES", "allowance_values",
@@ -76,7 +77,7 @@ ALLOWANCES = {
 }
 
 #: The keys of the allowance Terms in every total (what memsym.search splits off).
-ALLOWANCE_TERMS = ("workspace", "nccl", "fragmentation")
+ALLOWANCE_TERMS = ALLOWANCE_KEYS
 
 #: What each memory metric sees: metric -> (the allowances it overrides, what reports it).
 #: PyTorch's caching-allocator counters see neither the CUDA context nor NCCL's buffers (both

@@ -28,6 +28,10 @@ from ..symbols import N, b_f8, b_g, b_hp, b_m, b_mg, b_o, d, p, t
 from ..term import Source, Term, Total
 from ..values import as_expr
 
+# the names (sharding schemes: fsdp is PyTorch FSDP2's fully_shard, ZeRO-3 in the textbook
+# forms), shared with the command line without SymPy
+from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, GRAD_DTYPES, OFFLOADS, SCHEMES
+
 __all__ = [
     "SCHEMES",
     "CONVENTIONS",
@@ -46,20 +50,6 @@ __all__ = [
     "MEGATRON_FSDP_STRATEGIES",
 ]
 
-#: Sharding schemes; ``fsdp`` is PyTorch FSDP2 ``fully_shard`` (ZeRO-3 in the textbook forms).
-SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
-#: How model states are counted.  ``framework`` (default): what the framework's code allocates
-#: (ddp and distributed-optimizer: Megatron-core; zero1/2/3: DeepSpeed; fsdp: FSDP2).
-#: ``seed000``: seed 000's distributed optimizer (fp32 gradients sharded, 2 + 16/d) and ZeRO's
-#: forms for the other schemes.  ``zero-paper``: ZeRO §5 for every scheme (distributed-optimizer
-#: = P_os).  ``megatron-lm``: Megatron-LM's estimator.  ``memsym`` is the old name of seed000.
-CONVENTIONS = ("framework", "seed000", "zero-paper", "megatron-lm", "memsym")
-#: Old names that mean a current convention exactly.
-CONVENTION_ALIASES = {"memsym": "seed000"}
-#: Offload of model states to host memory (ZeRO-Offload / ZeRO-Infinity).
-OFFLOADS = ("none", "optimizer", "optimizer+params")
-#: Gradient-buffer dtypes (Megatron ``--grad-reduce-in-bf16``; ``None``: the framework's default).
-GRAD_DTYPES = ("fp32", "bf16", "fp16")
 #: Bytes of the precision-aware optimizer's state dtypes (Megatron ``optimizer_config.py``).
 STATE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 

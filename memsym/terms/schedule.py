@@ -43,13 +43,12 @@ from ..errors import InvalidValueError, choose
 from ..symbols import L, m, p, v
 from ..term import Source, Term
 from ..values import as_expr, lazy_min  # library arguments: text refused, never parsed
+from ..vocabulary import SCHEDULES
 
 __all__ = ["SCHEDULES", "pipeline_factor", "first_stage_layers", "stage_layers", "torch_round_size",
            "stage_microbatches", "v_stage_microbatches", "embedding_microbatches",
            "logits_microbatches"]
 
-#: Pipeline schedules; ``1f1b`` becomes interleaved when v > 1 (Megatron's VPP).
-SCHEDULES = ("1f1b", "gpipe")
 
 
 def _schedule(schedule: str) -> str:

@@ -1,0 +1,56 @@
+"""The names a job is spelled with: choice lists and key tuples, in one place, free of SymPy.
+
+The library validates against these (:mod:`memsym.job`, :mod:`memsym.terms`) and the command
+line builds its choices from them (:mod:`memsym.cli.option_table`) without importing SymPy, so
+a name means the same thing on every path and ``memsym --help`` stays fast.
+
+>>> "distributed-optimizer" in SCHEMES, SCHEDULES
+(True, ('1f1b', 'gpipe'))
+"""
+
+from __future__ import annotations
+
+__all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "FRAMEWORK_CONVENTIONS", "OFFLOADS",
+           "GRAD_DTYPES", "PRECISION_NAMES", "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_METHODS",
+           "SCHEDULES", "STAGE_PLACEMENTS", "FRAMEWORKS", "FINETUNES", "METRIC_NAMES",
+           "ALLOWANCE_KEYS"]
+
+#: How model states are sharded over data parallelism (memsym.terms.model_state).
+SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
+#: How model states are counted.  ``framework`` (default): what the framework's code allocates
+#: (ddp and distributed-optimizer: Megatron-core; zero1/2/3: DeepSpeed; fsdp: FSDP2).
+#: ``seed000``: seed 000's distributed optimizer (fp32 gradients sharded, 2 + 16/d) and ZeRO's
+#: forms for the other schemes.  ``zero-paper``: ZeRO §5 for every scheme (distributed-optimizer
+#: = P_os).  ``megatron-lm``: Megatron-LM's estimator.  ``memsym`` is the old name of seed000.
+CONVENTIONS = ("framework", "seed000", "zero-paper", "megatron-lm", "memsym")
+#: Old names that mean a current convention exactly.
+CONVENTION_ALIASES = {"memsym": "seed000"}
+#: Memory conventions reported by a framework's own estimator (memsym.conventions).
+FRAMEWORK_CONVENTIONS = ("megatron-bridge",)
+#: Offload of model states to host memory (ZeRO-Offload / ZeRO-Infinity).
+OFFLOADS = ("none", "optimizer", "optimizer+params")
+#: Gradient-buffer dtypes (Megatron ``--grad-reduce-in-bf16``; ``None``: the framework's default).
+GRAD_DTYPES = ("fp32", "bf16", "fp16")
+#: Weight precisions (their byte widths: memsym.terms.model_state.PRECISIONS).
+PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8")
+#: Optimizers (their state bytes: memsym.terms.model_state.OPTIMIZERS).
+OPTIMIZER_NAMES = ("adam", "adamw", "sgd", "adam8bit", "adafactor", "none")
+#: Activation recomputation: none, Megatron's selective (core attention) and full, torchtitan's
+#: per-op selective AC.
+RECOMPUTE = ("none", "selective", "full", "selective-op")
+#: Full recompute's methods (``Training.recompute_method``): Megatron's uniform and block,
+#: torchtitan's every-N.
+RECOMPUTE_METHODS = ("uniform", "block", "every")
+#: Pipeline schedules; ``1f1b`` becomes interleaved when v > 1 (Megatron's VPP).
+SCHEDULES = ("1f1b", "gpipe")
+#: Where a rank's pipeline stages sit (``Training.stage_placement``): loop (stage i on rank
+#: i mod p) or v (stages r and 2p - 1 - r on rank r, torch's ZBVZeroBubble / DualPipeV).
+STAGE_PLACEMENTS = ("loop", "v")
+#: The frameworks whose launch rules and runtime a job follows (``Training.framework``).
+FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+#: Full training or adapters on a frozen base.
+FINETUNES = ("full", "lora", "qlora")
+#: The memory a total counts (what each sees: memsym.terms.allowances.METRICS).
+METRIC_NAMES = ("allocated", "reserved", "device")
+#: The named allowances (:data:`memsym.terms.allowances.ALLOWANCES`).
+ALLOWANCE_KEYS = ("workspace", "nccl", "fragmentation")
