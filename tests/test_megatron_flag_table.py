@@ -131,6 +131,16 @@ def test_the_generator_leaves_the_interpreter_as_it_was(generated):
     assert not list(gen.VENDORED.rglob("__pycache__"))  # nothing written into the source
 
 
+def test_an_import_the_sandbox_does_not_provide_is_one_error(monkeypatch):
+    # arguments.py:13 `import torch`: without its stand-in it is a package not installed
+    monkeypatch.setattr(gen, "STUBS", {k: v for k, v in gen.STUBS.items() if k != "torch"})
+    before = set(sys.modules)
+    with pytest.raises(InvalidValueError, match="imported 'torch', which tools/megatron_flags.py "
+                                                "neither runs nor stands in for"):
+        gen.flags()
+    assert set(sys.modules) == before
+
+
 def test_check_reports_a_stale_table_in_one_line(generated, tmp_path, monkeypatch, capsys):
     stale = tmp_path / gen.OUTPUT
     stale.parent.mkdir(parents=True)

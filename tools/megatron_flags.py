@@ -28,10 +28,13 @@ So this module imports under a finder that decides every non-standard-library im
 * any other import fails with ``ModuleNotFoundError``, as for a package that is not installed
   -- whatever this interpreter has installed, so the output does not depend on it.
 
-Everything else is Megatron's own code.  The same rows come from importing the full tree the
-ordinary way (``torch`` CPU, only the two Triton-kernel modules stubbed); the commit that added
-this module checked that.  The modules are loaded with bytecode writing off, and
-:data:`sys.modules`, :data:`sys.meta_path` and the warning filters are restored afterwards.
+Everything else is Megatron's own code.  The same 876 rows, in the same order (the 26 options
+of ``BooleanOptionalAction``s aside, whose ``const`` is None: see the rows below), came from
+importing a full checkout the ordinary way (CPU ``torch``; stubbed only the Triton kernels
+``megatron.core.transformer.moe.ops.paged_stash`` and ``megatron.core.ssm.ops``, and, on
+Python 3.11, ``typing.override`` for ``training/models/hybrid.py``), when this module was
+written.  The modules are loaded with bytecode writing off, and :data:`sys.modules`,
+:data:`sys.meta_path` and the warning filters are restored afterwards.
 
 Each row: ``dest``; the arity -- 0 for actions that take no value (``store_true``,
 ``store_false``, ``BooleanOptionalAction``), 1 for ``nargs=None``, else ``nargs`` (``'+'``,
@@ -222,7 +225,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def __init__(self, root: pathlib.Path):
         self.root = root
-        # module name -> file: "megatron/a/b.py" is megatron.a.b, "megatron/a/__init__.py" megatron.a
+        # module name -> file: megatron/a/b.py is megatron.a.b, megatron/a/__init__.py megatron.a
         self.real = {}
         for rel in PINNED:
             parts = rel[:-len(".py")].split("/")
@@ -290,14 +293,21 @@ def flags(source=VENDORED) -> dict[str, tuple]:
     Raises
     ------
     InvalidValueError
-        When ``source`` is not a Megatron-LM tree at :data:`COMMIT` (:func:`check_source`).
+        When ``source`` is not a Megatron-LM tree at :data:`COMMIT` (:func:`check_source`), or
+        its code imports a module the sandbox neither runs nor stands in for.
     """
     root = check_source(source)
-    with _sandbox(root):
-        arguments = importlib.import_module("megatron.training.arguments")
-        # as megatron/training/arguments.py:parse_args makes it
-        parser = argparse.ArgumentParser(description="Megatron-LM Arguments", allow_abbrev=False)
-        arguments.add_megatron_arguments(parser)
+    try:
+        with _sandbox(root):
+            arguments = importlib.import_module("megatron.training.arguments")
+            # as megatron/training/arguments.py:parse_args makes it
+            parser = argparse.ArgumentParser(description="Megatron-LM Arguments",
+                                             allow_abbrev=False)
+            arguments.add_megatron_arguments(parser)
+    except ModuleNotFoundError as err:  # what moving the pin would meet: a new import
+        raise InvalidValueError(f"building Megatron's parser imported {err.name!r}, which "
+                                f"tools/megatron_flags.py neither runs nor stands in for (add "
+                                f"it to PINNED, BARE or STUBS)") from None
     table = {}
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
