@@ -51,11 +51,9 @@ LAYERS = (
     ("consumers", ("memsym.timing", "memsym.analysis", "memsym.search", "memsym.conventions",
                    "memsym.measure", "memsym.reference_layers", "memsym.advice")),
     ("readers", ("memsym.readers",)),
-    # the whole-job document, plots, the benchmark, the step-time accuracy page (a report
-    # over published runs, which reads the framework inputs), and a searched layout as a
-    # framework's launch arguments (which its readers read back)
-    ("outputs", ("memsym.document", "memsym.plotting", "memsym.bench",
-                 "memsym.timing.validation", "memsym.emit")),
+    # the whole-job document, plots, the benchmark, and a searched layout as a framework's
+    # launch arguments (which its readers read back)
+    ("outputs", ("memsym.document", "memsym.plotting", "memsym.bench", "memsym.emit")),
     # the package's own namespace (``from memsym import ...``)
     ("package", ("memsym",)),
     ("cli", ("memsym.cli", "memsym.__main__")),
