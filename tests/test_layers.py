@@ -35,7 +35,7 @@ LAYERS = (
     # formula (the bibliography, GPUs and clusters, the term keys of a total by group)
     ("core", ("memsym.errors", "memsym.symbols", "memsym.values", "memsym.units",
               "memsym.limits", "memsym.text", "memsym.numeric", "memsym.compile_cache",
-              "memsym.version", "memsym.vocabulary",
+              "memsym.version", "memsym.vocabulary", "memsym.tex_width",
               "memsym.printing", "memsym.bibliography", "memsym.hardware", "memsym.groups")),
     ("term", ("memsym.term",)),
     # formula families as pure functions returning Terms
@@ -51,11 +51,11 @@ LAYERS = (
     ("consumers", ("memsym.timing", "memsym.analysis", "memsym.search", "memsym.conventions",
                    "memsym.measure", "memsym.reference_layers", "memsym.advice")),
     ("readers", ("memsym.readers",)),
-    # the whole-job document, plots, the benchmark, the step-time accuracy page (a report
-    # over published runs, which reads the framework inputs), and a searched layout as a
-    # framework's launch arguments (which its readers read back)
-    ("outputs", ("memsym.document", "memsym.plotting", "memsym.bench",
-                 "memsym.timing.validation", "memsym.emit")),
+    # the whole-job document (and the structure of a job's total it prints), plots, the
+    # benchmark, and a searched layout as a framework's launch arguments (which its readers
+    # read back)
+    ("outputs", ("memsym.document", "memsym.job_parts", "memsym.plotting", "memsym.bench",
+                 "memsym.emit")),
     # the package's own namespace (``from memsym import ...``)
     ("package", ("memsym",)),
     ("cli", ("memsym.cli", "memsym.__main__")),

@@ -13,9 +13,10 @@ from memsym.hardware import cluster, gpu
 from memsym.model import preset
 from memsym.model.architecture import Architecture
 from memsym.terms.schedule import stage_microbatches
-from memsym.timing import collectives, efficiency, schedule, validation
+from memsym.timing import collectives, efficiency, schedule
 from memsym.timing.gemm import layer_gemms, shape_of
 from memsym.timing.step import Overlap, Settings, layer_time, step_time_grid
+from tools import time_accuracy
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -166,7 +167,7 @@ def test_uneven_stages_slowest_paces():
 
 @pytest.fixture(scope="module")
 def results():
-    return {r.id: r for r in validation.validate()}
+    return {r.id: r for r in time_accuracy.validate()}
 
 
 def test_korthikanti_table5_at_or_below_calculon(results):
@@ -196,7 +197,7 @@ def test_korthikanti_table4_per_layer_times():
 def test_narayanan_throughput_rises_with_size(results):
     # Table 1: 137 TFLOP/s at 1.7B -> 163 at 1T; memsym's predicted throughput must rise too
     ids = ["narayanan.t1.1.7b", "narayanan.t1.18.4b", "narayanan.t1.145.6b", "narayanan.t1.1008b"]
-    runs = {r["id"]: r for r in validation.runs()}
+    runs = {r["id"]: r for r in time_accuracy.runs()}
     tput = [runs[i]["measured"]["tflops"] * results[i].measured / results[i].predicted
             for i in ids]
     assert tput == sorted(tput)
@@ -228,19 +229,19 @@ def test_torchtitan_interleaving_gain(results):
     assert measured == pytest.approx(1.28)
     assert predicted > 1 and abs(predicted / measured - 1) < 0.05
     # and the ratio-base rows count in no error summary
-    assert not any(k.startswith("torchtitan") for k in validation.summary(tuple(
+    assert not any(k.startswith("torchtitan") for k in time_accuracy.summary(tuple(
         results.values())))
 
 
 def test_calibration_points_reproduce_the_stored_ceilings():
     for (klass, prec) in (("ampere", "bf16"), ("hopper", "bf16"), ("hopper", "fp8")):
-        assert validation.calibrate(klass, prec) == pytest.approx(
+        assert time_accuracy.calibrate(klass, prec) == pytest.approx(
             efficiency.GEMM_CEILING[(klass, prec)], abs=0.002)
 
 
 def test_time_accuracy_page_is_current():
     page = (ROOT / "docs" / "time-accuracy.md").read_text(encoding="utf-8")
-    assert page == validation.accuracy_markdown(), "run memsym.timing.validation.write_docs()"
+    assert page == time_accuracy.accuracy_markdown(), "run python tools/time_accuracy.py"
 
 
 # --- step time: switches, vectorisation, bad input ---------------------------------------

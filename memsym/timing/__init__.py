@@ -6,8 +6,9 @@ exact pipeline schedule) instead of dividing FLOPs by one global efficiency.
 
 Entry points: :func:`memsym.timing.step.step_time` (one layout, with a breakdown),
 :func:`memsym.timing.step.step_time_grid` (numpy arrays of layout knobs, for search),
-:func:`memsym.timing.schedule.bubble_fraction` (exact schedule), and
-:func:`memsym.timing.validation.validate` (the published measured runs).
+:func:`memsym.timing.schedule.bubble_fraction` (exact schedule).  The published measured
+runs are predicted by the repository's ``tools/time_accuracy.py`` (not installed: it reads the
+checkout's ``formulas/measured_time.toml``).
 """
 
 from .efficiency import gemm_time, gemm_efficiency, GEMM_CEILING  # noqa: F401
