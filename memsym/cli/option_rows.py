@@ -1,0 +1,499 @@
+"""Every option of every ``memsym`` subcommand, one row each (issue 28: one table of options).
+
+The rows of :mod:`memsym.cli.option_table` (the schema: :class:`memsym.cli.option_schema.Option`).
+A row spelling a Megatron-LM argument uses Megatron's name first and Megatron's meaning.
+"""
+
+from __future__ import annotations
+
+from ..vocabulary import (CONVENTIONS, FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS,
+                          METRIC_NAMES, OFFLOADS, RECOMPUTE, RECOMPUTE_METHODS, SCHEDULES, SCHEMES)
+from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
+from ..vocabulary import PRECISION_NAMES as PRECISIONS
+from . import options as T
+from .option_schema import (ALLOWANCES_SOURCE, JOB_AND_SEARCH, JOB_DEFAULTS,
+                            MEGATRON_ARGS, PLOT_KINDS, PLOT_UNKNOWNS, RECIPE_SOURCE, SEARCH,
+                            SOLVE_UNKNOWNS, flag, option)
+
+__all__ = ["OPTIONS", "SWITCH_FLAGS"]
+
+
+_ARCH_HELP = {
+    "num_layers": "transformer layers L", "hidden_size": "hidden size h",
+    "num_attention_heads": "attention heads a", "num_query_groups": "KV heads (with "
+    "--group-query-attention)", "kv_channels": "head dimension (the MODEL's, else h / a)",
+    "ffn_hidden_size": "MLP hidden size", "vocab_size": "vocabulary size V",
+    "make_vocab_size_divisible_by": "pad V to a multiple of this x t (Megatron)",
+    "num_experts": "routed experts", "moe_router_topk": "experts per token",
+    "moe_ffn_hidden_size": "expert MLP hidden size",
+    "moe_shared_expert_intermediate_size": "shared expert MLP size",
+    "q_lora_rank": "MLA query rank", "kv_lora_rank": "MLA key/value rank",
+    "qk_head_dim": "MLA q/k head dim", "qk_pos_emb_head_dim": "MLA rotary head dim",
+    "v_head_dim": "MLA value head dim", "mtp_num_layers": "multi-token-prediction layers",
+    "max_position_embeddings": "position table size",
+}
+
+
+def _arch_rows():
+    out = []
+    for name, text in _ARCH_HELP.items():
+        out.append(option("--" + name.replace("_", "-"), name, group="model", type=T.positive_int,
+                      metavar="N", field=name, help=text, source="the MODEL",
+                      commands=JOB_AND_SEARCH, search="same"))
+        if name == "num_experts":
+            out.append(option("--moe-layer-freq", "moe_layer_freq", group="model", metavar="Q|PATTERN",
+                          field="moe_layer_freq", commands=JOB_AND_SEARCH, search="same",
+                          help="MoE every q-th layer, or a 0/1 pattern such as '([0]*3+[1]*58)' "
+                          "(Megatron's moe_freq_type; parsed, not evaluated)", source="the MODEL"))
+    out += [
+        flag("--group-query-attention", group="model", commands=JOB_AND_SEARCH, search="same",
+              help="GQA: --num-query-groups KV heads (without it Megatron ignores "
+              "--num-query-groups)"),
+        flag("--swiglu", group="model", field="swiglu", value=True, commands=JOB_AND_SEARCH,
+              search="same", help="gated (SwiGLU) MLP"),
+        flag("--untie-embeddings-and-output-weights", group="model",
+              field="untie_embeddings_and_output_weights", value=True, commands=JOB_AND_SEARCH,
+              search="same", help="a separate output layer"),
+        flag("--multi-latent-attention", group="model", field="multi_latent_attention",
+              value=True, commands=JOB_AND_SEARCH, search="same", help="MLA (DeepSeek-V2/V3)"),
+        option("--normalization", group="model", type=T.choice("normalization",
+                                                              ("LayerNorm", "RMSNorm")),
+           field="normalization", commands=JOB_AND_SEARCH, search="same", help="LayerNorm or RMSNorm"),
+        flag("--should-pad-vocab", group="model", default=False,
+              source="Megatron-Bridge GPTModelProvider.should_pad_vocab",
+              help="pad the vocabulary to a multiple of 128 x TP, as Megatron-Bridge does when "
+              "the vocabulary comes from the tokenizer (--convention megatron-bridge)"),
+    ]
+    return out
+
+
+def _state_rows():
+    return [
+        option("--params", group="states", type=T.count, metavar="N", effect="memory",
+           help="total parameter count N (7000000000, 7e9, 7B, 1.5T) for the model states alone"),
+        option(("--dp", "--data-parallel-size"), "dp", group="states", type=T.positive_int,
+           metavar="D", field="d", default=1, source=JOB_DEFAULTS + " (no --world-size)",
+           help="data-parallel size d"),
+        option(("--tensor-model-parallel-size", "--tp"), "tp", group="states", type=T.positive_int,
+           metavar="T", field="t", default=1, source=JOB_DEFAULTS, commands=JOB_AND_SEARCH,
+           search="list", help="tensor-parallel size t",
+           search_help="the tensor-parallel sizes tried"),
+        option(("--pipeline-model-parallel-size", "--pp"), "pp", group="states",
+           type=T.positive_int, metavar="P", field="p", default=1, source=JOB_DEFAULTS,
+           commands=JOB_AND_SEARCH, search="list", help="pipeline-parallel size p",
+           search_help="the pipeline-parallel sizes tried"),
+        option("--sharding", group="states", type=T.choice("sharding", SCHEMES), field="sharding",
+           default="distributed-optimizer", commands=JOB_AND_SEARCH, search="list",
+           source=JOB_DEFAULTS + " (Megatron-core's distributed optimizer, as the recipes); a "
+           "Megatron-LM command without MODEL: ddp unless --use-distributed-optimizer",
+           help="how model states are sharded over data parallel: " + ", ".join(SCHEMES),
+           search_help="sharding schemes to try (default every scheme the framework has)"),
+        flag("--use-distributed-optimizer", group="states",
+              help="Megatron's flag: same as --sharding distributed-optimizer"),
+        option("--convention", group="states",
+           type=T.choice("convention", CONVENTIONS + FRAMEWORK_CONVENTIONS),
+           parser_default="framework", default="framework", source="memsym: what the "
+           "frameworks allocate", commands=JOB_AND_SEARCH, search="same",
+           help="framework (what Megatron-core / DeepSpeed / FSDP2 allocate; the distributed "
+           "optimizer keeps the whole fp32 gradient buffer, 6 + 12/d bytes/param), seed000 "
+           "(2 + 16/d; alias memsym), zero-paper (ZeRO §5), megatron-lm or megatron-bridge "
+           "(the frameworks' estimators)"),
+        option("--precision", group="states", type=T.choice("precision", PRECISIONS),
+           field="precision", default="bf16", commands=JOB_AND_SEARCH, search="same",
+           source=JOB_DEFAULTS + " (bf16 mixed precision, as the recipes); a Megatron-LM "
+           "command without MODEL: fp32 unless --bf16/--fp16",
+           help="weight precision: " + ", ".join(PRECISIONS)),
+        option("--optimizer", group="states", type=T.choice("optimizer", OPTIMIZERS),
+           field="optimizer", default="adam", source=JOB_DEFAULTS + " (Megatron-LM's "
+           "--optimizer adam)", commands=JOB_AND_SEARCH, search="same",
+           help="optimizer: " + ", ".join(OPTIMIZERS)),
+        option("--offload", group="states", type=T.choice("offload", OFFLOADS), field="offload",
+           default="none", source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="list",
+           help="CPU offload: " + ", ".join(OFFLOADS), search_help="CPU offload modes to try"),
+        option("--gpu-memory", group="states", type=T.capacity, metavar="C", field="capacity",
+           effect="output", commands=JOB_AND_SEARCH, search="same", source="--gpu's capacity",
+           help="GPU memory capacity: 80GB (1e9), 80GiB (2^30) or bytes"),
+    ]
+
+
+def _layout_rows():
+    return [
+        option(("--context-parallel-size", "--cp"), "cp", group="layout", type=T.positive_int,
+           field="c", default=1, source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="list",
+           metavar="C", help="context-parallel size c",
+           search_help="the context-parallel sizes tried"),
+        option(("--expert-model-parallel-size", "--ep"), "ep", group="layout", type=T.positive_int,
+           field="e", default=1, source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="list",
+           metavar="E", help="expert-parallel size e",
+           search_help="the expert-parallel sizes tried"),
+        option(("--expert-tensor-parallel-size", "--etp"), "etp", group="layout",
+           type=T.positive_int, field="t_e", metavar="T_E", source=MEGATRON_ARGS + ": t",
+           help="expert tensor-parallel size (default t, as Megatron-core)"),
+        option(("--virtual-pipeline-model-parallel-size", "--vpp"), "vpp", group="layout",
+           type=T.positive_int, field="v", metavar="V", commands=JOB_AND_SEARCH, search="list",
+           source="no interleaving (one model chunk per rank)",
+           help="model chunks per pipeline rank v",
+           search_help="the virtual-pipeline sizes tried"),
+        flag("--sequence-parallel", group="layout", field="sequence_parallel", value=True,
+              default=False, source=JOB_DEFAULTS,
+              help="Megatron sequence parallelism (with t > 1)"),
+        option("--world-size", group="layout", type=T.positive_int, metavar="G",
+           field="world_size", help="number of GPUs G = t*p*c*d (gives d when --dp is absent)"),
+        option("--decoder-first-pipeline-num-layers", "first_stage_layers", group="layout",
+           type=T.positive_int, metavar="N", field="first_stage_layers", commands=JOB_AND_SEARCH,
+           search="same", source=MEGATRON_ARGS + ": the layers split evenly",
+           help="layers on the first pipeline stage"),
+        option("--decoder-last-pipeline-num-layers", "last_stage_layers", group="layout",
+           type=T.positive_int, metavar="N", field="last_stage_layers", commands=JOB_AND_SEARCH,
+           search="same", source=MEGATRON_ARGS + ": the layers split evenly",
+           help="layers on the last pipeline stage"),
+        option("--pipeline-model-parallel-layout", "pipeline_layout", group="layout",
+           metavar="LAYOUT", field="pipeline_layout",
+           help="Megatron-Core's layout: the layers of each pipeline stage, e.g. "
+           "'Et*4|(tttt|)*14,tmL' (E embedding, t decoder layer, m MTP, L loss)"),
+        flag("--account-for-embedding-in-pipeline-split", group="layout",
+              field="account_for_embedding_in_pipeline_split", value=True,
+              help="count the embedding as one layer of the pipeline split (Megatron)"),
+        flag("--account-for-loss-in-pipeline-split", group="layout",
+              field="account_for_loss_in_pipeline_split", value=True,
+              help="count the loss as one layer of the pipeline split (Megatron)"),
+        flag("--no-uneven-stages", group="search", commands=SEARCH,
+              help="do not offer uneven first/last pipeline stages (default: offered where the "
+              "other stages split the rest evenly)"),
+        flag("--no-sequence-parallel", group="search", commands=SEARCH,
+              help="do not try Megatron sequence parallelism"),
+    ]
+
+
+# (flag, the job option it sets, the value it sets, help): Megatron's and torchtitan's
+# switches that are plain store_true flags here as in the framework.
+_SWITCH_ROWS = (
+    ("--compiled-loss", "compiled_loss", True, "the loss runs under torch.compile (torchtitan's "
+     "compile.enable with 'loss' in components): 16-bit logits kept, no fp32 copy", "memory"),
+    ("--disable-loss-parallel", "loss_parallel", False, "torchtitan's flag (--framework "
+     "torchtitan, --tp > 1): the logits are gathered and the loss is eager F.cross_entropy, not "
+     "torch's loss_parallel", "memory"),
+    ("--overlap-grad-reduce", "overlap_grad_reduce", True, "Megatron's flag: the data-parallel "
+     "gradient reduce-scatter runs in buckets during the backward (off unless given, as in "
+     "Megatron)", "time"),
+    ("--overlap-param-gather", "overlap_param_gather", True, "Megatron's flag (needs "
+     "--overlap-grad-reduce and the distributed optimizer): the parameter all-gather runs "
+     "during the next forward", "time"),
+    ("--tp-comm-overlap", "tp_comm_overlap", True, "Megatron's flag (needs --sequence-parallel): "
+     "Transformer Engine pipelines the TP all-gather / reduce-scatter with the GEMMs", "time"),
+    ("--overlap-moe-expert-parallel-comm", "overlap_moe_expert_parallel_comm", True,
+     "Megatron's flag (EP > 1, interleaving where PP > 1, no full recompute): the EP "
+     "all-to-all hides behind another micro-batch's compute", "memory, time"),
+    ("--no-overlap-p2p-communication", "overlap_p2p_comm", False, "Megatron's flag: the "
+     "interleaved schedule's p2p sends are exposed (and interleaving needs PP > 2)", "time"),
+    ("--defer-embedding-wgrad-compute", "defer_embedding_wgrad_compute", True, "Megatron's "
+     "flag (PP > 1): the output layer's weight gradients wait for the pipeline flush, and the "
+     "last stage keeps each micro-batch's output-layer input and logits gradient until then",
+     "memory, time"),
+)
+
+
+#: The switches' flags (memsym.cli.option_table.switches).
+SWITCH_FLAGS = tuple(row[0] for row in _SWITCH_ROWS)
+
+
+def _training_rows():
+    return [
+        option("--seq-length", group="training", type=T.positive_int, metavar="S",
+           field="seq_length", default=4096, commands=JOB_AND_SEARCH, search="same",
+           source=JOB_DEFAULTS + " (capped by the model's position table)",
+           help="sequence length s [tokens]"),
+        option("--micro-batch-size", group="training", type=T.positive_int, metavar="B",
+           field="micro_batch_size", default=1, source=JOB_DEFAULTS, commands=JOB_AND_SEARCH,
+           search="list", help="sequences per micro-batch b",
+           search_help="micro-batch sizes to try (default 1 2 4 8)"),
+        option("--global-batch-size", group="training", type=T.positive_int, metavar="GB",
+           field="global_batch_size", commands=JOB_AND_SEARCH, search="same",
+           source="b x d (one micro-batch per step); search: about 4M tokens per step",
+           effect="memory, time", help="sequences per optimizer step"),
+        option("--num-microbatches", group="training", type=T.positive_int, metavar="M",
+           field="num_microbatches", effect="memory, time",
+           help="micro-batches per step m (instead of --global-batch-size)"),
+        option(("--recompute-granularity", "--recompute"), "recompute_granularity",
+           group="training", choices=RECOMPUTE,
+           field="recompute", default="none", source=JOB_DEFAULTS + " (Megatron-LM without "
+           "--recompute-granularity)", commands=JOB_AND_SEARCH, search="list",
+           search_type=T.recompute_mode, effect="memory, time",
+           help="activation recomputation (selective-op: torchtitan's per-op SAC, dense "
+           "gated-MLP layers with flash attention)",
+           search_help="recompute modes to try (default all the framework offers; "
+           "selective-op: torchtitan's per-op SAC; block-N: Megatron's --recompute-method "
+           "block --recompute-num-layers N; every-N: torchtitan's selective_ac_option = \"N\")"),
+        option("--recompute-method", group="training", choices=RECOMPUTE_METHODS,
+           field="recompute_method", effect="memory, time",
+           source="every layer recomputed on its own",
+           help="Megatron's: with full recompute, uniform = groups of --recompute-num-layers "
+           "checkpointed, block = only the first N layers of each chunk; every = torchtitan's "
+           "selective_ac_option N, every N-th block of a rank (--framework torchtitan)"),
+        option("--recompute-num-layers", group="training", type=T.layer_count, metavar="N",
+           field="recompute_num_layers", effect="memory, time",
+           help="Megatron's: layers per checkpointed group (uniform) or checkpointed layers "
+           "per chunk (block; 0 checkpoints none, as Megatron runs it)"),
+        flag("--use-flash-attn", group="training", field="flash_attention", value=True,
+              default=True, source=JOB_DEFAULTS + " (Megatron-core's --attention-backend auto "
+              "picks a fused kernel)", commands=JOB_AND_SEARCH, search="same",
+              help="flash/fused attention, no s^2 scores"),
+        flag(("--no-flash-attn", "--no-flash-attention"), "no_flash_attn", group="training",
+              field="flash_attention", value=False, commands=JOB_AND_SEARCH, search="same",
+              help="unfused attention: keep the s^2 scores"),
+        flag("--dropout", group="training", field="dropout", value=True, commands=JOB_AND_SEARCH,
+              search="same", source=RECIPE_SOURCE,
+              help="keep dropout masks (as --hidden-dropout 0.1 --attention-dropout 0.1)"),
+        option("--hidden-dropout", group="training", type=T.dropout_option, field="dropout",
+           commands=JOB_AND_SEARCH, search="same", default=0.1, source=RECIPE_SOURCE,
+           help="0 keeps no dropout masks"),
+        option("--attention-dropout", group="training", type=T.dropout_option, field="dropout",
+           commands=JOB_AND_SEARCH, search="same", default=0.1, source=RECIPE_SOURCE,
+           help="0 keeps no dropout masks (memsym models one dropout setting)"),
+        option("--schedule", group="training", choices=SCHEDULES, field="schedule",
+           default="1f1b", source=JOB_DEFAULTS + " (Megatron's; interleaved with v > 1)",
+           commands=JOB_AND_SEARCH, search="same", effect="memory, time",
+           help="pipeline schedule (gpipe: torch's ScheduleGPipe, with v > 1 "
+           "ScheduleLoopedBFS: --framework torchtitan)"),
+        flag("--grad-reduce-in-bf16", group="training", field="grad_dtype", value="bf16",
+              effect="memory, time",
+              source=MEGATRON_ARGS + ": fp32 gradients under --bf16",
+              help="Megatron's flag: a bf16 gradient buffer and bf16 data-parallel reduction; "
+              "the optimizer step then makes an fp32 copy of the rank's shard"),
+        flag("--fp8-param-gather", group="training", field="fp8_param_gather", value=True,
+              help="Megatron's flag (--precision fp8, distributed optimizer): the linear "
+              "weights are kept in FP8 only"),
+        option("--framework", group="training", choices=FRAMEWORKS,
+           field="framework", default="megatron", source=JOB_DEFAULTS, commands=JOB_AND_SEARCH,
+           search="same", effect="memory, time",
+           help="whose launch rules and runtime apply (torchtitan: FSDP2 with pipeline "
+           "parallelism on torchtitan's own layer split)"),
+        *(flag(name, group="training", field=field, value=value, help=text, effect=effect)
+          for name, field, value, text, effect in _SWITCH_ROWS),
+        option("--wgrad-deferral-limit", group="training", type=T.layer_count, metavar="N",
+           field="wgrad_deferral_limit", default=0, source=JOB_DEFAULTS + " (Megatron's: "
+           "all)", help="Megatron's: with --defer-embedding-wgrad-compute, the most "
+           "micro-batches deferred (0: all)"),
+        option("--moe-expert-capacity-factor", group="training", type=T.capacity_factor,
+           field="capacity_factor", default=1, source="memsym: balanced routing",
+           help="routed-token load of the busiest expert rank"),
+    ]
+
+
+def _finetune_rows():
+    return [
+        # Megatron-LM's --finetune (a flag: start from a checkpoint without its optimizer
+        # state) is full fine-tuning, memory as training: the bare flag means --finetune full
+        option("--finetune", group="finetune", nargs="?", const="full",
+           choices=FINETUNES, field="finetune", default="full",
+           source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="same",
+           help="full training (the bare flag, as Megatron-LM's --finetune), LoRA (a frozen "
+           "bf16 base) or QLoRA (an NF4 base)"),
+        option("--lora-rank", group="finetune", type=T.positive_int, metavar="R", field="lora_rank",
+           default=16, source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="same",
+           help="the adapters' rank"),
+        option("--lora-targets", group="finetune", type=T.lora_targets, metavar="LIST",
+           field="lora_targets", source="every linear layer",
+           help="adapted matrices, comma-separated from q,k,v,o,gate,up,down"),
+        option("--lora-quantization", "quantization", group="finetune", metavar="FORMAT",
+           field="quantization", source="bf16 for LoRA, nf4-dq for QLoRA",
+           help="the frozen base's format (memsym.terms.adapters.QUANTIZATIONS)"),
+        flag("--lora-regather", group="finetune", field="lora_regather", value=True,
+              help="Megatron-Bridge's LoRA(sequence_parallel_input_regather=True): LoRA-A keeps "
+              "the local norm-output shard and re-gathers it in backward"),
+    ]
+
+
+def _allowance_rows():
+    return [
+        option("--metric", group="allowances", choices=METRIC_NAMES,
+           field="metric", default="device", source=JOB_DEFAULTS, effect="output",
+           commands=JOB_AND_SEARCH, search="same",
+           help="which memory the total counts: device (nvidia-smi / cudaMemGetInfo, what must "
+           "fit), reserved (torch.cuda.max_memory_reserved: no CUDA context, no NCCL buffers) "
+           "or allocated (torch.cuda.max_memory_allocated: also no allocator reserve); whether "
+           "the job fits is always judged on the device metric"),
+        option("--workspace", group="allowances", type=T.bytes_or_zero, field="workspace",
+           default=564 * 2**20, source=ALLOWANCES_SOURCE + ": 500 MiB CUDA context + 2 x 32 MiB "
+           "cuBLAS / Transformer Engine workspaces", commands=JOB_AND_SEARCH, search="same",
+           metavar="BYTES", help="CUDA context and kernels + GEMM workspaces"),
+        option("--nccl-buffers", group="allowances", type=T.bytes_or_zero, field="nccl",
+           default=512 * 2**20, source=ALLOWANCES_SOURCE + ": 4 communicators x 32 channels x 4 MiB",
+           commands=JOB_AND_SEARCH, search="same", metavar="BYTES", help="NCCL communicator buffers"),
+        option("--fragmentation", group="allowances", type=T.fragmentation, field="fragmentation",
+           default="1/10", source=ALLOWANCES_SOURCE + ": Megatron-Bridge's memory-tuning guide",
+           commands=JOB_AND_SEARCH, search="same", metavar="F",
+           help="allocator fragmentation margin as a fraction of the peak"),
+    ]
+
+
+def _input_rows():
+    return [
+        option("--args-file", group="framework", metavar="FILE", effect="input",
+           help="a file of pretrain_gpt.py arguments"),
+        option("--launch-script", group="framework", metavar="SCRIPT.sh", effect="input",
+           help="a bash launch script: its torchrun/pretrain_gpt.py command is read "
+           "(assignments, arrays and $VAR substituted; never executed)"),
+        option("--deepspeed-config", group="framework", metavar="ds_config.json", effect="input",
+           help="a DeepSpeed config (ZeRO stage, offload, bf16/fp16, batch) for MODEL; "
+           "--world-size gives the data-parallel size"),
+        option("--torchtitan-config", group="framework", metavar="JOB.toml", effect="input",
+           help="a torchtitan job TOML (v0.2 keys: [parallelism], [training], "
+           "[activation_checkpoint], [float8]); the model from MODEL or its [model]"),
+    ]
+
+
+def _cluster_rows():
+    pricing = frozenset({"estimate"}) | SEARCH
+    return [
+        option("--gpu", group="cluster", metavar="NAME", field="gpu", effect="memory, time",
+           commands=JOB_AND_SEARCH, search="same",
+           help="GPU from the catalogue (memsym gpus): the capacity is the total CUDA reports "
+           "for it where cited (h100-80gb: 79.11 GiB), else its datasheet figure, unless "
+           "--gpu-memory is given"),
+        option("--gpus-per-node", group="cluster", type=T.positive_int, metavar="K",
+           field="gpus_per_node", default=8, source="memsym.hardware (an HGX node)",
+           commands=pricing, search="same", effect="time",
+           help="GPUs per node (t may not exceed it in a search)"),
+        option("--intra-node-bandwidth", group="cluster", type=T.bandwidth, metavar="GB/s",
+           commands=frozenset({"estimate"}), effect="time", source="the --gpu's NVLink",
+           help="intra-node (NVLink) bandwidth per GPU [GB/s = 1e9 bytes/s]"),
+        option("--inter-node-bandwidth", group="cluster", type=T.bandwidth, metavar="GB/s",
+           commands=frozenset({"estimate"}), effect="time", default=50,
+           source="memsym.hardware: 400 Gb/s InfiniBand per GPU",
+           help="inter-node (InfiniBand/RoCE) bandwidth per GPU [GB/s]"),
+        option("--efficiency", group="cluster", type=T.efficiency, metavar="ETA",
+           commands=pricing, search="same", effect="time",
+           source="memsym.timing: GEMM efficiency by shape and GPU class",
+           help="override: every GEMM at this fraction of peak FLOP/s, 0.01 <= ETA <= 1"),
+    ]
+
+
+def _command_rows():
+    """The options of one subcommand alone: what it asks or how it shows the answer."""
+    est, plot, latex = frozenset({"estimate"}), frozenset({"plot"}), frozenset({"latex"})
+    search, ming = frozenset({"search"}), frozenset({"min-gpus"})
+    json_cmds = JOB_AND_SEARCH | {"time", "models", "gpus"}
+    return [
+        option("--gpus", group="search", type=T.positive_int, metavar="N", commands=search,
+           required=True, effect="memory, time", help="number of GPUs (world size)"),
+        option("--top", group="output", type=T.top_count, metavar="K", commands=search,
+           parser_default=10, default=10, source="memsym", effect="output",
+           help="how many layouts to show, 1..1000 (memsym.limits.MAX_TOP)"),
+        option("--emit", group="output", choices=("megatron", "torchtitan", "deepspeed"),
+           commands=search, effect="output",
+           help="print each top layout as the framework's own input instead of the table: "
+           "pretrain_gpt.py arguments, a torchtitan v0.2 job TOML fragment or a "
+           "ds_config.json, and the memsym estimate command that reads it back; prices the "
+           "layouts under that framework's rules (--framework); a layout the framework cannot "
+           "spell is named in one line, not emitted"),
+        option("--emit-dir", group="output", metavar="DIR", commands=search, effect="output",
+           help="with --emit: write one file per layout into DIR (created if missing; at most "
+           "--top files): layout_N.txt (Megatron-LM argument file), layout_N.toml or "
+           "layout_N.json"),
+        option("--max-gpus", group="search", type=T.positive_int, metavar="N", commands=ming,
+           parser_default=1 << 17, default=1 << 17, source="memsym", effect="none",
+           help="search bound"),
+        flag("--wide", group="output", commands=est, effect="output",
+              help="each term's source on its line (wider than 100 columns)"),
+        flag("--advise", group="output", commands=est, effect="output",
+              help="list the single changes that make the job fit (always when it does not): "
+              "each knob's smallest change, solved and verified"),
+        option(("--output", "-o"), group="output", metavar="FILE", commands=plot, required=True,
+           effect="output", help="FILE.png, FILE.pdf or FILE.svg"),
+        option(("--output", "-o"), group="output", metavar="FILE", commands=latex | {"bench"},
+           effect="output", help="write to FILE instead of stdout"),
+        option("--vs", group="output", type=T.choice("unknown", tuple(PLOT_UNKNOWNS)),
+           parser_default="dp", default="dp", source="memsym", commands=plot, effect="output",
+           help="memory-vs: the unknown on the x axis (dp, tp, pp, cp, micro-batch-size, "
+           "seq-length)"),
+        option("--candidates", group="output", type=T.candidates, metavar="LIST", commands=plot,
+           effect="output", source="around the solution; powers of two for tp, pp, cp, "
+           "seq-length", help="memory-vs: values to draw, 1,2,4,8 or 1:32"),
+        option("--x", "map_x", group="output", choices=("t", "p", "c", "d", "e", "v", "b"),
+           parser_default="p", default="p", source="memsym", commands=plot, effect="output",
+           help="feasibility: knob on the x axis"),
+        option("--y", "map_y", group="output", choices=("t", "p", "c", "d", "e", "v", "b"),
+           parser_default="t", default="t", source="memsym", commands=plot, effect="output",
+           help="feasibility: knob on the y axis"),
+        option("--map", "map_value", group="output", choices=("fits", "step_time", "headroom"),
+           commands=plot, effect="output",
+           source="step time with a global batch, else fits",
+           help="feasibility: what a cell shows"),
+        option("--title", group="output", commands=plot, effect="output", source="the job",
+           help="the plot's title"),
+        flag("--document", group="output", commands=latex, effect="output",
+              exclusive="form", help="a standalone amsmath document"),
+        flag("--snippet", group="output", commands=latex, effect="output", exclusive="form",
+              help="an align* block to \\input"),
+        flag("--markdown", group="output", commands=latex, effect="output", exclusive="form",
+              help="Markdown with $$ math"),
+        option("--paper", group="output", type=T.choice("paper", ("a4", "letter")),
+           parser_default="a4", default="a4", source="memsym", commands=latex,
+           effect="output", help="--document: paper size, a4 or letter (2.5 cm margins)"),
+        option("--solve", group="output", type=T.choice("unknown", tuple(SOLVE_UNKNOWNS)),
+           metavar="UNKNOWN", commands=latex, effect="output",
+           help="also solve for " + ", ".join(SOLVE_UNKNOWNS) + " (needs --gpu-memory or "
+           "--gpu)"),
+        flag("--quick", group="output", commands=frozenset({"bench"}), effect="output",
+              help="small sizes (seconds): proves it runs"),
+        flag("--suite", group="output", commands=frozenset({"bench"}), effect="output",
+              help="also time the full test suite"),
+        flag("--json", group="output", commands=json_cmds, effect="output",
+              help="one JSON object on stdout"),
+    ]
+
+
+def _time_rows():
+    tm = frozenset({"time"})
+    return [
+        option("model", group="time", metavar="MODEL-or-PARAMS", commands=tm, positional=True,
+           effect="time", help="a model preset name, a Hugging Face config.json, or a "
+           "parameter count (7B, 175e9, 1T)"),
+        option("--tokens", group="time", type=T.tokens, metavar="T", commands=tm, required=True,
+           effect="time", help="training tokens (300B, 15T, 3e11)"),
+        option("--gpu", group="time", metavar="NAME", commands=tm, parser_default="h100-80gb",
+           default="h100-80gb", source="memsym", effect="time",
+           help="GPU from the catalogue (memsym gpus): its peak dense FLOP/s"),
+        option("--gpus", group="time", type=T.positive_int, metavar="G", commands=tm,
+           parser_default=8, default=8, source="memsym: one node", effect="time",
+           help="number of GPUs"),
+        option("--precision", group="time", type=T.choice("precision", ("bf16", "fp16", "fp8")),
+           commands=tm, field="precision", parser_default="bf16", default="bf16", source=JOB_DEFAULTS,
+           effect="time", help="which peak to use"),
+        option("--efficiency", group="time", type=T.efficiency, metavar="ETA", commands=tm,
+           effect="time", default="1/2",
+           source="memsym.terms.compute.DEFAULT_EFFICIENCY: Narayanan et al. 2021 Table 1 "
+           "reaches 52% of A100 peak", help="achieved fraction of peak FLOP/s end to end "
+           "(model FLOPs utilisation), 0.01 <= ETA <= 1"),
+        option("--tflops", group="time", type=T.tflops, metavar="X", commands=tm, effect="time",
+           help="achieved TFLOP/s per GPU (overrides --gpu peak and --efficiency)"),
+        option(("--recompute-granularity", "--recompute"), "recompute", group="time",
+           type=T.choice("recompute", ("full", "none")), commands=tm, parser_default="full",
+           default="full", source="Narayanan et al. 2021 Eq. 4 as printed (8TN)",
+           effect="time", help="full: 8*T*N; none: 6*T*N"),
+        option("--price-per-gpu-hour", group="time", type=T.price, metavar="X", commands=tm,
+           effect="output", help="price of one GPU-hour (any currency) for the cost"),
+    ]
+
+
+def _model_rows():
+    return (option("kind", group="input", type=T.choice("plot", PLOT_KINDS), metavar="KIND",
+               commands={"plot"}, effect="output", positional=True,
+               help="breakdown, memory-vs or feasibility"),
+            option("model", group="input", metavar="MODEL", positional=True, commands=JOB_AND_SEARCH,
+              effect="memory, time", nargs="?",
+              help="preset name (memsym models: llama3-70b, mixtral-8x7b, ...) or path to a "
+              "Hugging Face config.json; its recipe (memsym.model.RECIPES) is the baseline"))
+
+
+def _all_rows() -> tuple:
+    return (*_model_rows(), *_state_rows(), *_arch_rows(), *_layout_rows(), *_training_rows(),
+            *_finetune_rows(), *_allowance_rows(), *_input_rows(), *_cluster_rows(),
+            *_time_rows(), *_command_rows())
+
+
+#: Every option of every subcommand (built once, at import: plain data and type functions).
+OPTIONS: tuple = _all_rows()
+
+
