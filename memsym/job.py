@@ -958,6 +958,12 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     if trn.loss_parallel is False and (trn.framework != "torchtitan" or lay.t == 1):
         notes.append("loss_parallel = False (--disable-loss-parallel) has effect only for "
                      "torchtitan jobs with t > 1")
+    if trn.schedule != DEFAULTS["schedule"] and lay.p == 1:
+        notes.append(f"schedule {trn.schedule} (--schedule) has effect only with pipeline "
+                     "parallelism (p > 1)")
+    if lay.t_e is not None and not x.num_experts:
+        notes.append("expert_tensor_parallel_size (--expert-tensor-parallel-size) has effect only "
+                     "on a model with experts")
     if trn.wgrad_deferral_limit and not trn.defer_embedding_wgrad_compute:
         notes.append("wgrad_deferral_limit (--wgrad-deferral-limit) has effect only with "
                      "--defer-embedding-wgrad-compute")

@@ -111,10 +111,7 @@ def run(args) -> int:
     if args.advise and (args.gpu_memory is None or not wants_training(args)):
         raise InvalidValueError("--advise needs a job (a MODEL or a launch command) and a "
                                 "capacity (--gpu NAME or --gpu-memory C)")
-    if wants_training(args):  # a job: the full training total
-        if args.params is not None:
-            raise InvalidValueError("--params contradicts the model: the parameter count comes "
-                                    "from the MODEL or the architecture options (drop --params)")
+    if wants_training(args):  # a job: the full training total (job_from_args refuses --params)
         return estimate_training(args)
     from .training_options import PRICING
 

@@ -133,6 +133,9 @@ def report_job(sol, j, args) -> None:
     from ..printing import latex
 
     x = sol.unknown.name
+    # the job's own notes (an option without effect on this job, a default it resolved) first,
+    # then the solver's: nothing the command line said is dropped unsaid
+    notes = list(dict.fromkeys(tuple(j.notes) + tuple(sol.notes)))
     if args.json:
         emit_json({
             "unknown": args.unknown, "symbol": x, "value": sol.value, "relation": sol.relation,
@@ -143,7 +146,7 @@ def report_job(sol, j, args) -> None:
             "stage": sol.stage,
             "neighbour": None if sol.neighbour is None else
             {"value": sol.neighbour[0], "memory_bytes": _bytes(sol.neighbour[1])},
-            "notes": list(sol.notes), "job": sol.job.describe(),
+            "notes": notes, "job": sol.job.describe(),
             # every admissible candidate evaluated; the answer, then the neighbour, last
             "tried": [{"value": v_, "memory_bytes": _bytes(m_)} for v_, m_ in sol.tried],
         })
@@ -156,5 +159,5 @@ def report_job(sol, j, args) -> None:
         out.append(f"closed form: {x} {sol.relation} {sol.closed_form}{bound}")
     else:
         out.append("closed form: none")
-    out += [f"  {note}" for note in sol.notes]
+    out += [f"  {note}" for note in notes]
     sys.stdout.write("\n".join(out) + "\n")

@@ -219,6 +219,9 @@ def job_from_args(args, **override):
     from ..errors import InvalidValueError
     from ..job import job
 
+    if getattr(args, "params", None) is not None:   # every job command alike
+        raise InvalidValueError("--params contradicts the model: the parameter count comes "
+                                "from the MODEL or the architecture options (drop --params)")
     if megatron_mode(args):
         j, mj = megatron_job_from_args(args)
         args.reading = {"read_as": "Megatron-LM arguments (pretrain_gpt.py semantics and "
