@@ -17,7 +17,7 @@ from typing import Mapping
 from .errors import DivisibilityError, InvalidValueError, UnknownNameError, choose
 from .terms.allowances import METRICS, allowance_values
 from .limits import FIELD_LIMITS, check_limit
-from .terms.activations import RECOMPUTE
+from .terms.activations import RECOMPUTE, recompute_modules as _modules
 from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
 from .terms.schedule import SCHEDULES
 from . import hardware, rules
@@ -28,6 +28,7 @@ from .model import Architecture, recipe, resolve, resolve_model
 from .units import capacity_bytes as _capacity   # GPU memory capacity as whole bytes
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
+           "recompute_modules_of",
            "resolve_dropout", "dropout_kept",
            "microbatches", "validate"]
 
@@ -111,6 +112,13 @@ class Training:
         ``every`` N (torchtitan's ``selective_ac_option = "N"``): every N-th transformer block
         a rank builds is fully checkpointed, floor(n/N) of its n blocks, counted across its
         pipeline stages (``activation_checkpoint.py``, ``_apply_layer_sac``).
+    recompute_modules : tuple of str or None
+        Megatron-Core's ``--recompute-modules`` under selective recompute: which submodules
+        are checkpointed (:data:`memsym.terms.activations.RECOMPUTE_MODULES`: core_attn,
+        moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; held in that order, each
+        once).  None (default): Megatron's default ``("core_attn",)`` under selective
+        recompute; given with another mode, or another framework, it is refused.  What each
+        drops: :func:`memsym.terms.activations.layer_activations`.
     flash_attention : bool
         Memory-efficient attention (no s^2 scores kept; softmax statistics kept).
         Megatron-core's default ``--attention-backend auto`` lets Transformer Engine pick a
@@ -233,6 +241,7 @@ class Training:
     recompute: str = "none"
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
+    recompute_modules: tuple | None = None
     flash_attention: bool = True
     dropout: bool | None = None
     schedule: str = "1f1b"
@@ -458,8 +467,31 @@ def canonical(training: Training) -> Training:
                 fixed[name] = choose(label, value, accepted)
             except UnknownNameError:
                 pass
+    mods = training.recompute_modules
+    if isinstance(mods, (list, tuple)):
+        try:
+            fixed["recompute_modules"] = _modules(mods)
+        except InvalidValueError:   # UnknownNameError too: validate() refuses it
+            pass
     return dataclasses.replace(training, **{k: v for k, v in fixed.items()
                                             if v != getattr(training, k)})
+
+
+def recompute_modules_of(training: Training) -> tuple:
+    """The modules a job recomputes under selective recompute (Megatron's default
+    ``("core_attn",)`` when none are given), else ``()``.
+
+    Examples
+    --------
+    >>> recompute_modules_of(Training(recompute="selective"))
+    ('core_attn',)
+    >>> recompute_modules_of(Training(recompute="selective", recompute_modules=("mlp", "moe")))
+    ('mlp', 'moe')
+    """
+    if training.recompute != "selective":
+        return ()
+    mods = training.recompute_modules
+    return ("core_attn",) if mods is None else _modules(mods)
 
 
 def validate(x, layout: Layout, training: Training):
@@ -482,6 +514,7 @@ def validate(x, layout: Layout, training: Training):
     names = {name: choose(label, getattr(training, name), accepted)
              for name, (label, accepted) in _named_choices().items()}
     _check_recompute_layers(x, layout, training)
+    _check_recompute_modules(x, training)
     _check_overlaps(x, layout, training)
     offered = FRAMEWORK_SCHEMES.get(training.framework)
     if offered and training.sharding not in offered:
@@ -604,6 +637,27 @@ def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
         raise InvalidValueError("recompute_method \"every\" is torchtitan's layer selective AC "
                                 "(selective_ac_option = \"N\"): use framework=\"torchtitan\"; "
                                 "Megatron checkpoints uniform or block")
+
+
+def _check_recompute_modules(x, training: Training) -> None:
+    # TransformerConfig.__post_init__ (d98e8a64dd): the modules are read only under selective
+    # granularity; mla_up_proj needs multi_latent_attention.  moe_act's moe_grouped_gemm,
+    # shared_experts' moe_shared_expert_overlap and the fp8 recipe are not job fields: the
+    # Megatron reader checks them (memsym.readers.megatron)
+    mods = training.recompute_modules
+    if mods is None:
+        return
+    if training.framework != "megatron":
+        raise InvalidValueError(f"recompute_modules is Megatron-Core's --recompute-modules, not "
+                                f"a {training.framework} option")
+    mods = _modules(mods)
+    if training.recompute != "selective":
+        raise InvalidValueError("recompute_modules need recompute selective (Megatron reads "
+                                "--recompute-modules only under --recompute-granularity "
+                                f"selective), got recompute {training.recompute}")
+    if "mla_up_proj" in mods and not x.multi_latent_attention:
+        raise InvalidValueError("recompute module mla_up_proj needs multi-latent attention "
+                                "(Megatron's TransformerConfig)")
 
 
 def framework_layout(x, layout: Layout, training: Training) -> tuple:

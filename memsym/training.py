@@ -31,7 +31,7 @@ from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatc
                              stage_microbatches, torch_round_size, v_stage_microbatches)
 from .values import as_expr, exact
 from .job import (Job, Layout, Training, check_fields, dropout_kept, job as make_job,
-                  microbatches,
+                  microbatches, recompute_modules_of,
                   validate as _validate_job)
 from . import model as models
 from .terms.pipeline_order import chunk_peak
@@ -357,8 +357,12 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
     shared = bool(x.moe_shared_expert_intermediate_size)
 
+    # Megatron's --recompute-modules (default core_attn) under selective recompute
+    mods = recompute_modules_of(training)
+
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
-        return layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe, **common).expr
+        return layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
+                                 modules=mods if mode == "selective" else None, **common).expr
 
     pattern = models.moe_layer_pattern(x)
     pl = layout.pipeline_layout
@@ -390,6 +394,7 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
     terms = [Term("layer_activations", held_layers,
                   f"{len(kinds)} decoder layers x in-flight micro-batches ({schedule}"
                   + (", interleaved" if interleaved else "") + f", recompute {recompute}"
+                  + (f" ({', '.join(mods) or 'no module'})" if recompute == "selective" else "")
                   + (f", {method} {n_rec}: " + _RECOMPUTE_METHOD_SOURCES[method]
                      if recompute == "full" and method else "") + ")",
                   Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)"),

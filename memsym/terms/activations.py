@@ -48,14 +48,15 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, choose
+from ..limits import check_limit
 from ..symbols import E, V, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..values import as_expr
 from .schedule import first_stage_layers
 
 __all__ = [
-    "PARALLEL", "RECOMPUTE", "NORMS",
-    "korthikanti", "korthikanti_terms",
+    "PARALLEL", "RECOMPUTE", "NORMS", "RECOMPUTE_MODULES", "RECOMPUTE_MODULE_SOURCES",
+    "recompute_modules", "korthikanti", "korthikanti_terms",
     "layer_activations", "embedding_activations", "output_activations", "lora_gathered_inputs",
     "paper_layer", "paper_first_stage",
 ]
@@ -72,6 +73,98 @@ NORMS = {"layernorm": 8, "rmsnorm": 4}
 
 _K = "korthikanti"
 _DERIVED = Source("memsym-derivation", "memsym/terms/activations.py module docstring")
+
+#: Megatron-Core's ``--recompute-modules`` that memsym models, in Megatron's order
+#: (``TransformerConfig.recompute_modules`` in ``megatron/core/transformer/transformer_config.py``
+#: at d98e8a64dd; the default under ``--recompute-granularity selective`` is ``core_attn``).
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                     "shared_experts")
+
+#: Megatron's other names: they recompute parts of layers memsym does not build.
+_UNMODELLED_MODULES = {
+    "gdn_norm_out": "the GatedDeltaNet output norm (experimental attention variant gdn)",
+    "gdp_in_proj": "the GatedDeltaProduct input projection (experimental attention variant)",
+    "gdp_qkv": "the GatedDeltaProduct causal conv and QKV preparation (experimental attention "
+               "variant)",
+    "mhc": "hyper-connection activations (--enable-mhc-connections)",
+}
+
+_MC = "megatron-core"
+#: Where each module's recompute is implemented (Megatron-LM at d98e8a64dd): the checkpoint's
+#: input stays saved, what runs inside it is recomputed in backward.
+RECOMPUTE_MODULE_SOURCES = {
+    "core_attn": Source(_MC, "megatron/core/transformer/attention.py, Attention."
+                        "_checkpointed_attention_forward (tensor_parallel.checkpoint of "
+                        "core_attention; q, k, v kept)"),
+    "moe_act": Source(_MC, "megatron/core/transformer/moe/experts.py, TEGroupedMLP.forward "
+                      "(CheckpointWithoutOutput of bias_act_func; its output, the linear_fc2 "
+                      "input, discarded once fc2 ran; fc1 output kept)"),
+    "layernorm": Source(_MC, "megatron/core/transformer/transformer_layer.py, TransformerLayer."
+                        "__init__ (only a norm that is not IdentityOp) and _run_input_layernorm / "
+                        "_forward_pre_mlp_layernorm (CheckpointWithoutOutput: the norm output "
+                        "discarded, its input kept); models/gpt/gpt_layer_specs.py, "
+                        "get_gpt_layer_with_transformer_engine_submodules (TENorm before MLA and "
+                        "before an MoE layer, fused into linear_qkv / linear_fc1 otherwise)"),
+    "mla_up_proj": Source(_MC, "megatron/core/transformer/multi_latent_attention.py, "
+                          "MLASelfAttention.get_query_key_value_tensors (CheckpointWithoutOutput "
+                          "of qkv_up_proj_and_rope_apply on the compressed latents) and "
+                          "MultiLatentAttention.forward (q, k, v discarded after core attention)"),
+    "mlp": Source(_MC, "megatron/core/transformer/transformer_layer.py, TransformerLayer._run_mlp "
+                  "(tensor_parallel.checkpoint of the dense MLP on pre_mlp_layernorm_output, the "
+                  "layer's hidden states under the TE spec's fused fc1 norm; not MoE layers)"),
+    "moe": Source(_MC, "megatron/core/transformer/moe/moe_layer.py, MoELayer.forward "
+                  "(tensor_parallel.checkpoint of custom_forward: router, dispatch, experts, "
+                  "combine; input hidden_states kept)"),
+    "shared_experts": Source(_MC, "megatron/core/transformer/moe/moe_layer.py, MoELayer."
+                             "shared_experts_compute (tensor_parallel.checkpoint of the shared "
+                             "experts on hidden_states)"),
+}
+
+
+def recompute_modules(names) -> tuple:
+    """Megatron's ``--recompute-modules`` names, checked, without repeats, in Megatron's order.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Names of :data:`RECOMPUTE_MODULES` (a repeated name changes nothing, as Megatron
+        tests membership only).
+
+    Returns
+    -------
+    tuple of str
+
+    Raises
+    ------
+    InvalidValueError
+        A bare string, more names than :data:`memsym.limits.LIMITS` ``"recompute_modules"``,
+        or one of Megatron's names for layers memsym does not build (``gdn_norm_out``,
+        ``gdp_in_proj``, ``gdp_qkv``, ``mhc``).
+    UnknownNameError
+        Any other name.
+
+    Examples
+    --------
+    >>> recompute_modules(["mlp", "core_attn", "mlp"])
+    ('core_attn', 'mlp')
+    >>> recompute_modules(["mhc"])
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: recompute module 'mhc' recomputes hyper-connection activations (--enable-mhc-connections), which memsym does not model
+    """
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        raise InvalidValueError("recompute_modules must be a list of names of "
+                                + ", ".join(RECOMPUTE_MODULES) + f", got {names!r:.60}")
+    check_limit("recompute_modules", len(names), "recompute_modules (names given)")
+    got = set()
+    for name in names:
+        key = name.strip().lower() if isinstance(name, str) else None
+        if key in _UNMODELLED_MODULES:
+            raise InvalidValueError(f"recompute module {key!r} recomputes "
+                                    f"{_UNMODELLED_MODULES[key]}, which memsym does not model")
+        got.add(choose("recompute module", name, RECOMPUTE_MODULES))
+    return tuple(m for m in RECOMPUTE_MODULES if m in got)
+
 
 
 
@@ -165,7 +258,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       recompute: str = "none", dropout: bool = True, norm: str = "layernorm",
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
-                      qk_norm: bool = False, fp8_inputs: bool = False) -> Total:
+                      qk_norm: bool = False, fp8_inputs: bool = False,
+                      modules=None) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank and
@@ -204,8 +298,30 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     so without recompute the output projection's input costs :math:`2 + 1` bytes.  (MXFP8
     adds one E8M0 scale per 32 elements, 1/32 byte, neglected here.)
 
-    Selective recompute (Megatron ``core_attn``) drops ``scores``/``softmax_stats``; full
-    recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);
+    Selective recompute drops what the recomputed modules (Megatron's ``--recompute-modules``,
+    ``modules``; default ``core_attn``) keep for their backward; each checkpoint's input stays
+    saved (:data:`RECOMPUTE_MODULE_SOURCES`, Transformer Engine's layer spec):
+
+    ==================  =====================================================================
+    module              terms dropped (or reduced)
+    ==================  =====================================================================
+    ``core_attn``       ``scores`` / ``softmax_stats`` (and the fused attention's own 16-bit
+                        output under FP8: ``proj_input`` keeps only the FP8 copy)
+    ``layernorm``       the output and fp32 statistics of the norms that are not fused into
+                        the next GEMM: before MLA (``qkv_input``) and before an MoE layer
+                        (``moe_input``); the dense layers' norms are fused (no effect)
+    ``mla_up_proj``     ``qk``, ``v`` and the norm-output half of ``mla_latents`` (the
+                        up-projections' inputs, :math:`2\tau r`; the compressed latents stay)
+    ``mlp``             dense layers: ``mlp_input``, ``mlp_activation``, ``fc2_input`` and the
+                        fused fc1 norm's statistics (the dropout mask stays)
+    ``moe``             MoE layers: ``router``, ``routed_tokens``, ``expert_activation``,
+                        ``expert_fc2_input``, ``combine``, ``shared_expert`` (``moe_input``,
+                        the checkpoint's input, stays)
+    ``moe_act``         MoE layers: ``expert_fc2_input`` (the activation output)
+    ``shared_experts``  MoE layers: ``shared_expert``
+    ==================  =====================================================================
+
+    Full recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);
     ``selective-op`` is torchtitan's per-op policy (:func:`_op_sac_layer`).
 
     Parameters
@@ -217,6 +333,10 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     sequence_parallel : bool
         Megatron sequence parallelism (the h-wide tensors divided by t).
     recompute : {"none", "selective", "full"}
+    modules : sequence of str, optional
+        Under ``recompute="selective"``: Megatron's ``--recompute-modules``
+        (:func:`recompute_modules`; None = Megatron's default ``("core_attn",)``).  Ignored
+        under the other modes.
     dropout : bool
         Hidden dropout masks kept (1 byte per element; none at dropout 0).
     attention_dropout : bool, optional
@@ -256,6 +376,14 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     >>> sp.simplify(A.expr.subs(gpt) - b*h*s*(34 + 5*a*s/h))
     0
 
+    Recomputing the dense MLP as well keeps neither its fc1 input, nor the GeLU input and
+    output (2sbh + 8sbh + 8sbh) nor the fused norm's statistics:
+
+    >>> B = layer_activations(recompute="selective", modules=["core_attn", "mlp"])
+    >>> keys = lambda T: {term.key for term in T.terms}
+    >>> sorted(keys(layer_activations(recompute="selective")) - keys(B))
+    ['fc2_input', 'mlp_activation', 'mlp_input']
+
     References
     ----------
     Korthikanti et al. 2022 §4.1–4.3; FlashAttention (arXiv:2205.14135, 2307.08691);
@@ -264,6 +392,19 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     ``save_for_backward``).
     """
     recompute, tok, sig = _common(sequence_parallel, recompute)
+    mods = (("core_attn",) if modules is None else recompute_modules(modules)) \
+        if recompute == "selective" else ()
+    # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
+    # spec only the norms before MLA and before an MoE layer are TENorm modules that
+    # "layernorm" checkpoints; the others are fused into linear_qkv / linear_fc1
+    drop_core = recompute == "selective" and "core_attn" in mods
+    drop_in_norm = "layernorm" in mods and bool(mla)
+    drop_pre_mlp_norm = "layernorm" in mods and moe
+    drop_up_proj = "mla_up_proj" in mods and bool(mla)
+    drop_mlp = "mlp" in mods and not moe
+    drop_moe = "moe" in mods and moe
+    drop_moe_act = ("moe_act" in mods or "moe" in mods) and moe
+    drop_shared = ("shared_experts" in mods or "moe" in mods) and moe
     # bytes per element of a saved GEMM input: FP8 under Transformer Engine, else 16-bit
     gx = 1 if fp8_inputs else 2
     te = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
@@ -291,19 +432,33 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     # attention block
     add("norm_inputs", 2 * 2 * tok * h / sig, "inputs of the two norms (attention and MLP)",
         Source(_K, "§4.1, LayerNorm: 4sbh"))
-    add("norm_statistics", (2 * NORMS[norm] * tok / sig) if norm_statistics else 0,
-        f"fp32 per-token statistics of the two {norm} norms (the paper neglects them)", _DERIVED)
-    add("qkv_input", gx * tok * h / sig, "norm output, input of the QKV projection"
-        + (" (FP8)" if fp8_inputs else ""), gsrc)
+    # norms whose statistics the backward keeps: a recomputed norm ("layernorm", or the
+    # fc1-fused norm inside a recomputed dense MLP) rebuilds them
+    n_stats = 2 - drop_in_norm - drop_pre_mlp_norm - drop_mlp
+    stat_mods = [m for m, on in (("layernorm", drop_in_norm or drop_pre_mlp_norm),
+                                 ("mlp", drop_mlp)) if on]
+    add("norm_statistics", (n_stats * NORMS[norm] * tok / sig) if norm_statistics else 0,
+        f"fp32 per-token statistics of {'the two' if n_stats == 2 else 'one'} {norm} "
+        "norm" + ("s" if n_stats == 2 else "") + " (the paper neglects them"
+        + (f"; recomputed: {', '.join(stat_mods)}" if stat_mods else "") + ")",
+        RECOMPUTE_MODULE_SOURCES[stat_mods[-1]] if stat_mods else _DERIVED)
+    if not drop_in_norm:
+        add("qkv_input", gx * tok * h / sig, "norm output, input of the QKV projection"
+            + (" (FP8)" if fp8_inputs else ""), gsrc)
     if mla:
         r_q, r_kv = mla.get("q_lora_rank"), mla["kv_lora_rank"]
         d_qk, d_r, d_v = (sp.Integer(mla[x]) for x in ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
-        latent = 4 * tok * (sp.Integer(r_kv) + (sp.Integer(r_q) if r_q else 0))
-        add("mla_latents", latent, "MLA latents: inputs of the q/kv up-projections and of their "
-            "norms (down-projections are replicated over t)", _DERIVED)
-        add("qk", 2 * tok * 2 * a * (d_qk + d_r) / t, "MLA queries and keys, a(d_qk + d_r) wide each",
-            _DERIVED)
-        add("v", 2 * tok * a * d_v / t, "MLA values, a d_v wide", _DERIVED)
+        rank = sp.Integer(r_kv) + (sp.Integer(r_q) if r_q else 0)
+        if drop_up_proj:
+            add("mla_latents", 2 * tok * rank, "MLA compressed latents, the input of the "
+                "recomputed up-projections (mla_up_proj: their norm outputs are rebuilt)",
+                RECOMPUTE_MODULE_SOURCES["mla_up_proj"])
+        else:
+            add("mla_latents", 4 * tok * rank, "MLA latents: inputs of the q/kv up-projections "
+                "and of their norms (down-projections are replicated over t)", _DERIVED)
+            add("qk", 2 * tok * 2 * a * (d_qk + d_r) / t,
+                "MLA queries and keys, a(d_qk + d_r) wide each", _DERIVED)
+            add("v", 2 * tok * a * d_v / t, "MLA values, a d_v wide", _DERIVED)
         proj_width = a * d_v
     else:
         add("qk", 2 * tok * (a + g) * d_h / t, "queries (a d_h wide) and keys (g d_h: GQA) for QK^T")
@@ -317,7 +472,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                        "get_query_key_value_tensors (q_layernorm, k_layernorm before RoPE)"))
         add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
         proj_width = a * d_h
-    if recompute == "none":
+    if not drop_core:
         if flash:
             add("softmax_stats", 4 * a * tok / t,
                 "flash attention: one fp32 logsumexp per query row and head (no s^2 tensors)",
@@ -328,41 +483,48 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                 "softmax output" + (", its dropout mask and dropout output" if att_drop else "")
                 + " (a x s/c x s per micro-batch)", Source(_K, "§4.1, attention: 5as^2b"))
     # FP8: the projection keeps an FP8 copy; the fused attention's own 16-bit output stays
-    # saved for its backward unless the attention is recomputed (selective)
-    o_bytes = gx + (2 if fp8_inputs and flash and recompute == "none" else 0)
+    # saved for its backward unless the attention is recomputed (core_attn)
+    o_bytes = gx + (2 if fp8_inputs and flash and not drop_core else 0)
     add("proj_input", o_bytes * tok * proj_width / t, "attention output, input of the output "
         "projection" + (" (FP8 copy" + (" beside the attention's 16-bit output)" if o_bytes > 1
                                          else ")") if fp8_inputs else ""), gsrc)
     add("attn_dropout_mask", delta * tok * h / sig, "dropout mask after the attention block")
 
+    what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
     if not moe:
-        add("mlp_input", gx * tok * h / sig, "norm output, input of fc1"
-            + (" (FP8)" if fp8_inputs else ""), gsrc)
-        add("mlp_activation", (2 + 2 * gam) * tok * f / t,
-            "fc1 output, input of the " + ("SwiGLU (gate and up, 2f wide)" if gated else "GeLU"),
-            _DERIVED if gated else tk)
-        add("fc2_input", gx * tok * f / t, "activation output, input of fc2"
-            + (" (FP8)" if fp8_inputs else ""), gsrc)
+        if not drop_mlp:
+            add("mlp_input", gx * tok * h / sig, "norm output, input of fc1"
+                + (" (FP8)" if fp8_inputs else ""), gsrc)
+            add("mlp_activation", (2 + 2 * gam) * tok * f / t,
+                "fc1 output, input of the " + ("SwiGLU (gate and up, 2f wide)" if gated else "GeLU"),
+                _DERIVED if gated else tk)
+            add("fc2_input", gx * tok * f / t, "activation output, input of fc2"
+                + (" (FP8)" if fp8_inputs else ""), gsrc)
         add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MLP")
-        return Total(f"activations per layer (dense, recompute {recompute})", tuple(terms))
+        return Total(f"activations per layer (dense, recompute {what})", tuple(terms))
 
     routed = c_f * k * tok * t_e / t   # token copies one expert GPU receives per micro-batch
     moe_src = Source("memsym-derivation", "layer_activations docstring (MoE layer)")
-    add("moe_input", 2 * tok * h / sig, "norm output, input of the router and the shared experts")
-    add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts", moe_src)
-    add("routed_tokens", gx * routed * h, "dispatched token copies, input of the expert fc1 "
-        "(top-k, capacity factor c_f)" + (", FP8" if fp8_inputs else ""),
-        te if fp8_inputs else Source("shazeer-switch", "§2.2, expert capacity"))
-    add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
-        "expert fc1 outputs, input of the expert activation", moe_src)
-    add("expert_fc2_input", gx * routed * f_e / t_e, "expert activation outputs, input of fc2"
-        + (" (FP8)" if fp8_inputs else ""), te if fp8_inputs else moe_src)
-    add("combine", 2 * routed * h, "expert outputs kept for the probability-weighted combine", moe_src)
-    if shared_expert:
+    if not drop_pre_mlp_norm:
+        add("moe_input", 2 * tok * h / sig,
+            "norm output, input of the router and the shared experts")
+    if not drop_moe:
+        add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts", moe_src)
+        add("routed_tokens", gx * routed * h, "dispatched token copies, input of the expert fc1 "
+            "(top-k, capacity factor c_f)" + (", FP8" if fp8_inputs else ""),
+            te if fp8_inputs else Source("shazeer-switch", "§2.2, expert capacity"))
+        add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
+            "expert fc1 outputs, input of the expert activation", moe_src)
+        if not drop_moe_act:
+            add("expert_fc2_input", gx * routed * f_e / t_e, "expert activation outputs, input "
+                "of fc2" + (" (FP8)" if fp8_inputs else ""), te if fp8_inputs else moe_src)
+        add("combine", 2 * routed * h, "expert outputs kept for the probability-weighted combine",
+            moe_src)
+    if shared_expert and not drop_shared:
         add("shared_expert", (4 + 2 * gam) * tok * f_sh / t,
             "shared-expert activation and fc2 inputs", moe_src)
     add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MoE block")
-    return Total(f"activations per layer (MoE, recompute {recompute})", tuple(terms))
+    return Total(f"activations per layer (MoE, recompute {what})", tuple(terms))
 
 
 _TT_SAC = Source("torchtitan", "torchtitan/distributed/activation_checkpoint.py, "
