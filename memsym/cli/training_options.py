@@ -134,6 +134,7 @@ def add_training_options(parser) -> None:
                      choices=("none", "selective", "full", "selective-op"), default=None,
                      help="activation recomputation (absent = none; selective-op: torchtitan's "
                      "per-op SAC, dense gated-MLP layers with flash attention)")
+    trn.add_argument("--recompute-modules", nargs="+", default=None, metavar="MODULE", help="Megatron-Core's, with selective recompute (default core_attn): core_attn moe_act layernorm mla_up_proj mlp moe shared_experts")
     # memsym.job.RECOMPUTE_METHODS, spelled here: building the parser imports no SymPy
     trn.add_argument("--recompute-method", choices=("uniform", "block", "every"), default=None,
                      help="Megatron's: with full recompute, uniform = groups of "
@@ -351,7 +352,8 @@ _JOB_OPTIONS = (
     ("pipeline_layout", "pipeline_layout"), ("seq_length", "seq_length"), ("micro_batch_size", "micro_batch_size"),
     ("global_batch_size", "global_batch_size"), ("num_microbatches", "num_microbatches"),
     ("recompute_granularity", "recompute"), ("recompute_method", "recompute_method"),
-    ("recompute_num_layers", "recompute_num_layers"), ("offload", "offload"),
+    ("recompute_num_layers", "recompute_num_layers"), ("recompute_modules", "recompute_modules"),
+    ("offload", "offload"),
     ("precision", "precision"),
     ("optimizer", "optimizer"), ("moe_expert_capacity_factor", "capacity_factor"),
     ("wgrad_deferral_limit", "wgrad_deferral_limit"), ("finetune", "finetune"),
@@ -529,6 +531,7 @@ def _num(value) -> int:
 def report_for(args, j, *, cluster: bool = True) -> dict:
     """The report of one validated :class:`memsym.job.Job`, evaluated on every stage; with
     ``cluster`` and cluster options, communication and time too."""
+    from ..job import recompute_modules_of
     from ..model import parameter_count
     from ..text import printable
     from ..training import job_memory
@@ -552,6 +555,8 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "recompute": training.recompute,
                      "recompute_method": training.recompute_method,
                      "recompute_num_layers": training.recompute_num_layers,
+                     "recompute_modules": list(recompute_modules_of(training))
+                     if training.recompute == "selective" else None,
                      "flash_attention": training.flash_attention,
                      "dropout": training.dropout, "schedule": training.schedule,
                      "stage_placement": training.stage_placement,

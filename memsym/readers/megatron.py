@@ -152,7 +152,8 @@ _MODELLED = {
     "torchrun_nproc_per_node", "torchrun_nnodes", "overlap_p2p_comm",
     "seq_length", "encoder_seq_length", "decoder_seq_length", "micro_batch_size",
     "global_batch_size", "rampup_batch_size", "step_batch_size_schedule", "recompute_activations", "recompute_granularity",
-    "recompute_method", "recompute_num_layers", "recompute_modules", "distribute_saved_activations",
+    "recompute_method", "recompute_num_layers", "recompute_modules", "moe_layer_recompute",
+    "distribute_saved_activations",
     "attention_backend", "use_flash_attn", "transformer_impl", "hidden_dropout",
     "attention_dropout",
     "bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16",
@@ -694,15 +695,19 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
         impl = r.choice("transformer_impl", ("local", "transformer_engine",
                                              "inference_optimized"), "transformer_engine")
         opts["flash_attention"] = backend in ("flash", "fused", "auto") and impl != "local"
-    if r.given("recompute_modules"):
-        mods = tuple(raw["recompute_modules"])
+    if r.given("recompute_modules") or r.flag("moe_layer_recompute"):
+        mods = tuple(raw.get("recompute_modules") or ("core_attn",))
         for m in mods:
             if m not in _RECOMPUTE_MODULES:
                 raise UnknownNameError("--recompute-modules value", m, _RECOMPUTE_MODULES)
+        if r.flag("moe_layer_recompute") and "moe" not in mods:
+            mods += ("moe",)   # TC.__post_init__: the deprecated flag appends "moe"
+        # the modules are read under selective granularity (memsym's --recompute-granularity
+        # may say so too; a contradiction is refused by the caller)
         opts["recompute"] = "selective"
-        if mods != ("core_attn",):
-            r.note(f"--recompute-modules {' '.join(mods)}: memsym models selective recompute "
-                   "as Korthikanti's (the attention core's activations recomputed)")
+        from ..terms.activations import recompute_modules   # SymPy: not at parser build
+
+        opts["recompute_modules"] = recompute_modules(mods)
     if r.flag("use_megatron_fsdp"):
         if r.flag("use_torch_fsdp2"):
             raise InvalidValueError("--use-megatron-fsdp and --use-torch-fsdp2 are exclusive")
@@ -740,7 +745,7 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     handled = set(_OVERRIDE_SWITCHES) | {
         "add_bias_linear", "position_embedding_type", "add_position_embedding", "moe_layer_freq",
         "encoder_seq_length", "decoder_seq_length", "fp8", "attention_backend",
-        "transformer_impl", "recompute_modules", "use_megatron_fsdp",
+        "transformer_impl", "recompute_modules", "moe_layer_recompute", "use_megatron_fsdp",
         "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
         "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
         "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe"}
@@ -1116,6 +1121,15 @@ class _Reader:
             mods = tuple(mods)
         else:
             mods = ("core_attn",)   # TC: recompute_modules None -> ["core_attn"]
+        if self.flag("moe_layer_recompute"):
+            # TC.__post_init__: the deprecated flag is selective recompute with "moe" added
+            if gran == "full":
+                raise InvalidValueError("--moe-layer-recompute cannot be set with full recompute "
+                                        "granularity (Megatron's TransformerConfig)")
+            gran = "selective"
+            mods = mods if "moe" in mods else mods + ("moe",)
+            self.note("--moe-layer-recompute is deprecated: read as --recompute-granularity "
+                      f"selective --recompute-modules {' '.join(mods)} (as TransformerConfig does)")
         if gran == "selective":
             if method is not None:
                 raise InvalidValueError("--recompute-method is not supported with selective "
@@ -1127,6 +1141,25 @@ class _Reader:
                 raise InvalidValueError("--recompute-modules mla_up_proj needs --multi-latent-attention")
             if "moe_act" in mods and not self.flag("moe_grouped_gemm"):
                 raise InvalidValueError("--recompute-modules moe_act needs --moe-grouped-gemm")
+            if "shared_experts" in mods and self.flag("moe_shared_expert_overlap") \
+                    and arch.get("moe_shared_expert_intermediate_size"):
+                raise InvalidValueError("--recompute-modules shared_experts cannot work with "
+                                        "--moe-shared-expert-overlap (Megatron's TransformerConfig)")
+            if self.given("fp8") and {"moe_act", "layernorm"} & set(mods) and \
+                    self.raw.get("fp8_recipe", "delayed") == "delayed":
+                raise InvalidValueError("--recompute-modules moe_act and layernorm are refused "
+                                        "with FP8 delayed scaling (Megatron's TransformerConfig; "
+                                        "--fp8-recipe defaults to delayed)")
+            # memsym's layers are Transformer Engine's spec (the default --transformer-impl)
+            if {"layernorm", "mlp"} & set(mods) and self.raw.get("transformer_impl") == "local":
+                self.note("--recompute-modules layernorm/mlp counted as under Transformer "
+                          "Engine's layer spec (fused norms); with --transformer-impl local "
+                          "each norm is its own module and its output is kept or recomputed "
+                          "differently")
+            if "layernorm" in mods and self.flag("mla_down_proj_fusion"):
+                self.note("--mla-down-proj-fusion fuses the MLA input norm into the down "
+                          "projection, so layernorm does not recompute it; memsym counts the "
+                          "unfused norm's output as recomputed")
             if not self.given("recompute_modules"):
                 self.note("selective recompute with Megatron's default --recompute-modules core_attn")
         elif gran == "full":
