@@ -1029,6 +1029,11 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
                                         or lay.p > 1):
         notes.append("fsdp_root_group has effect only for torchtitan's FSDP2 without pipelining")
     m_ = validate(x, lay, trn)
+    if set(recompute_modules_of(trn)) - {"core_attn"}:
+        # memsym.timing.step prices selective recompute as the attention core's forward again
+        notes.append("the step time prices selective recompute as core_attn's (the attention "
+                     "core's forward run again in backward); the other --recompute-modules' "
+                     "recomputed forwards are not priced")
     allowance_values(alw)                        # refuses unknown keys and negative values
     dev = clu = None
     if cluster is not None:

@@ -249,6 +249,7 @@ def test_pasted_command_and_flags_give_the_same_json(capsys):
     assert {k: v for k, v in pasted["training"].items() if k not in overlaps} == \
         {k: v for k, v in flags["training"].items() if k not in overlaps}
     assert flags["training"]["recompute_modules"] == ["core_attn", "mlp"]
+    assert any("not priced" in n for n in flags["notes"])    # the step time says what it omits
     # the MLP's recompute frees, per layer at t = 2 without SP: fc1's norm output 2sh, its fp32
     # rstd 4s, the SwiGLU input 2s(2f)/2 and output 2sf/2; 32 layers, one micro-batch in flight
     core = _estimate(capsys, "estimate", "llama2-7b", "--tp", 2, "--world-size", 2,
@@ -261,6 +262,13 @@ def test_pasted_command_and_flags_give_the_same_json(capsys):
     code = main(["estimate", "llama2-7b", "--recompute-modules", "mlp"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and "selective" in err
+
+
+def test_plot_feasibility_refuses_what_its_search_cannot_vary(capsys, tmp_path):
+    code = main(["plot", "feasibility", "llama2-7b", "--gpu", "h100-80gb", "--world-size", "8",
+                 *SELECTIVE, "mlp", "-o", str(tmp_path / "x.png")])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and "--recompute-modules" in err
 
 
 def test_text_report_names_the_modules(capsys):
