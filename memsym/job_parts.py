@@ -18,7 +18,7 @@ from .printing import BUDGET, NamedPrinter, latex, shown_terms
 from .values import exact
 from .symbols import M_alloc, N, N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, registry
 from .training import Layout, STATE_KEYS, Training, job_memory, job_stage_parameters
-from .job import Job, dropout_kept
+from .job import Job, dropout_kept, recompute_modules_of
 from .terms.allowances import METRICS
 from . import model as models
 from .model import moe_layer_pattern, parameter_count, stage_parameters
@@ -235,7 +235,9 @@ def _context(training, estimate, vals, sp_, x) -> list[str]:
     """Plain-text sentences stating the assumptions (training knobs, notes, stage contents)."""
     out = []
     if training is not None:
-        act = [f"recompute {training.recompute}",
+        mods = recompute_modules_of(training)
+        act = [f"recompute {training.recompute}" + (f" ({', '.join(mods) or 'no module'})"
+                                                    if training.recompute == "selective" else ""),
                "flash attention" if training.flash_attention else "attention scores kept (no flash attention)",
                "dropout masks kept" if dropout_kept(training) else "no dropout masks",
                f"{training.schedule} schedule"]

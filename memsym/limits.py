@@ -97,6 +97,9 @@ LIMITS = _limits(
     Limit("stages", 2**12, "stages", "2^12",
           "pipeline stages p, 64x the most published (p = 64, Narayanan et al. 2021 Table 1); "
           "the step time prices every stage"),
+    Limit("recompute_modules", 64, "names", "2^6",
+          "names given to --recompute-modules: Megatron-Core accepts 11 distinct ones and a "
+          "repeated name changes nothing"),
     Limit("top", 1000, "layouts", "10^3",
           "layouts memsym search prints, each with its exact breakdown; a screen shows ~10"),
 )

@@ -31,10 +31,11 @@ from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatc
                              stage_microbatches, torch_round_size, v_stage_microbatches)
 from .values import as_expr, exact
 from .job import (Job, Layout, Training, check_fields, dropout_kept, job as make_job,
-                  microbatches,
+                  microbatches, recompute_modules_of,
                   validate as _validate_job)
 from . import model as models
 from .terms.pipeline_order import chunk_peak
+from .terms.pipelining_buffers import pipelining_buffers, pipelining_recv_buffers
 from .terms.adapters import LORA_TARGETS, lora
 from .terms import transients as tr
 
@@ -182,77 +183,6 @@ def _boundary_bytes(sp_on: bool, training: Training) -> sp.Expr:
     return width * b * s * h / (c * (t if sp_on else 1))
 
 
-_PIPELINING_SRC = Source("pytorch-pipelining", "stage.py, _create_act_recv_info / "
-                         "_create_grad_recv_info (one buffer per micro-batch, kept), "
-                         "forward_one_chunk (fwd_cache keeps the stage output)")
-
-
-def _pipelining_recv_buffers(stage: int, pp: int, vv, mm, sp_on: bool, training: Training) -> Term:
-    r"""The receive buffers ``torch.distributed.pipelining`` keeps on pipeline rank ``stage``
-    between steps [bytes]: one per micro-batch for each stage's input (not the first global
-    stage's) and output gradient (not the last's), :math:`(2v - 1) m B` on the end ranks and
-    :math:`2 v m B` between them; they outlive the step, so the optimizer step sees them
-    (``tests/test_engine_fsdp2.py`` counts them after a step on a 3-rank gloo pipeline)."""
-    vk = 1 if vv is None else vv
-    # no input received for the first stage, no output gradient for the last (both on rank 0
-    # under the V placement)
-    last = 0 if training.stage_placement == "v" else pp - 1
-    count = 2 * vk * mm - (mm if stage == 0 else 0) - (mm if stage == last else 0)
-    return Term("pipeline_recv_buffers", count * _boundary_bytes(sp_on, training),
-                "torch.distributed.pipelining's per-micro-batch receive buffers (inputs, "
-                "output gradients), kept between steps", _PIPELINING_SRC,
-                label="pipeline receive buffers")
-
-
-def _pipelining_buffers(stage: int, pp: int, vv, mm, group, sp_on: bool,
-                        training: Training) -> Term:
-    r"""What ``torch.distributed.pipelining`` keeps on pipeline rank ``stage`` beyond the
-    layers' activations [bytes] (torchtitan's pipeline parallelism).
-
-    With :math:`B = 2\tau h/\sigma` the hidden states of one micro-batch at a stage boundary
-    (:math:`\tau = sb/c`, :math:`\sigma = t` under sequence parallelism), :math:`m`
-    micro-batches, :math:`v` stages on the rank and :math:`n` in-flight micro-batches of the
-    rank's first chunk (those whose embedding it holds,
-    :func:`memsym.terms.schedule.embedding_microbatches`):
-
-    .. math::
-
-        \text{first rank: } ((2v - 1) m + n) B,\quad
-        \text{middle: } 2 v m B,\quad
-        \text{last: } ((2v - 1) m - n_\ell) B + n_\ell\, 2\tau V/t
-
-    Under the V placement (stages r and 2p - 1 - r on rank r) rank 0 holds both ends,
-    :math:`((2v - 2) m + n - n_\ell) B + n_\ell\, 2\tau V/t`, and every other rank
-    :math:`2 v m B`.
-
-    Every stage makes one receive buffer per micro-batch for its input (not on the first
-    stage) and one for its output's gradient (not on the last) once, and keeps them
-    (``_create_act_recv_info``, ``_create_grad_recv_info``); a received input is the stage's
-    first block input, already counted for the in-flight micro-batches.  ``fwd_cache`` keeps
-    each in-flight micro-batch's stage output until its backward: the hidden states, and on
-    the last stage the 16-bit logits (the train step's ``del pred`` does not reach them) of
-    its :math:`n_\ell` micro-batches in flight: 1 under (interleaved) 1F1B, all m under GPipe
-    and LoopedBFS (:func:`memsym.terms.schedule.logits_microbatches`).
-    ``tests/test_engine_fsdp2.py`` checks the buffers on gloo groups of 2 and 3 ranks."""
-    width = _activation_width(training)
-    boundary = _boundary_bytes(sp_on, training)
-    vk = 1 if vv is None else vv
-    count, extra = 2 * vk * mm, 0
-    if stage == 0:
-        # no input received for the first stage; its in-flight outputs kept
-        n_first = embedding_microbatches(training.schedule, pp=p, vv=vv, mm=mm, group=group)
-        count += n_first - mm
-    if stage == (0 if training.stage_placement == "v" else pp - 1):
-        # no output gradient received for the last stage; fwd_cache keeps its logits
-        n_logits = logits_microbatches(training.schedule, mm=mm)
-        count -= mm + n_logits
-        extra = n_logits * width * b * s * V / (c * t)
-    return Term("pipeline_buffers", count * boundary + extra, "torch.distributed.pipelining's "
-                "per-micro-batch receive buffers (inputs, output gradients) and the in-flight "
-                "stage outputs it keeps for backward", _PIPELINING_SRC,
-                label="pipeline buffers")
-
-
 #: Where each full-recompute method's split of a chunk's layers is defined.
 _RECOMPUTE_METHOD_SOURCES = {
     "uniform": "Megatron-LM transformer_block.py _checkpointed_forward",
@@ -357,8 +287,12 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
     shared = bool(x.moe_shared_expert_intermediate_size)
 
+    # Megatron's --recompute-modules (default core_attn) under selective recompute
+    mods = recompute_modules_of(training)
+
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
-        return layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe, **common).expr
+        return layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
+                                 modules=mods if mode == "selective" else None, **common).expr
 
     pattern = models.moe_layer_pattern(x)
     pl = layout.pipeline_layout
@@ -390,12 +324,15 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
     terms = [Term("layer_activations", held_layers,
                   f"{len(kinds)} decoder layers x in-flight micro-batches ({schedule}"
                   + (", interleaved" if interleaved else "") + f", recompute {recompute}"
+                  + (f" ({', '.join(mods) or 'no module'})" if recompute == "selective" else "")
                   + (f", {method} {n_rec}: " + _RECOMPUTE_METHOD_SOURCES[method]
                      if recompute == "full" and method else "") + ")",
                   Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)"),
                   label="layers")]
     if training.framework == "torchtitan" and pp > 1 and mm is not None:
-        terms.append(_pipelining_buffers(stage, pp, vv, mm, group, sp_on, training))
+        terms.append(pipelining_buffers(stage, pp, vv, mm, group, _boundary_bytes(sp_on, training),
+                                        _activation_width(training), training.schedule,
+                                        training.stage_placement))
     if training.finetune != "full" and sp_on and not training.lora_regather:
         targets = set(LORA_TARGETS if training.lora_targets == "all" else training.lora_targets)
         qkv = int(bool(targets & {"q", "k", "v"}))
@@ -750,7 +687,7 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
       ``gradients_as_activations_freed`` in backward) and its embedding / output groups are
       :func:`memsym.terms.transients.fsdp2_io_groups` (``fsdp_root_group`` by release);
     * torchtitan with PP: the receive buffers of ``torch.distributed.pipelining``
-      (:func:`_pipelining_recv_buffers`) in the optimizer phase (the other phases count them
+      (:func:`memsym.terms.pipelining_buffers.pipelining_recv_buffers`) in the optimizer phase (the other phases count them
       with the activations, ``pipeline_buffers``);
     * DeepSpeed ZeRO-3: :func:`memsym.terms.transients.zero3_transients` in forward and
       both backward phases; ZeRO-1/2: the IPG buckets
@@ -803,9 +740,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     if training.framework == "torchtitan" and layout.p > 1 \
             and microbatches(layout, training) is not None:
         # the pipeline's receive buffers outlive the step: the optimizer step sees them
-        out["optimizer"].append(_pipelining_recv_buffers(
+        out["optimizer"].append(pipelining_recv_buffers(
             stage, layout.p, v if (layout.v or 1) > 1 else None, m,
-            _sequence_parallel(layout), training))
+            _boundary_bytes(_sequence_parallel(layout), training), training.stage_placement))
     # the sharding schemes' buffers are the frameworks' own (FSDP2, DeepSpeed): they join the
     # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
     # keep their published model-state forms and only the loss's transients

@@ -10,10 +10,14 @@ a name means the same thing on every path and ``memsym --help`` stays fast.
 
 from __future__ import annotations
 
+from .errors import InvalidValueError, choose
+from .limits import check_limit
+
 __all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "FRAMEWORK_CONVENTIONS", "OFFLOADS",
-           "GRAD_DTYPES", "PRECISION_NAMES", "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_METHODS",
+           "GRAD_DTYPES", "PRECISION_NAMES", "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
+           "RECOMPUTE_METHODS",
            "SCHEDULES", "STAGE_PLACEMENTS", "FRAMEWORKS", "FINETUNES", "METRIC_NAMES",
-           "ALLOWANCE_KEYS"]
+           "ALLOWANCE_KEYS", "recompute_modules"]
 
 #: How model states are sharded over data parallelism (memsym.terms.model_state).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
@@ -38,6 +42,9 @@ OPTIMIZER_NAMES = ("adam", "adamw", "sgd", "adam8bit", "adafactor", "none")
 #: Activation recomputation: none, Megatron's selective (core attention) and full, torchtitan's
 #: per-op selective AC.
 RECOMPUTE = ("none", "selective", "full", "selective-op")
+#: Megatron-Core's ``--recompute-modules`` (TransformerConfig.recompute_modules), in its order.
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                     "shared_experts")
 #: Full recompute's methods (``Training.recompute_method``): Megatron's uniform and block,
 #: torchtitan's every-N.
 RECOMPUTE_METHODS = ("uniform", "block", "every")
@@ -54,3 +61,57 @@ FINETUNES = ("full", "lora", "qlora")
 METRIC_NAMES = ("allocated", "reserved", "device")
 #: The named allowances (:data:`memsym.terms.allowances.ALLOWANCES`).
 ALLOWANCE_KEYS = ("workspace", "nccl", "fragmentation")
+
+#: Megatron's other names: they recompute parts of layers memsym does not build.
+_UNMODELLED_MODULES = {
+    "gdn_norm_out": "the GatedDeltaNet output norm (experimental attention variant gdn)",
+    "gdp_in_proj": "the GatedDeltaProduct input projection (experimental attention variant)",
+    "gdp_qkv": "the GatedDeltaProduct causal conv and QKV preparation (experimental attention "
+               "variant)",
+    "mhc": "hyper-connection activations (--enable-mhc-connections)",
+}
+
+
+def recompute_modules(names) -> tuple:
+    """Megatron's ``--recompute-modules`` names, checked, without repeats, in Megatron's order.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Names of :data:`RECOMPUTE_MODULES` (a repeated name changes nothing, as Megatron
+        tests membership only).
+
+    Returns
+    -------
+    tuple of str
+
+    Raises
+    ------
+    InvalidValueError
+        A bare string, more names than :data:`memsym.limits.LIMITS` ``"recompute_modules"``,
+        or one of Megatron's names for layers memsym does not build (``gdn_norm_out``,
+        ``gdp_in_proj``, ``gdp_qkv``, ``mhc``).
+    UnknownNameError
+        Any other name.
+
+    Examples
+    --------
+    >>> recompute_modules(["mlp", "core_attn", "mlp"])
+    ('core_attn', 'mlp')
+    >>> recompute_modules(["mhc"])
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: recompute module 'mhc' recomputes hyper-connection activations (--enable-mhc-connections), which memsym does not model
+    """
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        raise InvalidValueError("recompute_modules must be a list of names of "
+                                + ", ".join(RECOMPUTE_MODULES) + f", got {names!r:.60}")
+    check_limit("recompute_modules", len(names), "recompute_modules (names given)")
+    got = set()
+    for name in names:
+        key = name.strip().lower() if isinstance(name, str) else None
+        if key in _UNMODELLED_MODULES:
+            raise InvalidValueError(f"recompute module {key!r} recomputes "
+                                    f"{_UNMODELLED_MODULES[key]}, which memsym does not model")
+        got.add(choose("recompute module", name, RECOMPUTE_MODULES))
+    return tuple(m for m in RECOMPUTE_MODULES if m in got)

@@ -22,7 +22,6 @@ LIMIT = 600
 #: The modules over the limit, each with its line count when it was listed (it may not grow).
 ALLOWED = {
     "memsym/terms/model_state.py": 618,
-    "memsym/terms/activations.py": 622,
     "memsym/plotting.py": 633,
     "memsym/terms/communication.py": 639,
     "memsym/measure.py": 730,
@@ -31,9 +30,9 @@ ALLOWED = {
     "memsym/terms/transients.py": 835,
     "memsym/timing/step.py": 844,
     "memsym/readers/_megatron_flags.py": 897,   # Megatron-LM's flag table, generated data
-    "memsym/job.py": 1000,
-    "memsym/training.py": 1214,
-    "memsym/readers/megatron.py": 1270,
+    "memsym/job.py": 725,
+    "memsym/training.py": 1151,
+    "memsym/readers/megatron.py": 1155,
 }
 
 

@@ -60,6 +60,7 @@ _NEEDS_MODEL = (
     ("--wgrad-deferral-limit", "wgrad_deferral_limit"),
     ("--framework", "framework"),
     ("--recompute-method", "recompute_method"), ("--recompute-num-layers", "recompute_num_layers"),
+    ("--recompute-modules", "recompute_modules"),
     *switch_dests(),
 )
 

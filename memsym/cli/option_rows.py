@@ -7,7 +7,8 @@ A row spelling a Megatron-LM argument uses Megatron's name first and Megatron's 
 from __future__ import annotations
 
 from ..vocabulary import (CONVENTIONS, FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS,
-                          METRIC_NAMES, OFFLOADS, RECOMPUTE, RECOMPUTE_METHODS, SCHEDULES, SCHEMES)
+                          METRIC_NAMES, OFFLOADS, RECOMPUTE, RECOMPUTE_METHODS,
+                          RECOMPUTE_MODULES, SCHEDULES, SCHEMES)
 from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
 from ..vocabulary import PRECISION_NAMES as PRECISIONS
 from . import options as T
@@ -224,6 +225,11 @@ def _training_rows():
            search_help="recompute modes to try (default all the framework offers; "
            "selective-op: torchtitan's per-op SAC; block-N: Megatron's --recompute-method "
            "block --recompute-num-layers N; every-N: torchtitan's selective_ac_option = \"N\")"),
+        option("--recompute-modules", group="training", nargs="+", metavar="MODULE",
+               field="recompute_modules", effect="memory, time",
+               source=MEGATRON_ARGS + ": core_attn with --recompute-granularity selective",
+               help="Megatron-Core's modules recomputed under selective recompute: "
+               + " ".join(RECOMPUTE_MODULES)),
         option("--recompute-method", group="training", choices=RECOMPUTE_METHODS,
            field="recompute_method", effect="memory, time",
            source="every layer recomputed on its own",

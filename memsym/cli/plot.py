@@ -134,6 +134,9 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
                                         "search runs over the job's world size)")
             from ..search import search
 
+            if training.recompute_modules is not None:   # not a search choice: never dropped silently
+                raise InvalidValueError("plot feasibility searches the recompute modes; "
+                                        "--recompute-modules is not one of its choices")
             # the job's own training choices; the map varies the layout knobs
             res = search(arch, args.gpu, layout.world_size, seq_length=training.seq_length,
                          micro_batch_sizes=[training.micro_batch_size],

@@ -45,6 +45,8 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
     lay, trn = rep["layout"], rep["training"]
     rc = trn["recompute"] + ("" if not trn.get("recompute_method") else
                              f" ({trn['recompute_method']} {trn['recompute_num_layers']})")
+    if trn.get("recompute_modules") is not None:   # Megatron's --recompute-modules
+        rc += f" ({' '.join(trn['recompute_modules']) or 'no module'})"
     lines.append(f"memsym estimate: {rep['model']} ({rep['convention']} convention), "
                  f"most-loaded pipeline stage {rep['stage']['index']} ({rep['stage']['role']})")
     lines.append(_wrap(

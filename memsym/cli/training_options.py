@@ -321,6 +321,7 @@ def _num(value) -> int:
 def report_for(args, j, *, cluster: bool = True) -> dict:
     """The report of one validated :class:`memsym.job.Job`, evaluated on every stage; with
     ``cluster`` and cluster options, communication and time too."""
+    from ..job import recompute_modules_of
     from ..model import parameter_count
     from ..text import printable
     from ..training import job_memory
@@ -344,6 +345,8 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "recompute": training.recompute,
                      "recompute_method": training.recompute_method,
                      "recompute_num_layers": training.recompute_num_layers,
+                     "recompute_modules": list(recompute_modules_of(training))
+                     if training.recompute == "selective" else None,
                      "flash_attention": training.flash_attention,
                      "dropout": training.dropout, "schedule": training.schedule,
                      "stage_placement": training.stage_placement,

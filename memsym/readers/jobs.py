@@ -3,7 +3,7 @@
 
 The mapping is one function per framework and says, in the job's notes, where memsym's model
 approximates the framework's (Megatron-FSDP's strategies as the sharding schemes that keep
-the same states, recompute modules as Korthikanti's selective recompute).
+the same states).
 """
 
 from __future__ import annotations
@@ -73,9 +73,8 @@ def megatron_job(mj, model=None, **options):
     if granularity == "full":   # --recompute-method / --recompute-num-layers (both required)
         opts["recompute_method"] = rc.get("method")
         opts["recompute_num_layers"] = rc.get("num_layers")
-    if granularity == "selective" and tuple(rc.get("modules") or ("core_attn",)) != ("core_attn",):
-        notes.append(f"--recompute-modules {' '.join(rc['modules'])}: memsym models selective "
-                     "recompute as Korthikanti's (the attention core's activations recomputed)")
+    if granularity == "selective":   # --recompute-modules (TransformerConfig default core_attn)
+        opts["recompute_modules"] = tuple(rc.get("modules") or ("core_attn",))
     opts["flash_attention"] = bool(trn.get("flash_attention", True))
     hidden, attention = trn.get("hidden_dropout", 0), trn.get("attention_dropout", 0)
     opts["dropout"] = bool(hidden > 0 or attention > 0)

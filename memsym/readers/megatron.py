@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import InvalidValueError, MemsymError, UnknownNameError
+from ..vocabulary import recompute_modules
 from ._megatron_flags import FLAGS
+from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
 from ._values import (MAX_ARGS, MAX_BATCH, MAX_GPUS, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ,
                       MAX_VOCAB, MAX_WORD, fraction, whole)
 
@@ -24,7 +26,6 @@ __all__ = ["MegatronJob", "MegatronOverrides", "read_megatron_args", "read_megat
            "MAX_LAYERS", "MAX_HIDDEN", "MAX_HEADS", "MAX_VOCAB", "MAX_SEQ", "MAX_GPUS",
            "MAX_PATTERN_CHARS"]
 
-MAX_PATTERN_CHARS = 10_000      # longest --moe-layer-freq pattern read
 
 #: Megatron-FSDP's --data-parallel-sharding-strategy -> the scheme that shards the same
 #: states (megatron/core/distributed/fsdp: no_shard keeps everything, optim shards the
@@ -152,7 +153,8 @@ _MODELLED = {
     "torchrun_nproc_per_node", "torchrun_nnodes", "overlap_p2p_comm",
     "seq_length", "encoder_seq_length", "decoder_seq_length", "micro_batch_size",
     "global_batch_size", "rampup_batch_size", "step_batch_size_schedule", "recompute_activations", "recompute_granularity",
-    "recompute_method", "recompute_num_layers", "recompute_modules", "distribute_saved_activations",
+    "recompute_method", "recompute_num_layers", "recompute_modules", "moe_layer_recompute",
+    "distribute_saved_activations",
     "attention_backend", "use_flash_attn", "transformer_impl", "hidden_dropout",
     "attention_dropout",
     "bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16",
@@ -353,153 +355,6 @@ def _parse(argv: Sequence[str]):
 
 
 # ----------------------------------------------------------------------------------------------
-# --moe-layer-freq: a tiny parser for Megatron's pattern language (never eval)
-# ----------------------------------------------------------------------------------------------
-
-def parse_moe_layer_freq(text, num_layers: int | None = None):
-    """Megatron's ``--moe-layer-freq``: an int q, or a 0/1 pattern such as ``([0]*3+[1]*58)``.
-
-    Megatron (args: ``moe_freq_type`` / ``_eval_pattern``) checks that the string holds only
-    digits, ``,``, ``[``, ``]``, ``(``, ``)``, ``+`` and ``*`` and then ``eval``s it; here the same
-    language (list literals, ``+`` concatenation, ``*`` repetition, parentheses) is parsed by a
-    bounded recursive-descent parser.  Nothing is evaluated.
-
-    Parameters
-    ----------
-    text : str or int
-        The argument's value.
-    num_layers : int, optional
-        When given, a pattern must have exactly this many entries (args: ``validate_args``).
-
-    Returns
-    -------
-    int or tuple of int
-        q (layer i is MoE iff i mod q = 0) or the 0/1 pattern (1 = MoE layer).
-
-    Examples
-    --------
-    >>> parse_moe_layer_freq("([0]*3+[1]*58)", 61)[:4], sum(parse_moe_layer_freq("[0]*3+[1]*58"))
-    ((0, 0, 0, 1), 58)
-    >>> parse_moe_layer_freq("2"), parse_moe_layer_freq("([1]*3+[0]*2)*2")
-    (2, (1, 1, 1, 0, 0, 1, 1, 1, 0, 0))
-    """
-    if isinstance(text, int) and not isinstance(text, bool):
-        return whole(text, "--moe-layer-freq", 1, MAX_LAYERS)
-    if not isinstance(text, str):
-        raise InvalidValueError(f"--moe-layer-freq must be a string or an int, got {text!r:.40}")
-    s = text.replace(" ", "")
-    if len(s) > MAX_PATTERN_CHARS:
-        raise InvalidValueError(f"--moe-layer-freq pattern longer than {MAX_PATTERN_CHARS} characters")
-    if "[" not in s:
-        return whole(s, "--moe-layer-freq", 1, MAX_LAYERS)
-    bad = sorted({ch for ch in s if ch not in "0123456789,[]()+*"})
-    if bad:
-        raise InvalidValueError(f"--moe-layer-freq pattern {text[:60]!r} has characters "
-                                f"{''.join(bad)!r}; only digits , [ ] ( ) + * are accepted")
-    value = _Pattern(s, text).parse()
-    if not isinstance(value, list):
-        raise InvalidValueError(f"--moe-layer-freq pattern {text[:60]!r} is not a list")
-    if any(x not in (0, 1) for x in value):
-        raise InvalidValueError(f"--moe-layer-freq pattern {text[:60]!r} must hold only 0 (dense) "
-                                "and 1 (MoE)")
-    if num_layers is not None and len(value) != num_layers:
-        raise InvalidValueError(f"--moe-layer-freq pattern has {len(value)} entries but "
-                                f"--num-layers is {num_layers} (Megatron asserts they are equal)")
-    return tuple(value)
-
-
-class _Pattern:
-    """expr := term ('+' term)* ; term := atom ('*' atom)* ; atom := INT | '[' list ']' | '(' expr ')'."""
-
-    MAX_DEPTH = 50
-
-    def __init__(self, s: str, original: str):
-        self.s, self.i, self.original, self.depth = s, 0, original, 0
-
-    def fail(self, why: str):
-        raise InvalidValueError(f"--moe-layer-freq pattern {self.original[:60]!r}: {why}")
-
-    def peek(self):
-        return self.s[self.i] if self.i < len(self.s) else ""
-
-    def parse(self):
-        v = self.expr()
-        if self.i != len(self.s):
-            self.fail(f"unexpected {self.peek()!r} at position {self.i}")
-        return v
-
-    def expr(self):
-        v = self.term()
-        while self.peek() == "+":
-            self.i += 1
-            w = self.term()
-            if isinstance(v, list) != isinstance(w, list):
-                self.fail("'+' joins two lists or two numbers")
-            v = v + w
-            self.check(v)
-        return v
-
-    def term(self):
-        v = self.atom()
-        while self.peek() == "*":
-            self.i += 1
-            w = self.atom()
-            if isinstance(v, list) and isinstance(w, list):
-                self.fail("'*' repeats a list a number of times, not by a list")
-            if isinstance(v, list) or isinstance(w, list):
-                lst, n = (v, w) if isinstance(v, list) else (w, v)
-                if len(lst) * n > MAX_LAYERS:
-                    self.fail(f"the pattern exceeds {MAX_LAYERS} layers")
-                v = lst * n
-            else:
-                v = v * w
-            self.check(v)
-        return v
-
-    def atom(self):
-        ch = self.peek()
-        if ch.isdigit():
-            j = self.i
-            while self.peek().isdigit():
-                self.i += 1
-                if self.i - j > 7:
-                    self.fail("number too large")
-            return int(self.s[j:self.i])
-        if ch and ch in "[(":
-            self.depth += 1
-            if self.depth > self.MAX_DEPTH:
-                self.fail("nested too deeply")
-            self.i += 1
-            if ch == "(":
-                v = self.expr()
-                if self.peek() != ")":
-                    self.fail("missing ')'" if self.peek() != "," else "tuples are not accepted")
-            else:
-                v = []
-                if self.peek() != "]":
-                    while True:
-                        x = self.expr()
-                        if isinstance(x, list):
-                            self.fail("nested lists are not accepted")
-                        v.append(x)
-                        if self.peek() != ",":
-                            break
-                        self.i += 1
-                if self.peek() != "]":
-                    self.fail("missing ']'")
-            self.i += 1
-            self.depth -= 1
-            return v
-        self.fail(f"expected a number, '[' or '(' at position {self.i}, got {ch or 'the end'!r}")
-
-    def check(self, v):
-        if isinstance(v, list) and len(v) > MAX_LAYERS:
-            self.fail(f"the pattern exceeds {MAX_LAYERS} layers")
-        if isinstance(v, int) and v > MAX_LAYERS:
-            self.fail(f"a number exceeds {MAX_LAYERS}")
-
-
-# ----------------------------------------------------------------------------------------------
 # resolution: validate_args and TransformerConfig.__post_init__, in plain data
 # ----------------------------------------------------------------------------------------------
 
@@ -694,15 +549,17 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
         impl = r.choice("transformer_impl", ("local", "transformer_engine",
                                              "inference_optimized"), "transformer_engine")
         opts["flash_attention"] = backend in ("flash", "fused", "auto") and impl != "local"
-    if r.given("recompute_modules"):
-        mods = tuple(raw["recompute_modules"])
+    if r.given("recompute_modules") or r.flag("moe_layer_recompute"):
+        mods = tuple(raw.get("recompute_modules") or ("core_attn",))
         for m in mods:
             if m not in _RECOMPUTE_MODULES:
                 raise UnknownNameError("--recompute-modules value", m, _RECOMPUTE_MODULES)
+        if r.flag("moe_layer_recompute") and "moe" not in mods:
+            mods += ("moe",)   # TC.__post_init__: the deprecated flag appends "moe"
+        # the modules are read under selective granularity (memsym's --recompute-granularity
+        # may say so too; a contradiction is refused by the caller)
         opts["recompute"] = "selective"
-        if mods != ("core_attn",):
-            r.note(f"--recompute-modules {' '.join(mods)}: memsym models selective recompute "
-                   "as Korthikanti's (the attention core's activations recomputed)")
+        opts["recompute_modules"] = recompute_modules(mods)
     if r.flag("use_megatron_fsdp"):
         if r.flag("use_torch_fsdp2"):
             raise InvalidValueError("--use-megatron-fsdp and --use-torch-fsdp2 are exclusive")
@@ -740,7 +597,7 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     handled = set(_OVERRIDE_SWITCHES) | {
         "add_bias_linear", "position_embedding_type", "add_position_embedding", "moe_layer_freq",
         "encoder_seq_length", "decoder_seq_length", "fp8", "attention_backend",
-        "transformer_impl", "recompute_modules", "use_megatron_fsdp",
+        "transformer_impl", "recompute_modules", "moe_layer_recompute", "use_megatron_fsdp",
         "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
         "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
         "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe"}
@@ -1116,6 +973,15 @@ class _Reader:
             mods = tuple(mods)
         else:
             mods = ("core_attn",)   # TC: recompute_modules None -> ["core_attn"]
+        if self.flag("moe_layer_recompute"):
+            # TC.__post_init__: the deprecated flag is selective recompute with "moe" added
+            if gran == "full":
+                raise InvalidValueError("--moe-layer-recompute cannot be set with full recompute "
+                                        "granularity (Megatron's TransformerConfig)")
+            gran = "selective"
+            mods = mods if "moe" in mods else mods + ("moe",)
+            self.note("--moe-layer-recompute is deprecated: read as --recompute-granularity "
+                      f"selective --recompute-modules {' '.join(mods)} (as TransformerConfig does)")
         if gran == "selective":
             if method is not None:
                 raise InvalidValueError("--recompute-method is not supported with selective "
@@ -1127,6 +993,25 @@ class _Reader:
                 raise InvalidValueError("--recompute-modules mla_up_proj needs --multi-latent-attention")
             if "moe_act" in mods and not self.flag("moe_grouped_gemm"):
                 raise InvalidValueError("--recompute-modules moe_act needs --moe-grouped-gemm")
+            if "shared_experts" in mods and self.flag("moe_shared_expert_overlap") \
+                    and arch.get("moe_shared_expert_intermediate_size"):
+                raise InvalidValueError("--recompute-modules shared_experts cannot work with "
+                                        "--moe-shared-expert-overlap (Megatron's TransformerConfig)")
+            if self.given("fp8") and {"moe_act", "layernorm"} & set(mods) and \
+                    self.raw.get("fp8_recipe", "delayed") == "delayed":
+                raise InvalidValueError("--recompute-modules moe_act and layernorm are refused "
+                                        "with FP8 delayed scaling (Megatron's TransformerConfig; "
+                                        "--fp8-recipe defaults to delayed)")
+            # memsym's layers are Transformer Engine's spec (the default --transformer-impl)
+            if {"layernorm", "mlp"} & set(mods) and self.raw.get("transformer_impl") == "local":
+                self.note("--recompute-modules layernorm/mlp counted as under Transformer "
+                          "Engine's layer spec (fused norms); with --transformer-impl local "
+                          "each norm is its own module and its output is kept or recomputed "
+                          "differently")
+            if "layernorm" in mods and self.flag("mla_down_proj_fusion"):
+                self.note("--mla-down-proj-fusion fuses the MLA input norm into the down "
+                          "projection, so layernorm does not recompute it; memsym counts the "
+                          "unfused norm's output as recomputed")
             if not self.given("recompute_modules"):
                 self.note("selective recompute with Megatron's default --recompute-modules core_attn")
         elif gran == "full":

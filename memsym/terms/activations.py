@@ -47,22 +47,22 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..errors import InvalidValueError, choose
+from ..errors import choose
 from ..symbols import E, V, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..values import as_expr
-from ..vocabulary import RECOMPUTE  # Megatron --recompute-granularity; torchtitan's per-op AC
+from ..vocabulary import RECOMPUTE, RECOMPUTE_MODULES, recompute_modules  # noqa: F401
+from .korthikanti import PARALLEL, korthikanti, korthikanti_terms
+from .op_sac import op_sac_layer
 from .schedule import first_stage_layers
 
 __all__ = [
-    "PARALLEL", "RECOMPUTE", "NORMS",
-    "korthikanti", "korthikanti_terms",
+    "PARALLEL", "RECOMPUTE", "NORMS", "RECOMPUTE_MODULES", "RECOMPUTE_MODULE_SOURCES",
+    "recompute_modules", "korthikanti", "korthikanti_terms",
     "layer_activations", "embedding_activations", "output_activations", "lora_gathered_inputs",
     "paper_layer", "paper_first_stage",
 ]
 
-#: Parallel settings of Korthikanti's Table 2.
-PARALLEL = ("none", "tp", "tp+sp")
 #: Normalisations and the fp32 statistics per token each keeps for its backward [bytes].
 #: LayerNorm keeps mean and 1/sigma, RMSNorm only 1/rms (``torch.native_layer_norm`` and
 #: Transformer Engine save exactly these; the paper neglects them).
@@ -71,84 +71,41 @@ NORMS = {"layernorm": 8, "rmsnorm": 4}
 _K = "korthikanti"
 _DERIVED = Source("memsym-derivation", "memsym/terms/activations.py module docstring")
 
+#: Megatron-Core's ``--recompute-modules`` that memsym models, in Megatron's order
+#: (``TransformerConfig.recompute_modules`` in ``megatron/core/transformer/transformer_config.py``
+#: at d98e8a64dd; the default under ``--recompute-granularity selective`` is ``core_attn``):
+#: :data:`memsym.vocabulary.RECOMPUTE_MODULES`.
 
-
-# --- the paper, as printed -------------------------------------------------------------------
-def korthikanti(parallel: str = "none", recompute: str = "none") -> Term:
-    r"""Korthikanti et al.'s activation memory per transformer layer, as printed [bytes].
-
-    .. math::
-
-        \begin{array}{lll}
-        \text{none} & sbh\,(34 + 5as/h) & \text{Eq. 1} \\
-        \text{tp} & sbh\,(10 + 24/t + 5as/(ht)) & \text{Eq. 2} \\
-        \text{tp+sp} & \frac{sbh}{t}\,(34 + 5as/h) & \text{Eq. 4} \\
-        \text{tp, selective} & sbh\,(10 + 24/t) & \text{Table 2} \\
-        \text{tp+sp, selective} & 34\,sbh/t & \text{Table 2} \\
-        \text{full recompute} & 2\,sbh & \text{Table 2}
-        \end{array}
-
-    ``parallel="none"`` with selective recompute is the tp row at t = 1, 34sbh (seed 002).
-
-    Parameters
-    ----------
-    parallel : {"none", "tp", "tp+sp"}
-        No parallelism, tensor parallelism, tensor + sequence parallelism.
-    recompute : {"none", "selective", "full"}
-        Activation recomputation.
-
-    Returns
-    -------
-    Term
-        Per layer, per micro-batch, per GPU [bytes]; GPT layer with a 4h GeLU MLP, dropout,
-        no flash attention.
-
-    Examples
-    --------
-    >>> korthikanti().expr
-    b*h*s*(5*a*s/h + 34)
-    >>> float(korthikanti("none", "full").evaluate(s=4096, b=1, h=4096) * 32 / 10**9)  # seed 002
-    1.073741824
-
-    References
-    ----------
-    Korthikanti et al. 2022, arXiv:2205.05198, §4.1, §4.2, Table 2.
-    """
-    parallel = choose("parallel setting", parallel, PARALLEL)
-    recompute = choose("recompute mode", recompute, RECOMPUTE)
-    sbh = s * b * h
-    if recompute == "full":
-        # REF: korthikanti, Table 2 (full activation recomputation: only the layer input)
-        return Term("korthikanti.full", 2 * sbh, "full recompute: only the layer input is kept",
-                    Source(_K, "Table 2, full activation recomputation"), label="2sbh")
-    if parallel == "none" and recompute == "none":
-        expr, loc = sbh * (34 + 5 * a * s / h), "§4.1, Eq. 1"
-    elif parallel == "none":
-        expr, loc = sbh * 34, "Table 2, tensor parallel + selective recompute, at t = 1"
-    elif parallel == "tp" and recompute == "none":
-        expr, loc = sbh * (10 + 24 / t + 5 * a * s / (h * t)), "§4.2.1, Eq. 2; Table 2"
-    elif parallel == "tp":
-        expr, loc = sbh * (10 + 24 / t), "§5, Table 2, tensor parallel + selective"
-    elif recompute == "none":
-        expr, loc = sbh / t * (34 + 5 * a * s / h), "§4.2.2, Eq. 4; Table 2"
-    else:
-        expr, loc = 34 * sbh / t, "Table 2, tensor + sequence parallel + selective"
-    key = f"korthikanti.{parallel}.{recompute}"
-    return Term(key, expr, f"activations per layer ({parallel}, recompute {recompute}), as printed",
-                Source(_K, loc), label=key)
-
-
-def korthikanti_terms() -> tuple[Term, ...]:
-    """Every row of Korthikanti's Table 2 (and Eq. 1) as a Term, in table order.
-
-    Examples
-    --------
-    >>> [t.key for t in korthikanti_terms()][:2]
-    ['korthikanti.none.none', 'korthikanti.tp.none']
-    """
-    rows = [("none", "none"), ("tp", "none"), ("tp+sp", "none"), ("none", "selective"),
-            ("tp", "selective"), ("tp+sp", "selective"), ("none", "full")]
-    return tuple(korthikanti(p_, r_) for p_, r_ in rows)
+_MC = "megatron-core"
+#: Where each module's recompute is implemented (Megatron-LM at d98e8a64dd): the checkpoint's
+#: input stays saved, what runs inside it is recomputed in backward.
+RECOMPUTE_MODULE_SOURCES = {
+    "core_attn": Source(_MC, "megatron/core/transformer/attention.py, Attention."
+                        "_checkpointed_attention_forward (tensor_parallel.checkpoint of "
+                        "core_attention; q, k, v kept)"),
+    "moe_act": Source(_MC, "megatron/core/transformer/moe/experts.py, TEGroupedMLP.forward "
+                      "(CheckpointWithoutOutput of bias_act_func; its output, the linear_fc2 "
+                      "input, discarded once fc2 ran; fc1 output kept)"),
+    "layernorm": Source(_MC, "megatron/core/transformer/transformer_layer.py, TransformerLayer."
+                        "__init__ (only a norm that is not IdentityOp) and _run_input_layernorm / "
+                        "_forward_pre_mlp_layernorm (CheckpointWithoutOutput: the norm output "
+                        "discarded, its input kept); models/gpt/gpt_layer_specs.py, "
+                        "get_gpt_layer_with_transformer_engine_submodules (TENorm before MLA and "
+                        "before an MoE layer, fused into linear_qkv / linear_fc1 otherwise)"),
+    "mla_up_proj": Source(_MC, "megatron/core/transformer/multi_latent_attention.py, "
+                          "MLASelfAttention.get_query_key_value_tensors (CheckpointWithoutOutput "
+                          "of qkv_up_proj_and_rope_apply on the compressed latents) and "
+                          "MultiLatentAttention.forward (q, k, v discarded after core attention)"),
+    "mlp": Source(_MC, "megatron/core/transformer/transformer_layer.py, TransformerLayer._run_mlp "
+                  "(tensor_parallel.checkpoint of the dense MLP on pre_mlp_layernorm_output, the "
+                  "layer's hidden states under the TE spec's fused fc1 norm; not MoE layers)"),
+    "moe": Source(_MC, "megatron/core/transformer/moe/moe_layer.py, MoELayer.forward "
+                  "(tensor_parallel.checkpoint of custom_forward: router, dispatch, experts, "
+                  "combine; input hidden_states kept)"),
+    "shared_experts": Source(_MC, "megatron/core/transformer/moe/moe_layer.py, MoELayer."
+                             "shared_experts_compute (tensor_parallel.checkpoint of the shared "
+                             "experts on hidden_states)"),
+}
 
 
 # --- memsym's derivation, term by term --------------------------------------------------------
@@ -163,7 +120,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       recompute: str = "none", dropout: bool = True, norm: str = "layernorm",
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
-                      qk_norm: bool = False, fp8_inputs: bool = False) -> Total:
+                      qk_norm: bool = False, fp8_inputs: bool = False,
+                      modules=None) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank and
@@ -202,8 +160,30 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     so without recompute the output projection's input costs :math:`2 + 1` bytes.  (MXFP8
     adds one E8M0 scale per 32 elements, 1/32 byte, neglected here.)
 
-    Selective recompute (Megatron ``core_attn``) drops ``scores``/``softmax_stats``; full
-    recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);
+    Selective recompute drops what the recomputed modules (Megatron's ``--recompute-modules``,
+    ``modules``; default ``core_attn``) keep for their backward; each checkpoint's input stays
+    saved (:data:`RECOMPUTE_MODULE_SOURCES`, Transformer Engine's layer spec):
+
+    ==================  =====================================================================
+    module              terms dropped (or reduced)
+    ==================  =====================================================================
+    ``core_attn``       ``scores`` / ``softmax_stats`` (and the fused attention's own 16-bit
+                        output under FP8: ``proj_input`` keeps only the FP8 copy)
+    ``layernorm``       the output and fp32 statistics of the norms that are not fused into
+                        the next GEMM: before MLA (``qkv_input``) and before an MoE layer
+                        (``moe_input``); the dense layers' norms are fused (no effect)
+    ``mla_up_proj``     ``qk``, ``v`` and the norm-output half of ``mla_latents`` (the
+                        up-projections' inputs, :math:`2\tau r`; the compressed latents stay)
+    ``mlp``             dense layers: ``mlp_input``, ``mlp_activation``, ``fc2_input`` and the
+                        fused fc1 norm's statistics (the dropout mask stays)
+    ``moe``             MoE layers: ``router``, ``routed_tokens``, ``expert_activation``,
+                        ``expert_fc2_input``, ``combine``, ``shared_expert`` (``moe_input``,
+                        the checkpoint's input, stays)
+    ``moe_act``         MoE layers: ``expert_fc2_input`` (the activation output)
+    ``shared_experts``  MoE layers: ``shared_expert``
+    ==================  =====================================================================
+
+    Full recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);
     ``selective-op`` is torchtitan's per-op policy (:func:`_op_sac_layer`).
 
     Parameters
@@ -215,6 +195,10 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     sequence_parallel : bool
         Megatron sequence parallelism (the h-wide tensors divided by t).
     recompute : {"none", "selective", "full"}
+    modules : sequence of str, optional
+        Under ``recompute="selective"``: Megatron's ``--recompute-modules``
+        (:func:`recompute_modules`; None = Megatron's default ``("core_attn",)``).  Ignored
+        under the other modes.
     dropout : bool
         Hidden dropout masks kept (1 byte per element; none at dropout 0).
     attention_dropout : bool, optional
@@ -254,6 +238,14 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     >>> sp.simplify(A.expr.subs(gpt) - b*h*s*(34 + 5*a*s/h))
     0
 
+    Recomputing the dense MLP as well keeps neither its fc1 input, nor the GeLU input and
+    output (2sbh + 8sbh + 8sbh) nor the fused norm's statistics:
+
+    >>> B = layer_activations(recompute="selective", modules=["core_attn", "mlp"])
+    >>> keys = lambda T: {term.key for term in T.terms}
+    >>> sorted(keys(layer_activations(recompute="selective")) - keys(B))
+    ['fc2_input', 'mlp_activation', 'mlp_input']
+
     References
     ----------
     Korthikanti et al. 2022 §4.1–4.3; FlashAttention (arXiv:2205.14135, 2307.08691);
@@ -262,6 +254,19 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     ``save_for_backward``).
     """
     recompute, tok, sig = _common(sequence_parallel, recompute)
+    mods = (("core_attn",) if modules is None else recompute_modules(modules)) \
+        if recompute == "selective" else ()
+    # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
+    # spec only the norms before MLA and before an MoE layer are TENorm modules that
+    # "layernorm" checkpoints; the others are fused into linear_qkv / linear_fc1
+    drop_core = recompute == "selective" and "core_attn" in mods
+    drop_in_norm = "layernorm" in mods and bool(mla)
+    drop_pre_mlp_norm = "layernorm" in mods and moe
+    drop_up_proj = "mla_up_proj" in mods and bool(mla)
+    drop_mlp = "mlp" in mods and not moe
+    drop_moe = "moe" in mods and moe
+    drop_moe_act = ("moe_act" in mods or "moe" in mods) and moe
+    drop_shared = ("shared_experts" in mods or "moe" in mods) and moe
     # bytes per element of a saved GEMM input: FP8 under Transformer Engine, else 16-bit
     gx = 1 if fp8_inputs else 2
     te = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
@@ -283,25 +288,39 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
             Source(_K, "Table 2, full activation recomputation"))
         return Total("activations per layer (full recompute)", tuple(terms))
     if recompute == "selective-op":
-        return _op_sac_layer(tok, sig, gated=gated, flash=flash, moe=moe, mla=mla,
+        return op_sac_layer(tok, sig, gated=gated, flash=flash, moe=moe, mla=mla,
                              sequence_parallel=sequence_parallel)
 
     # attention block
     add("norm_inputs", 2 * 2 * tok * h / sig, "inputs of the two norms (attention and MLP)",
         Source(_K, "§4.1, LayerNorm: 4sbh"))
-    add("norm_statistics", (2 * NORMS[norm] * tok / sig) if norm_statistics else 0,
-        f"fp32 per-token statistics of the two {norm} norms (the paper neglects them)", _DERIVED)
-    add("qkv_input", gx * tok * h / sig, "norm output, input of the QKV projection"
-        + (" (FP8)" if fp8_inputs else ""), gsrc)
+    # norms whose statistics the backward keeps: a recomputed norm ("layernorm", or the
+    # fc1-fused norm inside a recomputed dense MLP) rebuilds them
+    n_stats = 2 - drop_in_norm - drop_pre_mlp_norm - drop_mlp
+    stat_mods = [m for m, on in (("layernorm", drop_in_norm or drop_pre_mlp_norm),
+                                 ("mlp", drop_mlp)) if on]
+    add("norm_statistics", (n_stats * NORMS[norm] * tok / sig) if norm_statistics else 0,
+        f"fp32 per-token statistics of {'the two' if n_stats == 2 else 'one'} {norm} "
+        "norm" + ("s" if n_stats == 2 else "") + " (the paper neglects them"
+        + (f"; recomputed: {', '.join(stat_mods)}" if stat_mods else "") + ")",
+        RECOMPUTE_MODULE_SOURCES[stat_mods[-1]] if stat_mods else _DERIVED)
+    if not drop_in_norm:
+        add("qkv_input", gx * tok * h / sig, "norm output, input of the QKV projection"
+            + (" (FP8)" if fp8_inputs else ""), gsrc)
     if mla:
         r_q, r_kv = mla.get("q_lora_rank"), mla["kv_lora_rank"]
         d_qk, d_r, d_v = (sp.Integer(mla[x]) for x in ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
-        latent = 4 * tok * (sp.Integer(r_kv) + (sp.Integer(r_q) if r_q else 0))
-        add("mla_latents", latent, "MLA latents: inputs of the q/kv up-projections and of their "
-            "norms (down-projections are replicated over t)", _DERIVED)
-        add("qk", 2 * tok * 2 * a * (d_qk + d_r) / t, "MLA queries and keys, a(d_qk + d_r) wide each",
-            _DERIVED)
-        add("v", 2 * tok * a * d_v / t, "MLA values, a d_v wide", _DERIVED)
+        rank = sp.Integer(r_kv) + (sp.Integer(r_q) if r_q else 0)
+        if drop_up_proj:
+            add("mla_latents", 2 * tok * rank, "MLA compressed latents, the input of the "
+                "recomputed up-projections (mla_up_proj: their norm outputs are rebuilt)",
+                RECOMPUTE_MODULE_SOURCES["mla_up_proj"])
+        else:
+            add("mla_latents", 4 * tok * rank, "MLA latents: inputs of the q/kv up-projections "
+                "and of their norms (down-projections are replicated over t)", _DERIVED)
+            add("qk", 2 * tok * 2 * a * (d_qk + d_r) / t,
+                "MLA queries and keys, a(d_qk + d_r) wide each", _DERIVED)
+            add("v", 2 * tok * a * d_v / t, "MLA values, a d_v wide", _DERIVED)
         proj_width = a * d_v
     else:
         add("qk", 2 * tok * (a + g) * d_h / t, "queries (a d_h wide) and keys (g d_h: GQA) for QK^T")
@@ -315,7 +334,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                        "get_query_key_value_tensors (q_layernorm, k_layernorm before RoPE)"))
         add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
         proj_width = a * d_h
-    if recompute == "none":
+    if not drop_core:
         if flash:
             add("softmax_stats", 4 * a * tok / t,
                 "flash attention: one fp32 logsumexp per query row and head (no s^2 tensors)",
@@ -326,104 +345,48 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                 "softmax output" + (", its dropout mask and dropout output" if att_drop else "")
                 + " (a x s/c x s per micro-batch)", Source(_K, "§4.1, attention: 5as^2b"))
     # FP8: the projection keeps an FP8 copy; the fused attention's own 16-bit output stays
-    # saved for its backward unless the attention is recomputed (selective)
-    o_bytes = gx + (2 if fp8_inputs and flash and recompute == "none" else 0)
+    # saved for its backward unless the attention is recomputed (core_attn)
+    o_bytes = gx + (2 if fp8_inputs and flash and not drop_core else 0)
     add("proj_input", o_bytes * tok * proj_width / t, "attention output, input of the output "
         "projection" + (" (FP8 copy" + (" beside the attention's 16-bit output)" if o_bytes > 1
                                          else ")") if fp8_inputs else ""), gsrc)
     add("attn_dropout_mask", delta * tok * h / sig, "dropout mask after the attention block")
 
+    what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
     if not moe:
-        add("mlp_input", gx * tok * h / sig, "norm output, input of fc1"
-            + (" (FP8)" if fp8_inputs else ""), gsrc)
-        add("mlp_activation", (2 + 2 * gam) * tok * f / t,
-            "fc1 output, input of the " + ("SwiGLU (gate and up, 2f wide)" if gated else "GeLU"),
-            _DERIVED if gated else tk)
-        add("fc2_input", gx * tok * f / t, "activation output, input of fc2"
-            + (" (FP8)" if fp8_inputs else ""), gsrc)
+        if not drop_mlp:
+            add("mlp_input", gx * tok * h / sig, "norm output, input of fc1"
+                + (" (FP8)" if fp8_inputs else ""), gsrc)
+            add("mlp_activation", (2 + 2 * gam) * tok * f / t,
+                "fc1 output, input of the " + ("SwiGLU (gate and up, 2f wide)" if gated else "GeLU"),
+                _DERIVED if gated else tk)
+            add("fc2_input", gx * tok * f / t, "activation output, input of fc2"
+                + (" (FP8)" if fp8_inputs else ""), gsrc)
         add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MLP")
-        return Total(f"activations per layer (dense, recompute {recompute})", tuple(terms))
+        return Total(f"activations per layer (dense, recompute {what})", tuple(terms))
 
     routed = c_f * k * tok * t_e / t   # token copies one expert GPU receives per micro-batch
     moe_src = Source("memsym-derivation", "layer_activations docstring (MoE layer)")
-    add("moe_input", 2 * tok * h / sig, "norm output, input of the router and the shared experts")
-    add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts", moe_src)
-    add("routed_tokens", gx * routed * h, "dispatched token copies, input of the expert fc1 "
-        "(top-k, capacity factor c_f)" + (", FP8" if fp8_inputs else ""),
-        te if fp8_inputs else Source("shazeer-switch", "§2.2, expert capacity"))
-    add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
-        "expert fc1 outputs, input of the expert activation", moe_src)
-    add("expert_fc2_input", gx * routed * f_e / t_e, "expert activation outputs, input of fc2"
-        + (" (FP8)" if fp8_inputs else ""), te if fp8_inputs else moe_src)
-    add("combine", 2 * routed * h, "expert outputs kept for the probability-weighted combine", moe_src)
-    if shared_expert:
+    if not drop_pre_mlp_norm:
+        add("moe_input", 2 * tok * h / sig,
+            "norm output, input of the router and the shared experts")
+    if not drop_moe:
+        add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts", moe_src)
+        add("routed_tokens", gx * routed * h, "dispatched token copies, input of the expert fc1 "
+            "(top-k, capacity factor c_f)" + (", FP8" if fp8_inputs else ""),
+            te if fp8_inputs else Source("shazeer-switch", "§2.2, expert capacity"))
+        add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
+            "expert fc1 outputs, input of the expert activation", moe_src)
+        if not drop_moe_act:
+            add("expert_fc2_input", gx * routed * f_e / t_e, "expert activation outputs, input "
+                "of fc2" + (" (FP8)" if fp8_inputs else ""), te if fp8_inputs else moe_src)
+        add("combine", 2 * routed * h, "expert outputs kept for the probability-weighted combine",
+            moe_src)
+    if shared_expert and not drop_shared:
         add("shared_expert", (4 + 2 * gam) * tok * f_sh / t,
             "shared-expert activation and fc2 inputs", moe_src)
     add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MoE block")
-    return Total(f"activations per layer (MoE, recompute {recompute})", tuple(terms))
-
-
-_TT_SAC = Source("torchtitan", "torchtitan/distributed/activation_checkpoint.py, "
-                 "_apply_op_sac / _custom_policy (_save_list: aten.mm, SDPA flash/efficient, "
-                 "reduce_scatter_tensor, abs, max; every second mm recomputed)")
-
-
-def _op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel) -> Total:
-    r"""torchtitan's per-op selective activation checkpointing of one dense block [bytes].
-
-    The policy saves the outputs of ``aten.mm`` except every second one (counted per block and
-    per forward), of the SDPA kernels and of ``reduce_scatter_tensor``, and recomputes the
-    rest (norms, RoPE, SiLU, products).  A torchtitan Llama block calls its matmuls in the
-    order wq, wk, wv, wo, w1, w3, w2, so mm 1, 3, 5, 7 are kept:
-
-    .. math::
-
-        \underbrace{\tfrac{2\tau h}{\sigma}}_{\text{block input}}
-        + \underbrace{\tfrac{2\tau a d_h}{t}}_{w_q}
-        + \underbrace{\tfrac{2\tau g d_h}{t}}_{w_v}
-        + \underbrace{\tfrac{2\tau a d_h}{t} + \tfrac{4 a\tau}{t}}_{\text{SDPA out, logsumexp}}
-        + \underbrace{\tfrac{2\tau f}{t}}_{w_1}
-        + \underbrace{2\tau h}_{w_2}
-        + [\mathrm{SP}]\,\underbrace{\tfrac{2\cdot 2\tau h}{\sigma}}_{\text{reduce-scatters of } w_o, w_2}
-
-    (under tensor parallelism the row-parallel ``w2`` matmul output is the full-token partial
-    sum before its reduce-scatter).  Dense layers with a gated MLP and flash/efficient
-    attention only: other blocks raise :class:`memsym.errors.InvalidValueError`.
-
-    Examples
-    --------
-    Llama-3 8B (h = 4096, a = 32, g = 8, d_h = 128, f = 14336), one 8192-token sequence, t = 1:
-
-    >>> A = layer_activations(gated=True, flash=True, recompute="selective-op")
-    >>> A.evaluate(s=8192, b=1, c=1, t=1, h=4096, a=32, g=8, d_h=128, f=14336) == \
-    ...     8192 * (2 * 4096 * 4 + 2 * 1024 + 4 * 32 + 2 * 14336)
-    True
-
-    References
-    ----------
-    torchtitan ``torchtitan/distributed/activation_checkpoint.py`` (``_apply_op_sac``).
-    """
-    if moe or mla or not gated or not flash:
-        raise InvalidValueError("recompute 'selective-op' (torchtitan per-op SAC) is modelled for "
-                                "dense gated-MLP layers with flash attention only")
-    terms = [
-        Term("layer_input", 2 * tok * h / sig, "block input (the checkpoint's input)", _TT_SAC,
-             label="layer input"),
-        Term("q", 2 * tok * a * d_h / t, "wq output (mm 1, saved)", _TT_SAC, label="q"),
-        Term("v", 2 * tok * g * d_h / t, "wv output (mm 3, saved; wk, mm 2, recomputed)", _TT_SAC,
-             label="v"),
-        Term("attention_output", 2 * tok * a * d_h / t + 4 * a * tok / t,
-             "SDPA output and fp32 logsumexp (saved; wo, mm 4, recomputed)", _TT_SAC,
-             label="attention output"),
-        Term("w1_output", 2 * tok * f / t, "w1 output (mm 5, saved; w3, mm 6, recomputed)",
-             _TT_SAC, label="w1 output"),
-        Term("w2_output", 2 * tok * h, "w2 output (mm 7, saved)", _TT_SAC, label="w2 output"),
-    ]
-    if sequence_parallel:
-        terms.append(Term("reduce_scatter_outputs", 2 * 2 * tok * h / sig,
-                          "reduce-scatter outputs of wo and w2 (saved)", _TT_SAC,
-                          label="reduce-scatter outputs"))
-    return Total("activations per layer (torchtitan per-op SAC)", tuple(terms))
+    return Total(f"activations per layer (MoE, recompute {what})", tuple(terms))
 
 
 def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = True) -> Total:

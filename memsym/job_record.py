@@ -1,0 +1,356 @@
+r"""The job record: the layout and the training step of a job, and their defaults.
+
+:class:`Layout` (how the GPUs are split) and :class:`Training` (what one step does), with the
+one table of defaults (:data:`DEFAULTS`), the option spellings accepted beside the field names,
+the defaults every report lists, the one whole-number validator and the micro-batch count
+:math:`m = B/(b\,d)`.  :func:`memsym.job.job` builds, validates and resolves them.
+
+.. math:: G = t\,p\,c\,d, \qquad B = m\,b\,d
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .errors import DivisibilityError, InvalidValueError
+
+__all__ = ["Layout", "Training", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS", "whole",
+           "microbatches"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the parts
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """A parallel layout: how the GPUs are split (Megatron-LM's ordering [TP, CP, PP, DP]).
+
+    Attributes
+    ----------
+    t, p, d, c : int
+        Tensor-, pipeline-, data- and context-parallel sizes [GPUs]; world size ``G = t p c d``.
+    e, t_e : int or None
+        Expert-parallel size and expert tensor-parallel size [GPUs] (``t_e`` None = ``t``, as
+        Megatron-LM's ``validate_args`` resolves it).
+    v : int or None
+        Virtual pipeline stages (model chunks) per pipeline rank [1]; None = not interleaved.
+    sequence_parallel : bool
+        Megatron sequence parallelism (only meaningful for ``t > 1``).
+    first_stage_layers, last_stage_layers : int or None
+        Uneven pipeline: decoder layers on the first / last stage (Megatron's
+        ``--decoder-first/last-pipeline-num-layers``); the rest split evenly.
+    pipeline_layout : PipelineLayout or None
+        Megatron's ``--pipeline-model-parallel-layout`` (or the split of
+        ``--account-for-embedding/loss-in-pipeline-split``): which layers each chunk of each
+        rank builds (:class:`memsym.model.pipeline_layout.PipelineLayout`); its v is the
+        layout's.  :func:`job` takes the layout string.
+    """
+
+    t: int = 1
+    p: int = 1
+    d: int = 1
+    c: int = 1
+    e: int = 1
+    t_e: int | None = None
+    v: int | None = None
+    sequence_parallel: bool = False
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    pipeline_layout: object = None
+
+    @property
+    def world_size(self) -> int:
+        """``G = t p c d`` [GPUs]."""
+        return self.t * self.p * self.c * self.d
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel size [GPUs] (``t`` unless given)."""
+        return self.t if self.t_e is None else self.t_e
+
+
+@dataclass(frozen=True)
+class Training:
+    """What one training step does (Megatron-LM argument names where they exist).
+
+    The defaults are :data:`DEFAULTS` (one table for every command and API).
+
+    Attributes
+    ----------
+    seq_length : int
+        ``s`` [tokens].
+    micro_batch_size : int
+        ``b`` [sequences].
+    num_microbatches : int or None
+        ``m``, micro-batches per step and pipeline [1]; None = derived from ``global_batch_size`` as
+        ``B/(b d)``, or "enough" (at least ``p``) when that is also None.
+    global_batch_size : int or None
+        ``B`` [sequences].
+    recompute : {"none", "selective", "full", "selective-op"}
+        Activation recomputation (Megatron ``--recompute-granularity``; absent = none).
+    recompute_method, recompute_num_layers
+        Megatron's ``--recompute-method`` / ``--recompute-num-layers`` under full recompute
+        (None: every layer checkpointed on its own, ``uniform`` with 1).  ``uniform`` N:
+        groups of N layers checkpointed (each group's input kept, one group rematerialised
+        in backward); ``block`` N: the first N layers of each model chunk checkpointed, the
+        others keep their activations (``transformer_block.py``, ``_checkpointed_forward``);
+        ``every`` N (torchtitan's ``selective_ac_option = "N"``): every N-th transformer block
+        a rank builds is fully checkpointed, floor(n/N) of its n blocks, counted across its
+        pipeline stages (``activation_checkpoint.py``, ``_apply_layer_sac``).
+    recompute_modules : tuple of str or None
+        Megatron-Core's ``--recompute-modules`` under selective recompute: which submodules
+        are checkpointed (:data:`memsym.terms.activations.RECOMPUTE_MODULES`: core_attn,
+        moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; held in that order, each
+        once).  None (default): Megatron's default ``("core_attn",)`` under selective
+        recompute; given with another mode, or another framework, it is refused.  What each
+        drops: :func:`memsym.terms.activations.layer_activations`.
+    flash_attention : bool
+        Memory-efficient attention (no s^2 scores kept; softmax statistics kept).
+        Megatron-core's default ``--attention-backend auto`` lets Transformer Engine pick a
+        fused or flash kernel, so the default is True.
+    dropout : bool or None
+        Whether dropout masks are kept (Megatron's defaults --hidden-dropout 0.1 and
+        --attention-dropout 0.1; Llama-style recipes set both to 0, and PyTorch keeps no
+        mask at p = 0).  None (default): the model's recipe, where a preset has one
+        (:data:`memsym.model.RECIPES`: Megatron-Bridge trains Llama, Mistral, Qwen3,
+        DeepSeek-V3 and gpt-oss without dropout), else the framework's default
+        (:func:`resolve_dropout`); :func:`job` resolves it.  torchtitan's models have no dropout
+        layers: with
+        ``framework="torchtitan"`` it is off (asking for it is refused).
+    schedule : {"1f1b", "gpipe"}
+        Pipeline schedule; when the layout's ``v`` > 1, 1F1B is interleaved and GPipe
+        loops breadth-first (torch's ``ScheduleLoopedBFS``, torchtitan only).
+    stage_placement : {"loop", "v"}
+        Where a rank's pipeline stages sit: ``"loop"`` (default) puts stage i on rank
+        i mod p, so the last rank holds the output layer and the loss; ``"v"`` puts stages r
+        and 2p - 1 - r on rank r (torch's ``ZBVZeroBubble`` and ``DualPipeV``, torchtitan
+        only, 2 stages per rank), so rank 0 holds the embedding, the output layer and the
+        loss, and rank r holds their chunk passes
+        (:func:`memsym.terms.schedule.v_stage_microbatches`).
+    precision, optimizer, sharding, offload : str
+        As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
+    convention : str
+        How model states are counted: ``"framework"`` (default: what Megatron-core,
+        DeepSpeed or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient
+        buffer, 6 + 12/d bytes per parameter), ``"seed000"`` (seed 000's 2 + 16/d; alias
+        ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"`` (its estimator).
+    grad_dtype, precision_aware, fp8_param_gather
+        Megatron's gradient-buffer dtype (None: fp32 for 16-bit training, as
+        ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32``; ``"bf16"`` =
+        ``--grad-reduce-in-bf16``), ``--use-precision-aware-optimizer`` and
+        ``--fp8-param-gather`` (:func:`memsym.terms.model_state.byte_widths`).
+    capacity_factor : number
+        MoE routed-token load of the busiest expert rank relative to a perfectly balanced
+        one (1 = balanced; Megatron's ``--moe-expert-capacity-factor`` when tokens are dropped).
+    microbatch_group_size : int or None
+        Megatron's ``microbatch_group_size_per_vp_stage`` (None = p) for the interleaved
+        schedule's launch rule.
+    finetune : {"full", "lora", "qlora"}
+        Full training, or LoRA adapters on a frozen base (QLoRA: an NF4 base).
+    lora_rank, lora_targets, quantization
+        LoRA rank, adapted matrices (``"all"`` or names of
+        :data:`memsym.terms.adapters.LORA_TARGETS`) and the frozen base's format (None: bf16
+        for LoRA, nf4-dq for QLoRA; :data:`memsym.terms.adapters.QUANTIZATIONS`).
+    lora_regather : bool
+        Megatron-Bridge's ``LoRA(sequence_parallel_input_regather=...)`` (default False): under
+        sequence parallelism LoRA-A keeps only the local norm-output shard and re-gathers it in
+        backward (:func:`memsym.terms.activations.lora_gathered_inputs`).
+    framework : {"megatron", "deepspeed", "torchtitan"}
+        Whose launch rules and runtime apply (:data:`FRAMEWORKS`; default Megatron-LM, whose
+        argument names memsym uses).  ``"torchtitan"``: sharding ``fsdp`` or ``ddp``; FSDP2
+        may run with pipeline parallelism (``torch.distributed.pipelining``), the layers
+        split as torchtitan splits them (:func:`framework_layout`) unless the end stages are
+        given, and FSDP2 keeps the stage's parameters and fp32 gradients unsharded through
+        the pipelined backward (:func:`memsym.terms.transients.fsdp2_pipeline_unsharded`).
+        ``"deepspeed"``: sharding ``ddp`` or ZeRO ``zero1/2/3``.  The readers set it.
+    compiled_loss : bool
+        The loss runs under ``torch.compile`` (torchtitan's ``compile.enable`` with ``"loss"``
+        in ``compile.components``, since torchtitan bbb1b616e): the cross-entropy keeps the
+        16-bit logits and 8 bytes of statistics per token, not the fp32 log-softmax, and makes
+        no fp32 copy (:func:`memsym.terms.activations.output_activations`).  Default False:
+        Megatron's loss and eager PyTorch.
+    loss_parallel : bool
+        torchtitan's loss parallel (default True: ``disable_loss_parallel = false``): with
+        t > 1 the output layer's logits stay vocab-sharded and the cross-entropy runs in
+        ``torch.distributed.tensor.parallel.loss_parallel()``
+        (:func:`memsym.terms.transients.loss_parallel_transient`).  Only torchtitan reads it:
+        Megatron's loss is always vocab-parallel.
+    fsdp_root_group : bool
+        torchtitan's FSDP2 grouping before 83e694105 (July 2025): the root
+        ``fully_shard(model)`` holds the embedding, final norm and output, gathered from the
+        forward's start to the backward's end (FSDP2 never reshards the root), the output's
+        unsharded gradient waits for the root's reduce-scatter at the end of the backward, and
+        the last block is not resharded after forward.  Default False, torchtitan since then
+        (v0.2): the embedding is its own group, resharded after forward, and ``[norm, output]``
+        one group kept gathered after forward (:func:`memsym.terms.transients.fsdp2_io_groups`).
+        Only torchtitan's FSDP2 without pipelining reads it.
+    overlap_grad_reduce, overlap_param_gather : bool or None
+        Megatron's ``--overlap-grad-reduce`` (the data-parallel gradient reduce-scatter or
+        all-reduce runs in buckets during the backward) and ``--overlap-param-gather`` (the
+        distributed optimizer's parameter all-gather runs during the next forward), for the
+        step time.  None: the framework's default: off for Megatron-LM (``store_true``
+        flags), on for torchtitan (FSDP2 reduce-scatters in the backward and prefetches the
+        next all-gather; DDP's buckets all-reduce in the backward), DeepSpeed's
+        ``overlap_comm`` (on for ZeRO-3 only, ``zero/config.py``).
+    tp_comm_overlap : bool
+        Megatron's ``--tp-comm-overlap`` (Transformer Engine userbuffers: the TP all-gather /
+        reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism).
+    overlap_moe_expert_parallel_comm : bool
+        Megatron's ``--overlap-moe-expert-parallel-comm`` (default off): the expert-parallel
+        all-to-all hidden behind another micro-batch's compute; ``TransformerConfig`` allows
+        it only with EP > 1, interleaving where PP > 1, no full recomputation, 16-bit
+        parameters and at most one MTP layer.
+    overlap_p2p_comm : bool
+        Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``):
+        the interleaved schedule's p2p sends hide behind compute; without it interleaving
+        needs PP > 2.
+    defer_embedding_wgrad_compute : bool
+        Megatron's ``--defer-embedding-wgrad-compute`` (default off; needs PP > 1): the
+        output layer's weight-gradient GEMMs wait for the pipeline flush, so the last stage
+        keeps each micro-batch's output-layer input and logits gradient until then
+        (:func:`memsym.terms.transients.deferred_wgrad_buffers`).
+    wgrad_deferral_limit : int
+        Megatron's ``--wgrad-deferral-limit`` (default 0: every micro-batch deferred): the
+        most micro-batches deferred, the rest computed at once.
+    metric : {"device", "reserved", "allocated"}
+        Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
+        ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
+        ``"reserved"`` (``torch.cuda.max_memory_reserved``: no CUDA context, no NCCL buffers)
+        or ``"allocated"`` (``torch.cuda.max_memory_allocated``: also no allocator reserve).
+    """
+
+    seq_length: int = 4096
+    micro_batch_size: int = 1
+    num_microbatches: int | None = None
+    global_batch_size: int | None = None
+    recompute: str = "none"
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    recompute_modules: tuple | None = None
+    flash_attention: bool = True
+    dropout: bool | None = None
+    schedule: str = "1f1b"
+    stage_placement: str = "loop"
+    precision: str = "bf16"
+    optimizer: str = "adam"
+    sharding: str = "distributed-optimizer"
+    convention: str = "framework"
+    offload: str = "none"
+    capacity_factor: object = 1
+    microbatch_group_size: int | None = None
+    grad_dtype: str | None = None
+    precision_aware: bool = False
+    fp8_param_gather: bool = False
+    finetune: str = "full"
+    lora_rank: int = 16
+    lora_targets: object = "all"
+    quantization: str | None = None
+    lora_regather: bool = False
+    compiled_loss: bool = False
+    framework: str = "megatron"
+    loss_parallel: bool = True
+    fsdp_root_group: bool = False
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool = False
+    overlap_moe_expert_parallel_comm: bool = False
+    overlap_p2p_comm: bool = True
+    defer_embedding_wgrad_compute: bool = False
+    wgrad_deferral_limit: int = 0
+    metric: str = "device"
+
+
+def _defaults() -> dict:
+    out = {f.name: f.default for f in dataclasses.fields(Layout)}
+    out.update({f.name: f.default for f in dataclasses.fields(Training)})
+    return out
+
+
+#: Every default of a job, in one table (Layout and Training fields).  Where it differs
+#: from a framework's, the framework readers (:mod:`memsym.readers`) apply the framework's.
+DEFAULTS: dict = _defaults()
+
+#: Option spellings accepted beside the field names (Megatron-LM's and the CLI's).
+OPTION_ALIASES: dict = {
+    "tp": "t", "tensor_model_parallel_size": "t", "pp": "p", "pipeline_model_parallel_size": "p",
+    "dp": "d", "data_parallel_size": "d", "cp": "c", "context_parallel_size": "c",
+    "ep": "e", "expert_model_parallel_size": "e", "etp": "t_e",
+    "expert_tensor_parallel_size": "t_e", "vpp": "v", "virtual_pipeline_model_parallel_size": "v",
+    "decoder_first_pipeline_num_layers": "first_stage_layers",
+    "decoder_last_pipeline_num_layers": "last_stage_layers",
+    "recompute_granularity": "recompute", "use_flash_attn": "flash_attention",
+    "moe_expert_capacity_factor": "capacity_factor",
+    "microbatch_group_size_per_vp_stage": "microbatch_group_size",
+    "pipeline_model_parallel_layout": "pipeline_layout",
+}
+#: The defaults that decide memory or time, listed in every report when the user did not give
+#: them: field -> where the value comes from (memsym's own choice, said with its reason).
+REPORTED_DEFAULTS: dict = {
+    "precision": "memsym.job.DEFAULTS: bf16 mixed precision (Megatron-LM --bf16, as the "
+                 "recipes of Megatron-Bridge and torchtitan train)",
+    "optimizer": "memsym.job.DEFAULTS: Adam (Megatron-LM's --optimizer default)",
+    "sharding": "memsym.job.DEFAULTS: Megatron-core's distributed optimizer (the recipes' "
+                "--use-distributed-optimizer)",
+    "recompute": "memsym.job.DEFAULTS: no recomputation (Megatron-LM without "
+                 "--recompute-granularity)",
+    "flash_attention": "memsym.job.DEFAULTS: Megatron-core's --attention-backend auto picks a "
+                       "fused or flash kernel",
+    "dropout": "Megatron-LM arguments.py: --hidden-dropout 0.1 and --attention-dropout 0.1 "
+               "(the model has no recipe in memsym.model.RECIPES)",
+    "micro_batch_size": "memsym.job.DEFAULTS: one sequence per micro-batch",
+    "seq_length": "memsym.job.DEFAULTS: 4096 tokens, capped by the model's position table",
+    "d": "memsym.job.DEFAULTS: data-parallel size 1 (no --world-size or --dp)",
+}
+
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole-number validator (one for every size a job carries)
+# ---------------------------------------------------------------------------------------------
+def whole(value, what: str, *, minimum: int = 1, optional: bool = False):
+    """``value`` as a Python int ``>= minimum`` (None passes when ``optional``).
+
+    Booleans are refused (``True`` is not one layer); numpy integers are accepted.
+
+    Examples
+    --------
+    >>> whole(8, "t")
+    8
+    >>> whole(0, "t")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: t must be a whole number >= 1, got 0
+    """
+    import numbers
+
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise InvalidValueError(f"{what} must be a whole number >= {minimum}"
+                                + (" or None" if optional else "") + f", got {shown}")
+    return int(value)
+
+
+def microbatches(layout: Layout, training: Training):
+    """The number of micro-batches m per step (None when neither m nor B is given).
+
+    Megatron: ``B = m · b · d`` (the global batch is split over data-parallel ranks and
+    micro-batches; CP ranks share a sequence).
+
+    Examples
+    --------
+    >>> microbatches(Layout(d=2), Training(micro_batch_size=1, global_batch_size=32))
+    16
+    """
+    m_, B_ = training.num_microbatches, training.global_batch_size
+    bd = training.micro_batch_size * layout.d
+    if B_ is not None:
+        if B_ % bd:
+            raise DivisibilityError(f"global batch size B={B_} must be a multiple of micro-batch "
+                                    f"size x data-parallel size b*d={bd}")
+        if m_ is not None and m_ != B_ // bd:
+            raise InvalidValueError(f"num_microbatches {m_} contradicts B/(b*d) = {B_ // bd}")
+        return B_ // bd
+    return m_

@@ -1,0 +1,76 @@
+"""torchtitan's per-op selective activation checkpointing of one dense block.
+
+:func:`memsym.terms.activations.layer_activations` with ``recompute="selective-op"``.
+"""
+
+from __future__ import annotations
+
+from ..errors import InvalidValueError
+from ..symbols import a, d_h, f, g, h, t
+from ..term import Source, Term, Total
+
+__all__ = ["op_sac_layer"]
+
+
+_TT_SAC = Source("torchtitan", "torchtitan/distributed/activation_checkpoint.py, "
+                 "_apply_op_sac / _custom_policy (_save_list: aten.mm, SDPA flash/efficient, "
+                 "reduce_scatter_tensor, abs, max; every second mm recomputed)")
+
+
+def op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel) -> Total:
+    r"""torchtitan's per-op selective activation checkpointing of one dense block [bytes].
+
+    The policy saves the outputs of ``aten.mm`` except every second one (counted per block and
+    per forward), of the SDPA kernels and of ``reduce_scatter_tensor``, and recomputes the
+    rest (norms, RoPE, SiLU, products).  A torchtitan Llama block calls its matmuls in the
+    order wq, wk, wv, wo, w1, w3, w2, so mm 1, 3, 5, 7 are kept:
+
+    .. math::
+
+        \underbrace{\tfrac{2\tau h}{\sigma}}_{\text{block input}}
+        + \underbrace{\tfrac{2\tau a d_h}{t}}_{w_q}
+        + \underbrace{\tfrac{2\tau g d_h}{t}}_{w_v}
+        + \underbrace{\tfrac{2\tau a d_h}{t} + \tfrac{4 a\tau}{t}}_{\text{SDPA out, logsumexp}}
+        + \underbrace{\tfrac{2\tau f}{t}}_{w_1}
+        + \underbrace{2\tau h}_{w_2}
+        + [\mathrm{SP}]\,\underbrace{\tfrac{2\cdot 2\tau h}{\sigma}}_{\text{reduce-scatters of } w_o, w_2}
+
+    (under tensor parallelism the row-parallel ``w2`` matmul output is the full-token partial
+    sum before its reduce-scatter).  Dense layers with a gated MLP and flash/efficient
+    attention only: other blocks raise :class:`memsym.errors.InvalidValueError`.
+
+    Examples
+    --------
+    Llama-3 8B (h = 4096, a = 32, g = 8, d_h = 128, f = 14336), one 8192-token sequence, t = 1:
+
+    >>> from memsym.terms.activations import layer_activations
+    >>> A = layer_activations(gated=True, flash=True, recompute="selective-op")
+    >>> A.evaluate(s=8192, b=1, c=1, t=1, h=4096, a=32, g=8, d_h=128, f=14336) == \
+    ...     8192 * (2 * 4096 * 4 + 2 * 1024 + 4 * 32 + 2 * 14336)
+    True
+
+    References
+    ----------
+    torchtitan ``torchtitan/distributed/activation_checkpoint.py`` (``_apply_op_sac``).
+    """
+    if moe or mla or not gated or not flash:
+        raise InvalidValueError("recompute 'selective-op' (torchtitan per-op SAC) is modelled for "
+                                "dense gated-MLP layers with flash attention only")
+    terms = [
+        Term("layer_input", 2 * tok * h / sig, "block input (the checkpoint's input)", _TT_SAC,
+             label="layer input"),
+        Term("q", 2 * tok * a * d_h / t, "wq output (mm 1, saved)", _TT_SAC, label="q"),
+        Term("v", 2 * tok * g * d_h / t, "wv output (mm 3, saved; wk, mm 2, recomputed)", _TT_SAC,
+             label="v"),
+        Term("attention_output", 2 * tok * a * d_h / t + 4 * a * tok / t,
+             "SDPA output and fp32 logsumexp (saved; wo, mm 4, recomputed)", _TT_SAC,
+             label="attention output"),
+        Term("w1_output", 2 * tok * f / t, "w1 output (mm 5, saved; w3, mm 6, recomputed)",
+             _TT_SAC, label="w1 output"),
+        Term("w2_output", 2 * tok * h, "w2 output (mm 7, saved)", _TT_SAC, label="w2 output"),
+    ]
+    if sequence_parallel:
+        terms.append(Term("reduce_scatter_outputs", 2 * 2 * tok * h / sig,
+                          "reduce-scatter outputs of wo and w2 (saved)", _TT_SAC,
+                          label="reduce-scatter outputs"))
+    return Total("activations per layer (torchtitan per-op SAC)", tuple(terms))
