@@ -224,6 +224,12 @@ class Training:
         ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
         ``"reserved"`` (``torch.cuda.max_memory_reserved``: no CUDA context, no NCCL buffers)
         or ``"allocated"`` (``torch.cuda.max_memory_allocated``: also no allocator reserve).
+    zero_buckets : tuple
+        DeepSpeed's ZeRO buffers as its config sets them, ``(name, value)`` pairs of
+        ``reduce_bucket_size`` [elements], ``stage3_prefetch_bucket_size`` [elements] and
+        ``ipg_buffers`` [1] (0, 1, or 2 with ``overlap_comm``); the DeepSpeed reader sets them
+        (:func:`memsym.readers.jobs.deepspeed_job`), absent ones keep
+        :data:`memsym.terms.transients.DEFAULTS`.
     """
 
     seq_length: int = 4096
@@ -264,6 +270,7 @@ class Training:
     defer_embedding_wgrad_compute: bool = False
     wgrad_deferral_limit: int = 0
     metric: str = "device"
+    zero_buckets: tuple = ()
 
 
 def _defaults() -> dict:
@@ -462,6 +469,29 @@ def canonical(training: Training) -> Training:
                                             if v != getattr(training, k)})
 
 
+#: The names Training.zero_buckets takes, each with its limit (memsym.limits).
+ZERO_BUCKET_NAMES = {"reduce_bucket_size": "parameters", "stage3_prefetch_bucket_size":
+                     "parameters", "ipg_buffers": None}
+
+
+def _check_zero_buckets(pairs) -> None:
+    """Refuse a ``zero_buckets`` that is not (name, whole number) pairs of known names."""
+    if not isinstance(pairs, tuple):
+        raise InvalidValueError("zero_buckets must be a tuple of (name, value) pairs")
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and pair[0] in ZERO_BUCKET_NAMES):
+            raise InvalidValueError("zero_buckets holds (name, value) pairs named "
+                                    + ", ".join(ZERO_BUCKET_NAMES))
+        name, value = pair
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidValueError(f"zero_buckets {name} must be a whole number >= 0")
+        if ZERO_BUCKET_NAMES[name]:
+            check_limit(ZERO_BUCKET_NAMES[name], value, name)
+        elif value > 2:
+            raise InvalidValueError("zero_buckets ipg_buffers is 0, 1 or 2 (DeepSpeed's "
+                                    "setup_buckets)")
+
+
 def validate(x, layout: Layout, training: Training):
     """Refuse what the framework would refuse, one line naming the rule; return ``m``.
 
@@ -487,6 +517,7 @@ def validate(x, layout: Layout, training: Training):
     if offered and training.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
                                 f"{training.sharding}")
+    _check_zero_buckets(training.zero_buckets)
     if not isinstance(training.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.lora_regather!r}")
     if training.finetune != "full":
