@@ -501,3 +501,26 @@ def test_sizes_from_the_file_have_limits():
     with pytest.raises(LimitError, match="hidden"):
         read_deepspeed_config(HF_ZERO3, 8, micro_batch_size=1, hidden_size=2**25)
     assert preset("llama2-7b").hidden_size == 4096    # the width the zero3 test works with
+
+
+# deepspeedai/DeepSpeed docs/_pages/config-json.md @ edaa722126, "Expert Parallel (AutoEP)"
+AUTOEP_DOC = """
+  "expert_parallel": {
+    "enabled": true,
+    "autoep_size": 4,
+    "preset_model": "mixtral"
+  }
+"""
+
+
+def test_autoep_splits_the_experts():
+    # AutoEP's autoep_size: Mixtral's 8 experts over 4 ranks, 2 per rank (parse_autoep_config)
+    cfg = json.loads('{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, '
+                     '"zero_optimization": {"stage": 2},' + AUTOEP_DOC + "}")
+    c = read_deepspeed_config(cfg, 8)
+    assert c["layout"]["e"] == 4 and "expert_parallel.preset_model" in c["ignored"]
+    j = deepspeed_job(c, "mixtral-8x7b", seq_length=4096)
+    assert (j.layout.e, j.layout.d, j.training.sharding) == (4, 8, "zero2")
+    # switched off: no split
+    cfg["expert_parallel"]["enabled"] = False
+    assert read_deepspeed_config(cfg, 8)["layout"]["e"] is None

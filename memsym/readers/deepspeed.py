@@ -106,7 +106,7 @@ _DTYPE_KEYS = {"fp16": ("fp16_master_weights_and_grads",),
                "bf16": ("bf16_master_weights_and_grads", "bf16_optimizer_states")}
 _TOP_MODELLED = {"train_batch_size", "train_micro_batch_size_per_gpu",
                  "gradient_accumulation_steps", "bf16", "bfloat16", "fp16", "zero_optimization",
-                 "data_types", "optimizer"}
+                 "data_types", "optimizer", "expert_parallel"}
 #: DeepSpeed's optimizer names with Adam's two moments (runtime/config.py's *_OPTIMIZER names)
 _ADAM_LIKE = {"adam", "adamw", "fusedadam", "cpuadam", "onebitadam", "zerooneadam",
               "lamb", "onebitlamb", "muadam", "muadamw"}
@@ -253,7 +253,7 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
     Returns
     -------
     dict
-        ``layout`` (d), ``training`` (micro_batch_size [sequences], gradient_accumulation_steps,
+        ``layout`` (d; e, AutoEP's ``autoep_size`` when enabled), ``training`` (micro_batch_size [sequences], gradient_accumulation_steps,
         global_batch_size [sequences]), ``precision`` (params_dtype, grad_accum_dtype),
         ``optimizer`` (memsym's name), ``sharding`` (zero_stage, offload devices, buckets
         [elements], overlap_comm, stage3_*), ``defaults`` ((key, value, source) per "auto"
@@ -462,9 +462,7 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
             continue
         alias = key[len("stage3_"):] if key.startswith("stage3_") else None
         v = zero.get(key, zero.get(alias, default) if alias else default)
-        if key in _ZERO_BOOL:
-            v = None if v is None else _flag(v, f"zero_optimization.{key}")
-        elif v == "auto" and key in HIDDEN_AUTO_KEYS:
+        if v == "auto" and key in HIDDEN_AUTO_KEYS:
             pass                                    # filled from the hidden size below
         elif v == "auto":
             # DeepSpeedConfigModel.__init__ drops "auto" (no Trainer fills this key)
@@ -472,11 +470,15 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
             defaults.append((f"zero_optimization.{key}", v, 'DeepSpeed config "auto" that no '
                              "Hugging Face code fills: DeepSpeed drops it and keeps its default "
                              "(runtime/config_utils.py)"))
+        elif key in _ZERO_BOOL:
+            v = None if v is None else _flag(v, f"zero_optimization.{key}")
         else:
             v = _count(v, f"zero_optimization.{key}", 0, 2**62, "parameters")
         sh[key] = v
     if sh["overlap_comm"] is None:   # zero/config.py:overlap_comm_valid
         sh["overlap_comm"] = sh["zero_stage"] == 3
+        defaults[:] = [(k, sh["overlap_comm"], why) if k == "zero_optimization.overlap_comm"
+                       else (k, v, why) for k, v, why in defaults]
     for part, old in (("offload_optimizer", "cpu_offload"), ("offload_param", "cpu_offload_param")):
         sec = zero.get(part)
         if sec is None and zero.get(old) is not None:
@@ -513,7 +515,8 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
     # what the ZeRO keys given change, said once each (stage-3 keys only under stage 3)
     for key in zero:
         value = zero[key]
-        canon = "stage3_" + key if "stage3_" + key in ZERO_DEFAULTS else key
+        # stage3_* keys may be spelled without the prefix (their pydantic aliases)
+        canon = "stage3_" + key if "stage3_" + key in {**ZERO_DEFAULTS, **NOTED_ZERO} else key
         if key in ("stage", "overlap_comm") or key in _OFFLOAD_KEYS:
             continue
         if canon == "reduce_bucket_size" and sh["zero_stage"] == 3:
@@ -531,6 +534,12 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
             continue
         if canon in ZERO_DEFAULTS:
             value = sh[canon]                       # typed above
+        elif value == "auto":
+            # DeepSpeedConfigModel.__init__ drops "auto": DeepSpeed's default, what memsym counts
+            defaults.append((f"zero_optimization.{key}", "DeepSpeed's default", 'DeepSpeed '
+                             'config "auto" that no Hugging Face code fills: dropped by '
+                             "DeepSpeed (runtime/config_utils.py)"))
+            continue
         elif key in ("zero_hpz_partition_size", "mics_shard_size"):
             value = _count(value, f"zero_optimization.{key}", -1, MAX_GPUS, "gpus")
         elif key == "stage3_model_persistence_threshold" or key == "model_persistence_threshold":
@@ -544,6 +553,22 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
             shown = "{...}" if isinstance(value, dict) else short(value)
             notes.append(f"zero_optimization.{key} = {shown} read: {NOTED_ZERO[canon]}")
 
+    # AutoEP (runtime/config.py get_expert_parallel_config -> module_inject/auto_ep_config.py
+    # parse_autoep_config: enabled False, autoep_size 1 by default): the routed experts split
+    # over autoep_size ranks
+    e = None
+    ep = data.get("expert_parallel")
+    if ep is not None:
+        if not isinstance(ep, dict):
+            raise InvalidValueError("DeepSpeed expert_parallel must be an object such as "
+                                    '{"enabled": true, "autoep_size": 8}')
+        if _flag(ep.get("enabled", False), "expert_parallel.enabled"):
+            e = _count(ep.get("autoep_size", 1), "expert_parallel.autoep_size", 1, MAX_GPUS,
+                       "gpus")
+            notes.append(f"expert_parallel.autoep_size {e}: the routed experts split over {e} "
+                         "ranks, counted as Megatron's expert parallelism (DeepSpeed AutoEP)")
+        ignored += [f"expert_parallel.{k}" for k in ep if k not in ("enabled", "autoep_size")]
+
     for key in data:
         if key in _TOP_MODELLED:
             continue
@@ -554,7 +579,7 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
                 ignored.append(key)
             continue
         ignored.append(key)
-    return {"layout": {"d": d}, "training": {"micro_batch_size": mb,
+    return {"layout": {"d": d, "e": e}, "training": {"micro_batch_size": mb,
                                              "gradient_accumulation_steps": gas,
                                              "global_batch_size": tb},
             "precision": {"params_dtype": params, "grad_accum_dtype": grad_accum},

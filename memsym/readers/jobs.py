@@ -127,7 +127,7 @@ def deepspeed_job(cfg: dict, model, **options):
     for ``model`` (a preset, config.json or Architecture: DeepSpeed's JSON has no model).
 
     ZeRO stage -> sharding, ``offload_optimizer``/``offload_param`` -> offload, bf16/fp16 ->
-    precision, ``optimizer.type`` -> optimizer, micro-batch and global batch as DeepSpeed's
+    precision, ``optimizer.type`` -> optimizer, AutoEP's ``autoep_size`` -> e, micro-batch and global batch as DeepSpeed's
     batch rule resolved them, ``reduce_bucket_size`` / ``stage3_prefetch_bucket_size`` (and
     no IPG buffer without ``contiguous_gradients``: ``stage_1_and_2.py``, ``setup_buckets``)
     -> the job's ``zero_buckets``; DeepSpeed keeps no
@@ -157,6 +157,8 @@ def deepspeed_job(cfg: dict, model, **options):
             "sharding": DEEPSPEED_SCHEMES[shard["zero_stage"]]}
     if cfg.get("optimizer") is not None:
         opts["optimizer"] = cfg["optimizer"]
+    if cfg["layout"].get("e") is not None:
+        opts["e"] = cfg["layout"]["e"]          # AutoEP's autoep_size
     off_p, off_o = shard.get("offload_param", "none"), shard.get("offload_optimizer", "none")
     if off_p not in (None, "none"):
         opts["offload"] = "optimizer+params"
