@@ -78,6 +78,15 @@ NOTED_TOP = {
     "not modelled",
     "curriculum_learning": "curriculum learning changes the sequence length: not modelled",
     "sparse_attention": "sparse attention kernels are not modelled",
+    "progressive_layer_drop": "progressive layer dropping skips layers: the time counts every "
+    "layer",
+    "sparse_gradients": "sparse embedding gradients are not modelled (memsym counts dense ones)",
+    "torch_autocast": "torch.autocast computes in its own dtype beside the parameters' (fp32 "
+    "without a bf16 / fp16 section): memsym counts activations in the parameters' precision",
+    "hybrid_engine": "the hybrid engine's inference containers (DeepSpeed-Chat) are not "
+    "modelled",
+    "elasticity": "elastic training chooses the batch itself: memsym counts the config's",
+    "quantize_training": "quantization-aware training is not modelled",
 }
 #: zero_optimization keys read into a note: what each would change.
 NOTED_ZERO = {
