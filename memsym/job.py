@@ -32,7 +32,7 @@ from .vocabulary import (ALLOWANCE_KEYS, FINETUNES, FRAMEWORK_CONVENTIONS, FRAME
                          RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 
 from .job_record import (DEFAULTS, OPTION_ALIASES, REPORTED_DEFAULTS, Layout, Training,
-                         microbatches, whole)
+                         check_zero_buckets, microbatches, recompute_modules_of, whole)
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
            "recompute_modules_of",
@@ -148,23 +148,6 @@ def canonical(training: Training) -> Training:
                                             if v != getattr(training, k)})
 
 
-def recompute_modules_of(training: Training) -> tuple:
-    """The modules a job recomputes under selective recompute (Megatron's default
-    ``("core_attn",)`` when none are given), else ``()``.
-
-    Examples
-    --------
-    >>> recompute_modules_of(Training(recompute="selective"))
-    ('core_attn',)
-    >>> recompute_modules_of(Training(recompute="selective", recompute_modules=("mlp", "moe")))
-    ('mlp', 'moe')
-    """
-    if training.recompute != "selective":
-        return ()
-    mods = training.recompute_modules
-    return ("core_attn",) if mods is None else _modules(mods)
-
-
 def validate(x, layout: Layout, training: Training):
     """Refuse what the framework would refuse, one line naming the rule; return ``m``.
 
@@ -191,6 +174,7 @@ def validate(x, layout: Layout, training: Training):
     if offered and training.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
                                 f"{training.sharding}")
+    check_zero_buckets(training.zero_buckets)
     if not isinstance(training.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.lora_regather!r}")
     if training.finetune != "full":

@@ -14,9 +14,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from .errors import DivisibilityError, InvalidValueError
+from .limits import check_limit
+from .vocabulary import recompute_modules
 
 __all__ = ["Layout", "Training", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS", "whole",
-           "microbatches"]
+           "microbatches", "recompute_modules_of", "check_zero_buckets", "ZERO_BUCKET_NAMES"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,6 +220,12 @@ class Training:
         ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
         ``"reserved"`` (``torch.cuda.max_memory_reserved``: no CUDA context, no NCCL buffers)
         or ``"allocated"`` (``torch.cuda.max_memory_allocated``: also no allocator reserve).
+    zero_buckets : tuple
+        DeepSpeed's ZeRO buffers as its config sets them, ``(name, value)`` pairs of
+        ``reduce_bucket_size`` [elements], ``stage3_prefetch_bucket_size`` [elements] and
+        ``ipg_buffers`` [1] (0, 1, or 2 with ``overlap_comm``); the DeepSpeed reader sets them
+        (:func:`memsym.readers.jobs.deepspeed_job`), absent ones keep
+        :data:`memsym.terms.transients.DEFAULTS`.
     """
 
     seq_length: int = 4096
@@ -259,6 +267,7 @@ class Training:
     defer_embedding_wgrad_compute: bool = False
     wgrad_deferral_limit: int = 0
     metric: str = "device"
+    zero_buckets: tuple = ()
 
 
 def _defaults() -> dict:
@@ -354,3 +363,43 @@ def microbatches(layout: Layout, training: Training):
             raise InvalidValueError(f"num_microbatches {m_} contradicts B/(b*d) = {B_ // bd}")
         return B_ // bd
     return m_
+
+
+def recompute_modules_of(training: Training) -> tuple:
+    """The modules a job recomputes under selective recompute (Megatron's default
+    ``("core_attn",)`` when none are given), else ``()``.
+
+    Examples
+    --------
+    >>> recompute_modules_of(Training(recompute="selective"))
+    ('core_attn',)
+    >>> recompute_modules_of(Training(recompute="selective", recompute_modules=("mlp", "moe")))
+    ('mlp', 'moe')
+    """
+    if training.recompute != "selective":
+        return ()
+    mods = training.recompute_modules
+    return ("core_attn",) if mods is None else recompute_modules(mods)
+
+
+#: The names Training.zero_buckets takes, each with its limit (memsym.limits).
+ZERO_BUCKET_NAMES = {"reduce_bucket_size": "parameters", "stage3_prefetch_bucket_size":
+                     "parameters", "ipg_buffers": None}
+
+
+def check_zero_buckets(pairs) -> None:
+    """Refuse a ``zero_buckets`` that is not (name, whole number) pairs of known names."""
+    if not isinstance(pairs, tuple):
+        raise InvalidValueError("zero_buckets must be a tuple of (name, value) pairs")
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and pair[0] in ZERO_BUCKET_NAMES):
+            raise InvalidValueError("zero_buckets holds (name, value) pairs named "
+                                    + ", ".join(ZERO_BUCKET_NAMES))
+        name, value = pair
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidValueError(f"zero_buckets {name} must be a whole number >= 0")
+        if ZERO_BUCKET_NAMES[name]:
+            check_limit(ZERO_BUCKET_NAMES[name], value, name)
+        elif value > 2:
+            raise InvalidValueError("zero_buckets ipg_buffers is 0, 1 or 2 (DeepSpeed's "
+                                    "setup_buckets)")

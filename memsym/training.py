@@ -562,6 +562,14 @@ def _transient_widths(training: Training) -> dict:
     (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
     half = _activation_width(training)
     vals = {sym: sp.Integer(_TR_DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
+    if training.framework == "deepspeed" and training.overlap_grad_reduce:
+        # DeepSpeed's overlap_comm: a second IPG buffer "to avoid data access conflict"
+        # (runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.setup_buckets: buf_1)
+        vals[n_bkt] = sp.Integer(2)
+    # DeepSpeed's buffers as its config sets them (readers.jobs.deepspeed_job)
+    knobs = {"reduce_bucket_size": N_bkt, "stage3_prefetch_bucket_size": N_pf,
+             "ipg_buffers": n_bkt}
+    vals.update({knobs[name]: sp.Integer(value) for name, value in training.zero_buckets})
     vals.update({b_u: sp.Integer(half), b_hp: sp.Integer(half)})
     return vals
 

@@ -74,6 +74,8 @@ def framework_job_from_args(args):
     # the config decides the layout and the training: memsym's options for them, or pasted
     # Megatron-LM arguments, would be dropped silently, so they are refused
     host = set(_host_options(args)) | {"world_size", "seq_length"}
+    if ds is not None:   # what a DeepSpeed config's "auto" values are filled from (HF Trainer)
+        host |= {"micro_batch_size", "num_microbatches", "precision"}
     said = sorted(k for k in _memsym_options(args) if k not in host and not k.startswith("_"))
     arch = [n for n in ARCH_OPTIONS if getattr(args, n, None) is not None]
     words = getattr(args, "job_words", None)
@@ -90,8 +92,12 @@ def framework_job_from_args(args):
         if args.model is None:
             raise InvalidValueError("a DeepSpeed config has no model: name a MODEL (a preset or a "
                                     "Hugging Face config.json) before --deepspeed-config")
-        return deepspeed_job(read_deepspeed_config(ds, world_size=args.world_size), args.model,
-                             **extra)
+        cfg = read_deepspeed_config(ds, world_size=args.world_size,
+                                    micro_batch_size=getattr(args, "micro_batch_size", None),
+                                    gradient_accumulation_steps=getattr(args, "num_microbatches", None),
+                                    precision=getattr(args, "precision", None))
+        args.reading = {"read_as": "a DeepSpeed config", "ignored": list(cfg["ignored"])}
+        return deepspeed_job(cfg, args.model, **extra)
     return torchtitan_job(read_torchtitan_toml(tt, world_size=args.world_size), args.model,
                           **{k: v for k, v in extra.items() if k != "seq_length"})
 
@@ -437,6 +443,8 @@ def estimate_training(args) -> int:
         rep["read_as"] = ("a DeepSpeed config" if args.deepspeed_config else
                           "a torchtitan job TOML (v0.2 keys)")
         rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + list(framework.notes)))
+        if getattr(args, "reading", None):
+            rep["ignored"] = [printable(x) for x in args.reading["ignored"]]
     else:
         j = job_from_args(args)
         rep = report_for(args, j)

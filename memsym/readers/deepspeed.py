@@ -3,7 +3,13 @@
 This module owns DeepSpeed's meaning of its config keys: the batch triple and its consistency
 rule, bf16/fp16, and ``zero_optimization`` with the defaults of DeepSpeed 0.19.6
 (deepspeedai/DeepSpeed ``edaa722126``: ``runtime/config.py``, ``runtime/zero/config.py``,
-``runtime/zero/offload_config.py``, ``runtime/precision_config.py``).
+``runtime/zero/offload_config.py``, ``runtime/precision_config.py``), and the Hugging Face
+meaning of ``"auto"`` (:data:`HF_TRAINER`, :data:`HF_ACCELERATE`): the Trainer and Accelerate
+replace each ``"auto"`` by the value of their own arguments before DeepSpeed reads the config.
+
+Every key is either modelled, read into a note (it changes memory or time but memsym does not
+model it, :data:`memsym.readers.deepspeed_notes.NOTED_TOP` and ``NOTED_ZERO``), or listed as ignored (no effect on memory or
+time).
 """
 
 from __future__ import annotations
@@ -11,10 +17,23 @@ from __future__ import annotations
 import os
 
 from ..errors import InvalidValueError
+from ..limits import check_limit
 from ..text import short
 from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, load_json, read_bounded
+from .deepspeed_notes import NOTED_TOP, NOTED_ZERO
 
-__all__ = ["read_deepspeed_config", "ZERO_DEFAULTS"]
+__all__ = ["read_deepspeed_config", "resolve_hidden_autos", "ZERO_DEFAULTS", "HF_TRAINER",
+           "HF_ACCELERATE", "HIDDEN_AUTO_KEYS"]
+
+#: Where the Hugging Face Trainer fills ``"auto"``: ``HfTrainerDeepSpeedConfig``'s
+#: ``trainer_config_process`` (batch, accumulation, fp16/bf16) and ``trainer_config_finalize``
+#: (the hidden-size buckets).
+HF_TRAINER = ("transformers 3a80c166 src/transformers/integrations/deepspeed.py, "
+              "HfTrainerDeepSpeedConfig")
+#: Where Accelerate fills them: ``DeepSpeedPlugin.__post_init__`` (gradient_accumulation_steps
+#: 1 when absent), ``set_mixed_precision`` and ``set_deepspeed_weakref``, and
+#: ``Accelerator._prepare_deepspeed`` (accelerator.py, the same hidden-size expressions).
+HF_ACCELERATE = "accelerate 16cb6eb8 src/accelerate/utils/dataclasses.py, DeepSpeedPlugin"
 
 # runtime/zero/config.py:DeepSpeedZeroConfig field defaults (in elements where a size).
 ZERO_DEFAULTS = {
@@ -33,8 +52,23 @@ ZERO_DEFAULTS = {
 }
 _ZERO_BOOL = ("contiguous_gradients", "reduce_scatter", "allgather_partitions", "overlap_comm")
 _OFFLOAD_DEVICES = ("none", "cpu", "nvme")      # offload_config.py:OffloadDeviceEnum
+
+#: The ZeRO keys the Hugging Face Trainer fills from the model's hidden size h
+#: (``trainer_config_finalize``): h^2, int(0.9 h^2) and 10 h; the last two only under ZeRO-3
+#: (``if self.is_zero3()``), elsewhere DeepSpeed drops the "auto" and keeps its default.
+HIDDEN_AUTO_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size",
+                    "stage3_param_persistence_threshold")
+
+_OFFLOAD_KEYS = ("offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_param")
+#: precision sections: the keys that change memory (the rest: loss scaling, no memory)
+_DTYPE_KEYS = {"fp16": ("fp16_master_weights_and_grads",),
+               "bf16": ("bf16_master_weights_and_grads", "bf16_optimizer_states")}
 _TOP_MODELLED = {"train_batch_size", "train_micro_batch_size_per_gpu",
-                 "gradient_accumulation_steps", "bf16", "fp16", "zero_optimization", "data_types"}
+                 "gradient_accumulation_steps", "bf16", "bfloat16", "fp16", "zero_optimization",
+                 "data_types", "optimizer", "expert_parallel"}
+#: DeepSpeed's optimizer names with Adam's two moments (runtime/config.py's *_OPTIMIZER names)
+_ADAM_LIKE = {"adam", "adamw", "fusedadam", "cpuadam", "onebitadam", "zerooneadam",
+              "lamb", "onebitlamb", "muadam", "muadamw"}
 
 
 def _load(source):
@@ -57,7 +91,7 @@ def _load(source):
     return data
 
 
-def _count(value, key, lo=0, hi=MAX_BATCH):
+def _count(value, key, lo=0, hi=MAX_BATCH, limit=None):
     # DeepSpeed's pydantic int fields accept integral JSON numbers such as 5e8 (pp_int).
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidValueError(f"DeepSpeed {key} must be a whole number, got {value!r:.40}")
@@ -65,6 +99,8 @@ def _count(value, key, lo=0, hi=MAX_BATCH):
         if not value.is_integer():
             raise InvalidValueError(f"DeepSpeed {key} must be a whole number, got {value!r}")
         value = int(value)
+    if limit is not None:       # memsym.limits: a documented limit, checked before any work
+        check_limit(limit, value, key)
     if not lo <= value <= hi:
 
         # short(): a dict given to the API may hold a 5000-digit int, which str() refuses
@@ -79,7 +115,69 @@ def _flag(value, key):
     return value
 
 
-def read_deepspeed_config(source, world_size: int | None = None) -> dict:
+def _section(data, key):
+    sec = data.get(key, {})
+    if not isinstance(sec, dict):
+        raise InvalidValueError(f"DeepSpeed {key} must be an object such as {{\"enabled\": true}}")
+    return sec
+
+
+def resolve_hidden_autos(sharding: dict, hidden_size: int, defaults: list) -> dict:
+    """Fill the ``"auto"`` ZeRO sizes of ``sharding`` from the hidden size h, as the Hugging
+    Face Trainer does (``HfTrainerDeepSpeedConfig.trainer_config_finalize``):
+
+    .. math:: N_{\\text{reduce}} = h^2, \\quad N_{\\text{prefetch}} = \\lfloor 0.9\\, h^2
+       \\rfloor, \\quad N_{\\text{persist}} = 10\\, h
+
+    [elements]; the last two only under ZeRO-3 (elsewhere DeepSpeed drops the "auto",
+    ``config_utils.py:DeepSpeedConfigModel.__init__``, and keeps its default, unused below
+    stage 3).  HF writes ``int(0.9 * hidden_size * hidden_size)``: for every h up to memsym's
+    hidden limit this is the exact ``(9 h^2) // 10`` used here (tests check real widths).
+
+    Parameters
+    ----------
+    sharding : dict
+        The ``sharding`` of :func:`read_deepspeed_config` (changed in place and returned).
+    hidden_size : int
+        The model's hidden size h.
+    defaults : list
+        Where one ``(key, value, source)`` row is appended per value filled.
+
+    Examples
+    --------
+    >>> sh = {"zero_stage": 3, "reduce_bucket_size": "auto",
+    ...       "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"}
+    >>> rows = []
+    >>> sh = resolve_hidden_autos(sh, 4096, rows)
+    >>> [sh[k] for k in HIDDEN_AUTO_KEYS]
+    [16777216, 15099494, 40960]
+    """
+    h = check_limit("hidden", hidden_size, "hidden_size")
+    filled = {"reduce_bucket_size": (h * h, "hidden_size^2"),
+              "stage3_prefetch_bucket_size": ((9 * h * h) // 10, "int(0.9 hidden_size^2)"),
+              "stage3_param_persistence_threshold": (10 * h, "10 hidden_size")}
+    for key in HIDDEN_AUTO_KEYS:
+        if sharding.get(key) != "auto":
+            continue
+        if key != "reduce_bucket_size" and sharding["zero_stage"] != 3:
+            sharding[key] = ZERO_DEFAULTS[key]
+            defaults.append((f"zero_optimization.{key}", ZERO_DEFAULTS[key],
+                             'DeepSpeed config "auto" below ZeRO-3: the Trainer leaves it, '
+                             "DeepSpeed drops it and keeps its default (runtime/config_utils.py)"))
+            continue
+        value, expr = filled[key]
+        sharding[key] = value
+        defaults.append((f"zero_optimization.{key}", value,
+                         f'DeepSpeed config "auto" = {expr} (h = {h}; {HF_TRAINER}.'
+                         "trainer_config_finalize)"))
+    return sharding
+
+
+def read_deepspeed_config(source, world_size: int | None = None, *,
+                          micro_batch_size: int | None = None,
+                          gradient_accumulation_steps: int | None = None,
+                          precision: str | None = None,
+                          hidden_size: int | None = None) -> dict:
     """A DeepSpeed config as plain data: ``layout``, ``training``, ``precision``, ``sharding``.
 
     The batch triple is completed and checked as ``DeepSpeedConfig._set_batch_related_parameters``
@@ -88,7 +186,15 @@ def read_deepspeed_config(source, world_size: int | None = None) -> dict:
     .. math:: B_{\\text{train}} = b \\cdot \\text{GAS} \\cdot d
 
     with d the data-parallel size [GPUs] (DeepSpeed's ``world_size`` divided by model/sequence
-    parallelism).  ``"auto"`` values (the Hugging Face Trainer integration) are left unknown.
+    parallelism).  ``"auto"`` values are filled as the Hugging Face Trainer fills them
+    (``HfTrainerDeepSpeedConfig.trainer_config_process``) from the job's options:
+    ``train_micro_batch_size_per_gpu`` from ``micro_batch_size`` (refused without it),
+    ``gradient_accumulation_steps`` from ``gradient_accumulation_steps`` (TrainingArguments'
+    default 1), ``train_batch_size`` as b GAS d (refused without d), ``bf16.enabled`` /
+    ``fp16.enabled`` from ``precision`` (neither unless given: fp32), and the ZeRO sizes from
+    ``hidden_size`` (:func:`resolve_hidden_autos`; left ``"auto"`` without it, for
+    :func:`memsym.readers.jobs.deepspeed_job` to fill from the model).  An option given where
+    the config has its own value must agree with it, as the Trainer's ``fill_match`` demands.
 
     Parameters
     ----------
@@ -96,19 +202,27 @@ def read_deepspeed_config(source, world_size: int | None = None) -> dict:
         A path to the JSON file, its text, or the parsed object.
     world_size : int, optional
         The data-parallel size d [GPUs]; without it, d is derived from the full triple if given.
+    micro_batch_size, gradient_accumulation_steps : int, optional
+        The Trainer's ``per_device_train_batch_size`` and ``gradient_accumulation_steps``.
+    precision : {"bf16", "fp16", "fp32"}, optional
+        The Trainer's ``--bf16`` / ``--fp16`` (fp32: neither).
+    hidden_size : int, optional
+        The model's hidden size, for the hidden-size ``"auto"`` ZeRO sizes.
 
     Returns
     -------
     dict
-        ``layout`` (d), ``training`` (micro_batch_size [sequences], gradient_accumulation_steps,
+        ``layout`` (d; e, AutoEP's ``autoep_size`` when enabled), ``training`` (micro_batch_size [sequences], gradient_accumulation_steps,
         global_batch_size [sequences]), ``precision`` (params_dtype, grad_accum_dtype),
-        ``sharding`` (zero_stage, offload devices, buckets [elements], overlap_comm,
-        stage3_*), ``ignored`` and ``notes``.
+        ``optimizer`` (memsym's name), ``sharding`` (zero_stage, offload devices, buckets
+        [elements], overlap_comm, stage3_*), ``defaults`` ((key, value, source) per "auto"
+        filled), ``ignored`` and ``notes``.
 
     References
     ----------
     DeepSpeed 0.19.6 ``deepspeed/runtime/config.py``, ``deepspeed/runtime/zero/config.py``;
-    ``docs/_tutorials/zero.md`` for the example configs.
+    ``docs/_tutorials/zero.md`` for the example configs; :data:`HF_TRAINER`,
+    :data:`HF_ACCELERATE` for ``"auto"``.
 
     Examples
     --------
@@ -117,24 +231,63 @@ def read_deepspeed_config(source, world_size: int | None = None) -> dict:
     ...     ' "zero_optimization": {"stage": 2}}')
     >>> c["layout"]["d"], c["sharding"]["zero_stage"], c["sharding"]["overlap_comm"]
     (8, 2, False)
+    >>> c = read_deepspeed_config('{"train_micro_batch_size_per_gpu": "auto", "train_batch_size":'
+    ...     ' "auto", "bf16": {"enabled": "auto"}}', 4, micro_batch_size=2, precision="bf16")
+    >>> c["training"]["global_batch_size"], c["precision"]["params_dtype"]
+    (8, 'bf16')
     """
     data = _load(source)
-    notes, ignored = [], []
+    notes, ignored, defaults = [], [], []
     if world_size is not None:
-        world_size = _count(world_size, "world size", 1, MAX_GPUS)
+        world_size = _count(world_size, "world size", 1, MAX_GPUS, "gpus")
+    if micro_batch_size is not None:
+        micro_batch_size = _count(micro_batch_size, "micro-batch size", 1, MAX_BATCH,
+                                  "micro_batch")
+    if gradient_accumulation_steps is not None:
+        gradient_accumulation_steps = _count(gradient_accumulation_steps,
+                                             "gradient accumulation steps", 1, MAX_BATCH,
+                                             "microbatches")
+    if precision is not None and precision not in ("bf16", "fp16", "fp32"):
+        raise InvalidValueError(f"precision {short(precision)}: a DeepSpeed config trains in "
+                                "bf16, fp16 or fp32 (its bf16 / fp16 sections)")
 
-    def get(key):
-        v = data.get(key)
-        if v == "auto":
-            notes.append(f'{key} is "auto" (set by the Hugging Face Trainer): left unknown')
-            return None
-        return v
-
-    tb, mb, gas = (get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
-                                    "gradient_accumulation_steps"))
-    tb = None if tb is None else _count(tb, "train_batch_size", 1)
-    mb = None if mb is None else _count(mb, "train_micro_batch_size_per_gpu", 1)
-    gas = None if gas is None else _count(gas, "gradient_accumulation_steps", 1)
+    src = f"{HF_TRAINER}.trainer_config_process"
+    autos = {k for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                         "gradient_accumulation_steps") if data.get(k) == "auto"}
+    tb, mb, gas = (None if k in autos else data.get(k)
+                   for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                             "gradient_accumulation_steps"))
+    tb = None if tb is None else _count(tb, "train_batch_size", 1, limit="global_batch")
+    mb = None if mb is None else _count(mb, "train_micro_batch_size_per_gpu", 1,
+                                        limit="micro_batch")
+    gas = None if gas is None else _count(gas, "gradient_accumulation_steps", 1,
+                                          limit="microbatches")
+    if "train_micro_batch_size_per_gpu" in autos:
+        if micro_batch_size is None:
+            raise InvalidValueError('train_micro_batch_size_per_gpu is "auto": pass '
+                                    "--micro-batch-size (the Trainer's "
+                                    "--per_device_train_batch_size)")
+        mb = micro_batch_size
+        defaults.append(("train_micro_batch_size_per_gpu", mb,
+                         f'DeepSpeed config "auto" <- --micro-batch-size ({src})'))
+    if "gradient_accumulation_steps" in autos:
+        gas = 1 if gradient_accumulation_steps is None else gradient_accumulation_steps
+        defaults.append(("gradient_accumulation_steps", gas,
+                         'DeepSpeed config "auto" <- ' + (
+                             "--num-microbatches" if gradient_accumulation_steps is not None
+                             else "TrainingArguments.gradient_accumulation_steps default 1")
+                         + f" ({src})"))
+    if "train_batch_size" in autos:
+        if world_size is None:
+            raise InvalidValueError('train_batch_size is "auto" (micro-batch x accumulation x '
+                                    "data-parallel size): pass --world-size")
+        if mb is None:
+            raise InvalidValueError('train_batch_size is "auto" and the config has no '
+                                    "train_micro_batch_size_per_gpu: pass --micro-batch-size")
+        gas = 1 if gas is None else gas
+        tb = check_limit("global_batch", mb * gas * world_size, "train_batch_size")
+        defaults.append(("train_batch_size", tb, 'DeepSpeed config "auto" = micro-batch x '
+                         f"accumulation x world size ({src})"))
     d = world_size
     if d is None and None not in (tb, mb, gas):
         if tb % (mb * gas):
@@ -167,19 +320,69 @@ def read_deepspeed_config(source, world_size: int | None = None) -> dict:
         raise InvalidValueError("DeepSpeed needs train_batch_size or train_micro_batch_size_per_gpu")
     else:
         notes.append("data-parallel size unknown: give the world size to complete the batch")
+    # an option given beside a value of the config's own must agree (the Trainer's fill_match
+    # collects the mismatch and trainer_config_finalize refuses it)
+    for given, value, key, flag in ((micro_batch_size, mb, "train_micro_batch_size_per_gpu",
+                                     "--micro-batch-size"),
+                                    (gradient_accumulation_steps, gas,
+                                     "gradient_accumulation_steps", "--num-microbatches")):
+        if given is not None and value is not None and given != value:
+            raise InvalidValueError(f"{flag} {given} contradicts the DeepSpeed config's {key} "
+                                    f"{value} (the Trainer refuses the mismatch); set it to "
+                                    '"auto" or drop the option')
+        if given is not None and value is None:
+            raise InvalidValueError(f"{flag}: the DeepSpeed config's {key} is not \"auto\" and "
+                                    "its batch rule leaves it unknown; give --world-size")
 
-    # precision: runtime/precision_config.py, bf16/fp16 {"enabled": false} by default
-    def enabled(key):
-        sec = data.get(key, {})
-        if not isinstance(sec, dict):
-            raise InvalidValueError(f"DeepSpeed {key} must be an object such as {{\"enabled\": true}}")
+    # precision: runtime/precision_config.py, bf16/fp16 {"enabled": false} by default;
+    # "bfloat16" is DeepSpeed's older name of the bf16 section (get_bfloat16_config)
+    sections = {"bf16": _section(data, "bf16" if "bf16" in data else "bfloat16"),
+                "fp16": _section(data, "fp16")}
+    enabled = {}
+    other = {"bf16": "fp16", "fp16": "bf16"}.get(precision)
+    if other is not None and sections[other].get("enabled") is True:
+        # Accelerate's set_mixed_precision refuses the other dtype enabled in the config
+        raise InvalidValueError(f"--precision {precision} contradicts the DeepSpeed config, "
+                                f"which enables {other} (Accelerate refuses it): drop the option "
+                                f'or set {other}.enabled to "auto"')
+    for key, sec in sections.items():
         v = sec.get("enabled", False)
-        return False if v == "auto" else _flag(v, f"{key}.enabled")
-
-    bf16, fp16 = enabled("bf16"), enabled("fp16")
-    if bf16 and fp16:
+        if precision == key and key not in data and (key != "bf16" or "bfloat16" not in data):
+            # the Trainer's --bf16 / --fp16 reach DeepSpeed through Accelerate, which adds the
+            # missing section (DeepSpeedPlugin.set_mixed_precision: {"enabled": True})
+            enabled[key] = True
+            defaults.append((f"{key}.enabled", True, f"--precision {precision}: the section "
+                             f"added enabled ({HF_ACCELERATE}.set_mixed_precision)"))
+        elif v == "auto":
+            # trainer_config_process: fp16.enabled <- args.fp16 (amp backend), bf16.enabled <-
+            # args.bf16; both False by default (Accelerate's set_mixed_precision the same)
+            enabled[key] = precision == key
+            defaults.append((f"{key}.enabled", enabled[key], 'DeepSpeed config "auto" <- ' + (
+                f"--precision {precision}" if precision is not None else
+                f"TrainingArguments.{key} default False") + f" ({src})"))
+        else:
+            enabled[key] = _flag(v, f"{key}.enabled")
+    if enabled["bf16"] and enabled["fp16"]:
         raise InvalidValueError("DeepSpeed config enables both bf16 and fp16; enable one")
-    params = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+    params = "bf16" if enabled["bf16"] else "fp16" if enabled["fp16"] else "fp32"
+    if params == "fp32" and precision is None and not any(
+            isinstance(k, tuple) and k[0].endswith(".enabled") for k in defaults):
+        defaults.append(("precision", "fp32", "DeepSpeed's default: bf16 and fp16 disabled "
+                         "(runtime/precision_config.py, enabled: bool = False)"))
+    if precision is not None and precision != params:
+        raise InvalidValueError(f"--precision {precision} contradicts the DeepSpeed config "
+                                f"({params} by its bf16 / fp16 sections; the Trainer refuses the "
+                                'mismatch): set "enabled" to "auto" or drop the option')
+    for key, sec in sections.items():
+        for sub in sec:
+            if sub in _DTYPE_KEYS[key]:
+                if _flag(sec[sub], f"{key}.{sub}") and enabled[key]:
+                    notes.append(f"{key}.{sub} read, not modelled: memsym counts fp32 master "
+                                 "weights, gradient partition and optimizer states "
+                                 "(DeepSpeed's BF16/FP16 master-weight options, "
+                                 "runtime/precision_config.py)")
+            elif sub != "enabled":
+                ignored.append(f"{key}.{sub}")
     dtypes = data.get("data_types", {})
     if not isinstance(dtypes, dict):
         raise InvalidValueError("DeepSpeed data_types must be an object")
@@ -188,6 +391,24 @@ def read_deepspeed_config(source, world_size: int | None = None) -> dict:
     if grad_accum is None:
         raise InvalidValueError(f"DeepSpeed data_types.grad_accum_dtype must be fp32, fp16 or "
                                 f"bf16, got {gad!r:.40}")
+    if gad is not None and gad != params:
+        notes.append(f"data_types.grad_accum_dtype {gad} read, not modelled: memsym counts "
+                     "the framework's gradient widths")
+
+    optimizer = "adam"
+    opt = data.get("optimizer")
+    if opt is not None:
+        if not isinstance(opt, dict):
+            raise InvalidValueError("DeepSpeed optimizer must be an object such as "
+                                    '{"type": "AdamW"}')
+        name = opt.get("type", "")
+        if not isinstance(name, str):
+            raise InvalidValueError(f"DeepSpeed optimizer.type must be a name, got {name!r:.40}")
+        if name.lower() == "sgd":
+            optimizer = "sgd"
+        elif name.lower() not in _ADAM_LIKE:
+            notes.append(f"optimizer {short(name)} counted as Adam (two fp32 moments)")
+        ignored += [f"optimizer.{k}" for k in opt if k != "type"]
 
     zero = data.get("zero_optimization", {})
     if not isinstance(zero, dict):
@@ -200,15 +421,28 @@ def read_deepspeed_config(source, world_size: int | None = None) -> dict:
             continue
         alias = key[len("stage3_"):] if key.startswith("stage3_") else None
         v = zero.get(key, zero.get(alias, default) if alias else default)
-        if key in _ZERO_BOOL:
+        if v == "auto" and key in HIDDEN_AUTO_KEYS:
+            pass                                    # filled from the hidden size below
+        elif v == "auto":
+            # DeepSpeedConfigModel.__init__ drops "auto" (no Trainer fills this key)
+            v = default
+            defaults.append((f"zero_optimization.{key}", v, 'DeepSpeed config "auto" that no '
+                             "Hugging Face code fills: DeepSpeed drops it and keeps its default "
+                             "(runtime/config_utils.py)"))
+        elif key in _ZERO_BOOL:
             v = None if v is None else _flag(v, f"zero_optimization.{key}")
         else:
-            v = _count(v, f"zero_optimization.{key}", 0, 2**62)
+            v = _count(v, f"zero_optimization.{key}", 0, 2**62, "parameters")
         sh[key] = v
     if sh["overlap_comm"] is None:   # zero/config.py:overlap_comm_valid
         sh["overlap_comm"] = sh["zero_stage"] == 3
-    for part in ("offload_optimizer", "offload_param"):
+        defaults[:] = [(k, sh["overlap_comm"], why) if k == "zero_optimization.overlap_comm"
+                       else (k, v, why) for k, v, why in defaults]
+    for part, old in (("offload_optimizer", "cpu_offload"), ("offload_param", "cpu_offload_param")):
         sec = zero.get(part)
+        if sec is None and zero.get(old) is not None:
+            # the deprecated switches: new_param_fn makes {"device": "cpu"} when true
+            sec = {"device": "cpu"} if _flag(zero[old], f"zero_optimization.{old}") else None
         if sec is None:
             sh[part] = "none"
             continue
@@ -219,6 +453,7 @@ def read_deepspeed_config(source, world_size: int | None = None) -> dict:
             raise InvalidValueError(f"DeepSpeed zero_optimization.{part}.device must be one of "
                                     f"{', '.join(_OFFLOAD_DEVICES)}, got {dev!r:.40}")
         sh[part] = dev
+        ignored += [f"zero_optimization.{part}.{k}" for k in sec if k not in ("device", "ratio")]
         if part == "offload_optimizer":
             ratio = sec.get("ratio", 1.0)
             if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
@@ -226,17 +461,112 @@ def read_deepspeed_config(source, world_size: int | None = None) -> dict:
             if ratio < 1 and sh["zero_stage"] != 3:   # zero/config.py:offload_ratio_check
                 raise InvalidValueError("partial optimizer offload (ratio < 1) needs ZeRO stage 3")
             sh["offload_optimizer_ratio"] = ratio
+            if ratio < 1 and dev != "none":
+                notes.append(f"offload_optimizer.ratio {ratio} read, not modelled: memsym "
+                             "offloads the whole optimizer state")
     if sh["offload_param"] != "none" and sh["zero_stage"] != 3:
         raise InvalidValueError("offload_param needs ZeRO stage 3 (DeepSpeed)")
+    if "nvme" in (sh["offload_param"], sh["offload_optimizer"]):
+        notes.append("offload to NVMe counted as offload to CPU memory: the GPU holds the same")
+    if hidden_size is not None:
+        resolve_hidden_autos(sh, hidden_size, defaults)
+
+    # what the ZeRO keys given change, said once each (stage-3 keys only under stage 3)
     for key in zero:
-        if key not in ZERO_DEFAULTS and key not in ("stage", "offload_optimizer", "offload_param",
-                                                    "prefetch_bucket_size",
-                                                    "param_persistence_threshold",
-                                                    "max_live_parameters", "max_reuse_distance"):
-            ignored.append(f"zero_optimization.{key}")
-    ignored += [k for k in data if k not in _TOP_MODELLED]
-    return {"layout": {"d": d}, "training": {"micro_batch_size": mb,
+        value = zero[key]
+        # stage3_* keys may be spelled without the prefix (their pydantic aliases)
+        canon = "stage3_" + key if "stage3_" + key in {**ZERO_DEFAULTS, **NOTED_ZERO} else key
+        if key in ("stage", "overlap_comm") or key in _OFFLOAD_KEYS:
+            continue
+        if canon == "reduce_bucket_size" and sh["zero_stage"] == 3:
+            # ZeRO-1/2 and ZeRO-3's prefetch feed memsym's bucket terms (sharding_buckets);
+            # ZeRO-3's own gradient bucket has none beyond the gathered layer's gradients
+            notes.append(f"zero_optimization.reduce_bucket_size = {short(sh[canon])} read: "
+                         "ZeRO-3's gradient bucket has no term in memsym beyond the largest "
+                         "layer's gradients")
+            continue
+        if canon in ("reduce_bucket_size", "stage3_prefetch_bucket_size"):
+            continue
+        if canon not in NOTED_ZERO:
+            if canon not in ZERO_DEFAULTS:
+                ignored.append(f"zero_optimization.{key}")
+            continue
+        if canon in ZERO_DEFAULTS:
+            value = sh[canon]                       # typed above
+        elif value == "auto":
+            # DeepSpeedConfigModel.__init__ drops "auto": DeepSpeed's default, what memsym counts
+            defaults.append((f"zero_optimization.{key}", "DeepSpeed's default", 'DeepSpeed '
+                             'config "auto" that no Hugging Face code fills: dropped by '
+                             "DeepSpeed (runtime/config_utils.py)"))
+            continue
+        elif key in ("zero_hpz_partition_size", "mics_shard_size"):
+            value = _count(value, f"zero_optimization.{key}", -1, MAX_GPUS, "gpus")
+        elif key == "stage3_model_persistence_threshold" or key == "model_persistence_threshold":
+            value = _count(value, f"zero_optimization.{key}", 0, 2**62, "parameters")
+        elif key == "zenflow":
+            if value is not None and not isinstance(value, dict):
+                raise InvalidValueError("DeepSpeed zero_optimization.zenflow must be an object")
+        else:
+            value = _flag(value, f"zero_optimization.{key}")
+        if _changes_memory(canon, value, sh["zero_stage"]):
+            shown = "{...}" if isinstance(value, dict) else short(value)
+            notes.append(f"zero_optimization.{key} = {shown} read: {NOTED_ZERO[canon]}")
+
+    # AutoEP (runtime/config.py get_expert_parallel_config -> module_inject/auto_ep_config.py
+    # parse_autoep_config: enabled False, autoep_size 1 by default): the routed experts split
+    # over autoep_size ranks
+    e = None
+    ep = data.get("expert_parallel")
+    if ep is not None:
+        if not isinstance(ep, dict):
+            raise InvalidValueError("DeepSpeed expert_parallel must be an object such as "
+                                    '{"enabled": true, "autoep_size": 8}')
+        if _flag(ep.get("enabled", False), "expert_parallel.enabled"):
+            e = _count(ep.get("autoep_size", 1), "expert_parallel.autoep_size", 1, MAX_GPUS,
+                       "gpus")
+            notes.append(f"expert_parallel.autoep_size {e}: the routed experts split over {e} "
+                         "ranks, counted as Megatron's expert parallelism (DeepSpeed AutoEP)")
+        ignored += [f"expert_parallel.{k}" for k in ep if k not in ("enabled", "autoep_size")]
+
+    for key in data:
+        if key in _TOP_MODELLED:
+            continue
+        if key in NOTED_TOP:
+            if _section_on(data[key]):
+                notes.append(f"{key} read: {NOTED_TOP[key]}")
+            else:
+                ignored.append(key)
+            continue
+        ignored.append(key)
+    return {"layout": {"d": d, "e": e}, "training": {"micro_batch_size": mb,
                                              "gradient_accumulation_steps": gas,
                                              "global_batch_size": tb},
             "precision": {"params_dtype": params, "grad_accum_dtype": grad_accum},
-            "sharding": sh, "ignored": tuple(ignored), "notes": tuple(notes)}
+            "optimizer": optimizer, "sharding": sh, "defaults": tuple(defaults),
+            "ignored": tuple(ignored), "notes": tuple(notes)}
+
+
+def _section_on(value) -> bool:
+    """Whether a noted section asks for anything: ``{"enabled": false}``, ``false``, 0, 1
+    (a parallel size of 1) or ``{}`` ask for nothing."""
+    if isinstance(value, dict):
+        if value.get("enabled") is False or not value:
+            return False
+        sizes = [v for k, v in value.items() if k.endswith("size")]
+        return not (sizes and all(v in (0, 1) for v in sizes) and len(sizes) == len(value))
+    return value not in (False, None, 0, 1)
+
+
+def _changes_memory(key, value, stage) -> bool:
+    """Whether a noted ZeRO key, as given, departs from what memsym counts."""
+    if key.startswith("stage3_") or key in ("sub_group_size",):
+        return stage == 3
+    if key in ("zero_hpz_partition_size",):
+        return value not in (0, 1)
+    if key == "mics_shard_size":
+        return value not in (-1, 0)
+    if key in ("contiguous_gradients", "reduce_scatter"):
+        return value is False
+    if key == "allgather_bucket_size":
+        return stage in (1, 2)
+    return bool(value)

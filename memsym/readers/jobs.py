@@ -12,6 +12,7 @@ from ..errors import InvalidValueError
 from ..job import job
 from ..model import Architecture, resolve_model
 from ..model.stages import torchtitan_end_stages, torchtitan_stages_per_rank
+from .deepspeed import HIDDEN_AUTO_KEYS, resolve_hidden_autos
 from .megatron import MEGATRON_FSDP_SCHEMES
 from .torchtitan import V_SCHEDULES
 
@@ -126,8 +127,14 @@ def deepspeed_job(cfg: dict, model, **options):
     for ``model`` (a preset, config.json or Architecture: DeepSpeed's JSON has no model).
 
     ZeRO stage -> sharding, ``offload_optimizer``/``offload_param`` -> offload, bf16/fp16 ->
-    precision, micro-batch and global batch as DeepSpeed's batch rule resolved them; DeepSpeed
-    keeps no tensor or pipeline split of its own here (t = p = 1).
+    precision, ``optimizer.type`` -> optimizer, AutoEP's ``autoep_size`` -> e, micro-batch and global batch as DeepSpeed's
+    batch rule resolved them, ``reduce_bucket_size`` / ``stage3_prefetch_bucket_size`` (and
+    no IPG buffer without ``contiguous_gradients``: ``stage_1_and_2.py``, ``setup_buckets``)
+    -> the job's ``zero_buckets``; DeepSpeed keeps no
+    tensor or pipeline split of its own here (t = p = 1).  ZeRO sizes still ``"auto"`` are
+    filled from the model's hidden size as the Hugging Face Trainer fills them
+    (:func:`memsym.readers.deepspeed.resolve_hidden_autos`); every value filled is reported
+    among the job's defaults, with its source.
 
     Examples
     --------
@@ -139,11 +146,18 @@ def deepspeed_job(cfg: dict, model, **options):
     ('zero3', 'optimizer', 8, 4)
     """
 
-    shard = cfg["sharding"]
+    shard = dict(cfg["sharding"])
+    defaults = list(cfg.get("defaults", ()))
+    if any(shard.get(key) == "auto" for key in HIDDEN_AUTO_KEYS):
+        resolve_hidden_autos(shard, resolve_model(model).hidden_size, defaults)
     opts = {"d": cfg["layout"]["d"], "micro_batch_size": cfg["training"]["micro_batch_size"],
             "global_batch_size": cfg["training"]["global_batch_size"],
             "precision": cfg["precision"].get("params_dtype", "fp32"),
             "sharding": DEEPSPEED_SCHEMES[shard["zero_stage"]]}
+    if cfg.get("optimizer") is not None:
+        opts["optimizer"] = cfg["optimizer"]
+    if cfg["layout"].get("e") is not None:
+        opts["e"] = cfg["layout"]["e"]          # AutoEP's autoep_size
     off_p, off_o = shard.get("offload_param", "none"), shard.get("offload_optimizer", "none")
     if off_p not in (None, "none"):
         opts["offload"] = "optimizer+params"
@@ -156,8 +170,18 @@ def deepspeed_job(cfg: dict, model, **options):
         # all-gather the updated parameters inside the optimizer step)
         opts["overlap_grad_reduce"] = bool(shard["overlap_comm"])
         opts["overlap_param_gather"] = bool(shard["overlap_comm"]) and shard["zero_stage"] == 3
+    buckets = tuple((key, shard[key]) for key in ("reduce_bucket_size",
+                                                  "stage3_prefetch_bucket_size")
+                    if isinstance(shard.get(key), int))
+    if shard.get("contiguous_gradients") is False:
+        # setup_buckets allocates the IPG buffers only with contiguous_gradients (with it: one,
+        # two under overlap_comm, memsym.training's default from overlap_grad_reduce)
+        buckets += (("ipg_buffers", 0),)
+    if buckets:
+        opts["zero_buckets"] = buckets
     opts.update(options)
-    return job(model, _notes=tuple(cfg.get("notes", ())), **opts)
+    return job(model, _notes=tuple(cfg.get("notes", ())),
+               _defaults=tuple(d for d in defaults if d[0] not in options), **opts)
 
 
 #: torchtitan [model] name and flavor -> memsym preset, where the plain ``name-flavor`` differs

@@ -229,6 +229,10 @@ class Space:
                     framework=self.framework)
         if "recompute" in kw:
             kw = {**kw, **recompute_fields(kw["recompute"])}
+        if self.framework == "deepspeed":
+            # the emitted config's overlap_comm (evaluate.launch_overlaps): its second IPG
+            # buffer is memory the read-back counts (memsym.training._transient_widths)
+            base["overlap_grad_reduce"] = True
         base.update(kw)
         return Training(**base)
 
