@@ -52,7 +52,17 @@ References
 ----------
 Vendor datasheets: NVIDIA A100 (2021), H100 (2023), H200 (2024), HGX/DGX B200 (2024),
 L40S (2023), RTX A6000 (2020); NVIDIA Ampere GA102 and Ada Lovelace whitepapers (RTX
-3090 / 4090); AMD Instinct MI300X data sheet (2023); seed 002 (cluster tiers).
+3090 / 4090); AMD Instinct MI300X data sheet (2023); seed 002 (cluster tiers).  Issue 31:
+HGX B300 and Blackwell Ultra (2025), GB200 NVL72 (2024), GB300 NVL72 (2025), AMD Instinct
+MI325X (2024) and MI355X (2025), each read where its ``memsym/references.toml`` entry says
+(public copies where the vendor page was not readable here).
+
+NVLink domains
+--------------
+An NVL72 rack (GB200, GB300) joins 72 GPUs on one NVLink switch domain although a compute
+tray (the node the job launcher sees) holds 4: ``GPU.nvlink_domain`` and
+``Cluster.nvlink_domain`` carry the 72, and :attr:`Cluster.domain` (not ``gpus_per_node``)
+decides whether a group's collectives stay on NVLink (:mod:`memsym.timing.collectives`).
 """
 
 from __future__ import annotations
@@ -100,6 +110,11 @@ class GPU:
         Anything a user must know (form factor, accumulate mode, ...).
     nvlink_bridge : bool
         NVLink is a bridge between two cards (PCIe boards), not a switch across the node.
+    fp4 : float or None
+        Peak dense FP4 throughput [FLOP/s] as the vendor prints it (listed, not priced).
+    nvlink_domain : int or None
+        GPUs joined by one NVLink switch domain when that spans more than a node (NVL72
+        racks: 72) [GPUs]; :func:`cluster_for` carries it to the cluster.
     pcie : float
         PCIe bandwidth per GPU, one direction [bytes/s] (x16 4.0: 32e9; 5.0: 64e9).
     """
@@ -128,6 +143,12 @@ class GPU:
     cuda_total_gib: float | None = None
     #: Reference key in ``memsym/references.toml`` of ``cuda_total_gib``.
     cuda_total_source: str | None = None
+    #: Peak dense FP4 tensor-core throughput [FLOP/s] where the vendor prints one (NVFP4 /
+    #: MXFP4); listed only, no training precision prices it.
+    fp4: float | None = None
+    #: GPUs one NVLink switch domain joins (GB200 / GB300 NVL72: 72), where it is larger than
+    #: a node; None: the node (``Cluster.gpus_per_node``) is the domain.
+    nvlink_domain: int | None = None
 
     def __post_init__(self):
         if self.memory_unit not in ("GB", "GiB"):
@@ -137,7 +158,7 @@ class GPU:
         if self.cuda_total_gib is not None and self.cuda_total_source is None:
             raise InvalidValueError(f"cuda_total_gib of {self.name} needs its cuda_total_source")
         for what in ("bf16", "fp16", "fp8", "nvlink", "pcie", "hbm_bandwidth", "sm_count",
-                     "cuda_total_gib"):
+                     "cuda_total_gib", "fp4", "nvlink_domain"):
             val = getattr(self, what)
             if val is not None and not val > 0:
                 raise InvalidValueError(f"{what} of {self.name} must be > 0 or None, got {val}")
@@ -233,6 +254,10 @@ class Cluster:
     intra_link : {"nvlink", "pcie", "infinity-fabric"}
         What joins the GPUs of a node (the step-time model prices NCCL's efficiency on
         NVLink, :data:`memsym.timing.collectives.NVLINK_NCCL_EFFICIENCY`).
+    nvlink_domain : int or None
+        GPUs that reach each other at ``intra_node_bandwidth`` when that is more than a node
+        (GB200 / GB300 NVL72: 4 GPUs per compute tray, 72 on one NVLink switch domain);
+        None: the node.  :attr:`domain` is what decides intra- vs inter-node pricing.
     """
 
     name: str
@@ -244,10 +269,15 @@ class Cluster:
     source: str = "seed002"
     locator: str = "tensor parallelism section (NVLink 900 GB/s both ways vs 400 Gb/s InfiniBand = 50 GB/s)"
     intra_link: str = "nvlink"
+    nvlink_domain: int | None = None
 
     def __post_init__(self):
         if int(self.gpus_per_node) != self.gpus_per_node or self.gpus_per_node < 1:
             raise InvalidValueError(f"gpus_per_node must be a whole number >= 1, got {self.gpus_per_node}")
+        dom = self.nvlink_domain
+        if dom is not None and (isinstance(dom, bool) or int(dom) != dom or dom < 1):
+            raise InvalidValueError(f"nvlink_domain must be a whole number >= 1 or None, got "
+                                    f"{dom!r:.40}")
         import numbers
 
         # a physical range (memsym.limits, in GB/s): 1e-300 bytes/s made step times inf and
@@ -264,6 +294,18 @@ class Cluster:
             raise InvalidValueError(f"intra_link must be nvlink, pcie or infinity-fabric, got "
                                     f"{self.intra_link!r:.40}")
 
+    @property
+    def domain(self) -> int:
+        """GPUs one group may span and stay on the intra-node link [GPUs]: the NVLink domain
+        where it is larger than the node, else ``gpus_per_node``.
+
+        Examples
+        --------
+        >>> cluster("dgx-h100").domain, cluster("gb200-nvl72").domain
+        (8, 72)
+        """
+        return max(int(self.gpus_per_node), int(self.nvlink_domain or 0))
+
     def values(self, precision: str = "bf16") -> dict:
         """The cluster as symbol values: ``n_node``, ``beta_intra``, ``beta_inter``, ``alpha``, ``F``.
 
@@ -273,7 +315,7 @@ class Cluster:
         >>> v["n_node"], v["beta_intra"], v["beta_inter"]
         (8, 450000000000, 50000000000)
         """
-        return {"n_node": self.gpus_per_node, "beta_intra": self.intra_node_bandwidth,
+        return {"n_node": self.domain, "beta_intra": self.intra_node_bandwidth,
                 "beta_inter": self.inter_node_bandwidth, "alpha": self.latency,
                 "F": self.gpu.peak(precision)}
 
@@ -283,14 +325,15 @@ class Cluster:
 
 
 def _nv(name, mem, bf16_tf, fp8_tf, nvlink_gb, locator, note="", aliases=(), fp16_tf=None,
-        source=None, unit="GB", bridge=False, pcie_gb=32):
+        source=None, unit="GB", bridge=False, pcie_gb=32, fp4_tf=None, domain=None):
     hbm_gb, sms, klass = _TIMING[name]
     total, total_src = _CUDA_TOTAL.get(name, (None, None))
     return GPU(name, mem, unit, bf16_tf * TFLOPS, (fp16_tf or bf16_tf) * TFLOPS,
                None if fp8_tf is None else fp8_tf * TFLOPS,
                None if nvlink_gb is None else nvlink_gb * GB,
                source or "nvidia-datasheets", locator, note, tuple(aliases), bridge, pcie_gb * GB,
-               hbm_gb * GB, sms, klass, total, total_src)
+               hbm_gb * GB, sms, klass, total, total_src,
+               None if fp4_tf is None else fp4_tf * TFLOPS, domain)
 
 
 # REF: PyTorch's out-of-memory message, "GPU 0 has a total capacity of X GiB" (cudaMemGetInfo's
@@ -320,6 +363,17 @@ _TIMING = {  # name -> (HBM GB/s, SMs, efficiency class)
     "b200": (8000, 148, "blackwell"), "rtx3090-24gb": (936, 82, "ampere"),
     "rtx4090-24gb": (1008, 128, "ada"), "rtx-a6000-48gb": (768, 84, "ampere"),
     "l40s-48gb": (864, 142, "ada"), "mi300x-192gb": (5300, 304, "cdna3"),
+    # Blackwell / Blackwell Ultra and CDNA 3 / 4 (issue 31).  HBM: B300 and GB300 8 TB/s
+    # ("Inside NVIDIA Blackwell Ultra", NVIDIA technical blog 2025: "8 TB/s per GPU"); GB200
+    # 576 TB/s per NVL72 rack / 72 = 8 TB/s (GB200 NVL72 page); MI325X 6 TB/s, MI355X 8 TB/s
+    # (AMD).  SMs: Blackwell Ultra 160 (the blog: "160 Streaming Multiprocessors"), GB200's
+    # Blackwell the 148 of b200; CUs from ROCm's GPU specifications table (MI325X 304,
+    # MI355X 256).  Classes: no Blackwell or CDNA run is calibrated (GEMM_CEILING's
+    # blackwell and cdna3 carry Hopper's calibrated ceiling); CDNA 4 (MI355X) is priced as
+    # cdna3, the nearest class, an assumption its entry states.
+    "b300": (8000, 160, "blackwell"), "gb200": (8000, 148, "blackwell"),
+    "gb300": (8000, 160, "blackwell"), "mi325x-256gb": (6000, 304, "cdna3"),
+    "mi355x-288gb": (8000, 256, "cdna3"),
 }
 
 
@@ -362,6 +416,48 @@ _GPUS = [
         "AMD Instinct MI300X data sheet (2023): FP16/BF16 1307.4, FP8 2614.9 TFLOPS dense; "
         "Infinity Fabric 7 x 128 GB/s", "AMD; 'nvlink' holds the Infinity Fabric aggregate",
         ("mi300x",), source="amd-mi300x"),
+    # --- issue 31: Blackwell Ultra, the NVL72 racks, CDNA 3 refresh and CDNA 4.  Where a
+    # vendor page could not be read here the entry names the public copy its figures were
+    # read from (memsym/references.toml); figures found in no source are left out.
+    _nv("b300", 288, 2250, 4500, 1800,
+        "NVIDIA HGX platform page, HGX B300 column (8 GPUs): FP16/BF16 36 / FP8 72 PFLOPS with "
+        "sparsity, NVLink GPU-to-GPU 1.8 TB/s, networking 1.6 TB/s; 288 GB HBM3e and 8 TB/s "
+        "per GPU ('Inside NVIDIA Blackwell Ultra')",
+        "HGX B300 (Blackwell Ultra SXM); dense = sparse / 2 per GPU; FP4 left out (the HGX "
+        "B300 dense FP4 figure differs between the copies read: 13.5 and 14 PFLOPS); timing "
+        "class blackwell = Hopper's calibrated ceiling (assumption)",
+        ("b300-288gb", "hgx-b300"), source="nvidia-blackwell-ultra"),
+    _nv("gb200", 186, 2500, 5000, 1800,
+        "NVIDIA GB200 NVL72 page, rack of 72 GPUs: FP16/BF16 360 / FP8 720 / FP4 1,440 PFLOPS "
+        "with sparsity; up to 13.4 TB HBM3e (186 GB per GPU), 576 TB/s; NVLink 1.8 TB/s per GPU "
+        "in one 72-GPU domain",
+        "Blackwell in a GB200 superchip (1,200 W); per GPU = rack / 72, dense = sparse / 2; "
+        "NVLink domain 72 (4 GPUs per compute tray); timing class blackwell = Hopper's "
+        "calibrated ceiling (assumption)",
+        ("gb200-186gb",), source="nvidia-gb200-nvl72", fp4_tf=10000, domain=72),
+    _nv("gb300", 279, 2500, 5000, 1800,
+        "NVIDIA GB300 NVL72 page, rack of 72 GPUs: FP16/BF16 180, FP8 360, FP4 1,080 PFLOPS "
+        "dense, 20 TB HBM3e at 576 TB/s, NVLink 130 TB/s (1.8 TB/s per GPU, one 72-GPU domain); "
+        "per GPU 279 GB HBM3E, 8 TB/s; 'Inside NVIDIA Blackwell Ultra': 15 PFLOPS dense NVFP4",
+        "Blackwell Ultra in a GB300 superchip (1,400 W); the GB300 rack lists 279 GB per GPU "
+        "of the chip's 288 GB (the lower, conservative figure is kept); NVLink domain 72; "
+        "timing class blackwell = Hopper's calibrated ceiling (assumption)",
+        ("gb300-279gb",), source="nvidia-gb300-nvl72", fp4_tf=15000, domain=72),
+    _nv("mi325x-256gb", 256, 1307.4, 2614.9, 896,
+        "AMD Instinct MI325X: FP16/BF16 1307.4, FP8 2614.9 TFLOPS dense (the MI300X's CDNA 3 "
+        "compute: 304 CUs at 2,100 MHz); 256 GB HBM3E, 6 TB/s; 7 Infinity Fabric links, drop-in "
+        "for the MI300X platform (7 x 128 GB/s)",
+        "AMD; memory as AMD prints it (GB; ROCm's table lists 256 GiB); 'nvlink' holds the "
+        "Infinity Fabric aggregate; timing class cdna3 = Hopper's calibrated ceiling "
+        "(assumption)", ("mi325x",), source="amd-mi325x", pcie_gb=64),
+    _nv("mi355x-288gb", 288, 2516.6, 5033.2, None,
+        "AMD Instinct MI355X: FP8 5033.2 TFLOPS dense = 256 CUs x 2,400 MHz x 8,192 FLOP per "
+        "clock and CU (ISSCC 2026), FP16/BF16 half of it, 2516.6; 288 GB HBM3E, 8 TB/s",
+        "AMD CDNA 4; memory as AMD prints it (GB; ROCm's table lists 288 GiB); Infinity Fabric "
+        "bandwidth and FP4 left out (no figure found that two sources agree on): a node prices "
+        "its intra-node link at PCIe unless --intra-node-bandwidth is given; timing class "
+        "cdna3, the nearest (CDNA 3; itself Hopper's calibrated ceiling): an assumption",
+        ("mi355x",), source="amd-mi355x", pcie_gb=64),
 ]
 
 _GPU_TABLE: dict = {}
@@ -485,6 +581,8 @@ def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Clu
     64.0
     >>> cluster_for("rtx3090", 2).intra_node_bandwidth / 1e9    # the 2-GPU NVLink bridge
     56.25
+    >>> cluster_for("gb200", 4).domain                          # one NVL72 rack on NVLink
+    72
     """
     dev = gpu(gpu_name)
     if int(gpus_per_node) != gpus_per_node or gpus_per_node < 1:
@@ -492,7 +590,7 @@ def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Clu
     bridged = dev.nvlink_bridge and int(gpus_per_node) > 2
     # AMD's 'nvlink' holds its Infinity Fabric aggregate
     link = "pcie" if (not dev.nvlink or bridged) else (
-        "infinity-fabric" if dev.arch_class == "cdna3" else "nvlink")
+        "infinity-fabric" if dev.source.startswith("amd") else "nvlink")
     if intra is not None:
         how = "intra-node bandwidth given (line rate per direction)"
     elif link != "pcie":
@@ -502,8 +600,12 @@ def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Clu
         how = (f"PCIe x16 per direction ({dev.pcie / GB:g} GB/s)"
                + ("; the NVLink bridge joins only 2 GPUs" if bridged else ""))
     inter = inter if inter is not None else 50 * GB
+    # an NVLink domain wider than the node (NVL72) keeps its groups on NVLink
+    domain = dev.nvlink_domain if link == "nvlink" else None
     return Cluster(f"{dev.name}-x{gpus_per_node}", dev, int(gpus_per_node), intra, inter,
-                   locator=f"{how}; 400 Gb/s NIC per GPU = 50 GB/s (seed 002)", intra_link=link)
+                   locator=f"{how}; 400 Gb/s NIC per GPU = 50 GB/s (seed 002)"
+                   + (f"; NVLink domain of {domain} GPUs" if domain else ""),
+                   intra_link=link, nvlink_domain=domain)
 
 
 # REF: seed002 (8 GPUs per node, NVLink 4 900 GB/s, 400 Gb/s InfiniBand = 50 GB/s per GPU);
@@ -517,5 +619,22 @@ for _c in (
     Cluster("mi300x-8", gpu("mi300x-192gb"), 8, 448 * GB, 50 * GB,
             locator="8 x MI300X platform: Infinity Fabric 896 GB/s (both ways), 400 Gb/s per GPU",
             intra_link="infinity-fabric"),
+    # issue 31.  HGX B300: NVLink 5 1.8 TB/s both ways = 900 each way; "networking 1.6 TB/s"
+    # for 8 GPUs = 800 Gb/s ConnectX-8 per GPU = 100 GB/s each way (HGX platform page).
+    Cluster("hgx-b300", gpu("b300"), 8, 900 * GB, 100 * GB, source="nvidia-blackwell-ultra",
+            locator="HGX B300: NVLink 5 1.8 TB/s (both ways); networking 1.6 TB/s = 8 x 800 Gb/s"),
+    # NVL72 racks: 4 GPUs per compute tray, all 72 on one NVLink switch domain (NVLink 5,
+    # 1.8 TB/s per GPU); the scale-out NIC per GPU: GB200 400 Gb/s ConnectX-7 (seed 002's
+    # 400 Gb/s per GPU; the rack page prints no per-GPU figure: an assumption), GB300
+    # 800 Gb/s ConnectX-8 (72 ConnectX-8 per rack).
+    Cluster("gb200-nvl72", gpu("gb200"), 4, 900 * GB, 50 * GB, source="nvidia-gb200-nvl72",
+            locator="GB200 NVL72: 72 GPUs on NVLink 5 (1.8 TB/s both ways), 4 per compute tray; "
+            "400 Gb/s per GPU (assumption)", nvlink_domain=72),
+    Cluster("gb300-nvl72", gpu("gb300"), 4, 900 * GB, 100 * GB, source="nvidia-gb300-nvl72",
+            locator="GB300 NVL72: 72 GPUs on NVLink 5 (1.8 TB/s both ways), 4 per compute tray; "
+            "72 ConnectX-8 800 Gb/s", nvlink_domain=72),
+    Cluster("mi325x-8", gpu("mi325x-256gb"), 8, 448 * GB, 50 * GB, source="amd-mi325x",
+            locator="8 x MI325X platform (the MI300X's UBB): Infinity Fabric 896 GB/s (both "
+            "ways), 400 Gb/s per GPU", intra_link="infinity-fabric"),
 ):
     register_cluster(_c)
