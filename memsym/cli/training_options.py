@@ -733,7 +733,7 @@ def add_cluster_options(parser) -> None:
     grp.add_argument("--inter-node-bandwidth", type=positive_number, default=None, metavar="GB/s",
                      help="inter-node (InfiniBand/RoCE) bandwidth per GPU [GB/s] (default 50)")
     grp.add_argument("--efficiency", type=fraction, default=None, metavar="ETA",
-                     help="override: every GEMM at this fraction of peak FLOP/s, 0 < eta <= 1 "
+                     help="override: every GEMM at this fraction of peak FLOP/s, 0.01 <= ETA <= 1 "
                      "(default: memsym.timing's model, GEMM efficiency by shape and GPU class)")
 
 
