@@ -181,3 +181,18 @@ def test_nvl72_domain_keeps_groups_on_nvlink():
     assert hardware.cluster_for("b300", 8).domain == 8       # HGX: the node is the domain
     with pytest.raises(InvalidValueError):
         Cluster("x", gpu("gb200"), 4, 900e9, 50e9, nvlink_domain=0)
+
+
+def test_gpus_command_lists_the_issue31_entries(capsys):
+    import json
+
+    from memsym.cli import main
+
+    assert main(["gpus", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["gpus"]}
+    # capacities as the vendors print them, decimal GB (no CUDA total is cited for these)
+    for name, gb in (("b300", 288), ("gb200", 186), ("gb300", 279), ("mi325x-256gb", 256),
+                     ("mi355x-288gb", 288)):
+        assert rows[name]["capacity_bytes"] == gb * 10**9
+        assert rows[name]["capacity_note"] == f"datasheet {gb} GB"
+    assert rows["gb200"]["nvlink_domain"] == 72 and rows["gb300"]["fp4_tflops"] == 15000
