@@ -52,15 +52,24 @@ References
 ----------
 Vendor datasheets: NVIDIA A100 (2021), H100 (2023), H200 (2024), HGX/DGX B200 (2024),
 L40S (2023), RTX A6000 (2020); NVIDIA Ampere GA102 and Ada Lovelace whitepapers (RTX
-3090 / 4090); AMD Instinct MI300X data sheet (2023); seed 002 (cluster tiers).
+3090 / 4090); AMD Instinct MI300X data sheet (2023); seed 002 (cluster tiers).  Issue 31:
+HGX B300 and Blackwell Ultra (2025), GB200 NVL72 (2024), GB300 NVL72 (2025), AMD Instinct
+MI325X (2024) and MI355X (2025), each read where its ``memsym/references.toml`` entry says
+(public copies where the vendor page was not readable here).
+
+NVLink domains
+--------------
+An NVL72 rack (GB200, GB300) joins 72 GPUs on one NVLink switch domain although a compute
+tray (the node the job launcher sees) holds 4: ``GPU.nvlink_domain`` and
+``Cluster.nvlink_domain`` carry the 72, and :attr:`Cluster.domain` (not ``gpus_per_node``)
+decides whether a group's collectives stay on NVLink (:mod:`memsym.timing.collectives`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 
-from .errors import InvalidValueError, UnknownNameError, choose
-from .limits import BANDWIDTH_RANGE
+from .devices import FP32_PEAK_NOTE, GPU, PRECISIONS, Cluster
+from .errors import InvalidValueError, UnknownNameError
 from .units import UNITS
 
 __all__ = ["GPU", "Cluster", "gpu", "cluster", "gpus", "clusters", "register_gpu",
@@ -68,229 +77,18 @@ __all__ = ["GPU", "Cluster", "gpu", "cluster", "gpus", "clusters", "register_gpu
 
 GB = UNITS["GB"]
 TFLOPS = 10**12
-#: Precisions :meth:`GPU.peak` prices.
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
-#: What ``peak("fp32")`` assumes (the step report repeats it under ``assumptions``).
-FP32_PEAK_NOTE = ("fp32 priced at the TF32 tensor-core peak = half the BF16 dense peak "
-                  "(vendor datasheets); with TF32 disabled fp32 matmuls run on CUDA cores, "
-                  "several times slower")
-
-
-@dataclass(frozen=True)
-class GPU:
-    """One accelerator.
-
-    Attributes
-    ----------
-    name : str
-        Catalogue name (lower-case, hyphens).
-    memory_stated : int or float
-        Memory as the vendor prints it, in ``memory_unit``.
-    memory_unit : {"GB", "GiB"}
-        The unit the vendor uses.
-    bf16, fp16, fp8 : float or None
-        Peak dense tensor-core throughput [FLOP/s].
-    nvlink : float or None
-        NVLink (or Infinity Fabric) bandwidth per GPU, both directions summed [bytes/s].
-    source : str
-        Reference key in ``memsym/references.toml``.
-    locator : str
-        Where in the source.
-    note : str
-        Anything a user must know (form factor, accumulate mode, ...).
-    nvlink_bridge : bool
-        NVLink is a bridge between two cards (PCIe boards), not a switch across the node.
-    pcie : float
-        PCIe bandwidth per GPU, one direction [bytes/s] (x16 4.0: 32e9; 5.0: 64e9).
-    """
-
-    name: str
-    memory_stated: float
-    memory_unit: str
-    bf16: float | None
-    fp16: float | None
-    fp8: float | None
-    nvlink: float | None
-    source: str
-    locator: str
-    note: str = ""
-    aliases: tuple = field(default=(), compare=False)
-    nvlink_bridge: bool = False
-    pcie: float = 32 * GB
-    #: HBM bandwidth [bytes/s] from the datasheet (memory-bound operations are priced by it).
-    hbm_bandwidth: float | None = None
-    #: Streaming multiprocessors (AMD: compute units): the wave size of a GEMM's tiles.
-    sm_count: int | None = None
-    #: Efficiency class of :mod:`memsym.timing.efficiency` (``ampere``, ``hopper``, ...).
-    arch_class: str | None = None
-    #: The total CUDA reports (``cudaMemGetInfo``; PyTorch's "total capacity") [GiB], where a
-    #: public report gives it; None: the capacity is the datasheet figure.
-    cuda_total_gib: float | None = None
-    #: Reference key in ``memsym/references.toml`` of ``cuda_total_gib``.
-    cuda_total_source: str | None = None
-
-    def __post_init__(self):
-        if self.memory_unit not in ("GB", "GiB"):
-            raise InvalidValueError(f"memory_unit must be GB or GiB, got {self.memory_unit!r}")
-        if not self.memory_stated or self.memory_stated <= 0:
-            raise InvalidValueError(f"memory of {self.name} must be > 0")
-        if self.cuda_total_gib is not None and self.cuda_total_source is None:
-            raise InvalidValueError(f"cuda_total_gib of {self.name} needs its cuda_total_source")
-        for what in ("bf16", "fp16", "fp8", "nvlink", "pcie", "hbm_bandwidth", "sm_count",
-                     "cuda_total_gib"):
-            val = getattr(self, what)
-            if val is not None and not val > 0:
-                raise InvalidValueError(f"{what} of {self.name} must be > 0 or None, got {val}")
-
-    @property
-    def memory_bytes(self) -> int:
-        """Memory [bytes] as stated: ``memory_stated`` x 10^9 (GB) or x 2^30 (GiB).
-
-        Examples
-        --------
-        >>> gpu("a100-80gb").memory_bytes, gpu("h200-141gb").memory_bytes
-        (80000000000, 141000000000)
-        """
-        from fractions import Fraction
-
-        scale = GB if self.memory_unit == "GB" else 2**30
-        return int(Fraction(str(self.memory_stated)) * scale)
-
-    @property
-    def capacity_bytes(self) -> int:
-        r"""The memory a job is checked against [bytes]: the CUDA-reported total where cited.
-
-        .. math:: C = \mathrm{cuda\_total\_gib} \cdot 2^{30}
-           \quad\text{else}\quad C = \mathrm{memory\_bytes}
-
-        Examples
-        --------
-        >>> round(gpu("h100-80gb").capacity_bytes / 2**30, 6)      # vllm-project/vllm#27508
-        79.11
-        >>> gpu("h100-80gb").capacity_bytes > gpu("h100-80gb").memory_bytes   # 80e9
-        True
-        >>> gpu("l40s-48gb").capacity_bytes == gpu("l40s-48gb").memory_bytes  # none cited
-        True
-
-        References
-        ----------
-        PyTorch c10/cuda/CUDACachingAllocator.cpp (the out-of-memory message: ``device_total``
-        from ``cudaMemGetInfo``, printed by ``format_size`` in GiB with two decimals).
-        """
-        from fractions import Fraction
-
-        if self.cuda_total_gib is None:
-            return self.memory_bytes
-        return int(Fraction(str(self.cuda_total_gib)) * 2**30)
-
-    @property
-    def capacity_note(self) -> str:
-        """Where :attr:`capacity_bytes` comes from, for a report's capacity line."""
-        if self.cuda_total_gib is None:
-            return f"datasheet {self.memory_stated:g} {self.memory_unit}"
-        return (f"CUDA total {self.cuda_total_gib:g} GiB, {self.cuda_total_source}; "
-                f"datasheet {self.memory_stated:g} {self.memory_unit}")
-
-    def peak(self, precision: str = "bf16") -> float:
-        """Peak dense FLOP/s at ``precision`` (bf16, fp16, fp8, fp32).
-
-        ``fp32`` is the TF32 tensor-core peak, half the BF16 one (see the module notes and
-        :data:`FP32_PEAK_NOTE`).
-
-        Examples
-        --------
-        >>> gpu("h100-80gb").peak("bf16") / 1e12
-        989.4
-        >>> gpu("a100-80gb").peak("FP32") / 1e12  # A100 datasheet: TF32 156 TFLOPS dense
-        156.0
-        """
-        key = choose("precision", precision, PRECISIONS)
-        if key == "fp32":
-            # REF: vendor datasheets: dense TF32 = BF16 / 2 on every catalogue GPU.
-            return self.bf16 / 2
-        val = getattr(self, key)
-        if val is None:
-            raise InvalidValueError(f"{self.name} has no {key} tensor-core peak in its datasheet")
-        return val
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """Nodes of identical GPUs: GPUs per node and the two link tiers.
-
-    Attributes
-    ----------
-    name : str
-    gpu : GPU
-    gpus_per_node : int
-    intra_node_bandwidth : float
-        Per GPU inside a node, one direction [bytes/s] (NVLink: half the vendor's figure).
-    inter_node_bandwidth : float
-        Per GPU between nodes [bytes/s] (one NIC per GPU, one direction).
-    latency : float
-        Per collective step [s] (0: bandwidth-only, the large-message regime).
-    source, locator : str
-    intra_link : {"nvlink", "pcie", "infinity-fabric"}
-        What joins the GPUs of a node (the step-time model prices NCCL's efficiency on
-        NVLink, :data:`memsym.timing.collectives.NVLINK_NCCL_EFFICIENCY`).
-    """
-
-    name: str
-    gpu: GPU
-    gpus_per_node: int
-    intra_node_bandwidth: float
-    inter_node_bandwidth: float
-    latency: float = 0
-    source: str = "seed002"
-    locator: str = "tensor parallelism section (NVLink 900 GB/s both ways vs 400 Gb/s InfiniBand = 50 GB/s)"
-    intra_link: str = "nvlink"
-
-    def __post_init__(self):
-        if int(self.gpus_per_node) != self.gpus_per_node or self.gpus_per_node < 1:
-            raise InvalidValueError(f"gpus_per_node must be a whole number >= 1, got {self.gpus_per_node}")
-        import numbers
-
-        # a physical range (memsym.limits, in GB/s): 1e-300 bytes/s made step times inf and
-        # every search column NaN, with numpy overflow warnings on stderr
-        lo, hi = (x * 1e9 for x in BANDWIDTH_RANGE)
-        for what in ("intra_node_bandwidth", "inter_node_bandwidth"):
-            val = getattr(self, what)
-            if isinstance(val, bool) or not isinstance(val, numbers.Real) or not lo <= val <= hi:
-                raise InvalidValueError(f"{what} must be between {lo:g} and {hi:g} bytes/s "
-                                        f"(0.1 to 1e5 GB/s), got {val!r:.40}")
-        if self.latency < 0:
-            raise InvalidValueError(f"latency must be >= 0 s, got {self.latency}")
-        if self.intra_link not in ("nvlink", "pcie", "infinity-fabric"):
-            raise InvalidValueError(f"intra_link must be nvlink, pcie or infinity-fabric, got "
-                                    f"{self.intra_link!r:.40}")
-
-    def values(self, precision: str = "bf16") -> dict:
-        """The cluster as symbol values: ``n_node``, ``beta_intra``, ``beta_inter``, ``alpha``, ``F``.
-
-        Examples
-        --------
-        >>> v = cluster("dgx-h100").values()
-        >>> v["n_node"], v["beta_intra"], v["beta_inter"]
-        (8, 450000000000, 50000000000)
-        """
-        return {"n_node": self.gpus_per_node, "beta_intra": self.intra_node_bandwidth,
-                "beta_inter": self.inter_node_bandwidth, "alpha": self.latency,
-                "F": self.gpu.peak(precision)}
-
-    def with_(self, **changes) -> "Cluster":
-        """A copy with some fields changed (e.g. a measured inter-node bandwidth)."""
-        return replace(self, **changes)
 
 
 def _nv(name, mem, bf16_tf, fp8_tf, nvlink_gb, locator, note="", aliases=(), fp16_tf=None,
-        source=None, unit="GB", bridge=False, pcie_gb=32):
+        source=None, unit="GB", bridge=False, pcie_gb=32, fp4_tf=None, domain=None):
     hbm_gb, sms, klass = _TIMING[name]
     total, total_src = _CUDA_TOTAL.get(name, (None, None))
     return GPU(name, mem, unit, bf16_tf * TFLOPS, (fp16_tf or bf16_tf) * TFLOPS,
                None if fp8_tf is None else fp8_tf * TFLOPS,
                None if nvlink_gb is None else nvlink_gb * GB,
                source or "nvidia-datasheets", locator, note, tuple(aliases), bridge, pcie_gb * GB,
-               hbm_gb * GB, sms, klass, total, total_src)
+               hbm_gb * GB, sms, klass, total, total_src,
+               None if fp4_tf is None else fp4_tf * TFLOPS, domain)
 
 
 # REF: PyTorch's out-of-memory message, "GPU 0 has a total capacity of X GiB" (cudaMemGetInfo's
@@ -320,6 +118,17 @@ _TIMING = {  # name -> (HBM GB/s, SMs, efficiency class)
     "b200": (8000, 148, "blackwell"), "rtx3090-24gb": (936, 82, "ampere"),
     "rtx4090-24gb": (1008, 128, "ada"), "rtx-a6000-48gb": (768, 84, "ampere"),
     "l40s-48gb": (864, 142, "ada"), "mi300x-192gb": (5300, 304, "cdna3"),
+    # Blackwell / Blackwell Ultra and CDNA 3 / 4 (issue 31).  HBM: B300 and GB300 8 TB/s
+    # ("Inside NVIDIA Blackwell Ultra", NVIDIA technical blog 2025: "8 TB/s per GPU"); GB200
+    # 576 TB/s per NVL72 rack / 72 = 8 TB/s (GB200 NVL72 page); MI325X 6 TB/s, MI355X 8 TB/s
+    # (AMD).  SMs: Blackwell Ultra 160 (the blog: "160 Streaming Multiprocessors"), GB200's
+    # Blackwell the 148 of b200; CUs from ROCm's GPU specifications table (MI325X 304,
+    # MI355X 256).  Classes: no Blackwell or CDNA run is calibrated (GEMM_CEILING's
+    # blackwell and cdna3 carry Hopper's calibrated ceiling); CDNA 4 (MI355X) is priced as
+    # cdna3, the nearest class, an assumption its entry states.
+    "b300": (8000, 160, "blackwell"), "gb200": (8000, 148, "blackwell"),
+    "gb300": (8000, 160, "blackwell"), "mi325x-256gb": (6000, 304, "cdna3"),
+    "mi355x-288gb": (8000, 256, "cdna3"),
 }
 
 
@@ -362,6 +171,48 @@ _GPUS = [
         "AMD Instinct MI300X data sheet (2023): FP16/BF16 1307.4, FP8 2614.9 TFLOPS dense; "
         "Infinity Fabric 7 x 128 GB/s", "AMD; 'nvlink' holds the Infinity Fabric aggregate",
         ("mi300x",), source="amd-mi300x"),
+    # --- issue 31: Blackwell Ultra, the NVL72 racks, CDNA 3 refresh and CDNA 4.  Where a
+    # vendor page could not be read here the entry names the public copy its figures were
+    # read from (memsym/references.toml); figures found in no source are left out.
+    _nv("b300", 288, 2250, 4500, 1800,
+        "NVIDIA HGX platform page, HGX B300 column (8 GPUs): FP16/BF16 36 / FP8 72 PFLOPS with "
+        "sparsity, NVLink GPU-to-GPU 1.8 TB/s, networking 1.6 TB/s; 288 GB HBM3e and 8 TB/s "
+        "per GPU ('Inside NVIDIA Blackwell Ultra')",
+        "HGX B300 (Blackwell Ultra SXM); dense = sparse / 2 per GPU; FP4 left out (the HGX "
+        "B300 dense FP4 figure differs between the copies read: 13.5 and 14 PFLOPS); timing "
+        "class blackwell = Hopper's calibrated ceiling (assumption)",
+        ("b300-288gb", "hgx-b300"), source="nvidia-blackwell-ultra"),
+    _nv("gb200", 186, 2500, 5000, 1800,
+        "NVIDIA GB200 NVL72 page, rack of 72 GPUs: FP16/BF16 360 / FP8 720 / FP4 1,440 PFLOPS "
+        "with sparsity; up to 13.4 TB HBM3e (186 GB per GPU), 576 TB/s; NVLink 1.8 TB/s per GPU "
+        "in one 72-GPU domain",
+        "Blackwell in a GB200 superchip (1,200 W); per GPU = rack / 72, dense = sparse / 2; "
+        "NVLink domain 72 (4 GPUs per compute tray); timing class blackwell = Hopper's "
+        "calibrated ceiling (assumption)",
+        ("gb200-186gb",), source="nvidia-gb200-nvl72", fp4_tf=10000, domain=72),
+    _nv("gb300", 279, 2500, 5000, 1800,
+        "NVIDIA GB300 NVL72 page, rack of 72 GPUs: FP16/BF16 180, FP8 360, FP4 1,080 PFLOPS "
+        "dense, 20 TB HBM3e at 576 TB/s, NVLink 130 TB/s (1.8 TB/s per GPU, one 72-GPU domain); "
+        "per GPU 279 GB HBM3E, 8 TB/s; 'Inside NVIDIA Blackwell Ultra': 15 PFLOPS dense NVFP4",
+        "Blackwell Ultra in a GB300 superchip (1,400 W); the GB300 rack lists 279 GB per GPU "
+        "of the chip's 288 GB (the lower, conservative figure is kept); NVLink domain 72; "
+        "timing class blackwell = Hopper's calibrated ceiling (assumption)",
+        ("gb300-279gb",), source="nvidia-gb300-nvl72", fp4_tf=15000, domain=72),
+    _nv("mi325x-256gb", 256, 1307.4, 2614.9, 896,
+        "AMD Instinct MI325X: FP16/BF16 1307.4, FP8 2614.9 TFLOPS dense (the MI300X's CDNA 3 "
+        "compute: 304 CUs at 2,100 MHz); 256 GB HBM3E, 6 TB/s; 7 Infinity Fabric links, drop-in "
+        "for the MI300X platform (7 x 128 GB/s)",
+        "AMD; memory as AMD prints it (GB; ROCm's table lists 256 GiB); 'nvlink' holds the "
+        "Infinity Fabric aggregate; timing class cdna3 = Hopper's calibrated ceiling "
+        "(assumption)", ("mi325x",), source="amd-mi325x", pcie_gb=64),
+    _nv("mi355x-288gb", 288, 2516.6, 5033.2, None,
+        "AMD Instinct MI355X: FP8 5033.2 TFLOPS dense = 256 CUs x 2,400 MHz x 8,192 FLOP per "
+        "clock and CU (ISSCC 2026), FP16/BF16 half of it, 2516.6; 288 GB HBM3E, 8 TB/s",
+        "AMD CDNA 4; memory as AMD prints it (GB; ROCm's table lists 288 GiB); Infinity Fabric "
+        "bandwidth and FP4 left out (no figure found that two sources agree on): a node prices "
+        "its intra-node link at PCIe unless --intra-node-bandwidth is given; timing class "
+        "cdna3, the nearest (CDNA 3; itself Hopper's calibrated ceiling): an assumption",
+        ("mi355x",), source="amd-mi355x", pcie_gb=64),
 ]
 
 _GPU_TABLE: dict = {}
@@ -485,6 +336,8 @@ def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Clu
     64.0
     >>> cluster_for("rtx3090", 2).intra_node_bandwidth / 1e9    # the 2-GPU NVLink bridge
     56.25
+    >>> cluster_for("gb200", 4).domain                          # one NVL72 rack on NVLink
+    72
     """
     dev = gpu(gpu_name)
     if int(gpus_per_node) != gpus_per_node or gpus_per_node < 1:
@@ -492,7 +345,7 @@ def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Clu
     bridged = dev.nvlink_bridge and int(gpus_per_node) > 2
     # AMD's 'nvlink' holds its Infinity Fabric aggregate
     link = "pcie" if (not dev.nvlink or bridged) else (
-        "infinity-fabric" if dev.arch_class == "cdna3" else "nvlink")
+        "infinity-fabric" if dev.source.startswith("amd") else "nvlink")
     if intra is not None:
         how = "intra-node bandwidth given (line rate per direction)"
     elif link != "pcie":
@@ -502,8 +355,12 @@ def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Clu
         how = (f"PCIe x16 per direction ({dev.pcie / GB:g} GB/s)"
                + ("; the NVLink bridge joins only 2 GPUs" if bridged else ""))
     inter = inter if inter is not None else 50 * GB
+    # an NVLink domain wider than the node (NVL72) keeps its groups on NVLink
+    domain = dev.nvlink_domain if link == "nvlink" else None
     return Cluster(f"{dev.name}-x{gpus_per_node}", dev, int(gpus_per_node), intra, inter,
-                   locator=f"{how}; 400 Gb/s NIC per GPU = 50 GB/s (seed 002)", intra_link=link)
+                   locator=f"{how}; 400 Gb/s NIC per GPU = 50 GB/s (seed 002)"
+                   + (f"; NVLink domain of {domain} GPUs" if domain else ""),
+                   intra_link=link, nvlink_domain=domain)
 
 
 # REF: seed002 (8 GPUs per node, NVLink 4 900 GB/s, 400 Gb/s InfiniBand = 50 GB/s per GPU);
@@ -517,5 +374,22 @@ for _c in (
     Cluster("mi300x-8", gpu("mi300x-192gb"), 8, 448 * GB, 50 * GB,
             locator="8 x MI300X platform: Infinity Fabric 896 GB/s (both ways), 400 Gb/s per GPU",
             intra_link="infinity-fabric"),
+    # issue 31.  HGX B300: NVLink 5 1.8 TB/s both ways = 900 each way; "networking 1.6 TB/s"
+    # for 8 GPUs = 800 Gb/s ConnectX-8 per GPU = 100 GB/s each way (HGX platform page).
+    Cluster("hgx-b300", gpu("b300"), 8, 900 * GB, 100 * GB, source="nvidia-blackwell-ultra",
+            locator="HGX B300: NVLink 5 1.8 TB/s (both ways); networking 1.6 TB/s = 8 x 800 Gb/s"),
+    # NVL72 racks: 4 GPUs per compute tray, all 72 on one NVLink switch domain (NVLink 5,
+    # 1.8 TB/s per GPU); the scale-out NIC per GPU: GB200 400 Gb/s ConnectX-7 (seed 002's
+    # 400 Gb/s per GPU; the rack page prints no per-GPU figure: an assumption), GB300
+    # 800 Gb/s ConnectX-8 (72 ConnectX-8 per rack).
+    Cluster("gb200-nvl72", gpu("gb200"), 4, 900 * GB, 50 * GB, source="nvidia-gb200-nvl72",
+            locator="GB200 NVL72: 72 GPUs on NVLink 5 (1.8 TB/s both ways), 4 per compute tray; "
+            "400 Gb/s per GPU (assumption)", nvlink_domain=72),
+    Cluster("gb300-nvl72", gpu("gb300"), 4, 900 * GB, 100 * GB, source="nvidia-gb300-nvl72",
+            locator="GB300 NVL72: 72 GPUs on NVLink 5 (1.8 TB/s both ways), 4 per compute tray; "
+            "72 ConnectX-8 800 Gb/s", nvlink_domain=72),
+    Cluster("mi325x-8", gpu("mi325x-256gb"), 8, 448 * GB, 50 * GB, source="amd-mi325x",
+            locator="8 x MI325X platform (the MI300X's UBB): Infinity Fabric 896 GB/s (both "
+            "ways), 400 Gb/s per GPU", intra_link="infinity-fabric"),
 ):
     register_cluster(_c)

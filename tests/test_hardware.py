@@ -142,3 +142,57 @@ def test_bridge_only_nvlink_uses_pcie_beyond_a_pair(name, node, expect):
 def test_gb_is_the_units_table():
     from memsym.units import UNITS
     assert hardware.GB == UNITS["GB"] == 10**9
+
+
+def test_issue31_entries_from_their_datasheets():
+    # per GPU, dense = "with sparsity" / 2, typed from the tables memsym/references.toml names:
+    # HGX B300 (8 GPUs): BF16 36, FP8 72 PFLOPS sparse -> 2.25, 4.5 PFLOPS dense per GPU
+    b300 = gpu("b300")
+    assert (b300.bf16, b300.fp8) == (2250e12, 4500e12) and b300.memory_bytes == 288 * 10**9
+    assert b300.fp4 is None and b300.nvlink == 1800e9 and b300.nvlink_domain is None
+    # GB200 NVL72 (72 GPUs): BF16 360, FP8 720, FP4 1,440 PFLOPS sparse; 13.4 TB -> 186 GB
+    gb200 = gpu("gb200")
+    assert (gb200.bf16, gb200.fp8, gb200.fp4) == (360e15 / 72 / 2, 720e15 / 72 / 2,
+                                                  1440e15 / 72 / 2)
+    assert gb200.memory_bytes == 186 * 10**9 and gb200.hbm_bandwidth == 576e12 / 72
+    # GB300 NVL72, dense per rack: BF16 180, FP8 360, FP4 1,080 PFLOPS
+    gb300 = gpu("gb300")
+    assert (gb300.bf16, gb300.fp8, gb300.fp4) == (180e15 / 72, 360e15 / 72, 1080e15 / 72)
+    assert gpu("mi325x").bf16 == pytest.approx(1307.4e12) and gpu("mi325x").nvlink == 7 * 128e9
+    # MI355X: 256 CUs x 2.4 GHz x 8,192 FP8 FLOP per clock (ISSCC 2026)
+    assert gpu("mi355x").fp8 == pytest.approx(256 * 2.4e9 * 8192, rel=1e-5)
+    assert gpu("mi355x").nvlink is None          # no citable Infinity Fabric figure
+    for name in ("b300", "gb200", "gb300", "mi325x", "mi355x"):
+        assert gpu(name).memory_unit == "GB" and gpu(name).capacity_note.startswith("datasheet")
+
+
+def test_nvl72_domain_keeps_groups_on_nvlink():
+    from memsym.timing.collectives import group_link, link_name
+
+    rack, h100 = cluster("gb200-nvl72"), cluster("dgx-h100")
+    assert (rack.gpus_per_node, rack.domain, h100.domain) == (4, 72, 8)
+    # DP of 16 over TP 4: ranks 0..63 of one 72-GPU domain (stride t = 4, span 64)
+    assert link_name("dp", 16, rack, t=4, c=1, d=16) == "intra"
+    assert link_name("dp", 16, h100, t=4, c=1, d=16) == "inter"
+    # span 4 x 32 = 128 > 72: the ring leaves the rack
+    assert link_name("dp", 32, rack, t=4, c=1, d=32) == "inter"
+    assert bool(group_link("ep", 72, rack.domain, t=1, t_e=1))
+    assert hardware.cluster_for("gb300", 4).domain == 72
+    assert hardware.cluster_for("b300", 8).domain == 8       # HGX: the node is the domain
+    with pytest.raises(InvalidValueError):
+        Cluster("x", gpu("gb200"), 4, 900e9, 50e9, nvlink_domain=0)
+
+
+def test_gpus_command_lists_the_issue31_entries(capsys):
+    import json
+
+    from memsym.cli import main
+
+    assert main(["gpus", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["gpus"]}
+    # capacities as the vendors print them, decimal GB (no CUDA total is cited for these)
+    for name, gb in (("b300", 288), ("gb200", 186), ("gb300", 279), ("mi325x-256gb", 256),
+                     ("mi355x-288gb", 288)):
+        assert rows[name]["capacity_bytes"] == gb * 10**9
+        assert rows[name]["capacity_note"] == f"datasheet {gb} GB"
+    assert rows["gb200"]["nvlink_domain"] == 72 and rows["gb300"]["fp4_tflops"] == 15000

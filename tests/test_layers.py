@@ -36,7 +36,8 @@ LAYERS = (
     ("core", ("memsym.errors", "memsym.symbols", "memsym.values", "memsym.units",
               "memsym.limits", "memsym.text", "memsym.numeric", "memsym.compile_cache",
               "memsym.version", "memsym.vocabulary", "memsym.tex_width",
-              "memsym.printing", "memsym.bibliography", "memsym.hardware", "memsym.groups")),
+              "memsym.printing", "memsym.bibliography", "memsym.devices", "memsym.hardware",
+              "memsym.groups")),
     ("term", ("memsym.term",)),
     # formula families as pure functions returning Terms
     ("terms", ("memsym.terms",)),

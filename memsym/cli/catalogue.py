@@ -77,6 +77,8 @@ def run_gpus(args) -> int:
                      "bf16_tflops": None if g.bf16 is None else g.bf16 / 1e12,
                      "fp8_tflops": None if g.fp8 is None else g.fp8 / 1e12,
                      "nvlink_gb_s": None if g.nvlink is None else g.nvlink / 1e9,
+                     "fp4_tflops": None if g.fp4 is None else g.fp4 / 1e12,
+                     "nvlink_domain": g.nvlink_domain, "note": g.note,
                      "source": f"{g.source}, {g.locator}"})
     if args.json:
         emit_json({"gpus": rows, "units": "capacity in bytes; GB = 1e9 bytes"})

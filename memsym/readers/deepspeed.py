@@ -202,8 +202,10 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
         A path to the JSON file, its text, or the parsed object.
     world_size : int, optional
         The data-parallel size d [GPUs]; without it, d is derived from the full triple if given.
-    micro_batch_size, gradient_accumulation_steps : int, optional
-        The Trainer's ``per_device_train_batch_size`` and ``gradient_accumulation_steps``.
+    micro_batch_size : int, optional
+        The Trainer's ``per_device_train_batch_size`` [sequences].
+    gradient_accumulation_steps : int, optional
+        The Trainer's ``gradient_accumulation_steps`` [1].
     precision : {"bf16", "fp16", "fp32"}, optional
         The Trainer's ``--bf16`` / ``--fp16`` (fp32: neither).
     hidden_size : int, optional

@@ -25,7 +25,23 @@ def pipelining_recv_buffers(stage: int, pp: int, vv, mm, boundary, placement: st
     between steps [bytes]: one per micro-batch for each stage's input (not the first global
     stage's) and output gradient (not the last's), :math:`(2v - 1) m B` on the end ranks and
     :math:`2 v m B` between them; they outlive the step, so the optimizer step sees them
-    (``tests/test_engine_fsdp2.py`` counts them after a step on a 3-rank gloo pipeline)."""
+    (``tests/test_engine_fsdp2.py`` counts them after a step on a 3-rank gloo pipeline).
+
+    Parameters
+    ----------
+    stage : int
+        The pipeline rank [1].
+    pp : int
+        The pipeline-parallel size p [GPUs].
+    vv : int or None
+        Stages per rank v [1] (None: one).
+    mm : int
+        Micro-batches per step m [1].
+    boundary : sympy.Expr
+        One micro-batch's hidden states at a stage boundary [bytes].
+    placement : {"loop", "v"}
+        Where a rank's stages sit (``Training.stage_placement``).
+    """
     vk = 1 if vv is None else vv
     # no input received for the first stage, no output gradient for the last (both on rank 0
     # under the V placement)
@@ -66,7 +82,29 @@ def pipelining_buffers(stage: int, pp: int, vv, mm, group, boundary, width: int,
     the last stage the 16-bit logits (the train step's ``del pred`` does not reach them) of
     its :math:`n_\ell` micro-batches in flight: 1 under (interleaved) 1F1B, all m under GPipe
     and LoopedBFS (:func:`memsym.terms.schedule.logits_microbatches`).
-    ``tests/test_engine_fsdp2.py`` checks the buffers on gloo groups of 2 and 3 ranks."""
+    ``tests/test_engine_fsdp2.py`` checks the buffers on gloo groups of 2 and 3 ranks.
+
+    Parameters
+    ----------
+    stage : int
+        The pipeline rank [1].
+    pp : int
+        The pipeline-parallel size p [GPUs].
+    vv : int or None
+        Stages per rank v [1] (None: one).
+    mm : int
+        Micro-batches per step m [1].
+    boundary : sympy.Expr
+        One micro-batch's hidden states at a stage boundary [bytes].
+    group : int or None
+        Megatron's micro-batch group size of the interleaved schedule [1] (None: p).
+    width : int
+        Bytes per activation element [bytes] (2 for 16-bit).
+    schedule : {"1f1b", "gpipe"}
+        The pipeline schedule.
+    placement : {"loop", "v"}
+        Where a rank's stages sit (``Training.stage_placement``).
+    """
     vk = 1 if vv is None else vv
     count, extra = 2 * vk * mm, 0
     if stage == 0:

@@ -4,8 +4,10 @@ A ring collective over :math:`n` ranks of a buffer of :math:`S` bytes takes
 :math:`f(n)\,S/\beta + k(n)\,\alpha` with NCCL's bus factors (all-reduce :math:`2(n-1)/n`
 and :math:`2(n-1)` steps; all-gather, reduce-scatter and all-to-all :math:`(n-1)/n` and
 :math:`n-1` steps; point-to-point 1 and 1).  Ranks are laid out in Megatron-LM's default
-order ``tp-cp-ep-dp-pp`` (innermost first); a group whose span (stride x size) fits in a node
-runs on NVLink, otherwise its ring crosses the inter-node network, which sets the pace.
+order ``tp-cp-ep-dp-pp`` (innermost first); a group whose span (stride x size) fits in the
+cluster's NVLink domain (:attr:`memsym.hardware.Cluster.domain`: the node, or the 72 GPUs of
+an NVL72 rack) runs on NVLink, otherwise its ring crosses the inter-node network, which sets
+the pace.
 
 References
 ----------
@@ -22,7 +24,7 @@ import numpy as np
 from ..errors import InvalidValueError, choose
 
 __all__ = ["KINDS", "ORDER", "LINK_LATENCY", "NVLINK_NCCL_EFFICIENCY", "collective_time",
-           "group_stride", "group_link", "group_bandwidth"]
+           "collective_bytes", "group_stride", "group_link", "group_bandwidth", "link_name"]
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
 #: Megatron-LM's default rank order (parallel_state.initialize_model_parallel, order=).
@@ -94,6 +96,41 @@ def collective_time(kind: str, nbytes, n, bandwidth, latency=0.0):
     return np.where(n > 1, out, 0.0) if kind != "p2p" else out
 
 
+def collective_bytes(kind: str, nbytes, n):
+    r"""Bytes one rank sends in one collective of ``nbytes`` over ``n`` ranks [bytes].
+
+    .. math:: f(n)\,S, \quad f = 2(n-1)/n \text{ (all-reduce)},\ (n-1)/n
+       \text{ (all-gather, reduce-scatter, all-to-all)},\ 1 \text{ (p2p)}
+
+    The bandwidth term of :func:`collective_time` times the bandwidth (0 for n = 1 but p2p).
+
+    Parameters
+    ----------
+    kind : {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p"}
+    nbytes : array_like
+        The full buffer, as :func:`collective_time` takes it [bytes].
+    n : array_like
+        Ranks in the group [GPUs].
+
+    Returns
+    -------
+    numpy.ndarray
+        Bytes one rank sends [bytes].
+
+    Examples
+    --------
+    >>> float(collective_bytes("all-reduce", 8e9, 8)), float(collective_bytes("all-gather", 8e9, 1))
+    (14000000000.0, 0.0)
+    """
+    kind = choose("collective", kind, KINDS)
+    n = np.asarray(n, float)
+    nbytes = np.asarray(nbytes, float)
+    if kind == "p2p":
+        return nbytes * np.ones_like(n)
+    frac = 2 * (n - 1) / n if kind == "all-reduce" else (n - 1) / n
+    return frac * nbytes
+
+
 def group_stride(group: str, t=1, c=1, d=1, e=1, t_e=None):
     """Stride between neighbouring ranks of ``group`` in the order tp-cp-ep-dp-pp [GPUs].
 
@@ -129,6 +166,9 @@ def group_stride(group: str, t=1, c=1, d=1, e=1, t_e=None):
 def group_link(group: str, size, gpus_per_node: int, **layout):
     """Whether each group runs inside a node (True) or crosses nodes (False).
 
+    ``gpus_per_node`` is the GPUs that share the intra-node link: pass
+    :attr:`memsym.hardware.Cluster.domain` (72 on an NVL72 rack).
+
     Examples
     --------
     >>> bool(group_link("tp", 8, 8, t=8)), bool(group_link("dp", 2, 8, t=4, d=2))
@@ -153,10 +193,41 @@ def group_bandwidth(group: str, size, cluster, **layout):
     >>> round(float(bw) / 1e9, 6), float(lat)      # 450 GB/s line rate, NCCL's 370
     (370.0, 5e-06)
     """
-    inside = group_link(group, size, cluster.gpus_per_node, **layout)
+    inside = group_link(group, size, _domain(cluster), **layout)
     intra = float(cluster.intra_node_bandwidth)
     if getattr(cluster, "intra_link", "nvlink") == "nvlink":
         intra *= NVLINK_NCCL_EFFICIENCY
     bw = np.where(inside, intra, float(cluster.inter_node_bandwidth))
     lat = np.where(inside, LINK_LATENCY["intra"], LINK_LATENCY["inter"])
     return bw, lat
+
+
+def _domain(cluster) -> int:
+    """GPUs on the cluster's intra-node link (its NVLink domain where wider than a node)."""
+    return int(getattr(cluster, "domain", cluster.gpus_per_node))
+
+
+def link_name(group: str, size, cluster, **layout) -> str:
+    """``"intra"`` or ``"inter"``: the link :func:`group_bandwidth` prices one group on.
+
+    Parameters
+    ----------
+    group : {"tp", "cp", "ep", "dp", "pp"}
+        The process group.
+    size : int
+        Ranks in the group [GPUs].
+    cluster : Cluster
+        The interconnect.
+    **layout
+        ``t``, ``c``, ``d``, ``e``, ``t_e`` as :func:`group_stride` [GPUs].
+
+    Examples
+    --------
+    >>> from memsym.hardware import cluster
+    >>> link_name("dp", 2, cluster("dgx-h100"), t=4, c=1, d=2)     # t d = 8: one node
+    'intra'
+    >>> link_name("dp", 16, cluster("gb200-nvl72"), t=4, c=1, d=16)  # 64 of the rack's 72
+    'intra'
+    """
+    inside = group_link(group, size, _domain(cluster), **layout)
+    return "intra" if bool(np.asarray(inside).ravel()[0]) else "inter"

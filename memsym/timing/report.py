@@ -62,7 +62,9 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         (:meth:`memsym.hardware.GPU.peak`; fp32 is priced at the TF32 tensor-core peak, which
         ``assumptions["peak_note"]`` says).
     efficiency : number, optional
-        :math:`\\eta`; default ``values["eta"]`` or :data:`DEFAULT_EFFICIENCY` (1/2).
+        :math:`\\eta`; default ``values["eta"]`` or :data:`DEFAULT_EFFICIENCY` (1/2) for the
+        closed form; with ``arch`` the explicit achieved-GEMM-efficiency override (None: the
+        calibrated model of :mod:`memsym.timing.efficiency`).
     dp_params : int, optional
         Parameters whose gradients the data-parallel group reduces, before the :math:`p\\,t`
         split (default ``values["N"]``).  ``N`` prices the FLOPs, which for a mixture of
@@ -78,8 +80,11 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         predicted by :func:`memsym.timing.step.step_time` (GEMMs after the splits on the
         GPU's efficiency curve, collectives with overlap, Megatron's exact schedule; the
         breakdown in ``step_time_parts_s``), ``efficiency`` being the explicit achieved GEMM
-        efficiency override (None: predicted); without them, the closed form
-        :func:`step_time` at ``efficiency``.
+        efficiency override (None: predicted), and ``communication`` is the step time's own
+        (:attr:`memsym.timing.step.StepTime.communication`: bytes, seconds before overlap,
+        ``exposed_seconds``, link); without them, the closed form :func:`step_time` at
+        ``efficiency`` and the closed-form traffic of
+        :mod:`memsym.terms.communication`.
     mfu_flops : {"gemm", "6n"}
         The MFU numerator with ``arch``: ``"gemm"`` the model FLOPs counted from the GEMM
         shapes and causal attention (:func:`memsym.timing.gemm.forward_flops_per_token`
@@ -150,7 +155,7 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     opts = dict(sequence_parallel=sequence_parallel, pipeline=pipe, scatter_gather=scatter_gather,
                 interleaved=interleaved, sharding=sharding, context=context, expert=expert,
                 recompute=recompute, dp_params=dp_params, pipelined_fsdp=pipelined_fsdp)
-    links = placement(vals, clu.gpus_per_node)
+    links = placement(vals, clu.domain)
     byte_total = communication_per_step(**opts)
     time_total = communication_time(placement_map=links, **opts)
     step = step_time(recompute=recompute, communication=time_total, overlap=overlap,
@@ -185,7 +190,7 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         "global_batch": batch,
         "tokens_per_step": batch * int(vals["s"]),
         "gpus": gpus_total,
-        "warnings": layout_warnings(vals, clu.gpus_per_node),
+        "warnings": layout_warnings(vals, clu.domain),
         "assumptions": {
             "cluster": clu.name, "gpu": clu.gpu.name, "precision": precision_key,
             "peak_flops_per_gpu": _num(exact_vals[F]), "efficiency": _num(exact_vals[eta]),
@@ -217,13 +222,11 @@ def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_fl
     # selective recomputes attention's core only (priced in the step, not counted here)
     hardware_ = model * (sp.Rational(4, 3) if training.recompute == "full" else 1)
     busy = st.parts["pipeline"] - st.bubble
-    base = ctx["bytes_bd"], ctx["secs_bd"], ctx["byte_total"], ctx["links"]
-    bytes_bd, secs_bd, byte_total, links = base
+    # one communication model: the groups' bytes, seconds and links are the step time's own
+    # (memsym.timing.step.StepTime.communication: the same collectives, gradient bytes,
+    # bandwidths and NVLink domain), not the closed forms of memsym.terms.communication
     return {
-        "communication": {key: {"bytes": num(bytes_bd[key], f"{key} bytes"),
-                                "seconds": num(secs_bd[key], f"{key} time [s]"),
-                                "exposed_seconds": float(st.parts.get(key, 0.0)),
-                                "link": links[key]} for key in byte_total.keys},
+        "communication": {key: dict(st.communication[key]) for key in ctx["byte_total"].keys},
         # the schedule's idle fraction on uniform stages (Megatron's order simulated: (p-1)/m
         # for 1F1B, (p-1)/(v m) interleaved where that holds); its seconds with the real
         # stage times (embedding, output layer, uneven ends) are step_time_parts_s["bubble"]
@@ -241,7 +244,7 @@ def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_fl
         "global_batch": batch,
         "tokens_per_step": batch * int(s_),
         "gpus": gpus_total,
-        "warnings": layout_warnings(ctx["vals"], clu.gpus_per_node),
+        "warnings": layout_warnings(ctx["vals"], clu.domain),
         "assumptions": {
             "cluster": clu.name, "gpu": clu.gpu.name, "precision": training.precision,
             "peak_flops_per_gpu": float(clu.gpu.peak(training.precision)),

@@ -20,16 +20,15 @@ References
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from ..errors import InvalidValueError, choose
 from ..hardware import Cluster, cluster_for, gpu as _gpu
 from ..numeric import unique_rows
 from ..term import Source
-from .collectives import collective_time, group_bandwidth
+from .collectives import collective_bytes, collective_time, group_bandwidth, group_link
 from .efficiency import ceiling, gemm_time, memory_time
+from .records import Overlap, Settings, StepTime
 from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, output_gemm,
                    shape_of)
 from ..terms.pipeline_order import bubble_fraction, schedule_rule, simulate
@@ -74,145 +73,19 @@ FLASH_FORWARD = 0.9
 FLASH_BACKWARD = 0.75
 
 
-@dataclass(frozen=True)
-class Overlap:
-    """Which communication hides behind compute; each switch is a framework option.
-
-    Attributes
-    ----------
-    grad_reduce : bool
-        ``--overlap-grad-reduce``: the DP gradient reduce-scatter / all-reduce runs during the
-        last micro-batch's backward (exposed: what exceeds that backward).
-    param_gather : bool
-        ``--overlap-param-gather``: the distributed optimizer's parameter all-gather runs
-        during the next step's first forward.
-    tp_comm : bool
-        ``--tp-comm-overlap`` (Transformer Engine userbuffers): TP all-gather /
-        reduce-scatter overlap the GEMMs they feed.
-    tp_comm_split : bool
-        How that overlap runs: as Transformer Engine's default userbuffers (True; a dense
-        layer's GEMMs split into ring-exchange and pipelined chunks, 16 SMs given to the
-        collectives beside them, :func:`_userbuffers`), or as collectives hidden behind the
-        layer's whole GEMMs at full efficiency (False: torch's async TP as memsym counts it,
-        and MoE / MLA layers either way).
-    ep_a2a : bool
-        ``--overlap-moe-expert-parallel-comm``: EP all-to-all hidden behind another
-        micro-batch's compute (exposed: what exceeds the layer's expert GEMMs).
-    pp_p2p : bool
-        ``overlap_p2p_comm`` (Megatron's default, on with interleaving only; arguments.py
-        turns it off without): the p2p sends of the steady state hide behind compute.
-    cp_ring : bool
-        Ring context parallelism passes K/V blocks while attention computes the previous
-        block (Transformer Engine): exposed is what exceeds the attention compute.
-    tp_async_backward : bool
-        Megatron's always-on backward overlap in ``LinearWithGradAccumulationAndAsync-
-        Communication``: the column-parallel dgrad all-reduce / reduce-scatter under the
-        weight-gradient GEMM, the SP input re-gather under the dgrad GEMM.
-    """
-
-    grad_reduce: bool = True
-    param_gather: bool = True
-    tp_comm: bool = False
-    tp_comm_split: bool = True
-    ep_a2a: bool = False
-    pp_p2p: bool = True
-    cp_ring: bool = True
-    tp_async_backward: bool = True
-
-    @classmethod
-    def none(cls) -> "Overlap":
-        """Nothing overlapped (every byte on the critical path)."""
-        return cls(False, False, False, False, False, False, False)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the step does beyond the layout (a Training's time-relevant fields).
-
-    Attributes
-    ----------
-    seq_length : int
-        Sequence length s [tokens].
-    micro_batch_size : int
-        Micro-batch size b [sequences].
-    recompute : {"none", "selective", "full", "selective-op"}
-        Activation recomputation (full: the backward reruns the forward; selective-op:
-        torchtitan's per-op policy, every second forward matmul rerun).
-    sequence_parallel : bool
-        Megatron sequence parallelism (norm/dropout work split by t).
-    flash_attention : bool
-        Flash attention (no s x s scores through HBM, causal blocks skipped).
-    dropout : bool
-        Dropout on (its masks' memory traffic).
-    precision : {"bf16", "fp16", "fp8", "fp32"}
-        GEMM precision (fp8: GEMMs in FP8, everything else in bf16).
-    distributed_optimizer : bool
-        Gradient reduce-scatter + parameter all-gather (else an all-reduce).
-    grad_bytes : int
-        Bytes per gradient element reduced (Megatron: fp32 main grads, 4; 2 with
-        ``--grad-reduce-in-bf16``).
-    group_size : int or None
-        ``microbatch_group_size_per_vp_stage`` (None = p).
-    torch_rounds : bool
-        torch's interleaved schedules (torchtitan): the warm-up runs rounds of
-        ``m // max(1, m // p)`` micro-batches (:func:`memsym.terms.schedule.torch_round_size`)
-        in place of Megatron's group size, per layout.
-    schedule : {"1f1b", "gpipe"}
-        Pipeline schedule (1F1B is interleaved where v > 1).
-    output_first : bool
-        torch's V placement (ZBVZeroBubble, DualPipeV): the first rank runs the output layer
-        and the loss too (stages 0 and 2p - 1), not the last.
-    gather_per_microbatch : bool
-        ZeRO-3 / FSDP: parameters all-gathered in forward and again in backward and
-        gradients reduce-scattered for every micro-batch, hidden behind the pipeline's compute
-        where they fit (else once per step, overlapped with the first forward and last
-        backward).
-    pipelined_fsdp : bool
-        FSDP2 under ``torch.distributed.pipelining`` (torchtitan with PP): nothing reshards
-        and gradients sync after the last micro-batch, so where p > 1 the stage is gathered
-        and reduced once per step even with ``gather_per_microbatch``.
-    recompute_fraction : float or numpy.ndarray
-        Under full recompute, the fraction of layers whose forward the backward reruns [1]
-        (Megatron's ``--recompute-method block`` N: N over the layers of a chunk; 1 else);
-        an array gives one per layout, broadcast with the knobs.
-    """
-
-    seq_length: int = 2048
-    micro_batch_size: int = 1
-    recompute: str = "none"
-    sequence_parallel: bool = True
-    flash_attention: bool = True
-    dropout: bool = False
-    precision: str = "bf16"
-    distributed_optimizer: bool = True
-    grad_bytes: int = 4
-    group_size: int | None = None
-    torch_rounds: bool = False
-    schedule: str = "1f1b"
-    output_first: bool = False
-    gather_per_microbatch: bool = False
-    pipelined_fsdp: bool = False
-    recompute_fraction: float = 1.0
-
-
-@dataclass(frozen=True)
-class StepTime:
-    """One layout's step time [s] and its breakdown [s] (``parts``), with what it assumed."""
-
-    total: float
-    parts: dict
-    bubble: float
-    mfu: float | None = None
-    assumptions: dict = field(default_factory=dict)
-
-
 def _arr(x):
     return np.asarray(x, dtype=float)
 
 
 def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, overlap: Overlap,
-           dp):
-    """Forward and backward seconds of one layer and one micro-batch on one GPU (arrays)."""
+           dp, raw: dict | None = None):
+    """Forward and backward seconds of one layer and one micro-batch on one GPU (arrays).
+
+    ``raw``, when given, receives for ``tp``, ``ep`` and ``cp`` the layer's collectives as
+    issued, before any overlap hides them: ``(forward s, backward s, forward bytes, backward
+    bytes)`` (bytes one GPU sends, :func:`memsym.timing.collectives.collective_bytes`), the
+    backward including a fully recomputed forward's.  Under Transformer Engine's userbuffers
+    they are the plain collectives the overlap replaces."""
     s = st.seq_length
     prec = st.precision
     gemms = layer_gemms(x, s, b, t, c, e, t_e, moe=moe)
@@ -253,9 +126,15 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
         calls = 2 if moe else 4   # fwd: AG + RS around attention (and MLP when dense)
         one = collective_time("all-gather", act, t, bw, lat)
         f_tp = calls * one
+        f_tp_bytes = calls * collective_bytes("all-gather", act, t)
     else:
         calls = 1 if moe else 2
         f_tp = calls * collective_time("all-reduce", act, t, bw, lat)
+        f_tp_bytes = calls * collective_bytes("all-reduce", act, t)
+    # as issued: the backward repeats the forward's collectives, plus (SP) the input re-gather
+    # of the column-parallel layers (LinearWithGradAccumulationAndAsyncCommunication)
+    sp_back = 1.5 if st.sequence_parallel else 1
+    tp_raw = [f_tp, sp_back * f_tp, f_tp_bytes, sp_back * f_tp_bytes]
     # backward: Megatron's LinearWithGradAccumulationAndAsyncCommunication (tensor_parallel/
     # layers.py) issues the column-parallel layers' dgrad all-reduce (SP: reduce-scatter)
     # asynchronously and runs the weight-gradient GEMM under it; under SP it also re-gathers
@@ -287,11 +166,14 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
         b_tp = np.maximum(0, b_tp - b_gemm)
     # --- expert parallel all-to-all: dispatch + combine of the rank's routed rows
     f_ep = b_ep = 0.0
+    ep_raw = [0.0, 0.0, 0.0, 0.0]
     if moe:
         held = T * x.k * x.h * 2 / (_arr(t) if st.sequence_parallel else 1)
         ebw, elat = group_bandwidth("ep", e, clu, t=t, c=c, d=dp, t_e=t_e)
         f_ep = 2 * collective_time("all-to-all", held, e, ebw, elat)
         b_ep = f_ep
+        ep_bytes = 2 * collective_bytes("all-to-all", held, e)
+        ep_raw = [f_ep, b_ep, ep_bytes, ep_bytes]
         if overlap.ep_a2a:
             exp_f = sum(gemm_time(q.M, q.N, q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
                         for q in gemms if q.name.startswith("expert"))
@@ -303,6 +185,8 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     cc = _arr(c)
     f_cp = np.where(cc > 1, (cc - 1) * (kv / cbw + clat), 0.0)
     b_cp = 2 * f_cp
+    cp_bytes = np.where(cc > 1, (cc - 1) * kv, 0.0)
+    cp_raw = [f_cp, b_cp, cp_bytes, 2 * cp_bytes]
     if overlap.cp_ring:
         f_cp = np.maximum(0, f_cp - f_att)
         b_cp = np.maximum(0, b_cp - b_att)
@@ -313,6 +197,9 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     if st.recompute == "full":
         for key in fwd:
             bwd[key] = bwd[key] + st.recompute_fraction * fwd[key]
+        for item in (tp_raw, ep_raw, cp_raw):     # the recomputed forward's collectives
+            item[1] = item[1] + st.recompute_fraction * item[0]
+            item[3] = item[3] + st.recompute_fraction * item[2]
     elif st.recompute == "selective-op":
         # torchtitan's per-op SAC (distributed/activation_checkpoint.py, _custom_policy): of the
         # block's forward aten.mm calls every second is recomputed (mm_count % 2 == 0) and SDPA
@@ -331,6 +218,8 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
             scores = _arr(b) * (x.a / _arr(t)) * (s / cc) * s
             bwd["memory"] = bwd["memory"] + memory_time(2 * (2 + (2.5 if st.dropout else 0))
                                                         * scores, dev)  # 2 bytes per element
+    if raw is not None:
+        raw.update(tp=tuple(tp_raw), ep=tuple(ep_raw), cp=tuple(cp_raw))
     return fwd, bwd
 
 
@@ -416,7 +305,8 @@ def _stage_layers(L, p, first, last):
 def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=None, m=1,
                    settings: Settings = Settings(), cluster: Cluster | None = None,
                    overlap: Overlap = Overlap(), eta_gemm=None, first_stage_layers=None,
-                   last_stage_layers=None, exact_schedule: bool = False) -> dict:
+                   last_stage_layers=None, exact_schedule: bool = False,
+                   communication: bool = False) -> dict:
     r"""Step time [s] of many layouts at once: numpy arrays of the knobs broadcast together.
 
     .. math::
@@ -465,6 +355,12 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     exact_schedule : bool
         Simulate the schedule with each stage's own durations (at most 1,000 layouts)
         instead of the uniform-stage bubble.
+    communication : bool
+        Also return, for each group ``g`` of tp, ep, cp, pp, dp, ``comm_g_s`` (its
+        collectives' seconds as issued in one step of the busiest stage, before any overlap
+        hides them), ``comm_g_bytes`` (the bytes one GPU sends for them) and ``comm_g_intra``
+        (True where the group's ring stays on the intra-node link,
+        :attr:`memsym.hardware.Cluster.domain`): what the step's ``g`` part exposes of.
 
     Examples
     --------
@@ -504,15 +400,19 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         raise InvalidValueError(f"{t.size} layouts exceed the 10,000,000 a grid may hold")
     s = st.seq_length
     lf, lb = {}, {}
+    raw_dense, raw_moe = {}, {}
     dense_f, dense_b = layer_time(x, st, dev, clu, t, c, e, t_e_, b, moe=False, eta_gemm=eta_gemm,
-                              overlap=overlap, dp=d)
+                              overlap=overlap, dp=d, raw=raw_dense)
+    raw_layer = raw_dense
     if x.L_moe:
         moe_f, moe_b = layer_time(x, st, dev, clu, t, c, e, t_e_, b, moe=True, eta_gemm=eta_gemm,
-                              overlap=overlap, dp=d)
+                              overlap=overlap, dp=d, raw=raw_moe)
         share = x.L_moe / x.L   # MoE layers spread evenly over stages (assumption)
         for key in dense_f:
             lf[key] = (1 - share) * dense_f[key] + share * moe_f[key]
             lb[key] = (1 - share) * dense_b[key] + share * moe_b[key]
+        raw_layer = {g: tuple((1 - share) * u + share * w for u, w in zip(raw_dense[g], raw_moe[g]))
+                     for g in raw_dense}
     else:
         lf, lb = dense_f, dense_b
     layer_f = sum(lf.values())
@@ -606,11 +506,13 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     else:
         per_layer_dense, per_layer_expert = dense_p, 0.0
     layers_max = np.maximum(np.maximum(first, last), middle)
-    ends = x.V * x.h * (1 if x.untied else 1)   # embedding (first) or output (last): one matrix
+    # the end stages' own weights: the embedding (first stage) or the output layer and the
+    # final norm (last); with p = 1 one GPU holds them all, both matrices when untied
+    ends = x.V * x.h * np.where((p == 1) & bool(x.untied), 2, 1) + x.h
     dense_gpu = (layers_max * per_layer_dense + ends) / t
     if st.output_first:
         # V placement: the first rank holds both matrices, the others only layers
-        dense_gpu = np.where(p > 1, np.maximum(first * per_layer_dense + 2 * ends,
+        dense_gpu = np.where(p > 1, np.maximum(first * per_layer_dense + 2 * x.V * x.h + x.h,
                                                np.maximum(middle, last) * per_layer_dense) / t,
                              dense_gpu)
     expert_gpu = layers_max * per_layer_expert / (e * t_e_)
@@ -618,6 +520,9 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     ebw_dp, elat_dp = group_bandwidth("dp", ndp, clu, t=t, c=np.ones_like(c), d=ndp)
     edp = np.maximum(d * c * t / (e * t_e_), 1)
     gb = st.grad_bytes
+    # a dense model has no expert buffer: its expert collectives are not issued (an empty
+    # one would still be charged its ring's latency steps)
+    edp = np.where(expert_gpu > 0, edp, 1)
     if st.distributed_optimizer:
         rs = collective_time("reduce-scatter", dense_gpu * gb, ndp, ebw_dp, elat_dp) \
             + collective_time("reduce-scatter", expert_gpu * gb, edp, ebw_dp, elat_dp)
@@ -646,7 +551,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         dp_exposed = per_mb
     step = pipeline + dp_exposed + optimizer
     per_stage_mb = m * layers_max
-    return {
+    out = {
         "step": step, "pipeline": pipeline, "bubble": bubble,
         "compute": per_stage_mb * (lf["gemm"] + lb["gemm"] + lf["attention"] + lb["attention"]),
         "memory": per_stage_mb * (lf["memory"] + lb["memory"]),
@@ -654,6 +559,52 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         "cp": per_stage_mb * (lf["cp"] + lb["cp"]), "pp": m * 2 * p2p_exposed,
         "dp": dp_exposed, "optimizer": optimizer, "launchable": launchable,
     }
+    if communication:
+        out.update(_communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e_,
+                                  ndp, edp, gb, dense_gpu, expert_gpu, p2p, msg,
+                                  (rs, ag, once, again) if st.gather_per_microbatch
+                                  else (rs, ag, None, None)))
+    return out
+
+
+def _communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, ndp, edp, gb,
+                   dense_gpu, expert_gpu, p2p, msg, dp_times) -> dict:
+    """``comm_<group>_s``, ``_bytes``, ``_intra`` of :func:`step_time_grid` (``communication``):
+    the same collectives, bandwidths and links the step prices, before any overlap."""
+    out = {}
+    for g in ("tp", "ep", "cp"):
+        f_s, b_s, f_b, b_b = raw_layer[g]
+        out[f"comm_{g}_s"] = per_stage_mb * (f_s + b_s)
+        out[f"comm_{g}_bytes"] = per_stage_mb * (f_b + b_b)
+    # PP: one message each way per micro-batch and chunk pass
+    out["comm_pp_s"] = np.where(p > 1, m * 2 * v * p2p, 0.0)
+    out["comm_pp_bytes"] = np.where(p > 1, m * 2 * v * collective_bytes("p2p", msg, p), 0.0)
+    # DP: reduce-scatter of the gradients (gb bytes each) + all-gather of the 2-byte weights
+    # (distributed optimizer), or the all-reduce (DDP); ZeRO-3 / FSDP every micro-batch
+    rs, ag, once, again = dp_times
+    if st.distributed_optimizer:
+        one_b = (collective_bytes("reduce-scatter", dense_gpu * gb, ndp)
+                 + collective_bytes("reduce-scatter", expert_gpu * gb, edp)
+                 + collective_bytes("all-gather", dense_gpu * 2, ndp)
+                 + collective_bytes("all-gather", expert_gpu * 2, edp))
+    else:
+        one_b = (collective_bytes("all-reduce", dense_gpu * gb, ndp)
+                 + collective_bytes("all-reduce", expert_gpu * gb, edp))
+    dp_s, dp_b = rs + ag, one_b
+    if once is not None:
+        per_mb = np.maximum(m, 1)
+        dp_s = per_mb * (once + again)
+        dp_b = per_mb * one_b * (1 + 2 / (2 + gb))   # the backward's all-gather again
+        if st.pipelined_fsdp:
+            dp_s, dp_b = np.where(p > 1, rs + ag, dp_s), np.where(p > 1, one_b, dp_b)
+    out["comm_dp_s"], out["comm_dp_bytes"] = dp_s, dp_b
+    dom = int(getattr(clu, "domain", clu.gpus_per_node))
+    layouts = {"tp": (t, dict(t=t, c=c, d=d)), "ep": (e, dict(t=t, c=c, d=d, t_e=t_e)),
+               "cp": (c, dict(t=t, c=c, d=d)), "pp": (p, dict(t=t, c=c, d=d)),
+               "dp": (ndp, dict(t=t, c=np.ones_like(c), d=ndp))}
+    for g, (size, lay) in layouts.items():
+        out[f"comm_{g}_intra"] = group_link(g, size, dom, **lay)
+    return out
 
 
 def most_layers_per_rank(num_layers: int, p, first=0, last=0):
@@ -830,8 +781,17 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                          e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
                          cluster=cluster, overlap=overlap, eta_gemm=eta_gemm,
                          first_stage_layers=first, last_stage_layers=last,
-                         exact_schedule=True)
-    parts = {k: float(np.asarray(out[k]).ravel()[0]) for k in out if k != "launchable"}
+                         exact_schedule=True, communication=True)
+
+    def first_of(key):
+        return np.asarray(out[key]).ravel()[0]
+
+    parts = {k: float(first_of(k)) for k in out if k != "launchable" and not k.startswith("comm_")}
+    # bytes: whole bytes (sums of element counts x widths; rounding drops float residue)
+    comm = {g: {"bytes": int(round(float(first_of(f"comm_{g}_bytes")))),
+                "seconds": float(first_of(f"comm_{g}_s")), "exposed_seconds": parts[g],
+                "link": "intra" if bool(first_of(f"comm_{g}_intra")) else "inter"}
+            for g in ("tp", "cp", "pp", "dp", "ep")}
     total = parts.pop("step")
     mfu = None
     if flops_per_token is not None:
@@ -841,4 +801,4 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     return StepTime(total, parts, parts["bubble"], mfu,
                     {"overlap": overlap, "eta_gemm": eta_gemm, "microbatches": mm,
                      "sources": SOURCES, "settings": st,
-                     "launchable": bool(np.asarray(out["launchable"]).ravel()[0])})
+                     "launchable": bool(np.asarray(out["launchable"]).ravel()[0])}, comm)

@@ -1,0 +1,148 @@
+"""The records of the step-time model: which communication overlaps compute
+(:class:`Overlap`), what one layout's step does (:class:`Settings`), and the answer
+(:class:`StepTime`).  :mod:`memsym.timing.step` computes with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Overlap", "Settings", "StepTime"]
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Which communication hides behind compute; each switch is a framework option.
+
+    Attributes
+    ----------
+    grad_reduce : bool
+        ``--overlap-grad-reduce``: the DP gradient reduce-scatter / all-reduce runs during the
+        last micro-batch's backward (exposed: what exceeds that backward).
+    param_gather : bool
+        ``--overlap-param-gather``: the distributed optimizer's parameter all-gather runs
+        during the next step's first forward.
+    tp_comm : bool
+        ``--tp-comm-overlap`` (Transformer Engine userbuffers): TP all-gather /
+        reduce-scatter overlap the GEMMs they feed.
+    tp_comm_split : bool
+        How that overlap runs: as Transformer Engine's default userbuffers (True; a dense
+        layer's GEMMs split into ring-exchange and pipelined chunks, 16 SMs given to the
+        collectives beside them, :func:`_userbuffers`), or as collectives hidden behind the
+        layer's whole GEMMs at full efficiency (False: torch's async TP as memsym counts it,
+        and MoE / MLA layers either way).
+    ep_a2a : bool
+        ``--overlap-moe-expert-parallel-comm``: EP all-to-all hidden behind another
+        micro-batch's compute (exposed: what exceeds the layer's expert GEMMs).
+    pp_p2p : bool
+        ``overlap_p2p_comm`` (Megatron's default, on with interleaving only; arguments.py
+        turns it off without): the p2p sends of the steady state hide behind compute.
+    cp_ring : bool
+        Ring context parallelism passes K/V blocks while attention computes the previous
+        block (Transformer Engine): exposed is what exceeds the attention compute.
+    tp_async_backward : bool
+        Megatron's always-on backward overlap in ``LinearWithGradAccumulationAndAsync-
+        Communication``: the column-parallel dgrad all-reduce / reduce-scatter under the
+        weight-gradient GEMM, the SP input re-gather under the dgrad GEMM.
+    """
+
+    grad_reduce: bool = True
+    param_gather: bool = True
+    tp_comm: bool = False
+    tp_comm_split: bool = True
+    ep_a2a: bool = False
+    pp_p2p: bool = True
+    cp_ring: bool = True
+    tp_async_backward: bool = True
+
+    @classmethod
+    def none(cls) -> "Overlap":
+        """Nothing overlapped (every byte on the critical path)."""
+        return cls(False, False, False, False, False, False, False)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the step does beyond the layout (a Training's time-relevant fields).
+
+    Attributes
+    ----------
+    seq_length : int
+        Sequence length s [tokens].
+    micro_batch_size : int
+        Micro-batch size b [sequences].
+    recompute : {"none", "selective", "full", "selective-op"}
+        Activation recomputation (full: the backward reruns the forward; selective-op:
+        torchtitan's per-op policy, every second forward matmul rerun).
+    sequence_parallel : bool
+        Megatron sequence parallelism (norm/dropout work split by t).
+    flash_attention : bool
+        Flash attention (no s x s scores through HBM, causal blocks skipped).
+    dropout : bool
+        Dropout on (its masks' memory traffic).
+    precision : {"bf16", "fp16", "fp8", "fp32"}
+        GEMM precision (fp8: GEMMs in FP8, everything else in bf16).
+    distributed_optimizer : bool
+        Gradient reduce-scatter + parameter all-gather (else an all-reduce).
+    grad_bytes : int
+        Bytes per gradient element reduced (Megatron: fp32 main grads, 4; 2 with
+        ``--grad-reduce-in-bf16``).
+    group_size : int or None
+        ``microbatch_group_size_per_vp_stage`` (None = p).
+    torch_rounds : bool
+        torch's interleaved schedules (torchtitan): the warm-up runs rounds of
+        ``m // max(1, m // p)`` micro-batches (:func:`memsym.terms.schedule.torch_round_size`)
+        in place of Megatron's group size, per layout.
+    schedule : {"1f1b", "gpipe"}
+        Pipeline schedule (1F1B is interleaved where v > 1).
+    output_first : bool
+        torch's V placement (ZBVZeroBubble, DualPipeV): the first rank runs the output layer
+        and the loss too (stages 0 and 2p - 1), not the last.
+    gather_per_microbatch : bool
+        ZeRO-3 / FSDP: parameters all-gathered in forward and again in backward and
+        gradients reduce-scattered for every micro-batch, hidden behind the pipeline's compute
+        where they fit (else once per step, overlapped with the first forward and last
+        backward).
+    pipelined_fsdp : bool
+        FSDP2 under ``torch.distributed.pipelining`` (torchtitan with PP): nothing reshards
+        and gradients sync after the last micro-batch, so where p > 1 the stage is gathered
+        and reduced once per step even with ``gather_per_microbatch``.
+    recompute_fraction : float or numpy.ndarray
+        Under full recompute, the fraction of layers whose forward the backward reruns [1]
+        (Megatron's ``--recompute-method block`` N: N over the layers of a chunk; 1 else);
+        an array gives one per layout, broadcast with the knobs.
+    """
+
+    seq_length: int = 2048
+    micro_batch_size: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = True
+    flash_attention: bool = True
+    dropout: bool = False
+    precision: str = "bf16"
+    distributed_optimizer: bool = True
+    grad_bytes: int = 4
+    group_size: int | None = None
+    torch_rounds: bool = False
+    schedule: str = "1f1b"
+    output_first: bool = False
+    gather_per_microbatch: bool = False
+    pipelined_fsdp: bool = False
+    recompute_fraction: float = 1.0
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One layout's step time [s] and its breakdown [s] (``parts``), with what it assumed.
+
+    ``communication`` holds, per group (tp, cp, pp, dp, ep), ``bytes`` (what one GPU sends in
+    the step), ``seconds`` (its collectives as issued, before overlap), ``exposed_seconds``
+    (the step's part of that group) and ``link`` (``"intra"`` / ``"inter"``): the one
+    communication model both the step time and the estimate's report use."""
+
+    total: float
+    parts: dict
+    bubble: float
+    mfu: float | None = None
+    assumptions: dict = field(default_factory=dict)
+    communication: dict = field(default_factory=dict)
