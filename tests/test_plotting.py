@@ -198,11 +198,12 @@ def test_save_refuses_other_formats(tmp_path):
 
 def test_cli_plot_module(tmp_path):
     from memsym.cli import ArgumentParser
+    from memsym.cli.option_table import add_options
     from memsym.cli.plot import add_plot_parser, run_plot
 
     parser = ArgumentParser(prog="memsym")
     sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser)
-    add_plot_parser(sub)
+    add_options(add_plot_parser(sub), "plot")
     lay, tr = Layout(t=4, p=2, d=8), Training(seq_length=2048, recompute="full", num_microbatches=16)
     est = training_memory("gpt3-175b", lay, tr)
     for kind, extra in (("breakdown", []), ("memory-vs", ["--vs", "dp", "--candidates", "4:24"]),
