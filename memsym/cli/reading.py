@@ -266,7 +266,11 @@ def _bridge_word(words, i, w, convenience, overrides):
         if looks_like_override(w) or w.partition("=")[0].lstrip("+~") in SECTIONS:
             overrides.append(w)
             return i
-        return None
+        if w in LAUNCHER_WORDS or w.endswith(".py") or _ASSIGNMENT.match(w) \
+                or w.rsplit("/", 1)[-1].startswith(("python", "torchrun")):
+            return None
+        raise InvalidValueError(f"{w[:60]!r}: with --bridge-recipe the recipe names the model; "
+                                "the other words are section.field=value overrides")
     name, eq, inline = w.partition("=")
     if name not in RUN_RECIPE_OPTIONS:
         return None

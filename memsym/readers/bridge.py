@@ -292,6 +292,33 @@ _DSV3_LAYOUTS = {
 }
 
 
+#: The job options of :data:`FIELDS` that are switches, and those that are names.
+_SWITCHES = frozenset({"sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
+                       "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute",
+                       "precision_aware", "account_for_embedding_in_pipeline_split",
+                       "account_for_loss_in_pipeline_split"})
+_NAMES = frozenset({"recompute_method", "optimizer"})
+
+
+def _typed(key, name, value):
+    """``value`` of override ``key`` checked against the kind of job option ``name``."""
+    if name in _SWITCHES:
+        return _flag({key: value}, key)
+    if name in _NAMES:
+        if not isinstance(value, str):
+            raise InvalidValueError(f"{key} must be a name, got {value!r:.40}")
+        return value
+    if name == "capacity_factor":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    else:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if not ok:
+        raise InvalidValueError(f"{key} must be a whole number, got {value!r:.40}"
+                                if name != "capacity_factor" else
+                                f"{key} must be a positive number, got {value!r:.40}")
+    return value
+
+
 def _flag(values, key, default=False):
     v = values.get(key, default)
     if v is not None and not isinstance(v, bool):
@@ -366,7 +393,7 @@ def bridge_job_options(reading: dict) -> tuple:
     opts = dict(arch)
     for key, (kind, name) in FIELDS.items():
         if kind in ("job", "arch") and values.get(key) is not None:
-            opts[name] = values[key]
+            opts[name] = _typed(key, name, values[key])
     # run_recipe.py: the dataset owns the sequence length; the model's is synchronized from it
     seq = values.get("dataset.seq_length", values.get("model.seq_length"))
     if seq is not None:
