@@ -20,6 +20,11 @@ preset for (:data:`memsym.readers.bridge.HF_PRESETS`): the value each field mems
 * any other statement (a call, an ``if``, a computed value) is listed in the row's ``computed``
   with its line: :mod:`memsym.readers.bridge` transcribes the ones that matter by hand.
 
+It also writes ``SECTION_FIELDS``: the dataclass field names of each ConfigContainer section
+(:data:`SECTION_CLASSES`, with their bases followed through the imports into Megatron-LM at
+:data:`MCORE_COMMIT`, the commit Bridge pins as ``3rdparty/Megatron-LM``), so that an override
+naming no field is refused; and it checks that each field memsym reads is one.
+
 ``--check`` writes nothing and exits 1 when the file on disk differs from what would be written.
 """
 
@@ -195,6 +200,120 @@ def _run(file: _File, name: str, args, common: dict):
     return values, hf, computed
 
 
+#: Megatron-LM's commit Bridge pins (Megatron-Bridge 067f987df0 ``3rdparty/Megatron-LM``).
+MCORE_COMMIT = "2a75ac12c54ba6a42b34024756820bf819a2e25f"
+DEFAULT_MCORE = "/work/.mirror/NVIDIA+Megatron-LM/repo"
+#: ConfigContainer's sections (training/config.py:965-1010) -> the classes whose dataclass
+#: fields an override may name (each with its bases, followed through the imports); the model
+#: section takes the providers the recipes read build (GPT, and MLA for DeepSeek-V3).
+SECTION_CLASSES = {
+    "model": (("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
+              ("megatron.bridge.models.mla_provider", "MLAModelProvider")),
+    "train": (("megatron.bridge.training.config", "TrainingConfig"),),
+    "validation": (("megatron.bridge.training.config", "ValidationConfig"),),
+    "ddp": (("megatron.bridge.training.config", "DistributedDataParallelConfig"),),
+    "optimizer": (("megatron.bridge.training.config", "OptimizerConfig"),),
+    "scheduler": (("megatron.bridge.training.config", "SchedulerConfig"),),
+    "dataset": (("megatron.bridge.training.config", "GPTDatasetConfig"),),
+    "logger": (("megatron.bridge.training.config", "LoggerConfig"),),
+    "tokenizer": (("megatron.bridge.training.tokenizers.config", "TokenizerConfig"),),
+    "checkpoint": (("megatron.bridge.training.config", "CheckpointConfig"),),
+    "dist": (("megatron.bridge.training.config", "DistributedInitConfig"),),
+    "rng": (("megatron.bridge.training.config", "RNGConfig"),),
+    "profiling": (("megatron.bridge.training.config", "ProfilingConfig"),),
+    "rerun_state_machine": (("megatron.bridge.training.config", "RerunStateMachineConfig"),),
+    "ft": (("megatron.bridge.training.config", "FaultToleranceConfig"),),
+    "straggler": (("megatron.bridge.training.config", "StragglerDetectionConfig"),),
+    "nvrx_straggler": (("megatron.bridge.training.config", "NVRxStragglerDetectionConfig"),),
+    "inprocess_restart": (("megatron.bridge.training.config", "InProcessRestartConfig"),),
+    "tensor_inspect": (("megatron.bridge.training.config", "TensorInspectConfig"),),
+    "comm_overlap": (("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),),
+    "mixed_precision": (("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),),
+}
+
+
+class _Modules:
+    """Python modules of Bridge (at COMMIT) and of its Megatron-LM (at MCORE_COMMIT), parsed."""
+
+    def __init__(self, bridge: str, mcore: str):
+        self.bridge, self.mcore, self.cache = bridge, mcore, {}
+
+    def tree(self, module: str):
+        if module not in self.cache:
+            if module.startswith("megatron.bridge"):
+                git, commit, base = self.bridge, COMMIT, "src/"
+            else:
+                git, commit, base = self.mcore, MCORE_COMMIT, ""
+            path = base + module.replace(".", "/")
+            text = None
+            for candidate in (path + ".py", path + "/__init__.py"):
+                run = subprocess.run(["git", "--git-dir", git, "show", f"{commit}:{candidate}"],
+                                     capture_output=True, text=True)
+                if run.returncode == 0:
+                    text = run.stdout
+                    break
+            self.cache[module] = (ast.parse(text), candidate.endswith("__init__.py")) if text else None
+        return self.cache[module]
+
+    def find(self, module: str, name: str, depth: int = 0):
+        """(module, ClassDef) of ``name`` as ``module`` sees it (through its imports)."""
+        got = self.tree(module)
+        if got is None or depth > 8:
+            return None
+        tree, package = got
+        for n in tree.body:
+            if isinstance(n, ast.ClassDef) and n.name == name:
+                return module, n
+        for n in tree.body:
+            if isinstance(n, ast.ImportFrom):
+                for a in n.names:
+                    if (a.asname or a.name) == name:
+                        return self.find(self._absolute(module, n, package), a.name, depth + 1)
+        return None
+
+    @staticmethod
+    def _absolute(module, node, package):
+        if not node.level:
+            return node.module
+        parts = module.split(".")
+        keep = parts if package else parts[:-1]
+        keep = keep[:len(keep) - (node.level - 1)]
+        return ".".join(keep + ([node.module] if node.module else []))
+
+    def fields(self, module: str, name: str, seen=None) -> set:
+        """The dataclass field names of class ``name`` of ``module`` and of its bases."""
+        seen = set() if seen is None else seen
+        found = self.find(module, name)
+        if found is None or (found[0], name) in seen:
+            return set()
+        where, cls = found
+        seen.add((where, name))
+        out = {n.target.id for n in cls.body
+               if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+        for base in cls.bases:
+            base = base.value if isinstance(base, ast.Subscript) else base
+            if isinstance(base, ast.Name):
+                # a subclass named as its base (Bridge's DistributedDataParallelConfig of
+                # Megatron-Core's) imports the base under an alias
+                out |= self.fields(where, base.id, seen)
+        return out
+
+
+def section_fields(bridge: str, mcore: str) -> dict:
+    """section -> the sorted field names an override may name."""
+    mods = _Modules(bridge, mcore)
+    out = {}
+    for section, classes in SECTION_CLASSES.items():
+        names = set()
+        for module, name in classes:
+            got = mods.fields(module, name)
+            if not got:
+                raise SystemExit(f"no fields found for {module}.{name}")
+            names |= got
+        out[section] = tuple(sorted(n for n in names if not n.startswith("_")))
+    return out
+
+
 def _aliases(source: str) -> dict:
     out = {}
     for rel in ALIAS_FILES:
@@ -210,10 +329,16 @@ def _aliases(source: str) -> dict:
     return out
 
 
-def build(source: str) -> str:
+def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
     """The text of ``memsym/readers/_bridge_recipes.py``."""
     sys.path.insert(0, str(OUT.parent.parent.parent))
     from memsym.readers.bridge import FIELDS, HF_PRESETS
+
+    fields = section_fields(source, mcore)
+    for key in FIELDS:      # every field memsym reads is a field of Bridge's config
+        section, _, name = key.partition(".")
+        if name and name not in fields[section]:
+            raise SystemExit(f"{key} is not a field of Bridge's {section} config")
 
     common = _common_values(_show(source, COMMON))
     imported = {}
@@ -247,16 +372,21 @@ def build(source: str) -> str:
                   f"        'computed': {row['computed']!r},",
                   f"        'values': {row['values']!r},", "    },"]
     lines.append("}")
-    return (head + f"COMMIT = {COMMIT!r}\n\n" + "\n".join(lines) + "\n\n"
-            + "ALIASES = " + pprint.pformat(aliases, width=99) + "\n")
+    lines += ["", f"#: section -> its config's dataclass fields (with Megatron-LM {MCORE_COMMIT[:10]}'s "
+              "bases)", "SECTION_FIELDS = {"]
+    lines += [f"    {k!r}: {v!r}," for k, v in fields.items()]
+    lines.append("}")
+    return (head + f"COMMIT = {COMMIT!r}\nMCORE_COMMIT = {MCORE_COMMIT!r}\n\n" + "\n".join(lines)
+            + "\n\n" + "ALIASES = " + pprint.pformat(aliases, width=99) + "\n")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source", default=DEFAULT_SOURCE, help="Megatron-Bridge git directory")
+    p.add_argument("--mcore", default=DEFAULT_MCORE, help="Megatron-LM git directory")
     p.add_argument("--check", action="store_true", help="compare, write nothing")
     a = p.parse_args(argv)
-    text = build(a.source)
+    text = build(a.source, a.mcore)
     if a.check:
         same = OUT.exists() and OUT.read_text() == text
         print("current" if same else f"{OUT.name} differs from what the source gives")

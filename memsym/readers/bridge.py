@@ -26,13 +26,13 @@ import re
 
 from ..errors import InvalidValueError, UnknownNameError
 from ..model import resolve_model
-from ._bridge_recipes import ALIASES, RECIPES
+from ._bridge_recipes import ALIASES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS
 from .megatron import MEGATRON_FSDP_SCHEMES
 
 __all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS", "HF_PRESETS",
            "RUN_RECIPE_OPTIONS", "SECTIONS", "PRECISION_RECIPES", "BRIDGE_COMMIT",
-           "looks_like_override"]
+           "looks_like_override", "launcher_world_size"]
 
 BRIDGE_COMMIT = "067f987df0"
 
@@ -113,12 +113,10 @@ FIELDS = {
     "tokenizer.use_tokenizer_vocab_size": ("bridge", "vocab"),
 }
 
-#: ConfigContainer's sections (training/config.py ``ConfigContainer``): a field of one memsym
-#: does not read is ignored (listed); another section is refused.
-SECTIONS = ("model", "train", "dataset", "ddp", "optimizer", "scheduler", "mixed_precision",
-            "comm_overlap", "tokenizer", "checkpoint", "logger", "rng", "dist", "validation",
-            "profiling", "ft", "straggler", "nvrx_straggler", "rerun_state_machine",
-            "inprocess_restart", "peft", "tensor_inference_dtype", "env_vars")
+#: ConfigContainer's sections (training/config.py:965-1010): an override naming a field of one
+#: that memsym does not read is ignored (listed); another section, or a name that is no field of
+#: its section's config (:data:`memsym.readers._bridge_recipes.SECTION_FIELDS`), is refused.
+SECTIONS = tuple(SECTION_FIELDS) + ("env_vars", "peft")
 
 #: run_recipe.py's convenience options (``COMMON_OVERRIDE_FIELDS`` and their short spellings,
 #: ``_build_parser``) -> the override each is converted to; ``None``: read and not modelled.
@@ -215,6 +213,45 @@ def parse_override(word: str) -> tuple:
     return key, _scalar(t)
 
 
+#: torchrun's options (torch/distributed/run.py get_args_parser) a pasted ``torchrun ...
+#: run_recipe.py`` carries: the two that fix the world size, and the others (no effect here).
+_TORCHRUN_WORLD = {"--nproc_per_node": "n", "--nproc-per-node": "n", "--nnodes": "nodes",
+                   "--world-size": "world"}
+_TORCHRUN_OTHER = frozenset({"--node_rank", "--node-rank", "--master_addr", "--master-addr",
+                             "--master_port", "--master-port", "--rdzv_backend", "--rdzv-backend",
+                             "--rdzv_endpoint", "--rdzv-endpoint", "--rdzv_id", "--rdzv-id",
+                             "--max_restarts", "--max-restarts", "--standalone"})
+
+
+def launcher_world_size(words) -> int | None:
+    """The world size the launcher words of a pasted Bridge command give (``WORLD_SIZE=N``
+    as ``--world-size N``, or torchrun's ``--nproc_per_node`` x ``--nnodes``), None if none;
+    any other argument is refused (a Bridge job takes overrides, not Megatron-LM arguments).
+
+    >>> launcher_world_size(["--nproc_per_node", "8", "--nnodes", "2", "--master_port", "1"])
+    16
+    """
+    got, i = {}, 0
+    while i < len(words):
+        name, eq, inline = words[i].partition("=")
+        if name == "--standalone":
+            i += 1
+            continue
+        if name not in _TORCHRUN_WORLD and name not in _TORCHRUN_OTHER:
+            raise InvalidValueError(f"{name[:60]}: a Megatron-Bridge job takes section.field=value "
+                                    "overrides, not Megatron-LM arguments")
+        value = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
+        i += 1 if eq else 2
+        if name in _TORCHRUN_WORLD:
+            if not _INT.fullmatch(value) or not 1 <= int(value) <= MAX_GPUS:
+                raise InvalidValueError(f"{name} {value[:20]!r}: a Bridge job needs a whole "
+                                        "number of GPUs (or give --world-size N)")
+            got[_TORCHRUN_WORLD[name]] = int(value)
+    if "world" in got:
+        return got["world"]
+    return got["n"] * got.get("nodes", 1) if "n" in got else None
+
+
 def _recipe_row(name: str):
     full = ALIASES.get(name, name)
     row = RECIPES.get(full)
@@ -261,6 +298,11 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
         if section not in SECTIONS:
             raise InvalidValueError(f"{key}: unknown Megatron-Bridge config section {section!r} "
                                     f"(ConfigContainer has {', '.join(SECTIONS[:9])}, ...)")
+        name = key.split(".")[1] if "." in key else None
+        if name is not None and section in SECTION_FIELDS and name not in SECTION_FIELDS[section]:
+            close = [f for f in SECTION_FIELDS[section] if f.startswith(name[:4])][:4]
+            raise InvalidValueError(f"{key}: Bridge's {section} config has no field {name!r}"
+                                    + (f" (did you mean {', '.join(close)}?)" if close else ""))
         if key not in FIELDS:
             ignored.append(word)
             continue
