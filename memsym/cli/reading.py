@@ -21,7 +21,12 @@ Which reading applies is decided by one thing only, whether a MODEL is named:
   reader with Megatron's defaults (:func:`memsym.readers.megatron.read_megatron_args`), and
   memsym's own options are applied on top of it;
 * without a MODEL and without any model argument, only the model states are estimated
-  (``--params N``).
+  (``--params N``);
+* with ``--bridge-recipe NAME`` (or run_recipe.py's ``--recipe NAME``) the job is a
+  Megatron-Bridge recipe: the ``section.field=value`` words and run_recipe.py's options
+  (``-tp 4``) are its overrides (:attr:`JobWords.bridge`, read by
+  :mod:`memsym.readers.bridge`), a launcher's words give the world size, and a MODEL is
+  refused (the recipe names it).
 
 Nothing here evaluates a word.
 """

@@ -310,6 +310,7 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
             values = {k: v for k, v in values.items() if not k.startswith("mixed_precision.")}
         values[key] = value
         overridden.append(key)
+    from_name = world_size is None
     if world_size is None:
         m = _GPUS_IN_NAME.search(full)
         world_size = int(m.group(1)) if m else None
@@ -317,7 +318,8 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
         raise InvalidValueError(f"world size must be a whole number of GPUs, got {world_size!r}")
     return {"recipe": full, "source": row["source"], "hf_model": row["hf_model"],
             "values": values, "overridden": tuple(dict.fromkeys(overridden)),
-            "ignored": tuple(ignored), "world_size": world_size, "computed": row["computed"]}
+            "ignored": tuple(ignored), "world_size": world_size, "world_from_name": from_name,
+            "computed": row["computed"]}
 
 
 # DeepSeek-V3's pipeline layouts, by (PP, VPP): recipes/deepseek/h100/deepseek_v3.py:52-60
@@ -483,8 +485,14 @@ def bridge_job_options(reading: dict) -> tuple:
         notes.append(f"optimizer.exp_avg(_sq)_dtype {'/'.join(sorted(map(str, moments)))}: memsym "
                      "counts fp32 Adam moments")
     opts.update(_vocab(values, preset, notes))
-    if reading["world_size"] is not None:
-        opts["world_size"] = reading["world_size"]
+    world = reading["world_size"]
+    if world is not None:
+        opts["world_size"] = world
+        group = opts.get("t", 1) * opts.get("p", 1) * opts.get("c", 1)
+        if reading.get("world_from_name") and world % group:
+            raise InvalidValueError(f"the recipe's name gives {world} GPUs, not a multiple of "
+                                    f"t*p*c = {group}: give --world-size N (run_recipe.py takes "
+                                    "WORLD_SIZE from its launcher)")
     return preset, opts, notes
 
 
