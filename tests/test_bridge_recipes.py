@@ -199,3 +199,12 @@ def test_the_shipped_table_is_what_the_source_gives():
     if not os.path.isdir(DEFAULT_MCORE):
         pytest.skip("no Megatron-LM git directory here")
     assert OUT.read_text() == build(MIRROR, DEFAULT_MCORE)
+
+
+def test_an_override_value_is_bounded():
+    """memsym.limits.BRIDGE_MAX_VALUE_CHARS: 1000 characters pass, 1001 are refused."""
+    from memsym.limits import BRIDGE_MAX_VALUE_CHARS
+
+    assert parse_override("checkpoint.save=" + "a" * BRIDGE_MAX_VALUE_CHARS)[1] == "a" * 1000
+    with pytest.raises(InvalidValueError, match="longer than 1000"):
+        parse_override("checkpoint.save=" + "a" * (BRIDGE_MAX_VALUE_CHARS + 1))

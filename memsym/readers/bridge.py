@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 from ..errors import InvalidValueError, UnknownNameError
+from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
 from ._bridge_recipes import ALIASES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS
@@ -157,7 +158,6 @@ _OVERRIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,99})((?:\.[A-Za-z_][A-Za-z0-9_
                        re.S)
 _INT = re.compile(r"[+-]?[0-9]{1,19}")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]{1,30}\.[0-9]{0,30}|\.[0-9]{1,30}|[0-9]{1,30})(?:[eE][+-]?[0-9]{1,3})?")
-_MAX_VALUE = 1000        # characters of one override's value
 _GPUS_IN_NAME = re.compile(r"_([0-9]{1,6})gpu_")
 
 
