@@ -51,7 +51,7 @@ LLAMA3_8B = ("llama3-8b", "--vocab-size", "32000", "--tp", "1", "--pp", "1", "--
 # qwen3_30b_a3b_pretrain_config), on top of :32-144: TP 1, PP 1, CP 1, EP 16, ETP 1, no SP;
 # seq 4096; GBS 1024, MBS 1; no recompute; bf16_mixed with grad_reduce_in_fp32 False (bf16
 # gradients); precision-aware optimizer; distributed optimizer, overlapped grad reduce and
-# param gather (:99-100); tp_comm_overlap True is turned off by Bridge at TP 1
+# param gather (:128-129); tp_comm_overlap True is turned off by Bridge at TP 1
 # (training/comm_overlap.py:443); Hugging Face tokenizer: the config.json vocabulary; 16 GPUs.
 QWEN3_30B = ("qwen3-30b-a3b", "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "16", "--etp", "1",
              "--seq-length", "4096", "--micro-batch-size", "1", "--global-batch-size", "1024",
@@ -103,9 +103,9 @@ def test_an_override_changes_exactly_its_field():
 
 
 def test_the_recipe_table_holds_the_source_values():
-    """recipes/llama/h100/llama3.py:737-744 and 799-802 (70B: TP 4, PP 4, VPP 5, CP 2, SP,
+    """recipes/llama/h100/llama3.py:734-740 and 797 (70B: TP 4, PP 4, VPP 5, CP 2, SP,
     CommOverlapConfig(tp_comm_overlap=True)); deepseek_v3.py:123-133 (TP 2, PP 16, EP 64) with
-    the layout of :57 for (16, 1): an embedding and 4 layers, 14 stages of 4, 1 layer + MTP +
+    the layout of :58 for (16, 1): an embedding and 4 layers, 14 stages of 4, 1 layer + MTP +
     loss."""
     model, opts, _ = bridge_job_options(read_bridge_recipe("llama3_70b_pretrain_config"))
     assert (model, opts["t"], opts["p"], opts["v"], opts["c"]) == ("llama3-70b", 4, 4, 5, 2)
@@ -208,3 +208,15 @@ def test_an_override_value_is_bounded():
     assert parse_override("checkpoint.save=" + "a" * BRIDGE_MAX_VALUE_CHARS)[1] == "a" * 1000
     with pytest.raises(InvalidValueError, match="longer than 1000"):
         parse_override("checkpoint.save=" + "a" * (BRIDGE_MAX_VALUE_CHARS + 1))
+
+
+def test_deepseek_layout_is_rebuilt_after_a_pipeline_override():
+    """run_recipe.py sync_model_pipeline_layout calls deepseek_v3.py's builder after a PP/VPP
+    override: (8, 1) is an embedding and 8 layers, 6 stages of 8, 5 layers + MTP + loss
+    (deepseek_v3.py:56); a (PP, VPP) the builder lacks raises there, so it is refused here."""
+    _, opts, _ = bridge_job_options(read_bridge_recipe(
+        "deepseek_v3_pretrain_config", ["model.pipeline_model_parallel_size=8"]))
+    assert opts["pipeline_layout"].split("|") == ["E" + "t" * 8] + ["t" * 8] * 6 + ["tttttmL"]
+    with pytest.raises(InvalidValueError, match="no layout for PP 2"):
+        bridge_job_options(read_bridge_recipe(
+            "deepseek_v3_pretrain_config", ["model.pipeline_model_parallel_size=2"]))

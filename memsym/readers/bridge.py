@@ -322,7 +322,7 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
             "computed": row["computed"]}
 
 
-# DeepSeek-V3's pipeline layouts, by (PP, VPP): recipes/deepseek/h100/deepseek_v3.py:52-60
+# DeepSeek-V3's pipeline layouts, by (PP, VPP): recipes/deepseek/h100/deepseek_v3.py:53-61
 # (_get_deepseek_v3_pipeline_layout, one MTP layer before the loss), rebuilt after the
 # overrides (run_recipe.py sync_model_pipeline_layout), in Megatron's layout string
 # (E embedding, t decoder layer, m MTP, L loss, | between stages).
@@ -468,6 +468,12 @@ def bridge_job_options(reading: dict) -> tuple:
                                 "string (e.g. \"Ett|tt|ttL\")")
     elif preset == "deepseek-v3" and "model.pipeline_model_parallel_layout" not in reading["overridden"]:
         pv = (opts.get("p", 1), opts.get("v") or 1)
+        if pv != (1, 1) and pv not in _DSV3_LAYOUTS:
+            # run_recipe.py sync_model_pipeline_layout calls the recipe's layout builder, which
+            # raises for a (PP, VPP) its table lacks (deepseek_v3.py:63-67)
+            raise InvalidValueError(f"DeepSeek-V3's layout builder has no layout for PP {pv[0]}, "
+                                    f"VPP {pv[1]} (it has {', '.join(map(str, _DSV3_LAYOUTS))}): "
+                                    "give model.pipeline_model_parallel_layout")
         if pv in _DSV3_LAYOUTS and opts.get("mtp_num_layers", 1) == 1:
             opts["pipeline_layout"] = _DSV3_LAYOUTS[pv]
     # recipes/common.py:53: distributed_fused_adam_with_cosine_annealing, Adam
