@@ -220,3 +220,15 @@ def test_deepseek_layout_is_rebuilt_after_a_pipeline_override():
     with pytest.raises(InvalidValueError, match="no layout for PP 2"):
         bridge_job_options(read_bridge_recipe(
             "deepseek_v3_pretrain_config", ["model.pipeline_model_parallel_size=2"]))
+
+
+def test_mixed_precision_fp8_field_turns_fp8_on_and_off():
+    """MixedPrecisionConfig.fp8 (training/mixed_precision.py:49, None = off): "hybrid" on
+    bf16_mixed is FP8 without FP8 parameters (bf16_mixed's fp8_param_gather False); null on
+    the current-scaling recipe is bf16."""
+    _, on, _ = bridge_job_options(read_bridge_recipe("llama3_8b_pretrain_config",
+                                                     ["mixed_precision.fp8=hybrid"]))
+    assert on["precision"] == "fp8" and "fp8_param_gather" not in on
+    _, off, _ = bridge_job_options(read_bridge_recipe("llama3_8b_low_precision_pretrain_config",
+                                                      ["mixed_precision.fp8=null"]))
+    assert off["precision"] == "bf16" and "fp8_param_gather" not in off

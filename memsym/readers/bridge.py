@@ -381,8 +381,11 @@ def _precision(values, notes) -> dict:
     else:
         raise InvalidValueError(f"mixed_precision={str(recipe)[:60]}: memsym reads "
                                 f"{', '.join(PRECISION_RECIPES)} (FP4 is not modelled)")
-    if values.get("mixed_precision.fp8") not in (None, False):
-        prec = "fp8"
+    if "mixed_precision.fp8" in values:     # fp8="hybrid"/"e4m3" turns FP8 on, null off
+        if values["mixed_precision.fp8"] not in (None, False):
+            prec = "fp8"
+        elif prec == "fp8":
+            prec, gather = ("fp16" if str(recipe).startswith("fp16") else "bf16"), False
     if "mixed_precision.fp8_param_gather" in values:
         gather = _flag(values, "mixed_precision.fp8_param_gather")
     out = {"precision": prec}
@@ -409,9 +412,10 @@ def _sharding(values, prec: dict, notes) -> str:
         notes.append(f"Megatron-FSDP {strategy}: counted as sharding {scheme} (the same states "
                      "sharded)")
         if prec["precision"] == "fp8" and scheme not in ("ddp", "distributed-optimizer"):
-            # Megatron-FSDP gathers FP8 parameters (Bridge's fp8_param_gather under
-            # use_megatron_fsdp, config.py:1488-1498); memsym models FP8 only as Transformer
-            # Engine under Megatron's DDP / distributed optimizer
+            # Megatron-FSDP gathers FP8 parameters (Megatron-LM 2a75ac12c5, Bridge's pin:
+            # megatron_fsdp/param_and_grad_buffer.py:2804 init_param_with_fp8 from
+            # fp8_param_gather, mcore_fsdp_adapter.py:684); memsym models FP8 only as
+            # Transformer Engine under Megatron's DDP / distributed optimizer
             prec.update(precision="bf16")
             prec.pop("fp8_param_gather", None)
             notes.append("Megatron-FSDP with FP8 (supported by Bridge): memsym counts the "
