@@ -18,7 +18,7 @@ from .text import short
 
 __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "SHELL_MAX_DEPTH",
            "SHELL_MAX_WORD_CHARS", "SHELL_MAX_EXPANDED_CHARS", "SHELL_MAX_NUMBER_DIGITS",
-           "SHELL_MAX_COMMANDS", "check_limit",
+           "SHELL_MAX_COMMANDS", "BRIDGE_MAX_VALUE_CHARS", "check_limit",
            "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes", "MAX_INPUT_BYTES",
            "MAX_CONFIG_JSON_BYTES", "MAX_NESTING", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
            "MAX_TOP", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE",
@@ -188,6 +188,11 @@ SHELL_MAX_NUMBER_DIGITS = 20
 #: SHELL_MAX_COMMANDS: the most commands a launch script's reading records (10^5; a 1 MiB
 #: script holds at most ~2.5·10^5 one-word commands, real ones a few dozen).
 SHELL_MAX_COMMANDS = 100_000
+
+#: BRIDGE_MAX_VALUE_CHARS: the most characters of one Megatron-Bridge override's value
+#: (``section.field=value``, :mod:`memsym.readers.bridge`); a recipe's longest value, a
+#: pipeline layout string of DeepSeek-V3's 61 layers, is under 100 characters.
+BRIDGE_MAX_VALUE_CHARS = 1000
 
 
 def limit_of(name: str) -> Limit:

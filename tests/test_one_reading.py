@@ -432,7 +432,7 @@ _OWN_VALUES = {
 }
 #: Options that choose the input or the output, not the job (each tested on its own).
 _NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--wide", "--args-file", "--launch-script",
-                    "--deepspeed-config", "--torchtitan-config"}
+                    "--deepspeed-config", "--torchtitan-config", "--bridge-recipe", "--recipe"}
 
 
 _MEGATRON_COMMAND = ["--num-layers", 4, "--hidden-size", 256, "--num-attention-heads", 4,

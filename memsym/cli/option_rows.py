@@ -346,6 +346,11 @@ def _input_rows():
         option("--torchtitan-config", group="framework", metavar="JOB.toml", effect="input",
            help="a torchtitan job TOML (v0.2 keys: [parallelism], [training], "
            "[activation_checkpoint], [float8]); the model from MODEL or its [model]"),
+        option(("--bridge-recipe", "--recipe"), "bridge_recipe", group="framework",
+           metavar="NAME", effect="input", commands=frozenset({"estimate"}),
+           help="a Megatron-Bridge pretrain recipe (run_recipe.py --recipe NAME, e.g. "
+           "llama3_8b_pretrain_config); section.field=VALUE words and run_recipe.py's -tp/-gb/... "
+           "override it, with Bridge's meaning"),
     ]
 
 

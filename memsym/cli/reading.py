@@ -21,7 +21,12 @@ Which reading applies is decided by one thing only, whether a MODEL is named:
   reader with Megatron's defaults (:func:`memsym.readers.megatron.read_megatron_args`), and
   memsym's own options are applied on top of it;
 * without a MODEL and without any model argument, only the model states are estimated
-  (``--params N``).
+  (``--params N``);
+* with ``--bridge-recipe NAME`` (or run_recipe.py's ``--recipe NAME``) the job is a
+  Megatron-Bridge recipe: the ``section.field=value`` words and run_recipe.py's options
+  (``-tp 4``) are its overrides (:attr:`JobWords.bridge`, read by
+  :mod:`memsym.readers.bridge`), a launcher's words give the world size, and a MODEL is
+  refused (the recipe names it).
 
 Nothing here evaluates a word.
 """
@@ -79,6 +84,10 @@ class JobWords:
     environment : dict
         ``NAME=VALUE`` assignments pasted before the command (``WORLD_SIZE`` gives the world
         size, as Megatron reads it from the environment).
+    bridge : list of str
+        With ``--bridge-recipe`` / ``--recipe``: the ``section.field=value`` overrides, those of
+        run_recipe.py's options (``-tp 4``) first, so that a trailing override wins as in
+        run_recipe.py (:mod:`memsym.readers.bridge`).
     """
 
     argparse: list = field(default_factory=list)
@@ -86,6 +95,7 @@ class JobWords:
     model: str | None = None
     launcher: bool = False
     environment: dict = field(default_factory=dict)
+    bridge: list = field(default_factory=list)
 
 
 def _arity(action) -> object:
@@ -160,6 +170,9 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
     own = _own_options(parser)
     out = JobWords()
     mine, theirs, pos = [], [], []   # (option word, values) pairs and positional words
+    bridge = any(w.partition("=")[0] in ("--bridge-recipe", "--recipe") for w in words) \
+        and "--bridge-recipe" in own
+    convenience = []                 # run_recipe.py's options as overrides (before the others)
     i, n = 0, len(words)
     while i < n:
         w = words[i]
@@ -167,6 +180,11 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
         if w == "--":
             pos.extend(words[i:])
             break
+        if bridge:
+            taken = _bridge_word(words, i, w, convenience, out.bridge)
+            if taken is not None:
+                i = taken
+                continue
         if w in ("-m", "-u") and (out.launcher or (i < n and words[i] in LAUNCHER_WORDS)):
             out.launcher = True                  # the interpreter's own flags
             continue
@@ -219,7 +237,7 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
             "it the value of a flag that takes none, or a value with a space in it (quote it)?")
     out.model = pos[positionals] if model_allowed and len(pos) > positionals else None
     if out.model is None and (theirs or out.launcher or _names_a_model(mine)) \
-            and not _model_states_only(mine):
+            and not _model_states_only(mine) and not bridge:
         # a Megatron-LM command without a model: Megatron's reader reads every argument it
         # knows, memsym's shorthands in Megatron's spelling
         kept = []
@@ -239,7 +257,39 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
         out.argparse += [word, *got]
     for word, got in theirs:
         out.megatron += [word, *got]
+    out.bridge = convenience + out.bridge
     return out
+
+
+def _bridge_word(words, i, w, convenience, overrides):
+    """The index after ``w`` when it is a Megatron-Bridge word (an override, or one of
+    run_recipe.py's options and its value), else None."""
+    from ..errors import InvalidValueError
+    from ..readers.bridge import RUN_RECIPE_OPTIONS, SECTIONS, looks_like_override
+
+    if not looks_like_option(w):
+        if looks_like_override(w) or w.partition("=")[0].lstrip("+~") in SECTIONS:
+            overrides.append(w)
+            return i
+        if w in LAUNCHER_WORDS or w.endswith(".py") or _ASSIGNMENT.match(w) \
+                or w.rsplit("/", 1)[-1].startswith(("python", "torchrun")):
+            return None
+        raise InvalidValueError(f"{w[:60]!r}: with --bridge-recipe the recipe names the model; "
+                                "the other words are section.field=value overrides")
+    name, eq, inline = w.partition("=")
+    if name not in RUN_RECIPE_OPTIONS:
+        return None
+    if eq:
+        value = inline
+    elif i < len(words):
+        value, i = words[i], i + 1
+    else:
+        raise InvalidValueError(f"{name} needs a value")
+    if name == "--mode" and value != "pretrain":
+        raise InvalidValueError(f"--mode {value[:40]}: memsym reads Bridge's pretrain recipes")
+    if RUN_RECIPE_OPTIONS[name] is not None:
+        convenience.append(f"{RUN_RECIPE_OPTIONS[name]}={value}")
+    return i
 
 
 def _names_a_model(mine) -> bool:

@@ -34,7 +34,8 @@ def megatron_mode(args) -> bool:
 
 def framework_input(args) -> bool:
     """Whether a DeepSpeed config or torchtitan TOML describes the job."""
-    return bool(getattr(args, "deepspeed_config", None) or getattr(args, "torchtitan_config", None))
+    return bool(getattr(args, "deepspeed_config", None) or getattr(args, "torchtitan_config", None)
+                or getattr(args, "bridge_recipe", None))
 
 
 def _host_options(args) -> dict:
@@ -67,8 +68,10 @@ def framework_job_from_args(args):
     from ..readers.jobs import deepspeed_job, torchtitan_job
 
     ds, tt = getattr(args, "deepspeed_config", None), getattr(args, "torchtitan_config", None)
+    if getattr(args, "bridge_recipe", None) is not None:
+        ds = tt = None if ds is None and tt is None else _refuse_two()
     if ds is None and tt is None:
-        return None
+        return None if getattr(args, "bridge_recipe", None) is None else _bridge_job(args)
     if ds is not None and tt is not None:
         raise InvalidValueError("give --deepspeed-config or --torchtitan-config, not both")
     # the config decides the layout and the training: memsym's options for them, or pasted
@@ -100,6 +103,43 @@ def framework_job_from_args(args):
         return deepspeed_job(cfg, args.model, **extra)
     return torchtitan_job(read_torchtitan_toml(tt, world_size=args.world_size), args.model,
                           **{k: v for k, v in extra.items() if k != "seq_length"})
+
+
+def _refuse_two():
+    from ..errors import InvalidValueError
+
+    raise InvalidValueError("give one of --bridge-recipe, --deepspeed-config, --torchtitan-config")
+
+
+def _bridge_job(args):
+    """The Job of a Megatron-Bridge recipe and its overrides (memsym.readers.bridge): the
+    recipe names the model and sets the layout and the training, so a MODEL, memsym's layout
+    and training options and Megatron-LM arguments beside it are refused."""
+    from ..errors import InvalidValueError
+    from ..job import job
+    from ..readers.bridge import bridge_job_options, launcher_world_size, read_bridge_recipe
+
+    words = args.job_words
+    host = set(_host_options(args)) | {"world_size"}
+    said = sorted(k for k in _memsym_options(args) if k not in host and not k.startswith("_"))
+    said += [n for n in ARCH_OPTIONS if getattr(args, n, None) is not None]
+    if args.model is not None or said:
+        what = args.model if args.model is not None else ", ".join(said)
+        raise InvalidValueError(f"{str(what)[:60]}: with --bridge-recipe the recipe names the model "
+                                "and sets the layout and the training; change them with "
+                                "section.field=value overrides (only --world-size, the GPU and "
+                                "the allowances go beside it)")
+    # memsym's --world-size, else WORLD_SIZE or torchrun's options, else the recipe's name
+    world = args.world_size if args.world_size is not None else launcher_world_size(words.megatron)
+    reading = read_bridge_recipe(args.bridge_recipe, words.bridge, world_size=world)
+    preset, opts, notes = bridge_job_options(reading)
+    if opts.get("world_size") is None:
+        raise InvalidValueError(f"{reading['recipe']}: its name gives no GPU count: give --world-size")
+    extra = _host_options(args)
+    j = job(preset, **opts, **extra, _notes=tuple(notes))
+    args.reading = {"read_as": f"the Megatron-Bridge recipe {reading['recipe']} ({reading['source']} "
+                    "at 067f987df0) with its overrides", "ignored": list(reading["ignored"])}
+    return j
 
 
 def megatron_job_from_args(args):
@@ -441,7 +481,10 @@ def estimate_training(args) -> int:
     if framework is not None:
         rep = report_for(args, framework)
         rep["read_as"] = ("a DeepSpeed config" if args.deepspeed_config else
-                          "a torchtitan job TOML (v0.2 keys)")
+                          "a torchtitan job TOML (v0.2 keys)" if args.torchtitan_config else
+                          args.reading["read_as"])
+        if getattr(args, "bridge_recipe", None):
+            rep["ignored"] = list(args.reading["ignored"])
         rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + list(framework.notes)))
         if getattr(args, "reading", None):
             rep["ignored"] = [printable(x) for x in args.reading["ignored"]]

@@ -1,0 +1,521 @@
+"""Read a Megatron-Bridge recipe (a recipe name and Hydra-style ``section.field=value``
+overrides) as a memsym job: the model preset and the layout, training and precision options.
+
+A Bridge job is ``python scripts/training/run_recipe.py --recipe NAME [-tp N ...]
+[section.field=value ...]`` (``scripts/training/run_recipe.py`` at Megatron-Bridge
+``067f987df0``).  The recipe's values are the table :data:`memsym.readers._bridge_recipes.RECIPES`,
+generated from the recipe functions' source by ``python -m tools.bridge_recipes`` (read with
+:mod:`ast`, never executed); what a recipe computes in code is transcribed here by hand with
+its file:line.  An override is applied with Bridge's meaning for the fields memsym models
+(:data:`FIELDS`); a field of a known section memsym does not model is listed as ignored; an
+unknown section is refused.  Override values are read as literals (integers, decimals,
+true/false, null, quoted strings, ``[lists]``), never evaluated.
+
+Sources (Megatron-Bridge 067f987df0 unless said): ``recipes/common.py:_pretrain_common``;
+``training/mixed_precision.py`` (the precision recipes; a recipe's fields replace the DDP
+config's fields of the same name, ``update_config_with_precision_overrides``);
+``training/setup.py:762`` (``use_tokenizer_vocab_size``: the tokenizer's vocabulary, padded);
+``training/comm_overlap.py:442-448`` (TP overlap off at TP < 2 or without sequence
+parallelism); Megatron-LM d98e8a64dd ``megatron/core/tokenizers/text/libraries/
+null_tokenizer.py:60`` (the NullTokenizer's vocabulary is the ``vocab_size`` given).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import InvalidValueError, UnknownNameError
+from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
+from ..model import resolve_model
+from ._bridge_recipes import ALIASES, RECIPES, SECTION_FIELDS
+from ._values import MAX_ARGS, MAX_GPUS
+from .megatron import MEGATRON_FSDP_SCHEMES
+
+__all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS", "HF_PRESETS",
+           "RUN_RECIPE_OPTIONS", "SECTIONS", "PRECISION_RECIPES", "BRIDGE_COMMIT",
+           "looks_like_override", "launcher_world_size"]
+
+BRIDGE_COMMIT = "067f987df0"
+
+#: Hugging Face model of a recipe -> (memsym preset, architecture fields that differ from the
+#: preset's).  The Llama 3.1 checkpoints have Llama 3's layers with a 131072-token position
+#: table (meta-llama/Llama-3.1-8B and -70B config.json "max_position_embeddings": 131072).
+HF_PRESETS = {
+    "meta-llama/Meta-Llama-3-8B": ("llama3-8b", {}),
+    "meta-llama/Meta-Llama-3-70B": ("llama3-70b", {}),
+    "meta-llama/Meta-Llama-3.1-8B": ("llama3-8b", {"max_position_embeddings": 131072}),
+    "meta-llama/Meta-Llama-3.1-70B": ("llama3-70b", {"max_position_embeddings": 131072}),
+    "meta-llama/Meta-Llama-3.1-405B": ("llama3-405b", {}),
+    "Qwen/Qwen3-8B": ("qwen3-8b", {}),
+    "Qwen/Qwen3-30B-A3B": ("qwen3-30b-a3b", {}),
+    "deepseek-ai/DeepSeek-V3": ("deepseek-v3", {}),
+}
+
+#: ``section.field`` -> what memsym makes of it: ("job", option), ("arch", field), or
+#: ("bridge", what) for the fields this module resolves itself.
+FIELDS = {
+    "model.tensor_model_parallel_size": ("job", "t"),
+    "model.pipeline_model_parallel_size": ("job", "p"),
+    "model.context_parallel_size": ("job", "c"),
+    "model.expert_model_parallel_size": ("job", "e"),
+    "model.expert_tensor_parallel_size": ("job", "t_e"),
+    "model.virtual_pipeline_model_parallel_size": ("job", "v"),
+    "model.sequence_parallel": ("job", "sequence_parallel"),
+    "model.pipeline_model_parallel_layout": ("bridge", "layout"),
+    "model.num_layers_in_first_pipeline_stage": ("job", "first_stage_layers"),
+    "model.num_layers_in_last_pipeline_stage": ("job", "last_stage_layers"),
+    "model.account_for_embedding_in_pipeline_split": ("job", "account_for_embedding_in_pipeline_split"),
+    "model.account_for_loss_in_pipeline_split": ("job", "account_for_loss_in_pipeline_split"),
+    "model.recompute_granularity": ("bridge", "recompute"),
+    "model.recompute_method": ("job", "recompute_method"),
+    "model.recompute_num_layers": ("job", "recompute_num_layers"),
+    "model.recompute_modules": ("bridge", "recompute_modules"),
+    "model.moe_expert_capacity_factor": ("job", "capacity_factor"),
+    "model.cuda_graph_impl": ("bridge", "cuda_graphs"),
+    "model.fine_grained_activation_offloading": ("bridge", "offloading"),
+    "model.seq_length": ("bridge", "seq_length"),
+    "dataset.seq_length": ("bridge", "seq_length"),
+    "model.num_layers": ("arch", "num_layers"),
+    "model.hidden_size": ("arch", "hidden_size"),
+    "model.ffn_hidden_size": ("arch", "ffn_hidden_size"),
+    "model.num_attention_heads": ("arch", "num_attention_heads"),
+    "model.num_query_groups": ("arch", "num_query_groups"),
+    "model.kv_channels": ("arch", "kv_channels"),
+    "model.num_moe_experts": ("arch", "num_experts"),
+    "model.moe_router_topk": ("arch", "moe_router_topk"),
+    "model.moe_ffn_hidden_size": ("arch", "moe_ffn_hidden_size"),
+    "model.moe_shared_expert_intermediate_size": ("arch", "moe_shared_expert_intermediate_size"),
+    "model.mtp_num_layers": ("arch", "mtp_num_layers"),
+    "model.vocab_size": ("arch", "vocab_size"),
+    "model.make_vocab_size_divisible_by": ("arch", "make_vocab_size_divisible_by"),
+    "train.micro_batch_size": ("job", "micro_batch_size"),
+    "train.global_batch_size": ("job", "global_batch_size"),
+    "ddp.use_distributed_optimizer": ("bridge", "sharding"),
+    "ddp.use_megatron_fsdp": ("bridge", "sharding"),
+    "ddp.data_parallel_sharding_strategy": ("bridge", "sharding"),
+    "ddp.overlap_grad_reduce": ("job", "overlap_grad_reduce"),
+    "ddp.overlap_param_gather": ("job", "overlap_param_gather"),
+    "ddp.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
+    "mixed_precision": ("bridge", "precision"),
+    "mixed_precision.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
+    "mixed_precision.fp8": ("bridge", "precision"),
+    "mixed_precision.fp8_param_gather": ("bridge", "precision"),
+    "mixed_precision.bf16": ("bridge", "precision"),
+    "mixed_precision.fp16": ("bridge", "precision"),
+    "comm_overlap.tp_comm_overlap": ("bridge", "tp_comm_overlap"),
+    "comm_overlap.overlap_moe_expert_parallel_comm": ("job", "overlap_moe_expert_parallel_comm"),
+    "comm_overlap.defer_embedding_wgrad_compute": ("job", "defer_embedding_wgrad_compute"),
+    "optimizer.optimizer": ("job", "optimizer"),
+    "optimizer.use_precision_aware_optimizer": ("job", "precision_aware"),
+    "optimizer.exp_avg_dtype": ("bridge", "moments"),
+    "optimizer.exp_avg_sq_dtype": ("bridge", "moments"),
+    "tokenizer.tokenizer_type": ("bridge", "vocab"),
+    "tokenizer.vocab_size": ("bridge", "vocab"),
+    "tokenizer.use_tokenizer_vocab_size": ("bridge", "vocab"),
+}
+
+#: ConfigContainer's sections (training/config.py:965-1010): an override naming a field of one
+#: that memsym does not read is ignored (listed); another section, or a name that is no field of
+#: its section's config (:data:`memsym.readers._bridge_recipes.SECTION_FIELDS`), is refused.
+SECTIONS = tuple(SECTION_FIELDS) + ("env_vars", "peft")
+
+#: run_recipe.py's convenience options (``COMMON_OVERRIDE_FIELDS`` and their short spellings,
+#: ``_build_parser``) -> the override each is converted to; ``None``: read and not modelled.
+RUN_RECIPE_OPTIONS = {
+    "-tp": "model.tensor_model_parallel_size", "--tensor_model_parallel_size":
+    "model.tensor_model_parallel_size", "-pp": "model.pipeline_model_parallel_size",
+    "--pipeline_model_parallel_size": "model.pipeline_model_parallel_size",
+    "-cp": "model.context_parallel_size", "--context_parallel_size": "model.context_parallel_size",
+    "-vp": "model.virtual_pipeline_model_parallel_size",
+    "--virtual_pipeline_model_parallel_size": "model.virtual_pipeline_model_parallel_size",
+    "-ep": "model.expert_model_parallel_size",
+    "--expert_model_parallel_size": "model.expert_model_parallel_size",
+    "-etp": "model.expert_tensor_parallel_size",
+    "--expert_tensor_parallel_size": "model.expert_tensor_parallel_size",
+    "-gb": "train.global_batch_size", "--global_batch_size": "train.global_batch_size",
+    "-mb": "train.micro_batch_size", "--micro_batch_size": "train.micro_batch_size",
+    "-sl": "dataset.seq_length", "--seq_length": "dataset.seq_length",
+    "-ms": "train.train_iters", "--max_steps": "train.train_iters",
+    "--lr": "optimizer.lr", "--min_lr": "optimizer.min_lr", "--warmup_iters": "scheduler.lr_warmup_iters",
+    "--pretrained_checkpoint": "checkpoint.pretrained_checkpoint",
+    "--save_dir": "checkpoint.save", "--load_dir": "checkpoint.load",
+    "--save_interval": "checkpoint.save_interval",
+    "--mode": None, "--dataset": None, "--step-func": None, "--step_func": None,
+}
+
+#: training/mixed_precision.py's precision recipes memsym reads -> (precision, whether FP8
+#: parameters are gathered, the line): bf16_mixed 185, fp16_mixed 201,
+#: bf16_with_fp8_delayed_scaling_mixed 217 (fp8_param_gather 231), bf16_with_mxfp8_mixed 255
+#: (264), bf16_with_fp8_current_scaling_mixed 285 (302).  NVFP4 recipes are refused.
+PRECISION_RECIPES = {
+    "bf16_mixed": ("bf16", False), "fp16_mixed": ("fp16", False),
+    "bf16_with_fp8_delayed_scaling_mixed": ("fp8", True),
+    "bf16_with_mxfp8_mixed": ("fp8", True),
+    "bf16_with_fp8_current_scaling_mixed": ("fp8", True),
+}
+
+_OVERRIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,99})((?:\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,4})=(.*)",
+                       re.S)
+_INT = re.compile(r"[+-]?[0-9]{1,19}")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]{1,30}\.[0-9]{0,30}|\.[0-9]{1,30}|[0-9]{1,30})(?:[eE][+-]?[0-9]{1,3})?")
+_GPUS_IN_NAME = re.compile(r"_([0-9]{1,6})gpu_")
+
+
+def looks_like_override(word: str) -> bool:
+    """Whether ``word`` is a ``section.field=value`` override (a dotted name before ``=``)."""
+    m = _OVERRIDE.fullmatch(word.lstrip("+~"))
+    return bool(m and m.group(2))
+
+
+def _scalar(text: str):
+    t = text.strip()
+    low = t.lower()
+    if low == "true":
+        return True
+    if low == "false":
+        return False
+    if low in ("null", "none", "~", ""):
+        return None
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
+        return t[1:-1]
+    if _INT.fullmatch(t):
+        return int(t)
+    if _FLOAT.fullmatch(t):
+        return float(t)
+    return t
+
+
+def parse_override(word: str) -> tuple:
+    """``(key, value)`` of one ``section.field=value`` override, the value read as a literal.
+
+    Examples
+    --------
+    >>> parse_override("model.tensor_model_parallel_size=4")
+    ('model.tensor_model_parallel_size', 4)
+    >>> parse_override("model.sequence_parallel=True"), parse_override("model.x=[1, 2]")
+    (('model.sequence_parallel', True), ('model.x', [1, 2]))
+    >>> parse_override("mixed_precision=bf16_with_fp8_current_scaling_mixed")
+    ('mixed_precision', 'bf16_with_fp8_current_scaling_mixed')
+    """
+    m = _OVERRIDE.fullmatch(word.lstrip("+~"))
+    if m is None:
+        raise InvalidValueError(f"{word[:60]!r} is not a Bridge override: give section.field=value "
+                                "(e.g. model.tensor_model_parallel_size=4)")
+    key, text = m.group(1) + m.group(2), m.group(3)
+    if len(text) > _MAX_VALUE:
+        raise InvalidValueError(f"{key}: a value longer than {_MAX_VALUE} characters")
+    t = text.strip()
+    if t.startswith("["):
+        if not t.endswith("]") or "[" in t[1:-1] or "]" in t[1:-1]:
+            raise InvalidValueError(f"{key}={t[:40]}: a list is [a, b, ...] (one level)")
+        inner = t[1:-1].strip()
+        return key, [_scalar(x) for x in inner.split(",")] if inner else []
+    return key, _scalar(t)
+
+
+#: torchrun's options (torch/distributed/run.py get_args_parser) a pasted ``torchrun ...
+#: run_recipe.py`` carries: the two that fix the world size, and the others (no effect here).
+_TORCHRUN_WORLD = {"--nproc_per_node": "n", "--nproc-per-node": "n", "--nnodes": "nodes",
+                   "--world-size": "world"}
+_TORCHRUN_OTHER = frozenset({"--node_rank", "--node-rank", "--master_addr", "--master-addr",
+                             "--master_port", "--master-port", "--rdzv_backend", "--rdzv-backend",
+                             "--rdzv_endpoint", "--rdzv-endpoint", "--rdzv_id", "--rdzv-id",
+                             "--max_restarts", "--max-restarts", "--standalone"})
+
+
+def launcher_world_size(words) -> int | None:
+    """The world size the launcher words of a pasted Bridge command give (``WORLD_SIZE=N``
+    as ``--world-size N``, or torchrun's ``--nproc_per_node`` x ``--nnodes``), None if none;
+    any other argument is refused (a Bridge job takes overrides, not Megatron-LM arguments).
+
+    >>> launcher_world_size(["--nproc_per_node", "8", "--nnodes", "2", "--master_port", "1"])
+    16
+    """
+    got, i = {}, 0
+    while i < len(words):
+        name, eq, inline = words[i].partition("=")
+        if name == "--standalone":
+            i += 1
+            continue
+        if name not in _TORCHRUN_WORLD and name not in _TORCHRUN_OTHER:
+            raise InvalidValueError(f"{name[:60]}: a Megatron-Bridge job takes section.field=value "
+                                    "overrides, not Megatron-LM arguments")
+        value = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
+        i += 1 if eq else 2
+        if name in _TORCHRUN_WORLD:
+            if not _INT.fullmatch(value) or not 1 <= int(value) <= MAX_GPUS:
+                raise InvalidValueError(f"{name} {value[:20]!r}: a Bridge job needs a whole "
+                                        "number of GPUs (or give --world-size N)")
+            got[_TORCHRUN_WORLD[name]] = int(value)
+    if "world" in got:
+        return got["world"]
+    return got["n"] * got.get("nodes", 1) if "n" in got else None
+
+
+def _recipe_row(name: str):
+    full = ALIASES.get(name, name)
+    row = RECIPES.get(full)
+    if row is None:
+        raise UnknownNameError("Megatron-Bridge pretrain recipe", name,
+                               sorted(set(RECIPES) | set(ALIASES)))
+    return full, row
+
+
+def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -> dict:
+    """A Bridge recipe with its overrides, as plain data.
+
+    Parameters
+    ----------
+    name : str
+        A recipe function name (``llama3_8b_pretrain_2gpu_h100_bf16_config``) or its legacy
+        alias (``llama3_8b_pretrain_config``).
+    overrides : list of str
+        ``section.field=value`` words, applied in order (a later one wins).
+    world_size : int, optional
+        W [GPUs]; default: the GPU count in the recipe's name.
+
+    Returns
+    -------
+    dict
+        ``recipe`` (the function), ``source`` (file:line), ``hf_model``, ``values`` (the
+        fields memsym reads, overrides applied), ``overridden`` (their keys), ``ignored``
+        (overrides memsym does not model), ``world_size`` and ``computed`` (the recipe's
+        statements not read as literals).
+
+    Examples
+    --------
+    >>> r = read_bridge_recipe("llama3_8b_pretrain_config", ["model.tensor_model_parallel_size=2"])
+    >>> r["recipe"], r["world_size"], r["values"]["model.tensor_model_parallel_size"]
+    ('llama3_8b_pretrain_2gpu_h100_bf16_config', 2, 2)
+    """
+    full, row = _recipe_row(name)
+    if len(overrides) > MAX_ARGS:
+        raise InvalidValueError(f"more than {MAX_ARGS} Bridge overrides")
+    values, ignored, overridden = dict(row["values"]), [], []
+    for word in overrides:
+        key, value = parse_override(word)
+        section = key.split(".", 1)[0]
+        if section not in SECTIONS:
+            raise InvalidValueError(f"{key}: unknown Megatron-Bridge config section {section!r} "
+                                    f"(ConfigContainer has {', '.join(SECTIONS[:9])}, ...)")
+        name = key.split(".")[1] if "." in key else None
+        if name is not None and section in SECTION_FIELDS and name not in SECTION_FIELDS[section]:
+            close = [f for f in SECTION_FIELDS[section] if f.startswith(name[:4])][:4]
+            raise InvalidValueError(f"{key}: Bridge's {section} config has no field {name!r}"
+                                    + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        if key not in FIELDS:
+            ignored.append(word)
+            continue
+        if key == "mixed_precision":   # a new precision recipe replaces the section's fields
+            values = {k: v for k, v in values.items() if not k.startswith("mixed_precision.")}
+        values[key] = value
+        overridden.append(key)
+    from_name = world_size is None
+    if world_size is None:
+        m = _GPUS_IN_NAME.search(full)
+        world_size = int(m.group(1)) if m else None
+    if world_size is not None and not (isinstance(world_size, int) and 1 <= world_size <= MAX_GPUS):
+        raise InvalidValueError(f"world size must be a whole number of GPUs, got {world_size!r}")
+    return {"recipe": full, "source": row["source"], "hf_model": row["hf_model"],
+            "values": values, "overridden": tuple(dict.fromkeys(overridden)),
+            "ignored": tuple(ignored), "world_size": world_size, "world_from_name": from_name,
+            "computed": row["computed"]}
+
+
+# DeepSeek-V3's pipeline layouts, by (PP, VPP): recipes/deepseek/h100/deepseek_v3.py:53-61
+# (_get_deepseek_v3_pipeline_layout, one MTP layer before the loss), rebuilt after the
+# overrides (run_recipe.py sync_model_pipeline_layout), in Megatron's layout string
+# (E embedding, t decoder layer, m MTP, L loss, | between stages).
+_DSV3_LAYOUTS = {
+    (4, 1): "E" + "t" * 16 + "|" + ("t" * 16 + "|") * 2 + "t" * 13 + "mL",
+    (8, 1): "E" + "t" * 8 + "|" + ("t" * 8 + "|") * 6 + "t" * 5 + "mL",
+    (4, 2): "E" + "t" * 8 + "|" + ("t" * 8 + "|") * 6 + "t" * 5 + "mL",
+    (16, 1): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL",
+    (8, 2): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL",
+    (4, 4): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL",
+}
+
+
+#: The job options of :data:`FIELDS` that are switches, and those that are names.
+_SWITCHES = frozenset({"sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
+                       "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute",
+                       "precision_aware", "account_for_embedding_in_pipeline_split",
+                       "account_for_loss_in_pipeline_split"})
+_NAMES = frozenset({"recompute_method", "optimizer"})
+
+
+def _typed(key, name, value):
+    """``value`` of override ``key`` checked against the kind of job option ``name``."""
+    if name in _SWITCHES:
+        return _flag({key: value}, key)
+    if name in _NAMES:
+        if not isinstance(value, str):
+            raise InvalidValueError(f"{key} must be a name, got {value!r:.40}")
+        return value
+    if name == "capacity_factor":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    else:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if not ok:
+        raise InvalidValueError(f"{key} must be a whole number, got {value!r:.40}"
+                                if name != "capacity_factor" else
+                                f"{key} must be a positive number, got {value!r:.40}")
+    return value
+
+
+def _flag(values, key, default=False):
+    v = values.get(key, default)
+    if v is not None and not isinstance(v, bool):
+        raise InvalidValueError(f"{key} must be true or false, got {v!r:.40}")
+    return v
+
+
+def _precision(values, notes) -> dict:
+    recipe = values.get("mixed_precision", "bf16_mixed")
+    if recipe == "MixedPrecisionConfig":          # a recipe's own config: its keywords
+        prec = "bf16" if values.get("mixed_precision.bf16") else \
+            "fp16" if values.get("mixed_precision.fp16") else "fp32"
+        gather = False
+    elif recipe in PRECISION_RECIPES:
+        prec, gather = PRECISION_RECIPES[recipe]
+    else:
+        raise InvalidValueError(f"mixed_precision={str(recipe)[:60]}: memsym reads "
+                                f"{', '.join(PRECISION_RECIPES)} (FP4 is not modelled)")
+    if "mixed_precision.fp8" in values:     # fp8="hybrid"/"e4m3" turns FP8 on, null off
+        if values["mixed_precision.fp8"] not in (None, False):
+            prec = "fp8"
+        elif prec == "fp8":
+            prec, gather = ("fp16" if str(recipe).startswith("fp16") else "bf16"), False
+    if "mixed_precision.fp8_param_gather" in values:
+        gather = _flag(values, "mixed_precision.fp8_param_gather")
+    out = {"precision": prec}
+    if prec == "fp8" and gather:
+        out["fp8_param_gather"] = True
+    # the precision config's grad_reduce_in_fp32 (True in every named recipe) replaces the DDP
+    # config's (update_config_with_precision_overrides)
+    fp32 = values.get("mixed_precision.grad_reduce_in_fp32", True)
+    if not fp32 and prec in ("bf16", "fp8"):
+        out["grad_dtype"] = "bf16"
+    if values.get("ddp.grad_reduce_in_fp32", fp32) != fp32:
+        notes.append("ddp.grad_reduce_in_fp32 is replaced by the precision config's "
+                     f"grad_reduce_in_fp32 ({fp32}) in Bridge")
+    return out
+
+
+def _sharding(values, prec: dict, notes) -> str:
+    if _flag(values, "ddp.use_megatron_fsdp"):
+        strategy = values.get("ddp.data_parallel_sharding_strategy", "optim_grads_params")
+        if strategy not in MEGATRON_FSDP_SCHEMES:
+            raise InvalidValueError(f"ddp.data_parallel_sharding_strategy must be one of "
+                                    f"{', '.join(MEGATRON_FSDP_SCHEMES)}, got {strategy!r:.40}")
+        scheme = MEGATRON_FSDP_SCHEMES[strategy]
+        notes.append(f"Megatron-FSDP {strategy}: counted as sharding {scheme} (the same states "
+                     "sharded)")
+        if prec["precision"] == "fp8" and scheme not in ("ddp", "distributed-optimizer"):
+            # Megatron-FSDP gathers FP8 parameters (Megatron-LM 2a75ac12c5, Bridge's pin:
+            # megatron_fsdp/param_and_grad_buffer.py:2804 init_param_with_fp8 from
+            # fp8_param_gather, mcore_fsdp_adapter.py:684); memsym models FP8 only as
+            # Transformer Engine under Megatron's DDP / distributed optimizer
+            prec.update(precision="bf16")
+            prec.pop("fp8_param_gather", None)
+            notes.append("Megatron-FSDP with FP8 (supported by Bridge): memsym counts the "
+                         "model states as bf16 under FSDP, without the FP8 weight copies")
+        return scheme
+    return "distributed-optimizer" if _flag(values, "ddp.use_distributed_optimizer", True) else "ddp"
+
+
+def bridge_job_options(reading: dict) -> tuple:
+    """``(preset, job options, notes)`` of a :func:`read_bridge_recipe` reading.
+
+    The options are :func:`memsym.job.job`'s (architecture fields included), each set
+    from the recipe as Bridge resolves it.
+
+    Examples
+    --------
+    >>> model, opts, _ = bridge_job_options(read_bridge_recipe("llama3_70b_pretrain_config"))
+    >>> model, opts["t"], opts["p"], opts["v"], opts["c"], opts["tp_comm_overlap"]
+    ('llama3-70b', 4, 4, 5, 2, True)
+    """
+    values, notes = reading["values"], []
+    preset, arch = HF_PRESETS[reading["hf_model"]]
+    opts = dict(arch)
+    for key, (kind, name) in FIELDS.items():
+        if kind in ("job", "arch") and values.get(key) is not None:
+            opts[name] = _typed(key, name, values[key])
+    # run_recipe.py: the dataset owns the sequence length; the model's is synchronized from it
+    seq = values.get("dataset.seq_length", values.get("model.seq_length"))
+    if seq is not None:
+        opts["seq_length"] = seq
+        # rotary positions have no table: Bridge (unlike Megatron-LM's validate_args) does not
+        # bound the sequence by max_position_embeddings, so the long-context recipes run
+        base = resolve_model(preset)
+        if isinstance(seq, int) and seq > (opts.get("max_position_embeddings")
+                                           or base.max_position_embeddings or seq):
+            opts["max_position_embeddings"] = seq
+    granularity = values.get("model.recompute_granularity")
+    opts["recompute"] = "none" if granularity is None else granularity
+    modules = values.get("model.recompute_modules")
+    if granularity == "selective" and modules not in (None, ["core_attn"]):
+        notes.append(f"model.recompute_modules {modules}: memsym models selective recompute as "
+                     "Korthikanti's (the attention core's activations recomputed)")
+    if values.get("model.cuda_graph_impl") not in (None, "none"):
+        notes.append(f"model.cuda_graph_impl {values['model.cuda_graph_impl']}: the CUDA graphs' "
+                     "static buffers are not counted")
+    if values.get("model.fine_grained_activation_offloading"):
+        notes.append("model.fine_grained_activation_offloading: the offloaded activations are "
+                     "counted as kept on the GPU")
+    layout = values.get("model.pipeline_model_parallel_layout")
+    if isinstance(layout, str):
+        opts["pipeline_layout"] = layout
+    elif layout is not None:
+        raise InvalidValueError("model.pipeline_model_parallel_layout: give Megatron's layout "
+                                "string (e.g. \"Ett|tt|ttL\")")
+    elif preset == "deepseek-v3" and "model.pipeline_model_parallel_layout" not in reading["overridden"]:
+        pv = (opts.get("p", 1), opts.get("v") or 1)
+        if pv != (1, 1) and pv not in _DSV3_LAYOUTS:
+            # run_recipe.py sync_model_pipeline_layout calls the recipe's layout builder, which
+            # raises for a (PP, VPP) its table lacks (deepseek_v3.py:63-67)
+            raise InvalidValueError(f"DeepSeek-V3's layout builder has no layout for PP {pv[0]}, "
+                                    f"VPP {pv[1]} (it has {', '.join(map(str, _DSV3_LAYOUTS))}): "
+                                    "give model.pipeline_model_parallel_layout")
+        if pv in _DSV3_LAYOUTS and opts.get("mtp_num_layers", 1) == 1:
+            opts["pipeline_layout"] = _DSV3_LAYOUTS[pv]
+    # recipes/common.py:53: distributed_fused_adam_with_cosine_annealing, Adam
+    opts.setdefault("optimizer", "adam")
+    prec = _precision(values, notes)
+    opts["sharding"] = _sharding(values, prec, notes)
+    opts.update(prec)
+    tp_overlap = _flag(values, "comm_overlap.tp_comm_overlap", False)
+    # comm_overlap.py:442-448: Bridge turns TP overlap off at TP < 2 or without SP
+    opts["tp_comm_overlap"] = bool(tp_overlap and opts.get("t", 1) > 1
+                                   and opts.get("sequence_parallel"))
+    moments = {values.get("optimizer.exp_avg_dtype", "float32"),
+               values.get("optimizer.exp_avg_sq_dtype", "float32")}
+    if moments != {"float32"}:
+        notes.append(f"optimizer.exp_avg(_sq)_dtype {'/'.join(sorted(map(str, moments)))}: memsym "
+                     "counts fp32 Adam moments")
+    opts.update(_vocab(values, preset, notes))
+    world = reading["world_size"]
+    if world is not None:
+        opts["world_size"] = world
+        group = opts.get("t", 1) * opts.get("p", 1) * opts.get("c", 1)
+        if reading.get("world_from_name") and world % group:
+            raise InvalidValueError(f"the recipe's name gives {world} GPUs, not a multiple of "
+                                    f"t*p*c = {group}: give --world-size N (run_recipe.py takes "
+                                    "WORLD_SIZE from its launcher)")
+    return preset, opts, notes
+
+
+def _vocab(values, preset, notes) -> dict:
+    # _pretrain_common: use_tokenizer_vocab_size=True, so setup.py:762 takes the tokenizer's
+    # vocabulary (padded); a NullTokenizer's is the vocab_size given (null_tokenizer.py:60)
+    if "model.vocab_size" in values and not values.get("tokenizer.use_tokenizer_vocab_size", True):
+        return {}
+    if values.get("tokenizer.tokenizer_type") == "NullTokenizer":
+        size = values.get("tokenizer.vocab_size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise InvalidValueError("tokenizer.vocab_size: a NullTokenizer needs a whole number")
+        return {"vocab_size": size}
+    notes.append(f"vocabulary of {preset}'s config.json (Bridge pads len(tokenizer), which can "
+                 "be smaller)")
+    return {}

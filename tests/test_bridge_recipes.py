@@ -1,0 +1,234 @@
+"""Megatron-Bridge recipes (issue 32, deliverable 3): ``memsym estimate --bridge-recipe NAME
+[section.field=value ...]`` and a pasted ``run_recipe.py`` command.
+
+The explicit commands below are derived by hand from the recipe functions at Megatron-Bridge
+067f987df0 (file:line in each test), not from memsym's reading of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from memsym.cli import main
+from memsym.errors import InvalidValueError, UnknownNameError
+from memsym.job import job
+from memsym.readers.bridge import bridge_job_options, parse_override, read_bridge_recipe
+
+#: Keys that say how the job was read (they differ between a recipe and a command by design).
+READING_KEYS = ("read_as", "ignored", "notes", "defaults")
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def report(capsys, *argv) -> dict:
+    code, out, err = cli(capsys, *argv, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    return {k: v for k, v in data.items() if k not in READING_KEYS}
+
+
+# recipes/llama/h100/llama3.py:235-318 llama3_8b_pretrain_2gpu_h100_bf16_config (legacy name
+# llama3_8b_pretrain_config, recipes/llama/llama3.py:22): Meta-Llama-3-8B; NullTokenizer
+# vocab 32000 (recipes/utils/tokenizer_utils.py:15; _pretrain_common's
+# use_tokenizer_vocab_size, training/setup.py:762); TP 1, PP 1, CP 2, no SP; seq 8192; GBS
+# 512, MBS 1; no recompute; bf16_mixed (recipes/common.py:130, grad_reduce_in_fp32 True);
+# distributed optimizer with overlapped grad reduce and param gather; 2 GPUs (its name);
+# Adam (recipes/common.py:53).
+LLAMA3_8B = ("llama3-8b", "--vocab-size", "32000", "--tp", "1", "--pp", "1", "--cp", "2",
+             "--seq-length", "8192", "--micro-batch-size", "1", "--global-batch-size", "512",
+             "--world-size", "2", "--recompute-granularity", "none", "--precision", "bf16",
+             "--optimizer", "adam", "--use-distributed-optimizer", "--overlap-grad-reduce",
+             "--overlap-param-gather")
+
+# recipes/qwen/h100/qwen3_moe.py:146-226 qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config (legacy
+# qwen3_30b_a3b_pretrain_config), on top of :32-144: TP 1, PP 1, CP 1, EP 16, ETP 1, no SP;
+# seq 4096; GBS 1024, MBS 1; no recompute; bf16_mixed with grad_reduce_in_fp32 False (bf16
+# gradients); precision-aware optimizer; distributed optimizer, overlapped grad reduce and
+# param gather (:128-129); tp_comm_overlap True is turned off by Bridge at TP 1
+# (training/comm_overlap.py:443); Hugging Face tokenizer: the config.json vocabulary; 16 GPUs.
+QWEN3_30B = ("qwen3-30b-a3b", "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "16", "--etp", "1",
+             "--seq-length", "4096", "--micro-batch-size", "1", "--global-batch-size", "1024",
+             "--world-size", "16", "--recompute-granularity", "none", "--precision", "bf16",
+             "--optimizer", "adam", "--use-distributed-optimizer", "--grad-reduce-in-bf16",
+             "--use-precision-aware-optimizer", "--overlap-grad-reduce", "--overlap-param-gather")
+
+
+def test_llama3_8b_recipe_equals_the_explicit_command(capsys):
+    bridge = report(capsys, "estimate", "--bridge-recipe", "llama3_8b_pretrain_config")
+    assert bridge == report(capsys, "estimate", *LLAMA3_8B)
+    assert bridge["layout"]["cp"] == 2 and bridge["layout"]["world_size"] == 2
+
+
+def test_qwen3_moe_recipe_equals_the_explicit_command(capsys):
+    bridge = report(capsys, "estimate", "--bridge-recipe", "qwen3_30b_a3b_pretrain_config")
+    assert bridge == report(capsys, "estimate", *QWEN3_30B)
+    assert bridge["layout"]["ep"] == 16 and bridge["training"]["tp_comm_overlap"] is False
+
+
+def test_pasted_run_recipe_command_equals_the_overrides(capsys):
+    """run_recipe.py's -tp / -gb are its overrides (run_recipe.py COMMON_OVERRIDE_FIELDS); a
+    trailing override wins over them, as run_recipe.py applies them after."""
+    pasted = report(capsys, "estimate", "python", "scripts/training/run_recipe.py", "--recipe",
+                    "llama3_8b_pretrain_config", "--mode", "pretrain", "--dataset", "mock",
+                    "-tp", "4", "-gb", "256", "model.context_parallel_size=1",
+                    "model.sequence_parallel=true", "--world-size", "8")
+    explicit = list(LLAMA3_8B)
+    for flag, value in (("--tp", "4"), ("--cp", "1"), ("--global-batch-size", "256"),
+                        ("--world-size", "8")):
+        explicit[explicit.index(flag) + 1] = value
+    assert pasted == report(capsys, "estimate", *explicit, "--sequence-parallel")
+    later = report(capsys, "estimate", "--recipe", "llama3_8b_pretrain_config", "-tp", "4",
+                   "model.tensor_model_parallel_size=2", "--world-size", "4")
+    assert later["layout"]["tp"] == 2 and later["layout"]["dp"] == 1
+
+
+def test_an_override_changes_exactly_its_field():
+    base = bridge_job_options(read_bridge_recipe("llama3_8b_pretrain_config", world_size=4))[1]
+    for word, changed in (("model.tensor_model_parallel_size=2", {"t": 2}),
+                          ("train.global_batch_size=256", {"global_batch_size": 256}),
+                          ("model.recompute_granularity=selective", {"recompute": "selective"}),
+                          ("dataset.seq_length=4096", {"seq_length": 4096}),
+                          ("ddp.use_distributed_optimizer=false", {"sharding": "ddp"})):
+        got = bridge_job_options(read_bridge_recipe("llama3_8b_pretrain_config", [word],
+                                                    world_size=4))[1]
+        assert {k: v for k, v in got.items() if base.get(k) != v} == changed, word
+        assert set(got) == set(base)
+
+
+def test_the_recipe_table_holds_the_source_values():
+    """recipes/llama/h100/llama3.py:734-740 and 797 (70B: TP 4, PP 4, VPP 5, CP 2, SP,
+    CommOverlapConfig(tp_comm_overlap=True)); deepseek_v3.py:123-133 (TP 2, PP 16, EP 64) with
+    the layout of :58 for (16, 1): an embedding and 4 layers, 14 stages of 4, 1 layer + MTP +
+    loss."""
+    model, opts, _ = bridge_job_options(read_bridge_recipe("llama3_70b_pretrain_config"))
+    assert (model, opts["t"], opts["p"], opts["v"], opts["c"]) == ("llama3-70b", 4, 4, 5, 2)
+    assert opts["sequence_parallel"] and opts["tp_comm_overlap"] and opts["world_size"] == 32
+    model, opts, notes = bridge_job_options(read_bridge_recipe("deepseek_v3_pretrain_config"))
+    assert (opts["t"], opts["p"], opts["e"], opts["world_size"]) == (2, 16, 64, 1024)
+    stages = opts["pipeline_layout"].split("|")
+    assert len(stages) == 16 and stages[0] == "Etttt" and stages[-1] == "tmL"
+    assert opts["grad_dtype"] == "bf16" and opts["precision_aware"] is True
+    assert any("exp_avg" in n for n in notes)       # bf16 moments: said, not modelled
+    j = job(model, **opts, _notes=tuple(notes))
+    assert j.layout.d == 1024 // (2 * 16)
+
+
+def test_fp8_recipe_and_fp8_under_megatron_fsdp():
+    """bf16_with_fp8_current_scaling_mixed sets fp8 and fp8_param_gather
+    (training/mixed_precision.py:285-302); under Megatron-FSDP memsym counts bf16, in a note."""
+    _, opts, _ = bridge_job_options(read_bridge_recipe("llama3_8b_low_precision_pretrain_config"))
+    assert opts["precision"] == "fp8" and opts["fp8_param_gather"] is True
+    _, opts, notes = bridge_job_options(read_bridge_recipe(
+        "llama3_8b_low_precision_pretrain_config",
+        ["ddp.use_megatron_fsdp=true", "ddp.data_parallel_sharding_strategy=optim_grads_params"]))
+    assert opts["sharding"] == "fsdp" and opts["precision"] == "bf16"
+    assert "fp8_param_gather" not in opts and any("FP8" in n for n in notes)
+    job("llama3-8b", **opts)
+
+
+def test_an_unknown_field_is_refused_and_the_read_fields_are_bridges():
+    """SECTION_FIELDS holds the config dataclasses' fields (training/config.py's classes with
+    their Megatron-Core bases at 2a75ac12c5): a misspelt field is refused, naming the close ones."""
+    from memsym.readers._bridge_recipes import SECTION_FIELDS
+    from memsym.readers.bridge import FIELDS
+
+    with pytest.raises(InvalidValueError, match="did you mean overlap_grad_reduce"):
+        read_bridge_recipe("llama3_8b_pretrain_config", ["ddp.overlap_grad_reduse=true"])
+    for key in FIELDS:
+        section, _, name = key.partition(".")
+        assert not name or name in SECTION_FIELDS[section], key
+    # dataclass fields of MCore's TransformerConfig and of Bridge's own TrainingConfig
+    assert {"num_moe_experts", "recompute_granularity", "cuda_graph_impl"} <= set(SECTION_FIELDS["model"])
+    assert {"global_batch_size", "micro_batch_size", "train_iters"} <= set(SECTION_FIELDS["train"])
+
+
+def test_overrides_memsym_does_not_model_are_listed(capsys):
+    code, out, _ = cli(capsys, "estimate", "--bridge-recipe", "llama3_8b_pretrain_config",
+                       "checkpoint.save=/tmp/x", "model.apply_rope_fusion=true", "--json")
+    assert code == 0
+    assert json.loads(out)["ignored"] == ["checkpoint.save=/tmp/x", "model.apply_rope_fusion=true"]
+
+
+def test_values_are_literals_never_evaluated():
+    assert parse_override("model.x=[1, 2.5, true, null, 'a']") == ("model.x", [1, 2.5, True, None, "a"])
+    assert parse_override("model.num_layers=__import__('os')") == \
+        ("model.num_layers", "__import__('os')")
+    reading = read_bridge_recipe("llama3_8b_pretrain_config", ["model.num_layers=2*16"])
+    with pytest.raises(InvalidValueError, match="model.num_layers must be a whole number"):
+        bridge_job_options(reading)
+
+
+@pytest.mark.parametrize("words", [
+    ("modle.tensor_model_parallel_size=2",),                 # unknown section
+    ("model.tensor_model_paralel_size=2",),                  # no field of Bridge's model config
+    ("train.global_batch=2",),
+    ("model.sequence_parallel=maybe",),                      # not a boolean
+    ("mixed_precision=bf16_with_nvfp4_mixed",),             # FP4: not modelled
+    ("model.tensor_model_parallel_size=3",),                 # 3 does not divide the 2 GPUs
+    ("llama3-8b",),                                          # a MODEL beside the recipe
+    ("--tp", "2"),                                           # memsym's layout beside it
+    ("--mode", "sft"),
+    ("model.tensor_model_parallel_size",),                   # no value
+])
+def test_a_bad_override_is_one_line_and_exit_2(capsys, words):
+    code, out, err = cli(capsys, "estimate", "--bridge-recipe", "llama3_8b_pretrain_config", *words)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_unknown_recipe_is_named(capsys):
+    with pytest.raises(UnknownNameError):
+        read_bridge_recipe("llama3_8b_pretrain")
+    code, out, err = cli(capsys, "estimate", "--bridge-recipe", "nope_config")
+    assert code == 2 and out == "" and "nope_config" in err
+
+
+MIRROR = "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"
+
+
+@pytest.mark.skipif(not os.path.isdir(MIRROR), reason="no Megatron-Bridge git directory here")
+def test_the_shipped_table_is_what_the_source_gives():
+    from tools.bridge_recipes import DEFAULT_MCORE, OUT, build
+
+    if not os.path.isdir(DEFAULT_MCORE):
+        pytest.skip("no Megatron-LM git directory here")
+    assert OUT.read_text() == build(MIRROR, DEFAULT_MCORE)
+
+
+def test_an_override_value_is_bounded():
+    """memsym.limits.BRIDGE_MAX_VALUE_CHARS: 1000 characters pass, 1001 are refused."""
+    from memsym.limits import BRIDGE_MAX_VALUE_CHARS
+
+    assert parse_override("checkpoint.save=" + "a" * BRIDGE_MAX_VALUE_CHARS)[1] == "a" * 1000
+    with pytest.raises(InvalidValueError, match="longer than 1000"):
+        parse_override("checkpoint.save=" + "a" * (BRIDGE_MAX_VALUE_CHARS + 1))
+
+
+def test_deepseek_layout_is_rebuilt_after_a_pipeline_override():
+    """run_recipe.py sync_model_pipeline_layout calls deepseek_v3.py's builder after a PP/VPP
+    override: (8, 1) is an embedding and 8 layers, 6 stages of 8, 5 layers + MTP + loss
+    (deepseek_v3.py:56); a (PP, VPP) the builder lacks raises there, so it is refused here."""
+    _, opts, _ = bridge_job_options(read_bridge_recipe(
+        "deepseek_v3_pretrain_config", ["model.pipeline_model_parallel_size=8"]))
+    assert opts["pipeline_layout"].split("|") == ["E" + "t" * 8] + ["t" * 8] * 6 + ["tttttmL"]
+    with pytest.raises(InvalidValueError, match="no layout for PP 2"):
+        bridge_job_options(read_bridge_recipe(
+            "deepseek_v3_pretrain_config", ["model.pipeline_model_parallel_size=2"]))
+
+
+def test_mixed_precision_fp8_field_turns_fp8_on_and_off():
+    """MixedPrecisionConfig.fp8 (training/mixed_precision.py:49, None = off): "hybrid" on
+    bf16_mixed is FP8 without FP8 parameters (bf16_mixed's fp8_param_gather False); null on
+    the current-scaling recipe is bf16."""
+    _, on, _ = bridge_job_options(read_bridge_recipe("llama3_8b_pretrain_config",
+                                                     ["mixed_precision.fp8=hybrid"]))
+    assert on["precision"] == "fp8" and "fp8_param_gather" not in on
+    _, off, _ = bridge_job_options(read_bridge_recipe("llama3_8b_low_precision_pretrain_config",
+                                                      ["mixed_precision.fp8=null"]))
+    assert off["precision"] == "bf16" and "fp8_param_gather" not in off

@@ -1,0 +1,399 @@
+r"""Megatron-Bridge's pretrain recipes as data, ``memsym/readers/_bridge_recipes.py``, read from
+the recipe functions' source with :mod:`ast` (never imported, never executed).
+
+``python -m tools.bridge_recipes [--source GIT_DIR] [--check]`` (from the checkout's root) reads
+the files of NVIDIA-NeMo/Megatron-Bridge at :data:`COMMIT` from a git directory (default: the
+mirror ``/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo``) with ``git show COMMIT:path`` and
+writes one row per recipe function of :data:`RECIPE_FILES` whose Hugging Face model memsym has a
+preset for (:data:`memsym.readers.bridge.HF_PRESETS`): the value each field memsym reads
+(:data:`memsym.readers.bridge.FIELDS`) has when the function returns, in statement order:
+
+* ``cfg = _pretrain_common()``: the keyword values of the ``ConfigContainer(...)`` built in
+  ``recipes/common.py:_pretrain_common``;
+* ``cfg = other_recipe()`` / ``cfg = _helper("literal")``: that function's values (its
+  parameters bound to the literal arguments);
+* ``cfg.section.field = LITERAL`` (and ``cfg.section = Config(field=LITERAL, ...)``): the
+  literal; ``torch.bfloat16`` is ``"bfloat16"``; a module-level string constant is its value;
+* ``cfg.model = AutoBridge.from_hf_pretrained("ID")...``: the row's ``hf_model``;
+* ``cfg.mixed_precision = bf16_mixed()`` / ``get_mixed_precision_config(NAME)``: the recipe's
+  name; ``MixedPrecisionConfig(...)``: its keywords;
+* any other statement (a call, an ``if``, a computed value) is listed in the row's ``computed``
+  with its line: :mod:`memsym.readers.bridge` transcribes the ones that matter by hand.
+
+It also writes ``SECTION_FIELDS``: the dataclass field names of each ConfigContainer section
+(:data:`SECTION_CLASSES`, with their bases followed through the imports into Megatron-LM at
+:data:`MCORE_COMMIT`, the commit Bridge pins as ``3rdparty/Megatron-LM``), so that an override
+naming no field is refused; and it checks that each field memsym reads is one.
+
+``--check`` writes nothing and exits 1 when the file on disk differs from what would be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import pprint
+import subprocess
+import sys
+from pathlib import Path
+
+COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
+DEFAULT_SOURCE = "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"
+OUT = Path(__file__).resolve().parent.parent / "memsym" / "readers" / "_bridge_recipes.py"
+_BASE = "src/megatron/bridge/"
+COMMON = _BASE + "recipes/common.py"
+MIXED_PRECISION = _BASE + "training/mixed_precision.py"
+#: Module constants the recipes import (``DEFAULT_NULL_TOKENIZER_VOCAB_SIZE``).
+IMPORTED_CONSTANTS = (_BASE + "recipes/utils/tokenizer_utils.py",)
+#: The files whose pretrain recipe functions are read.
+RECIPE_FILES = ("recipes/llama/h100/llama3.py", "recipes/qwen/h100/qwen3.py",
+                "recipes/qwen/h100/qwen3_moe.py", "recipes/deepseek/h100/deepseek_v3.py")
+#: The files of legacy names (``from ... import full_name as legacy_name``).
+ALIAS_FILES = ("recipes/llama/llama3.py", "recipes/qwen/qwen3.py", "recipes/qwen/qwen3_moe.py",
+               "recipes/deepseek/deepseek_v3.py")
+_SECTIONS = ("model", "train", "dataset", "ddp", "optimizer", "comm_overlap", "mixed_precision",
+             "tokenizer")
+
+
+def _show(source: str, path: str) -> str:
+    return subprocess.run(["git", "--git-dir", source, "show", f"{COMMIT}:{path}"], check=True,
+                          capture_output=True, text=True).stdout
+
+
+class _Unknown(Exception):
+    """A value that is not a literal (listed as computed)."""
+
+
+def _value(node, env):
+    """The literal ``node`` stands for (``env``: bound names), else :class:`_Unknown`."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in env:
+        return env[node.id]
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+            and node.value.id == "torch":
+        return node.attr                      # torch.bfloat16 -> "bfloat16"
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_value(e, env) for e in node.elts]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_value(node.operand, env)
+    raise _Unknown(ast.unparse(node))
+
+
+def _hf_id(node, env):
+    """The model id of ``AutoBridge.from_hf_pretrained(ID)...`` anywhere in ``node``."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                and sub.func.attr == "from_hf_pretrained" and sub.args:
+            return _value(sub.args[0], env)
+    return None
+
+
+def _config_call(node, env, section, values, computed, line):
+    """``Config(field=..., ...)`` assigned to a section: each literal keyword a value."""
+    for kw in node.keywords:
+        if kw.arg is None:
+            continue
+        try:
+            values[f"{section}.{kw.arg}"] = _value(kw.value, env)
+        except _Unknown as exc:
+            # a userbuffers config object, say: its name stands for it
+            if isinstance(kw.value, ast.Name):
+                values[f"{section}.{kw.arg}"] = kw.value.id
+            else:
+                computed.append(f"{line}: {section}.{kw.arg} = {exc}")
+
+
+class _File:
+    def __init__(self, text: str, path: str, imported=None):
+        self.path, self.tree = path, ast.parse(text)
+        self.functions = {n.name: n for n in self.tree.body if isinstance(n, ast.FunctionDef)}
+        self.constants = dict(imported or {})
+        for n in self.tree.body:
+            if isinstance(n, (ast.Assign, ast.AnnAssign)):
+                target = n.targets[0] if isinstance(n, ast.Assign) else n.target
+                if isinstance(target, ast.Name) and isinstance(n.value, ast.Constant):
+                    self.constants[target.id] = n.value.value
+
+
+def _common_values(text: str) -> dict:
+    tree = ast.parse(text)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_pretrain_common")
+    call = next(n for n in ast.walk(fn) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", None) == "ConfigContainer")
+    values, computed = {}, []
+    for kw in call.keywords:
+        if isinstance(kw.value, ast.Call):
+            _config_call(kw.value, {}, kw.arg, values, computed, kw.value.lineno)
+        else:
+            try:
+                values[kw.arg] = _value(kw.value, {})
+            except _Unknown:
+                pass   # opt_cfg, scheduler_cfg: built by a helper
+    return values
+
+
+def _run(file: _File, name: str, args, common: dict):
+    """(values, hf_model, computed) of recipe function ``name`` called with ``args``."""
+    fn = file.functions[name]
+    env = dict(file.constants)
+    env.update({a.arg: v for a, v in zip(fn.args.args, args)})
+    values, hf, computed, local = {}, None, [], {}
+    for stmt in fn.body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue                                          # the docstring
+        if isinstance(stmt, ast.Return) or isinstance(stmt, ast.Assert):
+            continue
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, node = stmt.targets[0], stmt.value
+            chain = ast.unparse(target)
+            if isinstance(target, ast.Name) and target.id == "cfg" and isinstance(node, ast.Call):
+                callee = getattr(node.func, "id", None)
+                if callee == "_pretrain_common":
+                    values = dict(common)
+                    continue
+                if callee in file.functions:
+                    values, hf, more = _run(file, callee, [_value(a, env) for a in node.args],
+                                            common)
+                    computed += more
+                    continue
+            if isinstance(target, ast.Name) and isinstance(node, ast.Call) \
+                    and getattr(node.func, "id", None) == "get_mixed_precision_config":
+                local[target.id] = _value(node.args[0], env)
+                continue
+            if chain == "cfg.model" and _hf_id(node, env) is not None:
+                hf = _hf_id(node, env)
+                continue
+            parts = chain.split(".")
+            if parts[0] == "cfg" and len(parts) == 2 and parts[1] in _SECTIONS:
+                sec = parts[1]
+                if isinstance(node, ast.Name) and node.id in local:
+                    values[sec] = local[node.id]
+                    continue
+                if isinstance(node, ast.Call):
+                    callee = getattr(node.func, "id", None)
+                    if callee in ("CommOverlapConfig", "MixedPrecisionConfig"):
+                        for k in [k for k in values if k.startswith(sec + ".") or k == sec]:
+                            del values[k]
+                        if callee == "MixedPrecisionConfig":
+                            values[sec] = "MixedPrecisionConfig"
+                        _config_call(node, env, sec, values, computed, stmt.lineno)
+                        continue
+                    if callee is not None and not node.args and not node.keywords:
+                        values[sec] = callee                 # bf16_mixed()
+                        continue
+            if parts[0] == "cfg" and len(parts) == 3 and parts[1] in _SECTIONS:
+                try:
+                    values[".".join(parts[1:])] = _value(node, env)
+                    continue
+                except _Unknown as exc:
+                    computed.append(f"{stmt.lineno}: {chain[4:]} = {exc}")
+                    continue
+            if parts[0] == "cfg" and parts[1] not in _SECTIONS:
+                continue                                     # rng, checkpoint, logger, ...
+        if isinstance(stmt, ast.Assign) and ast.unparse(stmt.targets[0]).startswith(
+                ("cfg.env_vars", "cfg.rng", "cfg.checkpoint", "cfg.logger", "cfg.scheduler",
+                 "cfg.validation", "cfg.dist")):
+            continue
+        text = ast.unparse(stmt).splitlines()[0]
+        computed.append(f"{stmt.lineno}: {text[:100]}")
+    return values, hf, computed
+
+
+#: Megatron-LM's commit Bridge pins (Megatron-Bridge 067f987df0 ``3rdparty/Megatron-LM``).
+MCORE_COMMIT = "2a75ac12c54ba6a42b34024756820bf819a2e25f"
+DEFAULT_MCORE = "/work/.mirror/NVIDIA+Megatron-LM/repo"
+#: ConfigContainer's sections (training/config.py:965-1010) -> the classes whose dataclass
+#: fields an override may name (each with its bases, followed through the imports); the model
+#: section takes the providers the recipes read build (GPT, and MLA for DeepSeek-V3).
+SECTION_CLASSES = {
+    "model": (("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
+              ("megatron.bridge.models.mla_provider", "MLAModelProvider")),
+    "train": (("megatron.bridge.training.config", "TrainingConfig"),),
+    "validation": (("megatron.bridge.training.config", "ValidationConfig"),),
+    "ddp": (("megatron.bridge.training.config", "DistributedDataParallelConfig"),),
+    "optimizer": (("megatron.bridge.training.config", "OptimizerConfig"),),
+    "scheduler": (("megatron.bridge.training.config", "SchedulerConfig"),),
+    "dataset": (("megatron.bridge.training.config", "GPTDatasetConfig"),),
+    "logger": (("megatron.bridge.training.config", "LoggerConfig"),),
+    "tokenizer": (("megatron.bridge.training.tokenizers.config", "TokenizerConfig"),),
+    "checkpoint": (("megatron.bridge.training.config", "CheckpointConfig"),),
+    "dist": (("megatron.bridge.training.config", "DistributedInitConfig"),),
+    "rng": (("megatron.bridge.training.config", "RNGConfig"),),
+    "profiling": (("megatron.bridge.training.config", "ProfilingConfig"),),
+    "rerun_state_machine": (("megatron.bridge.training.config", "RerunStateMachineConfig"),),
+    "ft": (("megatron.bridge.training.config", "FaultToleranceConfig"),),
+    "straggler": (("megatron.bridge.training.config", "StragglerDetectionConfig"),),
+    "nvrx_straggler": (("megatron.bridge.training.config", "NVRxStragglerDetectionConfig"),),
+    "inprocess_restart": (("megatron.bridge.training.config", "InProcessRestartConfig"),),
+    "tensor_inspect": (("megatron.bridge.training.config", "TensorInspectConfig"),),
+    "comm_overlap": (("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),),
+    "mixed_precision": (("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),),
+}
+
+
+class _Modules:
+    """Python modules of Bridge (at COMMIT) and of its Megatron-LM (at MCORE_COMMIT), parsed."""
+
+    def __init__(self, bridge: str, mcore: str):
+        self.bridge, self.mcore, self.cache = bridge, mcore, {}
+
+    def tree(self, module: str):
+        if module not in self.cache:
+            if module.startswith("megatron.bridge"):
+                git, commit, base = self.bridge, COMMIT, "src/"
+            else:
+                git, commit, base = self.mcore, MCORE_COMMIT, ""
+            path = base + module.replace(".", "/")
+            text = None
+            for candidate in (path + ".py", path + "/__init__.py"):
+                run = subprocess.run(["git", "--git-dir", git, "show", f"{commit}:{candidate}"],
+                                     capture_output=True, text=True)
+                if run.returncode == 0:
+                    text = run.stdout
+                    break
+            self.cache[module] = (ast.parse(text), candidate.endswith("__init__.py")) if text else None
+        return self.cache[module]
+
+    def find(self, module: str, name: str, depth: int = 0):
+        """(module, ClassDef) of ``name`` as ``module`` sees it (through its imports)."""
+        got = self.tree(module)
+        if got is None or depth > 8:
+            return None
+        tree, package = got
+        for n in tree.body:
+            if isinstance(n, ast.ClassDef) and n.name == name:
+                return module, n
+        for n in tree.body:
+            if isinstance(n, ast.ImportFrom):
+                for a in n.names:
+                    if (a.asname or a.name) == name:
+                        return self.find(self._absolute(module, n, package), a.name, depth + 1)
+        return None
+
+    @staticmethod
+    def _absolute(module, node, package):
+        if not node.level:
+            return node.module
+        parts = module.split(".")
+        keep = parts if package else parts[:-1]
+        keep = keep[:len(keep) - (node.level - 1)]
+        return ".".join(keep + ([node.module] if node.module else []))
+
+    def fields(self, module: str, name: str, seen=None) -> set:
+        """The dataclass field names of class ``name`` of ``module`` and of its bases."""
+        seen = set() if seen is None else seen
+        found = self.find(module, name)
+        if found is None or (found[0], name) in seen:
+            return set()
+        where, cls = found
+        seen.add((where, name))
+        out = {n.target.id for n in cls.body
+               if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+        for base in cls.bases:
+            base = base.value if isinstance(base, ast.Subscript) else base
+            if isinstance(base, ast.Name):
+                # a subclass named as its base (Bridge's DistributedDataParallelConfig of
+                # Megatron-Core's) imports the base under an alias
+                out |= self.fields(where, base.id, seen)
+        return out
+
+
+def section_fields(bridge: str, mcore: str) -> dict:
+    """section -> the sorted field names an override may name."""
+    mods = _Modules(bridge, mcore)
+    out = {}
+    for section, classes in SECTION_CLASSES.items():
+        names = set()
+        for module, name in classes:
+            got = mods.fields(module, name)
+            if not got:
+                raise SystemExit(f"no fields found for {module}.{name}")
+            names |= got
+        out[section] = tuple(sorted(n for n in names if not n.startswith("_")))
+    return out
+
+
+def _aliases(source: str) -> dict:
+    out = {}
+    for rel in ALIAS_FILES:
+        try:
+            tree = ast.parse(_show(source, _BASE + rel))
+        except subprocess.CalledProcessError:
+            continue
+        for n in tree.body:
+            if isinstance(n, ast.ImportFrom):
+                for a in n.names:
+                    if a.asname:
+                        out[a.asname] = a.name
+    return out
+
+
+def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
+    """The text of ``memsym/readers/_bridge_recipes.py``."""
+    sys.path.insert(0, str(OUT.parent.parent.parent))
+    from memsym.readers.bridge import FIELDS, HF_PRESETS
+
+    fields = section_fields(source, mcore)
+    for key in FIELDS:      # every field memsym reads is a field of Bridge's config
+        section, _, name = key.partition(".")
+        if name and name not in fields[section]:
+            raise SystemExit(f"{key} is not a field of Bridge's {section} config")
+
+    common = _common_values(_show(source, COMMON))
+    imported = {}
+    for path in IMPORTED_CONSTANTS:
+        imported.update(_File(_show(source, path), path).constants)
+    rows = {}
+    for rel in RECIPE_FILES:
+        file = _File(_show(source, _BASE + rel), rel, imported)
+        for name, fn in file.functions.items():
+            if name.startswith("_") or "_pretrain_" not in name or not name.endswith("_config"):
+                continue
+            values, hf, computed = _run(file, name, [], common)
+            if hf not in HF_PRESETS:
+                continue
+            keep = {k: v for k, v in sorted(values.items()) if k in FIELDS}
+            rows[name] = {"source": f"{_BASE}{rel}:{fn.lineno} {name}", "hf_model": hf,
+                          "values": keep, "computed": tuple(computed)}
+    aliases = {k: v for k, v in sorted(_aliases(source).items()) if v in rows}
+    head = (f'"""Megatron-Bridge {COMMIT[:10]} pretrain recipes as data: GENERATED by '
+            "``python -m tools.bridge_recipes`` (do not edit).\n\n"
+            "Each row: the recipe function's file:line, its Hugging Face model, the values of "
+            "the fields\nmemsym reads when the function returns, and the statements it did not "
+            'read as literals\n(``computed``; :mod:`memsym.readers.bridge` transcribes the ones '
+            'that matter).\n"""\n\n')
+    # one line per value table keeps the module under the package's 600-line limit
+    lines = ["RECIPES = {"]
+    for name in sorted(rows):
+        row = rows[name]
+        lines += [f"    {name!r}: {{", f"        'source': {row['source']!r},",
+                  f"        'hf_model': {row['hf_model']!r},",
+                  f"        'computed': {row['computed']!r},",
+                  f"        'values': {row['values']!r},", "    },"]
+    lines.append("}")
+    lines += ["", f"#: section -> its config's dataclass fields (with Megatron-LM {MCORE_COMMIT[:10]}'s "
+              "bases)", "SECTION_FIELDS = {"]
+    lines += [f"    {k!r}: {v!r}," for k, v in fields.items()]
+    lines.append("}")
+    return (head + f"COMMIT = {COMMIT!r}\nMCORE_COMMIT = {MCORE_COMMIT!r}\n\n" + "\n".join(lines)
+            + "\n\n" + "ALIASES = " + pprint.pformat(aliases, width=99) + "\n")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--source", default=DEFAULT_SOURCE, help="Megatron-Bridge git directory")
+    p.add_argument("--mcore", default=DEFAULT_MCORE, help="Megatron-LM git directory")
+    p.add_argument("--check", action="store_true", help="compare, write nothing")
+    a = p.parse_args(argv)
+    text = build(a.source, a.mcore)
+    if a.check:
+        same = OUT.exists() and OUT.read_text() == text
+        print("current" if same else f"{OUT.name} differs from what the source gives")
+        return 0 if same else 1
+    OUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
