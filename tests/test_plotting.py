@@ -221,7 +221,7 @@ def test_cli_plot_module(tmp_path):
     with pytest.raises(UsageError):
         parser.parse_args(["plot", "memory-vs", "-o", "x.png", "--candidates", "__import__('os')"])
     with pytest.raises(argparse.ArgumentTypeError):
-        from memsym.cli.plot import candidates
+        from memsym.cli.options import candidates
 
         candidates("1:100000")
 
