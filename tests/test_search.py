@@ -1039,3 +1039,17 @@ def test_torchtitan_every_n_rows_price_the_job():
         assert st.total <= r["step_time"] * (1 + 1e-12) <= st.total * 1.01, r
     with pytest.raises(InvalidValueError, match="torchtitan's selective_ac_option"):
         search("llama3-405b", "h100-80gb", 512, recompute=["every-2"], **kw)
+
+
+def test_a_framework_search_offers_only_the_schemes_the_framework_runs():
+    # DeepSpeed shards with ZeRO stages 0-3 only (runtime/zero/config.py ZeroStageEnum): no
+    # Megatron distributed optimizer, no FSDP2 rows, and asking for one is refused
+    from memsym.errors import InvalidValueError
+    from memsym.search import search
+
+    res = search("llama2-7b", "h100-80gb", 8, framework="deepspeed", global_batch_size=64,
+                 micro_batch_sizes=[1], recompute=["full"])
+    assert set(res.space.sharding) == {"ddp", "zero1", "zero2", "zero3"}
+    with pytest.raises(InvalidValueError, match="deepspeed shards with"):
+        search("llama2-7b", "h100-80gb", 8, framework="deepspeed",
+               sharding=["distributed-optimizer"])

@@ -69,7 +69,6 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
     ``assume_batch``: without ``--global-batch-size`` assume about 4M tokens per step
     (:func:`default_global_batch`), so that layouts rank by step time."""
     from ..job import DEFAULTS
-    from ..search import SCHEMES
 
     def given(name):
         value = getattr(args, name, None)
@@ -103,7 +102,7 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
     if getattr(args, "schedule", None):
         out["schedule"] = args.schedule
     out["framework"] = framework
-    out["sharding"] = args.sharding or (None if framework == "torchtitan" else SCHEMES)
+    out["sharding"] = args.sharding   # None: what the framework runs (memsym.search)
     if args.offload:
         out["offload"] = args.offload
     return out

@@ -14,7 +14,7 @@ from ..limits import EFFICIENCY_RANGE
 from ..text import short
 from ..values import boolean, exact
 from .. import hardware, model as models, rules as _rules
-from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
+from ..job import DEFAULTS, FRAMEWORK_SCHEMES, FRAMEWORKS, Job, resolve_dropout
 from ..limits import check_limit
 from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS,
                                  SCHEMES as ALL_SCHEMES)
@@ -315,8 +315,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                                  else boolean(dropout, "dropout"), model, arch)
     dense_op = bool(arch.swiglu and not arch.num_experts and not arch.multi_latent_attention
                     and flash_attention)
-    if sharding is None:
-        sharding = TORCHTITAN_SCHEMES if titan else SCHEMES
+    if sharding is None:   # what the framework runs (memsym.job.FRAMEWORK_SCHEMES)
+        sharding = TORCHTITAN_SCHEMES if titan else FRAMEWORK_SCHEMES.get(framework, SCHEMES)
     if recompute is None:
         recompute = (tuple(r for r in TORCHTITAN_RECOMPUTE if r != "selective-op" or dense_op)
                      if titan else ("none", "selective", "full"))
@@ -325,6 +325,10 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     if titan and set(shard) - set(TORCHTITAN_SCHEMES):
         raise InvalidValueError("torchtitan shards with FSDP2 or replicates: sharding fsdp or "
                                 f"ddp, not {', '.join(sorted(set(shard) - set(TORCHTITAN_SCHEMES)))}")
+    offered = FRAMEWORK_SCHEMES.get(framework)
+    if offered and not titan and set(shard) - set(offered):
+        raise InvalidValueError(f"{framework} shards with {', '.join(offered)}, not "
+                                f"{', '.join(sorted(set(shard) - set(offered)))}")
     modes = tuple(r for r in TORCHTITAN_RECOMPUTE if recompute_layers(r) is None) if titan \
         else ("none", "selective", "full")
     if finetune != "full":
