@@ -14,6 +14,7 @@ from ..model import Architecture, resolve_model
 from ..model.stages import torchtitan_end_stages, torchtitan_stages_per_rank
 from .megatron import MEGATRON_FSDP_SCHEMES
 from .torchtitan import V_SCHEDULES
+from .torchtitan_models import torchtitan_architecture
 
 __all__ = ["megatron_job", "deepspeed_job", "torchtitan_job", "torchtitan_positions",
            "MEGATRON_FSDP_SCHEMES", "DEEPSPEED_SCHEMES"]
@@ -161,11 +162,6 @@ def deepspeed_job(cfg: dict, model, **options):
     return job(model, _notes=tuple(cfg.get("notes", ())), **opts)
 
 
-#: torchtitan [model] name and flavor -> memsym preset, where the plain ``name-flavor`` differs
-#: (torchtitan models/deepseek_v3/__init__.py names the full model flavor "671B").
-_TORCHTITAN_PRESETS = {("deepseek_v3", "671b"): "deepseek-v3"}
-
-
 def torchtitan_positions(model, seq_len: int):
     """The architecture as torchtitan builds it for ``seq_len``: a RoPE model's table covers the
     training sequence (``update_from_config`` sets ``max_seq_len = training.seq_len``, with only
@@ -190,8 +186,9 @@ def torchtitan_positions(model, seq_len: int):
 def torchtitan_job(cfg: dict, model=None, **options):
     """The :class:`memsym.job.Job` of a read torchtitan TOML (:func:`read_torchtitan_toml`).
 
-    The model is ``model`` or the TOML's ``[model] name``/``flavor`` as a preset
-    (``llama3`` ``405B`` -> ``llama3-405b``).  Data parallelism: replicate x shard GPUs, the
+    The model is ``model`` or the config's model name and flavor as torchtitan builds it
+    (:func:`memsym.readers.torchtitan_models.torchtitan_architecture`: ``llama3`` ``405B``,
+    ``deepseek_v3`` ``671B`` without a multi-token-prediction layer).  Data parallelism: replicate x shard GPUs, the
     states sharded by FSDP2 when the shard degree is > 1 (HSDP's replicas keep their own
     shard: counted over the whole data-parallel group, said in the notes); activation
     checkpointing ``full`` -> full recompute, ``selective`` with ``selective_ac_option = "op"``
@@ -207,7 +204,7 @@ def torchtitan_job(cfg: dict, model=None, **options):
     ...        "model": {"name": "llama3", "flavor": "8B"}, "notes": ()}
     >>> j = torchtitan_job(cfg)
     >>> j.model.name, j.training.sharding, j.training.recompute
-    ('llama3-8b', 'fsdp', 'full')
+    ('torchtitan llama3 8B', 'fsdp', 'full')
     """
 
     notes = list(cfg.get("notes", ()))
@@ -217,8 +214,10 @@ def torchtitan_job(cfg: dict, model=None, **options):
         if not meta.get("name") or not meta.get("flavor"):
             raise InvalidValueError("the torchtitan TOML names no [model] name/flavor: give the "
                                     "MODEL (a preset or a Hugging Face config.json)")
-        key = (str(meta["name"]), str(meta["flavor"]).lower())
-        model = _TORCHTITAN_PRESETS.get(key, f"{key[0]}-{key[1]}")
+        # the architecture torchtitan's own model class builds for this flavor
+        # (torchtitan_models.TORCHTITAN_FLAVORS; an unknown one refused in one line)
+        model = torchtitan_architecture(meta["name"], meta["flavor"],
+                                        int(meta.get("mtp_layers") or 0))
 
     arch = torchtitan_positions(model if isinstance(model, Architecture)
                                 else resolve_model(model), trn["seq_len"])
