@@ -63,7 +63,7 @@ def framework_job_from_args(args):
     """The Job of a DeepSpeed config or torchtitan TOML given with ``--deepspeed-config`` /
     ``--torchtitan-config`` (None when neither is given)."""
     from ..errors import InvalidValueError
-    from ..readers import read_deepspeed_config, read_torchtitan_toml
+    from ..readers import read_deepspeed_config, read_torchtitan_config
     from ..readers.jobs import deepspeed_job, torchtitan_job
 
     ds, tt = getattr(args, "deepspeed_config", None), getattr(args, "torchtitan_config", None)
@@ -92,7 +92,7 @@ def framework_job_from_args(args):
                                     "Hugging Face config.json) before --deepspeed-config")
         return deepspeed_job(read_deepspeed_config(ds, world_size=args.world_size), args.model,
                              **extra)
-    return torchtitan_job(read_torchtitan_toml(tt, world_size=args.world_size), args.model,
+    return torchtitan_job(read_torchtitan_config(tt, world_size=args.world_size), args.model,
                           **{k: v for k, v in extra.items() if k != "seq_length"})
 
 
@@ -428,7 +428,10 @@ def estimate_training(args) -> int:
     framework = j = framework_job_from_args(args)
     if framework is not None:
         rep = report_for(args, framework)
+        python = str(args.torchtitan_config or "").rpartition(":")[0].endswith(".py") or \
+            str(args.torchtitan_config or "").endswith(".py")
         rep["read_as"] = ("a DeepSpeed config" if args.deepspeed_config else
+                          "a torchtitan Python config (read with ast, not run)" if python else
                           "a torchtitan job TOML (v0.2 keys)")
         rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + list(framework.notes)))
     else:

@@ -212,8 +212,9 @@ def torchtitan_job(cfg: dict, model=None, **options):
     if model is None:
         meta = cfg.get("model") or {}
         if not meta.get("name") or not meta.get("flavor"):
-            raise InvalidValueError("the torchtitan TOML names no [model] name/flavor: give the "
-                                    "MODEL (a preset or a Hugging Face config.json)")
+            raise InvalidValueError("the torchtitan config names no model (TOML [model] name/"
+                                    "flavor, Python model_registry): give the MODEL (a preset "
+                                    "or a Hugging Face config.json)")
         # the architecture torchtitan's own model class builds for this flavor
         # (torchtitan_models.TORCHTITAN_FLAVORS; an unknown one refused in one line)
         model = torchtitan_architecture(meta["name"], meta["flavor"],
@@ -222,6 +223,10 @@ def torchtitan_job(cfg: dict, model=None, **options):
     arch = torchtitan_positions(model if isinstance(model, Architecture)
                                 else resolve_model(model), trn["seq_len"])
     ac = trn.get("ac_mode", "none")
+    if ac == "memory_budget":   # torch.compile's min-cut AC under a budget: no fixed set kept
+        raise InvalidValueError("torchtitan activation_checkpoint memory_budget (torch.compile's "
+                                "memory-budget AC) is not modelled: memsym reads none, full or "
+                                "selective")
     per_op = ac == "selective" and trn.get("selective_ac_option") == "op"
     local, pipe, ranks = trn["local_batch_size"], {}, [arch.num_layers]
     if lay["p"] > 1:
@@ -275,7 +280,21 @@ def torchtitan_job(cfg: dict, model=None, **options):
             "compiled_loss": bool(trn.get("compiled_loss", False)),
             "loss_parallel": bool(trn.get("loss_parallel", True)),
             "sharding": "fsdp" if lay.get("dp_shard", 1) > 1 else "ddp",
-            "precision": "bf16", "sequence_parallel": lay["t"] > 1}
+            "precision": "bf16",
+            # the Python config's enable_sequence_parallel (on by default; always in v0.2)
+            "sequence_parallel": lay["t"] > 1 and lay.get("sequence_parallel", True)}
+    prec = cfg["precision"]
+    if prec.get("dtype") == "bfloat16":
+        raise InvalidValueError("torchtitan training.dtype = bfloat16 (parameters, gradients and "
+                                "optimizer states all in bf16, no fp32 copy) is not modelled: "
+                                "memsym reads float32 with mixed_precision_param")
+    if trn.get("enable_cpu_offload"):
+        raise InvalidValueError("torchtitan training.enable_cpu_offload (FSDP2 CPUOffloadPolicy: "
+                                "parameters, gradients and optimizer states on the host) is not "
+                                "modelled")
+    if prec.get("mixed_precision_param") == "float32":
+        # FSDP2 MixedPrecisionPolicy(param_dtype=float32): the forward and backward in fp32
+        opts["precision"] = "fp32"
     if cfg["precision"].get("float8"):
         # torchao's Float8Linear casts weights and activations per GEMM; FSDP2 keeps the
         # parameters in their own dtype (torchtitan components/quantization/float8.py)

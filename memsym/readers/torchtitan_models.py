@@ -33,7 +33,7 @@ from __future__ import annotations
 from ..errors import InvalidValueError
 from ..model import Architecture
 
-__all__ = ["TORCHTITAN_FLAVORS", "TORCHTITAN_ALIASES", "TORCHTITAN_SOURCES",
+__all__ = ["TORCHTITAN_FLAVORS", "TORCHTITAN_ALIASES", "NOT_COUNTED", "TORCHTITAN_SOURCES",
            "torchtitan_architecture", "torchtitan_flavor_names"]
 
 V022 = "pytorch/torchtitan v0.2.2 (73a0e6979dd1)"
@@ -151,7 +151,7 @@ TORCHTITAN_ALIASES = {
 }
 
 #: torchtitan models that are not decoder language models memsym counts (one line each)
-_NOT_COUNTED = {
+NOT_COUNTED = {
     "flux": "FLUX, a diffusion transformer (image generation)",
     "qwen3_5": "Qwen3.5, a vision-language model with linear-attention layers",
     "kimi_k2_7": "Kimi K2.5, a vision-language model",
@@ -194,8 +194,8 @@ def torchtitan_architecture(name: str, flavor: str, mtp_layers: int = 0) -> Arch
     ('torchtitan deepseek_v3 671B', 0, 671.0)
     """
     name, flavor = str(name)[:60], str(flavor)[:60]
-    if name in _NOT_COUNTED:
-        raise InvalidValueError(f"torchtitan model {name!r} is {_NOT_COUNTED[name]}: memsym counts "
+    if name in NOT_COUNTED:
+        raise InvalidValueError(f"torchtitan model {name!r} is {NOT_COUNTED[name]}: memsym counts "
                                 "the decoder language models; give a MODEL (a preset or a "
                                 "Hugging Face config.json) if it is one")
     by_case = {(n, f.lower()): (n, f) for n, f in (*TORCHTITAN_FLAVORS, *TORCHTITAN_ALIASES)}
