@@ -280,9 +280,12 @@ def torchtitan_job(cfg: dict, model=None, **options):
             "compiled_loss": bool(trn.get("compiled_loss", False)),
             "loss_parallel": bool(trn.get("loss_parallel", True)),
             "sharding": "fsdp" if lay.get("dp_shard", 1) > 1 else "ddp",
-            "precision": "bf16",
-            # the Python config's enable_sequence_parallel (on by default; always in v0.2)
-            "sequence_parallel": lay["t"] > 1 and lay.get("sequence_parallel", True)}
+            "precision": "bf16", "sequence_parallel": lay["t"] > 1}
+    if lay["t"] > 1 and not lay.get("sequence_parallel", True):
+        # the Python config's enable_sequence_parallel = False (v0.2: always on); memsym.job
+        # counts torchtitan's TP with its SequenceParallel norms and sharded block outputs
+        raise InvalidValueError("torchtitan enable_sequence_parallel = False (tensor parallelism "
+                                "without sequence parallelism) is not modelled for torchtitan")
     prec = cfg["precision"]
     if prec.get("dtype") == "bfloat16":
         raise InvalidValueError("torchtitan training.dtype = bfloat16 (parameters, gradients and "
