@@ -3,7 +3,8 @@
 This module owns torchtitan's meaning of the keys of ``torchtitan/config/job_config.py`` at tag
 v0.2.2 (pytorch/torchtitan ``73a0e6979d``) and the degree rule of
 ``torchtitan/distributed/parallel_dims.py:ParallelDims._validate``.  Newer torchtitan moved to
-Python configs; their keys are not read here.
+Python configs: :mod:`memsym.readers.torchtitan_python` reads them (with ast) into these keys,
+and :func:`torchtitan_settings` checks both forms alike.
 """
 
 from __future__ import annotations
