@@ -8,6 +8,7 @@ written from torchtitan's module shapes (the parameter counts), never copied fro
 import pathlib
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from memsym.errors import InvalidValueError, MemsymError
 from memsym.model.counts import parameter_count
@@ -221,12 +222,45 @@ def test_python_config_never_runs_code(tmp_path):
     ("def job() -> Trainer.Config:\n    return Trainer.Config(" + "(" * 70 + "1" + ")" * 70
      + ")\n", "nests deeper than 64"),
     ("def job(:\n", "not valid Python"),
+    # chains without brackets escape check_text's count: the syntax tree's depth is bounded
+    ("def job() -> Trainer.Config:\n    return Trainer.Config(dump_folder=(c" + "\n.a" * 500
+     + "))\n", "nests deeper than 64 syntax levels"),
+    ("def job() -> Trainer.Config:\n    return Trainer.Config(dump_folder=" + "-" * 5000 + "1)\n",
+     "nests too deeply for Python's parser"),
+    ("x = '" + "9" * 100 + "'\ny = " + "9" * 100 + "\n", "a number of 100 characters"),
 ])
 def test_python_config_refusals(tmp_path, body, said):
     path = _write(tmp_path, body)
     with pytest.raises(MemsymError) as err:
         torchtitan_job(read_torchtitan_python(path, world_size=8))
     assert said in str(err.value) and "\n" not in str(err.value)
+
+
+def test_python_config_size_is_bounded(tmp_path):
+    from memsym.limits import MAX_INPUT_BYTES
+    path = tmp_path / "big.py"
+    path.write_text("x = 1\n" * (MAX_INPUT_BYTES // 6 + 1))
+    with pytest.raises(InvalidValueError, match=f"larger than {MAX_INPUT_BYTES} bytes"):
+        read_torchtitan_python(str(path) + ":job", world_size=8)
+
+
+# text Python's parser takes: only memsym's one-line errors (or a read config) come out.
+# Budget: 60 examples, no deadline (each parse is well under a millisecond).
+_FRAGMENTS = ["def job() -> Trainer.Config:\n", "    return ", "Trainer.Config(", "TrainingConfig(",
+              "ParallelismConfig(", "model_registry('8B'", "tensor_parallel_degree=",
+              "max_context_length=", "8192", "-1", " * ", "(", ")", ", ", "[", "]", "c.a", " = ",
+              "\n", "    ", "None", "'x'", "if 1:\n", "lambda: 1", "f()"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=30))
+def test_python_config_fuzz_only_one_line_errors(tmp_path_factory, parts):
+    path = tmp_path_factory.mktemp("fuzz") / "job.py"
+    path.write_text("from torchtitan.models.llama3 import model_registry\n" + "".join(parts))
+    try:
+        torchtitan_job(read_torchtitan_python(f"{path}:job", world_size=8))
+    except MemsymError as err:
+        assert "\n" not in str(err)
 
 
 def test_python_config_pipeline_and_token_budget(tmp_path):

@@ -87,6 +87,20 @@ def _fail(line, what):
     raise InvalidValueError(f"{WHAT} line {line}: {what}")
 
 
+def _check_depth(tree):
+    # the syntax tree's depth, walked without recursion: ast.unparse and the reader recurse per
+    # level, and chains without brackets (a.b.c over many lines, a + b + ...) escape
+    # check_text's bracket count; real configs are 12-16 levels deep
+    stack = [(tree, 1, 1)]
+    while stack:
+        node, depth, line = stack.pop()
+        line = getattr(node, "lineno", line)
+        if depth > MAX_NESTING:
+            raise InvalidValueError(f"{WHAT} nests deeper than {MAX_NESTING} syntax levels (line "
+                                    f"{line}); real configs nest 12-16")
+        stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
+
+
 def split_config_spec(spec) -> tuple:
     """``(path, function)`` of ``config_registry.py:llama3_8b`` (function None without one).
 
@@ -113,7 +127,10 @@ class _Reader:
                 self._import(node, package)
             elif isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                     isinstance(node.targets[0], ast.Name):
-                value = self.value(node.value, {}, 0, 0)
+                try:
+                    value = self.value(node.value, {}, 0, 0)
+                except InvalidValueError:
+                    continue      # refused where it is used (an unread name there)
                 if not isinstance(value, (_Unread, _Config)):
                     self.constants[node.targets[0].id] = value
 
@@ -308,10 +325,13 @@ def read_torchtitan_python(source, world_size: int | None = None) -> dict:
     check_text(text, WHAT, "python")
     try:
         tree = ast.parse(text, filename="<config>")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+    except (RecursionError, MemoryError):
+        raise InvalidValueError(f"{WHAT} nests too deeply for Python's parser") from None
+    except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         raise InvalidValueError(f"{WHAT} is not valid Python"
                                 + (f" (line {line})" if line else "")) from None
+    _check_depth(tree)
     reader = _Reader(tree, path)
     if function is None:
         configs = [n for n, f in reader.functions.items()
