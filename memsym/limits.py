@@ -130,7 +130,9 @@ MAX_INPUT_BYTES = 2**20
 MAX_CONFIG_JSON_BYTES = 2**22
 #: The deepest nesting of arrays, objects, inline tables a config file may have (real ones
 #: nest 2-4 deep: a DeepSpeed zero_optimization.offload_param section, a config.json's
-#: rope_scaling); far below the ~1000 levels at which the parsers' recursion fails.
+#: rope_scaling); far below the ~1000 levels at which the parsers' recursion fails.  A
+#: torchtitan Python config's parentheses count too, and so does the depth of its syntax tree
+#: (real ones 12-16 levels; ast.unparse recurses per level).
 MAX_NESTING = 64
 #: The most parts of one dotted TOML key or table name (``[quantize.linear.float8]`` has 3);
 #: tomllib's work grows with the square of the parts (5000 parts: 0.6 s, 10^5: memory exhausted).

@@ -476,7 +476,8 @@ def read_torchtitan_config(source, world_size: int | None = None) -> dict:
     >>> read_torchtitan_config("[training]\\nlocal_batch_size = 2\\n", 8)["layout"]["dp_shard"]
     8
     """
-    if isinstance(source, (str, os.PathLike)) and \
+    # TOML text (it holds a newline) is never a path
+    if isinstance(source, (str, os.PathLike)) and "\n" not in os.fspath(source) and \
             split_config_spec(os.fspath(source))[0].endswith(".py"):
         return read_torchtitan_python(source, world_size)
     return read_torchtitan_toml(source, world_size)
