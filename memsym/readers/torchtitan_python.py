@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import os
+import warnings
 
 from ..errors import InvalidValueError
 from ..limits import MAX_CONFIG_CALL_DEPTH, MAX_NESTING, check_text
@@ -324,7 +325,11 @@ def read_torchtitan_python(source, world_size: int | None = None) -> dict:
     text = read_bounded(path, WHAT, MAX_BYTES_INPUT)
     check_text(text, WHAT, "python")
     try:
-        tree = ast.parse(text, filename="<config>")
+        # the parser's SyntaxWarnings ("invalid decimal literal") would print beside memsym's
+        # one line: the text is judged by what it parses to, not warned about
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text, filename="<config>")
     except (RecursionError, MemoryError):
         raise InvalidValueError(f"{WHAT} nests too deeply for Python's parser") from None
     except (SyntaxError, ValueError) as exc:
