@@ -391,3 +391,15 @@ def test_unknown_model_refused_in_one_line(name, flavor, said):
         torchtitan_architecture(name, flavor)
     text = str(err.value)
     assert said in text and "config.json" in text and "\n" not in text
+
+
+def test_float32_params_and_refused_precisions_in_a_toml():
+    # [training] mixed_precision_param = "float32": FSDP2 computes in fp32 (MixedPrecisionPolicy)
+    base = '[model]\nname = "llama3"\nflavor = "8B"\n[training]\n'
+    j = torchtitan_job(read_torchtitan_config(base + 'mixed_precision_param = "float32"\n', 8))
+    assert j.training.precision == "fp32"
+    for line, said in (('dtype = "bfloat16"\n', "training.dtype = bfloat16"),
+                       ("enable_cpu_offload = true\n", "enable_cpu_offload"),
+                       ('[activation_checkpoint]\nmode = "memory_budget"\n', "memory_budget")):
+        with pytest.raises(InvalidValueError, match=said):
+            torchtitan_job(read_torchtitan_config(base + line, 8))
