@@ -20,7 +20,7 @@ __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "S
            "SHELL_MAX_WORD_CHARS", "SHELL_MAX_EXPANDED_CHARS", "SHELL_MAX_NUMBER_DIGITS",
            "SHELL_MAX_COMMANDS", "BRIDGE_MAX_VALUE_CHARS", "check_limit",
            "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes", "MAX_INPUT_BYTES",
-           "MAX_CONFIG_JSON_BYTES", "MAX_NESTING", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
+           "MAX_CONFIG_JSON_BYTES", "MAX_NESTING", "MAX_CONFIG_CALL_DEPTH", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
            "MAX_TOP", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE",
            "check_text"]
 
@@ -133,11 +133,16 @@ MAX_INPUT_BYTES = 2**20
 MAX_CONFIG_JSON_BYTES = 2**22
 #: The deepest nesting of arrays, objects, inline tables a config file may have (real ones
 #: nest 2-4 deep: a DeepSpeed zero_optimization.offload_param section, a config.json's
-#: rope_scaling); far below the ~1000 levels at which the parsers' recursion fails.
+#: rope_scaling); far below the ~1000 levels at which the parsers' recursion fails.  A
+#: torchtitan Python config's parentheses count too, and so does the depth of its syntax tree
+#: (real ones 12-16 levels; ast.unparse recurses per level).
 MAX_NESTING = 64
 #: The most parts of one dotted TOML key or table name (``[quantize.linear.float8]`` has 3);
 #: tomllib's work grows with the square of the parts (5000 parts: 0.6 s, 10^5: memory exhausted).
 MAX_KEY_PARTS = 64
+#: The most config functions a torchtitan Python config may pass through (``config =
+#: llama3_8b()`` inside another config function); real ones chain 1-2.
+MAX_CONFIG_CALL_DEPTH = 8
 #: The most values (separators ``,`` ``:`` ``=``) one config file may hold; real ones hold
 #: ~10^2, a config.json with a per-layer list ~10^3.
 MAX_ELEMENTS = 2**16
@@ -349,6 +354,8 @@ def check_sizes(values, table=FIELD_LIMITS, where: str = "") -> None:
 _SCAN = {
     "json": re.compile(r'"|[\[\]{},:]|[0-9][0-9A-Za-z_.+-]*'),
     "toml": re.compile(r'"""|\'\'\'|["\'#\n.=,\[\]{}]|[0-9][0-9A-Za-z_.+-]*'),
+    # a torchtitan Python config (read with ast, never run): parentheses nest as brackets do
+    "python": re.compile(r'"""|\'\'\'|["\'#\n.=,\[\]{}()]|[0-9][0-9A-Za-z_.+-]*'),
 }
 # The rest of a string once its opening quote is seen (linear: each step consumes; TOML's
 # multi-line strings may end with up to two extra quotes, which belong to the content).
@@ -358,6 +365,9 @@ _STRING_END = {
     '"""': re.compile(r'(?:[^\\]|\\.)*?""""{0,2}', re.S),
     "'''": re.compile(r"(?s:.)*?''''{0,2}"),
 }
+# Python's single-quoted strings take backslash escapes (TOML's literal strings do not)
+_PY_STRING_END = {**_STRING_END, "'": re.compile(r"(?:[^'\\\n]|\\.)*'"),
+                  "'''": re.compile(r"(?:[^\\]|\\.)*?''''{0,2}", re.S)}
 
 
 def check_text(text: str, what: str, syntax: str) -> None:
@@ -379,7 +389,7 @@ def check_text(text: str, what: str, syntax: str) -> None:
         The whole file.
     what : str
         How the file is called in the message (``"DeepSpeed config"``).
-    syntax : {"json", "toml"}
+    syntax : {"json", "toml", "python"}
         Which strings and comments to skip.
 
     Raises
@@ -412,12 +422,12 @@ def check_text(text: str, what: str, syntax: str) -> None:
             break
         tok, pos = m.group(), m.end()
         c = tok[0]
-        if c in "[{":
+        if c in "[{(":
             depth += 1
             if depth > MAX_NESTING:
                 raise InvalidValueError(f"{what} nests deeper than {MAX_NESTING} levels (line "
                                         f"{line()}); real configs nest 2-4 deep")
-        elif c in "]}":
+        elif c in "]})":
             depth -= 1
         elif c in ",:=":
             elements += 1
@@ -435,7 +445,7 @@ def check_text(text: str, what: str, syntax: str) -> None:
             end = text.find("\n", pos)
             pos = n if end < 0 else end
         elif c in "\"'":
-            end = _STRING_END[tok].match(text, pos)
+            end = (_PY_STRING_END if syntax == "python" else _STRING_END)[tok].match(text, pos)
             if end is None:     # unterminated: the parser reports it (nothing follows to scan)
                 break
             pos = end.end()

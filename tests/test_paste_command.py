@@ -144,7 +144,7 @@ def test_torchtitan_llama3_405b_toml(capsys, tmp_path):
                          "512", "--json")
     assert code == 0, err
     data = json.loads(out)
-    assert data["model"] == "llama3-405b"
+    assert data["model"] == "torchtitan llama3 405B"   # models/llama3 llama3_args["405B"]
     assert (data["layout"]["tp"], data["layout"]["dp"]) == (8, 64)
     assert (data["training"]["seq_length"], data["training"]["micro_batch_size"],
             data["training"]["recompute"]) == (8192, 2, "full")

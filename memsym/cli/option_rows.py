@@ -343,9 +343,11 @@ def _input_rows():
         option("--deepspeed-config", group="framework", metavar="ds_config.json", effect="input",
            help="a DeepSpeed config (ZeRO stage, offload, bf16/fp16, batch) for MODEL; "
            "--world-size gives the data-parallel size"),
-        option("--torchtitan-config", group="framework", metavar="JOB.toml", effect="input",
-           help="a torchtitan job TOML (v0.2 keys: [parallelism], [training], "
-           "[activation_checkpoint], [float8]); the model from MODEL or its [model]"),
+        option("--torchtitan-config", group="framework", metavar="JOB.toml|JOB.py[:FUNC]",
+           effect="input",
+           help="a torchtitan job: a v0.2 TOML ([parallelism], [training], "
+           "[activation_checkpoint], [float8]) or a newer Python config (config_registry.py"
+           ":llama3_8b, read with ast, never run); the model from MODEL or the config's"),
         option(("--bridge-recipe", "--recipe"), "bridge_recipe", group="framework",
            metavar="NAME", effect="input", commands=frozenset({"estimate"}),
            help="a Megatron-Bridge pretrain recipe (run_recipe.py --recipe NAME, e.g. "

@@ -64,7 +64,7 @@ def framework_job_from_args(args):
     """The Job of a DeepSpeed config or torchtitan TOML given with ``--deepspeed-config`` /
     ``--torchtitan-config`` (None when neither is given)."""
     from ..errors import InvalidValueError
-    from ..readers import read_deepspeed_config, read_torchtitan_toml
+    from ..readers import read_deepspeed_config, read_torchtitan_config
     from ..readers.jobs import deepspeed_job, torchtitan_job
 
     ds, tt = getattr(args, "deepspeed_config", None), getattr(args, "torchtitan_config", None)
@@ -101,7 +101,7 @@ def framework_job_from_args(args):
                                     precision=getattr(args, "precision", None))
         args.reading = {"read_as": "a DeepSpeed config", "ignored": list(cfg["ignored"])}
         return deepspeed_job(cfg, args.model, **extra)
-    return torchtitan_job(read_torchtitan_toml(tt, world_size=args.world_size), args.model,
+    return torchtitan_job(read_torchtitan_config(tt, world_size=args.world_size), args.model,
                           **{k: v for k, v in extra.items() if k != "seq_length"})
 
 
@@ -480,7 +480,11 @@ def estimate_training(args) -> int:
     framework = j = framework_job_from_args(args)
     if framework is not None:
         rep = report_for(args, framework)
+        python = str(args.torchtitan_config or "").rpartition(":")[0].endswith(".py") or \
+            str(args.torchtitan_config or "").endswith(".py")
         rep["read_as"] = ("a DeepSpeed config" if args.deepspeed_config else
+                          "a torchtitan Python config (read with ast, not run)" if python
+                          and args.torchtitan_config else
                           "a torchtitan job TOML (v0.2 keys)" if args.torchtitan_config else
                           args.reading["read_as"])
         if getattr(args, "bridge_recipe", None):

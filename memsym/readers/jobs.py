@@ -15,6 +15,7 @@ from ..model.stages import torchtitan_end_stages, torchtitan_stages_per_rank
 from .deepspeed import HIDDEN_AUTO_KEYS, resolve_hidden_autos
 from .megatron import MEGATRON_FSDP_SCHEMES
 from .torchtitan import V_SCHEDULES
+from .torchtitan_models import torchtitan_architecture
 
 __all__ = ["megatron_job", "deepspeed_job", "torchtitan_job", "torchtitan_positions",
            "MEGATRON_FSDP_SCHEMES", "DEEPSPEED_SCHEMES"]
@@ -184,11 +185,6 @@ def deepspeed_job(cfg: dict, model, **options):
                _defaults=tuple(d for d in defaults if d[0] not in options), **opts)
 
 
-#: torchtitan [model] name and flavor -> memsym preset, where the plain ``name-flavor`` differs
-#: (torchtitan models/deepseek_v3/__init__.py names the full model flavor "671B").
-_TORCHTITAN_PRESETS = {("deepseek_v3", "671b"): "deepseek-v3"}
-
-
 def torchtitan_positions(model, seq_len: int):
     """The architecture as torchtitan builds it for ``seq_len``: a RoPE model's table covers the
     training sequence (``update_from_config`` sets ``max_seq_len = training.seq_len``, with only
@@ -213,8 +209,9 @@ def torchtitan_positions(model, seq_len: int):
 def torchtitan_job(cfg: dict, model=None, **options):
     """The :class:`memsym.job.Job` of a read torchtitan TOML (:func:`read_torchtitan_toml`).
 
-    The model is ``model`` or the TOML's ``[model] name``/``flavor`` as a preset
-    (``llama3`` ``405B`` -> ``llama3-405b``).  Data parallelism: replicate x shard GPUs, the
+    The model is ``model`` or the config's model name and flavor as torchtitan builds it
+    (:func:`memsym.readers.torchtitan_models.torchtitan_architecture`: ``llama3`` ``405B``,
+    ``deepseek_v3`` ``671B`` without a multi-token-prediction layer).  Data parallelism: replicate x shard GPUs, the
     states sharded by FSDP2 when the shard degree is > 1 (HSDP's replicas keep their own
     shard: counted over the whole data-parallel group, said in the notes); activation
     checkpointing ``full`` -> full recompute, ``selective`` with ``selective_ac_option = "op"``
@@ -230,7 +227,7 @@ def torchtitan_job(cfg: dict, model=None, **options):
     ...        "model": {"name": "llama3", "flavor": "8B"}, "notes": ()}
     >>> j = torchtitan_job(cfg)
     >>> j.model.name, j.training.sharding, j.training.recompute
-    ('llama3-8b', 'fsdp', 'full')
+    ('torchtitan llama3 8B', 'fsdp', 'full')
     """
 
     notes = list(cfg.get("notes", ()))
@@ -238,14 +235,21 @@ def torchtitan_job(cfg: dict, model=None, **options):
     if model is None:
         meta = cfg.get("model") or {}
         if not meta.get("name") or not meta.get("flavor"):
-            raise InvalidValueError("the torchtitan TOML names no [model] name/flavor: give the "
-                                    "MODEL (a preset or a Hugging Face config.json)")
-        key = (str(meta["name"]), str(meta["flavor"]).lower())
-        model = _TORCHTITAN_PRESETS.get(key, f"{key[0]}-{key[1]}")
+            raise InvalidValueError("the torchtitan config names no model (TOML [model] name/"
+                                    "flavor, Python model_registry): give the MODEL (a preset "
+                                    "or a Hugging Face config.json)")
+        # the architecture torchtitan's own model class builds for this flavor
+        # (torchtitan_models.TORCHTITAN_FLAVORS; an unknown one refused in one line)
+        model = torchtitan_architecture(meta["name"], meta["flavor"],
+                                        int(meta.get("mtp_layers") or 0))
 
     arch = torchtitan_positions(model if isinstance(model, Architecture)
                                 else resolve_model(model), trn["seq_len"])
     ac = trn.get("ac_mode", "none")
+    if ac == "memory_budget":   # torch.compile's min-cut AC under a budget: no fixed set kept
+        raise InvalidValueError("torchtitan activation_checkpoint memory_budget (torch.compile's "
+                                "memory-budget AC) is not modelled: memsym reads none, full or "
+                                "selective")
     per_op = ac == "selective" and trn.get("selective_ac_option") == "op"
     local, pipe, ranks = trn["local_batch_size"], {}, [arch.num_layers]
     if lay["p"] > 1:
@@ -300,6 +304,23 @@ def torchtitan_job(cfg: dict, model=None, **options):
             "loss_parallel": bool(trn.get("loss_parallel", True)),
             "sharding": "fsdp" if lay.get("dp_shard", 1) > 1 else "ddp",
             "precision": "bf16", "sequence_parallel": lay["t"] > 1}
+    if lay["t"] > 1 and not lay.get("sequence_parallel", True):
+        # the Python config's enable_sequence_parallel = False (v0.2: always on); memsym.job
+        # counts torchtitan's TP with its SequenceParallel norms and sharded block outputs
+        raise InvalidValueError("torchtitan enable_sequence_parallel = False (tensor parallelism "
+                                "without sequence parallelism) is not modelled for torchtitan")
+    prec = cfg["precision"]
+    if prec.get("dtype") == "bfloat16":
+        raise InvalidValueError("torchtitan training.dtype = bfloat16 (parameters, gradients and "
+                                "optimizer states all in bf16, no fp32 copy) is not modelled: "
+                                "memsym reads float32 with mixed_precision_param")
+    if trn.get("enable_cpu_offload"):
+        raise InvalidValueError("torchtitan training.enable_cpu_offload (FSDP2 CPUOffloadPolicy: "
+                                "parameters, gradients and optimizer states on the host) is not "
+                                "modelled")
+    if prec.get("mixed_precision_param") == "float32":
+        # FSDP2 MixedPrecisionPolicy(param_dtype=float32): the forward and backward in fp32
+        opts["precision"] = "fp32"
     if cfg["precision"].get("float8"):
         # torchao's Float8Linear casts weights and activations per GEMM; FSDP2 keeps the
         # parameters in their own dtype (torchtitan components/quantization/float8.py)

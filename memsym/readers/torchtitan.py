@@ -3,7 +3,8 @@
 This module owns torchtitan's meaning of the keys of ``torchtitan/config/job_config.py`` at tag
 v0.2.2 (pytorch/torchtitan ``73a0e6979d``) and the degree rule of
 ``torchtitan/distributed/parallel_dims.py:ParallelDims._validate``.  Newer torchtitan moved to
-Python configs; their keys are not read here.
+Python configs: :mod:`memsym.readers.torchtitan_python` reads them (with ast) into these keys,
+and :func:`torchtitan_settings` checks both forms alike.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ..errors import InvalidValueError
 from ._values import (MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, MAX_LAYERS, MAX_SEQ, load_toml,
                       read_bounded)
 
-__all__ = ["read_torchtitan_toml", "TORCHTITAN_KEYS", "SCHEDULES", "V_SCHEDULES"]
+__all__ = ["read_torchtitan_toml", "torchtitan_settings", "TORCHTITAN_KEYS", "SCHEDULES", "V_SCHEDULES"]
 
 # (section, key) -> (type, default) as job_config.py v0.2.2 declares them.
 TORCHTITAN_KEYS = {
@@ -128,8 +129,22 @@ def read_torchtitan_toml(source, world_size: int | None = None) -> dict:
         raise InvalidValueError(f"torchtitan TOML larger than {MAX_BYTES_INPUT} bytes")
     # nesting, number lengths, dotted keys and value counts are checked on the text first
     data = load_toml(text, "torchtitan TOML")
-    values, ignored, notes = {}, [], []
-    for sec, key, v in _flatten(data):
+    return torchtitan_settings(_flatten(data), world_size)
+
+
+def torchtitan_settings(pairs, world_size: int | None = None, notes=()) -> dict:
+    """The plain data of :func:`read_torchtitan_toml` from ``(section, key, value)`` triples in
+    the v0.2 TOML's key space (the Python-config reader translates its keys into it), with
+    torchtitan's types, choices and degree rule checked.
+
+    Examples
+    --------
+    >>> c = torchtitan_settings([("parallelism", "tensor_parallel_degree", 2)], 4)
+    >>> c["layout"]["dp_shard"], c["layout"]["t"]
+    (2, 2)
+    """
+    values, ignored, notes = {}, [], list(notes)
+    for sec, key, v in pairs:
         spec = TORCHTITAN_KEYS.get((sec, key))
         if spec is None:
             ignored.append(f"{sec}.{key}" if sec else key)
