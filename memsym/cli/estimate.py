@@ -128,14 +128,18 @@ def run(args) -> int:
     rep = model_state_report(args)
     terms = dict(rep["bytes"])
     total = sp.Add(*terms.values())
+    from .options import margin_bytes
+
     cap = args.gpu_memory
-    fits = None if cap is None else bool(total <= cap)
+    rep["margin_bytes"] = margin = margin_bytes(args, cap)
+    fits = None if cap is None else bool(total <= cap - margin)
     values = rep["values"]
     if args.json:
         emit_json({
             "bytes": {**{k: number_out(v) for k, v in terms.items()}, "total": number_out(total)},
             "gpu_memory_bytes": cap,
             "gpu_memory_note": getattr(args, "capacity_note", "as given"),
+            "margin_bytes": margin,
             "fits": fits,
             "host_bytes": {k: number_out(v) for k, v in rep["host_bytes"].items()},
             "layout": {"dp": int(values["d"]), "tp": int(values["t"]), "pp": int(values["p"])},
@@ -180,8 +184,8 @@ def render_table(terms: dict, total, rep: dict, args, fits) -> str:
     if fits is not None:
         cap = args.gpu_memory
         verdict = "fits" if fits else "does NOT fit"
-        from .report_text import capacity_label
+        from .report_text import capacity_label, margin_text
 
-        lines.append(f"\nGPU memory {capacity_label(args)}: {verdict}, "
-                     f"headroom {(cap - float(total)) / 1e9:.3f} GB")
+        lines.append(f"\nGPU memory {capacity_label(args)}{margin_text(rep)}: {verdict}, "
+                     f"headroom {(cap - rep['margin_bytes'] - float(total)) / 1e9:.3f} GB")
     return "\n".join(lines)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import textwrap
 
-__all__ = ["WIDTH", "render_estimate", "render_step", "render_advice", "capacity_label"]
+__all__ = ["WIDTH", "render_estimate", "render_step", "render_advice", "capacity_label",
+           "margin_text"]
 
 #: The widest line of the default report [columns].
 WIDTH = 100
@@ -35,11 +36,12 @@ def _dominant(terms: dict, total: int) -> str:
 def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -> str:
     """The whole text report of one estimate (``rep`` as ``--json`` prints it)."""
     cap = args.gpu_memory
+    usable = None if cap is None else cap - rep.get("margin_bytes", 0)
     lines = []
     if fits is False:
         n = len(rep.get("advice", []))
         lines.append(f"does NOT fit: {device / 1e9:.3f} GB on the most-loaded GPU (device "
-                     f"count) > {cap / 1e9:.3f} GB; {n} single change{'' if n == 1 else 's'} "
+                     f"count) > {usable / 1e9:.3f} GB; {n} single change{'' if n == 1 else 's'} "
                      f"that make{'s' if n == 1 else ''} it fit below")
         lines.append("")
     lay, trn = rep["layout"], rep["training"]
@@ -100,8 +102,8 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
     lines += said if wide else [_wrap(x) for x in said]
     if fits is not None:
         verdict = "fits" if fits else "does NOT fit"
-        text = (f"GPU memory {capacity_label(args)}: {verdict}, headroom "
-                f"{(cap - device) / 1e9:.3f} GB (device metric)")
+        text = (f"GPU memory {capacity_label(args)}{margin_text(rep)}: {verdict}, headroom "
+                f"{(usable - device) / 1e9:.3f} GB (device metric)")
         lines += ["", text if wide else _wrap(text)]
     if "communication" in rep:
         lines += ["", render_step(rep)]
@@ -113,6 +115,12 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
                                 break_long_words=True, break_on_hyphens=False)
                   for i, src in enumerate(refs, 1)]
     return "\n".join(lines)
+
+
+def margin_text(rep: dict) -> str:
+    """``, less a 4.000 GB margin (--margin)`` where a margin is kept free, else nothing."""
+    margin = rep.get("margin_bytes", 0)
+    return f", less a {margin / 1e9:.3f} GB margin (--margin)" if margin else ""
 
 
 def capacity_label(args) -> str:

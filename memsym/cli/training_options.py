@@ -443,12 +443,16 @@ def estimate_training(args) -> int:
         warn_sequence_parallel(args)        # once, after validation, before any output
     total = rep.pop("_total")
     device = metric_report(args, j, rep, total)
+    from .options import margin_bytes
+
     cap = args.gpu_memory
-    fits = None if cap is None else bool(device <= cap)     # always on the device's count
+    rep["margin_bytes"] = margin = margin_bytes(args, cap)
+    usable = None if cap is None else cap - margin      # what a job must fit within
+    fits = None if cap is None else bool(device <= usable)     # always on the device's count
     status = 1 if fits is False else 0    # "does not fit" is an answer, as for solve
     if cap is not None and (fits is False or getattr(args, "advise", False)) \
             and args.convention not in ("megatron-lm", "megatron-bridge"):
-        rep["advice"] = advice_report(j.replace(capacity=cap) if j.capacity != cap else j)
+        rep["advice"] = advice_report(j.replace(capacity=usable) if j.capacity != usable else j)
     if args.json:
         emit_json({**rep, "gpu_memory_bytes": cap,
                    "gpu_memory_note": getattr(args, "capacity_note", "as given"), "fits": fits})
