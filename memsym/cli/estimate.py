@@ -154,8 +154,34 @@ def run(args) -> int:
             "units": "bytes",
         })
         return 0
-    print(render_table(terms, total, rep, args, fits))
+    print(render_markdown(terms, total, rep, args, fits) if getattr(args, "markdown", False)
+          else render_table(terms, total, rep, args, fits))
     return 0
+
+
+def render_markdown(terms: dict, total, rep: dict, args, fits) -> str:
+    """The model-state estimate as Markdown (:func:`memsym.cli.report_text.markdown_table`)."""
+    from .report_text import (capacity_label, margin_text, markdown_references, markdown_table,
+                              markdown_text)
+
+    values, cap = rep["values"], args.gpu_memory
+    rows = {k: number_out(v, round_up=True) for k, v in terms.items()}
+    rows["total"] = sum(rows.values())
+    refs = list(dict.fromkeys(rep["sources"][k] for k in terms if rep["sources"].get(k)))
+    lines = [f"### memsym estimate: model states, {rep['scheme']} ({args.convention} "
+             "convention)", "",
+             f"N = {int(values['N']):,} parameters; d = {values['d']}, t = {values['t']}, "
+             f"p = {values['p']}; {args.precision} weights, {args.optimizer} optimizer, "
+             f"offload {args.offload}", ""]
+    lines += markdown_table(rows, base=cap or rows["total"] or 1,
+                            base_name="capacity" if cap else "total", sources=rep["sources"],
+                            refs=refs)
+    if fits is not None:
+        lines += ["", "**" + markdown_text(
+            f"GPU memory {capacity_label(args)}{margin_text(rep)}: "
+            f"{'fits' if fits else 'does NOT fit'}, headroom "
+            f"{(cap - rep['margin_bytes'] - float(total)) / 1e9:.3f} GB") + "**"]
+    return "\n".join(lines + markdown_references(refs))
 
 
 def render_table(terms: dict, total, rep: dict, args, fits) -> str:

@@ -401,8 +401,13 @@ def _command_rows():
         option("--max-gpus", group="search", type=T.positive_int, metavar="N", commands=ming,
            parser_default=1 << 17, default=1 << 17, source="memsym", effect="none",
            help="search bound"),
-        flag("--wide", group="output", commands=est, effect="output",
+        flag("--wide", group="output", commands=est, effect="output", exclusive="report",
               help="each term's source on its line (wider than 100 columns)"),
+        flag("--markdown", "markdown", group="output", commands=est, effect="output",
+              exclusive="report",
+              help="the report as Markdown, for an issue or a design review: a table of the "
+              "terms (bytes, GB, share of the capacity, source reference), the dominant terms, "
+              "the defaults applied, the metric and the verdict"),
         flag("--advise", group="output", commands=est, effect="output",
               help="list the single changes that make the job fit (always when it does not): "
               "each knob's smallest change, solved and verified"),
@@ -446,7 +451,7 @@ def _command_rows():
               help="small sizes (seconds): proves it runs"),
         flag("--suite", group="output", commands=frozenset({"bench"}), effect="output",
               help="also time the full test suite"),
-        flag("--json", group="output", commands=json_cmds, effect="output",
+        flag("--json", group="output", commands=json_cmds, effect="output", exclusive="report",
               help="one JSON object on stdout"),
     ]
 

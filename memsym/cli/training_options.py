@@ -457,10 +457,11 @@ def estimate_training(args) -> int:
         emit_json({**rep, "gpu_memory_bytes": cap,
                    "gpu_memory_note": getattr(args, "capacity_note", "as given"), "fits": fits})
         return status
-    from .report_text import render_estimate
+    from .report_text import render_estimate, render_markdown
 
-    print(render_estimate(rep, args, fits=fits, device=device,
-                          wide=getattr(args, "wide", False)))
+    print(render_markdown(rep, args, fits=fits, device=device) if getattr(args, "markdown", False)
+          else render_estimate(rep, args, fits=fits, device=device,
+                               wide=getattr(args, "wide", False)))
     return status
 
 
