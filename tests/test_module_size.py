@@ -23,7 +23,6 @@ LIMIT = 600
 ALLOWED = {
     "memsym/terms/model_state.py": 618,
     "memsym/terms/activations.py": 622,
-    "memsym/plotting.py": 633,
     "memsym/terms/communication.py": 639,
     "memsym/measure.py": 730,
     "memsym/analysis.py": 790,

@@ -12,7 +12,7 @@ from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
 from ..vocabulary import PRECISION_NAMES as PRECISIONS
 from . import options as T
 from .option_schema import (ALLOWANCES_SOURCE, JOB_AND_SEARCH, JOB_DEFAULTS,
-                            MEGATRON_ARGS, PLOT_KINDS, PLOT_UNKNOWNS, RECIPE_SOURCE, SEARCH,
+                            MEGATRON_ARGS, PLOT_UNKNOWNS, RECIPE_SOURCE, SEARCH,
                             SOLVE_UNKNOWNS, flag, option)
 
 __all__ = ["OPTIONS", "SWITCH_FLAGS"]
@@ -490,13 +490,11 @@ def _time_rows():
 
 
 def _model_rows():
-    return (option("kind", group="input", type=T.choice("plot", PLOT_KINDS), metavar="KIND",
-               commands={"plot"}, effect="output", positional=True,
-               help="breakdown, memory-vs or feasibility"),
-            option("model", group="input", metavar="MODEL", positional=True, commands=JOB_AND_SEARCH,
+    # plot's KIND is a subcommand of its own (memsym.cli.plot), each with its own help
+    return (option("model", group="input", metavar="MODEL", positional=True, commands=JOB_AND_SEARCH,
               effect="memory, time", nargs="?",
               help="preset name (memsym models: llama3-70b, mixtral-8x7b, ...) or path to a "
-              "Hugging Face config.json; its recipe (memsym.model.RECIPES) is the baseline"))
+              "Hugging Face config.json; its recipe (memsym.model.RECIPES) is the baseline"),)
 
 
 def _all_rows() -> tuple:
