@@ -431,7 +431,8 @@ _OWN_VALUES = {
     "--metric": ["allocated"], "--advise": [], "--dropout": [], "--margin": ["0.1"],
 }
 #: Options that choose the input or the output, not the job (each tested on its own).
-_NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--wide", "--markdown", "--args-file", "--launch-script",
+_NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--wide", "--markdown", "--sensitivity",
+                    "--args-file", "--launch-script",
                     "--deepspeed-config", "--torchtitan-config"}
 
 

@@ -134,6 +134,8 @@ def run(args) -> int:
     rep["margin_bytes"] = margin = margin_bytes(args, cap)
     fits = None if cap is None else bool(total <= cap - margin)
     values = rep["values"]
+    if getattr(args, "sensitivity", False):
+        rep["sensitivity"] = model_state_sensitivity(rep)
     if args.json:
         emit_json({
             "bytes": {**{k: number_out(v) for k, v in terms.items()}, "total": number_out(total)},
@@ -151,12 +153,39 @@ def run(args) -> int:
             "offload": args.offload,
             "bytes_per_parameter": rep["widths"],
             "sources": rep["sources"],
+            **({"sensitivity": rep["sensitivity"]} if "sensitivity" in rep else {}),
             "units": "bytes",
         })
         return 0
-    print(render_markdown(terms, total, rep, args, fits) if getattr(args, "markdown", False)
-          else render_table(terms, total, rep, args, fits))
+    text = render_markdown(terms, total, rep, args, fits) if getattr(args, "markdown", False) \
+        else render_table(terms, total, rep, args, fits)
+    if "sensitivity" in rep:
+        from .report_text import render_sensitivity
+
+        block = render_sensitivity(rep["sensitivity"])
+        text += "\n\n" + (f"```text\n{block}\n```" if getattr(args, "markdown", False) else block)
+    print(text)
     return 0
+
+
+def model_state_sensitivity(rep: dict) -> list:
+    """The model states' slope in d, t and p (exact: the total is a formula in them) and the
+    exact change when each is doubled (:mod:`memsym.sensitivity`), JSON-ready."""
+    import sympy as sp
+
+    from ..sensitivity import Sensitivity, derivatives
+    from ..symbols import lookup
+    from .training_options import sensitivity_rows
+
+    total, values = rep["total"], {lookup(k): v for k, v in rep["values"].items()}
+    now = sp.Add(*(term.expr for term in total)).xreplace(values)
+    rows = []
+    for knob, (whole, parts) in derivatives(total, values, ("d", "t", "p")).items():
+        x = lookup(knob)
+        doubled = sp.Add(*(term.expr for term in total)).xreplace({**values, x: 2 * values[x]})
+        rows.append(Sensitivity(knob, int(values[x]), whole, parts,
+                                number_out(doubled - now, round_up=True)))
+    return sensitivity_rows(rows)
 
 
 def render_markdown(terms: dict, total, rep: dict, args, fits) -> str:

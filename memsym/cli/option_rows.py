@@ -408,6 +408,11 @@ def _command_rows():
               help="the report as Markdown, for an issue or a design review: a table of the "
               "terms (bytes, GB, share of the capacity, source reference), the dominant terms, "
               "the defaults applied, the metric and the verdict"),
+        flag("--sensitivity", group="output", commands=est, effect="output",
+              help="a table of how the per-GPU total moves with each knob (d, t, p, c, b, s, "
+              "and v with pipeline parallelism): the exact derivative of the symbolic total at "
+              "the job [GB per unit] and the exact change when the knob is doubled (the job "
+              "estimated again); in JSON under \"sensitivity\""),
         flag("--advise", group="output", commands=est, effect="output",
               help="list the single changes that make the job fit (always when it does not): "
               "each knob's smallest change, solved and verified"),

@@ -12,7 +12,7 @@ import textwrap
 
 __all__ = ["WIDTH", "render_estimate", "render_step", "render_advice", "capacity_label",
            "margin_text", "render_markdown", "markdown_table",
-           "markdown_references", "markdown_text"]
+           "markdown_references", "markdown_text", "render_sensitivity"]
 
 #: The widest line of the default report [columns].
 WIDTH = 100
@@ -91,6 +91,8 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
         lines += ["", render_step(rep)]
     if "advice" in rep:
         lines += ["", render_advice(rep["advice"])]
+    if "sensitivity" in rep:
+        lines += ["", render_sensitivity(rep["sensitivity"])]
     if refs:
         lines += ["", "references:"]
         lines += [textwrap.fill(f"[{i}] {src}", WIDTH, subsequent_indent="    ",
@@ -194,7 +196,8 @@ def render_markdown(rep: dict, args, *, fits, device: int) -> str:
     if fits is not None:
         lines += ["", f"**{markdown_text(_verdict(rep, args, fits, device))}**"]
     for block in ([render_step(rep)] if "communication" in rep else []) + \
-            ([render_advice(rep["advice"])] if "advice" in rep else []):
+            ([render_advice(rep["advice"])] if "advice" in rep else []) + \
+            ([render_sensitivity(rep["sensitivity"])] if "sensitivity" in rep else []):
         lines += ["", "```text", block, "```"]
     return "\n".join(lines + markdown_references(refs))
 
@@ -264,4 +267,21 @@ def render_advice(rows: list) -> str:
         lines.append(f"{r['change'][:39]:<40}{r['bytes_total'] / 1e9:>9.2f}"
                      f"{r['saved_bytes'] / 1e9:>9.2f}{r['gpus']:>7}{step:>9}  "
                      + " ".join(r["flags"]))
+    return "\n".join(lines)
+
+
+def render_sensitivity(rows: list) -> str:
+    """The knobs as a table: the exact slope of the total at the job [GB per unit of the knob]
+    and the change when the knob is doubled, the job estimated again [GB]."""
+    lines = [_wrap("sensitivity of the per-GPU total (dM/dx: the formula's slope at the job, "
+                   "the stage's counts and m held; doubled: the job estimated again):"),
+             f"{'knob':<6}{'value':>8}{'dM/dx GB per unit':>20}{'doubled':>10}{'change GB':>12}"]
+    for r in rows:
+        slope = "-" if r["bytes_per_unit"] is None else f"{r['bytes_per_unit'] / 1e9:.6g}"
+        change = "-" if r["doubled_change_bytes"] is None \
+            else f"{r['doubled_change_bytes'] / 1e9:+.3f}"
+        lines.append(f"{r['knob']:<6}{r['value']:>8}{slope:>20}{r['doubled_value']:>10}"
+                     f"{change:>12}")
+    lines += [_wrap(f"not doubled: {r['knob']} = {r['doubled_value']}: {r['note']}")
+              for r in rows if r["note"]]
     return "\n".join(lines)

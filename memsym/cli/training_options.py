@@ -453,6 +453,8 @@ def estimate_training(args) -> int:
     if cap is not None and (fits is False or getattr(args, "advise", False)) \
             and args.convention not in ("megatron-lm", "megatron-bridge"):
         rep["advice"] = advice_report(j.replace(capacity=usable) if j.capacity != usable else j)
+    if getattr(args, "sensitivity", False):
+        rep["sensitivity"] = sensitivity_report(args, j)
     if args.json:
         emit_json({**rep, "gpu_memory_bytes": cap,
                    "gpu_memory_note": getattr(args, "capacity_note", "as given"), "fits": fits})
@@ -463,6 +465,29 @@ def estimate_training(args) -> int:
           else render_estimate(rep, args, fits=fits, device=device,
                                wide=getattr(args, "wide", False)))
     return status
+
+
+def sensitivity_report(args, j) -> list:
+    """Each knob's :class:`memsym.sensitivity.Sensitivity` at the job, JSON-ready."""
+    from ..errors import InvalidValueError
+    from ..sensitivity import sensitivity
+
+    if args.convention in ("megatron-lm", "megatron-bridge"):
+        raise InvalidValueError(f"--sensitivity differentiates memsym's own total: with "
+                                f"--convention {args.convention} the report is the framework's "
+                                "estimator (drop one of them)")
+    return sensitivity_rows(sensitivity(j))
+
+
+def sensitivity_rows(rows) -> list:
+    """:class:`memsym.sensitivity.Sensitivity` rows as JSON (exact values also as text)."""
+    return [{"knob": r.knob, "value": r.value,
+             "bytes_per_unit": None if r.derivative is None else number_out(r.derivative),
+             "bytes_per_unit_exact": None if r.derivative is None else str(r.derivative),
+             "by_term_bytes_per_unit": {k: None if v is None else number_out(v)
+                                        for k, v in r.by_term.items()},
+             "doubled_value": 2 * r.value, "doubled_change_bytes": r.doubled,
+             "note": r.note} for r in rows]
 
 
 def advice_report(j) -> list:
