@@ -479,11 +479,11 @@ class Job:
 
     def replace(self, **options) -> "Job":
         """A new job with ``options`` changed (the same names as :func:`job`), validated."""
+        defaults = tuple(d for d in self.defaults if d[0] not in _canonical(options))
+        options.setdefault("capacity", self.capacity)    # replace(capacity=...) changes it
         return job(self.model, layout=self.layout, training=self.training,
                    allowances=dict(self.allowances), gpu=self.gpu, cluster=self.cluster,
-                   capacity=self.capacity, _notes=self.notes,
-                   _defaults=tuple(d for d in self.defaults if d[0] not in _canonical(options)),
-                   **options)
+                   _notes=self.notes, _defaults=defaults, **options)
 
     @property
     def world_size(self) -> int:

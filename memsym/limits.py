@@ -10,6 +10,7 @@ naming the limit; :func:`check_limit` is the one place this is done.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -21,7 +22,7 @@ __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "S
            "SHELL_MAX_COMMANDS", "BRIDGE_MAX_VALUE_CHARS", "check_limit",
            "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes", "MAX_INPUT_BYTES",
            "MAX_CONFIG_JSON_BYTES", "MAX_NESTING", "MAX_CONFIG_CALL_DEPTH", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
-           "MAX_TOP", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE",
+           "MAX_TOP", "MAX_MARGIN_FRACTION", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE",
            "check_text"]
 
 
@@ -169,6 +170,10 @@ BANDWIDTH_RANGE = (0.1, 1e5)
 TFLOPS_RANGE = (1e-3, 1e5)
 #: A price per GPU-hour (any currency), (lowest, highest): from a tenth of a cent to 10^6.
 PRICE_RANGE = (1e-3, 1e6)
+#: The largest ``--margin`` given as a fraction of the capacity (exact 1/2): a margin above half
+#: the GPU is a typo for bytes, and the fragmentation allowance already covers the allocator
+#: (memsym.training.ALLOWANCES).  A margin in bytes must be below the capacity.
+MAX_MARGIN_FRACTION = Fraction(1, 2)
 
 #: Bounds of memsym's reading of a bash launch script without running it
 #: (:mod:`memsym.readers.launch_script`).  Each is checked while the script is read and

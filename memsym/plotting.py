@@ -1,234 +1,28 @@
 """Plots of memory budgets and layout searches (matplotlib, imported only when a plot is made).
 
-Owns the charts a reader of a sizing question needs: the breakdown of a job's memory by term
-group against the GPU's capacity, memory against one unknown (d, t, p, b, s, ...) with the
-solved value and the floor no amount of the unknown removes, and the feasibility map of a
-layout search.  Each function returns a :class:`matplotlib.figure.Figure`; :func:`save` writes
+Owns the charts a reader of a sizing question needs: the breakdown of a job's memory against
+the GPU's capacity (:mod:`memsym.plot_breakdown`, re-exported here), memory against one
+unknown (d, t, p, b, s, ...) with the solved value and the floor no amount of the unknown
+removes, and the feasibility map of a layout search.  Each function returns a :class:`matplotlib.figure.Figure`; :func:`save` writes
 it as PNG, PDF or SVG by the file's extension.  Memory axes are in GB (1e9 bytes).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Mapping, Sequence
 
-from .training import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
-from .errors import InvalidValueError, NoFitError, UnknownNameError
-from .symbols import lookup, registry
 from .analysis import largest, smallest
+from .errors import InvalidValueError, NoFitError, UnknownNameError
+from .plot_base import FORMATS, GB, MAX_TEXT, figure, legend_outside, plot_text, save
+from .plot_breakdown import breakdown, breakdown_bars, stage_breakdown
+from .symbols import lookup, registry
 from .values import as_values, exact
 
 __all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS", "plot_text", "MAX_TEXT",
-           "breakdown_bars", "memory_vs_d", "feasibility_map"]
+           "breakdown_bars", "memory_vs_d", "feasibility_map", "stage_breakdown"]
 
-_GB = 1e9
-#: File extensions :func:`save` writes.
-FORMATS = ("png", "pdf", "svg")
-#: Term keys by group, as :meth:`memsym.training.TrainingEstimate.grouped` reports them.
-_GROUPS = (("model states", STATE_KEYS), ("activations", ("activations",) + ACTIVATION_KEYS),
-           ("allowances", ALLOWANCE_KEYS))
-_COLORS = {"model states": "tab:blue", "activations": "tab:orange", "allowances": "tab:gray"}
+_GB = GB
 _MAX_POINTS = 4096   # points on a memory-vs curve (every size from a user is bounded)
-
-
-#: The longest user text drawn (a title, a job or model name) [characters]; longer is cut
-#: (a command line allows 128 KiB in one argument; a title wider than the figure says nothing).
-MAX_TEXT = 300
-
-
-def plot_text(text, limit: int = MAX_TEXT) -> str:
-    r"""``text`` as matplotlib draws it literally: the one helper every user string (a title,
-    a job, model or term name) passes through before it reaches a plot.
-
-    Matplotlib reads text between two unescaped ``$`` as mathtext and raises on what it cannot
-    parse (``$\frac{$``): every ``$`` is escaped as ``\$``, so no text is ever math and each
-    ``$`` is drawn as a dollar sign (a backslash before it stays a backslash).  Control
-    characters other than the newline become ``\xNN``; text beyond ``limit`` characters is cut.
-    The plots are drawn with ``text.usetex`` off (:func:`_figure`, :func:`save`), so LaTeX
-    never sees the text either.
-
-    Examples
-    --------
-    >>> print(plot_text(r"$\frac{$"), plot_text("a$^{$b"))
-    \$\frac{\$ a\$^{\$b
-    >>> from matplotlib.text import Text
-    >>> Text()._preprocess_math(plot_text(r"$\frac{$"))   # drawn as typed, not as math
-    ('$\\frac{$', False)
-    """
-    text = str(text)
-    if len(text) > limit:
-        text = text[:limit] + "..."
-    out = []
-    for ch in text:
-        if ch == "$":
-            out.append("\\$")
-        elif ch != "\n" and not ch.isprintable():
-            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def _figure(ax=None, size=(7.5, 4.2)):
-    if ax is not None:
-        return ax.figure, ax
-    from matplotlib import rc_context
-    from matplotlib.figure import Figure
-
-    with rc_context({"text.usetex": False}):   # a user's matplotlibrc may turn LaTeX on
-        fig = Figure(figsize=size, layout="constrained")
-        return fig, fig.add_subplot()
-
-
-def _legend_outside(ax, **kw):
-    """A legend to the right of the axes, never over the data."""
-    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
-                     fontsize="small", **kw)
-
-
-def save(fig, path) -> str:
-    """Write ``fig`` to ``path``; the format follows the extension (png, pdf or svg).
-
-    Raises
-    ------
-    InvalidValueError
-        For any other extension.
-
-    Examples
-    --------
-    >>> import tempfile, os
-    >>> fig = breakdown({"zero1": {"weights": 14e9}}, capacity=80e9)
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     out = save(fig, os.path.join(tmp, "m.svg"))
-    ...     os.path.getsize(out) > 0
-    True
-    """
-    ext = os.path.splitext(str(path))[1].lower().lstrip(".")
-    if ext not in FORMATS:
-        raise InvalidValueError(f"plot file must end in .png, .pdf or .svg, got {str(path)[-40:]!r}")
-    from matplotlib import rc_context
-
-    # tick labels are made while drawing: with LaTeX off as the rest (see plot_text)
-    with rc_context({"text.usetex": False}):
-        fig.savefig(path, format=ext, dpi=150 if ext == "png" else None)
-    return str(path)
-
-
-# ---------------------------------------------------------------------------------------------
-# breakdown
-# ---------------------------------------------------------------------------------------------
-def _grouped_bytes(item) -> dict:
-    """Group name -> bytes for an estimate or a ``{term: bytes}`` mapping."""
-    if hasattr(item, "breakdown") and hasattr(item, "total"):
-        bd = item.breakdown()
-    else:
-        bd = dict(item)
-    out = {}
-    seen = set()
-    for group, keys in _GROUPS:
-        vals = [float(bd[k]) for k in keys if k in bd]
-        seen.update(k for k in keys if k in bd)
-        if vals:
-            out[group] = sum(vals)
-    rest = [float(v) for k, v in bd.items() if k not in seen and k != "total"]
-    if rest:
-        out["other"] = sum(rest)
-    return out
-
-
-def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
-    """Stacked bars of per-GPU memory by term group (model states, activations,
-    allowances) [GB], one bar per job, with the capacity line.
-
-    Parameters
-    ----------
-    items : TrainingEstimate, mapping
-        One estimate (:func:`memsym.training.training_memory`), or label -> estimate or
-        ``{term: bytes}`` (e.g. :meth:`memsym.term.Total.breakdown`).
-    capacity : number, optional
-        GPU memory [bytes], drawn and labelled.
-    title : str, optional
-
-    Examples
-    --------
-    >>> from memsym.training import Layout, Training, training_memory
-    >>> est = training_memory("llama2-7b", Layout(d=8), Training(seq_length=4096))
-    >>> fig = breakdown({"llama2-7b d=8": est}, capacity=80e9)
-    >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    ['capacity 80 GB', 'model states', 'activations', 'allowances']
-    """
-    import numpy as np
-
-    if hasattr(items, "breakdown") and hasattr(items, "total"):
-        items = {"most-loaded GPU": items}
-    labels = [plot_text(x) for x in items]
-    if len(set(labels)) != len(labels):
-
-        raise InvalidValueError("breakdown labels must differ (after escaping for the plot)")
-    data = [_grouped_bytes(v) for v in items.values()]
-    groups = [g for g, _ in _GROUPS if any(g in d for d in data)]
-    if any("other" in d for d in data):
-        groups.append("other")
-    fig, ax = _figure(ax)
-    bottom = np.zeros(len(labels))
-    for g in groups:
-        vals = np.array([d.get(g, 0.0) / _GB for d in data])
-        ax.bar(labels, vals, bottom=bottom, label=g, color=_COLORS.get(g, "tab:purple"),
-               edgecolor="white")
-        bottom += vals
-    for i, top in enumerate(bottom):
-        ax.annotate(f"{top:.1f} GB", (i, top), xytext=(0, 3), textcoords="offset points",
-                    ha="center", va="bottom", fontsize="small")
-    if capacity is not None:
-        cap = float(capacity) / _GB
-        ax.axhline(cap, color="black", linestyle="--", label=f"capacity {cap:.4g} GB")
-        ax.set_ylim(0, max(cap, float(bottom.max(initial=0))) * 1.15)
-    ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
-    ax.set_xlabel("job")
-    ax.set_title(plot_text(title) if title else "Per-GPU memory by term group (most-loaded GPU)")
-    _legend_outside(ax)
-    return fig
-
-
-def breakdown_bars(breakdowns: Mapping[str, Mapping], *, capacity=None, title: str = "", ax=None):
-    """Stacked bars, one per configuration, one segment per term [GB].
-
-    Parameters
-    ----------
-    breakdowns : mapping
-        Label -> ``{term: bytes}`` (``"total"`` is ignored), e.g. from
-        :meth:`memsym.term.Total.breakdown` or ``search(...).top()[i]["bytes"]``.
-    capacity : number, optional
-        GPU memory [bytes], drawn as a horizontal line.
-
-    Examples
-    --------
-    >>> fig = breakdown_bars({"zero1": {"weights": 14e9, "optimizer": 10.5e9}}, capacity=80e9)
-    >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    ['capacity', 'weights', 'optimizer']
-    """
-    import numpy as np
-
-    fig, ax = _figure(ax)
-    labels = list(breakdowns)
-    shown = [plot_text(lab) for lab in labels]
-    keys = []
-    for bd in breakdowns.values():
-        for key in bd:
-            if key != "total" and key not in keys:
-                keys.append(key)
-    bottom = np.zeros(len(labels))
-    for key in keys:
-        vals = np.array([float(breakdowns[lab].get(key, 0)) / _GB for lab in labels])
-        ax.bar(shown, vals, bottom=bottom, label=plot_text(key))
-        bottom += vals
-    if capacity is not None:
-        ax.axhline(float(capacity) / _GB, color="black", linestyle="--", label="capacity")
-    ax.set_ylabel("memory per GPU [GB]")
-    if title:
-        ax.set_title(plot_text(title))
-    _legend_outside(ax)
-    return fig
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,7 +156,7 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
             nothing = False
         elif not nothing:
             none_drawn = True
-    fig, ax = _figure(ax)
+    fig, ax = figure(ax)
     ax.plot(xs, ys, marker="o", markersize=3.5, color="tab:blue", label="memory per GPU")
     if cap is not None:
         capf = float(cap) / _GB
@@ -413,7 +207,7 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
     ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
     ax.set_ylim(bottom=0)
     ax.set_title(plot_text(title) if title else f"Memory per GPU against {x.name}")
-    _legend_outside(ax)
+    legend_outside(ax)
     return fig
 
 
@@ -510,7 +304,9 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
     if value not in ("fits", "step_time", "headroom"):
         raise InvalidValueError(f"value must be fits, step_time or headroom, got {value!r}")
     xs, ys, grid = _cells(result, x, y, value)
-    fig, ax = _figure(ax, size=(8, 4.6))
+    best = result.best() if len(result) and result.columns["fits"].any() else None
+    best_cell = None if best is None else (ys.index(best[y]), xs.index(best[x]))
+    fig, ax = figure(ax, size=(8, 4.6))
     if value == "fits":
         cmap = ListedColormap(["#d9534f", "#5cb85c"])
         ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, origin="lower", aspect="auto")
@@ -528,7 +324,9 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
         for i in range(len(ys)):
             for j in range(len(xs)):
                 if grid[i, j] > 0:   # dark text on the light (fast) end of viridis_r
-                    ax.text(j, i, f"{grid[i, j]:.2f} s", ha="center", va="center",
+                    # the best cell's number under its star, which sits at the centre
+                    low = 0.32 if (i, j) == best_cell else 0.0
+                    ax.text(j, i - low, f"{grid[i, j]:.2f} s", ha="center", va="center",
                             fontsize="x-small", color="black" if grid[i, j] <= mid else "white")
     else:
         lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
@@ -544,11 +342,10 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
     ax.set_title(plot_text(title or f"{result.space.arch.name} on {result.gpus} x {gpu}: "
                            + {"fits": "does a layout fit?", "step_time": "best step time",
                               "headroom": "best headroom"}[value]))
-    if len(result) and result.columns["fits"].any():
-        best = result.best()
-        j, i = xs.index(best[x]), ys.index(best[y])
-        # in the cell's upper right corner, so that the cell's own number stays readable
-        ax.plot([j + 0.32], [i + 0.3], marker="*", markersize=14, color="gold",
+    if best is not None:
+        i, j = best_cell
+        # at the centre of its cell (image cell (i, j) spans j +- 1/2, i +- 1/2)
+        ax.plot([j], [i], marker="*", markersize=14, color="gold",
                 markeredgecolor="black", linestyle="none",
                 label=f"best: t={best['t']} p={best['p']} c={best['c']} d={best['d']} b={best['b']}")
         handles.append(ax.get_lines()[-1])
@@ -617,7 +414,7 @@ def feasibility_map(result, *, ax=None):
             sel = (col["t"] == tt) & (col["p"] == pp)
             if sel.any():
                 grid[i, j] = np.max(col["headroom"][sel]) / _GB
-    fig, ax = _figure(ax)
+    fig, ax = figure(ax)
     lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
     img = ax.imshow(grid, cmap="RdYlGn", vmin=-lim, vmax=lim, origin="lower", aspect="auto")
     ax.set_xticks(range(len(ps)), [str(x) for x in ps])

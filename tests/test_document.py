@@ -197,7 +197,7 @@ def _cluster_report():
     # the step report the estimate command prints with --gpu (memsym.timing.report.step_report)
     import argparse
 
-    from memsym.cli.training_options import communication_report
+    from memsym.cli.job_report import communication_report
     from memsym.model import preset, resolve
 
     lay, tr = Layout(t=8, p=4, d=4), Training(seq_length=8192, global_batch_size=256)

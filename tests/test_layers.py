@@ -50,13 +50,14 @@ LAYERS = (
     ("composition", ("memsym.training",)),
     # consumers of the composed total, side by side
     ("consumers", ("memsym.timing", "memsym.analysis", "memsym.search", "memsym.conventions",
-                   "memsym.measure", "memsym.reference_layers", "memsym.advice")),
+                   "memsym.measure", "memsym.reference_layers", "memsym.advice",
+                   "memsym.sensitivity")),
     ("readers", ("memsym.readers",)),
     # the whole-job document (and the structure of a job's total it prints), plots, the
     # benchmark, and a searched layout as a framework's launch arguments (which its readers
     # read back)
-    ("outputs", ("memsym.document", "memsym.job_parts", "memsym.plotting", "memsym.bench",
-                 "memsym.emit")),
+    ("outputs", ("memsym.document", "memsym.job_parts", "memsym.plotting", "memsym.plot_base",
+                 "memsym.plot_breakdown", "memsym.bench", "memsym.emit")),
     # the package's own namespace (``from memsym import ...``)
     ("package", ("memsym",)),
     ("cli", ("memsym.cli", "memsym.__main__")),

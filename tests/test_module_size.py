@@ -22,7 +22,6 @@ LIMIT = 600
 #: The modules over the limit, each with its line count when it was listed (it may not grow).
 ALLOWED = {
     "memsym/terms/model_state.py": 618,
-    "memsym/plotting.py": 633,
     "memsym/terms/communication.py": 639,
     "memsym/measure.py": 730,
     "memsym/analysis.py": 790,

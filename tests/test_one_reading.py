@@ -428,11 +428,12 @@ _OWN_VALUES = {
     "--sharding": ["zero3"], "--should-pad-vocab": [], "--workspace": ["0"],
     "--finetune": ["lora"], "--lora-rank": ["8"], "--lora-targets": ["q,v"],
     "--lora-quantization": ["int8"], "--lora-regather": [], "--params": ["7B"],
-    "--metric": ["allocated"], "--advise": [], "--dropout": [],
+    "--metric": ["allocated"], "--advise": [], "--dropout": [], "--margin": ["0.1"],
 }
 #: Options that choose the input or the output, not the job (each tested on its own).
-_NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--wide", "--args-file", "--launch-script",
-                    "--deepspeed-config", "--torchtitan-config", "--bridge-recipe", "--recipe"}
+_NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--wide", "--markdown", "--sensitivity",
+                    "--args-file", "--launch-script", "--deepspeed-config", "--torchtitan-config",
+                    "--bridge-recipe", "--recipe"}
 
 
 _MEGATRON_COMMAND = ["--num-layers", 4, "--hidden-size", 256, "--num-attention-heads", 4,

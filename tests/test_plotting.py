@@ -198,12 +198,11 @@ def test_save_refuses_other_formats(tmp_path):
 
 def test_cli_plot_module(tmp_path):
     from memsym.cli import ArgumentParser
-    from memsym.cli.option_table import add_options
     from memsym.cli.plot import add_plot_parser, run_plot
 
     parser = ArgumentParser(prog="memsym")
     sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser)
-    add_options(add_plot_parser(sub), "plot")
+    add_plot_parser(sub)
     lay, tr = Layout(t=4, p=2, d=8), Training(seq_length=2048, recompute="full", num_microbatches=16)
     est = training_memory("gpt3-175b", lay, tr)
     for kind, extra in (("breakdown", []), ("memory-vs", ["--vs", "dp", "--candidates", "4:24"]),
@@ -251,16 +250,70 @@ def _plot_cli(monkeypatch, tmp_path, kind, ext, *extra):
     return drawn[0].axes[0], out
 
 
+def _estimate_json(*argv):
+    import contextlib
+    import io
+    import json
+
+    from memsym.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        main(["estimate", *argv, "--json"])
+    return json.loads(buf.getvalue())
+
+
 def test_cli_plot_breakdown(monkeypatch, tmp_path):
     ax, _ = _plot_cli(monkeypatch, tmp_path, "breakdown", "png", "--gpu", "h100-80gb")
     assert "gpt3-175b" in ax.get_title() and "TP 8 x PP 4 x DP 8 (256 GPUs)" in ax.get_title()
     assert ax.get_ylabel() == "memory per GPU [GB = 1e9 bytes]"
-    # the H100's CUDA total, 79.11 GiB = 84.94 GB (vllm-project/vllm#27508)
-    assert _legend(ax) == ["capacity 84.94 GB", "model states", "activations", "allowances"]
-    est = training_memory("gpt3-175b", Layout(t=8, p=4, d=8),
-                          Training(seq_length=2048, recompute="full", num_microbatches=16))
-    tops = [p.get_y() + p.get_height() for p in ax.patches]
-    assert abs(max(tops) - float(est.bytes_total) / GB) < 1e-9
+    # one bar per stage the estimate compares: p = 4 has the first, one middle and the last
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["stage 0 (first, most loaded)", "stage 1 (middle)", "stage 3 (last)"]
+    rep = _estimate_json(*_JOB, "--gpu", "h100-80gb")
+    terms = {k: v for k, v in rep["bytes"].items() if k != "total"}
+    # the H100's CUDA total, 79.11 GiB = 84.94 GB (vllm-project/vllm#27508), then one legend
+    # entry per term (not three groups)
+    assert _legend(ax) == ["capacity 84.94 GB", *terms]
+    cap = next(ln for ln in ax.get_lines() if ln.get_label().startswith("capacity"))
+    assert cap.get_ydata()[0] == rep["gpu_memory_bytes"] / GB
+    # the most-loaded stage's bar: one segment per term, its height the JSON bytes / 1e9,
+    # stacked in the report's order from 0 to the total
+    bar = [p for p in ax.patches if abs(p.get_x() + p.get_width() / 2) < 1e-9]
+    assert [p.get_height() for p in bar] == pytest.approx([v / GB for v in terms.values()],
+                                                          rel=1e-12)
+    assert bar[-1].get_y() + bar[-1].get_height() == pytest.approx(rep["bytes"]["total"] / GB)
+    assert len(ax.patches) == 3 * len(terms)
+    # every segment labelled with its GB and its share of the capacity
+    shown = [t.get_text() for t in ax.texts]
+    for key, val in terms.items():
+        label = f"{key} {val / GB:.1f} GB, {100 * val / rep['gpu_memory_bytes']:.1f} %"
+        assert label in shown, label
+
+
+def test_cli_plot_breakdown_help_is_the_plots_own(capsys):
+    from memsym.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["plot", "breakdown", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: memsym plot breakdown")
+    assert "One bar per pipeline stage" in out and "--vs" not in out and "--output" in out
+    with pytest.raises(SystemExit):
+        main(["plot", "feasibility", "--help"])
+    out = " ".join(capsys.readouterr().out.split())      # the help's lines joined
+    assert "starred at the centre of its cell" in out and "--candidates" not in out
+
+
+def test_cli_plot_memory_vs_title_names_the_job_and_the_unknown(monkeypatch, tmp_path):
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "memory-vs", "png", "--gpu-memory", "80GB",
+                      "--vs", "dp")
+    # the sweep varies d: the title leaves it free instead of naming the job's d = 8
+    assert ax.get_title() == ("Memory per GPU against the data-parallel size d\n"
+                              "gpt3-175b: TP 8 x PP 4 x DP d, s = 2048, b = 1")
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "memory-vs", "png", "--gpu-memory", "80GB",
+                      "--vs", "tp", "--candidates", "4,8")
+    assert "TP t x PP 4 x DP 8" in ax.get_title() and "256 GPUs" not in ax.get_title()
 
 
 def test_cli_plot_memory_vs_marks_the_solved_d(monkeypatch, tmp_path):
@@ -289,6 +342,18 @@ def test_cli_plot_memory_vs_nothing_fits(monkeypatch, tmp_path):
     texts = " ".join(_texts(drawn[0].axes[0]))
     assert "nothing fits" in texts
     assert out.read_bytes().startswith(b"%PDF")
+
+
+def test_feasibility_star_at_the_centre_of_its_cell():
+    res = _search()
+    fig = feasibility(res, x="p", y="t")
+    ax = fig.axes[0]
+    best = res.best()
+    xs = [int(t.get_text()) for t in ax.get_xticklabels()]
+    ys = [int(t.get_text()) for t in ax.get_yticklabels()]
+    star = next(ln for ln in ax.get_lines() if ln.get_marker() == "*")
+    # image cell (i, j) spans j +- 1/2 by i +- 1/2: its centre is (j, i)
+    assert (star.get_xdata()[0], star.get_ydata()[0]) == (xs.index(best["p"]), ys.index(best["t"]))
 
 
 def test_cli_plot_feasibility_marks_best(monkeypatch, tmp_path):

@@ -114,7 +114,7 @@ def run(args) -> int:
                                 "capacity (--gpu NAME or --gpu-memory C)")
     if wants_training(args):  # a job: the full training total (job_from_args refuses --params)
         return estimate_training(args)
-    from .training_options import PRICING
+    from .job_report import PRICING
 
     pricing = [opt for opt, dest in PRICING if getattr(args, dest, None) is not None]
     if pricing:  # --gpu alone only supplies the capacity of the model-state estimate
@@ -126,14 +126,20 @@ def run(args) -> int:
     rep = model_state_report(args)
     terms = dict(rep["bytes"])
     total = sp.Add(*terms.values())
+    from .options import margin_bytes
+
     cap = args.gpu_memory
-    fits = None if cap is None else bool(total <= cap)
+    rep["margin_bytes"] = margin = margin_bytes(args, cap)
+    fits = None if cap is None else bool(total <= cap - margin)
     values = rep["values"]
+    if getattr(args, "sensitivity", False):
+        rep["sensitivity"] = model_state_sensitivity(rep)
     if args.json:
         emit_json({
             "bytes": {**{k: number_out(v) for k, v in terms.items()}, "total": number_out(total)},
             "gpu_memory_bytes": cap,
             "gpu_memory_note": getattr(args, "capacity_note", "as given"),
+            "margin_bytes": margin,
             "fits": fits,
             "host_bytes": {k: number_out(v) for k, v in rep["host_bytes"].items()},
             "layout": {"dp": int(values["d"]), "tp": int(values["t"]), "pp": int(values["p"])},
@@ -145,11 +151,64 @@ def run(args) -> int:
             "offload": args.offload,
             "bytes_per_parameter": rep["widths"],
             "sources": rep["sources"],
+            **({"sensitivity": rep["sensitivity"]} if "sensitivity" in rep else {}),
             "units": "bytes",
         })
         return 0
-    print(render_table(terms, total, rep, args, fits))
+    text = render_markdown(terms, total, rep, args, fits) if getattr(args, "markdown", False) \
+        else render_table(terms, total, rep, args, fits)
+    if "sensitivity" in rep:
+        from .report_text import render_sensitivity
+
+        block = render_sensitivity(rep["sensitivity"])
+        text += "\n\n" + (f"```text\n{block}\n```" if getattr(args, "markdown", False) else block)
+    print(text)
     return 0
+
+
+def model_state_sensitivity(rep: dict) -> list:
+    """The model states' slope in d, t and p (exact: the total is a formula in them) and the
+    exact change when each is doubled (:mod:`memsym.sensitivity`), JSON-ready."""
+    import sympy as sp
+
+    from ..sensitivity import Sensitivity, derivatives
+    from ..symbols import lookup
+    from .job_report import sensitivity_rows
+
+    total, values = rep["total"], {lookup(k): v for k, v in rep["values"].items()}
+    now = sp.Add(*(term.expr for term in total)).xreplace(values)
+    rows = []
+    for knob, (whole, parts) in derivatives(total, values, ("d", "t", "p")).items():
+        x = lookup(knob)
+        doubled = sp.Add(*(term.expr for term in total)).xreplace({**values, x: 2 * values[x]})
+        rows.append(Sensitivity(knob, int(values[x]), whole, parts,
+                                number_out(doubled - now, round_up=True)))
+    return sensitivity_rows(rows)
+
+
+def render_markdown(terms: dict, total, rep: dict, args, fits) -> str:
+    """The model-state estimate as Markdown (:func:`memsym.cli.report_text.markdown_table`)."""
+    from .report_text import (capacity_label, margin_text, markdown_references, markdown_table,
+                              markdown_text)
+
+    values, cap = rep["values"], args.gpu_memory
+    rows = {k: number_out(v, round_up=True) for k, v in terms.items()}
+    rows["total"] = sum(rows.values())
+    refs = list(dict.fromkeys(rep["sources"][k] for k in terms if rep["sources"].get(k)))
+    lines = [f"### memsym estimate: model states, {rep['scheme']} ({args.convention} "
+             "convention)", "",
+             f"N = {int(values['N']):,} parameters; d = {values['d']}, t = {values['t']}, "
+             f"p = {values['p']}; {args.precision} weights, {args.optimizer} optimizer, "
+             f"offload {args.offload}", ""]
+    lines += markdown_table(rows, base=cap or rows["total"] or 1,
+                            base_name="capacity" if cap else "total", sources=rep["sources"],
+                            refs=refs)
+    if fits is not None:
+        lines += ["", "**" + markdown_text(
+            f"GPU memory {capacity_label(args)}{margin_text(rep)}: "
+            f"{'fits' if fits else 'does NOT fit'}, headroom "
+            f"{(cap - rep['margin_bytes'] - float(total)) / 1e9:.3f} GB") + "**"]
+    return "\n".join(lines + markdown_references(refs))
 
 
 def render_table(terms: dict, total, rep: dict, args, fits) -> str:
@@ -178,8 +237,8 @@ def render_table(terms: dict, total, rep: dict, args, fits) -> str:
     if fits is not None:
         cap = args.gpu_memory
         verdict = "fits" if fits else "does NOT fit"
-        from .report_text import capacity_label
+        from .report_text import capacity_label, margin_text
 
-        lines.append(f"\nGPU memory {capacity_label(args)}: {verdict}, "
-                     f"headroom {(cap - float(total)) / 1e9:.3f} GB")
+        lines.append(f"\nGPU memory {capacity_label(args)}{margin_text(rep)}: {verdict}, "
+                     f"headroom {(cap - rep['margin_bytes'] - float(total)) / 1e9:.3f} GB")
     return "\n".join(lines)

@@ -33,7 +33,7 @@ def run(args) -> int:
     if args.json:
         emit_json({
             "gpus": res.gpus, "layout": layout_json(row), "bytes": bytes_json(res.bytes),
-            "method": res.method,
+            "method": res.method, "margin_bytes": args.margin_bytes,
             "closed_form": None if res.closed_form is None else sp.sstr(res.closed_form),
             "bound": None if res.bound is None else float(res.bound),
             "units": "bytes",
@@ -42,7 +42,9 @@ def run(args) -> int:
     lay = layout_json(row)
     print(f"memsym min-gpus: {res.gpus} GPUs")
     print("layout: " + ", ".join(f"{k} {v}" for k, v in lay.items() if v is not None))
-    print(res.explanation() + "  (C: GPU memory in bytes)")
+    print(res.explanation() + "  (C: GPU memory in bytes"
+          + (f", less the {args.margin_bytes / 1e9:.4g} GB --margin)" if args.margin_bytes
+             else ")"))
     for note in res.notes:
         print("note: " + note)
     print("bytes on the most-loaded GPU: " + ", ".join(

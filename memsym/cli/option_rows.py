@@ -13,7 +13,7 @@ from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
 from ..vocabulary import PRECISION_NAMES as PRECISIONS
 from . import options as T
 from .option_schema import (ALLOWANCES_SOURCE, JOB_AND_SEARCH, JOB_DEFAULTS,
-                            MEGATRON_ARGS, PLOT_KINDS, PLOT_UNKNOWNS, RECIPE_SOURCE, SEARCH,
+                            MEGATRON_ARGS, PLOT_UNKNOWNS, RECIPE_SOURCE, SEARCH,
                             SOLVE_UNKNOWNS, flag, option)
 
 __all__ = ["OPTIONS", "SWITCH_FLAGS"]
@@ -330,6 +330,13 @@ def _allowance_rows():
            default="1/10", source=ALLOWANCES_SOURCE + ": Megatron-Bridge's memory-tuning guide",
            commands=JOB_AND_SEARCH, search="same", metavar="F",
            help="allocator fragmentation margin as a fraction of the peak"),
+        option("--margin", group="allowances", type=T.margin, metavar="F|BYTES",
+           commands=frozenset({"estimate", "solve"}) | SEARCH, search="same", effect="output",
+           default=0, source="memsym: none, the --fragmentation allowance already covers the "
+           "allocator",
+           help="a safety margin a job must leave free to fit: a fraction 0..0.5 of the "
+           "capacity (0.05) or a size (4GB); estimate judges fits against capacity - margin, "
+           "search and min-gpus keep only the layouts within it, solve solves against it"),
     ]
 
 
@@ -407,8 +414,18 @@ def _command_rows():
         option("--max-gpus", group="search", type=T.positive_int, metavar="N", commands=ming,
            parser_default=1 << 17, default=1 << 17, source="memsym", effect="none",
            help="search bound"),
-        flag("--wide", group="output", commands=est, effect="output",
+        flag("--wide", group="output", commands=est, effect="output", exclusive="report",
               help="each term's source on its line (wider than 100 columns)"),
+        flag("--markdown", "markdown", group="output", commands=est, effect="output",
+              exclusive="report",
+              help="the report as Markdown, for an issue or a design review: a table of the "
+              "terms (bytes, GB, share of the capacity, source reference), the dominant terms, "
+              "the defaults applied, the metric and the verdict"),
+        flag("--sensitivity", group="output", commands=est, effect="output",
+              help="a table of how the per-GPU total moves with each knob (d, t, p, c, b, s, "
+              "and v with pipeline parallelism): the exact derivative of the symbolic total at "
+              "the job [GB per unit] and the exact change when the knob is doubled (the job "
+              "estimated again); in JSON under \"sensitivity\""),
         flag("--advise", group="output", commands=est, effect="output",
               help="list the single changes that make the job fit (always when it does not): "
               "each knob's smallest change, solved and verified"),
@@ -452,7 +469,7 @@ def _command_rows():
               help="small sizes (seconds): proves it runs"),
         flag("--suite", group="output", commands=frozenset({"bench"}), effect="output",
               help="also time the full test suite"),
-        flag("--json", group="output", commands=json_cmds, effect="output",
+        flag("--json", group="output", commands=json_cmds, effect="output", exclusive="report",
               help="one JSON object on stdout"),
     ]
 
@@ -491,13 +508,11 @@ def _time_rows():
 
 
 def _model_rows():
-    return (option("kind", group="input", type=T.choice("plot", PLOT_KINDS), metavar="KIND",
-               commands={"plot"}, effect="output", positional=True,
-               help="breakdown, memory-vs or feasibility"),
-            option("model", group="input", metavar="MODEL", positional=True, commands=JOB_AND_SEARCH,
+    # plot's KIND is a subcommand of its own (memsym.cli.plot), each with its own help
+    return (option("model", group="input", metavar="MODEL", positional=True, commands=JOB_AND_SEARCH,
               effect="memory, time", nargs="?",
               help="preset name (memsym models: llama3-70b, mixtral-8x7b, ...) or path to a "
-              "Hugging Face config.json; its recipe (memsym.model.RECIPES) is the baseline"))
+              "Hugging Face config.json; its recipe (memsym.model.RECIPES) is the baseline"),)
 
 
 def _all_rows() -> tuple:

@@ -14,7 +14,7 @@ from ..errors import MemsymError, UnknownNameError
 
 __all__ = [
     "positive_int", "count", "capacity", "fraction", "choice", "number_in", "efficiency",
-    "bandwidth", "tflops", "price", "top_count",
+    "bandwidth", "tflops", "price", "top_count", "margin", "margin_bytes",
     "model_state_setup", "model_state_convention", "emit_json", "number_out",
 ]
 
@@ -210,6 +210,73 @@ def tokens(text: str) -> int:
 def bytes_or_zero(text: str) -> int:
     """An allowance: a memory size (:func:`capacity`) or 0 to drop it."""
     return 0 if str(text).strip() in ("0", "0B") else capacity(text)
+
+
+def margin(text: str):
+    """``--margin``: a fraction 0 .. 1/2 of the capacity (a plain number, kept exact as a
+    :class:`~fractions.Fraction`) or a memory size with a unit (whole bytes, an ``int``).
+
+    Examples
+    --------
+    >>> margin("0.05"), margin("4GB"), margin("0")
+    (Fraction(1, 20), 4000000000, Fraction(0, 1))
+    >>> margin("0.6")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a fraction 0 .. 1/2 of the capacity (0.05) or a size with a unit (4GB, 4GiB), got '0.6'
+    """
+    from fractions import Fraction
+
+    from ..limits import MAX_MARGIN_FRACTION
+    from ..units import parse_bytes, parse_number
+
+    raw = str(text).strip()
+    accepted = (f"expected a fraction 0 .. {MAX_MARGIN_FRACTION} of the capacity (0.05) or a "
+                f"size with a unit (4GB, 4GiB), got {raw[:40]!r}")
+    if raw[-1:].isalpha():
+        try:
+            return parse_bytes(raw)
+        except MemsymError:
+            raise argparse.ArgumentTypeError(accepted) from None
+    try:
+        value = parse_number(raw, "--margin", high=MAX_MARGIN_FRACTION)
+    except MemsymError:
+        raise argparse.ArgumentTypeError(accepted) from None
+    return Fraction(value)
+
+
+def margin_bytes(args, capacity) -> int:
+    """The bytes ``--margin`` keeps free on a GPU of ``capacity`` bytes: 0 when absent, a
+    fraction of the capacity rounded up to whole bytes (an allocation is whole bytes), a size
+    as given.  A layout fits when its device total is at most ``capacity - margin_bytes``.
+
+    Raises
+    ------
+    InvalidValueError
+        A margin without a capacity, or one that leaves no memory.
+
+    Examples
+    --------
+    >>> from fractions import Fraction
+    >>> from types import SimpleNamespace as NS
+    >>> margin_bytes(NS(margin=Fraction(1, 3)), 10), margin_bytes(NS(margin=None), None)
+    (4, 0)
+    """
+    import math
+    from fractions import Fraction
+
+    from ..errors import InvalidValueError
+
+    value = getattr(args, "margin", None)
+    if value is None or value == 0:
+        return 0
+    if capacity is None:
+        raise InvalidValueError("--margin needs a capacity: give --gpu NAME or --gpu-memory C")
+    out = math.ceil(value * Fraction(int(capacity))) if isinstance(value, Fraction) else int(value)
+    if out >= capacity:
+        raise InvalidValueError(f"--margin {out / 1e9:.3f} GB leaves nothing of the "
+                                f"{capacity / 1e9:.3f} GB capacity: give less than the capacity")
+    return out
 
 
 #: ``memsym plot --candidates``: the most values drawn, and the largest.

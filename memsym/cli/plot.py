@@ -1,29 +1,62 @@
-"""``memsym plot``: the charts of a job, written to PNG, PDF or SVG by the file's extension.
+"""``memsym plot KIND``: the charts of a job, written to PNG, PDF or SVG by the file's extension.
 
-``breakdown`` (memory by term group against the capacity), ``memory-vs`` (memory against
-d, t, p, c, b or s, the solved value and the floor marked) and ``feasibility`` (a layout
-search over two knobs: fits or step time, the best layout marked).  This module adds the
-plot options and draws from an estimate the caller has already computed; the job options
-(MODEL, layout, training, --gpu) are the caller's (:func:`add_plot_parser`, :func:`run_plot`).
+``breakdown`` (one bar per pipeline stage, one labelled segment per term, against the
+capacity), ``memory-vs`` (memory against d, t, p, c, b or s, the solved value and the floor
+marked) and ``feasibility`` (a layout search over two knobs: fits or step time, the best layout
+starred).  Each KIND is a subcommand with its own help and options (:data:`KIND_HELP`); this
+module draws from an estimate the caller has already computed (:func:`add_plot_parser`,
+:func:`run_plot`).
 """
 
 from __future__ import annotations
 
 from .option_table import PLOT_KINDS, PLOT_UNKNOWNS, add_options
 
-__all__ = ["KINDS", "UNKNOWNS", "add_plot_parser", "run_plot"]
+__all__ = ["KINDS", "UNKNOWNS", "KIND_HELP", "add_plot_parser", "run_plot"]
 
 #: Plot kinds and the unknowns memory-vs draws against (memsym.cli.option_table).
 KINDS, UNKNOWNS = PLOT_KINDS, PLOT_UNKNOWNS
 
+#: kind -> (one-line help, description, the plot options it does not take).
+KIND_HELP = {
+    "breakdown": (
+        "per-GPU memory by term, one bar per pipeline stage",
+        "One bar per pipeline stage the estimate compares (the first, the last, and one of "
+        "each distinct middle make-up; the most-loaded named), each segment one term of the "
+        "report (the bytes of memsym estimate --json) labelled with its GB and its share of "
+        "the capacity; the capacity line drawn when --gpu or --gpu-memory gives one.",
+        ("vs", "candidates", "map_x", "map_y", "map_value")),
+    "memory-vs": (
+        "memory per GPU against one unknown",
+        "Memory per GPU against one unknown (--vs dp, tp, pp, cp, micro-batch-size or "
+        "seq-length), the job re-estimated at each value (--candidates); the capacity line, "
+        "the floor no amount of the unknown removes, and with a capacity the solved value "
+        "marked. The title names the job with the unknown left free.",
+        ("map_x", "map_y", "map_value")),
+    "feasibility": (
+        "a layout search over two knobs (needs --gpu)",
+        "The layouts of the job's world size on --gpu, over two knobs (--x, --y): whether a "
+        "layout fits, the best step time or the best headroom (--map) in each cell, blank "
+        "cells explained, the best layout starred at the centre of its cell.",
+        ("vs", "candidates")),
+}
+
 
 def add_plot_parser(subparsers):
-    """Register ``memsym plot`` with the plot options; the caller adds the job options and
-    sets ``run``.  Returns the parser."""
+    """Register ``memsym plot`` and its kinds (a subcommand each, with its own description
+    and the options it takes: :data:`KIND_HELP`).  Returns the ``plot`` parser."""
     parser = subparsers.add_parser(
         "plot", help="draw a job's memory breakdown, memory against an unknown, or a layout map",
         description="Charts of a job, written to PNG, PDF or SVG by the file's extension. "
-        "Memory in GB (1e9 bytes).")
+        "Memory in GB (1e9 bytes). memsym plot KIND --help for each kind.")
+    kinds = parser.add_subparsers(dest="kind", metavar="KIND", parser_class=type(parser))
+    kinds.required = True
+    for kind in KINDS:
+        short, long, skip = KIND_HELP[kind]
+        sub = kinds.add_parser(kind, help=short, description=long + " Memory in GB (1e9 bytes).")
+        add_options(sub, "plot", skip=skip)
+        # the options a kind does not take read as absent
+        sub.set_defaults(run=run, **{dest: None for dest in skip})
     return parser
 
 
@@ -44,6 +77,49 @@ def _job_name(estimate, arch) -> str:
 
     x = arch_of(estimate, arch)
     return f"{getattr(x, 'name', None) or 'model'}, {layout_text(estimate.values)}"
+
+
+def stage_bytes(estimate, job=None) -> dict:
+    """Bar label -> whole bytes per term (as ``memsym estimate --json`` reports them) of each
+    pipeline stage the estimate compares (:func:`memsym.training.candidate_stages`), the
+    most-loaded named; without the job, the most-loaded stage alone."""
+    from ..training import candidate_stages, job_memory
+    from .search import bytes_json
+
+    def label(i, p):
+        role = "only" if p == 1 else "first" if i == 0 else "last" if i == p - 1 else "middle"
+        return f"stage {i} ({role}" + (", most loaded)" if i == estimate.stage else ")")
+
+    if job is None:
+        return {label(estimate.stage, 1 if estimate.role == "only" else 2):
+                bytes_json(estimate.grouped())}
+    p = job.layout.p
+    return {label(i, p): bytes_json((estimate if i == estimate.stage else
+                                     job_memory(job, stage=i)).grouped())
+            for i in candidate_stages(job.model, job.layout)}
+
+
+def sweep_title(estimate, arch, unknown: str) -> str:
+    """The title of a memory-vs sweep: the unknown, and the job with the unknown left free
+    (``Memory per GPU against the data-parallel size d`` / ``gpt3-175b: TP 8 x PP 4 x DP d,
+    s = 2048, b = 1``), not the one value the job was given."""
+    from ..job_parts import arch_of
+    from ..symbols import registry
+
+    vals = {getattr(k, "name", k): v for k, v in estimate.values.items()}
+
+    def shown(sym):
+        return sym if sym == unknown else str(int(vals.get(sym, 1)))
+
+    parts = [f"{tag} {shown(sym)}" for sym, tag in (("t", "TP"), ("p", "PP"), ("c", "CP"),
+                                                    ("d", "DP"))
+             if sym != "c" or unknown == "c" or int(vals.get("c", 1)) > 1]
+    # s or b swept: named on the first line, left out of the job's
+    tail = [f"{sym} = {shown(sym)}" for sym in ("s", "b") if sym in vals and sym != unknown]
+    meta = registry().get(unknown)
+    model = getattr(arch_of(estimate, arch), "name", None) or "model"
+    return (f"Memory per GPU against {'the ' + meta.meaning + ' ' if meta else ''}{unknown}\n"
+            f"{model}: " + " x ".join(parts) + "".join(", " + x for x in tail))
 
 
 def _re_estimate(arch, layout, training, unknown):
@@ -111,8 +187,9 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
         raise InvalidValueError(f"--output must end in .png, .pdf or .svg, got {args.output!r}")
     name = _job_name(estimate, arch)
     if args.kind == "breakdown":
-        fig = plotting.breakdown({name: estimate}, capacity=cap,
-                                 title=args.title or f"Per-GPU memory by term group\n{name}")
+        fig = plotting.stage_breakdown(
+            stage_bytes(estimate, job), capacity=cap,
+            title=args.title or f"Per-GPU memory by term and pipeline stage\n{name}")
     elif args.kind == "memory-vs":
         unknown = UNKNOWNS[args.vs]
         evaluate = None    # the symbolic total, unless the job can be re-estimated
@@ -125,7 +202,7 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
         source = None if unknown == "p" and evaluate is not None else estimate
         fig = plotting.memory_vs(source, unknown, capacity=cap, candidates=args.candidates,
                                  evaluate=evaluate, solution=solution,
-                                 title=args.title or f"Memory per GPU against {unknown}\n{name}")
+                                 title=args.title or sweep_title(estimate, arch, unknown))
     else:
         res = search_result
         if res is None:
@@ -151,10 +228,8 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
 
 
 def add_parser(sub) -> None:
-    """``memsym plot KIND MODEL ... -o FILE``: the plot options and the job options."""
-    parser = add_plot_parser(sub)
-    add_options(parser, "plot")
-    parser.set_defaults(run=run)
+    """``memsym plot KIND MODEL ... -o FILE``: each kind with the plot and job options."""
+    add_plot_parser(sub)
 
 
 def run(args) -> int:

@@ -307,7 +307,7 @@ def _model_states_only(mine) -> bool:
 
 
 #: Job subcommands -> positional words before their MODEL.
-JOB_COMMANDS = {"estimate": 0, "solve": 0, "plot": 1, "latex": 0}
+JOB_COMMANDS = {"estimate": 0, "solve": 0, "plot": 0, "latex": 0}
 
 
 def _subparser(parser, name):
@@ -325,20 +325,19 @@ def prepare_argv(parser, raw):
         return list(raw), None
     head, sub = [raw[0]], _subparser(parser, raw[0])
     rest = list(raw[1:])
-    if raw[0] == "solve":
+    if raw[0] in ("solve", "plot"):          # solve's UNKNOWN, plot's KIND: a subparser each
         if not rest or looks_like_option(rest[0]):
-            return list(raw), None          # argparse says which unknowns exist
+            return list(raw), None          # argparse says which unknowns (kinds) exist
         head.append(rest.pop(0))
         sub = _subparser(sub, head[-1])
         if sub is None:
             return list(raw), None
     positionals = JOB_COMMANDS[raw[0]]
-    if raw[0] == "plot" and len(rest) >= 2 and rest[0] == "memory-vs" \
-            and not looks_like_option(rest[1]):
+    if head[-1] == "memory-vs" and rest and not looks_like_option(rest[0]):
         from .plot import UNKNOWNS
 
-        if rest[1] in UNKNOWNS:              # `plot memory-vs dp MODEL`: the swept unknown
-            rest = [rest[0], "--vs", rest[1], *rest[2:]]
+        if rest[0] in UNKNOWNS:              # `plot memory-vs dp MODEL`: the swept unknown
+            rest = ["--vs", *rest]
     expanded, from_file = _expand_files(rest)
     words = split_job_words(sub, expanded, positionals=positionals, from_file=from_file)
     return head + words.argparse, words

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import textwrap
 
-__all__ = ["WIDTH", "render_estimate", "render_step", "render_advice", "capacity_label"]
+__all__ = ["WIDTH", "render_estimate", "render_step", "render_advice", "capacity_label",
+           "margin_text", "render_markdown", "markdown_table",
+           "markdown_references", "markdown_text", "render_sensitivity"]
 
 #: The widest line of the default report [columns].
 WIDTH = 100
@@ -35,26 +37,16 @@ def _dominant(terms: dict, total: int) -> str:
 def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -> str:
     """The whole text report of one estimate (``rep`` as ``--json`` prints it)."""
     cap = args.gpu_memory
+    usable = None if cap is None else cap - rep.get("margin_bytes", 0)
     lines = []
     if fits is False:
         n = len(rep.get("advice", []))
         lines.append(f"does NOT fit: {device / 1e9:.3f} GB on the most-loaded GPU (device "
-                     f"count) > {cap / 1e9:.3f} GB; {n} single change{'' if n == 1 else 's'} "
+                     f"count) > {usable / 1e9:.3f} GB; {n} single change{'' if n == 1 else 's'} "
                      f"that make{'s' if n == 1 else ''} it fit below")
         lines.append("")
-    lay, trn = rep["layout"], rep["training"]
-    rc = trn["recompute"] + ("" if not trn.get("recompute_method") else
-                             f" ({trn['recompute_method']} {trn['recompute_num_layers']})")
-    if trn.get("recompute_modules") is not None:   # Megatron's --recompute-modules
-        rc += f" ({' '.join(trn['recompute_modules']) or 'no module'})"
-    lines.append(f"memsym estimate: {rep['model']} ({rep['convention']} convention), "
-                 f"most-loaded pipeline stage {rep['stage']['index']} ({rep['stage']['role']})")
-    lines.append(_wrap(
-        f"t = {lay['tp']}, p = {lay['pp']}, d = {lay['dp']}, c = {lay['cp']}, e = {lay['ep']}; "
-        f"s = {trn['seq_length']}, b = {trn['micro_batch_size']}, recompute {rc}, flash "
-        f"attention {'on' if trn['flash_attention'] else 'off (--use-flash-attn)'}, dropout "
-        + ("on (--hidden-dropout 0 --attention-dropout 0 turns it off)" if trn["dropout"]
-           else "off")))
+    lines.append(_title(rep))
+    lines.append(_wrap(_job_line(rep)))
     lines.append("")
     terms = {k: v for k, v in rep["bytes"].items() if k != "total"}
     total = rep["bytes"]["total"]
@@ -68,7 +60,7 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
         refs = []
     else:
         base = cap if cap else total
-        refs = list(dict.fromkeys(sources[k] for k in rep["bytes"] if sources.get(k)))
+        refs = _references(rep)
         lines.append(f"{'term':<{key_w}}{'bytes':>18}{'GB':>10}"
                      f"{'of ' + ('capacity' if cap else 'total'):>14}  ref")
         for key, val in rep["bytes"].items():
@@ -90,6 +82,53 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
             f"backward {ph['loss-backward'] / 1e9:.3f} GB, blocks' backward "
             f"{ph['backward'] / 1e9:.3f} GB, optimizer step {ph['optimizer'] / 1e9:.3f} GB"
             f"{step})")
+    said = _said(rep, device)
+    lines += said if wide else [_wrap(x) for x in said]
+    if fits is not None:
+        text = _verdict(rep, args, fits, device)
+        lines += ["", text if wide else _wrap(text)]
+    if "communication" in rep:
+        lines += ["", render_step(rep)]
+    if "advice" in rep:
+        lines += ["", render_advice(rep["advice"])]
+    if "sensitivity" in rep:
+        lines += ["", render_sensitivity(rep["sensitivity"])]
+    if refs:
+        lines += ["", "references:"]
+        lines += [textwrap.fill(f"[{i}] {src}", WIDTH, subsequent_indent="    ",
+                                break_long_words=True, break_on_hyphens=False)
+                  for i, src in enumerate(refs, 1)]
+    return "\n".join(lines)
+
+
+def _title(rep: dict) -> str:
+    return (f"memsym estimate: {rep['model']} ({rep['convention']} convention), "
+            f"most-loaded pipeline stage {rep['stage']['index']} ({rep['stage']['role']})")
+
+
+def _job_line(rep: dict) -> str:
+    """The layout and training in one line (``t = 1, p = 1, ...; s = 4096, b = 1, ...``)."""
+    lay, trn = rep["layout"], rep["training"]
+    rc = trn["recompute"] + ("" if not trn.get("recompute_method") else
+                             f" ({trn['recompute_method']} {trn['recompute_num_layers']})")
+    if trn.get("recompute_modules") is not None:   # Megatron's --recompute-modules
+        rc += f" ({' '.join(trn['recompute_modules']) or 'no module'})"
+    return (f"t = {lay['tp']}, p = {lay['pp']}, d = {lay['dp']}, c = {lay['cp']}, "
+            f"e = {lay['ep']}; s = {trn['seq_length']}, b = {trn['micro_batch_size']}, "
+            f"recompute {rc}, flash attention "
+            f"{'on' if trn['flash_attention'] else 'off (--use-flash-attn)'}, dropout "
+            + ("on (--hidden-dropout 0 --attention-dropout 0 turns it off)" if trn["dropout"]
+               else "off"))
+
+
+def _references(rep: dict) -> list:
+    """The distinct sources of the report's rows, in row order (numbered from 1)."""
+    sources = rep.get("sources", {})
+    return list(dict.fromkeys(sources[k] for k in rep["bytes"] if sources.get(k)))
+
+
+def _said(rep: dict, device: int) -> list:
+    """How the job was read, its notes, the defaults applied and the memory metric."""
     said = [f"read as {rep['read_as']}"] if rep.get("read_as") else []
     if rep.get("ignored"):
         said.append("ignored (no effect on memory or time): " + " ".join(rep["ignored"]))
@@ -99,22 +138,82 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
     said.append(f"memory metric: {rep['metric']['name']}, {rep['metric']['sees']}")
     if rep["metric"]["name"] != "device":
         said.append(f"device total (what must fit): {device:,} bytes = {device / 1e9:.3f} GB")
-    lines += said if wide else [_wrap(x) for x in said]
+    return said
+
+
+def _verdict(rep: dict, args, fits: bool, device: int) -> str:
+    usable = args.gpu_memory - rep.get("margin_bytes", 0)
+    return (f"GPU memory {capacity_label(args)}{margin_text(rep)}: "
+            f"{'fits' if fits else 'does NOT fit'}, headroom {(usable - device) / 1e9:.3f} GB "
+            "(device metric)")
+
+
+#: Characters Markdown would read as markup (emphasis, code, links, HTML, a table cell's end).
+_MARKUP = "\\`*_[]<>|#"
+
+
+def markdown_text(text) -> str:
+    r"""Text drawn literally in Markdown, on one line (in a table cell too): each markup
+    character escaped with a backslash, a newline made a space (it would end the row).
+
+    >>> print(markdown_text("_Buffer.__init__ | a*b"))
+    \_Buffer.\_\_init\_\_ \| a\*b
+    """
+    return "".join("\\" + ch if ch in _MARKUP else " " if ch in "\r\n" else ch
+                   for ch in str(text))
+
+
+def markdown_table(rows: dict, *, base: int, base_name: str, sources: dict,
+                   refs: list) -> list:
+    """The Markdown table of ``rows`` (term -> bytes, ``total`` last): bytes, GB, the share of
+    ``base`` (the capacity, else the total) and the reference number of the term's source."""
+    lines = [f"| term | bytes | GB | % of {base_name} | source |", "|---|---:|---:|---:|---|"]
+    for key, val in rows.items():
+        ref = f"[{refs.index(sources[key]) + 1}]" if sources.get(key) in refs else ""
+        name = f"**{key}**" if key == "total" else markdown_text(key)
+        lines.append(f"| {name} | {val:,} | {val / 1e9:.3f} | {100 * val / base:.1f} % | {ref} |")
+    return lines
+
+
+def render_markdown(rep: dict, args, *, fits, device: int) -> str:
+    """The report of one estimate as Markdown, for an issue or a design review: the job, a
+    table of the terms (bytes, GB, share of the capacity, source reference), the dominant
+    terms, the defaults applied, the metric and the verdict; the step and the advice as the
+    text report prints them; the references last (``rep`` as ``--json`` prints it)."""
+    cap = args.gpu_memory
+    terms = {k: v for k, v in rep["bytes"].items() if k != "total"}
+    total = rep["bytes"]["total"]
+    refs = _references(rep)
+    lines = [f"### {markdown_text(_title(rep))}", "", markdown_text(_job_line(rep)), ""]
+    lines += markdown_table(rep["bytes"], base=cap or total or 1,
+                            base_name="capacity" if cap else "total",
+                            sources=rep.get("sources", {}), refs=refs)
+    lines.append("")
+    if total > 0 and terms:
+        lines += [f"Dominant: {markdown_text(_dominant(terms, total))}.", ""]
+    if rep.get("phases"):
+        ph = rep["phases"]
+        lines += [f"Peak phase: {ph['peak']}.", ""]
+    lines += [f"- {markdown_text(x)}" for x in _said(rep, device)]
     if fits is not None:
-        verdict = "fits" if fits else "does NOT fit"
-        text = (f"GPU memory {capacity_label(args)}: {verdict}, headroom "
-                f"{(cap - device) / 1e9:.3f} GB (device metric)")
-        lines += ["", text if wide else _wrap(text)]
-    if "communication" in rep:
-        lines += ["", render_step(rep)]
-    if "advice" in rep:
-        lines += ["", render_advice(rep["advice"])]
-    if refs:
-        lines += ["", "references:"]
-        lines += [textwrap.fill(f"[{i}] {src}", WIDTH, subsequent_indent="    ",
-                                break_long_words=True, break_on_hyphens=False)
-                  for i, src in enumerate(refs, 1)]
-    return "\n".join(lines)
+        lines += ["", f"**{markdown_text(_verdict(rep, args, fits, device))}**"]
+    for block in ([render_step(rep)] if "communication" in rep else []) + \
+            ([render_advice(rep["advice"])] if "advice" in rep else []) + \
+            ([render_sensitivity(rep["sensitivity"])] if "sensitivity" in rep else []):
+        lines += ["", "```text", block, "```"]
+    return "\n".join(lines + markdown_references(refs))
+
+
+def markdown_references(refs: list) -> list:
+    """The numbered list of the sources the table's ``[n]`` point at (none: no lines)."""
+    return ["", "References:", ""] + [f"{i}. {markdown_text(src)}" for i, src in enumerate(refs, 1)] \
+        if refs else []
+
+
+def margin_text(rep: dict) -> str:
+    """``, less a 4.000 GB margin (--margin)`` where a margin is kept free, else nothing."""
+    margin = rep.get("margin_bytes", 0)
+    return f", less a {margin / 1e9:.3f} GB margin (--margin)" if margin else ""
 
 
 def capacity_label(args) -> str:
@@ -170,4 +269,21 @@ def render_advice(rows: list) -> str:
         lines.append(f"{r['change'][:39]:<40}{r['bytes_total'] / 1e9:>9.2f}"
                      f"{r['saved_bytes'] / 1e9:>9.2f}{r['gpus']:>7}{step:>9}  "
                      + " ".join(r["flags"]))
+    return "\n".join(lines)
+
+
+def render_sensitivity(rows: list) -> str:
+    """The knobs as a table: the exact slope of the total at the job [GB per unit of the knob]
+    and the change when the knob is doubled, the job estimated again [GB]."""
+    lines = [_wrap("sensitivity of the per-GPU total (dM/dx: the formula's slope at the job, "
+                   "the stage's counts and m held; doubled: the job estimated again):"),
+             f"{'knob':<6}{'value':>8}{'dM/dx GB per unit':>20}{'doubled':>10}{'change GB':>12}"]
+    for r in rows:
+        slope = "-" if r["bytes_per_unit"] is None else f"{r['bytes_per_unit'] / 1e9:.6g}"
+        change = "-" if r["doubled_change_bytes"] is None \
+            else f"{r['doubled_change_bytes'] / 1e9:+.3f}"
+        lines.append(f"{r['knob']:<6}{r['value']:>8}{slope:>20}{r['doubled_value']:>10}"
+                     f"{change:>12}")
+    lines += [_wrap(f"not doubled: {r['knob']} = {r['doubled_value']}: {r['note']}")
+              for r in rows if r["note"]]
     return "\n".join(lines)

@@ -75,6 +75,16 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
         return DEFAULTS[name] if value is None else value
 
     seq = given("seq_length")
+    capacity = args.gpu_memory
+    args.margin_bytes = 0
+    if getattr(args, "margin", None):
+        # the search judges on capacity - margin: the same comparison, an exact integer less
+        from ..hardware import gpu
+        from .options import margin_bytes
+
+        full = capacity if capacity is not None else gpu(args.gpu).capacity_bytes
+        args.margin_bytes = margin_bytes(args, full)
+        capacity = full - args.margin_bytes
     batch = args.global_batch_size
     if batch is None and assume_batch:
         batch = default_global_batch(seq)
@@ -83,7 +93,7 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
                precision=given("precision"), optimizer=given("optimizer"),
                convention=args.convention, flash_attention=not args.no_flash_attn,
                dropout=_dropout_on(args), finetune=given("finetune"),
-               lora_rank=given("lora_rank"), capacity=args.gpu_memory,
+               lora_rank=given("lora_rank"), capacity=capacity,
                gpus_per_node=args.gpus_per_node, efficiency=args.efficiency,
                tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, vpp=args.vpp,
                sequence_parallel=(False,) if args.no_sequence_parallel else (False, True),
@@ -223,7 +233,7 @@ def run(args) -> int:
         row = res.row(int(i))
         exact = res.exact(int(i))
         rows.append((row, exact))
-    cap = res.space.capacity
+    cap = res.space.capacity          # what a layout must fit within: capacity - margin
     emitted = _emitted(args, res, rows) if args.emit else None
     if args.json:
         emit_json([{
@@ -231,7 +241,8 @@ def run(args) -> int:
             **({"torchtitan": _torchtitan_stages(res.space, row)}
                if res.space.framework == "torchtitan" else {}),
             "bytes": bytes_json(exact["bytes"]),
-            "gpu_memory_bytes": number_out(cap),
+            "gpu_memory_bytes": number_out(cap + args.margin_bytes),
+            "margin_bytes": args.margin_bytes,
             "headroom_bytes": number_out(cap - exact["bytes"]["total"]),
             "fits": bool(exact["bytes"]["total"] <= cap),
             "stage": exact["stage"], "binding": row["binding"],
@@ -243,7 +254,7 @@ def run(args) -> int:
     if emitted:
         print(_emit_text(args, res, rows, emitted, assumed))
         return 0
-    text = render(res, rows)
+    text = render(res, rows, margin=args.margin_bytes)
     if assumed:
         text = text.replace("\n", f"\nnote: no --global-batch-size: assumed B = "
                             f"{res.space.global_batch_size} sequences (about 4M tokens per step, "
@@ -294,6 +305,8 @@ def _read_back(args, n, got, path) -> str:
         path = got.file_name(n)       # printed only: the file the text is saved as
     # the capacity the search judged on, where it was given (estimate judges fitting on it)
     cap = [] if args.gpu_memory is None else ["--gpu-memory", f"{int(args.gpu_memory)}"]
+    if getattr(args, "margin_bytes", 0):
+        cap += ["--margin", f"{args.margin_bytes}B"]
     return shlex.join(["memsym", "estimate", args.model, *got.read_back(path), *cap, "--json"])
 
 
@@ -333,13 +346,17 @@ def _emit_text(args, res, rows, emitted, assumed) -> str:
     return "\n".join(lines)
 
 
-def render(res, rows) -> str:
-    """A table of the best layouts and, under each, its breakdown in GB."""
+def render(res, rows, *, margin: int = 0) -> str:
+    """A table of the best layouts and, under each, its breakdown in GB (``margin``: the
+    bytes ``--margin`` keeps free; the space's capacity is already less it)."""
     sp_ = res.space
+    full = sp_.capacity + margin
     whence = (f": CUDA total {sp_.gpu.cuda_total_gib:g} GiB"
-              if sp_.capacity == sp_.gpu.capacity_bytes and sp_.gpu.cuda_total_gib else "")
+              if full == sp_.gpu.capacity_bytes and sp_.gpu.cuda_total_gib else "")
+    if margin:
+        whence += f"; less a {margin / 1e9:.4g} GB margin: fit within {sp_.capacity / 1e9:.4g} GB"
     lines = [f"memsym search: {sp_.arch.name} on {res.gpus} x {sp_.gpu.name} "
-             f"({sp_.capacity / 1e9:.4g} GB each{whence}), s = {sp_.seq_length}"
+             f"({full / 1e9:.4g} GB each{whence}), s = {sp_.seq_length}"
              + (f", B = {sp_.global_batch_size}" if sp_.global_batch_size else "")
              + f"; {res.valid} of {res.raw} layouts pass the rules ({len(res)} with the "
              f"recompute/sharding/SP choices), {int(res.columns['fits'].sum()) if len(res) else 0} "

@@ -72,7 +72,11 @@ def run(args) -> int:
     if j.capacity is None:
         raise InvalidValueError(f"solve {args.unknown} needs --gpu-memory C (e.g. 80GB or "
                                 "80GiB) or --gpu NAME")
-    sol = solve_job(j, args.unknown, j.capacity,
+    from .options import margin_bytes
+
+    args.margin_bytes = margin_bytes(args, j.capacity)
+    # solved against capacity - margin: the same inequality with an exact integer less
+    sol = solve_job(j, args.unknown, j.capacity - args.margin_bytes,
                     world_size=args.world_size if args.unknown not in ("dp", "gpus") else None,
                     fix_dp=fix_dp)
     report_job(sol, j, args)
@@ -83,7 +87,7 @@ def run_dp(args) -> int:
     """``solve dp --params N ...``: model states alone (seed 000's question)."""
     from ..analysis import smallest
     from ..errors import InvalidValueError
-    from .options import model_state_setup
+    from .options import margin_bytes, model_state_setup
 
     cap = args.gpu_memory
     if cap is None and args.gpu:
@@ -95,7 +99,8 @@ def run_dp(args) -> int:
     # b_hp kept symbolic so the closed form reads as seed 000 writes it:
     # d >= (b_g + b_m + b_o) N / (C p t - N b_hp)
     total, values, _, _ = model_state_setup(args, keep_symbolic=True)
-    sol = smallest(total, "d", cap, values)
+    args.margin_bytes = margin_bytes(args, cap)
+    sol = smallest(total, "d", cap - args.margin_bytes, values)
     report(sol, args)
     return 0
 
@@ -109,7 +114,8 @@ def report(sol, args) -> None:
             "closed_form": None if sol.closed_form is None else str(sol.closed_form),
             "bound": None if sol.bound is None else float(sol.bound),
             "memory_bytes": int(sol.memory) if sol.memory.is_Integer else float(sol.memory),
-            "gpu_memory_bytes": int(sol.capacity),
+            "gpu_memory_bytes": int(sol.capacity) + args.margin_bytes,
+            "margin_bytes": args.margin_bytes,
             "latex": sol.latex(),
         })
         return
@@ -117,7 +123,14 @@ def report(sol, args) -> None:
     closed = "" if sol.closed_form is None else f" from {sol.unknown} {sol.relation} {sol.closed_form}"
     bound = "" if sol.bound is None else f" = {float(sol.bound):.4g}"
     print(f"{rel} {sol.unknown} = {sol.value}{closed}{bound}; memory at {sol.unknown} = {sol.value}: "
-          f"{float(sol.memory) / 1e9:.3f} GB of {float(sol.capacity) / 1e9:.3f} GB")
+          f"{float(sol.memory) / 1e9:.3f} GB of {float(sol.capacity) / 1e9:.3f} GB"
+          + _margin_note(args))
+
+
+def _margin_note(args) -> str:
+    """`` (capacity 80.000 GB less a 4.000 GB margin)`` where ``--margin`` keeps bytes free."""
+    m = getattr(args, "margin_bytes", 0)
+    return "" if not m else f" (the capacity less a {m / 1e9:.3f} GB margin, --margin)"
 
 
 def _bytes(value) -> int:
@@ -142,7 +155,9 @@ def report_job(sol, j, args) -> None:
             "closed_form": None if sol.closed_form is None else str(sol.closed_form),
             "closed_form_latex": None if sol.closed_form is None else latex(sol.closed_form),
             "bound": None if sol.bound is None else float(sol.bound),
-            "memory_bytes": _bytes(sol.memory), "gpu_memory_bytes": int(sol.capacity),
+            "memory_bytes": _bytes(sol.memory),
+            "gpu_memory_bytes": int(sol.capacity) + args.margin_bytes,
+            "margin_bytes": args.margin_bytes,
             "stage": sol.stage,
             "neighbour": None if sol.neighbour is None else
             {"value": sol.neighbour[0], "memory_bytes": _bytes(sol.neighbour[1])},
@@ -153,7 +168,7 @@ def report_job(sol, j, args) -> None:
         return
     word = "smallest" if sol.relation == ">=" else "largest"
     out = [f"{word} {x} = {sol.value} for {sol.job.describe()} on {float(sol.capacity) / 1e9:.4g} GB "
-           f"(most-loaded pipeline stage {sol.stage})"]
+           f"(most-loaded pipeline stage {sol.stage}){_margin_note(args)}"]
     if sol.closed_form is not None:
         bound = "" if sol.bound is None else f" = {float(sol.bound):.6g}"
         out.append(f"closed form: {x} {sol.relation} {sol.closed_form}{bound}")

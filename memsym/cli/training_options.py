@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from .option_table import arch_options, job_fields, switches
-from .options import number_out
+from .job_report import advice_report, metric_report, report_for, sensitivity_report
 
 __all__ = ["wants_training", "job_from_args", "ARCH_OPTIONS", "warn_sequence_parallel"]
 
@@ -360,118 +360,6 @@ def training_report(args, **override) -> dict:
     return report_for(args, job_from_args(args, **override))
 
 
-def _num(value) -> int:
-    return number_out(value, round_up=True)
-
-
-def report_for(args, j, *, cluster: bool = True) -> dict:
-    """The report of one validated :class:`memsym.job.Job`, evaluated on every stage; with
-    ``cluster`` and cluster options, communication and time too."""
-    from ..job import recompute_modules_of
-    from ..model import parameter_count
-    from ..text import printable
-    from ..training import job_memory
-
-    arch, layout, training = j.model, j.layout, j.training
-
-    def priced() -> dict:
-        # the same block whatever the memory convention: communication does not depend on it
-        if cluster and cluster_known(args):
-            return communication_report(args, arch, layout, training)
-        return {}
-
-    common = {
-        "model": printable(arch.name),
-        "layout": {"dp": layout.d, "tp": layout.t, "pp": layout.p, "cp": layout.c,
-                   "ep": layout.e, "etp": layout.expert_tp, "vpp": layout.v,
-                   "sequence_parallel": layout.sequence_parallel,
-                   "world_size": layout.world_size},
-        "training": {"seq_length": training.seq_length,
-                     "micro_batch_size": training.micro_batch_size,
-                     "recompute": training.recompute,
-                     "recompute_method": training.recompute_method,
-                     "recompute_num_layers": training.recompute_num_layers,
-                     "recompute_modules": list(recompute_modules_of(training))
-                     if training.recompute == "selective" else None,
-                     "flash_attention": training.flash_attention,
-                     "dropout": training.dropout, "schedule": training.schedule,
-                     "stage_placement": training.stage_placement,
-                     "framework": training.framework, "compiled_loss": training.compiled_loss,
-                     "loss_parallel": training.loss_parallel,
-                     "overlap_grad_reduce": training.overlap_grad_reduce,
-                     "overlap_param_gather": training.overlap_param_gather,
-                     "tp_comm_overlap": training.tp_comm_overlap,
-                     "overlap_moe_expert_parallel_comm":
-                         training.overlap_moe_expert_parallel_comm,
-                     "overlap_p2p_comm": training.overlap_p2p_comm,
-                     "defer_embedding_wgrad_compute": training.defer_embedding_wgrad_compute,
-                     "wgrad_deferral_limit": training.wgrad_deferral_limit,
-                     "first_stage_layers": layout.first_stage_layers,
-                     "last_stage_layers": layout.last_stage_layers,
-                     "pipeline_layout": None if layout.pipeline_layout is None
-                     else layout.pipeline_layout.describe()},
-        "convention": args.convention,
-        # every default the job applied because it was not given, and where it comes from
-        "defaults": [{"option": k_, "value": v_, "source": src} for k_, v_, src in j.defaults],
-        "units": "bytes",
-    }
-    if args.convention in ("megatron-lm", "megatron-bridge"):
-        from ..conventions import convention_breakdown
-
-        pad = {"should_pad_vocab": True} if getattr(args, "should_pad_vocab", False) and \
-            args.convention == "megatron-bridge" else {}
-        out = convention_breakdown(args.convention, arch, layout, training, **pad)
-        byt = dict(out["bytes"])
-        return {**common, "bytes": byt, "stage": {"index": 0, "role": "first",
-                "note": "the framework assumes pipeline stage 0 is the most loaded"},
-                "path": out["path"], "assumptions": out["assumptions"],
-                "params": int(parameter_count(arch)), **priced(), "_total": byt["total"]}
-    est = job_memory(j)
-    extra = priced()
-    grouped = est.grouped()
-    byt = {key: _num(val) for key, val in grouped.items()}
-    byt["total"] = sum(v_ for k_, v_ in byt.items() if k_ != "total")
-    return {**common, "bytes": byt,
-            "stage": {"index": est.stage, "role": est.role,
-                      "stage_totals": [_num(x) for x in est.stage_bytes]},
-            "activation_bytes": {k_: _num(v_) for k_, v_ in est.activations().items()},
-            # the peak over the step's phases, and the states that exist only in the step
-            "phases": {"peak": est.phase, **{ph: _num(v_) for ph, v_ in est.phase_bytes}},
-            "optimizer_step_bytes": {k_: _num(v_) for k_, v_ in est.step_bytes},
-            "allowances": {str(s_): number_out(v_) for s_, v_ in est.values.items()
-                           if s_.name in ("M_ws", "M_nccl", "phi_frag")},
-            "sources": _sources(est),
-            "params": int(parameter_count(arch)),
-            "notes": list(est.notes) + [printable(n, 200) for n in arch.extra.get("notes", ())],
-            **extra, "_total": byt["total"]}
-
-
-def metric_report(args, j, rep: dict, total) -> int:
-    """Add the memory metric to ``rep`` (its name, what it sees, the device total) and return
-    the device total [bytes], on which fitting is judged (:data:`memsym.terms.allowances.METRICS`)."""
-    from ..terms.allowances import METRICS
-    from ..training import job_memory
-
-    name = j.training.metric
-    if name == "device" or args.convention in ("megatron-lm", "megatron-bridge"):
-        device = total
-    else:
-        est = job_memory(j.replace(metric="device"))
-        device = sum(_num(v) for k, v in est.grouped().items() if k != "total")
-    rep["metric"] = {"name": name, "sees": METRICS[name][1], "device_bytes_total": device}
-    return device
-
-
-def _sources(est) -> dict:
-    """The source of every row the report shows: each term's own, and for the activations row
-    (several terms summed) each of its terms' sources once."""
-    out = {term.key: str(term.source) for term in est.total}
-    grouped = est.grouped()
-    acts = [term for term in est.total if term.key not in grouped]
-    out["activations"] = "; ".join(dict.fromkeys(str(term.source) for term in acts))
-    return out
-
-
 def estimate_training(args) -> int:
     """``memsym estimate MODEL ...``: print the per-GPU training memory (table or JSON)."""
     from ..text import printable
@@ -504,86 +392,30 @@ def estimate_training(args) -> int:
         warn_sequence_parallel(args)        # once, after validation, before any output
     total = rep.pop("_total")
     device = metric_report(args, j, rep, total)
+    from .options import margin_bytes
+
     cap = args.gpu_memory
-    fits = None if cap is None else bool(device <= cap)     # always on the device's count
+    rep["margin_bytes"] = margin = margin_bytes(args, cap)
+    usable = None if cap is None else cap - margin      # what a job must fit within
+    fits = None if cap is None else bool(device <= usable)     # always on the device's count
     status = 1 if fits is False else 0    # "does not fit" is an answer, as for solve
     if cap is not None and (fits is False or getattr(args, "advise", False)) \
             and args.convention not in ("megatron-lm", "megatron-bridge"):
-        rep["advice"] = advice_report(j.replace(capacity=cap) if j.capacity != cap else j)
+        rep["advice"] = advice_report(j.replace(capacity=usable) if j.capacity != usable else j)
+    if getattr(args, "sensitivity", False):
+        rep["sensitivity"] = sensitivity_report(args, j)
     if args.json:
         emit_json({**rep, "gpu_memory_bytes": cap,
                    "gpu_memory_note": getattr(args, "capacity_note", "as given"), "fits": fits})
         return status
-    from .report_text import render_estimate
+    from .report_text import render_estimate, render_markdown
 
-    print(render_estimate(rep, args, fits=fits, device=device,
-                          wide=getattr(args, "wide", False)))
+    print(render_markdown(rep, args, fits=fits, device=device) if getattr(args, "markdown", False)
+          else render_estimate(rep, args, fits=fits, device=device,
+                               wide=getattr(args, "wide", False)))
     return status
-
-
-def advice_report(j) -> list:
-    """The levers that make the job fit (:func:`memsym.advice.levers`), JSON-ready."""
-    from ..advice import levers
-
-    return [{"knob": lv.knob, "change": lv.change, "flags": list(lv.flags),
-             "bytes_total": lv.bytes_total, "saved_bytes": lv.saved, "gpus": lv.gpus,
-             "step_time_s": lv.step_time} for lv in levers(j)]
-
 
 
 def switch_dests() -> tuple:
     """``(flag, argparse destination)`` of every framework switch (:func:`switches`)."""
     return tuple((flag, dest) for flag, dest, _, _ in switches())
-
-
-#: (option, dest) of the cluster options that price communication and time (--gpu alone may
-#: also just supply the capacity, so it is not among them).
-PRICING = (("--gpus-per-node", "gpus_per_node"), ("--intra-node-bandwidth", "intra_node_bandwidth"),
-            ("--inter-node-bandwidth", "inter_node_bandwidth"), ("--efficiency", "efficiency"))
-
-
-def cluster_known(args) -> bool:
-    """Whether the options describe a cluster (with a model: communication and time are priced)."""
-    return getattr(args, "gpu", None) is not None or \
-        any(getattr(args, dest, None) is not None for _, dest in PRICING)
-
-
-def communication_report(args, arch, layout, training) -> dict:
-    """``communication``, ``bubble``, ``flops``, ``step_time_s``, ``mfu`` of the layout on the
-    cluster the options describe (:func:`memsym.timing.report.step_report` with the layout:
-    step time, bubble and MFU from :func:`memsym.timing.step.step_time`, the exact schedule;
-    MFU on GEMM-count FLOPs; ``--efficiency`` the explicit achieved-GEMM-efficiency override)."""
-    from ..model import active_parameter_count, moe_layer_pattern
-    from ..timing.report import step_report
-    from ..training import arch_values, job_stage_parameters, microbatches
-
-    values = {str(sym): int(val) for sym, val in arch_values(arch, layout.t).items()}
-    # FLOPs: 6 N per token on the parameters a token passes through (the active ones for
-    # MoE), as memsym search prices them: Korthikanti's 72BLsh^2 form assumes a GPT layer
-    # (4h MLP, full multi-head attention) and miscounts SwiGLU, GQA and experts
-    values["N"] = int(active_parameter_count(arch))
-    # data parallelism reduces the gradients a GPU holds: the heaviest stage's dense and
-    # expert parameters (experts/(e t_e) of them); the ring factor uses d for both groups
-    heaviest = max(
-        (job_stage_parameters(arch, layout, training, i).per_gpu for i in range(layout.p)))
-    dp_params = heaviest * layout.p * layout.t
-    m_ = microbatches(layout, training) or 1
-    if training.grad_dtype in ("bf16", "fp16"):   # --grad-reduce-in-bf16: 2-byte gradients
-        values["b_g"] = 2                           # reduced, as the step time prices them
-    values.update({"s": training.seq_length, "b": training.micro_batch_size, "m": m_,
-                   "t": layout.t, "p": layout.p, "d": layout.d, "c": layout.c, "e": layout.e,
-                   "v": layout.v or 1})
-    if arch.num_experts:
-        values["L_m"] = sum(moe_layer_pattern(arch))
-    gb = 10**9
-    return step_report(
-        values, gpu=args.gpu or "h100-80gb", precision=training.precision,
-        sharding=training.sharding, recompute=training.recompute,
-        sequence_parallel=layout.sequence_parallel, interleaved=(layout.v or 1) > 1,
-        efficiency=args.efficiency, gpus_per_node=args.gpus_per_node,
-        intra_node_bandwidth=None if args.intra_node_bandwidth is None else args.intra_node_bandwidth * gb,
-        inter_node_bandwidth=None if args.inter_node_bandwidth is None else args.inter_node_bandwidth * gb,
-        dp_params=dp_params, formula="6n", arch=arch, layout=layout, training=training,
-        mfu_flops=getattr(args, "mfu_flops", None) or "gemm",
-        pipelined_fsdp=(training.framework == "torchtitan" and training.sharding == "fsdp"
-                        and layout.p > 1))

@@ -137,6 +137,15 @@ def torchtitan_settings(pairs, world_size: int | None = None, notes=()) -> dict:
     the v0.2 TOML's key space (the Python-config reader translates its keys into it), with
     torchtitan's types, choices and degree rule checked.
 
+    Parameters
+    ----------
+    pairs : iterable of (str, str, object)
+        ``(section, key, value)`` triples.
+    world_size : int, optional
+        The number of GPUs G [GPUs].
+    notes : sequence of str
+        Notes already made by the caller.
+
     Examples
     --------
     >>> c = torchtitan_settings([("parallelism", "tensor_parallel_degree", 2)], 4)

@@ -478,6 +478,15 @@ def read_torchtitan_config(source, world_size: int | None = None) -> dict:
     config (:func:`read_torchtitan_python`), anything else as a v0.2 TOML
     (:func:`memsym.readers.torchtitan.read_torchtitan_toml`).
 
+    Parameters
+    ----------
+    source : str or path
+        The config file (``FILE.py[:FUNCTION]`` or a TOML path), or TOML text.
+    world_size : int, optional
+        The number of GPUs G [GPUs] (torchtitan's degrees of -1 take what is left).
+
+    Examples
+    --------
     >>> read_torchtitan_config("[training]\\nlocal_batch_size = 2\\n", 8)["layout"]["dp_shard"]
     8
     """

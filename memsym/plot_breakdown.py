@@ -1,0 +1,220 @@
+"""Breakdown charts: a job's per-GPU memory as stacked bars, by term group, by term, or by
+term on each pipeline stage with every segment labelled (GB and share) and the capacity line.
+
+Re-exported by :mod:`memsym.plotting`; memory axes in GB (1e9 bytes).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .errors import InvalidValueError
+from .plot_base import GB, figure, legend_outside, plot_text
+from .training import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
+
+__all__ = ["breakdown", "breakdown_bars", "stage_breakdown"]
+
+_GB = GB
+#: Term keys by group, as :meth:`memsym.training.TrainingEstimate.grouped` reports them.
+_GROUPS = (("model states", STATE_KEYS), ("activations", ("activations",) + ACTIVATION_KEYS),
+           ("allowances", ALLOWANCE_KEYS))
+_COLORS = {"model states": "tab:blue", "activations": "tab:orange", "allowances": "tab:gray"}
+
+
+def _grouped_bytes(item) -> dict:
+    """Group name -> bytes for an estimate or a ``{term: bytes}`` mapping."""
+    if hasattr(item, "breakdown") and hasattr(item, "total"):
+        bd = item.breakdown()
+    else:
+        bd = dict(item)
+    out = {}
+    seen = set()
+    for group, keys in _GROUPS:
+        vals = [float(bd[k]) for k in keys if k in bd]
+        seen.update(k for k in keys if k in bd)
+        if vals:
+            out[group] = sum(vals)
+    rest = [float(v) for k, v in bd.items() if k not in seen and k != "total"]
+    if rest:
+        out["other"] = sum(rest)
+    return out
+
+
+def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
+    """Stacked bars of per-GPU memory by term group (model states, activations,
+    allowances) [GB], one bar per job, with the capacity line.
+
+    Parameters
+    ----------
+    items : TrainingEstimate, mapping
+        One estimate (:func:`memsym.training.training_memory`), or label -> estimate or
+        ``{term: bytes}`` (e.g. :meth:`memsym.term.Total.breakdown`).
+    capacity : number, optional
+        GPU memory [bytes], drawn and labelled.
+    title : str, optional
+
+    Examples
+    --------
+    >>> from memsym.training import Layout, Training, training_memory
+    >>> est = training_memory("llama2-7b", Layout(d=8), Training(seq_length=4096))
+    >>> fig = breakdown({"llama2-7b d=8": est}, capacity=80e9)
+    >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    ['capacity 80 GB', 'model states', 'activations', 'allowances']
+    """
+    import numpy as np
+
+    if hasattr(items, "breakdown") and hasattr(items, "total"):
+        items = {"most-loaded GPU": items}
+    labels = [plot_text(x) for x in items]
+    if len(set(labels)) != len(labels):
+
+        raise InvalidValueError("breakdown labels must differ (after escaping for the plot)")
+    data = [_grouped_bytes(v) for v in items.values()]
+    groups = [g for g, _ in _GROUPS if any(g in d for d in data)]
+    if any("other" in d for d in data):
+        groups.append("other")
+    fig, ax = figure(ax)
+    bottom = np.zeros(len(labels))
+    for g in groups:
+        vals = np.array([d.get(g, 0.0) / _GB for d in data])
+        ax.bar(labels, vals, bottom=bottom, label=g, color=_COLORS.get(g, "tab:purple"),
+               edgecolor="white")
+        bottom += vals
+    for i, top in enumerate(bottom):
+        ax.annotate(f"{top:.1f} GB", (i, top), xytext=(0, 3), textcoords="offset points",
+                    ha="center", va="bottom", fontsize="small")
+    if capacity is not None:
+        cap = float(capacity) / _GB
+        ax.axhline(cap, color="black", linestyle="--", label=f"capacity {cap:.4g} GB")
+        ax.set_ylim(0, max(cap, float(bottom.max(initial=0))) * 1.15)
+    ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
+    ax.set_xlabel("job")
+    ax.set_title(plot_text(title) if title else "Per-GPU memory by term group (most-loaded GPU)")
+    legend_outside(ax)
+    return fig
+
+
+def breakdown_bars(breakdowns: Mapping[str, Mapping], *, capacity=None, title: str = "", ax=None):
+    """Stacked bars, one per configuration, one segment per term [GB].
+
+    Parameters
+    ----------
+    breakdowns : mapping
+        Label -> ``{term: bytes}`` (``"total"`` is ignored), e.g. from
+        :meth:`memsym.term.Total.breakdown` or ``search(...).top()[i]["bytes"]``.
+    capacity : number, optional
+        GPU memory [bytes], drawn as a horizontal line.
+
+    Examples
+    --------
+    >>> fig = breakdown_bars({"zero1": {"weights": 14e9, "optimizer": 10.5e9}}, capacity=80e9)
+    >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    ['capacity', 'weights', 'optimizer']
+    """
+    import numpy as np
+
+    fig, ax = figure(ax)
+    labels = list(breakdowns)
+    shown = [plot_text(lab) for lab in labels]
+    keys = []
+    for bd in breakdowns.values():
+        for key in bd:
+            if key != "total" and key not in keys:
+                keys.append(key)
+    bottom = np.zeros(len(labels))
+    for key in keys:
+        vals = np.array([float(breakdowns[lab].get(key, 0)) / _GB for lab in labels])
+        ax.bar(shown, vals, bottom=bottom, label=plot_text(key))
+        bottom += vals
+    if capacity is not None:
+        ax.axhline(float(capacity) / _GB, color="black", linestyle="--", label="capacity")
+    ax.set_ylabel("memory per GPU [GB]")
+    if title:
+        ax.set_title(plot_text(title))
+    legend_outside(ax)
+    return fig
+
+
+#: Colours of the terms memsym reports (:meth:`memsym.training.TrainingEstimate.grouped`): the
+#: model states in blues, the activations orange, the allowances greys; others cycle.
+_TERM_COLORS = {"weights": "#1f5fa8", "gradients": "#4a90d9", "optimizer": "#9ecae1",
+                "activations": "tab:orange", "workspace": "#6f6f6f", "nccl": "#a0a0a0",
+                "fragmentation": "#cfcfcf", "tp_comm_userbuffers": "tab:purple"}
+_OTHER_COLORS = ("tab:green", "tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+#: A segment shorter than this share of the y axis gets its label beside the bar, not inside;
+#: labels beside a bar are kept at least this far apart, so that none covers another.
+_INSIDE = 0.05
+_SPACING = 0.045
+
+
+def stage_breakdown(stages: Mapping[str, Mapping], *, capacity=None, title: str | None = None,
+                    ax=None):
+    """Stacked bars, one per pipeline stage, one segment per term [GB]: each segment labelled
+    with its term, GB and share of the capacity (of the bar's total without one), each bar's
+    total above it, and the capacity line.
+
+    A segment too short for its label inside has it beside the bar, joined by a thin line;
+    those labels are spaced so that none covers another.
+
+    Parameters
+    ----------
+    stages : mapping
+        Bar label (``"stage 0 (first)"``) -> ``{term: bytes}`` (``"total"`` is ignored), e.g.
+        the ``bytes`` of ``memsym estimate --json`` for each stage.
+    capacity : number, optional
+        GPU memory [bytes], drawn and labelled; the shares are of it.
+    title : str, optional
+
+    Examples
+    --------
+    >>> fig = stage_breakdown({"stage 0": {"weights": 14e9, "nccl": 0.5e9}}, capacity=80e9)
+    >>> sorted(t.get_text() for t in fig.axes[0].texts)
+    ['14.5 GB', 'nccl 0.5 GB, 0.6 %', 'weights 14.0 GB, 17.5 %']
+    """
+    import numpy as np
+
+    labels = [plot_text(x) for x in stages]
+    if len(set(labels)) != len(labels):
+        raise InvalidValueError("stage labels must differ (after escaping for the plot)")
+    keys = list(dict.fromkeys(k for bd in stages.values() for k, v in bd.items()
+                              if k != "total" and float(v) > 0))
+    fig, ax = figure(ax, size=(max(6.5, 2.4 * len(labels) + 3), 5.0))
+    data = [[float(bd.get(k, 0)) / GB for k in keys] for bd in stages.values()]
+    tops = np.array([sum(row) for row in data])
+    cap = None if capacity is None else float(capacity) / GB
+    ymax = max(cap or 0, float(tops.max(initial=0))) * 1.15 or 1.0
+    xs = np.arange(len(labels))
+    bottom = np.zeros(len(labels))
+    others = iter(_OTHER_COLORS * 4)
+    for n, key in enumerate(keys):
+        vals = np.array([row[n] for row in data])
+        ax.bar(xs, vals, width=0.45, bottom=bottom, label=plot_text(key), edgecolor="white",
+               color=_TERM_COLORS.get(key) or next(others, None))
+        bottom += vals
+    for i, row in enumerate(data):
+        base = cap if cap else tops[i]
+        beside, y0 = [], 0.0
+        for key, gb in zip(keys, row):
+            text = plot_text(f"{key} {gb:.1f} GB, {100 * gb / base:.1f} %") if gb > 0 else None
+            if text and gb >= _INSIDE * ymax:
+                ax.text(i, y0 + gb / 2, text, ha="center", va="center", fontsize="x-small")
+            elif text:
+                beside.append((y0 + gb / 2, text))
+            y0 += gb
+        last = -np.inf
+        for yc, text in beside:       # bottom up: each at least _SPACING above the last
+            last = max(yc, last + _SPACING * ymax)
+            ax.annotate(text, (i + 0.225, yc), xytext=(i + 0.3, last), textcoords="data",
+                        va="center", fontsize="x-small",
+                        arrowprops=dict(arrowstyle="-", color="0.5", linewidth=0.5))
+        ax.annotate(f"{tops[i]:.1f} GB", (i, tops[i]), xytext=(0, 3), textcoords="offset points",
+                    ha="center", va="bottom", fontsize="small", fontweight="bold")
+    if cap is not None:
+        ax.axhline(cap, color="black", linestyle="--", label=f"capacity {cap:.4g} GB")
+    ax.set_xticks(xs, labels)
+    ax.set_xlim(-0.6, len(labels) - 0.4 + 0.6)
+    ax.set_ylim(0, ymax)
+    ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
+    ax.set_title(plot_text(title) if title else "Per-GPU memory by term and pipeline stage")
+    legend_outside(ax)
+    return fig
