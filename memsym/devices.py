@@ -106,6 +106,7 @@ class GPU:
 
         Examples
         --------
+        >>> from memsym.hardware import cluster, gpu
         >>> gpu("a100-80gb").memory_bytes, gpu("h200-141gb").memory_bytes
         (80000000000, 141000000000)
         """
@@ -123,6 +124,7 @@ class GPU:
 
         Examples
         --------
+        >>> from memsym.hardware import cluster, gpu
         >>> round(gpu("h100-80gb").capacity_bytes / 2**30, 6)      # vllm-project/vllm#27508
         79.11
         >>> gpu("h100-80gb").capacity_bytes > gpu("h100-80gb").memory_bytes   # 80e9
@@ -157,6 +159,7 @@ class GPU:
 
         Examples
         --------
+        >>> from memsym.hardware import cluster, gpu
         >>> gpu("h100-80gb").peak("bf16") / 1e12
         989.4
         >>> gpu("a100-80gb").peak("FP32") / 1e12  # A100 datasheet: TF32 156 TFLOPS dense
@@ -238,6 +241,7 @@ class Cluster:
 
         Examples
         --------
+        >>> from memsym.hardware import cluster, gpu
         >>> cluster("dgx-h100").domain, cluster("gb200-nvl72").domain
         (8, 72)
         """
@@ -248,6 +252,7 @@ class Cluster:
 
         Examples
         --------
+        >>> from memsym.hardware import cluster, gpu
         >>> v = cluster("dgx-h100").values()
         >>> v["n_node"], v["beta_intra"], v["beta_inter"]
         (8, 450000000000, 50000000000)

@@ -218,26 +218,31 @@ def test_text_table_keys_never_run_into_numbers(capsys):
 
 def test_moe_dp_traffic_uses_total_parameters(capsys):
     # Mixtral 8x7B, t = p = 1, d = 8, DDP: every expert's gradient is all-reduced, so the DP
-    # bytes are the ring all-reduce 2(d-1)/d of all N parameters x 2-byte bf16 gradients
-    # (seed 000's DDP widths), N the total count (not the 12.9e9 active parameters)
+    # bytes are the ring all-reduce 2(d-1)/d of all N parameters x 4-byte gradients (Megatron-LM
+    # arguments.py validate_args at d98e8a64dd: under --bf16, "accumulate and all-reduce
+    # gradients in fp32" unless --grad-reduce-in-bf16), N the total count (not the 12.9e9
+    # active parameters)
     # the hand count of the next test (HF config of Mixtral 8x7B): 46,702,792,704 parameters
     n_total = 46_702_792_704
     code, out, err = run(capsys, "estimate", "mixtral-8x7b", "--dp", "8", "--seq-length", "4096",
                          "--sharding", "ddp", "--gpu", "h100-80gb", "--json")
     assert code == (0 if json.loads(out)["fits"] else 1), err
     dp_bytes = json.loads(out)["communication"]["dp"]["bytes"]
-    assert dp_bytes == 2 * 7 * n_total * 2 // 8
+    assert dp_bytes == 2 * 7 * n_total * 4 // 8
 
 
 def test_moe_dp_traffic_with_expert_parallelism(capsys):
-    # Mixtral 8x7B with e = 8: a GPU holds the dense parameters and 1/8 of the experts.
+    # Mixtral 8x7B with e = 8: a GPU holds the dense parameters and 1/8 of the experts; the
+    # dense gradients are reduced over the d = 8 data-parallel ranks, the experts' over the
+    # expert-data-parallel group of d t / (e t_e) = 1 rank (Megatron-core
+    # parallel_state.initialize_model_parallel), which moves nothing.
     # Hand count (HF config: h 4096, f 14336, 32 layers, 8 experts, SwiGLU = 3 h f):
     experts = 32 * 8 * 3 * 4096 * 14336                       # 45,097,156,608
     dense = 46_702_792_704 - experts                          # 1,605,636,096 (attention, norms,
-    per_gpu = dense + experts // 8                            #   router, embeddings)
+    assert dense + experts // 8 == 7_242_780_672              #   router, embeddings)
     code, out, err = run(capsys, "estimate", "mixtral-8x7b", "--dp", "8", "--seq-length", "4096",
                          "--expert-model-parallel-size", "8", "--sharding", "ddp",
                          "--gpu", "h100-80gb", "--json")
     assert code == (0 if json.loads(out)["fits"] else 1), err
-    # ring all-reduce 2(d-1)/d of the GPU's gradients, 2 bytes each (DDP widths)
-    assert json.loads(out)["communication"]["dp"]["bytes"] == 2 * 7 * per_gpu * 2 // 8
+    # ring all-reduce 2(d-1)/d of the dense gradients, 4 bytes each (fp32 under --bf16)
+    assert json.loads(out)["communication"]["dp"]["bytes"] == 2 * 7 * dense * 4 // 8
