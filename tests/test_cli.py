@@ -138,9 +138,13 @@ def test_estimate_with_cluster_prices_communication(capsys):
                          "--gpu", "h100-80gb", "--json")
     data = json.loads(out)
     assert code == (0 if data["fits"] else 1), err     # estimate exits 1 when it does not fit
-    # hand (Narayanan §3.3): 4 all-reduces of s*b*h*2 bytes, ring factor 2(t-1)/t,
-    # for the L/p = 20 layers of this stage and m = 16 microbatches
-    tp_bytes = 4 * 4096 * 8192 * 2 * 2 * 3 // 4 * 20 * 16
+    # hand: Narayanan §3.3's 4 all-reduces of s*b*h*2 bytes per layer (ring factor 2(t-1)/t;
+    # under SP each is an all-gather plus a reduce-scatter of (t-1)/t each), plus the two input
+    # all-gathers the backward repeats under SP for the weight gradients of the column-parallel
+    # GEMMs (Megatron-core tensor_parallel/layers.py, LinearWithGradAccumulationAndAsync-
+    # Communication.backward, "if ctx.sequence_parallel: ... dist_all_gather_func"): 5 x
+    # 2(t-1)/t s b h 2 bytes, for the L/p = 20 layers of this stage and m = 16 micro-batches
+    tp_bytes = 5 * 4096 * 8192 * 2 * 2 * 3 // 4 * 20 * 16
     assert data["communication"]["tp"]["bytes"] == tp_bytes
     assert data["communication"]["tp"]["link"] == "intra"
     assert data["bubble"] == (4 - 1) / 16  # (p - 1)/m
@@ -180,8 +184,8 @@ def test_params_with_gpu_supplies_capacity(capsys):
 LLAMA70B_CLUSTER = ["llama3-70b", "--tp", "4", "--pp", "4", "--dp", "2", "--seq-length", "4096",
                     "--micro-batch-size", "1", "--global-batch-size", "32", "--sequence-parallel",
                     "--recompute-granularity", "selective", "--gpu", "h100-80gb"]
-# hand (Narayanan §3.3), as in test_estimate_with_cluster_prices_communication
-LLAMA70B_TP_BYTES = 4 * 4096 * 8192 * 2 * 2 * 3 // 4 * 20 * 16
+# hand, as in test_estimate_with_cluster_prices_communication
+LLAMA70B_TP_BYTES = 5 * 4096 * 8192 * 2 * 2 * 3 // 4 * 20 * 16
 
 
 def test_text_estimate_prints_communication_and_time(capsys):
