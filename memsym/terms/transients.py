@@ -126,7 +126,7 @@ def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
 
     References
     ----------
-    Megatron-core ``core/tensor_parallel/cross_entropy.py``.
+    .. [megatron-core] ``core/tensor_parallel/cross_entropy.py``, ``_VocabParallelCrossEntropy``.
     """
     tau, vocab, tp = _logits(tokens, vocab, tp)
     return Total("cross-entropy transient (last stage, forward peak)", (
@@ -185,20 +185,19 @@ _TORCH_CE = Source("pytorch-autograd", "aten NLLLossBackward0 (nll_loss_backward
 
 @_logit_doc
 def torch_cross_entropy_backward(tokens=None, vocab=None, tp=None) -> Total:
-    r"""What the backward of ``F.cross_entropy(pred.float(), labels)`` adds, beyond the saved
-    fp32 log-softmax (eager PyTorch; torchtitan's loss uncompiled).
+    r"""What the eager backward of ``F.cross_entropy(pred.float(), labels)`` adds [bytes].
 
     .. math::
 
         \underbrace{4\tau V/t}_{\text{nll\_loss grad}} +
         \underbrace{4\tau V/t}_{\text{log\_softmax grad}}
 
-    The backward starts from the loss: ``nll_loss_backward`` makes a zero-filled fp32
-    gradient of the log-probabilities, then ``_log_softmax_backward_data`` writes the fp32
-    gradient of its input while its saved output (:math:`4\tau V/t` of
-    :func:`memsym.terms.activations.output_activations`) and that incoming gradient are
-    alive: :math:`12\tau V/t` at once, above the forward's :math:`10\tau V/t`.  The cast
-    back to 16 bits follows with only one fp32 buffer left.  Measured on CPU
+    Beyond the saved fp32 log-softmax (torchtitan's loss uncompiled), the backward starts from the
+    loss: ``nll_loss_backward`` makes a zero-filled fp32 gradient of the log-probabilities, then
+    ``_log_softmax_backward_data`` writes the fp32 gradient of its input while its saved output
+    (:math:`4\tau V/t` of :func:`memsym.terms.activations.output_activations`) and that incoming
+    gradient are alive: :math:`12\tau V/t` at once, above the forward's :math:`10\tau V/t`.  The
+    cast back to 16 bits follows with only one fp32 buffer left.  Measured on CPU
     (``tests/test_transients.py``, allocator-level: 12 and 10 bytes per logit).
 
     Parameters
@@ -218,8 +217,8 @@ def torch_cross_entropy_backward(tokens=None, vocab=None, tp=None) -> Total:
 
     References
     ----------
-    PyTorch ``aten/src/ATen/native/LossNLL.cpp`` and ``SoftMax.cpp`` (CPU and CUDA kernels
-    allocate one output each).
+    .. [pytorch-autograd] ``NLLLossBackward0``, ``LogSoftmaxBackward0`` (ATen ``LossNLL.cpp``,
+       ``SoftMax.cpp``: CPU and CUDA kernels allocate one output each).
     """
     n = _logit_shape(tokens, vocab, tp)
     return Total("backward of F.cross_entropy on fp32 logits (eager)", (
@@ -245,13 +244,12 @@ def loss_parallel_transient(tokens=None, vocab=None, tp=None) -> Total:
         \underbrace{2\tau V/t}_{\text{bf16 pred}} + \underbrace{4\tau V/t}_{\text{fp32 copy}}
         + \underbrace{4\tau V/t}_{\text{shifted}}
 
-    torchtitan keeps the output layer's logits vocab-sharded (``ColwiseParallel`` with
-    ``Shard(-1)`` outputs) and computes ``F.cross_entropy(pred.float(), labels)`` inside
-    ``loss_parallel()``: the DTensor ``_log_softmax`` keeps the fp32 input, the shifted
-    logits ``x - max`` and, while ``exp(shifted)`` is summed or the result written, one more
-    fp32 buffer: the result (saved for backward) is the :math:`4\tau V/t` of
-    :func:`memsym.terms.activations.output_activations`.  14 bytes per local logit at the
-    peak, measured on a gloo group of 2 (``tests/test_transients.py``).
+    torchtitan keeps the output layer's logits vocab-sharded (``ColwiseParallel`` with ``Shard(-1)``
+    outputs) and computes ``F.cross_entropy(pred.float(), labels)`` inside ``loss_parallel()``: the
+    DTensor ``_log_softmax`` keeps the fp32 input, the shifted logits ``x - max`` and, while
+    ``exp(shifted)`` is summed or the result written, one more fp32 buffer: the result (saved for
+    backward) is the :math:`4\tau V/t` of :func:`memsym.terms.activations.output_activations`.  14
+    bytes per local logit at the peak, measured on a gloo group of 2 (``tests/test_transients.py``).
 
     Parameters
     ----------
@@ -282,15 +280,14 @@ def loss_parallel_transient(tokens=None, vocab=None, tp=None) -> Total:
 
 @_logit_doc
 def loss_parallel_backward(tokens=None, vocab=None, tp=None) -> Total:
-    r"""What the backward of torch's ``loss_parallel`` cross-entropy adds, beyond its saved
-    fp32 log-softmax.
+    r"""What the backward of torch's ``loss_parallel`` cross-entropy adds [bytes].
 
     .. math:: 3 \times 4\tau V/t
 
-    ``_nll_loss_and_log_softmax_backward`` computes ``(zeros_like(x) + exp(x)) *
-    grad_output``: the zero-filled gradient, ``exp(x)`` and their sum (then the product in
-    place of ``exp(x)``) are fp32 buffers of the local logits, 16 bytes per logit with the
-    saved result, measured on a gloo group of 2 (``tests/test_transients.py``).
+    Beyond its saved fp32 log-softmax, ``_nll_loss_and_log_softmax_backward`` computes
+    ``(zeros_like(x) + exp(x)) * grad_output``: the zero-filled gradient, ``exp(x)`` and their sum
+    (then the product in place of ``exp(x)``) are fp32 buffers of the local logits, 16 bytes per
+    logit with the saved result, measured on a gloo group of 2 (``tests/test_transients.py``).
 
     Parameters
     ----------
@@ -301,6 +298,10 @@ def loss_parallel_backward(tokens=None, vocab=None, tp=None) -> Total:
     >>> loss_parallel_backward().evaluate(s=8192, b=16, c=1, V=128256, t=8) \
     ...     == 12 * 8192 * 16 * 128256 // 8
     True
+
+    References
+    ----------
+    .. [pytorch-loss-parallel] ``loss.py``, ``_nll_loss_and_log_softmax_backward``.
     """
     n = _logit_shape(tokens, vocab, tp)
     return Total("backward of torch's loss_parallel cross-entropy", (
@@ -333,7 +334,6 @@ def fsdp2_transients(group_params=None, dp=None) -> Total:
     dp : int
         Data-parallel size [GPUs].
 
-
     Examples
     --------
     >>> fsdp2_transients().evaluate(N_ll=10**6, n_ag=2, b_u=2, b_r=4, d=4)
@@ -341,7 +341,7 @@ def fsdp2_transients(group_params=None, dp=None) -> Total:
 
     References
     ----------
-    PyTorch ``_fsdp_param_group.py``, ``_fsdp_collectives.py:foreach_reduce``.
+    .. [pytorch-fsdp2] ``_fsdp_param_group.py``, ``_fsdp_collectives.py:foreach_reduce``.
     """
     n = N_ll if group_params is None else as_expr(group_params)
     dp = d if dp is None else as_expr(dp)
@@ -378,14 +378,13 @@ def fsdp2_io_groups(root_group: bool = False, untied: bool = True, group_params=
         P_{\mathrm{io}} b_u - (n_{\mathrm{ag}} - 1) N_{\mathrm{ll}} b_u,\qquad
         T_{\mathrm{bwd}} = P_{\mathrm{io}} b_u + (Vh/t) b_u
 
-    Since 83e694105 ``[norm, output]`` is kept gathered after forward (FSDP2 would prefetch
-    it at once for backward), every block is resharded (the last re-gathered by that group's
-    pre-backward prefetch, after the loss's backward); the embedding is resharded after its
-    forward.  Before, the root
-    ``fully_shard(model)`` held the embedding, norm and output, unsharded from the forward's
-    start to the root's post-backward at the end of the backward, with the output
-    projection's unsharded gradient (made in the output layer's backward) waiting for it;
-    the last block was not resharded after forward.
+    Since 83e694105 ``[norm, output]`` is kept gathered after forward (FSDP2 would prefetch it at
+    once for backward), every block is resharded (the last re-gathered by that group's pre-backward
+    prefetch, after the loss's backward); the embedding is resharded after its forward.  Before, the
+    root ``fully_shard(model)`` held the embedding, norm and output, unsharded from the forward's
+    start to the root's post-backward at the end of the backward, with the output projection's
+    unsharded gradient (made in the output layer's backward) waiting for it; the last block was not
+    resharded after forward.
 
     Parameters
     ----------
@@ -478,9 +477,7 @@ def fsdp2_reshards_after_forward(setting="default", *, is_root=False, pp_enabled
 def fsdp2_kept_unsharded(stage_params=None) -> Term:
     r"""Unsharded parameters kept from forward to backward when FSDP2 does not reshard.
 
-    .. math::
-
-        \Psi_{\mathrm{stage}}\, b_u
+    .. math:: \Psi_{\mathrm{stage}}\, b_u
 
     on top of the sharded copy of :func:`memsym.terms.model_state.model_state` (the all-gather
     output is its own full-size buffer in ``param_dtype``): every block of the stage stays
@@ -490,6 +487,10 @@ def fsdp2_kept_unsharded(stage_params=None) -> Term:
     --------
     >>> fsdp2_kept_unsharded(8 * 10**9).evaluate(b_u=2)
     16000000000
+
+    References
+    ----------
+    .. [pytorch-fsdp2] ``_fsdp_param_group.py``, ``FSDPParamGroup`` (all-gather output buffer).
     """
     n = N / (p * t) if stage_params is None else as_expr(stage_params)
     return Term("kept_unsharded", n * b_u, "unsharded parameters kept between "
@@ -542,9 +543,7 @@ def fsdp2_pipeline_unsharded(stage_params=None) -> Total:
 def zero3_transients(largest_layer=None, persistent_params=None) -> Total:
     r"""DeepSpeed ZeRO-3: the gathered largest layer and the prefetch bucket.
 
-    .. math::
-
-        4 N_{\mathrm{ll}} + b_u N_{\mathrm{pf}}
+    .. math:: 4 N_{\mathrm{ll}} + b_u N_{\mathrm{pf}}
 
     (16-bit parameters and gradients of the largest layer, DeepSpeed's estimator; the
     ``stage3_prefetch_bucket_size`` elements fetched ahead).  Parameters below
@@ -582,9 +581,7 @@ def zero3_transients(largest_layer=None, persistent_params=None) -> Total:
 def deepspeed_ipg_buckets() -> Total:
     r"""DeepSpeed ZeRO-1/2 independent-partition gradient buckets.
 
-    .. math::
-
-        n_{\mathrm{bkt}}\, N_{\mathrm{bkt}}\, b_{hp}
+    .. math:: n_{\mathrm{bkt}}\, N_{\mathrm{bkt}}\, b_{hp}
 
     ``reduce_bucket_size`` elements in the optimizer's 16-bit dtype, two buffers with
     ``overlap_comm``: 1 GB (2 GB) at the defaults with bf16.
@@ -607,9 +604,7 @@ def deepspeed_ipg_buckets() -> Total:
 def megatron_buckets(dp=None):
     r"""Megatron-core's bucket size [parameters]: views into the buffers, no extra memory.
 
-    .. math::
-
-        \max(4\cdot10^7,\; 10^6\, d)
+    .. math:: \max(4\cdot10^7,\; 10^6\, d)
 
     Gradient buckets are slices of ``grad_data`` and the distributed optimizer all-gathers
     parameters in place into ``param_data``, so the buckets add no memory beyond the model
@@ -620,7 +615,6 @@ def megatron_buckets(dp=None):
     ----------
     dp : int
         Data-parallel size [GPUs].
-
 
     Examples
     --------
@@ -640,9 +634,7 @@ def megatron_buckets(dp=None):
 def optimizer_step_transient(params=None, state_bytes=4) -> Total:
     r"""torch.optim.Adam(W)'s foreach step: a full copy of the second moment.
 
-    .. math::
-
-        \Psi_{\mathrm{opt}}\, b_{\mathrm{state}}
+    .. math:: \Psi_{\mathrm{opt}}\, b_{\mathrm{state}}
 
     ``_multi_tensor_adam`` computes ``torch._foreach_sqrt(exp_avg_sq)`` out of place for every
     tensor of a (device, dtype) group at once.  Fused multi-tensor kernels (Apex / TE
@@ -659,6 +651,10 @@ def optimizer_step_transient(params=None, state_bytes=4) -> Total:
     --------
     >>> optimizer_step_transient(10**6).evaluate()
     4000000
+
+    References
+    ----------
+    .. [pytorch-optim] ``torch/optim/adam.py``, ``_multi_tensor_adam`` (``_foreach_sqrt``).
     """
     if params is None:
         params = N / (p * t * d)
@@ -679,6 +675,10 @@ def cuda_context() -> Term:
     --------
     >>> cuda_context().evaluate(DEFAULTS) / 2**20
     500
+
+    References
+    ----------
+    .. [cuda-lazy-loading] §4.7 Lazy Loading (modules loaded on first use).
     """
     return Term("cuda_context", M_ctx, "CUDA context and loaded kernel modules", _CTX,
                 label="CUDA context")
@@ -687,9 +687,7 @@ def cuda_context() -> Term:
 def nccl_buffers() -> Term:
     r"""NCCL's communicator buffers: one SIMPLE-protocol buffer per channel and ring peer.
 
-    .. math::
-
-        n_{\mathrm{comm}}\, n_{\mathrm{ch}}\, S_{\mathrm{nccl}}
+    .. math:: n_{\mathrm{comm}}\, n_{\mathrm{ch}}\, S_{\mathrm{nccl}}
 
     ``NCCL_BUFFSIZE`` (4 MiB) per channel and peer; with :math:`n_{\mathrm{ch}} = 32` (NCCL's
     channel maximum) each communicator holds 128 MiB.  The LL/LL128 buffers and tree peers
@@ -699,6 +697,10 @@ def nccl_buffers() -> Term:
     --------
     >>> nccl_buffers().evaluate({**DEFAULTS, n_comm: 3}) / 2**20
     384
+
+    References
+    ----------
+    .. [nccl-env] ``NCCL_BUFFSIZE`` (default 4 MiB), ``NCCL_MAX_NCHANNELS``.
     """
     return Term("nccl_buffers", n_comm * n_ch * S_nccl, "NCCL buffers (NCCL_BUFFSIZE per channel "
                 "and peer)", _NCCL, label="NCCL buffers")
@@ -716,23 +718,23 @@ USERBUFFER_GEMMS = {
 
 
 def tp_comm_userbuffers(fp8: bool) -> Term:
-    r"""Transformer Engine's userbuffers for ``--tp-comm-overlap`` [bytes], outside PyTorch's
-    allocator (``cuMemCreate`` / ``cudaMalloc``, kept for the whole run).
+    r"""Transformer Engine's userbuffers for ``--tp-comm-overlap`` [bytes].
 
     .. math::
 
         \frac{s\,b\,h}{c}\,\bigl(8\,w_{\mathrm{ag}} + 4 \cdot 2\bigr),\qquad
         w_{\mathrm{ag}} = 1 \text{ (FP8) or } 2
 
-    Megatron-LM (``training/initialize.py``, ``_initialize_tp_communicators``) and
-    Megatron-Bridge (``training/initialize.py``) call ``initialize_ub`` with the shape
-    ``[seq_length * micro_batch_size / context_parallel_size, hidden_size]`` and one
-    quantization mode (FP8 under an FP8 recipe).  With the default configuration every one of
-    the twelve GEMMs of :data:`USERBUFFER_GEMMS` gets one buffer of that whole shape
-    (``CommOverlapBase`` and the all-gather ``CommOverlapP2PBase``, ``comm_gemm_overlap.cpp``:
+    Outside PyTorch's allocator (``cuMemCreate`` / ``cudaMalloc``, kept for the whole run).
+    Megatron-LM (``training/initialize.py``, ``_initialize_tp_communicators``) and Megatron-Bridge
+    (``training/initialize.py``) call ``initialize_ub`` with the shape
+    ``[seq_length * micro_batch_size / context_parallel_size, hidden_size]`` and one quantization
+    mode (FP8 under an FP8 recipe).  With the default configuration every one of the twelve GEMMs of
+    :data:`USERBUFFER_GEMMS` gets one buffer of that whole shape (``CommOverlapBase`` and the
+    all-gather ``CommOverlapP2PBase``, ``comm_gemm_overlap.cpp``:
     ``buffer_shape[0] * buffer_shape[1]`` elements; a ring-exchange *reduce-scatter*, which a
-    ``--tp-comm-overlap-cfg`` file may choose, would hold ``(2t - 1)/t`` of it).  Rounding to
-    the allocation granularity (2 MiB) is left out.
+    ``--tp-comm-overlap-cfg`` file may choose, would hold ``(2t - 1)/t`` of it).  Rounding to the
+    allocation granularity (2 MiB) is left out.
 
     Examples
     --------
@@ -744,10 +746,10 @@ def tp_comm_userbuffers(fp8: bool) -> Term:
 
     References
     ----------
-    Transformer Engine ``pytorch/module/base.py``, ``initialize_ub`` (``methods``,
-    ``layers_all_gather_overlap``, ``fp8_buf``); ``common/comm_gemm_overlap/
-    comm_gemm_overlap.cpp`` (``CommOverlapBase::initialize``, ``CommOverlapP2PBase::
-    initialize``).
+    .. [transformer-engine] ``pytorch/module/base.py``, ``initialize_ub`` (``methods``,
+       ``layers_all_gather_overlap``, ``fp8_buf``); ``common/comm_gemm_overlap/
+       comm_gemm_overlap.cpp`` (``CommOverlapBase::initialize``,
+       ``CommOverlapP2PBase::initialize``).
     """
     w_ag = 1 if fp8 else 2
     # (named apart from the registry's n_ag, the FSDP all-gather depth)
@@ -762,12 +764,11 @@ def tp_comm_userbuffers(fp8: bool) -> Term:
 
 def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_parallel=True,
                            last_pending=False) -> Term:
-    r"""What Megatron's ``--defer-embedding-wgrad-compute`` keeps on the last pipeline stage
-    until the pipeline flush [bytes].
+    r"""What Megatron's ``--defer-embedding-wgrad-compute`` keeps on the last stage [bytes].
 
-    The output layer (a ``ColumnParallelLinear``) appends each micro-batch's input to
-    ``embedding_activation_buffer`` in its forward and, in its backward, the logits'
-    gradient to ``grad_output_buffer`` instead of computing its weight gradient, while fewer
+    Held until the pipeline flush: the output layer (a ``ColumnParallelLinear``) appends each
+    micro-batch's input to ``embedding_activation_buffer`` in its forward and, in its backward, the
+    logits' gradient to ``grad_output_buffer`` instead of computing its weight gradient, while fewer
     than ``--wgrad-deferral-limit`` are held (0: no limit); the flush
     (``finish_embedding_wgrad_compute``, before the optimizer step) drains both.  With
     :math:`\tau = s b / c` tokens on one GPU, :math:`w` bytes per element and
@@ -778,13 +779,12 @@ def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_paralle
         n\,w\,\tau\Big(\frac{h}{\sigma} + \frac{V}{t}\Big),
         \qquad \sigma = t \text{ under sequence parallelism, else } 1
 
-    (the input is the sequence-sharded one under sequence parallelism: the all-gather
-    happens inside the GEMM) at the last deferred backward.  Before it, at the last
-    micro-batch's forward and its loss's backward, that micro-batch's gradient is not in the
-    buffer yet (the loss's backward makes it: the loss's own ``logits_grad_16bit``), so
-    :math:`\min(m - 1, \text{limit})` gradients (``last_pending``).  Both are held beside the
-    stage's peak activations, an upper bound on the moment: the last rank's steady state
-    keeps its in-flight passes beside them.
+    (the input is the sequence-sharded one under sequence parallelism: the all-gather happens inside
+    the GEMM) at the last deferred backward.  Before it, at the last micro-batch's forward and its
+    loss's backward, that micro-batch's gradient is not in the buffer yet (the loss's backward makes
+    it: the loss's own ``logits_grad_16bit``), so :math:`\min(m - 1, \text{limit})` gradients
+    (``last_pending``).  Both are held beside the stage's peak activations, an upper bound on the
+    moment: the last rank's steady state keeps its in-flight passes beside them.
 
     Parameters
     ----------
@@ -810,11 +810,11 @@ def deferred_wgrad_buffers(microbatches=None, limit=0, width=2, sequence_paralle
 
     References
     ----------
-    Megatron-core ``core/tensor_parallel/layers.py`` (``ColumnParallelLinear.forward``,
-    ``LinearWithGradAccumulationAndAsyncCommunication.backward``),
-    ``core/pipeline_parallel/schedules.py`` (``finish_embedding_wgrad_compute``),
-    ``core/model_parallel_config.py`` (``defer_embedding_wgrad_compute``,
-    ``wgrad_deferral_limit``).
+    .. [megatron-core] ``core/tensor_parallel/layers.py`` (``ColumnParallelLinear.forward``,
+       ``LinearWithGradAccumulationAndAsyncCommunication.backward``),
+       ``core/pipeline_parallel/schedules.py`` (``finish_embedding_wgrad_compute``),
+       ``core/model_parallel_config.py`` (``defer_embedding_wgrad_compute``,
+       ``wgrad_deferral_limit``).
     """
     mm = m if microbatches is None else as_expr(microbatches)
 
