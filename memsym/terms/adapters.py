@@ -137,6 +137,11 @@ def frozen_weights(quantization: str = "bf16", params=None, *, sharded: bool = F
 
     >>> [float(frozen_weights(q).evaluate(N=70e9, p=1, t=1)) / 1e9 for q in ("bf16", "nf4", "nf4-dq")]
     [140.0, 39.375, 36.11083984375]
+
+    References
+    ----------
+    .. [seed004] case B (LoRA 2P GB, QLoRA 0.5P GB).
+    .. [qlora] arXiv:2305.14314, §3, Double Quantization (0.127 bits per parameter).
     """
     key = lower_choice("quantization", quantization, QUANTIZATIONS)
     psi = N / (p * t) if params is None else as_expr(params)
@@ -157,14 +162,19 @@ def adapter_state(adapter_dtype: str = "fp32", params=N_a) -> Total:
 
     Parameters
     ----------
-    params : int
-        Total number of model parameters [parameters].
-
+    adapter_dtype : {"fp32", "bf16", "fp16"}
+        Precision of the adapter weights.
+    params : sympy.Expr
+        Trainable adapter parameters [parameters] (default the symbol ``N_a``).
 
     Examples
     --------
     >>> adapter_state().subs(b_g=4, b_m=0, b_o=8).evaluate(N_a=4718592)
     75497472
+
+    References
+    ----------
+    .. [lora] arXiv:2106.09685, §4.1; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r).
     """
     width = ADAPTER_DTYPES[lower_choice("adapter dtype", adapter_dtype, ADAPTER_DTYPES)]
     psi = as_expr(params)
@@ -210,6 +220,12 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
     >>> M = lora().subs(b_g=4, b_m=0, b_o=8)
     >>> float(M.evaluate(N=7e9, p=1, t=1, N_a=4e6)) / 1e9
     14.064
+
+    References
+    ----------
+    .. [lora] arXiv:2106.09685, §4.1; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r).
+    .. [seed004] case B (LoRA 2P GB, QLoRA 0.5P GB).
+    .. [qlora] arXiv:2305.14314, §3, Double Quantization (0.127 bits per parameter).
     """
     base = (frozen_weights(quantization, params, sharded=sharded),)
     if unquantized is not None:
@@ -229,9 +245,9 @@ def qlora(adapter_dtype: str = "fp32", *, double_quant: bool = True, params=None
 
     Parameters
     ----------
-    params : int
-        Total number of model parameters [parameters].
-
+    params : sympy.Expr, optional
+        Frozen parameters per GPU (default ``N/(p t)``) [parameters]; the other parameters
+        are :func:`lora`'s.
 
     Examples
     --------
@@ -239,6 +255,11 @@ def qlora(adapter_dtype: str = "fp32", *, double_quant: bool = True, params=None
 
     >>> round(float(qlora().terms[0].evaluate(N=65.2e9, p=1, t=1)) / 1e9, 1)
     33.6
+
+    References
+    ----------
+    .. [qlora] arXiv:2305.14314, §3, Double Quantization (0.127 bits per parameter).
+    .. [lora] arXiv:2106.09685, §4.1; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r).
     """
     return lora("nf4-dq" if double_quant else "nf4", adapter_dtype, params=params,
                 adapters=adapters, unquantized=unquantized, sharded=sharded)

@@ -91,12 +91,31 @@ def korthikanti(parallel: str = "none", recompute: str = "none") -> Term:
 
 
 def korthikanti_terms() -> tuple[Term, ...]:
-    """Every row of Korthikanti's Table 2 (and Eq. 1) as a Term, in table order.
+    r"""Every row of Korthikanti's Table 2 (and Eq. 1) as a Term, in table order.
+
+    The rows of :func:`korthikanti` [bytes per layer]: no parallelism, tp, tp+sp without
+    recompute; none, tp, tp+sp with selective recompute; full recompute:
+
+    .. math::
+
+        sbh\left(34 + \tfrac{5as}{h}\right),\;
+        sbh\left(10 + \tfrac{24}{t} + \tfrac{5as}{ht}\right),\;
+        \tfrac{sbh}{t}\left(34 + \tfrac{5as}{h}\right),\;
+        34\,sbh,\; sbh\left(10 + \tfrac{24}{t}\right),\; \tfrac{34\,sbh}{t},\; 2\,sbh
 
     Examples
     --------
     >>> [t.key for t in korthikanti_terms()][:2]
     ['korthikanti.none.none', 'korthikanti.tp.none']
+
+    Table 2's last row, full recompute, keeps only the layer input, 2sbh:
+
+    >>> korthikanti_terms()[-1].expr
+    2*b*h*s
+
+    References
+    ----------
+    .. [korthikanti] arXiv:2205.05198, §4.1 (Eq. 1), §4.2 (Eq. 2, 4), Table 2.
     """
     rows = [("none", "none"), ("tp", "none"), ("tp+sp", "none"), ("none", "selective"),
             ("tp", "selective"), ("tp+sp", "selective"), ("none", "full")]

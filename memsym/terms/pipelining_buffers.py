@@ -21,8 +21,9 @@ _PIPELINING_SRC = Source("pytorch-pipelining", "stage.py, _create_act_recv_info 
 
 
 def pipelining_recv_buffers(stage: int, pp: int, vv, mm, boundary, placement: str = "loop") -> Term:
-    r"""The receive buffers ``torch.distributed.pipelining`` keeps on pipeline rank ``stage``
-    between steps [bytes]: one per micro-batch for each stage's input (not the first global
+    r"""The receive buffers ``torch.distributed.pipelining`` keeps between steps [bytes].
+
+    On pipeline rank ``stage``: one per micro-batch for each stage's input (not the first global
     stage's) and output gradient (not the last's), :math:`(2v - 1) m B` on the end ranks and
     :math:`2 v m B` between them; they outlive the step, so the optimizer step sees them
     (``tests/test_engine_fsdp2.py`` counts them after a step on a 3-rank gloo pipeline).
@@ -41,6 +42,22 @@ def pipelining_recv_buffers(stage: int, pp: int, vv, mm, boundary, placement: st
         One micro-batch's hidden states at a stage boundary [bytes].
     placement : {"loop", "v"}
         Where a rank's stages sit (``Training.stage_placement``).
+
+    Examples
+    --------
+    Check values counted by hand from the buffers above (B = 1): p = 3, m = 4, one stage per
+    rank, (2v - 1) m = 4 on the first rank and 2 v m = 8 on the middle one; the V placement
+    (p = 4, v = 2, m = 8) gives rank 0 both ends, (2v - 2) m = 16:
+
+    >>> [pipelining_recv_buffers(r, 3, None, 4, 1).expr for r in (0, 1)]
+    [4, 8]
+    >>> pipelining_recv_buffers(0, 4, 2, 8, 1, placement="v").expr
+    16
+
+    References
+    ----------
+    .. [pytorch-pipelining] ``torch/distributed/pipelining/stage.py``, ``_create_act_recv_info``
+       and ``_create_grad_recv_info`` (one buffer per micro-batch, kept).
     """
     vk = 1 if vv is None else vv
     # no input received for the first stage, no output gradient for the last (both on rank 0
@@ -55,14 +72,13 @@ def pipelining_recv_buffers(stage: int, pp: int, vv, mm, boundary, placement: st
 
 def pipelining_buffers(stage: int, pp: int, vv, mm, group, boundary, width: int,
                        schedule: str = "1f1b", placement: str = "loop") -> Term:
-    r"""What ``torch.distributed.pipelining`` keeps on pipeline rank ``stage`` beyond the
-    layers' activations [bytes] (torchtitan's pipeline parallelism).
+    r"""What ``torch.distributed.pipelining`` keeps beyond the layers' activations [bytes].
 
-    With :math:`B = 2\tau h/\sigma` the hidden states of one micro-batch at a stage boundary
-    (:math:`\tau = sb/c`, :math:`\sigma = t` under sequence parallelism), :math:`m`
-    micro-batches, :math:`v` stages on the rank and :math:`n` in-flight micro-batches of the
-    rank's first chunk (those whose embedding it holds,
-    :func:`memsym.terms.schedule.embedding_microbatches`):
+    On pipeline rank ``stage`` (torchtitan's pipeline parallelism), with :math:`B = 2\tau h/\sigma`
+    the hidden states of one micro-batch at a stage boundary (:math:`\tau = sb/c`,
+    :math:`\sigma = t` under sequence parallelism), :math:`m` micro-batches, :math:`v` stages on the
+    rank and :math:`n` in-flight micro-batches of the rank's first chunk (those whose embedding it
+    holds, :func:`memsym.terms.schedule.embedding_microbatches`):
 
     .. math::
 
@@ -104,6 +120,23 @@ def pipelining_buffers(stage: int, pp: int, vv, mm, group, boundary, width: int,
         The pipeline schedule.
     placement : {"loop", "v"}
         Where a rank's stages sit (``Training.stage_placement``).
+
+    Examples
+    --------
+    Check values computed by hand from the formulas above (B = 1, 16-bit logits): p = 3,
+    m = 4, 1F1B, the middle rank 2 v m = 8; the last rank ((2v - 1) m - 1) + 2τV/t with
+    τ = sb/c and one micro-batch's logits in flight:
+
+    >>> pipelining_buffers(1, 3, None, 4, None, 1, 2).expr
+    8
+    >>> pipelining_buffers(2, 3, None, 4, None, 1, 2).expr
+    2*V*b*s/(c*t) + 3
+
+    References
+    ----------
+    .. [pytorch-pipelining] ``torch/distributed/pipelining/stage.py``, ``_create_act_recv_info``
+       and ``_create_grad_recv_info`` (one buffer per micro-batch, kept), ``forward_one_chunk``
+       (``fwd_cache`` keeps the stage output).
     """
     vk = 1 if vv is None else vv
     count, extra = 2 * vk * mm, 0
