@@ -101,6 +101,14 @@ def pipeline_factor(schedule: str = "1f1b", *, interleaved: bool = False,
     Min(1, m/p)
     >>> pipeline_factor(interleaved=True, limited=True).expr.subs({p: 4, v: 2, m: 2})
     1/2
+
+    References
+    ----------
+    .. [korthikanti] arXiv:2205.05198, §4.2.3, Eq. 5 and the interleaved factor.
+    .. [megatron-lm] ``theoretical_memory_usage.py``, ``compute_activation_memory`` (min(1, m/p));
+       ``schedules.py``, ``forward_backward_pipelining_with_interleaving``
+       (``num_warmup_microbatches``).
+    .. [gpipe] arXiv:1811.06965, §2.2.
     """
     schedule = _schedule(schedule)
     # one model: the first stage's row of stage_layers, in units of L (never a second formula)
@@ -128,12 +136,25 @@ def pipeline_factor(schedule: str = "1f1b", *, interleaved: bool = False,
 
 def first_stage_layers(schedule: str = "1f1b", *, interleaved: bool = False,
                        limited: bool = False) -> sp.Expr:
-    """Layers' worth of activations on the first stage: ``L * pipeline_factor`` [layers].
+    r"""Layers' worth of activations on the first stage: ``L * pipeline_factor`` [layers].
+
+    .. math:: L\,\phi
+
+    with :math:`\phi` the :func:`pipeline_factor` of the schedule.
 
     Examples
     --------
+    Korthikanti Eq. 5: the first 1F1B stage holds L layers' worth, and interleaved
+    L(1 + (p - 1)/(p v)):
+
     >>> first_stage_layers()
     L
+    >>> sp.simplify(first_stage_layers(interleaved=True) - L * (1 + (p - 1) / (p * v)))
+    0
+
+    References
+    ----------
+    .. [korthikanti] arXiv:2205.05198, §4.2.3, Eq. 5 and the interleaved factor.
     """
     return L * pipeline_factor(schedule, interleaved=interleaved, limited=limited).expr
 
@@ -236,6 +257,15 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
 
     >>> stage_microbatches(0, pp=4, vv=2, group=6)
     13
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473, §2.2 (1F1B and interleaved schedules).
+    .. [megatron-schedules] ``megatron/core/pipeline_parallel/schedules.py`` (rev d98e8a64dd),
+       ``get_pp_rank_microbatches``: ``num_warmup_microbatches = (p - rank - 1)*2 + (v - 1)*N``,
+       capped at m v.
+    .. [pytorch-pipelining] ``torch/distributed/pipelining/schedules.py``, ``ScheduleLoopedBFS``.
+    .. [gpipe] arXiv:1811.06965, §2.2.
     """
     schedule = _schedule(schedule)
     pp = as_expr(pp)                   # exact: plain ints must not become floats
@@ -263,6 +293,14 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
 
 def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layers=L) -> sp.Expr:
     r"""Layers' worth of one micro-batch's activations held by a stage at its peak [layers].
+
+    With :math:`n_i` the chunk micro-batches stage :math:`i` holds
+    (:func:`stage_microbatches`):
+
+    .. math::
+
+        n_i\,\frac{L}{p} \text{ (not interleaved)},\qquad
+        n_i\,\frac{L}{p\,v} \text{ (v chunks per rank)}
 
     Parameters
     ----------
@@ -296,6 +334,11 @@ def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layer
 
     >>> sp.simplify(stage_layers("first", vv=v) - L * (1 + (p - 1) / (p * v)))
     0
+
+    References
+    ----------
+    .. [korthikanti] arXiv:2205.05198, §4.2.3, Eq. 5 and the interleaved factor.
+    .. [narayanan] arXiv:2104.04473, §2.2 (1F1B and interleaved schedules).
     """
     chunks = stage_microbatches(stage, schedule, pp=pp, vv=vv, mm=mm)
     pp, layers = as_expr(pp), as_expr(layers)
@@ -342,8 +385,9 @@ def v_stage_microbatches(stage, *, pp=p, mm=None) -> sp.Expr:
 
     References
     ----------
-    torch/distributed/pipelining/schedules.py, ``ScheduleZBVZeroBubble`` and
-    ``ScheduleDualPipeV`` (their ``pipeline_order``; ``tests/test_timing.py`` reads them).
+    .. [pytorch-pipelining] ``torch/distributed/pipelining/schedules.py``,
+       ``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` (their ``pipeline_order``;
+       ``tests/test_timing.py`` reads them).
     """
     pp = as_expr(pp)
     mm = None if mm is None else as_expr(mm)
@@ -386,6 +430,14 @@ def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
     (p, 2*p - 1)
     >>> embedding_microbatches(pp=4, vv=2, group=12)    # the first group's 12 forwards first
     12
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473, §2.2 (1F1B and interleaved schedules).
+    .. [megatron-schedules] ``megatron/core/pipeline_parallel/schedules.py`` (rev d98e8a64dd),
+       ``get_pp_rank_microbatches``: ``num_warmup_microbatches = (p - rank - 1)*2 + (v - 1)*N``,
+       capped at m v.
+    .. [gpipe] arXiv:1811.06965, §2.2.
     """
     schedule = _schedule(schedule)
     pp = as_expr(pp)
@@ -401,7 +453,9 @@ def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
 
 
 def logits_microbatches(schedule: str = "1f1b", *, mm=None) -> sp.Expr:
-    """Micro-batches whose output-layer activations (logits) the last stage holds.
+    r"""Micro-batches whose output-layer activations (logits) the last stage holds.
+
+    .. math:: n_\ell = 1 \text{ (1F1B)},\qquad n_\ell = m \text{ (GPipe)}
 
     1F1B (interleaved or not) runs each micro-batch's backward right after its forward on
     the last stage: 1.  GPipe: m.
@@ -410,6 +464,13 @@ def logits_microbatches(schedule: str = "1f1b", *, mm=None) -> sp.Expr:
     --------
     >>> logits_microbatches()
     1
+    >>> logits_microbatches("gpipe", mm=8)    # GPipe: every forward before any backward
+    8
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473, §2.2 (1F1B and interleaved schedules).
+    .. [gpipe] arXiv:1811.06965, §2.2.
     """
     schedule = _schedule(schedule)
     if schedule == "gpipe":
