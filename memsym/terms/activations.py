@@ -392,9 +392,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
 def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = True) -> Total:
     r"""Activations of the input embedding on the first pipeline stage [bytes per micro-batch].
 
-    .. math::
-
-        8\,\frac{sb}{c} + \delta\,\frac{sbh}{c\,\sigma}
+    .. math:: 8\,\frac{sb}{c} + \delta\,\frac{sbh}{c\,\sigma}
 
     int64 token ids (Megatron-LM's ``8sbp`` for p in-flight micro-batches) and the embedding
     dropout mask (Korthikanti §4.3: ``sbhp/t`` with SP).  The embedding lookup's backward
@@ -404,6 +402,11 @@ def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = Tr
     --------
     >>> embedding_activations(dropout=False).expr
     8*b*s/c
+
+    References
+    ----------
+    .. [megatron-lm] ``theoretical_memory_usage.py``, ``compute_activation_memory`` (8sbp).
+    .. [korthikanti] arXiv:2205.05198, §4.3 (embedding dropout mask sbhp/t).
     """
     _, tok, sig = _common(sequence_parallel, "none")
     terms = [Term("input_ids", 8 * tok, "int64 token ids",
@@ -460,6 +463,12 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     33.621540864
     >>> output_activations(compiled_loss=True)["logits"].expr
     2*V*b*s/(c*t) + 8*b*s/c
+
+    References
+    ----------
+    .. [korthikanti] arXiv:2205.05198, §4.3 (final norm 2sbh/t, output input 2sbh/t, 4sbv/t).
+    .. [torchtitan] ``models/norms.py`` ``RMSNorm.forward`` at 9dec370; ``components/loss.py``.
+    .. [pytorch-tensor-parallel] ``distributed/tensor/parallel/style.py``, ``ColwiseParallel``.
     """
     _, tok, sig = _common(sequence_parallel, "none")
     norm = choose("normalization", norm, NORMS)
@@ -496,9 +505,7 @@ def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
     Per micro-batch, layer and eligible adapter (Megatron-Bridge: LoRA-A of ``linear_qkv`` and of
     a dense layer's ``linear_fc1``), with :math:`\tau = sb/c`:
 
-    .. math::
-
-        n_{\mathrm{el}}\; 2\tau h
+    .. math:: n_{\mathrm{el}}\; 2\tau h
 
     Without ``sequence_parallel_input_regather`` the adapter consumes the *gathered* 16-bit
     LayerNorm output (all :math:`\tau` tokens, not the :math:`\tau/t` shard the base layer
@@ -549,12 +556,18 @@ def paper_layer(parallel: str = "none", recompute: str = "none") -> Total:
     :func:`layer_activations` for a GPT layer (g = a, d_h = h/a, f = 4h, LayerNorm, dropout,
     no flash attention, c = 1; t = 1 for ``parallel="none"``; SP for ``"tp+sp"``) without the
     norm statistics the paper neglects.  The catalogue proves it equals :func:`korthikanti`
-    row by row, i.e. that the term-by-term derivation reproduces the printed formulas.
+    row by row, i.e. that the term-by-term derivation reproduces the printed formulas:
+
+    .. math:: A_{\mathrm{layer}}\big|_{g=a,\,d_h=h/a,\,f=4h,\,c=1} = M_{\mathrm{Table\,2}}
 
     Examples
     --------
-    >>> sp.factor_terms(sp.expand(paper_layer().expr))
+    >>> sp.factor_terms(sp.expand(paper_layer().expr))    # Korthikanti Eq. 1: sbh(34 + 5as/h)
     b*s*(5*a*s + 34*h)
+
+    References
+    ----------
+    .. [korthikanti] arXiv:2205.05198, §4.1 (Eq. 1), §4.2 (Eq. 2, 4), Table 2.
     """
     parallel = choose("parallel setting", parallel, PARALLEL)
     recompute = choose("recompute mode", recompute, RECOMPUTE)
@@ -576,6 +589,10 @@ def paper_first_stage(interleaved: bool = False) -> Term:
     --------
     >>> paper_first_stage().expr
     L*b*h*s*(5*a*s/h + 34)/t
+
+    References
+    ----------
+    .. [korthikanti] arXiv:2205.05198, §4.2.3, Eq. 5 and the interleaved factor.
     """
     return Term("korthikanti.first_stage" + (".interleaved" if interleaved else ""),
                 first_stage_layers(interleaved=interleaved) * korthikanti("tp+sp").expr,
