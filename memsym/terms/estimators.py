@@ -69,7 +69,8 @@ def deepspeed_gpu(stage: int = 3, offload: str = "none") -> Total:
 
     References
     ----------
-    microsoft/DeepSpeed ``docs/code-docs/source/memory.rst``; ZeRO-Offload §4.
+    .. [deepspeed-estimators] ``docs/code-docs/source/memory.rst``, Discussion, GPU RAM.
+    .. [zero-offload] §4.
     """
     if isinstance(stage, bool) or stage not in (2, 3):
         raise InvalidValueError(f"DeepSpeed's estimators cover ZeRO stage 2 or 3, not {stage!r}")

@@ -354,9 +354,9 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
 
     References
     ----------
-    Megatron-core param_and_grad_buffer.py, distrib_optimizer.py; DeepSpeed stage_1_and_2.py,
-    stage3.py; PyTorch _fully_shard; ZeRO §3.1, §5 (Figure 1); seed 000; Megatron-LM
-    theoretical_memory_usage.py; ZeRO-Offload §4.
+    megatron-core: param_and_grad_buffer.py, distrib_optimizer.py; deepspeed-zero: stage_1_and_2.py,
+    stage3.py; pytorch-fsdp2: _fully_shard; zero: §3.1, §5 (Figure 1); seed000; megatron-lm:
+    theoretical_memory_usage.py; zero-offload: §4.
     """
     scheme = normalize_scheme(scheme)
     given = choose("convention", convention, CONVENTIONS)  # the title keeps the name asked for
@@ -570,7 +570,7 @@ def megatron_fsdp_state(strategy: str = "optim_grads_params", *, params=None, dp
 
     References
     ----------
-    Megatron-core ``megatron_fsdp/param_and_grad_buffer.py``.
+    .. [megatron-core] ``core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py``.
     """
     strategy = choose("data_parallel_sharding_strategy", strategy, tuple(MEGATRON_FSDP_STRATEGIES))
     shard_w, shard_o, shard_g = MEGATRON_FSDP_STRATEGIES[strategy]

@@ -1,0 +1,194 @@
+"""Every public formula function is documented as fluids documents its correlations: a
+one-line summary, a math block, a doctest and a ``References`` section naming its source
+(the units of its parameters are checked by tests/test_docstring_units.py).
+
+A *public formula function* is a function in the ``__all__`` of a module under
+``memsym/terms/`` whose return annotation names ``Term``, ``Total`` or ``Expr``.  The test
+lists those that lack any of the four parts; the list must be empty, apart from
+:data:`ALLOWED`, which may only shrink (an entry that no longer lacks anything fails).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+
+import memsym.terms
+from memsym.bibliography import references
+
+#: Modules another change is editing; only their functions may be in :data:`ALLOWED`.
+REWORKED = ("memsym.terms.collectives.", "memsym.terms.communication.", "memsym.terms.compute.",
+            "memsym.terms.pipeline.", "memsym.terms.pipeline_order.")
+
+#: Functions still lacking a part, each with the parts it lacks: being reworked by the twins
+#: change; remove when fixed (an entry that is fixed, or gone, fails the test).
+ALLOWED = {
+    "memsym.terms.collectives.collective_steps": ('math', 'references'),
+    "memsym.terms.collectives.collective_term": ('math', 'references'),
+    "memsym.terms.collectives.collective_time": ('references',),
+    "memsym.terms.communication.communication_per_step": ('references',),
+    "memsym.terms.communication.communication_time": ('references',),
+    "memsym.terms.communication.pipeline_parallel": ('references',),
+    "memsym.terms.communication.tensor_parallel": ('references',),
+    "memsym.terms.communication.tp_bytes_per_step": ('math', 'references'),
+    "memsym.terms.compute.flops_per_iteration": ('references',),
+    "memsym.terms.compute.flops_per_iteration_gemm": ('references',),
+    "memsym.terms.compute.gemm_flops_per_token": ('references',),
+    "memsym.terms.compute.gpu_hours": ('references',),
+    "memsym.terms.compute.hfu": ('references',),
+    "memsym.terms.compute.mfu": ('references',),
+    "memsym.terms.compute.parameters_narayanan": ('references',),
+    "memsym.terms.compute.step_time": ('references',),
+    "memsym.terms.compute.training_cost": ('math', 'references'),
+    "memsym.terms.compute.training_time": ('references',),
+    "memsym.terms.compute.training_time_from_steps": ('references',),
+    "memsym.terms.pipeline.bubble_fraction": ('references',),
+    "memsym.terms.pipeline.bubble_term": ('math', 'references'),
+    "memsym.terms.pipeline.data_parallel_for": ('references',),
+    "memsym.terms.pipeline.global_batch": ('references',),
+}
+
+_RETURNS = re.compile(r"\b(Term|Total|Expr)\b")
+_REFERENCES = re.compile(r"^References\n-+\n(.*?)(?=\n\n[A-Z][A-Za-z ]+\n-+\n|\Z)", re.S | re.M)
+#: A framework file at a pinned commit: a file name and a hexadecimal commit (7 to 40 digits).
+_ARXIV = re.compile(r"arXiv:\d{4}\.\d{4,5}")
+_FILE = re.compile(r"[\w/.-]+\.(?:py|md|cu|cpp|h|json|yaml|toml|txt)\b")
+_COMMIT = re.compile(r"(?<![0-9A-Za-z])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z])")
+
+
+def _formula_functions():
+    """(dotted name, function) of every public formula function, in module order."""
+    out = {}
+    for info in pkgutil.iter_modules(memsym.terms.__path__, "memsym.terms."):
+        mod = importlib.import_module(info.name)
+        for name in getattr(mod, "__all__", ()):
+            obj = getattr(mod, name, None)
+            if not inspect.isfunction(obj):
+                continue
+            returns = inspect.signature(obj, eval_str=False).return_annotation
+            text = returns if isinstance(returns, str) else getattr(returns, "__name__", str(returns))
+            if returns is not inspect.Signature.empty and _RETURNS.search(str(text)):
+                out[f"{obj.__module__}.{name}"] = obj
+    return out
+
+
+def _names_a_source(section: str, keys) -> bool:
+    """Whether a References section names a bibliography key (as written there), a paper
+    (its arXiv identifier) or a framework file at a pinned commit."""
+    for key in keys:
+        if re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(key), section):
+            return True
+    if _ARXIV.search(section):
+        return True
+    return bool(_FILE.search(section) and _COMMIT.search(section))
+
+
+def lacks(obj, keys) -> tuple:
+    """The parts of ``obj``'s docstring that are missing, in a fixed order."""
+    doc = inspect.getdoc(obj) or ""
+    lines = doc.splitlines()
+    missing = []
+    # a summary: one non-empty first line followed by a blank line (or nothing)
+    if not lines or not lines[0].strip() or (len(lines) > 1 and lines[1].strip()):
+        missing.append("summary")
+    if ".. math::" not in doc and ":math:`" not in doc:
+        missing.append("math")
+    if not re.search(r"^\s*>>> ", doc, re.M):
+        missing.append("doctest")
+    section = _REFERENCES.search(doc)
+    if section is None or not _names_a_source(section.group(1), keys):
+        missing.append("references")
+    return tuple(missing)
+
+
+FUNCTIONS = _formula_functions()
+
+
+def _missing():
+    keys = sorted(references(), key=len, reverse=True)
+    return {where: lacks(obj, keys) for where, obj in FUNCTIONS.items() if lacks(obj, keys)}
+
+
+def test_the_check_sees_the_formula_functions():
+    # 69 when written; a change in how modules export would otherwise empty the check silently
+    assert len(FUNCTIONS) >= 60, len(FUNCTIONS)
+
+
+def test_every_formula_function_is_documented():
+    missing = {where: parts for where, parts in _missing().items() if where not in ALLOWED}
+    assert not missing, "\n".join(f"{w}: lacks {', '.join(p)}" for w, p in sorted(missing.items()))
+
+
+def test_the_allowed_set_only_shrinks():
+    # an entry that is fixed (or renamed, or removed) must leave ALLOWED: stale entries would
+    # hide a regression of the function later
+    missing = _missing()
+    stale = sorted(w for w in ALLOWED if w not in FUNCTIONS or not missing.get(w))
+    assert not stale, f"fixed or gone, remove from ALLOWED: {stale}"
+    # and an entry may not hide more than it lists
+    grown = {w: missing[w] for w in ALLOWED if w in missing and not set(missing[w]) <= set(ALLOWED[w])}
+    assert not grown, grown
+
+
+def test_only_the_reworked_modules_are_allowed():
+    # the allowance is for files another engineer is editing, not a place to park new gaps
+    elsewhere = sorted(w for w in ALLOWED if not w.startswith(REWORKED))
+    assert not elsewhere, elsewhere
+
+
+def test_the_check_can_fail():
+    keys = sorted(references(), key=len, reverse=True)
+
+    def bare(d: int):
+        """Nothing else."""
+
+    assert lacks(bare, keys) == ("math", "doctest", "references")
+
+    def full(d: int):
+        """The data-parallel size.
+
+        .. math:: d
+
+        Examples
+        --------
+        >>> 1
+        1
+
+        References
+        ----------
+        .. [zero] §5.
+        """
+
+    assert lacks(full, keys) == ()
+
+    def pinned(d: int):
+        """A summary.
+
+        :math:`d`
+
+        >>> 1
+        1
+
+        References
+        ----------
+        Megatron-core ``megatron/core/transformer/mlp.py`` at 0a1b2c3d.
+        """
+
+    assert lacks(pinned, keys) == ()
+
+    def unpinned(d: int):
+        """A summary.
+
+        :math:`d`
+
+        >>> 1
+        1
+
+        References
+        ----------
+        Megatron-core ``megatron/core/transformer/mlp.py``.
+        """
+
+    assert lacks(unpinned, keys) == ("references",)
