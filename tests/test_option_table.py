@@ -178,3 +178,31 @@ def test_the_vocabulary_names_what_the_library_defines():
 
     assert tuple(PRECISIONS) == v.PRECISION_NAMES and tuple(OPTIMIZERS) == v.OPTIMIZER_NAMES
     assert tuple(METRICS) == v.METRIC_NAMES and tuple(ALLOWANCES) == v.ALLOWANCE_KEYS
+
+
+def test_time_prices_the_same_job_as_estimate(capsys):
+    # memsym time with a layout: the tokens take ceil(T / (B s)) steps, each the step time
+    # estimate reports for the same job (one job description, one step-time model)
+    import math
+
+    job = ["--tp", "2", "--global-batch-size", "64", "--seq-length", "4096",
+           "--recompute", "full"]
+    assert main(["estimate", "llama2-7b", *job, "--world-size", "16", "--gpu", "h100-80gb",
+                 "--json"]) in (0, 1)
+    step = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(["time", "llama2-7b", "--tokens", "2T", "--gpus", "16", *job, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    steps = math.ceil(2 * 10**12 / (64 * 4096))
+    assert rep["steps"] == steps and rep["step_time_s"] == step
+    assert rep["seconds"] == pytest.approx(steps * step, rel=1e-12)
+    assert rep["gpu_hours"] == pytest.approx(steps * step * 16 / 3600, rel=1e-12)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["7B", "--tokens", "1T", "--tp", "2"], "parameter count"),
+    (["llama2-7b", "--tokens", "1T", "--tp", "2", "--efficiency", "0.5"], "--efficiency"),
+])
+def test_time_refuses_what_a_layout_cannot_use(capsys, argv, said):
+    code = main(["time", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and said in err

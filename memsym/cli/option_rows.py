@@ -16,7 +16,7 @@ from .option_schema import (ALLOWANCES_SOURCE, JOB_AND_SEARCH, JOB_DEFAULTS,
                             MEGATRON_ARGS, PLOT_UNKNOWNS, RECIPE_SOURCE, SEARCH,
                             SOLVE_UNKNOWNS, flag, option)
 
-__all__ = ["OPTIONS", "SWITCH_FLAGS"]
+__all__ = ["OPTIONS", "SWITCH_FLAGS", "TIME_JOB_OPTIONS"]
 
 
 _ARCH_HELP = {
@@ -521,7 +521,22 @@ def _all_rows() -> tuple:
             *_time_rows(), *_command_rows())
 
 
+#: The job options ``memsym time`` also takes (the same rows): with them it prices the job's
+#: step with the step-time model (memsym.timing) instead of Narayanan's Eq. 4.
+TIME_JOB_OPTIONS = frozenset({
+    "tp", "pp", "cp", "ep", "etp", "vpp", "sequence_parallel", "seq_length", "micro_batch_size",
+    "global_batch_size", "sharding", "no_flash_attn", "overlap_grad_reduce",
+    "overlap_param_gather", "tp_comm_overlap", "gpus_per_node"})
+
+
+def _with_time(rows) -> tuple:
+    import dataclasses
+
+    return tuple(dataclasses.replace(o, commands=o.commands | {"time"})
+                 if o.dest in TIME_JOB_OPTIONS and "estimate" in o.commands else o for o in rows)
+
+
 #: Every option of every subcommand (built once, at import: plain data and type functions).
-OPTIONS: tuple = _all_rows()
+OPTIONS: tuple = _with_time(_all_rows())
 
 

@@ -1,4 +1,10 @@
-"""``memsym time``: training time, GPU-hours and cost for T tokens (Narayanan Eq. 4)."""
+"""``memsym time``: training time, GPU-hours and cost for T tokens.
+
+Without a layout: Narayanan et al.'s Eq. 4, ``8TN/(G X)`` with full recomputation.  With the
+job options ``estimate`` takes (a layout, a batch, :data:`memsym.cli.option_rows.TIME_JOB_OPTIONS`)
+the same job is priced by the step-time model (:mod:`memsym.timing`), the step estimate
+reports: ``ceil(T / (B s))`` steps of that step time.
+"""
 
 from __future__ import annotations
 
@@ -90,7 +96,95 @@ def time_report(args) -> dict:
     }
 
 
+def _job_given(args) -> bool:
+    from .option_rows import TIME_JOB_OPTIONS
+
+    return any(getattr(args, dest, None) not in (None, False) for dest in TIME_JOB_OPTIONS)
+
+
+def job_time_report(args) -> dict:
+    """``memsym time`` of a job: its step priced by the step-time model, as ``estimate`` prices
+    it, times the number of steps ``ceil(T / (B s))`` the tokens take."""
+    import math
+    import types
+
+    from ..errors import InvalidValueError
+    from ..job import job
+    from ..units import parse_count
+    from .job_report import communication_report
+    from .search import default_global_batch
+
+    try:
+        parse_count(args.model)
+    except ValueError:
+        pass
+    else:
+        raise InvalidValueError("a layout needs a MODEL (a preset or a config.json), not a "
+                                "parameter count: the step-time model prices its GEMMs")
+    if args.tflops is not None or args.efficiency is not None:
+        raise InvalidValueError("--tflops and --efficiency price Narayanan's Eq. 4 (no layout); "
+                                "with a layout the step-time model prices every GEMM: drop them")
+    notes = []
+    seq = args.seq_length or 4096
+    batch = args.global_batch_size
+    if batch is None:
+        batch = default_global_batch(seq)
+        notes.append(f"global batch {batch} sequences assumed (about 4M tokens per step, "
+                     "Llama 2's; give --global-batch-size)")
+    opts = {key: getattr(args, dest) for key, dest in (
+        ("t", "tp"), ("p", "pp"), ("c", "cp"), ("e", "ep"), ("t_e", "etp"), ("v", "vpp"),
+        ("micro_batch_size", "micro_batch_size"), ("sharding", "sharding"))
+        if getattr(args, dest, None) is not None}
+    for dest in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
+                 "tp_comm_overlap"):
+        if getattr(args, dest, False):
+            opts[dest] = True
+    if args.no_flash_attn:
+        opts["flash_attention"] = False
+    j = job(args.model, world_size=args.gpus, seq_length=seq, global_batch_size=batch,
+            precision=args.precision, recompute=args.recompute, gpu=args.gpu,
+            gpus_per_node=args.gpus_per_node, **opts)
+    cluster = types.SimpleNamespace(gpu=args.gpu, efficiency=None, gpus_per_node=args.gpus_per_node,
+                                    intra_node_bandwidth=None, inter_node_bandwidth=None)
+    step = communication_report(cluster, j.model, j.layout, j.training)
+    steps = math.ceil(args.tokens / (batch * seq))
+    seconds = steps * step["step_time_s"]
+    hours = seconds * args.gpus / 3600
+    cost = None if args.price_per_gpu_hour is None else hours * args.price_per_gpu_hour
+    lay = j.layout
+    return {
+        "method": "step-time model (memsym.timing), the step estimate prices",
+        "model": j.model.name, "tokens": args.tokens, "gpu": args.gpu, "gpus": args.gpus,
+        "layout": {"tp": lay.t, "pp": lay.p, "cp": lay.c, "dp": lay.d, "ep": lay.e,
+                   "vpp": lay.v or 1},
+        "seq_length": seq, "global_batch_size": batch, "steps": steps,
+        "step_time_s": step["step_time_s"], "mfu": step.get("mfu"),
+        "seconds": float(seconds), "days": float(seconds / 86400), "gpu_hours": float(hours),
+        "price_per_gpu_hour": args.price_per_gpu_hour,
+        "cost": None if cost is None else float(cost), "notes": notes + list(j.notes),
+    }
+
+
 def run(args) -> int:
+    if _job_given(args):
+        rep = job_time_report(args)
+        if args.json:
+            emit_json(rep)
+            return 0
+        lay = ", ".join(f"{k} {v}" for k, v in rep["layout"].items())
+        lines = [f"memsym time: {rep['model']}, {rep['tokens']:,} tokens, {rep['gpus']} x "
+                 f"{rep['gpu']} ({lay}), {rep['method']}",
+                 f"{rep['steps']:,} steps of {rep['global_batch_size']} x {rep['seq_length']} "
+                 f"tokens at {rep['step_time_s']:.3f} s"
+                 + (f" (MFU {rep['mfu']:.1%})" if rep.get("mfu") else ""),
+                 f"training time {rep['days']:.2f} days ({rep['seconds']:,.0f} s)",
+                 f"GPU-hours     {rep['gpu_hours']:,.0f}"]
+        if rep["cost"] is not None:
+            lines.append(f"cost          {rep['cost']:,.2f} at {rep['price_per_gpu_hour']} per "
+                         "GPU-hour")
+        lines += [f"note: {n}" for n in rep["notes"]]
+        print("\n".join(lines))
+        return 0
     rep = time_report(args)
     if args.json:
         emit_json(rep)
