@@ -275,3 +275,11 @@ def test_without_huggingface_hub_a_hub_id_is_refused(monkeypatch, capsys, tmp_pa
     code, out, err = _cli(capsys, "estimate", "meta-llama/Llama-3.1-8B")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "pip install huggingface_hub" in err and "config.json path" in err
+
+
+def test_time_takes_a_hub_id(offline_cache, capsys):
+    """`memsym time org/name` counts the cached config.json's parameters (Kaplan's N)."""
+    code, out, err = _cli(capsys, "time", REPO, "--tokens", "1T", "--json")
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert data["params"] == LLAMA3_8B_PARAMS and data["params_kind"] == f"parameters of {REPO}"

@@ -478,8 +478,8 @@ def _time_rows():
     tm = frozenset({"time"})
     return [
         option("model", group="time", metavar="MODEL-or-PARAMS", commands=tm, positional=True,
-           effect="time", help="a model preset name, a Hugging Face config.json, or a "
-           "parameter count (7B, 175e9, 1T)"),
+           effect="time", help="a model preset name, a Hugging Face config.json or Hub "
+           "model id (org/name[@revision]), or a parameter count (7B, 175e9, 1T)"),
         option("--tokens", group="time", type=T.tokens, metavar="T", commands=tm, required=True,
            effect="time", help="training tokens (300B, 15T, 3e11)"),
         option("--gpu", group="time", metavar="NAME", commands=tm, parser_default="h100-80gb",
