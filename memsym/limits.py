@@ -21,7 +21,7 @@ __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "S
            "SHELL_MAX_WORD_CHARS", "SHELL_MAX_EXPANDED_CHARS", "SHELL_MAX_NUMBER_DIGITS",
            "SHELL_MAX_COMMANDS", "BRIDGE_MAX_VALUE_CHARS", "check_limit",
            "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes", "MAX_INPUT_BYTES",
-           "MAX_CONFIG_JSON_BYTES", "MAX_NESTING", "MAX_CONFIG_CALL_DEPTH", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
+           "MAX_CONFIG_JSON_BYTES", "MAX_HUB_NAME_CHARS", "MAX_HUB_REVISION_CHARS", "MAX_NESTING", "MAX_CONFIG_CALL_DEPTH", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
            "MAX_TOP", "MAX_MARGIN_FRACTION", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE",
            "check_text"]
 
@@ -132,6 +132,14 @@ MAX_INPUT_BYTES = 2**20
 #: The largest Hugging Face config.json read [bytes] (2^22 = 4 MiB; real ones are 1-10 KB, the
 #: largest with id2label tables ~10^5 bytes).
 MAX_CONFIG_JSON_BYTES = 2**22
+#: The longest part of a Hugging Face Hub model id ``org/name`` [characters], each of the two
+#: parts (huggingface_hub's ``validate_repo_id`` / ``REPO_ID_REGEX``: ``[\w\-.]{1,96}`` each
+#: side of the ``/``); checked before any network use (:mod:`memsym.model.hub`).
+MAX_HUB_NAME_CHARS = 96
+#: The longest revision after ``@`` in a Hub model id [characters]: a branch, a tag or a 40-hex
+#: commit; huggingface_hub stores each as a file ``refs/<revision>`` in its cache, and 255 bytes
+#: is the longest file name of common file systems (ext4, APFS, NTFS).
+MAX_HUB_REVISION_CHARS = 255
 #: The deepest nesting of arrays, objects, inline tables a config file may have (real ones
 #: nest 2-4 deep: a DeepSpeed zero_optimization.offload_param section, a config.json's
 #: rope_scaling); far below the ~1000 levels at which the parsers' recursion fails.  A

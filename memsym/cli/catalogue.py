@@ -14,8 +14,9 @@ from .options import emit_json
 def add_parser(sub) -> None:
     models = sub.add_parser("models", help="the model presets (MODEL names)",
                             description="The preset models a MODEL may name (or give a Hugging "
-                            "Face config.json path), with their size and the recipe a job starts "
-                            "from.")
+                            "Face config.json path, or a Hub model id such as "
+                            "meta-llama/Llama-3.1-8B[@revision], read through huggingface_hub), "
+                            "with their size and the recipe a job starts from.")
     add_options(models, "models")
     models.set_defaults(run=run_models)
     gpus = sub.add_parser("gpus", help="the GPU catalogue (--gpu names)",
@@ -62,7 +63,8 @@ def run_models(args) -> int:
               f"{r['max_position_embeddings'] or '-':>10}")
     print("\nrecipe of every preset job unless its options say otherwise (memsym.job.DEFAULTS): "
           + ", ".join(f"{k} {v}" for k, v in recipe.items()))
-    print("a Hugging Face config.json path is a MODEL too (docs/validation.md lists the types)")
+    print("a Hugging Face config.json path is a MODEL too (docs/validation.md lists the types), "
+          "and so is a Hub model id org/name[@revision] (docs/howto-estimate.md)")
     return 0
 
 

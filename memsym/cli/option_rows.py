@@ -478,8 +478,8 @@ def _time_rows():
     tm = frozenset({"time"})
     return [
         option("model", group="time", metavar="MODEL-or-PARAMS", commands=tm, positional=True,
-           effect="time", help="a model preset name, a Hugging Face config.json, or a "
-           "parameter count (7B, 175e9, 1T)"),
+           effect="time", help="a model preset name, a Hugging Face config.json or Hub "
+           "model id (org/name[@revision]), or a parameter count (7B, 175e9, 1T)"),
         option("--tokens", group="time", type=T.tokens, metavar="T", commands=tm, required=True,
            effect="time", help="training tokens (300B, 15T, 3e11)"),
         option("--gpu", group="time", metavar="NAME", commands=tm, parser_default="h100-80gb",
@@ -511,8 +511,10 @@ def _model_rows():
     # plot's KIND is a subcommand of its own (memsym.cli.plot), each with its own help
     return (option("model", group="input", metavar="MODEL", positional=True, commands=JOB_AND_SEARCH,
               effect="memory, time", nargs="?",
-              help="preset name (memsym models: llama3-70b, mixtral-8x7b, ...) or path to a "
-              "Hugging Face config.json; its recipe (memsym.model.RECIPES) is the baseline"),)
+              help="preset name (memsym models: llama3-70b, mixtral-8x7b, ...), path to a "
+              "Hugging Face config.json, or Hub model id org/name[@revision] (needs "
+              "huggingface_hub; an existing local path wins); its recipe "
+              "(memsym.model.RECIPES) is the baseline"),)
 
 
 def _all_rows() -> tuple:

@@ -9,6 +9,7 @@ import os
 from ..errors import InvalidValueError, UnknownNameError
 from .architecture import Architecture
 from .hf_config import from_hf_config
+from .hub import from_hub, is_hub_spelling
 
 # ----------------------------------------------------------------------------------------------
 # presets
@@ -151,10 +152,14 @@ def preset(name: str) -> Architecture:
 
 
 def resolve_model(name_or_path) -> Architecture:
-    """A preset name or a path to a ``config.json`` (or its directory), as the CLI's MODEL.
+    """A preset name, a path to a ``config.json`` (or its directory) or a Hugging Face Hub
+    model id (``org/name`` or ``org/name@revision``), as the CLI's MODEL.
 
     Anything that names an existing file or directory, or ends in ``.json``, is read as a
-    config; everything else is looked up among the presets.
+    config (a local path always wins over a Hub id of the same spelling); anything else with
+    a ``/`` is a Hub id, checked before any network use and read through huggingface_hub
+    (:func:`memsym.model.hub.from_hub`, an optional dependency); everything else is looked up
+    among the presets.
 
     Examples
     --------
@@ -166,8 +171,10 @@ def resolve_model(name_or_path) -> Architecture:
     if isinstance(name_or_path, os.PathLike):
         return from_hf_config(name_or_path)
     if not isinstance(name_or_path, str):
-        raise InvalidValueError(f"a model must be a preset name or a config.json path, got "
-                                f"{type(name_or_path).__name__}")
+        raise InvalidValueError(f"a model must be a preset name, a config.json path or a "
+                                f"Hub model id, got {type(name_or_path).__name__}")
     if name_or_path.lower().endswith(".json") or os.path.exists(name_or_path):
         return from_hf_config(name_or_path)
+    if is_hub_spelling(name_or_path):
+        return from_hub(name_or_path)
     return preset(name_or_path)
