@@ -281,7 +281,7 @@ def test_top_is_bounded(capsys):
     ["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8", "--efficiency", "1e-310"],
     ["search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8", "--efficiency", "nan"],
     ["time", "7B", "--tokens", "1T", "--tflops", "1e-300"],
-    ["time", "7B", "--tokens", "1T", "--efficiency", "1e-310"],
+    ["time", "7B", "--tokens", "1T", "--mfu", "1e-310"],
     ["time", "7B", "--tokens", "1T", "--price-per-gpu-hour", "1e308"],
 ])
 def test_out_of_range_numbers_are_refused_in_one_line(capsys, argv):

@@ -101,7 +101,7 @@ def test_the_contract_holds_for_the_listed_edge_inputs(capsys):
                  ["estimate", "llama2-7b", "--hidden-dropout", "2"],
                  ["estimate", "gpt3-175b", "--seq-length", "100000"],
                  ["time", "7e9", "--tokens", "1e12", "--tflops", "1e-300"],
-                 ["time", "7e9", "--tokens", "1e12", "--efficiency", "1e-320"],
+                 ["time", "7e9", "--tokens", "1e12", "--mfu", "1e-320"],
                  ["time", "7e9", "--tokens", "1e12", "--price-per-gpu-hour", "1e308", "--json"],
                  ["solve", "dp", "--params", "175B", "--gpu-memory", "80GB"]):
         code = main(argv)

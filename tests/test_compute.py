@@ -166,7 +166,7 @@ def test_cli_time(capsys):
     assert rep["cost"] == pytest.approx(2 * rep["gpu_hours"])
     assert main(["time", "7B", "--tokens", "1T", "--gpu", "h100-80"]) == 2
     assert "did you mean h100-80gb" in capsys.readouterr().err
-    assert main(["time", "7B", "--tokens", "1T", "--efficiency", "1.5"]) == 2
+    assert main(["time", "7B", "--tokens", "1T", "--mfu", "1.5"]) == 2
 
 
 def test_selective_recompute_flops_counted_term_by_term():

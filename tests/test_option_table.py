@@ -102,7 +102,7 @@ def test_the_stated_defaults_are_the_codes():
     assert gpn.default == clu.gpus_per_node
     assert by_name["--inter-node-bandwidth"][0].default * 10**9 == clu.inter_node_bandwidth
     # memsym time's efficiency: Narayanan et al.'s 52 %, rounded to the 1/2 the code uses
-    time_eff = next(o for o in by_name["--efficiency"] if "time" in o.commands)
+    time_eff = by_name["--mfu"][0]
     assert sp.Rational(time_eff.default) == DEFAULT_EFFICIENCY
 
 
@@ -200,7 +200,8 @@ def test_time_prices_the_same_job_as_estimate(capsys):
 
 @pytest.mark.parametrize("argv, said", [
     (["7B", "--tokens", "1T", "--tp", "2"], "parameter count"),
-    (["llama2-7b", "--tokens", "1T", "--tp", "2", "--efficiency", "0.5"], "--efficiency"),
+    (["llama2-7b", "--tokens", "1T", "--tp", "2", "--mfu", "0.5"], "--mfu"),
+    (["llama2-7b", "--tokens", "1T", "--efficiency", "0.5"], "--mfu for Eq. 4"),
 ])
 def test_time_refuses_what_a_layout_cannot_use(capsys, argv, said):
     code = main(["time", *argv])

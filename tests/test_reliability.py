@@ -486,7 +486,7 @@ def test_cli_1e15_parameters_exact(capsys):
     ["estimate", *LLAMA, "--fragmentation", "inf"],
     ["estimate", *LLAMA, "--hidden-dropout", "NaN"],
     ["estimate", *LLAMA, "--moe-expert-capacity-factor", "-inf"],
-    ["time", "7B", "--tokens", "1T", "--efficiency", "nan"],
+    ["time", "7B", "--tokens", "1T", "--mfu", "nan"],
     ["time", "7B", "--tokens", "1T", "--price-per-gpu-hour", "inf"],
 ])
 def test_cli_non_finite_options_refused(capsys, argv):

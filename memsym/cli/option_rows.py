@@ -491,13 +491,14 @@ def _time_rows():
         option("--precision", group="time", type=T.choice("precision", ("bf16", "fp16", "fp8")),
            commands=tm, field="precision", parser_default="bf16", default="bf16", source=JOB_DEFAULTS,
            effect="time", help="which peak to use"),
-        option("--efficiency", group="time", type=T.efficiency, metavar="ETA", commands=tm,
+        # not --efficiency: that word is the step-time model's GEMM efficiency on every path
+        option("--mfu", group="time", type=T.efficiency, metavar="ETA", commands=tm,
            effect="time", default="1/2",
            source="memsym.terms.compute.DEFAULT_EFFICIENCY: Narayanan et al. 2021 Table 1 "
-           "reaches 52% of A100 peak", help="achieved fraction of peak FLOP/s end to end "
-           "(model FLOPs utilisation), 0.01 <= ETA <= 1"),
+           "reaches 52% of A100 peak", help="Eq. 4's achieved fraction of peak FLOP/s end to "
+           "end (model FLOPs utilisation), 0.01 <= ETA <= 1; without a layout"),
         option("--tflops", group="time", type=T.tflops, metavar="X", commands=tm, effect="time",
-           help="achieved TFLOP/s per GPU (overrides --gpu peak and --efficiency)"),
+           help="achieved TFLOP/s per GPU (overrides --gpu peak and --mfu); without a layout"),
         option(("--recompute-granularity", "--recompute"), "recompute", group="time",
            type=T.choice("recompute", ("full", "none")), commands=tm, parser_default="full",
            default="full", source="Narayanan et al. 2021 Eq. 4 as printed (8TN)",
@@ -528,7 +529,7 @@ def _all_rows() -> tuple:
 TIME_JOB_OPTIONS = frozenset({
     "tp", "pp", "cp", "ep", "etp", "vpp", "sequence_parallel", "seq_length", "micro_batch_size",
     "global_batch_size", "sharding", "no_flash_attn", "overlap_grad_reduce",
-    "overlap_param_gather", "tp_comm_overlap", "gpus_per_node"})
+    "overlap_param_gather", "tp_comm_overlap", "gpus_per_node", "efficiency"})
 
 
 def _with_time(rows) -> tuple:

@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
     parser = sub.add_parser(
         "time", help="training time, GPU-hours and cost for T tokens",
         description="End-to-end training time ~ 8*T*N/(G*X) with full recomputation, "
-        "6*T*N/(G*X) without (Narayanan et al. 2021 Eq. 4), X = efficiency x peak dense FLOP/s "
+        "6*T*N/(G*X) without (Narayanan et al. 2021 Eq. 4), X = MFU (--mfu) x peak dense FLOP/s "
         "of the GPU; GPU-hours and cost at a price per GPU-hour (seed 004).")
     add_options(parser, "time")
     parser.set_defaults(run=run)
@@ -59,7 +59,7 @@ def time_report(args) -> dict:
     else:
         device = gpu(args.gpu)
         peak = exact(device.peak(args.precision))
-        eff = DEFAULT_EFFICIENCY if args.efficiency is None else exact(args.efficiency, "efficiency")
+        eff = DEFAULT_EFFICIENCY if args.mfu is None else exact(args.mfu, "mfu")
     vals = {"T": args.tokens, "N": params, "G": args.gpus, "F": peak, "eta": eff}
     total = training_time(recompute=args.recompute == "full")
     seconds = total.evaluate(vals)
@@ -83,7 +83,7 @@ def time_report(args) -> dict:
         "gpus": args.gpus,
         "precision": args.precision,
         "peak_flops_per_gpu": float(peak) if device is not None else None,
-        "efficiency": float(eff),
+        "mfu": float(eff),
         "achieved_flops_per_gpu": float(peak * eff),
         "training_flops": factor * args.tokens * params,
         "seconds": float(seconds),
@@ -97,9 +97,18 @@ def time_report(args) -> dict:
 
 
 def _job_given(args) -> bool:
+    """Whether a job option is given (a layout, a batch: the step-time model prices it); the
+    GEMM efficiency alone names no layout, so it is refused without one."""
+    from ..errors import InvalidValueError
     from .option_rows import TIME_JOB_OPTIONS
 
-    return any(getattr(args, dest, None) not in (None, False) for dest in TIME_JOB_OPTIONS)
+    given = any(getattr(args, dest, None) not in (None, False)
+                for dest in TIME_JOB_OPTIONS - {"efficiency"})
+    if not given and args.efficiency is not None:
+        raise InvalidValueError("--efficiency is the step-time model's GEMM efficiency: give a "
+                                "layout (--tp, --global-batch-size, ...), or --mfu for Eq. 4's "
+                                "end-to-end fraction of peak")
+    return given
 
 
 def job_time_report(args) -> dict:
@@ -121,9 +130,10 @@ def job_time_report(args) -> dict:
     else:
         raise InvalidValueError("a layout needs a MODEL (a preset or a config.json), not a "
                                 "parameter count: the step-time model prices its GEMMs")
-    if args.tflops is not None or args.efficiency is not None:
-        raise InvalidValueError("--tflops and --efficiency price Narayanan's Eq. 4 (no layout); "
-                                "with a layout the step-time model prices every GEMM: drop them")
+    if args.tflops is not None or args.mfu is not None:
+        raise InvalidValueError("--tflops and --mfu price Narayanan's Eq. 4 (no layout); with a "
+                                "layout the step-time model prices every GEMM (--efficiency "
+                                "overrides its GEMM efficiency)")
     notes = []
     seq = args.seq_length or 4096
     batch = args.global_batch_size
@@ -144,7 +154,8 @@ def job_time_report(args) -> dict:
     j = job(args.model, world_size=args.gpus, seq_length=seq, global_batch_size=batch,
             precision=args.precision, recompute=args.recompute, gpu=args.gpu,
             gpus_per_node=args.gpus_per_node, **opts)
-    cluster = types.SimpleNamespace(gpu=args.gpu, efficiency=None, gpus_per_node=args.gpus_per_node,
+    cluster = types.SimpleNamespace(gpu=args.gpu, efficiency=args.efficiency,
+                                    gpus_per_node=args.gpus_per_node,
                                     intra_node_bandwidth=None, inter_node_bandwidth=None)
     step = communication_report(cluster, j.model, j.layout, j.training)
     steps = math.ceil(args.tokens / (batch * seq))
@@ -194,7 +205,7 @@ def run(args) -> int:
         f"memsym time: {rep['params']:,} {rep['params_kind']}, {rep['tokens']:,} tokens, "
         f"{rep['gpus']} x {dev}",
         f"achieved {rep['achieved_flops_per_gpu'] / 1e12:.1f} TFLOP/s per GPU "
-        f"(efficiency {rep['efficiency']:.3g}); {rep['formula']}  [{rep['source']}]",
+        f"(MFU {rep['mfu']:.3g}); {rep['formula']}  [{rep['source']}]",
         f"training time {rep['days']:.2f} days ({rep['seconds']:,.0f} s)",
         f"GPU-hours     {rep['gpu_hours']:,.0f}",
     ]
