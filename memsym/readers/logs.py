@@ -9,7 +9,7 @@ evaluates anything.  The patterns are the frameworks' own format strings:
   ``--log-throughput``, ``throughput per GPU (TFLOP/s/GPU): {:.1f} |``.  The time is the mean
   over the ``--log-interval`` iterations since the previous line.
 * Megatron-LM, ``report_memory`` (megatron/training/utils/common_utils.py, d98e8a64dd, lines
-  313-333), called as ``report_memory(f'(after {iteration} iterations)')`` (training.py line
+  313-334), called as ``report_memory(f'(after {iteration} iterations)')`` (training.py line
   3684): ``[Rank R] (after N iterations) memory (MB) | allocated: A | max allocated: MA |
   reserved: R | max reserved: MR``; MB is ``1024.0 * 1024.0`` bytes, ``max allocated`` is
   ``torch.cuda.max_memory_allocated()`` and ``max reserved`` ``torch.cuda.max_memory_reserved()``.
