@@ -13,6 +13,9 @@ from fractions import Fraction
 
 import pytest
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from memsym.cli import main
 from memsym.errors import InvalidValueError
 from memsym.readers import logs
@@ -103,6 +106,31 @@ def test_ansi_colours_are_stripped():
     assert log.peak("reserved").bytes == 3 * 2**29
 
 
+def test_a_line_over_the_length_limit_is_skipped():
+    long = "iteration 1/ 9 | elapsed time per iteration (ms): 5.0 |" + " x" * 2**14
+    with pytest.raises(InvalidValueError, match="no iteration line"):
+        parse_log(long + "\n")
+
+
+_PIECES = st.sampled_from(["iteration ", "1", "/", " | ", "elapsed time per iteration (ms): ",
+                           "5.0", "step: ", "tps: ", "1,000", "memory: ", "GiB(", "%)",
+                           "[Rank 0] ", "(after 2 iterations) memory (MB)", " | max allocated: ",
+                           "\x1b[31m", "\n", " ", "9" * 30, "."])
+
+
+# Hypothesis budget: 60 examples of at most 40 pieces (well under a second in all)
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_PIECES, max_size=40))
+def test_any_text_is_read_or_refused_in_one_line(pieces):
+    try:
+        log = parse_log("".join(pieces))
+    except InvalidValueError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert log.iterations and all(i.step_time_s is None or i.step_time_s > 0
+                                  for i in log.iterations)
+
+
 # ---------------------------------------------------------------------------------------------
 # warm-up and median
 # ---------------------------------------------------------------------------------------------
@@ -186,6 +214,21 @@ def test_calibration_round_trip(capsys, tmp_path):
     code, out, _ = run(capsys, "estimate", *JOB, "--calibration", cal)
     # exit 1: the job as estimated does not fit 80 GB (an answer, not an error)
     assert code in (0, 1) and "calibration applied" in out and "(calibrated" in out
+
+
+def test_calibration_of_the_same_gpu_class_is_applied_and_said(capsys, tmp_path):
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"format": "memsym-calibration/1", "compute_factor": "3/4",
+                               "gpu": "h200-141gb", "gpu_class": "hopper"}))
+    code, out, err = run(capsys, "check", MEGATRON, *JOB, "--calibration", cal, "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["calibration"]["compute_factor"] == 0.75
+    assert any("applied on h100-80gb of the same class hopper" in n for n in rep["notes"])
+    # the compute part is scaled by 3/4 and the step time moves by the same seconds
+    before = rep["calibration"]["uncalibrated_step_time_s"]
+    compute = rep["step_time"]["parts_s"]["compute"]
+    assert rep["step_time"]["predicted_s"] == pytest.approx(before - compute / 3)
 
 
 def test_calibration_on_another_gpu_is_refused(capsys, tmp_path):

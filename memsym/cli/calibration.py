@@ -45,11 +45,12 @@ def factor_for(step_s, compute_s, measured_s) -> Fraction:
     return k
 
 
-def calibration_record(k: Fraction, *, gpu: str, job: dict, log_sha256: str, log_name: str,
-                       framework: str, measured_s, predicted_s, date: str) -> dict:
-    """The JSON object of a calibration file."""
+def calibration_record(k: Fraction, *, gpu: str, gpu_class, job: dict, log_sha256: str,
+                       log_name: str, framework: str, measured_s, predicted_s, date: str) -> dict:
+    """The JSON object of a calibration file (``gpu_class``: the catalogue's ``arch_class``,
+    whose GEMM-efficiency curve the factor corrects, :mod:`memsym.timing.efficiency`)."""
     return {"format": FORMAT, "compute_factor": f"{k.numerator}/{k.denominator}",
-            "compute_factor_float": float(k), "gpu": gpu, "job": job,
+            "compute_factor_float": float(k), "gpu": gpu, "gpu_class": gpu_class, "job": job,
             "log": {"sha256": log_sha256, "name": log_name, "framework": framework},
             "measured_step_time_s": float(measured_s),
             "predicted_step_time_s": float(predicted_s), "date": date}
@@ -97,15 +98,18 @@ def read_calibration(path) -> dict:
     if not isinstance(gpu, str) or not gpu:
         raise InvalidValueError(f"calibration file {shown!r}: no 'gpu'")
     log = data.get("log") if isinstance(data.get("log"), dict) else {}
+    gpu_class = data.get("gpu_class")
     return {"factor": k, "gpu": gpu, "file": shown, "date": printable(str(data.get("date")), 40),
+            "gpu_class": gpu_class if isinstance(gpu_class, str) else None,
             "log_sha256": printable(str(log.get("sha256")), 64)}
 
 
-def apply_calibration(rep: dict, cal: dict, gpu_name: str) -> Fraction:
+def apply_calibration(rep: dict, cal: dict, gpu_name: str, gpu_class=None) -> Fraction:
     """Scale the compute part of ``rep``'s step time by the calibration's factor, in place:
     ``step_time_s``, ``step_time_parts_s["compute"]`` (and ``pipeline``), MFU and HFU; adds
     ``rep["calibration"]`` and a note.  Returns the calibrated step time [s], exact (the
-    float in ``rep`` is its rounding).
+    float in ``rep`` is its rounding).  A calibration applies on its own GPU or on another of
+    the same class (``gpu_class``, said in the note); on any other it is refused.
 
     Examples
     --------
@@ -120,9 +124,12 @@ def apply_calibration(rep: dict, cal: dict, gpu_name: str) -> Fraction:
     """
     from ..errors import InvalidValueError
 
-    if cal["gpu"] != gpu_name:
+    same_class = cal.get("gpu_class") is not None and cal.get("gpu_class") == gpu_class
+    if cal["gpu"] != gpu_name and not same_class:
         raise InvalidValueError(f"calibration {cal['file']!r} was made on {cal['gpu']}, the "
                                 f"job runs on {gpu_name}: calibrate on this GPU")
+    where = cal["gpu"] if cal["gpu"] == gpu_name else \
+        f"{cal['gpu']}, applied on {gpu_name} of the same class {gpu_class}"
     parts = rep["step_time_parts_s"]
     k = cal["factor"]
     before = Fraction(rep["step_time_s"])
@@ -137,10 +144,11 @@ def apply_calibration(rep: dict, cal: dict, gpu_name: str) -> Fraction:
             rep[key] = float(Fraction(rep[key]) * before / after)
     rep["calibration"] = {"file": cal["file"], "compute_factor": float(k),
                           "compute_factor_exact": f"{k.numerator}/{k.denominator}",
-                          "gpu": cal["gpu"], "date": cal["date"], "log_sha256": cal["log_sha256"],
+                          "gpu": cal["gpu"], "gpu_class": cal.get("gpu_class"),
+                          "date": cal["date"], "log_sha256": cal["log_sha256"],
                           "uncalibrated_step_time_s": float(before)}
     rep.setdefault("notes", []).append(
         f"calibration applied: compute part of the step time x {float(k):.4g} "
-        f"({cal['file']}, made {cal['date']} on {cal['gpu']}); uncalibrated step time "
+        f"({cal['file']}, made {cal['date']} on {where}); uncalibrated step time "
         f"{float(before):.4g} s")
     return after

@@ -76,7 +76,7 @@ def _job(args):
     rep.pop("_total", None)
     if rep.get("step_time_s") is None:
         _refuse("check needs the step time: give the job's --global-batch-size")
-    return j, rep, device.name
+    return j, rep, device
 
 
 def _memory_rows(j, log) -> list:
@@ -123,14 +123,15 @@ def check_report(args) -> dict:
     if args.calibrate and args.calibration:
         _refuse("give --calibrate FILE (write one) or --calibration FILE (apply one), not both")
     cal = read_calibration(args.calibration) if args.calibration else None
-    j, rep, gpu_name = _job(args)
+    j, rep, device = _job(args)
+    gpu_name = device.name
     skipped, measured, kept = steady_step(log, args.warmup, tokens_per_step=rep["tokens_per_step"],
                                           gpus=rep["gpus"])
     parts = dict(rep["step_time_parts_s"])
     predicted = Fraction(rep["step_time_s"])
     uncalibrated = {"step_s": predicted, "compute_s": Fraction(parts["compute"])}
     if cal is not None:
-        predicted = apply_calibration(rep, cal, gpu_name)
+        predicted = apply_calibration(rep, cal, gpu_name, device.arch_class)
         parts = dict(rep["step_time_parts_s"])
     shown = {name: sum(parts.get(k, 0.0) for k in keys) for name, keys in STEP_PARTS}
     shown["other"] = float(predicted) - sum(shown.values())
@@ -161,12 +162,16 @@ def check_report(args) -> dict:
            "step_time": step, "memory": _memory_rows(j, log),
            "calibration": rep.get("calibration"), "calibrated": None,
            "notes": list(rep.get("notes", [])), "units": "seconds, bytes"}
+    if getattr(args, "metric", None) is not None:
+        out["notes"].append(f"--metric {args.metric} not used: each memory figure is compared "
+                            "under the metric the log prints it in")
     if args.calibrate:
         from datetime import datetime, timezone
 
         k = factor_for(uncalibrated["step_s"], uncalibrated["compute_s"], measured)
         record = calibration_record(
-            k, gpu=gpu_name, job=out["job"], log_sha256=log.sha256, log_name=out["log"]["name"],
+            k, gpu=gpu_name, gpu_class=device.arch_class, job=out["job"],
+            log_sha256=log.sha256, log_name=out["log"]["name"],
             framework=log.framework, measured_s=measured, predicted_s=uncalibrated["step_s"],
             date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         write_calibration(args.calibrate, record)

@@ -429,7 +429,7 @@ def calibrate_report(args, rep: dict) -> None:
     if args.gpu is None or rep.get("step_time_s") is None:
         raise InvalidValueError("--calibration scales the step time: give the job's --gpu and "
                                 "--global-batch-size")
-    apply_calibration(rep, cal, gpu(args.gpu).name)
+    apply_calibration(rep, cal, gpu(args.gpu).name, gpu(args.gpu).arch_class)
 
 
 def switch_dests() -> tuple:
