@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
         "iteration and memory lines) and the job that ran (the options of memsym estimate, "
         "with --gpu), and print predicted against measured step time and peak memory, the gap "
         "explained term by term. The step time is the median after the warm-up (the first "
-        "10 %% of the iteration lines, at least 2; --warmup N).")
+        "10 % of the iteration lines, at least 2; --warmup N).")
     add_options(parser, "check")
     parser.set_defaults(run=run)
 

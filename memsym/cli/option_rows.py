@@ -526,7 +526,7 @@ def _check_rows():
         option("--calibration", group="check", metavar="FILE", commands=chk | {"estimate"},
            effect="time", source="none (uncalibrated)",
            help="read a --calibrate FILE and scale the compute part of the step time by its "
-           "factor (same GPU only); the output says that it is applied"),
+           "factor (made on the same GPU or GPU class); the output says that it is applied"),
     ]
 
 
