@@ -532,7 +532,10 @@ def _check_rows():
 
 def _model_rows():
     # plot's KIND is a subcommand of its own (memsym.cli.plot), each with its own help
-    return (*_check_rows()[:1], option("model", group="input", metavar="MODEL", positional=True, commands=JOB_AND_SEARCH,
+    # check's LOG first: argparse takes positionals in the order they are added
+    return (*_check_rows()[:1],
+            option("model", group="input", metavar="MODEL", positional=True,
+              commands=JOB_AND_SEARCH,
               effect="memory, time", nargs="?",
               help="preset name (memsym models: llama3-70b, mixtral-8x7b, ...) or path to a "
               "Hugging Face config.json; its recipe (memsym.model.RECIPES) is the baseline"),)
