@@ -23,7 +23,7 @@ __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "S
            "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes", "MAX_INPUT_BYTES",
            "MAX_CONFIG_JSON_BYTES", "MAX_HUB_NAME_CHARS", "MAX_HUB_REVISION_CHARS", "MAX_NESTING", "MAX_CONFIG_CALL_DEPTH", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
            "MAX_TOP", "MAX_MARGIN_FRACTION", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE",
-           "check_text"]
+           "check_text", "MAX_LOG_BYTES", "MAX_LOG_LINES", "MAX_LOG_LINE_CHARS", "CALIBRATION_RANGE"]
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,25 @@ MAX_ELEMENTS = 2**16
 #: The longest number in a config file [characters]: a float's 17 significant digits with sign,
 #: point and exponent take ~25; 10^60 is far above every limit.
 MAX_NUMBER_CHARS = MAX_DIGITS
+
+# ---------------------------------------------------------------------------------------------
+# Training logs (``memsym check LOG``): checked before the text is read line by line.
+# ---------------------------------------------------------------------------------------------
+
+#: The largest training log read [bytes] (2^26 = 64 MiB): a Megatron-LM iteration line is
+#: ~400-1000 bytes, so 10^5 logged iterations with their timers fit; larger logs are cut with
+#: ``grep`` first (the iteration and memory lines are all ``check`` reads).
+MAX_LOG_BYTES = 2**26
+#: The most lines a training log may have (2^20 ~ 10^6: a week of training logged every step
+#: with a few lines of timers each).
+MAX_LOG_LINES = 2**20
+#: The longest log line looked at [characters] (2^14): a Megatron-LM line with a dozen MoE
+#: losses is ~1500; a longer line (a dumped tensor, a progress bar without newlines) is skipped.
+MAX_LOG_LINE_CHARS = 2**14
+#: The factors a calibration may put on the compute part of the step time (``memsym check
+#: --calibrate``): 1/100 .. 100.  A real run is within a few x of memsym's GEMM-efficiency
+#: model; a factor outside means the job given is not the job that ran.
+CALIBRATION_RANGE = (Fraction(1, 100), Fraction(100))
 
 # ---------------------------------------------------------------------------------------------
 # Command-line numbers: a physical range each, so that no time, rate or price can be 0, inf

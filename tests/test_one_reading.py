@@ -433,7 +433,9 @@ _OWN_VALUES = {
 #: Options that choose the input or the output, not the job (each tested on its own).
 _NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--wide", "--markdown", "--sensitivity",
                     "--args-file", "--launch-script", "--deepspeed-config", "--torchtitan-config",
-                    "--bridge-recipe", "--recipe"}
+                    "--bridge-recipe", "--recipe",
+                    # a calibration file's factor on the step time: tests/test_check.py
+                    "--calibration"}
 
 
 _MEGATRON_COMMAND = ["--num-layers", 4, "--hidden-size", 256, "--num-attention-heads", 4,

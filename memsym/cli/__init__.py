@@ -26,6 +26,7 @@ COMMANDS = {
     "plot": ".plot",
     "models": ".catalogue",
     "gpus": ".catalogue",
+    "check": ".check",
 }
 
 

@@ -116,7 +116,8 @@ def run(args) -> int:
         return estimate_training(args)
     from .job_report import PRICING
 
-    pricing = [opt for opt, dest in PRICING if getattr(args, dest, None) is not None]
+    pricing = [opt for opt, dest in PRICING + (("--calibration", "calibration"),)
+               if getattr(args, dest, None) is not None]
     if pricing:  # --gpu alone only supplies the capacity of the model-state estimate
         raise InvalidValueError(f"{', '.join(pricing)}: communication and time need a model: name "
                                 "a preset or config.json (e.g. memsym estimate llama3-8b "

@@ -364,7 +364,7 @@ def _input_rows():
 
 
 def _cluster_rows():
-    pricing = frozenset({"estimate"}) | SEARCH
+    pricing = frozenset({"estimate", "check"}) | SEARCH
     return [
         option("--gpu", group="cluster", metavar="NAME", field="gpu", effect="memory, time",
            commands=JOB_AND_SEARCH, search="same",
@@ -376,10 +376,11 @@ def _cluster_rows():
            commands=pricing, search="same", effect="time",
            help="GPUs per node (t may not exceed it in a search)"),
         option("--intra-node-bandwidth", group="cluster", type=T.bandwidth, metavar="GB/s",
-           commands=frozenset({"estimate"}), effect="time", source="the --gpu's NVLink",
+           commands=frozenset({"estimate", "check"}), effect="time",
+           source="the --gpu's NVLink",
            help="intra-node (NVLink) bandwidth per GPU [GB/s = 1e9 bytes/s]"),
         option("--inter-node-bandwidth", group="cluster", type=T.bandwidth, metavar="GB/s",
-           commands=frozenset({"estimate"}), effect="time", default=50,
+           commands=frozenset({"estimate", "check"}), effect="time", default=50,
            source="memsym.hardware: 400 Gb/s InfiniBand per GPU",
            help="inter-node (InfiniBand/RoCE) bandwidth per GPU [GB/s]"),
         option("--efficiency", group="cluster", type=T.efficiency, metavar="ETA",
@@ -508,9 +509,34 @@ def _time_rows():
     ]
 
 
+def _check_rows():
+    """``memsym check LOG JOB``: the log (before the MODEL), its warm-up, the calibration."""
+    chk = frozenset({"check"})
+    return [
+        option("log", group="input", metavar="LOG", positional=True, commands=chk,
+           effect="input", help="check: a training log of Megatron-LM, Megatron-Bridge or "
+           "torchtitan (its iteration and memory lines; at most memsym.limits.MAX_LOG_BYTES)"),
+        option("--warmup", group="check", type=T.log_lines, metavar="N", commands=chk,
+           effect="output", source="memsym.readers.logs: the first 10 % of the iteration "
+           "lines, at least 2",
+           help="iteration lines skipped as warm-up before the median step time"),
+        option("--calibrate", group="check", metavar="FILE", commands=chk, effect="output",
+           help="write FILE (JSON): the factor on the compute part of the step time that makes "
+           "the predicted step time equal the log's median, with the GPU, the job, the log's "
+           "SHA-256 and the date"),
+        option("--calibration", group="check", metavar="FILE", commands=chk | {"estimate"},
+           effect="time", source="none (uncalibrated)",
+           help="read a --calibrate FILE and scale the compute part of the step time by its "
+           "factor (made on the same GPU or GPU class); the output says that it is applied"),
+    ]
+
+
 def _model_rows():
     # plot's KIND is a subcommand of its own (memsym.cli.plot), each with its own help
-    return (option("model", group="input", metavar="MODEL", positional=True, commands=JOB_AND_SEARCH,
+    # check's LOG first: argparse takes positionals in the order they are added
+    return (*_check_rows()[:1],
+            option("model", group="input", metavar="MODEL", positional=True,
+              commands=JOB_AND_SEARCH,
               effect="memory, time", nargs="?",
               help="preset name (memsym models: llama3-70b, mixtral-8x7b, ...), path to a "
               "Hugging Face config.json, or Hub model id org/name[@revision] (needs "
@@ -521,7 +547,7 @@ def _model_rows():
 def _all_rows() -> tuple:
     return (*_model_rows(), *_state_rows(), *_arch_rows(), *_layout_rows(), *_training_rows(),
             *_finetune_rows(), *_allowance_rows(), *_input_rows(), *_cluster_rows(),
-            *_time_rows(), *_command_rows())
+            *_time_rows(), *_command_rows(), *_check_rows()[1:])
 
 
 #: The job options ``memsym time`` also takes (the same rows): with them it prices the job's

@@ -14,8 +14,9 @@ __all__ = ["Option", "option", "flag", "JOB_COMMANDS", "SEARCH_COMMANDS", "JOB",
            "SOLVE_UNKNOWNS", "JOB_DEFAULTS", "ALLOWANCES_SOURCE", "MEGATRON_ARGS",
            "RECIPE_SOURCE"]
 
-#: The subcommands that take a whole job (MODEL, layout, training, allowances).
-JOB_COMMANDS = ("estimate", "solve", "plot", "latex")
+#: The subcommands that take a whole job (MODEL, layout, training, allowances); ``check``
+#: takes the job of the run whose log it reads.
+JOB_COMMANDS = ("estimate", "solve", "plot", "latex", "check")
 #: The subcommands that search layouts: the same job options, lists of values to try on top.
 SEARCH_COMMANDS = ("search", "min-gpus")
 JOB = frozenset(JOB_COMMANDS)
@@ -141,6 +142,7 @@ GROUPS = {
     "cluster": "cluster (communication, bubble, FLOPs, step time, MFU)",
     "search": "search (values to try)",
     "time": "training time",
+    "check": "the training log (memsym check)",
     "output": "output",
 }
 

@@ -31,6 +31,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def log_lines(text: str) -> int:
+    """A count of log lines, 0 .. memsym.limits.MAX_LOG_LINES (``check --warmup``)."""
+    from ..limits import MAX_LOG_LINES
+
+    raw = str(text).strip()
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 8 or int(raw) > MAX_LOG_LINES:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of lines 0..{MAX_LOG_LINES}, got {raw[:40]!r}")
+    return int(raw)
+
+
 def top_count(text: str) -> int:
     """``memsym search --top K``: a whole number 1 <= K <= memsym.limits.MAX_TOP (1000).
 

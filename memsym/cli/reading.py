@@ -306,8 +306,8 @@ def _model_states_only(mine) -> bool:
     return any(word.partition("=")[0] == "--params" for word, _ in mine)
 
 
-#: Job subcommands -> positional words before their MODEL.
-JOB_COMMANDS = {"estimate": 0, "solve": 0, "plot": 0, "latex": 0}
+#: Job subcommands -> positional words before their MODEL (``check``: its LOG).
+JOB_COMMANDS = {"estimate": 0, "solve": 0, "plot": 0, "latex": 0, "check": 1}
 
 
 def _subparser(parser, name):

@@ -251,6 +251,7 @@ def render_step(rep: dict) -> str:
     eff = asm.get("efficiency")
     lines.append(f"step time: {rep['step_time_s']:.4g} s"
                  + ("" if eff is None else f" at efficiency {eff:.3g} of peak")
+                 + (" (calibrated: see the note)" if rep.get("calibration") else "")
                  + f"; MFU {100 * rep['mfu']:.1f} %")
     lines += [f"warning: {w}" for w in rep.get("warnings", [])]
     return "\n".join(lines)

@@ -391,6 +391,8 @@ def estimate_training(args) -> int:
         rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + [printable(n, 300) for n in j.notes]))
         warn_sequence_parallel(args)        # once, after validation, before any output
     total = rep.pop("_total")
+    if getattr(args, "calibration", None) is not None:
+        calibrate_report(args, rep)
     device = metric_report(args, j, rep, total)
     from .options import margin_bytes
 
@@ -414,6 +416,20 @@ def estimate_training(args) -> int:
           else render_estimate(rep, args, fits=fits, device=device,
                                wide=getattr(args, "wide", False)))
     return status
+
+
+def calibrate_report(args, rep: dict) -> None:
+    """``estimate --calibration FILE``: scale the compute part of the step time by the file's
+    factor (:mod:`memsym.cli.calibration`); the report's notes say it is applied."""
+    from ..errors import InvalidValueError
+    from ..hardware import gpu
+    from .calibration import apply_calibration, read_calibration
+
+    cal = read_calibration(args.calibration)
+    if args.gpu is None or rep.get("step_time_s") is None:
+        raise InvalidValueError("--calibration scales the step time: give the job's --gpu and "
+                                "--global-batch-size")
+    apply_calibration(rep, cal, gpu(args.gpu).name, gpu(args.gpu).arch_class)
 
 
 def switch_dests() -> tuple:
