@@ -141,9 +141,12 @@ def _compiled(what: str, kind: str):
 def _evaluate(what: str, kind: str, *, nbytes, n, bandwidth=1.0, latency=0.0):
     """The compiled closed form at these arrays, broadcast over all of them (p2p has no n)."""
     fn, names = _compiled(what, kind)
-    args = {S.name: nbytes, _n.name: n, beta.name: np.asarray(bandwidth, float),
-            alpha.name: np.asarray(latency, float)}
+    args = {S.name: nbytes, _n.name: n}
+    if what == "time":
+        args.update({beta.name: bandwidth, alpha.name: latency})
     out = np.asarray(fn(*(args[name] for name in names))[0], float)
+    if len(names) == len(args):       # every argument in the formula: numpy broadcast them
+        return out
     shape = np.broadcast_shapes(*(np.shape(a) for a in args.values()))
     return np.broadcast_to(out, shape).copy() if out.shape != shape else out
 
