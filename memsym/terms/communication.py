@@ -51,6 +51,7 @@ from ..symbols import (L, L_m, N, alpha, b, b_c, b_g, b_hp, beta_inter, beta_int
 from ..term import Source, Term, Total
 from ..values import as_expr, exact
 from .activations import RECOMPUTE
+from .collectives import collective_bytes, collective_steps
 from .model_state import normalize_scheme
 
 __all__ = [
@@ -80,7 +81,6 @@ _ULYSSES = Source("ulysses", "§3.1 (all-to-all of Q, K, V and output; 4Nh/P per
 _EP = Source("gshard", "§2.2 / §3.2 (dispatch and combine all-to-all per MoE layer)")
 
 
-
 def _term(key, expr, desc, src, label):
     """A bytes term with common factors pulled out (``2*(t-1)/t``, not ``(2t-2)/t``)."""
     return Term(key, sp.factor_terms(expr), desc, src, label=label)
@@ -108,15 +108,15 @@ def _tp(sequence_parallel: bool, recompute: str, context: bool = False) -> _Traf
     layers = L / p * m  # layer passes of this stage in one step
     if not sequence_parallel:
         calls = 4 + (2 if recompute == "full" else 0)  # 2 fwd + 2 bwd (+2 recomputed fwd)
-        per_call = 2 * (t - 1) / t * Y
-        steps = calls * 2 * (t - 1)
+        per_call = collective_bytes("all-reduce", Y, t)
+        steps = calls * collective_steps("all-reduce", t)
         desc = (f"tensor parallel: {calls} all-reduces of s·b·h per layer per microbatch"
                 + (" (full recompute repeats the forward 2)" if recompute == "full" else ""))
         src = _TP
     else:
         calls = 8 + (4 if recompute == "full" else 0)  # 2 AG + 2 RS fwd, same bwd
-        per_call = (t - 1) / t * Y
-        steps = calls * (t - 1)
+        per_call = collective_bytes("all-gather", Y, t)   # reduce-scatter: the same
+        steps = calls * collective_steps("all-gather", t)
         desc = (f"tensor + sequence parallel: {calls // 2} all-gathers + {calls // 2} "
                 "reduce-scatters of s·b·h per layer per microbatch")
         src = _SP
@@ -167,7 +167,7 @@ def tp_bytes_per_step() -> Term:
     >>> float(tp_bytes_per_step().evaluate(s=4096, b=1, h=4096, L=32, t=8, b_c=2)) / 1e9
     7.516192768
     """
-    return Term("tp", 4 * (s * b * h * b_c) * 2 * (t - 1) / t * L,
+    return Term("tp", 4 * collective_bytes("all-reduce", s * b * h * b_c, t) * L,
                 "tensor-parallel bytes per GPU per step (seed 002, one microbatch, no pipeline)",
                 _SEED_TP, label="TP")
 
@@ -215,23 +215,26 @@ def _dp(sharding: str, context_parallel: bool, params=None, pipelined_fsdp=False
     scheme = normalize_scheme(sharding)
     psi = N / (p * t) if params is None else as_expr(params)
     nd = d * c if context_parallel else d  # Megatron reduces gradients over DP x CP
-    frac = (nd - 1) / nd
     grads, weights = psi * b_g, psi * b_hp
+    # NCCL's bytes and ring steps (memsym.terms.collectives); a RS or an AG takes n-1 steps
+    rs, ag = (collective_bytes(op, x, nd) for op, x in (("reduce-scatter", grads),
+                                                         ("all-gather", weights)))
+    ring = collective_steps("all-gather", nd)
     if scheme == "ddp":
-        expr, steps = 2 * frac * grads, 2 * (nd - 1)
+        expr, steps = collective_bytes("all-reduce", grads, nd), 2 * ring
         desc = "data parallel: gradient all-reduce once per step"
     elif scheme in ("zero1", "distributed-optimizer"):
-        expr, steps = frac * grads + frac * weights, 2 * (nd - 1)
+        expr, steps = rs + ag, 2 * ring
         desc = "data parallel (ZeRO-1 / distributed optimizer): gradient reduce-scatter + parameter all-gather"
     elif scheme == "zero2":
         # Gradients are partitioned: no full-size buffer to accumulate microbatches into, so
         # they are reduce-scattered after every microbatch's backward (DeepSpeed stage 2).
-        expr, steps = m * frac * grads + frac * weights, (m + 1) * (nd - 1)
+        expr, steps = m * rs + ag, (m + 1) * ring
         desc = "data parallel (ZeRO-2): gradient reduce-scatter per microbatch + parameter all-gather"
     elif scheme == "fsdp" and pipelined_fsdp:
         # torch.distributed.pipelining: no reshard and no gradient sync until the last
         # micro-batch, so the stage is all-gathered once and reduce-scattered once per step
-        expr, steps = frac * weights + frac * grads, 2 * (nd - 1)
+        expr, steps = ag + rs, 2 * ring
         return _Traffic(_term("dp", expr, "data parallel (FSDP2 under pipeline parallelism): "
                               "one parameter all-gather and one gradient reduce-scatter per step",
                               Source("pytorch-pipelining", "stage.py, backward_maybe_with_nosync "
@@ -241,7 +244,7 @@ def _dp(sharding: str, context_parallel: bool, params=None, pipelined_fsdp=False
     else:  # zero3, fsdp
         # Parameters are gathered for forward and again for backward, gradients
         # reduce-scattered, for every microbatch: 1.5x an all-reduce when b_g = b_hp, m = 1.
-        expr, steps = m * (2 * frac * weights + frac * grads), 3 * m * (nd - 1)
+        expr, steps = m * (2 * ag + rs), 3 * m * ring
         desc = ("data parallel (ZeRO-3 / FSDP): parameter all-gather forward and backward + "
                 "gradient reduce-scatter, per microbatch")
     return _Traffic(_term("dp", expr, desc, _DP, "DP"), "dp", steps)
@@ -310,16 +313,16 @@ def _cp(variant: str, recompute: str) -> _Traffic:
         src = _RING
     elif variant == "all-gather":
         ops = 2 + (1 if full else 0)  # fwd all-gather K,V; bwd reduce-scatter dK,dV
-        expr = ops * (c - 1) / c * kv * layers
-        steps = ops * (c - 1) * layers
+        expr = ops * collective_bytes("all-gather", kv, c) * layers   # RS: the same bytes
+        steps = ops * collective_steps("all-gather", c) * layers
         desc = ("context parallel (Llama 3): all-gather K and V forward, reduce-scatter their "
                 "gradients backward, per layer per microbatch")
         src = _LLAMA3
     else:  # ulysses
         ops = 2 + (1 if full else 0)  # fwd: Q,K,V in + output out; bwd: the same
         local = s * b * (2 * h + 2 * g * d_h) * b_c / c  # Q, O (h wide) and K, V (g d_h wide)
-        expr = ops * (c - 1) / c * local * layers
-        steps = ops * 4 * (c - 1) * layers
+        expr = ops * collective_bytes("all-to-all", local, c) * layers
+        steps = ops * 4 * collective_steps("all-to-all", c) * layers
         desc = ("sequence parallel (Ulysses): all-to-all of Q, K, V and of the attention "
                 "output, forward and backward, per layer per microbatch")
         src = _ULYSSES
@@ -368,10 +371,11 @@ def _ep(recompute: str, moe_layers=None, sequence_parallel: bool = False,
     # requires for MoE with t > 1), the same token count the activation terms use
     held = s * b / ((c if context else 1) * (t if sequence_parallel else 1))
     tokens = held * k * h * b_c
-    expr = ops * (e - 1) / e * tokens * layers
+    expr = ops * collective_bytes("all-to-all", tokens, e) * layers
     desc = (f"expert parallel: {ops} all-to-alls (dispatch, combine) of the routed tokens per "
             "MoE layer per microbatch")
-    return _Traffic(_term("ep", expr, desc, _EP, "EP"), "ep", ops * (e - 1) * layers)
+    steps = ops * collective_steps("all-to-all", e) * layers
+    return _Traffic(_term("ep", expr, desc, _EP, "EP"), "ep", steps)
 
 
 def expert_parallel(*, recompute: str = "none", moe_layers=None) -> Term:
@@ -617,18 +621,11 @@ def communication_time(*, placement_map: dict | None = None, latency: bool = Tru
         for grp, link in placement_map.items():
             links[choose("parallel group", grp, GROUPS)] = choose("link", link, LINKS)
     terms = []
-    for item in _traffic(tensor=options.pop("tensor", True),
-                         sequence_parallel=options.pop("sequence_parallel", False),
-                         pipeline=options.pop("pipeline", True),
-                         scatter_gather=options.pop("scatter_gather", False),
-                         interleaved=options.pop("interleaved", False),
-                         sharding=options.pop("sharding", "ddp"),
-                         context=options.pop("context", None),
-                         expert=options.pop("expert", False),
-                         recompute=options.pop("recompute", "none"),
-                         moe_layers=options.pop("moe_layers", None),
-                         dp_params=options.pop("dp_params", None),
-                         pipelined_fsdp=options.pop("pipelined_fsdp", False)):
+    # communication_per_step's keywords and defaults
+    defaults = dict(tensor=True, sequence_parallel=False, pipeline=True, scatter_gather=False,
+                    interleaved=False, sharding="ddp", context=None, expert=False,
+                    recompute="none", moe_layers=None, dp_params=None, pipelined_fsdp=False)
+    for item in _traffic(**{key: options.pop(key, val) for key, val in defaults.items()}):
         bw = LINKS[links[item.group]]
         expr = item.term.expr / bw + (alpha * item.steps if latency else 0)
         terms.append(Term(item.term.key, expr,

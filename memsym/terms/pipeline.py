@@ -19,9 +19,8 @@ import sympy as sp
 from ..symbols import b, d, m, p, v
 from ..term import Source, Term
 from ..values import as_expr
-from .pipeline_order import bubble_fraction as _exact
 
-__all__ = ["bubble_fraction", "bubble_exact", "bubble_term", "global_batch", "data_parallel_for"]
+__all__ = ["bubble_fraction", "bubble_term", "global_batch", "data_parallel_for"]
 
 _BUBBLE = Source("narayanan", "§2.2.1 (bubble (p-1)/m), §2.2.2 (interleaved (p-1)/(v m))")
 
@@ -36,8 +35,9 @@ def bubble_fraction(interleaved: bool = False, stages=p, microbatches=m, chunks=
 
     It can exceed 1: with 8 stages and 4 microbatches the pipeline idles 175 % of the
     useful time (seed 002).  The interleaved form holds only where Megatron-LM launches the
-    layout with N | m (m >= p); :func:`bubble_exact` prices every other case as it runs
-    (m < p interleaved is about (p - 1)/m, not (p - 1)/(v m)).
+    layout with N | m (m >= p); :func:`memsym.terms.pipeline_order.bubble_fraction` prices
+    every other case as it runs (m < p interleaved is about (p - 1)/m, not (p - 1)/(v m)),
+    and takes this closed form where it holds (the one place it is written).
 
     Parameters
     ----------
@@ -61,42 +61,6 @@ def bubble_fraction(interleaved: bool = False, stages=p, microbatches=m, chunks=
     """
     frac = (as_expr(stages) - 1) / as_expr(microbatches)
     return frac / as_expr(chunks) if interleaved else frac
-
-
-def bubble_exact(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *, strict=False):
-    r"""The exact bubble of Megatron-LM's schedule order for whole numbers p, m, v [1].
-
-    :math:`(p-1)/m` for 1F1B and GPipe (any m, also m < p), :math:`(p-1)/(v m)` for the
-    interleaved schedule where Megatron's N-rule holds and N divides m, and the simulated
-    order otherwise (:func:`memsym.timing.schedule.bubble_fraction`; ``strict`` raises where
-    Megatron-LM refuses the layout).
-
-    Parameters
-    ----------
-    schedule : {"1f1b", "gpipe", "interleaved"}
-        The pipeline schedule.
-    p : int
-        Pipeline-parallel size [GPUs].
-    m : int
-        Micro-batches per step [1].
-    v : int
-        Virtual pipeline stages (model chunks) per rank [1].
-    group_size : int, optional
-        Megatron's ``microbatch_group_size_per_vp_stage`` N (default p).
-    strict : bool
-        Raise where Megatron-LM refuses the layout instead of simulating it.
-
-    Returns
-    -------
-    sympy.Rational
-        Bubble time over ideal compute time [1].
-
-    Examples
-    --------
-    >>> bubble_exact("1f1b", 8, 2), bubble_exact("interleaved", 2, 1, 3)
-    (7/2, 1)
-    """
-    return _exact(schedule, p, m, v, group_size, strict=strict)
 
 
 def bubble_term(interleaved: bool = False) -> Term:

@@ -27,6 +27,7 @@ from functools import lru_cache
 import sympy as sp
 
 from ..errors import InvalidValueError, choose
+from . import pipeline
 
 __all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "schedule_table", "rank_order",
            "live_by_held_gradients", "simulate",
@@ -391,6 +392,12 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
 
 
 @lru_cache(maxsize=4096)
+def _closed_form(p: int, m: int, v: int):
+    # Narayanan's (p-1)/(v m), (p-1)/m at v = 1: written once, in memsym.terms.pipeline
+    return pipeline.bubble_fraction(v > 1, p, m, v)
+
+
+@lru_cache(maxsize=4096)
 def _bubble_cached(p, m, v, N, ratio, gpipe=False):
     return simulate(p, m, v, N, forward=(1,), backward=(ratio,), gpipe=gpipe).bubble
 
@@ -405,7 +412,8 @@ def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
         \text{interleaved (valid N, } N \mid m\text{), looped BFS } (m \ge p)\text{: }
         \frac{p-1}{v\,m}
 
-    and otherwise whatever the simulated order gives (:func:`simulate`, with a backward
+    (the closed form :func:`memsym.terms.pipeline.bubble_fraction` at these numbers) and
+    otherwise whatever the simulated order gives (:func:`simulate`, with a backward
     ``backward_ratio`` times the forward: 2, or 3 with full recomputation).  ``gpipe`` with
     v > 1 is torch's breadth-first ``ScheduleLoopedBFS`` (Lamy-Poirier 2022, §3).
     ``strict`` raises when Megatron-LM would refuse the interleaved layout
@@ -453,12 +461,12 @@ def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
     schedule = choose("pipeline schedule", schedule, SCHEDULES)
     p, m, v = _whole(p, "p"), _whole(m, "m"), _whole(v, "v")
     if schedule in ("gpipe", "1f1b") and v == 1:
-        return sp.Rational(p - 1, m)
+        return _closed_form(p, m, 1)
     if schedule == "gpipe":
         # breadth-first over v chunks: one fill and drain of chunk passes, (p-1)/(v m) once
         # every rank has work for the whole fill (m >= p; simulated otherwise)
         if m >= p:
-            return sp.Rational(p - 1, v * m)
+            return _closed_form(p, m, v)
         frac = _bubble_cached(p, m, v, p, Fraction(backward_ratio), True)
         return sp.Rational(frac.numerator, frac.denominator)
     if schedule == "1f1b":
@@ -468,7 +476,7 @@ def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
         raise InvalidValueError(f"Megatron-LM refuses this interleaved layout: {rule}")
     N = p if group_size is None else _whole(group_size, "group_size")
     if rule is None and m % N == 0:
-        return sp.Rational(p - 1, v * m)
+        return _closed_form(p, m, v)
     if v > 1 and p == 1:
         return sp.Integer(0)
     frac = _bubble_cached(p, m, v, N, Fraction(backward_ratio))

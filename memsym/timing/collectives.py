@@ -3,7 +3,10 @@ r"""Collective times from bandwidth and latency, on the link each parallel group
 A ring collective over :math:`n` ranks of a buffer of :math:`S` bytes takes
 :math:`f(n)\,S/\beta + k(n)\,\alpha` with NCCL's bus factors (all-reduce :math:`2(n-1)/n`
 and :math:`2(n-1)` steps; all-gather, reduce-scatter and all-to-all :math:`(n-1)/n` and
-:math:`n-1` steps; point-to-point 1 and 1).  Ranks are laid out in Megatron-LM's default
+:math:`n-1` steps; point-to-point 1 and 1).  Those factors and steps are written once, in
+:data:`memsym.terms.collectives.COLLECTIVES`; the numpy functions here are its closed forms
+compiled (:func:`memsym.numeric.compile_expr`), so the step time and the symbolic
+communication price a collective alike.  Ranks are laid out in Megatron-LM's default
 order ``tp-cp-ep-dp-pp`` (innermost first); a group whose span (stride x size) fits in the
 cluster's NVLink domain (:attr:`memsym.hardware.Cluster.domain`: the node, or the 72 GPUs of
 an NVL72 rack) runs on NVLink, otherwise its ring crosses the inter-node network, which sets
@@ -19,9 +22,14 @@ References
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import InvalidValueError, choose
+from ..numeric import compile_expr
+from ..symbols import S, alpha, beta, n as _n
+from ..terms import collectives as _closed
 
 __all__ = ["KINDS", "ORDER", "LINK_LATENCY", "NVLINK_NCCL_EFFICIENCY", "collective_time",
            "collective_bytes", "group_stride", "group_link", "group_bandwidth", "link_name"]
@@ -55,7 +63,8 @@ def collective_time(kind: str, nbytes, n, bandwidth, latency=0.0):
         (1,\; 1) & \text{p2p}\end{cases}
 
     ``nbytes`` is the full buffer (the all-gathered output, the reduce-scattered input, all
-    of a rank's all-to-all payload); 0 for n = 1.  Vectorised over numpy arrays.
+    of a rank's all-to-all payload); 0 for n = 1.  Vectorised over numpy arrays: the closed
+    form :func:`memsym.terms.collectives.collective_time`, compiled once per kind.
 
     Parameters
     ----------
@@ -86,13 +95,7 @@ def collective_time(kind: str, nbytes, n, bandwidth, latency=0.0):
     if not np.all(np.isfinite(n)) or np.any(n < 1) or not np.all(np.isfinite(nbytes)) \
             or np.any(nbytes < 0):
         raise InvalidValueError("a collective needs n >= 1 ranks and bytes >= 0")
-    if kind == "all-reduce":
-        frac, steps = 2 * (n - 1) / n, 2 * (n - 1)
-    elif kind == "p2p":
-        frac, steps = np.ones_like(n), np.ones_like(n)
-    else:
-        frac, steps = (n - 1) / n, n - 1
-    out = frac * nbytes / bandwidth + steps * latency
+    out = _evaluate("time", kind, nbytes=nbytes, n=n, bandwidth=bandwidth, latency=latency)
     return np.where(n > 1, out, 0.0) if kind != "p2p" else out
 
 
@@ -123,12 +126,29 @@ def collective_bytes(kind: str, nbytes, n):
     (14000000000.0, 0.0)
     """
     kind = choose("collective", kind, KINDS)
-    n = np.asarray(n, float)
-    nbytes = np.asarray(nbytes, float)
-    if kind == "p2p":
-        return nbytes * np.ones_like(n)
-    frac = 2 * (n - 1) / n if kind == "all-reduce" else (n - 1) / n
-    return frac * nbytes
+    return _evaluate("bytes", kind, nbytes=np.asarray(nbytes, float), n=np.asarray(n, float))
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(what: str, kind: str):
+    """The numpy function of :mod:`memsym.terms.collectives`' closed form of ``kind`` (its
+    bytes or its time), compiled once: the factors and steps are written only there."""
+    expr = (_closed.collective_bytes(kind) if what == "bytes"
+            else _closed.collective_time(kind))
+    return compile_expr(expr)
+
+
+def _evaluate(what: str, kind: str, *, nbytes, n, bandwidth=1.0, latency=0.0):
+    """The compiled closed form at these arrays, broadcast over all of them (p2p has no n)."""
+    fn, names = _compiled(what, kind)
+    args = {S.name: nbytes, _n.name: n}
+    if what == "time":
+        args.update({beta.name: bandwidth, alpha.name: latency})
+    out = np.asarray(fn(*(args[name] for name in names))[0], float)
+    if len(names) == len(args):       # every argument in the formula: numpy broadcast them
+        return out
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args.values()))
+    return np.broadcast_to(out, shape).copy() if out.shape != shape else out
 
 
 def group_stride(group: str, t=1, c=1, d=1, e=1, t_e=None):

@@ -183,9 +183,9 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     kv = 2 * 2 * T * x.g * x.d_qk / _arr(t) if not x.mla else 2 * T * x.a * (x.d_qk + x.d_v) / _arr(t)
     cbw, clat = group_bandwidth("cp", c, clu, t=t, c=c, d=dp)
     cc = _arr(c)
-    f_cp = np.where(cc > 1, (cc - 1) * (kv / cbw + clat), 0.0)
+    f_cp = np.where(cc > 1, (cc - 1) * collective_time("p2p", kv, cc, cbw, clat), 0.0)
     b_cp = 2 * f_cp
-    cp_bytes = np.where(cc > 1, (cc - 1) * kv, 0.0)
+    cp_bytes = np.where(cc > 1, (cc - 1) * collective_bytes("p2p", kv, cc), 0.0)
     cp_raw = [f_cp, b_cp, cp_bytes, 2 * cp_bytes]
     if overlap.cp_ring:
         f_cp = np.maximum(0, f_cp - f_att)
