@@ -111,3 +111,17 @@ def test_the_recipe_levers_only_where_megatron_would_take_the_flags():
     assert flags(framework="deepspeed", sharding="zero1") == []
     assert flags(framework="torchtitan", sharding="fsdp") == []
     assert flags(convention="zero-paper") == []
+
+
+def test_gpt3_175b_row_fits_as_the_perf_scripts_ran_it(capsys):
+    # NeMo 25.02 performance summary, DGX-H100: GPT3-175B on 512 GPUs, GBS 2048, MBS 2,
+    # s 2048, TP 4 PP 8 VP 6 (NeMo's perf scripts turn sequence parallelism on with TP > 1)
+    row = ["gpt3-175b", "--tp", "4", "--pp", "8", "--virtual-pipeline-model-parallel-size", "6",
+           "--world-size", "512", "--precision", "fp8", "--seq-length", "2048",
+           "--micro-batch-size", "2", "--global-batch-size", "2048", "--sequence-parallel",
+           "--gpu", "h100-80gb"]
+    ran = _estimate(capsys, *row, "--grad-reduce-in-bf16", "--fp8-param-gather")
+    assert ran["fits"] is True
+    # the stage's Psi parameters: a whole bf16 gradient buffer (2 Psi) beside fp32 main
+    # parameters and Adam moments sharded over d = 512 / (4 x 8) = 16 (12 Psi / 16)
+    assert ran["bytes"]["gradients"] * 12 == 2 * 16 * ran["bytes"]["optimizer"]
