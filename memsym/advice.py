@@ -10,8 +10,8 @@ smallest change of one knob that brings the most-loaded GPU under it, the others
     \qquad b^\star = \max\{b : M(b) \le C\}
 
 (:func:`memsym.analysis.solve_job`: the closed form over the reals, then the integer under the
-framework's launch rules) and the discrete choices (recomputation, sharding, CPU offload) tried
-in turn.  Every lever's job is built and estimated again (:func:`memsym.training.job_memory`)
+framework's launch rules) and the discrete choices (recomputation, sharding, CPU offload,
+Megatron's bf16 gradient buffer and FP8-only weights) tried in turn.  Every lever's job is built and estimated again (:func:`memsym.training.job_memory`)
 before it is offered: it fits, on the device's count.
 """
 
@@ -25,7 +25,7 @@ from .job import Job
 from .timing.step import step_time
 from .training import job_memory
 
-__all__ = ["Lever", "levers"]
+__all__ = ["Lever", "levers", "recipe_levers"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,48 @@ def _solved(j: Job, unknown: str, capacity: int):
         return None
 
 
+def recipe_levers(j: Job):
+    """(knob, change, flags, job) of the Megatron settings a performance table does not print.
+
+    Megatron's 16-bit training reduces gradients in fp32 unless told (``validate_args``
+    forces ``accumulate_allreduce_grads_in_fp32`` under ``--bf16``) and keeps a bf16 copy of
+    every FP8 weight beside Transformer Engine's FP8 cache unless ``--fp8-param-gather``.
+    NVIDIA's performance recipes, the runs behind its published tables, set both, so each is a
+    lever where it applies (Megatron's own sharding, the framework convention).  These are
+    candidates: :func:`levers` estimates each and offers only those that fit.
+
+    Examples
+    --------
+    >>> from memsym.job import job
+    >>> [c[2] for c in recipe_levers(job("llama2-7b", precision="fp8", d=8))]
+    [('--grad-reduce-in-bf16',), ('--fp8-param-gather',)]
+    >>> [c[2] for c in recipe_levers(job("llama2-7b", grad_dtype="bf16"))]
+    []
+    """
+    trn = j.training
+    # REF: Megatron-Bridge 067f987df0 perf_recipes/_common.py, _benchmark_common and
+    # _perf_precision (grad_reduce_in_fp32 = False), training/mixed_precision.py (every FP8
+    # config sets fp8_param_gather = True); NeMo 2.0's performance scripts set
+    # grad_reduce_in_fp32 = False, and NeMo-Framework-Launcher's H100 FP8 examples
+    # optim.grad_sync_dtype=bf16 (examples/training/llama/h100/llama2_7b_fp8.sh, 7d6e2df9d9)
+    megatron_states = (trn.framework == "megatron" and trn.convention == "framework"
+                       and trn.sharding in ("ddp", "distributed-optimizer")
+                       and trn.optimizer != "none")
+    if megatron_states and trn.precision in ("bf16", "fp8") and trn.grad_dtype in (None, "fp32"):
+        try:
+            yield ("grad-dtype", "gradient buffer fp32 -> bf16", ("--grad-reduce-in-bf16",),
+                   j.replace(grad_dtype="bf16"))
+        except MemsymError:
+            pass
+    if megatron_states and trn.precision == "fp8" and trn.sharding == "distributed-optimizer" \
+            and not trn.fp8_param_gather:
+        try:
+            yield ("fp8-param-gather", "linear weights in FP8 only", ("--fp8-param-gather",),
+                   j.replace(fp8_param_gather=True))
+        except MemsymError:
+            pass
+
+
 def _candidates(j: Job, capacity: int):
     """(knob, change, flags, job) of every lever tried."""
     lay, trn = j.layout, j.training
@@ -130,6 +172,7 @@ def _candidates(j: Job, capacity: int):
                        ("--sharding", scheme), j.replace(sharding=scheme))
             except MemsymError:
                 pass
+    yield from recipe_levers(j)
     if trn.offload == "none" and lay.p == 1:
         try:
             yield ("offload", "optimizer states on the host", ("--offload", "optimizer"),
