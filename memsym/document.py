@@ -122,9 +122,17 @@ _SEARCH = re.compile(r"integer found on the estimate over (?:(?P<divisors>the di
                      r"global batch)|\w+ in 1\.\.(?P<hi>\d+) by galloping and bisection)")
 
 
+_ENUMERATED = re.compile(r"(?P<x>\w+) enumerated 1, 2, \.\.\. (?P<hi>\d+); (?P<k>\d+) admissible "
+                         r"smaller value\(s\) checked not to fit")
+
+
 def _sentence(note: str, esc) -> str:
+    """A note as a sentence: capitalised unless it opens with a symbol ("p was enumerated")."""
     text = esc(str(note).strip())
-    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+    first = text.split(" ", 1)[0]
+    if len(first) > 1 and first.isalpha():
+        text = text[:1].upper() + text[1:]
+    return text + ("" if text.endswith(".") else ".")
 
 
 def _solve_text(solve, esc=lambda t: t) -> list[str]:
@@ -159,6 +167,12 @@ def _solve_text(solve, esc=lambda t: t) -> list[str]:
                        rf"candidate built as a job under the launch rules (a candidate a rule "
                        rf"refuses is skipped): galloping from {start} in steps of "
                        rf"$1, 2, 4, \dots$ until the fit changes, then bisection, {where}.")
+        elif _ENUMERATED.match(note):
+            m_ = _ENUMERATED.match(note)
+            out.append(rf"The whole number was then found on the estimate itself by enumerating "
+                       rf"${x} = 1, 2, \dots, {m_['hi']}$ upwards, each candidate built as a job "
+                       rf"under the launch rules: {m_['k']} admissible smaller value(s) were "
+                       "checked not to fit, the others are refused by a launch rule.")
         elif not note.startswith("checked:"):
             out.append(_sentence(note, esc))
     neighbour = getattr(solve, "neighbour", None)

@@ -318,6 +318,8 @@ def test_solve_without_closed_form_says_how_it_was_found():
     sec = md[md.index("### Solving for p"):md.index("### References")]
     assert "too long for a line" not in sec and "No closed form in p" in sec
     assert r"\Rightarrow\; p &= %d" % sol.value in sec and "Check: at $p = %d$" % sol.value in sec
+    # the enumeration named with its range (GPT-3's 96 layers), the symbol not capitalised
+    assert r"by enumerating $p = 1, 2, \dots, 96$ upwards" in sec and "P enumerated" not in sec
 
 
 def test_v_schedule_document_puts_the_output_layer_on_rank_0():
