@@ -21,6 +21,7 @@ from .bibliography import clean_locator, entry_text, references
 from .printing import (FILL, GROUPS, align_lines, escape, gb, latex, linear_form,
                        solution_lines, tex_entry)
 from .tex_width import break_sum, tex_width
+from .document_time import cluster_sentences, comm_rows, step_lines, step_rows
 from .values import exact
 # arch_of and layout_text stay importable from here (memsym.cli.plot)
 from .job_parts import JobParts, arch_of, capacity_of, job_parts, layout_text  # noqa: F401
@@ -96,93 +97,175 @@ def _numeric_lines(parts: JobParts, capacity=None) -> list[str]:
 
 
 def _solve_form_text(solve, parts) -> str:
-    """One sentence defining the parts of the short solve form, when it was used."""
+    """One sentence defining the parts of the short solve form, when it was used (math in
+    ``$...$``, valid in LaTeX and in Markdown)."""
     closed = getattr(solve, "closed_form", None)
     if closed is None:       # no closed form: _solve_text and the solve's notes say how it was found
         return ""
     if tex_width(latex(closed)) <= parts.budget:
         return ""
     lin = linear_form(solve, parts)
-    x = solve.unknown.name
+    x = latex(solve.unknown)
     if lin is None:
-        return ("The closed form is too long for a line; it is the root of M(%s) = C in the "
-                "symbols of the derivation." % x)
+        return (f"The closed form is too long for a line; it is the root of $M({x}) = C$ in "
+                "the symbols of the derivation.")
     if lin[0] == "inverse":
-        return (f"At the other inputs' values the total is M = M_inf + M_1/{x} [GB]: M_inf = "
-                f"{gb(lin[1])} GB is the memory no {x} removes, M_1 = {gb(lin[2])} GB the part "
-                f"divided by {x}.")
-    return (f"At the other inputs' values the total is M = M_0 + M_1 {x} [GB]: M_0 = "
-            f"{gb(lin[1])} GB does not grow with {x}, M_1 = {gb(lin[2])} GB per unit of {x}.")
+        return (rf"At the other inputs' values the total is $M = M_{{\infty}} + M_{{1}}/{x}$: "
+                rf"$M_{{\infty}} = {gb(lin[1])}$ GB is the memory no ${x}$ removes, "
+                rf"$M_{{1}} = {gb(lin[2])}$ GB the part divided by ${x}$.")
+    return (f"At the other inputs' values the total is $M = M_{{0}} + M_{{1}} {x}$: "
+            f"$M_{{0}} = {gb(lin[1])}$ GB does not grow with ${x}$, $M_{{1}} = {gb(lin[2])}$ GB "
+            f"is added per unit of ${x}$.")
 
 
-def _solve_text(solve) -> list[str]:
-    """Plain sentences on how the integer was found (verified against the estimate)."""
-    x = solve.unknown.name
-    out = [f"At {x} = {int(solve.value)} the total is {float(solve.memory) / _GB:.3f} GB against "
-           f"C = {float(solve.capacity) / _GB:.3f} GB."]
-    for attr in ("method", "note", "explanation"):
-        val = getattr(solve, attr, None)
-        if isinstance(val, str) and val:
-            out.append(val)
-    for attr in ("notes", "implicit"):
-        val = getattr(solve, attr, None)
-        if isinstance(val, (list, tuple)):
-            out += [str(v) for v in val if v]
-    if getattr(solve, "closed_form", None) is None:
-        out.append("No closed form exists for this total in the unknown; the integer was found "
-                   "by searching and checked against the estimate.")
+_SEARCH = re.compile(r"integer found on the estimate over (?:(?P<divisors>the divisors of the "
+                     r"global batch)|\w+ in 1\.\.(?P<hi>\d+) by galloping and bisection)")
+
+
+_ENUMERATED = re.compile(r"(?P<x>\w+) enumerated 1, 2, \.\.\. (?P<hi>\d+); (?P<k>\d+) admissible "
+                         r"smaller value\(s\) checked not to fit")
+
+
+def _sentence(note: str, esc) -> str:
+    """A note as a sentence: capitalised unless it opens with a symbol ("p was enumerated")."""
+    text = esc(str(note).strip())
+    first = text.split(" ", 1)[0]
+    if len(first) > 1 and first.isalpha():
+        text = text[:1].upper() + text[1:]
+    return text + ("" if text.endswith(".") else ".")
+
+
+def _solve_text(solve, esc=lambda t: t) -> list[str]:
+    """How the integer was found and checked, as sentences with math in ``$...$`` (LaTeX
+    and Markdown alike); ``esc`` escapes the solver's own notes (:func:`escape` for LaTeX).
+
+    The solver's notes (:func:`memsym.analysis.solve_job`) are plain text; the two it always
+    writes, how the integer was searched and the check at the answer, are set as prose
+    with their numbers in math, the others kept as sentences."""
+    x = latex(solve.unknown)
+    small = solve.relation == ">="
+    value, cap = int(solve.value), float(solve.capacity) / _GB
+    bound = getattr(solve, "bound", None)
+    out = []
+    if getattr(solve, "closed_form", None) is not None and bound is not None:
+        rel, lo_, hi_ = (r"\geq", r"\lceil", r"\rceil") if small else (r"\leq", r"\lfloor",
+                                                                      r"\rfloor")
+        out.append(rf"Solving $M({x}) = C$ for ${x}$ gives the closed form above; at the "
+                   rf"inputs' values ${x} {rel} {float(bound):.6g}$, so the "
+                   rf"{'smallest' if small else 'largest'} whole number is "
+                   rf"${lo_} {float(bound):.6g} {hi_} = "
+                   rf"{int(sp.ceiling(bound) if small else sp.floor(bound))}$ unless a launch "
+                   "rule refuses it.")
+    notes = [str(n) for n in (getattr(solve, "notes", None) or ()) if n]
+    for note in notes:
+        found = _SEARCH.match(note)
+        if found:
+            where = ("over the divisors of the global batch" if found["divisors"] else
+                     rf"over $1 \leq {x} \leq {found['hi']}$")
+            start = ("the closed form's bound" if bound is not None else "the job's value")
+            out.append(rf"The whole number was then found on the estimate itself, each "
+                       rf"candidate built as a job under the launch rules (a candidate a rule "
+                       rf"refuses is skipped): galloping from {start} in steps of "
+                       rf"$1, 2, 4, \dots$ until the fit changes, then bisection, {where}.")
+        elif _ENUMERATED.match(note):
+            m_ = _ENUMERATED.match(note)
+            out.append(rf"The whole number was then found on the estimate itself by enumerating "
+                       rf"${x} = 1, 2, \dots, {m_['hi']}$ upwards, each candidate built as a job "
+                       rf"under the launch rules: {m_['k']} admissible smaller value(s) were "
+                       "checked not to fit, the others are refused by a launch rule.")
+        elif not note.startswith("checked:"):
+            out.append(_sentence(note, esc))
+    neighbour = getattr(solve, "neighbour", None)
+    check = (rf"Check: at ${x} = {value}$ the total is ${float(solve.memory) / _GB:.3f}$ GB "
+             rf"$\leq C = {cap:.3f}$ GB")
+    if neighbour is not None:
+        check += (rf", and at the next admissible ${x} = {int(neighbour[0])}$ it is "
+                  rf"${float(neighbour[1]) / _GB:.3f}$ GB $> C$.")
+    elif notes:
+        check += (f"; no admissible {'smaller' if small else 'larger'} ${x}$ exists.")
+    else:
+        check += "."
+    out.append(check)
+    if getattr(solve, "closed_form", None) is None and not notes:
+        out.append("No closed form exists for this total in the unknown; the integer was "
+                   "found by searching and checked against the estimate.")
     return out
 
 
+def _longtable(cols, header: str, rows: list[str], foot: list[str] = ()) -> list[str]:
+    r"""A ``longtable`` the full text width, its columns fractions of it.
+
+    A ``tabularx`` cannot break across pages: a table taller than the rest of the page
+    moved whole to the next one and left the page before it half blank (issue 33).
+    ``longtable`` breaks between rows and repeats the header; its paragraph columns are
+    given as fractions of the width left by the column gaps, so the table is the text's
+    width exactly.
+
+    >>> _longtable([("l", 0.5), ("r", 0.5)], "a & b", ["1 & 2"])[0]
+    '\\begin{longtable}{@{}>{\\raggedright\\arraybackslash}p{0.5\\dimexpr\\linewidth-2\\tabcolsep\\relax}>{\\raggedleft\\arraybackslash}p{0.5\\dimexpr\\linewidth-2\\tabcolsep\\relax}@{}}'
+    """
+    gaps = 2 * (len(cols) - 1)
+    spec = "".join(r">{\%s\arraybackslash}p{%s\dimexpr\linewidth-%d\tabcolsep\relax}"
+                   % ("raggedleft" if a == "r" else "raggedright", f, gaps) for a, f in cols)
+    return ([r"\begin{longtable}{@{}" + spec + "@{}}", r"\toprule", header + r" \\",
+             r"\midrule", r"\endhead", r"\bottomrule", r"\endlastfoot"]
+            # a row ending in \\* (a sub-heading) keeps the next row on its page
+            + [r if r.endswith("\\\\*") else r + r" \\" for r in rows] + list(foot)
+            + [r"\end{longtable}"])
+
+
 def _terms_table(parts: JobParts, numbers: dict) -> list[str]:
-    lines = [r"\begin{tabularx}{\textwidth}{@{}llrr>{\raggedright\arraybackslash}X@{}}", r"\toprule",
-             r"group & term & GB & GiB & source \\", r"\midrule"]
+    # each group a sub-heading row (the source column gets the group column's width, so a
+    # term's row is short enough to start the table under its heading); a locator the row
+    # above already gave is not repeated
     labels = dict((g, lab) for g, lab, _ in GROUPS)
+    rows, group, prev = [], None, None
     for s_ in parts.terms:
+        if s_.group != group:
+            group = s_.group
+            rows.append(r"\multicolumn{4}{@{}l}{%s:} \\*" % labels.get(group, "other"))
         loc = clean_locator(s_.source.locator)
         src = f"[{numbers[s_.source.key]}]" + (", " + _tex_locator(loc) if loc else "")
-        lines.append(rf"{labels.get(s_.group, 'other')} & {escape(s_.label)} & "
-                     rf"{float(s_.value) / _GB:.3f} & {float(s_.value) / _GIB:.3f} & {src} \\")
-    lines += [r"\midrule",
-              rf"total & & {float(parts.total) / _GB:.3f} & {float(parts.total) / _GIB:.3f} & \\",
-              r"\bottomrule", r"\end{tabularx}"]
-    return lines
+        if (s_.source.key, loc) == prev and loc:
+            src = f"[{numbers[s_.source.key]}], as above"
+        prev = (s_.source.key, loc)
+        rows.append(rf"\quad {escape(s_.label)} & {float(s_.value) / _GB:.3f} & "
+                    rf"{float(s_.value) / _GIB:.3f} & {src}")
+    foot = [r"\midrule",
+            rf"total & {float(parts.total) / _GB:.3f} & {float(parts.total) / _GIB:.3f} & \\"]
+    return _longtable([("l", 0.22), ("r", 0.09), ("r", 0.09), ("l", 0.6)],
+                      "term & GB & GiB & source", rows, foot)
 
 
 def _inputs_table(parts: JobParts) -> list[str]:
-    lines = [r"\begin{tabularx}{\textwidth}{@{}l>{\raggedright\arraybackslash}Xll@{}}", r"\toprule",
-             r"symbol & meaning & value & unit \\", r"\midrule"]
+    rows = []
     for sym, meaning, val, unit in parts.inputs:
         val_tex = val if val in ("symbolic", "derived") else f"${val}$".replace(" (", "$ (").replace(" GB)$", " GB)")
-        lines.append(rf"${sym}$ & {escape(meaning)} & {val_tex} & {escape(unit)} \\")
-    lines += [r"\bottomrule", r"\end{tabularx}"]
-    return lines
+        rows.append(rf"${sym}$ & {escape(meaning)} & {val_tex} & {escape(unit)}")
+    return _longtable([("l", 0.1), ("l", 0.5), ("l", 0.26), ("l", 0.14)],
+                      "symbol & meaning & value & unit", rows)
 
 
-def _cluster_table(cluster: dict) -> list[str]:
-    lines = [r"\begin{tabularx}{\textwidth}{@{}>{\raggedright\arraybackslash}Xrrl@{}}", r"\toprule",
-             r"collective (per step) & GB & ms & link \\", r"\midrule"]
-    for key, row in (cluster.get("communication") or {}).items():
-        lines.append(rf"{escape(key)} & {float(row['bytes']) / _GB:.3f} & "
-                     rf"{float(row['seconds']) * 1e3:.2f} & {escape(row.get('link', ''))} \\")
-    lines += [r"\bottomrule", r"\end{tabularx}"]
-    return lines
-
-
-def _cluster_sentences(cluster: dict) -> list[str]:
+def _cluster_tables(cluster: dict) -> list[str]:
+    """The step time (its sum, then each part with its share) and the traffic per group."""
     out = []
-    a_ = cluster.get("assumptions") or {}
-    if a_:
-        out.append(f"Cluster: {a_.get('cluster', '')}, {a_.get('gpu', '')} GPUs, "
-                   f"{a_.get('gpus_per_node', '')} per node, efficiency "
-                   f"{a_.get('efficiency', '')} of the {a_.get('precision', '')} peak; bandwidths "
-                   f"per direction ({a_.get('bandwidth_convention', '')}).")
-    if "step_time_s" in cluster:
-        out.append(f"Step time {float(cluster['step_time_s']):.3f} s, pipeline bubble "
-                   f"{100 * float(cluster.get('bubble', 0)):.1f} %, MFU "
-                   f"{100 * float(cluster.get('mfu', 0)):.1f} %.")
-    for warn in cluster.get("warnings") or ():
-        out.append(str(warn))
+    lines = step_lines(cluster)
+    if lines:
+        m_ = (cluster.get("assumptions") or {}).get("microbatches")
+        out += [(r"The step time as \code{memsym.timing.step.step_time} adds it: the busiest "
+                 "stage's $m" + (f" = {int(m_)}" if m_ else "") + r"$ micro-batches "
+                 r"($m\,\tau_{\max}$), the pipeline bubble, the exposed data-parallel "
+                 "reduction and the optimizer step:"), _align(lines)]
+        rows = [rf"${sym}$ & {sec} & {share} & {escape(meaning)}"
+                for sym, sec, share, meaning in step_rows(cluster)]
+        out.append(_table(_longtable([("l", 0.12), ("r", 0.14), ("r", 0.12), ("l", 0.62)],
+                                     r"part & s & \% of step & what", rows)))
+    rows = [rf"{escape(g)} & {gb_} & {ms} & {exp} & {escape(link)}"
+            for g, gb_, ms, exp, link in comm_rows(cluster)]
+    out.append("The traffic of each parallel group per step, the bytes one GPU sends:")
+    out.append(_table(_longtable([("l", 0.2), ("r", 0.13), ("r", 0.15), ("r", 0.15),
+                                  ("l", 0.37)],
+                                 "group & GB & ms & exposed ms & link", rows)))
     return out
 
 
@@ -190,8 +273,8 @@ def _align(lines: list[str]) -> str:
     return "\\begin{align*}\n" + " \\\\\n".join(lines) + "\n\\end{align*}"
 
 
-def _table(lines: list[str]) -> str:
-    return "\\noindent\n" + "\n".join(lines)
+def _table(lines: list[str], size: str = "") -> str:
+    return "\n".join(([size] if size else []) + lines + (["\\normalsize"] if size else []))
 
 
 def _check_paper(paper: str) -> tuple:
@@ -267,17 +350,17 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
     body += [escape(x) for x in parts.context]
     body += [r"\section*{Derivation}", _align(align_lines(parts)),
              "At the values of the inputs table:", _align(_numeric_lines(parts, cap)),
-             r"\section*{Terms and sources}", _table(_terms_table(parts, numbers))]
-    body += [r"\section*{Inputs}", _table(_inputs_table(parts))]
+             r"\needlines{8}\section*{Terms and sources}", _table(_terms_table(parts, numbers))]
+    body += [r"\needlines{8}\section*{Inputs}", _table(_inputs_table(parts))]
     if solve is not None:
         body += [r"\section*{Solving for $%s$}" % latex(solve.unknown),
                  rf"With capacity $C = {float(solve.capacity) / _GB:.3f}$\,GB:",
                  _align(solution_lines(solve, parts))]
         form = _solve_form_text(solve, parts)
-        body += [escape(x) for x in ([form] if form else []) + _solve_text(solve)]
+        body += [" ".join(([form] if form else []) + _solve_text(solve, escape))]
     if cluster is not None:
-        body += [r"\section*{Communication and step time}", _table(_cluster_table(cluster))]
-        body += [escape(x) for x in _cluster_sentences(cluster)]
+        body += [r"\section*{Step time and communication}"]
+        body += [_tex_locator(x) for x in cluster_sentences(cluster)] + _cluster_tables(cluster)
     body += [r"\section*{References}", r"{\raggedright", r"\begin{enumerate}"]
     body += [r"\item[{[%d]}] %s" % (numbers[k], tex_entry(entry_text(k, bib))) for k in keys]
     body += [r"\end{enumerate}}"]
@@ -286,8 +369,18 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
         "\\documentclass[10pt]{article}\n"
         f"\\usepackage[{geo},margin=2.5cm]{{geometry}}\n"
         "\\usepackage{amsmath}\n\\usepackage{amssymb}\n\\usepackage[utf8]{inputenc}\n"
-        "\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n\\usepackage{tabularx}\n"
-        "\\usepackage[hyphens]{url}\n\\DeclareUrlCommand\\code{\\urlstyle{same}}\n"
+        "\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n\\usepackage{array}\n"
+        "\\usepackage{longtable}\n\\setlength\\LTleft{0pt}\n\\setlength\\LTright{0pt}\n"
+        # a heading whose table cannot start under it (longtable may break the page between
+        # them) goes to the next page: \needlines{n} breaks it when fewer than n lines are left
+        "\\newcommand\\needlines[1]{\\par\\ifdim\\dimexpr\\pagegoal-\\pagetotal\\relax"
+        "<#1\\baselineskip\\newpage\\fi}\n"
+        # url breaks paths at / . _ only: with [hyphens] it broke at '-' too, and a path
+        # split after "Megatron-" read as a hyphenated word (issue 33)
+        "\\usepackage{url}\n"
+        # and not after the ":" of "https:" (math sets ':' as a relation: made ordinary)
+        "\\def\\UrlBigBreaks{}\n\\expandafter\\def\\expandafter\\UrlOrds\\expandafter{\\UrlOrds\\do\\:}\n"
+        "\\DeclareUrlCommand\\code{\\urlstyle{same}}\n"
         "\\allowdisplaybreaks\n"
         f"\\title{{{title_tex}}}\n\\date{{}}\n"
         "\\begin{document}\n\\maketitle\n" + "\n\n".join(body) + "\n\\end{document}\n")
@@ -378,14 +471,17 @@ def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dic
         out += ["", f"### Solving for {solve.unknown.name}", "", "$$", r"\begin{aligned}",
                 " \\\\\n".join(solution_lines(solve, parts)), r"\end{aligned}", "$$", ""]
         form = _solve_form_text(solve, parts)
-        out += ([form] if form else []) + _solve_text(solve)
+        out.append(" ".join(([form] if form else []) + _solve_text(solve)))
     if cluster is not None:
-        out += ["", "### Communication and step time", "", "| collective | GB | ms | link |",
-                "| --- | ---: | ---: | --- |"]
-        for key, row in (cluster.get("communication") or {}).items():
-            out.append(f"| {key} | {float(row['bytes']) / _GB:.3f} | "
-                       f"{float(row['seconds']) * 1e3:.2f} | {row.get('link', '')} |")
-        out += [""] + _cluster_sentences(cluster)
+        out += ["", "### Step time and communication", ""] + cluster_sentences(cluster)
+        lines = step_lines(cluster)
+        if lines:
+            out += ["", "$$", r"\begin{aligned}", " \\\\\n".join(lines), r"\end{aligned}", "$$",
+                    "", "| part | s | % of step | what |", "| --- | ---: | ---: | --- |"]
+            out += [f"| ${sym}$ | {sec} | {share} | {what} |"
+                    for sym, sec, share, what in step_rows(cluster)]
+        out += ["", "| group | GB | ms | exposed ms | link |", "| --- | ---: | ---: | ---: | --- |"]
+        out += ["| " + " | ".join(row) + " |" for row in comm_rows(cluster)]
     out += ["", "### References", ""]
     out += [f"{numbers[k]}. {entry_text(k, bib)}" for k in keys]
     return "\n".join(out) + "\n"

@@ -448,7 +448,9 @@ def document(body: str, title: str = "memsym derivation") -> str:
         "\\usepackage[utf8]{inputenc}\n"
         "\\usepackage{booktabs}\n"
         "\\usepackage{tabularx}\n"
-        "\\usepackage[hyphens]{url}\n"
+        # paths break after / . _ only, never at a hyphen or after "https:" (issue 33)
+        "\\usepackage{url}\n\\def\\UrlBigBreaks{}\n"
+        "\\expandafter\\def\\expandafter\\UrlOrds\\expandafter{\\UrlOrds\\do\\:}\n"
         f"\\title{{{escape(title)}}}\n"
         "\\date{}\n"
         "\\begin{document}\n\\maketitle\n"

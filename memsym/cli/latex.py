@@ -39,8 +39,11 @@ def _write(args, text: str) -> None:
 
 def run_job(args) -> int:
     """The whole job's document, snippet or Markdown (default: the snippet)."""
+    import argparse
+
     from .. import document
     from ..errors import InvalidValueError
+    from .job_report import cluster_known, communication_report
     from .solve import job_from_args
 
     j = job_from_args(args)
@@ -52,10 +55,18 @@ def run_job(args) -> int:
 
         solution = solve_job(j, args.solve, j.capacity)
         j = solution.job          # the document shows the job at the solved value
+    cluster = None
+    if (args.markdown or args.document) and cluster_known(args):
+        # the step time and traffic `memsym estimate --gpu ... --json` reports for this job
+        # (the latex command has no pricing options of its own: their defaults)
+        priced = argparse.Namespace(**{k: getattr(args, k, None) for k in (
+            "gpu", "efficiency", "gpus_per_node", "intra_node_bandwidth",
+            "inter_node_bandwidth", "mfu_flops")})
+        cluster = communication_report(priced, j.model, j.layout, j.training)
     if args.markdown:
-        text = document.job_markdown(j, solve=solution)
+        text = document.job_markdown(j, solve=solution, cluster=cluster)
     elif args.document:
-        text = document.job_document(j, solve=solution, paper=args.paper)
+        text = document.job_document(j, solve=solution, paper=args.paper, cluster=cluster)
     else:
         text = document.job_snippet(j, solve=solution)
     _write(args, text)
