@@ -316,6 +316,17 @@ def steady_step(log: TrainingLog, warmup: int | None = None, *,
 
     torchtitan prints tokens per second per GPU: its step time is
     ``tokens_per_step / (tps * gpus)``, which needs the job's tokens per step and GPU count.
+
+    Parameters
+    ----------
+    log : TrainingLog
+        The parsed log.
+    warmup : int, optional
+        Iteration lines skipped as warm-up [1] (default: :func:`warmup_count`'s rule).
+    tokens_per_step : int, optional
+        The job's tokens per optimizer step [tokens] (torchtitan logs only).
+    gpus : int, optional
+        The job's GPU count [GPUs] (torchtitan logs only).
     """
     skipped = warmup_count(len(log.iterations), warmup)
     kept = log.iterations[skipped:]
