@@ -13,7 +13,9 @@ from typing import Callable, Mapping, Sequence
 
 from .analysis import largest, smallest
 from .errors import InvalidValueError, NoFitError, UnknownNameError
-from .plot_base import FORMATS, GB, MAX_TEXT, figure, legend_outside, plot_text, save
+from .plot_base import (CAPACITY_COLOR, DIVERGING_CMAP, FITS_COLOR, FORMATS, GB, MAX_TEXT,
+                        NOFIT_COLOR, OKABE_ITO, SEQUENTIAL_CMAP, figure, legend_outside,
+                        plot_text, save)
 from .plot_breakdown import breakdown, breakdown_bars, stage_breakdown
 from .symbols import lookup, registry
 from .values import as_values, exact
@@ -23,6 +25,7 @@ __all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS", "plot_tex
 
 _GB = GB
 _MAX_POINTS = 4096   # points on a memory-vs curve (every size from a user is bounded)
+_RED = OKABE_ITO["vermillion"]   # the solved value and "nothing fits" (Okabe-Ito, plot_base)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,26 +160,26 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
         elif not nothing:
             none_drawn = True
     fig, ax = figure(ax)
-    ax.plot(xs, ys, marker="o", markersize=3.5, color="tab:blue", label="memory per GPU")
+    ax.plot(xs, ys, marker="o", markersize=3.5, color=OKABE_ITO["blue"], label="memory per GPU")
     if cap is not None:
         capf = float(cap) / _GB
-        ax.axhline(capf, color="black", linestyle="--", label=f"capacity C = {capf:.4g} GB")
+        ax.axhline(capf, color=CAPACITY_COLOR, linestyle="--", label=f"capacity C = {capf:.4g} GB")
     if floor is not None:
         fl = float(floor) / _GB
         what = f"floor: memory no {x.name} removes" if not grows else \
             f"floor: memory that does not grow with {x.name}"
-        ax.axhline(fl, color="tab:green", linestyle=":", label=f"{what} ({fl:.4g} GB)")
+        ax.axhline(fl, color=OKABE_ITO["bluish green"], linestyle=":", label=f"{what} ({fl:.4g} GB)")
         if cap is not None and not grows and floor >= cap:
             nothing = True
     if solution is not None and not nothing:
         word = "largest" if grows else "smallest"
         val = int(solution.value)
         mem = float(solution.memory) / _GB
-        ax.axvline(val, color="tab:red", linestyle="-.", linewidth=1)
-        ax.plot([val], [mem], "o", color="tab:red", markersize=7,
+        ax.axvline(val, color=_RED, linestyle="-.", linewidth=1)
+        ax.plot([val], [mem], "o", color=_RED, markersize=7,
                 label=f"{word} {x.name} that fits = {val}")
         ax.annotate(f"{x.name} = {val}\n{mem:.1f} GB", (val, mem), xytext=(8, 8),
-                    textcoords="offset points", color="tab:red", fontsize="small")
+                    textcoords="offset points", color=_RED, fontsize="small")
     if nothing:
         msg = "nothing fits"
         ypos, coords = 0.5, ax.transAxes
@@ -187,11 +190,11 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
             # below the floor no curve point lies: the message there covers no data
             ypos, coords = float(floor) / _GB / 2, ax.get_yaxis_transform()
         ax.text(0.5, ypos, msg, transform=coords, ha="center", va="center",
-                fontsize="large", color="tab:red",
-                bbox=dict(boxstyle="round", facecolor="white", edgecolor="tab:red"))
+                fontsize="large", color=_RED,
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor=_RED))
     if none_drawn:
         ax.text(0.5, 0.97, f"none of the drawn {x.name} fits: try larger values",
-                transform=ax.transAxes, ha="center", va="top", color="tab:red")
+                transform=ax.transAxes, ha="center", va="top", color=_RED)
     skipped_note = ""
     if skipped:   # under the x label, where it covers no data
         skipped_note = (f"\n(not drawn, refused by the layout rules: {x.name} = "
@@ -308,17 +311,17 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
     best_cell = None if best is None else (ys.index(best[y]), xs.index(best[x]))
     fig, ax = figure(ax, size=(8, 4.6))
     if value == "fits":
-        cmap = ListedColormap(["#d9534f", "#5cb85c"])
+        cmap = ListedColormap([NOFIT_COLOR, FITS_COLOR])
         ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, origin="lower", aspect="auto")
-        handles = [Patch(color="#5cb85c", label="a layout fits"),
-                   Patch(color="#d9534f", label="valid, none fits")]
+        handles = [Patch(color=FITS_COLOR, label="a layout fits"),
+                   Patch(color=NOFIT_COLOR, label="valid, none fits")]
     elif value == "step_time":
         shown = np.where(grid > 0, grid, np.nan)
-        img = ax.imshow(shown, cmap="viridis_r", origin="lower", aspect="auto")
+        img = ax.imshow(shown, cmap=SEQUENTIAL_CMAP, origin="lower", aspect="auto")
         fig.colorbar(img, ax=ax, label="best step time [s]")
         nofit = np.where(grid == -1.0, 1.0, np.nan)
-        ax.imshow(nofit, cmap=ListedColormap(["#d9534f"]), origin="lower", aspect="auto")
-        handles = [Patch(color="#d9534f", label="valid, none fits")]
+        ax.imshow(nofit, cmap=ListedColormap([NOFIT_COLOR]), origin="lower", aspect="auto")
+        handles = [Patch(color=NOFIT_COLOR, label="valid, none fits")]
         finite = grid[grid > 0]
         mid = (finite.min() + finite.max()) / 2 if finite.size else 0
         for i in range(len(ys)):
@@ -330,7 +333,7 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
                             fontsize="x-small", color="black" if grid[i, j] <= mid else "white")
     else:
         lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
-        img = ax.imshow(grid, cmap="RdYlGn", vmin=-lim, vmax=lim, origin="lower", aspect="auto")
+        img = ax.imshow(grid, cmap=DIVERGING_CMAP, vmin=-lim, vmax=lim, origin="lower", aspect="auto")
         fig.colorbar(img, ax=ax, label="best headroom [GB]")
         handles = []
     handles.append(Patch(facecolor="white", edgecolor="0.6", label="blank: no layout passes the rules"))
@@ -345,14 +348,14 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
     if best is not None:
         i, j = best_cell
         # at the centre of its cell (image cell (i, j) spans j +- 1/2, i +- 1/2)
-        ax.plot([j], [i], marker="*", markersize=14, color="gold",
+        ax.plot([j], [i], marker="*", markersize=14, color=OKABE_ITO["yellow"],
                 markeredgecolor="black", linestyle="none",
                 label=f"best: t={best['t']} p={best['p']} c={best['c']} d={best['d']} b={best['b']}")
         handles.append(ax.get_lines()[-1])
     else:
         ax.text(0.5, 0.5, "nothing fits", transform=ax.transAxes, ha="center", va="center",
-                fontsize="large", color="tab:red",
-                bbox=dict(boxstyle="round", facecolor="white", edgecolor="tab:red"))
+                fontsize="large", color=_RED,
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor=_RED))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2,
               fontsize="small", title=_blank_note(result, xs, ys, grid, x, y),
               title_fontsize="x-small", frameon=False)
@@ -416,7 +419,7 @@ def feasibility_map(result, *, ax=None):
                 grid[i, j] = np.max(col["headroom"][sel]) / _GB
     fig, ax = figure(ax)
     lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
-    img = ax.imshow(grid, cmap="RdYlGn", vmin=-lim, vmax=lim, origin="lower", aspect="auto")
+    img = ax.imshow(grid, cmap=DIVERGING_CMAP, vmin=-lim, vmax=lim, origin="lower", aspect="auto")
     ax.set_xticks(range(len(ps)), [str(x) for x in ps])
     ax.set_yticks(range(len(ts)), [str(x) for x in ts])
     ax.set_xlabel("pipeline-parallel size p")
