@@ -57,6 +57,7 @@ LAYERS = (
     # benchmark, and a searched layout as a framework's launch arguments (which its readers
     # read back)
     ("outputs", ("memsym.document", "memsym.job_parts", "memsym.plotting", "memsym.plot_base",
+                 "memsym.plot_time",
                  "memsym.plot_breakdown", "memsym.bench", "memsym.emit")),
     # the package's own namespace (``from memsym import ...``)
     ("package", ("memsym",)),
