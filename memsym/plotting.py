@@ -23,7 +23,7 @@ from .values import as_values, exact
 
 __all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS", "plot_text", "MAX_TEXT",
            "breakdown_bars", "memory_vs_d", "feasibility_map", "stage_breakdown",
-           "step_time_bars", "phase_timeline"]
+           "step_time_bars", "phase_timeline", "binding_code"]
 
 _GB = GB
 _MAX_POINTS = 4096   # points on a memory-vs curve (every size from a user is bounded)
@@ -248,33 +248,65 @@ def memory_vs_d(total, values: Mapping, capacity, *, d_max: int | None = None, s
 # ---------------------------------------------------------------------------------------------
 # feasibility of a layout search
 # ---------------------------------------------------------------------------------------------
+#: Short labels of the binding terms on the feasibility map (others: the initials of their
+#: words, ``expert_optimizer`` -> ``EO``); the legend spells out each one drawn.
+_BINDING_CODES = {"weights": "W", "gradients": "G", "optimizer": "O", "activations": "A",
+                  "workspace": "WS", "nccl": "N", "fragmentation": "F"}
+
+
+def binding_code(term: str) -> str:
+    """The short label of a binding term on the feasibility map.
+
+    Examples
+    --------
+    >>> binding_code("optimizer"), binding_code("expert_main_gradients")
+    ('O', 'EMG')
+    """
+    term = str(term)
+    return _BINDING_CODES.get(term) or "".join(w[:1] for w in term.split("_")).upper() or "?"
+
+
 def _cells(result, xk, yk, value):
+    """``(xs, ys, grid, binding)``: the knobs' values, each cell's value (NaN blank), and
+    (i, j) -> the binding term (the largest) of the cell's shown layout: the fastest that fits
+    on a step-time map, else the one with the most headroom."""
     import numpy as np
 
     col = result.columns
     xs = sorted({int(v) for v in col[xk]}) if len(result) else [1]
     ys = sorted({int(v) for v in col[yk]}) if len(result) else [1]
     grid = np.full((len(ys), len(xs)), np.nan)
+    binding = {}
     for i, yy in enumerate(ys):
         for j, xx in enumerate(xs):
             sel = (col[yk] == yy) & (col[xk] == xx)
             if not sel.any():
                 continue                     # blank: no layout with these two passes the rules
             fits = sel & col["fits"]
+            rows = np.flatnonzero(sel)
+            shown = rows[int(np.argmax(col["headroom"][rows]))]
             if value == "fits":
                 grid[i, j] = 1.0 if fits.any() else 0.0
             elif value == "step_time":
                 st = col["step_time"][fits]
-                grid[i, j] = np.nanmin(st) if fits.any() and np.isfinite(st).any() else -1.0
+                ok = fits.any() and np.isfinite(st).any()
+                grid[i, j] = np.nanmin(st) if ok else -1.0
+                if ok:
+                    fast = np.flatnonzero(fits)
+                    shown = fast[int(np.nanargmin(col["step_time"][fast]))]
             else:
                 grid[i, j] = np.max(col["headroom"][sel]) / _GB
-    return xs, ys, grid
+            binding[i, j] = str(col["binding"][shown])
+    return xs, ys, grid, binding
 
 
 def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
                 title: str | None = None, ax=None):
     """Map of a layout search over two knobs: whether any layout with those two values fits,
-    or the best step time among those that do; the best layout marked, blank cells explained.
+    or the best step time among those that do; the best layout marked, blank cells explained,
+    and each cell labelled (:func:`binding_code`, explained in the legend) with the term that
+    binds, the largest, in its shown layout (the fastest that fits on a step-time map, else
+    the one with the most headroom).
 
     Parameters
     ----------
@@ -308,7 +340,7 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
         value = "step_time" if result.space.global_batch_size is not None else "fits"
     if value not in ("fits", "step_time", "headroom"):
         raise InvalidValueError(f"value must be fits, step_time or headroom, got {value!r}")
-    xs, ys, grid = _cells(result, x, y, value)
+    xs, ys, grid, binding = _cells(result, x, y, value)
     best = result.best() if len(result) and result.columns["fits"].any() else None
     best_cell = None if best is None else (ys.index(best[y]), xs.index(best[x]))
     fig, ax = figure(ax, size=(8, 4.6))
@@ -338,7 +370,19 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
         img = ax.imshow(grid, cmap=DIVERGING_CMAP, vmin=-lim, vmax=lim, origin="lower", aspect="auto")
         fig.colorbar(img, ax=ax, label="best headroom [GB]")
         handles = []
+        for (i, j), val in np.ndenumerate(grid):
+            if np.isfinite(val):   # the number: a pale cell near 0 GB must not read as blank
+                low = 0.32 if (i, j) == best_cell else 0.0
+                ax.text(j, i - low, f"{val:.0f} GB", ha="center", va="center",
+                        fontsize="x-small", color="white" if abs(val) > 0.6 * lim else "black")
     handles.append(Patch(facecolor="white", edgecolor="0.6", label="blank: no layout passes the rules"))
+    for (i, j), term in binding.items():   # at the top of its cell: the centre holds the star
+        ax.text(j, i + 0.3, binding_code(term), ha="center", va="center", fontsize="x-small",
+                fontweight="bold",
+                bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none",
+                          alpha=0.8))
+    for term in dict.fromkeys(sorted(binding.values(), key=binding_code)):
+        handles.append(Patch(visible=False, label=f"{binding_code(term)} = {plot_text(term)}"))
     ax.set_xticks(range(len(xs)), [str(v) for v in xs])
     ax.set_yticks(range(len(ys)), [str(v) for v in ys])
     ax.set_xlabel(_axis_label(x))
@@ -359,7 +403,10 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
                 fontsize="large", color=_RED,
                 bbox=dict(boxstyle="round", facecolor="white", edgecolor=_RED))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2,
-              fontsize="small", title=_blank_note(result, xs, ys, grid, x, y),
+              fontsize="small", title=_blank_note(result, xs, ys, grid, x, y)
+              + ("\nletters: the term that binds (the largest) in the cell's "
+                 + ("fastest layout that fits" if value == "step_time" else
+                    "layout with the most headroom") if binding else ""),
               title_fontsize="x-small", frameon=False)
     return fig
 
