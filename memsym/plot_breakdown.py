@@ -10,7 +10,7 @@ from typing import Mapping
 
 from .errors import InvalidValueError
 from .plot_base import (CAPACITY_COLOR, GB, OKABE_ITO, PALETTE, color, figure, legend_outside,
-                        plot_text, text_color)
+                        plot_text)
 from .training import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
 
 __all__ = ["breakdown", "breakdown_bars", "stage_breakdown"]
@@ -212,8 +212,10 @@ def stage_breakdown(stages: Mapping[str, Mapping], *, capacity=None, title: str 
         for key, gb in zip(keys, row):
             text = plot_text(f"{key} {gb:.1f} GB, {100 * gb / base:.1f} %") if gb > 0 else None
             if text and gb >= _INSIDE * ymax:
+                # on a pale box: a label wider than its bar stays whole and legible
                 ax.text(i, y0 + gb / 2, text, ha="center", va="center", fontsize="x-small",
-                        color=text_color(colors[key][0]))
+                        bbox=dict(boxstyle="round,pad=0.15", facecolor="white",
+                                  edgecolor="none", alpha=0.75))
             elif text:
                 beside.append((y0 + gb / 2, text))
             y0 += gb

@@ -180,8 +180,13 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
         ax.axvline(val, color=_RED, linestyle="-.", linewidth=1)
         ax.plot([val], [mem], "o", color=_RED, markersize=7,
                 label=f"{word} {x.name} that fits = {val}")
-        ax.annotate(f"{x.name} = {val}\n{mem:.1f} GB", (val, mem), xytext=(8, 8),
-                    textcoords="offset points", color=_RED, fontsize="small")
+        # below the point, on the side away from the curve (it rises towards smaller x when
+        # memory falls with x, towards larger x when it grows) and from the capacity line
+        # just above; to the right when the point is the first drawn
+        left = not grows and xs and val > min(xs)
+        ax.annotate(f"{x.name} = {val}\n{mem:.1f} GB", (val, mem), xytext=(-8 if left else 8, -8),
+                    textcoords="offset points", color=_RED, fontsize="small",
+                    ha="right" if left else "left", va="top")
     if nothing:
         msg = "nothing fits"
         ypos, coords = 0.5, ax.transAxes
