@@ -119,7 +119,9 @@ def step_time_bars(parts: Mapping[str, float], total: float, *, title: str | Non
         val = segs[key]
         ax.bar([0], [val], width=0.4, bottom=y0, color=col, hatch=hatch, edgecolor="white",
                label=label)
-        labels.append((y0 + val / 2, f"{short} {val:.3g} s, {100 * val / total:.1f} %"))
+        pct = 100 * val / total       # a part under 0.05 % would print as "0.0 %"
+        labels.append((y0 + val / 2, f"{short} {val:.3g} s, "
+                       + (f"{pct:.1f} %" if pct >= 0.05 else "< 0.05 %")))
         y0 += val
     top = _beside(ax, 0, labels, _SPACING * total)
     ax.set_xlim(-0.5, 1.6)
