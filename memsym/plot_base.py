@@ -11,12 +11,63 @@ import os
 
 from .errors import InvalidValueError
 
-__all__ = ["GB", "FORMATS", "MAX_TEXT", "plot_text", "figure", "legend_outside", "save"]
+__all__ = ["GB", "FORMATS", "MAX_TEXT", "OKABE_ITO", "PALETTE", "CAPACITY_COLOR", "FITS_COLOR",
+           "NOFIT_COLOR", "SEQUENTIAL_CMAP", "DIVERGING_CMAP", "color", "text_color", "plot_text", "figure",
+           "legend_outside", "save"]
 
 #: The memory axes' unit [bytes]: GB = 1e9 bytes.
 GB = 1e9
 #: File extensions :func:`save` writes.
 FORMATS = ("png", "pdf", "svg")
+
+#: The Okabe-Ito colour-blind-safe palette, name -> sRGB hex: M. Okabe and K. Ito, "Color
+#: Universal Design (CUD): how to make figures and presentations that are friendly to
+#: colorblind people" (2008), https://jfly.uni-koeln.de/color/ ("A set of colors that is
+#: unambiguous both to colorblinds and non-colorblinds", RGB 0-255: orange 230,159,0; sky
+#: blue 86,180,233; bluish green 0,158,115; yellow 240,228,66; blue 0,114,178; vermillion
+#: 213,94,0; reddish purple 204,121,167; black 0,0,0).  Every plot of memsym takes its
+#: colours from here (:data:`PALETTE`, :func:`color`), so that no two series differ by hue
+#: alone in a way a deuteranope, protanope or tritanope cannot tell apart.
+OKABE_ITO = {"orange": "#E69F00", "sky blue": "#56B4E9", "bluish green": "#009E73",
+             "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00",
+             "reddish purple": "#CC79A7", "black": "#000000"}
+#: The order series take the palette's colours in (black is kept for reference lines).
+PALETTE = tuple(OKABE_ITO[k] for k in ("blue", "orange", "bluish green", "vermillion",
+                                       "sky blue", "reddish purple", "yellow"))
+#: The capacity (and other reference) lines.
+CAPACITY_COLOR = OKABE_ITO["black"]
+#: Feasibility: "a layout fits" and "valid, none fits".
+FITS_COLOR, NOFIT_COLOR = OKABE_ITO["bluish green"], OKABE_ITO["vermillion"]
+#: Colour maps for values: viridis (sequential) and PuOr (diverging), both readable with
+#: colour-vision deficiency (viridis: Smith and van der Walt, matplotlib's perceptually uniform
+#: maps, https://bids.github.io/colormap/; PuOr: Brewer, colorbrewer2.org, "colorblind safe").
+SEQUENTIAL_CMAP, DIVERGING_CMAP = "viridis_r", "PuOr"
+
+
+def color(i: int) -> str:
+    """The ``i``-th series colour (:data:`PALETTE`, cycled).
+
+    Examples
+    --------
+    >>> color(0), color(len(PALETTE))
+    ('#0072B2', '#0072B2')
+    """
+    return PALETTE[int(i) % len(PALETTE)]
+
+
+def text_color(background: str) -> str:
+    """Black or white, whichever reads on ``background`` (a ``#RRGGBB`` colour): white on the
+    dark palette colours (relative luminance below 0.35, WCAG 2.1's sRGB formula).
+
+    Examples
+    --------
+    >>> text_color(OKABE_ITO["blue"]), text_color(OKABE_ITO["yellow"])
+    ('white', 'black')
+    """
+    rgb = [int(background.lstrip("#")[k:k + 2], 16) / 255 for k in (0, 2, 4)]
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+    lum = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return "white" if lum < 0.35 else "black"
 
 
 #: The longest user text drawn (a title, a job or model name) [characters]; longer is cut

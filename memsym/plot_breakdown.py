@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from .errors import InvalidValueError
-from .plot_base import GB, figure, legend_outside, plot_text
+from .plot_base import (CAPACITY_COLOR, GB, OKABE_ITO, PALETTE, color, figure, legend_outside,
+                        plot_text)
 from .training import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
 
 __all__ = ["breakdown", "breakdown_bars", "stage_breakdown"]
@@ -18,7 +19,9 @@ _GB = GB
 #: Term keys by group, as :meth:`memsym.training.TrainingEstimate.grouped` reports them.
 _GROUPS = (("model states", STATE_KEYS), ("activations", ("activations",) + ACTIVATION_KEYS),
            ("allowances", ALLOWANCE_KEYS))
-_COLORS = {"model states": "tab:blue", "activations": "tab:orange", "allowances": "tab:gray"}
+#: Okabe-Ito colours (:data:`memsym.plot_base.OKABE_ITO`), one per group.
+_COLORS = {"model states": OKABE_ITO["blue"], "activations": OKABE_ITO["orange"],
+           "allowances": OKABE_ITO["reddish purple"], "other": OKABE_ITO["yellow"]}
 
 
 def _grouped_bytes(item) -> dict:
@@ -77,7 +80,7 @@ def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
     bottom = np.zeros(len(labels))
     for g in groups:
         vals = np.array([d.get(g, 0.0) / _GB for d in data])
-        ax.bar(labels, vals, bottom=bottom, label=g, color=_COLORS.get(g, "tab:purple"),
+        ax.bar(labels, vals, bottom=bottom, label=g, color=_COLORS[g],
                edgecolor="white")
         bottom += vals
     for i, top in enumerate(bottom):
@@ -85,7 +88,7 @@ def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
                     ha="center", va="bottom", fontsize="small")
     if capacity is not None:
         cap = float(capacity) / _GB
-        ax.axhline(cap, color="black", linestyle="--", label=f"capacity {cap:.4g} GB")
+        ax.axhline(cap, color=CAPACITY_COLOR, linestyle="--", label=f"capacity {cap:.4g} GB")
         ax.set_ylim(0, max(cap, float(bottom.max(initial=0))) * 1.15)
     ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
     ax.set_xlabel("job")
@@ -122,12 +125,13 @@ def breakdown_bars(breakdowns: Mapping[str, Mapping], *, capacity=None, title: s
             if key != "total" and key not in keys:
                 keys.append(key)
     bottom = np.zeros(len(labels))
-    for key in keys:
+    for n, key in enumerate(keys):
         vals = np.array([float(breakdowns[lab].get(key, 0)) / _GB for lab in labels])
-        ax.bar(shown, vals, bottom=bottom, label=plot_text(key))
+        ax.bar(shown, vals, bottom=bottom, label=plot_text(key), color=color(n),
+               edgecolor="white", hatch=_hatch(n))
         bottom += vals
     if capacity is not None:
-        ax.axhline(float(capacity) / _GB, color="black", linestyle="--", label="capacity")
+        ax.axhline(float(capacity) / _GB, color=CAPACITY_COLOR, linestyle="--", label="capacity")
     ax.set_ylabel("memory per GPU [GB]")
     if title:
         ax.set_title(plot_text(title))
@@ -135,12 +139,19 @@ def breakdown_bars(breakdowns: Mapping[str, Mapping], *, capacity=None, title: s
     return fig
 
 
-#: Colours of the terms memsym reports (:meth:`memsym.training.TrainingEstimate.grouped`): the
-#: model states in blues, the activations orange, the allowances greys; others cycle.
-_TERM_COLORS = {"weights": "#1f5fa8", "gradients": "#4a90d9", "optimizer": "#9ecae1",
-                "activations": "tab:orange", "workspace": "#6f6f6f", "nccl": "#a0a0a0",
-                "fragmentation": "#cfcfcf", "tp_comm_userbuffers": "tab:purple"}
-_OTHER_COLORS = ("tab:green", "tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+#: Okabe-Ito colours (:data:`memsym.plot_base.OKABE_ITO`) of the terms memsym reports
+#: (:meth:`memsym.training.TrainingEstimate.grouped`): the model states blue, sky blue and
+#: bluish green, the activations orange, the allowances reddish purple, yellow, vermillion;
+#: further terms cycle the palette hatched, so that no two segments look alike.
+_TERM_COLORS = {"weights": OKABE_ITO["blue"], "gradients": OKABE_ITO["sky blue"],
+                "optimizer": OKABE_ITO["bluish green"], "activations": OKABE_ITO["orange"],
+                "workspace": OKABE_ITO["reddish purple"], "nccl": OKABE_ITO["yellow"],
+                "fragmentation": OKABE_ITO["vermillion"]}
+
+
+def _hatch(n: int):
+    """No hatch for the palette's first round of colours; hatched beyond it."""
+    return None if n < len(PALETTE) else "//"
 #: A segment shorter than this share of the y axis gets its label beside the bar, not inside;
 #: labels beside a bar are kept at least this far apart, so that none covers another.
 _INSIDE = 0.05
@@ -185,11 +196,15 @@ def stage_breakdown(stages: Mapping[str, Mapping], *, capacity=None, title: str 
     ymax = max(cap or 0, float(tops.max(initial=0))) * 1.15 or 1.0
     xs = np.arange(len(labels))
     bottom = np.zeros(len(labels))
-    others = iter(_OTHER_COLORS * 4)
+    colors, extra = {}, 0
+    for key in keys:        # terms without a colour of their own: the palette again, hatched
+        colors[key] = (_TERM_COLORS.get(key), None) if key in _TERM_COLORS else \
+            (color(extra), "//")
+        extra += key not in _TERM_COLORS
     for n, key in enumerate(keys):
         vals = np.array([row[n] for row in data])
         ax.bar(xs, vals, width=0.45, bottom=bottom, label=plot_text(key), edgecolor="white",
-               color=_TERM_COLORS.get(key) or next(others, None))
+               color=colors[key][0], hatch=colors[key][1])
         bottom += vals
     for i, row in enumerate(data):
         base = cap if cap else tops[i]
@@ -197,7 +212,10 @@ def stage_breakdown(stages: Mapping[str, Mapping], *, capacity=None, title: str 
         for key, gb in zip(keys, row):
             text = plot_text(f"{key} {gb:.1f} GB, {100 * gb / base:.1f} %") if gb > 0 else None
             if text and gb >= _INSIDE * ymax:
-                ax.text(i, y0 + gb / 2, text, ha="center", va="center", fontsize="x-small")
+                # on a pale box: a label wider than its bar stays whole and legible
+                ax.text(i, y0 + gb / 2, text, ha="center", va="center", fontsize="x-small",
+                        bbox=dict(boxstyle="round,pad=0.15", facecolor="white",
+                                  edgecolor="none", alpha=0.75))
             elif text:
                 beside.append((y0 + gb / 2, text))
             y0 += gb
@@ -210,7 +228,7 @@ def stage_breakdown(stages: Mapping[str, Mapping], *, capacity=None, title: str 
         ax.annotate(f"{tops[i]:.1f} GB", (i, tops[i]), xytext=(0, 3), textcoords="offset points",
                     ha="center", va="bottom", fontsize="small", fontweight="bold")
     if cap is not None:
-        ax.axhline(cap, color="black", linestyle="--", label=f"capacity {cap:.4g} GB")
+        ax.axhline(cap, color=CAPACITY_COLOR, linestyle="--", label=f"capacity {cap:.4g} GB")
     ax.set_xticks(xs, labels)
     ax.set_xlim(-0.6, len(labels) - 0.4 + 0.6)
     ax.set_ylim(0, ymax)

@@ -13,16 +13,21 @@ from typing import Callable, Mapping, Sequence
 
 from .analysis import largest, smallest
 from .errors import InvalidValueError, NoFitError, UnknownNameError
-from .plot_base import FORMATS, GB, MAX_TEXT, figure, legend_outside, plot_text, save
+from .plot_base import (CAPACITY_COLOR, DIVERGING_CMAP, FITS_COLOR, FORMATS, GB, MAX_TEXT,
+                        NOFIT_COLOR, OKABE_ITO, SEQUENTIAL_CMAP, figure, legend_outside,
+                        plot_text, save)
 from .plot_breakdown import breakdown, breakdown_bars, stage_breakdown
+from .plot_time import phase_timeline, step_time_bars
 from .symbols import lookup, registry
 from .values import as_values, exact
 
 __all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS", "plot_text", "MAX_TEXT",
-           "breakdown_bars", "memory_vs_d", "feasibility_map", "stage_breakdown"]
+           "breakdown_bars", "memory_vs_d", "feasibility_map", "stage_breakdown",
+           "step_time_bars", "phase_timeline", "binding_code"]
 
 _GB = GB
 _MAX_POINTS = 4096   # points on a memory-vs curve (every size from a user is bounded)
+_RED = OKABE_ITO["vermillion"]   # the solved value and "nothing fits" (Okabe-Ito, plot_base)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,26 +162,31 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
         elif not nothing:
             none_drawn = True
     fig, ax = figure(ax)
-    ax.plot(xs, ys, marker="o", markersize=3.5, color="tab:blue", label="memory per GPU")
+    ax.plot(xs, ys, marker="o", markersize=3.5, color=OKABE_ITO["blue"], label="memory per GPU")
     if cap is not None:
         capf = float(cap) / _GB
-        ax.axhline(capf, color="black", linestyle="--", label=f"capacity C = {capf:.4g} GB")
+        ax.axhline(capf, color=CAPACITY_COLOR, linestyle="--", label=f"capacity C = {capf:.4g} GB")
     if floor is not None:
         fl = float(floor) / _GB
         what = f"floor: memory no {x.name} removes" if not grows else \
             f"floor: memory that does not grow with {x.name}"
-        ax.axhline(fl, color="tab:green", linestyle=":", label=f"{what} ({fl:.4g} GB)")
+        ax.axhline(fl, color=OKABE_ITO["bluish green"], linestyle=":", label=f"{what} ({fl:.4g} GB)")
         if cap is not None and not grows and floor >= cap:
             nothing = True
     if solution is not None and not nothing:
         word = "largest" if grows else "smallest"
         val = int(solution.value)
         mem = float(solution.memory) / _GB
-        ax.axvline(val, color="tab:red", linestyle="-.", linewidth=1)
-        ax.plot([val], [mem], "o", color="tab:red", markersize=7,
+        ax.axvline(val, color=_RED, linestyle="-.", linewidth=1)
+        ax.plot([val], [mem], "o", color=_RED, markersize=7,
                 label=f"{word} {x.name} that fits = {val}")
-        ax.annotate(f"{x.name} = {val}\n{mem:.1f} GB", (val, mem), xytext=(8, 8),
-                    textcoords="offset points", color="tab:red", fontsize="small")
+        # below the point, on the side away from the curve (it rises towards smaller x when
+        # memory falls with x, towards larger x when it grows) and from the capacity line
+        # just above; to the right when the point is the first drawn
+        left = not grows and xs and val > min(xs)
+        ax.annotate(f"{x.name} = {val}\n{mem:.1f} GB", (val, mem), xytext=(-8 if left else 8, -8),
+                    textcoords="offset points", color=_RED, fontsize="small",
+                    ha="right" if left else "left", va="top")
     if nothing:
         msg = "nothing fits"
         ypos, coords = 0.5, ax.transAxes
@@ -187,11 +197,11 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
             # below the floor no curve point lies: the message there covers no data
             ypos, coords = float(floor) / _GB / 2, ax.get_yaxis_transform()
         ax.text(0.5, ypos, msg, transform=coords, ha="center", va="center",
-                fontsize="large", color="tab:red",
-                bbox=dict(boxstyle="round", facecolor="white", edgecolor="tab:red"))
+                fontsize="large", color=_RED,
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor=_RED))
     if none_drawn:
         ax.text(0.5, 0.97, f"none of the drawn {x.name} fits: try larger values",
-                transform=ax.transAxes, ha="center", va="top", color="tab:red")
+                transform=ax.transAxes, ha="center", va="top", color=_RED)
     skipped_note = ""
     if skipped:   # under the x label, where it covers no data
         skipped_note = (f"\n(not drawn, refused by the layout rules: {x.name} = "
@@ -243,33 +253,65 @@ def memory_vs_d(total, values: Mapping, capacity, *, d_max: int | None = None, s
 # ---------------------------------------------------------------------------------------------
 # feasibility of a layout search
 # ---------------------------------------------------------------------------------------------
+#: Short labels of the binding terms on the feasibility map (others: the initials of their
+#: words, ``expert_optimizer`` -> ``EO``); the legend spells out each one drawn.
+_BINDING_CODES = {"weights": "W", "gradients": "G", "optimizer": "O", "activations": "A",
+                  "workspace": "WS", "nccl": "N", "fragmentation": "F"}
+
+
+def binding_code(term: str) -> str:
+    """The short label of a binding term on the feasibility map.
+
+    Examples
+    --------
+    >>> binding_code("optimizer"), binding_code("expert_main_gradients")
+    ('O', 'EMG')
+    """
+    term = str(term)
+    return _BINDING_CODES.get(term) or "".join(w[:1] for w in term.split("_")).upper() or "?"
+
+
 def _cells(result, xk, yk, value):
+    """``(xs, ys, grid, binding)``: the knobs' values, each cell's value (NaN blank), and
+    (i, j) -> the binding term (the largest) of the cell's shown layout: the fastest that fits
+    on a step-time map, else the one with the most headroom."""
     import numpy as np
 
     col = result.columns
     xs = sorted({int(v) for v in col[xk]}) if len(result) else [1]
     ys = sorted({int(v) for v in col[yk]}) if len(result) else [1]
     grid = np.full((len(ys), len(xs)), np.nan)
+    binding = {}
     for i, yy in enumerate(ys):
         for j, xx in enumerate(xs):
             sel = (col[yk] == yy) & (col[xk] == xx)
             if not sel.any():
                 continue                     # blank: no layout with these two passes the rules
             fits = sel & col["fits"]
+            rows = np.flatnonzero(sel)
+            shown = rows[int(np.argmax(col["headroom"][rows]))]
             if value == "fits":
                 grid[i, j] = 1.0 if fits.any() else 0.0
             elif value == "step_time":
                 st = col["step_time"][fits]
-                grid[i, j] = np.nanmin(st) if fits.any() and np.isfinite(st).any() else -1.0
+                ok = fits.any() and np.isfinite(st).any()
+                grid[i, j] = np.nanmin(st) if ok else -1.0
+                if ok:
+                    fast = np.flatnonzero(fits)
+                    shown = fast[int(np.nanargmin(col["step_time"][fast]))]
             else:
                 grid[i, j] = np.max(col["headroom"][sel]) / _GB
-    return xs, ys, grid
+            binding[i, j] = str(col["binding"][shown])
+    return xs, ys, grid, binding
 
 
 def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
                 title: str | None = None, ax=None):
     """Map of a layout search over two knobs: whether any layout with those two values fits,
-    or the best step time among those that do; the best layout marked, blank cells explained.
+    or the best step time among those that do; the best layout marked, blank cells explained,
+    and each cell labelled (:func:`binding_code`, explained in the legend) with the term that
+    binds, the largest, in its shown layout (the fastest that fits on a step-time map, else
+    the one with the most headroom).
 
     Parameters
     ----------
@@ -303,22 +345,22 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
         value = "step_time" if result.space.global_batch_size is not None else "fits"
     if value not in ("fits", "step_time", "headroom"):
         raise InvalidValueError(f"value must be fits, step_time or headroom, got {value!r}")
-    xs, ys, grid = _cells(result, x, y, value)
+    xs, ys, grid, binding = _cells(result, x, y, value)
     best = result.best() if len(result) and result.columns["fits"].any() else None
     best_cell = None if best is None else (ys.index(best[y]), xs.index(best[x]))
     fig, ax = figure(ax, size=(8, 4.6))
     if value == "fits":
-        cmap = ListedColormap(["#d9534f", "#5cb85c"])
+        cmap = ListedColormap([NOFIT_COLOR, FITS_COLOR])
         ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, origin="lower", aspect="auto")
-        handles = [Patch(color="#5cb85c", label="a layout fits"),
-                   Patch(color="#d9534f", label="valid, none fits")]
+        handles = [Patch(color=FITS_COLOR, label="a layout fits"),
+                   Patch(color=NOFIT_COLOR, label="valid, none fits")]
     elif value == "step_time":
         shown = np.where(grid > 0, grid, np.nan)
-        img = ax.imshow(shown, cmap="viridis_r", origin="lower", aspect="auto")
+        img = ax.imshow(shown, cmap=SEQUENTIAL_CMAP, origin="lower", aspect="auto")
         fig.colorbar(img, ax=ax, label="best step time [s]")
         nofit = np.where(grid == -1.0, 1.0, np.nan)
-        ax.imshow(nofit, cmap=ListedColormap(["#d9534f"]), origin="lower", aspect="auto")
-        handles = [Patch(color="#d9534f", label="valid, none fits")]
+        ax.imshow(nofit, cmap=ListedColormap([NOFIT_COLOR]), origin="lower", aspect="auto")
+        handles = [Patch(color=NOFIT_COLOR, label="valid, none fits")]
         finite = grid[grid > 0]
         mid = (finite.min() + finite.max()) / 2 if finite.size else 0
         for i in range(len(ys)):
@@ -330,10 +372,22 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
                             fontsize="x-small", color="black" if grid[i, j] <= mid else "white")
     else:
         lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
-        img = ax.imshow(grid, cmap="RdYlGn", vmin=-lim, vmax=lim, origin="lower", aspect="auto")
+        img = ax.imshow(grid, cmap=DIVERGING_CMAP, vmin=-lim, vmax=lim, origin="lower", aspect="auto")
         fig.colorbar(img, ax=ax, label="best headroom [GB]")
         handles = []
+        for (i, j), val in np.ndenumerate(grid):
+            if np.isfinite(val):   # the number: a pale cell near 0 GB must not read as blank
+                low = 0.32 if (i, j) == best_cell else 0.0
+                ax.text(j, i - low, f"{val:.0f} GB", ha="center", va="center",
+                        fontsize="x-small", color="white" if abs(val) > 0.6 * lim else "black")
     handles.append(Patch(facecolor="white", edgecolor="0.6", label="blank: no layout passes the rules"))
+    for (i, j), term in binding.items():   # at the top of its cell: the centre holds the star
+        ax.text(j, i + 0.3, binding_code(term), ha="center", va="center", fontsize="x-small",
+                fontweight="bold",
+                bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none",
+                          alpha=0.8))
+    for term in dict.fromkeys(sorted(binding.values(), key=binding_code)):
+        handles.append(Patch(visible=False, label=f"{binding_code(term)} = {plot_text(term)}"))
     ax.set_xticks(range(len(xs)), [str(v) for v in xs])
     ax.set_yticks(range(len(ys)), [str(v) for v in ys])
     ax.set_xlabel(_axis_label(x))
@@ -345,16 +399,19 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
     if best is not None:
         i, j = best_cell
         # at the centre of its cell (image cell (i, j) spans j +- 1/2, i +- 1/2)
-        ax.plot([j], [i], marker="*", markersize=14, color="gold",
+        ax.plot([j], [i], marker="*", markersize=14, color=OKABE_ITO["yellow"],
                 markeredgecolor="black", linestyle="none",
                 label=f"best: t={best['t']} p={best['p']} c={best['c']} d={best['d']} b={best['b']}")
         handles.append(ax.get_lines()[-1])
     else:
         ax.text(0.5, 0.5, "nothing fits", transform=ax.transAxes, ha="center", va="center",
-                fontsize="large", color="tab:red",
-                bbox=dict(boxstyle="round", facecolor="white", edgecolor="tab:red"))
+                fontsize="large", color=_RED,
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor=_RED))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2,
-              fontsize="small", title=_blank_note(result, xs, ys, grid, x, y),
+              fontsize="small", title=_blank_note(result, xs, ys, grid, x, y)
+              + ("\nletters: the term that binds (the largest) in the cell's "
+                 + ("fastest layout that fits" if value == "step_time" else
+                    "layout with the most headroom") if binding else ""),
               title_fontsize="x-small", frameon=False)
     return fig
 
@@ -416,7 +473,7 @@ def feasibility_map(result, *, ax=None):
                 grid[i, j] = np.max(col["headroom"][sel]) / _GB
     fig, ax = figure(ax)
     lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
-    img = ax.imshow(grid, cmap="RdYlGn", vmin=-lim, vmax=lim, origin="lower", aspect="auto")
+    img = ax.imshow(grid, cmap=DIVERGING_CMAP, vmin=-lim, vmax=lim, origin="lower", aspect="auto")
     ax.set_xticks(range(len(ps)), [str(x) for x in ps])
     ax.set_yticks(range(len(ts)), [str(x) for x in ts])
     ax.set_xlabel("pipeline-parallel size p")

@@ -56,7 +56,8 @@ LAYERS = (
     # the whole-job document (and the structure of a job's total it prints), plots, the
     # benchmark, and a searched layout as a framework's launch arguments (which its readers
     # read back)
-    ("outputs", ("memsym.document", "memsym.document_time", "memsym.job_parts", "memsym.plotting", "memsym.plot_base",
+    ("outputs", ("memsym.document", "memsym.document_time", "memsym.job_parts", "memsym.plotting",
+                 "memsym.plot_base", "memsym.plot_time",
                  "memsym.plot_breakdown", "memsym.bench", "memsym.emit")),
     # the package's own namespace (``from memsym import ...``)
     ("package", ("memsym",)),

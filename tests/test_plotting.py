@@ -387,3 +387,124 @@ def test_cli_plot_memory_vs_keeps_the_job_allowances(monkeypatch, tmp_path):
                                Training(seq_length=2048, recompute="full", num_microbatches=16))
         ws = float(ALLOWANCES["workspace"].default)
         assert abs(ys[xs.index(n)] - (float(full.bytes_total) - ws) / GB) < 1e-9
+
+
+# ---------------------------------------------------------------------------------------------
+# the palette, plot step-time, plot timeline, the binding term on the feasibility map (issue 33)
+# ---------------------------------------------------------------------------------------------
+def _png(path):
+    # a PNG file starts with its 8-byte signature (PNG spec, ISO/IEC 15948 §5.2)
+    return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_palette_is_okabe_itos():
+    from matplotlib.colors import to_hex
+
+    from memsym.plot_base import OKABE_ITO, PALETTE, color
+    from memsym.plot_time import phase_timeline, step_time_bars
+    from memsym.plotting import stage_breakdown
+
+    # Okabe and Ito, Color Universal Design (2008), https://jfly.uni-koeln.de/color/, RGB 0-255
+    cud = {"black": (0, 0, 0), "orange": (230, 159, 0), "sky blue": (86, 180, 233),
+           "bluish green": (0, 158, 115), "yellow": (240, 228, 66), "blue": (0, 114, 178),
+           "vermillion": (213, 94, 0), "reddish purple": (204, 121, 167)}
+    assert {k: "#%02X%02X%02X" % rgb for k, rgb in cud.items()} == OKABE_ITO
+    assert set(PALETTE) <= set(OKABE_ITO.values()) and color(len(PALETTE)) == PALETTE[0]
+    figs = [stage_breakdown({"s0": {"weights": 14e9, "gradients": 7e9, "optimizer": 28e9,
+                                    "activations": 9e9, "nccl": 1e9}}, capacity=80e9),
+            step_time_bars({"compute": 0.5, "tp": 0.1, "dp": 0.1, "bubble": 0.1,
+                            "optimizer": 0.05}, 1.0),
+            phase_timeline({"forward": 60e9, "optimizer": 50e9}, capacity=80e9)]
+    for fig in figs:
+        drawn = {to_hex(p.get_facecolor()).upper() for p in fig.axes[0].patches}
+        assert drawn and drawn <= set(OKABE_ITO.values()), drawn
+    # the fits map is an image: its two colours, vermillion (none fits) and bluish green
+    img = feasibility(_search(), x="p", y="t", value="fits").axes[0].images[0]
+    assert [to_hex(c).upper() for c in img.cmap.colors] == [OKABE_ITO["vermillion"],
+                                                             OKABE_ITO["bluish green"]]
+
+
+def test_cli_plot_step_time_bars_are_the_json_parts(monkeypatch, tmp_path):
+    from memsym.plot_time import STEP_PARTS
+
+    ax, out = _plot_cli(monkeypatch, tmp_path, "step-time", "png", "--gpu", "h100-80gb")
+    assert _png(out)
+    rep = _estimate_json(*_JOB, "--gpu", "h100-80gb")
+    parts, step = rep["step_time_parts_s"], rep["step_time_s"]
+    named = [k for k, *_ in STEP_PARTS[:-1] if parts[k] > 0]
+    # step = pipeline + exposed DP + optimizer (memsym.timing.step); "other" is what the
+    # named parts leave of it (the end stages' embedding / output layer)
+    other = step - sum(parts[k] for k in named)
+    assert other >= 0
+    assert [p.get_height() for p in ax.patches] == pytest.approx(
+        [parts[k] for k in named] + [other], rel=1e-12)
+    top = ax.patches[-1]
+    assert top.get_y() + top.get_height() == pytest.approx(step, rel=1e-12)
+    assert _legend(ax)[:2] == ["compute (GEMMs, attention)", "memory-bound kernels"]
+    assert "exposed DP communication" in _legend(ax) and "pipeline bubble" in _legend(ax)
+    assert ax.get_ylabel() == "time per step [s]"
+    assert "gpt3-175b" in ax.get_title() and "h100-80gb" in ax.get_title()
+    assert f"compute {parts['compute']:.3g} s, {100 * parts['compute'] / step:.1f} %" \
+        in _texts(ax)
+
+
+def test_cli_plot_timeline_bars_are_the_json_phases(monkeypatch, tmp_path):
+    from memsym.training import PHASES
+
+    ax, out = _plot_cli(monkeypatch, tmp_path, "timeline", "png", "--gpu", "h100-80gb",
+                        "--margin", "0.05")
+    assert _png(out)
+    rep = _estimate_json(*_JOB, "--gpu", "h100-80gb", "--margin", "0.05")
+    # the JSON rounds each phase up to whole bytes: equal to a byte
+    heights = [p.get_height() * GB for p in ax.patches]
+    assert heights == pytest.approx([rep["phases"][ph] for ph in PHASES], abs=1)
+    assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == list(PHASES)
+    assert f"{rep['phases']['peak']}\n(peak)" in [t.get_text() for t in ax.get_xticklabels()]
+    cap, usable = (rep["gpu_memory_bytes"] / GB,
+                   (rep["gpu_memory_bytes"] - rep["margin_bytes"]) / GB)
+    lines = {ln.get_label().split(" ")[0] + ln.get_linestyle(): ln.get_ydata()[0]
+             for ln in ax.get_lines()}
+    assert lines == pytest.approx({"capacity--": cap, "capacity:": usable}, rel=1e-9)
+    assert ax.get_ylabel() == "memory per GPU [GB = 1e9 bytes]"
+
+
+def test_cli_plot_step_time_and_timeline_refuse_in_one_line(tmp_path, capsys):
+    from memsym.cli import main
+
+    assert main(["plot", "step-time", *_JOB, "-o", str(tmp_path / "s.png")]) == 2
+    err = capsys.readouterr()
+    assert "needs a MODEL and --gpu" in err.err and err.out == "" and err.err.count("\n") == 1
+    assert main(["plot", "timeline", *_JOB, "--margin", "0.05", "-o",
+                 str(tmp_path / "t.png")]) == 2
+    assert "margin" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_feasibility_labels_each_cell_with_its_binding_term():
+    import numpy as np
+
+    from memsym.plotting import binding_code
+    from memsym.training import ALLOWANCE_KEYS, STATE_KEYS
+
+    res = _search()
+    ax = feasibility(res, x="p", y="t", value="fits").axes[0]
+    col = res.columns
+    terms = [k for k in STATE_KEYS + ("activations",) + ALLOWANCE_KEYS if k in col]
+    xs = [int(t.get_text()) for t in ax.get_xticklabels()]
+    ys = [int(t.get_text()) for t in ax.get_yticklabels()]
+    codes = {(t.get_position()[0], t.get_position()[1]): t.get_text() for t in ax.texts}
+    want = set()
+    for i, tt in enumerate(ys):
+        for j, pp in enumerate(xs):
+            rows = np.flatnonzero((col["t"] == tt) & (col["p"] == pp))
+            if not len(rows):
+                continue
+            # the cell's layout with the most headroom; its largest term, found here anew
+            r = rows[np.argmax(col["headroom"][rows])]
+            big = max(terms, key=lambda k: np.nan_to_num(col[k][r], nan=-1.0))
+            assert codes[(j, i + 0.3)] == binding_code(big)
+            want.add(big)
+    legend = _legend(ax)
+    assert {f"{binding_code(k)} = {k}" for k in want} <= set(legend)
+    assert "binds (the largest)" in ax.get_legend().get_title().get_text()
+    assert binding_code("optimizer") == "O" and binding_code("expert_optimizer") == "EO"

@@ -331,12 +331,13 @@ def _allowance_rows():
            commands=JOB_AND_SEARCH, search="same", metavar="F",
            help="allocator fragmentation margin as a fraction of the peak"),
         option("--margin", group="allowances", type=T.margin, metavar="F|BYTES",
-           commands=frozenset({"estimate", "solve"}) | SEARCH, search="same", effect="output",
-           default=0, source="memsym: none, the --fragmentation allowance already covers the "
+           commands=frozenset({"estimate", "solve", "plot"}) | SEARCH, search="same",
+           effect="output", default=0, source="memsym: none, the --fragmentation allowance already covers the "
            "allocator",
            help="a safety margin a job must leave free to fit: a fraction 0..0.5 of the "
            "capacity (0.05) or a size (4GB); estimate judges fits against capacity - margin, "
-           "search and min-gpus keep only the layouts within it, solve solves against it"),
+           "search and min-gpus keep only the layouts within it, solve solves against it, plot "
+           "timeline draws capacity - margin"),
     ]
 
 

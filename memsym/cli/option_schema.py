@@ -27,7 +27,7 @@ JOB_AND_SEARCH = JOB | SEARCH
 EFFECTS = ("memory", "time", "memory, time", "output", "input", "none")
 
 #: Plot kinds, as the command line names them.
-PLOT_KINDS = ("breakdown", "memory-vs", "feasibility")
+PLOT_KINDS = ("breakdown", "memory-vs", "feasibility", "step-time", "timeline")
 #: Unknowns ``plot memory-vs`` draws against (registry names; b and s grow memory).
 PLOT_UNKNOWNS = {"dp": "d", "d": "d", "tp": "t", "t": "t", "pp": "p", "p": "p", "cp": "c",
                  "c": "c", "micro-batch-size": "b", "b": "b", "seq-length": "s", "s": "s"}

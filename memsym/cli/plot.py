@@ -2,8 +2,9 @@
 
 ``breakdown`` (one bar per pipeline stage, one labelled segment per term, against the
 capacity), ``memory-vs`` (memory against d, t, p, c, b or s, the solved value and the floor
-marked) and ``feasibility`` (a layout search over two knobs: fits or step time, the best layout
-starred).  Each KIND is a subcommand with its own help and options (:data:`KIND_HELP`); this
+marked), ``feasibility`` (a layout search over two knobs: fits or step time, the best layout
+starred, the binding term per cell), ``step-time`` (the step time by part) and ``timeline``
+(memory over the step's phases).  Each KIND is a subcommand with its own help and options (:data:`KIND_HELP`); this
 module draws from an estimate the caller has already computed (:func:`add_plot_parser`,
 :func:`run_plot`).
 """
@@ -25,20 +26,36 @@ KIND_HELP = {
         "each distinct middle make-up; the most-loaded named), each segment one term of the "
         "report (the bytes of memsym estimate --json) labelled with its GB and its share of "
         "the capacity; the capacity line drawn when --gpu or --gpu-memory gives one.",
-        ("vs", "candidates", "map_x", "map_y", "map_value")),
+        ("vs", "candidates", "map_x", "map_y", "map_value", "margin")),
     "memory-vs": (
         "memory per GPU against one unknown",
         "Memory per GPU against one unknown (--vs dp, tp, pp, cp, micro-batch-size or "
         "seq-length), the job re-estimated at each value (--candidates); the capacity line, "
         "the floor no amount of the unknown removes, and with a capacity the solved value "
         "marked. The title names the job with the unknown left free.",
-        ("map_x", "map_y", "map_value")),
+        ("map_x", "map_y", "map_value", "margin")),
     "feasibility": (
         "a layout search over two knobs (needs --gpu)",
         "The layouts of the job's world size on --gpu, over two knobs (--x, --y): whether a "
         "layout fits, the best step time or the best headroom (--map) in each cell, blank "
-        "cells explained, the best layout starred at the centre of its cell.",
-        ("vs", "candidates")),
+        "cells explained, the best layout starred at the centre of its cell; each cell "
+        "labelled with the term that binds (the largest) in its layout with the most "
+        "headroom, the abbreviations explained in the legend.",
+        ("vs", "candidates", "margin")),
+    "step-time": (
+        "the step time by part, a stacked bar (needs --gpu)",
+        "One stacked bar of the job's step time on --gpu [s]: compute, memory-bound kernels, "
+        "each parallel group's exposed communication, the pipeline bubble, the optimizer "
+        "step and the rest, each labelled with its seconds and share of the step (the "
+        "step_time_parts_s and step_time_s of memsym estimate --gpu NAME --json).",
+        ("vs", "candidates", "map_x", "map_y", "map_value", "margin")),
+    "timeline": (
+        "memory over the step's phases on the most-loaded stage",
+        "Per-GPU memory in each phase of the training step (forward, loss-backward, "
+        "backward, optimizer) on the most-loaded pipeline stage, one bar per phase (the "
+        "phases of memsym estimate --json), the peak marked, the capacity line and with "
+        "--margin the capacity less the margin.",
+        ("vs", "candidates", "map_x", "map_y", "map_value")),
 }
 
 
@@ -203,6 +220,17 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
         fig = plotting.memory_vs(source, unknown, capacity=cap, candidates=args.candidates,
                                  evaluate=evaluate, solution=solution,
                                  title=args.title or sweep_title(estimate, arch, unknown))
+    elif args.kind == "step-time":
+        fig = _step_time_figure(args, arch, layout, training, name)
+    elif args.kind == "timeline":
+        from .options import margin_bytes
+
+        margin = margin_bytes(args, cap) or None
+        phases = dict(estimate.phase_bytes)
+        fig = plotting.phase_timeline(
+            phases, capacity=cap, margin=margin, peak=getattr(estimate, "phase", None),
+            title=args.title or f"Per-GPU memory by phase of the step, stage {estimate.stage} "
+            f"(most loaded)\n{name}")
     else:
         res = search_result
         if res is None:
@@ -225,6 +253,32 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     plotting.save(fig, args.output)
     print(f"wrote {args.output}")
     return 0
+
+
+def step_parts(args, arch, layout, training) -> dict:
+    """``step_time_s``, ``step_time_parts_s`` and ``communication`` of the job on ``args.gpu``
+    exactly as ``memsym estimate --gpu NAME --json`` reports them
+    (:func:`memsym.cli.job_report.communication_report`, the GPU's usual cluster)."""
+    from types import SimpleNamespace
+
+    from .job_report import communication_report
+
+    opts = SimpleNamespace(gpu=args.gpu, efficiency=None, gpus_per_node=None,
+                           intra_node_bandwidth=None, inter_node_bandwidth=None, mfu_flops=None)
+    return communication_report(opts, arch, layout, training)
+
+
+def _step_time_figure(args, arch, layout, training, name):
+    from .. import plotting
+    from ..errors import InvalidValueError
+
+    if arch is None or layout is None or training is None or not getattr(args, "gpu", None):
+        raise InvalidValueError("plot step-time needs a MODEL and --gpu NAME (the step is "
+                                "priced on that GPU)")
+    rep = step_parts(args, arch, layout, training)
+    return plotting.step_time_bars(
+        rep["step_time_parts_s"], rep["step_time_s"],
+        title=args.title or f"Step time by part on {args.gpu}: {rep['step_time_s']:.3g} s\n{name}")
 
 
 def add_parser(sub) -> None:
