@@ -82,9 +82,8 @@ OPTIMIZERS = {
 _ZERO = Source("zero", "§5, Figure 1")
 # the "seed000" convention: the ZeRO-2 reading of the distributed optimizer that the
 # project's design note seed 000 derives; cited to the public page it reads
-_SEED = Source("nemo-distributed-optimizer", "summary formula N/(p t)(b_hp + 16/d): Data Flow "
-               "read as ZeRO stage 2 (fp32 gradients reduce-scattered, fp32 main parameters "
-               "and Adam states sharded over d, 16-bit weights replicated)")
+_SEED = Source("nemo-distributed-optimizer",
+               "summary formula N/(p t)(b_hp + 16/d): Data Flow read as ZeRO stage 2")
 _MEGATRON = Source("megatron-lm", "theoretical_memory_usage.py, compute_weight_and_optimizer_memory")
 _OFFLOAD = Source("zero-offload", "§4")
 # Framework sources (revisions in memsym/references.toml).
