@@ -65,6 +65,8 @@ _JOBS = {
     "torchtitan": dict(model="llama3-8b", framework="torchtitan", dp=8, seq_length=4096),
     "deepspeed": dict(model="llama3-8b", framework="deepspeed", dp=8, seq_length=4096,
                       sharding="zero3"),
+    "lora": dict(model="llama3-8b", dp=8, seq_length=4096, finetune="lora", lora_rank=16),
+    "qlora": dict(model="llama3-8b", dp=1, seq_length=4096, finetune="qlora", lora_rank=16),
     "offload": dict(model="llama3-8b", framework="deepspeed", dp=8, seq_length=4096,
                     sharding="zero3", offload="optimizer"),
 }
@@ -164,3 +166,13 @@ def test_latex_document_bibliography_has_no_seed(capsys, argv, cited):
     refs = out[out.index("\\section*{References}"):]
     assert cited in refs   # the bibliography was found
     assert not [k for k in SEEDS if k in refs] and "shared/seeds" not in refs
+
+
+def test_time_command_cites_no_seed(capsys):
+    # memsym time's one-line source (Narayanan's Eq. 4; the cost is price x GPU-hours)
+    import json
+
+    out = json.loads(_run(capsys, "time", "7B", "--tokens", "1T", "--price-per-gpu-hour", "2",
+                          "--json"))
+    assert out["source"].startswith("narayanan, ")
+    assert not [k for k in SEEDS if k in out["source"]]
