@@ -206,8 +206,9 @@ class Cluster:
     intra_node_bandwidth: float
     inter_node_bandwidth: float
     latency: float = 0
-    source: str = "seed002"
-    locator: str = "tensor parallelism section (NVLink 900 GB/s both ways vs 400 Gb/s InfiniBand = 50 GB/s)"
+    source: str = "nvidia-dgx-user-guides"
+    locator: str = ("DGX H100: 8 GPUs, NVLink 4 900 GB/s both ways, 8 x 400 Gb/s ConnectX-7 "
+                    "= 50 GB/s per GPU")
     intra_link: str = "nvlink"
     nvlink_domain: int | None = None
 

@@ -18,8 +18,8 @@ Units, stated as the vendor states them
   84.9e9 bytes, 6 % above the decimal 80e9.  Elsewhere the capacity is the datasheet's decimal
   figure, the conservative reading.  The CUDA context counts inside that total, so memsym's
   ``workspace`` allowance (which holds it) is subtracted from it, as on the device.  Give
-  ``--gpu-memory 80GB`` (Python ``capacity=80 * GB``) for the datasheet reading, as seeds 000
-  and 004 size GPUs.
+  ``--gpu-memory 80GB`` (Python ``capacity=80 * GB``) for the datasheet reading, as the
+  rules of thumb that size GPUs from parameter counts do.
 * Peak FLOP/s: **dense** tensor-core throughput (the datasheets' "with sparsity" figures
   halved), in FLOP/s, for BF16, FP16 and FP8 (None where the GPU has no FP8 tensor cores).
   Consumer cards are quoted with FP32 accumulation, the mode used for training.
@@ -52,7 +52,7 @@ References
 ----------
 Vendor datasheets: NVIDIA A100 (2021), H100 (2023), H200 (2024), HGX/DGX B200 (2024),
 L40S (2023), RTX A6000 (2020); NVIDIA Ampere GA102 and Ada Lovelace whitepapers (RTX
-3090 / 4090); AMD Instinct MI300X data sheet (2023); seed 002 (cluster tiers).  Issue 31:
+3090 / 4090); AMD Instinct MI300X data sheet (2023); DGX H100 / A100 user guides (cluster tiers).  Issue 31:
 HGX B300 and Blackwell Ultra (2025), GB200 NVL72 (2024), GB300 NVL72 (2025), AMD Instinct
 MI325X (2024) and MI355X (2025), each read where its ``memsym/references.toml`` entry says
 (public copies where the vendor page was not readable here).
@@ -229,7 +229,7 @@ def register_gpu(new: GPU, *, replace_existing: bool = False) -> GPU:
 
     Examples
     --------
-    >>> my = GPU("my-gpu-64gb", 64, "GB", 400e12, 400e12, None, 200e9, "seed002", "measured")
+    >>> my = GPU("my-gpu-64gb", 64, "GB", 400e12, 400e12, None, 200e9, "nvidia-datasheets", "measured")
     >>> register_gpu(my).name
     'my-gpu-64gb'
     >>> gpu("MY-GPU-64GB").memory_bytes
@@ -283,7 +283,7 @@ def register_cluster(new: Cluster, *, replace_existing: bool = False) -> Cluster
 
     Examples
     --------
-    >>> c = Cluster("lab-4x4090", gpu("rtx4090-24gb"), 4, 32e9, 12.5e9, source="seed002",
+    >>> c = Cluster("lab-4x4090", gpu("rtx4090-24gb"), 4, 32e9, 12.5e9, source="nvidia-ada",
     ...             locator="PCIe 4.0 x16; 100 Gb/s Ethernet")
     >>> register_cluster(c).gpus_per_node
     4
@@ -321,7 +321,7 @@ def clusters() -> tuple:
 def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Cluster:
     """A cluster of ``gpu_name`` nodes: intra-node = the GPU's NVLink figure per direction
     (half the vendor's both-direction figure), inter-node = 50 GB/s (one 400 Gb/s NIC per
-    GPU, seed 002).
+    GPU, as DGX H100: nvidia-dgx-user-guides).
 
     Without NVLink, and for the bridge-only NVLink cards (H100 PCIe / NVL, RTX 3090,
     RTX A6000) in a node of more than two GPUs, the intra-node link is PCIe x16 per
@@ -358,20 +358,21 @@ def cluster_for(gpu_name, gpus_per_node: int = 8, intra=None, inter=None) -> Clu
     # an NVLink domain wider than the node (NVL72) keeps its groups on NVLink
     domain = dev.nvlink_domain if link == "nvlink" else None
     return Cluster(f"{dev.name}-x{gpus_per_node}", dev, int(gpus_per_node), intra, inter,
-                   locator=f"{how}; 400 Gb/s NIC per GPU = 50 GB/s (seed 002)"
+                   locator=f"{how}; 400 Gb/s NIC per GPU = 50 GB/s (as DGX H100's ConnectX-7)"
                    + (f"; NVLink domain of {domain} GPUs" if domain else ""),
                    intra_link=link, nvlink_domain=domain)
 
 
-# REF: seed002 (8 GPUs per node, NVLink 4 900 GB/s, 400 Gb/s InfiniBand = 50 GB/s per GPU);
-# DGX A100: 8 x 200 Gb/s HDR = 25 GB/s per GPU; DGX B200: 8 x 400 Gb/s ConnectX-7.
+# REF: nvidia-dgx-user-guides (DGX H100: 8 GPUs per node, NVLink 4 900 GB/s, 8 x 400 Gb/s
+# ConnectX-7 = 50 GB/s per GPU, the tiers seed 002 uses; DGX A100: 8 x 200 Gb/s HDR = 25 GB/s
+# per GPU); DGX B200: 8 x 400 Gb/s ConnectX-7.
 for _c in (
     # per direction: NVLink 4 900 GB/s both ways = 450 each way
     Cluster("dgx-h100", gpu("h100-80gb"), 8, 450 * GB, 50 * GB),
     Cluster("hgx-h200", gpu("h200-141gb"), 8, 450 * GB, 50 * GB),
     Cluster("dgx-a100", gpu("a100-80gb"), 8, 300 * GB, 25 * GB, locator="DGX A100: NVLink 600 GB/s (both ways), 8 x 200 Gb/s HDR"),
-    Cluster("dgx-b200", gpu("b200"), 8, 900 * GB, 50 * GB, locator="DGX B200: NVLink 5 1.8 TB/s (both ways), 8 x 400 Gb/s"),
-    Cluster("mi300x-8", gpu("mi300x-192gb"), 8, 448 * GB, 50 * GB,
+    Cluster("dgx-b200", gpu("b200"), 8, 900 * GB, 50 * GB, source="nvidia-datasheets", locator="DGX B200: NVLink 5 1.8 TB/s (both ways), 8 x 400 Gb/s"),
+    Cluster("mi300x-8", gpu("mi300x-192gb"), 8, 448 * GB, 50 * GB, source="amd-mi300x",
             locator="8 x MI300X platform: Infinity Fabric 896 GB/s (both ways), 400 Gb/s per GPU",
             intra_link="infinity-fabric"),
     # issue 31.  HGX B300: NVLink 5 1.8 TB/s both ways = 900 each way; "networking 1.6 TB/s"
@@ -379,7 +380,7 @@ for _c in (
     Cluster("hgx-b300", gpu("b300"), 8, 900 * GB, 100 * GB, source="nvidia-blackwell-ultra",
             locator="HGX B300: NVLink 5 1.8 TB/s (both ways); networking 1.6 TB/s = 8 x 800 Gb/s"),
     # NVL72 racks: 4 GPUs per compute tray, all 72 on one NVLink switch domain (NVLink 5,
-    # 1.8 TB/s per GPU); the scale-out NIC per GPU: GB200 400 Gb/s ConnectX-7 (seed 002's
+    # 1.8 TB/s per GPU); the scale-out NIC per GPU: GB200 400 Gb/s ConnectX-7 (DGX H100's
     # 400 Gb/s per GPU; the rack page prints no per-GPU figure: an assumption), GB300
     # 800 Gb/s ConnectX-8 (72 ConnectX-8 per rack).
     Cluster("gb200-nvl72", gpu("gb200"), 4, 900 * GB, 50 * GB, source="nvidia-gb200-nvl72",

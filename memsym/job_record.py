@@ -135,8 +135,9 @@ class Training:
     convention : str
         How model states are counted: ``"framework"`` (default: what Megatron-core,
         DeepSpeed or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient
-        buffer, 6 + 12/d bytes per parameter), ``"seed000"`` (seed 000's 2 + 16/d; alias
-        ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"`` (its estimator).
+        buffer, 6 + 12/d bytes per parameter), ``"seed000"`` (the distributed optimizer
+        read as ZeRO-2, 2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5),
+        ``"megatron-lm"`` (its estimator).
     grad_dtype, precision_aware, fp8_param_gather
         Megatron's gradient-buffer dtype (None: fp32 for 16-bit training, as
         ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32``; ``"bf16"`` =

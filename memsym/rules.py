@@ -210,10 +210,11 @@ RULES: dict = {r.name: r for r in (
          lambda x, k: (f"world size {k['gpus']} != t*p*c*d = {k['t']}*{k['p']}*{k['c']}*{k['d']}"),
          Source("megatron-lm", "megatron/core/parallel_state.py, initialize_model_parallel"),
          InvalidValueError),
-    Rule("tp-per-node", "t must not exceed the GPUs per node (seed 002: TP stays on NVLink)",
+    Rule("tp-per-node", "t must not exceed the GPUs per node (TP's all-reduces stay on NVLink)",
          lambda x, k: (k["t"] > k["gpus_per_node"]) if k.get("gpus_per_node") else False,
          lambda x, k: f"t={k['t']} exceeds the {k['gpus_per_node']} GPUs of a node",
-         Source("seed002", "テンソル並列 (NVLink 内)"), InvalidValueError, "preference"),
+         Source("narayanan", "§3.3, Takeaway #1 (tensor model parallelism up to degree g "
+                             "on g-GPU servers)"), InvalidValueError, "preference"),
     Rule("tp-heads", "t must divide the attention heads",
          lambda x, k: x.num_attention_heads % k["t"] != 0,
          lambda x, k: (f"tensor-parallel size t={k['t']} must divide the attention heads "
@@ -235,7 +236,7 @@ RULES: dict = {r.name: r for r in (
          lambda x, k: "virtual pipeline stages (v > 1) need p > 1",
          Source("megatron-lm", _MLM_ARGS + " (interleaved schedule only with PP > 1)"),
          InvalidValueError),
-    Rule("vpp-layers", "v must divide the layers of every pipeline stage (seed 001, MCore)",
+    Rule("vpp-layers", "v must divide the layers of every pipeline stage (Megatron-Core)",
          _vpp_layers, _vpp_layers_msg,
          Source("megatron-lm", _MLM_TC + " (layers per stage divisible by the virtual size)")),
     Rule("vpp-microbatches", "interleaving needs p <= N <= m and m mod N in {0} or >= p "
@@ -324,11 +325,13 @@ RULES: dict = {r.name: r for r in (
                        f"data-parallel size b*d={k['b'] * k['d']}"),
          Source("megatron-lm", "megatron/core/num_microbatches_calculator.py "
                                "(global_batch_size % (micro_batch_size x data_parallel_size))")),
-    Rule("offload-pp", "CPU offload only with p = 1 (seed 001: MCore refuses PP with offloading)",
+    Rule("offload-pp", "CPU offload only with p = 1 (Megatron-Core refuses PP with offloading)",
          lambda x, k: (k["p"] > 1) & k.get("offload", False),
          lambda x, k: ("CPU offload needs p = 1: Megatron-Core refuses pipeline parallelism "
                        "with CPU offloading"),
-         Source("seed001", "CPU オフロード (no support for Pipeline parallelism)"),
+         Source("megatron-lm-arguments", "megatron/core/transformer/transformer_config.py, "
+                "TransformerConfig.__post_init__ (\"Currently there is no support for Pipeline "
+                "parallelism with CPU offloading\")"),
          InvalidValueError),
     Rule("zero-pp", "ZeRO-2/3 and FSDP shard gradients per micro-batch: no pipeline parallelism",
          lambda x, k: (k["p"] > 1) & k.get("shards_gradients", False)

@@ -120,7 +120,8 @@ def test_bad_files_are_refused_with_one_line(tmp_path):
     good = (ROOT / "formulas" / "measured_memory.toml").read_text(encoding="utf-8")
     cases = {
         "unit": (good.replace('unit = "GB"', 'unit = "gb"', 1), "unit must be one of"),
-        "source": (good.replace('source = "seed001"', 'source = "nowhere"', 1), "not a key"),
+        "source": (good.replace('source = "mbridge-memory-tuning"', 'source = "nowhere"', 1),
+                   "not a key"),
         "setting": (good.replace("tp = 4", "tq = 4", 1), "unknown setting 'tq'"),
         "size": (good.replace("tp = 4", "tp = 10000000", 1), "whole number"),
         "model": (good.replace('model = "llama3-70b"', 'model = "llama9"', 1), "not a memsym preset"),

@@ -8,7 +8,8 @@ tools.measured`` writes it, ``--check`` reports staleness).
 
 References
 ----------
-.. [seed001] Megatron-Bridge memory-tuning card: 測定結果 and the LoRA + SP regather table.
+.. [mbridge-memory-tuning] Megatron-Bridge skills/nemo-mbridge-perf-memory-tuning/SKILL.md at
+   33655ef845: Measured Results (strategy comparison; LoRA + SP input re-gather table).
 .. [torchtitan-bench-2412] torchtitan benchmarks/llama3_h100_202412_torchtitan.md.
 """
 

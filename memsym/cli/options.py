@@ -378,7 +378,8 @@ def model_state_setup(args, *, need_params: bool = True, keep_symbolic: bool = F
     convention = model_state_convention(args)
     fill_model_state_defaults(args)
     if args.offload != "none" and (args.pp or 1) > 1:
-        # REF: seed001 (MCore raises "no support for Pipeline parallelism with CPU offloading")
+        # REF: megatron-lm-arguments, transformer_config.py: "no support for Pipeline parallelism
+        # with CPU offloading" (seed 001 quotes it)
         raise InvalidValueError("CPU offload needs --pp 1: Megatron-Core refuses pipeline parallelism "
                                 "with CPU offloading")
     widths = byte_widths(scheme, args.precision, args.optimizer, convention)

@@ -92,7 +92,7 @@ def time_report(args) -> dict:
         "price_per_gpu_hour": args.price_per_gpu_hour,
         "cost": None if cost is None else float(cost),
         "formula": f"{factor}*T*N/(G*F*eta)",
-        "source": "narayanan, §5.1, Eq. (4); seed004 (cost = price x GPU-hours)",
+        "source": "narayanan, §5.1, Eq. (4); cost = price x GPU-hours",
     }
 
 

@@ -18,10 +18,10 @@ smallest d for a layout (hence the smallest GPU count) by :func:`memsym.analysis
 
 References
 ----------
-.. [seed001] MCore: CPU offloading refuses p > 1; VPP needs (L/p) % v == 0.
-.. [seed002] tensor parallelism stays inside a node (t <= GPUs per node).
-.. [seed004] minimum hardware: 13B full fine-tune -> 4 x A100 80GB with +20-30 % activations.
-.. [narayanan] arXiv:2104.04473 (layouts, bubble, step time).
+.. [megatron-lm-arguments] Megatron-Core ``transformer_config.py``: CPU offloading refuses
+   p > 1; VPP needs (L/p) % v == 0.
+.. [narayanan] arXiv:2104.04473 (layouts, bubble, step time; §3.3 Takeaway #1: tensor
+   parallelism stays inside a node, t <= GPUs per node).
 
 The package: :mod:`.space` (the problem), :mod:`.grid` (the raw grid and the rules),
 :mod:`.templates` (compiled pieces), :mod:`.evaluate` (the vectorized evaluation),

@@ -40,7 +40,6 @@ References
    Models", arXiv:2205.05198, §4.1 (Eq. 1), §4.2 (Eq. 2, 4), Table 2, §4.3.
 .. [flash-attention] Dao et al. 2022, arXiv:2205.14135 §3.1; Dao 2023, arXiv:2307.08691.
 .. [megatron-lm] theoretical_memory_usage.py (8sbp int64 input ids).
-.. [seed002] act_gb table (s = 4096, b = 1, h = 4096, a = 32, L = 32).
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ References
 .. [qlora] Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs", arXiv:2305.14314,
    §3 (4-bit NormalFloat, blocks of 64; double quantization: 8-bit constants in blocks of
    256, 32/64 = 0.5 bits -> 8/64 + 32/(64·256) = 0.127 bits per parameter).
-.. [seed004] case B: LoRA 2P GB, QLoRA 0.5P GB; 7B QLoRA 12-16 GB, 70B QLoRA 48-80 GB.
+
+The unquantized and plain-integer storages (bf16: 2 bytes, int4: 0.5 bytes per weight) are the
+format's bits / 8 per weight.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ __all__ = ["QUANTIZATIONS", "ADAPTER_DTYPES", "quantization_bits", "quantization
 _R = sp.Rational
 _LORA = Source("lora", "§4.1; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r)")
 _QLORA = Source("qlora", "§3, Double Quantization (0.127 bits per parameter)")
+# frozen weights at their storage width (bits / 8 bytes each), with no gradient or optimizer
+# state: LoRA's §4.2 (the rule of thumb "LoRA 2P GB" of seed 004 at bf16)
+_FROZEN = Source("lora", "§4.2, Practical Benefits (frozen W_0: no gradients or optimizer "
+                 "states); storage width = the format's bits / 8 per weight")
 
 #: Storage of frozen base weights -> (bits per weight, bits of quantization constants per weight).
 #: REF: qlora §3: NF4 with block size 64 and fp32 absmax constants costs 32/64 = 0.5 extra bits;
@@ -42,7 +48,7 @@ QUANTIZATIONS = {
     "bf16": (_R(16), _R(0)),
     "fp16": (_R(16), _R(0)),
     "int8": (_R(8), _R(0)),
-    # REF: seed004 (FP4 / INT4: 0.5 bytes per parameter; block constants neglected)
+    # 4 bits = 0.5 bytes per weight, block constants neglected (seed 004's rule of thumb)
     "int4": (_R(4), _R(0)),
     "fp4": (_R(4), _R(0)),
     "nf4": (_R(4), _R(32, 64)),
@@ -133,20 +139,20 @@ def frozen_weights(quantization: str = "bf16", params=None, *, sharded: bool = F
 
     Examples
     --------
-    Seed 004: 70B at bf16 is 2P = 140 GB, at 4-bit 0.5P = 35 GB (QLoRA adds 0.127 bits):
+    70B at bf16 is 2P = 140 GB, at 4-bit 0.5P = 35 GB (QLoRA adds 0.127 bits):
 
     >>> [float(frozen_weights(q).evaluate(N=70e9, p=1, t=1)) / 1e9 for q in ("bf16", "nf4", "nf4-dq")]
     [140.0, 39.375, 36.11083984375]
 
     References
     ----------
-    .. [seed004] case B (LoRA 2P GB, QLoRA 0.5P GB).
+    .. [lora] arXiv:2106.09685, §4.2 (frozen weights: no gradients or optimizer states).
     .. [qlora] arXiv:2305.14314, §3, Double Quantization (0.127 bits per parameter).
     """
     key = lower_choice("quantization", quantization, QUANTIZATIONS)
     psi = N / (p * t) if params is None else as_expr(params)
     expr = psi * quantization_bytes(key) / (d if sharded else 1)
-    src = _QLORA if key.startswith("nf4") else Source("seed004", "case B (LoRA 2P GB, QLoRA 0.5P GB)")
+    src = _QLORA if key.startswith("nf4") else _FROZEN
     return Term("weights", expr, f"frozen base weights stored as {key}"
                 + (", sharded over data parallel" if sharded else ""), src, label="frozen weights")
 
@@ -215,7 +221,7 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
 
     Examples
     --------
-    Seed 004 case B: 7B with LoRA at bf16 holds 2P = 14 GB of weights plus a small adapter:
+    7B with LoRA at bf16 holds 2P = 14 GB of weights plus a small adapter:
 
     >>> M = lora().subs(b_g=4, b_m=0, b_o=8)
     >>> float(M.evaluate(N=7e9, p=1, t=1, N_a=4e6)) / 1e9
@@ -223,8 +229,7 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
 
     References
     ----------
-    .. [lora] arXiv:2106.09685, §4.1; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r).
-    .. [seed004] case B (LoRA 2P GB, QLoRA 0.5P GB).
+    .. [lora] arXiv:2106.09685, §4.1; §4.2; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r).
     .. [qlora] arXiv:2305.14314, §3, Double Quantization (0.127 bits per parameter).
     """
     base = (frozen_weights(quantization, params, sharded=sharded),)

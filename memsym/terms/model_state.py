@@ -9,7 +9,9 @@ References
 ----------
 .. [zero] Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
    Models", arXiv:1910.02054, §3.1 and §5.
-.. [seed000] shared/seeds/000: NeMo distributed optimizer, ``N/(p t)·(b_hp + 16/d)``.
+.. [nemo-distributed-optimizer] Megatron Core developer guide, Distributed Optimizer (the
+   ``seed000`` convention's ``N/(p t)·(b_hp + 16/d)``: gradients reduce-scattered and kept as
+   fp32 shards, fp32 main parameters and Adam states sharded, 16-bit weights replicated).
 .. [megatron-lm] Megatron-LM ``megatron/training/theoretical_memory_usage.py`` and
    ``docs/user-guide/features/dist_optimizer.md``: 18, or 6 + 12/d, bytes per parameter.
 .. [megatron-core] Megatron-LM ``megatron/core`` at d98e8a64dd: ``_ParamAndGradBuffer``,
@@ -78,7 +80,10 @@ OPTIMIZERS = {
 }
 
 _ZERO = Source("zero", "§5, Figure 1")
-_SEED = Source("seed000", "summary formula (まとめ)")
+# the "seed000" convention: the ZeRO-2 reading of the distributed optimizer that the
+# project's design note seed 000 derives; cited to the public page it reads
+_SEED = Source("nemo-distributed-optimizer",
+               "summary formula N/(p t)(b_hp + 16/d): Data Flow read as ZeRO stage 2")
 _MEGATRON = Source("megatron-lm", "theoretical_memory_usage.py, compute_weight_and_optimizer_memory")
 _OFFLOAD = Source("zero-offload", "§4")
 # Framework sources (revisions in memsym/references.toml).
@@ -355,8 +360,8 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
     References
     ----------
     megatron-core: param_and_grad_buffer.py, distrib_optimizer.py; deepspeed-zero: stage_1_and_2.py,
-    stage3.py; pytorch-fsdp2: _fully_shard; zero: §3.1, §5 (Figure 1); seed000; megatron-lm:
-    theoretical_memory_usage.py; zero-offload: §4.
+    stage3.py; pytorch-fsdp2: _fully_shard; zero: §3.1, §5 (Figure 1); nemo-distributed-optimizer:
+    Distributed Optimizer; megatron-lm: theoretical_memory_usage.py; zero-offload: §4.
     """
     scheme = normalize_scheme(scheme)
     given = choose("convention", convention, CONVENTIONS)  # the title keeps the name asked for
