@@ -29,12 +29,15 @@ def _saved_float_bytes(fn) -> int:
     torch.manual_seed(0)
     pred = torch.randn(1, T, V, dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, V, (1, T))
-    storages = {}
+    storages, kept = {}, []
 
     def pack(x):
         if x.is_floating_point() and x.dim() > 0:   # not the mean's 0-d weight
             st = x.untyped_storage()
             storages[st.data_ptr()] = st.nbytes()
+            # held until backward (autograd holds it anyway): no address is freed and reused
+            # by another saved tensor in between, which would merge two storages in this count
+            kept.append(x)
         return x
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
