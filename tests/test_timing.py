@@ -256,6 +256,10 @@ def test_overlap_switches_only_add_time():
     on = float(_llama70()["step"][()])
     off = float(_llama70(overlap=Overlap.none())["step"][()])
     assert off > on
+    # "nothing overlapped" means every switch off, the TP dgrad collectives' async backward too
+    assert not any(vars(Overlap.none()).values())
+    async_off = float(_llama70(overlap=Overlap(tp_async_backward=False))["step"][()])
+    assert async_off > on
     no_grad = _llama70(overlap=Overlap(grad_reduce=False))
     # the whole reduce-scatter is exposed: its ring time by hand (fp32 grads over d = 2,
     # inside the node at 450 GB/s, 1 step of 5 us)

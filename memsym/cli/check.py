@@ -61,7 +61,7 @@ def _job(args):
     from .training_options import framework_job_from_args, job_from_args, wants_training
 
     if not wants_training(args):
-        _refuse("check needs the job that ran: a MODEL (a preset or a config.json), its "
+        _refuse("check needs the job that ran: a MODEL (a preset, a config.json or a Hub id), its "
                 "launch command or a framework config, with its layout and --global-batch-size")
     if args.gpu is None:
         _refuse("check needs --gpu NAME, the GPU the log was measured on (memsym gpus)")

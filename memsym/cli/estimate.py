@@ -76,7 +76,7 @@ def check_model_state_only(args) -> None:
         given.append("--schedule")
     if given:
         raise InvalidValueError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} "
-                                "a MODEL (a preset or a config.json); "
+                                "a MODEL (a preset, a config.json or a Hub id); "
                                 "with --params alone memsym estimates model states only")
     ws = getattr(args, "world_size", None)
     if ws is not None:

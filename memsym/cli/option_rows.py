@@ -395,7 +395,8 @@ def _command_rows():
     """The options of one subcommand alone: what it asks or how it shows the answer."""
     est, plot, latex = frozenset({"estimate"}), frozenset({"plot"}), frozenset({"latex"})
     search, ming = frozenset({"search"}), frozenset({"min-gpus"})
-    json_cmds = JOB_AND_SEARCH | {"time", "models", "gpus"}
+    # plot and latex write their own formats: --json there would be read and dropped
+    json_cmds = (JOB_AND_SEARCH - {"plot", "latex"}) | {"time", "models", "gpus"}
     return [
         option("--gpus", group="search", type=T.positive_int, metavar="N", commands=search,
            required=True, effect="memory, time", help="number of GPUs (world size)"),

@@ -295,7 +295,7 @@ def run(args) -> int:
     from .training_options import wants_training
 
     if not wants_training(args):
-        raise InvalidValueError("plot needs a MODEL (a preset name or a config.json) and "
+        raise InvalidValueError("plot needs a MODEL (a preset, a config.json or a Hub id) and "
                                 "--seq-length")
     j = job_from_args(args)
     est = job_memory(j)

@@ -233,7 +233,7 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
     if len(pos) > positionals + (1 if model_allowed else 0):
         extra = pos[positionals + (1 if model_allowed else 0)]
         raise InvalidValueError(
-            f"unexpected word {extra[:60]!r}: one MODEL (a preset or a config.json) is taken; is "
+            f"unexpected word {extra[:60]!r}: one MODEL (a preset, a config.json or a Hub id) is taken; is "
             "it the value of a flag that takes none, or a value with a space in it (quote it)?")
     out.model = pos[positionals] if model_allowed and len(pos) > positionals else None
     if out.model is None and (theirs or out.launcher or _names_a_model(mine)) \

@@ -54,8 +54,8 @@ def run(args) -> int:
 
     if not wants_training(args):
         if args.unknown != "dp":
-            raise InvalidValueError(f"solve {args.unknown} needs a MODEL (a preset name or a "
-                                    "config.json) and --seq-length")
+            raise InvalidValueError(f"solve {args.unknown} needs a MODEL (a preset, a config.json "
+                                    "or a Hub id) and --seq-length")
         return run_dp(args)
     from ..analysis import solve_job
 

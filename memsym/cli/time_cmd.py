@@ -128,7 +128,7 @@ def job_time_report(args) -> dict:
     except ValueError:
         pass
     else:
-        raise InvalidValueError("a layout needs a MODEL (a preset or a config.json), not a "
+        raise InvalidValueError("a layout needs a MODEL (a preset, a config.json or a Hub id), not a "
                                 "parameter count: the step-time model prices its GEMMs")
     if args.tflops is not None or args.mfu is not None:
         raise InvalidValueError("--tflops and --mfu price Narayanan's Eq. 4 (no layout); with a "

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 __all__ = ["Overlap", "Settings", "StepTime"]
 
@@ -58,7 +58,7 @@ class Overlap:
     @classmethod
     def none(cls) -> "Overlap":
         """Nothing overlapped (every byte on the critical path)."""
-        return cls(False, False, False, False, False, False, False)
+        return cls(**{f.name: False for f in fields(cls)})
 
 
 @dataclass(frozen=True)
