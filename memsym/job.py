@@ -641,9 +641,9 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         tpc = whole(lay.t, "t") * whole(lay.p, "p") * whole(lay.c, "c")
         if G % tpc:
             raise InvalidValueError(f"world size {G} is not a multiple of t*p*c = {tpc}")
-        if "d" in lay_kw and lay.d * tpc != G:
-            raise InvalidValueError(f"world size {G} != t*p*c*d = {lay.t}*{lay.p}*{lay.c}*{lay.d}"
-                                    f" = {tpc * lay.d}")
+        if "d" in lay_kw:   # the one world-size rule (memsym.rules "world-size")
+            rules.check(base, {"t": lay.t, "p": lay.p, "c": lay.c, "d": lay.d, "gpus": G},
+                        ["world-size"])
         lay = dataclasses.replace(lay, d=G // tpc)
     if not seq_given:
         # the default sequence, capped by the model's position table (Megatron requires

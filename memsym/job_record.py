@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .errors import DivisibilityError, InvalidValueError
+from .errors import InvalidValueError
 from .limits import check_limit
+from .rules import check as check_rule
 from .vocabulary import recompute_modules
 
 __all__ = ["Layout", "Training", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS", "whole",
@@ -357,9 +358,8 @@ def microbatches(layout: Layout, training: Training):
     m_, B_ = training.num_microbatches, training.global_batch_size
     bd = training.micro_batch_size * layout.d
     if B_ is not None:
-        if B_ % bd:
-            raise DivisibilityError(f"global batch size B={B_} must be a multiple of micro-batch "
-                                    f"size x data-parallel size b*d={bd}")
+        # the one batch rule (memsym.rules "batch"): its error class, message and source
+        check_rule(None, {"B": B_, "b": training.micro_batch_size, "d": layout.d}, ["batch"])
         if m_ is not None and m_ != B_ // bd:
             raise InvalidValueError(f"num_microbatches {m_} contradicts B/(b*d) = {B_ // bd}")
         return B_ // bd

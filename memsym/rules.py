@@ -207,7 +207,8 @@ def _mixed_layers(x) -> bool:
 RULES: dict = {r.name: r for r in (
     Rule("world-size", "t*p*c*d must equal the number of GPUs",
          lambda x, k: (k["t"] * k["p"] * k["c"] * k["d"] != k["gpus"]) if k.get("gpus") else False,
-         lambda x, k: (f"world size {k['gpus']} != t*p*c*d = {k['t']}*{k['p']}*{k['c']}*{k['d']}"),
+         lambda x, k: (f"world size {k['gpus']} != t*p*c*d = {k['t']}*{k['p']}*{k['c']}*{k['d']}"
+                       f" = {k['t'] * k['p'] * k['c'] * k['d']}"),
          Source("megatron-lm", "megatron/core/parallel_state.py, initialize_model_parallel"),
          InvalidValueError),
     Rule("tp-per-node", "t must not exceed the GPUs per node (TP's all-reduces stay on NVLink)",
