@@ -60,7 +60,18 @@ def test_eager_loss_keeps_the_fp32_log_softmax():
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                     reason="Inductor's CPU backend needs a C++ compiler")
-def test_compiled_loss_keeps_the_16bit_logits_and_two_statistics():
+def test_compiled_loss_keeps_the_16bit_logits_and_two_statistics(tmp_path, monkeypatch):
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    # compiled here and now, in a cache of its own: a graph cached on disk by another process
+    # (another test worker, another run) never stands in for this one
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        monkeypatch.setattr(functorch_config, "enable_autograd_cache", False)
     torch._dynamo.reset()
     compiled = torch.compile(_loss, backend="inductor")
-    assert _saved_float_bytes(compiled) == _memsym_logits(True) == 2 * T * V + 8 * T
+    saved = _saved_float_bytes(compiled)
+    assert saved == _memsym_logits(True) == 2 * T * V + 8 * T, \
+        f"saved {saved} bytes, expected {2 * T * V + 8 * T}"
