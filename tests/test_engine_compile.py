@@ -58,20 +58,31 @@ def test_eager_loss_keeps_the_fp32_log_softmax():
     assert _saved_float_bytes(_loss) == _memsym_logits(False) == 4 * T * V
 
 
+def _compiled_saved_bytes() -> int:
+    """The saved floating-point bytes of the loss under torch.compile (Inductor, CPU)."""
+    torch._dynamo.reset()
+    return _saved_float_bytes(torch.compile(_loss, backend="inductor"))
+
+
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                     reason="Inductor's CPU backend needs a C++ compiler")
-def test_compiled_loss_keeps_the_16bit_logits_and_two_statistics(tmp_path, monkeypatch):
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
+def test_compiled_loss_keeps_the_16bit_logits_and_two_statistics(tmp_path):
+    import os
+    import pathlib
+    import subprocess
+    import sys
 
-    # compiled here and now, in a cache of its own: a graph cached on disk by another process
-    # (another test worker, another run) never stands in for this one
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
-    if hasattr(functorch_config, "enable_autograd_cache"):
-        monkeypatch.setattr(functorch_config, "enable_autograd_cache", False)
-    torch._dynamo.reset()
-    compiled = torch.compile(_loss, backend="inductor")
-    saved = _saved_float_bytes(compiled)
+    # compiled in a fresh interpreter with a cache of its own: what earlier tests of the same
+    # worker left in torch's global state (dispatch modes, dynamo caches), or a graph cached
+    # on disk by another process, never stands in for this compilation
+    here = pathlib.Path(__file__).resolve().parent
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(here.parent), str(here),
+                                           os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-c", "import test_engine_compile as t; "
+                          "print(t._compiled_saved_bytes())"],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=here)
+    assert run.returncode == 0, run.stderr[-2000:]
+    saved = int(run.stdout.split()[-1])
     assert saved == _memsym_logits(True) == 2 * T * V + 8 * T, \
         f"saved {saved} bytes, expected {2 * T * V + 8 * T}"
