@@ -46,7 +46,9 @@ SOLVE_UNKNOWNS = {
 JOB_DEFAULTS = "memsym.job.DEFAULTS"
 ALLOWANCES_SOURCE = "memsym.training.ALLOWANCES"
 MEGATRON_ARGS = "Megatron-LM megatron/training/arguments.py (d98e8a64dd)"
-RECIPE_SOURCE = "the MODEL's recipe (memsym.model.RECIPES), else Megatron-LM's 0.1"
+RECIPE_SOURCE = ("the MODEL's recipe (memsym.model.RECIPES: 0 for Llama, Mistral, Qwen3, "
+                 "DeepSeek-V3 and gpt-oss, as Megatron-Bridge trains them), else Megatron-LM's "
+                 "0.1; torchtitan builds no dropout")
 
 
 @dataclass(frozen=True)

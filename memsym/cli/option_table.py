@@ -47,7 +47,9 @@ def _shown(value) -> str:
 def help_text(o: Option, command: str) -> str:
     """The ``--help`` line of ``o`` in ``command``: its meaning and its default with the source."""
     listed = command in SEARCH and o.search == "list"
-    text = (o.search_help if listed and o.search_help else o.help)
+    if listed:   # a search tries values: its default is said in search_help, not the job's
+        return (o.search_help or o.help).replace("%", "%%")
+    text = o.help
     if o.default is not None and o.source:
         text += f" (default {_shown(o.default)}: {o.source})"
     elif o.source:

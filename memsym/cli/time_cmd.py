@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
         "time", help="training time, GPU-hours and cost for T tokens",
         description="End-to-end training time ~ 8*T*N/(G*X) with full recomputation, "
         "6*T*N/(G*X) without (Narayanan et al. 2021 Eq. 4), X = MFU (--mfu) x peak dense FLOP/s "
-        "of the GPU; GPU-hours and cost at a price per GPU-hour (seed 004).")
+        "of the GPU; GPU-hours and cost = price x GPU-hours.")
     add_options(parser, "time")
     parser.set_defaults(run=run)
 
