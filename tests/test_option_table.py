@@ -207,3 +207,14 @@ def test_time_refuses_what_a_layout_cannot_use(capsys, argv, said):
     code = main(["time", *argv])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and said in err
+
+
+def test_time_with_a_layout_takes_the_jobs_default_recompute(capsys):
+    # --recompute absent means the same on both commands with a layout: the job's default
+    # (no recomputation, memsym.job.DEFAULTS), not Eq. 4's printed full recomputation
+    job = ["--tp", "2", "--global-batch-size", "64", "--seq-length", "4096"]
+    assert main(["estimate", "llama2-7b", *job, "--world-size", "16", "--gpu", "h100-80gb",
+                 "--json"]) in (0, 1)
+    step = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(["time", "llama2-7b", "--tokens", "1T", "--gpus", "16", *job, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == step

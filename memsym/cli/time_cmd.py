@@ -61,13 +61,14 @@ def time_report(args) -> dict:
         peak = exact(device.peak(args.precision))
         eff = DEFAULT_EFFICIENCY if args.mfu is None else exact(args.mfu, "mfu")
     vals = {"T": args.tokens, "N": params, "G": args.gpus, "F": peak, "eta": eff}
-    total = training_time(recompute=args.recompute == "full")
+    full = args.recompute in (None, "full")       # Eq. 4 as printed: full recomputation
+    total = training_time(recompute=full)
     seconds = total.evaluate(vals)
     hours = gpu_hours(total).evaluate(vals)
     cost = None
     if args.price_per_gpu_hour is not None:
         cost = training_cost(total).evaluate(vals, price=exact(args.price_per_gpu_hour))
-    factor = 8 if args.recompute == "full" else 6
+    factor = 8 if full else 6
     from ..numeric import finite_float
 
     inputs = {"--tokens": args.tokens, "MODEL": params, "--gpus": args.gpus,
@@ -111,6 +112,10 @@ def _job_given(args) -> bool:
     return given
 
 
+#: The job options ``time`` passes to the job by name rather than through the table loop.
+_SEPARATE = frozenset({"seq_length", "global_batch_size", "gpus_per_node", "efficiency"})
+
+
 def job_time_report(args) -> dict:
     """``memsym time`` of a job: its step priced by the step-time model, as ``estimate`` prices
     it, times the number of steps ``ceil(T / (B s))`` the tokens take."""
@@ -121,6 +126,8 @@ def job_time_report(args) -> dict:
     from ..job import job
     from ..units import parse_count
     from .job_report import communication_report
+    from .option_rows import TIME_JOB_OPTIONS
+    from .option_table import rows
     from .search import default_global_batch
 
     try:
@@ -141,18 +148,18 @@ def job_time_report(args) -> dict:
         batch = default_global_batch(seq)
         notes.append(f"global batch {batch} sequences assumed (about 4M tokens per step, "
                      "Llama 2's; give --global-batch-size)")
-    opts = {key: getattr(args, dest) for key, dest in (
-        ("t", "tp"), ("p", "pp"), ("c", "cp"), ("e", "ep"), ("t_e", "etp"), ("v", "vpp"),
-        ("micro_batch_size", "micro_batch_size"), ("sharding", "sharding"))
-        if getattr(args, dest, None) is not None}
-    for dest in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
-                 "tp_comm_overlap"):
-        if getattr(args, dest, False):
-            opts[dest] = True
-    if args.no_flash_attn:
-        opts["flash_attention"] = False
+    # the job fields the table's rows set (memsym.cli.option_rows: one meaning per option)
+    opts = {}
+    for o in rows("time"):
+        if o.dest in TIME_JOB_OPTIONS and o.field and o.dest not in _SEPARATE:
+            value = getattr(args, o.dest, None)
+            if o.action and value:
+                opts[o.field] = o.value
+            elif not o.action and value is not None:
+                opts[o.field] = value
     j = job(args.model, world_size=args.gpus, seq_length=seq, global_batch_size=batch,
-            precision=args.precision, recompute=args.recompute, gpu=args.gpu,
+            precision=args.precision, gpu=args.gpu,
+            **({} if args.recompute is None else {"recompute": args.recompute}),
             gpus_per_node=args.gpus_per_node, **opts)
     cluster = types.SimpleNamespace(gpu=args.gpu, efficiency=args.efficiency,
                                     gpus_per_node=args.gpus_per_node,
