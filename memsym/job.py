@@ -399,8 +399,8 @@ def resolve_dropout(framework: str, dropout=None, model=None, arch=None) -> tupl
     """Whether dropout masks are kept, and why: ``(bool, reason or None)``.
 
     What was asked (``dropout``) under the framework's rules (:func:`framework_dropout`);
-    when nothing was asked, a preset's recipe under Megatron or DeepSpeed
-    (:func:`memsym.model.recipe`), else Megatron-LM's 0.1 dropouts.  ``model`` is the name or preset the job was built from,
+    when nothing was asked, a preset's recipe under Megatron (:func:`memsym.model.recipe`),
+    else Megatron-LM's 0.1 dropouts.  ``model`` is the name or preset the job was built from,
     ``arch`` its architecture.
 
     Examples
@@ -411,10 +411,7 @@ def resolve_dropout(framework: str, dropout=None, model=None, arch=None) -> tupl
     (True, None)
     """
     kept, why = framework_dropout(framework, dropout, arch)
-    # a preset's recipe is its model's: the transformers classes DeepSpeed runs for the recipe
-    # presets (Llama, Mistral, Qwen3, DeepSeek-V3, gpt-oss) have attention_dropout 0.0 and no
-    # hidden dropout, as the Megatron recipes train them
-    if kept is None and framework in ("megatron", "deepspeed"):
+    if kept is None and framework == "megatron":
         options, source = recipe(model)
         if "dropout" in options:
             name = getattr(model, "name", model)

@@ -524,20 +524,3 @@ def test_autoep_splits_the_experts():
     # switched off: no split
     cfg["expert_parallel"]["enabled"] = False
     assert read_deepspeed_config(cfg, 8)["layout"]["e"] is None
-
-
-def test_a_recipe_preset_under_deepspeed_keeps_no_dropout_masks(tmp_path, capsys):
-    # DeepSpeed runs the transformers model: LlamaConfig's attention_dropout defaults to 0.0
-    # and LlamaDecoderLayer has no hidden dropout (transformers models/llama), so a Llama preset
-    # keeps no masks, as its recipe says; not Megatron-LM's 0.1 defaults
-    import json
-
-    from memsym.cli import main
-
-    cfg = tmp_path / "ds.json"
-    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1,
-                               "zero_optimization": {"stage": 1}}), encoding="utf-8")
-    code = main(["estimate", "llama3-8b", "--deepspeed-config", str(cfg), "--world-size", "8",
-                 "--json"])
-    out = json.loads(capsys.readouterr().out)
-    assert code in (0, 1) and out["training"]["dropout"] is False
