@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from .analysis import solve_job
 from .errors import InvalidValueError, MemsymError
+from .frameworks import FRAMEWORK
 from .job import Job
 from .timing.step import step_time
 from .training import job_memory
@@ -115,7 +116,8 @@ def recipe_levers(j: Job):
     # config sets fp8_param_gather = True); NeMo 2.0's performance scripts set
     # grad_reduce_in_fp32 = False, and NeMo-Framework-Launcher's H100 FP8 examples
     # optim.grad_sync_dtype=bf16 (examples/training/llama/h100/llama2_7b_fp8.sh, 7d6e2df9d9)
-    megatron_states = (trn.framework == "megatron" and trn.convention == "framework"
+    megatron_states = (FRAMEWORK[trn.framework].megatron_options
+                       and trn.convention == "framework"
                        and trn.sharding in ("ddp", "distributed-optimizer")
                        and trn.optimizer != "none")
     if megatron_states and trn.precision in ("bf16", "fp8") and trn.grad_dtype in (None, "fp32"):

@@ -28,6 +28,7 @@ import shlex
 from dataclasses import dataclass
 
 from .errors import InvalidValueError
+from .frameworks import FRAMEWORK
 from .job import resolve_dropout
 from .model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.jobs import DEEPSPEED_SCHEMES
@@ -41,8 +42,11 @@ __all__ = ["EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "emit"
 #: The frameworks a layout is emitted for, as ``memsym search --emit`` names them.
 EMIT_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
-#: The file each framework reads: an argument file, a job TOML, a DeepSpeed config.
-FILE_SUFFIX = {"megatron": "txt", "torchtitan": "toml", "deepspeed": "json"}
+#: The file each framework reads: an argument file, a job TOML, a DeepSpeed config
+#: (:attr:`memsym.frameworks.Framework.config_suffix`).
+FILE_SUFFIX = {name: FRAMEWORK[name].config_suffix for name in EMIT_FRAMEWORKS}
+#: The frameworks whose launch is words on a command line as well as a file.
+EMIT_AS_WORDS = ("megatron",)
 
 #: memsym's sharding scheme -> Megatron-FSDP's ``--data-parallel-sharding-strategy``: the
 #: inverse of the reader's table, so that a scheme is spelled only as the one the reader
@@ -116,16 +120,18 @@ class Emitted:
         >>> e.read_back("ds.json")
         ['--deepspeed-config', 'ds.json', '--world-size', '8', '--seq-length', '4096', '--gpu', 'h100-80gb']
         """
-        if self.framework == "megatron":
-            head = list(self.arguments) if path is None else ["--args-file", str(path)]
-        elif path is None:
-            raise InvalidValueError(f"a {self.framework} config is read back from its file")
-        elif self.framework == "deepspeed":
-            # DeepSpeed's JSON holds neither the world size nor the sequence length
-            head = ["--deepspeed-config", str(path), "--world-size", str(self.world_size),
-                    "--seq-length", str(self.seq_length)]
+        fw = FRAMEWORK[self.framework]
+        if path is None:
+            if fw.name not in EMIT_AS_WORDS:
+                raise InvalidValueError(f"a {self.framework} config is read back from its file")
+            head = list(self.arguments)
         else:
-            head = ["--torchtitan-config", str(path), "--world-size", str(self.world_size)]
+            # what the framework's file does not hold is given beside it
+            sizes = {"world_size": ("--world-size", self.world_size),
+                     "seq_length": ("--seq-length", self.seq_length)}
+            head = [fw.reader_option, str(path)]
+            for key in fw.config_lacks:
+                head += [sizes[key][0], str(sizes[key][1])]
         return head + list(self.host)
 
 
@@ -144,15 +150,15 @@ def check_emittable(framework: str, space, model=None) -> None:
     if space.finetune != "full":
         raise NotExpressible(f"--emit: {space.finetune} fine-tuning has no {framework} "
                              "pre-training arguments (memsym reads back full training)")
-    if framework == "megatron":
-        if space.optimizer not in ("adam", "adamw", "sgd"):
-            raise NotExpressible(f"--emit megatron: optimizer {space.optimizer} is not one of "
-                                 "Megatron-LM's --optimizer adam / sgd")
-        return
-    name = {"deepspeed": "DeepSpeed", "torchtitan": "torchtitan"}[framework]
-    if space.optimizer not in ("adam", "adamw"):
+    fw = FRAMEWORK[framework]
+    name = fw.title
+    if space.optimizer not in fw.config_optimizers:
+        spelled = (f"{name}'s --optimizer adam / sgd" if fw.megatron_options else
+                   f"a {name} job as Adam (its optimizer section is not read)")
         raise NotExpressible(f"--emit {framework}: optimizer {space.optimizer}; memsym reads "
-                             f"a {name} job as Adam (its optimizer section is not read)")
+                             f"back {spelled}")
+    if fw.megatron_options:
+        return                        # its arguments spell attention, dropout and precision
     if not space.flash_attention:
         raise NotExpressible(f"--emit {framework}: attention without flash is the model code's "
                              f"choice, not {name}'s config (memsym reads flash attention back)")
@@ -161,12 +167,11 @@ def check_emittable(framework: str, space, model=None) -> None:
         raise NotExpressible(f"--emit {framework}: dropout {'on' if space.dropout else 'off'} is "
                              f"the model code's, not {name}'s config (memsym reads it back "
                              f"{'on' if kept else 'off'})")
-    if framework == "deepspeed" and space.precision == "fp8":
-        raise NotExpressible("--emit deepspeed: fp8 has no ds_config.json key memsym reads "
-                             "(bf16, fp16 or fp32)")
-    if framework == "torchtitan" and space.precision != "bf16":
-        raise NotExpressible(f"--emit torchtitan: precision {space.precision}; memsym reads a "
-                             "torchtitan job as bf16 mixed precision (FSDP2's param dtype)")
+    spelled = fw.config_precisions
+    if space.precision not in spelled:
+        raise NotExpressible(f"--emit {framework}: precision {space.precision} is not one "
+                             f"{name}'s config spells as memsym reads it back "
+                             f"({', '.join(spelled)})")
 
 
 def _host(space) -> tuple:
@@ -213,7 +218,7 @@ def emit(framework: str, row: dict, space, gpus: int, model=None) -> Emitted:
         The row (or the search) cannot be spelled so that it reads back the same.
     """
     check_emittable(framework, space, model)
-    if row["offload"] != "none" and framework != "deepspeed":
+    if row["offload"] != "none" and not FRAMEWORK[framework].reads_offload:
         raise NotExpressible(f"offload {row['offload']}: memsym's {framework} reader reads no "
                              "CPU offload")
     return {"megatron": _megatron, "torchtitan": _torchtitan,

@@ -35,7 +35,7 @@ LAYERS = (
     # formula (the bibliography, GPUs and clusters, the term keys of a total by group)
     ("core", ("memsym.errors", "memsym.symbols", "memsym.values", "memsym.units",
               "memsym.limits", "memsym.text", "memsym.numeric", "memsym.compile_cache",
-              "memsym.version", "memsym.vocabulary", "memsym.tex_width",
+              "memsym.version", "memsym.vocabulary", "memsym.frameworks", "memsym.tex_width",
               "memsym.printing", "memsym.bibliography", "memsym.devices", "memsym.hardware",
               "memsym.groups")),
     ("term", ("memsym.term",)),

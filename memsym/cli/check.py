@@ -182,7 +182,9 @@ def check_report(args) -> dict:
 
 
 def _times(log, kept, rep) -> list:
-    if log.framework == "torchtitan":
+    from ..readers.logs import LOG_RATE
+
+    if LOG_RATE[log.framework] == "tokens_per_s":
         return [Fraction(rep["tokens_per_step"]) / (i.tokens_per_s * rep["gpus"]) for i in kept]
     return [i.step_time_s for i in kept]
 

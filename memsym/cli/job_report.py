@@ -5,6 +5,7 @@ from a validated :class:`memsym.job.Job`.
 
 from __future__ import annotations
 
+from ..frameworks import FRAMEWORK
 from .options import number_out
 
 __all__ = ["report_for", "metric_report", "sensitivity_report", "sensitivity_rows",
@@ -205,5 +206,6 @@ def communication_report(args, arch, layout, training) -> dict:
         inter_node_bandwidth=None if args.inter_node_bandwidth is None else args.inter_node_bandwidth * gb,
         dp_params=dp_params, formula="6n", arch=arch, layout=layout, training=training,
         mfu_flops=getattr(args, "mfu_flops", None) or "gemm",
-        pipelined_fsdp=(training.framework == "torchtitan" and training.sharding == "fsdp"
+        pipelined_fsdp=(FRAMEWORK[training.framework].torch_pipelining
+                        and training.sharding == "fsdp"
                         and layout.p > 1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+from ..frameworks import FRAMEWORK
 from .option_table import add_options
 from .options import emit_json, number_out
 
@@ -239,7 +240,7 @@ def run(args) -> int:
         emit_json([{
             "layout": layout_json(row, res.space.framework), "gpus": res.gpus,
             **({"torchtitan": _torchtitan_stages(res.space, row)}
-               if res.space.framework == "torchtitan" else {}),
+               if FRAMEWORK[res.space.framework].torch_pipelining else {}),
             "bytes": bytes_json(exact["bytes"]),
             "gpu_memory_bytes": number_out(cap + args.margin_bytes),
             "margin_bytes": args.margin_bytes,
@@ -301,7 +302,9 @@ def _read_back(args, n, got, path) -> str:
     """The ``memsym estimate`` command that reads the emitted layout back."""
     import shlex
 
-    if path is None and got.framework != "megatron":
+    from ..emit import EMIT_AS_WORDS
+
+    if path is None and got.framework not in EMIT_AS_WORDS:
         path = got.file_name(n)       # printed only: the file the text is saved as
     # the capacity the search judged on, where it was given (estimate judges fitting on it)
     cap = [] if args.gpu_memory is None else ["--gpu-memory", f"{int(args.gpu_memory)}"]
@@ -367,13 +370,14 @@ def render(res, rows, *, margin: int = 0) -> str:
     lines.append(f"assumed: flash attention {'on' if sp_.flash_attention else 'off'}, dropout "
                  f"{'on' if sp_.dropout else 'off'} ("
                  + ("torchtitan's models have none; --no-flash-attn to change)"
-                    if sp_.framework == "torchtitan" else
+                    if not FRAMEWORK[sp_.framework].dropout_layers else
                     "memsym.job.DEFAULTS, as estimate; --no-flash-attn, --hidden-dropout 0 "
                     "--attention-dropout 0 to change)"))
-    if res.ranked_by == "step time" and sp_.framework != "torchtitan":
+    launch = FRAMEWORK[sp_.framework].launch_overlaps
+    if res.ranked_by == "step time" and launch != "always":
         lines.append("step times as launched with the data-parallel overlaps on ("
                      + ("--overlap-grad-reduce, and --overlap-param-gather with a sharded "
-                        "optimizer" if sp_.framework == "megatron" else "overlap_comm")
+                        "optimizer" if launch == "flags" else "overlap_comm")
                      + "; Megatron's flags are off unless given)")
     for note in res.notes:
         lines.append("note: " + note)
@@ -405,7 +409,7 @@ def render(res, rows, *, margin: int = 0) -> str:
 
 def _torchtitan_stages(space, row) -> str | None:
     """How a torchtitan job gets the row's stages per rank (its TOML keys), or None."""
-    if space.framework != "torchtitan" or row["p"] == 1:
+    if not FRAMEWORK[space.framework].torch_pipelining or row["p"] == 1:
         return None
     # the search's schedule="gpipe" is torch's ScheduleGPipe, looped: ScheduleLoopedBFS
     single, looped = ("GPipe", "LoopedBFS") if space.schedule == "gpipe" \

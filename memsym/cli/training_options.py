@@ -146,12 +146,13 @@ def megatron_job_from_args(args):
     """(Job, MegatronJob) of a Megatron-LM command without a MODEL (:func:`megatron_mode`):
     Megatron's reader with Megatron's defaults, memsym's own options applied on top of it."""
     from ..errors import InvalidValueError
+    from ..frameworks import FRAMEWORK
     from ..readers.jobs import megatron_job
     from ..readers.megatron import read_megatron_args
 
     mj = read_megatron_args(args.job_words.megatron)
     own = _memsym_options(args)
-    if own.get("framework", "megatron") != "megatron":
+    if not FRAMEWORK[own.get("framework", "megatron")].megatron_options:
         raise InvalidValueError(f"--framework {own['framework']}: a Megatron-LM command runs under "
                                 "Megatron-LM; name a MODEL to describe a "
                                 f"{own['framework']} job")

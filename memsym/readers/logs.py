@@ -95,6 +95,10 @@ METRIC_OF = {"max allocated": "allocated", "max reserved": "reserved"}
 #: The framework names :attr:`TrainingLog.framework` takes.
 FRAMEWORK_NAMES = {"megatron": "Megatron-LM", "megatron-bridge": "Megatron-Bridge",
                    "torchtitan": "torchtitan"}
+#: What each framework's log prints per iteration: the step time (Megatron's "elapsed time
+#: per iteration (ms)") or the throughput (torchtitan's "tps", tokens per second per GPU).
+LOG_RATE = {"megatron": "step_time", "megatron-bridge": "step_time",
+            "torchtitan": "tokens_per_s"}
 
 
 @dataclass(frozen=True)
@@ -335,7 +339,7 @@ def steady_step(log: TrainingLog, warmup: int | None = None, *,
             f"the log has {len(log.iterations)} iteration line(s) and the first {skipped} are "
             f"warm-up (the first 10 %, at least {WARMUP_MIN}; --warmup N to change): no "
             "steady iteration left to measure")
-    if log.framework == "torchtitan":
+    if LOG_RATE[log.framework] == "tokens_per_s":
         if not tokens_per_step or not gpus:
             raise InvalidValueError("a torchtitan log prints tokens per second (tps): its step "
                                     "time needs the job's global batch size (--global-batch-"

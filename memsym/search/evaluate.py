@@ -18,6 +18,7 @@ from .space import Space, CHOICE_RULES, KNOBS, recompute_layers
 from .grid import choice_knobs, grid_knobs, splits_of, with_split
 from .templates import (call_compiled, check_stages, fast_template, stage_count_items,
                         stage_template)
+from ..frameworks import FRAMEWORK
 from ..timing.step import Settings, most_layers_per_rank, overlap_of, step_time_grid
 from ..job import Training
 
@@ -252,14 +253,7 @@ def launch_overlaps(framework: str, sharding: str) -> dict:
     >>> launch_overlaps("deepspeed", "zero2")
     {'overlap_grad_reduce': True, 'overlap_param_gather': False}
     """
-    if framework == "torchtitan":
-        return {}
-    out = {"overlap_grad_reduce": True}
-    if framework == "deepspeed":
-        out["overlap_param_gather"] = sharding == "zero3"
-    elif sharding != "ddp":
-        out["overlap_param_gather"] = True
-    return out
+    return FRAMEWORK[framework].launch_overlap_options(sharding)
 
 
 def _search_overlap(framework: str, sharding: str):
@@ -310,8 +304,8 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   else "bf16",
                   distributed_optimizer=scheme != "ddp",
                   gather_per_microbatch=scheme in ("zero3", "fsdp"),
-                  pipelined_fsdp=scheme == "fsdp" and space.framework == "torchtitan",
-                  torch_rounds=space.framework == "torchtitan",
+                  pipelined_fsdp=scheme == "fsdp" and FRAMEWORK[space.framework].torch_pipelining,
+                  torch_rounds=FRAMEWORK[space.framework].torch_pipelining,
                   schedule="gpipe" if space.schedule == "gpipe" else "1f1b")
     even = (f_ == 0) & (l_ == 0)
     # the even split as explicit end stages of L/p layers (the middle then holds L/p too)

@@ -1,0 +1,181 @@
+"""What each framework does differently, as one record of data per framework.
+
+memsym follows a job's framework (``Training.framework``: Megatron-LM, DeepSpeed or
+torchtitan) in its launch rules, its defaults and its runtime.  Each difference is a field of
+:class:`Framework`, read where it matters (``FRAMEWORK[name].field``), so that a behaviour is
+written once, with its source, instead of as ``framework == ...`` branches spread over the
+modules.  SymPy-free, like :mod:`memsym.vocabulary` (the command line reads it).
+
+Sources (each field's docstring names its locator):
+
+- Megatron-LM at d98e8a64dd: ``megatron/training/arguments.py`` (``--overlap-grad-reduce``
+  and ``--overlap-param-gather`` are ``store_true``), ``megatron/core/distributed``.
+- DeepSpeed: ``deepspeed/runtime/zero/config.py`` (``overlap_comm`` defaults to True for
+  stage 3 only; ``stage`` defaults to 0, no sharding).
+- torchtitan: ``torchtitan/config/job_config.py`` (``data_parallel_shard_degree = -1``:
+  FSDP2 over every data-parallel rank), ``torchtitan/distributed/pipeline_parallel.py``
+  (``torch.distributed.pipelining`` schedules), its models (no dropout layers).
+
+>>> FRAMEWORK["torchtitan"].default_scheme, FRAMEWORK["deepspeed"].schemes
+('fsdp', ('ddp', 'zero1', 'zero2', 'zero3'))
+>>> FRAMEWORK["deepspeed"].overlaps_by_default("zero3"), FRAMEWORK["megatron"].overlaps_by_default("ddp")
+(True, False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import choose
+from .vocabulary import FRAMEWORKS, PRECISION_NAMES, SCHEMES
+
+__all__ = ["Framework", "FRAMEWORK", "framework"]
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework's behaviour, as memsym models it.
+
+    Attributes
+    ----------
+    name : str
+        memsym's name (:data:`memsym.vocabulary.FRAMEWORKS`).
+    title : str
+        How users spell it in prose.
+    schemes : tuple of str
+        The sharding schemes it runs (:data:`memsym.vocabulary.SCHEMES`).
+    default_scheme : str
+        Its sharding when none is given.  Megatron-LM's own default is DDP; memsym's default
+        for a Megatron job is the distributed optimizer, as the recipes of Megatron-Bridge
+        train (:data:`memsym.job_record.REPORTED_DEFAULTS` says so in every report).
+    default_scheme_source : str
+        Where :attr:`default_scheme` comes from.
+    overlap_schemes : tuple of str
+        The schemes under which its data-parallel collectives overlap the backward (and the
+        next forward's parameter gather) when the user sets nothing: none for Megatron-LM
+        (``store_true`` flags), ZeRO-3 for DeepSpeed (``overlap_comm``), every scheme for
+        torchtitan (FSDP2 prefetches and reduce-scatters in the backward; DDP's buckets
+        all-reduce in it).
+    launch_overlaps : str
+        How a launch turns the data-parallel overlaps on: ``"flags"`` (Megatron's
+        ``--overlap-grad-reduce`` / ``--overlap-param-gather``), ``"overlap_comm"``
+        (DeepSpeed's one key; the parameter gather overlaps under ZeRO-3 only) or
+        ``"always"`` (torchtitan: nothing to set).
+    megatron_options : bool
+        Whether Megatron-LM's own switches (``--tp-comm-overlap``, the pipeline layout,
+        ``--recompute-modules``, the overlap flags, ...) apply; the others refuse them.  Its
+        command line also spells what the other frameworks leave to the model code (the
+        attention kernel, dropout).
+    torch_pipelining : bool
+        Pipeline parallelism through ``torch.distributed.pipelining``: torch's round size
+        for the interleaved warm-up, FSDP2 kept unsharded through the pipelined backward,
+        torchtitan's generated layer split and sequence parallelism with every TP.
+    tp_userbuffers : bool
+        ``tp_comm_overlap`` is Transformer Engine's userbuffers (split GEMMs); torchtitan's
+        async TP is torch's micro-pipelining instead.
+    dropout_layers : bool
+        Whether its models build dropout layers at all (torchtitan's do not).
+    config_suffix : str
+        The file a launch is written to (``memsym search --emit``): an arguments file, a
+        JSON ``ds_config`` or a TOML job config.
+    reader_option : str
+        The ``memsym estimate`` option that reads that file back.
+    config_lacks : tuple of str
+        The job's sizes its file does not hold, given beside it on reading back (a DeepSpeed
+        config has no world size and no sequence length; a torchtitan TOML no world size).
+    config_precisions : tuple of str
+        The precisions its file spells as memsym reads it back (DeepSpeed's ``bf16``/``fp16``
+        sections, none for fp8; torchtitan's FSDP2 ``mixed_precision_param`` bf16).
+    config_optimizers : tuple of str
+        The optimizers its input spells as memsym reads it back (Megatron-LM's
+        ``--optimizer adam|sgd``, Adam being AdamW there; the config-file frameworks' jobs
+        are read as Adam).
+    reads_offload : bool
+        Whether its config offloads model states to the CPU (DeepSpeed's ``offload_*``).
+    """
+
+    name: str
+    title: str
+    schemes: tuple
+    default_scheme: str
+    default_scheme_source: str
+    overlap_schemes: tuple
+    launch_overlaps: str
+    megatron_options: bool
+    torch_pipelining: bool
+    tp_userbuffers: bool
+    dropout_layers: bool
+    config_suffix: str
+    reader_option: str
+    config_lacks: tuple
+    config_precisions: tuple
+    config_optimizers: tuple
+    reads_offload: bool
+
+    def overlaps_by_default(self, scheme: str) -> bool:
+        """Whether the data-parallel collectives overlap under ``scheme`` with nothing set."""
+        return scheme in self.overlap_schemes
+
+    def launch_overlap_options(self, scheme: str) -> dict:
+        """The overlap options a launch of ``scheme`` sets (as :func:`memsym.job.job` options).
+
+        >>> FRAMEWORK["megatron"].launch_overlap_options("distributed-optimizer")
+        {'overlap_grad_reduce': True, 'overlap_param_gather': True}
+        >>> FRAMEWORK["deepspeed"].launch_overlap_options("zero2")
+        {'overlap_grad_reduce': True, 'overlap_param_gather': False}
+        >>> FRAMEWORK["torchtitan"].launch_overlap_options("fsdp")
+        {}
+        """
+        if self.launch_overlaps == "always":
+            return {}
+        out = {"overlap_grad_reduce": True}
+        if self.launch_overlaps == "overlap_comm":
+            # overlap_comm prefetches parameters under ZeRO-3 only (ZeRO-1/2 gather the
+            # updated parameters inside the step)
+            out["overlap_param_gather"] = scheme == "zero3"
+        elif scheme != "ddp":
+            out["overlap_param_gather"] = True
+        return out
+
+
+#: Every framework's record, by name.
+FRAMEWORK = {
+    "megatron": Framework(
+        name="megatron", title="Megatron-LM", schemes=SCHEMES,
+        default_scheme="distributed-optimizer",
+        default_scheme_source="memsym.job.DEFAULTS: Megatron-core's distributed optimizer "
+                              "(the recipes' --use-distributed-optimizer)",
+        overlap_schemes=(), launch_overlaps="flags", megatron_options=True,
+        torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
+        config_suffix="txt", reader_option="--args-file", config_lacks=(),
+        config_precisions=PRECISION_NAMES, config_optimizers=("adam", "adamw", "sgd"),
+        reads_offload=False),
+    "deepspeed": Framework(
+        name="deepspeed", title="DeepSpeed", schemes=("ddp", "zero1", "zero2", "zero3"),
+        default_scheme="ddp",
+        default_scheme_source="deepspeed's default (zero_optimization.stage 0)",
+        overlap_schemes=("zero3",), launch_overlaps="overlap_comm", megatron_options=False,
+        torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
+        config_suffix="json", reader_option="--deepspeed-config",
+        config_lacks=("world_size", "seq_length"), config_precisions=("fp32", "bf16", "fp16"),
+        config_optimizers=("adam", "adamw"), reads_offload=True),
+    "torchtitan": Framework(
+        name="torchtitan", title="torchtitan", schemes=("fsdp", "ddp"),
+        default_scheme="fsdp",
+        default_scheme_source="torchtitan's default (data_parallel_shard_degree -1)",
+        overlap_schemes=("fsdp", "ddp"), launch_overlaps="always", megatron_options=False,
+        torch_pipelining=True, tp_userbuffers=False, dropout_layers=False,
+        config_suffix="toml", reader_option="--torchtitan-config",
+        config_lacks=("world_size",), config_precisions=("bf16",),
+        config_optimizers=("adam", "adamw"), reads_offload=False),
+}
+assert tuple(FRAMEWORK) == FRAMEWORKS      # the vocabulary and the table name the same three
+
+
+def framework(name: str) -> Framework:
+    """The record of the framework ``name`` (refused in one line when unknown).
+
+    >>> framework("deepspeed").title
+    'DeepSpeed'
+    """
+    return FRAMEWORK[choose("framework", name, FRAMEWORKS)]
