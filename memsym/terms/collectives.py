@@ -126,8 +126,8 @@ def collective_steps(op: str, ranks=n) -> sp.Expr:
     By hand, eight ranks: :math:`2(8-1) = 14` steps for an all-reduce, :math:`8-1 = 7` for
     an all-gather, one for a send:
 
-    >>> collective_steps("all-reduce", 8), collective_steps("all-gather", 8), collective_steps("p2p", 8)
-    (14, 7, 1)
+    >>> [collective_steps(op, 8) for op in ("all-reduce", "all-gather", "p2p")]
+    [14, 7, 1]
 
     References
     ----------

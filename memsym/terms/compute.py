@@ -310,7 +310,7 @@ def step_time(*, recompute: str = "none", communication: Total | None = None,
     6*B*N*s/(F*G*eta)
 
     Narayanan §5.1's GPT-3 run (175B, batch 1536, 1024 GPUs at 140 TFLOP/s, recomputation),
-    by hand :math:`8 \cdot 175\cdot10^9 \cdot 1536 \cdot 2048/(1024 \cdot 140\cdot10^{12}) = 30.72` s:
+    by hand :math:`8 \cdot 175\mathrm{e}9 \cdot 1536 \cdot 2048/(1024 \cdot 140\mathrm{e}12) = 30.72` s:
 
     >>> step_time(recompute="full", pipeline=False, formula="6n").evaluate(
     ...     B=1536, N=175 * 10**9, s=2048, F=140 * 10**12, G=1024, eta=1)

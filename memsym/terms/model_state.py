@@ -500,12 +500,17 @@ def host_state(scheme: str = "zero3", *, offload: str = "optimizer", params=None
                convention: str = "zero-paper") -> Total:
     r"""Host (CPU) memory per GPU's share of the offloaded model states [bytes].
 
-    The complement of :func:`model_state`: what ZeRO-Offload moves out of the GPU.
+    .. math:: M_{\text{host}} = M_{\text{states}} - M_{\text{states on GPU}}
 
-    Examples
-    --------
+    The complement of :func:`model_state`: what ZeRO-Offload moves out of the GPU.  By hand,
+    ZeRO-2 moves the fp16 gradients and fp32 states, :math:`(2 + 4 + 8)\,N/d` = 3.5 GB:
+
     >>> host_state("zero2").subs(b_g=2, b_m=4, b_o=8).evaluate(N=10**9, d=4, p=1, t=1) / 10**9
     7/2
+
+    References
+    ----------
+    .. [zero-offload] Ren et al. 2021, arXiv:2101.06840, §4 (gradients, optimizer states on CPU).
     """
     scheme = normalize_scheme(scheme)
     offload = choose("offload", offload, OFFLOADS)
