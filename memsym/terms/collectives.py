@@ -88,12 +88,15 @@ def collective_bytes(op: str, size=S, ranks=n) -> sp.Expr:
     --------
     >>> collective_bytes("all-reduce")
     2*S*(n - 1)/n
+
+    By hand, an all-gather of 8 GB over 8 ranks: :math:`(8-1)/8 \cdot 8\cdot10^9 = 7\cdot10^9`:
+
     >>> collective_bytes("all-gather", 8 * 10**9, 8)
     7000000000
 
     References
     ----------
-    nccl-tests ``doc/PERFORMANCE.md``, "Summary".
+    .. [nccl-tests] NVIDIA nccl-tests ``doc/PERFORMANCE.md`` at a0b82b2260, "Summary".
     """
     factor, _ = COLLECTIVES[_op(op)]
     # factor_terms keeps the source's form 2*(n-1)/n instead of SymPy's (2n-2)/n

@@ -3,26 +3,17 @@ r"""Traffic of each parallelism per training step, and its time on the link it c
 Every term counts the bytes **one GPU sends** in one training step (one optimizer step of
 ``m`` microbatches of ``b`` sequences), with NCCL's per-rank factors
 (:mod:`memsym.terms.collectives`).  With :math:`Y = s\,b\,h\,b_c` one activation tensor of
-a microbatch and :math:`L/p` layers on a pipeline stage:
+a microbatch: TP :math:`8Y(t-1)/t` per layer (Narayanan §3.2; SP the same, Korthikanti
+§4.2.2); PP :math:`Y` each way per stage boundary (:math:`Y/t` scatter/gather, §4.1); DP
+:math:`2(d-1)/d\cdot\Psi b_g`, ZeRO-3/FSDP 1.5x (ZeRO §7); CP K and V (ring, Llama 3's
+all-gather, Ulysses' all-to-all); EP 4 all-to-alls per MoE layer.  Full recomputation repeats
+the forward collectives of TP, CP and EP; a CP rank holds s/c tokens, so TP and PP tensors
+are divided by c (Megatron-LM schedules.py: ``tensor_shape[0] //= cp_group.size()``).
 
-* TP: 4 all-reduces of :math:`Y` per layer per microbatch (2 forward, 2 backward; Narayanan
-  §3.2), :math:`8Y(t-1)/t` per layer.  TP + SP: 4 all-gathers + 4 reduce-scatters, the same
-  bytes (Korthikanti §4.2.2).
-* PP: :math:`Y` forward and :math:`Y` backward per microbatch across each stage boundary
-  (:math:`Y/t` with the scatter/gather optimisation, Narayanan §4.1).
-* DP: gradient all-reduce :math:`2(d-1)/d\cdot\Psi b_g`; ZeRO-1/2 reduce-scatter + all-gather;
-  ZeRO-3/FSDP 1.5x (ZeRO §7).
-* CP: ring passing of K and V (ring attention), Llama 3's all-gather of K and V, or Ulysses'
-  all-to-all.  EP: two all-to-alls per MoE layer forward (dispatch, combine), two backward.
-* Full activation recomputation repeats the forward collectives of TP, CP and EP.
-* A CP rank holds s/c tokens, so TP and PP tensors are divided by c (Megatron-LM
-  schedules.py: ``tensor_shape[0] //= cp_group.size()``).
-
-Network tiers: ``n_node`` GPUs per node, an intra-node link (``beta_intra``, NVLink) and an
+Network tiers: ``n_node`` GPUs per node, an intra-node (``beta_intra``, NVLink) and an
 inter-node link (``beta_inter``, InfiniBand/RoCE).  Groups are laid out innermost first in
-the order [TP, CP, PP, DP] (Llama 3 §3.3.2); a group stays in a node when the product of its
-size and the sizes of the groups inside it is at most ``n_node``, else it is priced on
-``beta_inter`` (its ring crosses the node boundary and the slowest link sets the pace).
+the order [TP, CP, PP, DP] (Llama 3 §3.3.2); a group whose span exceeds ``n_node`` is priced
+on ``beta_inter`` (its ring crosses the node boundary; the slowest link sets the pace).
 
 References
 ----------
@@ -134,8 +125,7 @@ def tensor_parallel(*, sequence_parallel: bool = False, recompute: str = "none",
     sequence_parallel : bool
         Megatron sequence parallelism (all-gather + reduce-scatter instead of all-reduce).
     recompute : {"none", "selective", "full"}
-        Full recomputation repeats the forward collectives; selective recomputation
-        (attention core only) adds no TP traffic (Korthikanti §5).
+        Full recomputation repeats the forward collectives; selective adds none (Korthikanti §5).
     context_parallel : bool
         A CP rank holds s/c tokens: every tensor it all-reduces is s b h / c.
 
@@ -195,9 +185,8 @@ def pipeline_parallel(*, scatter_gather: bool = False, interleaved: bool = False
 
     .. math:: \frac{2(p\,v - 1)}{p}\, m \cdot s\,b\,h\,b_c \;\big/\; t_{\text{sg}}
 
-    averaged over stages (:math:`v = 1` without interleaving; a middle stage sends
-    :math:`2\,m\,Y`); :math:`t_{\text{sg}} = t` with the scatter/gather optimisation (and
-    with sequence parallelism, where the sent tensor is already split), else 1.
+    averaged over stages (:math:`v = 1` without interleaving; a middle stage sends :math:`2mY`);
+    :math:`t_{\text{sg}} = t` with scatter/gather (and with SP, the tensor already split), else 1.
 
     Parameters
     ----------
@@ -349,6 +338,11 @@ def context_parallel(variant: str = "ring", *, recompute: str = "none") -> Term:
     of the output, forward and backward (the blog's :math:`4Nh/P` per link for MHA, times
     :math:`(c-1)/c`; shown with ``t = 1``).  Full recomputation adds the forward again.
 
+    Parameters
+    ----------
+    variant : {"ring", "all-gather", "ulysses"}
+    recompute : {"none", "selective", "full"}
+
     Examples
     --------
     >>> context_parallel("all-gather").subs(t=1, p=1, m=1).expr
@@ -385,6 +379,13 @@ def expert_parallel(*, recompute: str = "none", moe_layers=None) -> Term:
 
     Two all-to-alls per MoE layer forward (dispatch to the top-``k`` experts, combine) and
     two backward, on perfectly balanced routing (NCCL's all-to-all factor).
+
+    Parameters
+    ----------
+    recompute : {"none", "selective", "full"}
+        Full recomputation repeats the forward all-to-alls.
+    moe_layers : sympy.Expr, optional
+        MoE layers (default ``L_m``) [1].
 
     Examples
     --------
@@ -501,10 +502,9 @@ def _sizes(values) -> dict:
 def link_for(group: str, sizes: dict, gpus_per_node: int, order=LAYOUT_ORDER) -> str:
     """The link (``"intra"`` or ``"inter"``) a group's collectives cross.
 
-    Ranks are numbered innermost first in ``order``; a group spans the product of its own
-    size and the sizes of the groups inside it, and stays in one node when that span is at
-    most ``gpus_per_node`` (nodes hold consecutive ranks).  Expert parallelism is carved out
-    of the data-parallel dimension (its span is the inner groups times ``e``).
+    Ranks are numbered innermost first in ``order``; a group spans its size times those of the
+    groups inside it, and stays in one node when that span is at most ``gpus_per_node`` (nodes
+    hold consecutive ranks).  EP is carved out of DP (its span: the inner groups times ``e``).
 
     Examples
     --------

@@ -291,7 +291,7 @@ def step_time(*, recompute: str = "none", communication: Total | None = None,
     recompute : {"none", "selective", "full"}
         Which hardware FLOPs are executed.
     communication : Total, optional
-        Seconds per group (:func:`memsym.terms.communication.communication_time`).
+        Seconds per group (:func:`memsym.terms.communication.communication_time`) [s].
     overlap : {"none", "full", "fraction"}
     interleaved, pipeline : bool
         Bubble with the interleaved schedule; leave the bubble out (no pipeline).

@@ -430,9 +430,9 @@ def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
     v : int
         Model chunks per rank [1].
     group_size : int, optional
-        ``microbatch_group_size_per_vp_stage`` N (default p).
+        ``microbatch_group_size_per_vp_stage`` N (default p) [1].
     backward_ratio : number
-        Backward time over forward time (2, or 3 with full recomputation).
+        Backward time over forward time (2, or 3 with full recomputation) [1].
     strict : bool
         Raise when Megatron-LM would refuse the interleaved layout.
 
