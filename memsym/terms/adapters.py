@@ -64,7 +64,7 @@ ADAPTER_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
-def lower_choice(kind, value, accepted):
+def lower_choice(kind, value, accepted) -> str:
     """``str(value)``, stripped and lower-cased, if it is among ``accepted``; else
     :class:`~memsym.errors.UnknownNameError`."""
     key = str(value).strip().lower()
@@ -78,24 +78,49 @@ def quantization_bits(kind: str = "nf4-dq") -> sp.Rational:
 
     .. math:: b_{\mathrm{NF4+DQ}} = 4 + \frac{8}{64} + \frac{32}{64 \cdot 256} = 4 + 0.127
 
+    Parameters
+    ----------
+    kind : str
+        A storage format of :data:`QUANTIZATIONS` (``"nf4-dq"``, ``"nf4"``, ``"bf16"`` ...).
+
     Examples
     --------
+    QLoRA §3: double quantization costs :math:`8/64 + 32/(64 \cdot 256) = 0.127` bits per
+    parameter, against :math:`32/64 = 0.5` for NF4's fp32 constants alone:
+
     >>> quantization_bits("nf4-dq") - 4, float(quantization_bits("nf4-dq") - 4)
     (65/512, 0.126953125)
     >>> quantization_bits("nf4")
     9/2
+
+    References
+    ----------
+    .. [qlora] Dettmers et al. 2023, arXiv:2305.14314, §3 (4-bit NormalFloat, Double Quantization).
     """
     bits, extra = QUANTIZATIONS[lower_choice("quantization", kind, QUANTIZATIONS)]
     return bits + extra
 
 
 def quantization_bytes(kind: str = "nf4-dq") -> sp.Rational:
-    """Bytes per frozen weight: :func:`quantization_bits` / 8 [bytes/parameter].
+    r"""Bytes per frozen weight: :func:`quantization_bits` / 8 [bytes/parameter].
+
+    .. math:: \frac{b_{\text{weight}} + b_{\text{constants}}}{8}
+
+    Parameters
+    ----------
+    kind : str
+        A storage format of :data:`QUANTIZATIONS`.
 
     Examples
     --------
+    By hand, 16/8 = 2, 8/8 = 1 and QLoRA's :math:`(4 + 65/512)/8 = 2113/4096`:
+
     >>> quantization_bytes("bf16"), quantization_bytes("int8"), quantization_bytes("nf4-dq")
     (2, 1, 2113/4096)
+
+    References
+    ----------
+    .. [qlora] Dettmers et al. 2023, arXiv:2305.14314, §3 (Double Quantization: 0.127 bits).
     """
     return quantization_bits(kind) / 8
 

@@ -120,7 +120,7 @@ def allowance_values(allowances: Mapping | None = None) -> dict:
     return out
 
 
-def allowance_terms(allocated: sp.Expr) -> tuple:
+def allowance_terms(allocated: sp.Expr) -> tuple[Term, ...]:
     r"""The three allowance Terms; fragmentation is a fraction of ``allocated`` [bytes].
 
     .. math:: M_{\mathrm{ws}} + M_{\mathrm{nccl}}
@@ -130,13 +130,28 @@ def allowance_terms(allocated: sp.Expr) -> tuple:
     500 MiB) and the cuBLAS workspaces (:data:`WORKSPACES`); ``nccl`` NCCL's buffers (:func:`memsym.terms.transients.nccl_buffers`
     at 4 communicators); :math:`M_{\mathrm{alloc}}` is the peak phase's allocation.
 
+    Parameters
+    ----------
+    allocated : sympy.Expr
+        The peak phase's allocation :math:`M_{\mathrm{alloc}}` [bytes].
+
     Examples
     --------
     >>> [t_.key for t_ in allowance_terms(sp.Integer(10))]
     ['workspace', 'nccl', 'fragmentation']
+
+    By hand, the defaults with nothing allocated: 500 MiB context + 2 x 32 MiB workspaces +
+    4 communicators x 32 channels x 4 MiB = 500 + 64 + 512 = 1076 MiB:
+
     >>> from memsym.term import Total
     >>> Total("a", allowance_terms(sp.Integer(0))).evaluate(allowance_values()) / 2**20
     1076
+
+    References
+    ----------
+    .. [cuda-lazy-loading] §4.7 Lazy Loading (the context and kernels).
+    .. [nccl-env] ``NCCL_BUFFSIZE`` (4 MiB), ``NCCL_MAX_NCHANNELS`` (32).
+    .. [mbridge-memory-tuning] fragmentation and ``expandable_segments``.
     """
     w, n_, fr = (ALLOWANCES[x] for x in ALLOWANCE_TERMS)
     return (

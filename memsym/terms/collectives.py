@@ -88,12 +88,15 @@ def collective_bytes(op: str, size=S, ranks=n) -> sp.Expr:
     --------
     >>> collective_bytes("all-reduce")
     2*S*(n - 1)/n
+
+    By hand, an all-gather of 8 GB over 8 ranks: :math:`(8-1)/8 \cdot 8\cdot10^9 = 7\cdot10^9`:
+
     >>> collective_bytes("all-gather", 8 * 10**9, 8)
     7000000000
 
     References
     ----------
-    nccl-tests ``doc/PERFORMANCE.md``, "Summary".
+    .. [nccl-tests] NVIDIA nccl-tests ``doc/PERFORMANCE.md`` at a0b82b2260, "Summary".
     """
     factor, _ = COLLECTIVES[_op(op)]
     # factor_terms keeps the source's form 2*(n-1)/n instead of SymPy's (2n-2)/n
@@ -101,12 +104,38 @@ def collective_bytes(op: str, size=S, ranks=n) -> sp.Expr:
 
 
 def collective_steps(op: str, ranks=n) -> sp.Expr:
-    """Sequential latency-bound steps of the ring implementation of ``op`` [1].
+    r"""Sequential latency-bound steps of the ring implementation of ``op`` [1].
+
+    .. math::
+
+        \text{all-reduce}: 2(n-1) \qquad
+        \text{reduce-scatter, all-gather, all-to-all, broadcast, reduce}: n-1 \qquad
+        \text{p2p}: 1
+
+    An all-reduce on a ring is the :math:`n-1` additions then the :math:`n-1` assignments
+    of nccl-tests' "AllReduce" section (:math:`2(n-1)` transfers, each on a different rank);
+    a reduce-scatter is the addition half, an all-gather the assignment half; a broadcast or
+    a reduce is pipelined along the ring (:math:`n-1` hops); a send/receive is one hop.
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`COLLECTIVES`.
+    ranks : sympy.Expr
+        The number of ranks :math:`n` [GPUs].
 
     Examples
     --------
-    >>> collective_steps("all-reduce", 8)
-    14
+    By hand, eight ranks: :math:`2(8-1) = 14` steps for an all-reduce, :math:`8-1 = 7` for
+    an all-gather, one for a send:
+
+    >>> [collective_steps(op, 8) for op in ("all-reduce", "all-gather", "p2p")]
+    [14, 7, 1]
+
+    References
+    ----------
+    .. [nccl-tests] NVIDIA nccl-tests ``doc/PERFORMANCE.md`` at a0b82b2260, "AllReduce"
+       (ring order, :math:`2(n-1)` data transfers), "ReduceScatter", "AllGather".
     """
     _, steps = COLLECTIVES[_op(op)]
     return as_expr(steps).xreplace({n: as_expr(ranks)})
@@ -119,26 +148,82 @@ def collective_time(op: str, size=S, ranks=n, bandwidth=beta, latency=alpha) -> 
 
         t = \frac{\text{factor}(n)\, S}{\beta} + \alpha \cdot \text{steps}(n)
 
+    with :math:`\text{factor}(n)` the bus-bandwidth correction of :func:`collective_bytes`
+    and :math:`\text{steps}(n)` those of :func:`collective_steps` (nccl-tests: time is
+    "overhead + size / bw").
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`COLLECTIVES`.
+    size : sympy.Expr
+        The buffer size :math:`S` [bytes].
+    ranks : sympy.Expr
+        The number of ranks :math:`n` [GPUs].
+    bandwidth : sympy.Expr
+        Per-GPU, one-direction bus bandwidth :math:`\beta` [bytes/s].
+    latency : sympy.Expr
+        Latency per ring step :math:`\alpha` [s].
+
     Examples
     --------
-    Seed 002's 7.5 GB moved at 900 GB/s and at 50 GB/s (no latency):
+    By hand, 7516192768 bytes sent once (no latency) take 7516192768 / 900e9 = 0.00835 s at
+    900 GB/s and 7516192768 / 50e9 = 0.1503 s at 50 GB/s:
 
     >>> round(float(collective_time("p2p", 7516192768, 1, 900 * 10**9, 0)), 4)
     0.0084
     >>> round(float(collective_time("p2p", 7516192768, 1, 50 * 10**9, 0)), 4)
     0.1503
+
+    An all-reduce of 1 GB over 8 ranks at 100 GB/s with 10 us per step:
+    :math:`2 \cdot 7/8 \cdot 10^9 / 10^{11} + 14 \cdot 10^{-5} = 0.0175 + 0.00014 = 0.01764` s:
+
+    >>> collective_time("all-reduce", 10**9, 8, 10**11, sp.Rational(1, 10**5))
+    441/25000
+
+    References
+    ----------
+    .. [nccl-tests] NVIDIA nccl-tests ``doc/PERFORMANCE.md`` at a0b82b2260, "Time"
+       (overhead + size / bw) and "Summary" (correction factors).
     """
     return (collective_bytes(op, size, ranks) / as_expr(bandwidth)
             + as_expr(latency) * collective_steps(op, ranks))
 
 
 def collective_term(op: str, key: str | None = None, size=S, ranks=n) -> Term:
-    """The per-rank bytes of ``op`` as a cited :class:`~memsym.term.Term` [bytes].
+    r"""The per-rank bytes of ``op`` as a cited :class:`~memsym.term.Term` [bytes].
+
+    .. math::
+
+        \text{factor}(n)\, S \qquad (\text{all-reduce: } \tfrac{2(n-1)}{n} S;\;
+        \text{reduce-scatter, all-gather, all-to-all: } \tfrac{n-1}{n} S;\; \text{else } S)
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`COLLECTIVES`.
+    key : str, optional
+        The term's key (default: the collective's name).
+    size : sympy.Expr
+        The buffer size :math:`S` [bytes].
+    ranks : sympy.Expr
+        The number of ranks :math:`n` [GPUs].
 
     Examples
     --------
+    nccl-tests' ReduceScatter time :math:`S(n-1)/(Bn)` times the bandwidth :math:`B`:
+
     >>> collective_term("reduce-scatter").expr
     S*(n - 1)/n
+
+    By hand, a 1 GB all-reduce over 4 ranks: :math:`2 \cdot 3/4 \cdot 10^9 = 1.5 \cdot 10^9`:
+
+    >>> collective_term("all-reduce", size=10**9, ranks=4).expr
+    1500000000
+
+    References
+    ----------
+    .. [nccl-tests] NVIDIA nccl-tests ``doc/PERFORMANCE.md`` at a0b82b2260, "Summary".
     """
     op = _op(op)
     return Term(key or op, collective_bytes(op, size, ranks),

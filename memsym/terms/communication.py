@@ -3,29 +3,17 @@ r"""Traffic of each parallelism per training step, and its time on the link it c
 Every term counts the bytes **one GPU sends** in one training step (one optimizer step of
 ``m`` microbatches of ``b`` sequences), with NCCL's per-rank factors
 (:mod:`memsym.terms.collectives`).  With :math:`Y = s\,b\,h\,b_c` one activation tensor of
-a microbatch and :math:`L/p` layers on a pipeline stage:
+a microbatch: TP :math:`8Y(t-1)/t` per layer (Narayanan §3.2; SP the same, Korthikanti
+§4.2.2); PP :math:`Y` each way per stage boundary (:math:`Y/t` scatter/gather, §4.1); DP
+:math:`2(d-1)/d\cdot\Psi b_g`, ZeRO-3/FSDP 1.5x (ZeRO §7); CP K and V (ring, Llama 3's
+all-gather, Ulysses' all-to-all); EP 4 all-to-alls per MoE layer.  Full recomputation repeats
+the forward collectives of TP, CP and EP; a CP rank holds s/c tokens, so TP and PP tensors
+are divided by c (Megatron-LM schedules.py: ``tensor_shape[0] //= cp_group.size()``).
 
-* TP: 4 all-reduces of :math:`Y` per layer per microbatch (2 forward, 2 backward;
-  Narayanan §3.2 / Megatron-LM), :math:`8Y(t-1)/t` per layer; seed 002's
-  ``tp_bytes_per_step``.  TP + SP: 4 all-gathers + 4 reduce-scatters, the same bytes
-  (Korthikanti §4.2.2).
-* PP: :math:`Y` forward and :math:`Y` backward per microbatch across each stage boundary
-  (:math:`Y/t` with the scatter/gather optimisation, Narayanan §4.1).
-* DP: gradient all-reduce :math:`2(d-1)/d\cdot\Psi b_g`; ZeRO-1/2 reduce-scatter + all-gather;
-  ZeRO-3/FSDP 1.5x (ZeRO §7).
-* CP: ring passing of K and V (ring attention), or Llama 3's all-gather of K and V;
-  Ulysses all-to-all (DeepSpeed-Ulysses).
-* EP: two all-to-alls per MoE layer forward (dispatch, combine), two backward.
-* Full activation recomputation repeats the forward collectives of TP, CP and EP.
-* Context parallelism: a rank holds s/c tokens, so TP and PP tensors are divided by c
-  (Megatron-LM schedules.py: ``tensor_shape[0] //= cp_group.size()``).
-
-Network tiers: a cluster has ``n_node`` GPUs per node, an intra-node link
-(``beta_intra``, NVLink) and an inter-node link (``beta_inter``, InfiniBand/RoCE).  Groups
-are laid out innermost first in the order [TP, CP, PP, DP] (seed 002; Llama 3 §3.3.2); a
-group stays inside a node when the product of its size and the sizes of the groups inside
-it is at most ``n_node``, and is priced on ``beta_inter`` otherwise (its ring crosses the
-node boundary and the slowest link sets the pace).
+Network tiers: ``n_node`` GPUs per node, an intra-node (``beta_intra``, NVLink) and an
+inter-node link (``beta_inter``, InfiniBand/RoCE).  Groups are laid out innermost first in
+the order [TP, CP, PP, DP] (Llama 3 §3.3.2); a group whose span exceeds ``n_node`` is priced
+on ``beta_inter`` (its ring crosses the node boundary; the slowest link sets the pace).
 
 References
 ----------
@@ -36,7 +24,6 @@ References
 .. [ring-attention] Liu, Zaharia, Abbeel 2023, arXiv:2310.01889.
 .. [llama3] Llama Team 2024, arXiv:2407.21783, §3.3.2.
 .. [ulysses] Jacobs et al. 2023, arXiv:2309.14509; DeepSpeed blog ``deepspeed-ulysses``.
-.. [seed002] shared/seeds/002.
 """
 
 from __future__ import annotations
@@ -128,9 +115,7 @@ def tensor_parallel(*, sequence_parallel: bool = False, recompute: str = "none",
                     context_parallel: bool = False) -> Term:
     r"""Bytes one GPU sends for tensor parallelism in one training step [bytes].
 
-    .. math::
-
-        4 \cdot \frac{2(t-1)}{t}\, s\,b\,h\,b_c \cdot \frac{L}{p}\, m
+    .. math:: 4 \cdot \frac{2(t-1)}{t}\, s\,b\,h\,b_c \cdot \frac{L}{p}\, m
 
     (6 all-reduces instead of 4 with full recomputation; with sequence parallelism
     8 all-gathers / reduce-scatters of :math:`(t-1)/t\cdot Y`, the same bytes).
@@ -140,32 +125,41 @@ def tensor_parallel(*, sequence_parallel: bool = False, recompute: str = "none",
     sequence_parallel : bool
         Megatron sequence parallelism (all-gather + reduce-scatter instead of all-reduce).
     recompute : {"none", "selective", "full"}
-        Full recomputation repeats the forward collectives; selective recomputation
-        (attention core only) adds no TP traffic (Korthikanti §5).
+        Full recomputation repeats the forward collectives; selective adds none (Korthikanti §5).
     context_parallel : bool
         A CP rank holds s/c tokens: every tensor it all-reduces is s b h / c.
 
     Examples
     --------
-    Seed 002: s = 4096, b = 1, h = 4096, L = 32, t = 8, bf16 -> 7.516192768 GB per step:
+    By hand, Narayanan's :math:`8bsh(t-1)/t` per layer at s = h = 4096, b = 1, t = 8, bf16,
+    32 layers: :math:`8 \cdot 4096^2 \cdot 7/8 \cdot 2 \cdot 32 = 7516192768` bytes:
 
     >>> tensor_parallel().evaluate(s=4096, b=1, h=4096, L=32, t=8, b_c=2, p=1, m=1)
     7516192768
 
     References
     ----------
-    Narayanan et al. 2021 §3.2; Korthikanti et al. 2022 §4.2.2; seed 002.
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §3.2 (:math:`8bsh(t-1)/t` per layer).
+    .. [korthikanti] Korthikanti et al. 2022, arXiv:2205.05198, §4.2.2 (SP: the same bytes).
     """
     return _tp(sequence_parallel, recompute, context_parallel).term
 
 
 def tp_bytes_per_step() -> Term:
-    """Seed 002's ``tp_bytes_per_step``: 4 ring all-reduces of s·b·h per layer, L layers [bytes].
+    r"""Seed 002's ``tp_bytes_per_step``: 4 ring all-reduces of s·b·h per layer, L layers [bytes].
+
+    .. math:: 4 \cdot \frac{2(t-1)}{t}\, s\,b\,h\,b_c \cdot L
 
     Examples
     --------
+    By hand, :math:`8 \cdot 4096^2 \cdot 7/8 \cdot 2 \cdot 32 = 7.516192768` GB (as above):
+
     >>> float(tp_bytes_per_step().evaluate(s=4096, b=1, h=4096, L=32, t=8, b_c=2)) / 1e9
     7.516192768
+
+    References
+    ----------
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §3.2 (:math:`8bsh(t-1)/t` per layer).
     """
     return Term("tp", 4 * collective_bytes("all-reduce", s * b * h * b_c, t) * L,
                 "tensor-parallel bytes per GPU per step (seed 002, one microbatch, no pipeline)",
@@ -189,16 +183,20 @@ def pipeline_parallel(*, scatter_gather: bool = False, interleaved: bool = False
                       context_parallel: bool = False) -> Term:
     r"""Bytes one GPU sends point-to-point for pipeline parallelism per step [bytes].
 
-    .. math::
+    .. math:: \frac{2(p\,v - 1)}{p}\, m \cdot s\,b\,h\,b_c \;\big/\; t_{\text{sg}}
 
-        \frac{2(p\,v - 1)}{p}\, m \cdot s\,b\,h\,b_c \;\big/\; t_{\text{sg}}
+    averaged over stages (:math:`v = 1` without interleaving; a middle stage sends :math:`2mY`);
+    :math:`t_{\text{sg}} = t` with scatter/gather (and with SP, the tensor already split), else 1.
 
-    averaged over stages (:math:`v = 1` without interleaving; a middle stage sends
-    :math:`2\,m\,Y`); :math:`t_{\text{sg}} = t` with the scatter/gather optimisation (and
-    with sequence parallelism, where the sent tensor is already split), else 1.
+    Parameters
+    ----------
+    scatter_gather, interleaved, context_parallel : bool
+        Narayanan's scatter/gather split (/t); v chunks per rank; s/c tokens per CP rank.
 
     Examples
     --------
+    By hand, :math:`p - 1` boundaries crossed twice by m tensors, over p stages; p = 1 sends 0:
+
     >>> pipeline_parallel().expr
     2*b*b_c*h*m*s*(p - 1)/p
     >>> pipeline_parallel(scatter_gather=True).evaluate(p=1, m=8, s=1, b=1, h=1, b_c=2, t=8)
@@ -206,7 +204,7 @@ def pipeline_parallel(*, scatter_gather: bool = False, interleaved: bool = False
 
     References
     ----------
-    Narayanan et al. 2021 §4.1.
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §4.1 (bsh per microbatch, bsh/t).
     """
     return _pp(scatter_gather, interleaved, context_parallel).term
 
@@ -253,8 +251,7 @@ def _dp(sharding: str, context_parallel: bool, params=None, pipelined_fsdp=False
 def data_parallel(sharding: str = "ddp", *, context_parallel: bool = False, params=None) -> Term:
     r"""Bytes one GPU sends for data-parallel gradient (and parameter) sync per step [bytes].
 
-    With :math:`\Psi = N/(p\,t)` parameters on this GPU's model-parallel shard (``params``
-    replaces :math:`\Psi` itself, the shard's count):
+    With :math:`\Psi = N/(p\,t)` parameters on this GPU's model-parallel shard (or ``params``):
 
     .. math::
 
@@ -265,9 +262,8 @@ def data_parallel(sharding: str = "ddp", *, context_parallel: bool = False, para
         \text{zero3, fsdp}:&\; m\,\tfrac{d-1}{d}\,\Psi (2 b_{hp} + b_g)
         \end{aligned}
 
-    ZeRO §7: with :math:`b_g = b_{hp}` and :math:`m = 1` these are 2Ψ, 2Ψ, 2Ψ and 3Ψ
-    (1.5x) element-bytes for large d.  With context parallelism the gradient group is
-    :math:`d\,c` (Megatron-LM reduces over DP x CP).
+    ZeRO §7: with :math:`b_g = b_{hp}`, :math:`m = 1` these are 2Ψ, 2Ψ, 2Ψ and 3Ψ (1.5x)
+    element-bytes for large d.  With CP the gradient group is :math:`d\,c` (Megatron-LM).
 
     Parameters
     ----------
@@ -276,13 +272,7 @@ def data_parallel(sharding: str = "ddp", *, context_parallel: bool = False, para
     context_parallel : bool
         Reduce over :math:`d\,c` instead of :math:`d`.
     params : sympy.Expr or int, optional
-        The parameters Ψ of this GPU's model-parallel shard [parameters] (default
-        :math:`N/(p\,t)`).
-
-    Returns
-    -------
-    Term
-        Bytes sent per step [bytes].
+        The parameters Ψ of this GPU's model-parallel shard (default N/(p t)) [parameters].
 
     Examples
     --------
@@ -343,11 +333,15 @@ def context_parallel(variant: str = "ring", *, recompute: str = "none") -> Term:
         \text{ulysses}:&\; 2\,\tfrac{c-1}{c}\,\tfrac{s\,b\,(2h + 2 g d_h)\,b_c}{c}\cdot\tfrac{L}{p} m
         \end{aligned}
 
-    Ring: forward passes K, V; backward passes K, V again and dK, dV.  All-gather: forward
-    all-gather of K, V, backward reduce-scatter of their gradients.  Ulysses: all-to-all of
-    Q, K, V before and of the output after attention, forward and backward (the blog's
-    :math:`4Nh/P` per link for MHA, times NCCL's :math:`(c-1)/c`; Ulysses is shown with
-    ``t = 1``).  Full recomputation adds the forward traffic again.
+    Ring: forward passes K, V; backward K, V again and dK, dV.  All-gather: forward all-gather
+    of K, V, backward reduce-scatter of their gradients.  Ulysses: all-to-all of Q, K, V and
+    of the output, forward and backward (the blog's :math:`4Nh/P` per link for MHA, times
+    :math:`(c-1)/c`; shown with ``t = 1``).  Full recomputation adds the forward again.
+
+    Parameters
+    ----------
+    variant : {"ring", "all-gather", "ulysses"}
+    recompute : {"none", "selective", "full"}
 
     Examples
     --------
@@ -381,12 +375,17 @@ def _ep(recompute: str, moe_layers=None, sequence_parallel: bool = False,
 def expert_parallel(*, recompute: str = "none", moe_layers=None) -> Term:
     r"""Bytes one GPU sends for expert-parallel token routing per step [bytes].
 
-    .. math::
-
-        4\,\tfrac{e-1}{e}\, s\,b\,k\,h\,b_c \cdot \tfrac{L_m}{p}\, m
+    .. math:: 4\,\tfrac{e-1}{e}\, s\,b\,k\,h\,b_c \cdot \tfrac{L_m}{p}\, m
 
     Two all-to-alls per MoE layer forward (dispatch to the top-``k`` experts, combine) and
     two backward, on perfectly balanced routing (NCCL's all-to-all factor).
+
+    Parameters
+    ----------
+    recompute : {"none", "selective", "full"}
+        Full recomputation repeats the forward all-to-alls.
+    moe_layers : sympy.Expr, optional
+        MoE layers (default ``L_m``) [1].
 
     Examples
     --------
@@ -430,9 +429,10 @@ def communication_per_step(*, tensor: bool = True, sequence_parallel: bool = Fal
                            pipelined_fsdp: bool = False) -> Total:
     r"""Bytes one GPU sends per training step, one term per parallel group [bytes].
 
-    Terms (keys): ``tp``, ``cp``, ``pp``, ``dp``, ``ep`` — see :func:`tensor_parallel`,
-    :func:`context_parallel`, :func:`pipeline_parallel`, :func:`data_parallel`,
-    :func:`expert_parallel`.  A group of size 1 contributes 0 once sizes are substituted.
+    .. math:: \text{bytes} = \text{tp} + \text{cp} + \text{pp} + \text{dp} + \text{ep}
+
+    the terms of :func:`tensor_parallel`, :func:`context_parallel`, :func:`pipeline_parallel`,
+    :func:`data_parallel`, :func:`expert_parallel`; a group of size 1 contributes 0.
 
     Parameters
     ----------
@@ -440,10 +440,8 @@ def communication_per_step(*, tensor: bool = True, sequence_parallel: bool = Fal
         Include the TP, PP, EP terms.
     sequence_parallel : bool
         Megatron SP with TP (also implies the PP scatter/gather split).
-    scatter_gather : bool
-        Narayanan's scatter/gather optimisation for PP sends.
-    interleaved : bool
-        Interleaved pipeline schedule (``v`` chunks per rank).
+    scatter_gather, interleaved : bool
+        Narayanan's scatter/gather split of PP sends; interleaved schedule (``v`` chunks).
     sharding : str or None
         Data-parallel scheme (:data:`memsym.terms.model_state.SCHEMES`); None leaves DP out.
     context : {"ring", "all-gather", "ulysses"} or None
@@ -451,24 +449,28 @@ def communication_per_step(*, tensor: bool = True, sequence_parallel: bool = Fal
     recompute : {"none", "selective", "full"}
         Full recomputation repeats the forward traffic of TP, CP and EP.
     moe_layers : sympy.Expr, optional
-        MoE layers for the EP term (default ``L_m``).
+        MoE layers for the EP term (default ``L_m``) [1].
     dp_params : sympy.Expr or int, optional
         Parameters whose gradients the DP group reduces, before the :math:`p\,t` split
-        (default ``N``).  For a mixture of experts ``N`` is usually the *active* count
-        (FLOPs), while every expert's gradients are reduced: pass the total here.  With
-        expert parallelism each GPU holds only ``1/e`` of the experts, so the total is an
-        upper bound; pass dense + experts/e for the per-GPU figure.
+        (default ``N``; for a mixture of experts pass the total, not the active count, or
+        dense + experts/e per GPU under expert parallelism) [parameters].
     pipelined_fsdp : bool
-        FSDP2 stages run by ``torch.distributed.pipelining`` (torchtitan with PP): one
-        all-gather and one reduce-scatter per step, not per micro-batch.
+        FSDP2 under ``torch.distributed.pipelining``: one all-gather and one reduce-scatter
+        per step, not per micro-batch.
 
     Examples
     --------
+    By hand, the TP bytes of :func:`tensor_parallel` (p = d = 1 send nothing):
+
     >>> tot = communication_per_step(sharding="ddp")
     >>> tot.keys
     ('tp', 'pp', 'dp')
     >>> tot.evaluate(s=4096, b=1, h=4096, L=32, t=8, b_c=2, p=1, m=1, d=1, N=7 * 10**9, b_g=2)
     7516192768
+
+    References
+    ----------
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §3.2, §4.1; [zero] §7.
     """
     return Total("communication bytes per GPU per step",
                  tuple(x.term for x in _traffic(
@@ -500,10 +502,9 @@ def _sizes(values) -> dict:
 def link_for(group: str, sizes: dict, gpus_per_node: int, order=LAYOUT_ORDER) -> str:
     """The link (``"intra"`` or ``"inter"``) a group's collectives cross.
 
-    Ranks are numbered innermost first in ``order``; a group spans the product of its own
-    size and the sizes of the groups inside it, and stays in one node when that span is at
-    most ``gpus_per_node`` (nodes hold consecutive ranks).  Expert parallelism is carved out
-    of the data-parallel dimension (its span is the inner groups times ``e``).
+    Ranks are numbered innermost first in ``order``; a group spans its size times those of the
+    groups inside it, and stays in one node when that span is at most ``gpus_per_node`` (nodes
+    hold consecutive ranks).  EP is carved out of DP (its span: the inner groups times ``e``).
 
     Examples
     --------
@@ -576,20 +577,16 @@ def communication_time(*, placement_map: dict | None = None, latency: bool = Tru
                        **options) -> Total:
     r"""Seconds one GPU spends in each group's communication per step [s].
 
-    Each term of :func:`communication_per_step` divided by the bandwidth of the link its
-    group crosses (``beta_intra`` or ``beta_inter``), plus ``alpha`` times its
-    latency-bound ring steps:
+    Each term of :func:`communication_per_step` over the bandwidth of the link its group
+    crosses (``beta_intra`` or ``beta_inter``), plus ``alpha`` times its ring steps:
 
-    .. math::
-
-        t_{\text{group}} = \frac{\text{bytes}_{\text{group}}}{\beta_{\text{link}}}
-            + \alpha \cdot \text{steps}_{\text{group}}
+    .. math:: t_{\text{group}} = \text{bytes}_{\text{group}}/\beta_{\text{link}}
+        + \alpha \cdot \text{steps}_{\text{group}}
 
     Parameters
     ----------
     placement_map : dict, optional
-        Group -> ``"intra"`` / ``"inter"`` (see :func:`placement`); default TP intra-node,
-        the rest inter-node.
+        Group -> ``"intra"`` / ``"inter"`` (:func:`placement`); default TP intra, rest inter.
     latency : bool
         Include the ``alpha`` terms.
     **options
@@ -597,11 +594,10 @@ def communication_time(*, placement_map: dict | None = None, latency: bool = Tru
 
     Examples
     --------
-    Both bandwidths are per GPU and **one direction** (NVLink at half the vendor's
-    both-direction figure: H100 450 GB/s; a NIC per port).  Seed 002 divides its 7.5 GB per
-    step by the vendor's both-direction 900 GB/s ("about 10 ms"), reproduced by giving
-    ``beta_intra`` = 900 GB/s; the per-direction 450 GB/s doubles it.  Against one 400 Gb/s
-    port (50 GB/s) the same bytes take 0.15 s:
+    Bandwidths are per GPU and **one direction** (H100 NVLink 450 GB/s, half the vendor's
+    900 GB/s; a NIC per port).  By hand, 7516192768 TP bytes (:func:`tensor_parallel`) over
+    900e9 B/s = 0.00835 s (seed 002's "about 10 ms"), over 450e9 = 0.0167 s, and over one
+    400 Gb/s port (50e9 B/s) 0.15 s:
 
     >>> T = communication_time(pipeline=False, sharding=None, latency=False)
     >>> vals = dict(s=4096, b=1, h=4096, L=32, t=8, b_c=2, p=1, m=1)
@@ -615,6 +611,10 @@ def communication_time(*, placement_map: dict | None = None, latency: bool = Tru
     0.15
     >>> T.sensitivity("beta_intra")
     -8*L*b*b_c*h*m*s*(t - 1)/(beta_intra**2*p*t)
+
+    References
+    ----------
+    .. [nccl-tests] NVIDIA nccl-tests ``doc/PERFORMANCE.md`` at a0b82b2260, "Time", "Summary".
     """
     links = placement()
     if placement_map:

@@ -59,6 +59,10 @@ def parameters_narayanan() -> sp.Expr:
 
     >>> round(float(parameters_narayanan().subs({L: 128, h: 25600, V: 51200, s: 2048})) / 1e12, 3)
     1.008
+
+    References
+    ----------
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §5.1 Eq. (2), Table 1 (1008B).
     """
     return 12 * L * h**2 * (1 + sp.Rational(13, 12) / h + (V + s) / (12 * L * h))
 
@@ -93,13 +97,15 @@ def gemm_flops_per_token(*, gated: bool = True, causal: bool = True) -> Total:
 
     Examples
     --------
+    Narayanan's forward FLOPs of a layer, :math:`24Bsh^2 + 4Bs^2h`, per token (B s tokens):
+
     >>> sp.expand(gemm_flops_per_token(gated=False, causal=False).expr.subs(
     ...     {g: a, d_h: h / a, f: 4 * h}))
     24*h**2 + 4*h*s
 
     References
     ----------
-    Narayanan et al. 2021 §5.1 (the GEMMs of a layer).
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §5.1 (the GEMMs of a layer).
     """
     kappa = sp.Rational(1, 2) if causal else 1
     terms = (
@@ -147,7 +153,8 @@ def flops_per_iteration_gemm(kind: str = "model", recompute: str = "none", *,
 
     References
     ----------
-    Korthikanti et al. 2022 App. A; Narayanan et al. 2021 §5.1.
+    .. [korthikanti] Korthikanti et al. 2022, arXiv:2205.05198, Appendix A (model FLOPs).
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §5.1 (FLOPs of a layer).
     """
     kind = choose("FLOP kind", kind, FLOP_KINDS)
     recompute = choose("recompute", recompute, RECOMPUTE)
@@ -198,10 +205,12 @@ def flops_per_iteration(kind: str = "model", recompute: str = "none",
         ``memsym`` (default, the same default as :func:`step_time`, :func:`mfu` and
         :func:`hfu`), ``korthikanti`` (App. A as printed) or ``6n`` (Kaplan).
     batch : sympy.Expr
-        Sequences per iteration (default the global batch ``B``).
+        Sequences per iteration (default the global batch ``B``) [sequences].
 
     Examples
     --------
+    Narayanan's Eq. (3) and Kaplan's :math:`C = 6N` per token, as printed:
+
     >>> flops_per_iteration("hardware", "full").expr
     96*B*L*h**2*s*(1 + s/(6*h) + V/(16*L*h))
     >>> flops_per_iteration("model", formula="6n").expr
@@ -209,7 +218,9 @@ def flops_per_iteration(kind: str = "model", recompute: str = "none",
 
     References
     ----------
-    Narayanan et al. 2021 Eq. 3; Korthikanti et al. 2022 App. A; Kaplan et al. 2020 §2.1.
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §5.1 Eq. (3).
+    .. [korthikanti] Korthikanti et al. 2022, arXiv:2205.05198, Appendix A.
+    .. [kaplan2020] Kaplan et al. 2020, arXiv:2001.08361, §2.1 (:math:`C \approx 6N` per token).
     """
     kind = choose("FLOP kind", kind, FLOP_KINDS)
     recompute = choose("recompute", recompute, RECOMPUTE)
@@ -280,23 +291,35 @@ def step_time(*, recompute: str = "none", communication: Total | None = None,
     recompute : {"none", "selective", "full"}
         Which hardware FLOPs are executed.
     communication : Total, optional
-        Seconds per group (:func:`memsym.terms.communication.communication_time`).
+        Seconds per group (:func:`memsym.terms.communication.communication_time`) [s].
     overlap : {"none", "full", "fraction"}
     interleaved, pipeline : bool
         Bubble with the interleaved schedule; leave the bubble out (no pipeline).
     formula : {"memsym", "korthikanti", "6n"}
         FLOP count (:func:`flops_per_iteration`); the default is shared with :func:`mfu`
         and :func:`hfu`.
-    batch, gpus : sympy.Expr
-        Sequences per iteration :math:`B` and GPUs :math:`G` (defaults: the symbols) [GPUs].
+    batch : sympy.Expr
+        Sequences per iteration :math:`B` (default: the symbol) [sequences].
+    gpus : sympy.Expr
+        GPUs :math:`G` (default: the symbol) [GPUs].
 
     Examples
     --------
     >>> st = step_time(pipeline=False, formula="6n")
     >>> st.expr
     6*B*N*s/(F*G*eta)
-    >>> st.evaluate(B=1024, N=175 * 10**9, s=2048, F=312 * 10**12, G=1024, eta=1) > 0
-    True
+
+    Narayanan §5.1's GPT-3 run (175B, batch 1536, 1024 GPUs at 140 TFLOP/s, recomputation),
+    by hand :math:`8 \cdot 175\mathrm{e}9 \cdot 1536 \cdot 2048/(1024 \cdot 140\mathrm{e}12) = 30.72` s:
+
+    >>> step_time(recompute="full", pipeline=False, formula="6n").evaluate(
+    ...     B=1536, N=175 * 10**9, s=2048, F=140 * 10**12, G=1024, eta=1)
+    768/25
+
+    References
+    ----------
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §5.1 Eq. (4), §2.2.1-2.2.2 (bubble).
+    .. [nccl-tests] NVIDIA nccl-tests ``doc/PERFORMANCE.md`` at a0b82b2260 (communication time).
     """
     overlap = choose("overlap", overlap, OVERLAPS)
     flops = flops_per_iteration("hardware", recompute, formula, batch).expr
@@ -333,20 +356,32 @@ def mfu(step: Total | sp.Expr, formula: str = "memsym", batch=B, gpus=G) -> sp.E
 
     Parameters
     ----------
+    step : Total or sympy.Expr
+        The step time :math:`t_{\text{step}}` [s].
+    formula : {"memsym", "korthikanti", "6n"}
+        FLOP count (:func:`flops_per_iteration`).
+    batch : sympy.Expr
+        Sequences per iteration :math:`B` [sequences].
     gpus : int
         Number of GPUs (world size) [GPUs].
 
-
     Examples
     --------
-    Without pipeline, communication or recomputation MFU is the efficiency itself:
+    A step of only :math:`F_{\text{model}}/(G F_{\text{peak}} \eta)` has MFU :math:`\eta`:
 
     >>> mfu(step_time(pipeline=False))
     eta
 
+    Korthikanti Table 5, 175B (Table 3 shapes, 64 A100s): 13.75 s per iteration, MFU 51.4 %:
+
+    >>> from memsym.symbols import F, L, V, h, s
+    >>> u = mfu(sp.Rational("13.75"), "korthikanti", batch=64, gpus=64)
+    >>> round(100 * float(u.subs({L: 96, h: 12288, s: 2048, V: 51200, F: 312 * 10**12})), 1)
+    51.4
+
     References
     ----------
-    Korthikanti et al. 2022 §6.3 (after PaLM).
+    .. [korthikanti] Korthikanti et al. 2022, arXiv:2205.05198, §6.3, Table 5, Appendix A.
     """
     t_step = step.expr if isinstance(step, Total) else as_expr(step)
     model = flops_per_iteration("model", "none", formula, batch).expr
@@ -368,9 +403,16 @@ def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "memsym",
 
     Parameters
     ----------
+    step : Total or sympy.Expr
+        The step time :math:`t_{\text{step}}` [s].
+    recompute : {"none", "selective", "full"}
+        The recomputation the executed FLOPs include.
+    formula : {"memsym", "korthikanti", "6n"}
+        FLOP count (:func:`flops_per_iteration`).
+    batch : sympy.Expr
+        Sequences per iteration :math:`B` [sequences].
     gpus : int
         Number of GPUs (world size) [GPUs].
-
 
     Examples
     --------
@@ -379,9 +421,16 @@ def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "memsym",
     >>> hfu(step_time(recompute="selective", pipeline=False), "selective")
     eta
 
+    Korthikanti Table 5, 175B, selective recomputation (App. A as printed): HFU 52.8 %:
+
+    >>> from memsym.symbols import F, L, V, h, s
+    >>> u = hfu(sp.Rational("13.75"), "selective", "korthikanti", batch=64, gpus=64)
+    >>> round(100 * float(u.subs({L: 96, h: 12288, s: 2048, V: 51200, F: 312 * 10**12})), 1)
+    52.8
+
     References
     ----------
-    Korthikanti et al. 2022 §6.3.
+    .. [korthikanti] Korthikanti et al. 2022, arXiv:2205.05198, §6.3, Table 5, Appendix A.
     """
     t_step = step.expr if isinstance(step, Total) else as_expr(step)
     hw = flops_per_iteration("hardware", recompute, formula, batch).expr
@@ -408,24 +457,27 @@ def training_time(recompute: bool = True, tokens=T, params=N, gpus=G) -> Total:
 
     Parameters
     ----------
+    recompute : bool
+        Count the recomputed forward (8 instead of 6 FLOPs per parameter and token).
+    tokens : int
+        Training tokens :math:`T` [tokens].
     params : int
         Total number of model parameters [parameters].
-
     gpus : int
         Number of GPUs (world size) [GPUs].
 
     Examples
     --------
-    GPT-3 175B on 300B tokens, 1024 GPUs at 140 TFLOP/s: about 34 days.
+    Narayanan §5.1: GPT-3 175B on 300B tokens, 1024 GPUs at 140 TFLOP/s, "34 days":
 
     >>> tt = training_time()
     >>> days = tt.evaluate(T=300 * 10**9, N=175 * 10**9, G=1024, F=140 * 10**12, eta=1) / 86400
-    >>> round(float(days), 1)
-    33.9
+    >>> round(float(days))
+    34
 
     References
     ----------
-    Narayanan et al. 2021 §5.1, Eq. (4).
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §5.1 Eq. (4).
     """
     factor = 8 if recompute else 6
     expr = factor * _arg(tokens, "tokens", "tokens") * _arg(params, "params", "parameters") \
@@ -437,10 +489,29 @@ def training_time(recompute: bool = True, tokens=T, params=N, gpus=G) -> Total:
 def training_time_from_steps(step: Total, tokens=T, batch=B) -> Total:
     r"""Training time as steps x step time: :math:`T/(B\,s)\cdot t_{\text{step}}` [s].
 
+    .. math:: t = \frac{T}{B\,s}\, t_{\text{step}} \quad\text{(term by term)}
+
+    Parameters
+    ----------
+    step : Total
+        Seconds per step (:func:`step_time`) [s].
+    tokens : sympy.Expr
+        Training tokens :math:`T` [tokens].
+    batch : sympy.Expr
+        Sequences per step :math:`B` [sequences].
+
     Examples
     --------
+    By hand, :math:`T/(Bs) \cdot 6NBs/(G F \eta) = 6NT/(G F \eta)`, Kaplan's
+    :math:`C = 6NT` at :math:`G F \eta` FLOP/s:
+
     >>> training_time_from_steps(step_time(pipeline=False, formula="6n")).expr
     6*N*T/(F*G*eta)
+
+    References
+    ----------
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §5.1 Eq. (4).
+    .. [kaplan2020] Kaplan et al. 2020, arXiv:2001.08361, §2.1 (:math:`C \approx 6NBS`).
     """
     steps = _arg(tokens, "tokens", "tokens") / (_arg(batch, "batch", "global_batch") * s)
     return Total("training time", tuple(
@@ -452,16 +523,33 @@ def training_time_from_steps(step: Total, tokens=T, batch=B) -> Total:
 def gpu_hours(time: Total, gpus=G) -> Total:
     r"""GPU-hours: :math:`G\cdot t/3600` [GPU h].
 
+    .. math:: H = \frac{G\, t}{3600} \quad\text{(term by term)}
+
     Parameters
     ----------
+    time : Total
+        Training time (:func:`training_time`) [s].
     gpus : int
         Number of GPUs (world size) [GPUs].
 
-
     Examples
     --------
+    By hand, :math:`G \cdot 8TN/(G F \eta)/3600 = NT/(450 F \eta)`:
+
     >>> gpu_hours(training_time()).expr
     N*T/(450*F*eta)
+
+    DeepSeek-V3 §1: a trillion tokens takes "180K H800 GPU hours, i.e., 3.7 days" on 2048 GPUs:
+
+    >>> from memsym.term import Source, Term, Total
+    >>> run = Total("t", (Term("run", sp.Rational(37, 10) * 86400, "3.7 days",
+    ...                        Source("deepseek-v3", "§1"), unit="s"),), unit="s")
+    >>> round(float(gpu_hours(run, 2048).expr), -4)
+    180000.0
+
+    References
+    ----------
+    .. [deepseek-v3] DeepSeek-AI 2024, arXiv:2412.19437, §1 and Table 1 (GPU hours of training).
     """
     gpus = _arg(gpus, "gpus", "gpus")
     return Total("GPU-hours", tuple(
@@ -474,17 +562,34 @@ def gpu_hours(time: Total, gpus=G) -> Total:
 def training_cost(time: Total, gpus=G, rate=price) -> Total:
     r"""Cost: price per GPU-hour x GPU-hours (seed 004's checklist) [currency].
 
+    .. math:: C = \pi \cdot \frac{G\, t}{3600} \quad\text{(term by term)}
+
     Parameters
     ----------
+    time : Total
+        Training time (:func:`training_time`) [s].
     gpus : int
         Number of GPUs (world size) [GPUs].
-
+    rate : sympy.Expr
+        Price per GPU-hour :math:`\pi` [currency/GPU h].
 
     Examples
     --------
     >>> cost = training_cost(training_time())
     >>> cost.expr
     N*T*price/(450*F*eta)
+
+    DeepSeek-V3 Table 1: 2788K H800 GPU hours (on 2048 GPUs) at $2 per GPU hour: $5.576M:
+
+    >>> from memsym.term import Source, Term, Total
+    >>> run = Total("t", (Term("run", sp.Rational(2788000 * 3600, 2048), "2788K GPU hours",
+    ...                        Source("deepseek-v3", "Table 1"), unit="s"),), unit="s")
+    >>> training_cost(run, 2048, 2).expr
+    5576000
+
+    References
+    ----------
+    .. [deepseek-v3] DeepSeek-AI 2024, arXiv:2412.19437, Table 1 (training costs).
     """
     hours = gpu_hours(time, gpus)
     rate = _arg(rate, "price per GPU-hour", allow_zero=True)

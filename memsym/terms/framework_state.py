@@ -163,7 +163,7 @@ def sgd_state_bytes(numels, state_bytes: int = 4) -> dict:
 
 
 def megatron_buffer_layout(param_numels, dp: int, bucket_size: int | None = None,
-                           shared_embedding=(), pad_for_high_nccl_busbw: bool = False):
+                           shared_embedding=(), pad_for_high_nccl_busbw: bool = False) -> tuple:
     r"""Megatron-core's contiguous buffer layout: (param ranges, bucket ranges, buffer numel).
 
     A port of ``DistributedOptimizer._compute_per_buffer_param_layout``: parameters in

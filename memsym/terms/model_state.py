@@ -34,23 +34,10 @@ from ..values import as_expr
 # forms), shared with the command line without SymPy
 from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, GRAD_DTYPES, OFFLOADS, SCHEMES
 
-__all__ = [
-    "SCHEMES",
-    "CONVENTIONS",
-    "CONVENTION_ALIASES",
-    "PRECISIONS",
-    "OPTIMIZERS",
-    "OFFLOADS",
-    "GRAD_DTYPES",
-    "STATE_DTYPES",
-    "model_state",
-    "byte_widths",
-    "normalize_scheme",
-    "normalize_convention",
-    "megatron_fsdp_state",
-    "deepspeed_allows_pipeline",
-    "MEGATRON_FSDP_STRATEGIES",
-]
+__all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "PRECISIONS", "OPTIMIZERS", "OFFLOADS",
+           "GRAD_DTYPES", "STATE_DTYPES", "model_state", "byte_widths", "normalize_scheme",
+           "normalize_convention", "megatron_fsdp_state", "deepspeed_allows_pipeline",
+           "MEGATRON_FSDP_STRATEGIES"]
 
 #: Bytes of the precision-aware optimizer's state dtypes (Megatron ``optimizer_config.py``).
 STATE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -500,12 +487,26 @@ def host_state(scheme: str = "zero3", *, offload: str = "optimizer", params=None
                convention: str = "zero-paper") -> Total:
     r"""Host (CPU) memory per GPU's share of the offloaded model states [bytes].
 
+    .. math:: M_{\text{host}} = M_{\text{states}} - M_{\text{states on GPU}}
+
     The complement of :func:`model_state`: what ZeRO-Offload moves out of the GPU.
+
+    Parameters
+    ----------
+    scheme, offload, params, dp, convention : as :func:`model_state`
+        The sharding scheme, what is offloaded, the shard's parameters [parameters], the
+        group the states are sharded over [GPUs], and the byte-width convention.
 
     Examples
     --------
+    By hand, ZeRO-2 moves the fp16 gradients and fp32 states, :math:`(2 + 4 + 8)\,N/d` = 3.5 GB:
+
     >>> host_state("zero2").subs(b_g=2, b_m=4, b_o=8).evaluate(N=10**9, d=4, p=1, t=1) / 10**9
     7/2
+
+    References
+    ----------
+    .. [zero-offload] Ren et al. 2021, arXiv:2101.06840, §4 (gradients, optimizer states on CPU).
     """
     scheme = normalize_scheme(scheme)
     offload = choose("offload", offload, OFFLOADS)

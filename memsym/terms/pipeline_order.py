@@ -44,7 +44,7 @@ def _whole(x, what, low=1):
     return int(x)
 
 
-def schedule_rule(p, m, v=1, group_size=None, *, overlap_p2p=True):
+def schedule_rule(p, m, v=1, group_size=None, *, overlap_p2p=True) -> str | None:
     """The Megatron-LM rule an interleaved schedule breaks, or None when it launches.
 
     Verbatim conditions of schedules.py / arguments.py (rev d98e8a6): interleaving needs
@@ -403,7 +403,7 @@ def _bubble_cached(p, m, v, N, ratio, gpipe=False):
 
 
 def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
-                    backward_ratio=2, strict: bool = False):
+                    backward_ratio=2, strict: bool = False) -> sp.Rational:
     r"""Exact pipeline bubble: idle time over the ideal compute time, uniform stages [1].
 
     .. math::
@@ -430,9 +430,9 @@ def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
     v : int
         Model chunks per rank [1].
     group_size : int, optional
-        ``microbatch_group_size_per_vp_stage`` N (default p).
+        ``microbatch_group_size_per_vp_stage`` N (default p) [1].
     backward_ratio : number
-        Backward time over forward time (2, or 3 with full recomputation).
+        Backward time over forward time (2, or 3 with full recomputation) [1].
     strict : bool
         Raise when Megatron-LM would refuse the interleaved layout.
 

@@ -601,7 +601,7 @@ def deepspeed_ipg_buckets() -> Total:
     ))
 
 
-def megatron_buckets(dp=None):
+def megatron_buckets(dp=None) -> sp.Expr:
     r"""Megatron-core's bucket size [parameters]: views into the buffers, no extra memory.
 
     .. math:: \max(4\cdot10^7,\; 10^6\, d)
@@ -625,7 +625,7 @@ def megatron_buckets(dp=None):
 
     References
     ----------
-    Megatron-core ``distributed_data_parallel.py``.
+    Megatron-LM ``megatron/core/distributed/distributed_data_parallel.py`` at d98e8a64dd.
     """
     dp = d if dp is None else as_expr(dp)
     return sp.Max(40 * 10**6, 10**6 * dp)
