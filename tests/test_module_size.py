@@ -21,7 +21,7 @@ LIMIT = 600
 
 #: The modules over the limit, each with its line count when it was listed (it may not grow).
 ALLOWED = {
-    "memsym/terms/model_state.py": 618,
+    "memsym/terms/model_state.py": 614,
     "memsym/terms/communication.py": 636,
     "memsym/measure.py": 730,
     "memsym/analysis.py": 790,
