@@ -328,7 +328,8 @@ def _slice_sections(res) -> list:
               "prints it.  The choice was made after the errors were seen; had a GPT-OSS row",
               "fixed it instead, the ceiling and the errors on the other Blackwell BF16 runs",
               "would be:", "",
-              "| calibrated on | ceiling | mean abs. error, other Blackwell BF16 runs | mean signed |",
+              "| calibrated on | ceiling | mean abs. error, other Blackwell BF16 runs "
+              "| mean signed |",
               "| --- | --- | --- | --- |"]
     by = {r["id"]: r for r in runs()}
     for key, alts in ALTERNATIVE_CALIBRATIONS.items():
@@ -391,10 +392,10 @@ def accuracy_markdown() -> str:
             k, prec = r["calibrates"].split("/")
             lines.append(f"| {k} / {prec} | {efficiency.GEMM_CEILING[(k, prec)]:.3f} | "
                          f"`{r['id']}` ({r['locator']}) |")
-    lines += ["", "B200, B300, GB200 and GB300 share one class (`blackwell`, memsym.hardware), each",
-              "priced at its own datasheet peak and bandwidths.  Its fp8 ceiling is fixed after",
-              "its bf16 one: the fp8 run's output layer runs in bf16.  The fp8 run (Llama 3 8B",
-              "on one DGX-B200: no TP, PP, FSDP or offloading) is the one dense B200 row whose",
+    lines += ["", "B200, B300, GB200 and GB300 share one class (`blackwell`, memsym.hardware),",
+              "each priced at its own datasheet peak and bandwidths.  Its fp8 ceiling is fixed",
+              "after its bf16 one: the fp8 run's output layer runs in bf16.  The fp8 run (Llama 3",
+              "8B on one DGX-B200: no TP, PP, FSDP or offloading) is the one dense B200 row whose",
               "recipe at 067f987df0 still sets the table's layout (the B200 405B row's recipe",
               "sets another); the bf16 choice is discussed below.",
               "fp32 runs as TF32 at the class's bf16 ceiling (not calibrated)."]
