@@ -123,8 +123,9 @@ _TIMING = {  # name -> (HBM GB/s, SMs, efficiency class)
     # 576 TB/s per NVL72 rack / 72 = 8 TB/s (GB200 NVL72 page); MI325X 6 TB/s, MI355X 8 TB/s
     # (AMD).  SMs: Blackwell Ultra 160 (the blog: "160 Streaming Multiprocessors"), GB200's
     # Blackwell the 148 of b200; CUs from ROCm's GPU specifications table (MI325X 304,
-    # MI355X 256).  Classes: no Blackwell or CDNA run is calibrated (GEMM_CEILING's
-    # blackwell and cdna3 carry Hopper's calibrated ceiling); CDNA 4 (MI355X) is priced as
+    # MI355X 256).  Classes: B200, B300, GB200 and GB300 share GEMM_CEILING's blackwell
+    # ceilings (fixed on one Megatron-Bridge run each, docs/time-accuracy.md); no CDNA run is
+    # calibrated (cdna3 carries Hopper's calibrated ceiling); CDNA 4 (MI355X) is priced as
     # cdna3, the nearest class, an assumption its entry states.
     "b300": (8000, 160, "blackwell"), "gb200": (8000, 148, "blackwell"),
     "gb300": (8000, 160, "blackwell"), "mi325x-256gb": (6000, 304, "cdna3"),
@@ -180,15 +181,15 @@ _GPUS = [
         "per GPU ('Inside NVIDIA Blackwell Ultra')",
         "HGX B300 (Blackwell Ultra SXM); dense = sparse / 2 per GPU; FP4 left out (the HGX "
         "B300 dense FP4 figure differs between the copies read: 13.5 and 14 PFLOPS); timing "
-        "class blackwell = Hopper's calibrated ceiling (assumption)",
+        "class blackwell (its ceilings fixed on B200 and GB200 runs; docs/time-accuracy.md)",
         ("b300-288gb", "hgx-b300"), source="nvidia-blackwell-ultra"),
     _nv("gb200", 186, 2500, 5000, 1800,
         "NVIDIA GB200 NVL72 page, rack of 72 GPUs: FP16/BF16 360 / FP8 720 / FP4 1,440 PFLOPS "
         "with sparsity; up to 13.4 TB HBM3e (186 GB per GPU), 576 TB/s; NVLink 1.8 TB/s per GPU "
         "in one 72-GPU domain",
         "Blackwell in a GB200 superchip (1,200 W); per GPU = rack / 72, dense = sparse / 2; "
-        "NVLink domain 72 (4 GPUs per compute tray); timing class blackwell = Hopper's "
-        "calibrated ceiling (assumption)",
+        "NVLink domain 72 (4 GPUs per compute tray); timing class blackwell (its "
+        "ceilings fixed on B200 and GB200 runs; docs/time-accuracy.md)",
         ("gb200-186gb",), source="nvidia-gb200-nvl72", fp4_tf=10000, domain=72),
     _nv("gb300", 279, 2500, 5000, 1800,
         "NVIDIA GB300 NVL72 page, rack of 72 GPUs: FP16/BF16 180, FP8 360, FP4 1,080 PFLOPS "
@@ -196,7 +197,8 @@ _GPUS = [
         "per GPU 279 GB HBM3E, 8 TB/s; 'Inside NVIDIA Blackwell Ultra': 15 PFLOPS dense NVFP4",
         "Blackwell Ultra in a GB300 superchip (1,400 W); the GB300 rack lists 279 GB per GPU "
         "of the chip's 288 GB (the lower, conservative figure is kept); NVLink domain 72; "
-        "timing class blackwell = Hopper's calibrated ceiling (assumption)",
+        "timing class blackwell (its ceilings fixed on B200 and GB200 runs; "
+        "docs/time-accuracy.md)",
         ("gb300-279gb",), source="nvidia-gb300-nvl72", fp4_tf=15000, domain=72),
     _nv("mi325x-256gb", 256, 1307.4, 2614.9, 896,
         "AMD Instinct MI325X: FP16/BF16 1307.4, FP8 2614.9 TFLOPS dense (the MI300X's CDNA 3 "

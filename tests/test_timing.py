@@ -234,7 +234,7 @@ def test_torchtitan_interleaving_gain(results):
 
 
 def test_calibration_points_reproduce_the_stored_ceilings():
-    for (klass, prec) in (("ampere", "bf16"), ("hopper", "bf16"), ("hopper", "fp8")):
+    for (klass, prec) in (("ampere", "bf16"), ("hopper", "bf16"), ("hopper", "fp8")):  # blackwell: test_time_validation.py
         assert time_accuracy.calibrate(klass, prec) == pytest.approx(
             efficiency.GEMM_CEILING[(klass, prec)], abs=0.002)
 

@@ -1,0 +1,155 @@
+"""The step-time validation set (formulas/measured_time.toml, issue 31 deliverable 5).
+
+The Megatron-Bridge rows are checked against the table they were copied from: the step each
+prices is the table's own arithmetic (GBS x seq / (tokens/s/GPU x GPUs)), the layout is the
+row's, the row's printed gradient-accumulation count agrees with it, and the two throughputs
+a row prints (tokens/s and model TFLOP/s) give one FLOPs-per-token value per model, which a
+mistyped digit would break.  The calibration runs are exactly the named ones.  Everything here
+reuses one ``validate()`` (about 2 s).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+import numpy as np
+import pytest
+
+from memsym.timing import efficiency
+from tools import time_accuracy
+
+MBRIDGE = "mbridge-perf-summary"
+#: The one calibration run of each class and precision (docs/time-accuracy.md says why each).
+CALIBRATION = {
+    "korthikanti.t5.175b.present": "ampere/bf16",
+    "llama3.t4.8192": "hopper/bf16",
+    "seed001.baseline": "hopper/fp8",
+    "mbridge.25.11.gb200.deepseek-v3.bf16": "blackwell/bf16",
+    "mbridge.25.11.b200.llama3-8b.fp8": "blackwell/fp8",
+}
+
+
+def _lead(cell) -> float:
+    """The number a table cell starts with: '37556 (36108)' -> 37556, '475[^note]' -> 475,
+    '[888](https://...)' (a Markdown link) -> 888."""
+    return float(re.search(r"\d+(?:\.\d+)?", str(cell)).group())
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return time_accuracy.runs()
+
+
+@pytest.fixture(scope="module")
+def mbridge(runs):
+    out = [r for r in runs if r["source"] == MBRIDGE]
+    assert len(out) >= 60     # the 26.04.01 table and its archive: 64 expressible rows
+    return out
+
+
+@pytest.fixture(scope="module")
+def tabled(runs):
+    """Every run copied from a framework's table (Megatron-Bridge, NeMo): its row as printed."""
+    return [r for r in runs if "table" in r]
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {r.id: r for r in time_accuracy.validate()}
+
+
+def test_step_is_the_tables_arithmetic(tabled):
+    assert len(tabled) >= 70
+    for run in tabled:
+        tb = run["table"]
+        step = tb["gbs"] * tb["seq"] / (_lead(tb["tps"]) * tb["gpus"])
+        assert time_accuracy.measured_step(run) == pytest.approx(step, rel=1e-12), run["id"]
+
+
+def test_layout_and_settings_are_the_rows(tabled, mbridge):
+    na = lambda v: 1 if v == "n/a" else v      # noqa: E731  (the table prints n/a for 1)
+    for run in tabled:
+        tb, lay, st = run["table"], run["layout"], run["settings"]
+        assert (lay["t"], lay["p"], lay["c"], lay["v"], lay.get("e", 1)) == (
+            tb["tp"], tb["pp"], tb["cp"], na(tb["vp"]), na(tb.get("ep", 1))), run["id"]
+        assert time_accuracy.gpus_of(run) == tb["gpus"], run["id"]
+        assert (st["b"], st["B"], st["seq"]) == (tb["mbs"], tb["gbs"], tb["seq"]), run["id"]
+        assert st.get("fsdp", False) == (tb.get("fsdp", 0) > 0), run["id"]
+        assert st["precision"] == {"BF16": "bf16"}.get(tb["precision"], "fp8"), run["id"]
+        assert tb["precision"] in ("BF16", "FP8", "FP8-CS", "FP8-CS (FP8-MX)"), run["id"]
+        # EP is carved from the data-parallel ranks (Megatron: expert layers reuse DP x CP)
+        assert (lay["d"] * lay["c"]) % lay.get("e", 1) == 0, run["id"]
+        if "ga" in tb:   # the 25.11 tables print the accumulation count: GBS / (MBS x DP)
+            agrees = tb["ga"] * tb["mbs"] * lay["d"] == tb["gbs"]
+            # one row contradicts itself; the entry says so (table_note) and prices its layout
+            assert agrees != ("GA" in run.get("table_note", "")), run["id"]
+    noted = [r["id"] for r in mbridge if "table_note" in r]
+    assert noted == ["mbridge.25.11.h100.gpt-oss-120b.bf16"]
+
+
+def test_flops_per_token_agree_within_each_model(tabled):
+    # model TFLOP/s / tokens/s is the model's FLOPs per token: one value per (source, model,
+    # seq).  The tables round (26.04.01's tokens/s are multiples of 32), up to 2.2 % apart; a
+    # wrong digit in either column moves a row by 10 % or more
+    groups = {}
+    for run in tabled:
+        tb = run["table"]
+        model = run.get("preset") or tuple(run["gpt"])
+        groups.setdefault((run["source"], model, tb["seq"]), []).append(
+            (_lead(tb["tflops"]) * 1e12 / _lead(tb["tps"]), run["id"]))
+    for key, rows in groups.items():
+        mid = statistics.median(x for x, _ in rows)
+        bad = [(rid, round(x / mid - 1, 3)) for x, rid in rows if abs(x / mid - 1) > 0.03]
+        assert not bad, (key, bad)
+    # and the check can fail: one digit changed in a tokens/s cell
+    assert abs(_lead("5248") / _lead("4248") - 1) > 0.03
+    assert (_lead("37556 (36108)"), _lead("475[^note-1]"), _lead("[888](https://x/1)")) == (
+        37556, 475, 888)
+
+
+def test_calibration_runs_are_exactly_the_named_ones(runs):
+    named = {r["id"]: r["calibrates"] for r in runs if r["role"] == "calibration"}
+    assert named == CALIBRATION
+    assert all("calibrates" not in r for r in runs if r["role"] != "calibration")
+    # one run per class and precision, each a key of the ceiling table
+    assert len(set(named.values())) == len(named)
+    assert {tuple(v.split("/")) for v in named.values()} <= set(efficiency.GEMM_CEILING)
+
+
+@pytest.mark.parametrize("klass,prec", [("blackwell", "bf16"), ("blackwell", "fp8")])
+def test_blackwell_ceilings_come_from_their_runs(klass, prec):
+    # the stored value reproduces its run's measured step (the Hopper and Ampere ones:
+    # tests/test_timing.py); not Hopper's 0.587 / 0.548 any more
+    fitted = time_accuracy.calibrate(klass, prec)
+    assert fitted == pytest.approx(efficiency.GEMM_CEILING[(klass, prec)], abs=0.002)
+    assert abs(fitted - efficiency.GEMM_CEILING[("hopper", prec)]) > 0.02
+
+
+def test_every_run_is_priced_and_every_slice_counted(runs, results):
+    assert set(results) == {r["id"] for r in runs}
+    assert all(np.isfinite(r.predicted) and r.predicted > 0 for r in results.values())
+    val = [r for r in results.values() if r.role == "validation"]
+    for keys in (("gpu",), ("klass", "precision"), ("kind",)):
+        assert sum(v["n"] for v in time_accuracy.slices(tuple(results.values()), keys).values()) \
+            == len(val)
+    kinds = {time_accuracy.describe(r)["kind"] for r in runs if r["role"] == "validation"}
+    gpus = {r["gpu"] for r in runs if r["role"] == "validation"}
+    assert kinds == {"dense", "MoE"} and {"b200", "b300", "gb200", "gb300", "h100-80gb"} <= gpus
+
+
+def test_skipped_rows_say_why_and_are_not_expressible():
+    rows = time_accuracy.skipped()
+    assert len(rows) > 100
+    for row in rows:
+        loc, why = row["locator"], row["reason"]
+        assert row["source"] in (MBRIDGE, "nemo-perf-2407", "nemo-long-sequence") and why
+        if why.startswith("precision "):
+            # the precision named is the row's, and it is one memsym does not have
+            prec = why.split(" ")[1]
+            assert prec in ("MXFP8", "NVFP4", "FP8-MX") and loc.endswith(prec), loc
+        elif "25.09" in why:
+            assert "25.09 NeMo Container" in loc
+    # a row of a precision memsym has is never left out for its precision
+    assert not [r for r in rows if r["locator"].endswith((" BF16", " FP8", " FP8-CS"))
+                and r["reason"].startswith("precision")]
