@@ -50,14 +50,13 @@ __all__ = [
 
 #: Parallel groups that communicate.
 GROUPS = ("tp", "cp", "pp", "dp", "ep")
-#: Rank order from innermost (fastest-varying) to outermost. REF: seed002; llama3 §3.3.2.
+#: Rank order from innermost (fastest-varying) to outermost. REF: llama3 §3.3.2.
 LAYOUT_ORDER = ("tp", "cp", "pp", "dp")
 CP_VARIANTS = ("ring", "all-gather", "ulysses")
 #: link name -> bandwidth symbol
 LINKS = {"intra": beta_intra, "inter": beta_inter}
 
 _TP = Source("narayanan", "§3.2 (4 all-reduces of bsh per layer per microbatch)")
-_SEED_TP = Source("seed002", "tp_bytes_per_step")
 _SP = Source("korthikanti", "§4.2.2 (all-gather + reduce-scatter, same bytes as TP)")
 _PP = Source("narayanan", "§4.1 (bsh per microbatch between stages; bsh/t scatter/gather)")
 _DP = Source("zero", "§7 (DP all-reduce 2Ψ; P_os+g 2Ψ; P_os+g+p 3Ψ)")
@@ -162,8 +161,8 @@ def tp_bytes_per_step() -> Term:
     .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §3.2 (:math:`8bsh(t-1)/t` per layer).
     """
     return Term("tp", 4 * collective_bytes("all-reduce", s * b * h * b_c, t) * L,
-                "tensor-parallel bytes per GPU per step (seed 002, one microbatch, no pipeline)",
-                _SEED_TP, label="TP")
+                "tensor-parallel bytes per GPU per step (one microbatch, no pipeline)",
+                _TP, label="TP")
 
 
 def _pp(scatter_gather: bool, interleaved: bool, context: bool = False) -> _Traffic:

@@ -11,7 +11,7 @@ References
 .. [narayanan2021] Narayanan et al. 2021, arXiv:2104.04473, §5.1 Eq. (2)-(4).
 .. [korthikanti2022] Korthikanti et al. 2022, arXiv:2205.05198, Appendix A, §6.3 (MFU, HFU).
 .. [kaplan2020] Kaplan et al. 2020, arXiv:2001.08361, §2.1 (C = 6 N per token).
-.. [seed004] shared/seeds/004: cost = price x estimated training time.
+.. [deepseek-v3] DeepSeek-AI 2024, arXiv:2412.19437, Table 1 (cost = GPU hours x price).
 """
 
 from __future__ import annotations
@@ -555,12 +555,12 @@ def gpu_hours(time: Total, gpus=G) -> Total:
     return Total("GPU-hours", tuple(
         Term(term.key, sp.cancel(gpus * term.expr / 3600) if not term.expr.has(sp.Max)
              else gpus * term.expr / 3600,
-             term.description + "; in GPU-hours", Source("seed004", "チェックリスト 1 (単価 × 推定学習時間)"),
+             term.description + "; in GPU-hours", Source("deepseek-v3", "§1 and Table 1 (GPU hours = GPUs x wall-clock hours)"),
              unit="GPU h", label=term.label) for term in time), unit="GPU h")
 
 
 def training_cost(time: Total, gpus=G, rate=price) -> Total:
-    r"""Cost: price per GPU-hour x GPU-hours (seed 004's checklist) [currency].
+    r"""Cost: price per GPU-hour x GPU-hours (DeepSeek-V3's Table 1) [currency].
 
     .. math:: C = \pi \cdot \frac{G\, t}{3600} \quad\text{(term by term)}
 
@@ -595,5 +595,6 @@ def training_cost(time: Total, gpus=G, rate=price) -> Total:
     rate = _arg(rate, "price per GPU-hour", allow_zero=True)
     return Total("training cost", tuple(
         Term(term.key, rate * term.expr, "price per GPU-hour x GPU-hours",
-             Source("seed004", "チェックリスト 1 (単価 × 推定学習時間)"), unit="currency",
+             Source("deepseek-v3", "Table 1 (training cost = GPU hours x rental price per GPU "
+                                   "hour)"), unit="currency",
              label=term.label) for term in hours), unit="currency")

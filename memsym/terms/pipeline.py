@@ -2,14 +2,13 @@ r"""Pipeline bubble and the batch identity that ties micro-batches, microbatches
 
 The bubble is the idle time of a pipeline flush relative to the ideal compute time
 (Narayanan et al. 2021 §2.2.1): :math:`(p-1)/m`, and :math:`(p-1)/(v\,m)` with the
-interleaved schedule (§2.2.2).  The global batch is :math:`B = b\,m\,d` (seed 002: changing
-t changes d and therefore the global batch, a hyper-parameter change).
+interleaved schedule (§2.2.2).  The global batch is :math:`B = b\,m\,d` (§3, whose notation it is: at a fixed
+number of GPUs, changing t changes d and therefore the global batch, a hyper-parameter change).
 
 References
 ----------
 .. [narayanan2021] Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
    Clusters Using Megatron-LM", SC21, arXiv:2104.04473, §2.2.
-.. [seed002] shared/seeds/002: bubble table for 8 stages, m = 4 ... 64.
 """
 
 from __future__ import annotations
