@@ -216,3 +216,28 @@ def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, 
     with pytest.raises(InvalidValueError, match=match) as err:
         from_hf_config(_write(tmp_path, cfg))
     assert "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------
+# the Mamba-2 layer's activations (memsym/terms/mamba.py), not yet composed into an estimate
+# --------------------------------------------------------------------------------------------
+
+def test_mamba_layer_activations_of_nemotron_h_8b_by_hand():
+    from memsym.symbols import G_ssm, H_ssm, N_ssm, b, d_ssm, h, s, t
+    from memsym.terms.mamba import mamba_layer_activations
+
+    # Nemotron-H-8B (above), s = 8192, b = 1, t = 1, bf16, written out from the tensors the
+    # sources save: the fused norm's input and output [s, b, 4096] each; zxBCdt
+    # [b, s, 2*8192 + 2*8*128 + 128]; out_x [b, s, 128, 64]; the gated RMSNorm's input
+    # [s*b, 8192] and rstd [8 * s*b] fp32; out_proj's input [s, b, 8192]
+    tokens = 8192
+    by_hand = (2 * 2 * tokens * 4096 + 2 * tokens * (2 * 8192 + 2 * 8 * 128 + 128)
+               + 2 * tokens * 128 * 64 + 2 * tokens * 8192 + 4 * 8 * tokens + 2 * tokens * 8192)
+    vals = {s: tokens, b: 1, t: 1, h: 4096, d_ssm: 128 * 64, G_ssm: 8, N_ssm: 128, H_ssm: 128}
+    assert mamba_layer_activations().expr.subs(vals) == by_hand
+    # tensor parallelism splits every d_ssm-, G- and H-wide tensor; sequence parallelism also
+    # the h-wide ones; hidden dropout adds a 1-byte mask of h per token
+    sp8 = mamba_layer_activations(sequence_parallel=True, dropout=True).expr.subs({**vals, t: 8})
+    assert sp8 * 8 == by_hand + tokens * 4096
+    keys = [term.key for term in mamba_layer_activations(gated_norm=False)]
+    assert keys == ["norm_inputs", "zxbcdt", "scan_output", "out_proj_input"]
