@@ -12,6 +12,7 @@ and the Mamba sizes, read with the defaults of transformers' config class and th
 from __future__ import annotations
 
 from .. import limits as _limits
+from .architecture import printable
 from .hf_fields import ConfigFields
 
 __all__ = ["HYBRID_TYPES", "HYBRID_READERS"]
@@ -157,6 +158,9 @@ def _read_nemotron_h(c: ConfigFields, notes: list) -> dict:
         count = len(raw) if isinstance(raw, list) else 0
     else:
         pattern = c.data.get("hybrid_override_pattern")
+        if isinstance(pattern, str):
+            # bounded before a list is built from it (memsym.limits "config_layers")
+            _limits.check_limit("config_layers", max(len(pattern), 1), "the Nemotron-H layer list")
         if pattern is None:
             raw = ["linear_attention", "moe", "full_attention", "mlp"]
         elif not isinstance(pattern, str) or any(ch not in _PATTERN for ch in pattern):
@@ -168,6 +172,10 @@ def _read_nemotron_h(c: ConfigFields, notes: list) -> dict:
     _limits.check_limit("config_layers", max(count, 1), "the Nemotron-H layer list")
     if not count:
         raise c._bad("the Nemotron-H layer list (layers_block_type) must not be empty")
+    stated = c.data.get("num_hidden_layers")
+    if stated is not None and stated != count:
+        notes.append(f"num_hidden_layers={printable(repr(stated), 20)} ignored: transformers' "
+                     f"NemotronHConfig builds the {count} layers its layer list names")
     c.data = {**c.data, "layers_block_type": raw, "layer_types": None,
               "num_hidden_layers": count}
     kinds = _layer_types(c, "layers_block_type", count,
