@@ -241,3 +241,26 @@ def test_mamba_layer_activations_of_nemotron_h_8b_by_hand():
     assert sp8 * 8 == by_hand + tokens * 4096
     keys = [term.key for term in mamba_layer_activations(gated_norm=False)]
     assert keys == ["norm_inputs", "zxbcdt", "scan_output", "out_proj_input"]
+
+
+def test_the_record_refuses_patterns_that_do_not_fit():
+    from memsym.model import Architecture, resolve
+
+    base = dict(num_layers=2, hidden_size=8, num_attention_heads=2, position_embedding_type="rope",
+                mamba_inner_size=16, mamba_state_dim=4, mamba_num_heads=2)
+    with pytest.raises(InvalidValueError, match="layer_mixers must list 2 entries"):
+        resolve(Architecture(**base, layer_mixers=("mamba", "ssm")))
+    with pytest.raises(InvalidValueError, match="ffn_layers says has no"):
+        resolve(Architecture(**base, layer_mixers=("mamba", "attention"), ffn_layers=(0, 1),
+                             num_experts=2, moe_router_topk=1, moe_layer_freq=(1, 1)))
+    with pytest.raises(InvalidValueError, match="need mamba_dt_rank"):
+        resolve(Architecture(**base, layer_mixers=("mamba", "attention"), mamba_version=1))
+    with pytest.raises(InvalidValueError, match="mamba_state_dim"):
+        resolve(Architecture(**{**base, "mamba_state_dim": 2 ** 40},
+                             layer_mixers=("mamba", "attention")))
+
+
+def test_a_hybrid_has_no_single_layer_count(tmp_path):
+    arch = from_hf_config(_write(tmp_path, SMALL["bamba"]))
+    with pytest.raises(InvalidValueError, match="layers differ"):
+        symbolic_parameters(arch, "layer", per_layer=True)
