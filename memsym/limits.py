@@ -313,6 +313,8 @@ FIELD_LIMITS = MappingProxyType({
     "q_lora_rank": "rank", "kv_lora_rank": "rank", "qk_head_dim": "head_dim",
     "qk_pos_emb_head_dim": "head_dim", "v_head_dim": "head_dim", "mtp_num_layers": "layers",
     "norms_per_layer": "norms", "moe_layer_freq": "layers",
+    "mamba_inner_size": "ffn", "mamba_state_dim": "head_dim", "mamba_num_heads": "heads",
+    "mamba_num_groups": "heads", "mamba_conv_kernel": "head_dim", "mamba_dt_rank": "rank",
     # Layout: every parallel degree is a number of GPUs
     "t": "gpus", "p": "stages", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",
     "first_stage_layers": "layers", "last_stage_layers": "layers",

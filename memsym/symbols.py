@@ -138,6 +138,24 @@ d_r = _register("d_r", r"d_{\mathrm{r}}", "MLA decoupled RoPE head dim (qk_rope_
                 "Megatron qk_pos_emb_head_dim)", "1", "positive integer")
 d_v = _register("d_v", r"d_{\mathrm{v}}", "MLA value head dim (v_head_dim)", "1",
                 "positive integer")
+# --- hybrid Mamba / attention models (memsym/model/counts.py, memsym/terms/mamba.py) --------
+L_att = _register("L_att", r"L_{\mathrm{att}}", "number of layers with an attention mixer (hybrid "
+                  "models; L otherwise)", "1", "nonnegative")
+L_ssm = _register("L_ssm", r"L_{\mathrm{ssm}}", "number of layers with a Mamba (state-space) "
+                  "mixer", "1", "nonnegative")
+L_ffn = _register("L_ffn", r"L_{\mathrm{ffn}}", "number of layers with an MLP or MoE block "
+                  "(hybrid models; L otherwise)", "1", "nonnegative")
+d_ssm = _register("d_ssm", r"d_{\mathrm{ssm}}", "Mamba inner width (d_inner = expand h, or "
+                  "heads x head dim)", "1", "positive integer")
+N_ssm = _register("N_ssm", r"N_{\mathrm{ssm}}", "Mamba state size per channel (d_state, N)", "1",
+                  "positive integer")
+G_ssm = _register("G_ssm", r"G_{\mathrm{ssm}}", "Mamba-2 B/C groups (n_groups)", "1",
+                  "positive integer")
+H_ssm = _register("H_ssm", r"H_{\mathrm{ssm}}", "Mamba-2 heads (nheads)", "1", "positive integer")
+k_conv = _register("k_conv", r"k_{\mathrm{conv}}", "Mamba causal depthwise convolution width "
+                   "(d_conv)", "1", "positive integer")
+r_dt = _register("r_dt", r"r_{\Delta}", "Mamba-1 time-step projection rank (dt_rank)", "1",
+                 "positive integer")
 # --- communication and time: groups, links, FLOP/s (memsym/terms/communication.py) --------
 n_node = _register("n_node", r"n_{\mathrm{node}}", "GPUs per node (one NVLink domain)", "GPUs",
                    "positive integer")

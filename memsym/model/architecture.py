@@ -17,6 +17,7 @@ from ..errors import InvalidValueError, UnknownNameError
 from ..text import printable, short
 
 __all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern", "LIMITS",
+           "MIXERS", "mixer_counts", "is_hybrid",
            "check_limit", "printable"]
 
 # Every size an architecture carries is bounded (memsym.limits, the one table of limits), so a
@@ -75,6 +76,22 @@ class Architecture:
     * ``xielu_activation``: the MLP's activation is xIELU with two learned scalars (``alpha_p``,
       ``alpha_n``) per MLP (Apertus).
 
+    Fields of the hybrid Mamba / attention models (Jamba, Bamba, Falcon-H1, Nemotron-H,
+    Granite 4.0; Megatron-core's ``hybrid_override_pattern`` describes the same per layer):
+
+    * ``layer_mixers``: a tuple of L entries of :data:`MIXERS`: ``"attention"``, ``"mamba"``,
+      ``"parallel"`` (attention and Mamba side by side on one input, Falcon-H1) or ``"none"``
+      (an MLP/MoE-only layer, Nemotron-H); None: every layer has attention.
+    * ``ffn_layers``: a tuple of L 0/1 entries, 1 where the layer has an MLP or MoE block
+      (Nemotron-H's Mamba and attention layers have none); None: every layer.  A MoE pattern
+      (``moe_layer_freq``) may only mark layers that have one.
+    * ``mamba_version`` 1 (Mamba-1: x_proj, dt_proj, A of d_inner x N; Jamba) or 2 (Mamba-2:
+      one in_proj to z, x, B, C, dt; A, D, dt bias per head), ``mamba_inner_size`` d_inner,
+      ``mamba_state_dim`` N, ``mamba_num_heads`` and ``mamba_num_groups`` (Mamba-2),
+      ``mamba_conv_kernel``, ``mamba_dt_rank`` (Mamba-1), the bias switches of conv1d, in_proj
+      and out_proj, ``mamba_gated_norm`` (Mamba-2's RMSNorm over d_inner before out_proj) and
+      ``mamba_inner_norms`` (Jamba's RMSNorms of dt_rank, N, N on dt, B, C).
+
     Every size is bounded by :data:`LIMITS`; the name is kept printable (:func:`printable`).
     """
 
@@ -125,6 +142,21 @@ class Architecture:
     parallel_attention: bool = False               # attention and MLP in parallel (no count change)
     # --- added for the newer Hugging Face families (issue 32) ---
     xielu_activation: bool = False                 # 2 learned activation scalars per MLP (Apertus)
+    # --- hybrid Mamba / attention models (issue 32) ---
+    layer_mixers: Optional[tuple] = None           # per layer: MIXERS entry; None = all attention
+    ffn_layers: Optional[tuple] = None             # per layer 0/1: has an MLP or MoE; None = all
+    mamba_version: int = 2                         # 1: Mamba-1 selective scan; 2: Mamba-2 SSD
+    mamba_inner_size: Optional[int] = None         # d_inner (expand * h, or heads * head dim)
+    mamba_state_dim: Optional[int] = None          # d_state N
+    mamba_num_heads: Optional[int] = None          # Mamba-2 heads (dt, A, D per head)
+    mamba_num_groups: int = 1                      # Mamba-2 B/C groups
+    mamba_conv_kernel: int = 4                     # d_conv
+    mamba_dt_rank: Optional[int] = None            # Mamba-1 dt_rank
+    mamba_conv_bias: bool = True                   # conv1d bias
+    mamba_in_proj_bias: bool = False               # in_proj bias
+    mamba_out_proj_bias: bool = False              # out_proj bias
+    mamba_gated_norm: bool = True                  # Mamba-2 gated RMSNorm over d_inner
+    mamba_inner_norms: bool = False                # Jamba's RMSNorms on dt, B and C (Mamba-1)
 
     @property
     def is_moe(self) -> bool:
@@ -147,13 +179,22 @@ _POSITIONS = {"learned_absolute": "learned_absolute", "learned": "learned_absolu
 _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
                "kv_channels", "ffn_hidden_size", "vocab_size", "make_vocab_size_divisible_by",
                "max_position_embeddings", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
-               "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+               "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+               "mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
+               "mamba_conv_kernel", "mamba_dt_rank")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
-                "parallel_attention", "xielu_activation")
+                "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
+                "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
+MIXERS = ("attention", "mamba", "parallel", "none")
+"""The ``layer_mixers`` entries: a layer's token mixer(s)."""
+_MAMBA_INT_FIELDS = ("mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
+                     "mamba_conv_kernel", "mamba_dt_rank")
+_MAMBA_BOOL_FIELDS = ("mamba_conv_bias", "mamba_in_proj_bias", "mamba_out_proj_bias",
+                      "mamba_gated_norm", "mamba_inner_norms")
 
 
 def pos_int(value, what: str, allow_zero: bool = False) -> int:
@@ -285,6 +326,7 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
                 raise InvalidValueError(f"multi_latent_attention needs {name}")
     if arch.moe_router_bias is None:
         upd["moe_router_bias"] = bool(arch.add_bias_linear)
+    _resolve_hybrid(arch, upd)
     fields = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
     fields.update(upd)
     _MAKING.ok = True
@@ -292,6 +334,67 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
         return Resolved(**fields)
     finally:
         _MAKING.ok = False
+
+
+def _resolve_hybrid(arch: Architecture, upd: dict) -> None:
+    """Check the hybrid Mamba / attention fields into ``upd`` (patterns of L entries)."""
+    n_layers = upd["num_layers"]
+    mixers, ffn = arch.layer_mixers, arch.ffn_layers
+    if mixers is not None:
+        if (not isinstance(mixers, (list, tuple)) or len(mixers) != n_layers
+                or any(not isinstance(m, str) or m not in MIXERS for m in mixers)):
+            raise InvalidValueError(f"layer_mixers must list {n_layers} entries, each one of "
+                                    f"{', '.join(MIXERS)}")
+        upd["layer_mixers"] = tuple(mixers)
+    if ffn is not None:
+        if (not isinstance(ffn, (list, tuple)) or len(ffn) != n_layers
+                or any(isinstance(v, bool) or v not in (0, 1) for v in ffn)):
+            raise InvalidValueError(f"ffn_layers must list {n_layers} entries of 0 or 1")
+        upd["ffn_layers"] = tuple(int(v) for v in ffn)
+        moe = upd.get("moe_layer_freq")
+        if upd.get("num_experts") and isinstance(moe, tuple) and any(
+                m and not v for m, v in zip(moe, upd["ffn_layers"])):
+            raise InvalidValueError("moe_layer_freq marks a layer that ffn_layers says has no "
+                                    "MLP or MoE block")
+    if arch.mamba_version not in (1, 2) or isinstance(arch.mamba_version, bool):
+        raise InvalidValueError(f"mamba_version must be 1 or 2, got "
+                                f"{printable(repr(arch.mamba_version), 40)}")
+    if mixers is not None and any(m in ("mamba", "parallel") for m in mixers):
+        need = ["mamba_inner_size", "mamba_state_dim"]
+        need.append("mamba_num_heads" if arch.mamba_version == 2 else "mamba_dt_rank")
+        for name in need:
+            if name not in upd:
+                raise InvalidValueError(f"Mamba layers (mamba_version {arch.mamba_version}) "
+                                        f"need {name}")
+
+
+def mixer_counts(arch: Architecture) -> tuple:
+    """(layers with attention, layers with Mamba, layers with an MLP or MoE block).
+
+    A ``"parallel"`` layer counts in both of the first two.
+
+    Examples
+    --------
+    >>> mixer_counts(Architecture(num_layers=3, hidden_size=8, num_attention_heads=2,
+    ...     position_embedding_type="rope", layer_mixers=("mamba", "attention", "none"),
+    ...     ffn_layers=(0, 0, 1), mamba_inner_size=16, mamba_state_dim=4, mamba_num_heads=2))
+    (1, 1, 1)
+    """
+    x = lenient(arch)
+    n_layers = x.num_layers
+    if x.layer_mixers is None:
+        n_att, n_ssm = n_layers, 0
+    else:
+        n_att = sum(m in ("attention", "parallel") for m in x.layer_mixers)
+        n_ssm = sum(m in ("mamba", "parallel") for m in x.layer_mixers)
+    n_ffn = n_layers if x.ffn_layers is None else sum(x.ffn_layers)
+    return n_att, n_ssm, n_ffn
+
+
+def is_hybrid(arch: Architecture) -> bool:
+    """Whether the layers differ in their mixers or MLP presence (``layer_mixers`` or
+    ``ffn_layers`` given)."""
+    return arch.layer_mixers is not None or arch.ffn_layers is not None
 
 
 _MAKING = threading.local()
@@ -398,13 +501,29 @@ def moe_layer_pattern(arch: Architecture) -> tuple:
 def layer_kinds(arch: Architecture) -> frozenset:
     """The layer kinds a model has: ``{False}`` (dense), ``{True}`` (every layer MoE) or both.
 
+    The memory and time estimates split a model into stages by these kinds, so a hybrid model
+    (``layer_mixers`` or ``ffn_layers`` given), whose layers differ beyond dense/MoE, is refused
+    here in one line: its Mamba layers' activations and per-stage parameters are not modelled
+    (its parameter count, :func:`memsym.model.parameter_count`, is exact).
+
+    Raises
+    ------
+    InvalidValueError
+        A hybrid Mamba / attention model.
+
     Examples
     --------
     >>> from memsym.model import preset
     >>> sorted(layer_kinds(preset("deepseek-v3"))), sorted(layer_kinds(preset("llama2-7b")))
     ([False, True], [False])
     """
-    return _pattern_info(lenient(arch))[1]
+    x = lenient(arch)
+    if is_hybrid(x):
+        raise InvalidValueError(
+            f"model {x.name!r} is a hybrid Mamba/attention model: a memory or time estimate of "
+            "it is refused, as its Mamba layers' activations and per-stage split are not "
+            "modelled (its parameter count is exact: memsym.model.parameter_count)")
+    return _pattern_info(x)[1]
 
 
 def moe_layer_count(arch: Architecture) -> int:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, UnknownNameError
-from .architecture import (Architecture, lenient, moe_layer_count, moe_layer_pattern,
-                           padded_vocab_size, resolve)
+from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, moe_layer_count,
+                           moe_layer_pattern, padded_vocab_size, resolve)
 from ..terms.adapters import LORA_TARGETS, lower_choice
-from ..symbols import (E, L, L_m, V, a, d_h, d_qk, d_r, d_v, f, f_e, f_sh, g, h, k, n_mtp, r_kv,
-                       r_q, s_max)
+from ..symbols import (E, G_ssm, H_ssm, L, L_att, L_ffn, L_m, L_ssm, N_ssm, V, a, d_h, d_qk, d_r,
+                       d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
 from .presets import preset
 from ..term import Source, Term, Total
 
@@ -21,7 +21,7 @@ from ..term import Source, Term, Total
 __all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "parameter_total", "lora_parameter_count"]
 
 
-COMPONENTS = ("embedding", "position_embedding", "attention", "mlp", "norms", "router",
+COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "mlp", "norms", "router",
               "shared_experts", "experts", "output_layer", "mtp", "mtp_experts")
 """Keys of :func:`parameter_expression` / :func:`parameter_counts`, in model order."""
 
@@ -91,6 +91,39 @@ def _mlp_parts(x: Architecture, width):
         rep += h                            # row-parallel fc2 bias
     if x.xielu_activation:
         rep += 2                            # xIELU's alpha_p and alpha_n (Apertus), one each
+    return tp, rep
+
+
+def mamba_parts(x: Architecture):
+    """One Mamba mixer's parameters as (TP-sharded, TP-replicated) expressions.
+
+    Mamba-2 (Dao & Gu 2024 §7; transformers' BambaMixer, NemotronHMamba2Mixer, ...): in_proj
+    h -> 2 d_ssm + 2 G N + H (z, x, B, C, dt), a depthwise conv1d of k_conv taps over
+    x, B, C (d_ssm + 2 G N channels), dt_bias, A_log and D per head, a gated RMSNorm over
+    d_ssm, out_proj d_ssm -> h.  Mamba-1 (Gu & Dao 2023 Algorithm 2; JambaMambaMixer):
+    in_proj h -> 2 d_ssm (x, z), conv1d over d_ssm, x_proj d_ssm -> r_dt + 2N, dt_proj
+    r_dt -> d_ssm with bias, A_log d_ssm x N, D d_ssm, out_proj d_ssm -> h, and Jamba's
+    RMSNorms of r_dt, N, N on dt, B, C.  Megatron-core's MambaMixer shards in_proj by columns,
+    the conv, heads and norm with them and out_proj by rows (its bias replicated).
+    """
+    rep = h if x.mamba_out_proj_bias else ZERO
+    if x.mamba_version == 1:
+        conv_ch = d_ssm
+        tp = 2 * d_ssm * h + d_ssm * (r_dt + 2 * N_ssm) + r_dt * d_ssm + d_ssm
+        tp += d_ssm * N_ssm + d_ssm + d_ssm * h
+        if x.mamba_in_proj_bias:
+            tp += 2 * d_ssm
+        if x.mamba_inner_norms:
+            rep += r_dt + 2 * N_ssm
+    else:
+        conv_ch = d_ssm + 2 * G_ssm * N_ssm
+        proj = 2 * d_ssm + 2 * G_ssm * N_ssm + H_ssm
+        tp = proj * h + 3 * H_ssm + d_ssm * h
+        if x.mamba_in_proj_bias:
+            tp += proj
+        if x.mamba_gated_norm:
+            tp += d_ssm
+    tp += conv_ch * k_conv + (conv_ch if x.mamba_conv_bias else ZERO)
     return tp, rep
 
 
@@ -166,9 +199,15 @@ def parameter_expression(arch: Architecture) -> dict:
     """
     x = lenient(arch)
     pattern = moe_layer_pattern(x)
-    any_moe, any_dense = any(pattern), not all(pattern)
+    hybrid = is_hybrid(x)
+    n_att, n_ssm, n_ffn = mixer_counts(x)
+    any_moe = any(pattern)
+    # a hybrid model counts its attention and MLP/MoE layers by its own patterns (L_att, L_ffn)
+    any_dense = n_ffn > sum(pattern) if hybrid else not all(pattern)
+    layers_att = L_att if hybrid else L
+    layers_ffn = L_ffn if hybrid else L
     n_moe = L_m if any_moe else ZERO
-    n_dense = (L - L_m) if any_moe else L
+    n_dense = (layers_ffn - L_m) if any_moe else layers_ffn
     out = {key: ZERO for key in COMPONENTS}
     out["embedding"] = V * h
     if x.position_embedding_type == "learned_absolute":
@@ -179,8 +218,11 @@ def parameter_expression(arch: Architecture) -> dict:
         out["output_layer"] += V
     dense_parts = layer_parts(x, False) if any_dense else {}
     moe_parts = layer_parts(x, True) if any_moe else {}
-    for key in ("attention", "norms"):
-        out[key] = L * sum(layer_parts(x, any_moe)[key][:3], ZERO)
+    for key, layers in (("attention", layers_att), ("norms", L)):
+        if not hybrid or n_att or key == "norms":
+            out[key] = layers * sum(layer_parts(x, any_moe)[key][:3], ZERO)
+    if n_ssm:
+        out["mamba"] = L_ssm * sum(mamba_parts(x), ZERO)
     out["norms"] += norm_params(x) * h                  # final norm
     if x.embedding_norm:                         # BLOOM's word_embeddings_layernorm
         out["norms"] += norm_params(x) * h
@@ -232,6 +274,14 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
             d_h: x.kv_channels, f: x.ffn_hidden_size, V: vocab, L: x.num_layers,
             s_max: x.max_position_embeddings or 1, n_mtp: x.mtp_num_layers,
             L_m: moe_layer_count(x)}
+    vals[L_att], vals[L_ssm], vals[L_ffn] = mixer_counts(x)
+    if vals[L_ssm]:
+        vals.update({d_ssm: x.mamba_inner_size, N_ssm: x.mamba_state_dim,
+                     k_conv: x.mamba_conv_kernel})
+        if x.mamba_version == 1:
+            vals[r_dt] = x.mamba_dt_rank
+        else:
+            vals.update({H_ssm: x.mamba_num_heads, G_ssm: x.mamba_num_groups})
     if x.is_moe:
         vals.update({E: x.num_experts, k: x.moe_router_topk, f_e: x.moe_ffn_hidden_size,
                      f_sh: x.moe_shared_expert_intermediate_size or 0})
@@ -380,7 +430,7 @@ def gpt_parameter_expression(final_norm: bool = True) -> sp.Expr:
     return sp.expand(total)
 
 
-_PER_LAYER = {"attention": False, "norms": False, "mlp": False, "layer": False,
+_PER_LAYER = {"attention": False, "mamba": False, "norms": False, "mlp": False, "layer": False,
               "router": True, "shared_experts": True, "experts": True, "moe_layer": True}
 
 
@@ -402,6 +452,13 @@ def symbolic_parameters(model, component: str = "total", per_layer: bool = False
         if component not in _PER_LAYER:
             raise UnknownNameError("per-layer component", component, list(_PER_LAYER))
         moe = _PER_LAYER[component]
+        if component == "mamba":
+            if not mixer_counts(x)[1]:
+                raise InvalidValueError(f"{x.name} has no Mamba layers (asked for mamba)")
+            return sp.expand(sum(mamba_parts(x), ZERO))
+        if component in ("layer", "moe_layer") and is_hybrid(x):
+            raise InvalidValueError(f"{x.name} is a hybrid model whose layers differ: ask for "
+                                    "attention, mamba, mlp, norms or the MoE parts")
         if moe and not x.is_moe:
             raise InvalidValueError(f"{x.name} has no MoE layers (asked for {component})")
         parts = layer_parts(x, moe)
@@ -423,6 +480,9 @@ def _component_sources(x: Architecture) -> dict:
         "position_embedding": Source("narayanan", "§5.1 Eq. 2 (the sh term)"),
         "attention": (Source("deepseek-v2", "§2.1.2-2.1.3 (MLA projections)")
                       if x.multi_latent_attention else Source("megatron-lm", mega + ": 2dh(a+g)")),
+        "mamba": Source("mamba2" if x.mamba_version == 2 else "mamba1",
+                        "§7 Mamba-2 block" if x.mamba_version == 2 else
+                        "Algorithm 2 (selective SSM); JambaMambaMixer's dt/B/C norms"),
         "mlp": Source("megatron-lm", mega + ": 2γhf"),
         "norms": (Source("hf-transformers-5", "modeling_<model_type>.py: the norms each decoder layer "
                                          "builds (η per element) + final (+ embedding) norm")
@@ -456,7 +516,8 @@ def parameter_total(arch: Architecture):
     x = lenient(arch)
     sources = _component_sources(x)
     what = {"embedding": "word embedding (V rows of h)", "position_embedding": "learned positions",
-            "attention": "attention projections per layer", "mlp": "dense MLPs",
+            "attention": "attention projections per layer",
+            "mamba": "Mamba mixers (in/out projections, conv1d, A, D, dt, norm)", "mlp": "dense MLPs",
             "norms": "normalisation weights (per layer and final)", "router": "MoE routers",
             "shared_experts": "shared experts", "experts": "routed experts",
             "output_layer": "output layer (untied weight, bias)", "mtp": "multi-token-prediction layers",

@@ -9,19 +9,14 @@ file is evaluated; every size is bounded.
 
 from __future__ import annotations
 
-import json
 import os
 
-from .. import limits as _limits
-from ..limits import MAX_NUMBER_CHARS, check_text
-from ..errors import InvalidValueError, UnknownNameError
-from .architecture import Architecture, check_limit, printable, resolve
+from ..errors import UnknownNameError
+from .architecture import Architecture, printable, resolve
+from .hf_fields import ConfigFields, read_config_json
+from .hf_hybrid import HYBRID_READERS, HYBRID_TYPES
 
 __all__ = ["from_hf_config", "HF_MODEL_TYPES"]
-
-
-# a config.json is a few KB; refuse anything far larger (memsym.limits, documented there)
-from ..limits import MAX_CONFIG_JSON_BYTES as _MAX_CONFIG_BYTES  # noqa: E402
 
 
 # model_type -> the config class's defaults that matter when the file omits the field:
@@ -83,11 +78,10 @@ _TEXT_CONFIG = {
 }
 # model types transformers builds with layers memsym does not model: refused in one line that
 # says so, with no near name suggested (a near name is another model, with another count)
-_HYBRID_MAMBA = "hybrid Mamba (state-space) layers are not modelled"
+_HYBRID_MAMBA = ("hybrid Mamba layers with attention blocks shared across layers are not "
+                 "modelled")
 _NOT_MODELLED = {
-    "jamba": _HYBRID_MAMBA, "falcon_h1": _HYBRID_MAMBA, "bamba": _HYBRID_MAMBA,
-    "zamba": _HYBRID_MAMBA, "zamba2": _HYBRID_MAMBA, "nemotron_h": _HYBRID_MAMBA,
-    "granitemoehybrid": _HYBRID_MAMBA,
+    "zamba": _HYBRID_MAMBA, "zamba2": _HYBRID_MAMBA,
     "mamba": "Mamba (state-space) layers are not modelled",
     "mamba2": "Mamba (state-space) layers are not modelled",
     "falcon_mamba": "Mamba (state-space) layers are not modelled",
@@ -111,7 +105,8 @@ _DROPOUT.update({
     "falcon": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
     "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
 })
-HF_MODEL_TYPES = tuple(sorted(set(_DEFAULTS) | set(_TEXT_CONFIG)))
+_DROPOUT.update({mtype: row[2] for mtype, row in HYBRID_READERS.items()})
+HF_MODEL_TYPES = tuple(sorted(set(_DEFAULTS) | set(_TEXT_CONFIG) | set(HYBRID_TYPES)))
 """The ``model_type`` values :func:`from_hf_config` reads."""
 
 _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
@@ -134,180 +129,17 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "SeedOssForCausalLM": "seed_oss",
              "Exaone4ForCausalLM": "exaone4", "HunYuanDenseV1ForCausalLM": "hunyuan_v1_dense",
              "ApertusForCausalLM": "apertus", "ArceeForCausalLM": "arcee",
-             "Dots1ForCausalLM": "dots1"}
-
-# config.json field -> the LIMITS entry that bounds it (checked as the value is read, before
-# anything, such as a per-layer pattern, is built from it)
-_FIELD_LIMITS = {
-    "num_hidden_layers": "num_layers", "n_layer": "num_layers",
-    "first_k_dense_replace": "num_layers", "moe_layer_freq": "num_layers",
-    "decoder_sparse_step": "num_layers",
-    "hidden_size": "hidden_size", "n_embd": "hidden_size", "n_embed": "hidden_size",
-    "num_attention_heads": "num_attention_heads", "n_head": "num_attention_heads",
-    "num_key_value_heads": "num_query_groups", "num_kv_heads": "num_query_groups",
-    "head_dim": "kv_channels",
-    "intermediate_size": "ffn_hidden_size", "ffn_hidden_size": "ffn_hidden_size",
-    "n_inner": "ffn_hidden_size", "moe_intermediate_size": "moe_ffn_hidden_size",
-    "shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
-    "vocab_size": "vocab_size",
-    "max_position_embeddings": "max_position_embeddings", "n_positions": "max_position_embeddings",
-    "num_local_experts": "num_experts", "num_experts": "num_experts",
-    "n_routed_experts": "num_experts", "n_shared_experts": "num_experts",
-    "num_experts_per_tok": "moe_router_topk", "experts_per_token": "moe_router_topk",
-    "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
-    "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
-    "v_head_dim": "v_head_dim", "num_nextn_predict_layers": "mtp_num_layers",
-    "num_ln_in_parallel_attn": "norms_per_layer",
-    "intermediate_size_mlp": "ffn_hidden_size", "interleave_moe_layer_step": "num_layers",
-    "moe_num_experts": "num_experts", "moe_k": "moe_router_topk",
-    "moe_num_shared_experts": "num_experts", "moe_layer_start_index": "num_layers",
-    "moe_layer_end_index": "num_layers", "moe_layer_interval": "num_layers",
-}
-
-# the fields that are a config.json's decoder-layer count: bounded by memsym.limits'
-# "config_layers" (2^8) besides "layers" (a per-layer pattern makes every stage distinct)
-_LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer"})
-
-_MISSING = object()
-
-
-class _Cfg:
-    """Typed access to a parsed config dict; every refusal names the field and the file."""
-
-    def __init__(self, data: dict, where: str):
-        self.data, self.where = data, where
-
-    def _bad(self, msg: str):
-        return InvalidValueError(f"{self.where}: {msg}")
-
-    def _get(self, keys):
-        """The value of the first of ``keys`` present (aliases as transformers' attribute_map);
-        two spellings with different values are refused."""
-        keys = (keys,) if isinstance(keys, str) else tuple(keys)
-        found = [(k, self.data[k]) for k in keys if k in self.data]
-        if len(found) > 1 and any(v != found[0][1] for _, v in found[1:]):
-            raise self._bad(f"fields {found[0][0]!r} and {found[1][0]!r} name the same size "
-                            "with different values")
-        return found[0] if found else (keys[0], _MISSING)
-
-    def int(self, keys, default=..., allow_zero=False, null=_MISSING):
-        """A whole number; ``default`` when absent (``...``: required), ``null`` when given as
-        null (default: as absent), bounded by the field's entry of LIMITS."""
-        key, val = self._get(keys)
-        if val is _MISSING or val is None:
-            if val is None and null is not _MISSING:
-                return null
-            if default is ...:
-                raise self._bad(f"missing field {key!r}")
-            return default
-        if isinstance(val, bool) or not isinstance(val, int):
-            raise self._bad(f"field {key!r} must be a whole number, got {type(val).__name__} "
-                            f"{printable(repr(val), 40)}")
-        if val < 0 or (val == 0 and not allow_zero):
-            raise self._bad(f"field {key!r} must be {'>= 0' if allow_zero else '> 0'}, got "
-                            f"{val if abs(val) < 10**30 else 'a huge number'}")
-        try:
-            check_limit(_FIELD_LIMITS[key], val, f"field {key!r}")
-            if key in _LAYER_COUNTS:
-                # a config.json model may carry a per-layer pattern: its own, lower bound
-                _limits.check_limit("config_layers", val, f"field {key!r}")
-            return val
-        except InvalidValueError as exc:
-            raise self._bad(str(exc)) from None
-
-    def bool(self, key, default):
-        key, val = self._get(key)
-        if val is _MISSING or val is None:
-            return default
-        if not isinstance(val, bool):
-            raise self._bad(f"field {key!r} must be true or false, got {printable(repr(val), 40)}")
-        return val
-
-    def probability(self, key, default):
-        """A dropout probability in [0, 1]; ``default`` when absent or null."""
-        key, val = self._get(key)
-        if val is _MISSING or val is None:
-            return default
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:
-            raise self._bad(f"field {key!r} must be a probability between 0 and 1, got "
-                            f"{printable(repr(val), 40)}")
-        return float(val)
-
-    def str(self, key, default):
-        key, val = self._get(key)
-        if val is _MISSING or val is None:
-            return default
-        if not isinstance(val, str):
-            raise self._bad(f"field {key!r} must be a string, got {type(val).__name__}")
-        return val
-
-    def int_list(self, key):
-        """A list of layer indices, at most the config_layers limit long (memsym.limits)."""
-        val = self.data.get(key) or []
-        most = _limits.LIMITS["config_layers"].maximum
-        if (not isinstance(val, list) or len(val) > most
-                or any(isinstance(v, bool) or not isinstance(v, int) for v in val)):
-            raise self._bad(f"field {key!r} must be a list of at most {most} whole numbers "
-                            "(layer indices)")
-        return val
-
-
-def _read_json(path) -> dict:
-    if not isinstance(path, (str, os.PathLike)):
-        raise InvalidValueError(f"a config path must be a string, got {type(path).__name__}")
-    path = os.fspath(path)
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    shown = printable(path, 200)
-    if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
-        shown = printable(path, 200)
-    if not os.path.exists(path):
-        raise InvalidValueError(f"no such config file: {shown!r}")
-    if not os.path.isfile(path):
-        # a FIFO or a device (/dev/zero) would block or never end: refuse before opening it
-        raise InvalidValueError(f"config file {shown!r} is not a regular file (a device, FIFO or "
-                                "socket): give a config.json file")
-    size = os.path.getsize(path)
-    if size > _MAX_CONFIG_BYTES:
-        raise InvalidValueError(f"{shown!r} is {size} bytes; a config.json is refused above "
-                                f"{_MAX_CONFIG_BYTES} bytes")
-
-    def _no_constants(name):  # NaN / Infinity are not JSON and not sizes
-        raise ValueError(f"non-finite number {name}")
-
-    def _bounded_int(digits):  # check_text bounds every number; this keeps it for the parser
-        if len(digits) > MAX_NUMBER_CHARS:
-            raise ValueError(f"a number of {len(digits)} digits")
-        return int(digits)
-
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(_MAX_CONFIG_BYTES + 1)
-        if len(raw) > _MAX_CONFIG_BYTES:
-            raise InvalidValueError(f"{shown!r} is refused above {_MAX_CONFIG_BYTES} bytes")
-        text = raw.decode("utf-8")
-        # nesting, number lengths and value counts on the text, before json recurses or
-        # converts a 5000-digit integer (memsym.limits MAX_NESTING, MAX_NUMBER_CHARS, ...)
-        check_text(text, repr(shown), "json")
-        data = json.loads(text, parse_constant=_no_constants, parse_int=_bounded_int)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        if isinstance(exc, InvalidValueError):
-            raise
-        first = (str(exc).splitlines() or [""])[0]
-        raise InvalidValueError(f"{shown!r} is not valid JSON ({printable(first, 80)})") from None
-    except OSError as exc:
-        raise InvalidValueError(f"cannot read {shown!r}: {exc.strerror}") from None
-    if not isinstance(data, dict):
-        raise InvalidValueError(f"{shown!r} must hold a JSON object, got {type(data).__name__}")
-    return data, path
+             "Dots1ForCausalLM": "dots1", "JambaForCausalLM": "jamba",
+             "BambaForCausalLM": "bamba", "FalconH1ForCausalLM": "falcon_h1",
+             "NemotronHForCausalLM": "nemotron_h",
+             "GraniteMoeHybridForCausalLM": "granitemoehybrid"}
 
 
 # ----------------------------------------------------------------------------------------------
 # one reader per family; each returns Architecture keyword arguments
 # ----------------------------------------------------------------------------------------------
 
-def _decoder(c: _Cfg, mtype: str, gated: bool = True, norm: str = "RMSNorm") -> dict:
+def _decoder(c: ConfigFields, mtype: str, gated: bool = True, norm: str = "RMSNorm") -> dict:
     """The fields every Llama-like config spells the same way (core sizes required)."""
     _, kv_default, hd_default, pos_default = _DEFAULTS[mtype]
     heads = c.int("num_attention_heads")
@@ -323,7 +155,7 @@ def _decoder(c: _Cfg, mtype: str, gated: bool = True, norm: str = "RMSNorm") -> 
                 add_bias_linear=False)
 
 
-def _read_llama_like(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_llama_like(c: ConfigFields, mtype: str, notes: list) -> dict:
     kw = _decoder(c, mtype)
     if mtype in ("llama", "granite", "smollm3", "arcee"):
         # LlamaAttention / GraniteAttention / SmolLM3Attention / ArceeAttention: q, k, v, o with
@@ -436,7 +268,7 @@ def _read_llama_like(c: _Cfg, mtype: str, notes: list) -> dict:
     return kw
 
 
-def _read_llama4(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_llama4(c: ConfigFields, mtype: str, notes: list) -> dict:
     # Llama4TextDecoderLayer: Llama4TextMoe iff layer_idx in config.moe_layers (default
     # range(step - 1, L, step), step = interleave_moe_layer_step), else Llama4TextMLP of
     # intermediate_size_mlp.  Llama4TextMoe: router h x E (no bias), E gated experts and one
@@ -459,13 +291,13 @@ def _read_llama4(c: _Cfg, mtype: str, notes: list) -> dict:
     return kw
 
 
-def _first_dense_pattern(c: _Cfg, n_layers: int, default: int) -> tuple:
+def _first_dense_pattern(c: ConfigFields, n_layers: int, default: int) -> tuple:
     # DeepSeek-style decoder layer: MoE iff layer_idx >= config.first_k_dense_replace
     first_dense = c.int("first_k_dense_replace", default, allow_zero=True, null=default)
     return tuple(int(i >= first_dense) for i in range(n_layers))
 
 
-def _read_shared_moe(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_shared_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     # Glm4MoeDecoderLayer / Dots1DecoderLayer: a gated MLP of intermediate_size in the first
     # first_k_dense_replace layers, then MoE: a router weight E x h (its
     # e_score_correction_bias is an nn.Buffer, not a parameter), E gated experts of
@@ -495,7 +327,7 @@ def _read_shared_moe(c: _Cfg, mtype: str, notes: list) -> dict:
     return kw
 
 
-def _uncounted_notes(c: _Cfg, notes: list, pattern, n_exp: int, cls: str, *, mtp: bool) -> None:
+def _uncounted_notes(c: ConfigFields, notes: list, pattern, n_exp: int, cls: str, *, mtp: bool) -> None:
     """Say what a DeepSeek-V3-style config holds that transformers' ``cls`` model does not
     build as parameters: the routers' e_score_correction_bias (an nn.Buffer) and, where the
     config has them, the MTP layers (num_nextn_predict_layers)."""
@@ -509,7 +341,7 @@ def _uncounted_notes(c: _Cfg, notes: list, pattern, n_exp: int, cls: str, *, mtp
                      "when the training framework builds one)")
 
 
-def _read_ernie_moe(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_ernie_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     # Ernie4_5_MoeDecoderLayer: Ernie4_5_MoeSparseMoeBlock iff (i + 1) % moe_layer_interval == 0
     # and moe_layer_start_index <= i <= moe_layer_end_index, else Ernie4_5_MoeMLP of
     # intermediate_size.  The block: router weight E x h plus e_score_correction_bias, an
@@ -538,7 +370,7 @@ def _read_ernie_moe(c: _Cfg, mtype: str, notes: list) -> dict:
     return kw
 
 
-def _read_deepseek(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_deepseek(c: ConfigFields, mtype: str, notes: list) -> dict:
     v3 = mtype == "deepseek_v3"
     kw = _decoder(c, mtype)
     heads = kw["num_attention_heads"]
@@ -573,7 +405,7 @@ def _read_deepseek(c: _Cfg, mtype: str, notes: list) -> dict:
     return kw
 
 
-def _read_gpt2(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_gpt2(c: ConfigFields, mtype: str, notes: list) -> dict:
     hs = c.int(("n_embd", "hidden_size"))
     return dict(num_layers=c.int(("n_layer", "num_hidden_layers")), hidden_size=hs,
                 num_attention_heads=c.int(("n_head", "num_attention_heads")),
@@ -582,7 +414,7 @@ def _read_gpt2(c: _Cfg, mtype: str, notes: list) -> dict:
                 add_bias_linear=True)
 
 
-def _read_gpt_neox(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_gpt_neox(c: ConfigFields, mtype: str, notes: list) -> dict:
     # GPTNeoXAttention: query_key_value and dense with bias=config.attention_bias;
     # GPTNeoXMLP: dense_h_to_4h, dense_4h_to_h with nn.Linear's default bias
     return dict(num_layers=c.int("num_hidden_layers"), hidden_size=c.int("hidden_size"),
@@ -594,7 +426,7 @@ def _read_gpt_neox(c: _Cfg, mtype: str, notes: list) -> dict:
                 parallel_attention=c.bool("use_parallel_residual", True))
 
 
-def _read_gptj(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_gptj(c: ConfigFields, mtype: str, notes: list) -> dict:
     # GPTJBlock: one ln_1 feeding attention and MLP in parallel; q, k, v, out_proj bias=False;
     # fc_in, fc_out with bias; GPTJForCausalLM.lm_head = nn.Linear(n_embd, vocab) with bias
     hs = c.int(("n_embd", "hidden_size"))
@@ -607,7 +439,7 @@ def _read_gptj(c: _Cfg, mtype: str, notes: list) -> dict:
                 norms_per_layer=1, parallel_attention=True)
 
 
-def _read_falcon(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_falcon(c: ConfigFields, mtype: str, notes: list) -> dict:
     hs, heads = c.int(("hidden_size", "n_embed")), c.int("num_attention_heads")
     new_arch = c.bool("new_decoder_architecture", False)
     parallel = c.bool("parallel_attn", True)
@@ -634,7 +466,7 @@ def _read_falcon(c: _Cfg, mtype: str, notes: list) -> dict:
                 add_bias_linear=bias, norms_per_layer=norms, parallel_attention=parallel)
 
 
-def _read_bloom(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_bloom(c: ConfigFields, mtype: str, notes: list) -> dict:
     # BloomModel: word_embeddings_layernorm after the embedding; fused qkv 3h and dense with
     # bias; 4h MLP with bias; input and post-attention LayerNorms; ALiBi (no position table)
     hs = c.int(("hidden_size", "n_embed"))
@@ -644,7 +476,7 @@ def _read_bloom(c: _Cfg, mtype: str, notes: list) -> dict:
                 position_embedding_type="none", add_bias_linear=True, embedding_norm=True)
 
 
-def _read_starcoder2(c: _Cfg, mtype: str, notes: list) -> dict:
+def _read_starcoder2(c: ConfigFields, mtype: str, notes: list) -> dict:
     # Starcoder2: q, k, v, o and c_fc, c_proj with bias=config.use_bias; nn.LayerNorm norms;
     # head_dim = getattr(config, "head_dim", None) or h // a
     kw = _decoder(c, mtype, gated=False, norm="LayerNorm")
@@ -668,7 +500,9 @@ def from_hf_config(path) -> Architecture:
     gemma3_text, glm4, glm4_moe, gpt2, gpt_neox, gpt_oss, gptj, granite, granitemoe,
     hunyuan_v1_dense, llama, llama4 (its text_config), llama4_text, mistral, mixtral, olmo, olmo2,
     olmoe, phi3 (Phi-3 and Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3,
-    starcoder2.  The core sizes (hidden size, layers, heads, vocabulary, MLP size) must be in the
+    starcoder2, and the hybrid Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba,
+    nemotron_h (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their
+    parameter count is exact, a memory estimate of them is refused).  The core sizes (hidden size, layers, heads, vocabulary, MLP size) must be in the
     file (a vision-language file's text_config takes its text config class's defaults, as the
     released gemma3 files need, and says so in the notes); every other field defaults as
     transformers' config class defaults it, and the modules are those the transformers model
@@ -697,10 +531,9 @@ def from_hf_config(path) -> Architecture:
     InvalidValueError
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
-        limit (named), a type transformers knows whose layers memsym does not model (hybrid
-        Mamba: jamba, falcon_h1, bamba, zamba, zamba2, nemotron_h, granitemoehybrid; Mamba;
-        linear attention: qwen3_next, minimax), a structure of a type that is not modelled
-        (named).
+        limit (named), a type transformers knows whose layers memsym does not model (shared
+        attention blocks: zamba, zamba2; Mamba; linear attention: qwen3_next, minimax), a
+        structure of a type that is not modelled (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).
 
@@ -722,8 +555,8 @@ def from_hf_config(path) -> Architecture:
     ...     parameter_count(from_hf_config(fn))
     6738415616
     """
-    data, where = _read_json(path)
-    c = _Cfg(data, printable(os.path.basename(os.path.dirname(where)) + "/config.json"
+    data, where = read_config_json(path)
+    c = ConfigFields(data, printable(os.path.basename(os.path.dirname(where)) + "/config.json"
                              if os.path.dirname(where) else where, 120))
     mtype = data.get("model_type")
     archs = data.get("architectures")
@@ -770,7 +603,7 @@ def from_hf_config(path) -> Architecture:
             # Gemma3ForConditionalGeneration ties lm_head to the language model's embedding by
             # the top-level tie_word_embeddings (Gemma3Config default True)
             tied = c.bool("tie_word_embeddings", True)
-        c = _Cfg({**text, **{k: core[k] for k in defaulted}}, f"{c.where} text_config")
+        c = ConfigFields({**text, **{k: core[k] for k in defaulted}}, f"{c.where} text_config")
         if mtype == "llama4":
             # AutoModelForCausalLM builds Llama4ForCausalLM of the text config alone
             tied = c.bool("tie_word_embeddings", _DEFAULTS[text_type][0])
@@ -781,9 +614,16 @@ def from_hf_config(path) -> Architecture:
                          f"{'Gemma3' if mtype == 'gemma3' else 'Llama4'}TextConfig defaults ("
                          + ", ".join(f"{k}={core[k]}" for k in defaulted) + ")")
         mtype = text_type
+    elif mtype in HYBRID_READERS:
+        # the hybrid Mamba / attention families (memsym.model.hf_hybrid)
+        reader, tie_default, _ = HYBRID_READERS[mtype]
+        tied = c.bool("tie_word_embeddings", tie_default)
     else:
         tied = c.bool("tie_word_embeddings", _DEFAULTS[mtype][0])
-    kw = _READERS.get(mtype, _read_llama_like)(c, mtype, notes)
+    if mtype in HYBRID_READERS:
+        kw = reader(c, notes)
+    else:
+        kw = _READERS.get(mtype, _read_llama_like)(c, mtype, notes)
     dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}
     kw.update(name=name, untie_embeddings_and_output_weights=not tied,
               extra={"hf_model_type": file_type, "hf_dropout": dropout, "notes": tuple(notes)})

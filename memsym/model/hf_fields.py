@@ -1,0 +1,200 @@
+"""A Hugging Face ``config.json`` file read safely, and typed access to its fields.
+
+:func:`read_config_json` reads one local file as JSON only (bounded size, nesting and number
+lengths; a directory means its ``config.json``; devices and FIFOs refused);
+:class:`ConfigFields` gives each field typed, bounded and with the file named in every
+refusal.  Split from :mod:`memsym.model.hf_config` (which reads the families) so that the
+hybrid Mamba readers (:mod:`memsym.model.hf_hybrid`) share them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .. import limits as _limits
+from ..limits import MAX_NUMBER_CHARS, check_text
+from ..errors import InvalidValueError
+from .architecture import check_limit, printable
+
+__all__ = ["ConfigFields", "read_config_json", "FIELD_LIMITS"]
+# a config.json is a few KB; refuse anything far larger (memsym.limits, documented there)
+from ..limits import MAX_CONFIG_JSON_BYTES as _MAX_CONFIG_BYTES  # noqa: E402
+
+# config.json field -> the LIMITS entry that bounds it (checked as the value is read, before
+# anything, such as a per-layer pattern, is built from it)
+FIELD_LIMITS = {
+    "num_hidden_layers": "num_layers", "n_layer": "num_layers",
+    "first_k_dense_replace": "num_layers", "moe_layer_freq": "num_layers",
+    "decoder_sparse_step": "num_layers",
+    "hidden_size": "hidden_size", "n_embd": "hidden_size", "n_embed": "hidden_size",
+    "num_attention_heads": "num_attention_heads", "n_head": "num_attention_heads",
+    "num_key_value_heads": "num_query_groups", "num_kv_heads": "num_query_groups",
+    "head_dim": "kv_channels",
+    "intermediate_size": "ffn_hidden_size", "ffn_hidden_size": "ffn_hidden_size",
+    "n_inner": "ffn_hidden_size", "moe_intermediate_size": "moe_ffn_hidden_size",
+    "shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+    "vocab_size": "vocab_size",
+    "max_position_embeddings": "max_position_embeddings", "n_positions": "max_position_embeddings",
+    "num_local_experts": "num_experts", "num_experts": "num_experts",
+    "n_routed_experts": "num_experts", "n_shared_experts": "num_experts",
+    "num_experts_per_tok": "moe_router_topk", "experts_per_token": "moe_router_topk",
+    "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+    "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
+    "v_head_dim": "v_head_dim", "num_nextn_predict_layers": "mtp_num_layers",
+    "num_ln_in_parallel_attn": "norms_per_layer",
+    "intermediate_size_mlp": "ffn_hidden_size", "interleave_moe_layer_step": "num_layers",
+    "moe_num_experts": "num_experts", "moe_k": "moe_router_topk",
+    "moe_num_shared_experts": "num_experts", "moe_layer_start_index": "num_layers",
+    "moe_layer_end_index": "num_layers", "moe_layer_interval": "num_layers",
+    # the hybrid Mamba / attention families (memsym.model.hf_hybrid)
+    "mamba_d_state": "mamba_state_dim", "ssm_state_size": "mamba_state_dim",
+    "mamba_n_heads": "mamba_num_heads", "mamba_num_heads": "mamba_num_heads",
+    "mamba_n_groups": "mamba_num_groups", "n_groups": "mamba_num_groups",
+    "mamba_d_conv": "mamba_conv_kernel", "conv_kernel": "mamba_conv_kernel",
+    "mamba_dt_rank": "mamba_dt_rank", "mamba_expand": "mamba_num_groups",
+    "expand": "mamba_num_groups", "mamba_d_ssm": "mamba_inner_size",
+    "mamba_head_dim": "mamba_inner_size", "shared_intermediate_size": "ffn_hidden_size",
+    "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+    "expert_layer_period": "num_layers", "expert_layer_offset": "num_layers",
+    "attn_layer_period": "num_layers", "attn_layer_offset": "num_layers",
+}
+
+# the fields that are a config.json's decoder-layer count: bounded by memsym.limits'
+# "config_layers" (2^8) besides "layers" (a per-layer pattern makes every stage distinct)
+_LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer"})
+
+_MISSING = object()
+
+
+class ConfigFields:
+    """Typed access to a parsed config dict; every refusal names the field and the file."""
+
+    def __init__(self, data: dict, where: str):
+        self.data, self.where = data, where
+
+    def _bad(self, msg: str):
+        return InvalidValueError(f"{self.where}: {msg}")
+
+    def _get(self, keys):
+        """The value of the first of ``keys`` present (aliases as transformers' attribute_map);
+        two spellings with different values are refused."""
+        keys = (keys,) if isinstance(keys, str) else tuple(keys)
+        found = [(k, self.data[k]) for k in keys if k in self.data]
+        if len(found) > 1 and any(v != found[0][1] for _, v in found[1:]):
+            raise self._bad(f"fields {found[0][0]!r} and {found[1][0]!r} name the same size "
+                            "with different values")
+        return found[0] if found else (keys[0], _MISSING)
+
+    def int(self, keys, default=..., allow_zero=False, null=_MISSING):
+        """A whole number; ``default`` when absent (``...``: required), ``null`` when given as
+        null (default: as absent), bounded by the field's entry of LIMITS."""
+        key, val = self._get(keys)
+        if val is _MISSING or val is None:
+            if val is None and null is not _MISSING:
+                return null
+            if default is ...:
+                raise self._bad(f"missing field {key!r}")
+            return default
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise self._bad(f"field {key!r} must be a whole number, got {type(val).__name__} "
+                            f"{printable(repr(val), 40)}")
+        if val < 0 or (val == 0 and not allow_zero):
+            raise self._bad(f"field {key!r} must be {'>= 0' if allow_zero else '> 0'}, got "
+                            f"{val if abs(val) < 10**30 else 'a huge number'}")
+        try:
+            check_limit(FIELD_LIMITS[key], val, f"field {key!r}")
+            if key in _LAYER_COUNTS:
+                # a config.json model may carry a per-layer pattern: its own, lower bound
+                _limits.check_limit("config_layers", val, f"field {key!r}")
+            return val
+        except InvalidValueError as exc:
+            raise self._bad(str(exc)) from None
+
+    def bool(self, key, default):
+        key, val = self._get(key)
+        if val is _MISSING or val is None:
+            return default
+        if not isinstance(val, bool):
+            raise self._bad(f"field {key!r} must be true or false, got {printable(repr(val), 40)}")
+        return val
+
+    def probability(self, key, default):
+        """A dropout probability in [0, 1]; ``default`` when absent or null."""
+        key, val = self._get(key)
+        if val is _MISSING or val is None:
+            return default
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:
+            raise self._bad(f"field {key!r} must be a probability between 0 and 1, got "
+                            f"{printable(repr(val), 40)}")
+        return float(val)
+
+    def str(self, key, default):
+        key, val = self._get(key)
+        if val is _MISSING or val is None:
+            return default
+        if not isinstance(val, str):
+            raise self._bad(f"field {key!r} must be a string, got {type(val).__name__}")
+        return val
+
+    def int_list(self, key):
+        """A list of layer indices, at most the config_layers limit long (memsym.limits)."""
+        val = self.data.get(key) or []
+        most = _limits.LIMITS["config_layers"].maximum
+        if (not isinstance(val, list) or len(val) > most
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in val)):
+            raise self._bad(f"field {key!r} must be a list of at most {most} whole numbers "
+                            "(layer indices)")
+        return val
+
+
+def read_config_json(path) -> dict:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidValueError(f"a config path must be a string, got {type(path).__name__}")
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    shown = printable(path, 200)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+        shown = printable(path, 200)
+    if not os.path.exists(path):
+        raise InvalidValueError(f"no such config file: {shown!r}")
+    if not os.path.isfile(path):
+        # a FIFO or a device (/dev/zero) would block or never end: refuse before opening it
+        raise InvalidValueError(f"config file {shown!r} is not a regular file (a device, FIFO or "
+                                "socket): give a config.json file")
+    size = os.path.getsize(path)
+    if size > _MAX_CONFIG_BYTES:
+        raise InvalidValueError(f"{shown!r} is {size} bytes; a config.json is refused above "
+                                f"{_MAX_CONFIG_BYTES} bytes")
+
+    def _no_constants(name):  # NaN / Infinity are not JSON and not sizes
+        raise ValueError(f"non-finite number {name}")
+
+    def _bounded_int(digits):  # check_text bounds every number; this keeps it for the parser
+        if len(digits) > MAX_NUMBER_CHARS:
+            raise ValueError(f"a number of {len(digits)} digits")
+        return int(digits)
+
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(_MAX_CONFIG_BYTES + 1)
+        if len(raw) > _MAX_CONFIG_BYTES:
+            raise InvalidValueError(f"{shown!r} is refused above {_MAX_CONFIG_BYTES} bytes")
+        text = raw.decode("utf-8")
+        # nesting, number lengths and value counts on the text, before json recurses or
+        # converts a 5000-digit integer (memsym.limits MAX_NESTING, MAX_NUMBER_CHARS, ...)
+        check_text(text, repr(shown), "json")
+        data = json.loads(text, parse_constant=_no_constants, parse_int=_bounded_int)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, InvalidValueError):
+            raise
+        first = (str(exc).splitlines() or [""])[0]
+        raise InvalidValueError(f"{shown!r} is not valid JSON ({printable(first, 80)})") from None
+    except OSError as exc:
+        raise InvalidValueError(f"cannot read {shown!r}: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise InvalidValueError(f"{shown!r} must hold a JSON object, got {type(data).__name__}")
+    return data, path
+

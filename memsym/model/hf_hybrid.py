@@ -1,0 +1,265 @@
+"""The hybrid Mamba / attention ``config.json`` families: Jamba, Bamba, Falcon-H1, Nemotron-H and
+Granite 4.0 (``granitemoehybrid``).
+
+Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments with the
+per-layer mixers (``layer_mixers``), the layers that have an MLP or MoE block (``ffn_layers``)
+and the Mamba sizes, read with the defaults of transformers' config class and the modules its
+``modeling_<type>.py`` builds (transformers 5.24.0), so that the parameter count equals
+``sum(p.numel())`` of ``AutoModelForCausalLM.from_config`` on the meta device
+(``tests/test_hf_hybrid.py``).  :func:`memsym.model.hf_config.from_hf_config` dispatches here.
+"""
+
+from __future__ import annotations
+
+from .. import limits as _limits
+from .architecture import printable
+from .hf_fields import ConfigFields
+
+__all__ = ["HYBRID_TYPES", "HYBRID_READERS"]
+
+# transformers' legacy layer-type names (configuration_utils._LEGACY_LAYER_TYPE_REMAP)
+_LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
+# Nemotron-H's hybrid_override_pattern characters (NemotronHConfig._pattern_to_list)
+_PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
+
+
+def _core(c: ConfigFields, kv_default, max_pos: int, ffn=...) -> dict:
+    """The sizes every hybrid family spells the same way (core sizes required); RMSNorm, RoPE."""
+    heads = c.int("num_attention_heads")
+    hs = c.int("hidden_size")
+    return dict(num_layers=c.int("num_hidden_layers"), hidden_size=hs, num_attention_heads=heads,
+                num_query_groups=c.int("num_key_value_heads",
+                                       heads if kv_default is None else kv_default, null=heads),
+                # the attention modules: getattr(config, "head_dim", h // a)
+                kv_channels=c.int("head_dim", None, null=None),
+                ffn_hidden_size=c.int("intermediate_size", ffn), swiglu=True, normalization="RMSNorm",
+                vocab_size=c.int("vocab_size"), position_embedding_type="rope",
+                max_position_embeddings=c.int("max_position_embeddings", max_pos),
+                add_bias_linear=False, attention_bias=False)
+
+
+def _expand(c: ConfigFields, key: str, default: int) -> int:
+    return c.int(key, default)
+
+
+def _mamba2(c: ConfigFields, d_inner: int, *, heads: str, groups, state: str, conv, conv_bias,
+            defaults: tuple) -> dict:
+    """Mamba-2 mixer fields; ``defaults`` = (heads, groups, state, conv) of the config class."""
+    n_heads, n_groups, n_state, n_conv = defaults
+    kw = dict(mamba_version=2, mamba_inner_size=d_inner,
+              mamba_num_heads=c.int(heads, n_heads), mamba_num_groups=c.int(groups, n_groups),
+              mamba_state_dim=c.int(state, n_state), mamba_conv_kernel=c.int(conv, n_conv),
+              mamba_conv_bias=c.bool(conv_bias, True))
+    if d_inner % kw["mamba_num_groups"]:
+        # the gated RMSNorm and the scan split d_inner into n_groups: transformers cannot run it
+        raise c._bad(f"the Mamba inner size {d_inner} is not a multiple of its "
+                     f"{kw['mamba_num_groups']} groups")
+    return kw
+
+
+def _layer_types(c: ConfigFields, keys, n_layers: int, allowed) -> list:
+    """A list of per-layer type names (legacy names remapped as transformers remaps them)."""
+    key, val = c._get(keys)
+    if not isinstance(val, list) or len(val) != n_layers or any(
+            not isinstance(v, str) or _LEGACY.get(v, v) not in allowed for v in val):
+        raise c._bad(f"field {key!r} must list {n_layers} layer types, each one of "
+                     f"{', '.join(allowed)}")
+    return [_LEGACY.get(v, v) for v in val]
+
+
+def _read_jamba(c: ConfigFields, notes: list) -> dict:
+    # JambaAttentionDecoderLayer iff i % attn_layer_period == attn_layer_offset, else
+    # JambaMambaDecoderLayer; feed_forward: JambaSparseMoeBlock iff
+    # i % expert_layer_period == expert_layer_offset and num_experts > 1, else JambaMLP (gated,
+    # no bias).  JambaMambaMixer (Mamba-1): in_proj h -> 2 d_inner, conv1d, x_proj
+    # d_inner -> dt_rank + 2N, dt_proj with bias, A_log d_inner x N, D, out_proj, RMSNorms on
+    # dt, B, C; d_inner = mamba_expand * h; dt_rank "auto" = ceil(h / 16).
+    kw = _core(c, 8, 262144)
+    n_layers, hs = kw["num_layers"], kw["hidden_size"]
+    a_per, a_off = c.int("attn_layer_period", 8), c.int("attn_layer_offset", 4, allow_zero=True)
+    e_per, e_off = (c.int("expert_layer_period", 2),
+                    c.int("expert_layer_offset", 1, allow_zero=True))
+    if a_off >= a_per or e_off >= e_per:
+        raise c._bad("attn_layer_offset / expert_layer_offset must be smaller than their period "
+                     "(JambaConfig refuses it)")
+    n_exp = c.int(("num_experts", "num_local_experts"), 16)
+    mixers = tuple("attention" if i % a_per == a_off else "mamba" for i in range(n_layers))
+    pattern = tuple(int(n_exp > 1 and i % e_per == e_off) for i in range(n_layers))
+    rank = c.data.get("mamba_dt_rank", "auto")
+    rank = -(-hs // 16) if rank in ("auto", None) else c.int("mamba_dt_rank")
+    kw.update(layer_mixers=mixers, mamba_version=1,
+              mamba_inner_size=_expand(c, "mamba_expand", 2) * hs,
+              mamba_state_dim=c.int("mamba_d_state", 16), mamba_conv_kernel=c.int("mamba_d_conv", 4),
+              mamba_dt_rank=rank, mamba_conv_bias=c.bool("mamba_conv_bias", True),
+              mamba_in_proj_bias=c.bool("mamba_proj_bias", False),
+              mamba_out_proj_bias=c.bool("mamba_proj_bias", False), mamba_gated_norm=False,
+              mamba_inner_norms=True)
+    if any(pattern):
+        # JambaTopKRouter: a weight E x h, no bias; JambaExperts: E gated experts of f
+        kw.update(num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 2),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_layer_freq=pattern,
+                  moe_router_bias=False)
+    return kw
+
+
+def _read_bamba(c: ConfigFields, notes: list) -> dict:
+    # BambaDecoderLayer: BambaAttention iff i in attn_layer_indices, else BambaMixer; every
+    # layer a gated BambaMLP (bias=mlp_bias) and two RMSNorms.  BambaMixer (Mamba-2):
+    # d_inner = int(mamba_expand * h), in_proj and out_proj bias=mamba_proj_bias, a gated
+    # RMSNorm over d_inner.
+    kw = _core(c, 8, 262144)
+    n_layers = kw["num_layers"]
+    attn = set(c.int_list("attn_layer_indices"))
+    mixers = tuple("attention" if i in attn else "mamba" for i in range(n_layers))
+    proj_bias = c.bool("mamba_proj_bias", False)
+    kw.update(layer_mixers=mixers, attention_bias=c.bool("attention_bias", False),
+              add_bias_linear=c.bool("mlp_bias", False), mamba_in_proj_bias=proj_bias,
+              mamba_out_proj_bias=proj_bias,
+              **_mamba2(c, _expand(c, "mamba_expand", 2) * kw["hidden_size"],
+                        heads="mamba_n_heads", groups="mamba_n_groups", state="mamba_d_state",
+                        conv="mamba_d_conv", conv_bias="mamba_conv_bias",
+                        defaults=(128, 1, 256, 4)))
+    return kw
+
+
+def _read_falcon_h1(c: ConfigFields, notes: list) -> dict:
+    # FalconH1DecoderLayer: FalconH1Mixer and FalconH1Attention side by side on the
+    # input_layernorm's output, then pre_ff_layernorm and a gated FalconH1MLP (bias=mlp_bias).
+    # FalconH1Mixer: d_inner = mamba_d_ssm (default 1024), or int(mamba_expand * h) when null;
+    # in_proj bias=mamba_proj_bias, out_proj bias=projectors_bias; the gated RMSNorm only with
+    # mamba_rms_norm.  The muP multipliers are scalars and a buffer, not parameters.
+    kw = _core(c, 8, 8192)
+    d_inner = c.int("mamba_d_ssm", 1024, null=None)
+    if d_inner is None:
+        d_inner = _expand(c, "mamba_expand", 2) * kw["hidden_size"]
+    kw.update(layer_mixers=("parallel",) * kw["num_layers"],
+              attention_bias=c.bool("attention_bias", False),
+              add_bias_linear=c.bool("mlp_bias", False),
+              mamba_in_proj_bias=c.bool("mamba_proj_bias", False),
+              mamba_out_proj_bias=c.bool("projectors_bias", False),
+              mamba_gated_norm=c.bool("mamba_rms_norm", False),
+              **_mamba2(c, d_inner, heads="mamba_n_heads", groups="mamba_n_groups",
+                        state="mamba_d_state", conv="mamba_d_conv", conv_bias="mamba_conv_bias",
+                        defaults=(128, 1, 256, 4)))
+    return kw
+
+
+def _read_nemotron_h(c: ConfigFields, notes: list) -> dict:
+    # NemotronHBlock: one RMSNorm and one mixer per layer, by layers_block_type
+    # ("linear_attention": NemotronHMamba2Mixer, "full_attention": NemotronHAttention without
+    # biases, "mlp": NemotronHMLP up/down (bias=mlp_bias, not gated), "moe": NemotronHMoE: a
+    # router E x h (its e_score_correction_bias a buffer), E ungated experts of
+    # moe_intermediate_size without bias, a shared NemotronHMLP of
+    # moe_shared_expert_intermediate_size).  num_hidden_layers is ignored: the layer list
+    # decides.  The mixer: d_inner = mamba_num_heads * mamba_head_dim; in_proj and out_proj
+    # bias=use_bias; a gated RMSNorm over d_inner.
+    if c.data.get("layers_block_type") is not None or c.data.get("layer_types") is not None:
+        raw = c._get(("layers_block_type", "layer_types"))[1]
+        count = len(raw) if isinstance(raw, list) else 0
+    else:
+        pattern = c.data.get("hybrid_override_pattern")
+        if isinstance(pattern, str):
+            # bounded before a list is built from it (memsym.limits "config_layers")
+            _limits.check_limit("config_layers", max(len(pattern), 1), "the Nemotron-H layer list")
+        if pattern is None:
+            raw = ["linear_attention", "moe", "full_attention", "mlp"]
+        elif not isinstance(pattern, str) or any(ch not in _PATTERN for ch in pattern):
+            raise c._bad("field 'hybrid_override_pattern' must be a string of the characters "
+                         "M (Mamba), * (attention), - (MLP), E (MoE)")
+        else:
+            raw = [_PATTERN[ch] for ch in pattern]
+        count = len(raw)
+    _limits.check_limit("config_layers", max(count, 1), "the Nemotron-H layer list")
+    if not count:
+        raise c._bad("the Nemotron-H layer list (layers_block_type) must not be empty")
+    stated = c.data.get("num_hidden_layers")
+    if stated is not None and stated != count:
+        notes.append(f"num_hidden_layers={printable(repr(stated), 20)} ignored: transformers' "
+                     f"NemotronHConfig builds the {count} layers its layer list names")
+    c.data = {**c.data, "layers_block_type": raw, "layer_types": None,
+              "num_hidden_layers": count}
+    kinds = _layer_types(c, "layers_block_type", count,
+                         ("linear_attention", "full_attention", "mlp", "moe"))
+    kw = _core(c, 8, 4096, ffn=21504)
+    if kw["kv_channels"] is None:
+        kw["kv_channels"] = 128           # NemotronHConfig head_dim default
+    mixers = tuple({"linear_attention": "mamba", "full_attention": "attention"}.get(k, "none")
+                   for k in kinds)
+    moe = tuple(int(k == "moe") for k in kinds)
+    mlp_bias = c.bool("mlp_bias", False)
+    if c.data.get("moe_latent_size") is not None and any(moe):
+        raise c._bad("moe_latent_size (a latent projection around the experts) is not modelled")
+    if mlp_bias and any(moe):
+        raise c._bad("mlp_bias true with MoE layers is not modelled (the shared expert gets "
+                     "biases, the routed experts none)")
+    proj_bias = c.bool("use_bias", False)
+    kw.update(layer_mixers=mixers, ffn_layers=tuple(int(k in ("mlp", "moe")) for k in kinds),
+              swiglu=False, add_bias_linear=mlp_bias, norms_per_layer=1,
+              mamba_in_proj_bias=proj_bias, mamba_out_proj_bias=proj_bias,
+              **_mamba2(c, c.int("mamba_num_heads", 128) * c.int("mamba_head_dim", 64),
+                        heads="mamba_num_heads", groups=("n_groups", "mamba_n_groups"),
+                        state="ssm_state_size", conv=("conv_kernel", "mamba_d_conv"),
+                        conv_bias=("use_conv_bias", "mamba_conv_bias"),
+                        defaults=(128, 8, 128, 4)))
+    if any(moe):
+        f_e = c.int("moe_intermediate_size", 7688)
+        kw.update(num_experts=c.int(("n_routed_experts", "num_local_experts"), 8),
+                  moe_router_topk=c.int("num_experts_per_tok", 2), moe_ffn_hidden_size=f_e,
+                  moe_shared_expert_intermediate_size=c.int(
+                      "moe_shared_expert_intermediate_size", 7688),
+                  moe_layer_freq=moe, moe_router_bias=False)
+        notes.append(f"e_score_correction_bias ({sum(moe)} x {kw['num_experts']}) not counted: "
+                     "a buffer, not a parameter, in transformers' NemotronHTopkRouter")
+    n_mtp = c.int("num_nextn_predict_layers", 0, allow_zero=True)
+    if n_mtp:
+        notes.append(f"num_nextn_predict_layers={n_mtp} not counted: transformers' "
+                     "NemotronHForCausalLM builds no MTP layer")
+    return kw
+
+
+def _read_granitemoehybrid(c: ConfigFields, notes: list) -> dict:
+    # GraniteMoeHybridDecoderLayer: GraniteMoeHybridMambaLayer iff layer_types[i] is
+    # "linear_attention" ("mamba"), else GraniteMoeHybridAttention (bias=attention_bias); two
+    # RMSNorms; a gated shared_mlp of shared_intermediate_size (no bias) in every layer, and a
+    # GraniteMoeHybridMoE (router E x h, E gated experts of intermediate_size, no bias) iff
+    # num_local_experts > 0.  The Mamba layer: d_inner = int(mamba_expand * h), in_proj and
+    # out_proj bias=mamba_proj_bias, a gated RMSNorm over d_inner.
+    kw = _core(c, None, 2048)
+    n_layers = kw["num_layers"]
+    if c.data.get("layer_types") is None and c.data.get("layers_block_type") is None:
+        kinds = ["linear_attention"] * n_layers
+    else:
+        kinds = _layer_types(c, ("layer_types", "layers_block_type"), n_layers,
+                             ("linear_attention", "full_attention"))
+    mixers = tuple("mamba" if k == "linear_attention" else "attention" for k in kinds)
+    n_exp = c.int("num_local_experts", 8, allow_zero=True)
+    f_shared = c.int("shared_intermediate_size", 1024)
+    proj_bias = c.bool("mamba_proj_bias", False)
+    kw.update(layer_mixers=mixers, attention_bias=c.bool("attention_bias", False),
+              mamba_in_proj_bias=proj_bias, mamba_out_proj_bias=proj_bias,
+              **_mamba2(c, _expand(c, "mamba_expand", 2) * kw["hidden_size"],
+                        heads="mamba_n_heads", groups="mamba_n_groups", state="mamba_d_state",
+                        conv="mamba_d_conv", conv_bias="mamba_conv_bias",
+                        defaults=(128, 1, 256, 4)))
+    if n_exp:
+        kw.update(num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 2),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"],
+                  moe_shared_expert_intermediate_size=f_shared, moe_router_bias=False)
+    else:
+        kw["ffn_hidden_size"] = f_shared   # the shared MLP is the layer's only MLP
+    return kw
+
+
+# model_type -> (reader, the config class's tie_word_embeddings default, the dropout
+# probabilities its causal LM applies with their defaults).  REF: transformers 5.24.0
+# configuration_<type>.py (every class: tie_word_embeddings False, attention_dropout 0.0;
+# Nemotron-H also hidden_dropout, which its modeling file never applies).
+HYBRID_READERS = {
+    "jamba": (_read_jamba, False, {"attention_dropout": 0.0}),
+    "bamba": (_read_bamba, False, {"attention_dropout": 0.0}),
+    "falcon_h1": (_read_falcon_h1, False, {"attention_dropout": 0.0}),
+    "nemotron_h": (_read_nemotron_h, False, {"attention_dropout": 0.0}),
+    "granitemoehybrid": (_read_granitemoehybrid, False, {"attention_dropout": 0.0}),
+}
+HYBRID_TYPES = tuple(sorted(HYBRID_READERS))
+"""The hybrid Mamba / attention ``model_type`` values read here."""
