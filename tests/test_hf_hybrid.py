@@ -115,6 +115,9 @@ def test_one_mamba2_mixer_counted_by_hand(tmp_path):
 # one full-size published config per family, against its model card
 # --------------------------------------------------------------------------------------------
 
+# The four configs below were written out without network access (from copies of the published
+# files and the model cards' stated structure, not read from the hub at a pinned revision), so
+# each is checked against the total its card states: a wrong field would show as a mismatch.
 # https://huggingface.co/ai21labs/Jamba-v0.1 config.json; card: "52B parameters", "12B active"
 JAMBA_V01 = {"model_type": "jamba", "hidden_size": 4096, "num_hidden_layers": 32,
              "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
