@@ -586,6 +586,10 @@ def test_cli_plot_step_time_takes_the_cluster_options(monkeypatch, tmp_path):
     assert rep["step_time_parts_s"]["compute"] > base["step_time_parts_s"]["compute"]
     assert rep["step_time_parts_s"]["dp"] > base["step_time_parts_s"]["dp"]
     assert f"{rep['step_time_s']:.3g} s" in ax.get_title()
+    # and the plot says which cluster it priced the step on
+    note = " ".join(ax.get_xlabel().split())
+    assert "4 GPUs per node" in note and "100 GB/s intra-node" in note
+    assert "10 GB/s inter-node" in note and "GEMM efficiency 0.3" in note
 
 
 def test_cli_plot_feasibility_prices_on_the_given_cluster(monkeypatch):

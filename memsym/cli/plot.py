@@ -340,9 +340,37 @@ def _step_time_figure(args, arch, layout, training, name):
         raise InvalidValueError("plot step-time needs a MODEL and --gpu NAME (the step is "
                                 "priced on that GPU)")
     rep = step_parts(args, arch, layout, training)
-    return plotting.step_time_bars(
+    fig = plotting.step_time_bars(
         rep["step_time_parts_s"], rep["step_time_s"],
         title=args.title or f"Step time by part on {args.gpu}: {rep['step_time_s']:.3g} s\n{name}")
+    import textwrap
+
+    ax = fig.axes[0]      # the cluster the step was priced on, under the bar (as wide as it)
+    note = textwrap.fill(cluster_note(rep.get("assumptions") or {}), 46,
+                         break_on_hyphens=False)
+    ax.set_xlabel("\n".join(x for x in (ax.get_xlabel().strip("\n"), note) if x),
+                  fontsize="small")
+    return fig
+
+
+def cluster_note(assumptions: dict) -> str:
+    """The cluster a step was priced on, in one line (the ``assumptions`` of
+    :func:`memsym.timing.report.step_report`).
+
+    Examples
+    --------
+    >>> cluster_note({"gpus_per_node": 4, "intra_node_bandwidth_bytes_per_s": 1e11,
+    ...               "inter_node_bandwidth_bytes_per_s": 2.5e10, "efficiency": 0.45})
+    'priced on 4 GPUs per node, 100 GB/s intra-node, 25 GB/s inter-node, GEMM efficiency 0.45'
+    """
+    a_ = assumptions
+    parts = [f"{a_['gpus_per_node']} GPUs per node"] if a_.get("gpus_per_node") else []
+    parts += [f"{float(a_[key]) / 1e9:g} GB/s {where}" for key, where in (
+        ("intra_node_bandwidth_bytes_per_s", "intra-node"),
+        ("inter_node_bandwidth_bytes_per_s", "inter-node")) if a_.get(key) is not None]
+    eff = a_.get("efficiency")
+    parts.append("GEMM efficiency " + ("by shape (memsym.timing)" if eff is None else f"{eff:g}"))
+    return "priced on " + ", ".join(parts)
 
 
 def add_parser(sub) -> None:
