@@ -365,6 +365,12 @@ def test_cli_plot_feasibility_marks_best(monkeypatch, tmp_path):
         else _legend(ax)
     assert any(x.startswith("best:") for x in fig_texts)
     assert any("blank" in x for x in fig_texts)
+    # its step times are priced on the cluster the options give, and the title says which
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "feasibility", "png", "--gpu", "h100-80gb",
+                      "--global-batch-size", "128", *_CLUSTER_FLAGS)
+    title = " ".join(ax.get_title().split())
+    assert "priced on 4 GPUs per node, 100 GB/s intra-node, 10 GB/s inter-node, GEMM " \
+        "efficiency 0.3" in title
 
 
 def test_cli_plot_bad_extension(tmp_path, capsys):

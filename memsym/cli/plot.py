@@ -313,6 +313,19 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
                          **({"capacity": cap} if cap is not None else {}))
         fig = plotting.feasibility(res, x=args.map_x, y=args.map_y, value=args.map_value,
                                    title=args.title)
+        if search_result is None and training.global_batch_size is not None:
+            # step times priced here: say on which cluster, under the title (the legend
+            # below the axes takes the space under the x axis)
+            import textwrap
+
+            ax = fig.axes[0]
+            note = cluster_note({
+                "gpus_per_node": clu.gpus_per_node,
+                "intra_node_bandwidth_bytes_per_s": clu.intra_node_bandwidth,
+                "inter_node_bandwidth_bytes_per_s": clu.inter_node_bandwidth,
+                "efficiency": getattr(args, "efficiency", None)})
+            ax.set_title(ax.get_title() + "\n" + textwrap.fill(note, 60, break_on_hyphens=False),
+                         fontsize="medium")
     plotting.save(fig, args.output)
     print(f"wrote {args.output}")
     return 0
