@@ -133,8 +133,13 @@ def cluster_sentences(cluster: dict) -> list[str]:
     a_ = cluster.get("assumptions") or {}
     if a_:
         eff = a_.get("efficiency")
+        # the links the traffic below is priced on, given or the GPU's own
+        links = "".join(f", {name} {float(a_[key]) / 1e9:g} GB/s" for name, key in (
+            ("intra-node", "intra_node_bandwidth_bytes_per_s"),
+            ("inter-node", "inter_node_bandwidth_bytes_per_s")) if a_.get(key) is not None)
         out.append(f"Cluster: {a_.get('cluster', '')}, {a_.get('gpu', '')} GPUs, "
-                   f"{a_.get('gpus_per_node', '')} per node, {a_.get('precision', '')}; GEMM "
+                   f"{a_.get('gpus_per_node', '')} per node{links}, "
+                   f"{a_.get('precision', '')}; GEMM "
                    + ("efficiency from memsym.timing.efficiency's curve by shape"
                       if eff is None else f"efficiency {eff}")
                    + f"; {a_.get('microbatches', '')} micro-batches per step. Bandwidths are "

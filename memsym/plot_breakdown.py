@@ -1,5 +1,6 @@
 """Breakdown charts: a job's per-GPU memory as stacked bars, by term group, by term, or by
-term on each pipeline stage with every segment labelled (GB and share) and the capacity line.
+term on each pipeline stage or in each phase of the step, with every segment labelled (GB and
+share), the capacity line and the capacity less a safety margin.
 
 Re-exported by :mod:`memsym.plotting`; memory axes in GB (1e9 bytes).
 """
@@ -13,7 +14,7 @@ from .plot_base import (CAPACITY_COLOR, GB, OKABE_ITO, PALETTE, color, figure, l
                         plot_text)
 from .training import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
 
-__all__ = ["breakdown", "breakdown_bars", "stage_breakdown"]
+__all__ = ["breakdown", "breakdown_bars", "stage_breakdown", "phase_breakdown"]
 
 _GB = GB
 #: Term keys by group, as :meth:`memsym.training.TrainingEstimate.grouped` reports them.
@@ -149,20 +150,29 @@ _TERM_COLORS = {"weights": OKABE_ITO["blue"], "gradients": OKABE_ITO["sky blue"]
                 "fragmentation": OKABE_ITO["vermillion"]}
 
 
+#: Colour and hatch per term; the netted transients of a phase hatched in the activations'
+#: colour (they are activation-like buffers: logits, the loss's).
+_TERM_STYLES = {**{k: (v, None) for k, v in _TERM_COLORS.items()},
+                "transients": (OKABE_ITO["orange"], "xx")}
+
+
 def _hatch(n: int):
     """No hatch for the palette's first round of colours; hatched beyond it."""
     return None if n < len(PALETTE) else "//"
-#: A segment shorter than this share of the y axis gets its label beside the bar, not inside;
-#: labels beside a bar are kept at least this far apart, so that none covers another.
-_INSIDE = 0.05
+#: A segment shorter than this share of the y axis (two lines of x-small text on a 5.4 inch
+#: figure) gets its label beside the bar, not inside; labels beside a bar are kept at least
+#: _SPACING apart, so that none covers another.
+_INSIDE = 0.065
 _SPACING = 0.045
+#: The distance between two bars' centres [bar-axis units; a bar is 0.45 wide].
+_PITCH = 1.5
 
 
-def stage_breakdown(stages: Mapping[str, Mapping], *, capacity=None, title: str | None = None,
-                    ax=None):
+def stage_breakdown(stages: Mapping[str, Mapping], *, capacity=None, margin=None,
+                    title: str | None = None, ax=None):
     """Stacked bars, one per pipeline stage, one segment per term [GB]: each segment labelled
     with its term, GB and share of the capacity (of the bar's total without one), each bar's
-    total above it, and the capacity line.
+    total above it, the capacity line and, with a margin, the capacity less the margin.
 
     A segment too short for its label inside has it beside the bar, joined by a thin line;
     those labels are spaced so that none covers another.
@@ -174,44 +184,102 @@ def stage_breakdown(stages: Mapping[str, Mapping], *, capacity=None, title: str 
         the ``bytes`` of ``memsym estimate --json`` for each stage.
     capacity : number, optional
         GPU memory [bytes], drawn and labelled; the shares are of it.
+    margin : number, optional
+        Bytes a job must leave free (``--margin``); drawn at ``capacity - margin``.
     title : str, optional
 
     Examples
     --------
     >>> fig = stage_breakdown({"stage 0": {"weights": 14e9, "nccl": 0.5e9}}, capacity=80e9)
     >>> sorted(t.get_text() for t in fig.axes[0].texts)
-    ['14.5 GB', 'nccl 0.5 GB, 0.6 %', 'weights 14.0 GB, 17.5 %']
+    ['14.5 GB', 'nccl 0.5 GB, 0.6 %', 'weights\\n14.0 GB, 17.5 %']
     """
+    return _stacked(stages, capacity, margin, "stage",
+                    plot_text(title) if title else "Per-GPU memory by term and pipeline stage",
+                    "pipeline stage", ax)
+
+
+def phase_breakdown(phases: Mapping[str, Mapping], *, capacity=None, margin=None,
+                    peak: str | None = None, title: str | None = None, ax=None):
+    """Stacked bars, one per phase of the training step (forward, loss-backward, backward,
+    optimizer step) on one pipeline stage, one segment per term [GB]: each segment labelled
+    with its term, GB and share of the capacity, each bar's total above it, the peak phase
+    named under its bar, the capacity line and, with a margin, the capacity less the margin.
+
+    Parameters
+    ----------
+    phases : mapping
+        Phase -> ``{term: bytes}`` in step order (``"total"`` is ignored; every value >= 0),
+        e.g. :func:`memsym.cli.plot.phase_segments`.
+    capacity : number, optional
+        GPU memory [bytes], drawn and labelled; the shares are of it.
+    margin : number, optional
+        Bytes a job must leave free (``--margin``); drawn at ``capacity - margin``.
+    peak : str, optional
+        The peak phase (default: the bar with the largest total, the earliest on a tie).
+    title : str, optional
+
+    Examples
+    --------
+    >>> fig = phase_breakdown({"forward": {"weights": 14e9, "activations": 30e9},
+    ...                        "optimizer": {"weights": 14e9, "optimizer": 8e9}}, capacity=80e9)
+    >>> [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    ['forward\\n(peak)', 'optimizer']
+    """
+    if not phases:
+        raise InvalidValueError("phase_breakdown needs at least one phase")
+    tops = {k: sum(float(v) for key, v in bd.items() if key != "total")
+            for k, bd in phases.items()}
+    if peak is None:
+        peak = max(tops, key=lambda k: tops[k])   # max keeps the first of equals
+    if peak not in phases:
+        raise InvalidValueError(f"peak phase {peak!r} is not one of {', '.join(phases)}")
+    return _stacked(phases, capacity, margin, "phase",
+                    plot_text(title) if title else "Per-GPU memory by term and phase of the step",
+                    "phase of the training step (in order)", ax, peak=peak)
+
+
+def _stacked(bars: Mapping[str, Mapping], capacity, margin, what: str, title: str,
+             xlabel: str, ax, peak=None):
+    """The stacked, labelled bars of :func:`stage_breakdown` and :func:`phase_breakdown`."""
     import numpy as np
 
-    labels = [plot_text(x) for x in stages]
+    labels = [plot_text(x) for x in bars]
     if len(set(labels)) != len(labels):
-        raise InvalidValueError("stage labels must differ (after escaping for the plot)")
-    keys = list(dict.fromkeys(k for bd in stages.values() for k, v in bd.items()
+        raise InvalidValueError(f"{what} labels must differ (after escaping for the plot)")
+    for name, bd in bars.items():
+        bad = [k for k, v in bd.items() if k != "total" and float(v) < 0]
+        if bad:    # a stacked bar cannot draw a negative segment: the caller nets it first
+            raise InvalidValueError(f"{what} {str(name)[:40]!r}: term {str(bad[0])[:40]!r} is "
+                                    "negative; a stacked bar needs every term >= 0")
+    keys = list(dict.fromkeys(k for bd in bars.values() for k, v in bd.items()
                               if k != "total" and float(v) > 0))
-    fig, ax = figure(ax, size=(max(6.5, 2.4 * len(labels) + 3), 5.0))
-    data = [[float(bd.get(k, 0)) / GB for k in keys] for bd in stages.values()]
+    fig, ax = figure(ax, size=(max(6.5, 2.6 * len(labels) + 3.5), 5.4))
+    data = [[float(bd.get(k, 0)) / GB for k in keys] for bd in bars.values()]
     tops = np.array([sum(row) for row in data])
     cap = None if capacity is None else float(capacity) / GB
     ymax = max(cap or 0, float(tops.max(initial=0))) * 1.15 or 1.0
-    xs = np.arange(len(labels))
+    # bars _PITCH apart: the labels beside one bar end before the next bar's labels begin
+    xs = np.arange(len(labels)) * _PITCH
     bottom = np.zeros(len(labels))
     colors, extra = {}, 0
     for key in keys:        # terms without a colour of their own: the palette again, hatched
-        colors[key] = (_TERM_COLORS.get(key), None) if key in _TERM_COLORS else \
-            (color(extra), "//")
-        extra += key not in _TERM_COLORS
+        colors[key] = _TERM_STYLES.get(key) or (color(extra), "//")
+        extra += key not in _TERM_STYLES
     for n, key in enumerate(keys):
         vals = np.array([row[n] for row in data])
         ax.bar(xs, vals, width=0.45, bottom=bottom, label=plot_text(key), edgecolor="white",
                color=colors[key][0], hatch=colors[key][1])
         bottom += vals
-    for i, row in enumerate(data):
-        base = cap if cap else tops[i]
+    for i, row in zip(xs, data):
+        base = cap if cap else tops[int(round(i / _PITCH))]
         beside, y0 = [], 0.0
         for key, gb in zip(keys, row):
             text = plot_text(f"{key} {gb:.1f} GB, {100 * gb / base:.1f} %") if gb > 0 else None
             if text and gb >= _INSIDE * ymax:
+                # on two lines (term; GB and share): narrower than the gap between two bars,
+                # so that it covers none of the labels beside the bar
+                text = text.replace(" ", "\n", 1)
                 # on a pale box: a label wider than its bar stays whole and legible
                 ax.text(i, y0 + gb / 2, text, ha="center", va="center", fontsize="x-small",
                         bbox=dict(boxstyle="round,pad=0.15", facecolor="white",
@@ -225,14 +293,23 @@ def stage_breakdown(stages: Mapping[str, Mapping], *, capacity=None, title: str 
             ax.annotate(text, (i + 0.225, yc), xytext=(i + 0.3, last), textcoords="data",
                         va="center", fontsize="x-small",
                         arrowprops=dict(arrowstyle="-", color="0.5", linewidth=0.5))
-        ax.annotate(f"{tops[i]:.1f} GB", (i, tops[i]), xytext=(0, 3), textcoords="offset points",
-                    ha="center", va="bottom", fontsize="small", fontweight="bold")
+        top = tops[int(round(i / _PITCH))]
+        # on white: legible where the capacity line passes just above the bar
+        ax.annotate(f"{top:.1f} GB", (i, top), xytext=(0, 3), textcoords="offset points",
+                    ha="center", va="bottom", fontsize="small", fontweight="bold",
+                    bbox=dict(boxstyle="square,pad=0.1", facecolor="white", edgecolor="none"))
     if cap is not None:
         ax.axhline(cap, color=CAPACITY_COLOR, linestyle="--", label=f"capacity {cap:.4g} GB")
-    ax.set_xticks(xs, labels)
-    ax.set_xlim(-0.6, len(labels) - 0.4 + 0.6)
+        if margin:
+            usable = cap - float(margin) / GB
+            ax.axhline(usable, color=CAPACITY_COLOR, linestyle=":",
+                       label=f"capacity - margin {usable:.4g} GB")
+    ax.set_xticks(xs, [lab + ("\n(peak)" if peak is not None and name == peak else "")
+                       for lab, name in zip(labels, bars)])
+    ax.set_xlim(-0.6, xs[-1] + 1.2)
     ax.set_ylim(0, ymax)
+    ax.set_xlabel(xlabel + "; segments: GB and % of the " + ("capacity" if cap else "bar"))
     ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
-    ax.set_title(plot_text(title) if title else "Per-GPU memory by term and pipeline stage")
+    ax.set_title(title)
     legend_outside(ax)
     return fig

@@ -16,13 +16,13 @@ from .errors import InvalidValueError, NoFitError, UnknownNameError
 from .plot_base import (CAPACITY_COLOR, DIVERGING_CMAP, FITS_COLOR, FORMATS, GB, MAX_TEXT,
                         NOFIT_COLOR, OKABE_ITO, SEQUENTIAL_CMAP, figure, legend_outside,
                         plot_text, save)
-from .plot_breakdown import breakdown, breakdown_bars, stage_breakdown
+from .plot_breakdown import breakdown, breakdown_bars, phase_breakdown, stage_breakdown
 from .plot_time import phase_timeline, step_time_bars
 from .symbols import lookup, registry
 from .values import as_values, exact
 
 __all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS", "plot_text", "MAX_TEXT",
-           "breakdown_bars", "memory_vs_d", "feasibility_map", "stage_breakdown",
+           "breakdown_bars", "memory_vs_d", "feasibility_map", "stage_breakdown", "phase_breakdown",
            "step_time_bars", "phase_timeline", "binding_code"]
 
 _GB = GB

@@ -454,3 +454,25 @@ def test_step_time_section_matches_the_estimate_json(tmp_path, capsys):
     md = capsys.readouterr().out
     assert f"| $T_{{\\mathrm{{gemm}}}}$ | {parts['compute']:.4f} |" in md
     assert f"| TP (tensor) | {rep['communication']['tp']['bytes'] / 1e9:.3f} |" in md
+
+
+def test_cli_latex_step_time_section_takes_the_cluster_options(capsys):
+    # issue 33: latex prices the step on the cluster the options describe, as estimate does:
+    # the document's step time is estimate --json's step_time_s with the same options
+    import json
+
+    from memsym.cli import main
+
+    job = ["llama3-8b", "--seq-length", "8192", "--tp", "2", "--dp", "4", "--gpu", "h100-80gb"]
+    flags = ["--efficiency", "0.3", "--inter-node-bandwidth", "25",
+             "--intra-node-bandwidth", "100", "--gpus-per-node", "4"]
+    steps = []
+    for extra in ([], flags):
+        assert main(["estimate", *job, *extra, "--json"]) in (0, 1)
+        steps.append(json.loads(capsys.readouterr().out)["step_time_s"])
+        assert main(["latex", *job, *extra, "--markdown"]) == 0
+        md = capsys.readouterr().out
+        assert f"Step time {steps[-1]:.3f} s" in md
+    assert steps[1] > steps[0]      # GEMMs at 0.3 of peak, DP over 25 GB/s: slower
+    # the cluster the section states is the one given
+    assert "4 per node" in md and "GEMM efficiency 0.3" in md and "25 GB/s" in md

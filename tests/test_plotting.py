@@ -284,8 +284,9 @@ def test_cli_plot_breakdown(monkeypatch, tmp_path):
                                                           rel=1e-12)
     assert bar[-1].get_y() + bar[-1].get_height() == pytest.approx(rep["bytes"]["total"] / GB)
     assert len(ax.patches) == 3 * len(terms)
-    # every segment labelled with its GB and its share of the capacity
-    shown = [t.get_text() for t in ax.texts]
+    # every segment labelled with its GB and its share of the capacity (inside a segment on
+    # two lines)
+    shown = [t.get_text().replace("\n", " ") for t in ax.texts]
     for key, val in terms.items():
         label = f"{key} {val / GB:.1f} GB, {100 * val / rep['gpu_memory_bytes']:.1f} %"
         assert label in shown, label
@@ -364,6 +365,12 @@ def test_cli_plot_feasibility_marks_best(monkeypatch, tmp_path):
         else _legend(ax)
     assert any(x.startswith("best:") for x in fig_texts)
     assert any("blank" in x for x in fig_texts)
+    # its step times are priced on the cluster the options give, and the title says which
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "feasibility", "png", "--gpu", "h100-80gb",
+                      "--global-batch-size", "128", *_CLUSTER_FLAGS)
+    title = " ".join(ax.get_title().split())
+    assert "priced on 4 GPUs per node, 100 GB/s intra-node, 10 GB/s inter-node, GEMM " \
+        "efficiency 0.3" in title
 
 
 def test_cli_plot_bad_extension(tmp_path, capsys):
@@ -508,3 +515,120 @@ def test_feasibility_labels_each_cell_with_its_binding_term():
     assert {f"{binding_code(k)} = {k}" for k in want} <= set(legend)
     assert "binds (the largest)" in ax.get_legend().get_title().get_text()
     assert binding_code("optimizer") == "O" and binding_code("expert_optimizer") == "EO"
+
+
+def _bar_tops(ax):
+    """x centre -> the top of the stacked bar there [GB] (the sum of its segments)."""
+    tops = {}
+    for p in ax.patches:
+        x = round(p.get_x() + p.get_width() / 2, 9)
+        tops[x] = tops.get(x, 0.0) + p.get_height()
+    return [tops[x] for x in sorted(tops)]
+
+
+def test_cli_plot_breakdown_by_phase_bars_are_the_phase_totals(monkeypatch, tmp_path):
+    # issue 33: one stacked bar per phase; each bar's height is the library's own total of
+    # that phase (memsym.training.phase_totals, what estimate --json reports under "phases"),
+    # not a sum the plot makes up
+    from memsym.job import job
+    from memsym.training import PHASES, job_memory, phase_totals
+
+    ax, out = _plot_cli(monkeypatch, tmp_path, "breakdown", "png", "--gpu", "h100-80gb",
+                        "--by", "phase", "--margin", "4GB")
+    assert _png(out)
+    rep = _estimate_json(*_JOB, "--gpu", "h100-80gb", "--margin", "4GB")
+    # the JSON rounds each phase up to whole bytes: equal to a byte
+    assert [top * GB for top in _bar_tops(ax)] == pytest.approx(
+        [rep["phases"][ph] for ph in PHASES], abs=1)
+    assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == list(PHASES)
+    assert f"{rep['phases']['peak']}\n(peak)" in [t.get_text() for t in ax.get_xticklabels()]
+    assert all(p.get_height() >= 0 for p in ax.patches)
+    cap, usable = (rep["gpu_memory_bytes"] / GB,
+                   (rep["gpu_memory_bytes"] - rep["margin_bytes"]) / GB)
+    lines = {ln.get_label().split(" ")[0] + ln.get_linestyle(): ln.get_ydata()[0]
+             for ln in ax.get_lines()}
+    assert lines == pytest.approx({"capacity--": cap, "capacity:": usable}, rel=1e-9)
+    assert rep["margin_bytes"] == 4 * GB
+    # the optimizer phase holds no activations (they are freed by then): no such segment there
+    assert "optimizer" in ax.get_xticklabels()[-1].get_text()
+    assert "activations" in _legend(ax) and "weights" in _legend(ax)
+
+    # a single stage, where backward frees the output layer's activations (a negative
+    # transient): the bars still add up to phase_totals evaluated by the library itself
+    j = job("llama2-7b", seq_length=4096)
+    est = job_memory(j)
+    from memsym.cli.plot import phase_segments
+    from memsym.plotting import phase_breakdown
+
+    segs = phase_segments(est, j)
+    ax = phase_breakdown(segs, capacity=80 * GB).axes[0]
+    lib = phase_totals(j.model, j.layout, j.training, est.stage)
+    assert [top * GB for top in _bar_tops(ax)] == pytest.approx(
+        [float(lib[ph].evaluate(est.values)) for ph in PHASES], rel=1e-12)
+    assert all(v >= 0 for bd in segs.values() for v in bd.values())
+    assert "activations" not in segs["optimizer"] or segs["optimizer"]["activations"] == 0
+    with pytest.raises(InvalidValueError, match="negative"):
+        phase_breakdown({"backward": {"weights": 1e9, "output_freed": -1e8}})
+
+
+_CLUSTER_FLAGS = ("--efficiency", "0.3", "--inter-node-bandwidth", "10",
+                  "--intra-node-bandwidth", "100", "--gpus-per-node", "4")
+
+
+def test_cli_plot_step_time_takes_the_cluster_options(monkeypatch, tmp_path):
+    # issue 33: plot prices the step on the cluster the options describe, as estimate does
+    # (before, plot step-time dropped them and priced the GPU's usual cluster)
+    from memsym.plot_time import step_segments
+
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "step-time", "png", "--gpu", "h100-80gb",
+                      *_CLUSTER_FLAGS)
+    rep = _estimate_json(*_JOB, "--gpu", "h100-80gb", *_CLUSTER_FLAGS)
+    base = _estimate_json(*_JOB, "--gpu", "h100-80gb")
+    drawn = [p.get_height() for p in ax.patches]
+    assert drawn == pytest.approx(list(step_segments(rep["step_time_parts_s"],
+                                                     rep["step_time_s"]).values()), rel=1e-12)
+    # every GEMM at 0.3 of peak (the default predicts more): the compute part grows, and the
+    # data-parallel traffic over 10 GB/s links instead of 50 takes longer
+    assert rep["step_time_parts_s"]["compute"] > base["step_time_parts_s"]["compute"]
+    assert rep["step_time_parts_s"]["dp"] > base["step_time_parts_s"]["dp"]
+    assert f"{rep['step_time_s']:.3g} s" in ax.get_title()
+    # and the plot says which cluster it priced the step on
+    note = " ".join(ax.get_xlabel().split())
+    assert "4 GPUs per node" in note and "100 GB/s intra-node" in note
+    assert "10 GB/s inter-node" in note and "GEMM efficiency 0.3" in note
+
+
+def test_cli_plot_feasibility_prices_on_the_given_cluster(monkeypatch):
+    # the feasibility map's search runs on the cluster of the options: its step times are
+    # those of a search given the same cluster and efficiency
+    import memsym.search as search_mod
+    from memsym.cli import main
+    from memsym.hardware import cluster_for
+
+    seen = {}
+
+    def fake(*a, **kw):
+        seen.update(kw)
+        raise InvalidValueError("stop here")
+
+    monkeypatch.setattr(search_mod, "search", fake)
+    assert main(["plot", "feasibility", *_JOB, "--gpu", "h100-80gb", *_CLUSTER_FLAGS,
+                 "-o", "/nonexistent/x.png"]) == 2
+    assert seen["efficiency"] == pytest.approx(0.3)
+    want = cluster_for("h100-80gb", 4, 100e9, 10e9)
+    got = seen["cluster"]
+    assert (got.gpus_per_node, got.intra_node_bandwidth, got.inter_node_bandwidth) == \
+        (want.gpus_per_node, want.intra_node_bandwidth, want.inter_node_bandwidth) == \
+        (4, 100e9, 10e9)
+
+
+def test_cluster_options_only_on_the_kinds_that_price_the_step(capsys):
+    from memsym.cli import main
+
+    for kind, takes in (("step-time", True), ("feasibility", True), ("breakdown", False),
+                        ("timeline", False), ("memory-vs", False)):
+        with pytest.raises(SystemExit):
+            main(["plot", kind, "--help"])
+        out = capsys.readouterr().out
+        assert ("--inter-node-bandwidth" in out) is takes, kind
+        assert ("--by" in out) is (kind == "breakdown"), kind

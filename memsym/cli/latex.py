@@ -58,7 +58,8 @@ def run_job(args) -> int:
     cluster = None
     if (args.markdown or args.document) and cluster_known(args):
         # the step time and traffic `memsym estimate --gpu ... --json` reports for this job
-        # (the latex command has no pricing options of its own: their defaults)
+        # on the cluster the same options describe (--gpus-per-node, the bandwidths,
+        # --efficiency; the GPU's usual cluster where they are not given)
         priced = argparse.Namespace(**{k: getattr(args, k, None) for k in (
             "gpu", "efficiency", "gpus_per_node", "intra_node_bandwidth",
             "inter_node_bandwidth", "mfu_flops")})

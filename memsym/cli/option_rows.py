@@ -338,7 +338,7 @@ def _allowance_rows():
            help="a safety margin a job must leave free to fit: a fraction 0..0.5 of the "
            "capacity (0.05) or a size (4GB); estimate judges fits against capacity - margin, "
            "search and min-gpus keep only the layouts within it, solve solves against it, plot "
-           "timeline draws capacity - margin"),
+           "breakdown and timeline draw capacity - margin"),
     ]
 
 
@@ -367,6 +367,8 @@ def _input_rows():
 
 def _cluster_rows():
     pricing = frozenset({"estimate", "check"}) | SEARCH
+    # plot (step-time, feasibility) and latex (the step-time section) price the step too
+    drawn = frozenset({"plot", "latex"})
     return [
         option("--gpu", group="cluster", metavar="NAME", field="gpu", effect="memory, time",
            commands=JOB_AND_SEARCH, search="same",
@@ -375,18 +377,18 @@ def _cluster_rows():
            "--gpu-memory is given"),
         option("--gpus-per-node", group="cluster", type=T.positive_int, metavar="K",
            field="gpus_per_node", default=8, source="memsym.hardware (an HGX node)",
-           commands=pricing, search="same", effect="time",
+           commands=pricing | drawn, search="same", effect="time",
            help="GPUs per node (t may not exceed it in a search)"),
         option("--intra-node-bandwidth", group="cluster", type=T.bandwidth, metavar="GB/s",
-           commands=frozenset({"estimate", "check"}), effect="time",
+           commands=frozenset({"estimate", "check"}) | drawn, effect="time",
            source="the --gpu's NVLink",
            help="intra-node (NVLink) bandwidth per GPU [GB/s = 1e9 bytes/s]"),
         option("--inter-node-bandwidth", group="cluster", type=T.bandwidth, metavar="GB/s",
-           commands=frozenset({"estimate", "check"}), effect="time", default=50,
+           commands=frozenset({"estimate", "check"}) | drawn, effect="time", default=50,
            source="memsym.hardware: 400 Gb/s InfiniBand per GPU",
            help="inter-node (InfiniBand/RoCE) bandwidth per GPU [GB/s]"),
         option("--efficiency", group="cluster", type=T.efficiency, metavar="ETA",
-           commands=pricing, search="same", effect="time",
+           commands=pricing | drawn, search="same", effect="time",
            source="memsym.timing: GEMM efficiency by shape and GPU class",
            help="override: every GEMM at this fraction of peak FLOP/s, 0.01 <= ETA <= 1"),
     ]
@@ -454,6 +456,10 @@ def _command_rows():
            commands=plot, effect="output",
            source="step time with a global batch, else fits",
            help="feasibility: what a cell shows"),
+        option("--by", group="output", choices=("stage", "phase"), parser_default="stage",
+           default="stage", source="memsym", commands=plot, effect="output",
+           help="breakdown: one bar per pipeline stage, or per phase of the step (forward, "
+           "loss-backward, backward, optimizer) on the most-loaded stage"),
         option("--title", group="output", commands=plot, effect="output", source="the job",
            help="the plot's title"),
         flag("--document", group="output", commands=latex, effect="output",

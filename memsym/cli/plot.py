@@ -13,49 +13,59 @@ from __future__ import annotations
 
 from .option_table import PLOT_KINDS, PLOT_UNKNOWNS, add_options
 
-__all__ = ["KINDS", "UNKNOWNS", "KIND_HELP", "add_plot_parser", "run_plot"]
+__all__ = ["KINDS", "UNKNOWNS", "KIND_HELP", "add_plot_parser", "run_plot", "phase_segments"]
 
 #: Plot kinds and the unknowns memory-vs draws against (memsym.cli.option_table).
 KINDS, UNKNOWNS = PLOT_KINDS, PLOT_UNKNOWNS
 
+#: The cluster's pricing options: only the kinds that price the step (step-time, feasibility)
+#: take them.
+_CLUSTER = ("gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth", "efficiency")
+
 #: kind -> (one-line help, description, the plot options it does not take).
 KIND_HELP = {
     "breakdown": (
-        "per-GPU memory by term, one bar per pipeline stage",
+        "per-GPU memory by term, one bar per pipeline stage or per phase of the step",
         "One bar per pipeline stage the estimate compares (the first, the last, and one of "
-        "each distinct middle make-up; the most-loaded named), each segment one term of the "
-        "report (the bytes of memsym estimate --json) labelled with its GB and its share of "
-        "the capacity; the capacity line drawn when --gpu or --gpu-memory gives one.",
-        ("vs", "candidates", "map_x", "map_y", "map_value", "margin")),
+        "each distinct middle make-up; the most-loaded named), or with --by phase one bar per "
+        "phase of the step (forward, loss-backward, backward, optimizer step) on the "
+        "most-loaded stage; each segment one term of the report (the bytes of memsym "
+        "estimate --json; by phase the activations together and the phase's transients "
+        "netted) labelled with its GB and its share of the capacity; the capacity line drawn "
+        "when --gpu or --gpu-memory gives one, and with --margin the capacity less the margin.",
+        ("vs", "candidates", "map_x", "map_y", "map_value") + _CLUSTER),
     "memory-vs": (
         "memory per GPU against one unknown",
         "Memory per GPU against one unknown (--vs dp, tp, pp, cp, micro-batch-size or "
         "seq-length), the job re-estimated at each value (--candidates); the capacity line, "
         "the floor no amount of the unknown removes, and with a capacity the solved value "
         "marked. The title names the job with the unknown left free.",
-        ("map_x", "map_y", "map_value", "margin")),
+        ("map_x", "map_y", "map_value", "margin", "by") + _CLUSTER),
     "feasibility": (
         "a layout search over two knobs (needs --gpu)",
         "The layouts of the job's world size on --gpu, over two knobs (--x, --y): whether a "
         "layout fits, the best step time or the best headroom (--map) in each cell, blank "
         "cells explained, the best layout starred at the centre of its cell; each cell "
         "labelled with the term that binds (the largest) in its layout with the most "
-        "headroom, the abbreviations explained in the legend.",
-        ("vs", "candidates", "margin")),
+        "headroom, the abbreviations explained in the legend; step times priced on the "
+        "cluster the options describe (--gpus-per-node, --intra-node-bandwidth, "
+        "--inter-node-bandwidth, --efficiency).",
+        ("vs", "candidates", "margin", "by")),
     "step-time": (
         "the step time by part, a stacked bar (needs --gpu)",
         "One stacked bar of the job's step time on --gpu [s]: compute, memory-bound kernels, "
         "each parallel group's exposed communication, the pipeline bubble, the optimizer "
         "step and the rest, each labelled with its seconds and share of the step (the "
-        "step_time_parts_s and step_time_s of memsym estimate --gpu NAME --json).",
-        ("vs", "candidates", "map_x", "map_y", "map_value", "margin")),
+        "step_time_parts_s and step_time_s of memsym estimate --gpu NAME --json, with the "
+        "same cluster options).",
+        ("vs", "candidates", "map_x", "map_y", "map_value", "margin", "by")),
     "timeline": (
         "memory over the step's phases on the most-loaded stage",
         "Per-GPU memory in each phase of the training step (forward, loss-backward, "
         "backward, optimizer) on the most-loaded pipeline stage, one bar per phase (the "
         "phases of memsym estimate --json), the peak marked, the capacity line and with "
         "--margin the capacity less the margin.",
-        ("vs", "candidates", "map_x", "map_y", "map_value")),
+        ("vs", "candidates", "map_x", "map_y", "map_value", "by") + _CLUSTER),
 }
 
 
@@ -114,6 +124,40 @@ def stage_bytes(estimate, job=None) -> dict:
     return {label(i, p): bytes_json((estimate if i == estimate.stage else
                                      job_memory(job, stage=i)).grouped())
             for i in candidate_stages(job.model, job.layout)}
+
+
+def phase_segments(estimate, job) -> dict:
+    """Phase -> ``{term: exact bytes}`` of the most-loaded stage in each phase of the step
+    (:func:`memsym.training.phase_totals` evaluated at the estimate's values), in step order:
+    the model states and allowances each a segment, the activation terms together
+    (``activations``), and the phase's transients (logits, the loss's buffers, what backward
+    frees) netted as ``transients``; where that net is negative (backward freeing the output
+    layer's activations) it is taken off ``activations``, so that every segment is >= 0 and
+    each phase's segments add up to its total (:meth:`TrainingEstimate.phases`)."""
+    from ..training import (ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS, phase_totals)
+
+    totals = phase_totals(job.model, job.layout, job.training, estimate.stage,
+                          job.m is not None)
+    out = {}
+    for ph, tot in totals.items():
+        bd = tot.breakdown(estimate.values)
+        seg, act, trans = {}, 0, 0
+        for key, val in bd.items():
+            if key == "total":
+                continue
+            if key in ACTIVATION_KEYS:
+                act += val
+            elif key in STATE_KEYS or key in ALLOWANCE_KEYS or key == "tp_comm_userbuffers":
+                seg[key] = val
+            else:
+                trans += val
+        if trans < 0:
+            act, trans = act + trans, 0
+        seg.update({"activations": act, "transients": trans})
+        # the drawing order: states, activations, transients, allowances
+        order = [k for k in STATE_KEYS if k in seg] + ["activations", "transients"]
+        out[ph] = {k: seg[k] for k in order + [k for k in seg if k not in order]}
+    return out
 
 
 def sweep_title(estimate, arch, unknown: str) -> str:
@@ -204,9 +248,21 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
         raise InvalidValueError(f"--output must end in .png, .pdf or .svg, got {args.output!r}")
     name = _job_name(estimate, arch)
     if args.kind == "breakdown":
-        fig = plotting.stage_breakdown(
-            stage_bytes(estimate, job), capacity=cap,
-            title=args.title or f"Per-GPU memory by term and pipeline stage\n{name}")
+        from .options import margin_bytes
+
+        margin = margin_bytes(args, cap) or None
+        if getattr(args, "by", None) == "phase":
+            if job is None:
+                raise InvalidValueError("plot breakdown --by phase needs the job")
+            fig = plotting.phase_breakdown(
+                phase_segments(estimate, job), capacity=cap, margin=margin,
+                peak=getattr(estimate, "phase", None),
+                title=args.title or f"Per-GPU memory by term and phase of the step, stage "
+                f"{estimate.stage} (most loaded)\n{name}")
+        else:
+            fig = plotting.stage_breakdown(
+                stage_bytes(estimate, job), capacity=cap, margin=margin,
+                title=args.title or f"Per-GPU memory by term and pipeline stage\n{name}")
     elif args.kind == "memory-vs":
         unknown = UNKNOWNS[args.vs]
         evaluate = None    # the symbolic total, unless the job can be re-estimated
@@ -243,13 +299,33 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
                 raise InvalidValueError("plot feasibility searches the recompute modes; "
                                         "--recompute-modules is not one of its choices")
             # the job's own training choices; the map varies the layout knobs
+            from ..hardware import cluster_for
+
+            gb = 10**9      # the bandwidth options are in GB/s, the cluster in bytes/s
+            intra, inter = (None if getattr(args, k, None) is None else getattr(args, k) * gb
+                            for k in ("intra_node_bandwidth", "inter_node_bandwidth"))
+            clu = cluster_for(args.gpu, getattr(args, "gpus_per_node", None) or 8, intra, inter)
             res = search(arch, args.gpu, layout.world_size, seq_length=training.seq_length,
+                         cluster=clu, efficiency=getattr(args, "efficiency", None),
                          micro_batch_sizes=[training.micro_batch_size],
                          global_batch_size=training.global_batch_size,
                          recompute=[training.recompute], sharding=[training.sharding],
                          **({"capacity": cap} if cap is not None else {}))
         fig = plotting.feasibility(res, x=args.map_x, y=args.map_y, value=args.map_value,
                                    title=args.title)
+        if search_result is None and training.global_batch_size is not None:
+            # step times priced here: say on which cluster, under the title (the legend
+            # below the axes takes the space under the x axis)
+            import textwrap
+
+            ax = fig.axes[0]
+            note = cluster_note({
+                "gpus_per_node": clu.gpus_per_node,
+                "intra_node_bandwidth_bytes_per_s": clu.intra_node_bandwidth,
+                "inter_node_bandwidth_bytes_per_s": clu.inter_node_bandwidth,
+                "efficiency": getattr(args, "efficiency", None)})
+            ax.set_title(ax.get_title() + "\n" + textwrap.fill(note, 60, break_on_hyphens=False),
+                         fontsize="medium")
     plotting.save(fig, args.output)
     print(f"wrote {args.output}")
     return 0
@@ -257,14 +333,15 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
 
 def step_parts(args, arch, layout, training) -> dict:
     """``step_time_s``, ``step_time_parts_s`` and ``communication`` of the job on ``args.gpu``
-    exactly as ``memsym estimate --gpu NAME --json`` reports them
-    (:func:`memsym.cli.job_report.communication_report`, the GPU's usual cluster)."""
+    exactly as ``memsym estimate --gpu NAME --json`` reports them with the same cluster options
+    (:func:`memsym.cli.job_report.communication_report`: ``--gpus-per-node``, the bandwidths
+    and ``--efficiency``; the GPU's usual cluster where they are not given)."""
     from types import SimpleNamespace
 
     from .job_report import communication_report
 
-    opts = SimpleNamespace(gpu=args.gpu, efficiency=None, gpus_per_node=None,
-                           intra_node_bandwidth=None, inter_node_bandwidth=None, mfu_flops=None)
+    opts = SimpleNamespace(gpu=args.gpu, mfu_flops=None, **{
+        dest: getattr(args, dest, None) for dest in _CLUSTER})
     return communication_report(opts, arch, layout, training)
 
 
@@ -276,9 +353,37 @@ def _step_time_figure(args, arch, layout, training, name):
         raise InvalidValueError("plot step-time needs a MODEL and --gpu NAME (the step is "
                                 "priced on that GPU)")
     rep = step_parts(args, arch, layout, training)
-    return plotting.step_time_bars(
+    fig = plotting.step_time_bars(
         rep["step_time_parts_s"], rep["step_time_s"],
         title=args.title or f"Step time by part on {args.gpu}: {rep['step_time_s']:.3g} s\n{name}")
+    import textwrap
+
+    ax = fig.axes[0]      # the cluster the step was priced on, under the bar (as wide as it)
+    note = textwrap.fill(cluster_note(rep.get("assumptions") or {}), 46,
+                         break_on_hyphens=False)
+    ax.set_xlabel("\n".join(x for x in (ax.get_xlabel().strip("\n"), note) if x),
+                  fontsize="small")
+    return fig
+
+
+def cluster_note(assumptions: dict) -> str:
+    """The cluster a step was priced on, in one line (the ``assumptions`` of
+    :func:`memsym.timing.report.step_report`).
+
+    Examples
+    --------
+    >>> cluster_note({"gpus_per_node": 4, "intra_node_bandwidth_bytes_per_s": 1e11,
+    ...               "inter_node_bandwidth_bytes_per_s": 2.5e10, "efficiency": 0.45})
+    'priced on 4 GPUs per node, 100 GB/s intra-node, 25 GB/s inter-node, GEMM efficiency 0.45'
+    """
+    a_ = assumptions
+    parts = [f"{a_['gpus_per_node']} GPUs per node"] if a_.get("gpus_per_node") else []
+    parts += [f"{float(a_[key]) / 1e9:g} GB/s {where}" for key, where in (
+        ("intra_node_bandwidth_bytes_per_s", "intra-node"),
+        ("inter_node_bandwidth_bytes_per_s", "inter-node")) if a_.get(key) is not None]
+    eff = a_.get("efficiency")
+    parts.append("GEMM efficiency " + ("by shape (memsym.timing)" if eff is None else f"{eff:g}"))
+    return "priced on " + ", ".join(parts)
 
 
 def add_parser(sub) -> None:
