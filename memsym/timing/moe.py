@@ -158,6 +158,24 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
     ``router_dtype = input.dtype``); every other GEMM as :func:`memsym.timing.efficiency.
     gemm_time`.
 
+    Parameters
+    ----------
+    q : memsym.timing.gemm.Gemm
+        One forward GEMM of the layer.
+    which : {"forward", "dgrad", "wgrad"}
+        The pass.
+    device : str or GPU
+        The GPU.
+    precision : {"bf16", "fp16", "fp8", "fp32"}
+        The layer's GEMM precision.
+    eta_gemm : float, optional
+        A fixed achieved GEMM efficiency in (0, 1] [1].
+
+    Returns
+    -------
+    numpy.ndarray
+        Time [s].
+
     Examples
     --------
     >>> from memsym.timing.gemm import Gemm
@@ -199,7 +217,7 @@ def dispatch_bytes(tokens, sent, received, h, E, local, *, width: int = 2):
     sent, received : array_like
         Routed rows it sends (T k) and its experts receive [rows].
     h : int
-        Hidden size [elements].
+        Hidden size [1].
     E : int
         Routed experts [1].
     local : array_like
@@ -259,6 +277,20 @@ def ep_ranks_inside(e, t_e, domain: int):
     :func:`memsym.timing.collectives.group_stride`), so a domain of ``domain`` GPUs holds
     ``domain // t_e`` of them, at most ``e``.  An EP group wider than the domain whose size
     the domain does not divide leaves some GPUs with fewer; this counts the full domain.
+
+    Parameters
+    ----------
+    e : array_like
+        Expert-parallel size [GPUs].
+    t_e : array_like
+        Expert tensor-parallel size [GPUs].
+    domain : int
+        GPUs on one NVLink domain [GPUs].
+
+    Returns
+    -------
+    numpy.ndarray
+        EP ranks in the domain [GPUs].
 
     Examples
     --------
