@@ -117,3 +117,15 @@ def test_expert_gemms_are_grouped_in_the_layer():
     assert (float(g["expert_fc1"].M), float(g["expert_fc1"].count)) == (2048, 16)
     assert float(moe.gemm_seconds(g["expert_fc1"], "forward", "h100", "bf16")) == float(
         moe.grouped_gemm_time(2048, 2 * 768, 2048, 16, "h100"))
+
+
+def test_token_counts_are_gathered_over_the_tp_ep_group():
+    # preprocess: all-gather of the [E] int64 counts over t_e x e ranks; a group of one sends
+    # nothing.  EP 8 in one DGX-H100: 7 steps of 5 us and 7/8 of 8 x 64 x 8 bytes at 370 GB/s
+    c = cluster("dgx-h100")
+    assert float(moe.token_count_gather_time(64, 1, 1, c)) == 0
+    assert float(moe.token_count_gather_time(64, 8, 1, c)) == pytest.approx(
+        7 / 8 * 8 * 64 * 8 / 370e9 + 7 * 5e-6, rel=1e-12)
+    # expert TP 2 x EP 8 spans 16 GPUs: two nodes, 15 network steps
+    assert float(moe.token_count_gather_time(64, 8, 2, c)) == pytest.approx(
+        15 / 16 * 16 * 64 * 8 / 50e9 + 15 * 10e-6, rel=1e-12)

@@ -55,7 +55,7 @@ from .efficiency import K0, LAUNCH_OVERHEAD, TILES, ceiling, gemm_time, memory_t
 
 __all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "gemm_seconds",
            "dispatch_bytes", "grouped_quantize_bytes", "ep_ranks_inside", "ep_alltoall_time",
-           "expert_tp_collectives", "moe_layer_extras"]
+           "expert_tp_collectives", "token_count_gather_time", "moe_layer_extras"]
 
 #: Compute streams Transformer Engine spreads a grouped GEMM's per-expert cuBLAS calls over
 #: ([te-multistream]: ``num_compute_streams = 4``, GEMM i on stream i mod 4).
@@ -405,16 +405,62 @@ def expert_tp_collectives(nbytes, t_e, cluster):
     return seconds, sent
 
 
+def token_count_gather_time(E, e, t_e, cluster):
+    r"""Seconds of the dispatcher's all-gather of per-expert token counts, one MoE layer [s].
+
+    Before each forward all-to-all the dispatcher all-gathers every rank's ``[E]`` int64 token
+    counts over the expert-TP x EP group (token_dispatcher.py ``preprocess``:
+    ``gather_from_sequence_parallel_region(num_local_tokens_per_expert,
+    group=self.tp_ep_group)``) to size the all-to-all, then waits for them on the host
+    (``_maybe_update_cuda_sync_point("before_ep_alltoall")``) [megatron-moe].  A few kB: its
+    :math:`n - 1` ring steps' latency is the cost, on the network when the
+    :math:`n = t_e e` ranks leave the NVLink domain.  The backward reuses the splits.
+
+    Parameters
+    ----------
+    E : int
+        Routed experts [1].
+    e, t_e : array_like
+        Expert-parallel and expert tensor-parallel sizes [GPUs].
+    cluster : Cluster
+        The interconnect.
+
+    Returns
+    -------
+    numpy.ndarray
+        Time [s]; 0 for a group of one.
+
+    Examples
+    --------
+    EP 16 over two DGX-H100 nodes, 128 experts: 16 x 128 x 8 bytes gathered, 15 steps of
+    10 us on the network and 15/16 of 16 kB at 50 GB/s:
+
+    >>> from memsym.hardware import cluster
+    >>> t = float(token_count_gather_time(128, 16, 1, cluster("dgx-h100")))
+    >>> t == 15 / 16 * 16 * 128 * 8 / 50e9 + 15 * 10e-6
+    True
+    """
+    n = _arr(e) * _arr(t_e)
+    domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
+    intra = float(cluster.intra_node_bandwidth)
+    if getattr(cluster, "intra_link", "nvlink") == "nvlink":
+        intra *= NVLINK_NCCL_EFFICIENCY
+    fits = n <= domain
+    bw = np.where(fits, intra, float(cluster.inter_node_bandwidth))
+    lat = np.where(fits, LINK_LATENCY["intra"], LINK_LATENCY["inter"])
+    return collective_time("all-gather", 8.0 * E * n, n, bw, lat)
+
+
 def moe_layer_extras(gemms, held, e, t_e, cluster, device, precision: str):
     """What one MoE layer's forward adds on one GPU beyond its GEMMs and the memory-bound
     bytes of :func:`memsym.timing.gemm.memory_bytes` (what :mod:`memsym.timing.step` prices).
 
-    Returns ``(seconds, bytes, cast)``: the dispatch and combine all-to-alls
-    (:func:`ep_alltoall_time`) plus the expert-TP all-gather and reduce-scatter
-    (:func:`expert_tp_collectives`) [s], the bytes one GPU sends in them [bytes], and under
-    FP8 the cast of the routed rows into the grouped fc1 GEMM at HBM bandwidth
-    (:func:`grouped_quantize_bytes`) [s].  The backward runs the mirror collectives (the same
-    again) and no cast.
+    Returns ``(forward s, backward s, forward bytes, backward bytes, cast s)``: the dispatch
+    and combine all-to-alls (:func:`ep_alltoall_time`) and the expert-TP all-gather and
+    reduce-scatter (:func:`expert_tp_collectives`) each way, the forward's token-count
+    all-gather (:func:`token_count_gather_time`; the backward reuses the splits), the bytes
+    one GPU sends in them, and under FP8 the forward's cast of the routed rows into the grouped
+    fc1 GEMM at HBM bandwidth (:func:`grouped_quantize_bytes`).
 
     Parameters
     ----------
@@ -435,10 +481,14 @@ def moe_layer_extras(gemms, held, e, t_e, cluster, device, precision: str):
     --------
     >>> from memsym.hardware import cluster
     >>> from memsym.timing.gemm import Gemm
-    >>> g = [Gemm("expert_fc1", 2048, 1536, 2048, 16)]
-    >>> s, b, cast = moe_layer_extras(g, 1e9, 8, 1, cluster("dgx-h100"), "h100", "fp8")
-    >>> float(b) == 2 * 7 / 8 * 1e9, float(cast) == 4 * 2048 * 16 * 2048 / 3.35e12
+    >>> g = [Gemm("router", 4096, 128, 2048), Gemm("expert_fc1", 2048, 1536, 2048, 16)]
+    >>> fs, bs, fb, bb, cast = moe_layer_extras(g, 1e9, 8, 1, cluster("dgx-h100"), "h100", "fp8")
+    >>> float(bb) == 2 * 7 / 8 * 1e9, float(fb - bb) == 7 / 8 * 8 * 128 * 8
     (True, True)
+    >>> abs(float(fs - bs) - (7 / 8 * 8 * 128 * 8 / 370e9 + 7 * 5e-6)) < 1e-15
+    True
+    >>> float(cast) == 4 * 2048 * 16 * 2048 / 3.35e12
+    True
     """
     t_e = _arr(t_e)
     seconds = 2 * ep_alltoall_time(held, e, t_e, cluster)
@@ -448,4 +498,9 @@ def moe_layer_extras(gemms, held, e, t_e, cluster, device, precision: str):
     if precision == "fp8":
         fc1 = next(q for q in gemms if q.name == "expert_fc1")
         cast = memory_time(grouped_quantize_bytes(_arr(fc1.M) * fc1.count, fc1.K), device)
-    return seconds + etp_s, sent + etp_b, cast
+    E = _arr(next(q for q in gemms if q.name == "router").N)      # the router's N is E
+    n = _arr(e) * t_e
+    counts = token_count_gather_time(E, e, t_e, cluster)
+    counts_b = collective_bytes("all-gather", 8.0 * E * n, n)
+    return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
+            cast)

@@ -170,9 +170,8 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     if moe:
         held = T * x.k * x.h * 2 / (_arr(t) if st.sequence_parallel else 1)
         # all-to-alls by where the EP ranks sit, expert-TP AG + RS, FP8 cast (memsym.timing.moe)
-        f_ep, ep_bytes, cast = moe_layer_extras(gemms, held, e, t_e, clu, dev, prec)
-        f_mem, b_ep = f_mem + cast, f_ep
-        ep_raw = [f_ep, b_ep, ep_bytes, ep_bytes]
+        f_ep, b_ep, f_b, b_b, cast = moe_layer_extras(gemms, held, e, t_e, clu, dev, prec)
+        f_mem, ep_raw = f_mem + cast, [f_ep, b_ep, f_b, b_b]
         if overlap.ep_a2a:
             exp_f = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm)
                         for q in gemms if q.name.startswith("expert"))
