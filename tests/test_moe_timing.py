@@ -58,18 +58,23 @@ def test_dispatch_bytes_by_hand():
     assert got - one == 2 * 10 * 4 * 2000
 
 
-def test_moe_layer_memory_holds_the_dispatcher_copies():
-    # Qwen3-30B-A3B (h 2048, 128 experts, top-8, f_e 768, SwiGLU), 4,096 tokens, EP 8, no TP:
-    # the MoE layer's bytes minus the dense one's are the expert activations (3 x rows x f_e),
-    # minus the dense MLP's (3 x T x f), plus the dispatcher's copies
+def test_moe_layer_prices_the_dispatcher_copies_each_way():
+    # Qwen3-30B-A3B (h 2048, 128 experts, top-8, f_e 768, SwiGLU), 4,096 tokens, EP 8, no TP,
+    # bf16: the layer's memory-bound bytes hold the expert activations (3 x rows x f_e in
+    # place of the dense MLP's 3 x T x f); the dispatcher's router, permute, sort, un-sort and
+    # unpermute bytes come on top, the same in the backward (the mirror copies)
     x = shape_of(preset("qwen3-30b-a3b"))
     assert (x.h, x.E, x.k, x.f_e) == (2048, 128, 8, 768)
     T, rows = 4096, 4096 * 8
     kw = dict(sequence_parallel=False, flash=True, dropout=False)
     diff = float(memory_bytes(x, 4096, 1, 1, 1, 8, moe=True, **kw)
                  - memory_bytes(x, 4096, 1, 1, 1, 8, moe=False, **kw))
-    dispatcher = 15 * T * 128 + 2 * 2048 * (2 * rows + 4 * rows + rows + T)
-    assert diff == pytest.approx(2 * (3 * rows * 768 - 3 * T * x.f) + dispatcher, rel=1e-12)
+    assert diff == pytest.approx(2 * (3 * rows * 768 - 3 * T * x.f), rel=1e-12)
+    gemms = layer_gemms(x, 4096, 1, 1, 1, 8, moe=True)
+    out = moe.moe_layer_extras(gemms, T, 8, 8, 1, cluster("dgx-h100"), "h100", "bf16")
+    copies = 15 * T * 128 + 2 * 2048 * (2 * rows + 4 * rows + rows + T)
+    assert float(out[4]) == pytest.approx(copies / 3.35e12, rel=1e-12)
+    assert float(out[5]) == float(out[4])
 
 
 def test_alltoall_inside_one_nvlink_domain_is_the_ring_price():

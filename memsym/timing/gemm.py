@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.architecture import moe_layer_pattern, padded_vocab_size, resolve
-from .moe import dispatch_bytes
 
 __all__ = ["Gemm", "Shape", "shape_of", "layer_gemms", "attention_flops", "memory_bytes",
            "layer_params", "forward_flops_per_token"]
@@ -284,10 +283,10 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     (2 reads + 1 write: 6), 2 dropouts (read, write and a 1-byte mask: 5, if dropout is on);
     the activation (GeLU: read + write of f; SwiGLU: 2 reads + 1 write); RoPE on Q and K;
     without flash attention the softmax reads and writes the :math:`s \times s` scores (plus
-    attention dropout).  MoE layers add the routed experts' and shared expert's activations and
-    the all-to-all dispatcher's router, permute, sort and unpermute copies
-    (:func:`memsym.timing.moe.dispatch_bytes`, from Megatron-core's code).  The backward pass
-    moves about 1.5 times these bytes (memsym.timing.step).  Memsym's count (assumption).
+    attention dropout).  MoE layers add the routed experts' and shared expert's activations (the
+    all-to-all dispatcher's router, permute, sort and unpermute copies are
+    :func:`memsym.timing.moe.dispatch_bytes`).  The backward pass moves about 1.5 times these
+    bytes (memsym.timing.step).  Memsym's count (assumption).
 
     Parameters
     ----------
@@ -328,16 +327,13 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     hidden = T * x.h / (t if sequence_parallel else 1)
     elems = (10 + (5 if dropout else 0)) * hidden
     act = 3 if x.gated else 2
-    routed = 0.0
     if moe:
+        # the dispatcher's router, permute, sort and unpermute copies are priced with their
+        # mirror backward in memsym.timing.moe.moe_layer_extras
         rows = np.asarray(b, float) * s * x.k * t_e / (t * c)
         elems = elems + act * rows * x.f_e / t_e
         if x.f_sh:
             elems = elems + act * T * x.f_sh / t
-        # the dispatcher's router, permute, sort and unpermute copies (memsym.timing.moe)
-        held = T / (t if sequence_parallel else 1)
-        routed = dispatch_bytes(held, held * x.k, rows, x.h, x.E,
-                                x.E / np.asarray(e, float), width=width)
     else:
         elems = elems + act * T * x.f / t
     if x.rope:
@@ -345,7 +341,7 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     if not flash:
         scores = np.asarray(b, float) * (x.a / t) * (s / c) * s
         elems = elems + (2 + (2.5 if dropout else 0)) * scores
-    return width * elems + routed
+    return width * elems
 
 
 def layer_params(x: Shape, *, moe: bool) -> tuple:

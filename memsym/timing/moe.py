@@ -180,7 +180,8 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
     --------
     >>> from memsym.timing.gemm import Gemm
     >>> r = Gemm("router", 4096, 128, 2048)
-    >>> bool(gemm_seconds(r, "forward", "h100", "fp8") == gemm_time(4096, 128, 2048, "h100", "bf16"))
+    >>> fp8 = gemm_seconds(r, "forward", "h100", "fp8")
+    >>> bool(fp8 == gemm_time(4096, 128, 2048, "h100", "bf16"))
     True
     """
     M, N, K = {"forward": (q.M, q.N, q.K), "dgrad": (q.M, q.K, q.N),
@@ -208,7 +209,8 @@ def dispatch_bytes(tokens, sent, received, h, E, local, *, width: int = 2):
     writes the received rows before and after the experts when the GPU holds more than one,
     ``unpermute`` reads the returned rows and writes the :math:`[T, h]` sum [megatron-moe].
     The expert activation (SwiGLU with the routing probabilities, experts.py) is counted with
-    the layer's other activations (:func:`memsym.timing.gemm.memory_bytes`).
+    the layer's other activations (:func:`memsym.timing.gemm.memory_bytes`).  The backward
+    moves the same bytes (:func:`moe_layer_extras`).
 
     Parameters
     ----------
@@ -294,8 +296,8 @@ def ep_ranks_inside(e, t_e, domain: int):
 
     Examples
     --------
-    >>> int(ep_ranks_inside(16, 1, 8)), int(ep_ranks_inside(8, 1, 8)), int(ep_ranks_inside(64, 2, 72))
-    (8, 8, 36)
+    >>> [int(ep_ranks_inside(e, t_e, d)) for e, t_e, d in ((16, 1, 8), (8, 1, 8), (64, 2, 72))]
+    [8, 8, 36]
     """
     e, t_e = _arr(e), _arr(t_e)
     return np.clip(np.floor(domain / t_e), 1, e)
@@ -451,23 +453,31 @@ def token_count_gather_time(E, e, t_e, cluster):
     return collective_time("all-gather", 8.0 * E * n, n, bw, lat)
 
 
-def moe_layer_extras(gemms, held, e, t_e, cluster, device, precision: str):
-    """What one MoE layer's forward adds on one GPU beyond its GEMMs and the memory-bound
-    bytes of :func:`memsym.timing.gemm.memory_bytes` (what :mod:`memsym.timing.step` prices).
+def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
+    """What one MoE layer adds on one GPU beyond its GEMMs and the memory-bound bytes of
+    :func:`memsym.timing.gemm.memory_bytes` (what :mod:`memsym.timing.step` prices).
 
-    Returns ``(forward s, backward s, forward bytes, backward bytes, cast s)``: the dispatch
-    and combine all-to-alls (:func:`ep_alltoall_time`) and the expert-TP all-gather and
-    reduce-scatter (:func:`expert_tp_collectives`) each way, the forward's token-count
-    all-gather (:func:`token_count_gather_time`; the backward reuses the splits), the bytes
-    one GPU sends in them, and under FP8 the forward's cast of the routed rows into the grouped
-    fc1 GEMM at HBM bandwidth (:func:`grouped_quantize_bytes`).
+    Returns ``(forward s, backward s, forward bytes, backward bytes, forward memory s,
+    backward memory s)``:
+
+    * communication: the dispatch and combine all-to-alls (:func:`ep_alltoall_time`) and the
+      expert-TP all-gather and reduce-scatter (:func:`expert_tp_collectives`) each way, the
+      forward's token-count all-gather (:func:`token_count_gather_time`; the backward reuses
+      the splits), and the bytes one GPU sends in them;
+    * memory-bound work at HBM bandwidth: the dispatcher's copies (:func:`dispatch_bytes`),
+      whose backward is their mirror (permute's gradient is an unpermute and the reverse,
+      sort's is the un-sort: the same bytes), and under FP8 the forward's cast of the routed
+      rows into the grouped fc1 GEMM (:func:`grouped_quantize_bytes`; the backward reads the
+      saved column-wise copy).
 
     Parameters
     ----------
     gemms : list of memsym.timing.gemm.Gemm
         The layer's forward GEMMs (:func:`memsym.timing.gemm.layer_gemms`, ``moe=True``).
-    held : array_like
-        The routed rows one GPU sends, T k h x 2 bytes [bytes].
+    tokens : array_like
+        Tokens entering the MoE layer on this GPU, T (T/t under sequence parallelism) [1].
+    k : int
+        Experts per token, top-k [1].
     e, t_e : array_like
         Expert-parallel and expert tensor-parallel sizes [GPUs].
     cluster : Cluster
@@ -479,28 +489,39 @@ def moe_layer_extras(gemms, held, e, t_e, cluster, device, precision: str):
 
     Examples
     --------
+    Qwen3-30B-A3B-like: 4,096 tokens, top-8 of 128 experts, h = 2048, EP 8 in a DGX-H100
+    (16 local experts of 2,048 rows), FP8:
+
     >>> from memsym.hardware import cluster
     >>> from memsym.timing.gemm import Gemm
     >>> g = [Gemm("router", 4096, 128, 2048), Gemm("expert_fc1", 2048, 1536, 2048, 16)]
-    >>> fs, bs, fb, bb, cast = moe_layer_extras(g, 1e9, 8, 1, cluster("dgx-h100"), "h100", "fp8")
-    >>> float(bb) == 2 * 7 / 8 * 1e9, float(fb - bb) == 7 / 8 * 8 * 128 * 8
+    >>> fs, bs, fb, bb, fm, bm = moe_layer_extras(g, 4096, 8, 8, 1, cluster("dgx-h100"),
+    ...                                           "h100", "fp8")
+    >>> held = 4096 * 8 * 2048 * 2
+    >>> float(bb) == 2 * 7 / 8 * held, float(fb - bb) == 7 / 8 * 8 * 128 * 8
     (True, True)
     >>> abs(float(fs - bs) - (7 / 8 * 8 * 128 * 8 / 370e9 + 7 * 5e-6)) < 1e-15
     True
-    >>> float(cast) == 4 * 2048 * 16 * 2048 / 3.35e12
-    True
+    >>> copies = 15 * 4096 * 128 + 2 * 2048 * (7 * 32768 + 4096)
+    >>> float(bm) == copies / 3.35e12, abs(float(fm - bm) - 4 * 32768 * 2048 / 3.35e12) < 1e-15
+    (True, True)
     """
     t_e = _arr(t_e)
+    tokens = _arr(tokens)
+    fc1 = next(q for q in gemms if q.name == "expert_fc1")
+    E = _arr(next(q for q in gemms if q.name == "router").N)      # the router's N is E
+    h = _arr(fc1.K)
+    held = tokens * k * h * 2
     seconds = 2 * ep_alltoall_time(held, e, t_e, cluster)
     sent = 2 * collective_bytes("all-to-all", held, e)
-    etp_s, etp_b = expert_tp_collectives(_arr(held) * t_e, t_e, cluster)
-    cast = 0.0
-    if precision == "fp8":
-        fc1 = next(q for q in gemms if q.name == "expert_fc1")
-        cast = memory_time(grouped_quantize_bytes(_arr(fc1.M) * fc1.count, fc1.K), device)
-    E = _arr(next(q for q in gemms if q.name == "router").N)      # the router's N is E
+    etp_s, etp_b = expert_tp_collectives(held * t_e, t_e, cluster)
     n = _arr(e) * t_e
     counts = token_count_gather_time(E, e, t_e, cluster)
     counts_b = collective_bytes("all-gather", 8.0 * E * n, n)
+    received = _arr(fc1.M) * fc1.count
+    copies = memory_time(dispatch_bytes(tokens, tokens * k, received, h, E, fc1.count), device)
+    cast = 0.0
+    if precision == "fp8":
+        cast = memory_time(grouped_quantize_bytes(received, h), device)
     return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
-            cast)
+            copies + cast, copies)

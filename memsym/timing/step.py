@@ -168,10 +168,10 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     f_ep = b_ep = 0.0
     ep_raw = [0.0, 0.0, 0.0, 0.0]
     if moe:
-        held = T * x.k * x.h * 2 / (_arr(t) if st.sequence_parallel else 1)
-        # all-to-alls by where the EP ranks sit, expert-TP AG + RS, FP8 cast (memsym.timing.moe)
-        f_ep, b_ep, f_b, b_b, cast = moe_layer_extras(gemms, held, e, t_e, clu, dev, prec)
-        f_mem, ep_raw = f_mem + cast, [f_ep, b_ep, f_b, b_b]
+        tok = T / (_arr(t) if st.sequence_parallel else 1)
+        # all-to-alls by where EP ranks sit, expert-TP AG/RS, dispatcher copies (.moe)
+        f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(gemms, tok, x.k, e, t_e, clu, dev, prec)
+        f_mem, b_mem, ep_raw = f_mem + f_c, b_mem + b_c, [f_ep, b_ep, f_b, b_b]
         if overlap.ep_a2a:
             exp_f = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm)
                         for q in gemms if q.name.startswith("expert"))
