@@ -39,6 +39,7 @@ EXCEPTIONS = {
     ("memsym.timing.efficiency.gemm_efficiency", "N"):
         "a GEMM dimension [elements], not parameters",
     ("memsym.timing.gemm.Gemm", "N"): "a GEMM dimension [elements], not parameters",
+    ("memsym.timing.moe.grouped_gemm_time", "N"): "a GEMM dimension [elements], not parameters",
     ("memsym.rules.masks", "k"): "the knob mapping the rules read, not top-k",
     ("memsym.rules.broken", "k"): "the knob mapping the rules read, not top-k",
     ("memsym.rules.check", "k"): "the knob mapping the rules read, not top-k",

@@ -283,8 +283,10 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     (2 reads + 1 write: 6), 2 dropouts (read, write and a 1-byte mask: 5, if dropout is on);
     the activation (GeLU: read + write of f; SwiGLU: 2 reads + 1 write); RoPE on Q and K;
     without flash attention the softmax reads and writes the :math:`s \times s` scores (plus
-    attention dropout).  MoE layers add the permute and unpermute copies of the routed rows.
-    The backward pass moves about twice these bytes.  Memsym's count (assumption).
+    attention dropout).  MoE layers add the routed experts' and shared expert's activations (the
+    all-to-all dispatcher's router, permute, sort and unpermute copies are
+    :func:`memsym.timing.moe.dispatch_bytes`).  The backward pass moves about 1.5 times these
+    bytes (memsym.timing.step).  Memsym's count (assumption).
 
     Parameters
     ----------
@@ -326,8 +328,10 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     elems = (10 + (5 if dropout else 0)) * hidden
     act = 3 if x.gated else 2
     if moe:
+        # the dispatcher's router, permute, sort and unpermute copies are priced with their
+        # mirror backward in memsym.timing.moe.moe_layer_extras
         rows = np.asarray(b, float) * s * x.k * t_e / (t * c)
-        elems = elems + act * rows * x.f_e / t_e + 4 * rows * x.h
+        elems = elems + act * rows * x.f_e / t_e
         if x.f_sh:
             elems = elems + act * T * x.f_sh / t
     else:

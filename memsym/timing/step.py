@@ -29,6 +29,7 @@ from ..term import Source
 from .collectives import collective_bytes, collective_time, group_bandwidth, group_link
 from .efficiency import ceiling, gemm_time, memory_time
 from .records import Overlap, Settings, StepTime
+from .moe import gemm_seconds, moe_layer_extras
 from .gemm import (attention_flops, layer_gemms, layer_params, memory_bytes, output_gemm,
                    shape_of)
 from ..terms.pipeline_order import bubble_fraction, schedule_rule, simulate
@@ -89,12 +90,11 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     s = st.seq_length
     prec = st.precision
     gemms = layer_gemms(x, s, b, t, c, e, t_e, moe=moe)
-    f_gemm = sum(gemm_time(q.M, q.N, q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
-                 for q in gemms)
+    # experts as TE's grouped GEMM, the router in the input dtype (memsym.timing.moe)
+    f_gemm = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm) for q in gemms)
     # backward: data gradient [M,N]x[N,K] and weight gradient [K,M]x[M,N]
-    b_gemm = sum(gemm_time(q.M, q.K, q.N, dev, prec, eta_gemm=eta_gemm, count=q.count)
-                 + gemm_time(q.K, q.N, q.M, dev, prec, eta_gemm=eta_gemm, count=q.count)
-                 for q in gemms)
+    b_gemm = sum(gemm_seconds(q, "dgrad", dev, prec, eta_gemm=eta_gemm)
+                 + gemm_seconds(q, "wgrad", dev, prec, eta_gemm=eta_gemm) for q in gemms)
     # attention core: bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16)
     aprec = "bf16" if prec == "fp8" else prec
     peak = dev.peak(aprec)
@@ -168,14 +168,12 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     f_ep = b_ep = 0.0
     ep_raw = [0.0, 0.0, 0.0, 0.0]
     if moe:
-        held = T * x.k * x.h * 2 / (_arr(t) if st.sequence_parallel else 1)
-        ebw, elat = group_bandwidth("ep", e, clu, t=t, c=c, d=dp, t_e=t_e)
-        f_ep = 2 * collective_time("all-to-all", held, e, ebw, elat)
-        b_ep = f_ep
-        ep_bytes = 2 * collective_bytes("all-to-all", held, e)
-        ep_raw = [f_ep, b_ep, ep_bytes, ep_bytes]
+        tok = T / (_arr(t) if st.sequence_parallel else 1)
+        # all-to-alls by where EP ranks sit, expert-TP AG/RS, dispatcher copies (.moe)
+        f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(gemms, tok, x.k, e, t_e, clu, dev, prec)
+        f_mem, b_mem, ep_raw = f_mem + f_c, b_mem + b_c, [f_ep, b_ep, f_b, b_b]
         if overlap.ep_a2a:
-            exp_f = sum(gemm_time(q.M, q.N, q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
+            exp_f = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm)
                         for q in gemms if q.name.startswith("expert"))
             f_ep = np.maximum(0, f_ep - exp_f)
             b_ep = np.maximum(0, b_ep - 2 * exp_f)

@@ -1,0 +1,527 @@
+r"""What a MoE layer runs beyond its GEMM FLOPs: grouped expert GEMMs, the dispatcher's copies,
+the router in the input precision, and the expert-parallel all-to-all by where its ranks sit.
+
+Megatron-core's MoE layer with the all-to-all dispatcher (``MoEAlltoAllTokenDispatcher``,
+megatron/core/transformer/moe/token_dispatcher.py at Megatron-LM d98e8a64dd, the class
+docstring lists the steps) runs, per layer and micro-batch on one GPU holding :math:`T` tokens
+with top-:math:`k` routing over :math:`E` experts, :math:`E/e` of them local:
+
+1. the router: ``router_gating_linear(input, weight, bias, router_dtype)`` in the *input*
+   dtype (router.py ``gating``: bf16 unless ``moe_router_dtype`` is fp32/fp64; never an FP8
+   GEMM), then the score function and top-k over the :math:`[T, E]` logits;
+2. permutation 1 (moe_utils.py ``permute``): ``tokens.index_select(0, sorted_indices)``, the
+   :math:`Tk` routed copies of the hidden states gathered into expert order;
+3. the all-to-all of those rows over the EP group (``all_to_all(self.ep_group, ...)``);
+4. permutation 2 (``sort_chunks_by_idxs``, only when ``num_local_experts > 1``): the received
+   rows re-sorted from (source rank, expert) to (expert, source rank);
+5. the experts: TE's ``GroupedLinear`` (experts.py ``TEGroupedMLP``), one GEMM per local expert
+   with its token count (``m_splits``);
+6. the mirror on the way back: un-sort (``sort_chunks_by_idxs`` with
+   ``restore_output_by_local_experts``), the all-to-all, and ``unpermute`` (the :math:`Tk` rows
+   scattered back with ``index_add_`` / ``scatter_add_`` into :math:`[T, h]`).
+
+This module prices 2, 4 and 6's copies at HBM bandwidth (:func:`dispatch_bytes`), 5 as TE
+launches it (:func:`grouped_gemm_time`), 1's GEMM at the input precision
+(:func:`gemm_seconds`), and 3 with the part of the EP group inside this GPU's NVLink domain on
+NVLink and the rest through its NIC (:func:`ep_alltoall_time`).
+
+References
+----------
+.. [megatron-moe] Megatron-LM d98e8a64dd: megatron/core/transformer/moe/token_dispatcher.py
+   (``MoEAlltoAllTokenDispatcher``: ``dispatch_preprocess``, ``token_dispatch``,
+   ``dispatch_postprocess``, ``combine_preprocess``, ``token_combine``, ``combine_postprocess``),
+   moe_utils.py (``permute``, ``unpermute``, ``sort_chunks_by_idxs``), router.py (``gating``,
+   ``routing``), experts.py (``TEGroupedMLP``), transformer_config.py (``moe_router_dtype``
+   default None, ``moe_token_dispatcher_type`` default "allgather", ``moe_router_fusion``).
+.. [te-multistream] NVIDIA/TransformerEngine transformer_engine/common/util/multi_stream.cpp
+   (``num_compute_streams = 4``) and transformer_engine/common/gemm/cublaslt_gemm.cu
+   (``nvte_multi_stream_cublas_gemm``: GEMM i of a group on compute stream i mod 4), the path
+   of ``GroupedLinear`` (read through the code index; no pinned commit).
+.. [nccl-nvlink-efficiency] NVIDIA/nccl-tests issue #212, NCCL maintainer's comment: the
+   370 GB/s effective NVLink bandwidth of H100 is what "BusBw" shows "when running
+   non-allreduce operations": the all-to-all included, so the all-to-all inside NVLink is
+   priced at the same efficiency as the ring collectives
+   (:data:`memsym.timing.collectives.NVLINK_NCCL_EFFICIENCY`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hardware import gpu as _gpu
+from .collectives import (LINK_LATENCY, NVLINK_NCCL_EFFICIENCY, collective_bytes,
+                          collective_time, group_bandwidth)
+from .efficiency import K0, LAUNCH_OVERHEAD, TILES, ceiling, gemm_time, memory_time
+
+__all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "gemm_seconds",
+           "dispatch_bytes", "grouped_quantize_bytes", "ep_ranks_inside", "ep_alltoall_time",
+           "expert_tp_collectives", "token_count_gather_time", "moe_layer_extras"]
+
+#: Compute streams Transformer Engine spreads a grouped GEMM's per-expert cuBLAS calls over
+#: ([te-multistream]: ``num_compute_streams = 4``, GEMM i on stream i mod 4).
+TE_GEMM_STREAMS = 4
+#: HBM bytes per router logit [bytes] of the score function, top-k and aux-loss scores
+#: (router.py ``routing``; fused under ``moe_router_fusion``): read the bf16 logit (2), write
+#: the fp32 probability (4) and the 1-byte routing-map entry (1), and the aux-loss scores'
+#: fp32 softmax written and read back for the per-expert sum (8).  Memsym's count.
+ROUTER_BYTES_PER_LOGIT = 15
+
+
+def _arr(x):
+    return np.asarray(x, dtype=float)
+
+
+def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_gemm=None,
+                      streams: int = TE_GEMM_STREAMS):
+    r"""Seconds of ``count`` GEMMs ``[M, K] x [K, N]`` launched as TE's grouped GEMM [s].
+
+    ``GroupedLinear`` issues one cuBLAS GEMM per local expert, round-robin over
+    :data:`TE_GEMM_STREAMS` compute streams [te-multistream], so up to
+    :math:`S = \min(\text{streams}, \text{count})` experts' GEMMs share the SMs at once: their
+    output tiles run in common waves (tile quantisation per expert, wave quantisation over the
+    :math:`S` experts' tiles together), :math:`\text{count}/S` such rounds, and one launch
+    per GEMM:
+
+    .. math::
+
+        t = \frac{\text{count}}{S}\max\Bigl(\frac{2SMNK}{\eta_{\max}F\,q_S\,K/(K+K_0)},\;
+            \frac{S\,b\,(MK + KN + MN)}{B_{\text{HBM}}}\Bigr)
+            + \text{count}\cdot t_{\text{launch}},\quad
+        q_S = \max_{\text{tile}} \frac{r\,S M N}{\lceil S\lceil M/t_m\rceil\lceil N/t_n\rceil
+              / n_{\text{SM}}\rceil\, n_{\text{SM}}\, t_m t_n}
+
+    With ``count`` = 1 this is :func:`memsym.timing.efficiency.gemm_time`.
+
+    Parameters
+    ----------
+    M, N, K : array_like
+        One expert's GEMM dimensions [elements] (M: that expert's routed rows).
+    count : array_like
+        Local experts [1].
+    device : str or GPU
+        The GPU.
+    precision : {"bf16", "fp16", "fp8", "fp32"}
+        The GEMM's input precision.
+    eta_gemm : float, optional
+        A fixed achieved math-side efficiency replacing the ceiling and quantisation [1].
+    streams : int
+        Concurrent compute streams [1].
+
+    Returns
+    -------
+    numpy.ndarray
+        Time [s].
+
+    Examples
+    --------
+    Hand count: 8 experts of [256, 2048] x [2048, 1536] on an H100 (132 SMs) in bf16, each
+    math-bound.  Alone, an expert's best tile is 64 x 64 (4 x 24 = 96 tiles in one wave:
+    q = 0.7 x 96/132; 128 x 128 gives 24 tiles, 0.95 x 24/132); four at once, 128 x 128 fills
+    one wave with 4 x 24 = 96 tiles (q = 0.95 x 96/132, above 64 x 64's 384 tiles in 3 waves,
+    0.7 x 384/396).  The math time per expert falls by 0.95/0.7:
+
+    >>> one = float(gemm_time(256, 1536, 2048, "h100", count=8))
+    >>> grouped = float(grouped_gemm_time(256, 1536, 2048, 8, "h100"))
+    >>> launch = 8 * LAUNCH_OVERHEAD
+    >>> round((one - launch) / (grouped - launch), 9) == round(0.95 / 0.7, 9)
+    True
+    >>> bool(grouped_gemm_time(4096, 4096, 4096, 1, "h100") == gemm_time(4096, 4096, 4096, "h100"))
+    True
+    """
+    dev = _gpu(device)
+    M, N, K, count = (_arr(x) for x in (M, N, K, count))
+    S = np.minimum(float(streams), count)
+    if eta_gemm is not None:
+        # the override fixes the math-side efficiency: the grouping changes nothing then
+        return gemm_time(M, N, K, dev, precision, eta_gemm=eta_gemm, count=count)
+    sms = dev.sm_count
+    q = np.zeros(np.broadcast(M, N, S).shape)
+    for tm, tn, rel in TILES:
+        tiles = S * np.ceil(M / tm) * np.ceil(N / tn)
+        waves = np.ceil(tiles / sms)
+        q = np.maximum(q, rel * S * M * N / (waves * sms * tm * tn))
+    prec = "bf16" if precision == "fp16" else precision
+    eff = ceiling(dev, prec) * q * K / (K + K0)
+    width = {"fp8": 1, "fp32": 4}.get(precision, 2)
+    t_math = 2.0 * S * M * N * K / (dev.peak(precision) * eff)
+    t_mem = width * S * (M * K + K * N + M * N) / dev.hbm_bandwidth
+    return count / S * np.maximum(t_math, t_mem) + count * LAUNCH_OVERHEAD
+
+
+def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
+    """Seconds of one forward GEMM record ``q`` (:class:`memsym.timing.gemm.Gemm`) in one pass.
+
+    ``which``: ``"forward"`` (``[M, K] x [K, N]``), ``"dgrad"`` (``[M, N] x [N, K]``) or
+    ``"wgrad"`` (``[K, M] x [M, N]``).  The routed experts (``expert_fc1``, ``expert_fc2``)
+    run as TE's grouped GEMM (:func:`grouped_gemm_time`); the router runs in the input dtype,
+    bf16 under an FP8 recipe (router.py ``gating``: ``router_gating_linear`` with
+    ``router_dtype = input.dtype``); every other GEMM as :func:`memsym.timing.efficiency.
+    gemm_time`.
+
+    Parameters
+    ----------
+    q : memsym.timing.gemm.Gemm
+        One forward GEMM of the layer.
+    which : {"forward", "dgrad", "wgrad"}
+        The pass.
+    device : str or GPU
+        The GPU.
+    precision : {"bf16", "fp16", "fp8", "fp32"}
+        The layer's GEMM precision.
+    eta_gemm : float, optional
+        A fixed achieved GEMM efficiency in (0, 1] [1].
+
+    Returns
+    -------
+    numpy.ndarray
+        Time [s].
+
+    Examples
+    --------
+    >>> from memsym.timing.gemm import Gemm
+    >>> r = Gemm("router", 4096, 128, 2048)
+    >>> fp8 = gemm_seconds(r, "forward", "h100", "fp8")
+    >>> bool(fp8 == gemm_time(4096, 128, 2048, "h100", "bf16"))
+    True
+    """
+    M, N, K = {"forward": (q.M, q.N, q.K), "dgrad": (q.M, q.K, q.N),
+               "wgrad": (q.K, q.N, q.M)}[which]
+    if q.name.startswith("expert_"):
+        return grouped_gemm_time(M, N, K, q.count, device, precision, eta_gemm=eta_gemm)
+    if q.name == "router" and precision == "fp8":
+        precision = "bf16"
+    return gemm_time(M, N, K, device, precision, eta_gemm=eta_gemm, count=q.count)
+
+
+def dispatch_bytes(tokens, sent, received, h, E, local, *, width: int = 2):
+    r"""HBM bytes of the all-to-all dispatcher's memory-bound forward work, one MoE layer [bytes].
+
+    .. math::
+
+        \underbrace{c_r\,T E}_{\text{router}}
+        + w\,h\,\bigl(\underbrace{2R_s}_{\text{permute}}
+        + \underbrace{4R_r\,[E/e > 1]}_{\text{sort, un-sort}}
+        + \underbrace{R_s + T}_{\text{unpermute}}\bigr)
+
+    with :math:`T` the tokens on the GPU, :math:`R_s = Tk` the routed rows it sends,
+    :math:`R_r` the rows its experts receive, :math:`c_r` :data:`ROUTER_BYTES_PER_LOGIT`.
+    ``permute`` gathers each routed row (read + write), ``sort_chunks_by_idxs`` reads and
+    writes the received rows before and after the experts when the GPU holds more than one,
+    ``unpermute`` reads the returned rows and writes the :math:`[T, h]` sum [megatron-moe].
+    The expert activation (SwiGLU with the routing probabilities, experts.py) is counted with
+    the layer's other activations (:func:`memsym.timing.gemm.memory_bytes`).  The backward
+    moves the same bytes (:func:`moe_layer_extras`).
+
+    Parameters
+    ----------
+    tokens : array_like
+        Tokens entering the MoE layer on this GPU, T [tokens].
+    sent, received : array_like
+        Routed rows it sends (T k) and its experts receive [rows].
+    h : int
+        Hidden size [1].
+    E : int
+        Routed experts [1].
+    local : array_like
+        Local experts, E / e [1].
+    width : int
+        Bytes per hidden-state element [bytes].
+
+    Returns
+    -------
+    numpy.ndarray
+        HBM bytes [bytes].
+
+    Examples
+    --------
+    Hand count, Qwen3-30B-A3B (h 2048, 128 experts, top-8) with EP 8, 4,096 tokens: 32,768
+    rows each way, 16 local experts; router 15 x 4096 x 128 bytes, copies
+    2 x 2048 x (2 + 4 + 1) x 32768 + 2 x 2048 x 4096:
+
+    >>> int(dispatch_bytes(4096, 32768, 32768, 2048, 128, 16))
+    964165632
+    >>> 15 * 4096 * 128 + 2 * 2048 * (7 * 32768 + 4096)
+    964165632
+    """
+    tokens, sent, received, local = (_arr(x) for x in (tokens, sent, received, local))
+    router = ROUTER_BYTES_PER_LOGIT * tokens * E
+    sort = np.where(local > 1, 4 * received, 0.0)
+    return router + width * h * (2 * sent + sort + sent + tokens)
+
+
+def grouped_quantize_bytes(rows, k_dim):
+    r"""HBM bytes of FP8-quantising the routed rows entering the grouped fc1 GEMM [bytes].
+
+    Under FP8, TE's ``GroupedLinear`` casts its input itself, one split per expert
+    (transformer_engine/pytorch/module/grouped_linear.py, ``_GroupedLinear.forward``:
+    ``inputmats = tex.split_quantize(inp_view, m_splits, input_quantizers)``): it reads the
+    bf16 rows (2 bytes an element) and writes the FP8 row-wise copy for the forward GEMM and the
+    column-wise one the weight gradient reads (1 + 1).  A dense layer's fc1 gets its input
+    already quantised from the fused norm (``TELayerNormColumnParallelLinear``), so this cast is
+    the MoE layer's own; the other casts (fc2's input, the gradients) have dense counterparts
+    memsym does not price either.  Current scaling's amax pre-pass over the input (one more
+    2-byte read) is not counted: the precision record does not say which FP8 recipe runs.
+
+    .. math:: 4\,R\,h
+
+    Examples
+    --------
+    >>> int(grouped_quantize_bytes(32768, 2048)) == 4 * 32768 * 2048
+    True
+    """
+    return 4 * _arr(rows) * k_dim
+
+
+def ep_ranks_inside(e, t_e, domain: int):
+    """Ranks of an EP group inside one NVLink domain (this GPU's included) [GPUs].
+
+    EP ranks sit ``t_e`` apart (expert TP innermost, Megatron's expert mesh order, as
+    :func:`memsym.timing.collectives.group_stride`), so a domain of ``domain`` GPUs holds
+    ``domain // t_e`` of them, at most ``e``.  An EP group wider than the domain whose size
+    the domain does not divide leaves some GPUs with fewer; this counts the full domain.
+
+    Parameters
+    ----------
+    e : array_like
+        Expert-parallel size [GPUs].
+    t_e : array_like
+        Expert tensor-parallel size [GPUs].
+    domain : int
+        GPUs on one NVLink domain [GPUs].
+
+    Returns
+    -------
+    numpy.ndarray
+        EP ranks in the domain [GPUs].
+
+    Examples
+    --------
+    >>> [int(ep_ranks_inside(e, t_e, d)) for e, t_e, d in ((16, 1, 8), (8, 1, 8), (64, 2, 72))]
+    [8, 8, 36]
+    """
+    e, t_e = _arr(e), _arr(t_e)
+    return np.clip(np.floor(domain / t_e), 1, e)
+
+
+def ep_alltoall_time(nbytes, e, t_e, cluster):
+    r"""Seconds of one EP all-to-all of ``nbytes`` per GPU over ``e`` ranks [s].
+
+    Each rank sends :math:`S/e` to every other; of its :math:`e - 1` peers
+    :math:`n_{in} - 1` share its NVLink domain (:func:`ep_ranks_inside`) and :math:`e - n_{in}`
+    do not.  NCCL runs the all-to-all as concurrent point-to-point sends, the NVLink ones at
+    NCCL's effective NVLink rate [nccl-nvlink-efficiency], the others through the GPU's NIC,
+    so the slower side sets the time:
+
+    .. math::
+
+        t = \max\Bigl(\frac{n_{in} - 1}{e}\frac{S}{\beta_{\text{NVLink}}},\;
+            \frac{e - n_{in}}{e}\frac{S}{\beta_{\text{NIC}}}\Bigr) + (e - 1)\,\alpha
+
+    with :math:`\alpha` the intra-node step latency when the group fits the domain, else the
+    network's (:data:`memsym.timing.collectives.LINK_LATENCY`).  A group inside one domain
+    gives the ring all-to-all :func:`memsym.timing.collectives.collective_time` prices.
+
+    Parameters
+    ----------
+    nbytes : array_like
+        All of a rank's all-to-all payload [bytes].
+    e : array_like
+        EP size [GPUs].
+    t_e : array_like
+        Expert tensor-parallel size [GPUs] (the EP stride).
+    cluster : Cluster
+        The interconnect (:attr:`memsym.hardware.Cluster.domain`, its two bandwidths).
+
+    Returns
+    -------
+    numpy.ndarray
+        Time [s].
+
+    Examples
+    --------
+    Qwen3-30B-A3B's EP 16 over two DGX-H100 nodes: half of the 15/16 leaves through the
+    400 Gb/s NIC (50 GB/s), 7/16 over NVLink at 370 GB/s:
+
+    >>> from memsym.hardware import cluster
+    >>> S = 1e9
+    >>> t = float(ep_alltoall_time(S, 16, 1, cluster("dgx-h100")))
+    >>> round(t - 15 * 10e-6, 6) == round(8 / 16 * S / 50e9, 6)
+    True
+    """
+    e, t_e = _arr(e), _arr(t_e)
+    nbytes = _arr(nbytes)
+    domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
+    intra = float(cluster.intra_node_bandwidth)
+    if getattr(cluster, "intra_link", "nvlink") == "nvlink":
+        intra *= NVLINK_NCCL_EFFICIENCY
+    inter = float(cluster.inter_node_bandwidth)
+    inside = ep_ranks_inside(e, t_e, domain)
+    fits = inside >= e
+    crossing = np.maximum((inside - 1) / e * nbytes / intra,
+                          (e - inside) / e * nbytes / inter) + (e - 1) * LINK_LATENCY["inter"]
+    ring = collective_time("all-to-all", nbytes, e, intra, LINK_LATENCY["intra"])
+    return np.where(e > 1, np.where(fits, ring, crossing), 0.0)
+
+
+def expert_tp_collectives(nbytes, t_e, cluster):
+    r"""(seconds, bytes one GPU sends) of the expert-TP all-gather and reduce-scatter of one
+    MoE layer's forward.
+
+    With expert tensor parallelism (``t_e > 1``) the all-to-all dispatcher all-gathers the
+    received rows over the expert-TP group before the experts
+    (``dispatch_postprocess``: ``gather_from_sequence_parallel_region(global_input_tokens,
+    group=self.tp_group)``, ``self.tp_group = pg_collection.expt_tp``) and reduce-scatters
+    their output after (``combine_preprocess``: ``reduce_scatter_to_sequence_parallel_region``)
+    [megatron-moe]; the backward runs the mirror pair.  The group is the expert mesh's
+    innermost (stride 1), priced on its link as the TP group is.
+
+    Parameters
+    ----------
+    nbytes : array_like
+        The gathered rows, all of the expert-TP group's [bytes].
+    t_e : array_like
+        Expert tensor-parallel size [GPUs].
+    cluster : Cluster
+        The interconnect.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Seconds [s] and bytes one GPU sends [bytes]; 0 at ``t_e = 1``.
+
+    Examples
+    --------
+    4 GB gathered and scattered over 4 GPUs of a DGX-H100 (370 GB/s): each moves 3/4 of it:
+
+    >>> from memsym.hardware import cluster
+    >>> s, b = expert_tp_collectives(4e9, 4, cluster("dgx-h100"))
+    >>> float(b), round(float(s), 6) == round(2 * (3 / 4 * 4e9 / 370e9 + 3 * 5e-6), 6)
+    (6000000000.0, True)
+    """
+    t_e = _arr(t_e)
+    bw, lat = group_bandwidth("tp", t_e, cluster, t=t_e)
+    seconds = (collective_time("all-gather", nbytes, t_e, bw, lat)
+               + collective_time("reduce-scatter", nbytes, t_e, bw, lat))
+    sent = (collective_bytes("all-gather", nbytes, t_e)
+            + collective_bytes("reduce-scatter", nbytes, t_e))
+    return seconds, sent
+
+
+def token_count_gather_time(E, e, t_e, cluster):
+    r"""Seconds of the dispatcher's all-gather of per-expert token counts, one MoE layer [s].
+
+    Before each forward all-to-all the dispatcher all-gathers every rank's ``[E]`` int64 token
+    counts over the expert-TP x EP group (token_dispatcher.py ``preprocess``:
+    ``gather_from_sequence_parallel_region(num_local_tokens_per_expert,
+    group=self.tp_ep_group)``) to size the all-to-all, then waits for them on the host
+    (``_maybe_update_cuda_sync_point("before_ep_alltoall")``) [megatron-moe].  A few kB: its
+    :math:`n - 1` ring steps' latency is the cost, on the network when the
+    :math:`n = t_e e` ranks leave the NVLink domain.  The backward reuses the splits.
+
+    Parameters
+    ----------
+    E : int
+        Routed experts [1].
+    e, t_e : array_like
+        Expert-parallel and expert tensor-parallel sizes [GPUs].
+    cluster : Cluster
+        The interconnect.
+
+    Returns
+    -------
+    numpy.ndarray
+        Time [s]; 0 for a group of one.
+
+    Examples
+    --------
+    EP 16 over two DGX-H100 nodes, 128 experts: 16 x 128 x 8 bytes gathered, 15 steps of
+    10 us on the network and 15/16 of 16 kB at 50 GB/s:
+
+    >>> from memsym.hardware import cluster
+    >>> t = float(token_count_gather_time(128, 16, 1, cluster("dgx-h100")))
+    >>> t == 15 / 16 * 16 * 128 * 8 / 50e9 + 15 * 10e-6
+    True
+    """
+    n = _arr(e) * _arr(t_e)
+    domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
+    intra = float(cluster.intra_node_bandwidth)
+    if getattr(cluster, "intra_link", "nvlink") == "nvlink":
+        intra *= NVLINK_NCCL_EFFICIENCY
+    fits = n <= domain
+    bw = np.where(fits, intra, float(cluster.inter_node_bandwidth))
+    lat = np.where(fits, LINK_LATENCY["intra"], LINK_LATENCY["inter"])
+    return collective_time("all-gather", 8.0 * E * n, n, bw, lat)
+
+
+def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
+    """What one MoE layer adds on one GPU beyond its GEMMs and the memory-bound bytes of
+    :func:`memsym.timing.gemm.memory_bytes` (what :mod:`memsym.timing.step` prices).
+
+    Returns ``(forward s, backward s, forward bytes, backward bytes, forward memory s,
+    backward memory s)``:
+
+    * communication: the dispatch and combine all-to-alls (:func:`ep_alltoall_time`) and the
+      expert-TP all-gather and reduce-scatter (:func:`expert_tp_collectives`) each way, the
+      forward's token-count all-gather (:func:`token_count_gather_time`; the backward reuses
+      the splits), and the bytes one GPU sends in them;
+    * memory-bound work at HBM bandwidth: the dispatcher's copies (:func:`dispatch_bytes`),
+      whose backward is their mirror (permute's gradient is an unpermute and the reverse,
+      sort's is the un-sort: the same bytes), and under FP8 the forward's cast of the routed
+      rows into the grouped fc1 GEMM (:func:`grouped_quantize_bytes`; the backward reads the
+      saved column-wise copy).
+
+    Parameters
+    ----------
+    gemms : list of memsym.timing.gemm.Gemm
+        The layer's forward GEMMs (:func:`memsym.timing.gemm.layer_gemms`, ``moe=True``).
+    tokens : array_like
+        Tokens entering the MoE layer on this GPU, T (T/t under sequence parallelism) [1].
+    k : int
+        Experts per token, top-k [1].
+    e, t_e : array_like
+        Expert-parallel and expert tensor-parallel sizes [GPUs].
+    cluster : Cluster
+        The interconnect.
+    device : str or GPU
+        The GPU.
+    precision : str
+        The GEMM precision.
+
+    Examples
+    --------
+    Qwen3-30B-A3B-like: 4,096 tokens, top-8 of 128 experts, h = 2048, EP 8 in a DGX-H100
+    (16 local experts of 2,048 rows), FP8:
+
+    >>> from memsym.hardware import cluster
+    >>> from memsym.timing.gemm import Gemm
+    >>> g = [Gemm("router", 4096, 128, 2048), Gemm("expert_fc1", 2048, 1536, 2048, 16)]
+    >>> fs, bs, fb, bb, fm, bm = moe_layer_extras(g, 4096, 8, 8, 1, cluster("dgx-h100"),
+    ...                                           "h100", "fp8")
+    >>> held = 4096 * 8 * 2048 * 2
+    >>> float(bb) == 2 * 7 / 8 * held, float(fb - bb) == 7 / 8 * 8 * 128 * 8
+    (True, True)
+    >>> abs(float(fs - bs) - (7 / 8 * 8 * 128 * 8 / 370e9 + 7 * 5e-6)) < 1e-15
+    True
+    >>> copies = 15 * 4096 * 128 + 2 * 2048 * (7 * 32768 + 4096)
+    >>> float(bm) == copies / 3.35e12, abs(float(fm - bm) - 4 * 32768 * 2048 / 3.35e12) < 1e-15
+    (True, True)
+    """
+    t_e = _arr(t_e)
+    tokens = _arr(tokens)
+    fc1 = next(q for q in gemms if q.name == "expert_fc1")
+    E = _arr(next(q for q in gemms if q.name == "router").N)      # the router's N is E
+    h = _arr(fc1.K)
+    held = tokens * k * h * 2
+    seconds = 2 * ep_alltoall_time(held, e, t_e, cluster)
+    sent = 2 * collective_bytes("all-to-all", held, e)
+    etp_s, etp_b = expert_tp_collectives(held * t_e, t_e, cluster)
+    n = _arr(e) * t_e
+    counts = token_count_gather_time(E, e, t_e, cluster)
+    counts_b = collective_bytes("all-gather", 8.0 * E * n, n)
+    received = _arr(fc1.M) * fc1.count
+    copies = memory_time(dispatch_bytes(tokens, tokens * k, received, h, E, fc1.count), device)
+    cast = 0.0
+    if precision == "fp8":
+        cast = memory_time(grouped_quantize_bytes(received, h), device)
+    return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
+            copies + cast, copies)

@@ -1,0 +1,136 @@
+"""The MoE layer as Megatron-core runs it (memsym.timing.moe): each expectation is derived by
+hand from the cited code path (token_dispatcher.py / moe_utils.py / router.py / experts.py at
+Megatron-LM d98e8a64dd, Transformer Engine's multi-stream grouped GEMM), never copied from
+memsym's output."""
+
+import numpy as np
+import pytest
+
+from memsym.hardware import cluster
+from memsym.model import preset
+from memsym.timing import moe
+from memsym.timing.collectives import collective_time
+from memsym.timing.efficiency import LAUNCH_OVERHEAD, gemm_time
+from memsym.timing.gemm import Gemm, layer_gemms, memory_bytes, shape_of
+
+H100 = dict(sms=132, peak=989.4e12, hbm=3.35e12)
+
+
+def test_grouped_gemm_shares_waves_over_four_streams():
+    # 2 experts of [512, 1024] x [1024, 512] on an H100 (132 SMs), bf16, math-bound.  Alone:
+    # 64x64 tiles give 8 x 8 = 64 tiles in one wave, q = 0.7 x 64/132 = 44.8/132 (128x128: 16
+    # tiles, 15.2/132; 64x128: 32 tiles, 27.2/132).  Two at once (S = min(4, 2)): 64x64 gives
+    # 128 tiles, still one wave, q = 0.7 x 128/132 (64x128: 64 tiles, 0.85 x 64/132 = 54.4/132;
+    # 128x128: 32 tiles, 30.4/132): pairing doubles the efficiency.
+    M, N, K = 512, 512, 1024
+    eff = 0.587 * K / (K + 64)
+    alone = 2 * M * N * K / (H100["peak"] * eff * 0.7 * 64 / 132)
+    paired = 2 * 2 * M * N * K / (H100["peak"] * eff * 0.7 * 128 / 132)   # one round of two
+    got = float(moe.grouped_gemm_time(M, N, K, 2, "h100"))
+    assert got == pytest.approx(paired + 2 * LAUNCH_OVERHEAD, rel=1e-12)
+    assert float(gemm_time(M, N, K, "h100", count=2)) == pytest.approx(
+        2 * (alone + LAUNCH_OVERHEAD), rel=1e-12)
+
+
+def test_grouped_gemm_of_one_expert_is_a_plain_gemm():
+    for shape in ((4096, 5760, 2880), (300, 1536, 2048)):
+        assert float(moe.grouped_gemm_time(*shape, 1, "b200")) == float(gemm_time(*shape, "b200"))
+
+
+def test_router_gemm_runs_in_the_input_dtype_under_fp8():
+    # router.py gating: router_gating_linear(input, weight, bias, router_dtype=input.dtype)
+    r = Gemm("router", 8192, 128, 2048)
+    assert float(moe.gemm_seconds(r, "forward", "h100", "fp8")) == float(
+        gemm_time(8192, 128, 2048, "h100", "bf16"))
+    fc = Gemm("fc1", 8192, 4096, 2048)
+    assert float(moe.gemm_seconds(fc, "wgrad", "h100", "fp8")) == float(
+        gemm_time(2048, 4096, 8192, "h100", "fp8"))
+
+
+def test_dispatch_bytes_by_hand():
+    # one GPU, 1,000 tokens, top-2 of 8 experts, h = 10: router 15 B x 1000 x 8; permute reads
+    # and writes 2,000 rows, sort + un-sort read and write 2,000 received rows twice (4 local
+    # experts), unpermute reads 2,000 rows and writes 1,000; 2 bytes an element
+    got = float(moe.dispatch_bytes(1000, 2000, 2000, 10, 8, 4))
+    assert got == 15 * 1000 * 8 + 2 * 10 * (2 * 2000 + 4 * 2000 + 2000 + 1000)
+    # one local expert: no sort_chunks_by_idxs
+    one = float(moe.dispatch_bytes(1000, 2000, 2000, 10, 8, 1))
+    assert got - one == 2 * 10 * 4 * 2000
+
+
+def test_moe_layer_prices_the_dispatcher_copies_each_way():
+    # Qwen3-30B-A3B (h 2048, 128 experts, top-8, f_e 768, SwiGLU), 4,096 tokens, EP 8, no TP,
+    # bf16: the layer's memory-bound bytes hold the expert activations (3 x rows x f_e in
+    # place of the dense MLP's 3 x T x f); the dispatcher's router, permute, sort, un-sort and
+    # unpermute bytes come on top, the same in the backward (the mirror copies)
+    x = shape_of(preset("qwen3-30b-a3b"))
+    assert (x.h, x.E, x.k, x.f_e) == (2048, 128, 8, 768)
+    T, rows = 4096, 4096 * 8
+    kw = dict(sequence_parallel=False, flash=True, dropout=False)
+    diff = float(memory_bytes(x, 4096, 1, 1, 1, 8, moe=True, **kw)
+                 - memory_bytes(x, 4096, 1, 1, 1, 8, moe=False, **kw))
+    assert diff == pytest.approx(2 * (3 * rows * 768 - 3 * T * x.f), rel=1e-12)
+    gemms = layer_gemms(x, 4096, 1, 1, 1, 8, moe=True)
+    out = moe.moe_layer_extras(gemms, T, 8, 8, 1, cluster("dgx-h100"), "h100", "bf16")
+    copies = 15 * T * 128 + 2 * 2048 * (2 * rows + 4 * rows + rows + T)
+    assert float(out[4]) == pytest.approx(copies / 3.35e12, rel=1e-12)
+    assert float(out[5]) == float(out[4])
+
+
+def test_alltoall_inside_one_nvlink_domain_is_the_ring_price():
+    for name, e in (("dgx-h100", 8), ("gb200-nvl72", 64)):
+        c = cluster(name)
+        bw = c.intra_node_bandwidth * 370 / 450
+        assert float(moe.ep_alltoall_time(3e9, e, 1, c)) == pytest.approx(
+            float(collective_time("all-to-all", 3e9, e, bw, 5e-6)), rel=1e-12)
+
+
+def test_alltoall_over_two_nodes_sends_half_through_the_nic():
+    # EP 16 over two DGX-H100s: 8 peers (8/16 of the payload) are on the other node and leave
+    # through the 50 GB/s NIC; 7/16 go over NVLink at 370 GB/s at the same time
+    c = cluster("dgx-h100")
+    S = 2e9
+    nic, nvl = 8 / 16 * S / 50e9, 7 / 16 * S / 370e9
+    assert float(moe.ep_alltoall_time(S, 16, 1, c)) == pytest.approx(
+        max(nic, nvl) + 15 * 10e-6, rel=1e-12)
+    # the former price sent 15/16 through the NIC: nearly twice as slow
+    ring = float(collective_time("all-to-all", S, 16, 50e9, 10e-6))
+    assert ring == pytest.approx(15 / 16 * S / 50e9 + 15 * 10e-6, rel=1e-12)
+    # expert TP 2 spreads the group: 4 EP ranks per 8-GPU node, 12 of 16 peers remote
+    assert float(moe.ep_alltoall_time(S, 16, 2, c)) == pytest.approx(
+        12 / 16 * S / 50e9 + 15 * 10e-6, rel=1e-12)
+
+
+def test_expert_tp_gathers_and_scatters_the_received_rows():
+    c = cluster("dgx-h100")
+    s, b = moe.expert_tp_collectives(np.array([8e9, 8e9]), np.array([1, 2]), c)
+    assert float(s[0]) == 0 and float(b[0]) == 0
+    assert float(b[1]) == 2 * (1 / 2) * 8e9
+    assert float(s[1]) == pytest.approx(2 * (8e9 / 2 / 370e9 + 5e-6), rel=1e-12)
+
+
+def test_fp8_cast_of_the_routed_rows():
+    assert float(moe.grouped_quantize_bytes(1000, 2048)) == 1000 * 2048 * (2 + 1 + 1)
+
+
+def test_expert_gemms_are_grouped_in_the_layer():
+    # the layer's expert GEMM records carry one expert's rows and the local-expert count that
+    # the grouped pricing takes: Qwen3-30B-A3B, 4,096 tokens, EP 8 -> 16 local experts,
+    # 4096 x 8 x 8 / 128 = 2048 rows each
+    x = shape_of(preset("qwen3-30b-a3b"))
+    g = {q.name: q for q in layer_gemms(x, 4096, 1, 1, 1, 8, moe=True)}
+    assert (float(g["expert_fc1"].M), float(g["expert_fc1"].count)) == (2048, 16)
+    assert float(moe.gemm_seconds(g["expert_fc1"], "forward", "h100", "bf16")) == float(
+        moe.grouped_gemm_time(2048, 2 * 768, 2048, 16, "h100"))
+
+
+def test_token_counts_are_gathered_over_the_tp_ep_group():
+    # preprocess: all-gather of the [E] int64 counts over t_e x e ranks; a group of one sends
+    # nothing.  EP 8 in one DGX-H100: 7 steps of 5 us and 7/8 of 8 x 64 x 8 bytes at 370 GB/s
+    c = cluster("dgx-h100")
+    assert float(moe.token_count_gather_time(64, 1, 1, c)) == 0
+    assert float(moe.token_count_gather_time(64, 8, 1, c)) == pytest.approx(
+        7 / 8 * 8 * 64 * 8 / 370e9 + 7 * 5e-6, rel=1e-12)
+    # expert TP 2 x EP 8 spans 16 GPUs: two nodes, 15 network steps
+    assert float(moe.token_count_gather_time(64, 8, 2, c)) == pytest.approx(
+        15 / 16 * 16 * 64 * 8 / 50e9 + 15 * 10e-6, rel=1e-12)
