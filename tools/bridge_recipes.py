@@ -20,6 +20,22 @@ preset for (:data:`memsym.readers.bridge.HF_PRESETS`): the value each field mems
 * any other statement (a call, an ``if``, a computed value) is listed in the row's ``computed``
   with its line: :mod:`memsym.readers.bridge` transcribes the ones that matter by hand.
 
+It also writes ``PERF_RECIPES``: one row per performance recipe function
+``*_pretrain_*_config`` of ``perf_recipes/<family>/<system>/<model>.py`` (the families of
+:data:`PERF_FAMILIES`) whose base recipe's model memsym has a preset for, read by :class:`_Perf`,
+a small reader of the statements (never an import, never a call): ``cfg = base()`` starts from
+the base recipe's values (found through the imports: ``perf_recipes/<family>/common.py`` and the
+legacy names of ``recipes/<family>/<model>.py``); ``_perf_precision("fp8_cs")`` and the other
+helpers of ``perf_recipes/_common.py`` and ``perf_recipes/<family>/common.py`` (and the
+recipes' own, such as ``set_deepseek_v3_pipeline_model_parallel_layout``) are read the same way,
+their parameters bound; an ``if`` whose condition is literal (``compute_dtype == "bf16"``,
+``not isinstance(cfg.mixed_precision, str)``, a field the recipe set) takes its branch; a
+precision recipe call (``bf16_with_fp8_current_scaling_mixed()``) is its name and a config
+class (``CommOverlapConfig(...)``) its literal keywords.  What it cannot read (a condition on a
+field no recipe set, an unknown call) is listed in the row's ``computed`` with its file:line.
+A perf recipe named like a base recipe keeps its module path as its name
+(``perf_recipes.qwen.h100.qwen3_moe.qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config``).
+
 It also writes ``SECTION_FIELDS``: the dataclass field names of each ConfigContainer section
 (:data:`SECTION_CLASSES`, with their bases followed through the imports into Megatron-LM at
 :data:`MCORE_COMMIT`, the commit Bridge pins as ``3rdparty/Megatron-LM``), so that an override
@@ -521,12 +537,14 @@ class _Perf:
     def _assign(self, stmt, env, module):
         targets = [ast.unparse(t) for t in stmt.targets]
         if any(t.startswith(("cfg.env_vars", "cfg.checkpoint", "cfg.logger", "cfg.scheduler",
-                             "cfg.validation", "cfg.rerun_state_machine")) for t in targets):
+                             "cfg.validation", "cfg.rerun_state_machine", "cfg.rng",
+                             "cfg.dist", "cfg.profiling")) for t in targets):
             return                                 # no memory or time meaning
         try:
             value = self.eval(stmt.value, env, module)
         except _Unknown:
-            value = _UNSET
+            # an imported config object (a userbuffers config): its name stands for it
+            value = stmt.value.id if isinstance(stmt.value, ast.Name) else _UNSET
         for target in stmt.targets:
             if isinstance(target, ast.Name):
                 env[target.id] = value

@@ -6,7 +6,11 @@ A Bridge job is ``python scripts/training/run_recipe.py --recipe NAME [-tp N ...
 ``067f987df0``).  The recipe's values are the table :data:`memsym.readers._bridge_recipes.RECIPES`,
 generated from the recipe functions' source by ``python -m tools.bridge_recipes`` (read with
 :mod:`ast`, never executed); what a recipe computes in code is transcribed here by hand with
-its file:line.  An override is applied with Bridge's meaning for the fields memsym models
+its file:line.  Bridge's performance recipes (``perf_recipes/<family>/<system>/``, e.g.
+``llama3_70b_pretrain_64gpu_h100_fp8cs_config``) are read the same way
+(:data:`memsym.readers._bridge_recipes.PERF_RECIPES`: the base recipe with the perf helpers'
+precision, bf16 gradient reduction, recompute modules, layout, offloading, CUDA graphs and
+dispatcher); what memsym does not count is said in a note, FP4 is refused.  An override is applied with Bridge's meaning for the fields memsym models
 (:data:`FIELDS`); a field of a known section memsym does not model is listed as ignored; an
 unknown section is refused.  Override values are read as literals (integers, decimals,
 true/false, null, quoted strings, ``[lists]``), never evaluated.
@@ -464,6 +468,12 @@ def bridge_job_options(reading: dict) -> tuple:
         if isinstance(seq, int) and seq > (opts.get("max_position_embeddings")
                                            or base.max_position_embeddings or seq):
             opts["max_position_embeddings"] = seq
+    if opts.get("overlap_param_gather") and not opts.get("overlap_grad_reduce"):
+        # Bridge runs it (training/config.py:2125-2137 only syncs the DDP and optimizer flags);
+        # Megatron-LM's validate_args, whose rule memsym's job applies, refuses it
+        opts["overlap_param_gather"] = False
+        notes.append("ddp.overlap_param_gather without ddp.overlap_grad_reduce (Bridge runs it, "
+                     "Megatron-LM refuses it): counted without the parameter-gather overlap")
     granularity = values.get("model.recompute_granularity")
     opts["recompute"] = "none" if granularity is None else granularity
     modules = values.get("model.recompute_modules")
