@@ -317,3 +317,16 @@ def test_perf_recipe_named_like_a_base_recipe_is_qualified():
     assert base["source"].startswith("src/megatron/bridge/recipes/")
     assert perf["source"].startswith("src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py:35")
     assert perf["values"]["ddp.grad_reduce_in_fp32"] is False
+
+
+def test_perf_recipe_built_on_another_and_what_is_not_read():
+    """perf_recipes/llama/b200/llama3.py:514-516: the 64-GPU recipe is the 8-GPU one with
+    _with_global_batch_size(..., 1024) (llama/common.py:44-46); _benchmark_common's
+    ``if hasattr(cfg.model, ...)`` (perf_recipes/_common.py:67) asks a field no recipe sets,
+    so it is listed with its file:line, not guessed."""
+    small = read_bridge_recipe("llama3_8b_pretrain_8gpu_b200_bf16_config")
+    big = read_bridge_recipe("llama3_8b_pretrain_64gpu_b200_bf16_config")
+    assert big["values"]["train.global_batch_size"] == 1024 and big["world_size"] == 64
+    assert {k: v for k, v in big["values"].items() if small["values"].get(k) != v} == \
+        {"train.global_batch_size": 1024}
+    assert any(c.startswith("perf_recipes/_common.py:67: if hasattr") for c in big["computed"])
