@@ -236,6 +236,10 @@ def test_mixed_precision_fp8_field_turns_fp8_on_and_off():
 
 # --- performance recipes (perf_recipes/<family>/<system>/, issue 32 deliverable 3) ----------
 
+def _opts(name, *overrides):
+    return bridge_job_options(read_bridge_recipe(name, list(overrides)))
+
+
 def test_perf_recipe_llama3_70b_h100_fp8cs():
     """perf_recipes/llama/h100/llama3.py:159-180: the base llama3_70b_pretrain_config
     (recipes/llama/llama3.py:47, its 32gpu h100 bf16 recipe: distributed optimizer, overlapped
@@ -245,7 +249,7 @@ def test_perf_recipe_llama3_70b_h100_fp8cs():
     TP 4, PP 8, CP 1, VPP 5, the layout string of :170, SP, GBS 256, MBS 1; _benchmark_common
     (_common.py:51, 73-74): the model's own vocabulary (128256 in Llama 3's config.json), bf16
     gradient reduction; 64 GPUs (the name)."""
-    model, opts, _ = bridge_job_options(read_bridge_recipe("llama3_70b_pretrain_64gpu_h100_fp8cs_config"))
+    model, opts, _ = _opts("llama3_70b_pretrain_64gpu_h100_fp8cs_config")
     assert model == "llama3-70b"
     assert (opts["t"], opts["p"], opts["c"], opts["v"]) == (4, 8, 1, 5)
     assert opts["pipeline_layout"] == "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"
@@ -263,13 +267,15 @@ def test_perf_recipe_gpt_oss_gb200_reads_its_helpers():
     (openai/gpt-oss-120b): EP 64, TP 1, PP 1, MBS 4, GBS 1280, selective recompute of
     layernorm and moe_act, CommOverlapConfig(tp_comm_overlap=False) with
     overlap_moe_expert_parallel_comm True; _benchmark_common's bf16 gradient reduction."""
-    model, opts, notes = bridge_job_options(read_bridge_recipe("gpt_oss_120b_pretrain_64gpu_gb200_bf16_config"))
+    model, opts, notes = _opts("gpt_oss_120b_pretrain_64gpu_gb200_bf16_config")
     assert model == "gpt-oss-120b"
     assert (opts["e"], opts["t"], opts["p"], opts["world_size"]) == (64, 1, 1, 64)
     assert (opts["micro_batch_size"], opts["global_batch_size"]) == (4, 1280)
-    assert opts["recompute"] == "selective" and set(opts["recompute_modules"]) == {"layernorm", "moe_act"}
+    assert opts["recompute"] == "selective"
+    assert set(opts["recompute_modules"]) == {"layernorm", "moe_act"}
     assert opts["overlap_moe_expert_parallel_comm"] is True and opts["tp_comm_overlap"] is False
-    assert opts["grad_dtype"] == "bf16" and "vocab_size" not in opts   # not the NullTokenizer's 32000
+    assert opts["grad_dtype"] == "bf16"
+    assert "vocab_size" not in opts              # gpt-oss's own, not the NullTokenizer's 32000
     job(model, **opts, _notes=tuple(notes))
 
 
@@ -277,10 +283,10 @@ def test_perf_recipe_unmodelled_settings_are_said():
     """perf_recipes/llama/gb200/llama3.py:257-288 (Megatron-FSDP optim_grads_params, CPU
     offloading of 40 layers) and :71-89 (CUDA graph "local", scope full_iteration): each said
     in a note, none silently dropped."""
-    _, opts, notes = bridge_job_options(read_bridge_recipe("llama3_70b_pretrain_64gpu_gb200_fp8cs_config"))
+    _, opts, notes = _opts("llama3_70b_pretrain_64gpu_gb200_fp8cs_config")
     assert opts["sharding"] == "fsdp" and opts["micro_batch_size"] == 2
     assert any("cpu_offloading of 40 layers" in n for n in notes)
-    _, _, notes = bridge_job_options(read_bridge_recipe("llama3_8b_pretrain_8gpu_gb200_fp8cs_config"))
+    _, _, notes = _opts("llama3_8b_pretrain_8gpu_gb200_fp8cs_config")
     assert any("cuda_graph_impl local" in n and "full_iteration" in n for n in notes)
 
 
@@ -289,15 +295,16 @@ def test_perf_recipe_deepseek_layout_and_its_rebuild():
     [moe_act] under _deepseek_v3_common's selective granularity (deepseek/common.py:35), the
     layout string given to set_deepseek_v3_pipeline_model_parallel_layout (:54); a PP override
     rebuilds it with the recipe's builder (recipe_runner.py:373 sync_model_pipeline_layout)."""
-    _, opts, _ = bridge_job_options(read_bridge_recipe("deepseek_v3_pretrain_256gpu_gb300_bf16_config"))
+    _, opts, _ = _opts("deepseek_v3_pretrain_256gpu_gb300_bf16_config")
     assert (opts["p"], opts["v"], opts["e"]) == (4, 4, 64)
     assert opts["pipeline_layout"] == "Et*4|(t*4|)*14tmL"
     assert opts["recompute"] == "selective" and opts["recompute_modules"] == ("moe_act",)
     assert "vocab_size" not in opts               # DeepSeek-V3's own, not the NullTokenizer's
-    _, opts, _ = bridge_job_options(read_bridge_recipe(
-        "deepseek_v3_pretrain_256gpu_gb300_bf16_config",
-        ["model.pipeline_model_parallel_size=8", "model.virtual_pipeline_model_parallel_size=2"]))
-    assert opts["pipeline_layout"].split("|")[0] == "E" + "t" * 4 and len(opts["pipeline_layout"].split("|")) == 16
+    _, opts, _ = _opts("deepseek_v3_pretrain_256gpu_gb300_bf16_config",
+                       "model.pipeline_model_parallel_size=8",
+                       "model.virtual_pipeline_model_parallel_size=2")
+    stages = opts["pipeline_layout"].split("|")
+    assert stages[0] == "E" + "t" * 4 and len(stages) == 16 and stages[-1] == "tmL"
 
 
 def test_perf_recipe_fp4_is_refused_in_one_line(capsys):
@@ -309,11 +316,13 @@ def test_perf_recipe_fp4_is_refused_in_one_line(capsys):
 
 
 def test_perf_recipe_named_like_a_base_recipe_is_qualified():
-    """perf_recipes/qwen/h100/qwen3_moe.py:35 defines qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config,
-    the name of the recipe it builds on (recipes/qwen/h100/qwen3_moe.py:146): the base keeps the
-    name, the perf recipe is its module path; its _benchmark_common gives bf16 reduction."""
+    """perf_recipes/qwen/h100/qwen3_moe.py:35 defines
+    qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, the name of the recipe it builds on
+    (recipes/qwen/h100/qwen3_moe.py:146): the base keeps the name, the perf recipe is its
+    module path; its _benchmark_common gives bf16 reduction."""
     base = read_bridge_recipe("qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
-    perf = read_bridge_recipe("perf_recipes.qwen.h100.qwen3_moe.qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
+    perf = read_bridge_recipe("perf_recipes.qwen.h100.qwen3_moe."
+                              "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
     assert base["source"].startswith("src/megatron/bridge/recipes/")
     assert perf["source"].startswith("src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py:35")
     assert perf["values"]["ddp.grad_reduce_in_fp32"] is False
