@@ -52,8 +52,8 @@ _FRAG = ("memsym's 10 % fragmentation allowance (memsym.terms.allowances: phi_fr
 _FUSED_CE = ("Transformer Engine's fused cross-entropy (_benchmark_common: "
              "cross_entropy_fusion_impl 'te') keeps the 16-bit logits buffer, which its kernel "
              "overwrites with the gradient (TransformerEngine dec0154ed5 "
-             "transformer_engine/pytorch/cross_entropy.py CrossEntropyFunction.forward), where memsym counts Megatron's fp32 softmax "
-             "(4 tau V / t; TE keeps 2 tau V / t)")
+             "transformer_engine/pytorch/cross_entropy.py CrossEntropyFunction.forward), "
+             "where memsym counts Megatron's fp32 softmax (4 tau V / t; TE keeps 2 tau V / t)")
 #: Runs memsym predicts not to fit, by the TOML id: the mechanism and the numbers (device
 #: metric, GB = 1e9 bytes, at 067f987df0's recipe with the table's layout; "without the
 #: margin": the same estimate with --fragmentation 0).
