@@ -326,6 +326,7 @@ def test_perf_recipe_named_like_a_base_recipe_is_qualified():
     assert base["source"].startswith("src/megatron/bridge/recipes/")
     assert perf["source"].startswith("src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py:35")
     assert perf["values"]["ddp.grad_reduce_in_fp32"] is False
+    assert any(perf["recipe"] in n for n in bridge_job_options(base)[2])   # the twin is named
 
 
 def test_perf_recipe_built_on_another_and_what_is_not_read():

@@ -453,6 +453,10 @@ def bridge_job_options(reading: dict) -> tuple:
     ('llama3-70b', 4, 4, 5, 2, True)
     """
     values, notes = reading["values"], []
+    twin = [k for k in PERF_RECIPES if k.endswith("." + reading["recipe"])]
+    if twin:     # a perf recipe named like the base recipe it builds on
+        notes.append(f"{reading['recipe']} is the pretrain recipe; the performance recipe of "
+                     f"that name is {twin[0]}")
     preset, arch = HF_PRESETS[reading["hf_model"]]
     opts = dict(arch)
     for key, (kind, name) in FIELDS.items():
