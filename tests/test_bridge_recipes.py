@@ -232,3 +232,111 @@ def test_mixed_precision_fp8_field_turns_fp8_on_and_off():
     _, off, _ = bridge_job_options(read_bridge_recipe("llama3_8b_low_precision_pretrain_config",
                                                       ["mixed_precision.fp8=null"]))
     assert off["precision"] == "bf16" and "fp8_param_gather" not in off
+
+
+# --- performance recipes (perf_recipes/<family>/<system>/, issue 32 deliverable 3) ----------
+
+def _opts(name, *overrides):
+    return bridge_job_options(read_bridge_recipe(name, list(overrides)))
+
+
+def test_perf_recipe_llama3_70b_h100_fp8cs():
+    """perf_recipes/llama/h100/llama3.py:159-180: the base llama3_70b_pretrain_config
+    (recipes/llama/llama3.py:47, its 32gpu h100 bf16 recipe: distributed optimizer, overlapped
+    grad reduce and param gather, CommOverlapConfig(tp_comm_overlap=True)), then
+    _perf_precision("fp8_cs") (perf_recipes/_common.py:107-123: current scaling, whose
+    fp8_param_gather is True at training/mixed_precision.py:302, grad_reduce_in_fp32 False),
+    TP 4, PP 8, CP 1, VPP 5, the layout string of :170, SP, GBS 256, MBS 1; _benchmark_common
+    (_common.py:51, 73-74): the model's own vocabulary (128256 in Llama 3's config.json), bf16
+    gradient reduction; 64 GPUs (the name)."""
+    model, opts, _ = _opts("llama3_70b_pretrain_64gpu_h100_fp8cs_config")
+    assert model == "llama3-70b"
+    assert (opts["t"], opts["p"], opts["c"], opts["v"]) == (4, 8, 1, 5)
+    assert opts["pipeline_layout"] == "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"
+    assert (opts["micro_batch_size"], opts["global_batch_size"], opts["world_size"]) == (1, 256, 64)
+    assert opts["precision"] == "fp8" and opts["fp8_param_gather"] is True
+    assert opts["grad_dtype"] == "bf16" and opts["sharding"] == "distributed-optimizer"
+    assert opts["sequence_parallel"] and opts["tp_comm_overlap"]
+    assert "vocab_size" not in opts and opts["seq_length"] == 8192
+    j = job(model, **opts)
+    assert j.layout.d == 64 // (4 * 8)
+
+
+def test_perf_recipe_gpt_oss_gb200_reads_its_helpers():
+    """perf_recipes/gpt_oss/gb200/gpt_oss.py:181-202 on recipes/gpt_oss/h100/gpt_oss.py:162
+    (openai/gpt-oss-120b): EP 64, TP 1, PP 1, MBS 4, GBS 1280, selective recompute of
+    layernorm and moe_act, CommOverlapConfig(tp_comm_overlap=False) with
+    overlap_moe_expert_parallel_comm True; _benchmark_common's bf16 gradient reduction."""
+    model, opts, notes = _opts("gpt_oss_120b_pretrain_64gpu_gb200_bf16_config")
+    assert model == "gpt-oss-120b"
+    assert (opts["e"], opts["t"], opts["p"], opts["world_size"]) == (64, 1, 1, 64)
+    assert (opts["micro_batch_size"], opts["global_batch_size"]) == (4, 1280)
+    assert opts["recompute"] == "selective"
+    assert set(opts["recompute_modules"]) == {"layernorm", "moe_act"}
+    assert opts["overlap_moe_expert_parallel_comm"] is True and opts["tp_comm_overlap"] is False
+    assert opts["grad_dtype"] == "bf16"
+    assert "vocab_size" not in opts              # gpt-oss's own, not the NullTokenizer's 32000
+    job(model, **opts, _notes=tuple(notes))
+
+
+def test_perf_recipe_unmodelled_settings_are_said():
+    """perf_recipes/llama/gb200/llama3.py:257-288 (Megatron-FSDP optim_grads_params, CPU
+    offloading of 40 layers) and :71-89 (CUDA graph "local", scope full_iteration): each said
+    in a note, none silently dropped."""
+    _, opts, notes = _opts("llama3_70b_pretrain_64gpu_gb200_fp8cs_config")
+    assert opts["sharding"] == "fsdp" and opts["micro_batch_size"] == 2
+    assert any("cpu_offloading of 40 layers" in n for n in notes)
+    _, _, notes = _opts("llama3_8b_pretrain_8gpu_gb200_fp8cs_config")
+    assert any("cuda_graph_impl local" in n and "full_iteration" in n for n in notes)
+
+
+def test_perf_recipe_deepseek_layout_and_its_rebuild():
+    """perf_recipes/deepseek/gb300/deepseek_v3.py:31-54: PP 4, VPP 4, EP 64, recompute_modules
+    [moe_act] under _deepseek_v3_common's selective granularity (deepseek/common.py:35), the
+    layout string given to set_deepseek_v3_pipeline_model_parallel_layout (:54); a PP override
+    rebuilds it with the recipe's builder (recipe_runner.py:373 sync_model_pipeline_layout)."""
+    _, opts, _ = _opts("deepseek_v3_pretrain_256gpu_gb300_bf16_config")
+    assert (opts["p"], opts["v"], opts["e"]) == (4, 4, 64)
+    assert opts["pipeline_layout"] == "Et*4|(t*4|)*14tmL"
+    assert opts["recompute"] == "selective" and opts["recompute_modules"] == ("moe_act",)
+    assert "vocab_size" not in opts               # DeepSeek-V3's own, not the NullTokenizer's
+    _, opts, _ = _opts("deepseek_v3_pretrain_256gpu_gb300_bf16_config",
+                       "model.pipeline_model_parallel_size=8",
+                       "model.virtual_pipeline_model_parallel_size=2")
+    stages = opts["pipeline_layout"].split("|")
+    assert stages[0] == "E" + "t" * 4 and len(stages) == 16 and stages[-1] == "tmL"
+
+
+def test_perf_recipe_fp4_is_refused_in_one_line(capsys):
+    """perf_recipes/llama/gb200/llama3.py:140 _perf_precision("nvfp4") (bf16_with_nvfp4_mixed):
+    memsym has no FP4 precision."""
+    code, out, err = cli(capsys, "estimate", "--bridge-recipe",
+                         "llama3_8b_pretrain_8gpu_gb200_nvfp4_config")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "FP4" in err
+
+
+def test_perf_recipe_named_like_a_base_recipe_is_qualified():
+    """perf_recipes/qwen/h100/qwen3_moe.py:35 defines
+    qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, the name of the recipe it builds on
+    (recipes/qwen/h100/qwen3_moe.py:146): the base keeps the name, the perf recipe is its
+    module path; its _benchmark_common gives bf16 reduction."""
+    base = read_bridge_recipe("qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
+    perf = read_bridge_recipe("perf_recipes.qwen.h100.qwen3_moe."
+                              "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
+    assert base["source"].startswith("src/megatron/bridge/recipes/")
+    assert perf["source"].startswith("src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py:35")
+    assert perf["values"]["ddp.grad_reduce_in_fp32"] is False
+    assert any(perf["recipe"] in n for n in bridge_job_options(base)[2])   # the twin is named
+
+
+def test_perf_recipe_built_on_another_and_what_is_not_read():
+    """perf_recipes/llama/b200/llama3.py:514-516: the 64-GPU recipe is the 8-GPU one with
+    _with_global_batch_size(..., 1024) (llama/common.py:44-46); _benchmark_common's
+    ``if hasattr(cfg.model, ...)`` (perf_recipes/_common.py:67) asks a field no recipe sets,
+    so it is listed with its file:line, not guessed."""
+    small = read_bridge_recipe("llama3_8b_pretrain_8gpu_b200_bf16_config")
+    big = read_bridge_recipe("llama3_8b_pretrain_64gpu_b200_bf16_config")
+    assert big["values"]["train.global_batch_size"] == 1024 and big["world_size"] == 64
+    assert {k: v for k, v in big["values"].items() if small["values"].get(k) != v} == \
+        {"train.global_batch_size": 1024}
+    assert any(c.startswith("perf_recipes/_common.py:67: if hasattr") for c in big["computed"])

@@ -20,6 +20,22 @@ preset for (:data:`memsym.readers.bridge.HF_PRESETS`): the value each field mems
 * any other statement (a call, an ``if``, a computed value) is listed in the row's ``computed``
   with its line: :mod:`memsym.readers.bridge` transcribes the ones that matter by hand.
 
+It also writes ``PERF_RECIPES``: one row per performance recipe function
+``*_pretrain_*_config`` of ``perf_recipes/<family>/<system>/<model>.py`` (the families of
+:data:`PERF_FAMILIES`) whose base recipe's model memsym has a preset for, read by :class:`_Perf`,
+a small reader of the statements (never an import, never a call): ``cfg = base()`` starts from
+the base recipe's values (found through the imports: ``perf_recipes/<family>/common.py`` and the
+legacy names of ``recipes/<family>/<model>.py``); ``_perf_precision("fp8_cs")`` and the other
+helpers of ``perf_recipes/_common.py`` and ``perf_recipes/<family>/common.py`` (and the
+recipes' own, such as ``set_deepseek_v3_pipeline_model_parallel_layout``) are read the same way,
+their parameters bound; an ``if`` whose condition is literal (``compute_dtype == "bf16"``,
+``not isinstance(cfg.mixed_precision, str)``, a field the recipe set) takes its branch; a
+precision recipe call (``bf16_with_fp8_current_scaling_mixed()``) is its name and a config
+class (``CommOverlapConfig(...)``) its literal keywords.  What it cannot read (a condition on a
+field no recipe set, an unknown call) is listed in the row's ``computed`` with its file:line.
+A perf recipe named like a base recipe keeps its module path as its name
+(``perf_recipes.qwen.h100.qwen3_moe.qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config``).
+
 It also writes ``SECTION_FIELDS``: the dataclass field names of each ConfigContainer section
 (:data:`SECTION_CLASSES`, with their bases followed through the imports into Megatron-LM at
 :data:`MCORE_COMMIT`, the commit Bridge pins as ``3rdparty/Megatron-LM``), so that an override
@@ -47,10 +63,11 @@ MIXED_PRECISION = _BASE + "training/mixed_precision.py"
 IMPORTED_CONSTANTS = (_BASE + "recipes/utils/tokenizer_utils.py",)
 #: The files whose pretrain recipe functions are read.
 RECIPE_FILES = ("recipes/llama/h100/llama3.py", "recipes/qwen/h100/qwen3.py",
-                "recipes/qwen/h100/qwen3_moe.py", "recipes/deepseek/h100/deepseek_v3.py")
+                "recipes/qwen/h100/qwen3_moe.py", "recipes/deepseek/h100/deepseek_v3.py",
+                "recipes/gpt_oss/h100/gpt_oss.py")
 #: The files of legacy names (``from ... import full_name as legacy_name``).
 ALIAS_FILES = ("recipes/llama/llama3.py", "recipes/qwen/qwen3.py", "recipes/qwen/qwen3_moe.py",
-               "recipes/deepseek/deepseek_v3.py")
+               "recipes/deepseek/deepseek_v3.py", "recipes/gpt_oss/gpt_oss.py")
 _SECTIONS = ("model", "train", "dataset", "ddp", "optimizer", "comm_overlap", "mixed_precision",
              "tokenizer")
 
@@ -152,7 +169,9 @@ def _run(file: _File, name: str, args, common: dict):
                 if callee == "_pretrain_common":
                     values = dict(common)
                     continue
-                if callee in file.functions:
+                # cfg = other_recipe() (a helper taking cfg itself is listed as computed)
+                if callee in file.functions and not any(
+                        isinstance(a, ast.Name) and a.id == "cfg" for a in node.args):
                     values, hf, more = _run(file, callee, [_value(a, env) for a in node.args],
                                             common)
                     computed += more
@@ -189,7 +208,7 @@ def _run(file: _File, name: str, args, common: dict):
                 except _Unknown as exc:
                     computed.append(f"{stmt.lineno}: {chain[4:]} = {exc}")
                     continue
-            if parts[0] == "cfg" and parts[1] not in _SECTIONS:
+            if parts[0] == "cfg" and len(parts) > 1 and parts[1] not in _SECTIONS:
                 continue                                     # rng, checkpoint, logger, ...
         if isinstance(stmt, ast.Assign) and ast.unparse(stmt.targets[0]).startswith(
                 ("cfg.env_vars", "cfg.rng", "cfg.checkpoint", "cfg.logger", "cfg.scheduler",
@@ -314,6 +333,334 @@ def section_fields(bridge: str, mcore: str) -> dict:
     return out
 
 
+# --- performance recipes ---------------------------------------------------------------------
+#: The families of ``perf_recipes/<family>/<system>/<model>.py`` read (those whose models
+#: memsym has presets for); each function ``*_pretrain_*_config`` is one row of PERF_RECIPES.
+PERF_FAMILIES = ("llama", "qwen", "deepseek", "gpt_oss")
+_PERF = _BASE + "perf_recipes/"
+
+
+class _Cfg:
+    """A ConfigContainer as the recipe builds it: flat ``section.field`` values, the Hugging
+    Face model, and the sections assigned a string (``mixed_precision="bf16_mixed"``)."""
+
+    def __init__(self, values, hf, strings=()):
+        self.values, self.hf, self.strings = dict(values), hf, set(strings)
+
+
+class _Ref:
+    """``cfg`` (path "") or one of its sections (``cfg.model``)."""
+
+    def __init__(self, cfg, path):
+        self.cfg, self.path = cfg, path
+
+
+class _Obj(dict):
+    """A config object the recipe builds (a precision or comm-overlap config): its recipe or
+    class name under "" and its fields."""
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+_UNSET = object()
+
+
+class _Perf:
+    """Reads perf recipe functions statement by statement (:meth:`call`), following the names
+    they call through the imports: base recipes (their rows' values), helpers in
+    ``perf_recipes`` and ``recipes`` (read the same way), precision recipes and config classes
+    (their names and literal keywords).  What it cannot read (a condition on an unset field,
+    a call it does not know) goes to ``computed`` with its file:line."""
+
+    def __init__(self, mods: "_Modules", base: dict, sections):
+        self.mods, self.base, self.sections = mods, base, set(sections)
+        self.computed = []
+
+    # expressions
+    def eval(self, node, env, module):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in env and env[node.id] is not _UNSET:
+                return env[node.id]
+            raise _Unknown(node.id)
+        if isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name) and node.value.id == "torch":
+                return node.attr
+            return self._get(self.eval(node.value, env, module), node.attr)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [self.eval(e, env, module) for e in node.elts]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not self.eval(node.operand, env, module)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -self.eval(node.operand, env, module)
+        if isinstance(node, ast.BoolOp):
+            return self._boolop(node, env, module)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            a, b = self.eval(node.left, env, module), self.eval(node.comparators[0], env, module)
+            op = type(node.ops[0])
+            table = {ast.Eq: lambda: a == b, ast.NotEq: lambda: a != b, ast.Is: lambda: a is b,
+                     ast.IsNot: lambda: a is not b, ast.In: lambda: a in b,
+                     ast.NotIn: lambda: a not in b}
+            if op in table:
+                return table[op]()
+        if isinstance(node, ast.IfExp):
+            branch = node.body if self.eval(node.test, env, module) else node.orelse
+            return self.eval(branch, env, module)
+        if isinstance(node, ast.Call):
+            return self._call(node, env, module)
+        raise _Unknown(ast.unparse(node)[:80])
+
+    def _boolop(self, node, env, module):
+        unknown = None
+        for i, v in enumerate(node.values):
+            try:
+                x = self.eval(v, env, module)
+            except _Unknown as exc:
+                unknown = exc
+                continue
+            last = i == len(node.values) - 1
+            if isinstance(node.op, ast.And) and not x:
+                return x
+            if isinstance(node.op, ast.Or) and x:
+                return x
+            if last and unknown is None:
+                return x
+        raise unknown or _Unknown(ast.unparse(node)[:80])
+
+    @staticmethod
+    def _get(obj, attr):
+        if isinstance(obj, _Ref):
+            key = f"{obj.path}.{attr}" if obj.path else attr
+            if not obj.path:
+                return _Ref(obj.cfg, attr)            # cfg.model
+            if key in obj.cfg.values:
+                return obj.cfg.values[key]
+        elif isinstance(obj, _Obj) and attr in obj:
+            return obj[attr]
+        raise _Unknown(attr)
+
+    def _call(self, node, env, module):
+        fname = node.func.id if isinstance(node.func, ast.Name) else None
+        if fname == "isinstance" and len(node.args) == 2 and ast.unparse(node.args[1]) == "str":
+            target = self.eval(node.args[0], env, module)
+            if isinstance(target, _Ref) and target.path:
+                # a section the recipe assigned a string or a config object; a base recipe's
+                # (read without that distinction) is not known
+                if target.path in target.cfg.strings:
+                    return True
+                if target.path + ".<obj>" in target.cfg.values:
+                    return False
+                raise _Unknown(f"isinstance({target.path})")
+            return isinstance(target, str)
+        if fname == "getattr" and len(node.args) >= 2:
+            return self._get(self.eval(node.args[0], env, module),
+                             self.eval(node.args[1], env, module))
+        if fname is None or fname in ("hasattr", "float", "int", "len"):
+            raise _Unknown(ast.unparse(node.func))
+        found = _resolve(self.mods, module, fname)
+        if found is None:
+            raise _Unknown(fname)
+        where, fn = found
+        kwargs = {kw.arg: self.eval(kw.value, env, module) for kw in node.keywords if kw.arg}
+        if isinstance(fn, ast.ClassDef):                  # CommOverlapConfig(...)
+            obj = _Obj({"": fn.name})
+            for kw in node.keywords:
+                try:
+                    obj[kw.arg] = self.eval(kw.value, env, module)
+                except _Unknown:
+                    obj[kw.arg] = ast.unparse(kw.value)   # a userbuffers config: its name
+            return obj
+        if where == "megatron.bridge.training.mixed_precision":
+            return _Obj({"": fn.name})                    # bf16_with_fp8_current_scaling_mixed
+        if fn.name in self.base and not where.startswith("megatron.bridge.perf_recipes"):
+            values, hf = self.base[fn.name]
+            return _Ref(_Cfg(values, hf), "")
+        args = [self.eval(a, env, module) for a in node.args]
+        return self.call(where, fn, args, kwargs)
+
+    # statements
+    def call(self, module, fn, args, kwargs):
+        """Run function ``fn`` of ``module`` on bound arguments; its return value."""
+        env = dict(_module_constants(self.mods, module))
+        params = fn.args.args
+        defaults = [None] * (len(params) - len(fn.args.defaults)) + list(fn.args.defaults)
+        for i, (p, d) in enumerate(zip(params, defaults)):
+            if i < len(args):
+                env[p.arg] = args[i]
+            elif p.arg in kwargs:
+                env[p.arg] = kwargs[p.arg]
+            else:
+                env[p.arg] = self.eval(d, {}, module) if d is not None else _UNSET
+        for p, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults):
+            env[p.arg] = kwargs.get(p.arg, self.eval(d, {}, module) if d is not None else _UNSET)
+        try:
+            self.run(fn.body, env, module)
+        except _Return as r:
+            return r.value
+        return None
+
+    def _note(self, module, stmt):
+        path = module.replace("megatron.bridge.", "").replace(".", "/")
+        self.computed.append(f"{path}.py:{stmt.lineno}: {ast.unparse(stmt).splitlines()[0][:90]}")
+
+    def run(self, body, env, module):
+        for stmt in body:
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                continue
+            if isinstance(stmt, (ast.Pass, ast.Assert, ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(stmt, ast.Return):
+                raise _Return(None if stmt.value is None else self.eval(stmt.value, env, module))
+            if isinstance(stmt, ast.If):
+                try:
+                    test = self.eval(stmt.test, env, module)
+                except _Unknown:
+                    self._note(module, stmt)
+                    continue
+                self.run(stmt.body if test else stmt.orelse, env, module)
+                continue
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+                try:
+                    self.eval(stmt.value, env, module)
+                except _Unknown:
+                    self._note(module, stmt)
+                continue
+            if isinstance(stmt, ast.Assign):
+                self._assign(stmt, env, module)
+                continue
+            self._note(module, stmt)
+
+    def _assign(self, stmt, env, module):
+        targets = [ast.unparse(t) for t in stmt.targets]
+        if any(t.startswith(("cfg.env_vars", "cfg.checkpoint", "cfg.logger", "cfg.scheduler",
+                             "cfg.validation", "cfg.rerun_state_machine", "cfg.rng",
+                             "cfg.dist", "cfg.profiling")) for t in targets):
+            return                                 # no memory or time meaning
+        try:
+            value = self.eval(stmt.value, env, module)
+        except _Unknown:
+            # an imported config object (a userbuffers config): its name stands for it
+            value = stmt.value.id if isinstance(stmt.value, ast.Name) else _UNSET
+        for target in stmt.targets:
+            if isinstance(target, ast.Name):
+                env[target.id] = value
+                continue
+            if not isinstance(target, ast.Attribute):
+                self._note(module, stmt)
+                continue
+            try:
+                obj = self.eval(target.value, env, module)
+            except _Unknown:
+                self._note(module, stmt)
+                continue
+            if isinstance(obj, _Obj):
+                if value is _UNSET:
+                    obj.pop(target.attr, None)
+                    self._note(module, stmt)
+                else:
+                    obj[target.attr] = value
+                continue
+            if not isinstance(obj, _Ref):
+                self._note(module, stmt)
+                continue
+            self._set(obj, target.attr, value, module, stmt)
+
+    def _set(self, ref, attr, value, module, stmt):
+        values = ref.cfg.values
+        if not ref.path:                            # cfg.section = ...
+            section = attr
+            if section not in self.sections:
+                return
+            if isinstance(value, (_Obj, str)):
+                for k in [k for k in values if k == section or k.startswith(section + ".")]:
+                    del values[k]
+                ref.cfg.strings.discard(section)
+                if isinstance(value, str):
+                    values[section] = value
+                    ref.cfg.strings.add(section)
+                else:
+                    values[section + ".<obj>"] = True
+                    if value.get("") not in ("CommOverlapConfig",):
+                        values[section] = value[""]
+                    for k, v in value.items():
+                        if k:
+                            values[f"{section}.{k}"] = v
+                return
+            self._note(module, stmt)
+            return
+        key = f"{ref.path}.{attr}"
+        if value is _UNSET:
+            values.pop(key, None)
+            self._note(module, stmt)
+        else:
+            values[key] = value
+
+
+def _resolve(mods, module, name, depth=0):
+    """(module, FunctionDef or ClassDef) that ``name`` is in ``module``, through its imports."""
+    got = mods.tree(module)
+    if got is None or depth > 8:
+        return None
+    tree, package = got
+    for n in tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name:
+            return module, n
+    for n in tree.body:
+        if isinstance(n, ast.ImportFrom):
+            for a in n.names:
+                if (a.asname or a.name) == name:
+                    return _resolve(mods, _Modules._absolute(module, n, package), a.name,
+                                    depth + 1)
+    return None
+
+
+def _module_constants(mods, module):
+    got = mods.tree(module)
+    out = {}
+    for n in (got[0].body if got else ()):
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) \
+                and isinstance(n.value, ast.Constant):
+            out[n.targets[0].id] = n.value.value
+    return out
+
+
+def perf_rows(source: str, mcore: str, base: dict, keep) -> dict:
+    """name -> row of each perf recipe whose base recipe's model memsym has a preset for."""
+    mods = _Modules(source, mcore)
+    listing = subprocess.run(["git", "--git-dir", source, "ls-tree", "-r", "--name-only", COMMIT,
+                              _PERF], check=True, capture_output=True, text=True).stdout.split()
+    rows = {}
+    for path in listing:
+        parts = path[len(_PERF):].split("/")
+        if len(parts) != 3 or parts[0] not in PERF_FAMILIES or parts[2] == "__init__.py" \
+                or not parts[2].endswith(".py"):
+            continue
+        module = path[len("src/"):-3].replace("/", ".")
+        tree, _ = mods.tree(module)
+        for fn in tree.body:
+            if not isinstance(fn, ast.FunctionDef) or fn.name.startswith("_") \
+                    or "_pretrain_" not in fn.name or not fn.name.endswith("_config"):
+                continue
+            reader = _Perf(mods, base, SECTION_CLASSES)
+            try:
+                cfg = reader.call(module, fn, [], {})
+            except _Unknown:
+                continue
+            cfg = cfg.cfg if isinstance(cfg, _Ref) and not cfg.path else None
+            if cfg is None or cfg.hf not in keep[1]:
+                continue
+            name = fn.name if fn.name not in keep[0] else module[len("megatron.bridge."):] \
+                + "." + fn.name
+            rows[name] = {"source": f"{path}:{fn.lineno} {fn.name}", "hf_model": cfg.hf,
+                          "computed": tuple(dict.fromkeys(reader.computed)),
+                          "values": {k: v for k, v in sorted(cfg.values.items()) if k in keep[2]}}
+    return rows
+
+
 def _aliases(source: str) -> dict:
     out = {}
     for rel in ALIAS_FILES:
@@ -344,18 +691,20 @@ def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
     imported = {}
     for path in IMPORTED_CONSTANTS:
         imported.update(_File(_show(source, path), path).constants)
-    rows = {}
+    rows, base = {}, {}
     for rel in RECIPE_FILES:
         file = _File(_show(source, _BASE + rel), rel, imported)
         for name, fn in file.functions.items():
             if name.startswith("_") or "_pretrain_" not in name or not name.endswith("_config"):
                 continue
             values, hf, computed = _run(file, name, [], common)
+            base[name] = (values, hf)
             if hf not in HF_PRESETS:
                 continue
             keep = {k: v for k, v in sorted(values.items()) if k in FIELDS}
             rows[name] = {"source": f"{_BASE}{rel}:{fn.lineno} {name}", "hf_model": hf,
                           "values": keep, "computed": tuple(computed)}
+    perf = perf_rows(source, mcore, base, (set(rows), set(HF_PRESETS), set(FIELDS)))
     aliases = {k: v for k, v in sorted(_aliases(source).items()) if v in rows}
     head = (f'"""Megatron-Bridge {COMMIT[:10]} pretrain recipes as data: GENERATED by '
             "``python -m tools.bridge_recipes`` (do not edit).\n\n"
@@ -371,6 +720,11 @@ def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
                   f"        'hf_model': {row['hf_model']!r},",
                   f"        'computed': {row['computed']!r},",
                   f"        'values': {row['values']!r},", "    },"]
+    lines.append("}")
+    lines += ["", "#: Megatron-Bridge's performance recipes (perf_recipes/<family>/<system>/), one "
+              "row a line:", "#: what each sets, through its base recipe and the helpers it "
+              "calls (tools/bridge_recipes.py _Perf)", "PERF_RECIPES = {"]
+    lines += [f"    {name!r}: {perf[name]!r}," for name in sorted(perf)]
     lines.append("}")
     lines += ["", f"#: section -> its config's dataclass fields (with Megatron-LM {MCORE_COMMIT[:10]}'s "
               "bases)", "SECTION_FIELDS = {"]

@@ -6,7 +6,11 @@ A Bridge job is ``python scripts/training/run_recipe.py --recipe NAME [-tp N ...
 ``067f987df0``).  The recipe's values are the table :data:`memsym.readers._bridge_recipes.RECIPES`,
 generated from the recipe functions' source by ``python -m tools.bridge_recipes`` (read with
 :mod:`ast`, never executed); what a recipe computes in code is transcribed here by hand with
-its file:line.  An override is applied with Bridge's meaning for the fields memsym models
+its file:line.  Bridge's performance recipes (``perf_recipes/<family>/<system>/``, e.g.
+``llama3_70b_pretrain_64gpu_h100_fp8cs_config``) are read the same way
+(:data:`memsym.readers._bridge_recipes.PERF_RECIPES`: the base recipe with the perf helpers'
+precision, bf16 gradient reduction, recompute modules, layout, offloading, CUDA graphs and
+dispatcher); what memsym does not count is said in a note, FP4 is refused.  An override is applied with Bridge's meaning for the fields memsym models
 (:data:`FIELDS`); a field of a known section memsym does not model is listed as ignored; an
 unknown section is refused.  Override values are read as literals (integers, decimals,
 true/false, null, quoted strings, ``[lists]``), never evaluated.
@@ -27,7 +31,7 @@ import re
 from ..errors import InvalidValueError, UnknownNameError
 from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
-from ._bridge_recipes import ALIASES, RECIPES, SECTION_FIELDS
+from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS
 from .megatron import MEGATRON_FSDP_SCHEMES
 
@@ -49,6 +53,7 @@ HF_PRESETS = {
     "Qwen/Qwen3-8B": ("qwen3-8b", {}),
     "Qwen/Qwen3-30B-A3B": ("qwen3-30b-a3b", {}),
     "deepseek-ai/DeepSeek-V3": ("deepseek-v3", {}),
+    "openai/gpt-oss-120b": ("gpt-oss-120b", {}),
 }
 
 #: ``section.field`` -> what memsym makes of it: ("job", option), ("arch", field), or
@@ -70,6 +75,12 @@ FIELDS = {
     "model.recompute_method": ("job", "recompute_method"),
     "model.recompute_num_layers": ("job", "recompute_num_layers"),
     "model.recompute_modules": ("bridge", "recompute_modules"),
+    "model.cpu_offloading": ("bridge", "offloading"),
+    "model.cpu_offloading_num_layers": ("bridge", "offloading"),
+    "model.offload_modules": ("bridge", "offloading"),
+    "model.cuda_graph_scope": ("bridge", "cuda_graphs"),
+    "model.moe_token_dispatcher_type": ("bridge", "dispatcher"),
+    "model.moe_flex_dispatcher_backend": ("bridge", "dispatcher"),
     "model.moe_expert_capacity_factor": ("job", "capacity_factor"),
     "model.cuda_graph_impl": ("bridge", "cuda_graphs"),
     "model.fine_grained_activation_offloading": ("bridge", "offloading"),
@@ -252,12 +263,17 @@ def launcher_world_size(words) -> int | None:
     return got["n"] * got.get("nodes", 1) if "n" in got else None
 
 
+#: Every recipe by name: the pretrain recipes (``recipes/``) and the performance recipes
+#: (``perf_recipes/<family>/<system>/``, each a base recipe changed by the perf helpers).
+_ALL = {**PERF_RECIPES, **RECIPES}
+
+
 def _recipe_row(name: str):
     full = ALIASES.get(name, name)
-    row = RECIPES.get(full)
+    row = _ALL.get(full)
     if row is None:
         raise UnknownNameError("Megatron-Bridge pretrain recipe", name,
-                               sorted(set(RECIPES) | set(ALIASES)))
+                               sorted(set(_ALL) | set(ALIASES)))
     return full, row
 
 
@@ -437,6 +453,10 @@ def bridge_job_options(reading: dict) -> tuple:
     ('llama3-70b', 4, 4, 5, 2, True)
     """
     values, notes = reading["values"], []
+    twin = [k for k in PERF_RECIPES if k.endswith("." + reading["recipe"])]
+    if twin:     # a perf recipe named like the base recipe it builds on
+        notes.append(f"{reading['recipe']} is the pretrain recipe; the performance recipe of "
+                     f"that name is {twin[0]}")
     preset, arch = HF_PRESETS[reading["hf_model"]]
     opts = dict(arch)
     for key, (kind, name) in FIELDS.items():
@@ -452,19 +472,29 @@ def bridge_job_options(reading: dict) -> tuple:
         if isinstance(seq, int) and seq > (opts.get("max_position_embeddings")
                                            or base.max_position_embeddings or seq):
             opts["max_position_embeddings"] = seq
+    if opts.get("overlap_param_gather") and not opts.get("overlap_grad_reduce"):
+        # Bridge runs it (training/config.py:2125-2137 only syncs the DDP and optimizer flags);
+        # Megatron-LM's validate_args, whose rule memsym's job applies, refuses it
+        opts["overlap_param_gather"] = False
+        notes.append("ddp.overlap_param_gather without ddp.overlap_grad_reduce (Bridge runs it, "
+                     "Megatron-LM refuses it): counted without the parameter-gather overlap")
     granularity = values.get("model.recompute_granularity")
     opts["recompute"] = "none" if granularity is None else granularity
     modules = values.get("model.recompute_modules")
-    if granularity == "selective" and modules not in (None, ["core_attn"]):
-        notes.append(f"model.recompute_modules {modules}: memsym models selective recompute as "
-                     "Korthikanti's (the attention core's activations recomputed)")
-    if values.get("model.cuda_graph_impl") not in (None, "none"):
-        notes.append(f"model.cuda_graph_impl {values['model.cuda_graph_impl']}: the CUDA graphs' "
-                     "static buffers are not counted")
-    if values.get("model.fine_grained_activation_offloading"):
-        notes.append("model.fine_grained_activation_offloading: the offloaded activations are "
-                     "counted as kept on the GPU")
+    if granularity == "selective" and modules is not None:
+        # Megatron-Core reads recompute_modules only under selective granularity
+        if not isinstance(modules, list):
+            raise InvalidValueError("model.recompute_modules: give a list, e.g. [core_attn]")
+        opts["recompute_modules"] = tuple(modules)
+    notes += _unmodelled(values, resolve_model(preset))
     layout = values.get("model.pipeline_model_parallel_layout")
+    if preset == "deepseek-v3" and "model.pipeline_model_parallel_layout" not in \
+            reading["overridden"] and {"model.pipeline_model_parallel_size",
+                                       "model.virtual_pipeline_model_parallel_size"} & \
+            set(reading["overridden"]):
+        # recipe_runner.py:373 sync_model_pipeline_layout: a PP/VPP override rebuilds the
+        # layout with the recipe's builder (deepseek_v3.py:322), replacing a perf recipe's string
+        layout = None
     if isinstance(layout, str):
         opts["pipeline_layout"] = layout
     elif layout is not None:
@@ -506,10 +536,40 @@ def bridge_job_options(reading: dict) -> tuple:
     return preset, opts, notes
 
 
+def _unmodelled(values, model) -> list:
+    """Notes for what a recipe sets that memsym does not count (each said, none refused)."""
+    notes = []
+    impl, scope = values.get("model.cuda_graph_impl"), values.get("model.cuda_graph_scope")
+    if impl not in (None, "none") or (isinstance(scope, list) and "full_iteration" in scope):
+        notes.append(f"model.cuda_graph_impl {impl} (scope {scope}): the CUDA graphs' static "
+                     "buffers and private memory pool are not counted")
+    if values.get("model.cpu_offloading"):
+        # Megatron-Core cpu_offloading (activations of cpu_offloading_num_layers layers moved
+        # to the host between forward and backward)
+        notes.append(f"model.cpu_offloading of {values.get('model.cpu_offloading_num_layers')} "
+                     "layers: their activations are counted as kept on the GPU")
+    if values.get("model.fine_grained_activation_offloading"):
+        notes.append(f"model.fine_grained_activation_offloading "
+                     f"{values.get('model.offload_modules')}: the offloaded activations are "
+                     "counted as kept on the GPU")
+    kind = values.get("model.moe_token_dispatcher_type")
+    if model.num_experts and kind not in (None, "alltoall"):
+        notes.append(f"model.moe_token_dispatcher_type {kind} "
+                     f"({values.get('model.moe_flex_dispatcher_backend')}): its communication "
+                     "buffers are not counted")
+    if values.get("mixed_precision") == "bf16_with_mxfp8_mixed":
+        notes.append("MXFP8 (bf16_with_mxfp8_mixed) counted as FP8 with per-tensor scales: the "
+                     "1-per-32 block scales are not counted")
+    return notes
+
+
 def _vocab(values, preset, notes) -> dict:
     # _pretrain_common: use_tokenizer_vocab_size=True, so setup.py:762 takes the tokenizer's
-    # vocabulary (padded); a NullTokenizer's is the vocab_size given (null_tokenizer.py:60)
+    # vocabulary (padded); a NullTokenizer's is the vocab_size given (null_tokenizer.py:60).
+    # The perf recipes set it False (perf_recipes/_common.py:51): the model's own vocabulary
     if "model.vocab_size" in values and not values.get("tokenizer.use_tokenizer_vocab_size", True):
+        return {}
+    if values.get("tokenizer.use_tokenizer_vocab_size", True) is False:
         return {}
     if values.get("tokenizer.tokenizer_type") == "NullTokenizer":
         size = values.get("tokenizer.vocab_size")
