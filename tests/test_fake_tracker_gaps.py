@@ -1,0 +1,145 @@
+"""Where memsym and torch's FSDP2 memory tracker disagree beyond transformers' own differences.
+
+Each disagreement found with the oracle of tests/fake_tracker.py (its docstring: torchtitan's
+FSDP2 recipe on transformers' models under ``FakeTensorMode``) is pinned here twice: what the
+tracker shows (a passing test, to the byte) and memsym's count of it (``xfail(strict=True)``,
+so that the day memsym counts it the test says so and the mark comes off).  Numbers in the
+reasons are MiB at the configuration of the test (2 decoder layers).
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
+pytest.importorskip("torch.testing._internal.distributed.fake_pg")
+
+from fake_tracker import (CONFIGS, DECOMP_TOL, compare, memsym_job, predict,  # noqa: E402
+                          track)
+
+pytestmark = pytest.mark.torch
+
+
+def _block_params(name):
+    c = CONFIGS[name]
+    h, a, g, f = (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"],
+                  c["intermediate_size"])
+    d_h = h // a
+    return 2 * h * a * d_h + 2 * h * g * d_h + 3 * h * f + 2 * h   # Llama block, no biases
+
+
+def _backward_terms(name, **job):
+    # memsym's transients of the blocks' backward, in bytes, for the job predict() estimates
+    from memsym.training import phase_transients
+
+    est, j = predict(name, **job), memsym_job(name, **job)
+    return {t.key: int(t.evaluate(est.values))
+            for t in phase_transients(j.model, j.layout, j.training, 0)["backward"]}
+
+
+@pytest.fixture(scope="module")
+def full_8b():
+    return compare("llama3-8b", layers=2, world=8, seq=4096, recompute="full")
+
+
+def test_full_recompute_peak_is_the_loss_backward_without_a_working_set(full_8b):
+    # the tracker's peak with checkpointed blocks: the logits' gradients (8 bytes per logit)
+    # next to each block's saved input only; nothing rematerialised yet
+    cats = full_8b["tracker"]["categories"]
+    assert cats["Temp"] == 8 * 4096 * CONFIGS["llama3-8b"]["vocab_size"]
+    assert full_8b["expected"] == pytest.approx(full_8b["tracker"]["peak"], rel=DECOMP_TOL)
+
+
+@pytest.mark.xfail(strict=True, reason="memsym/training.py:380-387 adds the full-recompute "
+                   "working set (one layer's activations, 544.5 MiB here) to the activations "
+                   "that every phase sums (phase_totals, _phase_term), so the forward and the "
+                   "loss's backward count it too; it exists only in the blocks' backward: "
+                   "memsym 9877.6 vs tracker 9351.1 (+5.6 %; 70B s=8192 b=2: +12.5 %)")
+def test_memsym_full_recompute_loss_backward(full_8b):
+    got = full_8b["memsym"] + sum(full_8b["named"].values())
+    assert got == pytest.approx(full_8b["tracker"]["peak"], rel=DECOMP_TOL)
+
+
+@pytest.fixture(scope="module")
+def output_backward_70b():
+    return compare("llama3-70b", layers=2, world=64, seq=4096)
+
+
+def test_tracker_peak_in_the_output_groups_backward(output_backward_70b):
+    # 70B at s = 4096, b = 1, d = 64: the peak is the output group's own backward, after the
+    # loss's: the output projection's fp32 reduce-scatter input (4 V h) and output (1/d)
+    # while the group's bf16 parameters are still gathered (2 V h + 2 h) and the last block is
+    # prefetched (2 N_ll), every block's activations still alive
+    c = CONFIGS["llama3-70b"]
+    V, h = c["vocab_size"], c["hidden_size"]
+    cats = output_backward_70b["tracker"]["categories"]
+    assert cats["Reduce Scatter"] == 4 * V * h
+    assert cats["Sharded Grad"] == 4 * V * h // 64
+    assert cats["Unsharded Param"] == 2 * (V * h + h)
+    assert cats["All Gather"] == 2 * _block_params("llama3-70b")
+    assert output_backward_70b["phase"] == "loss-backward"    # memsym's largest phase
+
+
+@pytest.mark.xfail(strict=True, reason="memsym has no phase for the output group's backward "
+                   "(memsym/terms/transients.py fsdp2_io_groups returns backward: () since "
+                   "83e694105; memsym/training.py:768-777): tracker 12552.6, memsym + named "
+                   "differences 12349.9 (its loss-backward phase), raw memsym 11099.9")
+def test_memsym_output_groups_backward(output_backward_70b):
+    got = output_backward_70b
+    assert got["expected"] == pytest.approx(got["tracker"]["peak"], rel=DECOMP_TOL)
+
+
+@pytest.fixture(scope="module")
+def first_block_70b():
+    job = dict(layers=2, world=128, seq=4096, recompute="full")
+    return track("llama3-70b", **job), _backward_terms("llama3-70b", **job)
+
+
+def test_first_blocks_backward_prefetches_the_embedding(first_block_70b):
+    # the peak is block 0's backward (the last the backward reaches): that block gathered
+    # (2 N_ll bf16), its fp32 reduce-scatter input (4 N_ll), and the prefetched group is the
+    # embedding's (2 V h), resharded after its forward, not another block
+    tracked, _ = first_block_70b
+    c = CONFIGS["llama3-70b"]
+    n_ll = _block_params("llama3-70b")
+    cats = tracked["categories"]
+    assert cats["Unsharded Param"] == 2 * n_ll
+    assert cats["Reduce Scatter"] == 4 * n_ll
+    assert cats["All Gather"] == 2 * c["vocab_size"] * c["hidden_size"]
+
+
+@pytest.mark.xfail(strict=True, reason="memsym/terms/transients.py:317-351 (fsdp2_transients, "
+                   "n_ag N_ll b_u) counts two blocks gathered in every block's backward; in "
+                   "the first block's the prefetched group is the embedding (2 V h): 70B "
+                   "counts 3264.1 where 3636.0 are gathered (its backward phase 9727.6 vs the "
+                   "tracker's 10100.9); Qwen3-30B-A3B, whose block outweighs the embedding, "
+                   "595 MiB too many")
+def test_memsym_first_blocks_backward_gathered(first_block_70b):
+    tracked, terms = first_block_70b
+    cats = tracked["categories"]
+    assert terms["unsharded_params"] == cats["Unsharded Param"] + cats["All Gather"]
+
+
+@pytest.fixture(scope="module")
+def tp_logits():
+    return {tp: (track("llama3-8b", tp=tp), predict("llama3-8b", tp=tp)) for tp in (1, 2)}
+
+
+def test_tracker_logits_gathered_without_loss_parallel(tp_logits):
+    # torchtitan's apply_tp without loss parallel: the output is ColwiseParallel with
+    # output_layouts=Replicate(), so each TP rank holds every logit: the loss's backward has
+    # the same 8 bytes per logit at t = 2 as at t = 1
+    V = CONFIGS["llama3-8b"]["vocab_size"]
+    for tracked, _ in tp_logits.values():
+        assert tracked["categories"]["Temp"] == 8 * 4096 * V
+
+
+@pytest.mark.xfail(strict=True, reason="memsym/training.py:577-590 (_loss_kind 'torch' for "
+                   "torchtitan with t > 1 and loss_parallel False) and :156-167 "
+                   "(_output_layer) count V/t logits per rank; torchtitan gathers them "
+                   "(output_layouts=Replicate()): output activations 1082.0 at t = 2 vs "
+                   "2132.0 at t = 1 (the tracker's logits' gradients: 4008.0 at both)")
+def test_memsym_logits_without_loss_parallel(tp_logits):
+    out = {tp: int(next(t for t in est.total.terms if t.key == "output_activations")
+                   .evaluate(est.values)) for tp, (_, est) in tp_logits.items()}
+    assert out[2] == out[1]
