@@ -11,7 +11,11 @@ kept gathered after forward, then the root; bf16 parameters, fp32 reduce), full 
 checkpointing as its ``_apply_full_ac`` (``ptd_checkpoint_wrapper`` around each block), its
 loss (``components/loss.py``: ``cross_entropy(pred.flatten(0, 1).float(), labels)``) and its
 train step (forward, ``del pred``, backward, ``clip_grad_norm_(foreach=True)``, AdamW step,
-``zero_grad()``), twice, under ``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``.
+``zero_grad()``) under ``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``, after one
+untracked optimizer step (the script runs two steps and keeps the second's peak: the first has
+no optimizer states; here the untracked step also keeps DTensor's sharding propagation out of
+the count, see :func:`track`).  AdamW is torch's ``foreach`` implementation, not torchtitan's
+default ``fused`` (CUDA only).
 
 The model is transformers' own class (``LlamaForCausalLM``, ``Qwen3MoeForCausalLM``) built
 from a config dict, so what is tracked is what Hugging Face's code keeps, not torchtitan's
@@ -31,6 +35,7 @@ one process simulates rank 0 of any world size, since nothing is communicated.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 
 #: Llama-3 8B and 70B (Meta's config.json of meta-llama/Meta-Llama-3-8B and -70B: hidden
@@ -368,8 +373,10 @@ def hf_differences(name: str, *, layers: int = 2, batch: int = 1, seq: int = 409
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def compare(name: str, **job) -> dict:
-    """The tracker's peak and memsym's prediction of one job, side by side.
+    """The tracker's peak and memsym's prediction of one job, side by side (cached: a
+    configuration runs once per process; do not mutate the result).
 
     Returns
     -------
