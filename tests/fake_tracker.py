@@ -92,23 +92,52 @@ def _fake_group(world: int):
     dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
 
 
-def _apply_tp(model, tp_mesh):
-    # torchtitan's apply_tp (llama3/infra/parallelize.py at 4a950ea) in Hugging Face's names,
-    # without sequence parallelism: q/k/v and gate/up column-wise, o/down row-wise, the
-    # output column-wise gathering its logits (loss_parallel off), the embedding row-wise
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+def _apply_tp(model, tp_mesh, sequence_parallel: bool):
+    # torchtitan's apply_tp (llama3/infra/parallelize.py at 4a950ea) in Hugging Face's names:
+    # q/k/v and gate/up column-wise, o/down row-wise; with sequence parallelism (torchtitan's
+    # only form) the norms are SequenceParallel, the blocks' outputs and the embedding's are
+    # sequence-sharded, the attention's and MLP's inputs all-gathered, and the output keeps
+    # its logits vocab-sharded for loss_parallel(); without, the output gathers its logits
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                                   RowwiseParallel, SequenceParallel,
                                                    parallelize_module)
 
+    if not sequence_parallel:
+        parallelize_module(model, tp_mesh, {
+            "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
+            "lm_head": ColwiseParallel(output_layouts=Replicate()),
+        })
+        for layer in model.model.layers:
+            plan = {f"self_attn.{n}": ColwiseParallel() for n in ("q_proj", "k_proj", "v_proj")}
+            plan["self_attn.o_proj"] = RowwiseParallel()
+            plan.update({f"mlp.{n}": ColwiseParallel() for n in ("gate_proj", "up_proj")})
+            plan["mlp.down_proj"] = RowwiseParallel()
+            parallelize_module(layer, tp_mesh, plan)
+        return
     parallelize_module(model, tp_mesh, {
-        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
-        "lm_head": ColwiseParallel(output_layouts=Replicate()),
+        # the residual stream stays a DTensor (torchtitan's is local tensors): transformers
+        # reads the sequence length off it for the RoPE positions and the mask
+        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
+                                              use_local_output=False),
+        "model.norm": SequenceParallel(),
+        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1),
+                                   use_local_output=False),
     })
     for layer in model.model.layers:
-        plan = {f"self_attn.{n}": ColwiseParallel() for n in ("q_proj", "k_proj", "v_proj")}
-        plan["self_attn.o_proj"] = RowwiseParallel()
+        plan = {
+            "input_layernorm": SequenceParallel(),
+            "self_attn": PrepareModuleInput(
+                input_kwarg_layouts={"hidden_states": Shard(1)},
+                desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+            "post_attention_layernorm": SequenceParallel(),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),),
+                                      desired_input_layouts=(Replicate(),)),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+        }
+        plan.update({f"self_attn.{n}": ColwiseParallel() for n in ("q_proj", "k_proj", "v_proj")})
         plan.update({f"mlp.{n}": ColwiseParallel() for n in ("gate_proj", "up_proj")})
-        plan["mlp.down_proj"] = RowwiseParallel()
         parallelize_module(layer, tp_mesh, plan)
 
 
@@ -154,7 +183,8 @@ def _real_meshes():
 
 
 def track(name: str, *, layers: int = 2, world: int = 8, tp: int = 1, batch: int = 1,
-          seq: int = 4096, recompute: str = "none", steps: int = 1) -> dict:
+          seq: int = 4096, recompute: str = "none", sequence_parallel: bool = False,
+          steps: int = 1) -> dict:
     """One torchtitan train step of transformers' ``name`` under ``FSDPMemTracker``.
 
     Parameters
@@ -168,6 +198,9 @@ def track(name: str, *, layers: int = 2, world: int = 8, tp: int = 1, batch: int
         Ranks of the fake process group (``dp_shard = world / tp``).
     tp : int
         Tensor-parallel degree (1: FSDP2 only).
+    sequence_parallel : bool
+        With ``tp > 1``: torchtitan's plan (sequence parallelism and ``loss_parallel()``);
+        False: neither, the output gathering its logits.
     batch, seq : int
         Local batch and sequence length of the dummy batch.
     recompute : {"none", "full"}
@@ -211,7 +244,7 @@ def track(name: str, *, layers: int = 2, world: int = 8, tp: int = 1, batch: int
             n_params = sum(p.numel() for p in model.parameters())
             n_tensors = len(list(model.parameters()))
             if tp > 1:
-                _apply_tp(model, tp_mesh)
+                _apply_tp(model, tp_mesh, sequence_parallel)
             inner = model.model
             if recompute == "full":
                 for i, block in enumerate(inner.layers):
@@ -232,12 +265,16 @@ def track(name: str, *, layers: int = 2, world: int = 8, tp: int = 1, batch: int
             tokens = torch.randint(0, cfg.vocab_size, (batch, seq))
             labels = torch.randint(0, cfg.vocab_size, (batch, seq))
 
+            from torch.distributed.tensor.parallel import loss_parallel
+
             def train_step():
-                pred = model(input_ids=tokens, use_cache=False).logits
-                loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(),
-                                                         labels.flatten(0, 1))
-                del pred
-                loss.backward()
+                # torchtitan's train_context: the loss and its backward inside loss_parallel()
+                with loss_parallel() if tp > 1 and sequence_parallel else contextlib.nullcontext():
+                    pred = model(input_ids=tokens, use_cache=False).logits
+                    loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(),
+                                                             labels.flatten(0, 1))
+                    del pred
+                    loss.backward()
                 _clip(model, torch)
                 opt.step()
                 opt.zero_grad()
