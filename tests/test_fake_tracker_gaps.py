@@ -149,20 +149,63 @@ def test_memsym_logits_without_loss_parallel(tp_logits):
     assert out[2] == out[1]
 
 
-def test_tp_with_sequence_parallel_states_match():
-    # torchtitan's TP plan (sequence parallelism, loss_parallel) on a (dp 4, tp 2) mesh:
-    # FSDP2 shards the TP shards; memsym's sharded parameters and AdamW states (with its step
-    # counters) match to the byte.  The activations do not (tracker 9181.7 MiB, peak in the
-    # loss-parallel forward; memsym 7260.6, not decomposed: see the report of the branch)
+@pytest.fixture(scope="module")
+def tp_sp():
+    # torchtitan's TP plan (sequence parallelism, loss_parallel) on a (dp 4, tp 2) mesh, at 2
+    # and 3 layers, with memsym's estimate of the same job (its torchtitan defaults for TP)
     from memsym.training import training_memory
 
-    tracked = track("llama3-8b", tp=2, sequence_parallel=True)
-    j = memsym_job("llama3-8b", tp=2).replace(loss_parallel=True, sequence_parallel=True)
-    est = training_memory(j)
-    terms = {t.key: int(t.evaluate(est.values)) for t in est.total.terms}
+    out = {}
+    for layers in (2, 3):
+        tracked = track("llama3-8b", layers=layers, tp=2, sequence_parallel=True)
+        j = memsym_job("llama3-8b", layers=layers, tp=2).replace(loss_parallel=True,
+                                                                  sequence_parallel=True)
+        est = training_memory(j)
+        out[layers] = tracked, {t.key: int(t.evaluate(est.values)) for t in est.total.terms}
+    return out
+
+
+def test_tp_with_sequence_parallel_states_match(tp_sp):
+    # FSDP2 shards the TP shards; memsym's sharded parameters and AdamW states (with its step
+    # counters) match to the byte
+    tracked, terms = tp_sp[2]
     cats = tracked["categories"]
     c = CONFIGS["llama3-8b"]
     assert cats["Sharded Param"] == terms["weights"]
     assert cats["OptState"] == terms["optimizer"] + 4 * tracked["tensors"]
     # the [norm, output] group gathered over dp: the output's vocabulary half, the norm whole
     assert cats["Unsharded Param"] == c["vocab_size"] * c["hidden_size"] + 2 * c["hidden_size"]
+
+
+def _tp_sp_layer_excess(tp_sp):
+    # what a third block adds to the tracker's peak beyond memsym's per-layer terms and the
+    # named differences of transformers' code, here sequence-sharded (norms, SiLU, repeat_kv
+    # over t = 2) except the cast mask, which every TP rank holds whole
+    (t2, m2), (t3, m3) = tp_sp[2], tp_sp[3]
+    c, tp, tau = CONFIGS["llama3-8b"], 2, 4096
+    h, f, a, g = (c["hidden_size"], c["intermediate_size"], c["num_attention_heads"],
+                  c["num_key_value_heads"])
+    d_h = h // a
+    named = (8 * tau * h + 2 * tau * f + 2 * (2 * tau * h - 2 * tau * g * d_h)) // tp \
+        + 2 * 4096 * 4096
+    memsym = sum(m3[k] - m2[k] for k in ("layer_activations", "weights", "optimizer"))
+    counters = 4 * (t3["tensors"] - t2["tensors"])
+    return t3["peak"] - t2["peak"] - memsym - named - counters
+
+
+def test_tp_sp_blocks_keep_their_gathered_inputs(tp_sp):
+    # torchtitan's plan all-gathers each block's attention and MLP input (PrepareModuleInput
+    # to Replicate) and the ColwiseParallel matmuls save that gathered input, 2 tau h each,
+    # where Megatron's sequence parallelism (memsym's count) keeps 2 tau h / t and gathers
+    # again in backward: 2 x 2 tau h (1 - 1/t) more per layer
+    tau, h, tp = 4096, CONFIGS["llama3-8b"]["hidden_size"], 2
+    assert _tp_sp_layer_excess(tp_sp) == 2 * 2 * tau * h * (tp - 1) // tp
+
+
+@pytest.mark.xfail(strict=True, reason="memsym counts the blocks' column-parallel inputs "
+                   "sequence-sharded (2 tau h / t, Megatron's SP) for torchtitan too; torch's "
+                   "ColwiseParallel after PrepareModuleInput(Replicate) saves them gathered "
+                   "(memsym does this for the output layer only: memsym/training.py:156-167, "
+                   "gathered_output_input): 32 MiB per layer at t = 2, s = 4096, h = 4096")
+def test_memsym_tp_sp_block_inputs(tp_sp):
+    assert _tp_sp_layer_excess(tp_sp) == 0
