@@ -28,6 +28,12 @@ torchtitan's ``apply_tp`` plan written for Hugging Face's module names (column-w
 gate/up; row-wise o/down; the output column-wise), without sequence parallelism or loss
 parallelism.
 
+Under ``FakeTensorMode`` the tracker also counts what DTensor's sharding propagation allocates
+on fake tensors of the *global* shape (mem_tracker.py ``__torch_dispatch__`` lets the
+propagation's ops through when they run under the tracker's own fake mode): :func:`track`
+steps the optimizer once untracked to fill that cache, and under ``loss_parallel()`` one fp32
+tensor of the global logits shape remains (tests/test_fake_tracker_gaps.py measures it).
+
 Every call initialises a fake process group of ``world`` ranks (destroying the previous one):
 one process simulates rank 0 of any world size, since nothing is communicated.
 """
