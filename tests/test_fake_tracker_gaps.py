@@ -161,7 +161,9 @@ def tp_sp():
         j = memsym_job("llama3-8b", layers=layers, tp=2).replace(loss_parallel=True,
                                                                   sequence_parallel=True)
         est = training_memory(j)
-        out[layers] = tracked, {t.key: int(t.evaluate(est.values)) for t in est.total.terms}
+        terms = {t.key: int(t.evaluate(est.values)) for t in est.total.terms}
+        terms["forward phase"] = int(dict(est.phase_bytes)["forward"])
+        out[layers] = tracked, terms
     return out
 
 
@@ -200,6 +202,23 @@ def test_tp_sp_blocks_keep_their_gathered_inputs(tp_sp):
     # again in backward: 2 x 2 tau h (1 - 1/t) more per layer
     tau, h, tp = 4096, CONFIGS["llama3-8b"]["hidden_size"], 2
     assert _tp_sp_layer_excess(tp_sp) == 2 * 2 * tau * h * (tp - 1) // tp
+
+
+def test_tp_sp_peak_decomposed(tp_sp):
+    # the whole peak at 2 layers: the tracker's is in the loss-parallel forward (memsym's
+    # largest phase is the loss's backward, 7260.6 MiB); it is memsym's forward phase plus
+    # the named differences (sequence-sharded), the blocks' gathered inputs and the tracker's
+    # fake-mode global logits copy (4 tau V: one fp32 tensor of the global shape)
+    tracked, terms = tp_sp[2]
+    c, tp, tau, layers = CONFIGS["llama3-8b"], 2, 4096, 2
+    h, f, a, g, V = (c["hidden_size"], c["intermediate_size"], c["num_attention_heads"],
+                     c["num_key_value_heads"], c["vocab_size"])
+    d_h = h // a
+    named = layers * ((8 * tau * h + 2 * tau * f + 2 * (2 * tau * h - 2 * tau * g * d_h)) // tp
+                      + 2 * 4096 * 4096) + 4 * 4096 * d_h + 8 * tau
+    gathered = layers * 2 * 2 * tau * h * (tp - 1) // tp
+    expected = terms["forward phase"] + named + gathered + 4 * tau * V
+    assert expected == pytest.approx(tracked["peak"], rel=DECOMP_TOL)
 
 
 @pytest.mark.xfail(strict=True, reason="memsym counts the blocks' column-parallel inputs "
