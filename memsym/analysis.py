@@ -147,6 +147,26 @@ def _bound(expr, x, vals, cap, want_small: bool = True):
     return sols[0], None
 
 
+def _floor_at_infinity(expr, x):
+    """``lim_{x -> oo} expr`` when ``expr`` depends on ``x`` alone, else None.
+
+    The memory ``x`` cannot remove (the floor of the total as the degree grows).  A total that
+    still holds another unknown (a size the job left open) or one SymPy's limit cannot take has
+    no single floor: the caller then says only that nothing fits up to the range's end.
+
+    >>> import sympy as sp
+    >>> d, t = sp.symbols("d t", positive=True)
+    >>> _floor_at_infinity(3 + 8 / d, d), _floor_at_infinity(3 + 8 / (d * t), d) is None
+    (3, True)
+    """
+    if x not in expr.free_symbols or expr.free_symbols != {x}:
+        return None
+    try:
+        return sp.limit(expr, x, sp.oo)
+    except (NotImplementedError, ValueError):     # gruntz's MRV set in several variables
+        return None
+
+
 def _floor_message(total, x, vals, cap, direction):
     """NoFitError naming the terms that stay as x grows (or shrinks) and their floor."""
 
@@ -727,7 +747,7 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
                 return j_ is not None and fits(val(j_))
             first = _first_true(pred, lo_i, hi_i, start)
             if first is None:
-                floor = sp.limit(expr.xreplace(vals), x, sp.oo) if x in expr.free_symbols else None
+                floor = _floor_at_infinity(expr.xreplace(vals), x)
                 if name in ("dp", "cp", "gpus") and floor is not None and floor >= cap:
                     raise _floor_message(sym_total, x, vals, cap, +1)
                 raise NoFitError(f"nothing fits: no admissible {x.name if name != 'gpus' else 'd'}"

@@ -419,3 +419,17 @@ print("ok")
 def test_hostile_solves_in_bounded_time_and_memory():
     proc = run_python(HOSTILE_SOLVES, seconds=60, memory=3 * GiB)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_a_job_far_over_capacity_gets_its_verdict_not_a_traceback(capsys):
+    """Llama 3 70B under FSDP at s = 8192, b = 2 on 64 GB200s keeps 389 GB of activations per
+    GPU (80 layers x 2 x 8192 tokens x the layer's bytes): the advice's solver for the smallest
+    d then meets a total that still holds another unknown, whose limit SymPy cannot take; the
+    estimate must say "does not fit" and exit 1 (it raised NotImplementedError from
+    sympy.series.gruntz before)."""
+    code = main(["estimate", "llama3-70b", "--sharding", "fsdp", "--seq-length", "8192",
+                 "--micro-batch-size", "2", "--world-size", "64", "--gpu", "gb200"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "Traceback" not in err
+    assert out.splitlines()[0].startswith("does NOT fit")
+    assert "> 186.000 GB" in out.splitlines()[0]     # GB200's 186 GB (memsym.hardware)
