@@ -64,7 +64,7 @@ class Lever:
 
 
 def _device_total(j: Job) -> int:
-    j = j if j.training.metric == "device" else j.replace(metric="device")
+    j = j if j.training.memory.metric == "device" else j.replace(metric="device")
     return int(-(-job_memory(j).bytes_total // 1))
 
 
@@ -72,7 +72,7 @@ def _seconds(j: Job):
     if j.gpu is None or j.m is None:
         return None
     try:
-        return float(step_time(j.model, j.layout, j.training, j.gpu.name, j.cluster).total)
+        return float(step_time(j.model, j.layout, j.training, j.gpu.name, j.cluster, m=j.m).total)
     except MemsymError:
         return None
 
@@ -115,17 +115,17 @@ def recipe_levers(j: Job):
     # config sets fp8_param_gather = True); NeMo 2.0's performance scripts set
     # grad_reduce_in_fp32 = False, and NeMo-Framework-Launcher's H100 FP8 examples
     # optim.grad_sync_dtype=bf16 (examples/training/llama/h100/llama2_7b_fp8.sh, 7d6e2df9d9)
-    megatron_states = (trn.framework == "megatron" and trn.convention == "framework"
-                       and trn.sharding in ("ddp", "distributed-optimizer")
-                       and trn.optimizer != "none")
-    if megatron_states and trn.precision in ("bf16", "fp8") and trn.grad_dtype in (None, "fp32"):
+    megatron_states = (trn.framework == "megatron" and trn.states.convention == "framework"
+                       and trn.states.sharding in ("ddp", "distributed-optimizer")
+                       and trn.states.optimizer != "none")
+    if megatron_states and trn.states.precision in ("bf16", "fp8") and trn.states.grad_dtype in (None, "fp32"):
         try:
             yield ("grad-dtype", "gradient buffer fp32 -> bf16", ("--grad-reduce-in-bf16",),
                    j.replace(grad_dtype="bf16"))
         except MemsymError:
             pass
-    if megatron_states and trn.precision == "fp8" and trn.sharding == "distributed-optimizer" \
-            and not trn.fp8_param_gather:
+    if megatron_states and trn.states.precision == "fp8" and trn.states.sharding == "distributed-optimizer" \
+            and not trn.states.fp8_param_gather:
         try:
             yield ("fp8-param-gather", "linear weights in FP8 only", ("--fp8-param-gather",),
                    j.replace(fp8_param_gather=True))
@@ -144,36 +144,36 @@ def _candidates(j: Job, capacity: int):
         if new is not None and getattr(new.layout, field) != getattr(lay, field):
             value = getattr(new.layout, field)
             yield (unknown, f"{word} {getattr(lay, field)} -> {value}", (flag, str(value)), new)
-    if trn.micro_batch_size > 1:
+    if trn.batch.micro_batch_size > 1:
         new = _solved(j, "micro-batch-size", capacity)
-        if new is not None and new.training.micro_batch_size < trn.micro_batch_size:
-            b = new.training.micro_batch_size
-            yield ("micro-batch-size", f"micro-batch size {trn.micro_batch_size} -> {b}",
+        if new is not None and new.training.batch.micro_batch_size < trn.batch.micro_batch_size:
+            b = new.training.batch.micro_batch_size
+            yield ("micro-batch-size", f"micro-batch size {trn.batch.micro_batch_size} -> {b}",
                    ("--micro-batch-size", str(b)), new)
-    if trn.recompute != "full":
+    if trn.memory.recompute != "full":
         tries = [("selective", ("--recompute-granularity", "selective"), {})] \
-            if trn.recompute == "none" else []
+            if trn.memory.recompute == "none" else []
         # every layer checkpointed on its own: Megatron's uniform 1
         tries.append(("full", ("--recompute-granularity", "full", "--recompute-method",
                                "uniform", "--recompute-num-layers", "1"),
                       {"recompute_method": "uniform", "recompute_num_layers": 1}))
         for mode, flags, extra in tries:
             try:
-                yield ("recompute", f"recompute {trn.recompute} -> {mode}", flags,
+                yield ("recompute", f"recompute {trn.memory.recompute} -> {mode}", flags,
                        j.replace(recompute=mode, **extra))
             except MemsymError:
                 pass
     offered = {"megatron": ("distributed-optimizer", "fsdp"),
                "deepspeed": ("zero1", "zero2", "zero3"), "torchtitan": ("fsdp",)}
     for scheme in offered.get(trn.framework, ()):
-        if scheme != trn.sharding:
+        if scheme != trn.states.sharding:
             try:
-                yield ("sharding", f"sharding {trn.sharding} -> {scheme}",
+                yield ("sharding", f"sharding {trn.states.sharding} -> {scheme}",
                        ("--sharding", scheme), j.replace(sharding=scheme))
             except MemsymError:
                 pass
     yield from recipe_levers(j)
-    if trn.offload == "none" and lay.p == 1:
+    if trn.states.offload == "none" and lay.p == 1:
         try:
             yield ("offload", "optimizer states on the host", ("--offload", "optimizer"),
                    j.replace(offload="optimizer"))

@@ -680,19 +680,19 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
         notes.append(f"{x.name} enumerated 1, 2, ... {limit}; {len(tried) - 1} admissible "
                      f"smaller value(s) checked not to fit, the others refused by a launch rule")
     else:
-        base = getattr(lay, field) if hasattr(lay, field) else getattr(trn, field)
+        base = getattr(lay, field) if hasattr(lay, field) else trn.value(field)
         lo, hi = 1, _JOB_UPPER.get(field, 2**20)
         cands = None
         if field == "c":
-            hi = trn.seq_length
+            hi = trn.batch.seq_length
         if field == "seq_length" and job.model.max_position_embeddings:
             hi = job.model.max_position_embeddings
-        if trn.global_batch_size is not None and field in ("d", "micro_batch_size"):
-            other = trn.micro_batch_size if field == "d" else lay.d
-            if trn.global_batch_size % other:
-                raise InvalidValueError(f"global batch size {trn.global_batch_size} is not a "
+        if trn.batch.global_batch_size is not None and field in ("d", "micro_batch_size"):
+            other = trn.batch.micro_batch_size if field == "d" else lay.d
+            if trn.batch.global_batch_size % other:
+                raise InvalidValueError(f"global batch size {trn.batch.global_batch_size} is not a "
                                         f"multiple of {other}")
-            cands = _divisors(trn.global_batch_size // other)
+            cands = _divisors(trn.batch.global_batch_size // other)
         if cands is not None:
             val = cands.__getitem__
             lo_i, hi_i = 0, len(cands) - 1

@@ -236,16 +236,16 @@ def _context(training, estimate, vals, sp_, x) -> list[str]:
     out = []
     if training is not None:
         mods = recompute_modules_of(training)
-        act = [f"recompute {training.recompute}" + (f" ({', '.join(mods) or 'no module'})"
-                                                    if training.recompute == "selective" else ""),
-               "flash attention" if training.flash_attention else "attention scores kept (no flash attention)",
+        act = [f"recompute {training.memory.recompute}" + (f" ({', '.join(mods) or 'no module'})"
+                                                    if training.memory.recompute == "selective" else ""),
+               "flash attention" if training.memory.flash_attention else "attention scores kept (no flash attention)",
                "dropout masks kept" if dropout_kept(training) else "no dropout masks",
-               f"{training.schedule} schedule"]
-        out.append(f"Training: {training.precision} weights, {training.optimizer} optimizer, "
-                   f"{training.sharding} sharding ({training.convention} convention"
-                   + (f", offload {training.offload}" if training.offload != "none" else "")
+               f"{training.pipeline.schedule} schedule"]
+        out.append(f"Training: {training.states.precision} weights, {training.states.optimizer} optimizer, "
+                   f"{training.states.sharding} sharding ({training.states.convention} convention"
+                   + (f", offload {training.states.offload}" if training.states.offload != "none" else "")
                    + f"); activations: {', '.join(act)}.")
-        metric = getattr(training, "metric", "device")
+        metric = training.memory.metric
         out.append(f"Memory counted as {metric}: {METRICS[metric][1]}.")
     if sp_ is not None:
         held = [f"decoder layers {sp_.layers.start}-{sp_.layers.stop - 1}"

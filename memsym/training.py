@@ -59,7 +59,7 @@ OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers",)
 def _resolve(arch, training):
     """An Architecture (passed through), preset name, or config.json path (str or Path),
     with Megatron's defaults filled in."""
-    return models.resolve(models.resolve_model(arch), seq_length=training.seq_length)
+    return models.resolve(models.resolve_model(arch), seq_length=training.batch.seq_length)
 
 
 def arch_values(arch, t_: int = 1) -> dict:
@@ -105,7 +105,7 @@ def output_stage(layout: Layout, training: Training) -> int:
     ...     Layout(p=4, v=2), Training(framework="torchtitan", stage_placement="v"))
     (3, 0)
     """
-    return 0 if getattr(training, "stage_placement", "loop") == "v" else layout.p - 1
+    return 0 if training.pipeline.stage_placement == "v" else layout.p - 1
 
 
 def _role(i: int, pp: int) -> str:
@@ -161,14 +161,14 @@ def _output_layer(x, layout: Layout, training: Training) -> Total:
     # its final RMSNorm runs eagerly in fp32
     titan = training.framework == "torchtitan"
     return output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
-                              compiled_loss=training.compiled_loss,
+                              compiled_loss=training.memory.compiled_loss,
                               gathered_output_input=sp_on and titan,
                               fp32_norm=titan and x.normalization.lower() == "rmsnorm")
 
 
 def _activation_width(training: Training) -> int:
     """Bytes per element of the 16-bit activations and buffers (4 when training in fp32)."""
-    return 4 if training.precision == "fp32" else 2
+    return 4 if training.states.precision == "fp32" else 2
 
 
 def _sequence_parallel(layout: Layout) -> bool:
@@ -198,9 +198,9 @@ def _chunk_activations(stack, per_chunk, training: Training, chunks=1) -> sp.Exp
     group of N; torchtitan's ``every`` N checkpoints floor(n/N) of the n blocks of a rank of
     ``chunks`` model chunks (its counter runs on across them: the rank's share per chunk).
     ``per_chunk``: the chunk's layers (a number or an expression)."""
-    act = stack(training.recompute)
-    method, n_rec = training.recompute_method, training.recompute_num_layers
-    if training.recompute != "full" or method is None:
+    act = stack(training.memory.recompute)
+    method, n_rec = training.memory.recompute_method, training.memory.recompute_num_layers
+    if training.memory.recompute != "full" or method is None:
         return act
     if method == "uniform":
         return act * sp.ceiling(per_chunk / n_rec) / per_chunk
@@ -228,7 +228,7 @@ def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, p
     if m_num is None:   # "enough": past the warm-up and a whole steady round
         m_num = n_grp * (pl.v + 2 + -(-2 * layout.p // n_grp))
     live = chunk_peak(stage, layout.p, int(m_num), pl.v, [len(c) for c in ids], group,
-                      gpipe=training.schedule == "gpipe")
+                      gpipe=training.pipeline.schedule == "gpipe")
     total = sp.Integer(0)
     for n_mb, chunk in zip(live, ids):
         if not chunk or not n_mb:
@@ -248,10 +248,10 @@ def _in_flight_chunks(layout: Layout, training: Training, stage: int, schedule: 
     micro-batch group N or None), in ``pp``, ``vv``, ``mm`` (symbols or numbers)."""
     where = "first" if stage == 0 else "last" if stage == layout.p - 1 else stage
     # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
-    group = training.microbatch_group_size if vv is not None else None
+    group = training.pipeline.microbatch_group_size if vv is not None else None
     if vv is not None and group is None and mm is not None and training.framework == "torchtitan":
         group = torch_round_size(mm, pp)       # torch's rounds of m // max(1, m // p)
-    if training.stage_placement == "v":
+    if training.pipeline.stage_placement == "v":
         # torch's V schedules (ZBVZeroBubble, DualPipeV): their own count, not interleaved
         # 1F1B's (tests/test_timing.py compares it with torch's schedule tables)
         return v_stage_microbatches(where, pp=pp, mm=mm), group
@@ -265,8 +265,8 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
     pp = layout.p
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
         raise InvalidValueError(f"stage must be a whole number in 0..{pp - 1}, got {stage!r}")
-    recompute = choose("recompute mode", training.recompute, RECOMPUTE)
-    schedule = choose("pipeline schedule", training.schedule, SCHEDULES)
+    recompute = choose("recompute mode", training.memory.recompute, RECOMPUTE)
+    schedule = choose("pipeline schedule", training.pipeline.schedule, SCHEDULES)
     if pp == 1:
         # no pipeline: each micro-batch's backward follows its forward (gradient accumulation),
         # whatever the schedule is called; GPipe's "all m in flight" needs stages
@@ -279,8 +279,8 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
     mm = m if m_known else None
     # FP8 (Transformer Engine under Megatron) saves its GEMM inputs quantized; the textbook
     # conventions count 16-bit activations as published
-    fp8_in = training.precision == "fp8" and training.convention == "framework"
-    common = dict(gated=x.swiglu, flash=training.flash_attention, sequence_parallel=sp_on,
+    fp8_in = training.states.precision == "fp8" and training.states.convention == "framework"
+    common = dict(gated=x.swiglu, flash=training.memory.flash_attention, sequence_parallel=sp_on,
                   dropout=dropout_kept(training), norm=x.normalization.lower(), mla=_mla(x),
                   **({"fp8_inputs": True} if fp8_in else {}))
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
@@ -312,7 +312,7 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
 
     per_chunk = (L / p if vv is None else L / (p * v)) if uniform \
         else sp.Integer(len(kinds)) / (1 if vv is None else vv)
-    method, n_rec = training.recompute_method, training.recompute_num_layers
+    method, n_rec = training.memory.recompute_method, training.memory.recompute_num_layers
     stack = _chunk_activations(layer_stack, per_chunk, training, 1 if vv is None else vv) \
         if kinds else layer_stack(recompute)
     derived = Source("memsym-derivation", "memsym/training.py, stage_activations")
@@ -331,10 +331,10 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
                   label="layers")]
     if training.framework == "torchtitan" and pp > 1 and mm is not None:
         terms.append(pipelining_buffers(stage, pp, vv, mm, group, _boundary_bytes(sp_on, training),
-                                        _activation_width(training), training.schedule,
-                                        training.stage_placement))
-    if training.finetune != "full" and sp_on and not training.lora_regather:
-        targets = set(LORA_TARGETS if training.lora_targets == "all" else training.lora_targets)
+                                        _activation_width(training), training.pipeline.schedule,
+                                        training.pipeline.stage_placement))
+    if training.adapters.finetune != "full" and sp_on and not training.adapters.lora_regather:
+        targets = set(LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets)
         qkv = int(bool(targets & {"q", "k", "v"}))
         fc1 = int(bool(targets & {"gate", "up"}))     # dense layers only: expert adapters fall back
         eligible = (sp.Integer(len(kinds) - n_moe) * (qkv + fc1) + sp.Integer(n_moe) * qkv)
@@ -366,7 +366,7 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
         # torchtitan's compiled loss keeping the 16-bit logits)
         terms.append(Term("output_activations", n_out * out,
                           "final norm, output-layer input and the logits kept for the loss",
-                          out_total["logits"].source if training.compiled_loss
+                          out_total["logits"].source if training.memory.compiled_loss
                           else Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)"),
                           label="output layer"))
         if x.mtp_num_layers:
@@ -461,13 +461,13 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     largest = max((sp.Rational(q["tp"], layout.t) + q["replicated"]
                    + sp.Rational(q["experts"], layout.e * layout.expert_tp)
                    for q in per_kind.values()), default=sp.Integer(0))
-    if training.finetune == "full":
+    if training.adapters.finetune == "full":
         return {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
                 N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}
 
     quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
-    targets = LORA_TARGETS if training.lora_targets == "all" else training.lora_targets
-    adapters = sp.Rational(models.lora_parameter_count(x, training.lora_rank, targets) * len(sp_.layers),
+    targets = LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets
+    adapters = sp.Rational(models.lora_parameter_count(x, training.adapters.lora_rank, targets) * len(sp_.layers),
                            x.num_layers * layout.t)
     return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
 
@@ -488,7 +488,7 @@ def states_and_transients(x, layout: Layout, training: Training, stage: int) -> 
     optimizer phase."""
     terms = _state_terms(_stage_has_experts(x, layout, stage), _state_training(training))
     step = tuple(term for term in terms
-                 if training.convention == "framework" and term.key in STEP_STATE_KEYS)
+                 if training.states.convention == "framework" and term.key in STEP_STATE_KEYS)
     trans = phase_transients(x, layout, training, stage)
     if step:
         trans = {**trans, "optimizer": step + tuple(trans["optimizer"])}
@@ -509,38 +509,38 @@ def _state_training(training: Training) -> Training:
     """The fields of ``training`` that model states depend on (the cache key)."""
     keep = ("finetune", "sharding", "convention", "precision", "optimizer", "offload",
             "quantization", "grad_dtype", "precision_aware", "fp8_param_gather")
-    return Training(**{name: getattr(training, name) for name in keep})
+    return Training(**{name: training.value(name) for name in keep})
 
 
 @functools.lru_cache(maxsize=1024)
 def _state_terms(experts: bool, training: Training) -> tuple:
     # cached: the search builds one stage total per discrete choice and pipeline template,
     # and the model states depend only on these fields
-    if training.finetune != "full":
+    if training.adapters.finetune != "full":
         # adapters train in fp32 with the optimizer's moments (PEFT); ZeRO-3/FSDP shards the
         # frozen base over data parallel, every other scheme keeps it whole on each GPU
-        widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.optimizer]}
-        quant = training.quantization or ("nf4-dq" if training.finetune == "qlora" else "bf16")
+        widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.states.optimizer]}
+        quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else "bf16")
         tot = lora(quant, "fp32", params=N_q, adapters=N_a, unquantized=N_u,
-                   sharded=training.sharding in ("zero3", "fsdp")).subs(widths)
+                   sharded=training.states.sharding in ("zero3", "fsdp")).subs(widths)
         return tuple(tot.terms)
-    conv = choose("convention", training.convention, CONVENTIONS)
-    framework = dict(grad_dtype=training.grad_dtype, precision_aware=training.precision_aware,
-                     fp8_param_gather=training.fp8_param_gather)
-    widths = byte_widths(training.sharding, training.precision, training.optimizer, conv,
+    conv = choose("convention", training.states.convention, CONVENTIONS)
+    framework = dict(grad_dtype=training.states.grad_dtype, precision_aware=training.states.precision_aware,
+                     fp8_param_gather=training.states.fp8_param_gather)
+    widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
                          **framework)
-    fp8 = dict(precision=training.precision, optimizer=training.optimizer, **framework)
+    fp8 = dict(precision=training.states.precision, optimizer=training.states.optimizer, **framework)
     # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
     # per-GPU counts at the layout's values, and differentiable in t for sensitivities.
     # FP8 caches cover the linear-layer weights only (N_lin of the stage's dense part).
-    states = model_state(training.sharding, convention=conv, offload=training.offload,
+    states = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
                          params=N_tp / t + N_rep, dp=d * c,
-                         linear_params=N_lin if training.precision == "fp8" else None,
+                         linear_params=N_lin if training.states.precision == "fp8" else None,
                          **fp8).subs(widths)
     terms = list(states.terms)
     if experts:
         edp = d * c * t / (e * t_e)
-        ex = model_state(training.sharding, convention=conv, offload=training.offload,
+        ex = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
                          params=N_exp / (e * t_e), dp=edp, **fp8).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
@@ -562,14 +562,14 @@ def _transient_widths(training: Training) -> dict:
     (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
     half = _activation_width(training)
     vals = {sym: sp.Integer(_TR_DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
-    if training.framework == "deepspeed" and training.overlap_grad_reduce:
+    if training.framework == "deepspeed" and training.comm.overlap_grad_reduce:
         # DeepSpeed's overlap_comm: a second IPG buffer "to avoid data access conflict"
         # (runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.setup_buckets: buf_1)
         vals[n_bkt] = sp.Integer(2)
     # DeepSpeed's buffers as its config sets them (readers.jobs.deepspeed_job)
     knobs = {"reduce_bucket_size": N_bkt, "stage3_prefetch_bucket_size": N_pf,
              "ipg_buffers": n_bkt}
-    vals.update({knobs[name]: sp.Integer(value) for name, value in training.zero_buckets})
+    vals.update({knobs[name]: sp.Integer(value) for name, value in training.states.zero_buckets})
     vals.update({b_u: sp.Integer(half), b_hp: sp.Integer(half)})
     return vals
 
@@ -579,11 +579,11 @@ def _loss_kind(layout: Layout, training: Training) -> str:
     ``"loss-parallel"`` (torchtitan with t > 1: torch's DTensor ``loss_parallel``), ``"torch"``
     (eager ``F.cross_entropy`` on a ``.float()`` copy: torchtitan, and memsym's FSDP2 path) or
     ``"megatron"`` (Megatron-core's fused vocab-parallel cross-entropy)."""
-    if training.compiled_loss:
+    if training.memory.compiled_loss:
         return "compiled"
     if training.framework == "torchtitan":
-        return "loss-parallel" if layout.t > 1 and training.loss_parallel else "torch"
-    if training.sharding == "fsdp" and training.convention == "framework":
+        return "loss-parallel" if layout.t > 1 and training.memory.loss_parallel else "torch"
+    if training.states.sharding == "fsdp" and training.states.convention == "framework":
         return "torch"
     return "megatron"
 
@@ -632,10 +632,10 @@ def _grads_as_stages_run(layout: Layout, training: Training, accumulated: Term) 
     ``accumulated``.  :func:`memsym.timing.schedule.live_by_held_gradients` walks the op
     order (tests prove this form on it); ``tests/test_engine_fsdp2.py`` watches the gradients
     come and go on a gloo pipeline."""
-    if (layout.v or 1) == 1 or training.stage_placement == "v":
+    if (layout.v or 1) == 1 or training.pipeline.stage_placement == "v":
         return accumulated
     one = b_r * (N_lin / v + N_tp / t - N_lin + N_rep)
-    if training.schedule == "gpipe":
+    if training.pipeline.schedule == "gpipe":
         held = one                                    # LoopedBFS: stage by stage
     else:
         held = sp.Piecewise((one, sp.StrictLessThan(m, 2 * p)), (accumulated.expr, True))
@@ -660,8 +660,8 @@ def _gradients_not_yet_made(training: Training) -> bool:
     :math:`-\min(G, A_{\mathrm{layers}})`; under pipelining (gradients reduce-scattered
     after the last micro-batch) the whole sharded gradient is kept, an upper bound.
     Megatron's gradient buffer and DeepSpeed's partitions persist."""
-    return (training.framework == "torchtitan" and training.sharding == "fsdp"
-            and training.convention == "framework" and training.finetune == "full")
+    return (training.framework == "torchtitan" and training.states.sharding == "fsdp"
+            and training.states.convention == "framework" and training.adapters.finetune == "full")
 
 
 def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
@@ -733,11 +733,11 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         fwd, bwd = _loss_transients(_loss_kind(layout, training))
         out["forward"] += list(fwd)
         out["loss-backward"] += list(bwd)
-        if training.defer_embedding_wgrad_compute:
+        if training.pipeline.defer_embedding_wgrad_compute:
             # kept from the step's first micro-batch to the flush, before the optimizer step
             for ph in ("forward", "loss-backward", "backward"):
                 out[ph].append(tr.deferred_wgrad_buffers(
-                    limit=training.wgrad_deferral_limit,
+                    limit=training.pipeline.wgrad_deferral_limit,
                     width=_activation_width(training),
                     sequence_parallel=_sequence_parallel(layout),
                     last_pending=ph != "backward"))
@@ -750,11 +750,11 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         # the pipeline's receive buffers outlive the step: the optimizer step sees them
         out["optimizer"].append(pipelining_recv_buffers(
             stage, layout.p, v if (layout.v or 1) > 1 else None, m,
-            _boundary_bytes(_sequence_parallel(layout), training), training.stage_placement))
+            _boundary_bytes(_sequence_parallel(layout), training), training.pipeline.stage_placement))
     # the sharding schemes' buffers are the frameworks' own (FSDP2, DeepSpeed): they join the
     # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
     # keep their published model-state forms and only the loss's transients
-    scheme = training.sharding if training.convention == "framework" else None
+    scheme = training.states.sharding if training.states.convention == "framework" else None
     if scheme == "fsdp" and layout.p > 1 and training.framework == "torchtitan":
         # torch.distributed.pipelining: nothing reshards and gradients accumulate unsharded
         # until the last micro-batch's backward reduce-scatters them, one block at a time
@@ -770,13 +770,13 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         out["forward"].append(fs["unsharded_params"])
         out["loss-backward"].append(fs["unsharded_params"])
         out["backward"] += list(fs.terms)
-        if training.framework == "torchtitan" and training.finetune == "full":
+        if training.framework == "torchtitan" and training.adapters.finetune == "full":
             # torchtitan's embedding / output groups (its apply_fsdp, by release)
-            io = tr.fsdp2_io_groups(training.fsdp_root_group,
+            io = tr.fsdp2_io_groups(training.memory.fsdp_root_group,
                                     bool(x.untie_embeddings_and_output_weights), N_ll)
             for ph, terms in io.items():
                 out[ph] += list(terms)
-        if training.optimizer == "adam":
+        if training.states.optimizer == "adam":
             out["optimizer"] += list(tr.optimizer_step_transient((N_tp / t + N_rep) / (d * c)).terms)
     elif scheme == "zero3":
         z3 = tr.zero3_transients(N_ll)
@@ -847,9 +847,9 @@ def _outside_allocator(training: Training) -> tuple:
     beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
     Transformer Engine's userbuffers under ``tp_comm_overlap``
     (:func:`memsym.terms.transients.tp_comm_userbuffers`)."""
-    if training.tp_comm_overlap and training.convention == "framework" \
-            and getattr(training, "metric", "device") == "device":   # PyTorch's counters miss them
-        return (tr.tp_comm_userbuffers(training.precision == "fp8"),)
+    if training.comm.tp_comm_overlap and training.states.convention == "framework" \
+            and training.memory.metric == "device":   # PyTorch's counters miss them
+        return (tr.tp_comm_userbuffers(training.states.precision == "fp8"),)
     return ()
 
 
@@ -932,11 +932,11 @@ def _training_values(x, layout: Layout, training: Training, allowances: Mapping 
     """:func:`training_values` of a resolved architecture (``m_`` if already worked out)."""
     vals = arch_values(x, layout.t)     # already exact Integers
     vals.update({key: sp.Integer(val) for key, val in (
-        (s, training.seq_length), (b, training.micro_batch_size), (t, layout.t), (p, layout.p),
+        (s, training.batch.seq_length), (b, training.batch.micro_batch_size), (t, layout.t), (p, layout.p),
         (d, layout.d), (c, layout.c), (e, layout.e), (t_e, layout.expert_tp))})
-    vals[c_f] = exact(training.capacity_factor, "capacity_factor")
+    vals[c_f] = exact(training.memory.capacity_factor, "capacity_factor")
     if vals[c_f] <= 0:
-        raise InvalidValueError(f"capacity_factor must be > 0, got {training.capacity_factor}")
+        raise InvalidValueError(f"capacity_factor must be > 0, got {training.memory.capacity_factor}")
     if m_ is _UNSET:
         m_ = microbatches(layout, training)
     if m_ is not None:
@@ -944,7 +944,7 @@ def _training_values(x, layout: Layout, training: Training, allowances: Mapping 
     if layout.v is not None and layout.v > 1:
         vals[v] = sp.Integer(layout.v)
     # the memory metric's view (memsym.terms.allowances.METRICS): a user's allowances win
-    metric = METRICS[getattr(training, "metric", "device")][0]
+    metric = METRICS[training.memory.metric][0]
     vals.update(allowance_values({**metric, **dict(allowances or {})}))
     return vals
 

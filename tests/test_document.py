@@ -198,12 +198,12 @@ def _cluster_report():
     import argparse
 
     from memsym.cli.job_report import communication_report
-    from memsym.model import preset, resolve
+    from memsym.job import job
 
     lay, tr = Layout(t=8, p=4, d=4), Training(seq_length=8192, global_batch_size=256)
     args = argparse.Namespace(gpu="h100-80gb", efficiency=None, gpus_per_node=None,
                               intra_node_bandwidth=None, inter_node_bandwidth=None)
-    return lay, tr, communication_report(args, resolve(preset("llama3-70b")), lay, tr)
+    return lay, tr, communication_report(args, job("llama3-70b", layout=lay, training=tr))
 
 
 @needs_tex

@@ -62,7 +62,7 @@ def run_job(args) -> int:
         priced = argparse.Namespace(**{k: getattr(args, k, None) for k in (
             "gpu", "efficiency", "gpus_per_node", "intra_node_bandwidth",
             "inter_node_bandwidth", "mfu_flops")})
-        cluster = communication_report(priced, j.model, j.layout, j.training)
+        cluster = communication_report(priced, j)
     if args.markdown:
         text = document.job_markdown(j, solve=solution, cluster=cluster)
     elif args.document:
