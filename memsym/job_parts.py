@@ -19,6 +19,7 @@ from .values import exact
 from .symbols import M_alloc, N, N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, registry
 from .training import Layout, STATE_KEYS, Training, job_memory, job_stage_parameters
 from .job import Job, dropout_kept, recompute_modules_of
+from .unchecked_job import UncheckedJob
 from .terms.allowances import METRICS
 from . import model as models
 from .model import moe_layer_pattern, parameter_count, stage_parameters
@@ -148,7 +149,7 @@ def _named_counts(total, vals, x, layout, stage, training=None):
     sp_ = None
     if x is not None and isinstance(layout, Layout) and isinstance(training, Training):
         # the job's own split and output rank (V schedules hold the output on rank 0)
-        sp_ = job_stage_parameters(x, layout, training, stage)
+        sp_ = job_stage_parameters(UncheckedJob(x, layout, training), stage)
     elif x is not None:
         tt, pp, ee = (int(_val(vals, n) or 1) for n in ("t", "p", "e"))
         te_ = _val(vals, "t_e")

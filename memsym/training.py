@@ -31,8 +31,8 @@ from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatc
                              stage_microbatches, torch_round_size, v_stage_microbatches)
 from .values import as_expr, exact
 from .job import (Job, Layout, Training, check_fields, dropout_kept, job as make_job,
-                  microbatches, recompute_modules_of,
-                  validate as _validate_job)
+                  microbatches, recompute_modules_of, validate as _validate_job)
+from .unchecked_job import UncheckedJob, unchecked
 from . import model as models
 from .terms.pipeline_order import chunk_peak
 from .terms.pipelining_buffers import pipelining_buffers, pipelining_recv_buffers
@@ -150,7 +150,7 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     ('layer_activations', 'embedding_activations', 'output_activations')
     """
     check_fields(layout, training)
-    return resolved_stage_activations(_resolve(arch, training), layout, training, stage)
+    return resolved_stage_activations(unchecked(_resolve(arch, training), layout, training), stage)
 
 
 def _output_layer(x, layout: Layout, training: Training) -> Total:
@@ -215,7 +215,7 @@ def _chunk_activations(stack, per_chunk, training: Training, chunks=1) -> sp.Exp
 
 
 def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, per_layer,
-                      group) -> tuple:
+                      group, m_num) -> tuple:
     """(chunk micro-batches at the peak, Σ over chunks of their activations x micro-batches)
     for a custom pipeline layout: each chunk's own layers (dense and MoE) and recompute
     (:func:`_chunk_activations`), weighted by its micro-batches in flight at the rank's peak
@@ -223,7 +223,6 @@ def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, p
     warm-up is not cut short)."""
     pl = layout.pipeline_layout
     ids = pl.layer_ids(stage)
-    m_num = microbatches(layout, training)
     n_grp = group or layout.p
     if m_num is None:   # "enough": past the warm-up and a whole steady round
         m_num = n_grp * (pl.v + 2 + -(-2 * layout.p // n_grp))
@@ -258,10 +257,9 @@ def _in_flight_chunks(layout: Layout, training: Training, stage: int, schedule: 
     return stage_microbatches(where, schedule, pp=pp, vv=vv, mm=mm, group=group), group
 
 
-def resolved_stage_activations(x, layout: Layout, training: Training, stage: int,
-                       m_known: bool | None = None) -> Total:
-    """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
-    None = work it out)."""
+def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
+    """:func:`stage_activations` of a job (its m: a number, the symbol m or None = unknown)."""
+    x, layout, training = j.model, j.layout, j.training
     pp = layout.p
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
         raise InvalidValueError(f"stage must be a whole number in 0..{pp - 1}, got {stage!r}")
@@ -273,10 +271,8 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
         schedule = "1f1b"
     sp_on = _sequence_parallel(layout)
     interleaved = layout.v is not None and layout.v > 1
-    if m_known is None:
-        m_known = microbatches(layout, training) is not None
     vv = v if interleaved else None
-    mm = m if m_known else None
+    mm = m if j.m is not None else None
     # FP8 (Transformer Engine under Megatron) saves its GEMM inputs quantized; the textbook
     # conventions count 16-bit activations as published
     fp8_in = training.states.precision == "fp8" and training.states.convention == "framework"
@@ -320,7 +316,8 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
     if pl is not None and pp > 1:
         # a custom layout's chunks differ in size: each chunk's micro-batches in flight when
         # the rank holds the most decoder layers, walking Megatron's op order
-        live, held_layers = _layout_in_flight(layout, training, stage, pattern, per_layer, group)
+        live, held_layers = _layout_in_flight(layout, training, stage, pattern, per_layer, group,
+                                              j.m if isinstance(j.m, int) else None)
     terms = [Term("layer_activations", held_layers,
                   f"{len(kinds)} decoder layers x in-flight micro-batches ({schedule}"
                   + (", interleaved" if interleaved else "") + f", recompute {recompute}"
@@ -410,10 +407,10 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     ('weights', 'gradients', 'optimizer')
     """
     check_fields(layout, training)
-    return resolved_stage_total(_resolve(arch, training), layout, training, stage)
+    return resolved_stage_total(unchecked(_resolve(arch, training), layout, training), stage)
 
 
-def job_stage_parameters(x, layout: Layout, training: Training, stage: int):
+def job_stage_parameters(j: Job | UncheckedJob, stage: int):
     """The :class:`memsym.model.StageParameters` of pipeline rank ``stage`` in this job: the
     layout's split (uneven ends, an explicit pipeline layout) and the rank that holds the output
     layer under the training's stage placement (:func:`output_stage`: rank 0 under torch's V
@@ -423,16 +420,17 @@ def job_stage_parameters(x, layout: Layout, training: Training, stage: int):
     --------
     >>> from memsym.model import preset
     >>> v = Training(framework="torchtitan", sharding="fsdp", stage_placement="v")
-    >>> job_stage_parameters(preset("llama2-7b"), Layout(p=2, v=2), v, 0).output_layer
+    >>> job_stage_parameters(make_job("llama2-7b", layout=Layout(p=2, v=2), training=v), 0).output_layer
     True
     """
+    layout = j.layout
     return models.stage_parameters(
-        x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
+        j.model, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers,
-        pipeline_layout=layout.pipeline_layout, output_stage=output_stage(layout, training))
+        pipeline_layout=layout.pipeline_layout, output_stage=output_stage(layout, j.training))
 
 
-def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
+def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     """The parameter counts of one pipeline stage, as values of the total's count symbols.
 
     Full training: ``N_tp`` (the stage's tensor-split parameters, all t ranks together),
@@ -446,11 +444,12 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     --------
     >>> from memsym.model import preset
     >>> from memsym.symbols import N_tp, N_rep
-    >>> c = stage_counts(preset("llama2-7b"), Layout(t=2), Training(), 0)
+    >>> c = stage_counts(make_job("llama2-7b", tp=2), 0)
     >>> c[N_tp] + c[N_rep] == 6738415616     # Llama-2 7B (vocabulary 32000 is already padded)
     True
     """
-    sp_ = job_stage_parameters(x, layout, training, stage)
+    x, layout, training = j.model, j.layout, j.training
+    sp_ = job_stage_parameters(j, stage)
     pattern = models.moe_layer_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
     # one layer_parameters call per layer kind (dense, MoE), not per layer: memsym.search
@@ -481,15 +480,16 @@ def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
         layout.pipeline_layout))
 
 
-def states_and_transients(x, layout: Layout, training: Training, stage: int) -> tuple:
+def states_and_transients(j: Job | UncheckedJob, stage: int) -> tuple:
     """(steady model-state Terms, phase -> transient Terms) of one stage, in the count symbols
     of :func:`stage_counts`: the model states held through forward and backward, and
     :func:`phase_transients` with the step-only states (:data:`STEP_STATE_KEYS`) in the
     optimizer phase."""
-    terms = _state_terms(_stage_has_experts(x, layout, stage), _state_training(training))
+    training = j.training
+    terms = _state_terms(_stage_has_experts(j.model, j.layout, stage), _state_training(training))
     step = tuple(term for term in terms
                  if training.states.convention == "framework" and term.key in STEP_STATE_KEYS)
-    trans = phase_transients(x, layout, training, stage)
+    trans = phase_transients(j, stage)
     if step:
         trans = {**trans, "optimizer": step + tuple(trans["optimizer"])}
     return [term for term in terms if term not in step], trans
@@ -664,7 +664,7 @@ def _gradients_not_yet_made(training: Training) -> bool:
             and training.states.convention == "framework" and training.adapters.finetune == "full")
 
 
-def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
+def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
     r"""The transient Terms of each phase of the step on pipeline stage ``stage`` [bytes].
 
     ``forward`` (end of the forward of the last micro-batch: every in-flight micro-batch's
@@ -722,12 +722,13 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     Examples
     --------
     >>> from memsym.model import preset
-    >>> ph = phase_transients(preset("llama2-7b"), Layout(), Training(), 0)
+    >>> ph = phase_transients(make_job("llama2-7b"), 0)
     >>> [t_.key for t_ in ph["forward"]], [t_.key for t_ in ph["loss-backward"]]
     (['logits_16bit', 'ce_per_token'], ['logits_grad_16bit'])
     >>> [t_.key for t_ in ph["backward"]], ph["optimizer"]
     (['output_freed'], ())
     """
+    x, layout, training = j.model, j.layout, j.training
     out = {ph: [] for ph in PHASES}
     if stage == output_stage(layout, training):
         fwd, bwd = _loss_transients(_loss_kind(layout, training))
@@ -745,8 +746,7 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         out["backward"].append(Term("output_freed", -o, "the output layer's activations and "
                                     "the saved logits, freed by the loss's and the output "
                                     "layer's backward", _PHASE_SRC, label="output layer freed"))
-    if training.framework == "torchtitan" and layout.p > 1 \
-            and microbatches(layout, training) is not None:
+    if training.framework == "torchtitan" and layout.p > 1 and j.m is not None:
         # the pipeline's receive buffers outlive the step: the optimizer step sees them
         out["optimizer"].append(pipelining_recv_buffers(
             stage, layout.p, v if (layout.v or 1) > 1 else None, m,
@@ -801,7 +801,7 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
             # the blocks' backward makes each block's gradient shard as it frees the block's
             # activations: live bytes are linear in the blocks done, so the peak is at the
             # start (no gradient) or the end (no layer activation): -min(G, A_layers)
-            layers = resolved_stage_activations(x, layout, training, stage)
+            layers = resolved_stage_activations(j, stage)
             a_l = sp.Add(*(term.expr for term in layers.terms if term.key == "layer_activations"))
             out["backward"].append(Term(
                 "gradients_as_activations_freed", -sp.Min(-absent.expr, a_l),
@@ -815,9 +815,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
             for ph, terms in out.items()}
 
 
-def _phase_parts(x, layout: Layout, training: Training, stage: int, m_known):
-    states, trans = states_and_transients(x, layout, training, stage)
-    act = list(resolved_stage_activations(x, layout, training, stage, m_known).terms)
+def _phase_parts(j: Job | UncheckedJob, stage: int):
+    states, trans = states_and_transients(j, stage)
+    act = list(resolved_stage_activations(j, stage).terms)
     return states, act, trans
 
 
@@ -860,24 +860,22 @@ def _beyond_allocated(terms, training: Training) -> tuple:
     return tuple(allowance_terms(allocated)) + _outside_allocator(training)
 
 
-def resolved_stage_total(x, layout: Layout, training: Training, stage: int,
-                 m_known: bool | None = None) -> Total:
+def resolved_stage_total(j: Job | UncheckedJob, stage: int) -> Total:
     """:func:`stage_total` of a resolved architecture: the one composition of the per-GPU
     peak (model states + activations + the peak phase's transients + allowances), in the
     count symbols of :func:`stage_counts`; ``memsym.search`` compiles this same total over
     its grid."""
-    states, act, trans = _phase_parts(x, layout, training, stage, m_known)
+    states, act, trans = _phase_parts(j, stage)
     terms = states + act
     peak = _phase_term(act, trans)
     if peak is not None:
         terms.append(peak)
-    terms += list(_beyond_allocated(terms, training))
-    return Total(f"training memory per GPU, pipeline stage {stage} ({_role(stage, layout.p)})",
+    terms += list(_beyond_allocated(terms, j.training))
+    return Total(f"training memory per GPU, pipeline stage {stage} ({_role(stage, j.layout.p)})",
                  tuple(terms))
 
 
-def phase_totals(x, layout: Layout, training: Training, stage: int,
-                 m_known: bool | None = None) -> dict:
+def phase_totals(j: Job | UncheckedJob, stage: int) -> dict:
     r"""Each phase's per-GPU total on stage ``stage`` [bytes]: phase name -> Total.
 
     .. math::
@@ -893,17 +891,16 @@ def phase_totals(x, layout: Layout, training: Training, stage: int,
     Examples
     --------
     >>> from memsym.model import preset
-    >>> tots = phase_totals(preset("llama2-7b"), Layout(), Training(), 0)
+    >>> tots = phase_totals(make_job("llama2-7b"), 0)
     >>> sorted(tots)
     ['backward', 'forward', 'loss-backward', 'optimizer']
     """
-    states, act, trans = _phase_parts(_resolve(x, training) if not hasattr(x, "swiglu") else x,
-                                      layout, training, stage, m_known)
+    states, act, trans = _phase_parts(j, stage)
     out = {}
     for ph in PHASES:
         terms = list(states) + (list(act) if ph != "optimizer" else []) + list(trans[ph])
         out[ph] = Total(f"{ph} phase, pipeline stage {stage}",
-                        tuple(terms) + _beyond_allocated(terms, training))
+                        tuple(terms) + _beyond_allocated(terms, j.training))
     return out
 
 
@@ -919,9 +916,9 @@ def training_values(arch, layout: Layout = Layout(), training: Training = Traini
     (2, 4, 8, 32)
     """
     check_fields(layout, training)
-    x = _resolve(arch, training)
-    return {**_training_values(x, layout, training, allowances),
-            **stage_counts(x, layout, training, stage)}
+    j = unchecked(_resolve(arch, training), layout, training)
+    return {**_training_values(j.model, layout, training, allowances, j.m),
+            **stage_counts(j, stage)}
 
 
 _UNSET = object()
@@ -1129,14 +1126,14 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
     stages = candidate_stages(x, layout) if stage is None else [stage]
     results = {}
     for i in stages:
-        tot = resolved_stage_total(x, layout, training, i, j.m is not None)
-        vals_i = {**vals, **stage_counts(x, layout, training, i)}
+        tot = resolved_stage_total(j, i)
+        vals_i = {**vals, **stage_counts(j, i)}
         results[i] = (tot, tot.evaluate(vals_i), vals_i)
     best = max(results, key=lambda i: (results[i][1], -i))
-    phases = phase_totals(x, layout, training, best, j.m is not None)
+    phases = phase_totals(j, best)
     pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
     phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
-    opt = states_and_transients(x, layout, training, best)[1]["optimizer"]
+    opt = states_and_transients(j, best)[1]["optimizer"]
     step = tuple((term.key, term.evaluate(results[best][2]))
                  for term in opt if term.key in STEP_STATE_KEYS)
     return TrainingEstimate(results[best][0], results[best][2], best, _role(best, layout.p),

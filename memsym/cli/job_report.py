@@ -188,7 +188,7 @@ def communication_report(args, j) -> dict:
     # data parallelism reduces the gradients a GPU holds: the heaviest stage's dense and
     # expert parameters (experts/(e t_e) of them); the ring factor uses d for both groups
     heaviest = max(
-        (job_stage_parameters(arch, layout, training, i).per_gpu for i in range(layout.p)))
+        (job_stage_parameters(j, i).per_gpu for i in range(layout.p)))
     dp_params = heaviest * layout.p * layout.t
     m_ = j.m or 1       # the job's m, computed once when it was built
     if training.states.grad_dtype in ("bf16", "fp16"):   # --grad-reduce-in-bf16: 2-byte gradients
