@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from .analysis import solve_job
 from .errors import InvalidValueError, MemsymError
 from .job import Job
-from .timing.step import step_time
+from .timing.job_step import job_step_time
 from .training import job_memory
 
 __all__ = ["Lever", "levers", "recipe_levers"]
@@ -49,8 +49,8 @@ class Lever:
     gpus : int
         Its world size [GPUs].
     step_time : float or None
-        Its step time [s] (:func:`memsym.timing.step.step_time`), when the job has a GPU and
-        a number of micro-batches.
+        Its step time [s] (:func:`memsym.timing.job_step.job_step_time`), when the job has a
+        GPU and a number of micro-batches.
     """
 
     knob: str
@@ -72,7 +72,7 @@ def _seconds(j: Job):
     if j.gpu is None or j.m is None:
         return None
     try:
-        return float(step_time(j.model, j.layout, j.training, j.gpu.name, j.cluster, m=j.m).total)
+        return float(job_step_time(j).total)
     except MemsymError:
         return None
 
