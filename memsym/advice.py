@@ -9,7 +9,7 @@ smallest change of one knob that brings the most-loaded GPU under it, the others
     d^\star = \min\{d : M(d) \le C\}, \quad t^\star, p^\star, c^\star \text{ likewise},
     \qquad b^\star = \max\{b : M(b) \le C\}
 
-(:func:`memsym.analysis.solve_job`: the closed form over the reals, then the integer under the
+(:func:`memsym.job_solver.solve_job`: the closed form over the reals, then the integer under the
 framework's launch rules) and the discrete choices (recomputation, sharding, CPU offload,
 Megatron's bf16 gradient buffer and FP8-only weights) tried in turn.  Every lever's job is built and estimated again (:func:`memsym.training.job_memory`)
 before it is offered: it fits, on the device's count.
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import solve_job
+from .job_solver import solve_job
 from .errors import InvalidValueError, MemsymError
 from .frameworks import FRAMEWORK
 from .job import Job
-from .timing.step import step_time
+from .timing.job_step import job_step_time
 from .training import job_memory
 
 __all__ = ["Lever", "levers", "recipe_levers"]
@@ -50,8 +50,8 @@ class Lever:
     gpus : int
         Its world size [GPUs].
     step_time : float or None
-        Its step time [s] (:func:`memsym.timing.step.step_time`), when the job has a GPU and
-        a number of micro-batches.
+        Its step time [s] (:func:`memsym.timing.job_step.job_step_time`), when the job has a
+        GPU and a number of micro-batches.
     """
 
     knob: str
@@ -65,7 +65,7 @@ class Lever:
 
 
 def _device_total(j: Job) -> int:
-    j = j if j.training.metric == "device" else j.replace(metric="device")
+    j = j if j.training.memory.metric == "device" else j.replace(metric="device")
     return int(-(-job_memory(j).bytes_total // 1))
 
 
@@ -73,7 +73,7 @@ def _seconds(j: Job):
     if j.gpu is None or j.m is None:
         return None
     try:
-        return float(step_time(j.model, j.layout, j.training, j.gpu.name, j.cluster).total)
+        return float(job_step_time(j).total)
     except MemsymError:
         return None
 
@@ -117,17 +117,17 @@ def recipe_levers(j: Job):
     # grad_reduce_in_fp32 = False, and NeMo-Framework-Launcher's H100 FP8 examples
     # optim.grad_sync_dtype=bf16 (examples/training/llama/h100/llama2_7b_fp8.sh, 7d6e2df9d9)
     megatron_states = (FRAMEWORK[trn.framework].megatron_options
-                       and trn.convention == "framework"
-                       and trn.sharding in ("ddp", "distributed-optimizer")
-                       and trn.optimizer != "none")
-    if megatron_states and trn.precision in ("bf16", "fp8") and trn.grad_dtype in (None, "fp32"):
+                       and trn.states.convention == "framework"
+                       and trn.states.sharding in ("ddp", "distributed-optimizer")
+                       and trn.states.optimizer != "none")
+    if megatron_states and trn.states.precision in ("bf16", "fp8") and trn.states.grad_dtype in (None, "fp32"):
         try:
             yield ("grad-dtype", "gradient buffer fp32 -> bf16", ("--grad-reduce-in-bf16",),
                    j.replace(grad_dtype="bf16"))
         except MemsymError:
             pass
-    if megatron_states and trn.precision == "fp8" and trn.sharding == "distributed-optimizer" \
-            and not trn.fp8_param_gather:
+    if megatron_states and trn.states.precision == "fp8" and trn.states.sharding == "distributed-optimizer" \
+            and not trn.states.fp8_param_gather:
         try:
             yield ("fp8-param-gather", "linear weights in FP8 only", ("--fp8-param-gather",),
                    j.replace(fp8_param_gather=True))
@@ -146,36 +146,36 @@ def _candidates(j: Job, capacity: int):
         if new is not None and getattr(new.layout, field) != getattr(lay, field):
             value = getattr(new.layout, field)
             yield (unknown, f"{word} {getattr(lay, field)} -> {value}", (flag, str(value)), new)
-    if trn.micro_batch_size > 1:
+    if trn.batch.micro_batch_size > 1:
         new = _solved(j, "micro-batch-size", capacity)
-        if new is not None and new.training.micro_batch_size < trn.micro_batch_size:
-            b = new.training.micro_batch_size
-            yield ("micro-batch-size", f"micro-batch size {trn.micro_batch_size} -> {b}",
+        if new is not None and new.training.batch.micro_batch_size < trn.batch.micro_batch_size:
+            b = new.training.batch.micro_batch_size
+            yield ("micro-batch-size", f"micro-batch size {trn.batch.micro_batch_size} -> {b}",
                    ("--micro-batch-size", str(b)), new)
-    if trn.recompute != "full":
+    if trn.memory.recompute != "full":
         tries = [("selective", ("--recompute-granularity", "selective"), {})] \
-            if trn.recompute == "none" else []
+            if trn.memory.recompute == "none" else []
         # every layer checkpointed on its own: Megatron's uniform 1
         tries.append(("full", ("--recompute-granularity", "full", "--recompute-method",
                                "uniform", "--recompute-num-layers", "1"),
                       {"recompute_method": "uniform", "recompute_num_layers": 1}))
         for mode, flags, extra in tries:
             try:
-                yield ("recompute", f"recompute {trn.recompute} -> {mode}", flags,
+                yield ("recompute", f"recompute {trn.memory.recompute} -> {mode}", flags,
                        j.replace(recompute=mode, **extra))
             except MemsymError:
                 pass
     offered = {"megatron": ("distributed-optimizer", "fsdp"),
                "deepspeed": ("zero1", "zero2", "zero3"), "torchtitan": ("fsdp",)}
     for scheme in offered.get(trn.framework, ()):
-        if scheme != trn.sharding:
+        if scheme != trn.states.sharding:
             try:
-                yield ("sharding", f"sharding {trn.sharding} -> {scheme}",
+                yield ("sharding", f"sharding {trn.states.sharding} -> {scheme}",
                        ("--sharding", scheme), j.replace(sharding=scheme))
             except MemsymError:
                 pass
     yield from recipe_levers(j)
-    if trn.offload == "none" and lay.p == 1:
+    if trn.states.offload == "none" and lay.p == 1:
         try:
             yield ("offload", "optimizer states on the host", ("--offload", "optimizer"),
                    j.replace(offload="optimizer"))
@@ -211,7 +211,7 @@ def levers(j: Job, capacity: int | None = None) -> list:
 
     References
     ----------
-    The solver (:func:`memsym.analysis.solve_job`) on the total of :mod:`memsym.training`;
+    The solver (:func:`memsym.job_solver.solve_job`) on the total of :mod:`memsym.training`;
     the step time of :mod:`memsym.timing.step`.
     """
     cap = j.capacity if capacity is None else int(capacity)

@@ -139,7 +139,7 @@ def _solve_text(solve, esc=lambda t: t) -> list[str]:
     """How the integer was found and checked, as sentences with math in ``$...$`` (LaTeX
     and Markdown alike); ``esc`` escapes the solver's own notes (:func:`escape` for LaTeX).
 
-    The solver's notes (:func:`memsym.analysis.solve_job`) are plain text; the two it always
+    The solver's notes (:func:`memsym.job_solver.solve_job`) are plain text; the two it always
     writes, how the integer was searched and the check at the answer, are set as prose
     with their numbers in math, the others kept as sentences."""
     x = latex(solve.unknown)

@@ -31,7 +31,7 @@ from .units import capacity_bytes as _capacity   # GPU memory capacity as whole 
 from .vocabulary import (ALLOWANCE_KEYS, FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS,
                          RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 
-from .job_record import (DEFAULTS, OPTION_ALIASES, REPORTED_DEFAULTS, Layout, Training,
+from .job_record import (DEFAULTS, FIELD_PARTS, OPTION_ALIASES, REPORTED_DEFAULTS, Layout, Training,
                          check_zero_buckets, microbatches, recompute_modules_of, whole)
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
@@ -65,11 +65,9 @@ def _check_types(layout, training) -> None:
 def _check_limits(layout: Layout, training: Training) -> None:
     # memsym.limits.FIELD_LIMITS: every size a user can give has a documented bound (a
     # count of 10^12 micro-batches would walk 10^12 schedule steps)
-    for obj in (layout, training):
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if f.name in FIELD_LIMITS and isinstance(value, int) and not isinstance(value, bool):
-                check_limit(FIELD_LIMITS[f.name], value, f.name)
+    for name, value in {**vars(layout), **training.flat()}.items():
+        if name in FIELD_LIMITS and isinstance(value, int) and not isinstance(value, bool):
+            check_limit(FIELD_LIMITS[name], value, name)
 
 
 def check_fields(layout: Layout, training: Training) -> None:
@@ -77,30 +75,30 @@ def check_fields(layout: Layout, training: Training) -> None:
     for name in ("t", "p", "d", "c", "e"):
         whole(getattr(layout, name), f"layout {name}")
     for name in ("seq_length", "micro_batch_size"):
-        whole(getattr(training, name), name)
-    for obj, name in ((layout, "v"), (layout, "t_e"), (training, "num_microbatches"),
-                      (training, "global_batch_size"), (training, "microbatch_group_size")):
+        whole(training.value(name), name)
+    for obj, name in ((layout, "v"), (layout, "t_e"), (training.batch, "num_microbatches"),
+                      (training.batch, "global_batch_size"), (training.pipeline, "microbatch_group_size")):
         whole(getattr(obj, name), name, optional=True)
     for obj, name in ((layout, "first_stage_layers"), (layout, "last_stage_layers")):
         whole(getattr(obj, name), name, minimum=0, optional=True)
     _check_limits(layout, training)
     _flag(layout.sequence_parallel, "sequence_parallel")
-    _flag(training.flash_attention, "flash_attention")
-    if training.dropout is not None:
-        _flag(training.dropout, "dropout")
-    _flag(training.precision_aware, "precision_aware")
-    _flag(training.fp8_param_gather, "fp8_param_gather")
-    _flag(training.compiled_loss, "compiled_loss")
-    _flag(training.loss_parallel, "loss_parallel")
-    _flag(training.fsdp_root_group, "fsdp_root_group")
-    _flag(training.tp_comm_overlap, "tp_comm_overlap")
-    _flag(training.overlap_moe_expert_parallel_comm, "overlap_moe_expert_parallel_comm")
-    _flag(training.overlap_p2p_comm, "overlap_p2p_comm")
-    _flag(training.defer_embedding_wgrad_compute, "defer_embedding_wgrad_compute")
-    whole(training.wgrad_deferral_limit, "wgrad_deferral_limit", minimum=0)
+    _flag(training.memory.flash_attention, "flash_attention")
+    if training.memory.dropout is not None:
+        _flag(training.memory.dropout, "dropout")
+    _flag(training.states.precision_aware, "precision_aware")
+    _flag(training.states.fp8_param_gather, "fp8_param_gather")
+    _flag(training.memory.compiled_loss, "compiled_loss")
+    _flag(training.memory.loss_parallel, "loss_parallel")
+    _flag(training.memory.fsdp_root_group, "fsdp_root_group")
+    _flag(training.comm.tp_comm_overlap, "tp_comm_overlap")
+    _flag(training.comm.overlap_moe_expert_parallel_comm, "overlap_moe_expert_parallel_comm")
+    _flag(training.pipeline.overlap_p2p_comm, "overlap_p2p_comm")
+    _flag(training.pipeline.defer_embedding_wgrad_compute, "defer_embedding_wgrad_compute")
+    whole(training.pipeline.wgrad_deferral_limit, "wgrad_deferral_limit", minimum=0)
     for name in ("overlap_grad_reduce", "overlap_param_gather"):
-        if getattr(training, name) is not None:
-            _flag(getattr(training, name), name)
+        if training.value(name) is not None:
+            _flag(training.value(name), name)
 
 
 def _named_choices() -> dict:
@@ -132,20 +130,20 @@ def canonical(training: Training) -> Training:
     fixed = {}
     table = {**_named_choices(), "recompute_method": ("recompute method", RECOMPUTE_METHODS)}
     for name, (label, accepted) in table.items():
-        value = getattr(training, name)
+        value = training.value(name)
         if isinstance(value, str):
             try:
                 fixed[name] = choose(label, value, accepted)
             except UnknownNameError:
                 pass
-    mods = training.recompute_modules
+    mods = training.memory.recompute_modules
     if isinstance(mods, (list, tuple)):
         try:
             fixed["recompute_modules"] = _modules(mods)
         except InvalidValueError:   # UnknownNameError too: validate() refuses it
             pass
-    return dataclasses.replace(training, **{k: v for k, v in fixed.items()
-                                            if v != getattr(training, k)})
+    return training.replace(**{k: v for k, v in fixed.items()
+                                            if v != training.value(k)})
 
 
 def validate(x, layout: Layout, training: Training):
@@ -165,27 +163,27 @@ def validate(x, layout: Layout, training: Training):
     """
     check_fields(layout, training)
     _check_pipeline_layout(x, layout, training)
-    names = {name: choose(label, getattr(training, name), accepted)
+    names = {name: choose(label, training.value(name), accepted)
              for name, (label, accepted) in _named_choices().items()}
     _check_recompute_layers(x, layout, training)
     _check_recompute_modules(x, training)
     _check_overlaps(x, layout, training)
     offered = FRAMEWORK_SCHEMES.get(training.framework)
-    if offered and training.sharding not in offered:
+    if offered and training.states.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
-                                f"{training.sharding}")
-    check_zero_buckets(training.zero_buckets)
-    if not isinstance(training.lora_regather, bool):
-        raise InvalidValueError(f"lora_regather must be True or False, got {training.lora_regather!r}")
-    if training.finetune != "full":
-        whole(training.lora_rank, "lora_rank")
-        if training.quantization is not None:
-            choose("quantization", training.quantization, QUANTIZATIONS)
-        if training.lora_targets != "all":
-            if isinstance(training.lora_targets, str) or not training.lora_targets:
+                                f"{training.states.sharding}")
+    check_zero_buckets(training.states.zero_buckets)
+    if not isinstance(training.adapters.lora_regather, bool):
+        raise InvalidValueError(f"lora_regather must be True or False, got {training.adapters.lora_regather!r}")
+    if training.adapters.finetune != "full":
+        whole(training.adapters.lora_rank, "lora_rank")
+        if training.adapters.quantization is not None:
+            choose("quantization", training.adapters.quantization, QUANTIZATIONS)
+        if training.adapters.lora_targets != "all":
+            if isinstance(training.adapters.lora_targets, str) or not training.adapters.lora_targets:
                 raise InvalidValueError("lora_targets must be \"all\" or a list of "
                                         + ", ".join(LORA_TARGETS))
-            for name in training.lora_targets:
+            for name in training.adapters.lora_targets:
                 choose("LoRA target", name, LORA_TARGETS)
     m_ = None
     k = rules.knobs(layout, training)
@@ -210,37 +208,37 @@ def _check_overlaps(x, layout: Layout, training: Training) -> None:
                             "--overlap-moe-expert-parallel-comm"),
                            ("defer_embedding_wgrad_compute",
                             "--defer-embedding-wgrad-compute")):
-            if getattr(training, name):
+            if training.value(name):
                 raise InvalidValueError(f"{name} is Megatron's {flag}, not a "
                                         f"{training.framework} option")
         return
-    if not training.overlap_p2p_comm and (layout.v or 1) > 1 and layout.p <= 2:
+    if not training.pipeline.overlap_p2p_comm and (layout.v or 1) > 1 and layout.p <= 2:
         raise InvalidValueError("the interleaved schedule needs --pipeline-model-parallel-size "
                                 f"> 2 with --no-overlap-p2p-communication, got {layout.p}")
-    if training.overlap_moe_expert_parallel_comm:
+    if training.comm.overlap_moe_expert_parallel_comm:
         # transformer_config.py __post_init__
         why = ("expert parallelism (EP > 1)" if layout.e <= 1 else
                "--virtual-pipeline-model-parallel-size where PP > 1"
                if layout.p > 1 and (layout.v or 1) == 1 else
-               "no full recomputation" if training.recompute == "full" else
-               "bf16 or fp16 parameters" if training.precision == "fp32" else
+               "no full recomputation" if training.memory.recompute == "full" else
+               "bf16 or fp16 parameters" if training.states.precision == "fp32" else
                "at most one MTP layer" if (getattr(x, "mtp_num_layers", 0) or 0) > 1 else None)
         if why:
             raise InvalidValueError(f"--overlap-moe-expert-parallel-comm needs {why} "
                                     "(Megatron's TransformerConfig)")
-    if training.overlap_param_gather:
-        if not training.overlap_grad_reduce:
+    if training.comm.overlap_param_gather:
+        if not training.comm.overlap_grad_reduce:
             raise InvalidValueError("--overlap-param-gather needs --overlap-grad-reduce "
                                     "(Megatron's validate_args)")
-        if training.sharding == "ddp":
+        if training.states.sharding == "ddp":
             raise InvalidValueError("--overlap-param-gather needs the distributed optimizer "
                                     "(--use-distributed-optimizer) or Megatron-FSDP")
-    if training.defer_embedding_wgrad_compute and layout.p == 1:
+    if training.pipeline.defer_embedding_wgrad_compute and layout.p == 1:
         # model_parallel_config.py __post_init__
         raise InvalidValueError("--defer-embedding-wgrad-compute needs pipeline parallelism "
                                 "(Megatron's ModelParallelConfig: \"Cannot defer embedding "
                                 "wgrad compute when pipeline model parallel is not used\")")
-    if training.tp_comm_overlap and (layout.t == 1 or not layout.sequence_parallel):
+    if training.comm.tp_comm_overlap and (layout.t == 1 or not layout.sequence_parallel):
         raise InvalidValueError("--tp-comm-overlap needs --sequence-parallel, which Megatron "
                                 "turns off at TP 1 (validate_args)")
 
@@ -270,10 +268,10 @@ def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
     # recompute, both given (TransformerConfig.__post_init__).  Its message names 1..layers per
     # rank, but only a missing N raises: a larger N checkpoints the whole chunk (block) or
     # makes one group of it (uniform: min(layer_idx + N, layers), core/recompute.py)
-    method, n = training.recompute_method, training.recompute_num_layers
+    method, n = training.memory.recompute_method, training.memory.recompute_num_layers
     if method is None and n is None:
         return
-    if training.recompute != "full":
+    if training.memory.recompute != "full":
         raise InvalidValueError("recompute_method / recompute_num_layers need recompute full "
                                 "(Megatron's --recompute-granularity full)")
     if method is None or n is None:
@@ -299,17 +297,17 @@ def _check_recompute_modules(x, training: Training) -> None:
     # granularity; mla_up_proj needs multi_latent_attention.  moe_act's moe_grouped_gemm,
     # shared_experts' moe_shared_expert_overlap and the fp8 recipe are not job fields: the
     # Megatron reader checks them (memsym.readers.megatron)
-    mods = training.recompute_modules
+    mods = training.memory.recompute_modules
     if mods is None:
         return
     if training.framework != "megatron":
         raise InvalidValueError(f"recompute_modules is Megatron-Core's --recompute-modules, not "
                                 f"a {training.framework} option")
     mods = _modules(mods)
-    if training.recompute != "selective":
+    if training.memory.recompute != "selective":
         raise InvalidValueError("recompute_modules need recompute selective (Megatron reads "
                                 "--recompute-modules only under --recompute-granularity "
-                                f"selective), got recompute {training.recompute}")
+                                f"selective), got recompute {training.memory.recompute}")
     if "mla_up_proj" in mods and not x.multi_latent_attention:
         raise InvalidValueError("recompute module mla_up_proj needs multi-latent attention "
                                 "(Megatron's TransformerConfig)")
@@ -345,7 +343,7 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
 
     # the V placement's split (stages r and 2p-1-r on rank r) needs its 2 stages per rank;
     # other v are refused by rule v-placement after this
-    style = "v" if training.stage_placement == "v" and layout.v == 2 else "loop"
+    style = "v" if training.pipeline.stage_placement == "v" and layout.v == 2 else "loop"
     first, last, ranks = torchtitan_end_stages(x.num_layers, layout.p, layout.v or 1,
                                                style=style)
     if first is None:
@@ -422,7 +420,7 @@ def resolve_dropout(framework: str, dropout=None, model=None, arch=None) -> tupl
 def dropout_kept(training) -> bool:
     """``training.dropout`` with None read as Megatron-LM's default (masks kept): for code
     given a Training that no :func:`job` resolved."""
-    return True if training.dropout is None else training.dropout
+    return True if training.memory.dropout is None else training.memory.dropout
 
 
 #: The sharding schemes each framework runs (Megatron: every scheme memsym models, its own
@@ -497,11 +495,11 @@ class Job:
         parts += [f"{n}={getattr(lay, n)}" for n in ("c", "e") if getattr(lay, n) != 1]
         if lay.v:
             parts.append(f"v={lay.v}")
-        return f"{self.model.name}, {' '.join(parts)}, s={trn.seq_length}, b={trn.micro_batch_size}"
+        return f"{self.model.name}, {' '.join(parts)}, s={trn.batch.seq_length}, b={trn.batch.micro_batch_size}"
 
 
 _LAYOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Layout))
-_TRAINING_FIELDS = tuple(f.name for f in dataclasses.fields(Training))
+_TRAINING_FIELDS = tuple(FIELD_PARTS)
 _ALLOWANCE_KEYS = ALLOWANCE_KEYS
 
 
@@ -611,7 +609,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     defaulted = [] if training is not None or layout is not None else [
         k for k in REPORTED_DEFAULTS if k not in trn_kw and k not in lay_kw
         and not (k == "d" and world_size is not None)]
-    if "dropout" not in trn_kw and (training is None or getattr(training, "dropout", 0) is None) \
+    if "dropout" not in trn_kw and (training is None or isinstance(training, Training) and training.memory.dropout is None) \
             and "dropout" not in defaulted:
         defaulted.append("dropout")   # resolved here whatever the starting Training
     layout = Layout() if layout is None else layout
@@ -620,20 +618,20 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     lay = dataclasses.replace(layout, **lay_kw)
     lay, layout_notes = _pipeline_layout_of(base, lay, account)
     notes += layout_notes
-    default_shard = training.sharding == DEFAULTS["sharding"] and "sharding" not in trn_kw
-    trn = canonical(dataclasses.replace(training, **trn_kw))
+    default_shard = training.states.sharding == DEFAULTS["sharding"] and "sharding" not in trn_kw
+    trn = canonical(training.replace(**trn_kw))
     if default_shard and trn.framework in _FRAMEWORK_DEFAULT_SCHEME:
         # the framework's own default, not Megatron's distributed optimizer
-        trn = dataclasses.replace(trn, sharding=_FRAMEWORK_DEFAULT_SCHEME[trn.framework])
-        notes.append(f"sharding {trn.sharding}: {trn.framework}'s default")
+        trn = trn.replace(sharding=_FRAMEWORK_DEFAULT_SCHEME[trn.framework])
+        notes.append(f"sharding {trn.states.sharding}: {trn.framework}'s default")
     adapter = [k for k in ("lora_rank", "lora_targets", "quantization", "lora_regather")
                if k in trn_kw]
-    if adapter and trn.finetune == "full":
+    if adapter and trn.adapters.finetune == "full":
         raise InvalidValueError(f"{', '.join(adapter)} describe{'s' if len(adapter) == 1 else ''}"
                                 " LoRA adapters: give finetune lora or qlora (--finetune lora)")
-    asked = trn.dropout
+    asked = trn.memory.dropout
     dropout, why = resolve_dropout(trn.framework, asked, model, base)
-    trn = dataclasses.replace(trn, dropout=dropout)
+    trn = trn.replace(dropout=dropout)
     if why is not None and "recipe" not in why:
         notes.append(why)   # the framework decided (or Megatron's default kept): say why
     if world_size is not None:
@@ -649,32 +647,32 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         # the default sequence, capped by the model's position table (Megatron requires
         # seq_length <= max_position_embeddings)
         table = base.max_position_embeddings
-        if table is not None and table < trn.seq_length:
-            trn = dataclasses.replace(trn, seq_length=table)
+        if table is not None and table < trn.batch.seq_length:
+            trn = trn.replace(seq_length=table)
             notes.append(f"sequence length s = {table}: {base.name}'s position table (memsym's "
                          f"default {DEFAULTS['seq_length']} is longer; give seq_length)")
         else:
-            notes.append(f"sequence length s = {trn.seq_length} (memsym's default; give "
+            notes.append(f"sequence length s = {trn.batch.seq_length} (memsym's default; give "
                          "seq_length / --seq-length)")
-    x = resolve(base, seq_length=whole(trn.seq_length, "seq_length"))
+    x = resolve(base, seq_length=whole(trn.batch.seq_length, "seq_length"))
     if lay.sequence_parallel is True and lay.t == 1:
         lay = dataclasses.replace(lay, sequence_parallel=False)
         notes.append("sequence parallelism is off at t = 1 (as Megatron-LM turns it off)")
     lay, split_notes = framework_layout(x, lay, trn)
     notes += split_notes
-    if trn.loss_parallel is False and (trn.framework != "torchtitan" or lay.t == 1):
+    if trn.memory.loss_parallel is False and (trn.framework != "torchtitan" or lay.t == 1):
         notes.append("loss_parallel = False (--disable-loss-parallel) has effect only for "
                      "torchtitan jobs with t > 1")
-    if trn.schedule != DEFAULTS["schedule"] and lay.p == 1:
-        notes.append(f"schedule {trn.schedule} (--schedule) has effect only with pipeline "
+    if trn.pipeline.schedule != DEFAULTS["schedule"] and lay.p == 1:
+        notes.append(f"schedule {trn.pipeline.schedule} (--schedule) has effect only with pipeline "
                      "parallelism (p > 1)")
     if lay.t_e is not None and not x.num_experts:
         notes.append("expert_tensor_parallel_size (--expert-tensor-parallel-size) has effect only "
                      "on a model with experts")
-    if trn.wgrad_deferral_limit and not trn.defer_embedding_wgrad_compute:
+    if trn.pipeline.wgrad_deferral_limit and not trn.pipeline.defer_embedding_wgrad_compute:
         notes.append("wgrad_deferral_limit (--wgrad-deferral-limit) has effect only with "
                      "--defer-embedding-wgrad-compute")
-    if trn.fsdp_root_group is True and (trn.framework != "torchtitan" or trn.sharding != "fsdp"
+    if trn.memory.fsdp_root_group is True and (trn.framework != "torchtitan" or trn.states.sharding != "fsdp"
                                         or lay.p > 1):
         notes.append("fsdp_root_group has effect only for torchtitan's FSDP2 without pipelining")
     m_ = validate(x, lay, trn)
@@ -702,7 +700,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
                          in _FRAMEWORK_DEFAULT_SCHEME else None,
                          "dropout": why}
     applied = tuple(_defaults) + tuple(
-        (k, getattr(trn, k) if hasattr(trn, k) else getattr(lay, k),
+        (k, trn.value(k) if k in FIELD_PARTS else getattr(lay, k),
          framework_default.get(k) or REPORTED_DEFAULTS[k]) for k in defaulted)
     return Job(x, lay, trn, tuple(sorted(alw.items())), dev, clu, cap, m_,
                tuple(dict.fromkeys(notes)), applied)

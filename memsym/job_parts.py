@@ -19,6 +19,7 @@ from .values import exact
 from .symbols import M_alloc, N, N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, registry
 from .training import Layout, STATE_KEYS, Training, job_memory, job_stage_parameters
 from .job import Job, dropout_kept, recompute_modules_of
+from .unchecked_job import UncheckedJob
 from .terms.allowances import METRICS
 from . import model as models
 from .model import moe_layer_pattern, parameter_count, stage_parameters
@@ -148,7 +149,7 @@ def _named_counts(total, vals, x, layout, stage, training=None):
     sp_ = None
     if x is not None and isinstance(layout, Layout) and isinstance(training, Training):
         # the job's own split and output rank (V schedules hold the output on rank 0)
-        sp_ = job_stage_parameters(x, layout, training, stage)
+        sp_ = job_stage_parameters(UncheckedJob(x, layout, training), stage)
     elif x is not None:
         tt, pp, ee = (int(_val(vals, n) or 1) for n in ("t", "p", "e"))
         te_ = _val(vals, "t_e")
@@ -236,16 +237,16 @@ def _context(training, estimate, vals, sp_, x) -> list[str]:
     out = []
     if training is not None:
         mods = recompute_modules_of(training)
-        act = [f"recompute {training.recompute}" + (f" ({', '.join(mods) or 'no module'})"
-                                                    if training.recompute == "selective" else ""),
-               "flash attention" if training.flash_attention else "attention scores kept (no flash attention)",
+        act = [f"recompute {training.memory.recompute}" + (f" ({', '.join(mods) or 'no module'})"
+                                                    if training.memory.recompute == "selective" else ""),
+               "flash attention" if training.memory.flash_attention else "attention scores kept (no flash attention)",
                "dropout masks kept" if dropout_kept(training) else "no dropout masks",
-               f"{training.schedule} schedule"]
-        out.append(f"Training: {training.precision} weights, {training.optimizer} optimizer, "
-                   f"{training.sharding} sharding ({training.convention} convention"
-                   + (f", offload {training.offload}" if training.offload != "none" else "")
+               f"{training.pipeline.schedule} schedule"]
+        out.append(f"Training: {training.states.precision} weights, {training.states.optimizer} optimizer, "
+                   f"{training.states.sharding} sharding ({training.states.convention} convention"
+                   + (f", offload {training.states.offload}" if training.states.offload != "none" else "")
                    + f"); activations: {', '.join(act)}.")
-        metric = getattr(training, "metric", "device")
+        metric = training.memory.metric
         out.append(f"Memory counted as {metric}: {METRICS[metric][1]}.")
     if sp_ is not None:
         held = [f"decoder layers {sp_.layers.start}-{sp_.layers.stop - 1}"

@@ -13,12 +13,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from sympy import Rational
+
 from .errors import InvalidValueError
+from .model.pipeline_layout import PipelineLayout
 from .limits import check_limit
 from .rules import check as check_rule
 from .vocabulary import recompute_modules
 
-__all__ = ["Layout", "Training", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS", "whole",
+__all__ = ["Layout", "Training", "Batch", "PipelineSchedule", "ModelStates", "Memory",
+           "Adapters", "CommOverlap", "PARTS", "FIELD_PARTS", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS", "whole",
            "microbatches", "recompute_modules_of", "check_zero_buckets", "ZERO_BUCKET_NAMES"]
 
 
@@ -60,7 +64,7 @@ class Layout:
     sequence_parallel: bool = False
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
-    pipeline_layout: object = None
+    pipeline_layout: PipelineLayout | None = None
 
     @property
     def world_size(self) -> int:
@@ -74,10 +78,8 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class Training:
-    """What one training step does (Megatron-LM argument names where they exist).
-
-    The defaults are :data:`DEFAULTS` (one table for every command and API).
+class Batch:
+    """How many tokens one step takes.
 
     Attributes
     ----------
@@ -90,6 +92,99 @@ class Training:
         ``B/(b d)``, or "enough" (at least ``p``) when that is also None.
     global_batch_size : int or None
         ``B`` [sequences].
+    """
+
+    seq_length: int = 4096
+    micro_batch_size: int = 1
+    num_microbatches: int | None = None
+    global_batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class PipelineSchedule:
+    """How the micro-batches run through the pipeline stages.
+
+    Attributes
+    ----------
+    schedule : {"1f1b", "gpipe"}
+        Pipeline schedule; when the layout's ``v`` > 1, 1F1B is interleaved and GPipe
+        loops breadth-first (torch's ``ScheduleLoopedBFS``, torchtitan only).
+    stage_placement : {"loop", "v"}
+        Where a rank's pipeline stages sit: ``"loop"`` (default) puts stage i on rank
+        i mod p, so the last rank holds the output layer and the loss; ``"v"`` puts stages r
+        and 2p - 1 - r on rank r (torch's ``ZBVZeroBubble`` and ``DualPipeV``, torchtitan
+        only, 2 stages per rank), so rank 0 holds the embedding, the output layer and the
+        loss, and rank r holds their chunk passes
+        (:func:`memsym.terms.schedule.v_stage_microbatches`).
+    microbatch_group_size : int or None
+        Megatron's ``microbatch_group_size_per_vp_stage`` (None = p) for the interleaved
+        schedule's launch rule.
+    overlap_p2p_comm : bool
+        Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``):
+        the interleaved schedule's p2p sends hide behind compute; without it interleaving
+        needs PP > 2.
+    defer_embedding_wgrad_compute : bool
+        Megatron's ``--defer-embedding-wgrad-compute`` (default off; needs PP > 1): the
+        output layer's weight-gradient GEMMs wait for the pipeline flush, so the last stage
+        keeps each micro-batch's output-layer input and logits gradient until then
+        (:func:`memsym.terms.transients.deferred_wgrad_buffers`).
+    wgrad_deferral_limit : int
+        Megatron's ``--wgrad-deferral-limit`` (default 0: every micro-batch deferred): the
+        most micro-batches deferred, the rest computed at once.
+    """
+
+    schedule: str = "1f1b"
+    stage_placement: str = "loop"
+    microbatch_group_size: int | None = None
+    overlap_p2p_comm: bool = True
+    defer_embedding_wgrad_compute: bool = False
+    wgrad_deferral_limit: int = 0
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """How the model states (weights, gradients, optimizer states) are held.
+
+    Attributes
+    ----------
+    precision, optimizer, sharding, offload : str
+        As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
+    convention : str
+        How model states are counted: ``"framework"`` (default: what Megatron-core,
+        DeepSpeed or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient
+        buffer, 6 + 12/d bytes per parameter), ``"seed000"`` (the distributed optimizer
+        read as ZeRO-2, 2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5),
+        ``"megatron-lm"`` (its estimator).
+    grad_dtype, precision_aware, fp8_param_gather
+        Megatron's gradient-buffer dtype (None: fp32 for 16-bit training, as
+        ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32``; ``"bf16"`` =
+        ``--grad-reduce-in-bf16``), ``--use-precision-aware-optimizer`` and
+        ``--fp8-param-gather`` (:func:`memsym.terms.model_state.byte_widths`).
+    zero_buckets : tuple of (str, int)
+        DeepSpeed's ZeRO buffers as its config sets them, ``(name, value)`` pairs of
+        ``reduce_bucket_size`` [elements], ``stage3_prefetch_bucket_size`` [elements] and
+        ``ipg_buffers`` [1] (0, 1, or 2 with ``overlap_comm``); the DeepSpeed reader sets them
+        (:func:`memsym.readers.jobs.deepspeed_job`), absent ones keep
+        :data:`memsym.terms.transients.DEFAULTS`.
+    """
+
+    precision: str = "bf16"
+    optimizer: str = "adam"
+    sharding: str = "distributed-optimizer"
+    convention: str = "framework"
+    offload: str = "none"
+    grad_dtype: str | None = None
+    precision_aware: bool = False
+    fp8_param_gather: bool = False
+    zero_buckets: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What the activations and transients keep, and which count of memory is reported.
+
+    Attributes
+    ----------
     recompute : {"none", "selective", "full", "selective-op"}
         Activation recomputation (Megatron ``--recompute-granularity``; absent = none).
     recompute_method, recompute_num_layers
@@ -118,56 +213,9 @@ class Training:
         mask at p = 0).  None (default): the model's recipe, where a preset has one
         (:data:`memsym.model.RECIPES`: Megatron-Bridge trains Llama, Mistral, Qwen3,
         DeepSeek-V3 and gpt-oss without dropout), else the framework's default
-        (:func:`resolve_dropout`); :func:`job` resolves it.  torchtitan's models have no dropout
-        layers: with
-        ``framework="torchtitan"`` it is off (asking for it is refused).
-    schedule : {"1f1b", "gpipe"}
-        Pipeline schedule; when the layout's ``v`` > 1, 1F1B is interleaved and GPipe
-        loops breadth-first (torch's ``ScheduleLoopedBFS``, torchtitan only).
-    stage_placement : {"loop", "v"}
-        Where a rank's pipeline stages sit: ``"loop"`` (default) puts stage i on rank
-        i mod p, so the last rank holds the output layer and the loss; ``"v"`` puts stages r
-        and 2p - 1 - r on rank r (torch's ``ZBVZeroBubble`` and ``DualPipeV``, torchtitan
-        only, 2 stages per rank), so rank 0 holds the embedding, the output layer and the
-        loss, and rank r holds their chunk passes
-        (:func:`memsym.terms.schedule.v_stage_microbatches`).
-    precision, optimizer, sharding, offload : str
-        As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
-    convention : str
-        How model states are counted: ``"framework"`` (default: what Megatron-core,
-        DeepSpeed or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient
-        buffer, 6 + 12/d bytes per parameter), ``"seed000"`` (the distributed optimizer
-        read as ZeRO-2, 2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5),
-        ``"megatron-lm"`` (its estimator).
-    grad_dtype, precision_aware, fp8_param_gather
-        Megatron's gradient-buffer dtype (None: fp32 for 16-bit training, as
-        ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32``; ``"bf16"`` =
-        ``--grad-reduce-in-bf16``), ``--use-precision-aware-optimizer`` and
-        ``--fp8-param-gather`` (:func:`memsym.terms.model_state.byte_widths`).
-    capacity_factor : number
-        MoE routed-token load of the busiest expert rank relative to a perfectly balanced
-        one (1 = balanced; Megatron's ``--moe-expert-capacity-factor`` when tokens are dropped).
-    microbatch_group_size : int or None
-        Megatron's ``microbatch_group_size_per_vp_stage`` (None = p) for the interleaved
-        schedule's launch rule.
-    finetune : {"full", "lora", "qlora"}
-        Full training, or LoRA adapters on a frozen base (QLoRA: an NF4 base).
-    lora_rank, lora_targets, quantization
-        LoRA rank, adapted matrices (``"all"`` or names of
-        :data:`memsym.terms.adapters.LORA_TARGETS`) and the frozen base's format (None: bf16
-        for LoRA, nf4-dq for QLoRA; :data:`memsym.terms.adapters.QUANTIZATIONS`).
-    lora_regather : bool
-        Megatron-Bridge's ``LoRA(sequence_parallel_input_regather=...)`` (default False): under
-        sequence parallelism LoRA-A keeps only the local norm-output shard and re-gathers it in
-        backward (:func:`memsym.terms.activations.lora_gathered_inputs`).
-    framework : {"megatron", "deepspeed", "torchtitan"}
-        Whose launch rules and runtime apply (:data:`FRAMEWORKS`; default Megatron-LM, whose
-        argument names memsym uses).  ``"torchtitan"``: sharding ``fsdp`` or ``ddp``; FSDP2
-        may run with pipeline parallelism (``torch.distributed.pipelining``), the layers
-        split as torchtitan splits them (:func:`framework_layout`) unless the end stages are
-        given, and FSDP2 keeps the stage's parameters and fp32 gradients unsharded through
-        the pipelined backward (:func:`memsym.terms.transients.fsdp2_pipeline_unsharded`).
-        ``"deepspeed"``: sharding ``ddp`` or ZeRO ``zero1/2/3``.  The readers set it.
+        (:func:`memsym.job.resolve_dropout`); :func:`memsym.job.job` resolves it.
+        torchtitan's models have no dropout layers: with ``framework="torchtitan"`` it is
+        off (asking for it is refused).
     compiled_loss : bool
         The loss runs under ``torch.compile`` (torchtitan's ``compile.enable`` with ``"loss"``
         in ``compile.components``, since torchtitan bbb1b616e): the cross-entropy keeps the
@@ -189,6 +237,60 @@ class Training:
         (v0.2): the embedding is its own group, resharded after forward, and ``[norm, output]``
         one group kept gathered after forward (:func:`memsym.terms.transients.fsdp2_io_groups`).
         Only torchtitan's FSDP2 without pipelining reads it.
+    capacity_factor : int or Rational
+        MoE routed-token load of the busiest expert rank relative to a perfectly balanced
+        one (1 = balanced; Megatron's ``--moe-expert-capacity-factor`` when tokens are dropped).
+    metric : {"device", "reserved", "allocated"}
+        Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
+        ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
+        ``"reserved"`` (``torch.cuda.max_memory_reserved``: no CUDA context, no NCCL buffers)
+        or ``"allocated"`` (``torch.cuda.max_memory_allocated``: also no allocator reserve).
+    """
+
+    recompute: str = "none"
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    recompute_modules: tuple[str, ...] | None = None
+    flash_attention: bool = True
+    dropout: bool | None = None
+    compiled_loss: bool = False
+    loss_parallel: bool = True
+    fsdp_root_group: bool = False
+    capacity_factor: int | Rational = 1
+    metric: str = "device"
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """Full training, or LoRA adapters on a frozen base.
+
+    Attributes
+    ----------
+    finetune : {"full", "lora", "qlora"}
+        Full training, or LoRA adapters on a frozen base (QLoRA: an NF4 base).
+    lora_rank, lora_targets, quantization
+        LoRA rank, adapted matrices (``"all"`` or names of
+        :data:`memsym.terms.adapters.LORA_TARGETS`) and the frozen base's format (None: bf16
+        for LoRA, nf4-dq for QLoRA; :data:`memsym.terms.adapters.QUANTIZATIONS`).
+    lora_regather : bool
+        Megatron-Bridge's ``LoRA(sequence_parallel_input_regather=...)`` (default False): under
+        sequence parallelism LoRA-A keeps only the local norm-output shard and re-gathers it in
+        backward (:func:`memsym.terms.activations.lora_gathered_inputs`).
+    """
+
+    finetune: str = "full"
+    lora_rank: int = 16
+    lora_targets: str | tuple[str, ...] = "all"
+    quantization: str | None = None
+    lora_regather: bool = False
+
+
+@dataclass(frozen=True)
+class CommOverlap:
+    """Which communications run hidden behind compute (for the step time).
+
+    Attributes
+    ----------
     overlap_grad_reduce, overlap_param_gather : bool or None
         Megatron's ``--overlap-grad-reduce`` (the data-parallel gradient reduce-scatter or
         all-reduce runs in buckets during the backward) and ``--overlap-param-gather`` (the
@@ -205,76 +307,160 @@ class Training:
         all-to-all hidden behind another micro-batch's compute; ``TransformerConfig`` allows
         it only with EP > 1, interleaving where PP > 1, no full recomputation, 16-bit
         parameters and at most one MTP layer.
-    overlap_p2p_comm : bool
-        Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``):
-        the interleaved schedule's p2p sends hide behind compute; without it interleaving
-        needs PP > 2.
-    defer_embedding_wgrad_compute : bool
-        Megatron's ``--defer-embedding-wgrad-compute`` (default off; needs PP > 1): the
-        output layer's weight-gradient GEMMs wait for the pipeline flush, so the last stage
-        keeps each micro-batch's output-layer input and logits gradient until then
-        (:func:`memsym.terms.transients.deferred_wgrad_buffers`).
-    wgrad_deferral_limit : int
-        Megatron's ``--wgrad-deferral-limit`` (default 0: every micro-batch deferred): the
-        most micro-batches deferred, the rest computed at once.
-    metric : {"device", "reserved", "allocated"}
-        Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
-        ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
-        ``"reserved"`` (``torch.cuda.max_memory_reserved``: no CUDA context, no NCCL buffers)
-        or ``"allocated"`` (``torch.cuda.max_memory_allocated``: also no allocator reserve).
-    zero_buckets : tuple
-        DeepSpeed's ZeRO buffers as its config sets them, ``(name, value)`` pairs of
-        ``reduce_bucket_size`` [elements], ``stage3_prefetch_bucket_size`` [elements] and
-        ``ipg_buffers`` [1] (0, 1, or 2 with ``overlap_comm``); the DeepSpeed reader sets them
-        (:func:`memsym.readers.jobs.deepspeed_job`), absent ones keep
-        :data:`memsym.terms.transients.DEFAULTS`.
     """
 
-    seq_length: int = 4096
-    micro_batch_size: int = 1
-    num_microbatches: int | None = None
-    global_batch_size: int | None = None
-    recompute: str = "none"
-    recompute_method: str | None = None
-    recompute_num_layers: int | None = None
-    recompute_modules: tuple | None = None
-    flash_attention: bool = True
-    dropout: bool | None = None
-    schedule: str = "1f1b"
-    stage_placement: str = "loop"
-    precision: str = "bf16"
-    optimizer: str = "adam"
-    sharding: str = "distributed-optimizer"
-    convention: str = "framework"
-    offload: str = "none"
-    capacity_factor: object = 1
-    microbatch_group_size: int | None = None
-    grad_dtype: str | None = None
-    precision_aware: bool = False
-    fp8_param_gather: bool = False
-    finetune: str = "full"
-    lora_rank: int = 16
-    lora_targets: object = "all"
-    quantization: str | None = None
-    lora_regather: bool = False
-    compiled_loss: bool = False
-    framework: str = "megatron"
-    loss_parallel: bool = True
-    fsdp_root_group: bool = False
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False
-    overlap_p2p_comm: bool = True
-    defer_embedding_wgrad_compute: bool = False
-    wgrad_deferral_limit: int = 0
-    metric: str = "device"
-    zero_buckets: tuple = ()
+
+
+#: Training's sub-records: attribute -> record class.
+PARTS: dict = {"batch": Batch, "pipeline": PipelineSchedule, "states": ModelStates,
+               "memory": Memory, "adapters": Adapters, "comm": CommOverlap}
+#: Every flat field name of a Training -> the sub-record that owns it ("" for ``framework``,
+#: a field of Training itself), in the order the options are listed.
+FIELD_PARTS: dict = {name: part for name, part in (
+    *((n, "batch") for n in ("seq_length", "micro_batch_size", "num_microbatches",
+                             "global_batch_size")),
+    *((n, "memory") for n in ("recompute", "recompute_method", "recompute_num_layers",
+                              "recompute_modules", "flash_attention", "dropout")),
+    ("schedule", "pipeline"), ("stage_placement", "pipeline"),
+    *((n, "states") for n in ("precision", "optimizer", "sharding", "convention", "offload")),
+    ("capacity_factor", "memory"), ("microbatch_group_size", "pipeline"),
+    *((n, "states") for n in ("grad_dtype", "precision_aware", "fp8_param_gather")),
+    *((n, "adapters") for n in ("finetune", "lora_rank", "lora_targets", "quantization",
+                                "lora_regather")),
+    ("compiled_loss", "memory"), ("framework", ""), ("loss_parallel", "memory"),
+    ("fsdp_root_group", "memory"),
+    *((n, "comm") for n in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                            "overlap_moe_expert_parallel_comm")),
+    *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",
+                                "wgrad_deferral_limit")),
+    ("metric", "memory"), ("zero_buckets", "states"))}
+
+
+@dataclass(frozen=True, init=False)
+class Training:
+    """What one training step does: six typed sub-records and the framework.
+
+    Build it with flat keywords (Megatron-LM argument names where they exist), each routed to
+    the sub-record that owns it (:data:`FIELD_PARTS`), or with the sub-records themselves::
+
+        Training(seq_length=8192, recompute="full")
+        Training(batch=Batch(seq_length=8192), memory=Memory(recompute="full"))
+
+    The defaults are :data:`DEFAULTS` (one table for every command and API).  Reading a flat
+    name (``training.recompute``) is a convenience for users and notebooks; memsym's own code
+    reads the sub-record (``training.memory.recompute``; tests/test_job_record.py checks).
+    :meth:`replace` takes the same flat keywords.
+
+    Attributes
+    ----------
+    batch : Batch
+        Sequence length, micro-batch size, micro-batches, global batch.
+    pipeline : PipelineSchedule
+        Pipeline schedule, stage placement and their Megatron switches.
+    states : ModelStates
+        Precision, optimizer, sharding, counting convention, offload, gradient dtype, ZeRO
+        buffers.
+    memory : Memory
+        Recomputation, attention kernel, dropout, loss, FSDP2 grouping, MoE capacity factor,
+        the memory metric.
+    adapters : Adapters
+        Full training or LoRA / QLoRA adapters.
+    comm : CommOverlap
+        Data-parallel, tensor-parallel and expert-parallel communication overlap.
+    framework : {"megatron", "deepspeed", "torchtitan"}
+        Whose launch rules and runtime apply (:data:`memsym.vocabulary.FRAMEWORKS`; default
+        Megatron-LM, whose argument names memsym uses).  ``"torchtitan"``: sharding ``fsdp``
+        or ``ddp``; FSDP2 may run with pipeline parallelism (``torch.distributed.pipelining``),
+        the layers split as torchtitan splits them (:func:`memsym.job.framework_layout`)
+        unless the end stages are given, and FSDP2 keeps the stage's parameters and fp32
+        gradients unsharded through the pipelined backward
+        (:func:`memsym.terms.transients.fsdp2_pipeline_unsharded`).  ``"deepspeed"``: sharding
+        ``ddp`` or ZeRO ``zero1/2/3``.  The readers set it.
+
+    Examples
+    --------
+    >>> t = Training(seq_length=8192, recompute="full")
+    >>> t.batch.seq_length, t.memory.recompute, t.states.precision
+    (8192, 'full', 'bf16')
+    >>> t.replace(recompute="selective").memory.recompute
+    'selective'
+    >>> Training(recompute="full") == Training(memory=Memory(recompute="full"))
+    True
+    """
+
+    batch: Batch = Batch()
+    pipeline: PipelineSchedule = PipelineSchedule()
+    states: ModelStates = ModelStates()
+    memory: Memory = Memory()
+    adapters: Adapters = Adapters()
+    comm: CommOverlap = CommOverlap()
+    framework: str = "megatron"
+
+    def __init__(self, *, batch: Batch | None = None, pipeline: PipelineSchedule | None = None,
+                 states: ModelStates | None = None, memory: Memory | None = None,
+                 adapters: Adapters | None = None, comm: CommOverlap | None = None,
+                 framework: str = "megatron", **flat):
+        given = {"batch": batch, "pipeline": pipeline, "states": states, "memory": memory,
+                 "adapters": adapters, "comm": comm}
+        unknown = [k for k in flat if FIELD_PARTS.get(k, "") == ""]
+        if unknown:
+            raise TypeError(f"Training got an unexpected keyword argument {unknown[0]!r}")
+        for part, cls in PARTS.items():
+            record = cls() if given[part] is None else given[part]
+            if not isinstance(record, cls):
+                raise InvalidValueError(f"training {part} must be a memsym.{cls.__name__}(...), "
+                                        f"got {type(record).__name__}")
+            changes = {k: v for k, v in flat.items() if FIELD_PARTS[k] == part}
+            object.__setattr__(self, part,
+                               dataclasses.replace(record, **changes) if changes else record)
+        object.__setattr__(self, "framework", framework)
+
+    def __getattr__(self, name: str):
+        # only called when normal lookup fails: a flat field name reads its sub-record (the
+        # users' convenience); anything else is a plain AttributeError (pickle and copy ask
+        # for __setstate__ and the like before the parts are set)
+        part = FIELD_PARTS.get(name)
+        if not part:
+            raise AttributeError(f"'Training' object has no attribute {name!r}")
+        return getattr(object.__getattribute__(self, part), name)
+
+    def replace(self, **changes) -> "Training":
+        """A new Training with ``changes`` made: flat field names, sub-records or framework.
+
+        Examples
+        --------
+        >>> Training().replace(seq_length=2048, framework="torchtitan").batch.seq_length
+        2048
+        """
+        kw = {part: getattr(self, part) for part in PARTS}
+        kw["framework"] = self.framework
+        kw.update({k: changes.pop(k) for k in list(changes) if k in kw})
+        return Training(**kw, **changes)
+
+    def value(self, name: str):
+        """The flat field ``name``'s value, read from the sub-record that owns it (for code
+        that reads fields by name: option tables, reports, limits).
+
+        Examples
+        --------
+        >>> Training(recompute="full").value("recompute")
+        'full'
+        """
+        part = FIELD_PARTS[name]
+        return getattr(getattr(self, part), name) if part else getattr(self, name)
+
+    def flat(self) -> dict:
+        """Every flat field and its value, in :data:`FIELD_PARTS` order."""
+        return {name: self.value(name) for name in FIELD_PARTS}
 
 
 def _defaults() -> dict:
     out = {f.name: f.default for f in dataclasses.fields(Layout)}
-    out.update({f.name: f.default for f in dataclasses.fields(Training)})
+    out.update(Training().flat())
     return out
 
 
@@ -355,11 +541,11 @@ def microbatches(layout: Layout, training: Training):
     >>> microbatches(Layout(d=2), Training(micro_batch_size=1, global_batch_size=32))
     16
     """
-    m_, B_ = training.num_microbatches, training.global_batch_size
-    bd = training.micro_batch_size * layout.d
+    m_, B_ = training.batch.num_microbatches, training.batch.global_batch_size
+    bd = training.batch.micro_batch_size * layout.d
     if B_ is not None:
         # the one batch rule (memsym.rules "batch"): its error class, message and source
-        check_rule(None, {"B": B_, "b": training.micro_batch_size, "d": layout.d}, ["batch"])
+        check_rule(None, {"B": B_, "b": training.batch.micro_batch_size, "d": layout.d}, ["batch"])
         if m_ is not None and m_ != B_ // bd:
             raise InvalidValueError(f"num_microbatches {m_} contradicts B/(b*d) = {B_ // bd}")
         return B_ // bd
@@ -377,9 +563,9 @@ def recompute_modules_of(training: Training) -> tuple:
     >>> recompute_modules_of(Training(recompute="selective", recompute_modules=("mlp", "moe")))
     ('mlp', 'moe')
     """
-    if training.recompute != "selective":
+    if training.memory.recompute != "selective":
         return ()
-    mods = training.recompute_modules
+    mods = training.memory.recompute_modules
     return ("core_attn",) if mods is None else recompute_modules(mods)
 
 

@@ -391,14 +391,14 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
          "pipeline_layout": getattr(layout, "pipeline_layout", None) is not None,
          "gpus_per_node": gpus_per_node, "m": m}
     if training is not None:
-        k.update({"s": training.seq_length, "b": training.micro_batch_size,
-                  "B": training.global_batch_size, "offload": training.offload != "none",
-                  "shards_gradients": training.sharding in ("zero2", "zero3", "fsdp"),
+        k.update({"s": training.batch.seq_length, "b": training.batch.micro_batch_size,
+                  "B": training.batch.global_batch_size, "offload": training.states.offload != "none",
+                  "shards_gradients": training.states.sharding in ("zero2", "zero3", "fsdp"),
                   "torchtitan": getattr(training, "framework", "megatron") == "torchtitan",
                   "deepspeed": getattr(training, "framework", "megatron") == "deepspeed",
-                  "gpipe": getattr(training, "schedule", "1f1b") == "gpipe",
-                  "v_placement": getattr(training, "stage_placement", "loop") == "v",
-                  "microbatch_group_size": getattr(training, "microbatch_group_size", None)})
+                  "gpipe": training.pipeline.schedule == "gpipe",
+                  "v_placement": training.pipeline.stage_placement == "v",
+                  "microbatch_group_size": training.pipeline.microbatch_group_size})
     return k
 
 

@@ -140,8 +140,8 @@ def sensitivity(j: Job) -> list:
     est = job_memory(j)
     grouped = set(est.grouped()) - {"total"}
     lay, trn = j.layout, j.training
-    now = {"d": lay.d, "t": lay.t, "p": lay.p, "c": lay.c, "b": trn.micro_batch_size,
-           "s": trn.seq_length, "v": lay.v or 1}
+    now = {"d": lay.d, "t": lay.t, "p": lay.p, "c": lay.c, "b": trn.batch.micro_batch_size,
+           "s": trn.batch.seq_length, "v": lay.v or 1}
     knobs = [k for k in KNOBS if k != "v" or lay.p > 1]
     slopes = derivatives(est.total, est.values, knobs,
                          group=lambda key: key if key in grouped else "activations")

@@ -31,8 +31,8 @@ from .terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatc
                              stage_microbatches, torch_round_size, v_stage_microbatches)
 from .values import as_expr, exact
 from .job import (Job, Layout, Training, check_fields, dropout_kept, job as make_job,
-                  microbatches, recompute_modules_of,
-                  validate as _validate_job)
+                  microbatches, recompute_modules_of, validate as _validate_job)
+from .unchecked_job import UncheckedJob, unchecked
 from . import model as models
 from .terms.pipeline_order import chunk_peak
 from .terms.pipelining_buffers import pipelining_buffers, pipelining_recv_buffers
@@ -59,7 +59,7 @@ OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers",)
 def _resolve(arch, training):
     """An Architecture (passed through), preset name, or config.json path (str or Path),
     with Megatron's defaults filled in."""
-    return models.resolve(models.resolve_model(arch), seq_length=training.seq_length)
+    return models.resolve(models.resolve_model(arch), seq_length=training.batch.seq_length)
 
 
 def arch_values(arch, t_: int = 1) -> dict:
@@ -105,7 +105,7 @@ def output_stage(layout: Layout, training: Training) -> int:
     ...     Layout(p=4, v=2), Training(framework="torchtitan", stage_placement="v"))
     (3, 0)
     """
-    return 0 if getattr(training, "stage_placement", "loop") == "v" else layout.p - 1
+    return 0 if training.pipeline.stage_placement == "v" else layout.p - 1
 
 
 def _role(i: int, pp: int) -> str:
@@ -150,7 +150,7 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     ('layer_activations', 'embedding_activations', 'output_activations')
     """
     check_fields(layout, training)
-    return resolved_stage_activations(_resolve(arch, training), layout, training, stage)
+    return resolved_stage_activations(unchecked(_resolve(arch, training), layout, training), stage)
 
 
 def _output_layer(x, layout: Layout, training: Training) -> Total:
@@ -161,14 +161,14 @@ def _output_layer(x, layout: Layout, training: Training) -> Total:
     # its final RMSNorm runs eagerly in fp32
     titan = training.framework == "torchtitan"
     return output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
-                              compiled_loss=training.compiled_loss,
+                              compiled_loss=training.memory.compiled_loss,
                               gathered_output_input=sp_on and titan,
                               fp32_norm=titan and x.normalization.lower() == "rmsnorm")
 
 
 def _activation_width(training: Training) -> int:
     """Bytes per element of the 16-bit activations and buffers (4 when training in fp32)."""
-    return 4 if training.precision == "fp32" else 2
+    return 4 if training.states.precision == "fp32" else 2
 
 
 def _sequence_parallel(layout: Layout) -> bool:
@@ -198,9 +198,9 @@ def _chunk_activations(stack, per_chunk, training: Training, chunks=1) -> sp.Exp
     group of N; torchtitan's ``every`` N checkpoints floor(n/N) of the n blocks of a rank of
     ``chunks`` model chunks (its counter runs on across them: the rank's share per chunk).
     ``per_chunk``: the chunk's layers (a number or an expression)."""
-    act = stack(training.recompute)
-    method, n_rec = training.recompute_method, training.recompute_num_layers
-    if training.recompute != "full" or method is None:
+    act = stack(training.memory.recompute)
+    method, n_rec = training.memory.recompute_method, training.memory.recompute_num_layers
+    if training.memory.recompute != "full" or method is None:
         return act
     if method == "uniform":
         return act * sp.ceiling(per_chunk / n_rec) / per_chunk
@@ -215,7 +215,7 @@ def _chunk_activations(stack, per_chunk, training: Training, chunks=1) -> sp.Exp
 
 
 def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, per_layer,
-                      group) -> tuple:
+                      group, m_num) -> tuple:
     """(chunk micro-batches at the peak, Σ over chunks of their activations x micro-batches)
     for a custom pipeline layout: each chunk's own layers (dense and MoE) and recompute
     (:func:`_chunk_activations`), weighted by its micro-batches in flight at the rank's peak
@@ -223,12 +223,11 @@ def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, p
     warm-up is not cut short)."""
     pl = layout.pipeline_layout
     ids = pl.layer_ids(stage)
-    m_num = microbatches(layout, training)
     n_grp = group or layout.p
     if m_num is None:   # "enough": past the warm-up and a whole steady round
         m_num = n_grp * (pl.v + 2 + -(-2 * layout.p // n_grp))
     live = chunk_peak(stage, layout.p, int(m_num), pl.v, [len(c) for c in ids], group,
-                      gpipe=training.schedule == "gpipe")
+                      gpipe=training.pipeline.schedule == "gpipe")
     total = sp.Integer(0)
     for n_mb, chunk in zip(live, ids):
         if not chunk or not n_mb:
@@ -248,39 +247,36 @@ def _in_flight_chunks(layout: Layout, training: Training, stage: int, schedule: 
     micro-batch group N or None), in ``pp``, ``vv``, ``mm`` (symbols or numbers)."""
     where = "first" if stage == 0 else "last" if stage == layout.p - 1 else stage
     # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
-    group = training.microbatch_group_size if vv is not None else None
+    group = training.pipeline.microbatch_group_size if vv is not None else None
     if vv is not None and group is None and mm is not None and training.framework == "torchtitan":
         group = torch_round_size(mm, pp)       # torch's rounds of m // max(1, m // p)
-    if training.stage_placement == "v":
+    if training.pipeline.stage_placement == "v":
         # torch's V schedules (ZBVZeroBubble, DualPipeV): their own count, not interleaved
         # 1F1B's (tests/test_timing.py compares it with torch's schedule tables)
         return v_stage_microbatches(where, pp=pp, mm=mm), group
     return stage_microbatches(where, schedule, pp=pp, vv=vv, mm=mm, group=group), group
 
 
-def resolved_stage_activations(x, layout: Layout, training: Training, stage: int,
-                       m_known: bool | None = None) -> Total:
-    """:func:`stage_activations` of a resolved architecture (``m_known``: whether m is known,
-    None = work it out)."""
+def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
+    """:func:`stage_activations` of a job (its m: a number, the symbol m or None = unknown)."""
+    x, layout, training = j.model, j.layout, j.training
     pp = layout.p
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
         raise InvalidValueError(f"stage must be a whole number in 0..{pp - 1}, got {stage!r}")
-    recompute = choose("recompute mode", training.recompute, RECOMPUTE)
-    schedule = choose("pipeline schedule", training.schedule, SCHEDULES)
+    recompute = choose("recompute mode", training.memory.recompute, RECOMPUTE)
+    schedule = choose("pipeline schedule", training.pipeline.schedule, SCHEDULES)
     if pp == 1:
         # no pipeline: each micro-batch's backward follows its forward (gradient accumulation),
         # whatever the schedule is called; GPipe's "all m in flight" needs stages
         schedule = "1f1b"
     sp_on = _sequence_parallel(layout)
     interleaved = layout.v is not None and layout.v > 1
-    if m_known is None:
-        m_known = microbatches(layout, training) is not None
     vv = v if interleaved else None
-    mm = m if m_known else None
+    mm = m if j.m is not None else None
     # FP8 (Transformer Engine under Megatron) saves its GEMM inputs quantized; the textbook
     # conventions count 16-bit activations as published
-    fp8_in = training.precision == "fp8" and training.convention == "framework"
-    common = dict(gated=x.swiglu, flash=training.flash_attention, sequence_parallel=sp_on,
+    fp8_in = training.states.precision == "fp8" and training.states.convention == "framework"
+    common = dict(gated=x.swiglu, flash=training.memory.flash_attention, sequence_parallel=sp_on,
                   dropout=dropout_kept(training), norm=x.normalization.lower(), mla=_mla(x),
                   **({"fp8_inputs": True} if fp8_in else {}))
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
@@ -312,7 +308,7 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
 
     per_chunk = (L / p if vv is None else L / (p * v)) if uniform \
         else sp.Integer(len(kinds)) / (1 if vv is None else vv)
-    method, n_rec = training.recompute_method, training.recompute_num_layers
+    method, n_rec = training.memory.recompute_method, training.memory.recompute_num_layers
     stack = _chunk_activations(layer_stack, per_chunk, training, 1 if vv is None else vv) \
         if kinds else layer_stack(recompute)
     derived = Source("memsym-derivation", "memsym/training.py, stage_activations")
@@ -320,7 +316,8 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
     if pl is not None and pp > 1:
         # a custom layout's chunks differ in size: each chunk's micro-batches in flight when
         # the rank holds the most decoder layers, walking Megatron's op order
-        live, held_layers = _layout_in_flight(layout, training, stage, pattern, per_layer, group)
+        live, held_layers = _layout_in_flight(layout, training, stage, pattern, per_layer, group,
+                                              j.m if isinstance(j.m, int) else None)
     terms = [Term("layer_activations", held_layers,
                   f"{len(kinds)} decoder layers x in-flight micro-batches ({schedule}"
                   + (", interleaved" if interleaved else "") + f", recompute {recompute}"
@@ -331,10 +328,10 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
                   label="layers")]
     if training.framework == "torchtitan" and pp > 1 and mm is not None:
         terms.append(pipelining_buffers(stage, pp, vv, mm, group, _boundary_bytes(sp_on, training),
-                                        _activation_width(training), training.schedule,
-                                        training.stage_placement))
-    if training.finetune != "full" and sp_on and not training.lora_regather:
-        targets = set(LORA_TARGETS if training.lora_targets == "all" else training.lora_targets)
+                                        _activation_width(training), training.pipeline.schedule,
+                                        training.pipeline.stage_placement))
+    if training.adapters.finetune != "full" and sp_on and not training.adapters.lora_regather:
+        targets = set(LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets)
         qkv = int(bool(targets & {"q", "k", "v"}))
         fc1 = int(bool(targets & {"gate", "up"}))     # dense layers only: expert adapters fall back
         eligible = (sp.Integer(len(kinds) - n_moe) * (qkv + fc1) + sp.Integer(n_moe) * qkv)
@@ -366,7 +363,7 @@ def resolved_stage_activations(x, layout: Layout, training: Training, stage: int
         # torchtitan's compiled loss keeping the 16-bit logits)
         terms.append(Term("output_activations", n_out * out,
                           "final norm, output-layer input and the logits kept for the loss",
-                          out_total["logits"].source if training.compiled_loss
+                          out_total["logits"].source if training.memory.compiled_loss
                           else Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)"),
                           label="output layer"))
         if x.mtp_num_layers:
@@ -410,10 +407,10 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     ('weights', 'gradients', 'optimizer')
     """
     check_fields(layout, training)
-    return resolved_stage_total(_resolve(arch, training), layout, training, stage)
+    return resolved_stage_total(unchecked(_resolve(arch, training), layout, training), stage)
 
 
-def job_stage_parameters(x, layout: Layout, training: Training, stage: int):
+def job_stage_parameters(j: Job | UncheckedJob, stage: int):
     """The :class:`memsym.model.StageParameters` of pipeline rank ``stage`` in this job: the
     layout's split (uneven ends, an explicit pipeline layout) and the rank that holds the output
     layer under the training's stage placement (:func:`output_stage`: rank 0 under torch's V
@@ -423,16 +420,17 @@ def job_stage_parameters(x, layout: Layout, training: Training, stage: int):
     --------
     >>> from memsym.model import preset
     >>> v = Training(framework="torchtitan", sharding="fsdp", stage_placement="v")
-    >>> job_stage_parameters(preset("llama2-7b"), Layout(p=2, v=2), v, 0).output_layer
+    >>> job_stage_parameters(make_job("llama2-7b", layout=Layout(p=2, v=2), training=v), 0).output_layer
     True
     """
+    layout = j.layout
     return models.stage_parameters(
-        x, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
+        j.model, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers,
-        pipeline_layout=layout.pipeline_layout, output_stage=output_stage(layout, training))
+        pipeline_layout=layout.pipeline_layout, output_stage=output_stage(layout, j.training))
 
 
-def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
+def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     """The parameter counts of one pipeline stage, as values of the total's count symbols.
 
     Full training: ``N_tp`` (the stage's tensor-split parameters, all t ranks together),
@@ -446,11 +444,12 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     --------
     >>> from memsym.model import preset
     >>> from memsym.symbols import N_tp, N_rep
-    >>> c = stage_counts(preset("llama2-7b"), Layout(t=2), Training(), 0)
+    >>> c = stage_counts(make_job("llama2-7b", tp=2), 0)
     >>> c[N_tp] + c[N_rep] == 6738415616     # Llama-2 7B (vocabulary 32000 is already padded)
     True
     """
-    sp_ = job_stage_parameters(x, layout, training, stage)
+    x, layout, training = j.model, j.layout, j.training
+    sp_ = job_stage_parameters(j, stage)
     pattern = models.moe_layer_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
     # one layer_parameters call per layer kind (dense, MoE), not per layer: memsym.search
@@ -461,13 +460,13 @@ def stage_counts(x, layout: Layout, training: Training, stage: int) -> dict:
     largest = max((sp.Rational(q["tp"], layout.t) + q["replicated"]
                    + sp.Rational(q["experts"], layout.e * layout.expert_tp)
                    for q in per_kind.values()), default=sp.Integer(0))
-    if training.finetune == "full":
+    if training.adapters.finetune == "full":
         return {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
                 N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}
 
     quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
-    targets = LORA_TARGETS if training.lora_targets == "all" else training.lora_targets
-    adapters = sp.Rational(models.lora_parameter_count(x, training.lora_rank, targets) * len(sp_.layers),
+    targets = LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets
+    adapters = sp.Rational(models.lora_parameter_count(x, training.adapters.lora_rank, targets) * len(sp_.layers),
                            x.num_layers * layout.t)
     return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
 
@@ -481,15 +480,16 @@ def _stage_has_experts(x, layout: Layout, stage: int) -> bool:
         layout.pipeline_layout))
 
 
-def states_and_transients(x, layout: Layout, training: Training, stage: int) -> tuple:
+def states_and_transients(j: Job | UncheckedJob, stage: int) -> tuple:
     """(steady model-state Terms, phase -> transient Terms) of one stage, in the count symbols
     of :func:`stage_counts`: the model states held through forward and backward, and
     :func:`phase_transients` with the step-only states (:data:`STEP_STATE_KEYS`) in the
     optimizer phase."""
-    terms = _state_terms(_stage_has_experts(x, layout, stage), _state_training(training))
+    training = j.training
+    terms = _state_terms(_stage_has_experts(j.model, j.layout, stage), _state_training(training))
     step = tuple(term for term in terms
-                 if training.convention == "framework" and term.key in STEP_STATE_KEYS)
-    trans = phase_transients(x, layout, training, stage)
+                 if training.states.convention == "framework" and term.key in STEP_STATE_KEYS)
+    trans = phase_transients(j, stage)
     if step:
         trans = {**trans, "optimizer": step + tuple(trans["optimizer"])}
     return [term for term in terms if term not in step], trans
@@ -509,38 +509,38 @@ def _state_training(training: Training) -> Training:
     """The fields of ``training`` that model states depend on (the cache key)."""
     keep = ("finetune", "sharding", "convention", "precision", "optimizer", "offload",
             "quantization", "grad_dtype", "precision_aware", "fp8_param_gather")
-    return Training(**{name: getattr(training, name) for name in keep})
+    return Training(**{name: training.value(name) for name in keep})
 
 
 @functools.lru_cache(maxsize=1024)
 def _state_terms(experts: bool, training: Training) -> tuple:
     # cached: the search builds one stage total per discrete choice and pipeline template,
     # and the model states depend only on these fields
-    if training.finetune != "full":
+    if training.adapters.finetune != "full":
         # adapters train in fp32 with the optimizer's moments (PEFT); ZeRO-3/FSDP shards the
         # frozen base over data parallel, every other scheme keeps it whole on each GPU
-        widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.optimizer]}
-        quant = training.quantization or ("nf4-dq" if training.finetune == "qlora" else "bf16")
+        widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.states.optimizer]}
+        quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else "bf16")
         tot = lora(quant, "fp32", params=N_q, adapters=N_a, unquantized=N_u,
-                   sharded=training.sharding in ("zero3", "fsdp")).subs(widths)
+                   sharded=training.states.sharding in ("zero3", "fsdp")).subs(widths)
         return tuple(tot.terms)
-    conv = choose("convention", training.convention, CONVENTIONS)
-    framework = dict(grad_dtype=training.grad_dtype, precision_aware=training.precision_aware,
-                     fp8_param_gather=training.fp8_param_gather)
-    widths = byte_widths(training.sharding, training.precision, training.optimizer, conv,
+    conv = choose("convention", training.states.convention, CONVENTIONS)
+    framework = dict(grad_dtype=training.states.grad_dtype, precision_aware=training.states.precision_aware,
+                     fp8_param_gather=training.states.fp8_param_gather)
+    widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
                          **framework)
-    fp8 = dict(precision=training.precision, optimizer=training.optimizer, **framework)
+    fp8 = dict(precision=training.states.precision, optimizer=training.states.optimizer, **framework)
     # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
     # per-GPU counts at the layout's values, and differentiable in t for sensitivities.
     # FP8 caches cover the linear-layer weights only (N_lin of the stage's dense part).
-    states = model_state(training.sharding, convention=conv, offload=training.offload,
+    states = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
                          params=N_tp / t + N_rep, dp=d * c,
-                         linear_params=N_lin if training.precision == "fp8" else None,
+                         linear_params=N_lin if training.states.precision == "fp8" else None,
                          **fp8).subs(widths)
     terms = list(states.terms)
     if experts:
         edp = d * c * t / (e * t_e)
-        ex = model_state(training.sharding, convention=conv, offload=training.offload,
+        ex = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
                          params=N_exp / (e * t_e), dp=edp, **fp8).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
@@ -562,14 +562,14 @@ def _transient_widths(training: Training) -> dict:
     (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
     half = _activation_width(training)
     vals = {sym: sp.Integer(_TR_DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
-    if training.framework == "deepspeed" and training.overlap_grad_reduce:
+    if training.framework == "deepspeed" and training.comm.overlap_grad_reduce:
         # DeepSpeed's overlap_comm: a second IPG buffer "to avoid data access conflict"
         # (runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.setup_buckets: buf_1)
         vals[n_bkt] = sp.Integer(2)
     # DeepSpeed's buffers as its config sets them (readers.jobs.deepspeed_job)
     knobs = {"reduce_bucket_size": N_bkt, "stage3_prefetch_bucket_size": N_pf,
              "ipg_buffers": n_bkt}
-    vals.update({knobs[name]: sp.Integer(value) for name, value in training.zero_buckets})
+    vals.update({knobs[name]: sp.Integer(value) for name, value in training.states.zero_buckets})
     vals.update({b_u: sp.Integer(half), b_hp: sp.Integer(half)})
     return vals
 
@@ -579,11 +579,11 @@ def _loss_kind(layout: Layout, training: Training) -> str:
     ``"loss-parallel"`` (torchtitan with t > 1: torch's DTensor ``loss_parallel``), ``"torch"``
     (eager ``F.cross_entropy`` on a ``.float()`` copy: torchtitan, and memsym's FSDP2 path) or
     ``"megatron"`` (Megatron-core's fused vocab-parallel cross-entropy)."""
-    if training.compiled_loss:
+    if training.memory.compiled_loss:
         return "compiled"
     if training.framework == "torchtitan":
-        return "loss-parallel" if layout.t > 1 and training.loss_parallel else "torch"
-    if training.sharding == "fsdp" and training.convention == "framework":
+        return "loss-parallel" if layout.t > 1 and training.memory.loss_parallel else "torch"
+    if training.states.sharding == "fsdp" and training.states.convention == "framework":
         return "torch"
     return "megatron"
 
@@ -632,10 +632,10 @@ def _grads_as_stages_run(layout: Layout, training: Training, accumulated: Term) 
     ``accumulated``.  :func:`memsym.timing.schedule.live_by_held_gradients` walks the op
     order (tests prove this form on it); ``tests/test_engine_fsdp2.py`` watches the gradients
     come and go on a gloo pipeline."""
-    if (layout.v or 1) == 1 or training.stage_placement == "v":
+    if (layout.v or 1) == 1 or training.pipeline.stage_placement == "v":
         return accumulated
     one = b_r * (N_lin / v + N_tp / t - N_lin + N_rep)
-    if training.schedule == "gpipe":
+    if training.pipeline.schedule == "gpipe":
         held = one                                    # LoopedBFS: stage by stage
     else:
         held = sp.Piecewise((one, sp.StrictLessThan(m, 2 * p)), (accumulated.expr, True))
@@ -660,11 +660,11 @@ def _gradients_not_yet_made(training: Training) -> bool:
     :math:`-\min(G, A_{\mathrm{layers}})`; under pipelining (gradients reduce-scattered
     after the last micro-batch) the whole sharded gradient is kept, an upper bound.
     Megatron's gradient buffer and DeepSpeed's partitions persist."""
-    return (training.framework == "torchtitan" and training.sharding == "fsdp"
-            and training.convention == "framework" and training.finetune == "full")
+    return (training.framework == "torchtitan" and training.states.sharding == "fsdp"
+            and training.states.convention == "framework" and training.adapters.finetune == "full")
 
 
-def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
+def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
     r"""The transient Terms of each phase of the step on pipeline stage ``stage`` [bytes].
 
     ``forward`` (end of the forward of the last micro-batch: every in-flight micro-batch's
@@ -722,22 +722,23 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
     Examples
     --------
     >>> from memsym.model import preset
-    >>> ph = phase_transients(preset("llama2-7b"), Layout(), Training(), 0)
+    >>> ph = phase_transients(make_job("llama2-7b"), 0)
     >>> [t_.key for t_ in ph["forward"]], [t_.key for t_ in ph["loss-backward"]]
     (['logits_16bit', 'ce_per_token'], ['logits_grad_16bit'])
     >>> [t_.key for t_ in ph["backward"]], ph["optimizer"]
     (['output_freed'], ())
     """
+    x, layout, training = j.model, j.layout, j.training
     out = {ph: [] for ph in PHASES}
     if stage == output_stage(layout, training):
         fwd, bwd = _loss_transients(_loss_kind(layout, training))
         out["forward"] += list(fwd)
         out["loss-backward"] += list(bwd)
-        if training.defer_embedding_wgrad_compute:
+        if training.pipeline.defer_embedding_wgrad_compute:
             # kept from the step's first micro-batch to the flush, before the optimizer step
             for ph in ("forward", "loss-backward", "backward"):
                 out[ph].append(tr.deferred_wgrad_buffers(
-                    limit=training.wgrad_deferral_limit,
+                    limit=training.pipeline.wgrad_deferral_limit,
                     width=_activation_width(training),
                     sequence_parallel=_sequence_parallel(layout),
                     last_pending=ph != "backward"))
@@ -745,16 +746,15 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         out["backward"].append(Term("output_freed", -o, "the output layer's activations and "
                                     "the saved logits, freed by the loss's and the output "
                                     "layer's backward", _PHASE_SRC, label="output layer freed"))
-    if training.framework == "torchtitan" and layout.p > 1 \
-            and microbatches(layout, training) is not None:
+    if training.framework == "torchtitan" and layout.p > 1 and j.m is not None:
         # the pipeline's receive buffers outlive the step: the optimizer step sees them
         out["optimizer"].append(pipelining_recv_buffers(
             stage, layout.p, v if (layout.v or 1) > 1 else None, m,
-            _boundary_bytes(_sequence_parallel(layout), training), training.stage_placement))
+            _boundary_bytes(_sequence_parallel(layout), training), training.pipeline.stage_placement))
     # the sharding schemes' buffers are the frameworks' own (FSDP2, DeepSpeed): they join the
     # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
     # keep their published model-state forms and only the loss's transients
-    scheme = training.sharding if training.convention == "framework" else None
+    scheme = training.states.sharding if training.states.convention == "framework" else None
     if scheme == "fsdp" and layout.p > 1 and training.framework == "torchtitan":
         # torch.distributed.pipelining: nothing reshards and gradients accumulate unsharded
         # until the last micro-batch's backward reduce-scatters them, one block at a time
@@ -770,13 +770,13 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
         out["forward"].append(fs["unsharded_params"])
         out["loss-backward"].append(fs["unsharded_params"])
         out["backward"] += list(fs.terms)
-        if training.framework == "torchtitan" and training.finetune == "full":
+        if training.framework == "torchtitan" and training.adapters.finetune == "full":
             # torchtitan's embedding / output groups (its apply_fsdp, by release)
-            io = tr.fsdp2_io_groups(training.fsdp_root_group,
+            io = tr.fsdp2_io_groups(training.memory.fsdp_root_group,
                                     bool(x.untie_embeddings_and_output_weights), N_ll)
             for ph, terms in io.items():
                 out[ph] += list(terms)
-        if training.optimizer == "adam":
+        if training.states.optimizer == "adam":
             out["optimizer"] += list(tr.optimizer_step_transient((N_tp / t + N_rep) / (d * c)).terms)
     elif scheme == "zero3":
         z3 = tr.zero3_transients(N_ll)
@@ -801,7 +801,7 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
             # the blocks' backward makes each block's gradient shard as it frees the block's
             # activations: live bytes are linear in the blocks done, so the peak is at the
             # start (no gradient) or the end (no layer activation): -min(G, A_layers)
-            layers = resolved_stage_activations(x, layout, training, stage)
+            layers = resolved_stage_activations(j, stage)
             a_l = sp.Add(*(term.expr for term in layers.terms if term.key == "layer_activations"))
             out["backward"].append(Term(
                 "gradients_as_activations_freed", -sp.Min(-absent.expr, a_l),
@@ -815,9 +815,9 @@ def phase_transients(x, layout: Layout, training: Training, stage: int) -> dict:
             for ph, terms in out.items()}
 
 
-def _phase_parts(x, layout: Layout, training: Training, stage: int, m_known):
-    states, trans = states_and_transients(x, layout, training, stage)
-    act = list(resolved_stage_activations(x, layout, training, stage, m_known).terms)
+def _phase_parts(j: Job | UncheckedJob, stage: int):
+    states, trans = states_and_transients(j, stage)
+    act = list(resolved_stage_activations(j, stage).terms)
     return states, act, trans
 
 
@@ -847,9 +847,9 @@ def _outside_allocator(training: Training) -> tuple:
     beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
     Transformer Engine's userbuffers under ``tp_comm_overlap``
     (:func:`memsym.terms.transients.tp_comm_userbuffers`)."""
-    if training.tp_comm_overlap and training.convention == "framework" \
-            and getattr(training, "metric", "device") == "device":   # PyTorch's counters miss them
-        return (tr.tp_comm_userbuffers(training.precision == "fp8"),)
+    if training.comm.tp_comm_overlap and training.states.convention == "framework" \
+            and training.memory.metric == "device":   # PyTorch's counters miss them
+        return (tr.tp_comm_userbuffers(training.states.precision == "fp8"),)
     return ()
 
 
@@ -860,24 +860,22 @@ def _beyond_allocated(terms, training: Training) -> tuple:
     return tuple(allowance_terms(allocated)) + _outside_allocator(training)
 
 
-def resolved_stage_total(x, layout: Layout, training: Training, stage: int,
-                 m_known: bool | None = None) -> Total:
+def resolved_stage_total(j: Job | UncheckedJob, stage: int) -> Total:
     """:func:`stage_total` of a resolved architecture: the one composition of the per-GPU
     peak (model states + activations + the peak phase's transients + allowances), in the
     count symbols of :func:`stage_counts`; ``memsym.search`` compiles this same total over
     its grid."""
-    states, act, trans = _phase_parts(x, layout, training, stage, m_known)
+    states, act, trans = _phase_parts(j, stage)
     terms = states + act
     peak = _phase_term(act, trans)
     if peak is not None:
         terms.append(peak)
-    terms += list(_beyond_allocated(terms, training))
-    return Total(f"training memory per GPU, pipeline stage {stage} ({_role(stage, layout.p)})",
+    terms += list(_beyond_allocated(terms, j.training))
+    return Total(f"training memory per GPU, pipeline stage {stage} ({_role(stage, j.layout.p)})",
                  tuple(terms))
 
 
-def phase_totals(x, layout: Layout, training: Training, stage: int,
-                 m_known: bool | None = None) -> dict:
+def phase_totals(j: Job | UncheckedJob, stage: int) -> dict:
     r"""Each phase's per-GPU total on stage ``stage`` [bytes]: phase name -> Total.
 
     .. math::
@@ -893,17 +891,16 @@ def phase_totals(x, layout: Layout, training: Training, stage: int,
     Examples
     --------
     >>> from memsym.model import preset
-    >>> tots = phase_totals(preset("llama2-7b"), Layout(), Training(), 0)
+    >>> tots = phase_totals(make_job("llama2-7b"), 0)
     >>> sorted(tots)
     ['backward', 'forward', 'loss-backward', 'optimizer']
     """
-    states, act, trans = _phase_parts(_resolve(x, training) if not hasattr(x, "swiglu") else x,
-                                      layout, training, stage, m_known)
+    states, act, trans = _phase_parts(j, stage)
     out = {}
     for ph in PHASES:
         terms = list(states) + (list(act) if ph != "optimizer" else []) + list(trans[ph])
         out[ph] = Total(f"{ph} phase, pipeline stage {stage}",
-                        tuple(terms) + _beyond_allocated(terms, training))
+                        tuple(terms) + _beyond_allocated(terms, j.training))
     return out
 
 
@@ -919,9 +916,9 @@ def training_values(arch, layout: Layout = Layout(), training: Training = Traini
     (2, 4, 8, 32)
     """
     check_fields(layout, training)
-    x = _resolve(arch, training)
-    return {**_training_values(x, layout, training, allowances),
-            **stage_counts(x, layout, training, stage)}
+    j = unchecked(_resolve(arch, training), layout, training)
+    return {**_training_values(j.model, layout, training, allowances, j.m),
+            **stage_counts(j, stage)}
 
 
 _UNSET = object()
@@ -932,11 +929,11 @@ def _training_values(x, layout: Layout, training: Training, allowances: Mapping 
     """:func:`training_values` of a resolved architecture (``m_`` if already worked out)."""
     vals = arch_values(x, layout.t)     # already exact Integers
     vals.update({key: sp.Integer(val) for key, val in (
-        (s, training.seq_length), (b, training.micro_batch_size), (t, layout.t), (p, layout.p),
+        (s, training.batch.seq_length), (b, training.batch.micro_batch_size), (t, layout.t), (p, layout.p),
         (d, layout.d), (c, layout.c), (e, layout.e), (t_e, layout.expert_tp))})
-    vals[c_f] = exact(training.capacity_factor, "capacity_factor")
+    vals[c_f] = exact(training.memory.capacity_factor, "capacity_factor")
     if vals[c_f] <= 0:
-        raise InvalidValueError(f"capacity_factor must be > 0, got {training.capacity_factor}")
+        raise InvalidValueError(f"capacity_factor must be > 0, got {training.memory.capacity_factor}")
     if m_ is _UNSET:
         m_ = microbatches(layout, training)
     if m_ is not None:
@@ -944,7 +941,7 @@ def _training_values(x, layout: Layout, training: Training, allowances: Mapping 
     if layout.v is not None and layout.v > 1:
         vals[v] = sp.Integer(layout.v)
     # the memory metric's view (memsym.terms.allowances.METRICS): a user's allowances win
-    metric = METRICS[getattr(training, "metric", "device")][0]
+    metric = METRICS[training.memory.metric][0]
     vals.update(allowance_values({**metric, **dict(allowances or {})}))
     return vals
 
@@ -1129,14 +1126,14 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
     stages = candidate_stages(x, layout) if stage is None else [stage]
     results = {}
     for i in stages:
-        tot = resolved_stage_total(x, layout, training, i, j.m is not None)
-        vals_i = {**vals, **stage_counts(x, layout, training, i)}
+        tot = resolved_stage_total(j, i)
+        vals_i = {**vals, **stage_counts(j, i)}
         results[i] = (tot, tot.evaluate(vals_i), vals_i)
     best = max(results, key=lambda i: (results[i][1], -i))
-    phases = phase_totals(x, layout, training, best, j.m is not None)
+    phases = phase_totals(j, best)
     pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
     phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
-    opt = states_and_transients(x, layout, training, best)[1]["optimizer"]
+    opt = states_and_transients(j, best)[1]["optimizer"]
     step = tuple((term.key, term.evaluate(results[best][2]))
                  for term in opt if term.key in STEP_STATE_KEYS)
     return TrainingEstimate(results[best][0], results[best][2], best, _role(best, layout.p),

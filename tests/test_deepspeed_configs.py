@@ -333,7 +333,7 @@ def test_transformers_zero2_filled_from_the_trainer_arguments():
     assert (j.layout.d, t.micro_batch_size, t.global_batch_size) == (8, 4, 32)
     # the IPG buckets DeepSpeed allocates (stage_1_and_2.py, setup_buckets): buf_0 and, with
     # overlap_comm, buf_1, each reduce_bucket_size elements of the 2-byte optimizer dtype
-    ipg = [term for term in phase_transients(j.model, j.layout, t, 0)["backward"]
+    ipg = [term for term in phase_transients(j, 0)["backward"]
            if term.key == "ipg_buckets"]
     assert [int(term.expr) for term in ipg] == [2 * 200_000_000 * 2]
 

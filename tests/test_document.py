@@ -198,12 +198,12 @@ def _cluster_report():
     import argparse
 
     from memsym.cli.job_report import communication_report
-    from memsym.model import preset, resolve
+    from memsym.job import job
 
     lay, tr = Layout(t=8, p=4, d=4), Training(seq_length=8192, global_batch_size=256)
     args = argparse.Namespace(gpu="h100-80gb", efficiency=None, gpus_per_node=None,
                               intra_node_bandwidth=None, inter_node_bandwidth=None)
-    return lay, tr, communication_report(args, resolve(preset("llama3-70b")), lay, tr)
+    return lay, tr, communication_report(args, job("llama3-70b", layout=lay, training=tr))
 
 
 @needs_tex
@@ -309,7 +309,7 @@ def test_job_document_accepts_a_job():
 def test_solve_without_closed_form_says_how_it_was_found():
     # p has no closed form (the stage's counts change with p in steps): the document says so
     # and how the integer was found, never "too long for a line"
-    from memsym.analysis import solve_job
+    from memsym.job_solver import solve_job
     from memsym.job import job
 
     j = job("gpt3-175b", tp=8, pp=4, dp=8, seq_length=2048, recompute="full", num_microbatches=16)

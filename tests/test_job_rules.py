@@ -321,8 +321,7 @@ def test_v_placement_puts_the_output_and_the_loss_on_rank_0():
     for j, holder in ((v_, 0), (loop, 1)):
         for rank in (0, 1):
             keys = {t_.key for t_ in stage_activations(j.model, j.layout, j.training, rank)}
-            loss = {t_.key for t_ in phase_transients(j.model, j.layout, j.training,
-                                                      rank)["forward"]}
+            loss = {t_.key for t_ in phase_transients(j, rank)["forward"]}
             assert ("output_activations" in keys) == (rank == holder), (holder, rank)
             assert bool(loss & {"logits_16bit", "logits_fp32"}) == (rank == holder), loss
 

@@ -45,11 +45,11 @@ LAYERS = (
     # table, which reads only the architecture (the stage split checks a layout against it)
     ("model", ("memsym.model", "memsym.rules")),
     # the job record and the frameworks' defaults
-    ("job", ("memsym.job_record", "memsym.job")),
+    ("job", ("memsym.job_record", "memsym.job", "memsym.unchecked_job")),
     # the per-GPU total of a job
     ("composition", ("memsym.training",)),
     # consumers of the composed total, side by side
-    ("consumers", ("memsym.timing", "memsym.analysis", "memsym.search", "memsym.conventions",
+    ("consumers", ("memsym.timing", "memsym.analysis", "memsym.job_solver", "memsym.search", "memsym.conventions",
                    "memsym.measure", "memsym.reference_layers", "memsym.advice",
                    "memsym.sensitivity")),
     ("readers", ("memsym.readers",)),

@@ -145,7 +145,7 @@ def test_deferred_embedding_wgrad_keeps_the_output_layers_tensors_on_the_last_st
         assert j.training.defer_embedding_wgrad_compute
         x, lay, trn = j.model, j.layout, j.training
         for stage in range(4):
-            ph = phase_transients(x, lay, trn, stage)
+            ph = phase_transients(j, stage)
             keys = {ph_: [t_.key for t_ in ph[ph_]] for ph_ in ph}
             held = [ph_ for ph_, k in keys.items() if "deferred_wgrad_buffers" in k]
             assert held == (["forward", "loss-backward", "backward"] if stage == 3 else []), \
@@ -154,7 +154,7 @@ def test_deferred_embedding_wgrad_keeps_the_output_layers_tensors_on_the_last_st
         inp, grad = 2 * 4096 * 4096 // 2, 2 * 4096 * 128256 // 2     # bf16, per micro-batch
         per_mb = inp + grad
         held = {ph_: next(t_ for t_ in terms if t_.key == "deferred_wgrad_buffers").expr.subs(vals)
-                for ph_, terms in phase_transients(x, lay, trn, 3).items() if ph_ != "optimizer"}
+                for ph_, terms in phase_transients(j, 3).items() if ph_ != "optimizer"}
         # at the last deferred backward all n; before it (the last micro-batch's forward and
         # its loss's backward, whose logits gradient is the loss's own term) one gradient fewer
         assert held["backward"] == n * per_mb

@@ -562,7 +562,7 @@ def test_cli_plot_breakdown_by_phase_bars_are_the_phase_totals(monkeypatch, tmp_
 
     segs = phase_segments(est, j)
     ax = phase_breakdown(segs, capacity=80 * GB).axes[0]
-    lib = phase_totals(j.model, j.layout, j.training, est.stage)
+    lib = phase_totals(j, est.stage)
     assert [top * GB for top in _bar_tops(ax)] == pytest.approx(
         [float(lib[ph].evaluate(est.values)) for ph in PHASES], rel=1e-12)
     assert all(v >= 0 for bd in segs.values() for v in bd.values())

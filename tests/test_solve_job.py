@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import sympy as sp
 
-from memsym.analysis import solve_job
+from memsym.job_solver import solve_job
 from memsym.errors import InvalidValueError, NoFitError, UnknownNameError
 from memsym.job import job
 from memsym.training import Layout, Training, training_memory

@@ -441,12 +441,13 @@ def test_phase_peak_fsdp_by_hand():
     from memsym.model import preset
     from memsym.symbols import N_ll, c, d
     from memsym.training import phase_transients, stage_counts
+    from memsym.unchecked_job import unchecked
 
     tr = Training(seq_length=4096, sharding="fsdp")
     x = preset("llama2-7b")
     n_ll = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
-    assert stage_counts(x, Layout(d=8), tr, 0)[N_ll] == n_ll
-    ph = phase_transients(x, Layout(d=8), tr, 0)
+    assert stage_counts(unchecked(x, Layout(d=8), tr), 0)[N_ll] == n_ll
+    ph = phase_transients(unchecked(x, Layout(d=8), tr), 0)
     vals = {N_ll: n_ll, d: 8, c: 1}
     fwd = {t_.key: t_.expr.subs(vals) for t_ in ph["forward"]}
     # two blocks all-gathered in bf16 (current + prefetched)
@@ -538,7 +539,7 @@ def test_bf16_grad_main_copy_is_an_optimizer_step_transient():
 def test_peak_over_phases_solves_in_closed_form():
     # ZeRO-3 holds its fp32 gradient partition only in the step: the total is a Max over
     # phases; the smallest d is still exact and equals a brute-force scan of the estimate
-    from memsym.analysis import solve_job
+    from memsym.job_solver import solve_job
     from memsym.job import job
 
     j = job("llama2-13b", dp=2, sharding="zero3", seq_length=4096, recompute="full",

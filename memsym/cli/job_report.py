@@ -29,7 +29,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
     def priced() -> dict:
         # the same block whatever the memory convention: communication does not depend on it
         if cluster and cluster_known(args):
-            return communication_report(args, arch, layout, training)
+            return communication_report(args, j)
         return {}
 
     common = {
@@ -38,26 +38,26 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                    "ep": layout.e, "etp": layout.expert_tp, "vpp": layout.v,
                    "sequence_parallel": layout.sequence_parallel,
                    "world_size": layout.world_size},
-        "training": {"seq_length": training.seq_length,
-                     "micro_batch_size": training.micro_batch_size,
-                     "recompute": training.recompute,
-                     "recompute_method": training.recompute_method,
-                     "recompute_num_layers": training.recompute_num_layers,
+        "training": {"seq_length": training.batch.seq_length,
+                     "micro_batch_size": training.batch.micro_batch_size,
+                     "recompute": training.memory.recompute,
+                     "recompute_method": training.memory.recompute_method,
+                     "recompute_num_layers": training.memory.recompute_num_layers,
                      "recompute_modules": list(recompute_modules_of(training))
-                     if training.recompute == "selective" else None,
-                     "flash_attention": training.flash_attention,
-                     "dropout": training.dropout, "schedule": training.schedule,
-                     "stage_placement": training.stage_placement,
-                     "framework": training.framework, "compiled_loss": training.compiled_loss,
-                     "loss_parallel": training.loss_parallel,
-                     "overlap_grad_reduce": training.overlap_grad_reduce,
-                     "overlap_param_gather": training.overlap_param_gather,
-                     "tp_comm_overlap": training.tp_comm_overlap,
+                     if training.memory.recompute == "selective" else None,
+                     "flash_attention": training.memory.flash_attention,
+                     "dropout": training.memory.dropout, "schedule": training.pipeline.schedule,
+                     "stage_placement": training.pipeline.stage_placement,
+                     "framework": training.framework, "compiled_loss": training.memory.compiled_loss,
+                     "loss_parallel": training.memory.loss_parallel,
+                     "overlap_grad_reduce": training.comm.overlap_grad_reduce,
+                     "overlap_param_gather": training.comm.overlap_param_gather,
+                     "tp_comm_overlap": training.comm.tp_comm_overlap,
                      "overlap_moe_expert_parallel_comm":
-                         training.overlap_moe_expert_parallel_comm,
-                     "overlap_p2p_comm": training.overlap_p2p_comm,
-                     "defer_embedding_wgrad_compute": training.defer_embedding_wgrad_compute,
-                     "wgrad_deferral_limit": training.wgrad_deferral_limit,
+                         training.comm.overlap_moe_expert_parallel_comm,
+                     "overlap_p2p_comm": training.pipeline.overlap_p2p_comm,
+                     "defer_embedding_wgrad_compute": training.pipeline.defer_embedding_wgrad_compute,
+                     "wgrad_deferral_limit": training.pipeline.wgrad_deferral_limit,
                      "first_stage_layers": layout.first_stage_layers,
                      "last_stage_layers": layout.last_stage_layers,
                      "pipeline_layout": None if layout.pipeline_layout is None
@@ -104,7 +104,7 @@ def metric_report(args, j, rep: dict, total) -> int:
     from ..terms.allowances import METRICS
     from ..training import job_memory
 
-    name = j.training.metric
+    name = j.training.memory.metric
     if name == "device" or args.convention in ("megatron-lm", "megatron-bridge"):
         device = total
     else:
@@ -169,15 +169,18 @@ def cluster_known(args) -> bool:
         any(getattr(args, dest, None) is not None for _, dest in PRICING)
 
 
-def communication_report(args, arch, layout, training) -> dict:
+def communication_report(args, j) -> dict:
     """``communication``, ``bubble``, ``flops``, ``step_time_s``, ``mfu`` of the layout on the
     cluster the options describe (:func:`memsym.timing.report.step_report` with the layout:
     step time, bubble and MFU from :func:`memsym.timing.step.step_time`, the exact schedule;
     MFU on GEMM-count FLOPs; ``--efficiency`` the explicit achieved-GEMM-efficiency override)."""
     from ..model import active_parameter_count, moe_layer_pattern
     from ..timing.report import step_report
-    from ..training import arch_values, job_stage_parameters, microbatches
+    from ..training import arch_values, job_stage_parameters
 
+    arch, layout, training = j.model, j.layout, j.training
+    if j.m is None:     # one micro-batch per step when none given (as step_report prices it)
+        training = training.replace(num_microbatches=1, global_batch_size=None)
     values = {str(sym): int(val) for sym, val in arch_values(arch, layout.t).items()}
     # FLOPs: 6 N per token on the parameters a token passes through (the active ones for
     # MoE), as memsym search prices them: Korthikanti's 72BLsh^2 form assumes a GPT layer
@@ -186,20 +189,20 @@ def communication_report(args, arch, layout, training) -> dict:
     # data parallelism reduces the gradients a GPU holds: the heaviest stage's dense and
     # expert parameters (experts/(e t_e) of them); the ring factor uses d for both groups
     heaviest = max(
-        (job_stage_parameters(arch, layout, training, i).per_gpu for i in range(layout.p)))
+        (job_stage_parameters(j, i).per_gpu for i in range(layout.p)))
     dp_params = heaviest * layout.p * layout.t
-    m_ = microbatches(layout, training) or 1
-    if training.grad_dtype in ("bf16", "fp16"):   # --grad-reduce-in-bf16: 2-byte gradients
+    m_ = j.m or 1       # the job's m, computed once when it was built
+    if training.states.grad_dtype in ("bf16", "fp16"):   # --grad-reduce-in-bf16: 2-byte gradients
         values["b_g"] = 2                           # reduced, as the step time prices them
-    values.update({"s": training.seq_length, "b": training.micro_batch_size, "m": m_,
+    values.update({"s": training.batch.seq_length, "b": training.batch.micro_batch_size, "m": m_,
                    "t": layout.t, "p": layout.p, "d": layout.d, "c": layout.c, "e": layout.e,
                    "v": layout.v or 1})
     if arch.num_experts:
         values["L_m"] = sum(moe_layer_pattern(arch))
     gb = 10**9
     return step_report(
-        values, gpu=args.gpu or "h100-80gb", precision=training.precision,
-        sharding=training.sharding, recompute=training.recompute,
+        values, gpu=args.gpu or "h100-80gb", precision=training.states.precision,
+        sharding=training.states.sharding, recompute=training.memory.recompute,
         sequence_parallel=layout.sequence_parallel, interleaved=(layout.v or 1) > 1,
         efficiency=args.efficiency, gpus_per_node=args.gpus_per_node,
         intra_node_bandwidth=None if args.intra_node_bandwidth is None else args.intra_node_bandwidth * gb,
@@ -207,5 +210,5 @@ def communication_report(args, arch, layout, training) -> dict:
         dp_params=dp_params, formula="6n", arch=arch, layout=layout, training=training,
         mfu_flops=getattr(args, "mfu_flops", None) or "gemm",
         pipelined_fsdp=(FRAMEWORK[training.framework].torch_pipelining
-                        and training.sharding == "fsdp"
-                        and layout.p > 1))
+                        and training.states.sharding == "fsdp"
+                        and layout.p > 1), m=j.m or 1)

@@ -51,7 +51,7 @@ def run_job(args) -> int:
     if args.solve is not None:
         if j.capacity is None:
             raise InvalidValueError("--solve needs --gpu-memory C or --gpu NAME")
-        from ..analysis import solve_job
+        from ..job_solver import solve_job
 
         solution = solve_job(j, args.solve, j.capacity)
         j = solution.job          # the document shows the job at the solved value
@@ -63,7 +63,7 @@ def run_job(args) -> int:
         priced = argparse.Namespace(**{k: getattr(args, k, None) for k in (
             "gpu", "efficiency", "gpus_per_node", "intra_node_bandwidth",
             "inter_node_bandwidth", "mfu_flops")})
-        cluster = communication_report(priced, j.model, j.layout, j.training)
+        cluster = communication_report(priced, j)
     if args.markdown:
         text = document.job_markdown(j, solve=solution, cluster=cluster)
     elif args.document:

@@ -31,7 +31,7 @@ PLOT_KINDS = ("breakdown", "memory-vs", "feasibility", "step-time", "timeline")
 #: Unknowns ``plot memory-vs`` draws against (registry names; b and s grow memory).
 PLOT_UNKNOWNS = {"dp": "d", "d": "d", "tp": "t", "t": "t", "pp": "p", "p": "p", "cp": "c",
                  "c": "c", "micro-batch-size": "b", "b": "b", "seq-length": "s", "s": "s"}
-#: ``memsym solve UNKNOWN``: unknown -> help (the unknowns of memsym.analysis.solve_job).
+#: ``memsym solve UNKNOWN``: unknown -> help (the unknowns of memsym.job_solver.solve_job).
 SOLVE_UNKNOWNS = {
     "dp": "smallest data-parallel size d that fits",
     "tp": "smallest tensor-parallel size t that fits",

@@ -136,8 +136,7 @@ def phase_segments(estimate, job) -> dict:
     each phase's segments add up to its total (:meth:`TrainingEstimate.phases`)."""
     from ..training import (ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS, phase_totals)
 
-    totals = phase_totals(job.model, job.layout, job.training, estimate.stage,
-                          job.m is not None)
+    totals = phase_totals(job, estimate.stage)
     out = {}
     for ph, tot in totals.items():
         bd = tot.breakdown(estimate.values)
@@ -196,7 +195,7 @@ def _re_estimate(arch, layout, training, unknown):
         if field is not None:
             return training_memory(arch, replace(layout, **{field: n}), training).bytes_total
         key = "micro_batch_size" if unknown == "b" else "seq_length"
-        return training_memory(arch, layout, replace(training, **{key: n})).bytes_total
+        return training_memory(arch, layout, training.replace(**{key: n})).bytes_total
 
     return evaluate
 
@@ -277,7 +276,7 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
                                  evaluate=evaluate, solution=solution,
                                  title=args.title or sweep_title(estimate, arch, unknown))
     elif args.kind == "step-time":
-        fig = _step_time_figure(args, arch, layout, training, name)
+        fig = _step_time_figure(args, job, name)
     elif args.kind == "timeline":
         from .options import margin_bytes
 
@@ -295,7 +294,7 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
                                         "search runs over the job's world size)")
             from ..search import search
 
-            if training.recompute_modules is not None:   # not a search choice: never dropped silently
+            if training.memory.recompute_modules is not None:   # not a search choice: never dropped silently
                 raise InvalidValueError("plot feasibility searches the recompute modes; "
                                         "--recompute-modules is not one of its choices")
             # the job's own training choices; the map varies the layout knobs
@@ -305,15 +304,15 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
             intra, inter = (None if getattr(args, k, None) is None else getattr(args, k) * gb
                             for k in ("intra_node_bandwidth", "inter_node_bandwidth"))
             clu = cluster_for(args.gpu, getattr(args, "gpus_per_node", None) or 8, intra, inter)
-            res = search(arch, args.gpu, layout.world_size, seq_length=training.seq_length,
+            res = search(arch, args.gpu, layout.world_size, seq_length=training.batch.seq_length,
                          cluster=clu, efficiency=getattr(args, "efficiency", None),
-                         micro_batch_sizes=[training.micro_batch_size],
-                         global_batch_size=training.global_batch_size,
-                         recompute=[training.recompute], sharding=[training.sharding],
+                         micro_batch_sizes=[training.batch.micro_batch_size],
+                         global_batch_size=training.batch.global_batch_size,
+                         recompute=[training.memory.recompute], sharding=[training.states.sharding],
                          **({"capacity": cap} if cap is not None else {}))
         fig = plotting.feasibility(res, x=args.map_x, y=args.map_y, value=args.map_value,
                                    title=args.title)
-        if search_result is None and training.global_batch_size is not None:
+        if search_result is None and training.batch.global_batch_size is not None:
             # step times priced here: say on which cluster, under the title (the legend
             # below the axes takes the space under the x axis)
             import textwrap
@@ -331,7 +330,7 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     return 0
 
 
-def step_parts(args, arch, layout, training) -> dict:
+def step_parts(args, j) -> dict:
     """``step_time_s``, ``step_time_parts_s`` and ``communication`` of the job on ``args.gpu``
     exactly as ``memsym estimate --gpu NAME --json`` reports them with the same cluster options
     (:func:`memsym.cli.job_report.communication_report`: ``--gpus-per-node``, the bandwidths
@@ -342,17 +341,17 @@ def step_parts(args, arch, layout, training) -> dict:
 
     opts = SimpleNamespace(gpu=args.gpu, mfu_flops=None, **{
         dest: getattr(args, dest, None) for dest in _CLUSTER})
-    return communication_report(opts, arch, layout, training)
+    return communication_report(opts, j)
 
 
-def _step_time_figure(args, arch, layout, training, name):
+def _step_time_figure(args, j, name):
     from .. import plotting
     from ..errors import InvalidValueError
 
-    if arch is None or layout is None or training is None or not getattr(args, "gpu", None):
+    if j is None or not getattr(args, "gpu", None):
         raise InvalidValueError("plot step-time needs a MODEL and --gpu NAME (the step is "
                                 "priced on that GPU)")
-    rep = step_parts(args, arch, layout, training)
+    rep = step_parts(args, j)
     fig = plotting.step_time_bars(
         rep["step_time_parts_s"], rep["step_time_s"],
         title=args.title or f"Step time by part on {args.gpu}: {rep['step_time_s']:.3g} s\n{name}")
@@ -406,7 +405,7 @@ def run(args) -> int:
     est = job_memory(j)
     solution = None
     if args.kind == "memory-vs" and j.capacity is not None:
-        from ..analysis import solve_job
+        from ..job_solver import solve_job
 
         name = {"d": "dp", "t": "tp", "p": "pp", "c": "cp", "b": "micro-batch-size",
                 "s": "seq-length"}.get(UNKNOWNS[args.vs])

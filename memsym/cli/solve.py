@@ -2,7 +2,7 @@
 
 ``memsym solve UNKNOWN MODEL ... --gpu-memory C | --gpu NAME`` solves the full per-GPU total
 (model states + activations + allowances on the most-loaded stage,
-:func:`memsym.analysis.solve_job`); ``memsym solve dp --params N ...`` (no MODEL) keeps the
+:func:`memsym.job_solver.solve_job`); ``memsym solve dp --params N ...`` (no MODEL) keeps the
 model-state-only path of seed 000.  Also :func:`job_from_args`, the Job of the job options,
 shared by ``latex`` and ``plot``.
 """
@@ -14,7 +14,7 @@ import sys
 from .option_table import SOLVE_UNKNOWNS, add_options
 from .options import emit_json
 
-#: unknown -> help (the unknowns of memsym.analysis.solve_job)
+#: unknown -> help (the unknowns of memsym.job_solver.solve_job)
 UNKNOWNS = SOLVE_UNKNOWNS
 
 
@@ -57,7 +57,7 @@ def run(args) -> int:
             raise InvalidValueError(f"solve {args.unknown} needs a MODEL (a preset, a config.json "
                                     "or a Hub id) and --seq-length")
         return run_dp(args)
-    from ..analysis import solve_job
+    from ..job_solver import solve_job
 
     fix_dp = args.world_size is not None and getattr(args, "dp", None) is not None
     if args.world_size is not None and args.unknown in ("tp", "pp", "cp") and fix_dp:
@@ -141,7 +141,7 @@ def _bytes(value) -> int:
 
 
 def report_job(sol, j, args) -> None:
-    """Print a :class:`~memsym.analysis.JobSolution`: JSON, or the closed form, the integer,
+    """Print a :class:`~memsym.job_solver.JobSolution`: JSON, or the closed form, the integer,
     the stage and the check as lines."""
     from ..printing import latex
 

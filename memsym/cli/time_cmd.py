@@ -164,7 +164,7 @@ def job_time_report(args) -> dict:
     cluster = types.SimpleNamespace(gpu=args.gpu, efficiency=args.efficiency,
                                     gpus_per_node=args.gpus_per_node,
                                     intra_node_bandwidth=None, inter_node_bandwidth=None)
-    step = communication_report(cluster, j.model, j.layout, j.training)
+    step = communication_report(cluster, j)
     steps = math.ceil(args.tokens / (batch * seq))
     seconds = steps * step["step_time_s"]
     hours = seconds * args.gpus / 3600

@@ -163,9 +163,9 @@ def megatron_job_from_args(args):
         said = [f for f in flags if f in given]
         if option in own and said:
             base = megatron_job(mj, **{k: v for k, v in own.items() if k != option})
-            if getattr(base.training, option) != own[option]:
+            if base.training.value(option) != own[option]:
                 raise InvalidValueError(f"--{option} {own[option]} contradicts {said[0]} "
-                                        f"({getattr(base.training, option)}); give one of them")
+                                        f"({base.training.value(option)}); give one of them")
     if "sharding" in own:   # memsym's --sharding decides: Megatron's DDP default is not used
         import dataclasses
 

@@ -398,7 +398,10 @@ def layer_parameters(arch: Architecture, moe: bool = False) -> dict:
 def _layer_parameters(x, moe: bool) -> tuple:
     # cached per (architecture, kind): the search asks for the same two layer kinds for
     # hundreds of stages; a tuple of pairs, copied into a fresh dict by the caller
-    vals = parameter_values(replace(x, position_embedding_type="rope"))  # no s_max needed here
+    # no s_max needed here: a rope model is counted as it is (not resolved again), a model
+    # with learned positions as its rope variant
+    vals = parameter_values(x if x.position_embedding_type == "rope"
+                            else replace(x, position_embedding_type="rope"))
     parts = layer_parts(x, moe)
     return (("tp", as_int(sum((q[0] for q in parts.values()), ZERO), vals)),
             ("replicated", as_int(sum((q[1] for q in parts.values()), ZERO), vals)),

@@ -244,12 +244,12 @@ def from_job(model, gpu, options: dict):
     if not isinstance(model, Job):
         return model, gpu
     tr = model.training
-    for key, val in (("seq_length", tr.seq_length), ("global_batch_size", tr.global_batch_size),
-                     ("precision", tr.precision), ("optimizer", tr.optimizer),
-                     ("convention", tr.convention), ("flash_attention", tr.flash_attention),
-                     ("dropout", tr.dropout), ("schedule", tr.schedule),
-                     ("capacity_factor", tr.capacity_factor), ("finetune", tr.finetune),
-                     ("lora_rank", tr.lora_rank), ("allowances", dict(model.allowances)),
+    for key, val in (("seq_length", tr.batch.seq_length), ("global_batch_size", tr.batch.global_batch_size),
+                     ("precision", tr.states.precision), ("optimizer", tr.states.optimizer),
+                     ("convention", tr.states.convention), ("flash_attention", tr.memory.flash_attention),
+                     ("dropout", tr.memory.dropout), ("schedule", tr.pipeline.schedule),
+                     ("capacity_factor", tr.memory.capacity_factor), ("finetune", tr.adapters.finetune),
+                     ("lora_rank", tr.adapters.lora_rank), ("allowances", dict(model.allowances)),
                      ("framework", tr.framework),
                      ("capacity", model.capacity)):
         if val is not None:

@@ -8,7 +8,8 @@ import functools
 
 import sympy as sp
 
-from ..symbols import M_alloc
+from ..symbols import M_alloc, m
+from ..unchecked_job import UncheckedJob
 from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as _STATE_KEYS,
                         allowance_terms, resolved_stage_activations, resolved_stage_total,
                         stage_counts, states_and_transients)
@@ -17,6 +18,13 @@ from .space import Space, recompute_layers
 from .grid import with_split
 from ..numeric import compile_expr
 from ..model import moe_layer_pattern, stage_layers
+
+
+def _unchecked(space: Space, lay: Layout, trn) -> UncheckedJob:
+    # not a memsym.job.Job: the layout stands for every t > 1 (t = 2) and every v > 1 (v = 2),
+    # which the rule table could refuse for this model; the search checks each row it binds
+    # (memsym.search.grid).  m is the symbol each row binds, when the global batch is given
+    return UncheckedJob(space.arch, lay, trn, m if space.global_batch_size is not None else None)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -133,8 +141,8 @@ def choice_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, s
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
-    tot = resolved_stage_total(space.arch, lay, space.training(recompute=rc, sharding=scheme, offload=off),
-                       stage, space.global_batch_size is not None)
+    tot = resolved_stage_total(
+        _unchecked(space, lay, space.training(recompute=rc, sharding=scheme, offload=off)), stage)
     allow = set(_ALLOW)
     kept = tuple(term for term in tot if term.key not in allow)
     states = tuple(term for term in kept if term.key in _STATE_KEYS or term.key.startswith("expert_"))
@@ -153,8 +161,8 @@ def _act_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp:
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
-    act = resolved_stage_activations(space.arch, lay, space.training(recompute=rc, offload=off), stage,
-                             space.global_batch_size is not None)
+    act = resolved_stage_activations(
+        _unchecked(space, lay, space.training(recompute=rc, offload=off)), stage)
     rest = sp.Add(*(term.expr for term in act if term.key != "layer_activations"))
     layer = sp.Add(*(term.expr for term in act if term.key == "layer_activations"))
     return rest, layer
@@ -171,7 +179,7 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
     trn = space.training(recompute=rc, sharding=scheme, offload=off)
-    steady, trans = states_and_transients(space.arch, lay, trn, stage)
+    steady, trans = states_and_transients(_unchecked(space, lay, trn), stage)
     states = tuple(steady)
     rest, layer = _act_template(space, rc, sp_on, inter, off, pp, stage)
     # the phase transients depend on the scheme (FSDP2 / ZeRO buffers): per template; the
@@ -210,5 +218,5 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int) -> tu
         lay = Layout(t=tt, p=pp, e=ee, first_stage_layers=space.first_stage_layers,
                      last_stage_layers=space.last_stage_layers)
         _COUNTS[key] = tuple((str(k), v) for k, v in
-                             stage_counts(space.arch, lay, space.training(), stage).items())
+                             stage_counts(_unchecked(space, lay, space.training()), stage).items())
     return _COUNTS[key]

@@ -45,7 +45,7 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
                 overlap: str = "none", efficiency=None, formula: str = "memsym",
                 gpus_per_node=None, intra_node_bandwidth=None, inter_node_bandwidth=None,
                 dp_params=None, arch=None, layout=None, training=None,
-                mfu_flops: str = "gemm", pipelined_fsdp: bool = False) -> dict:
+                mfu_flops: str = "gemm", pipelined_fsdp: bool = False, m=None) -> dict:
     """Communication, bubble, FLOPs, step time and MFU of one configuration, as plain numbers.
 
     Parameters
@@ -177,7 +177,7 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
 
     if arch is not None:
         return _predicted_report(locals(), arch, layout, training, clu, efficiency, mfu_flops,
-                                 num)
+                                 num, m)
     return {
         "communication": {key: {"bytes": num(bytes_bd[key], f"{key} bytes"),
                                 "seconds": num(secs_bd[key], f"{key} time [s]"),
@@ -204,23 +204,25 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     }
 
 
-def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_flops, num) -> dict:
+def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_flops, num,
+                      m=None) -> dict:
     """:func:`step_report` with the step time of :func:`memsym.timing.step.step_time` (exact
     schedule) and the MFU on GEMM-count (or 6N) model FLOPs."""
     kind = choose("MFU FLOP count", mfu_flops, ("gemm", "6n"))
-    if microbatches(layout, training) is None:     # one micro-batch per step when none given
-        training = _replace(training, num_microbatches=1, global_batch_size=None)
+    m = microbatches(layout, training) if m is None else m    # a Job's m when given
+    if m is None:     # one micro-batch per step when none given
+        training, m = training.replace(num_microbatches=1, global_batch_size=None), 1
     eta_gemm = None if efficiency is None else float(positive(efficiency, "efficiency"))
-    st = predicted_step(arch, layout, training, clu.gpu.name, clu, eta_gemm=eta_gemm)
+    st = predicted_step(arch, layout, training, clu.gpu.name, clu, eta_gemm=eta_gemm, m=m)
     batch, gpus_total = ctx["batch"], ctx["gpus_total"]
-    s_ = training.seq_length
-    peak = float(clu.gpu.peak(training.precision)) * gpus_total
+    s_ = training.batch.seq_length
+    peak = float(clu.gpu.peak(training.states.precision)) * gpus_total
     six_n = float(ctx["model"])
     gemm = 3.0 * forward_flops_per_token(shape_of(arch), s_, causal=True) * batch * s_
     model = gemm if kind == "gemm" else six_n
     # hardware FLOPs: full recomputation runs every forward twice (4 passes, not 3);
     # selective recomputes attention's core only (priced in the step, not counted here)
-    hardware_ = model * (sp.Rational(4, 3) if training.recompute == "full" else 1)
+    hardware_ = model * (sp.Rational(4, 3) if training.memory.recompute == "full" else 1)
     busy = st.parts["pipeline"] - st.bubble
     # one communication model: the groups' bytes, seconds and links are the step time's own
     # (memsym.timing.step.StepTime.communication: the same collectives, gradient bytes,
@@ -231,9 +233,9 @@ def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_fl
         # for 1F1B, (p-1)/(v m) interleaved where that holds); its seconds with the real
         # stage times (embedding, output layer, uneven ends) are step_time_parts_s["bubble"]
         "bubble": float(schedule_bubble(
-            "gpipe" if training.schedule == "gpipe" else "1f1b", layout.p,
+            "gpipe" if training.pipeline.schedule == "gpipe" else "1f1b", layout.p,
             st.assumptions["microbatches"], layout.v or 1,
-            backward_ratio=3 if training.recompute == "full" else 2)),
+            backward_ratio=3 if training.memory.recompute == "full" else 2)),
         "bubble_of_busy_time": float(st.bubble / busy) if busy > 0 else 0.0,
         "flops": {"model": float(model), "hardware": float(hardware_), "model_6n": six_n,
                   "model_gemm": float(gemm)},
@@ -246,8 +248,8 @@ def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_fl
         "gpus": gpus_total,
         "warnings": layout_warnings(ctx["vals"], clu.domain),
         "assumptions": {
-            "cluster": clu.name, "gpu": clu.gpu.name, "precision": training.precision,
-            "peak_flops_per_gpu": float(clu.gpu.peak(training.precision)),
+            "cluster": clu.name, "gpu": clu.gpu.name, "precision": training.states.precision,
+            "peak_flops_per_gpu": float(clu.gpu.peak(training.states.precision)),
             "efficiency": None if eta_gemm is None else eta_gemm,
             "step_model": "memsym.timing.step.step_time: GEMM shapes on the efficiency curve, "
                           "collectives with overlap, exact pipeline schedule",
@@ -257,7 +259,7 @@ def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_fl
             "gpus_per_node": clu.gpus_per_node,
             "intra_node_bandwidth_bytes_per_s": float(clu.intra_node_bandwidth),
             "inter_node_bandwidth_bytes_per_s": float(clu.inter_node_bandwidth),
-            "recompute": training.recompute,
+            "recompute": training.memory.recompute,
             "launchable": st.assumptions["launchable"],
         },
     }

@@ -641,15 +641,15 @@ def _recompute_fraction(arch, layout, training) -> float:
     # Megatron's --recompute-method block N reruns the first N layers of each model chunk;
     # torchtitan's layer SAC every N-th block of a rank (floor(n/N) of its n, the rank with
     # the most layers: the slowest stage)
-    method = getattr(training, "recompute_method", None) if training.recompute == "full" else None
+    method = training.memory.recompute_method if training.memory.recompute == "full" else None
     if method == "every":
         n = int(most_layers_per_rank(arch.num_layers, layout.p, layout.first_stage_layers or 0,
                                      layout.last_stage_layers or 0))
-        return (n // training.recompute_num_layers) / n
+        return (n // training.memory.recompute_num_layers) / n
     if method != "block":
         return 1.0
     chunk = arch.num_layers / (layout.p * (layout.v or 1))
-    return min(training.recompute_num_layers, chunk) / chunk
+    return min(training.memory.recompute_num_layers, chunk) / chunk
 
 
 def _group(st: Settings, p: int, m: int, v: int):
@@ -682,27 +682,24 @@ def overlap_of(training) -> Overlap:
     >>> o.grad_reduce, o.param_gather, o.tp_comm
     (True, True, False)
     """
-    if training.framework == "torchtitan":
-        default = True
-    elif training.framework == "deepspeed":
-        default = training.sharding == "zero3"
-    else:
-        default = False
+    default = training.framework == "torchtitan" or (training.framework == "deepspeed"
+                                                     and training.states.sharding == "zero3")
 
     def pick(value):
         return default if value is None else bool(value)
 
-    return Overlap(grad_reduce=pick(training.overlap_grad_reduce),
-                   param_gather=pick(training.overlap_param_gather),
-                   tp_comm=bool(training.tp_comm_overlap),
+    return Overlap(grad_reduce=pick(training.comm.overlap_grad_reduce),
+                   param_gather=pick(training.comm.overlap_param_gather),
+                   tp_comm=bool(training.comm.tp_comm_overlap),
                    # torchtitan's async TP is torch's micro-pipelining, not TE's userbuffers
                    tp_comm_split=training.framework != "torchtitan",
-                   ep_a2a=bool(training.overlap_moe_expert_parallel_comm),
-                   pp_p2p=bool(training.overlap_p2p_comm))
+                   ep_a2a=bool(training.comm.overlap_moe_expert_parallel_comm),
+                   pp_p2p=bool(training.pipeline.overlap_p2p_comm))
 
 
 def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, *,
-              overlap: Overlap | None = None, eta_gemm=None, flops_per_token=None) -> StepTime:
+              overlap: Overlap | None = None, eta_gemm=None, flops_per_token=None,
+              m: int | None = None) -> StepTime:
     r"""Step time of one layout [s], with a breakdown (memsym Layout and Training records).
 
     ``layout``: :class:`memsym.training.Layout`; ``training``:
@@ -728,6 +725,9 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
         A fixed achieved GEMM efficiency in (0, 1] [1] replacing the efficiency curve.
     flops_per_token : float, optional
         Model FLOPs per token [FLOP/token] (adds the MFU).
+    m : int, optional
+        Micro-batches per step and pipeline: a :class:`memsym.job.Job`'s ``m`` (computed once
+        when the job was built); default from ``training`` (:func:`memsym.job.microbatches`).
 
     Returns
     -------
@@ -747,29 +747,29 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     ['bubble', 'compute', 'cp', 'dp']
     """
     training = canonical(training)        # "GPipe" is GPipe here too
-    mm = microbatches(layout, training)
+    # a Job's m (Job.m, computed once when it was built), else from the batch sizes
+    mm = microbatches(layout, training) if m is None else m
     if mm is None:
         raise InvalidValueError("give num_microbatches or global_batch_size to price a step")
     if overlap is None:
         overlap = overlap_of(training)
-    st = Settings(seq_length=training.seq_length, micro_batch_size=training.micro_batch_size,
-                  recompute=training.recompute,
+    batch, mem, states, pipe = training.batch, training.memory, training.states, training.pipeline
+    titan = training.framework == "torchtitan"
+    st = Settings(seq_length=batch.seq_length, micro_batch_size=batch.micro_batch_size,
+                  recompute=mem.recompute,
                   sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
-                  flash_attention=training.flash_attention, dropout=dropout_kept(training),
-                  precision=training.precision,
+                  flash_attention=mem.flash_attention, dropout=dropout_kept(training),
+                  precision=states.precision,
                   # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
-                  distributed_optimizer=training.sharding != "ddp",
+                  distributed_optimizer=states.sharding != "ddp",
                   # --grad-reduce-in-bf16 (grad_dtype bf16) reduces 2-byte gradients, as the
                   # memory counts its buffer; otherwise Megatron's fp32 main-grad buffer
-                  grad_bytes=2 if getattr(training, "grad_dtype", None) in ("bf16", "fp16") else 4,
-                  gather_per_microbatch=training.sharding in ("zero3", "fsdp"),
-                  pipelined_fsdp=(training.sharding == "fsdp"
-                                  and getattr(training, "framework", "megatron") == "torchtitan"),
+                  grad_bytes=2 if states.grad_dtype in ("bf16", "fp16") else 4,
+                  gather_per_microbatch=states.sharding in ("zero3", "fsdp"),
+                  pipelined_fsdp=states.sharding == "fsdp" and titan,
                   recompute_fraction=_recompute_fraction(arch, layout, training),
-                  group_size=getattr(training, "microbatch_group_size", None),
-                  torch_rounds=getattr(training, "framework", "megatron") == "torchtitan",
-                  schedule=training.schedule,
-                  output_first=getattr(training, "stage_placement", "loop") == "v")
+                  group_size=pipe.microbatch_group_size, torch_rounds=titan,
+                  schedule=pipe.schedule, output_first=pipe.stage_placement == "v")
     first, last = layout.first_stage_layers, layout.last_stage_layers
     pl = getattr(layout, "pipeline_layout", None)
     if pl is not None and layout.p > 1:
@@ -793,9 +793,9 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     total = parts.pop("step")
     mfu = None
     if flops_per_token is not None:
-        tokens = mm * training.micro_batch_size * layout.d * training.seq_length
+        tokens = mm * training.batch.micro_batch_size * layout.d * training.batch.seq_length
         mfu = 3 * flops_per_token * tokens / (layout.world_size * total * _gpu(gpu_name).peak(
-            training.precision))
+            training.states.precision))
     return StepTime(total, parts, parts["bubble"], mfu,
                     {"overlap": overlap, "eta_gemm": eta_gemm, "microbatches": mm,
                      "sources": SOURCES, "settings": st,
