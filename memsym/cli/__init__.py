@@ -41,8 +41,15 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: error: {message}")
 
 
-def build_parser() -> ArgumentParser:
-    from .. import __version__
+def build_parser(command: str | None = None) -> ArgumentParser:
+    """The ``memsym`` parser: every subcommand, or only ``command``'s when one is named.
+
+    A run needs only its own subcommand's parser: building the other ten (their option rows,
+    help texts and argparse actions) is a fifth of the start-up of ``memsym estimate``, so
+    :func:`main` names the command its first word gives; ``memsym --help``, ``--version`` and
+    a misspelt command build them all (argparse lists the choices).
+    """
+    from ..version import __version__
 
     parser = ArgumentParser(
         prog="memsym",
@@ -50,7 +57,8 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--version", action="version", version=f"memsym {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     sub.required = True
-    for module in dict.fromkeys(COMMANDS.values()):   # a module may register several commands
+    modules = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
+    for module in dict.fromkeys(modules):   # a module may register several commands
         importlib.import_module(module, __name__).add_parser(sub)
     return parser
 
@@ -74,7 +82,7 @@ def main(argv=None) -> int:
     try:
         with contextlib.redirect_stdout(buffer):
             raw = list(sys.argv[1:] if argv is None else argv)
-            parser = build_parser()
+            parser = build_parser(raw[0] if raw else None)
             # a job command's words are sorted once (memsym's options, a pasted Megatron-LM
             # command, the MODEL) before argparse reads memsym's own: memsym.cli.reading
             from .reading import prepare_argv
