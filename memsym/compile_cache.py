@@ -36,7 +36,8 @@ import stat
 
 from .version import __version__
 
-__all__ = ["cache_dir", "load", "store", "key", "MAX_FILES", "MAX_BYTES"]
+__all__ = ["cache_dir", "load", "store", "key", "input_key", "package_stamp", "MAX_FILES",
+           "MAX_BYTES"]
 
 #: The most entries the directory may hold; beyond it nothing more is written.
 MAX_FILES = 4096
@@ -98,6 +99,47 @@ def key(exprs: tuple, names: tuple, backend: str) -> str:
 
     text = "\n".join((_code_version(), backend, ",".join(names),
                       *(sp.srepr(e) for e in exprs)))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def package_stamp() -> str:
+    """A SHA-256 of the path, size and modification time of every file of the installed
+    package: what decides whether byte code (``__pycache__``) is stale, here deciding
+    whether a function built from memsym's formulas is.
+
+    Examples
+    --------
+    >>> len(package_stamp())
+    64
+    """
+    import hashlib
+
+    root = pathlib.Path(__file__).resolve().parent
+    h = hashlib.sha256(str(root).encode())
+    for path in sorted(root.rglob("*")):
+        if "__pycache__" in path.parts or not path.is_file():
+            continue
+        st = path.stat()
+        h.update(f"\n{path.relative_to(root)} {st.st_size} {st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+def input_key(kind: str, *parts: str) -> str:
+    """The cache key of a function named by what it is built from rather than by its
+    expressions (the search's stage templates, :mod:`memsym.search.templates`): a SHA-256 of
+    ``kind``, ``parts`` (each the ``repr`` of an input), the code generation
+    (:func:`_code_version`) and every file of the package (:func:`package_stamp`), so that
+    a change to any formula, rule or preset is a new key.
+
+    Examples
+    --------
+    >>> input_key("t", "1") == input_key("t", "1") != input_key("t", "2")
+    True
+    """
+    import hashlib
+
+    text = "\n".join((kind, _code_version(), package_stamp(), *parts))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
