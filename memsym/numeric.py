@@ -23,7 +23,7 @@ from .compile_cache import FUNC_NAME
 from . import compile_cache
 
 __all__ = ["CompiledTotal", "compile_expr", "compile_total", "finite_float", "unique_rows",
-           "argument_names", "expression_code", "run_source", "function_namespace"]
+           "expression_code", "run_source", "function_namespace"]
 
 
 def _extreme(inputs: Mapping) -> str:
@@ -234,11 +234,6 @@ def _lambdify(exprs: tuple, names: tuple, backend: str, cse: bool = True):
         except (OSError, TypeError):   # nothing kept: the function still works
             pass
     return fn
-
-
-def argument_names(exprs) -> tuple[str, ...]:
-    """The sorted names of the symbols of ``exprs``: a compiled function's arguments."""
-    return _argnames(tuple(exprs))
 
 
 def expression_code(expr, backend: str = "numpy") -> str | None:

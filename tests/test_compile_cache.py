@@ -229,7 +229,7 @@ def _new_process():
     templates._TABLES.clear()
     templates._COUNTS.clear()
     for fn in (templates.stage_function, templates.stage_count_floats, templates.fast_template,
-               templates._act_template, templates.stage_count_items):
+               templates._act_template, templates.stage_count_items, templates._root):
         fn.cache_clear()
 
 

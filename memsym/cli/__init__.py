@@ -72,22 +72,39 @@ def main(argv=None) -> int:
     disk) is an error with exit status 2, not a silent 0.
     """
     import contextlib
+    import gc
     import io
 
     from ..errors import MemsymError, NoFitError
     from ..text import printable
     from .output import write_stdout
 
+    # The process's own command line (argv None: the ``memsym`` script, ``python -m memsym``):
+    # importing SymPy and the command's modules creates some 10^5 objects that live as long
+    # as the process, and the cyclic collector, triggered every few hundred allocations,
+    # traverses them again and again while they are made (a sixth of ``import sympy``).  The
+    # collector pauses until the command's parser is built, then ``gc.freeze()`` moves what
+    # start-up made out of every later collection and the collector resumes for the command.
+    # Called with a list (tests, scripts), the host process's collector is left alone.
+    startup = argv is None and gc.isenabled()
+    if startup:
+        gc.disable()
     buffer = io.StringIO()
     try:
         with contextlib.redirect_stdout(buffer):
             raw = list(sys.argv[1:] if argv is None else argv)
-            parser = build_parser(raw[0] if raw else None)
-            # a job command's words are sorted once (memsym's options, a pasted Megatron-LM
-            # command, the MODEL) before argparse reads memsym's own: memsym.cli.reading
-            from .reading import prepare_argv
+            try:
+                parser = build_parser(raw[0] if raw else None)
+                # a job command's words are sorted once (memsym's options, a pasted
+                # Megatron-LM command, the MODEL) before argparse reads memsym's own:
+                # memsym.cli.reading
+                from .reading import prepare_argv
 
-            ordered, words = prepare_argv(parser, raw)
+                ordered, words = prepare_argv(parser, raw)
+            finally:
+                if startup:
+                    gc.freeze()
+                    gc.enable()
             args = parser.parse_args(ordered)
             args.job_words = words
             status = int(args.run(args) or 0)

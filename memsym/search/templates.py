@@ -17,8 +17,7 @@ from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as 
 
 from .space import Space, recompute_layers
 from .grid import with_split
-from ..numeric import (argument_names, compile_expr, expression_code, function_namespace,
-                       run_source)
+from ..numeric import compile_expr, expression_code, function_namespace, run_source
 from .. import compile_cache
 from ..compile_cache import FUNC_NAME
 from ..model import moe_layer_pattern, stage_layers
@@ -232,7 +231,7 @@ class StageTable:
         for expr in exprs:
             code = _code(expr)
             if code not in self.index:
-                names = argument_names((expr,))
+                names = tuple(sorted(x.name for x in expr.free_symbols))  # its arguments
                 self.funcs.append(run_source(f"def {FUNC_NAME}({', '.join(names)}):\n"
                                              f"    return {code}\n", "numpy", "<memsym stage>"))
                 self.index[code] = len(self.codes)
@@ -268,9 +267,14 @@ class StageTable:
 _TABLES: dict = {}
 
 
+@functools.lru_cache(maxsize=4096)
+def _root(space: Space) -> Space:
+    return replace(space, first_stage_layers=None, last_stage_layers=None)
+
+
 def stage_table(space: Space) -> StageTable:
     """The :class:`StageTable` of ``space`` (with any first/last stage split removed)."""
-    root = replace(space, first_stage_layers=None, last_stage_layers=None)
+    root = _root(space)
     if root not in _TABLES:
         if len(_TABLES) > 64:
             _TABLES.clear()
