@@ -178,8 +178,10 @@ def _one_by_one(res, rows) -> float:
 
 
 _COLD_CHILD = """
-import sys, time
+import gc, sys, time
+gc.disable()
 from memsym import search
+gc.freeze(); gc.enable()   # start-up as the memsym command has it (memsym.cli.main)
 start = time.perf_counter()
 if sys.argv[1] == "min-gpus":
     search.min_gpus(sys.argv[2], gpu="h100-80gb")

@@ -108,6 +108,9 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
     combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
                                     space.offload, space.sharding))
 
+    choices = {"recompute": space.recompute, "sharding": space.sharding,
+               "offload": space.offload}
+
     def pick(kw, rows):
         return {k: (val[rows] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
 
@@ -186,9 +189,10 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
         out_cols["f"].append(f_[idx])
         out_cols["l"].append(l_[idx])
         out_cols["m"].append(m_[idx])
-        out_cols["recompute"].append(np.full(len(idx), rc, dtype=object))
-        out_cols["sharding"].append(np.full(len(idx), scheme, dtype=object))
-        out_cols["offload"].append(np.full(len(idx), off, dtype=object))
+        # the choices as their index in the space (object arrays are built once, below:
+        # filling one per choice costs a tenth of a search)
+        for name, value in (("recompute", rc), ("sharding", scheme), ("offload", off)):
+            out_cols[name].append(np.full(len(idx), choices[name].index(value), dtype=np.intp))
         out_cols["sequence_parallel"].append(np.full(len(idx), spf, dtype=bool))
         out_cols["memory"].append(best_mem)
         out_cols["stage"].append(best_stage)
@@ -218,6 +222,9 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
             out_cols[key].append(col)
     save_stage_tables()   # the templates built here, for the next process (compile cache)
     cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
+    for name, values in choices.items():
+        if out_cols[name]:
+            cols[name] = np.array(values, dtype=object)[cols[name]]
     # drop term columns that are absent everywhere
     for key in _STATE_KEYS:
         if key in cols and (not len(cols[key]) or np.all(np.isnan(cols[key]))):
@@ -355,5 +362,13 @@ def binding_columns(cols: dict):
     keys = [k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in cols]
     if not len(cols["memory"]):
         return np.array([], dtype=object)
-    mat = np.vstack([np.nan_to_num(cols[k], nan=-1.0) for k in keys])
-    return np.array(keys, dtype=object)[np.argmax(mat, axis=0)]
+    # the first largest term of each row (argmax over the stacked terms, NaN as -1), as a
+    # running maximum: no (terms x rows) matrix, tens of MB a new process would fault in
+    best = np.nan_to_num(cols[keys[0]], nan=-1.0)
+    which = np.zeros(len(best), dtype=np.intp)
+    for i, key in enumerate(keys[1:], 1):
+        col = np.nan_to_num(cols[key], nan=-1.0)
+        better = col > best
+        best = np.where(better, col, best)
+        which[better] = i
+    return np.array(keys, dtype=object)[which]
