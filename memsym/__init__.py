@@ -39,10 +39,17 @@ _LAZY = {
 
 
 def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'memsym' has no attribute {name!r}")
     import importlib
 
+    if name not in _LAZY:
+        # a submodule (``memsym.symbols`` after a bare ``import memsym``), as when the
+        # package imported its terms eagerly
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module 'memsym' has no attribute {name!r}") from None
     value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     globals()[name] = value
     return value

@@ -23,7 +23,7 @@ from .compile_cache import FUNC_NAME
 from . import compile_cache
 
 __all__ = ["CompiledTotal", "compile_expr", "compile_total", "finite_float", "unique_rows",
-           "expression_code", "run_source", "function_namespace"]
+           "expression_code", "function_namespace"]
 
 
 def _extreme(inputs: Mapping) -> str:
@@ -254,11 +254,6 @@ def expression_code(expr, backend: str = "numpy") -> str | None:
 def function_namespace(backend: str = "numpy") -> dict:
     """A copy of the globals a generated function of ``backend`` runs in."""
     return dict(_namespace(backend))
-
-
-def run_source(source: str, backend: str = "numpy", where: str = "<memsym>"):
-    """The function ``_lambdifygenerated`` that memsym's generated ``source`` defines."""
-    return _run(source, backend, where)
 
 
 def _source(fn) -> str:

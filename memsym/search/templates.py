@@ -17,7 +17,7 @@ from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as 
 
 from .space import Space, recompute_layers
 from .grid import with_split
-from ..numeric import compile_expr, expression_code, function_namespace, run_source
+from ..numeric import compile_expr, expression_code, function_namespace
 from .. import compile_cache
 from ..compile_cache import FUNC_NAME
 from ..model import moe_layer_pattern, stage_layers
@@ -208,7 +208,7 @@ class StageTable:
 
     def __init__(self, root: Space):
         text = repr(root)
-        self.digest = None if " at 0x" in text else compile_cache.input_key("search stages 1",
+        self.digest = None if " at 0x" in text else compile_cache.input_key("search stages 2",
                                                                             text)
         self.codes, self.names, self.funcs, self.entries, self.counts = [], [], [], {}, {}
         self.index: dict = {}
@@ -231,9 +231,8 @@ class StageTable:
         for expr in exprs:
             code = _code(expr)
             if code not in self.index:
-                names = tuple(sorted(x.name for x in expr.free_symbols))  # its arguments
-                self.funcs.append(run_source(f"def {FUNC_NAME}({', '.join(names)}):\n"
-                                             f"    return {code}\n", "numpy", "<memsym stage>"))
+                fn, names = _compiled(expr)   # the code above, as call_compiled runs it
+                self.funcs.append(fn)
                 self.index[code] = len(self.codes)
                 self.codes.append(code)
                 self.names.append(names)
@@ -247,7 +246,7 @@ class StageTable:
         ``_lambdifygenerated()``."""
         lines = []
         for i, (code, names) in enumerate(zip(self.codes, self.names)):
-            lines += [f"def _f{i}({', '.join(names)}):", f"    return {code}"]
+            lines += [f"def _f{i}({', '.join(names)}):", f"    return [{code}]"]
         lines += [f"def {FUNC_NAME}():",
                   f"    return (({''.join(f'_f{i}, ' for i in range(len(self.codes)))}), "
                   f"{tuple(self.codes)!r}, {tuple(self.names)!r}, {self.entries!r}, "
@@ -314,7 +313,7 @@ def stage_function(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sc
 
 
 def _bound(fn, names):
-    return lambda kw: fn(*[kw[n] for n in names])
+    return lambda kw: fn(*[kw[n] for n in names])[0]
 
 
 class _Pieces:
