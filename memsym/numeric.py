@@ -179,6 +179,13 @@ def _renamed(names: tuple, backend: str) -> bool:
                or n == FUNC_NAME for n in names)
 
 
+@functools.lru_cache(maxsize=4096)
+def _printed(expr, backend: str) -> str:
+    # one expression's code, printed once: the search's stage table writes the same code
+    # to its file that its compiled function runs (expression_code)
+    return _printer(backend).doprint(expr)
+
+
 def _generate(exprs: tuple, names: tuple, backend: str, cse: bool) -> str | None:
     """The source of ``def _lambdifygenerated(<names>): return [<exprs>]``, as lambdify
     writes it (common subexpressions first when ``cse``), or None where lambdify must
@@ -197,7 +204,7 @@ def _generate(exprs: tuple, names: tuple, backend: str, cse: bool) -> str | None
     replacements, reduced = _cse(list(exprs)) if cse else ([], list(exprs))
     lines = [f"def {FUNC_NAME}({', '.join(names)}):"]
     lines += [f"    {sym.name} = {printer.doprint(e)}" for sym, e in replacements]
-    lines.append(f"    return [{', '.join(printer.doprint(e) for e in reduced)}]")
+    lines.append(f"    return [{', '.join(_printed(e, backend) for e in reduced)}]")
     return "\n".join(lines) + "\n"
 
 
@@ -248,7 +255,7 @@ def expression_code(expr, backend: str = "numpy") -> str | None:
     '16*N/d'
     """
     expr = as_expr(expr)
-    return None if _renamed(_argnames((expr,)), backend) else _printer(backend).doprint(expr)
+    return None if _renamed(_argnames((expr,)), backend) else _printed(expr, backend)
 
 
 def function_namespace(backend: str = "numpy") -> dict:
