@@ -6,8 +6,9 @@ Python source (lambdify's form, written by :func:`memsym.numeric._generate`) dep
 the expressions, the argument names, the backend, SymPy's printers and memsym's own printer
 (:mod:`memsym.numeric`), so it is stored once under a key of all of them and executed in a
 fresh namespace on the next run, as Python's ``__pycache__`` stores byte code.  Functions
-compiled without CSE (the search's one-expression templates) are not stored: printing one
-walks the expression once, as computing its key would.
+compiled without CSE are not stored one by one (printing one walks the expression once, as
+computing its key would): the search keeps all of a space's templates in one file instead,
+keyed by what they are built from (:func:`input_key`, :class:`memsym.search.templates.StageTable`).
 
 Where: ``$MEMSYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/memsym/compiled`` (``~/.cache/...``).
 ``MEMSYM_CACHE_DIR=off`` (or empty) turns it off.  Bounded: at most :data:`MAX_FILES` entries
