@@ -203,13 +203,16 @@ class StageTable:
     cache (:mod:`memsym.compile_cache`) under a key of its inputs
     (:func:`memsym.compile_cache.input_key`: the space's ``repr`` with no stage split, and
     the package's files), so that a search in a new process builds no SymPy template it met
-    before; a space whose ``repr`` names an object's address is not kept.
+    before; a space whose ``repr`` names an object's address or elides part of an array is
+    not kept.
     """
 
     def __init__(self, root: Space):
         text = repr(root)
-        self.digest = None if " at 0x" in text else compile_cache.input_key("search stages 2",
-                                                                            text)
+        # a repr that does not say everything (an object's address, numpy's "..." in a long
+        # array) is no key: such a space is compiled in each process
+        lossy = " at 0x" in text or "..." in text
+        self.digest = None if lossy else compile_cache.input_key("search stages 2", text)
         self.codes, self.names, self.funcs, self.entries, self.counts = [], [], [], {}, {}
         self.index: dict = {}
         self.dirty = False
