@@ -116,13 +116,14 @@ def package_stamp() -> str:
     """
     import hashlib
 
-    root = pathlib.Path(__file__).resolve().parent
-    h = hashlib.sha256(str(root).encode())
-    for path in sorted(root.rglob("*")):
-        if "__pycache__" in path.parts or not path.is_file():
-            continue
-        st = path.stat()
-        h.update(f"\n{path.relative_to(root)} {st.st_size} {st.st_mtime_ns}".encode())
+    root = str(pathlib.Path(__file__).resolve().parent)
+    h = hashlib.sha256(root.encode())
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")   # byte code: derived
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            st = os.stat(path)
+            h.update(f"\n{os.path.relpath(path, root)} {st.st_size} {st.st_mtime_ns}".encode())
     return h.hexdigest()
 
 
