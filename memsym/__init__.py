@@ -9,20 +9,22 @@ that fits; step time and cost. Totals simplify, solve, print as LaTeX and compil
 N*(b_hp + 16/d)/(p*t)
 """
 
-# --- terms, exact values and memsym's errors ---------------------------------------------------
+# --- memsym's errors and version load with the package; everything else on first use ----------
 from .errors import DivisibilityError, InvalidValueError, MemsymError, NoFitError, UnknownNameError
-from .term import Source, Term, Total
-from .values import as_values, exact
-from .terms.model_state import byte_widths, host_state, model_state
-from .terms.activations import korthikanti, layer_activations
 from .version import __version__
 
-# --- the rest loads on first use (PEP 562), so `import memsym` and the CLI stay lean -----------
-#: name -> the module that defines it: model (architectures, presets, config.json, parameter
-#: counts); job and training (the per-GPU total of a layout) and the frameworks' conventions;
-#: analysis (the smallest degree or largest size that fits); hardware and time
-#: (communication, pipeline bubble, FLOPs, step time, cost).
+#: name -> the module that defines it, imported on first use (PEP 562): ``import memsym`` and
+#: the command line load only what a run uses (``memsym estimate --params`` needs no model,
+#: job or activation modules; ``memsym --help`` no SymPy).  terms and exact values; model
+#: (architectures, presets, config.json, parameter counts); job and training (the per-GPU
+#: total of a layout) and the frameworks' conventions; analysis (the smallest degree or
+#: largest size that fits); hardware and time (communication, pipeline bubble, FLOPs, step
+#: time, cost).
 _LAZY = {
+    **dict.fromkeys(("Source", "Term", "Total"), ".term"),
+    **dict.fromkeys(("as_values", "exact"), ".values"),
+    **dict.fromkeys(("byte_widths", "host_state", "model_state"), ".terms.model_state"),
+    **dict.fromkeys(("korthikanti", "layer_activations"), ".terms.activations"),
     **dict.fromkeys(("Architecture", "from_hf_config", "parameter_count", "preset",
                      "resolve_model"), ".model"),
     **dict.fromkeys(("Layout", "Training", "training_memory"), ".training"),
@@ -37,10 +39,17 @@ _LAZY = {
 
 
 def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'memsym' has no attribute {name!r}")
     import importlib
 
+    if name not in _LAZY:
+        # a submodule (``memsym.symbols`` after a bare ``import memsym``), as when the
+        # package imported its terms eagerly
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module 'memsym' has no attribute {name!r}") from None
     value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     globals()[name] = value
     return value

@@ -6,8 +6,9 @@ Python source (lambdify's form, written by :func:`memsym.numeric._generate`) dep
 the expressions, the argument names, the backend, SymPy's printers and memsym's own printer
 (:mod:`memsym.numeric`), so it is stored once under a key of all of them and executed in a
 fresh namespace on the next run, as Python's ``__pycache__`` stores byte code.  Functions
-compiled without CSE (the search's one-expression templates) are not stored: printing one
-walks the expression once, as computing its key would.
+compiled without CSE are not stored one by one (printing one walks the expression once, as
+computing its key would): the search keeps all of a space's templates in one file instead,
+keyed by what they are built from (:func:`input_key`, :class:`memsym.search.templates.StageTable`).
 
 Where: ``$MEMSYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/memsym/compiled`` (``~/.cache/...``).
 ``MEMSYM_CACHE_DIR=off`` (or empty) turns it off.  Bounded: at most :data:`MAX_FILES` entries
@@ -36,7 +37,8 @@ import stat
 
 from .version import __version__
 
-__all__ = ["cache_dir", "load", "store", "key", "MAX_FILES", "MAX_BYTES"]
+__all__ = ["cache_dir", "load", "store", "key", "input_key", "package_stamp", "MAX_FILES",
+           "MAX_BYTES"]
 
 #: The most entries the directory may hold; beyond it nothing more is written.
 MAX_FILES = 4096
@@ -98,6 +100,48 @@ def key(exprs: tuple, names: tuple, backend: str) -> str:
 
     text = "\n".join((_code_version(), backend, ",".join(names),
                       *(sp.srepr(e) for e in exprs)))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def package_stamp() -> str:
+    """A SHA-256 of the path, size and modification time of every file of the installed
+    package: what decides whether byte code (``__pycache__``) is stale, here deciding
+    whether a function built from memsym's formulas is.
+
+    Examples
+    --------
+    >>> len(package_stamp())
+    64
+    """
+    import hashlib
+
+    root = str(pathlib.Path(__file__).resolve().parent)
+    h = hashlib.sha256(root.encode())
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")   # byte code: derived
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            st = os.stat(path)
+            h.update(f"\n{os.path.relpath(path, root)} {st.st_size} {st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+def input_key(kind: str, *parts: str) -> str:
+    """The cache key of a function named by what it is built from rather than by its
+    expressions (the search's stage templates, :mod:`memsym.search.templates`): a SHA-256 of
+    ``kind``, ``parts`` (each the ``repr`` of an input), the code generation
+    (:func:`_code_version`) and every file of the package (:func:`package_stamp`), so that
+    a change to any formula, rule or preset is a new key.
+
+    Examples
+    --------
+    >>> input_key("t", "1") == input_key("t", "1") != input_key("t", "2")
+    True
+    """
+    import hashlib
+
+    text = "\n".join((kind, _code_version(), package_stamp(), *parts))
     return hashlib.sha256(text.encode()).hexdigest()
 
 

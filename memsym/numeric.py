@@ -22,7 +22,8 @@ from .text import approx, short
 from .compile_cache import FUNC_NAME
 from . import compile_cache
 
-__all__ = ["CompiledTotal", "compile_expr", "compile_total", "finite_float", "unique_rows"]
+__all__ = ["CompiledTotal", "compile_expr", "compile_total", "finite_float", "unique_rows",
+           "expression_code", "function_namespace"]
 
 
 def _extreme(inputs: Mapping) -> str:
@@ -170,6 +171,21 @@ def _printer(backend: str):
     return _lambdify_options(backend)["printer"]()
 
 
+def _renamed(names: tuple, backend: str) -> bool:
+    # lambdify renames an argument that is not an identifier, a keyword or a module name
+    import keyword
+
+    return any(not n.isidentifier() or keyword.iskeyword(n) or n in _namespace(backend)
+               or n == FUNC_NAME for n in names)
+
+
+@functools.lru_cache(maxsize=4096)
+def _printed(expr, backend: str) -> str:
+    # one expression's code, printed once: the search's stage table writes the same code
+    # to its file that its compiled function runs (expression_code)
+    return _printer(backend).doprint(expr)
+
+
 def _generate(exprs: tuple, names: tuple, backend: str, cse: bool) -> str | None:
     """The source of ``def _lambdifygenerated(<names>): return [<exprs>]``, as lambdify
     writes it (common subexpressions first when ``cse``), or None where lambdify must
@@ -182,16 +198,13 @@ def _generate(exprs: tuple, names: tuple, backend: str, cse: bool) -> str | None
     def _lambdifygenerated(N, d):
         return [16*N/d]
     """
-    import keyword
-
-    if any(not n.isidentifier() or keyword.iskeyword(n) or n in _namespace(backend)
-           or n == FUNC_NAME for n in names):
+    if _renamed(names, backend):
         return None
     printer = _printer(backend)
     replacements, reduced = _cse(list(exprs)) if cse else ([], list(exprs))
     lines = [f"def {FUNC_NAME}({', '.join(names)}):"]
     lines += [f"    {sym.name} = {printer.doprint(e)}" for sym, e in replacements]
-    lines.append(f"    return [{', '.join(printer.doprint(e) for e in reduced)}]")
+    lines.append(f"    return [{', '.join(_printed(e, backend) for e in reduced)}]")
     return "\n".join(lines) + "\n"
 
 
@@ -228,6 +241,26 @@ def _lambdify(exprs: tuple, names: tuple, backend: str, cse: bool = True):
         except (OSError, TypeError):   # nothing kept: the function still works
             pass
     return fn
+
+
+def expression_code(expr, backend: str = "numpy") -> str | None:
+    """The code of one expression as :func:`compile_expr` writes it without CSE (the
+    search's templates, :mod:`memsym.search.templates`), or None where lambdify would have
+    to rename an argument (see :func:`_generate`).
+
+    Examples
+    --------
+    >>> from memsym.symbols import N, d
+    >>> expression_code(16 * N / d)
+    '16*N/d'
+    """
+    expr = as_expr(expr)
+    return None if _renamed(_argnames((expr,)), backend) else _printed(expr, backend)
+
+
+def function_namespace(backend: str = "numpy") -> dict:
+    """A copy of the globals a generated function of ``backend`` runs in."""
+    return dict(_namespace(backend))
 
 
 def _source(fn) -> str:
@@ -374,7 +407,9 @@ def unique_rows(*cols):
         present = np.zeros(math.prod(dims), dtype=bool)
         present[code] = True
         uq = np.flatnonzero(present)
-        inv = (np.cumsum(present) - 1)[code]
+        # each code's rank among the present ones: a binary search in the (short) sorted
+        # list, where a running count over the whole code space writes 8 bytes per code
+        inv = np.searchsorted(uq, code)
     else:
         uq, inv = np.unique(code, return_inverse=True)
     return np.stack(np.unravel_index(uq, dims), axis=1), inv.ravel()

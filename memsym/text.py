@@ -16,7 +16,8 @@ from numbers import Integral, Rational as _PyRational
 
 from .errors import InvalidValueError
 
-__all__ = ["printable", "short", "finite_json", "jsonable", "approx", "exact_text"]
+__all__ = ["printable", "short", "finite_json", "jsonable", "approx", "exact_text",
+           "looks_like_option"]
 
 #: Unicode categories never printed raw: controls (newline, ESC, DEL, C1), format characters
 #: (bidirectional overrides, zero-width joiners), separators of lines and paragraphs,
@@ -275,3 +276,21 @@ def finite_json(obj, **kwargs) -> str:
     memsym.errors.InvalidValueError: time.days would be inf: the inputs give a non-finite result (refused rather than emitted as invalid JSON)
     """
     return json.dumps(jsonable(obj), allow_nan=False, **kwargs)
+
+
+def looks_like_option(word: str) -> bool:
+    """argparse's rule: a word starting with '-' is an option unless it is a negative number.
+
+    One rule for the CLI's reading of a command line (:mod:`memsym.cli.reading`) and
+    Megatron-LM's reader (:mod:`memsym.readers.megatron`).
+
+    >>> looks_like_option("--lr"), looks_like_option("-1e-4"), looks_like_option("3e-4")
+    (True, False, False)
+    """
+    if not word.startswith("-") or word == "-":
+        return False
+    try:
+        float(word)
+        return False
+    except ValueError:
+        return True

@@ -220,3 +220,39 @@ def test_a_link_in_place_of_an_entry_is_not_followed(cache):
     entry.unlink()
     entry.symlink_to(target)
     assert compile_cache.load(entry.stem, numeric._namespace("numpy")) is None
+
+
+def _new_process():
+    # what a new process starts with: no template, table or count in memory
+    from memsym.search import templates
+
+    templates._TABLES.clear()
+    templates._COUNTS.clear()
+    for fn in (templates.stage_function, templates.stage_count_floats, templates.fast_template,
+               templates._act_template, templates.stage_count_items, templates._root):
+        fn.cache_clear()
+
+
+def test_a_search_in_a_new_process_builds_no_template_it_met(cache):
+    """The search's stage table (memsym.search.templates.StageTable): a second process loads
+    every template and parameter count of the first from the cache and prices every layout
+    the same to the last bit; another space (another sequence length) builds its own."""
+    from memsym.search import search, templates
+
+    kw = dict(seq_length=4096, global_batch_size=512)
+    _new_process()
+    first = search("mixtral-8x7b", "h100-80gb", 64, **kw)     # MoE, uneven end stages
+    assert templates.fast_template.cache_info().misses > 0
+    assert len(list(cache.glob("*.py"))) >= 1
+    _new_process()
+    second = search("mixtral-8x7b", "h100-80gb", 64, **kw)
+    assert templates.fast_template.cache_info().misses == 0
+    assert templates.stage_count_items.cache_info().misses == 0
+    assert first.columns.keys() == second.columns.keys()
+    for key, col in first.columns.items():
+        assert np.array_equal(col, second.columns[key],
+                              equal_nan=np.asarray(col).dtype.kind == "f"), key
+    _new_process()
+    search("mixtral-8x7b", "h100-80gb", 64, **dict(kw, seq_length=2048))
+    assert templates.fast_template.cache_info().misses > 0
+    _new_process()

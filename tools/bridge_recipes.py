@@ -380,7 +380,7 @@ class _Perf:
         self.computed = []
 
     # expressions
-    def eval(self, node, env, module):
+    def value_of(self, node, env, module):
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Name):
@@ -390,17 +390,17 @@ class _Perf:
         if isinstance(node, ast.Attribute):
             if isinstance(node.value, ast.Name) and node.value.id == "torch":
                 return node.attr
-            return self._get(self.eval(node.value, env, module), node.attr)
+            return self._get(self.value_of(node.value, env, module), node.attr)
         if isinstance(node, (ast.List, ast.Tuple)):
-            return [self.eval(e, env, module) for e in node.elts]
+            return [self.value_of(e, env, module) for e in node.elts]
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return not self.eval(node.operand, env, module)
+            return not self.value_of(node.operand, env, module)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -self.eval(node.operand, env, module)
+            return -self.value_of(node.operand, env, module)
         if isinstance(node, ast.BoolOp):
             return self._boolop(node, env, module)
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            a, b = self.eval(node.left, env, module), self.eval(node.comparators[0], env, module)
+            a, b = self.value_of(node.left, env, module), self.value_of(node.comparators[0], env, module)
             op = type(node.ops[0])
             table = {ast.Eq: lambda: a == b, ast.NotEq: lambda: a != b, ast.Is: lambda: a is b,
                      ast.IsNot: lambda: a is not b, ast.In: lambda: a in b,
@@ -408,8 +408,8 @@ class _Perf:
             if op in table:
                 return table[op]()
         if isinstance(node, ast.IfExp):
-            branch = node.body if self.eval(node.test, env, module) else node.orelse
-            return self.eval(branch, env, module)
+            branch = node.body if self.value_of(node.test, env, module) else node.orelse
+            return self.value_of(branch, env, module)
         if isinstance(node, ast.Call):
             return self._call(node, env, module)
         raise _Unknown(ast.unparse(node)[:80])
@@ -418,7 +418,7 @@ class _Perf:
         unknown = None
         for i, v in enumerate(node.values):
             try:
-                x = self.eval(v, env, module)
+                x = self.value_of(v, env, module)
             except _Unknown as exc:
                 unknown = exc
                 continue
@@ -446,7 +446,7 @@ class _Perf:
     def _call(self, node, env, module):
         fname = node.func.id if isinstance(node.func, ast.Name) else None
         if fname == "isinstance" and len(node.args) == 2 and ast.unparse(node.args[1]) == "str":
-            target = self.eval(node.args[0], env, module)
+            target = self.value_of(node.args[0], env, module)
             if isinstance(target, _Ref) and target.path:
                 # a section the recipe assigned a string or a config object; a base recipe's
                 # (read without that distinction) is not known
@@ -457,20 +457,20 @@ class _Perf:
                 raise _Unknown(f"isinstance({target.path})")
             return isinstance(target, str)
         if fname == "getattr" and len(node.args) >= 2:
-            return self._get(self.eval(node.args[0], env, module),
-                             self.eval(node.args[1], env, module))
+            return self._get(self.value_of(node.args[0], env, module),
+                             self.value_of(node.args[1], env, module))
         if fname is None or fname in ("hasattr", "float", "int", "len"):
             raise _Unknown(ast.unparse(node.func))
         found = _resolve(self.mods, module, fname)
         if found is None:
             raise _Unknown(fname)
         where, fn = found
-        kwargs = {kw.arg: self.eval(kw.value, env, module) for kw in node.keywords if kw.arg}
+        kwargs = {kw.arg: self.value_of(kw.value, env, module) for kw in node.keywords if kw.arg}
         if isinstance(fn, ast.ClassDef):                  # CommOverlapConfig(...)
             obj = _Obj({"": fn.name})
             for kw in node.keywords:
                 try:
-                    obj[kw.arg] = self.eval(kw.value, env, module)
+                    obj[kw.arg] = self.value_of(kw.value, env, module)
                 except _Unknown:
                     obj[kw.arg] = ast.unparse(kw.value)   # a userbuffers config: its name
             return obj
@@ -479,7 +479,7 @@ class _Perf:
         if fn.name in self.base and not where.startswith("megatron.bridge.perf_recipes"):
             values, hf = self.base[fn.name]
             return _Ref(_Cfg(values, hf), "")
-        args = [self.eval(a, env, module) for a in node.args]
+        args = [self.value_of(a, env, module) for a in node.args]
         return self.call(where, fn, args, kwargs)
 
     # statements
@@ -494,9 +494,9 @@ class _Perf:
             elif p.arg in kwargs:
                 env[p.arg] = kwargs[p.arg]
             else:
-                env[p.arg] = self.eval(d, {}, module) if d is not None else _UNSET
+                env[p.arg] = self.value_of(d, {}, module) if d is not None else _UNSET
         for p, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults):
-            env[p.arg] = kwargs.get(p.arg, self.eval(d, {}, module) if d is not None else _UNSET)
+            env[p.arg] = kwargs.get(p.arg, self.value_of(d, {}, module) if d is not None else _UNSET)
         try:
             self.run(fn.body, env, module)
         except _Return as r:
@@ -514,10 +514,10 @@ class _Perf:
             if isinstance(stmt, (ast.Pass, ast.Assert, ast.Import, ast.ImportFrom)):
                 continue
             if isinstance(stmt, ast.Return):
-                raise _Return(None if stmt.value is None else self.eval(stmt.value, env, module))
+                raise _Return(None if stmt.value is None else self.value_of(stmt.value, env, module))
             if isinstance(stmt, ast.If):
                 try:
-                    test = self.eval(stmt.test, env, module)
+                    test = self.value_of(stmt.test, env, module)
                 except _Unknown:
                     self._note(module, stmt)
                     continue
@@ -525,7 +525,7 @@ class _Perf:
                 continue
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
                 try:
-                    self.eval(stmt.value, env, module)
+                    self.value_of(stmt.value, env, module)
                 except _Unknown:
                     self._note(module, stmt)
                 continue
@@ -541,7 +541,7 @@ class _Perf:
                              "cfg.dist", "cfg.profiling")) for t in targets):
             return                                 # no memory or time meaning
         try:
-            value = self.eval(stmt.value, env, module)
+            value = self.value_of(stmt.value, env, module)
         except _Unknown:
             # an imported config object (a userbuffers config): its name stands for it
             value = stmt.value.id if isinstance(stmt.value, ast.Name) else _UNSET
@@ -553,7 +553,7 @@ class _Perf:
                 self._note(module, stmt)
                 continue
             try:
-                obj = self.eval(target.value, env, module)
+                obj = self.value_of(target.value, env, module)
             except _Unknown:
                 self._note(module, stmt)
                 continue

@@ -41,8 +41,15 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: error: {message}")
 
 
-def build_parser() -> ArgumentParser:
-    from .. import __version__
+def build_parser(command: str | None = None) -> ArgumentParser:
+    """The ``memsym`` parser: every subcommand, or only ``command``'s when one is named.
+
+    A run needs only its own subcommand's parser: building the other ten (their option rows,
+    help texts and argparse actions) is a fifth of the start-up of ``memsym estimate``, so
+    :func:`main` names the command its first word gives; ``memsym --help``, ``--version`` and
+    a misspelt command build them all (argparse lists the choices).
+    """
+    from ..version import __version__
 
     parser = ArgumentParser(
         prog="memsym",
@@ -50,7 +57,8 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--version", action="version", version=f"memsym {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     sub.required = True
-    for module in dict.fromkeys(COMMANDS.values()):   # a module may register several commands
+    modules = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
+    for module in dict.fromkeys(modules):   # a module may register several commands
         importlib.import_module(module, __name__).add_parser(sub)
     return parser
 
@@ -64,22 +72,39 @@ def main(argv=None) -> int:
     disk) is an error with exit status 2, not a silent 0.
     """
     import contextlib
+    import gc
     import io
 
     from ..errors import MemsymError, NoFitError
     from ..text import printable
     from .output import write_stdout
 
+    # The process's own command line (argv None: the ``memsym`` script, ``python -m memsym``):
+    # importing SymPy and the command's modules creates some 10^5 objects that live as long
+    # as the process, and the cyclic collector, triggered every few hundred allocations,
+    # traverses them again and again while they are made (a sixth of ``import sympy``).  The
+    # collector pauses until the command's parser is built, then ``gc.freeze()`` moves what
+    # start-up made out of every later collection and the collector resumes for the command.
+    # Called with a list (tests, scripts), the host process's collector is left alone.
+    startup = argv is None and gc.isenabled()
+    if startup:
+        gc.disable()
     buffer = io.StringIO()
     try:
         with contextlib.redirect_stdout(buffer):
             raw = list(sys.argv[1:] if argv is None else argv)
-            parser = build_parser()
-            # a job command's words are sorted once (memsym's options, a pasted Megatron-LM
-            # command, the MODEL) before argparse reads memsym's own: memsym.cli.reading
-            from .reading import prepare_argv
+            try:
+                parser = build_parser(raw[0] if raw else None)
+                # a job command's words are sorted once (memsym's options, a pasted
+                # Megatron-LM command, the MODEL) before argparse reads memsym's own:
+                # memsym.cli.reading
+                from .reading import prepare_argv
 
-            ordered, words = prepare_argv(parser, raw)
+                ordered, words = prepare_argv(parser, raw)
+            finally:
+                if startup:
+                    gc.freeze()
+                    gc.enable()
             args = parser.parse_args(ordered)
             args.job_words = words
             status = int(args.run(args) or 0)

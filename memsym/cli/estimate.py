@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .option_table import add_options
+from .option_table import add_options, fill_model_state_defaults
 from .options import emit_json, model_state_setup, number_out
 from .training_options import switch_dests
 
@@ -23,6 +23,7 @@ def model_state_report(args) -> dict:
     """The model-state part of the report: exact bytes per term, host bytes, sources."""
     from ..terms.model_state import host_state
 
+    fill_model_state_defaults(args)
     total, values, scheme, widths = model_state_setup(args)
     bd = total.breakdown(values)
     out = {key: bd.get(key, 0) for key in MODEL_STATE_KEYS}

@@ -82,8 +82,10 @@ def run(args) -> int:
     from .. import printing
     from ..analysis import smallest
     from ..terms.model_state import model_state
+    from .option_table import fill_model_state_defaults
     from .options import model_state_convention, model_state_setup
 
+    fill_model_state_defaults(args)
     # keep b_hp symbolic as seed 000 does; `rest` holds the other widths, substituted
     solved, values, scheme, rest = model_state_setup(args, need_params=False, keep_symbolic=True)
     # the derivation starts from the widths as symbols, then substitutes `rest`

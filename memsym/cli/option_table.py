@@ -20,13 +20,13 @@ Building a parser imports no SymPy.
 from __future__ import annotations
 
 from .option_rows import OPTIONS, SWITCH_FLAGS
-from .option_schema import (EFFECTS, GROUPS, JOB, JOB_COMMANDS, PLOT_KINDS, PLOT_UNKNOWNS,
-                            SEARCH, SEARCH_COMMANDS, SOLVE_UNKNOWNS, Option)
+from .option_schema import (EFFECTS, GROUPS, JOB, JOB_COMMANDS, JOB_DEFAULTS, PLOT_KINDS,
+                            PLOT_UNKNOWNS, SEARCH, SEARCH_COMMANDS, SOLVE_UNKNOWNS, Option)
 
 __all__ = ["Option", "OPTIONS", "GROUPS", "EFFECTS", "JOB_COMMANDS", "SEARCH_COMMANDS",
            "add_options", "rows", "reference_markdown", "job_fields", "switches",
-           "arch_options", "memsym_spellings", "PLOT_KINDS", "PLOT_UNKNOWNS", "SOLVE_UNKNOWNS",
-           "help_text"]
+           "arch_options", "memsym_spellings", "fill_model_state_defaults", "PLOT_KINDS",
+           "PLOT_UNKNOWNS", "SOLVE_UNKNOWNS", "help_text"]
 
 
 def rows(command: str) -> tuple:
@@ -116,6 +116,21 @@ def job_fields(command: str = "estimate") -> tuple:
     return tuple((o.dest, o.field) for o in rows(command)
                  if o.field and not o.action and o.dest not in skip and o.group not in
                  ("model",) and not o.positional)
+
+
+def fill_model_state_defaults(args) -> None:
+    """The model-state estimate's precision, optimizer and offload where not given: the
+    job's defaults (:data:`memsym.job.DEFAULTS`), one table for every path.
+
+    Read from the rows that state them (``source`` the job's defaults, each checked equal to
+    :data:`memsym.job.DEFAULTS` by tests/test_option_table.py), so that an estimate of model
+    states alone does not load the job's modules (a tenth of its start-up).
+    """
+    for name in ("precision", "optimizer", "offload"):
+        if getattr(args, name, None) is None:
+            row = next(o for o in OPTIONS if o.dest == name
+                       and (o.source or "").startswith(JOB_DEFAULTS))
+            setattr(args, name, row.default)
 
 
 def switches() -> tuple:

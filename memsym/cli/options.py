@@ -347,16 +347,6 @@ def resolve_scheme(args) -> str:
     return scheme or "distributed-optimizer"
 
 
-def fill_model_state_defaults(args) -> None:
-    """The model-state estimate's precision, optimizer and offload where not given: the
-    job's defaults (:data:`memsym.job.DEFAULTS`), one table for every path."""
-    from ..job import DEFAULTS
-
-    for name in ("precision", "optimizer", "offload"):
-        if getattr(args, name, None) is None:
-            setattr(args, name, DEFAULTS[name])
-
-
 def model_state_convention(args) -> str:
     """The model-state convention of --convention: megatron-bridge uses megatron-lm's bytes."""
     # same byte model for model states (18 or 6 + 12/n)
@@ -364,7 +354,9 @@ def model_state_convention(args) -> str:
 
 
 def model_state_setup(args, *, need_params: bool = True, keep_symbolic: bool = False):
-    """(Total with byte widths substituted, values dict, scheme, widths) from parsed args.
+    """(Total with byte widths substituted, values dict, scheme, widths) from parsed args,
+    their precision, optimizer and offload filled in first
+    (:func:`memsym.cli.option_table.fill_model_state_defaults`).
 
     ``keep_symbolic``: :math:`b_{hp}` stays a symbol in the total, so a solved closed form
     reads as seed 000 writes it, d >= 16N/(Cpt - N b_hp); its width goes into
@@ -376,7 +368,9 @@ def model_state_setup(args, *, need_params: bool = True, keep_symbolic: bool = F
 
     scheme = resolve_scheme(args)
     convention = model_state_convention(args)
-    fill_model_state_defaults(args)
+    if None in (args.precision, args.optimizer, args.offload):
+        raise TypeError("model_state_setup: fill the defaults first "
+                        "(memsym.cli.option_table.fill_model_state_defaults)")
     if args.offload != "none" and (args.pp or 1) > 1:
         # REF: megatron-lm-arguments, transformer_config.py: "no support for Pipeline parallelism
         # with CPU offloading" (seed 001 quotes it)

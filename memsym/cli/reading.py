@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..readers.megatron import looks_like_option
+from ..text import looks_like_option
 from .option_table import memsym_spellings
 
 __all__ = ["JobWords", "split_job_words", "LAUNCHER_WORDS", "MEMSYM_SPELLINGS"]
@@ -165,7 +165,6 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
     ('llama2-7b', ['llama2-7b', '--tp', '2'], ['--nproc_per_node', '8', '--lr', '3e-4'])
     """
     from ..errors import InvalidValueError
-    from ..readers.megatron import SCHEDULE_ENTRY, ArgumentError, megatron_arity
 
     own = _own_options(parser)
     out = JobWords()
@@ -220,6 +219,9 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
                                         f"is given as {name}=VALUE)")
             mine.append((w, got))
             continue
+        # Megatron's table is read only where a word is not memsym's own (a pasted command)
+        from ..readers.megatron import SCHEDULE_ENTRY, ArgumentError, megatron_arity
+
         arity = megatron_arity(name)
         if arity is None:
             raise ArgumentError(name)
@@ -240,6 +242,8 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
             and not _model_states_only(mine) and not bridge:
         # a Megatron-LM command without a model: Megatron's reader reads every argument it
         # knows, memsym's shorthands in Megatron's spelling
+        from ..readers.megatron import megatron_arity
+
         kept = []
         for word, got in mine:
             name, eq, inline = word.partition("=")
@@ -347,10 +351,6 @@ def _expand_files(words):
     """``--launch-script FILE`` and ``--args-file FILE`` replaced by the words they hold, in
     place, so that a script or an argument file is read exactly as the same words pasted
     (later words win, as in argparse); and the indices of the words from files."""
-    from ..errors import InvalidValueError
-    from ..readers._values import read_bounded
-    from ..readers.launch_script import read_argument_file, read_launch_script
-
     out, i, from_file = [], 0, set()
     while i < len(words):
         name, eq, inline = words[i].partition("=")
@@ -358,6 +358,11 @@ def _expand_files(words):
             out.append(words[i])
             i += 1
             continue
+        # the readers load only for a command line that names a file
+        from ..errors import InvalidValueError
+        from ..readers._values import read_bounded
+        from ..readers.launch_script import read_argument_file, read_launch_script
+
         if eq:
             path, i = inline, i + 1
         elif i + 1 < len(words) and not looks_like_option(words[i + 1]):

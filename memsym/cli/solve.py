@@ -87,6 +87,7 @@ def run_dp(args) -> int:
     """``solve dp --params N ...``: model states alone (seed 000's question)."""
     from ..analysis import smallest
     from ..errors import InvalidValueError
+    from .option_table import fill_model_state_defaults
     from .options import margin_bytes, model_state_setup
 
     cap = args.gpu_memory
@@ -98,6 +99,7 @@ def run_dp(args) -> int:
         raise InvalidValueError("solve dp needs --gpu-memory C (e.g. 80GB or 80GiB) or --gpu NAME")
     # b_hp kept symbolic so the closed form reads as seed 000 writes it:
     # d >= (b_g + b_m + b_o) N / (C p t - N b_hp)
+    fill_model_state_defaults(args)
     total, values, _, _ = model_state_setup(args, keep_symbolic=True)
     args.margin_bytes = margin_bytes(args, cap)
     sol = smallest(total, "d", cap - args.margin_bytes, values)

@@ -64,14 +64,15 @@ def framework_job_from_args(args):
     """The Job of a DeepSpeed config or torchtitan TOML given with ``--deepspeed-config`` /
     ``--torchtitan-config`` (None when neither is given)."""
     from ..errors import InvalidValueError
-    from ..readers import read_deepspeed_config, read_torchtitan_config
-    from ..readers.jobs import deepspeed_job, torchtitan_job
 
     ds, tt = getattr(args, "deepspeed_config", None), getattr(args, "torchtitan_config", None)
     if getattr(args, "bridge_recipe", None) is not None:
         ds = tt = None if ds is None and tt is None else _refuse_two()
     if ds is None and tt is None:
         return None if getattr(args, "bridge_recipe", None) is None else _bridge_job(args)
+    # the readers load only for a config file (a tenth of a MODEL's estimate otherwise)
+    from ..readers import read_deepspeed_config, read_torchtitan_config
+    from ..readers.jobs import deepspeed_job, torchtitan_job
     if ds is not None and tt is not None:
         raise InvalidValueError("give --deepspeed-config or --torchtitan-config, not both")
     # the config decides the layout and the training: memsym's options for them, or pasted

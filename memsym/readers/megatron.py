@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import InvalidValueError, MemsymError, UnknownNameError
+from ..text import looks_like_option   # argparse's rule, shared with the CLI's reading
 from ..vocabulary import recompute_modules
 from ._megatron_flags import FLAGS
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
@@ -219,21 +220,6 @@ def _not_modelled(r, name: str, dest: str) -> bool:
         r.note(f"{name}: {_MEMORY_NOT_MODELLED[dest]} changes memory and is not modelled")
         return True
     return False
-
-
-def looks_like_option(word: str) -> bool:
-    """argparse's rule: a word starting with '-' is an option unless it is a negative number.
-
-    >>> looks_like_option("--lr"), looks_like_option("-1e-4"), looks_like_option("3e-4")
-    (True, False, False)
-    """
-    if not word.startswith("-") or word == "-":
-        return False
-    try:
-        float(word)
-        return False
-    except ValueError:
-        return True
 
 
 def megatron_arity(name: str):

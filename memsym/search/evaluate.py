@@ -16,8 +16,8 @@ from ..training import (ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS, all
 from ..model import active_parameter_count, moe_layer_pattern
 from .space import Space, CHOICE_RULES, KNOBS, recompute_layers
 from .grid import choice_knobs, grid_knobs, splits_of, with_split
-from .templates import (call_compiled, check_stages, fast_template, stage_count_items,
-                        stage_template)
+from .templates import (allowance_template, call_compiled, call_stage, check_stages,
+                        save_stage_tables, stage_count_floats, stage_function, stage_template)
 from ..frameworks import FRAMEWORK
 from ..timing.step import Settings, most_layers_per_rank, overlap_of, step_time_grid
 from ..job import Training
@@ -63,8 +63,8 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
     # once per unique (t, p, e, f, l, stage); and which template stands for it (with the
     # factor its decoder-layer activations scale by: see stage_template)
     # (the names are the same for every row; row 0's own split, which may be uneven)
-    names = [name for name, _ in stage_count_items(with_split(space, f_[0], l_[0]), int(t_[0]),
-                                               int(p_[0]), int(e_[0]), 0)]
+    names = [name for name, _ in stage_count_floats(with_split(space, f_[0], l_[0]),
+                                                    int(t_[0]), int(p_[0]), int(e_[0]), 0)]
     counts = {name: np.zeros((nslot, n)) for name in names}
     tmpl_id = np.zeros((nslot, n), dtype=np.int64)
     scale = np.ones((nslot, n))
@@ -76,9 +76,9 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
             continue
         uniq, inv = unique_rows(t_[live], p_[live], e_[live], f_[live], l_[live],
                                  slot_stage[j, live])
-        table = np.array([[float(v) for _, v in stage_count_items(with_split(space, key[3], key[4]),
-                                                               int(key[0]), int(key[1]),
-                                                               int(key[2]), int(key[5]))]
+        table = np.array([[v for _, v in stage_count_floats(with_split(space, key[3], key[4]),
+                                                            int(key[0]), int(key[1]),
+                                                            int(key[2]), int(key[5]))]
                           for key in uniq]).reshape(-1, len(names))
         for col, name in enumerate(names):
             counts[name][j, live] = table[inv, col]
@@ -108,6 +108,9 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
     one_kind = len(set(moe_layer_pattern(x))) == 1
     combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
                                     space.offload, space.sharding))
+
+    choices = {"recompute": space.recompute, "sharding": space.sharding,
+               "offload": space.offload}
 
     def pick(kw, rows):
         return {k: (val[rows] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
@@ -156,20 +159,20 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
                 sub = np.flatnonzero(tid == q)
                 skw = rkw if len(sub) == len(ridx) else pick(rkw, sub)
                 sub_space, pq, stq = tmpl_rep[q]
-                _, states, acts, allowance, layer, phases = fast_template(
-                    sub_space, rc, spf, inter, off, scheme, pq, stq)
+                acts, layer, phases, states = call_stage(stage_function(
+                    sub_space, rc, spf, inter, off, scheme, pq, stq), skw)
                 # the decoder layers' activations scale with the stage's layer count
                 # (one layer kind per shared template, stage_template)
                 fac_q = scale[j, rows[sub]]
-                act_q = call_compiled(acts, skw) + fac_q * call_compiled(layer, skw)
-                *running, to = (call_compiled(ex, skw) for ex in phases)
+                act_q = acts + fac_q * layer
+                *running, to = phases
                 peak = functools.reduce(np.maximum, running, to - act_q)
                 parts["activations"][sub] = act_q + peak
-                for term in states:
-                    parts.setdefault(term.key, np.zeros(len(ridx)))[sub] = call_compiled(term.expr, skw)
+                for key, value in states.items():
+                    parts.setdefault(key, np.zeros(len(ridx)))[sub] = value
             allocated = sum(parts.values())
             akw = dict(allow, M_alloc=allocated)
-            for term in allowance:
+            for term in allowance_template():
                 parts[term.key] = np.broadcast_to(np.asarray(call_compiled(term.expr, akw), dtype=float),
                                                   len(ridx))
             mem = allocated + sum(parts[key] for key in _ALLOW)
@@ -187,9 +190,10 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
         out_cols["f"].append(f_[idx])
         out_cols["l"].append(l_[idx])
         out_cols["m"].append(m_[idx])
-        out_cols["recompute"].append(np.full(len(idx), rc, dtype=object))
-        out_cols["sharding"].append(np.full(len(idx), scheme, dtype=object))
-        out_cols["offload"].append(np.full(len(idx), off, dtype=object))
+        # the choices as their index in the space (object arrays are built once, below:
+        # filling one per choice costs a tenth of a search)
+        for name, value in (("recompute", rc), ("sharding", scheme), ("offload", off)):
+            out_cols[name].append(np.full(len(idx), choices[name].index(value), dtype=np.intp))
         out_cols["sequence_parallel"].append(np.full(len(idx), spf, dtype=bool))
         out_cols["memory"].append(best_mem)
         out_cols["stage"].append(best_stage)
@@ -217,7 +221,11 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
             secs = {k: np.full(len(idx), np.nan) for k in ("step_time",) + TIME_PARTS}
         for key, col in secs.items():
             out_cols[key].append(col)
+    save_stage_tables()   # the templates built here, for the next process (compile cache)
     cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
+    for name, values in choices.items():
+        if out_cols[name]:
+            cols[name] = np.array(values, dtype=object)[cols[name]]
     # drop term columns that are absent everywhere
     for key in _STATE_KEYS:
         if key in cols and (not len(cols[key]) or np.all(np.isnan(cols[key]))):
@@ -348,5 +356,13 @@ def binding_columns(cols: dict):
     keys = [k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in cols]
     if not len(cols["memory"]):
         return np.array([], dtype=object)
-    mat = np.vstack([np.nan_to_num(cols[k], nan=-1.0) for k in keys])
-    return np.array(keys, dtype=object)[np.argmax(mat, axis=0)]
+    # the first largest term of each row (argmax over the stacked terms, NaN as -1), as a
+    # running maximum: no (terms x rows) matrix, tens of MB a new process would fault in
+    best = np.nan_to_num(cols[keys[0]], nan=-1.0)
+    which = np.zeros(len(best), dtype=np.intp)
+    for i, key in enumerate(keys[1:], 1):
+        col = np.nan_to_num(cols[key], nan=-1.0)
+        better = col > best
+        best = np.where(better, col, best)
+        which[better] = i
+    return np.array(keys, dtype=object)[which]

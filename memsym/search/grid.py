@@ -189,8 +189,10 @@ def splits_of(space: Space, grid: dict):
 
 
 @functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=65536)
 def with_split(space: Space, f: int, l_: int) -> Space:
-    """The space with first/last stage sizes f, l (0: none)."""
+    """The space with first/last stage sizes f, l (0: none); one object per split, so that
+    the caches keyed by it find it by identity (no field-by-field comparison)."""
     f, l_ = (int(f) or None), (int(l_) or None)
     if space.first_stage_layers == f and space.last_stage_layers == l_:
         return space

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..errors import InvalidValueError, UnknownNameError, choose
 from ..limits import EFFICIENCY_RANGE
@@ -211,6 +211,22 @@ class Space:
     cluster: object = None
     #: whose launch rules and runtime apply (:data:`memsym.job.FRAMEWORKS`)
     framework: str = "megatron"
+
+    def __hash__(self) -> int:
+        # a space keys every per-search cache (templates, stages, counts) and is hashed
+        # hundreds of thousands of times a search: its fields' hash (the architecture's
+        # included) is computed once and kept beside them (not a field: equality, repr and
+        # dataclasses.replace do not see it)
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+            return h
+
+    def __getstate__(self) -> dict:
+        # a string's hash differs between processes: the kept hash is never pickled
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @property
     def uniform(self) -> bool:

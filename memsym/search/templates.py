@@ -5,6 +5,8 @@ once and compiled once (cached per space, choice and stage make-up).
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import replace
 
 import sympy as sp
 
@@ -16,7 +18,9 @@ from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as 
 
 from .space import Space, recompute_layers
 from .grid import with_split
-from ..numeric import compile_expr
+from ..numeric import compile_expr, expression_code, function_namespace
+from .. import compile_cache
+from ..compile_cache import FUNC_NAME
 from ..model import moe_layer_pattern, stage_layers
 
 
@@ -190,9 +194,181 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
     return None, states, rest, allowance_terms(_ALLOCATED), layer, phases
 
 
+@functools.lru_cache(maxsize=65536)
+def _code(expr):
+    # one expression's code, printed once however many stage functions hold it
+    return expression_code(expr)
+
+
+class StageTable:
+    """The compiled pieces of every stage template of one search space, one file on disk.
+
+    A template (:func:`fast_template`: activations without the decoder layers, the decoder
+    layers, the phase transients, the states) is a list of expressions; each distinct
+    expression is printed once as :func:`call_compiled` compiles it alone (no common
+    subexpressions: its values are the same to the last bit) into a function of its own,
+    and each template is a list of indices into them.  The table is kept in the compile
+    cache (:mod:`memsym.compile_cache`) under a key of its inputs
+    (:func:`memsym.compile_cache.input_key`: the space's ``repr`` with no stage split, and
+    the package's files), so that a search in a new process builds no SymPy template it met
+    before; a space whose ``repr`` names an object's address or elides part of an array is
+    not kept.
+    """
+
+    def __init__(self, root: Space):
+        text = repr(root)
+        # a repr that does not say everything (an object's address, numpy's "..." in a long
+        # array) is no key: such a space is compiled in each process
+        lossy = " at 0x" in text or "..." in text
+        self.digest = None if lossy else compile_cache.input_key("search stages 2", text)
+        self.codes, self.names, self.funcs, self.entries, self.counts = [], [], [], {}, {}
+        self.index: dict = {}
+        self.dirty = False
+        loaded = None if self.digest is None else compile_cache.load(self.digest,
+                                                                      function_namespace())
+        try:
+            funcs, codes, names, entries, counts = loaded() if loaded is not None else ((),) * 5
+        except (TypeError, ValueError):   # another layout of the file: rebuilt
+            funcs, codes, names, entries, counts = ((),) * 5
+        if len(funcs) == len(codes) == len(names) and isinstance(entries, dict) \
+                and isinstance(counts, dict):
+            self.funcs, self.codes, self.names = list(funcs), list(codes), list(names)
+            self.entries, self.counts = dict(entries), dict(counts)
+            self.index = {code: i for i, code in enumerate(self.codes)}
+
+    def add(self, key: str, exprs: tuple, state_keys: tuple, phases: int) -> tuple:
+        """The entry of a template just built: its pieces' function indices."""
+        ids = []
+        for expr in exprs:
+            code = _code(expr)
+            if code not in self.index:
+                fn, names = _compiled(expr)   # the code above, as call_compiled runs it
+                self.funcs.append(fn)
+                self.index[code] = len(self.codes)
+                self.codes.append(code)
+                self.names.append(names)
+            ids.append(self.index[code])
+        self.entries[key] = (tuple(ids), state_keys, phases)
+        self.dirty = True
+        return self.entries[key]
+
+    def source(self) -> str:
+        """The module kept on disk: one function per expression, the table returned by
+        ``_lambdifygenerated()``."""
+        lines = []
+        for i, (code, names) in enumerate(zip(self.codes, self.names)):
+            lines += [f"def _f{i}({', '.join(names)}):", f"    return [{code}]"]
+        lines += [f"def {FUNC_NAME}():",
+                  f"    return (({''.join(f'_f{i}, ' for i in range(len(self.codes)))}), "
+                  f"{tuple(self.codes)!r}, {tuple(self.names)!r}, {self.entries!r}, "
+                  f"{self.counts!r})"]
+        return "\n".join(lines) + "\n"
+
+    def save(self) -> None:
+        if self.dirty and self.digest is not None and compile_cache.cache_dir() is not None:
+            try:
+                compile_cache.store(self.digest, self.source())
+            except (OSError, TypeError, ValueError):   # nothing kept: the functions still work
+                pass
+        self.dirty = False
+
+
+#: Stage tables by root space (the search's space without a stage split).
+_TABLES: dict = {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _root(space: Space) -> Space:
+    return replace(space, first_stage_layers=None, last_stage_layers=None)
+
+
+def stage_table(space: Space) -> StageTable:
+    """The :class:`StageTable` of ``space`` (with any first/last stage split removed)."""
+    root = _root(space)
+    if root not in _TABLES:
+        if len(_TABLES) > 64:
+            _TABLES.clear()
+        _TABLES[root] = StageTable(root)
+    return _TABLES[root]
+
+
+def save_stage_tables() -> None:
+    """Write the stage tables that gained templates to the compile cache."""
+    for table in _TABLES.values():
+        table.save()
+
+
+@functools.lru_cache(maxsize=4096)
+def stage_function(space: Space, rc: str, sp_on: bool, inter: bool, off: str, scheme: str,
+                   pp: int, stage: int):
+    """:func:`fast_template`'s pieces (activations without the decoder layers, the decoder
+    layers, the phase transients, the states) as compiled functions, from the space's
+    :class:`StageTable` (built and added there the first time): ``call_stage(fn, kw)``
+    returns their values as :func:`call_compiled` returns each."""
+    table = stage_table(space)
+    key = repr((space.first_stage_layers, space.last_stage_layers, rc, sp_on, inter, off,
+                scheme, pp, stage))
+    entry = table.entries.get(key)
+    if entry is None:
+        _, states, rest, _, layer, phases = fast_template(space, rc, sp_on, inter, off, scheme,
+                                                          pp, stage)
+        exprs = (rest, layer, *phases, *(term.expr for term in states))
+        keys = tuple(term.key for term in states)
+        if any(_code(e) is None for e in exprs):
+            # a name lambdify must rename: each piece compiled on its own (compile_expr)
+            return _Pieces(tuple(functools.partial(call_compiled, e) for e in exprs), keys,
+                           len(phases))
+        entry = table.add(key, exprs, keys, len(phases))
+    ids, keys, phases = entry
+    return _Pieces(tuple(_bound(table.funcs[i], table.names[i]) for i in ids), keys, phases)
+
+
+def _bound(fn, names):
+    return lambda kw: fn(*[kw[n] for n in names])[0]
+
+
+class _Pieces:
+    """A stage's compiled pieces: functions of the keyword values, the state keys, the
+    number of phase transients."""
+
+    def __init__(self, calls, state_keys, phases):
+        self.calls, self.state_keys, self.phases = calls, state_keys, phases
+
+
+def call_stage(fn: _Pieces, kw: dict) -> tuple:
+    """``(activations without the decoder layers, decoder layers, [phase transients],
+    {state key: bytes})`` of a :func:`stage_function` at keyword values ``kw``."""
+    vals = [call(kw) for call in fn.calls]
+    k = 2 + fn.phases
+    return vals[0], vals[1], vals[2:k], dict(zip(fn.state_keys, vals[k:]))
+
+
 #: The allocated bytes in the compiled allowance terms (the fragmentation allowance is a
 #: fraction of them): the registry's M_alloc.
 _ALLOCATED = M_alloc
+
+
+@functools.lru_cache(maxsize=1)
+def allowance_template() -> tuple:
+    """The allowance Terms over the allocated bytes (the registry's ``M_alloc``), the same
+    for every stage (:func:`memsym.training.allowance_terms`)."""
+    return tuple(allowance_terms(_ALLOCATED))
+
+
+@functools.lru_cache(maxsize=65536)
+def stage_count_floats(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
+    """:func:`stage_count_items` as floats (what the vectorized evaluation binds), kept in
+    the space's :class:`StageTable`: a search in a new process computes no parameter count
+    it met before."""
+    table = stage_table(space)
+    key = repr((space.first_stage_layers, space.last_stage_layers, tt, pp, ee, stage))
+    got = table.counts.get(key)
+    if got is None:
+        got = tuple((name, float(v)) for name, v in stage_count_items(space, tt, pp, ee, stage))
+        if all(math.isfinite(v) for _, v in got):   # repr(inf) would not read back
+            table.counts[key] = got
+            table.dirty = True
+    return got
 
 
 #: Stage counts by what they depend on (see :func:`stage_count_items`).
