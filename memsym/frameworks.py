@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from .errors import choose
 from .vocabulary import FRAMEWORKS, PRECISION_NAMES, SCHEMES
 
-__all__ = ["Framework", "FRAMEWORK", "framework"]
+__all__ = ["Framework", "FRAMEWORK", "FRAMEWORK_SCHEMES", "framework"]
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,63 @@ class Framework:
         attention kernel, dropout).
     torch_pipelining : bool
         Pipeline parallelism through ``torch.distributed.pipelining``: torch's round size
-        for the interleaved warm-up, FSDP2 kept unsharded through the pipelined backward,
-        torchtitan's generated layer split and sequence parallelism with every TP.
+        for the interleaved warm-up (``ScheduleInterleaved1F1B``'s ``number_of_rounds``),
+        its micro-batch rules instead of Megatron's, its send/receive buffers kept through
+        the step, FSDP2 kept unsharded through the pipelined backward, and torchtitan's
+        generated layer split (``distributed/pipeline_parallel.py``,
+        ``generate_llm_fqn_per_model_part``) when none is given.
     tp_userbuffers : bool
         ``tp_comm_overlap`` is Transformer Engine's userbuffers (split GEMMs); torchtitan's
         async TP is torch's micro-pipelining instead.
     dropout_layers : bool
-        Whether its models build dropout layers at all (torchtitan's do not).
+        Whether its models build dropout layers at all (torchtitan's do not:
+        ``models/llama3/model.py``; ``models/attention.py`` calls
+        ``scaled_dot_product_attention`` without ``dropout_p``): asking for dropout is refused.
+    recipe_defaults : bool
+        Whether a preset's training recipe (:data:`memsym.model.RECIPES`, Megatron-Bridge's
+        recipes: no dropout for the Llama-style presets) fills what the user left unset
+        (:func:`memsym.job.resolve_dropout`); the other frameworks do not run those recipes.
+    hf_model_code : bool
+        Whether it trains the model's own transformers code (DeepSpeed): a ``config.json``'s
+        dropout probabilities decide whether masks are kept (``modeling_llama.py``,
+        ``attention_dropout``; :func:`memsym.job.framework_dropout`), and RoPE's angles are
+        computed for any position (``LlamaRotaryEmbedding.forward``: ``inv_freq`` x
+        ``position_ids``), so only a learned position table bounds the sequence (rule
+        ``seq-positions``).
+    layer_selective_ac : bool
+        Whether it checkpoints every n-th block (``recompute_method="every"``: torchtitan's
+        ``selective_ac_option = "N"``, ``_apply_ac_to_transformer_block``); Megatron
+        checkpoints uniform or block.
+    tp_sequence_parallel : bool
+        Whether its tensor parallelism is always sequence parallel (torchtitan's
+        ``models/llama3/infra/parallelize.py``, ``apply_tp``: ``SequenceParallel`` norms and
+        ``Shard(1)`` block outputs; no switch turns it off).
+    torch_loss : bool
+        Whether the last stage runs torch's cross-entropy on an fp32 copy of the logits
+        (torchtitan's ``components/loss.py``, ``cross_entropy_loss``), vocabulary-parallel
+        under DTensor ``loss_parallel`` at TP > 1 unless ``--parallelism.disable_loss_parallel``
+        (``train.py``), instead of Megatron-core's fused vocab-parallel cross-entropy
+        (``core/tensor_parallel/cross_entropy.py``).
+    torch_output_layer : bool
+        Whether the output layer is torch's ``ColwiseParallel`` (``apply_tp``:
+        ``input_layouts=Shard(1)``, which saves the all-gathered input under sequence
+        parallelism) after a final RMSNorm run eagerly in fp32 (torchtitan's ``RMSNorm``,
+        :func:`memsym.terms.activations.output_activations`).
+    grads_set_to_none : bool
+        Whether each step starts with ``optimizers.zero_grad()`` (``set_to_none=True``,
+        torch's default; torchtitan's ``train.py``, ``train_step``), so FSDP2's sharded
+        gradients do not exist until the backward's reduce-scatter makes them; Megatron's
+        gradient buffer and DeepSpeed's partitions persist.
+    fsdp_io_groups : bool
+        Whether FSDP2 wraps the embedding and the output layer as groups of their own, the
+        root group held or resharded by ``fsdp_root_group`` (torchtitan's ``apply_fsdp`` at
+        9dec370 and at 73a0e6979d; :func:`memsym.terms.transients.fsdp2_io_groups`).
+    overlap_ipg_buffers : int or None
+        The gradient buckets (IPG buffers) the data-parallel reduce fills when it overlaps
+        the backward, None for the library default (:data:`memsym.terms.transients.DEFAULTS`):
+        DeepSpeed's ``overlap_comm`` adds a second one "to avoid data access conflict"
+        (``runtime/zero/stage_1_and_2.py``, ``DeepSpeedZeroOptimizer.setup_buckets``:
+        ``buf_1``).
     config_suffix : str
         The file a launch is written to (``memsym search --emit``): an arguments file, a
         JSON ``ds_config`` or a TOML job config.
@@ -105,6 +155,15 @@ class Framework:
     torch_pipelining: bool
     tp_userbuffers: bool
     dropout_layers: bool
+    recipe_defaults: bool
+    hf_model_code: bool
+    layer_selective_ac: bool
+    tp_sequence_parallel: bool
+    torch_loss: bool
+    torch_output_layer: bool
+    grads_set_to_none: bool
+    fsdp_io_groups: bool
+    overlap_ipg_buffers: int | None
     config_suffix: str
     reader_option: str
     config_lacks: tuple
@@ -113,8 +172,16 @@ class Framework:
     reads_offload: bool
 
     def overlaps_by_default(self, scheme: str) -> bool:
-        """Whether the data-parallel collectives overlap under ``scheme`` with nothing set."""
-        return scheme in self.overlap_schemes
+        """Whether the data-parallel collectives overlap under ``scheme`` with nothing set.
+
+        A framework whose launch has nothing to set (``launch_overlaps == "always"``:
+        torchtitan) overlaps under any scheme, also one a :class:`memsym.job.Training` that no
+        job validated carries (:func:`memsym.timing.step.overlap_of` prices such records).
+
+        >>> FRAMEWORK["torchtitan"].overlaps_by_default("distributed-optimizer")
+        True
+        """
+        return self.launch_overlaps == "always" or scheme in self.overlap_schemes
 
     def launch_overlap_options(self, scheme: str) -> dict:
         """The overlap options a launch of ``scheme`` sets (as :func:`memsym.job.job` options).
@@ -147,6 +214,9 @@ FRAMEWORK = {
                               "(the recipes' --use-distributed-optimizer)",
         overlap_schemes=(), launch_overlaps="flags", megatron_options=True,
         torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
+        recipe_defaults=True, hf_model_code=False, layer_selective_ac=False,
+        tp_sequence_parallel=False, torch_loss=False, torch_output_layer=False,
+        grads_set_to_none=False, fsdp_io_groups=False, overlap_ipg_buffers=None,
         config_suffix="txt", reader_option="--args-file", config_lacks=(),
         config_precisions=PRECISION_NAMES, config_optimizers=("adam", "adamw", "sgd"),
         reads_offload=False),
@@ -156,6 +226,9 @@ FRAMEWORK = {
         default_scheme_source="deepspeed's default (zero_optimization.stage 0)",
         overlap_schemes=("zero3",), launch_overlaps="overlap_comm", megatron_options=False,
         torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
+        recipe_defaults=False, hf_model_code=True, layer_selective_ac=False,
+        tp_sequence_parallel=False, torch_loss=False, torch_output_layer=False,
+        grads_set_to_none=False, fsdp_io_groups=False, overlap_ipg_buffers=2,
         config_suffix="json", reader_option="--deepspeed-config",
         config_lacks=("world_size", "seq_length"), config_precisions=("fp32", "bf16", "fp16"),
         config_optimizers=("adam", "adamw"), reads_offload=True),
@@ -165,11 +238,19 @@ FRAMEWORK = {
         default_scheme_source="torchtitan's default (data_parallel_shard_degree -1)",
         overlap_schemes=("fsdp", "ddp"), launch_overlaps="always", megatron_options=False,
         torch_pipelining=True, tp_userbuffers=False, dropout_layers=False,
+        recipe_defaults=False, hf_model_code=False, layer_selective_ac=True,
+        tp_sequence_parallel=True, torch_loss=True, torch_output_layer=True,
+        grads_set_to_none=True, fsdp_io_groups=True, overlap_ipg_buffers=None,
         config_suffix="toml", reader_option="--torchtitan-config",
         config_lacks=("world_size",), config_precisions=("bf16",),
         config_optimizers=("adam", "adamw"), reads_offload=False),
 }
 assert tuple(FRAMEWORK) == FRAMEWORKS      # the vocabulary and the table name the same three
+
+#: The schemes of each framework that runs fewer than all of :data:`~memsym.vocabulary.SCHEMES`
+#: (Megatron runs every one), as :mod:`memsym.search.space` reads them.
+FRAMEWORK_SCHEMES = {name: fw.schemes for name, fw in FRAMEWORK.items()
+                     if set(fw.schemes) != set(SCHEMES)}
 
 
 def framework(name: str) -> Framework:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .errors import InvalidValueError, UnknownNameError, choose
+from .frameworks import framework as framework_record
 from .terms.allowances import METRICS, allowance_values
 from .limits import FIELD_LIMITS, check_limit
 from .terms.activations import RECOMPUTE, recompute_modules as _modules
@@ -168,8 +169,8 @@ def validate(x, layout: Layout, training: Training):
     _check_recompute_layers(x, layout, training)
     _check_recompute_modules(x, training)
     _check_overlaps(x, layout, training)
-    offered = FRAMEWORK_SCHEMES.get(training.framework)
-    if offered and training.states.sharding not in offered:
+    offered = framework_record(training.framework).schemes
+    if training.states.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
                                 f"{training.states.sharding}")
     check_zero_buckets(training.states.zero_buckets)
@@ -202,7 +203,7 @@ def _check_overlaps(x, layout: Layout, training: Training) -> None:
     # Megatron-LM validate_args: --overlap-param-gather only with the distributed optimizer
     # (or Megatron-FSDP) and only with --overlap-grad-reduce; --tp-comm-overlap asserts
     # sequence parallelism, which validate_args turns off at t = 1
-    if training.framework != "megatron":
+    if not framework_record(training.framework).megatron_options:
         for name, flag in (("tp_comm_overlap", "--tp-comm-overlap"),
                            ("overlap_moe_expert_parallel_comm",
                             "--overlap-moe-expert-parallel-comm"),
@@ -256,7 +257,7 @@ def _check_pipeline_layout(x, layout: Layout, training: Training) -> None:
     if (layout.v or 1) != pl.v:
         raise InvalidValueError(f"virtual pipeline size v={layout.v} conflicts with the "
                                 f"pipeline layout's {pl.v} stages per rank")
-    if training.framework != "megatron":
+    if not framework_record(training.framework).megatron_options:
         raise InvalidValueError("a pipeline layout is Megatron-Core's "
                                 "(--pipeline-model-parallel-layout)")
     check_layout(x, layout.t, layout.p, layout.e, layout.t_e, layout.first_stage_layers,
@@ -285,7 +286,7 @@ def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
         raise InvalidValueError(f"recompute_num_layers 0 with recompute_method {method}: "
                                 "Megatron's uniform loop never advances (core/recompute.py); "
                                 "block 0 checkpoints no layer")
-    if method == "every" and (training.framework != "torchtitan"
+    if method == "every" and (not framework_record(training.framework).layer_selective_ac
                               or layout.pipeline_layout is not None):
         raise InvalidValueError("recompute_method \"every\" is torchtitan's layer selective AC "
                                 "(selective_ac_option = \"N\"): use framework=\"torchtitan\"; "
@@ -300,7 +301,7 @@ def _check_recompute_modules(x, training: Training) -> None:
     mods = training.memory.recompute_modules
     if mods is None:
         return
-    if training.framework != "megatron":
+    if not framework_record(training.framework).megatron_options:
         raise InvalidValueError(f"recompute_modules is Megatron-Core's --recompute-modules, not "
                                 f"a {training.framework} option")
     mods = _modules(mods)
@@ -331,13 +332,13 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
     >>> lay.first_stage_layers, lay.last_stage_layers
     (15, 15)
     """
-    notes = []
-    if training.framework == "torchtitan" and layout.t > 1 and not layout.sequence_parallel:
+    notes, fw = [], framework_record(training.framework)
+    if fw.tp_sequence_parallel and layout.t > 1 and not layout.sequence_parallel:
         # apply_tp: SequenceParallel norms and Shard(1) block outputs; no switch turns it off
         layout = dataclasses.replace(layout, sequence_parallel=True)
         notes.append("torchtitan's tensor parallelism is sequence parallel (apply_tp shards the "
                      "norms and the block outputs over the sequence): counted with it")
-    if (training.framework != "torchtitan" or layout.p == 1
+    if (not fw.torch_pipelining or layout.p == 1
             or layout.first_stage_layers is not None or layout.last_stage_layers is not None):
         return layout, notes
 
@@ -357,11 +358,10 @@ def framework_dropout(framework: str, dropout=None, arch=None):
     """Whether dropout masks are kept under ``framework`` when ``dropout`` is asked for (None:
     not asked), and why, as ``(dropout, reason)`` (reason None: nothing to say).
 
-    * torchtitan's models build no dropout (``models/llama3/model.py``; ``models/attention.py``
-      calls ``scaled_dot_product_attention`` without ``dropout_p``): off, and asking for it is
-      refused;
-    * DeepSpeed runs the model's own code: a model read from a ``config.json``
-      (``arch.extra["hf_dropout"]``, :func:`memsym.model.from_hf_config`) keeps masks only if
+    * a framework whose models build no dropout (``Framework.dropout_layers`` False in
+      :data:`memsym.frameworks.FRAMEWORK`: torchtitan's): off, and asking for it is refused;
+    * one that runs the model's own code (``hf_model_code``: DeepSpeed): a ``config.json``'s
+      model (``arch.extra["hf_dropout"]``, :func:`memsym.model.from_hf_config`) keeps masks if
       one of the probabilities its transformers modeling code applies is > 0 (Llama-style
       models: ``attention_dropout`` 0.0, none);
     * elsewhere what was asked, else None (the job's default, Megatron's 0.1 dropouts).
@@ -373,20 +373,21 @@ def framework_dropout(framework: str, dropout=None, arch=None):
     >>> framework_dropout("torchtitan", False)
     (False, None)
     """
-    if framework == "torchtitan":
+    fw = framework_record(framework)
+    if not fw.dropout_layers:
         if dropout:
-            raise InvalidValueError("torchtitan's models have no dropout layers: dropout must "
-                                    "be off with framework torchtitan (--hidden-dropout 0 "
+            raise InvalidValueError(f"{fw.title}'s models have no dropout layers: dropout must "
+                                    f"be off with framework {fw.name} (--hidden-dropout 0 "
                                     "--attention-dropout 0, or leave them out)")
         return False, (None if dropout is not None
-                       else "dropout off: torchtitan's models have no dropout layers")
+                       else f"dropout off: {fw.title}'s models have no dropout layers")
     probs = None if arch is None else (arch.extra or {}).get("hf_dropout")
-    if dropout is None and framework == "deepspeed" and probs is not None:
+    if dropout is None and fw.hf_model_code and probs is not None:
         on = any(p_ > 0 for p_ in probs.values())
         shown = ", ".join(f"{k} {v:g}" for k, v in probs.items())
-        return on, (f"dropout {'on' if on else 'off'}: DeepSpeed runs the transformers model, "
+        return on, (f"dropout {'on' if on else 'off'}: {fw.title} runs the transformers model, "
                     f"whose config.json sets {shown}")
-    if dropout is None and framework == "deepspeed":
+    if dropout is None and fw.hf_model_code:
         return None, ("dropout masks counted as Megatron's 0.1 defaults: DeepSpeed runs the "
                       "model's own code (give the model as its config.json to take its "
                       "dropouts, or --hidden-dropout 0 --attention-dropout 0)")
@@ -409,7 +410,7 @@ def resolve_dropout(framework: str, dropout=None, model=None, arch=None) -> tupl
     (True, None)
     """
     kept, why = framework_dropout(framework, dropout, arch)
-    if kept is None and framework == "megatron":
+    if kept is None and framework_record(framework).recipe_defaults:
         options, source = recipe(model)
         if "dropout" in options:
             name = getattr(model, "name", model)
@@ -421,15 +422,6 @@ def dropout_kept(training) -> bool:
     """``training.dropout`` with None read as Megatron-LM's default (masks kept): for code
     given a Training that no :func:`job` resolved."""
     return True if training.memory.dropout is None else training.memory.dropout
-
-
-#: The sharding schemes each framework runs (Megatron: every scheme memsym models, its own
-#: distributed optimizer and torch-FSDP2 / Megatron-FSDP among them).
-FRAMEWORK_SCHEMES = {"deepspeed": ("ddp", "zero1", "zero2", "zero3"),
-                     "torchtitan": ("fsdp", "ddp")}
-#: Each framework's default where it is not Megatron's (DeepSpeed: ZeRO stage 0;
-#: torchtitan: data_parallel_shard_degree -1, FSDP2 over every data-parallel rank).
-_FRAMEWORK_DEFAULT_SCHEME = {"deepspeed": "ddp", "torchtitan": "fsdp"}
 
 
 
@@ -620,9 +612,9 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     notes += layout_notes
     default_shard = training.states.sharding == DEFAULTS["sharding"] and "sharding" not in trn_kw
     trn = canonical(training.replace(**trn_kw))
-    if default_shard and trn.framework in _FRAMEWORK_DEFAULT_SCHEME:
-        # the framework's own default, not Megatron's distributed optimizer
-        trn = trn.replace(sharding=_FRAMEWORK_DEFAULT_SCHEME[trn.framework])
+    fw = framework_record(trn.framework)
+    if default_shard and fw.default_scheme != trn.states.sharding:
+        trn = trn.replace(sharding=fw.default_scheme)   # its own default, not Megatron's
         notes.append(f"sharding {trn.states.sharding}: {trn.framework}'s default")
     adapter = [k for k in ("lora_rank", "lora_targets", "quantization", "lora_regather")
                if k in trn_kw]
@@ -660,7 +652,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         notes.append("sequence parallelism is off at t = 1 (as Megatron-LM turns it off)")
     lay, split_notes = framework_layout(x, lay, trn)
     notes += split_notes
-    if trn.memory.loss_parallel is False and (trn.framework != "torchtitan" or lay.t == 1):
+    if trn.memory.loss_parallel is False and (not fw.torch_loss or lay.t == 1):
         notes.append("loss_parallel = False (--disable-loss-parallel) has effect only for "
                      "torchtitan jobs with t > 1")
     if trn.pipeline.schedule != DEFAULTS["schedule"] and lay.p == 1:
@@ -672,8 +664,8 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     if trn.pipeline.wgrad_deferral_limit and not trn.pipeline.defer_embedding_wgrad_compute:
         notes.append("wgrad_deferral_limit (--wgrad-deferral-limit) has effect only with "
                      "--defer-embedding-wgrad-compute")
-    if trn.memory.fsdp_root_group is True and (trn.framework != "torchtitan" or trn.states.sharding != "fsdp"
-                                        or lay.p > 1):
+    if trn.memory.fsdp_root_group is True and (not fw.fsdp_io_groups or trn.states.sharding != "fsdp"
+                                               or lay.p > 1):
         notes.append("fsdp_root_group has effect only for torchtitan's FSDP2 without pipelining")
     m_ = validate(x, lay, trn)
     if set(recompute_modules_of(trn)) - {"core_attn"}:
@@ -696,9 +688,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         cap = dev.capacity_bytes
     if cap is not None:
         cap = _capacity(cap)
-    framework_default = {"sharding": f"{trn.framework}'s default" if trn.framework
-                         in _FRAMEWORK_DEFAULT_SCHEME else None,
-                         "dropout": why}
+    framework_default = {"sharding": fw.default_scheme_source, "dropout": why}
     applied = tuple(_defaults) + tuple(
         (k, trn.value(k) if k in FIELD_PARTS else getattr(lay, k),
          framework_default.get(k) or REPORTED_DEFAULTS[k]) for k in defaulted)

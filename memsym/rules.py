@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from .errors import DivisibilityError, InvalidValueError
+from .frameworks import framework
 from .model.architecture import layer_kinds
 from .term import Source
 
@@ -297,7 +298,8 @@ RULES: dict = {r.name: r for r in (
          InvalidValueError),
     Rule("torchtitan-tp-sp", "torchtitan's tensor parallelism is sequence parallel (t > 1 "
          "needs sequence parallelism)",
-         lambda x, k: (k["t"] > 1) & _not(k["sequence_parallel"]) & k.get("torchtitan", False),
+         lambda x, k: ((k["t"] > 1) & _not(k["sequence_parallel"])
+                       & k.get("tp_sequence_parallel", k.get("torchtitan", False))),
          lambda x, k: ("torchtitan's tensor parallelism always shards the norms and the block "
                        "outputs over the sequence: t > 1 needs sequence parallelism"),
          Source("torchtitan", "models/llama3/infra/parallelize.py, apply_tp (SequenceParallel "
@@ -391,11 +393,14 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
          "pipeline_layout": getattr(layout, "pipeline_layout", None) is not None,
          "gpus_per_node": gpus_per_node, "m": m}
     if training is not None:
+        fw = framework(getattr(training, "framework", "megatron"))
+        # the knobs "torchtitan" and "deepspeed" (memsym.search.grid builds them too) are the
+        # behaviours memsym.frameworks records: torch's pipelining, the transformers model code
         k.update({"s": training.batch.seq_length, "b": training.batch.micro_batch_size,
                   "B": training.batch.global_batch_size, "offload": training.states.offload != "none",
                   "shards_gradients": training.states.sharding in ("zero2", "zero3", "fsdp"),
-                  "torchtitan": getattr(training, "framework", "megatron") == "torchtitan",
-                  "deepspeed": getattr(training, "framework", "megatron") == "deepspeed",
+                  "torchtitan": fw.torch_pipelining, "deepspeed": fw.hf_model_code,
+                  "tp_sequence_parallel": fw.tp_sequence_parallel,
                   "gpipe": training.pipeline.schedule == "gpipe",
                   "v_placement": training.pipeline.stage_placement == "v",
                   "microbatch_group_size": training.pipeline.microbatch_group_size})

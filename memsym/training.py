@@ -16,6 +16,7 @@ from typing import Mapping
 import sympy as sp
 
 from .errors import InvalidValueError, choose
+from .frameworks import framework as framework_record
 from .groups import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
 from .symbols import (E, L, N_a, N_bkt, N_exp, N_lin, N_ll, N_pf, N_q, N_rep, N_tp, N_u, V, a, b,
                       b_g, b_hp, b_m, b_o, b_r, b_u, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, k, m,
@@ -159,7 +160,7 @@ def _output_layer(x, layout: Layout, training: Training) -> Total:
     sp_on = _sequence_parallel(layout)
     # torchtitan's output layer is torch's ColwiseParallel (it saves the gathered input) and
     # its final RMSNorm runs eagerly in fp32
-    titan = training.framework == "torchtitan"
+    titan = framework_record(training.framework).torch_output_layer
     return output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
                               compiled_loss=training.memory.compiled_loss,
                               gathered_output_input=sp_on and titan,
@@ -248,7 +249,7 @@ def _in_flight_chunks(layout: Layout, training: Training, stage: int, schedule: 
     where = "first" if stage == 0 else "last" if stage == layout.p - 1 else stage
     # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
     group = training.pipeline.microbatch_group_size if vv is not None else None
-    if vv is not None and group is None and mm is not None and training.framework == "torchtitan":
+    if vv is not None and group is None and mm is not None and framework_record(training.framework).torch_pipelining:
         group = torch_round_size(mm, pp)       # torch's rounds of m // max(1, m // p)
     if training.pipeline.stage_placement == "v":
         # torch's V schedules (ZBVZeroBubble, DualPipeV): their own count, not interleaved
@@ -326,7 +327,7 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
                      if recompute == "full" and method else "") + ")",
                   Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)"),
                   label="layers")]
-    if training.framework == "torchtitan" and pp > 1 and mm is not None:
+    if framework_record(training.framework).torch_pipelining and pp > 1 and mm is not None:
         terms.append(pipelining_buffers(stage, pp, vv, mm, group, _boundary_bytes(sp_on, training),
                                         _activation_width(training), training.pipeline.schedule,
                                         training.pipeline.stage_placement))
@@ -562,10 +563,9 @@ def _transient_widths(training: Training) -> dict:
     (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
     half = _activation_width(training)
     vals = {sym: sp.Integer(_TR_DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
-    if training.framework == "deepspeed" and training.comm.overlap_grad_reduce:
-        # DeepSpeed's overlap_comm: a second IPG buffer "to avoid data access conflict"
-        # (runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.setup_buckets: buf_1)
-        vals[n_bkt] = sp.Integer(2)
+    overlap_buffers = framework_record(training.framework).overlap_ipg_buffers
+    if overlap_buffers is not None and training.comm.overlap_grad_reduce:
+        vals[n_bkt] = sp.Integer(overlap_buffers)   # DeepSpeed's overlap_comm: a second one
     # DeepSpeed's buffers as its config sets them (readers.jobs.deepspeed_job)
     knobs = {"reduce_bucket_size": N_bkt, "stage3_prefetch_bucket_size": N_pf,
              "ipg_buffers": n_bkt}
@@ -578,20 +578,20 @@ def _loss_kind(layout: Layout, training: Training) -> str:
     """Which cross-entropy the last stage runs: ``"compiled"`` (torch.compile'd),
     ``"loss-parallel"`` (torchtitan with t > 1: torch's DTensor ``loss_parallel``), ``"torch"``
     (eager ``F.cross_entropy`` on a ``.float()`` copy: torchtitan, and memsym's FSDP2 path) or
-    ``"megatron"`` (Megatron-core's fused vocab-parallel cross-entropy)."""
+    ``"vocab-parallel"`` (Megatron-core's fused vocab-parallel cross-entropy)."""
     if training.memory.compiled_loss:
         return "compiled"
-    if training.framework == "torchtitan":
+    if framework_record(training.framework).torch_loss:
         return "loss-parallel" if layout.t > 1 and training.memory.loss_parallel else "torch"
     if training.states.sharding == "fsdp" and training.states.convention == "framework":
         return "torch"
-    return "megatron"
+    return "vocab-parallel"
 
 
 def _loss_transients(kind: str) -> tuple:
     """(forward Terms, loss-backward Terms) of the cross-entropy ``kind`` beyond its saved
     tensors (the ``logits`` of :func:`memsym.terms.activations.output_activations`)."""
-    if kind == "megatron":
+    if kind == "vocab-parallel":
         fwd = tr.cross_entropy_transient()
         # the fp32 softmax turned gradient in place; autograd casts it to the 16-bit input
         grad = replace(fwd["logits_16bit"], key="logits_grad_16bit", label="bf16 logits grad",
@@ -660,7 +660,7 @@ def _gradients_not_yet_made(training: Training) -> bool:
     :math:`-\min(G, A_{\mathrm{layers}})`; under pipelining (gradients reduce-scattered
     after the last micro-batch) the whole sharded gradient is kept, an upper bound.
     Megatron's gradient buffer and DeepSpeed's partitions persist."""
-    return (training.framework == "torchtitan" and training.states.sharding == "fsdp"
+    return (framework_record(training.framework).grads_set_to_none and training.states.sharding == "fsdp"
             and training.states.convention == "framework" and training.adapters.finetune == "full")
 
 
@@ -746,7 +746,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
         out["backward"].append(Term("output_freed", -o, "the output layer's activations and "
                                     "the saved logits, freed by the loss's and the output "
                                     "layer's backward", _PHASE_SRC, label="output layer freed"))
-    if training.framework == "torchtitan" and layout.p > 1 and j.m is not None:
+    if framework_record(training.framework).torch_pipelining and layout.p > 1 and j.m is not None:
         # the pipeline's receive buffers outlive the step: the optimizer step sees them
         out["optimizer"].append(pipelining_recv_buffers(
             stage, layout.p, v if (layout.v or 1) > 1 else None, m,
@@ -755,7 +755,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
     # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
     # keep their published model-state forms and only the loss's transients
     scheme = training.states.sharding if training.states.convention == "framework" else None
-    if scheme == "fsdp" and layout.p > 1 and training.framework == "torchtitan":
+    if scheme == "fsdp" and layout.p > 1 and framework_record(training.framework).torch_pipelining:
         # torch.distributed.pipelining: nothing reshards and gradients accumulate unsharded
         # until the last micro-batch's backward reduce-scatters them, one block at a time
         fs = tr.fsdp2_transients(N_ll, d * c)
@@ -770,7 +770,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
         out["forward"].append(fs["unsharded_params"])
         out["loss-backward"].append(fs["unsharded_params"])
         out["backward"] += list(fs.terms)
-        if training.framework == "torchtitan" and training.adapters.finetune == "full":
+        if framework_record(training.framework).fsdp_io_groups and training.adapters.finetune == "full":
             # torchtitan's embedding / output groups (its apply_fsdp, by release)
             io = tr.fsdp2_io_groups(training.memory.fsdp_root_group,
                                     bool(x.untie_embeddings_and_output_weights), N_ll)

@@ -14,7 +14,8 @@ from ..limits import EFFICIENCY_RANGE
 from ..text import short
 from ..values import boolean, exact
 from .. import hardware, model as models, rules as _rules
-from ..job import DEFAULTS, FRAMEWORK_SCHEMES, FRAMEWORKS, Job, resolve_dropout
+from ..frameworks import FRAMEWORK_SCHEMES
+from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
 from ..limits import check_limit
 from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS,
                                  SCHEMES as ALL_SCHEMES)

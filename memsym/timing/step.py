@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidValueError, choose
+from ..frameworks import framework
 from ..hardware import Cluster, cluster_for, gpu as _gpu
 from ..numeric import unique_rows
 from ..term import Source
@@ -663,11 +664,10 @@ def _group(st: Settings, p: int, m: int, v: int):
 def overlap_of(training) -> Overlap:
     """The overlaps a job runs with: its ``overlap_grad_reduce`` / ``overlap_param_gather`` /
     ``tp_comm_overlap`` / ``overlap_moe_expert_parallel_comm`` / ``overlap_p2p_comm``, each
-    unset one at its framework's default.
+    unset one at its framework's default (:meth:`memsym.frameworks.Framework.overlaps_by_default`).
 
     Megatron-LM's ``--overlap-grad-reduce`` and ``--overlap-param-gather`` are ``store_true``
-    flags (off unless given); torchtitan's FSDP2 reduce-scatters in the backward and
-    prefetches the next all-gather (and torch DDP all-reduces its buckets in the backward);
+    flags (off unless given); torchtitan's FSDP2 and torch DDP overlap in the backward;
     DeepSpeed's ``overlap_comm`` defaults to on for ZeRO-3 only.  The other switches keep
     :class:`Overlap`'s defaults (Megatron's own: ``overlap_p2p_comm`` with interleaving, the
     backward's async TP collectives, Transformer Engine's ring attention).
@@ -682,8 +682,8 @@ def overlap_of(training) -> Overlap:
     >>> o.grad_reduce, o.param_gather, o.tp_comm
     (True, True, False)
     """
-    default = training.framework == "torchtitan" or (training.framework == "deepspeed"
-                                                     and training.states.sharding == "zero3")
+    fw = framework(training.framework)
+    default = fw.overlaps_by_default(training.states.sharding)
 
     def pick(value):
         return default if value is None else bool(value)
@@ -692,7 +692,7 @@ def overlap_of(training) -> Overlap:
                    param_gather=pick(training.comm.overlap_param_gather),
                    tp_comm=bool(training.comm.tp_comm_overlap),
                    # torchtitan's async TP is torch's micro-pipelining, not TE's userbuffers
-                   tp_comm_split=training.framework != "torchtitan",
+                   tp_comm_split=fw.tp_userbuffers,
                    ep_a2a=bool(training.comm.overlap_moe_expert_parallel_comm),
                    pp_p2p=bool(training.pipeline.overlap_p2p_comm))
 
@@ -754,7 +754,7 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     if overlap is None:
         overlap = overlap_of(training)
     batch, mem, states, pipe = training.batch, training.memory, training.states, training.pipeline
-    titan = training.framework == "torchtitan"
+    titan = framework(training.framework).torch_pipelining      # torch.distributed.pipelining
     st = Settings(seq_length=batch.seq_length, micro_batch_size=batch.micro_batch_size,
                   recompute=mem.recompute,
                   sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
