@@ -9,6 +9,7 @@ import itertools
 from dataclasses import replace
 from typing import Mapping
 
+from ..frameworks import FRAMEWORK
 from ..errors import InvalidValueError
 from .. import rules as _rules
 from ..numeric import unique_rows
@@ -106,7 +107,7 @@ def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
     else:
         cand_e = space.ep or (1,)
     given = space.first_stage_layers is not None or space.last_stage_layers is not None
-    titan = space.framework == "torchtitan"
+    titan = FRAMEWORK[space.framework].torch_pipelining     # torchtitan splits each p its own way
     offer = space.uneven and not given and not titan
     cand_v = space.vpp or tuple(sorted(set(divisors_of(L_)) | (
         {vv for vv in (2, 4, 8) if vv <= L_} if offer else set())))
@@ -204,8 +205,10 @@ def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
     B = space.global_batch_size
     k = {name: grid[name] for name in KNOBS}
     k.update({"t_e": grid["t"], "s": space.seq_length, "B": B, "gpus": gpus,
-              "torchtitan": space.framework == "torchtitan", "gpipe": space.schedule == "gpipe",
-              "deepspeed": space.framework == "deepspeed",
+              "torchtitan": FRAMEWORK[space.framework].torch_pipelining,
+              "gpipe": space.schedule == "gpipe",
+              "deepspeed": FRAMEWORK[space.framework].hf_model_code,
+              "tp_sequence_parallel": FRAMEWORK[space.framework].tp_sequence_parallel,
               "gpus_per_node": space.gpus_per_node,
               "first_stage_layers": space.first_stage_layers,
               "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,

@@ -11,6 +11,7 @@ from typing import Callable, Mapping
 
 import sympy as sp
 
+from ..frameworks import FRAMEWORK
 from ..errors import InvalidValueError, MemsymError, NoFitError
 from ..symbols import b as b_sym, d, m as m_sym, s as s_sym
 from .. import rules as _rules
@@ -28,7 +29,7 @@ from ..model import resolve
 def _megatron_split_only(space) -> None:
     # the sizing answers walk p over Megatron's splits (p dividing the layers, or the given
     # end stages); torchtitan splits each p its own way, which search() prices
-    if space.framework == "torchtitan":
+    if FRAMEWORK[space.framework].torch_pipelining:
         raise InvalidValueError("smallest_d, min_gpus and largest_fit size Megatron-style "
                                 "pipelines; for a torchtitan job use search(..., "
                                 "framework=\"torchtitan\") at the candidate GPU counts")
@@ -566,7 +567,8 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
         return {"what": what, "value": lo * step, "closed_form": None, "bound": None,
                 "bytes": ex["bytes"]}
     if what == "seq_length" and space.arch.max_position_embeddings and not (
-            space.framework == "deepspeed" and space.arch.position_embedding_type == "rope"):
+            FRAMEWORK[space.framework].hf_model_code
+            and space.arch.position_embedding_type == "rope"):
         limit = min(limit, space.arch.max_position_embeddings)     # rule seq-positions
     vals, totals = row_totals(space, lay)
     sym = b_sym if what == "micro_batch_size" else s_sym

@@ -14,7 +14,7 @@ from ..limits import EFFICIENCY_RANGE
 from ..text import short
 from ..values import boolean, exact
 from .. import hardware, model as models, rules as _rules
-from ..frameworks import FRAMEWORK_SCHEMES
+from ..frameworks import FRAMEWORK, FRAMEWORK_SCHEMES
 from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
 from ..limits import check_limit
 from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS,
@@ -136,7 +136,8 @@ def scheme_row(name, framework: str = "megatron") -> str:
     """A sharding scheme by name; FSDP keeps the same states as ZeRO-3, so it is one row,
     except in a torchtitan search, where FSDP2 is the scheme (its own transients, with PP)."""
     key = choose("sharding", name, ALL_SCHEMES)
-    return "zero3" if key == "fsdp" and framework != "torchtitan" else key
+    # FSDP2 with its own groups and transients (torchtitan's), else ZeRO-3's states
+    return "zero3" if key == "fsdp" and not FRAMEWORK[framework].fsdp_io_groups else key
 
 
 #: What a torchtitan job can run: FSDP2 (data_parallel_shard_degree) or replicas
@@ -246,7 +247,7 @@ class Space:
                     framework=self.framework)
         if "recompute" in kw:
             kw = {**kw, **recompute_fields(kw["recompute"])}
-        if self.framework == "deepspeed":
+        if FRAMEWORK[self.framework].launch_overlaps == "overlap_comm":
             # the emitted config's overlap_comm (evaluate.launch_overlaps): its second IPG
             # buffer is memory the read-back counts (memsym.training._transient_widths)
             base["overlap_grad_reduce"] = True
@@ -325,7 +326,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     mbs = _int_list(micro_batch_sizes, "micro-batch size")
 
     framework = choose("framework", framework, FRAMEWORKS)
-    titan = framework == "torchtitan"
+    titan = FRAMEWORK[framework].layer_selective_ac     # torchtitan's AC and FSDP2 choices
     # None: the preset's recipe or the framework's default, as memsym.job.job resolves it
     # (torchtitan builds no dropout; Megatron-Bridge trains Llama without)
     dropout, _ = resolve_dropout(framework, None if dropout is None
