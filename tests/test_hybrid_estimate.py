@@ -175,3 +175,32 @@ def test_the_cli_estimates_a_hybrid_and_refuses_its_step_time(nemotron):
     assert timed.returncode == 2 and timed.stdout == ""
     assert timed.stderr.count("\n") == 1 and "step time" in timed.stderr
     assert "not modelled" in timed.stderr
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_the_stages_of_every_hybrid_sum_to_transformers_count(tmp_path, name):
+    # parameter_count equals transformers' sum(p.numel()) (tests/test_hf_hybrid.py): the
+    # stages' layers by kind, the embedding and the head must add up to it, split or not
+    arch = from_hf_config(_write(tmp_path, SMALL[name]))
+    for p in [q for q in (1, 2, 3) if arch.num_layers % q == 0]:
+        stages = [stage_parameters(arch, p=p, stage=i, pad_vocab=False, tied_output_copy=False)
+                  for i in range(p)]
+        assert sum(sp.total for sp in stages) == parameter_count(arch)
+
+
+def test_a_moe_hybrid_with_expert_parallelism(tmp_path):
+    # Nemotron-H "M-M*EM" (4 experts): e = 2 holds half the routed experts of the one E layer
+    arch = from_hf_config(_write(tmp_path, SMALL["nemotron_h"]))
+    whole = stage_parameters(arch, pad_vocab=False)
+    split = stage_parameters(arch, e=2, pad_vocab=False)
+    assert whole.experts == split.experts > 0 and split.experts_per_gpu * 2 == whole.experts
+    j = job(_write(tmp_path, SMALL["nemotron_h"], "e"), seq_length=64, micro_batch_size=1,
+            ep=2, dp=2, global_batch_size=8)
+    assert job_memory(j).activations()["layer_activations"] > 0
+
+
+def test_lora_on_a_hybrid_is_refused(nemotron):
+    with pytest.raises(InvalidValueError, match="LoRA adapters of") as err:
+        job_memory(job(nemotron, seq_length=S, micro_batch_size=1, finetune="lora",
+                       global_batch_size=8))
+    assert "\n" not in str(err.value)
