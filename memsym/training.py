@@ -325,8 +325,8 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
                   + (f" ({', '.join(mods) or 'no module'})" if recompute == "selective" else "")
                   + (f", {method} {n_rec}: " + _RECOMPUTE_METHOD_SOURCES[method]
                      if recompute == "full" and method else "") + ")",
-                  Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)"),
-                  label="layers")]
+                  Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)" + (
+                      "; hybrid layers: memsym/terms/mamba.py" if hybrid else "")), label="layers")]
     if training.framework == "torchtitan" and pp > 1 and mm is not None:
         terms.append(pipelining_buffers(stage, pp, vv, mm, group, _boundary_bytes(sp_on, training),
                                         _activation_width(training), training.pipeline.schedule,
