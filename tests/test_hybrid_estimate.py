@@ -204,3 +204,47 @@ def test_lora_on_a_hybrid_is_refused(nemotron):
         job_memory(job(nemotron, seq_length=S, micro_batch_size=1, finetune="lora",
                        global_batch_size=8))
     assert "\n" not in str(err.value)
+
+
+def test_bamba_layers_hold_a_mixer_and_a_gated_mlp(tmp_path):
+    # Bamba-9B (tests/test_hf_hybrid.py): every layer a mixer and a SwiGLU MLP, two pre-norms;
+    # attention at layers 9, 18, 27 (a = 32, g = 8, d_h = 128), Mamba-2 elsewhere (d_inner =
+    # 2h = 8192, one group, N = 128, 128 heads); f = 14336; s = 4096, t = 1
+    from test_hf_hybrid import BAMBA_9B
+
+    tok, h, f = sp_.Integer(4096), 4096, 14336
+    mlp = 2 * tok * h + 4 * tok + 2 * tok * h + 4 * tok * f + 2 * tok * f + tok * h
+    mamba = (4 * tok * h + 2 * tok * (2 * 8192 + 2 * 128 + 128) + 2 * tok * 8192
+             + 2 * tok * 8192 + 4 * tok + 2 * tok * 8192 + tok * h + 4 * tok)
+    attention = (2 * tok * h + 4 * tok + 2 * tok * h + 2 * tok * 40 * 128 + 2 * tok * 8 * 128
+                 + 4 * 32 * tok + 2 * tok * 32 * 128 + tok * h)
+    j = job(_write(tmp_path, BAMBA_9B), seq_length=4096, micro_batch_size=1, global_batch_size=8)
+    got = job_memory(j, stage=0).activations()["layer_activations"]
+    assert got == 29 * (mamba + mlp) + 3 * (attention + mlp)
+
+
+def test_the_estimate_takes_the_most_loaded_stage(nemotron):
+    # stages of different make-up (Mamba, attention, MLP counts): the estimate's stage is the
+    # largest of all four, found among the candidate stages
+    j = job(nemotron, seq_length=S, micro_batch_size=1, pp=4, global_batch_size=16)
+    each = [job_memory(j, stage=i).bytes_total for i in range(4)]
+    assert job_memory(j).bytes_total == max(each)
+
+
+def test_the_hybrid_rules_mask_a_grid_as_they_refuse_one_job(nemotron):
+    import numpy as np
+
+    from memsym import rules
+    from memsym.model import resolve
+
+    x = resolve(from_hf_config(_write(nemotron.parent.parent, {**NEMOTRON_H_8B, "n_groups": 4},
+                                      "g4")))
+    names = ["tp-mamba-heads", "tp-mamba-groups", "hybrid-pipeline"]
+    grid = {"t": np.array([1, 2, 4, 8]), "p": np.array([1, 2, 2, 2]),
+            "v": np.array([1, 1, 2, 1]), "pipeline_layout": False}
+    masks = rules.masks(x, grid, names)
+    for i in range(4):
+        one = {key: (val[i] if hasattr(val, "shape") else val) for key, val in grid.items()}
+        assert [n for n in names if masks[n][i]] == rules.broken(x, one, names)
+    assert masks["tp-mamba-groups"].tolist() == [False, False, False, True]   # 4 groups
+    assert masks["hybrid-pipeline"].tolist() == [False, False, True, False]
