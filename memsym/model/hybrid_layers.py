@@ -25,7 +25,8 @@ _HAS_MAMBA = ("mamba", "mamba1", "parallel")
 
 
 def layer_kind_pattern(arch: Architecture) -> tuple:
-    """Each decoder layer's kind, as :func:`layer_parameters` and the activations take it.
+    """Each decoder layer's kind, as :func:`memsym.model.stages.layer_parameters` and the
+    activations take it.
 
     A transformer's layer is its MoE flag (:func:`memsym.model.moe_layer_pattern`).  A hybrid
     Mamba / attention layer is a pair ``(mixer, ffn)``: ``mixer`` its ``layer_mixers`` entry
