@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 
 from .errors import DivisibilityError, InvalidValueError
 from .frameworks import framework
-from .model.architecture import layer_kinds
+from .model.architecture import is_hybrid, layer_kinds, mixer_counts
 from .term import Source
 
 __all__ = ["Rule", "RULES", "LAUNCH", "PREFERENCES", "knobs", "masks", "broken", "check"]
@@ -202,7 +202,27 @@ def _moe(x) -> bool:
 def _mixed_layers(x) -> bool:
     # dense and MoE layers in one model: which a V-placed rank holds depends on where its two
     # stages sit, which memsym's contiguous stage ranges do not follow
-    return len(layer_kinds(x)) > 1
+    return len(layer_kinds(x)) > 1 or is_hybrid(x)
+
+
+_MAMBA_MIXER = ("megatron/core/ssm/mamba_mixer.py at d98e8a64dd, MambaMixer.__init__ "
+                "(assert self.{} % tp_size == 0)")
+
+
+def _mamba2(x) -> bool:
+    # Megatron-core builds Mamba-2 mixers only (MambaMixer); its TP rules apply to them
+    return bool(mixer_counts(x)[1]) and x.mamba_version == 2
+
+
+def _mamba_tp(x, k, field: str):
+    return (getattr(x, field) % k["t"] != 0) if _mamba2(x) else False
+
+
+def _hybrid_pipeline(x, k):
+    if not is_hybrid(x):
+        return False
+    return (k.get("v", 1) > 1) | k.get("pipeline_layout", False)
+
 
 
 RULES: dict = {r.name: r for r in (
@@ -346,6 +366,27 @@ RULES: dict = {r.name: r for r in (
          Source("deepspeed-pipe", "PipelineEngine.__init__ (assert zero_optimization_stage() < 2); "
                 "Megatron-LM megatron/training/arguments.py validate_args (--use-torch-fsdp2 "
                 "is not supported with pipeline parallelism)"),
+         InvalidValueError),
+    Rule("tp-mamba-heads", "t must divide the Mamba-2 heads (Megatron-core's MambaMixer)",
+         lambda x, k: _mamba_tp(x, k, "mamba_num_heads"),
+         lambda x, k: (f"tensor-parallel size t={k['t']} must divide the Mamba heads "
+                       f"(mamba_num_heads={x.mamba_num_heads})"),
+         Source("megatron-lm", _MAMBA_MIXER.format("nheads"))),
+    Rule("tp-mamba-groups", "t must divide the Mamba-2 B/C groups (Megatron-core's MambaMixer)",
+         lambda x, k: _mamba_tp(x, k, "mamba_num_groups"),
+         lambda x, k: (f"tensor-parallel size t={k['t']} must divide the Mamba groups "
+                       f"(mamba_num_groups={x.mamba_num_groups})"),
+         Source("megatron-lm", _MAMBA_MIXER.format("ngroups"))),
+    Rule("hybrid-pipeline", "a hybrid Mamba / attention model splits its layers evenly (or by "
+         "first/last stage sizes) over p stages: no virtual stages, no custom layout",
+         _hybrid_pipeline,
+         lambda x, k: ("a hybrid Mamba/attention model takes no virtual pipeline stages (v > 1) "
+                       "or custom pipeline layout: Megatron-core splits its layer pattern over "
+                       "the p stages evenly or by first/last stage sizes, and takes virtual "
+                       "stages only from '|' separators in hybrid_override_pattern, which a "
+                       "config.json does not carry"),
+         Source("megatron-lm", "megatron/core/models/hybrid/hybrid_layer_allocation.py at "
+                "d98e8a64dd, select_pipeline_segment (VPP without '|' separators raises)"),
          InvalidValueError),
 )}
 

@@ -38,7 +38,7 @@ from . import model as models
 from .terms.pipeline_order import chunk_peak
 from .terms.pipelining_buffers import pipelining_buffers, pipelining_recv_buffers
 from .terms.adapters import LORA_TARGETS, lora
-from .terms import transients as tr
+from .terms import mamba as hybrid_terms, transients as tr
 
 __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "WORKSPACES", "PHASES",
            "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
@@ -80,7 +80,7 @@ def arch_values(arch, t_: int = 1) -> dict:
     if x.num_experts:
         vals.update({E: x.num_experts, k: x.moe_router_topk, f_e: x.moe_ffn_hidden_size,
                      f_sh: x.moe_shared_expert_intermediate_size or 0})
-    return {key: sp.Integer(val) for key, val in vals.items()}
+    return {key: sp.Integer(val) for key, val in {**vals, **models.stages.mamba_values(x)}.items()}
 
 
 def _mla(x) -> dict | None:
@@ -295,14 +295,15 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
     pl = layout.pipeline_layout
     rng = models.stage_layers(x, pp, stage, layout.first_stage_layers, layout.last_stage_layers,
                               pl)
-    kinds = [pattern[i] for i in rng]
+    kinds, hybrid = [pattern[i] for i in rng], models.stages.hybrid_kinds(x, rng)
     n_moe = sum(kinds)
     uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
-               and pl is None and len(set(pattern)) == 1)
+               and pl is None and len(set(pattern)) == 1 and not hybrid)
     chunks, group = _in_flight_chunks(layout, training, stage, schedule, pp=p, vv=vv, mm=mm)
     def layer_stack(mode: str):
-        if uniform:
-            return per_chunk * per_layer(pattern[0], mode)
+        if uniform or hybrid:   # a hybrid's layers by their kinds (memsym/terms/mamba.py)
+            return hybrid_terms.hybrid_stack(hybrid, mode, mods, shared, layout.c > 1, common) \
+                if hybrid else per_chunk * per_layer(pattern[0], mode)
         out = (sp.Integer(len(kinds) - n_moe) * per_layer(False, mode) if len(kinds) > n_moe
                else 0) + (sp.Integer(n_moe) * per_layer(True, mode) if n_moe else 0)
         return out / (1 if vv is None else vv)
@@ -325,8 +326,8 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
                   + (f" ({', '.join(mods) or 'no module'})" if recompute == "selective" else "")
                   + (f", {method} {n_rec}: " + _RECOMPUTE_METHOD_SOURCES[method]
                      if recompute == "full" and method else "") + ")",
-                  Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)"),
-                  label="layers")]
+                  Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)" + (
+                      "; hybrid layers: memsym/terms/mamba.py" if hybrid else "")), label="layers")]
     if framework_record(training.framework).torch_pipelining and pp > 1 and mm is not None:
         terms.append(pipelining_buffers(stage, pp, vv, mm, group, _boundary_bytes(sp_on, training),
                                         _activation_width(training), training.pipeline.schedule,
@@ -451,10 +452,9 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     """
     x, layout, training = j.model, j.layout, j.training
     sp_ = job_stage_parameters(j, stage)
-    pattern = models.moe_layer_pattern(x)
-    # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU
-    # one layer_parameters call per layer kind (dense, MoE), not per layer: memsym.search
-    # asks for hundreds of stages
+    pattern = models.stages.layer_kind_pattern(x)
+    # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU; one
+    # layer_parameters call per kind (dense, MoE, a hybrid's), not per layer (memsym.search)
     per_kind = {kind: models.layer_parameters(x, kind) for kind in {pattern[i] for i in sp_.layers}}
     lin = sum(per_kind[pattern[i]]["tp"] for i in sp_.layers)
     # the largest layer's parameters on one GPU: what FSDP2 / ZeRO-3 gather at once
@@ -1092,7 +1092,7 @@ def candidate_stages(x, layout: Layout) -> tuple:
     pp = layout.p
     if pp <= 2:
         return tuple(range(pp))
-    pattern = models.moe_layer_pattern(x)
+    pattern = models.stages.layer_kind_pattern(x)
     if layout.pipeline_layout is not None:
         # a custom layout: the lowest middle rank of each chunk structure holds the most
         pl, lowest = layout.pipeline_layout, {}

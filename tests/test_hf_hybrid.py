@@ -175,19 +175,21 @@ def test_jamba_active_parameters_match_the_card(tmp_path):
 # refusals, each in one line
 # --------------------------------------------------------------------------------------------
 
-def test_a_memory_estimate_of_a_hybrid_is_refused_in_one_line(tmp_path):
-    arch = from_hf_config(_write(tmp_path, SMALL["bamba"]))
-    with pytest.raises(InvalidValueError, match="Mamba layers' activations") as err:
-        layer_kinds(arch)
-    assert "\n" not in str(err.value) and "parameter_count" in str(err.value)
+def test_a_hybrids_layer_kinds_are_its_mlp_kinds(tmp_path):
+    # the MLP / MoE blocks only: Nemotron-H's "M-M*EM" has one dense MLP and one MoE block,
+    # Bamba a dense MLP in every layer (the mixers: memsym.model.stages.layer_kind_pattern)
+    assert layer_kinds(from_hf_config(_write(tmp_path, SMALL["nemotron_h"]))) == {False, True}
+    assert layer_kinds(from_hf_config(_write(tmp_path, SMALL["bamba"], "b"))) == {False}
 
 
-def test_the_cli_refuses_a_hybrid_estimate_in_one_line(tmp_path):
-    path = _write(tmp_path, SMALL["nemotron_h"])
-    run = subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path)],
-                         capture_output=True, text=True, timeout=120)
+def test_the_cli_refuses_a_mamba1_estimate_in_one_line(tmp_path):
+    # estimates of Mamba-2 hybrids: tests/test_hybrid_estimate.py
+    path = _write(tmp_path, SMALL["jamba"])
+    run = subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path), "--seq-length",
+                          "64"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "not modelled" in run.stderr
+    assert "Mamba-1" in run.stderr
 
 
 @pytest.mark.parametrize("mtype", ["zamba", "zamba2"])
@@ -222,7 +224,7 @@ def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, 
 
 
 # --------------------------------------------------------------------------------------------
-# the Mamba-2 layer's activations (memsym/terms/mamba.py), not yet composed into an estimate
+# the Mamba-2 layer's activations (memsym/terms/mamba.py; composed: test_hybrid_estimate.py)
 # --------------------------------------------------------------------------------------------
 
 def test_mamba_layer_activations_of_nemotron_h_8b_by_hand():

@@ -499,17 +499,12 @@ def moe_layer_pattern(arch: Architecture) -> tuple:
 
 
 def layer_kinds(arch: Architecture) -> frozenset:
-    """The layer kinds a model has: ``{False}`` (dense), ``{True}`` (every layer MoE) or both.
+    """The MLP kinds a model's layers have: ``{False}`` (dense), ``{True}`` (every layer MoE)
+    or both.
 
-    The memory and time estimates split a model into stages by these kinds, so a hybrid model
-    (``layer_mixers`` or ``ffn_layers`` given), whose layers differ beyond dense/MoE, is refused
-    here in one line: its Mamba layers' activations and per-stage parameters are not modelled
-    (its parameter count, :func:`memsym.model.parameter_count`, is exact).
-
-    Raises
-    ------
-    InvalidValueError
-        A hybrid Mamba / attention model.
+    A hybrid Mamba / attention model (``layer_mixers`` or ``ffn_layers`` given) counts only its
+    layers with an MLP or MoE block (none: the empty set); its layers' full kinds, mixers
+    included, are :func:`memsym.model.stages.layer_kind_pattern`.
 
     Examples
     --------
@@ -519,10 +514,8 @@ def layer_kinds(arch: Architecture) -> frozenset:
     """
     x = lenient(arch)
     if is_hybrid(x):
-        raise InvalidValueError(
-            f"model {x.name!r} is a hybrid Mamba/attention model: a memory or time estimate of "
-            "it is refused, as its Mamba layers' activations and per-stage split are not "
-            "modelled (its parameter count is exact: memsym.model.parameter_count)")
+        ffn = x.ffn_layers or (1,) * x.num_layers
+        return frozenset(kind for kind, has in zip(_pattern_info(x)[0], ffn) if has)
     return _pattern_info(x)[1]
 
 

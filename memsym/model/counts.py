@@ -549,6 +549,9 @@ def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
     if isinstance(rank, bool) or int(rank) != rank or rank < 1:
         raise InvalidValueError(f"LoRA rank must be a whole number >= 1, got {rank!r}")
     x = lenient(arch)
+    if is_hybrid(x):    # its layers differ: the per-layer adapter below would miscount them
+        raise InvalidValueError(f"LoRA adapters of {x.name!r}, a hybrid Mamba/attention model, "
+                                "are not modelled (its layers hold different projections)")
     if targets == "all":
         targets = LORA_TARGETS
     hs, q = x.hidden_size, x.num_attention_heads * x.kv_channels

@@ -10,8 +10,9 @@ import sympy as sp
 
 from .. import rules   # the one rule table; it reads only the architecture
 from ..errors import DivisibilityError, InvalidValueError
-from .architecture import Architecture, layer_kinds, lenient, pos_int, moe_layer_pattern, resolve
+from .architecture import Architecture, lenient, pos_int, resolve
 from .counts import ZERO, as_int, norm_params, layer_parts, mtp_extra, parameter_values
+from .hybrid_layers import hybrid_kinds, hybrid_layer_parameters, layer_kind_pattern, mamba_values
 from ..symbols import V, h
 
 # ----------------------------------------------------------------------------------------------
@@ -19,6 +20,7 @@ from ..symbols import V, h
 # ----------------------------------------------------------------------------------------------
 
 __all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters",
+           "layer_kind_pattern", "hybrid_kinds", "mamba_values",
            "torchtitan_rank_layers", "torchtitan_end_stages", "torchtitan_stages_per_rank",
            "torchtitan_layers_per_stage"]
 
@@ -64,14 +66,20 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
     t, p, e = pos_int(t, "t"), pos_int(p, "p"), pos_int(e, "e")
     t_e = t if t_e is None else pos_int(t_e, "t_e")
     if pipeline_layout is not None:
-        rules.check(x, {"t": t, "p": p, "e": e, "t_e": t_e},
-                    ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts"))
+        rules.check(x, {"t": t, "p": p, "e": e, "t_e": t_e, "pipeline_layout": True},
+                    ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts") + _HYBRID_RULES)
         _check_pipeline_layout(x, p, pipeline_layout, first_stage_layers, last_stage_layers)
         return
     rules.check(x, {"t": t, "p": p, "e": e, "t_e": t_e, "first_stage_layers": first_stage_layers,
                     "last_stage_layers": last_stage_layers},
-                ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts", "pp-layers"))
+                ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts", "pp-layers")
+                + _HYBRID_RULES)
     _split_layers(x.num_layers, p, first_stage_layers, last_stage_layers)
+
+
+#: The hybrid Mamba / attention rules a stage split checks (memsym.rules, Megatron's
+#: MambaMixer and hybrid_layer_allocation.select_pipeline_segment).
+_HYBRID_RULES = ("tp-mamba-heads", "tp-mamba-groups", "hybrid-pipeline")
 
 
 def _check_pipeline_layout(x, p, pipeline_layout, first, last) -> None:
@@ -377,12 +385,14 @@ def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,
     return range(start, start + sizes[stage])
 
 
-def layer_parameters(arch: Architecture, moe: bool = False) -> dict:
+def layer_parameters(arch: Architecture, moe=False) -> dict:
     """One decoder layer's parameters split by how they shard (exact ints).
 
     Returns ``{"tp": ..., "replicated": ..., "experts": ...}``: TP-sharded weights (divide by t),
     weights every TP rank holds whole (norms, router, row-parallel biases, MLA down projections),
-    and routed-expert weights (divide by e·t_e).
+    and routed-expert weights (divide by e·t_e).  ``moe`` is the layer's kind as
+    :func:`layer_kind_pattern` gives it: a bool (dense / MoE), or a hybrid layer's
+    ``(mixer, ffn)`` pair.
 
     Examples
     --------
@@ -391,6 +401,8 @@ def layer_parameters(arch: Architecture, moe: bool = False) -> dict:
     {'tp': 202375168, 'replicated': 8192, 'experts': 0}
     """
     # an architecture hashes by its fields (``extra`` is excluded), as the search's caches use it
+    if isinstance(moe, tuple):
+        return dict(hybrid_layer_parameters(lenient(arch), moe))
     return dict(_layer_parameters(lenient(arch), bool(moe)))
 
 
@@ -517,8 +529,10 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     check_layout(x, t, p, e, t_e, first_stage_layers, last_stage_layers, pipeline_layout)
     t_e = t if t_e is None else t_e
     rng = stage_layers(x, p, stage, first_stage_layers, last_stage_layers, pipeline_layout)
-    pattern = moe_layer_pattern(x)
-    per = {kind: layer_parameters(x, kind) for kind in layer_kinds(x)}
+    # each layer's kind (dense / MoE, or a hybrid's mixer and MLP): one count per kind
+    pattern = layer_kind_pattern(x)
+    per = {kind: layer_parameters(x, kind) for kind in {pattern[i] for i in rng}
+           | ({pattern[-1]} if x.mtp_num_layers else set())}
     tp = sum(per[pattern[i]]["tp"] for i in rng)
     rep = sum(per[pattern[i]]["replicated"] for i in rng)
     ex = sum(per[pattern[i]]["experts"] for i in rng)

@@ -33,10 +33,12 @@ parallelism divides the h-wide ones by t too.
 
 from __future__ import annotations
 
+from ..errors import InvalidValueError
 from ..symbols import G_ssm, H_ssm, N_ssm, b, d_ssm, h, s, t
 from ..term import Source, Term, Total
+from .activations import layer_activations
 
-__all__ = ["mamba_layer_activations"]
+__all__ = ["mamba_layer_activations", "hybrid_layer_activations", "hybrid_stack"]
 
 _MIXER = "megatron/core/ssm/mamba_mixer.py at d98e8a64dd, MambaMixer._ssm_training"
 _KERNEL = "ops/triton/ssd_combined.py MambaSplitConv1dScanCombinedFn.forward, ctx.save_for_backward"
@@ -120,3 +122,182 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
                                  "MambaLayer.forward (mamba_bda with hidden_dropout)"),
                           label="dropout"))
     return Total("activations of one Mamba-2 layer", tuple(terms))
+
+
+#: What each part of a transformer layer keeps (:func:`memsym.terms.activations.
+#: layer_activations`' keys), besides its norm (``norm_inputs`` and ``norm_statistics`` hold
+#: both norms of the layer: one each to the attention and to the MLP / MoE part).
+_ATTENTION_KEYS = ("qkv_input", "qk", "qk_norm_inputs", "v", "softmax_stats", "scores",
+                   "proj_input", "attn_dropout_mask")
+_MLP_KEYS = ("mlp_input", "mlp_activation", "fc2_input", "mlp_dropout_mask")
+_MOE_KEYS = ("moe_input", "router", "routed_tokens", "expert_activation", "expert_fc2_input",
+             "combine", "shared_expert", "mlp_dropout_mask")
+_TE_NORM = Source("transformer-engine", "pytorch/module/layernorm_linear.py (the fused norm "
+                  "saves its per-token rstd); Megatron-core models/hybrid/hybrid_layer_specs.py "
+                  "(in_proj = TELayerNormColumnParallelLinear)")
+
+
+def _part(total: Total, prefix: str, keys) -> list:
+    return [Term(f"{prefix}_{term.key}", term.expr, term.description, term.source,
+                 label=f"{prefix} {term.label}") for term in total if term.key in keys]
+
+
+def _norm(total: Total, prefix: str, stats) -> list:
+    """The part's own norm: half the layer's two norm inputs, and the statistics ``stats``."""
+    out = [Term(f"{prefix}_norm_input", total["norm_inputs"].expr / 2,
+                "input of the part's pre-norm (one of a layer's two)",
+                total["norm_inputs"].source, label=f"{prefix} norm")]
+    if stats != 0:
+        out.append(Term(f"{prefix}_norm_statistics", stats, "fp32 per-token statistics of the "
+                        "part's pre-norm", total["norm_statistics"].source,
+                        label=f"{prefix} norm stats"))
+    return out
+
+
+def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=None,
+                             shared_expert: bool = False, gated_norm: bool = True,
+                             context_parallel: bool = False, **common) -> Total:
+    r"""Activations one layer of a hybrid Mamba / attention model keeps for its backward [bytes].
+
+    A hybrid layer ``kind = (mixer, ffn)`` (:func:`memsym.model.stages.layer_kind_pattern`) is
+    summed from the parts it holds, each with its own pre-norm:
+
+    * an attention mixer: the attention half of :func:`~memsym.terms.activations.
+      layer_activations` (its pre-norm's input and statistics, Q, K, V, the scores or the
+      softmax statistics, the projection input, the dropout mask);
+    * a Mamba-2 mixer: :func:`mamba_layer_activations` and the fused norm's fp32 statistics
+      (Transformer Engine's ``LayerNormColumnParallelLinear`` keeps them as for the QKV norm);
+    * an MLP (``ffn`` False) or MoE block (``ffn`` True): the other half of
+      :func:`~memsym.terms.activations.layer_activations` of that kind.
+
+    Megatron-core's hybrid stack builds each ``hybrid_override_pattern`` character (``M``,
+    ``*``, ``-``, ``E``) as its own layer with one pre-norm (``models/hybrid/
+    hybrid_layer_specs.py``), which is Nemotron-H's layer; a Bamba or Granite layer holds a
+    mixer and an MLP, two pre-norms.  Full recompute keeps each layer's input,
+    :math:`2sbh/\sigma` (Korthikanti Table 2), whatever it holds.  Selective recompute drops
+    what the recomputed modules drop from the attention and MLP parts; no
+    ``--recompute-modules`` entry covers a Mamba mixer, which keeps everything.
+
+    Parameters
+    ----------
+    kind : tuple
+        ``(mixer, ffn)``: mixer ``"attention"``, ``"mamba"`` or ``"none"``; ffn None, False
+        or True.
+    recompute : {"none", "selective", "full"}
+    modules : sequence of str, optional
+        Megatron's ``--recompute-modules`` under selective recompute.
+    shared_expert : bool
+        The MoE block has shared experts.
+    gated_norm : bool
+        The Mamba mixer's gated RMSNorm before out_proj.
+    context_parallel : bool
+        c > 1: refused for a Mamba layer (Megatron's ``MambaContextParallel`` is not modelled).
+    **common
+        The transformer term's switches (``gated``, ``flash``, ``sequence_parallel``,
+        ``dropout``, ``norm``, ``qk_norm``, ``fp8_inputs``, ``mla``).
+
+    Returns
+    -------
+    Total
+        Per layer, per micro-batch, per GPU [bytes].
+
+    Raises
+    ------
+    InvalidValueError
+        A Mamba-1 or side-by-side (Falcon-H1) mixer, MLA, torchtitan's per-op recompute, FP8
+        or context parallelism with a Mamba mixer: one line naming what is not modelled.
+
+    Examples
+    --------
+    An attention layer and an MLP layer of Nemotron-H hold, together, one transformer layer:
+
+    >>> from memsym.terms.activations import layer_activations
+    >>> att = hybrid_layer_activations(("attention", None), gated=False, flash=True)
+    >>> mlp = hybrid_layer_activations(("none", False), gated=False, flash=True)
+    >>> (att.expr + mlp.expr - layer_activations(gated=False, flash=True).expr).expand()
+    0
+    """
+    mixer, ffn = kind
+    if mixer not in ("attention", "mamba", "none") or ffn not in (None, False, True):
+        what = {"mamba1": "Mamba-1 mixers (Jamba)", "parallel": "attention and Mamba side by "
+                "side in one layer (Falcon-H1)"}.get(mixer, f"the layer kind {kind!r}")
+        raise InvalidValueError(f"the activations of {what} are not modelled (Megatron-core "
+                                "trains Mamba-2 mixers, one mixer per layer)")
+    if common.get("mla"):
+        raise InvalidValueError("multi-latent attention in a hybrid Mamba/attention model is "
+                                "not modelled")
+    if recompute == "selective-op":
+        raise InvalidValueError("torchtitan's per-op recompute (selective-op) of a hybrid "
+                                "Mamba/attention model is not modelled")
+    if mixer == "mamba" and common.get("fp8_inputs"):
+        raise InvalidValueError("FP8 activations of a Mamba mixer are not modelled (use bf16 "
+                                "for a hybrid Mamba/attention model)")
+    if mixer == "mamba" and context_parallel:
+        raise InvalidValueError("context parallelism (c > 1) of a Mamba mixer is not modelled "
+                                "(Megatron-core's MambaContextParallel)")
+    sp_on, dropout = common.get("sequence_parallel", False), common.get("dropout", True)
+    if recompute == "full":
+        return Total("activations per hybrid layer (full recompute)", tuple(
+            layer_activations(recompute="full", **common)))
+    # one norm's statistics: half of an un-recomputed layer's two (the same norm)
+    plain = layer_activations(**common)
+    one_stat = plain["norm_statistics"].expr / 2 if "norm_statistics" in plain else 0
+    terms: list = []
+    if mixer == "attention":
+        dense = layer_activations(recompute=recompute, modules=modules, **common)
+        terms += _norm(dense, "attn", one_stat) + _part(dense, "attn", _ATTENTION_KEYS)
+    if mixer == "mamba":
+        mamba = mamba_layer_activations(sequence_parallel=sp_on, dropout=dropout,
+                                        gated_norm=gated_norm)
+        terms += [Term(f"mamba_{term.key}", term.expr, term.description, term.source,
+                       label=f"mamba {term.label}") for term in mamba]
+        if one_stat != 0:
+            terms.append(Term("mamba_norm_statistics", one_stat,
+                              "fp32 per-token statistics of the fused pre-norm", _TE_NORM,
+                              label="mamba norm stats"))
+    if ffn is not None:
+        block = layer_activations(recompute=recompute, modules=modules, moe=ffn,
+                                  shared_expert=shared_expert and ffn, **common)
+        stats = block["norm_statistics"].expr - one_stat if "norm_statistics" in block else 0
+        prefix = "moe" if ffn else "mlp"
+        terms += _norm(block, prefix, stats) + _part(block, prefix,
+                                                       _MOE_KEYS if ffn else _MLP_KEYS)
+    return Total(f"activations per hybrid layer ({mixer}, "
+                 f"{ {None: 'no MLP', False: 'MLP', True: 'MoE'}[ffn] }, recompute {recompute})",
+                 tuple(terms))
+
+
+def hybrid_stack(kinds, recompute: str, modules, shared_expert: bool, context_parallel: bool,
+                 common: dict):
+    """The activations of a hybrid stage's layers, :func:`hybrid_layer_activations` of each
+    kind times its count [bytes].
+
+    Parameters
+    ----------
+    kinds : sequence of (kind, count, gated_norm)
+        The stage's layers by kind (:func:`memsym.model.stages.hybrid_kinds`).
+    recompute : str
+        The recompute mode of these layers.
+    modules : sequence of str or None
+        ``--recompute-modules`` (read under selective recompute only).
+    shared_expert, context_parallel : bool
+        As in :func:`hybrid_layer_activations`.
+    common : dict
+        The transformer term's switches.
+
+    Returns
+    -------
+    sympy.Expr
+        Per micro-batch, per GPU [bytes].
+
+    Examples
+    --------
+    >>> one = hybrid_layer_activations(("mamba", None)).expr
+    >>> hybrid_stack([(("mamba", None), 3, True)], "none", None, False, False, {}) == 3 * one
+    True
+    """
+    mods = modules if recompute == "selective" else None
+    return sum((n * hybrid_layer_activations(kind, recompute=recompute, modules=mods,
+                                             shared_expert=shared_expert, gated_norm=gated,
+                                             context_parallel=context_parallel, **common).expr
+                for kind, n, gated in kinds), 0)

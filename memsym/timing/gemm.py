@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.architecture import moe_layer_pattern, padded_vocab_size, resolve
+from ..errors import InvalidValueError
+from ..model.architecture import is_hybrid, moe_layer_pattern, padded_vocab_size, resolve
 
 __all__ = ["Gemm", "Shape", "shape_of", "layer_gemms", "attention_flops", "memory_bytes",
            "layer_params", "forward_flops_per_token"]
@@ -102,6 +103,12 @@ def shape_of(arch, t: int = 1) -> Shape:
     (80, 8192, 64, 8, 28672, True)
     """
     x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
+    if is_hybrid(x):
+        # every timing path prices the layers through this shape, which has no Mamba mixer
+        raise InvalidValueError(
+            f"the step time of {x.name!r}, a hybrid Mamba/attention model, is not modelled (its "
+            "Mamba layers' projections and scan are not priced); its memory estimate is: "
+            "leave out --gpu and the time options")
     mla = ()
     d_qk = d_v = x.kv_channels
     if x.multi_latent_attention:

@@ -19,6 +19,22 @@ def job_step_time(j: Job, *, overlap: Overlap | None = None, eta_gemm=None,
                   flops_per_token=None) -> StepTime:
     """:func:`memsym.timing.step.step_time` of ``j`` on its GPU and cluster, with its m.
 
+    Parameters
+    ----------
+    j : Job
+        A validated job with its GPU (``job(..., gpu=NAME)``) and m (a global batch or m).
+    overlap : Overlap, optional
+        The overlaps priced (default: the job's own, :func:`memsym.timing.step.overlap_of`).
+    eta_gemm : float, optional
+        A fixed achieved GEMM efficiency in (0, 1] [1] instead of the shape-dependent curve.
+    flops_per_token : float, optional
+        Model FLOPs per token [FLOP/token] (adds the MFU).
+
+    Returns
+    -------
+    StepTime
+        The step time [s] with its breakdown.
+
     Examples
     --------
     >>> from memsym.job import job

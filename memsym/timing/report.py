@@ -90,6 +90,9 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         shapes and causal attention (:func:`memsym.timing.gemm.forward_flops_per_token`
         x 3, as Meta and docs/time-accuracy.md count them), ``"6n"`` the 6N-per-token
         convention of :func:`flops_per_iteration`.
+    m : int, optional
+        Micro-batches per step and pipeline [1] with ``arch``: the job's ``m`` (default: from
+        ``training``).
     Other keywords as :func:`memsym.terms.communication.communication_per_step` and
     :func:`step_time`.
 

@@ -726,8 +726,8 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     flops_per_token : float, optional
         Model FLOPs per token [FLOP/token] (adds the MFU).
     m : int, optional
-        Micro-batches per step and pipeline: a :class:`memsym.job.Job`'s ``m`` (computed once
-        when the job was built); default from ``training`` (:func:`memsym.job.microbatches`).
+        Micro-batches per step and pipeline [1]: a :class:`memsym.job.Job`'s ``m`` (computed
+        once when the job was built); default from ``training`` (:func:`memsym.job.microbatches`).
 
     Returns
     -------

@@ -1,0 +1,128 @@
+"""The layers of a hybrid Mamba / attention model by kind: which mixer and which MLP each
+layer holds, its parameters, and the Mamba sizes the activation term reads.
+
+A transformer's layers differ only as dense or MoE; a hybrid's (Jamba, Bamba, Falcon-H1,
+Nemotron-H, Granite 4.0; Megatron-core's ``hybrid_override_pattern``) also by their token
+mixer.  :mod:`memsym.model.stages` splits them over pipeline stages as Megatron-core's
+``hybrid_layer_allocation.select_pipeline_segment`` does without ``'|'`` separators (the
+same even or first/last split as a transformer's layers).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .architecture import Architecture, is_hybrid, lenient, moe_layer_pattern
+from .counts import ZERO, as_int, layer_parts, mamba_parts, parameter_values
+from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm
+
+__all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mamba_values"]
+
+
+#: A hybrid layer's token mixers by its ``layer_mixers`` entry (``"mamba1"``: a Mamba-1 mixer).
+_HAS_ATTENTION = ("attention", "parallel")
+_HAS_MAMBA = ("mamba", "mamba1", "parallel")
+
+
+def layer_kind_pattern(arch: Architecture) -> tuple:
+    """Each decoder layer's kind, as :func:`memsym.model.stages.layer_parameters` and the
+    activations take it.
+
+    A transformer's layer is its MoE flag (:func:`memsym.model.moe_layer_pattern`).  A hybrid
+    Mamba / attention layer is a pair ``(mixer, ffn)``: ``mixer`` its ``layer_mixers`` entry
+    (``"attention"``, ``"mamba"`` (Mamba-2), ``"mamba1"`` (Mamba-1: Jamba), ``"parallel"``
+    (both side by side: Falcon-H1) or ``"none"``) and ``ffn`` None (no MLP), False (a dense
+    MLP) or True (an MoE block).  Nemotron-H's pattern ``M-*E`` (one mixer or one MLP per
+    layer, as Megatron's ``hybrid_override_pattern`` counts layers) reads
+    ``(("mamba", None), ("none", False), ("attention", None), ("none", True))``.
+
+    Examples
+    --------
+    >>> from memsym.model import Architecture
+    >>> layer_kind_pattern(Architecture(num_layers=3, hidden_size=8, num_attention_heads=2,
+    ...     position_embedding_type="rope", layer_mixers=("mamba", "attention", "none"),
+    ...     ffn_layers=(0, 0, 1), mamba_inner_size=16, mamba_state_dim=4, mamba_num_heads=2))
+    (('mamba', None), ('attention', None), ('none', False))
+    """
+    return _kind_pattern(lenient(arch))
+
+
+@functools.lru_cache(maxsize=64)
+def _kind_pattern(x) -> tuple:
+    # cached per architecture: asked once per stage, and a pattern is L entries long
+    moe = moe_layer_pattern(x)
+    if not is_hybrid(x):
+        return moe
+    n_layers = x.num_layers
+    mixers = x.layer_mixers or ("attention",) * n_layers
+    ffn = x.ffn_layers or (1,) * n_layers
+    one = "mamba1" if x.mamba_version == 1 else "mamba"
+    return tuple((one if m == "mamba" else m, bool(is_moe) if has_ffn else None)
+                 for m, has_ffn, is_moe in zip(mixers, ffn, moe))
+
+
+@functools.lru_cache(maxsize=256)
+def hybrid_layer_parameters(x, kind: tuple) -> tuple:
+    """One hybrid layer of kind ``(mixer, ffn)``: ``(("tp", n), ("replicated", n),
+    ("experts", n))`` (exact ints) of a resolved architecture ``x``."""
+    # the components of memsym.model.counts.parameter_expression, one layer's share: its
+    # norms (norms_per_layer in every layer), its mixer(s), its MLP or MoE block
+    mixer, ffn = kind
+    parts = layer_parts(x, bool(ffn))
+    tp, rep, ex = ZERO, parts["norms"][1], ZERO
+    if mixer in _HAS_ATTENTION:
+        tp, rep = tp + parts["attention"][0], rep + parts["attention"][1]
+    if mixer in _HAS_MAMBA:
+        mt, mr = mamba_parts(x)
+        tp, rep = tp + mt, rep + mr
+    if ffn is not None:
+        for key in ("router", "shared_experts", "experts") if ffn else ("mlp",):
+            if key in parts:
+                tp, rep, ex = tp + parts[key][0], rep + parts[key][1], ex + parts[key][2]
+    vals = parameter_values(x)
+    return (("tp", as_int(tp, vals)), ("replicated", as_int(rep, vals)),
+            ("experts", as_int(ex, vals)))
+
+
+def hybrid_kinds(arch: Architecture, layers) -> tuple:
+    """A hybrid model's ``layers`` counted by kind: ``((kind, count, gated_norm), ...)`` in
+    order of first appearance (:func:`layer_kind_pattern`; ``gated_norm``: the Mamba mixers'
+    gated RMSNorm), or ``()`` for a transformer, whose layers are counted by their MoE flag.
+
+    Examples
+    --------
+    >>> from memsym.model import Architecture
+    >>> hybrid_kinds(Architecture(num_layers=3, hidden_size=8, num_attention_heads=2,
+    ...     position_embedding_type="rope", layer_mixers=("mamba", "none", "mamba"),
+    ...     ffn_layers=(0, 1, 0), mamba_inner_size=16, mamba_state_dim=4, mamba_num_heads=2),
+    ...     range(3))
+    ((('mamba', None), 2, True), (('none', False), 1, True))
+    """
+    x = lenient(arch)
+    if not is_hybrid(x):
+        return ()
+    pattern, counts = _kind_pattern(x), {}
+    for i in layers:
+        counts[pattern[i]] = counts.get(pattern[i], 0) + 1
+    return tuple((kind, n, bool(x.mamba_gated_norm)) for kind, n in counts.items())
+
+
+def mamba_values(arch: Architecture) -> dict:
+    """The Mamba-2 sizes of a hybrid model as values of the registry symbols ``d_ssm``,
+    ``G_ssm``, ``N_ssm``, ``H_ssm`` (empty without Mamba-2 layers), for the activation term
+    :func:`memsym.terms.mamba.mamba_layer_activations`.
+
+    Examples
+    --------
+    >>> from memsym.model import Architecture
+    >>> sorted(mamba_values(Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    ...     position_embedding_type="rope", layer_mixers=("mamba", "attention"),
+    ...     mamba_inner_size=16, mamba_state_dim=4, mamba_num_heads=2)).values())
+    [1, 2, 4, 16]
+    """
+    x = lenient(arch)
+    if x.mamba_version != 2 or not any(kind[0] in _HAS_MAMBA for kind in _kind_pattern(x)
+                                       if isinstance(kind, tuple)):
+        return {}
+    vals = parameter_values(x)
+    return {sym: vals[sym] for sym in (d_ssm, G_ssm, N_ssm, H_ssm)}
