@@ -50,7 +50,7 @@ LAYERS = (
     ("composition", ("memsym.training",)),
     # consumers of the composed total, side by side
     ("consumers", ("memsym.timing", "memsym.analysis", "memsym.job_solver", "memsym.search", "memsym.conventions",
-                   "memsym.measure", "memsym.reference_layers", "memsym.advice",
+                   "memsym.measure", "memsym.polyfit", "memsym.reference_layers", "memsym.advice",
                    "memsym.sensitivity")),
     ("readers", ("memsym.readers",)),
     # the whole-job document (and the structure of a job's total it prints), plots, the

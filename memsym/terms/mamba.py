@@ -33,6 +33,8 @@ parallelism divides the h-wide ones by t too.
 
 from __future__ import annotations
 
+import sympy as sp
+
 from ..errors import InvalidValueError
 from ..symbols import G_ssm, H_ssm, N_ssm, b, d_ssm, h, s, t
 from ..term import Source, Term, Total
@@ -207,6 +209,13 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
         A Mamba-1 or side-by-side (Falcon-H1) mixer, MLA, torchtitan's per-op recompute, FP8
         or context parallelism with a Mamba mixer: one line naming what is not modelled.
 
+    References
+    ----------
+    Megatron-core ``megatron/core/models/hybrid/hybrid_layer_specs.py`` (one pre-norm per
+    pattern character) and ``megatron/core/ssm/mamba_mixer.py`` at d98e8a64dd
+    (megatron-core); Korthikanti et al. 2022, arXiv:2205.05198, §4.1 and Table 2
+    (korthikanti).
+
     Examples
     --------
     An attention layer and an MLP layer of Nemotron-H hold, together, one transformer layer:
@@ -268,9 +277,12 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
 
 
 def hybrid_stack(kinds, recompute: str, modules, shared_expert: bool, context_parallel: bool,
-                 common: dict):
-    """The activations of a hybrid stage's layers, :func:`hybrid_layer_activations` of each
-    kind times its count [bytes].
+                 common: dict) -> sp.Expr:
+    r"""The activations of a hybrid stage's layers, each kind's times its count [bytes].
+
+    .. math:: A_{\mathrm{stage}} = \sum_k n_k\, A_{\mathrm{layer}}(\mathrm{kind}_k)
+
+    with :math:`A_{\mathrm{layer}}` :func:`hybrid_layer_activations`.
 
     Parameters
     ----------
@@ -289,6 +301,11 @@ def hybrid_stack(kinds, recompute: str, modules, shared_expert: bool, context_pa
     -------
     sympy.Expr
         Per micro-batch, per GPU [bytes].
+
+    References
+    ----------
+    Megatron-core ``megatron/core/ssm/mamba_block.py`` at d98e8a64dd (megatron-core): a stage
+    runs its layers one after another, each keeping its own activations.
 
     Examples
     --------
