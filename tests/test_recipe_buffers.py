@@ -165,3 +165,33 @@ def test_megatron_refuses_te_cross_entropy_fusion():
         .cross_entropy_fusion_impl == "native"
     assert _megatron("--cross-entropy-loss-fusion").training.memory \
         .cross_entropy_fusion_impl == "native"
+
+
+def _json(capsys, *argv):
+    import json
+
+    assert main(["estimate", "llama3-8b", "--world-size", "8", "--json", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_cli_rows_set_them(capsys):
+    """--use-precision-aware-optimizer --exp-avg-dtype bf16: 2 (remainder) + 2 + 4 B per
+    parameter against 2 + 4 + 4; --cpu-offloading-num-layers and --cross-entropy-fusion-impl
+    reach the job (the JSON's training block)."""
+    pa = _json(capsys, "--use-precision-aware-optimizer")
+    bf16 = _json(capsys, "--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16")
+    assert bf16["bytes"]["optimizer"] * 10 == pa["bytes"]["optimizer"] * 8
+    assert bf16["training"]["exp_avg_dtype"] == "bf16"
+    got = _json(capsys, "--cpu-offloading-num-layers", "4", "--cross-entropy-fusion-impl", "te")
+    assert (got["training"]["cpu_offloading_num_layers"], got["training"][
+        "cross_entropy_fusion_impl"]) == (4, "te")
+
+
+def test_a_pasted_te_loss_fusion_is_refused_in_one_line(capsys):
+    """With a MODEL, Megatron-LM's --cross-entropy-loss-fusion beside te is refused as
+    validate_args refuses it; alone it changes nothing memsym counts (listed as ignored)."""
+    assert main(["estimate", "llama3-8b", "--world-size", "8", "--cross-entropy-loss-fusion",
+                 "--cross-entropy-fusion-impl", "te"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "refused by Megatron-LM" in err
+    assert "--cross-entropy-loss-fusion" in _json(capsys, "--cross-entropy-loss-fusion")["ignored"]

@@ -112,10 +112,8 @@ def _state_rows():
            default="none", source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="list",
            help="CPU offload: " + ", ".join(OFFLOADS), search_help="CPU offload modes to try (default none)"),
         *(option("--" + name.replace("_", "-"), group="states", choices=OPTIMIZER_DTYPES[name],
-                 field=name, default="fp32", source=MEGATRON_ARGS, commands=JOB_AND_SEARCH,
-                 search="same", effect="memory",
-                 help=f"Megatron's flag (needs --use-precision-aware-optimizer): the {what} dtype "
-                 "Transformer Engine's FusedAdam keeps") for name, what in (
+                 field=name, default="fp32", source=MEGATRON_ARGS, help=f"Megatron's flag "
+                 f"(needs --use-precision-aware-optimizer): the {what} dtype") for name, what in (
             ("main_params_dtype", "master-weight"), ("exp_avg_dtype", "first Adam moment"),
             ("exp_avg_sq_dtype", "second Adam moment"))),
         option("--gpu-memory", group="states", type=T.capacity, metavar="C", field="capacity",
@@ -194,6 +192,9 @@ _SWITCH_ROWS = (
      "all-to-all hides behind another micro-batch's compute", "memory, time"),
     ("--no-overlap-p2p-communication", "overlap_p2p_comm", False, "Megatron's flag: the "
      "interleaved schedule's p2p sends are exposed (and interleaving needs PP > 2)", "time"),
+    ("--use-precision-aware-optimizer", "precision_aware", True, "Megatron's flag (distributed "
+     "optimizer, Adam): Transformer Engine's FusedAdam keeps the master weights and moments in "
+     "the dtypes --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype", "memory"),
     ("--defer-embedding-wgrad-compute", "defer_embedding_wgrad_compute", True, "Megatron's "
      "flag (PP > 1): the output layer's weight gradients wait for the pipeline flush, and the "
      "last stage keeps each micro-batch's output-layer input and logits gradient until then",
@@ -297,9 +298,8 @@ def _training_rows():
            "refuse --cross-entropy-loss-fusion with te)"),
         option("--cpu-offloading-num-layers", group="training", type=T.layer_count, metavar="N",
            field="cpu_offloading_num_layers", default=0, source=MEGATRON_ARGS, effect="memory",
-           help="Megatron's flag (p = 1, no recompute): the activations of the first N decoder "
-           "layers go to the host between their forward and backward (Transformer Engine's "
-           "offload context; the host's pinned buffers are not counted)"),
+           help="Megatron's flag (p = 1, no recompute): the first N decoder layers' activations "
+           "go to the host between forward and backward (the host's buffers not counted)"),
         option("--moe-expert-capacity-factor", group="training", type=T.capacity_factor,
            field="capacity_factor", default=1, source="memsym: balanced routing",
            help="routed-token load of the busiest expert rank"),

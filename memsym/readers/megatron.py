@@ -458,10 +458,11 @@ _OVERRIDE_SWITCHES = {
 }
 
 #: Accepted with a model and changing nothing memsym counts (the model's own vocabulary and
-#: fp32 gradient accumulation stand; buckets, grouped GEMMs and the expert-bias buffer).
+#: fp32 gradient accumulation stand; buckets, grouped GEMMs, the expert-bias buffer, and the
+#: native fused loss, which keeps the fp32 softmax memsym counts).
 _OVERRIDE_NO_EFFECT = {"accumulate_allreduce_grads_in_fp32", "ddp_bucket_size",
                        "moe_grouped_gemm", "moe_router_enable_expert_bias", "tokenizer_type",
-                       "tokenizer_model", "vocab_file"}
+                       "tokenizer_model", "vocab_file", "cross_entropy_loss_fusion"}
 
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,

@@ -15,7 +15,12 @@ from ..errors import InvalidValueError
 from ..vocabulary import CE_FUSION_IMPLS
 from ._values import MAX_LAYERS
 
-__all__ = ["recipe_mechanism_options", "megatron_mechanism_options"]
+__all__ = ["recipe_mechanism_options", "megatron_mechanism_options", "TE_LOSS_REFUSED"]
+
+#: Megatron-LM's refusal of Transformer Engine's fused loss (arguments.py:1697-1702).
+TE_LOSS_REFUSED = ("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te is refused "
+                   "by Megatron-LM (arguments.py validate_args: Transformer Engine's fused loss "
+                   "is disabled); Megatron-Bridge runs it (--bridge-recipe)")
 
 
 def _flag(values, key, default=False):
@@ -89,10 +94,7 @@ def megatron_mechanism_options(r) -> dict:
         out["cpu_offloading_num_layers"] = k
     impl = r.choice("cross_entropy_fusion_impl", CE_FUSION_IMPLS, "native")
     if impl == "te" and r.flag("cross_entropy_loss_fusion"):
-        raise InvalidValueError("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te "
-                                "is refused by Megatron-LM (arguments.py validate_args: Transformer "
-                                "Engine's fused loss is disabled); Megatron-Bridge runs it "
-                                "(--bridge-recipe)")
+        raise InvalidValueError(TE_LOSS_REFUSED)
     if impl == "te":
         r.note("--cross-entropy-fusion-impl te has effect only with --cross-entropy-loss-fusion")
     return out
