@@ -160,6 +160,8 @@ class ModelStates:
         ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32``; ``"bf16"`` =
         ``--grad-reduce-in-bf16``), ``--use-precision-aware-optimizer`` and
         ``--fp8-param-gather`` (:func:`memsym.terms.model_state.byte_widths`).
+    main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
+        Megatron's precision-aware optimizer dtypes (fp32; :mod:`memsym.terms.recipe_buffers`).
     zero_buckets : tuple of (str, int)
         DeepSpeed's ZeRO buffers as its config sets them, ``(name, value)`` pairs of
         ``reduce_bucket_size`` [elements], ``stage3_prefetch_bucket_size`` [elements] and
@@ -176,6 +178,9 @@ class ModelStates:
     grad_dtype: str | None = None
     precision_aware: bool = False
     fp8_param_gather: bool = False
+    main_params_dtype: str = "fp32"
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
     zero_buckets: tuple[tuple[str, int], ...] = ()
 
 
@@ -240,6 +245,9 @@ class Memory:
     capacity_factor : int or Rational
         MoE routed-token load of the busiest expert rank relative to a perfectly balanced
         one (1 = balanced; Megatron's ``--moe-expert-capacity-factor`` when tokens are dropped).
+    cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
+        Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
+        activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
     metric : {"device", "reserved", "allocated"}
         Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
         ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
@@ -257,6 +265,8 @@ class Memory:
     loss_parallel: bool = True
     fsdp_root_group: bool = False
     capacity_factor: int | Rational = 1
+    cross_entropy_fusion_impl: str = "native"
+    cpu_offloading_num_layers: int = 0
     metric: str = "device"
 
 
@@ -337,7 +347,9 @@ FIELD_PARTS: dict = {name: part for name, part in (
                             "overlap_moe_expert_parallel_comm")),
     *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",
                                 "wgrad_deferral_limit")),
-    ("metric", "memory"), ("zero_buckets", "states"))}
+    ("metric", "memory"), ("zero_buckets", "states"), *((n, "states") for n in (
+        "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")),
+    *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers")))}
 
 
 @dataclass(frozen=True, init=False)
@@ -362,8 +374,7 @@ class Training:
     pipeline : PipelineSchedule
         Pipeline schedule, stage placement and their Megatron switches.
     states : ModelStates
-        Precision, optimizer, sharding, counting convention, offload, gradient dtype, ZeRO
-        buffers.
+        Precision, optimizer, sharding, convention, offload, state dtypes, ZeRO buffers.
     memory : Memory
         Recomputation, attention kernel, dropout, loss, FSDP2 grouping, MoE capacity factor,
         the memory metric.
@@ -373,13 +384,10 @@ class Training:
         Data-parallel, tensor-parallel and expert-parallel communication overlap.
     framework : {"megatron", "deepspeed", "torchtitan"}
         Whose launch rules and runtime apply (:data:`memsym.vocabulary.FRAMEWORKS`; default
-        Megatron-LM, whose argument names memsym uses).  ``"torchtitan"``: sharding ``fsdp``
-        or ``ddp``; FSDP2 may run with pipeline parallelism (``torch.distributed.pipelining``),
-        the layers split as torchtitan splits them (:func:`memsym.job.framework_layout`)
-        unless the end stages are given, and FSDP2 keeps the stage's parameters and fp32
-        gradients unsharded through the pipelined backward
-        (:func:`memsym.terms.transients.fsdp2_pipeline_unsharded`).  ``"deepspeed"``: sharding
-        ``ddp`` or ZeRO ``zero1/2/3``.  The readers set it.
+        Megatron-LM).  ``"torchtitan"``: sharding ``fsdp`` or ``ddp``, FSDP2 with pipelining
+        split as torchtitan splits (:func:`memsym.job.framework_layout`), the stage kept
+        unsharded through the pipelined backward (:func:`memsym.terms.transients.
+        fsdp2_pipeline_unsharded`).  ``"deepspeed"``: ``ddp`` or ZeRO ``zero1/2/3``.
 
     Examples
     --------

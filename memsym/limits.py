@@ -322,7 +322,7 @@ FIELD_LIMITS = MappingProxyType({
     "seq_length": "sequence", "micro_batch_size": "micro_batch",
     "num_microbatches": "microbatches", "global_batch_size": "global_batch",
     "microbatch_group_size": "microbatches", "lora_rank": "rank", "recompute_num_layers": "layers",
-    "wgrad_deferral_limit": "microbatches",
+    "wgrad_deferral_limit": "microbatches", "cpu_offloading_num_layers": "layers",
 })
 
 #: The limit of every size key a Hugging Face ``config.json`` may carry (read by

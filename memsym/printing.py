@@ -111,6 +111,8 @@ def placeholder(term_key: str, sub: sp.Expr, index: int, taken: set):
         short, meaning = "out", "output layer and logits activations for one micro-batch"
     elif term_key == "embedding_activations":
         short, meaning = "emb", "embedding activations for one micro-batch"
+    elif term_key == "cpu_offloaded_activations":
+        short, meaning = "off", "activations of the CPU-offloaded layers for one micro-batch"
     else:
         short, meaning = escape(term_key.replace("_", " ")), f"part of {term_key}"
     name = r"A_{\mathrm{%s}}" % short

@@ -18,6 +18,7 @@ import sympy as sp
 from .errors import InvalidValueError, choose
 from .frameworks import framework as framework_record
 from .groups import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
+from .limits import LIMITS
 from .symbols import (E, L, N_a, N_bkt, N_exp, N_lin, N_ll, N_pf, N_q, N_rep, N_tp, N_u, V, a, b,
                       b_g, b_hp, b_m, b_o, b_r, b_u, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, k, m,
                       n_ag, n_bkt, p, s, t, t_e, v)
@@ -38,14 +39,14 @@ from . import model as models
 from .terms.pipeline_order import chunk_peak
 from .terms.pipelining_buffers import pipelining_buffers, pipelining_recv_buffers
 from .terms.adapters import LORA_TARGETS, lora
-from .terms import mamba as hybrid_terms, transients as tr
+from .terms import mamba as hybrid_terms, recipe_buffers as rb, transients as tr
 
-__all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "WORKSPACES", "PHASES",
-           "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
-           "STEP_STATE_KEYS",
-           "allowance_terms", "arch_values", "microbatches", "output_stage", "validate", "job_memory", "stage_activations",
-           "stage_total", "training_values", "training_memory", "STATE_KEYS", "ACTIVATION_KEYS",
-           "ALLOWANCE_KEYS", "RECOMPUTE", "SCHEDULES"]
+__all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "WORKSPACES",
+           "PHASES", "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
+           "STEP_STATE_KEYS", "allowance_terms", "arch_values", "microbatches", "output_stage",
+           "validate", "job_memory", "stage_activations", "stage_total", "training_values",
+           "training_memory", "STATE_KEYS", "ACTIVATION_KEYS", "ALLOWANCE_KEYS", "RECOMPUTE",
+           "SCHEDULES"]
 
 # ---------------------------------------------------------------------------------------------
 # allowances (memsym.terms.allowances): named, cited, each a registered symbol with a default
@@ -58,8 +59,7 @@ OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers",)
 # the architecture's sizes as symbol values
 # ---------------------------------------------------------------------------------------------
 def _resolve(arch, training):
-    """An Architecture (passed through), preset name, or config.json path (str or Path),
-    with Megatron's defaults filled in."""
+    """An Architecture, preset name or config.json path, with Megatron's defaults filled in."""
     return models.resolve(models.resolve_model(arch), seq_length=training.batch.seq_length)
 
 
@@ -84,10 +84,8 @@ def arch_values(arch, t_: int = 1) -> dict:
 
 
 def _mla(x) -> dict | None:
-    if not x.multi_latent_attention:
-        return None
-    return {name: getattr(x, name) for name in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
-                                                 "qk_pos_emb_head_dim", "v_head_dim")}
+    names = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+    return {name: getattr(x, name) for name in names} if x.multi_latent_attention else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,9 +108,7 @@ def output_stage(layout: Layout, training: Training) -> int:
 
 
 def _role(i: int, pp: int) -> str:
-    if pp == 1:
-        return "only"
-    return "first" if i == 0 else "last" if i == pp - 1 else "middle"
+    return "only" if pp == 1 else "first" if i == 0 else "last" if i == pp - 1 else "middle"
 
 
 def stage_activations(arch, layout: Layout = Layout(), training: Training = Training(),
@@ -158,13 +154,13 @@ def _output_layer(x, layout: Layout, training: Training) -> Total:
     """One micro-batch's activations of the final norm, the output layer and the loss
     (:func:`memsym.terms.activations.output_activations` for this job)."""
     sp_on = _sequence_parallel(layout)
-    # torchtitan's output layer is torch's ColwiseParallel (it saves the gathered input) and
-    # its final RMSNorm runs eagerly in fp32
+    # torchtitan's output layer: torch's ColwiseParallel (saves the gathered input), fp32 norm
     titan = framework_record(training.framework).torch_output_layer
-    return output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
-                              compiled_loss=training.memory.compiled_loss,
-                              gathered_output_input=sp_on and titan,
-                              fp32_norm=titan and x.normalization.lower() == "rmsnorm")
+    out = output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
+                             compiled_loss=training.memory.compiled_loss,
+                             gathered_output_input=sp_on and titan,
+                             fp32_norm=titan and x.normalization.lower() == "rmsnorm")
+    return rb.with_te_logits(out) if _loss_kind(layout, training) == "te" else out
 
 
 def _activation_width(training: Training) -> int:
@@ -274,8 +270,7 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
     interleaved = layout.v is not None and layout.v > 1
     vv = v if interleaved else None
     mm = m if j.m is not None else None
-    # FP8 (Transformer Engine under Megatron) saves its GEMM inputs quantized; the textbook
-    # conventions count 16-bit activations as published
+    # FP8 (TE under Megatron) saves GEMM inputs quantized; textbook conventions count 16 bits
     fp8_in = training.states.precision == "fp8" and training.states.convention == "framework"
     common = dict(gated=x.swiglu, flash=training.memory.flash_attention, sequence_parallel=sp_on,
                   dropout=dropout_kept(training), norm=x.normalization.lower(), mla=_mla(x),
@@ -328,6 +323,7 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
                      if recompute == "full" and method else "") + ")",
                   Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)" + (
                       "; hybrid layers: memsym/terms/mamba.py" if hybrid else "")), label="layers")]
+    terms += rb.offloaded_layers(pattern[:training.memory.cpu_offloading_num_layers], per_layer)
     if framework_record(training.framework).torch_pipelining and pp > 1 and mm is not None:
         terms.append(pipelining_buffers(stage, pp, vv, mm, group, _boundary_bytes(sp_on, training),
                                         _activation_width(training), training.pipeline.schedule,
@@ -365,7 +361,7 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
         # torchtitan's compiled loss keeping the 16-bit logits)
         terms.append(Term("output_activations", n_out * out,
                           "final norm, output-layer input and the logits kept for the loss",
-                          out_total["logits"].source if training.memory.compiled_loss
+                          out_total["logits"].source if _loss_kind(layout, training) in ("compiled", "te")
                           else Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)"),
                           label="output layer"))
         if x.mtp_num_layers:
@@ -509,7 +505,7 @@ STEP_STATE_KEYS = ("main_gradients", "expert_main_gradients")
 def _state_training(training: Training) -> Training:
     """The fields of ``training`` that model states depend on (the cache key)."""
     keep = ("finetune", "sharding", "convention", "precision", "optimizer", "offload",
-            "quantization", "grad_dtype", "precision_aware", "fp8_param_gather")
+            "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", *rb.OPTIMIZER_DTYPES)
     return Training(**{name: training.value(name) for name in keep})
 
 
@@ -529,7 +525,7 @@ def _state_terms(experts: bool, training: Training) -> tuple:
     framework = dict(grad_dtype=training.states.grad_dtype, precision_aware=training.states.precision_aware,
                      fp8_param_gather=training.states.fp8_param_gather)
     widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
-                         **framework)
+                         **framework, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
     fp8 = dict(precision=training.states.precision, optimizer=training.states.optimizer, **framework)
     # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
     # per-GPU counts at the layout's values, and differentiable in t for sensitivities.
@@ -575,14 +571,16 @@ def _transient_widths(training: Training) -> dict:
 
 
 def _loss_kind(layout: Layout, training: Training) -> str:
-    """Which cross-entropy the last stage runs: ``"compiled"`` (torch.compile'd),
-    ``"loss-parallel"`` (torchtitan with t > 1: torch's DTensor ``loss_parallel``), ``"torch"``
-    (eager ``F.cross_entropy`` on a ``.float()`` copy: torchtitan, and memsym's FSDP2 path) or
-    ``"vocab-parallel"`` (Megatron-core's fused vocab-parallel cross-entropy)."""
+    """Which cross-entropy the last stage runs: ``"compiled"`` (torch.compile'd), ``"loss-parallel"``
+    (torchtitan, t > 1: DTensor ``loss_parallel``), ``"torch"`` (eager ``F.cross_entropy`` of a
+    ``.float()`` copy: torchtitan, memsym's FSDP2), ``"te"`` (:mod:`memsym.terms.recipe_buffers`)
+    or ``"vocab-parallel"`` (Megatron-core's fused vocab-parallel cross-entropy)."""
     if training.memory.compiled_loss:
         return "compiled"
     if framework_record(training.framework).torch_loss:
         return "loss-parallel" if layout.t > 1 and training.memory.loss_parallel else "torch"
+    if training.memory.cross_entropy_fusion_impl == "te":
+        return "te"
     if training.states.sharding == "fsdp" and training.states.convention == "framework":
         return "torch"
     return "vocab-parallel"
@@ -607,6 +605,8 @@ def _loss_transients(kind: str) -> tuple:
         return (), (grad,)
     if kind == "loss-parallel":
         return tuple(tr.loss_parallel_transient().terms), tuple(tr.loss_parallel_backward().terms)
+    if kind == "te":    # its gradient is written into the kept 16-bit logits: nothing more
+        return (rb.te_cross_entropy()["ce_per_token"],), ()
     return (tuple(tr.torch_cross_entropy_transient().terms),
             tuple(tr.torch_cross_entropy_backward().terms))
 
@@ -932,8 +932,8 @@ def _training_values(x, layout: Layout, training: Training, allowances: Mapping 
         (s, training.batch.seq_length), (b, training.batch.micro_batch_size), (t, layout.t), (p, layout.p),
         (d, layout.d), (c, layout.c), (e, layout.e), (t_e, layout.expert_tp))})
     vals[c_f] = exact(training.memory.capacity_factor, "capacity_factor")
-    if vals[c_f] <= 0:
-        raise InvalidValueError(f"capacity_factor must be > 0, got {training.memory.capacity_factor}")
+    if not 0 < vals[c_f] <= LIMITS["experts"].maximum:    # a load ratio, bounded as the CLI's
+        raise InvalidValueError(f"capacity_factor must be in (0, 2^20], got {vals[c_f]}"[:90])
     if m_ is _UNSET:
         m_ = microbatches(layout, training)
     if m_ is not None:

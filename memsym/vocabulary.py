@@ -17,7 +17,7 @@ __all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "FRAMEWORK_CONVENTION
            "GRAD_DTYPES", "PRECISION_NAMES", "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
            "RECOMPUTE_METHODS",
            "SCHEDULES", "STAGE_PLACEMENTS", "FRAMEWORKS", "FINETUNES", "METRIC_NAMES",
-           "ALLOWANCE_KEYS", "recompute_modules"]
+           "ALLOWANCE_KEYS", "OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "recompute_modules"]
 
 #: How model states are sharded over data parallelism (memsym.terms.model_state).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
@@ -35,6 +35,13 @@ FRAMEWORK_CONVENTIONS = ("megatron-bridge",)
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 #: Gradient-buffer dtypes (Megatron ``--grad-reduce-in-bf16``; ``None``: the framework's default).
 GRAD_DTYPES = ("fp32", "bf16", "fp16")
+#: The precision-aware optimizer's dtypes, each with Megatron's choices (arguments.py:
+#: ``--main-params-dtype``, ``--exp-avg-dtype``, ``--exp-avg-sq-dtype``; memsym.terms.recipe_buffers).
+OPTIMIZER_DTYPES = {"main_params_dtype": ("fp32", "fp16"),
+                    "exp_avg_dtype": ("fp32", "fp16", "bf16", "fp8"),
+                    "exp_avg_sq_dtype": ("fp32", "fp16", "bf16", "fp8")}
+#: Megatron-core's ``cross_entropy_fusion_impl`` (model_parallel_config.py:325).
+CE_FUSION_IMPLS = ("native", "te")
 #: Weight precisions (their byte widths: memsym.terms.model_state.PRECISIONS).
 PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8")
 #: Optimizers (their state bytes: memsym.terms.model_state.OPTIMIZERS).

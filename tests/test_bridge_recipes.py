@@ -40,24 +40,27 @@ def report(capsys, *argv) -> dict:
 # use_tokenizer_vocab_size, training/setup.py:762); TP 1, PP 1, CP 2, no SP; seq 8192; GBS
 # 512, MBS 1; no recompute; bf16_mixed (recipes/common.py:130, grad_reduce_in_fp32 True);
 # distributed optimizer with overlapped grad reduce and param gather; 2 GPUs (its name);
-# Adam (recipes/common.py:53).
+# Adam (recipes/common.py:53); Transformer Engine's fused cross-entropy (llama3.py:98-99:
+# cross_entropy_loss_fusion True, cross_entropy_fusion_impl "te").
 LLAMA3_8B = ("llama3-8b", "--vocab-size", "32000", "--tp", "1", "--pp", "1", "--cp", "2",
              "--seq-length", "8192", "--micro-batch-size", "1", "--global-batch-size", "512",
              "--world-size", "2", "--recompute-granularity", "none", "--precision", "bf16",
              "--optimizer", "adam", "--use-distributed-optimizer", "--overlap-grad-reduce",
-             "--overlap-param-gather")
+             "--overlap-param-gather", "--cross-entropy-fusion-impl", "te")
 
 # recipes/qwen/h100/qwen3_moe.py:146-226 qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config (legacy
 # qwen3_30b_a3b_pretrain_config), on top of :32-144: TP 1, PP 1, CP 1, EP 16, ETP 1, no SP;
 # seq 4096; GBS 1024, MBS 1; no recompute; bf16_mixed with grad_reduce_in_fp32 False (bf16
 # gradients); precision-aware optimizer; distributed optimizer, overlapped grad reduce and
 # param gather (:128-129); tp_comm_overlap True is turned off by Bridge at TP 1
-# (training/comm_overlap.py:443); Hugging Face tokenizer: the config.json vocabulary; 16 GPUs.
+# (training/comm_overlap.py:443); Hugging Face tokenizer: the config.json vocabulary; 16 GPUs;
+# Transformer Engine's fused cross-entropy (qwen3_moe.py:88-89).
 QWEN3_30B = ("qwen3-30b-a3b", "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "16", "--etp", "1",
              "--seq-length", "4096", "--micro-batch-size", "1", "--global-batch-size", "1024",
              "--world-size", "16", "--recompute-granularity", "none", "--precision", "bf16",
              "--optimizer", "adam", "--use-distributed-optimizer", "--grad-reduce-in-bf16",
-             "--use-precision-aware-optimizer", "--overlap-grad-reduce", "--overlap-param-gather")
+             "--use-precision-aware-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+             "--cross-entropy-fusion-impl", "te")
 
 
 def test_llama3_8b_recipe_equals_the_explicit_command(capsys):
@@ -115,7 +118,10 @@ def test_the_recipe_table_holds_the_source_values():
     stages = opts["pipeline_layout"].split("|")
     assert len(stages) == 16 and stages[0] == "Etttt" and stages[-1] == "tmL"
     assert opts["grad_dtype"] == "bf16" and opts["precision_aware"] is True
-    assert any("exp_avg" in n for n in notes)       # bf16 moments: said, not modelled
+    # deepseek_v3.py: the precision-aware optimizer keeps both Adam moments in bfloat16
+    assert (opts["exp_avg_dtype"], opts["exp_avg_sq_dtype"], opts["main_params_dtype"]) == (
+        "bf16", "bf16", "fp32")
+    assert opts["cross_entropy_fusion_impl"] == "te"      # deepseek_v3.py:188-189
     j = job(model, **opts, _notes=tuple(notes))
     assert j.layout.d == 1024 // (2 * 16)
 

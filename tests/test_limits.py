@@ -264,9 +264,18 @@ def test_field_limits_name_real_fields_and_known_limits():
     assert set(FIELD_LIMITS) - {"microbatch_group_size"} <= fields, set(FIELD_LIMITS) - fields
     assert set(FIELD_LIMITS.values()) | set(HF_LIMITS.values()) <= set(LIMITS)
     # every int-valued size field of the three records has a limit
-    sizes = {f.name for cls in (Architecture, Layout, Training) for f in dataclasses.fields(cls)
+    # Training's own fields are its typed sub-records: their fields are the job's sizes
+    parts = [type(getattr(Training(), f.name)) for f in dataclasses.fields(Training)
+             if dataclasses.is_dataclass(getattr(Training(), f.name))]
+    assert len(parts) >= 6
+    sizes = {f.name for cls in (Architecture, Layout, Training, *parts)
+             for f in dataclasses.fields(cls)
              if "int" in str(f.type) and "bool" not in str(f.type)}
-    assert sizes <= set(FIELD_LIMITS) | {"moe_layer_freq"}, sizes - set(FIELD_LIMITS)
+    # not sizes, each bounded where it is checked: moe_layer_freq (a pattern), mamba_version
+    # (1 or 2, memsym.model.architecture), capacity_factor (a load ratio in (0, 2^20],
+    # memsym.training), zero_buckets ((name, size) pairs, job_record.check_zero_buckets)
+    others = {"moe_layer_freq", "mamba_version", "capacity_factor", "zero_buckets"}
+    assert sizes <= set(FIELD_LIMITS) | others, sizes - set(FIELD_LIMITS) - others
 
 
 def test_check_sizes_on_a_config_and_a_record():
@@ -283,3 +292,13 @@ def test_check_sizes_on_a_config_and_a_record():
     with pytest.raises(errors.LimitError, match="num_local_experts"):
         check_sizes({"num_local_experts": 2**21}, HF_LIMITS)
     check_sizes({"num_hidden_layers": "32", "hidden_size": True}, HF_LIMITS)   # types: not here
+
+
+def test_a_capacity_factor_beyond_its_bound_is_refused():
+    """The library bounds the MoE capacity factor as the CLI does (``(0, 2^20]``)."""
+    from memsym.errors import InvalidValueError
+    from memsym.job import job
+    from memsym.training import job_memory
+
+    with pytest.raises(InvalidValueError, match="capacity_factor"):
+        job_memory(job("mixtral-8x7b", ep=8, dp=8, capacity_factor=10**300))

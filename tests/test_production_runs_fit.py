@@ -49,27 +49,20 @@ OPEN = {"mbridge.25.11.gb300.deepseek-v3.bf16":
 
 _FRAG = ("memsym's 10 % fragmentation allowance (memsym.terms.allowances: phi_frag 1/10, "
          "from Bridge's memory-tuning guide's 80 GB H100 case)")
-_FUSED_CE = ("Transformer Engine's fused cross-entropy (_benchmark_common: "
-             "cross_entropy_fusion_impl 'te') keeps the 16-bit logits buffer, which its kernel "
-             "overwrites with the gradient (TransformerEngine dec0154ed5 "
-             "transformer_engine/pytorch/cross_entropy.py CrossEntropyFunction.forward), "
-             "where memsym counts Megatron's fp32 softmax (4 tau V / t; TE keeps 2 tau V / t)")
 #: Runs memsym predicts not to fit, by the TOML id: the mechanism and the numbers (device
 #: metric, GB = 1e9 bytes, at 067f987df0's recipe with the table's layout; "without the
 #: margin": the same estimate with --fragmentation 0).
 XFAIL = {}
 for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
-    for _gpu, _off, _cap, _left in (("gb300", 20, 279, "315.8"), ("gb200", 40, 186, "225.8")):
+    for _gpu, _off, _cap, _with, _left in (("gb300", 20, 279, "324.6", "295.2"),
+                                           ("gb200", 40, 186, "225.6", "205.2")):
         XFAIL[f"mbridge.{_rel}.{_gpu}.llama3-70b.fp8"] = (
-            "activation CPU offloading not modelled: the recipe offloads the activations of "
-            f"{_off} of the 80 layers to the host (model.cpu_offloading, cpu_offloading_num_layers "
-            f"{_off}; Megatron-LM d98e8a64dd model_parallel_config.py:461, Transformer Engine's "
-            "get_cpu_offload_context); memsym keeps all 80 on the GPU (360.0 GB of layer "
-            f"activations at MBS 2, seq 8192, TP 1, 4.5 GB a layer): 446.3 GB predicted against "
-            f"{_cap} GB, 405.8 without the margin, {_left} without the margin and the offloaded "
-            "layers; FP8 under Megatron-FSDP is also counted as bf16 (the reader's note: memsym's "
-            "FP8 saved inputs, ~13 % of the layer activations, and its FP8 weights are not applied "
-            f"under FSDP), and {_FUSED_CE.split(' (')[0]} halves the 8.9 GB of logits")
+            "FP8 under Megatron-FSDP counted as bf16 (the reader's note: memsym's FP8 saved "
+            "inputs, ~13 % of the layer activations, and its FP8 weights are not applied under "
+            f"FSDP): with the recipe's CPU offloading of {_off} of the 80 layers "
+            "(memsym.terms.recipe_buffers.offloaded_activations) and Transformer Engine's fused "
+            f"cross-entropy, {_with} GB predicted against {_cap} GB, {_left} without "
+            f"{_FRAG.split(' (')[0]}")
 for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
     XFAIL[f"mbridge.{_rel}.gb200.llama3-405b.fp8"] = (
         f"{_FRAG} takes it over: 183.8 GB without the margin, 201.8 GB with it (18.1 GB), "
@@ -77,30 +70,16 @@ for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
         "this size (expandable segments, the recipe's PYTORCH_CUDA_ALLOC_CONF) is not measured")
 for _rel in ("26.04.01", "26.04", "26.02.01", "25.11"):
     XFAIL[f"mbridge.{_rel}.b200.gpt-oss-120b.bf16"] = (
-        f"{_FUSED_CE}: 13.4 GB of logits where 6.7 are kept at vocab 201088, MBS 4, seq 4096; "
-        f"and {_FRAG}: 203.1 GB predicted, 184.7 without the margin, about 178 with neither, "
-        "against 180 GB at EP 8")
-_BF16_MOMENTS = (
-    "bf16 Adam moments not modelled: the recipe's precision-aware optimizer keeps exp_avg and "
-    "exp_avg_sq in bfloat16 (recipes/deepseek/h100/deepseek_v3.py, optimizer.exp_avg_dtype), "
-    "memsym's job record has no moment dtype and counts fp32 (10 B/param of master remainder "
-    "and moments where 6 are kept)")
-XFAIL["mbridge.25.11.gb200.deepseek-v3.bf16"] = (
-    f"{_BF16_MOMENTS}: 28.8 GB of optimizer states where 17.3 are kept; 195.1 GB predicted "
-    "against 186 GB on stage 1 of PP 4 VPP 4 (about 182.5 GB with bf16 moments)")
-XFAIL["mbridge.25.11.gb300.deepseek-v3.bf16"] = (
-    f"{_BF16_MOMENTS}: 26.2 GB of optimizer states where 15.7 are kept; 283.1 GB predicted "
-    "against 279 GB on stage 0 of PP 2 VPP 4 (about 271.5 GB with bf16 moments)")
+        f"{_FRAG}: 188.6 GB predicted, 171.6 without the margin, against 180 GB at EP 8 (with "
+        "Transformer Engine's fused cross-entropy keeping the 16-bit logits, 6.7 GB at vocab "
+        "201088, MBS 4, seq 4096)")
 XFAIL["mbridge.25.11.h100.gpt-oss-120b.bf16"] = (
     "the row's MBS 4 contradicts its own GA 2 (GBS 512 / (MBS 4 x DP 16) = 8; the TOML's "
     "table_note): at MBS 4, PP 4 the first stage holds 75.9 GB of activations, 128.3 GB "
     "predicted against 85 GB; the recipe's MBS 1 (the 26.x rows) fits at 65.7 GB")
 XFAIL["mbridge.25.11.h100.qwen3-30b-a3b.fp8"] = (
-    f"{_FRAG} (8.8 GB) and {_FUSED_CE} (2.5 GB more at vocab 151936, MBS 2) explain 11.3 of the "
-    "12.3 GB over 84.9 GB (97.2 GB predicted on the last stage of PP 2 VPP 24, 88.4 without "
-    "the margin); the last 1.0 GB is not found (candidates: the experts' grouped-GEMM inputs "
-    "kept in FP8, and the 25.11 container's recipe, whose MBS 2, PP 2, VPP 24 differ from "
-    "067f987df0's)")
+    f"{_FRAG}: 91.7 GB predicted on the last stage of PP 2 VPP 24, 83.4 without the margin, "
+    "against 84.9 GB (with Transformer Engine's fused cross-entropy keeping the 16-bit logits)")
 
 
 def _recipe(run) -> str:
@@ -252,9 +231,6 @@ SKIPPED = _skipped_rows()
 #: The skipped rows' recipes memsym predicts not to fit (device metric, GB, "without the
 #: margin": --fragmentation 0).
 SKIPPED_XFAIL = {
-    "deepseek_v3_pretrain_256gpu_b200_fp8mx_config": (
-        f"{_BF16_MOMENTS}: 28.8 GB of optimizer states where 17.3 are kept; 188.9 GB predicted "
-        "against 180 GB (about 176 GB with bf16 moments)"),
     "llama31_405b_pretrain_256gpu_gb200_fp8mx_config": (
         f"{_FRAG} takes it over: 171.8 GB without the margin, 188.6 GB with it, against 186 GB "
         "(the 128-GPU candidate: 209.7 GB)"),
@@ -263,22 +239,17 @@ SKIPPED_XFAIL = {
         "one): 209.7 GB predicted, 190.9 without the margin, against 186 GB; the row is "
         "expected to be the 256-GPU recipe"),
     "qwen3_30b_a3b_pretrain_8gpu_b200_fp8mx_config": (
-        f"{_FRAG} and {_FUSED_CE.split(' (')[0]}: 195.5 GB predicted, 177.8 without the margin, "
-        "against 180 GB (MBS 4, EP 8; 5.0 GB of the 10.0 GB of fp32 logits are not kept)"),
-    "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config": (
-        f"{_FRAG}: 195.5 GB predicted, 177.8 without the margin, against 186 GB; the recipe's "
-        "moe_paged_stash (qwen/common.py _enable_hybridep_full_iteration_mxfp8) is not modelled"),
+        f"{_FRAG}: 184.5 GB predicted, 167.8 without the margin, against 180 GB (MBS 4, EP 8)"),
     "qwen3_30b_a3b_pretrain_8gpu_b300_fp8mx_config": (
-        "Megatron-Core's MoE paged stash not modelled: the recipe stashes the experts' "
-        "activations in paged buffers with a host-side buffer (moe_paged_stash, "
+        f"{_FRAG} and Megatron-Core's MoE paged stash, not modelled: the recipe stashes the "
+        "experts' activations in paged buffers with a host-side buffer (moe_paged_stash, "
         "moe_paged_stash_buffer_size_factor_cpu 1.0: qwen/common.py "
         "_enable_hybridep_full_iteration_mxfp8) where memsym keeps them all on the GPU "
-        "(229.5 GB of activations at MBS 8): 321.7 GB predicted, 292.5 without the margin, "
-        "against 288 GB"),
+        "(209.6 GB of activations at MBS 8, Transformer Engine's fused loss counted): 299.8 GB "
+        "predicted, 272.6 without the margin, against 288 GB"),
     "qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config": (
-        "Megatron-Core's MoE paged stash not modelled (as on B300: moe_paged_stash with a "
-        "host-side buffer, 229.5 GB of activations at MBS 8): 321.7 GB predicted, 292.5 "
-        "without the margin, against 279 GB"),
+        f"{_FRAG} and Megatron-Core's MoE paged stash, not modelled (as on B300): 299.8 GB "
+        "predicted, 272.6 without the margin, against 279 GB"),
 }
 
 

@@ -292,8 +292,9 @@ def test_optimizer_and_fsdp_settings():
              "--main-params-dtype", "fp16", "--exp-avg-dtype", "bf16").precision
     assert (p["main_params_dtype"], p["exp_avg_dtype"], p["exp_avg_sq_dtype"]) == ("fp16", "bf16",
                                                                                    "fp32")
-    p = read("--bf16", "--exp-avg-dtype", "bf16").precision      # ignored without the PA optimizer
-    assert p["exp_avg_dtype"] == "fp32"
+    # optimizer_config.py:468-480: OptimizerConfig asserts fp32 without the PA optimizer
+    with pytest.raises(InvalidValueError, match="--exp-avg-dtype needs --use-precision-aware"):
+        read("--bf16", "--exp-avg-dtype", "bf16")
     assert read("--ddp-bucket-size", "40000000").optimizer["ddp_bucket_size"] == 40_000_000
     with pytest.raises(UnknownNameError, match="optim_grads"):
         read("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grad")

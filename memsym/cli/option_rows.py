@@ -6,9 +6,9 @@ A row spelling a Megatron-LM argument uses Megatron's name first and Megatron's 
 
 from __future__ import annotations
 
-from ..vocabulary import (CONVENTIONS, FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS,
-                          METRIC_NAMES, OFFLOADS, RECOMPUTE, RECOMPUTE_METHODS,
-                          RECOMPUTE_MODULES, SCHEDULES, SCHEMES)
+from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, FINETUNES, FRAMEWORK_CONVENTIONS,
+                          FRAMEWORKS, METRIC_NAMES, OFFLOADS, OPTIMIZER_DTYPES, RECOMPUTE,
+                          RECOMPUTE_METHODS, RECOMPUTE_MODULES, SCHEDULES, SCHEMES)
 from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
 from ..vocabulary import PRECISION_NAMES as PRECISIONS
 from . import options as T
@@ -111,6 +111,11 @@ def _state_rows():
         option("--offload", group="states", type=T.choice("offload", OFFLOADS), field="offload",
            default="none", source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="list",
            help="CPU offload: " + ", ".join(OFFLOADS), search_help="CPU offload modes to try (default none)"),
+        *(option("--" + name.replace("_", "-"), group="states", choices=OPTIMIZER_DTYPES[name],
+                 field=name, default="fp32", source=MEGATRON_ARGS, help=f"Megatron's flag "
+                 f"(needs --use-precision-aware-optimizer): the {what} dtype") for name, what in (
+            ("main_params_dtype", "master-weight"), ("exp_avg_dtype", "first Adam moment"),
+            ("exp_avg_sq_dtype", "second Adam moment"))),
         option("--gpu-memory", group="states", type=T.capacity, metavar="C", field="capacity",
            effect="output", commands=JOB_AND_SEARCH, search="same", source="--gpu's capacity",
            help="GPU memory capacity: 80GB (1e9), 80GiB (2^30) or bytes"),
@@ -187,6 +192,9 @@ _SWITCH_ROWS = (
      "all-to-all hides behind another micro-batch's compute", "memory, time"),
     ("--no-overlap-p2p-communication", "overlap_p2p_comm", False, "Megatron's flag: the "
      "interleaved schedule's p2p sends are exposed (and interleaving needs PP > 2)", "time"),
+    ("--use-precision-aware-optimizer", "precision_aware", True, "Megatron's flag (distributed "
+     "optimizer, Adam): Transformer Engine's FusedAdam keeps the master weights and moments in "
+     "the dtypes --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype", "memory"),
     ("--defer-embedding-wgrad-compute", "defer_embedding_wgrad_compute", True, "Megatron's "
      "flag (PP > 1): the output layer's weight gradients wait for the pipeline flush, and the "
      "last stage keeps each micro-batch's output-layer input and logits gradient until then",
@@ -281,6 +289,17 @@ def _training_rows():
            field="wgrad_deferral_limit", default=0, source=JOB_DEFAULTS + " (Megatron's: "
            "all)", help="Megatron's: with --defer-embedding-wgrad-compute, the most "
            "micro-batches deferred (0: all)"),
+        option("--cross-entropy-fusion-impl", group="training", choices=CE_FUSION_IMPLS,
+           field="cross_entropy_fusion_impl", default="native", source="Megatron-core "
+           "model_parallel_config.py:325 (d98e8a64dd)", effect="memory",
+           help="Megatron-core's loss under cross_entropy_loss_fusion: native (fp32 softmax "
+           "kept) or te, Transformer Engine's (16-bit logits kept, overwritten with their "
+           "gradient; TE <= 2.17), as Megatron-Bridge sets it (Megatron-LM's own arguments "
+           "refuse --cross-entropy-loss-fusion with te)"),
+        option("--cpu-offloading-num-layers", group="training", type=T.layer_count, metavar="N",
+           field="cpu_offloading_num_layers", default=0, source=MEGATRON_ARGS, effect="memory",
+           help="Megatron's flag (p = 1, no recompute): the first N decoder layers' activations "
+           "go to the host between forward and backward (the host's buffers not counted)"),
         option("--moe-expert-capacity-factor", group="training", type=T.capacity_factor,
            field="capacity_factor", default=1, source="memsym: balanced routing",
            help="routed-token load of the busiest expert rank"),

@@ -300,6 +300,9 @@ def job_from_args(args, **override):
             (arch if key in _ARCH_FIELDS else opts)[key] = value
         notes += o.notes
         ignored = list(o.ignored)
+        if "--cross-entropy-loss-fusion" in pasted and opts.get("cross_entropy_fusion_impl") == "te":
+            from ..readers.recipe_mechanisms import TE_LOSS_REFUSED
+            raise InvalidValueError(TE_LOSS_REFUSED)   # as Megatron-LM's validate_args
     if "num_query_groups" in arch and not getattr(args, "group_query_attention", False):
         # Megatron-LM ignores --num-query-groups without --group-query-attention; a model that
         # already has grouped KV heads (a GQA preset or config.json) takes the new count

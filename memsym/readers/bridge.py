@@ -33,6 +33,7 @@ from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS
+from .recipe_mechanisms import recipe_mechanism_options
 from .megatron import MEGATRON_FSDP_SCHEMES
 
 __all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS", "HF_PRESETS",
@@ -78,6 +79,10 @@ FIELDS = {
     "model.cpu_offloading": ("bridge", "offloading"),
     "model.cpu_offloading_num_layers": ("bridge", "offloading"),
     "model.offload_modules": ("bridge", "offloading"),
+    "model.cpu_offloading_activations": ("bridge", "offloading"),
+    "model.cpu_offloading_weights": ("bridge", "offloading"),
+    "model.cross_entropy_loss_fusion": ("bridge", "loss_fusion"),
+    "model.cross_entropy_fusion_impl": ("bridge", "loss_fusion"),
     "model.cuda_graph_scope": ("bridge", "cuda_graphs"),
     "model.moe_token_dispatcher_type": ("bridge", "dispatcher"),
     "model.moe_flex_dispatcher_backend": ("bridge", "dispatcher"),
@@ -120,6 +125,7 @@ FIELDS = {
     "optimizer.use_precision_aware_optimizer": ("job", "precision_aware"),
     "optimizer.exp_avg_dtype": ("bridge", "moments"),
     "optimizer.exp_avg_sq_dtype": ("bridge", "moments"),
+    "optimizer.main_params_dtype": ("bridge", "moments"),
     "tokenizer.tokenizer_type": ("bridge", "vocab"),
     "tokenizer.vocab_size": ("bridge", "vocab"),
     "tokenizer.use_tokenizer_vocab_size": ("bridge", "vocab"),
@@ -519,11 +525,7 @@ def bridge_job_options(reading: dict) -> tuple:
     # comm_overlap.py:442-448: Bridge turns TP overlap off at TP < 2 or without SP
     opts["tp_comm_overlap"] = bool(tp_overlap and opts.get("t", 1) > 1
                                    and opts.get("sequence_parallel"))
-    moments = {values.get("optimizer.exp_avg_dtype", "float32"),
-               values.get("optimizer.exp_avg_sq_dtype", "float32")}
-    if moments != {"float32"}:
-        notes.append(f"optimizer.exp_avg(_sq)_dtype {'/'.join(sorted(map(str, moments)))}: memsym "
-                     "counts fp32 Adam moments")
+    opts.update(recipe_mechanism_options(values, opts))
     opts.update(_vocab(values, preset, notes))
     world = reading["world_size"]
     if world is not None:
@@ -544,10 +546,9 @@ def _unmodelled(values, model) -> list:
         notes.append(f"model.cuda_graph_impl {impl} (scope {scope}): the CUDA graphs' static "
                      "buffers and private memory pool are not counted")
     if values.get("model.cpu_offloading"):
-        # Megatron-Core cpu_offloading (activations of cpu_offloading_num_layers layers moved
-        # to the host between forward and backward)
         notes.append(f"model.cpu_offloading of {values.get('model.cpu_offloading_num_layers')} "
-                     "layers: their activations are counted as kept on the GPU")
+                     "layers: their activations leave the GPU; the host's pinned buffers are "
+                     "not counted")
     if values.get("model.fine_grained_activation_offloading"):
         notes.append(f"model.fine_grained_activation_offloading "
                      f"{values.get('model.offload_modules')}: the offloaded activations are "

@@ -93,6 +93,10 @@ def megatron_job(mj, model=None, **options):
         opts["grad_dtype"] = prec["grad_dtype"]
     if prec.get("precision_aware_optimizer"):
         opts["precision_aware"] = True
+        opts.update({k: prec[k] for k in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+                     if prec.get(k, "fp32") != "fp32"})
+    if trn.get("cpu_offloading_num_layers"):   # --cpu-offloading-num-layers N > 0
+        opts["cpu_offloading_num_layers"] = trn["cpu_offloading_num_layers"]
     opts["optimizer"] = opt.get("optimizer", "adam")
     # the step's overlaps, as the command sets them (Megatron's store_true flags: off unless given)
     opts["overlap_grad_reduce"] = bool(opt.get("overlap_grad_reduce"))

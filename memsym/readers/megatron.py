@@ -20,6 +20,7 @@ from ..text import looks_like_option   # argparse's rule, shared with the CLI's 
 from ..vocabulary import recompute_modules
 from ._megatron_flags import FLAGS
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
+from .recipe_mechanisms import megatron_mechanism_options
 from ._values import (MAX_ARGS, MAX_BATCH, MAX_GPUS, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ,
                       MAX_VOCAB, MAX_WORD, fraction, whole)
 
@@ -166,6 +167,7 @@ _MODELLED = {
     "megatron_fsdp_main_params_dtype", "megatron_fsdp_grad_comm_dtype", "use_torch_fsdp2",
     "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
+    "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
 }
 
 # Accepted, but they change the model's structure in ways memsym's Architecture cannot express:
@@ -180,11 +182,10 @@ _STRUCTURE_NOT_MODELLED = {
 
 # Accepted and listed, but they change memory in ways memsym does not model (said in the notes).
 _MEMORY_NOT_MODELLED = {
-    "cpu_offloading": "activation/weight CPU offloading", "optimizer_cpu_offload":
-    "optimizer CPU offload", "fp4": "FP4 (NVFP4) training", "enable_cuda_graph": "CUDA graphs",
-    "external_cuda_graph": "CUDA graphs", "fine_grained_activation_offloading":
-    "fine-grained activation offloading", "moe_expert_capacity_factor": "expert capacity (token "
-    "dropping)",
+    "optimizer_cpu_offload": "optimizer CPU offload", "fp4": "FP4 (NVFP4) training",
+    "enable_cuda_graph": "CUDA graphs", "external_cuda_graph": "CUDA graphs",
+    "fine_grained_activation_offloading": "fine-grained activation offloading",
+    "moe_expert_capacity_factor": "expert capacity (token dropping)",
 }
 
 # Cited vocabulary sizes of tokenizers a launch script names but memsym cannot open.
@@ -443,10 +444,11 @@ _OVERRIDE_SWITCHES = {
 }
 
 #: Accepted with a model and changing nothing memsym counts (the model's own vocabulary and
-#: fp32 gradient accumulation stand; buckets, grouped GEMMs and the expert-bias buffer).
+#: fp32 gradient accumulation stand; buckets, grouped GEMMs, the expert-bias buffer, and the
+#: native fused loss, which keeps the fp32 softmax memsym counts).
 _OVERRIDE_NO_EFFECT = {"accumulate_allreduce_grads_in_fp32", "ddp_bucket_size",
                        "moe_grouped_gemm", "moe_router_enable_expert_bias", "tokenizer_type",
-                       "tokenizer_model", "vocab_file"}
+                       "tokenizer_model", "vocab_file", "cross_entropy_loss_fusion"}
 
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
@@ -911,7 +913,7 @@ class _Reader:
 
     # -- training -------------------------------------------------------------------------
     def training(self, arch: dict, lay: dict) -> dict:
-        tr = {"seq_length": self.seq_length()}
+        tr = {"seq_length": self.seq_length(), **megatron_mechanism_options(self)}
         if not self.given("micro_batch_size"):
             raise InvalidValueError("--micro-batch-size is required")
         b = tr["micro_batch_size"] = self.int("micro_batch_size", hi=MAX_BATCH)
@@ -1062,15 +1064,10 @@ class _Reader:
         dtypes = {k: self.choice(k, ch, "fp32") for k, ch in (
             ("main_params_dtype", ("fp32", "fp16")), ("exp_avg_dtype", ("fp32", "fp16", "bf16", "fp8")),
             ("exp_avg_sq_dtype", ("fp32", "fp16", "bf16", "fp8")))}
-        if not pa:
-            # optimizer_config.py: without the precision-aware optimizer the optimizer's main
-            # grads/params and Adam states are fp32 (main_grads_dtype still steered the
-            # accumulate rule above, as in validate_args)
-            if any(self.given(k) for k in ("main_grads_dtype", *dtypes)):
-                self.note("--main-*/--exp-avg*-dtype take effect only with "
-                          "--use-precision-aware-optimizer (fp32 otherwise)")
-            dtypes = {k: "fp32" for k in dtypes}
-            main_grads = "fp32"
+        bad = [k for k, v in (("main_grads_dtype", main_grads), *dtypes.items()) if v != "fp32"]
+        if bad and not pa:   # optimizer_config.py:468-480: OptimizerConfig asserts fp32 without it
+            raise InvalidValueError(f"--{bad[0].replace('_', '-')} needs --use-precision-aware-"
+                                    "optimizer (Megatron's OptimizerConfig: fp32 otherwise)")
         fp8 = self.choice("fp8", ("e4m3", "hybrid"), None)
         recipe = self.choice("fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
                              "delayed")

@@ -1,0 +1,100 @@
+"""The settings of :mod:`memsym.terms.recipe_buffers` as job options, read from a
+Megatron-LM command (:func:`megatron_mechanism_options`) or a Megatron-Bridge recipe
+(:func:`recipe_mechanism_options`): the precision-aware optimizer's dtypes
+(``optimizer.main_params_dtype``, ``exp_avg_dtype``, ``exp_avg_sq_dtype``), Transformer
+Engine's fused cross-entropy (``model.cross_entropy_loss_fusion`` with
+``cross_entropy_fusion_impl``; the perf recipes' ``_benchmark_common`` sets "te",
+``perf_recipes/_common.py:31,70`` at Megatron-Bridge 067f987df0) and CPU activation offloading
+(``model.cpu_offloading``, ``cpu_offloading_num_layers``, ``cpu_offloading_activations``;
+Megatron-LM d98e8a64dd ``model_parallel_config.py:458-480``).
+"""
+
+from __future__ import annotations
+
+from ..errors import InvalidValueError
+from ..vocabulary import CE_FUSION_IMPLS
+from ._values import MAX_LAYERS
+
+__all__ = ["recipe_mechanism_options", "megatron_mechanism_options", "TE_LOSS_REFUSED"]
+
+#: Megatron-LM's refusal of Transformer Engine's fused loss (arguments.py:1697-1702).
+TE_LOSS_REFUSED = ("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te is refused "
+                   "by Megatron-LM (arguments.py validate_args: Transformer Engine's fused loss "
+                   "is disabled); Megatron-Bridge runs it (--bridge-recipe)")
+
+
+def _flag(values, key, default=False):
+    v = values.get(key, default)
+    if v is not None and not isinstance(v, bool):
+        raise InvalidValueError(f"{key} must be true or false, got {v!r:.40}")
+    return v
+
+
+#: Bridge's torch dtype names (OptimizerConfig) -> Megatron's command-line names (arguments.py
+#: map_dtype: fp8 is stored as torch.uint8).
+_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "uint8": "fp8"}
+
+
+def recipe_mechanism_options(values: dict, opts: dict) -> dict:
+    """The job options of the precision-aware optimizer's dtypes, the cross-entropy fusion and
+    CPU activation offloading, as the recipe's ``values`` set them (``opts``: the job options
+    read so far; :mod:`memsym.terms.recipe_buffers` counts them).
+
+    Examples
+    --------
+    >>> recipe_mechanism_options({"optimizer.exp_avg_dtype": "bfloat16",
+    ...     "model.cross_entropy_loss_fusion": True, "model.cross_entropy_fusion_impl": "te",
+    ...     "model.cpu_offloading": True, "model.cpu_offloading_num_layers": 20},
+    ...     {"precision_aware": True}) == {"main_params_dtype": "fp32", "exp_avg_dtype": "bf16",
+    ...     "exp_avg_sq_dtype": "fp32", "cross_entropy_fusion_impl": "te",
+    ...     "cpu_offloading_num_layers": 20}
+    True
+    """
+    out = {}
+    for name in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        value = values.get("optimizer." + name, "float32")
+        if value not in _DTYPES:
+            raise InvalidValueError(f"optimizer.{name} must be one of {', '.join(_DTYPES)}, got "
+                                    f"{value!r:.40}")
+        if _DTYPES[value] != "fp32" or opts.get("precision_aware"):
+            out[name] = _DTYPES[value]
+    # model_parallel_config.py:320-325: the impl takes effect under cross_entropy_loss_fusion
+    if _flag(values, "model.cross_entropy_loss_fusion", False):
+        impl = values.get("model.cross_entropy_fusion_impl", "native")
+        if impl not in ("native", "te"):
+            raise InvalidValueError(f"model.cross_entropy_fusion_impl must be native or te, got "
+                                    f"{impl!r:.40}")
+        out["cross_entropy_fusion_impl"] = impl
+    # transformer_block.py:304-318: TE's offload context, activations only (weights: no effect)
+    if _flag(values, "model.cpu_offloading", False) and \
+            _flag(values, "model.cpu_offloading_activations", True):
+        k = values.get("model.cpu_offloading_num_layers", 0)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise InvalidValueError(f"model.cpu_offloading_num_layers must be a whole number, "
+                                    f"got {k!r:.40}")
+        out["cpu_offloading_num_layers"] = k
+    return out
+
+
+def megatron_mechanism_options(r) -> dict:
+    """The job options of ``--cpu-offloading-num-layers`` and the cross-entropy fusion, read
+    from a Megatron-LM command (``r``: :mod:`memsym.readers.megatron`'s argument reader) with
+    Megatron's meaning; the optimizer dtypes are read with the precision flags.
+
+    ``--cpu-offloading-num-layers N`` > 0 turns ``cpu_offloading`` on (arguments.py:1950-1951;
+    Megatron-LM has no ``--cpu-offloading`` flag, and offloads activations, not weights, by
+    ``TransformerConfig``'s defaults).  ``--cross-entropy-loss-fusion`` with
+    ``--cross-entropy-fusion-impl te`` is refused, as ``validate_args`` refuses it
+    (arguments.py:1697-1702: Transformer Engine's fused loss is disabled there); the native
+    fused loss keeps what memsym counts by default.
+    """
+    out = {}
+    k = r.int("cpu_offloading_num_layers", 0, lo=0, hi=MAX_LAYERS)
+    if k:
+        out["cpu_offloading_num_layers"] = k
+    impl = r.choice("cross_entropy_fusion_impl", CE_FUSION_IMPLS, "native")
+    if impl == "te" and r.flag("cross_entropy_loss_fusion"):
+        raise InvalidValueError(TE_LOSS_REFUSED)
+    if impl == "te":
+        r.note("--cross-entropy-fusion-impl te has effect only with --cross-entropy-loss-fusion")
+    return out
