@@ -130,6 +130,11 @@ def te_cross_entropy(tokens=None, vocab=None, tp=None) -> Total:
     (2*V*b*s/(c*t), b*s*(12*t + 16)/c)
     >>> ce["logits"].evaluate(s=4096, b=4, c=1, t=1, V=201088) == 2 * 4096 * 4 * 201088
     True
+
+    References
+    ----------
+    Transformer Engine v2.17.1 (``4329ff84bf``) ``pytorch/cross_entropy.py``
+    ``CrossEntropyFunction`` and ``pytorch/triton/cross_entropy.py`` (transformer-engine-v2-17).
     """
     tau = s * b / c if tokens is None else as_expr(tokens)
     vocab = V if vocab is None else as_expr(vocab)
@@ -178,6 +183,12 @@ def offloaded_activations(layers) -> Term:
     --------
     >>> offloaded_activations([sp.Integer(10), sp.Integer(10), sp.Integer(7)]).expr
     -27
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd ``megatron/core/transformer/transformer_block.py`` (megatron-core);
+    Transformer Engine v2.17.1 ``pytorch/cpu_offload.py`` ``DefaultOffloadSynchronizer``
+    (transformer-engine-v2-17).
     """
     return Term("cpu_offloaded_activations", -sp.Add(*layers),
                 f"activations of the first {len(layers)} decoder layers offloaded to the host "
@@ -186,6 +197,17 @@ def offloaded_activations(layers) -> Term:
 
 def check_cpu_offloading(k: int, num_layers: int, p: int, recompute: str) -> None:
     """Refuse CPU offloading Megatron-core refuses (``transformer_config.py:1884-1899``).
+
+    Parameters
+    ----------
+    k : int
+        ``cpu_offloading_num_layers``, a count of layers [1] (0: off).
+    num_layers : int
+        The model's decoder layers [layers].
+    p : int
+        Pipeline-parallel size [GPUs].
+    recompute : str
+        The job's recompute mode.
 
     Examples
     --------
@@ -211,6 +233,17 @@ def check_cpu_offloading(k: int, num_layers: int, p: int, recompute: str) -> Non
 def check_recipe_fields(states, memory, framework: str, num_layers: int, p: int) -> None:
     """Refuse the three settings where Megatron would (a job's ``states`` and ``memory``
     sub-records, its framework, the model's decoder layers and the pipeline size).
+
+    Parameters
+    ----------
+    states, memory
+        The job's ``Training.states`` and ``Training.memory`` sub-records.
+    framework : str
+        The job's framework.
+    num_layers : int
+        The model's decoder layers [layers].
+    p : int
+        Pipeline-parallel size [GPUs].
 
     Examples
     --------
@@ -242,9 +275,26 @@ def check_recipe_fields(states, memory, framework: str, num_layers: int, p: int)
 
 
 def with_te_logits(output: Total) -> Total:
-    """``output`` (:func:`memsym.terms.activations.output_activations`) with its ``logits``
-    Term replaced by what Transformer Engine's fused cross-entropy keeps
-    (:func:`te_cross_entropy`: the 16-bit logits, not the fp32 softmax).
+    r"""The output layer's activations with the logits Transformer Engine's loss keeps [bytes].
+
+    ``output`` (:func:`memsym.terms.activations.output_activations`) with its ``logits`` Term
+    replaced by :func:`te_cross_entropy`'s: the 16-bit logits, not the fp32 softmax,
+
+    .. math:: A_{\mathrm{logits}} = 2\,\tau V / t, \qquad \tau = s\,b/c
+
+    Parameters
+    ----------
+    output : Total
+        The output layer's activations [bytes].
+
+    Returns
+    -------
+    Total
+        The same terms, the logits as Transformer Engine keeps them [bytes].
+
+    References
+    ----------
+    Transformer Engine v2.17.1 ``pytorch/cross_entropy.py`` (transformer-engine-v2-17).
 
     Examples
     --------
