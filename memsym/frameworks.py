@@ -75,6 +75,13 @@ class Framework:
         async TP is torch's micro-pipelining instead.
     dropout_layers : bool
         Whether its models build dropout layers at all (torchtitan's do not).
+    dtensor_tp : bool
+        Tensor parallelism through torch's DTensor plans (torchtitan's ``apply_tp`` in
+        ``models/llama3/infra/parallelize.py`` at 4a950eaabff2): under sequence parallelism
+        ``PrepareModuleInput`` gathers each block's attention and MLP input and
+        ``ColwiseParallel`` saves it gathered; without ``loss_parallel`` the output layer
+        replicates the logits (``output_layouts=Replicate()``).  Megatron's layers keep the
+        sequence shard and gather again in backward, and its loss is vocab-parallel.
     config_suffix : str
         The file a launch is written to (``memsym search --emit``): an arguments file, a
         JSON ``ds_config`` or a TOML job config.
@@ -105,6 +112,7 @@ class Framework:
     torch_pipelining: bool
     tp_userbuffers: bool
     dropout_layers: bool
+    dtensor_tp: bool
     config_suffix: str
     reader_option: str
     config_lacks: tuple
@@ -147,7 +155,7 @@ FRAMEWORK = {
                               "(the recipes' --use-distributed-optimizer)",
         overlap_schemes=(), launch_overlaps="flags", megatron_options=True,
         torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
-        config_suffix="txt", reader_option="--args-file", config_lacks=(),
+        dtensor_tp=False, config_suffix="txt", reader_option="--args-file", config_lacks=(),
         config_precisions=PRECISION_NAMES, config_optimizers=("adam", "adamw", "sgd"),
         reads_offload=False),
     "deepspeed": Framework(
@@ -156,7 +164,7 @@ FRAMEWORK = {
         default_scheme_source="deepspeed's default (zero_optimization.stage 0)",
         overlap_schemes=("zero3",), launch_overlaps="overlap_comm", megatron_options=False,
         torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
-        config_suffix="json", reader_option="--deepspeed-config",
+        dtensor_tp=False, config_suffix="json", reader_option="--deepspeed-config",
         config_lacks=("world_size", "seq_length"), config_precisions=("fp32", "bf16", "fp16"),
         config_optimizers=("adam", "adamw"), reads_offload=True),
     "torchtitan": Framework(
@@ -165,7 +173,7 @@ FRAMEWORK = {
         default_scheme_source="torchtitan's default (data_parallel_shard_degree -1)",
         overlap_schemes=("fsdp", "ddp"), launch_overlaps="always", megatron_options=False,
         torch_pipelining=True, tp_userbuffers=False, dropout_layers=False,
-        config_suffix="toml", reader_option="--torchtitan-config",
+        dtensor_tp=True, config_suffix="toml", reader_option="--torchtitan-config",
         config_lacks=("world_size",), config_precisions=("bf16",),
         config_optimizers=("adam", "adamw"), reads_offload=False),
 }

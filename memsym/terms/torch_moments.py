@@ -1,0 +1,190 @@
+"""What torch's own parallelism (FSDP2, DTensor plans, its checkpoint) holds at each moment.
+
+Terms that :func:`memsym.training.phase_transients` and
+:func:`memsym.training.resolved_stage_activations` add where a job runs torch's FSDP2 and
+DTensor tensor parallelism as torchtitan applies them, and the one moment every activation
+checkpoint shares.  Each was found by torch's ``FSDPMemTracker`` under ``FakeTensorMode``
+(``tests/fake_tracker.py``; each pinned in ``tests/test_fake_tracker_gaps.py``).
+
+Sources:
+
+- torchtitan ``torchtitan/models/llama3/infra/parallelize.py`` at
+  4a950eaabff274567873322c206ddb481dae3567 (``apply_fsdp``: the embedding, each block and
+  ``[norm, output]`` their own groups, the last ``reshard_after_forward=False``; ``apply_tp``:
+  ``PrepareModuleInput`` to ``Replicate()`` before the attention and the feed-forward, the
+  output ``ColwiseParallel(output_layouts=Shard(-1) if loss_parallel else Replicate())``).
+- PyTorch ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py`` (``post_backward``:
+  reshard, then ``foreach_reduce``), ``_fsdp_collectives.py`` (``foreach_reduce``: the fp32
+  reduce-scatter input and output), ``_fsdp_state.py`` (backward prefetch of the group run
+  before in forward), ``torch/distributed/tensor/parallel/style.py`` (``ColwiseParallel``),
+  ``torch/utils/checkpoint.py`` and Megatron-LM ``megatron/core/tensor_parallel/random.py`` at
+  d98e8a64dd (``CheckpointFunction.forward`` runs the block under ``torch.no_grad()``).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..symbols import N_lin, N_ll, N_rep, N_tp, V, b, b_r, b_u, c, d, h, m, p, s, t, v
+from ..term import Source, Term
+
+__all__ = ["working_set_absent", "gathered_logits", "dtensor_gathered_inputs",
+           "first_block_gathered", "first_block_start_excess", "output_group_backward",
+           "grads_as_stages_run"]
+
+_CKPT = Source("megatron-core", "megatron/core/tensor_parallel/random.py, CheckpointFunction."
+               "forward (run_function under torch.no_grad()); torch/utils/checkpoint.py keeps "
+               "only the inputs likewise (tests/test_fake_tracker_gaps.py measures it)")
+_TT = "torchtitan/models/llama3/infra/parallelize.py at 4a950eaabff274567873322c206ddb481dae3567"
+_TP = Source("pytorch-tensor-parallel", f"{_TT}, apply_tp (PrepareModuleInput to Replicate() before "
+             "attention and feed_forward; their wq/wk/wv, w1/w3 ColwiseParallel); torch "
+             "distributed/tensor/parallel/style.py ColwiseParallel (the local matmul saves "
+             "its replicated input)")
+_OUT = Source("torchtitan", f"{_TT}, apply_tp (output ColwiseParallel with output_layouts "
+              "Replicate() unless loss_parallel: every TP rank holds every logit)")
+_FSDP = Source("pytorch-fsdp2", f"{_TT}, apply_fsdp (tok_embeddings, each block and [norm, "
+               "output] their own groups); torch _fully_shard/_fsdp_state.py (the backward "
+               "prefetches the group that ran before in forward), _fsdp_param_group.py "
+               "post_backward and _fsdp_collectives.py foreach_reduce (fp32 reduce-scatter "
+               "input and output)")
+
+
+def working_set_absent(working_set: Term) -> Term:
+    """The full-recompute working set, absent outside the blocks' backward [bytes].
+
+    A checkpointed block's forward keeps only its input (torch's checkpoint, Megatron's
+    ``CheckpointFunction`` under ``no_grad``); its activations are rematerialised by its own
+    backward.  The steady sum counts one block's (``recompute_working_set``); this negative
+    Term takes it off the forward and the loss's backward.
+
+    >>> w = Term("recompute_working_set", 5 * h, "one layer", _CKPT)
+    >>> working_set_absent(w).expr
+    -5*h
+    """
+    return Term("working_set_not_rematerialised", -working_set.expr, "no block rematerialised: "
+                "the checkpointed blocks keep their inputs only until their own backward",
+                _CKPT, label="no working set")
+
+
+def gathered_logits(terms) -> tuple:
+    """The loss's Terms with every TP rank holding all logits (torchtitan without
+    ``loss_parallel``): :math:`V/t` becomes :math:`V`.
+
+    >>> gathered_logits((Term("logits", 4 * s * b * V / t, "x", _OUT),))[0].expr
+    4*V*b*s
+    """
+    return tuple(Term(term.key, term.expr.xreplace({t: 1}), term.description + " (gathered "
+                      "over TP: output_layouts Replicate())", _OUT, label=term.label)
+                 if term.expr.has(V) else term for term in terms)
+
+
+def dtensor_gathered_inputs(moe: bool) -> sp.Expr:
+    r"""What torch's ColwiseParallel after ``PrepareModuleInput(Replicate())`` saves beyond
+    Megatron's sequence parallelism, per layer and micro-batch [bytes]:
+
+    .. math:: n\,2\tau h\,(1 - 1/t)
+
+    :math:`n` = 2 (the attention's and the dense MLP's inputs, all-gathered and saved whole
+    where Megatron keeps :math:`2\tau h/t` and gathers again in backward); an MoE layer's
+    feed-forward input is left at Megatron's count (not measured).
+
+    >>> dtensor_gathered_inputs(False).subs({s: 8, b: 1, c: 1, h: 4, t: 2})
+    64
+    """
+    return (1 if moe else 2) * 2 * s * b * h / c * (1 - 1 / t)
+
+
+def first_block_gathered(unsharded: Term, group_params=None) -> Term:
+    r"""FSDP2's gathered parameters in the first block's backward (the last the backward
+    reaches): that block and the prefetched embedding group, :math:`(N_{ll} + Vh/t) b_u`,
+    not two blocks (nothing runs before the embedding in forward).
+
+    >>> first_block_gathered(Term("unsharded_params", 2 * N_ll * b_u, "x", _FSDP)).expr
+    b_u*(N_ll + V*h/t)
+    """
+    n = N_ll if group_params is None else group_params
+    return Term(unsharded.key, b_u * (n + V * h / t), "the first block's parameters and the "
+                "embedding's, prefetched by its backward, in param_dtype", _FSDP,
+                label=unsharded.label)
+
+
+def first_block_start_excess(group_params=None) -> sp.Expr:
+    r"""What the last block's backward (two blocks gathered) holds beyond the first block's
+    (:func:`first_block_gathered`): :math:`(N_{ll} - Vh/t)\,b_u`, negative where the embedding
+    outweighs a block."""
+    n = N_ll if group_params is None else group_params
+    return b_u * (n - V * h / t)
+
+
+def output_group_backward(loss_terms, logits, group_params=None) -> Term:
+    r"""The output group's own backward, as an excess over the loss's backward [bytes].
+
+    After the loss's backward its buffers and the saved logits are freed; the ``[norm,
+    output]`` group (still gathered, ``output_group_gathered``) makes its unsharded gradient,
+    FSDP2's backward prefetch has gathered the last block (:math:`N_{ll} b_u`) and its
+    post-backward reduce-scatters the output projection in ``reduce_dtype``: input
+    :math:`b_r V h/t`, output :math:`b_r V h/(t d)`, every block's activations alive.
+    Returned as :math:`\max(0,\,M_{\mathrm{out}} - T_{\mathrm{loss}})`, so that the
+    loss-backward phase is the larger of the two moments.
+
+    Parameters
+    ----------
+    loss_terms : sequence of Term
+        The loss-backward phase's transients (those of the groups and gradients carry over).
+    logits : sympy.Expr
+        The saved logits of the loss [bytes], freed by its backward.
+    group_params : sympy.Expr, optional
+        Parameters of one block on one GPU; default ``N_ll``.
+    """
+    n = N_ll if group_params is None else group_params
+    loss = sp.Add(*(term.expr for term in loss_terms))
+    held = sp.Add(*(term.expr for term in loss_terms if term.key in _KEPT_AT_OUTPUT))
+    moment = held - logits + n * b_u + b_r * V * h / t * (1 + 1 / (d * c))
+    return Term("output_group_backward", sp.Max(0, moment - loss), "the output group's own "
+                "backward beyond the loss's: the last block prefetched and the output's "
+                "reduce-scatter input and output (the loss's buffers and logits freed)", _FSDP,
+                label="output group backward")
+
+
+#: The loss-backward transients still held in the output group's backward.
+_KEPT_AT_OUTPUT = ("output_group_gathered", "gradients_not_yet_made", "unsharded_params",
+                   "working_set_not_rematerialised", "blocks_gathered_at_the_loss")
+
+
+def grads_as_stages_run(layout, training, accumulated: Term) -> Term:
+    r"""FSDP2 under ``torch.distributed.pipelining`` with v stages per rank: a stage's
+    unsharded gradients live from its first backward to its last, which reduce-scatters and
+    frees them before the rank's next op.
+
+    Where a rank runs all m backwards of one stage before the next stage's first (torch's
+    ``ScheduleLoopedBFS``; ``ScheduleInterleaved1F1B`` with one round, m < 2p, whose round
+    is m // max(1, m // p) micro-batches) it never holds two stages' gradients, and at its
+    peak (all warm-up passes in flight, the first backward) holds one:
+
+    .. math::
+
+        b_r\Big(\frac{N_{\mathrm{lin}}}{v} + \frac{N_{\mathrm{tp}}}{t} - N_{\mathrm{lin}}
+            + N_{\mathrm{rep}}\Big)
+
+    (:math:`N_{\mathrm{lin}}` the decoder layers' split weights, the embedding, output and
+    replicated weights' gradients counted whole: an upper bound where they sit in a later
+    stage).  With more rounds the stages' gradients overlap in the steady state: all of
+    ``accumulated``.  :func:`memsym.timing.schedule.live_by_held_gradients` walks the op
+    order (tests prove this form on it); ``tests/test_engine_fsdp2.py`` watches the gradients
+    come and go on a gloo pipeline."""
+    if (layout.v or 1) == 1 or training.pipeline.stage_placement == "v":
+        return accumulated
+    one = b_r * (N_lin / v + N_tp / t - N_lin + N_rep)
+    if training.pipeline.schedule == "gpipe":
+        held = one                                    # LoopedBFS: stage by stage
+    else:
+        held = sp.Piecewise((one, sp.StrictLessThan(m, 2 * p)), (accumulated.expr, True))
+    return Term("accumulated_grads", held, accumulated.description + "; each stage's live "
+                "from its first backward to its last: one stage's at a time where the rank "
+                "runs its stages' backwards one after the other (LoopedBFS, or one "
+                "interleaved round: m < 2p)",
+                Source("pytorch-pipelining", "stage.py, backward_maybe_with_nosync (gradient "
+                       "sync off until a stage's last micro-batch); schedules.py, "
+                       "ScheduleInterleaved1F1B (rounds of m // max(1, m // p))"),
+                label=accumulated.label)
+
