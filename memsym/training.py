@@ -667,6 +667,12 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
       negative Term, ``gradients_not_yet_made``, in forward and loss-backward, and
       ``gradients_as_activations_freed`` in backward) and its embedding / output groups are
       :func:`memsym.terms.transients.fsdp2_io_groups` (``fsdp_root_group`` by release);
+      since its own groups, the first block's backward prefetches the embedding
+      (:func:`memsym.terms.torch_moments.first_block_gathered`) and the loss-backward phase
+      is the larger of the loss's and the output group's own backward
+      (:func:`memsym.terms.torch_moments.output_group_backward`);
+    * full recompute: the working set exists only in the blocks' backward
+      (:func:`memsym.terms.torch_moments.working_set_absent` in forward and loss-backward);
     * torchtitan with PP: the receive buffers of ``torch.distributed.pipelining``
       (:func:`memsym.terms.pipelining_buffers.pipelining_recv_buffers`) in the optimizer phase (the other phases count them
       with the activations, ``pipeline_buffers``);
@@ -703,7 +709,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
     """
     x, layout, training = j.model, j.layout, j.training
     out = {ph: [] for ph in PHASES}
-    acts, start_excess, out_group = resolved_stage_activations(j, stage).terms, 0, False
+    acts, start_excess, own_groups = resolved_stage_activations(j, stage).terms, 0, False
     for ph in ("forward", "loss-backward"):    # only the blocks' backward rematerialises
         out[ph] += [tm.working_set_absent(a_) for a_ in acts if a_.key == "recompute_working_set"]
     if stage == output_stage(layout, training):
@@ -758,7 +764,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
                 # the first block's backward prefetches the embedding group, not a block
                 first = tm.first_block_gathered(fs["unsharded_params"], N_ll)
                 out["backward"][out["backward"].index(fs["unsharded_params"])] = first
-                start_excess, out_group = fs["unsharded_params"].expr - first.expr, True
+                start_excess, own_groups = fs["unsharded_params"].expr - first.expr, True
         if training.states.optimizer == "adam":
             out["optimizer"] += list(tr.optimizer_step_transient((N_tp / t + N_rep) / (d * c)).terms)
     elif scheme == "zero3":
@@ -790,9 +796,9 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
                 "sharded gradients made block by block as the blocks' activations are freed "
                 "(the peak at the backward's start or end)", absent.source,
                 label="gradients made as freed"))
-    if out_group and stage == output_stage(layout, training):
-        logits = _output_layer(x, layout, training)["logits"].expr
-        out["loss-backward"].append(tm.output_group_backward(out["loss-backward"], logits))
+    if own_groups and stage == output_stage(layout, training):   # FSDP2's [norm, output] backward
+        out["loss-backward"].append(tm.output_group_backward(out["loss-backward"],
+                                                             _output_layer(x, layout, training)))
     widths = _transient_widths(training)
     # the widths are symbols -> integers: xreplace substitutes them exactly, without subs'
     # pattern matching (a tenth of a cold search)

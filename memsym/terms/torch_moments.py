@@ -116,34 +116,45 @@ def first_block_start_excess(group_params=None) -> sp.Expr:
     return b_u * (n - V * h / t)
 
 
-def output_group_backward(loss_terms, logits, group_params=None) -> Term:
+def output_group_backward(loss_terms, output, group_params=None) -> Term:
     r"""The output group's own backward, as an excess over the loss's backward [bytes].
 
-    After the loss's backward its buffers and the saved logits are freed; the ``[norm,
-    output]`` group (still gathered, ``output_group_gathered``) makes its unsharded gradient,
-    FSDP2's backward prefetch has gathered the last block (:math:`N_{ll} b_u`) and its
-    post-backward reduce-scatters the output projection in ``reduce_dtype``: input
-    :math:`b_r V h/t`, output :math:`b_r V h/(t d)`, every block's activations alive.
+    FSDP2's post-backward hook of ``[norm, output]`` fires on the output projection's input
+    gradient: its unsharded gradient goes to the reduce-scatter, whose ``reduce_dtype`` input
+    :math:`b_r V h/t` and output :math:`b_r V h/(t d)` stay alive while the final norm runs its
+    backward, the group still gathered (``output_group_gathered``) and the last block
+    prefetched by the backward (:math:`N_{ll} b_u`); the loss's buffers, the logits and the
+    output projection's saved input are freed, every block's activations alive.  The final
+    RMSNorm's eager fp32 backward (``x.float()``, ``pow``, ``mean``, ``rsqrt``, ``mul``,
+    ``type_as``, ``* weight``) holds its saved fp32 input and rstd beside
+    :math:`20\tau h/\sigma` of gradients in flight (bf16 incoming gradient and fp32
+    intermediates) and the rstd's fp32 gradient (measured by
+    ``tests/test_fake_tracker_gaps.py`` on transformers' ``LlamaRMSNorm``, the same ops as
+    torchtitan's eager ``RMSNorm``): four times the ``final_norm_input`` it counts (:math:`6\tau h/\sigma`) plus twice the statistics.
+
     Returned as :math:`\max(0,\,M_{\mathrm{out}} - T_{\mathrm{loss}})`, so that the
     loss-backward phase is the larger of the two moments.
 
     Parameters
     ----------
     loss_terms : sequence of Term
-        The loss-backward phase's transients (those of the groups and gradients carry over).
-    logits : sympy.Expr
-        The saved logits of the loss [bytes], freed by its backward.
+        The loss-backward phase's transients (the groups' and gradients' carry over).
+    output : Total
+        The output layer's activations (:func:`memsym.terms.activations.output_activations`
+        with ``fp32_norm``), all freed but the final norm's.
     group_params : sympy.Expr, optional
         Parameters of one block on one GPU; default ``N_ll``.
     """
     n = N_ll if group_params is None else group_params
     loss = sp.Add(*(term.expr for term in loss_terms))
     held = sp.Add(*(term.expr for term in loss_terms if term.key in _KEPT_AT_OUTPUT))
-    moment = held - logits + n * b_u + b_r * V * h / t * (1 + 1 / (d * c))
+    norm = 4 * output["final_norm_input"].expr + 2 * output["final_norm_statistics"].expr
+    moment = (held + n * b_u + b_r * V * h / t * (1 + 1 / (d * c))
+              - sp.Add(*(term.expr for term in output.terms)) + norm)
     return Term("output_group_backward", sp.Max(0, moment - loss), "the output group's own "
-                "backward beyond the loss's: the last block prefetched and the output's "
-                "reduce-scatter input and output (the loss's buffers and logits freed)", _FSDP,
-                label="output group backward")
+                "backward beyond the loss's: the last block prefetched, the output's "
+                "reduce-scatter input and output and the final norm's backward (the loss's "
+                "buffers and logits freed)", _FSDP, label="output group backward")
 
 
 #: The loss-backward transients still held in the output group's backward.
