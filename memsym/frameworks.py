@@ -77,7 +77,7 @@ class Framework:
         Whether its models build dropout layers at all (torchtitan's do not).
     dtensor_tp : bool
         Tensor parallelism through torch's DTensor plans (torchtitan's ``apply_tp`` in
-        ``models/llama3/infra/parallelize.py`` at 4a950eaabff2): under sequence parallelism
+        ``models/llama3/infra/parallelize.py`` at 018740b7aae7): under sequence parallelism
         ``PrepareModuleInput`` gathers each block's attention and MLP input and
         ``ColwiseParallel`` saves it gathered; without ``loss_parallel`` the output layer
         replicates the logits (``output_layouts=Replicate()``).  Megatron's layers keep the

@@ -9,7 +9,7 @@ checkpoint shares.  Each was found by torch's ``FSDPMemTracker`` under ``FakeTen
 Sources:
 
 - torchtitan ``torchtitan/models/llama3/infra/parallelize.py`` at
-  4a950eaabff274567873322c206ddb481dae3567 (``apply_fsdp``: the embedding, each block and
+  018740b7aae7846d24954539244c78215dbd181f (``apply_fsdp``: the embedding, each block and
   ``[norm, output]`` their own groups, the last ``reshard_after_forward=False``; ``apply_tp``:
   ``PrepareModuleInput`` to ``Replicate()`` before the attention and the feed-forward, the
   output ``ColwiseParallel(output_layouts=Shard(-1) if loss_parallel else Replicate())``).
@@ -35,11 +35,7 @@ __all__ = ["working_set_absent", "gathered_logits", "dtensor_gathered_inputs",
 _CKPT = Source("megatron-core", "megatron/core/tensor_parallel/random.py, CheckpointFunction."
                "forward (run_function under torch.no_grad()); torch/utils/checkpoint.py keeps "
                "only the inputs likewise (tests/test_fake_tracker_gaps.py measures it)")
-_TT = "torchtitan/models/llama3/infra/parallelize.py at 4a950eaabff274567873322c206ddb481dae3567"
-_TP = Source("pytorch-tensor-parallel", f"{_TT}, apply_tp (PrepareModuleInput to Replicate() before "
-             "attention and feed_forward; their wq/wk/wv, w1/w3 ColwiseParallel); torch "
-             "distributed/tensor/parallel/style.py ColwiseParallel (the local matmul saves "
-             "its replicated input)")
+_TT = "torchtitan/models/llama3/infra/parallelize.py at 018740b7aae7"
 _OUT = Source("torchtitan", f"{_TT}, apply_tp (output ColwiseParallel with output_layouts "
               "Replicate() unless loss_parallel: every TP rank holds every logit)")
 _FSDP = Source("pytorch-fsdp2", f"{_TT}, apply_fsdp (tok_embeddings, each block and [norm, "
@@ -88,6 +84,13 @@ def dtensor_gathered_inputs(moe: bool) -> sp.Expr:
     where Megatron keeps :math:`2\tau h/t` and gathers again in backward); an MoE layer's
     feed-forward input is left at Megatron's count (not measured).
 
+    References
+    ----------
+    torchtitan ``apply_tp`` (``PrepareModuleInput`` to ``Replicate()`` before ``attention``
+    and ``feed_forward``; ``wq``/``wk``/``wv``, ``w1``/``w3`` ``ColwiseParallel``); torch
+    ``distributed/tensor/parallel/style.py`` ``ColwiseParallel`` (the local matmul saves its
+    replicated input); measured in ``tests/test_fake_tracker_gaps.py``.
+
     >>> dtensor_gathered_inputs(False).subs({s: 8, b: 1, c: 1, h: 4, t: 2})
     64
     """
@@ -130,7 +133,8 @@ def output_group_backward(loss_terms, output, group_params=None) -> Term:
     :math:`20\tau h/\sigma` of gradients in flight (bf16 incoming gradient and fp32
     intermediates) and the rstd's fp32 gradient (measured by
     ``tests/test_fake_tracker_gaps.py`` on transformers' ``LlamaRMSNorm``, the same ops as
-    torchtitan's eager ``RMSNorm``): four times the ``final_norm_input`` it counts (:math:`6\tau h/\sigma`) plus twice the statistics.
+    torchtitan's eager ``RMSNorm``): four times the ``final_norm_input`` it counts
+    (:math:`6\tau h/\sigma`) plus twice the statistics.
 
     Returned as :math:`\max(0,\,M_{\mathrm{out}} - T_{\mathrm{loss}})`, so that the
     loss-backward phase is the larger of the two moments.
