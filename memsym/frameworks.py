@@ -125,6 +125,13 @@ class Framework:
         DeepSpeed's ``overlap_comm`` adds a second one "to avoid data access conflict"
         (``runtime/zero/stage_1_and_2.py``, ``DeepSpeedZeroOptimizer.setup_buckets``:
         ``buf_1``).
+    dtensor_tp : bool
+        Tensor parallelism through torch's DTensor plans (torchtitan's ``apply_tp`` in
+        ``models/llama3/infra/parallelize.py`` at 018740b7aae7): under sequence parallelism
+        ``PrepareModuleInput`` gathers each block's attention and MLP input and
+        ``ColwiseParallel`` saves it gathered; without ``loss_parallel`` the output layer
+        replicates the logits (``output_layouts=Replicate()``).  Megatron's layers keep the
+        sequence shard and gather again in backward, and its loss is vocab-parallel.
     config_suffix : str
         The file a launch is written to (``memsym search --emit``): an arguments file, a
         JSON ``ds_config`` or a TOML job config.
@@ -164,6 +171,7 @@ class Framework:
     grads_set_to_none: bool
     fsdp_io_groups: bool
     overlap_ipg_buffers: int | None
+    dtensor_tp: bool
     config_suffix: str
     reader_option: str
     config_lacks: tuple
@@ -216,7 +224,7 @@ FRAMEWORK = {
         torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
         recipe_defaults=True, hf_model_code=False, layer_selective_ac=False,
         tp_sequence_parallel=False, torch_loss=False, torch_output_layer=False,
-        grads_set_to_none=False, fsdp_io_groups=False, overlap_ipg_buffers=None,
+        grads_set_to_none=False, fsdp_io_groups=False, dtensor_tp=False, overlap_ipg_buffers=None,
         config_suffix="txt", reader_option="--args-file", config_lacks=(),
         config_precisions=PRECISION_NAMES, config_optimizers=("adam", "adamw", "sgd"),
         reads_offload=False),
@@ -228,7 +236,7 @@ FRAMEWORK = {
         torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
         recipe_defaults=False, hf_model_code=True, layer_selective_ac=False,
         tp_sequence_parallel=False, torch_loss=False, torch_output_layer=False,
-        grads_set_to_none=False, fsdp_io_groups=False, overlap_ipg_buffers=2,
+        grads_set_to_none=False, fsdp_io_groups=False, dtensor_tp=False, overlap_ipg_buffers=2,
         config_suffix="json", reader_option="--deepspeed-config",
         config_lacks=("world_size", "seq_length"), config_precisions=("fp32", "bf16", "fp16"),
         config_optimizers=("adam", "adamw"), reads_offload=True),
@@ -240,7 +248,7 @@ FRAMEWORK = {
         torch_pipelining=True, tp_userbuffers=False, dropout_layers=False,
         recipe_defaults=False, hf_model_code=False, layer_selective_ac=True,
         tp_sequence_parallel=True, torch_loss=True, torch_output_layer=True,
-        grads_set_to_none=True, fsdp_io_groups=True, overlap_ipg_buffers=None,
+        grads_set_to_none=True, fsdp_io_groups=True, dtensor_tp=True, overlap_ipg_buffers=None,
         config_suffix="toml", reader_option="--torchtitan-config",
         config_lacks=("world_size",), config_precisions=("bf16",),
         config_optimizers=("adam", "adamw"), reads_offload=False),

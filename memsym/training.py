@@ -39,7 +39,8 @@ from . import model as models
 from .terms.pipeline_order import chunk_peak
 from .terms.pipelining_buffers import pipelining_buffers, pipelining_recv_buffers
 from .terms.adapters import LORA_TARGETS, lora
-from .terms import mamba as hybrid_terms, recipe_buffers as rb, transients as tr
+from .terms import (mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm,
+                     transients as tr)
 
 __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "WORKSPACES",
            "PHASES", "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
@@ -160,7 +161,16 @@ def _output_layer(x, layout: Layout, training: Training) -> Total:
                              compiled_loss=training.memory.compiled_loss,
                              gathered_output_input=sp_on and titan,
                              fp32_norm=titan and x.normalization.lower() == "rmsnorm")
-    return rb.with_te_logits(out) if _loss_kind(layout, training) == "te" else out
+    if _loss_kind(layout, training) == "te":
+        return rb.with_te_logits(out)
+    return Total(out.name, tm.gathered_logits(out.terms)) if _logits_gathered(layout, training) \
+        else out
+
+
+def _logits_gathered(layout: Layout, training: Training) -> bool:
+    """Whether every TP rank holds all logits (DTensor TP without loss_parallel)."""
+    return framework_record(training.framework).dtensor_tp and layout.t > 1 \
+        and not training.memory.loss_parallel
 
 
 def _activation_width(training: Training) -> int:
@@ -281,10 +291,12 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
 
     # Megatron's --recompute-modules (default core_attn) under selective recompute
     mods = recompute_modules_of(training)
+    gathered_in = sp_on and framework_record(training.framework).dtensor_tp   # ColwiseParallel's inputs
 
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
         return layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
-                                 modules=mods if mode == "selective" else None, **common).expr
+                                 modules=mods if mode == "selective" else None, **common).expr \
+            + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
 
     pattern = models.moe_layer_pattern(x)
     pl = layout.pipeline_layout
@@ -611,44 +623,6 @@ def _loss_transients(kind: str) -> tuple:
             tuple(tr.torch_cross_entropy_backward().terms))
 
 
-def _grads_as_stages_run(layout: Layout, training: Training, accumulated: Term) -> Term:
-    r"""FSDP2 under ``torch.distributed.pipelining`` with v stages per rank: a stage's
-    unsharded gradients live from its first backward to its last, which reduce-scatters and
-    frees them before the rank's next op.
-
-    Where a rank runs all m backwards of one stage before the next stage's first (torch's
-    ``ScheduleLoopedBFS``; ``ScheduleInterleaved1F1B`` with one round, m < 2p, whose round
-    is m // max(1, m // p) micro-batches) it never holds two stages' gradients, and at its
-    peak (all warm-up passes in flight, the first backward) holds one:
-
-    .. math::
-
-        b_r\Big(\frac{N_{\mathrm{lin}}}{v} + \frac{N_{\mathrm{tp}}}{t} - N_{\mathrm{lin}}
-            + N_{\mathrm{rep}}\Big)
-
-    (:math:`N_{\mathrm{lin}}` the decoder layers' split weights, the embedding, output and
-    replicated weights' gradients counted whole: an upper bound where they sit in a later
-    stage).  With more rounds the stages' gradients overlap in the steady state: all of
-    ``accumulated``.  :func:`memsym.timing.schedule.live_by_held_gradients` walks the op
-    order (tests prove this form on it); ``tests/test_engine_fsdp2.py`` watches the gradients
-    come and go on a gloo pipeline."""
-    if (layout.v or 1) == 1 or training.pipeline.stage_placement == "v":
-        return accumulated
-    one = b_r * (N_lin / v + N_tp / t - N_lin + N_rep)
-    if training.pipeline.schedule == "gpipe":
-        held = one                                    # LoopedBFS: stage by stage
-    else:
-        held = sp.Piecewise((one, sp.StrictLessThan(m, 2 * p)), (accumulated.expr, True))
-    return Term("accumulated_grads", held, accumulated.description + "; each stage's live "
-                "from its first backward to its last: one stage's at a time where the rank "
-                "runs its stages' backwards one after the other (LoopedBFS, or one "
-                "interleaved round: m < 2p)",
-                Source("pytorch-pipelining", "stage.py, backward_maybe_with_nosync (gradient "
-                       "sync off until a stage's last micro-batch); schedules.py, "
-                       "ScheduleInterleaved1F1B (rounds of m // max(1, m // p))"),
-                label=accumulated.label)
-
-
 def _gradients_not_yet_made(training: Training) -> bool:
     r"""Whether the sharded gradients are absent from the forward to the loss's backward.
 
@@ -694,6 +668,12 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
       negative Term, ``gradients_not_yet_made``, in forward and loss-backward, and
       ``gradients_as_activations_freed`` in backward) and its embedding / output groups are
       :func:`memsym.terms.transients.fsdp2_io_groups` (``fsdp_root_group`` by release);
+      since its own groups, the first block's backward prefetches the embedding
+      (:func:`memsym.terms.torch_moments.first_block_gathered`) and the loss-backward phase
+      is the larger of the loss's and the output group's own backward
+      (:func:`memsym.terms.torch_moments.output_group_backward`);
+    * full recompute: the working set exists only in the blocks' backward
+      (:func:`memsym.terms.torch_moments.working_set_absent` in forward and loss-backward);
     * torchtitan with PP: the receive buffers of ``torch.distributed.pipelining``
       (:func:`memsym.terms.pipelining_buffers.pipelining_recv_buffers`) in the optimizer phase (the other phases count them
       with the activations, ``pipeline_buffers``);
@@ -730,8 +710,13 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
     """
     x, layout, training = j.model, j.layout, j.training
     out = {ph: [] for ph in PHASES}
+    acts, start_excess, own_groups = resolved_stage_activations(j, stage).terms, 0, False
+    for ph in ("forward", "loss-backward"):    # only the blocks' backward rematerialises
+        out[ph] += [tm.working_set_absent(a_) for a_ in acts if a_.key == "recompute_working_set"]
     if stage == output_stage(layout, training):
         fwd, bwd = _loss_transients(_loss_kind(layout, training))
+        if _logits_gathered(layout, training):
+            fwd, bwd = tm.gathered_logits(fwd), tm.gathered_logits(bwd)
         out["forward"] += list(fwd)
         out["loss-backward"] += list(bwd)
         if training.pipeline.defer_embedding_wgrad_compute:
@@ -761,7 +746,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
         fs = tr.fsdp2_transients(N_ll, d * c)
         pipe = tr.fsdp2_pipeline_unsharded(N_tp / t + N_rep)
         held = [pipe["kept_unsharded"],
-                _grads_as_stages_run(layout, training, pipe["accumulated_grads"])]
+                tm.grads_as_stages_run(layout, training, pipe["accumulated_grads"])]
         out["forward"].append(pipe["kept_unsharded"])
         out["loss-backward"] += held
         out["backward"] += held + [fs["unsharded_grads"], fs["reduce_scatter"]]
@@ -776,6 +761,11 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
                                     bool(x.untie_embeddings_and_output_weights), N_ll)
             for ph, terms in io.items():
                 out[ph] += list(terms)
+            if not training.memory.fsdp_root_group and x.untie_embeddings_and_output_weights:
+                # the first block's backward prefetches the embedding group, not a block
+                first = tm.first_block_gathered(fs["unsharded_params"], N_ll)
+                out["backward"][out["backward"].index(fs["unsharded_params"])] = first
+                start_excess, own_groups = fs["unsharded_params"].expr - first.expr, True
         if training.states.optimizer == "adam":
             out["optimizer"] += list(tr.optimizer_step_transient((N_tp / t + N_rep) / (d * c)).terms)
     elif scheme == "zero3":
@@ -801,13 +791,15 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
             # the blocks' backward makes each block's gradient shard as it frees the block's
             # activations: live bytes are linear in the blocks done, so the peak is at the
             # start (no gradient) or the end (no layer activation): -min(G, A_layers)
-            layers = resolved_stage_activations(j, stage)
-            a_l = sp.Add(*(term.expr for term in layers.terms if term.key == "layer_activations"))
-            out["backward"].append(Term(
-                "gradients_as_activations_freed", -sp.Min(-absent.expr, a_l),
+            a_l = sp.Add(*(term.expr for term in acts if term.key == "layer_activations"))
+            out["backward"].append(Term(   # start_excess: the last block's prefetch (fsdp2)
+                "gradients_as_activations_freed", -sp.Min(-absent.expr - start_excess, a_l),
                 "sharded gradients made block by block as the blocks' activations are freed "
                 "(the peak at the backward's start or end)", absent.source,
                 label="gradients made as freed"))
+    if own_groups and stage == output_stage(layout, training):   # FSDP2's [norm, output] backward
+        out["loss-backward"].append(tm.output_group_backward(out["loss-backward"],
+                                                             _output_layer(x, layout, training)))
     widths = _transient_widths(training)
     # the widths are symbols -> integers: xreplace substitutes them exactly, without subs'
     # pattern matching (a tenth of a cold search)

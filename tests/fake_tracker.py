@@ -426,19 +426,16 @@ def compare(name: str, **job) -> dict:
     dict
         ``tracker`` (:func:`track`'s result), ``memsym`` (the estimate's total, bytes),
         ``terms`` (memsym's terms, bytes), ``phase`` (memsym's peak phase), ``named``
-        (:func:`hf_differences`), ``working_set`` (memsym's ``recompute_working_set``, 0 when
-        absent) and ``expected``: memsym's total plus the named differences, less the working
-        set where memsym's peak phase is not the blocks' backward (memsym counts it in every
-        phase; it exists only while a block is rematerialised, memsym/training.py:380-387).
+        (:func:`hf_differences`) and ``expected``: memsym's total plus the named
+        differences.
     """
     tracked = track(name, **job)
     est = predict(name, **job)
     terms = {t.key: int(t.evaluate(est.values)) for t in est.total.terms}
     named = hf_differences(name, **{k: v for k, v in job.items() if k not in ("world", "tp")})
-    ws = terms.get("recompute_working_set", 0) if est.phase != "backward" else 0
     total = int(est.bytes_total)
     return {"tracker": tracked, "memsym": total, "terms": terms, "phase": est.phase,
-            "named": named, "working_set": ws, "expected": total + sum(named.values()) - ws}
+            "named": named, "expected": total + sum(named.values())}
 
 
 # --- the checks every configuration shares --------------------------------------------------
@@ -446,7 +443,7 @@ def compare(name: str, **job) -> dict:
 DECOMP_TOL = 1e-4
 #: |memsym - tracker| / tracker at 2-3 layers: transformers' Llama keeps 45-60 % more per
 #: layer than torchtitan's (the named differences); with the output layer's logits dominating
-#: the peak that is at most 14 % here, and memsym's misplaced working set at most 12.5 %
+#: the peak that is at most 14 % here
 RAW_TOL = 0.15
 
 

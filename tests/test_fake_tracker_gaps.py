@@ -38,7 +38,7 @@ def _backward_terms(name, **job):
 
     est, j = predict(name, **job), memsym_job(name, **job)
     return {t.key: int(t.evaluate(est.values))
-            for t in phase_transients(j.model, j.layout, j.training, 0)["backward"]}
+            for t in phase_transients(j, 0)["backward"]}
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +54,6 @@ def test_full_recompute_peak_is_the_loss_backward_without_a_working_set(full_8b)
     assert full_8b["expected"] == pytest.approx(full_8b["tracker"]["peak"], rel=DECOMP_TOL)
 
 
-@pytest.mark.xfail(strict=True, reason="memsym/training.py:380-387 adds the full-recompute "
-                   "working set (one layer's activations, 544.5 MiB here) to the activations "
-                   "that every phase sums (phase_totals, _phase_term), so the forward and the "
-                   "loss's backward count it too; it exists only in the blocks' backward: "
-                   "memsym 9877.6 vs tracker 9351.1 (+5.6 %; 70B s=8192 b=2: +12.5 %)")
 def test_memsym_full_recompute_loss_backward(full_8b):
     got = full_8b["memsym"] + sum(full_8b["named"].values())
     assert got == pytest.approx(full_8b["tracker"]["peak"], rel=DECOMP_TOL)
@@ -73,10 +68,14 @@ def test_tracker_peak_in_the_output_groups_backward(output_backward_70b):
     # 70B at s = 4096, b = 1, d = 64: the peak is the output group's own backward, after the
     # loss's: the output projection's fp32 reduce-scatter input (4 V h) and output (1/d)
     # while the group's bf16 parameters are still gathered (2 V h + 2 h) and the last block is
-    # prefetched (2 N_ll), every block's activations still alive
+    # prefetched (2 N_ll), every block's activations still alive; the moment is inside the
+    # final RMSNorm's eager fp32 backward (FSDP2's post-backward fired on the output
+    # projection's input), whose gradients in flight are 20 bytes per hidden element and the
+    # fp32 gradient of its rstd (4 per token)
     c = CONFIGS["llama3-70b"]
     V, h = c["vocab_size"], c["hidden_size"]
     cats = output_backward_70b["tracker"]["categories"]
+    assert cats["Temp"] == 20 * 4096 * h + 4 * 4096
     assert cats["Reduce Scatter"] == 4 * V * h
     assert cats["Sharded Grad"] == 4 * V * h // 64
     assert cats["Unsharded Param"] == 2 * (V * h + h)
@@ -84,10 +83,6 @@ def test_tracker_peak_in_the_output_groups_backward(output_backward_70b):
     assert output_backward_70b["phase"] == "loss-backward"    # memsym's largest phase
 
 
-@pytest.mark.xfail(strict=True, reason="memsym has no phase for the output group's backward "
-                   "(memsym/terms/transients.py fsdp2_io_groups returns backward: () since "
-                   "83e694105; memsym/training.py:768-777): tracker 12552.6, memsym + named "
-                   "differences 12349.9 (its loss-backward phase), raw memsym 11099.9")
 def test_memsym_output_groups_backward(output_backward_70b):
     got = output_backward_70b
     assert got["expected"] == pytest.approx(got["tracker"]["peak"], rel=DECOMP_TOL)
@@ -112,12 +107,6 @@ def test_first_blocks_backward_prefetches_the_embedding(first_block_70b):
     assert cats["All Gather"] == 2 * c["vocab_size"] * c["hidden_size"]
 
 
-@pytest.mark.xfail(strict=True, reason="memsym/terms/transients.py:317-351 (fsdp2_transients, "
-                   "n_ag N_ll b_u) counts two blocks gathered in every block's backward; in "
-                   "the first block's the prefetched group is the embedding (2 V h): 70B "
-                   "counts 3264.1 where 3636.0 are gathered (its backward phase 9727.6 vs the "
-                   "tracker's 10100.9); Qwen3-30B-A3B, whose block outweighs the embedding, "
-                   "595 MiB too many")
 def test_memsym_first_blocks_backward_gathered(first_block_70b):
     tracked, terms = first_block_70b
     cats = tracked["categories"]
@@ -138,15 +127,22 @@ def test_tracker_logits_gathered_without_loss_parallel(tp_logits):
         assert tracked["categories"]["Temp"] == 8 * 4096 * V
 
 
-@pytest.mark.xfail(strict=True, reason="memsym/training.py:577-590 (_loss_kind 'torch' for "
-                   "torchtitan with t > 1 and loss_parallel False) and :156-167 "
-                   "(_output_layer) count V/t logits per rank; torchtitan gathers them "
-                   "(output_layouts=Replicate()): output activations 1082.0 at t = 2 vs "
-                   "2132.0 at t = 1 (the tracker's logits' gradients: 4008.0 at both)")
 def test_memsym_logits_without_loss_parallel(tp_logits):
+    # memsym keeps every logit at t = 2 as at t = 1: the output layer's count differs only by
+    # the final norm (fp32 copy, 16-bit output, rstd), sequence-sharded under torchtitan's TP
+    # (memsym counts its TP with sequence parallelism always), and the loss's backward holds
+    # the tracker's 8 bytes per logit at both
+    from memsym.training import phase_transients
+
+    tau, V, h = 4096, CONFIGS["llama3-8b"]["vocab_size"], CONFIGS["llama3-8b"]["hidden_size"]
     out = {tp: int(next(t for t in est.total.terms if t.key == "output_activations")
                    .evaluate(est.values)) for tp, (_, est) in tp_logits.items()}
-    assert out[2] == out[1]
+    assert out[1] - out[2] == (6 * tau * h + 4 * tau) // 2
+    for tp, (tracked, est) in tp_logits.items():
+        grads = sum(int(t.evaluate(est.values)) for t in phase_transients(
+            memsym_job("llama3-8b", tp=tp), 0)["loss-backward"]
+            if t.key in ("nll_grad_fp32", "log_softmax_grad_fp32"))
+        assert grads == tracked["categories"]["Temp"] == 8 * tau * V
 
 
 @pytest.fixture(scope="module")
@@ -179,11 +175,25 @@ def test_tp_with_sequence_parallel_states_match(tp_sp):
     assert cats["Unsharded Param"] == c["vocab_size"] * c["hidden_size"] + 2 * c["hidden_size"]
 
 
-def _tp_sp_layer_excess(tp_sp):
-    # what a third block adds to the tracker's peak beyond memsym's per-layer terms and the
-    # named differences of transformers' code, here sequence-sharded (norms, SiLU, repeat_kv
-    # over t = 2) except the cast mask, which every TP rank holds whole
+def _megatron_sp_layer(tau, h, tp):
+    # one Llama block under Megatron's sequence parallelism (memsym.terms.activations), bytes
+    from memsym.terms.activations import layer_activations
+
+    c = CONFIGS["llama3-8b"]
+    return int(layer_activations(gated=True, flash=True, sequence_parallel=True, dropout=False,
+                                 norm="rmsnorm").evaluate(
+        dict(s=tau, b=1, c=1, h=h, t=tp, a=c["num_attention_heads"], d_h=h // c[
+            "num_attention_heads"], g=c["num_key_value_heads"], f=c["intermediate_size"])))
+
+
+def _tp_sp_layer_excess(tp_sp, memsym_layer=None):
+    # what a third block adds to the tracker's peak beyond memsym's per-layer terms (or
+    # memsym_layer for its layer activations) and the named differences of transformers'
+    # code, here sequence-sharded (norms, SiLU, repeat_kv over t = 2) except the cast mask,
+    # which every TP rank holds whole
     (t2, m2), (t3, m3) = tp_sp[2], tp_sp[3]
+    if memsym_layer is not None:
+        m3 = {**m3, "layer_activations": m2["layer_activations"] + memsym_layer}
     c, tp, tau = CONFIGS["llama3-8b"], 2, 4096
     h, f, a, g = (c["hidden_size"], c["intermediate_size"], c["num_attention_heads"],
                   c["num_key_value_heads"])
@@ -201,13 +211,14 @@ def test_tp_sp_blocks_keep_their_gathered_inputs(tp_sp):
     # where Megatron's sequence parallelism (memsym's count) keeps 2 tau h / t and gathers
     # again in backward: 2 x 2 tau h (1 - 1/t) more per layer
     tau, h, tp = 4096, CONFIGS["llama3-8b"]["hidden_size"], 2
-    assert _tp_sp_layer_excess(tp_sp) == 2 * 2 * tau * h * (tp - 1) // tp
+    assert _tp_sp_layer_excess(tp_sp, _megatron_sp_layer(tau, h, tp)) \
+        == 2 * 2 * tau * h * (tp - 1) // tp
 
 
 def test_tp_sp_peak_decomposed(tp_sp):
     # the whole peak at 2 layers: the tracker's is in the loss-parallel forward (memsym's
-    # largest phase is the loss's backward, 7260.6 MiB); it is memsym's forward phase plus
-    # the named differences (sequence-sharded), the blocks' gathered inputs and the tracker's
+    # largest phase is the loss's backward); it is memsym's forward phase (with the blocks'
+    # gathered inputs) plus the named differences (sequence-sharded) and the tracker's
     # fake-mode global logits copy (4 tau V: one fp32 tensor of the global shape)
     tracked, terms = tp_sp[2]
     c, tp, tau, layers = CONFIGS["llama3-8b"], 2, 4096, 2
@@ -216,16 +227,10 @@ def test_tp_sp_peak_decomposed(tp_sp):
     d_h = h // a
     named = layers * ((8 * tau * h + 2 * tau * f + 2 * (2 * tau * h - 2 * tau * g * d_h)) // tp
                       + 2 * 4096 * 4096) + 4 * 4096 * d_h + 8 * tau
-    gathered = layers * 2 * 2 * tau * h * (tp - 1) // tp
-    expected = terms["forward phase"] + named + gathered + 4 * tau * V
+    expected = terms["forward phase"] + named + 4 * tau * V
     assert expected == pytest.approx(tracked["peak"], rel=DECOMP_TOL)
 
 
-@pytest.mark.xfail(strict=True, reason="memsym counts the blocks' column-parallel inputs "
-                   "sequence-sharded (2 tau h / t, Megatron's SP) for torchtitan too; torch's "
-                   "ColwiseParallel after PrepareModuleInput(Replicate) saves them gathered "
-                   "(memsym does this for the output layer only: memsym/training.py:156-167, "
-                   "gathered_output_input): 32 MiB per layer at t = 2, s = 4096, h = 4096")
 def test_memsym_tp_sp_block_inputs(tp_sp):
     assert _tp_sp_layer_excess(tp_sp) == 0
 

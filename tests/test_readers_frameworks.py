@@ -358,8 +358,10 @@ def test_torchtitan_loss_parallel_reaches_the_job():
     none = {"workspace": 0, "nccl": 0, "fragmentation": 0}
     pon, poff = (job_memory(j_, allowances=none).phases() for j_ in (on, off))
     local_logits = 4096 * 128256 // 2
-    assert pon["forward"] - poff["forward"] == (10 - 6) * local_logits
-    assert pon["loss-backward"] - poff["loss-backward"] == (12 - 8) * local_logits
+    # without it the output layer replicates the logits (apply_tp: output_layouts=Replicate()),
+    # so the eager loss holds its saved 4 and its 6 / 8 bytes per logit on all t = 2 shards
+    assert pon["forward"] - poff["forward"] == (4 + 10 - 2 * (4 + 6)) * local_logits
+    assert pon["loss-backward"] - poff["loss-backward"] == (4 + 12 - 2 * (4 + 8)) * local_logits
     with pytest.raises(InvalidValueError):
         read_torchtitan_toml("[parallelism]\ndisable_loss_parallel = 1\n", world_size=1)
 

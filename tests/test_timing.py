@@ -550,7 +550,7 @@ def _torch_holdings(schedule_cls, p, v, m):
 
 
 def test_stages_gradients_overlap_only_beyond_one_round():
-    # memsym.training._grads_as_stages_run: under FSDP2 + torch.distributed.pipelining a
+    # memsym.terms.torch_moments.grads_as_stages_run: under FSDP2 + torch.distributed.pipelining a
     # rank holds one stage's gradients at a time where it runs each stage's backwards
     # together (LoopedBFS always; Interleaved1F1B with one round, m < 2p), and holds them at
     # its peak (the first backward sees every warm-up pass in flight); beyond one round
