@@ -92,6 +92,10 @@ class Framework:
         are read as Adam).
     reads_offload : bool
         Whether its config offloads model states to the CPU (DeepSpeed's ``offload_*``).
+    cp_attention : tuple
+        Its context-parallel attention: the implementation and the methods it runs, the
+        default first (:func:`memsym.terms.context_parallel.cp_attention_transients`); empty
+        where memsym models none.
     """
 
     name: str
@@ -111,6 +115,7 @@ class Framework:
     config_precisions: tuple
     config_optimizers: tuple
     reads_offload: bool
+    cp_attention: tuple = ()
 
     def overlaps_by_default(self, scheme: str) -> bool:
         """Whether the data-parallel collectives overlap under ``scheme`` with nothing set."""
@@ -149,7 +154,9 @@ FRAMEWORK = {
         torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
         config_suffix="txt", reader_option="--args-file", config_lacks=(),
         config_precisions=PRECISION_NAMES, config_optimizers=("adam", "adamw", "sgd"),
-        reads_offload=False),
+        reads_offload=False,
+        # Megatron-LM arguments.py: --cp-comm-type default ["p2p"]; Transformer Engine runs it
+        cp_attention=("transformer-engine", ("p2p", "allgather", "a2a"))),
     "deepspeed": Framework(
         name="deepspeed", title="DeepSpeed", schemes=("ddp", "zero1", "zero2", "zero3"),
         default_scheme="ddp",
@@ -167,7 +174,10 @@ FRAMEWORK = {
         torch_pipelining=True, tp_userbuffers=False, dropout_layers=False,
         config_suffix="toml", reader_option="--torchtitan-config",
         config_lacks=("world_size",), config_precisions=("bf16",),
-        config_optimizers=("adam", "adamw"), reads_offload=False),
+        config_optimizers=("adam", "adamw"), reads_offload=False,
+        # torch's _cp_options.rotate_method default ALL_GATHER (torchtitan's
+        # experimental.context_parallel_rotate_method "allgather")
+        cp_attention=("torch", ("allgather", "alltoall"))),
 }
 assert tuple(FRAMEWORK) == FRAMEWORKS      # the vocabulary and the table name the same three
 

@@ -24,6 +24,7 @@ from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SC
 from .terms.schedule import SCHEDULES
 from . import hardware, rules
 from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
+from .terms.context_parallel import cp_method
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout, torchtitan_end_stages
 from .model import Architecture, recipe, resolve, resolve_model
@@ -173,6 +174,7 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
                                 f"{training.states.sharding}")
     check_zero_buckets(training.states.zero_buckets)
+    cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods
     if not isinstance(training.adapters.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.adapters.lora_regather!r}")
     if training.adapters.finetune != "full":
@@ -185,14 +187,12 @@ def validate(x, layout: Layout, training: Training):
                                         + ", ".join(LORA_TARGETS))
             for name in training.adapters.lora_targets:
                 choose("LoRA target", name, LORA_TARGETS)
-    m_ = None
     k = rules.knobs(layout, training)
     # rules that need m read it; the batch rule comes first, as microbatches() would raise it
     rules.check(x, k, [n for n in rules.LAUNCH if n not in rules.NEED_M])
     m_ = microbatches(layout, training)
     rules.check(x, dict(k, m=m_), rules.NEED_M)
-    if names["schedule"] == "gpipe" and m_ is None \
-            and layout.p > 1:
+    if names["schedule"] == "gpipe" and m_ is None and layout.p > 1:
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
     return m_

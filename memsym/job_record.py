@@ -307,12 +307,17 @@ class CommOverlap:
         all-to-all hidden behind another micro-batch's compute; ``TransformerConfig`` allows
         it only with EP > 1, interleaving where PP > 1, no full recomputation, 16-bit
         parameters and at most one MTP layer.
+    cp_comm_type : str or None
+        How context-parallel attention exchanges keys and values (memory and time): Megatron's
+        ``--cp-comm-type`` p2p, allgather or a2a, torchtitan's rotate method allgather or
+        alltoall; None = the framework's default (:mod:`memsym.terms.context_parallel`).
     """
 
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False
+    cp_comm_type: str | None = None
 
 
 #: Training's sub-records: attribute -> record class.
@@ -337,7 +342,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
                             "overlap_moe_expert_parallel_comm")),
     *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",
                                 "wgrad_deferral_limit")),
-    ("metric", "memory"), ("zero_buckets", "states"))}
+    ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"))}
 
 
 @dataclass(frozen=True, init=False)

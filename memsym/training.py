@@ -22,7 +22,6 @@ from .symbols import (E, L, N_a, N_bkt, N_exp, N_lin, N_ll, N_pf, N_q, N_rep, N_
                       n_ag, n_bkt, p, s, t, t_e, v)
 from .terms.allowances import (ALLOWANCE_TERMS, ALLOWANCES, METRICS, WORKSPACES, Allowance,
                                 allowance_terms, allowance_values)
-from .terms.transients import DEFAULTS as _TR_DEFAULTS
 from .term import Source, Term, Total
 from .terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
                                 lora_gathered_inputs, output_activations)
@@ -37,7 +36,7 @@ from . import model as models
 from .terms.pipeline_order import chunk_peak
 from .terms.pipelining_buffers import pipelining_buffers, pipelining_recv_buffers
 from .terms.adapters import LORA_TARGETS, lora
-from .terms import transients as tr
+from .terms import context_parallel as cp, transients as tr
 
 __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "WORKSPACES", "PHASES",
            "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
@@ -561,7 +560,7 @@ def _transient_widths(training: Training) -> dict:
     """Knob values of the transient Terms: the libraries' defaults
     (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
     half = _activation_width(training)
-    vals = {sym: sp.Integer(_TR_DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
+    vals = {sym: sp.Integer(tr.DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
     if training.framework == "deepspeed" and training.comm.overlap_grad_reduce:
         # DeepSpeed's overlap_comm: a second IPG buffer "to avoid data access conflict"
         # (runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.setup_buckets: buf_1)
@@ -808,6 +807,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
                 "sharded gradients made block by block as the blocks' activations are freed "
                 "(the peak at the backward's start or end)", absent.source,
                 label="gradients made as freed"))
+    cp.add_phase_buffers(out, layout.c, training.framework, training.comm.cp_comm_type, _activation_width(training))
     widths = _transient_widths(training)
     # the widths are symbols -> integers: xreplace substitutes them exactly, without subs'
     # pattern matching (a tenth of a cold search)

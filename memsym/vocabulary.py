@@ -55,6 +55,9 @@ SCHEDULES = ("1f1b", "gpipe")
 STAGE_PLACEMENTS = ("loop", "v")
 #: The frameworks whose launch rules and runtime a job follows (``Training.framework``).
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+#: Context-parallel attention methods: Megatron's --cp-comm-type (Transformer Engine) and
+#: torch's rotate methods (torchtitan); memsym.frameworks.FRAMEWORK's cp_attention says whose.
+CP_METHODS = ("p2p", "allgather", "a2a", "alltoall")
 #: Full training or adapters on a frozen base.
 FINETUNES = ("full", "lora", "qlora")
 #: The memory a total counts (what each sees: memsym.terms.allowances.METRICS).

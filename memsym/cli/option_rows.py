@@ -6,7 +6,7 @@ A row spelling a Megatron-LM argument uses Megatron's name first and Megatron's 
 
 from __future__ import annotations
 
-from ..vocabulary import (CONVENTIONS, FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS,
+from ..vocabulary import (CONVENTIONS, CP_METHODS, FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS,
                           METRIC_NAMES, OFFLOADS, RECOMPUTE, RECOMPUTE_METHODS,
                           RECOMPUTE_MODULES, SCHEDULES, SCHEMES)
 from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
@@ -262,6 +262,12 @@ def _training_rows():
            commands=JOB_AND_SEARCH, search="same", effect="memory, time",
            help="pipeline schedule (gpipe: torch's ScheduleGPipe, with v > 1 "
            "ScheduleLoopedBFS: --framework torchtitan)"),
+        option("--cp-comm-type", group="training", choices=CP_METHODS, field="cp_comm_type",
+           source="the framework's: Megatron-LM's p2p (--cp-comm-type default), torch's "
+           "allgather (_cp_options.rotate_method)", commands=JOB_AND_SEARCH, search="same",
+           effect="memory", help="how context-parallel attention exchanges K and V (--cp > 1): "
+           "Megatron's p2p, allgather or a2a (Transformer Engine); torchtitan's allgather or "
+           "alltoall (torch's ring attention rotate method)"),
         flag("--grad-reduce-in-bf16", group="training", field="grad_dtype", value="bf16",
               effect="memory, time",
               source=MEGATRON_ARGS + ": fp32 gradients under --bf16",
