@@ -156,7 +156,8 @@ FRAMEWORK = {
         config_precisions=PRECISION_NAMES, config_optimizers=("adam", "adamw", "sgd"),
         reads_offload=False,
         # Megatron-LM arguments.py: --cp-comm-type default ["p2p"]; Transformer Engine runs it
-        cp_attention=("transformer-engine", ("p2p", "allgather", "a2a"))),
+        # (attn_forward_func_with_cp: "p2p", "a2a+p2p", "all_gather", "a2a")
+        cp_attention=("transformer-engine", ("p2p", "all_gather", "a2a", "a2a+p2p"))),
     "deepspeed": Framework(
         name="deepspeed", title="DeepSpeed", schemes=("ddp", "zero1", "zero2", "zero3"),
         default_scheme="ddp",

@@ -36,8 +36,7 @@ from .job_record import (DEFAULTS, FIELD_PARTS, OPTION_ALIASES, REPORTED_DEFAULT
                          check_zero_buckets, microbatches, recompute_modules_of, whole)
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
-           "recompute_modules_of",
-           "resolve_dropout", "dropout_kept",
+           "recompute_modules_of", "resolve_dropout", "dropout_kept",
            "microbatches", "validate"]
 
 #: Megatron's switches that count the embedding / loss as a layer of the pipeline split
@@ -143,8 +142,9 @@ def canonical(training: Training) -> Training:
             fixed["recompute_modules"] = _modules(mods)
         except InvalidValueError:   # UnknownNameError too: validate() refuses it
             pass
-    return training.replace(**{k: v for k, v in fixed.items()
-                                            if v != training.value(k)})
+    if isinstance(training.comm.cp_comm_type, (list, tuple)):  # Megatron's: one type per layer
+        fixed["cp_comm_type"] = cp_method(fixed.get("framework", training.framework), training.comm.cp_comm_type)
+    return training.replace(**{k: v for k, v in fixed.items() if v != training.value(k)})
 
 
 def validate(x, layout: Layout, training: Training):

@@ -47,15 +47,16 @@ def test_torch_alltoall_by_hand():
 
 def test_te_methods_by_hand():
     vals = {}
-    for method in ("p2p", "allgather", "a2a"):
+    for method in ("p2p", "all_gather", "a2a", "a2a+p2p"):
         f, bw = te_cp_attention(method, g)
         vals[method] = (f.expr.subs({**SMALL, g: 2}), bw.expr.subs({**SMALL, g: 2}))
     # Q = K = 128, L = 32, c = 4
     assert vals["p2p"] == (2 * 4 * 128 + 4 * 128 + 4 * 32, 128 + 8 * 128)
-    assert vals["allgather"] == (3 * 4 * 128, 5 * 4 * 128)
+    assert vals["all_gather"] == (3 * 4 * 128, 5 * 4 * 128)
+    assert vals["a2a+p2p"] == vals["p2p"]     # counted as p2p over all c ranks
     assert vals["a2a"] == (2 * 128 + 2 * 128, 2 * 128 + 2 * 128)
     # the ring buffers grow with c, Ulysses' do not (per rank, s/c fixed)
-    f_ag, _ = te_cp_attention("allgather", g)
+    f_ag, _ = te_cp_attention("all_gather", g)
     f_a2a, _ = te_cp_attention("a2a", g)
     scaled = {**SMALL, s: 32, c: 8, g: 2}
     assert f_ag.expr.subs(scaled) == 2 * f_ag.expr.subs({**SMALL, g: 2})
@@ -72,6 +73,12 @@ def test_methods_per_framework():
         cp_method("megatron", "ring")
     with pytest.raises(InvalidValueError, match="not alltoall"):
         job("llama2-7b", c=2, cp_comm_type="alltoall")
+    # Megatron's --cp-comm-type spells the type once or once per layer (TransformerConfig)
+    assert job("llama2-7b", c=2, cp_comm_type=["a2a"] * 2).training.comm.cp_comm_type == "a2a"
+    with pytest.raises(InvalidValueError, match="per layer"):
+        job("llama2-7b", c=2, cp_comm_type=["a2a", "p2p"])
+    with pytest.raises(InvalidValueError, match="not allgather"):    # TE takes all_gather
+        job("llama2-7b", c=2, cp_comm_type="allgather")
 
 
 def test_phase_placement_and_cp1():
@@ -88,6 +95,18 @@ def test_phase_placement_and_cp1():
     # 4*4096*32 = 0.5 MiB; all-gather backward 2cK + 2Q + 17K = 23 Q beats 2cK + 8Q + 2L
     q = 2 * 4096 * 32 * 128
     assert term.expr.subs({b: 1, s: 8192, c: 2, t: 1, a: 32, d_h: 128}) == 4 * q + 2 * q + 17 * q
+
+
+def test_megatron_arguments_map(tmp_path):
+    from memsym.readers.jobs import megatron_job
+    from memsym.readers.megatron import read_megatron_args
+    base = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 1024 "
+            "--max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 4 "
+            "--context-parallel-size 2 --bf16 --vocab-size 1024 --world-size 4 ")
+    j = megatron_job(read_megatron_args((base + "--cp-comm-type a2a a2a").split()))
+    assert j.training.comm.cp_comm_type == "a2a"
+    j = megatron_job(read_megatron_args(base.split()))
+    assert j.training.comm.cp_comm_type is None          # Megatron's default: p2p
 
 
 def test_cli_refuses_a_foreign_method():

@@ -263,11 +263,13 @@ def _training_rows():
            help="pipeline schedule (gpipe: torch's ScheduleGPipe, with v > 1 "
            "ScheduleLoopedBFS: --framework torchtitan)"),
         option("--cp-comm-type", group="training", choices=CP_METHODS, field="cp_comm_type",
+           nargs="+", metavar="TYPE",
            source="the framework's: Megatron-LM's p2p (--cp-comm-type default), torch's "
            "allgather (_cp_options.rotate_method)", commands=JOB_AND_SEARCH, search="same",
            effect="memory", help="how context-parallel attention exchanges K and V (--cp > 1): "
-           "Megatron's p2p, allgather or a2a (Transformer Engine); torchtitan's allgather or "
-           "alltoall (torch's ring attention rotate method)"),
+           "Megatron's p2p, all_gather, a2a or a2a+p2p (Transformer Engine; one per layer "
+           "only if all the same); torchtitan's allgather or alltoall (torch's rotate method): "
+           + " ".join(CP_METHODS)),
         flag("--grad-reduce-in-bf16", group="training", field="grad_dtype", value="bf16",
               effect="memory, time",
               source=MEGATRON_ARGS + ": fp32 gradients under --bf16",

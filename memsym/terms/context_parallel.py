@@ -12,8 +12,9 @@ What they are depends on the implementation and its method:
   merged in fp32, and the key/value gradients rotated in fp32 in backward
   (:func:`torch_ring_attention`);
 * **Transformer Engine** (Megatron-LM's ``--cp-comm-type``, default ``p2p``): ``p2p``
-  (``AttnFuncWithCPAndKVP2P``), ``allgather`` (``AttnFuncWithCPAndKVAllGather``) and ``a2a``
-  (``AttnFuncWithCPAndQKVOA2A``, Ulysses) (:func:`te_cp_attention`).
+  (``AttnFuncWithCPAndKVP2P``), ``all_gather`` (``AttnFuncWithCPAndKVAllGather``), ``a2a``
+  (``AttnFuncWithCPAndQKVOA2A``, Ulysses) and the hierarchical ``a2a+p2p``
+  (:func:`te_cp_attention`).
 
 Each method gives two Terms: the peak in an attention forward and in its backward, beyond
 what a plain flash attention on the rank's :math:`s/c` tokens makes (its output and
@@ -146,7 +147,10 @@ def te_cp_attention(method: str, n_kv, width=2) -> tuple:
       each) and logsumexp ``softmax_lse_per_step`` (Λ each): :math:`F = 2cK + cQ + c\Lambda`.
       Backward: ``dq_buffer`` (Q), two ``(2, 2K)`` KV/dKV send and receive buffers (8K) and
       the step's dQ, dK, dV; less dQ, dK, dV: :math:`B = Q + 8K`;
-    * ``allgather`` (``AttnFuncWithCPAndKVAllGather``): ``gather_along_first_dim`` of K and of
+    * ``a2a+p2p`` (hierarchical: an all-to-all inside ``--hierarchical-context-parallel-sizes``'
+      inner group, then ``AttnFuncWithCPAndKVP2P`` across): counted as ``p2p`` over all c
+      ranks, an upper bound (the ring spans fewer ranks after the all-to-all);
+    * ``all_gather`` (``AttnFuncWithCPAndKVAllGather``): ``gather_along_first_dim`` of K and of
       V (cK each) and the ``index_select`` reordering copy of one, :math:`F = 3cK`; backward
       the same gather beside the full-length ``dk``, ``dv`` zeros (2cK): :math:`B = 5cK`;
     * ``a2a`` (``AttnFuncWithCPAndQKVOA2A``, Ulysses): ``flash_attn_a2a_communicate`` makes
@@ -165,12 +169,15 @@ def te_cp_attention(method: str, n_kv, width=2) -> tuple:
     (128, 36)
     """
     Q, K, lam = attention_sizes(n_kv, width)
-    method = choose("Transformer Engine CP method", method, ("p2p", "allgather", "a2a"))
+    method = choose("Transformer Engine CP method", method, ("p2p", "all_gather", "a2a", "a2a+p2p"))
     fwd, bwd, where = {
         "p2p": (2 * c * K + c * Q + c * lam, Q + 8 * K,
                 "AttnFuncWithCPAndKVP2P (p2p_comm_buffers, out_per_step, softmax_lse_per_step; "
                 "backward dq_buffer and the two (2, *kv.shape) buffers)"),
-        "allgather": (3 * c * K, 5 * c * K,
+        "a2a+p2p": (2 * c * K + c * Q + c * lam, Q + 8 * K,
+                    "AttnFuncWithCPAndKVP2P after the a2a of the inner group (as p2p over all c "
+                    "ranks: an upper bound)"),
+        "all_gather": (3 * c * K, 5 * c * K,
                       "AttnFuncWithCPAndKVAllGather (k_ag, v_ag from gather_along_first_dim, "
                       "index_select; backward dk, dv zeros of cp_size times the length)"),
         "a2a": (2 * Q + 2 * K, 2 * Q + 2 * K,
@@ -185,8 +192,9 @@ def te_cp_attention(method: str, n_kv, width=2) -> tuple:
 
 
 def cp_method(framework: str, given) -> str | None:
-    """The CP method a job of ``framework`` runs: ``given`` or, None, the framework's default
-    (the first of its ``cp_attention`` methods); None where memsym models none.
+    """The CP method a job of ``framework`` runs: ``given`` (one name, or Megatron's list of
+    one per layer, all the same) or, None, the framework's default (the first of its
+    ``cp_attention`` methods); None where memsym models none.
 
     >>> cp_method("megatron", None), cp_method("torchtitan", None), cp_method("torchtitan", "alltoall")
     ('p2p', 'allgather', 'alltoall')
@@ -194,14 +202,24 @@ def cp_method(framework: str, given) -> str | None:
     Traceback (most recent call last):
     ...
     memsym.errors.InvalidValueError: torchtitan's context-parallel attention runs allgather or alltoall, not p2p
+    >>> cp_method("megatron", ["a2a", "a2a"])
+    'a2a'
     """
+    if isinstance(given, (list, tuple)):
+        # Megatron's --cp-comm-type takes one type for every layer, or one per layer
+        kinds = tuple(dict.fromkeys(given))
+        if len(kinds) != 1:
+            raise InvalidValueError("context-parallel types per layer (" + ", ".join(
+                str(x)[:20] for x in kinds[:4]) + ") are not modelled: give one type")
+        given = kinds[0]
     if given is not None:
         given = choose("context-parallel method", given, CP_METHODS)
-    if not FRAMEWORK[framework].cp_attention:
+    record = FRAMEWORK.get(framework)     # an unknown framework is refused by its own check
+    if record is None or not record.cp_attention:
         return None
-    methods = FRAMEWORK[framework].cp_attention[1]
+    methods = record.cp_attention[1]
     if given is not None and given not in methods:
-        raise InvalidValueError(f"{FRAMEWORK[framework].title}'s context-parallel attention "
+        raise InvalidValueError(f"{record.title}'s context-parallel attention "
                                 f"runs {' or '.join(methods)}, not {given}")
     return methods[0] if given is None else given
 
