@@ -807,7 +807,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
                 "sharded gradients made block by block as the blocks' activations are freed "
                 "(the peak at the backward's start or end)", absent.source,
                 label="gradients made as freed"))
-    cp.add_phase_buffers(out, layout.c, training.framework, training.comm.cp_comm_type, _activation_width(training))
+    cp.add_phase_buffers(out, None if isinstance(j, UncheckedJob) else layout.c, training.framework, training.comm.cp_comm_type, _activation_width(training))
     widths = _transient_widths(training)
     # the widths are symbols -> integers: xreplace substitutes them exactly, without subs'
     # pattern matching (a tenth of a cold search)

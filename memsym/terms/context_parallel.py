@@ -242,7 +242,12 @@ def cp_attention_transients(implementation: str, method: str, n_kv, width=2) -> 
     """
     make = torch_ring_attention if implementation == "torch" else te_cp_attention
     fwd, bwd = make(method, n_kv, width)
-    peak = Term("cp_attention", sp.Max(fwd.expr, bwd.expr), "context-parallel attention ("
+    # B >= F wherever the sources order them (torch with K = Q, torchtitan's repeated KV
+    # heads: B - F >= 9Q - 2Λ > 0; TE's all_gather 5cK > 3cK; a2a equal): B alone, so that
+    # the total keeps one Max (the phases'); TE's p2p orders them by c and g/a
+    both = method in ("p2p", "a2a+p2p") or (implementation == "torch" and n_kv != a)
+    peak = Term("cp_attention", sp.Max(fwd.expr, bwd.expr) if both else bwd.expr,
+                "context-parallel attention ("
                 f"{method}): the larger of one call's forward and backward buffers "
                 f"({fwd.description}; {bwd.description})", bwd.source,
                 label="CP attention buffers")
@@ -251,7 +256,8 @@ def cp_attention_transients(implementation: str, method: str, n_kv, width=2) -> 
 
 def add_phase_buffers(out: dict, cp_size: int, framework: str, given, width=2) -> None:
     """Add one attention call's CP buffers to the phase -> Terms lists ``out`` (nothing at
-    ``cp_size`` 1 or for a framework memsym models none for).
+    ``cp_size`` 1 or for a framework memsym models none for; ``cp_size`` None: c is left a
+    symbol, the Term 0 at c = 1).
 
     torchtitan's Llama (the "torch" implementation's models) repeats the :math:`g` KV heads
     to :math:`a` before SDPA (``repeat_kv`` in ``Attention.forward``), so the rotated keys
@@ -261,6 +267,9 @@ def add_phase_buffers(out: dict, cp_size: int, framework: str, given, width=2) -
     >>> add_phase_buffers(out, 2, "torchtitan", None)
     >>> [x.key for x in out["backward"]], out["forward"]
     (['cp_attention'], [])
+    >>> add_phase_buffers(out, None, "megatron", None)
+    >>> out["backward"][1].expr.subs(c, 1)
+    0
     """
     method = cp_method(framework, given)
     if cp_size == 1 or method is None:
@@ -268,4 +277,7 @@ def add_phase_buffers(out: dict, cp_size: int, framework: str, given, width=2) -
     implementation = FRAMEWORK[framework].cp_attention[0]
     n_kv = a if implementation == "torch" else g
     for phase, terms in cp_attention_transients(implementation, method, n_kv, width).items():
+        if cp_size is None:      # c stays a symbol (a search template): nothing at c = 1
+            terms = [Term(x.key, sp.Piecewise((0, sp.Eq(c, 1)), (x.expr, True)),
+                          x.description, x.source, label=x.label) for x in terms]
         out[phase] += list(terms)
