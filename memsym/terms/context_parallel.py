@@ -30,9 +30,16 @@ the bytes of the rank's queries, of its keys (as many for its values) and of its
 logsumexp; :math:`w` the activations' width (2 for 16-bit), :math:`n_{kv}` the key/value
 heads the kernel receives (torchtitan's Llama repeats the :math:`g` KV heads to :math:`a`
 with ``repeat_kv`` before SDPA; Transformer Engine takes the :math:`g` groups as they are).
-The forward peak is counted with the activations alive (the end of the forward), the
-backward's with the activations of the backward's start; a rank runs one attention at a
-time, so one call's buffers are the transient.  None apply at :math:`c = 1`.
+A rank runs one attention at a time, so one call's buffers are the transient; both the last
+layer's attention forward and the first attention backward run with every block's
+activations alive and the output layer's absent, so the larger of F and B joins the blocks'
+backward phase (:func:`cp_attention_transients`).  None apply at :math:`c = 1`.
+
+Not counted: torch's ``context_parallel`` also shards the buffers it is given (torchtitan:
+the inputs, labels and ``freqs_cis``, the whole table kept to restore it: :math:`s\,d_h/2`
+complex64 numbers, 128 MiB at s = 262144, d_h = 128) with a 1/c copy each; the
+version torchtitan's December 2024 benchmark ran (torch ``1963fc8``) was not read here, the
+terms follow torch 2.13's file.
 
 References
 ----------
