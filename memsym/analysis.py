@@ -222,7 +222,11 @@ def _search(total, unknown, capacity, values, valid, lower, upper, want_small, m
     def fits(n: int) -> bool:
         return bool(_value(fixed, x, n) <= cap)
 
-    closed, bound = closed_bound(expr, x, vals, cap, want_small)
+    # a Term present only at some sizes (a Piecewise in them: the CP buffers at c > 1) takes
+    # the given sizes first, so that the closed form sees the one peak Max it can split
+    pieces = expr.replace(lambda e: isinstance(e, sp.Piecewise),
+                          lambda e: e.xreplace({k: v for k, v in vals.items() if k != x}))
+    closed, bound = closed_bound(pieces, x, vals, cap, want_small)
     if want_small:
         if not fits(upper):
             if user_upper is not None:

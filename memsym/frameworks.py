@@ -149,6 +149,10 @@ class Framework:
         are read as Adam).
     reads_offload : bool
         Whether its config offloads model states to the CPU (DeepSpeed's ``offload_*``).
+    cp_attention : tuple
+        Its context-parallel attention: the implementation and the methods it runs, the
+        default first (:func:`memsym.terms.context_parallel.cp_attention_transients`); empty
+        where memsym models none.
     """
 
     name: str
@@ -178,6 +182,7 @@ class Framework:
     config_precisions: tuple
     config_optimizers: tuple
     reads_offload: bool
+    cp_attention: tuple = ()
 
     def overlaps_by_default(self, scheme: str) -> bool:
         """Whether the data-parallel collectives overlap under ``scheme`` with nothing set.
@@ -227,7 +232,10 @@ FRAMEWORK = {
         grads_set_to_none=False, fsdp_io_groups=False, dtensor_tp=False, overlap_ipg_buffers=None,
         config_suffix="txt", reader_option="--args-file", config_lacks=(),
         config_precisions=PRECISION_NAMES, config_optimizers=("adam", "adamw", "sgd"),
-        reads_offload=False),
+        reads_offload=False,
+        # Megatron-LM arguments.py: --cp-comm-type default ["p2p"]; Transformer Engine runs it
+        # (attn_forward_func_with_cp: "p2p", "a2a+p2p", "all_gather", "a2a")
+        cp_attention=("transformer-engine", ("p2p", "all_gather", "a2a", "a2a+p2p"))),
     "deepspeed": Framework(
         name="deepspeed", title="DeepSpeed", schemes=("ddp", "zero1", "zero2", "zero3"),
         default_scheme="ddp",
@@ -251,7 +259,10 @@ FRAMEWORK = {
         grads_set_to_none=True, fsdp_io_groups=True, dtensor_tp=True, overlap_ipg_buffers=None,
         config_suffix="toml", reader_option="--torchtitan-config",
         config_lacks=("world_size",), config_precisions=("bf16",),
-        config_optimizers=("adam", "adamw"), reads_offload=False),
+        config_optimizers=("adam", "adamw"), reads_offload=False,
+        # torch's _cp_options.rotate_method default ALL_GATHER (torchtitan's
+        # experimental.context_parallel_rotate_method "allgather")
+        cp_attention=("torch", ("allgather", "alltoall"))),
 }
 assert tuple(FRAMEWORK) == FRAMEWORKS      # the vocabulary and the table name the same three
 

@@ -26,6 +26,7 @@ from .terms.schedule import SCHEDULES
 from . import hardware, rules
 from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
 from .terms.recipe_buffers import check_recipe_fields
+from .terms.context_parallel import cp_method
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout, torchtitan_end_stages
 from .model import Architecture, recipe, resolve, resolve_model
@@ -37,8 +38,7 @@ from .job_record import (DEFAULTS, FIELD_PARTS, OPTION_ALIASES, REPORTED_DEFAULT
                          check_zero_buckets, microbatches, recompute_modules_of, whole)
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
-           "recompute_modules_of",
-           "resolve_dropout", "dropout_kept",
+           "recompute_modules_of", "resolve_dropout", "dropout_kept",
            "microbatches", "validate"]
 
 #: Megatron's switches that count the embedding / loss as a layer of the pipeline split
@@ -144,8 +144,10 @@ def canonical(training: Training) -> Training:
             fixed["recompute_modules"] = _modules(mods)
         except InvalidValueError:   # UnknownNameError too: validate() refuses it
             pass
-    return training.replace(**{k: v for k, v in fixed.items()
-                                            if v != training.value(k)})
+    if isinstance(training.comm.cp_comm_type, (list, tuple)):  # Megatron's: one type per layer
+        fixed["cp_comm_type"] = cp_method(fixed.get("framework", training.framework),
+                                          training.comm.cp_comm_type)
+    return training.replace(**{k: v for k, v in fixed.items() if v != training.value(k)})
 
 
 def validate(x, layout: Layout, training: Training):
@@ -176,6 +178,7 @@ def validate(x, layout: Layout, training: Training):
                                 f"{training.states.sharding}")
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
+    cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods
     if not isinstance(training.adapters.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.adapters.lora_regather!r}")
     if training.adapters.finetune != "full":
@@ -216,8 +219,7 @@ def _check_overlaps(x, layout: Layout, training: Training) -> None:
     if not training.pipeline.overlap_p2p_comm and (layout.v or 1) > 1 and layout.p <= 2:
         raise InvalidValueError("the interleaved schedule needs --pipeline-model-parallel-size "
                                 f"> 2 with --no-overlap-p2p-communication, got {layout.p}")
-    if training.comm.overlap_moe_expert_parallel_comm:
-        # transformer_config.py __post_init__
+    if training.comm.overlap_moe_expert_parallel_comm:   # transformer_config.py __post_init__
         why = ("expert parallelism (EP > 1)" if layout.e <= 1 else
                "--virtual-pipeline-model-parallel-size where PP > 1"
                if layout.p > 1 and (layout.v or 1) == 1 else
@@ -234,8 +236,7 @@ def _check_overlaps(x, layout: Layout, training: Training) -> None:
         if training.states.sharding == "ddp":
             raise InvalidValueError("--overlap-param-gather needs the distributed optimizer "
                                     "(--use-distributed-optimizer) or Megatron-FSDP")
-    if training.pipeline.defer_embedding_wgrad_compute and layout.p == 1:
-        # model_parallel_config.py __post_init__
+    if training.pipeline.defer_embedding_wgrad_compute and layout.p == 1:  # model_parallel_config
         raise InvalidValueError("--defer-embedding-wgrad-compute needs pipeline parallelism "
                                 "(Megatron's ModelParallelConfig: \"Cannot defer embedding "
                                 "wgrad compute when pipeline model parallel is not used\")")
@@ -636,8 +637,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
                         ["world-size"])
         lay = dataclasses.replace(lay, d=G // tpc)
     if not seq_given:
-        # the default sequence, capped by the model's position table (Megatron requires
-        # seq_length <= max_position_embeddings)
+        # the default sequence, capped by the position table (Megatron: s <= max positions)
         table = base.max_position_embeddings
         if table is not None and table < trn.batch.seq_length:
             trn = trn.replace(seq_length=table)

@@ -302,27 +302,27 @@ class CommOverlap:
     Attributes
     ----------
     overlap_grad_reduce, overlap_param_gather : bool or None
-        Megatron's ``--overlap-grad-reduce`` (the data-parallel gradient reduce-scatter or
-        all-reduce runs in buckets during the backward) and ``--overlap-param-gather`` (the
-        distributed optimizer's parameter all-gather runs during the next forward), for the
-        step time.  None: the framework's default: off for Megatron-LM (``store_true``
-        flags), on for torchtitan (FSDP2 reduce-scatters in the backward and prefetches the
-        next all-gather; DDP's buckets all-reduce in the backward), DeepSpeed's
-        ``overlap_comm`` (on for ZeRO-3 only, ``zero/config.py``).
+        Megatron's ``--overlap-grad-reduce`` (the DP gradient reduction in buckets during the
+        backward) and ``--overlap-param-gather`` (the parameter all-gather during the next
+        forward).  None: the framework's default
+        (:meth:`memsym.frameworks.Framework.overlaps_by_default`).
     tp_comm_overlap : bool
         Megatron's ``--tp-comm-overlap`` (Transformer Engine userbuffers: the TP all-gather /
         reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism).
     overlap_moe_expert_parallel_comm : bool
-        Megatron's ``--overlap-moe-expert-parallel-comm`` (default off): the expert-parallel
-        all-to-all hidden behind another micro-batch's compute; ``TransformerConfig`` allows
-        it only with EP > 1, interleaving where PP > 1, no full recomputation, 16-bit
-        parameters and at most one MTP layer.
+        Megatron's ``--overlap-moe-expert-parallel-comm`` (default off): the EP all-to-all
+        hidden behind another micro-batch's compute (``TransformerConfig``'s conditions).
+    cp_comm_type : str or None
+        How context-parallel attention exchanges keys and values (memory and time): Megatron's
+        ``--cp-comm-type`` p2p, allgather or a2a, torchtitan's rotate method allgather or
+        alltoall; None = the framework's default (:mod:`memsym.terms.context_parallel`).
     """
 
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False
+    cp_comm_type: str | None = None
 
 
 #: Training's sub-records: attribute -> record class.
@@ -347,7 +347,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
                             "overlap_moe_expert_parallel_comm")),
     *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",
                                 "wgrad_deferral_limit")),
-    ("metric", "memory"), ("zero_buckets", "states"), *((n, "states") for n in (
+    ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
         "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers")))}
 

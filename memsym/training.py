@@ -24,7 +24,6 @@ from .symbols import (E, L, N_a, N_bkt, N_exp, N_lin, N_ll, N_pf, N_q, N_rep, N_
                       n_ag, n_bkt, p, s, t, t_e, v)
 from .terms.allowances import (ALLOWANCE_TERMS, ALLOWANCES, METRICS, WORKSPACES, Allowance,
                                 allowance_terms, allowance_values)
-from .terms.transients import DEFAULTS as _TR_DEFAULTS
 from .term import Source, Term, Total
 from .terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
                                 lora_gathered_inputs, output_activations)
@@ -39,8 +38,8 @@ from . import model as models
 from .terms.pipeline_order import chunk_peak
 from .terms.pipelining_buffers import pipelining_buffers, pipelining_recv_buffers
 from .terms.adapters import LORA_TARGETS, lora
-from .terms import (mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm,
-                     transients as tr)
+from .terms import (context_parallel as cp, mamba as hybrid_terms, recipe_buffers as rb,
+                     torch_moments as tm, transients as tr)
 
 __all__ = ["Layout", "Training", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "WORKSPACES",
            "PHASES", "TrainingEstimate", "allowance_values", "phase_totals", "phase_transients",
@@ -570,7 +569,7 @@ def _transient_widths(training: Training) -> dict:
     """Knob values of the transient Terms: the libraries' defaults
     (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
     half = _activation_width(training)
-    vals = {sym: sp.Integer(_TR_DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
+    vals = {sym: sp.Integer(tr.DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
     overlap_buffers = framework_record(training.framework).overlap_ipg_buffers
     if overlap_buffers is not None and training.comm.overlap_grad_reduce:
         vals[n_bkt] = sp.Integer(overlap_buffers)   # DeepSpeed's overlap_comm: a second one
@@ -800,9 +799,10 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
     if own_groups and stage == output_stage(layout, training):   # FSDP2's [norm, output] backward
         out["loss-backward"].append(tm.output_group_backward(out["loss-backward"],
                                                              _output_layer(x, layout, training)))
+    cp.add_phase_buffers(out, None if isinstance(j, UncheckedJob) else layout.c, training.framework,
+                         training.comm.cp_comm_type, _activation_width(training))
     widths = _transient_widths(training)
-    # the widths are symbols -> integers: xreplace substitutes them exactly, without subs'
-    # pattern matching (a tenth of a cold search)
+    # widths are symbols -> integers: xreplace, not subs' pattern matching (cold search)
     return {ph: tuple(replace(term, expr=as_expr(term.expr).xreplace(widths)) for term in terms)
             for ph, terms in out.items()}
 

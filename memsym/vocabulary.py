@@ -62,6 +62,10 @@ SCHEDULES = ("1f1b", "gpipe")
 STAGE_PLACEMENTS = ("loop", "v")
 #: The frameworks whose launch rules and runtime a job follows (``Training.framework``).
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+#: Context-parallel attention methods, each in its framework's spelling: Megatron's
+#: --cp-comm-type as Transformer Engine takes it (p2p, all_gather, a2a, a2a+p2p) and torch's
+#: rotate methods (allgather, alltoall); memsym.frameworks.FRAMEWORK's cp_attention says whose.
+CP_METHODS = ("p2p", "all_gather", "a2a", "a2a+p2p", "allgather", "alltoall")
 #: Full training or adapters on a frozen base.
 FINETUNES = ("full", "lora", "qlora")
 #: The memory a total counts (what each sees: memsym.terms.allowances.METRICS).

@@ -106,6 +106,8 @@ def megatron_job(mj, model=None, **options):
     opts["overlap_p2p_comm"] = bool(opt.get("overlap_p2p_comm", True))
     opts["defer_embedding_wgrad_compute"] = bool(opt.get("defer_embedding_wgrad_compute"))
     opts["wgrad_deferral_limit"] = int(opt.get("wgrad_deferral_limit") or 0)
+    if opt.get("cp_comm_type"):      # one type, or one per layer (memsym.job.canonical)
+        opts["cp_comm_type"] = tuple(opt["cp_comm_type"])
     if opt.get("use_megatron_fsdp"):
         strategy = opt.get("data_parallel_sharding_strategy") or "optim_grads_params"
         opts["sharding"] = MEGATRON_FSDP_SCHEMES[strategy]

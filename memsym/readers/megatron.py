@@ -167,7 +167,7 @@ _MODELLED = {
     "megatron_fsdp_main_params_dtype", "megatron_fsdp_grad_comm_dtype", "use_torch_fsdp2",
     "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
-    "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
+    "cp_comm_type", "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
 }
 
 # Accepted, but they change the model's structure in ways memsym's Architecture cannot express:
@@ -1123,7 +1123,7 @@ class _Reader:
                "data_parallel_sharding_strategy": strategy, "use_torch_fsdp2": fsdp2,
                "overlap_grad_reduce": og, "overlap_param_gather": opg,
                "ddp_bucket_size": self.int("ddp_bucket_size", None, hi=MAX_BATCH),
-               "tp_comm_overlap": tpo,
+               "tp_comm_overlap": tpo, "cp_comm_type": self.raw.get("cp_comm_type"),
                "overlap_moe_expert_parallel_comm": self.flag("overlap_moe_expert_parallel_comm"),
                "overlap_p2p_comm": bool(self.raw.get("overlap_p2p_comm", True)),
                "defer_embedding_wgrad_compute": self.flag("defer_embedding_wgrad_compute"),
