@@ -23,8 +23,10 @@ PACKAGE = ROOT / "memsym"
 #: The modules that name a path through ``__file__``, and why each stays inside the package or
 #: refuses without a checkout.  A new use must be added here with its reason.
 FILE_PATHS = {
-    # hashes its own sibling memsym/numeric.py (the compile cache's key)
-    "memsym/compile_cache.py": 1,
+    # hashes its own sibling memsym/numeric.py (the compile cache's key), and stamps the
+    # installed package's own files (package_stamp: the search's stage-table cache key), both
+    # inside the package wherever it is installed
+    "memsym/compile_cache.py": 2,
     # `memsym bench --suite` times a checkout's test suite; without tests/ beside the package
     # it refuses in one line (tests/test_wheel.py::test_bench_suite_refuses_without_a_checkout)
     "memsym/bench.py": 1,
