@@ -589,3 +589,24 @@ def test_grad_reduce_in_bf16_halves_the_gradient_traffic_it_reduces(capsys):
     assert bf16["communication"]["dp"]["bytes"] == 63 * n * (2 + 2) // 64
     assert bf16["bytes"]["gradients"] * 2 == fp32["bytes"]["gradients"]
     assert bf16["step_time_s"] < fp32["step_time_s"]
+
+
+@pytest.mark.parametrize("command", [["solve", "dp"], ["latex", "--markdown", "--solve", "tp"]],
+                         ids=["solve", "latex"])
+def test_every_own_option_is_honoured_or_refused_on_every_job_command(capsys, command):
+    # the same options on the other job commands: each changes the answer (the solved value
+    # and its derivation, or the design document) or is refused in one line, exit 2
+    # one pipeline stage, so that the document (one stage) shows the output layer's terms too
+    base = ["llama2-7b", "--tp", 2, "--global-batch-size", 16, "--seq-length", 1024,
+            "--gpu", "h100-80gb"]
+    json_out = ["--json"] if command[0] == "solve" else []
+    code, plain, err = run(capsys, *command, *base, *json_out)
+    assert code == 0, err
+    for option, values in _OWN_VALUES.items():
+        values = ["4"] if option in ("--tp", "--pp") else values
+        code, out, err = run(capsys, *command, *base, option, *values, *json_out)
+        if code == 2:
+            assert out == "" and err.count("\n") == 1 and "Traceback" not in err, option
+            continue
+        assert code in (0, 1), (option, err)
+        assert out != plain, f"{command[0]} {option} {values} was dropped"
