@@ -44,6 +44,25 @@ import contextlib
 import functools
 import gc
 
+
+#: What every tracker test module needs, each skipped cleanly without it.
+NEEDS = ("torch", "transformers", "torch.distributed._tools.fsdp2_mem_tracker",
+         "torch.testing._internal.distributed.fake_pg")
+
+
+def tracker_marks() -> list:
+    """Skip the calling test module unless :data:`NEEDS` import; its ``pytestmark``.
+
+    FSDP2's note on view outputs (transformers' modules return views) and DTensor's on
+    two-step all-reduces over the 2-D mesh are said by torch, not by these tests.
+    """
+    import pytest
+
+    for name in NEEDS:
+        pytest.importorskip(name)
+    return [pytest.mark.torch, pytest.mark.filterwarnings("ignore:FSDP2-wrapped module"),
+            pytest.mark.filterwarnings("ignore:While redistributing")]
+
 #: Llama-3 8B and 70B (Meta's config.json of meta-llama/Meta-Llama-3-8B and -70B: hidden
 #: 4096 / 8192, FFN 14336 / 28672, 32 / 64 heads, 8 KV heads, vocabulary 128256, RoPE theta
 #: 500000, untied output) and a Qwen3-MoE (Qwen/Qwen3-30B-A3B's config.json: hidden 2048,

@@ -31,18 +31,9 @@ beyond the named differences, tests/test_fake_tracker_gaps.py pins each disagree
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
-pytest.importorskip("torch.testing._internal.distributed.fake_pg")
+from fake_tracker import tracker_marks, CONFIGS, check_against_tracker, compare
 
-from fake_tracker import CONFIGS, check_against_tracker, compare  # noqa: E402
-
-pytestmark = [pytest.mark.torch,
-              # FSDP2's note on view outputs (transformers' modules return views) and DTensor's
-              # on two-step all-reduces over the 2-D mesh: said by torch, not by this test
-              pytest.mark.filterwarnings("ignore:FSDP2-wrapped module"),
-              pytest.mark.filterwarnings("ignore:While redistributing")]
+pytestmark = tracker_marks()     # skips the module without torch and transformers
 
 # (model, layers, world, batch, seq, recompute): batch, sequence, recompute, world size and the
 # model's size each varied from the first

@@ -9,19 +9,11 @@ reasons are MiB at the configuration of the test (2 decoder layers).
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
-pytest.importorskip("torch.testing._internal.distributed.fake_pg")
-
-from fake_tracker import (CONFIGS, DECOMP_TOL, compare, memsym_job, predict,  # noqa: E402
+from fake_tracker import (tracker_marks, CONFIGS, DECOMP_TOL, compare, memsym_job, predict,
                           track)
 
-pytestmark = [pytest.mark.torch,
-              # FSDP2's note on view outputs (transformers' modules return views) and DTensor's
-              # on two-step all-reduces over the 2-D mesh: said by torch, not by this test
-              pytest.mark.filterwarnings("ignore:FSDP2-wrapped module"),
-              pytest.mark.filterwarnings("ignore:While redistributing")]
+pytestmark = tracker_marks()     # skips the module without torch and transformers
+torch = pytest.importorskip("torch")
 
 
 def _block_params(name):

@@ -14,18 +14,9 @@ models.
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
-pytest.importorskip("torch.testing._internal.distributed.fake_pg")
+from fake_tracker import tracker_marks, check_against_tracker
 
-from fake_tracker import check_against_tracker  # noqa: E402
-
-pytestmark = [pytest.mark.torch,
-              # FSDP2's note on view outputs (transformers' modules return views) and DTensor's
-              # on two-step all-reduces over the 2-D mesh: said by torch, not by this test
-              pytest.mark.filterwarnings("ignore:FSDP2-wrapped module"),
-              pytest.mark.filterwarnings("ignore:While redistributing")]
+pytestmark = tracker_marks()     # skips the module without torch and transformers
 
 MOE = [
     ("qwen3-30b-a3b", 2, 8, 1, 4096, "none"),
