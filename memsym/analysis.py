@@ -126,6 +126,11 @@ def _value(fixed, x, n) -> sp.Expr:
     return fixed.xreplace({x: sp.Integer(n)})
 
 
+#: The most maxima holding the unknown that :func:`closed_bound` splits into branches (2 to the
+#: power of it branches at least); beyond it the integer search alone answers.
+MAX_SPLITS = 6
+
+
 def closed_bound(expr, x, vals, cap, want_small: bool = True):
     """(closed form, exact real boundary) or (None, None).
 
@@ -133,9 +138,19 @@ def closed_bound(expr, x, vals, cap, want_small: bool = True):
     linearly): it fits exactly when every branch (the Max replaced by one a_i) fits, so the
     boundary is the largest branch boundary for a falling total (``want_small``) and the
     smallest for a rising one; branches that fit at every x (no positive root) do not bind.
-    The closed form is then ``Max`` (or ``Min``) of the branches' closed forms."""
-    maxes = [node for node in sp.preorder_traversal(expr) if isinstance(node, sp.Max)]
-    if len(set(maxes)) == 1:
+    The closed form is then ``Max`` (or ``Min``) of the branches' closed forms.
+
+    Maxima inside a maximum (a phase's peak that is itself the larger of two operations) are
+    split the same way, outermost first, at most :data:`MAX_SPLITS` of them: ``sympy.solve``
+    on a total with the unknown inside a ``Max`` rewrites it piecewise and takes seconds to
+    find nothing."""
+    maxes = list(dict.fromkeys(node for node in sp.preorder_traversal(expr)
+                               if isinstance(node, sp.Max)))
+    if len(maxes) > 1:
+        maxes = [node for node in maxes if x in node.xreplace(vals).free_symbols]
+        if len(maxes) > MAX_SPLITS:
+            return None, None
+    if maxes:
         node = maxes[0]
         found = []
         for arg in node.args:
