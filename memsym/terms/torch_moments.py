@@ -46,7 +46,7 @@ _FSDP = Source("pytorch-fsdp2", f"{_TT}, apply_fsdp (tok_embeddings, each block 
 
 
 def working_set_absent(working_set: Term) -> Term:
-    """The full-recompute working set, absent outside the blocks' backward [bytes].
+    r"""The full-recompute working set, absent outside the blocks' backward [bytes].
 
     A checkpointed block's forward keeps only its input (torch's checkpoint, Megatron's
     ``CheckpointFunction`` under ``no_grad``); its activations are rematerialised by its own
