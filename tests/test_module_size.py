@@ -25,7 +25,6 @@ ALLOWED = {
     "memsym/terms/communication.py": 635,
     "memsym/model/hf_config.py": 630,
     "memsym/terms/transients.py": 835,
-    "memsym/timing/step.py": 802,
     "memsym/readers/_megatron_flags.py": 897,   # Megatron-LM's flag table, generated data
     "memsym/job.py": 696,
     "memsym/training.py": 1148,
