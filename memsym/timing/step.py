@@ -9,6 +9,10 @@ slowest stage runs all ``m`` micro-batches, the fill and drain pass once through
 the data-parallel gradient reduce-scatter / all-reduce and the parameter all-gather are
 exposed beyond what the last backward / first forward hides, then the optimizer step.
 
+This module composes the step; the parts live where they are owned: one layer's time in
+:mod:`.layer`, the stages and the schedule in :mod:`.pipeline`, the data-parallel sync and
+the optimizer step in :mod:`.data_parallel` (their public names are re-exported here).
+
 References
 ----------
 .. [megatron-lm] distributed/distributed_data_parallel_config.py (overlap_grad_reduce,
@@ -17,6 +21,7 @@ References
 .. [narayanan] arXiv:2104.04473 §2.2, §3.2, §5.1.
 .. [korthikanti] arXiv:2205.05198 §4-§6.
 """
+
 from __future__ import annotations
 
 import numpy as np
