@@ -7,9 +7,10 @@ layout, training, precision and optimizer settings, the arguments ignored and th
 make to its recipe (:func:`read_megatron_overrides`).  The parts it composes live beside it:
 the argument table, the parser and the reader of values in
 :mod:`memsym.readers.megatron_arguments`, the model's rules in
-:mod:`memsym.readers.megatron_architecture`, and the layout, training, precision and optimizer
-rules in :mod:`memsym.readers.megatron_training`; the names other modules import from here
-are re-exported.
+:mod:`memsym.readers.megatron_architecture`, the layout and training rules in
+:mod:`memsym.readers.megatron_training`, and the precision and optimizer rules in
+:mod:`memsym.readers.megatron_precision`; the names other modules import from here are
+re-exported.
 
 Revision read: NVIDIA/Megatron-LM ``d98e8a64dd`` (main, 2026-08-22).  ``args`` below means
 ``megatron/training/arguments.py``, ``TC`` ``megatron/core/transformer/transformer_config.py``.
@@ -23,18 +24,21 @@ from typing import Sequence
 from ..errors import InvalidValueError
 from ..text import looks_like_option   # argparse's rule, shared with the CLI's reading
 from ..vocabulary import recompute_modules
-from ._values import (MAX_GPUS, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ,  # re-exported
+from ._values import (MAX_GPUS, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ,
                       MAX_VOCAB)
 from .megatron_architecture import (POSITION_EMBEDDING_TYPES, counted_position_type,
                                     megatron_architecture)
-from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,  # re-exported
+from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  MEGATRON_FSDP_SCHEMES, MODELLED, SCHEDULE_ENTRY, TABLE,
                                  ArgumentError, MegatronArguments, megatron_arity,
                                  parse_megatron_argv)
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
-from .megatron_training import (checked_recompute_modules, megatron_layout, megatron_optimizer,
-                                megatron_precision, megatron_training)
+from .megatron_precision import megatron_optimizer, megatron_precision
+from .megatron_training import checked_recompute_modules, megatron_layout, megatron_training
 
+# Besides the entry points, the names the command line, the job builder, the Bridge reader and
+# the emitter import from here (the argument table's arity, ArgumentError, SCHEDULE_ENTRY,
+# MEGATRON_FSDP_SCHEMES, the bounds) are re-exported from the modules that own them.
 __all__ = ["MegatronJob", "MegatronOverrides", "read_megatron_args", "read_megatron_overrides", "megatron_arity", "looks_like_option", "SCHEDULE_ENTRY", "parse_moe_layer_freq", "KNOWN_TOKENIZER_VOCAB",
            "MAX_LAYERS", "MAX_HIDDEN", "MAX_HEADS", "MAX_VOCAB", "MAX_SEQ", "MAX_GPUS",
            "MAX_PATTERN_CHARS"]
