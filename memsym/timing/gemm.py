@@ -60,6 +60,10 @@ class Shape:
         Output layer untied from the input embedding.
     rope : bool
         Rotary position embeddings (RoPE's memory-bound work is counted).
+    expert_bias : bool
+        The routed experts' linear layers carry biases (``add_bias_linear`` on a MoE model):
+        Megatron-core adds the fc2 bias outside the grouped GEMM, scaled by the routing
+        probability (:func:`memsym.timing.moe.expert_bias_bytes`).
     """
 
     L: int
@@ -79,6 +83,7 @@ class Shape:
     mla: tuple  # (q_lora_rank or 0, kv_lora_rank, rope dim) or ()
     untied: bool
     rope: bool = True
+    expert_bias: bool = False
 
 
 def shape_of(arch, t: int = 1) -> Shape:
@@ -123,7 +128,8 @@ def shape_of(arch, t: int = 1) -> Shape:
                  f_sh=(x.moe_shared_expert_intermediate_size or 0) if E else 0,
                  L_moe=sum(moe_layer_pattern(x)), mla=mla,
                  untied=bool(x.untie_embeddings_and_output_weights),
-                 rope=x.position_embedding_type == "rope")
+                 rope=x.position_embedding_type == "rope",
+                 expert_bias=bool(E and x.add_bias_linear))
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,10 @@ class Gemm:
         GEMM dimensions [elements] (``N`` a GEMM dimension, not a parameter count).
     count : int or array_like
         How many such GEMMs (the local experts).
+    bias_after : bool
+        A bias added outside the GEMM, by separate kernels (the routed experts' fc2 under
+        Megatron-core: :func:`memsym.timing.moe.expert_bias_bytes`); False where there is no
+        bias or the GEMM's epilogue adds it.
     """
 
     name: str
@@ -145,6 +155,7 @@ class Gemm:
     N: object
     K: object
     count: object = 1
+    bias_after: bool = False
 
     @property
     def flops(self):
@@ -221,7 +232,9 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -
     local = x.E / e
     per_expert = rows / local
     out.append(Gemm("expert_fc1", per_expert, mult * x.f_e / t_e, h, local))
-    out.append(Gemm("expert_fc2", per_expert, h + 0 * t, x.f_e / t_e, local))
+    # TEGroupedMLP builds linear_fc2 with skip_bias_add=True and adds the bias after it
+    out.append(Gemm("expert_fc2", per_expert, h + 0 * t, x.f_e / t_e, local,
+                    bias_after=x.expert_bias))
     if x.f_sh:
         out.append(Gemm("shared_fc1", T, mult * x.f_sh / t, h))
         out.append(Gemm("shared_fc2", T, h + 0 * t, x.f_sh / t))
