@@ -52,9 +52,10 @@ from ..hardware import gpu as _gpu
 from .collectives import (LINK_LATENCY, NVLINK_NCCL_EFFICIENCY, collective_bytes,
                           collective_time, group_bandwidth)
 from .efficiency import K0, LAUNCH_OVERHEAD, TILES, ceiling, gemm_time, memory_time
+from .moe_eager import eager_seconds
 
 __all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "gemm_seconds",
-           "dispatch_bytes", "expert_bias_bytes", "grouped_quantize_bytes", "ep_ranks_inside", "ep_alltoall_time",
+           "dispatch_bytes", "grouped_quantize_bytes", "ep_ranks_inside", "ep_alltoall_time",
            "expert_tp_collectives", "token_count_gather_time", "moe_layer_extras"]
 
 #: Compute streams Transformer Engine spreads a grouped GEMM's per-expert cuBLAS calls over
@@ -247,60 +248,6 @@ def dispatch_bytes(tokens, sent, received, h, E, local, *, width: int = 2):
     router = ROUTER_BYTES_PER_LOGIT * tokens * E
     sort = np.where(local > 1, 4 * received, 0.0)
     return router + width * h * (2 * sent + sort + sent + tokens)
-
-
-def expert_bias_bytes(rows, h, *, width: int = 2):
-    r"""HBM bytes (forward, backward) of adding the routed experts' fc2 bias, one MoE layer [bytes].
-
-    ``TEGroupedMLP`` builds ``linear_fc2`` with ``skip_bias_add=True``, so the grouped GEMM
-    returns the per-expert biases unapplied, and ``_apply_bias`` adds them scaled by each
-    row's routing probability, one expert at a time in eager PyTorch [megatron-moe-bias]::
-
-        torch.cat([t + b * p for t, b, p in zip(torch.split(out, tokens_per_expert),
-                                                bias, torch.split(probs, tokens_per_expert))])
-
-    (``.to(dtype)`` after it is a no-op: output, bias and the router's probabilities are all
-    bf16; the router's fused top-k returns the logits' dtype).  Per element of the
-    :math:`[R, h]` output, forward: ``b * p`` writes a product (1), the add reads two and
-    writes one (3), ``torch.cat`` reads and writes (2): 6 element passes.  Backward
-    (autograd of the same graph): the output gradient reaches ``out`` through the split's
-    backward, which concatenates the pieces again (read + write: 2); ``b * p``'s backward
-    forms ``grad * p`` and ``grad * b`` (each a write and a read back for its reduction
-    over rows or columns, reading the gradient once each: 6): 8 element passes.
-
-    .. math:: (6\,R\,h\,w,\; 8\,R\,h\,w)
-
-    Parameters
-    ----------
-    rows : array_like
-        Routed rows the GPU's experts process, R [rows].
-    h : int
-        fc2's output width, the hidden size [1].
-    width : int
-        Bytes per element [bytes] (bf16: 2).
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        Forward and backward HBM bytes [bytes].
-
-    References
-    ----------
-    .. [megatron-moe-bias] Megatron-LM core_v0.15.0 ... core_v0.17.0 (the containers of
-       Megatron-Bridge 25.11 ... 26.04): megatron/core/transformer/moe/experts.py,
-       ``TEGroupedMLP.__init__`` (``linear_fc2``: ``bias=config.add_bias_linear,
-       skip_bias_add=True``) and ``TEGroupedMLP._apply_bias``.
-
-    Examples
-    --------
-    GPT-OSS 120B on one B200 with EP 8 and 4 x 4,096 tokens: 65,536 rows of 2,880:
-
-    >>> f, b = expert_bias_bytes(65536, 2880)
-    >>> int(f) == 6 * 65536 * 2880 * 2, int(b) == 8 * 65536 * 2880 * 2
-    (True, True)
-    """
-    elems = _arr(rows) * h
-    return 6 * width * elems, 8 * width * elems
 
 
 def grouped_quantize_bytes(rows, k_dim):
@@ -522,8 +469,10 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
       whose backward is their mirror (permute's gradient is an unpermute and the reverse,
       sort's is the un-sort: the same bytes), and under FP8 the forward's cast of the routed
       rows into the grouped fc1 GEMM (:func:`grouped_quantize_bytes`; the backward reads the
-      saved column-wise copy), and where the experts carry biases the probability-scaled fc2
-      bias added outside the GEMM (:func:`expert_bias_bytes`, forward and backward).
+      saved column-wise copy), and the experts' eager element-wise passes
+      (:attr:`memsym.timing.gemm.Gemm.eager`, :func:`memsym.timing.moe_eager.eager_seconds`):
+      the clamp before a clamped GLU and the probability-scaled fc2 bias added outside the
+      GEMM, each forward and backward.
 
     Parameters
     ----------
@@ -578,11 +527,6 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
     cast = 0.0
     if precision == "fp8":
         cast = memory_time(grouped_quantize_bytes(received, h), device)
-    fc2 = next((q for q in gemms if q.name == "expert_fc2"), None)
-    bias_f = bias_b = 0.0
-    if fc2 is not None and fc2.bias_after:
-        # the output rows this GPU's experts produce (fc2's M over its local experts), h wide
-        bias_f, bias_b = (memory_time(nb, device) for nb in
-                          expert_bias_bytes(_arr(fc2.M) * fc2.count, _arr(fc2.N)))
+    eager_f, eager_b = eager_seconds(gemms, device)
     return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
-            copies + cast + bias_f, copies + bias_b)
+            copies + cast + eager_f, copies + eager_b)
