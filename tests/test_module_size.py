@@ -21,10 +21,7 @@ LIMIT = 600
 
 #: The modules over the limit, each with its line count when it was listed (it may not grow).
 ALLOWED = {
-    "memsym/terms/model_state.py": 614,
-    "memsym/terms/communication.py": 635,
     "memsym/model/hf_config.py": 630,
-    "memsym/terms/transients.py": 835,
     "memsym/readers/_megatron_flags.py": 897,   # Megatron-LM's flag table, generated data
 }
 
