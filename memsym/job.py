@@ -214,11 +214,11 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     lay, split_notes = framework_layout(x, lay, trn)
     notes += split_notes + _no_effect_notes(x, lay, trn, fw)
     m_ = validate(x, lay, trn)
-    if set(recompute_modules_of(trn)) - {"core_attn"}:
-        # memsym.timing.step prices selective recompute as the attention core's forward again
-        notes.append("the step time prices selective recompute as core_attn's (the attention "
-                     "core's forward run again in backward); the other --recompute-modules' "
-                     "recomputed forwards are not priced")
+    if {"mlp", "mla_up_proj"} & set(recompute_modules_of(trn)):
+        # memsym.timing.recompute prices each module's forward rerun, not what runs beside it
+        notes.append("the step time prices the recomputed modules' forward GEMMs and "
+                     "memory-bound work; the TP collectives around a recomputed mlp and MLA's "
+                     "RoPE on the recomputed q and k are not priced")
     allowance_values(alw)                        # refuses unknown keys and negative values
     dev, clu, cap = _hardware(gpu, cluster, gpus_per_node, capacity)
     framework_default = {"sharding": fw.default_scheme_source, "dropout": why}

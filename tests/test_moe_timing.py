@@ -162,3 +162,87 @@ def test_expert_clamp_and_fc2_bias_run_in_eager_pytorch():
     q = shape_of(preset("qwen3-30b-a3b"))
     assert not (q.expert_bias or q.expert_clamp)
     assert not any(g.eager for g in layer_gemms(q, 4096, 1, 1, 1, 8, moe=True))
+
+
+# --- selective recompute of named modules (memsym.timing.recompute) and the EP overlap's
+# warm-up / cool-down (combined_1f1b.py)
+
+def _moe_layer(arch, recompute_modules, *, s=4096, b=4, e=8, gpu="b200", eta_gemm=None):
+    from memsym.hardware import cluster_for, gpu as gpu_of
+    from memsym.timing.layer import layer_time
+    from memsym.timing.records import Overlap, Settings
+    st = Settings(seq_length=s, micro_batch_size=b, recompute="selective",
+                  recompute_modules=recompute_modules, sequence_parallel=False)
+    dev = gpu_of(gpu)
+    return layer_time(shape_of(arch), st, dev, cluster_for(dev.name), 1.0, 1.0, float(e), 1.0,
+                      float(b), moe=True, eta_gemm=eta_gemm, overlap=Overlap(), dp=float(e))
+
+
+def test_layernorm_and_moe_act_recompute_rerun_their_hbm_bytes():
+    # GPT-OSS 120B, one MoE layer on one B200 (8 TB/s), t = c = 1, EP 8, b = 4, s = 4096:
+    # T = 16,384 tokens, R = T k = 65,536 routed rows (balanced), h = f_e = 2,880, SwiGLU
+    # with the clamp (swiglu_limit).  layernorm: only the pre-MLP TENorm is a separate module
+    # (the input norm is fused into linear_qkv: transformer_layer.py skips IdentityOp), read +
+    # write of T h bf16 = 4 T h bytes.  moe_act: bias_act_func reruns (experts.py
+    # CheckpointWithoutOutput): the GLU reads 2 f_e and writes f_e per row (2 x 3 R f_e bytes)
+    # and the eager clamp inside it moves 8 R f_e elements (fused_bias_geglu.py: 2 x 8 R f_e).
+    T, R, h, f = 16384, 65536, 2880, 2880
+    want = (4 * T * h + 2 * 3 * R * f + 2 * 8 * R * f) / 8e12
+    arch = preset("gpt-oss-120b")
+    f0, b0 = _moe_layer(arch, ())
+    f1, b1 = _moe_layer(arch, ("layernorm", "moe_act"))
+    assert float(b1["memory"] - b0["memory"]) == pytest.approx(want, rel=1e-12)
+    assert all(float(f1[k]) == float(f0[k]) for k in f0)           # the forward is unchanged
+    assert float(b1["gemm"]) == float(b0["gemm"])                   # no GEMM reruns
+
+
+def test_mla_up_proj_recompute_reruns_the_up_projection_gemms():
+    # DeepSeek-V3, one layer, t = 1, b = 1, s = 4096 (T = 4096): MLASelfAttention reruns
+    # linear_q_up_proj [T, r_q] x [r_q, a d_qk] and linear_kv_up_proj
+    # [T, r_kv] x [r_kv, a (d_nope + d_v)] (a = 128, d_qk = 128 + 64, d_v = 128, r_q = 1536,
+    # r_kv = 512).  At a fixed efficiency 0.5 of the B200's bf16 peak both are math-bound:
+    # 2 M N K / (0.5 peak) + one launch each.
+    from memsym.hardware import gpu as gpu_of
+    from memsym.timing.efficiency import LAUNCH_OVERHEAD
+    peak = gpu_of("b200").peak("bf16")
+    T = 4096
+    shapes = ((T, 128 * 192, 1536), (T, 128 * (128 + 128), 512))
+    for M, N, K in shapes:     # math-bound: FLOP time above the operands' HBM time
+        assert 2 * M * N * K / (0.5 * peak) > 2 * (M * K + K * N + M * N) / 8e12
+    want = sum(2 * M * N * K / (0.5 * peak) + LAUNCH_OVERHEAD for M, N, K in shapes)
+    arch = preset("deepseek-v3")
+    _, b0 = _moe_layer(arch, (), b=1, eta_gemm=0.5)
+    _, b1 = _moe_layer(arch, ("mla_up_proj",), b=1, eta_gemm=0.5)
+    assert float(b1["gemm"] - b0["gemm"]) == pytest.approx(want, rel=1e-12)
+    assert float(b1["memory"]) == float(b0["memory"])
+
+
+def test_core_attn_is_priced_only_when_named():
+    # core_attn is Megatron's default module; a list without it does not rerun attention
+    arch = preset("gpt-oss-120b")
+    f0, b0 = _moe_layer(arch, ())
+    _, b1 = _moe_layer(arch, ("core_attn",))
+    assert float(b1["attention"] - b0["attention"]) == pytest.approx(float(f0["attention"]))
+
+
+def _gpt_oss_step(m, ep_a2a, p=1):
+    from memsym.timing.records import Overlap, Settings
+    from memsym.timing.step import step_time_grid
+    ov = Overlap(grad_reduce=False, param_gather=False, ep_a2a=ep_a2a)
+    st = Settings(seq_length=4096, micro_batch_size=1, sequence_parallel=False)
+    return step_time_grid(preset("gpt-oss-120b"), "b200", t=1, p=p, d=8, e=8, m=m,
+                          settings=st, overlap=ov)
+
+
+def test_ep_overlap_hides_nothing_in_the_first_forward_and_last_backward():
+    # combined_1f1b_schedule_for_no_pipelining (Megatron-LM d98e8a64dd, pipeline_parallel/
+    # combined_1f1b.py): micro-batch 1's forward and micro-batch m's backward run alone ("no
+    # a2a overlapping"), the m - 1 phases between pair one forward with one backward.  With
+    # the DP sync not overlapped (it does not depend on the schedule), the overlap saves
+    # (m - 1) x what it hides from one forward + backward: nothing at m = 1, and the saving
+    # at m = 3 is twice the one at m = 2.
+    saved = {m: float(_gpt_oss_step(m, False)["step"] - _gpt_oss_step(m, True)["step"])
+             for m in (1, 2, 3)}
+    assert saved[1] == pytest.approx(0.0, abs=1e-12)
+    assert saved[2] > 0
+    assert saved[3] == pytest.approx(2 * saved[2], rel=1e-9)

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from memsym.errors import InvalidValueError
+from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.hardware import cluster, gpu
 from memsym.model import preset
 from memsym.model.architecture import Architecture
@@ -626,3 +626,21 @@ def test_tp_comm_overlap_runs_as_transformer_engines_userbuffers():
     one = [layer_time(x, st, dev, clu, 1, 1, 1, 1, 1, moe=False, eta_gemm=None, overlap=o, dp=1)
            for o in (Overlap(tp_comm=True), Overlap())]
     assert one[0] == one[1]
+
+
+def test_a_jobs_recompute_modules_reach_the_step():
+    # memsym time / estimate --gpu: a Training's --recompute-modules are the step's Settings
+    from memsym.timing.step import step_time
+    from memsym.training import Layout, Training
+    lay = Layout(d=8, e=8)
+    trn = Training(seq_length=4096, global_batch_size=64, micro_batch_size=1,
+                   recompute="selective", recompute_modules=("layernorm", "moe_act"))
+    got = step_time(preset("gpt-oss-120b"), lay, trn, "b200")
+    assert set(got.assumptions["settings"].recompute_modules) == {"layernorm", "moe_act"}
+    default = step_time(preset("gpt-oss-120b"), lay,
+                        Training(seq_length=4096, global_batch_size=64, micro_batch_size=1,
+                                 recompute="selective"), "b200")
+    assert default.assumptions["settings"].recompute_modules == ("core_attn",)
+    with pytest.raises(UnknownNameError, match="did you mean mlp"):
+        step_time_grid(preset("gpt-oss-120b"), "b200", e=8, d=8,
+                       settings=Settings(recompute="selective", recompute_modules=("mpl",)))

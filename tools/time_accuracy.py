@@ -37,9 +37,10 @@ from memsym.timing import efficiency  # noqa: E402
 from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
 from memsym.timing.step import (Overlap, Settings, layer_time, overlap_of,  # noqa: E402
                                 step_time_grid)
+from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
-           "calibrate", "describe", "slices", "skipped", "accuracy_markdown", "summary",
+           "calibrate", "recipe_recompute_modules", "describe", "slices", "skipped", "accuracy_markdown", "summary",
            "write_docs", "main"]
 
 RUNS_PATH = ROOT / "formulas" / "measured_time.toml"
@@ -80,12 +81,43 @@ def _settings(run) -> Settings:
     if "recompute_layers" in st:   # --recompute-method block N: N of a chunk's layers rerun
         lay = run["layout"]
         frac = st["recompute_layers"] / (_arch(run).num_layers / (lay["p"] * lay.get("v", 1)))
-    return Settings(seq_length=st["seq"], micro_batch_size=st["b"], recompute=st["recompute"],
+    recompute, modules = st["recompute"], ("core_attn",)
+    named = recipe_recompute_modules(run)
+    if named is not None and recompute == "none":
+        # a recipe's --recompute-modules under selective granularity: those modules only
+        recompute, modules = "selective", named
+    return Settings(seq_length=st["seq"], micro_batch_size=st["b"], recompute=recompute,
                     sequence_parallel=st["sp"], flash_attention=st["flash"],
                     dropout=st["dropout"], precision=st.get("precision", "bf16"),
                     distributed_optimizer=st["distopt"], grad_bytes=st.get("grad_bytes", 4),
                     gather_per_microbatch=fsdp, pipelined_fsdp=titan and run["layout"]["p"] > 1,
-                    torch_rounds=titan, recompute_fraction=frac)
+                    torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules)
+
+
+def recipe_recompute_modules(run) -> tuple | None:
+    """The modules a run's Megatron-Bridge recipe recomputes selectively, or None.
+
+    Read from the run's ``recipe_settings``: ``model.recompute_modules = [...]`` counts
+    when the recipe's granularity is ``"selective"``, set on its own line or by
+    ``_deepseek_v3_common(cfg)`` (Megatron-Bridge perf_recipes/deepseek: ``cfg.model.
+    recompute_granularity = "selective"``); Megatron-core reads ``recompute_modules`` only
+    under selective granularity.
+
+    Examples
+    --------
+    >>> recipe_recompute_modules({"recipe_settings": [
+    ...     'model.recompute_modules = ["layernorm", "moe_act"]',
+    ...     'model.recompute_granularity = "selective"']})
+    ('layernorm', 'moe_act')
+    >>> recipe_recompute_modules({"recipe_settings": ['model.recompute_modules = ["moe_act"]']})
+    """
+    lines = [line.replace(" ", "") for line in run.get("recipe_settings", ())]
+    mods = [line.split("=", 1)[1] for line in lines if line.startswith("model.recompute_modules=")]
+    selective = any(line == 'model.recompute_granularity="selective"' or
+                    line == "_deepseek_v3_common(cfg)" for line in lines)
+    if not mods or not selective or not mods[-1].startswith("["):
+        return None
+    return tuple(m.strip("'\"") for m in mods[-1].strip("[]").split(",") if m)
 
 
 def _overlap(run) -> Overlap:
@@ -440,88 +472,7 @@ def accuracy_markdown() -> str:
         st2 = predict(alt)["step"]
         lines.append(f"| v = {vv}{' (stored)' if vv == row2['layout']['v'] else ''} | "
                      f"{st2:.3f} | {100 * (st2 / meas2 - 1):+.1f} % |")
-    lines += [
-        "",
-        "## Known gaps",
-        "",
-        "* MoE: each MoE layer is priced as Megatron-core's all-to-all dispatcher runs it",
-        "  (`memsym.timing.moe`: TE's grouped expert GEMMs, the router GEMM in the input",
-        "  dtype, the permute / sort / unpermute copies, the token-count all-gather, the FP8",
-        "  cast of the routed rows, the EP all-to-all with only the peers outside the NVLink",
-        "  domain on the NIC, and the element-wise passes Megatron-core runs in eager",
-        "  PyTorch on the experts' outputs: the clamp before a clamped GLU and the",
-        "  probability-scaled fc2 bias, `memsym.timing.moe_eager`); no ceiling is fitted",
-        "  to these rows.  GPT-OSS 120B, the one preset with both, is still priced 10-50 %",
-        "  too fast on every system.  Checked and ruled out as the cause: the attention",
-        "  backend (Transformer Engine's `get_attention_backend` drops flash-attn for",
-        "  `softmax_type` \"learnable\" but keeps cuDNN's fused attention, which takes sinks",
-        "  from cuDNN 9.13.1 and the causal (127, 0) window without dropout: the fused price",
-        "  stands, the unfused one does not apply); forced load balancing (random router",
-        "  logits: under 1 % imbalance at EP 8 or 64).  Not priced, each a few per cent at",
-        "  most with memsym's own rates: the `layernorm` / `moe_act` recompute (its rerun of",
-        "  norms, clamp and GLU: +2 %), head dimension 64 (cuDNN's backward about 0.84 of",
-        "  its head-dimension-128 rate, FlashAttention-3 paper Fig. 6: +2 %), the first",
-        "  forward and last backward, whose all-to-all the GB200 recipe's EP overlap cannot",
-        "  hide (combined_1f1b.py runs them alone: +4 %), and the 128-token sliding window",
-        "  on every other layer, which would make memsym faster still (-4 % if cuDNN skips",
-        "  the tiles outside the band).  What is left looks host-side: the same B200 layout",
-        "  (EP 8, MBS 4) ran 1.65x slower per token in 25.11 (GBS 512) than in 26.04.01",
-        "  (GBS 1280), where memsym's per-step costs give 1.18x; GB300 with CUDA graphs of",
-        "  attention, router and dispatcher preprocessing is -13 % where GB200 without",
-        "  them is -38 %.",
-        "  Qwen3-30B-A3B on H100 is +5 to +6 % with EP 16 over two nodes, where the recipe's",
-        "  flex/HybridEP dispatcher is priced as the all-to-all (one that sent each token",
-        "  once per remote node, as DeepEP's internode kernels do, would price it near",
-        "  -40 %), and -37 to -65 % with EP 8 inside a node.  Not priced: the host",
-        "  synchronisation the dispatcher makes each MoE layer",
-        "  (`_maybe_dtoh_and_synchronize`, which the recipes' CUDA graphs of",
-        "  `moe_preprocess` address).",
-        "* Megatron-Bridge settings memsym does not price are listed per run (`unmodelled`):",
-        "  CUDA graphs, activation CPU offloading (the GB200/GB300 Llama 3 70B FSDP rows),",
-        "  recompute of single modules (layernorm, moe_act, mla_up_proj), the flex/HybridEP",
-        "  dispatcher (priced as an all-to-all); uneven pipeline layouts are priced as even.",
-        "* NeMo 24.07's GPT-3 20B (TP 2, DP 32 over four nodes, 4 micro-batches) is +51 %:",
-        "  memsym exposes 0.87 s of data-parallel reduce-scatter and all-gather (fp32",
-        "  gradients assumed, hidden only behind the last micro-batch's backward) where the",
-        "  measured step is 1.40 s; the page does not say how NeMo 24.07 reduced gradients.",
-        "* Llama 3.1 405B on GB300 is priced 20-26 % too slow where GB200 is within 1-10 %:",
-        "  one blackwell class holds B200, B300, GB200 and GB300 at their datasheet peaks.",
-        "* Seed 001's TP 4 -> 8 drop is predicted with the right sign but under half its size.",
-        "  The recipe runs `--tp-comm-overlap` with Transformer Engine's default userbuffers,",
-        "  priced as TE runs them (ring-exchange GEMMs of M/t rows, pipelined GEMM +",
-        "  reduce-scatter in 4 chunks, 16 SMs given to the collectives): at TP 8 the split",
-        "  GEMMs cost more and the collectives are mostly hidden, which together shrink the",
-        "  priced drop rather than deepen it.  What else the measured TP 8 run lost (the FP8",
-        "  GEMMs' efficiency at M/t = 512 rows, NVLink contention, CPU launch) needs a",
-        "  measurement on the GPU; nothing here is fitted to it.",
-        "* torchtitan's async TP (Table 4) gains 5.7 % of throughput where fully hidden TP",
-        "  communication would gain 38 %: torch's micro-pipelined all-gather-matmul of end 2024",
-        "  hid about a fifth of it.  memsym has no partial-overlap model of it (torchtitan jobs",
-        "  are priced without TP overlap; only this row switches it on).",
-        "* torchtitan's context parallelism (Tables 2 and 6) loses more throughput than memsym",
-        "  predicts beyond CP 2 (8B at CP 8: 0.14 of CP 1's tokens per second measured, 0.20",
-        "  predicted): memsym takes the ring's exchanges as hidden behind the attention",
-        "  (Transformer Engine's ring), which torch's ring attention of end 2024 did not reach.",
-        "* torchtitan's absolute steps (500 W H100 96GB, torch.compile) are not compared: memsym",
-        "  prices them 25-43 % faster on its 700 W h100-80gb; the ratios within a table are.",
-        "* Narayanan Table 1 (2021 code) is not a calibration point: the same 530B layout and",
-        "  batch per pipeline (t 8, p 35, m 280, full recompute) ran 54.09 s per step there",
-        "  (Eq. 3 at 163 TFLOP/s) and 49.05 s in Korthikanti Table 5 (2022 code), so one",
-        "  ceiling cannot fit both; memsym reproduces the rising trend, steeper than measured.",
-        "* With uneven stages `step_time_grid` bounds the makespan from above (the slowest",
-        "  stage runs m micro-batches, the fill passes once through the others);",
-        "  `step_time` simulates the schedule exactly.",
-        "* Interleaving is not charged a per-chunk overhead beyond exposed p2p, so larger v",
-        "  always lowers the predicted step when p2p overlap is on.",
-        "* NVLink collectives run at NCCL's 370 of the 450 GB/s line rate (the NCCL",
-        "  maintainer's H100 figure, NVIDIA/nccl-tests#212,",
-        "  `memsym.timing.collectives.NVLINK_NCCL_EFFICIENCY`), taken for every NVLink",
-        "  generation; InfiniBand keeps its line rate (no figure cited).",
-        "* Link latencies (`memsym.timing.collectives.LINK_LATENCY`) and the tile efficiencies",
-        "  of `memsym.timing.efficiency.TILES` are stated assumptions, not measurements.",
-        "",
-        "Every setting a paper leaves open and the value assumed for it is listed",
-        "under `open` in `formulas/measured_time.toml`.", ""]
+    lines += list(KNOWN_GAPS)
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ from .efficiency import ceiling, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
 from .moe import gemm_seconds, moe_layer_extras
 from .records import Overlap, Settings
+from .recompute import module_recompute
 
 __all__ = ["BACKWARD_MEMORY", "FLASH_FORWARD", "FLASH_BACKWARD", "UB_COMM_SMS",
            "UB_PIPELINE_SPLITS"]
@@ -90,7 +91,7 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
         x, st, gemms, dev, clu, t, c, dp, T, moe=moe, eta_gemm=eta_gemm, overlap=overlap,
         f_gemm=f_gemm, b_gemm=b_gemm)
     # --- expert parallel all-to-all: dispatch + combine of the rank's routed rows
-    f_ep = b_ep = 0.0
+    f_ep = b_ep = f_c = 0.0
     ep_raw = [0.0, 0.0, 0.0, 0.0]
     if moe:
         f_ep, b_ep, f_c, b_c, ep_raw = _expert_parallel(x, st, gemms, dev, clu, t, e, t_e, T,
@@ -101,7 +102,8 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
            "cp": f_cp}
     bwd = {"gemm": b_gemm, "attention": b_att, "memory": b_mem, "tp": b_tp, "ep": b_ep,
            "cp": b_cp}
-    _recompute(x, st, dev, gemms, t, c, b, eta_gemm, fwd, bwd, (tp_raw, ep_raw, cp_raw))
+    _recompute(x, st, dev, gemms, (t, c, b, T), eta_gemm, fwd, bwd, (tp_raw, ep_raw, cp_raw),
+               moe=moe, dispatch_f=f_c)
     if raw is not None:
         raw.update(tp=tuple(tp_raw), ep=tuple(ep_raw), cp=tuple(cp_raw))
     return fwd, bwd
@@ -222,9 +224,12 @@ def _context_parallel(x, clu, t, c, dp, T, overlap: Overlap, f_att, b_att):
     return f_cp, b_cp, cp_raw
 
 
-def _recompute(x, st: Settings, dev, gemms, t, c, b, eta_gemm, fwd: dict, bwd: dict, raws):
+def _recompute(x, st: Settings, dev, gemms, knobs, eta_gemm, fwd: dict, bwd: dict, raws, *,
+               moe: bool, dispatch_f):
     """Add to ``bwd`` (and to the backward of each issued ``raws`` entry) the forward work
-    the recompute mode runs again."""
+    the recompute mode runs again (``knobs``: t, c, b and the tokens T of a CP rank;
+    ``dispatch_f``: an MoE layer's forward dispatcher seconds, rerun by ``moe``)."""
+    t, c, b, T = knobs
     s = st.seq_length
     prec = st.precision
     f_mem, f_att = fwd["memory"], fwd["attention"]
@@ -247,11 +252,24 @@ def _recompute(x, st: Settings, dev, gemms, t, c, b, eta_gemm, fwd: dict, bwd: d
             for q in gemms if q.name in rerun)
         bwd["memory"] = bwd["memory"] + f_mem
     elif st.recompute == "selective":
-        bwd["attention"] = bwd["attention"] + f_att
-        if not st.flash_attention:  # the softmax and its dropout run again
-            scores = as_array(b) * (x.a / as_array(t)) * (s / as_array(c)) * s
-            bwd["memory"] = bwd["memory"] + memory_time(2 * (2 + (2.5 if st.dropout else 0))
-                                                        * scores, dev)  # 2 bytes per element
+        if "core_attn" in st.recompute_modules:
+            bwd["attention"] = bwd["attention"] + f_att
+            if not st.flash_attention:  # the softmax and its dropout run again
+                scores = as_array(b) * (x.a / as_array(t)) * (s / as_array(c)) * s
+                bwd["memory"] = bwd["memory"] + memory_time(2 * (2 + (2.5 if st.dropout else 0))
+                                                            * scores, dev)  # 2 bytes/element
+        # the other --recompute-modules (memsym.timing.recompute)
+        g_s, m_s, dispatch = module_recompute(x, st.recompute_modules, gemms, dev, prec, T, t,
+                                              moe=moe, sequence_parallel=st.sequence_parallel,
+                                              eta_gemm=eta_gemm)
+        bwd["gemm"] = bwd["gemm"] + g_s
+        bwd["memory"] = bwd["memory"] + m_s
+        if dispatch:   # moe: router, dispatch and combine rerun, all-to-alls included
+            bwd["memory"] = bwd["memory"] + dispatch_f
+            bwd["ep"] = bwd["ep"] + fwd["ep"]
+            ep_raw = raws[1]
+            ep_raw[1] = ep_raw[1] + ep_raw[0]
+            ep_raw[3] = ep_raw[3] + ep_raw[2]
 
 
 def _fewer_sms(dev, taken):

@@ -111,6 +111,10 @@ class Settings:
         Under full recompute, the fraction of layers whose forward the backward reruns [1]
         (Megatron's ``--recompute-method block`` N: N over the layers of a chunk; 1 else);
         an array gives one per layout, broadcast with the knobs.
+    recompute_modules : tuple of str
+        Under selective recompute, Megatron-core's ``--recompute-modules``
+        (:data:`memsym.vocabulary.RECOMPUTE_MODULES`; its default ``core_attn``), each
+        module's forward rerun in backward (:mod:`memsym.timing.recompute`).
     """
 
     seq_length: int = 2048
@@ -129,6 +133,7 @@ class Settings:
     gather_per_microbatch: bool = False
     pipelined_fsdp: bool = False
     recompute_fraction: float = 1.0
+    recompute_modules: tuple = ("core_attn",)
 
 
 @dataclass(frozen=True)

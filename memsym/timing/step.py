@@ -40,7 +40,8 @@ from .layer import (BACKWARD_MEMORY, FLASH_BACKWARD, FLASH_FORWARD, UB_COMM_SMS,
                     UB_PIPELINE_SPLITS, as_array, layer_time)
 from .pipeline import (bubble_in_stages, busiest_stage, most_layers_per_rank, simulated_pipeline,
                        stage_layers, stage_times)
-from ..job import canonical, dropout_kept
+from ..job import canonical, dropout_kept, recompute_modules_of
+from ..vocabulary import RECOMPUTE_MODULES
 from ..training import microbatches
 
 __all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
@@ -136,14 +137,13 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     >>> bool(out["step"][1] > out["step"][0])   # TP 8 is slower (seed 001)
     True
     """
-    dev = _gpu(gpu_name)
+    st, dev = settings, _gpu(gpu_name)
     clu = cluster if cluster is not None else cluster_for(dev.name)
-    st = settings
     _check_settings(st, overlap)
     x, b = shape_of(arch), (st.micro_batch_size if b is None else b)
     t, p, d, c, e, v, b, m, t_e_ = _layout_knobs(t, p, d, c, e, v, b, m, t_e)
-    lf, lb, raw_layer = _mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d, eta_gemm=eta_gemm,
-                                    overlap=overlap)
+    lf, lb, raw_layer, ep_alone = _mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
+                                              eta_gemm=eta_gemm, overlap=overlap)
     first, middle, last = stage_layers(x.L, p, first_stage_layers, last_stage_layers)
     out_f, out_b, emb = _end_layers(x, st, dev, b, t, c, eta_gemm)
     msg, p2p, p2p_exposed = _pp_p2p(x, clu, overlap, b * st.seq_length / c, t, p, c, d, v)
@@ -156,10 +156,11 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
                                                            (first, middle, last))
     sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, tau["first"],
                               pipeline, p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_)
-    step = pipeline + sync["dp"] + sync["optimizer"]
+    edges = _ep_alone_passes(x, overlap, p, ep_alone)
+    step = pipeline + edges + sync["dp"] + sync["optimizer"]
     per_stage_mb = m * layers_max
-    out = {"step": step, "pipeline": pipeline, "bubble": bubble,
-           **_layer_parts(lf, lb, per_stage_mb), "pp": m * 2 * p2p_exposed,
+    out = {"step": step, "pipeline": pipeline + edges, "bubble": bubble,
+           **_layer_parts(lf, lb, per_stage_mb, edges), "pp": m * 2 * p2p_exposed,
            "dp": sync["dp"], "optimizer": sync["optimizer"], "launchable": launchable}
     if communication:
         out.update(data_parallel.communication(
@@ -194,12 +195,25 @@ def _pp_p2p(x, clu, overlap, T, t, p, c, d, v) -> tuple:
     return msg, p2p, p2p_exposed
 
 
-def _layer_parts(lf: dict, lb: dict, per_stage_mb) -> dict:
+def _ep_alone_passes(x, overlap: Overlap, p, ep_alone):
+    """Seconds of one step's all-to-alls the EP overlap cannot hide beyond its steady state.
+
+    Megatron-core's combined 1F1B without pipelining (``overlap_moe_expert_parallel_comm``,
+    p = 1: ``combined_1f1b_schedule_for_no_pipelining`` in pipeline_parallel/combined_1f1b.py
+    at d98e8a64dd) runs the first micro-batch's forward and the last one's backward alone,
+    "no a2a overlapping": once per step every MoE layer's issued forward and backward
+    all-to-alls less their exposed part (``ep_alone``) [s]."""
+    return np.where(p == 1, x.L_moe * ep_alone, 0.0) if overlap.ep_a2a else 0.0 * p
+
+
+def _layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0) -> dict:
     """The step's parts spent in the busiest stage's layers [s]: compute (GEMMs and the
-    attention core), memory-bound work and the exposed TP, EP and CP communication."""
+    attention core), memory-bound work and the exposed TP, EP (plus ``ep_once``, the
+    all-to-alls exposed once per step) and CP communication."""
     return {"compute": per_stage_mb * (lf["gemm"] + lb["gemm"] + lf["attention"] + lb["attention"]),
             "memory": per_stage_mb * (lf["memory"] + lb["memory"]),
-            "tp": per_stage_mb * (lf["tp"] + lb["tp"]), "ep": per_stage_mb * (lf["ep"] + lb["ep"]),
+            "tp": per_stage_mb * (lf["tp"] + lb["tp"]),
+            "ep": per_stage_mb * (lf["ep"] + lb["ep"]) + ep_once,
             "cp": per_stage_mb * (lf["cp"] + lb["cp"])}
 
 
@@ -218,6 +232,10 @@ def _check_settings(st, overlap) -> None:
         raise InvalidValueError(f"grad_bytes must be 1, 2 or 4, got {st.grad_bytes!r:.40}")
     choose("precision", st.precision, ("bf16", "fp16", "fp8", "fp32"))
     choose("recompute", st.recompute, ("none", "selective", "full", "selective-op"))
+    if isinstance(st.recompute_modules, str):
+        raise InvalidValueError("recompute_modules must be a tuple of module names, got a string")
+    for mod in st.recompute_modules:
+        choose("recompute module", mod, RECOMPUTE_MODULES)
     choose("pipeline schedule", st.schedule, ("1f1b", "gpipe"))
 
 
@@ -238,8 +256,11 @@ def _layout_knobs(t, p, d, c, e, v, b, m, t_e) -> tuple:
 
 def _mean_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
     """Forward and backward parts of the mean decoder layer (MoE layers spread evenly over
-    the stages, an assumption) and its collectives as issued (:func:`layer_time`)."""
+    the stages, an assumption), its collectives as issued (:func:`layer_time`) and what an
+    MoE layer's all-to-alls add when nothing overlaps them: the issued forward and backward
+    EP seconds less the exposed ones [s] (0 without MoE)."""
     lf, lb = {}, {}
+    ep_alone = 0.0
     raw_dense, raw_moe = {}, {}
     dense_f, dense_b = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=False, eta_gemm=eta_gemm,
                                   overlap=overlap, dp=d, raw=raw_dense)
@@ -253,9 +274,10 @@ def _mean_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tu
             lb[key] = (1 - share) * dense_b[key] + share * moe_b[key]
         raw_layer = {g: tuple((1 - share) * u + share * w for u, w in zip(raw_dense[g], raw_moe[g]))
                      for g in raw_dense}
+        ep_alone = (raw_moe["ep"][0] - moe_f["ep"]) + (raw_moe["ep"][1] - moe_b["ep"])
     else:
         lf, lb = dense_f, dense_b
-    return lf, lb, raw_layer
+    return lf, lb, raw_layer, ep_alone
 
 
 def _end_layers(x, st, dev, b, t, c, eta_gemm) -> tuple:
@@ -428,6 +450,9 @@ def _settings_of(arch, layout, training) -> Settings:
                     gather_per_microbatch=states.sharding in ("zero3", "fsdp"),
                     pipelined_fsdp=states.sharding == "fsdp" and titan,
                     recompute_fraction=_recompute_fraction(arch, layout, training),
+                    # Megatron's --recompute-modules under selective (default core_attn)
+                    recompute_modules=(recompute_modules_of(training)
+                                       if mem.recompute == "selective" else ("core_attn",)),
                     group_size=pipe.microbatch_group_size, torch_rounds=titan,
                     schedule=pipe.schedule, output_first=pipe.stage_placement == "v")
 
