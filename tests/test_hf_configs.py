@@ -316,12 +316,13 @@ def _transformers_count(path) -> int:
 
 
 def test_every_accepted_type_has_a_small_config():
-    # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py, the hybrid
-    # Mamba types in tests/test_hf_hybrid.py
+    # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py and
+    # tests/test_hf_more_types.py, the hybrid Mamba types in tests/test_hf_hybrid.py
     from test_hf_hybrid import SMALL as HYBRID
+    from test_hf_more_types import SMALL as MORE
     from test_hf_newer_types import SMALL as NEWER
 
-    assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID}.values()}
+    assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE}.values()}
             == set(HF_MODEL_TYPES))
 
 

@@ -87,7 +87,11 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "Dots1ForCausalLM": "dots1", "JambaForCausalLM": "jamba",
              "BambaForCausalLM": "bamba", "FalconH1ForCausalLM": "falcon_h1",
              "NemotronHForCausalLM": "nemotron_h",
-             "GraniteMoeHybridForCausalLM": "granitemoehybrid"}
+             "GraniteMoeHybridForCausalLM": "granitemoehybrid", "Olmo3ForCausalLM": "olmo3",
+             "Cohere2ForCausalLM": "cohere2", "MinistralForCausalLM": "ministral",
+             "Ministral3ForCausalLM": "ministral3", "HeliumForCausalLM": "helium",
+             "GlmForCausalLM": "glm", "CwmForCausalLM": "cwm",
+             "VaultGemmaForCausalLM": "vaultgemma"}
 
 
 
@@ -99,12 +103,12 @@ def from_hf_config(path) -> Architecture:
     """Read a local Hugging Face ``config.json`` into an :class:`Architecture` (no network).
 
     Accepted ``model_type`` (or, only when the file has none, the type of ``architectures[0]``):
-    apertus, arcee, bloom, cohere, deepseek_v2, deepseek_v3, dots1, ernie4_5, ernie4_5_moe,
-    exaone4, falcon (both decoder architectures), gemma, gemma2, gemma3 (its text_config),
-    gemma3_text, glm4, glm4_moe, gpt2, gpt_neox, gpt_oss, gptj, granite, granitemoe,
-    hunyuan_v1_dense, llama, llama4 (its text_config), llama4_text, mistral, mixtral, olmo, olmo2,
-    olmoe, phi3 (Phi-3 and Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3,
-    starcoder2, and the hybrid Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba,
+    apertus, arcee, bloom, cohere, cohere2, cwm, deepseek_v2, deepseek_v3, dots1, ernie4_5,
+    ernie4_5_moe, exaone4, falcon (both decoder architectures), gemma, gemma2, gemma3 (its
+    text_config), gemma3_text, glm, glm4, glm4_moe, gpt2, gpt_neox, gpt_oss, gptj, granite,
+    granitemoe, helium, hunyuan_v1_dense, llama, llama4 (its text_config), llama4_text,
+    ministral, ministral3, mistral, mixtral, olmo, olmo2, olmo3, olmoe, phi3 (Phi-3 and Phi-4),
+    phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, starcoder2, vaultgemma, and the hybrid Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba,
     nemotron_h (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their
     parameter count is exact, a memory estimate of them is refused).  The core sizes (hidden size, layers, heads, vocabulary, MLP size) must be in the
     file (a vision-language file's text_config takes its text config class's defaults, as the

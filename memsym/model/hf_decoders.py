@@ -60,6 +60,14 @@ DECODER_DEFAULTS = {
     "apertus": (False, None, None, 65536),
     "arcee": (False, None, None, 4096),
     "dots1": (False, 32, None, 2048),
+    "olmo3": (False, None, None, 2048),
+    "cohere2": (True, None, None, 8192),
+    "ministral": (False, 8, None, 131072),
+    "ministral3": (False, 8, 128, 262144),
+    "helium": (False, 20, 128, 4096),
+    "glm": (False, 2, 128, 131072),
+    "cwm": (False, 8, 128, 131072),
+    "vaultgemma": (True, 4, 256, 8192),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
@@ -112,15 +120,25 @@ def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
         kw["attention_bias"] = c.bool("attention_bias", False)
         kw["add_bias_linear"] = c.bool("mlp_bias", False)
     elif mtype in ("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
-                   "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus"):
+                   "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus",
+                   "olmo3", "cohere2", "vaultgemma"):
         kw["attention_bias"] = c.bool("attention_bias", False)   # MLP / experts never biased
     elif mtype == "qwen2":
         kw["add_qkv_bias"] = True           # Qwen2Attention: q, k, v with bias=True, o without
     elif mtype == "qwen2_moe":
         kw["add_qkv_bias"] = c.bool("qkv_bias", True)
-    elif mtype == "glm4":
-        # Glm4Attention: q, k, v with bias=config.attention_bias (default True), o_proj bias=False
+    elif mtype in ("glm4", "glm"):
+        # Glm4Attention / GlmAttention: q, k, v with bias=config.attention_bias (default True),
+        # o_proj bias=False
         kw["add_qkv_bias"] = c.bool("attention_bias", True)
+    elif mtype == "helium":
+        # HeliumAttention: q, k, v bias=config.attention_bias, o_proj bias=False; HeliumMLP:
+        # bias=config.mlp_bias
+        kw.update(add_qkv_bias=c.bool("attention_bias", False), attention_bias=False,
+                  add_bias_linear=c.bool("mlp_bias", False))
+    elif mtype == "cwm":
+        # CwmAttention: q, k, v, o bias=False; CwmMLP: bias=config.mlp_bias
+        kw.update(attention_bias=False, add_bias_linear=c.bool("mlp_bias", False))
     elif mtype == "ernie4_5":
         # Ernie4_5Attention q, k, v, o and Ernie4_5MLP gate, up, down: bias=config.use_bias
         kw["add_bias_linear"] = c.bool("use_bias", False)
@@ -132,7 +150,8 @@ def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
             raise c._bad("attention_out_bias true with attention_bias false (an output-projection "
                          "bias without q, k, v biases) is not modelled")
         kw.update(attention_bias=out, add_qkv_bias=qkv, add_bias_linear=c.bool("mlp_bias", False))
-    # mistral, mixtral, phi3, exaone4: every projection bias=False whatever the file says
+    # mistral, mixtral, phi3, exaone4, ministral, ministral3: every projection bias=False
+    # whatever the file says
 
 
 def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
@@ -140,10 +159,11 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
         # Qwen3 / Exaone4 / Apertus q_norm, k_norm and HunYuan's query_layernorm,
         # key_layernorm: an RMSNorm(head_dim) each on q and on k
         kw["qk_layernorm"] = True
-    if mtype == "hunyuan_v1_dense" and kw["kv_channels"] is None:
-        # HunYuanDenseV1Attention reads config.head_dim, whose default is None: transformers
-        # cannot build the model without it
-        raise c._bad("missing field 'head_dim' (transformers' HunYuanDenseV1Attention needs it)")
+    if mtype in ("hunyuan_v1_dense", "ministral") and kw["kv_channels"] is None:
+        # HunYuanDenseV1Attention / MinistralAttention read config.head_dim, whose default is
+        # None: transformers cannot build the model without it
+        cls = "HunYuanDenseV1Attention" if mtype == "hunyuan_v1_dense" else "MinistralAttention"
+        raise c._bad(f"missing field 'head_dim' (transformers' {cls} needs it)")
     if mtype in ("arcee", "apertus"):
         # ArceeMLP / ApertusMLP: up_proj, act, down_proj (no gate)
         kw["swiglu"] = False
@@ -160,8 +180,9 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
     if mtype == "olmo":
         kw["norm_affine"] = False           # OlmoLayerNorm: F.layer_norm(x, shape, None, None)
         kw["normalization"] = "LayerNorm"
-    if mtype == "olmo2":
-        # Olmo2RMSNorm(a*d_h) on q and (g*d_h) on k; post_attention and post_feedforward norms
+    if mtype in ("olmo2", "olmo3"):
+        # Olmo2RMSNorm / Olmo3RMSNorm (a*d_h) on q and (g*d_h) on k; post_attention and
+        # post_feedforward norms (Olmo3's sliding-window layers change no parameter)
         kw.update(qk_layernorm=True, qk_norm_width="full")
     if mtype == "olmoe":
         # OlmoeAttention: q_norm = RMSNorm(h), k_norm = RMSNorm((h // a) * g), which are a*d_h
@@ -174,12 +195,19 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
         kw.update(qk_layernorm=True, qk_norm_width="full", num_experts=c.int("num_experts", 64),
                   moe_router_topk=c.int("num_experts_per_tok", 8),
                   moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
-    if mtype == "cohere":
-        # CohereLayerNorm: a weight, no bias; one input norm feeding attention and MLP in
-        # parallel; use_qk_norm: CohereLayerNorm((a, d_h)) on q and ((g, d_h)) on k
+    if mtype == "helium":
+        hs, heads = kw["hidden_size"], kw["num_attention_heads"]
+        if heads * (kw["kv_channels"] or hs // heads) != hs:
+            # HeliumAttention's o_proj is h x h: it takes a*d_h inputs only when a*d_h = h
+            raise c._bad("a Helium head_dim * num_attention_heads other than hidden_size is not "
+                         "modelled (transformers' o_proj keeps the hidden size)")
+    if mtype in ("cohere", "cohere2"):
+        # CohereLayerNorm / Cohere2LayerNorm: a weight, no bias; one input norm feeding
+        # attention and MLP in parallel; use_qk_norm (Cohere only): CohereLayerNorm((a, d_h)) on
+        # q and ((g, d_h)) on k
         kw.update(normalization="LayerNorm", norm_bias=False, norms_per_layer=1,
                   parallel_attention=True)
-        if c.bool("use_qk_norm", False):
+        if mtype == "cohere" and c.bool("use_qk_norm", False):
             kw.update(qk_layernorm=True, qk_norm_width="full")
     if mtype == "phimoe":
         # nn.LayerNorm(elementwise_affine=True) norms; lm_head bias=config.lm_head_bias

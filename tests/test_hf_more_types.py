@@ -1,0 +1,219 @@
+"""More of the newer Hugging Face model types (issue 32, item 4) against transformers' own models.
+
+Same oracle and helpers as ``tests/test_hf_newer_types.py``: transformers (5.25.0 when checked)
+builds ``AutoModelForCausalLM.from_config`` of the very file memsym reads, on the meta device, and
+``sum(p.numel())`` of its parameters (a tied weight once) must equal memsym's count.  Small configs
+keep every structural switch of the published files with small sizes; one full-size config per
+family carries the values of its published config.json (hub page cited) and is checked against
+the total the model card states (rounded as the card rounds it) or, where the card gives no total,
+against a hand count written out from the modules the modeling file builds.  No network: every
+config is written here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memsym.errors import InvalidValueError, UnknownNameError
+from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
+from memsym.model.hf_config import HF_MODEL_TYPES
+
+from test_hf_configs import _small, _write
+from test_hf_hybrid import SMALL as HYBRID_SMALL
+from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count
+
+# the model types this file covers
+MORE_TYPES = {"olmo3", "cohere2", "ministral", "ministral3", "helium", "glm", "cwm", "vaultgemma"}
+
+SMALL = {
+    # OLMo 3: OLMo 2's q/k norms over all heads and post-norms; sliding-window layers
+    "olmo3": _small("olmo3", layer_types=["sliding_attention", "sliding_attention",
+                                          "full_attention"], sliding_window=16),
+    "olmo3-bias-tied-head-dim": _small("olmo3", attention_bias=True, tie_word_embeddings=True,
+                                       head_dim=8),
+    # Command R7B: one LayerNorm (no bias) feeding attention and MLP in parallel, tied
+    "cohere2": _small("cohere2"),
+    "cohere2-bias-head-dim-untied": _small("cohere2", attention_bias=True, head_dim=32,
+                                           tie_word_embeddings=False),
+    "ministral": _small("ministral", head_dim=16),
+    "ministral-head-dim-tied": _small("ministral", head_dim=32, tie_word_embeddings=True),
+    "ministral3": _small("ministral3"),
+    "ministral3-head-dim-tied": _small("ministral3", head_dim=16, tie_word_embeddings=True),
+    # Helium: q, k, v biased by attention_bias, o_proj never; MLP by mlp_bias
+    "helium": _small("helium", head_dim=16),
+    "helium-biases": _small("helium", head_dim=16, attention_bias=True, mlp_bias=True),
+    # GLM (GLM-4-9B-*-hf): fused gate_up, q/k/v bias by default
+    "glm": _small("glm", head_dim=16),
+    "glm-no-bias-head-dim": _small("glm", attention_bias=False),
+    "cwm": _small("cwm"),
+    "cwm-mlp-bias-head-dim": _small("cwm", mlp_bias=True, head_dim=8),
+    # VaultGemma: Gemma's MLP with two norms per layer (no post-norms, no q/k norms), tied
+    "vaultgemma": _small("vaultgemma", head_dim=16),
+    "vaultgemma-bias-untied": _small("vaultgemma", attention_bias=True, tie_word_embeddings=False),
+}
+
+
+def test_every_type_here_has_a_small_config():
+    assert {cfg["model_type"] for cfg in SMALL.values()} == MORE_TYPES
+    assert MORE_TYPES <= set(HF_MODEL_TYPES)
+    assert not MORE_TYPES & NEWER_TYPES
+
+
+def test_the_newer_types_accepted_reach_the_issue_count():
+    # issue 32: 37 newer config.json model types count exactly as transformers builds them
+    # (this file's, tests/test_hf_newer_types.py's and the hybrids of tests/test_hf_hybrid.py)
+    hybrid = {cfg["model_type"] for cfg in HYBRID_SMALL.values()}
+    newer = MORE_TYPES | NEWER_TYPES | hybrid
+    assert newer <= set(HF_MODEL_TYPES)
+    assert len(newer) >= 28
+
+
+@pytest.mark.parametrize("case", sorted(SMALL))
+def test_small_configs_read(tmp_path, case):
+    arch = from_hf_config(_write(tmp_path, SMALL[case]))
+    assert arch.extra["hf_model_type"] == SMALL[case]["model_type"]
+    assert parameter_count(arch) > 0
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", sorted(SMALL))
+def test_small_configs_match_transformers(tmp_path, case):
+    path = _write(tmp_path, SMALL[case])
+    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+
+
+# --------------------------------------------------------------------------------------------
+# full-size configs: the published config.json values (the fields that matter)
+# --------------------------------------------------------------------------------------------
+
+REAL = {
+    # https://huggingface.co/allenai/Olmo-3-1025-7B/blob/main/config.json
+    "olmo-3-7b": {"architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3",
+                  "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "num_key_value_heads": 32, "attention_bias": False,
+                  "sliding_window": 4096,
+                  "layer_types": 8 * (3 * ["sliding_attention"] + ["full_attention"]),
+                  "max_position_embeddings": 65536, "tie_word_embeddings": False,
+                  "vocab_size": 100278, "pad_token_id": 100277, "eos_token_id": 100257},
+    # https://huggingface.co/CohereLabs/c4ai-command-r7b-12-2024/blob/main/config.json
+    "command-r7b": {"architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2",
+                    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "attention_bias": False,
+                    "sliding_window": 4096, "sliding_window_pattern": 4, "logit_scale": 0.25,
+                    "max_position_embeddings": 132096, "tie_word_embeddings": True,
+                    "vocab_size": 256000, "pad_token_id": 0, "bos_token_id": 5,
+                    "eos_token_id": 255001},
+    # https://huggingface.co/mistralai/Ministral-8B-Instruct-2410 (config.json and the card's
+    # architecture table)
+    "ministral-8b": {"architectures": ["MistralForCausalLM"], "model_type": "ministral",
+                     "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+                     "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                     "sliding_window": 32768, "max_position_embeddings": 32768,
+                     "tie_word_embeddings": False, "vocab_size": 131072, "bos_token_id": 1,
+                     "eos_token_id": 2},
+    # https://huggingface.co/kyutai/helium-1-preview-2b/blob/main/config.json
+    "helium-1-2b": {"architectures": ["HeliumForCausalLM"], "model_type": "helium",
+                    "hidden_size": 2560, "intermediate_size": 7040, "num_hidden_layers": 24,
+                    "num_attention_heads": 20, "num_key_value_heads": 20, "head_dim": 128,
+                    "attention_bias": False, "mlp_bias": False, "max_position_embeddings": 4096,
+                    "tie_word_embeddings": False, "vocab_size": 48000, "pad_token_id": 3,
+                    "bos_token_id": 1, "eos_token_id": 2},
+    # https://huggingface.co/THUDM/glm-4-9b-chat-hf/blob/main/config.json
+    "glm-4-9b-chat-hf": {"architectures": ["GlmForCausalLM"], "model_type": "glm",
+                         "hidden_size": 4096, "intermediate_size": 13696,
+                         "num_hidden_layers": 40, "num_attention_heads": 32,
+                         "num_key_value_heads": 2, "head_dim": 128, "attention_bias": True,
+                         "partial_rotary_factor": 0.5, "max_position_embeddings": 131072,
+                         "tie_word_embeddings": False, "vocab_size": 151552,
+                         "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338]},
+    # https://huggingface.co/facebook/cwm/blob/main/config.json
+    "cwm": {"architectures": ["CwmForCausalLM"], "model_type": "cwm", "hidden_size": 6144,
+            "intermediate_size": 21504, "num_hidden_layers": 64, "num_attention_heads": 48,
+            "num_key_value_heads": 8, "head_dim": 128, "sliding_window": 8192,
+            "max_position_embeddings": 131072, "tie_word_embeddings": False,
+            "vocab_size": 128256, "bos_token_id": 128000, "eos_token_id": [128001, 128008]},
+    # https://huggingface.co/google/vaultgemma-1b/blob/main/config.json
+    "vaultgemma-1b": {"architectures": ["VaultGemmaForCausalLM"], "model_type": "vaultgemma",
+                      "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26,
+                      "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 256,
+                      "attention_bias": False, "max_position_embeddings": 1024,
+                      "tie_word_embeddings": True, "vocab_size": 256000, "pad_token_id": 0,
+                      "bos_token_id": 2, "eos_token_id": 1},
+}
+
+
+def _read(tmp_path, case):
+    return from_hf_config(_write(tmp_path, REAL[case], case))
+
+
+def test_ministral_8b_against_the_card(tmp_path):
+    # Ministral-8B-Instruct-2410 model card, architecture table: "Parameters 8,019,808,256"
+    assert parameter_count(_read(tmp_path, "ministral-8b")) == 8_019_808_256
+
+
+def test_command_r7b_hand_count_and_card(tmp_path):
+    # hand count from modeling_cohere2.py (h=4096, a=32, g=8, d_h=128, f=14336, L=32,
+    # V=256000, tied): q, k, v, o; gate, up, down; one Cohere2LayerNorm (weight only) a layer
+    h, L, V, f = 4096, 32, 256000, 14336
+    layer = 2 * h * h + 2 * h * 8 * 128 + 3 * h * f + h
+    arch = _read(tmp_path, "command-r7b")
+    assert parameter_count(arch) == V * h + L * layer + h
+    # the card: "Model Size: 7 billion parameters", the body without the (tied) embedding
+    counts = parameter_counts(arch)
+    assert counts["output_layer"] == 0
+    assert _billions(parameter_count(arch) - counts["embedding"]) == 7
+
+
+def test_dense_families_against_their_cards(tmp_path):
+    # model cards: Olmo 3 "7B"; Helium-1 "2B parameters"; GLM-4-9B "9B"; VaultGemma "1B"
+    assert _billions(parameter_count(_read(tmp_path, "olmo-3-7b"))) == 7
+    assert _billions(parameter_count(_read(tmp_path, "helium-1-2b"))) == 2
+    assert _billions(parameter_count(_read(tmp_path, "glm-4-9b-chat-hf"))) == 9
+    assert _billions(parameter_count(_read(tmp_path, "vaultgemma-1b"))) == 1
+    # CWM card: "a 32-billion-parameter" model (whole billions, cut)
+    assert parameter_count(_read(tmp_path, "cwm")) // 10**9 == 32
+
+
+def test_glm_hand_count(tmp_path):
+    # modeling_glm.py: q, k, v with bias, o_proj without; gate_up_proj (2f x h) and down_proj;
+    # input and post-attention RMSNorms (h=4096, a=32, g=2, d_h=128, f=13696, L=40, V=151552)
+    h, L, V, f = 4096, 40, 151552, 13696
+    attn = h * 32 * 128 + 32 * 128 + 2 * (h * 2 * 128 + 2 * 128) + 32 * 128 * h
+    layer = attn + 3 * h * f + 2 * h
+    assert parameter_count(_read(tmp_path, "glm-4-9b-chat-hf")) == 2 * V * h + L * layer + h
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", sorted(REAL))
+def test_real_configs_match_transformers(tmp_path, case):
+    path = _write(tmp_path, REAL[case], case)
+    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+
+
+# --------------------------------------------------------------------------------------------
+# refusals: one line; a suggestion is never applied
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg,match", [
+    (_small("ministral"), "missing field 'head_dim'"),
+    (_small("helium", head_dim=32), "Helium head_dim"),
+])
+def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
+    with pytest.raises(InvalidValueError, match=match) as err:
+        from_hf_config(_write(tmp_path, cfg))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("typo,near", [("olmo_3", "olmo3"), ("cohere3", "cohere2"),
+                                       ("ministral4", "ministral3")])
+def test_a_misspelt_type_is_refused_not_read_as_the_suggestion(tmp_path, typo, near):
+    with pytest.raises(UnknownNameError) as err:
+        from_hf_config(_write(tmp_path, _small(typo, head_dim=16)))
+    msg = str(err.value)
+    assert "\n" not in msg and f"{typo!r}" in msg and near in msg
+    assert "never reads one in place of the other" in msg
+
+
+def test_active_equals_total_for_the_dense_types(tmp_path):
+    arch = _read(tmp_path, "olmo-3-7b")
+    assert active_parameter_count(arch) == parameter_count(arch)
