@@ -18,12 +18,15 @@ from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _small, _write
+from test_hf_configs import _TOKENS, _small, _write
 from test_hf_hybrid import SMALL as HYBRID_SMALL
 from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count
 
 # the model types this file covers
-MORE_TYPES = {"olmo3", "cohere2", "ministral", "ministral3", "helium", "glm", "cwm", "vaultgemma"}
+MORE_TYPES = {"olmo3", "cohere2", "ministral", "ministral3", "helium", "glm", "cwm", "vaultgemma",
+              "mamba", "falcon_mamba", "mamba2"}
+
+_SSM = {"hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 128, **_TOKENS}
 
 SMALL = {
     # OLMo 3: OLMo 2's q/k norms over all heads and post-norms; sliding-window layers
@@ -50,6 +53,23 @@ SMALL = {
     # VaultGemma: Gemma's MLP with two norms per layer (no post-norms, no q/k norms), tied
     "vaultgemma": _small("vaultgemma", head_dim=16),
     "vaultgemma-bias-untied": _small("vaultgemma", attention_bias=True, tie_word_embeddings=False),
+    # Mamba (Mamba-1 mixers only): the defaults (dt_rank "auto", tied), and every switch: biases,
+    # no conv bias, explicit dt_rank, a file's intermediate_size over expand * h
+    "mamba": {"model_type": "mamba", **_SSM},
+    "mamba-switches": {"model_type": "mamba", **_SSM, "use_bias": True, "use_conv_bias": False,
+                       "time_step_rank": 8, "state_size": 8, "conv_kernel": 3, "expand": 3,
+                       "intermediate_size": 96, "tie_word_embeddings": False},
+    # Falcon-Mamba: Mamba's modules plus weightless dt, B, C norms
+    "falcon_mamba": {"model_type": "falcon_mamba", **_SSM, "expand": 16,
+                     "intermediate_size": 128},
+    "falcon_mamba-bias-untied": {"model_type": "falcon_mamba", **_SSM, "use_bias": True,
+                                 "time_step_rank": 6, "tie_word_embeddings": False},
+    # Mamba-2: grouped B/C, gated norm; biases, no conv bias, tied
+    "mamba2": {"model_type": "mamba2", **_SSM, "num_heads": 8, "head_dim": 16, "n_groups": 2,
+               "state_size": 16},
+    "mamba2-switches": {"model_type": "mamba2", **_SSM, "num_heads": 4, "head_dim": 32,
+                        "n_groups": 1, "state_size": 8, "use_bias": True,
+                        "use_conv_bias": False, "conv_kernel": 3, "tie_word_embeddings": True},
 }
 
 
@@ -139,6 +159,30 @@ REAL = {
                       "attention_bias": False, "max_position_embeddings": 1024,
                       "tie_word_embeddings": True, "vocab_size": 256000, "pad_token_id": 0,
                       "bos_token_id": 2, "eos_token_id": 1},
+    # https://huggingface.co/state-spaces/mamba-2.8b-hf/blob/main/config.json
+    "mamba-2.8b": {"architectures": ["MambaForCausalLM"], "model_type": "mamba",
+                   "hidden_size": 2560, "intermediate_size": 5120, "num_hidden_layers": 64,
+                   "state_size": 16, "conv_kernel": 4, "expand": 2, "time_step_rank": 160,
+                   "use_bias": False, "use_conv_bias": True, "vocab_size": 50280,
+                   "tie_word_embeddings": True, "bos_token_id": 0, "eos_token_id": 0,
+                   "pad_token_id": 0},
+    # https://huggingface.co/tiiuae/falcon-mamba-7b/blob/main/config.json (its expand 16 is
+    # overridden by its intermediate_size 8192, as transformers loads the file)
+    "falcon-mamba-7b": {"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba",
+                        "hidden_size": 4096, "intermediate_size": 8192, "expand": 16,
+                        "num_hidden_layers": 64, "state_size": 16, "conv_kernel": 4,
+                        "time_step_rank": 256, "use_bias": False, "use_conv_bias": True,
+                        "mixer_rms_eps": 1e-6, "vocab_size": 65024,
+                        "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 11,
+                        "pad_token_id": 11},
+    # https://huggingface.co/mistralai/Mamba-Codestral-7B-v0.1/blob/main/config.json
+    "mamba-codestral-7b": {"architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2",
+                           "hidden_size": 4096, "num_hidden_layers": 64, "num_heads": 128,
+                           "head_dim": 64, "n_groups": 8, "state_size": 128, "expand": 2,
+                           "conv_kernel": 4, "use_bias": False, "use_conv_bias": True,
+                           "chunk_size": 256, "vocab_size": 32768,
+                           "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0,
+                           "pad_token_id": 0},
 }
 
 
@@ -183,6 +227,26 @@ def test_glm_hand_count(tmp_path):
     assert parameter_count(_read(tmp_path, "glm-4-9b-chat-hf")) == 2 * V * h + L * layer + h
 
 
+def test_mamba_hand_count_and_name(tmp_path):
+    # hand count from modeling_mamba.py (h=2560, d_inner=5120, N=16, dt_rank=160, k=4, L=64,
+    # V=50280, tied): in_proj, conv1d (+bias), x_proj, dt_proj (+bias), A_log, D, out_proj
+    # and the block's RMSNorm; the model's name: 2.8B
+    h, d, n, r, L, V = 2560, 5120, 16, 160, 64, 50280
+    mixer = h * 2 * d + d * 4 + d + d * (r + 2 * n) + r * d + d + d * n + d + d * h
+    arch = _read(tmp_path, "mamba-2.8b")
+    assert parameter_count(arch) == V * h + L * (mixer + h) + h
+    assert _billions(parameter_count(arch), 1) == 2.8
+    assert parameter_counts(arch)["attention"] == 0 and parameter_counts(arch)["mlp"] == 0
+
+
+def test_mamba2_and_falcon_mamba_against_their_names(tmp_path):
+    # Mamba-Codestral-7B and Falcon-Mamba-7B ("the first competitive attention-free 7B
+    # language model", arXiv 2410.05355): 7B each
+    assert _billions(parameter_count(_read(tmp_path, "mamba-codestral-7b"))) == 7
+    arch = _read(tmp_path, "falcon-mamba-7b")
+    assert _billions(parameter_count(arch)) == 7 and arch.mamba_inner_size == 8192
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("case", sorted(REAL))
 def test_real_configs_match_transformers(tmp_path, case):
@@ -197,6 +261,9 @@ def test_real_configs_match_transformers(tmp_path, case):
 @pytest.mark.parametrize("cfg,match", [
     (_small("ministral"), "missing field 'head_dim'"),
     (_small("helium", head_dim=32), "Helium head_dim"),
+    ({"model_type": "mamba2", **_SSM, "num_heads": 8, "head_dim": 8}, "must equal num_heads"),
+    ({"model_type": "mamba2", **_SSM, "num_heads": 8, "head_dim": 16, "n_groups": 3},
+     "not a multiple of its 3 groups"),
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:
@@ -212,6 +279,21 @@ def test_a_misspelt_type_is_refused_not_read_as_the_suggestion(tmp_path, typo, n
     msg = str(err.value)
     assert "\n" not in msg and f"{typo!r}" in msg and near in msg
     assert "never reads one in place of the other" in msg
+
+
+def test_a_mamba1_estimate_is_refused_in_one_line_and_mamba2_is_estimated(tmp_path):
+    import subprocess
+    import sys
+
+    def run(case):
+        path = _write(tmp_path, SMALL[case], case)
+        return subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path)],
+                              capture_output=True, text=True, timeout=120)
+
+    refused = run("mamba")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "Mamba-1" in refused.stderr
+    assert run("mamba2").returncode == 0
 
 
 def test_active_equals_total_for_the_dense_types(tmp_path):

@@ -18,6 +18,7 @@ from .hf_decoders import DECODER_DEFAULTS, read_llama4, read_llama_like
 from .hf_fields import ConfigFields, read_config_json
 from .hf_hybrid import HYBRID_READERS, HYBRID_TYPES
 from .hf_moe import MOE_READERS
+from .hf_ssm import SSM_READERS, SSM_TYPES
 
 __all__ = ["from_hf_config", "HF_MODEL_TYPES"]
 
@@ -37,9 +38,6 @@ _HYBRID_MAMBA = ("hybrid Mamba layers with attention blocks shared across layers
                  "modelled")
 _NOT_MODELLED = {
     "zamba": _HYBRID_MAMBA, "zamba2": _HYBRID_MAMBA,
-    "mamba": "Mamba (state-space) layers are not modelled",
-    "mamba2": "Mamba (state-space) layers are not modelled",
-    "falcon_mamba": "Mamba (state-space) layers are not modelled",
     "qwen3_next": "hybrid Gated DeltaNet (linear-attention) layers are not modelled",
     "minimax": "hybrid lightning (linear-attention) layers are not modelled",
 }
@@ -60,8 +58,12 @@ _DROPOUT.update({
     "falcon": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
     "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
 })
-_DROPOUT.update({mtype: row[2] for mtype, row in HYBRID_READERS.items()})
-HF_MODEL_TYPES = tuple(sorted(set(DECODER_DEFAULTS) | set(_TEXT_CONFIG) | set(HYBRID_TYPES)))
+# model_type -> (reader (c, notes), tie_word_embeddings default, dropout) of the families whose
+# modules are not a Llama-like decoder's: hybrid Mamba / attention and pure Mamba
+_LAYERED_READERS = {**HYBRID_READERS, **SSM_READERS}
+_DROPOUT.update({mtype: row[2] for mtype, row in _LAYERED_READERS.items()})
+HF_MODEL_TYPES = tuple(sorted(set(DECODER_DEFAULTS) | set(_TEXT_CONFIG) | set(HYBRID_TYPES)
+                              | set(SSM_TYPES)))
 """The ``model_type`` values :func:`from_hf_config` reads."""
 
 _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
@@ -91,7 +93,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "Cohere2ForCausalLM": "cohere2", "MinistralForCausalLM": "ministral",
              "Ministral3ForCausalLM": "ministral3", "HeliumForCausalLM": "helium",
              "GlmForCausalLM": "glm", "CwmForCausalLM": "cwm",
-             "VaultGemmaForCausalLM": "vaultgemma"}
+             "VaultGemmaForCausalLM": "vaultgemma", "MambaForCausalLM": "mamba",
+             "FalconMambaForCausalLM": "falcon_mamba", "Mamba2ForCausalLM": "mamba2"}
 
 
 
@@ -108,7 +111,8 @@ def from_hf_config(path) -> Architecture:
     text_config), gemma3_text, glm, glm4, glm4_moe, gpt2, gpt_neox, gpt_oss, gptj, granite,
     granitemoe, helium, hunyuan_v1_dense, llama, llama4 (its text_config), llama4_text,
     ministral, ministral3, mistral, mixtral, olmo, olmo2, olmo3, olmoe, phi3 (Phi-3 and Phi-4),
-    phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, starcoder2, vaultgemma, and the hybrid Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba,
+    phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, starcoder2, vaultgemma, the
+    pure state-space types mamba, falcon_mamba, mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba,
     nemotron_h (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their
     parameter count is exact, a memory estimate of them is refused).  The core sizes (hidden size, layers, heads, vocabulary, MLP size) must be in the
     file (a vision-language file's text_config takes its text config class's defaults, as the
@@ -140,7 +144,7 @@ def from_hf_config(path) -> Architecture:
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
         limit (named), a type transformers knows whose layers memsym does not model (shared
-        attention blocks: zamba, zamba2; Mamba; linear attention: qwen3_next, minimax), a
+        attention blocks: zamba, zamba2; linear attention: qwen3_next, minimax), a
         structure of a type that is not modelled (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).
@@ -174,13 +178,14 @@ def from_hf_config(path) -> Architecture:
     file_type, notes = mtype, []
     if mtype in _TEXT_CONFIG:
         c, mtype, tied = _text_config(c, mtype, notes)
-    elif mtype in HYBRID_READERS:
-        # the hybrid Mamba / attention families (memsym.model.hf_hybrid)
-        tied = c.bool("tie_word_embeddings", HYBRID_READERS[mtype][1])
+    elif mtype in _LAYERED_READERS:
+        # the hybrid Mamba / attention families (memsym.model.hf_hybrid) and pure Mamba
+        # (memsym.model.hf_ssm)
+        tied = c.bool("tie_word_embeddings", _LAYERED_READERS[mtype][1])
     else:
         tied = c.bool("tie_word_embeddings", DECODER_DEFAULTS[mtype][0])
-    if mtype in HYBRID_READERS:
-        kw = HYBRID_READERS[mtype][0](c, notes)
+    if mtype in _LAYERED_READERS:
+        kw = _LAYERED_READERS[mtype][0](c, notes)
     else:
         kw = _READERS.get(mtype, read_llama_like)(c, mtype, notes)
     dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}

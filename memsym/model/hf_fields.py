@@ -54,7 +54,10 @@ FIELD_LIMITS = {
     "mamba_d_conv": "mamba_conv_kernel", "conv_kernel": "mamba_conv_kernel",
     "mamba_dt_rank": "mamba_dt_rank", "mamba_expand": "mamba_num_groups",
     "expand": "mamba_num_groups", "mamba_d_ssm": "mamba_inner_size",
-    "mamba_head_dim": "mamba_inner_size", "shared_intermediate_size": "ffn_hidden_size",
+    "mamba_head_dim": "mamba_inner_size",
+    # the pure Mamba / Mamba-2 spellings (memsym.model.hf_ssm)
+    "state_size": "mamba_state_dim", "time_step_rank": "mamba_dt_rank",
+    "num_heads": "mamba_num_heads", "shared_intermediate_size": "ffn_hidden_size",
     "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
     "expert_layer_period": "num_layers", "expert_layer_offset": "num_layers",
     "attn_layer_period": "num_layers", "attn_layer_offset": "num_layers",
