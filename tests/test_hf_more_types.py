@@ -24,7 +24,8 @@ from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count
 
 # the model types this file covers
 MORE_TYPES = {"olmo3", "cohere2", "ministral", "ministral3", "helium", "glm", "cwm", "vaultgemma",
-              "mamba", "falcon_mamba", "mamba2"}
+              "mamba", "falcon_mamba", "mamba2", "hunyuan_v1_moe", "flex_olmo", "minimax_m2",
+              "granitemoeshared"}
 
 _SSM = {"hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 128, **_TOKENS}
 
@@ -70,6 +71,25 @@ SMALL = {
     "mamba2-switches": {"model_type": "mamba2", **_SSM, "num_heads": 4, "head_dim": 32,
                         "n_groups": 1, "state_size": 8, "use_bias": True,
                         "use_conv_bias": False, "conv_kernel": 3, "tie_word_embeddings": True},
+    # HunYuan MoE: router, experts and one shared MLP in every layer, q/k norms of head_dim
+    "hunyuan_v1_moe": _small("hunyuan_v1_moe", head_dim=16, num_experts=4, moe_topk=2),
+    "hunyuan_v1_moe-one-expert-bias-tied": _small("hunyuan_v1_moe", head_dim=32, num_experts=1,
+                                                  attention_bias=True, tie_word_embeddings=True),
+    # FlexOlmo: OLMo 2's norms with an MoE block (no shared expert) in every layer
+    "flex_olmo": _small("flex_olmo", num_experts=4, num_experts_per_tok=2),
+    "flex_olmo-bias-head-dim-tied": _small("flex_olmo", num_experts=4, num_experts_per_tok=2,
+                                           attention_bias=True, head_dim=8,
+                                           tie_word_embeddings=True),
+    # MiniMax-M2: q/k norms over all heads, MoE in every layer, attention never biased
+    "minimax_m2": _small("minimax_m2", head_dim=16, num_local_experts=4, num_experts_per_tok=2),
+    "minimax_m2-bias-ignored-tied": _small("minimax_m2", head_dim=8, num_local_experts=4,
+                                           num_experts_per_tok=2, attention_bias=True,
+                                           tie_word_embeddings=True),
+    # Granite MoE with a shared MLP (or none at shared_intermediate_size 0)
+    "granitemoeshared": _small("granitemoeshared", num_local_experts=4,
+                               shared_intermediate_size=48),
+    "granitemoeshared-no-shared-bias": _small("granitemoeshared", num_local_experts=4,
+                                              shared_intermediate_size=0, attention_bias=True),
 }
 
 
@@ -183,6 +203,29 @@ REAL = {
                            "chunk_size": 256, "vocab_size": 32768,
                            "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0,
                            "pad_token_id": 0},
+    # https://huggingface.co/tencent/Hunyuan-A13B-Instruct/blob/main/config.json
+    "hunyuan-a13b": {"architectures": ["HunYuanMoEV1ForCausalLM"], "model_type": "hunyuan_v1_moe",
+                     "hidden_size": 4096, "intermediate_size": 3072, "num_hidden_layers": 32,
+                     "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                     "num_experts": 64, "moe_topk": 8, "attention_bias": False,
+                     "max_position_embeddings": 32768, "tie_word_embeddings": True,
+                     "vocab_size": 128167, "pad_token_id": 127961, "bos_token_id": 1,
+                     "eos_token_id": 127960},
+    # https://huggingface.co/allenai/FlexOlmo-7x7B-1T/blob/main/config.json
+    "flexolmo-7x7b": {"architectures": ["FlexOlmoForCausalLM"], "model_type": "flex_olmo",
+                      "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                      "num_attention_heads": 32, "num_key_value_heads": 32, "num_experts": 7,
+                      "num_experts_per_tok": 7, "attention_bias": False,
+                      "max_position_embeddings": 4096, "tie_word_embeddings": False,
+                      "vocab_size": 100352, "pad_token_id": 100277, "eos_token_id": 100257},
+    # https://huggingface.co/MiniMaxAI/MiniMax-M2/blob/main/config.json
+    "minimax-m2": {"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2",
+                   "hidden_size": 3072, "intermediate_size": 1536, "num_hidden_layers": 62,
+                   "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+                   "num_local_experts": 256, "num_experts_per_tok": 8, "rotary_dim": 64,
+                   "use_qk_norm": True, "max_position_embeddings": 196608,
+                   "tie_word_embeddings": False, "vocab_size": 200064, "bos_token_id": 200019,
+                   "eos_token_id": 200020},
 }
 
 
@@ -247,6 +290,29 @@ def test_mamba2_and_falcon_mamba_against_their_names(tmp_path):
     assert _billions(parameter_count(arch)) == 7 and arch.mamba_inner_size == 8192
 
 
+def test_moe_families_against_their_cards(tmp_path):
+    # Hunyuan-A13B card: "80 billion total parameters and 13 billion active" (tied embedding)
+    arch = _read(tmp_path, "hunyuan-a13b")
+    assert _billions(parameter_count(arch)) == 80 and _billions(active_parameter_count(arch)) == 13
+    # MiniMax-M2 card: "230 billion total parameters with 10 billion active parameters"; the
+    # active count without the embedding and lm_head is the card's 10B, the total is within the
+    # card's rounding to tens of billions
+    arch = _read(tmp_path, "minimax-m2")
+    counts = parameter_counts(arch)
+    vocab = counts["embedding"] + counts["output_layer"]
+    assert _billions(active_parameter_count(arch) - vocab) == 10
+    assert round(parameter_count(arch) / 10**10) == 23
+
+
+def test_flexolmo_hand_count(tmp_path):
+    # modeling_flex_olmo.py (h=4096, a=g=32, f=11008, E=7, L=32, V=100352, untied): q, k, v, o;
+    # q_norm (a d_h), k_norm (g d_h); router E x h; E gated experts; post-attention and
+    # post-feedforward RMSNorms
+    h, f, E, L, V = 4096, 11008, 7, 32, 100352
+    layer = 4 * h * h + 2 * h + E * h + E * 3 * h * f + 2 * h
+    assert parameter_count(_read(tmp_path, "flexolmo-7x7b")) == 2 * V * h + L * layer + h
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("case", sorted(REAL))
 def test_real_configs_match_transformers(tmp_path, case):
@@ -260,6 +326,8 @@ def test_real_configs_match_transformers(tmp_path, case):
 
 @pytest.mark.parametrize("cfg,match", [
     (_small("ministral"), "missing field 'head_dim'"),
+    (_small("hunyuan_v1_moe", num_experts=4), "missing field 'head_dim'"),
+    (_small("hunyuan_v1_moe", head_dim=16, num_experts=[4, 4, 4]), "'num_experts' must be a whole"),
     (_small("helium", head_dim=32), "Helium head_dim"),
     ({"model_type": "mamba2", **_SSM, "num_heads": 8, "head_dim": 8}, "must equal num_heads"),
     ({"model_type": "mamba2", **_SSM, "num_heads": 8, "head_dim": 16, "n_groups": 3},

@@ -94,7 +94,10 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "Ministral3ForCausalLM": "ministral3", "HeliumForCausalLM": "helium",
              "GlmForCausalLM": "glm", "CwmForCausalLM": "cwm",
              "VaultGemmaForCausalLM": "vaultgemma", "MambaForCausalLM": "mamba",
-             "FalconMambaForCausalLM": "falcon_mamba", "Mamba2ForCausalLM": "mamba2"}
+             "FalconMambaForCausalLM": "falcon_mamba", "Mamba2ForCausalLM": "mamba2",
+             "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "FlexOlmoForCausalLM": "flex_olmo",
+             "MiniMaxM2ForCausalLM": "minimax_m2",
+             "GraniteMoeSharedForCausalLM": "granitemoeshared"}
 
 
 
@@ -108,9 +111,10 @@ def from_hf_config(path) -> Architecture:
     Accepted ``model_type`` (or, only when the file has none, the type of ``architectures[0]``):
     apertus, arcee, bloom, cohere, cohere2, cwm, deepseek_v2, deepseek_v3, dots1, ernie4_5,
     ernie4_5_moe, exaone4, falcon (both decoder architectures), gemma, gemma2, gemma3 (its
-    text_config), gemma3_text, glm, glm4, glm4_moe, gpt2, gpt_neox, gpt_oss, gptj, granite,
-    granitemoe, helium, hunyuan_v1_dense, llama, llama4 (its text_config), llama4_text,
-    ministral, ministral3, mistral, mixtral, olmo, olmo2, olmo3, olmoe, phi3 (Phi-3 and Phi-4),
+    text_config), gemma3_text, flex_olmo, glm, glm4, glm4_moe, gpt2, gpt_neox, gpt_oss, gptj,
+    granite, granitemoe, granitemoeshared, helium, hunyuan_v1_dense, hunyuan_v1_moe, llama,
+    llama4 (its text_config), llama4_text, minimax_m2, ministral, ministral3, mistral, mixtral,
+    olmo, olmo2, olmo3, olmoe, phi3 (Phi-3 and Phi-4),
     phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, starcoder2, vaultgemma, the
     pure state-space types mamba, falcon_mamba, mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba,
     nemotron_h (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their

@@ -68,6 +68,10 @@ DECODER_DEFAULTS = {
     "glm": (False, 2, 128, 131072),
     "cwm": (False, 8, 128, 131072),
     "vaultgemma": (True, 4, 256, 8192),
+    "hunyuan_v1_moe": (False, None, None, 2048),
+    "flex_olmo": (False, None, None, 4096),
+    "minimax_m2": (False, 8, 128, 196608),
+    "granitemoeshared": (False, None, None, 2048),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
@@ -121,7 +125,8 @@ def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
         kw["add_bias_linear"] = c.bool("mlp_bias", False)
     elif mtype in ("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
                    "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus",
-                   "olmo3", "cohere2", "vaultgemma"):
+                   "olmo3", "cohere2", "vaultgemma", "hunyuan_v1_moe", "flex_olmo",
+                   "granitemoeshared"):
         kw["attention_bias"] = c.bool("attention_bias", False)   # MLP / experts never biased
     elif mtype == "qwen2":
         kw["add_qkv_bias"] = True           # Qwen2Attention: q, k, v with bias=True, o without
@@ -150,19 +155,21 @@ def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
             raise c._bad("attention_out_bias true with attention_bias false (an output-projection "
                          "bias without q, k, v biases) is not modelled")
         kw.update(attention_bias=out, add_qkv_bias=qkv, add_bias_linear=c.bool("mlp_bias", False))
-    # mistral, mixtral, phi3, exaone4, ministral, ministral3: every projection bias=False
-    # whatever the file says
+    # mistral, mixtral, phi3, exaone4, ministral, ministral3, minimax_m2: every projection
+    # bias=False whatever the file says
 
 
 def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
-    if mtype in ("qwen3", "qwen3_moe", "exaone4", "hunyuan_v1_dense", "apertus"):
+    if mtype in ("qwen3", "qwen3_moe", "exaone4", "hunyuan_v1_dense", "apertus",
+                 "hunyuan_v1_moe"):
         # Qwen3 / Exaone4 / Apertus q_norm, k_norm and HunYuan's query_layernorm,
         # key_layernorm: an RMSNorm(head_dim) each on q and on k
         kw["qk_layernorm"] = True
-    if mtype in ("hunyuan_v1_dense", "ministral") and kw["kv_channels"] is None:
-        # HunYuanDenseV1Attention / MinistralAttention read config.head_dim, whose default is
-        # None: transformers cannot build the model without it
-        cls = "HunYuanDenseV1Attention" if mtype == "hunyuan_v1_dense" else "MinistralAttention"
+    if mtype in ("hunyuan_v1_dense", "hunyuan_v1_moe", "ministral") and kw["kv_channels"] is None:
+        # HunYuanDenseV1Attention / HunYuanMoEV1Attention / MinistralAttention read
+        # config.head_dim, whose default is None: transformers cannot build the model without it
+        cls = {"hunyuan_v1_dense": "HunYuanDenseV1Attention",
+               "hunyuan_v1_moe": "HunYuanMoEV1Attention"}.get(mtype, "MinistralAttention")
         raise c._bad(f"missing field 'head_dim' (transformers' {cls} needs it)")
     if mtype in ("arcee", "apertus"):
         # ArceeMLP / ApertusMLP: up_proj, act, down_proj (no gate)
@@ -180,9 +187,10 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
     if mtype == "olmo":
         kw["norm_affine"] = False           # OlmoLayerNorm: F.layer_norm(x, shape, None, None)
         kw["normalization"] = "LayerNorm"
-    if mtype in ("olmo2", "olmo3"):
-        # Olmo2RMSNorm / Olmo3RMSNorm (a*d_h) on q and (g*d_h) on k; post_attention and
-        # post_feedforward norms (Olmo3's sliding-window layers change no parameter)
+    if mtype in ("olmo2", "olmo3", "flex_olmo", "minimax_m2"):
+        # Olmo2RMSNorm / Olmo3RMSNorm / FlexOlmoRMSNorm / MiniMaxM2RMSNorm (a*d_h) on q and
+        # (g*d_h) on k; OLMo's post_attention and post_feedforward norms (Olmo3's
+        # sliding-window layers change no parameter)
         kw.update(qk_layernorm=True, qk_norm_width="full")
     if mtype == "olmoe":
         # OlmoeAttention: q_norm = RMSNorm(h), k_norm = RMSNorm((h // a) * g), which are a*d_h
@@ -223,10 +231,33 @@ def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
         kw.update(num_experts=c.int("num_local_experts", 16),
                   moe_router_topk=c.int("num_experts_per_tok", 2),
                   moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
-    if mtype == "granitemoe":
+    if mtype in ("granitemoe", "granitemoeshared"):
         kw.update(num_experts=c.int("num_local_experts", 8, null=8),
                   moe_router_topk=c.int("num_experts_per_tok", 2, null=2),
                   moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
+    if mtype == "granitemoeshared":
+        # GraniteMoeSharedDecoderLayer: a gated shared_mlp (input_linear h -> 2 f_sh,
+        # output_linear, no bias) beside the experts unless shared_intermediate_size is 0
+        kw["moe_shared_expert_intermediate_size"] = c.int(
+            "shared_intermediate_size", 0, allow_zero=True) or None
+    if mtype in ("flex_olmo", "minimax_m2"):
+        # FlexOlmoSparseMoeBlock / MiniMaxM2SparseMoeBlock in every layer: a router weight E x h
+        # (MiniMax-M2's e_score_correction_bias is an nn.Buffer), E gated experts of
+        # intermediate_size, no shared expert
+        flex = mtype == "flex_olmo"
+        kw.update(num_experts=c.int(("num_experts", "num_local_experts") if flex else
+                                    ("num_local_experts", "num_experts"), 7 if flex else 256),
+                  moe_router_topk=c.int("num_experts_per_tok", 5 if flex else 8),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
+    if mtype == "hunyuan_v1_moe":
+        # HunYuanMoEV1Moe in every layer: a gate wg h x E (no bias), E gated experts and one
+        # gated shared_mlp, all of intermediate_size; num_experts / moe_topk as one number
+        # (a per-layer list is refused by ConfigFields.int)
+        kw.update(num_experts=c.int(("num_experts", "num_local_experts"), 1),
+                  moe_router_topk=c.int(("moe_topk", "num_experts_per_tok"), 1),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"],
+                  moe_shared_expert_intermediate_size=kw["ffn_hidden_size"],
+                  moe_router_bias=False)
     if mtype in ("qwen2_moe", "qwen3_moe"):
         n_layers = kw["num_layers"]
         n_exp = c.int("num_experts", 60 if mtype == "qwen2_moe" else 128)

@@ -57,7 +57,9 @@ FIELD_LIMITS = {
     "mamba_head_dim": "mamba_inner_size",
     # the pure Mamba / Mamba-2 spellings (memsym.model.hf_ssm)
     "state_size": "mamba_state_dim", "time_step_rank": "mamba_dt_rank",
-    "num_heads": "mamba_num_heads", "shared_intermediate_size": "ffn_hidden_size",
+    "num_heads": "mamba_num_heads",
+    "moe_topk": "moe_router_topk",  # HunYuan MoE
+    "shared_intermediate_size": "ffn_hidden_size",
     "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
     "expert_layer_period": "num_layers", "expert_layer_offset": "num_layers",
     "attn_layer_period": "num_layers", "attn_layer_offset": "num_layers",
