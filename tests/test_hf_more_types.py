@@ -25,7 +25,7 @@ from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count
 # the model types this file covers
 MORE_TYPES = {"olmo3", "cohere2", "ministral", "ministral3", "helium", "glm", "cwm", "vaultgemma",
               "mamba", "falcon_mamba", "mamba2", "hunyuan_v1_moe", "flex_olmo", "minimax_m2",
-              "granitemoeshared"}
+              "granitemoeshared", "nemotron", "phi"}
 
 _SSM = {"hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 128, **_TOKENS}
 
@@ -90,6 +90,16 @@ SMALL = {
                                shared_intermediate_size=48),
     "granitemoeshared-no-shared-bias": _small("granitemoeshared", num_local_experts=4,
                                               shared_intermediate_size=0, attention_bias=True),
+    # Nemotron (Nemotron-4, Minitron): LayerNorm1P with bias, relu2 MLP without gate
+    "nemotron": _small("nemotron"),
+    "nemotron-biases-head-dim-tied": _small("nemotron", head_dim=32, attention_bias=True,
+                                            mlp_bias=True, tie_word_embeddings=True),
+    # Phi-1/1.5/2: one LayerNorm, parallel attention and MLP, every projection and lm_head
+    # biased; q/k LayerNorms of h / a; GQA and a head_dim of its own
+    "phi": _small("phi"),
+    "phi-qk-layernorm-tied": _small("phi", qk_layernorm=True, head_dim=16,
+                                    tie_word_embeddings=True),
+    "phi-mha-head-dim": _small("phi", head_dim=8, num_key_value_heads=4),
 }
 
 
@@ -105,7 +115,7 @@ def test_the_newer_types_accepted_reach_the_issue_count():
     hybrid = {cfg["model_type"] for cfg in HYBRID_SMALL.values()}
     newer = MORE_TYPES | NEWER_TYPES | hybrid
     assert newer <= set(HF_MODEL_TYPES)
-    assert len(newer) >= 28
+    assert len(newer) >= 37
 
 
 @pytest.mark.parametrize("case", sorted(SMALL))
@@ -226,6 +236,21 @@ REAL = {
                    "use_qk_norm": True, "max_position_embeddings": 196608,
                    "tie_word_embeddings": False, "vocab_size": 200064, "bos_token_id": 200019,
                    "eos_token_id": 200020},
+    # https://huggingface.co/nvidia/Minitron-4B-Base/blob/main/config.json
+    "minitron-4b": {"architectures": ["NemotronForCausalLM"], "model_type": "nemotron",
+                    "hidden_size": 3072, "intermediate_size": 9216, "num_hidden_layers": 32,
+                    "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
+                    "hidden_act": "relu2", "partial_rotary_factor": 0.5, "norm_eps": 1e-5,
+                    "max_position_embeddings": 4096, "tie_word_embeddings": False,
+                    "vocab_size": 256000, "bos_token_id": 2, "eos_token_id": 3},
+    # https://huggingface.co/microsoft/phi-2/blob/main/config.json
+    "phi-2": {"architectures": ["PhiForCausalLM"], "model_type": "phi", "hidden_size": 2560,
+              "intermediate_size": 10240, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 32, "partial_rotary_factor": 0.4, "qk_layernorm": False,
+              "hidden_act": "gelu_new", "resid_pdrop": 0.1, "embd_pdrop": 0.0,
+              "attention_dropout": 0.0, "max_position_embeddings": 2048,
+              "tie_word_embeddings": False, "vocab_size": 51200, "bos_token_id": 50256,
+              "eos_token_id": 50256},
 }
 
 
@@ -304,6 +329,24 @@ def test_moe_families_against_their_cards(tmp_path):
     assert round(parameter_count(arch) / 10**10) == 23
 
 
+def test_phi2_hand_count_and_card(tmp_path):
+    # modeling_phi.py (h=2560, f=10240, L=32, V=51200, untied): q, k, v, dense with bias; fc1,
+    # fc2 with bias; one LayerNorm (weight, bias) a layer; final LayerNorm; lm_head with bias
+    h, f, L, V = 2560, 10240, 32, 51200
+    layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 2 * h
+    arch = _read(tmp_path, "phi-2")
+    assert parameter_count(arch) == V * h + L * layer + 2 * h + V * h + V
+    # the card: "a Transformer with 2.7 billion parameters" (tenths, cut)
+    assert parameter_count(arch) // 10**8 == 27
+    assert arch.extra["hf_dropout"] == {"attention_dropout": 0.0, "resid_pdrop": 0.1,
+                                        "embd_pdrop": 0.0}
+
+
+def test_minitron_against_the_card(tmp_path):
+    # Minitron-4B-Base card: a 4B model pruned from Nemotron-4 15B
+    assert _billions(parameter_count(_read(tmp_path, "minitron-4b"))) == 4
+
+
 def test_flexolmo_hand_count(tmp_path):
     # modeling_flex_olmo.py (h=4096, a=g=32, f=11008, E=7, L=32, V=100352, untied): q, k, v, o;
     # q_norm (a d_h), k_norm (g d_h); router E x h; E gated experts; post-attention and
@@ -327,6 +370,9 @@ def test_real_configs_match_transformers(tmp_path, case):
 @pytest.mark.parametrize("cfg,match", [
     (_small("ministral"), "missing field 'head_dim'"),
     (_small("hunyuan_v1_moe", num_experts=4), "missing field 'head_dim'"),
+    ({k: v for k, v in _small("nemotron").items() if k != "num_key_value_heads"},
+     "missing field 'num_key_value_heads'"),
+    (_small("phi", qk_layernorm=True, head_dim=8), "qk_layernorm with a Phi head_dim"),
     (_small("hunyuan_v1_moe", head_dim=16, num_experts=[4, 4, 4]), "'num_experts' must be a whole"),
     (_small("helium", head_dim=32), "Helium head_dim"),
     ({"model_type": "mamba2", **_SSM, "num_heads": 8, "head_dim": 8}, "must equal num_heads"),

@@ -1,5 +1,6 @@
-"""The GPT-style ``config.json`` families: GPT-2, GPT-NeoX, GPT-J, Falcon, BLOOM and StarCoder2
-(biased projections, LayerNorms, learned, rotary or ALiBi positions, parallel blocks).
+"""The GPT-style ``config.json`` families: GPT-2, GPT-NeoX, GPT-J, Falcon, BLOOM, StarCoder2,
+Nemotron (Nemotron-4 / Minitron) and Phi (Phi-1, Phi-1.5, Phi-2): biased projections, LayerNorms,
+learned, rotary or ALiBi positions, parallel blocks.
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
 the defaults of transformers' config class and the modules its ``modeling_<type>.py`` builds
@@ -94,6 +95,37 @@ def _read_starcoder2(c: ConfigFields, mtype: str, notes: list) -> dict:
 
 
 
+def _read_nemotron(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # NemotronDecoderLayer: input and post-attention NemotronLayerNorm1P (an nn.LayerNorm: a
+    # weight and a bias of h); NemotronAttention: q, k, v, o with bias=config.attention_bias,
+    # head_dim = config.head_dim (h // a when null); NemotronMLP: up_proj, relu2, down_proj
+    # (no gate) with bias=config.mlp_bias.  partial_rotary_factor changes no parameter.
+    # NemotronConfig leaves num_key_value_heads None, which NemotronAttention cannot build with:
+    # it is required
+    kw = decoder_fields(c, mtype, gated=False, norm="LayerNorm")
+    kw.update(num_query_groups=c.int("num_key_value_heads"), attention_bias=c.bool("attention_bias", False),
+              add_bias_linear=c.bool("mlp_bias", False))
+    return kw
+
+
+def _read_phi(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # PhiDecoderLayer: one input_layernorm (nn.LayerNorm, weight and bias) feeding attention and
+    # MLP in parallel; PhiAttention: q, k, v and dense all with bias; qk_layernorm: one
+    # nn.LayerNorm(head_dim) on q and one on k (shared by the heads); PhiMLP: fc1, gelu, fc2 with
+    # bias; final_layernorm; lm_head with bias.
+    kw = decoder_fields(c, mtype, gated=False, norm="LayerNorm")
+    qk_norm = c.bool("qk_layernorm", False)
+    hs, heads = kw["hidden_size"], kw["num_attention_heads"]
+    if qk_norm and kw["kv_channels"] not in (None, hs // heads):
+        # PhiAttention's q_layernorm and k_layernorm are of h // a, not head_dim
+        raise c._bad("qk_layernorm with a Phi head_dim other than hidden_size / "
+                     "num_attention_heads is not modelled (its q and k norms keep h / a)")
+    kw.update(add_bias_linear=True, attention_bias=True, norms_per_layer=1,
+              parallel_attention=True, output_layer_bias=True, qk_layernorm=qk_norm)
+    return kw
+
+
 CLASSIC_READERS = {"gpt2": _read_gpt2, "gpt_neox": _read_gpt_neox, "gptj": _read_gptj,
-                   "falcon": _read_falcon, "bloom": _read_bloom, "starcoder2": _read_starcoder2}
+                   "falcon": _read_falcon, "bloom": _read_bloom, "starcoder2": _read_starcoder2,
+                   "nemotron": _read_nemotron, "phi": _read_phi}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""

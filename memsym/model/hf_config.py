@@ -57,6 +57,7 @@ _DROPOUT.update({
     "bloom": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
     "falcon": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
     "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
+    "phi": {"attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0},
 })
 # model_type -> (reader (c, notes), tie_word_embeddings default, dropout) of the families whose
 # modules are not a Llama-like decoder's: hybrid Mamba / attention and pure Mamba
@@ -97,7 +98,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "FalconMambaForCausalLM": "falcon_mamba", "Mamba2ForCausalLM": "mamba2",
              "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "FlexOlmoForCausalLM": "flex_olmo",
              "MiniMaxM2ForCausalLM": "minimax_m2",
-             "GraniteMoeSharedForCausalLM": "granitemoeshared"}
+             "GraniteMoeSharedForCausalLM": "granitemoeshared",
+             "NemotronForCausalLM": "nemotron", "PhiForCausalLM": "phi"}
 
 
 
@@ -114,7 +116,7 @@ def from_hf_config(path) -> Architecture:
     text_config), gemma3_text, flex_olmo, glm, glm4, glm4_moe, gpt2, gpt_neox, gpt_oss, gptj,
     granite, granitemoe, granitemoeshared, helium, hunyuan_v1_dense, hunyuan_v1_moe, llama,
     llama4 (its text_config), llama4_text, minimax_m2, ministral, ministral3, mistral, mixtral,
-    olmo, olmo2, olmo3, olmoe, phi3 (Phi-3 and Phi-4),
+    nemotron, olmo, olmo2, olmo3, olmoe, phi (Phi-1 to Phi-2), phi3 (Phi-3 and Phi-4),
     phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, starcoder2, vaultgemma, the
     pure state-space types mamba, falcon_mamba, mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba,
     nemotron_h (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their

@@ -72,6 +72,8 @@ DECODER_DEFAULTS = {
     "flex_olmo": (False, None, None, 4096),
     "minimax_m2": (False, 8, 128, 196608),
     "granitemoeshared": (False, None, None, 2048),
+    "nemotron": (False, None, None, 4096),
+    "phi": (False, None, None, 2048),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
