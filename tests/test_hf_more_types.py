@@ -413,3 +413,69 @@ def test_a_mamba1_estimate_is_refused_in_one_line_and_mamba2_is_estimated(tmp_pa
 def test_active_equals_total_for_the_dense_types(tmp_path):
     arch = _read(tmp_path, "olmo-3-7b")
     assert active_parameter_count(arch) == parameter_count(arch)
+
+
+@pytest.mark.parametrize("case", ["mamba2", "mamba-switches", "hunyuan_v1_moe", "phi",
+                                  "granitemoeshared", "cohere2"])
+def test_stages_add_up_to_the_count(tmp_path, case):
+    # one layer per pipeline stage: the stages hold every parameter once, plus the last stage's
+    # copy of a tied output weight (V h), as Megatron allocates it
+    from memsym.model import stage_parameters
+
+    arch = from_hf_config(_write(tmp_path, SMALL[case]))
+    total, p = parameter_count(arch), arch.num_layers
+    stages = [stage_parameters(arch, t=1, p=p, stage=i, pad_vocab=False) for i in range(p)]
+    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
+    assert sum(s.total for s in stages) == total + tied_copy
+
+
+def _one_per_type():
+    seen = {}
+    for case in sorted(SMALL):
+        seen.setdefault(SMALL[case]["model_type"], case)
+    return sorted(seen.values())
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", _one_per_type())
+def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
+    # oracle: transformers' model in training mode keeps a dropout mask exactly when the
+    # probabilities memsym read are not all zero
+    from test_hf_configs import _dropout_masks
+
+    cfg = dict(SMALL[case])
+    dropout_fields = from_hf_config(_write(tmp_path, cfg, "probe")).extra["hf_dropout"]
+    cfg.update({k: 0.1 for k in dropout_fields})
+    path = _write(tmp_path, cfg)
+    dropout = from_hf_config(path).extra["hf_dropout"]
+    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
+
+
+def test_fuzzed_configs(tmp_path):
+    # any change of a few fields of one of these configs is an Architecture or one clear line;
+    # 120 examples, no deadline (file writes), no example database
+    import json
+
+    from memsym.errors import MemsymError
+
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    keys = sorted({k for cfg in SMALL.values() for k in cfg})
+    values = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2, max_value=10**9),
+                       st.sampled_from([0, 1, 2, 4, 64, 10**300, "auto"]), st.text(max_size=8),
+                       st.lists(st.integers(min_value=-1, max_value=4), max_size=4))
+
+    @hypothesis.settings(max_examples=120, deadline=None, database=None)
+    @hypothesis.given(base=st.sampled_from(sorted(SMALL)),
+                      changes=st.dictionaries(st.sampled_from(keys), values, max_size=4))
+    def check(base, changes):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**SMALL[base], **changes}))
+        try:
+            arch = from_hf_config(path)
+        except MemsymError as exc:
+            assert "\n" not in str(exc)
+        else:
+            assert parameter_count(arch) > 0
+
+    check()
