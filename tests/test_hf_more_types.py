@@ -25,7 +25,10 @@ from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count
 # the model types this file covers
 MORE_TYPES = {"olmo3", "cohere2", "ministral", "ministral3", "helium", "glm", "cwm", "vaultgemma",
               "mamba", "falcon_mamba", "mamba2", "hunyuan_v1_moe", "flex_olmo", "minimax_m2",
-              "granitemoeshared", "nemotron", "phi"}
+              "granitemoeshared", "nemotron", "phi", "gpt_bigcode", "stablelm"}
+
+_BIGCODE = {"model_type": "gpt_bigcode", "n_embd": 64, "n_layer": 3, "n_head": 4,
+            "n_positions": 64, "vocab_size": 128, **_TOKENS}
 
 _SSM = {"hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 128, **_TOKENS}
 
@@ -100,6 +103,15 @@ SMALL = {
     "phi-qk-layernorm-tied": _small("phi", qk_layernorm=True, head_dim=16,
                                     tie_word_embeddings=True),
     "phi-mha-head-dim": _small("phi", head_dim=8, num_key_value_heads=4),
+    # GPTBigCode (StarCoder): GPT-2 with one KV head (multi_query), or multi-head attention
+    "gpt_bigcode": _BIGCODE,
+    "gpt_bigcode-mha-n-inner-untied": {**_BIGCODE, "multi_query": False, "n_inner": 80,
+                                       "tie_word_embeddings": False},
+    # StableLM: LayerNorms with bias, q/k/v bias switch, parallel residual, head_dim = h / a
+    "stablelm": _small("stablelm"),
+    "stablelm-parallel-qkv-bias-tied": _small("stablelm", use_qkv_bias=True,
+                                              use_parallel_residual=True,
+                                              tie_word_embeddings=True, head_dim=32),
 }
 
 
@@ -251,6 +263,20 @@ REAL = {
               "attention_dropout": 0.0, "max_position_embeddings": 2048,
               "tie_word_embeddings": False, "vocab_size": 51200, "bos_token_id": 50256,
               "eos_token_id": 50256},
+    # https://huggingface.co/bigcode/starcoder/blob/main/config.json
+    "starcoder": {"architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode",
+                  "n_embd": 6144, "n_head": 48, "n_inner": 24576, "n_layer": 40,
+                  "n_positions": 8192, "multi_query": True, "vocab_size": 49152,
+                  "activation_function": "gelu_pytorch_tanh", "attn_pdrop": 0.1,
+                  "resid_pdrop": 0.1, "embd_pdrop": 0.1, "bos_token_id": 0, "eos_token_id": 0},
+    # https://huggingface.co/stabilityai/stablelm-2-1_6b/blob/main/config.json
+    "stablelm-2-1.6b": {"architectures": ["StableLmForCausalLM"], "model_type": "stablelm",
+                        "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+                        "num_attention_heads": 32, "num_key_value_heads": 32,
+                        "use_qkv_bias": True, "qk_layernorm": False,
+                        "use_parallel_residual": False, "partial_rotary_factor": 0.25,
+                        "max_position_embeddings": 4096, "tie_word_embeddings": False,
+                        "vocab_size": 100352, "bos_token_id": 100257, "eos_token_id": 100257},
 }
 
 
@@ -342,6 +368,18 @@ def test_phi2_hand_count_and_card(tmp_path):
                                         "embd_pdrop": 0.0}
 
 
+def test_starcoder_and_stablelm_against_their_cards(tmp_path):
+    # StarCoder card: "15.5B parameter models"; a hand count from modeling_gpt_bigcode.py
+    # (h=6144, f=24576, d_h=128, one KV head, L=40, V=49152, 8192 positions, tied)
+    h, f, L, V, P = 6144, 24576, 40, 49152, 8192
+    layer = h * (h + 2 * 128) + (h + 2 * 128) + h * h + h + 2 * h * f + f + h + 4 * h
+    arch = _read(tmp_path, "starcoder")
+    assert parameter_count(arch) == V * h + P * h + L * layer + 2 * h
+    assert _billions(parameter_count(arch), 1) == 15.5
+    # Stable LM 2 1.6B card: "a 1.6 billion parameter decoder-only language model"
+    assert _billions(parameter_count(_read(tmp_path, "stablelm-2-1.6b")), 1) == 1.6
+
+
 def test_minitron_against_the_card(tmp_path):
     # Minitron-4B-Base card: a 4B model pruned from Nemotron-4 15B
     assert _billions(parameter_count(_read(tmp_path, "minitron-4b"))) == 4
@@ -373,6 +411,8 @@ def test_real_configs_match_transformers(tmp_path, case):
     ({k: v for k, v in _small("nemotron").items() if k != "num_key_value_heads"},
      "missing field 'num_key_value_heads'"),
     (_small("phi", qk_layernorm=True, head_dim=8), "qk_layernorm with a Phi head_dim"),
+    (_small("stablelm", qk_layernorm=True), "per-head LayerNorms"),
+    ({**_BIGCODE, "add_cross_attention": True}, "add_cross_attention"),
     (_small("hunyuan_v1_moe", head_dim=16, num_experts=[4, 4, 4]), "'num_experts' must be a whole"),
     (_small("helium", head_dim=32), "Helium head_dim"),
     ({"model_type": "mamba2", **_SSM, "num_heads": 8, "head_dim": 8}, "must equal num_heads"),

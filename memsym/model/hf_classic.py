@@ -1,5 +1,6 @@
 """The GPT-style ``config.json`` families: GPT-2, GPT-NeoX, GPT-J, Falcon, BLOOM, StarCoder2,
-Nemotron (Nemotron-4 / Minitron) and Phi (Phi-1, Phi-1.5, Phi-2): biased projections, LayerNorms,
+Nemotron (Nemotron-4 / Minitron), Phi (Phi-1, Phi-1.5, Phi-2), GPTBigCode (StarCoder, SantaCoder)
+and StableLM: biased projections, LayerNorms,
 learned, rotary or ALiBi positions, parallel blocks.
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
@@ -125,7 +126,40 @@ def _read_phi(c: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
+def _read_gpt_bigcode(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # GPTBigCodeAttention: c_attn h -> h + 2 d_h with multi_query (one KV head), 3h without,
+    # c_proj, all with bias; GPTBigCodeMLP: c_fc h -> n_inner (default 4h), c_proj, with bias;
+    # ln_1, ln_2, ln_f LayerNorms; learned positions wpe; lm_head tied (no bias).
+    if c.bool("add_cross_attention", False):
+        raise c._bad("add_cross_attention true (an encoder-decoder GPTBigCode) is not modelled")
+    kw = _read_gpt2(c, mtype, notes)
+    if c.bool("multi_query", True):
+        kw["num_query_groups"] = 1
+    return kw
+
+
+def _read_stablelm(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # StableLmAttention: head_dim = h // a (a file's head_dim is not read); q, k, v with
+    # bias=config.use_qkv_bias, o_proj h x h without; StableLmMLP gated, no bias; nn.LayerNorm
+    # norms (weight and bias): input_layernorm, and post_attention_layernorm unless
+    # use_parallel_residual (attention and MLP side by side on one norm)
+    if c.bool("qk_layernorm", False):
+        # StableLmLayerNormPerHead: a bias-free LayerNorm per head beside the biased ones
+        raise c._bad("qk_layernorm true (bias-free per-head LayerNorms on q and k) is not "
+                     "modelled for StableLM")
+    data = {k: v for k, v in c.data.items() if k != "head_dim"}
+    kw = decoder_fields(ConfigFields(data, c.where), mtype, norm="LayerNorm")
+    if kw["hidden_size"] % kw["num_attention_heads"]:
+        raise c._bad("hidden_size must be a multiple of num_attention_heads (StableLmAttention "
+                     "refuses it)")
+    parallel = c.bool("use_parallel_residual", False)
+    kw.update(add_qkv_bias=c.bool("use_qkv_bias", False), attention_bias=False,
+              norms_per_layer=1 if parallel else 2, parallel_attention=parallel)
+    return kw
+
+
 CLASSIC_READERS = {"gpt2": _read_gpt2, "gpt_neox": _read_gpt_neox, "gptj": _read_gptj,
                    "falcon": _read_falcon, "bloom": _read_bloom, "starcoder2": _read_starcoder2,
-                   "nemotron": _read_nemotron, "phi": _read_phi}
+                   "nemotron": _read_nemotron, "phi": _read_phi,
+                   "gpt_bigcode": _read_gpt_bigcode, "stablelm": _read_stablelm}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""

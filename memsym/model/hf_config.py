@@ -58,6 +58,8 @@ _DROPOUT.update({
     "falcon": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
     "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
     "phi": {"attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0},
+    "gpt_bigcode": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
+    "stablelm": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
 })
 # model_type -> (reader (c, notes), tie_word_embeddings default, dropout) of the families whose
 # modules are not a Llama-like decoder's: hybrid Mamba / attention and pure Mamba
@@ -99,7 +101,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "FlexOlmoForCausalLM": "flex_olmo",
              "MiniMaxM2ForCausalLM": "minimax_m2",
              "GraniteMoeSharedForCausalLM": "granitemoeshared",
-             "NemotronForCausalLM": "nemotron", "PhiForCausalLM": "phi"}
+             "NemotronForCausalLM": "nemotron", "PhiForCausalLM": "phi",
+             "GPTBigCodeForCausalLM": "gpt_bigcode", "StableLmForCausalLM": "stablelm"}
 
 
 
@@ -113,23 +116,27 @@ def from_hf_config(path) -> Architecture:
     Accepted ``model_type`` (or, only when the file has none, the type of ``architectures[0]``):
     apertus, arcee, bloom, cohere, cohere2, cwm, deepseek_v2, deepseek_v3, dots1, ernie4_5,
     ernie4_5_moe, exaone4, falcon (both decoder architectures), gemma, gemma2, gemma3 (its
-    text_config), gemma3_text, flex_olmo, glm, glm4, glm4_moe, gpt2, gpt_neox, gpt_oss, gptj,
-    granite, granitemoe, granitemoeshared, helium, hunyuan_v1_dense, hunyuan_v1_moe, llama,
-    llama4 (its text_config), llama4_text, minimax_m2, ministral, ministral3, mistral, mixtral,
-    nemotron, olmo, olmo2, olmo3, olmoe, phi (Phi-1 to Phi-2), phi3 (Phi-3 and Phi-4),
-    phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, starcoder2, vaultgemma, the
-    pure state-space types mamba, falcon_mamba, mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba,
-    nemotron_h (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their
-    parameter count is exact, a memory estimate of them is refused).  The core sizes (hidden size, layers, heads, vocabulary, MLP size) must be in the
-    file (a vision-language file's text_config takes its text config class's defaults, as the
-    released gemma3 files need, and says so in the notes); every other field defaults as
+    text_config), gemma3_text, flex_olmo, glm, glm4, glm4_moe, gpt2, gpt_bigcode, gpt_neox,
+    gpt_oss, gptj, granite, granitemoe, granitemoeshared, helium, hunyuan_v1_dense,
+    hunyuan_v1_moe, llama, llama4 (its text_config), llama4_text, minimax_m2, ministral,
+    ministral3, mistral, mixtral, nemotron, olmo, olmo2, olmo3, olmoe, phi (Phi-1 to Phi-2),
+    phi3 (Phi-3 and Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3,
+    stablelm, starcoder2, vaultgemma, the pure state-space types mamba, falcon_mamba, mamba2
+    (:mod:`memsym.model.hf_ssm`), and the hybrid Mamba / attention types bamba, falcon_h1,
+    granitemoehybrid, jamba, nemotron_h (:mod:`memsym.model.hf_hybrid`: per-layer mixers in
+    ``layer_mixers``; their parameter count is exact, a memory estimate only of Mamba-2 mixers
+    one a layer).  The core sizes (hidden size, layers, heads, vocabulary, MLP size) must be in
+    the file (a vision-language file's text_config takes its text config class's defaults, as
+    the released gemma3 files need, and says so in the notes); every other field defaults as
     transformers' config class defaults it, and the modules are those the transformers model
     builds, so the parameter count equals ``sum(p.numel())`` of
-    ``AutoModelForCausalLM.from_config`` (transformers 5.24.0; for gemma3, of its language
-    model).  Where transformers builds less than the file describes (DeepSeek-V3's and GLM-4.5's
-    MTP layer, a vision encoder) the difference is said in ``arch.extra["notes"]``.  Any other
-    ``model_type`` is refused; a near name may be suggested but is never read in its place.  The file is parsed as JSON only; nothing in it is evaluated, every
-    size is checked against :data:`~memsym.model.architecture.LIMITS` as it is read, and the
+    ``AutoModelForCausalLM.from_config`` (transformers 5.24.0, and 5.25.0 for the types of
+    ``tests/test_hf_more_types.py``; for gemma3, of its language model).  Where transformers
+    builds less than the file describes (DeepSeek-V3's and GLM-4.5's MTP layer, a vision
+    encoder) the difference is said in ``arch.extra["notes"]``.  Any other ``model_type`` is
+    refused; a near name may be suggested but is never read in its place.  The file is parsed
+    as JSON only; nothing in it is evaluated, every size is checked against
+    :data:`~memsym.model.architecture.LIMITS` as it is read, and the
     name (``_name_or_path``) is stored escaped (:func:`~memsym.model.architecture.printable`).
 
     Parameters

@@ -74,6 +74,8 @@ DECODER_DEFAULTS = {
     "granitemoeshared": (False, None, None, 2048),
     "nemotron": (False, None, None, 4096),
     "phi": (False, None, None, 2048),
+    "stablelm": (False, 32, None, 4096),
+    "gpt_bigcode": (True, None, None, 1024),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
