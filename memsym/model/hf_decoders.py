@@ -112,7 +112,36 @@ def decoder_fields(fields: ConfigFields, mtype: str, gated: bool = True, norm: s
 
 def read_llama_like(fields: ConfigFields, mtype: str, notes: list) -> dict:
     """The Llama-like families' Architecture keyword arguments: the shared sizes, then each
-    type's biases, its norms and MLP variants, and its built-in MoE block."""
+    type's biases, its norms and MLP variants, and its built-in MoE block.
+
+    Parameters
+    ----------
+    fields : ConfigFields
+        The parsed config.json.
+    mtype : str
+        Its ``model_type``, a key of :data:`DECODER_DEFAULTS`.
+    notes : list
+        Where what transformers builds differently from the file is said (appended to).
+
+    Returns
+    -------
+    dict
+        :class:`~memsym.model.architecture.Architecture` keyword arguments.
+
+    References
+    ----------
+    transformers ``models/<model_type>/{configuration,modeling}_<model_type>.py`` (5.24.0;
+    5.25.0 for the types of ``tests/test_hf_more_types.py``), the attention, MLP and decoder
+    layer ``__init__`` (hf-transformers-5).
+
+    Examples
+    --------
+    >>> c = ConfigFields({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...                   "intermediate_size": 96, "vocab_size": 128}, "config.json")
+    >>> kw = read_llama_like(c, "olmo3", [])
+    >>> kw["qk_layernorm"], kw["qk_norm_width"], kw["attention_bias"]
+    (True, 'full', False)
+    """
     c = fields
     kw = decoder_fields(c, mtype)
     _biases(c, mtype, kw)
@@ -286,7 +315,18 @@ def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
 
 
 def read_llama4(fields: ConfigFields, mtype: str, notes: list) -> dict:
-    """Llama 4's text model (``llama4_text``): dense and MoE layers interleaved."""
+    """Llama 4's text model (``llama4_text``): dense and MoE layers interleaved.
+
+    Parameters and result as :func:`read_llama_like`'s (``mtype`` is ``"llama4_text"``).
+
+    Examples
+    --------
+    >>> c = ConfigFields({"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+    ...                   "intermediate_size": 32, "vocab_size": 128,
+    ...                   "interleave_moe_layer_step": 2}, "config.json")
+    >>> read_llama4(c, "llama4_text", [])["moe_layer_freq"]
+    (0, 1, 0, 1)
+    """
     c = fields
     # Llama4TextDecoderLayer: Llama4TextMoe iff layer_idx in config.moe_layers (default
     # range(step - 1, L, step), step = interleave_moe_layer_step), else Llama4TextMLP of

@@ -50,6 +50,14 @@ def mamba2_fields(fields: ConfigFields, d_inner: int, *, heads, groups, state, c
     name or a tuple of alternatives), ``defaults`` = (heads, groups, state, conv) its config
     class's defaults; ``d_inner`` must split into the groups (transformers cannot run it
     otherwise).
+
+    Examples
+    --------
+    >>> c = ConfigFields({"num_heads": 8, "n_groups": 2, "state_size": 16}, "config.json")
+    >>> kw = mamba2_fields(c, 128, heads="num_heads", groups="n_groups", state="state_size",
+    ...                    conv="conv_kernel", conv_bias="use_conv_bias", defaults=(128, 8, 128, 4))
+    >>> kw["mamba_num_heads"], kw["mamba_num_groups"], kw["mamba_state_dim"], kw["mamba_conv_kernel"]
+    (8, 2, 16, 4)
     """
     c = fields
     n_heads, n_groups, n_state, n_conv = defaults
