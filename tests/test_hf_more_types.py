@@ -25,7 +25,11 @@ from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count
 # the model types this file covers
 MORE_TYPES = {"olmo3", "cohere2", "ministral", "ministral3", "helium", "glm", "cwm", "vaultgemma",
               "mamba", "falcon_mamba", "mamba2", "hunyuan_v1_moe", "flex_olmo", "minimax_m2",
-              "granitemoeshared", "nemotron", "phi", "gpt_bigcode", "stablelm"}
+              "granitemoeshared", "nemotron", "phi", "gpt_bigcode", "stablelm", "glm4_moe_lite"}
+
+_MLA = dict(q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+            v_head_dim=8, n_routed_experts=4, n_shared_experts=1, moe_intermediate_size=16,
+            num_experts_per_tok=2, n_group=1, topk_group=1, num_key_value_heads=4)
 
 _BIGCODE = {"model_type": "gpt_bigcode", "n_embd": 64, "n_layer": 3, "n_head": 4,
             "n_positions": 64, "vocab_size": 128, **_TOKENS}
@@ -112,6 +116,13 @@ SMALL = {
     "stablelm-parallel-qkv-bias-tied": _small("stablelm", use_qkv_bias=True,
                                               use_parallel_residual=True,
                                               tie_word_embeddings=True, head_dim=32),
+    # GLM-4.7-Flash: DeepSeek-V3's multi-latent attention, layer 0 dense then MoE with a shared
+    # expert; or the layers mlp_layer_types lists, no q LoRA, two shared experts, MTP, tied
+    "glm4_moe_lite": _small("glm4_moe_lite", **_MLA),
+    "glm4_moe_lite-layer-types-no-q-lora": _small(
+        "glm4_moe_lite", **{**_MLA, "q_lora_rank": None, "n_shared_experts": 2},
+        mlp_layer_types=["sparse", "dense", "sparse"], tie_word_embeddings=True,
+        num_nextn_predict_layers=1, first_k_dense_replace=2),
 }
 
 
@@ -277,6 +288,18 @@ REAL = {
                         "use_parallel_residual": False, "partial_rotary_factor": 0.25,
                         "max_position_embeddings": 4096, "tie_word_embeddings": False,
                         "vocab_size": 100352, "bos_token_id": 100257, "eos_token_id": 100257},
+    # https://huggingface.co/zai-org/GLM-4.7-Flash/blob/main/config.json
+    "glm-4.7-flash": {"architectures": ["Glm4MoeLiteForCausalLM"], "model_type": "glm4_moe_lite",
+                      "hidden_size": 2048, "intermediate_size": 10240,
+                      "moe_intermediate_size": 1536, "num_hidden_layers": 47,
+                      "num_attention_heads": 20, "num_key_value_heads": 20,
+                      "n_routed_experts": 64, "n_shared_experts": 1, "num_experts_per_tok": 4,
+                      "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+                      "q_lora_rank": 768, "kv_lora_rank": 512, "qk_nope_head_dim": 192,
+                      "qk_rope_head_dim": 64, "v_head_dim": 256, "num_nextn_predict_layers": 1,
+                      "attention_bias": False, "max_position_embeddings": 202752,
+                      "tie_word_embeddings": False, "vocab_size": 154880, "pad_token_id": 154820,
+                      "eos_token_id": [154820, 154827, 154829]},
 }
 
 
@@ -380,6 +403,17 @@ def test_starcoder_and_stablelm_against_their_cards(tmp_path):
     assert _billions(parameter_count(_read(tmp_path, "stablelm-2-1.6b")), 1) == 1.6
 
 
+def test_glm_4_7_flash_against_the_card(tmp_path):
+    # GLM-4.7-Flash card: "a 30B-A3B MoE model"; the active 3B without the embedding and lm_head;
+    # the MTP layer transformers does not build is said, not counted
+    arch = _read(tmp_path, "glm-4.7-flash")
+    counts = parameter_counts(arch)
+    vocab = counts["embedding"] + counts["output_layer"]
+    assert _billions(parameter_count(arch)) == 30
+    assert _billions(active_parameter_count(arch) - vocab) == 3
+    assert any(n.startswith("num_nextn_predict_layers=1 not counted") for n in arch.extra["notes"])
+
+
 def test_minitron_against_the_card(tmp_path):
     # Minitron-4B-Base card: a 4B model pruned from Nemotron-4 15B
     assert _billions(parameter_count(_read(tmp_path, "minitron-4b"))) == 4
@@ -413,6 +447,8 @@ def test_real_configs_match_transformers(tmp_path, case):
     (_small("phi", qk_layernorm=True, head_dim=8), "qk_layernorm with a Phi head_dim"),
     (_small("stablelm", qk_layernorm=True), "per-head LayerNorms"),
     ({**_BIGCODE, "add_cross_attention": True}, "add_cross_attention"),
+    (_small("glm4_moe_lite", **_MLA, attention_bias=True), "attention_bias true"),
+    (_small("glm4_moe_lite", **_MLA, mlp_layer_types=["dense"]), "'mlp_layer_types' must list"),
     (_small("hunyuan_v1_moe", head_dim=16, num_experts=[4, 4, 4]), "'num_experts' must be a whole"),
     (_small("helium", head_dim=32), "Helium head_dim"),
     ({"model_type": "mamba2", **_SSM, "num_heads": 8, "head_dim": 8}, "must equal num_heads"),

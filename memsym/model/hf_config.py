@@ -102,7 +102,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "MiniMaxM2ForCausalLM": "minimax_m2",
              "GraniteMoeSharedForCausalLM": "granitemoeshared",
              "NemotronForCausalLM": "nemotron", "PhiForCausalLM": "phi",
-             "GPTBigCodeForCausalLM": "gpt_bigcode", "StableLmForCausalLM": "stablelm"}
+             "GPTBigCodeForCausalLM": "gpt_bigcode", "StableLmForCausalLM": "stablelm",
+             "Glm4MoeLiteForCausalLM": "glm4_moe_lite"}
 
 
 
@@ -116,12 +117,13 @@ def from_hf_config(path) -> Architecture:
     Accepted ``model_type`` (or, only when the file has none, the type of ``architectures[0]``):
     apertus, arcee, bloom, cohere, cohere2, cwm, deepseek_v2, deepseek_v3, dots1, ernie4_5,
     ernie4_5_moe, exaone4, falcon (both decoder architectures), gemma, gemma2, gemma3 (its
-    text_config), gemma3_text, flex_olmo, glm, glm4, glm4_moe, gpt2, gpt_bigcode, gpt_neox,
-    gpt_oss, gptj, granite, granitemoe, granitemoeshared, helium, hunyuan_v1_dense,
-    hunyuan_v1_moe, llama, llama4 (its text_config), llama4_text, minimax_m2, ministral,
-    ministral3, mistral, mixtral, nemotron, olmo, olmo2, olmo3, olmoe, phi (Phi-1 to Phi-2),
-    phi3 (Phi-3 and Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3,
-    stablelm, starcoder2, vaultgemma, the pure state-space types mamba, falcon_mamba, mamba2
+    text_config), gemma3_text, flex_olmo, glm, glm4, glm4_moe, glm4_moe_lite, gpt2,
+    gpt_bigcode, gpt_neox, gpt_oss, gptj, granite, granitemoe, granitemoeshared, helium,
+    hunyuan_v1_dense, hunyuan_v1_moe, llama, llama4 (its text_config), llama4_text, minimax_m2,
+    ministral, ministral3, mistral, mixtral, nemotron, olmo, olmo2, olmo3, olmoe, phi (Phi-1 to
+    Phi-2), phi3 (Phi-3 and Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss,
+    smollm3, stablelm, starcoder2, vaultgemma, the pure state-space types mamba, falcon_mamba,
+    mamba2
     (:mod:`memsym.model.hf_ssm`), and the hybrid Mamba / attention types bamba, falcon_h1,
     granitemoehybrid, jamba, nemotron_h (:mod:`memsym.model.hf_hybrid`: per-layer mixers in
     ``layer_mixers``; their parameter count is exact, a memory estimate only of Mamba-2 mixers

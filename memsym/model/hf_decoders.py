@@ -76,6 +76,7 @@ DECODER_DEFAULTS = {
     "phi": (False, None, None, 2048),
     "stablelm": (False, 32, None, 4096),
     "gpt_bigcode": (True, None, None, 1024),
+    "glm4_moe_lite": (False, 20, None, 202752),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0

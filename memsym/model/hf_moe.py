@@ -1,5 +1,6 @@
 """The DeepSeek-style MoE ``config.json`` families: DeepSeek-V2 / V3 (multi-latent attention),
-GLM-4.5 (``glm4_moe``), dots.llm1 (``dots1``) and ERNIE-4.5 MoE.
+GLM-4.5 (``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``: multi-latent attention), dots.llm1
+(``dots1``) and ERNIE-4.5 MoE.
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
 the defaults of transformers' config class and the modules its ``modeling_<type>.py`` builds
@@ -8,6 +9,7 @@ the defaults of transformers' config class and the modules its ``modeling_<type>
 
 from __future__ import annotations
 
+from .architecture import printable
 from .hf_decoders import decoder_fields
 from .hf_fields import ConfigFields
 
@@ -129,7 +131,50 @@ def _read_deepseek(c: ConfigFields, mtype: str, notes: list) -> dict:
 
 
 
+def _read_glm4_moe_lite(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # Glm4MoeLiteAttention: DeepSeek-V3's multi-latent attention (q_a_proj, q_a_layernorm,
+    # q_b_proj or q_proj; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; o_proj), with
+    # bias=config.attention_bias on q_a_proj, kv_a_proj_with_mqa and o_proj.
+    # Glm4MoeLiteDecoderLayer: Glm4MoeLiteMoE iff mlp_layer_types[i] == "sparse" (default
+    # ["dense"] + ["sparse"] * (L - 1); first_k_dense_replace is not read): a router E x h (its
+    # e_score_correction_bias an nn.Buffer), E gated experts of moe_intermediate_size and a
+    # shared MLP of n_shared_experts * moe_intermediate_size; else a gated MLP of
+    # intermediate_size.
+    kw = decoder_fields(c, mtype)
+    heads, n_layers = kw["num_attention_heads"], kw["num_layers"]
+    if c.bool("attention_bias", False):
+        raise c._bad("attention_bias true in a GLM-4 MoE Lite config is not modelled (biases on "
+                     "q_a_proj, kv_a_proj_with_mqa and o_proj only)")
+    if c.data.get("mlp_layer_types") is None:
+        pattern = tuple(int(i > 0) for i in range(n_layers))
+        first = c.data.get("first_k_dense_replace")
+        if first is not None and first != 1:
+            notes.append(f"first_k_dense_replace={printable(repr(first), 20)} ignored: "
+                         "transformers' Glm4MoeLiteConfig makes layer 0 dense and the rest MoE "
+                         "unless mlp_layer_types says otherwise")
+    else:
+        raw = c.data["mlp_layer_types"]
+        if (not isinstance(raw, list) or len(raw) != n_layers
+                or any(v not in ("dense", "sparse") for v in raw)):
+            raise c._bad(f"field 'mlp_layer_types' must list {n_layers} entries, each "
+                         "'dense' or 'sparse'")
+        pattern = tuple(int(v == "sparse") for v in raw)
+    n_exp = c.int(("n_routed_experts", "num_local_experts"), 64)
+    moe_f = c.int("moe_intermediate_size", 1536)
+    n_shared = c.int("n_shared_experts", 1, allow_zero=True)
+    v_head = c.int("v_head_dim", 256)
+    kw.update(num_query_groups=heads, kv_channels=v_head, num_experts=n_exp,
+              moe_router_topk=c.int("num_experts_per_tok", 4), moe_ffn_hidden_size=moe_f,
+              moe_layer_freq=pattern, moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              multi_latent_attention=True, q_lora_rank=c.int("q_lora_rank", 768, null=None),
+              kv_lora_rank=c.int("kv_lora_rank", 512), qk_head_dim=c.int("qk_nope_head_dim", 192),
+              qk_pos_emb_head_dim=c.int("qk_rope_head_dim", 64), v_head_dim=v_head,
+              moe_router_bias=False, mtp_num_layers=0)
+    _uncounted_notes(c, notes, pattern, n_exp, "Glm4MoeLite", mtp=True)
+    return kw
+
+
 MOE_READERS = {"deepseek_v2": _read_deepseek, "deepseek_v3": _read_deepseek,
                "glm4_moe": _read_shared_moe, "dots1": _read_shared_moe,
-               "ernie4_5_moe": _read_ernie_moe}
+               "ernie4_5_moe": _read_ernie_moe, "glm4_moe_lite": _read_glm4_moe_lite}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""
