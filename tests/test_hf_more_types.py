@@ -25,7 +25,8 @@ from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count
 # the model types this file covers
 MORE_TYPES = {"olmo3", "cohere2", "ministral", "ministral3", "helium", "glm", "cwm", "vaultgemma",
               "mamba", "falcon_mamba", "mamba2", "hunyuan_v1_moe", "flex_olmo", "minimax_m2",
-              "granitemoeshared", "nemotron", "phi", "gpt_bigcode", "stablelm", "glm4_moe_lite"}
+              "granitemoeshared", "nemotron", "phi", "gpt_bigcode", "stablelm", "glm4_moe_lite",
+              "exaone", "internlm3"}
 
 _MLA = dict(q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
             v_head_dim=8, n_routed_experts=4, n_shared_experts=1, moe_intermediate_size=16,
@@ -123,6 +124,17 @@ SMALL = {
         "glm4_moe_lite", **{**_MLA, "q_lora_rank": None, "n_shared_experts": 2},
         mlp_layer_types=["sparse", "dense", "sparse"], tie_word_embeddings=True,
         num_nextn_predict_layers=1, first_k_dense_replace=2),
+    # EXAONE 3.x and InternLM3: LlamaForCausalLM of their config classes, with their aliases
+    # (num_layers; qkv_bias, bias)
+    "exaone": _small("exaone"),
+    "exaone-num-layers-biases": {**{k: v for k, v in _small("exaone").items()
+                                    if k != "num_hidden_layers"},
+                                 "num_layers": 3, "attention_bias": True, "mlp_bias": True,
+                                 "head_dim": 8, "activation_function": "silu",
+                                 "layer_norm_epsilon": 1e-5},
+    "internlm3": _small("internlm3"),
+    "internlm3-biases-tied": _small("internlm3", qkv_bias=True, bias=True, head_dim=16,
+                                    tie_word_embeddings=True),
 }
 
 
@@ -300,6 +312,21 @@ REAL = {
                       "attention_bias": False, "max_position_embeddings": 202752,
                       "tie_word_embeddings": False, "vocab_size": 154880, "pad_token_id": 154820,
                       "eos_token_id": [154820, 154827, 154829]},
+    # https://huggingface.co/LGAI-EXAONE/EXAONE-3.5-7.8B-Instruct/blob/main/config.json
+    "exaone-3.5-7.8b": {"architectures": ["ExaoneForCausalLM"], "model_type": "exaone",
+                        "hidden_size": 4096, "intermediate_size": 14336, "num_layers": 32,
+                        "num_attention_heads": 32, "num_key_value_heads": 8,
+                        "activation_function": "silu", "layer_norm_epsilon": 1e-5,
+                        "max_position_embeddings": 32768, "tie_word_embeddings": False,
+                        "vocab_size": 102400, "pad_token_id": 0, "bos_token_id": 1,
+                        "eos_token_id": 361},
+    # https://huggingface.co/internlm/internlm3-8b-instruct/blob/main/config.json
+    "internlm3-8b": {"architectures": ["InternLM3ForCausalLM"], "model_type": "internlm3",
+                     "hidden_size": 4096, "intermediate_size": 10240, "num_hidden_layers": 48,
+                     "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+                     "qkv_bias": False, "bias": False, "max_position_embeddings": 32768,
+                     "tie_word_embeddings": False, "vocab_size": 128512, "pad_token_id": 2,
+                     "bos_token_id": 1, "eos_token_id": 2},
 }
 
 
@@ -412,6 +439,17 @@ def test_glm_4_7_flash_against_the_card(tmp_path):
     assert _billions(parameter_count(arch)) == 30
     assert _billions(active_parameter_count(arch) - vocab) == 3
     assert any(n.startswith("num_nextn_predict_layers=1 not counted") for n in arch.extra["notes"])
+
+
+def test_exaone_and_internlm3_against_their_cards(tmp_path):
+    # EXAONE-3.5-7.8B card: "Number of Parameters (without embeddings): 6.98B" (neither the
+    # input embedding nor the untied lm_head)
+    arch = _read(tmp_path, "exaone-3.5-7.8b")
+    counts = parameter_counts(arch)
+    assert _billions(parameter_count(arch) - counts["embedding"] - counts["output_layer"],
+                     2) == 6.98
+    # InternLM3-8B-Instruct card: "an 8-billion parameter instruction model" (cut)
+    assert parameter_count(_read(tmp_path, "internlm3-8b")) // 10**9 == 8
 
 
 def test_minitron_against_the_card(tmp_path):

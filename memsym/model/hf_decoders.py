@@ -77,6 +77,8 @@ DECODER_DEFAULTS = {
     "stablelm": (False, 32, None, 4096),
     "gpt_bigcode": (True, None, None, 1024),
     "glm4_moe_lite": (False, 20, None, 202752),
+    "exaone": (False, 8, None, 4096),
+    "internlm3": (False, 2, 128, 32768),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
@@ -99,7 +101,9 @@ def decoder_fields(fields: ConfigFields, mtype: str, gated: bool = True, norm: s
     c = fields
     _, kv_default, hd_default, pos_default = DECODER_DEFAULTS[mtype]
     heads = c.int("num_attention_heads")
-    return dict(num_layers=c.int("num_hidden_layers"), hidden_size=c.int("hidden_size"),
+    # ExaoneConfig.attribute_map: num_layers -> num_hidden_layers (EXAONE 3.x files spell it so)
+    layers = ("num_hidden_layers", "num_layers") if mtype == "exaone" else "num_hidden_layers"
+    return dict(num_layers=c.int(layers), hidden_size=c.int("hidden_size"),
                 num_attention_heads=heads,
                 num_query_groups=c.int("num_key_value_heads",
                                        heads if kv_default is None else kv_default, null=heads),
@@ -157,6 +161,14 @@ def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
         # bias=config.attention_bias; their MLPs' projections with bias=config.mlp_bias
         kw["attention_bias"] = c.bool("attention_bias", False)
         kw["add_bias_linear"] = c.bool("mlp_bias", False)
+    elif mtype in ("exaone", "internlm3"):
+        # AutoModelForCausalLM builds LlamaForCausalLM of ExaoneConfig / InternLM3Config:
+        # LlamaAttention's q, k, v, o bias=config.attention_bias, LlamaMLP's bias=config.mlp_bias
+        # (InternLM3Config.attribute_map: qkv_bias -> attention_bias, bias -> mlp_bias)
+        alias = mtype == "internlm3"
+        kw["attention_bias"] = c.bool(("attention_bias", "qkv_bias") if alias else
+                                      "attention_bias", False)
+        kw["add_bias_linear"] = c.bool(("mlp_bias", "bias") if alias else "mlp_bias", False)
     elif mtype in ("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
                    "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus",
                    "olmo3", "cohere2", "vaultgemma", "hunyuan_v1_moe", "flex_olmo",

@@ -24,7 +24,7 @@ from ..limits import MAX_CONFIG_JSON_BYTES as _MAX_CONFIG_BYTES  # noqa: E402
 # config.json field -> the LIMITS entry that bounds it (checked as the value is read, before
 # anything, such as a per-layer pattern, is built from it)
 FIELD_LIMITS = {
-    "num_hidden_layers": "num_layers", "n_layer": "num_layers",
+    "num_hidden_layers": "num_layers", "n_layer": "num_layers", "num_layers": "num_layers",
     "first_k_dense_replace": "num_layers", "moe_layer_freq": "num_layers",
     "decoder_sparse_step": "num_layers",
     "hidden_size": "hidden_size", "n_embd": "hidden_size", "n_embed": "hidden_size",
@@ -67,7 +67,7 @@ FIELD_LIMITS = {
 
 # the fields that are a config.json's decoder-layer count: bounded by memsym.limits'
 # "config_layers" (2^8) besides "layers" (a per-layer pattern makes every stage distinct)
-_LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer"})
+_LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer", "num_layers"})
 
 _MISSING = object()
 
