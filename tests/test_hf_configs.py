@@ -316,12 +316,13 @@ def _transformers_count(path) -> int:
 
 
 def test_every_accepted_type_has_a_small_config():
-    # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py, the hybrid
-    # Mamba types in tests/test_hf_hybrid.py
+    # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py and
+    # tests/test_hf_more_types.py, the hybrid Mamba types in tests/test_hf_hybrid.py
     from test_hf_hybrid import SMALL as HYBRID
+    from test_hf_more_types import SMALL as MORE
     from test_hf_newer_types import SMALL as NEWER
 
-    assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID}.values()}
+    assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE}.values()}
             == set(HF_MODEL_TYPES))
 
 
@@ -629,14 +630,16 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
 
     # a vision-language type is read through its text_config: the text type's fields
     mtype = _TEXT_CONFIG[mtype][0] if mtype in _TEXT_CONFIG else mtype
-    pkg = {"gemma3_text": "gemma3", "llama4_text": "llama4"}.get(mtype, mtype)
+    # EXAONE 3.x and InternLM3 configs build transformers' LlamaForCausalLM
+    pkg = {"gemma3_text": "gemma3", "llama4_text": "llama4", "exaone": "llama",
+           "internlm3": "llama"}.get(mtype, mtype)
     src = inspect.getsource(importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}"))
     read = set(re.findall(r"config\.([a-z_]*(?:dropout|pdrop)[a-z_]*)", src))
     # the classification / summary heads' dropouts are not the causal LM's (gpt2 falls back to
     # hidden_dropout only for its token-classification head's classifier); Llama 4's
     # projector_dropout is its vision projector's
     read = {k for k in read if not k.startswith(("classifier", "summary", "projector"))}
-    if mtype == "gpt2":
+    if mtype in ("gpt2", "gpt_bigcode"):       # GPTBigCode's token-classification head alike
         read.discard("hidden_dropout")
     assert set(_DROPOUT[mtype]) == read
     defaults = AutoConfig.for_model(mtype).to_dict()

@@ -425,7 +425,7 @@ def test_a_misspelt_model_type_is_refused_not_read_as_the_suggestion(tmp_path):
     assert from_hf_config(_write(tmp_path, cfg, "b")).extra["hf_model_type"] == "llama"
 
 
-@pytest.mark.parametrize("mtype,words", [("zamba", "hybrid Mamba"), ("falcon_mamba", "Mamba"),
+@pytest.mark.parametrize("mtype,words", [("zamba", "hybrid Mamba"), ("zamba2", "hybrid Mamba"),
                                          ("qwen3_next", "Gated DeltaNet"),
                                          ("minimax", "lightning")])
 def test_hybrid_models_refused_in_one_line(tmp_path, mtype, words):

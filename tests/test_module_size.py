@@ -21,7 +21,6 @@ LIMIT = 600
 
 #: The modules over the limit, each with its line count when it was listed (it may not grow).
 ALLOWED = {
-    "memsym/model/hf_config.py": 630,
     "memsym/readers/_megatron_flags.py": 897,   # Megatron-LM's flag table, generated data
 }
 

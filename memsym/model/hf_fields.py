@@ -24,7 +24,7 @@ from ..limits import MAX_CONFIG_JSON_BYTES as _MAX_CONFIG_BYTES  # noqa: E402
 # config.json field -> the LIMITS entry that bounds it (checked as the value is read, before
 # anything, such as a per-layer pattern, is built from it)
 FIELD_LIMITS = {
-    "num_hidden_layers": "num_layers", "n_layer": "num_layers",
+    "num_hidden_layers": "num_layers", "n_layer": "num_layers", "num_layers": "num_layers",
     "first_k_dense_replace": "num_layers", "moe_layer_freq": "num_layers",
     "decoder_sparse_step": "num_layers",
     "hidden_size": "hidden_size", "n_embd": "hidden_size", "n_embed": "hidden_size",
@@ -54,7 +54,12 @@ FIELD_LIMITS = {
     "mamba_d_conv": "mamba_conv_kernel", "conv_kernel": "mamba_conv_kernel",
     "mamba_dt_rank": "mamba_dt_rank", "mamba_expand": "mamba_num_groups",
     "expand": "mamba_num_groups", "mamba_d_ssm": "mamba_inner_size",
-    "mamba_head_dim": "mamba_inner_size", "shared_intermediate_size": "ffn_hidden_size",
+    "mamba_head_dim": "mamba_inner_size",
+    # the pure Mamba / Mamba-2 spellings (memsym.model.hf_ssm)
+    "state_size": "mamba_state_dim", "time_step_rank": "mamba_dt_rank",
+    "num_heads": "mamba_num_heads",
+    "moe_topk": "moe_router_topk",  # HunYuan MoE
+    "shared_intermediate_size": "ffn_hidden_size",
     "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
     "expert_layer_period": "num_layers", "expert_layer_offset": "num_layers",
     "attn_layer_period": "num_layers", "attn_layer_offset": "num_layers",
@@ -62,7 +67,7 @@ FIELD_LIMITS = {
 
 # the fields that are a config.json's decoder-layer count: bounded by memsym.limits'
 # "config_layers" (2^8) besides "layers" (a per-layer pattern makes every stage distinct)
-_LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer"})
+_LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer", "num_layers"})
 
 _MISSING = object()
 

@@ -15,7 +15,7 @@ from .. import limits as _limits
 from .architecture import printable
 from .hf_fields import ConfigFields
 
-__all__ = ["HYBRID_TYPES", "HYBRID_READERS"]
+__all__ = ["HYBRID_TYPES", "HYBRID_READERS", "mamba2_fields"]
 
 # transformers' legacy layer-type names (configuration_utils._LEGACY_LAYER_TYPE_REMAP)
 _LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
@@ -42,9 +42,24 @@ def _expand(c: ConfigFields, key: str, default: int) -> int:
     return c.int(key, default)
 
 
-def _mamba2(c: ConfigFields, d_inner: int, *, heads: str, groups, state: str, conv, conv_bias,
-            defaults: tuple) -> dict:
-    """Mamba-2 mixer fields; ``defaults`` = (heads, groups, state, conv) of the config class."""
+def mamba2_fields(fields: ConfigFields, d_inner: int, *, heads, groups, state, conv, conv_bias,
+                  defaults: tuple) -> dict:
+    """The Architecture keyword arguments of a Mamba-2 mixer read from a config.json.
+
+    ``heads``, ``groups``, ``state``, ``conv`` and ``conv_bias`` name the family's fields (a
+    name or a tuple of alternatives), ``defaults`` = (heads, groups, state, conv) its config
+    class's defaults; ``d_inner`` must split into the groups (transformers cannot run it
+    otherwise).
+
+    Examples
+    --------
+    >>> c = ConfigFields({"num_heads": 8, "n_groups": 2, "state_size": 16}, "config.json")
+    >>> kw = mamba2_fields(c, 128, heads="num_heads", groups="n_groups", state="state_size",
+    ...                    conv="conv_kernel", conv_bias="use_conv_bias", defaults=(128, 8, 128, 4))
+    >>> kw["mamba_num_heads"], kw["mamba_num_groups"], kw["mamba_state_dim"], kw["mamba_conv_kernel"]
+    (8, 2, 16, 4)
+    """
+    c = fields
     n_heads, n_groups, n_state, n_conv = defaults
     kw = dict(mamba_version=2, mamba_inner_size=d_inner,
               mamba_num_heads=c.int(heads, n_heads), mamba_num_groups=c.int(groups, n_groups),
@@ -115,7 +130,7 @@ def _read_bamba(c: ConfigFields, notes: list) -> dict:
     kw.update(layer_mixers=mixers, attention_bias=c.bool("attention_bias", False),
               add_bias_linear=c.bool("mlp_bias", False), mamba_in_proj_bias=proj_bias,
               mamba_out_proj_bias=proj_bias,
-              **_mamba2(c, _expand(c, "mamba_expand", 2) * kw["hidden_size"],
+              **mamba2_fields(c, _expand(c, "mamba_expand", 2) * kw["hidden_size"],
                         heads="mamba_n_heads", groups="mamba_n_groups", state="mamba_d_state",
                         conv="mamba_d_conv", conv_bias="mamba_conv_bias",
                         defaults=(128, 1, 256, 4)))
@@ -138,7 +153,7 @@ def _read_falcon_h1(c: ConfigFields, notes: list) -> dict:
               mamba_in_proj_bias=c.bool("mamba_proj_bias", False),
               mamba_out_proj_bias=c.bool("projectors_bias", False),
               mamba_gated_norm=c.bool("mamba_rms_norm", False),
-              **_mamba2(c, d_inner, heads="mamba_n_heads", groups="mamba_n_groups",
+              **mamba2_fields(c, d_inner, heads="mamba_n_heads", groups="mamba_n_groups",
                         state="mamba_d_state", conv="mamba_d_conv", conv_bias="mamba_conv_bias",
                         defaults=(128, 1, 256, 4)))
     return kw
@@ -196,7 +211,7 @@ def _read_nemotron_h(c: ConfigFields, notes: list) -> dict:
     kw.update(layer_mixers=mixers, ffn_layers=tuple(int(k in ("mlp", "moe")) for k in kinds),
               swiglu=False, add_bias_linear=mlp_bias, norms_per_layer=1,
               mamba_in_proj_bias=proj_bias, mamba_out_proj_bias=proj_bias,
-              **_mamba2(c, c.int("mamba_num_heads", 128) * c.int("mamba_head_dim", 64),
+              **mamba2_fields(c, c.int("mamba_num_heads", 128) * c.int("mamba_head_dim", 64),
                         heads="mamba_num_heads", groups=("n_groups", "mamba_n_groups"),
                         state="ssm_state_size", conv=("conv_kernel", "mamba_d_conv"),
                         conv_bias=("use_conv_bias", "mamba_conv_bias"),
@@ -237,7 +252,7 @@ def _read_granitemoehybrid(c: ConfigFields, notes: list) -> dict:
     proj_bias = c.bool("mamba_proj_bias", False)
     kw.update(layer_mixers=mixers, attention_bias=c.bool("attention_bias", False),
               mamba_in_proj_bias=proj_bias, mamba_out_proj_bias=proj_bias,
-              **_mamba2(c, _expand(c, "mamba_expand", 2) * kw["hidden_size"],
+              **mamba2_fields(c, _expand(c, "mamba_expand", 2) * kw["hidden_size"],
                         heads="mamba_n_heads", groups="mamba_n_groups", state="mamba_d_state",
                         conv="mamba_d_conv", conv_bias="mamba_conv_bias",
                         defaults=(128, 1, 256, 4)))

@@ -1,0 +1,165 @@
+"""The GPT-style ``config.json`` families: GPT-2, GPT-NeoX, GPT-J, Falcon, BLOOM, StarCoder2,
+Nemotron (Nemotron-4 / Minitron), Phi (Phi-1, Phi-1.5, Phi-2), GPTBigCode (StarCoder, SantaCoder)
+and StableLM: biased projections, LayerNorms,
+learned, rotary or ALiBi positions, parallel blocks.
+
+Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
+the defaults of transformers' config class and the modules its ``modeling_<type>.py`` builds
+(transformers 5.24.0).  :func:`memsym.model.hf_config.from_hf_config` dispatches here.
+"""
+
+from __future__ import annotations
+
+from .hf_decoders import decoder_fields
+from .hf_fields import ConfigFields
+
+__all__ = ["CLASSIC_READERS"]
+
+
+def _read_gpt2(c: ConfigFields, mtype: str, notes: list) -> dict:
+    hs = c.int(("n_embd", "hidden_size"))
+    return dict(num_layers=c.int(("n_layer", "num_hidden_layers")), hidden_size=hs,
+                num_attention_heads=c.int(("n_head", "num_attention_heads")),
+                ffn_hidden_size=c.int("n_inner", 4 * hs), vocab_size=c.int("vocab_size"),
+                max_position_embeddings=c.int(("n_positions", "max_position_embeddings"), 1024),
+                add_bias_linear=True)
+
+
+def _read_gpt_neox(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # GPTNeoXAttention: query_key_value and dense with bias=config.attention_bias;
+    # GPTNeoXMLP: dense_h_to_4h, dense_4h_to_h with nn.Linear's default bias
+    return dict(num_layers=c.int("num_hidden_layers"), hidden_size=c.int("hidden_size"),
+                num_attention_heads=c.int("num_attention_heads"),
+                ffn_hidden_size=c.int("intermediate_size"), vocab_size=c.int("vocab_size"),
+                position_embedding_type="rope",
+                max_position_embeddings=c.int("max_position_embeddings", 2048),
+                add_bias_linear=True, attention_bias=c.bool("attention_bias", True),
+                parallel_attention=c.bool("use_parallel_residual", True))
+
+
+def _read_gptj(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # GPTJBlock: one ln_1 feeding attention and MLP in parallel; q, k, v, out_proj bias=False;
+    # fc_in, fc_out with bias; GPTJForCausalLM.lm_head = nn.Linear(n_embd, vocab) with bias
+    hs = c.int(("n_embd", "hidden_size"))
+    return dict(num_layers=c.int(("n_layer", "num_hidden_layers")), hidden_size=hs,
+                num_attention_heads=c.int(("n_head", "num_attention_heads")),
+                ffn_hidden_size=c.int("n_inner", 4 * hs, null=4 * hs),
+                vocab_size=c.int("vocab_size"), position_embedding_type="rope",
+                max_position_embeddings=c.int(("n_positions", "max_position_embeddings"), 2048),
+                add_bias_linear=True, attention_bias=False, output_layer_bias=True,
+                norms_per_layer=1, parallel_attention=True)
+
+
+def _read_falcon(c: ConfigFields, mtype: str, notes: list) -> dict:
+    hs, heads = c.int(("hidden_size", "n_embed")), c.int("num_attention_heads")
+    new_arch = c.bool("new_decoder_architecture", False)
+    parallel = c.bool("parallel_attn", True)
+    # FalconAttention: fused qkv of (2 g + a) d_h rows with the new decoder architecture,
+    # h + 2 d_h with multi_query (one KV head), 3h otherwise
+    if new_arch:
+        groups = c.int("num_kv_heads", heads, null=heads)
+    elif c.bool("multi_query", True):
+        groups = 1
+    else:
+        groups = heads
+    # FalconDecoderLayer: two norms unless parallel_attn with num_ln_in_parallel_attn != 2
+    # (None becomes 2 with the new decoder architecture)
+    n_ln = c.int("num_ln_in_parallel_attn", None, allow_zero=True)
+    if n_ln is None and new_arch:
+        n_ln = 2
+    norms = 2 if (not parallel or n_ln == 2) else 1
+    bias = c.bool("bias", False)
+    return dict(num_layers=c.int("num_hidden_layers"), hidden_size=hs, num_attention_heads=heads,
+                num_query_groups=groups, ffn_hidden_size=c.int("ffn_hidden_size", 4 * hs, null=4 * hs),
+                vocab_size=c.int("vocab_size"),
+                position_embedding_type="none" if c.bool("alibi", False) else "rope",
+                max_position_embeddings=c.int("max_position_embeddings", 2048),
+                add_bias_linear=bias, norms_per_layer=norms, parallel_attention=parallel)
+
+
+def _read_bloom(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # BloomModel: word_embeddings_layernorm after the embedding; fused qkv 3h and dense with
+    # bias; 4h MLP with bias; input and post-attention LayerNorms; ALiBi (no position table)
+    hs = c.int(("hidden_size", "n_embed"))
+    return dict(num_layers=c.int(("n_layer", "num_hidden_layers")), hidden_size=hs,
+                num_attention_heads=c.int(("n_head", "num_attention_heads")),
+                ffn_hidden_size=4 * hs, vocab_size=c.int("vocab_size"),
+                position_embedding_type="none", add_bias_linear=True, embedding_norm=True)
+
+
+def _read_starcoder2(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # Starcoder2: q, k, v, o and c_fc, c_proj with bias=config.use_bias; nn.LayerNorm norms;
+    # head_dim = getattr(config, "head_dim", None) or h // a
+    kw = decoder_fields(c, mtype, gated=False, norm="LayerNorm")
+    kw["add_bias_linear"] = c.bool("use_bias", True)
+    return kw
+
+
+
+def _read_nemotron(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # NemotronDecoderLayer: input and post-attention NemotronLayerNorm1P (an nn.LayerNorm: a
+    # weight and a bias of h); NemotronAttention: q, k, v, o with bias=config.attention_bias,
+    # head_dim = config.head_dim (h // a when null); NemotronMLP: up_proj, relu2, down_proj
+    # (no gate) with bias=config.mlp_bias.  partial_rotary_factor changes no parameter.
+    # NemotronConfig leaves num_key_value_heads None, which NemotronAttention cannot build with:
+    # it is required
+    kw = decoder_fields(c, mtype, gated=False, norm="LayerNorm")
+    kw.update(num_query_groups=c.int("num_key_value_heads"), attention_bias=c.bool("attention_bias", False),
+              add_bias_linear=c.bool("mlp_bias", False))
+    return kw
+
+
+def _read_phi(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # PhiDecoderLayer: one input_layernorm (nn.LayerNorm, weight and bias) feeding attention and
+    # MLP in parallel; PhiAttention: q, k, v and dense all with bias; qk_layernorm: one
+    # nn.LayerNorm(head_dim) on q and one on k (shared by the heads); PhiMLP: fc1, gelu, fc2 with
+    # bias; final_layernorm; lm_head with bias.
+    kw = decoder_fields(c, mtype, gated=False, norm="LayerNorm")
+    qk_norm = c.bool("qk_layernorm", False)
+    hs, heads = kw["hidden_size"], kw["num_attention_heads"]
+    if qk_norm and kw["kv_channels"] not in (None, hs // heads):
+        # PhiAttention's q_layernorm and k_layernorm are of h // a, not head_dim
+        raise c._bad("qk_layernorm with a Phi head_dim other than hidden_size / "
+                     "num_attention_heads is not modelled (its q and k norms keep h / a)")
+    kw.update(add_bias_linear=True, attention_bias=True, norms_per_layer=1,
+              parallel_attention=True, output_layer_bias=True, qk_layernorm=qk_norm)
+    return kw
+
+
+def _read_gpt_bigcode(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # GPTBigCodeAttention: c_attn h -> h + 2 d_h with multi_query (one KV head), 3h without,
+    # c_proj, all with bias; GPTBigCodeMLP: c_fc h -> n_inner (default 4h), c_proj, with bias;
+    # ln_1, ln_2, ln_f LayerNorms; learned positions wpe; lm_head tied (no bias).
+    if c.bool("add_cross_attention", False):
+        raise c._bad("add_cross_attention true (an encoder-decoder GPTBigCode) is not modelled")
+    kw = _read_gpt2(c, mtype, notes)
+    if c.bool("multi_query", True):
+        kw["num_query_groups"] = 1
+    return kw
+
+
+def _read_stablelm(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # StableLmAttention: head_dim = h // a (a file's head_dim is not read); q, k, v with
+    # bias=config.use_qkv_bias, o_proj h x h without; StableLmMLP gated, no bias; nn.LayerNorm
+    # norms (weight and bias): input_layernorm, and post_attention_layernorm unless
+    # use_parallel_residual (attention and MLP side by side on one norm)
+    if c.bool("qk_layernorm", False):
+        # StableLmLayerNormPerHead: a bias-free LayerNorm per head beside the biased ones
+        raise c._bad("qk_layernorm true (bias-free per-head LayerNorms on q and k) is not "
+                     "modelled for StableLM")
+    data = {k: v for k, v in c.data.items() if k != "head_dim"}
+    kw = decoder_fields(ConfigFields(data, c.where), mtype, norm="LayerNorm")
+    if kw["hidden_size"] % kw["num_attention_heads"]:
+        raise c._bad("hidden_size must be a multiple of num_attention_heads (StableLmAttention "
+                     "refuses it)")
+    parallel = c.bool("use_parallel_residual", False)
+    kw.update(add_qkv_bias=c.bool("use_qkv_bias", False), attention_bias=False,
+              norms_per_layer=1 if parallel else 2, parallel_attention=parallel)
+    return kw
+
+
+CLASSIC_READERS = {"gpt2": _read_gpt2, "gpt_neox": _read_gpt_neox, "gptj": _read_gptj,
+                   "falcon": _read_falcon, "bloom": _read_bloom, "starcoder2": _read_starcoder2,
+                   "nemotron": _read_nemotron, "phi": _read_phi,
+                   "gpt_bigcode": _read_gpt_bigcode, "stablelm": _read_stablelm}
+"""model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""

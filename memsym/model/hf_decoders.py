@@ -1,0 +1,364 @@
+"""The Llama-like ``config.json`` families: one reader for the decoders that spell their sizes as
+Llama does (and differ in biases, norms and built-in MoE blocks), and Llama 4's interleaved MoE.
+
+Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
+the defaults of transformers' config class and the modules its ``modeling_<type>.py`` builds
+(transformers 5.24.0), so that the parameter count equals ``sum(p.numel())`` of
+``AutoModelForCausalLM.from_config``.  :func:`memsym.model.hf_config.from_hf_config` dispatches
+here.
+"""
+
+from __future__ import annotations
+
+from .hf_fields import ConfigFields
+
+__all__ = ["DECODER_DEFAULTS", "decoder_fields", "read_llama_like", "read_llama4"]
+
+
+# model_type -> the config class's defaults that matter when the file omits the field:
+# (tie_word_embeddings, num_key_value_heads (None: = num_attention_heads), head_dim (None: h/a),
+#  max_position_embeddings).  REF: transformers 5.24.0 models/<type>/configuration_<type>.py,
+# the dataclass field defaults and __post_init__.
+DECODER_DEFAULTS = {
+    "llama": (False, None, None, 2048),
+    "mistral": (False, 8, None, 131072),
+    "mixtral": (False, 8, None, 131072),
+    "qwen2": (False, 32, None, 32768),
+    "qwen3": (False, 32, 128, 32768),
+    "qwen2_moe": (False, 16, None, 32768),
+    "qwen3_moe": (False, 4, None, 32768),
+    "deepseek_v2": (False, None, None, 2048),
+    "deepseek_v3": (False, None, None, 4096),
+    "gpt_oss": (False, 8, 64, 131072),
+    "gpt2": (True, None, None, 1024),
+    "gpt_neox": (False, None, None, 2048),
+    "gemma": (True, 16, 256, 8192),
+    "gemma2": (True, 4, 256, 8192),
+    "gemma3_text": (True, 4, 256, 131072),
+    "phi3": (False, None, None, 4096),
+    "phimoe": (False, 8, None, 131072),
+    "olmo": (False, None, None, 2048),
+    "olmo2": (False, None, None, 2048),
+    "gptj": (False, None, None, 2048),
+    "falcon": (True, None, None, 2048),
+    "bloom": (True, None, None, None),
+    "starcoder2": (True, 2, None, 4096),
+    "cohere": (True, None, None, 8192),
+    "granite": (False, None, None, 2048),
+    "granitemoe": (False, None, None, 2048),
+    # the newer families (issue 32)
+    "llama4_text": (False, 8, 128, 131072),
+    "olmoe": (False, None, None, 4096),
+    "smollm3": (True, 4, None, 32768),
+    "glm4": (False, 2, 128, 131072),
+    "glm4_moe": (False, 8, None, 131072),
+    "ernie4_5": (True, 2, 128, 131072),
+    "ernie4_5_moe": (True, 4, None, 131072),
+    "seed_oss": (False, 8, 128, 524288),
+    "exaone4": (False, 32, None, 2048),
+    "hunyuan_v1_dense": (False, None, None, 2048),
+    "apertus": (False, None, None, 65536),
+    "arcee": (False, None, None, 4096),
+    "dots1": (False, 32, None, 2048),
+    "olmo3": (False, None, None, 2048),
+    "cohere2": (True, None, None, 8192),
+    "ministral": (False, 8, None, 131072),
+    "ministral3": (False, 8, 128, 262144),
+    "helium": (False, 20, 128, 4096),
+    "glm": (False, 2, 128, 131072),
+    "cwm": (False, 8, 128, 131072),
+    "vaultgemma": (True, 4, 256, 8192),
+    "hunyuan_v1_moe": (False, None, None, 2048),
+    "flex_olmo": (False, None, None, 4096),
+    "minimax_m2": (False, 8, 128, 196608),
+    "granitemoeshared": (False, None, None, 2048),
+    "nemotron": (False, None, None, 4096),
+    "phi": (False, None, None, 2048),
+    "stablelm": (False, 32, None, 4096),
+    "gpt_bigcode": (True, None, None, 1024),
+    "glm4_moe_lite": (False, 20, None, 202752),
+    "exaone": (False, 8, None, 4096),
+    "internlm3": (False, 2, 128, 32768),
+}
+# model_type of a vision-language file -> (the model_type of its text_config, the text config
+# class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
+
+
+def decoder_fields(fields: ConfigFields, mtype: str, gated: bool = True, norm: str = "RMSNorm") -> dict:
+    """The Architecture keyword arguments every Llama-like config spells the same way.
+
+    The core sizes (layers, hidden size, heads, MLP size, vocabulary) are required; the KV
+    heads, head dim and positions default as ``DECODER_DEFAULTS[mtype]`` says.
+
+    Examples
+    --------
+    >>> c = ConfigFields({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...                   "intermediate_size": 96, "vocab_size": 128}, "config.json")
+    >>> kw = decoder_fields(c, "mistral")
+    >>> kw["num_query_groups"], kw["max_position_embeddings"]
+    (8, 131072)
+    """
+    c = fields
+    _, kv_default, hd_default, pos_default = DECODER_DEFAULTS[mtype]
+    heads = c.int("num_attention_heads")
+    # ExaoneConfig.attribute_map: num_layers -> num_hidden_layers (EXAONE 3.x files spell it so)
+    layers = ("num_hidden_layers", "num_layers") if mtype == "exaone" else "num_hidden_layers"
+    return dict(num_layers=c.int(layers), hidden_size=c.int("hidden_size"),
+                num_attention_heads=heads,
+                num_query_groups=c.int("num_key_value_heads",
+                                       heads if kv_default is None else kv_default, null=heads),
+                # modeling: getattr(config, "head_dim", h // a); a null head_dim is h // a too
+                kv_channels=c.int("head_dim", hd_default, null=None),
+                ffn_hidden_size=c.int("intermediate_size"), swiglu=gated, normalization=norm,
+                vocab_size=c.int("vocab_size"), position_embedding_type="rope",
+                max_position_embeddings=c.int("max_position_embeddings", pos_default),
+                add_bias_linear=False)
+
+
+def read_llama_like(fields: ConfigFields, mtype: str, notes: list) -> dict:
+    """The Llama-like families' Architecture keyword arguments: the shared sizes, then each
+    type's biases, its norms and MLP variants, and its built-in MoE block.
+
+    Parameters
+    ----------
+    fields : ConfigFields
+        The parsed config.json.
+    mtype : str
+        Its ``model_type``, a key of :data:`DECODER_DEFAULTS`.
+    notes : list
+        Where what transformers builds differently from the file is said (appended to).
+
+    Returns
+    -------
+    dict
+        :class:`~memsym.model.architecture.Architecture` keyword arguments.
+
+    References
+    ----------
+    transformers ``models/<model_type>/{configuration,modeling}_<model_type>.py`` (5.24.0;
+    5.25.0 for the types of ``tests/test_hf_more_types.py``), the attention, MLP and decoder
+    layer ``__init__`` (hf-transformers-5).
+
+    Examples
+    --------
+    >>> c = ConfigFields({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...                   "intermediate_size": 96, "vocab_size": 128}, "config.json")
+    >>> kw = read_llama_like(c, "olmo3", [])
+    >>> kw["qk_layernorm"], kw["qk_norm_width"], kw["attention_bias"]
+    (True, 'full', False)
+    """
+    c = fields
+    kw = decoder_fields(c, mtype)
+    _biases(c, mtype, kw)
+    _norms_and_mlp(c, mtype, kw)
+    _builtin_moe(c, mtype, kw)
+    return kw
+
+
+def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
+    if mtype in ("llama", "granite", "smollm3", "arcee"):
+        # LlamaAttention / GraniteAttention / SmolLM3Attention / ArceeAttention: q, k, v, o with
+        # bias=config.attention_bias; their MLPs' projections with bias=config.mlp_bias
+        kw["attention_bias"] = c.bool("attention_bias", False)
+        kw["add_bias_linear"] = c.bool("mlp_bias", False)
+    elif mtype in ("exaone", "internlm3"):
+        # AutoModelForCausalLM builds LlamaForCausalLM of ExaoneConfig / InternLM3Config:
+        # LlamaAttention's q, k, v, o bias=config.attention_bias, LlamaMLP's bias=config.mlp_bias
+        # (InternLM3Config.attribute_map: qkv_bias -> attention_bias, bias -> mlp_bias)
+        alias = mtype == "internlm3"
+        kw["attention_bias"] = c.bool(("attention_bias", "qkv_bias") if alias else
+                                      "attention_bias", False)
+        kw["add_bias_linear"] = c.bool(("mlp_bias", "bias") if alias else "mlp_bias", False)
+    elif mtype in ("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
+                   "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus",
+                   "olmo3", "cohere2", "vaultgemma", "hunyuan_v1_moe", "flex_olmo",
+                   "granitemoeshared"):
+        kw["attention_bias"] = c.bool("attention_bias", False)   # MLP / experts never biased
+    elif mtype == "qwen2":
+        kw["add_qkv_bias"] = True           # Qwen2Attention: q, k, v with bias=True, o without
+    elif mtype == "qwen2_moe":
+        kw["add_qkv_bias"] = c.bool("qkv_bias", True)
+    elif mtype in ("glm4", "glm"):
+        # Glm4Attention / GlmAttention: q, k, v with bias=config.attention_bias (default True),
+        # o_proj bias=False
+        kw["add_qkv_bias"] = c.bool("attention_bias", True)
+    elif mtype == "helium":
+        # HeliumAttention: q, k, v bias=config.attention_bias, o_proj bias=False; HeliumMLP:
+        # bias=config.mlp_bias
+        kw.update(add_qkv_bias=c.bool("attention_bias", False), attention_bias=False,
+                  add_bias_linear=c.bool("mlp_bias", False))
+    elif mtype == "cwm":
+        # CwmAttention: q, k, v, o bias=False; CwmMLP: bias=config.mlp_bias
+        kw.update(attention_bias=False, add_bias_linear=c.bool("mlp_bias", False))
+    elif mtype == "ernie4_5":
+        # Ernie4_5Attention q, k, v, o and Ernie4_5MLP gate, up, down: bias=config.use_bias
+        kw["add_bias_linear"] = c.bool("use_bias", False)
+    elif mtype == "seed_oss":
+        # SeedOssAttention: q, k, v bias=config.attention_bias, o bias=config.attention_out_bias;
+        # SeedOssMLP: bias=config.mlp_bias
+        qkv, out = c.bool("attention_bias", True), c.bool("attention_out_bias", False)
+        if out and not qkv:
+            raise c._bad("attention_out_bias true with attention_bias false (an output-projection "
+                         "bias without q, k, v biases) is not modelled")
+        kw.update(attention_bias=out, add_qkv_bias=qkv, add_bias_linear=c.bool("mlp_bias", False))
+    # mistral, mixtral, phi3, exaone4, ministral, ministral3, minimax_m2: every projection
+    # bias=False whatever the file says
+
+
+def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
+    if mtype in ("qwen3", "qwen3_moe", "exaone4", "hunyuan_v1_dense", "apertus",
+                 "hunyuan_v1_moe"):
+        # Qwen3 / Exaone4 / Apertus q_norm, k_norm and HunYuan's query_layernorm,
+        # key_layernorm: an RMSNorm(head_dim) each on q and on k
+        kw["qk_layernorm"] = True
+    if mtype in ("hunyuan_v1_dense", "hunyuan_v1_moe", "ministral") and kw["kv_channels"] is None:
+        # HunYuanDenseV1Attention / HunYuanMoEV1Attention / MinistralAttention read
+        # config.head_dim, whose default is None: transformers cannot build the model without it
+        cls = {"hunyuan_v1_dense": "HunYuanDenseV1Attention",
+               "hunyuan_v1_moe": "HunYuanMoEV1Attention"}.get(mtype, "MinistralAttention")
+        raise c._bad(f"missing field 'head_dim' (transformers' {cls} needs it)")
+    if mtype in ("arcee", "apertus"):
+        # ArceeMLP / ApertusMLP: up_proj, act, down_proj (no gate)
+        kw["swiglu"] = False
+    if mtype == "apertus":
+        # ApertusMLP replaces the activation by XIELU (learned alpha_p, alpha_n) iff
+        # hidden_act == "xielu"; every other ACT2FN activation has no parameter
+        kw["xielu_activation"] = c.str("hidden_act", "xielu") == "xielu"
+    if mtype in ("gemma2", "gemma3_text", "glm4"):
+        # input, post_attention, pre_feedforward and post_feedforward norms (Glm4DecoderLayer:
+        # input, post_self_attn, post_attention and post_mlp)
+        kw["norms_per_layer"] = 4
+    if mtype == "gemma3_text":
+        kw["qk_layernorm"] = True           # Gemma3RMSNorm(head_dim) on q and on k
+    if mtype == "olmo":
+        kw["norm_affine"] = False           # OlmoLayerNorm: F.layer_norm(x, shape, None, None)
+        kw["normalization"] = "LayerNorm"
+    if mtype in ("olmo2", "olmo3", "flex_olmo", "minimax_m2"):
+        # Olmo2RMSNorm / Olmo3RMSNorm / FlexOlmoRMSNorm / MiniMaxM2RMSNorm (a*d_h) on q and
+        # (g*d_h) on k; OLMo's post_attention and post_feedforward norms (Olmo3's
+        # sliding-window layers change no parameter)
+        kw.update(qk_layernorm=True, qk_norm_width="full")
+    if mtype == "olmoe":
+        # OlmoeAttention: q_norm = RMSNorm(h), k_norm = RMSNorm((h // a) * g), which are a*d_h
+        # and g*d_h only when d_h = h / a; OlmoeSparseMoeBlock in every layer: a router h x E
+        # (no bias) and E gated experts of intermediate_size
+        hs, heads = kw["hidden_size"], kw["num_attention_heads"]
+        if kw["kv_channels"] not in (None, hs // heads) or hs % heads:
+            raise c._bad("an OLMoE head_dim other than hidden_size / num_attention_heads is not "
+                         "modelled (its q and k norms keep the hidden size)")
+        kw.update(qk_layernorm=True, qk_norm_width="full", num_experts=c.int("num_experts", 64),
+                  moe_router_topk=c.int("num_experts_per_tok", 8),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
+    if mtype == "helium":
+        hs, heads = kw["hidden_size"], kw["num_attention_heads"]
+        if heads * (kw["kv_channels"] or hs // heads) != hs:
+            # HeliumAttention's o_proj is h x h: it takes a*d_h inputs only when a*d_h = h
+            raise c._bad("a Helium head_dim * num_attention_heads other than hidden_size is not "
+                         "modelled (transformers' o_proj keeps the hidden size)")
+    if mtype in ("cohere", "cohere2"):
+        # CohereLayerNorm / Cohere2LayerNorm: a weight, no bias; one input norm feeding
+        # attention and MLP in parallel; use_qk_norm (Cohere only): CohereLayerNorm((a, d_h)) on
+        # q and ((g, d_h)) on k
+        kw.update(normalization="LayerNorm", norm_bias=False, norms_per_layer=1,
+                  parallel_attention=True)
+        if mtype == "cohere" and c.bool("use_qk_norm", False):
+            kw.update(qk_layernorm=True, qk_norm_width="full")
+    if mtype == "phimoe":
+        # nn.LayerNorm(elementwise_affine=True) norms; lm_head bias=config.lm_head_bias
+        kw.update(normalization="LayerNorm", output_layer_bias=c.bool("lm_head_bias", False))
+
+
+def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
+    if mtype == "mixtral":
+        kw.update(num_experts=c.int("num_local_experts", 8),
+                  moe_router_topk=c.int("num_experts_per_tok", 2),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
+    if mtype == "phimoe":
+        kw.update(num_experts=c.int("num_local_experts", 16),
+                  moe_router_topk=c.int("num_experts_per_tok", 2),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
+    if mtype in ("granitemoe", "granitemoeshared"):
+        kw.update(num_experts=c.int("num_local_experts", 8, null=8),
+                  moe_router_topk=c.int("num_experts_per_tok", 2, null=2),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
+    if mtype == "granitemoeshared":
+        # GraniteMoeSharedDecoderLayer: a gated shared_mlp (input_linear h -> 2 f_sh,
+        # output_linear, no bias) beside the experts unless shared_intermediate_size is 0
+        kw["moe_shared_expert_intermediate_size"] = c.int(
+            "shared_intermediate_size", 0, allow_zero=True) or None
+    if mtype in ("flex_olmo", "minimax_m2"):
+        # FlexOlmoSparseMoeBlock / MiniMaxM2SparseMoeBlock in every layer: a router weight E x h
+        # (MiniMax-M2's e_score_correction_bias is an nn.Buffer), E gated experts of
+        # intermediate_size, no shared expert
+        flex = mtype == "flex_olmo"
+        kw.update(num_experts=c.int(("num_experts", "num_local_experts") if flex else
+                                    ("num_local_experts", "num_experts"), 7 if flex else 256),
+                  moe_router_topk=c.int("num_experts_per_tok", 5 if flex else 8),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
+    if mtype == "hunyuan_v1_moe":
+        # HunYuanMoEV1Moe in every layer: a gate wg h x E (no bias), E gated experts and one
+        # gated shared_mlp, all of intermediate_size; num_experts / moe_topk as one number
+        # (a per-layer list is refused by ConfigFields.int)
+        kw.update(num_experts=c.int(("num_experts", "num_local_experts"), 1),
+                  moe_router_topk=c.int(("moe_topk", "num_experts_per_tok"), 1),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"],
+                  moe_shared_expert_intermediate_size=kw["ffn_hidden_size"],
+                  moe_router_bias=False)
+    if mtype in ("qwen2_moe", "qwen3_moe"):
+        n_layers = kw["num_layers"]
+        n_exp = c.int("num_experts", 60 if mtype == "qwen2_moe" else 128)
+        step = c.int("decoder_sparse_step", 1)
+        dense_only = set(c.int_list("mlp_only_layers"))
+        # DecoderLayer: sparse iff i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+        pattern = tuple(int(i not in dense_only and (i + 1) % step == 0) for i in range(n_layers))
+        kw.update(num_experts=n_exp,
+                  moe_router_topk=c.int("num_experts_per_tok", 4 if mtype == "qwen2_moe" else 8),
+                  moe_ffn_hidden_size=c.int("moe_intermediate_size",
+                                            1408 if mtype == "qwen2_moe" else 768),
+                  moe_layer_freq=pattern, moe_router_bias=False)
+        if mtype == "qwen2_moe":
+            kw.update(moe_shared_expert_intermediate_size=c.int(
+                "shared_expert_intermediate_size", 5632, allow_zero=True) or None,
+                moe_shared_expert_gate=True)
+    if mtype == "gpt_oss":
+        kw.update(add_bias_linear=c.bool("attention_bias", True), attention_sinks=True,
+                  num_experts=c.int("num_local_experts", 128),
+                  moe_router_topk=c.int(("num_experts_per_tok", "experts_per_token"), 4),
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"])
+
+
+def read_llama4(fields: ConfigFields, mtype: str, notes: list) -> dict:
+    """Llama 4's text model (``llama4_text``): dense and MoE layers interleaved.
+
+    Parameters and result as :func:`read_llama_like`'s (``mtype`` is ``"llama4_text"``).
+
+    Examples
+    --------
+    >>> c = ConfigFields({"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+    ...                   "intermediate_size": 32, "vocab_size": 128,
+    ...                   "interleave_moe_layer_step": 2}, "config.json")
+    >>> read_llama4(c, "llama4_text", [])["moe_layer_freq"]
+    (0, 1, 0, 1)
+    """
+    c = fields
+    # Llama4TextDecoderLayer: Llama4TextMoe iff layer_idx in config.moe_layers (default
+    # range(step - 1, L, step), step = interleave_moe_layer_step), else Llama4TextMLP of
+    # intermediate_size_mlp.  Llama4TextMoe: router h x E (no bias), E gated experts and one
+    # gated shared expert, all of intermediate_size.  The q/k norm (Llama4TextL2Norm) has no
+    # weight; no_rope_layers and attention_chunk_size change no parameter.
+    kw = decoder_fields(c, mtype)
+    n_layers, f_expert = kw["num_layers"], kw["ffn_hidden_size"]
+    if c.data.get("moe_layers") is not None:
+        listed = set(c.int_list("moe_layers"))
+        pattern = tuple(int(i in listed) for i in range(n_layers))
+    else:
+        step = c.int("interleave_moe_layer_step", 1)
+        pattern = tuple(int(i % step == step - 1) for i in range(n_layers))
+    kw.update(attention_bias=c.bool("attention_bias", False),
+              ffn_hidden_size=c.int("intermediate_size_mlp", 16384),
+              num_experts=c.int("num_local_experts", 16),
+              moe_router_topk=c.int("num_experts_per_tok", 1), moe_ffn_hidden_size=f_expert,
+              moe_shared_expert_intermediate_size=f_expert, moe_layer_freq=pattern,
+              moe_router_bias=False)
+    return kw
+

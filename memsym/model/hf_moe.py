@@ -1,0 +1,180 @@
+"""The DeepSeek-style MoE ``config.json`` families: DeepSeek-V2 / V3 (multi-latent attention),
+GLM-4.5 (``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``: multi-latent attention), dots.llm1
+(``dots1``) and ERNIE-4.5 MoE.
+
+Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
+the defaults of transformers' config class and the modules its ``modeling_<type>.py`` builds
+(transformers 5.24.0).  :func:`memsym.model.hf_config.from_hf_config` dispatches here.
+"""
+
+from __future__ import annotations
+
+from .architecture import printable
+from .hf_decoders import decoder_fields
+from .hf_fields import ConfigFields
+
+__all__ = ["MOE_READERS"]
+
+
+def _first_dense_pattern(c: ConfigFields, n_layers: int, default: int) -> tuple:
+    # DeepSeek-style decoder layer: MoE iff layer_idx >= config.first_k_dense_replace
+    first_dense = c.int("first_k_dense_replace", default, allow_zero=True, null=default)
+    return tuple(int(i >= first_dense) for i in range(n_layers))
+
+
+def _read_shared_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # Glm4MoeDecoderLayer / Dots1DecoderLayer: a gated MLP of intermediate_size in the first
+    # first_k_dense_replace layers, then MoE: a router weight E x h (its
+    # e_score_correction_bias is an nn.Buffer, not a parameter), E gated experts of
+    # moe_intermediate_size and one gated shared MLP of n_shared_experts * moe_intermediate_size.
+    glm = mtype == "glm4_moe"
+    kw = decoder_fields(c, mtype)
+    if glm:
+        # Glm4MoeAttention: q, k, v bias=config.attention_bias, o_proj bias=False; q_norm,
+        # k_norm = RMSNorm(head_dim) iff use_qk_norm
+        kw.update(add_qkv_bias=c.bool("attention_bias", False),
+                  qk_layernorm=c.bool("use_qk_norm", False))
+        n_exp, n_shared = c.int("n_routed_experts", 128), c.int("n_shared_experts", 1,
+                                                                 allow_zero=True)
+        topk, moe_f = c.int("num_experts_per_tok", 8), c.int("moe_intermediate_size", 1408)
+    else:
+        # Dots1Attention: q, k, v, o bias=config.attention_bias; RMSNorm(head_dim) on q and k.
+        # n_routed_experts, n_shared_experts and num_experts_per_tok default to None in
+        # Dots1Config, which builds no model: they are required
+        kw.update(attention_bias=c.bool("attention_bias", False), qk_layernorm=True)
+        n_exp, n_shared = c.int("n_routed_experts"), c.int("n_shared_experts", allow_zero=True)
+        topk, moe_f = c.int("num_experts_per_tok"), c.int("moe_intermediate_size", 1408)
+    pattern = _first_dense_pattern(c, kw["num_layers"], 1 if glm else 0)
+    kw.update(num_experts=n_exp, moe_router_topk=topk, moe_ffn_hidden_size=moe_f,
+              moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              moe_layer_freq=pattern, moe_router_bias=False)
+    _uncounted_notes(c, notes, pattern, n_exp, "Glm4Moe" if glm else "Dots1", mtp=glm)
+    return kw
+
+
+def _uncounted_notes(c: ConfigFields, notes: list, pattern, n_exp: int, cls: str, *, mtp: bool) -> None:
+    """Say what a DeepSeek-V3-style config holds that transformers' ``cls`` model does not
+    build as parameters: the routers' e_score_correction_bias (an nn.Buffer) and, where the
+    config has them, the MTP layers (num_nextn_predict_layers)."""
+    if any(pattern):
+        notes.append(f"e_score_correction_bias ({sum(pattern)} x {n_exp}) not counted: a buffer, "
+                     f"not a parameter, in transformers' {cls}TopkRouter")
+    n_mtp = c.int("num_nextn_predict_layers", 0, allow_zero=True) if mtp else 0
+    if n_mtp:
+        notes.append(f"num_nextn_predict_layers={n_mtp} not counted: transformers' "
+                     f"{cls}ForCausalLM builds no MTP layer (count it with --mtp-num-layers "
+                     "when the training framework builds one)")
+
+
+def _read_ernie_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # Ernie4_5_MoeDecoderLayer: Ernie4_5_MoeSparseMoeBlock iff (i + 1) % moe_layer_interval == 0
+    # and moe_layer_start_index <= i <= moe_layer_end_index, else Ernie4_5_MoeMLP of
+    # intermediate_size.  The block: router weight E x h plus e_score_correction_bias, an
+    # nn.Parameter of E (requires_grad=False); E gated experts of moe_intermediate_size (never
+    # biased); a shared MLP of moe_num_shared_experts * moe_intermediate_size.
+    kw = decoder_fields(c, mtype)
+    if c.bool("use_bias", False):
+        raise c._bad("use_bias true in an ERNIE-4.5 MoE config is not modelled (its experts stay "
+                     "unbiased while every other projection and lm_head get biases; no released "
+                     "ERNIE-4.5 MoE model uses it)")
+    n_layers = kw["num_layers"]
+    start = c.int("moe_layer_start_index", 1, allow_zero=True)
+    end = c.int("moe_layer_end_index", 27, allow_zero=True)
+    step = c.int("moe_layer_interval", 1)
+    pattern = tuple(int((i + 1) % step == 0 and start <= i <= end) for i in range(n_layers))
+    n_exp = c.int(("moe_num_experts", "num_experts"), 64)
+    moe_f = c.int("moe_intermediate_size", 1536)
+    n_shared = c.int("moe_num_shared_experts", 2, allow_zero=True)
+    kw.update(num_experts=n_exp, moe_router_topk=c.int(("moe_k", "num_experts_per_tok"), 6),
+              moe_ffn_hidden_size=moe_f,
+              moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              moe_layer_freq=pattern, moe_router_bias=True)
+    if any(pattern):
+        notes.append(f"e_score_correction_bias ({sum(pattern)} x {n_exp}) counted: an "
+                     "nn.Parameter (requires_grad=False) of transformers' Ernie4_5_MoeStatics")
+    return kw
+
+
+def _read_deepseek(c: ConfigFields, mtype: str, notes: list) -> dict:
+    v3 = mtype == "deepseek_v3"
+    kw = decoder_fields(c, mtype)
+    heads = kw["num_attention_heads"]
+    if c.bool("attention_bias", False) or c.bool("mlp_bias", False):
+        raise c._bad("attention_bias / mlp_bias true in a DeepSeek MLA config is not modelled "
+                     "(no released DeepSeek model uses them)")
+    n_layers = kw["num_layers"]
+    first_dense = c.int("first_k_dense_replace", 3 if v3 else 0, allow_zero=True,
+                        null=3 if v3 else 0)
+    freq = c.int("moe_layer_freq", 1)
+    if freq != 1:
+        notes.append(f"moe_layer_freq={freq} ignored: transformers' DeepSeek decoder layer is MoE "
+                     "from layer first_k_dense_replace on")
+    n_shared = c.int("n_shared_experts", 1 if v3 else 2, allow_zero=True)
+    moe_f = c.int("moe_intermediate_size", 2048 if v3 else 1407)
+    # DeepseekV{2,3}DecoderLayer: MoE iff layer_idx >= config.first_k_dense_replace
+    pattern = tuple(int(i >= first_dense) for i in range(n_layers))
+    topk = c.int("num_experts_per_tok", 8) if v3 else c.int("num_experts_per_tok")
+    v_head = c.int("v_head_dim", 128, null=128)
+    kw.update(num_query_groups=heads, kv_channels=v_head,
+              num_experts=c.int("n_routed_experts", 256 if v3 else 64), moe_router_topk=topk,
+              moe_ffn_hidden_size=moe_f, moe_layer_freq=pattern,
+              moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              multi_latent_attention=True, q_lora_rank=c.int("q_lora_rank", 1536, null=None),
+              kv_lora_rank=c.int("kv_lora_rank", 512), qk_head_dim=c.int("qk_nope_head_dim", 128),
+              qk_pos_emb_head_dim=c.int("qk_rope_head_dim", 64), v_head_dim=v_head,
+              # DeepseekV3TopkRouter keeps e_score_correction_bias as an nn.Buffer (not a
+              # parameter) in transformers 5; DeepSeek-V2's router has no bias
+              moe_router_bias=False, mtp_num_layers=0)
+    _uncounted_notes(c, notes, pattern if v3 else (), kw["num_experts"],
+                     "DeepseekV3" if v3 else "DeepseekV2", mtp=True)
+    return kw
+
+
+
+def _read_glm4_moe_lite(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # Glm4MoeLiteAttention: DeepSeek-V3's multi-latent attention (q_a_proj, q_a_layernorm,
+    # q_b_proj or q_proj; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; o_proj), with
+    # bias=config.attention_bias on q_a_proj, kv_a_proj_with_mqa and o_proj.
+    # Glm4MoeLiteDecoderLayer: Glm4MoeLiteMoE iff mlp_layer_types[i] == "sparse" (default
+    # ["dense"] + ["sparse"] * (L - 1); first_k_dense_replace is not read): a router E x h (its
+    # e_score_correction_bias an nn.Buffer), E gated experts of moe_intermediate_size and a
+    # shared MLP of n_shared_experts * moe_intermediate_size; else a gated MLP of
+    # intermediate_size.
+    kw = decoder_fields(c, mtype)
+    heads, n_layers = kw["num_attention_heads"], kw["num_layers"]
+    if c.bool("attention_bias", False):
+        raise c._bad("attention_bias true in a GLM-4 MoE Lite config is not modelled (biases on "
+                     "q_a_proj, kv_a_proj_with_mqa and o_proj only)")
+    if c.data.get("mlp_layer_types") is None:
+        pattern = tuple(int(i > 0) for i in range(n_layers))
+        first = c.data.get("first_k_dense_replace")
+        if first is not None and first != 1:
+            notes.append(f"first_k_dense_replace={printable(repr(first), 20)} ignored: "
+                         "transformers' Glm4MoeLiteConfig makes layer 0 dense and the rest MoE "
+                         "unless mlp_layer_types says otherwise")
+    else:
+        raw = c.data["mlp_layer_types"]
+        if (not isinstance(raw, list) or len(raw) != n_layers
+                or any(v not in ("dense", "sparse") for v in raw)):
+            raise c._bad(f"field 'mlp_layer_types' must list {n_layers} entries, each "
+                         "'dense' or 'sparse'")
+        pattern = tuple(int(v == "sparse") for v in raw)
+    n_exp = c.int(("n_routed_experts", "num_local_experts"), 64)
+    moe_f = c.int("moe_intermediate_size", 1536)
+    n_shared = c.int("n_shared_experts", 1, allow_zero=True)
+    v_head = c.int("v_head_dim", 256)
+    kw.update(num_query_groups=heads, kv_channels=v_head, num_experts=n_exp,
+              moe_router_topk=c.int("num_experts_per_tok", 4), moe_ffn_hidden_size=moe_f,
+              moe_layer_freq=pattern, moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              multi_latent_attention=True, q_lora_rank=c.int("q_lora_rank", 768, null=None),
+              kv_lora_rank=c.int("kv_lora_rank", 512), qk_head_dim=c.int("qk_nope_head_dim", 192),
+              qk_pos_emb_head_dim=c.int("qk_rope_head_dim", 64), v_head_dim=v_head,
+              moe_router_bias=False, mtp_num_layers=0)
+    _uncounted_notes(c, notes, pattern, n_exp, "Glm4MoeLite", mtp=True)
+    return kw
+
+
+MOE_READERS = {"deepseek_v2": _read_deepseek, "deepseek_v3": _read_deepseek,
+               "glm4_moe": _read_shared_moe, "dots1": _read_shared_moe,
+               "ernie4_5_moe": _read_ernie_moe, "glm4_moe_lite": _read_glm4_moe_lite}
+"""model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""
