@@ -44,7 +44,6 @@ ALLOWED = {
     "memsym/model/hf_config.py::_read_llama_like": (111, _BEING_SPLIT),
     "memsym/readers/megatron.py::_Reader.architecture": (109, _BEING_SPLIT),
     "memsym/timing/step.py::step_time": (103, _BEING_SPLIT),
-    "memsym/search/evaluate.py::evaluate_grid": (208, _SPLIT),
     "memsym/conventions/megatron_lm.py::megatron_lm": (167, _SPLIT),
     "memsym/plotting.py::memory_vs": (161, _SPLIT),
     "memsym/conventions/megatron_bridge.py::megatron_bridge": (159, _SPLIT),
