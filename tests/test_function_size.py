@@ -49,7 +49,6 @@ ALLOWED = {
     "memsym/conventions/megatron_bridge.py::megatron_bridge": (159, _SPLIT),
     "memsym/readers/jobs.py::torchtitan_job": (148, _SPLIT),
     "memsym/readers/torchtitan.py::torchtitan_settings": (146, _SPLIT),
-    "memsym/polyfit.py::fit_polynomial": (146, _SPLIT),
     "memsym/reference_layers.py::_classes": (
         144, "defines the torch layer classes in one closure so that importing the module "
              "needs no torch"),
