@@ -44,8 +44,6 @@ ALLOWED = {
     "memsym/model/hf_config.py::_read_llama_like": (111, _BEING_SPLIT),
     "memsym/readers/megatron.py::_Reader.architecture": (109, _BEING_SPLIT),
     "memsym/timing/step.py::step_time": (103, _BEING_SPLIT),
-    "memsym/conventions/megatron_lm.py::megatron_lm": (167, _SPLIT),
-    "memsym/conventions/megatron_bridge.py::megatron_bridge": (159, _SPLIT),
     "memsym/readers/jobs.py::torchtitan_job": (148, _SPLIT),
     "memsym/readers/torchtitan.py::torchtitan_settings": (146, _SPLIT),
     "memsym/reference_layers.py::_classes": (
