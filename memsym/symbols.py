@@ -170,7 +170,7 @@ omega = _register("omega", r"\omega", "fraction of communication time hidden beh
 price = _register("price", r"c_{\mathrm{GPU\,h}}", "price per GPU-hour", "currency/(GPU h)",
                   "nonnegative")
 
-# --- activations and the training total: memsym/terms/activations.py, training.py ---------
+# --- activations and the training total: memsym/terms/activations.py, training/ ----------
 c_f = _register("c_f", r"c_{\mathrm{f}}", "MoE capacity factor: routed-token load of the busiest "
                 "expert rank relative to a perfectly balanced one", "1")
 M_ws = _register("M_ws", r"M_{\mathrm{ws}}", "allowance for workspace and temporary buffers "
@@ -193,7 +193,7 @@ N_u = _register("N_u", r"N_{\mathrm{u}}", "frozen parameters kept unquantized on
 N_e = _register("N_e", r"N_{\mathrm{e}}", "routed-expert parameters on one GPU of a pipeline stage "
                 "(the stage's experts divided by e t_e)", "parameters", "nonnegative")
 
-# --- one pipeline stage's parameters (memsym/training.py): the per-GPU total's counts --------
+# --- one pipeline stage's parameters (memsym/training/model_states.py): the per-GPU total's counts --------
 N_tp = _register("N_tp", r"N_{\mathrm{tp}}", "parameters of the pipeline stage that tensor "
                  "parallelism splits, all t ranks together", "parameters", "nonnegative")
 N_rep = _register("N_rep", r"N_{\mathrm{rep}}", "parameters of the pipeline stage replicated on "

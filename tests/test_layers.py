@@ -45,7 +45,8 @@ LAYERS = (
     # table, which reads only the architecture (the stage split checks a layout against it)
     ("model", ("memsym.model", "memsym.rules")),
     # the job record and the frameworks' defaults
-    ("job", ("memsym.job_record", "memsym.job", "memsym.unchecked_job")),
+    ("job", ("memsym.job_record", "memsym.job", "memsym.job_checks", "memsym.job_framework",
+             "memsym.unchecked_job")),
     # the per-GPU total of a job
     ("composition", ("memsym.training",)),
     # consumers of the composed total, side by side

@@ -21,15 +21,8 @@ LIMIT = 600
 
 #: The modules over the limit, each with its line count when it was listed (it may not grow).
 ALLOWED = {
-    "memsym/terms/model_state.py": 614,
-    "memsym/terms/communication.py": 635,
     "memsym/model/hf_config.py": 630,
-    "memsym/terms/transients.py": 835,
-    "memsym/timing/step.py": 802,
     "memsym/readers/_megatron_flags.py": 897,   # Megatron-LM's flag table, generated data
-    "memsym/job.py": 696,
-    "memsym/training.py": 1148,
-    "memsym/readers/megatron.py": 1141,
 }
 
 

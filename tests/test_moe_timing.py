@@ -134,3 +134,31 @@ def test_token_counts_are_gathered_over_the_tp_ep_group():
     # expert TP 2 x EP 8 spans 16 GPUs: two nodes, 15 network steps
     assert float(moe.token_count_gather_time(64, 8, 2, c)) == pytest.approx(
         15 / 16 * 16 * 64 * 8 / 50e9 + 15 * 10e-6, rel=1e-12)
+
+
+def test_expert_clamp_and_fc2_bias_run_in_eager_pytorch():
+    # Megatron-LM core_v0.15.0 ... core_v0.17.0.  fused_bias_geglu.py
+    # weighted_bias_quick_geglu_impl (not compiled) clamps fc1's [R, 2f] output half by half and
+    # concatenates it before the compiled GLU: forward 2f + 2f (clamps) + 4f (cat) = 8f per
+    # row; backward 3f + 3f (each clamp reads grad and input, writes) + 4f (chunk's gradient
+    # concatenated) = 10f.  experts.py: linear_fc2 has skip_bias_add=True and _apply_bias adds
+    # cat([t + b * p ...]) per expert: forward b*p written (1), t + b*p (3), cat (2) = 6 passes
+    # of [R, h]; backward the split's gradient concatenated (2), grad*p and grad*b each
+    # written, read back and the gradient read (6) = 8.  GPT-OSS (add_bias_linear,
+    # swiglu_limit 7) on one B200, EP 8, 4 x 4,096 tokens: 65,536 rows, f = h = 2,880, bf16.
+    x = shape_of(preset("gpt-oss-120b"))
+    assert x.expert_bias and x.expert_clamp and (x.h, x.f_e, x.E, x.k) == (2880, 2880, 128, 4)
+    gemms = layer_gemms(x, 4096, 4, 1, 1, 8, moe=True)
+    eager = {q.name: q.eager for q in gemms if q.eager}
+    assert eager == {"expert_fc1": ("clamp",), "expert_fc2": ("bias",)}
+    T, rows, h, f = 4 * 4096, 65536, 2880, 2880
+    out = moe.moe_layer_extras(gemms, T, 4, 8, 1, cluster("dgx-b200"), "b200", "bf16")
+    copies = 15 * T * 128 + 2 * h * (2 * rows + 4 * rows + rows + T)
+    fwd = copies + 2 * (8 * rows * f + 6 * rows * h)
+    bwd = copies + 2 * (10 * rows * f + 8 * rows * h)
+    assert float(out[4]) == pytest.approx(fwd / 8e12, rel=1e-12)
+    assert float(out[5]) == pytest.approx(bwd / 8e12, rel=1e-12)
+    # a MoE model with neither (Qwen3-30B-A3B: no linear biases, no clamp) has no such pass
+    q = shape_of(preset("qwen3-30b-a3b"))
+    assert not (q.expert_bias or q.expert_clamp)
+    assert not any(g.eager for g in layer_gemms(q, 4096, 1, 1, 1, 8, moe=True))

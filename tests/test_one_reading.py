@@ -20,7 +20,10 @@ from hypothesis import strategies as st
 from memsym.cli import main
 from memsym.model import Architecture, parameter_count, preset
 from memsym.readers.launch_script import read_launch_script
-from memsym.readers.megatron import _MEMORY_NOT_MODELLED, _MODELLED, _STRUCTURE_NOT_MODELLED, _TABLE
+from memsym.readers.megatron_arguments import (MEMORY_NOT_MODELLED as _MEMORY_NOT_MODELLED,
+                                              MODELLED as _MODELLED,
+                                              STRUCTURE_NOT_MODELLED as _STRUCTURE_NOT_MODELLED,
+                                              TABLE as _TABLE)
 from test_readers_megatron import EXPECTED, SCRIPTS
 
 EXTRA = {"qwen3_30b_a3b": ["--sequence-parallel"]}   # see tests/test_paste_command.py

@@ -249,7 +249,7 @@ class Space:
             kw = {**kw, **recompute_fields(kw["recompute"])}
         if FRAMEWORK[self.framework].launch_overlaps == "overlap_comm":
             # the emitted config's overlap_comm (evaluate.launch_overlaps): its second IPG
-            # buffer is memory the read-back counts (memsym.training._transient_widths)
+            # buffer is memory the read-back counts (memsym.training.transients._transient_widths)
             base["overlap_grad_reduce"] = True
         base.update(kw)
         return Training(**base)

@@ -189,7 +189,7 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
     # the phase transients depend on the scheme (FSDP2 / ZeRO buffers): per template; the
     # peak phase max(T_fwd, T_loss, T_bwd, T_opt - A) is taken per row with the row's
     # activations A
-    # (memsym.training._phase_term states the same formula)
+    # (memsym.training.totals._phase_term states the same formula)
     phases = tuple(sp.Add(*(term.expr for term in trans[ph])) for ph in PHASES)
     return None, states, rest, allowance_terms(_ALLOCATED), layer, phases
 

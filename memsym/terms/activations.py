@@ -6,7 +6,8 @@ printed (Eq. 1, Eq. 2, Eq. 4 and the Table 2 rows), each its own cited :class:`~
 the same bytes tensor by tensor, so that each departure from the paper's GPT layer (gated MLP,
 GQA, flash attention, RMSNorm, context parallelism, MoE layers, MLA, the logits) is a named term
 and not a fudge factor; with the paper's settings they reduce to the paper's formulas
-(``tests/test_activations.py`` proves it).
+(``tests/test_activations.py`` proves it).  :func:`layer_activations` (and what each of its
+options adds or drops) lives in :mod:`memsym.terms.transformer_layer`, re-exported here.
 
 Conventions (Korthikanti §4.1): 2 bytes per 16-bit element, 1 byte per dropout-mask element,
 per micro-batch of ``b`` sequences of ``s`` tokens, for one GPU.
@@ -47,13 +48,14 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import choose
-from ..symbols import E, V, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
+from ..symbols import V, a, c, d_h, f, g, h, t
 from ..term import Source, Term, Total
 from ..values import as_expr
 from ..vocabulary import RECOMPUTE, RECOMPUTE_MODULES, recompute_modules  # noqa: F401
 from .korthikanti import PARALLEL, korthikanti, korthikanti_terms
-from .op_sac import op_sac_layer
 from .schedule import first_stage_layers
+# one layer's derivation, term by term, re-exported: every name stays importable from here
+from .transformer_layer import NORMS, RECOMPUTE_MODULE_SOURCES, layer_activations, token_split
 
 __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS", "RECOMPUTE_MODULES", "RECOMPUTE_MODULE_SOURCES",
@@ -62,330 +64,8 @@ __all__ = [
     "paper_layer", "paper_first_stage",
 ]
 
-#: Normalisations and the fp32 statistics per token each keeps for its backward [bytes].
-#: LayerNorm keeps mean and 1/sigma, RMSNorm only 1/rms (``torch.native_layer_norm`` and
-#: Transformer Engine save exactly these; the paper neglects them).
-NORMS = {"layernorm": 8, "rmsnorm": 4}
-
 _K = "korthikanti"
 _DERIVED = Source("memsym-derivation", "memsym/terms/activations.py module docstring")
-
-#: Megatron-Core's ``--recompute-modules`` that memsym models, in Megatron's order
-#: (``TransformerConfig.recompute_modules`` in ``megatron/core/transformer/transformer_config.py``
-#: at d98e8a64dd; the default under ``--recompute-granularity selective`` is ``core_attn``):
-#: :data:`memsym.vocabulary.RECOMPUTE_MODULES`.
-
-_MC = "megatron-core"
-#: Where each module's recompute is implemented (Megatron-LM at d98e8a64dd): the checkpoint's
-#: input stays saved, what runs inside it is recomputed in backward.
-RECOMPUTE_MODULE_SOURCES = {
-    "core_attn": Source(_MC, "megatron/core/transformer/attention.py, Attention."
-                        "_checkpointed_attention_forward (tensor_parallel.checkpoint of "
-                        "core_attention; q, k, v kept)"),
-    "moe_act": Source(_MC, "megatron/core/transformer/moe/experts.py, TEGroupedMLP.forward "
-                      "(CheckpointWithoutOutput of bias_act_func; its output, the linear_fc2 "
-                      "input, discarded once fc2 ran; fc1 output kept)"),
-    "layernorm": Source(_MC, "megatron/core/transformer/transformer_layer.py, TransformerLayer."
-                        "__init__ (only a norm that is not IdentityOp) and _run_input_layernorm / "
-                        "_forward_pre_mlp_layernorm (CheckpointWithoutOutput: the norm output "
-                        "discarded, its input kept); models/gpt/gpt_layer_specs.py, "
-                        "get_gpt_layer_with_transformer_engine_submodules (TENorm before MLA and "
-                        "before an MoE layer, fused into linear_qkv / linear_fc1 otherwise)"),
-    "mla_up_proj": Source(_MC, "megatron/core/transformer/multi_latent_attention.py, "
-                          "MLASelfAttention.get_query_key_value_tensors (CheckpointWithoutOutput "
-                          "of qkv_up_proj_and_rope_apply on the compressed latents) and "
-                          "MultiLatentAttention.forward (q, k, v discarded after core attention)"),
-    "mlp": Source(_MC, "megatron/core/transformer/transformer_layer.py, TransformerLayer._run_mlp "
-                  "(tensor_parallel.checkpoint of the dense MLP on pre_mlp_layernorm_output, the "
-                  "layer's hidden states under the TE spec's fused fc1 norm; not MoE layers)"),
-    "moe": Source(_MC, "megatron/core/transformer/moe/moe_layer.py, MoELayer.forward "
-                  "(tensor_parallel.checkpoint of custom_forward: router, dispatch, experts, "
-                  "combine; input hidden_states kept)"),
-    "shared_experts": Source(_MC, "megatron/core/transformer/moe/moe_layer.py, MoELayer."
-                             "shared_experts_compute (tensor_parallel.checkpoint of the shared "
-                             "experts on hidden_states)"),
-}
-
-
-# --- memsym's derivation, term by term --------------------------------------------------------
-def _common(sp_on: bool, recompute: str):
-    recompute = choose("recompute mode", recompute, RECOMPUTE)
-    tok = s * b / c                   # tokens of one micro-batch on this context-parallel rank
-    sp_div = t if sp_on else 1        # sequence parallelism splits the h-wide tensors over t
-    return recompute, tok, sp_div
-
-
-def layer_activations(*, gated: bool = False, flash: bool = False, sequence_parallel: bool = False,
-                      recompute: str = "none", dropout: bool = True, norm: str = "layernorm",
-                      moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
-                      attention_dropout: bool | None = None, norm_statistics: bool = True,
-                      qk_norm: bool = False, fp8_inputs: bool = False,
-                      modules=None) -> Total:
-    r"""Activations one transformer layer keeps for its backward, term by term [bytes].
-
-    Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank and
-    :math:`\sigma = t` under sequence parallelism (else 1):
-
-    .. math::
-
-        \begin{aligned}
-        \text{attention:}\;& \tfrac{4\tau h}{\sigma} + \tfrac{2\tau h}{\sigma}
-            + \tfrac{2\tau (a+g) d_h}{t} + \tfrac{2\tau g d_h}{t}
-            + \tfrac{(2 + 3\delta)\,a s \tau}{t} + \tfrac{2\tau a d_h}{t}
-            + \tfrac{\delta\,\tau h}{\sigma} \\
-        \text{dense MLP:}\;& \tfrac{2\tau h}{\sigma} + \tfrac{(2 + 2\gamma)\,\tau f}{t}
-            + \tfrac{2\tau f}{t} + \tfrac{\delta\,\tau h}{\sigma}
-        \end{aligned}
-
-    (:math:`\delta` = 1 with dropout, :math:`\gamma` = 1 for a gated MLP).  Flash attention
-    replaces the :math:`(2+3\delta)as\tau/t` scores by one fp32 logsumexp per query row and
-    head, :math:`4a\tau/t`: its backward reads Q, K, V, the output and the logsumexp, and
-    regenerates the dropout mask from the RNG state (FlashAttention §3.1; PyTorch's
-    ``_flash_attention_backward`` signature).  Norm statistics add :math:`8\tau/\sigma`
-    (LayerNorm: mean, 1/σ) or :math:`4\tau/\sigma` (RMSNorm) per norm.
-
-    An MoE layer replaces the dense MLP: the router keeps fp32 probabilities (:math:`4\tau
-    E/\sigma`), each expert GPU receives :math:`R = c_f\,k\,\tau\,t_e/t` routed token copies
-    (top-k, the ETP all-gather, the capacity factor :math:`c_f` for the busiest rank; Switch
-    Transformer §2.2) and keeps for each its fc1 input :math:`2h`, activation input
-    :math:`(2 + 2\gamma) f_e/t_e`, fc2 input :math:`2f_e/t_e` and the expert output for the
-    probability-weighted combine :math:`2h`; shared experts keep a dense MLP of width
-    :math:`f_{sh}` (their input is the router's input, counted once).
-
-    FP8 compute in Transformer Engine (``fp8_inputs``) saves each GEMM's input for the
-    weight gradient as the quantized FP8 tensor it multiplied, 1 byte per element instead of
-    2: the QKV, fc1 (their norm outputs), output-projection and fc2 inputs and the experts'
-    fc1/fc2 inputs.  The fused attention still keeps its own 16-bit output for its backward,
-    so without recompute the output projection's input costs :math:`2 + 1` bytes.  (MXFP8
-    adds one E8M0 scale per 32 elements, 1/32 byte, neglected here.)
-
-    Selective recompute drops what the recomputed modules (Megatron's ``--recompute-modules``,
-    ``modules``; default ``core_attn``) keep for their backward; each checkpoint's input stays
-    saved (:data:`RECOMPUTE_MODULE_SOURCES`, Transformer Engine's layer spec):
-
-    ==================  =====================================================================
-    module              terms dropped (or reduced)
-    ==================  =====================================================================
-    ``core_attn``       ``scores`` / ``softmax_stats`` (and the fused attention's own 16-bit
-                        output under FP8: ``proj_input`` keeps only the FP8 copy)
-    ``layernorm``       the output and fp32 statistics of the norms that are not fused into
-                        the next GEMM: before MLA (``qkv_input``) and before an MoE layer
-                        (``moe_input``); the dense layers' norms are fused (no effect)
-    ``mla_up_proj``     ``qk``, ``v`` and the norm-output half of ``mla_latents`` (the
-                        up-projections' inputs, :math:`2\tau r`; the compressed latents stay)
-    ``mlp``             dense layers: ``mlp_input``, ``mlp_activation``, ``fc2_input`` and the
-                        fused fc1 norm's statistics (the dropout mask stays)
-    ``moe``             MoE layers: ``router``, ``routed_tokens``, ``expert_activation``,
-                        ``expert_fc2_input``, ``combine``, ``shared_expert`` (``moe_input``,
-                        the checkpoint's input, stays)
-    ``moe_act``         MoE layers: ``expert_fc2_input`` (the activation output)
-    ``shared_experts``  MoE layers: ``shared_expert``
-    ==================  =====================================================================
-
-    Full recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);
-    ``selective-op`` is torchtitan's per-op policy (:func:`_op_sac_layer`).
-
-    Parameters
-    ----------
-    gated : bool
-        Gated MLP (SwiGLU): fc1 produces gate and up projections, both kept.
-    flash : bool
-        Memory-efficient (flash) attention: no :math:`s^2` tensors.
-    sequence_parallel : bool
-        Megatron sequence parallelism (the h-wide tensors divided by t).
-    recompute : {"none", "selective", "full"}
-    modules : sequence of str, optional
-        Under ``recompute="selective"``: Megatron's ``--recompute-modules``
-        (:func:`recompute_modules`; None = Megatron's default ``("core_attn",)``).  Ignored
-        under the other modes.
-    dropout : bool
-        Hidden dropout masks kept (1 byte per element; none at dropout 0).
-    attention_dropout : bool, optional
-        Attention-probability dropout; defaults to ``dropout``.
-    norm : {"layernorm", "rmsnorm"}
-    norm_statistics : bool
-        Count the norms' fp32 per-token statistics (False reproduces the paper, which neglects them).
-    moe : bool
-        An MoE layer instead of a dense MLP.
-    shared_expert : bool
-        The MoE layer has shared experts of width ``f_sh``.
-    qk_norm : bool or {"head", "full"}
-        Norms on Q and K (``qk_layernorm``): they keep their inputs and fp32 statistics,
-        :math:`2\tau(a+g)d_h/t + 4\tau(a+g)/t` per head (True or ``"head"``, Qwen3) or
-        :math:`+\,8\tau` over the whole projection (``"full"``, OLMo 2) (``qk_norm_inputs``;
-        the normalised Q and K are the ``qk`` term).
-    fp8_inputs : bool
-        Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte).
-    mla : dict, optional
-        Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
-        ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers): Q and K are
-        :math:`a(d_{qk} + d_r)` wide, V :math:`a d_v`, and the latents (the inputs of the q/kv
-        up-projections and their norms, :math:`4\tau r` each) are replicated over t.
-
-    Returns
-    -------
-    Total
-        Per layer, per micro-batch, per GPU [bytes].
-
-    Examples
-    --------
-    The paper's GPT layer (t = c = 1, g = a, d_h = h/a, f = 4h) is Eq. 1 plus the norm
-    statistics the paper neglects:
-
-    >>> A = layer_activations().without("norm_statistics")
-    >>> gpt = {c: 1, t: 1, g: a, d_h: h / a, f: 4 * h}
-    >>> sp.simplify(A.expr.subs(gpt) - b*h*s*(34 + 5*a*s/h))
-    0
-
-    Recomputing the dense MLP as well keeps neither its fc1 input, nor the GeLU input and
-    output (2sbh + 8sbh + 8sbh) nor the fused norm's statistics:
-
-    >>> B = layer_activations(recompute="selective", modules=["core_attn", "mlp"])
-    >>> keys = lambda T: {term.key for term in T.terms}
-    >>> sorted(keys(layer_activations(recompute="selective")) - keys(B))
-    ['fc2_input', 'mlp_activation', 'mlp_input']
-
-    References
-    ----------
-    Korthikanti et al. 2022 §4.1–4.3; FlashAttention (arXiv:2205.14135, 2307.08691);
-    Switch Transformers (arXiv:2101.03961) §2.2; Transformer Engine ``pytorch/module/linear.py``
-    and ``layernorm_linear.py`` (``saved_inputmat`` / ``ln_out`` quantized before
-    ``save_for_backward``).
-    """
-    recompute, tok, sig = _common(sequence_parallel, recompute)
-    mods = (("core_attn",) if modules is None else recompute_modules(modules)) \
-        if recompute == "selective" else ()
-    # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
-    # spec only the norms before MLA and before an MoE layer are TENorm modules that
-    # "layernorm" checkpoints; the others are fused into linear_qkv / linear_fc1
-    drop_core = recompute == "selective" and "core_attn" in mods
-    drop_in_norm = "layernorm" in mods and bool(mla)
-    drop_pre_mlp_norm = "layernorm" in mods and moe
-    drop_up_proj = "mla_up_proj" in mods and bool(mla)
-    drop_mlp = "mlp" in mods and not moe
-    drop_moe = "moe" in mods and moe
-    drop_moe_act = ("moe_act" in mods or "moe" in mods) and moe
-    drop_shared = ("shared_experts" in mods or "moe" in mods) and moe
-    # bytes per element of a saved GEMM input: FP8 under Transformer Engine, else 16-bit
-    gx = 1 if fp8_inputs else 2
-    te = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
-                "the quantized input); layernorm_linear.py (ln_out quantized by the fused norm)")
-    norm = choose("normalization", norm, NORMS)
-    att_drop = dropout if attention_dropout is None else attention_dropout
-    delta = 1 if dropout else 0
-    gam = 1 if gated else 0
-    tk = Source(_K, "§4.1 (attention block, MLP, LayerNorm)")
-    gsrc = te if fp8_inputs else tk
-    terms: list[Term] = []
-
-    def add(key, expr, what, source=tk):
-        if expr != 0:
-            terms.append(Term(key, expr, what, source, label=key.replace("_", " ")))
-
-    if recompute == "full":
-        add("layer_input", 2 * tok * h / sig, "layer input, the only tensor kept under full recompute",
-            Source(_K, "Table 2, full activation recomputation"))
-        return Total("activations per layer (full recompute)", tuple(terms))
-    if recompute == "selective-op":
-        return op_sac_layer(tok, sig, gated=gated, flash=flash, moe=moe, mla=mla,
-                             sequence_parallel=sequence_parallel)
-
-    # attention block
-    add("norm_inputs", 2 * 2 * tok * h / sig, "inputs of the two norms (attention and MLP)",
-        Source(_K, "§4.1, LayerNorm: 4sbh"))
-    # norms whose statistics the backward keeps: a recomputed norm ("layernorm", or the
-    # fc1-fused norm inside a recomputed dense MLP) rebuilds them
-    n_stats = 2 - drop_in_norm - drop_pre_mlp_norm - drop_mlp
-    stat_mods = [m for m, on in (("layernorm", drop_in_norm or drop_pre_mlp_norm),
-                                 ("mlp", drop_mlp)) if on]
-    add("norm_statistics", (n_stats * NORMS[norm] * tok / sig) if norm_statistics else 0,
-        f"fp32 per-token statistics of {'the two' if n_stats == 2 else 'one'} {norm} "
-        "norm" + ("s" if n_stats == 2 else "") + " (the paper neglects them"
-        + (f"; recomputed: {', '.join(stat_mods)}" if stat_mods else "") + ")",
-        RECOMPUTE_MODULE_SOURCES[stat_mods[-1]] if stat_mods else _DERIVED)
-    if not drop_in_norm:
-        add("qkv_input", gx * tok * h / sig, "norm output, input of the QKV projection"
-            + (" (FP8)" if fp8_inputs else ""), gsrc)
-    if mla:
-        r_q, r_kv = mla.get("q_lora_rank"), mla["kv_lora_rank"]
-        d_qk, d_r, d_v = (sp.Integer(mla[x]) for x in ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
-        rank = sp.Integer(r_kv) + (sp.Integer(r_q) if r_q else 0)
-        if drop_up_proj:
-            add("mla_latents", 2 * tok * rank, "MLA compressed latents, the input of the "
-                "recomputed up-projections (mla_up_proj: their norm outputs are rebuilt)",
-                RECOMPUTE_MODULE_SOURCES["mla_up_proj"])
-        else:
-            add("mla_latents", 4 * tok * rank, "MLA latents: inputs of the q/kv up-projections "
-                "and of their norms (down-projections are replicated over t)", _DERIVED)
-            add("qk", 2 * tok * 2 * a * (d_qk + d_r) / t,
-                "MLA queries and keys, a(d_qk + d_r) wide each", _DERIVED)
-            add("v", 2 * tok * a * d_v / t, "MLA values, a d_v wide", _DERIVED)
-        proj_width = a * d_v
-    else:
-        add("qk", 2 * tok * (a + g) * d_h / t, "queries (a d_h wide) and keys (g d_h: GQA) for QK^T")
-        if qk_norm:
-            # one fp32 statistic per head and token ("head", Qwen3), or per token for Q and
-            # for K when the norm spans the whole projection ("full", OLMo 2)
-            stats = 8 * tok if qk_norm == "full" else 4 * tok * (a + g) / t
-            add("qk_norm_inputs", 2 * tok * (a + g) * d_h / t + stats,
-                "inputs of the per-head Q and K norms and their fp32 statistics (qk_layernorm)",
-                Source("megatron-core", "core/transformer/attention.py, SelfAttention."
-                       "get_query_key_value_tensors (q_layernorm, k_layernorm before RoPE)"))
-        add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
-        proj_width = a * d_h
-    if not drop_core:
-        if flash:
-            add("softmax_stats", 4 * a * tok / t,
-                "flash attention: one fp32 logsumexp per query row and head (no s^2 tensors)",
-                Source("flash-attention", "FlashAttention-2 §3.1.1 (logsumexp); FlashAttention §3.1"))
-        else:
-            adelta = 1 if att_drop else 0
-            add("scores", (2 + 3 * adelta) * a * s * tok / t,
-                "softmax output" + (", its dropout mask and dropout output" if att_drop else "")
-                + " (a x s/c x s per micro-batch)", Source(_K, "§4.1, attention: 5as^2b"))
-    # FP8: the projection keeps an FP8 copy; the fused attention's own 16-bit output stays
-    # saved for its backward unless the attention is recomputed (core_attn)
-    o_bytes = gx + (2 if fp8_inputs and flash and not drop_core else 0)
-    add("proj_input", o_bytes * tok * proj_width / t, "attention output, input of the output "
-        "projection" + (" (FP8 copy" + (" beside the attention's 16-bit output)" if o_bytes > 1
-                                         else ")") if fp8_inputs else ""), gsrc)
-    add("attn_dropout_mask", delta * tok * h / sig, "dropout mask after the attention block")
-
-    what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
-    if not moe:
-        if not drop_mlp:
-            add("mlp_input", gx * tok * h / sig, "norm output, input of fc1"
-                + (" (FP8)" if fp8_inputs else ""), gsrc)
-            add("mlp_activation", (2 + 2 * gam) * tok * f / t,
-                "fc1 output, input of the " + ("SwiGLU (gate and up, 2f wide)" if gated else "GeLU"),
-                _DERIVED if gated else tk)
-            add("fc2_input", gx * tok * f / t, "activation output, input of fc2"
-                + (" (FP8)" if fp8_inputs else ""), gsrc)
-        add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MLP")
-        return Total(f"activations per layer (dense, recompute {what})", tuple(terms))
-
-    routed = c_f * k * tok * t_e / t   # token copies one expert GPU receives per micro-batch
-    moe_src = Source("memsym-derivation", "layer_activations docstring (MoE layer)")
-    if not drop_pre_mlp_norm:
-        add("moe_input", 2 * tok * h / sig,
-            "norm output, input of the router and the shared experts")
-    if not drop_moe:
-        add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts", moe_src)
-        add("routed_tokens", gx * routed * h, "dispatched token copies, input of the expert fc1 "
-            "(top-k, capacity factor c_f)" + (", FP8" if fp8_inputs else ""),
-            te if fp8_inputs else Source("shazeer-switch", "§2.2, expert capacity"))
-        add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
-            "expert fc1 outputs, input of the expert activation", moe_src)
-        if not drop_moe_act:
-            add("expert_fc2_input", gx * routed * f_e / t_e, "expert activation outputs, input "
-                "of fc2" + (" (FP8)" if fp8_inputs else ""), te if fp8_inputs else moe_src)
-        add("combine", 2 * routed * h, "expert outputs kept for the probability-weighted combine",
-            moe_src)
-    if shared_expert and not drop_shared:
-        add("shared_expert", (4 + 2 * gam) * tok * f_sh / t,
-            "shared-expert activation and fc2 inputs", moe_src)
-    add("mlp_dropout_mask", delta * tok * h / sig, "dropout mask after the MoE block")
-    return Total(f"activations per layer (MoE, recompute {what})", tuple(terms))
 
 
 def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = True) -> Total:
@@ -407,7 +87,7 @@ def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = Tr
     .. [megatron-lm] ``theoretical_memory_usage.py``, ``compute_activation_memory`` (8sbp).
     .. [korthikanti] arXiv:2205.05198, §4.3 (embedding dropout mask sbhp/t).
     """
-    _, tok, sig = _common(sequence_parallel, "none")
+    tok, sig = token_split(sequence_parallel)
     terms = [Term("input_ids", 8 * tok, "int64 token ids",
                   Source("megatron-lm", "theoretical_memory_usage.py, compute_activation_memory "
                          "(8sbp: input to embedding)"), label="input ids")]
@@ -469,7 +149,7 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     .. [torchtitan] ``models/norms.py`` ``RMSNorm.forward`` at 9dec370; ``components/loss.py``.
     .. [pytorch-tensor-parallel] ``distributed/tensor/parallel/style.py``, ``ColwiseParallel``.
     """
-    _, tok, sig = _common(sequence_parallel, "none")
+    tok, sig = token_split(sequence_parallel)
     norm = choose("normalization", norm, NORMS)
     src = Source(_K, "§4.3 (final LayerNorm 2sbh/t, output-layer input 2sbh/t, logits 4sbv/t)")
     fp32_src = Source("torchtitan", "torchtitan/models/norms.py RMSNorm.forward at 9dec370 "
@@ -539,7 +219,7 @@ def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
     after the LoRA-A computation, and gathered again during backward"), ``peft/utils.py``
     (get_adapter_attributes_from_linear, ParallelLinearAdapter); seed 001 (LoRA + SP table).
     """
-    _, tok, _ = _common(False, "none")
+    tok, _ = token_split(False)
     on = sequence_parallel and not regather
     expr = as_expr(eligible) * 2 * tok * h if on else sp.Integer(0)
     return Term("lora_gathered_inputs", expr, "gathered 16-bit norm output kept by each "

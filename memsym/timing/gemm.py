@@ -60,6 +60,14 @@ class Shape:
         Output layer untied from the input embedding.
     rope : bool
         Rotary position embeddings (RoPE's memory-bound work is counted).
+    expert_bias : bool
+        The routed experts' linear layers carry biases (``add_bias_linear`` on a MoE model):
+        Megatron-core adds the fc2 bias outside the grouped GEMM, scaled by the routing
+        probability (:func:`memsym.timing.moe.expert_bias_bytes`).
+    expert_clamp : bool
+        The routed experts' GLU input is clamped first (Megatron's
+        ``activation_func_clamp_value``; GPT-OSS's ``swiglu_limit``), in eager PyTorch
+        (:func:`memsym.timing.moe.glu_clamp_bytes`).
     """
 
     L: int
@@ -79,6 +87,8 @@ class Shape:
     mla: tuple  # (q_lora_rank or 0, kv_lora_rank, rope dim) or ()
     untied: bool
     rope: bool = True
+    expert_bias: bool = False
+    expert_clamp: bool = False
 
 
 def shape_of(arch, t: int = 1) -> Shape:
@@ -123,7 +133,11 @@ def shape_of(arch, t: int = 1) -> Shape:
                  f_sh=(x.moe_shared_expert_intermediate_size or 0) if E else 0,
                  L_moe=sum(moe_layer_pattern(x)), mla=mla,
                  untied=bool(x.untie_embeddings_and_output_weights),
-                 rope=x.position_embedding_type == "rope")
+                 rope=x.position_embedding_type == "rope",
+                 expert_bias=bool(E and x.add_bias_linear),
+                 # the preset's extra (HF config.json's swiglu_limit); the Bridge sets it as
+                 # activation_func_clamp_value
+                 expert_clamp=bool(E and x.swiglu and (x.extra or {}).get("swiglu_limit")))
 
 
 @dataclass(frozen=True)
@@ -138,6 +152,11 @@ class Gemm:
         GEMM dimensions [elements] (``N`` a GEMM dimension, not a parameter count).
     count : int or array_like
         How many such GEMMs (the local experts).
+    eager : tuple of str
+        Element-wise passes Megatron-core runs on this GEMM's output in eager PyTorch, outside
+        any fused kernel: ``"bias"`` (the routed experts' fc2 bias,
+        :func:`memsym.timing.moe.expert_bias_bytes`), ``"clamp"`` (the clamp before the
+        experts' GLU, :func:`memsym.timing.moe.glu_clamp_bytes`).
     """
 
     name: str
@@ -145,6 +164,7 @@ class Gemm:
     N: object
     K: object
     count: object = 1
+    eager: tuple = ()
 
     @property
     def flops(self):
@@ -220,8 +240,12 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -
     rows = np.asarray(b, float) * s * x.k * t_e / (t * c)
     local = x.E / e
     per_expert = rows / local
-    out.append(Gemm("expert_fc1", per_expert, mult * x.f_e / t_e, h, local))
-    out.append(Gemm("expert_fc2", per_expert, h + 0 * t, x.f_e / t_e, local))
+    # TEGroupedMLP clamps fc1's output in eager PyTorch before the fused GLU, builds
+    # linear_fc2 with skip_bias_add=True and adds that bias after it (memsym.timing.moe)
+    out.append(Gemm("expert_fc1", per_expert, mult * x.f_e / t_e, h, local,
+                    eager=("clamp",) if x.expert_clamp else ()))
+    out.append(Gemm("expert_fc2", per_expert, h + 0 * t, x.f_e / t_e, local,
+                    eager=("bias",) if x.expert_bias else ()))
     if x.f_sh:
         out.append(Gemm("shared_fc1", T, mult * x.f_sh / t, h))
         out.append(Gemm("shared_fc2", T, h + 0 * t, x.f_sh / t))

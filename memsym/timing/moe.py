@@ -52,6 +52,7 @@ from ..hardware import gpu as _gpu
 from .collectives import (LINK_LATENCY, NVLINK_NCCL_EFFICIENCY, collective_bytes,
                           collective_time, group_bandwidth)
 from .efficiency import K0, LAUNCH_OVERHEAD, TILES, ceiling, gemm_time, memory_time
+from .moe_eager import eager_seconds
 
 __all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "gemm_seconds",
            "dispatch_bytes", "grouped_quantize_bytes", "ep_ranks_inside", "ep_alltoall_time",
@@ -468,7 +469,10 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
       whose backward is their mirror (permute's gradient is an unpermute and the reverse,
       sort's is the un-sort: the same bytes), and under FP8 the forward's cast of the routed
       rows into the grouped fc1 GEMM (:func:`grouped_quantize_bytes`; the backward reads the
-      saved column-wise copy).
+      saved column-wise copy), and the experts' eager element-wise passes
+      (:attr:`memsym.timing.gemm.Gemm.eager`, :func:`memsym.timing.moe_eager.eager_seconds`):
+      the clamp before a clamped GLU and the probability-scaled fc2 bias added outside the
+      GEMM, each forward and backward.
 
     Parameters
     ----------
@@ -523,5 +527,6 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
     cast = 0.0
     if precision == "fp8":
         cast = memory_time(grouped_quantize_bytes(received, h), device)
+    eager_f, eager_b = eager_seconds(gemms, device)
     return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
-            copies + cast, copies)
+            copies + cast + eager_f, copies + eager_b)

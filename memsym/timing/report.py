@@ -114,6 +114,31 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     >>> rep["assumptions"]["layout_order"]
     'tp, cp, pp, dp'
     """
+    vals, clu, precision_key = _inputs(values, precision, sharding, cluster, gpu, efficiency,
+                                       gpus_per_node, intra_node_bandwidth, inter_node_bandwidth)
+    context, expert = _parallel_kinds(vals, context, expert)
+    gpus_total, batch = _totals(vals)
+    pipe = int(vals["p"]) > 1
+    opts = dict(sequence_parallel=sequence_parallel, pipeline=pipe, scatter_gather=scatter_gather,
+                interleaved=interleaved, sharding=sharding, context=context, expert=expert,
+                recompute=recompute, dp_params=dp_params, pipelined_fsdp=pipelined_fsdp)
+    ctx = dict(_closed_forms(vals, clu, opts, gpus_total, overlap=overlap, formula=formula),
+               vals=vals, batch=batch, gpus_total=gpus_total)
+    given = {k.name: v for k, v in ctx["exact_vals"].items()}
+
+    def num(x, what):
+        return _num(x, what, given)
+
+    if arch is not None:
+        return _predicted_report(ctx, arch, layout, training, clu, efficiency, mfu_flops,
+                                 num, m)
+    return _closed_form_report(ctx, clu, num, precision_key, overlap=overlap, recompute=recompute)
+
+
+def _inputs(values: dict, precision, sharding, cluster, gpu, efficiency, gpus_per_node,
+            intra_node_bandwidth, inter_node_bandwidth) -> tuple:
+    """The values with every default filled in (layout sizes 1, the sharding's byte widths,
+    the cluster's figures, the efficiency), the cluster and the precision's canonical name."""
     vals = dict(values)
     precision_key = choose("precision", precision, hardware.PRECISIONS)
     defaults = {"t": 1, "p": 1, "d": 1, "c": 1, "e": 1, "v": 1, "m": 1, "b": 1, "b_c": 2}
@@ -123,6 +148,19 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         widths = byte_widths(sharding, precision, convention="seed000")  # unknown precision refused there
         for sym, width in widths.items():
             vals.setdefault(sym.name, width)
+    clu = _cluster_of(cluster, gpu, gpus_per_node, intra_node_bandwidth, inter_node_bandwidth)
+    for key, val in clu.values(precision).items():
+        vals.setdefault(key, val)
+    eff = efficiency if efficiency is not None else vals.get("eta", DEFAULT_EFFICIENCY)
+    vals["eta"] = positive(eff, "efficiency")
+    if vals["eta"] > 1:
+        raise InvalidValueError(f"efficiency must be in (0, 1], got {vals['eta']}")
+    return vals, clu, precision_key
+
+
+def _cluster_of(cluster, gpu, gpus_per_node, intra_node_bandwidth, inter_node_bandwidth):
+    """The cluster preset, or one built around ``gpu``, with the given node size and
+    bandwidths."""
     if cluster is not None:
         clu = hardware.cluster(cluster)
     else:
@@ -139,60 +177,70 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         changes["inter_node_bandwidth"] = inter_node_bandwidth
     if changes:
         clu = clu.with_(**changes)
-    for key, val in clu.values(precision).items():
-        vals.setdefault(key, val)
-    eff = efficiency if efficiency is not None else vals.get("eta", DEFAULT_EFFICIENCY)
-    vals["eta"] = positive(eff, "efficiency")
-    if vals["eta"] > 1:
-        raise InvalidValueError(f"efficiency must be in (0, 1], got {vals['eta']}")
+    return clu
+
+
+def _parallel_kinds(vals: dict, context, expert) -> tuple:
+    """The CP method (ring when c > 1 and none given) and whether experts are parallel."""
     if context is None and int(vals["c"]) > 1:
         context = "ring"
     expert = expert or int(vals["e"]) > 1
     if expert:
         vals.setdefault("L_m", vals.get("L"))
+    return context, expert
+
+
+def _totals(vals: dict) -> tuple:
+    """GPUs G = t p c d and the global batch B = b m d [sequences], each the default of its
+    value."""
     gpus_total = int(vals["t"]) * int(vals["p"]) * int(vals["c"]) * int(vals["d"])
     batch = int(vals["b"]) * int(vals["m"]) * int(vals["d"])
     vals.setdefault("G", gpus_total)
     vals.setdefault("B", batch)
-    pipe = int(vals["p"]) > 1
-    opts = dict(sequence_parallel=sequence_parallel, pipeline=pipe, scatter_gather=scatter_gather,
-                interleaved=interleaved, sharding=sharding, context=context, expert=expert,
-                recompute=recompute, dp_params=dp_params, pipelined_fsdp=pipelined_fsdp)
+    return gpus_total, batch
+
+
+def _closed_forms(vals: dict, clu, opts: dict, gpus_total: int, *, overlap, formula) -> dict:
+    """The closed forms of the communication, the step and the FLOPs, evaluated exactly at
+    ``vals``, with the links each group crosses."""
     links = placement(vals, clu.domain)
     byte_total = communication_per_step(**opts)
     time_total = communication_time(placement_map=links, **opts)
+    recompute, pipe = opts["recompute"], opts["pipeline"]
     step = step_time(recompute=recompute, communication=time_total, overlap=overlap,
-                     interleaved=interleaved, pipeline=pipe, formula=formula)
+                     interleaved=opts["interleaved"], pipeline=pipe, formula=formula)
     needed = (byte_total.free_symbols | step.free_symbols)
     exact_vals = as_values({k: v for k, v in vals.items()
                             if any(sym.name == getattr(k, "name", k) for sym in needed)})
-    bytes_bd = byte_total.breakdown(exact_vals)
-    secs_bd = time_total.breakdown(exact_vals)
-    t_step = step.evaluate(exact_vals)
-    model = flops_per_iteration("model", "none", formula).evaluate(exact_vals)
-    hardware_flops = flops_per_iteration("hardware", recompute, formula).evaluate(exact_vals)
-    peak = exact_vals[F] * gpus_total
-    bubble = bubble_fraction(interleaved).xreplace(exact_vals) if pipe else sp.Integer(0)
-    given = {k.name: v for k, v in exact_vals.items()}
+    return {
+        "links": links, "byte_total": byte_total, "exact_vals": exact_vals,
+        "bytes_bd": byte_total.breakdown(exact_vals), "secs_bd": time_total.breakdown(exact_vals),
+        "t_step": step.evaluate(exact_vals),
+        "model": flops_per_iteration("model", "none", formula).evaluate(exact_vals),
+        "hardware_flops": flops_per_iteration("hardware", recompute, formula).evaluate(exact_vals),
+        "peak": exact_vals[F] * gpus_total,
+        "bubble": (bubble_fraction(opts["interleaved"]).xreplace(exact_vals) if pipe
+                   else sp.Integer(0)),
+    }
 
-    def num(x, what):
-        return _num(x, what, given)
 
-    if arch is not None:
-        return _predicted_report(locals(), arch, layout, training, clu, efficiency, mfu_flops,
-                                 num, m)
+def _closed_form_report(ctx: dict, clu, num, precision_key: str, *, overlap, recompute) -> dict:
+    """:func:`step_report` from the closed forms alone (no architecture given)."""
+    vals, exact_vals, links = ctx["vals"], ctx["exact_vals"], ctx["links"]
+    bytes_bd, secs_bd, t_step, peak = ctx["bytes_bd"], ctx["secs_bd"], ctx["t_step"], ctx["peak"]
+    model, hardware_flops, batch = ctx["model"], ctx["hardware_flops"], ctx["batch"]
     return {
         "communication": {key: {"bytes": num(bytes_bd[key], f"{key} bytes"),
                                 "seconds": num(secs_bd[key], f"{key} time [s]"),
-                                "link": links[key]} for key in byte_total.keys},
-        "bubble": num(bubble, "bubble"),
+                                "link": links[key]} for key in ctx["byte_total"].keys},
+        "bubble": num(ctx["bubble"], "bubble"),
         "flops": {"model": num(model, "model FLOPs"), "hardware": num(hardware_flops, "hardware FLOPs")},
         "step_time_s": num(t_step, "step time [s]"),
         "mfu": num(model / (peak * t_step), "MFU"),
         "hfu": num(hardware_flops / (peak * t_step), "HFU"),
         "global_batch": batch,
         "tokens_per_step": batch * int(vals["s"]),
-        "gpus": gpus_total,
+        "gpus": ctx["gpus_total"],
         "warnings": layout_warnings(vals, clu.domain),
         "assumptions": {
             "cluster": clu.name, "gpu": clu.gpu.name, "precision": precision_key,

@@ -1,0 +1,314 @@
+r"""The checks of a job: field types and limits, canonical names, the launch rules.
+
+:func:`validate` refuses what the framework would refuse, one line naming the rule
+(:mod:`memsym.rules`), and returns the micro-batches per step; :func:`check_fields` checks
+the fields' types and bounds only; :func:`canonical` spells every named choice as
+:func:`memsym.errors.choose` matches it.  :func:`memsym.job.job` runs them once.
+
+References
+----------
+.. [megatron-lm] megatron/training/arguments.py (validate_args);
+   core/transformer/transformer_config.py (TransformerConfig.__post_init__).
+"""
+
+from __future__ import annotations
+
+from .errors import InvalidValueError, UnknownNameError, choose
+from .frameworks import framework as framework_record
+from .terms.allowances import METRICS
+from .limits import FIELD_LIMITS, check_limit
+from .terms.activations import RECOMPUTE, recompute_modules as _modules
+from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
+from .terms.schedule import SCHEDULES
+from . import rules
+from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
+from .terms.recipe_buffers import check_recipe_fields
+from .terms.context_parallel import cp_method
+from .model.pipeline_layout import PipelineLayout
+from .model.stages import check_layout
+from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, RECOMPUTE_METHODS,
+                         STAGE_PLACEMENTS)
+from .job_record import Layout, Training, check_zero_buckets, microbatches, whole
+
+__all__ = ["check_fields", "canonical", "validate"]
+
+
+def flag(value, what: str) -> bool:
+    """``value`` when it is a real boolean, else a refusal naming ``what``.
+
+    Examples
+    --------
+    >>> flag(True, "dropout")
+    True
+    >>> flag("false", "dropout")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: dropout must be true or false, got 'false'
+    """
+    # a string such as "false" is truthy in Python, so only real booleans are accepted
+    if not isinstance(value, bool):
+        raise InvalidValueError(f"{what} must be true or false, got {value!r:.40}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------------
+def check_types(layout, training) -> None:
+    """Refuse a layout or training that is not a :class:`Layout` / :class:`Training`."""
+    # a dict (or anything else) would fail later with an AttributeError, not a clear refusal
+    for obj, cls, name in ((layout, Layout, "layout"), (training, Training, "training")):
+        if not isinstance(obj, cls):
+            raise InvalidValueError(f"{name} must be a memsym.{cls.__name__}(...), got "
+                                    f"{type(obj).__name__}")
+
+
+def _check_limits(layout: Layout, training: Training) -> None:
+    # memsym.limits.FIELD_LIMITS: every size a user can give has a documented bound (a
+    # count of 10^12 micro-batches would walk 10^12 schedule steps)
+    for name, value in {**vars(layout), **training.flat()}.items():
+        if name in FIELD_LIMITS and isinstance(value, int) and not isinstance(value, bool):
+            check_limit(FIELD_LIMITS[name], value, name)
+
+
+def check_fields(layout: Layout, training: Training) -> None:
+    check_types(layout, training)
+    for name in ("t", "p", "d", "c", "e"):
+        whole(getattr(layout, name), f"layout {name}")
+    for name in ("seq_length", "micro_batch_size"):
+        whole(training.value(name), name)
+    for obj, name in ((layout, "v"), (layout, "t_e"), (training.batch, "num_microbatches"),
+                      (training.batch, "global_batch_size"), (training.pipeline, "microbatch_group_size")):
+        whole(getattr(obj, name), name, optional=True)
+    for obj, name in ((layout, "first_stage_layers"), (layout, "last_stage_layers")):
+        whole(getattr(obj, name), name, minimum=0, optional=True)
+    _check_limits(layout, training)
+    flag(layout.sequence_parallel, "sequence_parallel")
+    flag(training.memory.flash_attention, "flash_attention")
+    if training.memory.dropout is not None:
+        flag(training.memory.dropout, "dropout")
+    flag(training.states.precision_aware, "precision_aware")
+    flag(training.states.fp8_param_gather, "fp8_param_gather")
+    flag(training.memory.compiled_loss, "compiled_loss")
+    flag(training.memory.loss_parallel, "loss_parallel")
+    flag(training.memory.fsdp_root_group, "fsdp_root_group")
+    flag(training.comm.tp_comm_overlap, "tp_comm_overlap")
+    flag(training.comm.overlap_moe_expert_parallel_comm, "overlap_moe_expert_parallel_comm")
+    flag(training.pipeline.overlap_p2p_comm, "overlap_p2p_comm")
+    flag(training.pipeline.defer_embedding_wgrad_compute, "defer_embedding_wgrad_compute")
+    whole(training.pipeline.wgrad_deferral_limit, "wgrad_deferral_limit", minimum=0)
+    for name in ("overlap_grad_reduce", "overlap_param_gather"):
+        if training.value(name) is not None:
+            flag(training.value(name), name)
+
+
+def _named_choices() -> dict:
+    """Training field -> (its name in messages, the accepted names): the one table
+    :func:`canonical` spells and :func:`validate` checks."""
+    return {"recompute": ("recompute mode", RECOMPUTE),
+            "schedule": ("pipeline schedule", SCHEDULES),
+            "stage_placement": ("stage placement", STAGE_PLACEMENTS),
+            "precision": ("precision", PRECISIONS), "optimizer": ("optimizer", OPTIMIZERS),
+            "sharding": ("sharding", SCHEMES),
+            "convention": ("convention", CONVENTIONS + FRAMEWORK_CONVENTIONS),
+            "offload": ("offload", OFFLOADS),
+            "finetune": ("fine-tuning mode", FINETUNES),
+            "metric": ("memory metric", tuple(METRICS)),
+            "framework": ("framework", FRAMEWORKS)}
+
+
+def canonical(training: Training) -> Training:
+    """``training`` with every named choice in its canonical spelling (``"GPipe"`` ->
+    ``"gpipe"``), as :func:`memsym.errors.choose` matches them, so that code comparing a
+    field with its canonical name sees what the user meant; an unknown name is left for
+    :func:`validate` to refuse.
+
+    Examples
+    --------
+    >>> canonical(Training(schedule=" GPipe", sharding="ZeRO3")).schedule
+    'gpipe'
+    """
+    fixed = {}
+    table = {**_named_choices(), "recompute_method": ("recompute method", RECOMPUTE_METHODS)}
+    for name, (label, accepted) in table.items():
+        value = training.value(name)
+        if isinstance(value, str):
+            try:
+                fixed[name] = choose(label, value, accepted)
+            except UnknownNameError:
+                pass
+    mods = training.memory.recompute_modules
+    if isinstance(mods, (list, tuple)):
+        try:
+            fixed["recompute_modules"] = _modules(mods)
+        except InvalidValueError:   # UnknownNameError too: validate() refuses it
+            pass
+    if isinstance(training.comm.cp_comm_type, (list, tuple)):  # Megatron's: one type per layer
+        fixed["cp_comm_type"] = cp_method(fixed.get("framework", training.framework),
+                                          training.comm.cp_comm_type)
+    return training.replace(**{k: v for k, v in fixed.items() if v != training.value(k)})
+
+
+def validate(x, layout: Layout, training: Training):
+    """Refuse what the framework would refuse, one line naming the rule; return ``m``.
+
+    ``x`` is a resolved architecture (:func:`memsym.model.resolve`).  Field types first,
+    then every launch rule of :data:`memsym.rules.RULES`.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> validate(preset("llama2-7b"), Layout(p=4, v=2, first_stage_layers=5, last_stage_layers=9),
+    ...          Training(seq_length=4096))
+    Traceback (most recent call last):
+    ...
+    memsym.errors.DivisibilityError: virtual pipeline size v=2 must divide the layers of every pipeline stage (stage 0 has 5)
+    """
+    check_fields(layout, training)
+    _check_pipeline_layout(x, layout, training)
+    names = {name: choose(label, training.value(name), accepted)
+             for name, (label, accepted) in _named_choices().items()}
+    _check_recompute_layers(x, layout, training)
+    _check_recompute_modules(x, training)
+    _check_overlaps(x, layout, training)
+    offered = framework_record(training.framework).schemes
+    if training.states.sharding not in offered:
+        raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
+                                f"{training.states.sharding}")
+    check_zero_buckets(training.states.zero_buckets)
+    check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
+    cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods
+    if not isinstance(training.adapters.lora_regather, bool):
+        raise InvalidValueError(f"lora_regather must be True or False, got {training.adapters.lora_regather!r}")
+    if training.adapters.finetune != "full":
+        whole(training.adapters.lora_rank, "lora_rank")
+        if training.adapters.quantization is not None:
+            choose("quantization", training.adapters.quantization, QUANTIZATIONS)
+        if training.adapters.lora_targets != "all":
+            if isinstance(training.adapters.lora_targets, str) or not training.adapters.lora_targets:
+                raise InvalidValueError("lora_targets must be \"all\" or a list of "
+                                        + ", ".join(LORA_TARGETS))
+            for name in training.adapters.lora_targets:
+                choose("LoRA target", name, LORA_TARGETS)
+    k = rules.knobs(layout, training)
+    # rules that need m read it; the batch rule comes first, as microbatches() would raise it
+    rules.check(x, k, [n for n in rules.LAUNCH if n not in rules.NEED_M])
+    m_ = microbatches(layout, training)
+    rules.check(x, dict(k, m=m_), rules.NEED_M)
+    if names["schedule"] == "gpipe" and m_ is None and layout.p > 1:
+        raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
+                                "global_batch_size")
+    return m_
+
+
+def _check_overlaps(x, layout: Layout, training: Training) -> None:
+    # Megatron-LM validate_args: --overlap-param-gather only with the distributed optimizer
+    # (or Megatron-FSDP) and only with --overlap-grad-reduce; --tp-comm-overlap asserts
+    # sequence parallelism, which validate_args turns off at t = 1
+    if not framework_record(training.framework).megatron_options:
+        for name, flag in (("tp_comm_overlap", "--tp-comm-overlap"),
+                           ("overlap_moe_expert_parallel_comm",
+                            "--overlap-moe-expert-parallel-comm"),
+                           ("defer_embedding_wgrad_compute",
+                            "--defer-embedding-wgrad-compute")):
+            if training.value(name):
+                raise InvalidValueError(f"{name} is Megatron's {flag}, not a "
+                                        f"{training.framework} option")
+        return
+    if not training.pipeline.overlap_p2p_comm and (layout.v or 1) > 1 and layout.p <= 2:
+        raise InvalidValueError("the interleaved schedule needs --pipeline-model-parallel-size "
+                                f"> 2 with --no-overlap-p2p-communication, got {layout.p}")
+    if training.comm.overlap_moe_expert_parallel_comm:   # transformer_config.py __post_init__
+        why = ("expert parallelism (EP > 1)" if layout.e <= 1 else
+               "--virtual-pipeline-model-parallel-size where PP > 1"
+               if layout.p > 1 and (layout.v or 1) == 1 else
+               "no full recomputation" if training.memory.recompute == "full" else
+               "bf16 or fp16 parameters" if training.states.precision == "fp32" else
+               "at most one MTP layer" if (getattr(x, "mtp_num_layers", 0) or 0) > 1 else None)
+        if why:
+            raise InvalidValueError(f"--overlap-moe-expert-parallel-comm needs {why} "
+                                    "(Megatron's TransformerConfig)")
+    if training.comm.overlap_param_gather:
+        if not training.comm.overlap_grad_reduce:
+            raise InvalidValueError("--overlap-param-gather needs --overlap-grad-reduce "
+                                    "(Megatron's validate_args)")
+        if training.states.sharding == "ddp":
+            raise InvalidValueError("--overlap-param-gather needs the distributed optimizer "
+                                    "(--use-distributed-optimizer) or Megatron-FSDP")
+    if training.pipeline.defer_embedding_wgrad_compute and layout.p == 1:  # model_parallel_config
+        raise InvalidValueError("--defer-embedding-wgrad-compute needs pipeline parallelism "
+                                "(Megatron's ModelParallelConfig: \"Cannot defer embedding "
+                                "wgrad compute when pipeline model parallel is not used\")")
+    if training.comm.tp_comm_overlap and (layout.t == 1 or not layout.sequence_parallel):
+        raise InvalidValueError("--tp-comm-overlap needs --sequence-parallel, which Megatron "
+                                "turns off at TP 1 (validate_args)")
+
+
+def _check_pipeline_layout(x, layout: Layout, training: Training) -> None:
+    # transformer_config.py __post_init__: a layout excludes the uneven-stage arguments and
+    # sets the VPP size (a given one must agree); validate_layer_layout
+    pl = layout.pipeline_layout
+    if pl is None:
+        return
+
+    if not isinstance(pl, PipelineLayout):
+        raise InvalidValueError("pipeline_layout must be a memsym PipelineLayout (job() takes "
+                                "the layout string)")
+    if (layout.v or 1) != pl.v:
+        raise InvalidValueError(f"virtual pipeline size v={layout.v} conflicts with the "
+                                f"pipeline layout's {pl.v} stages per rank")
+    if not framework_record(training.framework).megatron_options:
+        raise InvalidValueError("a pipeline layout is Megatron-Core's "
+                                "(--pipeline-model-parallel-layout)")
+    check_layout(x, layout.t, layout.p, layout.e, layout.t_e, layout.first_stage_layers,
+                 layout.last_stage_layers, pl)
+
+
+def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
+    # Megatron's rules: --recompute-method and --recompute-num-layers only with full
+    # recompute, both given (TransformerConfig.__post_init__).  Its message names 1..layers per
+    # rank, but only a missing N raises: a larger N checkpoints the whole chunk (block) or
+    # makes one group of it (uniform: min(layer_idx + N, layers), core/recompute.py)
+    method, n = training.memory.recompute_method, training.memory.recompute_num_layers
+    if method is None and n is None:
+        return
+    if training.memory.recompute != "full":
+        raise InvalidValueError("recompute_method / recompute_num_layers need recompute full "
+                                "(Megatron's --recompute-granularity full)")
+    if method is None or n is None:
+        raise InvalidValueError("full recompute with layers given needs both recompute_method "
+                                "(uniform, block or every) and recompute_num_layers")
+    method = choose("recompute method", method, RECOMPUTE_METHODS)
+    # Megatron accepts 0 (TransformerConfig checks only None): block 0 checkpoints no layer;
+    # uniform 0 never advances its loop (core/recompute.py: layer_idx += recompute_num_layers)
+    whole(n, "recompute_num_layers", minimum=0)
+    if n == 0 and method != "block":
+        raise InvalidValueError(f"recompute_num_layers 0 with recompute_method {method}: "
+                                "Megatron's uniform loop never advances (core/recompute.py); "
+                                "block 0 checkpoints no layer")
+    if method == "every" and (not framework_record(training.framework).layer_selective_ac
+                              or layout.pipeline_layout is not None):
+        raise InvalidValueError("recompute_method \"every\" is torchtitan's layer selective AC "
+                                "(selective_ac_option = \"N\"): use framework=\"torchtitan\"; "
+                                "Megatron checkpoints uniform or block")
+
+
+def _check_recompute_modules(x, training: Training) -> None:
+    # TransformerConfig.__post_init__ (d98e8a64dd): the modules are read only under selective
+    # granularity; mla_up_proj needs multi_latent_attention.  moe_act's moe_grouped_gemm,
+    # shared_experts' moe_shared_expert_overlap and the fp8 recipe are not job fields: the
+    # Megatron reader checks them (memsym.readers.megatron)
+    mods = training.memory.recompute_modules
+    if mods is None:
+        return
+    if not framework_record(training.framework).megatron_options:
+        raise InvalidValueError(f"recompute_modules is Megatron-Core's --recompute-modules, not "
+                                f"a {training.framework} option")
+    mods = _modules(mods)
+    if training.memory.recompute != "selective":
+        raise InvalidValueError("recompute_modules need recompute selective (Megatron reads "
+                                "--recompute-modules only under --recompute-granularity "
+                                f"selective), got recompute {training.memory.recompute}")
+    if "mla_up_proj" in mods and not x.multi_latent_attention:
+        raise InvalidValueError("recompute module mla_up_proj needs multi-latent attention "
+                                "(Megatron's TransformerConfig)")

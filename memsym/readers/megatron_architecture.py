@@ -1,0 +1,278 @@
+"""Megatron-LM's model arguments to :class:`memsym.model.Architecture` fields, with its rules.
+
+This module owns the architecture of a ``pretrain_gpt.py`` command: the attention (multi-head,
+grouped-query, multi-latent), the MLP and its activation, the norms and biases, the positions,
+the vocabulary and its padding, the experts and the multi-token prediction layers, each with
+Megatron's default when the command leaves it out and ``validate_args``'s checks.  The values
+are read through :class:`memsym.readers.megatron_arguments.MegatronArguments`.
+
+Revision read: NVIDIA/Megatron-LM ``d98e8a64dd`` (main, 2026-08-22).  ``args`` below means
+``megatron/training/arguments.py``.
+"""
+
+from __future__ import annotations
+
+from ..errors import InvalidValueError
+from ._values import MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ, MAX_VOCAB
+from .megatron_arguments import KNOWN_TOKENIZER_VOCAB, MegatronArguments
+from .megatron_pattern import parse_moe_layer_freq
+
+__all__ = ["POSITION_EMBEDDING_TYPES", "counted_position_type", "megatron_architecture"]
+
+#: The values ``--position-embedding-type`` accepts (args: its choices).
+POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none")
+
+
+def counted_position_type(r: MegatronArguments, pos: str) -> str:
+    """The position embedding memsym counts for Megatron's ``--position-embedding-type pos``.
+
+    YaRN and multimodal RoPE have no position parameters, as RoPE: they are counted as rope
+    (and noted); a learned relative-attention bias is refused.
+
+    Parameters
+    ----------
+    r : MegatronArguments
+        The command's values (the note is recorded there).
+    pos : str
+        One of :data:`POSITION_EMBEDDING_TYPES`.
+
+    Returns
+    -------
+    str
+        ``learned_absolute``, ``rope`` or ``none``.
+
+    References
+    ----------
+    Megatron-LM ``megatron/training/arguments.py`` at ``d98e8a64dd``
+    (``--position-embedding-type``).
+
+    Examples
+    --------
+    >>> r = MegatronArguments({}, {})
+    >>> counted_position_type(r, "yarn"), r.notes
+    ('rope', ['--position-embedding-type yarn: counted as rope (no position parameters)'])
+    """
+    if pos == "relative":
+        raise InvalidValueError("--position-embedding-type relative (a learned relative-"
+                                "attention bias) is not modelled")
+    if pos in ("yarn", "mrope"):
+        r.note(f"--position-embedding-type {pos}: counted as rope (no position parameters)")
+        return "rope"
+    return pos
+
+
+def megatron_architecture(r: MegatronArguments) -> dict:
+    """The :class:`memsym.model.Architecture` keyword arguments of a Megatron-LM command.
+
+    Megatron's defaults apply to what the command leaves out: multi-head attention unless
+    ``--group-query-attention``, ``kv_channels`` h/heads, ``ffn_hidden_size`` 4h (swiglu:
+    ``int(4h·2/3/64)·64``), LayerNorm, biases unless ``--disable-bias-linear``, learned absolute
+    positions, tied embeddings, a vocabulary padded to a multiple of 128, ``moe_router_topk`` 2
+    and the MLA dimensions of ``MLATransformerConfig``.
+
+    Parameters
+    ----------
+    r : MegatronArguments
+        The command's values; the defaults applied are noted there.
+
+    Returns
+    -------
+    dict
+        Architecture field -> value (Megatron's names).
+
+    Raises
+    ------
+    InvalidValueError
+        A required argument missing, or a combination ``validate_args`` refuses.
+
+    References
+    ----------
+    Megatron-LM ``megatron/training/arguments.py`` (``validate_args``),
+    ``megatron/training/argument_utils.py`` (``core_transformer_config_from_args``),
+    ``megatron/core/tokenizers/utils/build_tokenizer.py`` at ``d98e8a64dd``.
+
+    Examples
+    --------
+    >>> from memsym.readers.megatron_arguments import parse_megatron_argv
+    >>> r = MegatronArguments(*parse_megatron_argv(["--num-layers", "2", "--hidden-size", "64",
+    ...     "--num-attention-heads", "4", "--seq-length", "128", "--swiglu",
+    ...     "--vocab-size", "1000", "--tokenizer-type", "NullTokenizer"])[::2])
+    >>> a = megatron_architecture(r)
+    >>> a["kv_channels"], a["ffn_hidden_size"], a["max_position_embeddings"]
+    (16, 128, 128)
+    """
+    a = {}
+    a["num_layers"] = r.require("num_layers", 1, MAX_LAYERS)
+    a["hidden_size"] = r.require("hidden_size", 1, MAX_HIDDEN)
+    a["num_attention_heads"] = r.require("num_attention_heads", 1, MAX_HEADS)
+    a["multi_latent_attention"] = r.flag("multi_latent_attention")
+    _attention(r, a)
+    _feed_forward(r, a)
+    a["normalization"] = r.choice("normalization", ("LayerNorm", "RMSNorm"), "LayerNorm")
+    a["add_bias_linear"] = bool(r.raw.get("add_bias_linear", True))
+    a["add_qkv_bias"] = r.flag("add_qkv_bias")
+    a["untie_embeddings_and_output_weights"] = r.flag("untie_embeddings_and_output_weights")
+    a["qk_layernorm"] = r.flag("qk_layernorm")
+    a["position_embedding_type"] = _positions(r)
+    _max_positions(r, a)
+    _vocab(r, a)
+    _experts(r, a)
+    if a["multi_latent_attention"]:
+        _latent_attention(r, a)
+    a["mtp_num_layers"] = r.int("mtp_num_layers", 0, lo=0, hi=MAX_LAYERS)
+    return a
+
+
+def _attention(r: MegatronArguments, a: dict):
+    """The query groups and the head dimension (``kv_channels``)."""
+    h, heads = a["hidden_size"], a["num_attention_heads"]
+    # argument_utils.py (core_transformer_config_from_args): num_query_groups only with
+    # --group-query-attention, else None (= multi-head attention).
+    if r.flag("group_query_attention"):
+        if a["multi_latent_attention"]:
+            # args: "Group query attention is mutually exclusive with multi latent attention."
+            raise InvalidValueError("--group-query-attention and --multi-latent-attention are "
+                                    "mutually exclusive (Megatron's validate_args)")
+        if not r.given("num_query_groups"):
+            r.note("--num-query-groups absent: Megatron's default 1 (one KV head) applies")
+        g = r.int("num_query_groups", 1, hi=MAX_HEADS)
+        if heads % g:
+            raise InvalidValueError(f"--num-query-groups {g} must divide --num-attention-heads {heads}")
+        a["num_query_groups"] = g
+    elif r.given("num_query_groups"):
+        r.note("--num-query-groups has no effect without --group-query-attention "
+               "(Megatron uses multi-head attention)")
+    if r.given("kv_channels"):
+        a["kv_channels"] = r.int("kv_channels", hi=MAX_HIDDEN)
+    else:   # args: validate_args, "assert args.hidden_size % args.num_attention_heads == 0"
+        if h % heads:
+            raise InvalidValueError(f"--hidden-size {h} is not a multiple of "
+                                    f"--num-attention-heads {heads}; give --kv-channels")
+        a["kv_channels"] = h // heads
+
+
+def _feed_forward(r: MegatronArguments, a: dict):
+    """The gated activation and the MLP's hidden size."""
+    h = a["hidden_size"]
+    gated = r.flag("swiglu") or r.flag("quick_geglu")
+    if r.flag("swiglu") and (r.flag("squared_relu") or r.flag("quick_geglu")):
+        raise InvalidValueError("--swiglu cannot be combined with --squared-relu or --quick-geglu")
+    a["swiglu"] = gated
+    if r.given("ffn_hidden_size"):
+        a["ffn_hidden_size"] = r.int("ffn_hidden_size", hi=MAX_HIDDEN * 64)
+    elif r.flag("swiglu"):
+        # args: validate_args, int((4 * h * 2 / 3) / 64) * 64 (exact: 8h // 192 * 64)
+        a["ffn_hidden_size"] = (8 * h) // 192 * 64
+        r.note(f"--ffn-hidden-size absent: Megatron's swiglu rule int(4h*2/3/64)*64 = "
+               f"{a['ffn_hidden_size']}")
+    else:
+        a["ffn_hidden_size"] = 4 * h
+
+
+def _positions(r: MegatronArguments) -> str:
+    """The position embedding type counted."""
+    # positions: default learned_absolute; --use-rotary-position-embeddings is the legacy
+    # spelling of rope; --no-position-embedding without rope is a RuntimeError (args).
+    pos = r.choice("position_embedding_type", POSITION_EMBEDDING_TYPES, "learned_absolute")
+    if r.flag("use_rotary_position_embeddings"):
+        pos = "rope"
+    if r.raw.get("add_position_embedding", True) is False and pos != "rope":
+        raise InvalidValueError("--no-position-embedding is deprecated and refused by Megatron "
+                                "unless the positions are rope; use --position-embedding-type")
+    return counted_position_type(r, pos)
+
+
+def _max_positions(r: MegatronArguments, a: dict):
+    """``max_position_embeddings``, at least every sequence length given."""
+    seq = r.seq_length()
+    if r.given("max_position_embeddings"):
+        a["max_position_embeddings"] = r.int("max_position_embeddings", hi=MAX_SEQ)
+    else:   # Megatron requires it (required_args); the practitioner's evident intent
+        a["max_position_embeddings"] = seq
+        r.note(f"--max-position-embeddings absent (Megatron requires it): set to "
+               f"--seq-length {seq}")
+    for dest in ("seq_length", "decoder_seq_length"):
+        n = seq if dest == "seq_length" else r.int(dest, hi=MAX_SEQ)
+        if n is not None and a["max_position_embeddings"] < n:
+            raise InvalidValueError(
+                f"--max-position-embeddings {a['max_position_embeddings']} is smaller than "
+                f"{r.name(dest)} {n} (Megatron's validate_args asserts >=)")
+
+
+def _tokenizer_vocab_note(name: str, size: int) -> str:
+    return (f"vocabulary {size} for tokenizer {name!r} (the published config.json vocab_size; "
+            "Megatron's HuggingFaceTokenizer uses len(tokenizer), which can be smaller: add "
+            "--vocab-size N to use another)")
+
+
+def _vocab(r: MegatronArguments, a: dict):
+    """The vocabulary size [tokens] and its padding multiple."""
+    # build_tokenizer.py: NullTokenizer/TikTokenizer take --vocab-size; the others read their
+    # files (GPT2BPE: len(encoder); HuggingFace: len(tokenizer)) and ignore --vocab-size.
+    kind = r.raw.get("tokenizer_type")
+    model = r.raw.get("tokenizer_model")
+    a["make_vocab_size_divisible_by"] = r.int("make_vocab_size_divisible_by", 128,
+                                              hi=MAX_VOCAB)
+    if r.raw.get("pad_vocab_size", True) is False:
+        raise InvalidValueError("--no-pad-vocab-size: the unpadded vocabulary then comes from a "
+                                "checkpoint, which memsym cannot read")
+    if r.given("vocab_size"):
+        a["vocab_size"] = r.int("vocab_size", hi=MAX_VOCAB)
+        if kind not in ("NullTokenizer", "TikTokenizer", "NullMultimodalTokenizer", None):
+            r.note(f"--vocab-size {a['vocab_size']} taken as the tokenizer's vocabulary "
+                   f"(Megatron's {kind} reads it from its file; it must equal that length)")
+        return
+    if kind == "NullTokenizer":
+        raise InvalidValueError("--tokenizer-type NullTokenizer needs --vocab-size N")
+    if model in KNOWN_TOKENIZER_VOCAB:
+        a["vocab_size"] = KNOWN_TOKENIZER_VOCAB[model]
+        r.note(_tokenizer_vocab_note(model, a["vocab_size"]))
+        return
+    if kind == "GPT2BPETokenizer":
+        a["vocab_size"] = KNOWN_TOKENIZER_VOCAB[kind]
+        r.note("vocabulary 50257 of GPT2BPETokenizer (gpt2-vocab.json)")
+        return
+    source = (f"the tokenizer {model!r}" if model else
+              f"--vocab-file {r.raw['vocab_file']!r}" if r.given("vocab_file") else
+              "a tokenizer the command does not name")
+    raise InvalidValueError(f"the vocabulary comes from {source}, which memsym cannot read: "
+                            "add --vocab-size N (the tokenizer's length, e.g. 50257 for "
+                            "gpt2-vocab.json)")
+
+
+def _experts(r: MegatronArguments, a: dict):
+    """The MoE fields, when the command has experts."""
+    # MoE: --num-experts 0 means dense (args: "if args.num_experts == 0: None").
+    E = r.int("num_experts", None, lo=0, hi=MAX_HEADS)
+    if not E:
+        return
+    a["num_experts"] = E
+    a["moe_router_topk"] = r.int("moe_router_topk", 2, hi=E)
+    if r.given("moe_ffn_hidden_size"):
+        a["moe_ffn_hidden_size"] = r.int("moe_ffn_hidden_size", hi=MAX_HIDDEN * 64)
+    else:   # args: validate_args, moe_ffn_hidden_size = ffn_hidden_size
+        a["moe_ffn_hidden_size"] = a["ffn_hidden_size"]
+        r.note("--moe-ffn-hidden-size absent: Megatron uses --ffn-hidden-size "
+               f"{a['ffn_hidden_size']}")
+    if r.given("moe_shared_expert_intermediate_size"):
+        a["moe_shared_expert_intermediate_size"] = r.int(
+            "moe_shared_expert_intermediate_size", hi=MAX_HIDDEN * 64)
+        a["moe_shared_expert_gate"] = r.flag("moe_shared_expert_gate")
+    a["moe_layer_freq"] = parse_moe_layer_freq(r.raw.get("moe_layer_freq", 1), a["num_layers"])
+    # router.py: the router's bias Parameter exists iff add_bias_linear; the expert bias
+    # (--moe-router-enable-expert-bias) is an fp32 buffer, not a parameter.
+    a["moe_router_bias"] = a["add_bias_linear"]
+
+
+def _latent_attention(r: MegatronArguments, a: dict):
+    """The MLA dimensions (multi-latent attention)."""
+    # MLA defaults are the argparse defaults of MLATransformerConfig's fields.
+    if r.given("q_lora_rank"):
+        a["q_lora_rank"] = r.int("q_lora_rank", hi=MAX_HIDDEN)
+    a["kv_lora_rank"] = r.int("kv_lora_rank", 32, hi=MAX_HIDDEN)
+    a["qk_head_dim"] = r.int("qk_head_dim", 128, hi=MAX_HIDDEN)
+    a["qk_pos_emb_head_dim"] = r.int("qk_pos_emb_head_dim", 64, hi=MAX_HIDDEN)
+    a["v_head_dim"] = r.int("v_head_dim", 128, hi=MAX_HIDDEN)
+    if not a["qk_layernorm"]:
+        r.note("--multi-latent-attention without --qk-layernorm: Megatron builds no "
+               "norms on the q/kv latents, memsym's MLA count includes them")

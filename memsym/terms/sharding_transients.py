@@ -1,0 +1,353 @@
+"""Sharding transients: what data-parallel sharding gathers and buckets for one phase.
+
+FSDP2's unsharded parameters and reduce-scatter buffers (and torchtitan's embedding and output
+groups, and what a pipelined FSDP2 stage keeps unsharded), DeepSpeed ZeRO-3's gathered layer
+and prefetch bucket, ZeRO-1/2's gradient buckets and Megatron-core's bucket size; each a
+cited :class:`~memsym.term.Term` with its knobs as symbols (their defaults are
+:data:`memsym.terms.transients.DEFAULTS`).  Re-exported by :mod:`memsym.terms.transients`.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..errors import InvalidValueError
+from ..symbols import N, N_bkt, N_ll, N_pf, V, b_hp, b_r, b_u, d, h, n_ag, n_bkt, p, t
+from ..term import Source, Term, Total
+from ..values import as_expr
+
+__all__ = ["fsdp2_transients", "fsdp2_io_groups", "fsdp2_reshards_after_forward",
+           "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
+           "deepspeed_ipg_buckets", "megatron_buckets"]
+
+_FSDP_PG = Source("pytorch-fsdp2", "_fsdp_param_group.py, FSDPParamGroup (Note on overlapping "
+                  "all-gather copy-in and all-gather: next group's all-gather overlaps the current)")
+_FSDP_RS = Source("pytorch-fsdp2", "_fsdp_collectives.py, foreach_reduce (reduce_scatter_input of "
+                  "the padded unsharded numel, reduce_output of 1/world of it, in reduce_dtype)")
+_DS_EST = Source("deepspeed-zero", "runtime/zero/stage3.py, estimate_zero3_model_states_mem_needs "
+                 "(largest_layer_memory = 4 * largest_layer_params); "
+                 "partitioned_param_coordinator.py (prefetch bucket)")
+_DS_IPG = Source("deepspeed-zero", "runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer."
+                 "setup_buckets (buf_0, and buf_1 with overlap_comm: torch.empty("
+                 "reduce_bucket_size, dtype=self.dtype))")
+_MC_DDP = Source("megatron-core", "core/distributed/distributed_data_parallel.py, "
+                 "DistributedDataParallel.__init__ (bucket_size = max(40000000, 1000000 * dp)); "
+                 "param_and_grad_buffer.py (buckets are views of grad_data / param_data)")
+
+
+def fsdp2_transients(group_params=None, dp=None) -> Total:
+    r"""FSDP2's unsharded parameters (current + prefetched groups) and reduce-scatter buffers.
+
+    With :math:`N_{\mathrm{ll}}` the parameters of the largest ``fully_shard`` group (one
+    transformer block), :math:`n_{\mathrm{ag}}` groups unsharded at once:
+
+    .. math::
+
+        n_{\mathrm{ag}} N_{\mathrm{ll}} b_u \;+\; N_{\mathrm{ll}}\,b_u
+        \;+\; N_{\mathrm{ll}}\,b_r\,(1 + 1/d)
+
+    (all-gathered params; the block's unsharded gradients in param_dtype; reduce-scatter input
+    and output in reduce_dtype).  Dim-0 padding to a multiple of :math:`d` is neglected here;
+    :func:`memsym.terms.framework_state.fsdp2_padded_numel` counts it exactly.
+
+    Parameters
+    ----------
+    dp : int
+        Data-parallel size [GPUs].
+
+    Examples
+    --------
+    >>> fsdp2_transients().evaluate(N_ll=10**6, n_ag=2, b_u=2, b_r=4, d=4)
+    11000000
+
+    References
+    ----------
+    .. [pytorch-fsdp2] ``_fsdp_param_group.py``, ``_fsdp_collectives.py:foreach_reduce``.
+    """
+    n = N_ll if group_params is None else as_expr(group_params)
+    dp = d if dp is None else as_expr(dp)
+    return Total("FSDP2 transients (backward of one block)", (
+        Term("unsharded_params", n_ag * n * b_u, "all-gathered parameters of the current and "
+             "prefetched groups, in param_dtype", _FSDP_PG, label="all-gathered params"),
+        Term("unsharded_grads", n * b_u, "the block's unsharded gradients before copy-in",
+             _FSDP_RS, label="unsharded grads"),
+        Term("reduce_scatter", n * b_r * (1 + 1 / dp), "reduce-scatter input (unsharded) and "
+             "output (1/d), in reduce_dtype", _FSDP_RS, label="reduce-scatter buffers"),
+    ))
+
+
+_TT_FSDP = Source("torchtitan", "models/llama3/infra/parallelize.py, apply_fsdp (since 83e694105: "
+                  "tok_embeddings and [norm, output] their own groups, the latter "
+                  "reshard_after_forward=False; before: the root fully_shard(model) holds them); "
+                  "torch _fsdp_state.py _lazy_init (the root is never resharded after forward)")
+
+
+def fsdp2_io_groups(root_group: bool = False, untied: bool = True, group_params=None) -> dict:
+    r"""torchtitan's FSDP2 embedding / output groups beyond the blocks' (:func:`fsdp2_transients`).
+
+    With :math:`P_{\mathrm{out}} = Vh/t + h` (output projection and final norm) and
+    :math:`P_{\mathrm{io}} = P_{\mathrm{out}} + [\text{untied}]\,Vh/t` (with the embedding),
+    in ``param_dtype`` (:math:`b_u`); at the loss and its backward no block is gathered since
+    83e694105 and one (the last, not resharded) before, not :math:`n_{\mathrm{ag}}`:
+
+    .. math::
+
+        \text{since 83e694105:}\quad T_{\mathrm{fwd}} = T_{\mathrm{loss}} = P_{\mathrm{out}} b_u
+        - n_{\mathrm{ag}} N_{\mathrm{ll}} b_u,\qquad T_{\mathrm{bwd}} = 0
+
+        \text{root group (before):}\quad T_{\mathrm{fwd}} = T_{\mathrm{loss}} =
+        P_{\mathrm{io}} b_u - (n_{\mathrm{ag}} - 1) N_{\mathrm{ll}} b_u,\qquad
+        T_{\mathrm{bwd}} = P_{\mathrm{io}} b_u + (Vh/t) b_u
+
+    Since 83e694105 ``[norm, output]`` is kept gathered after forward (FSDP2 would prefetch it at
+    once for backward), every block is resharded (the last re-gathered by that group's pre-backward
+    prefetch, after the loss's backward); the embedding is resharded after its forward.  Before, the
+    root ``fully_shard(model)`` held the embedding, norm and output, unsharded from the forward's
+    start to the root's post-backward at the end of the backward, with the output projection's
+    unsharded gradient (made in the output layer's backward) waiting for it; the last block was not
+    resharded after forward.
+
+    Parameters
+    ----------
+    root_group : bool
+        torchtitan's grouping before 83e694105 (the root holds embedding, norm and output).
+    untied : bool
+        Whether the output projection is its own matrix (not the embedding's).
+    group_params : sympy.Expr, optional
+        Parameters of one block on one GPU [parameters]; default ``N_ll``.
+
+    Returns
+    -------
+    dict
+        Phase name (``forward``, ``loss-backward``, ``backward``) -> tuple of Terms.
+
+    Examples
+    --------
+    Llama-3 8B (h = 4096, V = 128256, t = 1), one block of 218112000 parameters:
+
+    >>> ph = fsdp2_io_groups()
+    >>> sum(t_.evaluate(V=128256, h=4096, t=1, b_u=2, n_ag=2, N_ll=218112000)
+    ...     for t_ in ph["forward"]) == 2 * (128256 * 4096 + 4096) - 2 * 2 * 218112000
+    True
+
+    References
+    ----------
+    torchtitan ``apply_fsdp`` at 9dec370 and at 73a0e6979d (v0.2.2); PyTorch
+    ``_fsdp_state.py`` (``_lazy_init``: ``post_forward_mesh_info = None`` for the root).
+    """
+    n = N_ll if group_params is None else as_expr(group_params)
+    out_params = V * h / t + h
+    io = out_params + (V * h / t if untied else 0)
+    if not root_group:
+        # every block resharded after forward; the output group's pre-backward prefetches the
+        # last one only after the loss's backward
+        none = Term("blocks_gathered_at_the_loss", -n_ag * n * b_u, "no block gathered at the "
+                    "loss and its backward (all resharded after forward)", _TT_FSDP,
+                    label="no block at the loss")
+        kept = Term("output_group_gathered", out_params * b_u, "[norm, output] kept gathered "
+                    "after forward (reshard_after_forward=False)", _TT_FSDP,
+                    label="output group gathered")
+        return {"forward": (kept, none), "loss-backward": (kept, none), "backward": ()}
+    one_block = Term("blocks_gathered_at_the_loss", -(n_ag - 1) * n * b_u, "one block gathered "
+                     "at the loss and its backward, not n_ag: the last one, not resharded "
+                     "after forward", _TT_FSDP, label="one block at the loss")
+    root = Term("root_group_gathered", io * b_u, "the root group (embedding, final norm, "
+                "output) gathered from the forward's start to the backward's end", _TT_FSDP,
+                label="root group gathered")
+    grad = Term("output_grad_unsharded", V * h / t * b_u, "the output projection's unsharded "
+                "gradient, until the root's reduce-scatter at the backward's end", _TT_FSDP,
+                label="output grad unsharded")
+    return {"forward": (root, one_block), "loss-backward": (root, one_block),
+            "backward": (root, grad)}
+
+
+def fsdp2_reshards_after_forward(setting="default", *, is_root=False, pp_enabled=False,
+                                 torchtitan=True) -> bool:
+    """Whether FSDP2 frees a group's unsharded parameters after its forward.
+
+    FSDP2 (``fully_shard(reshard_after_forward=None)``, the default): True except for the root
+    module, whose parameters would be re-gathered at once (``FSDPState._lazy_init``).
+    torchtitan's ``fsdp_reshard_after_forward``: ``"always"`` True, ``"never"`` False,
+    ``"default"`` ``not pp_enabled`` (with pipeline parallelism no block reshards: per-microbatch
+    all-gathers would not overlap).
+
+    Examples
+    --------
+    >>> fsdp2_reshards_after_forward(pp_enabled=True), fsdp2_reshards_after_forward()
+    (False, True)
+    >>> fsdp2_reshards_after_forward(None, is_root=True, torchtitan=False)
+    False
+
+    References
+    ----------
+    PyTorch ``_fully_shard.py`` and ``_fsdp_state.py:_lazy_init``; torchtitan
+    ``torchtitan/distributed/fsdp.py:get_fsdp_reshard_after_forward_policy`` (b5bcd76c66).
+    """
+    if torchtitan:
+        if setting not in ("always", "never", "default"):
+            raise InvalidValueError(f"torchtitan's fsdp_reshard_after_forward is always, never or "
+                                    f"default, not {setting!r}")
+        return {"always": True, "never": False}.get(setting, not pp_enabled)
+    if setting is None or setting == "default":
+        return not is_root
+    if isinstance(setting, bool):
+        return setting
+    raise InvalidValueError(f"reshard_after_forward is None, True or False here, not {setting!r}")
+
+
+def fsdp2_kept_unsharded(stage_params=None) -> Term:
+    r"""Unsharded parameters kept from forward to backward when FSDP2 does not reshard.
+
+    .. math:: \Psi_{\mathrm{stage}}\, b_u
+
+    on top of the sharded copy of :func:`memsym.terms.model_state.model_state` (the all-gather
+    output is its own full-size buffer in ``param_dtype``): every block of the stage stays
+    gathered (torchtitan with PP, ``reshard_after_forward=False``, or the root).
+
+    Examples
+    --------
+    >>> fsdp2_kept_unsharded(8 * 10**9).evaluate(b_u=2)
+    16000000000
+
+    References
+    ----------
+    .. [pytorch-fsdp2] ``_fsdp_param_group.py``, ``FSDPParamGroup`` (all-gather output buffer).
+    """
+    n = N / (p * t) if stage_params is None else as_expr(stage_params)
+    return Term("kept_unsharded", n * b_u, "unsharded parameters kept between "
+                "forward and backward (no reshard after forward)", _FSDP_PG,
+                label="params kept gathered")
+
+
+def fsdp2_pipeline_unsharded(stage_params=None) -> Total:
+    r"""What an FSDP2 pipeline stage keeps unsharded through the pipelined step [bytes].
+
+    With :math:`\Psi_{\mathrm{stage}}` the stage's parameters on one GPU:
+
+    .. math::
+
+        \underbrace{\Psi_{\mathrm{stage}}\, b_u}_{\text{parameters kept gathered}}
+        \;+\; \underbrace{\Psi_{\mathrm{stage}}\, b_r}_{\text{accumulated gradients}}
+
+    ``torch.distributed.pipelining`` runs each micro-batch's backward of an FSDP2 stage with
+    ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)`` and
+    reduce-scatters once after the last: the all-gathered parameters stay (torchtitan also
+    skips the reshard after forward under PP) and each parameter's unsharded gradient is
+    accumulated, in ``reduce_dtype`` when it differs from ``param_dtype``
+    (``FSDPParam.to_accumulated_grad_if_needed``: the fp32 copy of a bf16 gradient).  Both are
+    on top of the sharded states of :func:`memsym.terms.model_state.model_state`.
+
+    Examples
+    --------
+    A 405B stage of 16 layers at t = 8 (6.3e9 parameters per GPU) keeps 6 bytes each:
+
+    >>> fsdp2_pipeline_unsharded(10**9).evaluate(b_u=2, b_r=4)
+    6000000000
+
+    References
+    ----------
+    PyTorch ``torch/distributed/pipelining/stage.py`` (``backward_maybe_with_nosync``),
+    ``_fsdp_param.py`` (``to_accumulated_grad_if_needed``, ``accumulate_unsharded_grad_if_needed``);
+    torchtitan ``distributed/fsdp.py`` (no reshard after forward with PP).
+    """
+    kept = fsdp2_kept_unsharded(stage_params)
+    n = kept.expr / b_u
+    return Total("FSDP2 under pipeline parallelism: unsharded stage", (
+        kept,
+        Term("accumulated_grads", n * b_r, "unsharded gradients accumulated over the "
+             "micro-batches (reduce_dtype) until the last backward reduce-scatters them",
+             Source("pytorch-pipelining", "stage.py, backward_maybe_with_nosync; _fsdp_param.py "
+                    "to_accumulated_grad_if_needed"), label="accumulated grads"),
+    ))
+
+
+def zero3_transients(largest_layer=None, persistent_params=None) -> Total:
+    r"""DeepSpeed ZeRO-3: the gathered largest layer and the prefetch bucket.
+
+    .. math:: 4 N_{\mathrm{ll}} + b_u N_{\mathrm{pf}}
+
+    (16-bit parameters and gradients of the largest layer, DeepSpeed's estimator; the
+    ``stage3_prefetch_bucket_size`` elements fetched ahead).  Parameters below
+    ``stage3_param_persistence_threshold`` (1e5 elements: norms, biases) stay gathered on every
+    rank: pass their count as ``persistent_params`` for a ``persistent`` term
+    :math:`b_u N_{\mathrm{persist}}(1 - 1/d)` beyond their shard.  A parameter reused within
+    ``stage3_max_reuse_distance`` (1e9) is not released, and ``stage3_max_live_parameters``
+    (1e9) caps what is gathered: neither is modelled.
+
+    Examples
+    --------
+    >>> zero3_transients().evaluate(N_ll=10**8, N_pf=5 * 10**7, b_u=2)
+    500000000
+
+    References
+    ----------
+    DeepSpeed ``runtime/zero/stage3.py``, ``partitioned_param_coordinator.py``.
+    """
+    n = N_ll if largest_layer is None else as_expr(largest_layer)
+    terms = [
+        Term("gathered_layer", 4 * n, "16-bit parameters and gradients of the largest layer",
+             _DS_EST, label="gathered layer"),
+        Term("prefetch", b_u * N_pf, "parameters prefetched ahead (stage3_prefetch_bucket_size)",
+             _DS_EST, label="prefetch bucket"),
+    ]
+    if persistent_params is not None:
+        terms.append(Term("persistent", b_u * as_expr(persistent_params) * (1 - 1 / d),
+                          "parameters under stage3_param_persistence_threshold, kept whole",
+                          Source("deepspeed-zero", "runtime/zero/config.py "
+                                 "(stage3_param_persistence_threshold 1e5); "
+                                 "partitioned_param_coordinator.py"), label="persistent params"))
+    return Total("ZeRO-3 transients", tuple(terms))
+
+
+def deepspeed_ipg_buckets() -> Total:
+    r"""DeepSpeed ZeRO-1/2 independent-partition gradient buckets.
+
+    .. math:: n_{\mathrm{bkt}}\, N_{\mathrm{bkt}}\, b_{hp}
+
+    ``reduce_bucket_size`` elements in the optimizer's 16-bit dtype, two buffers with
+    ``overlap_comm``: 1 GB (2 GB) at the defaults with bf16.
+
+    Examples
+    --------
+    >>> deepspeed_ipg_buckets().evaluate(n_bkt=2, N_bkt=5 * 10**8, b_hp=2)
+    2000000000
+
+    References
+    ----------
+    DeepSpeed ``runtime/zero/stage_1_and_2.py``.
+    """
+    return Total("DeepSpeed IPG buckets", (
+        Term("ipg_buckets", n_bkt * N_bkt * b_hp, "contiguous gradient buckets "
+             "(reduce_bucket_size, x2 with overlap_comm)", _DS_IPG, label="IPG buckets"),
+    ))
+
+
+def megatron_buckets(dp=None) -> sp.Expr:
+    r"""Megatron-core's bucket size [parameters]: views into the buffers, no extra memory.
+
+    .. math:: \max(4\cdot10^7,\; 10^6\, d)
+
+    Gradient buckets are slices of ``grad_data`` and the distributed optimizer all-gathers
+    parameters in place into ``param_data``, so the buckets add no memory beyond the model
+    states; they size NCCL's messages.  Buckets exist only with ``overlap_grad_reduce`` and on
+    pipeline rank 0.
+
+    Parameters
+    ----------
+    dp : int
+        Data-parallel size [GPUs].
+
+    Examples
+    --------
+    >>> megatron_buckets(64)
+    64000000
+    >>> megatron_buckets(8)
+    40000000
+
+    References
+    ----------
+    Megatron-LM ``megatron/core/distributed/distributed_data_parallel.py`` at d98e8a64dd.
+    """
+    dp = d if dp is None else as_expr(dp)
+    return sp.Max(40 * 10**6, 10**6 * dp)
+

@@ -1,0 +1,469 @@
+r"""Activations one transformer layer keeps for its backward, term by term.
+
+:func:`layer_activations` derives the tensors of one layer (the derivation of the GPT layer is
+the module docstring of :mod:`memsym.terms.activations`, which re-exports these names); this
+docstring holds what each option of it adds or drops.
+
+Flash attention replaces the :math:`(2+3\delta)as\tau/t` scores by one fp32 logsumexp per query
+row and head, :math:`4a\tau/t`: its backward reads Q, K, V, the output and the logsumexp, and
+regenerates the dropout mask from the RNG state (FlashAttention §3.1; PyTorch's
+``_flash_attention_backward`` signature).  Norm statistics add :math:`8\tau/\sigma` (LayerNorm:
+mean, 1/σ) or :math:`4\tau/\sigma` (RMSNorm) per norm.  Norms on Q and K (``qk_norm``) keep
+their inputs and fp32 statistics, :math:`2\tau(a+g)d_h/t + 4\tau(a+g)/t` per head (True or
+``"head"``, Qwen3) or :math:`+\,8\tau` over the whole projection (``"full"``, OLMo 2)
+(``qk_norm_inputs``; the normalised Q and K are the ``qk`` term).  Multi-latent attention
+(``mla``): Q and K are :math:`a(d_{qk} + d_r)` wide, V :math:`a d_v`, and the latents (the
+inputs of the q/kv up-projections and their norms, :math:`4\tau r` each) are replicated over t.
+
+An MoE layer replaces the dense MLP: the router keeps fp32 probabilities (:math:`4\tau
+E/\sigma`), each expert GPU receives :math:`R = c_f\,k\,\tau\,t_e/t` routed token copies
+(top-k, the ETP all-gather, the capacity factor :math:`c_f` for the busiest rank; Switch
+Transformer §2.2) and keeps for each its fc1 input :math:`2h`, activation input
+:math:`(2 + 2\gamma) f_e/t_e`, fc2 input :math:`2f_e/t_e` and the expert output for the
+probability-weighted combine :math:`2h`; shared experts keep a dense MLP of width
+:math:`f_{sh}` (their input is the router's input, counted once).
+
+FP8 compute in Transformer Engine (``fp8_inputs``) saves each GEMM's input for the
+weight gradient as the quantized FP8 tensor it multiplied, 1 byte per element instead of
+2: the QKV, fc1 (their norm outputs), output-projection and fc2 inputs and the experts'
+fc1/fc2 inputs.  The fused attention still keeps its own 16-bit output for its backward,
+so without recompute the output projection's input costs :math:`2 + 1` bytes.  (MXFP8
+adds one E8M0 scale per 32 elements, 1/32 byte, neglected here.)
+
+Selective recompute drops what the recomputed modules (Megatron's ``--recompute-modules``,
+``modules``; default ``core_attn``) keep for their backward; each checkpoint's input stays
+saved (:data:`RECOMPUTE_MODULE_SOURCES`, Transformer Engine's layer spec):
+
+==================  =====================================================================
+module              terms dropped (or reduced)
+==================  =====================================================================
+``core_attn``       ``scores`` / ``softmax_stats`` (and the fused attention's own 16-bit
+                    output under FP8: ``proj_input`` keeps only the FP8 copy)
+``layernorm``       the output and fp32 statistics of the norms that are not fused into
+                    the next GEMM: before MLA (``qkv_input``) and before an MoE layer
+                    (``moe_input``); the dense layers' norms are fused (no effect)
+``mla_up_proj``     ``qk``, ``v`` and the norm-output half of ``mla_latents`` (the
+                    up-projections' inputs, :math:`2\tau r`; the compressed latents stay)
+``mlp``             dense layers: ``mlp_input``, ``mlp_activation``, ``fc2_input`` and the
+                    fused fc1 norm's statistics (the dropout mask stays)
+``moe``             MoE layers: ``router``, ``routed_tokens``, ``expert_activation``,
+                    ``expert_fc2_input``, ``combine``, ``shared_expert`` (``moe_input``,
+                    the checkpoint's input, stays)
+``moe_act``         MoE layers: ``expert_fc2_input`` (the activation output)
+``shared_experts``  MoE layers: ``shared_expert``
+==================  =====================================================================
+
+Full recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);
+``selective-op`` is torchtitan's per-op policy (:func:`memsym.terms.op_sac.op_sac_layer`).
+Recomputing the dense MLP as well keeps neither its fc1 input, nor the GeLU input and output
+(2sbh + 8sbh + 8sbh) nor the fused norm's statistics:
+
+>>> B = layer_activations(recompute="selective", modules=["core_attn", "mlp"])
+>>> keys = lambda T: {term.key for term in T.terms}
+>>> sorted(keys(layer_activations(recompute="selective")) - keys(B))
+['fc2_input', 'mlp_activation', 'mlp_input']
+
+References
+----------
+.. [korthikanti] Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+   Models", arXiv:2205.05198, §4.1 (Eq. 1), §4.2, Table 2.
+.. [flash-attention] Dao et al. 2022, arXiv:2205.14135 §3.1; Dao 2023, arXiv:2307.08691.
+.. [shazeer-switch] Fedus, Zoph, Shazeer 2021, arXiv:2101.03961, §2.2 (expert capacity).
+.. [megatron-core] ``megatron/core/transformer`` at d98e8a64dd (:data:`RECOMPUTE_MODULE_SOURCES`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from ..errors import choose
+from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
+from ..term import Source, Term, Total
+from ..vocabulary import RECOMPUTE, recompute_modules
+from .op_sac import op_sac_layer
+
+__all__ = ["NORMS", "RECOMPUTE_MODULE_SOURCES", "layer_activations", "token_split"]
+
+#: Normalisations and the fp32 statistics per token each keeps for its backward [bytes].
+#: LayerNorm keeps mean and 1/sigma, RMSNorm only 1/rms (``torch.native_layer_norm`` and
+#: Transformer Engine save exactly these; the paper neglects them).
+NORMS = {"layernorm": 8, "rmsnorm": 4}
+
+_K = "korthikanti"
+_DERIVED = Source("memsym-derivation", "memsym/terms/activations.py module docstring")
+
+#: Megatron-Core's ``--recompute-modules`` that memsym models, in Megatron's order
+#: (``TransformerConfig.recompute_modules`` in ``megatron/core/transformer/transformer_config.py``
+#: at d98e8a64dd; the default under ``--recompute-granularity selective`` is ``core_attn``):
+#: :data:`memsym.vocabulary.RECOMPUTE_MODULES`.
+
+_MC = "megatron-core"
+#: Where each module's recompute is implemented (Megatron-LM at d98e8a64dd): the checkpoint's
+#: input stays saved, what runs inside it is recomputed in backward.
+RECOMPUTE_MODULE_SOURCES = {
+    "core_attn": Source(_MC, "megatron/core/transformer/attention.py, Attention."
+                        "_checkpointed_attention_forward (tensor_parallel.checkpoint of "
+                        "core_attention; q, k, v kept)"),
+    "moe_act": Source(_MC, "megatron/core/transformer/moe/experts.py, TEGroupedMLP.forward "
+                      "(CheckpointWithoutOutput of bias_act_func; its output, the linear_fc2 "
+                      "input, discarded once fc2 ran; fc1 output kept)"),
+    "layernorm": Source(_MC, "megatron/core/transformer/transformer_layer.py, TransformerLayer."
+                        "__init__ (only a norm that is not IdentityOp) and _run_input_layernorm / "
+                        "_forward_pre_mlp_layernorm (CheckpointWithoutOutput: the norm output "
+                        "discarded, its input kept); models/gpt/gpt_layer_specs.py, "
+                        "get_gpt_layer_with_transformer_engine_submodules (TENorm before MLA and "
+                        "before an MoE layer, fused into linear_qkv / linear_fc1 otherwise)"),
+    "mla_up_proj": Source(_MC, "megatron/core/transformer/multi_latent_attention.py, "
+                          "MLASelfAttention.get_query_key_value_tensors (CheckpointWithoutOutput "
+                          "of qkv_up_proj_and_rope_apply on the compressed latents) and "
+                          "MultiLatentAttention.forward (q, k, v discarded after core attention)"),
+    "mlp": Source(_MC, "megatron/core/transformer/transformer_layer.py, TransformerLayer._run_mlp "
+                  "(tensor_parallel.checkpoint of the dense MLP on pre_mlp_layernorm_output, the "
+                  "layer's hidden states under the TE spec's fused fc1 norm; not MoE layers)"),
+    "moe": Source(_MC, "megatron/core/transformer/moe/moe_layer.py, MoELayer.forward "
+                  "(tensor_parallel.checkpoint of custom_forward: router, dispatch, experts, "
+                  "combine; input hidden_states kept)"),
+    "shared_experts": Source(_MC, "megatron/core/transformer/moe/moe_layer.py, MoELayer."
+                             "shared_experts_compute (tensor_parallel.checkpoint of the shared "
+                             "experts on hidden_states)"),
+}
+
+_TK = Source(_K, "§4.1 (attention block, MLP, LayerNorm)")
+_TE = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
+             "the quantized input); layernorm_linear.py (ln_out quantized by the fused norm)")
+
+
+def token_split(sequence_parallel: bool) -> tuple:
+    r"""The tokens of one micro-batch on a context-parallel rank and the sequence-parallel divisor.
+
+    :math:`\tau = s b / c` and :math:`\sigma = t` under sequence parallelism (which splits the
+    h-wide tensors over t), else 1: every activation term is written in these two.
+
+    Parameters
+    ----------
+    sequence_parallel : bool
+        Megatron sequence parallelism.
+
+    Examples
+    --------
+    >>> token_split(True)
+    (b*s/c, t)
+    """
+    tok = s * b / c                   # tokens of one micro-batch on this context-parallel rank
+    sp_div = t if sequence_parallel else 1   # sequence parallelism splits the h-wide tensors over t
+    return tok, sp_div
+
+
+
+def _common(sp_on: bool, recompute: str):
+    """(the recompute mode checked, tokens on this context-parallel rank, the SP divisor)."""
+    return (choose("recompute mode", recompute, RECOMPUTE), *token_split(sp_on))
+
+
+def _full_recompute(tok, sig) -> Total:
+    """Full recompute: the layer input alone (Korthikanti Table 2: 2sbh)."""
+    terms = _Terms()
+    terms.add("layer_input", 2 * tok * h / sig, "layer input, the only tensor kept under full "
+              "recompute", Source(_K, "Table 2, full activation recomputation"))
+    return Total("activations per layer (full recompute)", tuple(terms))
+
+class _Terms(list):
+    """The terms of one layer in order; a zero contribution is left out."""
+
+    def add(self, key, expr, what, source=_TK):
+        """Append a bytes term labelled by its key, unless its expression is 0."""
+        if expr != 0:
+            self.append(Term(key, expr, what, source, label=key.replace("_", " ")))
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One layer's options, sizes and what its recomputed modules drop, read by each family."""
+
+    tok: sp.Expr
+    sig: object
+    gated: bool
+    flash: bool
+    fp8: bool
+    norm: str
+    norm_statistics: bool
+    dropout: bool
+    att_drop: bool
+    qk_norm: object
+    mla: dict | None
+    moe: bool
+    shared_expert: bool
+    drop_core: bool
+    drop_in_norm: bool
+    drop_pre_mlp_norm: bool
+    drop_up_proj: bool
+    drop_mlp: bool
+    drop_moe: bool
+    drop_moe_act: bool
+    drop_shared: bool
+
+    @property
+    def gx(self) -> int:
+        """Bytes per element of a saved GEMM input: FP8 under Transformer Engine, else 16-bit."""
+        return 1 if self.fp8 else 2
+
+    @property
+    def gsrc(self) -> Source:
+        """The source of a saved GEMM input's width."""
+        return _TE if self.fp8 else _TK
+
+    @property
+    def delta(self) -> int:
+        """1 when the hidden dropout masks are kept."""
+        return 1 if self.dropout else 0
+
+    @property
+    def gam(self) -> int:
+        """1 for a gated MLP (fc1 makes gate and up projections)."""
+        return 1 if self.gated else 0
+
+
+def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
+           attention_dropout, qk_norm, mla, moe, shared_expert) -> _Layer:
+    """The options of one layer with what each recomputed module no longer keeps."""
+    # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
+    # spec only the norms before MLA and before an MoE layer are TENorm modules that
+    # "layernorm" checkpoints; the others are fused into linear_qkv / linear_fc1
+    return _Layer(
+        tok, sig, gated, flash, fp8, norm, norm_statistics, dropout,
+        dropout if attention_dropout is None else attention_dropout, qk_norm, mla, moe,
+        shared_expert,
+        drop_core=recompute == "selective" and "core_attn" in mods,
+        drop_in_norm="layernorm" in mods and bool(mla),
+        drop_pre_mlp_norm="layernorm" in mods and moe,
+        drop_up_proj="mla_up_proj" in mods and bool(mla),
+        drop_mlp="mlp" in mods and not moe,
+        drop_moe="moe" in mods and moe,
+        drop_moe_act=("moe_act" in mods or "moe" in mods) and moe,
+        drop_shared=("shared_experts" in mods or "moe" in mods) and moe)
+
+
+def _norm_terms(ly: _Layer, terms: _Terms) -> None:
+    """The two norms' inputs and statistics, and the QKV projection's input."""
+    tok, sig = ly.tok, ly.sig
+    terms.add("norm_inputs", 2 * 2 * tok * h / sig, "inputs of the two norms (attention and MLP)",
+              Source(_K, "§4.1, LayerNorm: 4sbh"))
+    # norms whose statistics the backward keeps: a recomputed norm ("layernorm", or the
+    # fc1-fused norm inside a recomputed dense MLP) rebuilds them
+    n_stats = 2 - ly.drop_in_norm - ly.drop_pre_mlp_norm - ly.drop_mlp
+    stat_mods = [m for m, on in (("layernorm", ly.drop_in_norm or ly.drop_pre_mlp_norm),
+                                 ("mlp", ly.drop_mlp)) if on]
+    stats = (n_stats * NORMS[ly.norm] * tok / sig) if ly.norm_statistics else 0
+    terms.add("norm_statistics", stats,
+              f"fp32 per-token statistics of {'the two' if n_stats == 2 else 'one'} {ly.norm} "
+              "norm" + ("s" if n_stats == 2 else "") + " (the paper neglects them"
+              + (f"; recomputed: {', '.join(stat_mods)}" if stat_mods else "") + ")",
+              RECOMPUTE_MODULE_SOURCES[stat_mods[-1]] if stat_mods else _DERIVED)
+    if not ly.drop_in_norm:
+        terms.add("qkv_input", ly.gx * tok * h / sig, "norm output, input of the QKV projection"
+                  + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
+
+
+def _qkv_terms(ly: _Layer, terms: _Terms):
+    """Queries, keys and values (MLA: and its latents); returns the attention output's width."""
+    tok, mla = ly.tok, ly.mla
+    if mla:
+        r_q, r_kv = mla.get("q_lora_rank"), mla["kv_lora_rank"]
+        d_qk, d_r, d_v = (sp.Integer(mla[x])
+                          for x in ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
+        rank = sp.Integer(r_kv) + (sp.Integer(r_q) if r_q else 0)
+        if ly.drop_up_proj:
+            terms.add("mla_latents", 2 * tok * rank, "MLA compressed latents, the input of the "
+                      "recomputed up-projections (mla_up_proj: their norm outputs are rebuilt)",
+                      RECOMPUTE_MODULE_SOURCES["mla_up_proj"])
+        else:
+            terms.add("mla_latents", 4 * tok * rank, "MLA latents: inputs of the q/kv "
+                      "up-projections and of their norms (down-projections are replicated over t)",
+                      _DERIVED)
+            terms.add("qk", 2 * tok * 2 * a * (d_qk + d_r) / t,
+                      "MLA queries and keys, a(d_qk + d_r) wide each", _DERIVED)
+            terms.add("v", 2 * tok * a * d_v / t, "MLA values, a d_v wide", _DERIVED)
+        return a * d_v
+    terms.add("qk", 2 * tok * (a + g) * d_h / t,
+              "queries (a d_h wide) and keys (g d_h: GQA) for QK^T")
+    if ly.qk_norm:
+        # one fp32 statistic per head and token ("head", Qwen3), or per token for Q and
+        # for K when the norm spans the whole projection ("full", OLMo 2)
+        stats = 8 * tok if ly.qk_norm == "full" else 4 * tok * (a + g) / t
+        terms.add("qk_norm_inputs", 2 * tok * (a + g) * d_h / t + stats,
+                  "inputs of the per-head Q and K norms and their fp32 statistics (qk_layernorm)",
+                  Source("megatron-core", "core/transformer/attention.py, SelfAttention."
+                         "get_query_key_value_tensors (q_layernorm, k_layernorm before RoPE)"))
+    terms.add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
+    return a * d_h
+
+
+def _attention_terms(ly: _Layer, terms: _Terms, proj_width) -> None:
+    """The attention scores (or flash statistics), the output projection's input, the mask."""
+    tok = ly.tok
+    if not ly.drop_core:
+        if ly.flash:
+            terms.add("softmax_stats", 4 * a * tok / t,
+                      "flash attention: one fp32 logsumexp per query row and head (no s^2 tensors)",
+                      Source("flash-attention", "FlashAttention-2 §3.1.1 (logsumexp); "
+                             "FlashAttention §3.1"))
+        else:
+            adelta = 1 if ly.att_drop else 0
+            terms.add("scores", (2 + 3 * adelta) * a * s * tok / t,
+                      "softmax output" + (", its dropout mask and dropout output" if ly.att_drop
+                                          else "")
+                      + " (a x s/c x s per micro-batch)", Source(_K, "§4.1, attention: 5as^2b"))
+    # FP8: the projection keeps an FP8 copy; the fused attention's own 16-bit output stays
+    # saved for its backward unless the attention is recomputed (core_attn)
+    o_bytes = ly.gx + (2 if ly.fp8 and ly.flash and not ly.drop_core else 0)
+    terms.add("proj_input", o_bytes * tok * proj_width / t, "attention output, input of the "
+              "output projection" + (" (FP8 copy" + (" beside the attention's 16-bit output)"
+                                                     if o_bytes > 1 else ")")
+                                     if ly.fp8 else ""), ly.gsrc)
+    terms.add("attn_dropout_mask", ly.delta * tok * h / ly.sig,
+              "dropout mask after the attention block")
+
+
+def _dense_mlp_terms(ly: _Layer, terms: _Terms) -> None:
+    """A dense MLP's fc1 input, activation input and output, and its dropout mask."""
+    tok, sig = ly.tok, ly.sig
+    if not ly.drop_mlp:
+        terms.add("mlp_input", ly.gx * tok * h / sig, "norm output, input of fc1"
+                  + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
+        terms.add("mlp_activation", (2 + 2 * ly.gam) * tok * f / t,
+                  "fc1 output, input of the " + ("SwiGLU (gate and up, 2f wide)" if ly.gated
+                                                 else "GeLU"),
+                  _DERIVED if ly.gated else _TK)
+        terms.add("fc2_input", ly.gx * tok * f / t, "activation output, input of fc2"
+                  + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
+    terms.add("mlp_dropout_mask", ly.delta * tok * h / sig, "dropout mask after the MLP")
+
+
+def _moe_terms(ly: _Layer, terms: _Terms) -> None:
+    """An MoE layer's router, routed tokens, experts, combine, shared experts and dropout mask."""
+    tok, sig, gam = ly.tok, ly.sig, ly.gam
+    routed = c_f * k * tok * t_e / t   # token copies one expert GPU receives per micro-batch
+    moe_src = Source("memsym-derivation", "layer_activations docstring (MoE layer)")
+    if not ly.drop_pre_mlp_norm:
+        terms.add("moe_input", 2 * tok * h / sig,
+                  "norm output, input of the router and the shared experts")
+    if not ly.drop_moe:
+        terms.add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts",
+                  moe_src)
+        terms.add("routed_tokens", ly.gx * routed * h, "dispatched token copies, input of the "
+                  "expert fc1 (top-k, capacity factor c_f)" + (", FP8" if ly.fp8 else ""),
+                  _TE if ly.fp8 else Source("shazeer-switch", "§2.2, expert capacity"))
+        terms.add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
+                  "expert fc1 outputs, input of the expert activation", moe_src)
+        if not ly.drop_moe_act:
+            terms.add("expert_fc2_input", ly.gx * routed * f_e / t_e, "expert activation "
+                      "outputs, input of fc2" + (" (FP8)" if ly.fp8 else ""),
+                      _TE if ly.fp8 else moe_src)
+        terms.add("combine", 2 * routed * h, "expert outputs kept for the probability-weighted "
+                  "combine", moe_src)
+    if ly.shared_expert and not ly.drop_shared:
+        terms.add("shared_expert", (4 + 2 * gam) * tok * f_sh / t,
+                  "shared-expert activation and fc2 inputs", moe_src)
+    terms.add("mlp_dropout_mask", ly.delta * tok * h / sig, "dropout mask after the MoE block")
+
+
+def layer_activations(*, gated: bool = False, flash: bool = False, sequence_parallel: bool = False,
+                      recompute: str = "none", dropout: bool = True, norm: str = "layernorm",
+                      moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
+                      attention_dropout: bool | None = None, norm_statistics: bool = True,
+                      qk_norm: bool = False, fp8_inputs: bool = False, modules=None) -> Total:
+    r"""Activations one transformer layer keeps for its backward, term by term [bytes].
+
+    Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank,
+    :math:`\sigma = t` under sequence parallelism (else 1) and, in an MoE layer,
+    :math:`R = c_f\,k\,\tau\,t_e/t` routed token copies per expert GPU (top-k, the ETP
+    all-gather, the capacity factor :math:`c_f` for the busiest rank; Switch Transformer §2.2):
+
+    .. math::
+
+        \begin{aligned}
+        \text{attention:}\;& \tfrac{4\tau h}{\sigma} + \tfrac{2\tau h}{\sigma}
+            + \tfrac{2\tau (a+g) d_h}{t} + \tfrac{2\tau g d_h}{t}
+            + \tfrac{(2 + 3\delta)\,a s \tau}{t} + \tfrac{2\tau a d_h}{t}
+            + \tfrac{\delta\,\tau h}{\sigma} \\
+        \text{dense MLP:}\;& \tfrac{2\tau h}{\sigma} + \tfrac{(2 + 2\gamma)\,\tau f}{t}
+            + \tfrac{2\tau f}{t} + \tfrac{\delta\,\tau h}{\sigma} \\
+        \text{MoE layer:}\;& \tfrac{2\tau h}{\sigma} + \tfrac{4\tau E}{\sigma}
+            + R\,\Bigl(2h + \tfrac{(2 + 2\gamma) f_e}{t_e} + \tfrac{2 f_e}{t_e} + 2h\Bigr)
+            + \tfrac{\delta\,\tau h}{\sigma}
+        \end{aligned}
+
+    (:math:`\delta` = 1 with dropout, :math:`\gamma` = 1 for a gated MLP; per routed copy the
+    expert fc1 input, activation input, fc2 input and the output kept for the combine; shared
+    experts add a dense MLP of width :math:`f_{sh}`).  What flash attention, the norms'
+    statistics, Q/K norms, MLA, FP8 inputs and each recomputed module change is derived in
+    :mod:`memsym.terms.transformer_layer`.
+
+    Parameters
+    ----------
+    gated, flash : bool
+        Gated MLP (SwiGLU: gate and up projections kept); flash attention (no s^2 tensors).
+    sequence_parallel : bool
+        Megatron sequence parallelism (the h-wide tensors divided by t).
+    recompute : {"none", "selective", "selective-op", "full"}
+    modules : sequence of str, optional
+        Under ``"selective"``, Megatron's ``--recompute-modules`` (:func:`recompute_modules`;
+        None = Megatron's default ``("core_attn",)``); ignored under the other modes.
+    dropout, attention_dropout : bool
+        Hidden dropout masks kept (1 byte per element); attention dropout (None: ``dropout``).
+    norm : {"layernorm", "rmsnorm"}
+    norm_statistics : bool
+        Count the norms' fp32 per-token statistics (False reproduces the paper).
+    moe, shared_expert : bool
+        An MoE layer instead of a dense MLP; with shared experts of width ``f_sh``.
+    qk_norm : bool or {"head", "full"}
+        Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
+    fp8_inputs : bool
+        Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte).
+    mla : dict, optional
+        Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
+        ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers).
+
+    Returns
+    -------
+    Total
+        Per layer, per micro-batch, per GPU [bytes].
+
+    Examples
+    --------
+    The paper's GPT layer (t = c = 1, g = a, d_h = h/a, f = 4h) is Eq. 1 plus the norm
+    statistics the paper neglects:
+
+    >>> A = layer_activations().without("norm_statistics")
+    >>> gpt = {c: 1, t: 1, g: a, d_h: h / a, f: 4 * h}
+    >>> sp.simplify(A.expr.subs(gpt) - b*h*s*(34 + 5*a*s/h))
+    0
+
+    References
+    ----------
+    Korthikanti et al. 2022 §4.1–4.3; FlashAttention (arXiv:2205.14135, 2307.08691);
+    Switch Transformers (arXiv:2101.03961) §2.2; Transformer Engine ``pytorch/module/linear.py``
+    and ``layernorm_linear.py`` (``saved_inputmat`` / ``ln_out`` quantized before
+    ``save_for_backward``).
+    """
+    recompute, tok, sig = _common(sequence_parallel, recompute)
+    mods = (("core_attn",) if modules is None else recompute_modules(modules)) \
+        if recompute == "selective" else ()
+    norm = choose("normalization", norm, NORMS)
+    if recompute == "full":
+        return _full_recompute(tok, sig)
+    if recompute == "selective-op":
+        return op_sac_layer(tok, sig, gated=gated, flash=flash, moe=moe, mla=mla,
+                            sequence_parallel=sequence_parallel)
+    ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
+                norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
+                attention_dropout=attention_dropout, moe=moe, shared_expert=shared_expert)
+    terms = _Terms()
+    _norm_terms(ly, terms)
+    _attention_terms(ly, terms, _qkv_terms(ly, terms))
+    (_moe_terms if moe else _dense_mlp_terms)(ly, terms)
+    what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
+    return Total(f"activations per layer ({'MoE' if moe else 'dense'}, recompute {what})",
+                 tuple(terms))

@@ -1,0 +1,279 @@
+"""Bytes per parameter of each model state: the precisions, optimizers and frameworks' dtypes.
+
+:func:`byte_widths` turns a precision, an optimizer and a convention into the widths
+``b_hp``, ``b_g``, ``b_mg``, ``b_m``, ``b_o``, ``b_f8`` that the terms of
+:func:`memsym.terms.model_state.model_state` multiply; this module owns the tables
+(:data:`PRECISIONS`, :data:`OPTIMIZERS`, :data:`STATE_DTYPES`) and the framework dtype rules
+both read.  Its names are re-exported by :mod:`memsym.terms.model_state`.
+
+References
+----------
+.. [zero] Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+   Models", arXiv:1910.02054, §3.1.
+.. [megatron-core] Megatron-LM ``megatron/core`` at d98e8a64dd: ``_ParamAndGradBuffer``,
+   ``DistributedOptimizer._copy_model_grads_to_main_grads``, ``optimizer_config.py``.
+.. [transformer-engine] ``pytorch/optimizers/fused_adam.py`` (``store_param_remainders``).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..errors import InvalidValueError, choose
+from ..symbols import b_f8, b_g, b_hp, b_m, b_mg, b_o
+from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, GRAD_DTYPES, SCHEMES
+
+__all__ = ["PRECISIONS", "OPTIMIZERS", "STATE_DTYPES", "byte_widths", "normalize_scheme",
+           "normalize_convention"]
+
+#: Bytes of the precision-aware optimizer's state dtypes (Megatron ``optimizer_config.py``).
+STATE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+#: Weight precision -> (bytes per weight used in forward/backward, fp32 master copy bytes),
+#: as the textbook conventions count them.  fp8 there means fp8 primary weights.
+PRECISIONS = {
+    "fp32": (4, 0),
+    "bf16": (2, 4),
+    "fp16": (2, 4),
+    "fp8": (1, 4),
+}
+
+#: Optimizer -> bytes per parameter of its moments (beyond the master copy).
+#: REF: zero §3.1 (Adam: momentum + variance, fp32); seed 002 (SGD with momentum: 12 B/param
+#: in total); Dettmers et al. 2022 arXiv:2110.02861 (8-bit Adam: two 1-byte states; its
+#: block-wise fp32 scales, 8 bytes per 2048 parameters, are neglected); Shazeer & Stern 2018
+#: arXiv:1804.04235 (Adafactor without momentum: the factored second moment is O(rows+cols)
+#: per matrix, about 8/h bytes per parameter of an h x h matrix, counted as 0 here).
+OPTIMIZERS = {
+    "adam": 8,
+    "adamw": 8,
+    "sgd": 4,
+    "adam8bit": 2,
+    "adafactor": 0,
+    "none": 0,
+}
+
+
+def normalize_scheme(scheme: str) -> str:
+    """The canonical scheme name (``fsdp`` stays, it is a documented alias of ZeRO-3)."""
+    return choose("sharding", scheme, SCHEMES)
+
+
+def normalize_convention(convention: str) -> str:
+    """The convention a name means: ``memsym`` (the old default) is ``seed000``.
+
+    Examples
+    --------
+    >>> normalize_convention("memsym"), normalize_convention("Zero_Paper")
+    ('seed000', 'zero-paper')
+    """
+    name = choose("convention", convention, CONVENTIONS)
+    return CONVENTION_ALIASES.get(name, name)
+
+
+def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = None) -> str:
+    """The gradient-buffer dtype the framework uses when the user does not say.
+
+    Megatron-core keeps an fp32 gradient buffer under bf16
+    (``accumulate_allreduce_grads_in_fp32`` unless ``--grad-reduce-in-bf16``) and fp16 under
+    fp16; DeepSpeed the model dtype (``data_types.grad_accum_dtype``); FSDP2 the parameter's
+    original dtype (fp32).
+
+    Parameters
+    ----------
+    scheme : str
+        One of :data:`SCHEMES`, already normalised (:func:`normalize_scheme`).
+    precision : str
+        One of :data:`PRECISIONS`.
+    grad_dtype : {"fp32", "bf16", "fp16"}, optional
+        The dtype asked for, returned as it is (checked); None for the framework's default.
+
+    Examples
+    --------
+    >>> default_grad_dtype("distributed-optimizer", "bf16"), default_grad_dtype("zero2", "bf16")
+    ('fp32', 'bf16')
+
+    References
+    ----------
+    Megatron-LM ``megatron/training/arguments.py`` (``validate_args``); DeepSpeed
+    ``runtime/zero/stage_1_and_2.py``; PyTorch ``_fsdp_collectives.py`` (``foreach_reduce``).
+    """
+    if grad_dtype is not None:
+        return choose("grad_dtype", grad_dtype, GRAD_DTYPES)
+    if precision == "fp32":
+        return "fp32"
+    if scheme in ("ddp", "distributed-optimizer"):
+        # REF: megatron-lm arguments.py validate_args: bf16 forces
+        # accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16; fp16 does not.
+        return "fp16" if precision == "fp16" else "fp32"
+    # DeepSpeed: data_types.grad_accum_dtype defaults to the model dtype; FSDP2: the
+    # sharded grads keep the parameter's original dtype (fp32 under MixedPrecisionPolicy).
+    return "fp32" if scheme == "fsdp" else ("fp16" if precision == "fp16" else "bf16")
+
+
+def has_main_grad_copy(scheme: str, precision: str, grad_dtype: str,
+                       precision_aware: bool) -> bool:
+    """Whether the framework keeps a separate fp32 copy of the gradients for the optimizer.
+
+    Parameters
+    ----------
+    scheme : str
+        One of :data:`SCHEMES`, already normalised (:func:`normalize_scheme`).
+    precision : str
+        One of :data:`PRECISIONS`.
+    grad_dtype : str
+        The gradient buffer's dtype (:func:`default_grad_dtype`).
+    precision_aware : bool
+        Megatron ``--use-precision-aware-optimizer``.
+
+    Examples
+    --------
+    >>> has_main_grad_copy("distributed-optimizer", "bf16", "bf16", False)
+    True
+    >>> has_main_grad_copy("distributed-optimizer", "bf16", "fp32", False)
+    False
+
+    References
+    ----------
+    Megatron-LM ``megatron/core/optimizer/distrib_optimizer.py``
+    (``_copy_model_grads_to_main_grads``) at d98e8a64dd.
+    """
+    if scheme == "fsdp" or precision == "fp32" or grad_dtype == "fp32":
+        return False
+    # Megatron's precision-aware optimizer reads shard_main_param.decoupled_grad, a view of
+    # the grad buffer (no copy): distrib_optimizer.py _copy_model_grads_to_main_grads.
+    return not (precision_aware and scheme == "distributed-optimizer")
+
+
+def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
+                optimizer: str = "adam", convention: str = "framework", *,
+                grad_dtype: str | None = None, fp8_param_gather: bool = False,
+                precision_aware: bool = False, main_params_dtype: str = "fp32",
+                exp_avg_dtype: str = "fp32", exp_avg_sq_dtype: str = "fp32",
+                store_param_remainders: bool = True) -> dict:
+    """Bytes per parameter of weights, gradients, main-gradient copy, master copy and moments.
+
+    Under ``convention="framework"`` the widths are the framework's tensors: Megatron-core
+    (ddp, distributed-optimizer) keeps bf16 params and an fp32 gradient buffer (bf16 forces
+    ``grad_reduce_in_fp32``), fp16 params an fp16 buffer plus an fp32 ``.float()`` shard;
+    DeepSpeed (zero1/2/3) 16-bit params and grads plus an fp32 gradient partition; FSDP2
+    (fsdp) keeps fp32 sharded params and grads (they are the master copy) and only the
+    moments beside them.  FP8 (Transformer Engine) keeps the bf16 weight and caches FP8
+    copies (``b_f8 = 2``: rowwise + transpose) unless ``fp8_param_gather`` (then 1-byte
+    weights, no cache).  The textbook conventions keep their widths (ZeRO: fp16 gradients,
+    seed 000: fp32 gradients sharded, Megatron-LM's estimator: fp32 gradients).
+
+    Parameters
+    ----------
+    scheme : str
+        One of :data:`SCHEMES`.
+    precision : str
+        One of :data:`PRECISIONS`.
+    optimizer : str
+        One of :data:`OPTIMIZERS`; ``"none"`` means frozen weights (no gradients either).
+    convention : str
+        One of :data:`CONVENTIONS`.
+    grad_dtype : {"fp32", "bf16", "fp16"}, optional
+        Gradient-buffer dtype (framework only); default the framework's (see above).
+    fp8_param_gather : bool
+        Megatron ``--fp8-param-gather``: FP8 weights only, gathered in FP8 (framework, fp8).
+    precision_aware : bool
+        Megatron ``--use-precision-aware-optimizer`` (distributed-optimizer, Adam).
+    main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
+        The precision-aware optimizer's dtypes, keys of :data:`STATE_DTYPES`.
+    store_param_remainders : bool
+        With bf16 params and fp32 main params, keep only the 16-bit remainder (2 B) [TE FusedAdam].
+
+    Returns
+    -------
+    dict
+        ``{b_hp, b_g, b_m, b_o}`` and, under ``framework``, ``b_mg`` and ``b_f8``, as exact
+        integers [bytes/parameter].
+
+    Examples
+    --------
+    >>> w = byte_widths()  # Megatron distributed optimizer, bf16: 2 + 4 + (0 + 4 + 8)/d
+    >>> [int(w[x]) for x in (b_hp, b_g, b_mg, b_m, b_o, b_f8)]
+    [2, 4, 0, 4, 8, 0]
+    >>> w = byte_widths(grad_dtype="bf16")  # --grad-reduce-in-bf16: 2 + 2 + (4 + 4 + 8)/d
+    >>> [int(w[x]) for x in (b_hp, b_g, b_mg, b_m, b_o)]
+    [2, 2, 4, 4, 8]
+    >>> sorted((str(k), v) for k, v in byte_widths("zero1", convention="zero-paper").items())
+    [('b_g', 2), ('b_hp', 2), ('b_m', 4), ('b_o', 8)]
+    >>> byte_widths("ddp", convention="megatron-lm")[b_g]
+    4
+    """
+    scheme = normalize_scheme(scheme)
+    precision = choose("precision", precision, PRECISIONS)
+    optimizer = choose("optimizer", optimizer, OPTIMIZERS)
+    convention = normalize_convention(convention)
+    if convention == "framework":
+        return _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
+                                 precision_aware, main_params_dtype, exp_avg_dtype,
+                                 exp_avg_sq_dtype, store_param_remainders)
+    if grad_dtype is not None or fp8_param_gather or precision_aware:
+        raise InvalidValueError(
+            f"grad_dtype, fp8_param_gather and precision_aware describe a framework's tensors; "
+            f"convention {convention} has fixed widths (use convention='framework')")
+    weight, master = PRECISIONS[precision]
+    fp32_grads = (scheme == "distributed-optimizer" and convention == "seed000") or \
+        convention == "megatron-lm"
+    grad = 4 if fp32_grads else max(weight, 2)  # fp8 weights still get bf16 gradients
+    if convention == "megatron-lm" and precision == "fp16":
+        # REF: megatron-distopt-doc, table row fp16 param / fp16 grads: 20, or 4 + 16/d.
+        # The backward writes fp16 gradients; the optimizer keeps fp32 main weights *and*
+        # fp32 main gradients (4 + 4), sharded with the moments under the distributed optimizer.
+        grad, master = 2, 8
+    if optimizer == "none":  # frozen or inference: no gradients, no optimizer
+        grad, master = 0, 0
+    return {b_hp: sp.Integer(weight), b_g: sp.Integer(grad), b_m: sp.Integer(master),
+            b_o: sp.Integer(OPTIMIZERS[optimizer])}
+
+
+def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
+                      precision_aware, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype,
+                      store_param_remainders) -> dict:
+    if precision == "fp8" and scheme not in ("ddp", "distributed-optimizer"):
+        raise InvalidValueError(
+            f"fp8 is modelled as Transformer Engine under Megatron (ddp, distributed-optimizer), "
+            f"not {scheme}; use precision bf16 or convention='zero-paper'")
+    if fp8_param_gather and (precision != "fp8" or scheme != "distributed-optimizer"):
+        raise InvalidValueError("fp8_param_gather needs precision fp8 and the distributed optimizer "
+                                "(Megatron: --fp8-param-gather needs DistOpt or FSDP)")
+    if precision_aware and (scheme != "distributed-optimizer" or optimizer not in ("adam", "adamw")):
+        raise InvalidValueError("precision_aware needs the distributed optimizer with Adam "
+                                "(Megatron --use-precision-aware-optimizer)")
+    gdt = default_grad_dtype(scheme, precision, grad_dtype)
+    weight = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}[precision]
+    if scheme == "fsdp":
+        weight = 4  # sharded params stay in their original fp32; param_dtype is the compute copy
+    f8 = 0
+    if precision == "fp8":
+        # TE keeps the bf16 weight and caches FP8 rowwise + transpose (1 + 1 B), or with
+        # fp8_param_gather keeps only the FP8 weight (fp8_model_init): b_f8 is then that weight.
+        f8 = 1 if fp8_param_gather else 2
+    grad = STATE_DTYPES[gdt]
+    main_grad = 4 if has_main_grad_copy(scheme, precision, gdt, precision_aware) else 0
+    # fp32 masters: none for fp32 Megatron params (they are the main params) and none for
+    # FSDP2 (the fp32 shard is updated in place); DeepSpeed clones even fp32 partitions.
+    if scheme == "fsdp" or (precision == "fp32" and scheme in ("ddp", "distributed-optimizer")):
+        master = 0
+    else:
+        master = 4
+    moments = OPTIMIZERS[optimizer]
+    if precision_aware:
+        for name, value in (("main_params_dtype", main_params_dtype), ("exp_avg_dtype", exp_avg_dtype),
+                            ("exp_avg_sq_dtype", exp_avg_sq_dtype)):
+            choose(name, value, tuple(STATE_DTYPES))
+        master = STATE_DTYPES[choose("main_params_dtype", main_params_dtype, ("fp32", "fp16"))]
+        if master == 4 and precision in ("bf16", "fp8") and store_param_remainders:
+            # REF: TE optimizers/fused_adam.py store_param_remainders: the bf16 param plus a
+            # 16-bit remainder reconstruct the fp32 master exactly.
+            master = 2
+        if precision == "fp32":
+            master = 0
+        moments = STATE_DTYPES[exp_avg_dtype.strip().lower()] + STATE_DTYPES[exp_avg_sq_dtype.strip().lower()]
+    if optimizer == "none":
+        grad, main_grad, master, moments = 0, 0, 0, 0
+    return {b_hp: sp.Integer(weight), b_g: sp.Integer(grad), b_mg: sp.Integer(main_grad),
+            b_m: sp.Integer(master), b_o: sp.Integer(moments), b_f8: sp.Integer(f8)}

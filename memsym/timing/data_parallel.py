@@ -1,0 +1,179 @@
+r"""The data-parallel part of the step: the gradient sync after the flush, the parameter
+all-gather, the optimizer step, and each group's collectives as issued.
+
+After the pipeline flush the data-parallel gradient reduce-scatter / all-reduce and the
+parameter all-gather are exposed beyond what the last backward / first forward hides (ZeRO-3
+and FSDP: every micro-batch, behind the pipeline's compute where it fits), then the optimizer
+step reads and writes :data:`OPTIMIZER_BYTES` per parameter of the GPU's shard.
+
+References
+----------
+.. [megatron-lm] distributed/distributed_data_parallel_config.py (overlap_grad_reduce,
+   overlap_param_gather).
+.. [zero] arXiv:1910.02054 §7.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .collectives import collective_bytes, collective_time, group_bandwidth, group_link
+from .efficiency import memory_time
+from .gemm import layer_params
+from .records import Overlap, Settings
+
+__all__ = ["OPTIMIZER_BYTES"]
+
+#: HBM bytes per parameter of one optimizer step (Megatron Float16Optimizer path): grad-norm read (4), Adam reads g, p, m, v (16) and writes p, m, v (12), fp32 -> bf16 copy (6), zeroing the grad buffer (4).  Memsym count; was: read the fp32 gradient
+#: (4), read and write master (8), m (8), v (8), write the bf16 weight (2).  Memsym's count.
+OPTIMIZER_BYTES = 42
+
+
+def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
+    """Dense and expert parameters of the busiest pipeline rank's GPU, and its layers.
+
+    ``stages``: the decoder layers of the (first, middle, last) stages.  The dense ones are
+    split over TP, the experts over EP x expert TP; the end stages hold the embedding or the
+    output layer and the final norm.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> from memsym.timing.gemm import shape_of
+    >>> dense, expert, layers = parameters_per_gpu(shape_of(preset("llama2-7b")), Settings(),
+    ...                                            np.array(1.0), 1.0, 1.0, 1.0, (32, 32, 32))
+    >>> float(expert), float(layers), round(float(dense) / 1e9, 2)
+    (0.0, 32.0, 6.74)
+    """
+    first, middle, last = stages
+    dense_p, expert_p = layer_params(x, moe=False)
+    if x.L_moe:
+        moe_dense, moe_expert = layer_params(x, moe=True)
+        per_layer_dense = ((x.L - x.L_moe) * dense_p + x.L_moe * moe_dense) / x.L
+        per_layer_expert = x.L_moe * moe_expert / x.L
+    else:
+        per_layer_dense, per_layer_expert = dense_p, 0.0
+    layers_max = np.maximum(np.maximum(first, last), middle)
+    # the end stages' own weights: the embedding (first stage) or the output layer and the
+    # final norm (last); with p = 1 one GPU holds them all, both matrices when untied
+    ends = x.V * x.h * np.where((p == 1) & bool(x.untied), 2, 1) + x.h
+    dense_gpu = (layers_max * per_layer_dense + ends) / t
+    if st.output_first:
+        # V placement: the first rank holds both matrices, the others only layers
+        dense_gpu = np.where(p > 1, np.maximum(first * per_layer_dense + 2 * x.V * x.h + x.h,
+                                               np.maximum(middle, last) * per_layer_dense) / t,
+                             dense_gpu)
+    expert_gpu = layers_max * per_layer_expert / (e * t_e)
+    return dense_gpu, expert_gpu, layers_max
+
+
+def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expert_gpu,
+                       first_stage: tuple, pipeline, *, p, m, t, c, d, e, t_e) -> dict:
+    """The exposed data-parallel seconds of one step and the optimizer step's seconds.
+
+    ``first_stage``: the first stage's (forward, backward) of one micro-batch, which hide the
+    all-gather and the reduce-scatter; ``pipeline``: the pipeline's seconds, which hide the
+    per-micro-batch collectives of ZeRO-3 / FSDP.  Returns ``dp`` and ``optimizer`` [s], the
+    group sizes ``ndp`` (DP x CP) and ``edp`` (expert DP) [GPUs], and the collectives' seconds
+    as issued: ``rs``, ``ag`` (once) and, per micro-batch, ``once`` and ``again`` (None
+    without ZeRO-3 / FSDP).
+
+    Examples
+    --------
+    >>> from memsym.hardware import cluster_for, gpu
+    >>> dev, one = gpu("h100"), np.array(1.0)
+    >>> out = data_parallel_sync(Settings(), dev, cluster_for(dev.name), Overlap(), np.array(1e9),
+    ...                          np.array(0.0), (0.0, 0.0), one, p=one, m=one, t=one, c=one,
+    ...                          d=8 * one, e=one, t_e=one)
+    >>> round(float(out["optimizer"]) * 1e3, 3)   # 42 B x 1e9 / 8 at 3.35 TB/s [ms]
+    1.567
+    >>> bool(out["dp"] == out["rs"] + out["ag"])   # nothing hides it here
+    True
+    """
+    ndp = d * c
+    ebw_dp, elat_dp = group_bandwidth("dp", ndp, clu, t=t, c=np.ones_like(c), d=ndp)
+    edp = np.maximum(d * c * t / (e * t_e), 1)
+    gb = st.grad_bytes
+    # a dense model has no expert buffer: its expert collectives are not issued (an empty
+    # one would still be charged its ring's latency steps)
+    edp = np.where(expert_gpu > 0, edp, 1)
+    if st.distributed_optimizer:
+        rs = collective_time("reduce-scatter", dense_gpu * gb, ndp, ebw_dp, elat_dp) \
+            + collective_time("reduce-scatter", expert_gpu * gb, edp, ebw_dp, elat_dp)
+        ag = collective_time("all-gather", dense_gpu * 2, ndp, ebw_dp, elat_dp) \
+            + collective_time("all-gather", expert_gpu * 2, edp, ebw_dp, elat_dp)
+    else:
+        rs = collective_time("all-reduce", dense_gpu * gb, ndp, ebw_dp, elat_dp) \
+            + collective_time("all-reduce", expert_gpu * gb, edp, ebw_dp, elat_dp)
+        ag = np.zeros_like(rs)
+    single = p == 1
+    last_bwd = np.where(single, first_stage[1], first_stage[1])
+    first_fwd = first_stage[0]
+    rs_exp = np.maximum(0, rs - last_bwd) if overlap.grad_reduce else rs
+    ag_exp = np.maximum(0, ag - first_fwd) if (overlap.param_gather and st.distributed_optimizer) else ag
+    shard = ndp if st.distributed_optimizer else 1
+    optimizer = memory_time(OPTIMIZER_BYTES * (dense_gpu / shard + expert_gpu / np.where(
+        st.distributed_optimizer, edp, 1)), dev)
+    dp_exposed = rs_exp + ag_exp
+    once = again = None
+    if st.gather_per_microbatch:
+        # per micro-batch: the forward's all-gather, the backward's again and the
+        # reduce-scatter (ZeRO §7: 3 Psi), hidden behind the pipeline's compute where it fits
+        once = rs + ag
+        again = once * 2 / (2 + gb)                     # the backward's all-gather
+        per_mb = np.maximum(0, np.maximum(m, 1) * (once + again) - pipeline)
+        if st.pipelined_fsdp:     # torch.distributed.pipelining syncs once per step at p > 1
+            per_mb = np.where(p > 1, dp_exposed, per_mb)
+        dp_exposed = per_mb
+    return {"dp": dp_exposed, "optimizer": optimizer, "ndp": ndp, "edp": edp,
+            "rs": rs, "ag": ag, "once": once, "again": again}
+
+
+def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, ndp, edp, gb,
+                  dense_gpu, expert_gpu, p2p, msg, dp_times) -> dict:
+    """``comm_<group>_s``, ``_bytes``, ``_intra`` of
+    :func:`memsym.timing.step.step_time_grid` (``communication``): the same collectives,
+    bandwidths and links the step prices, before any overlap.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> from memsym.timing.step import step_time_grid
+    >>> out = step_time_grid(preset("llama3-8b"), "h100", t=2, d=4, communication=True)
+    >>> bool(out["comm_tp_intra"]), bool(out["comm_tp_s"] >= out["tp"])   # issued >= exposed
+    (True, True)
+    """
+    out = {}
+    for g in ("tp", "ep", "cp"):
+        f_s, b_s, f_b, b_b = raw_layer[g]
+        out[f"comm_{g}_s"] = per_stage_mb * (f_s + b_s)
+        out[f"comm_{g}_bytes"] = per_stage_mb * (f_b + b_b)
+    # PP: one message each way per micro-batch and chunk pass
+    out["comm_pp_s"] = np.where(p > 1, m * 2 * v * p2p, 0.0)
+    out["comm_pp_bytes"] = np.where(p > 1, m * 2 * v * collective_bytes("p2p", msg, p), 0.0)
+    # DP: reduce-scatter of the gradients (gb bytes each) + all-gather of the 2-byte weights
+    # (distributed optimizer), or the all-reduce (DDP); ZeRO-3 / FSDP every micro-batch
+    rs, ag, once, again = dp_times
+    if st.distributed_optimizer:
+        one_b = (collective_bytes("reduce-scatter", dense_gpu * gb, ndp)
+                 + collective_bytes("reduce-scatter", expert_gpu * gb, edp)
+                 + collective_bytes("all-gather", dense_gpu * 2, ndp)
+                 + collective_bytes("all-gather", expert_gpu * 2, edp))
+    else:
+        one_b = (collective_bytes("all-reduce", dense_gpu * gb, ndp)
+                 + collective_bytes("all-reduce", expert_gpu * gb, edp))
+    dp_s, dp_b = rs + ag, one_b
+    if once is not None:
+        per_mb = np.maximum(m, 1)
+        dp_s = per_mb * (once + again)
+        dp_b = per_mb * one_b * (1 + 2 / (2 + gb))   # the backward's all-gather again
+        if st.pipelined_fsdp:
+            dp_s, dp_b = np.where(p > 1, rs + ag, dp_s), np.where(p > 1, one_b, dp_b)
+    out["comm_dp_s"], out["comm_dp_bytes"] = dp_s, dp_b
+    dom = int(getattr(clu, "domain", clu.gpus_per_node))
+    layouts = {"tp": (t, dict(t=t, c=c, d=d)), "ep": (e, dict(t=t, c=c, d=d, t_e=t_e)),
+               "cp": (c, dict(t=t, c=c, d=d)), "pp": (p, dict(t=t, c=c, d=d)),
+               "dp": (ndp, dict(t=t, c=np.ones_like(c), d=ndp))}
+    for g, (size, lay) in layouts.items():
+        out[f"comm_{g}_intra"] = group_link(g, size, dom, **lay)
+    return out

@@ -1,0 +1,310 @@
+r"""One decoder layer's forward and backward on one GPU: GEMMs, attention, memory-bound work
+and the TP / EP / CP communication that overlap does not hide.
+
+:func:`layer_time` prices one layer and one micro-batch for arrays of layouts; the step
+(:mod:`memsym.timing.step`) multiplies it by the layers of each pipeline stage.  Under
+Transformer Engine's userbuffers (``--tp-comm-overlap`` with sequence parallelism) a dense
+layer's GEMMs and TP collectives are priced chunk by chunk.
+
+References
+----------
+.. [megatron-lm] core/tensor_parallel/layers.py (LinearWithGradAccumulationAndAsync
+   Communication); model_parallel_config.py (tp_comm_overlap, overlap_moe_expert_parallel_comm).
+.. [korthikanti] arXiv:2205.05198 §4-§6.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .collectives import collective_bytes, collective_time, group_bandwidth
+from .efficiency import ceiling, gemm_time, memory_time
+from .gemm import attention_flops, layer_gemms, memory_bytes
+from .moe import gemm_seconds, moe_layer_extras
+from .records import Overlap, Settings
+
+__all__ = ["BACKWARD_MEMORY", "FLASH_FORWARD", "FLASH_BACKWARD", "UB_COMM_SMS",
+           "UB_PIPELINE_SPLITS"]
+
+#: Backward memory-bound bytes relative to the forward's (see :func:`layer_time`).
+BACKWARD_MEMORY = 1.5
+
+#: Flash attention's throughput relative to the GEMM ceiling, forward and backward
+#: (FlashAttention-2 paper: forward up to ~70 % of A100 peak, backward ~ 5-10 % lower;
+#: assumption: 0.9 and 0.75 of the ceiling).
+FLASH_FORWARD = 0.9
+FLASH_BACKWARD = 0.75
+
+#: Transformer Engine's default userbuffer overlaps (``initialize_ub`` without a user
+#: config, as Megatron-Bridge passes it when ``tp_comm_overlap_cfg`` is None): the SMs the
+#: pipelined reduce-scatter and the bulk collectives take from the GEMM beside them.
+UB_COMM_SMS = 16
+#: ... and the chunks a pipelined GEMM + reduce-scatter is split into.
+UB_PIPELINE_SPLITS = 4
+
+#: The column-parallel GEMMs, whose backward collectives Megatron issues asynchronously.
+COLUMN_PARALLEL = ("qkv", "q", "q_up", "kv_up", "fc1", "shared_fc1")
+
+
+def as_array(x):
+    """``x`` as a float numpy array (the layout knobs broadcast together).
+
+    Examples
+    --------
+    >>> as_array([1, 2]).dtype
+    dtype('float64')
+    """
+    return np.asarray(x, dtype=float)
+
+
+
+def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, overlap: Overlap,
+               dp, raw: dict | None = None):
+    """Forward and backward seconds of one layer and one micro-batch on one GPU (arrays).
+
+    ``raw``, when given, receives for ``tp``, ``ep`` and ``cp`` the layer's collectives as
+    issued, before any overlap hides them: ``(forward s, backward s, forward bytes, backward
+    bytes)`` (bytes one GPU sends, :func:`memsym.timing.collectives.collective_bytes`), the
+    backward including a fully recomputed forward's.  Under Transformer Engine's userbuffers
+    they are the plain collectives the overlap replaces."""
+    s = st.seq_length
+    prec = st.precision
+    gemms = layer_gemms(x, s, b, t, c, e, t_e, moe=moe)
+    # experts as TE's grouped GEMM, the router in the input dtype (memsym.timing.moe)
+    f_gemm = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm) for q in gemms)
+    # backward: data gradient [M,N]x[N,K] and weight gradient [K,M]x[M,N]
+    b_gemm = sum(gemm_seconds(q, "dgrad", dev, prec, eta_gemm=eta_gemm)
+                 + gemm_seconds(q, "wgrad", dev, prec, eta_gemm=eta_gemm) for q in gemms)
+    f_att, b_att = _attention(x, st, dev, t, c, b, eta_gemm)
+    mem = memory_time(memory_bytes(x, s, b, t, c, e, t_e, moe=moe,
+                                   sequence_parallel=st.sequence_parallel,
+                                   flash=st.flash_attention, dropout=st.dropout), dev)
+    # backward of an elementwise op reads its saved input and the incoming gradient and writes
+    # one gradient (norm, activation, softmax: 3 tensors to the forward's 2; dropout and
+    # residual pass the gradient through): about 1.5 x the forward bytes (memsym's count)
+    f_mem, b_mem = mem, BACKWARD_MEMORY * mem
+    T = as_array(b) * s / as_array(c)     # tokens of one micro-batch on one CP rank
+    f_gemm, b_gemm, f_tp, b_tp, tp_raw = _tensor_parallel(
+        x, st, gemms, dev, clu, t, c, dp, T, moe=moe, eta_gemm=eta_gemm, overlap=overlap,
+        f_gemm=f_gemm, b_gemm=b_gemm)
+    # --- expert parallel all-to-all: dispatch + combine of the rank's routed rows
+    f_ep = b_ep = 0.0
+    ep_raw = [0.0, 0.0, 0.0, 0.0]
+    if moe:
+        f_ep, b_ep, f_c, b_c, ep_raw = _expert_parallel(x, st, gemms, dev, clu, t, e, t_e, T,
+                                                        eta_gemm=eta_gemm, overlap=overlap)
+        f_mem, b_mem = f_mem + f_c, b_mem + b_c
+    f_cp, b_cp, cp_raw = _context_parallel(x, clu, t, c, dp, T, overlap, f_att, b_att)
+    fwd = {"gemm": f_gemm, "attention": f_att, "memory": f_mem, "tp": f_tp, "ep": f_ep,
+           "cp": f_cp}
+    bwd = {"gemm": b_gemm, "attention": b_att, "memory": b_mem, "tp": b_tp, "ep": b_ep,
+           "cp": b_cp}
+    _recompute(x, st, dev, gemms, t, c, b, eta_gemm, fwd, bwd, (tp_raw, ep_raw, cp_raw))
+    if raw is not None:
+        raw.update(tp=tuple(tp_raw), ep=tuple(ep_raw), cp=tuple(cp_raw))
+    return fwd, bwd
+
+
+def _attention(x, st: Settings, dev, t, c, b, eta_gemm):
+    """Forward and backward seconds of the attention core (flash, or the unfused batched
+    GEMMs) of one layer; bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16)."""
+    s = st.seq_length
+    aprec = "bf16" if st.precision == "fp8" else st.precision
+    peak = dev.peak(aprec)
+    ceil = ceiling(dev, aprec) if eta_gemm is None else float(eta_gemm)
+    if st.flash_attention:
+        fl = attention_flops(x, s, b, t, c, causal_skip=True)
+        f_att = fl / (peak * ceil * FLASH_FORWARD)
+        b_att = 2.5 * fl / (peak * ceil * FLASH_BACKWARD)
+    else:
+        # unfused core attention: batched QK^T [s/c, d] x [d, s] and AV [s/c, s] x [s, d_v]
+        heads = as_array(b) * x.a / as_array(t)
+        sq = s / as_array(c)
+        qk = gemm_time(sq, s, x.d_qk, dev, aprec, eta_gemm=eta_gemm, count=heads)
+        av = gemm_time(sq, x.d_v, s, dev, aprec, eta_gemm=eta_gemm, count=heads)
+        f_att = qk + av
+        b_att = 2 * (qk + av)
+    return f_att, b_att
+
+
+def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool, eta_gemm,
+                     overlap: Overlap, f_gemm, b_gemm):
+    """The layer's GEMM seconds and exposed TP seconds, forward and backward, after the
+    overlaps, and its TP collectives as issued ``[f s, b s, f bytes, b bytes]``."""
+    prec = st.precision
+    # --- tensor parallel: bytes of the full activation [T, h] in bf16
+    act = 2 * T * x.h
+    bw, lat = group_bandwidth("tp", t, clu, t=t, c=c, d=dp)
+    one = None
+    if st.sequence_parallel:
+        calls = 2 if moe else 4   # fwd: AG + RS around attention (and MLP when dense)
+        one = collective_time("all-gather", act, t, bw, lat)
+        f_tp = calls * one
+        f_tp_bytes = calls * collective_bytes("all-gather", act, t)
+    else:
+        calls = 1 if moe else 2
+        f_tp = calls * collective_time("all-reduce", act, t, bw, lat)
+        f_tp_bytes = calls * collective_bytes("all-reduce", act, t)
+    # as issued: the backward repeats the forward's collectives, plus (SP) the input re-gather
+    # of the column-parallel layers (LinearWithGradAccumulationAndAsyncCommunication)
+    sp_back = 1.5 if st.sequence_parallel else 1
+    tp_raw = [f_tp, sp_back * f_tp, f_tp_bytes, sp_back * f_tp_bytes]
+    b_tp = _tp_backward(st, gemms, dev, eta_gemm, overlap, f_tp, one, calls)
+    if overlap.tp_comm and overlap.tp_comm_split and st.sequence_parallel and not moe \
+            and not x.mla:
+        # userbuffers exist only with t > 1 (Bridge and TE turn the overlap off at t = 1)
+        ub = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat)
+        multi = as_array(t) > 1
+        f_gemm, b_gemm, f_tp, b_tp = (np.where(multi, u, plain) for u, plain in
+                                      zip(ub, (f_gemm, b_gemm, f_tp, b_tp)))
+    elif overlap.tp_comm:
+        f_tp = np.maximum(0, f_tp - f_gemm)
+        b_tp = np.maximum(0, b_tp - b_gemm)
+    return f_gemm, b_gemm, f_tp, b_tp, tp_raw
+
+
+def _tp_backward(st: Settings, gemms, dev, eta_gemm, overlap: Overlap, f_tp, one, calls):
+    """The backward's exposed TP seconds before Transformer Engine's overlaps.
+
+    Megatron's LinearWithGradAccumulationAndAsyncCommunication (tensor_parallel/layers.py)
+    issues the column-parallel layers' dgrad all-reduce (SP: reduce-scatter) asynchronously
+    and runs the weight-gradient GEMM under it; under SP it also re-gathers the input
+    asynchronously under the dgrad GEMM.  The row-parallel layers' backward all-gather (SP)
+    is exposed."""
+    prec = st.precision
+    colpar = [q for q in gemms if q.name in COLUMN_PARALLEL]
+    wgrad = sum(gemm_time(q.K, q.N, q.M, dev, prec, eta_gemm=eta_gemm, count=q.count)
+                for q in colpar)
+    dgrad = sum(gemm_time(q.M, q.K, q.N, dev, prec, eta_gemm=eta_gemm, count=q.count)
+                for q in colpar)
+    if not overlap.tp_async_backward:
+        return f_tp * (1.5 if st.sequence_parallel else 1)
+    if st.sequence_parallel:
+        n_col = calls // 2
+        return (n_col * one                                   # row-parallel backward AG
+                + np.maximum(0, n_col * one - wgrad)          # dgrad RS under wgrad
+                + np.maximum(0, n_col * one - dgrad))         # input re-gather under dgrad
+    return np.maximum(0, f_tp - wgrad)
+
+
+def _expert_parallel(x, st: Settings, gemms, dev, clu, t, e, t_e, T, *, eta_gemm,
+                     overlap: Overlap):
+    """An MoE layer's exposed EP seconds (forward, backward), the dispatcher's memory-bound
+    seconds (forward, backward) and its EP collectives as issued."""
+    prec = st.precision
+    tok = T / (as_array(t) if st.sequence_parallel else 1)
+    # all-to-alls by where EP ranks sit, expert-TP AG/RS, dispatcher copies (.moe)
+    f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(gemms, tok, x.k, e, t_e, clu, dev, prec)
+    ep_raw = [f_ep, b_ep, f_b, b_b]
+    if overlap.ep_a2a:
+        exp_f = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm)
+                    for q in gemms if q.name.startswith("expert"))
+        f_ep = np.maximum(0, f_ep - exp_f)
+        b_ep = np.maximum(0, b_ep - 2 * exp_f)
+    return f_ep, b_ep, f_c, b_c, ep_raw
+
+
+def _context_parallel(x, clu, t, c, dp, T, overlap: Overlap, f_att, b_att):
+    """The layer's exposed CP ring seconds (forward, backward) and its ring as issued:
+    K and V blocks passed c - 1 times (forward), K, V and dK, dV (backward)."""
+    kv = 2 * 2 * T * x.g * x.d_qk / as_array(t) if not x.mla else 2 * T * x.a * (x.d_qk + x.d_v) / as_array(t)
+    cbw, clat = group_bandwidth("cp", c, clu, t=t, c=c, d=dp)
+    cc = as_array(c)
+    f_cp = np.where(cc > 1, (cc - 1) * collective_time("p2p", kv, cc, cbw, clat), 0.0)
+    b_cp = 2 * f_cp
+    cp_bytes = np.where(cc > 1, (cc - 1) * collective_bytes("p2p", kv, cc), 0.0)
+    cp_raw = [f_cp, b_cp, cp_bytes, 2 * cp_bytes]
+    if overlap.cp_ring:
+        f_cp = np.maximum(0, f_cp - f_att)
+        b_cp = np.maximum(0, b_cp - b_att)
+    return f_cp, b_cp, cp_raw
+
+
+def _recompute(x, st: Settings, dev, gemms, t, c, b, eta_gemm, fwd: dict, bwd: dict, raws):
+    """Add to ``bwd`` (and to the backward of each issued ``raws`` entry) the forward work
+    the recompute mode runs again."""
+    s = st.seq_length
+    prec = st.precision
+    f_mem, f_att = fwd["memory"], fwd["attention"]
+    if st.recompute == "full":
+        for key in fwd:
+            bwd[key] = bwd[key] + st.recompute_fraction * fwd[key]
+        for item in raws:     # the recomputed forward's collectives
+            item[1] = item[1] + st.recompute_fraction * item[0]
+            item[3] = item[3] + st.recompute_fraction * item[2]
+    elif st.recompute == "selective-op":
+        # torchtitan's per-op SAC (distributed/activation_checkpoint.py, _custom_policy): of the
+        # block's forward aten.mm calls every second is recomputed (mm_count % 2 == 0) and SDPA
+        # is saved. A Llama block calls wq, wk, wv, wo, w1, w3, w2 (GPT: q, k, v, o, fc1,
+        # fc2): the backward reruns wk, wo and w3 (fc2), plus the elementwise ops between them
+        # (GEMM, output columns rerun): wk is the K columns of the fused QKV, w3 half of fc1
+        rerun = {"qkv": lambda q: x.g * x.d_qk / as_array(t), "proj": lambda q: q.N,
+                 ("fc1" if x.gated else "fc2"): lambda q: q.N / 2 if x.gated else q.N}
+        bwd["gemm"] = bwd["gemm"] + sum(
+            gemm_time(q.M, rerun[q.name](q), q.K, dev, prec, eta_gemm=eta_gemm, count=q.count)
+            for q in gemms if q.name in rerun)
+        bwd["memory"] = bwd["memory"] + f_mem
+    elif st.recompute == "selective":
+        bwd["attention"] = bwd["attention"] + f_att
+        if not st.flash_attention:  # the softmax and its dropout run again
+            scores = as_array(b) * (x.a / as_array(t)) * (s / as_array(c)) * s
+            bwd["memory"] = bwd["memory"] + memory_time(2 * (2 + (2.5 if st.dropout else 0))
+                                                        * scores, dev)  # 2 bytes per element
+
+
+def _fewer_sms(dev, taken):
+    """The GPU with ``taken`` SMs given to communication kernels (``set_sm_margin``)."""
+    keep = (dev.sm_count - taken) / dev.sm_count
+    return dataclasses.replace(dev, sm_count=dev.sm_count - taken,
+                               **{k: (getattr(dev, k) or 0) * keep or None
+                                  for k in ("bf16", "fp16", "fp8")})
+
+
+def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat):
+    """Forward / backward GEMM and exposed TP seconds of one dense layer under Transformer
+    Engine's default userbuffer overlaps (``--tp-comm-overlap`` with sequence parallelism).
+
+    transformer_engine/pytorch/module/base.py ``initialize_ub``: ring exchange (the
+    all-gather passed to the neighbour chunk by chunk on the copy engines, one GEMM of M/t
+    rows per chunk: qkv and fc1 forward, proj and fc2 data gradients), pipelined GEMM +
+    reduce-scatter (4 chunks, 16 SMs reserved: proj and fc2 forward), bulk (one GEMM on the
+    other SMs beside the whole collective on 16: qkv and fc1 data and weight gradients), the
+    proj and fc2 weight gradients on the ring's gathered gradient.  All-gather buffers are
+    fp8 under an fp8 recipe.  ``hidden``: the layer's full activation [T h] elements."""
+    g = {q.name: q for q in gemms}
+    tt = as_array(t)
+    few = _fewer_sms(dev, UB_COMM_SMS)
+    ag_width = 1 if prec == "fp8" else 2
+    rows = g["qkv"].M
+
+    def gemm(M, N, K, on=dev, count=1):
+        return gemm_time(M, N, K, on, prec, eta_gemm=eta, count=count)
+
+    def ring(M, N, K):
+        chunk = gemm(M / tt, N, K)
+        step = collective_time("p2p", ag_width * hidden / tt, 2, bw, lat)
+        return tt * chunk, (tt - 1) * np.maximum(0, step - chunk)
+
+    def pipelined(M, N, K):
+        n = UB_PIPELINE_SPLITS
+        chunk = gemm(M / n, N, K, few)
+        rs = collective_time("reduce-scatter", 2 * hidden / n, tt, bw, lat)
+        return n * chunk, rs + (n - 1) * np.maximum(0, rs - chunk)
+
+    def bulk(M, N, K, comm):
+        run = gemm(M, N, K, few)
+        return run, np.maximum(0, comm - run)
+
+    qkv, proj, fc1, fc2 = g["qkv"], g["proj"], g["fc1"], g["fc2"]
+    ag = collective_time("all-gather", ag_width * hidden, tt, bw, lat)
+    rs = collective_time("reduce-scatter", 2 * hidden, tt, bw, lat)
+    fwd = [ring(rows, qkv.N, qkv.K), pipelined(rows, proj.N, proj.K),
+           ring(rows, fc1.N, fc1.K), pipelined(rows, fc2.N, fc2.K)]
+    bwd = [ring(rows, proj.K, proj.N), (gemm(proj.K, proj.N, proj.M), 0.0),
+           ring(rows, fc2.K, fc2.N), (gemm(fc2.K, fc2.N, fc2.M), 0.0)]
+    for q in (qkv, fc1):
+        bwd += [bulk(q.M, q.K, q.N, ag), bulk(q.K, q.N, q.M, rs)]
+    return (sum(a for a, _ in fwd), sum(a for a, _ in bwd),
+            sum(b for _, b in fwd), sum(b for _, b in bwd))

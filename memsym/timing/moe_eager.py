@@ -1,0 +1,179 @@
+r"""Element-wise passes Megatron-core's MoE experts run in eager PyTorch, outside any fused
+kernel: the clamp before a clamped GLU and the routed experts' fc2 bias.
+
+Each is priced by the HBM bytes its kernels move, forward and backward (the backward as
+autograd runs the same graph), at the GPU's HBM bandwidth; a GEMM record says which passes
+follow it (:attr:`memsym.timing.gemm.Gemm.eager`).  GPT-OSS (biases on every linear layer,
+``swiglu_limit`` 7.0) runs both; the other presets neither.  :mod:`memsym.timing.moe` adds
+them to the MoE layer's memory-bound time.
+
+References
+----------
+.. [megatron-moe-eager] Megatron-LM core_v0.15.0 ... core_v0.17.0 (the Megatron-core of
+   Megatron-Bridge 25.11 ... 26.04): megatron/core/transformer/moe/experts.py
+   (``TEGroupedMLP``), megatron/core/fusions/fused_bias_geglu.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .efficiency import memory_time
+
+__all__ = ["expert_bias_bytes", "glu_clamp_bytes", "eager_seconds"]
+
+
+def _arr(x):
+    return np.asarray(x, dtype=float)
+
+
+def expert_bias_bytes(rows, h, *, width: int = 2):
+    r"""HBM bytes (forward, backward) of adding the routed experts' fc2 bias, one MoE layer [bytes].
+
+    ``TEGroupedMLP`` builds ``linear_fc2`` with ``skip_bias_add=True``, so the grouped GEMM
+    returns the per-expert biases unapplied, and ``_apply_bias`` adds them scaled by each
+    row's routing probability, one expert at a time in eager PyTorch [megatron-moe-bias]::
+
+        torch.cat([t + b * p for t, b, p in zip(torch.split(out, tokens_per_expert),
+                                                bias, torch.split(probs, tokens_per_expert))])
+
+    (``.to(dtype)`` after it is a no-op: output, bias and the router's probabilities are all
+    bf16; the router's fused top-k returns the logits' dtype).  Per element of the
+    :math:`[R, h]` output, forward: ``b * p`` writes a product (1), the add reads two and
+    writes one (3), ``torch.cat`` reads and writes (2): 6 element passes.  Backward
+    (autograd of the same graph): the output gradient reaches ``out`` through the split's
+    backward, which concatenates the pieces again (read + write: 2); ``b * p``'s backward
+    forms ``grad * p`` and ``grad * b`` (each a write and a read back for its reduction
+    over rows or columns, reading the gradient once each: 6): 8 element passes.
+
+    .. math:: (6\,R\,h\,w,\; 8\,R\,h\,w)
+
+    Parameters
+    ----------
+    rows : array_like
+        Routed rows the GPU's experts process, R [rows].
+    h : int
+        fc2's output width, the hidden size [1].
+    width : int
+        Bytes per element [bytes] (bf16: 2).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Forward and backward HBM bytes [bytes].
+
+    References
+    ----------
+    .. [megatron-moe-bias] Megatron-LM core_v0.15.0 ... core_v0.17.0 (the containers of
+       Megatron-Bridge 25.11 ... 26.04): megatron/core/transformer/moe/experts.py,
+       ``TEGroupedMLP.__init__`` (``linear_fc2``: ``bias=config.add_bias_linear,
+       skip_bias_add=True``) and ``TEGroupedMLP._apply_bias``.
+
+    Examples
+    --------
+    GPT-OSS 120B on one B200 with EP 8 and 4 x 4,096 tokens: 65,536 rows of 2,880:
+
+    >>> f, b = expert_bias_bytes(65536, 2880)
+    >>> int(f) == 6 * 65536 * 2880 * 2, int(b) == 8 * 65536 * 2880 * 2
+    (True, True)
+    """
+    elems = _arr(rows) * h
+    return 6 * width * elems, 8 * width * elems
+
+
+def glu_clamp_bytes(rows, f, *, width: int = 2):
+    r"""HBM bytes (forward, backward) of clamping the routed experts' GLU input, one MoE layer
+    [bytes].
+
+    With ``activation_func_clamp_value`` set (GPT-OSS: 7.0, the Bridge's
+    ``activation_func_clamp_value`` from ``swiglu_limit``), ``weighted_bias_quick_geglu_impl``
+    (the same in ``weighted_bias_swiglu_impl``'s clamped path) clamps the fc1 output before the
+    compiled GLU kernel, in eager PyTorch [megatron-glu-clamp]::
+
+        x_glu, x_linear = input.chunk(2, -1)
+        input = torch.cat((x_glu.clamp(max=c), x_linear.clamp(min=-c, max=c)), -1)
+
+    Per row of the :math:`[R, 2f]` fc1 output, forward: each clamp reads and writes its half
+    (:math:`2f`), ``torch.cat`` reads and writes both (:math:`4f`): :math:`8f` elements.
+    Backward: ``cat``'s gradient is two views; each clamp's backward reads the gradient and
+    its saved input and writes the masked gradient (:math:`3f` each), and ``chunk``'s backward
+    concatenates the two halves again (:math:`4f`): :math:`10f`.  The GLU kernel itself (read
+    :math:`2f`, write :math:`f`) is the activation :func:`memsym.timing.gemm.memory_bytes`
+    already counts.
+
+    .. math:: (8\,R\,f\,w,\; 10\,R\,f\,w)
+
+    Parameters
+    ----------
+    rows : array_like
+        Routed rows the GPU's experts process, R [rows].
+    f : array_like
+        The expert's hidden size on this GPU (f_e / t_e), half of fc1's output width [1].
+    width : int
+        Bytes per element [bytes] (bf16: 2).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Forward and backward HBM bytes [bytes].
+
+    References
+    ----------
+    .. [megatron-glu-clamp] Megatron-LM core_v0.15.0 ... core_v0.17.0:
+       megatron/core/fusions/fused_bias_geglu.py ``weighted_bias_quick_geglu_impl`` (a plain
+       function; only ``weighted_quick_geglu`` and its backward are ``jit_fuser``-compiled),
+       called from experts.py ``TEGroupedMLP`` with ``activation_func_clamp_value``.
+
+    Examples
+    --------
+    GPT-OSS 120B on one B200 with EP 8 and 4 x 4,096 tokens: 65,536 rows, f = 2,880:
+
+    >>> f, b = glu_clamp_bytes(65536, 2880)
+    >>> int(f) == 8 * 65536 * 2880 * 2, int(b) == 10 * 65536 * 2880 * 2
+    (True, True)
+    """
+    elems = _arr(rows) * _arr(f)
+    return 8 * width * elems, 10 * width * elems
+
+
+def eager_seconds(gemms, device):
+    """(forward, backward) seconds of the eager passes on a MoE layer's expert GEMM outputs [s].
+
+    For each routed-expert GEMM record (``expert_fc1``, ``expert_fc2``) its ``eager`` passes,
+    over the rows its local experts produce (``M`` times ``count``): ``"clamp"`` on fc1's
+    output (``N`` = 2f wide, :func:`glu_clamp_bytes`), ``"bias"`` on fc2's (``N`` = h,
+    :func:`expert_bias_bytes`), at HBM bandwidth.
+
+    Parameters
+    ----------
+    gemms : list of memsym.timing.gemm.Gemm
+        The layer's forward GEMMs.
+    device : str or GPU
+        The GPU.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Forward and backward time [s]; 0 where no GEMM has eager passes.
+
+    Examples
+    --------
+    >>> from memsym.timing.gemm import Gemm
+    >>> g = [Gemm("expert_fc1", 4096, 5760, 2880, 16, eager=("clamp",)),
+    ...      Gemm("expert_fc2", 4096, 2880, 2880, 16, eager=("bias",))]
+    >>> f, b = eager_seconds(g, "b200")
+    >>> rows = 4096 * 16
+    >>> bool(f == (8 * 2 * rows * 2880 + 6 * 2 * rows * 2880) / 8e12)
+    True
+    """
+    fwd = bwd = 0.0
+    for q in gemms:
+        if not q.name.startswith("expert_"):
+            continue
+        rows = _arr(q.M) * q.count
+        for op in q.eager:
+            nb = (glu_clamp_bytes(rows, _arr(q.N) / 2) if op == "clamp"
+                  else expert_bias_bytes(rows, _arr(q.N)))
+            fwd = fwd + memory_time(nb[0], device)
+            bwd = bwd + memory_time(nb[1], device)
+    return fwd, bwd

@@ -1,0 +1,202 @@
+r"""The pipeline part of the step: layers per stage, each stage's time, the bubble.
+
+Each pipeline stage's forward + backward of one micro-batch (:func:`stage_times`) is its
+layers' time plus the embedding (first stage) and the output layer (last, or first under the
+V placement).  The pipeline runs ``m`` micro-batches of the slowest stage and the fill and
+drain once through the others, weighted by the exact bubble of the schedule
+(:func:`bubble_in_stages`, or a simulation with each stage's own durations,
+:func:`simulated_pipeline`).
+
+References
+----------
+.. [megatron-lm] core/pipeline_parallel/schedules.py (get_pp_rank_microbatches,
+   get_schedule_table); arguments.py (decoder_first/last_pipeline_num_layers).
+.. [narayanan] arXiv:2104.04473 §2.2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidValueError
+from ..numeric import unique_rows
+from ..terms.pipeline_order import bubble_fraction, schedule_rule, simulate
+from ..terms.schedule import torch_round_size
+from .layer import as_array
+from .records import Settings
+
+__all__ = ["most_layers_per_rank"]
+
+
+def stage_layers(L, p, first, last):
+    """Decoder layers on (first, middle, last) stages (Megatron's uneven first/last option).
+
+    Examples
+    --------
+    >>> [float(n) for n in stage_layers(126, 16, 7, 7)]
+    [7.0, 8.0, 7.0]
+    """
+    p = as_array(p)
+    if first is None and last is None:
+        per = L / p
+        return per, per, per
+    fl = as_array(first if first is not None else 0)
+    ll = as_array(last if last is not None else 0)
+    inner = p - (first is not None) - (last is not None)
+    rest = (L - fl - ll) / np.maximum(inner, 1)
+    return (fl if first is not None else rest), rest, (ll if last is not None else rest)
+
+
+def microbatch_group(st: Settings, p: int, m: int, v: int):
+    """The warm-up group of one layout: torch's round size under ``torch_rounds``
+    (interleaved only), else Megatron's ``microbatch_group_size_per_vp_stage``.
+
+    Examples
+    --------
+    >>> microbatch_group(Settings(), 4, 8, 2) is None
+    True
+    """
+    if st.torch_rounds and v > 1 and st.group_size is None:
+        return int(torch_round_size(m, p))
+    return st.group_size
+
+
+def stage_times(st: Settings, layers: tuple, layer_f, layer_b, emb, out_f, out_b) -> dict:
+    """Forward and backward seconds of one micro-batch on the ``first``, ``middle`` and
+    ``last`` stages (``layers``: their decoder layers), the embedding on the first stage and
+    the output layer on the last (the first under the V placement), without PP p2p.
+
+    Examples
+    --------
+    >>> stage_times(Settings(), (1, 2, 1), 1.0, 2.0, 0.5, 0.25, 0.5)["last"]
+    (1.25, 2.5)
+    """
+    tau = {}
+    out_role = "first" if st.output_first else "last"
+    for role, n in zip(("first", "middle", "last"), layers):
+        fr = n * layer_f + (emb if role == "first" else 0) + (out_f if role == out_role else 0)
+        br = n * layer_b + (out_b if role == out_role else 0)
+        tau[role] = (fr, br)
+    return tau
+
+
+def busiest_stage(st: Settings, tau: dict, p, p2p_exposed, out_f, out_b) -> tuple:
+    """The slowest stage's forward + backward of one micro-batch and the sum over all stages
+    [s], each stage with its exposed p2p both ways (one GPU, ``p = 1``: the whole model).
+
+    Examples
+    --------
+    >>> tau = {"first": (1.0, 2.0), "middle": (2.0, 4.0), "last": (1.0, 2.0)}
+    >>> [float(q) for q in busiest_stage(Settings(), tau, np.array(4.0), 0.0, 0.0, 0.0)]
+    [6.0, 18.0]
+    """
+    tau_first = sum(tau["first"]) + 2 * p2p_exposed
+    tau_mid = sum(tau["middle"]) + 2 * p2p_exposed
+    tau_last = sum(tau["last"]) + 2 * p2p_exposed
+    single = p == 1
+    tau_first = np.where(single, sum(tau["first"]) + (0 if st.output_first else out_f + out_b),
+                         tau_first)
+    tau_max = np.where(single, tau_first, np.maximum(np.maximum(tau_first, tau_last), tau_mid))
+    total_tau = np.where(single, tau_first, tau_first + tau_last + np.maximum(p - 2, 0) * tau_mid)
+    return tau_max, total_tau
+
+
+def bubble_in_stages(st: Settings, p, m, v) -> tuple:
+    """The exact bubble in stage units (``bubble_fraction`` times m) of every layout, one
+    schedule per distinct (p, m, v, backward/forward ratio), and whether Megatron's
+    interleaving rule lets it launch.
+
+    Examples
+    --------
+    >>> beta, ok = bubble_in_stages(Settings(), np.array([4.0]), np.array([8.0]), np.array([1.0]))
+    >>> float(beta[0]), bool(ok[0])
+    (3.0, True)
+    """
+    # exact bubble in stage units per unique (p, m, v, N, backward/forward ratio)
+    frac = np.broadcast_to(np.asarray(st.recompute_fraction if st.recompute == "full" else 0.0,
+                                      dtype=float), p.shape)
+    ratios = 2 + frac
+    uniq, inv = unique_rows(p.ravel().astype(int), m.ravel().astype(int), v.ravel().astype(int),
+                            np.round(frac.ravel() * 2**24).astype(np.int64))
+    if len(uniq) > 20_000:
+        raise InvalidValueError(f"{len(uniq)} distinct (p, m, v) exceed 20,000")
+    first_of = np.zeros(len(uniq), dtype=np.int64)
+    first_of[inv.ravel()[::-1]] = np.arange(inv.size)[::-1]     # a row of each distinct key
+    vals = np.empty(len(uniq))
+    ok = np.empty(len(uniq), dtype=bool)
+    for i, (pp_, mm_, vv_, _) in enumerate(uniq):
+        ratio = float(ratios.ravel()[first_of[i]])
+        N = microbatch_group(st, int(pp_), int(mm_), int(vv_))
+        sched = "gpipe" if st.schedule == "gpipe" else ("1f1b" if vv_ == 1 else "interleaved")
+        if vv_ > 1 and N is not None and N < pp_:
+            N = None
+        vals[i] = float(bubble_fraction(sched, pp_, mm_, vv_, N, backward_ratio=ratio)) * mm_
+        # Megatron's interleaving rule; GPipe / torch's LoopedBFS have none
+        ok[i] = sched == "gpipe" or schedule_rule(pp_, mm_, vv_, N) is None
+    beta = vals[inv.ravel()].reshape(p.shape)
+    launchable = ok[inv.ravel()].reshape(p.shape)
+    return beta, launchable
+
+
+def simulated_pipeline(st: Settings, pipeline, tau: dict, p2p_exposed, p, m, v):
+    """The pipeline seconds of each layout simulated with each stage's own durations (the
+    first, middle and last stages of ``tau`` plus the exposed p2p); ``pipeline`` where p = 1.
+
+    Examples
+    --------
+    >>> tau = {"first": (1.0, 2.0), "middle": (1.0, 2.0), "last": (1.0, 2.0)}
+    >>> p, m, v = np.array([2]), np.array([4]), np.array([1])    # 1F1B: (m + p - 1)(f + b)
+    >>> float(simulated_pipeline(Settings(), np.array([0.0]), tau, 0.0, p, m, v)[0])
+    15.0
+    """
+    pipeline = np.array(pipeline, dtype=float)
+    if pipeline.size > 1000:
+        raise InvalidValueError("exact_schedule simulates each layout: at most 1,000")
+    fwd = {r: np.broadcast_to(tau[r][0] + p2p_exposed, p.shape) for r in tau}
+    bwd = {r: np.broadcast_to(tau[r][1] + p2p_exposed, p.shape) for r in tau}
+    for idx in np.ndindex(p.shape):
+        pp_ = int(p[idx])
+        if pp_ == 1:
+            continue
+        fw = [float(fwd["middle"][idx])] * pp_
+        bw = [float(bwd["middle"][idx])] * pp_
+        fw[0], bw[0] = float(fwd["first"][idx]), float(bwd["first"][idx])
+        fw[-1], bw[-1] = float(fwd["last"][idx]), float(bwd["last"][idx])
+        N = microbatch_group(st, pp_, int(m[idx]), int(v[idx]))
+        N = N if (N is None or N >= pp_) else None
+        sim = simulate(pp_, int(m[idx]), int(v[idx]), N, forward=fw, backward=bw,
+                       gpipe=st.schedule == "gpipe")
+        pipeline[idx] = sim.makespan
+    return pipeline
+
+
+def most_layers_per_rank(num_layers: int, p, first=0, last=0):
+    r"""Decoder layers on the pipeline rank holding the most [1], vectorised.
+
+    .. math:: \max\Big(f,\ l,\ \frac{L - f - l}{p - [f > 0] - [l > 0]}\Big)
+
+    with the first / last stage sizes f, l (0: not given, the even split L/p).
+
+    Parameters
+    ----------
+    num_layers : int
+        Decoder layers L [1].
+    p : int or array_like
+        Pipeline-parallel size [GPUs].
+    first, last : int or array_like
+        Megatron's ``--decoder-first/last-pipeline-num-layers`` [1]; 0 when not given.
+
+    Returns
+    -------
+    numpy.ndarray
+        Layers on the most loaded rank [1].
+
+    Examples
+    --------
+    >>> float(most_layers_per_rank(126, 16, 7, 7)), float(most_layers_per_rank(80, 4))
+    (8.0, 20.0)
+    """
+    p, f_, l_ = as_array(p), as_array(first), as_array(last)
+    mid = np.where((f_ == 0) & (l_ == 0), num_layers / p,
+                   (num_layers - f_ - l_) / np.maximum(p - (f_ > 0) - (l_ > 0), 1))
+    return np.maximum(np.maximum(f_, l_), mid)

@@ -1,0 +1,398 @@
+"""The activations one pipeline stage holds at its peak: its decoder layers' micro-batches in
+flight, the embedding, the output layer and loss, and the recompute working set.
+
+:func:`stage_activations` (an architecture and a layout) and
+:func:`resolved_stage_activations` (a job) build the Total; the helpers here count the
+micro-batches each model chunk keeps in flight under the pipeline schedule and the
+recompute method's share of a chunk's layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import NamedTuple
+
+import sympy as sp
+
+from ..errors import InvalidValueError, choose
+from ..frameworks import framework as framework_record
+from ..job import Job, Layout, Training, check_fields, dropout_kept, recompute_modules_of
+from .. import model as models
+from ..symbols import L, m, p, v
+from ..term import Source, Term, Total
+from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
+from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
+                                 lora_gathered_inputs, output_activations)
+from ..terms.adapters import LORA_TARGETS
+from ..terms.pipeline_order import chunk_peak
+from ..terms.pipelining_buffers import pipelining_buffers
+from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
+                              stage_microbatches, torch_round_size, v_stage_microbatches)
+from ..unchecked_job import UncheckedJob, unchecked
+from .traits import (activation_width, boundary_bytes, logits_gathered, loss_kind, output_stage,
+                     resolve_arch, sequence_parallel_on, stage_role)
+
+#: memsym's own derivation of the terms without a published source (MTP, working set).
+_DERIVED = Source("memsym-derivation", "memsym/training/activations.py, stage_activations")
+
+#: Where each full-recompute method's split of a chunk's layers is defined.
+_RECOMPUTE_METHOD_SOURCES = {
+    "uniform": "Megatron-LM transformer_block.py _checkpointed_forward",
+    "block": "Megatron-LM transformer_block.py _checkpointed_forward",
+    "every": "torchtitan distributed/activation_checkpoint.py _apply_layer_sac",
+}
+
+
+def _mla(x) -> dict | None:
+    names = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+    return {name: getattr(x, name) for name in names} if x.multi_latent_attention else None
+
+
+def stage_activations(arch, layout: Layout = Layout(), training: Training = Training(),
+                      stage: int = 0) -> Total:
+    r"""Activations pipeline stage ``stage`` holds at its peak [bytes].
+
+    .. math::
+
+        M_{\mathrm{act}} = n_{\mathrm{mb}}(i)\,\frac{L_i}{v}\,A_{\mathrm{layer}}
+            + [i = 0]\,n_{\mathrm{emb}}\,A_{\mathrm{emb}}
+            + [i = p - 1]\,n_{\mathrm{logits}}\,(A_{\mathrm{out}} + n_{\mathrm{mtp}}(A_{\mathrm{layer}} + A_{\mathrm{out}}))
+            + [\text{full}]\,A_{\mathrm{layer}}^{\mathrm{none}}
+
+    with :math:`n_{\mathrm{mb}}(i)` from :func:`memsym.terms.schedule.stage_microbatches`
+    (L_i/v layers per model chunk; an even split of a uniform model keeps the symbolic L/p),
+    the embedding on the first stage, the output layer, logits and MTP layers on the last.
+    Under full recompute the layer being recomputed briefly holds all its activations again
+    (the ``recompute_working_set``, once per stage).
+
+    Returns
+    -------
+    Total
+        Terms ``layer_activations``, and where they apply ``embedding_activations``,
+        ``output_activations``, ``mtp_activations``, ``recompute_working_set``.
+
+    Examples
+    --------
+    Seed 002's 7B-class stack without recompute, one micro-batch, no pipeline: L layers of
+    Eq. 1 plus the embedding and the output layer:
+
+    >>> from memsym.model import Architecture
+    >>> gpt = Architecture(num_layers=32, hidden_size=4096, num_attention_heads=32,
+    ...                    vocab_size=32000, position_embedding_type="rope")
+    >>> A = stage_activations(gpt, Layout(), Training(seq_length=4096))
+    >>> A.keys
+    ('layer_activations', 'embedding_activations', 'output_activations')
+    """
+    check_fields(layout, training)
+    return resolved_stage_activations(unchecked(resolve_arch(arch, training), layout, training), stage)
+
+
+def output_layer_activations(x, layout: Layout, training: Training) -> Total:
+    """One micro-batch's activations of the final norm, the output layer and the loss
+    (:func:`memsym.terms.activations.output_activations` for this job).
+
+    Examples
+    --------
+    >>> from memsym.model import preset, resolve
+    >>> output_layer_activations(resolve(preset("llama2-7b"), seq_length=4096), Layout(),
+    ...                          Training()).keys
+    ('final_norm_input', 'final_norm_statistics', 'output_input', 'logits')
+    """
+    sp_on = sequence_parallel_on(layout)
+    # torchtitan's output layer: torch's ColwiseParallel (saves the gathered input), fp32 norm
+    titan = framework_record(training.framework).torch_output_layer
+    out = output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
+                             compiled_loss=training.memory.compiled_loss,
+                             gathered_output_input=sp_on and titan,
+                             fp32_norm=titan and x.normalization.lower() == "rmsnorm")
+    if loss_kind(layout, training) == "te":
+        return rb.with_te_logits(out)
+    return Total(out.name, tm.gathered_logits(out.terms)) if logits_gathered(layout, training) \
+        else out
+
+
+def _chunk_activations(stack, per_chunk, training: Training, chunks=1) -> sp.Expr:
+    """One model chunk's activations, ``stack(mode)`` under the training's recompute, with
+    Megatron's ``_checkpointed_forward`` methods under full recompute: block N checkpoints the
+    first N layers of the chunk (the rest keep everything); uniform N keeps one input per
+    group of N; torchtitan's ``every`` N checkpoints floor(n/N) of the n blocks of a rank of
+    ``chunks`` model chunks (its counter runs on across them: the rank's share per chunk).
+    ``per_chunk``: the chunk's layers (a number or an expression)."""
+    act = stack(training.memory.recompute)
+    method, n_rec = training.memory.recompute_method, training.memory.recompute_num_layers
+    if training.memory.recompute != "full" or method is None:
+        return act
+    if method == "uniform":
+        return act * sp.ceiling(per_chunk / n_rec) / per_chunk
+    if method == "block":
+        frac = sp.Min(n_rec, per_chunk) / per_chunk
+    else:
+        # torchtitan's _apply_layer_sac: block k (from 1, one counter per process) is wrapped
+        # when k % N == 0
+        n_rank = per_chunk * chunks
+        frac = sp.floor(n_rank / n_rec) / n_rank
+    return frac * act + (1 - frac) * stack("none")
+
+
+def _layout_in_flight(layout: Layout, training: Training, stage: int, pattern, per_layer,
+                      group, m_num) -> tuple:
+    """(chunk micro-batches at the peak, Σ over chunks of their activations x micro-batches)
+    for a custom pipeline layout: each chunk's own layers (dense and MoE) and recompute
+    (:func:`_chunk_activations`), weighted by its micro-batches in flight at the rank's peak
+    (:func:`memsym.timing.schedule.chunk_peak`; m unknown: enough micro-batches that the
+    warm-up is not cut short)."""
+    pl = layout.pipeline_layout
+    ids = pl.layer_ids(stage)
+    n_grp = group or layout.p
+    if m_num is None:   # "enough": past the warm-up and a whole steady round
+        m_num = n_grp * (pl.v + 2 + -(-2 * layout.p // n_grp))
+    live = chunk_peak(stage, layout.p, int(m_num), pl.v, [len(c) for c in ids], group,
+                      gpipe=training.pipeline.schedule == "gpipe")
+    total = sp.Integer(0)
+    for n_mb, chunk in zip(live, ids):
+        if not chunk or not n_mb:
+            continue
+        moe = sum(pattern[i] for i in chunk)
+
+        def stack(mode, moe=moe, dense=len(chunk) - moe):
+            return dense * per_layer(False, mode) + moe * per_layer(True, mode)
+
+        total += n_mb * _chunk_activations(stack, sp.Integer(len(chunk)), training)
+    return live, total
+
+
+def _in_flight_chunks(layout: Layout, training: Training, stage: int, schedule: str, *,
+                      pp, vv, mm) -> tuple:
+    """(chunk passes pipeline rank ``stage`` holds at its peak, the interleaved warm-up's
+    micro-batch group N or None), in ``pp``, ``vv``, ``mm`` (symbols or numbers)."""
+    where = "first" if stage == 0 else "last" if stage == layout.p - 1 else stage
+    # Megatron's microbatch_group_size_per_vp_stage N (None: p) sets the interleaved warm-up
+    group = training.pipeline.microbatch_group_size if vv is not None else None
+    if vv is not None and group is None and mm is not None and framework_record(training.framework).torch_pipelining:
+        group = torch_round_size(mm, pp)       # torch's rounds of m // max(1, m // p)
+    if training.pipeline.stage_placement == "v":
+        # torch's V schedules (ZBVZeroBubble, DualPipeV): their own count, not interleaved
+        # 1F1B's (tests/test_timing.py compares it with torch's schedule tables)
+        return v_stage_microbatches(where, pp=pp, mm=mm), group
+    return stage_microbatches(where, schedule, pp=pp, vv=vv, mm=mm, group=group), group
+
+
+class _StageLayers(NamedTuple):
+    """The decoder layers of one pipeline stage, by kind."""
+
+    pattern: list       # MoE (True) or dense of every layer of the model
+    kinds: list         # the same, of this stage's layers
+    hybrid: tuple       # a hybrid model's layer kinds on the stage (models.stages.hybrid_kinds)
+    uniform: bool       # an even split of one layer kind: the count stays symbolic (L/p)
+
+
+def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
+    """The decoder layers pipeline rank ``stage`` holds under the layout's split."""
+    pattern = models.moe_layer_pattern(x)
+    pl = layout.pipeline_layout
+    rng = models.stage_layers(x, layout.p, stage, layout.first_stage_layers,
+                              layout.last_stage_layers, pl)
+    kinds, hybrid = [pattern[i] for i in rng], models.stages.hybrid_kinds(x, rng)
+    uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
+               and pl is None and len(set(pattern)) == 1 and not hybrid)
+    return _StageLayers(pattern, kinds, hybrid, uniform)
+
+
+def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple:
+    """(per_layer, common, mods, shared): ``per_layer(moe, mode)``, one decoder layer's
+    activations of one micro-batch [bytes] under the job's settings; the keyword arguments of
+    :func:`memsym.terms.activations.layer_activations` it passes; the modules selective
+    recompute recomputes; whether MoE layers have a shared expert."""
+    sp_on = sequence_parallel_on(layout)
+    # FP8 (TE under Megatron) saves GEMM inputs quantized; textbook conventions count 16 bits
+    fp8_in = training.states.precision == "fp8" and training.states.convention == "framework"
+    common = dict(gated=x.swiglu, flash=training.memory.flash_attention, sequence_parallel=sp_on,
+                  dropout=dropout_kept(training), norm=x.normalization.lower(), mla=_mla(x),
+                  **({"fp8_inputs": True} if fp8_in else {}))
+    if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
+        common["qk_norm"] = getattr(x, "qk_norm_width", "head")
+    shared = bool(x.moe_shared_expert_intermediate_size)
+
+    # Megatron's --recompute-modules (default core_attn) under selective recompute
+    mods = recompute_modules_of(training)
+    gathered_in = sp_on and framework_record(training.framework).dtensor_tp   # ColwiseParallel's inputs
+
+    def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
+        return layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
+                                 modules=mods if mode == "selective" else None, **common).expr \
+            + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
+
+    return per_layer, common, mods, shared
+
+
+def _layer_stack(layers: _StageLayers, layer_model: tuple, layout: Layout, training: Training,
+                 vv, recompute: str) -> tuple:
+    """(layers per model chunk, one model chunk's activations of one micro-batch [bytes]):
+    the stage's layers by kind (a hybrid's by :mod:`memsym.terms.mamba`), under the
+    recompute method's split (:func:`_chunk_activations`)."""
+    per_layer, common, mods, shared = layer_model
+    pattern, kinds, hybrid, uniform = layers
+    n_moe = sum(kinds)
+
+    def layer_stack(mode: str):
+        if uniform or hybrid:   # a hybrid's layers by their kinds (memsym/terms/mamba.py)
+            return hybrid_terms.hybrid_stack(hybrid, mode, mods, shared, layout.c > 1, common) \
+                if hybrid else per_chunk * per_layer(pattern[0], mode)
+        out = (sp.Integer(len(kinds) - n_moe) * per_layer(False, mode) if len(kinds) > n_moe
+               else 0) + (sp.Integer(n_moe) * per_layer(True, mode) if n_moe else 0)
+        return out / (1 if vv is None else vv)
+
+    per_chunk = (L / p if vv is None else L / (p * v)) if uniform \
+        else sp.Integer(len(kinds)) / (1 if vv is None else vv)
+    stack = _chunk_activations(layer_stack, per_chunk, training, 1 if vv is None else vv) \
+        if kinds else layer_stack(recompute)
+    return per_chunk, stack
+
+
+def _layers_term(held_layers, layers: _StageLayers, schedule: str, interleaved: bool,
+                 recompute: str, mods, training: Training) -> Term:
+    """The ``layer_activations`` Term: ``held_layers`` [bytes], described by the schedule and
+    the recompute that set it."""
+    method, n_rec = training.memory.recompute_method, training.memory.recompute_num_layers
+    return Term("layer_activations", held_layers,
+                f"{len(layers.kinds)} decoder layers x in-flight micro-batches ({schedule}"
+                + (", interleaved" if interleaved else "") + f", recompute {recompute}"
+                + (f" ({', '.join(mods) or 'no module'})" if recompute == "selective" else "")
+                + (f", {method} {n_rec}: " + _RECOMPUTE_METHOD_SOURCES[method]
+                   if recompute == "full" and method else "") + ")",
+                Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)" + (
+                    "; hybrid layers: memsym/terms/mamba.py" if layers.hybrid else "")),
+                label="layers")
+
+
+def _lora_terms(layers: _StageLayers, layout: Layout, training: Training, stage: int, chunks,
+                live, vv) -> list:
+    """The LoRA adapters' gathered inputs under sequence parallelism (none when the adapters
+    regather them, or in full training): each eligible layer's, x the chunks in flight."""
+    if training.adapters.finetune == "full" or not sequence_parallel_on(layout) \
+            or training.adapters.lora_regather:
+        return []
+    pattern, kinds = layers.pattern, layers.kinds
+    n_moe = sum(kinds)
+    targets = set(LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets)
+    qkv = int(bool(targets & {"q", "k", "v"}))
+    fc1 = int(bool(targets & {"gate", "up"}))     # dense layers only: expert adapters fall back
+    eligible = (sp.Integer(len(kinds) - n_moe) * (qkv + fc1) + sp.Integer(n_moe) * qkv)
+    if layers.uniform:
+        eligible = (L / p) * (qkv + fc1 * (1 - int(pattern[0])))
+    eligible = eligible / (1 if vv is None else vv)
+    held = chunks
+    if live is not None:       # a custom layout: the layers in flight, not chunks x L/v
+        eligible, held = sp.Integer(1), sum(
+            n * sum((qkv + fc1 * (1 - int(pattern[i]))) for i in ids)
+            for n, ids in zip(live, layout.pipeline_layout.layer_ids(stage)))
+    gathered = lora_gathered_inputs(eligible, sequence_parallel=True)
+    return [replace(gathered, expr=held * gathered.expr)] if gathered.expr != 0 else []
+
+
+def _embedding_term(schedule: str, training: Training, sp_on: bool, *, vv, mm, group,
+                    live) -> Term:
+    """The first stage's ``embedding_activations`` of its in-flight micro-batches."""
+    n_emb = embedding_microbatches(schedule, pp=p, vv=vv, mm=mm, group=group) \
+        if live is None else sp.Integer(live[0])     # the embedding is in chunk 0
+    return Term("embedding_activations",
+                n_emb * embedding_activations(sequence_parallel=sp_on,
+                                              dropout=dropout_kept(training)).expr,
+                "input ids and embedding dropout of the in-flight micro-batches",
+                Source("korthikanti", "§4.3 (embedding dropout sbhp/t); Megatron-LM 8sbp"),
+                label="embedding")
+
+
+def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, per_layer,
+                  pattern) -> list:
+    """The output stage's ``output_activations`` (final norm, output layer, logits) and, with
+    multi-token prediction, ``mtp_activations``."""
+    n_out = logits_microbatches(schedule, mm=mm)
+    out_total = output_layer_activations(x, layout, training)
+    out = out_total.expr
+    # the logits dominate: the Term carries their source (Korthikanti's fp32 softmax, or
+    # torchtitan's compiled loss keeping the 16-bit logits)
+    terms = [Term("output_activations", n_out * out,
+                  "final norm, output-layer input and the logits kept for the loss",
+                  out_total["logits"].source if loss_kind(layout, training) in ("compiled", "te")
+                  else Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)"),
+                  label="output layer")]
+    if x.mtp_num_layers:
+        last_kind = pattern[-1]
+        terms.append(Term("mtp_activations",
+                          n_out * x.mtp_num_layers * (per_layer(last_kind) + out),
+                          "multi-token-prediction layers: one layer and one more logits each",
+                          _DERIVED, label="MTP"))
+    return terms
+
+
+def _working_set_terms(layout: Layout, training: Training, stage: int, kinds, per_chunk,
+                       per_layer, recompute: str) -> list:
+    """Under full recompute, the ``recompute_working_set``: one checkpointed group's
+    activations, rematerialised during its backward."""
+    method, n_rec = training.memory.recompute_method, training.memory.recompute_num_layers
+    # block 0 checkpoints no layer (core/recompute.py: layer_idx < 0 is never true): nothing
+    # is rematerialised, so no working set
+    if recompute != "full" or not kinds or (method == "block" and n_rec == 0):
+        return []
+    pl = layout.pipeline_layout
+    if pl is not None:
+        per_chunk = sp.Integer(max(pl.chunk_layers(stage)))
+    group = sp.Min(n_rec, per_chunk) if method == "uniform" else 1
+    return [Term("recompute_working_set", group * per_layer(any(kinds), "none"),
+                 "one checkpointed group's activations (one layer unless "
+                 "recompute_method uniform N) rematerialised during its backward",
+                 _DERIVED, label="recompute working set")]
+
+
+def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
+    """:func:`stage_activations` of a job (its m: a number, the symbol m or None = unknown).
+
+    Examples
+    --------
+    >>> from memsym.job import job
+    >>> resolved_stage_activations(job("llama2-7b", pp=2), 1).keys
+    ('layer_activations', 'output_activations')
+    """
+    x, layout, training = j.model, j.layout, j.training
+    pp = layout.p
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
+        raise InvalidValueError(f"stage must be a whole number in 0..{pp - 1}, got {stage!r}")
+    recompute = choose("recompute mode", training.memory.recompute, RECOMPUTE)
+    schedule = choose("pipeline schedule", training.pipeline.schedule, SCHEDULES)
+    if pp == 1:
+        # no pipeline: each micro-batch's backward follows its forward (gradient accumulation),
+        # whatever the schedule is called; GPipe's "all m in flight" needs stages
+        schedule = "1f1b"
+    sp_on = sequence_parallel_on(layout)
+    interleaved = layout.v is not None and layout.v > 1
+    vv = v if interleaved else None
+    mm = m if j.m is not None else None
+    layer_model = _layer_model(x, layout, training, recompute)
+    per_layer = layer_model[0]
+    layers = _stage_layers(x, layout, stage)
+    chunks, group = _in_flight_chunks(layout, training, stage, schedule, pp=p, vv=vv, mm=mm)
+    per_chunk, stack = _layer_stack(layers, layer_model, layout, training, vv, recompute)
+    live, held_layers = None, chunks * stack
+    if layout.pipeline_layout is not None and pp > 1:
+        # a custom layout's chunks differ in size: each chunk's micro-batches in flight when
+        # the rank holds the most decoder layers, walking Megatron's op order
+        live, held_layers = _layout_in_flight(layout, training, stage, layers.pattern, per_layer,
+                                              group, j.m if isinstance(j.m, int) else None)
+    terms = [_layers_term(held_layers, layers, schedule, interleaved, recompute, layer_model[2],
+                          training)]
+    terms += rb.offloaded_layers(layers.pattern[:training.memory.cpu_offloading_num_layers],
+                                 per_layer)
+    if framework_record(training.framework).torch_pipelining and pp > 1 and mm is not None:
+        terms.append(pipelining_buffers(stage, pp, vv, mm, group, boundary_bytes(sp_on, training),
+                                        activation_width(training), training.pipeline.schedule,
+                                        training.pipeline.stage_placement))
+    terms += _lora_terms(layers, layout, training, stage, chunks, live, vv)
+    if stage == 0:
+        terms.append(_embedding_term(schedule, training, sp_on, vv=vv, mm=mm, group=group,
+                                     live=live))
+    if stage == output_stage(layout, training):
+        terms += _output_terms(x, layout, training, schedule, mm, per_layer, layers.pattern)
+    terms += _working_set_terms(layout, training, stage, layers.kinds, per_chunk, per_layer,
+                                recompute)
+    return Total(f"activations of pipeline stage {stage} ({stage_role(stage, pp)})", tuple(terms))

@@ -1,0 +1,168 @@
+"""The model states of one pipeline stage: its exact parameter counts and the weights,
+gradients and optimizer states they make on one GPU.
+
+:func:`stage_counts` gives the stage's counts as values of the count symbols
+(``N_tp``, ``N_rep``, ``N_exp``, ...); :func:`state_terms` builds the model-state Terms in
+those symbols (cached: they depend only on a few training fields, :func:`state_training`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import sympy as sp
+
+from ..errors import choose
+from ..job import Job, Layout, Training, job as make_job
+from .. import model as models
+from ..symbols import N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_tp, N_u, b_g, b_m, b_o, c, d, e, t, t_e
+from ..terms import recipe_buffers as rb
+from ..terms.adapters import LORA_TARGETS, lora
+from ..terms.model_state import CONVENTIONS, OPTIMIZERS, byte_widths, model_state
+from ..unchecked_job import UncheckedJob
+from .traits import output_stage
+
+#: Model-state Terms that the frameworks allocate at the optimizer step and free before the
+#: next forward (``convention="framework"``): the fp32 copy of a 16-bit gradient the optimizer
+#: steps on.  Megatron-core makes it in ``_copy_model_grads_to_main_grads``
+#: (``shard_main_param.grad = shard_model_grad.float()``) and frees it in ``zero_grad``
+#: (``set_to_none`` on ``shard_fp32_from_float16_groups``) at the start of the next step;
+#: DeepSpeed ZeRO-1/2 sets ``single_partition_of_fp32_groups[i].grad = None`` right after
+#: the step.  The textbook conventions keep them in the steady sum as published.
+STEP_STATE_KEYS = ("main_gradients", "expert_main_gradients")
+
+
+def job_stage_parameters(j: Job | UncheckedJob, stage: int):
+    """The :class:`memsym.model.StageParameters` of pipeline rank ``stage`` in this job: the
+    layout's split (uneven ends, an explicit pipeline layout) and the rank that holds the output
+    layer under the training's stage placement (:func:`output_stage`: rank 0 under torch's V
+    schedules).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> v = Training(framework="torchtitan", sharding="fsdp", stage_placement="v")
+    >>> job_stage_parameters(make_job("llama2-7b", layout=Layout(p=2, v=2), training=v), 0).output_layer
+    True
+    """
+    layout = j.layout
+    return models.stage_parameters(
+        j.model, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
+        first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers,
+        pipeline_layout=layout.pipeline_layout, output_stage=output_stage(layout, j.training))
+
+
+def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
+    """The parameter counts of one pipeline stage, as values of the total's count symbols.
+
+    Full training: ``N_tp`` (the stage's tensor-split parameters, all t ranks together),
+    ``N_rep`` (replicated on every TP rank) and ``N_exp`` (routed experts, all e t_e ranks
+    together), so one GPU holds ``N_tp/t + N_rep`` dense and ``N_exp/(e t_e)`` expert
+    parameters (:func:`memsym.model.stage_parameters`, exact, vocabulary padded at t).
+    LoRA/QLoRA: ``N_q`` (frozen linear weights per GPU), ``N_u`` (frozen, unquantized) and
+    ``N_a`` (adapters) per GPU.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> from memsym.symbols import N_tp, N_rep
+    >>> c = stage_counts(make_job("llama2-7b", tp=2), 0)
+    >>> c[N_tp] + c[N_rep] == 6738415616     # Llama-2 7B (vocabulary 32000 is already padded)
+    True
+    """
+    x, layout, training = j.model, j.layout, j.training
+    sp_ = job_stage_parameters(j, stage)
+    pattern = models.stages.layer_kind_pattern(x)
+    # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU; one
+    # layer_parameters call per kind (dense, MoE, a hybrid's), not per layer (memsym.search)
+    per_kind = {kind: models.layer_parameters(x, kind) for kind in {pattern[i] for i in sp_.layers}}
+    lin = sum(per_kind[pattern[i]]["tp"] for i in sp_.layers)
+    # the largest layer's parameters on one GPU: what FSDP2 / ZeRO-3 gather at once
+    largest = max((sp.Rational(q["tp"], layout.t) + q["replicated"]
+                   + sp.Rational(q["experts"], layout.e * layout.expert_tp)
+                   for q in per_kind.values()), default=sp.Integer(0))
+    if training.adapters.finetune == "full":
+        return {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
+                N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}
+
+    quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
+    targets = LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets
+    adapters = sp.Rational(models.lora_parameter_count(x, training.adapters.lora_rank, targets) * len(sp_.layers),
+                           x.num_layers * layout.t)
+    return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
+
+
+def stage_has_experts(x, layout: Layout, stage: int) -> bool:
+    """Whether pipeline rank ``stage`` holds an MoE layer (routed experts).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> stage_has_experts(preset("llama2-7b"), Layout(), 0)
+    False
+    """
+    if not x.num_experts:
+        return False
+    pattern = models.moe_layer_pattern(x)
+    return any(pattern[i] for i in models.stage_layers(
+        x, layout.p, stage, layout.first_stage_layers, layout.last_stage_layers,
+        layout.pipeline_layout))
+
+
+def state_training(training: Training) -> Training:
+    """The fields of ``training`` that model states depend on (the cache key of
+    :func:`state_terms`).
+
+    Examples
+    --------
+    >>> state_training(Training(seq_length=4096)) == state_training(Training(seq_length=8192))
+    True
+    """
+    keep = ("finetune", "sharding", "convention", "precision", "optimizer", "offload",
+            "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", *rb.OPTIMIZER_DTYPES)
+    return Training(**{name: training.value(name) for name in keep})
+
+
+@functools.lru_cache(maxsize=1024)
+def state_terms(experts: bool, training: Training) -> tuple:
+    """The model-state Terms of one stage, in the count symbols of :func:`stage_counts`
+    (``experts``: the stage holds routed experts, :func:`stage_has_experts`; ``training``:
+    :func:`state_training` of the job's).
+
+    Examples
+    --------
+    >>> [term.key for term in state_terms(False, state_training(Training()))]
+    ['weights', 'gradients', 'optimizer']
+    """
+    # cached: the search builds one stage total per discrete choice and pipeline template,
+    # and the model states depend only on these fields
+    if training.adapters.finetune != "full":
+        # adapters train in fp32 with the optimizer's moments (PEFT); ZeRO-3/FSDP shards the
+        # frozen base over data parallel, every other scheme keeps it whole on each GPU
+        widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.states.optimizer]}
+        quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else "bf16")
+        tot = lora(quant, "fp32", params=N_q, adapters=N_a, unquantized=N_u,
+                   sharded=training.states.sharding in ("zero3", "fsdp")).subs(widths)
+        return tuple(tot.terms)
+    conv = choose("convention", training.states.convention, CONVENTIONS)
+    framework = dict(grad_dtype=training.states.grad_dtype, precision_aware=training.states.precision_aware,
+                     fp8_param_gather=training.states.fp8_param_gather)
+    widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
+                         **framework, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
+    fp8 = dict(precision=training.states.precision, optimizer=training.states.optimizer, **framework)
+    # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
+    # per-GPU counts at the layout's values, and differentiable in t for sensitivities.
+    # FP8 caches cover the linear-layer weights only (N_lin of the stage's dense part).
+    states = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
+                         params=N_tp / t + N_rep, dp=d * c,
+                         linear_params=N_lin if training.states.precision == "fp8" else None,
+                         **fp8).subs(widths)
+    terms = list(states.terms)
+    if experts:
+        edp = d * c * t / (e * t_e)
+        ex = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
+                         params=N_exp / (e * t_e), dp=edp, **fp8).subs(widths)
+        terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
+                          description="routed experts: " + term.description) for term in ex]
+    return tuple(terms)

@@ -1,0 +1,137 @@
+"""The per-GPU total of one pipeline stage: model states, activations, the peak phase's
+transients and the allowances, composed once.
+
+:func:`resolved_stage_total` is the one composition (``memsym.search`` compiles the same total
+over its grid); :func:`phase_totals` gives each phase of the step its own total.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..job import Job, Layout, Training, check_fields
+from ..term import Term, Total
+from ..terms import transients as tr
+from ..terms.allowances import allowance_terms
+from ..unchecked_job import UncheckedJob, unchecked
+from .activations import resolved_stage_activations
+from .traits import resolve_arch, stage_role
+from .transients import PHASE_SOURCE, PHASES, states_and_transients
+
+#: Keys of the buffers a framework allocates outside PyTorch's allocator (:func:`_outside_allocator`).
+OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers",)
+
+
+def stage_total(arch, layout: Layout = Layout(), training: Training = Training(),
+                stage: int = 0) -> Total:
+    r"""Per-GPU training memory of pipeline stage ``stage`` [bytes], symbolic in the registry.
+
+    .. math::
+
+        M = M_{\mathrm{states}}(N_{\mathrm{stage}}) + M_{\mathrm{act}}
+            + M_{\mathrm{ws}} + M_{\mathrm{nccl}}
+            + \varphi_{\mathrm{frag}}\,(M_{\mathrm{states}} + M_{\mathrm{act}})
+
+    Model states use the exact parameters on one GPU of the stage
+    (:func:`memsym.model.stage_parameters`): the dense part sharded over the data-parallel
+    group including context parallelism (d·c, as Megatron-Core's distributed optimizer does),
+    routed experts over the expert data-parallel group t·c·d/(e·t_e), with keys
+    ``expert_weights``, ``expert_gradients``, ``expert_optimizer``.
+
+    Examples
+    --------
+    >>> stage_total("llama2-7b", Layout(), Training(seq_length=4096)).keys[:3]
+    ('weights', 'gradients', 'optimizer')
+    """
+    check_fields(layout, training)
+    return resolved_stage_total(unchecked(resolve_arch(arch, training), layout, training), stage)
+
+
+def _phase_parts(j: Job | UncheckedJob, stage: int):
+    states, trans = states_and_transients(j, stage)
+    act = list(resolved_stage_activations(j, stage).terms)
+    return states, act, trans
+
+
+def _phase_term(act: list, trans: dict):
+    r"""The one Term that turns the steady sum into the peak over phases, or None.
+
+    .. math:: M_{\mathrm{tr}} = \max(T_{\mathrm{fwd}},\; T_{\mathrm{loss}},\; T_{\mathrm{bwd}},\;
+        T_{\mathrm{opt}} - M_{\mathrm{act}})
+
+    so that :math:`M_{\mathrm{states}} + M_{\mathrm{act}} + M_{\mathrm{tr}}` is the largest
+    phase: the optimizer step runs after every activation is freed.  A phase without Terms
+    counts as 0 (the steady sum itself)."""
+    *running, to = (sp.Add(*(term.expr for term in trans[ph])) for ph in PHASES)
+    A = sp.Add(*(term.expr for term in act))
+    cands = list(dict.fromkeys(running + ([to - A] if to != 0 else [])))
+    if cands == [0]:
+        return None
+    peak = sp.Max(*cands)
+    return Term("phase_transient", peak, "transient peak of the step's largest phase "
+                "(end of forward: logits and CE buffers, all-gathered layers; loss backward: "
+                "the logits' gradients; blocks' backward: reduce-scatter buffers; optimizer "
+                "step: its temporaries)", PHASE_SOURCE, label="peak-phase transients")
+
+
+def _outside_allocator(training: Training) -> tuple:
+    """Buffers a framework allocates outside PyTorch's caching allocator for the whole run,
+    beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
+    Transformer Engine's userbuffers under ``tp_comm_overlap``
+    (:func:`memsym.terms.transients.tp_comm_userbuffers`)."""
+    if training.comm.tp_comm_overlap and training.states.convention == "framework" \
+            and training.memory.metric == "device":   # PyTorch's counters miss them
+        return (tr.tp_comm_userbuffers(training.states.precision == "fp8"),)
+    return ()
+
+
+def _beyond_allocated(terms, training: Training) -> tuple:
+    """What a total adds to its allocated ``terms``: the allowances (fragmentation a fraction
+    of their sum) and the buffers outside PyTorch's allocator."""
+    allocated = sp.Add(*(term.expr for term in terms))
+    return tuple(allowance_terms(allocated)) + _outside_allocator(training)
+
+
+def resolved_stage_total(j: Job | UncheckedJob, stage: int) -> Total:
+    """:func:`stage_total` of a resolved architecture: the one composition of the per-GPU
+    peak (model states + activations + the peak phase's transients + allowances), in the
+    count symbols of :func:`stage_counts`; ``memsym.search`` compiles this same total over
+    its grid."""
+    states, act, trans = _phase_parts(j, stage)
+    terms = states + act
+    peak = _phase_term(act, trans)
+    if peak is not None:
+        terms.append(peak)
+    terms += list(_beyond_allocated(terms, j.training))
+    return Total(f"training memory per GPU, pipeline stage {stage} "
+                 f"({stage_role(stage, j.layout.p)})", tuple(terms))
+
+
+def phase_totals(j: Job | UncheckedJob, stage: int) -> dict:
+    r"""Each phase's per-GPU total on stage ``stage`` [bytes]: phase name -> Total.
+
+    .. math::
+
+        M_{\mathrm{fwd}} = S + A + T_{\mathrm{fwd}},\quad
+        M_{\mathrm{loss}} = S + A + T_{\mathrm{loss}},\quad
+        M_{\mathrm{bwd}} = S + A + T_{\mathrm{bwd}},\quad
+        M_{\mathrm{opt}} = S + T_{\mathrm{opt}}
+
+    each with its allowances (fragmentation a fraction of that phase's allocation); the
+    largest equals :func:`stage_total`.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> from memsym.job import job as make_job
+    >>> tots = phase_totals(make_job("llama2-7b"), 0)
+    >>> sorted(tots)
+    ['backward', 'forward', 'loss-backward', 'optimizer']
+    """
+    states, act, trans = _phase_parts(j, stage)
+    out = {}
+    for ph in PHASES:
+        terms = list(states) + (list(act) if ph != "optimizer" else []) + list(trans[ph])
+        out[ph] = Total(f"{ph} phase, pipeline stage {stage}",
+                        tuple(terms) + _beyond_allocated(terms, j.training))
+    return out

@@ -1,0 +1,125 @@
+"""What a job's settings imply for the per-GPU total, read by its activations and transients.
+
+The architecture resolved for the job's sequence length, the pipeline rank that holds the
+output layer, a stage's role, the width of the 16-bit activations, whether sequence
+parallelism is on, the hidden states at a stage boundary and which cross-entropy the last
+stage runs: small facts that :mod:`memsym.training.stage_activations` and
+:mod:`memsym.training.phase_transients` both read, kept here so that neither imports the
+other's helpers.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..frameworks import framework as framework_record
+from ..job import Layout, Training
+from .. import model as models
+from ..symbols import b, c, h, s, t
+
+
+def resolve_arch(arch, training: Training):
+    """An Architecture, preset name or config.json path, with Megatron's defaults filled in.
+
+    Examples
+    --------
+    >>> resolve_arch("llama2-7b", Training(seq_length=4096)).num_layers
+    32
+    """
+    return models.resolve(models.resolve_model(arch), seq_length=training.batch.seq_length)
+
+
+def output_stage(layout: Layout, training: Training) -> int:
+    """The pipeline rank that holds the final norm, the output layer and the loss.
+
+    The last (stage i on rank i mod p), or 0 under torch's V placement
+    (``training.stage_placement == "v"``: stages r and 2p - 1 - r on rank r, so rank 0
+    holds the first and the last stage).
+
+    Examples
+    --------
+    >>> output_stage(Layout(p=4), Training()), output_stage(
+    ...     Layout(p=4, v=2), Training(framework="torchtitan", stage_placement="v"))
+    (3, 0)
+    """
+    return 0 if training.pipeline.stage_placement == "v" else layout.p - 1
+
+
+def stage_role(i: int, pp: int) -> str:
+    """The role of pipeline stage ``i`` of ``pp``: only, first, last or middle.
+
+    Examples
+    --------
+    >>> [stage_role(i, 3) for i in range(3)], stage_role(0, 1)
+    (['first', 'middle', 'last'], 'only')
+    """
+    return "only" if pp == 1 else "first" if i == 0 else "last" if i == pp - 1 else "middle"
+
+
+def activation_width(training: Training) -> int:
+    """Bytes per element of the 16-bit activations and buffers (4 when training in fp32).
+
+    Examples
+    --------
+    >>> activation_width(Training()), activation_width(Training(precision="fp32"))
+    (2, 4)
+    """
+    return 4 if training.states.precision == "fp32" else 2
+
+
+def sequence_parallel_on(layout: Layout) -> bool:
+    """Whether sequence parallelism is on: Megatron turns it off at t = 1.
+
+    Examples
+    --------
+    >>> sequence_parallel_on(Layout(t=1, sequence_parallel=True))
+    False
+    """
+    return bool(layout.sequence_parallel and layout.t > 1)
+
+
+def boundary_bytes(sp_on: bool, training: Training) -> sp.Expr:
+    """One micro-batch's hidden states at a pipeline-stage boundary [bytes]: 2 tau h / sigma
+    (4 in fp32), sequence-sharded over t under sequence parallelism.
+
+    Examples
+    --------
+    >>> boundary_bytes(True, Training())
+    2*b*h*s/(c*t)
+    """
+    width = activation_width(training)
+    return width * b * s * h / (c * (t if sp_on else 1))
+
+
+def logits_gathered(layout: Layout, training: Training) -> bool:
+    """Whether every TP rank holds all logits (DTensor TP without loss_parallel).
+
+    Examples
+    --------
+    >>> logits_gathered(Layout(t=2), Training())
+    False
+    """
+    return framework_record(training.framework).dtensor_tp and layout.t > 1 \
+        and not training.memory.loss_parallel
+
+
+def loss_kind(layout: Layout, training: Training) -> str:
+    """Which cross-entropy the last stage runs: ``"compiled"`` (torch.compile'd), ``"loss-parallel"``
+    (torchtitan, t > 1: DTensor ``loss_parallel``), ``"torch"`` (eager ``F.cross_entropy`` of a
+    ``.float()`` copy: torchtitan, memsym's FSDP2), ``"te"`` (:mod:`memsym.terms.recipe_buffers`)
+    or ``"vocab-parallel"`` (Megatron-core's fused vocab-parallel cross-entropy).
+
+    Examples
+    --------
+    >>> loss_kind(Layout(), Training())
+    'vocab-parallel'
+    """
+    if training.memory.compiled_loss:
+        return "compiled"
+    if framework_record(training.framework).torch_loss:
+        return "loss-parallel" if layout.t > 1 and training.memory.loss_parallel else "torch"
+    if training.memory.cross_entropy_fusion_impl == "te":
+        return "te"
+    if training.states.sharding == "fsdp" and training.states.convention == "framework":
+        return "torch"
+    return "vocab-parallel"

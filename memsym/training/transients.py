@@ -1,0 +1,315 @@
+"""The transients of each phase of a training step on one pipeline stage: the loss's
+buffers, the sharding schemes' gathered parameters and gradient buckets, the optimizer step's
+temporaries, and the step-only model states.
+
+:func:`phase_transients` gives each phase (:data:`PHASES`) its Terms beyond the steady model
+states and activations; :func:`states_and_transients` splits the model states of
+:mod:`memsym.training.model_states` into the steady ones and those of the optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import sympy as sp
+
+from ..frameworks import framework as framework_record
+from ..job import Job, Layout, Training
+from ..symbols import N_bkt, N_ll, N_pf, N_rep, N_tp, b_hp, b_r, b_u, c, d, m, n_ag, n_bkt, t, v
+from ..term import Source, Term
+from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments as tm,
+                     transients as tr)
+from ..terms.pipelining_buffers import pipelining_recv_buffers
+from ..unchecked_job import UncheckedJob
+from ..values import as_expr
+from .activations import output_layer_activations, resolved_stage_activations
+from .model_states import STEP_STATE_KEYS, stage_has_experts, state_terms, state_training
+from .traits import (activation_width, boundary_bytes, logits_gathered, loss_kind, output_stage,
+                     sequence_parallel_on)
+
+#: The phases of one training step whose peaks memsym compares (on the most-loaded stage):
+#: the end of the forward, the loss's backward (the first of the backward: every activation
+#: still alive), the blocks' backward (the loss's buffers and the output layer's activations
+#: freed, the sharding schemes' backward buffers) and the optimizer step.
+PHASES = ("forward", "loss-backward", "backward", "optimizer")
+
+#: memsym's own derivation of the peak over the step's phases.
+PHASE_SOURCE = Source("memsym-derivation", "memsym/training/transients.py, phase_transients "
+                      "(peak over the step's phases)")
+
+
+def _transient_widths(training: Training) -> dict:
+    """Knob values of the transient Terms: the libraries' defaults
+    (:data:`memsym.terms.transients.DEFAULTS`), the 16-bit width from the precision."""
+    half = activation_width(training)
+    vals = {sym: sp.Integer(tr.DEFAULTS[sym]) for sym in (N_bkt, N_pf, b_r, n_ag, n_bkt)}
+    overlap_buffers = framework_record(training.framework).overlap_ipg_buffers
+    if overlap_buffers is not None and training.comm.overlap_grad_reduce:
+        vals[n_bkt] = sp.Integer(overlap_buffers)   # DeepSpeed's overlap_comm: a second one
+    # DeepSpeed's buffers as its config sets them (readers.jobs.deepspeed_job)
+    knobs = {"reduce_bucket_size": N_bkt, "stage3_prefetch_bucket_size": N_pf,
+             "ipg_buffers": n_bkt}
+    vals.update({knobs[name]: sp.Integer(value) for name, value in training.states.zero_buckets})
+    vals.update({b_u: sp.Integer(half), b_hp: sp.Integer(half)})
+    return vals
+
+
+def _loss_transients(kind: str) -> tuple:
+    """(forward Terms, loss-backward Terms) of the cross-entropy ``kind`` beyond its saved
+    tensors (the ``logits`` of :func:`memsym.terms.activations.output_activations`)."""
+    if kind == "vocab-parallel":
+        fwd = tr.cross_entropy_transient()
+        # the fp32 softmax turned gradient in place; autograd casts it to the 16-bit input
+        grad = replace(fwd["logits_16bit"], key="logits_grad_16bit", label="bf16 logits grad",
+                       description="16-bit gradient of the logits, made from the fp32 "
+                       "softmax-turned-gradient before it is freed")
+        return tuple(fwd.terms), (grad,)
+    if kind == "compiled":
+        # Inductor fuses the cast: nothing beyond the saved 16-bit logits in forward, their
+        # 16-bit gradient in backward (tests/test_transients.py measures both)
+        grad = replace(tr.torch_cross_entropy_transient()["logits_16bit"], key="logits_grad_16bit",
+                       label="bf16 logits grad", description="16-bit gradient of the logits "
+                       "(one fused backward kernel)")
+        return (), (grad,)
+    if kind == "loss-parallel":
+        return tuple(tr.loss_parallel_transient().terms), tuple(tr.loss_parallel_backward().terms)
+    if kind == "te":    # its gradient is written into the kept 16-bit logits: nothing more
+        return (rb.te_cross_entropy()["ce_per_token"],), ()
+    return (tuple(tr.torch_cross_entropy_transient().terms),
+            tuple(tr.torch_cross_entropy_backward().terms))
+
+
+def _gradients_not_yet_made(training: Training) -> bool:
+    r"""Whether the sharded gradients are absent from the forward to the loss's backward.
+
+    torchtitan calls ``optimizers.zero_grad()`` (``set_to_none=True``, torch's default) at the
+    start of every train step, and FSDP2 makes each sharded gradient in the block's
+    post-backward reduce-scatter (``foreach_reduce``): until the first block's backward
+    there is none.  In the blocks' backward they are made as the blocks' activations are
+    freed: without pipelining the peak is at its start or its end,
+    :math:`-\min(G, A_{\mathrm{layers}})`; under pipelining (gradients reduce-scattered
+    after the last micro-batch) the whole sharded gradient is kept, an upper bound.
+    Megatron's gradient buffer and DeepSpeed's partitions persist."""
+    return (framework_record(training.framework).grads_set_to_none and training.states.sharding == "fsdp"
+            and training.states.convention == "framework" and training.adapters.finetune == "full")
+
+
+def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
+    r"""The transient Terms of each phase of the step on pipeline stage ``stage`` [bytes].
+
+    ``forward`` (end of the forward of the last micro-batch: every in-flight micro-batch's
+    activations are held), ``loss-backward`` (the start of the backward: the loss's
+    gradients while every activation is alive), ``backward`` (the blocks' backward: the
+    output layer's activations freed, the sharding scheme's backward buffers) and
+    ``optimizer`` (all activations freed):
+
+    * last stage: the loss's buffers beyond what it saves, by implementation
+      (:func:`memsym.training.traits.loss_kind`): Megatron-core's fused cross-entropy
+      (:func:`memsym.terms.transients.cross_entropy_transient`; its 16-bit logits gradient in
+      the loss's backward), eager ``F.cross_entropy`` on a ``.float()`` copy (torchtitan,
+      FSDP2: :func:`memsym.terms.transients.torch_cross_entropy_transient` and
+      :func:`memsym.terms.transients.torch_cross_entropy_backward`), torch's
+      ``loss_parallel`` (torchtitan with t > 1:
+      :func:`memsym.terms.transients.loss_parallel_transient`,
+      :func:`memsym.terms.transients.loss_parallel_backward`) or a compiled loss (only the
+      16-bit gradient); in ``backward`` the output layer's activations are freed (a negative
+      Term, ``output_freed``);
+    * FSDP2 (``sharding="fsdp"``): forward and loss-backward, ``n_ag`` blocks all-gathered;
+      backward, :func:`memsym.terms.transients.fsdp2_transients` (torchtitan with PP: the
+      whole stage kept gathered from forward on, and its unsharded gradients accumulated in
+      backward, :func:`memsym.terms.transients.fsdp2_pipeline_unsharded`); optimizer, torch
+      AdamW's foreach ``sqrt(exp_avg_sq)`` copy
+      (:func:`memsym.terms.transients.optimizer_step_transient`); under torchtitan the sharded
+      gradients do not exist before the blocks' backward (:func:`_gradients_not_yet_made`: a
+      negative Term, ``gradients_not_yet_made``, in forward and loss-backward, and
+      ``gradients_as_activations_freed`` in backward) and its embedding / output groups are
+      :func:`memsym.terms.transients.fsdp2_io_groups` (``fsdp_root_group`` by release);
+      since its own groups, the first block's backward prefetches the embedding
+      (:func:`memsym.terms.torch_moments.first_block_gathered`) and the loss-backward phase
+      is the larger of the loss's and the output group's own backward
+      (:func:`memsym.terms.torch_moments.output_group_backward`);
+    * full recompute: the working set exists only in the blocks' backward
+      (:func:`memsym.terms.torch_moments.working_set_absent` in forward and loss-backward);
+    * torchtitan with PP: the receive buffers of ``torch.distributed.pipelining``
+      (:func:`memsym.terms.pipelining_buffers.pipelining_recv_buffers`) in the optimizer phase (the other phases count them
+      with the activations, ``pipeline_buffers``);
+    * DeepSpeed ZeRO-3: :func:`memsym.terms.transients.zero3_transients` in forward and
+      both backward phases; ZeRO-1/2: the IPG buckets
+      (:func:`memsym.terms.transients.deepspeed_ipg_buckets`) from the first backward on;
+    * Megatron-core (distributed optimizer, DDP): buckets are views of the gradient and
+      parameter buffers (:func:`memsym.terms.transients.megatron_buckets`) and TE/Apex
+      FusedAdam steps in chunks: no transient beyond the loss's.  (With ``tp_comm_overlap``,
+      Transformer Engine's userbuffers are held throughout, outside PyTorch's allocator:
+      :func:`memsym.training.totals._outside_allocator`.)
+
+    The model states that exist only in the step (:data:`STEP_STATE_KEYS`) are not among
+    these Terms: the total adds them to the optimizer phase.
+
+    The sharding buffers apply under ``convention="framework"`` (the default); the textbook
+    conventions keep only the loss's transients.  Knobs take
+    :data:`memsym.terms.transients.DEFAULTS` (``n_ag`` = 2, fp32 reduce, ...);
+    ``N_ll`` is the largest layer on one GPU (:func:`stage_counts`).
+
+    Returns
+    -------
+    dict
+        Phase name (:data:`PHASES`) -> tuple of Terms.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> from memsym.job import job as make_job
+    >>> ph = phase_transients(make_job("llama2-7b"), 0)
+    >>> [t_.key for t_ in ph["forward"]], [t_.key for t_ in ph["loss-backward"]]
+    (['logits_16bit', 'ce_per_token'], ['logits_grad_16bit'])
+    >>> [t_.key for t_ in ph["backward"]], ph["optimizer"]
+    (['output_freed'], ())
+    """
+    x, layout, training = j.model, j.layout, j.training
+    out = {ph: [] for ph in PHASES}
+    acts = resolved_stage_activations(j, stage).terms
+    for ph in ("forward", "loss-backward"):    # only the blocks' backward rematerialises
+        out[ph] += [tm.working_set_absent(a_) for a_ in acts if a_.key == "recompute_working_set"]
+    if stage == output_stage(layout, training):
+        _add_loss_transients(out, x, layout, training)
+    if framework_record(training.framework).torch_pipelining and layout.p > 1 and j.m is not None:
+        # the pipeline's receive buffers outlive the step: the optimizer step sees them
+        out["optimizer"].append(pipelining_recv_buffers(
+            stage, layout.p, v if (layout.v or 1) > 1 else None, m,
+            boundary_bytes(sequence_parallel_on(layout), training), training.pipeline.stage_placement))
+    start_excess, own_groups = _add_sharding_transients(out, x, layout, training)
+    if _gradients_not_yet_made(training):
+        _add_gradients_not_yet_made(out, j, stage, acts, start_excess)
+    if own_groups and stage == output_stage(layout, training):   # FSDP2's [norm, output] backward
+        out["loss-backward"].append(tm.output_group_backward(
+            out["loss-backward"], output_layer_activations(x, layout, training)))
+    cp.add_phase_buffers(out, None if isinstance(j, UncheckedJob) else layout.c, training.framework,
+                         training.comm.cp_comm_type, activation_width(training))
+    widths = _transient_widths(training)
+    # widths are symbols -> integers: xreplace, not subs' pattern matching (cold search)
+    return {ph: tuple(replace(term, expr=as_expr(term.expr).xreplace(widths)) for term in terms)
+            for ph, terms in out.items()}
+
+
+def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> None:
+    """Add the output stage's transients to ``out`` (phase -> Terms): the loss's buffers
+    beyond what it saves (:func:`_loss_transients`, all logits per TP rank where they are
+    gathered), the deferred embedding weight-gradient buffers, and in the blocks' backward the
+    output layer's activations freed (``output_freed``)."""
+    fwd, bwd = _loss_transients(loss_kind(layout, training))
+    if logits_gathered(layout, training):
+        fwd, bwd = tm.gathered_logits(fwd), tm.gathered_logits(bwd)
+    out["forward"] += list(fwd)
+    out["loss-backward"] += list(bwd)
+    if training.pipeline.defer_embedding_wgrad_compute:
+        # kept from the step's first micro-batch to the flush, before the optimizer step
+        for ph in ("forward", "loss-backward", "backward"):
+            out[ph].append(tr.deferred_wgrad_buffers(
+                limit=training.pipeline.wgrad_deferral_limit,
+                width=activation_width(training),
+                sequence_parallel=sequence_parallel_on(layout),
+                last_pending=ph != "backward"))
+    o = output_layer_activations(x, layout, training).expr
+    out["backward"].append(Term("output_freed", -o, "the output layer's activations and "
+                                "the saved logits, freed by the loss's and the output "
+                                "layer's backward", PHASE_SOURCE, label="output layer freed"))
+
+
+def _add_sharding_transients(out: dict, x, layout: Layout, training: Training) -> tuple:
+    """Add the sharding scheme's buffers to ``out`` (phase -> Terms); (the first block's
+    backward's excess over a block's all-gather [bytes], whether torchtitan's embedding and
+    output groups are their own) for FSDP2, (0, False) otherwise."""
+    # the sharding schemes' buffers are the frameworks' own (FSDP2, DeepSpeed): they join the
+    # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
+    # keep their published model-state forms and only the loss's transients
+    scheme = training.states.sharding if training.states.convention == "framework" else None
+    if scheme == "fsdp" and layout.p > 1 and framework_record(training.framework).torch_pipelining:
+        # torch.distributed.pipelining: nothing reshards and gradients accumulate unsharded
+        # until the last micro-batch's backward reduce-scatters them, one block at a time
+        fs = tr.fsdp2_transients(N_ll, d * c)
+        pipe = tr.fsdp2_pipeline_unsharded(N_tp / t + N_rep)
+        held = [pipe["kept_unsharded"],
+                tm.grads_as_stages_run(layout, training, pipe["accumulated_grads"])]
+        out["forward"].append(pipe["kept_unsharded"])
+        out["loss-backward"] += held
+        out["backward"] += held + [fs["unsharded_grads"], fs["reduce_scatter"]]
+    elif scheme == "fsdp":
+        return _add_fsdp2_transients(out, x, training)
+    elif scheme == "zero3":
+        z3 = tr.zero3_transients(N_ll)
+        for ph in ("forward", "loss-backward", "backward"):
+            out[ph] += list(z3.terms)
+    elif scheme in ("zero1", "zero2"):
+        ipg = tr.deepspeed_ipg_buckets().terms
+        for ph in ("loss-backward", "backward", "optimizer"):
+            out[ph] += list(ipg)
+    return 0, False
+
+
+def _add_fsdp2_transients(out: dict, x, training: Training) -> tuple:
+    """Add FSDP2's buffers without pipelining to ``out`` (phase -> Terms): the all-gathered
+    blocks, the backward's reduce-scatter, torchtitan's embedding / output groups and torch
+    AdamW's step temporary; (start excess [bytes], own groups) as
+    :func:`_add_sharding_transients` returns them."""
+    start_excess, own_groups = 0, False
+    fs = tr.fsdp2_transients(N_ll, d * c)
+    out["forward"].append(fs["unsharded_params"])
+    out["loss-backward"].append(fs["unsharded_params"])
+    out["backward"] += list(fs.terms)
+    if framework_record(training.framework).fsdp_io_groups and training.adapters.finetune == "full":
+        # torchtitan's embedding / output groups (its apply_fsdp, by release)
+        io = tr.fsdp2_io_groups(training.memory.fsdp_root_group,
+                                bool(x.untie_embeddings_and_output_weights), N_ll)
+        for ph, terms in io.items():
+            out[ph] += list(terms)
+        if not training.memory.fsdp_root_group and x.untie_embeddings_and_output_weights:
+            # the first block's backward prefetches the embedding group, not a block
+            first = tm.first_block_gathered(fs["unsharded_params"], N_ll)
+            out["backward"][out["backward"].index(fs["unsharded_params"])] = first
+            start_excess, own_groups = fs["unsharded_params"].expr - first.expr, True
+    if training.states.optimizer == "adam":
+        out["optimizer"] += list(tr.optimizer_step_transient((N_tp / t + N_rep) / (d * c)).terms)
+    return start_excess, own_groups
+
+
+def _add_gradients_not_yet_made(out: dict, j: Job | UncheckedJob, stage: int, acts,
+                                start_excess) -> None:
+    """Add to ``out`` (phase -> Terms) the sharded gradients' absence before the blocks'
+    backward (:func:`_gradients_not_yet_made`) and, without pipelining, their making as the
+    blocks' activations ``acts`` are freed."""
+    x, layout, training = j.model, j.layout, j.training
+    grads = [term for term in state_terms(stage_has_experts(x, layout, stage),
+                                          state_training(training))
+             if term.key in ("gradients", "expert_gradients")]
+    absent = Term("gradients_not_yet_made", -sp.Add(*(term.expr for term in grads)),
+                  "sharded gradients, set to None by the step's zero_grad and made by the "
+                  "blocks' backward", Source("torchtitan", "train.py, train_step "
+                  "(optimizers.zero_grad() first; torch.optim set_to_none=True)"),
+                  label="gradients not yet made")
+    out["forward"].append(absent)
+    out["loss-backward"].append(absent)
+    if layout.p == 1:
+        # the blocks' backward makes each block's gradient shard as it frees the block's
+        # activations: live bytes are linear in the blocks done, so the peak is at the
+        # start (no gradient) or the end (no layer activation): -min(G, A_layers)
+        a_l = sp.Add(*(term.expr for term in acts if term.key == "layer_activations"))
+        out["backward"].append(Term(   # start_excess: the last block's prefetch (fsdp2)
+            "gradients_as_activations_freed", -sp.Min(-absent.expr - start_excess, a_l),
+            "sharded gradients made block by block as the blocks' activations are freed "
+            "(the peak at the backward's start or end)", absent.source,
+            label="gradients made as freed"))
+
+
+def states_and_transients(j: Job | UncheckedJob, stage: int) -> tuple:
+    """(steady model-state Terms, phase -> transient Terms) of one stage, in the count symbols
+    of :func:`stage_counts`: the model states held through forward and backward, and
+    :func:`phase_transients` with the step-only states (:data:`STEP_STATE_KEYS`) in the
+    optimizer phase."""
+    training = j.training
+    terms = state_terms(stage_has_experts(j.model, j.layout, stage), state_training(training))
+    step = tuple(term for term in terms
+                 if training.states.convention == "framework" and term.key in STEP_STATE_KEYS)
+    trans = phase_transients(j, stage)
+    if step:
+        trans = {**trans, "optimizer": step + tuple(trans["optimizer"])}
+    return [term for term in terms if term not in step], trans
