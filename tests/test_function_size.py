@@ -30,20 +30,8 @@ _BEING_SPLIT = "being split (issue 29)"
 
 #: The functions over the limit: ``path::qualified_name`` -> (lines when listed, why it is long).
 ALLOWED = {
-    "memsym/terms/activations.py::layer_activations": (271, _BEING_SPLIT),
-    "memsym/timing/step.py::step_time_grid": (263, _BEING_SPLIT),
-    "memsym/training.py::phase_transients": (168, _BEING_SPLIT),
-    "memsym/timing/report.py::step_report": (167, _BEING_SPLIT),
-    "memsym/job.py::job": (163, _BEING_SPLIT),
-    "memsym/readers/megatron.py::read_megatron_overrides": (151, _BEING_SPLIT),
-    "memsym/timing/step.py::layer_time": (141, _BEING_SPLIT),
     "memsym/model/hf_config.py::from_hf_config": (137, _BEING_SPLIT),
-    "memsym/training.py::resolved_stage_activations": (129, _BEING_SPLIT),
-    "memsym/terms/model_state.py::model_state": (128, _BEING_SPLIT),
-    "memsym/readers/megatron.py::_Reader.training": (127, _BEING_SPLIT),
     "memsym/model/hf_config.py::_read_llama_like": (111, _BEING_SPLIT),
-    "memsym/readers/megatron.py::_Reader.architecture": (109, _BEING_SPLIT),
-    "memsym/timing/step.py::step_time": (103, _BEING_SPLIT),
     "memsym/readers/jobs.py::torchtitan_job": (148, _SPLIT),
     "memsym/readers/torchtitan.py::torchtitan_settings": (146, _SPLIT),
     "memsym/reference_layers.py::_classes": (
