@@ -116,8 +116,6 @@ def _divisors(n: int) -> list:
     return small + large[::-1]
 
 
-
-
 def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None,
               fix_dp: bool = False) -> JobSolution:
     r"""The smallest (dp, tp, pp, cp, gpus) or largest (micro-batch-size, seq-length) value
@@ -186,7 +184,7 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
                                 "'80GB', or a job built with gpu=...)")
     cap = sp.Integer(capacity_bytes(cap_src))
     x = lookup(sym_name)
-    lay, trn = job.layout, job.training
+    lay = job.layout
     tpc = lay.t * lay.p * lay.c
     notes = []
     extra = {}
@@ -199,6 +197,54 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
             extra["d"] = lay.d
 
     # -- the closed form on the most-loaded stage's total, the other values substituted
+    est, expr, vals, sym_total = _stage_total(job, name, x)
+    closed, bound = _closed_form(job, name, x, expr, vals, cap, direction, notes)
+
+    # -- the integer, on the estimate under the same rules
+    candidates = _Candidates(job, field, extra, cap)
+    smallest_ = direction == "smallest"
+    if name in ("tp", "pp"):
+        value, neighbour = _enumerate_divisors(candidates, name, x, notes)
+    else:
+        ladder, start, hi = _ladder(candidates, field, bound, smallest_)
+        value, neighbour = _search_integer(candidates, ladder, start, hi, name, field, x,
+                                           smallest_, (expr, vals, sym_total), notes)
+    return _checked_solution(candidates, est, name, x, value, neighbour, tpc, closed, bound,
+                             smallest_, notes)
+
+
+def _checked_solution(candidates, est, name, x, value, neighbour, tpc, closed, bound,
+                      smallest_, notes) -> JobSolution:
+    """The answer checked to fit (and its neighbour not to), as a :class:`JobSolution`."""
+    cap = candidates.cap
+    mem, e_ans, j_ans = candidates.at(value)
+    if not mem <= cap:                                  # pragma: no cover - defensive
+        raise NoFitError(f"internal check failed: {x.name} = {value} does not fit")
+    if neighbour is not None and neighbour[1] <= cap:   # pragma: no cover - defensive
+        raise BeyondSearchBound(f"the total is not monotone in {x.name} here; no answer is claimed")
+    shown = value * tpc if name == "gpus" else value
+    if neighbour is not None:
+        nb = neighbour[0] * tpc if name == "gpus" else neighbour[0]
+        neighbour = (nb, neighbour[1])
+        notes.append(f"checked: {x.name} = {shown} fits ({gb_text(mem)} GB <= {gb_text(cap)} GB) and the "
+                     f"next admissible {x.name} = {nb} does not ({gb_text(neighbour[1])} GB)")
+    else:
+        notes.append(f"checked: {x.name} = {shown} fits ({gb_text(mem)} GB <= {gb_text(cap)} GB); no "
+                     f"admissible {'smaller' if smallest_ else 'larger'} {x.name} exists")
+    if e_ans.stage != est.stage:
+        notes.append(f"the most-loaded stage moved from {est.stage} to {e_ans.stage}")
+    scale = tpc if name == "gpus" else 1
+    seen = [(n * scale, got[0]) for n, got in candidates.cache.items() if got is not None]
+    last = [value * scale] + ([neighbour[0]] if neighbour is not None else [])
+    tried = tuple([row for row in seen if row[0] not in last]
+                  + [row for v_ in last for row in seen if row[0] == v_])
+    return JobSolution(x, int(shown), closed, bound, ">=" if smallest_ else "<=", mem, cap,
+                       e_ans.stage, tuple(notes), neighbour, j_ans, tried)
+
+
+def _stage_total(job, name, x):
+    """``(estimate, expr, values, total)``: the most-loaded stage's total, in G for "gpus"
+    (d = G / (t p c)), and the job's values of every symbol but the unknown."""
     est = job_memory(job)
     expr = est.total.expr
     vals = dict(est.values)
@@ -208,6 +254,11 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
         expr = sym_total.expr
         vals.pop(d_, None)
     vals.pop(x, None)
+    return est, expr, vals, sym_total
+
+
+def _closed_form(job, name, x, expr, vals, cap, direction, notes):
+    """``(closed, bound)``: the boundary M(x) = C solved for x, and at the job's values."""
     closed = bound = None
     if name == "pp":
         notes.append("no closed form in p: the stage's parameter counts (N_tp, N_rep: its "
@@ -231,163 +282,193 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
                          "at the given s in the closed form")
     else:
         notes.append(f"the total does not depend on {x.name} at these settings")
+    return closed, bound
 
-    # -- the integer, on the estimate under the same rules
-    cache = {}
 
-    def at(n: int):
+class _Candidates:
+    """The job at each candidate value n of the unknown, estimated once and kept."""
+
+    def __init__(self, job, field, extra, cap):
+        self.job, self.field, self.extra, self.cap = job, field, extra, cap
+        self.cache = {}
+
+    def at(self, n: int):
         """(memory, estimate, job) at candidate n, or None where a launch rule refuses it."""
-        if n not in cache:
+        if n not in self.cache:
             try:
-                jn = job.replace(**{field: n}, **extra)
+                jn = self.job.replace(**{self.field: n}, **self.extra)
             except InvalidValueError:     # DivisibilityError and other launch rules
-                cache[n] = None
+                self.cache[n] = None
             else:
                 e_ = job_memory(jn)
-                cache[n] = (e_.bytes_total, e_, jn)
-        return cache[n]
+                self.cache[n] = (e_.bytes_total, e_, jn)
+        return self.cache[n]
 
-    def fits(n: int) -> bool:
-        got = at(n)
-        return got is not None and got[0] <= cap
+    def fits(self, n: int) -> bool:
+        got = self.at(n)
+        return got is not None and got[0] <= self.cap
 
-    smallest_ = direction == "smallest"
+
+def _enumerate_divisors(candidates, name, x, notes):
+    """``(value, neighbour)``: the smallest t or p that fits, enumerated in ascending order."""
+    job, cap, at = candidates.job, candidates.cap, candidates.at
+    lay = job.layout
     value = neighbour = None
-    if name in ("tp", "pp"):
-        limit = job.model.num_attention_heads if name == "tp" else job.model.num_layers
-        tried = []
-        # only divisors can pass tp-heads / pp-layers (an even split): a bounded candidate list
-        # (at most 2 sqrt(limit) values); with uneven first/last stages every p may split
-        uneven = name == "pp" and (lay.first_stage_layers is not None
-                                   or lay.last_stage_layers is not None)
-        small = [q for q in range(1, int(limit ** 0.5) + 1) if limit % q == 0]
-        cands = range(1, limit + 1) if uneven else sorted(set(small + [limit // q for q in small]))
-        for n in cands:
-            got = at(n)
-            if got is None:
-                continue
-            tried.append(n)
-            if got[0] <= cap:
-                value = n
-                break
-        if value is None:
-            if not tried:
-                raise NoFitError(f"nothing fits: every {name} up to {limit} breaks a launch rule")
-            low = min(tried, key=lambda n: at(n)[0])
-            raise NoFitError(f"nothing fits: no admissible {x.name} up to {limit} fits "
-                             f"{gb_text(cap)} GB; the least is {gb_text(at(low)[0])} GB at "
-                             f"{x.name} = {low}")
-        below = [n for n in tried if n < value]
-        if below:
-            neighbour = (below[-1], at(below[-1])[0])
-        notes.append(f"{x.name} enumerated 1, 2, ... {limit}; {len(tried) - 1} admissible "
-                     f"smaller value(s) checked not to fit, the others refused by a launch rule")
-    else:
-        base = getattr(lay, field) if hasattr(lay, field) else trn.value(field)
-        lo, hi = 1, _JOB_UPPER.get(field, 2**20)
-        cands = None
-        if field == "c":
-            hi = trn.batch.seq_length
-        if field == "seq_length" and job.model.max_position_embeddings:
-            hi = job.model.max_position_embeddings
-        if trn.batch.global_batch_size is not None and field in ("d", "micro_batch_size"):
-            other = trn.batch.micro_batch_size if field == "d" else lay.d
-            if trn.batch.global_batch_size % other:
-                raise InvalidValueError(f"global batch size {trn.batch.global_batch_size} is not a "
-                                        f"multiple of {other}")
-            cands = _divisors(trn.batch.global_batch_size // other)
-        if cands is not None:
-            val = cands.__getitem__
-            lo_i, hi_i = 0, len(cands) - 1
-            start_n = base if bound is None else int(sp.ceiling(bound) if smallest_ else sp.floor(bound))
-            start = next((i for i, v_ in enumerate(cands) if v_ >= start_n), hi_i)
-        else:
-            def val(i):
+    limit = job.model.num_attention_heads if name == "tp" else job.model.num_layers
+    tried = []
+    # only divisors can pass tp-heads / pp-layers (an even split): a bounded candidate list
+    # (at most 2 sqrt(limit) values); with uneven first/last stages every p may split
+    uneven = name == "pp" and (lay.first_stage_layers is not None
+                               or lay.last_stage_layers is not None)
+    small = [q for q in range(1, int(limit ** 0.5) + 1) if limit % q == 0]
+    cands = range(1, limit + 1) if uneven else sorted(set(small + [limit // q for q in small]))
+    for n in cands:
+        got = at(n)
+        if got is None:
+            continue
+        tried.append(n)
+        if got[0] <= cap:
+            value = n
+            break
+    if value is None:
+        if not tried:
+            raise NoFitError(f"nothing fits: every {name} up to {limit} breaks a launch rule")
+        low = min(tried, key=lambda n: at(n)[0])
+        raise NoFitError(f"nothing fits: no admissible {x.name} up to {limit} fits "
+                         f"{gb_text(cap)} GB; the least is {gb_text(at(low)[0])} GB at "
+                         f"{x.name} = {low}")
+    below = [n for n in tried if n < value]
+    if below:
+        neighbour = (below[-1], at(below[-1])[0])
+    notes.append(f"{x.name} enumerated 1, 2, ... {limit}; {len(tried) - 1} admissible "
+                 f"smaller value(s) checked not to fit, the others refused by a launch rule")
+    return value, neighbour
+
+
+def _same(i):
+    return i
+
+
+class _Ladder:
+    """The candidates searched, by position i in lo..hi: the value ``val(i)`` (i itself, or
+    the i-th divisor of the global batch)."""
+
+    def __init__(self, candidates, val, lo, hi, divisors):
+        self.candidates, self.val, self.lo, self.hi = candidates, val, lo, hi
+        self.divisors = divisors
+
+    def admissible(self, i, step):
+        """The first position from i in steps of ``step`` that a launch rule admits, or None."""
+        for _ in range(_RULE_WINDOW):
+            if i < self.lo or i > self.hi:
+                return None
+            if self.candidates.at(self.val(i)) is not None:
                 return i
-            lo_i, hi_i = lo, hi
-            start = base
-            if bound is not None and bound.is_finite:
-                start = int(sp.ceiling(bound)) if smallest_ else int(sp.floor(bound))
+            i += step
+        return None
 
-        def admissible_i(i, step):
-            for _ in range(_RULE_WINDOW):
-                if i < lo_i or i > hi_i:
-                    return None
-                if at(val(i)) is not None:
-                    return i
-                i += step
-            return None
 
-        # the search range's ends are admissible candidates (a rule may refuse the limits)
-        lo_a, hi_a = admissible_i(lo_i, +1), admissible_i(hi_i, -1)
-        if lo_a is None or hi_a is None:
-            raise NoFitError(f"nothing fits: every candidate {x.name} in {val(lo_i)}..{val(hi_i)} "
-                             f"checked breaks a launch rule")
-        lo_i, hi_i = lo_a, hi_a
-        if smallest_:
-            def pred(i):
-                j_ = admissible_i(i, +1)
-                return j_ is not None and fits(val(j_))
-            first = first_true(pred, lo_i, hi_i, start)
-            if first is None:
-                floor = floor_at_infinity(expr.xreplace(vals), x)
-                if name in ("dp", "cp", "gpus") and floor is not None and floor >= cap:
-                    raise floor_message(sym_total, x, vals, cap, +1)
-                raise NoFitError(f"nothing fits: no admissible {x.name if name != 'gpus' else 'd'}"
-                                 f" up to {val(hi_i)} fits {gb_text(cap)} GB")
-            i_ans = admissible_i(first, +1)
-            prev = admissible_i(i_ans - 1, -1)
-        else:
-            def pred(i):     # true ... true false ... false  ->  first false
-                j_ = admissible_i(i, -1)
-                return not (j_ is not None and fits(val(j_)))
-            first_false = first_true(pred, lo_i, hi_i, start)
-            if first_false is None:
-                i_ans = admissible_i(hi_i, -1)
-                prev = None
-                notes.append(f"every admissible {x.name} up to {val(hi_i)} fits: the answer is "
-                             "the search limit" + (" (max_position_embeddings: Megatron-LM asserts "
-                                                   "max_position_embeddings >= seq_length)"
-                                                   if field == "seq_length" and cands is None
-                                                   and hi == job.model.max_position_embeddings
-                                                   else ""))
-            else:
-                i_ans = admissible_i(first_false - 1, -1) if first_false > lo_i else None
-                prev = admissible_i(first_false, +1)
-            if i_ans is None:
-                raise NoFitError(f"nothing fits: {x.name} = {val(admissible_i(lo_i, +1) or lo_i)} "
-                                 f"already needs {gb_text(at(val(admissible_i(lo_i, +1) or lo_i))[0])}"
-                                 f" GB (> capacity {gb_text(cap)} GB)"
-                                 if admissible_i(lo_i, +1) is not None else
-                                 f"nothing fits: every {x.name} breaks a launch rule")
-        value = val(i_ans)
-        if prev is not None:
-            neighbour = (val(prev), at(val(prev))[0])
-        how = ("the divisors of the global batch" if cands is not None else
-               f"{x.name if name != 'gpus' else 'd'} in 1..{val(hi_i)} by galloping and bisection")
-        notes.append(f"integer found on the estimate over {how}, candidates a launch rule "
-                     "refuses skipped")
-    mem, e_ans, j_ans = at(value)
-    if not mem <= cap:                                  # pragma: no cover - defensive
-        raise NoFitError(f"internal check failed: {x.name} = {value} does not fit")
-    if neighbour is not None and neighbour[1] <= cap:   # pragma: no cover - defensive
-        raise BeyondSearchBound(f"the total is not monotone in {x.name} here; no answer is claimed")
-    shown = value * tpc if name == "gpus" else value
-    if neighbour is not None:
-        nb = neighbour[0] * tpc if name == "gpus" else neighbour[0]
-        neighbour = (nb, neighbour[1])
-        notes.append(f"checked: {x.name} = {shown} fits ({gb_text(mem)} GB <= {gb_text(cap)} GB) and the "
-                     f"next admissible {x.name} = {nb} does not ({gb_text(neighbour[1])} GB)")
+def _ladder(candidates, field, bound, smallest_):
+    """``(ladder, start, hi)``: the positions searched for ``field``, where the search
+    starts (the closed form's bound, else the job's own value), and the value limit hi."""
+    job = candidates.job
+    lay, trn = job.layout, job.training
+    base = getattr(lay, field) if hasattr(lay, field) else trn.value(field)
+    lo, hi = 1, _JOB_UPPER.get(field, 2**20)
+    cands = None
+    if field == "c":
+        hi = trn.batch.seq_length
+    if field == "seq_length" and job.model.max_position_embeddings:
+        hi = job.model.max_position_embeddings
+    if trn.batch.global_batch_size is not None and field in ("d", "micro_batch_size"):
+        other = trn.batch.micro_batch_size if field == "d" else lay.d
+        if trn.batch.global_batch_size % other:
+            raise InvalidValueError(f"global batch size {trn.batch.global_batch_size} is not a "
+                                    f"multiple of {other}")
+        cands = _divisors(trn.batch.global_batch_size // other)
+    if cands is not None:
+        lo_i, hi_i = 0, len(cands) - 1
+        start_n = base if bound is None else int(sp.ceiling(bound) if smallest_ else sp.floor(bound))
+        start = next((i for i, v_ in enumerate(cands) if v_ >= start_n), hi_i)
+        return _Ladder(candidates, cands.__getitem__, lo_i, hi_i, True), start, hi
+    start = base
+    if bound is not None and bound.is_finite:
+        start = int(sp.ceiling(bound)) if smallest_ else int(sp.floor(bound))
+    return _Ladder(candidates, _same, lo, hi, False), start, hi
+
+
+def _search_integer(candidates, ladder, start, hi, name, field, x, smallest_, total, notes):
+    """``(value, neighbour)``: the answer found by galloping and bisection over ``ladder``;
+    ``total`` is ``(expr, vals, sym_total)``, for the message when nothing fits."""
+    val, cap = ladder.val, candidates.cap
+    # the search range's ends are admissible candidates (a rule may refuse the limits)
+    lo_a, hi_a = ladder.admissible(ladder.lo, +1), ladder.admissible(ladder.hi, -1)
+    if lo_a is None or hi_a is None:
+        raise NoFitError(f"nothing fits: every candidate {x.name} in {val(ladder.lo)}.."
+                         f"{val(ladder.hi)} checked breaks a launch rule")
+    ladder.lo, ladder.hi = lo_a, hi_a
+    if smallest_:
+        i_ans, prev = _smallest_position(ladder, start, name, x, total, cap)
     else:
-        notes.append(f"checked: {x.name} = {shown} fits ({gb_text(mem)} GB <= {gb_text(cap)} GB); no "
-                     f"admissible {'smaller' if smallest_ else 'larger'} {x.name} exists")
-    if e_ans.stage != est.stage:
-        notes.append(f"the most-loaded stage moved from {est.stage} to {e_ans.stage}")
-    scale = tpc if name == "gpus" else 1
-    seen = [(n * scale, got[0]) for n, got in cache.items() if got is not None]
-    last = [value * scale] + ([neighbour[0]] if neighbour is not None else [])
-    tried = tuple([row for row in seen if row[0] not in last]
-                  + [row for v_ in last for row in seen if row[0] == v_])
-    return JobSolution(x, int(shown), closed, bound, ">=" if smallest_ else "<=", mem, cap,
-                       e_ans.stage, tuple(notes), neighbour, j_ans, tried)
+        i_ans, prev = _largest_position(ladder, start, field, x, hi, cap, notes)
+    neighbour = None
+    value = val(i_ans)
+    if prev is not None:
+        neighbour = (val(prev), candidates.at(val(prev))[0])
+    how = ("the divisors of the global batch" if ladder.divisors else
+           f"{x.name if name != 'gpus' else 'd'} in 1..{val(ladder.hi)} by galloping and bisection")
+    notes.append(f"integer found on the estimate over {how}, candidates a launch rule "
+                 "refuses skipped")
+    return value, neighbour
 
+
+def _smallest_position(ladder, start, name, x, total, cap):
+    """``(i_ans, prev)``: the first admissible position that fits and the one before it."""
+    admissible, val, fits = ladder.admissible, ladder.val, ladder.candidates.fits
+
+    def pred(i):
+        j_ = admissible(i, +1)
+        return j_ is not None and fits(val(j_))
+    first = first_true(pred, ladder.lo, ladder.hi, start)
+    if first is None:
+        expr, vals, sym_total = total
+        floor = floor_at_infinity(expr.xreplace(vals), x)
+        if name in ("dp", "cp", "gpus") and floor is not None and floor >= cap:
+            raise floor_message(sym_total, x, vals, cap, +1)
+        raise NoFitError(f"nothing fits: no admissible {x.name if name != 'gpus' else 'd'}"
+                         f" up to {val(ladder.hi)} fits {gb_text(cap)} GB")
+    i_ans = admissible(first, +1)
+    prev = admissible(i_ans - 1, -1)
+    return i_ans, prev
+
+
+def _largest_position(ladder, start, field, x, hi, cap, notes):
+    """``(i_ans, prev)``: the last admissible position that fits and the one after it."""
+    admissible, val, at = ladder.admissible, ladder.val, ladder.candidates.at
+    fits = ladder.candidates.fits
+    lo_i, hi_i = ladder.lo, ladder.hi
+
+    def pred(i):     # true ... true false ... false  ->  first false
+        j_ = admissible(i, -1)
+        return not (j_ is not None and fits(val(j_)))
+    first_false = first_true(pred, lo_i, hi_i, start)
+    if first_false is None:
+        i_ans = admissible(hi_i, -1)
+        prev = None
+        notes.append(f"every admissible {x.name} up to {val(hi_i)} fits: the answer is "
+                     "the search limit" + (" (max_position_embeddings: Megatron-LM asserts "
+                                           "max_position_embeddings >= seq_length)"
+                                           if field == "seq_length" and not ladder.divisors
+                                           and hi == ladder.candidates.job.model
+                                           .max_position_embeddings
+                                           else ""))
+    else:
+        i_ans = admissible(first_false - 1, -1) if first_false > lo_i else None
+        prev = admissible(first_false, +1)
+    if i_ans is None:
+        raise NoFitError(f"nothing fits: {x.name} = {val(admissible(lo_i, +1) or lo_i)} "
+                         f"already needs {gb_text(at(val(admissible(lo_i, +1) or lo_i))[0])}"
+                         f" GB (> capacity {gb_text(cap)} GB)"
+                         if admissible(lo_i, +1) is not None else
+                         f"nothing fits: every {x.name} breaks a launch rule")
+    return i_ans, prev

@@ -99,7 +99,7 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
     >>> fig.axes[0].get_xlabel()
     'data-parallel size d [GPUs]'
     """
-    import sympy as sp
+    # matplotlib first: without it the call fails before any work, as it always has
     from matplotlib.ticker import MaxNLocator
 
     x = lookup(unknown)
@@ -114,43 +114,16 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
     if fixed is not None and fixed.free_symbols - {x}:
         missing = ", ".join(sorted(s_.name for s_ in fixed.free_symbols - {x}))
         raise InvalidValueError(f"memory_vs needs values for: {missing}")
-    floor = None
-    if fixed is not None:
-        try:
-            floor = sp.limit(fixed, x, 0, "+") if grows else sp.limit(fixed, x, sp.oo)
-        except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
-            floor = None
-        if floor is not None and not floor.is_finite:
-            floor = None
+    floor = _floor(fixed, x, grows)
     nothing = False
     centre = None          # a symbolic answer, to place the default candidates around
     if solution is None and cap is not None and fixed is not None:
-        try:
-            centre = (largest if grows else smallest)(total, x, cap, vals)
-        except NoFitError:
-            nothing = True
-        except (InvalidValueError, NotImplementedError):  # e.g. Min(m, p): no closed search
-            centre = None
+        centre, nothing = _solved(total, x, cap, vals, grows)
         if evaluate is None:
             solution = centre
     elif solution is not None:
         centre = solution
-    cands = list(candidates) if candidates is not None else \
-        _candidates(x.name, centre.value if centre is not None else None)
-    if len(cands) > _MAX_POINTS or not cands:
-        raise InvalidValueError(f"candidates: 1 to {_MAX_POINTS} values, got {len(cands)}")
-    if centre is not None and centre.value not in cands and candidates is None \
-            and x.name not in _POW2:
-        cands = sorted(set(cands) | {int(centre.value)})
-    xs, ys, skipped = [], [], []
-    for n in cands:
-        try:
-            val = evaluate(int(n)) if evaluate is not None else fixed.xreplace({x: sp.Integer(n)})
-        except ValueError:
-            skipped.append(int(n))
-            continue
-        xs.append(int(n))
-        ys.append(float(val) / _GB)
+    xs, ys, skipped = _curve(_drawn_candidates(x, candidates, centre), evaluate, fixed, x)
     none_drawn = False
     if evaluate is not None and cap is not None and solution is None:
         # the marked value is the best drawn candidate that fits when re-estimated
@@ -163,6 +136,82 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
             none_drawn = True
     fig, ax = figure(ax)
     ax.plot(xs, ys, marker="o", markersize=3.5, color=OKABE_ITO["blue"], label="memory per GPU")
+    if _capacity_and_floor(ax, x, cap, floor, grows):
+        nothing = True
+    if solution is not None and not nothing:
+        _mark_solution(ax, x, solution, grows, xs)
+    if nothing:
+        _say_nothing_fits(ax, floor, cap)
+    if none_drawn:
+        ax.text(0.5, 0.97, f"none of the drawn {x.name} fits: try larger values",
+                transform=ax.transAxes, ha="center", va="top", color=_RED)
+    _x_axis(ax, x, xs, skipped, MaxNLocator)
+    ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
+    ax.set_ylim(bottom=0)
+    ax.set_title(plot_text(title) if title else f"Memory per GPU against {x.name}")
+    legend_outside(ax)
+    return fig
+
+
+def _floor(fixed, x, grows):
+    """The memory no amount of ``x`` removes (None where there is no finite limit)."""
+    import sympy as sp
+
+    floor = None
+    if fixed is not None:
+        try:
+            floor = sp.limit(fixed, x, 0, "+") if grows else sp.limit(fixed, x, sp.oo)
+        except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
+            floor = None
+        if floor is not None and not floor.is_finite:
+            floor = None
+    return floor
+
+
+def _solved(total, x, cap, vals, grows) -> tuple:
+    """``(solution, nothing)``: the smallest (largest for what grows) ``x`` that fits, or
+    None; ``nothing`` where no value fits."""
+    centre, nothing = None, False
+    try:
+        centre = (largest if grows else smallest)(total, x, cap, vals)
+    except NoFitError:
+        nothing = True
+    except (InvalidValueError, NotImplementedError):  # e.g. Min(m, p): no closed search
+        centre = None
+    return centre, nothing
+
+
+def _drawn_candidates(x, candidates, centre) -> list:
+    """The values of ``x`` to draw: the given ones, or the defaults around the solution."""
+    cands = list(candidates) if candidates is not None else \
+        _candidates(x.name, centre.value if centre is not None else None)
+    if len(cands) > _MAX_POINTS or not cands:
+        raise InvalidValueError(f"candidates: 1 to {_MAX_POINTS} values, got {len(cands)}")
+    if centre is not None and centre.value not in cands and candidates is None \
+            and x.name not in _POW2:
+        cands = sorted(set(cands) | {int(centre.value)})
+    return cands
+
+
+def _curve(cands, evaluate, fixed, x) -> tuple:
+    """``(xs, ys, skipped)``: the candidates drawn, their memory [GB], those the rules refuse."""
+    import sympy as sp
+
+    xs, ys, skipped = [], [], []
+    for n in cands:
+        try:
+            val = evaluate(int(n)) if evaluate is not None else fixed.xreplace({x: sp.Integer(n)})
+        except ValueError:
+            skipped.append(int(n))
+            continue
+        xs.append(int(n))
+        ys.append(float(val) / _GB)
+    return xs, ys, skipped
+
+
+def _capacity_and_floor(ax, x, cap, floor, grows) -> bool:
+    """The capacity and floor lines; whether the floor leaves nothing that fits."""
+    nothing = False
     if cap is not None:
         capf = float(cap) / _GB
         ax.axhline(capf, color=CAPACITY_COLOR, linestyle="--", label=f"capacity C = {capf:.4g} GB")
@@ -173,35 +222,44 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
         ax.axhline(fl, color=OKABE_ITO["bluish green"], linestyle=":", label=f"{what} ({fl:.4g} GB)")
         if cap is not None and not grows and floor >= cap:
             nothing = True
-    if solution is not None and not nothing:
-        word = "largest" if grows else "smallest"
-        val = int(solution.value)
-        mem = float(solution.memory) / _GB
-        ax.axvline(val, color=_RED, linestyle="-.", linewidth=1)
-        ax.plot([val], [mem], "o", color=_RED, markersize=7,
-                label=f"{word} {x.name} that fits = {val}")
-        # below the point, on the side away from the curve (it rises towards smaller x when
-        # memory falls with x, towards larger x when it grows) and from the capacity line
-        # just above; to the right when the point is the first drawn
-        left = not grows and xs and val > min(xs)
-        ax.annotate(f"{x.name} = {val}\n{mem:.1f} GB", (val, mem), xytext=(-8 if left else 8, -8),
-                    textcoords="offset points", color=_RED, fontsize="small",
-                    ha="right" if left else "left", va="top")
-    if nothing:
-        msg = "nothing fits"
-        ypos, coords = 0.5, ax.transAxes
-        if floor is not None and cap is not None:
-            word = "reaches" if floor == cap else "is above"
-            msg += (f": the floor {float(floor) / _GB:.4g} GB\n{word} the "
-                    f"{float(cap) / _GB:.4g} GB capacity")
-            # below the floor no curve point lies: the message there covers no data
-            ypos, coords = float(floor) / _GB / 2, ax.get_yaxis_transform()
-        ax.text(0.5, ypos, msg, transform=coords, ha="center", va="center",
-                fontsize="large", color=_RED,
-                bbox=dict(boxstyle="round", facecolor="white", edgecolor=_RED))
-    if none_drawn:
-        ax.text(0.5, 0.97, f"none of the drawn {x.name} fits: try larger values",
-                transform=ax.transAxes, ha="center", va="top", color=_RED)
+    return nothing
+
+
+def _mark_solution(ax, x, solution, grows, xs) -> None:
+    """The solved value: a vertical line, the point and its label."""
+    word = "largest" if grows else "smallest"
+    val = int(solution.value)
+    mem = float(solution.memory) / _GB
+    ax.axvline(val, color=_RED, linestyle="-.", linewidth=1)
+    ax.plot([val], [mem], "o", color=_RED, markersize=7,
+            label=f"{word} {x.name} that fits = {val}")
+    # below the point, on the side away from the curve (it rises towards smaller x when
+    # memory falls with x, towards larger x when it grows) and from the capacity line
+    # just above; to the right when the point is the first drawn
+    left = not grows and xs and val > min(xs)
+    ax.annotate(f"{x.name} = {val}\n{mem:.1f} GB", (val, mem), xytext=(-8 if left else 8, -8),
+                textcoords="offset points", color=_RED, fontsize="small",
+                ha="right" if left else "left", va="top")
+
+
+def _say_nothing_fits(ax, floor, cap) -> None:
+    """"nothing fits" on the plot, below the floor where there is one."""
+    msg = "nothing fits"
+    ypos, coords = 0.5, ax.transAxes
+    if floor is not None and cap is not None:
+        word = "reaches" if floor == cap else "is above"
+        msg += (f": the floor {float(floor) / _GB:.4g} GB\n{word} the "
+                f"{float(cap) / _GB:.4g} GB capacity")
+        # below the floor no curve point lies: the message there covers no data
+        ypos, coords = float(floor) / _GB / 2, ax.get_yaxis_transform()
+    ax.text(0.5, ypos, msg, transform=coords, ha="center", va="center",
+            fontsize="large", color=_RED,
+            bbox=dict(boxstyle="round", facecolor="white", edgecolor=_RED))
+
+
+def _x_axis(ax, x, xs, skipped, MaxNLocator) -> None:
+    """The unknown's axis: powers of two on a log scale, integers (``MaxNLocator``, matplotlib's),
+    and what was not drawn."""
     skipped_note = ""
     if skipped:   # under the x label, where it covers no data
         skipped_note = (f"\n(not drawn, refused by the layout rules: {x.name} = "
@@ -214,11 +272,6 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
     elif meta is not None and meta.integer:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(_axis_label(x.name) + skipped_note)
-    ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
-    ax.set_ylim(bottom=0)
-    ax.set_title(plot_text(title) if title else f"Memory per GPU against {x.name}")
-    legend_outside(ax)
-    return fig
 
 
 def memory_vs_d(total, values: Mapping, capacity, *, d_max: int | None = None, solution=None,
@@ -331,7 +384,6 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
     >>> fig.axes[0].get_xlabel()
     'pipeline-parallel size (number of stages) p [GPUs]'
     """
-    import numpy as np
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -355,39 +407,11 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
         handles = [Patch(color=FITS_COLOR, label="a layout fits"),
                    Patch(color=NOFIT_COLOR, label="valid, none fits")]
     elif value == "step_time":
-        shown = np.where(grid > 0, grid, np.nan)
-        img = ax.imshow(shown, cmap=SEQUENTIAL_CMAP, origin="lower", aspect="auto")
-        fig.colorbar(img, ax=ax, label="best step time [s]")
-        nofit = np.where(grid == -1.0, 1.0, np.nan)
-        ax.imshow(nofit, cmap=ListedColormap([NOFIT_COLOR]), origin="lower", aspect="auto")
-        handles = [Patch(color=NOFIT_COLOR, label="valid, none fits")]
-        finite = grid[grid > 0]
-        mid = (finite.min() + finite.max()) / 2 if finite.size else 0
-        for i in range(len(ys)):
-            for j in range(len(xs)):
-                if grid[i, j] > 0:   # dark text on the light (fast) end of viridis_r
-                    # the best cell's number under its star, which sits at the centre
-                    low = 0.32 if (i, j) == best_cell else 0.0
-                    ax.text(j, i - low, f"{grid[i, j]:.2f} s", ha="center", va="center",
-                            fontsize="x-small", color="black" if grid[i, j] <= mid else "white")
+        handles = _step_time_cells(fig, ax, grid, best_cell)
     else:
-        lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
-        img = ax.imshow(grid, cmap=DIVERGING_CMAP, vmin=-lim, vmax=lim, origin="lower", aspect="auto")
-        fig.colorbar(img, ax=ax, label="best headroom [GB]")
-        handles = []
-        for (i, j), val in np.ndenumerate(grid):
-            if np.isfinite(val):   # the number: a pale cell near 0 GB must not read as blank
-                low = 0.32 if (i, j) == best_cell else 0.0
-                ax.text(j, i - low, f"{val:.0f} GB", ha="center", va="center",
-                        fontsize="x-small", color="white" if abs(val) > 0.6 * lim else "black")
+        handles = _headroom_cells(fig, ax, grid, best_cell)
     handles.append(Patch(facecolor="white", edgecolor="0.6", label="blank: no layout passes the rules"))
-    for (i, j), term in binding.items():   # at the top of its cell: the centre holds the star
-        ax.text(j, i + 0.3, binding_code(term), ha="center", va="center", fontsize="x-small",
-                fontweight="bold",
-                bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none",
-                          alpha=0.8))
-    for term in dict.fromkeys(sorted(binding.values(), key=binding_code)):
-        handles.append(Patch(visible=False, label=f"{binding_code(term)} = {plot_text(term)}"))
+    _binding_labels(ax, binding, handles)
     ax.set_xticks(range(len(xs)), [str(v) for v in xs])
     ax.set_yticks(range(len(ys)), [str(v) for v in ys])
     ax.set_xlabel(_axis_label(x))
@@ -414,6 +438,61 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
                     "layout with the most headroom") if binding else ""),
               title_fontsize="x-small", frameon=False)
     return fig
+
+
+def _step_time_cells(fig, ax, grid, best_cell) -> list:
+    """The step-time map: each fitting cell's best time [s], the others marked; the legend's
+    handles."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    ys, xs = grid.shape
+    shown = np.where(grid > 0, grid, np.nan)
+    img = ax.imshow(shown, cmap=SEQUENTIAL_CMAP, origin="lower", aspect="auto")
+    fig.colorbar(img, ax=ax, label="best step time [s]")
+    nofit = np.where(grid == -1.0, 1.0, np.nan)
+    ax.imshow(nofit, cmap=ListedColormap([NOFIT_COLOR]), origin="lower", aspect="auto")
+    handles = [Patch(color=NOFIT_COLOR, label="valid, none fits")]
+    finite = grid[grid > 0]
+    mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+    for i in range(ys):
+        for j in range(xs):
+            if grid[i, j] > 0:   # dark text on the light (fast) end of viridis_r
+                # the best cell's number under its star, which sits at the centre
+                low = 0.32 if (i, j) == best_cell else 0.0
+                ax.text(j, i - low, f"{grid[i, j]:.2f} s", ha="center", va="center",
+                        fontsize="x-small", color="black" if grid[i, j] <= mid else "white")
+    return handles
+
+
+def _headroom_cells(fig, ax, grid, best_cell) -> list:
+    """The headroom map: each cell's best headroom [GB]; the legend's handles (none)."""
+    import numpy as np
+
+    lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
+    img = ax.imshow(grid, cmap=DIVERGING_CMAP, vmin=-lim, vmax=lim, origin="lower", aspect="auto")
+    fig.colorbar(img, ax=ax, label="best headroom [GB]")
+    handles = []
+    for (i, j), val in np.ndenumerate(grid):
+        if np.isfinite(val):   # the number: a pale cell near 0 GB must not read as blank
+            low = 0.32 if (i, j) == best_cell else 0.0
+            ax.text(j, i - low, f"{val:.0f} GB", ha="center", va="center",
+                    fontsize="x-small", color="white" if abs(val) > 0.6 * lim else "black")
+    return handles
+
+
+def _binding_labels(ax, binding, handles) -> None:
+    """Each cell's binding-term code, and its meaning appended to the legend's ``handles``."""
+    from matplotlib.patches import Patch
+
+    for (i, j), term in binding.items():   # at the top of its cell: the centre holds the star
+        ax.text(j, i + 0.3, binding_code(term), ha="center", va="center", fontsize="x-small",
+                fontweight="bold",
+                bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none",
+                          alpha=0.8))
+    for term in dict.fromkeys(sorted(binding.values(), key=binding_code)):
+        handles.append(Patch(visible=False, label=f"{binding_code(term)} = {plot_text(term)}"))
 
 
 def _blank_note(result, xs, ys, grid, x, y) -> str:

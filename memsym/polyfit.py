@@ -291,6 +291,27 @@ def fit_polynomial(measure: Callable, symbols, *, degree: int | None = None, max
     memsym.polyfit.MeasureError: no polynomial of total degree 2 in s fits: at s=8 the measurement is 512 bytes but ...
     """
     syms = _symbols(symbols)
+    monos, where = _fit_basis(syms, degree, max_degree, basis)
+    rngs, hold = _fit_ranges(syms, ranges, holdout_ranges, extra, holdout)
+
+    rng = random.Random(seed)
+    points = _select(monos, syms, rngs, valid, rng, tries)
+    checks = _fresh(rng, syms, rngs, valid, extra, points, tries)
+    held = _fresh(rng, syms, hold, valid, holdout, points + checks, tries)
+
+    run = _Measurements(measure)
+    measured = [run(pt) for pt in points]
+    groups, parts, total = _solve_exact(monos, syms, points, measured)
+    for pt in checks:
+        _verify(run(pt), pt, "measurement", groups, parts, total, syms, where)
+    for pt in held:
+        _verify(run(pt), pt, "held-back measurement", groups, parts, total, syms, where)
+    every = [(dict(pt), dict(run.cache[tuple(pt.values())])) for pt in points + checks + held]
+    return Fit(total, parts, syms, monos, tuple(points), tuple(checks), tuple(held), tuple(every))
+
+
+def _fit_basis(syms, degree, max_degree, basis) -> tuple:
+    """``(monomials, where)``: the basis fitted and its description for messages."""
     if basis is None:
         if degree is None:
             raise InvalidValueError("give a total degree or an explicit monomial basis")
@@ -301,7 +322,11 @@ def fit_polynomial(measure: Callable, symbols, *, degree: int | None = None, max
             raise InvalidValueError("give either a degree (with max_degree) or a basis, not both")
         monos = _check_basis(basis, syms)
         form = "basis {" + ", ".join(map(str, monos)) + "}"
-    where = f"{form} in {', '.join(map(str, syms))}"
+    return monos, f"{form} in {', '.join(map(str, syms))}"
+
+
+def _fit_ranges(syms, ranges, holdout_ranges, extra, holdout) -> tuple:
+    """``(ranges, holdout ranges)`` by symbol name, checked, with their defaults."""
     rngs = {}
     for x in syms:
         lo, hi = (ranges or {}).get(x.name, (1, 8))
@@ -316,29 +341,33 @@ def fit_polynomial(measure: Callable, symbols, *, degree: int | None = None, max
     for count, what in ((extra, "extra"), (holdout, "holdout")):
         if not isinstance(count, int) or count < 0:
             raise InvalidValueError(f"{what} must be a whole number >= 0, not {count!r}")
+    return rngs, hold
 
-    rng = random.Random(seed)
-    points = _select(monos, syms, rngs, valid, rng, tries)
-    checks = _fresh(rng, syms, rngs, valid, extra, points, tries)
-    held = _fresh(rng, syms, hold, valid, holdout, points + checks, tries)
 
-    cache: dict[tuple, dict] = {}
+class _Measurements:
+    """``measure`` called once per instance: ``{group: bytes}`` (``""``: one number)."""
 
-    def run(point) -> dict:
+    def __init__(self, measure: Callable):
+        self.measure = measure
+        self.cache: dict[tuple, dict] = {}
+
+    def __call__(self, point) -> dict:
         key = tuple(point.values())
-        if key not in cache:
-            got = measure(dict(point))
+        if key not in self.cache:
+            got = self.measure(dict(point))
             got = dict(got) if isinstance(got, Mapping) else {"": got}
             for grp, val in got.items():
                 if not isinstance(val, int) or isinstance(val, bool):
                     raise InvalidValueError(f"measure must return whole bytes, got {val!r} for {grp!r}")
-            cache[key] = got
-        return cache[key]
+            self.cache[key] = got
+        return self.cache[key]
 
+
+def _solve_exact(monos, syms, points, measured) -> tuple:
+    """``(groups, parts, total)``: the square system through ``points`` solved exactly."""
     from sympy import ZZ
     from sympy.polys.matrices import DomainMatrix
 
-    measured = [run(pt) for pt in points]
     groups = sorted({grp for got in measured for grp in got})
     n = len(monos)
     A = DomainMatrix([[ZZ(v) for v in _row(monos, syms, pt)] for pt in points], (n, n), ZZ)
@@ -348,28 +377,22 @@ def fit_polynomial(measure: Callable, symbols, *, degree: int | None = None, max
     den = sp.Integer(den.element if hasattr(den, "element") else den)
     parts = {grp: sp.Add(*(sp.Rational(sol[i, j]) / den * monos[i] for i in range(n)))
              for j, grp in enumerate(groups)}
-    total = sp.expand(sp.Add(*parts.values()))
+    return groups, parts, sp.expand(sp.Add(*parts.values()))
 
-    def verify(point, label):
-        got = run(point)
-        new = set(got) - set(groups)
-        meas = sum(got.values())
-        pred = total.xreplace({x: sp.Integer(point[x.name]) for x in syms})
-        bad = [g for g in groups if parts[g].xreplace({x: sp.Integer(point[x.name]) for x in syms})
-               != got.get(g, 0)]
-        if pred != meas or bad or new:
-            at = ", ".join(f"{k}={v}" for k, v in point.items())
-            detail = f" (group {(sorted(new) or bad)[0] or '(layer)'})" if pred == meas else ""
-            shown = str(pred) if pred.is_Integer else f"about {float(pred):.6g}"
-            raise MeasureError(
-                f"no polynomial of {where} fits: at {at} the {label} is {meas} bytes but the fit "
-                f"through the other instances predicts {shown}{detail} (raise the degree, add the "
-                "missing monomial, or restrict the shapes where the layer changes behaviour)",
-                point, meas, pred)
 
-    for pt in checks:
-        verify(pt, "measurement")
-    for pt in held:
-        verify(pt, "held-back measurement")
-    every = [(dict(pt), dict(cache[tuple(pt.values())])) for pt in points + checks + held]
-    return Fit(total, parts, syms, monos, tuple(points), tuple(checks), tuple(held), tuple(every))
+def _verify(got, point, label, groups, parts, total, syms, where) -> None:
+    """Refuse the fit when the measurement ``got`` at ``point`` disagrees with it."""
+    new = set(got) - set(groups)
+    meas = sum(got.values())
+    pred = total.xreplace({x: sp.Integer(point[x.name]) for x in syms})
+    bad = [g for g in groups if parts[g].xreplace({x: sp.Integer(point[x.name]) for x in syms})
+           != got.get(g, 0)]
+    if pred != meas or bad or new:
+        at = ", ".join(f"{k}={v}" for k, v in point.items())
+        detail = f" (group {(sorted(new) or bad)[0] or '(layer)'})" if pred == meas else ""
+        shown = str(pred) if pred.is_Integer else f"about {float(pred):.6g}"
+        raise MeasureError(
+            f"no polynomial of {where} fits: at {at} the {label} is {meas} bytes but the fit "
+            f"through the other instances predicts {shown}{detail} (raise the degree, add the "
+            "missing monomial, or restrict the shapes where the layer changes behaviour)",
+            point, meas, pred)

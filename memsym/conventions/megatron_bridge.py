@@ -121,57 +121,14 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
     V_used = padded_vocab(A.vocab, A.divisible_by, t) if pad else sp.Integer(A.vocab)
 
     # --- Bridge's own parameter counts -------------------------------------------------------
-    pattern = A.pattern if moe else (0,) * A.L
-    pattern = pattern + (pattern[-1],) * A.n_mtp  # MTP layers: copies of the last layer's type
-    P_attn = 2 * A.kv * h_ * (A.a + A.g)  # no MLA branch: 2h^2(1 + g/a)(a d/h) = 2 d h (a + g)
-    P_norm = 4 * h_  # always 4h per layer, RMSNorm not distinguished
-    P_mlp = kappa * h_ * A.f
-    P_sh = kappa * h_ * A.f_sh
-    if moe and any(pattern[:A.L]):
-        P_exp = kappa * (A.latent if A.latent is not None else h_) * A.f_e * A.E
-        P_lat = 2 * h_ * A.latent if A.latent is not None else 0
-    else:
-        P_exp, P_lat = 0, 0
-    dense_by_layer = [P_attn + P_norm + ((P_sh + P_lat) if is_moe else P_mlp) for is_moe in pattern]
-    routed_by_layer = [P_exp if is_moe else 0 for is_moe in pattern]
+    pattern, P_attn, dense_by_layer, routed_by_layer = _layer_counts(A, moe, kappa)
     final_norm = 2 * h_
     dense_total = sum(dense_by_layer) + final_norm
     routed_total = sum(routed_by_layer)
-
-    stages = _stage_layers(kn, A.L)
     emb = h_ * V_used
-    if stages is None:
-        N_d = sp.Integer(dense_total) / (p * t) + emb / t + (
-            emb / t if (A.untied and kn["p"] == 1) else 0)
-        N_x = sp.Integer(routed_total) / (p * e * t_e)
-        pp_note = None
-    else:
-        dense_st = [sum(dense_by_layer[i] for i in idx) for idx in stages]
-        routed_st = [sum(routed_by_layer[i] for i in idx) for idx in stages]
-        dense_st[-1] += sum(dense_by_layer[A.L:]) + final_norm  # MTP + final norm: last stage
-        routed_st[-1] += sum(routed_by_layer[A.L:])
-        # hV on the first and on the last stage, tied or not (the value depends on t only
-        # through padding; max taken at the layout's t).
-        vals_t = {t: kn["t"]}
-        dense_st = [sp.Integer(x) for x in dense_st]
-        dense_st[0] += emb
-        dense_st[-1] += emb
-        best = max(dense_st, key=lambda x: x.xreplace(vals_t))
-        N_d = best / t
-        N_x = sp.Integer(max(routed_st)) / (e * t_e)
-        pp_note = f"uneven pipeline stages {[len(i) for i in stages]}; the largest stage counted"
-
-    beta_dense = bridge_bytes_per_parameter(kn["distributed_optimizer"])
-    edp = sp.Max(1, sp.floor(d * t * c / (e * t_e)))
-    beta_exp = bridge_bytes_per_parameter(kn["distributed_optimizer"], edp)
-    opt = "6 + 12/(d c)" if kn["distributed_optimizer"] else "18"
-    terms = [Term("weights_and_optimizer_dense", N_d * beta_dense,
-                  f"dense parameters and optimizer (norms / t, embeddings) x {opt} bytes", BR_WO,
-                  label="dense x beta(d c)")]
-    if routed_total > 0:
-        terms.append(Term("weights_and_optimizer_experts", N_x * beta_exp,
-                          "routed expert parameters and optimizer over e t_e, x beta(EDP)", BR_WO,
-                          label="experts x beta(EDP)"))
+    N_d, N_x, pp_note = _most_loaded_counts(kn, A, dense_by_layer, routed_by_layer, final_norm,
+                                            emb)
+    terms = _weight_terms(N_d, N_x, kn, routed_total)
 
     # --- activations -------------------------------------------------------------------------
     L_tot = len(pattern)
@@ -186,6 +143,82 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
                       "stage-0 activations, MoE layers weighted by top-k, / (t c)", BR_A,
                       label="activations"))
 
+    _note_assumptions(kn, A, moe, pad, pp_note, schedule, assumptions)
+
+    vals = knob_values(kn, with_te=te_val)
+    params = {
+        "total": (sp.Integer(dense_total + routed_total) + (2 if A.untied else 1) * emb).xreplace(vals),
+        "most_loaded_shard": (N_d + N_x).xreplace(vals),
+        "vocab": V_used.xreplace(vals),
+        "attention_per_layer": sp.Integer(P_attn),
+    }
+    total = Total("megatron-bridge 0.6 estimate_training_memory (most-loaded GPU)", tuple(terms))
+    return ConventionResult("megatron-bridge", total, vals, "bridge", tuple(assumptions), params)
+
+
+def _layer_counts(A, moe, kappa) -> tuple:
+    """``(pattern, P_attn, dense, routed)``: each layer's MoE flag (MTP layers last), the
+    attention parameters of a layer, and each layer's dense and routed-expert parameters."""
+    h_ = A.h
+    pattern = A.pattern if moe else (0,) * A.L
+    pattern = pattern + (pattern[-1],) * A.n_mtp  # MTP layers: copies of the last layer's type
+    P_attn = 2 * A.kv * h_ * (A.a + A.g)  # no MLA branch: 2h^2(1 + g/a)(a d/h) = 2 d h (a + g)
+    P_norm = 4 * h_  # always 4h per layer, RMSNorm not distinguished
+    P_mlp = kappa * h_ * A.f
+    P_sh = kappa * h_ * A.f_sh
+    if moe and any(pattern[:A.L]):
+        P_exp = kappa * (A.latent if A.latent is not None else h_) * A.f_e * A.E
+        P_lat = 2 * h_ * A.latent if A.latent is not None else 0
+    else:
+        P_exp, P_lat = 0, 0
+    dense_by_layer = [P_attn + P_norm + ((P_sh + P_lat) if is_moe else P_mlp) for is_moe in pattern]
+    routed_by_layer = [P_exp if is_moe else 0 for is_moe in pattern]
+    return pattern, P_attn, dense_by_layer, routed_by_layer
+
+
+def _most_loaded_counts(kn, A, dense_by_layer, routed_by_layer, final_norm, emb) -> tuple:
+    """``(N_d, N_x, note)``: the dense and routed-expert parameters of the most-loaded GPU,
+    and what uneven stages make of it (None for an even split)."""
+    stages = _stage_layers(kn, A.L)
+    if stages is None:
+        N_d = sp.Integer(sum(dense_by_layer) + final_norm) / (p * t) + emb / t + (
+            emb / t if (A.untied and kn["p"] == 1) else 0)
+        N_x = sp.Integer(sum(routed_by_layer)) / (p * e * t_e)
+        return N_d, N_x, None
+    dense_st = [sum(dense_by_layer[i] for i in idx) for idx in stages]
+    routed_st = [sum(routed_by_layer[i] for i in idx) for idx in stages]
+    dense_st[-1] += sum(dense_by_layer[A.L:]) + final_norm  # MTP + final norm: last stage
+    routed_st[-1] += sum(routed_by_layer[A.L:])
+    # hV on the first and on the last stage, tied or not (the value depends on t only
+    # through padding; max taken at the layout's t).
+    vals_t = {t: kn["t"]}
+    dense_st = [sp.Integer(x) for x in dense_st]
+    dense_st[0] += emb
+    dense_st[-1] += emb
+    best = max(dense_st, key=lambda x: x.xreplace(vals_t))
+    N_d = best / t
+    N_x = sp.Integer(max(routed_st)) / (e * t_e)
+    return N_d, N_x, f"uneven pipeline stages {[len(i) for i in stages]}; the largest stage counted"
+
+
+def _weight_terms(N_d, N_x, kn, routed_total) -> list:
+    """The weight-and-optimizer terms: dense at beta(d c), routed experts at beta(EDP)."""
+    beta_dense = bridge_bytes_per_parameter(kn["distributed_optimizer"])
+    edp = sp.Max(1, sp.floor(d * t * c / (e * t_e)))
+    beta_exp = bridge_bytes_per_parameter(kn["distributed_optimizer"], edp)
+    opt = "6 + 12/(d c)" if kn["distributed_optimizer"] else "18"
+    terms = [Term("weights_and_optimizer_dense", N_d * beta_dense,
+                  f"dense parameters and optimizer (norms / t, embeddings) x {opt} bytes", BR_WO,
+                  label="dense x beta(d c)")]
+    if routed_total > 0:
+        terms.append(Term("weights_and_optimizer_experts", N_x * beta_exp,
+                          "routed expert parameters and optimizer over e t_e, x beta(EDP)", BR_WO,
+                          label="experts x beta(EDP)"))
+    return terms
+
+
+def _note_assumptions(kn, A, moe, pad, pp_note, schedule, assumptions) -> None:
+    """What the framework assumes here, appended to ``assumptions``."""
     assumptions.append("activations: one formula (SP + selective assumed) whatever the recompute "
                        "and sequence-parallel settings; no x1.05")
     if kn["recompute"] != "selective" or not kn["sequence_parallel"]:
@@ -208,13 +241,3 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
     elif schedule == "microbatches":
         assumptions.append("fewer microbatches than stages discounted: x min(1, m/p)")
     precision_note(kn, assumptions)
-
-    vals = knob_values(kn, with_te=te_val)
-    params = {
-        "total": (sp.Integer(dense_total + routed_total) + (2 if A.untied else 1) * emb).xreplace(vals),
-        "most_loaded_shard": (N_d + N_x).xreplace(vals),
-        "vocab": V_used.xreplace(vals),
-        "attention_per_layer": sp.Integer(P_attn),
-    }
-    total = Total("megatron-bridge 0.6 estimate_training_memory (most-loaded GPU)", tuple(terms))
-    return ConventionResult("megatron-bridge", total, vals, "bridge", tuple(assumptions), params)

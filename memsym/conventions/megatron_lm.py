@@ -74,11 +74,49 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     if kn["t_e"] is None and A.E is not None:
         assumptions.append("expert_tensor_parallel_size unset: resolved to TP as validate_args does")
     moe = A.E is not None
+    n = _parameter_counts(A, kn)
+    V_pad = n["V_pad"]
+    untied_p1 = A.untied and kn["p"] == 1
+
+    T_expr = ((sp.Integer(n["tp_block"]) / p + n["tp_mtp"] + n["emb"]) / t
+              + (n["emb"] / t if untied_p1 else 0))
+    R_expr = sp.Integer(n["rep_block"]) / p + n["rep_mtp"]
+    X_expr = (sp.Integer(n["exp_block"]) / p + n["exp_mtp"]) / (t_e * e)
+    terms = _weight_terms(T_expr, R_expr, X_expr, kn, moe)
+
+    # --- activations -------------------------------------------------------------------------
+    sp_on = kn["sequence_parallel"] and kn["t"] > 1
+    if kn["sequence_parallel"] and kn["t"] == 1:
+        assumptions.append("sequence_parallel is switched off by Megatron when TP = 1")
+    path = "A" if (sp_on and kn["recompute"] == "selective") else "B"
+    schedule = schedule_name(kn)
+    act = megatron_lm_activation(path, schedule, output_layer=kn["p"] == 1)
+    act = act.xreplace({h: A.h, f: A.f, L: A.L, V: V_pad})
+    src = LM_A if path == "A" else LM_B
+    desc = ("stage-0 activations, SP + selective recompute, / t" if path == "A" else
+            "stage-0 activations 'without SP' (10 + 24/t per layer, x 1.05)")
+    terms.append(Term("activations", act, desc, src, label=f"activations (path {path})"))
+    _note_assumptions(kn, A, path, schedule, assumptions)
+
+    vals = knob_values(kn, with_te=te_val)
+    params = {
+        "total": as_expr(n["total"]).xreplace(vals),
+        "most_loaded_shard": (T_expr + R_expr + X_expr).xreplace(vals),
+        "padded_vocab": V_pad.xreplace(vals),
+        "attention_per_layer": as_expr(n["P_attn"]),
+    }
+    total = Total("megatron-lm core 0.19 theoretical memory (most-loaded GPU)", tuple(terms))
+    return ConventionResult("megatron-lm", total, vals, path, tuple(assumptions), params)
+
+
+def _parameter_counts(A, kn) -> dict:
+    """The parameter counts as the source counts them: per layer (``P_attn``), the decoder
+    block's and the MTP block's TP-sharded, replicated and expert parameters, the embedding
+    and the model's ``total``."""
+    moe = A.E is not None
     eta = 1 if A.rmsnorm else 2  # RMSNorm has no bias (since core 0.16)
     gamma = sp.Rational(3, 2) if A.swiglu else 1
     h_, a_ = A.h, A.a
-
-    # --- parameter counts, as the source counts them -----------------------------------------
     if A.mla:
         if A.gqa:
             raise InvalidValueError("Megatron-LM asserts that multi_latent_attention is not "
@@ -105,17 +143,21 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
 
     V_pad = padded_vocab(A.vocab, A.divisible_by, t)  # the tokenizer pads to 128 t
     emb = h_ * V_pad
-    tp_block = (P_attn + P_mlp) * L_d + (P_attn + P_sh) * L_m
-    tp_mtp = (P_attn + P_mlp) * mtp_dense + (P_attn + P_sh) * mtp_moe
-    rep_block = P_norm * L_d + (P_norm + P_lat + P_rt + P_gate) * L_m + eta * h_
-    rep_mtp = P_norm * mtp_dense + (P_norm + P_lat + P_rt + P_gate) * mtp_moe
-    exp_block = P_exp * L_m
-    exp_mtp = P_exp * mtp_moe
-    untied_p1 = A.untied and kn["p"] == 1
+    n = {"P_attn": P_attn, "V_pad": V_pad, "emb": emb,
+         "tp_block": (P_attn + P_mlp) * L_d + (P_attn + P_sh) * L_m,
+         "tp_mtp": (P_attn + P_mlp) * mtp_dense + (P_attn + P_sh) * mtp_moe,
+         "rep_block": P_norm * L_d + (P_norm + P_lat + P_rt + P_gate) * L_m + eta * h_,
+         "rep_mtp": P_norm * mtp_dense + (P_norm + P_lat + P_rt + P_gate) * mtp_moe,
+         "exp_block": P_exp * L_m, "exp_mtp": P_exp * mtp_moe}
+    n["total"] = (n["tp_block"] + n["rep_block"] + n["exp_block"]
+                  + (P_attn + P_mlp + P_norm) * mtp_dense
+                  + (P_attn + P_sh + P_exp + P_lat + P_norm + P_rt + P_gate) * mtp_moe
+                  + (2 if A.untied else 1) * emb)
+    return n
 
-    T_expr = (sp.Integer(tp_block) / p + tp_mtp + emb) / t + (emb / t if untied_p1 else 0)
-    R_expr = sp.Integer(rep_block) / p + rep_mtp
-    X_expr = (sp.Integer(exp_block) / p + exp_mtp) / (t_e * e)
+
+def _weight_terms(T_expr, R_expr, X_expr, kn, moe) -> list:
+    """The weight-and-optimizer terms: T and R at beta(d), X at beta(D_e)."""
     beta_d = megatron_bytes_per_parameter(kn["distributed_optimizer"], d)
     D_e = sp.floor(t * c * d / (t_e * e))  # W // (t_e e p) with W = t p c d
     beta_e = megatron_bytes_per_parameter(kn["distributed_optimizer"], D_e)
@@ -132,21 +174,11 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
         terms.append(Term("weights_and_optimizer_experts", X_expr * beta_e,
                           "routed experts on stage 0 over t_e e, x beta(expert DP)", LM_WO,
                           label="experts x beta(D_e)"))
+    return terms
 
-    # --- activations -------------------------------------------------------------------------
-    sp_on = kn["sequence_parallel"] and kn["t"] > 1
-    if kn["sequence_parallel"] and kn["t"] == 1:
-        assumptions.append("sequence_parallel is switched off by Megatron when TP = 1")
-    path = "A" if (sp_on and kn["recompute"] == "selective") else "B"
-    schedule = schedule_name(kn)
-    act = megatron_lm_activation(path, schedule, output_layer=kn["p"] == 1)
-    act = act.xreplace({h: h_, f: A.f, L: A.L, V: V_pad})
-    src = LM_A if path == "A" else LM_B
-    desc = ("stage-0 activations, SP + selective recompute, / t" if path == "A" else
-            "stage-0 activations 'without SP' (10 + 24/t per layer, x 1.05)")
-    terms.append(Term("activations", act, desc, src, label=f"activations (path {path})"))
 
-    # --- what the framework assumes here -----------------------------------------------------
+def _note_assumptions(kn, A, path, schedule, assumptions) -> None:
+    """What the framework assumes here, appended to ``assumptions``."""
     assumptions.append(f"activation path {path}: " + (
         "compute_activation_memory (SP + selective)" if path == "A" else
         "compute_activation_memory_without_sp (taken unless SP and selective are both on)"))
@@ -155,7 +187,7 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     if kn["c"] > 1:
         assumptions.append("context parallelism is ignored: activations are not divided by c and "
                            "the dense optimizer is sharded over d only")
-    if moe:
+    if A.E is not None:
         assumptions.append("activations ignore MoE (dense ffn_hidden_size, no top-k)")
     if A.n_mtp:
         assumptions.append("the whole MTP block is counted on stage 0; MTP activations ignored")
@@ -171,19 +203,6 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
         assumptions.append("most-loaded GPU taken to be pipeline stage 0; output-layer logits "
                            "(last stage) not counted")
     precision_note(kn, assumptions)
-
-    vals = knob_values(kn, with_te=te_val)
-    n_total = (tp_block + rep_block + exp_block + (P_attn + P_mlp + P_norm) * mtp_dense
-               + (P_attn + P_sh + P_exp + P_lat + P_norm + P_rt + P_gate) * mtp_moe
-               + (2 if A.untied else 1) * emb)
-    params = {
-        "total": as_expr(n_total).xreplace(vals),
-        "most_loaded_shard": (T_expr + R_expr + X_expr).xreplace(vals),
-        "padded_vocab": V_pad.xreplace(vals),
-        "attention_per_layer": as_expr(P_attn),
-    }
-    total = Total("megatron-lm core 0.19 theoretical memory (most-loaded GPU)", tuple(terms))
-    return ConventionResult("megatron-lm", total, vals, path, tuple(assumptions), params)
 
 
 def precision_note(kn, assumptions):

@@ -1,11 +1,12 @@
 """Read a DeepSpeed config JSON as the layout, training and sharding part of a job.
 
 This module owns DeepSpeed's meaning of its config keys: the batch triple and its consistency
-rule, bf16/fp16, and ``zero_optimization`` with the defaults of DeepSpeed 0.19.6
-(deepspeedai/DeepSpeed ``edaa722126``: ``runtime/config.py``, ``runtime/zero/config.py``,
-``runtime/zero/offload_config.py``, ``runtime/precision_config.py``), and the Hugging Face
-meaning of ``"auto"`` (:data:`HF_TRAINER`, :data:`HF_ACCELERATE`): the Trainer and Accelerate
-replace each ``"auto"`` by the value of their own arguments before DeepSpeed reads the config.
+rule, bf16/fp16, and (through :mod:`memsym.readers.deepspeed_zero`) ``zero_optimization``
+with the defaults of DeepSpeed 0.19.6 (deepspeedai/DeepSpeed ``edaa722126``:
+``runtime/config.py``, ``runtime/zero/config.py``, ``runtime/zero/offload_config.py``,
+``runtime/precision_config.py``), and the Hugging Face meaning of ``"auto"``
+(:data:`HF_TRAINER`, :data:`HF_ACCELERATE`): the Trainer and Accelerate replace each
+``"auto"`` by the value of their own arguments before DeepSpeed reads the config.
 
 Every key is either modelled, read into a note (it changes memory or time but memsym does not
 model it, :data:`memsym.readers.deepspeed_notes.NOTED_TOP` and ``NOTED_ZERO``), or listed as ignored (no effect on memory or
@@ -20,46 +21,14 @@ from ..errors import InvalidValueError
 from ..limits import check_limit
 from ..text import short
 from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, load_json, read_bounded
-from .deepspeed_notes import NOTED_TOP, NOTED_ZERO
+from .deepspeed_notes import NOTED_TOP
+from .deepspeed_values import HF_ACCELERATE, HF_TRAINER, deepspeed_count, deepspeed_flag
+from .deepspeed_zero import (HIDDEN_AUTO_KEYS, ZERO_DEFAULTS, read_zero_optimization,
+                             resolve_hidden_autos)
 
 __all__ = ["read_deepspeed_config", "resolve_hidden_autos", "ZERO_DEFAULTS", "HF_TRAINER",
            "HF_ACCELERATE", "HIDDEN_AUTO_KEYS"]
 
-#: Where the Hugging Face Trainer fills ``"auto"``: ``HfTrainerDeepSpeedConfig``'s
-#: ``trainer_config_process`` (batch, accumulation, fp16/bf16) and ``trainer_config_finalize``
-#: (the hidden-size buckets).
-HF_TRAINER = ("transformers 3a80c166 src/transformers/integrations/deepspeed.py, "
-              "HfTrainerDeepSpeedConfig")
-#: Where Accelerate fills them: ``DeepSpeedPlugin.__post_init__`` (gradient_accumulation_steps
-#: 1 when absent), ``set_mixed_precision`` and ``set_deepspeed_weakref``, and
-#: ``Accelerator._prepare_deepspeed`` (accelerator.py, the same hidden-size expressions).
-HF_ACCELERATE = "accelerate 16cb6eb8 src/accelerate/utils/dataclasses.py, DeepSpeedPlugin"
-
-# runtime/zero/config.py:DeepSpeedZeroConfig field defaults (in elements where a size).
-ZERO_DEFAULTS = {
-    "stage": 0,
-    "contiguous_gradients": True,
-    "reduce_scatter": True,
-    "reduce_bucket_size": 500_000_000,          # pp_int(5e8)
-    "allgather_partitions": True,
-    "allgather_bucket_size": 500_000_000,       # pp_int(5e8)
-    "overlap_comm": None,                       # validator overlap_comm_valid: stage == 3
-    "sub_group_size": 1_000_000_000,
-    "stage3_prefetch_bucket_size": 50_000_000,  # prefetch_bucket_size, pp_int(5e7)
-    "stage3_param_persistence_threshold": 100_000,
-    "stage3_max_live_parameters": 1_000_000_000,
-    "stage3_max_reuse_distance": 1_000_000_000,
-}
-_ZERO_BOOL = ("contiguous_gradients", "reduce_scatter", "allgather_partitions", "overlap_comm")
-_OFFLOAD_DEVICES = ("none", "cpu", "nvme")      # offload_config.py:OffloadDeviceEnum
-
-#: The ZeRO keys the Hugging Face Trainer fills from the model's hidden size h
-#: (``trainer_config_finalize``): h^2, int(0.9 h^2) and 10 h; the last two only under ZeRO-3
-#: (``if self.is_zero3()``), elsewhere DeepSpeed drops the "auto" and keeps its default.
-HIDDEN_AUTO_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size",
-                    "stage3_param_persistence_threshold")
-
-_OFFLOAD_KEYS = ("offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_param")
 #: precision sections: the keys that change memory (the rest: loss scaling, no memory)
 _DTYPE_KEYS = {"fp16": ("fp16_master_weights_and_grads",),
                "bf16": ("bf16_master_weights_and_grads", "bf16_optimizer_states")}
@@ -69,108 +38,10 @@ _TOP_MODELLED = {"train_batch_size", "train_micro_batch_size_per_gpu",
 #: DeepSpeed's optimizer names with Adam's two moments (runtime/config.py's *_OPTIMIZER names)
 _ADAM_LIKE = {"adam", "adamw", "fusedadam", "cpuadam", "onebitadam", "zerooneadam",
               "lamb", "onebitlamb", "muadam", "muadamw"}
-
-
-def _load(source):
-    if isinstance(source, dict):
-        return source
-    # JSON text starts with an object or array ('[' is then refused as not an object): never
-    # a 200 KB "file name"
-    if isinstance(source, os.PathLike) or (isinstance(source, str)
-                                           and not source.lstrip().startswith(("{", "["))):
-        source = read_bounded(source, "DeepSpeed config")
-    if not isinstance(source, str):
-        raise InvalidValueError(f"a DeepSpeed config is a path, JSON text or a dict, got "
-                                f"{type(source).__name__}")
-    if len(source) > MAX_BYTES_INPUT:
-        raise InvalidValueError(f"DeepSpeed config larger than {MAX_BYTES_INPUT} bytes")
-    # nesting, number lengths and value counts are checked on the text before json parses it
-    data = load_json(source, "DeepSpeed config")
-    if not isinstance(data, dict):
-        raise InvalidValueError("a DeepSpeed config is a JSON object")
-    return data
-
-
-def _count(value, key, lo=0, hi=MAX_BATCH, limit=None):
-    # DeepSpeed's pydantic int fields accept integral JSON numbers such as 5e8 (pp_int).
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidValueError(f"DeepSpeed {key} must be a whole number, got {value!r:.40}")
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise InvalidValueError(f"DeepSpeed {key} must be a whole number, got {value!r}")
-        value = int(value)
-    if limit is not None:       # memsym.limits: a documented limit, checked before any work
-        check_limit(limit, value, key)
-    if not lo <= value <= hi:
-
-        # short(): a dict given to the API may hold a 5000-digit int, which str() refuses
-        raise InvalidValueError(f"DeepSpeed {key} must be between {lo} and {hi}, got "
-                                f"{short(value)}")
-    return value
-
-
-def _flag(value, key):
-    if not isinstance(value, bool):
-        raise InvalidValueError(f"DeepSpeed {key} must be true or false, got {value!r:.40}")
-    return value
-
-
-def _section(data, key):
-    sec = data.get(key, {})
-    if not isinstance(sec, dict):
-        raise InvalidValueError(f"DeepSpeed {key} must be an object such as {{\"enabled\": true}}")
-    return sec
-
-
-def resolve_hidden_autos(sharding: dict, hidden_size: int, defaults: list) -> dict:
-    """Fill the ``"auto"`` ZeRO sizes of ``sharding`` from the hidden size h, as the Hugging
-    Face Trainer does (``HfTrainerDeepSpeedConfig.trainer_config_finalize``):
-
-    .. math:: N_{\\text{reduce}} = h^2, \\quad N_{\\text{prefetch}} = \\lfloor 0.9\\, h^2
-       \\rfloor, \\quad N_{\\text{persist}} = 10\\, h
-
-    [elements]; the last two only under ZeRO-3 (elsewhere DeepSpeed drops the "auto",
-    ``config_utils.py:DeepSpeedConfigModel.__init__``, and keeps its default, unused below
-    stage 3).  HF writes ``int(0.9 * hidden_size * hidden_size)``: for every h up to memsym's
-    hidden limit this is the exact ``(9 h^2) // 10`` used here (tests check real widths).
-
-    Parameters
-    ----------
-    sharding : dict
-        The ``sharding`` of :func:`read_deepspeed_config` (changed in place and returned).
-    hidden_size : int
-        The model's hidden size h.
-    defaults : list
-        Where one ``(key, value, source)`` row is appended per value filled.
-
-    Examples
-    --------
-    >>> sh = {"zero_stage": 3, "reduce_bucket_size": "auto",
-    ...       "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"}
-    >>> rows = []
-    >>> sh = resolve_hidden_autos(sh, 4096, rows)
-    >>> [sh[k] for k in HIDDEN_AUTO_KEYS]
-    [16777216, 15099494, 40960]
-    """
-    h = check_limit("hidden", hidden_size, "hidden_size")
-    filled = {"reduce_bucket_size": (h * h, "hidden_size^2"),
-              "stage3_prefetch_bucket_size": ((9 * h * h) // 10, "int(0.9 hidden_size^2)"),
-              "stage3_param_persistence_threshold": (10 * h, "10 hidden_size")}
-    for key in HIDDEN_AUTO_KEYS:
-        if sharding.get(key) != "auto":
-            continue
-        if key != "reduce_bucket_size" and sharding["zero_stage"] != 3:
-            sharding[key] = ZERO_DEFAULTS[key]
-            defaults.append((f"zero_optimization.{key}", ZERO_DEFAULTS[key],
-                             'DeepSpeed config "auto" below ZeRO-3: the Trainer leaves it, '
-                             "DeepSpeed drops it and keeps its default (runtime/config_utils.py)"))
-            continue
-        value, expr = filled[key]
-        sharding[key] = value
-        defaults.append((f"zero_optimization.{key}", value,
-                         f'DeepSpeed config "auto" = {expr} (h = {h}; {HF_TRAINER}.'
-                         "trainer_config_finalize)"))
-    return sharding
+#: Where the Trainer fills the batch and precision "auto"s.
+_PROCESS = f"{HF_TRAINER}.trainer_config_process"
+_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu",
+               "gradient_accumulation_steps")
 
 
 def read_deepspeed_config(source, world_size: int | None = None, *,
@@ -240,56 +111,79 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
     """
     data = _load(source)
     notes, ignored, defaults = [], [], []
+    world_size, micro_batch_size, gradient_accumulation_steps = _check_options(
+        world_size, micro_batch_size, gradient_accumulation_steps, precision)
+    d, tb, mb, gas = _read_batch(data, world_size, micro_batch_size,
+                                 gradient_accumulation_steps, notes, defaults)
+    params, grad_accum = _read_precision(data, precision, notes, ignored, defaults)
+    optimizer = _read_optimizer(data, notes, ignored)
+    sh = read_zero_optimization(data, hidden_size, notes, ignored, defaults)
+    e = _read_expert_parallel(data, notes, ignored)
+    _read_top_keys(data, notes, ignored)
+    return {"layout": {"d": d, "e": e}, "training": {"micro_batch_size": mb,
+                                             "gradient_accumulation_steps": gas,
+                                             "global_batch_size": tb},
+            "precision": {"params_dtype": params, "grad_accum_dtype": grad_accum},
+            "optimizer": optimizer, "sharding": sh, "defaults": tuple(defaults),
+            "ignored": tuple(ignored), "notes": tuple(notes)}
+
+
+def _load(source):
+    if isinstance(source, dict):
+        return source
+    # JSON text starts with an object or array ('[' is then refused as not an object): never
+    # a 200 KB "file name"
+    if isinstance(source, os.PathLike) or (isinstance(source, str)
+                                           and not source.lstrip().startswith(("{", "["))):
+        source = read_bounded(source, "DeepSpeed config")
+    if not isinstance(source, str):
+        raise InvalidValueError(f"a DeepSpeed config is a path, JSON text or a dict, got "
+                                f"{type(source).__name__}")
+    if len(source) > MAX_BYTES_INPUT:
+        raise InvalidValueError(f"DeepSpeed config larger than {MAX_BYTES_INPUT} bytes")
+    # nesting, number lengths and value counts are checked on the text before json parses it
+    data = load_json(source, "DeepSpeed config")
+    if not isinstance(data, dict):
+        raise InvalidValueError("a DeepSpeed config is a JSON object")
+    return data
+
+
+def _section(data, key):
+    sec = data.get(key, {})
+    if not isinstance(sec, dict):
+        raise InvalidValueError(f"DeepSpeed {key} must be an object such as {{\"enabled\": true}}")
+    return sec
+
+
+def _check_options(world_size, micro_batch_size, gradient_accumulation_steps, precision):
+    """The job's options, checked: ``(world_size, micro_batch_size, gradient_accumulation_steps)``."""
     if world_size is not None:
-        world_size = _count(world_size, "world size", 1, MAX_GPUS, "gpus")
+        world_size = deepspeed_count(world_size, "world size", 1, MAX_GPUS, "gpus")
     if micro_batch_size is not None:
-        micro_batch_size = _count(micro_batch_size, "micro-batch size", 1, MAX_BATCH,
-                                  "micro_batch")
+        micro_batch_size = deepspeed_count(micro_batch_size, "micro-batch size", 1, MAX_BATCH,
+                                           "micro_batch")
     if gradient_accumulation_steps is not None:
-        gradient_accumulation_steps = _count(gradient_accumulation_steps,
-                                             "gradient accumulation steps", 1, MAX_BATCH,
-                                             "microbatches")
+        gradient_accumulation_steps = deepspeed_count(gradient_accumulation_steps,
+                                                      "gradient accumulation steps", 1,
+                                                      MAX_BATCH, "microbatches")
     if precision is not None and precision not in ("bf16", "fp16", "fp32"):
         raise InvalidValueError(f"precision {short(precision)}: a DeepSpeed config trains in "
                                 "bf16, fp16 or fp32 (its bf16 / fp16 sections)")
+    return world_size, micro_batch_size, gradient_accumulation_steps
 
-    src = f"{HF_TRAINER}.trainer_config_process"
-    autos = {k for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
-                         "gradient_accumulation_steps") if data.get(k) == "auto"}
-    tb, mb, gas = (None if k in autos else data.get(k)
-                   for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
-                             "gradient_accumulation_steps"))
-    tb = None if tb is None else _count(tb, "train_batch_size", 1, limit="global_batch")
-    mb = None if mb is None else _count(mb, "train_micro_batch_size_per_gpu", 1,
-                                        limit="micro_batch")
-    gas = None if gas is None else _count(gas, "gradient_accumulation_steps", 1,
-                                          limit="microbatches")
-    if "train_micro_batch_size_per_gpu" in autos:
-        if micro_batch_size is None:
-            raise InvalidValueError('train_micro_batch_size_per_gpu is "auto": pass '
-                                    "--micro-batch-size (the Trainer's "
-                                    "--per_device_train_batch_size)")
-        mb = micro_batch_size
-        defaults.append(("train_micro_batch_size_per_gpu", mb,
-                         f'DeepSpeed config "auto" <- --micro-batch-size ({src})'))
-    if "gradient_accumulation_steps" in autos:
-        gas = 1 if gradient_accumulation_steps is None else gradient_accumulation_steps
-        defaults.append(("gradient_accumulation_steps", gas,
-                         'DeepSpeed config "auto" <- ' + (
-                             "--num-microbatches" if gradient_accumulation_steps is not None
-                             else "TrainingArguments.gradient_accumulation_steps default 1")
-                         + f" ({src})"))
-    if "train_batch_size" in autos:
-        if world_size is None:
-            raise InvalidValueError('train_batch_size is "auto" (micro-batch x accumulation x '
-                                    "data-parallel size): pass --world-size")
-        if mb is None:
-            raise InvalidValueError('train_batch_size is "auto" and the config has no '
-                                    "train_micro_batch_size_per_gpu: pass --micro-batch-size")
-        gas = 1 if gas is None else gas
-        tb = check_limit("global_batch", mb * gas * world_size, "train_batch_size")
-        defaults.append(("train_batch_size", tb, 'DeepSpeed config "auto" = micro-batch x '
-                         f"accumulation x world size ({src})"))
+
+def _read_batch(data, world_size, micro_batch_size, gradient_accumulation_steps, notes,
+                defaults):
+    """The data-parallel size and the batch triple ``(d, tb, mb, gas)``, "auto"s filled."""
+    autos = {k for k in _BATCH_KEYS if data.get(k) == "auto"}
+    tb, mb, gas = (None if k in autos else data.get(k) for k in _BATCH_KEYS)
+    tb = None if tb is None else deepspeed_count(tb, "train_batch_size", 1, limit="global_batch")
+    mb = None if mb is None else deepspeed_count(mb, "train_micro_batch_size_per_gpu", 1,
+                                                 limit="micro_batch")
+    gas = None if gas is None else deepspeed_count(gas, "gradient_accumulation_steps", 1,
+                                                   limit="microbatches")
+    tb, mb, gas = _fill_batch_autos(autos, tb, mb, gas, world_size, micro_batch_size,
+                                    gradient_accumulation_steps, defaults)
     d = world_size
     if d is None and None not in (tb, mb, gas):
         if tb % (mb * gas):
@@ -298,26 +192,7 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
         d = tb // (mb * gas)
         notes.append(f"data-parallel size {d} from train_batch_size / (micro-batch x accumulation)")
     if d is not None:
-        # runtime/config.py:_set_batch_related_parameters, with DeepSpeed's floor divisions
-        if None not in (tb, mb, gas):
-            pass
-        elif tb is not None and mb is not None:
-            gas = tb // mb // d
-        elif tb is not None and gas is not None:
-            mb = tb // d // gas
-        elif mb is not None and gas is not None:
-            tb = mb * gas * d
-        elif tb is not None:
-            gas, mb = 1, tb // d
-        elif mb is not None:
-            tb, gas = mb * d, 1
-        else:
-            raise InvalidValueError("DeepSpeed needs train_batch_size or "
-                                    "train_micro_batch_size_per_gpu")
-        # runtime/config.py:_batch_assertion
-        if not (tb > 0 and mb > 0 and gas > 0) or tb != mb * gas * d:
-            raise InvalidValueError(f"DeepSpeed's batch rule fails: train_batch_size {tb} != "
-                                    f"micro-batch {mb} x accumulation {gas} x data-parallel {d}")
+        tb, mb, gas = _complete_batch(tb, mb, gas, d)
     elif tb is None and mb is None:
         raise InvalidValueError("DeepSpeed needs train_batch_size or train_micro_batch_size_per_gpu")
     else:
@@ -335,11 +210,108 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
         if given is not None and value is None:
             raise InvalidValueError(f"{flag}: the DeepSpeed config's {key} is not \"auto\" and "
                                     "its batch rule leaves it unknown; give --world-size")
+    return d, tb, mb, gas
 
+
+def _fill_batch_autos(autos, tb, mb, gas, world_size, micro_batch_size,
+                      gradient_accumulation_steps, defaults):
+    """The batch triple with its ``"auto"`` keys filled as the Trainer fills them."""
+    if "train_micro_batch_size_per_gpu" in autos:
+        if micro_batch_size is None:
+            raise InvalidValueError('train_micro_batch_size_per_gpu is "auto": pass '
+                                    "--micro-batch-size (the Trainer's "
+                                    "--per_device_train_batch_size)")
+        mb = micro_batch_size
+        defaults.append(("train_micro_batch_size_per_gpu", mb,
+                         f'DeepSpeed config "auto" <- --micro-batch-size ({_PROCESS})'))
+    if "gradient_accumulation_steps" in autos:
+        gas = 1 if gradient_accumulation_steps is None else gradient_accumulation_steps
+        defaults.append(("gradient_accumulation_steps", gas,
+                         'DeepSpeed config "auto" <- ' + (
+                             "--num-microbatches" if gradient_accumulation_steps is not None
+                             else "TrainingArguments.gradient_accumulation_steps default 1")
+                         + f" ({_PROCESS})"))
+    if "train_batch_size" in autos:
+        if world_size is None:
+            raise InvalidValueError('train_batch_size is "auto" (micro-batch x accumulation x '
+                                    "data-parallel size): pass --world-size")
+        if mb is None:
+            raise InvalidValueError('train_batch_size is "auto" and the config has no '
+                                    "train_micro_batch_size_per_gpu: pass --micro-batch-size")
+        gas = 1 if gas is None else gas
+        tb = check_limit("global_batch", mb * gas * world_size, "train_batch_size")
+        defaults.append(("train_batch_size", tb, 'DeepSpeed config "auto" = micro-batch x '
+                         f"accumulation x world size ({_PROCESS})"))
+    return tb, mb, gas
+
+
+def _complete_batch(tb, mb, gas, d):
+    """The batch triple completed from two of its values and d, and checked."""
+    # runtime/config.py:_set_batch_related_parameters, with DeepSpeed's floor divisions
+    if None not in (tb, mb, gas):
+        pass
+    elif tb is not None and mb is not None:
+        gas = tb // mb // d
+    elif tb is not None and gas is not None:
+        mb = tb // d // gas
+    elif mb is not None and gas is not None:
+        tb = mb * gas * d
+    elif tb is not None:
+        gas, mb = 1, tb // d
+    elif mb is not None:
+        tb, gas = mb * d, 1
+    else:
+        raise InvalidValueError("DeepSpeed needs train_batch_size or "
+                                "train_micro_batch_size_per_gpu")
+    # runtime/config.py:_batch_assertion
+    if not (tb > 0 and mb > 0 and gas > 0) or tb != mb * gas * d:
+        raise InvalidValueError(f"DeepSpeed's batch rule fails: train_batch_size {tb} != "
+                                f"micro-batch {mb} x accumulation {gas} x data-parallel {d}")
+    return tb, mb, gas
+
+
+def _read_precision(data, precision, notes, ignored, defaults):
+    """The parameter and gradient-accumulation dtypes ``(params, grad_accum)``."""
     # precision: runtime/precision_config.py, bf16/fp16 {"enabled": false} by default;
     # "bfloat16" is DeepSpeed's older name of the bf16 section (get_bfloat16_config)
     sections = {"bf16": _section(data, "bf16" if "bf16" in data else "bfloat16"),
                 "fp16": _section(data, "fp16")}
+    enabled = _enabled_dtypes(data, sections, precision, defaults)
+    params = "bf16" if enabled["bf16"] else "fp16" if enabled["fp16"] else "fp32"
+    if params == "fp32" and precision is None and not any(
+            isinstance(k, tuple) and k[0].endswith(".enabled") for k in defaults):
+        defaults.append(("precision", "fp32", "DeepSpeed's default: bf16 and fp16 disabled "
+                         "(runtime/precision_config.py, enabled: bool = False)"))
+    if precision is not None and precision != params:
+        raise InvalidValueError(f"--precision {precision} contradicts the DeepSpeed config "
+                                f"({params} by its bf16 / fp16 sections; the Trainer refuses the "
+                                'mismatch): set "enabled" to "auto" or drop the option')
+    for key, sec in sections.items():
+        for sub in sec:
+            if sub in _DTYPE_KEYS[key]:
+                if deepspeed_flag(sec[sub], f"{key}.{sub}") and enabled[key]:
+                    notes.append(f"{key}.{sub} read, not modelled: memsym counts fp32 master "
+                                 "weights, gradient partition and optimizer states "
+                                 "(DeepSpeed's BF16/FP16 master-weight options, "
+                                 "runtime/precision_config.py)")
+            elif sub != "enabled":
+                ignored.append(f"{key}.{sub}")
+    dtypes = data.get("data_types", {})
+    if not isinstance(dtypes, dict):
+        raise InvalidValueError("DeepSpeed data_types must be an object")
+    gad = dtypes.get("grad_accum_dtype")
+    grad_accum = {None: params, "fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}.get(gad)
+    if grad_accum is None:
+        raise InvalidValueError(f"DeepSpeed data_types.grad_accum_dtype must be fp32, fp16 or "
+                                f"bf16, got {gad!r:.40}")
+    if gad is not None and gad != params:
+        notes.append(f"data_types.grad_accum_dtype {gad} read, not modelled: memsym counts "
+                     "the framework's gradient widths")
+    return params, grad_accum
+
+
+def _enabled_dtypes(data, sections, precision, defaults):
+    """Whether each of bf16 and fp16 is enabled, its ``"auto"`` filled from ``precision``."""
     enabled = {}
     other = {"bf16": "fp16", "fp16": "bf16"}.get(precision)
     if other is not None and sections[other].get("enabled") is True:
@@ -361,42 +333,16 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
             enabled[key] = precision == key
             defaults.append((f"{key}.enabled", enabled[key], 'DeepSpeed config "auto" <- ' + (
                 f"--precision {precision}" if precision is not None else
-                f"TrainingArguments.{key} default False") + f" ({src})"))
+                f"TrainingArguments.{key} default False") + f" ({_PROCESS})"))
         else:
-            enabled[key] = _flag(v, f"{key}.enabled")
+            enabled[key] = deepspeed_flag(v, f"{key}.enabled")
     if enabled["bf16"] and enabled["fp16"]:
         raise InvalidValueError("DeepSpeed config enables both bf16 and fp16; enable one")
-    params = "bf16" if enabled["bf16"] else "fp16" if enabled["fp16"] else "fp32"
-    if params == "fp32" and precision is None and not any(
-            isinstance(k, tuple) and k[0].endswith(".enabled") for k in defaults):
-        defaults.append(("precision", "fp32", "DeepSpeed's default: bf16 and fp16 disabled "
-                         "(runtime/precision_config.py, enabled: bool = False)"))
-    if precision is not None and precision != params:
-        raise InvalidValueError(f"--precision {precision} contradicts the DeepSpeed config "
-                                f"({params} by its bf16 / fp16 sections; the Trainer refuses the "
-                                'mismatch): set "enabled" to "auto" or drop the option')
-    for key, sec in sections.items():
-        for sub in sec:
-            if sub in _DTYPE_KEYS[key]:
-                if _flag(sec[sub], f"{key}.{sub}") and enabled[key]:
-                    notes.append(f"{key}.{sub} read, not modelled: memsym counts fp32 master "
-                                 "weights, gradient partition and optimizer states "
-                                 "(DeepSpeed's BF16/FP16 master-weight options, "
-                                 "runtime/precision_config.py)")
-            elif sub != "enabled":
-                ignored.append(f"{key}.{sub}")
-    dtypes = data.get("data_types", {})
-    if not isinstance(dtypes, dict):
-        raise InvalidValueError("DeepSpeed data_types must be an object")
-    gad = dtypes.get("grad_accum_dtype")
-    grad_accum = {None: params, "fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}.get(gad)
-    if grad_accum is None:
-        raise InvalidValueError(f"DeepSpeed data_types.grad_accum_dtype must be fp32, fp16 or "
-                                f"bf16, got {gad!r:.40}")
-    if gad is not None and gad != params:
-        notes.append(f"data_types.grad_accum_dtype {gad} read, not modelled: memsym counts "
-                     "the framework's gradient widths")
+    return enabled
 
+
+def _read_optimizer(data, notes, ignored) -> str:
+    """memsym's name of the config's optimizer: ``adam`` (the default and Adam-like) or ``sgd``."""
     optimizer = "adam"
     opt = data.get("optimizer")
     if opt is not None:
@@ -411,109 +357,11 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
         elif name.lower() not in _ADAM_LIKE:
             notes.append(f"optimizer {short(name)} counted as Adam (two fp32 moments)")
         ignored += [f"optimizer.{k}" for k in opt if k != "type"]
+    return optimizer
 
-    zero = data.get("zero_optimization", {})
-    if not isinstance(zero, dict):
-        raise InvalidValueError("DeepSpeed zero_optimization must be an object")
-    sh = {}
-    stage = zero.get("stage", 0)
-    sh["zero_stage"] = _count(stage, "zero_optimization.stage", 0, 3)
-    for key, default in ZERO_DEFAULTS.items():
-        if key == "stage":
-            continue
-        alias = key[len("stage3_"):] if key.startswith("stage3_") else None
-        v = zero.get(key, zero.get(alias, default) if alias else default)
-        if v == "auto" and key in HIDDEN_AUTO_KEYS:
-            pass                                    # filled from the hidden size below
-        elif v == "auto":
-            # DeepSpeedConfigModel.__init__ drops "auto" (no Trainer fills this key)
-            v = default
-            defaults.append((f"zero_optimization.{key}", v, 'DeepSpeed config "auto" that no '
-                             "Hugging Face code fills: DeepSpeed drops it and keeps its default "
-                             "(runtime/config_utils.py)"))
-        elif key in _ZERO_BOOL:
-            v = None if v is None else _flag(v, f"zero_optimization.{key}")
-        else:
-            v = _count(v, f"zero_optimization.{key}", 0, 2**62, "parameters")
-        sh[key] = v
-    if sh["overlap_comm"] is None:   # zero/config.py:overlap_comm_valid
-        sh["overlap_comm"] = sh["zero_stage"] == 3
-        defaults[:] = [(k, sh["overlap_comm"], why) if k == "zero_optimization.overlap_comm"
-                       else (k, v, why) for k, v, why in defaults]
-    for part, old in (("offload_optimizer", "cpu_offload"), ("offload_param", "cpu_offload_param")):
-        sec = zero.get(part)
-        if sec is None and zero.get(old) is not None:
-            # the deprecated switches: new_param_fn makes {"device": "cpu"} when true
-            sec = {"device": "cpu"} if _flag(zero[old], f"zero_optimization.{old}") else None
-        if sec is None:
-            sh[part] = "none"
-            continue
-        if not isinstance(sec, dict):
-            raise InvalidValueError(f"DeepSpeed zero_optimization.{part} must be an object")
-        dev = sec.get("device", "none")
-        if dev not in _OFFLOAD_DEVICES:
-            raise InvalidValueError(f"DeepSpeed zero_optimization.{part}.device must be one of "
-                                    f"{', '.join(_OFFLOAD_DEVICES)}, got {dev!r:.40}")
-        sh[part] = dev
-        ignored += [f"zero_optimization.{part}.{k}" for k in sec if k not in ("device", "ratio")]
-        if part == "offload_optimizer":
-            ratio = sec.get("ratio", 1.0)
-            if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
-                raise InvalidValueError("offload_optimizer.ratio must be between 0 and 1")
-            if ratio < 1 and sh["zero_stage"] != 3:   # zero/config.py:offload_ratio_check
-                raise InvalidValueError("partial optimizer offload (ratio < 1) needs ZeRO stage 3")
-            sh["offload_optimizer_ratio"] = ratio
-            if ratio < 1 and dev != "none":
-                notes.append(f"offload_optimizer.ratio {ratio} read, not modelled: memsym "
-                             "offloads the whole optimizer state")
-    if sh["offload_param"] != "none" and sh["zero_stage"] != 3:
-        raise InvalidValueError("offload_param needs ZeRO stage 3 (DeepSpeed)")
-    if "nvme" in (sh["offload_param"], sh["offload_optimizer"]):
-        notes.append("offload to NVMe counted as offload to CPU memory: the GPU holds the same")
-    if hidden_size is not None:
-        resolve_hidden_autos(sh, hidden_size, defaults)
 
-    # what the ZeRO keys given change, said once each (stage-3 keys only under stage 3)
-    for key in zero:
-        value = zero[key]
-        # stage3_* keys may be spelled without the prefix (their pydantic aliases)
-        canon = "stage3_" + key if "stage3_" + key in {**ZERO_DEFAULTS, **NOTED_ZERO} else key
-        if key in ("stage", "overlap_comm") or key in _OFFLOAD_KEYS:
-            continue
-        if canon == "reduce_bucket_size" and sh["zero_stage"] == 3:
-            # ZeRO-1/2 and ZeRO-3's prefetch feed memsym's bucket terms (sharding_buckets);
-            # ZeRO-3's own gradient bucket has none beyond the gathered layer's gradients
-            notes.append(f"zero_optimization.reduce_bucket_size = {short(sh[canon])} read: "
-                         "ZeRO-3's gradient bucket has no term in memsym beyond the largest "
-                         "layer's gradients")
-            continue
-        if canon in ("reduce_bucket_size", "stage3_prefetch_bucket_size"):
-            continue
-        if canon not in NOTED_ZERO:
-            if canon not in ZERO_DEFAULTS:
-                ignored.append(f"zero_optimization.{key}")
-            continue
-        if canon in ZERO_DEFAULTS:
-            value = sh[canon]                       # typed above
-        elif value == "auto":
-            # DeepSpeedConfigModel.__init__ drops "auto": DeepSpeed's default, what memsym counts
-            defaults.append((f"zero_optimization.{key}", "DeepSpeed's default", 'DeepSpeed '
-                             'config "auto" that no Hugging Face code fills: dropped by '
-                             "DeepSpeed (runtime/config_utils.py)"))
-            continue
-        elif key in ("zero_hpz_partition_size", "mics_shard_size"):
-            value = _count(value, f"zero_optimization.{key}", -1, MAX_GPUS, "gpus")
-        elif key == "stage3_model_persistence_threshold" or key == "model_persistence_threshold":
-            value = _count(value, f"zero_optimization.{key}", 0, 2**62, "parameters")
-        elif key == "zenflow":
-            if value is not None and not isinstance(value, dict):
-                raise InvalidValueError("DeepSpeed zero_optimization.zenflow must be an object")
-        else:
-            value = _flag(value, f"zero_optimization.{key}")
-        if _changes_memory(canon, value, sh["zero_stage"]):
-            shown = "{...}" if isinstance(value, dict) else short(value)
-            notes.append(f"zero_optimization.{key} = {shown} read: {NOTED_ZERO[canon]}")
-
+def _read_expert_parallel(data, notes, ignored):
+    """AutoEP's ``autoep_size`` when enabled, else None."""
     # AutoEP (runtime/config.py get_expert_parallel_config -> module_inject/auto_ep_config.py
     # parse_autoep_config: enabled False, autoep_size 1 by default): the routed experts split
     # over autoep_size ranks
@@ -523,13 +371,17 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
         if not isinstance(ep, dict):
             raise InvalidValueError("DeepSpeed expert_parallel must be an object such as "
                                     '{"enabled": true, "autoep_size": 8}')
-        if _flag(ep.get("enabled", False), "expert_parallel.enabled"):
-            e = _count(ep.get("autoep_size", 1), "expert_parallel.autoep_size", 1, MAX_GPUS,
-                       "gpus")
+        if deepspeed_flag(ep.get("enabled", False), "expert_parallel.enabled"):
+            e = deepspeed_count(ep.get("autoep_size", 1), "expert_parallel.autoep_size", 1,
+                                MAX_GPUS, "gpus")
             notes.append(f"expert_parallel.autoep_size {e}: the routed experts split over {e} "
                          "ranks, counted as Megatron's expert parallelism (DeepSpeed AutoEP)")
         ignored += [f"expert_parallel.{k}" for k in ep if k not in ("enabled", "autoep_size")]
+    return e
 
+
+def _read_top_keys(data, notes, ignored):
+    """Note or ignore each top-level key that no other part reads."""
     for key in data:
         if key in _TOP_MODELLED:
             continue
@@ -540,12 +392,6 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
                 ignored.append(key)
             continue
         ignored.append(key)
-    return {"layout": {"d": d, "e": e}, "training": {"micro_batch_size": mb,
-                                             "gradient_accumulation_steps": gas,
-                                             "global_batch_size": tb},
-            "precision": {"params_dtype": params, "grad_accum_dtype": grad_accum},
-            "optimizer": optimizer, "sharding": sh, "defaults": tuple(defaults),
-            "ignored": tuple(ignored), "notes": tuple(notes)}
 
 
 def _section_on(value) -> bool:
@@ -557,18 +403,3 @@ def _section_on(value) -> bool:
         sizes = [v for k, v in value.items() if k.endswith("size")]
         return not (sizes and all(v in (0, 1) for v in sizes) and len(sizes) == len(value))
     return value not in (False, None, 0, 1)
-
-
-def _changes_memory(key, value, stage) -> bool:
-    """Whether a noted ZeRO key, as given, departs from what memsym counts."""
-    if key.startswith("stage3_") or key in ("sub_group_size",):
-        return stage == 3
-    if key in ("zero_hpz_partition_size",):
-        return value not in (0, 1)
-    if key == "mics_shard_size":
-        return value not in (-1, 0)
-    if key in ("contiguous_gradients", "reduce_scatter"):
-        return value is False
-    if key == "allgather_bucket_size":
-        return stage in (1, 2)
-    return bool(value)

@@ -26,7 +26,8 @@ References
 The package: :mod:`.space` (the problem), :mod:`.grid` (the raw grid and the rules),
 :mod:`.templates` (compiled pieces), :mod:`.evaluate` (the vectorized evaluation),
 :mod:`.exact` (one layout's exact bytes), :mod:`.results` (:func:`search`), :mod:`.sizing`
-(:func:`smallest_d`, :func:`min_gpus`, :func:`largest_fit`).
+(:func:`smallest_d`, :func:`min_gpus`, :func:`largest_fit`), :mod:`.fewest_gpus` (the
+vectorized smallest d of every candidate layout, for :func:`min_gpus`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from dataclasses import dataclass
 
 from ..symbols import V
 from .. import rules as _rules
@@ -50,8 +51,103 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
     allow = {str(k): float(v) for k, v in allowance_values(dict(space.allowances)).items()}
     Vpad = {int(tt): float(arch_values(x, int(tt))[V]) for tt in np.unique(t_)}
     V_row = np.array([Vpad[int(tt)] for tt in t_])
-    # slot j of a row holds the j-th stage check_stages gives for its (p, f, l) (-1: none)
     f_, l_ = splits_of(space, grid)
+    slots = _stage_slots(space, grid, f_, l_)
+    base_kw = dict(scal)
+    base_kw.update(allow)
+    base_kw.update({"s": float(space.seq_length), "c_f": float(space.capacity_factor),
+                    "t": t_.astype(float), "p": p_.astype(float), "c": c_.astype(float),
+                    "d": d_.astype(float), "e": e_.astype(float), "t_e": t_.astype(float),
+                    "v": v_.astype(float), "b": b_.astype(float), "m": m_.astype(float),
+                    "V": V_row})
+    combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
+                                    space.offload, space.sharding))
+
+    choices = {"recompute": space.recompute, "sharding": space.sharding,
+               "offload": space.offload}
+    rows_of = _ChoiceRows(space, grid, f_, l_, only)
+    time_cache: dict = {}
+
+    for done, (rc, spf, inter, off, scheme) in enumerate(combos, 1):
+        if progress is not None:
+            progress(done, len(combos))
+        sel = rows_of(rc, spf, inter, off, scheme)
+        if not sel.any():
+            continue
+        idx = np.flatnonzero(sel)
+        best_mem, best_stage, best_parts, stage_mem = _most_loaded_stage(
+            slots, _pick(base_kw, idx), idx, allow, (rc, spf, inter, off, scheme))
+        out_cols["row"].append(idx)
+        for k in ("t", "p", "c", "d", "e", "v", "b"):
+            out_cols[k].append(grid[k][idx])
+        out_cols["f"].append(f_[idx])
+        out_cols["l"].append(l_[idx])
+        out_cols["m"].append(m_[idx])
+        # the choices as their index in the space (object arrays are built once, below:
+        # filling one per choice costs a tenth of a search)
+        for name, value in (("recompute", rc), ("sharding", scheme), ("offload", off)):
+            out_cols[name].append(np.full(len(idx), choices[name].index(value), dtype=np.intp))
+        out_cols["sequence_parallel"].append(np.full(len(idx), spf, dtype=bool))
+        out_cols["memory"].append(best_mem)
+        out_cols["stage"].append(best_stage)
+        if per_stage:
+            out_cols["stage_memory"].append(stage_mem)
+        for key in _STATE_KEYS + ("activations",) + _ALLOW:
+            col = best_parts[key]
+            # a term some stage has and the row's most-loaded stage lacks (experts on a
+            # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
+            out_cols[key].append(col if np.isnan(col).all() else np.nan_to_num(col, nan=0.0))
+        if want_time and B is not None:
+            secs = _choice_times(space, grid, m_, f_, l_, idx, rc, spf, scheme, time_cache)
+        else:
+            secs = {k: np.full(len(idx), np.nan) for k in ("step_time",) + TIME_PARTS}
+        for key, col in secs.items():
+            out_cols[key].append(col)
+    save_stage_tables()   # the templates built here, for the next process (compile cache)
+    cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
+    for name, values in choices.items():
+        if out_cols[name]:
+            cols[name] = np.array(values, dtype=object)[cols[name]]
+    # drop term columns that are absent everywhere
+    for key in _STATE_KEYS:
+        if key in cols and (not len(cols[key]) or np.all(np.isnan(cols[key]))):
+            del cols[key]
+    return cols
+
+
+def _pick(kw, rows):
+    """The keyword values of ``rows``: arrays indexed, scalars as they are."""
+    import numpy as np
+
+    return {k: (val[rows] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
+
+
+@dataclass(frozen=True)
+class _Slots:
+    """The stages each grid row evaluates: slot j of a row holds the j-th stage
+    :func:`check_stages` gives for its (p, f, l) (``stage``: -1 where none), that stage's
+    exact parameter counts (``counts``: name -> slots x rows), and which template stands for
+    it (``template``: an index into ``templates``, with the factor ``scale`` its decoder-layer
+    activations scale by: see :func:`stage_template`)."""
+
+    stage: object
+    counts: dict
+    template: object
+    scale: object
+    templates: list
+
+    @property
+    def count(self) -> int:
+        return len(self.stage)
+
+
+def _stage_slots(space: Space, grid: dict, f_, l_) -> _Slots:
+    """The :class:`_Slots` of ``grid`` with first/last stage sizes ``f_``, ``l_``."""
+    import numpy as np
+
+    t_, p_, e_ = grid["t"], grid["p"], grid["e"]
+    n = len(t_)
+    # slot j of a row holds the j-th stage check_stages gives for its (p, f, l) (-1: none)
     uq, inv_pfl = unique_rows(p_, f_, l_)
     stages_of = [check_stages(with_split(space, fv, lv), int(pv)) for pv, fv, lv in uq]
     nslot = max(len(sts) for sts in stages_of)
@@ -93,33 +189,25 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
             ids[u], fac[u] = tmpl_index[rep], factor
         tmpl_id[j, live] = ids[inv]
         scale[j, live] = fac[inv]
-    base_kw = dict(scal)
-    base_kw.update(allow)
-    base_kw.update({"s": float(space.seq_length), "c_f": float(space.capacity_factor),
-                    "t": t_.astype(float), "p": p_.astype(float), "c": c_.astype(float),
-                    "d": d_.astype(float), "e": e_.astype(float), "t_e": t_.astype(float),
-                    "v": v_.astype(float), "b": b_.astype(float), "m": m_.astype(float),
-                    "V": V_row})
-    knob_k = grid_knobs(space, grid)
-    # the most layers on one rank and in one model chunk of a row (block-N choices beyond a
-    # chunk are full recompute)
-    rank_max = most_layers_per_rank(x.num_layers, p_, f_, l_)
-    chunk_max = rank_max / v_
-    one_kind = len(set(moe_layer_pattern(x))) == 1
-    combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
-                                    space.offload, space.sharding))
+    return _Slots(slot_stage, counts, tmpl_id, scale, tmpl_rep)
 
-    choices = {"recompute": space.recompute, "sharding": space.sharding,
-               "offload": space.offload}
 
-    def pick(kw, rows):
-        return {k: (val[rows] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
+class _ChoiceRows:
+    """Which grid rows take a discrete choice: called with (recompute, SP, interleaved,
+    offload, sharding), the boolean mask of the rows it applies to."""
 
-    time_cache: dict = {}
+    def __init__(self, space: Space, grid: dict, f_, l_, only):
+        x = space.arch
+        self.grid, self.f_, self.l_, self.only, self.arch = grid, f_, l_, only, x
+        self.knob_k = grid_knobs(space, grid)
+        # the most layers on one rank and in one model chunk of a row (block-N choices beyond
+        # a chunk are full recompute)
+        self.rank_max = most_layers_per_rank(x.num_layers, grid["p"], f_, l_)
+        self.chunk_max = self.rank_max / grid["v"]
+        self.one_kind = len(set(moe_layer_pattern(x))) == 1
 
-    for done, (rc, spf, inter, off, scheme) in enumerate(combos, 1):
-        if progress is not None:
-            progress(done, len(combos))
+    def __call__(self, rc, spf, inter, off, scheme):
+        t_, v_, f_, l_, only = self.grid["t"], self.grid["v"], self.f_, self.l_, self.only
         sel = (v_ > 1) if inter else (v_ == 1)
         if spf:
             sel &= t_ > 1          # SP is a choice only with t > 1 (Megatron turns it off at 1)
@@ -127,110 +215,92 @@ def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_tim
         if method == "block":
             # block N with N >= every chunk's layers is full recompute: one row, not two;
             # a model of one layer kind takes it on even splits (templates.py)
-            sel &= n_layers < chunk_max
-            if one_kind:
+            sel &= n_layers < self.chunk_max
+            if self.one_kind:
                 sel &= (f_ == 0) & (l_ == 0)
         elif method == "every":
             # every-N wraps no block of a rank with fewer than N: that is no recompute
-            sel &= n_layers <= rank_max
-        for mask in _rules.masks(x, choice_knobs(knob_k, spf, off, scheme), CHOICE_RULES).values():
+            sel &= n_layers <= self.rank_max
+        for mask in _rules.masks(self.arch, choice_knobs(self.knob_k, spf, off, scheme),
+                                 CHOICE_RULES).values():
             sel &= ~mask
         if only is not None:
             sel &= ((only["recompute"] == rc) & (only["sharding"] == scheme)
                     & (only["sequence_parallel"] == spf) & (only["offload"] == off))
-        if not sel.any():
+        return sel
+
+
+def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple) -> tuple:
+    """``(memory, stage, parts, stage_memory)`` of rows ``idx`` under one discrete choice:
+    the most-loaded stage's bytes, its index and its terms, and every slot's bytes."""
+    import numpy as np
+
+    rc, spf, inter, off, scheme = choice
+    nslot, slot_stage = slots.count, slots.stage
+    best_mem = np.full(len(idx), -np.inf)
+    best_stage = np.zeros(len(idx), dtype=np.int64)
+    best_parts = {key: np.full(len(idx), np.nan) for key in _STATE_KEYS + ("activations",) + _ALLOW}
+    stage_mem = np.full((len(idx), nslot), np.nan)
+    for j in range(nslot):
+        ridx = np.flatnonzero(slot_stage[j, idx] >= 0)
+        if not len(ridx):
             continue
-        idx = np.flatnonzero(sel)
-        kw = pick(base_kw, idx)
-        best_mem = np.full(len(idx), -np.inf)
-        best_stage = np.zeros(len(idx), dtype=np.int64)
-        best_parts = {key: np.full(len(idx), np.nan) for key in _STATE_KEYS + ("activations",) + _ALLOW}
-        stage_mem = np.full((len(idx), nslot), np.nan)
-        for j in range(nslot):
-            ridx = np.flatnonzero(slot_stage[j, idx] >= 0)
-            if not len(ridx):
-                continue
-            rows = idx[ridx]
-            rkw = pick(kw, ridx)
-            rkw.update({name: arr[j, rows] for name, arr in counts.items()})
-            parts = {"activations": np.zeros(len(ridx))}
-            tid = tmpl_id[j, rows]
-            for q in np.unique(tid):
-                sub = np.flatnonzero(tid == q)
-                skw = rkw if len(sub) == len(ridx) else pick(rkw, sub)
-                sub_space, pq, stq = tmpl_rep[q]
-                acts, layer, phases, states = call_stage(stage_function(
-                    sub_space, rc, spf, inter, off, scheme, pq, stq), skw)
-                # the decoder layers' activations scale with the stage's layer count
-                # (one layer kind per shared template, stage_template)
-                fac_q = scale[j, rows[sub]]
-                act_q = acts + fac_q * layer
-                *running, to = phases
-                peak = functools.reduce(np.maximum, running, to - act_q)
-                parts["activations"][sub] = act_q + peak
-                for key, value in states.items():
-                    parts.setdefault(key, np.zeros(len(ridx)))[sub] = value
-            allocated = sum(parts.values())
-            akw = dict(allow, M_alloc=allocated)
-            for term in allowance_template():
-                parts[term.key] = np.broadcast_to(np.asarray(call_compiled(term.expr, akw), dtype=float),
-                                                  len(ridx))
-            mem = allocated + sum(parts[key] for key in _ALLOW)
-            stage_mem[ridx, j] = mem
-            # strictly larger: on a tie the lower stage stays (as training_memory picks)
-            better = mem > best_mem[ridx]
-            tgt = ridx[better]
-            best_mem[tgt] = mem[better]
-            best_stage[tgt] = slot_stage[j, rows[better]]
-            for key, arr2 in parts.items():
-                best_parts[key][tgt] = arr2[better]
-        out_cols["row"].append(idx)
-        for k in ("t", "p", "c", "d", "e", "v", "b"):
-            out_cols[k].append(grid[k][idx])
-        out_cols["f"].append(f_[idx])
-        out_cols["l"].append(l_[idx])
-        out_cols["m"].append(m_[idx])
-        # the choices as their index in the space (object arrays are built once, below:
-        # filling one per choice costs a tenth of a search)
-        for name, value in (("recompute", rc), ("sharding", scheme), ("offload", off)):
-            out_cols[name].append(np.full(len(idx), choices[name].index(value), dtype=np.intp))
-        out_cols["sequence_parallel"].append(np.full(len(idx), spf, dtype=bool))
-        out_cols["memory"].append(best_mem)
-        out_cols["stage"].append(best_stage)
-        if per_stage:
-            out_cols["stage_memory"].append(stage_mem)
-        for key in _STATE_KEYS + ("activations",) + _ALLOW:
-            col = best_parts[key]
-            # a term some stage has and the row's most-loaded stage lacks (experts on a
-            # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
-            out_cols[key].append(col if np.isnan(col).all() else np.nan_to_num(col, nan=0.0))
-        if want_time and B is not None:
-            # the step time depends on the choice only through (recompute, SP, DDP / ZeRO-3 /
-            # a sharded optimizer): priced once per such triple over every row, then indexed
-            tkey = (rc, spf, scheme if scheme in ("ddp", "zero3") else "sharded")
-            if tkey not in time_cache:
-                rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
-                full = _step_time(space, {k: grid[k][rows_t] for k in KNOBS}, m_[rows_t],
-                                  f_[rows_t], l_[rows_t], rc, spf, scheme)
-                pos = np.full(n, -1, dtype=np.int64)
-                pos[rows_t] = np.arange(len(rows_t))
-                time_cache[tkey] = (full, pos)
-            full, pos = time_cache[tkey]
-            secs = {k: col[pos[idx]] for k, col in full.items()}
-        else:
-            secs = {k: np.full(len(idx), np.nan) for k in ("step_time",) + TIME_PARTS}
-        for key, col in secs.items():
-            out_cols[key].append(col)
-    save_stage_tables()   # the templates built here, for the next process (compile cache)
-    cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
-    for name, values in choices.items():
-        if out_cols[name]:
-            cols[name] = np.array(values, dtype=object)[cols[name]]
-    # drop term columns that are absent everywhere
-    for key in _STATE_KEYS:
-        if key in cols and (not len(cols[key]) or np.all(np.isnan(cols[key]))):
-            del cols[key]
-    return cols
+        rows = idx[ridx]
+        rkw = _pick(kw, ridx)
+        rkw.update({name: arr[j, rows] for name, arr in slots.counts.items()})
+        parts = {"activations": np.zeros(len(ridx))}
+        tid = slots.template[j, rows]
+        for q in np.unique(tid):
+            sub = np.flatnonzero(tid == q)
+            skw = rkw if len(sub) == len(ridx) else _pick(rkw, sub)
+            sub_space, pq, stq = slots.templates[q]
+            acts, layer, phases, states = call_stage(stage_function(
+                sub_space, rc, spf, inter, off, scheme, pq, stq), skw)
+            # the decoder layers' activations scale with the stage's layer count
+            # (one layer kind per shared template, stage_template)
+            fac_q = slots.scale[j, rows[sub]]
+            act_q = acts + fac_q * layer
+            *running, to = phases
+            peak = functools.reduce(np.maximum, running, to - act_q)
+            parts["activations"][sub] = act_q + peak
+            for key, value in states.items():
+                parts.setdefault(key, np.zeros(len(ridx)))[sub] = value
+        allocated = sum(parts.values())
+        akw = dict(allow, M_alloc=allocated)
+        for term in allowance_template():
+            parts[term.key] = np.broadcast_to(np.asarray(call_compiled(term.expr, akw), dtype=float),
+                                              len(ridx))
+        mem = allocated + sum(parts[key] for key in _ALLOW)
+        stage_mem[ridx, j] = mem
+        # strictly larger: on a tie the lower stage stays (as training_memory picks)
+        better = mem > best_mem[ridx]
+        tgt = ridx[better]
+        best_mem[tgt] = mem[better]
+        best_stage[tgt] = slot_stage[j, rows[better]]
+        for key, arr2 in parts.items():
+            best_parts[key][tgt] = arr2[better]
+    return best_mem, best_stage, best_parts, stage_mem
+
+
+def _choice_times(space: Space, grid: dict, m_, f_, l_, idx, rc, spf, scheme,
+                  time_cache: dict) -> dict:
+    """The step time and its parts of rows ``idx`` under one discrete choice."""
+    import numpy as np
+
+    n = len(grid["t"])
+    t_ = grid["t"]
+    # the step time depends on the choice only through (recompute, SP, DDP / ZeRO-3 /
+    # a sharded optimizer): priced once per such triple over every row, then indexed
+    tkey = (rc, spf, scheme if scheme in ("ddp", "zero3") else "sharded")
+    if tkey not in time_cache:
+        rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
+        full = _step_time(space, {k: grid[k][rows_t] for k in KNOBS}, m_[rows_t],
+                          f_[rows_t], l_[rows_t], rc, spf, scheme)
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[rows_t] = np.arange(len(rows_t))
+        time_cache[tkey] = (full, pos)
+    full, pos = time_cache[tkey]
+    return {k: col[pos[idx]] for k, col in full.items()}
 
 
 #: The step-time breakdown columns of a search [s]: the decoder layers' GEMM and attention

@@ -4,7 +4,6 @@ fewest GPUs (:func:`min_gpus`) and the largest value that fits (:func:`largest_f
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
@@ -16,10 +15,10 @@ from ..errors import InvalidValueError, MemsymError, NoFitError
 from ..symbols import b as b_sym, d, m as m_sym, s as s_sym
 from .. import rules as _rules
 
-from .space import (CHOICE_KEYS, KNOBS, RULES, divisors_of, from_job, make_space, matched_choices,
-                    positive_whole, scheme_row)
-from .grid import with_split, explain, rule_masks, stage_splits
-from .evaluate import binding_columns, evaluate_grid
+from .space import RULES, from_job, make_space, matched_choices, positive_whole, scheme_row
+from .grid import with_split, explain
+from .fewest_gpus import (candidate_knobs, nothing_fits_error, smallest_d_by_divisors,
+                          smallest_d_by_fit)
 from .exact import exact_row, row_totals, group_bytes
 from .results import search
 from ..analysis import largest, smallest
@@ -180,72 +179,6 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
     return best
 
 
-def _smallest_multiple(fits: Callable, step, kmax):
-    """For each row r the smallest d = k step[r] (1 <= k <= kmax[r]) with ``fits(rows, d)``
-    true, 0 where none: galloping on k (1, 2, 4, ...), then bisection.  ``fits`` must be
-    monotone in d (memory is nonincreasing in d); it is called on index arrays of rows.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> need = np.array([1, 5, 12, 40])           # row r fits from d = need[r] on
-    >>> _smallest_multiple(lambda r, dv: dv >= need[r], np.array([1, 1, 4, 1]),
-    ...                    np.array([64, 64, 64, 32])).tolist()
-    [1, 5, 12, 0]
-    """
-    import numpy as np
-
-    step = np.asarray(step, dtype=np.int64)
-    kmax = np.asarray(kmax, dtype=np.int64)
-    lo = np.zeros(len(step), dtype=np.int64)   # largest k known not to fit
-    hi = np.zeros(len(step), dtype=np.int64)   # smallest k known to fit (0: none)
-    k = np.ones(len(step), dtype=np.int64)
-    todo = np.flatnonzero(kmax >= 1)
-    while len(todo):
-        ok = np.asarray(fits(todo, k[todo] * step[todo]), dtype=bool)
-        hi[todo[ok]] = k[todo[ok]]
-        miss = todo[~ok]
-        lo[miss] = k[miss]
-        k[miss] = np.minimum(2 * k[miss], kmax[miss])
-        todo = miss[lo[miss] < kmax[miss]]
-    todo = np.flatnonzero(hi - lo > 1)
-    while len(todo):
-        mid = (lo[todo] + hi[todo]) // 2
-        ok = np.asarray(fits(todo, mid * step[todo]), dtype=bool)
-        hi[todo[ok]] = mid[ok]
-        lo[todo[~ok]] = mid[~ok]
-        todo = todo[hi[todo] - lo[todo] > 1]
-    return hi * step
-
-
-def _with_splits(num_layers: int, grid: dict, cand_v) -> dict:
-    """The knob rows with their first/last stage sizes (``f``, ``l``; 0: the even split):
-    the even split where p divides the layers, and the uneven ones :func:`stage_splits`
-    offers, as :func:`search` lays them out."""
-    import numpy as np
-
-    parts = []
-    for pp in np.unique(grid["p"]):
-        idx = np.flatnonzero(grid["p"] == pp)
-        pairs = ([(0, 0)] if num_layers % int(pp) == 0 else []) + list(
-            stage_splits(num_layers, int(pp), cand_v))
-        for f_, l_ in pairs:
-            parts.append((idx, f_, l_))
-    if not parts:
-        return {**{k: v[:0] for k, v in grid.items()}, "f": grid["p"][:0], "l": grid["p"][:0]}
-    out = {k: np.concatenate([grid[k][idx] for idx, _, _ in parts]) for k in grid}
-    out["f"] = np.concatenate([np.full(len(idx), f_, dtype=np.int64) for idx, f_, _ in parts])
-    out["l"] = np.concatenate([np.full(len(idx), l_, dtype=np.int64) for idx, _, l_ in parts])
-    return out
-
-
-def _no_valid_choice(space, knobs, maxg) -> NoFitError:
-    """Every (layout, discrete choice) breaks a rule (offload with p > 1, say): name it."""
-    why = (f" (offload-pp: {RULES['offload-pp']})"
-           if "none" not in space.offload and all(int(x_) > 1 for x_ in knobs["p"]) else "")
-    return NoFitError(f"no layout passes the rules within {maxg} GPUs{why}")
-
-
 def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | None = None,
              **options) -> MinGpus:
     r"""The fewest GPUs on which the training fits, over every layout the rules allow.
@@ -288,142 +221,17 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     model, gpu = from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     _megatron_split_only(space)
-    x = space.arch
     maxg = positive_whole(max_gpus, "max_gpus")
-    # candidate (t, p, c, e, v, b): the knob rules except world size and the d-dependent ones
-    pseudo = replace(space, global_batch_size=None)
-    cand_t = space.tp or tuple(dv for dv in divisors_of(x.num_attention_heads) if dv <= space.gpus_per_node)
-    given = space.first_stage_layers is not None or space.last_stage_layers is not None
-    # p: the divisors of the layers (the even split) and, where uneven end stages are offered,
-    # every p up to the layers with the splits the search offers (stage_splits)
-    offer = space.uneven and not given
-    cand_p = space.pp or (tuple(range(2, x.num_layers + 1)) if given else tuple(sorted(
-        set(divisors_of(x.num_layers)) | (set(range(2, x.num_layers + 1)) if offer else set()))))
-    cand_c = space.cp or (1,)
-    cand_e = space.ep or (tuple(divisors_of(x.num_experts)) if x.num_experts else (1,))
-    cand_v = space.vpp or (1,)   # interleaving never lowers memory (seed 001): v = 1 for sizing
-    prod = np.array(list(itertools.product(cand_t, cand_p, cand_c, cand_e, cand_v,
-                                           space.micro_batch_sizes)), dtype=np.int64)
-    grid = {k: prod[:, i] for i, k in enumerate(("t", "p", "c", "e", "v", "b"))}
-    if offer:
-        grid = _with_splits(x.num_layers, grid, cand_v)
-    grid["d"] = np.ones(len(grid["t"]), dtype=np.int64)
-    masks = rule_masks(pseudo, grid)
-    masks.pop("ep-group", None)
-    bad = np.zeros(len(grid["t"]), dtype=bool)
-    for mask in masks.values():
-        bad |= mask
-    grid = {k: val[~bad] for k, val in grid.items()}
-    grid = {k: val[grid["t"] * grid["p"] * grid["c"] <= maxg] for k, val in grid.items()}
-    if not len(grid["t"]):
-        raise NoFitError(f"no layout passes the rules within {maxg} GPUs")
-    B = space.global_batch_size
-    knobs = {k: grid[k] for k in ("t", "p", "c", "e", "v", "b") + (("f", "l") if offer else ())}
-    nk = len(knobs["t"])
-
-    def evaluate_at(dvals, only=None, rows=None, per_stage=False):
-        """Memory of knob rows (``rows``, default all) at data-parallel sizes ``dvals``
-        under every discrete choice (or the row's own choice with ``only``)."""
-        sel = np.arange(nk) if rows is None else rows
-        g2 = {k: knobs[k][sel] for k in knobs}
-        g2["d"] = np.asarray(dvals, dtype=np.int64)
-        return evaluate_grid(space, g2, np.zeros(len(sel), dtype=np.int64), want_time=False,
-                         only=only, per_stage=per_stage)
+    knobs, offer = candidate_knobs(space, maxg)
 
     def report(done, total):
         if progress is not None:
             progress(done, total)
 
-    cap = float(space.capacity)
-    if B is not None:
-        # finite candidates: b*d must divide B; memory is nonincreasing in d (fewer
-        # micro-batches in flight, more sharding), so the first divisor that fits is the answer
-        best = {}
-        dvs = sorted({dv for bb in np.unique(knobs["b"]) for dv in divisors_of(B // int(bb))})
-        for done, dv in enumerate(dvs, 1):
-            report(done, len(dvs))
-            ok_rows = np.flatnonzero((B % (knobs["b"] * dv) == 0)
-                                     & (knobs["t"] * knobs["p"] * knobs["c"] * dv <= maxg))
-            if x.num_experts:
-                ok_rows = ok_rows[(knobs["c"][ok_rows] * dv) % knobs["e"][ok_rows] == 0]
-            if not len(ok_rows):
-                continue
-            cols = evaluate_at(np.full(len(ok_rows), dv), rows=ok_rows)
-            fit = cols["memory"] <= cap
-            for j in np.flatnonzero(fit):
-                key = (int(ok_rows[cols["row"][j]]), cols["recompute"][j], cols["sharding"][j],
-                       bool(cols["sequence_parallel"][j]), cols["offload"][j])
-                best.setdefault(key, dv)
-        if not best:
-            rows, best_d = None, np.zeros(0, dtype=np.int64)
-        else:
-            keys = list(best)
-            rows = {"knob": np.array([k_[0] for k_ in keys]),
-                    "recompute": np.array([k_[1] for k_ in keys], dtype=object),
-                    "sharding": np.array([k_[2] for k_ in keys], dtype=object),
-                    "sequence_parallel": np.array([k_[3] for k_ in keys], dtype=bool),
-                    "offload": np.array([k_[4] for k_ in keys], dtype=object)}
-            best_d = np.array([best[k_] for k_ in keys], dtype=np.int64)
+    if space.global_batch_size is not None:
+        rows, best_d = smallest_d_by_divisors(space, knobs, maxg, report)
     else:
-        # without a global batch nothing in flight depends on d, and every d-dependent term
-        # is a model state divided by d: each stage's memory is alpha + beta/d exactly
-        # (checked at d = 4), so d* = max over the stages of ceil(beta/(C - alpha)).  The
-        # most-loaded stage may change with d (deepseek-v3: dense first stages, MoE later),
-        # so the max over stages is not of that form; each stage is fitted on its own.
-        report(1, 3)
-        m1, m2, m4 = (evaluate_at(np.full(nk, dv), per_stage=True) for dv in (1, 2, 4))
-        if not len(m1["row"]):   # every candidate breaks a rule of its discrete choices
-            raise _no_valid_choice(space, knobs, maxg)
-        s1, s2, s4 = m1["stage_memory"], m2["stage_memory"], m4["stage_memory"]
-        beta = 2 * (s1 - s2)
-        alpha = s1 - beta
-        absent = np.isnan(s1)    # rows with fewer stages than the widest
-        linear = np.all(absent | np.isclose(alpha + beta / 4, s4, rtol=1e-9, atol=1.0), axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            need = np.where(alpha < cap, np.ceil(np.maximum(beta, 0) / (cap - alpha)), np.inf)
-        need = np.where(absent, 1, np.maximum(need, 1))
-        dstar = need.max(axis=1)          # inf: some stage never fits
-        rows = {"knob": m1["row"], "recompute": m1["recompute"], "sharding": m1["sharding"],
-                "sequence_parallel": m1["sequence_parallel"], "offload": m1["offload"]}
-        tpc0 = (knobs["t"] * knobs["p"] * knobs["c"])[rows["knob"]]
-        step = np.ones(len(dstar), dtype=np.int64)
-        if x.num_experts:
-            ee, cc = knobs["e"][rows["knob"]], knobs["c"][rows["knob"]]
-            step = ee // np.gcd(ee, cc)
-        kmax = maxg // (tpc0 * step)      # d = k step with t p c d <= max_gpus
-        with np.errstate(invalid="ignore"):
-            kstar = np.where(np.isfinite(dstar), np.ceil(dstar / step), 0)
-        dstar = np.where((kstar >= 1) & (kstar <= kmax), kstar * step, 0).astype(np.int64)
-
-        def fits_at(sel, dvals):
-            """Whether knob-and-choice rows ``sel`` fit at data-parallel sizes ``dvals``."""
-            out = np.zeros(len(sel), dtype=bool)
-            if len(sel):
-                memd = evaluate_at(dvals, rows=rows["knob"][sel],
-                                   only={k: rows[k][sel] for k in CHOICE_KEYS})
-                out[memd["row"]] = memd["memory"] <= cap
-            return out
-
-        # verify on the compiled totals: d* fits and d* - step does not.  A row that fails
-        # (float rounding at the boundary, a stage not of the form a + b/d) is searched
-        # exactly instead (gallop and bisection; memory is nonincreasing in d)
-        report(2, 3)
-        live = np.flatnonzero(dstar > 0)
-        top_ok = fits_at(live, dstar[live])
-        low = live[top_ok & (dstar[live] > step[live])]
-        low_fits = fits_at(low, dstar[low] - step[low])
-        redo = np.union1d(np.union1d(live[~top_ok], low[low_fits]), np.flatnonzero(~linear))
-        verified = np.setdiff1d(live[top_ok], redo)
-        if len(verified) and len(redo):
-            # a row needs d >= step: one whose smallest G already exceeds a verified row's
-            # answer cannot win (or tie), so it is not searched
-            g_known = int((tpc0[verified] * dstar[verified]).min())
-            redo = redo[tpc0[redo] * step[redo] <= g_known]
-        if len(redo):
-            report(3, 3)
-            dstar[redo] = _smallest_multiple(lambda r, dv: fits_at(redo[r], dv), step[redo],
-                                             kmax[redo])
-        best_d = dstar
+        rows, best_d = smallest_d_by_fit(space, knobs, maxg, report)
     if rows is None:
         best_d = np.zeros(0, dtype=np.int64)
         rows = {"knob": np.zeros(0, dtype=np.int64)}
@@ -433,67 +241,12 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
         rows[k] = knobs[k][rows["knob"]]
     ok = best_d > 0
     if not ok.any():
-        # the least memory at the largest d tried names the binding term
-        dfar = np.maximum(maxg // (knobs["t"] * knobs["p"] * knobs["c"]), 1)
-        cols = evaluate_at(dfar)
-        if not len(cols["memory"]):   # every candidate breaks a rule of its discrete choices
-            raise _no_valid_choice(space, knobs, maxg)
-        cols["binding"] = binding_columns(cols)
-        j = int(np.argmin(cols["memory"]))
-        least = {k: cols[k][j] for k in KNOBS + CHOICE_KEYS}
-        least.update(first_stage_layers=int(cols["f"][j]), last_stage_layers=int(cols["l"][j]))
-        raise NoFitError(
-            f"nothing fits within {maxg} x {space.gpu.name}: the least memory is "
-            f"{cols['memory'][j] / 1e9:.4g} GB > {space.capacity / 1e9:.4g} GB (t={cols['t'][j]}, "
-            f"p={cols['p'][j]}, c={cols['c'][j]}, d={cols['d'][j]}, b={cols['b'][j]}, "
-            f"{cols['recompute'][j]} recompute, {cols['sharding'][j]}); binding term: "
-            f"{cols['binding'][j]}", binding=(str(cols["binding"][j]),),
-            floor=exact_row(space, least)["bytes"]["total"])
+        raise nothing_fits_error(space, knobs, maxg)
     G_all = np.where(ok, tpc * best_d, np.iinfo(np.int64).max)
     gbest = int(G_all.min())
     tie = np.flatnonzero(G_all == gbest)
-    # rank the tied layouts exactly as `search` would at G = gbest
-    cand = []
-    for i in tie:
-        cand.append({"t": int(rows["t"][i]), "p": int(rows["p"][i]), "c": int(rows["c"][i]),
-                     "d": int(best_d[i]), "e": int(rows["e"][i]), "v": int(rows["v"][i]),
-                     "b": int(rows["b"][i]), "recompute": str(rows["recompute"][i]),
-                     "sharding": str(rows["sharding"][i]),
-                     "sequence_parallel": bool(rows["sequence_parallel"][i]),
-                     "offload": str(rows["offload"][i]),
-                     "first_stage_layers": int(rows["f"][i]) if offer else 0,
-                     "last_stage_layers": int(rows["l"][i]) if offer else 0})
-    tied = replace(space, tp=tuple(sorted({r["t"] for r in cand})),
-                   pp=tuple(sorted({r["p"] for r in cand})), cp=tuple(sorted({r["c"] for r in cand})),
-                   vpp=tuple(sorted({r["v"] for r in cand})),
-                   micro_batch_sizes=tuple(sorted({r["b"] for r in cand})),
-                   recompute=tuple(sorted({r["recompute"] for r in cand})),
-                   sharding=tuple(sorted({r["sharding"] for r in cand})),
-                   sequence_parallel=tuple(sorted({r["sequence_parallel"] for r in cand})),
-                   offload=tuple(sorted({r["offload"] for r in cand})))
-    res = search(model, gpu, gbest, space=tied)
-    order = res.order()
-    chosen = None
-    names = ("t", "p", "c", "d", "e", "v", "b", "recompute", "sharding", "sequence_parallel",
-             "offload")
-
-    def key_of(r):
-        return tuple(r[k] for k in names) + (r.get("first_stage_layers") or 0,
-                                              r.get("last_stage_layers") or 0)
-
-    keyset = {key_of(r) for r in cand}
-    for i in order:
-        r = res.row(int(i))
-        if key_of(r) in keyset:
-            chosen = r
-            break
-    if chosen is None:
-        chosen = res.best() if len(order) else {**cand[0]}
-    lay = {k: chosen[k] for k in names}
-    lay["m"] = chosen.get("m")
-    f_c, l_c = chosen.get("first_stage_layers") or 0, chosen.get("last_stage_layers") or 0
-    if f_c or l_c:
-        lay.update(first_stage_layers=f_c or None, last_stage_layers=l_c or None)
+    res, lay, f_c, l_c = _chosen_layout(model, gpu, space, gbest, _tied_rows(rows, best_d, tie,
+                                                                           offer))
     # the exact, symbolic answer for the chosen layout
     sol, method, closed, bound = None, "searched", None, None
     try:
@@ -511,6 +264,60 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     exact = exact_row(space, lay)
     return MinGpus(gbest, lay, exact["bytes"], closed, bound, method, sol, n,
                    time.perf_counter() - start, res.notes)
+
+
+_LAYOUT_KEYS = ("t", "p", "c", "d", "e", "v", "b", "recompute", "sharding", "sequence_parallel",
+                "offload")
+
+
+def _tied_rows(rows, best_d, tie, offer) -> list:
+    """The layouts (one dict each) of the candidate rows ``tie``, all at the fewest GPUs."""
+    cand = []
+    for i in tie:
+        cand.append({"t": int(rows["t"][i]), "p": int(rows["p"][i]), "c": int(rows["c"][i]),
+                     "d": int(best_d[i]), "e": int(rows["e"][i]), "v": int(rows["v"][i]),
+                     "b": int(rows["b"][i]), "recompute": str(rows["recompute"][i]),
+                     "sharding": str(rows["sharding"][i]),
+                     "sequence_parallel": bool(rows["sequence_parallel"][i]),
+                     "offload": str(rows["offload"][i]),
+                     "first_stage_layers": int(rows["f"][i]) if offer else 0,
+                     "last_stage_layers": int(rows["l"][i]) if offer else 0})
+    return cand
+
+
+def _chosen_layout(model, gpu, space, gbest, cand) -> tuple:
+    """``(result, layout, f, l)``: the tied layouts ranked exactly as :func:`search` ranks
+    them at G = ``gbest``, the best of them, and its first/last stage sizes (0: even)."""
+    tied = replace(space, tp=tuple(sorted({r["t"] for r in cand})),
+                   pp=tuple(sorted({r["p"] for r in cand})), cp=tuple(sorted({r["c"] for r in cand})),
+                   vpp=tuple(sorted({r["v"] for r in cand})),
+                   micro_batch_sizes=tuple(sorted({r["b"] for r in cand})),
+                   recompute=tuple(sorted({r["recompute"] for r in cand})),
+                   sharding=tuple(sorted({r["sharding"] for r in cand})),
+                   sequence_parallel=tuple(sorted({r["sequence_parallel"] for r in cand})),
+                   offload=tuple(sorted({r["offload"] for r in cand})))
+    res = search(model, gpu, gbest, space=tied)
+    order = res.order()
+    chosen = None
+
+    def key_of(r):
+        return tuple(r[k] for k in _LAYOUT_KEYS) + (r.get("first_stage_layers") or 0,
+                                                    r.get("last_stage_layers") or 0)
+
+    keyset = {key_of(r) for r in cand}
+    for i in order:
+        r = res.row(int(i))
+        if key_of(r) in keyset:
+            chosen = r
+            break
+    if chosen is None:
+        chosen = res.best() if len(order) else {**cand[0]}
+    lay = {k: chosen[k] for k in _LAYOUT_KEYS}
+    lay["m"] = chosen.get("m")
+    f_c, l_c = chosen.get("first_stage_layers") or 0, chosen.get("last_stage_layers") or 0
+    if f_c or l_c:
+        lay.update(first_stage_layers=f_c or None, last_stage_layers=l_c or None)
+    return res, lay, f_c, l_c
 
 
 def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, limit: int = 1 << 20,

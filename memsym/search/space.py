@@ -296,29 +296,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     SAC for dense gated-MLP models only) and :data:`TORCHTITAN_SCHEMES`."""
     arch = model if isinstance(model, models.Architecture) else models.resolve_model(model)
     arch = models.resolve(arch, seq_length=positive_whole(seq_length, "seq_length"))
-    clu = None
-    if cluster is not None:
-        clu = hardware.cluster(cluster)
-        dev = clu.gpu if gpu is None else hardware.gpu(gpu)
-    else:
-        if gpu is None:
-            raise InvalidValueError("give a GPU (e.g. h100-80gb) or a cluster")
-        dev = hardware.gpu(gpu)
-        clu = hardware.cluster_for(dev, gpus_per_node or 8)
-    if gpus_per_node is not None:
-        clu = clu.with_(gpus_per_node=positive_whole(gpus_per_node, "gpus_per_node"))
-    cap = dev.capacity_bytes if capacity is None else capacity
-    if isinstance(cap, bool) or not isinstance(cap, numbers.Real) or not cap > 0 \
-            or not math.isfinite(cap):
-        raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0 (for text use "
-                                f"memsym.units.parse_bytes('80GB')), got {cap!r:.40}")
-    finetune = matched_choices("fine-tuning mode", [finetune], ("full", "lora", "qlora"))[0]
-    if quantization is None:
-        quantization = {"full": "bf16", "lora": "bf16", "qlora": "nf4-dq"}[finetune]
-    quantization = matched_choices("quantization", [quantization], QUANTIZATIONS)[0]
-    if isinstance(lora_targets, str):
-        lora_targets = LORA_TARGETS if lora_targets == "all" else (lora_targets,)
-    lora_targets = matched_choices("LoRA target", lora_targets, LORA_TARGETS)
+    dev, clu, cap = _device(gpu, cluster, gpus_per_node, capacity)
+    finetune, quantization, lora_targets = _adapters(finetune, quantization, lora_targets)
     B = None if global_batch_size is None else positive_whole(global_batch_size, "global_batch_size")
     if micro_batch_sizes is None:
         limit = 8 if B is None else min(8, B)
@@ -331,44 +310,15 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     # (torchtitan builds no dropout; Megatron-Bridge trains Llama without)
     dropout, _ = resolve_dropout(framework, None if dropout is None
                                  else boolean(dropout, "dropout"), model, arch)
-    dense_op = bool(arch.swiglu and not arch.num_experts and not arch.multi_latent_attention
-                    and flash_attention)
-    if sharding is None:   # what the framework runs (memsym.job.FRAMEWORK_SCHEMES)
-        sharding = TORCHTITAN_SCHEMES if titan else FRAMEWORK_SCHEMES.get(framework, SCHEMES)
-    if recompute is None:
-        recompute = (tuple(r for r in TORCHTITAN_RECOMPUTE if r != "selective-op" or dense_op)
-                     if titan else ("none", "selective", "full"))
-    shard = tuple(dict.fromkeys(scheme_row(x, framework) for x in
-                                ([sharding] if isinstance(sharding, str) else sharding)))
-    if titan and set(shard) - set(TORCHTITAN_SCHEMES):
-        raise InvalidValueError("torchtitan shards with FSDP2 or replicates: sharding fsdp or "
-                                f"ddp, not {', '.join(sorted(set(shard) - set(TORCHTITAN_SCHEMES)))}")
-    offered = FRAMEWORK_SCHEMES.get(framework)
-    if offered and not titan and set(shard) - set(offered):
-        raise InvalidValueError(f"{framework} shards with {', '.join(offered)}, not "
-                                f"{', '.join(sorted(set(shard) - set(offered)))}")
-    modes = tuple(r for r in TORCHTITAN_RECOMPUTE if recompute_layers(r) is None) if titan \
-        else ("none", "selective", "full")
-    if finetune != "full":
-        # adapters' states are tiny: sharding them changes nothing worth a row; keep the
-        # schemes that change where the frozen weights live (replicated or ZeRO-3 sharded)
-        shard = tuple(dict.fromkeys("zero3" if x == "zero3" else "ddp" for x in shard))
+    shard, recompute, modes = _framework_choices(framework, arch, sharding, recompute,
+                                                 finetune, flash_attention)
     al = tuple(sorted((k, v) for k, v in (allowances or {}).items()))
     for key, _ in al:
         if key not in ALLOWANCES:
             raise UnknownNameError("allowance", key, ALLOWANCES)
     # None: the step time predicts GEMM efficiency (memsym.timing.efficiency); a number is
     # the explicit, named override (the achieved GEMM efficiency eta_gemm)
-    eff = None
-    if efficiency is not None:
-
-        eff = exact(efficiency, "efficiency")
-        # a physical range (memsym.limits): 1e-310 made every time inf and every column NaN
-        lo, hi = (exact(x, "efficiency") for x in EFFICIENCY_RANGE)
-        if not lo <= eff <= hi:
-            raise InvalidValueError(f"efficiency is the achieved fraction of peak FLOP/s of "
-                                    f"the GEMMs: {float(lo):g} <= efficiency <= {float(hi):g}, "
-                                    f"got {short(efficiency)}")
+    eff = None if efficiency is None else _efficiency(efficiency)
     for what, val in (("first_stage_layers", first_stage_layers),
                       ("last_stage_layers", last_stage_layers)):
         if val is not None:
@@ -402,3 +352,77 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
         latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
         framework=framework)
+
+
+def _device(gpu, cluster, gpus_per_node, capacity) -> tuple:
+    """``(gpu, cluster, capacity)``: the GPU, its cluster and its memory [bytes], checked."""
+    clu = None
+    if cluster is not None:
+        clu = hardware.cluster(cluster)
+        dev = clu.gpu if gpu is None else hardware.gpu(gpu)
+    else:
+        if gpu is None:
+            raise InvalidValueError("give a GPU (e.g. h100-80gb) or a cluster")
+        dev = hardware.gpu(gpu)
+        clu = hardware.cluster_for(dev, gpus_per_node or 8)
+    if gpus_per_node is not None:
+        clu = clu.with_(gpus_per_node=positive_whole(gpus_per_node, "gpus_per_node"))
+    cap = dev.capacity_bytes if capacity is None else capacity
+    if isinstance(cap, bool) or not isinstance(cap, numbers.Real) or not cap > 0 \
+            or not math.isfinite(cap):
+        raise InvalidValueError(f"GPU memory capacity must be a number of bytes > 0 (for text use "
+                                f"memsym.units.parse_bytes('80GB')), got {cap!r:.40}")
+    return dev, clu, cap
+
+
+def _adapters(finetune, quantization, lora_targets) -> tuple:
+    """``(finetune, quantization, lora_targets)`` checked, the quantization defaulted."""
+    finetune = matched_choices("fine-tuning mode", [finetune], ("full", "lora", "qlora"))[0]
+    if quantization is None:
+        quantization = {"full": "bf16", "lora": "bf16", "qlora": "nf4-dq"}[finetune]
+    quantization = matched_choices("quantization", [quantization], QUANTIZATIONS)[0]
+    if isinstance(lora_targets, str):
+        lora_targets = LORA_TARGETS if lora_targets == "all" else (lora_targets,)
+    lora_targets = matched_choices("LoRA target", lora_targets, LORA_TARGETS)
+    return finetune, quantization, lora_targets
+
+
+def _framework_choices(framework, arch, sharding, recompute, finetune, flash_attention) -> tuple:
+    """``(sharding, recompute, modes)``: the schemes and recompute choices searched, what
+    the framework offers where not given, and the recompute modes it runs."""
+    titan = FRAMEWORK[framework].layer_selective_ac     # torchtitan's AC and FSDP2 choices
+    dense_op = bool(arch.swiglu and not arch.num_experts and not arch.multi_latent_attention
+                    and flash_attention)
+    if sharding is None:   # what the framework runs (memsym.job.FRAMEWORK_SCHEMES)
+        sharding = TORCHTITAN_SCHEMES if titan else FRAMEWORK_SCHEMES.get(framework, SCHEMES)
+    if recompute is None:
+        recompute = (tuple(r for r in TORCHTITAN_RECOMPUTE if r != "selective-op" or dense_op)
+                     if titan else ("none", "selective", "full"))
+    shard = tuple(dict.fromkeys(scheme_row(x, framework) for x in
+                                ([sharding] if isinstance(sharding, str) else sharding)))
+    if titan and set(shard) - set(TORCHTITAN_SCHEMES):
+        raise InvalidValueError("torchtitan shards with FSDP2 or replicates: sharding fsdp or "
+                                f"ddp, not {', '.join(sorted(set(shard) - set(TORCHTITAN_SCHEMES)))}")
+    offered = FRAMEWORK_SCHEMES.get(framework)
+    if offered and not titan and set(shard) - set(offered):
+        raise InvalidValueError(f"{framework} shards with {', '.join(offered)}, not "
+                                f"{', '.join(sorted(set(shard) - set(offered)))}")
+    modes = tuple(r for r in TORCHTITAN_RECOMPUTE if recompute_layers(r) is None) if titan \
+        else ("none", "selective", "full")
+    if finetune != "full":
+        # adapters' states are tiny: sharding them changes nothing worth a row; keep the
+        # schemes that change where the frozen weights live (replicated or ZeRO-3 sharded)
+        shard = tuple(dict.fromkeys("zero3" if x == "zero3" else "ddp" for x in shard))
+    return shard, recompute, modes
+
+
+def _efficiency(efficiency):
+    """The explicit GEMM efficiency eta_gemm [1], exact and within its physical range."""
+    eff = exact(efficiency, "efficiency")
+    # a physical range (memsym.limits): 1e-310 made every time inf and every column NaN
+    lo, hi = (exact(x, "efficiency") for x in EFFICIENCY_RANGE)
+    if not lo <= eff <= hi:
+        raise InvalidValueError(f"efficiency is the achieved fraction of peak FLOP/s of "
+                                f"the GEMMs: {float(lo):g} <= efficiency <= {float(hi):g}, "
+                                f"got {short(efficiency)}")
+    return eff
