@@ -117,26 +117,13 @@ def test_calibration_runs_are_exactly_the_named_ones(runs):
     assert {tuple(v.split("/")) for v in named.values()} <= set(efficiency.GEMM_CEILING)
 
 
-#: Calibration runs whose step changed after their ceiling was fitted, the stored ceiling
-#: kept (no constant re-tuned in the change that moved them): why.
-#: blackwell/bf16: mbridge.25.11.gb200.deepseek-v3.bf16 runs --recompute-modules
-#: mla_up_proj, priced since issue 31 (its rerun of the q / kv up-projections adds time, so
-#: the ceiling that matches the measured step rises; the stored 0.510 now prices it +1.9 %).
-CALIBRATION_DRIFT = {("blackwell", "bf16"): "mla_up_proj recompute priced after the fit"}
-
-
 @pytest.mark.parametrize("klass,prec", [("blackwell", "bf16"), ("blackwell", "fp8")])
 def test_blackwell_ceilings_come_from_their_runs(klass, prec):
     # the stored value reproduces its run's measured step (the Hopper and Ampere ones:
     # tests/test_timing.py); not Hopper's 0.587 / 0.548 any more
     fitted = time_accuracy.calibrate(klass, prec)
     stored = efficiency.GEMM_CEILING[(klass, prec)]
-    if (klass, prec) in CALIBRATION_DRIFT:
-        # more backward work at the same measured step: a faster GEMM ceiling fits it,
-        # within a few per cent of the stored one (the recompute is a few per cent of a step)
-        assert stored < fitted < 1.05 * stored
-    else:
-        assert fitted == pytest.approx(stored, abs=0.002)
+    assert fitted == pytest.approx(stored, abs=0.002)
     assert abs(fitted - efficiency.GEMM_CEILING[("hopper", prec)]) > 0.02
 
 
