@@ -185,6 +185,7 @@ def test_seed001_lora_rows_follow_the_bridge_recipes(data):
     assert (oss.layout.t, oss.layout.e, oss.layout.expert_tp) == (2, 8, 1)
     for pid in ("seed001.qwen3-8b.lora", "seed001.qwen3-30b-a3b.lora", "seed001.gpt-oss-120b.lora"):
         assert by[pid].config()["packed_sequence"] is True and by[pid].config()["mbs"] == 1
+        assert by[pid].recipe.startswith("Megatron-Bridge 33655ef845 src/megatron/bridge/recipes/")
 
 
 def test_seed001_moe_regather_savings_are_one_qkv_input_per_layer():

@@ -96,6 +96,9 @@ class Point:
         Printed settings; memsym's assumptions for settings the source leaves open.
     open, unmodelled : tuple of str
         The settings left open; the effects in the run memsym does not model.
+    recipe : str or None
+        Where the ``assumed`` settings come from when a framework recipe the run used sets them
+        (repository, commit, file and function), else None.
     """
 
     id: str
@@ -113,6 +116,7 @@ class Point:
     assumed: dict
     open: tuple
     unmodelled: tuple
+    recipe: str | None = None
 
     @property
     def measured_bytes(self) -> sp.Rational:
@@ -166,7 +170,7 @@ def _point(raw: dict, n: int, refs: dict, presets) -> Point:
     for key in _REQUIRED:
         if key not in raw:
             _fail(where, f"missing {key}")
-    known = set(_REQUIRED) | {"gpus", "settings", "assumed", "open", "unmodelled"}
+    known = set(_REQUIRED) | {"gpus", "settings", "assumed", "open", "unmodelled", "recipe"}
     extra = set(raw) - known
     if extra:
         _fail(where, f"unknown field(s) {', '.join(sorted(extra))}")
@@ -213,7 +217,14 @@ def _point(raw: dict, n: int, refs: dict, presets) -> Point:
         _fail(where, "assumes settings but names none as open")
     return Point(raw["id"], raw["source"], raw["locator"], raw["model"], raw["gpu"], gpus,
                  float(val), raw["unit"], raw["metric"], raw["framework"], raw["task"],
-                 tables["settings"], tables["assumed"], lists["open"], lists["unmodelled"])
+                 tables["settings"], tables["assumed"], lists["open"], lists["unmodelled"],
+                 _recipe(where, raw.get("recipe")))
+
+
+def _recipe(where, text):
+    if text is not None and (not isinstance(text, str) or not text.strip() or len(text) > 300):
+        _fail(where, "recipe must be a non-empty string of at most 300 characters")
+    return text
 
 
 def load(path=None) -> tuple[tuple[Point, ...], tuple[Relation, ...]]:
