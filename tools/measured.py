@@ -366,18 +366,7 @@ def job(point: Point) -> Job:
         schedule = "1f1b"
     if vpp == 1:
         vpp = None
-    mbs, m_ = cfg.get("mbs"), None
-    if "local_batch" in cfg:
-        if pp > 1:
-            mbs = cfg.get("pp_microbatch_size", 1)
-            if cfg["local_batch"] % mbs:
-                raise InvalidValueError(f"{point.id}: local batch {cfg['local_batch']} is not a "
-                                        f"multiple of the pipeline micro-batch {mbs}")
-            m_ = cfg["local_batch"] // mbs
-        else:
-            mbs = cfg["local_batch"]
-    if mbs is None:
-        raise InvalidValueError(f"{point.id}: no micro-batch size printed or assumed")
+    mbs, m_ = _micro_batches(point.id, cfg, pp)
     precision = cfg.get("precision", "bf16")
     # each note: (text, +1 when it makes memsym predict more than the run, -1 when less)
     te_fp8 = precision != "bf16" and point.framework.startswith("megatron")
@@ -397,8 +386,7 @@ def job(point: Point) -> Job:
                         fp8_param_gather=bool(te_fp8 and cfg.get("fp8_param_gather", False)),
                         sharding=cfg.get("sharding", "distributed-optimizer"),
                         grad_dtype="bf16" if cfg.get("grad_reduce_in_fp32") is False else None,
-                        # Megatron-Bridge LoRA defaults: dim 32 on linear_qkv, linear_proj,
-                        # linear_fc1, linear_fc2 (memsym's "all"); frozen bf16 base
+                        # Bridge's LoRA default: dim 32 on all four modules; frozen bf16 base
                         finetune="lora" if lora else "full", lora_rank=cfg.get("lora_rank", 32),
                         lora_targets=_lora_targets(cfg.get("lora_targets")),
                         lora_regather=bool(cfg.get("lora_regather", False)),
@@ -419,6 +407,24 @@ def job(point: Point) -> Job:
     # the framework's own pipeline split (torchtitan: memsym.model.stages.torchtitan_rank_layers)
     layout, _ = framework_layout(resolve_model(model), layout, training)
     return Job(model, layout, training, _allowances(point), 0, tuple(notes))
+
+
+def _micro_batches(pid: str, cfg: dict, pp: int) -> tuple:
+    """(micro-batch size, micro-batches or None): torchtitan's ``local_batch`` is the micro-batch
+    at p = 1 and ``local_batch / pp_microbatch_size`` micro-batches under pipelining."""
+    mbs, m_ = cfg.get("mbs"), None
+    if "local_batch" in cfg:
+        if pp > 1:
+            mbs = cfg.get("pp_microbatch_size", 1)
+            if cfg["local_batch"] % mbs:
+                raise InvalidValueError(f"{pid}: local batch {cfg['local_batch']} is not a "
+                                        f"multiple of the pipeline micro-batch {mbs}")
+            m_ = cfg["local_batch"] // mbs
+        else:
+            mbs = cfg["local_batch"]
+    if mbs is None:
+        raise InvalidValueError(f"{pid}: no micro-batch size printed or assumed")
+    return mbs, m_
 
 
 def _lora_targets(modules):
