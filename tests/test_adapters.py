@@ -6,6 +6,7 @@ import sympy as sp
 
 from memsym.model import Architecture, lora_parameter_count, preset
 from memsym.symbols import L_lora, N_a, b_g, b_m, b_o, h, r_lora
+from memsym.training import Layout, Training, training_memory
 from memsym.terms.adapters import (adapter_state, frozen_weights, lora, lora_parameters, qlora,
                                    quantization_bits, quantization_bytes)
 
@@ -91,3 +92,25 @@ def test_seed004_qlora_examples_through_the_search():
     assert r7.gpus == 1
     assert 12 * GB <= r7.bytes["total"] <= 16 * GB
     assert r7.bytes["gradients"] < r7.bytes["total"] / 50   # adapters' gradients only: small
+
+
+def test_frozen_experts_without_adapters_keep_no_gemm_inputs():
+    """Transformer Engine keeps no GEMM input for a frozen weight (linear.py / grouped_linear.py:
+    ``backward_needs_input = is_grad_enabled and weight_requires_grad``): with adapters on
+    attention only (Bridge's qwen3_30b_a3b_peft_config), Qwen3-30B-A3B's experts keep neither
+    their fc1 nor their fc2 input.  Hand-derived, TP 4 with SP, EP 4, ETP 1, s = 2048, b = 1:
+    each expert GPU receives k s b t_e / t = 8 x 2048 / 4 = 4096 token copies, 2 x 4096 x
+    (h + f_e) = 2 x 4096 x (2048 + 768) bytes per layer, x 48 layers."""
+    layout = Layout(t=4, e=4, t_e=1, d=2, sequence_parallel=True)
+
+    def acts(targets, finetune="lora", framework="megatron"):
+        training = Training(seq_length=2048, micro_batch_size=1, finetune=finetune, lora_rank=8,
+                            lora_targets=targets, recompute="none", dropout=False,
+                            framework=framework)
+        est = training_memory("qwen3-30b-a3b", layout, training, allowances=ZERO)
+        return est.breakdown()["layer_activations"]
+
+    attention_only = ("q", "k", "v", "o")
+    assert acts("all") - acts(attention_only) == 48 * 2 * 4096 * (2048 + 768) == 1107296256
+    # adapters on the experts keep their inputs (the LoRA-A GEMMs read them)
+    assert acts(attention_only + ("gate", "up", "down")) == acts("all")

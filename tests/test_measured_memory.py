@@ -168,6 +168,46 @@ def test_seed001_orderings_and_lora_savings():
     assert abs(float(saving) / 4.731e9 - 1) < 0.03
 
 
+def test_seed001_lora_rows_follow_the_bridge_recipes(data):
+    """The LoRA rows take what the table leaves open from Bridge's PEFT recipes at 33655ef845:
+    Qwen3-30B-A3B dim 8 on linear_qkv + linear_proj (qwen3_30b_a3b_peft_config), the others
+    _peft_common's dim 32 on all four modules; ETP 1 (Bridge's
+    _set_moe_expert_tensor_parallel_default when EP > 1); the recipes' seq 2048 where the
+    table prints none."""
+    by = {p.id: p for p in data[0]}
+    moe = measured.job(by["seed001.qwen3-30b-a3b.lora"])
+    assert moe.training.lora_rank == 8
+    assert moe.training.adapters.lora_targets == ("q", "k", "v", "o")
+    assert (moe.layout.t, moe.layout.e, moe.layout.expert_tp, moe.layout.d) == (4, 4, 1, 2)
+    oss = measured.job(by["seed001.gpt-oss-120b.lora"])
+    assert oss.training.lora_rank == 32 and oss.training.seq_length == 2048
+    assert oss.training.adapters.lora_targets == ("q", "k", "v", "o", "gate", "up", "down")
+    assert (oss.layout.t, oss.layout.e, oss.layout.expert_tp) == (2, 8, 1)
+    for pid in ("seed001.qwen3-8b.lora", "seed001.qwen3-30b-a3b.lora", "seed001.gpt-oss-120b.lora"):
+        assert by[pid].config()["packed_sequence"] is True and by[pid].config()["mbs"] == 1
+        assert by[pid].recipe.startswith("Megatron-Bridge 33655ef845 src/megatron/bridge/recipes/")
+
+
+def test_seed001_moe_regather_savings_are_one_qkv_input_per_layer():
+    """Only linear_qkv's LoRA-A is eligible in an all-MoE model (fc1/fc2 adapters are expert
+    adapters, which fall back): the saving is L x 2 s h bytes (hand-derived: Qwen3-30B-A3B
+    48 x 2 x 2048 x 2048, GPT-OSS-120B 36 x 2 x 2048 x 2880)."""
+    for model, layers, hidden in (("qwen3-30b-a3b", 48, 2048), ("gpt-oss-120b", 36, 2880)):
+        saving = (measured.predict(f"seed001.{model}.lora").total
+                  - measured.predict(f"seed001.{model}.lora-regather").total)
+        assert saving == layers * 2 * 2048 * hidden, model
+
+
+def test_lora_targets_are_megatron_module_names(tmp_path):
+    good = (ROOT / "formulas" / "measured_memory.toml").read_text(encoding="utf-8")
+    bad = good.replace('lora_targets = "linear_qkv,linear_proj"', 'lora_targets = "q_proj"', 1)
+    assert bad != good
+    path = tmp_path / "targets.toml"
+    path.write_text(bad, encoding="utf-8")
+    with pytest.raises(DataError, match="lora_targets must be comma-separated names"):
+        load(path)
+
+
 def test_seed001_vpp10_above_baseline():
     # seed 001: VPP 5 -> 10 raises the peak 1.4 GB (58.8 -> 60.2 GB).  The recipe defers the
     # output layer's weight gradients to the flush (CommOverlapConfig(defer_embedding_wgrad_

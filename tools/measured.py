@@ -50,8 +50,8 @@ SETTINGS = {
     "async_tp": bool, "expandable_segments": bool, "lora_regather": bool,
     "grad_reduce_in_fp32": bool, "fp8_param_gather": bool, "compiled_loss": bool,
     "fsdp_root_group": bool, "defer_embedding_wgrad_compute": bool,
-    "wgrad_deferral_limit": int,
-    "recompute": str, "precision": str, "sharding": str, "schedule": str,
+    "wgrad_deferral_limit": int, "packed_sequence": bool,
+    "recompute": str, "lora_targets": str, "precision": str, "sharding": str, "schedule": str,
 }
 _CHOICES = {
     "recompute": ("none", "selective", "selective-op", "full"),
@@ -59,6 +59,10 @@ _CHOICES = {
     "sharding": ("distributed-optimizer", "fsdp", "zero1", "zero2", "zero3", "ddp"),
     "schedule": ("1f1b", "interleaved-1f1b", "gpipe"),
 }
+#: Megatron(-Bridge) LoRA target module -> memsym's adapted matrices
+#: (:data:`memsym.terms.adapters.LORA_TARGETS`).
+LORA_MODULES = {"linear_qkv": ("q", "k", "v"), "linear_proj": ("o",),
+                "linear_fc1": ("gate", "up"), "linear_fc2": ("down",)}
 _REQUIRED = ("id", "source", "locator", "model", "gpu", "measured", "unit", "metric",
              "framework", "task")
 _MAX_FILE = 1 << 20          # bytes: the data file is a few tens of kB
@@ -92,6 +96,9 @@ class Point:
         Printed settings; memsym's assumptions for settings the source leaves open.
     open, unmodelled : tuple of str
         The settings left open; the effects in the run memsym does not model.
+    recipe : str or None
+        Where the ``assumed`` settings come from when a framework recipe the run used sets them
+        (repository, commit, file and function), else None.
     """
 
     id: str
@@ -109,6 +116,7 @@ class Point:
     assumed: dict
     open: tuple
     unmodelled: tuple
+    recipe: str | None = None
 
     @property
     def measured_bytes(self) -> sp.Rational:
@@ -146,6 +154,11 @@ def _check_setting(where, key, val):
     elif typ is bool:
         if not isinstance(val, bool):
             _fail(where, f"setting {key} must be true or false, got {val!r}")
+    elif key == "lora_targets":
+        names = val.split(",") if isinstance(val, str) else [None]
+        if not all(n in LORA_MODULES for n in names) or len(set(names)) != len(names):
+            _fail(where, f"setting lora_targets must be comma-separated names among "
+                         f"{', '.join(LORA_MODULES)}, got {val!r}")
     elif not isinstance(val, str) or (key in _CHOICES and val not in _CHOICES[key]):
         _fail(where, f"setting {key} must be one of {', '.join(_CHOICES.get(key, ()))}, got {val!r}")
 
@@ -157,7 +170,7 @@ def _point(raw: dict, n: int, refs: dict, presets) -> Point:
     for key in _REQUIRED:
         if key not in raw:
             _fail(where, f"missing {key}")
-    known = set(_REQUIRED) | {"gpus", "settings", "assumed", "open", "unmodelled"}
+    known = set(_REQUIRED) | {"gpus", "settings", "assumed", "open", "unmodelled", "recipe"}
     extra = set(raw) - known
     if extra:
         _fail(where, f"unknown field(s) {', '.join(sorted(extra))}")
@@ -204,7 +217,14 @@ def _point(raw: dict, n: int, refs: dict, presets) -> Point:
         _fail(where, "assumes settings but names none as open")
     return Point(raw["id"], raw["source"], raw["locator"], raw["model"], raw["gpu"], gpus,
                  float(val), raw["unit"], raw["metric"], raw["framework"], raw["task"],
-                 tables["settings"], tables["assumed"], lists["open"], lists["unmodelled"])
+                 tables["settings"], tables["assumed"], lists["open"], lists["unmodelled"],
+                 _recipe(where, raw.get("recipe")))
+
+
+def _recipe(where, text):
+    if text is not None and (not isinstance(text, str) or not text.strip() or len(text) > 300):
+        _fail(where, "recipe must be a non-empty string of at most 300 characters")
+    return text
 
 
 def load(path=None) -> tuple[tuple[Point, ...], tuple[Relation, ...]]:
@@ -346,18 +366,7 @@ def job(point: Point) -> Job:
         schedule = "1f1b"
     if vpp == 1:
         vpp = None
-    mbs, m_ = cfg.get("mbs"), None
-    if "local_batch" in cfg:
-        if pp > 1:
-            mbs = cfg.get("pp_microbatch_size", 1)
-            if cfg["local_batch"] % mbs:
-                raise InvalidValueError(f"{point.id}: local batch {cfg['local_batch']} is not a "
-                                        f"multiple of the pipeline micro-batch {mbs}")
-            m_ = cfg["local_batch"] // mbs
-        else:
-            mbs = cfg["local_batch"]
-    if mbs is None:
-        raise InvalidValueError(f"{point.id}: no micro-batch size printed or assumed")
+    mbs, m_ = _micro_batches(point.id, cfg, pp)
     precision = cfg.get("precision", "bf16")
     # each note: (text, +1 when it makes memsym predict more than the run, -1 when less)
     te_fp8 = precision != "bf16" and point.framework.startswith("megatron")
@@ -377,9 +386,9 @@ def job(point: Point) -> Job:
                         fp8_param_gather=bool(te_fp8 and cfg.get("fp8_param_gather", False)),
                         sharding=cfg.get("sharding", "distributed-optimizer"),
                         grad_dtype="bf16" if cfg.get("grad_reduce_in_fp32") is False else None,
-                        # Megatron-Bridge LoRA defaults: dim 32 on linear_qkv, linear_proj,
-                        # linear_fc1, linear_fc2 (memsym's "all"); frozen bf16 base
+                        # Bridge's LoRA default: dim 32 on all four modules; frozen bf16 base
                         finetune="lora" if lora else "full", lora_rank=cfg.get("lora_rank", 32),
+                        lora_targets=_lora_targets(cfg.get("lora_targets")),
                         lora_regather=bool(cfg.get("lora_regather", False)),
                         compiled_loss=bool(cfg.get("compiled_loss", False)),
                         fsdp_root_group=bool(cfg.get("fsdp_root_group", False)),
@@ -398,6 +407,31 @@ def job(point: Point) -> Job:
     # the framework's own pipeline split (torchtitan: memsym.model.stages.torchtitan_rank_layers)
     layout, _ = framework_layout(resolve_model(model), layout, training)
     return Job(model, layout, training, _allowances(point), 0, tuple(notes))
+
+
+def _micro_batches(pid: str, cfg: dict, pp: int) -> tuple:
+    """(micro-batch size, micro-batches or None): torchtitan's ``local_batch`` is the micro-batch
+    at p = 1 and ``local_batch / pp_microbatch_size`` micro-batches under pipelining."""
+    mbs, m_ = cfg.get("mbs"), None
+    if "local_batch" in cfg:
+        if pp > 1:
+            mbs = cfg.get("pp_microbatch_size", 1)
+            if cfg["local_batch"] % mbs:
+                raise InvalidValueError(f"{pid}: local batch {cfg['local_batch']} is not a "
+                                        f"multiple of the pipeline micro-batch {mbs}")
+            m_ = cfg["local_batch"] // mbs
+        else:
+            mbs = cfg["local_batch"]
+    if mbs is None:
+        raise InvalidValueError(f"{pid}: no micro-batch size printed or assumed")
+    return mbs, m_
+
+
+def _lora_targets(modules):
+    """Megatron LoRA target modules (comma-separated) -> memsym's matrices; None -> "all"."""
+    if modules is None:
+        return "all"
+    return tuple(m for name in modules.split(",") for m in LORA_MODULES[name])
 
 
 #: A point's framework -> ``Training.framework`` (whose launch rules and runtime apply).
@@ -591,6 +625,11 @@ def _setting_text(pt: Point) -> str:
     for k in ("recompute", "precision", "sharding"):
         if k in c:
             parts.append(str(c[k]) + ("*" if k in pt.assumed else ""))
+    if pt.task == "lora":      # LoRA rank on which modules (linear_ dropped), re-gather on/off
+        mods = c.get("lora_targets", ",".join(LORA_MODULES)).replace("linear_", "")
+        parts.append(f"LoRA r{c.get('lora_rank', 32)} {mods.replace(',', '/')}"
+                     + ("*" if "lora_rank" in pt.assumed or "lora_targets" in pt.assumed else "")
+                     + (", re-gather" if c.get("lora_regather") else ""))
     return ", ".join(parts)
 
 
@@ -671,17 +710,43 @@ _EXPLANATIONS = [
     "stage's warm-up holds (v − 1) p + 1 = 37 chunk passes of 2 layers where VPP 5 held 17 of "
     "4, beside the deferred tensors (rank 0's warm-up holds fewer layers at VPP 10: 86 "
     "against 92).",
-    "* **LoRA + regather.** Modelled now: without `sequence_parallel_input_regather` each "
-    "column-parallel LoRA-A (linear_qkv, and linear_fc1 of dense layers; expert adapters fall "
-    "back) keeps the gathered 16-bit norm output, 2sbh per layer and micro-batch "
-    "(`memsym.terms.activations.lora_gathered_inputs`). The savings have the measured sign "
-    "everywhere; Qwen3-8B (s = 8192 printed) predicts 4.83 GB against 4.73 GB measured. The "
-    "MoE rows' sequence length is not printed (2048 assumed): their predicted savings "
-    "(0.40 and 0.42 GB) are below the measured 1.57 and 0.81 GB, which s = 8192 and 4096 "
-    "would match. The absolute LoRA peaks are 20–33 % low (Qwen3's q/k-norm inputs are "
-    "counted): the recipes' micro-batch, "
-    "sequence length and packing are open, and MoE dispatcher workspace and token imbalance "
-    "are not modelled.",
+    "* **LoRA + regather (seed 001's last table).** The runs are Megatron-Bridge's own PEFT "
+    "recipes as they stood at 33655ef845, the commit (PR #4581) that added "
+    "`sequence_parallel_input_regather` and the table; the data file names each recipe and "
+    "takes every setting the table leaves open from it (Qwen3-8B: `_peft_common`'s LoRA dim 32 "
+    "on all four linear modules, packed SQuAD, micro-batch 1; Qwen3-30B-A3B: dim 8 on "
+    "linear_qkv and linear_proj, TP 4 EP 4 ETP 1, seq 2048; GPT-OSS-120B: dim 32 on all four, "
+    "seq 2048, ETP 1 because Bridge sets an unset ETP to 1 when EP > 1). At the pinned "
+    "067f987df0 the 8B recipe has dim 8 on linear_qkv and linear_proj only, which would save "
+    "2.4 GB with re-gather against the measured 4.73: the runs predate that change. "
+    "Without re-gather each eligible column-parallel LoRA-A (linear_qkv, and linear_fc1 of "
+    "dense layers; expert adapters fall back) keeps the gathered 16-bit norm output that "
+    "Transformer Engine returns (`return_layernorm_output_gathered`), 2sbh per layer and "
+    "micro-batch, beside the local shard TE keeps because `return_layernorm_output` is set "
+    "(`memsym.terms.activations.lora_gathered_inputs`). Qwen3-8B (s = 8192 printed) predicts a "
+    "4.83 GB saving against 4.73 GB measured. The MoE rows' sequence length is not printed; at "
+    "the recipes' 2048 their predicted savings are 0.40 and 0.42 GB against 1.57 and 0.81 GB. "
+    "The same 2sbh per layer, about 2 % above the measurement as on the 8B row, needs "
+    "s = 8192 for Qwen3-30B-A3B (1.61 GB) and 4096 for GPT-OSS-120B (0.85 GB); at those "
+    "lengths the peaks would be −3 % (28.9 GB) and −12 % (46.2 GB). That second reading comes "
+    "from the measured savings, not from a source, so the table keeps the recipes' 2048. "
+    "Modelled for LoRA under Megatron: Transformer Engine keeps no GEMM input for a frozen "
+    "weight (`backward_needs_input = is_grad_enabled and weight_requires_grad` in `Linear` and "
+    "`GroupedLinear`; `LayerNormLinear` frees its norm output unless LoRA set "
+    "`return_layernorm_output`), so linears without an adapter keep nothing for a weight "
+    "gradient (`memsym.terms.adapters.frozen_linear_inputs`): the 30B recipe's experts carry "
+    "no adapter and keep neither their fc1 nor their fc2 input, 1.1 GB less at s = 2048 "
+    "(`tests/test_adapters.py` derives it by hand). Even so the absolute peaks are low at the "
+    "recipes' lengths (8B −20 %, 30B −37 %, GPT-OSS −26 %). No allocation found in Bridge, "
+    "Megatron-Core or Transformer Engine accounts for the ~10 GB the Qwen3-8B run holds beyond "
+    "memsym's states (8.2 GB of bf16 weights, 0.7 GB of adapter states), layer activations "
+    "(20.3 GB), gathered LoRA-A inputs (4.8 GB) and fused cross entropy (bf16 logits and "
+    "their fp32 copy, 3.7 GB). Ruled out: LoRA dropout (0.0 gives `nn.Identity`), LoRA-A/B "
+    "outputs (rank-wide, or full-width but not saved), gradient buffers for the frozen base "
+    "(DDP skips parameters without `requires_grad`), CUDA graphs (the recipes set "
+    "`cuda_graph_impl=\"none\"`), recompute (none), GPT-OSS's clamped GeGLU (fused: "
+    "`bias_activation_fusion = True` in its bridge, one saved input). Whether the printed peak is "
+    "Bridge's `mem-max-allocated` or `mem-max-reserved` is not stated.",
     "* **torchtitan.** Its `Memory(GiB)` is the peak *reserved* by PyTorch's caching "
     "allocator, which rounds blocks and keeps freed ones: memsym's 10 % fragmentation "
     "default stands for that reserve and is not fitted. Modelled for these rows: torchtitan's "

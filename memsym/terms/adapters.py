@@ -28,7 +28,7 @@ from ..values import as_expr  # library arguments: text refused, never parsed
 
 __all__ = ["QUANTIZATIONS", "ADAPTER_DTYPES", "quantization_bits", "quantization_bytes",
            "lora_parameters", "frozen_weights", "adapter_state",
-           "lora", "qlora", "LORA_TARGETS"]
+           "lora", "qlora", "LORA_TARGETS", "FROZEN_LINEAR_INPUTS", "frozen_linear_inputs"]
 
 _R = sp.Rational
 _LORA = Source("lora", "§4.1; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r)")
@@ -62,6 +62,19 @@ ADAPTER_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 #: LoRA target modules of a Llama-style layer and their (input, output) widths in terms of
 #: h (hidden), q = a*d_h, kv = g*d_h, f (ffn); LoRA adds r*(d_in + d_out) per matrix.
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+#: Per adapted matrix group, the terms of :func:`memsym.terms.activations.layer_activations`
+#: that hold the GEMM input only for the weight gradient: Transformer Engine keeps them only
+#: when the weight is trained or a LoRA adapter reads them.  linear_qkv and linear_fc1 keep
+#: their norm output only for the weight gradient, or when LoRA sets
+#: ``return_layernorm_output``; linear_fc2 and the experts' GEMMs keep their input only for it.
+#: linear_proj's input is the attention output, which the attention kernel keeps anyway.
+FROZEN_LINEAR_INPUTS = (
+    (("q", "k", "v"), ("qkv_input",)),
+    (("gate", "up"), ("mlp_input", "routed_tokens")),
+    (("down",), ("fc2_input", "expert_fc2_input")),
+)
 
 
 def lower_choice(kind, value, accepted) -> str:
@@ -293,3 +306,51 @@ def qlora(adapter_dtype: str = "fp32", *, double_quant: bool = True, params=None
     """
     return lora("nf4-dq" if double_quant else "nf4", adapter_dtype, params=params,
                 adapters=adapters, unquantized=unquantized, sharded=sharded)
+
+
+def frozen_linear_inputs(layer: Total, targets) -> sp.Expr:
+    r"""Activations of one layer that frozen linears without a LoRA adapter do not keep [bytes].
+
+    Under Transformer Engine (Megatron's linears).
+
+    .. math:: \Delta M = \sum_{g \notin T} \sum_{k \in K_g} M_k
+
+    over the matrix groups :math:`g` of :data:`FROZEN_LINEAR_INPUTS` with no adapted matrix in
+    the targets :math:`T`, of the layer terms :math:`M_k` that hold group :math:`g`'s GEMM
+    input only for its weight gradient.  A frozen weight needs no input in backward: TE's
+    ``Linear`` and ``GroupedLinear`` save none (``backward_needs_input = is_grad_enabled and
+    weight_requires_grad``), and ``LayerNormLinear`` frees its norm output unless LoRA asked for
+    it (``if not weight.requires_grad and not return_layernorm_output: clear_tensor_data``).
+
+    Parameters
+    ----------
+    layer : Total
+        One layer's activations (:func:`memsym.terms.activations.layer_activations`) [bytes].
+    targets : sequence of str
+        The adapted matrices (:data:`LORA_TARGETS`).
+
+    Examples
+    --------
+    An MoE layer with adapters on attention only keeps neither expert GEMM input:
+
+    >>> from memsym.terms.activations import layer_activations
+    >>> moe = layer_activations(gated=True, flash=True, sequence_parallel=True, moe=True)
+    >>> frozen_linear_inputs(moe, ("q", "k", "v", "o")) == (
+    ...     moe["routed_tokens"].expr + moe["expert_fc2_input"].expr)
+    True
+    >>> frozen_linear_inputs(moe, LORA_TARGETS)
+    0
+
+    References
+    ----------
+    .. [transformer-engine] transformer_engine/pytorch/module/linear.py at d0067d0da
+       (``backward_needs_input``, lines 303 and 619-621), module/grouped_linear.py
+       (``input_to_save = None`` unless ``weight_requires_grad``, lines 538-550),
+       module/layernorm_linear.py (lines 427-429).
+    .. [megatron-bridge] src/megatron/bridge/peft/utils.py at 33655ef845,
+       ``get_adapter_attributes_from_linear`` (``m.return_layernorm_output = True`` for an
+       adapted ``TELayerNormColumnParallelLinear``).
+    """
+    chosen = set(targets)
+    names = {k for group, keys in FROZEN_LINEAR_INPUTS if not chosen & set(group) for k in keys}
+    return sp.Add(*(term.expr for term in layer.terms if term.key in names))

@@ -23,7 +23,7 @@ from ..term import Source, Term, Total
 from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
 from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
                                  lora_gathered_inputs, output_activations)
-from ..terms.adapters import LORA_TARGETS
+from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
 from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
@@ -217,9 +217,16 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     mods = recompute_modules_of(training)
     gathered_in = sp_on and framework_record(training.framework).dtensor_tp   # ColwiseParallel's inputs
 
+    # LoRA under Megatron (Transformer Engine): a frozen linear without an adapter keeps no
+    # input for a weight gradient (memsym.terms.adapters.frozen_linear_inputs)
+    targets = training.adapters.lora_targets
+    frozen = training.adapters.finetune != "full" and targets != "all" \
+        and training.framework == "megatron"
+
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
-        return layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
-                                 modules=mods if mode == "selective" else None, **common).expr \
+        layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
+                                  modules=mods if mode == "selective" else None, **common)
+        return layer.expr - (frozen_linear_inputs(layer, targets) if frozen else 0) \
             + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
 
     return per_layer, common, mods, shared
