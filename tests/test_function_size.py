@@ -34,7 +34,6 @@ ALLOWED = {
     "memsym/reference_layers.py::_classes": (
         144, "defines the torch layer classes in one closure so that importing the module "
              "needs no torch"),
-    "memsym/cli/reading.py::split_job_words": (131, _SPLIT),
     "memsym/model/architecture.py::resolve": (119, _SPLIT),
     "memsym/terms/mamba.py::hybrid_layer_activations": (118, _SPLIT),
     "memsym/cli/plot.py::run_plot": (118, _SPLIT),
