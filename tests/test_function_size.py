@@ -34,7 +34,6 @@ ALLOWED = {
     "memsym/reference_layers.py::_classes": (
         144, "defines the torch layer classes in one closure so that importing the module "
              "needs no torch"),
-    "memsym/terms/mamba.py::hybrid_layer_activations": (118, _SPLIT),
     "memsym/readers/shell/expansion.py::Expander.param": (107, _SPLIT),
     "memsym/readers/launch_script.py::parse_launch_script": (107, _SPLIT),
     "memsym/analysis.py::_search": (104, _SPLIT),
