@@ -36,7 +36,6 @@ ALLOWED = {
              "needs no torch"),
     "memsym/readers/shell/expansion.py::Expander.param": (107, _SPLIT),
     "memsym/readers/launch_script.py::parse_launch_script": (107, _SPLIT),
-    "memsym/analysis.py::_search": (104, _SPLIT),
     "memsym/readers/jobs.py::megatron_job": (101, _SPLIT),
 }
 
