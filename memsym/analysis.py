@@ -264,81 +264,103 @@ def _search(total, unknown, capacity, values, valid, lower, upper, want_small, m
                           lambda e: e.xreplace({k: v for k, v in vals.items() if k != x}))
     closed, bound = closed_bound(pieces, x, vals, cap, want_small)
     if want_small:
-        if not fits(upper):
-            if user_upper is not None:
-                raise NoFitError(f"nothing fits with {x.name} <= {upper}: the total at "
-                                 f"{x.name} = {upper} is {gb_text(_value(fixed, x, upper))} GB "
-                                 f"(> capacity {gb_text(cap)} GB)")
-            lim = sp.limit(fixed, x, sp.oo)
-            if lim >= cap:
-                raise floor_message(total, x, vals, cap, +1)
-            raise _beyond(x, "smallest", bound)
-        # the first n that fits in [lower, upper]: start at the exact boundary when there is
-        # one, else gallop upwards from lower; then bisect (fits is monotone in n)
-        start = lower if bound is None else min(max(lower, int(sp.ceiling(bound))), upper)
-        # the closed form is exact, so the boundary is at most one below start; the gallop
-        # still checks both ways in case a sympy root was the wrong one
-        hi = first_true(fits, lower, upper, start)
-        n = hi
-        if step_k is not None:
-            n = -(-n // step_k) * step_k
-            if n > upper:
-                raise (NoFitError(f"no multiple of {step_k} with {x.name} <= {upper} fits")
-                       if user_upper is not None else _beyond(x, "smallest", bound))
-        if valid is not None:
-            for _ in range(MAX_CANDIDATES):
-                if valid(n) and fits(n):  # fits: cheap insurance against a non-monotone total
-                    break
-                n += step_k or 1
-                if n > upper:
-                    if user_upper is None:
-                        raise _beyond(x, "smallest valid", bound)
-                    raise NoFitError(f"no valid {x.name} <= {upper} fits")
-            else:
-                raise _beyond_candidates(x, n)
+        n = _smallest_fit(total, x, vals, cap, fixed, fits, lower, upper, user_upper, bound,
+                          step_k, valid)
         relation = ">="
     else:
-        if not fits(lower):
-            raise floor_message(total, x, vals, cap, -1)
-        if fits(upper):
-            if user_upper is None:
-                raise _beyond(x, "largest", bound)
-            n = upper
-        else:
-            # the last n that fits: from the exact boundary, or gallop up from lower; bisect
-            start = lower if bound is None else min(max(lower, int(sp.floor(bound))), upper)
-            if fits(start):
-                lo, stepu, hi = start, 1, None
-                while hi is None:
-                    cand = min(start + stepu, upper)
-                    if not fits(cand):
-                        hi = cand
-                    else:
-                        lo, stepu = cand, stepu * 2
-            else:
-                hi, stepd = start, 1
-                while not fits(max(lower, hi - stepd)):
-                    hi, stepd = max(lower, hi - stepd), stepd * 2
-                lo = max(lower, hi - stepd)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-            n = lo
-        if step_k is not None:
-            n = (n // step_k) * step_k
-            if n < lower:
-                raise NoFitError(f"no multiple of {step_k} with {x.name} >= {lower} fits")
-        if valid is not None:
-            for _ in range(MAX_CANDIDATES):
-                if valid(n) and fits(n):
-                    break
-                n -= step_k or 1
-                if n < lower:
-                    raise NoFitError(f"no valid {x.name} >= {lower} fits")
-            else:
-                raise _beyond_candidates(x, n)
+        n = _largest_fit(total, x, vals, cap, fits, lower, upper, user_upper, bound, step_k,
+                         valid)
         relation = "<="
     return Solution(x, int(n), closed, bound, relation, _value(fixed, x, n), cap)
+
+
+def _smallest_fit(total, x, vals, cap, fixed, fits, lower, upper, user_upper, bound, step_k,
+                  valid) -> int:
+    """The smallest n in [lower, upper] that fits (a multiple of ``step_k``, ``valid``)."""
+    if not fits(upper):
+        if user_upper is not None:
+            raise NoFitError(f"nothing fits with {x.name} <= {upper}: the total at "
+                             f"{x.name} = {upper} is {gb_text(_value(fixed, x, upper))} GB "
+                             f"(> capacity {gb_text(cap)} GB)")
+        lim = sp.limit(fixed, x, sp.oo)
+        if lim >= cap:
+            raise floor_message(total, x, vals, cap, +1)
+        raise _beyond(x, "smallest", bound)
+    # the first n that fits in [lower, upper]: start at the exact boundary when there is
+    # one, else gallop upwards from lower; then bisect (fits is monotone in n)
+    start = lower if bound is None else min(max(lower, int(sp.ceiling(bound))), upper)
+    # the closed form is exact, so the boundary is at most one below start; the gallop
+    # still checks both ways in case a sympy root was the wrong one
+    hi = first_true(fits, lower, upper, start)
+    n = hi
+    if step_k is not None:
+        n = -(-n // step_k) * step_k
+        if n > upper:
+            raise (NoFitError(f"no multiple of {step_k} with {x.name} <= {upper} fits")
+                   if user_upper is not None else _beyond(x, "smallest", bound))
+    if valid is not None:
+        for _ in range(MAX_CANDIDATES):
+            if valid(n) and fits(n):  # fits: cheap insurance against a non-monotone total
+                break
+            n += step_k or 1
+            if n > upper:
+                if user_upper is None:
+                    raise _beyond(x, "smallest valid", bound)
+                raise NoFitError(f"no valid {x.name} <= {upper} fits")
+        else:
+            raise _beyond_candidates(x, n)
+    return n
+
+
+def _largest_fit(total, x, vals, cap, fits, lower, upper, user_upper, bound, step_k,
+                 valid) -> int:
+    """The largest n in [lower, upper] that fits (a multiple of ``step_k``, ``valid``)."""
+    if not fits(lower):
+        raise floor_message(total, x, vals, cap, -1)
+    if fits(upper):
+        if user_upper is None:
+            raise _beyond(x, "largest", bound)
+        n = upper
+    else:
+        # the last n that fits: from the exact boundary, or gallop up from lower; bisect
+        n = _last_fitting(fits, lower, upper, bound)
+    if step_k is not None:
+        n = (n // step_k) * step_k
+        if n < lower:
+            raise NoFitError(f"no multiple of {step_k} with {x.name} >= {lower} fits")
+    if valid is not None:
+        for _ in range(MAX_CANDIDATES):
+            if valid(n) and fits(n):
+                break
+            n -= step_k or 1
+            if n < lower:
+                raise NoFitError(f"no valid {x.name} >= {lower} fits")
+        else:
+            raise _beyond_candidates(x, n)
+    return n
+
+
+def _last_fitting(fits, lower, upper, bound) -> int:
+    """The last n in [lower, upper) that fits, ``fits(lower)`` true and ``fits(upper)`` false:
+    galloping from the closed-form ``bound`` (else from lower), then bisection."""
+    start = lower if bound is None else min(max(lower, int(sp.floor(bound))), upper)
+    if fits(start):
+        lo, stepu, hi = start, 1, None
+        while hi is None:
+            cand = min(start + stepu, upper)
+            if not fits(cand):
+                hi = cand
+            else:
+                lo, stepu = cand, stepu * 2
+    else:
+        hi, stepd = start, 1
+        while not fits(max(lower, hi - stepd)):
+            hi, stepd = max(lower, hi - stepd), stepd * 2
+        lo = max(lower, hi - stepd)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
 def _beyond_candidates(x, n) -> BeyondSearchBound:

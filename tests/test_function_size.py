@@ -34,14 +34,8 @@ ALLOWED = {
     "memsym/reference_layers.py::_classes": (
         144, "defines the torch layer classes in one closure so that importing the module "
              "needs no torch"),
-    "memsym/cli/reading.py::split_job_words": (131, _SPLIT),
-    "memsym/model/architecture.py::resolve": (119, _SPLIT),
-    "memsym/terms/mamba.py::hybrid_layer_activations": (118, _SPLIT),
-    "memsym/cli/plot.py::run_plot": (118, _SPLIT),
     "memsym/readers/shell/expansion.py::Expander.param": (107, _SPLIT),
     "memsym/readers/launch_script.py::parse_launch_script": (107, _SPLIT),
-    "memsym/cli/option_rows.py::_training_rows": (106, _SPLIT),
-    "memsym/analysis.py::_search": (104, _SPLIT),
     "memsym/readers/jobs.py::megatron_job": (101, _SPLIT),
 }
 

@@ -208,6 +208,11 @@ SWITCH_FLAGS = tuple(row[0] for row in _SWITCH_ROWS)
 
 
 def _training_rows():
+    return [*_batch_rows(), *_recompute_rows(), *_run_rows()]
+
+
+def _batch_rows():
+    """The batch's options: sequence length, micro-batch and global batch sizes."""
     return [
         option("--seq-length", group="training", type=T.positive_int, metavar="S",
            field="seq_length", default=4096, commands=JOB_AND_SEARCH, search="same",
@@ -224,6 +229,12 @@ def _training_rows():
         option("--num-microbatches", group="training", type=T.positive_int, metavar="M",
            field="num_microbatches", effect="memory, time",
            help="micro-batches per step m (instead of --global-batch-size)"),
+    ]
+
+
+def _recompute_rows():
+    """The activation recomputation options (Megatron's and torchtitan's)."""
+    return [
         option(("--recompute-granularity", "--recompute"), "recompute_granularity",
            group="training", choices=RECOMPUTE,
            field="recompute", default="none", source=JOB_DEFAULTS + " (Megatron-LM without "
@@ -249,6 +260,12 @@ def _training_rows():
            field="recompute_num_layers", effect="memory, time",
            help="Megatron's: layers per checkpointed group (uniform) or checkpointed layers "
            "per chunk (block; 0 checkpoints none, as Megatron runs it)"),
+    ]
+
+
+def _run_rows():
+    """The attention kernel, dropout, pipeline schedule, framework and Megatron's switches."""
+    return [
         flag("--use-flash-attn", group="training", field="flash_attention", value=True,
               default=True, source=JOB_DEFAULTS + " (Megatron-core's --attention-backend auto "
               "picks a fused kernel)", commands=JOB_AND_SEARCH, search="same",

@@ -247,87 +247,116 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
         raise InvalidValueError(f"--output must end in .png, .pdf or .svg, got {args.output!r}")
     name = _job_name(estimate, arch)
     if args.kind == "breakdown":
-        from .options import margin_bytes
-
-        margin = margin_bytes(args, cap) or None
-        if getattr(args, "by", None) == "phase":
-            if job is None:
-                raise InvalidValueError("plot breakdown --by phase needs the job")
-            fig = plotting.phase_breakdown(
-                phase_segments(estimate, job), capacity=cap, margin=margin,
-                peak=getattr(estimate, "phase", None),
-                title=args.title or f"Per-GPU memory by term and phase of the step, stage "
-                f"{estimate.stage} (most loaded)\n{name}")
-        else:
-            fig = plotting.stage_breakdown(
-                stage_bytes(estimate, job), capacity=cap, margin=margin,
-                title=args.title or f"Per-GPU memory by term and pipeline stage\n{name}")
+        fig = _breakdown_figure(args, estimate, job, cap, name)
     elif args.kind == "memory-vs":
-        unknown = UNKNOWNS[args.vs]
-        evaluate = None    # the symbolic total, unless the job can be re-estimated
-        if job is not None:
-            evaluate = _job_estimate(job, unknown)
-        elif arch is not None and layout is not None and training is not None:
-            evaluate = _re_estimate(arch, layout, training, unknown)
-        # p (and the stage split) changes which layers a stage holds, so the estimate's total
-        # is not symbolic in p: draw the re-estimates only, without a symbolic floor
-        source = None if unknown == "p" and evaluate is not None else estimate
-        fig = plotting.memory_vs(source, unknown, capacity=cap, candidates=args.candidates,
-                                 evaluate=evaluate, solution=solution,
-                                 title=args.title or sweep_title(estimate, arch, unknown))
+        fig = _memory_vs_figure(args, estimate, arch, layout, training, cap, solution, job)
     elif args.kind == "step-time":
         fig = _step_time_figure(args, job, name)
     elif args.kind == "timeline":
-        from .options import margin_bytes
-
-        margin = margin_bytes(args, cap) or None
-        phases = dict(estimate.phase_bytes)
-        fig = plotting.phase_timeline(
-            phases, capacity=cap, margin=margin, peak=getattr(estimate, "phase", None),
-            title=args.title or f"Per-GPU memory by phase of the step, stage {estimate.stage} "
-            f"(most loaded)\n{name}")
+        fig = _timeline_figure(args, estimate, cap, name)
     else:
-        res = search_result
-        if res is None:
-            if arch is None or layout is None or training is None or not getattr(args, "gpu", None):
-                raise InvalidValueError("plot feasibility needs a MODEL and --gpu NAME (the layout "
-                                        "search runs over the job's world size)")
-            from ..search import search
-
-            if training.memory.recompute_modules is not None:   # not a search choice: never dropped silently
-                raise InvalidValueError("plot feasibility searches the recompute modes; "
-                                        "--recompute-modules is not one of its choices")
-            # the job's own training choices; the map varies the layout knobs
-            from ..hardware import cluster_for
-
-            gb = 10**9      # the bandwidth options are in GB/s, the cluster in bytes/s
-            intra, inter = (None if getattr(args, k, None) is None else getattr(args, k) * gb
-                            for k in ("intra_node_bandwidth", "inter_node_bandwidth"))
-            clu = cluster_for(args.gpu, getattr(args, "gpus_per_node", None) or 8, intra, inter)
-            res = search(arch, args.gpu, layout.world_size, seq_length=training.batch.seq_length,
-                         cluster=clu, efficiency=getattr(args, "efficiency", None),
-                         micro_batch_sizes=[training.batch.micro_batch_size],
-                         global_batch_size=training.batch.global_batch_size,
-                         recompute=[training.memory.recompute], sharding=[training.states.sharding],
-                         **({"capacity": cap} if cap is not None else {}))
-        fig = plotting.feasibility(res, x=args.map_x, y=args.map_y, value=args.map_value,
-                                   title=args.title)
-        if search_result is None and training.batch.global_batch_size is not None:
-            # step times priced here: say on which cluster, under the title (the legend
-            # below the axes takes the space under the x axis)
-            import textwrap
-
-            ax = fig.axes[0]
-            note = cluster_note({
-                "gpus_per_node": clu.gpus_per_node,
-                "intra_node_bandwidth_bytes_per_s": clu.intra_node_bandwidth,
-                "inter_node_bandwidth_bytes_per_s": clu.inter_node_bandwidth,
-                "efficiency": getattr(args, "efficiency", None)})
-            ax.set_title(ax.get_title() + "\n" + textwrap.fill(note, 60, break_on_hyphens=False),
-                         fontsize="medium")
+        fig = _feasibility_figure(args, arch, layout, training, cap, search_result)
     plotting.save(fig, args.output)
     print(f"wrote {args.output}")
     return 0
+
+
+def _breakdown_figure(args, estimate, job, cap, name):
+    """The ``breakdown`` figure: by pipeline stage, or ``--by phase`` of the step."""
+    from .. import plotting
+    from ..errors import InvalidValueError
+    from .options import margin_bytes
+
+    margin = margin_bytes(args, cap) or None
+    if getattr(args, "by", None) == "phase":
+        if job is None:
+            raise InvalidValueError("plot breakdown --by phase needs the job")
+        return plotting.phase_breakdown(
+            phase_segments(estimate, job), capacity=cap, margin=margin,
+            peak=getattr(estimate, "phase", None),
+            title=args.title or f"Per-GPU memory by term and phase of the step, stage "
+            f"{estimate.stage} (most loaded)\n{name}")
+    return plotting.stage_breakdown(
+        stage_bytes(estimate, job), capacity=cap, margin=margin,
+        title=args.title or f"Per-GPU memory by term and pipeline stage\n{name}")
+
+
+def _memory_vs_figure(args, estimate, arch, layout, training, cap, solution, job):
+    """The ``memory-vs`` figure: the total over the candidates of ``args.vs``."""
+    from .. import plotting
+
+    unknown = UNKNOWNS[args.vs]
+    evaluate = None    # the symbolic total, unless the job can be re-estimated
+    if job is not None:
+        evaluate = _job_estimate(job, unknown)
+    elif arch is not None and layout is not None and training is not None:
+        evaluate = _re_estimate(arch, layout, training, unknown)
+    # p (and the stage split) changes which layers a stage holds, so the estimate's total
+    # is not symbolic in p: draw the re-estimates only, without a symbolic floor
+    source = None if unknown == "p" and evaluate is not None else estimate
+    return plotting.memory_vs(source, unknown, capacity=cap, candidates=args.candidates,
+                              evaluate=evaluate, solution=solution,
+                              title=args.title or sweep_title(estimate, arch, unknown))
+
+
+def _timeline_figure(args, estimate, cap, name):
+    """The ``timeline`` figure: the memory of each phase of the step."""
+    from .. import plotting
+    from .options import margin_bytes
+
+    margin = margin_bytes(args, cap) or None
+    phases = dict(estimate.phase_bytes)
+    return plotting.phase_timeline(
+        phases, capacity=cap, margin=margin, peak=getattr(estimate, "phase", None),
+        title=args.title or f"Per-GPU memory by phase of the step, stage {estimate.stage} "
+        f"(most loaded)\n{name}")
+
+
+def _feasibility_figure(args, arch, layout, training, cap, search_result):
+    """The ``feasibility`` map of ``search_result``, else of a layout search run here (its
+    cluster noted under the title when it priced the step)."""
+    from .. import plotting
+    from ..errors import InvalidValueError
+
+    res = search_result
+    if res is None:
+        if arch is None or layout is None or training is None or not getattr(args, "gpu", None):
+            raise InvalidValueError("plot feasibility needs a MODEL and --gpu NAME (the layout "
+                                    "search runs over the job's world size)")
+        from ..search import search
+
+        if training.memory.recompute_modules is not None:   # not a search choice: never dropped silently
+            raise InvalidValueError("plot feasibility searches the recompute modes; "
+                                    "--recompute-modules is not one of its choices")
+        # the job's own training choices; the map varies the layout knobs
+        from ..hardware import cluster_for
+
+        gb = 10**9      # the bandwidth options are in GB/s, the cluster in bytes/s
+        intra, inter = (None if getattr(args, k, None) is None else getattr(args, k) * gb
+                        for k in ("intra_node_bandwidth", "inter_node_bandwidth"))
+        clu = cluster_for(args.gpu, getattr(args, "gpus_per_node", None) or 8, intra, inter)
+        res = search(arch, args.gpu, layout.world_size, seq_length=training.batch.seq_length,
+                     cluster=clu, efficiency=getattr(args, "efficiency", None),
+                     micro_batch_sizes=[training.batch.micro_batch_size],
+                     global_batch_size=training.batch.global_batch_size,
+                     recompute=[training.memory.recompute], sharding=[training.states.sharding],
+                     **({"capacity": cap} if cap is not None else {}))
+    fig = plotting.feasibility(res, x=args.map_x, y=args.map_y, value=args.map_value,
+                               title=args.title)
+    if search_result is None and training.batch.global_batch_size is not None:
+        # step times priced here: say on which cluster, under the title (the legend
+        # below the axes takes the space under the x axis)
+        import textwrap
+
+        ax = fig.axes[0]
+        note = cluster_note({
+            "gpus_per_node": clu.gpus_per_node,
+            "intra_node_bandwidth_bytes_per_s": clu.intra_node_bandwidth,
+            "inter_node_bandwidth_bytes_per_s": clu.inter_node_bandwidth,
+            "efficiency": getattr(args, "efficiency", None)})
+        ax.set_title(ax.get_title() + "\n" + textwrap.fill(note, 60, break_on_hyphens=False),
+                     fontsize="medium")
+    return fig
 
 
 def step_parts(args, j) -> dict:

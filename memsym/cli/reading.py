@@ -168,9 +168,38 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
 
     own = _own_options(parser)
     out = JobWords()
-    mine, theirs, pos = [], [], []   # (option word, values) pairs and positional words
     bridge = any(w.partition("=")[0] in ("--bridge-recipe", "--recipe") for w in words) \
         and "--bridge-recipe" in own
+    mine, theirs, pos, convenience = _sort_words(words, own, bridge, from_file, out)
+    if len(pos) > positionals + (1 if model_allowed else 0):
+        extra = pos[positionals + (1 if model_allowed else 0)]
+        raise InvalidValueError(
+            f"unexpected word {extra[:60]!r}: one MODEL (a preset, a config.json or a Hub id) is taken; is "
+            "it the value of a flag that takes none, or a value with a space in it (quote it)?")
+    out.model = pos[positionals] if model_allowed and len(pos) > positionals else None
+    if out.model is None and (theirs or out.launcher or _names_a_model(mine)) \
+            and not _model_states_only(mine) and not bridge:
+        # a Megatron-LM command without a model: Megatron's reader reads every argument it
+        # knows, memsym's shorthands in Megatron's spelling
+        mine = _respell_for_megatron(mine, theirs)
+    if "WORLD_SIZE" in out.environment:
+        theirs.append(("--world-size", [out.environment["WORLD_SIZE"]]))
+    out.argparse = pos[:positionals + (1 if out.model is not None else 0)]
+    for word, got in mine:
+        out.argparse += [word, *got]
+    for word, got in theirs:
+        out.megatron += [word, *got]
+    out.bridge = convenience + out.bridge
+    return out
+
+
+def _sort_words(words, own, bridge, from_file, out):
+    """``(mine, theirs, pos, convenience)``: memsym's and Megatron's (option word, values)
+    pairs, the positional words and run_recipe.py's options, ``out``'s launcher, environment
+    and overrides filled on the way."""
+    from ..errors import InvalidValueError
+
+    mine, theirs, pos = [], [], []   # (option word, values) pairs and positional words
     convenience = []                 # run_recipe.py's options as overrides (before the others)
     i, n = 0, len(words)
     while i < n:
@@ -188,19 +217,7 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
             out.launcher = True                  # the interpreter's own flags
             continue
         if not looks_like_option(w):
-            if _ASSIGNMENT.match(w) and not theirs and not mine:
-                name, _, value = w.partition("=")
-                out.environment[name] = value
-            elif w in LAUNCHER_WORDS or w.rsplit("/", 1)[-1].startswith(("python", "torchrun")) \
-                    or w.endswith(".py"):
-                out.launcher = True
-            elif i - 1 in from_file:
-                raise InvalidValueError(
-                    f"unexpected word {w[:60]!r} in the launch script or argument file: "
-                    "pretrain_gpt.py takes no positional arguments (an unset variable, or the "
-                    "value of a flag that takes none?)")
-            else:
-                pos.append(w)
+            _plain_word(w, i - 1 in from_file, not theirs and not mine, out, pos)
             continue
         name, eq, inline = w.partition("=")
         inline = inline if eq else None
@@ -219,50 +236,63 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
                                         f"is given as {name}=VALUE)")
             mine.append((w, got))
             continue
-        # Megatron's table is read only where a word is not memsym's own (a pasted command)
-        from ..readers.megatron import SCHEDULE_ENTRY, ArgumentError, megatron_arity
-
-        arity = megatron_arity(name)
-        if arity is None:
-            raise ArgumentError(name)
-        got, i = _take(words, i, name, arity, inline)
-        if name == "--step-batch-size-schedule":
-            # its entries split into words by an unquoted ${ARR[@]}: the reader takes them back
-            while i < n and SCHEDULE_ENTRY.fullmatch(words[i]):
-                got.append(words[i])
-                i += 1
+        got, i = _megatron_option(words, i, name, inline)
         theirs.append((w, got))
-    if len(pos) > positionals + (1 if model_allowed else 0):
-        extra = pos[positionals + (1 if model_allowed else 0)]
-        raise InvalidValueError(
-            f"unexpected word {extra[:60]!r}: one MODEL (a preset, a config.json or a Hub id) is taken; is "
-            "it the value of a flag that takes none, or a value with a space in it (quote it)?")
-    out.model = pos[positionals] if model_allowed and len(pos) > positionals else None
-    if out.model is None and (theirs or out.launcher or _names_a_model(mine)) \
-            and not _model_states_only(mine) and not bridge:
-        # a Megatron-LM command without a model: Megatron's reader reads every argument it
-        # knows, memsym's shorthands in Megatron's spelling
-        from ..readers.megatron import megatron_arity
+    return mine, theirs, pos, convenience
 
-        kept = []
-        for word, got in mine:
-            name, eq, inline = word.partition("=")
-            spelled = MEMSYM_SPELLINGS.get(name, name)
-            values = got if not eq else [inline]
-            if megatron_arity(spelled) is not None and not set(values) & _MEMSYM_VALUES.get(name, set()):
-                theirs.append((spelled if not eq else f"{spelled}={inline}", got))
-            else:
-                kept.append((word, got))
-        mine = kept
-    if "WORLD_SIZE" in out.environment:
-        theirs.append(("--world-size", [out.environment["WORLD_SIZE"]]))
-    out.argparse = pos[:positionals + (1 if out.model is not None else 0)]
+
+def _plain_word(w, from_file, before_options, out, pos):
+    """Sort a word that is not an option: an environment assignment (before any option), a
+    launcher's word, or a positional one (an error when read from a file)."""
+    from ..errors import InvalidValueError
+
+    if _ASSIGNMENT.match(w) and before_options:
+        name, _, value = w.partition("=")
+        out.environment[name] = value
+    elif w in LAUNCHER_WORDS or w.rsplit("/", 1)[-1].startswith(("python", "torchrun")) \
+            or w.endswith(".py"):
+        out.launcher = True
+    elif from_file:
+        raise InvalidValueError(
+            f"unexpected word {w[:60]!r} in the launch script or argument file: "
+            "pretrain_gpt.py takes no positional arguments (an unset variable, or the "
+            "value of a flag that takes none?)")
+    else:
+        pos.append(w)
+
+
+def _megatron_option(words, i, name, inline):
+    """``(values, index after them)`` of Megatron-LM's option ``name`` at ``words[i - 1]``."""
+    # Megatron's table is read only where a word is not memsym's own (a pasted command)
+    from ..readers.megatron import SCHEDULE_ENTRY, ArgumentError, megatron_arity
+
+    arity = megatron_arity(name)
+    if arity is None:
+        raise ArgumentError(name)
+    got, i = _take(words, i, name, arity, inline)
+    if name == "--step-batch-size-schedule":
+        # its entries split into words by an unquoted ${ARR[@]}: the reader takes them back
+        while i < len(words) and SCHEDULE_ENTRY.fullmatch(words[i]):
+            got.append(words[i])
+            i += 1
+    return got, i
+
+
+def _respell_for_megatron(mine, theirs):
+    """memsym's options that Megatron-LM also knows moved to ``theirs`` in Megatron's
+    spelling (unless a value is memsym's own); the others are returned."""
+    from ..readers.megatron import megatron_arity
+
+    kept = []
     for word, got in mine:
-        out.argparse += [word, *got]
-    for word, got in theirs:
-        out.megatron += [word, *got]
-    out.bridge = convenience + out.bridge
-    return out
+        name, eq, inline = word.partition("=")
+        spelled = MEMSYM_SPELLINGS.get(name, name)
+        values = got if not eq else [inline]
+        if megatron_arity(spelled) is not None and not set(values) & _MEMSYM_VALUES.get(name, set()):
+            theirs.append((spelled if not eq else f"{spelled}={inline}", got))
+        else:
+            kept.append((word, got))
+    return kept
 
 
 def _bridge_word(words, i, w, convenience, overrides):

@@ -254,6 +254,29 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
     if isinstance(arch, Resolved):
         return arch             # resolved once: nothing resolves it again
     upd = {}
+    _check_fields(arch, upd)
+    pos = _canonical_names(arch, upd)
+    _attention_defaults(upd, pos, seq_length)
+    if upd.get("num_experts"):
+        _resolve_moe(arch, upd)
+    if arch.multi_latent_attention:
+        for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            if name not in upd:
+                raise InvalidValueError(f"multi_latent_attention needs {name}")
+    if arch.moe_router_bias is None:
+        upd["moe_router_bias"] = bool(arch.add_bias_linear)
+    _resolve_hybrid(arch, upd)
+    fields = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
+    fields.update(upd)
+    _MAKING.ok = True
+    try:
+        return Resolved(**fields)
+    finally:
+        _MAKING.ok = False
+
+
+def _check_fields(arch: Architecture, upd: dict) -> None:
+    """Check the name, the sizes and the switches of ``arch`` into ``upd``."""
     upd["name"] = _inert_name(arch.name)
     for name in _INT_FIELDS:
         val = getattr(arch, name)
@@ -279,6 +302,11 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
             "moe_shared_expert_intermediate_size", pos_int(
                 arch.moe_shared_expert_intermediate_size, "moe_shared_expert_intermediate_size",
                 allow_zero=True))
+
+
+def _canonical_names(arch: Architecture, upd: dict) -> str:
+    """Spell ``normalization`` and ``position_embedding_type`` canonically into ``upd``;
+    returns the position embedding type."""
     norm = _NORMS.get(str(arch.normalization).lower())
     if norm is None:
         raise UnknownNameError("normalization", arch.normalization, list(_NORMS.values()))
@@ -288,6 +316,11 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
         raise UnknownNameError("position_embedding_type", arch.position_embedding_type,
                                ["learned_absolute", "rope", "none"])
     upd["position_embedding_type"] = pos
+    return pos
+
+
+def _attention_defaults(upd: dict, pos: str, seq_length) -> None:
+    """Default the query groups, head width, FFN width and learned position table in ``upd``."""
     hs, heads = upd["hidden_size"], upd["num_attention_heads"]
     upd.setdefault("num_query_groups", heads)
     if "kv_channels" not in upd:
@@ -305,35 +338,24 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
                                     "(or a seq_length to default it to)")
         upd["max_position_embeddings"] = check_limit(
             "max_position_embeddings", pos_int(seq_length, "seq_length"), "seq_length")
-    if upd.get("num_experts"):
-        upd.setdefault("moe_ffn_hidden_size", upd["ffn_hidden_size"])
-        if upd["moe_router_topk"] > upd["num_experts"]:
-            raise InvalidValueError(f"moe_router_topk {upd['moe_router_topk']} exceeds "
-                                    f"num_experts {upd['num_experts']}")
-        freq = arch.moe_layer_freq
-        if isinstance(freq, (list, tuple)):
-            if len(freq) != upd["num_layers"] or any(
-                    isinstance(x, bool) or x not in (0, 1) for x in freq):
-                raise InvalidValueError(f"moe_layer_freq as a pattern must list {upd['num_layers']}"
-                                        " entries of 0 or 1")
-            upd["moe_layer_freq"] = tuple(int(x) for x in freq)
-        else:
-            upd["moe_layer_freq"] = check_limit("num_layers", pos_int(freq, "moe_layer_freq"),
-                                                "moe_layer_freq")
-    if arch.multi_latent_attention:
-        for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
-            if name not in upd:
-                raise InvalidValueError(f"multi_latent_attention needs {name}")
-    if arch.moe_router_bias is None:
-        upd["moe_router_bias"] = bool(arch.add_bias_linear)
-    _resolve_hybrid(arch, upd)
-    fields = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
-    fields.update(upd)
-    _MAKING.ok = True
-    try:
-        return Resolved(**fields)
-    finally:
-        _MAKING.ok = False
+
+
+def _resolve_moe(arch: Architecture, upd: dict) -> None:
+    """Check the mixture-of-experts fields into ``upd`` (the expert width, top-k, layer pattern)."""
+    upd.setdefault("moe_ffn_hidden_size", upd["ffn_hidden_size"])
+    if upd["moe_router_topk"] > upd["num_experts"]:
+        raise InvalidValueError(f"moe_router_topk {upd['moe_router_topk']} exceeds "
+                                f"num_experts {upd['num_experts']}")
+    freq = arch.moe_layer_freq
+    if isinstance(freq, (list, tuple)):
+        if len(freq) != upd["num_layers"] or any(
+                isinstance(x, bool) or x not in (0, 1) for x in freq):
+            raise InvalidValueError(f"moe_layer_freq as a pattern must list {upd['num_layers']}"
+                                    " entries of 0 or 1")
+        upd["moe_layer_freq"] = tuple(int(x) for x in freq)
+    else:
+        upd["moe_layer_freq"] = check_limit("num_layers", pos_int(freq, "moe_layer_freq"),
+                                            "moe_layer_freq")
 
 
 def _resolve_hybrid(arch: Architecture, upd: dict) -> None:

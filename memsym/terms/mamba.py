@@ -156,6 +156,41 @@ def _norm(total: Total, prefix: str, stats) -> list:
     return out
 
 
+def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, common: dict) -> None:
+    """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
+    mixer, ffn = kind
+    if mixer not in ("attention", "mamba", "none") or ffn not in (None, False, True):
+        what = {"mamba1": "Mamba-1 mixers (Jamba)", "parallel": "attention and Mamba side by "
+                "side in one layer (Falcon-H1)"}.get(mixer, f"the layer kind {kind!r}")
+        raise InvalidValueError(f"the activations of {what} are not modelled (Megatron-core "
+                                "trains Mamba-2 mixers, one mixer per layer)")
+    if common.get("mla"):
+        raise InvalidValueError("multi-latent attention in a hybrid Mamba/attention model is "
+                                "not modelled")
+    if recompute == "selective-op":
+        raise InvalidValueError("torchtitan's per-op recompute (selective-op) of a hybrid "
+                                "Mamba/attention model is not modelled")
+    if mixer == "mamba" and common.get("fp8_inputs"):
+        raise InvalidValueError("FP8 activations of a Mamba mixer are not modelled (use bf16 "
+                                "for a hybrid Mamba/attention model)")
+    if mixer == "mamba" and context_parallel:
+        raise InvalidValueError("context parallelism (c > 1) of a Mamba mixer is not modelled "
+                                "(Megatron-core's MambaContextParallel)")
+
+
+def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat) -> list:
+    """The Mamba-2 mixer's terms of a hybrid layer [bytes], its fused pre-norm's statistics too."""
+    mamba = mamba_layer_activations(sequence_parallel=sp_on, dropout=dropout,
+                                    gated_norm=gated_norm)
+    terms = [Term(f"mamba_{term.key}", term.expr, term.description, term.source,
+                  label=f"mamba {term.label}") for term in mamba]
+    if one_stat != 0:
+        terms.append(Term("mamba_norm_statistics", one_stat,
+                          "fp32 per-token statistics of the fused pre-norm", _TE_NORM,
+                          label="mamba norm stats"))
+    return terms
+
+
 def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=None,
                              shared_expert: bool = False, gated_norm: bool = True,
                              context_parallel: bool = False, **common) -> Total:
@@ -227,23 +262,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     0
     """
     mixer, ffn = kind
-    if mixer not in ("attention", "mamba", "none") or ffn not in (None, False, True):
-        what = {"mamba1": "Mamba-1 mixers (Jamba)", "parallel": "attention and Mamba side by "
-                "side in one layer (Falcon-H1)"}.get(mixer, f"the layer kind {kind!r}")
-        raise InvalidValueError(f"the activations of {what} are not modelled (Megatron-core "
-                                "trains Mamba-2 mixers, one mixer per layer)")
-    if common.get("mla"):
-        raise InvalidValueError("multi-latent attention in a hybrid Mamba/attention model is "
-                                "not modelled")
-    if recompute == "selective-op":
-        raise InvalidValueError("torchtitan's per-op recompute (selective-op) of a hybrid "
-                                "Mamba/attention model is not modelled")
-    if mixer == "mamba" and common.get("fp8_inputs"):
-        raise InvalidValueError("FP8 activations of a Mamba mixer are not modelled (use bf16 "
-                                "for a hybrid Mamba/attention model)")
-    if mixer == "mamba" and context_parallel:
-        raise InvalidValueError("context parallelism (c > 1) of a Mamba mixer is not modelled "
-                                "(Megatron-core's MambaContextParallel)")
+    _refuse_unmodelled(kind, recompute, context_parallel, common)
     sp_on, dropout = common.get("sequence_parallel", False), common.get("dropout", True)
     if recompute == "full":
         return Total("activations per hybrid layer (full recompute)", tuple(
@@ -256,14 +275,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
         dense = layer_activations(recompute=recompute, modules=modules, **common)
         terms += _norm(dense, "attn", one_stat) + _part(dense, "attn", _ATTENTION_KEYS)
     if mixer == "mamba":
-        mamba = mamba_layer_activations(sequence_parallel=sp_on, dropout=dropout,
-                                        gated_norm=gated_norm)
-        terms += [Term(f"mamba_{term.key}", term.expr, term.description, term.source,
-                       label=f"mamba {term.label}") for term in mamba]
-        if one_stat != 0:
-            terms.append(Term("mamba_norm_statistics", one_stat,
-                              "fp32 per-token statistics of the fused pre-norm", _TE_NORM,
-                              label="mamba norm stats"))
+        terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat)
     if ffn is not None:
         block = layer_activations(recompute=recompute, modules=modules, moe=ffn,
                                   shared_expert=shared_expert and ffn, **common)
