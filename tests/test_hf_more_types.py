@@ -20,7 +20,7 @@ from memsym.model.hf_config import HF_MODEL_TYPES
 
 from test_hf_configs import _TOKENS, _small, _write
 from test_hf_hybrid import SMALL as HYBRID_SMALL
-from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count
+from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count, fuzz_configs
 
 # the model types this file covers
 MORE_TYPES = {"olmo3", "cohere2", "ministral", "ministral3", "helium", "glm", "cwm", "vaultgemma",
@@ -566,30 +566,4 @@ def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
 
 
 def test_fuzzed_configs(tmp_path):
-    # any change of a few fields of one of these configs is an Architecture or one clear line;
-    # 120 examples, no deadline (file writes), no example database
-    import json
-
-    from memsym.errors import MemsymError
-
-    hypothesis = pytest.importorskip("hypothesis")
-    st = hypothesis.strategies
-    keys = sorted({k for cfg in SMALL.values() for k in cfg})
-    values = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2, max_value=10**9),
-                       st.sampled_from([0, 1, 2, 4, 64, 10**300, "auto"]), st.text(max_size=8),
-                       st.lists(st.integers(min_value=-1, max_value=4), max_size=4))
-
-    @hypothesis.settings(max_examples=120, deadline=None, database=None)
-    @hypothesis.given(base=st.sampled_from(sorted(SMALL)),
-                      changes=st.dictionaries(st.sampled_from(keys), values, max_size=4))
-    def check(base, changes):
-        path = tmp_path / "config.json"
-        path.write_text(json.dumps({**SMALL[base], **changes}))
-        try:
-            arch = from_hf_config(path)
-        except MemsymError as exc:
-            assert "\n" not in str(exc)
-        else:
-            assert parameter_count(arch) > 0
-
-    check()
+    fuzz_configs(tmp_path, SMALL, {k for cfg in SMALL.values() for k in cfg})

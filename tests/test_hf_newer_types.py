@@ -484,23 +484,23 @@ def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
 
 
-def test_fuzzed_newer_configs(tmp_path):
-    # any change of a few fields of a newer config is an Architecture or one clear line;
-    # 120 examples, no deadline (file writes), no example database
+def fuzz_configs(tmp_path, small: dict, keys, extra_values=()):
+    """Any change of up to four fields of one of ``small``'s configs is an Architecture with
+    a positive count or one clear line (120 examples, no deadline: file writes; no example
+    database).  ``extra_values``: more hypothesis strategies for a field's new value."""
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
-    keys = sorted({k for cfg in SMALL.values() for k in cfg} | {"text_config", "moe_layers"})
     values = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2, max_value=10**9),
-                       st.sampled_from([0, 1, 2, 4, 64, 10**300]), st.text(max_size=8),
+                       st.sampled_from([0, 1, 2, 4, 64, 10**300, "auto"]), st.text(max_size=8),
                        st.lists(st.integers(min_value=-1, max_value=4), max_size=4),
-                       st.dictionaries(st.sampled_from(keys), st.integers(0, 64), max_size=3))
+                       *extra_values)
 
     @hypothesis.settings(max_examples=120, deadline=None, database=None)
-    @hypothesis.given(base=st.sampled_from(sorted(SMALL)),
-                      changes=st.dictionaries(st.sampled_from(keys), values, max_size=4))
+    @hypothesis.given(base=st.sampled_from(sorted(small)),
+                      changes=st.dictionaries(st.sampled_from(sorted(keys)), values, max_size=4))
     def check(base, changes):
         path = tmp_path / "config.json"
-        path.write_text(json.dumps({**SMALL[base], **changes}))
+        path.write_text(json.dumps({**small[base], **changes}))
         try:
             arch = from_hf_config(path)
         except MemsymError as exc:
@@ -509,6 +509,14 @@ def test_fuzzed_newer_configs(tmp_path):
             assert parameter_count(arch) > 0
 
     check()
+
+
+def test_fuzzed_newer_configs(tmp_path):
+    # nested fields too: a text_config or a moe_layers list given as a small mapping
+    st = pytest.importorskip("hypothesis").strategies
+    keys = {k for cfg in SMALL.values() for k in cfg} | {"text_config", "moe_layers"}
+    fuzz_configs(tmp_path, SMALL, keys,
+                 (st.dictionaries(st.sampled_from(sorted(keys)), st.integers(0, 64), max_size=3),))
 
 
 def test_the_docs_list_every_accepted_type():
