@@ -42,7 +42,6 @@ ALLOWED = {
     "memsym/readers/launch_script.py::parse_launch_script": (107, _SPLIT),
     "memsym/cli/option_rows.py::_training_rows": (106, _SPLIT),
     "memsym/analysis.py::_search": (104, _SPLIT),
-    "memsym/readers/jobs.py::megatron_job": (101, _SPLIT),
 }
 
 

@@ -54,7 +54,20 @@ def megatron_job(mj, model=None, **options):
 
     options = dict(options)
     notes = list(mj.notes) + list(options.pop("_notes", ()))
-    lay, trn, prec, opt = mj.layout, mj.training, mj.precision, mj.optimizer
+    opts = _megatron_layout_options(mj.layout)
+    _add_megatron_training(opts, mj.training, notes)
+    _add_megatron_precision(opts, mj.precision, mj.training)
+    _add_megatron_step(opts, mj.optimizer, notes)
+    opts.update(mj.architecture if model is None else
+                {k: v for k, v in mj.architecture.items() if v is not None})
+    opts.update(options)
+    return job(model, _notes=tuple(notes),
+               _defaults=tuple(d for d in mj.defaults if d[0] not in options), **opts)
+
+
+def _megatron_layout_options(lay: dict) -> dict:
+    """The job options of a MegatronJob's layout: the degrees, the pipeline split and the
+    data-parallel size (from --world-size, else d), refused when neither is known."""
     opts = {k: lay[k] for k in ("t", "p", "c", "e", "t_e", "v", "sequence_parallel",
                                 "first_stage_layers", "last_stage_layers", "pipeline_layout",
                                 "account_for_embedding_in_pipeline_split",
@@ -66,6 +79,12 @@ def megatron_job(mj, model=None, **options):
     else:
         raise InvalidValueError("the data-parallel size is world/(t p c): give --world-size N "
                                 "(Megatron reads WORLD_SIZE from torchrun, not from its arguments)")
+    return opts
+
+
+def _add_megatron_training(opts: dict, trn: dict, notes: list) -> None:
+    """Add the batch, recompute, flash-attention and dropout options of a MegatronJob's
+    training part to ``opts`` (a note when only one of the two dropouts is on)."""
     opts.update(seq_length=trn["seq_length"], micro_batch_size=trn["micro_batch_size"])
     if trn.get("global_batch_size") is not None:
         opts["global_batch_size"] = trn["global_batch_size"]
@@ -83,6 +102,11 @@ def megatron_job(mj, model=None, **options):
     if (hidden > 0) != (attention > 0):
         notes.append(f"dropout masks kept for both (--hidden-dropout {hidden}, --attention-dropout "
                      f"{attention}): memsym models one dropout setting")
+
+
+def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
+    """Add the precision options of a MegatronJob (fp8, gradient and optimizer-state dtypes)
+    and its activation CPU offloading to ``opts``."""
     params = prec.get("params_dtype", "fp32")
     if prec.get("fp8"):
         opts["precision"] = "fp8"
@@ -97,6 +121,11 @@ def megatron_job(mj, model=None, **options):
                      if prec.get(k, "fp32") != "fp32"})
     if trn.get("cpu_offloading_num_layers"):   # --cpu-offloading-num-layers N > 0
         opts["cpu_offloading_num_layers"] = trn["cpu_offloading_num_layers"]
+
+
+def _add_megatron_step(opts: dict, opt: dict, notes: list) -> None:
+    """Add a MegatronJob's optimizer, step overlaps and sharding scheme to ``opts`` (a note
+    when Megatron-FSDP's strategy is counted as a memsym sharding scheme)."""
     opts["optimizer"] = opt.get("optimizer", "adam")
     # the step's overlaps, as the command sets them (Megatron's store_true flags: off unless given)
     opts["overlap_grad_reduce"] = bool(opt.get("overlap_grad_reduce"))
@@ -118,11 +147,6 @@ def megatron_job(mj, model=None, **options):
     else:
         # Megatron-LM: plain DDP unless --use-distributed-optimizer (arguments.py store_true)
         opts["sharding"] = "distributed-optimizer" if opt.get("use_distributed_optimizer") else "ddp"
-    opts.update(mj.architecture if model is None else
-                {k: v for k, v in mj.architecture.items() if v is not None})
-    opts.update(options)
-    return job(model, _notes=tuple(notes),
-               _defaults=tuple(d for d in mj.defaults if d[0] not in options), **opts)
 
 
 #: DeepSpeed's zero_optimization.stage -> memsym's sharding scheme (stage 0: plain data parallel).
