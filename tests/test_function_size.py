@@ -36,7 +36,6 @@ ALLOWED = {
     "memsym/model/architecture.py::resolve": (119, _SPLIT),
     "memsym/terms/mamba.py::hybrid_layer_activations": (118, _SPLIT),
     "memsym/cli/plot.py::run_plot": (118, _SPLIT),
-    "memsym/readers/shell/expansion.py::Expander.param": (107, _SPLIT),
     "memsym/cli/option_rows.py::_training_rows": (106, _SPLIT),
     "memsym/analysis.py::_search": (104, _SPLIT),
 }
