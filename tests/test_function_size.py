@@ -25,18 +25,11 @@ PACKAGE = ROOT / "memsym"
 #: The most lines a function may have.
 LIMIT = 100
 
-_SPLIT = "to split: issue 29"
-
 #: The functions over the limit: ``path::qualified_name`` -> (lines when listed, why it is long).
 ALLOWED = {
-    "memsym/readers/jobs.py::torchtitan_job": (148, _SPLIT),
-    "memsym/readers/torchtitan.py::torchtitan_settings": (146, _SPLIT),
     "memsym/reference_layers.py::_classes": (
         144, "defines the torch layer classes in one closure so that importing the module "
              "needs no torch"),
-    "memsym/readers/shell/expansion.py::Expander.param": (107, _SPLIT),
-    "memsym/readers/launch_script.py::parse_launch_script": (107, _SPLIT),
-    "memsym/readers/jobs.py::megatron_job": (101, _SPLIT),
 }
 
 

@@ -54,7 +54,20 @@ def megatron_job(mj, model=None, **options):
 
     options = dict(options)
     notes = list(mj.notes) + list(options.pop("_notes", ()))
-    lay, trn, prec, opt = mj.layout, mj.training, mj.precision, mj.optimizer
+    opts = _megatron_layout_options(mj.layout)
+    _add_megatron_training(opts, mj.training, notes)
+    _add_megatron_precision(opts, mj.precision, mj.training)
+    _add_megatron_step(opts, mj.optimizer, notes)
+    opts.update(mj.architecture if model is None else
+                {k: v for k, v in mj.architecture.items() if v is not None})
+    opts.update(options)
+    return job(model, _notes=tuple(notes),
+               _defaults=tuple(d for d in mj.defaults if d[0] not in options), **opts)
+
+
+def _megatron_layout_options(lay: dict) -> dict:
+    """The job options of a MegatronJob's layout: the degrees, the pipeline split and the
+    data-parallel size (from --world-size, else d), refused when neither is known."""
     opts = {k: lay[k] for k in ("t", "p", "c", "e", "t_e", "v", "sequence_parallel",
                                 "first_stage_layers", "last_stage_layers", "pipeline_layout",
                                 "account_for_embedding_in_pipeline_split",
@@ -66,6 +79,12 @@ def megatron_job(mj, model=None, **options):
     else:
         raise InvalidValueError("the data-parallel size is world/(t p c): give --world-size N "
                                 "(Megatron reads WORLD_SIZE from torchrun, not from its arguments)")
+    return opts
+
+
+def _add_megatron_training(opts: dict, trn: dict, notes: list) -> None:
+    """Add the batch, recompute, flash-attention and dropout options of a MegatronJob's
+    training part to ``opts`` (a note when only one of the two dropouts is on)."""
     opts.update(seq_length=trn["seq_length"], micro_batch_size=trn["micro_batch_size"])
     if trn.get("global_batch_size") is not None:
         opts["global_batch_size"] = trn["global_batch_size"]
@@ -83,6 +102,11 @@ def megatron_job(mj, model=None, **options):
     if (hidden > 0) != (attention > 0):
         notes.append(f"dropout masks kept for both (--hidden-dropout {hidden}, --attention-dropout "
                      f"{attention}): memsym models one dropout setting")
+
+
+def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
+    """Add the precision options of a MegatronJob (fp8, gradient and optimizer-state dtypes)
+    and its activation CPU offloading to ``opts``."""
     params = prec.get("params_dtype", "fp32")
     if prec.get("fp8"):
         opts["precision"] = "fp8"
@@ -97,6 +121,11 @@ def megatron_job(mj, model=None, **options):
                      if prec.get(k, "fp32") != "fp32"})
     if trn.get("cpu_offloading_num_layers"):   # --cpu-offloading-num-layers N > 0
         opts["cpu_offloading_num_layers"] = trn["cpu_offloading_num_layers"]
+
+
+def _add_megatron_step(opts: dict, opt: dict, notes: list) -> None:
+    """Add a MegatronJob's optimizer, step overlaps and sharding scheme to ``opts`` (a note
+    when Megatron-FSDP's strategy is counted as a memsym sharding scheme)."""
     opts["optimizer"] = opt.get("optimizer", "adam")
     # the step's overlaps, as the command sets them (Megatron's store_true flags: off unless given)
     opts["overlap_grad_reduce"] = bool(opt.get("overlap_grad_reduce"))
@@ -118,11 +147,6 @@ def megatron_job(mj, model=None, **options):
     else:
         # Megatron-LM: plain DDP unless --use-distributed-optimizer (arguments.py store_true)
         opts["sharding"] = "distributed-optimizer" if opt.get("use_distributed_optimizer") else "ddp"
-    opts.update(mj.architecture if model is None else
-                {k: v for k, v in mj.architecture.items() if v is not None})
-    opts.update(options)
-    return job(model, _notes=tuple(notes),
-               _defaults=tuple(d for d in mj.defaults if d[0] not in options), **opts)
 
 
 #: DeepSpeed's zero_optimization.stage -> memsym's sharding scheme (stage 0: plain data parallel).
@@ -239,16 +263,7 @@ def torchtitan_job(cfg: dict, model=None, **options):
     notes = list(cfg.get("notes", ()))
     lay, trn = cfg["layout"], cfg["training"]
     if model is None:
-        meta = cfg.get("model") or {}
-        if not meta.get("name") or not meta.get("flavor"):
-            raise InvalidValueError("the torchtitan config names no model (TOML [model] name/"
-                                    "flavor, Python model_registry): give the MODEL (a preset "
-                                    "or a Hugging Face config.json)")
-        # the architecture torchtitan's own model class builds for this flavor
-        # (torchtitan_models.TORCHTITAN_FLAVORS; an unknown one refused in one line)
-        model = torchtitan_architecture(meta["name"], meta["flavor"],
-                                        int(meta.get("mtp_layers") or 0))
-
+        model = _torchtitan_named_model(cfg)
     arch = torchtitan_positions(model if isinstance(model, Architecture)
                                 else resolve_model(model), trn["seq_len"])
     ac = trn.get("ac_mode", "none")
@@ -259,47 +274,7 @@ def torchtitan_job(cfg: dict, model=None, **options):
     per_op = ac == "selective" and trn.get("selective_ac_option") == "op"
     local, pipe, ranks = trn["local_batch_size"], {}, [arch.num_layers]
     if lay["p"] > 1:
-        # pipeline_parallel.py: local_batch_size / pipeline_parallel_microbatch_size
-        # micro-batches; the looped schedules put 2 stages on each rank by default
-        mbs = lay.get("pipeline_parallel_microbatch_size", 1)
-        schedule = lay.get("pipeline_parallel_schedule", "1F1B")
-        weights = lay.get("pipeline_parallel_stage_less_layers", (1, 1))
-        # pipeline_llm: 1 stage per rank for the single-stage schedules, 2 for the others,
-        # or what pipeline_parallel_layers_per_stage makes
-        spr = torchtitan_stages_per_rank(arch.num_layers, lay["p"],
-                                         lay.get("pipeline_parallel_layers_per_stage"),
-                                         schedule not in ("1F1B", "GPipe"), *weights)
-        if schedule in V_SCHEDULES and spr != 2:
-            raise InvalidValueError(f"torch's {schedule} needs exactly 2 stages per rank, got "
-                                    f"{spr} (pipeline_parallel_layers_per_stage)")
-        if schedule == "DualPipeV" and local // mbs < 2 * lay["p"]:
-            raise InvalidValueError(f"torch's DualPipeV needs at least as many micro-batches as "
-                                    f"stages ({2 * lay['p']}), got {local // mbs}")
-        pipe = {"micro_batch_size": mbs, "num_microbatches": local // mbs,
-                # LoopedBFS is GPipe looped over the rank's stages (breadth-first)
-                "schedule": "gpipe" if schedule in ("GPipe", "LoopedBFS") else "1f1b",
-                "v": None if spr == 1 else spr}
-        if schedule in V_SCHEDULES:
-            # stage_index_to_group_rank "v": stages r and 2p-1-r on rank r
-            pipe["stage_placement"] = "v"
-        if schedule in V_SCHEDULES:
-            notes.append(f"pipeline schedule {schedule}: its V places stages r and 2p-1-r on "
-                         "rank r, so rank 0 holds the embedding, the output layer and the "
-                         "loss; rank r holds min(2p, m+1+r, 2m) chunk passes (one more on the "
-                         "last rank), as torch's schedule tables; its bubble counted as "
-                         "interleaved 1F1B's with 2 stages per rank")
-        elif schedule not in ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS"):
-            notes.append(f"pipeline schedule {schedule}: counted as interleaved 1F1B with {spr} "
-                         "stages per rank (its warm-up and bubble: its first rank holds at "
-                         "least the chunk passes any rank of torch's zero-bubble tables holds)")
-        # the split torchtitan generates for this schedule and these end-stage weights
-        # (memsym.job.framework_layout generates the default one for API jobs)
-        first, last, ranks = torchtitan_end_stages(
-            arch.num_layers, lay["p"], spr, *weights,
-            style="v" if schedule in V_SCHEDULES else "loop")
-        if first is not None:
-            pipe.update(first_stage_layers=first, last_stage_layers=last)
-            notes.append(f"torchtitan's pipeline split: {ranks} layers per rank")
+        pipe, ranks = _torchtitan_pipeline(lay, arch, local, notes)
     opts = {"t": lay["t"], "p": lay["p"], "c": lay["c"], "e": lay["e"], "d": lay["d"],
             "seq_length": trn["seq_len"], "micro_batch_size": local,
             "global_batch_size": trn.get("global_batch_size") if not pipe else None,
@@ -310,21 +285,8 @@ def torchtitan_job(cfg: dict, model=None, **options):
             "loss_parallel": bool(trn.get("loss_parallel", True)),
             "sharding": "fsdp" if lay.get("dp_shard", 1) > 1 else "ddp",
             "precision": "bf16", "sequence_parallel": lay["t"] > 1}
-    if lay["t"] > 1 and not lay.get("sequence_parallel", True):
-        # the Python config's enable_sequence_parallel = False (v0.2: always on); memsym.job
-        # counts torchtitan's TP with its SequenceParallel norms and sharded block outputs
-        raise InvalidValueError("torchtitan enable_sequence_parallel = False (tensor parallelism "
-                                "without sequence parallelism) is not modelled for torchtitan")
-    prec = cfg["precision"]
-    if prec.get("dtype") == "bfloat16":
-        raise InvalidValueError("torchtitan training.dtype = bfloat16 (parameters, gradients and "
-                                "optimizer states all in bf16, no fp32 copy) is not modelled: "
-                                "memsym reads float32 with mixed_precision_param")
-    if trn.get("enable_cpu_offload"):
-        raise InvalidValueError("torchtitan training.enable_cpu_offload (FSDP2 CPUOffloadPolicy: "
-                                "parameters, gradients and optimizer states on the host) is not "
-                                "modelled")
-    if prec.get("mixed_precision_param") == "float32":
+    _refuse_unmodelled_torchtitan(cfg)
+    if cfg["precision"].get("mixed_precision_param") == "float32":
         # FSDP2 MixedPrecisionPolicy(param_dtype=float32): the forward and backward in fp32
         opts["precision"] = "fp32"
     if cfg["precision"].get("float8"):
@@ -332,10 +294,103 @@ def torchtitan_job(cfg: dict, model=None, **options):
         # parameters in their own dtype (torchtitan components/quantization/float8.py)
         notes.append("float8 (torchao Float8Linear): parameters counted in bf16 compute and "
                      "fp32 states as FSDP2 keeps them; the per-GEMM fp8 casts are transient")
+    _add_torchtitan_recompute(opts, trn, arch, ac, per_op, ranks, notes)
+    if lay.get("dp_replicate", 1) > 1 and lay.get("dp_shard", 1) > 1:
+        notes.append("HSDP: the states are counted as sharded over the whole data-parallel "
+                     "group (torchtitan shards them over data_parallel_shard_degree only)")
+    opts = {k: v for k, v in opts.items() if v is not None}
+    opts.update(options)
+    return job(arch, _notes=tuple(notes), **opts)
+
+
+def _torchtitan_named_model(cfg: dict) -> Architecture:
+    """The architecture torchtitan's own model class builds for the config's [model] name and
+    flavor, refused when the config names none."""
+    meta = cfg.get("model") or {}
+    if not meta.get("name") or not meta.get("flavor"):
+        raise InvalidValueError("the torchtitan config names no model (TOML [model] name/"
+                                "flavor, Python model_registry): give the MODEL (a preset "
+                                "or a Hugging Face config.json)")
+    # the architecture torchtitan's own model class builds for this flavor
+    # (torchtitan_models.TORCHTITAN_FLAVORS; an unknown one refused in one line)
+    return torchtitan_architecture(meta["name"], meta["flavor"], int(meta.get("mtp_layers") or 0))
+
+
+def _torchtitan_pipeline(lay: dict, arch: Architecture, local: int, notes: list):
+    """The pipeline options of a torchtitan layout with p > 1 and the layers per rank
+    [layers] of torchtitan's split: ``(options, ranks)``, with a note for each schedule or split
+    memsym approximates (the V schedules' and DualPipeV's conditions refused as torch does)."""
+    # pipeline_parallel.py: local_batch_size / pipeline_parallel_microbatch_size
+    # micro-batches; the looped schedules put 2 stages on each rank by default
+    mbs = lay.get("pipeline_parallel_microbatch_size", 1)
+    schedule = lay.get("pipeline_parallel_schedule", "1F1B")
+    weights = lay.get("pipeline_parallel_stage_less_layers", (1, 1))
+    # pipeline_llm: 1 stage per rank for the single-stage schedules, 2 for the others,
+    # or what pipeline_parallel_layers_per_stage makes
+    spr = torchtitan_stages_per_rank(arch.num_layers, lay["p"],
+                                     lay.get("pipeline_parallel_layers_per_stage"),
+                                     schedule not in ("1F1B", "GPipe"), *weights)
+    if schedule in V_SCHEDULES and spr != 2:
+        raise InvalidValueError(f"torch's {schedule} needs exactly 2 stages per rank, got "
+                                f"{spr} (pipeline_parallel_layers_per_stage)")
+    if schedule == "DualPipeV" and local // mbs < 2 * lay["p"]:
+        raise InvalidValueError(f"torch's DualPipeV needs at least as many micro-batches as "
+                                f"stages ({2 * lay['p']}), got {local // mbs}")
+    pipe = {"micro_batch_size": mbs, "num_microbatches": local // mbs,
+            # LoopedBFS is GPipe looped over the rank's stages (breadth-first)
+            "schedule": "gpipe" if schedule in ("GPipe", "LoopedBFS") else "1f1b",
+            "v": None if spr == 1 else spr}
+    if schedule in V_SCHEDULES:
+        # stage_index_to_group_rank "v": stages r and 2p-1-r on rank r
+        pipe["stage_placement"] = "v"
+    if schedule in V_SCHEDULES:
+        notes.append(f"pipeline schedule {schedule}: its V places stages r and 2p-1-r on "
+                     "rank r, so rank 0 holds the embedding, the output layer and the "
+                     "loss; rank r holds min(2p, m+1+r, 2m) chunk passes (one more on the "
+                     "last rank), as torch's schedule tables; its bubble counted as "
+                     "interleaved 1F1B's with 2 stages per rank")
+    elif schedule not in ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS"):
+        notes.append(f"pipeline schedule {schedule}: counted as interleaved 1F1B with {spr} "
+                     "stages per rank (its warm-up and bubble: its first rank holds at "
+                     "least the chunk passes any rank of torch's zero-bubble tables holds)")
+    # the split torchtitan generates for this schedule and these end-stage weights
+    # (memsym.job.framework_layout generates the default one for API jobs)
+    first, last, ranks = torchtitan_end_stages(
+        arch.num_layers, lay["p"], spr, *weights,
+        style="v" if schedule in V_SCHEDULES else "loop")
+    if first is not None:
+        pipe.update(first_stage_layers=first, last_stage_layers=last)
+        notes.append(f"torchtitan's pipeline split: {ranks} layers per rank")
+    return pipe, ranks
+
+
+def _refuse_unmodelled_torchtitan(cfg: dict) -> None:
+    """Refuse the torchtitan settings memsym does not model: TP without sequence parallelism,
+    training.dtype bfloat16 and FSDP2's CPU offload."""
+    lay, trn = cfg["layout"], cfg["training"]
+    if lay["t"] > 1 and not lay.get("sequence_parallel", True):
+        # the Python config's enable_sequence_parallel = False (v0.2: always on); memsym.job
+        # counts torchtitan's TP with its SequenceParallel norms and sharded block outputs
+        raise InvalidValueError("torchtitan enable_sequence_parallel = False (tensor parallelism "
+                                "without sequence parallelism) is not modelled for torchtitan")
+    if cfg["precision"].get("dtype") == "bfloat16":
+        raise InvalidValueError("torchtitan training.dtype = bfloat16 (parameters, gradients and "
+                                "optimizer states all in bf16, no fp32 copy) is not modelled: "
+                                "memsym reads float32 with mixed_precision_param")
+    if trn.get("enable_cpu_offload"):
+        raise InvalidValueError("torchtitan training.enable_cpu_offload (FSDP2 CPUOffloadPolicy: "
+                                "parameters, gradients and optimizer states on the host) is not "
+                                "modelled")
+
+
+def _add_torchtitan_recompute(opts: dict, trn: dict, arch: Architecture, ac: str, per_op: bool,
+                              ranks, notes: list) -> None:
+    """Set ``opts``' recompute for torchtitan's per-op SAC (selective recompute where memsym
+    does not price it) and for a layer frequency (every n-th block of a rank fully
+    checkpointed), with a note for each."""
     if per_op:
         if arch.num_experts or arch.multi_latent_attention or not arch.swiglu:
             # memsym prices per-op SAC for dense gated-MLP blocks only
-            per_op = False
             opts["recompute"] = "selective"
             notes.append("per-op selective AC is modelled for dense gated-MLP layers: counted "
                          "as Korthikanti's selective recompute for this model")
@@ -354,9 +409,3 @@ def torchtitan_job(cfg: dict, model=None, **options):
                          + ", ".join(f"{w} of {n}" for n, w in wrapped)
                          + " blocks of a rank fully checkpointed, the others keep their "
                          "activations")
-    if lay.get("dp_replicate", 1) > 1 and lay.get("dp_shard", 1) > 1:
-        notes.append("HSDP: the states are counted as sharded over the whole data-parallel "
-                     "group (torchtitan shards them over data_parallel_shard_degree only)")
-    opts = {k: v for k, v in opts.items() if v is not None}
-    opts.update(options)
-    return job(arch, _notes=tuple(notes), **opts)

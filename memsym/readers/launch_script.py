@@ -137,6 +137,36 @@ def parse_launch_script(text: str, env: dict | None = None) -> LaunchScript:
     >>> s.unset, s.nproc_per_node
     (('1',), '8')
     """
+    _check_script_text(text)
+    ev = Interpreter(env)
+    _run_text(ev, text, 0)
+    found = _find_command(ev.commands)
+    source = None
+    if found is None:
+        found, source = _find_in_command_strings(ev)
+    if found is None and ev.exited is not None:
+        raise LaunchScriptError(f"launch script line {ev.exited}: the script exits before any "
+                                "pretrain_*.py command (read with an empty environment)")
+    if found is None:
+        argv = _argument_variables(ev)
+        program, launcher_opts = None, []
+    else:
+        words, j, line = found
+        program = words[j]
+        launcher_opts, args = _split_launcher(words, j)
+        argv = launcher_opts + args
+        if source:
+            ev.note(f"training command found in {source}")
+    nproc, nnodes = _torchrun_sizes(launcher_opts)
+    if len(argv) > MAX_ARGS:
+        raise LaunchScriptError(f"more than {MAX_ARGS} arguments")
+    return LaunchScript(argv=argv, program=program, nproc_per_node=nproc, nnodes=nnodes,
+                        unset=tuple(ev.unset), notes=tuple(ev.notes))
+
+
+def _check_script_text(text):
+    """Refuse what is not a launch script's text: not a string, over the size bound, a NUL
+    character or a carriage return (said with its line)."""
     if not isinstance(text, str):
         raise LaunchScriptError(f"a launch script is text, got {type(text).__name__}")
     if len(text.encode("utf-8", "replace")) > MAX_BYTES_INPUT:
@@ -148,57 +178,57 @@ def parse_launch_script(text: str, env: dict | None = None) -> LaunchScript:
         raise LaunchScriptError(f"launch script line {line}: a carriage return (a Windows line "
                                 "ending), which bash reads as part of a word; convert the file "
                                 "to Unix line endings")
-    ev = Interpreter(env)
-    _run_text(ev, text, 0)
-    found = _find_command(ev.commands)
-    source = None
-    if found is None:
-        for name in list(ev.order):
-            val = ev.vars.get(name)
-            if isinstance(val, str) and ".py" in val:
-                # a command built as a string (`srun bash -c "$CMD"`): read it in a copy of
-                # the variables; the copy and the reading are paid from the same budget
-                ev.spend(len(ev.vars) + len(val))
-                sub = Interpreter(depth=1)
-                sub.vars = {k: (list(v) if isinstance(v, list) else v) for k, v in ev.vars.items()}
-                sub.order, sub.readonly, sub.budget = dict(ev.order), set(ev.readonly), ev.budget
-                try:
-                    _run_text(sub, val, 1)
-                except LaunchScriptError:
-                    continue
-                finally:
-                    ev.budget = sub.budget
-                found = _find_command(sub.commands)
-                if found is not None:
-                    source = f"the command string in ${name}"
-                    for u in sub.unset:
-                        ev.unset.setdefault(u)
-                    break
-    if found is None and ev.exited is not None:
-        raise LaunchScriptError(f"launch script line {ev.exited}: the script exits before any "
-                                "pretrain_*.py command (read with an empty environment)")
-    if found is None:
-        argv, names = [], []
-        for name in ev.order:
-            val = ev.vars.get(name)
-            words = val if isinstance(val, list) else (
-                [w for w in IFS_RUN.split(val) if w] if isinstance(val, str) else [])
-            if words and words[0].startswith("--"):
-                argv.extend(words)
-                names.append(name)
-        if not argv:
-            raise LaunchScriptError("no pretrain_*.py command and no argument variables found in "
-                                    "the launch script")
-        ev.note("no pretrain_*.py command in the script: arguments gathered from "
-                + ", ".join("$" + n for n in names))
-        program, launcher_opts = None, []
-    else:
-        words, j, line = found
-        program = words[j]
-        launcher_opts, args = _split_launcher(words, j)
-        argv = launcher_opts + args
-        if source:
-            ev.note(f"training command found in {source}")
+
+
+def _find_in_command_strings(ev: Interpreter):
+    """The training command inside a string variable (in the order the variables were set),
+    read in a copy of ``ev``'s variables: ``(found, source)``, ``(None, None)`` when none holds
+    one; the unset variables of the reading that found it are added to ``ev``'s."""
+    for name in list(ev.order):
+        val = ev.vars.get(name)
+        if isinstance(val, str) and ".py" in val:
+            # a command built as a string (`srun bash -c "$CMD"`): read it in a copy of
+            # the variables; the copy and the reading are paid from the same budget
+            ev.spend(len(ev.vars) + len(val))
+            sub = Interpreter(depth=1)
+            sub.vars = {k: (list(v) if isinstance(v, list) else v) for k, v in ev.vars.items()}
+            sub.order, sub.readonly, sub.budget = dict(ev.order), set(ev.readonly), ev.budget
+            try:
+                _run_text(sub, val, 1)
+            except LaunchScriptError:
+                continue
+            finally:
+                ev.budget = sub.budget
+            found = _find_command(sub.commands)
+            if found is not None:
+                for u in sub.unset:
+                    ev.unset.setdefault(u)
+                return found, f"the command string in ${name}"
+    return None, None
+
+
+def _argument_variables(ev: Interpreter) -> list:
+    """The words of the variables whose value starts with ``--``, joined in the order they were
+    first set (a sourced model configuration), noted; refused when there are none."""
+    argv, names = [], []
+    for name in ev.order:
+        val = ev.vars.get(name)
+        words = val if isinstance(val, list) else (
+            [w for w in IFS_RUN.split(val) if w] if isinstance(val, str) else [])
+        if words and words[0].startswith("--"):
+            argv.extend(words)
+            names.append(name)
+    if not argv:
+        raise LaunchScriptError("no pretrain_*.py command and no argument variables found in "
+                                "the launch script")
+    ev.note("no pretrain_*.py command in the script: arguments gathered from "
+            + ", ".join("$" + n for n in names))
+    return argv
+
+
+def _torchrun_sizes(launcher_opts):
+    """torchrun's ``--nproc_per_node`` (or ``--nproc-per-node``) and ``--nnodes`` values
+    (``--key value`` or ``--key=value``; the last one given), None when not given."""
     nproc = nnodes = None
     for k, w in enumerate(launcher_opts):
         key, eq, val = w.partition("=")
@@ -208,10 +238,7 @@ def parse_launch_script(text: str, env: dict | None = None) -> LaunchScript:
             nproc = val
         elif key == "--nnodes":
             nnodes = val
-    if len(argv) > MAX_ARGS:
-        raise LaunchScriptError(f"more than {MAX_ARGS} arguments")
-    return LaunchScript(argv=argv, program=program, nproc_per_node=nproc, nnodes=nnodes,
-                        unset=tuple(ev.unset), notes=tuple(ev.notes))
+    return nproc, nnodes
 
 
 def _run_text(ev: Interpreter, text: str, depth: int):

@@ -152,7 +152,52 @@ def torchtitan_settings(pairs, world_size: int | None = None, notes=()) -> dict:
     >>> c["layout"]["dp_shard"], c["layout"]["t"]
     (2, 2)
     """
-    values, ignored, notes = {}, [], list(notes)
+    notes = list(notes)
+    values, ignored = _typed_values(pairs)
+    rep, shard, t, p, c, e, t_e, world_size = _degrees(values, world_size, notes)
+    reshard = _value(values, "parallelism", "fsdp_reshard_after_forward")
+    # models/llama3/infra/parallelize.py: "default" reshards after forward unless PP is used
+    resolved = {"always": True, "never": False, "default": p == 1}[reshard]
+    d = rep * shard
+    local, gbs = _batch_sizes(values, d)
+    seq = _value(values, "training", "seq_len")
+    if not 1 <= seq <= MAX_SEQ:
+        raise InvalidValueError(f"torchtitan training.seq_len must be between 1 and {MAX_SEQ}")
+    schedule, less, per_stage, pp_mbs = _pipeline_settings(values, p, local, ignored, notes)
+    compiled_loss = _compiled_loss(values)
+    converters = _value(values, "model", "converters")
+    float8 = any(x in ("float8", "quantize.linear.float8") for x in converters)
+    return {
+        "layout": {"dp_replicate": rep, "dp_shard": shard, "t": t, "p": p, "c": c, "e": e,
+                   "t_e": t_e, "d": d, "world_size": world_size,
+                   "fsdp_reshard_after_forward": resolved,
+                   "pipeline_parallel_schedule": schedule,
+                   "pipeline_parallel_stage_less_layers": less,
+                   "pipeline_parallel_layers_per_stage": per_stage,
+                   "pipeline_parallel_microbatch_size": pp_mbs},
+        "training": {"seq_len": seq, "local_batch_size": local, "global_batch_size": gbs,
+                     "gradient_accumulation_steps": gbs // (local * d),
+                     "ac_mode": _value(values, "activation_checkpoint", "mode"),
+                     "selective_ac_option": _value(values, "activation_checkpoint", "selective_ac_option"),
+                     "enable_cpu_offload": _value(values, "training", "enable_cpu_offload"),
+                     "compiled_loss": compiled_loss,
+                     # parallel_dims.py loss_parallel_enabled: tp > 1 and not disabled
+                     "loss_parallel": not _value(values, "parallelism", "disable_loss_parallel")},
+        "precision": {"mixed_precision_param": _value(values, "training", "mixed_precision_param"),
+                      "mixed_precision_reduce": _value(values, "training", "mixed_precision_reduce"),
+                      "dtype": _value(values, "training", "dtype"), "float8": float8,
+                      "float8_recipe": _value(values, "quantize.linear.float8", "recipe_name"),
+                      "enable_fsdp_float8_all_gather":
+                          _value(values, "quantize.linear.float8", "enable_fsdp_float8_all_gather")},
+        "model": {"name": _value(values, "model", "name"), "flavor": _value(values, "model", "flavor")},
+        "ignored": tuple(ignored), "notes": tuple(notes),
+    }
+
+
+def _typed_values(pairs):
+    """The values of the known keys among ``(section, key, value)`` triples, with torchtitan's
+    types and choices checked, and the names of the unknown keys: ``(values, ignored)``."""
+    values, ignored = {}, []
     for sec, key, v in pairs:
         spec = TORCHTITAN_KEYS.get((sec, key))
         if spec is None:
@@ -170,20 +215,31 @@ def torchtitan_settings(pairs, world_size: int | None = None, notes=()) -> dict:
             raise InvalidValueError(f"torchtitan [{sec}] {key} must be one of {', '.join(ch)}, "
                                     f"got {v!r:.40}")
         values[(sec, key)] = v
+    return values, ignored
 
-    def val(sec, key):
-        return values.get((sec, key), TORCHTITAN_KEYS[(sec, key)][1])
 
-    def degree(key, lo=1):
-        v = val("parallelism", key)
-        if not (lo <= v <= MAX_GPUS) and not (key == "data_parallel_shard_degree" and v == -1):
-            raise InvalidValueError(f"torchtitan parallelism.{key} must be >= {lo}, got {v}")
-        return v
+def _value(values, sec, key):
+    """A key's value as given, else job_config.py's default."""
+    return values.get((sec, key), TORCHTITAN_KEYS[(sec, key)][1])
 
-    rep, shard = degree("data_parallel_replicate_degree"), degree("data_parallel_shard_degree")
-    t, p = degree("tensor_parallel_degree"), degree("pipeline_parallel_degree")
-    c, e = degree("context_parallel_degree"), degree("expert_parallel_degree")
-    t_e = degree("expert_tensor_parallel_degree")
+
+def _degree(values, key, lo=1):
+    """A parallelism degree, checked between ``lo`` and MAX_GPUS (-1 allowed for the shard)."""
+    v = _value(values, "parallelism", key)
+    if not (lo <= v <= MAX_GPUS) and not (key == "data_parallel_shard_degree" and v == -1):
+        raise InvalidValueError(f"torchtitan parallelism.{key} must be >= {lo}, got {v}")
+    return v
+
+
+def _degrees(values, world_size, notes):
+    """The degrees ``(rep, shard, t, p, c, e, t_e, world_size)`` by ParallelDims' rule: a shard
+    degree -1 takes the leftover GPUs (noted), and the product must be the world size
+    (the product when no world size is given)."""
+    rep = _degree(values, "data_parallel_replicate_degree")
+    shard = _degree(values, "data_parallel_shard_degree")
+    t, p = _degree(values, "tensor_parallel_degree"), _degree(values, "pipeline_parallel_degree")
+    c, e = _degree(values, "context_parallel_degree"), _degree(values, "expert_parallel_degree")
+    t_e = _degree(values, "expert_tensor_parallel_degree")
     if world_size is not None:
         if isinstance(world_size, bool) or not isinstance(world_size, int) or \
                 not 1 <= world_size <= MAX_GPUS:
@@ -205,76 +261,58 @@ def torchtitan_settings(pairs, world_size: int | None = None, notes=()) -> dict:
                                 f"x tp {t} x pp {p} = {product} != world size {world_size}")
     if e > 1 and t_e not in (t, 1):
         raise InvalidValueError("torchtitan supports expert_tensor_parallel_degree = TP or 1")
-    reshard = val("parallelism", "fsdp_reshard_after_forward")
-    # models/llama3/infra/parallelize.py: "default" reshards after forward unless PP is used
-    resolved = {"always": True, "never": False, "default": p == 1}[reshard]
-    local = val("training", "local_batch_size")
+    return rep, shard, t, p, c, e, t_e, world_size
+
+
+def _batch_sizes(values, d):
+    """The local and global batch sizes [sequences], checked (global -1: local x d)."""
+    local = _value(values, "training", "local_batch_size")
     if not 1 <= local <= MAX_BATCH:
         raise InvalidValueError(f"torchtitan training.local_batch_size must be >= 1, got {local}")
-    gbs = val("training", "global_batch_size")
-    d = rep * shard
+    gbs = _value(values, "training", "global_batch_size")
     if gbs == -1:   # job_config.py: defaults to local_batch_size * data-parallel degree
         gbs = local * d
     elif gbs < 1 or gbs % (local * d):
         raise InvalidValueError(f"torchtitan global_batch_size {gbs} must be a multiple of "
                                 f"local_batch_size x dp = {local * d}")
-    seq = val("training", "seq_len")
-    if not 1 <= seq <= MAX_SEQ:
-        raise InvalidValueError(f"torchtitan training.seq_len must be between 1 and {MAX_SEQ}")
+    return local, gbs
+
+
+def _pipeline_settings(values, p, local, ignored, notes):
+    """The pipeline keys, checked: ``(schedule, less, per_stage, microbatch_size)``, the
+    schedule's name as torch spells it, and a note for each split key given when p > 1."""
     schedule = {x.lower(): x for x in SCHEDULES}.get(
-        val("parallelism", "pipeline_parallel_schedule").lower())
+        _value(values, "parallelism", "pipeline_parallel_schedule").lower())
     if schedule is None:
         raise InvalidValueError("torchtitan pipeline_parallel_schedule must be one of "
                                 f"{', '.join(SCHEDULES)} (any case), got "
-                                f"{val('parallelism', 'pipeline_parallel_schedule')!r:.40}")
-    less = tuple(val("parallelism", f"pipeline_parallel_{end}_stage_less_layers")
+                                f"{_value(values, 'parallelism', 'pipeline_parallel_schedule')!r:.40}")
+    less = tuple(_value(values, "parallelism", f"pipeline_parallel_{end}_stage_less_layers")
                  for end in ("first", "last"))
     if any(not 0 <= w <= MAX_LAYERS for w in less):
         raise InvalidValueError(f"torchtitan pipeline_parallel_first/last_stage_less_layers must "
                                 f"be between 0 and {MAX_LAYERS}, got {less}")
     notes += [f"{k} given: memsym counts torchtitan's generated pipeline split"
               for k in _SPLIT_KEYS if k in ignored and p > 1]
-    per_stage = val("parallelism", "pipeline_parallel_layers_per_stage")
+    per_stage = _value(values, "parallelism", "pipeline_parallel_layers_per_stage")
     if per_stage is not None and not 1 <= per_stage <= MAX_LAYERS:
         raise InvalidValueError(f"torchtitan pipeline_parallel_layers_per_stage must be between "
                                 f"1 and {MAX_LAYERS}, got {per_stage}")
-    pp_mbs = val("parallelism", "pipeline_parallel_microbatch_size")
+    pp_mbs = _value(values, "parallelism", "pipeline_parallel_microbatch_size")
     if not 1 <= pp_mbs <= MAX_BATCH:
         raise InvalidValueError(f"torchtitan pipeline_parallel_microbatch_size must be between 1 "
                                 f"and {MAX_BATCH}, got {pp_mbs}")
     if p > 1 and local % pp_mbs:   # pipeline_parallel.py build_pipeline_schedule
         raise InvalidValueError(f"torchtitan local_batch_size {local} must be divisible by "
                                 f"pipeline_parallel_microbatch_size {pp_mbs}")
-    components = val("compile", "components")
+    return schedule, less, per_stage, pp_mbs
+
+
+def _compiled_loss(values):
+    """Whether the loss is compiled: [compile] enable with "loss" among the components."""
+    components = _value(values, "compile", "components")
     if len(components) > 2 or any(x not in ("model", "loss") for x in components):
         raise InvalidValueError("torchtitan [compile] components must list \"model\" and/or "
                                 "\"loss\"")
     # components/loss.py build_cross_entropy_loss: torch.compile(loss_fn) when enabled
-    compiled_loss = val("compile", "enable") and "loss" in components
-    converters = val("model", "converters")
-    float8 = any(x in ("float8", "quantize.linear.float8") for x in converters)
-    return {
-        "layout": {"dp_replicate": rep, "dp_shard": shard, "t": t, "p": p, "c": c, "e": e,
-                   "t_e": t_e, "d": d, "world_size": world_size,
-                   "fsdp_reshard_after_forward": resolved,
-                   "pipeline_parallel_schedule": schedule,
-                   "pipeline_parallel_stage_less_layers": less,
-                   "pipeline_parallel_layers_per_stage": per_stage,
-                   "pipeline_parallel_microbatch_size": pp_mbs},
-        "training": {"seq_len": seq, "local_batch_size": local, "global_batch_size": gbs,
-                     "gradient_accumulation_steps": gbs // (local * d),
-                     "ac_mode": val("activation_checkpoint", "mode"),
-                     "selective_ac_option": val("activation_checkpoint", "selective_ac_option"),
-                     "enable_cpu_offload": val("training", "enable_cpu_offload"),
-                     "compiled_loss": compiled_loss,
-                     # parallel_dims.py loss_parallel_enabled: tp > 1 and not disabled
-                     "loss_parallel": not val("parallelism", "disable_loss_parallel")},
-        "precision": {"mixed_precision_param": val("training", "mixed_precision_param"),
-                      "mixed_precision_reduce": val("training", "mixed_precision_reduce"),
-                      "dtype": val("training", "dtype"), "float8": float8,
-                      "float8_recipe": val("quantize.linear.float8", "recipe_name"),
-                      "enable_fsdp_float8_all_gather":
-                          val("quantize.linear.float8", "enable_fsdp_float8_all_gather")},
-        "model": {"name": val("model", "name"), "flavor": val("model", "flavor")},
-        "ignored": tuple(ignored), "notes": tuple(notes),
-    }
+    return _value(values, "compile", "enable") and "loss" in components

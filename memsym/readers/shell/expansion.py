@@ -150,31 +150,7 @@ class Expander(Variables):
                       "(memsym.limits.SHELL_MAX_DEPTH)")
         shown = spec[:40]
         if spec.startswith("#") and len(spec) > 1:
-            m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[([^\]]*)\])?", spec[1:])
-            if not m:
-                self.fail(f"expansion ${{{shown}}} is not read")
-            val = self.lookup(m.group(1), True)
-            index = m.group(2)
-            if index not in (None, "@", "*"):
-                val = self.element(val, index)      # the index is checked even if A is unset
-                index = "0"
-            if val is None:
-                if m.group(1) in _BASH_OWN or not cond:
-                    if cond:
-                        raise Unknown(f"${m.group(1)} is set by bash itself")
-                    self.unset.setdefault(m.group(1))
-                    out.text("${" + spec + "}")
-                    return
-            if index in ("@", "*"):
-                n = len(val) if isinstance(val, list) else (0 if val in (None, NOVAL) else 1)
-            else:
-                if index is None and isinstance(val, list):
-                    val = val[0] if val else NOVAL
-                val = "" if val in (None, NOVAL) else val
-                if not val.isascii():
-                    self.fail(f"${{{shown}}}: the length of non-ASCII text depends on the locale")
-                n = len(val)
-            out.text(str(n))
+            self.param_length(spec, shown, out, cond)
             return
         m = _SPEC.fullmatch(spec)
         if not m:
@@ -190,56 +166,17 @@ class Expander(Variables):
                 raise Unknown(f"${name} is set by bash itself")
         val = self.lookup(name, True)
         if index in ("@", "*"):
-            if rest:
-                self.fail(f"expansion ${{{shown}}} is not read (operators on a whole array)")
-            if val is None:
-                if not cond:
-                    self.unset.setdefault(name)
-                out.text("${" + spec + "}")
-                return
-            arr = val if isinstance(val, list) else ([] if val is NOVAL else [val])
-            if quoted and index == "@" and not arr:
-                out.no_elements = True
-            if index == "*" and quoted:
-                out.text(" ".join(arr))
-                return
-            for j, el in enumerate(arr):
-                if j:
-                    out.next_element()
-                self.emit(el, quoted, out)
+            self.param_elements(spec, name, index, rest, val, quoted, out, cond)
             return
         if index is not None:
             val = self.element(val, index)
         elif isinstance(val, list):
             val = val[0] if val else NOVAL      # $ARR is ${ARR[0]}
         if rest:
-            op = _OP.match(rest)
-            if not op:
-                self.fail(f"expansion ${{{shown}}} is not read (only -, :-, =, :=, +, :+, ?, :? "
-                          "and ${#...} are)")
-            op, arg = op.group(0), rest[op.end():]
-            empty = val is None or val is NOVAL or (op.startswith(":") and val == "")
-            if op[-1] == "-":
-                if empty:
-                    self.expand_parts(self.arg_parts(arg, quoted), out, depth + 1, cond,
-                                      lit_split=not quoted)
-                    return
-            elif op[-1] == "=":
-                if empty:
-                    if index is not None or not NAME.fullmatch(name):
-                        self.fail(f"${{{shown}}}: bash cannot assign this way")
-                    val = self.text_of(self.arg_parts(arg, quoted), depth + 1, cond)
-                    self.assign(name, val)
-            elif op[-1] == "+":
-                if empty:
-                    if quoted:
-                        out.text("")
-                    return
-                self.expand_parts(self.arg_parts(arg, quoted), out, depth + 1, cond,
-                                  lit_split=not quoted)
+            done, val = self.param_operator(shown, name, index, rest, val, quoted, out, depth,
+                                            cond)
+            if done:
                 return
-            elif empty:
-                self.fail(f"${{{shown}}}: the script requires {name} to be set")
         if val is None:
             if cond:
                 self.emit("", quoted, out)
@@ -250,6 +187,90 @@ class Expander(Variables):
         if val is NOVAL:
             val = ""
         self.emit(val, quoted, out)
+
+    def param_length(self, spec, shown, out, cond):
+        """``${#X}``, ``${#A[@]}``, ``${#A[n]}``: a length (characters, or elements), expanded
+        into ``out``; an unset variable stays as its text (unknown in a test)."""
+        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[([^\]]*)\])?", spec[1:])
+        if not m:
+            self.fail(f"expansion ${{{shown}}} is not read")
+        val = self.lookup(m.group(1), True)
+        index = m.group(2)
+        if index not in (None, "@", "*"):
+            val = self.element(val, index)      # the index is checked even if A is unset
+            index = "0"
+        if val is None:
+            if m.group(1) in _BASH_OWN or not cond:
+                if cond:
+                    raise Unknown(f"${m.group(1)} is set by bash itself")
+                self.unset.setdefault(m.group(1))
+                out.text("${" + spec + "}")
+                return
+        if index in ("@", "*"):
+            n = len(val) if isinstance(val, list) else (0 if val in (None, NOVAL) else 1)
+        else:
+            if index is None and isinstance(val, list):
+                val = val[0] if val else NOVAL
+            val = "" if val in (None, NOVAL) else val
+            if not val.isascii():
+                self.fail(f"${{{shown}}}: the length of non-ASCII text depends on the locale")
+            n = len(val)
+        out.text(str(n))
+
+    def param_elements(self, spec, name, index, rest, val, quoted, out, cond):
+        """``${A[@]}`` or ``${A[*]}`` (``index``), the array's value ``val``, expanded into
+        ``out``: one field per element, or (quoted ``*``) the elements joined by a space."""
+        shown = spec[:40]
+        if rest:
+            self.fail(f"expansion ${{{shown}}} is not read (operators on a whole array)")
+        if val is None:
+            if not cond:
+                self.unset.setdefault(name)
+            out.text("${" + spec + "}")
+            return
+        arr = val if isinstance(val, list) else ([] if val is NOVAL else [val])
+        if quoted and index == "@" and not arr:
+            out.no_elements = True
+        if index == "*" and quoted:
+            out.text(" ".join(arr))
+            return
+        for j, el in enumerate(arr):
+            if j:
+                out.next_element()
+            self.emit(el, quoted, out)
+
+    def param_operator(self, shown, name, index, rest, val, quoted, out, depth, cond):
+        """The operator ``rest`` (``-``, ``=``, ``+``, ``?``, each with or without ``:``) on the
+        value ``val``: ``(True, None)`` when it expanded the word into ``out``, else
+        ``(False, value)`` with the value to expand (assigned by ``=``)."""
+        op = _OP.match(rest)
+        if not op:
+            self.fail(f"expansion ${{{shown}}} is not read (only -, :-, =, :=, +, :+, ?, :? "
+                      "and ${#...} are)")
+        op, arg = op.group(0), rest[op.end():]
+        empty = val is None or val is NOVAL or (op.startswith(":") and val == "")
+        if op[-1] == "-":
+            if empty:
+                self.expand_parts(self.arg_parts(arg, quoted), out, depth + 1, cond,
+                                  lit_split=not quoted)
+                return True, None
+        elif op[-1] == "=":
+            if empty:
+                if index is not None or not NAME.fullmatch(name):
+                    self.fail(f"${{{shown}}}: bash cannot assign this way")
+                val = self.text_of(self.arg_parts(arg, quoted), depth + 1, cond)
+                self.assign(name, val)
+        elif op[-1] == "+":
+            if empty:
+                if quoted:
+                    out.text("")
+                return True, None
+            self.expand_parts(self.arg_parts(arg, quoted), out, depth + 1, cond,
+                              lit_split=not quoted)
+            return True, None
+        elif empty:
+            self.fail(f"${{{shown}}}: the script requires {name} to be set")
+        return False, val
 
     def arg_parts(self, text, quoted):
         lx = Lexer(text, self.line)
