@@ -153,6 +153,11 @@ class Framework:
         Its context-parallel attention: the implementation and the methods it runs, the
         default first (:func:`memsym.terms.context_parallel.cp_attention_transients`); empty
         where memsym models none.
+    frozen_linear_keeps_no_input : bool
+        Whether a linear layer whose weight is frozen (a LoRA base weight without an adapter)
+        saves no input for the backward: Transformer Engine's ``Linear`` saves its input only
+        when the weight requires a gradient (:func:`memsym.terms.adapters.frozen_linear_inputs`
+        cites it); torch's ``nn.Linear`` (DeepSpeed, torchtitan) is not modelled so.
     """
 
     name: str
@@ -183,6 +188,7 @@ class Framework:
     config_optimizers: tuple
     reads_offload: bool
     cp_attention: tuple = ()
+    frozen_linear_keeps_no_input: bool = False
 
     def overlaps_by_default(self, scheme: str) -> bool:
         """Whether the data-parallel collectives overlap under ``scheme`` with nothing set.
@@ -235,7 +241,8 @@ FRAMEWORK = {
         reads_offload=False,
         # Megatron-LM arguments.py: --cp-comm-type default ["p2p"]; Transformer Engine runs it
         # (attn_forward_func_with_cp: "p2p", "a2a+p2p", "all_gather", "a2a")
-        cp_attention=("transformer-engine", ("p2p", "all_gather", "a2a", "a2a+p2p"))),
+        cp_attention=("transformer-engine", ("p2p", "all_gather", "a2a", "a2a+p2p")),
+        frozen_linear_keeps_no_input=True),
     "deepspeed": Framework(
         name="deepspeed", title="DeepSpeed", schemes=("ddp", "zero1", "zero2", "zero3"),
         default_scheme="ddp",

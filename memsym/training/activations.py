@@ -217,11 +217,11 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     mods = recompute_modules_of(training)
     gathered_in = sp_on and framework_record(training.framework).dtensor_tp   # ColwiseParallel's inputs
 
-    # LoRA under Megatron (Transformer Engine): a frozen linear without an adapter keeps no
+    # LoRA on Transformer Engine's linears: a frozen linear without an adapter keeps no
     # input for a weight gradient (memsym.terms.adapters.frozen_linear_inputs)
     targets = training.adapters.lora_targets
     frozen = training.adapters.finetune != "full" and targets != "all" \
-        and training.framework == "megatron"
+        and framework_record(training.framework).frozen_linear_keeps_no_input
 
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
         layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
