@@ -340,7 +340,10 @@ REAL = {
                   "activation_function": "gelu_pytorch_tanh", "attn_pdrop": 0.1,
                   "resid_pdrop": 0.1, "embd_pdrop": 0.1, "bos_token_id": 0, "eos_token_id": 0},
     # https://huggingface.co/stabilityai/stablelm-2-1_6b/blob/main/config.json
-    # values not checked against the hub file: all (no copy found)
+    # checked: vocab 100352, hidden 2048, intermediate 5632, 24 layers, 32 heads and KV heads,
+    # use_qkv_bias, partial_rotary_factor 0.25, 4096 positions, untied (a public test's
+    # stablelm-2-1.6b config); values not checked against the hub file: use_parallel_residual,
+    # qk_layernorm, token ids
     "stablelm-2-1.6b": {"architectures": ["StableLmForCausalLM"], "model_type": "stablelm",
                         "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
                         "num_attention_heads": 32, "num_key_value_heads": 32,
@@ -372,7 +375,9 @@ REAL = {
                         "vocab_size": 102400, "pad_token_id": 0, "bos_token_id": 1,
                         "eos_token_id": 361},
     # https://huggingface.co/internlm/internlm3-8b-instruct/blob/main/config.json
-    # values not checked against the hub file: all (no copy found)
+    # checked: every value here but the token ids (mlx-community/internlm3-8b-instruct-4bit's
+    # copy, quoted in a public Rust test, and a Swift test's "realConfigJSON"); values not
+    # checked against the hub file: pad/bos/eos token ids
     "internlm3-8b": {"architectures": ["InternLM3ForCausalLM"], "model_type": "internlm3",
                      "hidden_size": 4096, "intermediate_size": 10240, "num_hidden_layers": 48,
                      "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
