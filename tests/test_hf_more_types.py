@@ -239,7 +239,9 @@ REAL = {
             "max_position_embeddings": 131072, "tie_word_embeddings": False,
             "vocab_size": 128256, "bos_token_id": 128000, "eos_token_id": [128001, 128008]},
     # https://huggingface.co/google/vaultgemma-1b/blob/main/config.json
-    # values not checked against the hub file: all (no copy found)
+    # checked: vocab 256000, 26 layers, 4 heads and KV heads, hidden 1152, intermediate 6912,
+    # head_dim 256 (keras-hub's VaultGemma conversion test config); values not checked against
+    # the hub file: attention_bias, max_position_embeddings, tie, token ids
     "vaultgemma-1b": {"architectures": ["VaultGemmaForCausalLM"], "model_type": "vaultgemma",
                       "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26,
                       "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 256,
@@ -366,7 +368,10 @@ REAL = {
                       "tie_word_embeddings": False, "vocab_size": 154880, "pad_token_id": 154820,
                       "eos_token_id": [154820, 154827, 154829]},
     # https://huggingface.co/LGAI-EXAONE/EXAONE-3.5-7.8B-Instruct/blob/main/config.json
-    # values not checked against the hub file: all (no copy found)
+    # checked: hidden 4096, intermediate 14336, 32 layers, 32 heads, 8 KV heads, 32768 positions,
+    # untied, vocab 102400 (mlx-community/EXAONE-3.5-7.8B-Instruct-4bit's config projection in a
+    # public preflight script); pad 0, bos 1, eos 361, silu and eps 1e-5 as in a public dump of
+    # EXAONE-3.0-7.8B's config (same family); values not checked against the 3.5 hub file: those
     "exaone-3.5-7.8b": {"architectures": ["ExaoneForCausalLM"], "model_type": "exaone",
                         "hidden_size": 4096, "intermediate_size": 14336, "num_layers": 32,
                         "num_attention_heads": 32, "num_key_value_heads": 8,
