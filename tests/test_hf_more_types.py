@@ -528,8 +528,6 @@ def test_flexolmo_hand_count(tmp_path):
     assert parameter_count(_read(tmp_path, "flexolmo-7x7b")) == 2 * V * h + L * layer + h
 
 
-@pytest.mark.xfail(strict=True, reason="memsym refuses a per-layer moe_topk list, which the "
-                   "published Hunyuan-A13B config carries and transformers accepts")
 def test_hunyuan_a13b_per_layer_moe_topk_as_published(tmp_path):
     # tianyu1412/Hunyuan-A13B models/config.json writes moe_topk, num_shared_expert and
     # moe_intermediate_size once per layer; HunYuanMoEV1 reads moe_topk[layer_idx] when it is a
@@ -540,6 +538,10 @@ def test_hunyuan_a13b_per_layer_moe_topk_as_published(tmp_path):
     scalar = _read(tmp_path, "hunyuan-a13b")
     assert parameter_count(arch) == parameter_count(scalar)
     assert active_parameter_count(arch) == active_parameter_count(scalar)
+    # a top-k that differs between layers is a model memsym's one-value record cannot hold
+    with pytest.raises(InvalidValueError, match="'moe_topk' differs between layers") as exc:
+        from_hf_config(_write(tmp_path, {**cfg, "moe_topk": [8] * 31 + [4]}, "hunyuan-mixed"))
+    assert "\n" not in str(exc.value)
 
 
 @pytest.mark.torch

@@ -297,10 +297,12 @@ def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
                   moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
     if mtype == "hunyuan_v1_moe":
         # HunYuanMoEV1Moe in every layer: a gate wg h x E (no bias), E gated experts and one
-        # gated shared_mlp, all of intermediate_size; num_experts / moe_topk as one number
-        # (a per-layer list is refused by ConfigFields.int)
+        # gated shared_mlp, all of intermediate_size; num_experts a number (HunYuanMoEV1Config
+        # refuses a list), moe_topk a number or, as the published Hunyuan-A13B config writes
+        # it, one per layer (HunYuanMoEV1Moe reads config.moe_topk[layer_idx]):
+        # ConfigFields.layer_int takes a list of one repeated value
         kw.update(num_experts=c.int(("num_experts", "num_local_experts"), 1),
-                  moe_router_topk=c.int(("moe_topk", "num_experts_per_tok"), 1),
+                  moe_router_topk=c.layer_int(("moe_topk", "num_experts_per_tok"), 1),
                   moe_ffn_hidden_size=kw["ffn_hidden_size"],
                   moe_shared_expert_intermediate_size=kw["ffn_hidden_size"],
                   moe_router_bias=False)

@@ -142,6 +142,23 @@ class ConfigFields:
             raise self._bad(f"field {key!r} must be a string, got {type(val).__name__}")
         return val
 
+    def layer_int(self, keys, default=..., allow_zero=False):
+        """A whole number that a config may also give once per layer (transformers'
+        HunYuan MoE reads ``moe_topk[layer_idx]`` when it is a list): a list of one repeated
+        value reads as that value; different values per layer are refused in one line, since
+        memsym's Architecture holds one value for every layer."""
+        key, val = self._get(keys)
+        if not isinstance(val, list):
+            return self.int(keys, default, allow_zero)
+        most = _limits.LIMITS["config_layers"].maximum
+        if not val or len(val) > most:
+            raise self._bad(f"field {key!r} as a per-layer list must hold 1 to {most} values")
+        if any(v != val[0] or isinstance(v, bool) != isinstance(val[0], bool) for v in val):
+            raise self._bad(f"field {key!r} differs between layers "
+                            f"({printable(repr(val), 40)}): memsym models one value for every "
+                            "layer")
+        return ConfigFields({key: val[0]}, self.where).int(key, default, allow_zero)
+
     def int_list(self, key):
         """A list of layer indices, at most the config_layers limit long (memsym.limits)."""
         val = self.data.get(key) or []
