@@ -217,6 +217,14 @@ def test_torchtitan_pipeline_memory_keeps_the_stage_unsharded():
              .evaluate(est.values))
     assert phases["backward"] - phases["forward"] == (4 * n_stage + 2 * n_ll + 4 * n_ll * 9 // 8
                                                       + 4 * n_stage // 8 + ws)
+    # the working set is what torch's checkpoint rematerialises: ONE block's forward of one
+    # micro-batch, i.e. the same job without recompute holds it once per layer of the stage
+    # (15 on torchtitan's split) and per micro-batch in flight (p = 8 under 1F1B on stage 0)
+    none = training_memory(job("llama3-405b", framework="torchtitan", t=8, p=8, d=8,
+                               sharding="fsdp", seq_length=8192, micro_batch_size=4,
+                               num_microbatches=8, recompute="none", dropout=False))
+    assert none.stage == est.stage == 0
+    assert ws > 0 and ws * 15 * 8 == none.breakdown()["layer_activations"]
 
 
 def test_cli_framework_torchtitan(capsys):
