@@ -160,8 +160,9 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
     if mixer not in ("attention", "mamba", "none") or ffn not in (None, False, True):
-        what = {"mamba1": "Mamba-1 mixers (Jamba)", "parallel": "attention and Mamba side by "
-                "side in one layer (Falcon-H1)"}.get(mixer, f"the layer kind {kind!r}")
+        what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
+                "parallel": "attention and Mamba side by side in one layer (Falcon-H1)"
+                }.get(mixer, f"the layer kind {kind!r}")
         raise InvalidValueError(f"the activations of {what} are not modelled (Megatron-core "
                                 "trains Mamba-2 mixers, one mixer per layer)")
     if common.get("mla"):
