@@ -28,22 +28,19 @@ pytestmark = pytest.mark.torch
 SHAPES = {"0.weight": (5, 7), "0.bias": (5,), "2.weight": (3, 5)}
 
 
-def _worker(rank, world, port, mixed, queue):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        from torch.distributed.fsdp._fully_shard import _fsdp_collectives as coll
+def _fsdp_bytes(rank, world, mixed):
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives as coll
 
-        allocations = []  # every all-gather / reduce-scatter buffer FSDP2 allocates
-        original = coll.DefaultAllocMixin.allocate
+    allocations = []  # every all-gather / reduce-scatter buffer FSDP2 allocates
+    original = coll.DefaultAllocMixin.allocate
 
-        def recording(self, size, *, dtype, device):
-            allocations.append((type(self).__name__, int(torch.Size(size).numel()), str(dtype)))
-            return original(self, size, dtype=dtype, device=device)
+    def recording(self, size, *, dtype, device):
+        allocations.append((type(self).__name__, int(torch.Size(size).numel()), str(dtype)))
+        return original(self, size, dtype=dtype, device=device)
 
-        coll.DefaultAllocMixin.allocate = recording
-
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+    coll.DefaultAllocMixin.allocate = recording
+    try:   # restored after: the next workload of the same process is not recorded
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.ReLU(),
                                     torch.nn.Linear(5, 3, bias=False))
@@ -71,56 +68,97 @@ def _worker(rank, world, port, mixed, queue):
             }
         out["grad_storage_total"] = sum(grad_storages.values())
         out["allocations"] = allocations
+        return out
+    finally:
+        coll.DefaultAllocMixin.allocate = original
+
+
+def _pipelined_stage(rank, world, _unused):
+    # what torch.distributed.pipelining does to an FSDP2 stage (stage.py,
+    # backward_maybe_with_nosync): every micro-batch's backward without gradient sync and
+    # without reshard; torchtitan under PP also keeps the forward's all-gather
+    # (reshard_after_forward=False).  Two micro-batches, then the stage's unsharded bytes.
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.ReLU(),
+                                torch.nn.Linear(5, 3, bias=False))
+    kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                            reduce_dtype=torch.float32)}
+    for layer in (model[0], model[2]):
+        fully_shard(layer, reshard_after_forward=False, **kw)
+    fully_shard(model, reshard_after_forward=False, **kw)
+    for _ in range(2):
+        model.set_requires_gradient_sync(False)
+        model.set_reshard_after_backward(False)
+        model(torch.randn(4, 7)).float().sum().backward()
+    kept, acc = 0, []
+    for layer in (model[0], model[2]):
+        for fp in layer._get_fsdp_state()._fsdp_param_group.fsdp_params:
+            kept += sum(x.untyped_storage().nbytes() for x in fp.all_gather_outputs)
+            g = fp.unsharded_accumulated_grad
+            acc.append((g.numel(), str(g.dtype), g.untyped_storage().nbytes()))
+    return {"kept": kept, "accumulated": acc}
+
+
+def _group_worker(rank, world, port, jobs, queue):
+    # every workload one group size needs, in turn, on one process group: a spawned process
+    # costs seconds (it imports torch, memsym and this module), a workload milliseconds;
+    # each workload seeds torch itself and builds its own models, so none sees another's
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        import gc
+
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        out = {}
+        for key, job, arg in jobs:
+            out[key] = job(rank, world, arg)
+            gc.collect()
         queue.put((rank, out))
         dist.destroy_process_group()
     except Exception as exc:  # pragma: no cover - reported to the parent
         queue.put((rank, repr(exc)))
 
 
-def _pipelined_worker(rank, world, port, mixed, queue):
-    # what torch.distributed.pipelining does to an FSDP2 stage (stage.py,
-    # backward_maybe_with_nosync): every micro-batch's backward without gradient sync and
-    # without reshard; torchtitan under PP also keeps the forward's all-gather
-    # (reshard_after_forward=False).  Two micro-batches, then the stage's unsharded bytes.
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.ReLU(),
-                                    torch.nn.Linear(5, 3, bias=False))
-        kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                                reduce_dtype=torch.float32)}
-        for layer in (model[0], model[2]):
-            fully_shard(layer, reshard_after_forward=False, **kw)
-        fully_shard(model, reshard_after_forward=False, **kw)
-        for _ in range(2):
-            model.set_requires_gradient_sync(False)
-            model.set_reshard_after_backward(False)
-            model(torch.randn(4, 7)).float().sum().backward()
-        kept, acc = 0, []
-        for layer in (model[0], model[2]):
-            for fp in layer._get_fsdp_state()._fsdp_param_group.fsdp_params:
-                kept += sum(x.untyped_storage().nbytes() for x in fp.all_gather_outputs)
-                g = fp.unsharded_accumulated_grad
-                acc.append((g.numel(), str(g.dtype), g.untyped_storage().nbytes()))
-        queue.put((rank, {"kept": kept, "accumulated": acc}))
-        dist.destroy_process_group()
-    except Exception as exc:  # pragma: no cover - reported to the parent
-        queue.put((rank, repr(exc)))
-
-
-def _run(world, mixed, timeout=60, worker=None):
-    results = run_group(_worker if worker is None else worker, world, mixed, timeout)
+def _run(world, jobs, timeout):
+    """rank -> {key: result} of the ``(key, workload, arg)`` jobs, run in turn on one group."""
+    results = run_group(_group_worker, world, jobs, timeout)
     for rank, out in results.items():
         assert isinstance(out, dict), f"rank {rank} failed: {out}"
     return results
 
 
+#: The workloads of each group size, run by one spawn per size (group_runs).
+_JOBS = {
+    2: lambda: [("bytes", _fsdp_bytes, False), ("bytes-mixed", _fsdp_bytes, True),
+                ("pipelined", _pipelined_stage, None),
+                ("io-False", _io_groups, False), ("io-True", _io_groups, True),
+                ("pipelining", _pipelining, None)],
+    3: lambda: [("pipelining3", _pipelining3, _SCHEDULES3)],
+    # the peaks first, as when they had the group to themselves
+    4: lambda: [("pp", _pp_fsdp, {"peaks": (False, True), "lifetimes": (2, 4)}),
+                ("bytes-mixed", _fsdp_bytes, True)],
+}
+_TIMEOUTS = {2: 180, 3: 180, 4: 300}
+
+
+@pytest.fixture(scope="module")
+def group_runs():
+    """``runs(world, key)``: rank -> result of workload ``key`` on the ``world``-process group,
+    every workload of that size run by one spawn on first use (_JOBS)."""
+    cache = {}
+
+    def runs(world, key):
+        if world not in cache:
+            cache[world] = _run(world, _JOBS[world](), _TIMEOUTS[world])
+        return {rank: out[key] for rank, out in cache[world].items()}
+
+    return runs
+
+
 @pytest.mark.parametrize("world,mixed", [(2, False), (4, True)])
-def test_fsdp2_per_rank_bytes_exact(world, mixed):
-    results = _run(world, mixed)
+def test_fsdp2_per_rank_bytes_exact(world, mixed, group_runs):
+    results = group_runs(world, "bytes-mixed" if mixed else "bytes")
     n_total = sum(torch.Size(s).numel() for s in SHAPES.values())
     for rank, out in results.items():
         for name, shape in SHAPES.items():
@@ -153,12 +191,12 @@ def test_fsdp2_per_rank_bytes_exact(world, mixed):
 
 
 @pytest.mark.parametrize("world,mixed", [(2, True)])
-def test_fsdp2_collective_buffers_match_transients(world, mixed):
+def test_fsdp2_collective_buffers_match_transients(world, mixed, group_runs):
     """The all-gather output and reduce-scatter buffers FSDP2 allocates, per group, vs memsym."""
     from memsym.symbols import N_ll, b_r, b_u, d, n_ag
     from memsym.terms.transients import fsdp2_transients
 
-    results = _run(world, mixed)
+    results = group_runs(world, "bytes-mixed" if mixed else "bytes")
     groups = [[SHAPES["0.weight"], SHAPES["0.bias"]], [SHAPES["2.weight"]]]
     for out in results.values():
         allocs = out["allocations"]
@@ -179,13 +217,13 @@ def test_fsdp2_collective_buffers_match_transients(world, mixed):
             assert t["reduce_scatter"].evaluate(vals) == 4 * (unsharded + unsharded // world)
 
 
-def test_fsdp2_pipelined_stage_keeps_params_and_fp32_grads_unsharded():
+def test_fsdp2_pipelined_stage_keeps_params_and_fp32_grads_unsharded(group_runs):
     # memsym's fsdp2_pipeline_unsharded: b_u + b_r = 2 + 4 bytes per (padded) stage parameter
     # beyond the sharded states, on every rank
     from memsym.terms.transients import fsdp2_pipeline_unsharded
 
     world = 2
-    results = _run(world, True, worker=_pipelined_worker)
+    results = group_runs(world, "pipelined")
     padded = world * sum(fsdp2_padded_numel(sh, world) for sh in SHAPES.values())
     for out in results.values():
         # the all-gather outputs: one bf16 buffer of the padded unsharded size per group
@@ -207,89 +245,83 @@ def test_fsdp2_pipelined_stage_keeps_params_and_fp32_grads_unsharded():
 _V, _H = 16, 8          # vocabulary and hidden size of the toy decoder (even: no padding)
 
 
-def _io_groups_worker(rank, world, port, root_group, queue):
+def _io_groups(rank, world, root_group):
     # torchtitan's apply_fsdp on a toy decoder (embedding, two blocks, RMSNorm, output),
     # bf16 params / fp32 reduce; what is gathered (all-gather outputs) and which unsharded
     # gradient exists at the end of forward, inside the loss's backward and inside the
     # first block's backward
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        torch.manual_seed(0)
-        nn = torch.nn
+    torch.manual_seed(0)
+    nn = torch.nn
 
-        class Toy(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.tok_embeddings = nn.Embedding(_V, _H)
-                self.layers = nn.ModuleDict({str(i): nn.Linear(_H, _H, bias=False)
-                                             for i in range(2)})
-                self.norm = nn.RMSNorm(_H)
-                self.output = nn.Linear(_H, _V, bias=False)
+    class Toy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_embeddings = nn.Embedding(_V, _H)
+            self.layers = nn.ModuleDict({str(i): nn.Linear(_H, _H, bias=False)
+                                         for i in range(2)})
+            self.norm = nn.RMSNorm(_H)
+            self.output = nn.Linear(_H, _V, bias=False)
 
-            def forward(self, tokens):
-                x = self.tok_embeddings(tokens)
-                for layer in self.layers.values():
-                    x = layer(x)
-                return self.output(self.norm(x))
+        def forward(self, tokens):
+            x = self.tok_embeddings(tokens)
+            for layer in self.layers.values():
+                x = layer(x)
+            return self.output(self.norm(x))
 
-        model = Toy()
-        kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                                reduce_dtype=torch.float32)}
-        if root_group:      # 9dec370: blocks (the last not resharded), then the root
-            for i, block in model.layers.items():
-                fully_shard(block, reshard_after_forward=int(i) < len(model.layers) - 1, **kw)
-        else:               # 83e694105 and v0.2.2, policy "default" without PP
-            fully_shard(model.tok_embeddings, reshard_after_forward=True, **kw)
-            for block in model.layers.values():
-                fully_shard(block, reshard_after_forward=True, **kw)
-            fully_shard([model.norm, model.output], reshard_after_forward=False, **kw)
-        fully_shard(model, **kw)
-        io = ("tok_embeddings", "norm", "output")
+    model = Toy()
+    kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                            reduce_dtype=torch.float32)}
+    if root_group:      # 9dec370: blocks (the last not resharded), then the root
+        for i, block in model.layers.items():
+            fully_shard(block, reshard_after_forward=int(i) < len(model.layers) - 1, **kw)
+    else:               # 83e694105 and v0.2.2, policy "default" without PP
+        fully_shard(model.tok_embeddings, reshard_after_forward=True, **kw)
+        for block in model.layers.values():
+            fully_shard(block, reshard_after_forward=True, **kw)
+        fully_shard([model.norm, model.output], reshard_after_forward=False, **kw)
+    fully_shard(model, **kw)
+    io = ("tok_embeddings", "norm", "output")
 
-        def snapshot():
-            out = {"io": 0, "blocks": 0, "output_grad": 0}
-            groups = {}     # fully_shard([norm, output]): two modules, one state
-            for module in model.modules():
-                if hasattr(module, "_get_fsdp_state"):
-                    for group in module._get_fsdp_state()._fsdp_param_groups:
-                        groups[id(group)] = group
-            for group in groups.values():
-                for fp in group.fsdp_params:
-                    where = fp._module_info.module
-                    key = "io" if any(where is getattr(model, m) for m in io) else "blocks"
-                    out[key] += sum(x.untyped_storage().nbytes() for x in fp.all_gather_outputs)
-                    if where is model.output and fp.sharded_state.name == "UNSHARDED":
-                        grad = fp.unsharded_param.grad
-                        out["output_grad"] += 0 if grad is None else grad.untyped_storage().nbytes()
-            return out
+    def snapshot():
+        out = {"io": 0, "blocks": 0, "output_grad": 0}
+        groups = {}     # fully_shard([norm, output]): two modules, one state
+        for module in model.modules():
+            if hasattr(module, "_get_fsdp_state"):
+                for group in module._get_fsdp_state()._fsdp_param_groups:
+                    groups[id(group)] = group
+        for group in groups.values():
+            for fp in group.fsdp_params:
+                where = fp._module_info.module
+                key = "io" if any(where is getattr(model, m) for m in io) else "blocks"
+                out[key] += sum(x.untyped_storage().nbytes() for x in fp.all_gather_outputs)
+                if where is model.output and fp.sharded_state.name == "UNSHARDED":
+                    grad = fp.unsharded_param.grad
+                    out["output_grad"] += 0 if grad is None else grad.untyped_storage().nbytes()
+        return out
 
-        seen = {}
-        tokens = torch.randint(0, _V, (2, 4))
-        # the gradient of block 0's output is made by block 1's backward (the first block's)
-        def watch(mod, args, out):
-            out.register_hook(lambda g: seen.__setitem__("backward", snapshot()))
+    seen = {}
+    tokens = torch.randint(0, _V, (2, 4))
+    # the gradient of block 0's output is made by block 1's backward (the first block's)
+    def watch(mod, args, out):
+        out.register_hook(lambda g: seen.__setitem__("backward", snapshot()))
 
-        model.layers["0"].register_forward_hook(watch)
-        for step in range(2):       # the second step: lazy init and first all-gathers done
-            logits = model(tokens)
-            seen["forward"] = snapshot()
-            flat = logits.flatten(0, 1).float()
-            flat.register_hook(lambda g: seen.__setitem__("loss-backward", snapshot()))
-            loss = torch.nn.functional.cross_entropy(flat, tokens.flatten())
-            del logits, flat
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-        queue.put((rank, seen))
-        dist.destroy_process_group()
-    except Exception as exc:  # pragma: no cover - reported to the parent
-        queue.put((rank, repr(exc)))
+    model.layers["0"].register_forward_hook(watch)
+    for step in range(2):       # the second step: lazy init and first all-gathers done
+        logits = model(tokens)
+        seen["forward"] = snapshot()
+        flat = logits.flatten(0, 1).float()
+        flat.register_hook(lambda g: seen.__setitem__("loss-backward", snapshot()))
+        loss = torch.nn.functional.cross_entropy(flat, tokens.flatten())
+        del logits, flat
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+    return seen
 
 
 @pytest.mark.parametrize("root_group", [False, True])
-def test_torchtitan_io_groups_gathered_by_phase(root_group):
+def test_torchtitan_io_groups_gathered_by_phase(root_group, group_runs):
     # memsym's fsdp2_io_groups plus the blocks' n_ag = 2 all-gathered (fsdp2_transients):
     # the gathered bf16 bytes at the end of forward and in the loss's backward, and the
     # embedding / output groups' bytes (with the output's unsharded bf16 gradient) in the
@@ -297,7 +329,7 @@ def test_torchtitan_io_groups_gathered_by_phase(root_group):
     from memsym.symbols import N_ll, V, b_u, h, n_ag, t
     from memsym.terms.transients import fsdp2_io_groups, fsdp2_transients
 
-    results = _run(2, root_group, worker=_io_groups_worker)
+    results = group_runs(2, f"io-{root_group}")
     vals = {N_ll: _H * _H, V: _V, h: _H, t: 1, b_u: 2, n_ag: 2}
     terms = fsdp2_io_groups(root_group, untied=True)
     blocks = fsdp2_transients()["unsharded_params"].evaluate(vals)
@@ -316,43 +348,37 @@ def test_torchtitan_io_groups_gathered_by_phase(root_group):
 _MB, _M = 3, 4          # micro-batch rows, micro-batches
 
 
-def _pipelining_worker(rank, world, port, _unused, queue):
+def _pipelining(rank, world, _unused):
     # a 2-stage 1F1B pipeline of one Linear each: the receive buffers each stage keeps after a
     # step, and the most stage outputs fwd_cache holds at once
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        torch.manual_seed(0)
-        stage = PipelineStage(torch.nn.Linear(_H, _H), rank, world, torch.device("cpu"))
-        sched = Schedule1F1B(stage, n_microbatches=_M,
-                             loss_fn=lambda out, tgt: (out - tgt).pow(2).mean())
-        held = [0]
-        original = stage.forward_one_chunk
+    torch.manual_seed(0)
+    stage = PipelineStage(torch.nn.Linear(_H, _H), rank, world, torch.device("cpu"))
+    sched = Schedule1F1B(stage, n_microbatches=_M,
+                         loss_fn=lambda out, tgt: (out - tgt).pow(2).mean())
+    held = [0]
+    original = stage.forward_one_chunk
 
-        def forward_one_chunk(*args, **kwargs):
-            out = original(*args, **kwargs)
-            held[0] = max(held[0], len(stage.fwd_cache))
-            return out
+    def forward_one_chunk(*args, **kwargs):
+        out = original(*args, **kwargs)
+        held[0] = max(held[0], len(stage.fwd_cache))
+        return out
 
-        stage.forward_one_chunk = forward_one_chunk
-        x, tgt = torch.randn(_M * _MB, _H), torch.randn(_M * _MB, _H)
-        for _ in range(2):
-            sched.step(x) if rank == 0 else sched.step(target=tgt)
+    stage.forward_one_chunk = forward_one_chunk
+    x, tgt = torch.randn(_M * _MB, _H), torch.randn(_M * _MB, _H)
+    for _ in range(2):
+        sched.step(x) if rank == 0 else sched.step(target=tgt)
 
-        def buffers(infos):
-            return [r.buffer.numel() for mb in sorted(infos) for r in infos[mb]
-                    if getattr(r, "buffer", None) is not None]
+    def buffers(infos):
+        return [r.buffer.numel() for mb in sorted(infos) for r in infos[mb]
+                if getattr(r, "buffer", None) is not None]
 
-        queue.put((rank, {"grad_recv": buffers(stage.grad_recv_info),
-                          "act_recv": buffers(stage.args_recv_info), "held": held[0]}))
-        dist.destroy_process_group()
-    except Exception as exc:  # pragma: no cover - reported to the parent
-        queue.put((rank, repr(exc)))
+    return {"grad_recv": buffers(stage.grad_recv_info),
+            "act_recv": buffers(stage.args_recv_info), "held": held[0]}
 
 
-def test_pipelining_buffers_match_memsym():
+def test_pipelining_buffers_match_memsym(group_runs):
     # memsym's pipeline_buffers in units of one micro-batch's boundary tensor B: first rank
     # (2v - 1) m + n (a gradient buffer per micro-batch, n = min(m, p) outputs in flight);
     # last rank (2v - 1) m - 1 (an input buffer per micro-batch, less the in-flight one the
@@ -360,7 +386,7 @@ def test_pipelining_buffers_match_memsym():
     from memsym.symbols import V, b, c, h, m, p, s, t
     from memsym.training import Layout, Training, stage_activations
 
-    results = _run(2, None, worker=_pipelining_worker)
+    results = group_runs(2, "pipelining")
     first, last = results[0], results[1]
     assert first["grad_recv"] == [_MB * _H] * _M and first["act_recv"] == []
     assert last["act_recv"] == [_MB * _H] * _M and last["grad_recv"] == []
@@ -381,66 +407,60 @@ _SCHEDULES3 = ("1F1B", "Interleaved1F1B", "LoopedBFS", "GPipe", "ZBVZeroBubble")
 _V3 = ("ZBVZeroBubble",)          # V placement: stages r and 2p - 1 - r on rank r
 
 
-def _pipelining3_worker(rank, world, port, schedules, queue):
+def _pipelining3(rank, world, schedules):
     # a 3-rank pipeline of one Linear per stage under each torch schedule in turn, one
     # process group (v = 2 for the looped ones, stages r and r + 3; ZBV's V: r and 5 - r):
     # the receive buffers the rank keeps, and, when its fwd_cache holds the most stage
     # outputs, how many are of the
     # first global stage (whose input is the user's batch, not a receive buffer) and of the
     # last (the logits)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        from torch.distributed.pipelining import schedules as S
-        from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining import schedules as S
+    from torch.distributed.pipelining import PipelineStage
 
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        out = {}
-        for schedule in schedules:
-            torch.manual_seed(0)
-            v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") + _V3 else 1
-            n = world * v
-            ids = ([rank, n - 1 - rank] if schedule in _V3
-                   else [rank + j * world for j in range(v)])
-            stages = [PipelineStage(torch.nn.Linear(_H, _H), i, n, torch.device("cpu"))
-                      for i in ids]
-            cls = getattr(S, "Schedule" + schedule)
-            sched = cls(stages if v > 1 else stages[0], n_microbatches=_M3,
-                        loss_fn=lambda out, tgt: (out - tgt).pow(2).mean())
-            peak = {"held": -1}
-            for st in stages:
-                original = st.forward_one_chunk
+    out = {}
+    for schedule in schedules:
+        torch.manual_seed(0)
+        v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") + _V3 else 1
+        n = world * v
+        ids = ([rank, n - 1 - rank] if schedule in _V3
+               else [rank + j * world for j in range(v)])
+        stages = [PipelineStage(torch.nn.Linear(_H, _H), i, n, torch.device("cpu"))
+                  for i in ids]
+        cls = getattr(S, "Schedule" + schedule)
+        sched = cls(stages if v > 1 else stages[0], n_microbatches=_M3,
+                    loss_fn=lambda out, tgt: (out - tgt).pow(2).mean())
+        peak = {"held": -1}
+        for st in stages:
+            original = st.forward_one_chunk
 
-                def forward_one_chunk(*args, _orig=original, _stages=stages, _peak=peak,
-                                      _n=n, **kwargs):
-                    res = _orig(*args, **kwargs)
-                    held = {x.stage_index: len(x.fwd_cache) for x in _stages}
-                    if sum(held.values()) > _peak["held"]:
-                        _peak.update(held=sum(held.values()), first=held.get(0, 0),
-                                     last=held.get(_n - 1, 0))
-                    return res
+            def forward_one_chunk(*args, _orig=original, _stages=stages, _peak=peak,
+                                  _n=n, **kwargs):
+                res = _orig(*args, **kwargs)
+                held = {x.stage_index: len(x.fwd_cache) for x in _stages}
+                if sum(held.values()) > _peak["held"]:
+                    _peak.update(held=sum(held.values()), first=held.get(0, 0),
+                                 last=held.get(_n - 1, 0))
+                return res
 
-                st.forward_one_chunk = forward_one_chunk
-            x, tgt = torch.randn(_M3 * _MB, _H), torch.randn(_M3 * _MB, _H)
-            for _ in range(2):
-                if schedule in _V3:         # rank 0 holds the first and the last stage
-                    sched.step(x, target=tgt) if rank == 0 else sched.step()
-                else:
-                    sched.step(x) if rank == 0 else (sched.step(target=tgt)
-                                                     if rank == world - 1 else sched.step())
+            st.forward_one_chunk = forward_one_chunk
+        x, tgt = torch.randn(_M3 * _MB, _H), torch.randn(_M3 * _MB, _H)
+        for _ in range(2):
+            if schedule in _V3:         # rank 0 holds the first and the last stage
+                sched.step(x, target=tgt) if rank == 0 else sched.step()
+            else:
+                sched.step(x) if rank == 0 else (sched.step(target=tgt)
+                                                 if rank == world - 1 else sched.step())
 
-            def buffers(infos):
-                return sum(1 for mb in infos for r in infos[mb]
-                           if getattr(r, "buffer", None) is not None)
+        def buffers(infos):
+            return sum(1 for mb in infos for r in infos[mb]
+                       if getattr(r, "buffer", None) is not None)
 
-            out[schedule] = {"recv": sum(buffers(st.grad_recv_info) + buffers(st.args_recv_info)
-                                         for st in stages), **peak}
-        queue.put((rank, out))
-        dist.destroy_process_group()
-    except Exception as exc:  # pragma: no cover - reported to the parent
-        queue.put((rank, repr(exc)))
+        out[schedule] = {"recv": sum(buffers(st.grad_recv_info) + buffers(st.args_recv_info)
+                                     for st in stages), **peak}
+    return out
 
 
-def test_pipelining_buffers_on_three_ranks():
+def test_pipelining_buffers_on_three_ranks(group_runs):
     # the middle rank and the looped schedules: per rank, the receive buffers, less the
     # received inputs the layers already count (in-flight outputs not of the first global
     # stage), plus the hidden-state outputs fwd_cache keeps, equal memsym's count of boundary
@@ -452,7 +472,7 @@ def test_pipelining_buffers_on_three_ranks():
     from memsym.training import Layout, Training, phase_transients, stage_activations
     from memsym.unchecked_job import unchecked
 
-    results = _run(3, _SCHEDULES3, timeout=180, worker=_pipelining3_worker)
+    results = group_runs(3, "pipelining3")
     for schedule in _SCHEDULES3:
         v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") + _V3 else None
         trn = Training(framework="torchtitan", sharding="fsdp", seq_length=512,
@@ -515,7 +535,7 @@ _PP_REPEATS = 3
 
 
 def _pp_fsdp_peak(mesh, pp_rank, interleaved, n_mb=_PP_M, rows=_PP_B):
-    """The live-bytes peak of a step after a warm-up step (see _pp_fsdp_worker), the least of
+    """The live-bytes peak of a step after a warm-up step (see _pp_fsdp), the least of
     _PP_REPEATS measured steps: ``n_mb`` micro-batches of ``rows`` rows each."""
     from live_memory import Phases
     from torch.distributed.pipelining import Schedule1F1B, ScheduleInterleaved1F1B
@@ -547,39 +567,32 @@ def _pp_fsdp_peak(mesh, pp_rank, interleaved, n_mb=_PP_M, rows=_PP_B):
     return min(peaks)
 
 
-def _pp_fsdp_worker(rank, world, port, work, queue):
+def _pp_fsdp(rank, world, work):
     # torchtitan's composition (_fsdp_stages) on a 2 (pp) x 2 (dp) CPU mesh, one process
     # group for every run: work["peaks"], the same 8 layers as one stage per rank (1F1B) or
     # two stages of 2 per rank (Interleaved1F1B, stages r and r + 2), the live bytes of one
     # step after a warm-up step from the allocator's events; work["lifetimes"], for each
     # micro-batch count, the gradients each stage holds before each backward
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        import gc
+    import gc
 
-        from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.device_mesh import init_device_mesh
 
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
-        pp_rank = mesh["pp"].get_local_rank()
-        out = {"peaks": {}, "lifetimes": {}}
-        for mode in work.get("peaks", ()):
-            interleaved, *shape = mode if isinstance(mode, tuple) else (mode,)
-            out["peaks"][mode] = {"peak": _pp_fsdp_peak(mesh, pp_rank, interleaved, *shape)}
-            gc.collect()
-        for n_mb in work.get("lifetimes", ()):
-            out["lifetimes"][n_mb] = _grad_lifetimes(mesh, pp_rank, n_mb)
-        queue.put((rank, out))
-        dist.destroy_process_group()
-    except Exception as exc:  # pragma: no cover - reported to the parent
-        queue.put((rank, repr(exc)))
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+    pp_rank = mesh["pp"].get_local_rank()
+    out = {"peaks": {}, "lifetimes": {}}
+    for mode in work.get("peaks", ()):
+        interleaved, *shape = mode if isinstance(mode, tuple) else (mode,)
+        out["peaks"][mode] = {"peak": _pp_fsdp_peak(mesh, pp_rank, interleaved, *shape)}
+        gc.collect()
+    for n_mb in work.get("lifetimes", ()):
+        out["lifetimes"][n_mb] = _grad_lifetimes(mesh, pp_rank, n_mb)
+    return out
 
 
 @pytest.fixture(scope="module")
-def pp_dp_mesh_runs():
-    """rank -> results of one 4-process pp 2 x dp 2 gloo group (_pp_fsdp_worker)."""
-    return _run(4, {"peaks": (False, True), "lifetimes": (2, 4)}, timeout=300,
-                worker=_pp_fsdp_worker)
+def pp_dp_mesh_runs(group_runs):
+    """rank -> results of the pp 2 x dp 2 mesh on the 4-process gloo group (_pp_fsdp)."""
+    return group_runs(4, "pp")
 
 
 def test_interleaved_pipeline_holds_no_less_than_1f1b_on_the_engine(pp_dp_mesh_runs):
