@@ -274,8 +274,11 @@ def test_torch_cross_entropy_backward_peak_measured():
     assert bwd == kept + tr.torch_cross_entropy_backward().evaluate(one) == 12
 
 
-def _group_worker(rank, world, port, body, queue):
-    """gloo_group worker: the module function named ``body`` run on an initialised group."""
+def _group_worker(rank, world, port, bodies, queue):
+    """gloo_group worker: the module functions named in ``bodies`` run in turn on one
+    initialised group (one spawn for all: a spawned process imports torch, seconds), as
+    ``{body: result}``."""
+    import gc
     import os
 
     import torch.distributed as dist
@@ -283,20 +286,32 @@ def _group_worker(rank, world, port, body, queue):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world)
-        queue.put((rank, globals()[body](rank, world)))
+        out = {}
+        for body in bodies:
+            out[body] = globals()[body](rank, world)
+            gc.collect()
+        queue.put((rank, out))
         dist.destroy_process_group()
     except Exception as exc:  # pragma: no cover - reported to the parent
         queue.put((rank, repr(exc)))
 
 
-def _gloo_group(body: str, world=2):
+#: The bodies run on the 2-process group, in this order (the loss-parallel peaks first, as
+#: when they had the group to themselves).
+_GROUP_BODIES = ("_loss_parallel_body", "_colwise_body")
+
+
+@pytest.fixture(scope="module")
+def gloo_pair():
+    """body name -> rank -> result, every _GROUP_BODIES body run by one 2-process spawn."""
     _torch()
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available() or not dist.is_gloo_available():   # pragma: no cover
         pytest.skip("torch.distributed with gloo is needed")
     from gloo_group import run_group
 
-    return run_group(_group_worker, world, body)
+    results = run_group(_group_worker, 2, _GROUP_BODIES)
+    return {body: {rank: out[body] for rank, out in results.items()} for body in _GROUP_BODIES}
 
 
 def _loss_parallel_body(rank, world):
@@ -312,12 +327,12 @@ def _loss_parallel_body(rank, world):
 
 
 @pytest.mark.torch
-def test_loss_parallel_peaks_measured():
+def test_loss_parallel_peaks_measured(gloo_pair):
     """torchtitan with TP: the logits stay vocab-sharded and the loss runs in torch's
     ``loss_parallel()``.  On a gloo group of 2, per local logit: 14 bytes at the forward's
     peak (bf16 pred, fp32 input, shifted logits, exp or result), 4 saved (the fp32
     log-softmax), 16 at the backward's: memsym's loss-parallel Terms."""
-    results = _gloo_group("_loss_parallel_body")
+    results = gloo_pair["_loss_parallel_body"]
     for rank in (0, 1):
         measured = _per_logit(*results[rank], 2048, shards=2)
         # gloo's threads free the per-token all-reduce buffers (4 tau bytes) at a time of their
@@ -368,11 +383,11 @@ def _colwise_body(rank, world):
 
 
 @pytest.mark.torch
-def test_colwise_parallel_saves_the_gathered_input():
+def test_colwise_parallel_saves_the_gathered_input(gloo_pair):
     """torchtitan's output layer under TP is torch's ColwiseParallel with Shard(1) inputs: the
     final norm's output is all-gathered over the sequence and the local matmul saves the
     gathered input, 2 tau h bytes (Megatron saves its shard, 2 tau h / t)."""
-    results = _gloo_group("_colwise_body")
+    results = gloo_pair["_colwise_body"]
     vals = dict(s=_S, b=_B, c=1, t=2, h=_H)
     gathered = output_activations(sequence_parallel=True, gathered_output_input=True)
     shard = output_activations(sequence_parallel=True)
