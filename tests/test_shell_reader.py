@@ -8,6 +8,7 @@ memory, or ended in a traceback; each must now end in the right answer or one cl
 MemsymError line, quickly.
 """
 
+import functools
 import gc
 import json
 import os
@@ -343,6 +344,10 @@ def _bare(names, quoted):
                      st.sampled_from("-./:=% " if quoted else "-./:=%"))
 
 
+# the strategy builders below are cached: hypothesis validates every new strategy object the
+# first time it draws from it, which took most of the differential test's time when each draw
+# built its own; a cached builder returns the same strategy, so the examples are the same
+@functools.cache
 def _scalar_ref(quoted):
     name = st.sampled_from(SCALARS)
     default = st.one_of(_plain, st.builds(lambda t: f'"{t}"', st.text("ab z", max_size=4)),
@@ -370,6 +375,7 @@ _arith_atom = st.one_of(st.integers(0, 20).map(str), st.sampled_from(NUMBERS),
                         st.sampled_from(["010", "0x1f", "007"]))
 
 
+@functools.cache
 @st.composite
 def _arith(draw):
     a, b, c = draw(_arith_atom), draw(_arith_atom), draw(st.integers(1, 9))
@@ -378,6 +384,7 @@ def _arith(draw):
     return "$((" + form.format(a=a, b=b, c=c) + "))"
 
 
+@functools.cache
 @st.composite
 def _dquoted(draw):
     pieces = draw(st.lists(st.one_of(_dq_char, _scalar_ref(True),
@@ -387,6 +394,7 @@ def _dquoted(draw):
     return '"' + "".join(pieces) + '"'
 
 
+@functools.cache
 def _word(allow_arrays=True):
     seg = st.one_of(_plain, _squoted.map(lambda t: f"'{t}'"), _dquoted(), _scalar_ref(False),
                     _arith(), st.sampled_from(list("abz-$\\\"' \t#;&|<>(){}*?[~") + ["\n"]).map(
