@@ -1,4 +1,7 @@
-"""FSDP2 ``fully_shard`` on a CPU gloo group of 2 and 4 processes: per-rank bytes vs memsym.
+"""FSDP2 ``fully_shard`` on CPU gloo groups of 2 and 4 ranks: per-rank bytes vs memsym.
+
+Every workload runs in one spawn of 4 processes (``group_runs``), those of 2 or 3 ranks on a
+subgroup of the first ones.
 
 Each rank builds the same small model, shards every Linear and the root with ``fully_shard``
 (with and without ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``), trains one
@@ -28,7 +31,7 @@ pytestmark = pytest.mark.torch
 SHAPES = {"0.weight": (5, 7), "0.bias": (5,), "2.weight": (3, 5)}
 
 
-def _fsdp_bytes(rank, world, mixed):
+def _fsdp_bytes(rank, world, mixed, group=None):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.fsdp._fully_shard import _fsdp_collectives as coll
 
@@ -46,6 +49,7 @@ def _fsdp_bytes(rank, world, mixed):
                                     torch.nn.Linear(5, 3, bias=False))
         kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                 reduce_dtype=torch.float32)} if mixed else {}
+        kw.update(_mesh_kw(group))
         for layer in (model[0], model[2]):
             fully_shard(layer, **kw)
         fully_shard(model, **kw)
@@ -73,7 +77,7 @@ def _fsdp_bytes(rank, world, mixed):
         coll.DefaultAllocMixin.allocate = original
 
 
-def _pipelined_stage(rank, world, _unused):
+def _pipelined_stage(rank, world, _unused, group=None):
     # what torch.distributed.pipelining does to an FSDP2 stage (stage.py,
     # backward_maybe_with_nosync): every micro-batch's backward without gradient sync and
     # without reshard; torchtitan under PP also keeps the forward's all-gather
@@ -84,7 +88,7 @@ def _pipelined_stage(rank, world, _unused):
     model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.ReLU(),
                                 torch.nn.Linear(5, 3, bias=False))
     kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                            reduce_dtype=torch.float32)}
+                                            reduce_dtype=torch.float32), **_mesh_kw(group)}
     for layer in (model[0], model[2]):
         fully_shard(layer, reshard_after_forward=False, **kw)
     fully_shard(model, reshard_after_forward=False, **kw)
@@ -101,18 +105,28 @@ def _pipelined_stage(rank, world, _unused):
     return {"kept": kept, "accumulated": acc}
 
 
+def _mesh_kw(group):
+    """fully_shard's ``mesh`` over ``group`` (none: the default, every rank)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    return {} if group is None else {"mesh": DeviceMesh.from_group(group, "cpu")}
+
+
 def _group_worker(rank, world, port, jobs, queue):
-    # every workload one group size needs, in turn, on one process group: a spawned process
-    # costs seconds (it imports torch, memsym and this module), a workload milliseconds;
-    # each workload seeds torch itself and builds its own models, so none sees another's
+    # every workload, in turn, on one process group: a spawned process costs seconds (it
+    # imports torch, memsym and this module), a workload milliseconds.  Each workload seeds
+    # torch itself and builds its own models, so none sees another's; one of ``size`` ranks
+    # runs on the subgroup of ranks 0 .. size - 1 (which every rank creates), the others
+    # going on to the next workload
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
         import gc
 
         dist.init_process_group("gloo", rank=rank, world_size=world)
         out = {}
-        for key, job, arg in jobs:
-            out[key] = job(rank, world, arg)
+        for key, size, job, arg in jobs:
+            group = None if size == world else dist.new_group(list(range(size)))
+            out[key] = job(rank, size, arg, group) if rank < size else None
             gc.collect()
         queue.put((rank, out))
         dist.destroy_process_group()
@@ -121,43 +135,42 @@ def _group_worker(rank, world, port, jobs, queue):
 
 
 def _run(world, jobs, timeout):
-    """rank -> {key: result} of the ``(key, workload, arg)`` jobs, run in turn on one group."""
+    """rank -> {key: result} of the ``(key, size, workload, arg)`` jobs, run in turn on one
+    group of ``world`` processes."""
     results = run_group(_group_worker, world, jobs, timeout)
     for rank, out in results.items():
         assert isinstance(out, dict), f"rank {rank} failed: {out}"
     return results
 
 
-#: The workloads of each group size, run by one spawn per size (group_runs).
-_JOBS = {
-    2: lambda: [("bytes", _fsdp_bytes, False), ("bytes-mixed", _fsdp_bytes, True),
-                ("pipelined", _pipelined_stage, None),
-                ("io-False", _io_groups, False), ("io-True", _io_groups, True),
-                ("pipelining", _pipelining, None)],
-    # the peaks first, as when they had the group to themselves
-    4: lambda: [("pp", _pp_fsdp, {"peaks": (False, True), "lifetimes": (2, 4)}),
-                ("pipelining3", _pipelining3, _SCHEDULES3), ("bytes-mixed", _fsdp_bytes, True)],
-}
-_TIMEOUTS = {2: 180, 4: 420}
+#: Every workload, as (key, ranks, workload, arg), run in turn by one 4-process spawn
+#: (group_runs); the pp x dp peaks first, as when they had the group to themselves.
+_JOBS = lambda: [  # noqa: E731 - the workloads are defined further down
+    ("pp", 4, _pp_fsdp, {"peaks": (False, True), "lifetimes": (2, 4)}),
+    ("pipelining3", 3, _pipelining3, _SCHEDULES3), ("bytes-mixed-4", 4, _fsdp_bytes, True),
+    ("bytes-2", 2, _fsdp_bytes, False), ("bytes-mixed-2", 2, _fsdp_bytes, True),
+    ("pipelined", 2, _pipelined_stage, None),
+    ("io-False", 2, _io_groups, False), ("io-True", 2, _io_groups, True),
+    ("pipelining", 2, _pipelining, None)]
 
 
 @pytest.fixture(scope="module")
 def group_runs():
-    """``runs(world, key)``: rank -> result of workload ``key`` on the ``world``-process group,
-    every workload of that size run by one spawn on first use (_JOBS)."""
+    """``runs(world, key)``: rank -> result of workload ``key`` on ranks 0 .. world - 1, every
+    workload run by one 4-process spawn on first use (_JOBS)."""
     cache = {}
 
     def runs(world, key):
-        if world not in cache:
-            cache[world] = _run(world, _JOBS[world](), _TIMEOUTS[world])
-        return {rank: out[key] for rank, out in cache[world].items()}
+        if not cache:
+            cache.update(_run(4, _JOBS(), timeout=600))
+        return {rank: out[key] for rank, out in cache.items() if rank < world}
 
     return runs
 
 
 @pytest.mark.parametrize("world,mixed", [(2, False), (4, True)])
 def test_fsdp2_per_rank_bytes_exact(world, mixed, group_runs):
-    results = group_runs(world, "bytes-mixed" if mixed else "bytes")
+    results = group_runs(world, f"bytes{'-mixed' if mixed else ''}-{world}")
     n_total = sum(torch.Size(s).numel() for s in SHAPES.values())
     for rank, out in results.items():
         for name, shape in SHAPES.items():
@@ -195,7 +208,7 @@ def test_fsdp2_collective_buffers_match_transients(world, mixed, group_runs):
     from memsym.symbols import N_ll, b_r, b_u, d, n_ag
     from memsym.terms.transients import fsdp2_transients
 
-    results = group_runs(world, "bytes-mixed" if mixed else "bytes")
+    results = group_runs(world, f"bytes{'-mixed' if mixed else ''}-{world}")
     groups = [[SHAPES["0.weight"], SHAPES["0.bias"]], [SHAPES["2.weight"]]]
     for out in results.values():
         allocs = out["allocations"]
@@ -244,7 +257,7 @@ def test_fsdp2_pipelined_stage_keeps_params_and_fp32_grads_unsharded(group_runs)
 _V, _H = 16, 8          # vocabulary and hidden size of the toy decoder (even: no padding)
 
 
-def _io_groups(rank, world, root_group):
+def _io_groups(rank, world, root_group, group=None):
     # torchtitan's apply_fsdp on a toy decoder (embedding, two blocks, RMSNorm, output),
     # bf16 params / fp32 reduce; what is gathered (all-gather outputs) and which unsharded
     # gradient exists at the end of forward, inside the loss's backward and inside the
@@ -271,7 +284,7 @@ def _io_groups(rank, world, root_group):
 
     model = Toy()
     kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                            reduce_dtype=torch.float32)}
+                                            reduce_dtype=torch.float32), **_mesh_kw(group)}
     if root_group:      # 9dec370: blocks (the last not resharded), then the root
         for i, block in model.layers.items():
             fully_shard(block, reshard_after_forward=int(i) < len(model.layers) - 1, **kw)
@@ -347,13 +360,13 @@ def test_torchtitan_io_groups_gathered_by_phase(root_group, group_runs):
 _MB, _M = 3, 4          # micro-batch rows, micro-batches
 
 
-def _pipelining(rank, world, _unused):
+def _pipelining(rank, world, _unused, group=None):
     # a 2-stage 1F1B pipeline of one Linear each: the receive buffers each stage keeps after a
     # step, and the most stage outputs fwd_cache holds at once
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     torch.manual_seed(0)
-    stage = PipelineStage(torch.nn.Linear(_H, _H), rank, world, torch.device("cpu"))
+    stage = PipelineStage(torch.nn.Linear(_H, _H), rank, world, torch.device("cpu"), group=group)
     sched = Schedule1F1B(stage, n_microbatches=_M,
                          loss_fn=lambda out, tgt: (out - tgt).pow(2).mean())
     held = [0]
@@ -406,21 +419,16 @@ _SCHEDULES3 = ("1F1B", "Interleaved1F1B", "LoopedBFS", "GPipe", "ZBVZeroBubble")
 _V3 = ("ZBVZeroBubble",)          # V placement: stages r and 2p - 1 - r on rank r
 
 
-def _pipelining3(rank, world, schedules):
+def _pipelining3(rank, world, schedules, group=None):
     # a 3-rank pipeline of one Linear per stage under each torch schedule in turn, one
     # process group (v = 2 for the looped ones, stages r and r + 3; ZBV's V: r and 5 - r):
     # the receive buffers the rank keeps, and, when its fwd_cache holds the most stage
     # outputs, how many are of the
     # first global stage (whose input is the user's batch, not a receive buffer) and of the
-    # last (the logits).  Run on ranks 0-2 of the 4-process group, a subgroup of 3 (one
-    # spawn fewer); rank 3 only joins the subgroup's creation, which every rank must call
+    # last (the logits)
     from torch.distributed.pipelining import schedules as S
     from torch.distributed.pipelining import PipelineStage
 
-    group = dist.new_group([0, 1, 2])
-    if rank >= 3:
-        return None
-    world = 3
     out = {}
     for schedule in schedules:
         torch.manual_seed(0)
@@ -476,7 +484,7 @@ def test_pipelining_buffers_on_three_ranks(group_runs):
     from memsym.training import Layout, Training, phase_transients, stage_activations
     from memsym.unchecked_job import unchecked
 
-    results = group_runs(4, "pipelining3")
+    results = group_runs(3, "pipelining3")
     for schedule in _SCHEDULES3:
         v = 2 if schedule in ("Interleaved1F1B", "LoopedBFS") + _V3 else None
         trn = Training(framework="torchtitan", sharding="fsdp", seq_length=512,
@@ -571,7 +579,7 @@ def _pp_fsdp_peak(mesh, pp_rank, interleaved, n_mb=_PP_M, rows=_PP_B):
     return min(peaks)
 
 
-def _pp_fsdp(rank, world, work):
+def _pp_fsdp(rank, world, work, group=None):
     # torchtitan's composition (_fsdp_stages) on a 2 (pp) x 2 (dp) CPU mesh, one process
     # group for every run: work["peaks"], the same 8 layers as one stage per rank (1F1B) or
     # two stages of 2 per rank (Interleaved1F1B, stages r and r + 2), the live bytes of one
