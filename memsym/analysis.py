@@ -92,10 +92,22 @@ def _linear_root(expr: sp.Expr, unknown: sp.Symbol):
     return [-b / a]
 
 
+def _inside_min_max(expr: sp.Expr, unknown: sp.Symbol) -> bool:
+    """Whether ``unknown`` is inside a ``Min`` or ``Max`` of ``expr``.
+
+    ``sympy.solve`` has no method for it (it rewrites ``Abs`` piecewise, not ``Min``/``Max``,
+    and cannot invert them): it raises NotImplementedError, after factoring for tens of
+    seconds on a whole job's total (a torchtitan total's ``Min`` of two phases)."""
+    return any(isinstance(node, (sp.Min, sp.Max)) and unknown in node.free_symbols
+               for node in sp.preorder_traversal(expr))
+
+
 @functools.lru_cache(maxsize=256)
 def _closed_form(expr: sp.Expr, unknown: sp.Symbol):
     """Positive real solutions of ``expr = C`` for ``unknown``, or None if solve cannot."""
     sols = _linear_root(expr, unknown)
+    if sols is None and _inside_min_max(expr, unknown):
+        return None
     try:
         sols = sp.solve(sp.Eq(expr, C), unknown) if sols is None else sols
     except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps

@@ -60,6 +60,7 @@ from ..errors import InvalidValueError, choose
 from ..frameworks import FRAMEWORK
 from ..symbols import a, b, c, d_h, g, s, t
 from ..term import Source, Term
+from ..values import cached_max
 from ..vocabulary import CP_METHODS
 
 __all__ = ["cp_method", "torch_ring_attention", "te_cp_attention", "cp_attention_transients",
@@ -253,7 +254,7 @@ def cp_attention_transients(implementation: str, method: str, n_kv, width=2) -> 
     # heads: B - F >= 9Q - 2Λ > 0; TE's all_gather 5cK > 3cK; a2a equal): B alone, so that
     # the total keeps one Max (the phases'); TE's p2p orders them by c and g/a
     both = method in ("p2p", "a2a+p2p") or (implementation == "torch" and n_kv != a)
-    peak = Term("cp_attention", sp.Max(fwd.expr, bwd.expr) if both else bwd.expr,
+    peak = Term("cp_attention", cached_max(fwd.expr, bwd.expr) if both else bwd.expr,
                 "context-parallel attention ("
                 f"{method}): the larger of one call's forward and backward buffers "
                 f"({fwd.description}; {bwd.description})", bwd.source,

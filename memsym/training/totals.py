@@ -14,6 +14,7 @@ from ..term import Term, Total
 from ..terms import transients as tr
 from ..terms.allowances import allowance_terms
 from ..unchecked_job import UncheckedJob, unchecked
+from ..values import cached_max
 from .activations import resolved_stage_activations
 from .traits import resolve_arch, stage_role
 from .transients import PHASE_SOURCE, PHASES, states_and_transients
@@ -67,7 +68,7 @@ def _phase_term(act: list, trans: dict):
     cands = list(dict.fromkeys(running + ([to - A] if to != 0 else [])))
     if cands == [0]:
         return None
-    peak = sp.Max(*cands)
+    peak = cached_max(*cands)
     return Term("phase_transient", peak, "transient peak of the step's largest phase "
                 "(end of forward: logits and CE buffers, all-gathered layers; loss backward: "
                 "the logits' gradients; blocks' backward: reduce-scatter buffers; optimizer "
