@@ -183,8 +183,11 @@ def from_hf_config(path) -> Architecture:
     6738415616
     """
     data, where = read_config_json(path)
-    c = ConfigFields(data, printable(os.path.basename(os.path.dirname(where)) + "/config.json"
-                             if os.path.dirname(where) else where, 120))
+    # refusals name the file as "<its folder>/<its name>" (a model folder's config.json, or a
+    # file of another name such as hunyuan.json), never a name the file does not have
+    folder = os.path.basename(os.path.dirname(where))
+    c = ConfigFields(data, printable(f"{folder}/{os.path.basename(where)}" if folder else where,
+                                     120))
     mtype = _model_type(c)
     raw_name = data.get("_name_or_path")
     if raw_name is not None and not isinstance(raw_name, str):
