@@ -54,14 +54,21 @@ def tracker_marks() -> list:
     """Skip the calling test module unless :data:`NEEDS` import; its ``pytestmark``.
 
     FSDP2's note on view outputs (transformers' modules return views) and DTensor's on
-    two-step all-reduces over the 2-D mesh are said by torch, not by these tests.
+    two-step all-reduces over the 2-D mesh are said by torch, not by these tests; so is
+    ``ModTracker``'s "module hierarchy tracking maybe be messed up" (mod_tracker.py
+    ``_get_append_fn``: transformers 5 wraps ``apply_rotary_pos_emb`` in a module of type
+    ``Func``, ``use_kernel_forward_from_hub("rotary_pos_emb")`` in modeling_llama.py, and the
+    tracker sees it entered while its name is still open).  The tests read only the global
+    peak snapshot, which that module hierarchy does not feed; the per-module statistics it
+    would misplace are unused.
     """
     import pytest
 
     for name in NEEDS:
         pytest.importorskip(name)
     return [pytest.mark.torch, pytest.mark.filterwarnings("ignore:FSDP2-wrapped module"),
-            pytest.mark.filterwarnings("ignore:While redistributing")]
+            pytest.mark.filterwarnings("ignore:While redistributing"),
+            pytest.mark.filterwarnings("ignore:The module hierarchy tracking maybe be messed up")]
 
 #: Llama-3 8B and 70B (Meta's config.json of meta-llama/Meta-Llama-3-8B and -70B: hidden
 #: 4096 / 8192, FFN 14336 / 28672, 32 / 64 heads, 8 KV heads, vocabulary 128256, RoPE theta
