@@ -175,6 +175,11 @@ def validate(x, layout: Layout, training: Training):
     if training.states.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
                                 f"{training.states.sharding}")
+    if training.states.precision == "fp8" and training.states.sharding == "fsdp" \
+            and not framework_record(training.framework).megatron_options:
+        # memsym's fp8 under fsdp is Megatron-FSDP's FP8 parameters (memsym.terms.widths)
+        raise InvalidValueError(f"fp8 under fsdp is Megatron-FSDP's (framework megatron), not "
+                                f"{training.framework}'s")
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods
