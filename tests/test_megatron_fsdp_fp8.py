@@ -17,8 +17,13 @@ The model is Llama 3 8B (h 4096, 32 layers, FFN 14336, 32 heads, 8 KV heads, voc
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+
 import pytest
 
+from memsym.cli import main
 from memsym.errors import InvalidValueError
 from memsym.job import job
 from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
@@ -38,9 +43,11 @@ S = 1024
 
 
 def _job(precision="fp8", **kw):
-    extra = {"fp8_param_gather": True} if precision == "fp8" else {}
-    return job("llama3-8b", d=DP, sharding="fsdp", precision=precision, grad_dtype="bf16",
-               seq_length=S, micro_batch_size=1, **extra, **kw)
+    # no grad_dtype for fp8: an FP8 group's main grads are bf16 by default (2322), Megatron-FSDP
+    # reads no grad_reduce_in_fp32
+    extra = {"fp8_param_gather": True} if precision == "fp8" else {"grad_dtype": "bf16"}
+    return job("llama3-8b", d=DP, sharding="fsdp", precision=precision, seq_length=S,
+               micro_batch_size=1, **extra, **kw)
 
 
 def test_the_hand_counts_are_llama3_8b():
@@ -63,6 +70,23 @@ def test_sharded_buffers_by_hand():
     # 16.06 GB at d = 1 for 8.03 B parameters: 15 B per linear weight, 16 B per other one
     assert main_weights + model_weights + main_grads + adam == \
         (15 * L * LINEAR + 16 * (TOTAL - L * LINEAR)) // DP
+
+
+def test_a_megatron_lm_command_reads_the_same_buffers():
+    """--use-megatron-fsdp --fp8-format hybrid --fp8-param-gather: the same four buffers."""
+    argv = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+            "--group-query-attention --num-query-groups 8 --seq-length 1024 "
+            "--max-position-embeddings 8192 --micro-batch-size 1 --global-batch-size 64 --bf16 "
+            "--fp8-format hybrid --fp8-param-gather --use-megatron-fsdp --swiglu "
+            "--normalization RMSNorm --untie-embeddings-and-output-weights --vocab-size 128256 "
+            "--position-embedding-type rope --disable-bias-linear").split()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["estimate", *argv, "--world-size", str(DP), "--json"]) == 0
+    got = json.loads(out.getvalue())["bytes"]
+    assert (got["weights"], got["fp8_weights"], got["gradients"], got["optimizer"]) == (
+        4 * TOTAL // DP, (L * LINEAR + 2 * (TOTAL - L * LINEAR)) // DP, 2 * TOTAL // DP,
+        8 * TOTAL // DP)
 
 
 def test_two_layers_gathered_in_fp8():

@@ -77,7 +77,7 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
     Megatron-core keeps an fp32 gradient buffer under bf16
     (``accumulate_allreduce_grads_in_fp32`` unless ``--grad-reduce-in-bf16``) and fp16 under
     fp16; DeepSpeed the model dtype (``data_types.grad_accum_dtype``); FSDP2 the parameter's
-    original dtype (fp32).
+    original dtype (fp32); Megatron-FSDP's FP8 parameters (fsdp, fp8) bf16.
 
     Parameters
     ----------
@@ -91,6 +91,8 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
     Examples
     --------
     >>> default_grad_dtype("distributed-optimizer", "bf16"), default_grad_dtype("zero2", "bf16")
+    ('fp32', 'bf16')
+    >>> default_grad_dtype("fsdp", "bf16"), default_grad_dtype("fsdp", "fp8")  # FSDP2; Megatron-FSDP FP8
     ('fp32', 'bf16')
 
     References
@@ -106,6 +108,11 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
         # REF: megatron-lm arguments.py validate_args: bf16 forces
         # accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16; fp16 does not.
         return "fp16" if precision == "fp16" else "fp32"
+    if scheme == "fsdp" and precision == "fp8":
+        # Megatron-FSDP's FP8 parameters: an FP8 group's main_grad_buffer is bf16 unless
+        # megatron_fsdp_main_grads_dtype says otherwise (param_and_grad_buffer.py:2322 at
+        # 2a75ac12c5; Megatron-FSDP does not read grad_reduce_in_fp32)
+        return "bf16"
     # DeepSpeed: data_types.grad_accum_dtype defaults to the model dtype; FSDP2: the
     # sharded grads keep the parameter's original dtype (fp32 under MixedPrecisionPolicy).
     return "fp32" if scheme == "fsdp" else ("fp16" if precision == "fp16" else "bf16")
