@@ -175,6 +175,14 @@ def validate(x, layout: Layout, training: Training):
     if training.states.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
                                 f"{training.states.sharding}")
+    if training.states.precision == "fp8" and training.states.sharding == "fsdp" and (
+            not framework_record(training.framework).megatron_options
+            or not training.states.fp8_param_gather):
+        # memsym's fp8 under fsdp is Megatron-FSDP's FP8 parameters (memsym.terms.widths)
+        raise InvalidValueError("fp8 under fsdp is Megatron-FSDP's FP8 parameters (framework "
+                                f"megatron with fp8_param_gather), not {training.framework}'s"
+                                + ("" if training.states.fp8_param_gather
+                                   else " without fp8_param_gather"))
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods

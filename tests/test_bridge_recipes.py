@@ -128,13 +128,21 @@ def test_the_recipe_table_holds_the_source_values():
 
 def test_fp8_recipe_and_fp8_under_megatron_fsdp():
     """bf16_with_fp8_current_scaling_mixed sets fp8 and fp8_param_gather
-    (training/mixed_precision.py:285-302); under Megatron-FSDP memsym counts bf16, in a note."""
+    (training/mixed_precision.py:285-302); under Megatron-FSDP memsym counts its FP8
+    parameters (tests/test_megatron_fsdp_fp8.py), in a note; a partial sharding with FP8 is
+    counted as bf16, in a note."""
     _, opts, _ = bridge_job_options(read_bridge_recipe("llama3_8b_low_precision_pretrain_config"))
     assert opts["precision"] == "fp8" and opts["fp8_param_gather"] is True
     _, opts, notes = bridge_job_options(read_bridge_recipe(
         "llama3_8b_low_precision_pretrain_config",
         ["ddp.use_megatron_fsdp=true", "ddp.data_parallel_sharding_strategy=optim_grads_params"]))
-    assert opts["sharding"] == "fsdp" and opts["precision"] == "bf16"
+    assert opts["sharding"] == "fsdp" and opts["precision"] == "fp8"
+    assert opts["fp8_param_gather"] is True and any("FP8 parameters" in n for n in notes)
+    job("llama3-8b", **opts)
+    _, opts, notes = bridge_job_options(read_bridge_recipe(
+        "llama3_8b_low_precision_pretrain_config",
+        ["ddp.use_megatron_fsdp=true", "ddp.data_parallel_sharding_strategy=optim_grads"]))
+    assert opts["sharding"] == "zero2" and opts["precision"] == "bf16"
     assert "fp8_param_gather" not in opts and any("FP8" in n for n in notes)
     job("llama3-8b", **opts)
 

@@ -582,9 +582,10 @@ def test_the_text_report_is_at_most_100_columns_with_numbered_references(capsys)
 
 
 def test_levers_skip_a_combination_the_model_refuses(capsys):
-    # fp8 is modelled as Transformer Engine under Megatron's own sharding: the fsdp lever is
-    # refused by the estimate and left out, the others still offered (this used to end the
-    # command with that refusal instead of the report)
+    # fp8 under fsdp is modelled only as Megatron-FSDP's FP8 parameters (fp8_param_gather,
+    # which this job lacks): the fsdp lever is refused by the estimate and left out, the
+    # others still offered (this used to end the command with that refusal instead of the
+    # report)
     code, out, err = run(capsys, "estimate", "llama2-7b", "--precision", "fp8", "--world-size",
                          8, "--seq-length", 4096, "--global-batch-size", 128, "--gpu",
                          "h100-80gb", "--json")

@@ -433,15 +433,26 @@ def _sharding(values, prec: dict, notes) -> str:
         scheme = MEGATRON_FSDP_SCHEMES[strategy]
         notes.append(f"Megatron-FSDP {strategy}: counted as sharding {scheme} (the same states "
                      "sharded)")
-        if prec["precision"] == "fp8" and scheme not in ("ddp", "distributed-optimizer"):
-            # Megatron-FSDP gathers FP8 parameters (Megatron-LM 2a75ac12c5, Bridge's pin:
+        mxfp8 = values.get("mixed_precision") == "bf16_with_mxfp8_mixed"
+        if prec["precision"] == "fp8" and scheme == "fsdp" and prec.get("fp8_param_gather") \
+                and not mxfp8:
+            # Megatron-FSDP's per-tensor FP8 parameters (Megatron-LM 2a75ac12c5, Bridge's pin:
             # megatron_fsdp/param_and_grad_buffer.py:2804 init_param_with_fp8 from
-            # fp8_param_gather, mcore_fsdp_adapter.py:684); memsym models FP8 only as
-            # Transformer Engine under Megatron's DDP / distributed optimizer
+            # fp8_param_gather, 2632 a uint8 model_weight_buffer): memsym.terms.model_state
+            notes.append("Megatron-FSDP with FP8 parameters (fp8_param_gather): the sharded "
+                         "fp32 main weights and FP8 model weights, the layers gathered in FP8")
+        elif prec["precision"] == "fp8" and scheme not in ("ddp", "distributed-optimizer"):
+            # not modelled: bf16 parameters with FP8 GEMMs (TE quantizes each gathered weight),
+            # a partial sharding with FP8, and MXFP8's second (columnwise) weight buffer
+            # (param_and_grad_buffer.py:2634-2681 transpose_weight_buffer, "only mxfp8 needs it")
+            why = ("with MXFP8 parameters (their columnwise transpose_weight_buffer is not "
+                   "modelled)" if mxfp8 and scheme == "fsdp" and prec.get("fp8_param_gather")
+                   else "with FP8 without fp8_param_gather" if scheme == "fsdp"
+                   else "with FP8")
             prec.update(precision="bf16")
             prec.pop("fp8_param_gather", None)
-            notes.append("Megatron-FSDP with FP8 (supported by Bridge): memsym counts the "
-                         "model states as bf16 under FSDP, without the FP8 weight copies")
+            notes.append(f"Megatron-FSDP {strategy} {why} (supported by Bridge): memsym counts "
+                         "the job as bf16, without the FP8 weights and FP8 saved inputs")
         return scheme
     return "distributed-optimizer" if _flag(values, "ddp.use_distributed_optimizer", True) else "ddp"
 

@@ -60,6 +60,12 @@ _MC_DDP = Source("megatron-core", "core/optimizer/optimizer.py, Float16Optimizer
 _TE_FP8 = Source("transformer-engine", "pytorch/module/base.py, quantize_weight with "
                  "is_first_microbatch (_fp8_workspaces); csrc/extensions/cast.cu, cast (rowwise data "
                  "+ data_transpose for columnwise usage)")
+_MFSDP_FP8 = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/"
+                    "param_and_grad_buffer.py at 2a75ac12c5 (Bridge's pin; the same lines at "
+                    "d98e8a64dd): 2804 init_param_with_fp8 from fp8_param_gather; 1798 and 2632 "
+                    "the model_weight_buffer of an FP8 group is uint8 (1 B), of the others "
+                    "param.dtype, sharded under optim_grads_params; 2322 an FP8 group's "
+                    "gradients bf16; main_weight_buffer in main_params_dtype (fp32)")
 _DS_12 = Source("deepspeed-zero", "runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.__init__ "
                 "(bit16_groups whole, single_partition_of_fp32_groups) and step "
                 "(single_grad_partition .to(fp32)); estimate_zero2_model_states_mem_needs 2 + 18/N")
@@ -96,9 +102,11 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
 
     plus, with Transformer Engine FP8, :math:`b_{f8}\,\Psi_{\mathrm{lin}}` for the cached FP8
     copies of the linear weights (``fp8_param_gather``: the linear weights are FP8 only,
-    :math:`b_{hp}(\Psi - \Psi_{\mathrm{lin}}) + b_{f8}\Psi_{\mathrm{lin}}`).  The bf16
-    distributed optimizer is 6 + 12/d bytes per parameter, the whole fp32 gradient buffer on
-    every rank (NVIDIA/Megatron-LM#654); ``seed000`` shards it (2 + 16/d), ``zero-paper``
+    :math:`b_{hp}(\Psi - \Psi_{\mathrm{lin}}) + b_{f8}\Psi_{\mathrm{lin}}`; under ``fsdp``,
+    Megatron-FSDP's FP8 parameters, the model weights
+    :math:`(b_{f8}\Psi_{\mathrm{lin}} + 2(\Psi - \Psi_{\mathrm{lin}}))/d` beside the fp32
+    shard).  The bf16 distributed optimizer is 6 + 12/d bytes per parameter, the whole fp32
+    gradient buffer on every rank (NVIDIA/Megatron-LM#654); ``seed000`` shards it (2 + 16/d), ``zero-paper``
     counts ZeRO §5's forms (distributed-optimizer = :math:`P_{os}`: 4 + 12/d).
 
     Parameters
@@ -237,7 +245,17 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
     who = {"ddp": "Megatron DDP", "distributed-optimizer": "Megatron distributed optimizer",
            "fsdp": "FSDP2 fully_shard"}.get(scheme, f"DeepSpeed ZeRO stage {scheme[-1]}")
     terms = []
-    if offload != "optimizer+params":
+    if offload != "optimizer+params" and precision == "fp8" and scheme == "fsdp":
+        # Megatron-FSDP's FP8 parameters (widths: fsdp needs fp8_param_gather): the fp32 shard
+        # (b_hp, FSDP2's sharded parameters, Megatron-FSDP's main weights) of every parameter
+        # and the model-weight shard, uint8 for the linear weights and 16-bit for the others
+        # (their group's param.dtype, param_and_grad_buffer.py:1798)
+        terms.append(Term("weights", per_gpu(b_hp, True), "sharded parameters in fp32 "
+                          "(Megatron-FSDP's main_weight_buffer)", src_w, label="weights"))
+        terms.append(Term("fp8_weights", (lin * b_f8 + (psi - lin) * 2) / dp, "model weights, "
+                          "sharded: FP8 linear-layer weights, the others 16-bit (Megatron-FSDP's "
+                          "model_weight_buffer)", _MFSDP_FP8, label="fp8 weights"))
+    elif offload != "optimizer+params":
         if precision == "fp8" and fp8_param_gather:
             terms.append(Term("weights", per_gpu(b_hp, shard_w, psi - lin),
                               "16-bit weights outside the linear layers (embeddings, norms)",

@@ -18,7 +18,7 @@ from ..values import as_expr
 
 __all__ = ["fsdp2_transients", "fsdp2_io_groups", "fsdp2_reshards_after_forward",
            "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
-           "deepspeed_ipg_buckets", "megatron_buckets"]
+           "deepspeed_ipg_buckets", "megatron_buckets", "megatron_fsdp_fp8_unsharded"]
 
 _FSDP_PG = Source("pytorch-fsdp2", "_fsdp_param_group.py, FSDPParamGroup (Note on overlapping "
                   "all-gather copy-in and all-gather: next group's all-gather overlaps the current)")
@@ -193,6 +193,58 @@ def fsdp2_reshards_after_forward(setting="default", *, is_root=False, pp_enabled
     if isinstance(setting, bool):
         return setting
     raise InvalidValueError(f"reshard_after_forward is None, True or False here, not {setting!r}")
+
+
+_MFSDP_AG = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/ at 2a75ac12c5 "
+                   "(Bridge's pin; the same lines at d98e8a64dd): param_and_grad_buffer.py:2526 "
+                   "UB_BUFFER_NUM = 2 (fsdp_double_buffer's weight_alloc), 2632 the FP8 groups' "
+                   "model_weight_buffer in uint8; megatron_fsdp.py:498 the transpose made only "
+                   "in backward (fp8_create_transpose_cache), 626 discarded on release without "
+                   "keep_fp8_transpose_cache")
+
+
+def megatron_fsdp_fp8_unsharded(group_params=None) -> Term:
+    r"""Megatron-FSDP's all-gathered FP8 parameters: the current and prefetched layer [bytes].
+
+    .. math:: n_{\mathrm{ag}}\, N_{\mathrm{ll}} \cdot 1
+
+    With FP8 parameters (``fp8_param_gather``) Megatron-FSDP all-gathers the uint8
+    ``model_weight_buffer`` of a layer into one of its two buckets (``fsdp_double_buffer``:
+    the layer computing and the one prefetched, :math:`n_{\mathrm{ag}} = 2`), one byte per
+    parameter where FSDP2's bf16 gather (:func:`fsdp2_transients`) takes :math:`b_u = 2`;
+    the layer's norms (bf16, :math:`2h` parameters) are counted at one byte too.  The FP8
+    transpose Transformer Engine makes for the backward's GEMMs exists only where FP8 GEMMs
+    need the TN layout (Hopper); it is discarded when the layer is released
+    (``keep_fp8_transpose_cache`` false) and is not counted (Blackwell makes none).
+
+    Parameters
+    ----------
+    group_params : sympy.Expr or int, optional
+        Parameters of one gathered layer on this GPU [parameters]; default ``N_ll``.
+
+    Returns
+    -------
+    Term
+        The gathered FP8 weights of ``n_ag`` layers [bytes].
+
+    Examples
+    --------
+    Llama 3 70B at t = 1: 855,654,400 parameters per layer, two layers gathered, 1.71 GB:
+
+    >>> megatron_fsdp_fp8_unsharded(855654400).evaluate(n_ag=2)
+    1711308800
+
+    References
+    ----------
+    .. [megatron-core] ``megatron_fsdp/param_and_grad_buffer.py`` at 2a75ac12c5: 2526
+       (``UB_BUFFER_NUM = 2``), 2632 (uint8 model weights); ``megatron_fsdp.py`` 498, 626.
+    .. [transformer-engine] ``pytorch/tensor/utils.py`` ``post_all_gather_processing``
+       at d0067d0da6.
+    """
+    n = N_ll if group_params is None else as_expr(group_params)
+    return Term("unsharded_params", n_ag * n, "all-gathered FP8 parameters of the current and "
+                "prefetched layers (Megatron-FSDP's uint8 buckets)", _MFSDP_AG,
+                label="all-gathered fp8 params")
 
 
 def fsdp2_kept_unsharded(stage_params=None) -> Term:

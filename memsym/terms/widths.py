@@ -77,7 +77,7 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
     Megatron-core keeps an fp32 gradient buffer under bf16
     (``accumulate_allreduce_grads_in_fp32`` unless ``--grad-reduce-in-bf16``) and fp16 under
     fp16; DeepSpeed the model dtype (``data_types.grad_accum_dtype``); FSDP2 the parameter's
-    original dtype (fp32).
+    original dtype (fp32); Megatron-FSDP's FP8 parameters (fsdp, fp8) bf16.
 
     Parameters
     ----------
@@ -91,6 +91,8 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
     Examples
     --------
     >>> default_grad_dtype("distributed-optimizer", "bf16"), default_grad_dtype("zero2", "bf16")
+    ('fp32', 'bf16')
+    >>> default_grad_dtype("fsdp", "bf16"), default_grad_dtype("fsdp", "fp8")  # FSDP2; Megatron-FSDP FP8
     ('fp32', 'bf16')
 
     References
@@ -106,6 +108,11 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
         # REF: megatron-lm arguments.py validate_args: bf16 forces
         # accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16; fp16 does not.
         return "fp16" if precision == "fp16" else "fp32"
+    if scheme == "fsdp" and precision == "fp8":
+        # Megatron-FSDP's FP8 parameters: an FP8 group's main_grad_buffer is bf16 unless
+        # megatron_fsdp_main_grads_dtype says otherwise (param_and_grad_buffer.py:2322 at
+        # 2a75ac12c5; Megatron-FSDP does not read grad_reduce_in_fp32)
+        return "bf16"
     # DeepSpeed: data_types.grad_accum_dtype defaults to the model dtype; FSDP2: the
     # sharded grads keep the parameter's original dtype (fp32 under MixedPrecisionPolicy).
     return "fp32" if scheme == "fsdp" else ("fp16" if precision == "fp16" else "bf16")
@@ -176,7 +183,9 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     grad_dtype : {"fp32", "bf16", "fp16"}, optional
         Gradient-buffer dtype (framework only); default the framework's (see above).
     fp8_param_gather : bool
-        Megatron ``--fp8-param-gather``: FP8 weights only, gathered in FP8 (framework, fp8).
+        Megatron ``--fp8-param-gather``: FP8 weights only, gathered in FP8 (framework, fp8;
+        under ``fsdp``, Megatron-FSDP's FP8 parameters: ``b_hp = 4`` the fp32 main-weight
+        shard, ``b_f8 = 1`` the FP8 model-weight shard).
     precision_aware : bool
         Megatron ``--use-precision-aware-optimizer`` (distributed-optimizer, Adam).
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
@@ -202,6 +211,9 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     [('b_g', 2), ('b_hp', 2), ('b_m', 4), ('b_o', 8)]
     >>> byte_widths("ddp", convention="megatron-lm")[b_g]
     4
+    >>> w = byte_widths("fsdp", "fp8", grad_dtype="bf16", fp8_param_gather=True)  # Megatron-FSDP
+    >>> [int(w[x]) for x in (b_hp, b_g, b_mg, b_m, b_o, b_f8)]
+    [4, 2, 0, 0, 8, 1]
     """
     scheme = normalize_scheme(scheme)
     precision = choose("precision", precision, PRECISIONS)
@@ -233,13 +245,20 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
 def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
                       precision_aware, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype,
                       store_param_remainders) -> dict:
-    if precision == "fp8" and scheme not in ("ddp", "distributed-optimizer"):
+    # fp8 under fsdp is Megatron-FSDP's FP8 parameters (its uint8 model_weight_buffer,
+    # fp8_param_gather); FSDP2 itself has no FP8 weights memsym models
+    megatron_fsdp_fp8 = scheme == "fsdp" and fp8_param_gather
+    if precision == "fp8" and scheme not in ("ddp", "distributed-optimizer") \
+            and not megatron_fsdp_fp8:
         raise InvalidValueError(
-            f"fp8 is modelled as Transformer Engine under Megatron (ddp, distributed-optimizer), "
-            f"not {scheme}; use precision bf16 or convention='zero-paper'")
-    if fp8_param_gather and (precision != "fp8" or scheme != "distributed-optimizer"):
+            f"fp8 is modelled as Transformer Engine under Megatron (ddp, distributed-optimizer, "
+            f"or fsdp as Megatron-FSDP with fp8_param_gather), not {scheme}"
+            + (" without fp8_param_gather" if scheme == "fsdp" else "")
+            + "; use precision bf16 or convention='zero-paper'")
+    if fp8_param_gather and (precision != "fp8"
+                             or scheme not in ("distributed-optimizer", "fsdp")):
         raise InvalidValueError("fp8_param_gather needs precision fp8 and the distributed optimizer "
-                                "(Megatron: --fp8-param-gather needs DistOpt or FSDP)")
+                                "or fsdp (Megatron: --fp8-param-gather needs DistOpt or FSDP)")
     if precision_aware and (scheme != "distributed-optimizer" or optimizer not in ("adam", "adamw")):
         raise InvalidValueError("precision_aware needs the distributed optimizer with Adam "
                                 "(Megatron --use-precision-aware-optimizer)")
@@ -250,7 +269,8 @@ def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather
     f8 = 0
     if precision == "fp8":
         # TE keeps the bf16 weight and caches FP8 rowwise + transpose (1 + 1 B), or with
-        # fp8_param_gather keeps only the FP8 weight (fp8_model_init): b_f8 is then that weight.
+        # fp8_param_gather keeps only the FP8 weight (fp8_model_init): b_f8 is then that weight
+        # (under Megatron-FSDP its uint8 model_weight_buffer shard, beside the fp32 b_hp shard).
         f8 = 1 if fp8_param_gather else 2
     grad = STATE_DTYPES[gdt]
     main_grad = 4 if has_main_grad_copy(scheme, precision, gdt, precision_aware) else 0

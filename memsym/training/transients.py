@@ -16,7 +16,7 @@ import sympy as sp
 from ..frameworks import framework as framework_record
 from ..job import Job, Layout, Training
 from ..symbols import N_bkt, N_ll, N_pf, N_rep, N_tp, b_hp, b_r, b_u, c, d, m, n_ag, n_bkt, t, v
-from ..term import Source, Term
+from ..term import Source, Term, Total
 from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments as tm,
                      transients as tr)
 from ..terms.pipelining_buffers import pipelining_recv_buffers
@@ -253,6 +253,10 @@ def _add_fsdp2_transients(out: dict, x, training: Training) -> tuple:
     :func:`_add_sharding_transients` returns them."""
     start_excess, own_groups = 0, False
     fs = tr.fsdp2_transients(N_ll, d * c)
+    if training.states.precision == "fp8":
+        # fp8 under fsdp is Megatron-FSDP's FP8 parameters (byte_widths): gathered in FP8
+        fs = Total(fs.name, tuple(tr.megatron_fsdp_fp8_unsharded(N_ll)
+                                  if term.key == "unsharded_params" else term for term in fs))
     out["forward"].append(fs["unsharded_params"])
     out["loss-backward"].append(fs["unsharded_params"])
     out["backward"] += list(fs.terms)
