@@ -36,12 +36,13 @@ from memsym.readers.bridge import read_bridge_recipe  # noqa: E402
 from memsym.readers.jobs import torchtitan_positions  # noqa: E402
 from memsym.timing import efficiency  # noqa: E402
 from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
+from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.step import (Overlap, Settings, layer_time, overlap_of,  # noqa: E402
                                 step_time_grid)
 from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
-           "calibrate", "recipe_recompute_modules", "recipe_end_stages", "describe", "slices", "skipped", "accuracy_markdown", "summary",
+           "calibrate", "recipe_recompute_modules", "recipe_end_stages", "recipe_ub_config", "describe", "slices", "skipped", "accuracy_markdown", "summary",
            "write_docs", "main"]
 
 RUNS_PATH = ROOT / "formulas" / "measured_time.toml"
@@ -92,7 +93,34 @@ def _settings(run) -> Settings:
                     dropout=st["dropout"], precision=st.get("precision", "bf16"),
                     distributed_optimizer=st["distopt"], grad_bytes=st.get("grad_bytes", 4),
                     gather_per_microbatch=fsdp, pipelined_fsdp=titan and run["layout"]["p"] > 1,
-                    torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules)
+                    torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules,
+                    tp_overlap_cfg=recipe_ub_config(run))
+
+
+def recipe_ub_config(run) -> str | None:
+    """The userbuffers config a run's Bridge recipe names, or None (Transformer Engine's default).
+
+    Read from the run's ``recipe_settings`` (``comm_overlap.tp_comm_overlap_cfg = NAME``,
+    the last such line): Megatron-Bridge hands that TransformerLayerTPOverlapCfg to
+    Transformer Engine's ``initialize_ub`` (training/comm_overlap.py at 067f987df0, lines
+    620-631); its GEMMs are priced by :mod:`memsym.timing.userbuffers`.
+
+    Examples
+    --------
+    >>> recipe_ub_config({"recipe_settings": [
+    ...     "comm_overlap.tp_comm_overlap_cfg = userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192"]})
+    'userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192'
+    >>> recipe_ub_config({}) is None
+    True
+    """
+    names = [line.split("=", 1)[1].strip() for line in run.get("recipe_settings", ())
+             if line.replace(" ", "").startswith("comm_overlap.tp_comm_overlap_cfg=")]
+    if not names or names[-1] == "None":
+        return None
+    if names[-1] not in UB_CONFIGS:
+        raise InvalidValueError(f"run {run.get('id')}: userbuffers config {names[-1]} is not in "
+                                "memsym.timing.userbuffers.UB_CONFIGS")
+    return names[-1]
 
 
 def recipe_recompute_modules(run) -> tuple | None:
