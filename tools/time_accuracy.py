@@ -42,7 +42,8 @@ from memsym.timing.step import (Overlap, Settings, layer_time, overlap_of,  # no
 from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
-           "calibrate", "recipe_recompute_modules", "recipe_end_stages", "recipe_ub_config", "describe", "slices", "skipped", "accuracy_markdown", "summary",
+           "calibrate", "recipe_recompute_modules", "recipe_end_stages", "recipe_ub_config",
+           "describe", "slices", "skipped", "accuracy_markdown", "summary",
            "write_docs", "main"]
 
 RUNS_PATH = ROOT / "formulas" / "measured_time.toml"

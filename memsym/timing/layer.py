@@ -331,8 +331,10 @@ def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat, cfg):
     qkv, proj, fc1, fc2 = g["qkv"], g["proj"], g["fc1"], g["fc2"]
     ag = collective_time("all-gather", ag_width * hidden, tt, bw, lat)
     rs = collective_time("reduce-scatter", 2 * hidden, tt, bw, lat)
-    fwd = [ring("qkv_fprop", rows, qkv.N, qkv.K), reduce_scatter("proj_fprop", rows, proj.N, proj.K),
-           ring("fc1_fprop", rows, fc1.N, fc1.K), reduce_scatter("fc2_fprop", rows, fc2.N, fc2.K)]
+    fwd = [ring("qkv_fprop", rows, qkv.N, qkv.K),
+           reduce_scatter("proj_fprop", rows, proj.N, proj.K),
+           ring("fc1_fprop", rows, fc1.N, fc1.K),
+           reduce_scatter("fc2_fprop", rows, fc2.N, fc2.K)]
     bwd = [ring("proj_dgrad", rows, proj.K, proj.N), (gemm(proj.K, proj.N, proj.M), 0.0),
            ring("fc2_dgrad", rows, fc2.K, fc2.N), (gemm(fc2.K, fc2.N, fc2.M), 0.0)]
     for name, q in (("qkv", qkv), ("fc1", fc1)):

@@ -21,7 +21,7 @@ References
    transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp:143 (``_math_sms``),
    ``split_overlap_rs`` of ``CommOverlapP2PBase`` (t chunk GEMMs, t - 1 sends, one reduce).
 .. [bridge-ub] Megatron-Bridge 067f987df0, src/megatron/bridge/training/comm_overlap.py
-   (``userbuffers_*`` TransformerLayerTPOverlapCfg, lines 97-202).
+   (``userbuffers_*`` TransformerLayerTPOverlapCfg, lines 97-284: the ones its recipes name).
 """
 
 from __future__ import annotations
@@ -103,22 +103,44 @@ def _bridge(bulk_sms, rs):
 _FP8_RS = (_ring(1, True), _ring(1, True))   # RingExchangeOverlapCfg(num_sm=1, set_sm_margin=True)
 
 #: Userbuffer configs by name: Transformer Engine's default and Megatron-Bridge's
-#: (comm_overlap.py at 067f987df0, the line of each in the comment).
+#: (comm_overlap.py at 067f987df0, the line of each in the comment above it).
 UB_CONFIGS = {
     # base.py get_default_config: rings on 1 SM without margin, pipeline and bulk on 16 SMs
     # with margin, pipeline in 4 splits
-    "te-default": {**{k: _ring() for k in ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")},
-                   **{k: _pipe(UB_COMM_SMS) for k in ("proj_fprop", "fc2_fprop")},
-                   **{k: _bulk(UB_COMM_SMS, True) for k in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad",
-                                                    "fc1_wgrad")}},
-    "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192": _bridge((4, 24, 2, 4), (_pipe(24), _pipe(16))),  # 98
-    "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192": _bridge((4, 24, 2, 4), _FP8_RS),                  # 111
-    "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192": _bridge((16, 24, 2, 4), (_pipe(32), _pipe(16))),  # 124
-    "userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192": _bridge((4, 24, 2, 4), _FP8_RS),                  # 137
-    "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192": _bridge((2, 24, 2, 2), (_pipe(24), _pipe(8))),  # 151
-    "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192": _bridge((2, 24, 2, 2), _FP8_RS),               # 164
-    "userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192": _bridge((8, 24, 2, 2), (_pipe(32), _pipe(8))),  # 177
-    "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192": _bridge((8, 32, 2, 8), _FP8_RS),               # 190
+    "te-default": {
+        **{k: _ring() for k in ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")},
+        **{k: _pipe(UB_COMM_SMS) for k in ("proj_fprop", "fc2_fprop")},
+        **{k: _bulk(UB_COMM_SMS, True) for k in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")}},
+    # comm_overlap.py:98
+    "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192":
+        _bridge((4, 24, 2, 4), (_pipe(24), _pipe(16))),
+    # comm_overlap.py:111
+    "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192":
+        _bridge((4, 24, 2, 4), _FP8_RS),
+    # comm_overlap.py:124
+    "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192":
+        _bridge((16, 24, 2, 4), (_pipe(32), _pipe(16))),
+    # comm_overlap.py:137
+    "userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192":
+        _bridge((4, 24, 2, 4), _FP8_RS),
+    # comm_overlap.py:151
+    "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192":
+        _bridge((2, 24, 2, 2), (_pipe(24), _pipe(8))),
+    # comm_overlap.py:164
+    "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192":
+        _bridge((2, 24, 2, 2), _FP8_RS),
+    # comm_overlap.py:177
+    "userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192":
+        _bridge((8, 24, 2, 2), (_pipe(32), _pipe(8))),
+    # comm_overlap.py:190
+    "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192":
+        _bridge((8, 32, 2, 8), _FP8_RS),
+    # comm_overlap.py:259
+    "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048":
+        _bridge((4, 4, 2, 4), (_pipe(24), _ring(1, True))),
+    # comm_overlap.py:272
+    "userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048":
+        _bridge((4, 4, 2, 4), _FP8_RS),
 }
 
 
