@@ -153,7 +153,7 @@ def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool
             and not x.mla:
         # userbuffers exist only with t > 1 (Bridge and TE turn the overlap off at t = 1)
         ub = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat,
-                          ub_config(st.tp_overlap_cfg))
+                          cfg=ub_config(st.tp_overlap_cfg))
         multi = as_array(t) > 1
         f_gemm, b_gemm, f_tp, b_tp = (np.where(multi, u, plain) for u, plain in
                                       zip(ub, (f_gemm, b_gemm, f_tp, b_tp)))
@@ -276,7 +276,7 @@ def _fewer_sms(dev, taken):
                                   for k in ("bf16", "fp16", "fp8")})
 
 
-def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat, cfg):
+def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat, *, ag_width=None, cfg=None):
     """Forward / backward GEMM and exposed TP seconds of one dense layer under Transformer
     Engine's userbuffer overlaps (``--tp-comm-overlap`` with sequence parallelism), each GEMM
     as ``cfg`` (:func:`memsym.timing.userbuffers.ub_config`) says.
@@ -291,11 +291,14 @@ def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat, cfg):
     collective: qkv and fc1 data and weight gradients); the proj and fc2 weight gradients on
     the ring's gathered gradient.  A GEMM runs on every SM but the communication kernel's
     where its entry sets ``set_sm_margin`` (comm_gemm_overlap.cpp:143).  All-gather buffers
-    are fp8 under an fp8 recipe (``fp8_buf`` of the all-gather layers), reduce-scatter
-    buffers bf16.  ``hidden``: the layer's full activation [T h] elements."""
+    are fp8 under an fp8 recipe (``fp8_buf`` of the all-gather layers; ``ag_width``
+    [bytes/element] overrides it), reduce-scatter buffers bf16.  ``hidden``: the layer's full
+    activation [T h] elements; ``cfg`` default: Transformer Engine's own."""
     g = {q.name: q for q in gemms}
     tt = as_array(t)
-    ag_width = 1 if prec == "fp8" else 2
+    cfg = ub_config() if cfg is None else cfg
+    if ag_width is None:
+        ag_width = 1 if prec == "fp8" else 2
     rows = g["qkv"].M
 
     def on(name):
