@@ -10,13 +10,17 @@ reuses one ``validate()`` (about 2 s).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 
 import numpy as np
 import pytest
 
+from memsym.hardware import cluster, gpu
 from memsym.timing import efficiency
+from memsym.timing.step import step_time_grid
+from memsym.timing.userbuffers import UB_CONFIGS, UB_GEMMS, ub_config
 from tools import time_accuracy
 
 MBRIDGE = "mbridge-perf-summary"
@@ -170,3 +174,40 @@ def test_recipe_recompute_modules_are_priced(runs):
     assert qwen.recompute == "none"
     # priced now: no run says they are not
     assert not any("recompute_modules" in u for r in runs for u in r.get("unmodelled", ()))
+
+
+def test_recipe_pipeline_split_counts_embedding_and_loss(runs):
+    # The Llama 3.1 405B base recipe sets account_for_embedding/loss_in_pipeline_split
+    # (Megatron-Bridge recipes/llama/h100/llama3.py:1227-1228): Megatron-core builds
+    # (126 + 2) / p layers per rank, one fewer on the first and on the last
+    # (transformer_block.py get_num_layers_to_build)
+    by_id = {r["id"]: r for r in runs}
+    assert time_accuracy.recipe_end_stages(by_id["mbridge.26.04.gb300.llama3-405b.fp8"]) == (15, 15)
+    assert time_accuracy.recipe_end_stages(by_id["mbridge.26.04.gb200.llama3-405b.fp8"]) == (7, 7)
+    # a recipe without the flags (Llama 3 8B) and a run that states its own split keep theirs
+    assert time_accuracy.recipe_end_stages(by_id["mbridge.25.11.b200.llama3-8b.fp8"]) == (None, None)
+    assert time_accuracy.recipe_end_stages(by_id["llama3.t4.8192"]) == (None, None)
+
+
+def test_recipe_userbuffers_config_is_priced(runs):
+    # Megatron-Bridge comm_overlap.py:190-201 (userbuffers_fp8_b200_h16384_tp4_cp2_...): the
+    # bulk dgrad / wgrad overlaps keep every SM (set_sm_margin=False), proj and fc2 forward
+    # reduce-scatter by ring exchange on 1 SM taken from the GEMM; TE's default takes 16
+    assert all(set(cfg) == set(UB_GEMMS) for cfg in UB_CONFIGS.values())
+    name = "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192"
+    cfg, default, sms = ub_config(name), ub_config(), gpu("gb300").sm_count
+    assert [cfg[k].math_sms(sms) for k in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")] \
+        == [sms] * 4
+    assert [default[k].math_sms(sms) for k in ("qkv_dgrad", "fc1_wgrad")] == [sms - 16] * 2
+    assert (cfg["fc2_fprop"].method, cfg["fc2_fprop"].math_sms(sms)) == ("ring_exchange", sms - 1)
+    run = {r["id"]: r for r in runs}["mbridge.26.04.gb300.llama3-405b.fp8"]
+    assert time_accuracy._settings(run).tp_overlap_cfg == name
+    # fewer SMs taken from the GEMMs: the run is priced faster than under TE's default
+    st = time_accuracy._settings(run)
+    kw = dict(t=4, p=8, d=8, v=4, m=192, cluster=cluster("gb300-nvl72"),
+              overlap=time_accuracy._overlap(run), first_stage_layers=15, last_stage_layers=15)
+    arch = time_accuracy._arch(run)
+    ours = float(step_time_grid(arch, "gb300", settings=st, **kw)["step"][()])
+    te = float(step_time_grid(arch, "gb300", settings=dataclasses.replace(st, tp_overlap_cfg=None),
+                              **kw)["step"][()])
+    assert ours < te

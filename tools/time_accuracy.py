@@ -32,15 +32,18 @@ from memsym.hardware import cluster as _cluster, gpu as _gpu  # noqa: E402
 from memsym.job import Training  # noqa: E402
 from memsym.model import preset  # noqa: E402
 from memsym.model.architecture import Architecture  # noqa: E402
+from memsym.readers.bridge import read_bridge_recipe  # noqa: E402
 from memsym.readers.jobs import torchtitan_positions  # noqa: E402
 from memsym.timing import efficiency  # noqa: E402
 from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
+from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.step import (Overlap, Settings, layer_time, overlap_of,  # noqa: E402
                                 step_time_grid)
 from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
-           "calibrate", "recipe_recompute_modules", "describe", "slices", "skipped", "accuracy_markdown", "summary",
+           "calibrate", "recipe_recompute_modules", "recipe_end_stages", "recipe_ub_config",
+           "describe", "slices", "skipped", "accuracy_markdown", "summary",
            "write_docs", "main"]
 
 RUNS_PATH = ROOT / "formulas" / "measured_time.toml"
@@ -91,7 +94,34 @@ def _settings(run) -> Settings:
                     dropout=st["dropout"], precision=st.get("precision", "bf16"),
                     distributed_optimizer=st["distopt"], grad_bytes=st.get("grad_bytes", 4),
                     gather_per_microbatch=fsdp, pipelined_fsdp=titan and run["layout"]["p"] > 1,
-                    torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules)
+                    torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules,
+                    tp_overlap_cfg=recipe_ub_config(run))
+
+
+def recipe_ub_config(run) -> str | None:
+    """The userbuffers config a run's Bridge recipe names, or None (Transformer Engine's default).
+
+    Read from the run's ``recipe_settings`` (``comm_overlap.tp_comm_overlap_cfg = NAME``,
+    the last such line): Megatron-Bridge hands that TransformerLayerTPOverlapCfg to
+    Transformer Engine's ``initialize_ub`` (training/comm_overlap.py at 067f987df0, lines
+    620-631); its GEMMs are priced by :mod:`memsym.timing.userbuffers`.
+
+    Examples
+    --------
+    >>> recipe_ub_config({"recipe_settings": [
+    ...     "comm_overlap.tp_comm_overlap_cfg = userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192"]})
+    'userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192'
+    >>> recipe_ub_config({}) is None
+    True
+    """
+    names = [line.split("=", 1)[1].strip() for line in run.get("recipe_settings", ())
+             if line.replace(" ", "").startswith("comm_overlap.tp_comm_overlap_cfg=")]
+    if not names or names[-1] == "None":
+        return None
+    if names[-1] not in UB_CONFIGS:
+        raise InvalidValueError(f"run {run.get('id')}: userbuffers config {names[-1]} is not in "
+                                "memsym.timing.userbuffers.UB_CONFIGS")
+    return names[-1]
 
 
 def recipe_recompute_modules(run) -> tuple | None:
@@ -118,6 +148,43 @@ def recipe_recompute_modules(run) -> tuple | None:
     if not mods or not selective or not mods[-1].startswith("["):
         return None
     return tuple(m.strip("'\"") for m in mods[-1].strip("[]").split(",") if m)
+
+
+def recipe_end_stages(run) -> tuple:
+    """Decoder layers on the first and last pipeline rank under the run's Bridge recipe.
+
+    Megatron-core counts the embedding and the loss as one layer each of the pipeline split
+    where the recipe sets ``account_for_embedding_in_pipeline_split`` /
+    ``account_for_loss_in_pipeline_split`` (the Llama 3.1 405B base recipe does:
+    recipes/llama/h100/llama3.py:1227-1228 at Megatron-Bridge 067f987df0): every rank gets
+    (L + 1 + 1) / p of them and the first (last) virtual stage of the first (last) rank one
+    decoder layer less (transformer_block.py ``get_num_layers_to_build`` at Megatron-LM
+    d98e8a64dd).  So the first rank holds (L + 2) / p - 1 decoder layers beside the
+    embedding, the last as many beside the output layer and loss, the others (L + 2) / p.
+    ``(None, None)`` where the run states its own first / last stage, has no pipeline, no
+    known Bridge recipe, or neither flag.
+
+    Examples
+    --------
+    >>> r = next(x for x in runs() if x["id"] == "mbridge.26.04.gb300.llama3-405b.fp8")
+    >>> recipe_end_stages(r)          # 126 layers, PP 8: 16 per rank, 15 on the end ranks
+    (15, 15)
+    """
+    lay = run["layout"]
+    recipe = run.get("recipe", "")
+    if "first" in lay or "last" in lay or lay["p"] == 1 or ":" not in recipe:
+        return None, None
+    try:
+        values = read_bridge_recipe(recipe.split(":")[-1].split()[0])["values"]
+    except MemsymError:
+        return None, None
+    emb = bool(values.get("model.account_for_embedding_in_pipeline_split"))
+    loss = bool(values.get("model.account_for_loss_in_pipeline_split"))
+    total = _arch(run).num_layers + emb + loss
+    if not (emb or loss) or total % lay["p"]:
+        return None, None
+    per = total // lay["p"]
+    return (per - 1 if emb else None), (per - 1 if loss else None)
 
 
 def _overlap(run) -> Overlap:
@@ -196,12 +263,13 @@ def predict(run, *, overlap: Overlap | None = None, eta_gemm=None) -> dict:
     lay = run["layout"]
     st = _settings(run)
     m = run["settings"]["B"] // (st.micro_batch_size * lay["d"])
+    first, last = recipe_end_stages(run)
+    first, last = lay.get("first", first), lay.get("last", last)
     out = step_time_grid(_arch(run), run["gpu"], t=lay["t"], p=lay["p"], d=lay["d"],
                          c=lay.get("c", 1), e=lay.get("e", 1), v=lay.get("v", 1), m=m, settings=st,
                          cluster=_cluster(run["cluster"]),
                          overlap=_overlap(run) if overlap is None else overlap,
-                         eta_gemm=eta_gemm, first_stage_layers=lay.get("first"),
-                         last_stage_layers=lay.get("last"))
+                         eta_gemm=eta_gemm, first_stage_layers=first, last_stage_layers=last)
     return {k: float(np.asarray(val).ravel()[0]) for k, val in out.items()}
 
 
