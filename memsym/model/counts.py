@@ -328,6 +328,16 @@ def parameter_counts(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
     return {key: as_int(expr, vals) for key, expr in parameter_expression(arch).items()}
 
 
+def _kept_sum(counts: dict, mtp: bool, embedding: bool) -> int:
+    """The sum of ``counts`` without the MTP layers (unless ``mtp``) and the input embedding
+    (unless ``embedding``)."""
+    if not mtp:
+        counts["mtp"] = counts["mtp_experts"] = 0
+    if not embedding:
+        counts["embedding"] = counts["position_embedding"] = 0
+    return sum(counts.values())
+
+
 def parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False, mtp: bool = True,
                     embedding: bool = True) -> int:
     """The exact number of parameters of ``arch`` [parameters].
@@ -355,11 +365,7 @@ def parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False, mtp
     6738415616
     """
     counts = parameter_counts(arch, t, pad_vocab)
-    if not mtp:
-        counts["mtp"] = counts["mtp_experts"] = 0
-    if not embedding:
-        counts["embedding"] = counts["position_embedding"] = 0
-    return sum(counts.values())
+    return _kept_sum(counts, mtp, embedding)
 
 
 def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False,
@@ -402,11 +408,7 @@ def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = Fal
         ratio = sp.Rational(x.moe_router_topk, x.num_experts)
         counts["experts"] = int(counts["experts"] * ratio)
         counts["mtp_experts"] = int(counts["mtp_experts"] * ratio)
-    if not mtp:
-        counts["mtp"] = counts["mtp_experts"] = 0
-    if not embedding:
-        counts["embedding"] = counts["position_embedding"] = 0
-    return sum(counts.values())
+    return _kept_sum(counts, mtp, embedding)
 
 
 def gpt_parameter_expression(final_norm: bool = True) -> sp.Expr:
