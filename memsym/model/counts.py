@@ -13,12 +13,22 @@ from ..symbols import (E, G_ssm, H_ssm, L, L_att, L_ffn, L_m, L_ssm, N_ssm, V, a
                        d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
 from .presets import preset
 from ..term import Source, Term, Total
+from ..text import shared_doc
 
 # ----------------------------------------------------------------------------------------------
 # symbolic parameter counts
 # ----------------------------------------------------------------------------------------------
 
 __all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "parameter_total", "lora_parameter_count"]
+
+_doc = shared_doc(count_params="""
+    arch : Architecture
+        The model.
+    t : int
+        Tensor-parallel size [GPUs]; matters only with ``pad_vocab``.
+    pad_vocab : bool
+        Count Megatron's padded vocabulary rows (default: the published vocabulary).
+    """)
 
 
 COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "mlp", "norms", "router",
@@ -300,17 +310,13 @@ def as_int(expr, vals) -> int:
     return int(value)
 
 
+@_doc
 def parameter_counts(arch: Architecture, t: int = 1, pad_vocab: bool = False) -> dict:
     """Exact parameter count of each component [parameters], keys as :data:`COMPONENTS`.
 
     Parameters
     ----------
-    arch : Architecture
-        The model.
-    t : int
-        Tensor-parallel size [GPUs]; matters only with ``pad_vocab``.
-    pad_vocab : bool
-        Count Megatron's padded vocabulary rows (default: the published vocabulary).
+    {count_params}
 
     Returns
     -------
@@ -368,6 +374,7 @@ def parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False, mtp
     return _kept_sum(counts, mtp, embedding)
 
 
+@_doc
 def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False,
                            mtp: bool = False, embedding: bool = True) -> int:
     """Parameters a token passes through: routed experts count k of E per MoE layer.
@@ -380,12 +387,7 @@ def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = Fal
 
     Parameters
     ----------
-    arch : Architecture
-        The model.
-    t : int
-        Tensor-parallel size [GPUs]; matters only with ``pad_vocab``.
-    pad_vocab : bool
-        Count Megatron's padded vocabulary rows (default: the published vocabulary).
+    {count_params}
     mtp : bool
         Include the multi-token-prediction layers (default: excluded).
     embedding : bool

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..symbols import V, b, c, s, t
 from ..term import Source, Term, Total
+from ..text import shared_doc
 from ..values import as_expr
 
 __all__ = ["cross_entropy_transient", "torch_cross_entropy_transient",
@@ -31,18 +32,15 @@ def _logit_shape(tokens, vocab, tp):
     return tau * vocab / tp
 
 
-_LOGIT_PARAMS = """tokens : sympy.Expr, optional
+# the loss Terms share their three size parameters: one description
+_logit_doc = shared_doc(logit_params="""
+    tokens : sympy.Expr, optional
         Tokens on one GPU [tokens]; default :math:`s b / c`.
     vocab : sympy.Expr, optional
         Padded vocabulary [tokens]; default ``V``.
     tp : sympy.Expr, optional
-        Tensor-parallel size the vocabulary is split over [GPUs]; default ``t``."""
-
-
-def _logit_doc(fn):
-    # the loss Terms share their three size parameters: one description
-    fn.__doc__ = fn.__doc__.replace("{logit_params}", _LOGIT_PARAMS)
-    return fn
+        Tensor-parallel size the vocabulary is split over [GPUs]; default ``t``.
+    """)
 
 
 @_logit_doc
