@@ -20,7 +20,7 @@ from numbers import Integral, Rational as _PyRational
 from .errors import InvalidValueError
 
 __all__ = ["printable", "short", "finite_json", "jsonable", "approx", "exact_text",
-           "looks_like_option", "shared_doc"]
+           "looks_like_option", "option_values", "shared_doc"]
 
 #: Unicode categories never printed raw: controls (newline, ESC, DEL, C1), format characters
 #: (bidirectional overrides, zero-width joiners), separators of lines and paragraphs,
@@ -297,6 +297,25 @@ def looks_like_option(word: str) -> bool:
         return False
     except ValueError:
         return True
+
+
+def option_values(words, i: int, arity, got=()) -> tuple:
+    """argparse's reading of an option's values: ``(values, next index)``.
+
+    The words from ``words[i]`` up to the next option (:func:`looks_like_option`), at most
+    ``arity`` values in all (``got`` counted: the values already read, e.g. inline) when
+    ``arity`` is a count; every one of them for ``"+"`` and ``"*"``.
+
+    >>> option_values(["a", "b", "--x", "c"], 0, "+"), option_values(["a", "b"], 0, 2, ["z"])
+    ((['a', 'b'], 2), (['z', 'a'], 1))
+    """
+    got = list(got)
+    while i < len(words) and not looks_like_option(words[i]):
+        if isinstance(arity, int) and len(got) == arity:
+            break
+        got.append(words[i])
+        i += 1
+    return got, i
 
 
 _PLACEHOLDER = re.compile(r"^([ \t]*)\{([A-Za-z_]\w*)\}[ \t]*$", re.M)
