@@ -337,8 +337,7 @@ def shared_doc(**blocks):
     Returns
     -------
     callable
-        A decorator returning the function with its docstring filled in; a placeholder
-        with no block raises :class:`KeyError` when the module is imported.
+        The decorator (a placeholder without a block raises KeyError at import).
 
     Examples
     --------
@@ -346,16 +345,11 @@ def shared_doc(**blocks):
     ... def twice(x):
     ...     '''Twice ``x``.
     ...
-    ...     Parameters
-    ...     ----------
     ...     {params}
     ...     '''
-    ...     return 2 * x
     >>> print(twice.__doc__.strip())
     Twice ``x``.
     <BLANKLINE>
-        Parameters
-        ----------
         x : int
             A number [1].
     """

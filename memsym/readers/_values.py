@@ -63,6 +63,14 @@ def fraction(text, what: str, lo=0, hi=1) -> Fraction:
     return _within(value, what, lo, hi)
 
 
+def recipe_flag(values, key: str, default=False):
+    """A recipe's true/false field ``values[key]`` (``default`` when absent): a bool or None."""
+    v = values.get(key, default)
+    if v is not None and not isinstance(v, bool):
+        raise InvalidValueError(f"{key} must be true or false, got {v!r:.40}")
+    return v
+
+
 def read_bounded(path, what: str, limit: int = MAX_BYTES_INPUT, errors: str = "strict") -> str:
     """The text of the regular file ``path``, refused above ``limit`` bytes (one line each).
 

@@ -32,8 +32,8 @@ from ..errors import InvalidValueError, UnknownNameError
 from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
-from ._values import MAX_ARGS, MAX_GPUS
-from .recipe_mechanisms import recipe_flag, recipe_mechanism_options
+from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
+from .recipe_mechanisms import recipe_mechanism_options
 from .megatron import MEGATRON_FSDP_SCHEMES
 
 __all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS", "HF_PRESETS",

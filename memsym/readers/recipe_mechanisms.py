@@ -13,42 +13,14 @@ from __future__ import annotations
 
 from ..errors import InvalidValueError
 from ..vocabulary import CE_FUSION_IMPLS
-from ._values import MAX_LAYERS
+from ._values import MAX_LAYERS, recipe_flag
 
-__all__ = ["recipe_mechanism_options", "megatron_mechanism_options", "TE_LOSS_REFUSED",
-           "recipe_flag"]
+__all__ = ["recipe_mechanism_options", "megatron_mechanism_options", "TE_LOSS_REFUSED"]
 
 #: Megatron-LM's refusal of Transformer Engine's fused loss (arguments.py:1697-1702).
 TE_LOSS_REFUSED = ("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te is refused "
                    "by Megatron-LM (arguments.py validate_args: Transformer Engine's fused loss "
                    "is disabled); Megatron-Bridge runs it (--bridge-recipe)")
-
-
-def recipe_flag(values, key: str, default=False):
-    """A recipe's true/false field: ``values[key]`` (``default`` when absent), a bool or None.
-
-    Parameters
-    ----------
-    values : mapping
-        The recipe's fields by dotted name.
-    key : str
-        The field, e.g. ``"model.cpu_offloading"``.
-    default : bool or None
-        What an absent field means.
-
-    Examples
-    --------
-    >>> recipe_flag({"ddp.use_megatron_fsdp": True}, "ddp.use_megatron_fsdp")
-    True
-    >>> recipe_flag({"model.cpu_offloading": "yes"}, "model.cpu_offloading")
-    Traceback (most recent call last):
-    ...
-    memsym.errors.InvalidValueError: model.cpu_offloading must be true or false, got 'yes'
-    """
-    v = values.get(key, default)
-    if v is not None and not isinstance(v, bool):
-        raise InvalidValueError(f"{key} must be true or false, got {v!r:.40}")
-    return v
 
 
 #: Bridge's torch dtype names (OptimizerConfig) -> Megatron's command-line names (arguments.py

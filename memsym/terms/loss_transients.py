@@ -35,18 +35,11 @@ logit_doc = shared_doc(logit_params="""
 
 @logit_doc
 def logit_sizes(tokens=None, vocab=None, tp=None) -> tuple:
-    """(tokens on one GPU, padded vocabulary, TP size) of the loss Terms, memsym's symbols
-    the defaults.
+    """(tokens on one GPU, padded vocabulary, TP size) of the loss Terms.
 
     Parameters
     ----------
     {logit_params}
-
-    Returns
-    -------
-    tuple of sympy.Expr
-        Tokens [tokens] (default :math:`s b / c`), vocabulary [tokens] (``V``) and
-        TP size [GPUs] (``t``).
 
     Examples
     --------
