@@ -13,12 +13,22 @@ from ..symbols import (E, G_ssm, H_ssm, L, L_att, L_ffn, L_m, L_ssm, N_ssm, V, a
                        d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
 from .presets import preset
 from ..term import Source, Term, Total
+from ..text import shared_doc
 
 # ----------------------------------------------------------------------------------------------
 # symbolic parameter counts
 # ----------------------------------------------------------------------------------------------
 
 __all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "parameter_total", "lora_parameter_count"]
+
+_doc = shared_doc(count_params="""
+    arch : Architecture
+        The model.
+    t : int
+        Tensor-parallel size [GPUs]; matters only with ``pad_vocab``.
+    pad_vocab : bool
+        Count Megatron's padded vocabulary rows (default: the published vocabulary).
+    """)
 
 
 COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "mlp", "norms", "router",
@@ -300,17 +310,13 @@ def as_int(expr, vals) -> int:
     return int(value)
 
 
+@_doc
 def parameter_counts(arch: Architecture, t: int = 1, pad_vocab: bool = False) -> dict:
     """Exact parameter count of each component [parameters], keys as :data:`COMPONENTS`.
 
     Parameters
     ----------
-    arch : Architecture
-        The model.
-    t : int
-        Tensor-parallel size [GPUs]; matters only with ``pad_vocab``.
-    pad_vocab : bool
-        Count Megatron's padded vocabulary rows (default: the published vocabulary).
+    {count_params}
 
     Returns
     -------
@@ -326,6 +332,16 @@ def parameter_counts(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
     """
     vals = parameter_values(arch, t, pad_vocab)
     return {key: as_int(expr, vals) for key, expr in parameter_expression(arch).items()}
+
+
+def _kept_sum(counts: dict, mtp: bool, embedding: bool) -> int:
+    """The sum of ``counts`` without the MTP layers (unless ``mtp``) and the input embedding
+    (unless ``embedding``)."""
+    if not mtp:
+        counts["mtp"] = counts["mtp_experts"] = 0
+    if not embedding:
+        counts["embedding"] = counts["position_embedding"] = 0
+    return sum(counts.values())
 
 
 def parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False, mtp: bool = True,
@@ -355,13 +371,10 @@ def parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False, mtp
     6738415616
     """
     counts = parameter_counts(arch, t, pad_vocab)
-    if not mtp:
-        counts["mtp"] = counts["mtp_experts"] = 0
-    if not embedding:
-        counts["embedding"] = counts["position_embedding"] = 0
-    return sum(counts.values())
+    return _kept_sum(counts, mtp, embedding)
 
 
+@_doc
 def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = False,
                            mtp: bool = False, embedding: bool = True) -> int:
     """Parameters a token passes through: routed experts count k of E per MoE layer.
@@ -374,12 +387,7 @@ def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = Fal
 
     Parameters
     ----------
-    arch : Architecture
-        The model.
-    t : int
-        Tensor-parallel size [GPUs]; matters only with ``pad_vocab``.
-    pad_vocab : bool
-        Count Megatron's padded vocabulary rows (default: the published vocabulary).
+    {count_params}
     mtp : bool
         Include the multi-token-prediction layers (default: excluded).
     embedding : bool
@@ -402,11 +410,7 @@ def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = Fal
         ratio = sp.Rational(x.moe_router_topk, x.num_experts)
         counts["experts"] = int(counts["experts"] * ratio)
         counts["mtp_experts"] = int(counts["mtp_experts"] * ratio)
-    if not mtp:
-        counts["mtp"] = counts["mtp_experts"] = 0
-    if not embedding:
-        counts["embedding"] = counts["position_embedding"] = 0
-    return sum(counts.values())
+    return _kept_sum(counts, mtp, embedding)
 
 
 def gpt_parameter_expression(final_norm: bool = True) -> sp.Expr:

@@ -32,7 +32,7 @@ from ..errors import InvalidValueError, UnknownNameError
 from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
-from ._values import MAX_ARGS, MAX_GPUS
+from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
 from .recipe_mechanisms import recipe_mechanism_options
 from .megatron import MEGATRON_FSDP_SCHEMES
 
@@ -369,7 +369,7 @@ _NAMES = frozenset({"recompute_method", "optimizer"})
 def _typed(key, name, value):
     """``value`` of override ``key`` checked against the kind of job option ``name``."""
     if name in _SWITCHES:
-        return _flag({key: value}, key)
+        return recipe_flag({key: value}, key)
     if name in _NAMES:
         if not isinstance(value, str):
             raise InvalidValueError(f"{key} must be a name, got {value!r:.40}")
@@ -383,13 +383,6 @@ def _typed(key, name, value):
                                 if name != "capacity_factor" else
                                 f"{key} must be a positive number, got {value!r:.40}")
     return value
-
-
-def _flag(values, key, default=False):
-    v = values.get(key, default)
-    if v is not None and not isinstance(v, bool):
-        raise InvalidValueError(f"{key} must be true or false, got {v!r:.40}")
-    return v
 
 
 def _precision(values, notes) -> dict:
@@ -409,7 +402,7 @@ def _precision(values, notes) -> dict:
         elif prec == "fp8":
             prec, gather = ("fp16" if str(recipe).startswith("fp16") else "bf16"), False
     if "mixed_precision.fp8_param_gather" in values:
-        gather = _flag(values, "mixed_precision.fp8_param_gather")
+        gather = recipe_flag(values, "mixed_precision.fp8_param_gather")
     out = {"precision": prec}
     if prec == "fp8" and gather:
         out["fp8_param_gather"] = True
@@ -425,7 +418,7 @@ def _precision(values, notes) -> dict:
 
 
 def _sharding(values, prec: dict, notes) -> str:
-    if _flag(values, "ddp.use_megatron_fsdp"):
+    if recipe_flag(values, "ddp.use_megatron_fsdp"):
         strategy = values.get("ddp.data_parallel_sharding_strategy", "optim_grads_params")
         if strategy not in MEGATRON_FSDP_SCHEMES:
             raise InvalidValueError(f"ddp.data_parallel_sharding_strategy must be one of "
@@ -454,7 +447,8 @@ def _sharding(values, prec: dict, notes) -> str:
             notes.append(f"Megatron-FSDP {strategy} {why} (supported by Bridge): memsym counts "
                          "the job as bf16, without the FP8 weights and FP8 saved inputs")
         return scheme
-    return "distributed-optimizer" if _flag(values, "ddp.use_distributed_optimizer", True) else "ddp"
+    distributed = recipe_flag(values, "ddp.use_distributed_optimizer", True)
+    return "distributed-optimizer" if distributed else "ddp"
 
 
 def bridge_job_options(reading: dict) -> tuple:
@@ -532,7 +526,7 @@ def bridge_job_options(reading: dict) -> tuple:
     prec = _precision(values, notes)
     opts["sharding"] = _sharding(values, prec, notes)
     opts.update(prec)
-    tp_overlap = _flag(values, "comm_overlap.tp_comm_overlap", False)
+    tp_overlap = recipe_flag(values, "comm_overlap.tp_comm_overlap", False)
     # comm_overlap.py:442-448: Bridge turns TP overlap off at TP < 2 or without SP
     opts["tp_comm_overlap"] = bool(tp_overlap and opts.get("t", 1) > 1
                                    and opts.get("sequence_parallel"))

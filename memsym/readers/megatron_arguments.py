@@ -20,7 +20,7 @@ import re
 from typing import Sequence
 
 from ..errors import InvalidValueError, MemsymError, UnknownNameError
-from ..text import looks_like_option   # argparse's rule, shared with the CLI's reading
+from ..text import looks_like_option, option_values   # argparse's rules, shared with the CLI's reading
 from ._megatron_flags import FLAGS
 from ._values import MAX_ARGS, MAX_GPUS, MAX_SEQ, MAX_WORD, whole
 
@@ -257,11 +257,7 @@ def _option_value(w: str, words: list, i: int):
         return dest, name, const, i
     got = [inline] if eq else []
     if not eq or arity in ("+", "*"):
-        while i < len(words) and not looks_like_option(words[i]):
-            if isinstance(arity, int) and len(got) == arity:
-                break
-            got.append(words[i])
-            i += 1
+        got, i = option_values(words, i, arity, got)
     if arity == 1:
         if len(got) != 1:
             raise InvalidValueError(f"{name} needs a value")

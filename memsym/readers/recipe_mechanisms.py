@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..errors import InvalidValueError
 from ..vocabulary import CE_FUSION_IMPLS
-from ._values import MAX_LAYERS
+from ._values import MAX_LAYERS, recipe_flag
 
 __all__ = ["recipe_mechanism_options", "megatron_mechanism_options", "TE_LOSS_REFUSED"]
 
@@ -21,13 +21,6 @@ __all__ = ["recipe_mechanism_options", "megatron_mechanism_options", "TE_LOSS_RE
 TE_LOSS_REFUSED = ("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te is refused "
                    "by Megatron-LM (arguments.py validate_args: Transformer Engine's fused loss "
                    "is disabled); Megatron-Bridge runs it (--bridge-recipe)")
-
-
-def _flag(values, key, default=False):
-    v = values.get(key, default)
-    if v is not None and not isinstance(v, bool):
-        raise InvalidValueError(f"{key} must be true or false, got {v!r:.40}")
-    return v
 
 
 #: Bridge's torch dtype names (OptimizerConfig) -> Megatron's command-line names (arguments.py
@@ -59,15 +52,15 @@ def recipe_mechanism_options(values: dict, opts: dict) -> dict:
         if _DTYPES[value] != "fp32" or opts.get("precision_aware"):
             out[name] = _DTYPES[value]
     # model_parallel_config.py:320-325: the impl takes effect under cross_entropy_loss_fusion
-    if _flag(values, "model.cross_entropy_loss_fusion", False):
+    if recipe_flag(values, "model.cross_entropy_loss_fusion", False):
         impl = values.get("model.cross_entropy_fusion_impl", "native")
         if impl not in ("native", "te"):
             raise InvalidValueError(f"model.cross_entropy_fusion_impl must be native or te, got "
                                     f"{impl!r:.40}")
         out["cross_entropy_fusion_impl"] = impl
     # transformer_block.py:304-318: TE's offload context, activations only (weights: no effect)
-    if _flag(values, "model.cpu_offloading", False) and \
-            _flag(values, "model.cpu_offloading_activations", True):
+    if recipe_flag(values, "model.cpu_offloading", False) and \
+            recipe_flag(values, "model.cpu_offloading_activations", True):
         k = values.get("model.cpu_offloading_num_layers", 0)
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise InvalidValueError(f"model.cpu_offloading_num_layers must be a whole number, "
