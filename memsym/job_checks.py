@@ -22,6 +22,7 @@ from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SC
 from .terms.schedule import SCHEDULES
 from . import rules
 from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
+from .terms.cuda_graphs import check_cuda_graphs
 from .terms.recipe_buffers import check_recipe_fields
 from .terms.context_parallel import cp_method
 from .model.pipeline_layout import PipelineLayout
@@ -185,6 +186,14 @@ def validate(x, layout: Layout, training: Training):
                                    else " without fp8_param_gather"))
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
+    mods = training.memory.cuda_graph_modules
+    if isinstance(mods, str) or not isinstance(mods, tuple):
+        raise InvalidValueError(f"cuda_graph_modules must be a tuple of names, got {mods!r:.60}")
+    check_cuda_graphs(training.memory.cuda_graph_impl, mods,
+                      framework_record(training.framework).megatron_options,
+                      training.memory.cpu_offloading_num_layers > 0, bool(x.num_experts))
+    if not isinstance(training.memory.batch_attention_mask, bool):
+        raise InvalidValueError("batch_attention_mask must be True or False")
     cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods
     if not isinstance(training.adapters.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.adapters.lora_regather!r}")

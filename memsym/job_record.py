@@ -248,6 +248,11 @@ class Memory:
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
         Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
+    cuda_graph_impl, cuda_graph_modules, batch_attention_mask : str, tuple, bool
+        Megatron-core's CUDA graphs ("none", "local", "transformer_engine" or
+        "full_iteration"; the captured parts of each layer, empty: the whole layer) and
+        whether the data loader's batches carry the attention mask (Megatron-LM's default;
+        ``--no-create-attention-mask-in-dataloader``): :mod:`memsym.terms.cuda_graphs`.
     metric : {"device", "reserved", "allocated"}
         Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
         ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
@@ -267,6 +272,9 @@ class Memory:
     capacity_factor: int | Rational = 1
     cross_entropy_fusion_impl: str = "native"
     cpu_offloading_num_layers: int = 0
+    cuda_graph_impl: str = "none"
+    cuda_graph_modules: tuple[str, ...] = ()
+    batch_attention_mask: bool = True
     metric: str = "device"
 
 
@@ -349,7 +357,8 @@ FIELD_PARTS: dict = {name: part for name, part in (
                                 "wgrad_deferral_limit")),
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
         "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")),
-    *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers")))}
+    *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers",
+                              "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask")))}
 
 
 @dataclass(frozen=True, init=False)

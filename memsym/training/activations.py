@@ -403,3 +403,34 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
     terms += _working_set_terms(layout, training, stage, layers.kinds, per_chunk, per_layer,
                                 recompute)
     return Total(f"activations of pipeline stage {stage} ({stage_role(stage, pp)})", tuple(terms))
+
+
+def layers_in_flight(j: Job | UncheckedJob, stage: int, counted) -> sp.Expr:
+    r"""The (decoder layer, micro-batch) pairs stage ``stage`` holds at its activation peak,
+    of the layers ``counted(moe)`` keeps [1].
+
+    :math:`n_{\mathrm{mb}}(i)\,L_i/v` (the count :func:`resolved_stage_activations` multiplies
+    one layer's activations by), or for a custom layout each chunk's micro-batches in flight
+    times its counted layers.  ``counted(moe: bool) -> bool`` picks the layer kinds.
+
+    Examples
+    --------
+    >>> from memsym.job import job
+    >>> layers_in_flight(job("llama2-7b", pp=4), 0, lambda moe: True)   # p micro-batches x L/p
+    L
+    """
+    layout, training = j.layout, j.training
+    schedule = "1f1b" if layout.p == 1 else training.pipeline.schedule
+    vv = v if layout.v is not None and layout.v > 1 else None
+    layers = _stage_layers(j.model, layout, stage)
+    chunks, group = _in_flight_chunks(layout, training, stage, schedule, pp=p, vv=vv,
+                                      mm=m if j.m is not None else None)
+    if layout.pipeline_layout is not None and layout.p > 1:
+        live, total = _layout_in_flight(layout, training, stage, layers.pattern,
+                                        lambda moe, mode: sp.Integer(int(counted(moe))), group,
+                                        j.m if isinstance(j.m, int) else None)
+        return total
+    if layers.uniform:
+        return chunks * (L / p if vv is None else L / (p * v)) * int(counted(layers.pattern[0]))
+    kept = sum(1 for q in layers.kinds if counted(bool(q)))
+    return chunks * sp.Integer(kept) / (1 if vv is None else vv)

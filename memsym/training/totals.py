@@ -11,12 +11,12 @@ import sympy as sp
 
 from ..job import Job, Layout, Training, check_fields
 from ..term import Term, Total
-from ..terms import transients as tr
+from ..terms import cuda_graphs as cg, transients as tr
 from ..terms.allowances import allowance_terms
 from ..unchecked_job import UncheckedJob, unchecked
 from ..values import cached_max
-from .activations import resolved_stage_activations
-from .traits import resolve_arch, stage_role
+from .activations import layers_in_flight, resolved_stage_activations
+from .traits import resolve_arch, sequence_parallel_on, stage_role
 from .transients import PHASE_SOURCE, PHASES, states_and_transients
 
 #: Keys of the buffers a framework allocates outside PyTorch's allocator (:func:`_outside_allocator`).
@@ -51,7 +51,36 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
 def _phase_parts(j: Job | UncheckedJob, stage: int):
     states, trans = states_and_transients(j, stage)
     act = list(resolved_stage_activations(j, stage).terms)
-    return states, act, trans
+    kept, pool = _cuda_graph_buffers(j, stage, act, trans)
+    if pool:
+        trans = {**trans, "optimizer": tuple(trans["optimizer"]) + pool}
+    return states + list(kept), act, trans
+
+
+def _cuda_graph_buffers(j: Job | UncheckedJob, stage: int, act: list, trans: dict) -> tuple:
+    """(Terms kept in every phase, Terms of the optimizer phase) of Megatron-core's CUDA
+    graphs (:mod:`memsym.terms.cuda_graphs`): Transformer Engine's static inputs per graphed
+    layer and micro-batch in flight; the full-iteration graph's static micro-batches (the
+    stages with a data loader, m known) and its pool held through the optimizer step (the
+    reserved and device counts)."""
+    mem = j.training.memory
+    if mem.cuda_graph_impl == "transformer_engine":
+        mods = mem.cuda_graph_modules
+        n_lm = layers_in_flight(j, stage, lambda moe: cg.graphed_layer(mods, moe))
+        attn = not mods or "attn" in mods
+        return ((cg.te_graph_inputs(n_lm, attn, sequence_parallel_on(j.layout)),) if n_lm != 0
+                else ()), ()
+    if mem.cuda_graph_impl != "full_iteration":
+        return (), ()
+    kept = ()
+    if j.m is not None and stage in (0, j.layout.p - 1):
+        kept = (cg.full_iteration_batches(mem.batch_attention_mask),)
+    if mem.metric == "allocated":   # replays allocate nothing: max_memory_allocated misses it
+        return kept, ()
+    running = list(dict.fromkeys(sp.Add(*(term.expr for term in trans[ph]))
+                                 for ph in PHASES if ph != "optimizer"))
+    peak = running[0] if len(running) == 1 else cached_max(*running)
+    return kept, (cg.full_iteration_pool(sp.Add(*(term.expr for term in act)) + peak),)
 
 
 def _phase_term(act: list, trans: dict):
