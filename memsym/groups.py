@@ -5,7 +5,7 @@ the terms under these keys; :mod:`memsym.printing` groups a derivation by them).
 strings, so that the printers below the training total can group one without importing it.
 """
 
-__all__ = ["STATE_KEYS", "ACTIVATION_KEYS", "ALLOWANCE_KEYS"]
+__all__ = ["STATE_KEYS", "ACTIVATION_KEYS", "BUFFER_KEYS", "ALLOWANCE_KEYS"]
 
 #: Model states (weights, gradients, optimizer states and their expert and FP8 variants).
 STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
@@ -15,4 +15,7 @@ STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
 ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
                    "output_activations", "mtp_activations", "pipeline_buffers",
                    "recompute_working_set", "phase_transient", "cpu_offloaded_activations")
+#: Framework buffers allocated through PyTorch's allocator beside states and activations, one
+#: row each: the CUDA graphs' static buffers and pool (memsym.terms.cuda_graphs).
+BUFFER_KEYS = ("cuda_graph_static_inputs", "cuda_graph_static_batches", "cuda_graph_pool")
 from .vocabulary import ALLOWANCE_KEYS  # the named allowances (memsym.terms.allowances)

@@ -187,9 +187,9 @@ def validate(x, layout: Layout, training: Training):
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     mods = training.memory.cuda_graph_modules
-    if isinstance(mods, str) or not isinstance(mods, tuple):
-        raise InvalidValueError(f"cuda_graph_modules must be a tuple of names, got {mods!r:.60}")
-    check_cuda_graphs(training.memory.cuda_graph_impl, mods,
+    if isinstance(mods, str) or not isinstance(mods, (tuple, list)):
+        raise InvalidValueError(f"cuda_graph_modules must be a list of names, got {mods!r:.60}")
+    check_cuda_graphs(training.memory.cuda_graph_impl, tuple(mods),
                       framework_record(training.framework).megatron_options,
                       training.memory.cpu_offloading_num_layers > 0, bool(x.num_experts))
     if not isinstance(training.memory.batch_attention_mask, bool):

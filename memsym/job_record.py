@@ -209,9 +209,8 @@ class Memory:
         recompute; given with another mode, or another framework, it is refused.  What each
         drops: :func:`memsym.terms.activations.layer_activations`.
     flash_attention : bool
-        Memory-efficient attention (no s^2 scores kept; softmax statistics kept).
-        Megatron-core's default ``--attention-backend auto`` lets Transformer Engine pick a
-        fused or flash kernel, so the default is True.
+        Memory-efficient attention (no s^2 scores kept; softmax statistics kept; default
+        True: Megatron-core's ``--attention-backend auto`` picks a fused or flash kernel).
     dropout : bool or None
         Whether dropout masks are kept (Megatron's defaults --hidden-dropout 0.1 and
         --attention-dropout 0.1; Llama-style recipes set both to 0, and PyTorch keeps no
@@ -223,36 +222,28 @@ class Memory:
         off (asking for it is refused).
     compiled_loss : bool
         The loss runs under ``torch.compile`` (torchtitan's ``compile.enable`` with ``"loss"``
-        in ``compile.components``, since torchtitan bbb1b616e): the cross-entropy keeps the
-        16-bit logits and 8 bytes of statistics per token, not the fp32 log-softmax, and makes
-        no fp32 copy (:func:`memsym.terms.activations.output_activations`).  Default False:
-        Megatron's loss and eager PyTorch.
+        in ``compile.components``, since bbb1b616e): the 16-bit logits and 8 bytes of
+        statistics per token kept, no fp32 copy (:func:`memsym.terms.activations.
+        output_activations`).  Default False: Megatron's loss and eager PyTorch.
     loss_parallel : bool
         torchtitan's loss parallel (default True: ``disable_loss_parallel = false``): with
-        t > 1 the output layer's logits stay vocab-sharded and the cross-entropy runs in
-        ``torch.distributed.tensor.parallel.loss_parallel()``
-        (:func:`memsym.terms.transients.loss_parallel_transient`).  Only torchtitan reads it:
-        Megatron's loss is always vocab-parallel.
+        t > 1 the logits stay vocab-sharded and the cross-entropy runs in ``loss_parallel()``
+        (:func:`memsym.terms.transients.loss_parallel_transient`); torchtitan only.
     fsdp_root_group : bool
-        torchtitan's FSDP2 grouping before 83e694105 (July 2025): the root
-        ``fully_shard(model)`` holds the embedding, final norm and output, gathered from the
-        forward's start to the backward's end (FSDP2 never reshards the root), the output's
-        unsharded gradient waits for the root's reduce-scatter at the end of the backward, and
-        the last block is not resharded after forward.  Default False, torchtitan since then
-        (v0.2): the embedding is its own group, resharded after forward, and ``[norm, output]``
-        one group kept gathered after forward (:func:`memsym.terms.transients.fsdp2_io_groups`).
-        Only torchtitan's FSDP2 without pipelining reads it.
+        torchtitan's FSDP2 grouping before 83e694105 (July 2025): the root ``fully_shard``
+        holds embedding, final norm and output, gathered from the forward's start to the
+        backward's end, the output's gradient waits for the root's reduce-scatter, the last
+        block is not resharded after forward.  Default False (since v0.2): the embedding its
+        own group, ``[norm, output]`` one group kept gathered after forward
+        (:func:`memsym.terms.transients.fsdp2_io_groups`).  torchtitan's FSDP2 without PP only.
     capacity_factor : int or Rational
-        MoE routed-token load of the busiest expert rank relative to a perfectly balanced
-        one (1 = balanced; Megatron's ``--moe-expert-capacity-factor`` when tokens are dropped).
+        MoE routed-token load of the busiest expert rank over a balanced one (1; Megatron's
+        ``--moe-expert-capacity-factor`` when tokens are dropped).
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
         Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
     cuda_graph_impl, cuda_graph_modules, batch_attention_mask : str, tuple, bool
-        Megatron-core's CUDA graphs ("none", "local", "transformer_engine" or
-        "full_iteration"; the captured parts of each layer, empty: the whole layer) and
-        whether the data loader's batches carry the attention mask (Megatron-LM's default;
-        ``--no-create-attention-mask-in-dataloader``): :mod:`memsym.terms.cuda_graphs`.
+        Megatron-core's CUDA graphs, parts captured, batches' mask (:mod:`memsym.terms.cuda_graphs`).
     metric : {"device", "reserved", "allocated"}
         Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
         ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),

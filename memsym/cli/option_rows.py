@@ -6,7 +6,8 @@ A row spelling a Megatron-LM argument uses Megatron's name first and Megatron's 
 
 from __future__ import annotations
 
-from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, CP_METHODS, FINETUNES,
+from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, CP_METHODS, CUDA_GRAPH_IMPLS,
+                          CUDA_GRAPH_MODULES, FINETUNES,
                           FRAMEWORK_CONVENTIONS, FRAMEWORKS, METRIC_NAMES, OFFLOADS,
                           OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_METHODS, RECOMPUTE_MODULES,
                           SCHEDULES, SCHEMES)
@@ -326,6 +327,18 @@ def _run_rows():
            field="cpu_offloading_num_layers", default=0, source=MEGATRON_ARGS, effect="memory",
            help="Megatron's flag (p = 1, no recompute): the first N decoder layers' activations "
            "go to the host between forward and backward (the host's buffers not counted)"),
+        option("--cuda-graph-impl", group="training", choices=CUDA_GRAPH_IMPLS,
+           field="cuda_graph_impl", default="none", source=MEGATRON_ARGS, effect="memory",
+           help="Megatron-core's CUDA graphs: transformer_engine keeps a static input per "
+           "graphed layer and micro-batch in flight, full_iteration the step's micro-batches "
+           "and its pool through the optimizer step (local: not sized)"),
+        option("--cuda-graph-modules", group="training", nargs="+", metavar="MODULE",
+           field="cuda_graph_modules", source=MEGATRON_ARGS + ": the whole layer",
+           effect="memory", help="the parts of each layer captured: " + " ".join(CUDA_GRAPH_MODULES)),
+        flag("--no-create-attention-mask-in-dataloader", group="training",
+              field="batch_attention_mask", value=False, effect="memory",
+              help="Megatron's flag: the data loader's batches carry no s x s mask (what the "
+              "full-iteration graph keeps per micro-batch)"),
         option("--moe-expert-capacity-factor", group="training", type=T.capacity_factor,
            field="capacity_factor", default=1, source="memsym: balanced routing",
            help="routed-token load of the busiest expert rank"),

@@ -33,6 +33,7 @@ from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
+from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
 from .recipe_mechanisms import recipe_mechanism_options
 from .megatron import MEGATRON_FSDP_SCHEMES
 
@@ -88,6 +89,7 @@ FIELDS = {
     "model.moe_flex_dispatcher_backend": ("bridge", "dispatcher"),
     "model.moe_expert_capacity_factor": ("job", "capacity_factor"),
     "model.cuda_graph_impl": ("bridge", "cuda_graphs"),
+    "dataset.create_attention_mask": ("bridge", "cuda_graphs"),
     "model.fine_grained_activation_offloading": ("bridge", "offloading"),
     "model.seq_length": ("bridge", "seq_length"),
     "dataset.seq_length": ("bridge", "seq_length"),
@@ -546,10 +548,8 @@ def bridge_job_options(reading: dict) -> tuple:
 def _unmodelled(values, model) -> list:
     """Notes for what a recipe sets that memsym does not count (each said, none refused)."""
     notes = []
-    impl, scope = values.get("model.cuda_graph_impl"), values.get("model.cuda_graph_scope")
-    if impl not in (None, "none") or (isinstance(scope, list) and "full_iteration" in scope):
-        notes.append(f"model.cuda_graph_impl {impl} (scope {scope}): the CUDA graphs' static "
-                     "buffers and private memory pool are not counted")
+    notes += cuda_graph_notes(*cuda_graph_settings(values.get("model.cuda_graph_impl"),
+                                                   values.get("model.cuda_graph_scope")))
     if values.get("model.cpu_offloading"):
         notes.append(f"model.cpu_offloading of {values.get('model.cpu_offloading_num_layers')} "
                      "layers: their activations leave the GPU; the host's pinned buffers are "

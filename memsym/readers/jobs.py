@@ -121,6 +121,9 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
                      if prec.get(k, "fp32") != "fp32"})
     if trn.get("cpu_offloading_num_layers"):   # --cpu-offloading-num-layers N > 0
         opts["cpu_offloading_num_layers"] = trn["cpu_offloading_num_layers"]
+    # --cuda-graph-impl and the data loader's mask (recipe_mechanisms.megatron_cuda_graph_options)
+    opts.update({k: trn[k] for k in ("cuda_graph_impl", "cuda_graph_modules",
+                                     "batch_attention_mask") if k in trn})
 
 
 def _add_megatron_step(opts: dict, opt: dict, notes: list) -> None:

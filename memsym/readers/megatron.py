@@ -35,6 +35,7 @@ from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
 from .megatron_precision import megatron_optimizer, megatron_precision
 from .megatron_training import checked_recompute_modules, megatron_layout, megatron_training
+from .recipe_mechanisms import CUDA_GRAPH_DESTS, megatron_cuda_graph_options
 
 # Besides the entry points, the names the command line, the job builder, the Bridge reader and
 # the emitter import from here (the argument table's arity, ArgumentError, SCHEDULE_ENTRY,
@@ -190,7 +191,8 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
     "transformer_impl", "recompute_modules", "moe_layer_recompute", "use_megatron_fsdp",
     "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
     "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
-    "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe"}
+    "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe",
+    *CUDA_GRAPH_DESTS}
 
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
@@ -244,6 +246,8 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     _override_recompute(r, opts)
     _override_sharding(r, opts)
     _override_layout(r, opts, num_layers, p)
+    if any(r.given(dest) for dest in CUDA_GRAPH_DESTS):
+        opts.update(megatron_cuda_graph_options(r))
     if r.given("rampup_batch_size") or r.given("step_batch_size_schedule"):
         r.note("batch-size ramp-up or schedule: memory and time are estimated at the final "
                "global batch size (--global-batch-size)")

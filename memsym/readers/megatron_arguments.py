@@ -132,6 +132,8 @@ MODELLED = {
     "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "cp_comm_type", "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
+    "cuda_graph_impl", "cuda_graph_modules", "cuda_graph_scope_deprecated", "enable_cuda_graph",
+    "external_cuda_graph", "create_attention_mask_in_dataloader", "check_for_nan_in_loss_and_grad",
 }
 
 #: Accepted, but they change the model's structure in ways memsym's Architecture cannot express:
@@ -147,7 +149,6 @@ STRUCTURE_NOT_MODELLED = {
 #: Accepted and listed, but they change memory in ways memsym does not model (said in the notes).
 MEMORY_NOT_MODELLED = {
     "optimizer_cpu_offload": "optimizer CPU offload", "fp4": "FP4 (NVFP4) training",
-    "enable_cuda_graph": "CUDA graphs", "external_cuda_graph": "CUDA graphs",
     "fine_grained_activation_offloading": "fine-grained activation offloading",
     "moe_expert_capacity_factor": "expert capacity (token dropping)",
 }

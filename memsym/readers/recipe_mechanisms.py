@@ -12,10 +12,12 @@ Megatron-LM d98e8a64dd ``model_parallel_config.py:458-480``).
 from __future__ import annotations
 
 from ..errors import InvalidValueError
-from ..vocabulary import CE_FUSION_IMPLS
+from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
+from ..vocabulary import CE_FUSION_IMPLS, CUDA_GRAPH_IMPLS
 from ._values import MAX_LAYERS, recipe_flag
 
-__all__ = ["recipe_mechanism_options", "megatron_mechanism_options", "TE_LOSS_REFUSED"]
+__all__ = ["recipe_mechanism_options", "megatron_mechanism_options", "megatron_cuda_graph_options",
+           "CUDA_GRAPH_DESTS", "TE_LOSS_REFUSED"]
 
 #: Megatron-LM's refusal of Transformer Engine's fused loss (arguments.py:1697-1702).
 TE_LOSS_REFUSED = ("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te is refused "
@@ -66,6 +68,15 @@ def recipe_mechanism_options(values: dict, opts: dict) -> dict:
             raise InvalidValueError(f"model.cpu_offloading_num_layers must be a whole number, "
                                     f"got {k!r:.40}")
         out["cpu_offloading_num_layers"] = k
+    # transformer_config.py:2698-2830 (the deprecated "full_iteration" scope promotes the impl)
+    impl, mods = cuda_graph_settings(values.get("model.cuda_graph_impl"),
+                                     values.get("model.cuda_graph_scope"))
+    if impl != "none":
+        out.update(cuda_graph_impl=impl, cuda_graph_modules=mods)
+        # GPTDatasetConfig.create_attention_mask (Megatron-core gpt_dataset.py:38, default True)
+        mask = recipe_flag(values, "dataset.create_attention_mask", True)
+        if not mask:
+            out["batch_attention_mask"] = False
     return out
 
 
@@ -85,9 +96,46 @@ def megatron_mechanism_options(r) -> dict:
     k = r.int("cpu_offloading_num_layers", 0, lo=0, hi=MAX_LAYERS)
     if k:
         out["cpu_offloading_num_layers"] = k
+    out.update(megatron_cuda_graph_options(r))
     impl = r.choice("cross_entropy_fusion_impl", CE_FUSION_IMPLS, "native")
     if impl == "te" and r.flag("cross_entropy_loss_fusion"):
         raise InvalidValueError(TE_LOSS_REFUSED)
     if impl == "te":
         r.note("--cross-entropy-fusion-impl te has effect only with --cross-entropy-loss-fusion")
+    return out
+
+
+#: The Megatron-LM destinations :func:`megatron_cuda_graph_options` reads.
+CUDA_GRAPH_DESTS = ("cuda_graph_impl", "enable_cuda_graph", "external_cuda_graph",
+                    "cuda_graph_modules", "cuda_graph_scope_deprecated", "create_attention_mask_in_dataloader",
+                    "check_for_nan_in_loss_and_grad")
+
+
+def megatron_cuda_graph_options(r) -> dict:
+    """``cuda_graph_impl``, ``cuda_graph_modules`` and ``batch_attention_mask`` of a
+    Megatron-LM command, as ``validate_args`` sets them (arguments.py:611-641: the deprecated
+    ``--enable-cuda-graph`` is local, ``--external-cuda-graph`` transformer_engine, neither
+    with ``--cuda-graph-impl``; ``--cuda-graph-scope`` is ``--cuda-graph-modules``;
+    :1235-1237: full_iteration needs ``--no-check-for-nan-in-loss-and-grad``)."""
+    impl = r.choice("cuda_graph_impl", CUDA_GRAPH_IMPLS, "none")
+    for dest, old in (("enable_cuda_graph", "local"),
+                      ("external_cuda_graph", "transformer_engine")):
+        if r.flag(dest):
+            if impl != "none":
+                raise InvalidValueError("Do not use --enable-cuda-graph or --external-cuda-graph "
+                                        "with --cuda-graph-impl (Megatron's validate_args)")
+            impl = old
+    if r.flag("enable_cuda_graph") and r.flag("external_cuda_graph"):
+        raise InvalidValueError("--enable-cuda-graph and --external-cuda-graph cannot be enabled "
+                                "at the same time (Megatron's validate_args)")
+    scopes = r.raw.get("cuda_graph_modules") or r.raw.get("cuda_graph_scope_deprecated")
+    impl, mods = cuda_graph_settings(impl, scopes)
+    if impl == "full_iteration" and r.raw.get("check_for_nan_in_loss_and_grad", True):
+        raise InvalidValueError("--no-check-for-nan-in-loss-and-grad should be set with "
+                                "--cuda-graph-impl=full_iteration (Megatron's validate_args)")
+    out = {"cuda_graph_impl": impl, "cuda_graph_modules": mods} if impl != "none" else {}
+    if not r.raw.get("create_attention_mask_in_dataloader", True):
+        out["batch_attention_mask"] = False
+    for line in cuda_graph_notes(impl, mods):
+        r.note(line)
     return out

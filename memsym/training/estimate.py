@@ -15,7 +15,7 @@ from typing import Mapping
 import sympy as sp
 
 from ..errors import InvalidValueError
-from ..groups import ACTIVATION_KEYS, STATE_KEYS
+from ..groups import ACTIVATION_KEYS, BUFFER_KEYS, STATE_KEYS
 from ..job import (Job, Layout, Training, check_fields, job as make_job, microbatches,
                    validate as _validate_job)
 from ..limits import LIMITS
@@ -156,14 +156,15 @@ class TrainingEstimate:
     def grouped(self) -> dict:
         """Exact bytes grouped as the command line reports them: model-state keys,
         ``activations`` (all activation terms), ``workspace``, ``nccl``, ``fragmentation``,
-        the buffers outside PyTorch's allocator where the job has them
-        (``tp_comm_userbuffers``) and ``total`` (their sum)."""
+        the framework's buffers (:data:`memsym.groups.BUFFER_KEYS`: the CUDA graphs') and
+        those outside PyTorch's allocator where the job has them (``tp_comm_userbuffers``)
+        and ``total`` (their sum)."""
         bd = self._breakdown
         out = {key: bd[key] for key in _STATE_KEYS if key in bd}
         out["activations"] = sp.Add(*(bd[key] for key in _ACT_KEYS if key in bd))
         for key in ALLOWANCE_TERMS:
             out[key] = bd[key]
-        for key in OUTSIDE_ALLOCATOR_KEYS:
+        for key in BUFFER_KEYS + OUTSIDE_ALLOCATOR_KEYS:
             if key in bd:
                 out[key] = bd[key]
         out["total"] = bd["total"]
