@@ -54,13 +54,15 @@ LLAMA3_8B = ("llama3-8b", "--vocab-size", "32000", "--tp", "1", "--pp", "1", "--
 # gradients); precision-aware optimizer; distributed optimizer, overlapped grad reduce and
 # param gather (:128-129); tp_comm_overlap True is turned off by Bridge at TP 1
 # (training/comm_overlap.py:443); Hugging Face tokenizer: the config.json vocabulary; 16 GPUs;
-# Transformer Engine's fused cross-entropy (qwen3_moe.py:88-89).
+# Transformer Engine's fused cross-entropy (qwen3_moe.py:88-89); Transformer Engine's CUDA
+# graphs of the router and the MoE preprocessing (qwen3_moe.py:213-214).
 QWEN3_30B = ("qwen3-30b-a3b", "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "16", "--etp", "1",
              "--seq-length", "4096", "--micro-batch-size", "1", "--global-batch-size", "1024",
              "--world-size", "16", "--recompute-granularity", "none", "--precision", "bf16",
              "--optimizer", "adam", "--use-distributed-optimizer", "--grad-reduce-in-bf16",
              "--use-precision-aware-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
-             "--cross-entropy-fusion-impl", "te")
+             "--cross-entropy-fusion-impl", "te", "--cuda-graph-impl", "transformer_engine",
+             "--cuda-graph-modules", "moe_router", "moe_preprocess")
 
 
 def test_llama3_8b_recipe_equals_the_explicit_command(capsys):
@@ -295,13 +297,15 @@ def test_perf_recipe_gpt_oss_gb200_reads_its_helpers():
 
 def test_perf_recipe_unmodelled_settings_are_said():
     """perf_recipes/llama/gb200/llama3.py:257-288 (Megatron-FSDP optim_grads_params, CPU
-    offloading of 40 layers) and :71-89 (CUDA graph "local", scope full_iteration): each said
-    in a note, none silently dropped."""
+    offloading of 40 layers) and :71-89 (CUDA graph "local", scope full_iteration: counted
+    as full_iteration, memsym.terms.cuda_graphs, what it cannot size said): each said in a
+    note or counted, none silently dropped."""
     _, opts, notes = _opts("llama3_70b_pretrain_64gpu_gb200_fp8cs_config")
     assert opts["sharding"] == "fsdp" and opts["micro_batch_size"] == 2
     assert any("cpu_offloading of 40 layers" in n for n in notes)
-    _, _, notes = _opts("llama3_8b_pretrain_8gpu_gb200_fp8cs_config")
-    assert any("cuda_graph_impl local" in n and "full_iteration" in n for n in notes)
+    _, opts, notes = _opts("llama3_8b_pretrain_8gpu_gb200_fp8cs_config")
+    assert opts["cuda_graph_impl"] == "full_iteration"
+    assert any("CUDA graphs" in n and "not counted" in n for n in notes)
 
 
 def test_perf_recipe_deepseek_layout_and_its_rebuild():
