@@ -43,7 +43,8 @@ from ..term import Source, Term
 
 __all__ = ["DEEPEP_DISPATCH_CONFIGS", "DEEPEP_COMBINE_CONFIGS", "DEEPEP_WORKSPACE",
            "NVL_PEERS", "deepep_nvl_bytes", "deepep_rdma_bytes", "deepep_buffer_bytes",
-           "deepep_buffer", "hybridep_buffer", "check_deepep_group", "dispatcher_buffers"]
+           "deepep_group_bytes", "deepep_buffer", "hybridep_buffer", "check_deepep_group",
+           "dispatcher_buffers"]
 
 #: DeepEP's ``Buffer.get_dispatch_config`` (``deep_ep/buffer.py:228-254``, hybrid-ep
 #: ``94a9f8f6b1``): ranks -> (nvl send, nvl recv, rdma send, rdma recv) chunked tokens.
@@ -186,8 +187,28 @@ def deepep_buffer_bytes(hidden_bytes: int, num_ranks: int, num_sms: int = 20) ->
             max(deepep_rdma_bytes(hidden_bytes, num_ranks, num_sms, cf[2], cf[3]) for cf in cfgs))
 
 
-def _deepep_expr(group: int, num_sms: int) -> sp.Expr:
-    # linear in h: the byte counts at hidden_bytes = 2h, 128-aligned as DeepEP aligns them
+def deepep_group_bytes(group: int, num_sms: int = 20) -> sp.Expr:
+    r"""DeepEP's buffer for a group of ``group`` ranks, symbolic in h [bytes]: the NVLink
+    (and, beyond 8 ranks, RDMA) hints at ``hidden_bytes = 2h``, 128-aligned as DeepEP aligns
+    them, with the 160-byte NVLink tail and the 32 MiB workspace (:func:`deepep_buffer`'s
+    branch for :math:`G` = ``group``).
+
+    .. math:: 128\Bigl\lceil\frac{N_{\mathrm{nvl}}}{128}\Bigr\rceil + 160 + 2^{25}
+        + 128\Bigl\lceil\frac{N_{\mathrm{rdma}}}{128}\Bigr\rceil
+
+    Parameters
+    ----------
+    group : int
+        Ranks of the ETP x EP group [GPUs].
+    num_sms : int
+        ``Buffer.num_sms`` [1].
+
+    Examples
+    --------
+    >>> deepep_group_bytes(8).subs(h, 2048) == deepep_buffer_bytes(4096, 8)[0] + 160 + 2**25
+    True
+    """
+    check_deepep_group(group, num_sms)
     hb = 2 * h
     channels = num_sms // 2
     nvl, rdma = min(group, NVL_PEERS), max(group // NVL_PEERS, 1)
@@ -242,7 +263,7 @@ def deepep_buffer(num_sms: int = 20) -> Term:
     """
     check_deepep_group(2, num_sms)
     group = e * t_e
-    expr = sp.Piecewise(*((_deepep_expr(g, num_sms), sp.Eq(group, g))
+    expr = sp.Piecewise(*((deepep_group_bytes(g, num_sms), sp.Eq(group, g))
                           for g in DEEPEP_DISPATCH_CONFIGS), (0, True))
     return Term("deepep_buffers", expr, f"DeepEP's NVLink / RDMA buffers ({num_sms} SMs) and its "
                 "32 MiB workspace for the flex dispatcher's e t_e group, outside PyTorch's "
