@@ -112,11 +112,12 @@ def test_bridge_recipes_that_set_flex():
     """qwen3_30b_a3b_pretrain_8gpu_h100 runs DeepEP, deepseek_v3_pretrain_256gpu_b300_fp8mx
     HybridEP (model.moe_token_dispatcher_type flex); a recipe calling
     apply_flex_dispatcher_backend runs its backend; a dense recipe sets none."""
-    _, opts, _ = bridge_job_options(read_bridge_recipe("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config"))
-    assert opts["moe_dispatcher"] == "deepep"
-    _, opts, _ = bridge_job_options(read_bridge_recipe("deepseek_v3_pretrain_256gpu_b300_fp8mx_config"))
-    assert opts["moe_dispatcher"] == "hybridep"
-    _, opts, notes = bridge_job_options(read_bridge_recipe("deepseek_v3_pretrain_1024gpu_h100_bf16_config"))
+    def read(name):
+        return bridge_job_options(read_bridge_recipe(name))
+
+    assert read("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config")[1]["moe_dispatcher"] == "deepep"
+    assert read("deepseek_v3_pretrain_256gpu_b300_fp8mx_config")[1]["moe_dispatcher"] == "hybridep"
+    _, opts, notes = read("deepseek_v3_pretrain_1024gpu_h100_bf16_config")
     assert opts["moe_dispatcher"] == "hybridep" and any("RDMA buffers" in n for n in notes)
     _, opts, _ = bridge_job_options(read_bridge_recipe("llama3_70b_pretrain_config"))
     assert "moe_dispatcher" not in opts
@@ -133,3 +134,15 @@ def test_the_cli_reaches_them(capsys):
     assert main(argv[:-1] + ["--moe-dispatcher", "deepep"]) == 0
     out = capsys.readouterr().out
     assert "deepep_buffers" in out and "deepep, csrc/config.hpp" in out
+
+
+def test_hybridep_nvlink_domain_of_the_gpu():
+    """detect_accessible_ranks: on an NVL72 rack (GB200) all 16 ranks share one NVLink domain,
+    so the probability slots hold E/e x 16 local experts' probabilities, not E/e x 8 (HGX)."""
+    vals = {h: 2048, E: 128, e: 16, t_e: 1, s: 4096, b: 1, c: 1, t: 1}
+    slots = 4096 * 16
+    assert hybridep_buffer(72).evaluate(vals) - hybridep_buffer(8).evaluate(vals) == \
+        slots * 4 * 8 * (16 - 8)
+    kw = dict(e=16, t_e=1, d=16, seq_length=4096, moe_dispatcher="hybridep")
+    rack = training_memory(job("qwen3-30b-a3b", gpu="gb200", **kw)).grouped()["hybridep_buffers"]
+    assert rack == hybridep_buffer(72).evaluate(vals)

@@ -169,7 +169,8 @@ def check_deepep_group(num_ranks: int, num_sms: int = 20) -> None:
         raise InvalidValueError(f"DeepEP has no dispatch config for {num_ranks} ranks (e t_e must "
                                 f"be one of {', '.join(map(str, DEEPEP_DISPATCH_CONFIGS))})")
     if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms <= 0 or num_sms % 2:
-        raise InvalidValueError(f"DeepEP's SM count must be a positive even number, got {num_sms!r:.40}")
+        raise InvalidValueError(f"DeepEP's SM count must be a positive even number, got "
+                                f"{num_sms!r:.40}")
 
 
 def deepep_buffer_bytes(hidden_bytes: int, num_ranks: int, num_sms: int = 20) -> tuple:
@@ -320,9 +321,9 @@ def hybridep_buffer(ranks_per_domain: int = NVL_PEERS) -> Term:
                 "allocator", _HYBRIDEP, label="HybridEP buffers")
 
 
-def dispatcher_buffers(dispatcher: str, num_sms: int = 20) -> tuple:
-    """The buffer Terms of a MoE token dispatcher: DeepEP's or HybridEP's, none for alltoall
-    and allgather.
+def dispatcher_buffers(dispatcher: str, num_sms: int = 20, ranks_per_domain=None) -> tuple:
+    """The buffer Terms of a MoE token dispatcher: DeepEP's or HybridEP's (its NVLink domain
+    ``ranks_per_domain``, None: 8), none for alltoall and allgather.
 
     Examples
     --------
@@ -332,5 +333,5 @@ def dispatcher_buffers(dispatcher: str, num_sms: int = 20) -> tuple:
     if dispatcher == "deepep":
         return (deepep_buffer(num_sms),)
     if dispatcher == "hybridep":
-        return (hybridep_buffer(),)
+        return (hybridep_buffer(ranks_per_domain or NVL_PEERS),)
     return ()

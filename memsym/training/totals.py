@@ -101,7 +101,10 @@ def _outside_allocator(j: Job | UncheckedJob, stage: int) -> tuple:
     if training.comm.tp_comm_overlap:
         out += (tr.tp_comm_userbuffers(training.states.precision == "fp8"),)
     if training.memory.moe_dispatcher in ("deepep", "hybridep") and _moe_stage(j, stage):
-        out += dispatcher_buffers(training.memory.moe_dispatcher)
+        # HybridEP's NVLink domain: the cluster's or GPU's (an NVL72 rack: 72), else 8
+        domain = getattr(getattr(j, "cluster", None), "nvlink_domain", None) \
+            or getattr(getattr(j, "gpu", None), "nvlink_domain", None)
+        out += dispatcher_buffers(training.memory.moe_dispatcher, ranks_per_domain=domain)
     return out
 
 
