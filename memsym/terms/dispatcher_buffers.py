@@ -189,10 +189,11 @@ def deepep_buffer_bytes(hidden_bytes: int, num_ranks: int, num_sms: int = 20) ->
 
 
 def deepep_group_bytes(group: int, num_sms: int = 20) -> sp.Expr:
-    r"""DeepEP's buffer for a group of ``group`` ranks, symbolic in h [bytes]: the NVLink
-    (and, beyond 8 ranks, RDMA) hints at ``hidden_bytes = 2h``, 128-aligned as DeepEP aligns
-    them, with the 160-byte NVLink tail and the 32 MiB workspace (:func:`deepep_buffer`'s
-    branch for :math:`G` = ``group``).
+    r"""DeepEP's buffer for a group of ``group`` ranks, symbolic in h [bytes].
+
+    The NVLink (and, beyond 8 ranks, RDMA) hints at ``hidden_bytes = 2h``, 128-aligned as
+    DeepEP aligns them, with the 160-byte NVLink tail and the 32 MiB workspace
+    (:func:`deepep_buffer`'s branch for :math:`G` = ``group``).
 
     .. math:: 128\Bigl\lceil\frac{N_{\mathrm{nvl}}}{128}\Bigr\rceil + 160 + 2^{25}
         + 128\Bigl\lceil\frac{N_{\mathrm{rdma}}}{128}\Bigr\rceil
@@ -208,6 +209,11 @@ def deepep_group_bytes(group: int, num_sms: int = 20) -> sp.Expr:
     --------
     >>> deepep_group_bytes(8).subs(h, 2048) == deepep_buffer_bytes(4096, 8)[0] + 160 + 2**25
     True
+
+    References
+    ----------
+    .. [deepep] DeepEP hybrid-ep ``94a9f8f6b1`` ``csrc/config.hpp:51-100``,
+       ``deep_ep/buffer.py:228-282``, ``csrc/deep_ep.cpp:145-188``.
     """
     check_deepep_group(group, num_sms)
     hb = 2 * h
