@@ -208,7 +208,10 @@ def _check_dispatcher(x, layout: Layout, dispatcher: str, framework: str) -> Non
     # Megatron-core's dispatchers; DeepEP has configs for some group sizes only (e t_e > 1)
     if dispatcher != "alltoall" and not framework_record(framework).megatron_options:
         raise InvalidValueError(f"moe_dispatcher {dispatcher} is Megatron-core's, not {framework}'s")
-    if dispatcher == "deepep" and x.is_moe:
+    if dispatcher != "alltoall" and not x.is_moe:
+        raise InvalidValueError(f"moe_dispatcher {dispatcher} needs an MoE model (Megatron-core "
+                                "builds no token dispatcher without experts)")
+    if dispatcher == "deepep":
         check_deepep_group(layout.e * (layout.t if layout.t_e is None else layout.t_e))
 
 

@@ -71,8 +71,8 @@ def test_only_the_device_count_sees_them():
     alloc = training_memory(job("qwen3-30b-a3b", moe_dispatcher="deepep", metric="allocated",
                                 **kw)).grouped()
     assert "deepep_buffers" not in alloc
-    dense = training_memory(job("llama2-7b", d=8, moe_dispatcher="deepep")).grouped()
-    assert "deepep_buffers" not in dense
+    with pytest.raises(InvalidValueError, match="needs an MoE model"):
+        job("llama2-7b", d=8, moe_dispatcher="deepep")
     with pytest.raises(InvalidValueError, match="no dispatch config for 3 ranks"):
         job("qwen3-30b-a3b", t=1, e=3, t_e=1, d=3, seq_length=2048, moe_dispatcher="deepep")
     with pytest.raises(InvalidValueError, match="Megatron-core's, not torchtitan's"):

@@ -227,7 +227,9 @@ def megatron_training(r: MegatronArguments, arch: dict, lay: dict) -> dict:
     >>> tr["num_microbatches"], tr["recompute"]["granularity"], tr["flash_attention"]
     (4, None, True)
     """
-    tr = {"seq_length": r.seq_length(), **megatron_mechanism_options(r), **megatron_dispatcher(r)}
+    tr = {"seq_length": r.seq_length(), **megatron_mechanism_options(r)}
+    if arch.get("num_experts"):   # a dense model builds no token dispatcher
+        tr.update(megatron_dispatcher(r))
     _batch(r, tr, lay)
     tr["recompute"] = _recompute(r, arch, lay)
     _attention_backend(r, tr)
