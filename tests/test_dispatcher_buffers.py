@@ -146,3 +146,21 @@ def test_hybridep_nvlink_domain_of_the_gpu():
     kw = dict(e=16, t_e=1, d=16, seq_length=4096, moe_dispatcher="hybridep")
     rack = training_memory(job("qwen3-30b-a3b", gpu="gb200", **kw)).grouped()["hybridep_buffers"]
     assert rack == hybridep_buffer(72).evaluate(vals)
+
+
+def test_allgather_keeps_the_gathered_tokens_in_the_global_buffer():
+    """MoEAllGatherTokenDispatcher gathers the e t_e group's hidden states into Megatron's
+    GlobalMemoryBuffer ("mpu", kept for the run): Qwen3-30B-A3B at t = 4 (SP), e = 4,
+    t_e = 1, s = 2048: 512 tokens per rank x 4 ranks x 2048 x 2 bytes = 8388608, inside
+    PyTorch's allocator (so in the allocated count too); none on one rank."""
+    kw = dict(t=4, e=4, t_e=1, d=2, sequence_parallel=True, seq_length=2048)
+    for metric in ("device", "allocated"):
+        est = training_memory(job("qwen3-30b-a3b", moe_dispatcher="allgather", metric=metric, **kw))
+        assert est.breakdown()["dispatcher_gather_buffer"] == 512 * 4 * 2048 * 2
+    from memsym.terms.dispatcher_buffers import allgather_dispatch_buffer
+
+    assert allgather_dispatch_buffer().evaluate({s: 4096, b: 1, c: 1, t: 1, e: 1, t_e: 1,
+                                                 h: 2048}) == 0
+    j = _megatron("--moe-token-dispatcher-type", "allgather")
+    assert j.training.memory.moe_dispatcher == "allgather"
+    assert "dispatcher_gather_buffer" in training_memory(j).breakdown()

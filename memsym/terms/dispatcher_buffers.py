@@ -18,13 +18,24 @@ device's own count sees it, :data:`memsym.terms.allowances.METRICS`):
   and probabilities of :math:`T G` token slots (the worst case: every token to one rank) and
   the routing-map all-gather.
 
-The alltoall and allgather dispatchers allocate no buffer of their own beyond NCCL's: what
-they permute and exchange is the MoE layer's activations
-(:func:`memsym.terms.activations.layer_activations`: ``routed_tokens``, the fp32 ``router``
-probabilities), and ``moe_permute_fusion`` (Transformer Engine's fused permute) changes the
-kernels, not what a layer keeps for its backward.
+* **allgather** (``--moe-token-dispatcher-type allgather``, :func:`allgather_dispatch_buffer`):
+  ``MoEAllGatherTokenDispatcher.token_dispatch`` gathers the hidden states of the whole
+  group into Megatron's global memory buffer (``use_global_buffer=True``: the ``"mpu"``
+  tensor of ``GlobalMemoryBuffer``, kept and reused for the whole run, inside PyTorch's
+  allocator).
 
-Sources: Megatron-LM ``d98e8a64dd`` ``megatron/core/transformer/moe/fused_a2a.py``
+The alltoall dispatcher keeps no buffer of its own: what it permutes and exchanges is the
+MoE layer's activations (:func:`memsym.terms.activations.layer_activations`:
+``routed_tokens``, the fp32 ``router`` probabilities); the permuted local tokens before the
+all-to-all and the sorted copy after it (``sort_chunks_by_idxs``) live within one layer's
+forward and are not counted, nor are the permutation's integer index maps it keeps for the
+unpermute (``moe_utils.permute``; ``moe_permute_fusion`` swaps them for Transformer Engine's
+``row_id_map``), a few bytes per token and expert against :math:`2h` per routed token.
+
+Sources: Megatron-LM ``d98e8a64dd`` ``megatron/core/transformer/moe/token_dispatcher.py``
+(``MoEAllGatherTokenDispatcher.token_dispatch`` 281-303), ``tensor_parallel/mappings.py``
+(``_gather_along_first_dim`` 118-156), ``utils.py`` (``GlobalMemoryBuffer`` 727-753),
+``megatron/core/transformer/moe/fused_a2a.py``
 (``get_hidden_bytes`` 24-33, ``get_buffer`` 36-69, ``set_deepep_num_sms`` 261-263,
 ``init_hybrid_ep_buffer`` 285-347) and ``token_dispatcher.py`` (``_DeepepManager.__init__``
 1287-1292: 20 SMs when ``moe_flex_dispatcher_num_sms`` is unset; ``MoEFlexTokenDispatcher``
@@ -44,7 +55,7 @@ from ..term import Source, Term
 __all__ = ["DEEPEP_DISPATCH_CONFIGS", "DEEPEP_COMBINE_CONFIGS", "DEEPEP_WORKSPACE",
            "NVL_PEERS", "deepep_nvl_bytes", "deepep_rdma_bytes", "deepep_buffer_bytes",
            "deepep_group_bytes", "deepep_buffer", "hybridep_buffer", "check_deepep_group",
-           "dispatcher_buffers"]
+           "dispatcher_buffers", "allgather_dispatch_buffer"]
 
 #: DeepEP's ``Buffer.get_dispatch_config`` (``deep_ep/buffer.py:228-254``, hybrid-ep
 #: ``94a9f8f6b1``): ranks -> (nvl send, nvl recv, rdma send, rdma recv) chunked tokens.
@@ -341,3 +352,42 @@ def dispatcher_buffers(dispatcher: str, num_sms: int = 20, ranks_per_domain=None
     if dispatcher == "hybridep":
         return (hybridep_buffer(ranks_per_domain or NVL_PEERS),)
     return ()
+
+
+def allgather_dispatch_buffer() -> Term:
+    r"""The allgather dispatcher's gathered hidden states, kept in Megatron's global buffer [bytes].
+
+    .. math:: M_{\mathrm{gather}} = 2\,\frac{s\,b}{c\,t}\,e\,t_e\,h
+
+    ``gather_from_sequence_parallel_region(hidden_states, group=tp_ep_group,
+    use_global_buffer=True)`` writes the :math:`T\,G` gathered 16-bit tokens
+    (:math:`T = s b/(c t)` on each of the :math:`G = e\,t_e` ranks) into the
+    ``GlobalMemoryBuffer`` tensor named ``"mpu"``, which grows to the largest request and is
+    never freed; the dispatcher permutes out of it, so autograd keeps no reference (the MoE
+    layer's own activations are counted apart).  Its backward's reduce-scatter writes a
+    :math:`T`-token slice of the same buffer.
+
+    Returns
+    -------
+    Term
+        ``dispatcher_gather_buffer`` [bytes].
+
+    Examples
+    --------
+    >>> allgather_dispatch_buffer().evaluate({s: 4096, b: 1, c: 1, t: 2, e: 4, t_e: 2, h: 2048})
+    67108864
+
+    References
+    ----------
+    .. [megatron-core] Megatron-LM d98e8a64dd ``moe/token_dispatcher.py:281-303``,
+       ``tensor_parallel/mappings.py:118-156``, ``utils.py:727-753``.
+    """
+    # a group of one rank gathers nothing (token_dispatch: tp_size > 1 or ep_size > 1)
+    gathered = sp.Piecewise((0, sp.Eq(e * t_e, 1)), (2 * s * b / (c * t) * e * t_e * h, True))
+    return Term("dispatcher_gather_buffer", gathered,
+                "the allgather dispatcher's gathered 16-bit hidden states of the e t_e group, in "
+                "Megatron's global memory buffer for the whole run",
+                Source(_MC, "transformer/moe/token_dispatcher.py:281-303 (MoEAllGatherToken"
+                       "Dispatcher.token_dispatch, use_global_buffer=True); tensor_parallel/"
+                       "mappings.py:118-156; utils.py:727-753 GlobalMemoryBuffer"),
+                label="allgather dispatch buffer")
