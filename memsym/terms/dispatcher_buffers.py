@@ -303,8 +303,10 @@ def hybridep_buffer(ranks_per_domain: int = NVL_PEERS) -> Term:
     fp32 probabilities (dispatch and combine share them, ``use_shared_buffer``) and fp32
     scaling factors; the routing-map all-gather keeps one bool per token slot and expert of the
     group.  Not counted: across NVLink domains the RDMA coordinator's buffers
-    (``internode_doca.cu`` / ``internode_nixl.cu``) and the preprocessing scratch (a few
-    bytes per block and expert).
+    (``internode_doca.cu`` / ``internode_nixl.cu``), the preprocessing scratch (a few
+    bytes per block and expert), and the rounding of :math:`T` up to a multiple of 16 that
+    ``update_template_config`` applies before a dispatch (``hybrid_ep_buffer.py``; none for
+    the usual token counts).
 
     Parameters
     ----------
