@@ -21,14 +21,12 @@ from .limits import check_limit
 from .rules import check as check_rule
 from .vocabulary import recompute_modules
 
-__all__ = ["Layout", "Training", "Batch", "PipelineSchedule", "ModelStates", "Memory",
-           "Adapters", "CommOverlap", "PARTS", "FIELD_PARTS", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS", "whole",
-           "microbatches", "recompute_modules_of", "check_zero_buckets", "ZERO_BUCKET_NAMES"]
+__all__ = ["Layout", "Training", "Batch", "PipelineSchedule", "ModelStates", "Memory", "Adapters",
+           "CommOverlap", "PARTS", "FIELD_PARTS", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS",
+           "whole", "microbatches", "recompute_modules_of", "check_zero_buckets", "ZERO_BUCKET_NAMES"]
 
 
-# ---------------------------------------------------------------------------------------------
-# the parts
-# ---------------------------------------------------------------------------------------------
+# the parts ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Layout:
     """A parallel layout: how the GPUs are split (Megatron-LM's ordering [TP, CP, PP, DP]).
@@ -248,6 +246,9 @@ class Memory:
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
         Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
+    moe_dispatcher : {"alltoall", "allgather", "deepep", "hybridep"}
+        Megatron's MoE token dispatcher (``--moe-token-dispatcher-type``; the flex one named
+        by its ``--moe-flex-dispatcher-backend``): :mod:`memsym.terms.dispatcher_buffers`.
     metric : {"device", "reserved", "allocated"}
         Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
         ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
@@ -267,6 +268,7 @@ class Memory:
     capacity_factor: int | Rational = 1
     cross_entropy_fusion_impl: str = "native"
     cpu_offloading_num_layers: int = 0
+    moe_dispatcher: str = "alltoall"
     metric: str = "device"
 
 
@@ -349,7 +351,8 @@ FIELD_PARTS: dict = {name: part for name, part in (
                                 "wgrad_deferral_limit")),
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
         "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")),
-    *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers")))}
+    *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers",
+                              "moe_dispatcher")))}
 
 
 @dataclass(frozen=True, init=False)
@@ -509,10 +512,7 @@ REPORTED_DEFAULTS: dict = {
 }
 
 
-
-# ---------------------------------------------------------------------------------------------
-# the whole-number validator (one for every size a job carries)
-# ---------------------------------------------------------------------------------------------
+# the whole-number validator (one for every size a job carries) --------------------------------
 def whole(value, what: str, *, minimum: int = 1, optional: bool = False):
     """``value`` as a Python int ``>= minimum`` (None passes when ``optional``).
 

@@ -52,6 +52,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "loss_parallel": training.memory.loss_parallel,
                      "cross_entropy_fusion_impl": training.memory.cross_entropy_fusion_impl,
                      "cpu_offloading_num_layers": training.memory.cpu_offloading_num_layers,
+                     "moe_dispatcher": training.memory.moe_dispatcher,
                      "main_params_dtype": training.states.main_params_dtype,
                      "exp_avg_dtype": training.states.exp_avg_dtype,
                      "exp_avg_sq_dtype": training.states.exp_avg_sq_dtype,

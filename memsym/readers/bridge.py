@@ -33,7 +33,7 @@ from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
-from .recipe_mechanisms import recipe_mechanism_options
+from .recipe_mechanisms import recipe_dispatcher, recipe_mechanism_options
 from .megatron import MEGATRON_FSDP_SCHEMES
 
 __all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS", "HF_PRESETS",
@@ -531,6 +531,11 @@ def bridge_job_options(reading: dict) -> tuple:
     opts["tp_comm_overlap"] = bool(tp_overlap and opts.get("t", 1) > 1
                                    and opts.get("sequence_parallel"))
     opts.update(recipe_mechanism_options(values, opts))
+    if resolve_model(preset).num_experts:   # the flex dispatcher's DeepEP / HybridEP buffers
+        opts.update(recipe_dispatcher(values, reading.get("computed") or ()))
+        if opts["moe_dispatcher"] == "hybridep" and opts.get("e", 1) * (opts.get("t_e") or 1) > 8:
+            notes.append("HybridEP over more than 8 GPUs: the RDMA buffers between NVLink domains "
+                         "are not counted (memsym.terms.dispatcher_buffers)")
     opts.update(_vocab(values, preset, notes))
     world = reading["world_size"]
     if world is not None:
@@ -558,11 +563,6 @@ def _unmodelled(values, model) -> list:
         notes.append(f"model.fine_grained_activation_offloading "
                      f"{values.get('model.offload_modules')}: the offloaded activations are "
                      "counted as kept on the GPU")
-    kind = values.get("model.moe_token_dispatcher_type")
-    if model.num_experts and kind not in (None, "alltoall"):
-        notes.append(f"model.moe_token_dispatcher_type {kind} "
-                     f"({values.get('model.moe_flex_dispatcher_backend')}): its communication "
-                     "buffers are not counted")
     if values.get("mixed_precision") == "bf16_with_mxfp8_mixed":
         notes.append("MXFP8 (bf16_with_mxfp8_mixed) counted as FP8 with per-tensor scales: the "
                      "1-per-32 block scales are not counted")

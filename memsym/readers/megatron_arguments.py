@@ -132,6 +132,8 @@ MODELLED = {
     "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "cp_comm_type", "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
+    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_enable_deepep",
+    "moe_flex_dispatcher_num_sms",
 }
 
 #: Accepted, but they change the model's structure in ways memsym's Architecture cannot express:
