@@ -31,6 +31,7 @@ CALIBRATION = {
     "seed001.baseline": "hopper/fp8",
     "mbridge.25.11.gb200.deepseek-v3.bf16": "blackwell/bf16",
     "mbridge.25.11.b200.llama3-8b.fp8": "blackwell/fp8",
+    "mbridge.25.11.gb300.llama3-8b.fp8": "blackwell-ultra/fp8",
 }
 
 
@@ -121,7 +122,8 @@ def test_calibration_runs_are_exactly_the_named_ones(runs):
     assert {tuple(v.split("/")) for v in named.values()} <= set(efficiency.GEMM_CEILING)
 
 
-@pytest.mark.parametrize("klass,prec", [("blackwell", "bf16"), ("blackwell", "fp8")])
+@pytest.mark.parametrize("klass,prec", [("blackwell", "bf16"), ("blackwell", "fp8"),
+                                        ("blackwell-ultra", "fp8")])
 def test_blackwell_ceilings_come_from_their_runs(klass, prec):
     # the stored value reproduces its run's measured step (the Hopper and Ampere ones:
     # tests/test_timing.py); not Hopper's 0.587 / 0.548 any more
@@ -211,3 +213,26 @@ def test_recipe_userbuffers_config_is_priced(runs):
     te = float(step_time_grid(arch, "gb300", settings=dataclasses.replace(st, tp_overlap_cfg=None),
                               **kw)["step"][()])
     assert ours < te
+
+
+def test_blackwell_ultra_is_its_own_class():
+    # NVIDIA's Blackwell Ultra (B300, GB300) against Blackwell (B200, GB200): its own fp8
+    # ceiling, blackwell's bf16 one (shared, stated), twice the SFU exponential rate
+    from memsym.model import preset
+    from memsym.timing.gemm import shape_of
+    from memsym.timing.layer import _attention
+    from memsym.timing.records import Settings
+
+    assert {gpu(n).arch_class for n in ("b300", "gb300")} == {"blackwell-ultra"}
+    assert {gpu(n).arch_class for n in ("b200", "gb200")} == {"blackwell"}
+    assert efficiency.ceiling("gb300", "bf16") == efficiency.ceiling("gb200", "bf16")
+    assert efficiency.ceiling("gb300", "fp8") > efficiency.ceiling("gb200", "fp8") + 0.05
+    assert float(efficiency.exp_time(1e12, "gb200") / efficiency.exp_time(1e12, "gb300")) \
+        == pytest.approx(10.7 / 5)
+    # the exponentials bind only where the matrix products are faster than them: head
+    # dimension 64 at a full-peak GEMM rate on GB200, not at the calibrated ceiling
+    x, st = shape_of(preset("gpt-oss-120b")), Settings(seq_length=8192, micro_batch_size=1,
+                                                        flash_attention=True, dropout=False)
+    fast = [float(_attention(x, st, gpu(g), 1, 1, 1, 1.0)[0]) for g in ("gb200", "gb300")]
+    slow = [float(_attention(x, st, gpu(g), 1, 1, 1, None)[0]) for g in ("gb200", "gb300")]
+    assert fast[0] > fast[1] * 1.5 and slow[0] == pytest.approx(slow[1])
