@@ -236,3 +236,29 @@ def test_blackwell_ultra_is_its_own_class():
     fast = [float(_attention(x, st, gpu(g), 1, 1, 1, 1.0)[0]) for g in ("gb200", "gb300")]
     slow = [float(_attention(x, st, gpu(g), 1, 1, 1, None)[0]) for g in ("gb200", "gb300")]
     assert fast[0] > fast[1] * 1.5 and slow[0] == pytest.approx(slow[1])
+
+
+def test_bridge_recipe_job_prices_the_recipes_userbuffers_as_the_validation(runs, capsys):
+    # memsym estimate --bridge-recipe reads comm_overlap.tp_comm_overlap_cfg into the job
+    # (Training.comm.tp_comm_overlap_cfg): its step is the validation's pricing of the same
+    # job (tools/time_accuracy reads the config from the run's recipe_settings), not TE's
+    # default userbuffers.  The 26.04.01 GB300 405B row runs the recipe's own layout.
+    import json
+
+    from memsym.cli import main
+
+    run = {r["id"]: r for r in runs}["mbridge.26.04.01.gb300.llama3-405b.fp8"]
+    recipe = run["recipe"].split(":")[-1].split()[0]
+    argv = ["estimate", "--bridge-recipe", recipe, "--gpu", run["gpu"], "--gpus-per-node", "4",
+            "--inter-node-bandwidth", "100", "--json"]     # the gb300-nvl72 cluster
+
+    def step(*extra):
+        assert main(argv + list(extra)) == 0
+        out = json.loads(capsys.readouterr().out)
+        return out["step_time_s"], out["training"].get("tp_comm_overlap_cfg")
+
+    ours, cfg = step()
+    assert cfg == time_accuracy.recipe_ub_config(run) is not None
+    assert ours == pytest.approx(time_accuracy.predict(run)["step"], rel=1e-9)
+    te, none = step("comm_overlap.tp_comm_overlap_cfg=null")
+    assert none is None and te > ours * 1.02
