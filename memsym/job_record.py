@@ -11,6 +11,7 @@ the defaults every report lists, the one whole-number validator and the micro-ba
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 
 from sympy import Rational
@@ -308,9 +309,10 @@ class CommOverlap:
         backward) and ``--overlap-param-gather`` (the parameter all-gather during the next
         forward).  None: the framework's default
         (:meth:`memsym.frameworks.Framework.overlaps_by_default`).
-    tp_comm_overlap : bool
+    tp_comm_overlap, tp_comm_overlap_cfg : bool, str or None
         Megatron's ``--tp-comm-overlap`` (Transformer Engine userbuffers: the TP all-gather /
-        reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism).
+        reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism) and the
+        userbuffers config a Bridge recipe names (None: TE's default; memsym.timing.userbuffers).
     overlap_moe_expert_parallel_comm : bool
         Megatron's ``--overlap-moe-expert-parallel-comm`` (default off): the EP all-to-all
         hidden behind another micro-batch's compute (``TransformerConfig``'s conditions).
@@ -325,6 +327,7 @@ class CommOverlap:
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False
     cp_comm_type: str | None = None
+    tp_comm_overlap_cfg: str | None = None
 
 
 #: Training's sub-records: attribute -> record class.
@@ -346,7 +349,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
     ("compiled_loss", "memory"), ("framework", ""), ("loss_parallel", "memory"),
     ("fsdp_root_group", "memory"),
     *((n, "comm") for n in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                            "overlap_moe_expert_parallel_comm")),
+                            "overlap_moe_expert_parallel_comm", "tp_comm_overlap_cfg")),
     *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",
                                 "wgrad_deferral_limit")),
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
@@ -512,7 +515,6 @@ REPORTED_DEFAULTS: dict = {
 }
 
 
-# the whole-number validator (one for every size a job carries) --------------------------------
 def whole(value, what: str, *, minimum: int = 1, optional: bool = False):
     """``value`` as a Python int ``>= minimum`` (None passes when ``optional``).
 
@@ -527,8 +529,6 @@ def whole(value, what: str, *, minimum: int = 1, optional: bool = False):
     ...
     memsym.errors.InvalidValueError: t must be a whole number >= 1, got 0
     """
-    import numbers
-
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:

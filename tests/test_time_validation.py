@@ -31,6 +31,7 @@ CALIBRATION = {
     "seed001.baseline": "hopper/fp8",
     "mbridge.25.11.gb200.deepseek-v3.bf16": "blackwell/bf16",
     "mbridge.25.11.b200.llama3-8b.fp8": "blackwell/fp8",
+    "mbridge.25.11.gb300.llama3-8b.fp8": "blackwell-ultra/fp8",
 }
 
 
@@ -121,7 +122,8 @@ def test_calibration_runs_are_exactly_the_named_ones(runs):
     assert {tuple(v.split("/")) for v in named.values()} <= set(efficiency.GEMM_CEILING)
 
 
-@pytest.mark.parametrize("klass,prec", [("blackwell", "bf16"), ("blackwell", "fp8")])
+@pytest.mark.parametrize("klass,prec", [("blackwell", "bf16"), ("blackwell", "fp8"),
+                                        ("blackwell-ultra", "fp8")])
 def test_blackwell_ceilings_come_from_their_runs(klass, prec):
     # the stored value reproduces its run's measured step (the Hopper and Ampere ones:
     # tests/test_timing.py); not Hopper's 0.587 / 0.548 any more
@@ -211,3 +213,52 @@ def test_recipe_userbuffers_config_is_priced(runs):
     te = float(step_time_grid(arch, "gb300", settings=dataclasses.replace(st, tp_overlap_cfg=None),
                               **kw)["step"][()])
     assert ours < te
+
+
+def test_blackwell_ultra_is_its_own_class():
+    # NVIDIA's Blackwell Ultra (B300, GB300) against Blackwell (B200, GB200): its own fp8
+    # ceiling, blackwell's bf16 one (shared, stated), twice the SFU exponential rate
+    from memsym.model import preset
+    from memsym.timing.gemm import shape_of
+    from memsym.timing.layer import _attention
+    from memsym.timing.records import Settings
+
+    assert {gpu(n).arch_class for n in ("b300", "gb300")} == {"blackwell-ultra"}
+    assert {gpu(n).arch_class for n in ("b200", "gb200")} == {"blackwell"}
+    assert efficiency.ceiling("gb300", "bf16") == efficiency.ceiling("gb200", "bf16")
+    assert efficiency.ceiling("gb300", "fp8") > efficiency.ceiling("gb200", "fp8") + 0.05
+    assert float(efficiency.exp_time(1e12, "gb200") / efficiency.exp_time(1e12, "gb300")) \
+        == pytest.approx(10.7 / 5)
+    # the exponentials bind only where the matrix products are faster than them: head
+    # dimension 64 at a full-peak GEMM rate on GB200, not at the calibrated ceiling
+    x, st = shape_of(preset("gpt-oss-120b")), Settings(seq_length=8192, micro_batch_size=1,
+                                                        flash_attention=True, dropout=False)
+    fast = [float(_attention(x, st, gpu(g), 1, 1, 1, 1.0)[0]) for g in ("gb200", "gb300")]
+    slow = [float(_attention(x, st, gpu(g), 1, 1, 1, None)[0]) for g in ("gb200", "gb300")]
+    assert fast[0] > fast[1] * 1.5 and slow[0] == pytest.approx(slow[1])
+
+
+def test_bridge_recipe_job_prices_the_recipes_userbuffers_as_the_validation(runs, capsys):
+    # memsym estimate --bridge-recipe reads comm_overlap.tp_comm_overlap_cfg into the job
+    # (Training.comm.tp_comm_overlap_cfg): its step is the validation's pricing of the same
+    # job (tools/time_accuracy reads the config from the run's recipe_settings), not TE's
+    # default userbuffers.  The 26.04.01 GB300 405B row runs the recipe's own layout.
+    import json
+
+    from memsym.cli import main
+
+    run = {r["id"]: r for r in runs}["mbridge.26.04.01.gb300.llama3-405b.fp8"]
+    recipe = run["recipe"].split(":")[-1].split()[0]
+    argv = ["estimate", "--bridge-recipe", recipe, "--gpu", run["gpu"], "--gpus-per-node", "4",
+            "--inter-node-bandwidth", "100", "--json"]     # the gb300-nvl72 cluster
+
+    def step(*extra):
+        assert main(argv + list(extra)) == 0
+        out = json.loads(capsys.readouterr().out)
+        return out["step_time_s"], out["training"].get("tp_comm_overlap_cfg")
+
+    ours, cfg = step()
+    assert cfg == time_accuracy.recipe_ub_config(run) is not None
+    assert ours == pytest.approx(time_accuracy.predict(run)["step"], rel=1e-9)
+    te, none = step("comm_overlap.tp_comm_overlap_cfg=null")
+    assert none is None and te > ours * 1.02

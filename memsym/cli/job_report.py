@@ -59,6 +59,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "overlap_grad_reduce": training.comm.overlap_grad_reduce,
                      "overlap_param_gather": training.comm.overlap_param_gather,
                      "tp_comm_overlap": training.comm.tp_comm_overlap,
+                     "tp_comm_overlap_cfg": training.comm.tp_comm_overlap_cfg,
                      "overlap_moe_expert_parallel_comm":
                          training.comm.overlap_moe_expert_parallel_comm,
                      "overlap_p2p_comm": training.pipeline.overlap_p2p_comm,

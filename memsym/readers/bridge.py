@@ -33,6 +33,7 @@ from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
+from .bridge_userbuffers import recipe_ub_option
 from .recipe_mechanisms import recipe_dispatcher, recipe_mechanism_options
 from .megatron import MEGATRON_FSDP_SCHEMES
 
@@ -119,6 +120,7 @@ FIELDS = {
     "mixed_precision.bf16": ("bridge", "precision"),
     "mixed_precision.fp16": ("bridge", "precision"),
     "comm_overlap.tp_comm_overlap": ("bridge", "tp_comm_overlap"),
+    "comm_overlap.tp_comm_overlap_cfg": ("bridge", "tp_comm_overlap_cfg"),
     "comm_overlap.overlap_moe_expert_parallel_comm": ("job", "overlap_moe_expert_parallel_comm"),
     "comm_overlap.defer_embedding_wgrad_compute": ("job", "defer_embedding_wgrad_compute"),
     "optimizer.optimizer": ("job", "optimizer"),
@@ -530,6 +532,7 @@ def bridge_job_options(reading: dict) -> tuple:
     # comm_overlap.py:442-448: Bridge turns TP overlap off at TP < 2 or without SP
     opts["tp_comm_overlap"] = bool(tp_overlap and opts.get("t", 1) > 1
                                    and opts.get("sequence_parallel"))
+    opts.update(recipe_ub_option(values, opts["tp_comm_overlap"], notes))
     opts.update(recipe_mechanism_options(values, opts))
     if resolve_model(preset).num_experts:   # the flex dispatcher's DeepEP / HybridEP buffers
         opts.update(recipe_dispatcher(values, reading.get("computed") or ()))

@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from .collectives import collective_bytes, collective_time, group_bandwidth
-from .efficiency import ceiling, gemm_time, memory_time
+from .efficiency import ceiling, exp_time, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
 from .moe import gemm_seconds, moe_layer_extras
 from .records import Overlap, Settings
@@ -113,8 +113,10 @@ def _attention(x, st: Settings, dev, t, c, b, eta_gemm):
     ceil = ceiling(dev, aprec) if eta_gemm is None else float(eta_gemm)
     if st.flash_attention:
         fl = attention_flops(x, s, b, t, c, causal_skip=True)
-        f_att = fl / (peak * ceil * FLASH_FORWARD)
-        b_att = 2.5 * fl / (peak * ceil * FLASH_BACKWARD)
+        # one exponential per kept score, forward and backward, on the SFUs beside the MMA
+        exps = exp_time(fl / (2 * (x.d_qk + x.d_v)), dev)
+        f_att = np.maximum(fl / (peak * ceil * FLASH_FORWARD), exps)
+        b_att = np.maximum(2.5 * fl / (peak * ceil * FLASH_BACKWARD), exps)
     else:
         # unfused core attention: batched QK^T [s/c, d] x [d, s] and AV [s/c, s] x [s, d_v]
         heads = as_array(b) * x.a / as_array(t)
