@@ -138,6 +138,10 @@ d_r = _register("d_r", r"d_{\mathrm{r}}", "MLA decoupled RoPE head dim (qk_rope_
                 "Megatron qk_pos_emb_head_dim)", "1", "positive integer")
 d_v = _register("d_v", r"d_{\mathrm{v}}", "MLA value head dim (v_head_dim)", "1",
                 "positive integer")
+H_idx = _register("H_idx", r"H_{\mathrm{idx}}", "DeepSeek-V3.2 sparse-attention indexer heads "
+                  "(index_n_heads)", "1", "positive integer")
+d_idx = _register("d_idx", r"d_{\mathrm{idx}}", "DeepSeek-V3.2 sparse-attention indexer head dim "
+                  "(index_head_dim)", "1", "positive integer")
 # --- hybrid Mamba / attention models (memsym/model/counts.py, memsym/terms/mamba.py) --------
 L_att = _register("L_att", r"L_{\mathrm{att}}", "number of layers with an attention mixer (hybrid "
                   "models; L otherwise)", "1", "nonnegative")

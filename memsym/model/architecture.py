@@ -75,6 +75,9 @@ class Architecture:
       Cohere); recorded for activation models, it changes no parameter count by itself.
     * ``xielu_activation``: the MLP's activation is xIELU with two learned scalars (``alpha_p``,
       ``alpha_n``) per MLP (Apertus).
+    * ``dsa_index_heads``, ``dsa_index_head_dim``: DeepSeek-V3.2's sparse-attention indexer in
+      every MLA layer (wq_b r_q -> H_idx d_idx, wk h -> d_idx, a LayerNorm of d_idx, weights_proj
+      h -> H_idx); None: no indexer.
 
     Fields of the hybrid Mamba / attention models (Jamba, Bamba, Falcon-H1, Nemotron-H,
     Granite 4.0; Megatron-core's ``hybrid_override_pattern`` describes the same per layer):
@@ -124,6 +127,8 @@ class Architecture:
     qk_head_dim: Optional[int] = None
     qk_pos_emb_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
+    dsa_index_heads: Optional[int] = None          # DeepSeek-V3.2 indexer heads; None = no indexer
+    dsa_index_head_dim: Optional[int] = None       # DeepSeek-V3.2 indexer head dim
     mtp_num_layers: int = 0
     extra: dict = field(default_factory=dict, compare=False, hash=False)  # documented extras per preset
     # --- added by the models module (issue 3) ---
@@ -181,7 +186,7 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "max_position_embeddings", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
                "mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
-               "mamba_conv_kernel", "mamba_dt_rank")
+               "mamba_conv_kernel", "mamba_dt_rank", "dsa_index_heads", "dsa_index_head_dim")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
@@ -263,6 +268,10 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
         for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             if name not in upd:
                 raise InvalidValueError(f"multi_latent_attention needs {name}")
+    if (arch.dsa_index_heads is None) != (arch.dsa_index_head_dim is None) or (
+            arch.dsa_index_heads and not (arch.multi_latent_attention and arch.q_lora_rank)):
+        raise InvalidValueError("dsa_index_heads and dsa_index_head_dim (DeepSeek-V3.2's "
+                                "indexer) go together, with multi_latent_attention and q_lora_rank")
     if arch.moe_router_bias is None:
         upd["moe_router_bias"] = bool(arch.add_bias_linear)
     _resolve_hybrid(arch, upd)

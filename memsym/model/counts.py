@@ -9,8 +9,9 @@ from ..errors import InvalidValueError, UnknownNameError
 from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, moe_layer_count,
                            moe_layer_pattern, padded_vocab_size, resolve)
 from ..terms.adapters import LORA_TARGETS, lower_choice
-from ..symbols import (E, G_ssm, H_ssm, L, L_att, L_ffn, L_m, L_ssm, N_ssm, V, a, d_h, d_qk, d_r,
-                       d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
+from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_ffn, L_m, L_ssm, N_ssm, V, a, d_h,
+                       d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv, n_mtp, r_dt,
+                       r_kv, r_q, s_max)
 from .presets import preset
 from ..term import Source, Term, Total
 
@@ -62,6 +63,11 @@ def _attention_parts(x: Architecture):
         if bias_all:  # not used by any preset; counted as Megatron would build it
             tp += a * (d_qk + d_r) + a * (d_qk + d_v)
             rep += h
+        if x.dsa_index_heads:
+            # DeepSeek-V3.2's indexer (transformers' DeepseekV32Indexer): wq_b r_q -> H_idx d_idx,
+            # wk h -> d_idx, k_norm nn.LayerNorm(d_idx) (weight and bias), weights_proj
+            # h -> H_idx, none biased; kept whole on every TP rank
+            rep += r_q * H_idx * d_idx + h * d_idx + 2 * d_idx + h * H_idx
         return tp, rep
     # Q and O are h x a*d_h, K and V are h x g*d_h (GQA; g = a is multi-head attention).
     tp = h * a * d_h + 2 * h * g * d_h + a * d_h * h
@@ -290,6 +296,8 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
                      d_v: x.v_head_dim})
         if x.q_lora_rank:
             vals[r_q] = x.q_lora_rank
+        if x.dsa_index_heads:
+            vals.update({H_idx: x.dsa_index_heads, d_idx: x.dsa_index_head_dim})
     return {sym: sp.Integer(val) for sym, val in vals.items()}
 
 

@@ -34,12 +34,21 @@ _TEXT_CONFIG = {
 }
 # model types transformers builds with layers memsym does not model: refused in one line that
 # says so, with no near name suggested (a near name is another model, with another count)
-_HYBRID_MAMBA = ("hybrid Mamba layers with attention blocks shared across layers are not "
-                 "modelled")
+_SHARED = ("hybrid {} / attention layers with attention blocks shared across layers are not "
+           "modelled (memsym counts each layer's own weights; {})")
 _NOT_MODELLED = {
-    "zamba": _HYBRID_MAMBA, "zamba2": _HYBRID_MAMBA,
-    "qwen3_next": "hybrid Gated DeltaNet (linear-attention) layers are not modelled",
-    "minimax": "hybrid lightning (linear-attention) layers are not modelled",
+    "zamba": _SHARED.format("Mamba", "ZambaHybridLayer reuses one attention block, reading the "
+                            "concatenated embedding and hidden state, every few Mamba layers, "
+                            "each use with its own linear layer"),
+    "zamba2": _SHARED.format("Mamba-2", "Zamba2HybridLayer reuses num_mem_blocks attention "
+                             "blocks with per-use LoRA adapters and a per-use linear layer"),
+    "qwen3_next": "hybrid Gated DeltaNet (linear-attention) layers are not modelled (no memsym "
+                  "layer kind for in_proj_qkvz, in_proj_ba, the causal conv1d, A_log and "
+                  "dt_bias per head, the gated RMSNorm; nor the gated attention's 2 a d_h q_proj)",
+    "minimax": "hybrid lightning (linear-attention) layers are not modelled (no memsym layer "
+               "kind for qkv_proj, output_gate, the RMSNorm over the heads, the decay per head)",
+    "lfm2": "short-convolution operator layers are not modelled (no memsym layer kind for "
+            "in_proj h -> 3h, the depthwise causal conv1d of conv_L_cache taps, out_proj)",
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
@@ -60,6 +69,9 @@ _DROPOUT.update({
     "phi": {"attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0},
     "gpt_bigcode": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
     "stablelm": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
+    # DbrxBlock: resid_pdrop, DbrxModel: emb_pdrop, DbrxAttention: attn_config.attn_pdrop (read
+    # at the top level, where the DBRX reader puts the nested fields)
+    "dbrx": {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "emb_pdrop": 0.0},
 })
 # model_type -> (reader (c, notes), tie_word_embeddings default, dropout) of the families whose
 # modules are not a Llama-like decoder's: hybrid Mamba / attention and pure Mamba
@@ -103,7 +115,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "GraniteMoeSharedForCausalLM": "granitemoeshared",
              "NemotronForCausalLM": "nemotron", "PhiForCausalLM": "phi",
              "GPTBigCodeForCausalLM": "gpt_bigcode", "StableLmForCausalLM": "stablelm",
-             "Glm4MoeLiteForCausalLM": "glm4_moe_lite"}
+             "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "DbrxForCausalLM": "dbrx",
+             "DeepseekV32ForCausalLM": "deepseek_v32"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 
@@ -116,7 +129,8 @@ def from_hf_config(path) -> Architecture:
     """Read a local Hugging Face ``config.json`` into an :class:`Architecture` (no network).
 
     Accepted ``model_type`` (or, only when the file has none, the type of ``architectures[0]``):
-    apertus, arcee, bloom, cohere, cohere2, cwm, deepseek_v2, deepseek_v3, dots1, ernie4_5,
+    apertus, arcee, bloom, cohere, cohere2, cwm, dbrx, deepseek_v2, deepseek_v3, deepseek_v32
+    (with its sparse-attention indexer), dots1, ernie4_5,
     ernie4_5_moe, exaone (EXAONE 3.x), exaone4, falcon (both decoder architectures), gemma,
     gemma2, gemma3 (its text_config), gemma3_text, flex_olmo, glm, glm4, glm4_moe,
     glm4_moe_lite, gpt2, gpt_bigcode, gpt_neox, gpt_oss, gptj, granite, granitemoe,
@@ -158,8 +172,8 @@ def from_hf_config(path) -> Architecture:
     InvalidValueError
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
-        limit (named), a type transformers knows whose layers memsym does not model (shared
-        attention blocks: zamba, zamba2; linear attention: qwen3_next, minimax), a
+        limit (named), a type transformers knows whose layers memsym does not model (zamba,
+        zamba2, qwen3_next, minimax, lfm2: the missing layer kind named), a
         structure of a type that is not modelled (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).
@@ -208,7 +222,8 @@ def from_hf_config(path) -> Architecture:
         kw = _READERS.get(mtype, read_llama_like)(c, mtype, notes)
     dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}
     kw.update(name=name, untie_embeddings_and_output_weights=not tied,
-              extra={"hf_model_type": file_type, "hf_dropout": dropout, "notes": tuple(notes)})
+              extra={**kw.get("extra", {}), "hf_model_type": file_type, "hf_dropout": dropout,
+                     "notes": tuple(notes)})
     return resolve(Architecture(**kw))
 
 

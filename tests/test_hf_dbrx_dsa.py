@@ -1,0 +1,256 @@
+"""DBRX, DeepSeek-V3.2 and GPT-OSS's ``swiglu_limit`` read from config.json (issue 32).
+
+Same oracle as ``tests/test_hf_newer_types.py``: transformers (5.25.0 when checked) builds
+``AutoModelForCausalLM.from_config`` of the very file memsym reads, on the meta device, and
+``sum(p.numel())`` of its parameters must equal memsym's count, for small configs (every
+structural switch) and for the published full-size configs.  The model types transformers knows
+whose layers memsym has no kind for stay refused, in one line that names what is missing.
+No network: every config is written here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memsym.errors import InvalidValueError
+from memsym.model import (active_parameter_count, from_hf_config, parameter_count,
+                          parameter_counts, preset)
+from memsym.model.hf_config import HF_MODEL_TYPES
+
+from test_hf_configs import _TOKENS, _small, _write
+from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
+
+TYPES = {"dbrx", "deepseek_v32"}
+
+# transformers 5.25's DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig
+# does not default: a file without it cannot be built (the published one has it)
+_DBRX = {"model_type": "dbrx", "d_model": 64, "n_heads": 4, "n_layers": 3, "vocab_size": 128,
+         "max_seq_len": 64, "attn_config": {"rope_theta": 10000.0}, **_TOKENS}
+_MLA = dict(q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+            v_head_dim=8, n_routed_experts=4, n_shared_experts=1, moe_intermediate_size=16,
+            num_experts_per_tok=2, n_group=1, topk_group=1, num_key_value_heads=4)
+
+SMALL = {
+    # DBRX: fused Wqkv, bias-free LayerNorms, MoE (router, gated experts) in every layer; the
+    # DbrxConfig defaults (one KV head, 4 experts of 3584, top-1), or every nested field set
+    "dbrx": _DBRX,
+    "dbrx-nested": {**_DBRX, "attn_config": {"kv_n_heads": 2, "clip_qkv": 8.0,
+                                             "rope_theta": 10000.0, "attn_pdrop": 0.0},
+                    "ffn_config": {"ffn_hidden_size": 48, "moe_num_experts": 4, "moe_top_k": 2,
+                                   "ffn_act_fn": {"name": "gelu"}}},
+    # DeepSeek-V3.2: DeepSeek-V3's MLA and MoE plus the sparse-attention indexer in every
+    # layer; first_k_dense_replace, or the layers mlp_layer_types lists; no shared expert, tied
+    "deepseek_v32": _small("deepseek_v32", **_MLA, first_k_dense_replace=1, index_n_heads=4,
+                           index_head_dim=16),
+    "deepseek_v32-layer-types-tied": _small(
+        "deepseek_v32", **{**_MLA, "n_shared_experts": 0}, index_n_heads=2, index_head_dim=8,
+        mlp_layer_types=["sparse", "dense", "sparse"], tie_word_embeddings=True,
+        num_nextn_predict_layers=1),
+    "deepseek_v32-defaults": _small("deepseek_v32", **_MLA),
+}
+
+
+def test_every_type_here_has_a_small_config():
+    assert {cfg["model_type"] for cfg in SMALL.values()} == TYPES
+    assert TYPES <= set(HF_MODEL_TYPES)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", sorted(SMALL))
+def test_small_configs_match_transformers(tmp_path, case):
+    path = _write(tmp_path, SMALL[case])
+    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+
+
+# --------------------------------------------------------------------------------------------
+# full-size configs
+# --------------------------------------------------------------------------------------------
+
+REAL = {
+    # https://huggingface.co/databricks/dbrx-instruct/blob/main/config.json (gated: no copy of
+    # the file itself found).  Checked: d_model 6144, n_heads 48, n_layers 40, vocab 100352,
+    # max_seq_len 32768, ffn_hidden_size 10752, moe_num_experts 16, moe_top_k 4, rope_theta
+    # 500000 (a public write-up quoting "the official Hugging Face model configuration");
+    # kv_n_heads 8 and clip_qkv 8 are from a public DBRX config class's defaults written for
+    # the released model; values not checked against the hub file: kv_n_heads, clip_qkv, token
+    # ids.  moe_normalize_expert_weights is written 1.0: transformers 5.25's strict
+    # DbrxFFNConfig refuses the integer 1 the hub file is reported to carry.
+    "dbrx-instruct": {"architectures": ["DbrxForCausalLM"], "model_type": "dbrx",
+                      "d_model": 6144, "n_heads": 48, "n_layers": 40, "max_seq_len": 32768,
+                      "vocab_size": 100352,
+                      "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+                      "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16,
+                                     "moe_top_k": 4, "moe_jitter_eps": 0,
+                                     "moe_loss_weight": 0.05,
+                                     "moe_normalize_expert_weights": 1.0},
+                      "tie_word_embeddings": False},
+    # https://huggingface.co/deepseek-ai/DeepSeek-V3.2/blob/main/config.json: every field below
+    # read in a public copy of that file (a config walk-through quoting it in full; vocab_size
+    # 129280 from its embedding count); quantization_config left out (no parameter)
+    "deepseek-v3.2": {"architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+                      "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 0,
+                      "eos_token_id": 1, "first_k_dense_replace": 3, "hidden_act": "silu",
+                      "hidden_size": 7168, "index_head_dim": 128, "index_n_heads": 64,
+                      "index_topk": 2048, "intermediate_size": 18432, "kv_lora_rank": 512,
+                      "max_position_embeddings": 163840, "moe_intermediate_size": 2048,
+                      "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+                      "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128,
+                      "num_experts_per_tok": 8, "num_hidden_layers": 61,
+                      "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+                      "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                      "rms_norm_eps": 1e-06,
+                      "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40,
+                                       "mscale": 1.0, "mscale_all_dim": 1.0,
+                                       "original_max_position_embeddings": 4096, "type": "yarn"},
+                      "rope_theta": 10000, "routed_scaling_factor": 2.5,
+                      "scoring_func": "sigmoid", "topk_group": 4, "topk_method": "noaux_tc",
+                      "v_head_dim": 128, "vocab_size": 129280, "tie_word_embeddings": False},
+    # https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json; checked: hidden 2880,
+    # heads 64, KV heads 8, 36 layers, 128 experts, top-4, vocab 201088, sliding_window 128,
+    # rope_theta 150000, swiglu_limit 7.0 (public copies of its fields: a GptOssConfig written
+    # for the released model, model-config tests); values not checked against the hub file:
+    # the layer_types order (sliding first), rope_scaling (no parameter), token ids
+    "gpt-oss-120b": {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+                     "attention_bias": True, "experts_per_token": 4, "head_dim": 64,
+                     "hidden_size": 2880, "intermediate_size": 2880,
+                     "layer_types": ["sliding_attention", "full_attention"] * 18,
+                     "max_position_embeddings": 131072, "num_attention_heads": 64,
+                     "num_experts_per_tok": 4, "num_hidden_layers": 36,
+                     "num_key_value_heads": 8, "num_local_experts": 128,
+                     "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": False,
+                     "vocab_size": 201088, "rope_theta": 150000},
+}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", sorted(REAL))
+def test_real_configs_match_transformers(tmp_path, case):
+    path = _write(tmp_path, REAL[case], case)
+    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+
+
+def test_dbrx_hand_count_and_card(tmp_path):
+    # DbrxForCausalLM: wte and lm_head V h; per block norm_1, norm_2 (h each, no bias), Wqkv
+    # h (h + 2 g d_h), out_proj h^2, router h E, experts 3 E f h; norm_f h
+    h, L, V, E, f, g, d = 6144, 40, 100352, 16, 10752, 8, 128
+    block = 2 * h + h * (h + 2 * g * d) + h * h + h * E + 3 * E * f * h
+    arch = from_hf_config(_write(tmp_path, REAL["dbrx-instruct"], "dbrx"))
+    assert parameter_count(arch) == 2 * V * h + L * block + h == 131_596_523_520
+    # the model card: "132B total parameters of which 36B parameters are active on any input"
+    assert _billions(parameter_count(arch)) == 132
+    assert _billions(active_parameter_count(arch)) == 36
+
+
+def test_deepseek_v32_is_v3_plus_its_indexer(tmp_path):
+    # the same file read as DeepSeek-V3 lacks only the indexer: per layer wq_b r_q H_idx d_idx,
+    # wk h d_idx, k_norm 2 d_idx (LayerNorm weight and bias), weights_proj h H_idx
+    cfg = REAL["deepseek-v3.2"]
+    v32 = from_hf_config(_write(tmp_path, cfg, "v32"))
+    v3 = from_hf_config(_write(tmp_path, {**cfg, "model_type": "deepseek_v3"}, "v3"))
+    h, r_q, heads, dim = 7168, 1536, 64, 128
+    indexer = r_q * heads * dim + h * dim + 2 * dim + h * heads
+    assert parameter_count(v32) - parameter_count(v3) == 61 * indexer
+    assert parameter_counts(v32)["attention"] - parameter_counts(v3)["attention"] == 61 * indexer
+    assert parameter_count(v32) == 671_877_929_216
+    # the card's 685B holds the MTP layer, which transformers does not build (said in notes)
+    assert any("num_nextn_predict_layers=1 not counted" in n for n in v32.extra["notes"])
+    assert any("indexer" in n for n in v32.extra["notes"])
+
+
+# --------------------------------------------------------------------------------------------
+# GPT-OSS: swiglu_limit kept as the preset keeps it
+# --------------------------------------------------------------------------------------------
+
+def test_gpt_oss_config_json_keeps_swiglu_limit_as_the_preset(tmp_path):
+    from memsym.timing.gemm import shape_of
+
+    arch = from_hf_config(_write(tmp_path, REAL["gpt-oss-120b"], "oss"))
+    ref = preset("gpt-oss-120b")
+    assert arch.extra["swiglu_limit"] == ref.extra["swiglu_limit"] == 7.0
+    assert parameter_count(arch) == parameter_count(ref)
+    # the time model's clamped expert activation (the Bridge's activation_func_clamp_value)
+    assert shape_of(arch).expert_clamp and shape_of(arch) == shape_of(ref)
+    # GptOssConfig's default when the file has none, and a file's own value
+    small = _small("gpt_oss", head_dim=16, num_local_experts=4, num_experts_per_tok=2)
+    assert from_hf_config(_write(tmp_path, small, "dflt")).extra["swiglu_limit"] == 7.0
+    own = from_hf_config(_write(tmp_path, {**small, "swiglu_limit": 10}, "own"))
+    assert own.extra["swiglu_limit"] == 10.0
+    with pytest.raises(InvalidValueError, match="'swiglu_limit' must be a number > 0") as err:
+        from_hf_config(_write(tmp_path, {**small, "swiglu_limit": "7"}, "bad"))
+    assert "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------
+# refusals: one line, naming what is missing
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg,match", [
+    ({**_DBRX, "tie_word_embeddings": True}, "DbrxConfig refuses it"),
+    ({**_DBRX, "d_model": 66}, "not a multiple of n_heads"),
+    ({**_DBRX, "attn_config": [1]}, "'attn_config' must be an object"),
+    ({k: v for k, v in _DBRX.items() if k != "n_layers"}, "missing field 'n_layers'"),
+    (_small("deepseek_v32", **{**_MLA, "q_lora_rank": None}), "q_lora_rank null"),
+    (_small("deepseek_v32", **_MLA, attention_bias=True), "attention_bias true"),
+    (_small("deepseek_v32", **_MLA, mlp_layer_types=["dense"]), "'mlp_layer_types' must list"),
+    (_small("qwen3_next"), "Gated DeltaNet"),
+    (_small("lfm2"), "short-convolution"),
+    (_small("minimax"), "lightning"),
+    (_small("zamba"), "shared across layers are not modelled"),
+    (_small("zamba2"), "LoRA adapters"),
+])
+def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
+    with pytest.raises(InvalidValueError, match=match) as err:
+        from_hf_config(_write(tmp_path, cfg))
+    assert "\n" not in str(err.value)
+
+
+def test_dbrx_reads_only_the_nested_fields_transformers_reads(tmp_path):
+    # a top-level kv_n_heads or attn_pdrop is not DbrxAttention's (it reads attn_config's)
+    top = {**_DBRX, "kv_n_heads": 4, "attn_pdrop": 0.5}
+    arch = from_hf_config(_write(tmp_path, top))
+    assert arch.num_query_groups == 1
+    assert arch.extra["hf_dropout"]["attn_pdrop"] == 0.0
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", ["dbrx-nested", "deepseek_v32"])
+def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
+    from test_hf_configs import _dropout_masks
+
+    cfg = dict(SMALL[case])
+    if case.startswith("dbrx"):
+        cfg.update(resid_pdrop=0.1, emb_pdrop=0.1,
+                   attn_config={**cfg["attn_config"], "attn_pdrop": 0.1})
+    else:
+        cfg.update(attention_dropout=0.1)
+    path = _write(tmp_path, cfg)
+    dropout = from_hf_config(path).extra["hf_dropout"]
+    assert all(p == 0.1 for p in dropout.values())
+    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
+
+
+@pytest.mark.torch
+def test_the_dsa_indexer_keeps_no_activation_for_backward():
+    # measured: transformers' DeepseekV32Indexer.forward runs under torch.no_grad, so autograd
+    # keeps nothing of it (memsym adds no activation term for it)
+    torch = pytest.importorskip("torch")
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as mod
+    from transformers import DeepseekV32Config
+
+    conf = DeepseekV32Config(**{**_small("deepseek_v32", **_MLA, index_n_heads=4,
+                                         index_head_dim=16), "index_topk": 4})
+    indexer = mod.DeepseekV32Indexer(conf, 0)
+    bsz, seq = 2, 6
+    x = torch.randn(bsz, seq, 64, requires_grad=True)
+    q_resid = torch.randn(bsz, seq, 24, requires_grad=True)
+    cos, sin = torch.ones(bsz, seq, 8), torch.zeros(bsz, seq, 8)
+    mask = torch.zeros(bsz, seq, seq)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = indexer(x, q_resid, (cos, sin), mask, None)
+    assert out.shape == (bsz, seq, 4) and not out.requires_grad and saved == []
+
+
+def test_fuzzed_configs(tmp_path):
+    keys = {k for cfg in SMALL.values() for k in cfg}
+    fuzz_configs(tmp_path, SMALL, keys)
