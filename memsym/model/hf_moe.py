@@ -216,10 +216,9 @@ def _read_deepseek_v32(c: ConfigFields, mtype: str, notes: list) -> dict:
               dsa_index_heads=c.int("index_n_heads", 64),
               dsa_index_head_dim=c.int("index_head_dim", 128),
               moe_router_bias=False, mtp_num_layers=0)
-    notes.append("DeepSeek Sparse Attention: the indexer's parameters are counted; it runs "
-                 "under torch.no_grad in transformers' DeepseekV32Indexer (no activation kept "
-                 "for backward, no gradient), and the attention it selects is estimated as "
-                 "dense attention")
+    notes.append("DeepSeek Sparse Attention: the indexer's weights counted as any weight; its "
+                 "forward keeps no activation (torch.no_grad in transformers' "
+                 "DeepseekV32Indexer); attention estimated as dense")
     _uncounted_notes(c, notes, pattern, n_exp, "DeepseekV32", mtp=True)
     return kw
 
