@@ -14,7 +14,8 @@ from typing import Optional, Union
 
 from .. import limits as _limits
 from ..errors import InvalidValueError, UnknownNameError
-from ..text import printable, short
+from ..text import printable
+from .sizes import inert_name, padded_vocab_size, pos_int
 
 __all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern", "LIMITS",
            "MIXERS", "mixer_counts", "is_hybrid",
@@ -202,24 +203,6 @@ _MAMBA_BOOL_FIELDS = ("mamba_conv_bias", "mamba_in_proj_bias", "mamba_out_proj_b
                       "mamba_gated_norm", "mamba_inner_norms")
 
 
-def pos_int(value, what: str, allow_zero: bool = False) -> int:
-    # bool is an int subclass in Python: True must not pass as 1 layer.
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numbers
-            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-        except Exception:  # pragma: no cover
-            ok = False
-        if not ok:
-            raise InvalidValueError(f"{what} must be a whole number, got {type(value).__name__} "
-                                    f"{short(value)}")
-        value = int(value)
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidValueError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got "
-                                f"{short(value)}")
-    return value
-
-
 def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architecture:
     """A copy of ``arch`` with Megatron's defaults filled in and every field checked.
 
@@ -286,7 +269,7 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
 
 def _check_fields(arch: Architecture, upd: dict) -> None:
     """Check the name, the sizes and the switches of ``arch`` into ``upd``."""
-    upd["name"] = _inert_name(arch.name)
+    upd["name"] = inert_name(arch.name)
     for name in _INT_FIELDS:
         val = getattr(arch, name)
         if val is not None:
@@ -467,49 +450,6 @@ def lenient(arch: Architecture) -> Architecture:
     # structure-only resolution: a missing position-table length does not matter here
     return resolve(arch, seq_length=1 if isinstance(arch, Architecture)
                    and arch.max_position_embeddings is None else None)
-
-
-def padded_vocab_size(vocab_size: int, t: int = 1, divisible_by: int = 128) -> int:
-    """Megatron-LM's padded vocabulary: the next multiple of ``divisible_by * t``.
-
-    .. math:: V_{\\mathrm{pad}} = \\left\\lceil \\frac{V}{128\\,t} \\right\\rceil 128\\,t
-
-    Parameters
-    ----------
-    vocab_size : int
-        Tokenizer vocabulary [tokens].
-    t : int
-        Tensor-parallel size [GPUs].
-    divisible_by : int
-        ``--make-vocab-size-divisible-by`` (default 128).
-
-    References
-    ----------
-    Megatron-LM ``_vocab_size_with_padding`` (megatron/training/tokenizer); MEGATRON-ESTIMATORS.md §2.1.
-
-    Examples
-    --------
-    >>> padded_vocab_size(50257, t=1), padded_vocab_size(50257, t=8), padded_vocab_size(32000, t=8)
-    (50304, 51200, 32768)
-    """
-    vocab_size = pos_int(vocab_size, "vocab_size")
-    mult = pos_int(divisible_by, "make_vocab_size_divisible_by") * pos_int(t, "t")
-    return -(-vocab_size // mult) * mult
-
-
-def _inert_name(name) -> str:
-    """``name`` as printable text of at most ~64 characters, unchanged if it already is one.
-
-    :func:`printable` doubles every backslash, so applied twice it changes a name again; a
-    name already inert (no hidden characters, short) is kept as it is, so that resolving a
-    copy of a resolved model (``dataclasses.replace``) gives the same name: a config.json
-    named ``C:\\models\\llama`` was refused by every estimate.
-    """
-    text = name if isinstance(name, str) else str(name)
-    plain = text.replace("\\", "")
-    if len(text) <= 96 and printable(plain, 96) == plain:
-        return text
-    return printable(text, 64)
 
 
 def moe_layer_pattern(arch: Architecture) -> tuple:
