@@ -160,6 +160,19 @@ k_conv = _register("k_conv", r"k_{\mathrm{conv}}", "Mamba causal depthwise convo
                    "(d_conv)", "1", "positive integer")
 r_dt = _register("r_dt", r"r_{\Delta}", "Mamba-1 time-step projection rank (dt_rank)", "1",
                  "positive integer")
+# --- Gated DeltaNet linear-attention mixers (memsym/model/linear_attention.py; Qwen3-Next) ---
+L_gdn = _register("L_gdn", r"L_{\mathrm{gdn}}", "number of layers with a Gated DeltaNet "
+                  "(linear-attention) mixer", "1", "nonnegative")
+H_gk = _register("H_gk", r"H_{\mathrm{gk}}", "Gated DeltaNet query/key heads "
+                 "(linear_num_key_heads)", "1", "positive integer")
+H_gv = _register("H_gv", r"H_{\mathrm{gv}}", "Gated DeltaNet value heads "
+                 "(linear_num_value_heads)", "1", "positive integer")
+d_gk = _register("d_gk", r"d_{\mathrm{gk}}", "Gated DeltaNet query/key head dim "
+                 "(linear_key_head_dim)", "1", "positive integer")
+d_gv = _register("d_gv", r"d_{\mathrm{gv}}", "Gated DeltaNet value head dim "
+                 "(linear_value_head_dim)", "1", "positive integer")
+k_gdn = _register("k_gdn", r"k_{\mathrm{gdn}}", "Gated DeltaNet causal depthwise convolution "
+                  "width (linear_conv_kernel_dim)", "1", "positive integer")
 # --- communication and time: groups, links, FLOP/s (memsym/terms/communication.py) --------
 n_node = _register("n_node", r"n_{\mathrm{node}}", "GPUs per node (one NVLink domain)", "GPUs",
                    "positive integer")

@@ -317,9 +317,9 @@ def _transformers_count(path) -> int:
 
 def test_every_accepted_type_has_a_small_config():
     # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py,
-    # tests/test_hf_more_types.py and tests/test_hf_dbrx_dsa.py, the hybrid Mamba types in
+    # tests/test_hf_more_types.py and tests/test_hf_layer_kinds.py, the hybrid Mamba types in
     # tests/test_hf_hybrid.py
-    from test_hf_dbrx_dsa import SMALL as DBRX_DSA
+    from test_hf_layer_kinds import SMALL as DBRX_DSA
     from test_hf_hybrid import SMALL as HYBRID
     from test_hf_more_types import SMALL as MORE
     from test_hf_newer_types import SMALL as NEWER

@@ -18,7 +18,7 @@ from ..text import printable
 from .sizes import inert_name, padded_vocab_size, pos_int
 
 __all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern", "LIMITS",
-           "MIXERS", "mixer_counts", "is_hybrid",
+           "MIXERS", "mixer_counts", "gdn_layer_count", "is_hybrid",
            "check_limit", "printable"]
 
 # Every size an architecture carries is bounded (memsym.limits, the one table of limits), so a
@@ -84,8 +84,9 @@ class Architecture:
     Granite 4.0; Megatron-core's ``hybrid_override_pattern`` describes the same per layer):
 
     * ``layer_mixers``: a tuple of L entries of :data:`MIXERS`: ``"attention"``, ``"mamba"``,
-      ``"parallel"`` (attention and Mamba side by side on one input, Falcon-H1) or ``"none"``
-      (an MLP/MoE-only layer, Nemotron-H); None: every layer has attention.
+      ``"parallel"`` (attention and Mamba side by side on one input, Falcon-H1), ``"gdn"`` (a
+      Gated DeltaNet linear-attention mixer, Qwen3-Next) or ``"none"`` (an MLP/MoE-only
+      layer, Nemotron-H); None: every layer has attention.
     * ``ffn_layers``: a tuple of L 0/1 entries, 1 where the layer has an MLP or MoE block
       (Nemotron-H's Mamba and attention layers have none); None: every layer.  A MoE pattern
       (``moe_layer_freq``) may only mark layers that have one.
@@ -95,6 +96,9 @@ class Architecture:
       ``mamba_conv_kernel``, ``mamba_dt_rank`` (Mamba-1), the bias switches of conv1d, in_proj
       and out_proj, ``mamba_gated_norm`` (Mamba-2's RMSNorm over d_inner before out_proj) and
       ``mamba_inner_norms`` (Jamba's RMSNorms of dt_rank, N, N on dt, B, C).
+    * ``gdn_key_heads``, ``gdn_value_heads``, ``gdn_key_head_dim``, ``gdn_value_head_dim``,
+      ``gdn_conv_kernel``: the Gated DeltaNet mixers' sizes; ``attention_output_gate``: the
+      attention layers' q_proj also gives a sigmoid gate of a d_h on the output (Qwen3-Next).
 
     Every size is bounded by :data:`LIMITS`; the name is kept printable (:func:`printable`).
     """
@@ -163,6 +167,13 @@ class Architecture:
     mamba_out_proj_bias: bool = False              # out_proj bias
     mamba_gated_norm: bool = True                  # Mamba-2 gated RMSNorm over d_inner
     mamba_inner_norms: bool = False                # Jamba's RMSNorms on dt, B and C (Mamba-1)
+    # --- Gated DeltaNet linear-attention mixers and gated attention (Qwen3-Next, issue 32) ---
+    gdn_key_heads: Optional[int] = None            # linear_num_key_heads (q and k heads)
+    gdn_value_heads: Optional[int] = None          # linear_num_value_heads (v heads, states)
+    gdn_key_head_dim: Optional[int] = None         # linear_key_head_dim
+    gdn_value_head_dim: Optional[int] = None       # linear_value_head_dim
+    gdn_conv_kernel: int = 4                       # linear_conv_kernel_dim
+    attention_output_gate: bool = False            # q_proj of 2 a d_h: a sigmoid output gate
 
     @property
     def is_moe(self) -> bool:
@@ -187,15 +198,18 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "max_position_embeddings", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
                "mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
-               "mamba_conv_kernel", "mamba_dt_rank", "dsa_index_heads", "dsa_index_head_dim")
+               "mamba_conv_kernel", "mamba_dt_rank", "dsa_index_heads", "dsa_index_head_dim",
+               "gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim",
+               "gdn_conv_kernel")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
-                "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms")
+                "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms",
+                "attention_output_gate")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
-MIXERS = ("attention", "mamba", "parallel", "none")
+MIXERS = ("attention", "mamba", "parallel", "gdn", "none")
 """The ``layer_mixers`` entries: a layer's token mixer(s)."""
 _MAMBA_INT_FIELDS = ("mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
                      "mamba_conv_kernel", "mamba_dt_rank")
@@ -380,6 +394,10 @@ def _resolve_hybrid(arch: Architecture, upd: dict) -> None:
             if name not in upd:
                 raise InvalidValueError(f"Mamba layers (mamba_version {arch.mamba_version}) "
                                         f"need {name}")
+    if mixers is not None and "gdn" in mixers:
+        for name in ("gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim"):
+            if name not in upd:
+                raise InvalidValueError(f"Gated DeltaNet layers need {name}")
 
 
 def mixer_counts(arch: Architecture) -> tuple:
@@ -403,6 +421,20 @@ def mixer_counts(arch: Architecture) -> tuple:
         n_ssm = sum(m in ("mamba", "parallel") for m in x.layer_mixers)
     n_ffn = n_layers if x.ffn_layers is None else sum(x.ffn_layers)
     return n_att, n_ssm, n_ffn
+
+
+def gdn_layer_count(arch: Architecture) -> int:
+    """The number of layers with a Gated DeltaNet (linear-attention) mixer.
+
+    Examples
+    --------
+    >>> gdn_layer_count(Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    ...     position_embedding_type="rope", layer_mixers=("gdn", "attention"), gdn_key_heads=2,
+    ...     gdn_value_heads=2, gdn_key_head_dim=4, gdn_value_head_dim=4))
+    1
+    """
+    mixers = lenient(arch).layer_mixers
+    return 0 if mixers is None else sum(m == "gdn" for m in mixers)
 
 
 def is_hybrid(arch: Architecture) -> bool:

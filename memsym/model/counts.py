@@ -6,12 +6,13 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, UnknownNameError
-from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, moe_layer_count,
-                           moe_layer_pattern, padded_vocab_size, resolve)
+from .architecture import (Architecture, gdn_layer_count, is_hybrid, lenient, mixer_counts,
+                           moe_layer_count, moe_layer_pattern, padded_vocab_size, resolve)
 from ..terms.adapters import LORA_TARGETS, lower_choice
-from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_ffn, L_m, L_ssm, N_ssm, V, a, d_h,
-                       d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv, n_mtp, r_dt,
+from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_ffn, L_gdn, L_m, L_ssm, N_ssm, V, a,
+                       d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv, n_mtp, r_dt,
                        r_kv, r_q, s_max)
+from .linear_attention import gdn_parts, gdn_values
 from .presets import preset
 from ..term import Source, Term, Total
 
@@ -22,7 +23,8 @@ from ..term import Source, Term, Total
 __all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "parameter_total", "lora_parameter_count"]
 
 
-COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "mlp", "norms", "router",
+COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "linear_attention", "mlp",
+              "norms", "router",
               "shared_experts", "experts", "output_layer", "mtp", "mtp_experts")
 """Keys of :func:`parameter_expression` / :func:`parameter_counts`, in model order."""
 
@@ -84,6 +86,9 @@ def _attention_parts(x: Architecture):
         rep += 2 * eta * d_h          # one norm over the head dim for Q and one for K
     if x.attention_sinks:
         tp += a                       # one sink logit per head, sharded with the heads
+    if x.attention_output_gate:
+        # Qwen3-Next's q_proj h -> 2 a d_h: the query and a sigmoid gate on the output
+        tp += h * a * d_h + (a * d_h if bias_qkv else ZERO)
     return tp, rep
 
 
@@ -229,6 +234,8 @@ def parameter_expression(arch: Architecture) -> dict:
             out[key] = layers * sum(layer_parts(x, any_moe)[key][:3], ZERO)
     if n_ssm:
         out["mamba"] = L_ssm * sum(mamba_parts(x), ZERO)
+    if gdn_layer_count(x):
+        out["linear_attention"] = L_gdn * sum(gdn_parts(x), ZERO)
     out["norms"] += norm_params(x) * h                  # final norm
     if x.embedding_norm:                         # BLOOM's word_embeddings_layernorm
         out["norms"] += norm_params(x) * h
@@ -298,6 +305,8 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
             vals[r_q] = x.q_lora_rank
         if x.dsa_index_heads:
             vals.update({H_idx: x.dsa_index_heads, d_idx: x.dsa_index_head_dim})
+    if gdn_layer_count(x):
+        vals.update({L_gdn: gdn_layer_count(x), **gdn_values(x)})
     return {sym: sp.Integer(val) for sym, val in vals.items()}
 
 
@@ -491,6 +500,8 @@ def _component_sources(x: Architecture) -> dict:
         "mamba": Source("mamba2" if x.mamba_version == 2 else "mamba1",
                         "§7 Mamba-2 block" if x.mamba_version == 2 else
                         "Algorithm 2 (selective SSM); JambaMambaMixer's dt/B/C norms"),
+        "linear_attention": Source("hf-transformers-5", "modeling_qwen3_next.py "
+                                   "Qwen3NextGatedDeltaNet"),
         "mlp": Source("megatron-lm", mega + ": 2γhf"),
         "norms": (Source("hf-transformers-5", "modeling_<model_type>.py: the norms each decoder layer "
                                          "builds (η per element) + final (+ embedding) norm")
@@ -525,7 +536,9 @@ def parameter_total(arch: Architecture):
     sources = _component_sources(x)
     what = {"embedding": "word embedding (V rows of h)", "position_embedding": "learned positions",
             "attention": "attention projections per layer",
-            "mamba": "Mamba mixers (in/out projections, conv1d, A, D, dt, norm)", "mlp": "dense MLPs",
+            "mamba": "Mamba mixers (in/out projections, conv1d, A, D, dt, norm)",
+            "linear_attention": "Gated DeltaNet mixers (projections, conv1d, A, dt, norm)",
+            "mlp": "dense MLPs",
             "norms": "normalisation weights (per layer and final)", "router": "MoE routers",
             "shared_experts": "shared experts", "experts": "routed experts",
             "output_layer": "output layer (untied weight, bias)", "mtp": "multi-token-prediction layers",

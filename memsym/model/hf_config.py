@@ -42,9 +42,6 @@ _NOT_MODELLED = {
                             "each use with its own linear layer"),
     "zamba2": _SHARED.format("Mamba-2", "Zamba2HybridLayer reuses num_mem_blocks attention "
                              "blocks with per-use LoRA adapters and a per-use linear layer"),
-    "qwen3_next": "hybrid Gated DeltaNet (linear-attention) layers are not modelled (no memsym "
-                  "layer kind for in_proj_qkvz, in_proj_ba, the causal conv1d, A_log and "
-                  "dt_bias per head, the gated RMSNorm; nor the gated attention's 2 a d_h q_proj)",
     "minimax": "hybrid lightning (linear-attention) layers are not modelled (no memsym layer "
                "kind for qkv_proj, output_gate, the RMSNorm over the heads, the decay per head)",
     "lfm2": "short-convolution operator layers are not modelled (no memsym layer kind for "
@@ -116,7 +113,7 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "NemotronForCausalLM": "nemotron", "PhiForCausalLM": "phi",
              "GPTBigCodeForCausalLM": "gpt_bigcode", "StableLmForCausalLM": "stablelm",
              "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "DbrxForCausalLM": "dbrx",
-             "DeepseekV32ForCausalLM": "deepseek_v32"}
+             "DeepseekV32ForCausalLM": "deepseek_v32", "Qwen3NextForCausalLM": "qwen3_next"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 
@@ -139,7 +136,7 @@ def from_hf_config(path) -> Architecture:
     olmo, olmo2, olmo3, olmoe, phi (Phi-1 to Phi-2), phi3 (Phi-3 and Phi-4), phimoe, qwen2,
     qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, stablelm, starcoder2, vaultgemma, the pure
     state-space types mamba, falcon_mamba, mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid
-    Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h
+    Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h, qwen3_next
     (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their parameter count
     is exact, a memory estimate only of Mamba-2 mixers one a layer).  The core sizes (hidden
     size, layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
@@ -173,7 +170,7 @@ def from_hf_config(path) -> Architecture:
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
         limit (named), a type transformers knows whose layers memsym does not model (zamba,
-        zamba2, qwen3_next, minimax, lfm2: the missing layer kind named), a
+        zamba2, minimax, lfm2: the missing layer kind named), a
         structure of a type that is not modelled (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).

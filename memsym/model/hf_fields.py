@@ -68,6 +68,10 @@ FIELD_LIMITS = {
     "max_seq_len": "max_position_embeddings", "kv_n_heads": "num_query_groups",
     "moe_top_k": "moe_router_topk",
     "index_n_heads": "dsa_index_heads", "index_head_dim": "dsa_index_head_dim",
+    # Qwen3-Next's Gated DeltaNet layers
+    "linear_num_key_heads": "gdn_key_heads", "linear_num_value_heads": "gdn_value_heads",
+    "linear_key_head_dim": "gdn_key_head_dim", "linear_value_head_dim": "gdn_value_head_dim",
+    "linear_conv_kernel_dim": "gdn_conv_kernel", "full_attention_interval": "num_layers",
 }
 
 # the fields that are a config.json's decoder-layer count: bounded by memsym.limits'

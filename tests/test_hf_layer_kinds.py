@@ -1,4 +1,4 @@
-"""DBRX, DeepSeek-V3.2 and GPT-OSS's ``swiglu_limit`` read from config.json (issue 32).
+"""DBRX, DeepSeek-V3.2, Qwen3-Next, and GPT-OSS's ``swiglu_limit``, read from config.json.
 
 Same oracle as ``tests/test_hf_newer_types.py``: transformers (5.25.0 when checked) builds
 ``AutoModelForCausalLM.from_config`` of the very file memsym reads, on the meta device, and
@@ -20,7 +20,7 @@ from memsym.model.hf_config import HF_MODEL_TYPES
 from test_hf_configs import _TOKENS, _small, _write
 from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
 
-TYPES = {"dbrx", "deepseek_v32"}
+TYPES = {"dbrx", "deepseek_v32", "qwen3_next"}
 
 # transformers 5.25's DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig
 # does not default: a file without it cannot be built (the published one has it)
@@ -29,6 +29,14 @@ _DBRX = {"model_type": "dbrx", "d_model": 64, "n_heads": 4, "n_layers": 3, "voca
 _MLA = dict(q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
             v_head_dim=8, n_routed_experts=4, n_shared_experts=1, moe_intermediate_size=16,
             num_experts_per_tok=2, n_group=1, topk_group=1, num_key_value_heads=4)
+
+# Qwen3-Next: 2 query/key and 4 value heads in the Gated DeltaNet layers (value heads a multiple)
+_Q3N = {"model_type": "qwen3_next", "hidden_size": 64, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+        "vocab_size": 128, "max_position_embeddings": 64, "head_dim": 16,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+        "linear_value_head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24, **_TOKENS}
 
 SMALL = {
     # DBRX: fused Wqkv, bias-free LayerNorms, MoE (router, gated experts) in every layer; the
@@ -47,6 +55,17 @@ SMALL = {
         mlp_layer_types=["sparse", "dense", "sparse"], tie_word_embeddings=True,
         num_nextn_predict_layers=1),
     "deepseek_v32-defaults": _small("deepseek_v32", **_MLA),
+    # Qwen3-Next: Gated DeltaNet layers and gated attention (every 4th layer), MoE with a gated
+    # shared expert in every layer; or listed layer types, biased attention, dense layers by
+    # mlp_only_layers and decoder_sparse_step, a 3-tap conv, tied; or no experts at all; or
+    # attention every other layer (full_attention_interval)
+    "qwen3_next": _Q3N,
+    "qwen3_next-layer-types-bias-dense-tied": {
+        **_Q3N, "attention_bias": True, "mlp_only_layers": [0], "decoder_sparse_step": 2,
+        "layer_types": ["full_attention", "linear_attention"] * 2, "linear_conv_kernel_dim": 3,
+        "tie_word_embeddings": True},
+    "qwen3_next-dense": {**_Q3N, "num_experts": 0},
+    "qwen3_next-interval-2": {**_Q3N, "full_attention_interval": 2},
 }
 
 
@@ -122,6 +141,23 @@ REAL = {
 }
 
 
+# https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct/blob/main/config.json; the values
+# below are those a public parameter-count test quotes from the same architecture's
+# Qwen/Qwen3-Coder-Next config.json (hidden 2048, 48 layers, vocab 151936, head_dim 256, 16/2
+# heads, 512 experts top-10 of 512, shared 512, Gated DeltaNet 16/32 heads of 128, conv 4,
+# attention every 4th layer, untied), with its totals read from the safetensors headers:
+# 79,674,391,296 parameters, 3,874,929,408 active.  Values not checked against the hub file:
+# intermediate_size 5120 and max_position_embeddings 262144 (no parameter of an all-MoE model).
+REAL["qwen3-next-80b-a3b"] = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+    "num_hidden_layers": 48, "vocab_size": 151936, "head_dim": 256, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "num_experts": 512, "num_experts_per_tok": 10,
+    "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+    "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+    "tie_word_embeddings": False, "intermediate_size": 5120, "max_position_embeddings": 262144}
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("case", sorted(REAL))
 def test_real_configs_match_transformers(tmp_path, case):
@@ -155,6 +191,39 @@ def test_deepseek_v32_is_v3_plus_its_indexer(tmp_path):
     # the card's 685B holds the MTP layer, which transformers does not build (said in notes)
     assert any("num_nextn_predict_layers=1 not counted" in n for n in v32.extra["notes"])
     assert any("indexer" in n for n in v32.extra["notes"])
+
+
+def test_qwen3_next_hand_count_and_the_published_totals(tmp_path):
+    # per Gated DeltaNet layer (Qwen3NextGatedDeltaNet): in_proj_qkvz h (2 H_k d_k + 2 H_v d_v),
+    # in_proj_ba 2 h H_v, conv1d k (2 H_k d_k + H_v d_v), dt_bias and A_log H_v each, norm d_v,
+    # out_proj H_v d_v h; per attention layer (Qwen3NextAttention): q_proj h 2 a d, k and v
+    # h g d each, o_proj a d h, q_norm and k_norm d each; per layer: router E h, E experts
+    # 3 h f_e, shared expert 3 h f_sh and its gate h, two norms 2h
+    h, L, V, E, f_e, f_sh, a, g, d = 2048, 48, 151936, 512, 512, 512, 16, 2, 256
+    hk, hv, dk, dv, k = 16, 32, 128, 128, 4
+    gdn = (h * (2 * hk * dk + 2 * hv * dv) + 2 * h * hv + k * (2 * hk * dk + hv * dv)
+           + 2 * hv + dv + hv * dv * h)
+    att = h * 2 * a * d + 2 * h * g * d + a * d * h + 2 * d
+    moe = E * h + E * 3 * h * f_e + 3 * h * f_sh + h
+    total = 2 * V * h + 36 * gdn + 12 * att + L * (moe + 2 * h) + h
+    arch = from_hf_config(_write(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
+    assert parameter_count(arch) == total == 79_674_391_296
+    assert active_parameter_count(arch) == 3_874_929_408
+    assert parameter_counts(arch)["linear_attention"] == 36 * gdn
+    assert arch.layer_mixers == ("gdn", "gdn", "gdn", "attention") * 12
+
+
+def test_a_qwen3_next_estimate_is_refused_in_one_line(tmp_path):
+    # the Gated DeltaNet mixers' activations have no derived term: the count is exact, the
+    # memory estimate refused in one line
+    import subprocess
+    import sys
+
+    path = _write(tmp_path, SMALL["qwen3_next"])
+    run = subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert "Gated DeltaNet" in run.stderr and "not modelled" in run.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,7 +261,8 @@ def test_gpt_oss_config_json_keeps_swiglu_limit_as_the_preset(tmp_path):
     (_small("deepseek_v32", **{**_MLA, "q_lora_rank": None}), "q_lora_rank null"),
     (_small("deepseek_v32", **_MLA, attention_bias=True), "attention_bias true"),
     (_small("deepseek_v32", **_MLA, mlp_layer_types=["dense"]), "'mlp_layer_types' must list"),
-    (_small("qwen3_next"), "Gated DeltaNet"),
+    ({**_Q3N, "linear_num_value_heads": 3}, "multiple of linear_num_key_heads"),
+    ({**_Q3N, "layer_types": ["linear_attention"]}, "'layer_types' must list 4"),
     (_small("lfm2"), "short-convolution"),
     (_small("minimax"), "lightning"),
     (_small("zamba"), "shared across layers are not modelled"),
@@ -213,7 +283,7 @@ def test_dbrx_reads_only_the_nested_fields_transformers_reads(tmp_path):
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("case", ["dbrx-nested", "deepseek_v32"])
+@pytest.mark.parametrize("case", ["dbrx-nested", "deepseek_v32", "qwen3_next"])
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     from test_hf_configs import _dropout_masks
 
