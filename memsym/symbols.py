@@ -160,7 +160,12 @@ k_conv = _register("k_conv", r"k_{\mathrm{conv}}", "Mamba causal depthwise convo
                    "(d_conv)", "1", "positive integer")
 r_dt = _register("r_dt", r"r_{\Delta}", "Mamba-1 time-step projection rank (dt_rank)", "1",
                  "positive integer")
-# --- Gated DeltaNet linear-attention mixers (memsym/model/linear_attention.py; Qwen3-Next) ---
+# --- short-convolution mixers (memsym/model/token_mixers.py; LFM2) ---------------------------
+L_conv = _register("L_conv", r"L_{\mathrm{conv}}", "number of layers with a short-convolution "
+                   "mixer", "1", "nonnegative")
+k_sc = _register("k_sc", r"k_{\mathrm{sc}}", "short-convolution mixer's causal depthwise "
+                 "convolution width (conv_L_cache)", "1", "positive integer")
+# --- Gated DeltaNet linear-attention mixers (memsym/model/token_mixers.py; Qwen3-Next) ------
 L_gdn = _register("L_gdn", r"L_{\mathrm{gdn}}", "number of layers with a Gated DeltaNet "
                   "(linear-attention) mixer", "1", "nonnegative")
 H_gk = _register("H_gk", r"H_{\mathrm{gk}}", "Gated DeltaNet query/key heads "

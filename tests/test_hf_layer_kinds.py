@@ -1,4 +1,4 @@
-"""DBRX, DeepSeek-V3.2, Qwen3-Next, and GPT-OSS's ``swiglu_limit``, read from config.json.
+"""DBRX, DeepSeek-V3.2, Qwen3-Next, LFM2, and GPT-OSS's ``swiglu_limit``, read from config.json.
 
 Same oracle as ``tests/test_hf_newer_types.py``: transformers (5.25.0 when checked) builds
 ``AutoModelForCausalLM.from_config`` of the very file memsym reads, on the meta device, and
@@ -20,7 +20,7 @@ from memsym.model.hf_config import HF_MODEL_TYPES
 from test_hf_configs import _TOKENS, _small, _write
 from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
 
-TYPES = {"dbrx", "deepseek_v32", "qwen3_next"}
+TYPES = {"dbrx", "deepseek_v32", "qwen3_next", "lfm2"}
 
 # transformers 5.25's DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig
 # does not default: a file without it cannot be built (the published one has it)
@@ -37,6 +37,11 @@ _Q3N = {"model_type": "qwen3_next", "hidden_size": 64, "num_hidden_layers": 4,
         "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
         "linear_value_head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
         "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24, **_TOKENS}
+
+# LFM2: short-convolution and attention layers, the MLP width adjusted from block_ff_dim
+_LFM2 = {"model_type": "lfm2", "hidden_size": 64, "num_hidden_layers": 4,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
+         "max_position_embeddings": 64, **_TOKENS}
 
 SMALL = {
     # DBRX: fused Wqkv, bias-free LayerNorms, MoE (router, gated experts) in every layer; the
@@ -66,6 +71,19 @@ SMALL = {
         "tie_word_embeddings": True},
     "qwen3_next-dense": {**_Q3N, "num_experts": 0},
     "qwen3_next-interval-2": {**_Q3N, "full_attention_interval": 2},
+    # LFM2: listed layer types, intermediate_size adjusted (2/3, x1, to a multiple of 16), tied;
+    # or full_attn_idxs, block_ff_dim over intermediate_size, a 1.3 multiplier, biased 4-tap
+    # convs, tie_embedding false over the tied default; or no adjustment; or an integer
+    # multiplier and a head_dim of its own
+    "lfm2": {**_LFM2, "intermediate_size": 96, "block_multiple_of": 16,
+             "layer_types": ["conv", "conv", "full_attention", "conv"]},
+    "lfm2-block-ff-dim-idxs-bias-untied": {
+        **_LFM2, "block_ff_dim": 100, "intermediate_size": 96, "full_attn_idxs": [1, 3],
+        "conv_bias": True, "conv_L_cache": 4, "tie_embedding": False,
+        "block_ffn_dim_multiplier": 1.3, "block_multiple_of": 8},
+    "lfm2-no-adjust": {**_LFM2, "intermediate_size": 96, "block_auto_adjust_ff_dim": False},
+    "lfm2-int-multiplier-head-dim": {**_LFM2, "intermediate_size": 96,
+                                     "block_ffn_dim_multiplier": 2, "head_dim": 8},
 }
 
 
@@ -193,6 +211,37 @@ def test_deepseek_v32_is_v3_plus_its_indexer(tmp_path):
     assert any("indexer" in n for n in v32.extra["notes"])
 
 
+# https://huggingface.co/LiquidAI/LFM2-1.2B/blob/main/config.json: 16 layers, full_attn_idxs
+# [2, 5, 8, 10, 12, 14], hidden 2048, 32 heads, 8 KV heads, conv_L_cache 3,
+# max_position_embeddings 128000, no head_dim (a public test quoting the file fetched from the
+# hub); values not checked against the hub file: vocab_size 65536, block_ff_dim 12288, the
+# adjustment fields (Lfm2Config's defaults), tie_embedding, conv_bias (checked only through
+# the card's total, below)
+REAL["lfm2-1.2b"] = {
+    "architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "num_hidden_layers": 16,
+    "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8, "conv_L_cache": 3,
+    "full_attn_idxs": [2, 5, 8, 10, 12, 14], "max_position_embeddings": 128000,
+    "vocab_size": 65536, "block_ff_dim": 12288, "block_ffn_dim_multiplier": 1.0,
+    "block_multiple_of": 256, "block_auto_adjust_ff_dim": True, "tie_embedding": True,
+    "conv_bias": False}
+
+
+def test_lfm2_hand_count_and_card(tmp_path):
+    # Lfm2ForCausalLM: embedding V h (tied); per layer operator_norm, ffn_norm and a gated MLP
+    # of int(2 x 12288 / 3) = 8192 (already a multiple of 256); conv layers in_proj 3h^2, conv
+    # 3h, out_proj h^2; attention layers q, o h^2 each, k, v h g d each, q/k norms d each;
+    # final embedding_norm h
+    h, V, f, g, d = 2048, 65536, 8192, 8, 64
+    conv = 3 * h * h + 3 * h + h * h
+    att = 2 * h * h + 2 * h * g * d + 2 * d
+    total = V * h + 16 * (3 * h * f + 2 * h) + 10 * conv + 6 * att + h
+    arch = from_hf_config(_write(tmp_path, REAL["lfm2-1.2b"], "lfm2"))
+    assert parameter_count(arch) == total == 1_170_340_608
+    assert parameter_counts(arch)["short_conv"] == 10 * conv
+    # the model card: "1.17B" parameters
+    assert _billions(parameter_count(arch), 2) == 1.17
+
+
 def test_qwen3_next_hand_count_and_the_published_totals(tmp_path):
     # per Gated DeltaNet layer (Qwen3NextGatedDeltaNet): in_proj_qkvz h (2 H_k d_k + 2 H_v d_v),
     # in_proj_ba 2 h H_v, conv1d k (2 H_k d_k + H_v d_v), dt_bias and A_log H_v each, norm d_v,
@@ -213,17 +262,19 @@ def test_qwen3_next_hand_count_and_the_published_totals(tmp_path):
     assert arch.layer_mixers == ("gdn", "gdn", "gdn", "attention") * 12
 
 
-def test_a_qwen3_next_estimate_is_refused_in_one_line(tmp_path):
-    # the Gated DeltaNet mixers' activations have no derived term: the count is exact, the
-    # memory estimate refused in one line
+@pytest.mark.parametrize("case,words", [("qwen3_next", "Gated DeltaNet"),
+                                        ("lfm2", "short-convolution")])
+def test_an_estimate_of_the_new_mixers_is_refused_in_one_line(tmp_path, case, words):
+    # the Gated DeltaNet and short-convolution mixers' activations have no derived term: the
+    # count is exact, the memory estimate refused in one line
     import subprocess
     import sys
 
-    path = _write(tmp_path, SMALL["qwen3_next"])
+    path = _write(tmp_path, SMALL[case])
     run = subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stderr.count("\n") == 1
-    assert "Gated DeltaNet" in run.stderr and "not modelled" in run.stderr
+    assert words in run.stderr and "not modelled" in run.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,7 +314,10 @@ def test_gpt_oss_config_json_keeps_swiglu_limit_as_the_preset(tmp_path):
     (_small("deepseek_v32", **_MLA, mlp_layer_types=["dense"]), "'mlp_layer_types' must list"),
     ({**_Q3N, "linear_num_value_heads": 3}, "multiple of linear_num_key_heads"),
     ({**_Q3N, "layer_types": ["linear_attention"]}, "'layer_types' must list 4"),
-    (_small("lfm2"), "short-convolution"),
+    ({**_LFM2, "intermediate_size": 96, "block_ffn_dim_multiplier": None},
+     "block_ffn_dim_multiplier null"),
+    ({**_LFM2, "intermediate_size": 96, "layer_types": ["conv", "sliding"] * 2},
+     "'layer_types' must list 4"),
     (_small("minimax"), "lightning"),
     (_small("zamba"), "shared across layers are not modelled"),
     (_small("zamba2"), "LoRA adapters"),

@@ -426,8 +426,7 @@ def test_a_misspelt_model_type_is_refused_not_read_as_the_suggestion(tmp_path):
 
 
 @pytest.mark.parametrize("mtype,words", [("zamba", "hybrid Mamba"), ("zamba2", "hybrid Mamba"),
-                                         ("minimax", "lightning"),
-                                         ("lfm2", "short-convolution")])
+                                         ("minimax", "lightning")])
 def test_hybrid_models_refused_in_one_line(tmp_path, mtype, words):
     with pytest.raises(InvalidValueError) as err:
         from_hf_config(_write(tmp_path, _small(mtype)))

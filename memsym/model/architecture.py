@@ -18,7 +18,7 @@ from ..text import printable
 from .sizes import inert_name, padded_vocab_size, pos_int
 
 __all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern", "LIMITS",
-           "MIXERS", "mixer_counts", "gdn_layer_count", "is_hybrid",
+           "MIXERS", "mixer_counts", "mixer_layer_count", "is_hybrid",
            "check_limit", "printable"]
 
 # Every size an architecture carries is bounded (memsym.limits, the one table of limits), so a
@@ -85,8 +85,9 @@ class Architecture:
 
     * ``layer_mixers``: a tuple of L entries of :data:`MIXERS`: ``"attention"``, ``"mamba"``,
       ``"parallel"`` (attention and Mamba side by side on one input, Falcon-H1), ``"gdn"`` (a
-      Gated DeltaNet linear-attention mixer, Qwen3-Next) or ``"none"`` (an MLP/MoE-only
-      layer, Nemotron-H); None: every layer has attention.
+      Gated DeltaNet linear-attention mixer, Qwen3-Next), ``"conv"`` (a gated short
+      convolution, LFM2) or ``"none"`` (an MLP/MoE-only layer, Nemotron-H); None: every
+      layer has attention.
     * ``ffn_layers``: a tuple of L 0/1 entries, 1 where the layer has an MLP or MoE block
       (Nemotron-H's Mamba and attention layers have none); None: every layer.  A MoE pattern
       (``moe_layer_freq``) may only mark layers that have one.
@@ -99,6 +100,8 @@ class Architecture:
     * ``gdn_key_heads``, ``gdn_value_heads``, ``gdn_key_head_dim``, ``gdn_value_head_dim``,
       ``gdn_conv_kernel``: the Gated DeltaNet mixers' sizes; ``attention_output_gate``: the
       attention layers' q_proj also gives a sigmoid gate of a d_h on the output (Qwen3-Next).
+    * ``short_conv_kernel``, ``short_conv_bias``: the short-convolution mixers' depthwise conv
+      taps and biases (in_proj, conv, out_proj).
 
     Every size is bounded by :data:`LIMITS`; the name is kept printable (:func:`printable`).
     """
@@ -174,6 +177,8 @@ class Architecture:
     gdn_value_head_dim: Optional[int] = None       # linear_value_head_dim
     gdn_conv_kernel: int = 4                       # linear_conv_kernel_dim
     attention_output_gate: bool = False            # q_proj of 2 a d_h: a sigmoid output gate
+    short_conv_kernel: int = 3                     # LFM2's conv_L_cache
+    short_conv_bias: bool = False                  # LFM2's conv_bias (in_proj, conv, out_proj)
 
     @property
     def is_moe(self) -> bool:
@@ -200,16 +205,16 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
                "mamba_conv_kernel", "mamba_dt_rank", "dsa_index_heads", "dsa_index_head_dim",
                "gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim",
-               "gdn_conv_kernel")
+               "gdn_conv_kernel", "short_conv_kernel")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
                 "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms",
-                "attention_output_gate")
+                "attention_output_gate", "short_conv_bias")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
-MIXERS = ("attention", "mamba", "parallel", "gdn", "none")
+MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "none")
 """The ``layer_mixers`` entries: a layer's token mixer(s)."""
 _MAMBA_INT_FIELDS = ("mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
                      "mamba_conv_kernel", "mamba_dt_rank")
@@ -423,18 +428,18 @@ def mixer_counts(arch: Architecture) -> tuple:
     return n_att, n_ssm, n_ffn
 
 
-def gdn_layer_count(arch: Architecture) -> int:
-    """The number of layers with a Gated DeltaNet (linear-attention) mixer.
+def mixer_layer_count(arch: Architecture, mixer: str) -> int:
+    """The number of layers whose ``layer_mixers`` entry is ``mixer`` (``"gdn"``, ``"conv"``).
 
     Examples
     --------
-    >>> gdn_layer_count(Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    >>> mixer_layer_count(Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
     ...     position_embedding_type="rope", layer_mixers=("gdn", "attention"), gdn_key_heads=2,
-    ...     gdn_value_heads=2, gdn_key_head_dim=4, gdn_value_head_dim=4))
+    ...     gdn_value_heads=2, gdn_key_head_dim=4, gdn_value_head_dim=4), "gdn")
     1
     """
     mixers = lenient(arch).layer_mixers
-    return 0 if mixers is None else sum(m == "gdn" for m in mixers)
+    return 0 if mixers is None else sum(m == mixer for m in mixers)
 
 
 def is_hybrid(arch: Architecture) -> bool:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, UnknownNameError
-from .architecture import (Architecture, gdn_layer_count, is_hybrid, lenient, mixer_counts,
+from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, mixer_layer_count,
                            moe_layer_count, moe_layer_pattern, padded_vocab_size, resolve)
 from ..terms.adapters import LORA_TARGETS, lower_choice
-from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_ffn, L_gdn, L_m, L_ssm, N_ssm, V, a,
+from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_ffn, L_conv, L_gdn, L_m, L_ssm, N_ssm, V, a,
                        d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv, n_mtp, r_dt,
                        r_kv, r_q, s_max)
-from .linear_attention import gdn_parts, gdn_values
+from .token_mixers import conv_parts, gdn_parts, mixer_values
 from .presets import preset
 from ..term import Source, Term, Total
 
@@ -23,8 +23,8 @@ from ..term import Source, Term, Total
 __all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "parameter_total", "lora_parameter_count"]
 
 
-COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "linear_attention", "mlp",
-              "norms", "router",
+COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "linear_attention",
+              "short_conv", "mlp", "norms", "router",
               "shared_experts", "experts", "output_layer", "mtp", "mtp_experts")
 """Keys of :func:`parameter_expression` / :func:`parameter_counts`, in model order."""
 
@@ -234,8 +234,10 @@ def parameter_expression(arch: Architecture) -> dict:
             out[key] = layers * sum(layer_parts(x, any_moe)[key][:3], ZERO)
     if n_ssm:
         out["mamba"] = L_ssm * sum(mamba_parts(x), ZERO)
-    if gdn_layer_count(x):
+    if mixer_layer_count(x, "gdn"):
         out["linear_attention"] = L_gdn * sum(gdn_parts(x), ZERO)
+    if mixer_layer_count(x, "conv"):
+        out["short_conv"] = L_conv * sum(conv_parts(x), ZERO)
     out["norms"] += norm_params(x) * h                  # final norm
     if x.embedding_norm:                         # BLOOM's word_embeddings_layernorm
         out["norms"] += norm_params(x) * h
@@ -305,8 +307,10 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
             vals[r_q] = x.q_lora_rank
         if x.dsa_index_heads:
             vals.update({H_idx: x.dsa_index_heads, d_idx: x.dsa_index_head_dim})
-    if gdn_layer_count(x):
-        vals.update({L_gdn: gdn_layer_count(x), **gdn_values(x)})
+    for sym, mixer in ((L_gdn, "gdn"), (L_conv, "conv")):
+        if mixer_layer_count(x, mixer):
+            vals[sym] = mixer_layer_count(x, mixer)
+    vals.update(mixer_values(x))
     return {sym: sp.Integer(val) for sym, val in vals.items()}
 
 
@@ -502,6 +506,7 @@ def _component_sources(x: Architecture) -> dict:
                         "Algorithm 2 (selective SSM); JambaMambaMixer's dt/B/C norms"),
         "linear_attention": Source("hf-transformers-5", "modeling_qwen3_next.py "
                                    "Qwen3NextGatedDeltaNet"),
+        "short_conv": Source("hf-transformers-5", "modeling_lfm2.py Lfm2ShortConv"),
         "mlp": Source("megatron-lm", mega + ": 2γhf"),
         "norms": (Source("hf-transformers-5", "modeling_<model_type>.py: the norms each decoder layer "
                                          "builds (η per element) + final (+ embedding) norm")
@@ -538,6 +543,7 @@ def parameter_total(arch: Architecture):
             "attention": "attention projections per layer",
             "mamba": "Mamba mixers (in/out projections, conv1d, A, D, dt, norm)",
             "linear_attention": "Gated DeltaNet mixers (projections, conv1d, A, dt, norm)",
+            "short_conv": "short-convolution mixers (in/out projections, conv1d)",
             "mlp": "dense MLPs",
             "norms": "normalisation weights (per layer and final)", "router": "MoE routers",
             "shared_experts": "shared experts", "experts": "routed experts",

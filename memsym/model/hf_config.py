@@ -44,8 +44,6 @@ _NOT_MODELLED = {
                              "blocks with per-use LoRA adapters and a per-use linear layer"),
     "minimax": "hybrid lightning (linear-attention) layers are not modelled (no memsym layer "
                "kind for qkv_proj, output_gate, the RMSNorm over the heads, the decay per head)",
-    "lfm2": "short-convolution operator layers are not modelled (no memsym layer kind for "
-            "in_proj h -> 3h, the depthwise causal conv1d of conv_L_cache taps, out_proj)",
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
@@ -113,7 +111,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "NemotronForCausalLM": "nemotron", "PhiForCausalLM": "phi",
              "GPTBigCodeForCausalLM": "gpt_bigcode", "StableLmForCausalLM": "stablelm",
              "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "DbrxForCausalLM": "dbrx",
-             "DeepseekV32ForCausalLM": "deepseek_v32", "Qwen3NextForCausalLM": "qwen3_next"}
+             "DeepseekV32ForCausalLM": "deepseek_v32", "Qwen3NextForCausalLM": "qwen3_next",
+             "Lfm2ForCausalLM": "lfm2"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 
@@ -136,7 +135,7 @@ def from_hf_config(path) -> Architecture:
     olmo, olmo2, olmo3, olmoe, phi (Phi-1 to Phi-2), phi3 (Phi-3 and Phi-4), phimoe, qwen2,
     qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, stablelm, starcoder2, vaultgemma, the pure
     state-space types mamba, falcon_mamba, mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid
-    Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h, qwen3_next
+    Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h, qwen3_next, lfm2
     (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their parameter count
     is exact, a memory estimate only of Mamba-2 mixers one a layer).  The core sizes (hidden
     size, layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
@@ -170,7 +169,7 @@ def from_hf_config(path) -> Architecture:
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
         limit (named), a type transformers knows whose layers memsym does not model (zamba,
-        zamba2, minimax, lfm2: the missing layer kind named), a
+        zamba2, minimax: the missing layer kind named), a
         structure of a type that is not modelled (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).
@@ -207,14 +206,13 @@ def from_hf_config(path) -> Architecture:
     file_type, notes = mtype, []
     if mtype in _TEXT_CONFIG:
         c, mtype, tied = _text_config(c, mtype, notes)
-    elif mtype in _LAYERED_READERS:
-        # the hybrid Mamba / attention families (memsym.model.hf_hybrid) and pure Mamba
-        # (memsym.model.hf_ssm)
-        tied = c.bool("tie_word_embeddings", _LAYERED_READERS[mtype][1])
-    else:
+    elif mtype not in _LAYERED_READERS:
         tied = c.bool("tie_word_embeddings", DECODER_DEFAULTS[mtype][0])
     if mtype in _LAYERED_READERS:
+        # the hybrid families (memsym.model.hf_hybrid) and pure Mamba (memsym.model.hf_ssm);
+        # tied read after the reader, which spells an alias as transformers reads it (LFM2)
         kw = _LAYERED_READERS[mtype][0](c, notes)
+        tied = c.bool("tie_word_embeddings", _LAYERED_READERS[mtype][1])
     else:
         kw = _READERS.get(mtype, read_llama_like)(c, mtype, notes)
     dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}

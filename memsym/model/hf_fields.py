@@ -72,6 +72,9 @@ FIELD_LIMITS = {
     "linear_num_key_heads": "gdn_key_heads", "linear_num_value_heads": "gdn_value_heads",
     "linear_key_head_dim": "gdn_key_head_dim", "linear_value_head_dim": "gdn_value_head_dim",
     "linear_conv_kernel_dim": "gdn_conv_kernel", "full_attention_interval": "num_layers",
+    # LFM2's short-convolution layers and MLP width
+    "conv_L_cache": "short_conv_kernel", "block_ff_dim": "ffn_hidden_size",
+    "block_multiple_of": "ffn_hidden_size",
 }
 
 # the fields that are a config.json's decoder-layer count: bounded by memsym.limits'

@@ -1,5 +1,6 @@
 """The hybrid Mamba / attention ``config.json`` families: Jamba, Bamba, Falcon-H1, Nemotron-H and
-Granite 4.0 (``granitemoehybrid``); and Qwen3-Next's Gated DeltaNet / gated-attention hybrid.
+Granite 4.0 (``granitemoehybrid``); Qwen3-Next's Gated DeltaNet / gated-attention hybrid and
+LFM2's short-convolution / attention hybrid.
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments with the
 per-layer mixers (``layer_mixers``), the layers that have an MLP or MoE block (``ffn_layers``)
@@ -309,6 +310,47 @@ def _read_qwen3_next(c: ConfigFields, notes: list) -> dict:
     return kw
 
 
+def _lfm2_ffn(c: ConfigFields) -> int:
+    """Lfm2MLP's inner size: block_ff_dim (over intermediate_size, as Lfm2Config pops it),
+    then with block_auto_adjust_ff_dim int(2 f / 3), int(multiplier f) and rounded up to
+    block_multiple_of (Lfm2Config refuses a null block_ffn_dim_multiplier)."""
+    width = c.int("block_ff_dim" if c.data.get("block_ff_dim") is not None
+                  else "intermediate_size", 12288)
+    if "block_ffn_dim_multiplier" in c.data and c.data["block_ffn_dim_multiplier"] is None:
+        raise c._bad("block_ffn_dim_multiplier null: transformers' Lfm2Config refuses it")
+    if c.bool("block_auto_adjust_ff_dim", True):
+        width = int(c.positive("block_ffn_dim_multiplier", 1.0) * int(2 * width / 3))
+        step = c.int("block_multiple_of", 256)
+        width = step * ((width + step - 1) // step)
+    if width < 1:
+        raise c._bad(f"the LFM2 MLP width comes out as {width} (block_ff_dim and its adjustment)")
+    return width
+
+
+def _read_lfm2(c: ConfigFields, notes: list) -> dict:
+    # Lfm2DecoderLayer: Lfm2ShortConv iff layer_types[i] == "conv" (default: the layers not in
+    # full_attn_idxs, which defaults to every layer), else Lfm2Attention (q, k, v, out_proj
+    # without bias; q_layernorm, k_layernorm RMSNorm(head_dim)); a gated Lfm2MLP (w1, w3, w2
+    # without bias) of the adjusted width (_lfm2_ffn) in every layer; operator_norm and
+    # ffn_norm; the final norm is Lfm2Model.embedding_norm.  Lfm2ShortConv: in_proj h -> 3h,
+    # a depthwise conv1d of conv_L_cache taps, out_proj h -> h, bias=conv_bias on each.
+    # Lfm2Config pops tie_embedding over tie_word_embeddings (read by from_hf_config).
+    if "tie_embedding" in c.data:
+        c.data = {**c.data, "tie_word_embeddings": c.data["tie_embedding"]}
+    kw = _core(c, 8, 128000, ffn=None)
+    n_layers = kw["num_layers"]
+    if c.data.get("layer_types") is not None:
+        kinds = _layer_types(c, "layer_types", n_layers, ("conv", "full_attention"))
+    else:
+        listed = c.int_list("full_attn_idxs") if c.data.get("full_attn_idxs") is not None else None
+        kinds = ["full_attention" if listed is None or i in listed else "conv"
+                 for i in range(n_layers)]
+    kw.update(layer_mixers=tuple("conv" if k == "conv" else "attention" for k in kinds),
+              ffn_hidden_size=_lfm2_ffn(c), qk_layernorm=True,
+              short_conv_kernel=c.int("conv_L_cache", 3), short_conv_bias=c.bool("conv_bias", False))
+    return kw
+
+
 # model_type -> (reader, the config class's tie_word_embeddings default, the dropout
 # probabilities its causal LM applies with their defaults).  REF: transformers 5.24.0
 # configuration_<type>.py (every class: tie_word_embeddings False, attention_dropout 0.0;
@@ -321,6 +363,8 @@ HYBRID_READERS = {
     "granitemoehybrid": (_read_granitemoehybrid, False, {"attention_dropout": 0.0}),
     # Qwen3NextConfig: tie_word_embeddings False, attention_dropout 0.0 (transformers 5.25.0)
     "qwen3_next": (_read_qwen3_next, False, {"attention_dropout": 0.0}),
+    # Lfm2Config: tie_word_embeddings True; Lfm2Attention applies no dropout
+    "lfm2": (_read_lfm2, True, {}),
 }
 HYBRID_TYPES = tuple(sorted(HYBRID_READERS))
 """The hybrid Mamba / attention ``model_type`` values read here."""

@@ -14,7 +14,7 @@ import functools
 
 from .architecture import Architecture, is_hybrid, lenient, moe_layer_pattern
 from .counts import ZERO, as_int, layer_parts, mamba_parts, parameter_values
-from .linear_attention import gdn_parts
+from .token_mixers import conv_parts, gdn_parts
 from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm
 
 __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mamba_values"]
@@ -32,7 +32,7 @@ def layer_kind_pattern(arch: Architecture) -> tuple:
     A transformer's layer is its MoE flag (:func:`memsym.model.moe_layer_pattern`).  A hybrid
     Mamba / attention layer is a pair ``(mixer, ffn)``: ``mixer`` its ``layer_mixers`` entry
     (``"attention"``, ``"mamba"`` (Mamba-2), ``"mamba1"`` (Mamba-1: Jamba), ``"gdn"`` (Gated
-    DeltaNet: Qwen3-Next), ``"parallel"``
+    DeltaNet: Qwen3-Next), ``"conv"`` (short convolution: LFM2), ``"parallel"``
     (both side by side: Falcon-H1) or ``"none"``) and ``ffn`` None (no MLP), False (a dense
     MLP) or True (an MoE block).  Nemotron-H's pattern ``M-*E`` (one mixer or one MLP per
     layer, as Megatron's ``hybrid_override_pattern`` counts layers) reads
@@ -77,8 +77,8 @@ def hybrid_layer_parameters(x, kind: tuple) -> tuple:
     if mixer in _HAS_MAMBA:
         mt, mr = mamba_parts(x)
         tp, rep = tp + mt, rep + mr
-    if mixer == "gdn":
-        gt, gr = gdn_parts(x)
+    if mixer in ("gdn", "conv"):
+        gt, gr = (gdn_parts if mixer == "gdn" else conv_parts)(x)
         tp, rep = tp + gt, rep + gr
     if ffn is not None:
         for key in ("router", "shared_experts", "experts") if ffn else ("mlp",):

@@ -160,13 +160,14 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
     if mixer not in ("attention", "mamba", "none") or ffn not in (None, False, True):
-        if mixer == "gdn":
+        if mixer in ("gdn", "conv"):
             # transformers' torch path (modeling_qwen3_next.py torch_chunk_gated_delta_rule)
             # keeps every chunk's intermediates, the fla kernels training uses keep others:
             # no measured or cited term yet
-            raise InvalidValueError("the activations of Gated DeltaNet (linear-attention) "
-                                    "mixers (Qwen3-Next) are not modelled: their parameters "
-                                    "are counted, a memory estimate is refused")
+            what = ("Gated DeltaNet (linear-attention) mixers (Qwen3-Next)" if mixer == "gdn"
+                    else "short-convolution mixers (LFM2)")
+            raise InvalidValueError(f"the activations of {what} are not modelled: their "
+                                    "parameters are counted, a memory estimate is refused")
         what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
                 "parallel": "attention and Mamba side by side in one layer (Falcon-H1)"
                 }.get(mixer, f"the layer kind {kind!r}")
