@@ -9,9 +9,9 @@ from ..errors import InvalidValueError, UnknownNameError
 from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, mixer_layer_count,
                            moe_layer_count, moe_layer_pattern, padded_vocab_size, resolve)
 from ..terms.adapters import LORA_TARGETS, lower_choice
-from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_ffn, L_conv, L_gdn, L_m, L_ssm, N_ssm, V, a,
-                       d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv, n_mtp, r_dt,
-                       r_kv, r_q, s_max)
+from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_m, L_ssm, N_ssm,
+                       V, a, d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv,
+                       n_mtp, r_dt, r_kv, r_q, s_max)
 from .token_mixers import conv_parts, gdn_parts, mixer_values
 from .presets import preset
 from ..term import Source, Term, Total

@@ -347,7 +347,8 @@ def _read_lfm2(c: ConfigFields, notes: list) -> dict:
                  for i in range(n_layers)]
     kw.update(layer_mixers=tuple("conv" if k == "conv" else "attention" for k in kinds),
               ffn_hidden_size=_lfm2_ffn(c), qk_layernorm=True,
-              short_conv_kernel=c.int("conv_L_cache", 3), short_conv_bias=c.bool("conv_bias", False))
+              short_conv_kernel=c.int("conv_L_cache", 3),
+              short_conv_bias=c.bool("conv_bias", False))
     return kw
 
 
