@@ -165,6 +165,8 @@ L_conv = _register("L_conv", r"L_{\mathrm{conv}}", "number of layers with a shor
                    "mixer", "1", "nonnegative")
 k_sc = _register("k_sc", r"k_{\mathrm{sc}}", "short-convolution mixer's causal depthwise "
                  "convolution width (conv_L_cache)", "1", "positive integer")
+L_lin = _register("L_lin", r"L_{\mathrm{lin}}", "number of layers with a lightning-attention "
+                  "mixer (MiniMax-01)", "1", "nonnegative")
 # --- Gated DeltaNet linear-attention mixers (memsym/model/token_mixers.py; Qwen3-Next) ------
 L_gdn = _register("L_gdn", r"L_{\mathrm{gdn}}", "number of layers with a Gated DeltaNet "
                   "(linear-attention) mixer", "1", "nonnegative")

@@ -1,4 +1,4 @@
-"""DBRX, DeepSeek-V3.2, Qwen3-Next, LFM2, and GPT-OSS's ``swiglu_limit``, read from config.json.
+"""DBRX, DeepSeek-V3.2, Qwen3-Next, LFM2, MiniMax-01, GPT-OSS's swiglu_limit from config.json.
 
 Same oracle as ``tests/test_hf_newer_types.py``: transformers (5.25.0 when checked) builds
 ``AutoModelForCausalLM.from_config`` of the very file memsym reads, on the meta device, and
@@ -20,7 +20,7 @@ from memsym.model.hf_config import HF_MODEL_TYPES
 from test_hf_configs import _TOKENS, _small, _write
 from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
 
-TYPES = {"dbrx", "deepseek_v32", "qwen3_next", "lfm2"}
+TYPES = {"dbrx", "deepseek_v32", "qwen3_next", "lfm2", "minimax"}
 
 # transformers 5.25's DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig
 # does not default: a file without it cannot be built (the published one has it)
@@ -42,6 +42,12 @@ _Q3N = {"model_type": "qwen3_next", "hidden_size": 64, "num_hidden_layers": 4,
 _LFM2 = {"model_type": "lfm2", "hidden_size": 64, "num_hidden_layers": 4,
          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
          "max_position_embeddings": 64, **_TOKENS}
+
+# MiniMax-01: lightning-attention and softmax-attention layers, MoE in every layer
+_MINIMAX = {"model_type": "minimax", "hidden_size": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+            "vocab_size": 128, "max_position_embeddings": 64, "num_local_experts": 4,
+            "num_experts_per_tok": 2, **_TOKENS}
 
 SMALL = {
     # DBRX: fused Wqkv, bias-free LayerNorms, MoE (router, gated experts) in every layer; the
@@ -84,6 +90,11 @@ SMALL = {
     "lfm2-no-adjust": {**_LFM2, "intermediate_size": 96, "block_auto_adjust_ff_dim": False},
     "lfm2-int-multiplier-head-dim": {**_LFM2, "intermediate_size": 96,
                                      "block_ffn_dim_multiplier": 2, "head_dim": 8},
+    # MiniMax-01: the default alternation; or seven-to-one as published, a head_dim, tied
+    "minimax": _MINIMAX,
+    "minimax-layer-types-head-dim-tied": {
+        **_MINIMAX, "head_dim": 8, "tie_word_embeddings": True,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"]},
 }
 
 
@@ -242,6 +253,36 @@ def test_lfm2_hand_count_and_card(tmp_path):
     assert _billions(parameter_count(arch), 2) == 1.17
 
 
+# https://huggingface.co/MiniMaxAI/MiniMax-Text-01-hf/blob/main/config.json (no copy found):
+# hidden 6144, 80 layers, 64 heads of 128, 8 KV heads, 32 experts top-2 of 9216, seven
+# lightning layers then one softmax-attention layer, vocab 200064 (a public MiniMax-01 config
+# class and a printout of the released model's modules); values not checked against the hub
+# file: max_position_embeddings, tie_word_embeddings (False, the printout's separate lm_head)
+REAL["minimax-text-01"] = {
+    "architectures": ["MiniMaxForCausalLM"], "model_type": "minimax", "hidden_size": 6144,
+    "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "head_dim": 128, "intermediate_size": 9216, "num_local_experts": 32,
+    "num_experts_per_tok": 2, "vocab_size": 200064, "max_position_embeddings": 10240000,
+    "layer_types": (["linear_attention"] * 7 + ["full_attention"]) * 10,
+    "tie_word_embeddings": False}
+
+
+def test_minimax_text_01_hand_count_and_card(tmp_path):
+    # lightning layers: qkv_proj 3 h a d, output_gate h a d, out_proj a d h, norm a d;
+    # attention layers: q, o h a d each, k, v h g d each; every layer: router E h, E experts
+    # 3 h f, two norms
+    h, L, V, E, f, a, g, d = 6144, 80, 200064, 32, 9216, 64, 8, 128
+    lightning = 5 * h * a * d + a * d
+    att = 2 * h * a * d + 2 * h * g * d
+    total = 2 * V * h + 70 * lightning + 10 * att + L * (E * h + E * 3 * h * f + 2 * h) + h
+    arch = from_hf_config(_write(tmp_path, REAL["minimax-text-01"], "minimax"))
+    assert parameter_count(arch) == total == 456_089_655_296
+    # the model card: "456 billion total parameters, of which 45.9 billion are activated per
+    # token", the latter without the embedding and the output layer
+    assert _billions(parameter_count(arch)) == 456
+    assert _billions(active_parameter_count(arch) - 2 * V * h, 1) == 45.9
+
+
 def test_qwen3_next_hand_count_and_the_published_totals(tmp_path):
     # per Gated DeltaNet layer (Qwen3NextGatedDeltaNet): in_proj_qkvz h (2 H_k d_k + 2 H_v d_v),
     # in_proj_ba 2 h H_v, conv1d k (2 H_k d_k + H_v d_v), dt_bias and A_log H_v each, norm d_v,
@@ -263,7 +304,7 @@ def test_qwen3_next_hand_count_and_the_published_totals(tmp_path):
 
 
 @pytest.mark.parametrize("case,words", [("qwen3_next", "Gated DeltaNet"),
-                                        ("lfm2", "short-convolution")])
+                                        ("lfm2", "short-convolution"), ("minimax", "lightning")])
 def test_an_estimate_of_the_new_mixers_is_refused_in_one_line(tmp_path, case, words):
     # the Gated DeltaNet and short-convolution mixers' activations have no derived term: the
     # count is exact, the memory estimate refused in one line
@@ -318,7 +359,7 @@ def test_gpt_oss_config_json_keeps_swiglu_limit_as_the_preset(tmp_path):
      "block_ffn_dim_multiplier null"),
     ({**_LFM2, "intermediate_size": 96, "layer_types": ["conv", "sliding"] * 2},
      "'layer_types' must list 4"),
-    (_small("minimax"), "lightning"),
+    ({**_MINIMAX, "layer_types": ["lightning"] * 4}, "'layer_types' must list 4"),
     (_small("zamba"), "shared across layers are not modelled"),
     (_small("zamba2"), "LoRA adapters"),
 ])
@@ -337,7 +378,7 @@ def test_dbrx_reads_only_the_nested_fields_transformers_reads(tmp_path):
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("case", ["dbrx-nested", "deepseek_v32", "qwen3_next"])
+@pytest.mark.parametrize("case", ["dbrx-nested", "deepseek_v32", "qwen3_next", "minimax"])
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     from test_hf_configs import _dropout_masks
 

@@ -86,7 +86,8 @@ class Architecture:
     * ``layer_mixers``: a tuple of L entries of :data:`MIXERS`: ``"attention"``, ``"mamba"``,
       ``"parallel"`` (attention and Mamba side by side on one input, Falcon-H1), ``"gdn"`` (a
       Gated DeltaNet linear-attention mixer, Qwen3-Next), ``"conv"`` (a gated short
-      convolution, LFM2) or ``"none"`` (an MLP/MoE-only layer, Nemotron-H); None: every
+      convolution, LFM2), ``"lightning"`` (lightning attention, of the attention's heads and
+      head dim, MiniMax-01) or ``"none"`` (an MLP/MoE-only layer, Nemotron-H); None: every
       layer has attention.
     * ``ffn_layers``: a tuple of L 0/1 entries, 1 where the layer has an MLP or MoE block
       (Nemotron-H's Mamba and attention layers have none); None: every layer.  A MoE pattern
@@ -214,7 +215,7 @@ _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linea
                 "attention_output_gate", "short_conv_bias")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
-MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "none")
+MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "none")
 """The ``layer_mixers`` entries: a layer's token mixer(s)."""
 _MAMBA_INT_FIELDS = ("mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
                      "mamba_conv_kernel", "mamba_dt_rank")

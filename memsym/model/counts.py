@@ -9,10 +9,10 @@ from ..errors import InvalidValueError, UnknownNameError
 from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, mixer_layer_count,
                            moe_layer_count, moe_layer_pattern, padded_vocab_size, resolve)
 from ..terms.adapters import LORA_TARGETS, lower_choice
-from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_m, L_ssm, N_ssm,
-                       V, a, d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv,
-                       n_mtp, r_dt, r_kv, r_q, s_max)
-from .token_mixers import conv_parts, gdn_parts, mixer_values
+from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_lin, L_m, L_ssm,
+                       N_ssm, V, a, d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k,
+                       k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
+from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from .presets import preset
 from ..term import Source, Term, Total
 
@@ -236,6 +236,8 @@ def parameter_expression(arch: Architecture) -> dict:
         out["mamba"] = L_ssm * sum(mamba_parts(x), ZERO)
     if mixer_layer_count(x, "gdn"):
         out["linear_attention"] = L_gdn * sum(gdn_parts(x), ZERO)
+    if mixer_layer_count(x, "lightning"):
+        out["linear_attention"] += L_lin * sum(lightning_parts(x), ZERO)
     if mixer_layer_count(x, "conv"):
         out["short_conv"] = L_conv * sum(conv_parts(x), ZERO)
     out["norms"] += norm_params(x) * h                  # final norm
@@ -307,7 +309,7 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
             vals[r_q] = x.q_lora_rank
         if x.dsa_index_heads:
             vals.update({H_idx: x.dsa_index_heads, d_idx: x.dsa_index_head_dim})
-    for sym, mixer in ((L_gdn, "gdn"), (L_conv, "conv")):
+    for sym, mixer in ((L_gdn, "gdn"), (L_conv, "conv"), (L_lin, "lightning")):
         if mixer_layer_count(x, mixer):
             vals[sym] = mixer_layer_count(x, mixer)
     vals.update(mixer_values(x))
@@ -505,7 +507,8 @@ def _component_sources(x: Architecture) -> dict:
                         "§7 Mamba-2 block" if x.mamba_version == 2 else
                         "Algorithm 2 (selective SSM); JambaMambaMixer's dt/B/C norms"),
         "linear_attention": Source("hf-transformers-5", "modeling_qwen3_next.py "
-                                   "Qwen3NextGatedDeltaNet"),
+                                   "Qwen3NextGatedDeltaNet; modeling_minimax.py "
+                                   "MiniMaxLightningAttention"),
         "short_conv": Source("hf-transformers-5", "modeling_lfm2.py Lfm2ShortConv"),
         "mlp": Source("megatron-lm", mega + ": 2γhf"),
         "norms": (Source("hf-transformers-5", "modeling_<model_type>.py: the norms each decoder layer "
@@ -542,7 +545,7 @@ def parameter_total(arch: Architecture):
     what = {"embedding": "word embedding (V rows of h)", "position_embedding": "learned positions",
             "attention": "attention projections per layer",
             "mamba": "Mamba mixers (in/out projections, conv1d, A, D, dt, norm)",
-            "linear_attention": "Gated DeltaNet mixers (projections, conv1d, A, dt, norm)",
+            "linear_attention": "linear-attention mixers (Gated DeltaNet, lightning)",
             "short_conv": "short-convolution mixers (in/out projections, conv1d)",
             "mlp": "dense MLPs",
             "norms": "normalisation weights (per layer and final)", "router": "MoE routers",

@@ -42,8 +42,6 @@ _NOT_MODELLED = {
                             "each use with its own linear layer"),
     "zamba2": _SHARED.format("Mamba-2", "Zamba2HybridLayer reuses num_mem_blocks attention "
                              "blocks with per-use LoRA adapters and a per-use linear layer"),
-    "minimax": "hybrid lightning (linear-attention) layers are not modelled (no memsym layer "
-               "kind for qkv_proj, output_gate, the RMSNorm over the heads, the decay per head)",
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
@@ -112,7 +110,7 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "GPTBigCodeForCausalLM": "gpt_bigcode", "StableLmForCausalLM": "stablelm",
              "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "DbrxForCausalLM": "dbrx",
              "DeepseekV32ForCausalLM": "deepseek_v32", "Qwen3NextForCausalLM": "qwen3_next",
-             "Lfm2ForCausalLM": "lfm2"}
+             "Lfm2ForCausalLM": "lfm2", "MiniMaxForCausalLM": "minimax"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 
@@ -135,7 +133,8 @@ def from_hf_config(path) -> Architecture:
     olmo, olmo2, olmo3, olmoe, phi (Phi-1 to Phi-2), phi3 (Phi-3 and Phi-4), phimoe, qwen2,
     qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, stablelm, starcoder2, vaultgemma, the pure
     state-space types mamba, falcon_mamba, mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid
-    Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h, qwen3_next, lfm2
+    Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h, qwen3_next, lfm2,
+    minimax
     (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their parameter count
     is exact, a memory estimate only of Mamba-2 mixers one a layer).  The core sizes (hidden
     size, layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
@@ -169,7 +168,7 @@ def from_hf_config(path) -> Architecture:
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
         limit (named), a type transformers knows whose layers memsym does not model (zamba,
-        zamba2, minimax: the missing layer kind named), a
+        zamba2: the missing layer kind named), a
         structure of a type that is not modelled (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).

@@ -1,6 +1,6 @@
 """The hybrid Mamba / attention ``config.json`` families: Jamba, Bamba, Falcon-H1, Nemotron-H and
 Granite 4.0 (``granitemoehybrid``); Qwen3-Next's Gated DeltaNet / gated-attention hybrid and
-LFM2's short-convolution / attention hybrid.
+LFM2's short-convolution / attention hybrid; MiniMax-01's lightning / softmax attention MoE.
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments with the
 per-layer mixers (``layer_mixers``), the layers that have an MLP or MoE block (``ffn_layers``)
@@ -352,6 +352,26 @@ def _read_lfm2(c: ConfigFields, notes: list) -> dict:
     return kw
 
 
+def _read_minimax(c: ConfigFields, notes: list) -> dict:
+    # MiniMaxDecoderLayer: MiniMaxLightningAttention iff layer_types[i] == "linear_attention"
+    # (default: odd layers), else MiniMaxAttention (q, k, v, o without bias; head_dim, or
+    # h // a when null); a MiniMaxSparseMoeBlock in every layer (router E x h, E gated experts
+    # of intermediate_size, no shared expert); two RMSNorms.  The lightning mixer uses the
+    # attention's a heads of head_dim.  The alpha/beta residual factors are scalars.
+    kw = _core(c, 8, 131072)
+    n_layers = kw["num_layers"]
+    if c.data.get("layer_types") is None:
+        kinds = ["full_attention" if (i + 1) % 2 else "linear_attention" for i in range(n_layers)]
+    else:
+        kinds = _layer_types(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
+    kw.update(layer_mixers=tuple("lightning" if k == "linear_attention" else "attention"
+                                 for k in kinds),
+              num_experts=c.int("num_local_experts", 8),
+              moe_router_topk=c.int("num_experts_per_tok", 2),
+              moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
+    return kw
+
+
 # model_type -> (reader, the config class's tie_word_embeddings default, the dropout
 # probabilities its causal LM applies with their defaults).  REF: transformers 5.24.0
 # configuration_<type>.py (every class: tie_word_embeddings False, attention_dropout 0.0;
@@ -366,6 +386,8 @@ HYBRID_READERS = {
     "qwen3_next": (_read_qwen3_next, False, {"attention_dropout": 0.0}),
     # Lfm2Config: tie_word_embeddings True; Lfm2Attention applies no dropout
     "lfm2": (_read_lfm2, True, {}),
+    # MiniMaxConfig: tie_word_embeddings False, attention_dropout 0.0
+    "minimax": (_read_minimax, False, {"attention_dropout": 0.0}),
 }
 HYBRID_TYPES = tuple(sorted(HYBRID_READERS))
 """The hybrid Mamba / attention ``model_type`` values read here."""

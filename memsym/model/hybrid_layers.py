@@ -14,7 +14,7 @@ import functools
 
 from .architecture import Architecture, is_hybrid, lenient, moe_layer_pattern
 from .counts import ZERO, as_int, layer_parts, mamba_parts, parameter_values
-from .token_mixers import conv_parts, gdn_parts
+from .token_mixers import conv_parts, gdn_parts, lightning_parts
 from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm
 
 __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mamba_values"]
@@ -23,6 +23,8 @@ __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mam
 #: A hybrid layer's token mixers by its ``layer_mixers`` entry (``"mamba1"``: a Mamba-1 mixer).
 _HAS_ATTENTION = ("attention", "parallel")
 _HAS_MAMBA = ("mamba", "mamba1", "parallel")
+#: The other token mixers' parameter parts (memsym.model.token_mixers), by layer_mixers entry.
+_OTHER_MIXERS = {"gdn": gdn_parts, "conv": conv_parts, "lightning": lightning_parts}
 
 
 def layer_kind_pattern(arch: Architecture) -> tuple:
@@ -32,7 +34,8 @@ def layer_kind_pattern(arch: Architecture) -> tuple:
     A transformer's layer is its MoE flag (:func:`memsym.model.moe_layer_pattern`).  A hybrid
     Mamba / attention layer is a pair ``(mixer, ffn)``: ``mixer`` its ``layer_mixers`` entry
     (``"attention"``, ``"mamba"`` (Mamba-2), ``"mamba1"`` (Mamba-1: Jamba), ``"gdn"`` (Gated
-    DeltaNet: Qwen3-Next), ``"conv"`` (short convolution: LFM2), ``"parallel"``
+    DeltaNet: Qwen3-Next), ``"conv"`` (short convolution: LFM2), ``"lightning"``
+    (MiniMax-01), ``"parallel"``
     (both side by side: Falcon-H1) or ``"none"``) and ``ffn`` None (no MLP), False (a dense
     MLP) or True (an MoE block).  Nemotron-H's pattern ``M-*E`` (one mixer or one MLP per
     layer, as Megatron's ``hybrid_override_pattern`` counts layers) reads
@@ -77,8 +80,8 @@ def hybrid_layer_parameters(x, kind: tuple) -> tuple:
     if mixer in _HAS_MAMBA:
         mt, mr = mamba_parts(x)
         tp, rep = tp + mt, rep + mr
-    if mixer in ("gdn", "conv"):
-        gt, gr = (gdn_parts if mixer == "gdn" else conv_parts)(x)
+    if mixer in _OTHER_MIXERS:
+        gt, gr = _OTHER_MIXERS[mixer](x)
         tp, rep = tp + gt, rep + gr
     if ffn is not None:
         for key in ("router", "shared_experts", "experts") if ffn else ("mlp",):

@@ -2,7 +2,8 @@
 
 Qwen3-Next interleaves Gated DeltaNet layers (Yang, Kautz & Hatamizadeh 2024, *Gated Delta
 Networks: Improving Mamba2 with Delta Rule*, arXiv:2412.06464) with gated softmax attention;
-LFM2 interleaves gated short convolutions with attention.  :func:`gdn_parts` and
+LFM2 interleaves gated short convolutions with attention; MiniMax-01 lightning attention
+(Qin et al. 2024, arXiv:2401.04658) with softmax attention.  :func:`gdn_parts` and
 :func:`conv_parts` count one mixer as transformers' ``Qwen3NextGatedDeltaNet`` and
 ``Lfm2ShortConv`` build it; :func:`memsym.model.counts.parameter_expression` counts ``L_gdn``
 and ``L_conv`` of them.
@@ -13,9 +14,9 @@ from __future__ import annotations
 import sympy as sp
 
 from .architecture import Architecture, lenient, mixer_layer_count
-from ..symbols import H_gk, H_gv, d_gk, d_gv, h, k_gdn, k_sc
+from ..symbols import H_gk, H_gv, a, d_gk, d_gv, d_h, h, k_gdn, k_sc
 
-__all__ = ["gdn_parts", "conv_parts", "mixer_values"]
+__all__ = ["gdn_parts", "conv_parts", "lightning_parts", "mixer_values"]
 
 
 def gdn_parts(x: Architecture) -> tuple:
@@ -97,6 +98,40 @@ def conv_parts(x: Architecture) -> tuple:
     if x.short_conv_bias:
         return tp + 3 * h + h, h
     return tp, sp.Integer(0)
+
+
+def lightning_parts(x: Architecture) -> tuple:
+    r"""One lightning-attention mixer's parameters as (TP-sharded, TP-replicated) expressions.
+
+    .. math:: P_{\mathrm{lin}} = 3h\,a d_h + h\,a d_h + a d_h\,h + a d_h
+
+    qkv_proj h -> 3 a d_h, output_gate h -> a d_h, out_proj a d_h -> h, none biased, and an
+    RMSNorm over a d_h; its decay rates are buffers.  Everything splits with the heads under
+    tensor parallelism (derived).
+
+    Parameters
+    ----------
+    x : Architecture
+        A model with lightning-attention layers (``layer_mixers`` holding ``"lightning"``).
+
+    Returns
+    -------
+    tuple of sympy.Expr
+        (TP-sharded, replicated) [parameters].
+
+    References
+    ----------
+    transformers 5.25.0 ``models/minimax/modeling_minimax.py``,
+    ``MiniMaxLightningAttention`` (hf-transformers-5).
+
+    Examples
+    --------
+    >>> lightning_parts(Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...     position_embedding_type="rope", layer_mixers=("lightning",)))[0]
+    5*a*d_h*h + a*d_h
+    """
+    del x   # every lightning mixer has the same modules; x keeps the parts' signature
+    return 5 * h * a * d_h + a * d_h, sp.Integer(0)
 
 
 def mixer_values(arch: Architecture) -> dict:

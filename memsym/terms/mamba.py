@@ -160,12 +160,13 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
     if mixer not in ("attention", "mamba", "none") or ffn not in (None, False, True):
-        if mixer in ("gdn", "conv"):
+        if mixer in ("gdn", "conv", "lightning"):
             # transformers' torch path (modeling_qwen3_next.py torch_chunk_gated_delta_rule)
             # keeps every chunk's intermediates, the fla kernels training uses keep others:
             # no measured or cited term yet
-            what = ("Gated DeltaNet (linear-attention) mixers (Qwen3-Next)" if mixer == "gdn"
-                    else "short-convolution mixers (LFM2)")
+            what = {"gdn": "Gated DeltaNet (linear-attention) mixers (Qwen3-Next)",
+                    "conv": "short-convolution mixers (LFM2)",
+                    "lightning": "lightning-attention mixers (MiniMax-01)"}[mixer]
             raise InvalidValueError(f"the activations of {what} are not modelled: their "
                                     "parameters are counted, a memory estimate is refused")
         what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
