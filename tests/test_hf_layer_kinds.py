@@ -237,6 +237,20 @@ REAL["lfm2-1.2b"] = {
     "conv_bias": False}
 
 
+def test_an_lfm2_estimate_holds_its_short_conv_activations(tmp_path):
+    # the memory estimate of LFM2 runs (weights of the exact count, activations with the
+    # short-convolution term) where the linear-attention mixers' are refused
+    import subprocess
+    import sys
+
+    path = _write(tmp_path, REAL["lfm2-1.2b"], "lfm2")
+    run = subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path),
+                          "--seq-length", "4096"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    weights = next(line for line in run.stdout.splitlines() if line.startswith("weights"))
+    assert f"{2 * 1_170_340_608:,}" in weights
+
+
 def test_lfm2_hand_count_and_card(tmp_path):
     # Lfm2ForCausalLM: embedding V h (tied); per layer operator_norm, ffn_norm and a gated MLP
     # of int(2 x 12288 / 3) = 8192 (already a multiple of 256); conv layers in_proj 3h^2, conv
@@ -304,10 +318,11 @@ def test_qwen3_next_hand_count_and_the_published_totals(tmp_path):
 
 
 @pytest.mark.parametrize("case,words", [("qwen3_next", "Gated DeltaNet"),
-                                        ("lfm2", "short-convolution"), ("minimax", "lightning")])
-def test_an_estimate_of_the_new_mixers_is_refused_in_one_line(tmp_path, case, words):
-    # the Gated DeltaNet and short-convolution mixers' activations have no derived term: the
-    # count is exact, the memory estimate refused in one line
+                                        ("minimax", "lightning")])
+def test_an_estimate_of_the_linear_attention_mixers_is_refused_in_one_line(tmp_path, case,
+                                                                          words):
+    # the Gated DeltaNet and lightning mixers' activations have no derived term: the count is
+    # exact, the memory estimate refused in one line
     import subprocess
     import sys
 
@@ -414,6 +429,67 @@ def test_the_dsa_indexer_keeps_no_activation_for_backward():
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         out = indexer(x, q_resid, (cos, sin), mask, None)
     assert out.shape == (bsz, seq, 4) and not out.requires_grad and saved == []
+
+
+def _lfm2_conv_layer(mixer_only: bool):
+    """transformers' own LFM2 short-convolution layer (or its mixer alone) as (make, inputs)
+    for memsym.measure: bf16, input [b, s, h] with requires_grad, MLP width f unadjusted."""
+    torch = pytest.importorskip("torch")
+    from transformers import Lfm2Config
+    from transformers.models.lfm2 import modeling_lfm2 as mod
+
+    def make(s, b, h, k_sc, f=8):
+        conf = Lfm2Config(hidden_size=h, num_hidden_layers=1, num_attention_heads=1,
+                          num_key_value_heads=1, intermediate_size=f, vocab_size=8,
+                          block_auto_adjust_ff_dim=False, conv_L_cache=k_sc,
+                          layer_types=["conv"])
+        if mixer_only:
+            return mod.Lfm2ShortConv(conf, 0)
+        return _Call(mod.Lfm2DecoderLayer(conf, 0))
+
+    class _Call(torch.nn.Module):
+        def __init__(self, layer):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x):
+            return self.layer(x)
+
+    def inputs(s, b, h, k_sc, f=8):
+        return torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+
+    return make, inputs
+
+
+@pytest.mark.torch
+def test_the_short_conv_activations_are_measured_in_transformers_layer():
+    # measured: transformers' Lfm2ShortConv (CPU, bf16, its PyTorch causal_conv1d_fn) keeps
+    # exactly memsym's short_conv_activations; its whole decoder layer keeps memsym's hybrid
+    # layer ("conv", MLP) plus the two differences tests/test_hf_activations.py derives for
+    # every transformers layer: LlamaRMSNorm-style fp32 copies (4sbh per norm, two norms) and
+    # the unfused SwiGLU's SiLU output (2sbf)
+    import sympy as sp
+
+    from memsym.measure import derive_saved_bytes
+    from memsym.symbols import b, c, f, h, s, t
+    from memsym.terms.mamba import hybrid_layer_activations
+    from memsym.terms.short_conv import short_conv_activations
+
+    fit_args = dict(dtype="bfloat16", group_by="none", degree=3, extra=2, holdout=3)
+    make, inputs = _lfm2_conv_layer(mixer_only=True)
+    mixer = derive_saved_bytes(make, inputs, ("s", "b", "h", "k_sc"),
+                               max_degree=dict(s=1, b=1, h=1, k_sc=1),
+                               ranges=dict(s=(1, 6), b=(1, 3), h=(1, 6), k_sc=(2, 5)), **fit_args)
+    assert sp.expand(mixer.expr - short_conv_activations().expr.xreplace({t: 1})) == 0
+    make, inputs = _lfm2_conv_layer(mixer_only=False)
+    layer = derive_saved_bytes(make, inputs, ("s", "b", "h", "k_sc", "f"),
+                               max_degree=dict(s=1, b=1, h=1, k_sc=1, f=1),
+                               ranges=dict(s=(1, 6), b=(1, 3), h=(1, 6), k_sc=(2, 5), f=(1, 6)),
+                               **fit_args)
+    ours = hybrid_layer_activations(("conv", False), gated=True, norm="rmsnorm", dropout=False,
+                                    sequence_parallel=False, flash=True).expr
+    differences = 2 * 4 * s * b * h + 2 * s * b * f
+    assert sp.expand(layer.expr - ours.xreplace({t: 1, c: 1}) - differences) == 0
 
 
 def test_fuzzed_configs(tmp_path):

@@ -15,7 +15,7 @@ import functools
 from .architecture import Architecture, is_hybrid, lenient, moe_layer_pattern
 from .counts import ZERO, as_int, layer_parts, mamba_parts, parameter_values
 from .token_mixers import conv_parts, gdn_parts, lightning_parts
-from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm
+from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm, k_sc
 
 __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mamba_values"]
 
@@ -117,8 +117,10 @@ def hybrid_kinds(arch: Architecture, layers) -> tuple:
 
 def mamba_values(arch: Architecture) -> dict:
     """The Mamba-2 sizes of a hybrid model as values of the registry symbols ``d_ssm``,
-    ``G_ssm``, ``N_ssm``, ``H_ssm`` (empty without Mamba-2 layers), for the activation term
-    :func:`memsym.terms.mamba.mamba_layer_activations`.
+    ``G_ssm``, ``N_ssm``, ``H_ssm`` (none without Mamba-2 layers), and the short-convolution
+    width ``k_sc`` (with short-convolution layers), for the activation terms
+    :func:`memsym.terms.mamba.mamba_layer_activations` and
+    :func:`memsym.terms.short_conv.short_conv_activations`.
 
     Examples
     --------
@@ -129,8 +131,9 @@ def mamba_values(arch: Architecture) -> dict:
     [1, 2, 4, 16]
     """
     x = lenient(arch)
-    if x.mamba_version != 2 or not any(kind[0] in _HAS_MAMBA for kind in _kind_pattern(x)
-                                       if isinstance(kind, tuple)):
-        return {}
+    kinds = [kind[0] for kind in _kind_pattern(x) if isinstance(kind, tuple)]
     vals = parameter_values(x)
-    return {sym: vals[sym] for sym in (d_ssm, G_ssm, N_ssm, H_ssm)}
+    out = {sym: vals[sym] for sym in (k_sc,) if "conv" in kinds}
+    if x.mamba_version == 2 and any(kind in _HAS_MAMBA for kind in kinds):
+        out.update({sym: vals[sym] for sym in (d_ssm, G_ssm, N_ssm, H_ssm)})
+    return out
