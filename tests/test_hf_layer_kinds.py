@@ -384,6 +384,29 @@ def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, 
     assert "\n" not in str(err.value)
 
 
+def test_the_new_architecture_fields_are_checked():
+    from memsym.model import Architecture, resolve
+
+    base = dict(num_layers=2, hidden_size=64, num_attention_heads=4,
+                position_embedding_type="rope")
+    mla = dict(multi_latent_attention=True, kv_lora_rank=16, qk_head_dim=8,
+               qk_pos_emb_head_dim=8, v_head_dim=8)
+    for bad, match in [
+            (dict(dsa_index_heads=4), "go together"),
+            (dict(dsa_index_heads=4, dsa_index_head_dim=8, **mla), "go together"),
+            (dict(attention_output_gate=True, q_lora_rank=8, **mla), "not modelled"),
+            (dict(layer_mixers=("gdn", "attention")), "need gdn_key_heads"),
+            (dict(layer_mixers=("conv", "lstm")), "layer_mixers must list 2 entries"),
+            (dict(layer_mixers=("conv", "attention"), short_conv_kernel=0), "> 0")]:
+        with pytest.raises(InvalidValueError, match=match):
+            resolve(Architecture(**base, **bad))
+    # a short-convolution model needs nothing more than its kernel (default 3)
+    arch = Architecture(**base, layer_mixers=("conv", "attention"), ffn_hidden_size=96,
+                        vocab_size=128, swiglu=True)
+    conv = 4 * 64 * 64 + 3 * 64
+    assert parameter_counts(arch)["short_conv"] == conv
+
+
 def test_dbrx_reads_only_the_nested_fields_transformers_reads(tmp_path):
     # a top-level kv_n_heads or attn_pdrop is not DbrxAttention's (it reads attn_config's)
     top = {**_DBRX, "kv_n_heads": 4, "attn_pdrop": 0.5}

@@ -275,6 +275,9 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
             arch.dsa_index_heads and not (arch.multi_latent_attention and arch.q_lora_rank)):
         raise InvalidValueError("dsa_index_heads and dsa_index_head_dim (DeepSeek-V3.2's "
                                 "indexer) go together, with multi_latent_attention and q_lora_rank")
+    if arch.attention_output_gate and arch.multi_latent_attention:
+        raise InvalidValueError("attention_output_gate (Qwen3-Next's gated q_proj) with "
+                                "multi_latent_attention is not modelled")
     if arch.moe_router_bias is None:
         upd["moe_router_bias"] = bool(arch.add_bias_linear)
     _resolve_hybrid(arch, upd)
