@@ -124,31 +124,31 @@ def from_hf_config(path) -> Architecture:
 
     Accepted ``model_type`` (or, only when the file has none, the type of ``architectures[0]``):
     apertus, arcee, bloom, cohere, cohere2, cwm, dbrx, deepseek_v2, deepseek_v3, deepseek_v32
-    (with its sparse-attention indexer), dots1, ernie4_5,
-    ernie4_5_moe, exaone (EXAONE 3.x), exaone4, falcon (both decoder architectures), gemma,
-    gemma2, gemma3 (its text_config), gemma3_text, flex_olmo, glm, glm4, glm4_moe,
-    glm4_moe_lite, gpt2, gpt_bigcode, gpt_neox, gpt_oss, gptj, granite, granitemoe,
-    granitemoeshared, helium, hunyuan_v1_dense, hunyuan_v1_moe, internlm3, llama, llama4 (its
-    text_config), llama4_text, minimax_m2, ministral, ministral3, mistral, mixtral, nemotron,
-    olmo, olmo2, olmo3, olmoe, phi (Phi-1 to Phi-2), phi3 (Phi-3 and Phi-4), phimoe, qwen2,
-    qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, stablelm, starcoder2, vaultgemma, the pure
-    state-space types mamba, falcon_mamba, mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid
-    Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h, qwen3_next, lfm2,
-    minimax
-    (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their parameter count
-    is exact, a memory estimate only of Mamba-2 mixers one a layer).  The core sizes (hidden
-    size, layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
+    (with its sparse-attention indexer), dots1, ernie4_5, ernie4_5_moe, exaone (EXAONE 3.x),
+    exaone4, falcon (both decoder architectures), gemma, gemma2, gemma3 (its text_config),
+    gemma3_text, flex_olmo, glm, glm4, glm4_moe, glm4_moe_lite, gpt2, gpt_bigcode, gpt_neox,
+    gpt_oss, gptj, granite, granitemoe, granitemoeshared, helium, hunyuan_v1_dense,
+    hunyuan_v1_moe, internlm3, llama, llama4 (its text_config), llama4_text, minimax_m2,
+    ministral, ministral3, mistral, mixtral, nemotron, olmo, olmo2, olmo3, olmoe, phi (Phi-1 to
+    Phi-2), phi3 (Phi-3 and Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss,
+    smollm3, stablelm, starcoder2, vaultgemma, the pure state-space types mamba, falcon_mamba,
+    mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid types bamba, falcon_h1,
+    granitemoehybrid, jamba, nemotron_h (Mamba / attention), qwen3_next (Gated DeltaNet), lfm2
+    (short convolutions), minimax (lightning attention) (:mod:`memsym.model.hf_hybrid`: mixers
+    in ``layer_mixers``; counts exact, estimates of Mamba-2 and short-convolution mixers).  The core sizes (hidden size,
+    layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
     text_config takes its text config class's defaults, as the released gemma3 files need, and
     says so in the notes); every other field defaults as transformers' config class defaults it,
     and the modules are those the transformers model builds, so the parameter count equals
     ``sum(p.numel())`` of ``AutoModelForCausalLM.from_config`` (transformers 5.24.0, and 5.25.0
-    for the types of ``tests/test_hf_more_types.py``; for gemma3, of its language model).  Where
-    transformers builds less than the file describes (DeepSeek-V3's and GLM-4.5's MTP layer, a
-    vision encoder) the difference is said in ``arch.extra["notes"]``.  Any other ``model_type``
-    is refused; a near name may be suggested but is never read in its place.  The file is parsed
-    as JSON only; nothing in it is evaluated, every size is checked against
-    :data:`~memsym.model.architecture.LIMITS` as it is read, and the
-    name (``_name_or_path``) is stored escaped (:func:`~memsym.model.architecture.printable`).
+    for the types of ``tests/test_hf_more_types.py`` and ``tests/test_hf_layer_kinds.py``; for
+    gemma3, of its language model).  Where transformers builds less than the file describes
+    (DeepSeek-V3's and GLM-4.5's MTP layer, a vision encoder) the difference is said in
+    ``arch.extra["notes"]``.  Any other ``model_type`` is refused; a near name may be suggested
+    but is never read in its place.  The file is parsed as JSON only; nothing in it is
+    evaluated, every size is checked against :data:`~memsym.model.architecture.LIMITS` as it is
+    read, and the name (``_name_or_path``) is stored escaped
+    (:func:`~memsym.model.architecture.printable`).
 
     Parameters
     ----------
@@ -167,9 +167,8 @@ def from_hf_config(path) -> Architecture:
     InvalidValueError
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
-        limit (named), a type transformers knows whose layers memsym does not model (zamba,
-        zamba2: the missing layer kind named), a
-        structure of a type that is not modelled (named).
+        limit (named), a type whose layers memsym does not model (zamba, zamba2: what is
+        missing named), a structure of a type that is not modelled (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).
 
