@@ -8,11 +8,11 @@ import sympy as sp
 from ..errors import InvalidValueError, UnknownNameError
 from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, mixer_layer_count,
                            moe_layer_count, moe_layer_pattern, padded_vocab_size, resolve)
-from ..terms.adapters import LORA_TARGETS, lower_choice
 from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_lin, L_m, L_ssm,
                        N_ssm, V, a, d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k,
                        k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
+from .lora_counts import lora_parameter_count
 from .presets import preset
 from ..term import Source, Term, Total
 
@@ -555,45 +555,3 @@ def parameter_total(arch: Architecture):
     terms = [Term(key, expr, what[key], sources[key], unit="parameters")
              for key, expr in parameter_expression(x).items() if expr != 0]
     return Total(f"parameters of {x.name}", tuple(terms), unit="parameters")
-
-
-def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
-    """Exact trainable LoRA parameters of an architecture: r(d_in + d_out) per adapted matrix.
-
-    Equals :func:`lora_parameters` when every target is square (d_in = d_out = h).
-
-    Parameters
-    ----------
-    arch : memsym.model.Architecture
-    rank : int
-        LoRA rank r.
-    targets : iterable of str
-        Subset of :data:`LORA_TARGETS` (``"all"`` for every linear layer); dense layers only.
-
-    Examples
-    --------
-    >>> from memsym.model import preset
-    >>> lora_parameter_count(preset("gpt3-175b"), 8)
-    37748736
-    """
-    if isinstance(rank, bool) or int(rank) != rank or rank < 1:
-        raise InvalidValueError(f"LoRA rank must be a whole number >= 1, got {rank!r}")
-    x = lenient(arch)
-    if is_hybrid(x):    # its layers differ: the per-layer adapter below would miscount them
-        raise InvalidValueError(f"LoRA adapters of {x.name!r}, a hybrid Mamba/attention model, "
-                                "are not modelled (its layers hold different projections)")
-    if targets == "all":
-        targets = LORA_TARGETS
-    hs, q = x.hidden_size, x.num_attention_heads * x.kv_channels
-    kv = x.num_query_groups * x.kv_channels
-    f = x.ffn_hidden_size
-    shapes = {"q": (hs, q), "k": (hs, kv), "v": (hs, kv), "o": (q, hs),
-              "gate": (hs, f), "up": (hs, f), "down": (f, hs)}
-    total = 0
-    for name in targets:
-        key = lower_choice("LoRA target", name, LORA_TARGETS)
-        if key == "gate" and not x.swiglu:
-            continue  # an ungated MLP has no gate projection
-        din, dout = shapes[key]
-        total += int(rank) * (din + dout)
-    return total * x.num_layers
