@@ -48,7 +48,8 @@ OPEN = {"mbridge.25.11.gb300.deepseek-v3.bf16":
          + "t" * 5 + "mL",)}
 
 _FRAG = ("memsym's 10 % fragmentation allowance (memsym.terms.allowances: phi_frag 1/10, "
-         "from Bridge's memory-tuning guide's 80 GB H100 case)")
+         "from Bridge's memory-tuning guide's 80 GB H100 case; no published (max allocated, "
+         "max reserved) pair with expandable segments backs it, formulas/allocator_reserve.toml)")
 #: Runs memsym predicts not to fit, by the TOML id: the mechanism and the numbers (device
 #: metric, GB = 1e9 bytes, at 067f987df0's recipe with the table's layout; "without the
 #: margin": the same estimate with --fragmentation 0).

@@ -698,7 +698,10 @@ _EXPLANATIONS = [
     "source read (`tools.measured._allowances`): PyTorch's allocated and reserved counters see "
     "neither the CUDA context nor NCCL's buffers, `allocated` no allocator reserve; an "
     "unstated metric is the framework's own log (Megatron/Bridge: max allocated; torchtitan: "
-    "max reserved). The fragmentation margin (10 %) is memsym's default, not fitted. The one "
+    "max reserved). The fragmentation margin (10 %) is memsym's default, not fitted: the "
+    "published (peak allocated, max reserved) pairs (`formulas/allocator_reserve.toml`) put "
+    "the reserve without expandable segments at 20–39 % of the allocation (9 pairs, median "
+    "30.7 %) and hold none with them. The one "
     "assumption taken from the framework rather than the card is seed 001's bf16 gradient "
     "buffer (Bridge's perf recipes set `grad_reduce_in_fp32 = False`); with the distributed "
     "optimizer's fp32 main-gradient shard it costs the same as fp32 at d = 2.",
