@@ -116,6 +116,7 @@ FIELDS = {
     "mixed_precision.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
     "mixed_precision.fp8": ("bridge", "precision"),
     "mixed_precision.fp8_param_gather": ("bridge", "precision"),
+    "mixed_precision.fp8_recipe": ("bridge", "precision"),
     "mixed_precision.bf16": ("bridge", "precision"),
     "mixed_precision.fp16": ("bridge", "precision"),
     "comm_overlap.tp_comm_overlap": ("bridge", "tp_comm_overlap"),
@@ -163,7 +164,8 @@ RUN_RECIPE_OPTIONS = {
 #: training/mixed_precision.py's precision recipes memsym reads -> (precision, whether FP8
 #: parameters are gathered, the line): bf16_mixed 185, fp16_mixed 201,
 #: bf16_with_fp8_delayed_scaling_mixed 217 (fp8_param_gather 231), bf16_with_mxfp8_mixed 255
-#: (264), bf16_with_fp8_current_scaling_mixed 285 (302).  NVFP4 recipes are refused.
+#: (264; fp8_recipe "mxfp8" 263: memsym's fp8_recipe mxfp8), bf16_with_fp8_current_scaling_mixed
+#: 285 (302).  NVFP4 recipes are refused.
 PRECISION_RECIPES = {
     "bf16_mixed": ("bf16", False), "fp16_mixed": ("fp16", False),
     "bf16_with_fp8_delayed_scaling_mixed": ("fp8", True),
@@ -410,9 +412,18 @@ def _precision(values, notes) -> dict:
             prec, gather = ("fp16" if str(recipe).startswith("fp16") else "bf16"), False
     if "mixed_precision.fp8_param_gather" in values:
         gather = _flag(values, "mixed_precision.fp8_param_gather")
+    # MixedPrecisionConfig.fp8_recipe (bf16_with_mxfp8_mixed sets "mxfp8"); delayed and
+    # tensorwise are counted alike (memsym.vocabulary.FP8_RECIPES), blockwise as they are
+    fp8_recipe = values.get("mixed_precision.fp8_recipe",
+                            "mxfp8" if recipe == "bf16_with_mxfp8_mixed" else None)
     out = {"precision": prec}
     if prec == "fp8" and gather:
         out["fp8_param_gather"] = True
+    if prec == "fp8" and fp8_recipe == "mxfp8":
+        out["fp8_recipe"] = "mxfp8"
+    elif prec == "fp8" and fp8_recipe not in (None, "delayed", "tensorwise"):
+        notes.append(f"mixed_precision.fp8_recipe {str(fp8_recipe)[:40]}: counted as FP8 with "
+                     "per-tensor scales")
     # the precision config's grad_reduce_in_fp32 (True in every named recipe) replaces the DDP
     # config's (update_config_with_precision_overrides)
     fp32 = values.get("mixed_precision.grad_reduce_in_fp32", True)
@@ -440,6 +451,7 @@ def _sharding(values, prec: dict, notes) -> str:
             # Transformer Engine under Megatron's DDP / distributed optimizer
             prec.update(precision="bf16")
             prec.pop("fp8_param_gather", None)
+            prec.pop("fp8_recipe", None)
             notes.append("Megatron-FSDP with FP8 (supported by Bridge): memsym counts the "
                          "model states as bf16 under FSDP, without the FP8 weight copies")
         return scheme
@@ -558,9 +570,6 @@ def _unmodelled(values, model) -> list:
         notes.append(f"model.moe_token_dispatcher_type {kind} "
                      f"({values.get('model.moe_flex_dispatcher_backend')}): its communication "
                      "buffers are not counted")
-    if values.get("mixed_precision") == "bf16_with_mxfp8_mixed":
-        notes.append("MXFP8 (bf16_with_mxfp8_mixed) counted as FP8 with per-tensor scales: the "
-                     "1-per-32 block scales are not counted")
     return notes
 
 

@@ -291,9 +291,12 @@ def _override_precision(r: MegatronArguments, opts: dict):
         if not (r.given("bf16") or r.given("fp16")):
             r.note("--fp8-format without --bf16: the weights are counted as bf16 with FP8 "
                    "GEMMs (memsym's fp8 precision)")
-    if r.given("fp8_recipe"):
-        r.note(f"--fp8-recipe {r.raw['fp8_recipe']}: Transformer Engine's per-recipe FP8 caches "
-               "are not modelled")
+    if r.given("fp8_recipe") and r.given("fp8"):
+        recipe = r.choice("fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"))
+        if recipe == "mxfp8":     # MXFP8 tensors and scales: memsym.terms.widths.MXFP8_BLOCK
+            opts["fp8_recipe"] = "mxfp8"
+        elif recipe in ("blockwise", "custom"):
+            r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
 
 
 def _override_attention(r: MegatronArguments, opts: dict):

@@ -88,6 +88,8 @@ def megatron_precision(r: MegatronArguments) -> dict:
     recipe = r.choice("fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
                     "delayed")
     fp8_pg = r.flag("fp8_param_gather")
+    if fp8 and recipe in ("blockwise", "custom"):
+        r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
     if fp8_pg and not fp8:
         raise InvalidValueError("--fp8-param-gather needs --fp8-format")
     return {"params_dtype": params, "grad_reduce_in_fp32": accumulate, "grad_dtype": grad,

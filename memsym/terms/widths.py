@@ -21,10 +21,10 @@ import sympy as sp
 
 from ..errors import InvalidValueError, choose
 from ..symbols import b_f8, b_g, b_hp, b_m, b_mg, b_o
-from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, GRAD_DTYPES, SCHEMES
+from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, FP8_RECIPES, GRAD_DTYPES, SCHEMES
 
-__all__ = ["PRECISIONS", "OPTIMIZERS", "STATE_DTYPES", "byte_widths", "normalize_scheme",
-           "normalize_convention"]
+__all__ = ["PRECISIONS", "OPTIMIZERS", "STATE_DTYPES", "FP8_RECIPES", "MXFP8_BLOCK", "byte_widths",
+           "fp8_weight_bytes", "normalize_scheme", "normalize_convention"]
 
 #: Bytes of the precision-aware optimizer's state dtypes (Megatron ``optimizer_config.py``).
 STATE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -37,6 +37,16 @@ PRECISIONS = {
     "fp16": (2, 4),
     "fp8": (1, 4),
 }
+
+#: Elements that share one MXFP8 scale byte.  Of Megatron's ``--fp8-recipe`` values
+#: (:data:`FP8_RECIPES`, from memsym.vocabulary) only ``mxfp8`` changes a count: Transformer
+#: Engine's MXFP8BlockScaling keeps one E8M0 scale byte per 32 consecutive elements
+#: (``MXFP8_BLOCK_SCALING_SIZE = 32``, pytorch/constants.py) and a rowwise and a columnwise
+#: FP8 copy, each with its own scales (``MXFP8Quantizer.inner_tensor_specs`` and
+#: ``get_scale_shape``, pytorch/tensor/mxfp8_tensor.py at d0067d0da6; the [128, 4] padding of
+#: the scale tensors is neglected).  TE refuses MXFP8 below compute capability 10.0
+#: (``_compute_mxfp8_support``, pytorch/quantization.py): no Hopper.
+MXFP8_BLOCK = 32
 
 #: Optimizer -> bytes per parameter of its moments (beyond the master copy).
 #: REF: zero §3.1 (Adam: momentum + variance, fp32); seed 002 (SGD with momentum: 12 B/param
@@ -150,7 +160,7 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
                 grad_dtype: str | None = None, fp8_param_gather: bool = False,
                 precision_aware: bool = False, main_params_dtype: str = "fp32",
                 exp_avg_dtype: str = "fp32", exp_avg_sq_dtype: str = "fp32",
-                store_param_remainders: bool = True) -> dict:
+                store_param_remainders: bool = True, fp8_recipe: str | None = None) -> dict:
     """Bytes per parameter of weights, gradients, main-gradient copy, master copy and moments.
 
     Under ``convention="framework"`` the widths are the framework's tensors: Megatron-core
@@ -160,7 +170,9 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     (fsdp) keeps fp32 sharded params and grads (they are the master copy) and only the
     moments beside them.  FP8 (Transformer Engine) keeps the bf16 weight and caches FP8
     copies (``b_f8 = 2``: rowwise + transpose) unless ``fp8_param_gather`` (then 1-byte
-    weights, no cache).  The textbook conventions keep their widths (ZeRO: fp16 gradients,
+    weights, no cache); under ``fp8_recipe="mxfp8"`` both are MXFP8 rowwise + columnwise data
+    with a scale byte per 32 elements each (``b_f8 = 2 + 2/32``, :func:`fp8_weight_bytes`).
+    The textbook conventions keep their widths (ZeRO: fp16 gradients,
     seed 000: fp32 gradients sharded, Megatron-LM's estimator: fp32 gradients).
 
     Parameters
@@ -179,6 +191,8 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
         Megatron ``--fp8-param-gather``: FP8 weights only, gathered in FP8 (framework, fp8).
     precision_aware : bool
         Megatron ``--use-precision-aware-optimizer`` (distributed-optimizer, Adam).
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        Megatron ``--fp8-recipe`` (framework, fp8; :data:`FP8_RECIPES`).
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         The precision-aware optimizer's dtypes, keys of :data:`STATE_DTYPES`.
     store_param_remainders : bool
@@ -202,15 +216,26 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     [('b_g', 2), ('b_hp', 2), ('b_m', 4), ('b_o', 8)]
     >>> byte_widths("ddp", convention="megatron-lm")[b_g]
     4
+    >>> byte_widths(precision="fp8", fp8_recipe="mxfp8")[b_f8]  # MXFP8: (1 + 1/32) x 2
+    33/16
     """
     scheme = normalize_scheme(scheme)
     precision = choose("precision", precision, PRECISIONS)
     optimizer = choose("optimizer", optimizer, OPTIMIZERS)
     convention = normalize_convention(convention)
+    if fp8_recipe is not None and precision != "fp8":
+        raise InvalidValueError(f"fp8_recipe {fp8_recipe} needs precision fp8, not {precision} "
+                                "(Megatron reads --fp8-recipe only with --fp8-format)")
     if convention == "framework":
-        return _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
-                                 precision_aware, main_params_dtype, exp_avg_dtype,
-                                 exp_avg_sq_dtype, store_param_remainders)
+        widths = _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
+                                   precision_aware, main_params_dtype, exp_avg_dtype,
+                                   exp_avg_sq_dtype, store_param_remainders)
+        if precision == "fp8":
+            widths[b_f8] = fp8_weight_bytes(fp8_recipe, fp8_param_gather)
+        return widths
+    if fp8_recipe is not None:
+        raise InvalidValueError(f"fp8_recipe describes Transformer Engine's tensors; convention "
+                                f"{convention} has fixed widths (use convention='framework')")
     if grad_dtype is not None or fp8_param_gather or precision_aware:
         raise InvalidValueError(
             f"grad_dtype, fp8_param_gather and precision_aware describe a framework's tensors; "
@@ -228,6 +253,36 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
         grad, master = 0, 0
     return {b_hp: sp.Integer(weight), b_g: sp.Integer(grad), b_m: sp.Integer(master),
             b_o: sp.Integer(OPTIMIZERS[optimizer])}
+
+
+def fp8_weight_bytes(fp8_recipe: str | None = None, fp8_param_gather: bool = False) -> sp.Expr:
+    r"""Bytes of Transformer Engine's FP8 copies per linear-layer weight [bytes/parameter].
+
+    They are kept beside (or, with ``fp8_param_gather``, instead of) the 16-bit weight.
+    Per-tensor scaling (delayed, tensorwise): the rowwise FP8 copy and its transpose, 1 + 1
+    (only the 1-byte FP8 weight under ``fp8_param_gather``: the transpose is made when the
+    backward needs it).  MXFP8 cannot transpose a quantized tensor (its scales run along one
+    dimension), so the weight keeps rowwise and columnwise data, each with one E8M0 scale byte
+    per 32 elements (TE ``MXFP8Quantizer.inner_tensor_specs``; ``linear.py`` sets the weight
+    quantizer's columnwise usage whenever the input needs a gradient), with or without
+    ``fp8_param_gather`` (the MXFP8 parameter holds both):
+
+    .. math:: b_{f8} = 2\,(1 + 1/32) = 33/16
+
+    Examples
+    --------
+    >>> fp8_weight_bytes(), fp8_weight_bytes(None, True), fp8_weight_bytes("mxfp8", True)
+    (2, 1, 33/16)
+
+    References
+    ----------
+    transformer-engine: pytorch/tensor/mxfp8_tensor.py (MXFP8Quantizer.get_scale_shape),
+    pytorch/module/linear.py (weight_quantizer.set_usage), pytorch/module/base.py (quantize_weight).
+    """
+    recipe = None if fp8_recipe is None else choose("FP8 recipe", fp8_recipe, FP8_RECIPES)
+    if recipe == "mxfp8":
+        return 2 * (1 + sp.Rational(1, MXFP8_BLOCK))
+    return sp.Integer(1 if fp8_param_gather else 2)
 
 
 def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,

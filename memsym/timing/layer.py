@@ -25,9 +25,10 @@ from .gemm import attention_flops, layer_gemms, memory_bytes
 from .moe import gemm_seconds, moe_layer_extras
 from .records import Overlap, Settings
 from .recompute import module_recompute
+from ..terms.widths import MXFP8_BLOCK
 
 __all__ = ["BACKWARD_MEMORY", "FLASH_FORWARD", "FLASH_BACKWARD", "UB_COMM_SMS",
-           "UB_PIPELINE_SPLITS"]
+           "UB_PIPELINE_SPLITS", "fp8_element_bytes"]
 
 #: Backward memory-bound bytes relative to the forward's (see :func:`layer_time`).
 BACKWARD_MEMORY = 1.5
@@ -157,7 +158,8 @@ def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool
     if overlap.tp_comm and overlap.tp_comm_split and st.sequence_parallel and not moe \
             and not x.mla:
         # userbuffers exist only with t > 1 (Bridge and TE turn the overlap off at t = 1)
-        ub = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat)
+        ub = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat,
+                          ag_width=fp8_element_bytes(st))
         multi = as_array(t) > 1
         f_gemm, b_gemm, f_tp, b_tp = (np.where(multi, u, plain) for u, plain in
                                       zip(ub, (f_gemm, b_gemm, f_tp, b_tp)))
@@ -198,7 +200,8 @@ def _expert_parallel(x, st: Settings, gemms, dev, clu, t, e, t_e, T, *, eta_gemm
     prec = st.precision
     tok = T / (as_array(t) if st.sequence_parallel else 1)
     # all-to-alls by where EP ranks sit, expert-TP AG/RS, dispatcher copies (.moe)
-    f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(gemms, tok, x.k, e, t_e, clu, dev, prec)
+    f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(gemms, tok, x.k, e, t_e, clu, dev, prec,
+                                                      fp8_recipe=st.fp8_recipe)
     ep_raw = [f_ep, b_ep, f_b, b_b]
     if overlap.ep_a2a:
         exp_f = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm)
@@ -280,7 +283,23 @@ def _fewer_sms(dev, taken):
                                   for k in ("bf16", "fp16", "fp8")})
 
 
-def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat):
+def fp8_element_bytes(st: Settings) -> float:
+    """Bytes per element of an activation Transformer Engine moves quantized: 2 (bf16), 1 (FP8
+    with per-tensor scales) or 1 + 1/32 (MXFP8: one E8M0 scale byte per 32 elements,
+    ``MXFP8Quantizer.get_scale_shape``, pytorch/tensor/mxfp8_tensor.py).
+
+    Examples
+    --------
+    >>> [fp8_element_bytes(Settings(precision=p, fp8_recipe=r))
+    ...  for p, r in (("bf16", None), ("fp8", None), ("fp8", "mxfp8"))]
+    [2, 1, 1.03125]
+    """
+    if st.precision != "fp8":
+        return 2
+    return 1 + 1 / MXFP8_BLOCK if st.fp8_recipe == "mxfp8" else 1
+
+
+def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat, *, ag_width=None):
     """Forward / backward GEMM and exposed TP seconds of one dense layer under Transformer
     Engine's default userbuffer overlaps (``--tp-comm-overlap`` with sequence parallelism).
 
@@ -290,11 +309,13 @@ def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat):
     reduce-scatter (4 chunks, 16 SMs reserved: proj and fc2 forward), bulk (one GEMM on the
     other SMs beside the whole collective on 16: qkv and fc1 data and weight gradients), the
     proj and fc2 weight gradients on the ring's gathered gradient.  All-gather buffers are
-    fp8 under an fp8 recipe.  ``hidden``: the layer's full activation [T h] elements."""
+    fp8 under an fp8 recipe (``ag_width`` [bytes/element], :func:`fp8_element_bytes`).
+    ``hidden``: the layer's full activation [T h] elements."""
     g = {q.name: q for q in gemms}
     tt = as_array(t)
     few = _fewer_sms(dev, UB_COMM_SMS)
-    ag_width = 1 if prec == "fp8" else 2
+    if ag_width is None:
+        ag_width = 1 if prec == "fp8" else 2
     rows = g["qkv"].M
 
     def gemm(M, N, K, on=dev, count=1):

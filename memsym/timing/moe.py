@@ -250,7 +250,7 @@ def dispatch_bytes(tokens, sent, received, h, E, local, *, width: int = 2):
     return router + width * h * (2 * sent + sort + sent + tokens)
 
 
-def grouped_quantize_bytes(rows, k_dim):
+def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None):
     r"""HBM bytes of FP8-quantising the routed rows entering the grouped fc1 GEMM [bytes].
 
     Under FP8, TE's ``GroupedLinear`` casts its input itself, one split per expert
@@ -261,7 +261,9 @@ def grouped_quantize_bytes(rows, k_dim):
     already quantised from the fused norm (``TELayerNormColumnParallelLinear``), so this cast is
     the MoE layer's own; the other casts (fc2's input, the gradients) have dense counterparts
     memsym does not price either.  Current scaling's amax pre-pass over the input (one more
-    2-byte read) is not counted: the precision record does not say which FP8 recipe runs.
+    2-byte read) is not counted.  MXFP8 (``fp8_recipe="mxfp8"``) writes each copy's E8M0
+    scales as well, one byte per 32 elements (``MXFP8Quantizer.get_scale_shape``):
+    :math:`4 R h + 2 R h / 32`.
 
     .. math:: 4\,R\,h
 
@@ -269,8 +271,11 @@ def grouped_quantize_bytes(rows, k_dim):
     --------
     >>> int(grouped_quantize_bytes(32768, 2048)) == 4 * 32768 * 2048
     True
+    >>> int(grouped_quantize_bytes(32768, 2048, "mxfp8")) == (4 + 1 / 16) * 32768 * 2048
+    True
     """
-    return 4 * _arr(rows) * k_dim
+    per = 4 + (2 / 32 if fp8_recipe == "mxfp8" else 0)
+    return per * _arr(rows) * k_dim
 
 
 def ep_ranks_inside(e, t_e, domain: int):
@@ -454,7 +459,8 @@ def token_count_gather_time(E, e, t_e, cluster):
     return collective_time("all-gather", 8.0 * E * n, n, bw, lat)
 
 
-def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
+def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, *,
+                     fp8_recipe: str | None = None):
     """What one MoE layer adds on one GPU beyond its GEMMs and the memory-bound bytes of
     :func:`memsym.timing.gemm.memory_bytes` (what :mod:`memsym.timing.step` prices).
 
@@ -490,6 +496,8 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
         The GPU.
     precision : str
         The GEMM precision.
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        Under fp8, the recipe (MXFP8 writes scale bytes in the cast, :func:`grouped_quantize_bytes`).
 
     Examples
     --------
@@ -526,7 +534,7 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
     copies = memory_time(dispatch_bytes(tokens, tokens * k, received, h, E, fc1.count), device)
     cast = 0.0
     if precision == "fp8":
-        cast = memory_time(grouped_quantize_bytes(received, h), device)
+        cast = memory_time(grouped_quantize_bytes(received, h, fp8_recipe), device)
     eager_f, eager_b = eager_seconds(gemms, device)
     return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
             copies + cast + eager_f, copies + eager_b)

@@ -41,6 +41,7 @@ from .layer import (BACKWARD_MEMORY, FLASH_BACKWARD, FLASH_FORWARD, UB_COMM_SMS,
 from .pipeline import (bubble_in_stages, busiest_stage, most_layers_per_rank, simulated_pipeline,
                        stage_layers, stage_times)
 from ..job import canonical, dropout_kept, recompute_modules_of
+from ..vocabulary import FP8_RECIPES
 from ..vocabulary import RECOMPUTE_MODULES
 from ..training import microbatches
 
@@ -139,7 +140,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     """
     st, dev = settings, _gpu(gpu_name)
     clu = cluster if cluster is not None else cluster_for(dev.name)
-    _check_settings(st, overlap)
+    _check_settings(st, overlap, dev)
     x, b = shape_of(arch), (st.micro_batch_size if b is None else b)
     t, p, d, c, e, v, b, m, t_e_ = _layout_knobs(t, p, d, c, e, v, b, m, t_e)
     lf, lb, raw_layer, ep_alone = _mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
@@ -217,8 +218,9 @@ def _layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0) -> dict:
             "cp": per_stage_mb * (lf["cp"] + lb["cp"])}
 
 
-def _check_settings(st, overlap) -> None:
-    """Refuse settings and overlaps the step cannot price, one line each, in a fixed order."""
+def _check_settings(st, overlap, dev) -> None:
+    """Refuse settings and overlaps the step cannot price on ``dev``, one line each, in a
+    fixed order."""
     if not isinstance(st, Settings):
         raise InvalidValueError(f"settings must be a Settings, got {type(st).__name__}")
     if not isinstance(overlap, Overlap) or not all(
@@ -231,6 +233,15 @@ def _check_settings(st, overlap) -> None:
     if st.grad_bytes not in (1, 2, 4):
         raise InvalidValueError(f"grad_bytes must be 1, 2 or 4, got {st.grad_bytes!r:.40}")
     choose("precision", st.precision, ("bf16", "fp16", "fp8", "fp32"))
+    if st.fp8_recipe is not None:
+        choose("FP8 recipe", st.fp8_recipe, FP8_RECIPES)
+        if st.precision != "fp8":
+            raise InvalidValueError(f"fp8_recipe {st.fp8_recipe} needs precision fp8, "
+                                    f"not {st.precision}")
+    if st.fp8_recipe == "mxfp8" and dev.arch_class != "blackwell":
+        # transformer_engine/pytorch/quantization.py, _compute_mxfp8_support
+        raise InvalidValueError(f"MXFP8 needs compute capability 10.0 or higher (Blackwell): "
+                                f"{dev.name} is {dev.arch_class}, where Transformer Engine refuses it")
     choose("recompute", st.recompute, ("none", "selective", "full", "selective-op"))
     if isinstance(st.recompute_modules, str):
         raise InvalidValueError("recompute_modules must be a tuple of module names, got a string")
@@ -441,7 +452,7 @@ def _settings_of(arch, layout, training) -> Settings:
                     recompute=mem.recompute,
                     sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
                     flash_attention=mem.flash_attention, dropout=dropout_kept(training),
-                    precision=states.precision,
+                    precision=states.precision, fp8_recipe=states.fp8_recipe,
                     # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
                     distributed_optimizer=states.sharding != "ddp",
                     # --grad-reduce-in-bf16 (grad_dtype bf16) reduces 2-byte gradients, as the

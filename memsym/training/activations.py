@@ -208,7 +208,8 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     fp8_in = training.states.precision == "fp8" and training.states.convention == "framework"
     common = dict(gated=x.swiglu, flash=training.memory.flash_attention, sequence_parallel=sp_on,
                   dropout=dropout_kept(training), norm=x.normalization.lower(), mla=_mla(x),
-                  **({"fp8_inputs": True} if fp8_in else {}))
+                  **({"fp8_inputs": "mxfp8" if training.states.fp8_recipe == "mxfp8" else True}
+                     if fp8_in else {}))
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
     shared = bool(x.moe_shared_expert_intermediate_size)
