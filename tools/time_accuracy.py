@@ -89,6 +89,7 @@ def _settings(run) -> Settings:
     return Settings(seq_length=st["seq"], micro_batch_size=st["b"], recompute=recompute,
                     sequence_parallel=st["sp"], flash_attention=st["flash"],
                     dropout=st["dropout"], precision=st.get("precision", "bf16"),
+                    fp8_recipe=st.get("fp8_recipe"),
                     distributed_optimizer=st["distopt"], grad_bytes=st.get("grad_bytes", 4),
                     gather_per_microbatch=fsdp, pipelined_fsdp=titan and run["layout"]["p"] > 1,
                     torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules)
@@ -257,9 +258,12 @@ def calibrate(klass: str, precision: str, *, run_id=None, lo=0.05, hi=1.0,
 
 def describe(run) -> dict:
     """The slices a run is reported in: ``gpu``, ``klass`` (its efficiency class),
-    ``precision``, ``kind`` ("dense" / "MoE") and ``group`` (source, release)."""
+    ``precision`` (``mxfp8`` for fp8 under the MXFP8 recipe), ``kind`` ("dense" / "MoE") and
+    ``group`` (source, release)."""
     arch = _arch(run)
     prec = run["settings"].get("precision", "bf16")
+    if prec == "fp8" and run["settings"].get("fp8_recipe") == "mxfp8":
+        prec = "mxfp8"
     group = (f"mbridge {run['release']}" if run["source"] == "mbridge-perf-summary"
              else ".".join(run["id"].split(".")[:2]))
     return {"gpu": run["gpu"], "klass": _gpu(run["gpu"]).arch_class,
@@ -430,6 +434,9 @@ def accuracy_markdown() -> str:
               "8B on one DGX-B200: no TP, PP, FSDP or offloading) is the one dense B200 row whose",
               "recipe at 067f987df0 still sets the table's layout (the B200 405B row's recipe",
               "sets another); the bf16 choice is discussed below.",
+              "MXFP8 runs (fp8 with fp8_recipe mxfp8) have no constant of their own: their GEMMs",
+              "run at the FP8 tensor-core peak and the blackwell/fp8 ceiling, their scale bytes",
+              "where the step moves FP8 tensors (memsym.terms.widths.MXFP8_BLOCK).",
               "fp32 runs as TF32 at the class's bf16 ceiling (not calibrated)."]
     lines += ["", "## Error on the runs not used for calibration", "",
               "| group | mean absolute step-time error |", "| --- | --- |"]
