@@ -122,3 +122,16 @@ def test_cli_fp8_recipe(capsys):
     assert main(["estimate", "llama3-8b", "--fp8-recipe", "mxfp8"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "needs precision fp8" in err
+
+
+def test_search_carries_the_recipe(capsys):
+    from memsym.search import make_space
+
+    space = make_space("llama3-8b", "b200", precision="fp8", fp8_recipe="mxfp8",
+                       global_batch_size=64, seq_length=4096)
+    assert space.training().states.fp8_recipe == "mxfp8"
+    argv = ["search", "llama3-8b", "--gpus", "8", "--seq-length", "4096", "--global-batch-size",
+            "64", "--precision", "fp8", "--fp8-recipe", "mxfp8", "--gpu", "h100", "--sharding",
+            "distributed-optimizer", "--tp", "1", "--pp", "1"]
+    assert main(argv) == 2
+    assert "compute capability 10.0" in capsys.readouterr().err
