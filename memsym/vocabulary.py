@@ -43,7 +43,7 @@ OPTIMIZER_DTYPES = {"main_params_dtype": ("fp32", "fp16"),
 #: Megatron-core's ``cross_entropy_fusion_impl`` (model_parallel_config.py:325).
 CE_FUSION_IMPLS = ("native", "te")
 #: Weight precisions (their byte widths: memsym.terms.model_state.PRECISIONS).
-PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8")
+PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8", "fp4")
 #: Megatron's ``--fp8-recipe`` values memsym counts under fp8 (None: per-tensor scaling, delayed
 #: and tensorwise alike; mxfp8: memsym.terms.widths.FP8_RECIPES says what it changes).
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")

@@ -135,3 +135,61 @@ def test_search_carries_the_recipe(capsys):
             "distributed-optimizer", "--tp", "1", "--pp", "1"]
     assert main(argv) == 2
     assert "compute capability 10.0" in capsys.readouterr().err
+
+
+# --- NVFP4 (precision fp4) ------------------------------------------------------------------
+# By hand from TE's NVFP4 layout (pytorch/tensor/nvfp4_tensor.py, NVFP4Quantizer at d0067d0da6:
+# ``convert_shape_for_fp4`` packs two 4-bit values a byte, ``get_scale_shape`` one E4M3 scale
+# byte per 16 elements along the usage's direction; the per-tensor fp32 amax and the scale
+# padding neglected).
+
+
+def _nv_bytes(rows: int, cols: int, *, rowwise=True, columnwise=True) -> int:
+    out = 0
+    if rowwise:
+        out += rows * cols // 2 + rows * (cols // 16)
+    if columnwise:
+        out += rows * cols // 2 + (rows // 16) * cols
+    return out
+
+
+def _llama8b_fp4(**kw):
+    return job("llama3-8b", tp=1, dp=8, seq_length=8192, micro_batch_size=1, precision="fp4",
+               global_batch_size=128, **kw)
+
+
+def test_nvfp4_weight_copies_and_saved_inputs():
+    shapes = [(H + 2 * KV, H), (H, H), (2 * F, H), (H, F)]
+    per_layer = sum(_nv_bytes(o, i) for o, i in shapes)
+    assert per_layer == 245_366_784                      # 218,103,808 weights x 9/8
+    est = job_memory(_llama8b_fp4())
+    assert int(est.breakdown()["fp8_weights"]) == L * per_layer
+    assert int(est.breakdown()["weights"]) == 2 * 8_030_261_248   # the bf16 weights stay
+    tokens, saved = 8192, [H, H, H, F]
+    nv = sum(_nv_bytes(tokens, k, rowwise=False) for k in saved)
+    per_tensor = sum(tokens * k for k in saved)
+    fp8 = job_memory(_llama8b(None)).activations()["layer_activations"]
+    assert int(fp8 - est.activations()["layer_activations"]) == L * (per_tensor - nv)
+
+
+def test_nvfp4_runs_at_the_fp4_peak_where_the_vendor_prints_one():
+    assert job_step_time(_llama8b_fp4(gpu="gb200")).total > 0
+    for gpu in ("h100", "b200"):       # no FP4 peak in memsym's datasheet values
+        with pytest.raises(InvalidValueError, match="no fp4 tensor-core peak"):
+            job_step_time(_llama8b_fp4(gpu=gpu))
+
+
+def test_readers_and_cli_read_nvfp4(capsys):
+    _, opts, notes = bridge_job_options(
+        read_bridge_recipe("llama3_70b_pretrain_64gpu_gb300_nvfp4_config"))
+    assert opts["precision"] == "fp4" and "fp8_param_gather" not in opts
+    assert any("fp4_param_gather" in n for n in notes)
+    mj = read_megatron_args(
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+        "--max-position-embeddings 32 --vocab-size 1000 --tokenizer-type NullTokenizer "
+        "--world-size 2 --micro-batch-size 1 --bf16 --fp4-format e2m1 "
+        "--use-distributed-optimizer".split())
+    assert megatron_job(mj).training.states.precision == "fp4"
+    assert main(["estimate", "llama3-8b", "--dp", "8", "--seq-length", "8192",
+                 "--precision", "fp4"]) == 0
+    assert "fp8_weights         7,851,737,088" in capsys.readouterr().out

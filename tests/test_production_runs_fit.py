@@ -140,6 +140,24 @@ XFAIL["mbridge.26.04.01.b200.deepseek-v3.mxfp8"] = (
     f"{_FRAG} takes it over, with {_MX} (+6.5 GB): 166.2 GB without the margin, 182.7 GB with "
     "it, against 180 GB (PP 8 VP 2 EP 32)")
 XFAIL["mbridge.25.11.gb200.qwen3-30b-a3b.mxfp8"] = XFAIL["mbridge.26.02.gb200.qwen3-30b-a3b.mxfp8"]
+#: NVFP4 (precision fp4): the bf16 weights stay and TE keeps rowwise + columnwise NVFP4 copies,
+#: 9/8 B per linear weight; the recipe's fp4_param_gather (NVFP4 parameters) is not modelled
+#: (the reader's note), so the weights may be over-counted by their bf16 copy.
+_NV = "the bf16 weights beside TE's NVFP4 copies (fp4_param_gather not modelled)"
+for _rel in ("26.04.01", "26.04", "26.02"):
+    XFAIL[f"mbridge.{_rel}.gb300.llama3-70b.nvfp4"] = (
+        f"{_FRAG} takes it over, with {_NV}: 268.3 GB without the margin, 295.1 GB with it, "
+        "against 279 GB (PP 4 VP 5, MBS 1)")
+    XFAIL[f"mbridge.{_rel}.gb200.llama3-405b.nvfp4"] = (
+        f"{_FRAG} takes it over, with {_NV}: 170.3 GB without the margin, 187.2 GB with it, "
+        "against 186 GB (TP 4 PP 16 VP 8)")
+XFAIL["mbridge.26.02.01.gb200.llama3-405b.nvfp4"] = (
+    f"{_FRAG} takes it over, with {_NV}: 181.1 GB without the margin, 199.1 GB with it, "
+    "against 186 GB (the row's VP 4)")
+XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
+    "the row prints TP 1 PP 1 and FSDP 0 (the FP8 row beside it runs FSDP 64): under the "
+    "distributed optimizer alone every GPU holds the 70B model's bf16 weights and fp32 "
+    "gradient buffer, 725.4 GB predicted, 659.5 without the margin, against 279 GB")
 
 
 def _recipe(run) -> str:
@@ -250,10 +268,9 @@ def test_the_fits_are_not_trivial():
     assert sum(s >= 0.75 for s in ranked) >= 5
 
 
-# --- the skipped NVFP4 rows -----------------------------------------------------------------
-# The TOML skips the tables' NVFP4 rows for time (not a memsym precision) and keeps only their
-# locators, not their layouts: memsym refuses NVFP4.  (The MXFP8 rows of the models memsym
-# has a preset for are runs: memsym's fp8 with fp8_recipe mxfp8.)  Each row is matched to the perf recipes of its
+# --- the skipped rows ---------------------------------------------------------------------
+# No MXFP8 / NVFP4 row of a model memsym has a preset for is left out: _skipped_rows finds
+# each such [[skipped]] entry with the perf recipes of its model, system and precision.  Each row is matched to the perf recipes of its
 # model, system and precision at 067f987df0 (the recipe's own layout: the row's is not
 # transcribed); a row with two candidates (Llama 3.1 405B at 128 and 256 GPUs) fits when one
 # does.
@@ -288,18 +305,8 @@ def _skipped_rows() -> dict:
 
 SKIPPED = _skipped_rows()
 
-def test_the_skipped_rows_are_matched():
-    """Every skipped NVFP4 row of a model memsym has a preset for names a perf recipe; no
-    MXFP8 row of such a model is skipped (they are runs, checked above)."""
-    assert SKIPPED and all(names for (_, _, names) in SKIPPED)
-    assert sum(len(v) for v in SKIPPED.values()) >= 16
-    assert {tag for (_, tag, _) in SKIPPED} == {"nvfp4"}
 
-
-@pytest.mark.parametrize("names", sorted({n for (_, tag, names) in SKIPPED for n in names
-                                          if tag == "nvfp4"}))
-def test_a_skipped_nvfp4_row_is_refused_in_one_line(names, capsys):
-    """NVFP4 (_perf_precision("nvfp4"): bf16_with_nvfp4_mixed) is not a memsym precision."""
-    assert main(["estimate", "--bridge-recipe", names, "--json"]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.strip().splitlines()) == 1 and "FP4" in err
+def test_no_low_precision_row_of_a_preset_model_is_skipped():
+    """The tables' MXFP8, FP8-MX and NVFP4 rows of the models memsym has a preset for are
+    runs (checked above: memsym's fp8 with fp8_recipe mxfp8, and fp4), none left out."""
+    assert SKIPPED == {}

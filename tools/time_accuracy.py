@@ -436,7 +436,10 @@ def accuracy_markdown() -> str:
               "sets another); the bf16 choice is discussed below.",
               "MXFP8 runs (fp8 with fp8_recipe mxfp8) have no constant of their own: their GEMMs",
               "run at the FP8 tensor-core peak and the blackwell/fp8 ceiling, their scale bytes",
-              "where the step moves FP8 tensors (memsym.terms.widths.MXFP8_BLOCK).",
+              "where the step moves FP8 tensors (memsym.terms.widths.MXFP8_BLOCK).  NVFP4 runs",
+              "(fp4) run their GEMMs at the datasheet FP4 peak (GB200, GB300) and the",
+              "blackwell/fp4 ceiling, fixed on the current table's GB300 Llama 3 70B row (the",
+              "recipe at 067f987df0 sets its layout).",
               "fp32 runs as TF32 at the class's bf16 ceiling (not calibrated)."]
     lines += ["", "## Error on the runs not used for calibration", "",
               "| group | mean absolute step-time error |", "| --- | --- |"]

@@ -165,12 +165,14 @@ RUN_RECIPE_OPTIONS = {
 #: parameters are gathered, the line): bf16_mixed 185, fp16_mixed 201,
 #: bf16_with_fp8_delayed_scaling_mixed 217 (fp8_param_gather 231), bf16_with_mxfp8_mixed 255
 #: (264; fp8_recipe "mxfp8" 263: memsym's fp8_recipe mxfp8), bf16_with_fp8_current_scaling_mixed
-#: 285 (302).  NVFP4 recipes are refused.
+#: 285 (302), bf16_with_nvfp4_mixed 405 (fp4 "e2m1": memsym's fp4; fp4_param_gather 416 is
+#: not modelled: a note says so).
 PRECISION_RECIPES = {
     "bf16_mixed": ("bf16", False), "fp16_mixed": ("fp16", False),
     "bf16_with_fp8_delayed_scaling_mixed": ("fp8", True),
     "bf16_with_mxfp8_mixed": ("fp8", True),
     "bf16_with_fp8_current_scaling_mixed": ("fp8", True),
+    "bf16_with_nvfp4_mixed": ("fp4", False),
 }
 
 _OVERRIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,99})((?:\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,4})=(.*)",
@@ -404,7 +406,7 @@ def _precision(values, notes) -> dict:
         prec, gather = PRECISION_RECIPES[recipe]
     else:
         raise InvalidValueError(f"mixed_precision={str(recipe)[:60]}: memsym reads "
-                                f"{', '.join(PRECISION_RECIPES)} (FP4 is not modelled)")
+                                f"{', '.join(PRECISION_RECIPES)}")
     if "mixed_precision.fp8" in values:     # fp8="hybrid"/"e4m3" turns FP8 on, null off
         if values["mixed_precision.fp8"] not in (None, False):
             prec = "fp8"
@@ -427,7 +429,10 @@ def _precision(values, notes) -> dict:
     # the precision config's grad_reduce_in_fp32 (True in every named recipe) replaces the DDP
     # config's (update_config_with_precision_overrides)
     fp32 = values.get("mixed_precision.grad_reduce_in_fp32", True)
-    if not fp32 and prec in ("bf16", "fp8"):
+    if prec == "fp4" and values.get("mixed_precision") == "bf16_with_nvfp4_mixed":
+        notes.append("bf16_with_nvfp4_mixed sets fp4_param_gather: NVFP4 parameters are not "
+                     "modelled, counted as bf16 weights with TE's NVFP4 copies")
+    if not fp32 and prec in ("bf16", "fp8", "fp4"):
         out["grad_dtype"] = "bf16"
     if values.get("ddp.grad_reduce_in_fp32", fp32) != fp32:
         notes.append("ddp.grad_reduce_in_fp32 is replaced by the precision config's "
@@ -444,7 +449,7 @@ def _sharding(values, prec: dict, notes) -> str:
         scheme = MEGATRON_FSDP_SCHEMES[strategy]
         notes.append(f"Megatron-FSDP {strategy}: counted as sharding {scheme} (the same states "
                      "sharded)")
-        if prec["precision"] == "fp8" and scheme not in ("ddp", "distributed-optimizer"):
+        if prec["precision"] in ("fp8", "fp4") and scheme not in ("ddp", "distributed-optimizer"):
             # Megatron-FSDP gathers FP8 parameters (Megatron-LM 2a75ac12c5, Bridge's pin:
             # megatron_fsdp/param_and_grad_buffer.py:2804 init_param_with_fp8 from
             # fp8_param_gather, mcore_fsdp_adapter.py:684); memsym models FP8 only as

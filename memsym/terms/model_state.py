@@ -215,7 +215,7 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
     byte_widths(scheme, precision, optimizer, "framework", grad_dtype=grad_dtype,
                 fp8_param_gather=fp8_param_gather, precision_aware=precision_aware,
                 fp8_recipe=fp8_recipe)
-    mx = "MXFP8 " if fp8_recipe == "mxfp8" else "FP8 "
+    mx = "MXFP8 " if fp8_recipe == "mxfp8" else "NVFP4 " if precision == "fp4" else "FP8 "
     gdt = default_grad_dtype(scheme, precision, grad_dtype)
     main_copy = optimizer != "none" and has_main_grad_copy(scheme, precision, gdt, precision_aware)
     lin = psi if linear_params is None else as_expr(linear_params)
@@ -252,7 +252,7 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
             if megatron:
                 what += " (param_data of the buffer)" if scheme == "distributed-optimizer" else ""
             terms.append(Term("weights", per_gpu(b_hp, shard_w), what, src_w, label="weights"))
-        if precision == "fp8":
+        if precision in ("fp8", "fp4"):
             if fp8_param_gather:
                 terms.append(Term("fp8_weights", lin * b_f8, mx + "linear-layer weights "
                                   "(fp8_model_init, gathered in FP8)", _TE_FP8, label="fp8 weights"))
@@ -260,7 +260,9 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
                 terms.append(Term("fp8_weights", lin * b_f8, "Transformer Engine's cached " + mx +
                                   "copies of the linear weights (" + ("rowwise + columnwise, "
                                   "a scale byte per 32 each" if mx == "MXFP8 " else
-                                  "rowwise + transpose") + ")", _TE_FP8, label="fp8 weight cache"))
+                                  "rowwise + columnwise, 4-bit with a scale byte per 16 each"
+                                  if mx == "NVFP4 " else "rowwise + transpose") + ")", _TE_FP8,
+                                  label="fp8 weight cache"))
     on_gpu_g = not (offload != "none" and scheme in ("zero2", "zero3", "fsdp"))
     if on_gpu_g and optimizer != "none":
         what = {"ddp": "gradient buffer (grad_data), whole on every rank",

@@ -23,7 +23,8 @@ from ..errors import InvalidValueError, choose
 from ..symbols import b_f8, b_g, b_hp, b_m, b_mg, b_o
 from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, FP8_RECIPES, GRAD_DTYPES, SCHEMES
 
-__all__ = ["PRECISIONS", "OPTIMIZERS", "STATE_DTYPES", "FP8_RECIPES", "MXFP8_BLOCK", "byte_widths",
+__all__ = ["PRECISIONS", "OPTIMIZERS", "STATE_DTYPES", "FP8_RECIPES", "MXFP8_BLOCK", "NVFP4_BLOCK",
+           "nvfp4_element_bytes", "byte_widths",
            "fp8_weight_bytes", "normalize_scheme", "normalize_convention"]
 
 #: Bytes of the precision-aware optimizer's state dtypes (Megatron ``optimizer_config.py``).
@@ -36,6 +37,7 @@ PRECISIONS = {
     "bf16": (2, 4),
     "fp16": (2, 4),
     "fp8": (1, 4),
+    "fp4": (2, 4),   # the bf16 weights NVFP4 GEMMs quantize (no FP4 primary weights)
 }
 
 #: Elements that share one MXFP8 scale byte.  Of Megatron's ``--fp8-recipe`` values
@@ -47,6 +49,13 @@ PRECISIONS = {
 #: the scale tensors is neglected).  TE refuses MXFP8 below compute capability 10.0
 #: (``_compute_mxfp8_support``, pytorch/quantization.py): no Hopper.
 MXFP8_BLOCK = 32
+
+#: Elements that share one NVFP4 scale (precision fp4: Transformer Engine's NVFP4BlockScaling,
+#: ``NVFP4_BLOCK_SCALING_SIZE = 16``, pytorch/constants.py): 4-bit E2M1 data, two values a byte,
+#: one E4M3 scale byte per 16 elements and one fp32 amax per tensor, rowwise and columnwise
+#: copies each quantized from the 16-bit tensor (``NVFP4Quantizer.inner_tensor_specs``,
+#: pytorch/tensor/nvfp4_tensor.py at d0067d0da6; the scale padding and the amax neglected).
+NVFP4_BLOCK = 16
 
 #: Optimizer -> bytes per parameter of its moments (beyond the master copy).
 #: REF: zero §3.1 (Adam: momentum + variance, fp32); seed 002 (SGD with momentum: 12 B/param
@@ -232,6 +241,8 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
                                    exp_avg_sq_dtype, store_param_remainders)
         if precision == "fp8":
             widths[b_f8] = fp8_weight_bytes(fp8_recipe, fp8_param_gather)
+        if precision == "fp4":   # NVFP4 rowwise + columnwise copies beside the bf16 weight
+            widths[b_f8] = 2 * nvfp4_element_bytes()
         return widths
     if fp8_recipe is not None:
         raise InvalidValueError(f"fp8_recipe describes Transformer Engine's tensors; convention "
@@ -285,13 +296,34 @@ def fp8_weight_bytes(fp8_recipe: str | None = None, fp8_param_gather: bool = Fal
     return sp.Integer(1 if fp8_param_gather else 2)
 
 
+def nvfp4_element_bytes() -> sp.Expr:
+    r"""Bytes of one NVFP4 copy of a tensor per element [bytes/element].
+
+    4-bit data and an E4M3 scale byte per 16 elements.  A weight keeps the rowwise and the columnwise copy (twice this), a saved GEMM input the
+    columnwise one (TE ``linear.py``, as for MXFP8).
+
+    .. math:: b = 1/2 + 1/16 = 9/16
+
+    Examples
+    --------
+    >>> nvfp4_element_bytes(), 2 * nvfp4_element_bytes()
+    (9/16, 9/8)
+
+    References
+    ----------
+    transformer-engine: pytorch/tensor/nvfp4_tensor.py (NVFP4Quantizer.inner_tensor_specs,
+    get_scale_shape), common/recipe/__init__.py (NVFP4BlockScaling).
+    """
+    return sp.Rational(1, 2) + sp.Rational(1, NVFP4_BLOCK)
+
+
 def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
                       precision_aware, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype,
                       store_param_remainders) -> dict:
-    if precision == "fp8" and scheme not in ("ddp", "distributed-optimizer"):
+    if precision in ("fp8", "fp4") and scheme not in ("ddp", "distributed-optimizer"):
         raise InvalidValueError(
-            f"fp8 is modelled as Transformer Engine under Megatron (ddp, distributed-optimizer), "
-            f"not {scheme}; use precision bf16 or convention='zero-paper'")
+            f"{precision} is modelled as Transformer Engine under Megatron (ddp, "
+            f"distributed-optimizer), not {scheme}; use precision bf16 or convention='zero-paper'")
     if fp8_param_gather and (precision != "fp8" or scheme != "distributed-optimizer"):
         raise InvalidValueError("fp8_param_gather needs precision fp8 and the distributed optimizer "
                                 "(Megatron: --fp8-param-gather needs DistOpt or FSDP)")
@@ -299,7 +331,7 @@ def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather
         raise InvalidValueError("precision_aware needs the distributed optimizer with Adam "
                                 "(Megatron --use-precision-aware-optimizer)")
     gdt = default_grad_dtype(scheme, precision, grad_dtype)
-    weight = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}[precision]
+    weight = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "fp4": 2}[precision]
     if scheme == "fsdp":
         weight = 4  # sharded params stay in their original fp32; param_dtype is the compute copy
     f8 = 0
@@ -321,7 +353,7 @@ def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather
                             ("exp_avg_sq_dtype", exp_avg_sq_dtype)):
             choose(name, value, tuple(STATE_DTYPES))
         master = STATE_DTYPES[choose("main_params_dtype", main_params_dtype, ("fp32", "fp16"))]
-        if master == 4 and precision in ("bf16", "fp8") and store_param_remainders:
+        if master == 4 and precision in ("bf16", "fp8", "fp4") and store_param_remainders:
             # REF: TE optimizers/fused_adam.py store_param_remainders: the bf16 param plus a
             # 16-bit remainder reconstruct the fp32 master exactly.
             master = 2

@@ -39,6 +39,9 @@ __all__ = ["GEMM_CEILING", "TILES", "LAUNCH_OVERHEAD", "gemm_time", "gemm_effici
 #: run's bf16 output layer follows it: 0.501 -> 0.499), and again when memsym.timing.recompute
 #: priced the bf16 run's --recompute-modules (mla_up_proj, moe_act; issue 31): 0.510 -> 0.523,
 #: the fp8 run's bf16 output layer following: 0.499 -> 0.492.
+#: blackwell/fp4 (NVFP4 GEMMs at the datasheet FP4 peak, GB200 and GB300 only: the GPUs whose
+#: FP4 peak memsym lists) on Megatron-Bridge's 26.04.01 DGX-GB300 Llama 3 70B NVFP4 row
+#: (64 GPUs, PP4 VP5, 7296 tokens/s/GPU), 0.422.
 #: The other classes (ada, cdna3) carry the Hopper value (an assumption, not a calibration;
 #: say so when quoting them).  fp16 = bf16; fp32 runs as TF32 at the class's bf16 value.
 GEMM_CEILING = {
@@ -46,6 +49,7 @@ GEMM_CEILING = {
     ("hopper", "bf16"): 0.587, ("hopper", "fp32"): 0.587, ("hopper", "fp8"): 0.548,
     ("ada", "bf16"): 0.587, ("ada", "fp32"): 0.587, ("ada", "fp8"): 0.548,
     ("blackwell", "bf16"): 0.523, ("blackwell", "fp32"): 0.523, ("blackwell", "fp8"): 0.492,
+    ("blackwell", "fp4"): 0.422,
     ("cdna3", "bf16"): 0.587, ("cdna3", "fp32"): 0.587, ("cdna3", "fp8"): 0.548,
 }
 #: Output tiles a cuBLAS/CUTLASS kernel can use, with its relative mainloop efficiency
@@ -109,7 +113,7 @@ def gemm_efficiency(M, N, K, device, precision: str = "bf16", *, eta_gemm=None):
         GEMM dimensions [elements] (``N`` here is a GEMM dimension, not a parameter count).
     device : str or GPU
         The GPU (a :mod:`memsym.hardware` name or record).
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The GEMM's input precision (sets the peak).
     eta_gemm : float, optional
         Override: a fixed achieved GEMM efficiency in (0, 1] [1] (the symbol ``eta_gemm``);
@@ -156,7 +160,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
         GEMM dimensions [elements] (``N`` here is a GEMM dimension, not a parameter count).
     device : str or GPU
         The GPU (a :mod:`memsym.hardware` name or record).
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The GEMM's input precision (sets the peak and the bytes per element).
     eta_gemm : float, optional
         Override: a fixed achieved math-side GEMM efficiency in (0, 1] [1].
@@ -177,7 +181,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
     True
     """
     dev = _dev(device)
-    precision = choose("precision", precision, ("bf16", "fp16", "fp8", "fp32"))
+    precision = choose("precision", precision, ("bf16", "fp16", "fp8", "fp32", "fp4"))
     M, N, K = (np.asarray(x, dtype=float) for x in (M, N, K))
     if not (np.all(np.isfinite(M)) and np.all(np.isfinite(N)) and np.all(np.isfinite(K))) \
             or np.any(M <= 0) or np.any(N <= 0) or np.any(K <= 0):
@@ -189,7 +193,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
             raise InvalidValueError(f"eta_gemm must be in (0, 1], got {eta_gemm}")
     else:
         eff = ceiling(dev, precision) * _quantisation(M, N, dev.sm_count) * K / (K + K0)
-    width = {"fp8": 1, "fp32": 4}.get(precision, 2)
+    width = {"fp8": 1, "fp4": 0.5, "fp32": 4}.get(precision, 2)
     t_math = flops / (dev.peak(precision) * eff)
     t_mem = width * (M * K + K * N + M * N) / dev.hbm_bandwidth
     return count * (np.maximum(t_math, t_mem) + LAUNCH_OVERHEAD)

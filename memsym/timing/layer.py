@@ -25,7 +25,7 @@ from .gemm import attention_flops, layer_gemms, memory_bytes
 from .moe import gemm_seconds, moe_layer_extras
 from .records import Overlap, Settings
 from .recompute import module_recompute
-from ..terms.widths import MXFP8_BLOCK
+from ..terms.widths import MXFP8_BLOCK, NVFP4_BLOCK
 
 __all__ = ["BACKWARD_MEMORY", "FLASH_FORWARD", "FLASH_BACKWARD", "UB_COMM_SMS",
            "UB_PIPELINE_SPLITS", "fp8_element_bytes"]
@@ -114,7 +114,7 @@ def _attention(x, st: Settings, dev, t, c, b, eta_gemm):
     """Forward and backward seconds of the attention core (flash, or the unfused batched
     GEMMs) of one layer; bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16)."""
     s = st.seq_length
-    aprec = "bf16" if st.precision == "fp8" else st.precision
+    aprec = "bf16" if st.precision in ("fp8", "fp4") else st.precision
     peak = dev.peak(aprec)
     ceil = ceiling(dev, aprec) if eta_gemm is None else float(eta_gemm)
     if st.flash_attention:
@@ -200,8 +200,9 @@ def _expert_parallel(x, st: Settings, gemms, dev, clu, t, e, t_e, T, *, eta_gemm
     prec = st.precision
     tok = T / (as_array(t) if st.sequence_parallel else 1)
     # all-to-alls by where EP ranks sit, expert-TP AG/RS, dispatcher copies (.moe)
-    f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(gemms, tok, x.k, e, t_e, clu, dev, prec,
-                                                      fp8_recipe=st.fp8_recipe)
+    f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(
+        gemms, tok, x.k, e, t_e, clu, dev, prec,
+        fp8_recipe="nvfp4" if prec == "fp4" else st.fp8_recipe)
     ep_raw = [f_ep, b_ep, f_b, b_b]
     if overlap.ep_a2a:
         exp_f = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm)
@@ -280,20 +281,24 @@ def _fewer_sms(dev, taken):
     keep = (dev.sm_count - taken) / dev.sm_count
     return dataclasses.replace(dev, sm_count=dev.sm_count - taken,
                                **{k: (getattr(dev, k) or 0) * keep or None
-                                  for k in ("bf16", "fp16", "fp8")})
+                                  for k in ("bf16", "fp16", "fp8", "fp4")})
 
 
 def fp8_element_bytes(st: Settings) -> float:
     """Bytes per element of an activation Transformer Engine moves quantized: 2 (bf16), 1 (FP8
-    with per-tensor scales) or 1 + 1/32 (MXFP8: one E8M0 scale byte per 32 elements,
-    ``MXFP8Quantizer.get_scale_shape``, pytorch/tensor/mxfp8_tensor.py).
+    with per-tensor scales), 1 + 1/32 (MXFP8: one E8M0 scale byte per 32 elements,
+    ``MXFP8Quantizer.get_scale_shape``, pytorch/tensor/mxfp8_tensor.py) or 1/2 + 1/16 (NVFP4).
 
     Examples
     --------
     >>> [fp8_element_bytes(Settings(precision=p, fp8_recipe=r))
     ...  for p, r in (("bf16", None), ("fp8", None), ("fp8", "mxfp8"))]
     [2, 1, 1.03125]
+    >>> fp8_element_bytes(Settings(precision="fp4"))
+    0.5625
     """
+    if st.precision == "fp4":     # NVFP4: 4-bit data and an E4M3 scale per 16 elements
+        return 0.5 + 1 / NVFP4_BLOCK
     if st.precision != "fp8":
         return 2
     return 1 + 1 / MXFP8_BLOCK if st.fp8_recipe == "mxfp8" else 1

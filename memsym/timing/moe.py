@@ -101,7 +101,7 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
         Local experts [1].
     device : str or GPU
         The GPU.
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The GEMM's input precision.
     eta_gemm : float, optional
         A fixed achieved math-side efficiency replacing the ceiling and quantisation [1].
@@ -143,7 +143,7 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
         q = np.maximum(q, rel * S * M * N / (waves * sms * tm * tn))
     prec = "bf16" if precision == "fp16" else precision
     eff = ceiling(dev, prec) * q * K / (K + K0)
-    width = {"fp8": 1, "fp32": 4}.get(precision, 2)
+    width = {"fp8": 1, "fp4": 0.5, "fp32": 4}.get(precision, 2)
     t_math = 2.0 * S * M * N * K / (dev.peak(precision) * eff)
     t_mem = width * S * (M * K + K * N + M * N) / dev.hbm_bandwidth
     return count / S * np.maximum(t_math, t_mem) + count * LAUNCH_OVERHEAD
@@ -167,7 +167,7 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
         The pass.
     device : str or GPU
         The GPU.
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The layer's GEMM precision.
     eta_gemm : float, optional
         A fixed achieved GEMM efficiency in (0, 1] [1].
@@ -189,7 +189,7 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
                "wgrad": (q.K, q.N, q.M)}[which]
     if q.name.startswith("expert_"):
         return grouped_gemm_time(M, N, K, q.count, device, precision, eta_gemm=eta_gemm)
-    if q.name == "router" and precision == "fp8":
+    if q.name == "router" and precision in ("fp8", "fp4"):
         precision = "bf16"
     return gemm_time(M, N, K, device, precision, eta_gemm=eta_gemm, count=q.count)
 
@@ -274,7 +274,9 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None):
     >>> int(grouped_quantize_bytes(32768, 2048, "mxfp8")) == (4 + 1 / 16) * 32768 * 2048
     True
     """
-    per = 4 + (2 / 32 if fp8_recipe == "mxfp8" else 0)
+    # NVFP4 (precision fp4): a 2-byte read, two copies of 1/2 + 1/16 bytes written
+    per = (2 + 2 * (0.5 + 1 / 16) if fp8_recipe == "nvfp4"
+           else 4 + (2 / 32 if fp8_recipe == "mxfp8" else 0))
     return per * _arr(rows) * k_dim
 
 
@@ -533,7 +535,7 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
     received = _arr(fc1.M) * fc1.count
     copies = memory_time(dispatch_bytes(tokens, tokens * k, received, h, E, fc1.count), device)
     cast = 0.0
-    if precision == "fp8":
+    if precision in ("fp8", "fp4"):
         cast = memory_time(grouped_quantize_bytes(received, h, fp8_recipe), device)
     eager_f, eager_b = eager_seconds(gemms, device)
     return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,

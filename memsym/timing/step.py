@@ -232,12 +232,14 @@ def _check_settings(st, overlap, dev) -> None:
             raise InvalidValueError(f"{what} must be a whole number in 1..1e8, got {val!r:.40}")
     if st.grad_bytes not in (1, 2, 4):
         raise InvalidValueError(f"grad_bytes must be 1, 2 or 4, got {st.grad_bytes!r:.40}")
-    choose("precision", st.precision, ("bf16", "fp16", "fp8", "fp32"))
+    choose("precision", st.precision, ("bf16", "fp16", "fp8", "fp32", "fp4"))
     if st.fp8_recipe is not None:
         choose("FP8 recipe", st.fp8_recipe, FP8_RECIPES)
         if st.precision != "fp8":
             raise InvalidValueError(f"fp8_recipe {st.fp8_recipe} needs precision fp8, "
                                     f"not {st.precision}")
+    if st.precision == "fp4":
+        dev.peak("fp4")     # NVFP4 GEMMs need the FP4 peak the vendor prints (refused else)
     if st.fp8_recipe == "mxfp8" and dev.arch_class != "blackwell":
         # transformer_engine/pytorch/quantization.py, _compute_mxfp8_support
         raise InvalidValueError(f"MXFP8 needs compute capability 10.0 or higher (Blackwell): "
@@ -297,9 +299,10 @@ def _end_layers(x, st, dev, b, t, c, eta_gemm) -> tuple:
     s = st.seq_length
     prec = st.precision
     og = output_gemm(x, s, b, t, c)
-    out_f = gemm_time(og.M, og.N, og.K, dev, "bf16" if prec == "fp8" else prec, eta_gemm=eta_gemm)
-    out_b = (gemm_time(og.M, og.K, og.N, dev, "bf16" if prec == "fp8" else prec, eta_gemm=eta_gemm)
-             + gemm_time(og.K, og.N, og.M, dev, "bf16" if prec == "fp8" else prec, eta_gemm=eta_gemm))
+    oprec = "bf16" if prec in ("fp8", "fp4") else prec    # TE: the output layer stays 16-bit
+    out_f = gemm_time(og.M, og.N, og.K, dev, oprec, eta_gemm=eta_gemm)
+    out_b = (gemm_time(og.M, og.K, og.N, dev, oprec, eta_gemm=eta_gemm)
+             + gemm_time(og.K, og.N, og.M, dev, oprec, eta_gemm=eta_gemm))
     logits = og.M * og.N
     out_f = out_f + memory_time(6 * logits, dev)
     out_b = out_b + memory_time(10 * logits, dev)

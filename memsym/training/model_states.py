@@ -159,7 +159,7 @@ def state_terms(experts: bool, training: Training) -> tuple:
     # FP8 caches cover the linear-layer weights only (N_lin of the stage's dense part).
     states = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
                          params=N_tp / t + N_rep, dp=d * c,
-                         linear_params=N_lin if training.states.precision == "fp8" else None,
+                         linear_params=N_lin if training.states.precision in ("fp8", "fp4") else None,
                          **fp8).subs(widths)
     terms = list(states.terms)
     if experts:
