@@ -20,6 +20,7 @@ from .limits import FIELD_LIMITS, check_limit
 from .terms.activations import RECOMPUTE, recompute_modules as _modules
 from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
 from .terms.schedule import SCHEDULES
+from .vocabulary import FP8_RECIPES
 from . import rules
 from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
 from .terms.recipe_buffers import check_recipe_fields
@@ -131,7 +132,8 @@ def canonical(training: Training) -> Training:
     'gpipe'
     """
     fixed = {}
-    table = {**_named_choices(), "recompute_method": ("recompute method", RECOMPUTE_METHODS)}
+    table = {**_named_choices(), "recompute_method": ("recompute method", RECOMPUTE_METHODS),
+             "fp8_recipe": ("FP8 recipe", FP8_RECIPES)}
     for name, (label, accepted) in table.items():
         value = training.value(name)
         if isinstance(value, str):
@@ -188,6 +190,11 @@ def validate(x, layout: Layout, training: Training):
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     _check_dispatcher(x, layout, names["moe_dispatcher"], training.framework)
+    if training.states.fp8_recipe is not None:   # Megatron reads --fp8-recipe under --fp8-format
+        choose("FP8 recipe", training.states.fp8_recipe, FP8_RECIPES)
+        if names["precision"] != "fp8":
+            raise InvalidValueError(f"fp8_recipe {training.states.fp8_recipe} needs precision "
+                                    f"fp8, not {names['precision']}")
     cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods
     if not isinstance(training.adapters.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.adapters.lora_regather!r}")

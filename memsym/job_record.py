@@ -154,11 +154,12 @@ class ModelStates:
         buffer, 6 + 12/d bytes per parameter), ``"seed000"`` (the distributed optimizer
         read as ZeRO-2, 2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5),
         ``"megatron-lm"`` (its estimator).
-    grad_dtype, precision_aware, fp8_param_gather
+    grad_dtype, precision_aware, fp8_param_gather, fp8_recipe
         Megatron's gradient-buffer dtype (None: fp32 for 16-bit training, as
         ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32``; ``"bf16"`` =
         ``--grad-reduce-in-bf16``), ``--use-precision-aware-optimizer`` and
-        ``--fp8-param-gather`` (:func:`memsym.terms.model_state.byte_widths`).
+        ``--fp8-param-gather`` (:func:`memsym.terms.model_state.byte_widths`) and ``--fp8-recipe``
+        (None: per-tensor scaling; ``"mxfp8"``: :data:`memsym.terms.widths.FP8_RECIPES`).
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         Megatron's precision-aware optimizer dtypes (fp32; :mod:`memsym.terms.recipe_buffers`).
     zero_buckets : tuple of (str, int)
@@ -177,6 +178,7 @@ class ModelStates:
     grad_dtype: str | None = None
     precision_aware: bool = False
     fp8_param_gather: bool = False
+    fp8_recipe: str | None = None
     main_params_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
@@ -340,14 +342,12 @@ FIELD_PARTS: dict = {name: part for name, part in (
                              "global_batch_size")),
     *((n, "memory") for n in ("recompute", "recompute_method", "recompute_num_layers",
                               "recompute_modules", "flash_attention", "dropout")),
-    ("schedule", "pipeline"), ("stage_placement", "pipeline"),
-    *((n, "states") for n in ("precision", "optimizer", "sharding", "convention", "offload")),
+    ("schedule", "pipeline"), ("stage_placement", "pipeline"), *((n, "states") for n in (
+        "precision", "optimizer", "sharding", "convention", "offload")),
     ("capacity_factor", "memory"), ("microbatch_group_size", "pipeline"),
-    *((n, "states") for n in ("grad_dtype", "precision_aware", "fp8_param_gather")),
-    *((n, "adapters") for n in ("finetune", "lora_rank", "lora_targets", "quantization",
-                                "lora_regather")),
-    ("compiled_loss", "memory"), ("framework", ""), ("loss_parallel", "memory"),
-    ("fsdp_root_group", "memory"),
+    *((n, "states") for n in ("grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe")),
+    *((n, "adapters") for n in ("finetune", "lora_rank", "lora_targets", "quantization", "lora_regather")),
+    ("compiled_loss", "memory"), ("framework", ""), ("loss_parallel", "memory"), ("fsdp_root_group", "memory"),
     *((n, "comm") for n in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                             "overlap_moe_expert_parallel_comm", "tp_comm_overlap_cfg")),
     *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",

@@ -14,7 +14,7 @@ from .errors import InvalidValueError, choose
 from .limits import check_limit
 
 __all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "FRAMEWORK_CONVENTIONS", "OFFLOADS",
-           "GRAD_DTYPES", "PRECISION_NAMES", "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
+           "GRAD_DTYPES", "PRECISION_NAMES", "FP8_RECIPES", "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
            "RECOMPUTE_METHODS",
            "SCHEDULES", "STAGE_PLACEMENTS", "FRAMEWORKS", "FINETUNES", "METRIC_NAMES",
            "ALLOWANCE_KEYS", "OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "MOE_DISPATCHERS",
@@ -47,7 +47,10 @@ CE_FUSION_IMPLS = ("native", "te")
 #: DeepEP or HybridEP backend (memsym.terms.dispatcher_buffers).
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
 #: Weight precisions (their byte widths: memsym.terms.model_state.PRECISIONS).
-PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8")
+PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8", "fp4")
+#: Megatron's ``--fp8-recipe`` values memsym counts under fp8 (None: per-tensor scaling, delayed
+#: and tensorwise alike; mxfp8: memsym.terms.widths.FP8_RECIPES says what it changes).
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
 #: Optimizers (their state bytes: memsym.terms.model_state.OPTIMIZERS).
 OPTIMIZER_NAMES = ("adam", "adamw", "sgd", "adam8bit", "adafactor", "none")
 #: Activation recomputation: none, Megatron's selective (core attention) and full, torchtitan's

@@ -92,6 +92,7 @@ def _settings(run) -> Settings:
     return Settings(seq_length=st["seq"], micro_batch_size=st["b"], recompute=recompute,
                     sequence_parallel=st["sp"], flash_attention=st["flash"],
                     dropout=st["dropout"], precision=st.get("precision", "bf16"),
+                    fp8_recipe=st.get("fp8_recipe"),
                     distributed_optimizer=st["distopt"], grad_bytes=st.get("grad_bytes", 4),
                     gather_per_microbatch=fsdp, pipelined_fsdp=titan and run["layout"]["p"] > 1,
                     torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules,
@@ -332,9 +333,12 @@ def _restore(key, saved):
 
 def describe(run) -> dict:
     """The slices a run is reported in: ``gpu``, ``klass`` (its efficiency class),
-    ``precision``, ``kind`` ("dense" / "MoE") and ``group`` (source, release)."""
+    ``precision`` (``mxfp8`` for fp8 under the MXFP8 recipe), ``kind`` ("dense" / "MoE") and
+    ``group`` (source, release)."""
     arch = _arch(run)
     prec = run["settings"].get("precision", "bf16")
+    if prec == "fp8" and run["settings"].get("fp8_recipe") == "mxfp8":
+        prec = "mxfp8"
     group = (f"mbridge {run['release']}" if run["source"] == "mbridge-perf-summary"
              else ".".join(run["id"].split(".")[:2]))
     return {"gpu": run["gpu"], "klass": _gpu(run["gpu"]).arch_class,
@@ -572,6 +576,12 @@ def accuracy_markdown() -> str:
               "ceiling is fixed on the same row run on one DGX-GB300; its bf16 ceiling is",
               "blackwell's, shared, not calibrated.  That class split was made after the errors",
               "were seen (below: why, and the errors without it).",
+              "MXFP8 runs (fp8 with fp8_recipe mxfp8) have no constant of their own: their GEMMs",
+              "run at the FP8 tensor-core peak and the class's fp8 ceiling, their scale bytes",
+              "where the step moves FP8 tensors (memsym.terms.widths.MXFP8_BLOCK).  NVFP4 runs",
+              "(fp4) run their GEMMs at the datasheet FP4 peak (GB200, GB300) and one fp4",
+              "ceiling, fixed on the current table's GB300 Llama 3 70B row (the recipe at",
+              "067f987df0 sets its layout) and shared by GB200 (blackwell), not calibrated there.",
               "fp32 runs as TF32 at the class's bf16 ceiling (not calibrated)."]
     lines += ["", "## Error on the runs not used for calibration", "",
               "| group | mean absolute step-time error |", "| --- | --- |"]

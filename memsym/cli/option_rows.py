@@ -12,6 +12,7 @@ from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, CP_METHODS, FINETUNES, M
                           SCHEDULES, SCHEMES)
 from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
 from ..vocabulary import PRECISION_NAMES as PRECISIONS
+from ..vocabulary import FP8_RECIPES
 from . import options as T
 from .command_rows import check_rows, command_rows, model_rows, time_rows
 from .option_schema import (ALLOWANCES_SOURCE, JOB_AND_SEARCH, JOB_DEFAULTS,
@@ -105,6 +106,12 @@ def _state_rows():
            source=JOB_DEFAULTS + " (bf16 mixed precision, as the recipes); a Megatron-LM "
            "command without MODEL: fp32 unless --bf16/--fp16",
            help="weight precision: " + ", ".join(PRECISIONS)),
+        option("--fp8-recipe", group="states", type=T.choice("FP8 recipe", FP8_RECIPES),
+           field="fp8_recipe", commands=JOB_AND_SEARCH, search="same", effect="memory, time",
+           source="memsym.job.DEFAULTS: per-tensor scaling (delayed and tensorwise counted alike)",
+           help="Megatron's --fp8-recipe under --precision fp8: " + ", ".join(FP8_RECIPES)
+           + " (mxfp8: Transformer Engine's MXFP8, a scale byte per 32 elements and rowwise + "
+           "columnwise weight copies; Blackwell only)"),
         option("--optimizer", group="states", type=T.choice("optimizer", OPTIMIZERS),
            field="optimizer", default="adam", source=JOB_DEFAULTS + " (Megatron-LM's "
            "--optimizer adam)", commands=JOB_AND_SEARCH, search="same",

@@ -108,9 +108,13 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
     """Add the precision options of a MegatronJob (fp8, gradient and optimizer-state dtypes)
     and its activation CPU offloading to ``opts``."""
     params = prec.get("params_dtype", "fp32")
-    if prec.get("fp8"):
+    if prec.get("fp4"):
+        opts["precision"] = "fp4"
+    elif prec.get("fp8"):
         opts["precision"] = "fp8"
         opts["fp8_param_gather"] = bool(prec.get("fp8_param_gather"))
+        if prec.get("fp8_recipe") == "mxfp8":   # delayed and tensorwise are counted alike
+            opts["fp8_recipe"] = "mxfp8"
     else:
         opts["precision"] = params
     if prec.get("grad_dtype") not in (None, "fp32"):

@@ -190,7 +190,8 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
     "transformer_impl", "recompute_modules", "moe_layer_recompute", "use_megatron_fsdp",
     "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
     "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
-    "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe"}
+    "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe", "fp4",
+    "fp4_recipe"}
 
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
@@ -291,9 +292,16 @@ def _override_precision(r: MegatronArguments, opts: dict):
         if not (r.given("bf16") or r.given("fp16")):
             r.note("--fp8-format without --bf16: the weights are counted as bf16 with FP8 "
                    "GEMMs (memsym's fp8 precision)")
-    if r.given("fp8_recipe"):
-        r.note(f"--fp8-recipe {r.raw['fp8_recipe']}: Transformer Engine's per-recipe FP8 caches "
-               "are not modelled")
+    if r.given("fp4"):      # --fp4-format e2m1 (--fp4-recipe nvfp4): memsym's fp4
+        r.choice("fp4", ("e2m1",))
+        r.choice("fp4_recipe", ("nvfp4",), "nvfp4")
+        opts["precision"] = "fp4"
+    if r.given("fp8_recipe") and r.given("fp8"):
+        recipe = r.choice("fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"))
+        if recipe == "mxfp8":     # MXFP8 tensors and scales: memsym.terms.widths.MXFP8_BLOCK
+            opts["fp8_recipe"] = "mxfp8"
+        elif recipe in ("blockwise", "custom"):
+            r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
 
 
 def _override_attention(r: MegatronArguments, opts: dict):

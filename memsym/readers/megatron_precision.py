@@ -88,13 +88,23 @@ def megatron_precision(r: MegatronArguments) -> dict:
     recipe = r.choice("fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
                     "delayed")
     fp8_pg = r.flag("fp8_param_gather")
+    # --fp4-format e2m1 with --fp4-recipe nvfp4 (its default): memsym's fp4 (TE NVFP4BlockScaling)
+    fp4 = r.choice("fp4", ("e2m1",), None)
+    if fp4 and fp8:
+        raise InvalidValueError("--fp4-format and --fp8-format cannot be used simultaneously "
+                                "(Megatron's validate_args)")
+    if fp4:
+        r.choice("fp4_recipe", ("nvfp4",), "nvfp4")
+    if fp8 and recipe in ("blockwise", "custom"):
+        r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
     if fp8_pg and not fp8:
         raise InvalidValueError("--fp8-param-gather needs --fp8-format")
     return {"params_dtype": params, "grad_reduce_in_fp32": accumulate, "grad_dtype": grad,
             "main_grads_dtype": main_grads, "main_params_dtype": dtypes["main_params_dtype"]
             if params != "fp32" else "fp32", "exp_avg_dtype": dtypes["exp_avg_dtype"],
             "exp_avg_sq_dtype": dtypes["exp_avg_sq_dtype"], "precision_aware_optimizer": pa,
-            "fp8": fp8, "fp8_recipe": recipe if fp8 else None, "fp8_param_gather": fp8_pg}
+            "fp8": fp8, "fp8_recipe": recipe if fp8 else None, "fp8_param_gather": fp8_pg,
+            "fp4": fp4}
 
 
 def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) -> dict:

@@ -59,7 +59,8 @@ _MC_DDP = Source("megatron-core", "core/optimizer/optimizer.py, Float16Optimizer
                  "(fp32 main params of every param; main_grad.float())")
 _TE_FP8 = Source("transformer-engine", "pytorch/module/base.py, quantize_weight with "
                  "is_first_microbatch (_fp8_workspaces); csrc/extensions/cast.cu, cast (rowwise data "
-                 "+ data_transpose for columnwise usage)")
+                 "+ data_transpose for columnwise usage); MXFP8: tensor/mxfp8_tensor.py, "
+                 "MXFP8Quantizer.inner_tensor_specs")
 _MFSDP_FP8 = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/"
                     "param_and_grad_buffer.py at 2a75ac12c5 (Bridge's pin; the same lines at "
                     "d98e8a64dd): 2804 init_param_with_fp8 from fp8_param_gather; 1798 and 2632 "
@@ -81,7 +82,7 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
                 offload: str = "none", params=None, dp=None, precision: str = "bf16",
                 grad_dtype: str | None = None, precision_aware: bool = False,
                 fp8_param_gather: bool = False, linear_params=None,
-                optimizer: str = "adam") -> Total:
+                optimizer: str = "adam", fp8_recipe: str | None = None) -> Total:
     r"""Per-GPU memory of weights, gradients and optimizer states [bytes].
 
     With :math:`\Psi` the parameters of one model-parallel shard (default
@@ -123,10 +124,10 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
         Parameters held by this GPU's model-parallel shard [parameters]; default ``N/(p t)``.
     dp : sympy.Expr, optional
         The group the states are sharded over [GPUs]; default ``d``.
-    precision, grad_dtype, precision_aware, fp8_param_gather, optimizer :
+    precision, grad_dtype, precision_aware, fp8_param_gather, optimizer, fp8_recipe :
         Which framework tensors exist (framework only; pass the same to :func:`byte_widths`):
         a ``main_gradients`` term when the framework copies 16-bit grads to fp32, an
-        ``fp8_weights`` term for fp8.
+        ``fp8_weights`` term for fp8 (MXFP8 under ``fp8_recipe="mxfp8"``).
     linear_params : sympy.Expr, optional
         Of ``params``, those in linear-layer weights [parameters]; default all of ``params``
         (FP8 only; an over-count by the embeddings and norms).
@@ -172,7 +173,7 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
             f"offload optimizer+params needs sharded parameters (zero3 or fsdp), not {scheme}")
     if convention == "framework":
         return _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
-                                fp8_param_gather, linear_params, optimizer)
+                                fp8_param_gather, linear_params, optimizer, fp8_recipe)
     return _textbook_state(scheme, given, convention, offload, psi, dp)
 
 
@@ -214,13 +215,15 @@ def _textbook_state(scheme, given, convention, offload, psi, dp) -> Total:
 
 
 def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
-                     fp8_param_gather, linear_params, optimizer) -> Total:
+                     fp8_param_gather, linear_params, optimizer, fp8_recipe=None) -> Total:
     """:func:`model_state` under ``convention="framework"``."""
     precision = choose("precision", precision, PRECISIONS)
     optimizer = choose("optimizer", optimizer, OPTIMIZERS)
     # the same validation as the widths, so that structure and widths cannot disagree
     byte_widths(scheme, precision, optimizer, "framework", grad_dtype=grad_dtype,
-                fp8_param_gather=fp8_param_gather, precision_aware=precision_aware)
+                fp8_param_gather=fp8_param_gather, precision_aware=precision_aware,
+                fp8_recipe=fp8_recipe)
+    mx = "MXFP8 " if fp8_recipe == "mxfp8" else "NVFP4 " if precision == "fp4" else "FP8 "
     gdt = default_grad_dtype(scheme, precision, grad_dtype)
     main_copy = optimizer != "none" and has_main_grad_copy(scheme, precision, gdt, precision_aware)
     lin = psi if linear_params is None else as_expr(linear_params)
@@ -267,13 +270,16 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
             if megatron:
                 what += " (param_data of the buffer)" if scheme == "distributed-optimizer" else ""
             terms.append(Term("weights", per_gpu(b_hp, shard_w), what, src_w, label="weights"))
-        if precision == "fp8":
+        if precision in ("fp8", "fp4"):
             if fp8_param_gather:
-                terms.append(Term("fp8_weights", lin * b_f8, "FP8 linear-layer weights "
+                terms.append(Term("fp8_weights", lin * b_f8, mx + "linear-layer weights "
                                   "(fp8_model_init, gathered in FP8)", _TE_FP8, label="fp8 weights"))
             else:
-                terms.append(Term("fp8_weights", lin * b_f8, "Transformer Engine's cached FP8 "
-                                  "copies of the linear weights (rowwise + transpose)", _TE_FP8,
+                terms.append(Term("fp8_weights", lin * b_f8, "Transformer Engine's cached " + mx +
+                                  "copies of the linear weights (" + ("rowwise + columnwise, "
+                                  "a scale byte per 32 each" if mx == "MXFP8 " else
+                                  "rowwise + columnwise, 4-bit with a scale byte per 16 each"
+                                  if mx == "NVFP4 " else "rowwise + transpose") + ")", _TE_FP8,
                                   label="fp8 weight cache"))
     on_gpu_g = not (offload != "none" and scheme in ("zero2", "zero3", "fsdp"))
     if on_gpu_g and optimizer != "none":

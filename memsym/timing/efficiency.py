@@ -45,6 +45,9 @@ __all__ = ["GEMM_CEILING", "SHARED_CEILING", "TILES", "LAUNCH_OVERHEAD", "EXP_RA
 #: 37556 tokens/s/GPU; the analogue of the B200 run) and shares blackwell's bf16 value
 #: (SHARED_CEILING): no Blackwell Ultra BF16 row meets the rule the blackwell/bf16 run was
 #: chosen by.
+#: blackwell-ultra/fp4 (NVFP4 GEMMs at the datasheet FP4 peak, GB200 and GB300 only: the GPUs
+#: whose FP4 peak memsym lists) on Megatron-Bridge's 26.04.01 DGX-GB300 Llama 3 70B NVFP4 row
+#: (64 GPUs, PP4 VP5, 7296 tokens/s/GPU), 0.422; GB200 (blackwell) shares it (SHARED_CEILING).
 #: The other classes (ada, cdna3) carry the Hopper value (an assumption, not a calibration;
 #: say so when quoting them).  fp16 = bf16; fp32 runs as TF32 at the class's bf16 value.
 GEMM_CEILING = {
@@ -53,12 +56,14 @@ GEMM_CEILING = {
     ("ada", "bf16"): 0.587, ("ada", "fp32"): 0.587, ("ada", "fp8"): 0.548,
     ("blackwell", "bf16"): 0.523, ("blackwell", "fp32"): 0.523, ("blackwell", "fp8"): 0.492,
     ("blackwell-ultra", "fp8"): 0.593,
+    ("blackwell-ultra", "fp4"): 0.422,
     ("cdna3", "bf16"): 0.587, ("cdna3", "fp32"): 0.587, ("cdna3", "fp8"): 0.548,
 }
 #: Keys priced at another key's ceiling (a stated sharing, not a calibration): the key's own
 #: entry in GEMM_CEILING, where one is set, comes first.
 SHARED_CEILING = {("blackwell-ultra", "bf16"): ("blackwell", "bf16"),
-                  ("blackwell-ultra", "fp32"): ("blackwell", "fp32")}
+                  ("blackwell-ultra", "fp32"): ("blackwell", "fp32"),
+                  ("blackwell", "fp4"): ("blackwell-ultra", "fp4")}
 #: Softmax exponentials per second per GPU (``MUFU.EX2`` on the special function units), per
 #: class, where NVIDIA prints the rate: Blackwell 5, Blackwell Ultra 10.7 TeraExponentials/s
 #: (twice the SFU throughput: "Inside NVIDIA Blackwell Ultra" and "Making Softmax More
@@ -138,7 +143,7 @@ def gemm_efficiency(M, N, K, device, precision: str = "bf16", *, eta_gemm=None):
         GEMM dimensions [elements] (``N`` here is a GEMM dimension, not a parameter count).
     device : str or GPU
         The GPU (a :mod:`memsym.hardware` name or record).
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The GEMM's input precision (sets the peak).
     eta_gemm : float, optional
         Override: a fixed achieved GEMM efficiency in (0, 1] [1] (the symbol ``eta_gemm``);
@@ -185,7 +190,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
         GEMM dimensions [elements] (``N`` here is a GEMM dimension, not a parameter count).
     device : str or GPU
         The GPU (a :mod:`memsym.hardware` name or record).
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The GEMM's input precision (sets the peak and the bytes per element).
     eta_gemm : float, optional
         Override: a fixed achieved math-side GEMM efficiency in (0, 1] [1].
@@ -206,7 +211,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
     True
     """
     dev = _dev(device)
-    precision = choose("precision", precision, ("bf16", "fp16", "fp8", "fp32"))
+    precision = choose("precision", precision, ("bf16", "fp16", "fp8", "fp32", "fp4"))
     M, N, K = (np.asarray(x, dtype=float) for x in (M, N, K))
     if not (np.all(np.isfinite(M)) and np.all(np.isfinite(N)) and np.all(np.isfinite(K))) \
             or np.any(M <= 0) or np.any(N <= 0) or np.any(K <= 0):
@@ -218,7 +223,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
             raise InvalidValueError(f"eta_gemm must be in (0, 1], got {eta_gemm}")
     else:
         eff = ceiling(dev, precision) * _quantisation(M, N, dev.sm_count) * K / (K + K0)
-    width = {"fp8": 1, "fp32": 4}.get(precision, 2)
+    width = {"fp8": 1, "fp4": 0.5, "fp32": 4}.get(precision, 2)
     t_math = flops / (dev.peak(precision) * eff)
     t_mem = width * (M * K + K * N + M * N) / dev.hbm_bandwidth
     return count * (np.maximum(t_math, t_mem) + LAUNCH_OVERHEAD)

@@ -206,10 +206,12 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     recompute recomputes; whether MoE layers have a shared expert."""
     sp_on = sequence_parallel_on(layout)
     # FP8 (TE under Megatron) saves GEMM inputs quantized; textbook conventions count 16 bits
-    fp8_in = training.states.precision == "fp8" and training.states.convention == "framework"
+    fp8_in = training.states.precision in ("fp8", "fp4") and training.states.convention == "framework"
     common = dict(gated=x.swiglu, flash=training.memory.flash_attention, sequence_parallel=sp_on,
                   dropout=dropout_kept(training), norm=x.normalization.lower(), mla=_mla(x),
-                  **({"fp8_inputs": True} if fp8_in else {}))
+                  **({"fp8_inputs": "nvfp4" if training.states.precision == "fp4" else
+                      "mxfp8" if training.states.fp8_recipe == "mxfp8" else True}
+                     if fp8_in else {}))
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
     shared = bool(x.moe_shared_expert_intermediate_size)

@@ -120,7 +120,8 @@ def state_training(training: Training) -> Training:
     True
     """
     keep = ("finetune", "sharding", "convention", "precision", "optimizer", "offload",
-            "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", *rb.OPTIMIZER_DTYPES)
+            "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe",
+            *rb.OPTIMIZER_DTYPES)
     return Training(**{name: training.value(name) for name in keep})
 
 
@@ -148,15 +149,17 @@ def state_terms(experts: bool, training: Training) -> tuple:
     conv = choose("convention", training.states.convention, CONVENTIONS)
     framework = dict(grad_dtype=training.states.grad_dtype, precision_aware=training.states.precision_aware,
                      fp8_param_gather=training.states.fp8_param_gather)
+    recipe = dict(fp8_recipe=training.states.fp8_recipe) if training.states.fp8_recipe else {}
     widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
-                         **framework, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
-    fp8 = dict(precision=training.states.precision, optimizer=training.states.optimizer, **framework)
+                         **framework, **recipe, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
+    fp8 = dict(precision=training.states.precision, optimizer=training.states.optimizer, **framework,
+               **recipe)
     # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
     # per-GPU counts at the layout's values, and differentiable in t for sensitivities.
     # FP8 caches cover the linear-layer weights only (N_lin of the stage's dense part).
     states = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
                          params=N_tp / t + N_rep, dp=d * c,
-                         linear_params=N_lin if training.states.precision == "fp8" else None,
+                         linear_params=N_lin if training.states.precision in ("fp8", "fp4") else None,
                          **fp8).subs(widths)
     terms = list(states.terms)
     if experts:
