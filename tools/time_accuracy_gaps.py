@@ -2,6 +2,8 @@
 accuracy_markdown` appends it): what the step-time model does not price yet, and why the
 runs it misses most are off.  Kept beside the generator so that stays short."""
 
+from tools.grouped_gemm_check import gaps_lines as grouped_gemm_lines
+
 #: The section's lines (Markdown).
 KNOWN_GAPS = (
     "",
@@ -41,6 +43,7 @@ KNOWN_GAPS = (
     "  synchronisation the dispatcher makes each MoE layer",
     "  (`_maybe_dtoh_and_synchronize`, which the recipes' CUDA graphs of",
     "  `moe_preprocess` address).",
+    *grouped_gemm_lines(),
     "* Megatron-Bridge settings memsym does not price are listed per run (`unmodelled`):",
     "  CUDA graphs, activation CPU offloading (the GB200/GB300 Llama 3 70B FSDP rows), the",
     "  flex/HybridEP dispatcher (priced as an all-to-all); uneven pipeline layouts are",
