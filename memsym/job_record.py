@@ -21,9 +21,9 @@ from .limits import check_limit
 from .rules import check as check_rule
 from .vocabulary import recompute_modules
 
-__all__ = ["Layout", "Training", "Batch", "PipelineSchedule", "ModelStates", "Memory",
-           "Adapters", "CommOverlap", "PARTS", "FIELD_PARTS", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS", "whole",
-           "microbatches", "recompute_modules_of", "check_zero_buckets", "ZERO_BUCKET_NAMES"]
+__all__ = ["Layout", "Training", "Batch", "PipelineSchedule", "ModelStates", "Memory", "Adapters",
+           "CommOverlap", "PARTS", "FIELD_PARTS", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS",
+           "whole", "microbatches", "recompute_modules_of", "check_zero_buckets", "ZERO_BUCKET_NAMES"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,17 +83,14 @@ class Batch:
 
     Attributes
     ----------
-    seq_length : int
-        ``s`` [tokens].
-    micro_batch_size : int
-        ``b`` [sequences].
+    seq_length, micro_batch_size : int
+        ``s`` [tokens], ``b`` [sequences].
     num_microbatches : int or None
         ``m``, micro-batches per step and pipeline [1]; None = derived from ``global_batch_size`` as
         ``B/(b d)``, or "enough" (at least ``p``) when that is also None.
     global_batch_size : int or None
         ``B`` [sequences].
     """
-
     seq_length: int = 4096
     micro_batch_size: int = 1
     num_microbatches: int | None = None
@@ -150,16 +147,14 @@ class ModelStates:
     precision, optimizer, sharding, offload : str
         As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
     convention : str
-        How model states are counted: ``"framework"`` (default: what Megatron-core,
-        DeepSpeed or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient
-        buffer, 6 + 12/d bytes per parameter), ``"seed000"`` (the distributed optimizer
-        read as ZeRO-2, 2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5),
-        ``"megatron-lm"`` (its estimator).
+        How model states are counted: ``"framework"`` (default: what Megatron-core, DeepSpeed
+        or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient buffer, 6 +
+        12/d bytes per parameter), ``"seed000"`` (the distributed optimizer read as ZeRO-2,
+        2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"``.
     grad_dtype, precision_aware, fp8_param_gather
-        Megatron's gradient-buffer dtype (None: fp32 for 16-bit training, as
-        ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32``; ``"bf16"`` =
-        ``--grad-reduce-in-bf16``), ``--use-precision-aware-optimizer`` and
-        ``--fp8-param-gather`` (:func:`memsym.terms.model_state.byte_widths`).
+        The gradient-buffer dtype (None: the framework's, fp32 for Megatron's 16-bit
+        training, ``"bf16"`` = ``--grad-reduce-in-bf16``; Megatron-FSDP's main grads),
+        ``--use-precision-aware-optimizer``, ``--fp8-param-gather`` (:func:`byte_widths`).
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         Megatron's precision-aware optimizer dtypes (fp32; :mod:`memsym.terms.recipe_buffers`).
     zero_buckets : tuple of (str, int)
@@ -168,6 +163,9 @@ class ModelStates:
         ``ipg_buffers`` [1] (0, 1, or 2 with ``overlap_comm``); the DeepSpeed reader sets them
         (:func:`memsym.readers.jobs.deepspeed_job`), absent ones keep
         :data:`memsym.terms.transients.DEFAULTS`.
+    megatron_fsdp, fsdp_double_buffer
+        Megatron-FSDP's ``--data-parallel-sharding-strategy`` (None: not Megatron-FSDP;
+        :func:`memsym.terms.model_state.megatron_fsdp_state`), ``--fsdp-double-buffer``.
     """
 
     precision: str = "bf16"
@@ -182,6 +180,8 @@ class ModelStates:
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
     zero_buckets: tuple[tuple[str, int], ...] = ()
+    megatron_fsdp: str | None = None
+    fsdp_double_buffer: bool = False
 
 
 @dataclass(frozen=True)
@@ -348,7 +348,8 @@ FIELD_PARTS: dict = {name: part for name, part in (
     *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",
                                 "wgrad_deferral_limit")),
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
-        "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")),
+        "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "megatron_fsdp",
+        "fsdp_double_buffer")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers")))}
 
 
@@ -507,7 +508,6 @@ REPORTED_DEFAULTS: dict = {
     "seq_length": "memsym.job.DEFAULTS: 4096 tokens, capped by the model's position table",
     "d": "memsym.job.DEFAULTS: data-parallel size 1 (no --world-size or --dp)",
 }
-
 
 
 # ---------------------------------------------------------------------------------------------

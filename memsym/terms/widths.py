@@ -71,7 +71,8 @@ def normalize_convention(convention: str) -> str:
     return CONVENTION_ALIASES.get(name, name)
 
 
-def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = None) -> str:
+def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = None, *,
+                       megatron_fsdp: bool = False) -> str:
     """The gradient-buffer dtype the framework uses when the user does not say.
 
     Megatron-core keeps an fp32 gradient buffer under bf16
@@ -87,6 +88,11 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
         One of :data:`PRECISIONS`.
     grad_dtype : {"fp32", "bf16", "fp16"}, optional
         The dtype asked for, returned as it is (checked); None for the framework's default.
+    megatron_fsdp : bool
+        Megatron-FSDP (any strategy): its ``main_grad_buffer`` takes
+        ``megatron_fsdp_main_grads_dtype``, by default (``auto``) the parameters' dtype
+        (param_and_grad_buffer.py:2313-2322 at d98e8a64dd); it reads no
+        ``grad_reduce_in_fp32``.
 
     Examples
     --------
@@ -94,6 +100,8 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
     ('fp32', 'bf16')
     >>> default_grad_dtype("fsdp", "bf16"), default_grad_dtype("fsdp", "fp8")  # FSDP2; Megatron-FSDP FP8
     ('fp32', 'bf16')
+    >>> default_grad_dtype("zero2", "bf16", megatron_fsdp=True)  # Megatron-FSDP optim_grads
+    'bf16'
 
     References
     ----------
@@ -104,6 +112,10 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
         return choose("grad_dtype", grad_dtype, GRAD_DTYPES)
     if precision == "fp32":
         return "fp32"
+    if megatron_fsdp:
+        # the 16-bit parameters' dtype (Float16Module casts before Megatron-FSDP wraps,
+        # training.py:2468-2470); an FP8 group's grads are bf16 (2322)
+        return "fp16" if precision == "fp16" else "bf16"
     if scheme in ("ddp", "distributed-optimizer"):
         # REF: megatron-lm arguments.py validate_args: bf16 forces
         # accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16; fp16 does not.
