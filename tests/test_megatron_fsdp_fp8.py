@@ -121,7 +121,10 @@ def test_the_bridge_recipe_is_read_as_fp8_parameters():
     _, opts, notes = bridge_job_options(read_bridge_recipe(
         "llama3_70b_pretrain_64gpu_gb300_fp8cs_config"))
     assert opts["sharding"] == "fsdp" and opts["precision"] == "fp8"
-    assert opts["fp8_param_gather"] is True and opts["grad_dtype"] == "bf16"
+    # no grad_dtype: Megatron-FSDP's main grads are its default (auto: bf16 for an FP8 group,
+    # 2322), not the recipe's grad_reduce_in_fp32, which Megatron-FSDP does not read
+    assert opts["fp8_param_gather"] is True and "grad_dtype" not in opts
+    assert opts["megatron_fsdp"] == "optim_grads_params"
     assert any("FP8 parameters" in n for n in notes)
 
 

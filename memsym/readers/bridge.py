@@ -112,6 +112,9 @@ FIELDS = {
     "ddp.overlap_grad_reduce": ("job", "overlap_grad_reduce"),
     "ddp.overlap_param_gather": ("job", "overlap_param_gather"),
     "ddp.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
+    "ddp.megatron_fsdp_main_grads_dtype": ("bridge", "grad_dtype"),
+    "ddp.fsdp_double_buffer": ("bridge", "sharding"), "ddp.nccl_ub": ("bridge", "sharding"),
+    "ddp.megatron_fsdp_max_pool_double_buffer": ("bridge", "sharding"),
     "mixed_precision": ("bridge", "precision"),
     "mixed_precision.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
     "mixed_precision.fp8": ("bridge", "precision"),
@@ -166,8 +169,7 @@ RUN_RECIPE_OPTIONS = {
 #: (264), bf16_with_fp8_current_scaling_mixed 285 (302).  NVFP4 recipes are refused.
 PRECISION_RECIPES = {
     "bf16_mixed": ("bf16", False), "fp16_mixed": ("fp16", False),
-    "bf16_with_fp8_delayed_scaling_mixed": ("fp8", True),
-    "bf16_with_mxfp8_mixed": ("fp8", True),
+    "bf16_with_fp8_delayed_scaling_mixed": ("fp8", True), "bf16_with_mxfp8_mixed": ("fp8", True),
     "bf16_with_fp8_current_scaling_mixed": ("fp8", True),
 }
 
@@ -187,10 +189,8 @@ def looks_like_override(word: str) -> bool:
 def _scalar(text: str):
     t = text.strip()
     low = t.lower()
-    if low == "true":
-        return True
-    if low == "false":
-        return False
+    if low in ("true", "false"):
+        return low == "true"
     if low in ("null", "none", "~", ""):
         return None
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
@@ -431,8 +431,15 @@ def _sharding(values, prec: dict, notes) -> str:
             raise InvalidValueError(f"ddp.data_parallel_sharding_strategy must be one of "
                                     f"{', '.join(MEGATRON_FSDP_SCHEMES)}, got {strategy!r:.40}")
         scheme = MEGATRON_FSDP_SCHEMES[strategy]
-        notes.append(f"Megatron-FSDP {strategy}: counted as sharding {scheme} (the same states "
-                     "sharded)")
+        notes.append(f"Megatron-FSDP {strategy}: its own buffers, sharded as sharding {scheme} "
+                     "shards them")
+        # nccl_ub forces the double buffer (param_and_grad_buffer.py:2046-2053 at 2a75ac12c5)
+        prec.update(megatron_fsdp=strategy, fsdp_double_buffer=any(_flag(values, "ddp." + k) for k
+                    in ("fsdp_double_buffer", "nccl_ub", "megatron_fsdp_max_pool_double_buffer")))
+        prec.pop("grad_dtype", None)  # no grad_reduce_in_fp32: main grads in the params' dtype
+        grads = str(values.get("ddp.megatron_fsdp_main_grads_dtype")).replace("torch.", "")
+        if grads != "None":   # or megatron_fsdp_main_grads_dtype's (2313-2322)
+            prec["grad_dtype"] = grads.replace("bfloat16", "bf16").replace("float", "fp")
         mxfp8 = values.get("mixed_precision") == "bf16_with_mxfp8_mixed"
         if prec["precision"] == "fp8" and scheme == "fsdp" and prec.get("fp8_param_gather") \
                 and not mxfp8:

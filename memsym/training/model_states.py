@@ -152,7 +152,11 @@ def state_terms(experts: bool, training: Training) -> tuple:
     conv = choose("convention", training.states.convention, CONVENTIONS)
     if training.states.megatron_fsdp and training.states.precision != "fp8" and conv == "framework":
         return _megatron_fsdp_terms(experts, training)
-    framework = dict(grad_dtype=training.states.grad_dtype, precision_aware=training.states.precision_aware,
+    grad_dtype = training.states.grad_dtype
+    if training.states.megatron_fsdp and grad_dtype is None:   # FP8 under Megatron-FSDP
+        grad_dtype = default_grad_dtype(training.states.sharding, training.states.precision,
+                                        megatron_fsdp=True)
+    framework = dict(grad_dtype=grad_dtype, precision_aware=training.states.precision_aware,
                      fp8_param_gather=training.states.fp8_param_gather)
     widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
                          **framework, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
