@@ -192,7 +192,7 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
     "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
     "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe",
     "megatron_fsdp_main_grads_dtype", "megatron_fsdp_main_params_dtype", "fsdp_double_buffer",
-    "megatron_fsdp_max_pool_double_buffer"}
+    "megatron_fsdp_max_pool_double_buffer", "nccl_ub"}
 
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,

@@ -125,7 +125,7 @@ MODELLED = {
     "optimizer", "use_distributed_optimizer", "use_megatron_fsdp", "megatron_fsdp_version",
     "data_parallel_sharding_strategy", "megatron_fsdp_main_grads_dtype",
     "megatron_fsdp_main_params_dtype", "megatron_fsdp_grad_comm_dtype", "use_torch_fsdp2",
-    "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer",
+    "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub",
     "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "cp_comm_type", "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
