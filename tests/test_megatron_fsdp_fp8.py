@@ -148,3 +148,16 @@ def test_fp8_under_fsdp_is_megatron_fsdp_only():
     with pytest.raises(InvalidValueError, match="Megatron-FSDP"):
         job("llama3-8b", d=DP, sharding="fsdp", precision="fp8", fp8_param_gather=True,
             framework="torchtitan", seq_length=S, micro_batch_size=1)
+
+
+def test_the_step_casts_the_bf16_grads_to_fp32():
+    """update_main_grads (param_and_grad_buffer.py:3381 at d98e8a64dd): the bf16 main-grad
+    shard cast to the fp32 main weights' dtype for the optimizer, 4 B per parameter / d, in
+    the step only."""
+    from memsym.training.transients import states_and_transients
+    j = _job()
+    values = job_memory(j, stage=0).values
+    steady, phases = states_and_transients(j, 0)
+    assert "main_gradients" not in {t.key for t in steady}
+    cast = [t.evaluate(values) for t in phases["optimizer"] if t.key == "main_gradients"]
+    assert cast == [4 * TOTAL // DP]

@@ -286,7 +286,8 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
                     scheme, "16-bit gradient partition")
         terms.append(Term("gradients", per_gpu(b_g, shard_g), what, src_g, label="gradients"))
     if main_copy and offload == "none":
-        src = _MC_DDP if scheme == "ddp" else (_MC_MAIN if megatron else src_o)
+        src = _MC_DDP if scheme == "ddp" else (_MC_MAIN if megatron else (
+            _MFSDP_CAST if scheme == "fsdp" else src_o))   # fsdp here: Megatron-FSDP's FP8
         what = "fp32 copy of the gradients the optimizer steps on" + (", the rank's shard" if shard_o else "")
         if scheme == "zero3":
             # stage3.py _prepare_fp32_grad_for_sub_group: one sub-group at a time (config

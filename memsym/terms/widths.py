@@ -157,8 +157,13 @@ def has_main_grad_copy(scheme: str, precision: str, grad_dtype: str,
     Megatron-LM ``megatron/core/optimizer/distrib_optimizer.py``
     (``_copy_model_grads_to_main_grads``) at d98e8a64dd.
     """
-    if scheme == "fsdp" or precision == "fp32" or grad_dtype == "fp32":
+    if precision == "fp32" or grad_dtype == "fp32":
         return False
+    if scheme == "fsdp":
+        # FSDP2 steps on its fp32 shard; fp8 under fsdp is Megatron-FSDP's FP8 parameters,
+        # whose update_main_grads casts the 16-bit main grad to the fp32 main weights' dtype
+        # (megatron_fsdp/param_and_grad_buffer.py:3381 at d98e8a64dd)
+        return precision == "fp8"
     # Megatron's precision-aware optimizer reads shard_main_param.decoupled_grad, a view of
     # the grad buffer (no copy): distrib_optimizer.py _copy_model_grads_to_main_grads.
     return not (precision_aware and scheme == "distributed-optimizer")
@@ -225,7 +230,7 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     4
     >>> w = byte_widths("fsdp", "fp8", grad_dtype="bf16", fp8_param_gather=True)  # Megatron-FSDP
     >>> [int(w[x]) for x in (b_hp, b_g, b_mg, b_m, b_o, b_f8)]
-    [4, 2, 0, 0, 8, 1]
+    [4, 2, 4, 0, 8, 1]
     """
     scheme = normalize_scheme(scheme)
     precision = choose("precision", precision, PRECISIONS)
