@@ -175,3 +175,20 @@ def test_refusals():
     with pytest.raises(InvalidValueError, match="Megatron-LM"):
         job("llama3-8b", d=DP, sharding="fsdp", megatron_fsdp="optim_grads_params",
             framework="torchtitan")
+
+
+def test_the_breakdown_names_what_the_step_holds():
+    """The estimate's optimizer phase names the fp32 cast and, with the double buffer, the
+    two pools (JSON ``optimizer_step_bytes``; the text report's "of which")."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["estimate", *_ARGV, "--fsdp-double-buffer", "--world-size", str(DP),
+                     "--json"]) == 0
+    step = json.loads(out.getvalue())["optimizer_step_bytes"]
+    assert step == {"main_gradients": 4 * TOTAL // DP, "unsharded_params": 2 * LAYER * 2,
+                    "unsharded_grads": 2 * LAYER * 2}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["estimate", *_ARGV, "--fsdp-double-buffer", "--world-size", str(DP)]) == 0
+    assert "of which main gradients 4.015 GB, unsharded params 0.872 GB" in \
+        " ".join(out.getvalue().split())
