@@ -277,8 +277,8 @@ def megatron_fsdp_buckets(strategy: str = "optim_grads_params", grad_width=4, *,
 
     .. math::
 
-        	ext{double buffer:}\quad 2 N_{\mathrm{ll}} b_u\,[	ext{weights sharded}]
-        + 2 N_{\mathrm{ll}} b_g\,[	ext{grads sharded}]
+        \text{double buffer:}\quad 2 N_{\mathrm{ll}} b_u\,[\text{weights sharded}]
+        + 2 N_{\mathrm{ll}} b_g\,[\text{grads sharded}]
 
     Parameters
     ----------
