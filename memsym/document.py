@@ -25,9 +25,19 @@ from .document_time import cluster_sentences, comm_rows, step_lines, step_rows
 from .values import exact
 # arch_of and layout_text stay importable from here (memsym.cli.plot)
 from .job_parts import JobParts, arch_of, capacity_of, job_parts, layout_text  # noqa: F401
+from .text import shared_doc
 
 __all__ = ["job_document", "job_snippet", "job_markdown", "job_parts", "JobParts", "PAPERS",
            "tex_width", "break_sum"]
+
+_doc = shared_doc(estimate_params="""
+    estimate : memsym.training.TrainingEstimate or memsym.job.Job
+        The job, estimated (a Job is estimated here).
+    capacity : number, optional
+        GPU memory [bytes] for the "fits" line (a Job's GPU by default).
+    solve, arch, layout, training
+        As in :func:`job_document`.
+    """)
 
 #: Paper sizes: geometry option and text width [pt] with 2.5 cm margins (1 in = 72.27 pt).
 PAPERS = {"a4": ("a4paper", (210 - 50) / 25.4 * 72.27),
@@ -386,6 +396,7 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
         "\\begin{document}\n\\maketitle\n" + "\n\n".join(body) + "\n\\end{document}\n")
 
 
+@_doc
 def job_snippet(estimate, *, solve=None, arch=None, layout=None, training=None,
                 capacity=None, textwidth: float = 345.0) -> str:
     r"""An ``align*`` block of the job's derivation, its numbers and the solve result, to
@@ -398,12 +409,7 @@ def job_snippet(estimate, *, solve=None, arch=None, layout=None, training=None,
 
     Parameters
     ----------
-    estimate : memsym.training.TrainingEstimate or memsym.job.Job
-        The job, estimated (a Job is estimated here).
-    capacity : number, optional
-        GPU memory [bytes] for the "fits" line (a Job's GPU by default).
-    solve, arch, layout, training
-        As in :func:`job_document`.
+    {estimate_params}
 
     Examples
     --------
@@ -423,6 +429,7 @@ def job_snippet(estimate, *, solve=None, arch=None, layout=None, training=None,
     return "\\begin{align*}\n" + " \\\\\n".join(lines) + "\n\\end{align*}"
 
 
+@_doc
 def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dict | None = None,
                  arch=None, layout=None, training=None, capacity=None) -> str:
     """The content of :func:`job_document` as Markdown with ``$$`` math (GitHub, GitLab, MyST).
@@ -430,12 +437,7 @@ def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dic
 
     Parameters
     ----------
-    estimate : memsym.training.TrainingEstimate or memsym.job.Job
-        The job, estimated (a Job is estimated here).
-    capacity : number, optional
-        GPU memory [bytes] for the "fits" line (a Job's GPU by default).
-    solve, arch, layout, training
-        As in :func:`job_document`.
+    {estimate_params}
 
     Examples
     --------

@@ -14,5 +14,6 @@ STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
 #: Activations, phase transients included.
 ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
                    "output_activations", "mtp_activations", "pipeline_buffers",
-                   "recompute_working_set", "phase_transient", "cpu_offloaded_activations")
+                   "recompute_working_set", "phase_transient", "cpu_offloaded_activations",
+                   "dispatcher_gather_buffer")
 from .vocabulary import ALLOWANCE_KEYS  # the named allowances (memsym.terms.allowances)

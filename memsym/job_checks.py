@@ -23,11 +23,12 @@ from .terms.schedule import SCHEDULES
 from . import rules
 from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
 from .terms.recipe_buffers import check_recipe_fields
+from .terms.dispatcher_buffers import check_deepep_group
 from .terms.context_parallel import cp_method
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout
 from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MEGATRON_FSDP_SCHEMES,
-                         RECOMPUTE_METHODS, STAGE_PLACEMENTS)
+                         MOE_DISPATCHERS, RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 from .job_record import Layout, Training, check_zero_buckets, microbatches, whole
 
 __all__ = ["check_fields", "canonical", "validate"]
@@ -134,6 +135,7 @@ def _named_choices() -> dict:
             "offload": ("offload", OFFLOADS),
             "finetune": ("fine-tuning mode", FINETUNES),
             "metric": ("memory metric", tuple(METRICS)),
+            "moe_dispatcher": ("MoE token dispatcher", MOE_DISPATCHERS),
             "framework": ("framework", FRAMEWORKS)}
 
 
@@ -206,6 +208,7 @@ def validate(x, layout: Layout, training: Training):
     _check_megatron_fsdp(training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
+    _check_dispatcher(x, layout, names["moe_dispatcher"], training.framework)
     cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods
     if not isinstance(training.adapters.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.adapters.lora_regather!r}")
@@ -228,6 +231,17 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
     return m_
+
+
+def _check_dispatcher(x, layout: Layout, dispatcher: str, framework: str) -> None:
+    # Megatron-core's dispatchers; DeepEP has configs for some group sizes only (e t_e > 1)
+    if dispatcher != "alltoall" and not framework_record(framework).megatron_options:
+        raise InvalidValueError(f"moe_dispatcher {dispatcher} is Megatron-core's, not {framework}'s")
+    if dispatcher != "alltoall" and not x.is_moe:
+        raise InvalidValueError(f"moe_dispatcher {dispatcher} needs an MoE model (Megatron-core "
+                                "builds no token dispatcher without experts)")
+    if dispatcher == "deepep":
+        check_deepep_group(layout.e * (layout.t if layout.t_e is None else layout.t_e))
 
 
 def _check_overlaps(x, layout: Layout, training: Training) -> None:
@@ -271,6 +285,10 @@ def _check_overlaps(x, layout: Layout, training: Training) -> None:
     if training.comm.tp_comm_overlap and (layout.t == 1 or not layout.sequence_parallel):
         raise InvalidValueError("--tp-comm-overlap needs --sequence-parallel, which Megatron "
                                 "turns off at TP 1 (validate_args)")
+    cfg = training.comm.tp_comm_overlap_cfg
+    if cfg is not None and not (isinstance(cfg, str) and training.comm.tp_comm_overlap):
+        raise InvalidValueError("tp_comm_overlap_cfg names the userbuffers config (a string) "
+                                "of tp_comm_overlap, which is off")
 
 
 def _check_pipeline_layout(x, layout: Layout, training: Training) -> None:

@@ -129,11 +129,6 @@ def _val(vals: dict, name: str):
     return None
 
 
-def _small(expr: sp.Expr) -> bool:
-    """Whether an expression holds only small integers (widths, not parameter counts)."""
-    return all(abs(x.p) < 10**4 and abs(x.q) < 10**4 for x in expr.atoms(sp.Rational))
-
-
 def _named_counts(total, vals, x, layout, stage, training=None):
     """The stage's parameter counts the total is written in (N_tp, N_rep, N_exp; LoRA N_q,
     N_u, N_a; N_lin for FP8 caches, :func:`memsym.training.stage_counts`), with their values.

@@ -11,6 +11,7 @@ the defaults every report lists, the one whole-number validator and the micro-ba
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 
 from sympy import Rational
@@ -26,9 +27,7 @@ __all__ = ["Layout", "Training", "Batch", "PipelineSchedule", "ModelStates", "Me
            "whole", "microbatches", "recompute_modules_of", "check_zero_buckets", "ZERO_BUCKET_NAMES"]
 
 
-# ---------------------------------------------------------------------------------------------
-# the parts
-# ---------------------------------------------------------------------------------------------
+# the parts ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Layout:
     """A parallel layout: how the GPUs are split (Megatron-LM's ordering [TP, CP, PP, DP]).
@@ -91,6 +90,7 @@ class Batch:
     global_batch_size : int or None
         ``B`` [sequences].
     """
+
     seq_length: int = 4096
     micro_batch_size: int = 1
     num_microbatches: int | None = None
@@ -117,9 +117,8 @@ class PipelineSchedule:
         Megatron's ``microbatch_group_size_per_vp_stage`` (None = p) for the interleaved
         schedule's launch rule.
     overlap_p2p_comm : bool
-        Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``):
-        the interleaved schedule's p2p sends hide behind compute; without it interleaving
-        needs PP > 2.
+        Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``): the
+        interleaved schedule's p2p sends hide behind compute; without it interleaving needs PP > 2.
     defer_embedding_wgrad_compute : bool
         Megatron's ``--defer-embedding-wgrad-compute`` (default off; needs PP > 1): the
         output layer's weight-gradient GEMMs wait for the pipeline flush, so the last stage
@@ -158,11 +157,10 @@ class ModelStates:
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         Megatron's precision-aware optimizer dtypes (fp32; :mod:`memsym.terms.recipe_buffers`).
     zero_buckets : tuple of (str, int)
-        DeepSpeed's ZeRO buffers as its config sets them, ``(name, value)`` pairs of
-        ``reduce_bucket_size`` [elements], ``stage3_prefetch_bucket_size`` [elements] and
-        ``ipg_buffers`` [1] (0, 1, or 2 with ``overlap_comm``); the DeepSpeed reader sets them
-        (:func:`memsym.readers.jobs.deepspeed_job`), absent ones keep
-        :data:`memsym.terms.transients.DEFAULTS`.
+        DeepSpeed's ZeRO buffers, ``(name, value)`` pairs of ``reduce_bucket_size``
+        [elements], ``stage3_prefetch_bucket_size`` [elements] and ``ipg_buffers`` [1] (0, 1,
+        or 2 with ``overlap_comm``) as :func:`memsym.readers.jobs.deepspeed_job` reads them;
+        absent ones keep :data:`memsym.terms.transients.DEFAULTS`.
     megatron_fsdp, fsdp_double_buffer
         Megatron-FSDP's ``--data-parallel-sharding-strategy`` (None: not Megatron-FSDP;
         :func:`memsym.terms.model_state.megatron_fsdp_state`), ``--fsdp-double-buffer``.
@@ -248,6 +246,9 @@ class Memory:
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
         Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
+    moe_dispatcher : {"alltoall", "allgather", "deepep", "hybridep"}
+        Megatron's MoE token dispatcher (``--moe-token-dispatcher-type``; the flex one named
+        by its ``--moe-flex-dispatcher-backend``): :mod:`memsym.terms.dispatcher_buffers`.
     metric : {"device", "reserved", "allocated"}
         Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
         ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
@@ -267,6 +268,7 @@ class Memory:
     capacity_factor: int | Rational = 1
     cross_entropy_fusion_impl: str = "native"
     cpu_offloading_num_layers: int = 0
+    moe_dispatcher: str = "alltoall"
     metric: str = "device"
 
 
@@ -306,9 +308,10 @@ class CommOverlap:
         backward) and ``--overlap-param-gather`` (the parameter all-gather during the next
         forward).  None: the framework's default
         (:meth:`memsym.frameworks.Framework.overlaps_by_default`).
-    tp_comm_overlap : bool
+    tp_comm_overlap, tp_comm_overlap_cfg : bool, str or None
         Megatron's ``--tp-comm-overlap`` (Transformer Engine userbuffers: the TP all-gather /
-        reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism).
+        reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism) and the
+        userbuffers config a Bridge recipe names (None: TE's default; memsym.timing.userbuffers).
     overlap_moe_expert_parallel_comm : bool
         Megatron's ``--overlap-moe-expert-parallel-comm`` (default off): the EP all-to-all
         hidden behind another micro-batch's compute (``TransformerConfig``'s conditions).
@@ -323,6 +326,7 @@ class CommOverlap:
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False
     cp_comm_type: str | None = None
+    tp_comm_overlap_cfg: str | None = None
 
 
 #: Training's sub-records: attribute -> record class.
@@ -344,13 +348,14 @@ FIELD_PARTS: dict = {name: part for name, part in (
     ("compiled_loss", "memory"), ("framework", ""), ("loss_parallel", "memory"),
     ("fsdp_root_group", "memory"),
     *((n, "comm") for n in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                            "overlap_moe_expert_parallel_comm")),
+                            "overlap_moe_expert_parallel_comm", "tp_comm_overlap_cfg")),
     *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",
                                 "wgrad_deferral_limit")),
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
         "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "megatron_fsdp",
         "fsdp_double_buffer")),
-    *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers")))}
+    *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers",
+                              "moe_dispatcher")))}
 
 
 @dataclass(frozen=True, init=False)
@@ -510,9 +515,6 @@ REPORTED_DEFAULTS: dict = {
 }
 
 
-# ---------------------------------------------------------------------------------------------
-# the whole-number validator (one for every size a job carries)
-# ---------------------------------------------------------------------------------------------
 def whole(value, what: str, *, minimum: int = 1, optional: bool = False):
     """``value`` as a Python int ``>= minimum`` (None passes when ``optional``).
 
@@ -527,8 +529,6 @@ def whole(value, what: str, *, minimum: int = 1, optional: bool = False):
     ...
     memsym.errors.InvalidValueError: t must be a whole number >= 1, got 0
     """
-    import numbers
-
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:

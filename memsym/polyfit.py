@@ -145,18 +145,24 @@ def _draw(rng, syms, ranges, valid):
     return point if valid is None or valid(dict(point)) else None
 
 
+def _distinct(rng, syms, ranges, valid, seen: set, tries: int):
+    """The valid points of ``tries`` draws that are not in ``seen`` (which each joins)."""
+    for _ in range(tries):
+        point = _draw(rng, syms, ranges, valid)
+        if point is not None and tuple(point.values()) not in seen:
+            seen.add(tuple(point.values()))
+            yield point
+
+
 def _select(monos, syms, ranges, valid, rng, tries) -> list[dict]:
     """Points whose monomial rows are linearly independent (a square, invertible design)."""
     n = len(monos)
     pivots: dict[int, list[int]] = {}
-    chosen, seen = [], set()
-    for _ in range(tries):
-        if len(chosen) == n:
+    chosen, points = [], _distinct(rng, syms, ranges, valid, set(), tries)
+    while len(chosen) < n:       # no draw once the design is square
+        point = next(points, None)
+        if point is None:
             break
-        point = _draw(rng, syms, ranges, valid)
-        if point is None or tuple(point.values()) in seen:
-            continue
-        seen.add(tuple(point.values()))
         r = [v % _P for v in _row(monos, syms, point)]
         for col in sorted(pivots):
             if r[col]:
@@ -176,15 +182,8 @@ def _select(monos, syms, ranges, valid, rng, tries) -> list[dict]:
 
 
 def _fresh(rng, syms, ranges, valid, count, exclude, tries) -> list[dict]:
-    out, seen = [], {tuple(p.values()) for p in exclude}
-    for _ in range(tries):
-        if len(out) == count:
-            break
-        point = _draw(rng, syms, ranges, valid)
-        if point is None or tuple(point.values()) in seen:
-            continue
-        seen.add(tuple(point.values()))
-        out.append(point)
+    seen = {tuple(p.values()) for p in exclude}
+    out = list(itertools.islice(_distinct(rng, syms, ranges, valid, seen, tries), count))
     if len(out) < count:
         raise MeasureError(f"found only {len(out)} of {count} further valid shapes; widen the ranges")
     return out

@@ -16,8 +16,18 @@ from .errors import DivisibilityError, InvalidValueError
 from .frameworks import framework
 from .model.architecture import is_hybrid, layer_kinds, mixer_counts
 from .term import Source
+from .text import shared_doc
 
 __all__ = ["Rule", "RULES", "LAUNCH", "PREFERENCES", "knobs", "masks", "broken", "check"]
+
+_doc = shared_doc(rule_params="""
+    x : memsym.model.Resolved
+        The model.
+    k : mapping
+        The job's knobs (:func:`knobs`).
+    names : iterable of str, optional
+        The rules to test (default: the launch rules, :data:`LAUNCH`).
+    """)
 
 _MLM_ARGS = "megatron/training/arguments.py, validate_args"
 _MLM_TC = "megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__"
@@ -487,17 +497,13 @@ def masks(x, k: Mapping, names=None) -> dict:
     return out
 
 
+@_doc
 def broken(x, k: Mapping, names=None) -> list:
     """The names of the rules one job breaks, in table order (empty when it is valid).
 
     Parameters
     ----------
-    x : memsym.model.Resolved
-        The model.
-    k : mapping
-        The job's knobs (:func:`knobs`).
-    names : iterable of str, optional
-        The rules to test (default: the launch rules, :data:`LAUNCH`).
+    {rule_params}
 
     Returns
     -------
@@ -523,17 +529,13 @@ def broken(x, k: Mapping, names=None) -> list:
     return out
 
 
+@_doc
 def check(x, k: Mapping, names=None) -> None:
     """Raise the first broken launch rule (its own error class and message).
 
     Parameters
     ----------
-    x : memsym.model.Resolved
-        The model.
-    k : mapping
-        The job's knobs (:func:`knobs`).
-    names : iterable of str, optional
-        The rules to test (default: the launch rules, :data:`LAUNCH`).
+    {rule_params}
 
     Raises
     ------

@@ -4,12 +4,15 @@ Anything that came from a user or a file (a config's ``_name_or_path``, a bad op
 passed through :func:`printable` or :func:`short` before it is printed, so a newline cannot
 forge an output line and an ANSI escape cannot reach the terminal; :func:`finite_json` is the
 one JSON writer, and it refuses ``inf``/``NaN`` naming the key instead of emitting ``Infinity``.
+:func:`shared_doc` writes a block that several docstrings share (the same parameters) once.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+import textwrap
 import unicodedata
 from fractions import Fraction
 from numbers import Integral, Rational as _PyRational
@@ -17,7 +20,7 @@ from numbers import Integral, Rational as _PyRational
 from .errors import InvalidValueError
 
 __all__ = ["printable", "short", "finite_json", "jsonable", "approx", "exact_text",
-           "looks_like_option"]
+           "looks_like_option", "option_values", "shared_doc"]
 
 #: Unicode categories never printed raw: controls (newline, ESC, DEL, C1), format characters
 #: (bidirectional overrides, zero-width joiners), separators of lines and paragraphs,
@@ -294,3 +297,68 @@ def looks_like_option(word: str) -> bool:
         return False
     except ValueError:
         return True
+
+
+def option_values(words, i: int, arity, got=()) -> tuple:
+    """argparse's reading of an option's values: ``(values, next index)``.
+
+    The words from ``words[i]`` up to the next option (:func:`looks_like_option`), at most
+    ``arity`` values in all (``got`` counted: the values already read, e.g. inline) when
+    ``arity`` is a count; every one of them for ``"+"`` and ``"*"``.
+
+    >>> option_values(["a", "b", "--x", "c"], 0, "+"), option_values(["a", "b"], 0, 2, ["z"])
+    ((['a', 'b'], 2), (['z', 'a'], 1))
+    """
+    got = list(got)
+    while i < len(words) and not looks_like_option(words[i]):
+        if isinstance(arity, int) and len(got) == arity:
+            break
+        got.append(words[i])
+        i += 1
+    return got, i
+
+
+_PLACEHOLDER = re.compile(r"^([ \t]*)\{([A-Za-z_]\w*)\}[ \t]*$", re.M)
+
+
+def shared_doc(**blocks):
+    """A decorator that writes shared blocks into a function's docstring.
+
+    Functions that take the same parameters describe them once: a docstring line holding only
+    ``{name}`` is replaced by the block ``name``, each of its lines indented as the
+    placeholder is.  The docstring a reader, ``help`` or Sphinx sees is the whole one.
+
+    Parameters
+    ----------
+    **blocks : str
+        The blocks by placeholder name, written at the left margin (a common indentation
+        is removed).
+
+    Returns
+    -------
+    callable
+        The decorator (a placeholder without a block raises KeyError at import).
+
+    Examples
+    --------
+    >>> @shared_doc(params="x : int\\n    A number [1].")
+    ... def twice(x):
+    ...     '''Twice ``x``.
+    ...
+    ...     {params}
+    ...     '''
+    >>> print(twice.__doc__.strip())
+    Twice ``x``.
+    <BLANKLINE>
+        x : int
+            A number [1].
+    """
+    texts = {name: textwrap.dedent(text).strip("\n") for name, text in blocks.items()}
+
+    def fill(fn):
+        if fn.__doc__:          # None under python -OO
+            fn.__doc__ = _PLACEHOLDER.sub(
+                lambda m: textwrap.indent(texts[m.group(2)], m.group(1)), fn.__doc__)
+        return fn
+
+    return fill

@@ -17,7 +17,8 @@ __all__ = ["SCHEMES", "MEGATRON_FSDP_SCHEMES", "CONVENTIONS", "CONVENTION_ALIASE
            "GRAD_DTYPES", "PRECISION_NAMES", "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
            "RECOMPUTE_METHODS",
            "SCHEDULES", "STAGE_PLACEMENTS", "FRAMEWORKS", "FINETUNES", "METRIC_NAMES",
-           "ALLOWANCE_KEYS", "OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "recompute_modules"]
+           "ALLOWANCE_KEYS", "OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "MOE_DISPATCHERS",
+           "recompute_modules"]
 
 #: How model states are sharded over data parallelism (memsym.terms.model_state).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
@@ -48,6 +49,9 @@ OPTIMIZER_DTYPES = {"main_params_dtype": ("fp32", "fp16"),
                     "exp_avg_sq_dtype": ("fp32", "fp16", "bf16", "fp8")}
 #: Megatron-core's ``cross_entropy_fusion_impl`` (model_parallel_config.py:325).
 CE_FUSION_IMPLS = ("native", "te")
+#: Megatron-core's MoE token dispatchers: alltoall, allgather, and the flex dispatcher with its
+#: DeepEP or HybridEP backend (memsym.terms.dispatcher_buffers).
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
 #: Weight precisions (their byte widths: memsym.terms.model_state.PRECISIONS).
 PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8")
 #: Optimizers (their state bytes: memsym.terms.model_state.OPTIMIZERS).

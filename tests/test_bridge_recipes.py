@@ -54,13 +54,14 @@ LLAMA3_8B = ("llama3-8b", "--vocab-size", "32000", "--tp", "1", "--pp", "1", "--
 # gradients); precision-aware optimizer; distributed optimizer, overlapped grad reduce and
 # param gather (:128-129); tp_comm_overlap True is turned off by Bridge at TP 1
 # (training/comm_overlap.py:443); Hugging Face tokenizer: the config.json vocabulary; 16 GPUs;
-# Transformer Engine's fused cross-entropy (qwen3_moe.py:88-89).
+# Transformer Engine's fused cross-entropy (qwen3_moe.py:88-89); the flex dispatcher with
+# HybridEP (perf_recipes/qwen/h100/qwen3_moe.py:89-90, apply_flex_dispatcher_backend).
 QWEN3_30B = ("qwen3-30b-a3b", "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "16", "--etp", "1",
              "--seq-length", "4096", "--micro-batch-size", "1", "--global-batch-size", "1024",
              "--world-size", "16", "--recompute-granularity", "none", "--precision", "bf16",
              "--optimizer", "adam", "--use-distributed-optimizer", "--grad-reduce-in-bf16",
              "--use-precision-aware-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
-             "--cross-entropy-fusion-impl", "te")
+             "--cross-entropy-fusion-impl", "te", "--moe-dispatcher", "hybridep")
 
 
 def test_llama3_8b_recipe_equals_the_explicit_command(capsys):

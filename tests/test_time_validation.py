@@ -10,13 +10,17 @@ reuses one ``validate()`` (about 2 s).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 
 import numpy as np
 import pytest
 
+from memsym.hardware import cluster, gpu
 from memsym.timing import efficiency
+from memsym.timing.step import step_time_grid
+from memsym.timing.userbuffers import UB_CONFIGS, UB_GEMMS, ub_config
 from tools import time_accuracy
 
 MBRIDGE = "mbridge-perf-summary"
@@ -27,6 +31,7 @@ CALIBRATION = {
     "seed001.baseline": "hopper/fp8",
     "mbridge.25.11.gb200.deepseek-v3.bf16": "blackwell/bf16",
     "mbridge.25.11.b200.llama3-8b.fp8": "blackwell/fp8",
+    "mbridge.25.11.gb300.llama3-8b.fp8": "blackwell-ultra/fp8",
 }
 
 
@@ -117,7 +122,8 @@ def test_calibration_runs_are_exactly_the_named_ones(runs):
     assert {tuple(v.split("/")) for v in named.values()} <= set(efficiency.GEMM_CEILING)
 
 
-@pytest.mark.parametrize("klass,prec", [("blackwell", "bf16"), ("blackwell", "fp8")])
+@pytest.mark.parametrize("klass,prec", [("blackwell", "bf16"), ("blackwell", "fp8"),
+                                        ("blackwell-ultra", "fp8")])
 def test_blackwell_ceilings_come_from_their_runs(klass, prec):
     # the stored value reproduces its run's measured step (the Hopper and Ampere ones:
     # tests/test_timing.py); not Hopper's 0.587 / 0.548 any more
@@ -170,3 +176,89 @@ def test_recipe_recompute_modules_are_priced(runs):
     assert qwen.recompute == "none"
     # priced now: no run says they are not
     assert not any("recompute_modules" in u for r in runs for u in r.get("unmodelled", ()))
+
+
+def test_recipe_pipeline_split_counts_embedding_and_loss(runs):
+    # The Llama 3.1 405B base recipe sets account_for_embedding/loss_in_pipeline_split
+    # (Megatron-Bridge recipes/llama/h100/llama3.py:1227-1228): Megatron-core builds
+    # (126 + 2) / p layers per rank, one fewer on the first and on the last
+    # (transformer_block.py get_num_layers_to_build)
+    by_id = {r["id"]: r for r in runs}
+    assert time_accuracy.recipe_end_stages(by_id["mbridge.26.04.gb300.llama3-405b.fp8"]) == (15, 15)
+    assert time_accuracy.recipe_end_stages(by_id["mbridge.26.04.gb200.llama3-405b.fp8"]) == (7, 7)
+    # a recipe without the flags (Llama 3 8B) and a run that states its own split keep theirs
+    assert time_accuracy.recipe_end_stages(by_id["mbridge.25.11.b200.llama3-8b.fp8"]) == (None, None)
+    assert time_accuracy.recipe_end_stages(by_id["llama3.t4.8192"]) == (None, None)
+
+
+def test_recipe_userbuffers_config_is_priced(runs):
+    # Megatron-Bridge comm_overlap.py:190-201 (userbuffers_fp8_b200_h16384_tp4_cp2_...): the
+    # bulk dgrad / wgrad overlaps keep every SM (set_sm_margin=False), proj and fc2 forward
+    # reduce-scatter by ring exchange on 1 SM taken from the GEMM; TE's default takes 16
+    assert all(set(cfg) == set(UB_GEMMS) for cfg in UB_CONFIGS.values())
+    name = "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192"
+    cfg, default, sms = ub_config(name), ub_config(), gpu("gb300").sm_count
+    assert [cfg[k].math_sms(sms) for k in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")] \
+        == [sms] * 4
+    assert [default[k].math_sms(sms) for k in ("qkv_dgrad", "fc1_wgrad")] == [sms - 16] * 2
+    assert (cfg["fc2_fprop"].method, cfg["fc2_fprop"].math_sms(sms)) == ("ring_exchange", sms - 1)
+    run = {r["id"]: r for r in runs}["mbridge.26.04.gb300.llama3-405b.fp8"]
+    assert time_accuracy._settings(run).tp_overlap_cfg == name
+    # fewer SMs taken from the GEMMs: the run is priced faster than under TE's default
+    st = time_accuracy._settings(run)
+    kw = dict(t=4, p=8, d=8, v=4, m=192, cluster=cluster("gb300-nvl72"),
+              overlap=time_accuracy._overlap(run), first_stage_layers=15, last_stage_layers=15)
+    arch = time_accuracy._arch(run)
+    ours = float(step_time_grid(arch, "gb300", settings=st, **kw)["step"][()])
+    te = float(step_time_grid(arch, "gb300", settings=dataclasses.replace(st, tp_overlap_cfg=None),
+                              **kw)["step"][()])
+    assert ours < te
+
+
+def test_blackwell_ultra_is_its_own_class():
+    # NVIDIA's Blackwell Ultra (B300, GB300) against Blackwell (B200, GB200): its own fp8
+    # ceiling, blackwell's bf16 one (shared, stated), twice the SFU exponential rate
+    from memsym.model import preset
+    from memsym.timing.gemm import shape_of
+    from memsym.timing.layer import _attention
+    from memsym.timing.records import Settings
+
+    assert {gpu(n).arch_class for n in ("b300", "gb300")} == {"blackwell-ultra"}
+    assert {gpu(n).arch_class for n in ("b200", "gb200")} == {"blackwell"}
+    assert efficiency.ceiling("gb300", "bf16") == efficiency.ceiling("gb200", "bf16")
+    assert efficiency.ceiling("gb300", "fp8") > efficiency.ceiling("gb200", "fp8") + 0.05
+    assert float(efficiency.exp_time(1e12, "gb200") / efficiency.exp_time(1e12, "gb300")) \
+        == pytest.approx(10.7 / 5)
+    # the exponentials bind only where the matrix products are faster than them: head
+    # dimension 64 at a full-peak GEMM rate on GB200, not at the calibrated ceiling
+    x, st = shape_of(preset("gpt-oss-120b")), Settings(seq_length=8192, micro_batch_size=1,
+                                                        flash_attention=True, dropout=False)
+    fast = [float(_attention(x, st, gpu(g), 1, 1, 1, 1.0)[0]) for g in ("gb200", "gb300")]
+    slow = [float(_attention(x, st, gpu(g), 1, 1, 1, None)[0]) for g in ("gb200", "gb300")]
+    assert fast[0] > fast[1] * 1.5 and slow[0] == pytest.approx(slow[1])
+
+
+def test_bridge_recipe_job_prices_the_recipes_userbuffers_as_the_validation(runs, capsys):
+    # memsym estimate --bridge-recipe reads comm_overlap.tp_comm_overlap_cfg into the job
+    # (Training.comm.tp_comm_overlap_cfg): its step is the validation's pricing of the same
+    # job (tools/time_accuracy reads the config from the run's recipe_settings), not TE's
+    # default userbuffers.  The 26.04.01 GB300 405B row runs the recipe's own layout.
+    import json
+
+    from memsym.cli import main
+
+    run = {r["id"]: r for r in runs}["mbridge.26.04.01.gb300.llama3-405b.fp8"]
+    recipe = run["recipe"].split(":")[-1].split()[0]
+    argv = ["estimate", "--bridge-recipe", recipe, "--gpu", run["gpu"], "--gpus-per-node", "4",
+            "--inter-node-bandwidth", "100", "--json"]     # the gb300-nvl72 cluster
+
+    def step(*extra):
+        assert main(argv + list(extra)) == 0
+        out = json.loads(capsys.readouterr().out)
+        return out["step_time_s"], out["training"].get("tp_comm_overlap_cfg")
+
+    ours, cfg = step()
+    assert cfg == time_accuracy.recipe_ub_config(run) is not None
+    assert ours == pytest.approx(time_accuracy.predict(run)["step"], rel=1e-9)
+    te, none = step("comm_overlap.tp_comm_overlap_cfg=null")
+    assert none is None and te > ours * 1.02

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from .option_table import add_options
+from .option_table import add_command
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("bench", help="benchmark (ratios measured side by side)",
-                            description="Benchmark memsym: compiled sweeps vs hand-written numpy, "
-                            "per-configuration Python and subs().evalf(); search; start-up; solve. "
-                            "Each figure is printed with its target.")
-    add_options(parser, "bench")
-    parser.set_defaults(run=run)
+    add_command(sub, run, "bench", help="benchmark (ratios measured side by side)",
+                description="Benchmark memsym: compiled sweeps vs hand-written numpy, "
+                "per-configuration Python and subs().evalf(); search; start-up; solve. "
+                "Each figure is printed with its target.")
 
 
 def run(args) -> int:

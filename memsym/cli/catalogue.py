@@ -7,24 +7,20 @@ catalogue with the capacity a job is checked against and where that figure comes
 
 from __future__ import annotations
 
-from .option_table import add_options
+from .option_table import add_command
 from .options import emit_json
 
 
 def add_parser(sub) -> None:
-    models = sub.add_parser("models", help="the model presets (MODEL names)",
-                            description="The preset models a MODEL may name (or give a Hugging "
-                            "Face config.json path, or a Hub model id such as "
-                            "meta-llama/Llama-3.1-8B[@revision], read through huggingface_hub), "
-                            "with their size and the recipe a job starts from.")
-    add_options(models, "models")
-    models.set_defaults(run=run_models)
-    gpus = sub.add_parser("gpus", help="the GPU catalogue (--gpu names)",
-                          description="The GPUs --gpu may name: memory as the vendor states it, "
-                          "the capacity a job is checked against (the total CUDA reports where "
-                          "a report is cited) and peak dense throughput, each cited.")
-    add_options(gpus, "gpus")
-    gpus.set_defaults(run=run_gpus)
+    add_command(sub, run_models, "models", help="the model presets (MODEL names)",
+                description="The preset models a MODEL may name (or give a Hugging "
+                "Face config.json path, or a Hub model id such as "
+                "meta-llama/Llama-3.1-8B[@revision], read through huggingface_hub), "
+                "with their size and the recipe a job starts from.")
+    add_command(sub, run_gpus, "gpus", help="the GPU catalogue (--gpu names)",
+                description="The GPUs --gpu may name: memory as the vendor states it, "
+                "the capacity a job is checked against (the total CUDA reports where "
+                "a report is cited) and peak dense throughput, each cited.")
 
 
 def _recipe() -> dict:

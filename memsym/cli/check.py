@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .option_table import add_options
+from .option_table import add_command
 
 __all__ = ["add_parser", "run", "check_report", "render_check"]
 
@@ -37,15 +37,13 @@ _GIB = 2**30
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(
-        "check", help="predicted against measured: a training log and its job",
+    add_command(
+        sub, run, "check", help="predicted against measured: a training log and its job",
         description="Read a Megatron-LM, Megatron-Bridge or torchtitan training log (its "
         "iteration and memory lines) and the job that ran (the options of memsym estimate, "
         "with --gpu), and print predicted against measured step time and peak memory, the gap "
         "explained term by term. The step time is the median after the warm-up (the first "
         "10 % of the iteration lines, at least 2; --warmup N).")
-    add_options(parser, "check")
-    parser.set_defaults(run=run)
 
 
 def _refuse(message: str):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .option_table import add_options, fill_model_state_defaults
+from .option_table import add_command, fill_model_state_defaults
 from .options import emit_json, model_state_setup, number_out
 from .training_options import switch_dests
 
@@ -11,12 +11,10 @@ MODEL_STATE_KEYS = ("weights", "gradients", "optimizer")
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(
-        "estimate", help="per-GPU memory breakdown",
+    add_command(
+        sub, run, "estimate", help="per-GPU memory breakdown",
         description="Per-GPU memory of a training configuration, term by term, with sources. "
         "Bytes are exact; GB means 1e9 bytes and GiB 2^30.")
-    add_options(parser, "estimate")
-    parser.set_defaults(run=run)
 
 
 def model_state_report(args) -> dict:

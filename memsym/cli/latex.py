@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import sys
 
-from .option_table import add_options
+from .option_table import add_command
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("latex", help="the derivation as LaTeX",
-                            description="The derivation, one underbrace per term, as LaTeX valid "
-                            "inside any amsmath document.")
-    add_options(parser, "latex")
-    parser.set_defaults(run=run)
+    add_command(sub, run, "latex", help="the derivation as LaTeX",
+                description="The derivation, one underbrace per term, as LaTeX valid "
+                "inside any amsmath document.")
 
 
 def _write(args, text: str) -> None:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from .option_table import add_options
+from .option_table import add_command
 from .options import emit_json
 from .search import Progress, bytes_json, layout_json, search_model, search_options
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(
-        "min-gpus", help="fewest GPUs that fit, with the layout",
+    add_command(
+        sub, run, "min-gpus", help="fewest GPUs that fit, with the layout",
         description="The smallest number of GPUs (over every layout the rules allow) on which "
         "the training fits; the boundary d >= f(N, C) is solved in closed form where the total "
         "allows, then the integer. GB = 1e9 bytes.")
-    add_options(parser, "min-gpus")
-    parser.set_defaults(run=run)
 
 
 def run(args) -> int:

@@ -6,7 +6,7 @@ A row spelling a Megatron-LM argument uses Megatron's name first and Megatron's 
 
 from __future__ import annotations
 
-from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, CP_METHODS, FINETUNES,
+from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, CP_METHODS, FINETUNES, MOE_DISPATCHERS,
                           FRAMEWORK_CONVENTIONS, FRAMEWORKS, METRIC_NAMES, OFFLOADS,
                           OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_METHODS, RECOMPUTE_MODULES,
                           SCHEDULES, SCHEMES)
@@ -326,6 +326,11 @@ def _run_rows():
            field="cpu_offloading_num_layers", default=0, source=MEGATRON_ARGS, effect="memory",
            help="Megatron's flag (p = 1, no recompute): the first N decoder layers' activations "
            "go to the host between forward and backward (the host's buffers not counted)"),
+        option("--moe-dispatcher", group="training", choices=MOE_DISPATCHERS,
+           field="moe_dispatcher", default="alltoall", source=MEGATRON_ARGS, effect="memory",
+           help="Megatron-core's MoE token dispatcher: alltoall, allgather, or the flex "
+           "dispatcher's deepep / hybridep backend, whose buffers (outside PyTorch's "
+           "allocator) are counted"),
         option("--moe-expert-capacity-factor", group="training", type=T.capacity_factor,
            field="capacity_factor", default=1, source="memsym: balanced routing",
            help="routed-token load of the busiest expert rank"),

@@ -57,6 +57,15 @@ def help_text(o: Option, command: str) -> str:
     return text.replace("%", "%%")
 
 
+def add_command(sub, run, command: str, **kwargs):
+    """The parser of subcommand ``command`` (``sub.add_parser`` with ``kwargs``): its options
+    (:func:`add_options`) and ``run``, the function it calls."""
+    parser = sub.add_parser(command, **kwargs)
+    add_options(parser, command)
+    parser.set_defaults(run=run)
+    return parser
+
+
 def add_options(parser, command: str, *, skip=()) -> None:
     """Add the options of ``command`` (:data:`OPTIONS`) to an argparse ``parser``.
 

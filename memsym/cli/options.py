@@ -134,10 +134,8 @@ bandwidth = number_in(*_BW, "a bandwidth", "GB/s", "50 for 400 Gb/s InfiniBand")
 tflops = number_in(*_TF, "an achieved throughput", "TFLOP/s", "400")
 #: --price-per-gpu-hour: memsym.limits.PRICE_RANGE.
 price = number_in(*_PRICE, "a price per GPU-hour", example="2.5")
-#: The names the pricing options of memsym.cli.training_options use: --efficiency is
-#: ``fraction``, the two bandwidths [GB/s] are ``positive_number``.
+#: --efficiency under the name the tests use: ``fraction``.
 fraction = efficiency
-positive_number = bandwidth
 
 
 def choice(kind: str, names):

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..text import looks_like_option
+from ..text import looks_like_option, option_values
 from .option_table import memsym_spellings
 
 __all__ = ["JobWords", "split_job_words", "LAUNCHER_WORDS", "MEMSYM_SPELLINGS"]
@@ -123,13 +123,7 @@ def _take(words, i, name, arity, inline):
         return [], i
     if inline is not None and arity == 1:
         return [], i
-    got = []
-    while i < len(words) and not looks_like_option(words[i]):
-        if isinstance(arity, int) and len(got) == arity:
-            break
-        got.append(words[i])
-        i += 1
-    return got, i
+    return option_values(words, i, arity)
 
 
 def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool = True,

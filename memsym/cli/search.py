@@ -6,7 +6,7 @@ import sys
 import time
 
 from ..frameworks import FRAMEWORK
-from .option_table import add_options
+from .option_table import add_command
 from .options import emit_json, number_out
 
 __all__ = ["add_parser", "run", "search_options", "Progress"]
@@ -149,14 +149,13 @@ class Progress:
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(
-        "search", help="best layouts of a model on N GPUs",
+    parser = add_command(
+        sub, run, "search", help="best layouts of a model on N GPUs",
         description="Every layout (t, p, c, d, e, v, micro-batch, recompute, sharding) that the "
         "framework rules allow on N GPUs, its memory on the most-loaded GPU and step time; "
         "the best that fit, each with its breakdown. GB = 1e9 bytes.")
-    add_options(parser, "search")
     # None: --emit decides the framework (else Megatron-LM)
-    parser.set_defaults(run=run, framework=None)
+    parser.set_defaults(framework=None)
 
 
 def layout_json(row: dict, framework: str | None = None) -> dict:

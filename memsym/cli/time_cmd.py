@@ -8,18 +8,16 @@ reports: ``ceil(T / (B s))`` steps of that step time.
 
 from __future__ import annotations
 
-from .option_table import add_options
+from .option_table import add_command
 from .options import emit_json
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(
-        "time", help="training time, GPU-hours and cost for T tokens",
+    add_command(
+        sub, run, "time", help="training time, GPU-hours and cost for T tokens",
         description="End-to-end training time ~ 8*T*N/(G*X) with full recomputation, "
         "6*T*N/(G*X) without (Narayanan et al. 2021 Eq. 4), X = MFU (--mfu) x peak dense FLOP/s "
         "of the GPU; GPU-hours and cost = price x GPU-hours.")
-    add_options(parser, "time")
-    parser.set_defaults(run=run)
 
 
 def _params(text: str):

@@ -360,11 +360,6 @@ def warn_sequence_parallel(args) -> None:
               "(Megatron-LM turns it off)", file=sys.stderr)
 
 
-def training_report(args, **override) -> dict:
-    """The JSON-ready report of ``memsym estimate MODEL ...`` (memsym or a framework convention)."""
-    return report_for(args, job_from_args(args, **override))
-
-
 def estimate_training(args) -> int:
     """``memsym estimate MODEL ...``: print the per-GPU training memory (table or JSON)."""
     from ..text import printable

@@ -10,9 +10,9 @@ from ..symbols import V, c, d, e, h, p, t, t_e
 from ..term import Term, Total
 from .formulas import (BR_A, BR_WO, bridge_bytes_per_parameter, megatron_bridge_activation,
                        padded_vocab)
-from .knobs import (ConventionResult, LAYOUT_IGNORED, architecture_of, convention_knobs,
+from .knobs import (ConventionResult, architecture_of, convention_knobs,
                     knob_values, launchable, schedule_name)
-from .megatron_lm import precision_note
+from .megatron_lm import precision_note, schedule_notes
 
 # ------------------------------------------------------------------------------------------------
 # Megatron-Bridge 0.6
@@ -234,10 +234,5 @@ def _note_assumptions(kn, A, moe, pad, pp_note, schedule, assumptions) -> None:
         assumptions.append("router and shared-expert-gate parameters not counted")
     if pp_note:
         assumptions.append(pp_note)
-    if kn.get("pipeline_layout") is not None:
-        assumptions.append(LAYOUT_IGNORED)
-    if schedule == "interleaved":
-        assumptions.append("interleaved schedule: activations x (1 + (p - 1)/(p v))")
-    elif schedule == "microbatches":
-        assumptions.append("fewer microbatches than stages discounted: x min(1, m/p)")
+    schedule_notes(kn, schedule, assumptions)
     precision_note(kn, assumptions)

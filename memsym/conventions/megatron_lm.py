@@ -193,16 +193,22 @@ def _note_assumptions(kn, A, path, schedule, assumptions) -> None:
         assumptions.append("the whole MTP block is counted on stage 0; MTP activations ignored")
     if kn["first_stage_layers"] or kn["last_stage_layers"]:
         assumptions.append("uneven pipeline stages are ignored (even split assumed)")
+    schedule_notes(kn, schedule, assumptions)
+    if kn["p"] > 1:
+        assumptions.append("most-loaded GPU taken to be pipeline stage 0; output-layer logits "
+                           "(last stage) not counted")
+    precision_note(kn, assumptions)
+
+
+def schedule_notes(kn, schedule: str, assumptions: list) -> None:
+    """Append what both Megatron estimators assume of the pipeline: the layout ignored, the
+    schedule's factor (:func:`memsym.conventions.formulas.pipeline_factor`)."""
     if kn.get("pipeline_layout") is not None:
         assumptions.append(LAYOUT_IGNORED)
     if schedule == "interleaved":
         assumptions.append("interleaved schedule: activations x (1 + (p - 1)/(p v))")
     elif schedule == "microbatches":
         assumptions.append("fewer microbatches than stages discounted: x min(1, m/p)")
-    if kn["p"] > 1:
-        assumptions.append("most-loaded GPU taken to be pipeline stage 0; output-layer logits "
-                           "(last stage) not counted")
-    precision_note(kn, assumptions)
 
 
 def precision_note(kn, assumptions):

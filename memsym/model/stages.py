@@ -14,6 +14,7 @@ from .architecture import Architecture, lenient, pos_int, resolve
 from .counts import ZERO, as_int, norm_params, layer_parts, mtp_extra, parameter_values
 from .hybrid_layers import hybrid_kinds, hybrid_layer_parameters, layer_kind_pattern, mamba_values
 from ..symbols import V, h
+from ..text import shared_doc
 
 # ----------------------------------------------------------------------------------------------
 # pipeline stages
@@ -24,7 +25,22 @@ __all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters"
            "torchtitan_rank_layers", "torchtitan_end_stages", "torchtitan_stages_per_rank",
            "torchtitan_layers_per_stage"]
 
+_doc = shared_doc(layout_params="""
+    arch : Architecture
+        The model.
+    t, p, e : int
+        Tensor-, pipeline- and expert-parallel sizes [GPUs].
+    t_e : int, optional
+        Expert tensor-parallel size [GPUs] (default t, as Megatron resolves it).
+    """, torchtitan_params="""
+    n_layers : int
+        Decoder layers L [1].
+    p : int
+        Pipeline-parallel size [GPUs].
+    """)
 
+
+@_doc
 def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Optional[int] = None,
                  first_stage_layers: Optional[int] = None,
                  last_stage_layers: Optional[int] = None, pipeline_layout=None) -> None:
@@ -36,12 +52,7 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
 
     Parameters
     ----------
-    arch : Architecture
-        The model.
-    t, p, e : int
-        Tensor-, pipeline- and expert-parallel sizes [GPUs].
-    t_e : int, optional
-        Expert tensor-parallel size [GPUs] (default t, as Megatron resolves it).
+    {layout_params}
     first_stage_layers, last_stage_layers : int, optional
         Uneven pipeline: decoder layers on the first / last stage [1].
     pipeline_layout : memsym.model.pipeline_layout.PipelineLayout, optional
@@ -125,6 +136,7 @@ def _split_layers(n_layers: int, p: int, first=None, last=None) -> list:
     return [rest // middle if s is None else s for s in sizes]
 
 
+@_doc
 def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
                            input_weight: int = 1, output_weight: int = 1,
                            style: str = "loop") -> list:
@@ -143,10 +155,7 @@ def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
 
     Parameters
     ----------
-    n_layers : int
-        Decoder layers L [1].
-    p : int
-        Pipeline-parallel size [GPUs].
+    {torchtitan_params}
     stages_per_rank : int
         Stages per rank v [1]: 1 for single-stage schedules (1F1B, GPipe), 2 for the looped
         ones (Interleaved1F1B, ...) unless ``pipeline_parallel_layers_per_stage`` says otherwise.
@@ -207,6 +216,7 @@ def torchtitan_rank_layers(n_layers: int, p: int, stages_per_rank: int = 1,
     return [sum(stage[r + j * p] for j in range(v)) for r in range(p)]
 
 
+@_doc
 def torchtitan_stages_per_rank(n_layers: int, p: int, layers_per_stage: int | None = None,
                                multi_stage: bool = False, input_weight: int = 1,
                                output_weight: int = 1) -> int:
@@ -223,10 +233,7 @@ def torchtitan_stages_per_rank(n_layers: int, p: int, layers_per_stage: int | No
 
     Parameters
     ----------
-    n_layers : int
-        Decoder layers L [1].
-    p : int
-        Pipeline-parallel size [GPUs].
+    {torchtitan_params}
     layers_per_stage : int, optional
         ``parallelism.pipeline_parallel_layers_per_stage`` n [layers].
     multi_stage : bool
@@ -272,6 +279,7 @@ def torchtitan_stages_per_rank(n_layers: int, p: int, layers_per_stage: int | No
     return v
 
 
+@_doc
 def torchtitan_layers_per_stage(n_layers: int, p: int, stages_per_rank: int,
                                 input_weight: int = 1, output_weight: int = 1):
     r"""The smallest ``pipeline_parallel_layers_per_stage`` that gives ``stages_per_rank``
@@ -282,10 +290,7 @@ def torchtitan_layers_per_stage(n_layers: int, p: int, stages_per_rank: int,
 
     Parameters
     ----------
-    n_layers : int
-        Decoder layers L [1].
-    p : int
-        Pipeline-parallel size [GPUs].
+    {torchtitan_params}
     stages_per_rank : int
         Stages per rank v [1].
     input_weight, output_weight : int
@@ -308,6 +313,7 @@ def torchtitan_layers_per_stage(n_layers: int, p: int, stages_per_rank: int,
     return n if n >= 1 and -(-effective // n) == want else None
 
 
+@_doc
 def torchtitan_end_stages(n_layers: int, p: int, stages_per_rank: int = 1,
                           input_weight: int = 1, output_weight: int = 1,
                           style: str = "loop") -> tuple:
@@ -319,10 +325,7 @@ def torchtitan_end_stages(n_layers: int, p: int, stages_per_rank: int = 1,
 
     Parameters
     ----------
-    n_layers : int
-        Decoder layers L [1].
-    p : int
-        Pipeline-parallel size [GPUs].
+    {torchtitan_params}
     stages_per_rank, input_weight, output_weight, style
         As in :func:`torchtitan_rank_layers`.
 
@@ -480,6 +483,7 @@ class StageParameters:
         return self.dense_per_gpu + self.experts_per_gpu
 
 
+@_doc
 def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0, *, e: int = 1,
                      t_e: Optional[int] = None, first_stage_layers: Optional[int] = None,
                      last_stage_layers: Optional[int] = None, pad_vocab: bool = True,
@@ -497,12 +501,7 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
 
     Parameters
     ----------
-    arch : Architecture
-        The model.
-    t, p, e : int
-        Tensor-, pipeline- and expert-parallel sizes [GPUs].
-    t_e : int, optional
-        Expert tensor-parallel size [GPUs] (default t, as Megatron resolves it).
+    {layout_params}
     stage : int
         0 .. p−1.
     first_stage_layers, last_stage_layers : int, optional

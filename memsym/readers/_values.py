@@ -28,38 +28,47 @@ _INT = re.compile(r"[+]?[0-9]{1,20}")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][+-]?[0-9]{1,3})?")
 
 
-def whole(text, what: str, lo: int = 1, hi: int = MAX_GPUS) -> int:
-    """``text`` as a whole number in [lo, hi], or :class:`InvalidValueError` naming ``what``."""
+def _parsed(text, what: str, kind: str, pattern, convert):
+    """``text`` (not a bool) matched against ``pattern`` and converted, or an error naming
+    ``what`` and the ``kind`` of number it must be."""
     if isinstance(text, bool):
-        raise InvalidValueError(f"{what} must be a whole number, got {text!r}")
-    if isinstance(text, int):
-        value = text
-    else:
-        s = str(text).strip()
-        if not _INT.fullmatch(s):
-            raise InvalidValueError(f"{what} must be a whole number, got {str(text)[:60]!r}")
-        value = int(s)
+        raise InvalidValueError(f"{what} must be {kind}, got {text!r}")
+    s = str(text).strip()
+    if not pattern.fullmatch(s):
+        raise InvalidValueError(f"{what} must be {kind}, got {str(text)[:60]!r}")
+    return convert(s)
+
+
+def _within(value, what: str, lo, hi):
     if not lo <= value <= hi:
         raise InvalidValueError(f"{what} must be between {lo} and {hi}, got {value}")
     return value
+
+
+def whole(text, what: str, lo: int = 1, hi: int = MAX_GPUS) -> int:
+    """``text`` as a whole number in [lo, hi], or :class:`InvalidValueError` naming ``what``."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return _within(text, what, lo, hi)
+    return _within(_parsed(text, what, "a whole number", _INT, int), what, lo, hi)
 
 
 def fraction(text, what: str, lo=0, hi=1) -> Fraction:
     """``text`` (a decimal such as ``0.1`` or ``1e-2``) as an exact Fraction in [lo, hi]."""
-    if isinstance(text, bool):
-        raise InvalidValueError(f"{what} must be a number, got {text!r}")
-    if isinstance(text, (int, Fraction)):
+    if isinstance(text, (int, Fraction)) and not isinstance(text, bool):
         value = Fraction(text)
     elif isinstance(text, float):
         value = Fraction(str(text))     # the decimal the user wrote, not the binary float
     else:
-        s = str(text).strip()
-        if not _FLOAT.fullmatch(s):
-            raise InvalidValueError(f"{what} must be a number, got {str(text)[:60]!r}")
-        value = Fraction(s)
-    if not lo <= value <= hi:
-        raise InvalidValueError(f"{what} must be between {lo} and {hi}, got {value}")
-    return value
+        value = _parsed(text, what, "a number", _FLOAT, Fraction)
+    return _within(value, what, lo, hi)
+
+
+def recipe_flag(values, key: str, default=False):
+    """A recipe's true/false field ``values[key]`` (``default`` when absent): a bool or None."""
+    v = values.get(key, default)
+    if v is not None and not isinstance(v, bool):
+        raise InvalidValueError(f"{key} must be true or false, got {v!r:.40}")
+    return v
 
 
 def read_bounded(path, what: str, limit: int = MAX_BYTES_INPUT, errors: str = "strict") -> str:

@@ -32,8 +32,9 @@ from ..errors import InvalidValueError, UnknownNameError
 from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
-from ._values import MAX_ARGS, MAX_GPUS
-from .recipe_mechanisms import recipe_mechanism_options
+from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
+from .bridge_userbuffers import recipe_ub_option
+from .recipe_mechanisms import recipe_dispatcher, recipe_mechanism_options
 from .megatron import MEGATRON_FSDP_SCHEMES
 
 __all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS", "HF_PRESETS",
@@ -122,6 +123,7 @@ FIELDS = {
     "mixed_precision.bf16": ("bridge", "precision"),
     "mixed_precision.fp16": ("bridge", "precision"),
     "comm_overlap.tp_comm_overlap": ("bridge", "tp_comm_overlap"),
+    "comm_overlap.tp_comm_overlap_cfg": ("bridge", "tp_comm_overlap_cfg"),
     "comm_overlap.overlap_moe_expert_parallel_comm": ("job", "overlap_moe_expert_parallel_comm"),
     "comm_overlap.defer_embedding_wgrad_compute": ("job", "defer_embedding_wgrad_compute"),
     "optimizer.optimizer": ("job", "optimizer"),
@@ -369,7 +371,7 @@ _NAMES = frozenset({"recompute_method", "optimizer"})
 def _typed(key, name, value):
     """``value`` of override ``key`` checked against the kind of job option ``name``."""
     if name in _SWITCHES:
-        return _flag({key: value}, key)
+        return recipe_flag({key: value}, key)
     if name in _NAMES:
         if not isinstance(value, str):
             raise InvalidValueError(f"{key} must be a name, got {value!r:.40}")
@@ -383,13 +385,6 @@ def _typed(key, name, value):
                                 if name != "capacity_factor" else
                                 f"{key} must be a positive number, got {value!r:.40}")
     return value
-
-
-def _flag(values, key, default=False):
-    v = values.get(key, default)
-    if v is not None and not isinstance(v, bool):
-        raise InvalidValueError(f"{key} must be true or false, got {v!r:.40}")
-    return v
 
 
 def _precision(values, notes) -> dict:
@@ -409,7 +404,7 @@ def _precision(values, notes) -> dict:
         elif prec == "fp8":
             prec, gather = ("fp16" if str(recipe).startswith("fp16") else "bf16"), False
     if "mixed_precision.fp8_param_gather" in values:
-        gather = _flag(values, "mixed_precision.fp8_param_gather")
+        gather = recipe_flag(values, "mixed_precision.fp8_param_gather")
     out = {"precision": prec}
     if prec == "fp8" and gather:
         out["fp8_param_gather"] = True
@@ -425,7 +420,7 @@ def _precision(values, notes) -> dict:
 
 
 def _sharding(values, prec: dict, notes) -> str:
-    if _flag(values, "ddp.use_megatron_fsdp"):
+    if recipe_flag(values, "ddp.use_megatron_fsdp"):
         strategy = values.get("ddp.data_parallel_sharding_strategy", "optim_grads_params")
         if strategy not in MEGATRON_FSDP_SCHEMES:
             raise InvalidValueError(f"ddp.data_parallel_sharding_strategy must be one of "
@@ -434,8 +429,9 @@ def _sharding(values, prec: dict, notes) -> str:
         notes.append(f"Megatron-FSDP {strategy}: its own buffers, sharded as sharding {scheme} "
                      "shards them")
         # nccl_ub forces the double buffer (param_and_grad_buffer.py:2046-2053 at 2a75ac12c5)
-        prec.update(megatron_fsdp=strategy, fsdp_double_buffer=any(_flag(values, "ddp." + k) for k
-                    in ("fsdp_double_buffer", "nccl_ub", "megatron_fsdp_max_pool_double_buffer")))
+        prec.update(megatron_fsdp=strategy, fsdp_double_buffer=any(recipe_flag(
+            values, "ddp." + k) for k in ("fsdp_double_buffer", "nccl_ub",
+                                          "megatron_fsdp_max_pool_double_buffer")))
         prec.pop("grad_dtype", None)  # no grad_reduce_in_fp32: main grads in the params' dtype
         grads = str(values.get("ddp.megatron_fsdp_main_grads_dtype")).replace("torch.", "")
         if grads != "None":   # or megatron_fsdp_main_grads_dtype's (2313-2322)
@@ -461,7 +457,8 @@ def _sharding(values, prec: dict, notes) -> str:
             notes.append(f"Megatron-FSDP {strategy} {why} (supported by Bridge): memsym counts "
                          "the job as bf16, without the FP8 weights and FP8 saved inputs")
         return scheme
-    return "distributed-optimizer" if _flag(values, "ddp.use_distributed_optimizer", True) else "ddp"
+    distributed = recipe_flag(values, "ddp.use_distributed_optimizer", True)
+    return "distributed-optimizer" if distributed else "ddp"
 
 
 def bridge_job_options(reading: dict) -> tuple:
@@ -539,11 +536,17 @@ def bridge_job_options(reading: dict) -> tuple:
     prec = _precision(values, notes)
     opts["sharding"] = _sharding(values, prec, notes)
     opts.update(prec)
-    tp_overlap = _flag(values, "comm_overlap.tp_comm_overlap", False)
+    tp_overlap = recipe_flag(values, "comm_overlap.tp_comm_overlap", False)
     # comm_overlap.py:442-448: Bridge turns TP overlap off at TP < 2 or without SP
     opts["tp_comm_overlap"] = bool(tp_overlap and opts.get("t", 1) > 1
                                    and opts.get("sequence_parallel"))
+    opts.update(recipe_ub_option(values, opts["tp_comm_overlap"], notes))
     opts.update(recipe_mechanism_options(values, opts))
+    if resolve_model(preset).num_experts:   # the flex dispatcher's DeepEP / HybridEP buffers
+        opts.update(recipe_dispatcher(values, reading.get("computed") or ()))
+        if opts["moe_dispatcher"] == "hybridep" and opts.get("e", 1) * (opts.get("t_e") or 1) > 8:
+            notes.append("HybridEP over more than 8 GPUs: the RDMA buffers between NVLink domains "
+                         "are not counted (memsym.terms.dispatcher_buffers)")
     opts.update(_vocab(values, preset, notes))
     world = reading["world_size"]
     if world is not None:
@@ -571,11 +574,6 @@ def _unmodelled(values, model) -> list:
         notes.append(f"model.fine_grained_activation_offloading "
                      f"{values.get('model.offload_modules')}: the offloaded activations are "
                      "counted as kept on the GPU")
-    kind = values.get("model.moe_token_dispatcher_type")
-    if model.num_experts and kind not in (None, "alltoall"):
-        notes.append(f"model.moe_token_dispatcher_type {kind} "
-                     f"({values.get('model.moe_flex_dispatcher_backend')}): its communication "
-                     "buffers are not counted")
     if values.get("mixed_precision") == "bf16_with_mxfp8_mixed":
         notes.append("MXFP8 (bf16_with_mxfp8_mixed) counted as FP8 with per-tensor scales: the "
                      "1-per-32 block scales are not counted")

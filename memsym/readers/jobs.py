@@ -121,6 +121,8 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
                      if prec.get(k, "fp32") != "fp32"})
     if trn.get("cpu_offloading_num_layers"):   # --cpu-offloading-num-layers N > 0
         opts["cpu_offloading_num_layers"] = trn["cpu_offloading_num_layers"]
+    if trn.get("moe_dispatcher", "alltoall") != "alltoall":   # memsym.terms.dispatcher_buffers
+        opts["moe_dispatcher"] = trn["moe_dispatcher"]
 
 
 def _add_megatron_step(opts: dict, opt: dict, notes: list) -> None:

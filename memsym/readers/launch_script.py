@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import InvalidValueError
-from ..limits import SHELL_MAX_COMMANDS, SHELL_MAX_DEPTH
+from ..limits import SHELL_MAX_DEPTH
 from ._values import MAX_ARGS, MAX_BYTES_INPUT, read_bounded
 from .shell.errors import LaunchScriptError
 from .shell.expansion import IFS_RUN
@@ -46,7 +46,6 @@ __all__ = ["LaunchScript", "LaunchScriptError", "parse_launch_script", "read_lau
            "read_argument_file", "MAX_EXPANSION_DEPTH"]
 
 MAX_EXPANSION_DEPTH = SHELL_MAX_DEPTH   # kept for callers of the old name
-MAX_COMMANDS = SHELL_MAX_COMMANDS
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import re
 from typing import Sequence
 
 from ..errors import InvalidValueError, MemsymError, UnknownNameError
-from ..text import looks_like_option   # argparse's rule, shared with the CLI's reading
+from ..text import looks_like_option, option_values   # argparse's rules, shared with the CLI's reading
 # re-exported: Megatron-FSDP's strategy -> the scheme that shards the same states
 from ..vocabulary import MEGATRON_FSDP_SCHEMES
 from ._megatron_flags import FLAGS
@@ -129,6 +129,8 @@ MODELLED = {
     "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "cp_comm_type", "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
+    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_enable_deepep",
+    "moe_flex_dispatcher_num_sms",
 }
 
 #: Accepted, but they change the model's structure in ways memsym's Architecture cannot express:
@@ -254,11 +256,7 @@ def _option_value(w: str, words: list, i: int):
         return dest, name, const, i
     got = [inline] if eq else []
     if not eq or arity in ("+", "*"):
-        while i < len(words) and not looks_like_option(words[i]):
-            if isinstance(arity, int) and len(got) == arity:
-                break
-            got.append(words[i])
-            i += 1
+        got, i = option_values(words, i, arity, got)
     if arity == 1:
         if len(got) != 1:
             raise InvalidValueError(f"{name} needs a value")

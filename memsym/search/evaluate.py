@@ -14,7 +14,7 @@ from ..numeric import unique_rows
 from ..training import (ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS, allowance_values,
                         arch_values)
 
-from ..model import active_parameter_count, moe_layer_pattern
+from ..model import moe_layer_pattern
 from .space import Space, CHOICE_RULES, KNOBS, recompute_layers
 from .grid import choice_knobs, grid_knobs, splits_of, with_split
 from .templates import (allowance_template, call_compiled, call_stage, check_stages,
@@ -24,8 +24,8 @@ from ..timing.step import Settings, most_layers_per_rank, overlap_of, step_time_
 from ..job import Training
 
 
-def evaluate_grid(space: Space, grid: dict, gpus_of_row, progress=None, want_time=True,
-              only: dict | None = None, per_stage: bool = False) -> dict:
+def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
+                  only: dict | None = None, per_stage: bool = False) -> dict:
     """Memory (and step time) of every row of ``grid`` under every discrete choice.
 
     ``grid`` holds rule-valid numeric knobs.  Every stage of :func:`check_stages` is
@@ -412,12 +412,6 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     # residue of the subtraction is not a part
     res["time_other"] = np.where(np.abs(other) <= 1e-9 * np.abs(res["step_time"]), 0.0, other)
     return res
-
-
-@functools.lru_cache(maxsize=64)
-def _model_numbers(x) -> tuple:
-    """(active parameters, MoE layers) of an architecture, computed once per search."""
-    return int(active_parameter_count(x)), sum(moe_layer_pattern(x))
 
 
 def binding_columns(cols: dict):

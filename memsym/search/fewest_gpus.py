@@ -79,8 +79,7 @@ def evaluate_rows(space, knobs, dvals, only=None, rows=None, per_stage=False) ->
     sel = np.arange(len(knobs["t"])) if rows is None else rows
     g2 = {k: knobs[k][sel] for k in knobs}
     g2["d"] = np.asarray(dvals, dtype=np.int64)
-    return evaluate_grid(space, g2, np.zeros(len(sel), dtype=np.int64), want_time=False,
-                         only=only, per_stage=per_stage)
+    return evaluate_grid(space, g2, want_time=False, only=only, per_stage=per_stage)
 
 
 def smallest_d_by_divisors(space, knobs, maxg: int, report: Callable) -> tuple:

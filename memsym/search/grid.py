@@ -81,7 +81,7 @@ def stage_splits(num_layers: int, p: int, vpp=(1,)) -> tuple:
     return tuple(sorted(out))
 
 
-def raw_grid(space: Space, gpus: int, *, fixed_d: bool = True) -> dict:
+def raw_grid(space: Space, gpus: int) -> dict:
     """Every (t, p, c, d, e, v, b, f, l) with t*p*c*d = gpus drawn from the candidate lists, as
     numpy columns (before any rule).  Candidates: divisors of the GPU count for t, p, c;
     divisors of the experts for e; divisors of the layers (and 2, 4, 8 where uneven stages

@@ -243,8 +243,7 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         raise InvalidValueError(f"no layout of {G_} GPUs passes the framework rules with these "
                                 "restrictions; excluded by " + "; ".join(names[:4]))
     valid = {k: grid[k][ok] for k in KNOBS + ("f", "l")}
-    gpus_row = np.full(n_ok, G_, dtype=np.int64)
-    cols = evaluate_grid(space, valid, gpus_row, progress)
+    cols = evaluate_grid(space, valid, progress)
     cols["headroom"] = space.capacity - cols["memory"] if len(cols["memory"]) else np.array([])
     cols["fits"] = cols["headroom"] >= 0 if len(cols["memory"]) else np.array([], dtype=bool)
     cols["binding"] = binding_columns(cols)

@@ -29,9 +29,19 @@ from ..errors import choose
 from ..symbols import S, alpha, beta, n
 from ..term import Source, Term
 from ..values import as_expr
+from ..text import shared_doc
 
 __all__ = ["COLLECTIVES", "collective_bytes", "collective_steps", "collective_time",
            "collective_term"]
+
+_doc = shared_doc(collective_params="""
+    op : str
+        One of :data:`COLLECTIVES`.
+    size : sympy.Expr
+        The buffer size :math:`S` [bytes].
+    ranks : sympy.Expr
+        The number of ranks :math:`n` [GPUs].
+    """)
 
 _NCCL = Source("nccl-tests", "doc/PERFORMANCE.md, Bus bandwidth / Summary")
 
@@ -63,6 +73,7 @@ def _op(name: str) -> str:
     return choose("collective", name, tuple(COLLECTIVES))
 
 
+@_doc
 def collective_bytes(op: str, size=S, ranks=n) -> sp.Expr:
     r"""Bytes each rank sends for one collective on a buffer of ``size`` bytes [bytes].
 
@@ -77,12 +88,7 @@ def collective_bytes(op: str, size=S, ranks=n) -> sp.Expr:
 
     Parameters
     ----------
-    op : str
-        One of :data:`COLLECTIVES`.
-    size : sympy.Expr
-        The buffer size :math:`S` [bytes].
-    ranks : sympy.Expr
-        The number of ranks :math:`n` [GPUs].
+    {collective_params}
 
     Examples
     --------
@@ -141,6 +147,7 @@ def collective_steps(op: str, ranks=n) -> sp.Expr:
     return as_expr(steps).xreplace({n: as_expr(ranks)})
 
 
+@_doc
 def collective_time(op: str, size=S, ranks=n, bandwidth=beta, latency=alpha) -> sp.Expr:
     r"""Time of one collective: bytes per rank over the bus bandwidth plus latency [s].
 
@@ -154,12 +161,7 @@ def collective_time(op: str, size=S, ranks=n, bandwidth=beta, latency=alpha) -> 
 
     Parameters
     ----------
-    op : str
-        One of :data:`COLLECTIVES`.
-    size : sympy.Expr
-        The buffer size :math:`S` [bytes].
-    ranks : sympy.Expr
-        The number of ranks :math:`n` [GPUs].
+    {collective_params}
     bandwidth : sympy.Expr
         Per-GPU, one-direction bus bandwidth :math:`\beta` [bytes/s].
     latency : sympy.Expr

@@ -383,11 +383,7 @@ def mfu(step: Total | sp.Expr, formula: str = "memsym", batch=B, gpus=G) -> sp.E
     ----------
     .. [korthikanti] Korthikanti et al. 2022, arXiv:2205.05198, §6.3, Table 5, Appendix A.
     """
-    t_step = step.expr if isinstance(step, Total) else as_expr(step)
-    model = flops_per_iteration("model", "none", formula, batch).expr
-    gpus = _arg(gpus, "gpus", "gpus")
-    return sp.cancel(model / (gpus * F * t_step)) if not t_step.has(sp.Max) \
-        else model / (gpus * F * t_step)
+    return _utilisation(step, lambda: flops_per_iteration("model", "none", formula, batch), gpus)
 
 
 def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "memsym",
@@ -432,9 +428,13 @@ def hfu(step: Total | sp.Expr, recompute: str = "none", formula: str = "memsym",
     ----------
     .. [korthikanti] Korthikanti et al. 2022, arXiv:2205.05198, §6.3, Table 5, Appendix A.
     """
+    return _utilisation(step, lambda: flops_per_iteration("hardware", recompute, formula, batch), gpus)
+
+
+def _utilisation(step, flops, gpus) -> sp.Expr:
+    """``flops()`` over the peak FLOPs of ``gpus`` GPUs in ``step``; not cancelled with a Max."""
     t_step = step.expr if isinstance(step, Total) else as_expr(step)
-    hw = flops_per_iteration("hardware", recompute, formula, batch).expr
-    out = hw / (_arg(gpus, "gpus", "gpus") * F * t_step)
+    out = flops().expr / (_arg(gpus, "gpus", "gpus") * F * t_step)
     return out if t_step.has(sp.Max) else sp.cancel(out)
 
 

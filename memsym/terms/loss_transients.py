@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..symbols import V, b, c, s, t
 from ..term import Source, Term, Total
+from ..text import shared_doc
 from ..values import as_expr
 
 __all__ = ["cross_entropy_transient", "torch_cross_entropy_transient",
@@ -20,32 +21,41 @@ _CE = Source("megatron-core", "core/tensor_parallel/cross_entropy.py, "
              "_VocabParallelCrossEntropy.forward and VocabParallelCrossEntropy.calculate_*")
 
 
-def _logits(tokens, vocab, tp) -> tuple:
-    """(tokens on one GPU, padded vocabulary, TP size) with memsym's symbols as defaults."""
+#: The three size parameters of the loss Terms (here and in :mod:`memsym.terms.recipe_buffers`),
+#: described once.
+logit_doc = shared_doc(logit_params="""
+    tokens : sympy.Expr, optional
+        Tokens on one GPU [tokens]; default :math:`s b / c`.
+    vocab : sympy.Expr, optional
+        Padded vocabulary [tokens]; default ``V``.
+    tp : sympy.Expr, optional
+        Tensor-parallel size the vocabulary is split over [GPUs]; default ``t``.
+    """)
+
+
+@logit_doc
+def logit_sizes(tokens=None, vocab=None, tp=None) -> tuple:
+    """(tokens on one GPU, padded vocabulary, TP size) of the loss Terms.
+
+    Parameters
+    ----------
+    {logit_params}
+
+    Examples
+    --------
+    >>> logit_sizes(), logit_sizes(4096, tp=8)
+    ((b*s/c, V, t), (4096, V, 8))
+    """
     return (s * b / c if tokens is None else as_expr(tokens), V if vocab is None else as_expr(vocab),
             t if tp is None else as_expr(tp))
 
 
 def _logit_shape(tokens, vocab, tp):
-    tau, vocab, tp = _logits(tokens, vocab, tp)
+    tau, vocab, tp = logit_sizes(tokens, vocab, tp)
     return tau * vocab / tp
 
 
-_LOGIT_PARAMS = """tokens : sympy.Expr, optional
-        Tokens on one GPU [tokens]; default :math:`s b / c`.
-    vocab : sympy.Expr, optional
-        Padded vocabulary [tokens]; default ``V``.
-    tp : sympy.Expr, optional
-        Tensor-parallel size the vocabulary is split over [GPUs]; default ``t``."""
-
-
-def _logit_doc(fn):
-    # the loss Terms share their three size parameters: one description
-    fn.__doc__ = fn.__doc__.replace("{logit_params}", _LOGIT_PARAMS)
-    return fn
-
-
-@_logit_doc
+@logit_doc
 def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     r"""What the vocab-parallel cross-entropy adds at its forward peak, beyond the saved softmax.
 
@@ -87,7 +97,7 @@ def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     ----------
     .. [megatron-core] ``core/tensor_parallel/cross_entropy.py``, ``_VocabParallelCrossEntropy``.
     """
-    tau, vocab, tp = _logits(tokens, vocab, tp)
+    tau, vocab, tp = logit_sizes(tokens, vocab, tp)
     return Total("cross-entropy transient (last stage, forward peak)", (
         Term("logits_16bit", 2 * tau * vocab / tp, "16-bit logits of the output layer, alive while "
              "the fp32 copy is made (and their gradient in backward)", _CE, label="bf16 logits"),
@@ -96,7 +106,7 @@ def cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     ))
 
 
-@_logit_doc
+@logit_doc
 def torch_cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     r"""What ``F.cross_entropy(pred.float(), labels)`` adds at its forward peak (torchtitan).
 
@@ -126,7 +136,7 @@ def torch_cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
     ----------
     torchtitan ``torchtitan/components/loss.py``, ``cross_entropy_loss``.
     """
-    tau, vocab, tp = _logits(tokens, vocab, tp)
+    tau, vocab, tp = logit_sizes(tokens, vocab, tp)
     src = Source("torchtitan", "torchtitan/components/loss.py, cross_entropy_loss "
                  "(F.cross_entropy(pred.flatten(0, 1).float(), labels))")
     return Total("cross-entropy transient of F.cross_entropy on fp32 logits (torchtitan)", (
@@ -142,7 +152,7 @@ _TORCH_CE = Source("pytorch-autograd", "aten NLLLossBackward0 (nll_loss_backward
                    "fp32 grad_input while its saved output and incoming grad are alive)")
 
 
-@_logit_doc
+@logit_doc
 def torch_cross_entropy_backward(tokens=None, vocab=None, tp=None) -> Total:
     r"""What the eager backward of ``F.cross_entropy(pred.float(), labels)`` adds [bytes].
 
@@ -194,7 +204,7 @@ _LOSS_PARALLEL = Source("pytorch-loss-parallel", "torch/distributed/tensor/paral
                         "((zeros_like(x) + exp(x)) * grad_output)")
 
 
-@_logit_doc
+@logit_doc
 def loss_parallel_transient(tokens=None, vocab=None, tp=None) -> Total:
     r"""What torch's ``loss_parallel`` cross-entropy adds at its forward peak (torchtitan, t > 1).
 
@@ -237,7 +247,7 @@ def loss_parallel_transient(tokens=None, vocab=None, tp=None) -> Total:
     ))
 
 
-@_logit_doc
+@logit_doc
 def loss_parallel_backward(tokens=None, vocab=None, tp=None) -> Total:
     r"""What the backward of torch's ``loss_parallel`` cross-entropy adds [bytes].
 

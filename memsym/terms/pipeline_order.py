@@ -28,10 +28,20 @@ import sympy as sp
 
 from ..errors import InvalidValueError, choose
 from . import pipeline
+from ..text import shared_doc
 
 __all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "schedule_table", "rank_order",
            "live_by_held_gradients", "simulate",
            "Simulation", "bubble_fraction", "chunk_peak"]
+
+_doc = shared_doc(schedule_params="""
+    p : int
+        Pipeline-parallel size (stages) [GPUs].
+    m : int
+        Micro-batches per step [1].
+    v : int
+        Model chunks per rank [1].
+    """)
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 #: Bound on the forward + backward passes simulated (p m v 2).
@@ -44,6 +54,7 @@ def _whole(x, what, low=1):
     return int(x)
 
 
+@_doc
 def schedule_rule(p, m, v=1, group_size=None, *, overlap_p2p=True) -> str | None:
     """The Megatron-LM rule an interleaved schedule breaks, or None when it launches.
 
@@ -53,12 +64,7 @@ def schedule_rule(p, m, v=1, group_size=None, *, overlap_p2p=True) -> str | None
 
     Parameters
     ----------
-    p : int
-        Pipeline-parallel size (stages) [GPUs].
-    m : int
-        Micro-batches per step [1].
-    v : int
-        Model chunks per rank [1].
+    {schedule_params}
     group_size : int, optional
         ``microbatch_group_size_per_vp_stage`` N (default p).
     overlap_p2p : bool
@@ -123,6 +129,7 @@ def schedule_table(m: int, v: int, N: int) -> list:
     return out
 
 
+@_doc
 def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = False) -> list:
     """Ops of one rank in issue order: ('F'|'B', microbatch, chunk).
 
@@ -136,12 +143,7 @@ def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = Fals
     ----------
     rank : int
         The pipeline rank, 0 .. p−1.
-    p : int
-        Pipeline-parallel size (stages) [GPUs].
-    m : int
-        Micro-batches per step [1].
-    v : int
-        Model chunks per rank [1].
+    {schedule_params}
     N : int, optional
         ``microbatch_group_size_per_vp_stage``: micro-batches per group (default p; not
         parameters).
@@ -306,6 +308,7 @@ class Simulation:
     in_flight: tuple
 
 
+@_doc
 def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
              gpipe: bool = False) -> Simulation:
     r"""Run the schedule on its data dependencies; durations per rank (whole-stage, all v chunks).
@@ -317,12 +320,7 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
 
     Parameters
     ----------
-    p : int
-        Pipeline-parallel size (stages) [GPUs].
-    m : int
-        Micro-batches per step [1].
-    v : int
-        Model chunks per rank [1].
+    {schedule_params}
     group_size : int, optional
         ``microbatch_group_size_per_vp_stage`` N (default p).
     forward, backward : sequence of number
@@ -402,6 +400,7 @@ def _bubble_cached(p, m, v, N, ratio, gpipe=False):
     return simulate(p, m, v, N, forward=(1,), backward=(ratio,), gpipe=gpipe).bubble
 
 
+@_doc
 def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
                     backward_ratio=2, strict: bool = False) -> sp.Rational:
     r"""Exact pipeline bubble: idle time over the ideal compute time, uniform stages [1].
@@ -423,12 +422,7 @@ def bubble_fraction(schedule: str = "1f1b", p=1, m=1, v=1, group_size=None, *,
     ----------
     schedule : {"1f1b", "interleaved", "gpipe"}
         The pipeline schedule.
-    p : int
-        Pipeline-parallel size (stages) [GPUs].
-    m : int
-        Micro-batches per step [1].
-    v : int
-        Model chunks per rank [1].
+    {schedule_params}
     group_size : int, optional
         ``microbatch_group_size_per_vp_stage`` N (default p) [1].
     backward_ratio : number

@@ -11,25 +11,11 @@ from __future__ import annotations
 from ..symbols import V, b, c, p, s, t
 from ..term import Source, Term
 from .schedule import embedding_microbatches, logits_microbatches
+from ..text import shared_doc
 
 __all__ = ["pipelining_buffers", "pipelining_recv_buffers"]
 
-
-_PIPELINING_SRC = Source("pytorch-pipelining", "stage.py, _create_act_recv_info / "
-                         "_create_grad_recv_info (one buffer per micro-batch, kept), "
-                         "forward_one_chunk (fwd_cache keeps the stage output)")
-
-
-def pipelining_recv_buffers(stage: int, pp: int, vv, mm, boundary, placement: str = "loop") -> Term:
-    r"""The receive buffers ``torch.distributed.pipelining`` keeps between steps [bytes].
-
-    On pipeline rank ``stage``: one per micro-batch for each stage's input (not the first global
-    stage's) and output gradient (not the last's), :math:`(2v - 1) m B` on the end ranks and
-    :math:`2 v m B` between them; they outlive the step, so the optimizer step sees them
-    (``tests/test_engine_fsdp2.py`` counts them after a step on a 3-rank gloo pipeline).
-
-    Parameters
-    ----------
+_doc = shared_doc(stage_params="""
     stage : int
         The pipeline rank [1].
     pp : int
@@ -40,6 +26,26 @@ def pipelining_recv_buffers(stage: int, pp: int, vv, mm, boundary, placement: st
         Micro-batches per step m [1].
     boundary : sympy.Expr
         One micro-batch's hidden states at a stage boundary [bytes].
+    """)
+
+
+_PIPELINING_SRC = Source("pytorch-pipelining", "stage.py, _create_act_recv_info / "
+                         "_create_grad_recv_info (one buffer per micro-batch, kept), "
+                         "forward_one_chunk (fwd_cache keeps the stage output)")
+
+
+@_doc
+def pipelining_recv_buffers(stage: int, pp: int, vv, mm, boundary, placement: str = "loop") -> Term:
+    r"""The receive buffers ``torch.distributed.pipelining`` keeps between steps [bytes].
+
+    On pipeline rank ``stage``: one per micro-batch for each stage's input (not the first global
+    stage's) and output gradient (not the last's), :math:`(2v - 1) m B` on the end ranks and
+    :math:`2 v m B` between them; they outlive the step, so the optimizer step sees them
+    (``tests/test_engine_fsdp2.py`` counts them after a step on a 3-rank gloo pipeline).
+
+    Parameters
+    ----------
+    {stage_params}
     placement : {"loop", "v"}
         Where a rank's stages sit (``Training.stage_placement``).
 
@@ -70,6 +76,7 @@ def pipelining_recv_buffers(stage: int, pp: int, vv, mm, boundary, placement: st
                 label="pipeline receive buffers")
 
 
+@_doc
 def pipelining_buffers(stage: int, pp: int, vv, mm, group, boundary, width: int,
                        schedule: str = "1f1b", placement: str = "loop") -> Term:
     r"""What ``torch.distributed.pipelining`` keeps beyond the layers' activations [bytes].
@@ -102,16 +109,7 @@ def pipelining_buffers(stage: int, pp: int, vv, mm, group, boundary, width: int,
 
     Parameters
     ----------
-    stage : int
-        The pipeline rank [1].
-    pp : int
-        The pipeline-parallel size p [GPUs].
-    vv : int or None
-        Stages per rank v [1] (None: one).
-    mm : int
-        Micro-batches per step m [1].
-    boundary : sympy.Expr
-        One micro-batch's hidden states at a stage boundary [bytes].
+    {stage_params}
     group : int or None
         Megatron's micro-batch group size of the interleaved schedule [1] (None: p).
     width : int

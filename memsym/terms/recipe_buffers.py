@@ -25,10 +25,9 @@ import sympy as sp
 
 from ..errors import InvalidValueError, choose
 from ..frameworks import framework as framework_record
-from ..symbols import V, b, c, s, t
 from ..term import Source, Term, Total
-from ..values import as_expr
 from ..vocabulary import CE_FUSION_IMPLS, OPTIMIZER_DTYPES
+from .loss_transients import logit_doc, logit_sizes
 
 __all__ = ["OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "check_optimizer_dtypes", "te_cross_entropy",
            "offloaded_activations", "offloaded_layers", "with_te_logits", "check_cpu_offloading",
@@ -79,6 +78,7 @@ def check_optimizer_dtypes(precision_aware: bool, dtypes: dict) -> None:
                                     "(Megatron's OptimizerConfig: fp32 otherwise)")
 
 
+@logit_doc
 def te_cross_entropy(tokens=None, vocab=None, tp=None) -> Total:
     r"""What Transformer Engine's fused cross-entropy keeps and adds [bytes].
 
@@ -111,12 +111,7 @@ def te_cross_entropy(tokens=None, vocab=None, tp=None) -> Total:
 
     Parameters
     ----------
-    tokens : sympy.Expr, optional
-        Tokens on one GPU [tokens]; default :math:`s b / c`.
-    vocab : sympy.Expr, optional
-        Padded vocabulary [tokens]; default ``V``.
-    tp : sympy.Expr, optional
-        Tensor-parallel size the vocabulary is split over [GPUs]; default ``t``.
+    {logit_params}
 
     Returns
     -------
@@ -136,9 +131,7 @@ def te_cross_entropy(tokens=None, vocab=None, tp=None) -> Total:
     Transformer Engine v2.17.1 (``4329ff84bf``) ``pytorch/cross_entropy.py``
     ``CrossEntropyFunction`` and ``pytorch/triton/cross_entropy.py`` (transformer-engine-v2-17).
     """
-    tau = s * b / c if tokens is None else as_expr(tokens)
-    vocab = V if vocab is None else as_expr(vocab)
-    tp = t if tp is None else as_expr(tp)
+    tau, vocab, tp = logit_sizes(tokens, vocab, tp)
     return Total("Transformer Engine fused cross-entropy (last stage)", (
         Term("logits", 2 * tau * vocab / tp, "16-bit logits kept by Transformer Engine's fused "
              "cross-entropy, overwritten in place with their gradient", _TE_CE, label="logits"),

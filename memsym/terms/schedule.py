@@ -44,10 +44,23 @@ from ..symbols import L, m, p, v
 from ..term import Source, Term
 from ..values import as_expr, lazy_min  # library arguments: text refused, never parsed
 from ..vocabulary import SCHEDULES
+from ..text import shared_doc
 
 __all__ = ["SCHEDULES", "pipeline_factor", "first_stage_layers", "stage_layers", "torch_round_size",
            "stage_microbatches", "v_stage_microbatches", "embedding_microbatches",
            "logits_microbatches"]
+
+_doc = shared_doc(schedule_params="""
+    schedule : {"1f1b", "gpipe"}
+        The pipeline schedule; with ``vv`` > 1, 1F1B is interleaved and GPipe
+        breadth-first (torch's LoopedBFS).
+    pp : int or sympy.Expr
+        Pipeline-parallel size p [GPUs] (default the symbol ``p``).
+    vv : int or sympy.Expr, optional
+        Model chunks per rank v [1]; None = not interleaved.
+    mm : int or sympy.Expr, optional
+        Micro-batches per step m [1]; None = no cap.
+    """)
 
 
 
@@ -212,6 +225,7 @@ def torch_round_size(mm=m, pp=p) -> sp.Expr:
     return sp.floor(mm / sp.Max(1, sp.floor(mm / pp)))
 
 
+@_doc
 def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
                        group=None) -> sp.Expr:
     r"""Model-chunk micro-batches stage ``stage`` holds at its peak [1].
@@ -224,15 +238,7 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
     ----------
     stage : {"first", "last"} or int
         The pipeline stage (an index 0 .. p−1).
-    schedule : {"1f1b", "gpipe"}
-        The pipeline schedule; with ``vv`` > 1, 1F1B is interleaved and GPipe
-        breadth-first (torch's LoopedBFS).
-    pp : int or sympy.Expr
-        Pipeline-parallel size p [GPUs] (default the symbol ``p``).
-    vv : int or sympy.Expr, optional
-        Model chunks per rank v [1]; None = not interleaved.
-    mm : int or sympy.Expr, optional
-        Micro-batches per step m [1]; None = no cap.
+    {schedule_params}
     group : int or sympy.Expr, optional
         Megatron's ``microbatch_group_size_per_vp_stage`` N (default p).
 
@@ -291,6 +297,7 @@ def stage_microbatches(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
     return count if mm is None else lazy_min(count, mm)
 
 
+@_doc
 def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layers=L) -> sp.Expr:
     r"""Layers' worth of one micro-batch's activations held by a stage at its peak [layers].
 
@@ -306,15 +313,7 @@ def stage_layers(stage, schedule: str = "1f1b", *, pp=p, vv=None, mm=None, layer
     ----------
     stage : {"first", "last"} or int
         The pipeline stage (an index 0 .. p−1).
-    schedule : {"1f1b", "gpipe"}
-        The pipeline schedule; with ``vv`` > 1, 1F1B is interleaved and GPipe
-        breadth-first (torch's LoopedBFS).
-    pp : int or sympy.Expr
-        Pipeline-parallel size p [GPUs] (default the symbol ``p``).
-    vv : int or sympy.Expr, optional
-        Model chunks per rank v [1]; None = not interleaved.
-    mm : int or sympy.Expr, optional
-        Micro-batches per step m [1]; None = no cap.
+    {schedule_params}
     layers : int or sympy.Expr
         Decoder layers L [1] (default the symbol ``L``).
 
@@ -396,6 +395,7 @@ def v_stage_microbatches(stage, *, pp=p, mm=None) -> sp.Expr:
     return count + (1 if i == pp - 1 else 0)
 
 
+@_doc
 def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
                            group=None) -> sp.Expr:
     r"""Micro-batches whose input-embedding activations the first stage holds at its peak.
@@ -407,15 +407,7 @@ def embedding_microbatches(schedule: str = "1f1b", *, pp=p, vv=None, mm=None,
 
     Parameters
     ----------
-    schedule : {"1f1b", "gpipe"}
-        The pipeline schedule; with ``vv`` > 1, 1F1B is interleaved and GPipe
-        breadth-first (torch's LoopedBFS).
-    pp : int or sympy.Expr
-        Pipeline-parallel size p [GPUs] (default the symbol ``p``).
-    vv : int or sympy.Expr, optional
-        Model chunks per rank v [1]; None = not interleaved.
-    mm : int or sympy.Expr, optional
-        Micro-batches per step m [1]; None = no cap.
+    {schedule_params}
     group : int, optional
         Megatron's ``microbatch_group_size_per_vp_stage`` N (default p).
 

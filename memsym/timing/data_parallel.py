@@ -46,7 +46,7 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
     (0.0, 32.0, 6.74)
     """
     first, middle, last = stages
-    dense_p, expert_p = layer_params(x, moe=False)
+    dense_p, _ = layer_params(x, moe=False)
     if x.L_moe:
         moe_dense, moe_expert = layer_params(x, moe=True)
         per_layer_dense = ((x.L - x.L_moe) * dense_p + x.L_moe * moe_dense) / x.L

@@ -23,9 +23,24 @@ import numpy as np
 
 from ..errors import InvalidValueError
 from ..model.architecture import is_hybrid, moe_layer_pattern, padded_vocab_size, resolve
+from ..text import shared_doc
 
 __all__ = ["Gemm", "Shape", "shape_of", "layer_gemms", "attention_flops", "memory_bytes",
            "layer_params", "forward_flops_per_token"]
+
+_doc = shared_doc(shape_params="""
+    x : Shape
+        The architecture (:func:`shape_of`).
+    s : int or array_like
+        Sequence length [tokens].
+    b : int or array_like
+        Micro-batch size [sequences].
+    """, parallel_params="""
+    t, c, e : array_like
+        Tensor-, context- and expert-parallel sizes [GPUs].
+    t_e : array_like, optional
+        Expert tensor-parallel size [GPUs] (default t).
+    """)
 
 
 @dataclass(frozen=True)
@@ -115,10 +130,13 @@ def shape_of(arch, t: int = 1) -> Shape:
     x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
     if is_hybrid(x):
         # every timing path prices the layers through this shape, which has no Mamba mixer
+        names = {"mamba": "Mamba", "parallel": "Mamba", "gdn": "Gated DeltaNet",
+                 "conv": "short-convolution", "lightning": "lightning-attention"}
+        what = "/".join(sorted({names[m] for m in x.layer_mixers or () if m in names})) or "Mamba"
         raise InvalidValueError(
-            f"the step time of {x.name!r}, a hybrid Mamba/attention model, is not modelled (its "
-            "Mamba layers' projections and scan are not priced); its memory estimate is: "
-            "leave out --gpu and the time options")
+            f"the step time of {x.name!r}, a hybrid {what}/attention model, is not modelled "
+            f"(its {what} layers' projections and scan are not priced); its memory estimate "
+            "is: leave out --gpu and the time options")
     mla = ()
     d_qk = d_v = x.kv_channels
     if x.multi_latent_attention:
@@ -171,6 +189,7 @@ class Gemm:
         return 2.0 * np.asarray(self.M, float) * self.N * self.K * self.count
 
 
+@_doc
 def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -> list:
     r"""Forward GEMMs of one layer on one GPU for one micro-batch (attention core excluded).
 
@@ -182,16 +201,8 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -
 
     Parameters
     ----------
-    x : Shape
-        The architecture (:func:`shape_of`).
-    s : int or array_like
-        Sequence length [tokens].
-    b : int or array_like
-        Micro-batch size [sequences].
-    t, c, e : array_like
-        Tensor-, context- and expert-parallel sizes [GPUs].
-    t_e : array_like, optional
-        Expert tensor-parallel size [GPUs] (default t).
+    {shape_params}
+    {parallel_params}
     moe : bool
         A MoE layer (router, routed and shared experts) instead of a dense MLP.
 
@@ -265,6 +276,7 @@ def output_gemm(x: Shape, s, b, t=1, c=1) -> Gemm:
     return Gemm("output", T, x.V / np.asarray(t, float), x.h)
 
 
+@_doc
 def attention_flops(x: Shape, s, b, t=1, c=1, *, causal_skip: bool):
     r"""Forward FLOPs of the attention core (:math:`QK^T` and attention x V) on one GPU.
 
@@ -275,12 +287,7 @@ def attention_flops(x: Shape, s, b, t=1, c=1, *, causal_skip: bool):
 
     Parameters
     ----------
-    x : Shape
-        The architecture (:func:`shape_of`).
-    s : int or array_like
-        Sequence length [tokens].
-    b : int or array_like
-        Micro-batch size [sequences].
+    {shape_params}
     t, c : array_like
         Tensor- and context-parallel sizes [GPUs].
     causal_skip : bool
@@ -305,6 +312,7 @@ def attention_flops(x: Shape, s, b, t=1, c=1, *, causal_skip: bool):
     return full / 2 if causal_skip else full
 
 
+@_doc
 def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence_parallel: bool,
                  flash: bool, dropout: bool, width: int = 2):
     r"""HBM bytes of one layer's memory-bound forward operations on one GPU [bytes].
@@ -321,16 +329,8 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
 
     Parameters
     ----------
-    x : Shape
-        The architecture (:func:`shape_of`).
-    s : int or array_like
-        Sequence length [tokens].
-    b : int or array_like
-        Micro-batch size [sequences].
-    t, c, e : array_like
-        Tensor-, context- and expert-parallel sizes [GPUs].
-    t_e : array_like, optional
-        Expert tensor-parallel size [GPUs] (default t).
+    {shape_params}
+    {parallel_params}
     moe, sequence_parallel, flash, dropout : bool
         A MoE layer; Megatron sequence parallelism; flash attention (no s x s scores);
         dropout on.

@@ -20,11 +20,12 @@ import dataclasses
 import numpy as np
 
 from .collectives import collective_bytes, collective_time, group_bandwidth
-from .efficiency import ceiling, gemm_time, memory_time
+from .efficiency import ceiling, exp_time, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
 from .moe import gemm_seconds, moe_layer_extras
 from .records import Overlap, Settings
 from .recompute import module_recompute
+from .userbuffers import UB_COMM_SMS, UB_PIPELINE_SPLITS, ub_config
 
 __all__ = ["BACKWARD_MEMORY", "FLASH_FORWARD", "FLASH_BACKWARD", "UB_COMM_SMS",
            "UB_PIPELINE_SPLITS"]
@@ -38,12 +39,6 @@ BACKWARD_MEMORY = 1.5
 FLASH_FORWARD = 0.9
 FLASH_BACKWARD = 0.75
 
-#: Transformer Engine's default userbuffer overlaps (``initialize_ub`` without a user
-#: config, as Megatron-Bridge passes it when ``tp_comm_overlap_cfg`` is None): the SMs the
-#: pipelined reduce-scatter and the bulk collectives take from the GEMM beside them.
-UB_COMM_SMS = 16
-#: ... and the chunks a pipelined GEMM + reduce-scatter is split into.
-UB_PIPELINE_SPLITS = 4
 
 #: The column-parallel GEMMs, whose backward collectives Megatron issues asynchronously.
 COLUMN_PARALLEL = ("qkv", "q", "q_up", "kv_up", "fc1", "shared_fc1")
@@ -118,8 +113,10 @@ def _attention(x, st: Settings, dev, t, c, b, eta_gemm):
     ceil = ceiling(dev, aprec) if eta_gemm is None else float(eta_gemm)
     if st.flash_attention:
         fl = attention_flops(x, s, b, t, c, causal_skip=True)
-        f_att = fl / (peak * ceil * FLASH_FORWARD)
-        b_att = 2.5 * fl / (peak * ceil * FLASH_BACKWARD)
+        # one exponential per kept score, forward and backward, on the SFUs beside the MMA
+        exps = exp_time(fl / (2 * (x.d_qk + x.d_v)), dev)
+        f_att = np.maximum(fl / (peak * ceil * FLASH_FORWARD), exps)
+        b_att = np.maximum(2.5 * fl / (peak * ceil * FLASH_BACKWARD), exps)
     else:
         # unfused core attention: batched QK^T [s/c, d] x [d, s] and AV [s/c, s] x [s, d_v]
         heads = as_array(b) * x.a / as_array(t)
@@ -157,7 +154,8 @@ def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool
     if overlap.tp_comm and overlap.tp_comm_split and st.sequence_parallel and not moe \
             and not x.mla:
         # userbuffers exist only with t > 1 (Bridge and TE turn the overlap off at t = 1)
-        ub = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat)
+        ub = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat,
+                          cfg=ub_config(st.tp_overlap_cfg))
         multi = as_array(t) > 1
         f_gemm, b_gemm, f_tp, b_tp = (np.where(multi, u, plain) for u, plain in
                                       zip(ub, (f_gemm, b_gemm, f_tp, b_tp)))
@@ -280,49 +278,71 @@ def _fewer_sms(dev, taken):
                                   for k in ("bf16", "fp16", "fp8")})
 
 
-def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat):
+def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat, *, ag_width=None, cfg=None):
     """Forward / backward GEMM and exposed TP seconds of one dense layer under Transformer
-    Engine's default userbuffer overlaps (``--tp-comm-overlap`` with sequence parallelism).
+    Engine's userbuffer overlaps (``--tp-comm-overlap`` with sequence parallelism), each GEMM
+    as ``cfg`` (:func:`memsym.timing.userbuffers.ub_config`) says.
 
     transformer_engine/pytorch/module/base.py ``initialize_ub``: ring exchange (the
     all-gather passed to the neighbour chunk by chunk on the copy engines, one GEMM of M/t
-    rows per chunk: qkv and fc1 forward, proj and fc2 data gradients), pipelined GEMM +
-    reduce-scatter (4 chunks, 16 SMs reserved: proj and fc2 forward), bulk (one GEMM on the
-    other SMs beside the whole collective on 16: qkv and fc1 data and weight gradients), the
-    proj and fc2 weight gradients on the ring's gathered gradient.  All-gather buffers are
-    fp8 under an fp8 recipe.  ``hidden``: the layer's full activation [T h] elements."""
+    rows per chunk: qkv and fc1 forward, proj and fc2 data gradients); proj and fc2 forward
+    either pipelined GEMM + reduce-scatter (``num_splits`` chunks, the reduce-scatter kernel
+    beside them) or a reduce-scatter ring (comm_gemm_overlap.cpp ``split_overlap_rs`` of
+    CommOverlapP2PBase: t chunk GEMMs of M/t rows, chunk i - 1 sent to its rank under chunk
+    i, then one kernel sums the t received chunks); bulk (one GEMM beside the whole
+    collective: qkv and fc1 data and weight gradients); the proj and fc2 weight gradients on
+    the ring's gathered gradient.  A GEMM runs on every SM but the communication kernel's
+    where its entry sets ``set_sm_margin`` (comm_gemm_overlap.cpp:143).  All-gather buffers
+    are fp8 under an fp8 recipe (``fp8_buf`` of the all-gather layers; ``ag_width``
+    [bytes/element] overrides it), reduce-scatter buffers bf16.  ``hidden``: the layer's full
+    activation [T h] elements; ``cfg`` default: Transformer Engine's own."""
     g = {q.name: q for q in gemms}
     tt = as_array(t)
-    few = _fewer_sms(dev, UB_COMM_SMS)
-    ag_width = 1 if prec == "fp8" else 2
+    cfg = ub_config() if cfg is None else cfg
+    if ag_width is None:
+        ag_width = 1 if prec == "fp8" else 2
     rows = g["qkv"].M
 
-    def gemm(M, N, K, on=dev, count=1):
-        return gemm_time(M, N, K, on, prec, eta_gemm=eta, count=count)
+    def on(name):
+        taken = dev.sm_count - cfg[name].math_sms(dev.sm_count)
+        return _fewer_sms(dev, taken) if taken else dev
 
-    def ring(M, N, K):
-        chunk = gemm(M / tt, N, K)
+    def gemm(M, N, K, where=dev, count=1):
+        return gemm_time(M, N, K, where, prec, eta_gemm=eta, count=count)
+
+    def ring(name, M, N, K):
+        chunk = gemm(M / tt, N, K, on(name))
         step = collective_time("p2p", ag_width * hidden / tt, 2, bw, lat)
         return tt * chunk, (tt - 1) * np.maximum(0, step - chunk)
 
-    def pipelined(M, N, K):
-        n = UB_PIPELINE_SPLITS
-        chunk = gemm(M / n, N, K, few)
-        rs = collective_time("reduce-scatter", 2 * hidden / n, tt, bw, lat)
-        return n * chunk, rs + (n - 1) * np.maximum(0, rs - chunk)
+    def reduce_scatter(name, M, N, K):
+        u = cfg[name]
+        if u.method == "pipeline":
+            n = u.num_splits
+            chunk = gemm(M / n, N, K, on(name))
+            rs = collective_time("reduce-scatter", 2 * hidden / n, tt, bw, lat)
+            return n * chunk, rs + (n - 1) * np.maximum(0, rs - chunk)
+        # ring: t chunk GEMMs, t - 1 bf16 sends each under the next chunk, then the sum of
+        # the t received [M/t, N] chunks (reads t of them, writes one)
+        chunk = gemm(M / tt, N, K, on(name))
+        step = collective_time("p2p", 2 * hidden / tt, 2, bw, lat)
+        total = memory_time(2 * hidden * (1 + 1 / tt), dev)
+        return tt * chunk + total, (tt - 1) * np.maximum(0, step - chunk)
 
-    def bulk(M, N, K, comm):
-        run = gemm(M, N, K, few)
+    def bulk(name, M, N, K, comm):
+        run = gemm(M, N, K, on(name))
         return run, np.maximum(0, comm - run)
 
     qkv, proj, fc1, fc2 = g["qkv"], g["proj"], g["fc1"], g["fc2"]
     ag = collective_time("all-gather", ag_width * hidden, tt, bw, lat)
     rs = collective_time("reduce-scatter", 2 * hidden, tt, bw, lat)
-    fwd = [ring(rows, qkv.N, qkv.K), pipelined(rows, proj.N, proj.K),
-           ring(rows, fc1.N, fc1.K), pipelined(rows, fc2.N, fc2.K)]
-    bwd = [ring(rows, proj.K, proj.N), (gemm(proj.K, proj.N, proj.M), 0.0),
-           ring(rows, fc2.K, fc2.N), (gemm(fc2.K, fc2.N, fc2.M), 0.0)]
-    for q in (qkv, fc1):
-        bwd += [bulk(q.M, q.K, q.N, ag), bulk(q.K, q.N, q.M, rs)]
+    fwd = [ring("qkv_fprop", rows, qkv.N, qkv.K),
+           reduce_scatter("proj_fprop", rows, proj.N, proj.K),
+           ring("fc1_fprop", rows, fc1.N, fc1.K),
+           reduce_scatter("fc2_fprop", rows, fc2.N, fc2.K)]
+    bwd = [ring("proj_dgrad", rows, proj.K, proj.N), (gemm(proj.K, proj.N, proj.M), 0.0),
+           ring("fc2_dgrad", rows, fc2.K, fc2.N), (gemm(fc2.K, fc2.N, fc2.M), 0.0)]
+    for name, q in (("qkv", qkv), ("fc1", fc1)):
+        bwd += [bulk(name + "_dgrad", q.M, q.K, q.N, ag), bulk(name + "_wgrad", q.K, q.N, q.M, rs)]
     return (sum(a for a, _ in fwd), sum(a for a, _ in bwd),
             sum(b for _, b in fwd), sum(b for _, b in bwd))

@@ -8,8 +8,6 @@ architecture, layout and training, the predicted step time of :func:`memsym.timi
 
 from __future__ import annotations
 
-from dataclasses import replace as _replace
-
 import sympy as sp
 
 from .. import hardware

@@ -454,7 +454,8 @@ def _settings_of(arch, layout, training) -> Settings:
                     recompute_modules=(recompute_modules_of(training)
                                        if mem.recompute == "selective" else ("core_attn",)),
                     group_size=pipe.microbatch_group_size, torch_rounds=titan,
-                    schedule=pipe.schedule, output_first=pipe.stage_placement == "v")
+                    schedule=pipe.schedule, output_first=pipe.stage_placement == "v",
+                    tp_overlap_cfg=training.comm.tp_comm_overlap_cfg)
 
 
 def _communication_of(first_of, parts: dict) -> dict:

@@ -26,6 +26,7 @@ from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activat
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
+from ..terms.dispatcher_buffers import allgather_dispatch_buffer
 from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                               stage_microbatches, torch_round_size, v_stage_microbatches)
 from ..unchecked_job import UncheckedJob, unchecked
@@ -394,6 +395,8 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
         terms.append(pipelining_buffers(stage, pp, vv, mm, group, boundary_bytes(sp_on, training),
                                         activation_width(training), training.pipeline.schedule,
                                         training.pipeline.stage_placement))
+    if training.memory.moe_dispatcher == "allgather" and any(layers.kinds):
+        terms.append(allgather_dispatch_buffer())   # Megatron's global buffer, whole run
     terms += _lora_terms(layers, layout, training, stage, chunks, live, vv)
     if stage == 0:
         terms.append(_embedding_term(schedule, training, sp_on, vv=vv, mm=mm, group=group,
