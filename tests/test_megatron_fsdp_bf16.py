@@ -192,3 +192,12 @@ def test_the_breakdown_names_what_the_step_holds():
         assert main(["estimate", *_ARGV, "--fsdp-double-buffer", "--world-size", str(DP)]) == 0
     assert "of which main gradients 4.015 GB, unsharded params 0.872 GB" in \
         " ".join(out.getvalue().split())
+
+
+def test_the_precision_aware_optimizer_takes_the_grads_decoupled():
+    """--use-precision-aware-optimizer sets megatron_fsdp_use_decoupled_grad (training.py:2650;
+    Bridge config.py:1087-1092): the optimizer reads the bf16 shard, no fp32 cast (3377)."""
+    steady, phases = _counted("optim_grads_params", precision_aware=True)
+    assert steady == {"weights": 2 * TOTAL // DP, "gradients": 2 * TOTAL // DP,
+                      "optimizer": 12 * TOTAL // DP}
+    assert "main_gradients" not in phases["optimizer"]

@@ -2,7 +2,8 @@
 
 FSDP2's unsharded parameters and reduce-scatter buffers (and torchtitan's embedding and output
 groups, and what a pipelined FSDP2 stage keeps unsharded), DeepSpeed ZeRO-3's gathered layer
-and prefetch bucket, ZeRO-1/2's gradient buckets and Megatron-core's bucket size; each a
+and prefetch bucket, ZeRO-1/2's gradient buckets, Megatron-core's bucket size and
+Megatron-FSDP's gathered layers and gradient buckets (persistent under its double buffer); each a
 cited :class:`~memsym.term.Term` with its knobs as symbols (their defaults are
 :data:`memsym.terms.transients.DEFAULTS`).  Re-exported by :mod:`memsym.terms.transients`.
 """
