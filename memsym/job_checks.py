@@ -28,8 +28,8 @@ from .terms.dispatcher_buffers import check_deepep_group
 from .terms.context_parallel import cp_method
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout
-from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MOE_DISPATCHERS,
-                         RECOMPUTE_METHODS, STAGE_PLACEMENTS)
+from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MEGATRON_FSDP_SCHEMES,
+                         MOE_DISPATCHERS, RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 from .job_record import Layout, Training, check_zero_buckets, microbatches, whole
 
 __all__ = ["check_fields", "canonical", "validate"]
@@ -91,6 +91,7 @@ def check_fields(layout: Layout, training: Training) -> None:
         flag(training.memory.dropout, "dropout")
     flag(training.states.precision_aware, "precision_aware")
     flag(training.states.fp8_param_gather, "fp8_param_gather")
+    flag(training.states.fsdp_double_buffer, "fsdp_double_buffer")
     flag(training.memory.compiled_loss, "compiled_loss")
     flag(training.memory.loss_parallel, "loss_parallel")
     flag(training.memory.fsdp_root_group, "fsdp_root_group")
@@ -102,6 +103,25 @@ def check_fields(layout: Layout, training: Training) -> None:
     for name in ("overlap_grad_reduce", "overlap_param_gather"):
         if training.value(name) is not None:
             flag(training.value(name), name)
+
+
+def _check_megatron_fsdp(training: Training) -> None:
+    """Megatron-FSDP's strategy: Megatron's, and the job's sharding the scheme that shards the
+    same states (:data:`MEGATRON_FSDP_SCHEMES`); its double buffer only with Megatron-FSDP."""
+    strategy = training.states.megatron_fsdp
+    if strategy is None:
+        if training.states.fsdp_double_buffer:
+            raise InvalidValueError("fsdp_double_buffer is Megatron-FSDP's (set megatron_fsdp)")
+        return
+    choose("megatron_fsdp (data_parallel_sharding_strategy)", strategy,
+           tuple(MEGATRON_FSDP_SCHEMES))
+    if not framework_record(training.framework).megatron_options:
+        raise InvalidValueError(f"megatron_fsdp is Megatron-LM's (framework megatron), not "
+                                f"{training.framework}'s")
+    if training.states.sharding != MEGATRON_FSDP_SCHEMES[strategy]:
+        raise InvalidValueError(f"Megatron-FSDP {strategy} shards as sharding "
+                                f"{MEGATRON_FSDP_SCHEMES[strategy]}, not "
+                                f"{training.states.sharding}")
 
 
 def _named_choices() -> dict:
@@ -187,6 +207,7 @@ def validate(x, layout: Layout, training: Training):
                                 f"megatron with fp8_param_gather), not {training.framework}'s"
                                 + ("" if training.states.fp8_param_gather
                                    else " without fp8_param_gather"))
+    _check_megatron_fsdp(training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     _check_dispatcher(x, layout, names["moe_dispatcher"], training.framework)

@@ -82,10 +82,8 @@ class Batch:
 
     Attributes
     ----------
-    seq_length : int
-        ``s`` [tokens].
-    micro_batch_size : int
-        ``b`` [sequences].
+    seq_length, micro_batch_size : int
+        ``s`` [tokens], ``b`` [sequences].
     num_microbatches : int or None
         ``m``, micro-batches per step and pipeline [1]; None = derived from ``global_batch_size`` as
         ``B/(b d)``, or "enough" (at least ``p``) when that is also None.
@@ -119,9 +117,8 @@ class PipelineSchedule:
         Megatron's ``microbatch_group_size_per_vp_stage`` (None = p) for the interleaved
         schedule's launch rule.
     overlap_p2p_comm : bool
-        Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``):
-        the interleaved schedule's p2p sends hide behind compute; without it interleaving
-        needs PP > 2.
+        Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``): the
+        interleaved schedule's p2p sends hide behind compute; without it interleaving needs PP > 2.
     defer_embedding_wgrad_compute : bool
         Megatron's ``--defer-embedding-wgrad-compute`` (default off; needs PP > 1): the
         output layer's weight-gradient GEMMs wait for the pipeline flush, so the last stage
@@ -149,25 +146,25 @@ class ModelStates:
     precision, optimizer, sharding, offload : str
         As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
     convention : str
-        How model states are counted: ``"framework"`` (default: what Megatron-core,
-        DeepSpeed or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient
-        buffer, 6 + 12/d bytes per parameter), ``"seed000"`` (the distributed optimizer
-        read as ZeRO-2, 2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5),
-        ``"megatron-lm"`` (its estimator).
+        How model states are counted: ``"framework"`` (default: what Megatron-core, DeepSpeed
+        or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient buffer, 6 +
+        12/d bytes per parameter), ``"seed000"`` (the distributed optimizer read as ZeRO-2,
+        2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"``.
     grad_dtype, precision_aware, fp8_param_gather, fp8_recipe
-        Megatron's gradient-buffer dtype (None: fp32 for 16-bit training, as
-        ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32``; ``"bf16"`` =
-        ``--grad-reduce-in-bf16``), ``--use-precision-aware-optimizer`` and
-        ``--fp8-param-gather`` (:func:`memsym.terms.model_state.byte_widths`) and ``--fp8-recipe``
-        (None: per-tensor scaling; ``"mxfp8"``: :data:`memsym.terms.widths.FP8_RECIPES`).
+        The gradient-buffer dtype (None: the framework's, fp32 for Megatron's 16-bit
+        training, ``"bf16"`` = ``--grad-reduce-in-bf16``; Megatron-FSDP's main grads),
+        ``--use-precision-aware-optimizer``, ``--fp8-param-gather`` (:func:`byte_widths`),
+        ``--fp8-recipe`` (None: per-tensor scaling; ``"mxfp8"``: ``FP8_RECIPES``).
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         Megatron's precision-aware optimizer dtypes (fp32; :mod:`memsym.terms.recipe_buffers`).
     zero_buckets : tuple of (str, int)
-        DeepSpeed's ZeRO buffers as its config sets them, ``(name, value)`` pairs of
-        ``reduce_bucket_size`` [elements], ``stage3_prefetch_bucket_size`` [elements] and
-        ``ipg_buffers`` [1] (0, 1, or 2 with ``overlap_comm``); the DeepSpeed reader sets them
-        (:func:`memsym.readers.jobs.deepspeed_job`), absent ones keep
-        :data:`memsym.terms.transients.DEFAULTS`.
+        DeepSpeed's ZeRO buffers, ``(name, value)`` pairs of ``reduce_bucket_size``
+        [elements], ``stage3_prefetch_bucket_size`` [elements] and ``ipg_buffers`` [1] (0, 1,
+        or 2 with ``overlap_comm``) as :func:`memsym.readers.jobs.deepspeed_job` reads them;
+        absent ones keep :data:`memsym.terms.transients.DEFAULTS`.
+    megatron_fsdp, fsdp_double_buffer
+        Megatron-FSDP's ``--data-parallel-sharding-strategy`` (None: not Megatron-FSDP;
+        :func:`memsym.terms.model_state.megatron_fsdp_state`), ``--fsdp-double-buffer``.
     """
 
     precision: str = "bf16"
@@ -183,6 +180,8 @@ class ModelStates:
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
     zero_buckets: tuple[tuple[str, int], ...] = ()
+    megatron_fsdp: str | None = None
+    fsdp_double_buffer: bool = False
 
 
 @dataclass(frozen=True)
@@ -353,7 +352,8 @@ FIELD_PARTS: dict = {name: part for name, part in (
     *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",
                                 "wgrad_deferral_limit")),
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
-        "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")),
+        "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "megatron_fsdp",
+        "fsdp_double_buffer")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers",
                               "moe_dispatcher")))}
 

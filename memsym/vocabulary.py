@@ -13,8 +13,9 @@ from __future__ import annotations
 from .errors import InvalidValueError, choose
 from .limits import check_limit
 
-__all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "FRAMEWORK_CONVENTIONS", "OFFLOADS",
-           "GRAD_DTYPES", "PRECISION_NAMES", "FP8_RECIPES", "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
+__all__ = ["SCHEMES", "MEGATRON_FSDP_SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES",
+           "FRAMEWORK_CONVENTIONS", "OFFLOADS", "GRAD_DTYPES", "PRECISION_NAMES", "FP8_RECIPES",
+           "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
            "RECOMPUTE_METHODS",
            "SCHEDULES", "STAGE_PLACEMENTS", "FRAMEWORKS", "FINETUNES", "METRIC_NAMES",
            "ALLOWANCE_KEYS", "OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "MOE_DISPATCHERS",
@@ -22,6 +23,12 @@ __all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "FRAMEWORK_CONVENTION
 
 #: How model states are sharded over data parallelism (memsym.terms.model_state).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
+#: Megatron-FSDP's ``--data-parallel-sharding-strategy`` -> the scheme that shards the same
+#: states (no_shard keeps everything, optim shards the optimizer states, optim_grads also the
+#: gradients, optim_grads_params also the weights): the job's ``sharding`` beside its
+#: ``megatron_fsdp`` (:func:`memsym.terms.model_state.megatron_fsdp_state`).
+MEGATRON_FSDP_SCHEMES = {"no_shard": "ddp", "optim": "distributed-optimizer",
+                         "optim_grads": "zero2", "optim_grads_params": "fsdp"}
 #: How model states are counted.  ``framework`` (default): what the framework's code allocates
 #: (ddp and distributed-optimizer: Megatron-core; zero1/2/3: DeepSpeed; fsdp: FSDP2).
 #: ``seed000``: seed 000's distributed optimizer (fp32 gradients sharded, 2 + 16/d) and ZeRO's

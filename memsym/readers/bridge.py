@@ -113,6 +113,9 @@ FIELDS = {
     "ddp.overlap_grad_reduce": ("job", "overlap_grad_reduce"),
     "ddp.overlap_param_gather": ("job", "overlap_param_gather"),
     "ddp.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
+    "ddp.megatron_fsdp_main_grads_dtype": ("bridge", "grad_dtype"),
+    "ddp.fsdp_double_buffer": ("bridge", "sharding"), "ddp.nccl_ub": ("bridge", "sharding"),
+    "ddp.megatron_fsdp_max_pool_double_buffer": ("bridge", "sharding"),
     "mixed_precision": ("bridge", "precision"),
     "mixed_precision.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
     "mixed_precision.fp8": ("bridge", "precision"),
@@ -179,10 +182,8 @@ def looks_like_override(word: str) -> bool:
 def _scalar(text: str):
     t = text.strip()
     low = t.lower()
-    if low == "true":
-        return True
-    if low == "false":
-        return False
+    if low in ("true", "false"):
+        return low == "true"
     if low in ("null", "none", "~", ""):
         return None
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":

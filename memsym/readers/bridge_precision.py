@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import InvalidValueError
 from ._values import recipe_flag
-from .megatron import MEGATRON_FSDP_SCHEMES
+from ..vocabulary import MEGATRON_FSDP_SCHEMES
 
 __all__ = ["PRECISION_RECIPES", "recipe_precision", "recipe_sharding"]
 
@@ -96,8 +96,16 @@ def recipe_sharding(values, prec: dict, notes) -> str:
             raise InvalidValueError(f"ddp.data_parallel_sharding_strategy must be one of "
                                     f"{', '.join(MEGATRON_FSDP_SCHEMES)}, got {strategy!r:.40}")
         scheme = MEGATRON_FSDP_SCHEMES[strategy]
-        notes.append(f"Megatron-FSDP {strategy}: counted as sharding {scheme} (the same states "
-                     "sharded)")
+        notes.append(f"Megatron-FSDP {strategy}: its own buffers, sharded as sharding {scheme} "
+                     "shards them")
+        # nccl_ub forces the double buffer (param_and_grad_buffer.py:2046-2053 at 2a75ac12c5)
+        prec.update(megatron_fsdp=strategy, fsdp_double_buffer=any(recipe_flag(
+            values, "ddp." + k) for k in ("fsdp_double_buffer", "nccl_ub",
+                                          "megatron_fsdp_max_pool_double_buffer")))
+        prec.pop("grad_dtype", None)  # no grad_reduce_in_fp32: main grads in the params' dtype
+        grads = str(values.get("ddp.megatron_fsdp_main_grads_dtype")).replace("torch.", "")
+        if grads != "None":   # or megatron_fsdp_main_grads_dtype's (2313-2322)
+            prec["grad_dtype"] = grads.replace("bfloat16", "bf16").replace("float", "fp")
         mxfp8 = prec.get("fp8_recipe") == "mxfp8"
         if prec["precision"] == "fp8" and scheme == "fsdp" and prec.get("fp8_param_gather") \
                 and not mxfp8:

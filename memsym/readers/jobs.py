@@ -146,8 +146,15 @@ def _add_megatron_step(opts: dict, opt: dict, notes: list) -> None:
     if opt.get("use_megatron_fsdp"):
         strategy = opt.get("data_parallel_sharding_strategy") or "optim_grads_params"
         opts["sharding"] = MEGATRON_FSDP_SCHEMES[strategy]
-        notes.append(f"Megatron-FSDP {strategy}: counted as sharding {opts['sharding']} (the same "
-                     "states sharded)")
+        opts["megatron_fsdp"] = strategy
+        opts["fsdp_double_buffer"] = bool(opt.get("fsdp_double_buffer"))
+        # Megatron-FSDP reads no grad_reduce_in_fp32: its main grads are the parameters' dtype
+        # unless --megatron-fsdp-main-grads-dtype (megatron_fsdp_options)
+        opts.pop("grad_dtype", None)
+        if opt.get("grad_dtype"):
+            opts["grad_dtype"] = opt["grad_dtype"]
+        notes.append(f"Megatron-FSDP {strategy}: its own buffers, sharded as sharding "
+                     f"{opts['sharding']} shards them")
     elif opt.get("use_torch_fsdp2"):
         opts["sharding"] = "fsdp"
     else:

@@ -33,7 +33,7 @@ from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  ArgumentError, MegatronArguments, megatron_arity,
                                  parse_megatron_argv)
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
-from .megatron_precision import megatron_optimizer, megatron_precision
+from .megatron_precision import megatron_fsdp_options, megatron_optimizer, megatron_precision
 from .megatron_training import checked_recompute_modules, megatron_layout, megatron_training
 
 # Besides the entry points, the names the command line, the job builder, the Bridge reader and
@@ -191,7 +191,8 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
     "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
     "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
     "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe", "fp4",
-    "fp4_recipe"}
+    "fp4_recipe", "megatron_fsdp_main_grads_dtype", "megatron_fsdp_main_params_dtype",
+    "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub"}
 
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
@@ -335,8 +336,10 @@ def _override_sharding(r: MegatronArguments, opts: dict):
                             ("no_shard", "optim", "optim_grads", "optim_grads_params"),
                             "optim_grads_params")
         opts["sharding"] = MEGATRON_FSDP_SCHEMES[strategy]
-        r.note(f"Megatron-FSDP {strategy}: counted as sharding {opts['sharding']} (the same "
-               "states sharded)")
+        opts["megatron_fsdp"] = strategy
+        r.note(f"Megatron-FSDP {strategy}: its own buffers, sharded as sharding "
+               f"{opts['sharding']} shards them")
+        opts.update(megatron_fsdp_options(r))
     elif r.given("data_parallel_sharding_strategy"):
         r.note("--data-parallel-sharding-strategy has effect only with --use-megatron-fsdp")
 

@@ -21,6 +21,8 @@ from typing import Sequence
 
 from ..errors import InvalidValueError, MemsymError, UnknownNameError
 from ..text import looks_like_option, option_values   # argparse's rules, shared with the CLI's reading
+# re-exported: Megatron-FSDP's strategy -> the scheme that shards the same states
+from ..vocabulary import MEGATRON_FSDP_SCHEMES
 from ._megatron_flags import FLAGS
 from ._values import MAX_ARGS, MAX_GPUS, MAX_SEQ, MAX_WORD, whole
 
@@ -29,12 +31,6 @@ __all__ = ["MEGATRON_FSDP_SCHEMES", "MEGATRON_DEFAULTS", "TABLE", "MODELLED",
            "RECOMPUTE_MODULES", "SCHEDULE_ENTRY", "megatron_arity", "ArgumentError",
            "parse_megatron_argv", "MegatronArguments"]
 
-
-#: Megatron-FSDP's --data-parallel-sharding-strategy -> the scheme that shards the same
-#: states (megatron/core/distributed/fsdp: no_shard keeps everything, optim shards the
-#: optimizer states, optim_grads also the gradients, optim_grads_params also the weights).
-MEGATRON_FSDP_SCHEMES = {"no_shard": "ddp", "optim": "distributed-optimizer",
-                         "optim_grads": "zero2", "optim_grads_params": "fsdp"}
 
 _ARGS = "Megatron-LM megatron/training/arguments.py (d98e8a64dd)"
 
@@ -129,6 +125,7 @@ MODELLED = {
     "optimizer", "use_distributed_optimizer", "use_megatron_fsdp", "megatron_fsdp_version",
     "data_parallel_sharding_strategy", "megatron_fsdp_main_grads_dtype",
     "megatron_fsdp_main_params_dtype", "megatron_fsdp_grad_comm_dtype", "use_torch_fsdp2",
+    "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub",
     "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "cp_comm_type", "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",

@@ -256,6 +256,10 @@ class Space:
             # buffer is memory the read-back counts (memsym.training.transients._transient_widths)
             base["overlap_grad_reduce"] = True
         base.update(kw)
+        if FRAMEWORK[self.framework].megatron_options and base["sharding"] == "zero2":
+            # Megatron-LM runs ZeRO-2 as Megatron-FSDP optim_grads (memsym.emit spells it so):
+            # priced as its own buffers, as the read-back counts them
+            base["megatron_fsdp"] = "optim_grads"
         return Training(**base)
 
 

@@ -90,7 +90,8 @@ def normalize_convention(convention: str) -> str:
     return CONVENTION_ALIASES.get(name, name)
 
 
-def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = None) -> str:
+def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = None, *,
+                       megatron_fsdp: bool = False) -> str:
     """The gradient-buffer dtype the framework uses when the user does not say.
 
     Megatron-core keeps an fp32 gradient buffer under bf16
@@ -106,6 +107,11 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
         One of :data:`PRECISIONS`.
     grad_dtype : {"fp32", "bf16", "fp16"}, optional
         The dtype asked for, returned as it is (checked); None for the framework's default.
+    megatron_fsdp : bool
+        Megatron-FSDP (any strategy): its ``main_grad_buffer`` takes
+        ``megatron_fsdp_main_grads_dtype``, by default (``auto``) the parameters' dtype
+        (param_and_grad_buffer.py:2313-2322 at d98e8a64dd); it reads no
+        ``grad_reduce_in_fp32``.
 
     Examples
     --------
@@ -113,6 +119,8 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
     ('fp32', 'bf16')
     >>> default_grad_dtype("fsdp", "bf16"), default_grad_dtype("fsdp", "fp8")  # FSDP2; Megatron-FSDP FP8
     ('fp32', 'bf16')
+    >>> default_grad_dtype("zero2", "bf16", megatron_fsdp=True)  # Megatron-FSDP optim_grads
+    'bf16'
 
     References
     ----------
@@ -123,6 +131,10 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
         return choose("grad_dtype", grad_dtype, GRAD_DTYPES)
     if precision == "fp32":
         return "fp32"
+    if megatron_fsdp:
+        # the 16-bit parameters' dtype (Float16Module casts before Megatron-FSDP wraps,
+        # training.py:2468-2470); an FP8 group's grads are bf16 (2322)
+        return "fp16" if precision == "fp16" else "bf16"
     if scheme in ("ddp", "distributed-optimizer"):
         # REF: megatron-lm arguments.py validate_args: bf16 forces
         # accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16; fp16 does not.
@@ -164,8 +176,13 @@ def has_main_grad_copy(scheme: str, precision: str, grad_dtype: str,
     Megatron-LM ``megatron/core/optimizer/distrib_optimizer.py``
     (``_copy_model_grads_to_main_grads``) at d98e8a64dd.
     """
-    if scheme == "fsdp" or precision == "fp32" or grad_dtype == "fp32":
+    if precision == "fp32" or grad_dtype == "fp32":
         return False
+    if scheme == "fsdp":
+        # FSDP2 steps on its fp32 shard; fp8 under fsdp is Megatron-FSDP's FP8 parameters,
+        # whose update_main_grads casts the 16-bit main grad to the fp32 main weights' dtype
+        # (megatron_fsdp/param_and_grad_buffer.py:3381 at d98e8a64dd)
+        return precision == "fp8"
     # Megatron's precision-aware optimizer reads shard_main_param.decoupled_grad, a view of
     # the grad buffer (no copy): distrib_optimizer.py _copy_model_grads_to_main_grads.
     return not (precision_aware and scheme == "distributed-optimizer")
@@ -236,7 +253,7 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     4
     >>> w = byte_widths("fsdp", "fp8", grad_dtype="bf16", fp8_param_gather=True)  # Megatron-FSDP
     >>> [int(w[x]) for x in (b_hp, b_g, b_mg, b_m, b_o, b_f8)]
-    [4, 2, 0, 0, 8, 1]
+    [4, 2, 4, 0, 8, 1]
     >>> byte_widths(precision="fp8", fp8_recipe="mxfp8")[b_f8]  # MXFP8: (1 + 1/32) x 2
     33/16
     """
