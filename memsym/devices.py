@@ -16,7 +16,7 @@ __all__ = ["GPU", "Cluster", "GB", "TFLOPS", "PRECISIONS", "FP32_PEAK_NOTE"]
 GB = UNITS["GB"]
 TFLOPS = 10**12
 #: Precisions :meth:`GPU.peak` prices.
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "fp4")
 #: What ``peak("fp32")`` assumes (the step report repeats it under ``assumptions``).
 FP32_PEAK_NOTE = ("fp32 priced at the TF32 tensor-core peak = half the BF16 dense peak "
                   "(vendor datasheets); with TF32 disabled fp32 matmuls run on CUDA cores, "
@@ -81,7 +81,7 @@ class GPU:
     #: Reference key in ``memsym/references.toml`` of ``cuda_total_gib``.
     cuda_total_source: str | None = None
     #: Peak dense FP4 tensor-core throughput [FLOP/s] where the vendor prints one (NVFP4 /
-    #: MXFP4); listed only, no training precision prices it.
+    #: MXFP4): the GEMMs of precision fp4 (Transformer Engine's NVFP4BlockScaling).
     fp4: float | None = None
     #: GPUs one NVLink switch domain joins (GB200 / GB300 NVL72: 72), where it is larger than
     #: a node; None: the node (``Cluster.gpus_per_node``) is the domain.
@@ -152,7 +152,7 @@ class GPU:
                 f"datasheet {self.memory_stated:g} {self.memory_unit}")
 
     def peak(self, precision: str = "bf16") -> float:
-        """Peak dense FLOP/s at ``precision`` (bf16, fp16, fp8, fp32).
+        """Peak dense FLOP/s at ``precision`` (bf16, fp16, fp8, fp32, fp4).
 
         ``fp32`` is the TF32 tensor-core peak, half the BF16 one (see the module notes and
         :data:`FP32_PEAK_NOTE`).

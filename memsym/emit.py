@@ -285,7 +285,8 @@ def _megatron(row, space, gpus) -> Emitted:
     words += ["--world-size", str(gpus), "--seq-length", str(space.seq_length),
               "--micro-batch-size", str(b), "--global-batch-size", str(B)]
     words += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [],
-              "fp8": ["--bf16", "--fp8-format", "hybrid"]}[space.precision]
+              "fp8": ["--bf16", "--fp8-format", "hybrid"],
+              "fp4": ["--bf16", "--fp4-format", "e2m1"]}[space.precision]
     words += ["--optimizer", "sgd" if space.optimizer == "sgd" else "adam"]
     words += _megatron_sharding(row["sharding"])
     words += _megatron_recompute(row["recompute"])

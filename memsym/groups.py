@@ -14,7 +14,8 @@ STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
 #: Activations, phase transients included.
 ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
                    "output_activations", "mtp_activations", "pipeline_buffers",
-                   "recompute_working_set", "phase_transient", "cpu_offloaded_activations")
+                   "recompute_working_set", "phase_transient", "cpu_offloaded_activations",
+                   "dispatcher_gather_buffer")
 #: Framework buffers allocated through PyTorch's allocator beside states and activations, one
 #: row each: the CUDA graphs' static buffers and pool (memsym.terms.cuda_graphs).
 BUFFER_KEYS = ("cuda_graph_static_inputs", "cuda_graph_static_batches", "cuda_graph_pool")

@@ -123,12 +123,17 @@ _TIMING = {  # name -> (HBM GB/s, SMs, efficiency class)
     # 576 TB/s per NVL72 rack / 72 = 8 TB/s (GB200 NVL72 page); MI325X 6 TB/s, MI355X 8 TB/s
     # (AMD).  SMs: Blackwell Ultra 160 (the blog: "160 Streaming Multiprocessors"), GB200's
     # Blackwell the 148 of b200; CUs from ROCm's GPU specifications table (MI325X 304,
-    # MI355X 256).  Classes: B200, B300, GB200 and GB300 share GEMM_CEILING's blackwell
-    # ceilings (fixed on one Megatron-Bridge run each, docs/time-accuracy.md); no CDNA run is
-    # calibrated (cdna3 carries Hopper's calibrated ceiling); CDNA 4 (MI355X) is priced as
-    # cdna3, the nearest class, an assumption its entry states.
-    "b300": (8000, 160, "blackwell"), "gb200": (8000, 148, "blackwell"),
-    "gb300": (8000, 160, "blackwell"), "mi325x-256gb": (6000, 304, "cdna3"),
+    # MI355X 256).  Classes: B200 and GB200 (Blackwell) share GEMM_CEILING's blackwell
+    # ceilings; B300 and GB300 are Blackwell Ultra, their own class blackwell-ultra: NVIDIA
+    # sells it as a distinct GPU ("Inside NVIDIA Blackwell Ultra": 160 SMs to 148, twice the
+    # SFU exponential rate for attention) run at a higher power envelope (GB300 1,400 W,
+    # GB200 1,200 W: the clocks a GEMM sustains at the same datasheet peak), each class's
+    # ceilings fixed on Megatron-Bridge runs of its own (docs/time-accuracy.md; the split was
+    # made after GB300's FP8 errors were seen).  No CDNA run is calibrated (cdna3 carries
+    # Hopper's calibrated ceiling); CDNA 4 (MI355X) is priced as cdna3, the nearest class, an
+    # assumption its entry states.
+    "b300": (8000, 160, "blackwell-ultra"), "gb200": (8000, 148, "blackwell"),
+    "gb300": (8000, 160, "blackwell-ultra"), "mi325x-256gb": (6000, 304, "cdna3"),
     "mi355x-288gb": (8000, 256, "cdna3"),
 }
 
@@ -181,7 +186,7 @@ _GPUS = [
         "per GPU ('Inside NVIDIA Blackwell Ultra')",
         "HGX B300 (Blackwell Ultra SXM); dense = sparse / 2 per GPU; FP4 left out (the HGX "
         "B300 dense FP4 figure differs between the copies read: 13.5 and 14 PFLOPS); timing "
-        "class blackwell (its ceilings fixed on B200 and GB200 runs; docs/time-accuracy.md)",
+        "class blackwell-ultra (its fp8 ceiling fixed on a GB300 run; docs/time-accuracy.md)",
         ("b300-288gb", "hgx-b300"), source="nvidia-blackwell-ultra"),
     _nv("gb200", 186, 2500, 5000, 1800,
         "NVIDIA GB200 NVL72 page, rack of 72 GPUs: FP16/BF16 360 / FP8 720 / FP4 1,440 PFLOPS "
@@ -197,7 +202,7 @@ _GPUS = [
         "per GPU 279 GB HBM3E, 8 TB/s; 'Inside NVIDIA Blackwell Ultra': 15 PFLOPS dense NVFP4",
         "Blackwell Ultra in a GB300 superchip (1,400 W); the GB300 rack lists 279 GB per GPU "
         "of the chip's 288 GB (the lower, conservative figure is kept); NVLink domain 72; "
-        "timing class blackwell (its ceilings fixed on B200 and GB200 runs; "
+        "timing class blackwell-ultra (its fp8 ceiling fixed on a GB300 run; "
         "docs/time-accuracy.md)",
         ("gb300-279gb",), source="nvidia-gb300-nvl72", fp4_tf=15000, domain=72),
     _nv("mi325x-256gb", 256, 1307.4, 2614.9, 896,

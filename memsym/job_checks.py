@@ -20,15 +20,17 @@ from .limits import FIELD_LIMITS, check_limit
 from .terms.activations import RECOMPUTE, recompute_modules as _modules
 from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
 from .terms.schedule import SCHEDULES
+from .vocabulary import FP8_RECIPES
 from . import rules
 from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
 from .terms.cuda_graphs import check_cuda_graphs
 from .terms.recipe_buffers import check_recipe_fields
+from .terms.dispatcher_buffers import check_deepep_group
 from .terms.context_parallel import cp_method
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout
-from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, RECOMPUTE_METHODS,
-                         STAGE_PLACEMENTS)
+from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MEGATRON_FSDP_SCHEMES,
+                         MOE_DISPATCHERS, RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 from .job_record import Layout, Training, check_zero_buckets, microbatches, whole
 
 __all__ = ["check_fields", "canonical", "validate"]
@@ -90,6 +92,7 @@ def check_fields(layout: Layout, training: Training) -> None:
         flag(training.memory.dropout, "dropout")
     flag(training.states.precision_aware, "precision_aware")
     flag(training.states.fp8_param_gather, "fp8_param_gather")
+    flag(training.states.fsdp_double_buffer, "fsdp_double_buffer")
     flag(training.memory.compiled_loss, "compiled_loss")
     flag(training.memory.loss_parallel, "loss_parallel")
     flag(training.memory.fsdp_root_group, "fsdp_root_group")
@@ -101,6 +104,25 @@ def check_fields(layout: Layout, training: Training) -> None:
     for name in ("overlap_grad_reduce", "overlap_param_gather"):
         if training.value(name) is not None:
             flag(training.value(name), name)
+
+
+def _check_megatron_fsdp(training: Training) -> None:
+    """Megatron-FSDP's strategy: Megatron's, and the job's sharding the scheme that shards the
+    same states (:data:`MEGATRON_FSDP_SCHEMES`); its double buffer only with Megatron-FSDP."""
+    strategy = training.states.megatron_fsdp
+    if strategy is None:
+        if training.states.fsdp_double_buffer:
+            raise InvalidValueError("fsdp_double_buffer is Megatron-FSDP's (set megatron_fsdp)")
+        return
+    choose("megatron_fsdp (data_parallel_sharding_strategy)", strategy,
+           tuple(MEGATRON_FSDP_SCHEMES))
+    if not framework_record(training.framework).megatron_options:
+        raise InvalidValueError(f"megatron_fsdp is Megatron-LM's (framework megatron), not "
+                                f"{training.framework}'s")
+    if training.states.sharding != MEGATRON_FSDP_SCHEMES[strategy]:
+        raise InvalidValueError(f"Megatron-FSDP {strategy} shards as sharding "
+                                f"{MEGATRON_FSDP_SCHEMES[strategy]}, not "
+                                f"{training.states.sharding}")
 
 
 def _named_choices() -> dict:
@@ -115,6 +137,7 @@ def _named_choices() -> dict:
             "offload": ("offload", OFFLOADS),
             "finetune": ("fine-tuning mode", FINETUNES),
             "metric": ("memory metric", tuple(METRICS)),
+            "moe_dispatcher": ("MoE token dispatcher", MOE_DISPATCHERS),
             "framework": ("framework", FRAMEWORKS)}
 
 
@@ -130,7 +153,8 @@ def canonical(training: Training) -> Training:
     'gpipe'
     """
     fixed = {}
-    table = {**_named_choices(), "recompute_method": ("recompute method", RECOMPUTE_METHODS)}
+    table = {**_named_choices(), "recompute_method": ("recompute method", RECOMPUTE_METHODS),
+             "fp8_recipe": ("FP8 recipe", FP8_RECIPES)}
     for name, (label, accepted) in table.items():
         value = training.value(name)
         if isinstance(value, str):
@@ -184,6 +208,7 @@ def validate(x, layout: Layout, training: Training):
                                 f"megatron with fp8_param_gather), not {training.framework}'s"
                                 + ("" if training.states.fp8_param_gather
                                    else " without fp8_param_gather"))
+    _check_megatron_fsdp(training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     mods = training.memory.cuda_graph_modules
@@ -194,6 +219,12 @@ def validate(x, layout: Layout, training: Training):
                       training.memory.cpu_offloading_num_layers > 0, bool(x.num_experts))
     if not isinstance(training.memory.batch_attention_mask, bool):
         raise InvalidValueError("batch_attention_mask must be True or False")
+    _check_dispatcher(x, layout, names["moe_dispatcher"], training.framework)
+    if training.states.fp8_recipe is not None:   # Megatron reads --fp8-recipe under --fp8-format
+        choose("FP8 recipe", training.states.fp8_recipe, FP8_RECIPES)
+        if names["precision"] != "fp8":
+            raise InvalidValueError(f"fp8_recipe {training.states.fp8_recipe} needs precision "
+                                    f"fp8, not {names['precision']}")
     cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods
     if not isinstance(training.adapters.lora_regather, bool):
         raise InvalidValueError(f"lora_regather must be True or False, got {training.adapters.lora_regather!r}")
@@ -216,6 +247,17 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
     return m_
+
+
+def _check_dispatcher(x, layout: Layout, dispatcher: str, framework: str) -> None:
+    # Megatron-core's dispatchers; DeepEP has configs for some group sizes only (e t_e > 1)
+    if dispatcher != "alltoall" and not framework_record(framework).megatron_options:
+        raise InvalidValueError(f"moe_dispatcher {dispatcher} is Megatron-core's, not {framework}'s")
+    if dispatcher != "alltoall" and not x.is_moe:
+        raise InvalidValueError(f"moe_dispatcher {dispatcher} needs an MoE model (Megatron-core "
+                                "builds no token dispatcher without experts)")
+    if dispatcher == "deepep":
+        check_deepep_group(layout.e * (layout.t if layout.t_e is None else layout.t_e))
 
 
 def _check_overlaps(x, layout: Layout, training: Training) -> None:
@@ -259,6 +301,10 @@ def _check_overlaps(x, layout: Layout, training: Training) -> None:
     if training.comm.tp_comm_overlap and (layout.t == 1 or not layout.sequence_parallel):
         raise InvalidValueError("--tp-comm-overlap needs --sequence-parallel, which Megatron "
                                 "turns off at TP 1 (validate_args)")
+    cfg = training.comm.tp_comm_overlap_cfg
+    if cfg is not None and not (isinstance(cfg, str) and training.comm.tp_comm_overlap):
+        raise InvalidValueError("tp_comm_overlap_cfg names the userbuffers config (a string) "
+                                "of tp_comm_overlap, which is off")
 
 
 def _check_pipeline_layout(x, layout: Layout, training: Training) -> None:

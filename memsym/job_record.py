@@ -11,6 +11,7 @@ the defaults every report lists, the one whole-number validator and the micro-ba
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 
 from sympy import Rational
@@ -21,14 +22,12 @@ from .limits import check_limit
 from .rules import check as check_rule
 from .vocabulary import recompute_modules
 
-__all__ = ["Layout", "Training", "Batch", "PipelineSchedule", "ModelStates", "Memory",
-           "Adapters", "CommOverlap", "PARTS", "FIELD_PARTS", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS", "whole",
-           "microbatches", "recompute_modules_of", "check_zero_buckets", "ZERO_BUCKET_NAMES"]
+__all__ = ["Layout", "Training", "Batch", "PipelineSchedule", "ModelStates", "Memory", "Adapters",
+           "CommOverlap", "PARTS", "FIELD_PARTS", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS",
+           "whole", "microbatches", "recompute_modules_of", "check_zero_buckets", "ZERO_BUCKET_NAMES"]
 
 
-# ---------------------------------------------------------------------------------------------
-# the parts
-# ---------------------------------------------------------------------------------------------
+# the parts ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Layout:
     """A parallel layout: how the GPUs are split (Megatron-LM's ordering [TP, CP, PP, DP]).
@@ -83,10 +82,8 @@ class Batch:
 
     Attributes
     ----------
-    seq_length : int
-        ``s`` [tokens].
-    micro_batch_size : int
-        ``b`` [sequences].
+    seq_length, micro_batch_size : int
+        ``s`` [tokens], ``b`` [sequences].
     num_microbatches : int or None
         ``m``, micro-batches per step and pipeline [1]; None = derived from ``global_batch_size`` as
         ``B/(b d)``, or "enough" (at least ``p``) when that is also None.
@@ -120,9 +117,8 @@ class PipelineSchedule:
         Megatron's ``microbatch_group_size_per_vp_stage`` (None = p) for the interleaved
         schedule's launch rule.
     overlap_p2p_comm : bool
-        Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``):
-        the interleaved schedule's p2p sends hide behind compute; without it interleaving
-        needs PP > 2.
+        Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``): the
+        interleaved schedule's p2p sends hide behind compute; without it interleaving needs PP > 2.
     defer_embedding_wgrad_compute : bool
         Megatron's ``--defer-embedding-wgrad-compute`` (default off; needs PP > 1): the
         output layer's weight-gradient GEMMs wait for the pipeline flush, so the last stage
@@ -150,24 +146,25 @@ class ModelStates:
     precision, optimizer, sharding, offload : str
         As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
     convention : str
-        How model states are counted: ``"framework"`` (default: what Megatron-core,
-        DeepSpeed or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient
-        buffer, 6 + 12/d bytes per parameter), ``"seed000"`` (the distributed optimizer
-        read as ZeRO-2, 2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5),
-        ``"megatron-lm"`` (its estimator).
-    grad_dtype, precision_aware, fp8_param_gather
-        Megatron's gradient-buffer dtype (None: fp32 for 16-bit training, as
-        ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32``; ``"bf16"`` =
-        ``--grad-reduce-in-bf16``), ``--use-precision-aware-optimizer`` and
-        ``--fp8-param-gather`` (:func:`memsym.terms.model_state.byte_widths`).
+        How model states are counted: ``"framework"`` (default: what Megatron-core, DeepSpeed
+        or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient buffer, 6 +
+        12/d bytes per parameter), ``"seed000"`` (the distributed optimizer read as ZeRO-2,
+        2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"``.
+    grad_dtype, precision_aware, fp8_param_gather, fp8_recipe
+        The gradient-buffer dtype (None: the framework's, fp32 for Megatron's 16-bit
+        training, ``"bf16"`` = ``--grad-reduce-in-bf16``; Megatron-FSDP's main grads),
+        ``--use-precision-aware-optimizer``, ``--fp8-param-gather`` (:func:`byte_widths`),
+        ``--fp8-recipe`` (None: per-tensor scaling; ``"mxfp8"``: ``FP8_RECIPES``).
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         Megatron's precision-aware optimizer dtypes (fp32; :mod:`memsym.terms.recipe_buffers`).
     zero_buckets : tuple of (str, int)
-        DeepSpeed's ZeRO buffers as its config sets them, ``(name, value)`` pairs of
-        ``reduce_bucket_size`` [elements], ``stage3_prefetch_bucket_size`` [elements] and
-        ``ipg_buffers`` [1] (0, 1, or 2 with ``overlap_comm``); the DeepSpeed reader sets them
-        (:func:`memsym.readers.jobs.deepspeed_job`), absent ones keep
-        :data:`memsym.terms.transients.DEFAULTS`.
+        DeepSpeed's ZeRO buffers, ``(name, value)`` pairs of ``reduce_bucket_size``
+        [elements], ``stage3_prefetch_bucket_size`` [elements] and ``ipg_buffers`` [1] (0, 1,
+        or 2 with ``overlap_comm``) as :func:`memsym.readers.jobs.deepspeed_job` reads them;
+        absent ones keep :data:`memsym.terms.transients.DEFAULTS`.
+    megatron_fsdp, fsdp_double_buffer
+        Megatron-FSDP's ``--data-parallel-sharding-strategy`` (None: not Megatron-FSDP;
+        :func:`memsym.terms.model_state.megatron_fsdp_state`), ``--fsdp-double-buffer``.
     """
 
     precision: str = "bf16"
@@ -178,10 +175,13 @@ class ModelStates:
     grad_dtype: str | None = None
     precision_aware: bool = False
     fp8_param_gather: bool = False
+    fp8_recipe: str | None = None
     main_params_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
     zero_buckets: tuple[tuple[str, int], ...] = ()
+    megatron_fsdp: str | None = None
+    fsdp_double_buffer: bool = False
 
 
 @dataclass(frozen=True)
@@ -244,6 +244,9 @@ class Memory:
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
     cuda_graph_impl, cuda_graph_modules, batch_attention_mask : str, tuple, bool
         Megatron-core's CUDA graphs, parts captured, batches' mask (:mod:`memsym.terms.cuda_graphs`).
+    moe_dispatcher : {"alltoall", "allgather", "deepep", "hybridep"}
+        Megatron's MoE token dispatcher (``--moe-token-dispatcher-type``; the flex one named
+        by its ``--moe-flex-dispatcher-backend``): :mod:`memsym.terms.dispatcher_buffers`.
     metric : {"device", "reserved", "allocated"}
         Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
         ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
@@ -266,6 +269,7 @@ class Memory:
     cuda_graph_impl: str = "none"
     cuda_graph_modules: tuple[str, ...] = ()
     batch_attention_mask: bool = True
+    moe_dispatcher: str = "alltoall"
     metric: str = "device"
 
 
@@ -305,9 +309,10 @@ class CommOverlap:
         backward) and ``--overlap-param-gather`` (the parameter all-gather during the next
         forward).  None: the framework's default
         (:meth:`memsym.frameworks.Framework.overlaps_by_default`).
-    tp_comm_overlap : bool
+    tp_comm_overlap, tp_comm_overlap_cfg : bool, str or None
         Megatron's ``--tp-comm-overlap`` (Transformer Engine userbuffers: the TP all-gather /
-        reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism).
+        reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism) and the
+        userbuffers config a Bridge recipe names (None: TE's default; memsym.timing.userbuffers).
     overlap_moe_expert_parallel_comm : bool
         Megatron's ``--overlap-moe-expert-parallel-comm`` (default off): the EP all-to-all
         hidden behind another micro-batch's compute (``TransformerConfig``'s conditions).
@@ -322,6 +327,7 @@ class CommOverlap:
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False
     cp_comm_type: str | None = None
+    tp_comm_overlap_cfg: str | None = None
 
 
 #: Training's sub-records: attribute -> record class.
@@ -334,22 +340,22 @@ FIELD_PARTS: dict = {name: part for name, part in (
                              "global_batch_size")),
     *((n, "memory") for n in ("recompute", "recompute_method", "recompute_num_layers",
                               "recompute_modules", "flash_attention", "dropout")),
-    ("schedule", "pipeline"), ("stage_placement", "pipeline"),
-    *((n, "states") for n in ("precision", "optimizer", "sharding", "convention", "offload")),
+    ("schedule", "pipeline"), ("stage_placement", "pipeline"), *((n, "states") for n in (
+        "precision", "optimizer", "sharding", "convention", "offload")),
     ("capacity_factor", "memory"), ("microbatch_group_size", "pipeline"),
-    *((n, "states") for n in ("grad_dtype", "precision_aware", "fp8_param_gather")),
-    *((n, "adapters") for n in ("finetune", "lora_rank", "lora_targets", "quantization",
-                                "lora_regather")),
-    ("compiled_loss", "memory"), ("framework", ""), ("loss_parallel", "memory"),
-    ("fsdp_root_group", "memory"),
+    *((n, "states") for n in ("grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe")),
+    *((n, "adapters") for n in ("finetune", "lora_rank", "lora_targets", "quantization", "lora_regather")),
+    ("compiled_loss", "memory"), ("framework", ""), ("loss_parallel", "memory"), ("fsdp_root_group", "memory"),
     *((n, "comm") for n in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                            "overlap_moe_expert_parallel_comm")),
+                            "overlap_moe_expert_parallel_comm", "tp_comm_overlap_cfg")),
     *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",
                                 "wgrad_deferral_limit")),
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
-        "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")),
+        "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "megatron_fsdp",
+        "fsdp_double_buffer")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers",
-                              "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask")))}
+                              "moe_dispatcher", "cuda_graph_impl", "cuda_graph_modules",
+                              "batch_attention_mask")))}
 
 
 @dataclass(frozen=True, init=False)
@@ -509,10 +515,6 @@ REPORTED_DEFAULTS: dict = {
 }
 
 
-
-# ---------------------------------------------------------------------------------------------
-# the whole-number validator (one for every size a job carries)
-# ---------------------------------------------------------------------------------------------
 def whole(value, what: str, *, minimum: int = 1, optional: bool = False):
     """``value`` as a Python int ``>= minimum`` (None passes when ``optional``).
 
@@ -527,8 +529,6 @@ def whole(value, what: str, *, minimum: int = 1, optional: bool = False):
     ...
     memsym.errors.InvalidValueError: t must be a whole number >= 1, got 0
     """
-    import numbers
-
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:

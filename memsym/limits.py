@@ -315,6 +315,10 @@ FIELD_LIMITS = MappingProxyType({
     "norms_per_layer": "norms", "moe_layer_freq": "layers",
     "mamba_inner_size": "ffn", "mamba_state_dim": "head_dim", "mamba_num_heads": "heads",
     "mamba_num_groups": "heads", "mamba_conv_kernel": "head_dim", "mamba_dt_rank": "rank",
+    "dsa_index_heads": "heads", "dsa_index_head_dim": "head_dim",
+    "gdn_key_heads": "heads", "gdn_value_heads": "heads", "gdn_key_head_dim": "head_dim",
+    "gdn_value_head_dim": "head_dim", "gdn_conv_kernel": "head_dim",
+    "short_conv_kernel": "head_dim",
     # Layout: every parallel degree is a number of GPUs
     "t": "gpus", "p": "stages", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",
     "first_stage_layers": "layers", "last_stage_layers": "layers",

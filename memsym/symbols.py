@@ -138,6 +138,10 @@ d_r = _register("d_r", r"d_{\mathrm{r}}", "MLA decoupled RoPE head dim (qk_rope_
                 "Megatron qk_pos_emb_head_dim)", "1", "positive integer")
 d_v = _register("d_v", r"d_{\mathrm{v}}", "MLA value head dim (v_head_dim)", "1",
                 "positive integer")
+H_idx = _register("H_idx", r"H_{\mathrm{idx}}", "DeepSeek-V3.2 sparse-attention indexer heads "
+                  "(index_n_heads)", "1", "positive integer")
+d_idx = _register("d_idx", r"d_{\mathrm{idx}}", "DeepSeek-V3.2 sparse-attention indexer head dim "
+                  "(index_head_dim)", "1", "positive integer")
 # --- hybrid Mamba / attention models (memsym/model/counts.py, memsym/terms/mamba.py) --------
 L_att = _register("L_att", r"L_{\mathrm{att}}", "number of layers with an attention mixer (hybrid "
                   "models; L otherwise)", "1", "nonnegative")
@@ -156,6 +160,26 @@ k_conv = _register("k_conv", r"k_{\mathrm{conv}}", "Mamba causal depthwise convo
                    "(d_conv)", "1", "positive integer")
 r_dt = _register("r_dt", r"r_{\Delta}", "Mamba-1 time-step projection rank (dt_rank)", "1",
                  "positive integer")
+# --- short-convolution mixers (memsym/model/token_mixers.py; LFM2) ---------------------------
+L_conv = _register("L_conv", r"L_{\mathrm{conv}}", "number of layers with a short-convolution "
+                   "mixer", "1", "nonnegative")
+k_sc = _register("k_sc", r"k_{\mathrm{sc}}", "short-convolution mixer's causal depthwise "
+                 "convolution width (conv_L_cache)", "1", "positive integer")
+L_lin = _register("L_lin", r"L_{\mathrm{lin}}", "number of layers with a lightning-attention "
+                  "mixer (MiniMax-01)", "1", "nonnegative")
+# --- Gated DeltaNet linear-attention mixers (memsym/model/token_mixers.py; Qwen3-Next) ------
+L_gdn = _register("L_gdn", r"L_{\mathrm{gdn}}", "number of layers with a Gated DeltaNet "
+                  "(linear-attention) mixer", "1", "nonnegative")
+H_gk = _register("H_gk", r"H_{\mathrm{gk}}", "Gated DeltaNet query/key heads "
+                 "(linear_num_key_heads)", "1", "positive integer")
+H_gv = _register("H_gv", r"H_{\mathrm{gv}}", "Gated DeltaNet value heads "
+                 "(linear_num_value_heads)", "1", "positive integer")
+d_gk = _register("d_gk", r"d_{\mathrm{gk}}", "Gated DeltaNet query/key head dim "
+                 "(linear_key_head_dim)", "1", "positive integer")
+d_gv = _register("d_gv", r"d_{\mathrm{gv}}", "Gated DeltaNet value head dim "
+                 "(linear_value_head_dim)", "1", "positive integer")
+k_gdn = _register("k_gdn", r"k_{\mathrm{gdn}}", "Gated DeltaNet causal depthwise convolution "
+                  "width (linear_conv_kernel_dim)", "1", "positive integer")
 # --- communication and time: groups, links, FLOP/s (memsym/terms/communication.py) --------
 n_node = _register("n_node", r"n_{\mathrm{node}}", "GPUs per node (one NVLink domain)", "GPUs",
                    "positive integer")

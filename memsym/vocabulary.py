@@ -13,15 +13,22 @@ from __future__ import annotations
 from .errors import InvalidValueError, choose
 from .limits import check_limit
 
-__all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "FRAMEWORK_CONVENTIONS", "OFFLOADS",
-           "GRAD_DTYPES", "PRECISION_NAMES", "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
+__all__ = ["SCHEMES", "MEGATRON_FSDP_SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES",
+           "FRAMEWORK_CONVENTIONS", "OFFLOADS", "GRAD_DTYPES", "PRECISION_NAMES", "FP8_RECIPES",
+           "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
            "RECOMPUTE_METHODS",
            "SCHEDULES", "STAGE_PLACEMENTS", "FRAMEWORKS", "FINETUNES", "METRIC_NAMES",
-           "ALLOWANCE_KEYS", "OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "CUDA_GRAPH_IMPLS",
-           "CUDA_GRAPH_MODULES", "recompute_modules"]
+           "ALLOWANCE_KEYS", "OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "MOE_DISPATCHERS",
+           "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "recompute_modules"]
 
 #: How model states are sharded over data parallelism (memsym.terms.model_state).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
+#: Megatron-FSDP's ``--data-parallel-sharding-strategy`` -> the scheme that shards the same
+#: states (no_shard keeps everything, optim shards the optimizer states, optim_grads also the
+#: gradients, optim_grads_params also the weights): the job's ``sharding`` beside its
+#: ``megatron_fsdp`` (:func:`memsym.terms.model_state.megatron_fsdp_state`).
+MEGATRON_FSDP_SCHEMES = {"no_shard": "ddp", "optim": "distributed-optimizer",
+                         "optim_grads": "zero2", "optim_grads_params": "fsdp"}
 #: How model states are counted.  ``framework`` (default): what the framework's code allocates
 #: (ddp and distributed-optimizer: Megatron-core; zero1/2/3: DeepSpeed; fsdp: FSDP2).
 #: ``seed000``: seed 000's distributed optimizer (fp32 gradients sharded, 2 + 16/d) and ZeRO's
@@ -47,8 +54,14 @@ CE_FUSION_IMPLS = ("native", "te")
 #: (transformer_config.py:1090; empty: the whole layer) at d98e8a64dd.
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+#: Megatron-core's MoE token dispatchers: alltoall, allgather, and the flex dispatcher with its
+#: DeepEP or HybridEP backend (memsym.terms.dispatcher_buffers).
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
 #: Weight precisions (their byte widths: memsym.terms.model_state.PRECISIONS).
-PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8")
+PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8", "fp4")
+#: Megatron's ``--fp8-recipe`` values memsym counts under fp8 (None: per-tensor scaling, delayed
+#: and tensorwise alike; mxfp8: memsym.terms.widths.FP8_RECIPES says what it changes).
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
 #: Optimizers (their state bytes: memsym.terms.model_state.OPTIMIZERS).
 OPTIMIZER_NAMES = ("adam", "adamw", "sgd", "adam8bit", "adafactor", "none")
 #: Activation recomputation: none, Megatron's selective (core attention) and full, torchtitan's

@@ -54,15 +54,17 @@ LLAMA3_8B = ("llama3-8b", "--vocab-size", "32000", "--tp", "1", "--pp", "1", "--
 # gradients); precision-aware optimizer; distributed optimizer, overlapped grad reduce and
 # param gather (:128-129); tp_comm_overlap True is turned off by Bridge at TP 1
 # (training/comm_overlap.py:443); Hugging Face tokenizer: the config.json vocabulary; 16 GPUs;
-# Transformer Engine's fused cross-entropy (qwen3_moe.py:88-89); Transformer Engine's CUDA
-# graphs of the router and the MoE preprocessing (qwen3_moe.py:213-214).
+# Transformer Engine's fused cross-entropy (qwen3_moe.py:88-89); the flex dispatcher with
+# HybridEP (perf_recipes/qwen/h100/qwen3_moe.py:89-90, apply_flex_dispatcher_backend);
+# Transformer Engine's CUDA graphs of the router and the MoE preprocessing (qwen3_moe.py:213-214).
 QWEN3_30B = ("qwen3-30b-a3b", "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "16", "--etp", "1",
              "--seq-length", "4096", "--micro-batch-size", "1", "--global-batch-size", "1024",
              "--world-size", "16", "--recompute-granularity", "none", "--precision", "bf16",
              "--optimizer", "adam", "--use-distributed-optimizer", "--grad-reduce-in-bf16",
              "--use-precision-aware-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
-             "--cross-entropy-fusion-impl", "te", "--cuda-graph-impl", "transformer_engine",
-             "--cuda-graph-modules", "moe_router", "moe_preprocess")
+             "--cross-entropy-fusion-impl", "te", "--moe-dispatcher", "hybridep",
+             "--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", "moe_router",
+             "moe_preprocess")
 
 
 def test_llama3_8b_recipe_equals_the_explicit_command(capsys):
@@ -186,7 +188,7 @@ def test_values_are_literals_never_evaluated():
     ("model.tensor_model_paralel_size=2",),                  # no field of Bridge's model config
     ("train.global_batch=2",),
     ("model.sequence_parallel=maybe",),                      # not a boolean
-    ("mixed_precision=bf16_with_nvfp4_mixed",),             # FP4: not modelled
+    ("mixed_precision=bf16_with_mxfp4_mixed",),             # not a precision recipe memsym reads
     ("model.tensor_model_parallel_size=3",),                 # 3 does not divide the 2 GPUs
     ("llama3-8b",),                                          # a MODEL beside the recipe
     ("--tp", "2"),                                           # memsym's layout beside it
@@ -325,12 +327,12 @@ def test_perf_recipe_deepseek_layout_and_its_rebuild():
     assert stages[0] == "E" + "t" * 4 and len(stages) == 16 and stages[-1] == "tmL"
 
 
-def test_perf_recipe_fp4_is_refused_in_one_line(capsys):
+def test_perf_recipe_fp4_is_memsyms_fp4(capsys):
     """perf_recipes/llama/gb200/llama3.py:140 _perf_precision("nvfp4") (bf16_with_nvfp4_mixed):
-    memsym has no FP4 precision."""
+    memsym's fp4 (Transformer Engine NVFP4), its fp4_param_gather noted as not modelled."""
     code, out, err = cli(capsys, "estimate", "--bridge-recipe",
                          "llama3_8b_pretrain_8gpu_gb200_nvfp4_config")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "FP4" in err
+    assert code == 0 and "NVFP4" in out and "fp4_param_gather" in out
 
 
 def test_perf_recipe_named_like_a_base_recipe_is_qualified():

@@ -316,13 +316,16 @@ def _transformers_count(path) -> int:
 
 
 def test_every_accepted_type_has_a_small_config():
-    # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py and
-    # tests/test_hf_more_types.py, the hybrid Mamba types in tests/test_hf_hybrid.py
+    # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py,
+    # tests/test_hf_more_types.py and tests/test_hf_layer_kinds.py, the hybrid Mamba types in
+    # tests/test_hf_hybrid.py
+    from test_hf_layer_kinds import SMALL as DBRX_DSA
     from test_hf_hybrid import SMALL as HYBRID
     from test_hf_more_types import SMALL as MORE
     from test_hf_newer_types import SMALL as NEWER
 
-    assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE}.values()}
+    assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE,
+                                           **DBRX_DSA}.values()}
             == set(HF_MODEL_TYPES))
 
 
@@ -643,6 +646,9 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
         read.discard("hidden_dropout")
     assert set(_DROPOUT[mtype]) == read
     defaults = AutoConfig.for_model(mtype).to_dict()
+    if mtype == "dbrx":
+        # DbrxAttention reads attn_config.attn_pdrop (memsym reads the nested field)
+        defaults.update(attn_pdrop=defaults["attn_config"]["attn_pdrop"])
     assert {k: defaults[k] for k in read} == _DROPOUT[mtype]
 
 

@@ -121,7 +121,10 @@ def test_the_bridge_recipe_is_read_as_fp8_parameters():
     _, opts, notes = bridge_job_options(read_bridge_recipe(
         "llama3_70b_pretrain_64gpu_gb300_fp8cs_config"))
     assert opts["sharding"] == "fsdp" and opts["precision"] == "fp8"
-    assert opts["fp8_param_gather"] is True and opts["grad_dtype"] == "bf16"
+    # no grad_dtype: Megatron-FSDP's main grads are its default (auto: bf16 for an FP8 group,
+    # 2322), not the recipe's grad_reduce_in_fp32, which Megatron-FSDP does not read
+    assert opts["fp8_param_gather"] is True and "grad_dtype" not in opts
+    assert opts["megatron_fsdp"] == "optim_grads_params"
     assert any("FP8 parameters" in n for n in notes)
 
 
@@ -145,3 +148,16 @@ def test_fp8_under_fsdp_is_megatron_fsdp_only():
     with pytest.raises(InvalidValueError, match="Megatron-FSDP"):
         job("llama3-8b", d=DP, sharding="fsdp", precision="fp8", fp8_param_gather=True,
             framework="torchtitan", seq_length=S, micro_batch_size=1)
+
+
+def test_the_step_casts_the_bf16_grads_to_fp32():
+    """update_main_grads (param_and_grad_buffer.py:3381 at d98e8a64dd): the bf16 main-grad
+    shard cast to the fp32 main weights' dtype for the optimizer, 4 B per parameter / d, in
+    the step only."""
+    from memsym.training.transients import states_and_transients
+    j = _job()
+    values = job_memory(j, stage=0).values
+    steady, phases = states_and_transients(j, 0)
+    assert "main_gradients" not in {t.key for t in steady}
+    cast = [t.evaluate(values) for t in phases["optimizer"] if t.key == "main_gradients"]
+    assert cast == [4 * TOTAL // DP]

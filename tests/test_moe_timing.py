@@ -12,6 +12,7 @@ from memsym.timing import moe
 from memsym.timing.collectives import collective_time
 from memsym.timing.efficiency import LAUNCH_OVERHEAD, gemm_time
 from memsym.timing.gemm import Gemm, layer_gemms, memory_bytes, shape_of
+from tools.grouped_gemm_check import compare, k0_fit, load
 
 H100 = dict(sms=132, peak=989.4e12, hbm=3.35e12)
 
@@ -246,3 +247,24 @@ def test_ep_overlap_hides_nothing_in_the_first_forward_and_last_backward():
     assert saved[1] == pytest.approx(0.0, abs=1e-12)
     assert saved[2] > 0
     assert saved[3] == pytest.approx(2 * saved[2], rel=1e-9)
+
+
+def test_grouped_gemm_rates_against_published_microbenchmarks():
+    # formulas/grouped_gemm_bench.toml: every point names a source with a URL and a locator;
+    # the published rates are as printed (torchao's from its printed time: 2 M K N / time_sec,
+    # hand: 2 * 8192 * 5120 * 8192 / 1.31e-3 = 525 TFLOP/s).  The Known-gaps claims hold:
+    # memsym's grouped price follows DeepGEMM's shape trend within 10 % at 4096+ rows per
+    # group, and is within 10 % of torch._grouped_mm bf16 on H100 at 512 rows per expert.
+    sources, points = load()
+    for s in sources.values():
+        assert s["url"].startswith("https://github.com/") and s["locator"]
+    assert {p["source"] for p in points} <= set(sources)
+    rows = compare()
+    ao = [r for r in rows if r["source"] == "torchao-pr2490"]
+    assert ao[0]["published"] == pytest.approx(2 * 8192 * 5120 * 8192 / 1.31e-3 / 1e12)
+    assert all(abs(r["ratio"] - 1) < 0.1 for r in ao)
+    big = [r["norm"] for r in rows if r["kind"] == "grouped" and r["m"] >= 4096
+           and r["norm"] is not None]
+    assert len(big) == 4 and all(abs(n - 1) < 0.1 for n in big)
+    best, before, after = k0_fit()
+    assert after < before

@@ -52,12 +52,14 @@ SETTINGS = {
     "fsdp_root_group": bool, "defer_embedding_wgrad_compute": bool,
     "wgrad_deferral_limit": int, "packed_sequence": bool,
     "recompute": str, "lora_targets": str, "precision": str, "sharding": str, "schedule": str,
+    "moe_dispatcher": str,
 }
 _CHOICES = {
     "recompute": ("none", "selective", "selective-op", "full"),
     "precision": ("bf16", "fp8-current-scaling", "float8-tensorwise", "float8-rowwise", "mxfp8"),
     "sharding": ("distributed-optimizer", "fsdp", "zero1", "zero2", "zero3", "ddp"),
     "schedule": ("1f1b", "interleaved-1f1b", "gpipe"),
+    "moe_dispatcher": ("alltoall", "allgather", "deepep", "hybridep"),
 }
 #: Megatron(-Bridge) LoRA target module -> memsym's adapted matrices
 #: (:data:`memsym.terms.adapters.LORA_TARGETS`).
@@ -395,6 +397,10 @@ def job(point: Point) -> Job:
                         defer_embedding_wgrad_compute=bool(
                             cfg.get("defer_embedding_wgrad_compute", False)),
                         wgrad_deferral_limit=cfg.get("wgrad_deferral_limit", 0),
+                        # the flex dispatcher's buffers are outside PyTorch's counters: the
+                        # point's metric decides whether the total holds them
+                        moe_dispatcher=cfg.get("moe_dispatcher", "alltoall"),
+                        metric=_metric(point),
                         framework=_FRAMEWORK.get(point.framework, "megatron"))
     model = point.model
     if point.framework == "torchtitan":   # its RoPE table is built for the training sequence
@@ -452,12 +458,17 @@ def _allowances(point: Point) -> dict:
     allocator reserve (fragmentation); nvidia-smi sees everything."""
     from memsym.terms.allowances import METRICS
 
+    return dict(METRICS[_metric(point)][0])
+
+
+def _metric(point: Point) -> str:
+    """memsym's metric (:data:`memsym.terms.allowances.METRICS`, what --metric selects) of
+    what the point measured: nvidia-smi is the device's count; an unstated one the
+    framework's own log (:data:`_FRAMEWORK_METRIC`)."""
     metric = point.metric
     if metric == "unstated":
         metric = _FRAMEWORK_METRIC.get(point.framework, "nvidia-smi")
-    # memsym's metrics (memsym.terms.allowances.METRICS, what --metric selects): nvidia-smi is
-    # the device's count
-    return dict(METRICS["device" if metric == "nvidia-smi" else metric][0])
+    return "device" if metric == "nvidia-smi" else metric
 
 
 @dataclass(frozen=True)
@@ -687,7 +698,10 @@ _EXPLANATIONS = [
     "source read (`tools.measured._allowances`): PyTorch's allocated and reserved counters see "
     "neither the CUDA context nor NCCL's buffers, `allocated` no allocator reserve; an "
     "unstated metric is the framework's own log (Megatron/Bridge: max allocated; torchtitan: "
-    "max reserved). The fragmentation margin (10 %) is memsym's default, not fitted. The one "
+    "max reserved). The fragmentation margin (10 %) is memsym's default, not fitted: the "
+    "published (peak allocated, max reserved) pairs (`formulas/allocator_reserve.toml`) put "
+    "the reserve without expandable segments at 20–39 % of the allocation (9 pairs, median "
+    "30.7 %) and hold none with them. The one "
     "assumption taken from the framework rather than the card is seed 001's bf16 gradient "
     "buffer (Bridge's perf recipes set `grad_reduce_in_fp32 = False`); with the distributed "
     "optimizer's fp32 main-gradient shard it costs the same as fp32 at d = 2.",

@@ -7,12 +7,13 @@ A row spelling a Megatron-LM argument uses Megatron's name first and Megatron's 
 from __future__ import annotations
 
 from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, CP_METHODS, CUDA_GRAPH_IMPLS,
-                          CUDA_GRAPH_MODULES, FINETUNES,
+                          CUDA_GRAPH_MODULES, FINETUNES, MOE_DISPATCHERS,
                           FRAMEWORK_CONVENTIONS, FRAMEWORKS, METRIC_NAMES, OFFLOADS,
                           OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_METHODS, RECOMPUTE_MODULES,
                           SCHEDULES, SCHEMES)
 from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
 from ..vocabulary import PRECISION_NAMES as PRECISIONS
+from ..vocabulary import FP8_RECIPES
 from . import options as T
 from .command_rows import check_rows, command_rows, model_rows, time_rows
 from .option_schema import (ALLOWANCES_SOURCE, JOB_AND_SEARCH, JOB_DEFAULTS,
@@ -106,6 +107,12 @@ def _state_rows():
            source=JOB_DEFAULTS + " (bf16 mixed precision, as the recipes); a Megatron-LM "
            "command without MODEL: fp32 unless --bf16/--fp16",
            help="weight precision: " + ", ".join(PRECISIONS)),
+        option("--fp8-recipe", group="states", type=T.choice("FP8 recipe", FP8_RECIPES),
+           field="fp8_recipe", commands=JOB_AND_SEARCH, search="same", effect="memory, time",
+           source="memsym.job.DEFAULTS: per-tensor scaling (delayed and tensorwise counted alike)",
+           help="Megatron's --fp8-recipe under --precision fp8: " + ", ".join(FP8_RECIPES)
+           + " (mxfp8: Transformer Engine's MXFP8, a scale byte per 32 elements and rowwise + "
+           "columnwise weight copies; Blackwell only)"),
         option("--optimizer", group="states", type=T.choice("optimizer", OPTIMIZERS),
            field="optimizer", default="adam", source=JOB_DEFAULTS + " (Megatron-LM's "
            "--optimizer adam)", commands=JOB_AND_SEARCH, search="same",
@@ -339,6 +346,11 @@ def _run_rows():
               field="batch_attention_mask", value=False, effect="memory",
               help="Megatron's flag: the data loader's batches carry no s x s mask (what the "
               "full-iteration graph keeps per micro-batch)"),
+        option("--moe-dispatcher", group="training", choices=MOE_DISPATCHERS,
+           field="moe_dispatcher", default="alltoall", source=MEGATRON_ARGS, effect="memory",
+           help="Megatron-core's MoE token dispatcher: alltoall, allgather, or the flex "
+           "dispatcher's deepep / hybridep backend, whose buffers (outside PyTorch's "
+           "allocator) are counted"),
         option("--moe-expert-capacity-factor", group="training", type=T.capacity_factor,
            field="capacity_factor", default=1, source="memsym: balanced routing",
            help="routed-token load of the busiest expert rank"),

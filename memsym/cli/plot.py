@@ -134,7 +134,8 @@ def phase_segments(estimate, job) -> dict:
     frees) netted as ``transients``; where that net is negative (backward freeing the output
     layer's activations) it is taken off ``activations``, so that every segment is >= 0 and
     each phase's segments add up to its total (:meth:`TrainingEstimate.phases`)."""
-    from ..training import (ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS, phase_totals)
+    from ..training import (ACTIVATION_KEYS, ALLOWANCE_KEYS, OUTSIDE_ALLOCATOR_KEYS, STATE_KEYS,
+                            phase_totals)
 
     totals = phase_totals(job, estimate.stage)
     out = {}
@@ -146,7 +147,7 @@ def phase_segments(estimate, job) -> dict:
                 continue
             if key in ACTIVATION_KEYS:
                 act += val
-            elif key in STATE_KEYS or key in ALLOWANCE_KEYS or key == "tp_comm_userbuffers":
+            elif key in STATE_KEYS or key in ALLOWANCE_KEYS or key in OUTSIDE_ALLOCATOR_KEYS:
                 seg[key] = val
             else:
                 trans += val

@@ -71,8 +71,9 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
             lines.append(f"dominant: {_dominant(terms, total)}")
     if rep.get("phases"):
         ph = rep["phases"]
-        step = "".join(f", of which {key.replace('_', ' ')} {val / 1e9:.3f} GB"
-                       for key, val in rep.get("optimizer_step_bytes", {}).items())
+        step = ", ".join(f"{key.replace('_', ' ')} {val / 1e9:.3f} GB"
+                         for key, val in rep.get("optimizer_step_bytes", {}).items())
+        step = f", of which {step}" if step else ""
         lines.append(_wrap(
             f"peak phase: {ph['peak']} (end of forward {ph['forward'] / 1e9:.3f} GB, loss "
             f"backward {ph['loss-backward'] / 1e9:.3f} GB, blocks' backward "

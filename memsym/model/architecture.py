@@ -14,10 +14,11 @@ from typing import Optional, Union
 
 from .. import limits as _limits
 from ..errors import InvalidValueError, UnknownNameError
-from ..text import printable, short
+from ..text import printable
+from .sizes import inert_name, padded_vocab_size, pos_int
 
 __all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern", "LIMITS",
-           "MIXERS", "mixer_counts", "is_hybrid",
+           "MIXERS", "mixer_counts", "mixer_layer_count", "is_hybrid",
            "check_limit", "printable"]
 
 # Every size an architecture carries is bounded (memsym.limits, the one table of limits), so a
@@ -75,13 +76,19 @@ class Architecture:
       Cohere); recorded for activation models, it changes no parameter count by itself.
     * ``xielu_activation``: the MLP's activation is xIELU with two learned scalars (``alpha_p``,
       ``alpha_n``) per MLP (Apertus).
+    * ``dsa_index_heads``, ``dsa_index_head_dim``: DeepSeek-V3.2's sparse-attention indexer in
+      every MLA layer (wq_b r_q -> H_idx d_idx, wk h -> d_idx, a LayerNorm of d_idx, weights_proj
+      h -> H_idx); None: no indexer.
 
     Fields of the hybrid Mamba / attention models (Jamba, Bamba, Falcon-H1, Nemotron-H,
     Granite 4.0; Megatron-core's ``hybrid_override_pattern`` describes the same per layer):
 
     * ``layer_mixers``: a tuple of L entries of :data:`MIXERS`: ``"attention"``, ``"mamba"``,
-      ``"parallel"`` (attention and Mamba side by side on one input, Falcon-H1) or ``"none"``
-      (an MLP/MoE-only layer, Nemotron-H); None: every layer has attention.
+      ``"parallel"`` (attention and Mamba side by side on one input, Falcon-H1), ``"gdn"`` (a
+      Gated DeltaNet linear-attention mixer, Qwen3-Next), ``"conv"`` (a gated short
+      convolution, LFM2), ``"lightning"`` (lightning attention, of the attention's heads and
+      head dim, MiniMax-01) or ``"none"`` (an MLP/MoE-only layer, Nemotron-H); None: every
+      layer has attention.
     * ``ffn_layers``: a tuple of L 0/1 entries, 1 where the layer has an MLP or MoE block
       (Nemotron-H's Mamba and attention layers have none); None: every layer.  A MoE pattern
       (``moe_layer_freq``) may only mark layers that have one.
@@ -91,6 +98,11 @@ class Architecture:
       ``mamba_conv_kernel``, ``mamba_dt_rank`` (Mamba-1), the bias switches of conv1d, in_proj
       and out_proj, ``mamba_gated_norm`` (Mamba-2's RMSNorm over d_inner before out_proj) and
       ``mamba_inner_norms`` (Jamba's RMSNorms of dt_rank, N, N on dt, B, C).
+    * ``gdn_key_heads``, ``gdn_value_heads``, ``gdn_key_head_dim``, ``gdn_value_head_dim``,
+      ``gdn_conv_kernel``: the Gated DeltaNet mixers' sizes; ``attention_output_gate``: the
+      attention layers' q_proj also gives a sigmoid gate of a d_h on the output (Qwen3-Next).
+    * ``short_conv_kernel``, ``short_conv_bias``: the short-convolution mixers' depthwise conv
+      taps and biases (in_proj, conv, out_proj).
 
     Every size is bounded by :data:`LIMITS`; the name is kept printable (:func:`printable`).
     """
@@ -124,6 +136,8 @@ class Architecture:
     qk_head_dim: Optional[int] = None
     qk_pos_emb_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
+    dsa_index_heads: Optional[int] = None          # DeepSeek-V3.2 indexer heads; None = no indexer
+    dsa_index_head_dim: Optional[int] = None       # DeepSeek-V3.2 indexer head dim
     mtp_num_layers: int = 0
     extra: dict = field(default_factory=dict, compare=False, hash=False)  # documented extras per preset
     # --- added by the models module (issue 3) ---
@@ -157,6 +171,15 @@ class Architecture:
     mamba_out_proj_bias: bool = False              # out_proj bias
     mamba_gated_norm: bool = True                  # Mamba-2 gated RMSNorm over d_inner
     mamba_inner_norms: bool = False                # Jamba's RMSNorms on dt, B and C (Mamba-1)
+    # --- Gated DeltaNet linear-attention mixers and gated attention (Qwen3-Next, issue 32) ---
+    gdn_key_heads: Optional[int] = None            # linear_num_key_heads (q and k heads)
+    gdn_value_heads: Optional[int] = None          # linear_num_value_heads (v heads, states)
+    gdn_key_head_dim: Optional[int] = None         # linear_key_head_dim
+    gdn_value_head_dim: Optional[int] = None       # linear_value_head_dim
+    gdn_conv_kernel: int = 4                       # linear_conv_kernel_dim
+    attention_output_gate: bool = False            # q_proj of 2 a d_h: a sigmoid output gate
+    short_conv_kernel: int = 3                     # LFM2's conv_L_cache
+    short_conv_bias: bool = False                  # LFM2's conv_bias (in_proj, conv, out_proj)
 
     @property
     def is_moe(self) -> bool:
@@ -181,38 +204,23 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "max_position_embeddings", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
                "mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
-               "mamba_conv_kernel", "mamba_dt_rank")
+               "mamba_conv_kernel", "mamba_dt_rank", "dsa_index_heads", "dsa_index_head_dim",
+               "gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim",
+               "gdn_conv_kernel", "short_conv_kernel")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
-                "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms")
+                "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms",
+                "attention_output_gate", "short_conv_bias")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
-MIXERS = ("attention", "mamba", "parallel", "none")
+MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "none")
 """The ``layer_mixers`` entries: a layer's token mixer(s)."""
 _MAMBA_INT_FIELDS = ("mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
                      "mamba_conv_kernel", "mamba_dt_rank")
 _MAMBA_BOOL_FIELDS = ("mamba_conv_bias", "mamba_in_proj_bias", "mamba_out_proj_bias",
                       "mamba_gated_norm", "mamba_inner_norms")
-
-
-def pos_int(value, what: str, allow_zero: bool = False) -> int:
-    # bool is an int subclass in Python: True must not pass as 1 layer.
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numbers
-            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-        except Exception:  # pragma: no cover
-            ok = False
-        if not ok:
-            raise InvalidValueError(f"{what} must be a whole number, got {type(value).__name__} "
-                                    f"{short(value)}")
-        value = int(value)
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidValueError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got "
-                                f"{short(value)}")
-    return value
 
 
 def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architecture:
@@ -263,6 +271,13 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
         for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             if name not in upd:
                 raise InvalidValueError(f"multi_latent_attention needs {name}")
+    if (arch.dsa_index_heads is None) != (arch.dsa_index_head_dim is None) or (
+            arch.dsa_index_heads and not (arch.multi_latent_attention and arch.q_lora_rank)):
+        raise InvalidValueError("dsa_index_heads and dsa_index_head_dim (DeepSeek-V3.2's "
+                                "indexer) go together, with multi_latent_attention and q_lora_rank")
+    if arch.attention_output_gate and arch.multi_latent_attention:
+        raise InvalidValueError("attention_output_gate (Qwen3-Next's gated q_proj) with "
+                                "multi_latent_attention is not modelled")
     if arch.moe_router_bias is None:
         upd["moe_router_bias"] = bool(arch.add_bias_linear)
     _resolve_hybrid(arch, upd)
@@ -277,7 +292,7 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
 
 def _check_fields(arch: Architecture, upd: dict) -> None:
     """Check the name, the sizes and the switches of ``arch`` into ``upd``."""
-    upd["name"] = _inert_name(arch.name)
+    upd["name"] = inert_name(arch.name)
     for name in _INT_FIELDS:
         val = getattr(arch, name)
         if val is not None:
@@ -388,6 +403,10 @@ def _resolve_hybrid(arch: Architecture, upd: dict) -> None:
             if name not in upd:
                 raise InvalidValueError(f"Mamba layers (mamba_version {arch.mamba_version}) "
                                         f"need {name}")
+    if mixers is not None and "gdn" in mixers:
+        for name in ("gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim"):
+            if name not in upd:
+                raise InvalidValueError(f"Gated DeltaNet layers need {name}")
 
 
 def mixer_counts(arch: Architecture) -> tuple:
@@ -411,6 +430,20 @@ def mixer_counts(arch: Architecture) -> tuple:
         n_ssm = sum(m in ("mamba", "parallel") for m in x.layer_mixers)
     n_ffn = n_layers if x.ffn_layers is None else sum(x.ffn_layers)
     return n_att, n_ssm, n_ffn
+
+
+def mixer_layer_count(arch: Architecture, mixer: str) -> int:
+    """The number of layers whose ``layer_mixers`` entry is ``mixer`` (``"gdn"``, ``"conv"``).
+
+    Examples
+    --------
+    >>> mixer_layer_count(Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    ...     position_embedding_type="rope", layer_mixers=("gdn", "attention"), gdn_key_heads=2,
+    ...     gdn_value_heads=2, gdn_key_head_dim=4, gdn_value_head_dim=4), "gdn")
+    1
+    """
+    mixers = lenient(arch).layer_mixers
+    return 0 if mixers is None else sum(m == mixer for m in mixers)
 
 
 def is_hybrid(arch: Architecture) -> bool:
@@ -458,49 +491,6 @@ def lenient(arch: Architecture) -> Architecture:
     # structure-only resolution: a missing position-table length does not matter here
     return resolve(arch, seq_length=1 if isinstance(arch, Architecture)
                    and arch.max_position_embeddings is None else None)
-
-
-def padded_vocab_size(vocab_size: int, t: int = 1, divisible_by: int = 128) -> int:
-    """Megatron-LM's padded vocabulary: the next multiple of ``divisible_by * t``.
-
-    .. math:: V_{\\mathrm{pad}} = \\left\\lceil \\frac{V}{128\\,t} \\right\\rceil 128\\,t
-
-    Parameters
-    ----------
-    vocab_size : int
-        Tokenizer vocabulary [tokens].
-    t : int
-        Tensor-parallel size [GPUs].
-    divisible_by : int
-        ``--make-vocab-size-divisible-by`` (default 128).
-
-    References
-    ----------
-    Megatron-LM ``_vocab_size_with_padding`` (megatron/training/tokenizer); MEGATRON-ESTIMATORS.md §2.1.
-
-    Examples
-    --------
-    >>> padded_vocab_size(50257, t=1), padded_vocab_size(50257, t=8), padded_vocab_size(32000, t=8)
-    (50304, 51200, 32768)
-    """
-    vocab_size = pos_int(vocab_size, "vocab_size")
-    mult = pos_int(divisible_by, "make_vocab_size_divisible_by") * pos_int(t, "t")
-    return -(-vocab_size // mult) * mult
-
-
-def _inert_name(name) -> str:
-    """``name`` as printable text of at most ~64 characters, unchanged if it already is one.
-
-    :func:`printable` doubles every backslash, so applied twice it changes a name again; a
-    name already inert (no hidden characters, short) is kept as it is, so that resolving a
-    copy of a resolved model (``dataclasses.replace``) gives the same name: a config.json
-    named ``C:\\models\\llama`` was refused by every estimate.
-    """
-    text = name if isinstance(name, str) else str(name)
-    plain = text.replace("\\", "")
-    if len(text) <= 96 and printable(plain, 96) == plain:
-        return text
-    return printable(text, 64)
 
 
 def moe_layer_pattern(arch: Architecture) -> tuple:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, UnknownNameError
-from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, moe_layer_count,
-                           moe_layer_pattern, padded_vocab_size, resolve)
-from ..terms.adapters import LORA_TARGETS, lower_choice
-from ..symbols import (E, G_ssm, H_ssm, L, L_att, L_ffn, L_m, L_ssm, N_ssm, V, a, d_h, d_qk, d_r,
-                       d_ssm, d_v, f, f_e, f_sh, g, h, k, k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
+from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, mixer_layer_count,
+                           moe_layer_count, moe_layer_pattern, padded_vocab_size, resolve)
+from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_lin, L_m, L_ssm,
+                       N_ssm, V, a, d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k,
+                       k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
+from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
+from .lora_counts import lora_parameter_count
 from .presets import preset
 from ..term import Source, Term, Total
 from ..text import shared_doc
@@ -31,7 +33,8 @@ _doc = shared_doc(count_params="""
     """)
 
 
-COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "mlp", "norms", "router",
+COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "linear_attention",
+              "short_conv", "mlp", "norms", "router",
               "shared_experts", "experts", "output_layer", "mtp", "mtp_experts")
 """Keys of :func:`parameter_expression` / :func:`parameter_counts`, in model order."""
 
@@ -72,6 +75,11 @@ def _attention_parts(x: Architecture):
         if bias_all:  # not used by any preset; counted as Megatron would build it
             tp += a * (d_qk + d_r) + a * (d_qk + d_v)
             rep += h
+        if x.dsa_index_heads:
+            # DeepSeek-V3.2's indexer (transformers' DeepseekV32Indexer): wq_b r_q -> H_idx d_idx,
+            # wk h -> d_idx, k_norm nn.LayerNorm(d_idx) (weight and bias), weights_proj
+            # h -> H_idx, none biased; kept whole on every TP rank
+            rep += r_q * H_idx * d_idx + h * d_idx + 2 * d_idx + h * H_idx
         return tp, rep
     # Q and O are h x a*d_h, K and V are h x g*d_h (GQA; g = a is multi-head attention).
     tp = h * a * d_h + 2 * h * g * d_h + a * d_h * h
@@ -88,6 +96,9 @@ def _attention_parts(x: Architecture):
         rep += 2 * eta * d_h          # one norm over the head dim for Q and one for K
     if x.attention_sinks:
         tp += a                       # one sink logit per head, sharded with the heads
+    if x.attention_output_gate:
+        # Qwen3-Next's q_proj h -> 2 a d_h: the query and a sigmoid gate on the output
+        tp += h * a * d_h + (a * d_h if bias_qkv else ZERO)
     return tp, rep
 
 
@@ -233,6 +244,12 @@ def parameter_expression(arch: Architecture) -> dict:
             out[key] = layers * sum(layer_parts(x, any_moe)[key][:3], ZERO)
     if n_ssm:
         out["mamba"] = L_ssm * sum(mamba_parts(x), ZERO)
+    if mixer_layer_count(x, "gdn"):
+        out["linear_attention"] = L_gdn * sum(gdn_parts(x), ZERO)
+    if mixer_layer_count(x, "lightning"):
+        out["linear_attention"] += L_lin * sum(lightning_parts(x), ZERO)
+    if mixer_layer_count(x, "conv"):
+        out["short_conv"] = L_conv * sum(conv_parts(x), ZERO)
     out["norms"] += norm_params(x) * h                  # final norm
     if x.embedding_norm:                         # BLOOM's word_embeddings_layernorm
         out["norms"] += norm_params(x) * h
@@ -300,6 +317,12 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
                      d_v: x.v_head_dim})
         if x.q_lora_rank:
             vals[r_q] = x.q_lora_rank
+        if x.dsa_index_heads:
+            vals.update({H_idx: x.dsa_index_heads, d_idx: x.dsa_index_head_dim})
+    for sym, mixer in ((L_gdn, "gdn"), (L_conv, "conv"), (L_lin, "lightning")):
+        if mixer_layer_count(x, mixer):
+            vals[sym] = mixer_layer_count(x, mixer)
+    vals.update(mixer_values(x))
     return {sym: sp.Integer(val) for sym, val in vals.items()}
 
 
@@ -487,6 +510,10 @@ def _component_sources(x: Architecture) -> dict:
         "mamba": Source("mamba2" if x.mamba_version == 2 else "mamba1",
                         "§7 Mamba-2 block" if x.mamba_version == 2 else
                         "Algorithm 2 (selective SSM); JambaMambaMixer's dt/B/C norms"),
+        "linear_attention": Source("hf-transformers-5", "modeling_qwen3_next.py "
+                                   "Qwen3NextGatedDeltaNet; modeling_minimax.py "
+                                   "MiniMaxLightningAttention"),
+        "short_conv": Source("hf-transformers-5", "modeling_lfm2.py Lfm2ShortConv"),
         "mlp": Source("megatron-lm", mega + ": 2γhf"),
         "norms": (Source("hf-transformers-5", "modeling_<model_type>.py: the norms each decoder layer "
                                          "builds (η per element) + final (+ embedding) norm")
@@ -521,7 +548,10 @@ def parameter_total(arch: Architecture):
     sources = _component_sources(x)
     what = {"embedding": "word embedding (V rows of h)", "position_embedding": "learned positions",
             "attention": "attention projections per layer",
-            "mamba": "Mamba mixers (in/out projections, conv1d, A, D, dt, norm)", "mlp": "dense MLPs",
+            "mamba": "Mamba mixers (in/out projections, conv1d, A, D, dt, norm)",
+            "linear_attention": "linear-attention mixers (Gated DeltaNet, lightning)",
+            "short_conv": "short-convolution mixers (in/out projections, conv1d)",
+            "mlp": "dense MLPs",
             "norms": "normalisation weights (per layer and final)", "router": "MoE routers",
             "shared_experts": "shared experts", "experts": "routed experts",
             "output_layer": "output layer (untied weight, bias)", "mtp": "multi-token-prediction layers",
@@ -529,45 +559,3 @@ def parameter_total(arch: Architecture):
     terms = [Term(key, expr, what[key], sources[key], unit="parameters")
              for key, expr in parameter_expression(x).items() if expr != 0]
     return Total(f"parameters of {x.name}", tuple(terms), unit="parameters")
-
-
-def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
-    """Exact trainable LoRA parameters of an architecture: r(d_in + d_out) per adapted matrix.
-
-    Equals :func:`lora_parameters` when every target is square (d_in = d_out = h).
-
-    Parameters
-    ----------
-    arch : memsym.model.Architecture
-    rank : int
-        LoRA rank r.
-    targets : iterable of str
-        Subset of :data:`LORA_TARGETS` (``"all"`` for every linear layer); dense layers only.
-
-    Examples
-    --------
-    >>> from memsym.model import preset
-    >>> lora_parameter_count(preset("gpt3-175b"), 8)
-    37748736
-    """
-    if isinstance(rank, bool) or int(rank) != rank or rank < 1:
-        raise InvalidValueError(f"LoRA rank must be a whole number >= 1, got {rank!r}")
-    x = lenient(arch)
-    if is_hybrid(x):    # its layers differ: the per-layer adapter below would miscount them
-        raise InvalidValueError(f"LoRA adapters of {x.name!r}, a hybrid Mamba/attention model, "
-                                "are not modelled (its layers hold different projections)")
-    if targets == "all":
-        targets = LORA_TARGETS
-    hs, q = x.hidden_size, x.num_attention_heads * x.kv_channels
-    kv = x.num_query_groups * x.kv_channels
-    f = x.ffn_hidden_size
-    shapes = {"q": (hs, q), "k": (hs, kv), "v": (hs, kv), "o": (q, hs),
-              "gate": (hs, f), "up": (hs, f), "down": (f, hs)}
-    total = 0
-    for name in targets:
-        key = lower_choice("LoRA target", name, LORA_TARGETS)
-        if key == "gate" and not x.swiglu:
-            continue  # an ungated MLP has no gate projection
-        din, dout = shapes[key]
-        total += int(rank) * (din + dout)
-    return total * x.num_layers

@@ -34,12 +34,14 @@ _TEXT_CONFIG = {
 }
 # model types transformers builds with layers memsym does not model: refused in one line that
 # says so, with no near name suggested (a near name is another model, with another count)
-_HYBRID_MAMBA = ("hybrid Mamba layers with attention blocks shared across layers are not "
-                 "modelled")
+_SHARED = ("hybrid {} / attention layers with attention blocks shared across layers are not "
+           "modelled (memsym counts each layer's own weights; {})")
 _NOT_MODELLED = {
-    "zamba": _HYBRID_MAMBA, "zamba2": _HYBRID_MAMBA,
-    "qwen3_next": "hybrid Gated DeltaNet (linear-attention) layers are not modelled",
-    "minimax": "hybrid lightning (linear-attention) layers are not modelled",
+    "zamba": _SHARED.format("Mamba", "ZambaHybridLayer reuses one attention block, reading the "
+                            "concatenated embedding and hidden state, every few Mamba layers, "
+                            "each use with its own linear layer"),
+    "zamba2": _SHARED.format("Mamba-2", "Zamba2HybridLayer reuses num_mem_blocks attention "
+                             "blocks with per-use LoRA adapters and a per-use linear layer"),
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
@@ -60,6 +62,9 @@ _DROPOUT.update({
     "phi": {"attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0},
     "gpt_bigcode": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
     "stablelm": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
+    # DbrxBlock: resid_pdrop, DbrxModel: emb_pdrop, DbrxAttention: attn_config.attn_pdrop (read
+    # at the top level, where the DBRX reader puts the nested fields)
+    "dbrx": {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "emb_pdrop": 0.0},
 })
 # model_type -> (reader (c, notes), tie_word_embeddings default, dropout) of the families whose
 # modules are not a Llama-like decoder's: hybrid Mamba / attention and pure Mamba
@@ -103,7 +108,9 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "GraniteMoeSharedForCausalLM": "granitemoeshared",
              "NemotronForCausalLM": "nemotron", "PhiForCausalLM": "phi",
              "GPTBigCodeForCausalLM": "gpt_bigcode", "StableLmForCausalLM": "stablelm",
-             "Glm4MoeLiteForCausalLM": "glm4_moe_lite"}
+             "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "DbrxForCausalLM": "dbrx",
+             "DeepseekV32ForCausalLM": "deepseek_v32", "Qwen3NextForCausalLM": "qwen3_next",
+             "Lfm2ForCausalLM": "lfm2", "MiniMaxForCausalLM": "minimax"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 
@@ -116,30 +123,32 @@ def from_hf_config(path) -> Architecture:
     """Read a local Hugging Face ``config.json`` into an :class:`Architecture` (no network).
 
     Accepted ``model_type`` (or, only when the file has none, the type of ``architectures[0]``):
-    apertus, arcee, bloom, cohere, cohere2, cwm, deepseek_v2, deepseek_v3, dots1, ernie4_5,
-    ernie4_5_moe, exaone (EXAONE 3.x), exaone4, falcon (both decoder architectures), gemma,
-    gemma2, gemma3 (its text_config), gemma3_text, flex_olmo, glm, glm4, glm4_moe,
-    glm4_moe_lite, gpt2, gpt_bigcode, gpt_neox, gpt_oss, gptj, granite, granitemoe,
-    granitemoeshared, helium, hunyuan_v1_dense, hunyuan_v1_moe, internlm3, llama, llama4 (its
-    text_config), llama4_text, minimax_m2, ministral, ministral3, mistral, mixtral, nemotron,
-    olmo, olmo2, olmo3, olmoe, phi (Phi-1 to Phi-2), phi3 (Phi-3 and Phi-4), phimoe, qwen2,
-    qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3, stablelm, starcoder2, vaultgemma, the pure
-    state-space types mamba, falcon_mamba, mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid
-    Mamba / attention types bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h
-    (:mod:`memsym.model.hf_hybrid`: per-layer mixers in ``layer_mixers``; their parameter count
-    is exact, a memory estimate only of Mamba-2 mixers one a layer).  The core sizes (hidden
-    size, layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
+    apertus, arcee, bloom, cohere, cohere2, cwm, dbrx, deepseek_v2, deepseek_v3, deepseek_v32
+    (with its sparse-attention indexer), dots1, ernie4_5, ernie4_5_moe, exaone (EXAONE 3.x),
+    exaone4, falcon (both decoder architectures), gemma, gemma2, gemma3 (its text_config),
+    gemma3_text, flex_olmo, glm, glm4, glm4_moe, glm4_moe_lite, gpt2, gpt_bigcode, gpt_neox,
+    gpt_oss, gptj, granite, granitemoe, granitemoeshared, helium, hunyuan_v1_dense,
+    hunyuan_v1_moe, internlm3, llama, llama4 (its text_config), llama4_text, minimax_m2,
+    ministral, ministral3, mistral, mixtral, nemotron, olmo, olmo2, olmo3, olmoe, phi (Phi-1 to
+    Phi-2), phi3 (Phi-3 and Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss,
+    smollm3, stablelm, starcoder2, vaultgemma, the pure state-space types mamba, falcon_mamba,
+    mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid types bamba, falcon_h1,
+    granitemoehybrid, jamba, nemotron_h (Mamba / attention), qwen3_next (Gated DeltaNet), lfm2
+    (short convolutions), minimax (lightning attention) (:mod:`memsym.model.hf_hybrid`: mixers
+    in ``layer_mixers``; counts exact, estimates of Mamba-2 and short-convolution mixers).  The core sizes (hidden size,
+    layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
     text_config takes its text config class's defaults, as the released gemma3 files need, and
     says so in the notes); every other field defaults as transformers' config class defaults it,
     and the modules are those the transformers model builds, so the parameter count equals
     ``sum(p.numel())`` of ``AutoModelForCausalLM.from_config`` (transformers 5.24.0, and 5.25.0
-    for the types of ``tests/test_hf_more_types.py``; for gemma3, of its language model).  Where
-    transformers builds less than the file describes (DeepSeek-V3's and GLM-4.5's MTP layer, a
-    vision encoder) the difference is said in ``arch.extra["notes"]``.  Any other ``model_type``
-    is refused; a near name may be suggested but is never read in its place.  The file is parsed
-    as JSON only; nothing in it is evaluated, every size is checked against
-    :data:`~memsym.model.architecture.LIMITS` as it is read, and the
-    name (``_name_or_path``) is stored escaped (:func:`~memsym.model.architecture.printable`).
+    for the types of ``tests/test_hf_more_types.py`` and ``tests/test_hf_layer_kinds.py``; for
+    gemma3, of its language model).  Where transformers builds less than the file describes
+    (DeepSeek-V3's and GLM-4.5's MTP layer, a vision encoder) the difference is said in
+    ``arch.extra["notes"]``.  Any other ``model_type`` is refused; a near name may be suggested
+    but is never read in its place.  The file is parsed as JSON only; nothing in it is
+    evaluated, every size is checked against :data:`~memsym.model.architecture.LIMITS` as it is
+    read, and the name (``_name_or_path``) is stored escaped
+    (:func:`~memsym.model.architecture.printable`).
 
     Parameters
     ----------
@@ -158,9 +167,8 @@ def from_hf_config(path) -> Architecture:
     InvalidValueError
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
-        limit (named), a type transformers knows whose layers memsym does not model (shared
-        attention blocks: zamba, zamba2; linear attention: qwen3_next, minimax), a
-        structure of a type that is not modelled (named).
+        limit (named), a type whose layers memsym does not model (zamba, zamba2: what is
+        missing named), a structure of a type that is not modelled (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).
 
@@ -196,19 +204,19 @@ def from_hf_config(path) -> Architecture:
     file_type, notes = mtype, []
     if mtype in _TEXT_CONFIG:
         c, mtype, tied = _text_config(c, mtype, notes)
-    elif mtype in _LAYERED_READERS:
-        # the hybrid Mamba / attention families (memsym.model.hf_hybrid) and pure Mamba
-        # (memsym.model.hf_ssm)
-        tied = c.bool("tie_word_embeddings", _LAYERED_READERS[mtype][1])
-    else:
+    elif mtype not in _LAYERED_READERS:
         tied = c.bool("tie_word_embeddings", DECODER_DEFAULTS[mtype][0])
     if mtype in _LAYERED_READERS:
+        # the hybrid families (memsym.model.hf_hybrid) and pure Mamba (memsym.model.hf_ssm);
+        # tied read after the reader, which spells an alias as transformers reads it (LFM2)
         kw = _LAYERED_READERS[mtype][0](c, notes)
+        tied = c.bool("tie_word_embeddings", _LAYERED_READERS[mtype][1])
     else:
         kw = _READERS.get(mtype, read_llama_like)(c, mtype, notes)
     dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}
     kw.update(name=name, untie_embeddings_and_output_weights=not tied,
-              extra={"hf_model_type": file_type, "hf_dropout": dropout, "notes": tuple(notes)})
+              extra={**kw.get("extra", {}), "hf_model_type": file_type, "hf_dropout": dropout,
+                     "notes": tuple(notes)})
     return resolve(Architecture(**kw))
 
 

@@ -79,6 +79,8 @@ DECODER_DEFAULTS = {
     "glm4_moe_lite": (False, 20, None, 202752),
     "exaone": (False, 8, None, 4096),
     "internlm3": (False, 2, 128, 32768),
+    "deepseek_v32": (False, None, None, 163840),
+    "dbrx": (False, 1, None, 2048),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
@@ -326,7 +328,11 @@ def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
         kw.update(add_bias_linear=c.bool("attention_bias", True), attention_sinks=True,
                   num_experts=c.int("num_local_experts", 128),
                   moe_router_topk=c.int(("num_experts_per_tok", "experts_per_token"), 4),
-                  moe_ffn_hidden_size=kw["ffn_hidden_size"])
+                  moe_ffn_hidden_size=kw["ffn_hidden_size"],
+                  # GptOssExperts clamps gate (max) and up (both sides) at config.swiglu_limit
+                  # (GptOssConfig default 7.0): kept where the gpt-oss-120b preset keeps it,
+                  # which the time model reads (memsym.timing.gemm.shape_of expert_clamp)
+                  extra={"swiglu_limit": c.positive("swiglu_limit", 7.0)})
 
 
 def read_llama4(fields: ConfigFields, mtype: str, notes: list) -> dict:

@@ -63,11 +63,23 @@ FIELD_LIMITS = {
     "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
     "expert_layer_period": "num_layers", "expert_layer_offset": "num_layers",
     "attn_layer_period": "num_layers", "attn_layer_offset": "num_layers",
+    # DBRX (top-level and its attn_config / ffn_config) and DeepSeek-V3.2's indexer
+    "d_model": "hidden_size", "n_heads": "num_attention_heads", "n_layers": "num_layers",
+    "max_seq_len": "max_position_embeddings", "kv_n_heads": "num_query_groups",
+    "moe_top_k": "moe_router_topk",
+    "index_n_heads": "dsa_index_heads", "index_head_dim": "dsa_index_head_dim",
+    # Qwen3-Next's Gated DeltaNet layers
+    "linear_num_key_heads": "gdn_key_heads", "linear_num_value_heads": "gdn_value_heads",
+    "linear_key_head_dim": "gdn_key_head_dim", "linear_value_head_dim": "gdn_value_head_dim",
+    "linear_conv_kernel_dim": "gdn_conv_kernel", "full_attention_interval": "num_layers",
+    # LFM2's short-convolution layers and MLP width
+    "conv_L_cache": "short_conv_kernel", "block_ff_dim": "ffn_hidden_size",
+    "block_multiple_of": "ffn_hidden_size",
 }
 
 # the fields that are a config.json's decoder-layer count: bounded by memsym.limits'
 # "config_layers" (2^8) besides "layers" (a per-layer pattern makes every stage distinct)
-_LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer", "num_layers"})
+_LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
 
 _MISSING = object()
 
@@ -132,6 +144,16 @@ class ConfigFields:
         if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:
             raise self._bad(f"field {key!r} must be a probability between 0 and 1, got "
                             f"{printable(repr(val), 40)}")
+        return float(val)
+
+    def positive(self, key, default):
+        """A finite number > 0 (an int or a float, not a boolean); ``default`` when absent or
+        null (GPT-OSS's ``swiglu_limit``)."""
+        key, val = self._get(key)
+        if val is _MISSING or val is None:
+            return default
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 < val < 1e30:
+            raise self._bad(f"field {key!r} must be a number > 0, got {printable(repr(val), 40)}")
         return float(val)
 
     def str(self, key, default):

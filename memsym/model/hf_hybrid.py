@@ -1,5 +1,6 @@
 """The hybrid Mamba / attention ``config.json`` families: Jamba, Bamba, Falcon-H1, Nemotron-H and
-Granite 4.0 (``granitemoehybrid``).
+Granite 4.0 (``granitemoehybrid``); Qwen3-Next's Gated DeltaNet / gated-attention hybrid and
+LFM2's short-convolution / attention hybrid; MiniMax-01's lightning / softmax attention MoE.
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments with the
 per-layer mixers (``layer_mixers``), the layers that have an MLP or MoE block (``ffn_layers``)
@@ -265,6 +266,112 @@ def _read_granitemoehybrid(c: ConfigFields, notes: list) -> dict:
     return kw
 
 
+def _read_qwen3_next(c: ConfigFields, notes: list) -> dict:
+    # Qwen3NextDecoderLayer: Qwen3NextGatedDeltaNet iff layer_types[i] == "linear_attention"
+    # (default: every full_attention_interval-th layer (4) full attention), else
+    # Qwen3NextAttention: q_proj h -> 2 a d_h (query and output gate), k, v, o, all with
+    # bias=attention_bias; q_norm, k_norm RMSNorm(head_dim).  Qwen3NextSparseMoeBlock iff
+    # i not in mlp_only_layers and num_experts > 0 and (i + 1) % decoder_sparse_step == 0: a
+    # router E x h, E gated experts of moe_intermediate_size, a gated shared_expert of
+    # shared_expert_intermediate_size and its sigmoid gate h -> 1; else a gated MLP of
+    # intermediate_size.  Two RMSNorms per layer (zero-centred: one weight each, as any).
+    kw = _core(c, 2, 32768)
+    n_layers = kw["num_layers"]
+    kw["kv_channels"] = c.int("head_dim", 256)
+    if c.data.get("layer_types") is None:
+        every = c.int("full_attention_interval", 4)
+        kinds = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
+                 for i in range(n_layers)]
+    else:
+        kinds = _layer_types(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
+    n_exp = c.int("num_experts", 512, allow_zero=True)
+    step = c.int("decoder_sparse_step", 1)
+    dense_only = set(c.int_list("mlp_only_layers"))
+    pattern = tuple(int(n_exp > 0 and i not in dense_only and (i + 1) % step == 0)
+                    for i in range(n_layers))
+    kw.update(layer_mixers=tuple("gdn" if k == "linear_attention" else "attention"
+                                 for k in kinds),
+              attention_bias=c.bool("attention_bias", False), qk_layernorm=True,
+              attention_output_gate=True,
+              gdn_key_heads=c.int("linear_num_key_heads", 16),
+              gdn_value_heads=c.int("linear_num_value_heads", 32),
+              gdn_key_head_dim=c.int("linear_key_head_dim", 128),
+              gdn_value_head_dim=c.int("linear_value_head_dim", 128),
+              gdn_conv_kernel=c.int("linear_conv_kernel_dim", 4))
+    if kw["gdn_value_heads"] % kw["gdn_key_heads"]:
+        raise c._bad("linear_num_value_heads must be a multiple of linear_num_key_heads "
+                     "(Qwen3NextGatedDeltaNet splits the value heads over the key heads)")
+    if any(pattern):
+        kw.update(num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 10),
+                  moe_ffn_hidden_size=c.int("moe_intermediate_size", 512),
+                  moe_shared_expert_intermediate_size=c.int("shared_expert_intermediate_size",
+                                                            512),
+                  moe_shared_expert_gate=True, moe_layer_freq=pattern, moe_router_bias=False)
+    return kw
+
+
+def _lfm2_ffn(c: ConfigFields) -> int:
+    """Lfm2MLP's inner size: block_ff_dim (over intermediate_size, as Lfm2Config pops it),
+    then with block_auto_adjust_ff_dim int(2 f / 3), int(multiplier f) and rounded up to
+    block_multiple_of (Lfm2Config refuses a null block_ffn_dim_multiplier)."""
+    width = c.int("block_ff_dim" if c.data.get("block_ff_dim") is not None
+                  else "intermediate_size", 12288)
+    if "block_ffn_dim_multiplier" in c.data and c.data["block_ffn_dim_multiplier"] is None:
+        raise c._bad("block_ffn_dim_multiplier null: transformers' Lfm2Config refuses it")
+    if c.bool("block_auto_adjust_ff_dim", True):
+        width = int(c.positive("block_ffn_dim_multiplier", 1.0) * int(2 * width / 3))
+        step = c.int("block_multiple_of", 256)
+        width = step * ((width + step - 1) // step)
+    if width < 1:
+        raise c._bad(f"the LFM2 MLP width comes out as {width} (block_ff_dim and its adjustment)")
+    return width
+
+
+def _read_lfm2(c: ConfigFields, notes: list) -> dict:
+    # Lfm2DecoderLayer: Lfm2ShortConv iff layer_types[i] == "conv" (default: the layers not in
+    # full_attn_idxs, which defaults to every layer), else Lfm2Attention (q, k, v, out_proj
+    # without bias; q_layernorm, k_layernorm RMSNorm(head_dim)); a gated Lfm2MLP (w1, w3, w2
+    # without bias) of the adjusted width (_lfm2_ffn) in every layer; operator_norm and
+    # ffn_norm; the final norm is Lfm2Model.embedding_norm.  Lfm2ShortConv: in_proj h -> 3h,
+    # a depthwise conv1d of conv_L_cache taps, out_proj h -> h, bias=conv_bias on each.
+    # Lfm2Config pops tie_embedding over tie_word_embeddings (read by from_hf_config).
+    if "tie_embedding" in c.data:
+        c.data = {**c.data, "tie_word_embeddings": c.data["tie_embedding"]}
+    kw = _core(c, 8, 128000, ffn=None)
+    n_layers = kw["num_layers"]
+    if c.data.get("layer_types") is not None:
+        kinds = _layer_types(c, "layer_types", n_layers, ("conv", "full_attention"))
+    else:
+        listed = c.int_list("full_attn_idxs") if c.data.get("full_attn_idxs") is not None else None
+        kinds = ["full_attention" if listed is None or i in listed else "conv"
+                 for i in range(n_layers)]
+    kw.update(layer_mixers=tuple("conv" if k == "conv" else "attention" for k in kinds),
+              ffn_hidden_size=_lfm2_ffn(c), qk_layernorm=True,
+              short_conv_kernel=c.int("conv_L_cache", 3),
+              short_conv_bias=c.bool("conv_bias", False))
+    return kw
+
+
+def _read_minimax(c: ConfigFields, notes: list) -> dict:
+    # MiniMaxDecoderLayer: MiniMaxLightningAttention iff layer_types[i] == "linear_attention"
+    # (default: odd layers), else MiniMaxAttention (q, k, v, o without bias; head_dim, or
+    # h // a when null); a MiniMaxSparseMoeBlock in every layer (router E x h, E gated experts
+    # of intermediate_size, no shared expert); two RMSNorms.  The lightning mixer uses the
+    # attention's a heads of head_dim.  The alpha/beta residual factors are scalars.
+    kw = _core(c, 8, 131072)
+    n_layers = kw["num_layers"]
+    if c.data.get("layer_types") is None:
+        kinds = ["full_attention" if (i + 1) % 2 else "linear_attention" for i in range(n_layers)]
+    else:
+        kinds = _layer_types(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
+    kw.update(layer_mixers=tuple("lightning" if k == "linear_attention" else "attention"
+                                 for k in kinds),
+              num_experts=c.int("num_local_experts", 8),
+              moe_router_topk=c.int("num_experts_per_tok", 2),
+              moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
+    return kw
+
+
 # model_type -> (reader, the config class's tie_word_embeddings default, the dropout
 # probabilities its causal LM applies with their defaults).  REF: transformers 5.24.0
 # configuration_<type>.py (every class: tie_word_embeddings False, attention_dropout 0.0;
@@ -275,6 +382,12 @@ HYBRID_READERS = {
     "falcon_h1": (_read_falcon_h1, False, {"attention_dropout": 0.0}),
     "nemotron_h": (_read_nemotron_h, False, {"attention_dropout": 0.0}),
     "granitemoehybrid": (_read_granitemoehybrid, False, {"attention_dropout": 0.0}),
+    # Qwen3NextConfig: tie_word_embeddings False, attention_dropout 0.0 (transformers 5.25.0)
+    "qwen3_next": (_read_qwen3_next, False, {"attention_dropout": 0.0}),
+    # Lfm2Config: tie_word_embeddings True; Lfm2Attention applies no dropout
+    "lfm2": (_read_lfm2, True, {}),
+    # MiniMaxConfig: tie_word_embeddings False, attention_dropout 0.0
+    "minimax": (_read_minimax, False, {"attention_dropout": 0.0}),
 }
 HYBRID_TYPES = tuple(sorted(HYBRID_READERS))
 """The hybrid Mamba / attention ``model_type`` values read here."""

@@ -1,5 +1,6 @@
 """The DeepSeek-style MoE ``config.json`` families: DeepSeek-V2 / V3 (multi-latent attention),
-GLM-4.5 (``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``: multi-latent attention), dots.llm1
+DeepSeek-V3.2 (``deepseek_v32``: MLA with the sparse-attention indexer), DBRX, GLM-4.5
+(``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``: multi-latent attention), dots.llm1
 (``dots1``) and ERNIE-4.5 MoE.
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
@@ -153,12 +154,7 @@ def _read_glm4_moe_lite(c: ConfigFields, mtype: str, notes: list) -> dict:
                          "transformers' Glm4MoeLiteConfig makes layer 0 dense and the rest MoE "
                          "unless mlp_layer_types says otherwise")
     else:
-        raw = c.data["mlp_layer_types"]
-        if (not isinstance(raw, list) or len(raw) != n_layers
-                or any(v not in ("dense", "sparse") for v in raw)):
-            raise c._bad(f"field 'mlp_layer_types' must list {n_layers} entries, each "
-                         "'dense' or 'sparse'")
-        pattern = tuple(int(v == "sparse") for v in raw)
+        pattern = _mlp_layer_types(c, n_layers)
     n_exp = c.int(("n_routed_experts", "num_local_experts"), 64)
     moe_f = c.int("moe_intermediate_size", 1536)
     n_shared = c.int("n_shared_experts", 1, allow_zero=True)
@@ -174,7 +170,103 @@ def _read_glm4_moe_lite(c: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
+def _mlp_layer_types(c: ConfigFields, n_layers: int) -> tuple:
+    """The MoE pattern a file's ``mlp_layer_types`` lists ("sparse": MoE, "dense": MLP)."""
+    raw = c.data["mlp_layer_types"]
+    if (not isinstance(raw, list) or len(raw) != n_layers
+            or any(v not in ("dense", "sparse") for v in raw)):
+        raise c._bad(f"field 'mlp_layer_types' must list {n_layers} entries, each "
+                     "'dense' or 'sparse'")
+    return tuple(int(v == "sparse") for v in raw)
+
+
+def _read_deepseek_v32(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # DeepseekV32Attention: DeepSeek-V3's multi-latent attention with q_a_proj always built
+    # (q_lora_rank may not be null), bias=config.attention_bias on q_a_proj, kv_a_proj_with_mqa
+    # and o_proj, plus a DeepseekV32Indexer per layer (DeepSeek Sparse Attention): wq_b
+    # q_lora_rank -> index_n_heads * index_head_dim, wk h -> index_head_dim, k_norm
+    # nn.LayerNorm(index_head_dim) (weight and bias), weights_proj h -> index_n_heads; none
+    # biased.  DeepseekV32DecoderLayer: DeepseekV32MoE iff mlp_layer_types[i] == "sparse"
+    # (default: the first first_k_dense_replace layers dense); the MoE as DeepSeek-V3's (router
+    # E x h, its e_score_correction_bias an nn.Buffer; a shared MLP of n_shared_experts *
+    # moe_intermediate_size); DeepseekV32MLP never biased (mlp_bias is not read).
+    kw = decoder_fields(c, mtype)
+    heads, n_layers = kw["num_attention_heads"], kw["num_layers"]
+    if c.bool("attention_bias", False):
+        raise c._bad("attention_bias true in a DeepSeek-V3.2 config is not modelled (biases on "
+                     "q_a_proj, kv_a_proj_with_mqa and o_proj only)")
+    if c.data.get("mlp_layer_types") is None:
+        pattern = _first_dense_pattern(c, n_layers, 3)
+    else:
+        pattern = _mlp_layer_types(c, n_layers)
+    q_rank = c.int("q_lora_rank", 1536, null=None)
+    if q_rank is None:
+        raise c._bad("q_lora_rank null: transformers' DeepseekV32Attention and its indexer "
+                     "always build q_a_proj and wq_b of q_lora_rank")
+    n_exp = c.int(("n_routed_experts", "num_local_experts", "num_experts"), 256)
+    moe_f = c.int("moe_intermediate_size", 2048)
+    n_shared = c.int("n_shared_experts", 1, allow_zero=True)
+    v_head = c.int("v_head_dim", 128)
+    kw.update(num_query_groups=heads, kv_channels=v_head, num_experts=n_exp,
+              moe_router_topk=c.int("num_experts_per_tok", 8), moe_ffn_hidden_size=moe_f,
+              moe_layer_freq=pattern, moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              multi_latent_attention=True, q_lora_rank=q_rank,
+              kv_lora_rank=c.int("kv_lora_rank", 512), qk_head_dim=c.int("qk_nope_head_dim", 128),
+              qk_pos_emb_head_dim=c.int("qk_rope_head_dim", 64), v_head_dim=v_head,
+              dsa_index_heads=c.int("index_n_heads", 64),
+              dsa_index_head_dim=c.int("index_head_dim", 128),
+              moe_router_bias=False, mtp_num_layers=0)
+    notes.append("DeepSeek Sparse Attention: the indexer's weights counted as any weight; its "
+                 "forward keeps no activation (torch.no_grad in transformers' "
+                 "DeepseekV32Indexer); attention estimated as dense")
+    _uncounted_notes(c, notes, pattern, n_exp, "DeepseekV32", mtp=True)
+    return kw
+
+
+def _read_dbrx(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # DbrxConfig: d_model, n_heads, n_layers, max_seq_len; attn_config (DbrxAttentionConfig:
+    # kv_n_heads default 1, attn_pdrop) and ffn_config (DbrxFFNConfig: ffn_hidden_size 3584,
+    # moe_num_experts 4, moe_top_k 1) nested.  DbrxBlock: norm_1 and norm_2 nn.LayerNorm(h,
+    # bias=False); DbrxAttention: Wqkv h -> h + 2 g (h // a), out_proj h x h, no bias;
+    # DbrxFFN in every layer: router h -> E (no bias), E gated experts (w1, v1, w2 of f x h);
+    # norm_f nn.LayerNorm(h, bias=False); lm_head untied (DbrxConfig refuses tying).
+    def nested(key):
+        val = c.data.get(key)
+        if val is None:
+            return {}
+        if not isinstance(val, dict):
+            raise c._bad(f"field {key!r} must be an object, got {type(val).__name__}")
+        return val
+    attn, ffn = nested("attn_config"), nested("ffn_config")
+    # the nested fields are read (their dropout too) as top-level ones; the modules read only
+    # the nested copies (a top-level kv_n_heads or attn_pdrop is ignored by transformers, so
+    # here too), and ffn_config's hidden_size is the model's d_model
+    own = {"attn_config": ("kv_n_heads", "attn_pdrop"),
+           "ffn_config": ("ffn_hidden_size", "moe_num_experts", "moe_top_k")}
+    nested_keys = own["attn_config"] + own["ffn_config"]
+    c.data = {**{k: v for k, v in c.data.items() if k not in nested_keys},
+              **{k: attn[k] for k in own["attn_config"] if k in attn},
+              **{k: ffn[k] for k in own["ffn_config"] if k in ffn}}
+    if c.bool("tie_word_embeddings", False):
+        raise c._bad("tie_word_embeddings true: transformers' DbrxConfig refuses it")
+    hs, heads = c.int(("d_model", "hidden_size")), c.int(("n_heads", "num_attention_heads"))
+    if hs % heads:
+        raise c._bad(f"d_model {hs} is not a multiple of n_heads {heads} (DbrxAttention's "
+                     "head_dim is d_model // n_heads)")
+    n_layers, n_exp = c.int(("n_layers", "num_hidden_layers")), c.int("moe_num_experts", 4)
+    f_exp = c.int("ffn_hidden_size", 3584)
+    return dict(num_layers=n_layers, hidden_size=hs, num_attention_heads=heads,
+                num_query_groups=c.int("kv_n_heads", 1), kv_channels=hs // heads,
+                ffn_hidden_size=f_exp, swiglu=True, normalization="LayerNorm", norm_bias=False,
+                vocab_size=c.int("vocab_size"), position_embedding_type="rope",
+                max_position_embeddings=c.int(("max_seq_len", "max_position_embeddings"), 2048),
+                add_bias_linear=False, num_experts=n_exp,
+                moe_router_topk=c.int("moe_top_k", 1), moe_ffn_hidden_size=f_exp,
+                moe_router_bias=False)
+
+
 MOE_READERS = {"deepseek_v2": _read_deepseek, "deepseek_v3": _read_deepseek,
+               "deepseek_v32": _read_deepseek_v32, "dbrx": _read_dbrx,
                "glm4_moe": _read_shared_moe, "dots1": _read_shared_moe,
                "ernie4_5_moe": _read_ernie_moe, "glm4_moe_lite": _read_glm4_moe_lite}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""

@@ -14,7 +14,8 @@ import functools
 
 from .architecture import Architecture, is_hybrid, lenient, moe_layer_pattern
 from .counts import ZERO, as_int, layer_parts, mamba_parts, parameter_values
-from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm
+from .token_mixers import conv_parts, gdn_parts, lightning_parts
+from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm, k_sc
 
 __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mamba_values"]
 
@@ -22,6 +23,8 @@ __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mam
 #: A hybrid layer's token mixers by its ``layer_mixers`` entry (``"mamba1"``: a Mamba-1 mixer).
 _HAS_ATTENTION = ("attention", "parallel")
 _HAS_MAMBA = ("mamba", "mamba1", "parallel")
+#: The other token mixers' parameter parts (memsym.model.token_mixers), by layer_mixers entry.
+_OTHER_MIXERS = {"gdn": gdn_parts, "conv": conv_parts, "lightning": lightning_parts}
 
 
 def layer_kind_pattern(arch: Architecture) -> tuple:
@@ -30,7 +33,9 @@ def layer_kind_pattern(arch: Architecture) -> tuple:
 
     A transformer's layer is its MoE flag (:func:`memsym.model.moe_layer_pattern`).  A hybrid
     Mamba / attention layer is a pair ``(mixer, ffn)``: ``mixer`` its ``layer_mixers`` entry
-    (``"attention"``, ``"mamba"`` (Mamba-2), ``"mamba1"`` (Mamba-1: Jamba), ``"parallel"``
+    (``"attention"``, ``"mamba"`` (Mamba-2), ``"mamba1"`` (Mamba-1: Jamba), ``"gdn"`` (Gated
+    DeltaNet: Qwen3-Next), ``"conv"`` (short convolution: LFM2), ``"lightning"``
+    (MiniMax-01), ``"parallel"``
     (both side by side: Falcon-H1) or ``"none"``) and ``ffn`` None (no MLP), False (a dense
     MLP) or True (an MoE block).  Nemotron-H's pattern ``M-*E`` (one mixer or one MLP per
     layer, as Megatron's ``hybrid_override_pattern`` counts layers) reads
@@ -75,6 +80,9 @@ def hybrid_layer_parameters(x, kind: tuple) -> tuple:
     if mixer in _HAS_MAMBA:
         mt, mr = mamba_parts(x)
         tp, rep = tp + mt, rep + mr
+    if mixer in _OTHER_MIXERS:
+        gt, gr = _OTHER_MIXERS[mixer](x)
+        tp, rep = tp + gt, rep + gr
     if ffn is not None:
         for key in ("router", "shared_experts", "experts") if ffn else ("mlp",):
             if key in parts:
@@ -109,8 +117,10 @@ def hybrid_kinds(arch: Architecture, layers) -> tuple:
 
 def mamba_values(arch: Architecture) -> dict:
     """The Mamba-2 sizes of a hybrid model as values of the registry symbols ``d_ssm``,
-    ``G_ssm``, ``N_ssm``, ``H_ssm`` (empty without Mamba-2 layers), for the activation term
-    :func:`memsym.terms.mamba.mamba_layer_activations`.
+    ``G_ssm``, ``N_ssm``, ``H_ssm`` (none without Mamba-2 layers), and the short-convolution
+    width ``k_sc`` (with short-convolution layers), for the activation terms
+    :func:`memsym.terms.mamba.mamba_layer_activations` and
+    :func:`memsym.terms.short_conv.short_conv_activations`.
 
     Examples
     --------
@@ -121,8 +131,9 @@ def mamba_values(arch: Architecture) -> dict:
     [1, 2, 4, 16]
     """
     x = lenient(arch)
-    if x.mamba_version != 2 or not any(kind[0] in _HAS_MAMBA for kind in _kind_pattern(x)
-                                       if isinstance(kind, tuple)):
-        return {}
+    kinds = [kind[0] for kind in _kind_pattern(x) if isinstance(kind, tuple)]
     vals = parameter_values(x)
-    return {sym: vals[sym] for sym in (d_ssm, G_ssm, N_ssm, H_ssm)}
+    out = {sym: vals[sym] for sym in (k_sc,) if "conv" in kinds}
+    if x.mamba_version == 2 and any(kind in _HAS_MAMBA for kind in kinds):
+        out.update({sym: vals[sym] for sym in (d_ssm, G_ssm, N_ssm, H_ssm)})
+    return out

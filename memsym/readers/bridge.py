@@ -34,8 +34,9 @@ from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
 from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
-from .recipe_mechanisms import recipe_mechanism_options
-from .megatron import MEGATRON_FSDP_SCHEMES
+from .bridge_precision import PRECISION_RECIPES, recipe_precision, recipe_sharding
+from .bridge_userbuffers import recipe_ub_option
+from .recipe_mechanisms import recipe_dispatcher, recipe_mechanism_options
 
 __all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS", "HF_PRESETS",
            "RUN_RECIPE_OPTIONS", "SECTIONS", "PRECISION_RECIPES", "BRIDGE_COMMIT",
@@ -114,13 +115,18 @@ FIELDS = {
     "ddp.overlap_grad_reduce": ("job", "overlap_grad_reduce"),
     "ddp.overlap_param_gather": ("job", "overlap_param_gather"),
     "ddp.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
+    "ddp.megatron_fsdp_main_grads_dtype": ("bridge", "grad_dtype"),
+    "ddp.fsdp_double_buffer": ("bridge", "sharding"), "ddp.nccl_ub": ("bridge", "sharding"),
+    "ddp.megatron_fsdp_max_pool_double_buffer": ("bridge", "sharding"),
     "mixed_precision": ("bridge", "precision"),
     "mixed_precision.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
     "mixed_precision.fp8": ("bridge", "precision"),
     "mixed_precision.fp8_param_gather": ("bridge", "precision"),
+    "mixed_precision.fp8_recipe": ("bridge", "precision"),
     "mixed_precision.bf16": ("bridge", "precision"),
     "mixed_precision.fp16": ("bridge", "precision"),
     "comm_overlap.tp_comm_overlap": ("bridge", "tp_comm_overlap"),
+    "comm_overlap.tp_comm_overlap_cfg": ("bridge", "tp_comm_overlap_cfg"),
     "comm_overlap.overlap_moe_expert_parallel_comm": ("job", "overlap_moe_expert_parallel_comm"),
     "comm_overlap.defer_embedding_wgrad_compute": ("job", "defer_embedding_wgrad_compute"),
     "optimizer.optimizer": ("job", "optimizer"),
@@ -162,17 +168,6 @@ RUN_RECIPE_OPTIONS = {
     "--mode": None, "--dataset": None, "--step-func": None, "--step_func": None,
 }
 
-#: training/mixed_precision.py's precision recipes memsym reads -> (precision, whether FP8
-#: parameters are gathered, the line): bf16_mixed 185, fp16_mixed 201,
-#: bf16_with_fp8_delayed_scaling_mixed 217 (fp8_param_gather 231), bf16_with_mxfp8_mixed 255
-#: (264), bf16_with_fp8_current_scaling_mixed 285 (302).  NVFP4 recipes are refused.
-PRECISION_RECIPES = {
-    "bf16_mixed": ("bf16", False), "fp16_mixed": ("fp16", False),
-    "bf16_with_fp8_delayed_scaling_mixed": ("fp8", True),
-    "bf16_with_mxfp8_mixed": ("fp8", True),
-    "bf16_with_fp8_current_scaling_mixed": ("fp8", True),
-}
-
 _OVERRIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,99})((?:\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,4})=(.*)",
                        re.S)
 _INT = re.compile(r"[+-]?[0-9]{1,19}")
@@ -189,10 +184,8 @@ def looks_like_override(word: str) -> bool:
 def _scalar(text: str):
     t = text.strip()
     low = t.lower()
-    if low == "true":
-        return True
-    if low == "false":
-        return False
+    if low in ("true", "false"):
+        return low == "true"
     if low in ("null", "none", "~", ""):
         return None
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
@@ -387,72 +380,6 @@ def _typed(key, name, value):
     return value
 
 
-def _precision(values, notes) -> dict:
-    recipe = values.get("mixed_precision", "bf16_mixed")
-    if recipe == "MixedPrecisionConfig":          # a recipe's own config: its keywords
-        prec = "bf16" if values.get("mixed_precision.bf16") else \
-            "fp16" if values.get("mixed_precision.fp16") else "fp32"
-        gather = False
-    elif recipe in PRECISION_RECIPES:
-        prec, gather = PRECISION_RECIPES[recipe]
-    else:
-        raise InvalidValueError(f"mixed_precision={str(recipe)[:60]}: memsym reads "
-                                f"{', '.join(PRECISION_RECIPES)} (FP4 is not modelled)")
-    if "mixed_precision.fp8" in values:     # fp8="hybrid"/"e4m3" turns FP8 on, null off
-        if values["mixed_precision.fp8"] not in (None, False):
-            prec = "fp8"
-        elif prec == "fp8":
-            prec, gather = ("fp16" if str(recipe).startswith("fp16") else "bf16"), False
-    if "mixed_precision.fp8_param_gather" in values:
-        gather = recipe_flag(values, "mixed_precision.fp8_param_gather")
-    out = {"precision": prec}
-    if prec == "fp8" and gather:
-        out["fp8_param_gather"] = True
-    # the precision config's grad_reduce_in_fp32 (True in every named recipe) replaces the DDP
-    # config's (update_config_with_precision_overrides)
-    fp32 = values.get("mixed_precision.grad_reduce_in_fp32", True)
-    if not fp32 and prec in ("bf16", "fp8"):
-        out["grad_dtype"] = "bf16"
-    if values.get("ddp.grad_reduce_in_fp32", fp32) != fp32:
-        notes.append("ddp.grad_reduce_in_fp32 is replaced by the precision config's "
-                     f"grad_reduce_in_fp32 ({fp32}) in Bridge")
-    return out
-
-
-def _sharding(values, prec: dict, notes) -> str:
-    if recipe_flag(values, "ddp.use_megatron_fsdp"):
-        strategy = values.get("ddp.data_parallel_sharding_strategy", "optim_grads_params")
-        if strategy not in MEGATRON_FSDP_SCHEMES:
-            raise InvalidValueError(f"ddp.data_parallel_sharding_strategy must be one of "
-                                    f"{', '.join(MEGATRON_FSDP_SCHEMES)}, got {strategy!r:.40}")
-        scheme = MEGATRON_FSDP_SCHEMES[strategy]
-        notes.append(f"Megatron-FSDP {strategy}: counted as sharding {scheme} (the same states "
-                     "sharded)")
-        mxfp8 = values.get("mixed_precision") == "bf16_with_mxfp8_mixed"
-        if prec["precision"] == "fp8" and scheme == "fsdp" and prec.get("fp8_param_gather") \
-                and not mxfp8:
-            # Megatron-FSDP's per-tensor FP8 parameters (Megatron-LM 2a75ac12c5, Bridge's pin:
-            # megatron_fsdp/param_and_grad_buffer.py:2804 init_param_with_fp8 from
-            # fp8_param_gather, 2632 a uint8 model_weight_buffer): memsym.terms.model_state
-            notes.append("Megatron-FSDP with FP8 parameters (fp8_param_gather): the sharded "
-                         "fp32 main weights and FP8 model weights, the layers gathered in FP8")
-        elif prec["precision"] == "fp8" and scheme not in ("ddp", "distributed-optimizer"):
-            # not modelled: bf16 parameters with FP8 GEMMs (TE quantizes each gathered weight),
-            # a partial sharding with FP8, and MXFP8's second (columnwise) weight buffer
-            # (param_and_grad_buffer.py:2634-2681 transpose_weight_buffer, "only mxfp8 needs it")
-            why = ("with MXFP8 parameters (their columnwise transpose_weight_buffer is not "
-                   "modelled)" if mxfp8 and scheme == "fsdp" and prec.get("fp8_param_gather")
-                   else "with FP8 without fp8_param_gather" if scheme == "fsdp"
-                   else "with FP8")
-            prec.update(precision="bf16")
-            prec.pop("fp8_param_gather", None)
-            notes.append(f"Megatron-FSDP {strategy} {why} (supported by Bridge): memsym counts "
-                         "the job as bf16, without the FP8 weights and FP8 saved inputs")
-        return scheme
-    distributed = recipe_flag(values, "ddp.use_distributed_optimizer", True)
-    return "distributed-optimizer" if distributed else "ddp"
-
-
 def bridge_job_options(reading: dict) -> tuple:
     """``(preset, job options, notes)`` of a :func:`read_bridge_recipe` reading.
 
@@ -525,14 +452,20 @@ def bridge_job_options(reading: dict) -> tuple:
             opts["pipeline_layout"] = _DSV3_LAYOUTS[pv]
     # recipes/common.py:53: distributed_fused_adam_with_cosine_annealing, Adam
     opts.setdefault("optimizer", "adam")
-    prec = _precision(values, notes)
-    opts["sharding"] = _sharding(values, prec, notes)
+    prec = recipe_precision(values, notes)
+    opts["sharding"] = recipe_sharding(values, prec, notes)
     opts.update(prec)
     tp_overlap = recipe_flag(values, "comm_overlap.tp_comm_overlap", False)
     # comm_overlap.py:442-448: Bridge turns TP overlap off at TP < 2 or without SP
     opts["tp_comm_overlap"] = bool(tp_overlap and opts.get("t", 1) > 1
                                    and opts.get("sequence_parallel"))
+    opts.update(recipe_ub_option(values, opts["tp_comm_overlap"], notes))
     opts.update(recipe_mechanism_options(values, opts))
+    if resolve_model(preset).num_experts:   # the flex dispatcher's DeepEP / HybridEP buffers
+        opts.update(recipe_dispatcher(values, reading.get("computed") or ()))
+        if opts["moe_dispatcher"] == "hybridep" and opts.get("e", 1) * (opts.get("t_e") or 1) > 8:
+            notes.append("HybridEP over more than 8 GPUs: the RDMA buffers between NVLink domains "
+                         "are not counted (memsym.terms.dispatcher_buffers)")
     opts.update(_vocab(values, preset, notes))
     world = reading["world_size"]
     if world is not None:
@@ -558,14 +491,6 @@ def _unmodelled(values, model) -> list:
         notes.append(f"model.fine_grained_activation_offloading "
                      f"{values.get('model.offload_modules')}: the offloaded activations are "
                      "counted as kept on the GPU")
-    kind = values.get("model.moe_token_dispatcher_type")
-    if model.num_experts and kind not in (None, "alltoall"):
-        notes.append(f"model.moe_token_dispatcher_type {kind} "
-                     f"({values.get('model.moe_flex_dispatcher_backend')}): its communication "
-                     "buffers are not counted")
-    if values.get("mixed_precision") == "bf16_with_mxfp8_mixed":
-        notes.append("MXFP8 (bf16_with_mxfp8_mixed) counted as FP8 with per-tensor scales: the "
-                     "1-per-32 block scales are not counted")
     return notes
 
 

@@ -108,9 +108,13 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
     """Add the precision options of a MegatronJob (fp8, gradient and optimizer-state dtypes)
     and its activation CPU offloading to ``opts``."""
     params = prec.get("params_dtype", "fp32")
-    if prec.get("fp8"):
+    if prec.get("fp4"):
+        opts["precision"] = "fp4"
+    elif prec.get("fp8"):
         opts["precision"] = "fp8"
         opts["fp8_param_gather"] = bool(prec.get("fp8_param_gather"))
+        if prec.get("fp8_recipe") == "mxfp8":   # delayed and tensorwise are counted alike
+            opts["fp8_recipe"] = "mxfp8"
     else:
         opts["precision"] = params
     if prec.get("grad_dtype") not in (None, "fp32"):
@@ -124,6 +128,8 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
     # --cuda-graph-impl and the data loader's mask (recipe_mechanisms.megatron_cuda_graph_options)
     opts.update({k: trn[k] for k in ("cuda_graph_impl", "cuda_graph_modules",
                                      "batch_attention_mask") if k in trn})
+    if trn.get("moe_dispatcher", "alltoall") != "alltoall":   # memsym.terms.dispatcher_buffers
+        opts["moe_dispatcher"] = trn["moe_dispatcher"]
 
 
 def _add_megatron_step(opts: dict, opt: dict, notes: list) -> None:
@@ -143,8 +149,15 @@ def _add_megatron_step(opts: dict, opt: dict, notes: list) -> None:
     if opt.get("use_megatron_fsdp"):
         strategy = opt.get("data_parallel_sharding_strategy") or "optim_grads_params"
         opts["sharding"] = MEGATRON_FSDP_SCHEMES[strategy]
-        notes.append(f"Megatron-FSDP {strategy}: counted as sharding {opts['sharding']} (the same "
-                     "states sharded)")
+        opts["megatron_fsdp"] = strategy
+        opts["fsdp_double_buffer"] = bool(opt.get("fsdp_double_buffer"))
+        # Megatron-FSDP reads no grad_reduce_in_fp32: its main grads are the parameters' dtype
+        # unless --megatron-fsdp-main-grads-dtype (megatron_fsdp_options)
+        opts.pop("grad_dtype", None)
+        if opt.get("grad_dtype"):
+            opts["grad_dtype"] = opt["grad_dtype"]
+        notes.append(f"Megatron-FSDP {strategy}: its own buffers, sharded as sharding "
+                     f"{opts['sharding']} shards them")
     elif opt.get("use_torch_fsdp2"):
         opts["sharding"] = "fsdp"
     else:

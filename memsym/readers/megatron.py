@@ -33,7 +33,7 @@ from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  ArgumentError, MegatronArguments, megatron_arity,
                                  parse_megatron_argv)
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
-from .megatron_precision import megatron_optimizer, megatron_precision
+from .megatron_precision import megatron_fsdp_options, megatron_optimizer, megatron_precision
 from .megatron_training import checked_recompute_modules, megatron_layout, megatron_training
 from .recipe_mechanisms import CUDA_GRAPH_DESTS, megatron_cuda_graph_options
 
@@ -191,8 +191,9 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
     "transformer_impl", "recompute_modules", "moe_layer_recompute", "use_megatron_fsdp",
     "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
     "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
-    "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe",
-    *CUDA_GRAPH_DESTS}
+    "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe", "fp4",
+    "fp4_recipe", "megatron_fsdp_main_grads_dtype", "megatron_fsdp_main_params_dtype",
+    "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub", *CUDA_GRAPH_DESTS}
 
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
@@ -295,9 +296,16 @@ def _override_precision(r: MegatronArguments, opts: dict):
         if not (r.given("bf16") or r.given("fp16")):
             r.note("--fp8-format without --bf16: the weights are counted as bf16 with FP8 "
                    "GEMMs (memsym's fp8 precision)")
-    if r.given("fp8_recipe"):
-        r.note(f"--fp8-recipe {r.raw['fp8_recipe']}: Transformer Engine's per-recipe FP8 caches "
-               "are not modelled")
+    if r.given("fp4"):      # --fp4-format e2m1 (--fp4-recipe nvfp4): memsym's fp4
+        r.choice("fp4", ("e2m1",))
+        r.choice("fp4_recipe", ("nvfp4",), "nvfp4")
+        opts["precision"] = "fp4"
+    if r.given("fp8_recipe") and r.given("fp8"):
+        recipe = r.choice("fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"))
+        if recipe == "mxfp8":     # MXFP8 tensors and scales: memsym.terms.widths.MXFP8_BLOCK
+            opts["fp8_recipe"] = "mxfp8"
+        elif recipe in ("blockwise", "custom"):
+            r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
 
 
 def _override_attention(r: MegatronArguments, opts: dict):
@@ -331,8 +339,10 @@ def _override_sharding(r: MegatronArguments, opts: dict):
                             ("no_shard", "optim", "optim_grads", "optim_grads_params"),
                             "optim_grads_params")
         opts["sharding"] = MEGATRON_FSDP_SCHEMES[strategy]
-        r.note(f"Megatron-FSDP {strategy}: counted as sharding {opts['sharding']} (the same "
-               "states sharded)")
+        opts["megatron_fsdp"] = strategy
+        r.note(f"Megatron-FSDP {strategy}: its own buffers, sharded as sharding "
+               f"{opts['sharding']} shards them")
+        opts.update(megatron_fsdp_options(r))
     elif r.given("data_parallel_sharding_strategy"):
         r.note("--data-parallel-sharding-strategy has effect only with --use-megatron-fsdp")
 

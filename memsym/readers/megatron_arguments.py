@@ -21,6 +21,8 @@ from typing import Sequence
 
 from ..errors import InvalidValueError, MemsymError, UnknownNameError
 from ..text import looks_like_option, option_values   # argparse's rules, shared with the CLI's reading
+# re-exported: Megatron-FSDP's strategy -> the scheme that shards the same states
+from ..vocabulary import MEGATRON_FSDP_SCHEMES
 from ._megatron_flags import FLAGS
 from ._values import MAX_ARGS, MAX_GPUS, MAX_SEQ, MAX_WORD, whole
 
@@ -29,12 +31,6 @@ __all__ = ["MEGATRON_FSDP_SCHEMES", "MEGATRON_DEFAULTS", "TABLE", "MODELLED",
            "RECOMPUTE_MODULES", "SCHEDULE_ENTRY", "megatron_arity", "ArgumentError",
            "parse_megatron_argv", "MegatronArguments"]
 
-
-#: Megatron-FSDP's --data-parallel-sharding-strategy -> the scheme that shards the same
-#: states (megatron/core/distributed/fsdp: no_shard keeps everything, optim shards the
-#: optimizer states, optim_grads also the gradients, optim_grads_params also the weights).
-MEGATRON_FSDP_SCHEMES = {"no_shard": "ddp", "optim": "distributed-optimizer",
-                         "optim_grads": "zero2", "optim_grads_params": "fsdp"}
 
 _ARGS = "Megatron-LM megatron/training/arguments.py (d98e8a64dd)"
 
@@ -123,17 +119,20 @@ MODELLED = {
     "distribute_saved_activations",
     "attention_backend", "use_flash_attn", "transformer_impl", "hidden_dropout",
     "attention_dropout",
-    "bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16",
+    "bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "fp4", "fp4_recipe", "grad_reduce_in_bf16",
     "accumulate_allreduce_grads_in_fp32", "use_precision_aware_optimizer", "main_grads_dtype",
     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     "optimizer", "use_distributed_optimizer", "use_megatron_fsdp", "megatron_fsdp_version",
     "data_parallel_sharding_strategy", "megatron_fsdp_main_grads_dtype",
     "megatron_fsdp_main_params_dtype", "megatron_fsdp_grad_comm_dtype", "use_torch_fsdp2",
+    "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub",
     "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "cp_comm_type", "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
     "cuda_graph_impl", "cuda_graph_modules", "cuda_graph_scope_deprecated", "enable_cuda_graph",
     "external_cuda_graph", "create_attention_mask_in_dataloader", "check_for_nan_in_loss_and_grad",
+    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_enable_deepep",
+    "moe_flex_dispatcher_num_sms",
 }
 
 #: Accepted, but they change the model's structure in ways memsym's Architecture cannot express:
@@ -148,7 +147,7 @@ STRUCTURE_NOT_MODELLED = {
 
 #: Accepted and listed, but they change memory in ways memsym does not model (said in the notes).
 MEMORY_NOT_MODELLED = {
-    "optimizer_cpu_offload": "optimizer CPU offload", "fp4": "FP4 (NVFP4) training",
+    "optimizer_cpu_offload": "optimizer CPU offload", "fp4_param_gather": "NVFP4 parameters",
     "fine_grained_activation_offloading": "fine-grained activation offloading",
     "moe_expert_capacity_factor": "expert capacity (token dropping)",
 }

@@ -19,7 +19,7 @@ from ..errors import InvalidValueError
 from ._values import MAX_BATCH
 from .megatron_arguments import MegatronArguments
 
-__all__ = ["megatron_precision", "megatron_optimizer"]
+__all__ = ["megatron_precision", "megatron_optimizer", "megatron_fsdp_options"]
 
 
 def megatron_precision(r: MegatronArguments) -> dict:
@@ -88,13 +88,23 @@ def megatron_precision(r: MegatronArguments) -> dict:
     recipe = r.choice("fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
                     "delayed")
     fp8_pg = r.flag("fp8_param_gather")
+    # --fp4-format e2m1 with --fp4-recipe nvfp4 (its default): memsym's fp4 (TE NVFP4BlockScaling)
+    fp4 = r.choice("fp4", ("e2m1",), None)
+    if fp4 and fp8:
+        raise InvalidValueError("--fp4-format and --fp8-format cannot be used simultaneously "
+                                "(Megatron's validate_args)")
+    if fp4:
+        r.choice("fp4_recipe", ("nvfp4",), "nvfp4")
+    if fp8 and recipe in ("blockwise", "custom"):
+        r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
     if fp8_pg and not fp8:
         raise InvalidValueError("--fp8-param-gather needs --fp8-format")
     return {"params_dtype": params, "grad_reduce_in_fp32": accumulate, "grad_dtype": grad,
             "main_grads_dtype": main_grads, "main_params_dtype": dtypes["main_params_dtype"]
             if params != "fp32" else "fp32", "exp_avg_dtype": dtypes["exp_avg_dtype"],
             "exp_avg_sq_dtype": dtypes["exp_avg_sq_dtype"], "precision_aware_optimizer": pa,
-            "fp8": fp8, "fp8_recipe": recipe if fp8 else None, "fp8_param_gather": fp8_pg}
+            "fp8": fp8, "fp8_recipe": recipe if fp8 else None, "fp8_param_gather": fp8_pg,
+            "fp4": fp4}
 
 
 def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) -> dict:
@@ -177,6 +187,38 @@ def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) 
                            ("megatron_fsdp_grad_comm_dtype", "auto")):
             out[k] = r.choice(k, ("fp32", "bf16", "fp16", "auto"), default)
         out["megatron_fsdp_version"] = int(r.choice("megatron_fsdp_version", ("1", "2"), "1"))
+        out.update(megatron_fsdp_options(r))
+    return out
+
+
+def megatron_fsdp_options(r: MegatronArguments) -> dict:
+    """Megatron-FSDP's job options from a command with ``--use-megatron-fsdp``: the main
+    grads' dtype (``grad_dtype``, given only when ``--megatron-fsdp-main-grads-dtype`` is
+    not ``auto``, the parameters' dtype) and the double buffer (``--fsdp-double-buffer``, or
+    ``--use-nccl-ub`` / ``--megatron-fsdp-max-pool-double-buffer``, which set it: args
+    1173-1181).  A main-params dtype other than fp32 is noted (counted as fp32).
+
+    Examples
+    --------
+    >>> from memsym.readers.megatron_arguments import parse_megatron_argv
+    >>> r = MegatronArguments(*parse_megatron_argv(["--use-nccl-ub"])[::2])
+    >>> megatron_fsdp_options(r)
+    {'fsdp_double_buffer': True}
+
+    References
+    ----------
+    Megatron-LM ``megatron/training/arguments.py`` at ``d98e8a64dd``: 1173-1181, 3687-3694;
+    ``megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py`` 2313-2322.
+    """
+    out = {"fsdp_double_buffer": any(r.flag(k) for k in (
+        "fsdp_double_buffer", "nccl_ub", "megatron_fsdp_max_pool_double_buffer"))}
+    grads = r.choice("megatron_fsdp_main_grads_dtype", ("fp32", "bf16", "fp16", "auto"), "auto")
+    if grads != "auto":
+        out["grad_dtype"] = grads
+    if r.choice("megatron_fsdp_main_params_dtype", ("fp32", "bf16", "fp16", "auto"),
+                "fp32") != "fp32":
+        r.note("--megatron-fsdp-main-params-dtype other than fp32: memsym counts the fp32 "
+               "main_weight_buffer")
     return out
 
 

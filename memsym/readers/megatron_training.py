@@ -20,7 +20,7 @@ from typing import Sequence
 from ..errors import InvalidValueError, UnknownNameError
 from ._values import MAX_BATCH, MAX_LAYERS, fraction
 from .megatron_arguments import RECOMPUTE_MODULES, MegatronArguments
-from .recipe_mechanisms import megatron_mechanism_options
+from .recipe_mechanisms import megatron_dispatcher, megatron_mechanism_options
 
 __all__ = ["checked_recompute_modules", "megatron_layout", "megatron_training"]
 
@@ -228,6 +228,8 @@ def megatron_training(r: MegatronArguments, arch: dict, lay: dict) -> dict:
     (4, None, True)
     """
     tr = {"seq_length": r.seq_length(), **megatron_mechanism_options(r)}
+    if arch.get("num_experts"):   # a dense model builds no token dispatcher
+        tr.update(megatron_dispatcher(r))
     _batch(r, tr, lay)
     tr["recompute"] = _recompute(r, arch, lay)
     _attention_backend(r, tr)

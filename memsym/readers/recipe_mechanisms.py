@@ -17,7 +17,7 @@ from ..vocabulary import CE_FUSION_IMPLS, CUDA_GRAPH_IMPLS
 from ._values import MAX_LAYERS, recipe_flag
 
 __all__ = ["recipe_mechanism_options", "megatron_mechanism_options", "megatron_cuda_graph_options",
-           "CUDA_GRAPH_DESTS", "TE_LOSS_REFUSED"]
+           "CUDA_GRAPH_DESTS", "TE_LOSS_REFUSED", "recipe_dispatcher", "megatron_dispatcher"]
 
 #: Megatron-LM's refusal of Transformer Engine's fused loss (arguments.py:1697-1702).
 TE_LOSS_REFUSED = ("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te is refused "
@@ -107,8 +107,8 @@ def megatron_mechanism_options(r) -> dict:
 
 #: The Megatron-LM destinations :func:`megatron_cuda_graph_options` reads.
 CUDA_GRAPH_DESTS = ("cuda_graph_impl", "enable_cuda_graph", "external_cuda_graph",
-                    "cuda_graph_modules", "cuda_graph_scope_deprecated", "create_attention_mask_in_dataloader",
-                    "check_for_nan_in_loss_and_grad")
+                    "cuda_graph_modules", "cuda_graph_scope_deprecated",
+                    "create_attention_mask_in_dataloader", "check_for_nan_in_loss_and_grad")
 
 
 def megatron_cuda_graph_options(r) -> dict:
@@ -139,3 +139,56 @@ def megatron_cuda_graph_options(r) -> dict:
     for line in cuda_graph_notes(impl, mods):
         r.note(line)
     return out
+def _dispatcher(kind, backend, where: str) -> str:
+    """memsym's ``moe_dispatcher`` of Megatron's dispatcher type and flex backend."""
+    if kind in (None, "alltoall", "allgather"):
+        return kind or "alltoall"
+    if kind != "flex":
+        raise InvalidValueError(f"{where} moe_token_dispatcher_type must be alltoall, allgather or "
+                                f"flex, got {kind!r:.40}")
+    if backend not in ("deepep", "hybridep"):
+        # token_dispatcher.py:1868-1872 (an unset backend is refused); NCCL EP is not modelled
+        raise InvalidValueError(f"{where} flex dispatcher backend {backend!r:.40}: memsym models "
+                                "deepep and hybridep")
+    return backend
+
+
+def recipe_dispatcher(values: dict, computed=()) -> dict:
+    """The ``moe_dispatcher`` job option of a Megatron-Bridge recipe (its ``values`` and the
+    ``computed`` lines its snapshot records).
+
+    A recipe that calls ``apply_flex_dispatcher_backend(cfg.model, backend)`` (Megatron-Bridge
+    ``training/flex_dispatcher_backend.py``) runs the flex dispatcher with that backend on the
+    GPUs the perf recipes target (DeepEP: compute capability 8 or 9, B200, B300; HybridEP:
+    8, 9, 10), whatever ``moe_token_dispatcher_type`` the recipe's config held before.
+
+    Examples
+    --------
+    >>> recipe_dispatcher({"model.moe_token_dispatcher_type": "alltoall",
+    ...     "model.moe_flex_dispatcher_backend": "hybridep"},
+    ...     ("410: apply_flex_dispatcher_backend(cfg.model, cfg.model.moe_flex_dispatcher_backend)",))
+    {'moe_dispatcher': 'hybridep'}
+    >>> recipe_dispatcher({"model.moe_token_dispatcher_type": "flex",
+    ...                    "model.moe_flex_dispatcher_backend": "deepep"})
+    {'moe_dispatcher': 'deepep'}
+    """
+    kind = values.get("model.moe_token_dispatcher_type")
+    backend = values.get("model.moe_flex_dispatcher_backend")
+    if backend in ("deepep", "hybridep") and any("apply_flex_dispatcher_backend" in str(line)
+                                                 for line in computed):
+        kind = "flex"
+    return {"moe_dispatcher": _dispatcher(kind, backend, "model.")}
+
+
+def megatron_dispatcher(r) -> dict:
+    """The ``moe_dispatcher`` job option of a Megatron-LM command: ``--moe-token-dispatcher-type``
+    with ``--moe-flex-dispatcher-backend`` (or the deprecated ``--moe-enable-deepep``,
+    transformer_config.py:1743-1753); the SM count is DeepEP's default 20 unless
+    ``--moe-flex-dispatcher-num-sms`` says otherwise (noted: memsym counts 20)."""
+    kind = r.choice("moe_token_dispatcher_type", ("alltoall", "allgather", "flex"), "alltoall")
+    backend = r.choice("moe_flex_dispatcher_backend", ("deepep", "hybridep", "ncclep"), None)
+    if r.flag("moe_enable_deepep"):
+        backend = "deepep"
+    if kind == "flex" and backend == "deepep" and r.int("moe_flex_dispatcher_num_sms", 20) != 20:
+        r.note("--moe-flex-dispatcher-num-sms: DeepEP's buffers are counted at its default 20 SMs")
+    return {"moe_dispatcher": _dispatcher(kind, backend, "--")}

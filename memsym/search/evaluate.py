@@ -378,8 +378,8 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   recompute="full" if method is not None else rc,
                   recompute_fraction=frac, sequence_parallel=bool(spf),
                   flash_attention=space.flash_attention, dropout=space.dropout,
-                  precision=space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32")
-                  else "bf16",
+                  precision=space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32", "fp4")
+                  else "bf16", fp8_recipe=space.fp8_recipe if space.precision == "fp8" else None,
                   distributed_optimizer=scheme != "ddp",
                   gather_per_microbatch=scheme in ("zero3", "fsdp"),
                   pipelined_fsdp=scheme == "fsdp" and FRAMEWORK[space.framework].torch_pipelining,

@@ -213,6 +213,8 @@ class Space:
     cluster: object = None
     #: whose launch rules and runtime apply (:data:`memsym.job.FRAMEWORKS`)
     framework: str = "megatron"
+    #: Megatron's --fp8-recipe under fp8 (None: per-tensor scaling; memsym.vocabulary.FP8_RECIPES)
+    fp8_recipe: str | None = None
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -245,6 +247,8 @@ class Space:
                     finetune=self.finetune, lora_rank=self.lora_rank,
                     lora_targets=self.lora_targets, quantization=self.quantization,
                     framework=self.framework)
+        if self.fp8_recipe is not None:
+            base["fp8_recipe"] = self.fp8_recipe
         if "recompute" in kw:
             kw = {**kw, **recompute_fields(kw["recompute"])}
         if FRAMEWORK[self.framework].launch_overlaps == "overlap_comm":
@@ -252,6 +256,10 @@ class Space:
             # buffer is memory the read-back counts (memsym.training.transients._transient_widths)
             base["overlap_grad_reduce"] = True
         base.update(kw)
+        if FRAMEWORK[self.framework].megatron_options and base["sharding"] == "zero2":
+            # Megatron-LM runs ZeRO-2 as Megatron-FSDP optim_grads (memsym.emit spells it so):
+            # priced as its own buffers, as the read-back counts them
+            base["megatron_fsdp"] = "optim_grads"
         return Training(**base)
 
 
@@ -268,7 +276,7 @@ def from_job(model, gpu, options: dict):
                      ("dropout", tr.memory.dropout), ("schedule", tr.pipeline.schedule),
                      ("capacity_factor", tr.memory.capacity_factor), ("finetune", tr.adapters.finetune),
                      ("lora_rank", tr.adapters.lora_rank), ("allowances", dict(model.allowances)),
-                     ("framework", tr.framework),
+                     ("framework", tr.framework), ("fp8_recipe", tr.states.fp8_recipe),
                      ("capacity", model.capacity)):
         if val is not None:
             options.setdefault(key, val)
@@ -287,7 +295,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                schedule=DEFAULTS["schedule"], allowances=None,
                finetune="full", lora_rank=16, lora_targets="all", quantization=None,
                first_stage_layers=None, last_stage_layers=None, capacity=None,
-               gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1,
+               gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1, fp8_recipe=None,
                uneven=True, framework="megatron") -> Space:
     """Validate the search keywords into a :class:`Space` (see :func:`search`).
 
@@ -351,7 +359,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
         latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
-        framework=framework)
+        framework=framework, fp8_recipe=fp8_recipe)
 
 
 def _device(gpu, cluster, gpus_per_node, capacity) -> tuple:

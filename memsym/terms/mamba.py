@@ -39,6 +39,7 @@ from ..errors import InvalidValueError
 from ..symbols import G_ssm, H_ssm, N_ssm, b, d_ssm, h, s, t
 from ..term import Source, Term, Total
 from .activations import layer_activations
+from .short_conv import short_conv_activations
 
 __all__ = ["mamba_layer_activations", "hybrid_layer_activations", "hybrid_stack"]
 
@@ -159,7 +160,15 @@ def _norm(total: Total, prefix: str, stats) -> list:
 def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, common: dict) -> None:
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
-    if mixer not in ("attention", "mamba", "none") or ffn not in (None, False, True):
+    if mixer not in ("attention", "mamba", "conv", "none") or ffn not in (None, False, True):
+        if mixer in ("gdn", "lightning"):
+            # transformers' torch path (modeling_qwen3_next.py torch_chunk_gated_delta_rule)
+            # keeps every chunk's intermediates, the fla kernels training uses keep others:
+            # no measured or cited term yet
+            what = {"gdn": "Gated DeltaNet (linear-attention) mixers (Qwen3-Next)",
+                    "lightning": "lightning-attention mixers (MiniMax-01)"}[mixer]
+            raise InvalidValueError(f"the activations of {what} are not modelled: their "
+                                    "parameters are counted, a memory estimate is refused")
         what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
                 "parallel": "attention and Mamba side by side in one layer (Falcon-H1)"
                 }.get(mixer, f"the layer kind {kind!r}")
@@ -171,12 +180,12 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
     if recompute == "selective-op":
         raise InvalidValueError("torchtitan's per-op recompute (selective-op) of a hybrid "
                                 "Mamba/attention model is not modelled")
-    if mixer == "mamba" and common.get("fp8_inputs"):
-        raise InvalidValueError("FP8 activations of a Mamba mixer are not modelled (use bf16 "
-                                "for a hybrid Mamba/attention model)")
-    if mixer == "mamba" and context_parallel:
-        raise InvalidValueError("context parallelism (c > 1) of a Mamba mixer is not modelled "
-                                "(Megatron-core's MambaContextParallel)")
+    what = {"mamba": "a Mamba mixer", "conv": "a short-convolution mixer"}.get(mixer)
+    if what and common.get("fp8_inputs"):
+        raise InvalidValueError(f"FP8 activations of {what} are not modelled (use bf16 for a "
+                                "hybrid model)")
+    if what and context_parallel:
+        raise InvalidValueError(f"context parallelism (c > 1) of {what} is not modelled")
 
 
 def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat) -> list:
@@ -189,6 +198,26 @@ def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat) -> list
         terms.append(Term("mamba_norm_statistics", one_stat,
                           "fp32 per-token statistics of the fused pre-norm", _TE_NORM,
                           label="mamba norm stats"))
+    return terms
+
+
+def _conv_mixer(sp_on: bool, dropout: bool, one_stat) -> list:
+    """The short-convolution mixer's terms of a hybrid layer [bytes], with its pre-norm's
+    input and statistics and, with dropout, a hidden-dropout mask (as the other parts')."""
+    sigma = t if sp_on else 1
+    src = Source("hf-transformers-5", "models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
+                 "(operator_norm before the conv)")
+    terms = [Term("conv_norm_input", 2 * s * b * h / sigma, "input of the mixer's pre-norm",
+                  src, label="conv norm")]
+    if one_stat != 0:
+        terms.append(Term("conv_norm_statistics", one_stat, "fp32 per-token statistics of the "
+                          "mixer's pre-norm", src, label="conv norm stats"))
+    terms += [Term(f"conv_{term.key}", term.expr, term.description, term.source,
+                   label=f"conv {term.label}")
+              for term in short_conv_activations(sequence_parallel=sp_on)]
+    if dropout:
+        terms.append(Term("conv_dropout_mask", s * b * h / sigma, "hidden dropout mask after "
+                          "the mixer (1 byte), as the other parts'", src, label="conv dropout"))
     return terms
 
 
@@ -205,6 +234,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
       softmax statistics, the projection input, the dropout mask);
     * a Mamba-2 mixer: :func:`mamba_layer_activations` and the fused norm's fp32 statistics
       (Transformer Engine's ``LayerNormColumnParallelLinear`` keeps them as for the QKV norm);
+    * a short-convolution mixer (LFM2): its pre-norm's input and statistics and
+      :func:`memsym.terms.short_conv.short_conv_activations`;
     * an MLP (``ffn`` False) or MoE block (``ffn`` True): the other half of
       :func:`~memsym.terms.activations.layer_activations` of that kind.
 
@@ -277,6 +308,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
         terms += _norm(dense, "attn", one_stat) + _part(dense, "attn", _ATTENTION_KEYS)
     if mixer == "mamba":
         terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat)
+    if mixer == "conv":
+        terms += _conv_mixer(sp_on, dropout, one_stat)
     if ffn is not None:
         block = layer_activations(recompute=recompute, modules=modules, moe=ffn,
                                   shared_expert=shared_expert and ffn, **common)

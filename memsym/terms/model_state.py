@@ -30,7 +30,8 @@ from ..values import as_expr
 
 # the names (sharding schemes: fsdp is PyTorch FSDP2's fully_shard, ZeRO-3 in the textbook
 # forms), shared with the command line without SymPy
-from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, GRAD_DTYPES, OFFLOADS, SCHEMES
+from ..vocabulary import (CONVENTION_ALIASES, CONVENTIONS, GRAD_DTYPES, MEGATRON_FSDP_SCHEMES,
+                          OFFLOADS, SCHEMES)
 # the byte widths and their tables, re-exported: every name stays importable from here
 from .widths import (OPTIMIZERS, PRECISIONS, STATE_DTYPES, byte_widths, default_grad_dtype,
                      has_main_grad_copy, normalize_convention, normalize_scheme)
@@ -38,7 +39,7 @@ from .widths import (OPTIMIZERS, PRECISIONS, STATE_DTYPES, byte_widths, default_
 __all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "PRECISIONS", "OPTIMIZERS", "OFFLOADS",
            "GRAD_DTYPES", "STATE_DTYPES", "model_state", "byte_widths", "normalize_scheme",
            "normalize_convention", "megatron_fsdp_state", "deepspeed_allows_pipeline",
-           "MEGATRON_FSDP_STRATEGIES"]
+           "MEGATRON_FSDP_STRATEGIES", "MEGATRON_FSDP_SCHEMES"]
 
 _ZERO = Source("zero", "§5, Figure 1")
 # the "seed000" convention: the ZeRO-2 reading of the distributed optimizer that the
@@ -59,7 +60,8 @@ _MC_DDP = Source("megatron-core", "core/optimizer/optimizer.py, Float16Optimizer
                  "(fp32 main params of every param; main_grad.float())")
 _TE_FP8 = Source("transformer-engine", "pytorch/module/base.py, quantize_weight with "
                  "is_first_microbatch (_fp8_workspaces); csrc/extensions/cast.cu, cast (rowwise data "
-                 "+ data_transpose for columnwise usage)")
+                 "+ data_transpose for columnwise usage); MXFP8: tensor/mxfp8_tensor.py, "
+                 "MXFP8Quantizer.inner_tensor_specs")
 _MFSDP_FP8 = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/"
                     "param_and_grad_buffer.py at 2a75ac12c5 (Bridge's pin; the same lines at "
                     "d98e8a64dd): 2804 init_param_with_fp8 from fp8_param_gather; 1798 and 2632 "
@@ -81,7 +83,7 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
                 offload: str = "none", params=None, dp=None, precision: str = "bf16",
                 grad_dtype: str | None = None, precision_aware: bool = False,
                 fp8_param_gather: bool = False, linear_params=None,
-                optimizer: str = "adam") -> Total:
+                optimizer: str = "adam", fp8_recipe: str | None = None) -> Total:
     r"""Per-GPU memory of weights, gradients and optimizer states [bytes].
 
     With :math:`\Psi` the parameters of one model-parallel shard (default
@@ -123,10 +125,10 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
         Parameters held by this GPU's model-parallel shard [parameters]; default ``N/(p t)``.
     dp : sympy.Expr, optional
         The group the states are sharded over [GPUs]; default ``d``.
-    precision, grad_dtype, precision_aware, fp8_param_gather, optimizer :
+    precision, grad_dtype, precision_aware, fp8_param_gather, optimizer, fp8_recipe :
         Which framework tensors exist (framework only; pass the same to :func:`byte_widths`):
         a ``main_gradients`` term when the framework copies 16-bit grads to fp32, an
-        ``fp8_weights`` term for fp8.
+        ``fp8_weights`` term for fp8 (MXFP8 under ``fp8_recipe="mxfp8"``).
     linear_params : sympy.Expr, optional
         Of ``params``, those in linear-layer weights [parameters]; default all of ``params``
         (FP8 only; an over-count by the embeddings and norms).
@@ -172,7 +174,7 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
             f"offload optimizer+params needs sharded parameters (zero3 or fsdp), not {scheme}")
     if convention == "framework":
         return _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
-                                fp8_param_gather, linear_params, optimizer)
+                                fp8_param_gather, linear_params, optimizer, fp8_recipe)
     return _textbook_state(scheme, given, convention, offload, psi, dp)
 
 
@@ -214,13 +216,15 @@ def _textbook_state(scheme, given, convention, offload, psi, dp) -> Total:
 
 
 def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
-                     fp8_param_gather, linear_params, optimizer) -> Total:
+                     fp8_param_gather, linear_params, optimizer, fp8_recipe=None) -> Total:
     """:func:`model_state` under ``convention="framework"``."""
     precision = choose("precision", precision, PRECISIONS)
     optimizer = choose("optimizer", optimizer, OPTIMIZERS)
     # the same validation as the widths, so that structure and widths cannot disagree
     byte_widths(scheme, precision, optimizer, "framework", grad_dtype=grad_dtype,
-                fp8_param_gather=fp8_param_gather, precision_aware=precision_aware)
+                fp8_param_gather=fp8_param_gather, precision_aware=precision_aware,
+                fp8_recipe=fp8_recipe)
+    mx = "MXFP8 " if fp8_recipe == "mxfp8" else "NVFP4 " if precision == "fp4" else "FP8 "
     gdt = default_grad_dtype(scheme, precision, grad_dtype)
     main_copy = optimizer != "none" and has_main_grad_copy(scheme, precision, gdt, precision_aware)
     lin = psi if linear_params is None else as_expr(linear_params)
@@ -267,13 +271,16 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
             if megatron:
                 what += " (param_data of the buffer)" if scheme == "distributed-optimizer" else ""
             terms.append(Term("weights", per_gpu(b_hp, shard_w), what, src_w, label="weights"))
-        if precision == "fp8":
+        if precision in ("fp8", "fp4"):
             if fp8_param_gather:
-                terms.append(Term("fp8_weights", lin * b_f8, "FP8 linear-layer weights "
+                terms.append(Term("fp8_weights", lin * b_f8, mx + "linear-layer weights "
                                   "(fp8_model_init, gathered in FP8)", _TE_FP8, label="fp8 weights"))
             else:
-                terms.append(Term("fp8_weights", lin * b_f8, "Transformer Engine's cached FP8 "
-                                  "copies of the linear weights (rowwise + transpose)", _TE_FP8,
+                terms.append(Term("fp8_weights", lin * b_f8, "Transformer Engine's cached " + mx +
+                                  "copies of the linear weights (" + ("rowwise + columnwise, "
+                                  "a scale byte per 32 each" if mx == "MXFP8 " else
+                                  "rowwise + columnwise, 4-bit with a scale byte per 16 each"
+                                  if mx == "NVFP4 " else "rowwise + transpose") + ")", _TE_FP8,
                                   label="fp8 weight cache"))
     on_gpu_g = not (offload != "none" and scheme in ("zero2", "zero3", "fsdp"))
     if on_gpu_g and optimizer != "none":
@@ -285,7 +292,8 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
                     scheme, "16-bit gradient partition")
         terms.append(Term("gradients", per_gpu(b_g, shard_g), what, src_g, label="gradients"))
     if main_copy and offload == "none":
-        src = _MC_DDP if scheme == "ddp" else (_MC_MAIN if megatron else src_o)
+        src = _MC_DDP if scheme == "ddp" else (_MC_MAIN if megatron else (
+            _MFSDP_CAST if scheme == "fsdp" else src_o))   # fsdp here: Megatron-FSDP's FP8
         what = "fp32 copy of the gradients the optimizer steps on" + (", the rank's shard" if shard_o else "")
         if scheme == "zero3":
             # stage3.py _prepare_fp32_grad_for_sub_group: one sub-group at a time (config
@@ -340,7 +348,8 @@ def host_state(scheme: str = "zero3", *, offload: str = "optimizer", params=None
 
 
 #: Megatron-FSDP ``--data-parallel-sharding-strategy`` -> which buffers are sharded
-#: (model weights, main weights + optimizer, main grads).
+#: (model weights, main weights + optimizer, main grads): param_and_grad_buffer.py:2329-2345
+#: at d98e8a64dd (the same at 2a75ac12c5), ``_init_each_parameter_group_buffers``.
 MEGATRON_FSDP_STRATEGIES = {
     "no_shard": (False, False, False),
     "optim": (False, True, False),
@@ -348,30 +357,41 @@ MEGATRON_FSDP_STRATEGIES = {
     "optim_grads_params": (True, True, True),
 }
 
-_MFSDP = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py, "
-                "ParamAndGradBuffer._init_each_parameter_group_buffers (is_*_buffer_distributed per "
-                "data_parallel_sharding_strategy; model_weight_buffer, main_weight_buffer, "
-                "main_grad_buffer)")
+_MFSDP = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py "
+                "at d98e8a64dd (the same code at 2a75ac12c5, Bridge's pin): 2329-2345 "
+                "is_*_buffer_distributed per data_parallel_sharding_strategy; 2652 "
+                "model_weight_buffer (none under no_shard: the module's 16-bit parameters); "
+                "2694 main_weight_buffer in main_params_dtype (fp32); 2713 main_grad_buffer in "
+                "_resolve_group_grad_dtype (2313: main_grads_dtype, else the parameter's dtype)")
+_MFSDP_CAST = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/"
+                     "param_and_grad_buffer.py at d98e8a64dd: 3351 update_main_grads, 3381 "
+                     "optimizer_grad.to(param.dtype) (the fp32 main weights' dtype) unless "
+                     "megatron_fsdp_use_decoupled_grad; 3209 zero_grad sets param.grad = None")
 
 
-def megatron_fsdp_state(strategy: str = "optim_grads_params", *, params=None, dp=None) -> Total:
+def megatron_fsdp_state(strategy: str = "optim_grads_params", *, params=None, dp=None,
+                        main_copy: bool = False) -> Total:
     r"""Model states per GPU under Megatron-FSDP (``--use-megatron-fsdp``) [bytes].
 
     .. math::
 
         \begin{aligned}
-        \text{no\_shard}:\;& \Psi\,(b_{hp} + b_g + b_m + b_o) \\
-        \text{optim}:\;& \Psi\,(b_{hp} + b_g) + \Psi\,(b_m + b_o)/d \\
-        \text{optim\_grads}:\;& \Psi\,b_{hp} + \Psi\,(b_g + b_m + b_o)/d \\
-        \text{optim\_grads\_params}:\;& \Psi\,(b_{hp} + b_g + b_m + b_o)/d
+        \text{no\_shard}:\;& \Psi\,(b_{hp} + b_g + b_{mg} + b_m + b_o) \\
+        \text{optim}:\;& \Psi\,(b_{hp} + b_g) + \Psi\,(b_{mg} + b_m + b_o)/d \\
+        \text{optim\_grads}:\;& \Psi\,b_{hp} + \Psi\,(b_g + b_{mg} + b_m + b_o)/d \\
+        \text{optim\_grads\_params}:\;& \Psi\,(b_{hp} + b_g + b_{mg} + b_m + b_o)/d
         \end{aligned}
 
-    The 16-bit ``model_weight_buffer``, the fp32 ``main_weight_buffer`` (with Adam's states on
-    it) and the ``main_grad_buffer`` (fp32 with ``grad_reduce_in_fp32``) are each sharded or
-    not by the strategy; the widths are :func:`byte_widths` ``("distributed-optimizer")``'s.
-    The unsharded buckets gathered for compute (``temporary_bucket_allocator``) are transients,
-    as FSDP2's (:func:`memsym.terms.transients.fsdp2_transients`).  The CLI default is
-    ``optim_grads_params``; ``DistributedDataParallelConfig``'s is ``no_shard``.
+    The 16-bit ``model_weight_buffer`` (:math:`b_{hp}`; under ``no_shard`` the module's own
+    parameters), the ``main_grad_buffer`` (:math:`b_g`: ``megatron_fsdp_main_grads_dtype``,
+    by default the parameters' dtype, bf16: Megatron-FSDP reads no ``grad_reduce_in_fp32``)
+    and the fp32 ``main_weight_buffer`` with Adam's states on it (:math:`b_m + b_o`) are each
+    sharded or not by the strategy.  With ``main_copy`` (a 16-bit main grad under fp32 main
+    weights) ``update_main_grads`` casts the rank's gradient shard to fp32 for the optimizer
+    (:math:`b_{mg} = 4`, sharded as the main weights), a step-only state
+    (:data:`memsym.training.STEP_STATE_KEYS`).  The unsharded buckets gathered for compute
+    are transients (:func:`memsym.terms.transients.megatron_fsdp_buckets`).  The CLI
+    default is ``optim_grads_params``; ``DistributedDataParallelConfig``'s is ``no_shard``.
 
     Parameters
     ----------
@@ -381,23 +401,36 @@ def megatron_fsdp_state(strategy: str = "optim_grads_params", *, params=None, dp
         Parameters Ψ on this GPU's model-parallel shard [parameters] (default :math:`N/(p\,t)`).
     dp : sympy.Expr or int, optional
         The sharding group's size d [GPUs] (default the symbol ``d``).
+    main_copy : bool
+        Whether the optimizer steps on an fp32 cast of a 16-bit main grad (``main_gradients``).
 
     Returns
     -------
     Total
-        Model states per GPU [bytes].
+        Terms ``weights``, ``gradients``, ``main_gradients`` (with ``main_copy``) and
+        ``optimizer`` [bytes].
 
     Examples
     --------
+    By hand, bf16 with fp32 main grads (:func:`byte_widths` of the distributed optimizer):
+    ``optim`` at d = 8 is 2 + 4 + 12/8, ``optim_grads_params`` 18/8:
+
     >>> w = byte_widths()
     >>> megatron_fsdp_state("optim").subs(w).evaluate(N=1, d=8, p=1, t=1)
     15/2
     >>> megatron_fsdp_state().subs(w).evaluate(N=1, d=8, p=1, t=1)
     9/4
 
+    The default bf16 main grads: (2 + 2 + 4 + 12)/8 = 5/2 bytes per parameter:
+
+    >>> w = byte_widths(grad_dtype="bf16")
+    >>> megatron_fsdp_state(main_copy=True).subs(w).evaluate(N=1, d=8, p=1, t=1)
+    5/2
+
     References
     ----------
-    .. [megatron-core] ``core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py``.
+    .. [megatron-core] ``core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py``
+       at d98e8a64dd: 2313, 2329-2345, 2652-2724, 3351-3381.
     """
     strategy = choose("data_parallel_sharding_strategy", strategy, tuple(MEGATRON_FSDP_STRATEGIES))
     shard_w, shard_o, shard_g = MEGATRON_FSDP_STRATEGIES[strategy]
@@ -407,14 +440,22 @@ def megatron_fsdp_state(strategy: str = "optim_grads_params", *, params=None, dp
     def per_gpu(width, sharded):
         return psi * width / dp if sharded else psi * width
 
-    return Total(f"model states per GPU (Megatron-FSDP {strategy})", (
-        Term("weights", per_gpu(b_hp, shard_w), "16-bit model_weight_buffer" +
-             (", sharded" if shard_w else ", whole"), _MFSDP, label="weights"),
-        Term("gradients", per_gpu(b_g, shard_g), "main_grad_buffer" +
-             (", sharded" if shard_g else ", whole"), _MFSDP, label="gradients"),
-        Term("optimizer", per_gpu(b_m + b_o, shard_o), "fp32 main_weight_buffer and Adam states" +
-             (", sharded" if shard_o else ", whole"), _MFSDP, label="master + moments"),
-    ))
+    def whole(sharded):
+        return ", sharded" if sharded else ", whole"
+
+    terms = [
+        Term("weights", per_gpu(b_hp, shard_w), ("16-bit model_weight_buffer" + whole(shard_w))
+             if strategy != "no_shard" else "16-bit module parameters, whole (no_shard makes no "
+             "model_weight_buffer)", _MFSDP, label="weights"),
+        Term("gradients", per_gpu(b_g, shard_g), "main_grad_buffer" + whole(shard_g), _MFSDP,
+             label="gradients")]
+    if main_copy:
+        terms.append(Term("main_gradients", per_gpu(b_mg, shard_o), "fp32 cast of the main "
+                          "grads the optimizer steps on (update_main_grads)" + whole(shard_o),
+                          _MFSDP_CAST, label="fp32 main grads"))
+    terms.append(Term("optimizer", per_gpu(b_m + b_o, shard_o), "fp32 main_weight_buffer and "
+                      "optimizer states" + whole(shard_o), _MFSDP, label="master + moments"))
+    return Total(f"model states per GPU (Megatron-FSDP {strategy})", tuple(terms))
 
 
 def deepspeed_allows_pipeline(scheme: str) -> bool:

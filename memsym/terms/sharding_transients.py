@@ -2,12 +2,15 @@
 
 FSDP2's unsharded parameters and reduce-scatter buffers (and torchtitan's embedding and output
 groups, and what a pipelined FSDP2 stage keeps unsharded), DeepSpeed ZeRO-3's gathered layer
-and prefetch bucket, ZeRO-1/2's gradient buckets and Megatron-core's bucket size; each a
+and prefetch bucket, ZeRO-1/2's gradient buckets, Megatron-core's bucket size and
+Megatron-FSDP's gathered layers and gradient buckets (persistent under its double buffer); each a
 cited :class:`~memsym.term.Term` with its knobs as symbols (their defaults are
 :data:`memsym.terms.transients.DEFAULTS`).  Re-exported by :mod:`memsym.terms.transients`.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import sympy as sp
 
@@ -15,10 +18,12 @@ from ..errors import InvalidValueError
 from ..symbols import N, N_bkt, N_ll, N_pf, V, b_hp, b_r, b_u, d, h, n_ag, n_bkt, p, t
 from ..term import Source, Term, Total
 from ..values import as_expr
+from .model_state import MEGATRON_FSDP_STRATEGIES
 
 __all__ = ["fsdp2_transients", "fsdp2_io_groups", "fsdp2_reshards_after_forward",
            "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
-           "deepspeed_ipg_buckets", "megatron_buckets", "megatron_fsdp_fp8_unsharded"]
+           "deepspeed_ipg_buckets", "megatron_buckets", "megatron_fsdp_fp8_unsharded",
+           "megatron_fsdp_buckets"]
 
 _FSDP_PG = Source("pytorch-fsdp2", "_fsdp_param_group.py, FSDPParamGroup (Note on overlapping "
                   "all-gather copy-in and all-gather: next group's all-gather overlaps the current)")
@@ -245,6 +250,91 @@ def megatron_fsdp_fp8_unsharded(group_params=None) -> Term:
     return Term("unsharded_params", n_ag * n, "all-gathered FP8 parameters of the current and "
                 "prefetched layers (Megatron-FSDP's uint8 buckets)", _MFSDP_AG,
                 label="all-gathered fp8 params")
+
+
+_MFSDP_BUF = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/"
+                    "param_and_grad_buffer.py at d98e8a64dd (the same code at 2a75ac12c5): "
+                    "2329-2345 which buffers a strategy shards; 2524-2576 fsdp_double_buffer: "
+                    "FixedPoolAllocator weight_alloc and main_grad_alloc of UB_BUFFER_NUM = 2 "
+                    "units, 857 get_global_memory_buffer().get_tensor (persistent, by name); "
+                    "else 527 StorageResizeBasedBucketAllocator (freed on release); 3924-3953 "
+                    "wait_for_previous_grad_reduce: one bucket reducing beside the one filled")
+
+
+def megatron_fsdp_buckets(strategy: str = "optim_grads_params", grad_width=4, *,
+                          double_buffer: bool = False, group_params=None,
+                          param_width=b_u) -> dict:
+    r"""Megatron-FSDP's unsharded buckets, by phase [bytes].
+
+    A sharded ``model_weight_buffer`` (``optim_grads_params``) is all-gathered one FSDP unit
+    (transformer layer) at a time into a bucket, the layer computing and the one prefetched,
+    :math:`n_{\mathrm{ag}} N_{\mathrm{ll}} b_u`; a sharded ``main_grad_buffer``
+    (``optim_grads``, ``optim_grads_params``) takes the backward's gradients in an unsharded
+    bucket per layer, reduce-scattered into the shard, one reducing beside the one filled,
+    :math:`2 N_{\mathrm{ll}} b_g`.  Without ``fsdp_double_buffer`` the buckets are freed on
+    release (the gathered weights in forward and backward, the gradient buckets in backward);
+    with it they are two persistent pools of each, held in every phase, the optimizer step
+    included:
+
+    .. math::
+
+        \text{double buffer:}\quad 2 N_{\mathrm{ll}} b_u\,[\text{weights sharded}]
+        + 2 N_{\mathrm{ll}} b_g\,[\text{grads sharded}]
+
+    Parameters
+    ----------
+    strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}
+        Megatron-FSDP's ``--data-parallel-sharding-strategy``.
+    grad_width : int or sympy.Expr
+        Bytes per element of the main grads, :math:`b_g` [bytes].
+    double_buffer : bool
+        ``--fsdp-double-buffer`` (also set by ``--use-nccl-ub`` and
+        ``--megatron-fsdp-max-pool-double-buffer``).
+    group_params : sympy.Expr or int, optional
+        Parameters of one layer on this GPU [parameters]; default ``N_ll``.
+    param_width : int or sympy.Expr
+        Bytes per gathered weight [bytes]; default :math:`b_u` (1 for FP8 parameters).
+
+    Returns
+    -------
+    dict
+        Phase (``forward``, ``loss-backward``, ``backward``, ``optimizer``) -> tuple of Terms.
+
+    Examples
+    --------
+    By hand, a 10^6-parameter layer in bf16 with bf16 main grads: without the double buffer
+    the backward holds 2 gathered layers and 2 gradient buckets, 8 MB, the step nothing; with
+    it every phase holds both pools:
+
+    >>> ph = megatron_fsdp_buckets(grad_width=2, group_params=10**6)
+    >>> [sum(t.evaluate(n_ag=2, b_u=2) for t in ph[k]) for k in ("forward", "backward", "optimizer")]
+    [4000000, 8000000, 0]
+    >>> ph = megatron_fsdp_buckets(grad_width=2, double_buffer=True, group_params=10**6)
+    >>> sum(t.evaluate(b_u=2) for t in ph["optimizer"])
+    8000000
+
+    References
+    ----------
+    .. [megatron-core] ``megatron_fsdp/param_and_grad_buffer.py`` at d98e8a64dd: 527, 647-857
+       (``FixedPoolAllocator``), 2329-2345, 2524-2576, 3924-3953.
+    """
+    shard_w, _, shard_g = MEGATRON_FSDP_STRATEGIES[strategy]
+    n = N_ll if group_params is None else as_expr(group_params)
+    grads = Term("unsharded_grads", 2 * n * as_expr(grad_width), "the layer's unsharded "
+                 "gradient bucket and the one reduce-scattering (main_grad dtype)", _MFSDP_BUF,
+                 label="unsharded grad buckets")
+    if double_buffer:
+        pools = ((Term("unsharded_params", 2 * n * as_expr(param_width), "fsdp_double_buffer's two persistent "
+                       "weight buckets (gathered layers)", _MFSDP_BUF,
+                       label="double-buffer params"),) if shard_w else ()) + (
+            (replace(grads, description="fsdp_double_buffer's two persistent gradient "
+                     "buckets", label="double-buffer grads"),) if shard_g else ())
+        return {ph: pools for ph in ("forward", "loss-backward", "backward", "optimizer")}
+    gathered = (Term("unsharded_params", n_ag * n * as_expr(param_width), "all-gathered parameters of the "
+                     "current and prefetched layers (freed on release)", _MFSDP_BUF,
+                     label="all-gathered params"),) if shard_w else ()
+    return {"forward": gathered, "loss-backward": gathered,
+            "backward": gathered + ((grads,) if shard_g else ()), "optimizer": ()}
 
 
 def fsdp2_kept_unsharded(stage_params=None) -> Term:

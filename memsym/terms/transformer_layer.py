@@ -27,8 +27,12 @@ FP8 compute in Transformer Engine (``fp8_inputs``) saves each GEMM's input for t
 weight gradient as the quantized FP8 tensor it multiplied, 1 byte per element instead of
 2: the QKV, fc1 (their norm outputs), output-projection and fc2 inputs and the experts'
 fc1/fc2 inputs.  The fused attention still keeps its own 16-bit output for its backward,
-so without recompute the output projection's input costs :math:`2 + 1` bytes.  (MXFP8
-adds one E8M0 scale per 32 elements, 1/32 byte, neglected here.)
+so without recompute the output projection's input costs :math:`2 + 1` bytes.  MXFP8
+(``fp8_inputs="mxfp8"``) saves the columnwise copy the weight gradient reads with its E8M0
+scales, one byte per 32 elements: :math:`1 + 1/32` bytes (TE ``linear.py``: the rowwise data
+is discarded, ``update_usage(rowwise_usage=False, columnwise_usage=True)``;
+``MXFP8Quantizer.get_scale_shape``).  NVFP4 (precision fp4, ``fp8_inputs="nvfp4"``) keeps the
+columnwise 4-bit copy with an E4M3 scale per 16 elements: :math:`1/2 + 1/16` bytes.
 
 Selective recompute drops what the recomputed modules (Megatron's ``--recompute-modules``,
 ``modules``; default ``core_attn``) keep for their backward; each checkpoint's input stays
@@ -83,6 +87,7 @@ from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..vocabulary import RECOMPUTE, recompute_modules
 from .op_sac import op_sac_layer
+from .widths import MXFP8_BLOCK, nvfp4_element_bytes
 
 __all__ = ["NORMS", "RECOMPUTE_MODULE_SOURCES", "layer_activations", "token_split"]
 
@@ -186,7 +191,7 @@ class _Layer:
     sig: object
     gated: bool
     flash: bool
-    fp8: bool
+    fp8: object
     norm: str
     norm_statistics: bool
     dropout: bool
@@ -205,8 +210,13 @@ class _Layer:
     drop_shared: bool
 
     @property
-    def gx(self) -> int:
-        """Bytes per element of a saved GEMM input: FP8 under Transformer Engine, else 16-bit."""
+    def gx(self):
+        """Bytes per element of a saved GEMM input: FP8 under Transformer Engine (MXFP8: one
+        E8M0 scale byte per 32 elements more), else 16-bit."""
+        if self.fp8 == "mxfp8":
+            return 1 + sp.Rational(1, MXFP8_BLOCK)
+        if self.fp8 == "nvfp4":
+            return nvfp4_element_bytes()
         return 1 if self.fp8 else 2
 
     @property
@@ -373,7 +383,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       recompute: str = "none", dropout: bool = True, norm: str = "layernorm",
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
-                      qk_norm: bool = False, fp8_inputs: bool = False, modules=None) -> Total:
+                      qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -420,8 +430,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         An MoE layer instead of a dense MLP; with shared experts of width ``f_sh``.
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
-    fp8_inputs : bool
-        Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte).
+    fp8_inputs : bool or {"mxfp8", "nvfp4"}
+        Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte; ``"mxfp8"``:
+        1 + 1/32 with the block scales; ``"nvfp4"``: NVFP4, 1/2 + 1/16).
     mla : dict, optional
         Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
         ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers).

@@ -23,14 +23,15 @@ from .loss_transients import (cross_entropy_transient, loss_parallel_backward,
                               torch_cross_entropy_transient)
 from .sharding_transients import (deepspeed_ipg_buckets, fsdp2_io_groups, fsdp2_kept_unsharded,
                                   fsdp2_pipeline_unsharded, fsdp2_reshards_after_forward,
-                                  fsdp2_transients, megatron_buckets, megatron_fsdp_fp8_unsharded,
-                                  zero3_transients)
+                                  fsdp2_transients, megatron_buckets, megatron_fsdp_buckets,
+                                  megatron_fsdp_fp8_unsharded, zero3_transients)
 
 __all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient",
            "torch_cross_entropy_backward", "loss_parallel_transient", "loss_parallel_backward",
            "fsdp2_transients", "fsdp2_io_groups", "fsdp2_reshards_after_forward",
            "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
            "deepspeed_ipg_buckets", "megatron_buckets", "megatron_fsdp_fp8_unsharded",
+           "megatron_fsdp_buckets",
            "optimizer_step_transient",
            "cuda_context", "nccl_buffers", "tp_comm_userbuffers", "USERBUFFER_GEMMS",
            "deferred_wgrad_buffers"]

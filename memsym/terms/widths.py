@@ -21,10 +21,11 @@ import sympy as sp
 
 from ..errors import InvalidValueError, choose
 from ..symbols import b_f8, b_g, b_hp, b_m, b_mg, b_o
-from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, GRAD_DTYPES, SCHEMES
+from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, FP8_RECIPES, GRAD_DTYPES, SCHEMES
 
-__all__ = ["PRECISIONS", "OPTIMIZERS", "STATE_DTYPES", "byte_widths", "normalize_scheme",
-           "normalize_convention"]
+__all__ = ["PRECISIONS", "OPTIMIZERS", "STATE_DTYPES", "FP8_RECIPES", "MXFP8_BLOCK", "NVFP4_BLOCK",
+           "nvfp4_element_bytes", "byte_widths",
+           "fp8_weight_bytes", "normalize_scheme", "normalize_convention"]
 
 #: Bytes of the precision-aware optimizer's state dtypes (Megatron ``optimizer_config.py``).
 STATE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -36,7 +37,25 @@ PRECISIONS = {
     "bf16": (2, 4),
     "fp16": (2, 4),
     "fp8": (1, 4),
+    "fp4": (2, 4),   # the bf16 weights NVFP4 GEMMs quantize (no FP4 primary weights)
 }
+
+#: Elements that share one MXFP8 scale byte.  Of Megatron's ``--fp8-recipe`` values
+#: (:data:`FP8_RECIPES`, from memsym.vocabulary) only ``mxfp8`` changes a count: Transformer
+#: Engine's MXFP8BlockScaling keeps one E8M0 scale byte per 32 consecutive elements
+#: (``MXFP8_BLOCK_SCALING_SIZE = 32``, pytorch/constants.py) and a rowwise and a columnwise
+#: FP8 copy, each with its own scales (``MXFP8Quantizer.inner_tensor_specs`` and
+#: ``get_scale_shape``, pytorch/tensor/mxfp8_tensor.py at d0067d0da6; the [128, 4] padding of
+#: the scale tensors is neglected).  TE refuses MXFP8 below compute capability 10.0
+#: (``_compute_mxfp8_support``, pytorch/quantization.py): no Hopper.
+MXFP8_BLOCK = 32
+
+#: Elements that share one NVFP4 scale (precision fp4: Transformer Engine's NVFP4BlockScaling,
+#: ``NVFP4_BLOCK_SCALING_SIZE = 16``, pytorch/constants.py): 4-bit E2M1 data, two values a byte,
+#: one E4M3 scale byte per 16 elements and one fp32 amax per tensor, rowwise and columnwise
+#: copies each quantized from the 16-bit tensor (``NVFP4Quantizer.inner_tensor_specs``,
+#: pytorch/tensor/nvfp4_tensor.py at d0067d0da6; the scale padding and the amax neglected).
+NVFP4_BLOCK = 16
 
 #: Optimizer -> bytes per parameter of its moments (beyond the master copy).
 #: REF: zero §3.1 (Adam: momentum + variance, fp32); seed 002 (SGD with momentum: 12 B/param
@@ -71,7 +90,8 @@ def normalize_convention(convention: str) -> str:
     return CONVENTION_ALIASES.get(name, name)
 
 
-def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = None) -> str:
+def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = None, *,
+                       megatron_fsdp: bool = False) -> str:
     """The gradient-buffer dtype the framework uses when the user does not say.
 
     Megatron-core keeps an fp32 gradient buffer under bf16
@@ -87,6 +107,11 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
         One of :data:`PRECISIONS`.
     grad_dtype : {"fp32", "bf16", "fp16"}, optional
         The dtype asked for, returned as it is (checked); None for the framework's default.
+    megatron_fsdp : bool
+        Megatron-FSDP (any strategy): its ``main_grad_buffer`` takes
+        ``megatron_fsdp_main_grads_dtype``, by default (``auto``) the parameters' dtype
+        (param_and_grad_buffer.py:2313-2322 at d98e8a64dd); it reads no
+        ``grad_reduce_in_fp32``.
 
     Examples
     --------
@@ -94,6 +119,8 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
     ('fp32', 'bf16')
     >>> default_grad_dtype("fsdp", "bf16"), default_grad_dtype("fsdp", "fp8")  # FSDP2; Megatron-FSDP FP8
     ('fp32', 'bf16')
+    >>> default_grad_dtype("zero2", "bf16", megatron_fsdp=True)  # Megatron-FSDP optim_grads
+    'bf16'
 
     References
     ----------
@@ -104,6 +131,10 @@ def default_grad_dtype(scheme: str, precision: str, grad_dtype: str | None = Non
         return choose("grad_dtype", grad_dtype, GRAD_DTYPES)
     if precision == "fp32":
         return "fp32"
+    if megatron_fsdp:
+        # the 16-bit parameters' dtype (Float16Module casts before Megatron-FSDP wraps,
+        # training.py:2468-2470); an FP8 group's grads are bf16 (2322)
+        return "fp16" if precision == "fp16" else "bf16"
     if scheme in ("ddp", "distributed-optimizer"):
         # REF: megatron-lm arguments.py validate_args: bf16 forces
         # accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16; fp16 does not.
@@ -145,8 +176,13 @@ def has_main_grad_copy(scheme: str, precision: str, grad_dtype: str,
     Megatron-LM ``megatron/core/optimizer/distrib_optimizer.py``
     (``_copy_model_grads_to_main_grads``) at d98e8a64dd.
     """
-    if scheme == "fsdp" or precision == "fp32" or grad_dtype == "fp32":
+    if precision == "fp32" or grad_dtype == "fp32":
         return False
+    if scheme == "fsdp":
+        # FSDP2 steps on its fp32 shard; fp8 under fsdp is Megatron-FSDP's FP8 parameters,
+        # whose update_main_grads casts the 16-bit main grad to the fp32 main weights' dtype
+        # (megatron_fsdp/param_and_grad_buffer.py:3381 at d98e8a64dd)
+        return precision == "fp8"
     # Megatron's precision-aware optimizer reads shard_main_param.decoupled_grad, a view of
     # the grad buffer (no copy): distrib_optimizer.py _copy_model_grads_to_main_grads.
     return not (precision_aware and scheme == "distributed-optimizer")
@@ -157,7 +193,7 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
                 grad_dtype: str | None = None, fp8_param_gather: bool = False,
                 precision_aware: bool = False, main_params_dtype: str = "fp32",
                 exp_avg_dtype: str = "fp32", exp_avg_sq_dtype: str = "fp32",
-                store_param_remainders: bool = True) -> dict:
+                store_param_remainders: bool = True, fp8_recipe: str | None = None) -> dict:
     """Bytes per parameter of weights, gradients, main-gradient copy, master copy and moments.
 
     Under ``convention="framework"`` the widths are the framework's tensors: Megatron-core
@@ -167,7 +203,9 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     (fsdp) keeps fp32 sharded params and grads (they are the master copy) and only the
     moments beside them.  FP8 (Transformer Engine) keeps the bf16 weight and caches FP8
     copies (``b_f8 = 2``: rowwise + transpose) unless ``fp8_param_gather`` (then 1-byte
-    weights, no cache).  The textbook conventions keep their widths (ZeRO: fp16 gradients,
+    weights, no cache); under ``fp8_recipe="mxfp8"`` both are MXFP8 rowwise + columnwise data
+    with a scale byte per 32 elements each (``b_f8 = 2 + 2/32``, :func:`fp8_weight_bytes`).
+    The textbook conventions keep their widths (ZeRO: fp16 gradients,
     seed 000: fp32 gradients sharded, Megatron-LM's estimator: fp32 gradients).
 
     Parameters
@@ -188,6 +226,8 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
         shard, ``b_f8 = 1`` the FP8 model-weight shard).
     precision_aware : bool
         Megatron ``--use-precision-aware-optimizer`` (distributed-optimizer, Adam).
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        Megatron ``--fp8-recipe`` (framework, fp8; :data:`FP8_RECIPES`).
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         The precision-aware optimizer's dtypes, keys of :data:`STATE_DTYPES`.
     store_param_remainders : bool
@@ -213,20 +253,36 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     4
     >>> w = byte_widths("fsdp", "fp8", grad_dtype="bf16", fp8_param_gather=True)  # Megatron-FSDP
     >>> [int(w[x]) for x in (b_hp, b_g, b_mg, b_m, b_o, b_f8)]
-    [4, 2, 0, 0, 8, 1]
+    [4, 2, 4, 0, 8, 1]
+    >>> byte_widths(precision="fp8", fp8_recipe="mxfp8")[b_f8]  # MXFP8: (1 + 1/32) x 2
+    33/16
     """
     scheme = normalize_scheme(scheme)
     precision = choose("precision", precision, PRECISIONS)
     optimizer = choose("optimizer", optimizer, OPTIMIZERS)
     convention = normalize_convention(convention)
+    if fp8_recipe is not None and precision != "fp8":
+        raise InvalidValueError(f"fp8_recipe {fp8_recipe} needs precision fp8, not {precision} "
+                                "(Megatron reads --fp8-recipe only with --fp8-format)")
     if convention == "framework":
-        return _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
-                                 precision_aware, main_params_dtype, exp_avg_dtype,
-                                 exp_avg_sq_dtype, store_param_remainders)
-    if grad_dtype is not None or fp8_param_gather or precision_aware:
+        widths = _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
+                                   precision_aware, main_params_dtype, exp_avg_dtype,
+                                   exp_avg_sq_dtype, store_param_remainders)
+        if precision == "fp8":
+            widths[b_f8] = fp8_weight_bytes(fp8_recipe, fp8_param_gather)
+        if precision == "fp4":   # NVFP4 rowwise + columnwise copies beside the bf16 weight
+            widths[b_f8] = 2 * nvfp4_element_bytes()
+        return widths
+    if fp8_recipe is not None or grad_dtype is not None or fp8_param_gather or precision_aware:
         raise InvalidValueError(
-            f"grad_dtype, fp8_param_gather and precision_aware describe a framework's tensors; "
-            f"convention {convention} has fixed widths (use convention='framework')")
+            f"fp8_recipe, grad_dtype, fp8_param_gather and precision_aware describe a "
+            f"framework's tensors; convention {convention} has fixed widths (use "
+            f"convention='framework')")
+    return _convention_widths(scheme, precision, optimizer, convention)
+
+
+def _convention_widths(scheme, precision, optimizer, convention) -> dict:
+    # the textbook conventions' fixed widths (see byte_widths)
     weight, master = PRECISIONS[precision]
     fp32_grads = (scheme == "distributed-optimizer" and convention == "seed000") or \
         convention == "megatron-lm"
@@ -242,18 +298,70 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
             b_o: sp.Integer(OPTIMIZERS[optimizer])}
 
 
+def fp8_weight_bytes(fp8_recipe: str | None = None, fp8_param_gather: bool = False) -> sp.Expr:
+    r"""Bytes of Transformer Engine's FP8 copies per linear-layer weight [bytes/parameter].
+
+    They are kept beside (or, with ``fp8_param_gather``, instead of) the 16-bit weight.
+    Per-tensor scaling (delayed, tensorwise): the rowwise FP8 copy and its transpose, 1 + 1
+    (only the 1-byte FP8 weight under ``fp8_param_gather``: the transpose is made when the
+    backward needs it).  MXFP8 cannot transpose a quantized tensor (its scales run along one
+    dimension), so the weight keeps rowwise and columnwise data, each with one E8M0 scale byte
+    per 32 elements (TE ``MXFP8Quantizer.inner_tensor_specs``; ``linear.py`` sets the weight
+    quantizer's columnwise usage whenever the input needs a gradient), with or without
+    ``fp8_param_gather`` (the MXFP8 parameter holds both):
+
+    .. math:: b_{f8} = 2\,(1 + 1/32) = 33/16
+
+    Examples
+    --------
+    >>> fp8_weight_bytes(), fp8_weight_bytes(None, True), fp8_weight_bytes("mxfp8", True)
+    (2, 1, 33/16)
+
+    References
+    ----------
+    transformer-engine: pytorch/tensor/mxfp8_tensor.py (MXFP8Quantizer.get_scale_shape),
+    pytorch/module/linear.py (weight_quantizer.set_usage), pytorch/module/base.py (quantize_weight).
+    """
+    recipe = None if fp8_recipe is None else choose("FP8 recipe", fp8_recipe, FP8_RECIPES)
+    if recipe == "mxfp8":
+        return 2 * (1 + sp.Rational(1, MXFP8_BLOCK))
+    return sp.Integer(1 if fp8_param_gather else 2)
+
+
+def nvfp4_element_bytes() -> sp.Expr:
+    r"""Bytes of one NVFP4 copy of a tensor per element [bytes/element].
+
+    4-bit data and an E4M3 scale byte per 16 elements.  A weight keeps the rowwise and the columnwise copy (twice this), a saved GEMM input the
+    columnwise one (TE ``linear.py``, as for MXFP8).
+
+    .. math:: b = 1/2 + 1/16 = 9/16
+
+    Examples
+    --------
+    >>> nvfp4_element_bytes(), 2 * nvfp4_element_bytes()
+    (9/16, 9/8)
+
+    References
+    ----------
+    transformer-engine: pytorch/tensor/nvfp4_tensor.py (NVFP4Quantizer.inner_tensor_specs,
+    get_scale_shape), common/recipe/__init__.py (NVFP4BlockScaling).
+    """
+    return sp.Rational(1, 2) + sp.Rational(1, NVFP4_BLOCK)
+
+
 def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
                       precision_aware, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype,
                       store_param_remainders) -> dict:
     # fp8 under fsdp is Megatron-FSDP's FP8 parameters (its uint8 model_weight_buffer,
     # fp8_param_gather); FSDP2 itself has no FP8 weights memsym models
-    megatron_fsdp_fp8 = scheme == "fsdp" and fp8_param_gather
-    if precision == "fp8" and scheme not in ("ddp", "distributed-optimizer") \
+    megatron_fsdp_fp8 = precision == "fp8" and scheme == "fsdp" and fp8_param_gather
+    if precision in ("fp8", "fp4") and scheme not in ("ddp", "distributed-optimizer") \
             and not megatron_fsdp_fp8:
         raise InvalidValueError(
-            f"fp8 is modelled as Transformer Engine under Megatron (ddp, distributed-optimizer, "
-            f"or fsdp as Megatron-FSDP with fp8_param_gather), not {scheme}"
-            + (" without fp8_param_gather" if scheme == "fsdp" else "")
+            f"{precision} is modelled as Transformer Engine under Megatron (ddp, "
+            f"distributed-optimizer, or fp8 under fsdp as Megatron-FSDP with fp8_param_gather), "
+            f"not {scheme}"
+            + (" without fp8_param_gather" if scheme == "fsdp" and precision == "fp8" else "")
             + "; use precision bf16 or convention='zero-paper'")
     if fp8_param_gather and (precision != "fp8"
                              or scheme not in ("distributed-optimizer", "fsdp")):
@@ -263,7 +371,7 @@ def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather
         raise InvalidValueError("precision_aware needs the distributed optimizer with Adam "
                                 "(Megatron --use-precision-aware-optimizer)")
     gdt = default_grad_dtype(scheme, precision, grad_dtype)
-    weight = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}[precision]
+    weight = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "fp4": 2}[precision]
     if scheme == "fsdp":
         weight = 4  # sharded params stay in their original fp32; param_dtype is the compute copy
     f8 = 0
@@ -286,7 +394,7 @@ def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather
                             ("exp_avg_sq_dtype", exp_avg_sq_dtype)):
             choose(name, value, tuple(STATE_DTYPES))
         master = STATE_DTYPES[choose("main_params_dtype", main_params_dtype, ("fp32", "fp16"))]
-        if master == 4 and precision in ("bf16", "fp8") and store_param_remainders:
+        if master == 4 and precision in ("bf16", "fp8", "fp4") and store_param_remainders:
             # REF: TE optimizers/fused_adam.py store_param_remainders: the bf16 param plus a
             # 16-bit remainder reconstruct the fp32 master exactly.
             master = 2

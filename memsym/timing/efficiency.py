@@ -23,8 +23,8 @@ import numpy as np
 from ..errors import InvalidValueError, choose
 from ..hardware import GPU, gpu as _gpu
 
-__all__ = ["GEMM_CEILING", "TILES", "LAUNCH_OVERHEAD", "gemm_time", "gemm_efficiency",
-           "ceiling"]
+__all__ = ["GEMM_CEILING", "SHARED_CEILING", "TILES", "LAUNCH_OVERHEAD", "EXP_RATE",
+           "gemm_time", "gemm_efficiency", "ceiling", "ceiling_key", "exp_time"]
 
 #: Large-GEMM ceiling as a fraction of the dense datasheet peak, per class and precision.
 #: Each was fixed on ONE published run (the calibration points of docs/time-accuracy.md):
@@ -39,6 +39,15 @@ __all__ = ["GEMM_CEILING", "TILES", "LAUNCH_OVERHEAD", "gemm_time", "gemm_effici
 #: run's bf16 output layer follows it: 0.501 -> 0.499), and again when memsym.timing.recompute
 #: priced the bf16 run's --recompute-modules (mla_up_proj, moe_act; issue 31): 0.510 -> 0.523,
 #: the fp8 run's bf16 output layer following: 0.499 -> 0.492.
+#: blackwell-ultra (B300, GB300: Blackwell Ultra, its own class since GB300's FP8 rows were
+#: seen priced 11-27 % too slow at Blackwell's values, memsym.hardware says why) has its fp8
+#: ceiling fixed on Megatron-Bridge's 25.11 DGX-GB300 Llama 3 8B FP8-CS row (8 GPUs, MBS 2,
+#: 37556 tokens/s/GPU; the analogue of the B200 run) and shares blackwell's bf16 value
+#: (SHARED_CEILING): no Blackwell Ultra BF16 row meets the rule the blackwell/bf16 run was
+#: chosen by.
+#: blackwell-ultra/fp4 (NVFP4 GEMMs at the datasheet FP4 peak, GB200 and GB300 only: the GPUs
+#: whose FP4 peak memsym lists) on Megatron-Bridge's 26.04.01 DGX-GB300 Llama 3 70B NVFP4 row
+#: (64 GPUs, PP4 VP5, 7296 tokens/s/GPU), 0.422; GB200 (blackwell) shares it (SHARED_CEILING).
 #: The other classes (ada, cdna3) carry the Hopper value (an assumption, not a calibration;
 #: say so when quoting them).  fp16 = bf16; fp32 runs as TF32 at the class's bf16 value.
 GEMM_CEILING = {
@@ -46,8 +55,21 @@ GEMM_CEILING = {
     ("hopper", "bf16"): 0.587, ("hopper", "fp32"): 0.587, ("hopper", "fp8"): 0.548,
     ("ada", "bf16"): 0.587, ("ada", "fp32"): 0.587, ("ada", "fp8"): 0.548,
     ("blackwell", "bf16"): 0.523, ("blackwell", "fp32"): 0.523, ("blackwell", "fp8"): 0.492,
+    ("blackwell-ultra", "fp8"): 0.593,
+    ("blackwell-ultra", "fp4"): 0.422,
     ("cdna3", "bf16"): 0.587, ("cdna3", "fp32"): 0.587, ("cdna3", "fp8"): 0.548,
 }
+#: Keys priced at another key's ceiling (a stated sharing, not a calibration): the key's own
+#: entry in GEMM_CEILING, where one is set, comes first.
+SHARED_CEILING = {("blackwell-ultra", "bf16"): ("blackwell", "bf16"),
+                  ("blackwell-ultra", "fp32"): ("blackwell", "fp32"),
+                  ("blackwell", "fp4"): ("blackwell-ultra", "fp4")}
+#: Softmax exponentials per second per GPU (``MUFU.EX2`` on the special function units), per
+#: class, where NVIDIA prints the rate: Blackwell 5, Blackwell Ultra 10.7 TeraExponentials/s
+#: (twice the SFU throughput: "Inside NVIDIA Blackwell Ultra" and "Making Softmax More
+#: Efficient with NVIDIA Blackwell Ultra", NVIDIA technical blog 2025).  A hardware rate, not
+#: fitted; classes without a printed rate have no exponential bound.
+EXP_RATE = {"blackwell": 5e12, "blackwell-ultra": 10.7e12}
 #: Output tiles a cuBLAS/CUTLASS kernel can use, with its relative mainloop efficiency
 #: (smaller tiles reuse operands less).  The best one for the shape is taken, as cuBLAS's
 #: heuristics do.  REF: nvidia-gemm-guide (tile sizes 256x128 ... 64x64); the relative
@@ -76,12 +98,24 @@ def ceiling(device, precision: str = "bf16") -> float:
     True
     """
     dev = _dev(device)
-    prec = "bf16" if precision == "fp16" else precision
-    key = (dev.arch_class, prec)
+    key = ceiling_key(dev.arch_class, precision)
     if key not in GEMM_CEILING:
         raise InvalidValueError(f"no GEMM ceiling for {dev.name} at {precision} "
                                 f"(classes and precisions: {sorted(GEMM_CEILING)})")
     return GEMM_CEILING[key]
+
+
+def ceiling_key(klass: str, precision: str) -> tuple:
+    """The :data:`GEMM_CEILING` key that prices ``klass`` at ``precision`` (its own, or the
+    one :data:`SHARED_CEILING` names where it has none).
+
+    Examples
+    --------
+    >>> ceiling_key("blackwell-ultra", "fp16"), ceiling_key("blackwell-ultra", "fp8")
+    (('blackwell', 'bf16'), ('blackwell-ultra', 'fp8'))
+    """
+    key = (klass, "bf16" if precision == "fp16" else precision)
+    return key if key in GEMM_CEILING else SHARED_CEILING.get(key, key)
 
 
 def _quantisation(M, N, sms):
@@ -109,7 +143,7 @@ def gemm_efficiency(M, N, K, device, precision: str = "bf16", *, eta_gemm=None):
         GEMM dimensions [elements] (``N`` here is a GEMM dimension, not a parameter count).
     device : str or GPU
         The GPU (a :mod:`memsym.hardware` name or record).
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The GEMM's input precision (sets the peak).
     eta_gemm : float, optional
         Override: a fixed achieved GEMM efficiency in (0, 1] [1] (the symbol ``eta_gemm``);
@@ -156,7 +190,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
         GEMM dimensions [elements] (``N`` here is a GEMM dimension, not a parameter count).
     device : str or GPU
         The GPU (a :mod:`memsym.hardware` name or record).
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The GEMM's input precision (sets the peak and the bytes per element).
     eta_gemm : float, optional
         Override: a fixed achieved math-side GEMM efficiency in (0, 1] [1].
@@ -177,7 +211,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
     True
     """
     dev = _dev(device)
-    precision = choose("precision", precision, ("bf16", "fp16", "fp8", "fp32"))
+    precision = choose("precision", precision, ("bf16", "fp16", "fp8", "fp32", "fp4"))
     M, N, K = (np.asarray(x, dtype=float) for x in (M, N, K))
     if not (np.all(np.isfinite(M)) and np.all(np.isfinite(N)) and np.all(np.isfinite(K))) \
             or np.any(M <= 0) or np.any(N <= 0) or np.any(K <= 0):
@@ -189,7 +223,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
             raise InvalidValueError(f"eta_gemm must be in (0, 1], got {eta_gemm}")
     else:
         eff = ceiling(dev, precision) * _quantisation(M, N, dev.sm_count) * K / (K + K0)
-    width = {"fp8": 1, "fp32": 4}.get(precision, 2)
+    width = {"fp8": 1, "fp4": 0.5, "fp32": 4}.get(precision, 2)
     t_math = flops / (dev.peak(precision) * eff)
     t_mem = width * (M * K + K * N + M * N) / dev.hbm_bandwidth
     return count * (np.maximum(t_math, t_mem) + LAUNCH_OVERHEAD)
@@ -204,3 +238,43 @@ def memory_time(nbytes, device):
     1.0
     """
     return np.asarray(nbytes, float) / _dev(device).hbm_bandwidth
+
+
+def exp_time(count, device):
+    r"""Seconds for ``count`` softmax exponentials at the class's SFU rate [s] (0 without one).
+
+    .. math::
+
+        t_{\exp} = \frac{n_{\exp}}{R_{\exp}}
+
+    A flash-attention kernel computes one exponential per attention score it keeps, in the
+    forward and again in the backward (which recomputes the probabilities), on the special
+    function units beside the tensor cores; :func:`memsym.timing.layer.layer_time` takes the
+    larger of this and the attention's matrix time (the kernels overlap the softmax of one
+    tile with the matrix products of another: FlashAttention-3 and -4, cuDNN).
+
+    Parameters
+    ----------
+    count : array_like
+        Exponentials [1].
+    device : str or GPU
+        The GPU; its ``arch_class`` keys :data:`EXP_RATE`.
+
+    Returns
+    -------
+    numpy.ndarray
+        Time [s].
+
+    Examples
+    --------
+    >>> float(exp_time(10.7e12, "gb300")), float(exp_time(5e12, "gb200")), float(exp_time(1e12, "h100"))
+    (1.0, 1.0, 0.0)
+
+    References
+    ----------
+    NVIDIA technical blog (2025), "Inside NVIDIA Blackwell Ultra: The Chip Powering the AI
+    Factory Era" (attention-layer acceleration) and "Making Softmax More Efficient with NVIDIA
+    Blackwell Ultra" (MUFU.EX2 throughput doubled over Blackwell).
+    """
+    rate = EXP_RATE.get(_dev(device).arch_class)
+    return np.asarray(count, float) * (0.0 if rate is None else 1.0 / rate)

@@ -130,10 +130,13 @@ def shape_of(arch, t: int = 1) -> Shape:
     x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
     if is_hybrid(x):
         # every timing path prices the layers through this shape, which has no Mamba mixer
+        names = {"mamba": "Mamba", "parallel": "Mamba", "gdn": "Gated DeltaNet",
+                 "conv": "short-convolution", "lightning": "lightning-attention"}
+        what = "/".join(sorted({names[m] for m in x.layer_mixers or () if m in names})) or "Mamba"
         raise InvalidValueError(
-            f"the step time of {x.name!r}, a hybrid Mamba/attention model, is not modelled (its "
-            "Mamba layers' projections and scan are not priced); its memory estimate is: "
-            "leave out --gpu and the time options")
+            f"the step time of {x.name!r}, a hybrid {what}/attention model, is not modelled "
+            f"(its {what} layers' projections and scan are not priced); its memory estimate "
+            "is: leave out --gpu and the time options")
     mla = ()
     d_qk = d_v = x.kv_channels
     if x.multi_latent_attention:

@@ -20,15 +20,16 @@ import dataclasses
 import numpy as np
 
 from .collectives import collective_bytes, collective_time, group_bandwidth
-from .efficiency import ceiling, gemm_time, memory_time
+from .efficiency import ceiling, exp_time, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
 from .moe import gemm_seconds, moe_layer_extras
 from .records import Overlap, Settings
 from .recompute import module_recompute
 from .userbuffers import UB_COMM_SMS, UB_PIPELINE_SPLITS, ub_config
+from ..terms.widths import MXFP8_BLOCK, NVFP4_BLOCK
 
 __all__ = ["BACKWARD_MEMORY", "FLASH_FORWARD", "FLASH_BACKWARD", "UB_COMM_SMS",
-           "UB_PIPELINE_SPLITS"]
+           "UB_PIPELINE_SPLITS", "fp8_element_bytes"]
 
 #: Backward memory-bound bytes relative to the forward's (see :func:`layer_time`).
 BACKWARD_MEMORY = 1.5
@@ -108,13 +109,15 @@ def _attention(x, st: Settings, dev, t, c, b, eta_gemm):
     """Forward and backward seconds of the attention core (flash, or the unfused batched
     GEMMs) of one layer; bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16)."""
     s = st.seq_length
-    aprec = "bf16" if st.precision == "fp8" else st.precision
+    aprec = "bf16" if st.precision in ("fp8", "fp4") else st.precision
     peak = dev.peak(aprec)
     ceil = ceiling(dev, aprec) if eta_gemm is None else float(eta_gemm)
     if st.flash_attention:
         fl = attention_flops(x, s, b, t, c, causal_skip=True)
-        f_att = fl / (peak * ceil * FLASH_FORWARD)
-        b_att = 2.5 * fl / (peak * ceil * FLASH_BACKWARD)
+        # one exponential per kept score, forward and backward, on the SFUs beside the MMA
+        exps = exp_time(fl / (2 * (x.d_qk + x.d_v)), dev)
+        f_att = np.maximum(fl / (peak * ceil * FLASH_FORWARD), exps)
+        b_att = np.maximum(2.5 * fl / (peak * ceil * FLASH_BACKWARD), exps)
     else:
         # unfused core attention: batched QK^T [s/c, d] x [d, s] and AV [s/c, s] x [s, d_v]
         heads = as_array(b) * x.a / as_array(t)
@@ -153,7 +156,7 @@ def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool
             and not x.mla:
         # userbuffers exist only with t > 1 (Bridge and TE turn the overlap off at t = 1)
         ub = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat,
-                          cfg=ub_config(st.tp_overlap_cfg))
+                          ag_width=fp8_element_bytes(st), cfg=ub_config(st.tp_overlap_cfg))
         multi = as_array(t) > 1
         f_gemm, b_gemm, f_tp, b_tp = (np.where(multi, u, plain) for u, plain in
                                       zip(ub, (f_gemm, b_gemm, f_tp, b_tp)))
@@ -194,7 +197,9 @@ def _expert_parallel(x, st: Settings, gemms, dev, clu, t, e, t_e, T, *, eta_gemm
     prec = st.precision
     tok = T / (as_array(t) if st.sequence_parallel else 1)
     # all-to-alls by where EP ranks sit, expert-TP AG/RS, dispatcher copies (.moe)
-    f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(gemms, tok, x.k, e, t_e, clu, dev, prec)
+    f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(
+        gemms, tok, x.k, e, t_e, clu, dev, prec,
+        fp8_recipe="nvfp4" if prec == "fp4" else st.fp8_recipe)
     ep_raw = [f_ep, b_ep, f_b, b_b]
     if overlap.ep_a2a:
         exp_f = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm)
@@ -273,7 +278,27 @@ def _fewer_sms(dev, taken):
     keep = (dev.sm_count - taken) / dev.sm_count
     return dataclasses.replace(dev, sm_count=dev.sm_count - taken,
                                **{k: (getattr(dev, k) or 0) * keep or None
-                                  for k in ("bf16", "fp16", "fp8")})
+                                  for k in ("bf16", "fp16", "fp8", "fp4")})
+
+
+def fp8_element_bytes(st: Settings) -> float:
+    """Bytes per element of an activation Transformer Engine moves quantized: 2 (bf16), 1 (FP8
+    with per-tensor scales), 1 + 1/32 (MXFP8: one E8M0 scale byte per 32 elements,
+    ``MXFP8Quantizer.get_scale_shape``, pytorch/tensor/mxfp8_tensor.py) or 1/2 + 1/16 (NVFP4).
+
+    Examples
+    --------
+    >>> [fp8_element_bytes(Settings(precision=p, fp8_recipe=r))
+    ...  for p, r in (("bf16", None), ("fp8", None), ("fp8", "mxfp8"))]
+    [2, 1, 1.03125]
+    >>> fp8_element_bytes(Settings(precision="fp4"))
+    0.5625
+    """
+    if st.precision == "fp4":     # NVFP4: 4-bit data and an E4M3 scale per 16 elements
+        return 0.5 + 1 / NVFP4_BLOCK
+    if st.precision != "fp8":
+        return 2
+    return 1 + 1 / MXFP8_BLOCK if st.fp8_recipe == "mxfp8" else 1
 
 
 def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat, *, ag_width=None, cfg=None):
@@ -292,7 +317,7 @@ def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat, *, ag_width=None, cf
     the ring's gathered gradient.  A GEMM runs on every SM but the communication kernel's
     where its entry sets ``set_sm_margin`` (comm_gemm_overlap.cpp:143).  All-gather buffers
     are fp8 under an fp8 recipe (``fp8_buf`` of the all-gather layers; ``ag_width``
-    [bytes/element] overrides it), reduce-scatter buffers bf16.  ``hidden``: the layer's full
+    [bytes/element], :func:`fp8_element_bytes`, overrides it), reduce-scatter buffers bf16.  ``hidden``: the layer's full
     activation [T h] elements; ``cfg`` default: Transformer Engine's own."""
     g = {q.name: q for q in gemms}
     tt = as_array(t)

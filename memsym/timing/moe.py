@@ -101,7 +101,7 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
         Local experts [1].
     device : str or GPU
         The GPU.
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The GEMM's input precision.
     eta_gemm : float, optional
         A fixed achieved math-side efficiency replacing the ceiling and quantisation [1].
@@ -143,7 +143,7 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
         q = np.maximum(q, rel * S * M * N / (waves * sms * tm * tn))
     prec = "bf16" if precision == "fp16" else precision
     eff = ceiling(dev, prec) * q * K / (K + K0)
-    width = {"fp8": 1, "fp32": 4}.get(precision, 2)
+    width = {"fp8": 1, "fp4": 0.5, "fp32": 4}.get(precision, 2)
     t_math = 2.0 * S * M * N * K / (dev.peak(precision) * eff)
     t_mem = width * S * (M * K + K * N + M * N) / dev.hbm_bandwidth
     return count / S * np.maximum(t_math, t_mem) + count * LAUNCH_OVERHEAD
@@ -167,7 +167,7 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
         The pass.
     device : str or GPU
         The GPU.
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The layer's GEMM precision.
     eta_gemm : float, optional
         A fixed achieved GEMM efficiency in (0, 1] [1].
@@ -189,7 +189,7 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
                "wgrad": (q.K, q.N, q.M)}[which]
     if q.name.startswith("expert_"):
         return grouped_gemm_time(M, N, K, q.count, device, precision, eta_gemm=eta_gemm)
-    if q.name == "router" and precision == "fp8":
+    if q.name == "router" and precision in ("fp8", "fp4"):
         precision = "bf16"
     return gemm_time(M, N, K, device, precision, eta_gemm=eta_gemm, count=q.count)
 
@@ -250,7 +250,7 @@ def dispatch_bytes(tokens, sent, received, h, E, local, *, width: int = 2):
     return router + width * h * (2 * sent + sort + sent + tokens)
 
 
-def grouped_quantize_bytes(rows, k_dim):
+def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None):
     r"""HBM bytes of FP8-quantising the routed rows entering the grouped fc1 GEMM [bytes].
 
     Under FP8, TE's ``GroupedLinear`` casts its input itself, one split per expert
@@ -261,7 +261,9 @@ def grouped_quantize_bytes(rows, k_dim):
     already quantised from the fused norm (``TELayerNormColumnParallelLinear``), so this cast is
     the MoE layer's own; the other casts (fc2's input, the gradients) have dense counterparts
     memsym does not price either.  Current scaling's amax pre-pass over the input (one more
-    2-byte read) is not counted: the precision record does not say which FP8 recipe runs.
+    2-byte read) is not counted.  MXFP8 (``fp8_recipe="mxfp8"``) writes each copy's E8M0
+    scales as well, one byte per 32 elements (``MXFP8Quantizer.get_scale_shape``):
+    :math:`4 R h + 2 R h / 32`.
 
     .. math:: 4\,R\,h
 
@@ -269,8 +271,13 @@ def grouped_quantize_bytes(rows, k_dim):
     --------
     >>> int(grouped_quantize_bytes(32768, 2048)) == 4 * 32768 * 2048
     True
+    >>> int(grouped_quantize_bytes(32768, 2048, "mxfp8")) == (4 + 1 / 16) * 32768 * 2048
+    True
     """
-    return 4 * _arr(rows) * k_dim
+    # NVFP4 (precision fp4): a 2-byte read, two copies of 1/2 + 1/16 bytes written
+    per = (2 + 2 * (0.5 + 1 / 16) if fp8_recipe == "nvfp4"
+           else 4 + (2 / 32 if fp8_recipe == "mxfp8" else 0))
+    return per * _arr(rows) * k_dim
 
 
 def ep_ranks_inside(e, t_e, domain: int):
@@ -454,7 +461,8 @@ def token_count_gather_time(E, e, t_e, cluster):
     return collective_time("all-gather", 8.0 * E * n, n, bw, lat)
 
 
-def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
+def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, *,
+                     fp8_recipe: str | None = None):
     """What one MoE layer adds on one GPU beyond its GEMMs and the memory-bound bytes of
     :func:`memsym.timing.gemm.memory_bytes` (what :mod:`memsym.timing.step` prices).
 
@@ -490,6 +498,8 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
         The GPU.
     precision : str
         The GEMM precision.
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        Under fp8, the recipe (MXFP8 writes scale bytes in the cast, :func:`grouped_quantize_bytes`).
 
     Examples
     --------
@@ -525,8 +535,8 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str):
     received = _arr(fc1.M) * fc1.count
     copies = memory_time(dispatch_bytes(tokens, tokens * k, received, h, E, fc1.count), device)
     cast = 0.0
-    if precision == "fp8":
-        cast = memory_time(grouped_quantize_bytes(received, h), device)
+    if precision in ("fp8", "fp4"):
+        cast = memory_time(grouped_quantize_bytes(received, h, fp8_recipe), device)
     eager_f, eager_b = eager_seconds(gemms, device)
     return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
             copies + cast + eager_f, copies + eager_b)

@@ -80,8 +80,12 @@ class Settings:
         Flash attention (no s x s scores through HBM, causal blocks skipped).
     dropout : bool
         Dropout on (its masks' memory traffic).
-    precision : {"bf16", "fp16", "fp8", "fp32"}
-        GEMM precision (fp8: GEMMs in FP8, everything else in bf16).
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
+        GEMM precision (fp8: GEMMs in FP8, fp4: in NVFP4, everything else in bf16).
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        Megatron's ``--fp8-recipe`` under fp8 (None: per-tensor scaling).  ``"mxfp8"``: the
+        GEMMs at the FP8 peak and ceiling (Blackwell only), the FP8 tensors it moves carry
+        one scale byte per 32 elements (:data:`memsym.terms.widths.FP8_RECIPES`).
     distributed_optimizer : bool
         Gradient reduce-scatter + parameter all-gather (else an all-reduce).
     grad_bytes : int
@@ -129,6 +133,7 @@ class Settings:
     dropout: bool = False
     precision: str = "bf16"
     distributed_optimizer: bool = True
+    fp8_recipe: str | None = None
     grad_bytes: int = 4
     group_size: int | None = None
     torch_rounds: bool = False

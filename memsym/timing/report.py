@@ -55,7 +55,7 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         (default from the sharding's byte widths), ``eta``, ``omega``.
     cluster : str or Cluster, optional
         A preset (:func:`memsym.hardware.cluster`); or ``gpu`` with the bandwidth keywords.
-    precision : {"bf16", "fp16", "fp8", "fp32"}
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         Byte widths (:func:`memsym.terms.model_state.byte_widths`) and the peak
         (:meth:`memsym.hardware.GPU.peak`; fp32 is priced at the TF32 tensor-core peak, which
         ``assumptions["peak_note"]`` says).

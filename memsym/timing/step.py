@@ -41,6 +41,7 @@ from .layer import (BACKWARD_MEMORY, FLASH_BACKWARD, FLASH_FORWARD, UB_COMM_SMS,
 from .pipeline import (bubble_in_stages, busiest_stage, most_layers_per_rank, simulated_pipeline,
                        stage_layers, stage_times)
 from ..job import canonical, dropout_kept, recompute_modules_of
+from ..vocabulary import FP8_RECIPES
 from ..vocabulary import RECOMPUTE_MODULES
 from ..training import microbatches
 
@@ -139,7 +140,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     """
     st, dev = settings, _gpu(gpu_name)
     clu = cluster if cluster is not None else cluster_for(dev.name)
-    _check_settings(st, overlap)
+    _check_settings(st, overlap, dev)
     x, b = shape_of(arch), (st.micro_batch_size if b is None else b)
     t, p, d, c, e, v, b, m, t_e_ = _layout_knobs(t, p, d, c, e, v, b, m, t_e)
     lf, lb, raw_layer, ep_alone = _mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
@@ -217,8 +218,9 @@ def _layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0) -> dict:
             "cp": per_stage_mb * (lf["cp"] + lb["cp"])}
 
 
-def _check_settings(st, overlap) -> None:
-    """Refuse settings and overlaps the step cannot price, one line each, in a fixed order."""
+def _check_settings(st, overlap, dev) -> None:
+    """Refuse settings and overlaps the step cannot price on ``dev``, one line each, in a
+    fixed order."""
     if not isinstance(st, Settings):
         raise InvalidValueError(f"settings must be a Settings, got {type(st).__name__}")
     if not isinstance(overlap, Overlap) or not all(
@@ -230,7 +232,18 @@ def _check_settings(st, overlap) -> None:
             raise InvalidValueError(f"{what} must be a whole number in 1..1e8, got {val!r:.40}")
     if st.grad_bytes not in (1, 2, 4):
         raise InvalidValueError(f"grad_bytes must be 1, 2 or 4, got {st.grad_bytes!r:.40}")
-    choose("precision", st.precision, ("bf16", "fp16", "fp8", "fp32"))
+    choose("precision", st.precision, ("bf16", "fp16", "fp8", "fp32", "fp4"))
+    if st.fp8_recipe is not None:
+        choose("FP8 recipe", st.fp8_recipe, FP8_RECIPES)
+        if st.precision != "fp8":
+            raise InvalidValueError(f"fp8_recipe {st.fp8_recipe} needs precision fp8, "
+                                    f"not {st.precision}")
+    if st.precision == "fp4":
+        dev.peak("fp4")     # NVFP4 GEMMs need the FP4 peak the vendor prints (refused else)
+    if st.fp8_recipe == "mxfp8" and dev.arch_class not in ("blackwell", "blackwell-ultra"):
+        # transformer_engine/pytorch/quantization.py, _compute_mxfp8_support
+        raise InvalidValueError(f"MXFP8 needs compute capability 10.0 or higher (Blackwell): "
+                                f"{dev.name} is {dev.arch_class}, where Transformer Engine refuses it")
     choose("recompute", st.recompute, ("none", "selective", "full", "selective-op"))
     if isinstance(st.recompute_modules, str):
         raise InvalidValueError("recompute_modules must be a tuple of module names, got a string")
@@ -286,9 +299,10 @@ def _end_layers(x, st, dev, b, t, c, eta_gemm) -> tuple:
     s = st.seq_length
     prec = st.precision
     og = output_gemm(x, s, b, t, c)
-    out_f = gemm_time(og.M, og.N, og.K, dev, "bf16" if prec == "fp8" else prec, eta_gemm=eta_gemm)
-    out_b = (gemm_time(og.M, og.K, og.N, dev, "bf16" if prec == "fp8" else prec, eta_gemm=eta_gemm)
-             + gemm_time(og.K, og.N, og.M, dev, "bf16" if prec == "fp8" else prec, eta_gemm=eta_gemm))
+    oprec = "bf16" if prec in ("fp8", "fp4") else prec    # TE: the output layer stays 16-bit
+    out_f = gemm_time(og.M, og.N, og.K, dev, oprec, eta_gemm=eta_gemm)
+    out_b = (gemm_time(og.M, og.K, og.N, dev, oprec, eta_gemm=eta_gemm)
+             + gemm_time(og.K, og.N, og.M, dev, oprec, eta_gemm=eta_gemm))
     logits = og.M * og.N
     out_f = out_f + memory_time(6 * logits, dev)
     out_b = out_b + memory_time(10 * logits, dev)
@@ -441,7 +455,7 @@ def _settings_of(arch, layout, training) -> Settings:
                     recompute=mem.recompute,
                     sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
                     flash_attention=mem.flash_attention, dropout=dropout_kept(training),
-                    precision=states.precision,
+                    precision=states.precision, fp8_recipe=states.fp8_recipe,
                     # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
                     distributed_optimizer=states.sharding != "ddp",
                     # --grad-reduce-in-bf16 (grad_dtype bf16) reduces 2-byte gradients, as the
@@ -454,7 +468,8 @@ def _settings_of(arch, layout, training) -> Settings:
                     recompute_modules=(recompute_modules_of(training)
                                        if mem.recompute == "selective" else ("core_attn",)),
                     group_size=pipe.microbatch_group_size, torch_rounds=titan,
-                    schedule=pipe.schedule, output_first=pipe.stage_placement == "v")
+                    schedule=pipe.schedule, output_first=pipe.stage_placement == "v",
+                    tp_overlap_cfg=training.comm.tp_comm_overlap_cfg)
 
 
 def _communication_of(first_of, parts: dict) -> dict:

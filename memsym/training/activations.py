@@ -26,6 +26,7 @@ from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activat
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
+from ..terms.dispatcher_buffers import allgather_dispatch_buffer
 from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                               stage_microbatches, torch_round_size, v_stage_microbatches)
 from ..unchecked_job import UncheckedJob, unchecked
@@ -205,10 +206,12 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     recompute recomputes; whether MoE layers have a shared expert."""
     sp_on = sequence_parallel_on(layout)
     # FP8 (TE under Megatron) saves GEMM inputs quantized; textbook conventions count 16 bits
-    fp8_in = training.states.precision == "fp8" and training.states.convention == "framework"
+    fp8_in = training.states.precision in ("fp8", "fp4") and training.states.convention == "framework"
     common = dict(gated=x.swiglu, flash=training.memory.flash_attention, sequence_parallel=sp_on,
                   dropout=dropout_kept(training), norm=x.normalization.lower(), mla=_mla(x),
-                  **({"fp8_inputs": True} if fp8_in else {}))
+                  **({"fp8_inputs": "nvfp4" if training.states.precision == "fp4" else
+                      "mxfp8" if training.states.fp8_recipe == "mxfp8" else True}
+                     if fp8_in else {}))
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
     shared = bool(x.moe_shared_expert_intermediate_size)
@@ -394,6 +397,8 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
         terms.append(pipelining_buffers(stage, pp, vv, mm, group, boundary_bytes(sp_on, training),
                                         activation_width(training), training.pipeline.schedule,
                                         training.pipeline.stage_placement))
+    if training.memory.moe_dispatcher == "allgather" and any(layers.kinds):
+        terms.append(allgather_dispatch_buffer())   # Megatron's global buffer, whole run
     terms += _lora_terms(layers, layout, training, stage, chunks, live, vv)
     if stage == 0:
         terms.append(_embedding_term(schedule, training, sp_on, vv=vv, mm=mm, group=group,

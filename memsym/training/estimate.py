@@ -124,7 +124,10 @@ class TrainingEstimate:
     step_bytes : tuple of (str, sympy.Expr)
         (key, exact bytes) of the model states that exist only during the optimizer step
         (:data:`STEP_STATE_KEYS`, e.g. the fp32 main gradients made from a bf16 gradient
-        buffer): part of the ``optimizer`` phase, not of the steady states.
+        buffer): part of the ``optimizer`` phase, not of the steady states; and the buckets
+        that persist through the step (Megatron-FSDP's ``fsdp_double_buffer`` pools,
+        ``unsharded_params`` and ``unsharded_grads``:
+        :func:`memsym.terms.transients.megatron_fsdp_buckets`).
     defaults : tuple of (str, object, str)
         The defaults the job applied, with where each comes from (:attr:`memsym.job.Job.defaults`).
     """
@@ -282,8 +285,8 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
     pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
     phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
     opt = states_and_transients(j, best)[1]["optimizer"]
-    step = tuple((term.key, term.evaluate(results[best][2]))
-                 for term in opt if term.key in STEP_STATE_KEYS)
+    step = tuple((term.key, term.evaluate(results[best][2])) for term in opt
+                 if term.key in STEP_STATE_KEYS + ("unsharded_params", "unsharded_grads"))
     return TrainingEstimate(results[best][0], results[best][2], best, stage_role(best, layout.p),
                             tuple(results[i][1] for i in sorted(results)), j.notes, phase,
                             tuple(pb.items()), step, j.defaults)

@@ -16,10 +16,13 @@ import sympy as sp
 from ..errors import choose
 from ..job import Job, Layout, Training, job as make_job
 from .. import model as models
-from ..symbols import N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_tp, N_u, b_g, b_m, b_o, c, d, e, t, t_e
+from ..symbols import (N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_tp, N_u, b_g, b_m, b_mg, b_o, c, d,
+                       e, t, t_e)
 from ..terms import recipe_buffers as rb
 from ..terms.adapters import LORA_TARGETS, lora
-from ..terms.model_state import CONVENTIONS, OPTIMIZERS, byte_widths, model_state
+from ..terms.model_state import (CONVENTIONS, OPTIMIZERS, byte_widths, megatron_fsdp_state,
+                                 model_state)
+from ..terms.widths import default_grad_dtype
 from ..unchecked_job import UncheckedJob
 from .traits import output_stage
 
@@ -120,7 +123,9 @@ def state_training(training: Training) -> Training:
     True
     """
     keep = ("finetune", "sharding", "convention", "precision", "optimizer", "offload",
-            "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", *rb.OPTIMIZER_DTYPES)
+            "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe",
+            "megatron_fsdp",
+            *rb.OPTIMIZER_DTYPES)
     return Training(**{name: training.value(name) for name in keep})
 
 
@@ -146,23 +151,57 @@ def state_terms(experts: bool, training: Training) -> tuple:
                    sharded=training.states.sharding in ("zero3", "fsdp")).subs(widths)
         return tuple(tot.terms)
     conv = choose("convention", training.states.convention, CONVENTIONS)
-    framework = dict(grad_dtype=training.states.grad_dtype, precision_aware=training.states.precision_aware,
+    if training.states.megatron_fsdp and training.states.precision not in ("fp8", "fp4") \
+            and conv == "framework":
+        return _megatron_fsdp_terms(experts, training)
+    grad_dtype = training.states.grad_dtype
+    if training.states.megatron_fsdp and grad_dtype is None:   # FP8 under Megatron-FSDP
+        grad_dtype = default_grad_dtype(training.states.sharding, training.states.precision,
+                                        megatron_fsdp=True)
+    framework = dict(grad_dtype=grad_dtype, precision_aware=training.states.precision_aware,
                      fp8_param_gather=training.states.fp8_param_gather)
+    recipe = dict(fp8_recipe=training.states.fp8_recipe) if training.states.fp8_recipe else {}
     widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
-                         **framework, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
-    fp8 = dict(precision=training.states.precision, optimizer=training.states.optimizer, **framework)
+                         **framework, **recipe, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
+    fp8 = dict(precision=training.states.precision, optimizer=training.states.optimizer, **framework,
+               **recipe)
     # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
     # per-GPU counts at the layout's values, and differentiable in t for sensitivities.
     # FP8 caches cover the linear-layer weights only (N_lin of the stage's dense part).
     states = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
                          params=N_tp / t + N_rep, dp=d * c,
-                         linear_params=N_lin if training.states.precision == "fp8" else None,
+                         linear_params=N_lin if training.states.precision in ("fp8", "fp4") else None,
                          **fp8).subs(widths)
     terms = list(states.terms)
     if experts:
         edp = d * c * t / (e * t_e)
         ex = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
                          params=N_exp / (e * t_e), dp=edp, **fp8).subs(widths)
+        terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
+                          description="routed experts: " + term.description) for term in ex]
+    return tuple(terms)
+
+
+def _megatron_fsdp_terms(experts: bool, training: Training) -> tuple:
+    """:func:`state_terms` of a 16-bit Megatron-FSDP job
+    (:func:`memsym.terms.model_state.megatron_fsdp_state`): the distributed optimizer's
+    widths with Megatron-FSDP's main-grad dtype (:func:`default_grad_dtype`), the fp32
+    ``main_weight_buffer`` always (``megatron_fsdp_main_params_dtype`` fp32), and the fp32
+    cast of a 16-bit main grad at the step unless the precision-aware optimizer takes it
+    decoupled (``megatron_fsdp_use_decoupled_grad``, training.py:2650)."""
+    st = training.states
+    gdt = default_grad_dtype(st.sharding, st.precision, st.grad_dtype, megatron_fsdp=True)
+    widths = byte_widths("distributed-optimizer", st.precision, st.optimizer, "framework",
+                         grad_dtype=gdt, precision_aware=st.precision_aware,
+                         **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
+    widths[b_m] = sp.Integer(4)
+    main_copy = st.optimizer != "none" and bool(widths[b_mg])
+    states = megatron_fsdp_state(st.megatron_fsdp, params=N_tp / t + N_rep, dp=d * c,
+                                 main_copy=main_copy).subs(widths)
+    terms = list(states.terms)
+    if experts:
+        ex = megatron_fsdp_state(st.megatron_fsdp, params=N_exp / (e * t_e),
+                                 dp=d * c * t / (e * t_e), main_copy=main_copy).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
     return tuple(terms)

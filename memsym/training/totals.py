@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import sympy as sp
 
+from .. import model as models
 from ..job import Job, Layout, Training, check_fields
 from ..term import Term, Total
 from ..terms import cuda_graphs as cg, transients as tr
 from ..terms.allowances import allowance_terms
+from ..terms.dispatcher_buffers import dispatcher_buffers
 from ..unchecked_job import UncheckedJob, unchecked
 from ..values import cached_max
 from .activations import layers_in_flight, resolved_stage_activations
@@ -20,7 +22,7 @@ from .traits import resolve_arch, sequence_parallel_on, stage_role
 from .transients import PHASE_SOURCE, PHASES, states_and_transients
 
 #: Keys of the buffers a framework allocates outside PyTorch's allocator (:func:`_outside_allocator`).
-OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers",)
+OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers", "deepep_buffers", "hybridep_buffers")
 
 
 def stage_total(arch, layout: Layout = Layout(), training: Training = Training(),
@@ -104,22 +106,42 @@ def _phase_term(act: list, trans: dict):
                 "step: its temporaries)", PHASE_SOURCE, label="peak-phase transients")
 
 
-def _outside_allocator(training: Training) -> tuple:
+def _moe_stage(j: Job | UncheckedJob, stage: int) -> bool:
+    """Whether pipeline rank ``stage`` holds an MoE layer (one that dispatches tokens)."""
+    x, lay = j.model, j.layout
+    if not x.is_moe:
+        return False
+    pattern = models.moe_layer_pattern(x)
+    return any(pattern[i] for i in models.stage_layers(
+        x, lay.p, stage, lay.first_stage_layers, lay.last_stage_layers, lay.pipeline_layout))
+
+
+def _outside_allocator(j: Job | UncheckedJob, stage: int) -> tuple:
     """Buffers a framework allocates outside PyTorch's caching allocator for the whole run,
     beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
     Transformer Engine's userbuffers under ``tp_comm_overlap``
-    (:func:`memsym.terms.transients.tp_comm_userbuffers`)."""
-    if training.comm.tp_comm_overlap and training.states.convention == "framework" \
-            and training.memory.metric == "device":   # PyTorch's counters miss them
-        return (tr.tp_comm_userbuffers(training.states.precision == "fp8"),)
-    return ()
+    (:func:`memsym.terms.transients.tp_comm_userbuffers`) and the flex MoE dispatcher's
+    DeepEP or HybridEP buffers on a stage with MoE layers
+    (:mod:`memsym.terms.dispatcher_buffers`)."""
+    training = j.training
+    if training.states.convention != "framework" or training.memory.metric != "device":
+        return ()   # PyTorch's counters miss them
+    out = ()
+    if training.comm.tp_comm_overlap:
+        out += (tr.tp_comm_userbuffers(training.states.precision == "fp8"),)
+    if training.memory.moe_dispatcher in ("deepep", "hybridep") and _moe_stage(j, stage):
+        # HybridEP's NVLink domain: the cluster's or GPU's (an NVL72 rack: 72), else 8
+        domain = getattr(getattr(j, "cluster", None), "nvlink_domain", None) \
+            or getattr(getattr(j, "gpu", None), "nvlink_domain", None)
+        out += dispatcher_buffers(training.memory.moe_dispatcher, ranks_per_domain=domain)
+    return out
 
 
-def _beyond_allocated(terms, training: Training) -> tuple:
+def _beyond_allocated(terms, j: Job | UncheckedJob, stage: int) -> tuple:
     """What a total adds to its allocated ``terms``: the allowances (fragmentation a fraction
     of their sum) and the buffers outside PyTorch's allocator."""
     allocated = sp.Add(*(term.expr for term in terms))
-    return tuple(allowance_terms(allocated)) + _outside_allocator(training)
+    return tuple(allowance_terms(allocated)) + _outside_allocator(j, stage)
 
 
 def resolved_stage_total(j: Job | UncheckedJob, stage: int) -> Total:
@@ -132,7 +154,7 @@ def resolved_stage_total(j: Job | UncheckedJob, stage: int) -> Total:
     peak = _phase_term(act, trans)
     if peak is not None:
         terms.append(peak)
-    terms += list(_beyond_allocated(terms, j.training))
+    terms += list(_beyond_allocated(terms, j, stage))
     return Total(f"training memory per GPU, pipeline stage {stage} "
                  f"({stage_role(stage, j.layout.p)})", tuple(terms))
 
@@ -163,5 +185,5 @@ def phase_totals(j: Job | UncheckedJob, stage: int) -> dict:
     for ph in PHASES:
         terms = list(states) + (list(act) if ph != "optimizer" else []) + list(trans[ph])
         out[ph] = Total(f"{ph} phase, pipeline stage {stage}",
-                        tuple(terms) + _beyond_allocated(terms, j.training))
+                        tuple(terms) + _beyond_allocated(terms, j, stage))
     return out

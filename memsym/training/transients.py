@@ -20,6 +20,7 @@ from ..term import Source, Term, Total
 from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments as tm,
                      transients as tr)
 from ..terms.pipelining_buffers import pipelining_recv_buffers
+from ..terms.widths import STATE_DTYPES, default_grad_dtype
 from ..unchecked_job import UncheckedJob
 from ..values import as_expr
 from .activations import output_layer_activations, resolved_stage_activations
@@ -223,6 +224,9 @@ def _add_sharding_transients(out: dict, x, layout: Layout, training: Training) -
     # default convention "framework"; the textbook conventions (seed000, zero-paper, ...)
     # keep their published model-state forms and only the loss's transients
     scheme = training.states.sharding if training.states.convention == "framework" else None
+    if scheme is not None and training.states.megatron_fsdp:
+        _add_megatron_fsdp_transients(out, training)
+        return 0, False
     if scheme == "fsdp" and layout.p > 1 and framework_record(training.framework).torch_pipelining:
         # torch.distributed.pipelining: nothing reshards and gradients accumulate unsharded
         # until the last micro-batch's backward reduce-scatters them, one block at a time
@@ -244,6 +248,21 @@ def _add_sharding_transients(out: dict, x, layout: Layout, training: Training) -
         for ph in ("loss-backward", "backward", "optimizer"):
             out[ph] += list(ipg)
     return 0, False
+
+
+def _add_megatron_fsdp_transients(out: dict, training: Training) -> None:
+    """Add Megatron-FSDP's unsharded buckets to ``out`` (phase -> Terms,
+    :func:`memsym.terms.transients.megatron_fsdp_buckets`): the gathered layers in the
+    parameters' width (one byte with FP8 parameters, the uint8 ``model_weight_buffer``), the
+    gradient buckets in the main grads' (:func:`default_grad_dtype`).  Megatron's optimizer
+    (Transformer Engine's or Apex's FusedAdam) steps in chunks: no step temporary."""
+    st = training.states
+    gdt = default_grad_dtype(st.sharding, st.precision, st.grad_dtype, megatron_fsdp=True)
+    phases = tr.megatron_fsdp_buckets(st.megatron_fsdp, STATE_DTYPES[gdt],
+                                      double_buffer=st.fsdp_double_buffer, group_params=N_ll,
+                                      param_width=1 if st.precision == "fp8" else b_u)
+    for ph, terms in phases.items():
+        out[ph] += list(terms)
 
 
 def _add_fsdp2_transients(out: dict, x, training: Training) -> tuple:

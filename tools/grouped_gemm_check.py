@@ -1,0 +1,214 @@
+"""memsym's GEMM and grouped-GEMM rates against published microbenchmarks, by shape.
+
+``formulas/grouped_gemm_bench.toml`` holds the published points as printed (DeepGEMM's
+README tables on H800, torchao's torch._grouped_mm benchmark on H100, ...).  This module
+prices the same shapes on the same GPU with :func:`memsym.timing.moe.grouped_gemm_time`
+(one expert per group, as memsym prices Megatron-core's routed experts) and
+:func:`memsym.timing.efficiency.gemm_time`, and writes the comparison into the "Known gaps"
+section of ``docs/time-accuracy.md`` (:func:`gaps_lines`).  Nothing is fitted to these
+points; :func:`k0_fit` only says what the short-K constant would be if it were.
+
+Run ``python tools/grouped_gemm_check.py`` for the full table.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import tomllib
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from memsym.hardware import gpu  # noqa: E402
+from memsym.timing.efficiency import K0, LAUNCH_OVERHEAD, ceiling, gemm_time  # noqa: E402
+from memsym.timing.moe import grouped_gemm_time  # noqa: E402
+
+BENCH = ROOT / "formulas" / "grouped_gemm_bench.toml"
+#: The point each source's ratios are normalised to (memsym's ceiling is fixed on whole
+#: training runs, not on these kernels, so a source's absolute level is not the check; its
+#: shape trend is): DeepGEMM's grouped DeepSeek-V3 fc1 shape, the shape the blackwell/bf16
+#: calibration run's expert GEMMs have.
+REFERENCE = {"deepgemm-readme-2504": ("grouped", 4, 8192, 4096, 7168)}
+
+
+def load(path=BENCH) -> tuple:
+    """(sources by key, points) of the benchmark file."""
+    data = tomllib.loads(pathlib.Path(path).read_text())
+    return {s["key"]: s for s in data["source"]}, tuple(data["point"])
+
+
+def published_tflops(p) -> float:
+    """The point's rate [TFLOP/s]: as printed, or 2 G m n k / seconds where a time is printed.
+
+    >>> published_tflops({"groups": 2, "m": 1000, "n": 1000, "k": 1000, "seconds": 4e-6})
+    1000.0
+    """
+    if "tflops" in p:
+        return float(p["tflops"])
+    return 2.0 * p["groups"] * p["m"] * p["n"] * p["k"] / p["seconds"] / 1e12
+
+
+def memsym_tflops(p, device, precision) -> float:
+    """memsym's rate for the point's shape [TFLOP/s]."""
+    g, m, n, k = p["groups"], p["m"], p["n"], p["k"]
+    if p["kind"] == "grouped":
+        t = grouped_gemm_time(m, n, k, g, device, precision)
+    else:
+        t = gemm_time(m, n, k, device, precision)
+    return float(2.0 * g * m * n * k / t / 1e12)
+
+
+def compare(path=BENCH) -> list:
+    """One dict per used point: shape, published and memsym rates, their ratio, and the ratio
+    over the source's reference point's (``norm``; None where the source has none)."""
+    sources, points = load(path)
+    rows = []
+    for p in points:
+        if not p.get("use", True):
+            continue
+        s = sources[p["source"]]
+        pub = published_tflops(p)
+        mem = memsym_tflops(p, s["device"], s["precision"])
+        rows.append(dict(source=p["source"], kind=p["kind"], groups=p["groups"], m=p["m"],
+                         n=p["n"], k=p["k"], gpu=s["gpu"], precision=s["precision"],
+                         published=pub, memsym=mem, ratio=mem / pub))
+    for key, ref in REFERENCE.items():
+        base = next(r["ratio"] for r in rows if r["source"] == key
+                    and (r["kind"], r["groups"], r["m"], r["n"], r["k"]) == ref)
+        for r in rows:
+            if r["source"] == key:
+                r["norm"] = r["ratio"] / base
+    for r in rows:
+        r.setdefault("norm", None)
+    return rows
+
+
+def k0_fit(path=BENCH, candidates=range(0, 1025, 32)) -> tuple:
+    """The short-K constant that flattens DeepGEMM's M = 4096 dense and contiguous grouped
+    rows best, in FP8 elements: ``(K0, scatter at memsym's K0, scatter at the fit)``, scatter
+    the standard deviation of log(memsym / published).
+
+    memsym's math time carries ``(K + K0) / K`` (:data:`memsym.timing.efficiency.K0`); every
+    point used is math-bound, so re-pricing at another K0 scales the time less its launch.
+    """
+    sources, points = load(path)
+    rows = [p for p in points if p["source"] == "deepgemm-readme-2504"
+            and p["m"] >= 4096 and p.get("layout", "contiguous") == "contiguous"]
+    s = sources["deepgemm-readme-2504"]
+    dev = gpu(s["device"])
+    k = np.array([p["k"] for p in rows], float)
+    pub = np.array([published_tflops(p) for p in rows])
+    work = np.array([2.0 * p["groups"] * p["m"] * p["n"] * p["k"] for p in rows])
+    launch = np.array([p["groups"] * LAUNCH_OVERHEAD for p in rows])
+    t = work / np.array([memsym_tflops(p, dev, s["precision"]) for p in rows]) / 1e12
+    mem = np.array([(p["m"] * p["k"] + p["k"] * p["n"] + p["m"] * p["n"]) * p["groups"]
+                    for p in rows]) / dev.hbm_bandwidth
+    assert np.all(t - launch > mem), "a point is memory-bound: rescaling the math time is wrong"
+
+    def scatter(k0):
+        tk = launch + (t - launch) * (k + k0) / (k + K0)
+        return float(np.std(np.log(work / tk / 1e12 / pub)))
+
+    best = min(candidates, key=scatter)
+    return int(best), scatter(K0), scatter(best)
+
+
+def _fmt(r) -> str:
+    shape = (f"{r['groups']} x {r['m']} x {r['n']} x {r['k']}" if r["kind"] == "grouped"
+             else f"{r['m']} x {r['n']} x {r['k']}")
+    norm = "" if r["norm"] is None else f"{r['norm']:.2f}"
+    return (f"| {r['source']} | {r['gpu'].split(' (')[0]} {r['precision']} | {r['kind']} | "
+            f"{shape} | {r['published']:.0f} | {r['memsym']:.0f} | {r['ratio']:.2f} | {norm} |")
+
+
+def table(rows, *, grouped_only=True) -> list:
+    """Markdown table lines of :func:`compare` rows."""
+    out = ["| source | GPU / precision | kind | G x m x n x k | published TFLOP/s | "
+           "memsym TFLOP/s | memsym / published | over reference |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out += [_fmt(r) for r in rows if r["kind"] == "grouped" or not grouped_only]
+    return out
+
+
+#: Forward fc1 of the routed experts in the MoE validation runs, balanced routing, as
+#: ``(label, device, local experts, rows per expert, n, k)``: GPT-OSS 120B (h 2880, expert FFN
+#: 2880, GLU: n 5760; 128 experts top-4, seq 4096) at EP 8 with MBS 4 (B200), EP 64 with
+#: MBS 4 (GB200) and EP 8 with MBS 1 (H100); DeepSeek-V3 (h 7168, expert FFN 2048; 256
+#: experts top-8) at EP 64 with MBS 1, the blackwell/bf16 calibration run (GB200).
+EXPERT_FC1 = (("GPT-OSS B200 EP 8", "b200", 16, 4096, 5760, 2880),
+              ("GPT-OSS GB200 EP 64", "gb200", 2, 32768, 5760, 2880),
+              ("GPT-OSS H100 EP 8", "h100-80gb", 16, 1024, 5760, 2880),
+              ("DeepSeek-V3 GB200 EP 64", "gb200", 4, 8192, 4096, 7168))
+
+
+def expert_fractions() -> dict:
+    """memsym's bf16 rate for each :data:`EXPERT_FC1` GEMM over its class's ceiling x peak [1]."""
+    out = {}
+    for label, dev, g, m, n, k in EXPERT_FC1:
+        t = grouped_gemm_time(m, n, k, g, dev, "bf16")
+        out[label] = float(2.0 * g * m * n * k / t / (gpu(dev).peak("bf16") * ceiling(dev)))
+    return out
+
+
+def gaps_lines() -> tuple:
+    """The "Known gaps" lines on grouped-GEMM rates (Markdown), computed from the file."""
+    rows = compare()
+    small = [r["norm"] for r in rows if r["norm"] is not None and r["kind"] == "grouped"
+             and r["m"] <= 1024]
+    mid = [r["norm"] for r in rows if r["norm"] is not None and r["kind"] == "grouped"
+           and r["m"] == 4096]
+    ao = [r["ratio"] for r in rows if r["source"] == "torchao-pr2490"]
+    best, before, after = k0_fit()
+    fr = expert_fractions()
+    return (
+        "* Grouped-GEMM rates by shape, checked against published microbenchmarks",
+        "  (`formulas/grouped_gemm_bench.toml`, `python tools/grouped_gemm_check.py`): do",
+        "  GPT-OSS's expert GEMMs (hidden 2880, expert FFN 2880) run well below DeepSeek-V3's",
+        "  at one ceiling?  They are not small: balanced routing gives each local expert 4096",
+        "  rows per micro-batch at EP 8 with MBS 4, 32768 at EP 64, 1024 on H100 (MBS 1).",
+        "  memsym prices their fc1 at " + " / ".join(
+            f"{v:.2f}" for k, v in fr.items() if k.startswith("GPT")) + " of the class's",
+        "  large-GEMM rate (tile and wave quantisation, short K) and DeepSeek-V3's at "
+        f"{fr['DeepSeek-V3 GB200 EP 64']:.2f};",
+        "  closing the -15 to -50 % would take the expert GEMMs about 1.2x to over 2x slower.  The",
+        "  published points show no shape effect of that size.  memsym / published,",
+        "  normalised to DeepGEMM's 4 x 8192 x 4096 x 7168 (DeepSeek-V3's fc1), is",
+        f"  {min(mid):.2f}-{max(mid):.2f} at 4096 rows per group and "
+        f"{min(small):.2f}-{max(small):.2f} (mean {np.mean(small):.2f}) at",
+        "  256-1024 rows in 1-4 groups (1024 rows in all: memsym up to 15 % fast there, a",
+        "  GPU filled less than in any validation run); torch._grouped_mm bf16 on H100 at 512 rows",
+        "  per expert (uneven routing, 16 experts) is within "
+        f"{100 * (min(ao) - 1):+.0f} to {100 * (max(ao) - 1):+.0f} % of memsym's",
+        "  hopper/bf16 price.  No Blackwell BF16 grouped-GEMM microbenchmark at these shapes",
+        "  was found published; tgale96/grouped_gemm#37's H100 points are kept, not compared",
+        "  (host time included, token count ambiguous).",
+        "",
+        *("  " + line for line in table(rows)),
+        "",
+        "  What the points do show is a short-K penalty memsym underprices: DeepGEMM's",
+        "  M = 4096 rows (K 512-16384) scatter by "
+        f"{100 * before:.0f} % around memsym's shape trend with",
+        f"  K0 = {K0} and by {100 * after:.0f} % with K0 = {best} FP8 elements (a fixed per-tile",
+        "  prologue/epilogue time; about half as many BF16 elements).  Priced that way (K0",
+        "  225 bf16 / 450 fp8, every ceiling re-derived on its calibration run; a one-off",
+        "  check at 22b6a2d, not kept) the GPT-OSS rows move by under 2 points (GPT-OSS's K",
+        "  is 2880 and 5760, DeepSeek-V3's 2048-7168) and the mean absolute error over the",
+        "  validation runs goes from 13.1 to 13.4 %, so K0 stays a stated assumption.",
+    )
+
+
+def main() -> int:
+    rows = compare()
+    print("\n".join(table(rows, grouped_only=False)))
+    best, before, after = k0_fit()
+    print(f"\nK0 fit on DeepGEMM's M = 4096 rows: K0 = {best} (scatter {before:.3f} at "
+          f"K0 = {K0}, {after:.3f} at the fit)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
