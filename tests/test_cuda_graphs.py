@@ -3,7 +3,9 @@
 Megatron-LM d98e8a64dd: ``TECudaGraphHelper._get_sample_arguments`` (cuda_graphs.py:2322-2566)
 gives each graphed layer and micro-batch in flight a static input, the bf16 hidden states
 ``[s/c (/t under SP), b, h]`` (module.py:256-271) and, when the attention is captured, a bool
-mask ``[b, 1, s/c, s]`` (transformer_layer.py:1222-1232); ``FullCudaGraphWrapper``'s
+mask ``[b, 1, s/c, s]`` (transformer_layer.py:1222-1232); the hidden states add to the eager
+step only when the whole layer is one graph (the previous graph's output, which they copy, is
+held in the pool until its backward: Transformer Engine graph.py:729, 883); ``FullCudaGraphWrapper``'s
 ``StaticBufferLoader`` (full_cuda_graph.py:99-182) keeps each of the step's micro-batches
 (tokens, labels int64, loss_mask float32, position_ids int64, attention_mask bool [1, s, s],
 gpt_dataset.py) on TP rank 0 of the first and last stages (pretrain_gpt.py:374-386), and
@@ -40,10 +42,16 @@ def test_transformer_engine_inputs_by_hand():
     assert _bytes(j, 0, "cuda_graph_static_inputs") == 32 * (2 * 4096 * 4096 + 4096 * 4096)
     # stage 1 (last) holds one micro-batch of its 16 layers
     assert _bytes(j, 1, "cuda_graph_static_inputs") == 16 * (2 * 4096 * 4096 + 4096 * 4096)
-    # the MLP alone captured: no mask; TP 2 with SP halves the hidden states, not the mask
+    # the MLP alone captured: no mask, and its hidden input copies the eager attention's
+    # output, which nothing else keeps: nothing beyond the eager step
     j = job("llama2-7b", pp=2, cuda_graph_impl="transformer_engine", cuda_graph_modules=("mlp",),
             **GB64)
-    assert _bytes(j, 0, "cuda_graph_static_inputs") == 32 * 2 * 4096 * 4096
+    assert _bytes(j, 0, "cuda_graph_static_inputs") == 0
+    # the attention alone: the masks only
+    j = job("llama2-7b", pp=2, cuda_graph_impl="transformer_engine", cuda_graph_modules=("attn",),
+            **GB64)
+    assert _bytes(j, 0, "cuda_graph_static_inputs") == 32 * 4096 * 4096
+    # TP 2 with SP halves the hidden states, not the mask
     j = job("llama2-7b", pp=2, tp=2, sequence_parallel=True, cuda_graph_impl="transformer_engine",
             **GB64)
     assert _bytes(j, 0, "cuda_graph_static_inputs") == 32 * (4096 * 4096 + 4096 * 4096)
@@ -51,12 +59,16 @@ def test_transformer_engine_inputs_by_hand():
 
 def test_transformer_engine_moe_scope_graphs_moe_layers_only():
     """DeepSeek-V3 (61 layers, the first 3 dense), p 1: one micro-batch captured
-    (cuda_graphs.py:2597-2603); moe_router graphs the 58 MoE layers (_layer_is_graphable,
-    :2134-2174), without the attention's mask: 58 x 2 x 4096 x 7168 B."""
+    (cuda_graphs.py:2597-2603); with the attention all 61 layers are graphed, one mask each:
+    61 x 4096^2 B; moe_router alone graphs the 58 MoE layers (_layer_is_graphable,
+    :2134-2174), partial graphs without the mask: nothing beyond the eager step."""
+    opts = dict(seq_length=4096, world_size=1024, ep=64, global_batch_size=1024)
     j = job("deepseek-v3", cuda_graph_impl="transformer_engine",
-            cuda_graph_modules=("moe_router", "moe_preprocess"), seq_length=4096, world_size=1024,
-            ep=64, global_batch_size=1024)
-    assert _bytes(j, 0, "cuda_graph_static_inputs") == 58 * 2 * 4096 * 7168
+            cuda_graph_modules=("attn", "moe_router", "moe_preprocess"), **opts)
+    assert _bytes(j, 0, "cuda_graph_static_inputs") == 61 * 4096 * 4096
+    j = job("deepseek-v3", cuda_graph_impl="transformer_engine",
+            cuda_graph_modules=("moe_router", "moe_preprocess"), **opts)
+    assert _bytes(j, 0, "cuda_graph_static_inputs") == 0
 
 
 def test_graphs_add_to_every_phase_and_the_total():
@@ -123,7 +135,9 @@ def test_megatron_flags_reach_the_job():
                                                 "--cuda-graph-modules", "attn"]))
     assert (j.training.memory.cuda_graph_impl, j.training.memory.cuda_graph_modules) == \
         ("transformer_engine", ("attn",))
-    # by hand: 4 layers x (2 x 1024 x 256 + 1024^2) B
+    assert _bytes(j, 0, "cuda_graph_static_inputs") == 4 * 1024 * 1024   # 4 masks
+    j = megatron_job(read_megatron_args(base + ["--external-cuda-graph"]))
+    # by hand: 4 whole-layer graphs x (2 x 1024 x 256 + 1024^2) B
     assert _bytes(j, 0, "cuda_graph_static_inputs") == 4 * (2 * 1024 * 256 + 1024 * 1024)
     assert any("not counted" in n for n in j.notes)
     assert read_megatron_overrides(["--enable-cuda-graph"], num_layers=4).options[

@@ -66,8 +66,8 @@ _FRAG = ("memsym's 10 % fragmentation allowance (memsym.terms.allowances: phi_fr
 #: margin": the same estimate with --fragmentation 0).
 XFAIL = {}
 #: Transformer Engine's per-layer CUDA graphs (memsym.terms.cuda_graphs.te_graph_inputs).
-_CG_TE = ("one static input per graphed layer and micro-batch in flight, "
-          "memsym.terms.cuda_graphs")
+_CG_TE = ("one static input per graphed layer and micro-batch in flight, partial graphs "
+          "adding the mask alone, memsym.terms.cuda_graphs")
 for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
     for _gpu, _off, _cap, _with, _left in (("gb300", 20, 279, "287.4", "261.4"),
                                            ("gb200", 40, 186, "201.7", "183.4")):
@@ -99,15 +99,10 @@ XFAIL["mbridge.25.11.h100.gpt-oss-120b.bf16"] = (
     "table_note): at MBS 4, PP 4 the first stage holds 75.9 GB of activations, 128.3 GB "
     "predicted against 85 GB; the recipe's MBS 1 (the 26.x rows) fits at 65.7 GB")
 XFAIL["mbridge.25.11.h100.qwen3-30b-a3b.fp8"] = (
-    f"{_FRAG}: 95.5 GB predicted on the last stage of PP 2 VPP 24, 86.9 without the margin, "
+    f"{_FRAG}: 93.7 GB predicted on the last stage of PP 2 VPP 24, 85.3 without the margin, "
     "against 84.9 GB (with Transformer Engine's fused cross-entropy keeping the 16-bit logits, "
-    "HybridEP's buffers, 0.3 GB, and the static inputs of Transformer Engine's CUDA graphs, "
-    f"{_CG_TE}, 3.2 GB)")
-XFAIL["mbridge.25.11.gb200.deepseek-v3.bf16"] = (
-    f"{_FRAG} takes it over, with the static inputs of Transformer Engine's CUDA graphs "
-    f"({_CG_TE}: 5.1 GB on stage 1, 68 layer passes in flight x (2sbh + bs^2)): 171.1 GB "
-    "without the margin, 188.1 GB with it, against 186 GB (182.4 GB before the graphs were "
-    "counted)")
+    "HybridEP's buffers, 0.3 GB, and the attention masks of Transformer Engine's CUDA graphs, "
+    f"{_CG_TE}, 1.6 GB)")
 
 
 #: MXFP8 (bf16_with_mxfp8_mixed: fp8_param_gather) keeps each linear weight as an MXFP8
@@ -154,16 +149,17 @@ for _rel in _MXRELS:
             "295.8 GB with it, against 279 GB (PP 4 VP 5, MBS 1)")
 for _rel in ("26.04.01", "26.04", "26.02.01"):
     XFAIL[f"mbridge.{_rel}.b200.qwen3-30b-a3b.mxfp8"] = (
-        f"{_MX} and the static inputs of Transformer Engine's CUDA graphs ({_CG_TE}: 6.4 GB, "
-        "48 layers x MBS 4 x (2sbh + bs^2) at p 1): 180.4 GB without the margin, 198.3 GB "
-        "with it, against 180 GB (MBS 4, EP 8; 174.0 / 191.2 before the graphs were counted)")
+        f"{_FRAG} takes it over, with {_MX} and the attention masks of Transformer Engine's "
+        f"CUDA graphs ({_CG_TE}: 3.2 GB, 48 layers x MBS 4 x s^2 at p 1): 177.2 GB without the "
+        "margin, 194.8 GB with it, against 180 GB (MBS 4, EP 8; 174.0 / 191.2 before the "
+        "graphs were counted)")
 XFAIL["mbridge.26.02.01.gb300.llama3-70b.mxfp8"] = (
     "the row's MBS 2 at PP 4 without VP (the recipe at 067f987df0 sets MBS 1, VP 5: 295.8 GB "
     "predicted there): 442.5 GB predicted, 402.4 without the margin, against 279 GB; what the "
     "26.02.01 branch set to fit it is not in the recipe read")
 XFAIL["mbridge.26.04.01.b200.deepseek-v3.mxfp8"] = (
-    f"{_FRAG} takes it over, with {_MX} (+6.5 GB) and the static inputs of Transformer "
-    f"Engine's CUDA graphs ({_CG_TE}: 6.3 GB): 172.5 GB without the margin, 189.6 GB with "
+    f"{_FRAG} takes it over, with {_MX} (+6.5 GB) and the attention masks of Transformer "
+    f"Engine's CUDA graphs ({_CG_TE}: 1.4 GB): 167.6 GB without the margin, 184.2 GB with "
     "it, against 180 GB (PP 8 VP 2 EP 32; 166.2 / 182.7 before the graphs were counted)")
 XFAIL["mbridge.25.11.gb200.qwen3-30b-a3b.mxfp8"] = XFAIL["mbridge.26.02.gb200.qwen3-30b-a3b.mxfp8"]
 #: NVFP4 (precision fp4): the bf16 weights stay and TE keeps rowwise + columnwise NVFP4 copies,

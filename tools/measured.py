@@ -52,7 +52,7 @@ SETTINGS = {
     "fsdp_root_group": bool, "defer_embedding_wgrad_compute": bool,
     "wgrad_deferral_limit": int, "packed_sequence": bool,
     "recompute": str, "lora_targets": str, "precision": str, "sharding": str, "schedule": str,
-    "moe_dispatcher": str,
+    "moe_dispatcher": str, "cuda_graph_impl": str, "cuda_graph_modules": str,
 }
 _CHOICES = {
     "recompute": ("none", "selective", "selective-op", "full"),
@@ -60,6 +60,7 @@ _CHOICES = {
     "sharding": ("distributed-optimizer", "fsdp", "zero1", "zero2", "zero3", "ddp"),
     "schedule": ("1f1b", "interleaved-1f1b", "gpipe"),
     "moe_dispatcher": ("alltoall", "allgather", "deepep", "hybridep"),
+    "cuda_graph_impl": ("none", "local", "transformer_engine", "full_iteration"),
 }
 #: Megatron(-Bridge) LoRA target module -> memsym's adapted matrices
 #: (:data:`memsym.terms.adapters.LORA_TARGETS`).
@@ -400,6 +401,11 @@ def job(point: Point) -> Job:
                         # the flex dispatcher's buffers are outside PyTorch's counters: the
                         # point's metric decides whether the total holds them
                         moe_dispatcher=cfg.get("moe_dispatcher", "alltoall"),
+                        # the recipe's CUDA graphs (memsym.terms.cuda_graphs); the modules a
+                        # comma-separated list, as Megatron's cuda_graph_modules string
+                        cuda_graph_impl=cfg.get("cuda_graph_impl", "none"),
+                        cuda_graph_modules=tuple(filter(None, cfg.get(
+                            "cuda_graph_modules", "").split(","))),
                         metric=_metric(point),
                         framework=_FRAMEWORK.get(point.framework, "megatron"))
     model = point.model
@@ -717,9 +723,12 @@ _EXPLANATIONS = [
     "wgrad_deferral_limit=22)`): the last stage keeps each micro-batch's output-layer input "
     "and 16-bit logits gradient until then, 16 × 280 MB = 4.5 GB at the baseline "
     "(`memsym.terms.transients.deferred_wgrad_buffers`), and becomes the peak stage at VPP 10, "
-    "PP 8 and TP 8. Baseline, VPP 10 and PP 8 are 5–10 % high; TP 8 is 9 % low, where the "
-    "recipe's MLP CUDA graphs (`cuda_graph_scope = [\"mlp\"]`) keep static buffers memsym "
-    "does not model. All three orderings hold: PP 4 → 8 and TP 8 go down as measured (TP 8 "
+    "PP 8 and TP 8. Baseline, VPP 10 and PP 8 are 5–10 % high; TP 8 is 9 % low. The "
+    "recipe's MLP CUDA graphs (`cuda_graph_impl = \"transformer_engine\"`, "
+    "`cuda_graph_scope = [\"mlp\"]`) are counted and add nothing here "
+    "(`memsym.terms.cuda_graphs`: a partial graph's static input copies a tensor the eager "
+    "code does not keep, and no attention mask is made without the attention); the graphs' "
+    "own device memory is not sized. All three orderings hold: PP 4 → 8 and TP 8 go down as measured (TP 8 "
     "the lowest), and VPP 5 → 10 goes *up* 1.0 GB (1.4 GB measured): at VPP 10 the last "
     "stage's warm-up holds (v − 1) p + 1 = 37 chunk passes of 2 layers where VPP 5 held 17 of "
     "4, beside the deferred tensors (rank 0's warm-up holds fewer layers at VPP 10: 86 "

@@ -8,7 +8,12 @@ each keeps buffers the eager step does not:
   per decoder layer (or per part of it, ``cuda_graph_modules``) and micro-batch of the
   pipeline schedule.  Megatron's ``TECudaGraphHelper`` gives every (layer, micro-batch) a
   static input, allocated outside the graphs' pool and kept for the whole run: replay copies
-  the layer's input into it (:func:`te_static_inputs`, :func:`te_graph_inputs`).
+  the layer's input into it (:func:`te_static_inputs`, :func:`te_graph_inputs`).  What that
+  adds to the eager step: the causal mask, a buffer of its own per (layer, micro-batch), and
+  for whole-layer graphs the hidden states, copied from the previous graph's output, which
+  the pool keeps until that graph's backward; a partial graph's hidden input is copied from
+  a tensor the eager code does not keep, so its copy replaces the input the eager layer
+  saves.
 * ``full_iteration``: ``FullCudaGraphWrapper`` captures the whole forward-backward of a step
   into one private memory pool; its ``StaticBufferLoader`` copies each of the step's ``m``
   micro-batches from the data loader to the GPU and keeps them
@@ -52,7 +57,8 @@ _TE_INPUTS = Source("megatron-core", "transformer/cuda_graphs.py:2322-2448 "
                     "transformer/module.py:256-271 (hidden_states: bf16, [s/c (/t under SP), "
                     "b, h]); transformer/transformer_layer.py:1222-1232 (attention_mask: bool, "
                     "[b, 1, s/c, s], when attention is captured); cuda_graphs.py:2597-2603 "
-                    "(p = 1: one micro-batch captured)")
+                    "(p = 1: one micro-batch captured); transformer-engine pytorch/graph.py:729, "
+                    "883 (a graph's outputs held until its backward is captured)")
 _FULL_BATCHES = Source("megatron-core", "full_cuda_graph.py:99-135 StaticBufferLoader and "
                        ":151-164 data_read (each of the step's micro-batches copied to the GPU "
                        "and kept); datasets/gpt_dataset.py:280-286, 370-392, 834-872 (tokens, "
@@ -64,8 +70,11 @@ _FULL_POOL = Source("megatron-core", "full_cuda_graph.py:226-234 (the forward-ba
                     "training.py:4433-4438 (the optimizer step outside it)")
 
 
-def te_static_inputs(attention: bool = True, sequence_parallel: bool = True) -> Total:
-    r"""One static input of Transformer Engine's per-layer graphs [bytes]: one (layer, micro-batch).
+def te_static_inputs(attention: bool = True, sequence_parallel: bool = True,
+                     whole_layer: bool = True) -> Total:
+    r"""What one static input of Transformer Engine's per-layer graphs adds [bytes].
+
+    One (graphed layer, micro-batch).
 
     ``TECudaGraphHelper._get_sample_arguments`` asks each graphed layer for
     ``get_layer_static_inputs(seq_length, micro_batch_size)``: the bf16 hidden states, and
@@ -78,7 +87,13 @@ def te_static_inputs(attention: bool = True, sequence_parallel: bool = True) -> 
         + \underbrace{\frac{b\,s^2}{c}}_{\text{attention\_mask (bool)}}
 
     with :math:`t_{\mathrm{sp}} = t` under sequence parallelism, 1 without.  The mask is
-    built whatever the attention backend (MLA and flash attention included).
+    built whatever the attention backend (MLA and flash attention included).  The hidden
+    states add to the eager step only for whole-layer graphs (``cuda_graph_modules`` empty):
+    there they copy the previous graph's output, which the pool keeps reserved until that
+    graph's backward (``make_graphed_callables`` holds ``per_callable_static_outputs`` until
+    the backward is captured, graph.py:729, 880-890); a partial graph copies a tensor the
+    eager code keeps no reference to, so the copy stands for the input the eager layer would
+    save (counted with the activations).
 
     Parameters
     ----------
@@ -86,6 +101,8 @@ def te_static_inputs(attention: bool = True, sequence_parallel: bool = True) -> 
         Whether the graph captures the layer's attention (the mask is made).
     sequence_parallel : bool
         Sequence parallelism (the hidden states split over the t ranks).
+    whole_layer : bool
+        Whether the graph captures the whole layer (the hidden states count).
 
     Returns
     -------
@@ -111,7 +128,8 @@ def te_static_inputs(attention: bool = True, sequence_parallel: bool = True) -> 
     """
     hidden = 2 * s * b * h / (c * (t if sequence_parallel else 1))
     terms = [Term("graph_hidden_states", hidden, "bf16 static hidden-state input of one "
-                  "graphed layer and micro-batch", _TE_INPUTS, label="graph hidden states")]
+                  "graphed layer and micro-batch", _TE_INPUTS, label="graph hidden states")
+             ] if whole_layer else []
     if attention:
         terms.append(Term("graph_attention_mask", b * s ** 2 / c, "boolean causal mask "
                           "[b, 1, s/c, s] of one graphed layer and micro-batch", _TE_INPUTS,
@@ -142,11 +160,11 @@ def graphed_layer(modules, moe: bool) -> bool:
         (not moe and "mlp" in modules)
 
 
-def te_graph_inputs(layers_in_flight, attention: bool = True,
-                    sequence_parallel: bool = True) -> Term:
+def te_graph_inputs(layers_in_flight, attention: bool = True, sequence_parallel: bool = True,
+                    whole_layer: bool = True) -> Term:
     r"""The static inputs Transformer Engine's per-layer graphs keep on one GPU [bytes].
 
-    .. math:: n_{\mathrm{lm}}\,\Bigl(2\,\frac{s\,b\,h}{c\,t_{\mathrm{sp}}}
+    .. math:: n_{\mathrm{lm}}\,\Bigl([\mathrm{whole}]\,2\,\frac{s\,b\,h}{c\,t_{\mathrm{sp}}}
         + [\mathrm{attn}]\,\frac{b\,s^2}{c}\Bigr)
 
     :math:`n_{\mathrm{lm}}`: the (graphed layer, micro-batch) pairs in flight at the
@@ -160,23 +178,25 @@ def te_graph_inputs(layers_in_flight, attention: bool = True,
     ----------
     layers_in_flight : sympy.Expr
         Graphed layers x micro-batches in flight [1].
-    attention, sequence_parallel : bool
+    attention, sequence_parallel, whole_layer : bool
         As :func:`te_static_inputs`.
 
     Examples
     --------
     >>> te_graph_inputs(sp.Integer(4), attention=False).expr
     8*b*h*s/(c*t)
+    >>> te_graph_inputs(sp.Integer(4), whole_layer=False).expr   # a partial graph: the masks
+    4*b*s**2/c
 
     References
     ----------
     Megatron-LM d98e8a64dd ``transformer/cuda_graphs.py`` (megatron-core).
     """
-    one = te_static_inputs(attention, sequence_parallel)
+    one = te_static_inputs(attention, sequence_parallel, whole_layer)
+    kept = " and ".join(["hidden states"] * whole_layer + ["attention mask"] * attention)
     return Term("cuda_graph_static_inputs", layers_in_flight * one.expr,
-                "Transformer Engine graphs' static inputs: hidden states"
-                + (" and attention mask" if attention else "") + " per graphed layer and "
-                "micro-batch in flight", _TE_INPUTS, label="CUDA graph inputs")
+                f"Transformer Engine graphs' static inputs ({kept or 'none beyond eager'}) per "
+                "graphed layer and micro-batch in flight", _TE_INPUTS, label="CUDA graph inputs")
 
 
 def full_iteration_batches(mask: bool = True, microbatches=m) -> Term:

@@ -70,8 +70,8 @@ def _cuda_graph_buffers(j: Job | UncheckedJob, stage: int, act: list, trans: dic
         mods = mem.cuda_graph_modules
         n_lm = layers_in_flight(j, stage, lambda moe: cg.graphed_layer(mods, moe))
         attn = not mods or "attn" in mods
-        return ((cg.te_graph_inputs(n_lm, attn, sequence_parallel_on(j.layout)),) if n_lm != 0
-                else ()), ()
+        term = cg.te_graph_inputs(n_lm, attn, sequence_parallel_on(j.layout), not mods)
+        return ((term,) if term.expr != 0 else ()), ()
     if mem.cuda_graph_impl != "full_iteration":
         return (), ()
     kept = ()
