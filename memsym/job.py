@@ -19,6 +19,7 @@ from typing import Mapping
 from .errors import InvalidValueError, UnknownNameError
 from .frameworks import framework as framework_record
 from .terms.allowances import allowance_values
+from .terms.cuda_graphs import cuda_graph_notes
 from . import hardware, rules
 from .model.pipeline_layout import PipelineLayout
 from .model import Architecture, resolve, resolve_model
@@ -214,6 +215,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     lay, split_notes = framework_layout(x, lay, trn)
     notes += split_notes + _no_effect_notes(x, lay, trn, fw)
     m_ = validate(x, lay, trn)
+    notes += cuda_graph_notes(trn.memory.cuda_graph_impl, tuple(trn.memory.cuda_graph_modules))
     if {"mlp", "mla_up_proj"} & set(recompute_modules_of(trn)):
         # memsym.timing.recompute prices each module's forward rerun, not what runs beside it
         notes.append("the step time prices the recomputed modules' forward GEMMs and "
