@@ -40,6 +40,7 @@ from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.step import (Overlap, Settings, layer_time, overlap_of,  # noqa: E402
                                 step_time_grid)
 from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
+from tools.time_scaling import scaling_lines  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
            "calibrate", "recipe_recompute_modules", "recipe_end_stages", "recipe_ub_config",
@@ -66,7 +67,8 @@ def _arch(run):
     if "gpt" in run:
         L, h, a = run["gpt"]
         return Architecture(name=f"gpt-{L}x{h}", num_layers=L, hidden_size=h,
-                            num_attention_heads=a, vocab_size=51200, max_position_embeddings=2048)
+                            num_attention_heads=a, vocab_size=run.get("vocab", 51200),
+                            max_position_embeddings=2048)
     if run["settings"].get("framework") == "torchtitan":
         # torchtitan sizes a RoPE model's table to the training sequence (update_from_config)
         return torchtitan_positions(preset(run["preset"]), run["settings"]["seq"])
@@ -194,6 +196,10 @@ def _overlap(run) -> Overlap:
     if run["source"] == "narayanan":
         return Overlap(grad_reduce=False, param_gather=False, tp_async_backward=False)
     if run["source"] == "korthikanti":
+        return Overlap(grad_reduce=False, param_gather=False)
+    if run["source"] == "megascale":
+        # Megatron-LM 285068c8 (Jan 2023): reduce-scatter and all-gather after the flush (no
+        # overlap_grad_reduce yet); the async backward TP all-reduce was in by then
         return Overlap(grad_reduce=False, param_gather=False)
     if run["settings"].get("framework") == "torchtitan":
         # FSDP2 reduce-scatters in the backward and prefetches the next all-gather; torch's
@@ -593,6 +599,7 @@ def accuracy_markdown() -> str:
     for rid, meas, pred, base in _ratio_rows(res):
         lines.append(f"| `{rid}` | `{base}` | {100 * meas:+.1f} % | {100 * pred:+.1f} % |")
     nar = [r for r in res if r.id.startswith("narayanan.t1")]
+    lines += scaling_lines(runs(), res)
     lines += ["", "## Narayanan Table 1 trend (TFLOP/s per GPU, Eq. 3 FLOPs)", "",
               "| run | measured | memsym |", "| --- | --- | --- |"]
     by = {r["id"]: r for r in runs()}
