@@ -198,9 +198,12 @@ def _overlap(run) -> Overlap:
     if run["source"] == "korthikanti":
         return Overlap(grad_reduce=False, param_gather=False)
     if run["source"] == "megascale":
-        # Megatron-LM 285068c8 (Jan 2023): reduce-scatter and all-gather after the flush (no
-        # overlap_grad_reduce yet); the async backward TP all-reduce was in by then
-        return Overlap(grad_reduce=False, param_gather=False)
+        # Megatron-LM 285068c8 (2023-01-11): reduce-scatter and all-gather after the flush
+        # (--overlap-grad-reduce came in 2d5220a424, 2023-09-05); every p2p is
+        # batch_isend_irecv + wait + torch.cuda.synchronize() (p2p_communication.py), so no
+        # send hides behind compute (--overlap-p2p-communication came in f9283c5a8a,
+        # 2023-05-31); the async backward TP all-reduce was in by then
+        return Overlap(grad_reduce=False, param_gather=False, pp_p2p=False)
     if run["settings"].get("framework") == "torchtitan":
         # FSDP2 reduce-scatters in the backward and prefetches the next all-gather; torch's
         # async TP (torch._inductor micro-pipelining) counted as Megatron's TP overlap
