@@ -3,8 +3,9 @@ accuracy_markdown` appends it): published strong-scaling series, the measured sc
 efficiency against memsym's, kept beside the generator so that stays short.
 
 A series is the runs of one source that differ only in the data-parallel size ``d`` (same
-model, global batch, sequence, TP, PP, CP, interleaving and settings).  Efficiency of a row
-against the series' smallest run :math:`(N_0, T_0)`: :math:`E = T_0 N_0 / (T N)` [1].
+model, sequence, TP, PP, CP, interleaving and settings) with one global batch (strong) or one
+batch per data-parallel rank (weak).  Efficiency of a row against the series' smallest run
+:math:`(N_0, T_0, B_0)`: :math:`E = (B / (T N)) / (B_0 / (T_0 N_0))` [1].
 """
 
 from __future__ import annotations
@@ -39,16 +40,19 @@ SCALING_NOTES = (
 
 def _series_key(run) -> str:
     lay = {k: v for k, v in run["layout"].items() if k != "d"}
+    st = {k: v for k, v in run["settings"].items() if k != "B"}
     model = run.get("gpt") or run.get("preset")
-    return json.dumps([run["source"], model, run.get("vocab"), lay, run["settings"],
+    return json.dumps([run["source"], model, run.get("vocab"), lay, st,
                        run["gpu"], run["cluster"]], sort_keys=True, default=str)
 
 
 def scaling_series(runs, results) -> list:
-    """Strong-scaling series: lists of (run, result) sorted by GPUs, two rows or more.
+    """Scaling series: lists of (run, result) sorted by GPUs, two rows or more each.
 
-    ``runs``: the ``[[run]]`` entries; ``results``: :func:`tools.time_accuracy.validate`'s
-    Results in the same order.  Ratio rows are left out (their absolute step is not compared).
+    Strong: one global batch, several data-parallel sizes; weak: the rows left, one batch
+    per data-parallel rank.  ``runs``: the ``[[run]]`` entries; ``results``:
+    :func:`tools.time_accuracy.validate`'s Results in the same order.  Ratio rows are left
+    out (their absolute step is not compared).
     """
     groups: dict = {}
     for run, res in zip(runs, results):
@@ -57,9 +61,20 @@ def scaling_series(runs, results) -> list:
         groups.setdefault(_series_key(run), []).append((run, res))
     out = []
     for rows in groups.values():
-        if len({r["layout"]["d"] for r, _ in rows}) > 1:
-            out.append(sorted(rows, key=lambda rr: _gpus(rr[0])))
-    return sorted(out, key=lambda rows: rows[0][0]["id"])
+        left = []
+        for part in _split(rows, lambda r: r["settings"]["B"]):              # strong
+            (out.append(part) if len(part) > 1 else left.extend(part))
+        out += [part for part in _split(left, lambda r: r["settings"]["B"] / r["layout"]["d"])
+                if len(part) > 1]                                                # weak
+    return sorted(out, key=lambda rows: (rows[0][0]["id"], _gpus(rows[0][0])))
+
+
+def _split(rows, key) -> list:
+    """``rows`` grouped by ``key`` of the run, each group sorted by GPUs, one row per ``d``."""
+    parts: dict = {}
+    for rr in rows:
+        parts.setdefault(key(rr[0]), {}).setdefault(rr[0]["layout"]["d"], rr)
+    return [sorted(p.values(), key=lambda rr: _gpus(rr[0])) for p in parts.values()]
 
 
 def _gpus(run) -> int:
@@ -69,9 +84,10 @@ def _gpus(run) -> int:
 
 def scaling_lines(runs, results) -> list:
     """The section's Markdown lines (measured and memsym's efficiency per series row)."""
-    lines = ["", "## Scaling at fixed global batch (strong scaling)", "",
-             "Each series: one source's runs that differ only in the data-parallel size.",
-             "Efficiency against the series' first row: T0 N0 / (T N), measured and memsym's.",
+    lines = ["", "## Scaling: strong (fixed global batch) and weak (fixed batch per rank)", "",
+             "Each series: one source's runs that differ only in the data-parallel size (and,",
+             "weak, the global batch with it).  Efficiency against the series' first row: the",
+             "per-GPU throughput ratio (B / (T N)) / (B0 / (T0 N0)), measured and memsym's.",
              "", "| run | GPUs | d | micro-batches per rank | measured step [s] | memsym [s] | "
              "measured efficiency | memsym efficiency | step error | unpriced [s] |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -82,8 +98,9 @@ def scaling_lines(runs, results) -> list:
             n = _gpus(run)
             lay, st = run["layout"], run["settings"]
             m = st["B"] // (st["b"] * lay["d"])
-            e_meas = res0.measured * n0 / (res.measured * n)
-            e_pred = res0.predicted * n0 / (res.predicted * n)
+            grow = st["B"] / run0["settings"]["B"]       # 1 at fixed batch
+            e_meas = grow * res0.measured * n0 / (res.measured * n)
+            e_pred = grow * res0.predicted * n0 / (res.predicted * n)
             lines.append(f"| `{run['id']}` | {n:,} | {lay['d']} | {m} | {res.measured:.2f} | "
                          f"{res.predicted:.2f} | {100 * e_meas:.1f} % | {100 * e_pred:.1f} % | "
                          f"{100 * res.error:+.1f} % | {res.measured - res.predicted:+.2f} |")
