@@ -36,9 +36,9 @@ SCALING_NOTES = (
     "removed; the synchronous reduce-scatter waits for the slowest rank) and the per-step",
     "data-loading idle time §3.4 describes (Table 3: data pipeline + code fixes +1.1 % MFU).",
     "Weak scaling (Figure 9, 530B) is flat in both (98.0 % measured, 99.9 % memsym at",
-    "11,200 GPUs); its rows miss by a level, not a trend: the same model on the same 2,240",
-    "GPUs at the same batch runs 39.15 s in Korthikanti et al. (v = 1, `korthikanti.530b.dp8`)",
-    "against 43.1 s for MegaScale's baseline (v = 3).",
+    "11,200 GPUs); its rows miss by a level, not a trend: a 530B of the same depth and width",
+    "(128 heads, V = 51,200) on 2,240 A100s at the same batch runs 39.15 s in Korthikanti et",
+    "al. (v = 1, `korthikanti.530b.dp8`) against 43.1 s for MegaScale's baseline (v = 3).",
 )
 
 
