@@ -40,6 +40,7 @@ from ..symbols import G_ssm, H_ssm, N_ssm, b, d_ssm, h, s, t
 from ..term import Source, Term, Total
 from .activations import layer_activations
 from .gated_deltanet import gdn_activations
+from .lightning import lightning_activations
 from .short_conv import short_conv_activations
 
 __all__ = ["mamba_layer_activations", "hybrid_layer_activations", "hybrid_stack"]
@@ -158,15 +159,18 @@ def _norm(total: Total, prefix: str, stats) -> list:
     return out
 
 
+_PRE_NORM = {"conv": ("models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
+                       "(operator_norm before the conv)", short_conv_activations),
+             "gdn": ("models/qwen3_next/modeling_qwen3_next.py Qwen3NextDecoderLayer.forward "
+                     "(input_layernorm before linear_attn)", gdn_activations),
+             "lightning": ("models/minimax/modeling_minimax.py MiniMaxDecoderLayer.forward "
+                           "(input_layernorm before self_attn)", lightning_activations)}
+
+
 def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, common: dict) -> None:
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
-    if mixer not in ("attention", "mamba", "conv", "gdn", "none") or ffn not in (None, False,
-                                                                               True):
-        if mixer == "lightning":
-            what = "lightning-attention mixers (MiniMax-01)"
-            raise InvalidValueError(f"the activations of {what} are not modelled: their "
-                                    "parameters are counted, a memory estimate is refused")
+    if mixer not in ("attention", "mamba", "none", *_PRE_NORM) or ffn not in (None, False, True):
         what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
                 "parallel": "attention and Mamba side by side in one layer (Falcon-H1)"
                 }.get(mixer, f"the layer kind {kind!r}")
@@ -179,7 +183,7 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
         raise InvalidValueError("torchtitan's per-op recompute (selective-op) of a hybrid "
                                 "Mamba/attention model is not modelled")
     what = {"mamba": "a Mamba mixer", "conv": "a short-convolution mixer",
-            "gdn": "a Gated DeltaNet mixer"}.get(mixer)
+            "gdn": "a Gated DeltaNet mixer", "lightning": "a lightning-attention mixer"}.get(mixer)
     if what and common.get("fp8_inputs"):
         raise InvalidValueError(f"FP8 activations of {what} are not modelled (use bf16 for a "
                                 "hybrid model)")
@@ -198,12 +202,6 @@ def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat) -> list
                           "fp32 per-token statistics of the fused pre-norm", _TE_NORM,
                           label="mamba norm stats"))
     return terms
-
-
-_PRE_NORM = {"conv": ("models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
-                       "(operator_norm before the conv)", short_conv_activations),
-             "gdn": ("models/qwen3_next/modeling_qwen3_next.py Qwen3NextDecoderLayer.forward "
-                     "(input_layernorm before linear_attn)", gdn_activations)}
 
 
 def _other_mixer(mixer: str, sp_on: bool, dropout: bool, one_stat) -> list:
@@ -241,9 +239,9 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
       softmax statistics, the projection input, the dropout mask);
     * a Mamba-2 mixer: :func:`mamba_layer_activations` and the fused norm's fp32 statistics
       (Transformer Engine's ``LayerNormColumnParallelLinear`` keeps them as for the QKV norm);
-    * a short-convolution (LFM2) or Gated DeltaNet (Qwen3-Next) mixer: its pre-norm's input
-      and statistics and :func:`memsym.terms.short_conv.short_conv_activations` or
-      :func:`memsym.terms.gated_deltanet.gdn_activations`;
+    * a short-convolution (LFM2), Gated DeltaNet (Qwen3-Next) or lightning (MiniMax-01)
+      mixer: its pre-norm's input and statistics and the ``short_conv``, ``gated_deltanet``
+      or ``lightning`` module's term;
     * an MLP (``ffn`` False) or MoE block (``ffn`` True): the other half of
       :func:`~memsym.terms.activations.layer_activations` of that kind.
 
@@ -258,8 +256,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     Parameters
     ----------
     kind : tuple
-        ``(mixer, ffn)``: mixer ``"attention"``, ``"mamba"``, ``"conv"``, ``"gdn"`` or
-        ``"none"``; ffn None, False or True.
+        ``(mixer, ffn)``: mixer ``"attention"``, ``"mamba"``, ``"conv"``, ``"gdn"``,
+        ``"lightning"`` or ``"none"``; ffn None, False or True.
     recompute : {"none", "selective", "full"}
     modules : sequence of str, optional
         Megatron's ``--recompute-modules`` under selective recompute.
