@@ -318,7 +318,7 @@ FIELD_LIMITS = MappingProxyType({
     "dsa_index_heads": "heads", "dsa_index_head_dim": "head_dim",
     "gdn_key_heads": "heads", "gdn_value_heads": "heads", "gdn_key_head_dim": "head_dim",
     "gdn_value_head_dim": "head_dim", "gdn_conv_kernel": "head_dim",
-    "short_conv_kernel": "head_dim",
+    "short_conv_kernel": "head_dim", "lightning_block_size": "sequence",
     # Layout: every parallel degree is a number of GPUs
     "t": "gpus", "p": "stages", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",
     "first_stage_layers": "layers", "last_stage_layers": "layers",

@@ -167,6 +167,8 @@ k_sc = _register("k_sc", r"k_{\mathrm{sc}}", "short-convolution mixer's causal d
                  "convolution width (conv_L_cache)", "1", "positive integer")
 L_lin = _register("L_lin", r"L_{\mathrm{lin}}", "number of layers with a lightning-attention "
                   "mixer (MiniMax-01)", "1", "nonnegative")
+B_lin = _register("B_lin", r"B_{\mathrm{lin}}", "lightning-attention block size (block_size: "
+                  "the tokens of one intra-block product)", "tokens", "positive integer")
 # --- Gated DeltaNet linear-attention mixers (memsym/model/token_mixers.py; Qwen3-Next) ------
 L_gdn = _register("L_gdn", r"L_{\mathrm{gdn}}", "number of layers with a Gated DeltaNet "
                   "(linear-attention) mixer", "1", "nonnegative")

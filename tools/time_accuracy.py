@@ -40,6 +40,7 @@ from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.step import (Overlap, Settings, layer_time, overlap_of,  # noqa: E402
                                 step_time_grid)
 from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
+from tools.time_scaling import scaling_lines  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
            "calibrate", "recipe_recompute_modules", "recipe_end_stages", "recipe_ub_config",
@@ -66,7 +67,8 @@ def _arch(run):
     if "gpt" in run:
         L, h, a = run["gpt"]
         return Architecture(name=f"gpt-{L}x{h}", num_layers=L, hidden_size=h,
-                            num_attention_heads=a, vocab_size=51200, max_position_embeddings=2048)
+                            num_attention_heads=a, vocab_size=run.get("vocab", 51200),
+                            max_position_embeddings=2048)
     if run["settings"].get("framework") == "torchtitan":
         # torchtitan sizes a RoPE model's table to the training sequence (update_from_config)
         return torchtitan_positions(preset(run["preset"]), run["settings"]["seq"])
@@ -196,6 +198,13 @@ def _overlap(run) -> Overlap:
         return Overlap(grad_reduce=False, param_gather=False, tp_async_backward=False)
     if run["source"] == "korthikanti":
         return Overlap(grad_reduce=False, param_gather=False)
+    if run["source"] == "megascale":
+        # Megatron-LM 285068c8 (2023-01-11): reduce-scatter and all-gather after the flush
+        # (--overlap-grad-reduce came in 2d5220a424, 2023-09-05); every p2p is
+        # batch_isend_irecv + wait + torch.cuda.synchronize() (p2p_communication.py), so no
+        # send hides behind compute (--overlap-p2p-communication came in f9283c5a8a,
+        # 2023-05-31); the async backward TP all-reduce was in by then
+        return Overlap(grad_reduce=False, param_gather=False, pp_p2p=False)
     if run["settings"].get("framework") == "torchtitan":
         # FSDP2 reduce-scatters in the backward and prefetches the next all-gather; torch's
         # async TP (torch._inductor micro-pipelining) counted as Megatron's TP overlap
@@ -233,10 +242,13 @@ def measured_step(run) -> float:
     s, B = st["seq"], st["B"]
     if "tps" in meas:           # tokens per second per GPU (torchtitan's TPS/GPU)
         return B * s / (gpus_of(run) * meas["tps"])
-    if meas["flops"] == "narayanan-eq3":
+    if meas["flops"] in ("narayanan-eq3", "megascale-mfu"):
         L, h, _ = run["gpt"]
-        V = 51200
-        flops = 96 * B * L * s * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
+        V = run.get("vocab", 51200)
+        # MegaScale's MFU counts no recompute: Eq. 3 with 72 for 96 (its Table 2 prints both
+        # iteration time and MFU; this counter at 312 TFLOP/s reproduces them)
+        k = 96 if meas["flops"] == "narayanan-eq3" else 72
+        flops = k * B * L * s * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
     elif meas["flops"] == "model-causal":
         flops = 3 * forward_flops_per_token(shape_of(_arch(run)), s, causal=True) * B * s
     else:
@@ -603,6 +615,7 @@ def accuracy_markdown() -> str:
     for rid, meas, pred, base in _ratio_rows(res):
         lines.append(f"| `{rid}` | `{base}` | {100 * meas:+.1f} % | {100 * pred:+.1f} % |")
     nar = [r for r in res if r.id.startswith("narayanan.t1")]
+    lines += scaling_lines(runs(), res)
     lines += ["", "## Narayanan Table 1 trend (TFLOP/s per GPU, Eq. 3 FLOPs)", "",
               "| run | measured | memsym |", "| --- | --- | --- |"]
     by = {r["id"]: r for r in runs()}

@@ -180,6 +180,7 @@ class Architecture:
     attention_output_gate: bool = False            # q_proj of 2 a d_h: a sigmoid output gate
     short_conv_kernel: int = 3                     # LFM2's conv_L_cache
     short_conv_bias: bool = False                  # LFM2's conv_bias (in_proj, conv, out_proj)
+    lightning_block_size: int = 256                # MiniMax-01's block_size (lightning blocks)
 
     @property
     def is_moe(self) -> bool:
@@ -206,7 +207,7 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
                "mamba_conv_kernel", "mamba_dt_rank", "dsa_index_heads", "dsa_index_head_dim",
                "gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim",
-               "gdn_conv_kernel", "short_conv_kernel")
+               "gdn_conv_kernel", "short_conv_kernel", "lightning_block_size")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",

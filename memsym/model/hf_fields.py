@@ -75,6 +75,8 @@ FIELD_LIMITS = {
     # LFM2's short-convolution layers and MLP width
     "conv_L_cache": "short_conv_kernel", "block_ff_dim": "ffn_hidden_size",
     "block_multiple_of": "ffn_hidden_size",
+    # MiniMax-01's lightning-attention block
+    "block_size": "lightning_block_size",
 }
 
 # the fields that are a config.json's decoder-layer count: bounded by memsym.limits'

@@ -368,7 +368,8 @@ def _read_minimax(c: ConfigFields, notes: list) -> dict:
                                  for k in kinds),
               num_experts=c.int("num_local_experts", 8),
               moe_router_topk=c.int("num_experts_per_tok", 2),
-              moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
+              moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False,
+              lightning_block_size=c.int("block_size", 256))
     return kw
 
 

@@ -14,7 +14,7 @@ import functools
 
 from .architecture import Architecture, is_hybrid, lenient, moe_layer_pattern
 from .counts import ZERO, as_int, layer_parts, mamba_parts, parameter_values
-from .token_mixers import conv_parts, gdn_parts, lightning_parts
+from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm, k_sc
 
 __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mamba_values"]
@@ -117,10 +117,13 @@ def hybrid_kinds(arch: Architecture, layers) -> tuple:
 
 def mamba_values(arch: Architecture) -> dict:
     """The Mamba-2 sizes of a hybrid model as values of the registry symbols ``d_ssm``,
-    ``G_ssm``, ``N_ssm``, ``H_ssm`` (none without Mamba-2 layers), and the short-convolution
-    width ``k_sc`` (with short-convolution layers), for the activation terms
+    ``G_ssm``, ``N_ssm``, ``H_ssm`` (none without Mamba-2 layers), the short-convolution
+    width ``k_sc`` (with short-convolution layers) and the Gated DeltaNet sizes and lightning
+    block size (with those layers: :func:`memsym.model.token_mixers.mixer_values`), for the
+    activation terms
     :func:`memsym.terms.mamba.mamba_layer_activations` and
-    :func:`memsym.terms.short_conv.short_conv_activations`.
+    :func:`memsym.terms.short_conv.short_conv_activations` and
+    :func:`memsym.terms.gated_deltanet.gdn_activations`.
 
     Examples
     --------
@@ -134,6 +137,8 @@ def mamba_values(arch: Architecture) -> dict:
     kinds = [kind[0] for kind in _kind_pattern(x) if isinstance(kind, tuple)]
     vals = parameter_values(x)
     out = {sym: vals[sym] for sym in (k_sc,) if "conv" in kinds}
+    if "gdn" in kinds or "lightning" in kinds:
+        out.update(mixer_values(x))
     if x.mamba_version == 2 and any(kind in _HAS_MAMBA for kind in kinds):
         out.update({sym: vals[sym] for sym in (d_ssm, G_ssm, N_ssm, H_ssm)})
     return out

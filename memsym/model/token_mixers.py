@@ -14,7 +14,7 @@ from __future__ import annotations
 import sympy as sp
 
 from .architecture import Architecture, lenient, mixer_layer_count
-from ..symbols import H_gk, H_gv, a, d_gk, d_gv, d_h, h, k_gdn, k_sc
+from ..symbols import B_lin, H_gk, H_gv, a, d_gk, d_gv, d_h, h, k_gdn, k_sc
 
 __all__ = ["gdn_parts", "conv_parts", "lightning_parts", "mixer_values"]
 
@@ -135,8 +135,8 @@ def lightning_parts(x: Architecture) -> tuple:
 
 
 def mixer_values(arch: Architecture) -> dict:
-    """The values of :func:`gdn_parts`' and :func:`conv_parts`' size symbols (only of the
-    mixers the model has).
+    """The values of :func:`gdn_parts`' and :func:`conv_parts`' size symbols and the
+    lightning block size ``B_lin`` (only of the mixers the model has).
 
     Examples
     --------
@@ -152,4 +152,6 @@ def mixer_values(arch: Architecture) -> dict:
                      d_gv: x.gdn_value_head_dim, k_gdn: x.gdn_conv_kernel})
     if mixer_layer_count(x, "conv"):
         vals[k_sc] = x.short_conv_kernel
+    if mixer_layer_count(x, "lightning"):
+        vals[B_lin] = x.lightning_block_size
     return {sym: sp.Integer(val) for sym, val in vals.items()}

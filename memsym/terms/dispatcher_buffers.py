@@ -51,6 +51,7 @@ import sympy as sp
 from ..errors import InvalidValueError
 from ..symbols import E, b, c, e, h, s, t, t_e
 from ..term import Source, Term
+from ..values import whole
 
 __all__ = ["DEEPEP_DISPATCH_CONFIGS", "DEEPEP_COMBINE_CONFIGS", "DEEPEP_WORKSPACE",
            "NVL_PEERS", "deepep_nvl_bytes", "deepep_rdma_bytes", "deepep_buffer_bytes",
@@ -331,6 +332,7 @@ def hybridep_buffer(ranks_per_domain: int = NVL_PEERS) -> Term:
     .. [deepep] DeepEP hybrid-ep ``94a9f8f6b1`` ``csrc/hybrid_ep/buffer/intranode.cu``,
        ``csrc/hybrid_ep/extension/allgather.cu``; Megatron-LM d98e8a64dd ``fused_a2a.py``.
     """
+    ranks_per_domain = whole(ranks_per_domain, "ranks_per_domain", limit="gpus")
     tokens, group = s * b / (c * t), e * t_e
     per_domain = sp.Min(group, ranks_per_domain)
     slots = tokens * group

@@ -39,6 +39,8 @@ from ..errors import InvalidValueError
 from ..symbols import G_ssm, H_ssm, N_ssm, b, d_ssm, h, s, t
 from ..term import Source, Term, Total
 from .activations import layer_activations
+from .gated_deltanet import gdn_activations
+from .lightning import lightning_activations
 from .short_conv import short_conv_activations
 
 __all__ = ["mamba_layer_activations", "hybrid_layer_activations", "hybrid_stack"]
@@ -157,18 +159,18 @@ def _norm(total: Total, prefix: str, stats) -> list:
     return out
 
 
+_PRE_NORM = {"conv": ("models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
+                       "(operator_norm before the conv)", short_conv_activations),
+             "gdn": ("models/qwen3_next/modeling_qwen3_next.py Qwen3NextDecoderLayer.forward "
+                     "(input_layernorm before linear_attn)", gdn_activations),
+             "lightning": ("models/minimax/modeling_minimax.py MiniMaxDecoderLayer.forward "
+                           "(input_layernorm before self_attn)", lightning_activations)}
+
+
 def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, common: dict) -> None:
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
-    if mixer not in ("attention", "mamba", "conv", "none") or ffn not in (None, False, True):
-        if mixer in ("gdn", "lightning"):
-            # transformers' torch path (modeling_qwen3_next.py torch_chunk_gated_delta_rule)
-            # keeps every chunk's intermediates, the fla kernels training uses keep others:
-            # no measured or cited term yet
-            what = {"gdn": "Gated DeltaNet (linear-attention) mixers (Qwen3-Next)",
-                    "lightning": "lightning-attention mixers (MiniMax-01)"}[mixer]
-            raise InvalidValueError(f"the activations of {what} are not modelled: their "
-                                    "parameters are counted, a memory estimate is refused")
+    if mixer not in ("attention", "mamba", "none", *_PRE_NORM) or ffn not in (None, False, True):
         what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
                 "parallel": "attention and Mamba side by side in one layer (Falcon-H1)"
                 }.get(mixer, f"the layer kind {kind!r}")
@@ -180,7 +182,8 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
     if recompute == "selective-op":
         raise InvalidValueError("torchtitan's per-op recompute (selective-op) of a hybrid "
                                 "Mamba/attention model is not modelled")
-    what = {"mamba": "a Mamba mixer", "conv": "a short-convolution mixer"}.get(mixer)
+    what = {"mamba": "a Mamba mixer", "conv": "a short-convolution mixer",
+            "gdn": "a Gated DeltaNet mixer", "lightning": "a lightning-attention mixer"}.get(mixer)
     if what and common.get("fp8_inputs"):
         raise InvalidValueError(f"FP8 activations of {what} are not modelled (use bf16 for a "
                                 "hybrid model)")
@@ -201,23 +204,25 @@ def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat) -> list
     return terms
 
 
-def _conv_mixer(sp_on: bool, dropout: bool, one_stat) -> list:
-    """The short-convolution mixer's terms of a hybrid layer [bytes], with its pre-norm's
-    input and statistics and, with dropout, a hidden-dropout mask (as the other parts')."""
+def _other_mixer(mixer: str, sp_on: bool, dropout: bool, one_stat) -> list:
+    """A short-convolution or Gated DeltaNet mixer's terms of a hybrid layer [bytes], with its
+    pre-norm's input and statistics and, with dropout, a hidden-dropout mask (as the other
+    parts')."""
     sigma = t if sp_on else 1
-    src = Source("hf-transformers-5", "models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
-                 "(operator_norm before the conv)")
-    terms = [Term("conv_norm_input", 2 * s * b * h / sigma, "input of the mixer's pre-norm",
-                  src, label="conv norm")]
+    where, terms_of = _PRE_NORM[mixer]
+    src = Source("hf-transformers-5", where)
+    terms = [Term(f"{mixer}_norm_input", 2 * s * b * h / sigma, "input of the mixer's pre-norm",
+                  src, label=f"{mixer} norm")]
     if one_stat != 0:
-        terms.append(Term("conv_norm_statistics", one_stat, "fp32 per-token statistics of the "
-                          "mixer's pre-norm", src, label="conv norm stats"))
-    terms += [Term(f"conv_{term.key}", term.expr, term.description, term.source,
-                   label=f"conv {term.label}")
-              for term in short_conv_activations(sequence_parallel=sp_on)]
+        terms.append(Term(f"{mixer}_norm_statistics", one_stat, "fp32 per-token statistics of "
+                          "the mixer's pre-norm", src, label=f"{mixer} norm stats"))
+    terms += [Term(f"{mixer}_{term.key}", term.expr, term.description, term.source,
+                   label=f"{mixer} {term.label}")
+              for term in terms_of(sequence_parallel=sp_on)]
     if dropout:
-        terms.append(Term("conv_dropout_mask", s * b * h / sigma, "hidden dropout mask after "
-                          "the mixer (1 byte), as the other parts'", src, label="conv dropout"))
+        terms.append(Term(f"{mixer}_dropout_mask", s * b * h / sigma, "hidden dropout mask "
+                          "after the mixer (1 byte), as the other parts'", src,
+                          label=f"{mixer} dropout"))
     return terms
 
 
@@ -234,8 +239,9 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
       softmax statistics, the projection input, the dropout mask);
     * a Mamba-2 mixer: :func:`mamba_layer_activations` and the fused norm's fp32 statistics
       (Transformer Engine's ``LayerNormColumnParallelLinear`` keeps them as for the QKV norm);
-    * a short-convolution mixer (LFM2): its pre-norm's input and statistics and
-      :func:`memsym.terms.short_conv.short_conv_activations`;
+    * a short-convolution (LFM2), Gated DeltaNet (Qwen3-Next) or lightning (MiniMax-01)
+      mixer: its pre-norm's input and statistics and the ``short_conv``, ``gated_deltanet``
+      or ``lightning`` module's term;
     * an MLP (``ffn`` False) or MoE block (``ffn`` True): the other half of
       :func:`~memsym.terms.activations.layer_activations` of that kind.
 
@@ -250,8 +256,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     Parameters
     ----------
     kind : tuple
-        ``(mixer, ffn)``: mixer ``"attention"``, ``"mamba"`` or ``"none"``; ffn None, False
-        or True.
+        ``(mixer, ffn)``: mixer ``"attention"``, ``"mamba"``, ``"conv"``, ``"gdn"``,
+        ``"lightning"`` or ``"none"``; ffn None, False or True.
     recompute : {"none", "selective", "full"}
     modules : sequence of str, optional
         Megatron's ``--recompute-modules`` under selective recompute.
@@ -308,8 +314,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
         terms += _norm(dense, "attn", one_stat) + _part(dense, "attn", _ATTENTION_KEYS)
     if mixer == "mamba":
         terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat)
-    if mixer == "conv":
-        terms += _conv_mixer(sp_on, dropout, one_stat)
+    if mixer in _PRE_NORM:
+        terms += _other_mixer(mixer, sp_on, dropout, one_stat)
     if ffn is not None:
         block = layer_activations(recompute=recompute, modules=modules, moe=ffn,
                                   shared_expert=shared_expert and ffn, **common)
