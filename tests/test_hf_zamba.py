@@ -171,3 +171,10 @@ def test_the_shared_block_fields_are_checked():
                        (dict(layer_mixers=("shared",)), "layer_mixers must list 2")]:
         with pytest.raises(InvalidValueError, match=match):
             resolve(Architecture(**{**base, **bad}))
+
+
+def test_fuzzed_configs(tmp_path):
+    from test_hf_newer_types import fuzz_configs
+
+    keys = {k for cfg in SMALL.values() for k in cfg}
+    fuzz_configs(tmp_path, SMALL, keys)
