@@ -111,6 +111,24 @@ def test_a_full_size_zamba2_copy_matches_transformers(tmp_path):
     assert parameter_count(from_hf_config(path)) == _language_model_count(path)
 
 
+# Full size from the config classes' own defaults (transformers 5.25 documents ZambaConfig
+# with checkpoint Zyphra/Zamba-7B-v1 and Zamba2Config with Zyphra/Zamba2-2.7B; whether the
+# defaults equal those hub files is not checked), written out so memsym reads them from a file.
+_CLASS_DEFAULTS = {
+    "zamba": {"model_type": "zamba", "hidden_size": 3712, "num_hidden_layers": 76,
+              "num_attention_heads": 16, "intermediate_size": 14848, "vocab_size": 32000},
+    "zamba2": {"model_type": "zamba2", "hidden_size": 2560, "num_hidden_layers": 54,
+               "num_attention_heads": 32, "vocab_size": 32000},
+}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mtype", sorted(_CLASS_DEFAULTS))
+def test_the_config_class_defaults_match_transformers(tmp_path, mtype):
+    path = _write(tmp_path, _CLASS_DEFAULTS[mtype])
+    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+
+
 @pytest.mark.skip(reason="not checked: no public copy of the config.json of Zyphra/Zamba-7B-v1, "
                          "Zyphra/Zamba2-1.2B, Zyphra/Zamba2-2.7B or Zyphra/Zamba2-7B (in "
                          "transformers' field names) was found; none is invented")
