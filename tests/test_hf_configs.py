@@ -318,14 +318,15 @@ def _transformers_count(path) -> int:
 def test_every_accepted_type_has_a_small_config():
     # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py,
     # tests/test_hf_more_types.py and tests/test_hf_layer_kinds.py, the hybrid Mamba types in
-    # tests/test_hf_hybrid.py
+    # tests/test_hf_hybrid.py, zamba and zamba2 in tests/test_hf_zamba.py
     from test_hf_layer_kinds import SMALL as DBRX_DSA
+    from test_hf_zamba import SMALL as ZAMBA
     from test_hf_hybrid import SMALL as HYBRID
     from test_hf_more_types import SMALL as MORE
     from test_hf_newer_types import SMALL as NEWER
 
     assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE,
-                                           **DBRX_DSA}.values()}
+                                           **DBRX_DSA, **ZAMBA}.values()}
             == set(HF_MODEL_TYPES))
 
 

@@ -192,11 +192,7 @@ def test_the_cli_refuses_a_mamba1_estimate_in_one_line(tmp_path):
     assert "Mamba-1" in run.stderr
 
 
-@pytest.mark.parametrize("mtype", ["zamba", "zamba2"])
-def test_shared_attention_hybrids_stay_refused(tmp_path, mtype):
-    with pytest.raises(InvalidValueError, match="shared across layers are not modelled") as err:
-        from_hf_config(_write(tmp_path, _small(mtype)))
-    assert "\n" not in str(err.value)
+# zamba and zamba2 (shared transformer blocks) are read: tests/test_hf_zamba.py
 
 
 def test_a_misspelt_hybrid_type_is_refused_not_read(tmp_path):

@@ -373,8 +373,6 @@ def test_gpt_oss_config_json_keeps_swiglu_limit_as_the_preset(tmp_path):
     ({**_LFM2, "intermediate_size": 96, "layer_types": ["conv", "sliding"] * 2},
      "'layer_types' must list 4"),
     ({**_MINIMAX, "layer_types": ["lightning"] * 4}, "'layer_types' must list 4"),
-    (_small("zamba"), "shared across layers are not modelled"),
-    (_small("zamba2"), "LoRA adapters"),
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:

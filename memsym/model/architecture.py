@@ -103,6 +103,12 @@ class Architecture:
       attention layers' q_proj also gives a sigmoid gate of a d_h on the output (Qwen3-Next).
     * ``short_conv_kernel``, ``short_conv_bias``: the short-convolution mixers' depthwise conv
       taps and biases (in_proj, conv, out_proj).
+    * ``shared_blocks`` (Zamba, Zamba2): the distinct shared transformer blocks that the
+      ``"shared"`` layers (a Mamba layer run after one use of a shared block) cycle through;
+      ``shared_adapter_rank`` the per-use LoRA rank on the shared MLP's gate/up projection (None:
+      none), ``shared_attention_adapters`` per-use LoRA on Q, K, V too, ``shared_adapter_sets``
+      the adapter sets built (None: one per use; more where untied blocks each hold every
+      use's) (:mod:`memsym.model.shared_blocks`).
 
     Every size is bounded by :data:`LIMITS`; the name is kept printable (:func:`printable`).
     """
@@ -181,6 +187,10 @@ class Architecture:
     short_conv_kernel: int = 3                     # LFM2's conv_L_cache
     short_conv_bias: bool = False                  # LFM2's conv_bias (in_proj, conv, out_proj)
     lightning_block_size: int = 256                # MiniMax-01's block_size (lightning blocks)
+    shared_blocks: Optional[int] = None            # Zamba's shared transformer blocks; None: none
+    shared_adapter_rank: Optional[int] = None      # Zamba2's per-use MLP LoRA rank; None: none
+    shared_attention_adapters: bool = False        # Zamba2's per-use LoRA on Q, K, V
+    shared_adapter_sets: Optional[int] = None      # adapter sets built; None: one per use
 
     @property
     def is_moe(self) -> bool:
@@ -207,16 +217,17 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
                "mamba_conv_kernel", "mamba_dt_rank", "dsa_index_heads", "dsa_index_head_dim",
                "gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim",
-               "gdn_conv_kernel", "short_conv_kernel", "lightning_block_size")
+               "gdn_conv_kernel", "short_conv_kernel", "lightning_block_size", "shared_blocks",
+               "shared_adapter_rank", "shared_adapter_sets")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
                 "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms",
-                "attention_output_gate", "short_conv_bias")
+                "attention_output_gate", "short_conv_bias", "shared_attention_adapters")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
-MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "none")
+MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "shared", "none")
 """The ``layer_mixers`` entries: a layer's token mixer(s)."""
 _MAMBA_INT_FIELDS = ("mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
                      "mamba_conv_kernel", "mamba_dt_rank")
@@ -397,7 +408,7 @@ def _resolve_hybrid(arch: Architecture, upd: dict) -> None:
     if arch.mamba_version not in (1, 2) or isinstance(arch.mamba_version, bool):
         raise InvalidValueError(f"mamba_version must be 1 or 2, got "
                                 f"{printable(repr(arch.mamba_version), 40)}")
-    if mixers is not None and any(m in ("mamba", "parallel") for m in mixers):
+    if mixers is not None and any(m in ("mamba", "parallel", "shared") for m in mixers):
         need = ["mamba_inner_size", "mamba_state_dim"]
         need.append("mamba_num_heads" if arch.mamba_version == 2 else "mamba_dt_rank")
         for name in need:
@@ -428,7 +439,7 @@ def mixer_counts(arch: Architecture) -> tuple:
         n_att, n_ssm = n_layers, 0
     else:
         n_att = sum(m in ("attention", "parallel") for m in x.layer_mixers)
-        n_ssm = sum(m in ("mamba", "parallel") for m in x.layer_mixers)
+        n_ssm = sum(m in ("mamba", "parallel", "shared") for m in x.layer_mixers)
     n_ffn = n_layers if x.ffn_layers is None else sum(x.ffn_layers)
     return n_att, n_ssm, n_ffn
 

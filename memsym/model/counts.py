@@ -13,6 +13,7 @@ from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L
                        k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from .lora_counts import lora_parameter_count
+from .shared_blocks import shared_parameter_parts
 from .presets import preset
 from ..term import Source, Term, Total
 from ..text import shared_doc
@@ -250,6 +251,9 @@ def parameter_expression(arch: Architecture) -> dict:
         out["linear_attention"] += L_lin * sum(lightning_parts(x), ZERO)
     if mixer_layer_count(x, "conv"):
         out["short_conv"] = L_conv * sum(conv_parts(x), ZERO)
+    if x.shared_blocks:                          # Zamba's shared blocks: each weight once
+        for key, expr in shared_parameter_parts(x).items():
+            out[key] += expr
     out["norms"] += norm_params(x) * h                  # final norm
     if x.embedding_norm:                         # BLOOM's word_embeddings_layernorm
         out["norms"] += norm_params(x) * h

@@ -19,6 +19,7 @@ from .hf_fields import ConfigFields, read_config_json
 from .hf_hybrid import HYBRID_READERS, HYBRID_TYPES
 from .hf_moe import MOE_READERS
 from .hf_ssm import SSM_READERS, SSM_TYPES
+from .hf_zamba import ZAMBA_READERS, ZAMBA_TYPES
 
 __all__ = ["from_hf_config", "HF_MODEL_TYPES"]
 
@@ -34,15 +35,7 @@ _TEXT_CONFIG = {
 }
 # model types transformers builds with layers memsym does not model: refused in one line that
 # says so, with no near name suggested (a near name is another model, with another count)
-_SHARED = ("hybrid {} / attention layers with attention blocks shared across layers are not "
-           "modelled (memsym counts each layer's own weights; {})")
-_NOT_MODELLED = {
-    "zamba": _SHARED.format("Mamba", "ZambaHybridLayer reuses one attention block, reading the "
-                            "concatenated embedding and hidden state, every few Mamba layers, "
-                            "each use with its own linear layer"),
-    "zamba2": _SHARED.format("Mamba-2", "Zamba2HybridLayer reuses num_mem_blocks attention "
-                             "blocks with per-use LoRA adapters and a per-use linear layer"),
-}
+_NOT_MODELLED: dict = {}
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
 # modules and attention's dropout read; gpt2's hidden_dropout and the classifier/summary
@@ -68,10 +61,10 @@ _DROPOUT.update({
 })
 # model_type -> (reader (c, notes), tie_word_embeddings default, dropout) of the families whose
 # modules are not a Llama-like decoder's: hybrid Mamba / attention and pure Mamba
-_LAYERED_READERS = {**HYBRID_READERS, **SSM_READERS}
+_LAYERED_READERS = {**HYBRID_READERS, **SSM_READERS, **ZAMBA_READERS}
 _DROPOUT.update({mtype: row[2] for mtype, row in _LAYERED_READERS.items()})
 HF_MODEL_TYPES = tuple(sorted(set(DECODER_DEFAULTS) | set(_TEXT_CONFIG) | set(HYBRID_TYPES)
-                              | set(SSM_TYPES)))
+                              | set(SSM_TYPES) | set(ZAMBA_TYPES)))
 """The ``model_type`` values :func:`from_hf_config` reads."""
 
 _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
@@ -110,7 +103,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "GPTBigCodeForCausalLM": "gpt_bigcode", "StableLmForCausalLM": "stablelm",
              "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "DbrxForCausalLM": "dbrx",
              "DeepseekV32ForCausalLM": "deepseek_v32", "Qwen3NextForCausalLM": "qwen3_next",
-             "Lfm2ForCausalLM": "lfm2", "MiniMaxForCausalLM": "minimax"}
+             "Lfm2ForCausalLM": "lfm2", "MiniMaxForCausalLM": "minimax",
+             "ZambaForCausalLM": "zamba", "Zamba2ForCausalLM": "zamba2"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 
@@ -135,7 +129,9 @@ def from_hf_config(path) -> Architecture:
     mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid types bamba, falcon_h1,
     granitemoehybrid, jamba, nemotron_h (Mamba / attention), qwen3_next (Gated DeltaNet), lfm2
     (short convolutions), minimax (lightning attention) (:mod:`memsym.model.hf_hybrid`: mixers
-    in ``layer_mixers``; counts exact, estimates of Mamba-2 and short-convolution mixers).  The core sizes (hidden size,
+    in ``layer_mixers``; counts exact, estimates of Mamba-2 and short-convolution mixers), and
+    zamba, zamba2 (Mamba layers with shared transformer blocks, :mod:`memsym.model.hf_zamba`:
+    counts exact, no estimate).  The core sizes (hidden size,
     layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
     text_config takes its text config class's defaults, as the released gemma3 files need, and
     says so in the notes); every other field defaults as transformers' config class defaults it,
@@ -167,8 +163,7 @@ def from_hf_config(path) -> Architecture:
     InvalidValueError
         Missing, unreadable or non-regular file, not JSON, not an object, over 4 MiB, a missing
         field (named), a field of the wrong type (booleans are not numbers), a size above its
-        limit (named), a type whose layers memsym does not model (zamba, zamba2: what is
-        missing named), a structure of a type that is not modelled (named).
+        limit (named), a structure of a type that is not modelled (named).
     UnknownNameError
         An unsupported model type (the accepted ones are listed).
 

@@ -77,6 +77,10 @@ FIELD_LIMITS = {
     "block_multiple_of": "ffn_hidden_size",
     # MiniMax-01's lightning-attention block
     "block_size": "lightning_block_size",
+    # Zamba / Zamba2's shared blocks and Mamba layers (memsym.model.hf_zamba)
+    "attention_head_dim": "kv_channels", "attention_hidden_size": "hidden_size",
+    "n_mamba_heads": "mamba_num_heads", "mamba_ngroups": "mamba_num_groups",
+    "num_mem_blocks": "shared_blocks", "adapter_rank": "shared_adapter_rank",
 }
 
 # the fields that are a config.json's decoder-layer count: bounded by memsym.limits'

@@ -14,6 +14,7 @@ import functools
 
 from .architecture import Architecture, is_hybrid, lenient, moe_layer_pattern
 from .counts import ZERO, as_int, layer_parts, mamba_parts, parameter_values
+from .shared_blocks import shared_use_parts
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm, k_sc
 
@@ -22,7 +23,7 @@ __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mam
 
 #: A hybrid layer's token mixers by its ``layer_mixers`` entry (``"mamba1"``: a Mamba-1 mixer).
 _HAS_ATTENTION = ("attention", "parallel")
-_HAS_MAMBA = ("mamba", "mamba1", "parallel")
+_HAS_MAMBA = ("mamba", "mamba1", "parallel", "shared")
 #: The other token mixers' parameter parts (memsym.model.token_mixers), by layer_mixers entry.
 _OTHER_MIXERS = {"gdn": gdn_parts, "conv": conv_parts, "lightning": lightning_parts}
 
@@ -35,7 +36,8 @@ def layer_kind_pattern(arch: Architecture) -> tuple:
     Mamba / attention layer is a pair ``(mixer, ffn)``: ``mixer`` its ``layer_mixers`` entry
     (``"attention"``, ``"mamba"`` (Mamba-2), ``"mamba1"`` (Mamba-1: Jamba), ``"gdn"`` (Gated
     DeltaNet: Qwen3-Next), ``"conv"`` (short convolution: LFM2), ``"lightning"``
-    (MiniMax-01), ``"parallel"``
+    (MiniMax-01), ``"shared"`` (a Mamba layer after a use of a shared block: Zamba),
+    ``"parallel"``
     (both side by side: Falcon-H1) or ``"none"``) and ``ffn`` None (no MLP), False (a dense
     MLP) or True (an MoE block).  Nemotron-H's pattern ``M-*E`` (one mixer or one MLP per
     layer, as Megatron's ``hybrid_override_pattern`` counts layers) reads
@@ -83,6 +85,10 @@ def hybrid_layer_parameters(x, kind: tuple) -> tuple:
     if mixer in _OTHER_MIXERS:
         gt, gr = _OTHER_MIXERS[mixer](x)
         tp, rep = tp + gt, rep + gr
+    if mixer == "shared":
+        # a use of a shared block (Zamba): its own linear layer and adapters; the block's
+        # weights are the model's, not this layer's (memsym.model.stages places them)
+        tp += sum(shared_use_parts(x).values(), ZERO)
     if ffn is not None:
         for key in ("router", "shared_experts", "experts") if ffn else ("mlp",):
             if key in parts:

@@ -12,6 +12,7 @@ from .. import rules   # the one rule table; it reads only the architecture
 from ..errors import DivisibilityError, InvalidValueError
 from .architecture import Architecture, lenient, pos_int, resolve
 from .counts import ZERO, as_int, norm_params, layer_parts, mtp_extra, parameter_values
+from .shared_blocks import shared_model_parts
 from .hybrid_layers import hybrid_kinds, hybrid_layer_parameters, layer_kind_pattern, mamba_values
 from ..symbols import V, h
 from ..text import shared_doc
@@ -76,6 +77,12 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
     x = lenient(arch)
     t, p, e = pos_int(t, "t"), pos_int(p, "p"), pos_int(e, "e")
     t_e = t if t_e is None else pos_int(t_e, "t_e")
+    if x.shared_blocks and p > 1:
+        # a shared block serves layers on several stages: which rank owns its weights and how
+        # its gradients are reduced is no framework's documented placement (memsym assumes none)
+        raise InvalidValueError("pipeline parallelism (p > 1) of a model with shared "
+                                "transformer blocks (Zamba, Zamba2) is not modelled: a block "
+                                "serves layers on several stages and its owner is not known")
     if pipeline_layout is not None:
         rules.check(x, {"t": t, "p": p, "e": e, "t_e": t_e, "pipeline_layout": True},
                     ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts") + _HYBRID_RULES)
@@ -544,6 +551,10 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
             rep += x.max_position_embeddings * x.hidden_size
         if x.embedding_norm:                    # BLOOM's norm after the word embedding
             rep += norm_params(x) * x.hidden_size
+        if x.shared_blocks:                     # Zamba's shared blocks (p = 1: check_layout)
+            shared = shared_model_parts(x)
+            tp += as_int(shared["attention"] + shared["mlp"], vals)
+            rep += as_int(shared["norms"], vals)
     if last:
         rep += norm_params(x) * x.hidden_size
         if x.untie_embeddings_and_output_weights or (p > 1 and tied_output_copy):

@@ -172,7 +172,9 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
     mixer, ffn = kind
     if mixer not in ("attention", "mamba", "none", *_PRE_NORM) or ffn not in (None, False, True):
         what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
-                "parallel": "attention and Mamba side by side in one layer (Falcon-H1)"
+                "parallel": "attention and Mamba side by side in one layer (Falcon-H1)",
+                "shared": "a shared transformer block's uses (Zamba, Zamba2: the attention "
+                          "of the 2h-wide concatenated embedding and hidden state, per use)"
                 }.get(mixer, f"the layer kind {kind!r}")
         raise InvalidValueError(f"the activations of {what} are not modelled (Megatron-core "
                                 "trains Mamba-2 mixers, one mixer per layer)")
