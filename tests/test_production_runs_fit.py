@@ -110,10 +110,21 @@ XFAIL["mbridge.25.11.h100.qwen3-30b-a3b.fp8"] = (
 #: per-tensor FP8 parameters take 1 (memsym.terms.widths.fp8_weight_bytes; TE
 #: module/base.py reset_parameters: the weight quantizer's columnwise usage under grad).
 _MX = "MXFP8's columnwise weight copy and block scales (33/16 B per linear weight)"
-_STASH = ("Megatron-Core's MoE paged stash, not modelled: the recipe stashes the experts' "
-          "activations in paged buffers with a host-side buffer (moe_paged_stash, "
-          "moe_paged_stash_buffer_size_factor_cpu 1.0: qwen/common.py "
-          "_enable_hybridep_full_iteration_mxfp8) where memsym keeps them all on the GPU")
+#: Megatron-Core's MoE paged stash (moe_paged_stash; qwen/common.py
+#: _enable_hybridep_full_iteration_mxfp8 at 067f987df0: rank capacity factor 1.5, CUDA factor 1.2,
+#: CPU factor 1.0) is not modelled, and it cannot close these rows' gap: at d98e8a64dd it packs
+#: the routed experts' saved grouped tensors into one CUDA page buffer per (dtype, width) of
+#: int(1.2 x the peak in-flight *balanced* tokens) (moe/paged_stash.py:551-612, the balanced
+#: count max_num_tokens // moe_expert_rank_capacity_factor at moe/experts.py:773, summed over
+#: the tensors in flight, added on save and taken off on use, at paged_stash.py:739-747 and
+#: :800), and the pinned host buffer only takes pages once the CUDA
+#: pages are full (paged_stash.py:199, docs/user-guide/features/paged_stash.md "optional pinned
+#: host spill"); reloads come back at the padded capacity shape (paged_stash.py:531). memsym
+#: counts those activations at the balanced size (c_f 1, memsym.terms.transformer_layer), so
+#: modelling the stash with the 1.5 capacity padding would raise the prediction, not lower it.
+_STASH = ("an excess not yet found: Megatron-Core's MoE paged stash is not it (its CUDA page "
+          "buffer holds 1.2x the balanced in-flight expert activations, memsym counts 1x, and "
+          "the host buffer only takes spill: moe/paged_stash.py:551-612, :199 at d98e8a64dd)")
 #: The full-iteration CUDA graph (memsym.terms.cuda_graphs): its pool holds the
 #: forward-backward's peak while the optimizer step makes the fp32 main-gradient shard beside
 #: it, and it keeps the step's micro-batches.
