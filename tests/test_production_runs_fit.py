@@ -113,7 +113,9 @@ _MX = "MXFP8's columnwise weight copy and block scales (33/16 B per linear weigh
 #: Megatron-Core's MoE paged stash (moe_paged_stash; qwen/common.py
 #: _enable_hybridep_full_iteration_mxfp8 at 067f987df0: rank capacity factor 1.5, CUDA factor 1.2,
 #: CPU factor 1.0) is not modelled, and it cannot close these rows' gap: at d98e8a64dd it packs
-#: the routed experts' saved grouped tensors into one CUDA page buffer per (dtype, width) of
+#: the routed experts' saved grouped tensors (the fused grouped MLP's fc1 input, activation
+#: input, probs and fc2 input: TransformerEngine d0067d0da6 pytorch/ops/fused/grouped_mlp.py:1749
+#: mark_grouped_tensor, pytorch/utils.py:308) into one CUDA page buffer per (dtype, width) of
 #: int(1.2 x the peak in-flight *balanced* tokens) (moe/paged_stash.py:551-612, the balanced
 #: count max_num_tokens // moe_expert_rank_capacity_factor at moe/experts.py:773, summed over
 #: the tensors in flight, added on save and taken off on use, at paged_stash.py:739-747 and
