@@ -266,6 +266,30 @@ def _megatron_recompute(rc: str) -> list:
                          "has none")
 
 
+def _megatron_precision(precision: str, fp8_recipe) -> list:
+    """Megatron-LM's precision arguments: ``--bf16``/``--fp16`` (fp32 has none), FP8 with
+    its recipe, NVFP4 as ``--fp4-format e2m1`` (whose ``--fp4-recipe`` defaults to nvfp4).
+
+    MXFP8 is E4M3 only (Transformer Engine's MXFP8BlockScaling: ``fp8_format=E4M3``), so it
+    is spelled ``--fp8-format e4m3 --fp8-recipe mxfp8``; a per-tensor recipe keeps hybrid and
+    names itself unless it is Megatron's default (``--fp8-recipe delayed``).
+
+    Examples
+    --------
+    >>> _megatron_precision("fp8", "mxfp8")
+    ['--bf16', '--fp8-format', 'e4m3', '--fp8-recipe', 'mxfp8']
+    >>> _megatron_precision("fp8", None)
+    ['--bf16', '--fp8-format', 'hybrid']
+    """
+    if precision == "fp8":
+        if fp8_recipe == "mxfp8":
+            return ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]
+        recipe = [] if fp8_recipe in (None, "delayed") else ["--fp8-recipe", fp8_recipe]
+        return ["--bf16", "--fp8-format", "hybrid", *recipe]
+    return {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [],
+            "fp4": ["--bf16", "--fp4-format", "e2m1"]}[precision]
+
+
 def _megatron(row, space, gpus) -> Emitted:
     b, _, B = _batch(row, space)
     if row["p"] > 1 and space.schedule == "gpipe":
@@ -284,9 +308,7 @@ def _megatron(row, space, gpus) -> Emitted:
         words.append("--sequence-parallel")
     words += ["--world-size", str(gpus), "--seq-length", str(space.seq_length),
               "--micro-batch-size", str(b), "--global-batch-size", str(B)]
-    words += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [],
-              "fp8": ["--bf16", "--fp8-format", "hybrid"],
-              "fp4": ["--bf16", "--fp4-format", "e2m1"]}[space.precision]
+    words += _megatron_precision(space.precision, space.fp8_recipe)
     words += ["--optimizer", "sgd" if space.optimizer == "sgd" else "adam"]
     words += _megatron_sharding(row["sharding"])
     words += _megatron_recompute(row["recompute"])

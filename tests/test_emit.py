@@ -144,6 +144,53 @@ def test_megatron_round_trip(capsys, tmp_path, case):
         assert json.loads(out)["bytes"] == row["bytes"]
 
 
+#: Precisions a Blackwell GPU (GB200: its datasheet has an FP4 peak) trains in, as (search options,
+#: the Megatron-LM words the emitted layout must carry, memsym's own options for the same job).
+PRECISION_CASES = {
+    "fp8-mxfp8": (("--precision", "fp8", "--fp8-recipe", "mxfp8"),
+                  "--bf16 --fp8-format e4m3 --fp8-recipe mxfp8"),
+    "fp8-tensorwise": (("--precision", "fp8", "--fp8-recipe", "tensorwise"),
+                       "--bf16 --fp8-format hybrid --fp8-recipe tensorwise"),
+    "fp8": (("--precision", "fp8"), "--bf16 --fp8-format hybrid"),
+    "fp4": (("--precision", "fp4"), "--bf16 --fp4-format e2m1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PRECISION_CASES))
+def test_megatron_precision_round_trip(capsys, case):
+    """The search's precision and FP8 recipe are emitted as Megatron-LM's own flags (MXFP8 is
+    E4M3 only: Transformer Engine's MXFP8BlockScaling), and the emitted command reads back
+    the bytes the search priced, the same as memsym's own --precision/--fp8-recipe options
+    give for the layout (two paths: Megatron's reader, memsym's options)."""
+    options, words = PRECISION_CASES[case]
+    code, out, err = run(capsys, "search", "llama3-8b", "--gpu", "gb200", "--gpus", 16,
+                         "--tp", 2, "--pp", 1, "--sharding", "distributed-optimizer",
+                         "--recompute", "selective", "--global-batch-size", 64, "--top", 1,
+                         "--emit", "megatron", "--json", *options)
+    assert code == 0, err
+    (row,) = emitted_rows(json.loads(out))
+    assert words in " ".join(row["emit"]["arguments"])
+    est = read_back(capsys, row["emit"]["read_back"])
+    assert_same(row, est)
+    lay = row["layout"]
+    own = ["estimate", "llama3-8b", "--gpu", "gb200", "--tp", lay["tp"], "--pp", lay["pp"],
+           "--world-size", row["gpus"], "--micro-batch-size", lay["micro_batch_size"],
+           "--global-batch-size", 64, "--recompute", "selective", "--json", *options]
+    if lay["sequence_parallel"]:
+        own.append("--sequence-parallel")
+    code, out, err = run(capsys, *own)
+    assert code == 0, err
+    assert json.loads(out)["bytes"] == est["bytes"]
+    if case == "fp8-mxfp8":
+        # the recipe is what the read-back carries: per-tensor FP8 is a different count
+        plain = [w for w in shlex.split(row["emit"]["read_back"])[1:]
+                 if w not in ("mxfp8", "--fp8-recipe")]
+        plain[plain.index("e4m3")] = "hybrid"
+        code, out, err = run(capsys, *plain)
+        assert code == 0, err
+        assert json.loads(out)["bytes"]["total"] != est["bytes"]["total"]
+
+
 def test_megatron_spellings_follow_megatron_arguments():
     """Each memsym choice in Megatron-LM's own flags (arguments.py): the recompute method and
     count, VPP as stages per rank, uneven ends, ZeRO-2 as Megatron-FSDP optim_grads, and the
