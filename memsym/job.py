@@ -224,9 +224,11 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     allowance_values(alw)                        # refuses unknown keys and negative values
     dev, clu, cap = _hardware(gpu, cluster, gpus_per_node, capacity)
     framework_default = {"sharding": fw.default_scheme_source, "dropout": why}
+    defaulted = [k for k in defaulted if k not in SETTING_DEFAULTS or SETTING_DEFAULTS[k][1](x, trn)]
     applied = tuple(_defaults) + tuple(
         (k, trn.value(k) if k in FIELD_PARTS else getattr(lay, k),
-         framework_default.get(k) or REPORTED_DEFAULTS[k]) for k in defaulted)
+         framework_default.get(k) or (SETTING_DEFAULTS[k][0] if k in SETTING_DEFAULTS
+                                      else REPORTED_DEFAULTS[k])) for k in defaulted)
     return Job(x, lay, trn, tuple(sorted(alw.items())), dev, clu, cap, m_,
                tuple(dict.fromkeys(notes)), applied)
 
@@ -266,11 +268,31 @@ def _sorted_options(opts: dict, allowances) -> tuple:
     return lay_kw, trn_kw, alw, account
 
 
+#: The defaults of settings that matter to some jobs only: field -> (where the default comes
+#: from, whether the job's architecture and Training use the field).  Reported beside
+#: :data:`REPORTED_DEFAULTS` when not given and used (a recipe under FP8, a dispatcher for a
+#: mixture of experts, the Megatron-FSDP buffers under fsdp, the userbuffers config under
+#: --tp-comm-overlap).
+SETTING_DEFAULTS: dict = {
+    "fp8_recipe": ("Megatron-LM arguments.py: --fp8-recipe delayed (per-tensor scaling; "
+                   "tensorwise counted alike)", lambda x, trn: trn.states.precision == "fp8"),
+    "moe_dispatcher": ("Megatron-LM arguments.py: --moe-token-dispatcher-type alltoall",
+                       lambda x, trn: x.is_moe),
+    "megatron_fsdp": ("memsym.job.DEFAULTS: fsdp counted as FSDP2's buffers (no "
+                      "--use-megatron-fsdp)", lambda x, trn: trn.states.sharding == "fsdp"),
+    "fsdp_double_buffer": ("Megatron-LM arguments.py: --fsdp-double-buffer off",
+                           lambda x, trn: trn.states.megatron_fsdp is not None),
+    "tp_comm_overlap_cfg": ("Transformer Engine's default userbuffers config (no "
+                            "--tp-comm-overlap-cfg; memsym.timing.userbuffers)",
+                            lambda x, trn: trn.comm.tp_comm_overlap),
+}
+
+
 def _defaulted(layout, training, lay_kw: dict, trn_kw: dict, world_size) -> list:
     """The options of :data:`REPORTED_DEFAULTS` the job takes by default (none when it starts
     from a Layout or a Training), and dropout whenever the job resolves it."""
     defaulted = [] if training is not None or layout is not None else [
-        k for k in REPORTED_DEFAULTS if k not in trn_kw and k not in lay_kw
+        k for k in (*REPORTED_DEFAULTS, *SETTING_DEFAULTS) if k not in trn_kw and k not in lay_kw
         and not (k == "d" and world_size is not None)]
     if "dropout" not in trn_kw and (training is None or isinstance(training, Training) and training.memory.dropout is None) \
             and "dropout" not in defaulted:

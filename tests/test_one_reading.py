@@ -630,3 +630,109 @@ def test_every_own_option_is_honoured_or_refused_on_every_job_command(capsys, co
             continue
         assert code in (0, 1), (option, err)
         assert out != plain, f"{command[0]} {option} {values} was dropped"
+
+
+# ---------------------------------------------------------------------------------------------
+# The job fields of FP8/FP4, the MoE dispatcher, Megatron-FSDP and userbuffers on every path
+# ---------------------------------------------------------------------------------------------
+def test_the_report_states_precision_recipe_and_megatron_fsdp_as_given(capsys):
+    """The JSON and text reports carry the precision, FP8 recipe, sharding and Megatron-FSDP
+    fields as the Megatron-LM flags said them, and the Python API's keywords of the same
+    names give the same bytes (two paths to one job)."""
+    from memsym.job import job
+    from memsym.training.estimate import job_memory
+
+    flags = ["llama3-8b", "--gpu", "gb200", "--world-size", 16, "--bf16",
+             "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+             "--fsdp-double-buffer"]
+    rep = estimate_json(capsys, *flags)
+    trn = rep["training"]
+    assert (trn["precision"], trn["sharding"], trn["megatron_fsdp"],
+            trn["fsdp_double_buffer"]) == ("bf16", "fsdp", "optim_grads_params", True)
+    api = job("llama3-8b", gpu="gb200", d=16, precision="bf16", sharding="fsdp",
+              megatron_fsdp="optim_grads_params", fsdp_double_buffer=True)
+    est = job_memory(api)
+    assert est.stage == rep["stage"]["index"]
+    assert [float(x) for x in est.stage_bytes] == pytest.approx(rep["stage"]["stage_totals"],
+                                                               abs=1)
+    # the double buffer is part of the count: without it the total differs
+    single = estimate_json(capsys, *flags[:-1])
+    assert single["training"]["fsdp_double_buffer"] is False
+    assert single["bytes"]["total"] != rep["bytes"]["total"]
+    code, out, err = run(capsys, "estimate", *flags)
+    assert code == 0, err
+    assert "Megatron-FSDP optim_grads_params, double buffer" in " ".join(out.split())
+    mx = estimate_json(capsys, "llama3-8b", "--gpu", "gb200", "--precision", "fp8",
+                       "--fp8-recipe", "mxfp8", "--world-size", 16)
+    assert (mx["training"]["precision"], mx["training"]["fp8_recipe"]) == ("fp8", "mxfp8")
+    code, out, err = run(capsys, "estimate", "llama3-8b", "--gpu", "gb200", "--precision",
+                         "fp8", "--fp8-recipe", "mxfp8", "--world-size", 16)
+    assert "precision fp8 (mxfp8)" in " ".join(out.split())
+
+
+def test_defaults_of_the_new_fields_are_reported_where_they_matter(capsys):
+    """Each of fp8_recipe, moe_dispatcher, megatron_fsdp, fsdp_double_buffer and
+    tp_comm_overlap_cfg is listed among the defaults (value and source) when the job uses it
+    and it was not given, and not otherwise."""
+    def defaults(*argv):     # whether the job fits (exit 0 or 1) does not matter here
+        code, out, err = run(capsys, "estimate", *argv, "--json")
+        assert code in (0, 1), err
+        return {d["option"]: d for d in json.loads(out)["defaults"]}
+
+    fp8 = defaults("llama3-8b", "--gpu", "gb200", "--precision", "fp8")
+    assert fp8["fp8_recipe"]["value"] is None and "--fp8-recipe" in fp8["fp8_recipe"]["source"]
+    assert "fp8_recipe" not in defaults("llama3-8b", "--gpu", "gb200", "--precision", "fp8",
+                                        "--fp8-recipe", "mxfp8")
+    assert "fp8_recipe" not in defaults("llama3-8b")           # bf16: no recipe
+    moe = defaults("qwen3-30b-a3b", "--ep", 2, "--world-size", 8)
+    assert moe["moe_dispatcher"]["value"] == "alltoall"
+    assert "moe_dispatcher" not in defaults("llama3-8b")        # dense: no dispatcher
+    assert "moe_dispatcher" not in defaults("qwen3-30b-a3b", "--ep", 2, "--world-size", 8,
+                                            "--moe-dispatcher", "deepep")
+    fsdp = defaults("llama3-8b", "--sharding", "fsdp", "--world-size", 8)
+    assert fsdp["megatron_fsdp"]["value"] is None and "fsdp_double_buffer" not in fsdp
+    assert "megatron_fsdp" not in defaults("llama3-8b", "--world-size", 8)
+    over = defaults("llama3-8b", "--tp", 2, "--sequence-parallel", "--tp-comm-overlap",
+                    "--world-size", 8)
+    assert over["tp_comm_overlap_cfg"]["value"] is None
+    assert "tp_comm_overlap_cfg" not in defaults("llama3-8b", "--tp", 2, "--world-size", 8)
+
+
+#: The new fields' options a job command takes, with a value that changes the job (the
+#: preset stays a Megatron-LM/Blackwell job that uses them) and the base job it applies to.
+_NEW_FIELD_OPTIONS = {
+    "--fp8-recipe": (["mxfp8"], ["llama3-8b", "--gpu", "gb200", "--precision", "fp8",
+                                 "--tp", 2, "--global-batch-size", 16, "--seq-length", 1024]),
+    "--moe-dispatcher": (["deepep"], ["qwen3-30b-a3b", "--gpu", "gb200", "--ep", 4,
+                                      "--world-size", 8, "--global-batch-size", 16,
+                                      "--seq-length", 1024]),
+}
+
+
+@pytest.mark.parametrize("command", [["solve", "dp", "--json"],
+                                     ["latex", "--markdown", "--solve", "tp"],
+                                     ["plot", "breakdown"], ["estimate", "--json"]],
+                         ids=["solve", "latex", "plot", "estimate"])
+@pytest.mark.parametrize("option", sorted(_NEW_FIELD_OPTIONS))
+def test_new_field_options_are_honoured_or_refused_on_every_job_command(capsys, tmp_path,
+                                                                        command, option):
+    """--fp8-recipe (a Megatron-LM spelling, so not in _OWN_VALUES above) and
+    --moe-dispatcher change every job command's answer or are refused in one line."""
+    values, base = _NEW_FIELD_OPTIONS[option]
+    if command[0] == "plot":
+        outs = []
+        for extra in ([], [option, *values]):
+            path = tmp_path / f"b{len(extra)}.svg"
+            code, out, err = run(capsys, *command, *base, *extra, "--output", path)
+            assert code == 0, err
+            outs.append(path.read_text(encoding="utf-8"))
+        assert outs[0] != outs[1], f"plot {option} was dropped"
+        return
+    code, plain, err = run(capsys, *command, *base)
+    assert code in (0, 1), err
+    code, out, err = run(capsys, *command, *base, option, *values)
+    if code == 2:
+        assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+        return
+    assert code in (0, 1), err
+    assert out != plain, f"{command[0]} {option} {values} was dropped"

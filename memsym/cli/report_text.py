@@ -119,7 +119,22 @@ def _job_line(rep: dict) -> str:
             f"recompute {rc}, flash attention "
             f"{'on' if trn['flash_attention'] else 'off (--use-flash-attn)'}, dropout "
             + ("on (--hidden-dropout 0 --attention-dropout 0 turns it off)" if trn["dropout"]
-               else "off"))
+               else "off") + _states_text(trn))
+
+
+def _states_text(trn: dict) -> str:
+    """``; precision fp8 (mxfp8), sharding ...``: the precision and sharding the job reads,
+    with the Megatron-FSDP strategy, its double buffer and a non-default MoE dispatcher."""
+    if "precision" not in trn:
+        return ""
+    prec = trn["precision"] + (f" ({trn['fp8_recipe']})" if trn.get("fp8_recipe") else "")
+    out = f"; precision {prec}, sharding {trn['sharding']}"
+    if trn.get("megatron_fsdp"):
+        out += f" (Megatron-FSDP {trn['megatron_fsdp']}"
+        out += ", double buffer)" if trn.get("fsdp_double_buffer") else ")"
+    if trn.get("moe_dispatcher", "alltoall") != "alltoall":
+        out += f", MoE dispatcher {trn['moe_dispatcher']}"
+    return out
 
 
 def _references(rep: dict) -> list:
