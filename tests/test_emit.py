@@ -402,3 +402,35 @@ def test_json_without_emit_dir_carries_the_text(capsys):
     assert row["emit"]["file"] is None
     assert "--deepspeed-config layout_1.json --world-size 8" in row["emit"]["read_back"]
     assert json.loads(row["emit"]["text"])["zero_optimization"]["stage"] == 2
+
+
+@pytest.mark.parametrize("field, value", [("moe_dispatcher", "deepep"),
+                                          ("megatron_fsdp", "optim_grads_params"),
+                                          ("fsdp_double_buffer", True),
+                                          ("tp_comm_overlap_cfg",
+                                           "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")])
+def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
+    """A job's MoE dispatcher, Megatron-FSDP strategy / double buffer or userbuffers config is
+    no searched setting: searching (and so emitting) the job is refused in one line, never
+    priced without it."""
+    from memsym.errors import InvalidValueError
+    from memsym.job import job
+
+    base = "qwen3-30b-a3b" if field == "moe_dispatcher" else "llama3-8b"
+    extra = {"moe_dispatcher": dict(e=4, d=4), "megatron_fsdp": dict(sharding="fsdp"),
+             "fsdp_double_buffer": dict(sharding="fsdp", megatron_fsdp="optim_grads_params"),
+             "tp_comm_overlap_cfg": dict(t=4, sequence_parallel=True, tp_comm_overlap=True)}
+    kw = {**extra.get(field, {}), field: value}
+    j = job(base, gpu=GPU, global_batch_size=64, **kw)
+    with pytest.raises(InvalidValueError) as exc:
+        search(j, gpus=16)
+    assert "\n" not in str(exc.value) and field in str(exc.value)
+
+
+def test_search_cli_refuses_the_moe_dispatcher_in_one_line(capsys):
+    """`memsym search` has no --moe-dispatcher (the space prices alltoall): refused, exit 2,
+    one line, not dropped."""
+    code, out, err = run(capsys, "search", "qwen3-30b-a3b", "--gpu", GPU, "--gpus", 16,
+                         "--moe-dispatcher", "deepep", "--emit", "megatron")
+    assert code == 2 and out == "" and "--moe-dispatcher" in err
+    assert err.strip().count("\n") == 0
