@@ -709,6 +709,15 @@ _NEW_FIELD_OPTIONS = {
 }
 
 
+def _svg_drawing(path) -> str:
+    """An SVG's drawing without what differs run to run (matplotlib's date and random
+    ids of clip paths, markers and images), so that two plots compare equal when they draw the same."""
+    import re
+
+    text = re.sub(r"<dc:date>.*?</dc:date>", "", path.read_text(encoding="utf-8"))
+    return re.sub(r"\b([a-z]+)[0-9a-f]{10}\b", r"\1ID", text)
+
+
 @pytest.mark.parametrize("command", [["solve", "dp", "--json"],
                                      ["latex", "--markdown", "--solve", "tp"],
                                      ["plot", "breakdown"], ["estimate", "--json"]],
@@ -725,7 +734,7 @@ def test_new_field_options_are_honoured_or_refused_on_every_job_command(capsys, 
             path = tmp_path / f"b{len(extra)}.svg"
             code, out, err = run(capsys, *command, *base, *extra, "--output", path)
             assert code == 0, err
-            outs.append(path.read_text(encoding="utf-8"))
+            outs.append(_svg_drawing(path))
         assert outs[0] != outs[1], f"plot {option} was dropped"
         return
     code, plain, err = run(capsys, *command, *base)
@@ -736,3 +745,22 @@ def test_new_field_options_are_honoured_or_refused_on_every_job_command(capsys, 
         return
     assert code in (0, 1), err
     assert out != plain, f"{command[0]} {option} {values} was dropped"
+
+
+def test_plot_feasibility_searches_the_jobs_precision_and_refuses_what_it_cannot(capsys,
+                                                                                 tmp_path):
+    """plot feasibility's search takes the job's precision and FP8 recipe (the MXFP8 map
+    differs from the per-tensor one), and refuses a dispatcher it would not price."""
+    base = ["plot", "feasibility", "llama3-8b", "--gpu", "gb200", "--world-size", 16,
+            "--precision", "fp8", "--global-batch-size", 64, "--map", "headroom"]
+    maps = []
+    for extra in ([], ["--fp8-recipe", "mxfp8"]):
+        path = tmp_path / f"f{len(extra)}.svg"
+        code, out, err = run(capsys, *base, *extra, "--output", path)
+        assert code == 0, err
+        maps.append(_svg_drawing(path))
+    assert maps[0] != maps[1], "plot feasibility dropped --fp8-recipe"
+    code, out, err = run(capsys, "plot", "feasibility", "qwen3-30b-a3b", "--gpu", "gb200",
+                         "--ep", 4, "--world-size", 8, "--moe-dispatcher", "deepep",
+                         "--output", tmp_path / "moe.svg")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "moe_dispatcher" in err

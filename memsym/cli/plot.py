@@ -325,10 +325,12 @@ def _feasibility_figure(args, arch, layout, training, cap, search_result):
             raise InvalidValueError("plot feasibility needs a MODEL and --gpu NAME (the layout "
                                     "search runs over the job's world size)")
         from ..search import search
+        from ..search.space import refuse_unsearched
 
         if training.memory.recompute_modules is not None:   # not a search choice: never dropped silently
             raise InvalidValueError("plot feasibility searches the recompute modes; "
                                     "--recompute-modules is not one of its choices")
+        refuse_unsearched(training, "plot feasibility")
         # the job's own training choices; the map varies the layout knobs
         from ..hardware import cluster_for
 
@@ -341,6 +343,8 @@ def _feasibility_figure(args, arch, layout, training, cap, search_result):
                      micro_batch_sizes=[training.batch.micro_batch_size],
                      global_batch_size=training.batch.global_batch_size,
                      recompute=[training.memory.recompute], sharding=[training.states.sharding],
+                     precision=training.states.precision,
+                     fp8_recipe=training.states.fp8_recipe,
                      **({"capacity": cap} if cap is not None else {}))
     fig = plotting.feasibility(res, x=args.map_x, y=args.map_y, value=args.map_value,
                                title=args.title)

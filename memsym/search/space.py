@@ -263,18 +263,24 @@ class Space:
         return Training(**base)
 
 
-def _refuse_unsearched(tr) -> None:
+def refuse_unsearched(tr, what: str = "search") -> None:
     """Refuse, in one line, a job's setting that the search's space does not carry (it would
     be priced, and emitted, without it): the MoE dispatcher, Megatron-FSDP's strategy and
     double buffer (the search spells ZeRO-2 as Megatron-FSDP optim_grads itself) and the
-    userbuffers config."""
+    userbuffers config.  ``what``: the command that searches, as the message names it.
+
+    Examples
+    --------
+    >>> from memsym.training import Training
+    >>> refuse_unsearched(Training())            # the defaults: nothing to refuse
+    """
     kept = [f"{name} {val}" for name, val, default in (
         ("moe_dispatcher", tr.memory.moe_dispatcher, "alltoall"),
         ("megatron_fsdp", tr.states.megatron_fsdp, None),
         ("fsdp_double_buffer", tr.states.fsdp_double_buffer, False),
         ("tp_comm_overlap_cfg", tr.comm.tp_comm_overlap_cfg, None)) if val != default]
     if kept:
-        raise InvalidValueError(f"search: the job's {', '.join(kept)} is not a searched setting "
+        raise InvalidValueError(f"{what}: the job's {', '.join(kept)} is not a searched setting "
                                 "(the search prices the alltoall dispatcher, --sharding's own "
                                 "buffers and TE's default userbuffers); estimate the layout "
                                 "instead")
@@ -287,7 +293,7 @@ def from_job(model, gpu, options: dict):
     if not isinstance(model, Job):
         return model, gpu
     tr = model.training
-    _refuse_unsearched(tr)
+    refuse_unsearched(tr)
     for key, val in (("seq_length", tr.batch.seq_length), ("global_batch_size", tr.batch.global_batch_size),
                      ("precision", tr.states.precision), ("optimizer", tr.states.optimizer),
                      ("convention", tr.states.convention), ("flash_attention", tr.memory.flash_attention),
