@@ -218,3 +218,55 @@ def test_time_with_a_layout_takes_the_jobs_default_recompute(capsys):
     step = json.loads(capsys.readouterr().out)["step_time_s"]
     assert main(["time", "llama2-7b", "--tokens", "1T", "--gpus", "16", *job, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["step_time_s"] == step
+
+
+#: Each new job field: (MODEL, base options and their job() keywords, the field's job()
+#: keywords, memsym's own options for it or None, Megatron-LM's flags for it).
+_FIELD_SPELLINGS = {
+    "fp8_recipe": ("llama3-8b", ["--tp", "2", "--world-size", "16"], dict(t=2, world_size=16),
+                   dict(precision="fp8", fp8_recipe="mxfp8"),
+                   ["--precision", "fp8", "--fp8-recipe", "mxfp8"],
+                   ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]),
+    "precision": ("llama3-8b", ["--tp", "2", "--world-size", "16"], dict(t=2, world_size=16),
+                  dict(precision="fp4"), ["--precision", "fp4"],
+                  ["--bf16", "--fp4-format", "e2m1"]),
+    "moe_dispatcher": ("qwen3-30b-a3b", ["--ep", "4", "--world-size", "8"],
+                       dict(e=4, world_size=8), dict(moe_dispatcher="deepep"),
+                       ["--moe-dispatcher", "deepep"],
+                       ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend",
+                        "deepep"]),
+    "megatron_fsdp": ("llama3-8b", ["--world-size", "16"], dict(world_size=16),
+                      dict(sharding="fsdp", megatron_fsdp="optim_grads_params",
+                           fsdp_double_buffer=True),
+                      None,   # memsym's --sharding fsdp is FSDP2; Megatron's flags say this
+                      ["--bf16", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                       "optim_grads_params", "--fsdp-double-buffer"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FIELD_SPELLINGS))
+def test_a_field_is_one_job_by_its_api_keyword_and_its_options(capsys, name):
+    """The Python API's keyword (the job-record field's name), memsym's option of the same
+    name and Megatron-LM's flags build one job: the report names the field as the record
+    does, with the same value, and every spelling gives the same per-stage bytes."""
+    from memsym.job import job
+    from memsym.training.estimate import job_memory
+
+    model, base, base_kw, kw, own, megatron = _FIELD_SPELLINGS[name]
+    est = job_memory(job(model, gpu="gb200", **base_kw, **kw))
+    for words in (own, megatron):
+        if words is None:
+            continue
+        code = main(["estimate", model, "--gpu", "gb200", *base, *words, "--json"])
+        out, err = capsys.readouterr()
+        assert code in (0, 1), (words, err)
+        rep = json.loads(out)
+        for field, value in kw.items():
+            assert rep["training"][field] == value, (words, field)
+        assert est.stage == rep["stage"]["index"], words
+        assert [float(x) for x in est.stage_bytes] == \
+            pytest.approx(rep["stage"]["stage_totals"], abs=1), words
+    # the option's name is the field's (the table's row says so)
+    if own is not None:
+        row = next(o for o in table.OPTIONS if own[-2] in o.names)
+        assert row.field == own[-2].lstrip("-").replace("-", "_") or row.field == name

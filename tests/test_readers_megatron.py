@@ -1328,3 +1328,21 @@ MODEL_OPTIONS="\
   --ckpt-format torch_dist \
   "
 ''')
+
+
+def test_dispatcher_flags_with_a_model_are_read_for_its_experts_only():
+    """With a MODEL, --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend B sets
+    the experts' dispatcher (it was noted as not modelled and dropped); a dense model builds
+    no dispatcher (Megatron-core), so the flags set nothing there."""
+    from memsym.readers.megatron import read_megatron_overrides
+
+    for backend in ("deepep", "hybridep"):
+        argv = ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", backend]
+        moe = read_megatron_overrides(argv, num_layers=4, has_experts=True)
+        assert moe.options["moe_dispatcher"] == backend
+        assert not any("dispatcher" in n for n in moe.notes)
+        dense = read_megatron_overrides(argv, num_layers=4, has_experts=False)
+        assert "moe_dispatcher" not in dense.options
+    allgather = read_megatron_overrides(["--moe-token-dispatcher-type", "allgather"],
+                                        num_layers=4, has_experts=True)
+    assert allgather.options["moe_dispatcher"] == "allgather"

@@ -35,7 +35,7 @@ from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
 from .megatron_precision import megatron_fsdp_options, megatron_optimizer, megatron_precision
 from .megatron_training import checked_recompute_modules, megatron_layout, megatron_training
-from .recipe_mechanisms import CUDA_GRAPH_DESTS, megatron_cuda_graph_options
+from .recipe_mechanisms import CUDA_GRAPH_DESTS, megatron_cuda_graph_options, megatron_dispatcher
 
 # Besides the entry points, the names the command line, the job builder, the Bridge reader and
 # the emitter import from here (the argument table's arity, ArgumentError, SCHEDULE_ENTRY,
@@ -184,6 +184,10 @@ _OVERRIDE_NO_EFFECT = {"accumulate_allreduce_grads_in_fp32", "ddp_bucket_size",
                        "tokenizer_model", "vocab_file", "cross_entropy_loss_fusion"}
 
 
+#: Megatron-LM's token-dispatcher arguments (:func:`megatron_dispatcher`).
+_DISPATCHER_DESTS = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+                     "moe_enable_deepep", "moe_flex_dispatcher_num_sms")
+
 #: The dests :func:`read_megatron_overrides` reads into options or notes itself.
 _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
     "add_bias_linear", "position_embedding_type", "add_position_embedding", "moe_layer_freq",
@@ -249,13 +253,17 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     _override_layout(r, opts, num_layers, p)
     if any(r.given(dest) for dest in CUDA_GRAPH_DESTS):
         opts.update(megatron_cuda_graph_options(r))
+    if has_experts and any(r.given(dest) for dest in _DISPATCHER_DESTS):
+        # the MODEL's experts are dispatched as the command says (a dense model builds no
+        # token dispatcher: the flags are then ignored, as Megatron-core ignores them)
+        opts.update(megatron_dispatcher(r))
     if r.given("rampup_batch_size") or r.given("step_batch_size_schedule"):
         r.note("batch-size ramp-up or schedule: memory and time are estimated at the final "
                "global batch size (--global-batch-size)")
     if raw.get("pad_vocab_size", True) is False:
         raise InvalidValueError("--no-pad-vocab-size: the unpadded vocabulary then comes from a "
                                 "checkpoint, which memsym cannot read")
-    ignored = _override_ignored(r, order)
+    ignored = _override_ignored(r, order, _DISPATCHER_DESTS if has_experts else ())
     return MegatronOverrides(options=opts, ignored=tuple(ignored), notes=tuple(r.notes))
 
 
@@ -368,15 +376,16 @@ def _override_layout(r: MegatronArguments, opts: dict, num_layers: int, p: int):
         r.note(f"world size {world} from the launcher's GPUs per node x nodes")
 
 
-def _override_ignored(r: MegatronArguments, order: list) -> list:
+def _override_ignored(r: MegatronArguments, order: list, read=()) -> list:
     """The arguments given that change nothing memsym counts; the others not read are noted
-    (or refused, when they change the model's structure)."""
+    (or refused, when they change the model's structure).  ``read``: dests read for this
+    model beside :data:`_OVERRIDE_HANDLED`."""
     ignored = []
     for name in order:
         dest = TABLE[name][0]
         if r.not_modelled(name, dest):
             pass
-        elif dest in _OVERRIDE_HANDLED:
+        elif dest in _OVERRIDE_HANDLED or dest in read:
             continue
         elif dest in _OVERRIDE_NO_EFFECT or dest not in MODELLED:
             ignored.append(name)
