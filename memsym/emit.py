@@ -235,8 +235,9 @@ def _megatron_sharding(scheme: str) -> list:
         return ["--use-distributed-optimizer"]
     strategy = _MEGATRON_FSDP_STRATEGY.get(scheme)
     if strategy is None:
-        spelled = {"zero3": "Megatron-FSDP optim_grads_params reads back as fsdp (FSDP2's "
-                            "buffers), not as ZeRO-3",
+        spelled = {"zero3": "Megatron-FSDP optim_grads_params reads back as fsdp with "
+                            "Megatron-FSDP's buffers (megatron_fsdp optim_grads_params), not "
+                            "as ZeRO-3",
                    "zero1": "--use-distributed-optimizer reads back as Megatron's distributed "
                             "optimizer (its whole fp32 gradient buffer), not as ZeRO-1"}
         raise NotExpressible(f"sharding {scheme} (DeepSpeed's ZeRO, as the search priced it) has "
