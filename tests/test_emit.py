@@ -359,7 +359,14 @@ def test_torchtitan_refuses_fsdp_over_one_rank():
     (("--emit", "torchtitan", "--precision", "fp32"), "bf16"),
     (("--emit", "deepspeed", "--optimizer", "sgd"), "Adam"),
 ])
-def test_cli_refusals(capsys, tmp_path, options, says):
+def test_cli_refusals(capsys, tmp_path, monkeypatch, options, says):
+    # each is refused before any searching: a progress line shown at once (not after 0.5 s,
+    # which a loaded machine reaches) would come before the refusal otherwise
+    import functools
+
+    import memsym.cli.search as cli_search
+
+    monkeypatch.setattr(cli_search, "Progress", functools.partial(cli_search.Progress, after=0))
     options = tuple(str(tmp_path / o) if o == "x" else o for o in options)
     code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--tp", 1,
                          "--pp", 1, "--cp", 1, "--recompute", "none", "--sharding", "ddp",

@@ -221,10 +221,17 @@ def run(args) -> int:
     _emit_framework(args)
     # without a global batch there is no step time to rank by: assume Llama 2's 4M tokens
     assumed = args.global_batch_size is None
+    model, gpu, options = search_model(args), args.gpu, search_options(args, assume_batch=True)
+    if args.emit:   # the shared settings --emit cannot spell: refused before any searching
+        from ..emit import check_emittable
+        from ..search.space import from_job, make_space
+
+        model, gpu = from_job(model, gpu, options)
+        options = {"space": make_space(model, gpu, **options)}
+        check_emittable(args.emit, options["space"], args.model)
     prog = Progress("memsym search")
     try:
-        res = search(search_model(args), args.gpu, args.gpus, progress=prog,
-                     **search_options(args, assume_batch=True))
+        res = search(model, gpu, args.gpus, progress=prog, **options)
     finally:
         prog.close()
     order = res.order()[: args.top]
@@ -270,9 +277,8 @@ def _emitted(args, res, rows) -> list:
     when ``--emit-dir`` is given (every file built before the first is written)."""
     import os
 
-    from ..emit import NotExpressible, check_emittable, emit
+    from ..emit import NotExpressible, emit
 
-    check_emittable(args.emit, res.space, args.model)    # the whole search: one line, exit 2
     out = []
     for n, (row, _) in enumerate(rows, 1):
         try:
