@@ -1053,3 +1053,38 @@ def test_a_framework_search_offers_only_the_schemes_the_framework_runs():
     with pytest.raises(InvalidValueError, match="deepspeed shards with"):
         search("llama2-7b", "h100-80gb", 8, framework="deepspeed",
                sharding=["distributed-optimizer"])
+
+
+def test_fp8_search_on_megatron_searches_the_schemes_fp8_is_modelled_under(capsys, monkeypatch):
+    # `memsym search --precision fp8` with Megatron's default schemes used to fail on the
+    # first scheme FP8 is not modelled under (zero1); the default is now the schemes
+    # byte_widths accepts for fp8 (an independent path: its own refusal), an explicit scheme
+    # outside them is still refused in one line
+    from memsym.errors import InvalidValueError
+    from memsym.frameworks import FRAMEWORK_SCHEMES
+    from memsym.terms.model_state import byte_widths
+
+    def accepted(scheme):
+        try:
+            byte_widths(scheme, "fp8")
+        except InvalidValueError:
+            return False
+        return True
+
+    want = {x for x in FRAMEWORK_SCHEMES.get("megatron", ("ddp", "distributed-optimizer",
+                                                           "zero1", "zero2", "zero3", "fsdp"))
+            if accepted(x)}
+    res = search("llama3-8b", "h100-80gb", 8, precision="fp8", global_batch_size=64,
+                 recompute=["full"], micro_batch_sizes=[1])
+    assert set(res.space.sharding) == want == {"ddp", "distributed-optimizer"}
+    assert len(res) and res.best()["sharding"] in want
+    # refused before any searching: a progress line shown at once would come first otherwise
+    import functools
+
+    import memsym.cli.search as cli_search
+
+    monkeypatch.setattr(cli_search, "Progress", functools.partial(cli_search.Progress, after=0))
+    assert main(["search", "llama3-8b", "--gpu", "h100-80gb", "--gpus", "8", "--precision",
+                 "fp8", "--sharding", "zero1", "--global-batch-size", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "zero1" in err

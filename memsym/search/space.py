@@ -17,7 +17,7 @@ from .. import hardware, model as models, rules as _rules
 from ..frameworks import FRAMEWORK, FRAMEWORK_SCHEMES
 from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
 from ..limits import check_limit
-from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS,
+from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, byte_widths,
                                  SCHEMES as ALL_SCHEMES)
 from ..model import moe_layer_pattern
 from ..training import ALLOWANCES, Training
@@ -342,8 +342,11 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     # (torchtitan builds no dropout; Megatron-Bridge trains Llama without)
     dropout, _ = resolve_dropout(framework, None if dropout is None
                                  else boolean(dropout, "dropout"), model, arch)
+    prec = choose("precision", precision, PRECISIONS)
     shard, recompute, modes = _framework_choices(framework, arch, sharding, recompute,
-                                                 finetune, flash_attention)
+                                                 finetune, flash_attention, prec)
+    for scheme in shard:   # a scheme the precision is not modelled under: refused before searching
+        byte_widths(scheme, prec, choose("optimizer", optimizer, OPTIMIZERS), convention)
     al = tuple(sorted((k, v) for k, v in (allowances or {}).items()))
     for key, _ in al:
         if key not in ALLOWANCES:
@@ -355,7 +358,6 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                       ("last_stage_layers", last_stage_layers)):
         if val is not None:
             positive_whole(val, what)
-    prec = choose("precision", precision, PRECISIONS)
     if B is not None:
         dev.peak(prec)   # the step time needs the GPU's peak at this precision: refuse early
     cf = exact(capacity_factor, "capacity_factor")
@@ -419,14 +421,20 @@ def _adapters(finetune, quantization, lora_targets) -> tuple:
     return finetune, quantization, lora_targets
 
 
-def _framework_choices(framework, arch, sharding, recompute, finetune, flash_attention) -> tuple:
+def _framework_choices(framework, arch, sharding, recompute, finetune, flash_attention,
+                       precision="bf16") -> tuple:
     """``(sharding, recompute, modes)``: the schemes and recompute choices searched, what
-    the framework offers where not given, and the recompute modes it runs."""
+    the framework offers where not given, and the recompute modes it runs.  Under FP8 / FP4
+    Megatron's default schemes are those its Transformer Engine precision is modelled under
+    (DDP and the distributed optimizer, memsym.terms.widths); a scheme named explicitly, or
+    another framework's default, is priced or refused as given."""
     titan = FRAMEWORK[framework].layer_selective_ac     # torchtitan's AC and FSDP2 choices
     dense_op = bool(arch.swiglu and not arch.num_experts and not arch.multi_latent_attention
                     and flash_attention)
     if sharding is None:   # what the framework runs (memsym.job.FRAMEWORK_SCHEMES)
         sharding = TORCHTITAN_SCHEMES if titan else FRAMEWORK_SCHEMES.get(framework, SCHEMES)
+        if precision in ("fp8", "fp4") and FRAMEWORK[framework].megatron_options:
+            sharding = tuple(x for x in sharding if x in ("ddp", "distributed-optimizer"))
     if recompute is None:
         recompute = (tuple(r for r in TORCHTITAN_RECOMPUTE if r != "selective-op" or dense_op)
                      if titan else ("none", "selective", "full"))
