@@ -141,6 +141,10 @@ def run(args) -> int:
             "gpu_memory_note": getattr(args, "capacity_note", "as given"),
             "margin_bytes": margin,
             "fits": fits,
+            # model states alone have no fragmentation term: no reserve band (the training
+            # estimate's "tight", memsym.terms.allowances.VERDICTS)
+            "verdict": None if fits is None else "fits" if fits else "does not fit",
+            "reserve_fraction_that_fits": None,
             "host_bytes": {k: number_out(v) for k, v in rep["host_bytes"].items()},
             "layout": {"dp": int(values["d"]), "tp": int(values["t"]), "pp": int(values["p"])},
             "params": int(values["N"]),

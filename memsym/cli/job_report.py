@@ -119,16 +119,23 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
 def metric_report(args, j, rep: dict, total) -> int:
     """Add the memory metric to ``rep`` (its name, what it sees, the device total) and return
     the device total [bytes], on which fitting is judged (:data:`memsym.terms.allowances.METRICS`)."""
-    from ..terms.allowances import METRICS
+    from ..symbols import phi_frag
+    from ..terms.allowances import METRICS, allowance_values
     from ..training import job_memory
 
     name = j.training.memory.metric
     if name == "device" or args.convention in ("megatron-lm", "megatron-bridge"):
-        device = total
+        device, frag = total, rep["bytes"].get("fragmentation", 0)
     else:
         est = job_memory(j.replace(metric="device"))
-        device = sum(_num(v) for k, v in est.grouped().items() if k != "total")
-    rep["metric"] = {"name": name, "sees": METRICS[name][1], "device_bytes_total": device}
+        grouped = {k: _num(v) for k, v in est.grouped().items() if k != "total"}
+        device, frag = sum(grouped.values()), grouped.get("fragmentation", 0)
+    # the device's fragmentation term and its fraction (a user's --fragmentation; the
+    # allocated metric's 0 is its view, not the device's): the reserve band of the verdict
+    phi = allowance_values(dict(j.allowances))[phi_frag] if frag else 0
+    rep["metric"] = {"name": name, "sees": METRICS[name][1], "device_bytes_total": device,
+                     "device_fragmentation_bytes": frag,
+                     "device_fragmentation_fraction": number_out(phi)}
     return device
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 
 __all__ = ["WIDTH", "render_estimate", "render_step", "render_advice", "capacity_label",
+           "tight_text",
            "margin_text", "render_markdown", "markdown_table",
            "markdown_references", "markdown_text", "render_sensitivity"]
 
@@ -39,7 +40,9 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
     cap = args.gpu_memory
     usable = None if cap is None else cap - rep.get("margin_bytes", 0)
     lines = []
-    if fits is False:
+    if rep.get("verdict") == "tight":
+        lines += [_wrap(tight_text(rep, device, usable)), ""]
+    elif fits is False:
         n = len(rep.get("advice", []))
         lines.append(f"does NOT fit: {device / 1e9:.3f} GB on the most-loaded GPU (device "
                      f"count) > {usable / 1e9:.3f} GB; {n} single change{'' if n == 1 else 's'} "
@@ -159,9 +162,41 @@ def _said(rep: dict, device: int) -> list:
 
 def _verdict(rep: dict, args, fits: bool, device: int) -> str:
     usable = args.gpu_memory - rep.get("margin_bytes", 0)
+    if rep.get("verdict") == "tight":
+        frag = rep["metric"]["device_fragmentation_bytes"]
+        return (f"GPU memory {capacity_label(args)}{margin_text(rep)}: tight, fits only if the "
+                f"allocator's reserve stays under {_percent(rep['reserve_fraction_that_fits'])} "
+                f"of the peak-phase allocation (the fragmentation margin is "
+                f"{_percent(rep['metric']['device_fragmentation_fraction'])}), headroom "
+                f"{(usable - device) / 1e9:.3f} GB with the margin, "
+                f"{(usable - device + frag) / 1e9:.3f} GB without it (device metric)")
     return (f"GPU memory {capacity_label(args)}{margin_text(rep)}: "
             f"{'fits' if fits else 'does NOT fit'}, headroom {(usable - device) / 1e9:.3f} GB "
             "(device metric)")
+
+
+def _percent(fraction) -> str:
+    """A fraction as a percentage with one decimal, rounded down (never more than fits)."""
+    import math
+    from fractions import Fraction
+
+    return f"{math.floor(1000 * Fraction(str(fraction))) / 10:.1f} %"   # 0.29 is 29.0 %
+
+
+def tight_text(rep: dict, device: int, usable: int) -> str:
+    """The first line of a "tight" report: within ``usable`` without the fragmentation
+    margin, not with it; the reserve that fits and what to do
+    (:data:`memsym.terms.allowances.RESERVE_ADVICE`)."""
+    from ..terms.allowances import RESERVE_ADVICE
+
+    frag = rep["metric"]["device_fragmentation_bytes"]
+    return (f"tight: fits only if the caching allocator's reserve stays under "
+            f"{_percent(rep['reserve_fraction_that_fits'])} of the peak-phase allocation: "
+            f"{(device - frag) / 1e9:.3f} GB on the most-loaded GPU (device count) without "
+            f"the fragmentation margin, {device / 1e9:.3f} GB with its "
+            f"{_percent(rep['metric']['device_fragmentation_fraction'])}, against "
+            f"{usable / 1e9:.3f} GB; {RESERVE_ADVICE}; --advise lists the single changes that "
+            "make it fit with the margin")
 
 
 #: Characters Markdown would read as markup (emphasis, code, links, HTML, a table cell's end).
@@ -213,6 +248,9 @@ def render_markdown(rep: dict, args, *, fits, device: int) -> str:
     lines += [f"- {markdown_text(x)}" for x in _said(rep, device)]
     if fits is not None:
         lines += ["", f"**{markdown_text(_verdict(rep, args, fits, device))}**"]
+    if rep.get("verdict") == "tight":
+        usable = cap - rep.get("margin_bytes", 0)
+        lines += ["", markdown_text(tight_text(rep, device, usable))]
     for block in ([render_step(rep)] if "communication" in rep else []) + \
             ([render_advice(rep["advice"])] if "advice" in rep else []) + \
             ([render_sensitivity(rep["sensitivity"])] if "sensitivity" in rep else []):

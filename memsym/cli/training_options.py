@@ -400,15 +400,20 @@ def estimate_training(args) -> int:
     rep["margin_bytes"] = margin = margin_bytes(args, cap)
     usable = None if cap is None else cap - margin      # what a job must fit within
     fits = None if cap is None else bool(device <= usable)     # always on the device's count
-    status = 1 if fits is False else 0    # "does not fit" is an answer, as for solve
-    if cap is not None and (fits is False or getattr(args, "advise", False)) \
+    rep.update(verdict_report(rep["metric"], device, usable, j))
+    # "does not fit" is an answer, as for solve; "tight" exits 1 too: the exit status is the
+    # conservative "fits", the verdict says whether only the allocator's reserve is in doubt
+    status = 1 if fits is False else 0
+    if cap is not None and (rep["verdict"] == "does not fit" or getattr(args, "advise", False)) \
             and args.convention not in ("megatron-lm", "megatron-bridge"):
         rep["advice"] = advice_report(j.replace(capacity=usable) if j.capacity != usable else j)
     if getattr(args, "sensitivity", False):
         rep["sensitivity"] = sensitivity_report(args, j)
     if args.json:
+        said = {k: rep.pop(k) for k in ("verdict", "reserve_fraction_that_fits")}
         emit_json({**rep, "gpu_memory_bytes": cap,
-                   "gpu_memory_note": getattr(args, "capacity_note", "as given"), "fits": fits})
+                   "gpu_memory_note": getattr(args, "capacity_note", "as given"), "fits": fits,
+                   **said})
         return status
     from .report_text import render_estimate, render_markdown
 
@@ -416,6 +421,28 @@ def estimate_training(args) -> int:
           else render_estimate(rep, args, fits=fits, device=device,
                                wide=getattr(args, "wide", False)))
     return status
+
+
+def verdict_report(metric: dict, device: int, usable, j=None) -> dict:
+    """``verdict`` and ``reserve_fraction_that_fits`` of a job's report
+    (:func:`memsym.terms.allowances.reserve_verdict` on the device's count and its
+    fragmentation term, from ``metric`` as :func:`memsym.cli.job_report.metric_report` made
+    it); both None without a capacity.  A "tight" job ``j`` is estimated again without the
+    margin: at no reserve another stage or phase, with more memory outside the allocator,
+    may be the peak, and "tight" must not hide a job that does not fit at all."""
+    from ..terms.allowances import reserve_verdict
+    from ..training import job_memory
+    from .options import number_out
+
+    if usable is None:
+        return {"verdict": None, "reserve_fraction_that_fits": None}
+    verdict, x_ = reserve_verdict(device, metric.get("device_fragmentation_bytes", 0),
+                                  metric.get("device_fragmentation_fraction", 0), usable)
+    if verdict == "tight" and j is not None:
+        bare = job_memory(j.replace(fragmentation=0, metric="device")).grouped()
+        if sum(number_out(v, round_up=True) for k, v in bare.items() if k != "total") > usable:
+            verdict, x_ = "does not fit", None
+    return {"verdict": verdict, "reserve_fraction_that_fits": None if x_ is None else float(x_)}
 
 
 def calibrate_report(args, rep: dict) -> None:

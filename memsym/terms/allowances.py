@@ -10,6 +10,7 @@ checks a user's overrides with :func:`allowance_values` and :mod:`memsym.trainin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Mapping
 
 import sympy as sp
@@ -21,8 +22,8 @@ from ..values import exact
 from ..vocabulary import ALLOWANCE_KEYS
 from .transients import DEFAULTS as _TR_DEFAULTS
 
-__all__ = ["Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "METRICS", "WORKSPACES", "allowance_values",
-           "allowance_terms"]
+__all__ = ["Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "METRICS", "WORKSPACES", "VERDICTS",
+           "RESERVE_ADVICE", "allowance_values", "allowance_terms", "reserve_verdict"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,89 @@ METRICS = {
     "device": ({}, "the device's own count (nvidia-smi, cudaMemGetInfo): reserved plus the CUDA "
                "context, NCCL's buffers and any buffer allocated outside PyTorch"),
 }
+
+#: The three memory verdicts (``--json`` "verdict"), judged on the device's count: "fits"
+#: with the allowances as given, the fragmentation margin included; "tight" within the
+#: capacity only without it, so whether the job fits depends on the caching allocator's
+#: reserve, which memsym cannot know (no published peak pair with expandable segments,
+#: formulas/allocator_reserve.toml); "does not fit" over the capacity even with no reserve.
+VERDICTS = ("fits", "tight", "does not fit")
+
+#: What to do about a "tight" verdict: keep the reserve small with expandable segments, as
+#: Bridge's memory-tuning guide fixes a fragmentation OOM and PyTorch documents the setting.
+RESERVE_ADVICE = ("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (Megatron-Bridge's "
+                  "memory-tuning guide, mbridge-memory-tuning; PyTorch's CUDA semantics, "
+                  "pytorch-cuda-allocator), then measure max_memory_reserved - "
+                  "max_memory_allocated; memsym's default fragmentation margin, 10 %, is not "
+                  "measured with expandable segments")
+
+
+def reserve_verdict(device, fragmentation, fraction, capacity) -> tuple[str, Fraction | None]:
+    r"""The verdict on the device's count and the largest allocator reserve that still fits.
+
+    The fragmentation term is :math:`\varphi_{\mathrm{frag}} M_{\mathrm{alloc}}`, so the
+    peak phase's allocation is :math:`M_{\mathrm{alloc}} = M_{\mathrm{frag}} /
+    \varphi_{\mathrm{frag}}`, and with :math:`M` the device total, the largest reserve
+    fraction with which the job still fits :math:`C` is
+
+    .. math:: x_{\max} = \frac{C - (M - M_{\mathrm{frag}})}{M_{\mathrm{alloc}}}
+
+    "fits" when :math:`M \le C` (:math:`x_{\max} \ge \varphi_{\mathrm{frag}}`),
+    "tight" when only :math:`M - M_{\mathrm{frag}} \le C`
+    (:math:`0 \le x_{\max} < \varphi_{\mathrm{frag}}`), "does not fit" otherwise
+    (:data:`VERDICTS`).  Without a fragmentation term (:math:`\varphi_{\mathrm{frag}} = 0`,
+    set by the user) there is no band: "fits" or "does not fit", and no :math:`x_{\max}`.
+
+    Parameters
+    ----------
+    device : int
+        The device total :math:`M`, the fragmentation term included [bytes].
+    fragmentation : int
+        Its fragmentation term :math:`M_{\mathrm{frag}}` [bytes].
+    fraction : number
+        The fragmentation allowance :math:`\varphi_{\mathrm{frag}}` it was computed with
+        [dimensionless].
+    capacity : int
+        The memory the job must fit :math:`C` (the GPU's, less any ``--margin``) [bytes].
+
+    Returns
+    -------
+    tuple of (str, fractions.Fraction or None)
+        The verdict and :math:`x_{\max}` [dimensionless]: a fraction of the peak phase's
+        allocation, None for "does not fit" or without a fragmentation term.
+
+    Examples
+    --------
+    By hand: 70 GB allocated, the default 10 % margin 7 GB, 1 GB of allowances: 78 GB.
+    On 80 GB it fits and 80 - 71 = 9 GB of reserve would (9/70); on 75 GB it fits only if
+    the reserve stays under 4/70 = 5.7 %; on 70 GB it does not fit.
+
+    >>> G = 10**9
+    >>> reserve_verdict(78 * G, 7 * G, Fraction(1, 10), 80 * G)
+    ('fits', Fraction(9, 70))
+    >>> reserve_verdict(78 * G, 7 * G, Fraction(1, 10), 75 * G)
+    ('tight', Fraction(2, 35))
+    >>> reserve_verdict(78 * G, 7 * G, Fraction(1, 10), 70 * G)
+    ('does not fit', None)
+    >>> reserve_verdict(71 * G, 0, 0, 70 * G)
+    ('does not fit', None)
+
+    References
+    ----------
+    .. [mbridge-memory-tuning] fragmentation and ``expandable_segments``.
+    .. [pytorch-cuda-allocator] ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``.
+    """
+    fraction = Fraction(str(fraction)) if isinstance(fraction, float) else Fraction(fraction)
+    base = device - fragmentation
+    if device <= capacity:
+        verdict = "fits"
+    else:
+        verdict = "tight" if fragmentation > 0 and base <= capacity else "does not fit"
+    if verdict == "does not fit" or fraction <= 0 or fragmentation <= 0:
+        return verdict, None
+    return verdict, Fraction(int(capacity) - int(base)) * fraction / int(fragmentation)
+
+
 def allowance_values(allowances: Mapping | None = None) -> dict:
     """Allowance symbols -> exact values: the defaults, overridden by ``allowances``.
 
