@@ -97,7 +97,8 @@ def test_estimate_job_margin_and_advice(capsys):
     code, out, _ = run(capsys, *argv, "--gpu-memory", "80GB")
     device = json.loads(out)["metric"]["device_bytes_total"]
     cap = device + GB // 2
-    code, out, _ = run(capsys, *argv, "--gpu-memory", f"{cap}B", "--margin", "1GB")
+    # (0.5 GB over capacity - margin: "tight" or "does not fit"; --advise lists the levers)
+    code, out, _ = run(capsys, *argv, "--gpu-memory", f"{cap}B", "--margin", "1GB", "--advise")
     data = json.loads(out)
     assert code == 1 and data["fits"] is False and data["margin_bytes"] == GB
     # every lever makes the job fit within capacity - margin, not the capacity alone

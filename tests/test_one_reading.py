@@ -589,7 +589,7 @@ def test_levers_skip_a_combination_the_model_refuses(capsys):
     # report)
     code, out, err = run(capsys, "estimate", "llama2-7b", "--precision", "fp8", "--world-size",
                          8, "--seq-length", 4096, "--global-batch-size", 128, "--gpu",
-                         "h100-80gb", "--json")
+                         "h100-80gb", "--advise", "--json")     # "tight": levers on --advise
     rep = json.loads(out)
     assert code == 1 and rep["fits"] is False and rep["advice"]
     assert all(lever["flags"][:2] != ["--sharding", "fsdp"] for lever in rep["advice"])

@@ -49,8 +49,11 @@ def test_hand_count_of_the_linear_weights():
 
 
 def test_llama2_7b_fp8_row_gets_the_recipes_settings_as_levers(capsys):
-    rep = _estimate(capsys, *LLAMA2_ROW)
+    rep = _estimate(capsys, *LLAMA2_ROW, "--advise")
     assert rep["fits"] is False                     # at Megatron-LM's defaults: fp32 gradients
+    # but not "does not fit": within the 84.9 GB without the 10 % fragmentation margin
+    # (8.0 GB), so it fits if the allocator's reserve stays small (expandable segments)
+    assert rep["verdict"] == "tight"
     by_flag = {tuple(lv["flags"]): lv for lv in rep["advice"]}
     grad = by_flag[("--grad-reduce-in-bf16",)]
     fp8 = by_flag[("--fp8-param-gather",)]

@@ -195,8 +195,9 @@ def tight_text(rep: dict, device: int, usable: int) -> str:
             f"{(device - frag) / 1e9:.3f} GB on the most-loaded GPU (device count) without "
             f"the fragmentation margin, {device / 1e9:.3f} GB with its "
             f"{_percent(rep['metric']['device_fragmentation_fraction'])}, against "
-            f"{usable / 1e9:.3f} GB; {RESERVE_ADVICE}; --advise lists the single changes that "
-            "make it fit with the margin")
+            f"{usable / 1e9:.3f} GB; {RESERVE_ADVICE}; "
+            + ("the single changes below make it fit with the margin" if "advice" in rep else
+               "--advise lists the single changes that make it fit with the margin"))
 
 
 #: Characters Markdown would read as markup (emphasis, code, links, HTML, a table cell's end).
