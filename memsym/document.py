@@ -103,6 +103,12 @@ def _numeric_lines(parts: JobParts, capacity=None) -> list[str]:
         cap = exact(capacity, "capacity")
         rel = r"\leq" if parts.total <= cap else ">"
         line += rf" {rel} C = {gb(cap)}\ \mathrm{{GB}}"
+        frag = sum((s_.value for s_ in parts.terms if s_.key == "fragmentation"), sp.Integer(0))
+        if parts.total > cap >= parts.total - frag and frag > 0:
+            # "tight": within C only without the fragmentation margin, the allocator's
+            # reserve decides (memsym.terms.allowances.reserve_verdict)
+            return [line, rf"&\geq {parts.lhs} - \varphi_{{\mathrm{{frag}}}}\, "
+                          rf"M_{{\mathrm{{alloc}}}} = {gb(parts.total - frag)}\ \mathrm{{GB}}"]
     return [line]
 
 

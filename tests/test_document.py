@@ -476,3 +476,18 @@ def test_cli_latex_step_time_section_takes_the_cluster_options(capsys):
     assert steps[1] > steps[0]      # GEMMs at 0.3 of peak, DP over 25 GB/s: slower
     # the cluster the section states is the one given
     assert "4 per node" in md and "GEMM efficiency 0.3" in md and "25 GB/s" in md
+
+
+def test_a_tight_capacity_shows_the_total_without_the_margin():
+    # between M - phi M_alloc and M: "tight" (memsym.terms.allowances.reserve_verdict), the
+    # relation goes on to the total without the fragmentation margin
+    est, kw = _job("gpt3-175b")
+    total, frag = est.bytes_total, est.grouped()["fragmentation"]
+    lines = job_snippet(est, capacity=total - frag / 2, **kw).splitlines()
+    assert lines[-3].endswith(r"> C = " + f"{float(total - frag / 2) / 1e9:.2f}" + r"\ \mathrm{GB} \\")
+    assert lines[-2] == (r"&\geq M_{\mathrm{GPU}}^{(0)} - \varphi_{\mathrm{frag}}\, M_{\mathrm{alloc}} = "
+                         f"{float(total - frag) / 1e9:.2f}" + r"\ \mathrm{GB}")
+    # below the total without the margin, or at the total: no such line
+    for cap in (total - 2 * frag, total):
+        assert "varphi_{\\mathrm{frag}}\\, M_{\\mathrm{alloc}} =" not in job_snippet(
+            est, capacity=cap, **kw)
