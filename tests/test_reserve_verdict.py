@@ -160,3 +160,17 @@ def test_reserve_verdict_by_hand():
     assert reserve_verdict(78 * GB, 7 * GB, Fraction(1, 10), 78 * GB) == ("fits",
                                                                         Fraction(1, 10))
     assert reserve_verdict(78 * GB, 7 * GB, Fraction(1, 10), 71 * GB - 1)[0] == "does not fit"
+
+
+def test_a_search_that_finds_nothing_says_how_many_layouts_are_tight(capsys, allocated):
+    # the same job as the one layout of a search: judged with the margin (conservative), but
+    # its one-line answer says when a layout would fit without it
+    a = allocated(capsys)
+    search = ("search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8", "--seq-length", "2048",
+              "--tp", "1", "--pp", "1", "--cp", "1", "--micro-batch-size", "1", "--recompute",
+              "full", "--sharding", "zero3", "--no-sequence-parallel", "--gpu-memory")
+    code, out, err = run(capsys, *search, f"{a + WS + NCCL + a // 20}B")
+    assert code == 1 and out == "" and "no layout of 8 x h100-80gb fits" in err
+    assert "; 1 layout would fit without the fragmentation margin (tight:" in err
+    code, out, err = run(capsys, *search, f"{a + WS + NCCL - 1}B")
+    assert code == 1 and "no layout" in err and "fragmentation margin" not in err

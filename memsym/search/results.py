@@ -115,13 +115,21 @@ class SearchResult:
         if not len(self):
             return NoFitError(f"no layout of {self.gpus} GPUs passes the rules ("
                               + ", ".join(f"{k}: {v}" for k, v in self.excluded.items() if v) + ")")
-        i = int(np.argmin(self.columns["memory"]))
+        col = self.columns
+        i = int(np.argmin(col["memory"]))
         r = self.row(i)
+        # judged with the fragmentation margin (conservative); the layouts within the capacity
+        # only without it are "tight" (memsym.terms.allowances.VERDICTS): say how many
+        tight = int(np.sum(col["memory"] - col["fragmentation"] <= self.space.capacity)) \
+            if "fragmentation" in col else 0
         return NoFitError(
             f"no layout of {self.gpus} x {self.space.gpu.name} fits: the least memory is "
             f"{r['memory'] / 1e9:.4g} GB > {self.space.capacity / 1e9:.4g} GB "
             f"(t={r['t']}, p={r['p']}, c={r['c']}, d={r['d']}, b={r['b']}, {r['recompute']} "
-            f"recompute, {r['sharding']}; binding term: {r['binding']})",
+            f"recompute, {r['sharding']}; binding term: {r['binding']})"
+            + (f"; {tight} layout{'s' if tight > 1 else ''} would fit without the fragmentation "
+               "margin (tight: the allocator's reserve decides; expandable segments keep it "
+               "small)" if tight else ""),
             binding=(r["binding"],), floor=exact_row(self.space, r)["bytes"]["total"])
 
     def pareto(self) -> list:
