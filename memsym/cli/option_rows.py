@@ -400,7 +400,8 @@ def _allowance_rows():
         option("--fragmentation", group="allowances", type=T.fragmentation, field="fragmentation",
            default="1/10", source=ALLOWANCES_SOURCE + ": Megatron-Bridge's memory-tuning guide",
            commands=JOB_AND_SEARCH, search="same", metavar="F",
-           help="allocator fragmentation margin as a fraction of the peak"),
+           help="allocator fragmentation margin as a fraction of the peak-phase allocation "
+           "(estimate calls a job within the capacity only without it \"tight\")"),
         option("--margin", group="allowances", type=T.margin, metavar="F|BYTES",
            commands=frozenset({"estimate", "solve", "plot"}) | SEARCH, search="same",
            effect="output", default=0, source="memsym: none, the --fragmentation allowance already covers the "
