@@ -429,7 +429,9 @@ def verdict_report(metric: dict, device: int, usable, j=None) -> dict:
     fragmentation term, from ``metric`` as :func:`memsym.cli.job_report.metric_report` made
     it); both None without a capacity.  A "tight" job ``j`` is estimated again without the
     margin: at no reserve another stage or phase, with more memory outside the allocator,
-    may be the peak, and "tight" must not hide a job that does not fit at all."""
+    may be the peak, and "tight" must not hide a job that does not fit at all.  The reserve
+    fraction is the most-loaded stage's (its peak phase's allocation), the one the margin
+    puts over the capacity."""
     from ..terms.allowances import reserve_verdict
     from ..training import job_memory
     from .options import number_out
