@@ -43,7 +43,9 @@ KIND_HELP = {
         ("map_x", "map_y", "map_value", "margin", "by") + _CLUSTER),
     "feasibility": (
         "a layout search over two knobs (needs --gpu)",
-        "The layouts of the job's world size on --gpu, over two knobs (--x, --y): whether a "
+        "The layouts of the job's world size on --gpu, over two knobs (--x, --y), each the "
+        "job memsym estimate reads from the same options with its layout changed (a setting "
+        "the search does not carry is refused): whether a "
         "layout fits, the best step time or the best headroom (--map) in each cell, blank "
         "cells explained, the best layout starred at the centre of its cell; each cell "
         "labelled with the term that binds (the largest) in its layout with the most "
