@@ -302,9 +302,10 @@ def _check_overlaps(x, layout: Layout, training: Training) -> None:
         raise InvalidValueError("--tp-comm-overlap needs --sequence-parallel, which Megatron "
                                 "turns off at TP 1 (validate_args)")
     cfg = training.comm.tp_comm_overlap_cfg
-    if cfg is not None and not (isinstance(cfg, str) and training.comm.tp_comm_overlap):
-        raise InvalidValueError("tp_comm_overlap_cfg names the userbuffers config (a string) "
-                                "of tp_comm_overlap, which is off")
+    if cfg is not None and not (isinstance(cfg, (str, tuple)) and training.comm.tp_comm_overlap):
+        raise InvalidValueError("tp_comm_overlap_cfg names the userbuffers config (a string, or "
+                                "a user's config as memsym.timing.userbuffers.user_ub_config "
+                                "reads it) of tp_comm_overlap, which is off")
 
 
 def _check_pipeline_layout(x, layout: Layout, training: Training) -> None:

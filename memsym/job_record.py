@@ -309,10 +309,10 @@ class CommOverlap:
         backward) and ``--overlap-param-gather`` (the parameter all-gather during the next
         forward).  None: the framework's default
         (:meth:`memsym.frameworks.Framework.overlaps_by_default`).
-    tp_comm_overlap, tp_comm_overlap_cfg : bool, str or None
-        Megatron's ``--tp-comm-overlap`` (Transformer Engine userbuffers: the TP all-gather /
-        reduce-scatter pipelined with the GEMMs they feed; needs sequence parallelism) and the
-        userbuffers config a Bridge recipe names (None: TE's default; memsym.timing.userbuffers).
+    tp_comm_overlap, tp_comm_overlap_cfg : bool, str, tuple or None
+        Megatron's ``--tp-comm-overlap`` (TE userbuffers: TP all-gather / reduce-scatter
+        pipelined with their GEMMs; needs SP) and the userbuffers config: a Bridge recipe's name
+        or ``--tp-comm-overlap-cfg``'s entries (None: TE's default; memsym.timing.userbuffers).
     overlap_moe_expert_parallel_comm : bool
         Megatron's ``--overlap-moe-expert-parallel-comm`` (default off): the EP all-to-all
         hidden behind another micro-batch's compute (``TransformerConfig``'s conditions).
@@ -327,7 +327,7 @@ class CommOverlap:
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False
     cp_comm_type: str | None = None
-    tp_comm_overlap_cfg: str | None = None
+    tp_comm_overlap_cfg: str | tuple | None = None
 
 
 #: Training's sub-records: attribute -> record class.

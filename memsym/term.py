@@ -186,18 +186,6 @@ class Total:
     def free_symbols(self) -> set:
         return self.expr.free_symbols
 
-    def placeholders(self) -> tuple[sp.Expr, dict]:
-        """The total as a sum of named placeholders ``M_key`` and the map back to the terms.
-
-        Examples
-        --------
-        >>> from memsym.terms.model_state import model_state
-        >>> model_state("ddp", convention="zero-paper").placeholders()[0]
-        M_gradients + M_optimizer + M_weights
-        """
-        syms = {t.key: sp.Symbol(f"M_{t.key}") for t in self.terms}
-        return sp.Add(*syms.values()), {syms[t.key]: t.expr for t in self.terms}
-
     # --- composition ------------------------------------------------------------------------
     def __add__(self, other) -> "Total":
         """This total with a term or another total appended; the name names every part

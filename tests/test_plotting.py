@@ -632,3 +632,53 @@ def test_cluster_options_only_on_the_kinds_that_price_the_step(capsys):
         out = capsys.readouterr().out
         assert ("--inter-node-bandwidth" in out) is takes, kind
         assert ("--by" in out) is (kind == "breakdown"), kind
+
+
+@pytest.mark.parametrize("settings", [
+    ["--optimizer", "sgd", "--no-flash-attn", "--dropout", "--framework", "deepspeed",
+     "--sharding", "zero1"],
+    ["--optimizer", "adafactor", "--framework", "torchtitan", "--sharding", "fsdp",
+     "--recompute-granularity", "full"],
+    ["--optimizer", "adam8bit", "--no-flash-attn", "--hidden-dropout", "0.1",
+     "--attention-dropout", "0.1", "--offload", "optimizer", "--overlap-grad-reduce"]],
+    ids=["deepspeed", "torchtitan", "megatron"])
+def test_cli_plot_feasibility_draws_the_job_estimate_reads(monkeypatch, tmp_path, settings):
+    """plot feasibility searches the job ``memsym estimate`` reads from the same options: its
+    optimizer, attention kernel, dropout, framework, sharding and offload (the optimizer,
+    flash attention, dropout and framework were dropped, the map drawn for Megatron's Adam).
+    The cell d = 4, t = 1 of 4 GPUs holds one layout (p = c = 1): its drawn headroom and
+    whether it fits are the estimate's at --dp 4."""
+    import numpy as np
+
+    import memsym.plotting as plotting
+    from memsym.cli import main
+
+    job = ["llama2-7b", "--gpu", "h100-80gb", "--seq-length", "2048", *settings]
+    drawn = []
+    monkeypatch.setattr(plotting, "save", lambda fig, path: drawn.append(fig))
+    maps = {}
+    for value in ("headroom", "fits"):
+        assert main(["plot", "feasibility", *job, "--world-size", "4", "--x", "d", "--y", "t",
+                     "--map", value, "-o", str(tmp_path / "f.png")]) == 0
+        ax = drawn.pop().axes[0]
+        xs = [int(t.get_text()) for t in ax.get_xticklabels()]
+        ys = [int(t.get_text()) for t in ax.get_yticklabels()]
+        maps[value] = float(np.asarray(ax.images[0].get_array())[ys.index(1), xs.index(4)])
+    rep = _estimate_json(*job, "--dp", "4")
+    headroom = (rep["gpu_memory_bytes"] - rep["bytes"]["total"]) / GB
+    assert maps["headroom"] == pytest.approx(headroom, abs=1e-6)
+    assert maps["fits"] == float(rep["fits"])
+
+
+def test_cli_plot_feasibility_refuses_a_job_its_search_prices_otherwise(capsys, tmp_path):
+    """What the search would price differently from the job is refused in one line: Megatron's
+    --sharding zero2 (the search prices it as Megatron-FSDP optim_grads, the estimate does
+    not) and a setting the search does not carry (the memory metric)."""
+    from memsym.cli import main
+
+    for extra, word in ((["--sharding", "zero2"], "megatron_fsdp"),
+                        (["--metric", "reserved"], "metric")):
+        code = main(["plot", "feasibility", "llama2-7b", "--gpu", "h100-80gb", "--world-size",
+                     "4", *extra, "-o", str(tmp_path / "f.png")])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and err.count("\n") == 1 and word in err

@@ -258,6 +258,8 @@ CASES = [
     'set -euo pipefail; set +x; declare -a A=(1 2); P "${A[@]}"',
     'exec 3> >(cat >/dev/null); P "${U:-\\}}" ${U:-\\}} "${U:-a\\b}"',  # >(...) is never run
     'V=a\n{ time -p true; } 2>/dev/null\nP $V ! x',
+    # "${@+x}" and "${@:+x}" without arguments make no word (as "$@"), "${*+x}" an empty one
+    'P "${@+a}" "${@:+a b}" x"${@+a}" "${@+}"y "${*+a}" "${*:+a}" "${U+a}" "${@-a}"',
 ]
 
 
@@ -521,3 +523,29 @@ def test_bash_is_the_oracle_here():
     if not os.path.exists(BASH):
         pytest.skip("no /bin/bash")
     assert shutil.which("env")
+
+
+#: Parameter expansions of every shape the lexer hands the expander (issue: Expander.param and
+#: synthetic inputs): names, specials, lengths, arrays, each operator, nested and odd braces.
+_SPECS = ("", "#", "##", "#-", "#?", "#@", "#*", "#$", "#!", "#0", "#A[@]", "#A[0]", "#A[x]",
+          "#A[", "A[", "A[]", "A[]x", "X:", "X::", "X:-", "X:0", "X:1:2", "X#a", "X##a", "X%a",
+          "X/a/b", "X^^", "X,,", "X@Q", "!X", "!A[@]", "!X*", "!", "X:-${", "X:-${}",
+          "X:-${Y:-${Z}}", "X:-}", "{X}", "X{", "@:-a", "*:-a", "#:-a", "?:-a", "$:-a", "-:-a",
+          "0:-a", "10:-a", "@[0]", "1[0]", "A[@]:-a", "A[0]:-a", "A[0]=a", "A[0]:=a", "1=a",
+          "@=a", "#=a", "X:?", "X?", "X+", "X:+", "X=", "X:=", "X[0]+a", "@+a", "##+a", ":", "-",
+          "?", "+", "=", "$", "#-a", "#X:-a", "A[-1]", "A[1+1]", "A[ 0 ]", "A[08]",
+          "A[99999999999999999999999]", "A[0][0]", "X:-\\}", "X:-'a'", "X:-$((1+1))",
+          "X:-$((1+))")
+
+
+@pytest.mark.parametrize("before", ["", "A=(1 2)\nX=v\n", "X=\n"], ids=["unset", "set", "empty"])
+@pytest.mark.parametrize("quote", ["", '"'], ids=["bare", "quoted"])
+def test_every_parameter_expansion_reads_or_is_refused_in_one_line(before, quote):
+    """No shape of ${...} ends in a traceback (a TypeError, an IndexError): each is read or
+    refused as a LaunchScriptError, a ValueError (the CLI's exit 2)."""
+    for spec in _SPECS:
+        script = f"{before}python pretrain_gpt.py {quote}${{{spec}}}{quote}\n"
+        try:
+            parse_launch_script(script)
+        except LaunchScriptError as e:
+            assert isinstance(e, ValueError) and "\n" not in str(e), spec

@@ -43,7 +43,9 @@ KIND_HELP = {
         ("map_x", "map_y", "map_value", "margin", "by") + _CLUSTER),
     "feasibility": (
         "a layout search over two knobs (needs --gpu)",
-        "The layouts of the job's world size on --gpu, over two knobs (--x, --y): whether a "
+        "The layouts of the job's world size on --gpu, over two knobs (--x, --y), each the "
+        "job memsym estimate reads from the same options with its layout changed (a setting "
+        "the search does not carry is refused): whether a "
         "layout fits, the best step time or the best headroom (--map) in each cell, blank "
         "cells explained, the best layout starred at the centre of its cell; each cell "
         "labelled with the term that binds (the largest) in its layout with the most "
@@ -256,7 +258,7 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     elif args.kind == "timeline":
         fig = _timeline_figure(args, estimate, cap, name)
     else:
-        fig = _feasibility_figure(args, arch, layout, training, cap, search_result)
+        fig = _feasibility_figure(args, arch, layout, training, cap, search_result, job)
     plotting.save(fig, args.output)
     print(f"wrote {args.output}")
     return 0
@@ -313,9 +315,15 @@ def _timeline_figure(args, estimate, cap, name):
         f"(most loaded)\n{name}")
 
 
-def _feasibility_figure(args, arch, layout, training, cap, search_result):
-    """The ``feasibility`` map of ``search_result``, else of a layout search run here (its
-    cluster noted under the title when it priced the step)."""
+def _feasibility_figure(args, arch, layout, training, cap, search_result, job=None):
+    """The ``feasibility`` map of ``search_result``, else of a layout search run here over the
+    job's world size (its cluster noted under the title when it priced the step).
+
+    The search takes the job itself (:func:`memsym.search.space.from_job`): every training
+    setting, allowance and the capacity as ``memsym estimate`` reads them from the same
+    options, the job's own recompute, sharding, offload and micro-batch size; the map varies
+    the layout.  A setting the search does not carry is refused in one line
+    (:func:`memsym.search.space.refuse_unsearched`), never dropped."""
     from .. import plotting
     from ..errors import InvalidValueError
 
@@ -324,31 +332,51 @@ def _feasibility_figure(args, arch, layout, training, cap, search_result):
         if arch is None or layout is None or training is None or not getattr(args, "gpu", None):
             raise InvalidValueError("plot feasibility needs a MODEL and --gpu NAME (the layout "
                                     "search runs over the job's world size)")
-        from ..search import search
-        from ..search.space import refuse_unsearched
+        from .. import search as searching
+        from ..job import job as build_job
+        from ..search.space import (OVERLAP_FIELDS, from_job, global_batch_of, make_space,
+                                    recompute_choice, refuse_unsearched, space_differences)
 
         if training.memory.recompute_modules is not None:   # not a search choice: never dropped silently
             raise InvalidValueError("plot feasibility searches the recompute modes; "
                                     "--recompute-modules is not one of its choices")
-        refuse_unsearched(training, "plot feasibility")
-        # the job's own training choices; the map varies the layout knobs
+        refuse_unsearched(training, "plot feasibility",
+                          carried=OVERLAP_FIELDS + ("num_microbatches",))
+        if job is None:     # run_plot called with the parts: the job they make
+            job = build_job(arch, layout=layout, training=training)
+        if job.training.batch.num_microbatches is not None:
+            # m micro-batches at the job's layout: the same global batch at every layout
+            job = job.replace(global_batch_size=global_batch_of(job), num_microbatches=None)
         from ..hardware import cluster_for
 
         gb = 10**9      # the bandwidth options are in GB/s, the cluster in bytes/s
         intra, inter = (None if getattr(args, k, None) is None else getattr(args, k) * gb
                         for k in ("intra_node_bandwidth", "inter_node_bandwidth"))
         clu = cluster_for(args.gpu, getattr(args, "gpus_per_node", None) or 8, intra, inter)
-        res = search(arch, args.gpu, layout.world_size, seq_length=training.batch.seq_length,
-                     cluster=clu, efficiency=getattr(args, "efficiency", None),
-                     micro_batch_sizes=[training.batch.micro_batch_size],
-                     global_batch_size=training.batch.global_batch_size,
-                     recompute=[training.memory.recompute], sharding=[training.states.sharding],
-                     precision=training.states.precision,
-                     fp8_recipe=training.states.fp8_recipe,
-                     **({"capacity": cap} if cap is not None else {}))
+        # the job's own choices where the search would explore, its own overlaps where the
+        # search would price the launch's; the map varies the layout
+        tr = job.training
+        choices = dict(micro_batch_size=tr.batch.micro_batch_size,
+                       recompute=recompute_choice(tr.memory), sharding=tr.states.sharding,
+                       offload=tr.states.offload)
+        pinned = dict(micro_batch_sizes=[choices["micro_batch_size"]],
+                      recompute=[choices["recompute"]], sharding=[choices["sharding"]],
+                      offload=[choices["offload"]],
+                      overlaps={k: tr.value(k) for k in OVERLAP_FIELDS},
+                      first_stage_layers=job.layout.first_stage_layers,
+                      last_stage_layers=job.layout.last_stage_layers,
+                      **({"capacity": cap} if cap is not None else {}))
+        options = dict(pinned)
+        space = make_space(*from_job(job, args.gpu, options), **options)
+        differ = space_differences(tr, space, **choices)
+        if differ:      # the search would price another job: refused, never drawn
+            raise InvalidValueError(f"plot feasibility: the job's {'; '.join(differ)} is not "
+                                    "what its search prices; estimate the layout instead")
+        res = searching.search(job, args.gpu, job.layout.world_size, cluster=clu,
+                               efficiency=getattr(args, "efficiency", None), **pinned)
     fig = plotting.feasibility(res, x=args.map_x, y=args.map_y, value=args.map_value,
                                title=args.title)
-    if search_result is None and training.batch.global_batch_size is not None:
+    if search_result is None and res.space.global_batch_size is not None:
         # step times priced here: say on which cluster, under the title (the legend
         # below the axes takes the space under the x axis)
         import textwrap

@@ -151,8 +151,9 @@ def megatron_job_from_args(args):
     from ..readers.jobs import megatron_job
     from ..readers.megatron import read_megatron_args
 
-    mj = read_megatron_args(args.job_words.megatron)
     own = _memsym_options(args)
+    mj = read_megatron_args(args.job_words.megatron,
+                            tp_comm_overlap=bool(own.get("tp_comm_overlap")))
     if not FRAMEWORK[own.get("framework", "megatron")].megatron_options:
         raise InvalidValueError(f"--framework {own['framework']}: a Megatron-LM command runs under "
                                 "Megatron-LM; name a MODEL to describe a "
@@ -291,7 +292,8 @@ def job_from_args(args, **override):
 
         base = resolve_model(args.model)
         o = read_megatron_overrides(pasted, num_layers=arch.get("num_layers", base.num_layers),
-                                    p=opts.get("p", 1), has_experts=bool(base.num_experts))
+                                    p=opts.get("p", 1), has_experts=bool(base.num_experts),
+                                    tp_comm_overlap=bool(opts.get("tp_comm_overlap")))
         for key, value in o.options.items():
             mine = opts.get(key, arch.get(key))
             if mine is not None and mine != value:

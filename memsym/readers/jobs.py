@@ -140,6 +140,8 @@ def _add_megatron_step(opts: dict, opt: dict, notes: list) -> None:
     opts["overlap_grad_reduce"] = bool(opt.get("overlap_grad_reduce"))
     opts["overlap_param_gather"] = bool(opt.get("overlap_param_gather"))
     opts["tp_comm_overlap"] = bool(opt.get("tp_comm_overlap"))
+    if opt.get("tp_comm_overlap_cfg") is not None:   # --tp-comm-overlap-cfg FILE, read
+        opts["tp_comm_overlap_cfg"] = opt["tp_comm_overlap_cfg"]
     opts["overlap_moe_expert_parallel_comm"] = bool(opt.get("overlap_moe_expert_parallel_comm"))
     opts["overlap_p2p_comm"] = bool(opt.get("overlap_p2p_comm", True))
     opts["defer_embedding_wgrad_compute"] = bool(opt.get("defer_embedding_wgrad_compute"))

@@ -35,6 +35,7 @@ from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
 from .megatron_precision import megatron_fsdp_options, megatron_optimizer, megatron_precision
 from .megatron_training import checked_recompute_modules, megatron_layout, megatron_training
+from .megatron_userbuffers import UB_DEST, megatron_ub_option
 from .recipe_mechanisms import CUDA_GRAPH_DESTS, megatron_cuda_graph_options, megatron_dispatcher
 
 # Besides the entry points, the names the command line, the job builder, the Bridge reader and
@@ -82,7 +83,7 @@ class MegatronJob:
     defaults: tuple = ()
 
 
-def read_megatron_args(argv: Sequence[str]) -> MegatronJob:
+def read_megatron_args(argv: Sequence[str], *, tp_comm_overlap: bool = False) -> MegatronJob:
     """Read a ``pretrain_gpt.py`` argument list (optionally after ``torchrun`` and its options).
 
     Defaults and checks are Megatron-LM's (``validate_args``, ``TransformerConfig``): biases on
@@ -95,6 +96,11 @@ def read_megatron_args(argv: Sequence[str]) -> MegatronJob:
     ----------
     argv : sequence of str
         The words of the command, as a shell splits them.
+    tp_comm_overlap : bool
+        TP overlap is on beside ``argv`` (memsym's own ``--tp-comm-overlap``, which the
+        command line reads itself): ``--tp-comm-overlap-cfg FILE`` is then read
+        (:func:`memsym.readers.megatron_userbuffers.megatron_ub_option`), as it is under
+        ``argv``'s own ``--tp-comm-overlap``; otherwise it is ignored, as Megatron ignores it.
 
     Returns
     -------
@@ -130,11 +136,14 @@ def read_megatron_args(argv: Sequence[str]) -> MegatronJob:
     training = megatron_training(r, arch, layout)
     precision = megatron_precision(r)
     optimizer = megatron_optimizer(r, arch, layout, precision)
+    ub = megatron_ub_option(r, optimizer["tp_comm_overlap"] or tp_comm_overlap)
+    if ub is not None:
+        optimizer["tp_comm_overlap_cfg"] = ub
     ignored = []
     for name in order:
         dest = TABLE[name][0]
         r.not_modelled(name, dest)
-        if dest not in MODELLED:
+        if dest not in MODELLED and not (dest == UB_DEST and ub is not None):
             ignored.append(name)
     defaults = tuple((option, value, where) for option, dests, value, where in MEGATRON_DEFAULTS
                      if not any(r.given(d) for d in dests))
@@ -201,7 +210,8 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
 
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
-                            has_experts: bool = False) -> MegatronOverrides:
+                            has_experts: bool = False,
+                            tp_comm_overlap: bool = False) -> MegatronOverrides:
     """Read Megatron-LM arguments as changes to a model memsym already knows.
 
     With a MODEL (a preset or config.json) the model's recipe is the baseline and each
@@ -222,6 +232,9 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
         Pipeline-parallel size [GPUs] (``--num-layers-per-virtual-pipeline-stage``).
     has_experts : bool
         Whether the model has experts (``--disable-bias-linear`` also drops router biases).
+    tp_comm_overlap : bool
+        TP overlap is on (memsym's ``--tp-comm-overlap``): ``--tp-comm-overlap-cfg FILE`` is
+        read (:func:`memsym.readers.megatron_userbuffers.megatron_ub_option`), else ignored.
 
     Returns
     -------
@@ -263,7 +276,11 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     if raw.get("pad_vocab_size", True) is False:
         raise InvalidValueError("--no-pad-vocab-size: the unpadded vocabulary then comes from a "
                                 "checkpoint, which memsym cannot read")
-    ignored = _override_ignored(r, order, _DISPATCHER_DESTS if has_experts else ())
+    ub = megatron_ub_option(r, tp_comm_overlap or r.flag("tp_comm_overlap"))
+    if ub is not None:
+        opts["tp_comm_overlap_cfg"] = ub
+    ignored = _override_ignored(r, order, (_DISPATCHER_DESTS if has_experts else ())
+                                + ((UB_DEST,) if ub is not None else ()))
     return MegatronOverrides(options=opts, ignored=tuple(ignored), notes=tuple(r.notes))
 
 

@@ -334,11 +334,14 @@ def launch_overlaps(framework: str, sharding: str) -> dict:
     return FRAMEWORK[framework].launch_overlap_options(sharding)
 
 
-def _search_overlap(framework: str, sharding: str):
-    """The :class:`memsym.timing.step.Overlap` of :func:`launch_overlaps`, as the job with
-    those options gets it (:func:`memsym.timing.step.overlap_of`)."""
-    return overlap_of(Training(framework=framework, sharding=sharding,
-                               **launch_overlaps(framework, sharding)))
+def _search_overlap(space: Space, sharding: str):
+    """The :class:`memsym.timing.step.Overlap` of :func:`launch_overlaps` (or of the space's
+    own ``overlaps``, a job's), as the job with those options gets it
+    (:func:`memsym.timing.step.overlap_of`)."""
+    framework = space.framework
+    given = launch_overlaps(framework, sharding) if space.overlaps is None \
+        else dict(space.overlaps)
+    return overlap_of(Training(framework=framework, sharding=sharding, **given))
 
 
 def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme: str) -> dict:
@@ -399,7 +402,7 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     out = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
                          e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
                          m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
-                         overlap=_search_overlap(space.framework, scheme),
+                         overlap=_search_overlap(space, scheme),
                          eta_gemm=eta, first_stage_layers=first, last_stage_layers=last)
     col = {k: np.broadcast_to(np.asarray(out[k], dtype=float), (n,)) for k in (
         "step", "compute", "memory", "bubble", "optimizer", "tp", "ep", "cp", "pp", "dp",

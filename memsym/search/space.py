@@ -21,6 +21,7 @@ from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, 
                                  SCHEMES as ALL_SCHEMES)
 from ..model import moe_layer_pattern
 from ..training import ALLOWANCES, Training
+from ..job_record import FIELD_PARTS
 from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
 
 
@@ -215,6 +216,10 @@ class Space:
     framework: str = "megatron"
     #: Megatron's --fp8-recipe under fp8 (None: per-tensor scaling; memsym.vocabulary.FP8_RECIPES)
     fp8_recipe: str | None = None
+    #: the data-parallel overlaps every row is priced with: None, the launch's
+    #: (memsym.search.evaluate.launch_overlaps); else a job's own ``(name, value)`` pairs of
+    #: overlap_grad_reduce / overlap_param_gather (None: the framework's default)
+    overlaps: tuple | None = None
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -251,7 +256,9 @@ class Space:
             base["fp8_recipe"] = self.fp8_recipe
         if "recompute" in kw:
             kw = {**kw, **recompute_fields(kw["recompute"])}
-        if FRAMEWORK[self.framework].launch_overlaps == "overlap_comm":
+        if self.overlaps is not None:      # a job's own overlaps (plot feasibility's)
+            base.update(self.overlaps)
+        elif FRAMEWORK[self.framework].launch_overlaps == "overlap_comm":
             # the emitted config's overlap_comm (evaluate.launch_overlaps): its second IPG
             # buffer is memory the read-back counts (memsym.training.transients._transient_widths)
             base["overlap_grad_reduce"] = True
@@ -263,43 +270,120 @@ class Space:
         return Training(**base)
 
 
-def refuse_unsearched(tr, what: str = "search") -> None:
+#: The :class:`memsym.training.Training` fields a search carries: the space's own settings
+#: (:meth:`Space.training`) and the choices it explores (recompute and its layer-wise form,
+#: sharding, offload, micro-batch size).  Any other field a job sets is not searched.
+SEARCHED_FIELDS = frozenset((
+    "seq_length", "micro_batch_size", "global_batch_size", "recompute", "recompute_method",
+    "recompute_num_layers", "flash_attention", "dropout", "schedule", "precision", "optimizer",
+    "sharding", "convention", "offload", "capacity_factor", "finetune", "lora_rank",
+    "lora_targets", "quantization", "framework", "fp8_recipe"))
+
+
+#: The data-parallel overlap fields a search can price a job's own values of (``overlaps``).
+OVERLAP_FIELDS = ("overlap_grad_reduce", "overlap_param_gather")
+
+
+def unsearched_fields(tr, carried=()) -> list:
+    """``"name value"`` of each field of the Training ``tr`` that a search does not carry
+    (not in :data:`SEARCHED_FIELDS`, nor in ``carried``: fields this search is given, such as
+    :data:`OVERLAP_FIELDS` with ``overlaps``) and that differs from :class:`Training`'s
+    default: a search of the job would price, and draw, a different job without it.
+
+    Examples
+    --------
+    >>> from memsym.training import Training
+    >>> unsearched_fields(Training(optimizer="sgd")), unsearched_fields(Training(metric="reserved"))
+    ([], ['metric reserved'])
+    """
+    default = Training()
+    return [f"{name} {val if isinstance(val, str) else short(val)}" for name, val in
+            ((name, tr.value(name)) for name in FIELD_PARTS)
+            if name not in SEARCHED_FIELDS and name not in carried
+            and val != default.value(name)]
+
+
+def refuse_unsearched(tr, what: str = "search", carried=()) -> None:
     """Refuse, in one line, a job's setting that the search's space does not carry (it would
     be priced, and emitted, without it): the MoE dispatcher, Megatron-FSDP's strategy and
-    double buffer (the search spells ZeRO-2 as Megatron-FSDP optim_grads itself) and the
-    userbuffers config.  ``what``: the command that searches, as the message names it.
+    double buffer (the search spells ZeRO-2 as Megatron-FSDP optim_grads itself), the
+    userbuffers config, and any other field outside :data:`SEARCHED_FIELDS`
+    (:func:`unsearched_fields`, ``carried`` as there).  ``what``: the command that searches,
+    as the message names it.
 
     Examples
     --------
     >>> from memsym.training import Training
     >>> refuse_unsearched(Training())            # the defaults: nothing to refuse
+    >>> refuse_unsearched(Training(metric="allocated"), "plot feasibility")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: plot feasibility: the job's metric allocated is not a searched setting (the search prices the alltoall dispatcher, --sharding's own buffers, TE's default userbuffers and the job's settings the search keeps); estimate the layout instead
     """
-    kept = [f"{name} {val}" for name, val, default in (
-        ("moe_dispatcher", tr.memory.moe_dispatcher, "alltoall"),
-        ("megatron_fsdp", tr.states.megatron_fsdp, None),
-        ("fsdp_double_buffer", tr.states.fsdp_double_buffer, False),
-        ("tp_comm_overlap_cfg", tr.comm.tp_comm_overlap_cfg, None)) if val != default]
+    kept = unsearched_fields(tr, carried)
     if kept:
         raise InvalidValueError(f"{what}: the job's {', '.join(kept)} is not a searched setting "
                                 "(the search prices the alltoall dispatcher, --sharding's own "
-                                "buffers and TE's default userbuffers); estimate the layout "
-                                "instead")
+                                "buffers, TE's default userbuffers and the job's settings the "
+                                "search keeps); estimate the layout instead")
+
+
+def recompute_choice(memory) -> str:
+    """The search's recompute choice of a job's :class:`memsym.job_record.Memory` (the
+    inverse of :func:`recompute_fields`): its mode, or ``"block-N"`` / ``"every-N"`` for a
+    layer-wise full recompute.  Megatron's ``uniform`` grouping is not a search choice and is
+    refused in one line.
+
+    Examples
+    --------
+    >>> from memsym.job_record import Memory
+    >>> recompute_choice(Memory(recompute="selective"))
+    'selective'
+    >>> recompute_choice(Memory(recompute="full", recompute_method="block", recompute_num_layers=2))
+    'block-2'
+    """
+    if memory.recompute_method is None:
+        return memory.recompute
+    if memory.recompute_method not in ("block", "every"):
+        raise InvalidValueError(f"recompute method {memory.recompute_method} is not a search "
+                                "choice (block-N or every-N); estimate the layout instead")
+    return f"{memory.recompute_method}-{memory.recompute_num_layers or 1}"
+
+
+def global_batch_of(job) -> int | None:
+    """A job's global batch ``B`` [sequences]: its own, else its ``m`` micro-batches at its
+    layout, ``B = m b d`` (the same batch at every layout a search tries), else None.
+
+    Examples
+    --------
+    >>> from memsym.job import job
+    >>> global_batch_of(job("llama2-7b", dp=4, micro_batch_size=2, num_microbatches=8))
+    64
+    """
+    batch = job.training.batch
+    if batch.global_batch_size is not None or batch.num_microbatches is None:
+        return batch.global_batch_size
+    return batch.num_microbatches * batch.micro_batch_size * job.layout.d
 
 
 def from_job(model, gpu, options: dict):
     """A :class:`memsym.job.Job` as the search's model: its resolved architecture, and its
     training settings, allowances, GPU and capacity as the defaults of ``options`` (the
-    layout is what the search explores)."""
+    layout is what the search explores; micro-batches given as its global batch,
+    :func:`global_batch_of`); a setting the search does not carry is refused
+    (:func:`refuse_unsearched`; the overlaps are carried when ``options`` gives ``overlaps``)."""
     if not isinstance(model, Job):
         return model, gpu
     tr = model.training
-    refuse_unsearched(tr)
-    for key, val in (("seq_length", tr.batch.seq_length), ("global_batch_size", tr.batch.global_batch_size),
+    refuse_unsearched(tr, carried=("num_microbatches",) + (
+        OVERLAP_FIELDS if options.get("overlaps") is not None else ()))
+    for key, val in (("seq_length", tr.batch.seq_length), ("global_batch_size", global_batch_of(model)),
                      ("precision", tr.states.precision), ("optimizer", tr.states.optimizer),
                      ("convention", tr.states.convention), ("flash_attention", tr.memory.flash_attention),
                      ("dropout", tr.memory.dropout), ("schedule", tr.pipeline.schedule),
                      ("capacity_factor", tr.memory.capacity_factor), ("finetune", tr.adapters.finetune),
-                     ("lora_rank", tr.adapters.lora_rank), ("allowances", dict(model.allowances)),
+                     ("lora_rank", tr.adapters.lora_rank), ("lora_targets", tr.adapters.lora_targets),
+                     ("quantization", tr.adapters.quantization), ("allowances", dict(model.allowances)),
                      ("framework", tr.framework), ("fp8_recipe", tr.states.fp8_recipe),
                      ("capacity", model.capacity)):
         if val is not None:
@@ -320,7 +404,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                finetune="full", lora_rank=16, lora_targets="all", quantization=None,
                first_stage_layers=None, last_stage_layers=None, capacity=None,
                gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1, fp8_recipe=None,
-               uneven=True, framework="megatron") -> Space:
+               uneven=True, framework="megatron", overlaps=None) -> Space:
     """Validate the search keywords into a :class:`Space` (see :func:`search`).
 
     ``recompute`` and ``sharding`` default to what the framework offers: Megatron's none /
@@ -385,7 +469,43 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
         latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
-        framework=framework, fp8_recipe=fp8_recipe)
+        framework=framework, fp8_recipe=fp8_recipe, overlaps=_overlaps(overlaps))
+
+
+def _overlaps(given) -> tuple | None:
+    """``overlaps`` of :func:`make_space` as the Space holds it: None (the launch's), else
+    ``(name, value)`` pairs of :data:`OVERLAP_FIELDS`, each None or a bool."""
+    if given is None:
+        return None
+    given = dict(given)
+    for key in given:
+        if key not in OVERLAP_FIELDS:
+            raise UnknownNameError("overlap", key, OVERLAP_FIELDS)
+    return tuple((key, None if given.get(key) is None else boolean(given[key], key))
+                 for key in OVERLAP_FIELDS)
+
+
+def space_differences(tr, space, **choices) -> list:
+    """``"name job-value (searched space-value)"`` of each field where the Training ``tr`` of a
+    job differs from the one ``space`` prices for the job's ``choices``
+    (:meth:`Space.training`: ``micro_batch_size``, ``recompute``, ``sharding``, ``offload``):
+    a map drawn from the search would be another job's.  The adapters' targets and format are
+    left out (the space holds them checked and spelled out).
+
+    Examples
+    --------
+    >>> from memsym.training import Training
+    >>> sp = make_space("llama2-7b", "h100-80gb", optimizer="sgd")
+    >>> space_differences(Training(optimizer="sgd", dropout=False), sp,
+    ...                   sharding="distributed-optimizer")
+    []
+    >>> space_differences(Training(dropout=False), sp, sharding="distributed-optimizer")
+    ['optimizer adam (searched sgd)']
+    """
+    mine = space.training(**choices)
+    return [f"{name} {tr.value(name)} (searched {mine.value(name)})" for name in FIELD_PARTS
+            if name not in ("lora_targets", "quantization")
+            and tr.value(name) != mine.value(name)]
 
 
 def _device(gpu, cluster, gpus_per_node, capacity) -> tuple:

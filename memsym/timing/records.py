@@ -119,10 +119,12 @@ class Settings:
         Under selective recompute, Megatron-core's ``--recompute-modules``
         (:data:`memsym.vocabulary.RECOMPUTE_MODULES`; its default ``core_attn``), each
         module's forward rerun in backward (:mod:`memsym.timing.recompute`).
-    tp_overlap_cfg : str or None
+    tp_overlap_cfg : str, tuple or None
         The userbuffers config ``--tp-comm-overlap`` runs with (a key of
         :data:`memsym.timing.userbuffers.UB_CONFIGS`, e.g. a Megatron-Bridge recipe's
-        ``comm_overlap.tp_comm_overlap_cfg``); None: Transformer Engine's default.
+        ``comm_overlap.tp_comm_overlap_cfg``, or a user's config as
+        :func:`memsym.timing.userbuffers.user_ub_config` reads Megatron's
+        ``--tp-comm-overlap-cfg`` file); None: Transformer Engine's default.
     """
 
     seq_length: int = 2048
@@ -143,7 +145,7 @@ class Settings:
     pipelined_fsdp: bool = False
     recompute_fraction: float = 1.0
     recompute_modules: tuple = ("core_attn",)
-    tp_overlap_cfg: str | None = None
+    tp_overlap_cfg: str | tuple | None = None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ..errors import InvalidValueError
 
 __all__ = ["UbOverlap", "UB_CONFIGS", "UB_GEMMS", "UB_COMM_SMS", "UB_PIPELINE_SPLITS",
-           "ub_config"]
+           "UB_METHODS", "UB_KEYS", "ub_config", "user_ub_config"]
 
 #: Transformer Engine's default userbuffer overlaps (``initialize_ub`` without a user
 #: config, as Megatron-Bridge passes it when ``tp_comm_overlap_cfg`` is None): the SMs the
@@ -144,13 +144,87 @@ UB_CONFIGS = {
 }
 
 
-def ub_config(name: str | None = None) -> dict:
+#: The overlap methods memsym prices per GEMM (:func:`memsym.timing.layer.layer_time`): the
+#: all-gather GEMMs as rings, proj/fc2 forward as a pipelined or ring reduce-scatter, the qkv
+#: and fc1 data and weight gradients beside a bulk collective.  Transformer Engine turns a
+#: non-bulk ``*_dgrad`` into a reduce-scatter overlap of its own (``initialize_ub``), which
+#: memsym does not price.
+UB_METHODS = {
+    **{k: ("ring_exchange",) for k in ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")},
+    **{k: ("pipeline", "ring_exchange") for k in ("proj_fprop", "fc2_fprop")},
+    **{k: ("bulk",) for k in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")}}
+
+#: The keys of a GEMM's entry memsym reads (the others of ``initialize_ub``'s ``add_ub``, such
+#: as ``aggregate``, ``cga_size``, ``atomic_gemm`` or ``fp8_buf``, are listed as ignored).
+UB_KEYS = ("method", "num_sm", "set_sm_margin", "num_splits")
+
+#: The most SMs or splits an entry may name (a GPU has ~10^2 SMs).
+_UB_MAX = 1024
+
+
+def _ub_whole(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _UB_MAX:
+        raise InvalidValueError(f"{what} must be a whole number 1..{_UB_MAX}, got {value!r:.40}")
+    return value
+
+
+def user_ub_config(entries) -> tuple:
+    """``(config, ignored)``: a user's userbuffers config (Megatron-LM's ``--tp-comm-overlap-cfg``
+    YAML as read: GEMM name -> its entry) merged, as Transformer Engine's ``initialize_ub``
+    merges it, over the default of each GEMM (:data:`UB_CONFIGS` ``"te-default"``), and the
+    names memsym does not read (GEMMs outside :data:`UB_GEMMS`, keys outside :data:`UB_KEYS`).
+
+    ``config`` is a tuple of ``(gemm, method, num_sm, set_sm_margin, num_splits)`` per GEMM
+    of :data:`UB_GEMMS`, the form :func:`ub_config` and the job field ``tp_comm_overlap_cfg``
+    take.  A method memsym does not price for a GEMM (:data:`UB_METHODS`) is refused.
+
+    Examples
+    --------
+    >>> cfg, ignored = user_ub_config({"proj_fprop": {"method": "pipeline", "num_sm": 4,
+    ...                                               "set_sm_margin": 0, "num_splits": 4},
+    ...                                "qkv_fprop": {"method": "ring_exchange", "aggregate": 1}})
+    >>> ub_config(cfg)["proj_fprop"], ignored
+    (UbOverlap(method='pipeline', num_sm=4, set_sm_margin=False, num_splits=4), ['qkv_fprop.aggregate'])
+
+    References
+    ----------
+    Transformer Engine d0067d0da6, transformer_engine/pytorch/module/base.py ``initialize_ub``
+    (``get_default_config``, ``ub_cfg.update(user_ub_cfg[name])``).
+    """
+    if not isinstance(entries, dict):
+        raise InvalidValueError("a userbuffers config is a mapping of GEMM names to entries")
+    ignored, out = [], []
+    for gemm in entries:
+        if gemm not in UB_GEMMS:
+            ignored.append(str(gemm)[:40])
+    for gemm in UB_GEMMS:
+        base = UB_CONFIGS["te-default"][gemm]
+        given = entries.get(gemm) or {}
+        if not isinstance(given, dict):
+            raise InvalidValueError(f"userbuffers config {gemm}: give its entry as key: value lines")
+        ignored += [f"{gemm}.{str(k)[:40]}" for k in given if k not in UB_KEYS]
+        method = given.get("method", base.method)
+        if method not in UB_METHODS[gemm]:
+            raise InvalidValueError(f"userbuffers config {gemm}: method {str(method)[:40]} is not "
+                                    f"modelled (memsym prices {' or '.join(UB_METHODS[gemm])})")
+        margin = given.get("set_sm_margin", base.set_sm_margin)
+        if margin not in (True, False, 0, 1):
+            raise InvalidValueError(f"userbuffers config {gemm}.set_sm_margin must be true or "
+                                    f"false, got {margin!r:.40}")
+        out.append((gemm, method, _ub_whole(given.get("num_sm", base.num_sm), f"{gemm}.num_sm"),
+                    bool(margin),
+                    _ub_whole(given.get("num_splits", base.num_splits), f"{gemm}.num_splits")))
+    return tuple(out), ignored
+
+
+def ub_config(name=None) -> dict:
     """The userbuffers config ``name`` (None: Transformer Engine's default), GEMM -> UbOverlap.
 
     Parameters
     ----------
-    name : str, optional
-        A key of :data:`UB_CONFIGS` (a Megatron-Bridge ``userbuffers_*`` name).
+    name : str or tuple, optional
+        A key of :data:`UB_CONFIGS` (a Megatron-Bridge ``userbuffers_*`` name), or a user's
+        config as :func:`user_ub_config` gives it.
 
     Returns
     -------
@@ -167,6 +241,15 @@ def ub_config(name: str | None = None) -> dict:
     ----------
     Transformer Engine base.py ``initialize_ub``; Megatron-Bridge comm_overlap.py.
     """
+    if isinstance(name, tuple):     # a user's config: checked as user_ub_config makes it
+        if not all(isinstance(x, tuple) and len(x) == 5 for x in name) or \
+                sorted(x[0] for x in name) != sorted(UB_GEMMS):
+            raise InvalidValueError("a userbuffers config tuple holds (gemm, method, num_sm, "
+                                    "set_sm_margin, num_splits) for each of "
+                                    + ", ".join(UB_GEMMS))
+        got, _ = user_ub_config({x[0]: dict(zip(UB_KEYS, x[1:])) for x in name})
+        return {gemm: UbOverlap(method, num_sm, margin, splits)
+                for gemm, method, num_sm, margin, splits in got}
     key = "te-default" if name is None else name
     if key not in UB_CONFIGS:
         raise InvalidValueError(f"unknown userbuffers config {name!r} (known: "

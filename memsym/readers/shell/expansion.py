@@ -262,7 +262,9 @@ class Expander(Variables):
                 self.assign(name, val)
         elif op[-1] == "+":
             if empty:
-                if quoted:
+                if quoted and name == "@":
+                    out.no_elements = True  # "${@+x}" without arguments: no word, as "$@"
+                elif quoted:
                     out.text("")
                 return True, None
             self.expand_parts(self.arg_parts(arg, quoted), out, depth + 1, cond,
