@@ -147,14 +147,13 @@ class ModelStates:
         As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
     convention : str
         How model states are counted: ``"framework"`` (default: what Megatron-core, DeepSpeed
-        or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient buffer, 6 +
-        12/d bytes per parameter), ``"seed000"`` (the distributed optimizer read as ZeRO-2,
-        2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"``.
-    grad_dtype, precision_aware, fp8_param_gather, fp8_recipe
+        or FSDP2 allocate: the distributed optimizer's 6 + 12/d B/parameter), ``"seed000"``
+        (read as ZeRO-2, 2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"``.
+    grad_dtype, precision_aware, fp8_param_gather, fp8_recipe, fp4_param_gather
         The gradient-buffer dtype (None: the framework's, fp32 for Megatron's 16-bit
         training, ``"bf16"`` = ``--grad-reduce-in-bf16``; Megatron-FSDP's main grads),
         ``--use-precision-aware-optimizer``, ``--fp8-param-gather`` (:func:`byte_widths`),
-        ``--fp8-recipe`` (None: per-tensor scaling; ``"mxfp8"``: ``FP8_RECIPES``).
+        ``--fp8-recipe`` (None: per-tensor; ``"mxfp8"``: ``FP8_RECIPES``), ``--fp4-param-gather``.
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         Megatron's precision-aware optimizer dtypes (fp32; :mod:`memsym.terms.recipe_buffers`).
     zero_buckets : tuple of (str, int)
@@ -176,6 +175,7 @@ class ModelStates:
     precision_aware: bool = False
     fp8_param_gather: bool = False
     fp8_recipe: str | None = None
+    fp4_param_gather: bool = False
     main_params_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
@@ -352,7 +352,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
                                 "wgrad_deferral_limit")),
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
         "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "megatron_fsdp",
-        "fsdp_double_buffer")),
+        "fsdp_double_buffer", "fp4_param_gather")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers",
                               "moe_dispatcher", "cuda_graph_impl", "cuda_graph_modules",
                               "batch_attention_mask")))}

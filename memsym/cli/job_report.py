@@ -52,6 +52,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      # the weight precision and state sharding, each as the job reads it
                      "precision": training.states.precision,
                      "fp8_recipe": training.states.fp8_recipe,
+                     "fp4_param_gather": training.states.fp4_param_gather,
                      "optimizer": training.states.optimizer,
                      "sharding": training.states.sharding,
                      "megatron_fsdp": training.states.megatron_fsdp,

@@ -312,6 +312,9 @@ def _run_rows():
         flag("--fp8-param-gather", group="training", field="fp8_param_gather", value=True,
               help="Megatron's flag (--precision fp8, distributed optimizer): the linear "
               "weights are kept in FP8 only"),
+        flag("--fp4-param-gather", group="training", field="fp4_param_gather", value=True,
+              help="Megatron's flag (--precision fp4, distributed optimizer): the linear "
+              "weights are kept in NVFP4 only, gathered in NVFP4"),
         option("--framework", group="training", choices=FRAMEWORKS,
            field="framework", default="megatron", source=JOB_DEFAULTS, commands=JOB_AND_SEARCH,
            search="same", effect="memory, time",

@@ -122,6 +122,7 @@ FIELDS = {
     "mixed_precision.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
     "mixed_precision.fp8": ("bridge", "precision"),
     "mixed_precision.fp8_param_gather": ("bridge", "precision"),
+    "mixed_precision.fp4_param_gather": ("bridge", "precision"),
     "mixed_precision.fp8_recipe": ("bridge", "precision"),
     "mixed_precision.bf16": ("bridge", "precision"),
     "mixed_precision.fp16": ("bridge", "precision"),

@@ -110,6 +110,8 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
     params = prec.get("params_dtype", "fp32")
     if prec.get("fp4"):
         opts["precision"] = "fp4"
+        if prec.get("fp4_param_gather"):
+            opts["fp4_param_gather"] = True
     elif prec.get("fp8"):
         opts["precision"] = "fp8"
         opts["fp8_param_gather"] = bool(prec.get("fp8_param_gather"))
