@@ -62,9 +62,9 @@ _TE_FP8 = Source("transformer-engine", "pytorch/module/base.py, quantize_weight 
                  "is_first_microbatch (_fp8_workspaces); csrc/extensions/cast.cu, cast (rowwise data "
                  "+ data_transpose for columnwise usage); MXFP8: tensor/mxfp8_tensor.py, "
                  "MXFP8Quantizer.inner_tensor_specs")
-_NVFP4_PARAMS = Source("megatron-core", "core/distributed/param_and_grad_buffer.py:1084-1187 "
-                       "(NVFP4 params: uint8 param_data of numel/2, the grads at full numel); "
-                       "fp4_utils.py:80-108 (scales, amax and columnwise stay TE's); "
+_NVFP4_PARAMS = Source("megatron-core-nvfp4-params", "core/distributed/param_and_grad_buffer.py:"
+                       "1084-1187 (NVFP4 params: uint8 param_data of numel/2, the grads at full "
+                       "numel); fp4_utils.py:80-108 (scales, amax and columnwise stay TE's); "
                        "optimizer/distrib_optimizer.py:2853-2857 (fp32 shards quantized back); "
                        "TE pytorch/tensor/utils.py:1451-1520 (columnwise after the gather)")
 _MFSDP_FP8 = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/"

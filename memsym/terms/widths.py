@@ -401,11 +401,11 @@ def nvfp4_weight_bytes(fp4_param_gather: bool = False) -> sp.Expr:
 
     References
     ----------
-    megatron-core: distributed/param_and_grad_buffer.py:1084-1187 (NVFP4 params: uint8
+    megatron-core-nvfp4-params: distributed/param_and_grad_buffer.py:1084-1187 (NVFP4 params: uint8
     param_data of nvfp4_packed_numel = numel/2), fp4_utils.py:80-108 (only the rowwise bytes
     remapped into the buffer; scales, amax and columnwise stay the tensor's),
     optimizer/distrib_optimizer.py:2853-2857 (quantize_nvfp4_param_shard);
-    transformer-engine: pytorch/module/base.py:1838-1849 (reset_parameters: rowwise and
+    transformer-engine-nvfp4-params: pytorch/module/base.py:1838-1849 (reset_parameters: rowwise and
     columnwise usage, the high-precision init value on the CPU),
     pytorch/tensor/utils.py:1451-1520 (_nvfp4_2d_multi_tensor_transpose),
     pytorch/tensor/nvfp4_tensor.py:273-307 (get_scale_shape).
