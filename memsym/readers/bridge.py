@@ -464,9 +464,6 @@ def bridge_job_options(reading: dict) -> tuple:
     opts.update(recipe_mechanism_options(values, opts))
     if resolve_model(preset).num_experts:   # the flex dispatcher's DeepEP / HybridEP buffers
         opts.update(recipe_dispatcher(values, reading.get("computed") or ()))
-        if opts["moe_dispatcher"] == "hybridep" and opts.get("e", 1) * (opts.get("t_e") or 1) > 8:
-            notes.append("HybridEP over more than 8 GPUs: the RDMA buffers between NVLink domains "
-                         "are not counted (memsym.terms.dispatcher_buffers)")
     opts.update(_vocab(values, preset, notes))
     world = reading["world_size"]
     if world is not None:

@@ -22,7 +22,8 @@ from .traits import resolve_arch, sequence_parallel_on, stage_role
 from .transients import PHASE_SOURCE, PHASES, states_and_transients
 
 #: Keys of the buffers a framework allocates outside PyTorch's allocator (:func:`_outside_allocator`).
-OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers", "deepep_buffers", "hybridep_buffers")
+OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers", "deepep_buffers", "hybridep_buffers",
+                          "hybridep_rdma_buffers")
 
 
 def stage_total(arch, layout: Layout = Layout(), training: Training = Training(),
