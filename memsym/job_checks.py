@@ -93,6 +93,7 @@ def check_fields(layout: Layout, training: Training) -> None:
     flag(training.states.precision_aware, "precision_aware")
     flag(training.states.fp8_param_gather, "fp8_param_gather")
     flag(training.states.fp4_param_gather, "fp4_param_gather")
+    flag(training.memory.optimizer_cuda_graph, "optimizer_cuda_graph")
     flag(training.states.fsdp_double_buffer, "fsdp_double_buffer")
     flag(training.memory.compiled_loss, "compiled_loss")
     flag(training.memory.loss_parallel, "loss_parallel")

@@ -230,20 +230,19 @@ class Memory:
         t > 1 the logits stay vocab-sharded and the cross-entropy runs in ``loss_parallel()``
         (:func:`memsym.terms.transients.loss_parallel_transient`); torchtitan only.
     fsdp_root_group : bool
-        torchtitan's FSDP2 grouping before 83e694105 (July 2025): the root ``fully_shard``
-        holds embedding, final norm and output, gathered from the forward's start to the
-        backward's end, the output's gradient waits for the root's reduce-scatter, the last
-        block is not resharded after forward.  Default False (since v0.2): the embedding its
-        own group, ``[norm, output]`` one group kept gathered after forward
-        (:func:`memsym.terms.transients.fsdp2_io_groups`).  torchtitan's FSDP2 without PP only.
+        torchtitan's FSDP2 grouping before 83e694105 (July 2025), the root ``fully_shard``
+        holding embedding, final norm and output, gathered from the forward's start to the
+        backward's end (default False, since v0.2: the embedding its
+        own group, ``[norm, output]`` one; :func:`memsym.terms.transients.fsdp2_io_groups`).
     capacity_factor : int or Rational
         MoE routed-token load of the busiest expert rank over a balanced one (1; Megatron's
         ``--moe-expert-capacity-factor`` when tokens are dropped).
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
         Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
-    cuda_graph_impl, cuda_graph_modules, batch_attention_mask : str, tuple, bool
-        Megatron-core's CUDA graphs, parts captured, batches' mask (:mod:`memsym.terms.cuda_graphs`).
+    cuda_graph_impl, cuda_graph_modules, batch_attention_mask, optimizer_cuda_graph
+        Megatron-core's CUDA graphs, parts captured, batches' mask, ``--optimizer-cuda-graph``
+        (:mod:`memsym.terms.cuda_graphs`).
     moe_dispatcher : {"alltoall", "allgather", "deepep", "hybridep"}
         Megatron's MoE token dispatcher (``--moe-token-dispatcher-type``; the flex one named
         by its ``--moe-flex-dispatcher-backend``): :mod:`memsym.terms.dispatcher_buffers`.
@@ -269,6 +268,7 @@ class Memory:
     cuda_graph_impl: str = "none"
     cuda_graph_modules: tuple[str, ...] = ()
     batch_attention_mask: bool = True
+    optimizer_cuda_graph: bool = False
     moe_dispatcher: str = "alltoall"
     metric: str = "device"
 
@@ -355,7 +355,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
         "fsdp_double_buffer", "fp4_param_gather")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers",
                               "moe_dispatcher", "cuda_graph_impl", "cuda_graph_modules",
-                              "batch_attention_mask")))}
+                              "batch_attention_mask", "optimizer_cuda_graph")))}
 
 
 @dataclass(frozen=True, init=False)

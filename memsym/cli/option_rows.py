@@ -208,6 +208,10 @@ _SWITCH_ROWS = (
      "flag (PP > 1): the output layer's weight gradients wait for the pipeline flush, and the "
      "last stage keeps each micro-batch's output-layer input and logits gradient until then",
      "memory, time"),
+    ("--optimizer-cuda-graph", "optimizer_cuda_graph", True, "Megatron's flag: the optimizer "
+     "step captured in a CUDA graph, whose pool keeps what the step allocates (the fp32 "
+     "main-gradient shard under --grad-reduce-in-bf16) reserved through forward and backward",
+     "memory"),
 )
 
 

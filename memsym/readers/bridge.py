@@ -90,6 +90,7 @@ FIELDS = {
     "model.moe_flex_dispatcher_backend": ("bridge", "dispatcher"),
     "model.moe_expert_capacity_factor": ("job", "capacity_factor"),
     "model.cuda_graph_impl": ("bridge", "cuda_graphs"),
+    "optimizer.optimizer_cuda_graph": ("bridge", "cuda_graphs"),
     "dataset.create_attention_mask": ("bridge", "cuda_graphs"),
     "model.fine_grained_activation_offloading": ("bridge", "offloading"),
     "model.seq_length": ("bridge", "seq_length"),

@@ -129,7 +129,7 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
         opts["cpu_offloading_num_layers"] = trn["cpu_offloading_num_layers"]
     # --cuda-graph-impl and the data loader's mask (recipe_mechanisms.megatron_cuda_graph_options)
     opts.update({k: trn[k] for k in ("cuda_graph_impl", "cuda_graph_modules",
-                                     "batch_attention_mask") if k in trn})
+                                     "batch_attention_mask", "optimizer_cuda_graph") if k in trn})
     if trn.get("moe_dispatcher", "alltoall") != "alltoall":   # memsym.terms.dispatcher_buffers
         opts["moe_dispatcher"] = trn["moe_dispatcher"]
 

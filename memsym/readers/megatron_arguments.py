@@ -131,6 +131,7 @@ MODELLED = {
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "cp_comm_type", "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
     "cuda_graph_impl", "cuda_graph_modules", "cuda_graph_scope_deprecated", "enable_cuda_graph",
+    "optimizer_cuda_graph",
     "external_cuda_graph", "create_attention_mask_in_dataloader", "check_for_nan_in_loss_and_grad",
     "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_enable_deepep",
     "moe_flex_dispatcher_num_sms",

@@ -267,8 +267,8 @@ def refuse_unsearched(tr, what: str = "search") -> None:
     """Refuse, in one line, a job's setting that the search's space does not carry (it would
     be priced, and emitted, without it): the MoE dispatcher, Megatron-FSDP's strategy and
     double buffer (the search spells ZeRO-2 as Megatron-FSDP optim_grads itself), the
-    userbuffers config and NVFP4 parameters (``fp4_param_gather``: the search prices TE's
-    NVFP4 copies beside the bf16 weights).  ``what``: the command that searches, as the message names it.
+    userbuffers config, NVFP4 parameters (``fp4_param_gather``: the search prices TE's
+    NVFP4 copies beside the bf16 weights) and the optimizer step's CUDA graph.  ``what``: the command that searches, as the message names it.
 
     Examples
     --------
@@ -280,11 +280,13 @@ def refuse_unsearched(tr, what: str = "search") -> None:
         ("megatron_fsdp", tr.states.megatron_fsdp, None),
         ("fsdp_double_buffer", tr.states.fsdp_double_buffer, False),
         ("tp_comm_overlap_cfg", tr.comm.tp_comm_overlap_cfg, None),
-        ("fp4_param_gather", tr.states.fp4_param_gather, False)) if val != default]
+        ("fp4_param_gather", tr.states.fp4_param_gather, False),
+        ("optimizer_cuda_graph", tr.memory.optimizer_cuda_graph, False)) if val != default]
     if kept:
         raise InvalidValueError(f"{what}: the job's {', '.join(kept)} is not a searched setting "
                                 "(the search prices the alltoall dispatcher, --sharding's own "
-                                "buffers, TE's default userbuffers and bf16 weights); estimate "
+                                "buffers, TE's default userbuffers, bf16 weights and an eager "
+                                "optimizer step); estimate "
                                 "the layout instead")
 
 
