@@ -219,6 +219,10 @@ def validate(x, layout: Layout, training: Training):
                                 "megatron, precision fp4 and the distributed optimizer, not "
                                 f"{training.framework}, {training.states.precision} under "
                                 f"{training.states.sharding}")
+    if training.memory.optimizer_cuda_graph and not framework_record(
+            training.framework).megatron_options:
+        raise InvalidValueError("optimizer_cuda_graph is Megatron's --optimizer-cuda-graph "
+                                f"(framework megatron), not {training.framework}'s")
     _check_megatron_fsdp(training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)

@@ -235,3 +235,8 @@ def test_optimizer_graph_read_from_megatron_bridge_and_the_cli(capsys):
     assert got["bytes"]["optimizer_graph_pool"] == 8_030_261_248 * 4 // 8
     with pytest.raises(InvalidValueError, match="optimizer_cuda_graph"):
         refuse_unsearched(j.training)
+
+
+def test_optimizer_graph_is_megatrons():
+    with pytest.raises(InvalidValueError, match="optimizer_cuda_graph"):
+        job("llama3-8b", dp=8, framework="torchtitan", sharding="fsdp", optimizer_cuda_graph=True)

@@ -208,8 +208,8 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     with a scale byte per 32 elements each (``b_f8 = 2 + 2/32``, :func:`fp8_weight_bytes`).
     NVFP4 (fp4) keeps rowwise and columnwise copies, 4-bit with a scale byte per 16 elements
     each (``b_f8 = 9/8``, :func:`nvfp4_weight_bytes`), beside the bf16 weight or, with
-    ``fp4_param_gather``, instead of it.  The textbook conventions keep their widths (ZeRO: fp16 gradients,
-    seed 000: fp32 gradients sharded, Megatron-LM's estimator: fp32 gradients).
+    ``fp4_param_gather``, instead of it.  The textbook conventions keep their widths (ZeRO:
+    fp16 gradients, seed 000: fp32 gradients sharded, Megatron-LM's estimator: fp32 gradients).
 
     Parameters
     ----------
