@@ -282,6 +282,8 @@ SETTING_DEFAULTS: dict = {
                       "--use-megatron-fsdp)", lambda x, trn: trn.states.sharding == "fsdp"),
     "fsdp_double_buffer": ("Megatron-LM arguments.py: --fsdp-double-buffer off",
                            lambda x, trn: trn.states.megatron_fsdp is not None),
+    "fp4_param_gather": ("Megatron-LM arguments.py: --fp4-param-gather off (bf16 weights "
+                         "beside TE's NVFP4 copies)", lambda x, trn: trn.states.precision == "fp4"),
     "tp_comm_overlap_cfg": ("Transformer Engine's default userbuffers config (no "
                             "--tp-comm-overlap-cfg; memsym.timing.userbuffers)",
                             lambda x, trn: trn.comm.tp_comm_overlap),

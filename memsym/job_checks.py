@@ -92,6 +92,8 @@ def check_fields(layout: Layout, training: Training) -> None:
         flag(training.memory.dropout, "dropout")
     flag(training.states.precision_aware, "precision_aware")
     flag(training.states.fp8_param_gather, "fp8_param_gather")
+    flag(training.states.fp4_param_gather, "fp4_param_gather")
+    flag(training.memory.optimizer_cuda_graph, "optimizer_cuda_graph")
     flag(training.states.fsdp_double_buffer, "fsdp_double_buffer")
     flag(training.memory.compiled_loss, "compiled_loss")
     flag(training.memory.loss_parallel, "loss_parallel")
@@ -208,6 +210,19 @@ def validate(x, layout: Layout, training: Training):
                                 f"megatron with fp8_param_gather), not {training.framework}'s"
                                 + ("" if training.states.fp8_param_gather
                                    else " without fp8_param_gather"))
+    if training.states.fp4_param_gather and not (
+            framework_record(training.framework).megatron_options
+            and training.states.precision == "fp4"
+            and training.states.sharding == "distributed-optimizer"):
+        # NVFP4 parameters: Megatron's --fp4-param-gather (memsym.terms.widths.nvfp4_weight_bytes)
+        raise InvalidValueError("fp4_param_gather is Megatron's NVFP4 parameters: framework "
+                                "megatron, precision fp4 and the distributed optimizer, not "
+                                f"{training.framework}, {training.states.precision} under "
+                                f"{training.states.sharding}")
+    if training.memory.optimizer_cuda_graph and not framework_record(
+            training.framework).megatron_options:
+        raise InvalidValueError("optimizer_cuda_graph is Megatron's --optimizer-cuda-graph "
+                                f"(framework megatron), not {training.framework}'s")
     _check_megatron_fsdp(training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)

@@ -147,14 +147,13 @@ class ModelStates:
         As in :func:`memsym.terms.model_state.model_state` / :func:`byte_widths`.
     convention : str
         How model states are counted: ``"framework"`` (default: what Megatron-core, DeepSpeed
-        or FSDP2 allocate, e.g. the distributed optimizer's whole fp32 gradient buffer, 6 +
-        12/d bytes per parameter), ``"seed000"`` (the distributed optimizer read as ZeRO-2,
-        2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"``.
-    grad_dtype, precision_aware, fp8_param_gather, fp8_recipe
+        or FSDP2 allocate: the distributed optimizer's 6 + 12/d B/parameter), ``"seed000"``
+        (read as ZeRO-2, 2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"``.
+    grad_dtype, precision_aware, fp8_param_gather, fp8_recipe, fp4_param_gather
         The gradient-buffer dtype (None: the framework's, fp32 for Megatron's 16-bit
         training, ``"bf16"`` = ``--grad-reduce-in-bf16``; Megatron-FSDP's main grads),
         ``--use-precision-aware-optimizer``, ``--fp8-param-gather`` (:func:`byte_widths`),
-        ``--fp8-recipe`` (None: per-tensor scaling; ``"mxfp8"``: ``FP8_RECIPES``).
+        ``--fp8-recipe`` (None: per-tensor; ``"mxfp8"``: ``FP8_RECIPES``), ``--fp4-param-gather``.
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         Megatron's precision-aware optimizer dtypes (fp32; :mod:`memsym.terms.recipe_buffers`).
     zero_buckets : tuple of (str, int)
@@ -176,6 +175,7 @@ class ModelStates:
     precision_aware: bool = False
     fp8_param_gather: bool = False
     fp8_recipe: str | None = None
+    fp4_param_gather: bool = False
     main_params_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
@@ -230,20 +230,19 @@ class Memory:
         t > 1 the logits stay vocab-sharded and the cross-entropy runs in ``loss_parallel()``
         (:func:`memsym.terms.transients.loss_parallel_transient`); torchtitan only.
     fsdp_root_group : bool
-        torchtitan's FSDP2 grouping before 83e694105 (July 2025): the root ``fully_shard``
-        holds embedding, final norm and output, gathered from the forward's start to the
-        backward's end, the output's gradient waits for the root's reduce-scatter, the last
-        block is not resharded after forward.  Default False (since v0.2): the embedding its
-        own group, ``[norm, output]`` one group kept gathered after forward
-        (:func:`memsym.terms.transients.fsdp2_io_groups`).  torchtitan's FSDP2 without PP only.
+        torchtitan's FSDP2 grouping before 83e694105 (July 2025), the root ``fully_shard``
+        holding embedding, final norm and output, gathered from the forward's start to the
+        backward's end (default False, since v0.2: the embedding its
+        own group, ``[norm, output]`` one; :func:`memsym.terms.transients.fsdp2_io_groups`).
     capacity_factor : int or Rational
         MoE routed-token load of the busiest expert rank over a balanced one (1; Megatron's
         ``--moe-expert-capacity-factor`` when tokens are dropped).
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
         Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
-    cuda_graph_impl, cuda_graph_modules, batch_attention_mask : str, tuple, bool
-        Megatron-core's CUDA graphs, parts captured, batches' mask (:mod:`memsym.terms.cuda_graphs`).
+    cuda_graph_impl, cuda_graph_modules, batch_attention_mask, optimizer_cuda_graph
+        Megatron-core's CUDA graphs, parts captured, batches' mask, ``--optimizer-cuda-graph``
+        (:mod:`memsym.terms.cuda_graphs`).
     moe_dispatcher : {"alltoall", "allgather", "deepep", "hybridep"}
         Megatron's MoE token dispatcher (``--moe-token-dispatcher-type``; the flex one named
         by its ``--moe-flex-dispatcher-backend``): :mod:`memsym.terms.dispatcher_buffers`.
@@ -269,6 +268,7 @@ class Memory:
     cuda_graph_impl: str = "none"
     cuda_graph_modules: tuple[str, ...] = ()
     batch_attention_mask: bool = True
+    optimizer_cuda_graph: bool = False
     moe_dispatcher: str = "alltoall"
     metric: str = "device"
 
@@ -352,10 +352,10 @@ FIELD_PARTS: dict = {name: part for name, part in (
                                 "wgrad_deferral_limit")),
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
         "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "megatron_fsdp",
-        "fsdp_double_buffer")),
+        "fsdp_double_buffer", "fp4_param_gather")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers",
                               "moe_dispatcher", "cuda_graph_impl", "cuda_graph_modules",
-                              "batch_attention_mask")))}
+                              "batch_attention_mask", "optimizer_cuda_graph")))}
 
 
 @dataclass(frozen=True, init=False)

@@ -329,10 +329,13 @@ def test_perf_recipe_deepseek_layout_and_its_rebuild():
 
 def test_perf_recipe_fp4_is_memsyms_fp4(capsys):
     """perf_recipes/llama/gb200/llama3.py:140 _perf_precision("nvfp4") (bf16_with_nvfp4_mixed):
-    memsym's fp4 (Transformer Engine NVFP4), its fp4_param_gather noted as not modelled."""
+    memsym's fp4 (Transformer Engine NVFP4) with its fp4_param_gather (mixed_precision.py:416):
+    NVFP4 parameters, the 16-bit weights outside the linear layers only."""
     code, out, err = cli(capsys, "estimate", "--bridge-recipe",
                          "llama3_8b_pretrain_8gpu_gb200_nvfp4_config")
     assert code == 0 and "NVFP4" in out and "fp4_param_gather" in out
+    # Llama 3 8B: 2 x 128256 x 4096 embedding and output rows + 65 RMSNorms of 4096, in bf16
+    assert f"weights             {2 * (2 * 128256 * 4096 + 65 * 4096):,}" in out
 
 
 def test_perf_recipe_named_like_a_base_recipe_is_qualified():

@@ -189,3 +189,54 @@ def test_bridge_recipes_with_graphs():
         "llama3_8b_pretrain_8gpu_gb200_fp8cs_config"))
     assert opts["cuda_graph_impl"] == "full_iteration"
     assert any("graph executables" in n for n in notes)
+
+
+def test_optimizer_graph_keeps_the_step_allocations_reserved():
+    """--optimizer-cuda-graph (optimizer_cuda_graph.py:26-52, training.py:4449-4454): the step
+    is captured in a pool of its own.  Llama 3 8B (8030261248 parameters) at d = 8 with
+    --grad-reduce-in-bf16: the step's .float() main-gradient shard (distrib_optimizer.py:2792),
+    8030261248 x 4 / 8 = 4,015,130,624 B, stays reserved through forward and backward; with
+    the default fp32 gradient buffer the main gradients are views and the step allocates
+    nothing memsym counts: no pool.  max_memory_allocated does not see a replayed pool."""
+    kw = dict(dp=8, seq_length=4096, global_batch_size=64)
+    shard = 8_030_261_248 * 4 // 8
+    assert shard == 4_015_130_624
+    graphed = job("llama3-8b", grad_dtype="bf16", optimizer_cuda_graph=True, **kw)
+    assert _bytes(graphed, 0, "optimizer_graph_pool") == shard
+    eager = training_memory(job("llama3-8b", grad_dtype="bf16", **kw)).breakdown()
+    more = training_memory(graphed).breakdown()["total"] - eager["total"]
+    assert more == shard + sp.Rational(shard, 10)   # and its 10 % fragmentation allowance
+    assert _bytes(job("llama3-8b", optimizer_cuda_graph=True, **kw), 0,
+                  "optimizer_graph_pool") == 0
+    assert _bytes(job("llama3-8b", grad_dtype="bf16", optimizer_cuda_graph=True,
+                      metric="allocated", **kw), 0, "optimizer_graph_pool") == 0
+
+
+def test_optimizer_graph_read_from_megatron_bridge_and_the_cli(capsys):
+    base = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+            "--max-position-embeddings 32 --vocab-size 1000 --tokenizer-type NullTokenizer "
+            "--world-size 2 --micro-batch-size 1 --bf16 --use-distributed-optimizer").split()
+    j = megatron_job(read_megatron_args(base + ["--optimizer-cuda-graph"]))
+    assert j.training.memory.optimizer_cuda_graph is True
+    assert read_megatron_overrides(["--optimizer-cuda-graph"], num_layers=4).options[
+        "optimizer_cuda_graph"] is True
+    _, opts, _ = bridge_job_options(read_bridge_recipe(
+        "llama3_8b_pretrain_config", ["optimizer.optimizer_cuda_graph=True"]))
+    assert opts["optimizer_cuda_graph"] is True
+    from memsym.cli import main
+    from memsym.search.space import refuse_unsearched
+
+    assert main(["estimate", "llama3-8b", "--dp", "8", "--grad-reduce-in-bf16",
+                 "--optimizer-cuda-graph", "--json"]) == 0
+    import json
+
+    got = json.loads(capsys.readouterr().out)
+    assert got["training"]["optimizer_cuda_graph"] is True
+    assert got["bytes"]["optimizer_graph_pool"] == 8_030_261_248 * 4 // 8
+    with pytest.raises(InvalidValueError, match="optimizer_cuda_graph"):
+        refuse_unsearched(j.training)
+
+
+def test_optimizer_graph_is_megatrons():
+    with pytest.raises(InvalidValueError, match="optimizer_cuda_graph"):
+        job("llama3-8b", dp=8, framework="torchtitan", sharding="fsdp", optimizer_cuda_graph=True)

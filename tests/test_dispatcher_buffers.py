@@ -3,7 +3,8 @@ counts derived by hand from DeepEP's source, and the three ways they reach a job
 Megatron-LM command, a Megatron-Bridge recipe, the CLI.
 
 Sources: DeepEP hybrid-ep 94a9f8f6b1 (csrc/config.hpp:51-100, deep_ep/buffer.py:228-282,
-csrc/deep_ep.cpp:145-188, csrc/hybrid_ep/buffer/intranode.cu, extension/allgather.cu);
+csrc/deep_ep.cpp:145-188, csrc/hybrid_ep/buffer/intranode.cu, extension/allgather.cu,
+buffer/internode_doca.cu);
 Megatron-LM d98e8a64dd (moe/fused_a2a.py get_buffer, token_dispatcher.py _DeepepManager).
 """
 
@@ -18,7 +19,8 @@ from memsym.errors import InvalidValueError
 from memsym.job import job
 from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
 from memsym.symbols import E, b, c, e, h, s, t, t_e
-from memsym.terms.dispatcher_buffers import deepep_buffer, deepep_buffer_bytes, hybridep_buffer
+from memsym.terms.dispatcher_buffers import (deepep_buffer, deepep_buffer_bytes, hybridep_buffer,
+                                             hybridep_rdma_buffer)
 from memsym.training import training_memory
 
 MIB = 2**20
@@ -118,7 +120,8 @@ def test_bridge_recipes_that_set_flex():
     assert read("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config")[1]["moe_dispatcher"] == "deepep"
     assert read("deepseek_v3_pretrain_256gpu_b300_fp8mx_config")[1]["moe_dispatcher"] == "hybridep"
     _, opts, notes = read("deepseek_v3_pretrain_1024gpu_h100_bf16_config")
-    assert opts["moe_dispatcher"] == "hybridep" and any("RDMA buffers" in n for n in notes)
+    # EP 64 over 8-GPU nodes: the RDMA buffers are counted now, no note says otherwise
+    assert opts["moe_dispatcher"] == "hybridep" and not any("RDMA buffers" in n for n in notes)
     _, opts, _ = bridge_job_options(read_bridge_recipe("llama3_70b_pretrain_config"))
     assert "moe_dispatcher" not in opts
 
@@ -164,3 +167,48 @@ def test_allgather_keeps_the_gathered_tokens_in_the_global_buffer():
     j = _megatron("--moe-token-dispatcher-type", "allgather")
     assert j.training.memory.moe_dispatcher == "allgather"
     assert "dispatcher_gather_buffer" in training_memory(j).breakdown()
+
+
+def _rdma_by_hand(tokens, hidden, local_experts, per_domain, nodes, chunk=64):
+    """internode_doca.cu's cudaMalloc sizes, one by one [bytes]: dispatch (383-432) and
+    combine (557-592), uint16 tokens, fp32 probabilities and scaling factors, uint64 flags."""
+    remote = nodes - 1
+    flags_d = ((tokens - 1) // chunk + 1) * remote + 2 * remote
+    dispatch = [tokens * hidden * 2,                                      # attn_input_token
+                tokens * local_experts * per_domain * nodes * 4,          # attn_input_prob
+                tokens * (hidden // 128) * 4,                             # attn_input_scaling_factor
+                tokens * remote * hidden * 2,                             # rdma_inter_node_group_token
+                tokens * remote * local_experts * per_domain * 4,         # ..._prob
+                tokens * remote * (hidden // 128) * 4,                    # ..._scaling_factor
+                flags_d * 8, flags_d * 8, 8]          # group flags, attn_input_flags, expected
+    combine = [tokens * remote * hidden * 2, tokens * remote * local_experts * per_domain * 4,
+               tokens * remote * hidden * 2, tokens * remote * local_experts * per_domain * 4,
+               flags_d * 8, flags_d * 8, 8]
+    return sum(dispatch) + sum(combine)
+
+
+def test_hybridep_rdma_buffers_by_hand():
+    """HybridEP's RDMA coordinator, when the e t_e group spans NVLink domains
+    (hybrid_ep.cu:61-97): DeepSeek-V3 at TP 2 (SP), EP 64 on 8-GPU HGX nodes (T = 2048
+    tokens per rank, 8 nodes, 4 local experts), and Qwen3-30B-A3B at EP 16 (T = 4096, 2
+    nodes, 8 local experts); none inside one domain (EP 8 on HGX, EP 16 on an NVL72 rack)."""
+    v3 = {h: 7168, E: 256, e: 64, t_e: 1, s: 4096, b: 1, c: 1, t: 2}
+    assert _rdma_by_hand(2048, 7168, 4, 8, 8) == 657_202_640
+    assert hybridep_rdma_buffer().evaluate(v3) == 657_202_640
+    qwen = {h: 2048, E: 128, e: 16, t_e: 1, s: 4096, b: 1, c: 1, t: 1}
+    assert hybridep_rdma_buffer().evaluate(qwen) == _rdma_by_hand(4096, 2048, 8, 8, 2) == 72_878_160
+    assert hybridep_rdma_buffer(72).evaluate(qwen) == 0
+    assert hybridep_rdma_buffer().evaluate({**v3, e: 8, t: 1}) == 0
+
+
+def test_hybridep_rdma_buffers_reach_the_job():
+    """On H100 (8-GPU NVLink domains) a 16-rank HybridEP group adds the RDMA buffers beside the
+    NVLink ones, outside PyTorch's allocator (device metric only); on GB200 (NVL72) it does
+    not."""
+    kw = dict(e=16, t_e=1, d=16, seq_length=4096, moe_dispatcher="hybridep")
+    hgx = training_memory(job("qwen3-30b-a3b", gpu="h100", **kw)).grouped()
+    assert hgx["hybridep_rdma_buffers"] == _rdma_by_hand(4096, 2048, 8, 8, 2)
+    rack = training_memory(job("qwen3-30b-a3b", gpu="gb200", **kw)).grouped()
+    assert rack.get("hybridep_rdma_buffers", 0) == 0
+    alloc = training_memory(job("qwen3-30b-a3b", gpu="h100", metric="allocated", **kw)).grouped()
+    assert "hybridep_rdma_buffers" not in alloc

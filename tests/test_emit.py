@@ -415,10 +415,12 @@ def test_json_without_emit_dir_carries_the_text(capsys):
                                           ("megatron_fsdp", "optim_grads_params"),
                                           ("fsdp_double_buffer", True),
                                           ("tp_comm_overlap_cfg",
-                                           "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")])
+                                           "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"),
+                                          ("fp4_param_gather", True),
+                                          ("optimizer_cuda_graph", True)])
 def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
-    """A job's MoE dispatcher, Megatron-FSDP strategy / double buffer or userbuffers config is
-    no searched setting: searching (and so emitting) the job is refused in one line, never
+    """A job's MoE dispatcher, Megatron-FSDP strategy / double buffer, userbuffers config,
+    NVFP4 parameters or optimizer CUDA graph is no searched setting: searching (and so emitting) the job is refused in one line, never
     priced without it."""
     from memsym.errors import InvalidValueError
     from memsym.job import job
@@ -426,7 +428,8 @@ def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
     base = "qwen3-30b-a3b" if field == "moe_dispatcher" else "llama3-8b"
     extra = {"moe_dispatcher": dict(e=4, d=4), "megatron_fsdp": dict(sharding="fsdp"),
              "fsdp_double_buffer": dict(sharding="fsdp", megatron_fsdp="optim_grads_params"),
-             "tp_comm_overlap_cfg": dict(t=4, sequence_parallel=True, tp_comm_overlap=True)}
+             "tp_comm_overlap_cfg": dict(t=4, sequence_parallel=True, tp_comm_overlap=True),
+             "fp4_param_gather": dict(precision="fp4")}
     kw = {**extra.get(field, {}), field: value}
     j = job(base, gpu=GPU, global_batch_size=64, **kw)
     with pytest.raises(InvalidValueError) as exc:

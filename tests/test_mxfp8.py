@@ -183,7 +183,7 @@ def test_readers_and_cli_read_nvfp4(capsys):
     _, opts, notes = bridge_job_options(
         read_bridge_recipe("llama3_70b_pretrain_64gpu_gb300_nvfp4_config"))
     assert opts["precision"] == "fp4" and "fp8_param_gather" not in opts
-    assert any("fp4_param_gather" in n for n in notes)
+    assert opts["fp4_param_gather"] is True     # bf16_with_nvfp4_mixed: NVFP4 parameters
     mj = read_megatron_args(
         "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
         "--max-position-embeddings 32 --vocab-size 1000 --tokenizer-type NullTokenizer "

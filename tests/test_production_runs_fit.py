@@ -182,24 +182,14 @@ TIGHT["mbridge.26.04.01.b200.deepseek-v3.mxfp8"] = (
     f"Engine's CUDA graphs ({_CG_TE}: 1.4 GB): 167.6 GB without the margin, 184.2 GB with "
     "it, against 180 GB (PP 8 VP 2 EP 32; 166.2 / 182.7 before the graphs were counted)")
 XFAIL["mbridge.25.11.gb200.qwen3-30b-a3b.mxfp8"] = XFAIL["mbridge.26.02.gb200.qwen3-30b-a3b.mxfp8"]
-#: NVFP4 (precision fp4): the bf16 weights stay and TE keeps rowwise + columnwise NVFP4 copies,
-#: 9/8 B per linear weight; the recipe's fp4_param_gather (NVFP4 parameters) is not modelled
-#: (the reader's note), so the weights may be over-counted by their bf16 copy.
-_NV = "the bf16 weights beside TE's NVFP4 copies (fp4_param_gather not modelled)"
-for _rel in ("26.04.01", "26.04", "26.02"):
-    TIGHT[f"mbridge.{_rel}.gb300.llama3-70b.nvfp4"] = (
-        f"{_FRAG} takes it over, with {_NV}: 268.3 GB without the margin, 295.1 GB with it, "
-        "against 279 GB (PP 4 VP 5, MBS 1)")
-    TIGHT[f"mbridge.{_rel}.gb200.llama3-405b.nvfp4"] = (
-        f"{_FRAG} takes it over, with {_NV}: 170.3 GB without the margin, 187.2 GB with it, "
-        "against 186 GB (TP 4 PP 16 VP 8)")
-TIGHT["mbridge.26.02.01.gb200.llama3-405b.nvfp4"] = (
-    f"{_FRAG} takes it over, with {_NV}: 181.1 GB without the margin, 199.1 GB with it, "
-    "against 186 GB (the row's VP 4)")
+#: NVFP4 (precision fp4) with the recipes' fp4_param_gather: NVFP4 linear weights only,
+#: rowwise + columnwise, 9/8 B each (memsym.terms.widths.nvfp4_weight_bytes); every NVFP4
+#: row at the recipe's layout fits (26.02.01's GB200 405B row at its VP 4: 185.0 GB of 186).
 XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
     "the row prints TP 1 PP 1 and FSDP 0 (the FP8 row beside it runs FSDP 64): under the "
-    "distributed optimizer alone every GPU holds the 70B model's bf16 weights and fp32 "
-    "gradient buffer, 725.4 GB predicted, 659.5 without the margin, against 279 GB")
+    "distributed optimizer alone every GPU holds the 70B model's NVFP4 weights "
+    "(fp4_param_gather) and fp32 gradient buffer, 574.8 GB predicted, 522.6 without the "
+    "margin, against 279 GB")
 
 
 def _recipe(run) -> str:

@@ -56,6 +56,7 @@ _NEEDS_MODEL = (
     ("--untie-embeddings-and-output-weights", "untie_embeddings_and_output_weights"),
     ("--multi-latent-attention", "multi_latent_attention"), ("--normalization", "normalization"),
     ("--grad-reduce-in-bf16", "grad_reduce_in_bf16"), ("--fp8-param-gather", "fp8_param_gather"),
+    ("--fp4-param-gather", "fp4_param_gather"),
     ("--wgrad-deferral-limit", "wgrad_deferral_limit"),
     ("--framework", "framework"),
     ("--recompute-method", "recompute_method"), ("--recompute-num-layers", "recompute_num_layers"),

@@ -52,6 +52,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      # the weight precision and state sharding, each as the job reads it
                      "precision": training.states.precision,
                      "fp8_recipe": training.states.fp8_recipe,
+                     "fp4_param_gather": training.states.fp4_param_gather,
                      "optimizer": training.states.optimizer,
                      "sharding": training.states.sharding,
                      "megatron_fsdp": training.states.megatron_fsdp,
@@ -63,6 +64,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "cuda_graph_impl": training.memory.cuda_graph_impl,
                      "cuda_graph_modules": list(training.memory.cuda_graph_modules),
                      "batch_attention_mask": training.memory.batch_attention_mask,
+                     "optimizer_cuda_graph": training.memory.optimizer_cuda_graph,
                      "moe_dispatcher": training.memory.moe_dispatcher,
                      "main_params_dtype": training.states.main_params_dtype,
                      "exp_avg_dtype": training.states.exp_avg_dtype,

@@ -208,6 +208,10 @@ _SWITCH_ROWS = (
      "flag (PP > 1): the output layer's weight gradients wait for the pipeline flush, and the "
      "last stage keeps each micro-batch's output-layer input and logits gradient until then",
      "memory, time"),
+    ("--optimizer-cuda-graph", "optimizer_cuda_graph", True, "Megatron's flag: the optimizer "
+     "step captured in a CUDA graph, whose pool keeps what the step allocates (the fp32 "
+     "main-gradient shard under --grad-reduce-in-bf16) reserved through forward and backward",
+     "memory"),
 )
 
 
@@ -312,6 +316,9 @@ def _run_rows():
         flag("--fp8-param-gather", group="training", field="fp8_param_gather", value=True,
               help="Megatron's flag (--precision fp8, distributed optimizer): the linear "
               "weights are kept in FP8 only"),
+        flag("--fp4-param-gather", group="training", field="fp4_param_gather", value=True,
+              help="Megatron's flag (--precision fp4, distributed optimizer): the linear "
+              "weights are kept in NVFP4 only, gathered in NVFP4"),
         option("--framework", group="training", choices=FRAMEWORKS,
            field="framework", default="megatron", source=JOB_DEFAULTS, commands=JOB_AND_SEARCH,
            search="same", effect="memory, time",

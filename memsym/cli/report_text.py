@@ -130,7 +130,8 @@ def _states_text(trn: dict) -> str:
     with the Megatron-FSDP strategy, its double buffer and a non-default MoE dispatcher."""
     if "precision" not in trn:
         return ""
-    prec = trn["precision"] + (f" ({trn['fp8_recipe']})" if trn.get("fp8_recipe") else "")
+    prec = trn["precision"] + (f" ({trn['fp8_recipe']})" if trn.get("fp8_recipe") else "") \
+        + (" (NVFP4 parameters, fp4_param_gather)" if trn.get("fp4_param_gather") else "")
     out = f"; precision {prec}, sharding {trn['sharding']}"
     if trn.get("megatron_fsdp"):
         out += f" (Megatron-FSDP {trn['megatron_fsdp']}"

@@ -226,6 +226,8 @@ def _memsym_options(args) -> dict:
         opts["_grad_reduce_in_bf16"] = True
     if getattr(args, "fp8_param_gather", False):
         opts["fp8_param_gather"] = True
+    if getattr(args, "fp4_param_gather", False):
+        opts["fp4_param_gather"] = True
     if getattr(args, "lora_regather", False):
         opts["lora_regather"] = True
     if getattr(args, "should_pad_vocab", False) and args.convention != "megatron-bridge":

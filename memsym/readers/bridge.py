@@ -90,6 +90,7 @@ FIELDS = {
     "model.moe_flex_dispatcher_backend": ("bridge", "dispatcher"),
     "model.moe_expert_capacity_factor": ("job", "capacity_factor"),
     "model.cuda_graph_impl": ("bridge", "cuda_graphs"),
+    "optimizer.optimizer_cuda_graph": ("bridge", "cuda_graphs"),
     "dataset.create_attention_mask": ("bridge", "cuda_graphs"),
     "model.fine_grained_activation_offloading": ("bridge", "offloading"),
     "model.seq_length": ("bridge", "seq_length"),
@@ -122,6 +123,7 @@ FIELDS = {
     "mixed_precision.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
     "mixed_precision.fp8": ("bridge", "precision"),
     "mixed_precision.fp8_param_gather": ("bridge", "precision"),
+    "mixed_precision.fp4_param_gather": ("bridge", "precision"),
     "mixed_precision.fp8_recipe": ("bridge", "precision"),
     "mixed_precision.bf16": ("bridge", "precision"),
     "mixed_precision.fp16": ("bridge", "precision"),
@@ -463,9 +465,6 @@ def bridge_job_options(reading: dict) -> tuple:
     opts.update(recipe_mechanism_options(values, opts))
     if resolve_model(preset).num_experts:   # the flex dispatcher's DeepEP / HybridEP buffers
         opts.update(recipe_dispatcher(values, reading.get("computed") or ()))
-        if opts["moe_dispatcher"] == "hybridep" and opts.get("e", 1) * (opts.get("t_e") or 1) > 8:
-            notes.append("HybridEP over more than 8 GPUs: the RDMA buffers between NVLink domains "
-                         "are not counted (memsym.terms.dispatcher_buffers)")
     opts.update(_vocab(values, preset, notes))
     world = reading["world_size"]
     if world is not None:

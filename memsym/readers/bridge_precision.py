@@ -2,9 +2,9 @@
 
 :func:`recipe_precision` reads ``mixed_precision`` (a named recipe of
 ``training/mixed_precision.py`` at 067f987df0, or its fields overridden) into memsym's
-precision, ``fp8_param_gather``, ``fp8_recipe`` and gradient dtype; :func:`recipe_sharding`
-reads the DDP config (distributed optimizer, Megatron-FSDP and its strategy) into memsym's
-sharding scheme, saying in ``notes`` what it counts otherwise.
+precision, ``fp8_param_gather``, ``fp8_recipe``, ``fp4_param_gather`` and gradient dtype;
+:func:`recipe_sharding` reads the DDP config (distributed optimizer, Megatron-FSDP and its
+strategy) into memsym's sharding scheme, saying in ``notes`` what it counts otherwise.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ __all__ = ["PRECISION_RECIPES", "recipe_precision", "recipe_sharding"]
 #: parameters are gathered, the line): bf16_mixed 185, fp16_mixed 201,
 #: bf16_with_fp8_delayed_scaling_mixed 217 (fp8_param_gather 231), bf16_with_mxfp8_mixed 255
 #: (264; fp8_recipe "mxfp8" 263: memsym's fp8_recipe mxfp8), bf16_with_fp8_current_scaling_mixed
-#: 285 (302), bf16_with_nvfp4_mixed 405 (fp4 "e2m1": memsym's fp4; fp4_param_gather 416 is
-#: not modelled: a note says so).
+#: 285 (302), bf16_with_nvfp4_mixed 405 (fp4 "e2m1": memsym's fp4; fp4_param_gather 416,
+#: NVFP4 parameters, memsym.terms.widths.nvfp4_weight_bytes).
 PRECISION_RECIPES = {
     "bf16_mixed": ("bf16", False), "fp16_mixed": ("fp16", False),
     "bf16_with_fp8_delayed_scaling_mixed": ("fp8", True),
     "bf16_with_mxfp8_mixed": ("fp8", True),
     "bf16_with_fp8_current_scaling_mixed": ("fp8", True),
-    "bf16_with_nvfp4_mixed": ("fp4", False),
+    "bf16_with_nvfp4_mixed": ("fp4", True),
 }
 
 
@@ -53,15 +53,16 @@ def recipe_precision(values, notes) -> dict:
             prec = "fp8"
         elif prec == "fp8":
             prec, gather = ("fp16" if str(recipe).startswith("fp16") else "bf16"), False
-    if "mixed_precision.fp8_param_gather" in values:
-        gather = recipe_flag(values, "mixed_precision.fp8_param_gather")
+    key = "mixed_precision.fp4_param_gather" if prec == "fp4" else "mixed_precision.fp8_param_gather"
+    if key in values:   # the gather of the precision's own parameters
+        gather = recipe_flag(values, key)
     # MixedPrecisionConfig.fp8_recipe (bf16_with_mxfp8_mixed sets "mxfp8"); delayed and
     # tensorwise are counted alike (memsym.vocabulary.FP8_RECIPES), blockwise as they are
     fp8_recipe = values.get("mixed_precision.fp8_recipe",
                             "mxfp8" if recipe == "bf16_with_mxfp8_mixed" else None)
     out = {"precision": prec}
-    if prec == "fp8" and gather:
-        out["fp8_param_gather"] = True
+    if prec in ("fp8", "fp4") and gather:
+        out[prec + "_param_gather"] = True
     if prec == "fp8" and fp8_recipe == "mxfp8":
         out["fp8_recipe"] = "mxfp8"
     elif prec == "fp8" and fp8_recipe not in (None, "delayed", "tensorwise"):
@@ -70,9 +71,6 @@ def recipe_precision(values, notes) -> dict:
     # the precision config's grad_reduce_in_fp32 (True in every named recipe) replaces the DDP
     # config's (update_config_with_precision_overrides)
     fp32 = values.get("mixed_precision.grad_reduce_in_fp32", True)
-    if prec == "fp4" and values.get("mixed_precision") == "bf16_with_nvfp4_mixed":
-        notes.append("bf16_with_nvfp4_mixed sets fp4_param_gather: NVFP4 parameters are not "
-                     "modelled, counted as bf16 weights with TE's NVFP4 copies")
     if not fp32 and prec in ("bf16", "fp8", "fp4"):
         out["grad_dtype"] = "bf16"
     if values.get("ddp.grad_reduce_in_fp32", fp32) != fp32:
@@ -125,10 +123,16 @@ def recipe_sharding(values, prec: dict, notes) -> str:
                    else "with FP8 without fp8_param_gather" if scheme == "fsdp"
                    else "with FP8")
             prec.update(precision="bf16")
-            prec.pop("fp8_param_gather", None)
-            prec.pop("fp8_recipe", None)
+            for key in ("fp8_param_gather", "fp8_recipe", "fp4_param_gather"):
+                prec.pop(key, None)
             notes.append(f"Megatron-FSDP {strategy} {why} (supported by Bridge): memsym counts "
                          "the job as bf16, without the FP8 weights and FP8 saved inputs")
         return scheme
     distributed = recipe_flag(values, "ddp.use_distributed_optimizer", True)
+    gather = prec.pop("fp4_param_gather", None)
+    if gather and distributed:
+        prec["fp4_param_gather"] = True   # NVFP4 parameters: the distributed optimizer's
+    elif gather:
+        notes.append("fp4_param_gather without the distributed optimizer is not modelled: "
+                     "counted as bf16 weights with TE's NVFP4 copies")
     return "distributed-optimizer" if distributed else "ddp"

@@ -110,6 +110,8 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
     params = prec.get("params_dtype", "fp32")
     if prec.get("fp4"):
         opts["precision"] = "fp4"
+        if prec.get("fp4_param_gather"):
+            opts["fp4_param_gather"] = True
     elif prec.get("fp8"):
         opts["precision"] = "fp8"
         opts["fp8_param_gather"] = bool(prec.get("fp8_param_gather"))
@@ -127,7 +129,7 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
         opts["cpu_offloading_num_layers"] = trn["cpu_offloading_num_layers"]
     # --cuda-graph-impl and the data loader's mask (recipe_mechanisms.megatron_cuda_graph_options)
     opts.update({k: trn[k] for k in ("cuda_graph_impl", "cuda_graph_modules",
-                                     "batch_attention_mask") if k in trn})
+                                     "batch_attention_mask", "optimizer_cuda_graph") if k in trn})
     if trn.get("moe_dispatcher", "alltoall") != "alltoall":   # memsym.terms.dispatcher_buffers
         opts["moe_dispatcher"] = trn["moe_dispatcher"]
 

@@ -119,7 +119,8 @@ MODELLED = {
     "distribute_saved_activations",
     "attention_backend", "use_flash_attn", "transformer_impl", "hidden_dropout",
     "attention_dropout",
-    "bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "fp4", "fp4_recipe", "grad_reduce_in_bf16",
+    "bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "fp4", "fp4_recipe", "fp4_param_gather",
+    "grad_reduce_in_bf16",
     "accumulate_allreduce_grads_in_fp32", "use_precision_aware_optimizer", "main_grads_dtype",
     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     "optimizer", "use_distributed_optimizer", "use_megatron_fsdp", "megatron_fsdp_version",
@@ -130,6 +131,7 @@ MODELLED = {
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "cp_comm_type", "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
     "cuda_graph_impl", "cuda_graph_modules", "cuda_graph_scope_deprecated", "enable_cuda_graph",
+    "optimizer_cuda_graph",
     "external_cuda_graph", "create_attention_mask_in_dataloader", "check_for_nan_in_loss_and_grad",
     "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_enable_deepep",
     "moe_flex_dispatcher_num_sms",
@@ -147,7 +149,7 @@ STRUCTURE_NOT_MODELLED = {
 
 #: Accepted and listed, but they change memory in ways memsym does not model (said in the notes).
 MEMORY_NOT_MODELLED = {
-    "optimizer_cpu_offload": "optimizer CPU offload", "fp4_param_gather": "NVFP4 parameters",
+    "optimizer_cpu_offload": "optimizer CPU offload",
     "fine_grained_activation_offloading": "fine-grained activation offloading",
     "moe_expert_capacity_factor": "expert capacity (token dropping)",
 }

@@ -39,7 +39,8 @@ def megatron_precision(r: MegatronArguments) -> dict:
     dict
         ``params_dtype``, ``grad_reduce_in_fp32``, ``grad_dtype``, ``main_grads_dtype``,
         ``main_params_dtype``, ``exp_avg_dtype``, ``exp_avg_sq_dtype``,
-        ``precision_aware_optimizer``, ``fp8``, ``fp8_recipe``, ``fp8_param_gather``.
+        ``precision_aware_optimizer``, ``fp8``, ``fp8_recipe``, ``fp8_param_gather``, ``fp4``,
+        ``fp4_param_gather``.
 
     Raises
     ------
@@ -99,12 +100,16 @@ def megatron_precision(r: MegatronArguments) -> dict:
         r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
     if fp8_pg and not fp8:
         raise InvalidValueError("--fp8-param-gather needs --fp8-format")
+    fp4_pg = r.flag("fp4_param_gather")
+    if fp4_pg and not fp4:   # validate_args: --fp4-param-gather needs --fp4-format
+        raise InvalidValueError("--fp4-param-gather must be used together with --fp4-format "
+                                "(Megatron's validate_args)")
     return {"params_dtype": params, "grad_reduce_in_fp32": accumulate, "grad_dtype": grad,
             "main_grads_dtype": main_grads, "main_params_dtype": dtypes["main_params_dtype"]
             if params != "fp32" else "fp32", "exp_avg_dtype": dtypes["exp_avg_dtype"],
             "exp_avg_sq_dtype": dtypes["exp_avg_sq_dtype"], "precision_aware_optimizer": pa,
             "fp8": fp8, "fp8_recipe": recipe if fp8 else None, "fp8_param_gather": fp8_pg,
-            "fp4": fp4}
+            "fp4": fp4, "fp4_param_gather": fp4_pg}
 
 
 def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) -> dict:
@@ -234,6 +239,12 @@ def _checked_overlaps(r: MegatronArguments, lay: dict, prec: dict, opt: str, sha
                                     "--use-megatron-fsdp")
         if not og:
             raise InvalidValueError("--overlap-param-gather needs --overlap-grad-reduce")
+    if prec.get("fp4_param_gather") and not r.flag("use_distributed_optimizer"):
+        # memsym models NVFP4 parameters under the distributed optimizer only: its step casts
+        # the fp32 shards back to NVFP4 (distrib_optimizer.py:2853-2857); optimizer.py has none
+        raise InvalidValueError("--fp4-param-gather is modelled with --use-distributed-optimizer "
+                                "only (Megatron-core's distributed optimizer quantizes the NVFP4 "
+                                "parameters; DDP and FSDP are not modelled with them)")
     if prec["fp8_param_gather"] and not (sharded or fsdp2):
         raise InvalidValueError("--fp8-param-gather needs the distributed optimizer or FSDP "
                                 "(Megatron's validate_args)")

@@ -71,6 +71,8 @@ def recipe_mechanism_options(values: dict, opts: dict) -> dict:
     # transformer_config.py:2698-2830 (the deprecated "full_iteration" scope promotes the impl)
     impl, mods = cuda_graph_settings(values.get("model.cuda_graph_impl"),
                                      values.get("model.cuda_graph_scope"))
+    if recipe_flag(values, "optimizer.optimizer_cuda_graph", False):
+        out["optimizer_cuda_graph"] = True   # train.py:321-326 wraps optimizer.step
     if impl != "none":
         out.update(cuda_graph_impl=impl, cuda_graph_modules=mods)
         # GPTDatasetConfig.create_attention_mask (Megatron-core gpt_dataset.py:38, default True)
@@ -107,13 +109,13 @@ def megatron_mechanism_options(r) -> dict:
 
 #: The Megatron-LM destinations :func:`megatron_cuda_graph_options` reads.
 CUDA_GRAPH_DESTS = ("cuda_graph_impl", "enable_cuda_graph", "external_cuda_graph",
-                    "cuda_graph_modules", "cuda_graph_scope_deprecated",
+                    "cuda_graph_modules", "cuda_graph_scope_deprecated", "optimizer_cuda_graph",
                     "create_attention_mask_in_dataloader", "check_for_nan_in_loss_and_grad")
 
 
 def megatron_cuda_graph_options(r) -> dict:
-    """``cuda_graph_impl``, ``cuda_graph_modules`` and ``batch_attention_mask`` of a
-    Megatron-LM command, as ``validate_args`` sets them (arguments.py:611-641: the deprecated
+    """``cuda_graph_impl``, ``cuda_graph_modules``, ``batch_attention_mask`` and
+    ``optimizer_cuda_graph`` of a Megatron-LM command, as ``validate_args`` sets them (arguments.py:611-641: the deprecated
     ``--enable-cuda-graph`` is local, ``--external-cuda-graph`` transformer_engine, neither
     with ``--cuda-graph-impl``; ``--cuda-graph-scope`` is ``--cuda-graph-modules``;
     :1235-1237: full_iteration needs ``--no-check-for-nan-in-loss-and-grad``)."""
@@ -134,6 +136,8 @@ def megatron_cuda_graph_options(r) -> dict:
         raise InvalidValueError("--no-check-for-nan-in-loss-and-grad should be set with "
                                 "--cuda-graph-impl=full_iteration (Megatron's validate_args)")
     out = {"cuda_graph_impl": impl, "cuda_graph_modules": mods} if impl != "none" else {}
+    if r.flag("optimizer_cuda_graph"):   # training.py:4449-4454 (memsym.terms.cuda_graphs)
+        out["optimizer_cuda_graph"] = True
     if not r.raw.get("create_attention_mask_in_dataloader", True):
         out["batch_attention_mask"] = False
     for line in cuda_graph_notes(impl, mods):

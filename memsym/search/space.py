@@ -307,7 +307,8 @@ def refuse_unsearched(tr, what: str = "search", carried=()) -> None:
     """Refuse, in one line, a job's setting that the search's space does not carry (it would
     be priced, and emitted, without it): the MoE dispatcher, Megatron-FSDP's strategy and
     double buffer (the search spells ZeRO-2 as Megatron-FSDP optim_grads itself), the
-    userbuffers config, and any other field outside :data:`SEARCHED_FIELDS`
+    userbuffers config, NVFP4 parameters (``fp4_param_gather``), the optimizer step's CUDA
+    graph, and any other field outside :data:`SEARCHED_FIELDS`
     (:func:`unsearched_fields`, ``carried`` as there).  ``what``: the command that searches,
     as the message names it.
 

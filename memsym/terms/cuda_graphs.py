@@ -19,6 +19,9 @@ each keeps buffers the eager step does not:
   micro-batches from the data loader to the GPU and keeps them
   (:func:`full_iteration_batches`), and the pool keeps the forward-backward's peak reserved
   while the optimizer step runs outside it (:func:`full_iteration_pool`).
+* ``--optimizer-cuda-graph`` (beside any of them): ``OptimizerCudaGraphWrapper`` captures
+  the optimizer step into a pool of its own, which keeps what the step allocates reserved
+  through forward and backward (:func:`optimizer_graph_pool`).
 * ``local``: Megatron-core's ``CudaGraphManager`` allocates its graphs' inputs and outputs
   inside one shared pool and reuses them between layers; the source fixes no size short of
   replaying the capture (:func:`cuda_graph_notes` says so).
@@ -45,7 +48,7 @@ from ..vocabulary import CUDA_GRAPH_IMPLS, CUDA_GRAPH_MODULES
 
 __all__ = ["CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "BATCH_BYTES_PER_TOKEN", "te_static_inputs",
            "te_graph_inputs", "graphed_layer", "full_iteration_batches", "full_iteration_pool",
-           "check_cuda_graphs", "cuda_graph_notes", "cuda_graph_settings"]
+           "optimizer_graph_pool", "check_cuda_graphs", "cuda_graph_notes", "cuda_graph_settings"]
 
 #: Bytes per token of one micro-batch of Megatron's GPT data loader without the attention
 #: mask: tokens and labels (int64), loss_mask (float32), position_ids (int64).
@@ -65,6 +68,11 @@ _FULL_BATCHES = Source("megatron-core", "full_cuda_graph.py:99-135 StaticBufferL
                        "labels int64, loss_mask float32, position_ids int64, attention_mask "
                        "bool [1, s, s]); pretrain_gpt.py:374-386 (the data on TP rank 0 of the "
                        "first and last stages)")
+_OPT_POOL = Source("megatron-core-optimizer-cuda-graph", "optimizer/optimizer_cuda_graph.py:"
+                   "26-52 (the step captured once, after cuda_graph_warmup_steps, into the pool "
+                   "of full_cuda_graph.py:44-52 get_graph_pool, then replayed); training/"
+                   "training.py:4449-4454; optimizer/distrib_optimizer.py:2756-2792 (the fp32 "
+                   "main-grad shard made by .float() inside the step)")
 _FULL_POOL = Source("megatron-core", "full_cuda_graph.py:226-234 (the forward-backward "
                     "captured into the pool of get_graph_pool, :44-52) and training/"
                     "training.py:4433-4438 (the optimizer step outside it)")
@@ -270,6 +278,57 @@ def full_iteration_pool(held) -> Term:
     return Term("cuda_graph_pool", held, "the full-iteration graph's private pool: the "
                 "forward-backward's activations and transients, held through the optimizer "
                 "step", _FULL_POOL, label="CUDA graph pool")
+
+
+def optimizer_graph_pool(step_bytes) -> Term:
+    r"""What the optimizer step allocates, held in its CUDA graph's pool in every phase [bytes].
+
+    .. math:: M_{\mathrm{opt\,pool}} = T_{\mathrm{opt}}
+
+    Megatron's ``--optimizer-cuda-graph`` (Bridge ``optimizer.optimizer_cuda_graph``) wraps
+    ``optimizer.step`` in ``OptimizerCudaGraphWrapper``: after ``cuda_graph_warmup_steps`` the
+    step is captured into a private pool (``get_graph_pool``; shared with the full-iteration
+    graph under ``cuda_graph_use_single_mempool``) and replayed from then on.  Every tensor the
+    captured step allocates lives in that pool, whose blocks the caching allocator keeps for
+    the graph's replays, so the eager step's temporaries, :math:`T_{\mathrm{opt}}`, stay
+    reserved through forward and backward instead of reusing the activations' freed blocks.
+    Of what memsym counts in the step that is the fp32 main-gradient shard made from a 16-bit
+    gradient buffer (``shard_model_grad.float()``, ``--grad-reduce-in-bf16``) and the
+    framework's step buffers; with Megatron's default fp32 gradient buffer under bf16 the
+    main gradients are views and the pool is empty (Adam's ``capturable`` kernels keep a
+    step and a learning-rate tensor per group, the gradient norm a few scalars: neglected).
+    ``torch.cuda.max_memory_allocated`` does not see the pool after capture (replays allocate
+    nothing), the reserved and device counts do.
+
+    Parameters
+    ----------
+    step_bytes : sympy.Expr
+        :math:`T_{\mathrm{opt}}`, the optimizer phase's allocations beyond the model states
+        [bytes].
+
+    Returns
+    -------
+    Term
+        ``optimizer_graph_pool`` [bytes].
+
+    Examples
+    --------
+    Llama 3 8B at d = 8 with ``--grad-reduce-in-bf16``: the fp32 main-gradient shard,
+    8030261248 x 4 / 8 bytes:
+
+    >>> optimizer_graph_pool(sp.Integer(8030261248 * 4 // 8)).expr
+    4015130624
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd ``megatron/core/optimizer/optimizer_cuda_graph.py``,
+    ``megatron/core/full_cuda_graph.py``, ``megatron/training/training.py``
+    (megatron-core-optimizer-cuda-graph).
+    """
+    return Term("optimizer_graph_pool", step_bytes, "the optimizer step's CUDA graph pool "
+                "(--optimizer-cuda-graph): what the captured step allocates (the fp32 "
+                "main-gradient shard), reserved through forward and backward", _OPT_POOL,
+                label="optimizer graph pool")
 
 
 def cuda_graph_settings(impl, scopes) -> tuple:

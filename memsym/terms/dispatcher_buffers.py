@@ -16,7 +16,9 @@ device's own count sees it, :data:`memsym.terms.allowances.METRICS`):
   ``fused_a2a.init_hybrid_ep_buffer`` builds ``HybridEPBuffer(group, hidden_dim,
   max_num_of_tokens_per_rank, num_local_experts)``; its NVLink coordinator keeps the tokens
   and probabilities of :math:`T G` token slots (the worst case: every token to one rank) and
-  the routing-map all-gather.
+  the routing-map all-gather; when the group spans NVLink domains
+  (:math:`G > R`) its RDMA coordinator adds the inter-node staging buffers
+  (:func:`hybridep_rdma_buffer`).
 
 * **allgather** (``--moe-token-dispatcher-type allgather``, :func:`allgather_dispatch_buffer`):
   ``MoEAllGatherTokenDispatcher.token_dispatch`` gathers the hidden states of the whole
@@ -55,7 +57,8 @@ from ..values import whole
 
 __all__ = ["DEEPEP_DISPATCH_CONFIGS", "DEEPEP_COMBINE_CONFIGS", "DEEPEP_WORKSPACE",
            "NVL_PEERS", "deepep_nvl_bytes", "deepep_rdma_bytes", "deepep_buffer_bytes",
-           "deepep_group_bytes", "deepep_buffer", "hybridep_buffer", "check_deepep_group",
+           "deepep_group_bytes", "deepep_buffer", "hybridep_buffer", "hybridep_rdma_buffer",
+           "HYBRIDEP_CHUNK_TOKENS", "check_deepep_group",
            "dispatcher_buffers", "allgather_dispatch_buffer"]
 
 #: DeepEP's ``Buffer.get_dispatch_config`` (``deep_ep/buffer.py:228-254``, hybrid-ep
@@ -84,6 +87,14 @@ _DEEPEP = Source("deepep", "csrc/config.hpp:51-100 (Config.get_nvl_buffer_size_h
                  "get_rdma_buffer_size_hint); deep_ep/buffer.py:228-282 (dispatch / combine "
                  "configs); csrc/deep_ep.cpp:145-188 (the NVL tail, the 32 MiB workspace); "
                  "Megatron-LM d98e8a64dd megatron/core/transformer/moe/fused_a2a.py:36-69 get_buffer")
+#: HybridEP's tokens per chunk of the dispatch and combine APIs (``Configurer``,
+#: ``csrc/hybrid_ep/config.cuh:383-384``: ``NUM_OF_TOKENS_PER_CHUNK_*_API``, default 64): the
+#: RDMA flags count one per chunk and remote node.
+HYBRIDEP_CHUNK_TOKENS = 64
+_HYBRIDEP_RDMA = Source("deepep-hybrid-ep-rdma", "csrc/hybrid_ep/buffer/internode_doca.cu:383-432 "
+                        "(RDMACoordinator::allocate_dispatch_buffers), 557-592 "
+                        "(allocate_combine_buffers); the same sizes in internode_nixl.cu:158-221; "
+                        "hybrid_ep.cu:61-97 (allocated when num_of_nodes > 1); config.cuh:383-384")
 _HYBRIDEP = Source("deepep", "csrc/hybrid_ep/buffer/intranode.cu:127-129, 193-213, 253-261 "
                    "(NVLCoordinator: T G token slots, shared dispatch / combine buffers); "
                    "csrc/hybrid_ep/extension/allgather.cu:142-147 (the gathered routing map); "
@@ -304,7 +315,8 @@ def hybridep_buffer(ranks_per_domain: int = NVL_PEERS) -> Term:
     fp32 probabilities (dispatch and combine share them, ``use_shared_buffer``) and fp32
     scaling factors; the routing-map all-gather keeps one bool per token slot and expert of the
     group.  Not counted: across NVLink domains the RDMA coordinator's buffers
-    (``internode_doca.cu`` / ``internode_nixl.cu``), the preprocessing scratch (a few
+    (``internode_doca.cu`` / ``internode_nixl.cu``: :func:`hybridep_rdma_buffer`), the
+    preprocessing scratch (a few
     bytes per block and expert), and the rounding of :math:`T` up to a multiple of 16 that
     ``update_template_config`` applies before a dispatch (``hybrid_ep_buffer.py``; none for
     the usual token counts).
@@ -342,6 +354,76 @@ def hybridep_buffer(ranks_per_domain: int = NVL_PEERS) -> Term:
                 "allocator", _HYBRIDEP, label="HybridEP buffers")
 
 
+def hybridep_rdma_buffer(ranks_per_domain: int = NVL_PEERS) -> Term:
+    r"""HybridEP's RDMA buffers on every GPU when its group spans NVLink domains [bytes].
+
+    With :math:`T = s\,b/(c\,t)` tokens on one rank (``max_num_of_tokens_per_rank``, what
+    Megatron's ``init_hybrid_ep_buffer`` passes), :math:`G = e\,t_e` ranks, :math:`R =
+    \min(G, R_{\max})` ranks per NVLink domain, :math:`n = G/R` domains (``num_of_nodes``),
+    :math:`L = E/e` local experts, :math:`k = \lfloor h/128\rfloor` fp32 scaling factors per
+    token and the 64-token chunks :math:`C` of the dispatch and combine APIs, the RDMA
+    coordinator ``cudaMalloc``\ s, when :math:`n > 1`:
+
+    .. math::
+
+        M_{\mathrm{RDMA}} = \underbrace{T\,(2h + 4 L R n + 4k)}_{\text{dispatch: the rank's
+        input}} + \underbrace{(n-1)\,T\,(2h + 4 L R + 4k)}_{\text{dispatch: from each remote
+        node}} + \underbrace{2\,(n-1)\,T\,(2h + 4 L R)}_{\text{combine: reduced and received}}
+        + 2\cdot 2\cdot 8\,(n-1)\bigl(\lceil T/C\rceil + 2\bigr) + 2\cdot 8
+
+    (the bf16 tokens, fp32 probabilities and scaling factors; two uint64 flag arrays per
+    direction with a barrier slot per chunk and remote node plus two per node, and one
+    expected-flag word each).  Megatron does not dispatch in FP8 (``fp8_dispatch = False``),
+    so the tokens are ``UINT16``.  None within one NVLink domain.
+
+    Parameters
+    ----------
+    ranks_per_domain : int
+        GPUs one NVLink domain holds, :math:`R_{\max}` (8 on HGX, 72 on an NVL72 rack) [GPUs].
+
+    Returns
+    -------
+    Term
+        ``hybridep_rdma_buffers`` [bytes].
+
+    Examples
+    --------
+    DeepSeek-V3 (h = 7168, E = 256) at t = 2 (SP), e = 64 on HGX nodes: T = 2048, n = 8,
+    L = 4: 2048 x (14336 + 1024 + 224) + 7 x 2048 x (14336 + 128 + 224) + 14 x 2048 x
+    (14336 + 128) + 32 x 7 x 34 + 16:
+
+    >>> hybridep_rdma_buffer().evaluate({h: 7168, E: 256, e: 64, t_e: 1, s: 4096, b: 1,
+    ...                                  c: 1, t: 2})
+    657202640
+    >>> hybridep_rdma_buffer().evaluate({h: 7168, E: 256, e: 8, t_e: 1, s: 4096, b: 1,
+    ...                                  c: 1, t: 1})    # one NVLink domain: none
+    0
+
+    References
+    ----------
+    .. [deepep] DeepEP hybrid-ep ``94a9f8f6b1`` ``csrc/hybrid_ep/buffer/internode_doca.cu``
+       (``RDMACoordinator::allocate_dispatch_buffers``, ``allocate_combine_buffers``),
+       ``csrc/hybrid_ep/hybrid_ep.cu`` (``HybridEPBuffer::allocate_buffer``),
+       ``csrc/hybrid_ep/config.cuh`` (``Configurer``); Megatron-LM d98e8a64dd
+       ``fused_a2a.py:285-347, 400-414``.
+    """
+    ranks_per_domain = whole(ranks_per_domain, "ranks_per_domain", limit="gpus")
+    tokens, group = s * b / (c * t), e * t_e
+    per_domain = sp.Min(group, ranks_per_domain)
+    nodes, local = group / per_domain, E / e
+    scales = sp.floor(h / 128)
+    remote = nodes - 1
+    dispatch = tokens * (2 * h + 4 * local * per_domain * nodes + 4 * scales) \
+        + remote * tokens * (2 * h + 4 * local * per_domain + 4 * scales)
+    combine = 2 * remote * tokens * (2 * h + 4 * local * per_domain)
+    flags = 2 * 2 * 8 * remote * (sp.ceiling(tokens / HYBRIDEP_CHUNK_TOKENS) + 2) + 2 * 8
+    expr = sp.Piecewise((dispatch + combine + flags, sp.Gt(group, ranks_per_domain)), (0, True))
+    return Term("hybridep_rdma_buffers", expr, "HybridEP's RDMA staging buffers (dispatch and "
+                "combine tokens, probabilities, scaling factors, flags) when the flex "
+                "dispatcher's e t_e group spans NVLink domains, outside PyTorch's allocator",
+                _HYBRIDEP_RDMA, label="HybridEP RDMA buffers")
+
+
 def dispatcher_buffers(dispatcher: str, num_sms: int = 20, ranks_per_domain=None) -> tuple:
     """The buffer Terms of a MoE token dispatcher: DeepEP's or HybridEP's (its NVLink domain
     ``ranks_per_domain``, None: 8), none for alltoall and allgather.
@@ -354,7 +436,8 @@ def dispatcher_buffers(dispatcher: str, num_sms: int = 20, ranks_per_domain=None
     if dispatcher == "deepep":
         return (deepep_buffer(num_sms),)
     if dispatcher == "hybridep":
-        return (hybridep_buffer(ranks_per_domain or NVL_PEERS),)
+        domain = ranks_per_domain or NVL_PEERS
+        return (hybridep_buffer(domain), hybridep_rdma_buffer(domain))
     return ()
 
 

@@ -62,6 +62,11 @@ _TE_FP8 = Source("transformer-engine", "pytorch/module/base.py, quantize_weight 
                  "is_first_microbatch (_fp8_workspaces); csrc/extensions/cast.cu, cast (rowwise data "
                  "+ data_transpose for columnwise usage); MXFP8: tensor/mxfp8_tensor.py, "
                  "MXFP8Quantizer.inner_tensor_specs")
+_NVFP4_PARAMS = Source("megatron-core-nvfp4-params", "core/distributed/param_and_grad_buffer.py:"
+                       "1084-1187 (NVFP4 params: uint8 param_data of numel/2, the grads at full "
+                       "numel); fp4_utils.py:80-108 (scales, amax and columnwise stay TE's); "
+                       "optimizer/distrib_optimizer.py:2853-2857 (fp32 shards quantized back); "
+                       "TE pytorch/tensor/utils.py:1451-1520 (columnwise after the gather)")
 _MFSDP_FP8 = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/"
                     "param_and_grad_buffer.py at 2a75ac12c5 (Bridge's pin; the same lines at "
                     "d98e8a64dd): 2804 init_param_with_fp8 from fp8_param_gather; 1798 and 2632 "
@@ -83,7 +88,8 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
                 offload: str = "none", params=None, dp=None, precision: str = "bf16",
                 grad_dtype: str | None = None, precision_aware: bool = False,
                 fp8_param_gather: bool = False, linear_params=None,
-                optimizer: str = "adam", fp8_recipe: str | None = None) -> Total:
+                optimizer: str = "adam", fp8_recipe: str | None = None,
+                fp4_param_gather: bool = False) -> Total:
     r"""Per-GPU memory of weights, gradients and optimizer states [bytes].
 
     With :math:`\Psi` the parameters of one model-parallel shard (default
@@ -107,7 +113,8 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
     :math:`b_{hp}(\Psi - \Psi_{\mathrm{lin}}) + b_{f8}\Psi_{\mathrm{lin}}`; under ``fsdp``,
     Megatron-FSDP's FP8 parameters, the model weights
     :math:`(b_{f8}\Psi_{\mathrm{lin}} + 2(\Psi - \Psi_{\mathrm{lin}}))/d` beside the fp32
-    shard).  The bf16 distributed optimizer is 6 + 12/d bytes per parameter, the whole fp32
+    shard; ``fp4_param_gather``: the linear weights are NVFP4 only, counted as under
+    ``fp8_param_gather`` with :math:`b_{f8} = 9/8`).  The bf16 distributed optimizer is 6 + 12/d bytes per parameter, the whole fp32
     gradient buffer on every rank (NVIDIA/Megatron-LM#654); ``seed000`` shards it (2 + 16/d), ``zero-paper``
     counts ZeRO §5's forms (distributed-optimizer = :math:`P_{os}`: 4 + 12/d).
 
@@ -125,7 +132,7 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
         Parameters held by this GPU's model-parallel shard [parameters]; default ``N/(p t)``.
     dp : sympy.Expr, optional
         The group the states are sharded over [GPUs]; default ``d``.
-    precision, grad_dtype, precision_aware, fp8_param_gather, optimizer, fp8_recipe :
+    precision, grad_dtype, precision_aware, fp8_param_gather, optimizer, fp8_recipe, fp4_param_gather :
         Which framework tensors exist (framework only; pass the same to :func:`byte_widths`):
         a ``main_gradients`` term when the framework copies 16-bit grads to fp32, an
         ``fp8_weights`` term for fp8 (MXFP8 under ``fp8_recipe="mxfp8"``).
@@ -174,7 +181,8 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
             f"offload optimizer+params needs sharded parameters (zero3 or fsdp), not {scheme}")
     if convention == "framework":
         return _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
-                                fp8_param_gather, linear_params, optimizer, fp8_recipe)
+                                fp8_param_gather, linear_params, optimizer, fp8_recipe,
+                                fp4_param_gather)
     return _textbook_state(scheme, given, convention, offload, psi, dp)
 
 
@@ -216,14 +224,15 @@ def _textbook_state(scheme, given, convention, offload, psi, dp) -> Total:
 
 
 def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
-                     fp8_param_gather, linear_params, optimizer, fp8_recipe=None) -> Total:
+                     fp8_param_gather, linear_params, optimizer, fp8_recipe=None,
+                     fp4_param_gather=False) -> Total:
     """:func:`model_state` under ``convention="framework"``."""
     precision = choose("precision", precision, PRECISIONS)
     optimizer = choose("optimizer", optimizer, OPTIMIZERS)
     # the same validation as the widths, so that structure and widths cannot disagree
     byte_widths(scheme, precision, optimizer, "framework", grad_dtype=grad_dtype,
                 fp8_param_gather=fp8_param_gather, precision_aware=precision_aware,
-                fp8_recipe=fp8_recipe)
+                fp8_recipe=fp8_recipe, fp4_param_gather=fp4_param_gather)
     mx = "MXFP8 " if fp8_recipe == "mxfp8" else "NVFP4 " if precision == "fp4" else "FP8 "
     gdt = default_grad_dtype(scheme, precision, grad_dtype)
     main_copy = optimizer != "none" and has_main_grad_copy(scheme, precision, gdt, precision_aware)
@@ -260,7 +269,7 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
                           "sharded: FP8 linear-layer weights, the others 16-bit (Megatron-FSDP's "
                           "model_weight_buffer)", _MFSDP_FP8, label="fp8 weights"))
     elif offload != "optimizer+params":
-        if precision == "fp8" and fp8_param_gather:
+        if (precision == "fp8" and fp8_param_gather) or fp4_param_gather:
             terms.append(Term("weights", per_gpu(b_hp, shard_w, psi - lin),
                               "16-bit weights outside the linear layers (embeddings, norms)",
                               src_w, label="weights"))
@@ -272,7 +281,12 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
                 what += " (param_data of the buffer)" if scheme == "distributed-optimizer" else ""
             terms.append(Term("weights", per_gpu(b_hp, shard_w), what, src_w, label="weights"))
         if precision in ("fp8", "fp4"):
-            if fp8_param_gather:
+            if fp4_param_gather:
+                terms.append(Term("fp8_weights", lin * b_f8, "NVFP4 linear-layer weights "
+                                  "(quantized_model_init: packed rowwise data in the buffer's "
+                                  "uint8 param_data, gathered in NVFP4; columnwise copy made "
+                                  "after the gather)", _NVFP4_PARAMS, label="fp4 weights"))
+            elif fp8_param_gather:
                 terms.append(Term("fp8_weights", lin * b_f8, mx + "linear-layer weights "
                                   "(fp8_model_init, gathered in FP8)", _TE_FP8, label="fp8 weights"))
             else:

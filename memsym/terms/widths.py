@@ -24,7 +24,7 @@ from ..symbols import b_f8, b_g, b_hp, b_m, b_mg, b_o
 from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, FP8_RECIPES, GRAD_DTYPES, SCHEMES
 
 __all__ = ["PRECISIONS", "OPTIMIZERS", "STATE_DTYPES", "FP8_RECIPES", "MXFP8_BLOCK", "NVFP4_BLOCK",
-           "nvfp4_element_bytes", "byte_widths",
+           "nvfp4_element_bytes", "nvfp4_weight_bytes", "byte_widths",
            "fp8_weight_bytes", "normalize_scheme", "normalize_convention"]
 
 #: Bytes of the precision-aware optimizer's state dtypes (Megatron ``optimizer_config.py``).
@@ -193,7 +193,8 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
                 grad_dtype: str | None = None, fp8_param_gather: bool = False,
                 precision_aware: bool = False, main_params_dtype: str = "fp32",
                 exp_avg_dtype: str = "fp32", exp_avg_sq_dtype: str = "fp32",
-                store_param_remainders: bool = True, fp8_recipe: str | None = None) -> dict:
+                store_param_remainders: bool = True, fp8_recipe: str | None = None,
+                fp4_param_gather: bool = False) -> dict:
     """Bytes per parameter of weights, gradients, main-gradient copy, master copy and moments.
 
     Under ``convention="framework"`` the widths are the framework's tensors: Megatron-core
@@ -205,8 +206,10 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     copies (``b_f8 = 2``: rowwise + transpose) unless ``fp8_param_gather`` (then 1-byte
     weights, no cache); under ``fp8_recipe="mxfp8"`` both are MXFP8 rowwise + columnwise data
     with a scale byte per 32 elements each (``b_f8 = 2 + 2/32``, :func:`fp8_weight_bytes`).
-    The textbook conventions keep their widths (ZeRO: fp16 gradients,
-    seed 000: fp32 gradients sharded, Megatron-LM's estimator: fp32 gradients).
+    NVFP4 (fp4) keeps rowwise and columnwise copies, 4-bit with a scale byte per 16 elements
+    each (``b_f8 = 9/8``, :func:`nvfp4_weight_bytes`), beside the bf16 weight or, with
+    ``fp4_param_gather``, instead of it.  The textbook conventions keep their widths (ZeRO:
+    fp16 gradients, seed 000: fp32 gradients sharded, Megatron-LM's estimator: fp32 gradients).
 
     Parameters
     ----------
@@ -228,6 +231,11 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
         Megatron ``--use-precision-aware-optimizer`` (distributed-optimizer, Adam).
     fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
         Megatron ``--fp8-recipe`` (framework, fp8; :data:`FP8_RECIPES`).
+    fp4_param_gather : bool
+        Megatron ``--fp4-param-gather`` (Bridge ``fp4_param_gather``): NVFP4 linear weights
+        only, gathered in NVFP4 (framework, fp4, distributed optimizer).  The widths are
+        those without it; :func:`memsym.terms.model_state.model_state` drops the 16-bit
+        linear weights.
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         The precision-aware optimizer's dtypes, keys of :data:`STATE_DTYPES`.
     store_param_remainders : bool
@@ -265,17 +273,26 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
         raise InvalidValueError(f"fp8_recipe {fp8_recipe} needs precision fp8, not {precision} "
                                 "(Megatron reads --fp8-recipe only with --fp8-format)")
     if convention == "framework":
+        if fp4_param_gather and (precision != "fp4" or scheme != "distributed-optimizer"):
+            # only DistributedOptimizer casts its fp32 shards back to NVFP4
+            # (distrib_optimizer.py:2853-2857 quantize_nvfp4_param_shard); optimizer.py, the
+            # DDP optimizer, has no NVFP4 path
+            raise InvalidValueError(f"fp4_param_gather needs precision fp4 and the distributed "
+                                    f"optimizer, not {precision} under {scheme} (Megatron: "
+                                    "--fp4-param-gather needs --fp4-format)")
         widths = _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
                                    precision_aware, main_params_dtype, exp_avg_dtype,
                                    exp_avg_sq_dtype, store_param_remainders)
         if precision == "fp8":
             widths[b_f8] = fp8_weight_bytes(fp8_recipe, fp8_param_gather)
-        if precision == "fp4":   # NVFP4 rowwise + columnwise copies beside the bf16 weight
-            widths[b_f8] = 2 * nvfp4_element_bytes()
+        if precision == "fp4":   # NVFP4 rowwise + columnwise, beside or instead of the bf16 weight
+            widths[b_f8] = nvfp4_weight_bytes(fp4_param_gather)
         return widths
-    if fp8_recipe is not None or grad_dtype is not None or fp8_param_gather or precision_aware:
+    if fp8_recipe is not None or grad_dtype is not None or fp8_param_gather or precision_aware \
+            or fp4_param_gather:
         raise InvalidValueError(
-            f"fp8_recipe, grad_dtype, fp8_param_gather and precision_aware describe a "
+            f"fp8_recipe, grad_dtype, fp8_param_gather, fp4_param_gather and precision_aware "
+            f"describe a "
             f"framework's tensors; convention {convention} has fixed widths (use "
             f"convention='framework')")
     return _convention_widths(scheme, precision, optimizer, convention)
@@ -347,6 +364,55 @@ def nvfp4_element_bytes() -> sp.Expr:
     get_scale_shape), common/recipe/__init__.py (NVFP4BlockScaling).
     """
     return sp.Rational(1, 2) + sp.Rational(1, NVFP4_BLOCK)
+
+
+def nvfp4_weight_bytes(fp4_param_gather: bool = False) -> sp.Expr:
+    r"""Bytes of Transformer Engine's NVFP4 copies per linear-layer weight [bytes/parameter].
+
+    Without ``fp4_param_gather`` the GEMMs quantize the bf16 weight and TE caches the rowwise
+    and columnwise NVFP4 copies beside it.  With Megatron's ``--fp4-param-gather`` the weight
+    *is* an NVFP4Tensor (``quantized_model_init``; the bf16 initial value is kept on the CPU,
+    ``preserve_high_precision_init_val``; the fp32 master copy is the distributed optimizer's
+    main-param shard): its packed rowwise data (``numel/2`` uint8) lives in the DDP buffer's
+    ``param_data`` and is what the all-gather moves; its rowwise E4M3 scales, its amax and its
+    columnwise data and scales stay TE's (``post_all_gather_processing`` transposes the
+    16x16-block rowwise copy into them after each gather).  Either way, one copy is 4-bit data
+    and one scale byte per 16 elements, twice (:func:`nvfp4_element_bytes`; the per-tensor fp32
+    amax and the scales' 128 x 4 padding neglected):
+
+    .. math:: b_{f8} = 2\,\bigl(1/2 + 1/16\bigr) = 9/8
+
+    what changes is the 2-byte weight beside it (:func:`memsym.terms.model_state.model_state`).
+
+    Parameters
+    ----------
+    fp4_param_gather : bool
+        Megatron ``--fp4-param-gather`` (the same bytes: the parameter keeps both directions).
+
+    Returns
+    -------
+    sympy.Rational
+        ``b_f8`` [bytes/parameter].
+
+    Examples
+    --------
+    >>> nvfp4_weight_bytes(), nvfp4_weight_bytes(True)
+    (9/8, 9/8)
+
+    References
+    ----------
+    megatron-core-nvfp4-params: distributed/param_and_grad_buffer.py:1084-1187 (NVFP4 params: uint8
+    param_data of nvfp4_packed_numel = numel/2), fp4_utils.py:80-108 (only the rowwise bytes
+    remapped into the buffer; scales, amax and columnwise stay the tensor's),
+    optimizer/distrib_optimizer.py:2853-2857 (quantize_nvfp4_param_shard);
+    transformer-engine-nvfp4-params: pytorch/module/base.py:1838-1849 (reset_parameters: rowwise and
+    columnwise usage, the high-precision init value on the CPU),
+    pytorch/tensor/utils.py:1451-1520 (_nvfp4_2d_multi_tensor_transpose),
+    pytorch/tensor/nvfp4_tensor.py:273-307 (get_scale_shape).
+    """
+    # the same bytes with or without the flag: the NVFP4 parameter holds both directions
+    del fp4_param_gather
+    return 2 * nvfp4_element_bytes()
 
 
 def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,

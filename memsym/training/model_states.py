@@ -124,7 +124,7 @@ def state_training(training: Training) -> Training:
     """
     keep = ("finetune", "sharding", "convention", "precision", "optimizer", "offload",
             "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe",
-            "megatron_fsdp",
+            "fp4_param_gather", "megatron_fsdp",
             *rb.OPTIMIZER_DTYPES)
     return Training(**{name: training.value(name) for name in keep})
 
@@ -159,7 +159,8 @@ def state_terms(experts: bool, training: Training) -> tuple:
         grad_dtype = default_grad_dtype(training.states.sharding, training.states.precision,
                                         megatron_fsdp=True)
     framework = dict(grad_dtype=grad_dtype, precision_aware=training.states.precision_aware,
-                     fp8_param_gather=training.states.fp8_param_gather)
+                     fp8_param_gather=training.states.fp8_param_gather,
+                     fp4_param_gather=training.states.fp4_param_gather)
     recipe = dict(fp8_recipe=training.states.fp8_recipe) if training.states.fp8_recipe else {}
     widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
                          **framework, **recipe, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})

@@ -22,7 +22,8 @@ from .traits import resolve_arch, sequence_parallel_on, stage_role
 from .transients import PHASE_SOURCE, PHASES, states_and_transients
 
 #: Keys of the buffers a framework allocates outside PyTorch's allocator (:func:`_outside_allocator`).
-OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers", "deepep_buffers", "hybridep_buffers")
+OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers", "deepep_buffers", "hybridep_buffers",
+                          "hybridep_rdma_buffers")
 
 
 def stage_total(arch, layout: Layout = Layout(), training: Training = Training(),
@@ -53,6 +54,13 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
 def _phase_parts(j: Job | UncheckedJob, stage: int):
     states, trans = states_and_transients(j, stage)
     act = list(resolved_stage_activations(j, stage).terms)
+    step = sp.Add(*(term.expr for term in trans["optimizer"]))
+    if j.training.memory.optimizer_cuda_graph and j.training.memory.metric != "allocated" \
+            and step != 0:
+        # the captured step's allocations stay in its graph's pool: held in every phase, and
+        # a replay allocates nothing more (max_memory_allocated misses the pool)
+        states = states + [cg.optimizer_graph_pool(step)]
+        trans = {**trans, "optimizer": ()}
     kept, pool = _cuda_graph_buffers(j, stage, act, trans)
     if pool:
         trans = {**trans, "optimizer": tuple(trans["optimizer"]) + pool}
