@@ -245,6 +245,28 @@ def _megatron_sharding(scheme: str) -> list:
     return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy]
 
 
+def _megatron_dispatcher(space) -> list:
+    """Megatron-LM's MoE token dispatcher arguments of the search's dispatcher, on an MoE
+    model (none on a dense one): written out even for alltoall, since Megatron's own default
+    is allgather (``TransformerConfig.moe_token_dispatcher_type``); DeepEP and HybridEP as
+    the flex dispatcher with that backend (``--moe-flex-dispatcher-backend``).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> _megatron_dispatcher(NS(arch=NS(num_experts=8), moe_dispatcher="deepep"))
+    ['--moe-token-dispatcher-type', 'flex', '--moe-flex-dispatcher-backend', 'deepep']
+    >>> _megatron_dispatcher(NS(arch=NS(num_experts=None), moe_dispatcher="alltoall"))
+    []
+    """
+    if not space.arch.num_experts:
+        return []
+    name = space.moe_dispatcher
+    if name in ("deepep", "hybridep"):
+        return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", name]
+    return ["--moe-token-dispatcher-type", name]
+
+
 def _megatron_recompute(rc: str) -> list:
     got = recompute_layers(rc)
     if got is not None:
@@ -312,6 +334,7 @@ def _megatron(row, space, gpus) -> Emitted:
     words += _megatron_precision(space.precision, space.fp8_recipe)
     words += ["--optimizer", "sgd" if space.optimizer == "sgd" else "adam"]
     words += _megatron_sharding(row["sharding"])
+    words += _megatron_dispatcher(space)
     words += _megatron_recompute(row["recompute"])
     rate = _MEGATRON_DROPOUT if space.dropout else "0.0"
     words += ["--hidden-dropout", rate, "--attention-dropout", rate]

@@ -23,6 +23,7 @@ import shlex
 import pytest
 
 from memsym.cli import main
+from memsym.cli.search import bytes_json
 from memsym.emit import Emitted, NotExpressible, emit
 from memsym.search import search
 
@@ -411,20 +412,19 @@ def test_json_without_emit_dir_carries_the_text(capsys):
     assert json.loads(row["emit"]["text"])["zero_optimization"]["stage"] == 2
 
 
-@pytest.mark.parametrize("field, value", [("moe_dispatcher", "deepep"),
-                                          ("megatron_fsdp", "optim_grads_params"),
+@pytest.mark.parametrize("field, value", [("megatron_fsdp", "optim_grads_params"),
                                           ("fsdp_double_buffer", True),
                                           ("tp_comm_overlap_cfg",
                                            "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")])
 def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
-    """A job's MoE dispatcher, Megatron-FSDP strategy / double buffer or userbuffers config is
-    no searched setting: searching (and so emitting) the job is refused in one line, never
-    priced without it."""
+    """A job's Megatron-FSDP strategy / double buffer or userbuffers config is no searched
+    setting: searching (and so emitting) the job is refused in one line, never priced
+    without it (the MoE dispatcher is carried: test_search_carries_the_moe_dispatcher)."""
     from memsym.errors import InvalidValueError
     from memsym.job import job
 
-    base = "qwen3-30b-a3b" if field == "moe_dispatcher" else "llama3-8b"
-    extra = {"moe_dispatcher": dict(e=4, d=4), "megatron_fsdp": dict(sharding="fsdp"),
+    base = "llama3-8b"
+    extra = {"megatron_fsdp": dict(sharding="fsdp"),
              "fsdp_double_buffer": dict(sharding="fsdp", megatron_fsdp="optim_grads_params"),
              "tp_comm_overlap_cfg": dict(t=4, sequence_parallel=True, tp_comm_overlap=True)}
     kw = {**extra.get(field, {}), field: value}
@@ -434,10 +434,79 @@ def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
     assert "\n" not in str(exc.value) and field in str(exc.value)
 
 
-def test_search_cli_refuses_the_moe_dispatcher_in_one_line(capsys):
-    """`memsym search` has no --moe-dispatcher (the space prices alltoall): refused, exit 2,
-    one line, not dropped."""
-    code, out, err = run(capsys, "search", "qwen3-30b-a3b", "--gpu", GPU, "--gpus", 16,
+#: The MoE token dispatchers a search holds fixed, each with a layout whose most-loaded GPU
+#: holds its buffers: (GPU, GPUs, search options).  GB200's NVLink domain (72) sizes
+#: HybridEP's buffers over an expert group beyond 8 ranks.
+DISPATCHER_CASES = {
+    "deepep": ("h100-80gb", 16, "--tp", 1, 2, "--pp", 1),
+    "hybridep-nvl72": ("gb200", 16, "--tp", 1, "--pp", 1, "--ep", 16),
+    "allgather": ("h100-80gb", 16, "--tp", 2, "--pp", 1, 2),
+    "alltoall": ("h100-80gb", 16, "--tp", 1, "--pp", 1, "--cp", 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DISPATCHER_CASES))
+def test_search_carries_the_moe_dispatcher(capsys, tmp_path, case):
+    """The MoE token dispatcher is held fixed over the searched layouts: each row's total
+    holds its buffers (DeepEP's and HybridEP's outside PyTorch's allocator, after the
+    allowances; allgather's gathered tokens among the activations) exactly as ``memsym
+    estimate`` adds them at that layout, to the byte; and the emitted Megatron-LM arguments
+    (``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ...``) read back the
+    same bytes and step time."""
+    from memsym.job import job
+    from memsym.training import job_memory
+
+    name = case.split("-")[0]
+    gpu, gpus, *options = DISPATCHER_CASES[case]
+    code, out, err = run(capsys, "search", "qwen3-30b-a3b", "--gpu", gpu, "--gpus", gpus,
+                         "--moe-dispatcher", name, "--sharding", "distributed-optimizer",
+                         "--recompute", "full", "--global-batch-size", 64, "--top", 2,
+                         "--emit", "megatron", "--emit-dir", tmp_path, "--json", *options)
+    assert code == 0, err
+    for row in emitted_rows(json.loads(out)):
+        lay = row["layout"]
+        key = {"deepep": "deepep_buffers", "hybridep": "hybridep_buffers"}.get(name)
+        assert (key in row["bytes"]) == (key is not None)
+        words = " ".join(row["emit"]["arguments"])
+        assert ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend " + name
+                if key else "--moe-token-dispatcher-type " + name) in words
+        # the search's total is estimate's at that layout, to the byte (memsym's own options)
+        j = job("qwen3-30b-a3b", gpu=gpu, t=lay["tp"], p=lay["pp"], c=lay["cp"], e=lay["ep"],
+                d=lay["dp"],
+                v=lay["vpp"] if lay["vpp"] > 1 else None, micro_batch_size=lay["micro_batch_size"],
+                global_batch_size=64, recompute="full", sharding="distributed-optimizer",
+                sequence_parallel=lay["sequence_parallel"], moe_dispatcher=name)
+        est = job_memory(j)
+        assert est.stage == row["stage"]
+        assert est.bytes_total == sum(est.grouped()[k] for k in est.grouped() if k != "total")
+        assert bytes_json(est.grouped()) == row["bytes"]
+        # and the emitted command reads back the same (the round trip)
+        assert_same(row, read_back(capsys, row["emit"]["read_back"]))
+
+
+def test_search_carries_the_dispatcher_of_a_job():
+    """A job's dispatcher is the search's (not refused): its best layout's exact total is the
+    estimate of that layout; DeepEP's group sizes are a named rule (deepep-group)."""
+    from memsym.job import job
+    from memsym.search import explain
+    from memsym.training import job_memory
+
+    j = job("qwen3-30b-a3b", gpu=GPU, e=4, d=4, moe_dispatcher="deepep", global_batch_size=64,
+            recompute="full")
+    res = search(j, gpus=16, tp=[1], pp=[1], sharding=["distributed-optimizer"])
+    assert res.space.moe_dispatcher == "deepep" and res.excluded["deepep-group"] > 0
+    i = int(res.order()[0])
+    row, exact = res.row(i), res.exact(i)
+    assert row["e"] * row["t"] in (2, 4, 8, 16)
+    got = job_memory(j.replace(t=row["t"], p=row["p"], e=row["e"], d=row["d"],
+                               micro_batch_size=row["b"], sequence_parallel=False))
+    assert exact["bytes"]["total"] == got.bytes_total
+    assert row["memory"] == pytest.approx(float(got.bytes_total), rel=1e-12)
+    assert explain(res.space, {"t": 1, "d": 16, "e": 1}) == ["deepep-group"]
+
+
+def test_search_refuses_a_dispatcher_without_experts_in_one_line(capsys):
+    code, out, err = run(capsys, "search", "llama3-8b", "--gpu", GPU, "--gpus", 8,
                          "--moe-dispatcher", "deepep", "--emit", "megatron")
-    assert code == 2 and out == "" and "--moe-dispatcher" in err
+    assert code == 2 and out == "" and "needs an MoE model" in err
     assert err.strip().count("\n") == 0

@@ -348,6 +348,7 @@ def _run_rows():
               "full-iteration graph keeps per micro-batch)"),
         option("--moe-dispatcher", group="training", choices=MOE_DISPATCHERS,
            field="moe_dispatcher", default="alltoall", source=MEGATRON_ARGS, effect="memory",
+           commands=JOB_AND_SEARCH, search="same",
            help="Megatron-core's MoE token dispatcher: alltoall, allgather, or the flex "
            "dispatcher's deepep / hybridep backend, whose buffers (outside PyTorch's "
            "allocator) are counted"),

@@ -12,7 +12,8 @@ from typing import Callable
 
 from ..errors import InvalidValueError, NoFitError, UnknownNameError
 from .. import rules as _rules
-from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
+                        STATE_KEYS as _STATE_KEYS)
 
 from .space import RULES, Space, CHOICE_RULES, KNOBS, from_job, positive_whole, make_space
 from .grid import choice_knobs, grid_knobs, raw_grid, rule_masks
@@ -96,7 +97,8 @@ class SearchResult:
 
     @property
     def term_keys(self) -> tuple:
-        return tuple(k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in self.columns)
+        return tuple(k for k in _STATE_KEYS + ("activations",) + _ALLOW + _OUTSIDE
+                     if k in self.columns)
 
     def top(self, k: int = 10) -> list:
         """The ``k`` best fitting layouts as dicts (see :meth:`row`)."""

@@ -13,6 +13,7 @@ from ..errors import InvalidValueError, UnknownNameError, choose
 from ..limits import EFFICIENCY_RANGE
 from ..text import short
 from ..values import boolean, exact
+from ..vocabulary import MOE_DISPATCHERS
 from .. import hardware, model as models, rules as _rules
 from ..frameworks import FRAMEWORK, FRAMEWORK_SCHEMES
 from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
@@ -215,6 +216,9 @@ class Space:
     framework: str = "megatron"
     #: Megatron's --fp8-recipe under fp8 (None: per-tensor scaling; memsym.vocabulary.FP8_RECIPES)
     fp8_recipe: str | None = None
+    #: Megatron-core's MoE token dispatcher, held fixed over the searched layouts (its
+    #: buffers priced per row as estimate prices them: memsym.terms.dispatcher_buffers)
+    moe_dispatcher: str = "alltoall"
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -246,7 +250,7 @@ class Space:
                     offload="none", capacity_factor=self.capacity_factor,
                     finetune=self.finetune, lora_rank=self.lora_rank,
                     lora_targets=self.lora_targets, quantization=self.quantization,
-                    framework=self.framework)
+                    framework=self.framework, moe_dispatcher=self.moe_dispatcher)
         if self.fp8_recipe is not None:
             base["fp8_recipe"] = self.fp8_recipe
         if "recompute" in kw:
@@ -265,9 +269,10 @@ class Space:
 
 def refuse_unsearched(tr, what: str = "search") -> None:
     """Refuse, in one line, a job's setting that the search's space does not carry (it would
-    be priced, and emitted, without it): the MoE dispatcher, Megatron-FSDP's strategy and
-    double buffer (the search spells ZeRO-2 as Megatron-FSDP optim_grads itself) and the
-    userbuffers config.  ``what``: the command that searches, as the message names it.
+    be priced, and emitted, without it): Megatron-FSDP's strategy and double buffer (the
+    search spells ZeRO-2 as Megatron-FSDP optim_grads itself) and the userbuffers config.
+    ``what``: the command that searches, as the message names it.  The MoE dispatcher is
+    carried (:attr:`Space.moe_dispatcher`).
 
     Examples
     --------
@@ -275,15 +280,13 @@ def refuse_unsearched(tr, what: str = "search") -> None:
     >>> refuse_unsearched(Training())            # the defaults: nothing to refuse
     """
     kept = [f"{name} {val}" for name, val, default in (
-        ("moe_dispatcher", tr.memory.moe_dispatcher, "alltoall"),
         ("megatron_fsdp", tr.states.megatron_fsdp, None),
         ("fsdp_double_buffer", tr.states.fsdp_double_buffer, False),
         ("tp_comm_overlap_cfg", tr.comm.tp_comm_overlap_cfg, None)) if val != default]
     if kept:
         raise InvalidValueError(f"{what}: the job's {', '.join(kept)} is not a searched setting "
-                                "(the search prices the alltoall dispatcher, --sharding's own "
-                                "buffers and TE's default userbuffers); estimate the layout "
-                                "instead")
+                                "(the search prices --sharding's own buffers and TE's default "
+                                "userbuffers); estimate the layout instead")
 
 
 def from_job(model, gpu, options: dict):
@@ -301,6 +304,7 @@ def from_job(model, gpu, options: dict):
                      ("capacity_factor", tr.memory.capacity_factor), ("finetune", tr.adapters.finetune),
                      ("lora_rank", tr.adapters.lora_rank), ("allowances", dict(model.allowances)),
                      ("framework", tr.framework), ("fp8_recipe", tr.states.fp8_recipe),
+                     ("moe_dispatcher", tr.memory.moe_dispatcher),
                      ("capacity", model.capacity)):
         if val is not None:
             options.setdefault(key, val)
@@ -320,7 +324,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                finetune="full", lora_rank=16, lora_targets="all", quantization=None,
                first_stage_layers=None, last_stage_layers=None, capacity=None,
                gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1, fp8_recipe=None,
-               uneven=True, framework="megatron") -> Space:
+               uneven=True, framework="megatron", moe_dispatcher="alltoall") -> Space:
     """Validate the search keywords into a :class:`Space` (see :func:`search`).
 
     ``recompute`` and ``sharding`` default to what the framework offers: Megatron's none /
@@ -360,6 +364,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
             positive_whole(val, what)
     if B is not None:
         dev.peak(prec)   # the step time needs the GPU's peak at this precision: refuse early
+    dispatcher = _dispatcher(moe_dispatcher, arch, framework)
     cf = exact(capacity_factor, "capacity_factor")
     if not cf > 0:
         raise InvalidValueError(f"capacity_factor must be > 0, got {capacity_factor}")
@@ -385,7 +390,19 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
         latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
-        framework=framework, fp8_recipe=fp8_recipe)
+        framework=framework, fp8_recipe=fp8_recipe, moe_dispatcher=dispatcher)
+
+
+def _dispatcher(name, arch, framework) -> str:
+    """The MoE token dispatcher held fixed over the search, checked as a job checks it
+    (:mod:`memsym.job_checks`): Megatron-core's, and only with experts."""
+    name = choose("MoE token dispatcher", name, MOE_DISPATCHERS)
+    if name != "alltoall" and not FRAMEWORK[framework].megatron_options:
+        raise InvalidValueError(f"moe_dispatcher {name} is Megatron-core's, not {framework}'s")
+    if name != "alltoall" and not arch.num_experts:
+        raise InvalidValueError(f"moe_dispatcher {name} needs an MoE model (Megatron-core "
+                                "builds no token dispatcher without experts)")
+    return name
 
 
 def _device(gpu, cluster, gpus_per_node, capacity) -> tuple:
