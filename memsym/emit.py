@@ -32,9 +32,8 @@ from .frameworks import FRAMEWORK
 from .job import resolve_dropout
 from .model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.jobs import DEEPSPEED_SCHEMES
-from .readers.megatron import MEGATRON_FSDP_SCHEMES
 from .search import launch_overlaps
-from .search.space import recompute_layers
+from .search.space import MEGATRON_FSDP_STRATEGY, recompute_layers
 
 __all__ = ["EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "emit",
            "check_emittable"]
@@ -47,12 +46,6 @@ EMIT_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 FILE_SUFFIX = {name: FRAMEWORK[name].config_suffix for name in EMIT_FRAMEWORKS}
 #: The frameworks whose launch is words on a command line as well as a file.
 EMIT_AS_WORDS = ("megatron",)
-
-#: memsym's sharding scheme -> Megatron-FSDP's ``--data-parallel-sharding-strategy``: the
-#: inverse of the reader's table, so that a scheme is spelled only as the one the reader
-#: reads back (``ddp`` and ``distributed-optimizer`` have Megatron's own flags instead).
-_MEGATRON_FSDP_STRATEGY = {scheme: strategy for strategy, scheme in MEGATRON_FSDP_SCHEMES.items()
-                           if scheme not in ("ddp", "distributed-optimizer")}
 
 #: memsym's scheme -> DeepSpeed's ``zero_optimization.stage`` (the reader's table inverted).
 _DEEPSPEED_STAGE = {scheme: stage for stage, scheme in DEEPSPEED_SCHEMES.items()}
@@ -233,16 +226,18 @@ def _megatron_sharding(scheme: str) -> list:
         return []                     # Megatron-LM's DDP: no flag (arguments.py store_true)
     if scheme == "distributed-optimizer":
         return ["--use-distributed-optimizer"]
-    strategy = _MEGATRON_FSDP_STRATEGY.get(scheme)
+    strategy = MEGATRON_FSDP_STRATEGY.get(scheme)
     if strategy is None:
-        spelled = {"zero3": "Megatron-FSDP optim_grads_params reads back as fsdp with "
-                            "Megatron-FSDP's buffers (megatron_fsdp optim_grads_params), not "
-                            "as ZeRO-3",
+        spelled = {"zero3": "Megatron-FSDP optim_grads_params reads back as fsdp with its own "
+                            "buffers, not as ZeRO-3; search --sharding fsdp prices it so",
                    "zero1": "--use-distributed-optimizer reads back as Megatron's distributed "
                             "optimizer (its whole fp32 gradient buffer), not as ZeRO-1"}
         raise NotExpressible(f"sharding {scheme} (DeepSpeed's ZeRO, as the search priced it) has "
                              f"no Megatron-LM flag: {spelled.get(scheme, 'none reads it back')}")
-    return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy]
+    # validate_args asserts the fsdp_dtensor checkpoint format under Megatron-FSDP (and
+    # turns the distributed optimizer on itself: Megatron-FSDP v1)
+    return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
+            "--ckpt-format", "fsdp_dtensor"]
 
 
 def _megatron_dispatcher(space) -> list:

@@ -104,6 +104,11 @@ MEGATRON_CASES = {
     "zero2-selective": ("llama3-8b", 16, "--tp", 2, "--pp", 1, "--cp", 1, 2,
                         "--sharding", "zero2", "--recompute", "selective",
                         "--global-batch-size", 64),
+    # FSDP as Megatron-FSDP optim_grads_params (--use-megatron-fsdp, its own buffers), beside
+    # the distributed optimizer, with and without recompute
+    "megatron-fsdp": ("llama3-8b", 16, "--tp", 1, 2, "--pp", 1, "--sharding", "fsdp",
+                      "distributed-optimizer", "--recompute", "none", "full",
+                      "--global-batch-size", 64, "--top", 6),
     # a mixture of experts: expert parallelism (expert TP = t, Megatron's default)
     "moe-ep": ("qwen3-30b-a3b", 16, "--tp", 2, "--pp", 1, "--ep", 4,
                "--sharding", "distributed-optimizer", "--recompute", "full", "--top", 1,
@@ -121,7 +126,10 @@ MEGATRON_CASES = {
 @pytest.mark.parametrize("case", sorted(MEGATRON_CASES))
 def test_megatron_round_trip(capsys, tmp_path, case):
     model, gpus, *options = MEGATRON_CASES[case]
-    rows = searched(capsys, tmp_path, "megatron", model, gpus, "--top", 2, *options)
+    rows = searched(capsys, tmp_path, "megatron", model, gpus,
+                    *(() if "--top" in options else ("--top", 2)), *options)
+    if case == "megatron-fsdp":
+        assert {row["layout"]["sharding"] for row in rows} == {"fsdp", "distributed-optimizer"}
     for row in emitted_rows(rows):
         path = row["emit"]["file"]
         assert os.path.basename(path).startswith("layout_") and path.endswith(".txt")
@@ -136,6 +144,13 @@ def test_megatron_round_trip(capsys, tmp_path, case):
         for key in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
             side = key.split("_")[1]
             assert trn[f"{side}_stage_layers"] == row["layout"][key]
+        if row["layout"]["sharding"] in ("zero2", "fsdp"):
+            # Megatron-FSDP, with the checkpoint format validate_args asserts under it
+            strategy = {"zero2": "optim_grads", "fsdp": "optim_grads_params"}
+            assert trn["megatron_fsdp"] == strategy[row["layout"]["sharding"]]
+            assert ("--use-megatron-fsdp --data-parallel-sharding-strategy "
+                    f"{trn['megatron_fsdp']} --ckpt-format fsdp_dtensor") in \
+                " ".join(row["emit"]["arguments"])
         # the same words pasted, not from the file, read back the same
         words = ["estimate", model, *row["emit"]["arguments"], "--gpu", GPU, "--json"]
         words += [w for w in shlex.split(row["emit"]["read_back"])
@@ -226,12 +241,15 @@ def test_megatron_spellings_follow_megatron_arguments():
 def test_megatron_refuses_deepspeed_zero_it_cannot_spell(scheme):
     """ZeRO-1 and ZeRO-3 as the search prices them have no Megatron-LM flag that memsym
     reads back the same (Megatron-FSDP optim_grads_params is read as fsdp, the distributed
-    optimizer as itself): one line, not a launch command."""
+    optimizer as itself): one line, not a launch command, and ZeRO-3's names the scheme
+    that is (--sharding fsdp: Megatron-FSDP)."""
     res = search("llama3-8b", GPU, 16, global_batch_size=64, tp=[2], pp=[1], sharding=[scheme],
                  recompute=["none"])
     with pytest.raises(NotExpressible) as exc:
         emit("megatron", res.row(int(res.order()[0])), res.space, 16)
     assert "\n" not in str(exc.value) and scheme in str(exc.value)
+    if scheme == "zero3":
+        assert "--sharding fsdp" in str(exc.value)
 
 
 def test_megatron_text_lists_refused_rows_in_one_line(capsys):

@@ -298,8 +298,8 @@ def _choice_times(space: Space, grid: dict, m_, f_, l_, idx, rc, spf, scheme,
     n = len(grid["t"])
     t_ = grid["t"]
     # the step time depends on the choice only through (recompute, SP, DDP / ZeRO-3 /
-    # a sharded optimizer): priced once per such triple over every row, then indexed
-    tkey = (rc, spf, scheme if scheme in ("ddp", "zero3") else "sharded")
+    # FSDP / a sharded optimizer): priced once per such triple over every row, then indexed
+    tkey = (rc, spf, scheme if scheme in ("ddp", "zero3", "fsdp") else "sharded")
     if tkey not in time_cache:
         rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
         full = _step_time(space, {k: grid[k][rows_t] for k in KNOBS}, m_[rows_t],

@@ -13,7 +13,7 @@ from ..errors import InvalidValueError, UnknownNameError, choose
 from ..limits import EFFICIENCY_RANGE
 from ..text import short
 from ..values import boolean, exact
-from ..vocabulary import MOE_DISPATCHERS
+from ..vocabulary import MEGATRON_FSDP_SCHEMES, MOE_DISPATCHERS
 from .. import hardware, model as models, rules as _rules
 from ..frameworks import FRAMEWORK, FRAMEWORK_SCHEMES
 from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
@@ -34,7 +34,8 @@ RULES = {name: rule.summary for name, rule in _rules.RULES.items()}
 CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp")
 
 
-#: Sharding schemes searched by default (fsdp is the same memory as zero3).
+#: Sharding schemes searched by default (fsdp: ZeRO-3's states, or FSDP2 in a torchtitan search and
+#: Megatron-FSDP optim_grads_params in a Megatron one, asked for by name: scheme_row).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
 
 
@@ -135,10 +136,28 @@ def matched_choices(kind, given, accepted) -> tuple:
 
 def scheme_row(name, framework: str = "megatron") -> str:
     """A sharding scheme by name; FSDP keeps the same states as ZeRO-3, so it is one row,
-    except in a torchtitan search, where FSDP2 is the scheme (its own transients, with PP)."""
+    except in a torchtitan search, where FSDP2 is the scheme (its own transients, with PP),
+    and in a Megatron search, where it is Megatron-FSDP ``optim_grads_params`` (its own
+    buffers, :data:`MEGATRON_FSDP_STRATEGY`).
+
+    Examples
+    --------
+    >>> scheme_row("fsdp", "megatron"), scheme_row("fsdp", "deepspeed")
+    ('fsdp', 'zero3')
+    """
     key = choose("sharding", name, ALL_SCHEMES)
-    # FSDP2 with its own groups and transients (torchtitan's), else ZeRO-3's states
-    return "zero3" if key == "fsdp" and not FRAMEWORK[framework].fsdp_io_groups else key
+    fw = FRAMEWORK[framework]
+    # FSDP2 with its own groups and transients (torchtitan's), Megatron-FSDP (Megatron's),
+    # else ZeRO-3's states
+    return "zero3" if key == "fsdp" and not (fw.fsdp_io_groups or fw.megatron_options) else key
+
+
+#: The search's schemes a Megatron search runs as Megatron-FSDP, with the
+#: ``--data-parallel-sharding-strategy`` each is (memsym.vocabulary.MEGATRON_FSDP_SCHEMES
+#: inverted): ZeRO-2's states as ``optim_grads``, FSDP's as ``optim_grads_params``, each
+#: priced with Megatron-FSDP's own buffers, as ``memsym estimate`` reads the launch back.
+MEGATRON_FSDP_STRATEGY = {scheme: strategy for strategy, scheme in MEGATRON_FSDP_SCHEMES.items()
+                          if scheme in ("zero2", "fsdp")}
 
 
 #: What a torchtitan job can run: FSDP2 (data_parallel_shard_degree) or replicas
@@ -260,10 +279,11 @@ class Space:
             # buffer is memory the read-back counts (memsym.training.transients._transient_widths)
             base["overlap_grad_reduce"] = True
         base.update(kw)
-        if FRAMEWORK[self.framework].megatron_options and base["sharding"] == "zero2":
-            # Megatron-LM runs ZeRO-2 as Megatron-FSDP optim_grads (memsym.emit spells it so):
-            # priced as its own buffers, as the read-back counts them
-            base["megatron_fsdp"] = "optim_grads"
+        if FRAMEWORK[self.framework].megatron_options and base["sharding"] in MEGATRON_FSDP_STRATEGY:
+            # Megatron-LM runs ZeRO-2 as Megatron-FSDP optim_grads and FSDP as
+            # optim_grads_params (memsym.emit spells them so): priced with its own buffers,
+            # as the read-back counts them
+            base["megatron_fsdp"] = MEGATRON_FSDP_STRATEGY[base["sharding"]]
         return Training(**base)
 
 
