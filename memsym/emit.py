@@ -324,6 +324,8 @@ def _megatron(row, space, gpus) -> Emitted:
             words += [flag, str(row[key])]
     if row["sequence_parallel"] and row["t"] > 1:
         words.append("--sequence-parallel")
+        if space.tp_comm_overlap:   # as the search priced it: on where SP is (validate_args)
+            words.append("--tp-comm-overlap")
     words += ["--world-size", str(gpus), "--seq-length", str(space.seq_length),
               "--micro-batch-size", str(b), "--global-batch-size", str(B)]
     words += _megatron_precision(space.precision, space.fp8_recipe)

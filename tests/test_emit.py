@@ -430,19 +430,20 @@ def test_json_without_emit_dir_carries_the_text(capsys):
     assert json.loads(row["emit"]["text"])["zero_optimization"]["stage"] == 2
 
 
-@pytest.mark.parametrize("field, value", [("megatron_fsdp", "optim_grads_params"),
+@pytest.mark.parametrize("field, value", [("megatron_fsdp", "optim"),
                                           ("fsdp_double_buffer", True),
                                           ("tp_comm_overlap_cfg",
                                            "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")])
 def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
-    """A job's Megatron-FSDP strategy / double buffer or userbuffers config is no searched
-    setting: searching (and so emitting) the job is refused in one line, never priced
-    without it (the MoE dispatcher is carried: test_search_carries_the_moe_dispatcher)."""
+    """A job's Megatron-FSDP strategy (other than the search's zero2 / fsdp spellings) or
+    double buffer, or its userbuffers config, is no searched setting: searching (and so
+    emitting) the job is refused in one line, never priced without it (the MoE dispatcher
+    and tp_comm_overlap are carried: test_search_carries_the_moe_dispatcher)."""
     from memsym.errors import InvalidValueError
     from memsym.job import job
 
     base = "llama3-8b"
-    extra = {"megatron_fsdp": dict(sharding="fsdp"),
+    extra = {"megatron_fsdp": dict(sharding="distributed-optimizer"),
              "fsdp_double_buffer": dict(sharding="fsdp", megatron_fsdp="optim_grads_params"),
              "tp_comm_overlap_cfg": dict(t=4, sequence_parallel=True, tp_comm_overlap=True)}
     kw = {**extra.get(field, {}), field: value}
@@ -500,6 +501,41 @@ def test_search_carries_the_moe_dispatcher(capsys, tmp_path, case):
         assert bytes_json(est.grouped()) == row["bytes"]
         # and the emitted command reads back the same (the round trip)
         assert_same(row, read_back(capsys, row["emit"]["read_back"]))
+
+
+def test_search_carries_tp_comm_overlap(capsys, tmp_path):
+    """--tp-comm-overlap is held fixed: on in every row with sequence parallelism (Megatron's
+    validate_args asserts SP under it, and turns SP off at t = 1), with Transformer Engine's
+    userbuffers outside PyTorch's allocator and the overlapped TP time; the emitted arguments
+    carry it exactly there and read back the same bytes and step time."""
+    code, out, err = run(capsys, "search", "llama3-8b", "--gpu", GPU, "--gpus", 16,
+                         "--tp", 1, 2, "--pp", 1, "--cp", 1, "--sharding",
+                         "distributed-optimizer", "--recompute", "selective",
+                         "--global-batch-size", 64, "--top", 8, "--tp-comm-overlap",
+                         "--emit", "megatron", "--emit-dir", tmp_path, "--json")
+    assert code == 0, err
+    rows = emitted_rows(json.loads(out))
+    assert {row["layout"]["sequence_parallel"] for row in rows} == {True, False}
+    for row in rows:
+        on = row["layout"]["sequence_parallel"]
+        assert ("tp_comm_userbuffers" in row["bytes"]) == on
+        assert ("--tp-comm-overlap" in row["emit"]["arguments"]) == on
+        trn = assert_same(row, read_back(capsys, row["emit"]["read_back"]))
+        assert trn["tp_comm_overlap"] == on
+
+
+def test_search_takes_a_megatron_fsdp_job_it_spells():
+    """A Megatron-FSDP optim_grads_params job is searched (its scheme is the search's fsdp,
+    priced with the same buffers): the fsdp row of its layout is its estimate."""
+    from memsym.job import job
+    from memsym.training import job_memory
+
+    j = job("llama3-8b", gpu=GPU, global_batch_size=64, sharding="fsdp",
+            megatron_fsdp="optim_grads_params", recompute="full", d=16)
+    res = search(j, gpus=16, tp=[1], pp=[1], cp=[1], sharding=["fsdp"], micro_batch_sizes=[1])
+    i = int(res.order()[0])
+    assert res.row(i)["sharding"] == "fsdp"
+    assert res.exact(i)["bytes"]["total"] == job_memory(j).bytes_total
 
 
 def test_search_carries_the_dispatcher_of_a_job():

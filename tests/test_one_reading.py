@@ -751,7 +751,8 @@ def test_plot_feasibility_searches_the_jobs_precision_and_refuses_what_it_cannot
                                                                                  tmp_path):
     """plot feasibility's search takes the job's precision and FP8 recipe (the MXFP8 map
     differs from the per-tensor one) and MoE dispatcher (DeepEP's buffers on every layout),
-    and refuses what it would not price (a Megatron-FSDP strategy)."""
+    and refuses what it would not price (Megatron-FSDP's optim strategy: the search runs
+    Megatron-FSDP as its zero2 and fsdp only)."""
     base = ["plot", "feasibility", "llama3-8b", "--gpu", "gb200", "--world-size", 16,
             "--precision", "fp8", "--global-batch-size", 64, "--map", "headroom"]
     maps = []
@@ -772,6 +773,6 @@ def test_plot_feasibility_searches_the_jobs_precision_and_refuses_what_it_cannot
     assert moe[0] != moe[1], "plot feasibility dropped --moe-dispatcher"
     code, out, err = run(capsys, "plot", "feasibility", "llama3-8b", "--gpu", "gb200",
                          "--world-size", 8, "--use-megatron-fsdp",
-                         "--data-parallel-sharding-strategy", "optim_grads_params",
+                         "--data-parallel-sharding-strategy", "optim",
                          "--output", tmp_path / "fsdp.svg")
     assert code == 2 and out == "" and err.count("\n") == 1 and "megatron_fsdp" in err

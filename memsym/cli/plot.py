@@ -346,6 +346,7 @@ def _feasibility_figure(args, arch, layout, training, cap, search_result):
                      precision=training.states.precision,
                      fp8_recipe=training.states.fp8_recipe,
                      moe_dispatcher=training.memory.moe_dispatcher,
+                     tp_comm_overlap=training.comm.tp_comm_overlap,
                      **({"capacity": cap} if cap is not None else {}))
     fig = plotting.feasibility(res, x=args.map_x, y=args.map_y, value=args.map_value,
                                title=args.title)

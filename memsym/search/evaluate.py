@@ -342,11 +342,12 @@ def launch_overlaps(framework: str, sharding: str) -> dict:
     return FRAMEWORK[framework].launch_overlap_options(sharding)
 
 
-def _search_overlap(framework: str, sharding: str):
-    """The :class:`memsym.timing.step.Overlap` of :func:`launch_overlaps`, as the job with
-    those options gets it (:func:`memsym.timing.step.overlap_of`)."""
+def _search_overlap(framework: str, sharding: str, comm: dict | None = None):
+    """The :class:`memsym.timing.step.Overlap` of :func:`launch_overlaps` (and ``comm``, the
+    row's carried communication fields: :meth:`Space.comm_fields`), as the job with those
+    options gets it (:func:`memsym.timing.step.overlap_of`)."""
     return overlap_of(Training(framework=framework, sharding=sharding,
-                               **launch_overlaps(framework, sharding)))
+                               **launch_overlaps(framework, sharding), **(comm or {})))
 
 
 def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme: str) -> dict:
@@ -407,7 +408,8 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     out = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
                          e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
                          m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
-                         overlap=_search_overlap(space.framework, scheme),
+                         overlap=_search_overlap(space.framework, scheme,
+                                                 space.comm_fields(bool(spf))),
                          eta_gemm=eta, first_stage_layers=first, last_stage_layers=last)
     col = {k: np.broadcast_to(np.asarray(out[k], dtype=float), (n,)) for k in (
         "step", "compute", "memory", "bubble", "optimizer", "tp", "ep", "cp", "pp", "dp",

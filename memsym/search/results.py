@@ -92,7 +92,10 @@ class SearchResult:
         out["time"] = None if math.isnan(st) else {
             k[len("time_"):]: float(col[k][i]) for k in TIME_PARTS}
         out["binding"] = str(col["binding"][i])
-        out["bytes"] = {k: float(col[k][i]) for k in self.term_keys if k in col}
+        # a buffer outside the allocator that another row has and this one lacks (the
+        # userbuffers of tp_comm_overlap on a row without SP) is no term of this row
+        out["bytes"] = {k: float(col[k][i]) for k in self.term_keys
+                        if k in col and not (k in _OUTSIDE and math.isnan(col[k][i]))}
         return out
 
     @property

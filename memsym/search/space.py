@@ -238,6 +238,10 @@ class Space:
     #: Megatron-core's MoE token dispatcher, held fixed over the searched layouts (its
     #: buffers priced per row as estimate prices them: memsym.terms.dispatcher_buffers)
     moe_dispatcher: str = "alltoall"
+    #: Megatron's --tp-comm-overlap, held fixed: on in every row that runs sequence
+    #: parallelism (t > 1; validate_args asserts SP under it), with Transformer Engine's
+    #: userbuffers (memsym.terms.transients.tp_comm_userbuffers) and the overlapped TP time
+    tp_comm_overlap: bool = False
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -254,6 +258,19 @@ class Space:
     def __getstate__(self) -> dict:
         # a string's hash differs between processes: the kept hash is never pickled
         return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def comm_fields(self, sp_on: bool) -> dict:
+        """The :class:`memsym.training.Training` communication fields of a row with sequence
+        parallelism ``sp_on``: ``tp_comm_overlap`` where it is carried and the row runs SP
+        (Megatron asserts SP under it), else none.
+
+        Examples
+        --------
+        >>> space = make_space("llama3-8b", "h100-80gb", tp_comm_overlap=True)
+        >>> space.comm_fields(True), space.comm_fields(False)
+        ({'tp_comm_overlap': True}, {})
+        """
+        return {"tp_comm_overlap": True} if self.tp_comm_overlap and sp_on else {}
 
     @property
     def uniform(self) -> bool:
@@ -289,24 +306,33 @@ class Space:
 
 def refuse_unsearched(tr, what: str = "search") -> None:
     """Refuse, in one line, a job's setting that the search's space does not carry (it would
-    be priced, and emitted, without it): Megatron-FSDP's strategy and double buffer (the
-    search spells ZeRO-2 as Megatron-FSDP optim_grads itself) and the userbuffers config.
-    ``what``: the command that searches, as the message names it.  The MoE dispatcher is
-    carried (:attr:`Space.moe_dispatcher`).
+    be priced, and emitted, without it): a Megatron-FSDP strategy other than the one the
+    search spells the job's scheme as (ZeRO-2 as ``optim_grads``, FSDP as
+    ``optim_grads_params``: :data:`MEGATRON_FSDP_STRATEGY`), Megatron-FSDP's double buffer
+    and the userbuffers config.  ``what``: the command that searches, as the message names
+    it.  The MoE dispatcher and ``tp_comm_overlap`` are carried
+    (:attr:`Space.moe_dispatcher`, :attr:`Space.tp_comm_overlap`).
 
     Examples
     --------
     >>> from memsym.training import Training
     >>> refuse_unsearched(Training())            # the defaults: nothing to refuse
+    >>> refuse_unsearched(Training(sharding="fsdp", megatron_fsdp="optim_grads_params"))
+    >>> refuse_unsearched(Training(megatron_fsdp="optim"))
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: search: the job's megatron_fsdp optim is not a searched setting (the search runs Megatron-FSDP as zero2 = optim_grads and fsdp = optim_grads_params, without its double buffer, and TE's default userbuffers); estimate the layout instead
     """
     kept = [f"{name} {val}" for name, val, default in (
-        ("megatron_fsdp", tr.states.megatron_fsdp, None),
+        ("megatron_fsdp", tr.states.megatron_fsdp, MEGATRON_FSDP_STRATEGY.get(tr.states.sharding)),
         ("fsdp_double_buffer", tr.states.fsdp_double_buffer, False),
-        ("tp_comm_overlap_cfg", tr.comm.tp_comm_overlap_cfg, None)) if val != default]
+        ("tp_comm_overlap_cfg", tr.comm.tp_comm_overlap_cfg, None))
+        if val != default and not (name == "megatron_fsdp" and val is None)]
     if kept:
         raise InvalidValueError(f"{what}: the job's {', '.join(kept)} is not a searched setting "
-                                "(the search prices --sharding's own buffers and TE's default "
-                                "userbuffers); estimate the layout instead")
+                                "(the search runs Megatron-FSDP as zero2 = optim_grads and "
+                                "fsdp = optim_grads_params, without its double buffer, and "
+                                "TE's default userbuffers); estimate the layout instead")
 
 
 def from_job(model, gpu, options: dict):
@@ -325,6 +351,7 @@ def from_job(model, gpu, options: dict):
                      ("lora_rank", tr.adapters.lora_rank), ("allowances", dict(model.allowances)),
                      ("framework", tr.framework), ("fp8_recipe", tr.states.fp8_recipe),
                      ("moe_dispatcher", tr.memory.moe_dispatcher),
+                     ("tp_comm_overlap", tr.comm.tp_comm_overlap),
                      ("capacity", model.capacity)):
         if val is not None:
             options.setdefault(key, val)
@@ -344,7 +371,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                finetune="full", lora_rank=16, lora_targets="all", quantization=None,
                first_stage_layers=None, last_stage_layers=None, capacity=None,
                gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1, fp8_recipe=None,
-               uneven=True, framework="megatron", moe_dispatcher="alltoall") -> Space:
+               uneven=True, framework="megatron", moe_dispatcher="alltoall",
+               tp_comm_overlap=False) -> Space:
     """Validate the search keywords into a :class:`Space` (see :func:`search`).
 
     ``recompute`` and ``sharding`` default to what the framework offers: Megatron's none /
@@ -385,6 +413,10 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     if B is not None:
         dev.peak(prec)   # the step time needs the GPU's peak at this precision: refuse early
     dispatcher = _dispatcher(moe_dispatcher, arch, framework)
+    overlap = boolean(tp_comm_overlap, "tp_comm_overlap")
+    if overlap and not FRAMEWORK[framework].megatron_options:
+        raise InvalidValueError(f"tp_comm_overlap is Megatron's --tp-comm-overlap, not a "
+                                f"{framework} option")
     cf = exact(capacity_factor, "capacity_factor")
     if not cf > 0:
         raise InvalidValueError(f"capacity_factor must be > 0, got {capacity_factor}")
@@ -410,7 +442,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
         latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
-        framework=framework, fp8_recipe=fp8_recipe, moe_dispatcher=dispatcher)
+        framework=framework, fp8_recipe=fp8_recipe, moe_dispatcher=dispatcher,
+        tp_comm_overlap=overlap)
 
 
 def _dispatcher(name, arch, framework) -> str:

@@ -151,7 +151,8 @@ def choice_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, s
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
     tot = resolved_stage_total(
-        _unchecked(space, lay, space.training(recompute=rc, sharding=scheme, offload=off)), stage)
+        _unchecked(space, lay, space.training(recompute=rc, sharding=scheme, offload=off,
+                                              **space.comm_fields(sp_on))), stage)
     allow = set(_ALLOW)
     kept = tuple(term for term in tot if term.key not in allow)
     states = tuple(term for term in kept if term.key in _STATE_KEYS or term.key.startswith("expert_"))
@@ -189,7 +190,7 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
-    trn = space.training(recompute=rc, sharding=scheme, offload=off)
+    trn = space.training(recompute=rc, sharding=scheme, offload=off, **space.comm_fields(sp_on))
     job = _unchecked(space, lay, trn)
     steady, trans = states_and_transients(job, stage)
     # the buffers outside PyTorch's allocator (a carried MoE dispatcher's DeepEP / HybridEP
