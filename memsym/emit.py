@@ -32,9 +32,8 @@ from .frameworks import FRAMEWORK
 from .job import resolve_dropout
 from .model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.jobs import DEEPSPEED_SCHEMES
-from .readers.megatron import MEGATRON_FSDP_SCHEMES
 from .search import launch_overlaps
-from .search.space import recompute_layers
+from .search.space import MEGATRON_FSDP_STRATEGY, recompute_layers
 
 __all__ = ["EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "emit",
            "check_emittable"]
@@ -47,12 +46,6 @@ EMIT_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 FILE_SUFFIX = {name: FRAMEWORK[name].config_suffix for name in EMIT_FRAMEWORKS}
 #: The frameworks whose launch is words on a command line as well as a file.
 EMIT_AS_WORDS = ("megatron",)
-
-#: memsym's sharding scheme -> Megatron-FSDP's ``--data-parallel-sharding-strategy``: the
-#: inverse of the reader's table, so that a scheme is spelled only as the one the reader
-#: reads back (``ddp`` and ``distributed-optimizer`` have Megatron's own flags instead).
-_MEGATRON_FSDP_STRATEGY = {scheme: strategy for strategy, scheme in MEGATRON_FSDP_SCHEMES.items()
-                           if scheme not in ("ddp", "distributed-optimizer")}
 
 #: memsym's scheme -> DeepSpeed's ``zero_optimization.stage`` (the reader's table inverted).
 _DEEPSPEED_STAGE = {scheme: stage for stage, scheme in DEEPSPEED_SCHEMES.items()}
@@ -233,16 +226,40 @@ def _megatron_sharding(scheme: str) -> list:
         return []                     # Megatron-LM's DDP: no flag (arguments.py store_true)
     if scheme == "distributed-optimizer":
         return ["--use-distributed-optimizer"]
-    strategy = _MEGATRON_FSDP_STRATEGY.get(scheme)
+    strategy = MEGATRON_FSDP_STRATEGY.get(scheme)
     if strategy is None:
-        spelled = {"zero3": "Megatron-FSDP optim_grads_params reads back as fsdp with "
-                            "Megatron-FSDP's buffers (megatron_fsdp optim_grads_params), not "
-                            "as ZeRO-3",
+        spelled = {"zero3": "Megatron-FSDP optim_grads_params reads back as fsdp with its own "
+                            "buffers, not as ZeRO-3; search --sharding fsdp prices it so",
                    "zero1": "--use-distributed-optimizer reads back as Megatron's distributed "
                             "optimizer (its whole fp32 gradient buffer), not as ZeRO-1"}
         raise NotExpressible(f"sharding {scheme} (DeepSpeed's ZeRO, as the search priced it) has "
                              f"no Megatron-LM flag: {spelled.get(scheme, 'none reads it back')}")
-    return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy]
+    # validate_args asserts the fsdp_dtensor checkpoint format under Megatron-FSDP (and
+    # turns the distributed optimizer on itself: Megatron-FSDP v1)
+    return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
+            "--ckpt-format", "fsdp_dtensor"]
+
+
+def _megatron_dispatcher(space) -> list:
+    """Megatron-LM's MoE token dispatcher arguments of the search's dispatcher, on an MoE
+    model (none on a dense one): written out even for alltoall, since Megatron's own default
+    is allgather (``TransformerConfig.moe_token_dispatcher_type``); DeepEP and HybridEP as
+    the flex dispatcher with that backend (``--moe-flex-dispatcher-backend``).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> _megatron_dispatcher(NS(arch=NS(num_experts=8), moe_dispatcher="deepep"))
+    ['--moe-token-dispatcher-type', 'flex', '--moe-flex-dispatcher-backend', 'deepep']
+    >>> _megatron_dispatcher(NS(arch=NS(num_experts=None), moe_dispatcher="alltoall"))
+    []
+    """
+    if not space.arch.num_experts:
+        return []
+    name = space.moe_dispatcher
+    if name in ("deepep", "hybridep"):
+        return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", name]
+    return ["--moe-token-dispatcher-type", name]
 
 
 def _megatron_recompute(rc: str) -> list:
@@ -307,11 +324,14 @@ def _megatron(row, space, gpus) -> Emitted:
             words += [flag, str(row[key])]
     if row["sequence_parallel"] and row["t"] > 1:
         words.append("--sequence-parallel")
+        if space.tp_comm_overlap:   # as the search priced it: on where SP is (validate_args)
+            words.append("--tp-comm-overlap")
     words += ["--world-size", str(gpus), "--seq-length", str(space.seq_length),
               "--micro-batch-size", str(b), "--global-batch-size", str(B)]
     words += _megatron_precision(space.precision, space.fp8_recipe)
     words += ["--optimizer", "sgd" if space.optimizer == "sgd" else "adam"]
     words += _megatron_sharding(row["sharding"])
+    words += _megatron_dispatcher(space)
     words += _megatron_recompute(row["recompute"])
     rate = _MEGATRON_DROPOUT if space.dropout else "0.0"
     words += ["--hidden-dropout", rate, "--attention-dropout", rate]

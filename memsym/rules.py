@@ -16,6 +16,7 @@ from .errors import DivisibilityError, InvalidValueError
 from .frameworks import framework
 from .model.architecture import is_hybrid, layer_kinds, mixer_counts
 from .term import Source
+from .terms.dispatcher_buffers import DEEPEP_DISPATCH_CONFIGS
 from .text import shared_doc
 
 __all__ = ["Rule", "RULES", "LAUNCH", "PREFERENCES", "knobs", "masks", "broken", "check"]
@@ -219,6 +220,13 @@ _MAMBA_MIXER = ("megatron/core/ssm/mamba_mixer.py at d98e8a64dd, MambaMixer.__in
                 "(assert self.{} % tp_size == 0)")
 
 
+def _deepep_group(k):
+    """True where e*t_e is no group size DeepEP has a config for (scalars or arrays)."""
+    import numpy as np
+
+    return ~np.isin(k["e"] * k["t_e"], tuple(DEEPEP_DISPATCH_CONFIGS))
+
+
 def _mamba2(x) -> bool:
     # Megatron-core builds Mamba-2 mixers only (MambaMixer); its TP rules apply to them
     return bool(mixer_counts(x)[1]) and x.mamba_version == 2
@@ -377,6 +385,15 @@ RULES: dict = {r.name: r for r in (
                 "Megatron-LM megatron/training/arguments.py validate_args (--use-torch-fsdp2 "
                 "is not supported with pipeline parallelism)"),
          InvalidValueError),
+    Rule("deepep-group", "the flex dispatcher's DeepEP backend needs e*t_e among DeepEP's "
+         "configured group sizes",
+         lambda x, k: _deepep_group(k) if _moe(x) and k.get("moe_dispatcher") == "deepep"
+         else False,
+         lambda x, k: (f"DeepEP has no dispatch config for {k['e'] * k['t_e']} ranks (e t_e must "
+                       f"be one of {', '.join(map(str, DEEPEP_DISPATCH_CONFIGS))})"),
+         Source("deepep", "deep_ep/buffer.py:228-282 (Buffer.get_dispatch_config / "
+                "get_combine_config: a config per group size, else an assertion)"),
+         InvalidValueError),
     Rule("tp-mamba-heads", "t must divide the Mamba-2 heads (Megatron-core's MambaMixer)",
          lambda x, k: _mamba_tp(x, k, "mamba_num_heads"),
          lambda x, k: (f"tensor-parallel size t={k['t']} must divide the Mamba heads "
@@ -454,7 +471,8 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "tp_sequence_parallel": fw.tp_sequence_parallel,
                   "gpipe": training.pipeline.schedule == "gpipe",
                   "v_placement": training.pipeline.stage_placement == "v",
-                  "microbatch_group_size": training.pipeline.microbatch_group_size})
+                  "microbatch_group_size": training.pipeline.microbatch_group_size,
+                  "moe_dispatcher": training.memory.moe_dispatcher})
     return k
 
 

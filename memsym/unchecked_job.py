@@ -41,12 +41,17 @@ class UncheckedJob:
     m : int, sympy.Symbol or None
         Micro-batches per step and pipeline [1]: a number, the symbol ``m`` (a template the
         search binds per row), or None (not known: "enough" micro-batches).
+    gpu, cluster : hardware records or None
+        Where it runs, as a :class:`~memsym.job.Job` holds them (the search's GPU and cluster:
+        HybridEP's buffers depend on the NVLink domain, :mod:`memsym.training.totals`).
     """
 
     model: Architecture
     layout: Layout = field(default_factory=Layout)
     training: Training = field(default_factory=Training)
     m: int | sp.Symbol | None = None
+    gpu: object = None
+    cluster: object = None
 
 
 def unchecked(x: Architecture, layout: Layout, training: Training) -> UncheckedJob:

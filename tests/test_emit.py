@@ -23,6 +23,7 @@ import shlex
 import pytest
 
 from memsym.cli import main
+from memsym.cli.search import bytes_json
 from memsym.emit import Emitted, NotExpressible, emit
 from memsym.search import search
 
@@ -103,6 +104,11 @@ MEGATRON_CASES = {
     "zero2-selective": ("llama3-8b", 16, "--tp", 2, "--pp", 1, "--cp", 1, 2,
                         "--sharding", "zero2", "--recompute", "selective",
                         "--global-batch-size", 64),
+    # FSDP as Megatron-FSDP optim_grads_params (--use-megatron-fsdp, its own buffers), beside
+    # the distributed optimizer, with and without recompute
+    "megatron-fsdp": ("llama3-8b", 16, "--tp", 1, 2, "--pp", 1, "--sharding", "fsdp",
+                      "distributed-optimizer", "--recompute", "none", "full",
+                      "--global-batch-size", 64, "--top", 6),
     # a mixture of experts: expert parallelism (expert TP = t, Megatron's default)
     "moe-ep": ("qwen3-30b-a3b", 16, "--tp", 2, "--pp", 1, "--ep", 4,
                "--sharding", "distributed-optimizer", "--recompute", "full", "--top", 1,
@@ -120,7 +126,10 @@ MEGATRON_CASES = {
 @pytest.mark.parametrize("case", sorted(MEGATRON_CASES))
 def test_megatron_round_trip(capsys, tmp_path, case):
     model, gpus, *options = MEGATRON_CASES[case]
-    rows = searched(capsys, tmp_path, "megatron", model, gpus, "--top", 2, *options)
+    rows = searched(capsys, tmp_path, "megatron", model, gpus,
+                    *(() if "--top" in options else ("--top", 2)), *options)
+    if case == "megatron-fsdp":
+        assert {row["layout"]["sharding"] for row in rows} == {"fsdp", "distributed-optimizer"}
     for row in emitted_rows(rows):
         path = row["emit"]["file"]
         assert os.path.basename(path).startswith("layout_") and path.endswith(".txt")
@@ -135,6 +144,13 @@ def test_megatron_round_trip(capsys, tmp_path, case):
         for key in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
             side = key.split("_")[1]
             assert trn[f"{side}_stage_layers"] == row["layout"][key]
+        if row["layout"]["sharding"] in ("zero2", "fsdp"):
+            # Megatron-FSDP, with the checkpoint format validate_args asserts under it
+            strategy = {"zero2": "optim_grads", "fsdp": "optim_grads_params"}
+            assert trn["megatron_fsdp"] == strategy[row["layout"]["sharding"]]
+            assert ("--use-megatron-fsdp --data-parallel-sharding-strategy "
+                    f"{trn['megatron_fsdp']} --ckpt-format fsdp_dtensor") in \
+                " ".join(row["emit"]["arguments"])
         # the same words pasted, not from the file, read back the same
         words = ["estimate", model, *row["emit"]["arguments"], "--gpu", GPU, "--json"]
         words += [w for w in shlex.split(row["emit"]["read_back"])
@@ -225,12 +241,15 @@ def test_megatron_spellings_follow_megatron_arguments():
 def test_megatron_refuses_deepspeed_zero_it_cannot_spell(scheme):
     """ZeRO-1 and ZeRO-3 as the search prices them have no Megatron-LM flag that memsym
     reads back the same (Megatron-FSDP optim_grads_params is read as fsdp, the distributed
-    optimizer as itself): one line, not a launch command."""
+    optimizer as itself): one line, not a launch command, and ZeRO-3's names the scheme
+    that is (--sharding fsdp: Megatron-FSDP)."""
     res = search("llama3-8b", GPU, 16, global_batch_size=64, tp=[2], pp=[1], sharding=[scheme],
                  recompute=["none"])
     with pytest.raises(NotExpressible) as exc:
         emit("megatron", res.row(int(res.order()[0])), res.space, 16)
     assert "\n" not in str(exc.value) and scheme in str(exc.value)
+    if scheme == "zero3":
+        assert "--sharding fsdp" in str(exc.value)
 
 
 def test_megatron_text_lists_refused_rows_in_one_line(capsys):
@@ -411,22 +430,23 @@ def test_json_without_emit_dir_carries_the_text(capsys):
     assert json.loads(row["emit"]["text"])["zero_optimization"]["stage"] == 2
 
 
-@pytest.mark.parametrize("field, value", [("moe_dispatcher", "deepep"),
-                                          ("megatron_fsdp", "optim_grads_params"),
+@pytest.mark.parametrize("field, value", [("megatron_fsdp", "optim"),
                                           ("fsdp_double_buffer", True),
                                           ("tp_comm_overlap_cfg",
                                            "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"),
                                           ("fp4_param_gather", True),
                                           ("optimizer_cuda_graph", True)])
 def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
-    """A job's MoE dispatcher, Megatron-FSDP strategy / double buffer, userbuffers config,
-    NVFP4 parameters or optimizer CUDA graph is no searched setting: searching (and so emitting) the job is refused in one line, never
-    priced without it."""
+    """A job's Megatron-FSDP strategy (other than the search's zero2 / fsdp spellings) or
+    double buffer, its userbuffers config, NVFP4 parameters or optimizer CUDA graph is no
+    searched setting: searching (and so emitting) the job is refused in one line, never
+    priced without it (the MoE dispatcher and tp_comm_overlap are carried:
+    test_search_carries_the_moe_dispatcher)."""
     from memsym.errors import InvalidValueError
     from memsym.job import job
 
-    base = "qwen3-30b-a3b" if field == "moe_dispatcher" else "llama3-8b"
-    extra = {"moe_dispatcher": dict(e=4, d=4), "megatron_fsdp": dict(sharding="fsdp"),
+    base = "llama3-8b"
+    extra = {"megatron_fsdp": dict(sharding="distributed-optimizer"),
              "fsdp_double_buffer": dict(sharding="fsdp", megatron_fsdp="optim_grads_params"),
              "tp_comm_overlap_cfg": dict(t=4, sequence_parallel=True, tp_comm_overlap=True),
              "fp4_param_gather": dict(precision="fp4")}
@@ -437,10 +457,114 @@ def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
     assert "\n" not in str(exc.value) and field in str(exc.value)
 
 
-def test_search_cli_refuses_the_moe_dispatcher_in_one_line(capsys):
-    """`memsym search` has no --moe-dispatcher (the space prices alltoall): refused, exit 2,
-    one line, not dropped."""
-    code, out, err = run(capsys, "search", "qwen3-30b-a3b", "--gpu", GPU, "--gpus", 16,
+#: The MoE token dispatchers a search holds fixed, each with a layout whose most-loaded GPU
+#: holds its buffers: (GPU, GPUs, search options).  GB200's NVLink domain (72) sizes
+#: HybridEP's buffers over an expert group beyond 8 ranks.
+DISPATCHER_CASES = {
+    "deepep": ("h100-80gb", 16, "--tp", 1, 2, "--pp", 1),
+    "hybridep-nvl72": ("gb200", 16, "--tp", 1, "--pp", 1, "--ep", 16),
+    "allgather": ("h100-80gb", 16, "--tp", 2, "--pp", 1, 2),
+    "alltoall": ("h100-80gb", 16, "--tp", 1, "--pp", 1, "--cp", 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DISPATCHER_CASES))
+def test_search_carries_the_moe_dispatcher(capsys, tmp_path, case):
+    """The MoE token dispatcher is held fixed over the searched layouts: each row's total
+    holds its buffers (DeepEP's and HybridEP's outside PyTorch's allocator, after the
+    allowances; allgather's gathered tokens among the activations) exactly as ``memsym
+    estimate`` adds them at that layout, to the byte; and the emitted Megatron-LM arguments
+    (``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ...``) read back the
+    same bytes and step time."""
+    from memsym.job import job
+    from memsym.training import job_memory
+
+    name = case.split("-")[0]
+    gpu, gpus, *options = DISPATCHER_CASES[case]
+    code, out, err = run(capsys, "search", "qwen3-30b-a3b", "--gpu", gpu, "--gpus", gpus,
+                         "--moe-dispatcher", name, "--sharding", "distributed-optimizer",
+                         "--recompute", "full", "--global-batch-size", 64, "--top", 2,
+                         "--emit", "megatron", "--emit-dir", tmp_path, "--json", *options)
+    assert code == 0, err
+    for row in emitted_rows(json.loads(out)):
+        lay = row["layout"]
+        key = {"deepep": "deepep_buffers", "hybridep": "hybridep_buffers"}.get(name)
+        assert (key in row["bytes"]) == (key is not None)
+        words = " ".join(row["emit"]["arguments"])
+        assert ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend " + name
+                if key else "--moe-token-dispatcher-type " + name) in words
+        # the search's total is estimate's at that layout, to the byte (memsym's own options)
+        j = job("qwen3-30b-a3b", gpu=gpu, t=lay["tp"], p=lay["pp"], c=lay["cp"], e=lay["ep"],
+                d=lay["dp"],
+                v=lay["vpp"] if lay["vpp"] > 1 else None, micro_batch_size=lay["micro_batch_size"],
+                global_batch_size=64, recompute="full", sharding="distributed-optimizer",
+                sequence_parallel=lay["sequence_parallel"], moe_dispatcher=name)
+        est = job_memory(j)
+        assert est.stage == row["stage"]
+        assert est.bytes_total == sum(est.grouped()[k] for k in est.grouped() if k != "total")
+        assert bytes_json(est.grouped()) == row["bytes"]
+        # and the emitted command reads back the same (the round trip)
+        assert_same(row, read_back(capsys, row["emit"]["read_back"]))
+
+
+def test_search_carries_tp_comm_overlap(capsys, tmp_path):
+    """--tp-comm-overlap is held fixed: on in every row with sequence parallelism (Megatron's
+    validate_args asserts SP under it, and turns SP off at t = 1), with Transformer Engine's
+    userbuffers outside PyTorch's allocator and the overlapped TP time; the emitted arguments
+    carry it exactly there and read back the same bytes and step time."""
+    code, out, err = run(capsys, "search", "llama3-8b", "--gpu", GPU, "--gpus", 16,
+                         "--tp", 1, 2, "--pp", 1, "--cp", 1, "--sharding",
+                         "distributed-optimizer", "--recompute", "selective",
+                         "--global-batch-size", 64, "--top", 8, "--tp-comm-overlap",
+                         "--emit", "megatron", "--emit-dir", tmp_path, "--json")
+    assert code == 0, err
+    rows = emitted_rows(json.loads(out))
+    assert {row["layout"]["sequence_parallel"] for row in rows} == {True, False}
+    for row in rows:
+        on = row["layout"]["sequence_parallel"]
+        assert ("tp_comm_userbuffers" in row["bytes"]) == on
+        assert ("--tp-comm-overlap" in row["emit"]["arguments"]) == on
+        trn = assert_same(row, read_back(capsys, row["emit"]["read_back"]))
+        assert trn["tp_comm_overlap"] == on
+
+
+def test_search_takes_a_megatron_fsdp_job_it_spells():
+    """A Megatron-FSDP optim_grads_params job is searched (its scheme is the search's fsdp,
+    priced with the same buffers): the fsdp row of its layout is its estimate."""
+    from memsym.job import job
+    from memsym.training import job_memory
+
+    j = job("llama3-8b", gpu=GPU, global_batch_size=64, sharding="fsdp",
+            megatron_fsdp="optim_grads_params", recompute="full", d=16)
+    res = search(j, gpus=16, tp=[1], pp=[1], cp=[1], sharding=["fsdp"], micro_batch_sizes=[1])
+    i = int(res.order()[0])
+    assert res.row(i)["sharding"] == "fsdp"
+    assert res.exact(i)["bytes"]["total"] == job_memory(j).bytes_total
+
+
+def test_search_carries_the_dispatcher_of_a_job():
+    """A job's dispatcher is the search's (not refused): its best layout's exact total is the
+    estimate of that layout; DeepEP's group sizes are a named rule (deepep-group)."""
+    from memsym.job import job
+    from memsym.search import explain
+    from memsym.training import job_memory
+
+    j = job("qwen3-30b-a3b", gpu=GPU, e=4, d=4, moe_dispatcher="deepep", global_batch_size=64,
+            recompute="full")
+    res = search(j, gpus=16, tp=[1], pp=[1], sharding=["distributed-optimizer"])
+    assert res.space.moe_dispatcher == "deepep" and res.excluded["deepep-group"] > 0
+    i = int(res.order()[0])
+    row, exact = res.row(i), res.exact(i)
+    assert row["e"] * row["t"] in (2, 4, 8, 16)
+    got = job_memory(j.replace(t=row["t"], p=row["p"], e=row["e"], d=row["d"],
+                               micro_batch_size=row["b"], sequence_parallel=False))
+    assert exact["bytes"]["total"] == got.bytes_total
+    assert row["memory"] == pytest.approx(float(got.bytes_total), rel=1e-12)
+    assert explain(res.space, {"t": 1, "d": 16, "e": 1}) == ["deepep-group"]
+
+
+def test_search_refuses_a_dispatcher_without_experts_in_one_line(capsys):
+    code, out, err = run(capsys, "search", "llama3-8b", "--gpu", GPU, "--gpus", 8,
                          "--moe-dispatcher", "deepep", "--emit", "megatron")
-    assert code == 2 and out == "" and "--moe-dispatcher" in err
+    assert code == 2 and out == "" and "needs an MoE model" in err
     assert err.strip().count("\n") == 0

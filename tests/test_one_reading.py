@@ -750,7 +750,9 @@ def test_new_field_options_are_honoured_or_refused_on_every_job_command(capsys, 
 def test_plot_feasibility_searches_the_jobs_precision_and_refuses_what_it_cannot(capsys,
                                                                                  tmp_path):
     """plot feasibility's search takes the job's precision and FP8 recipe (the MXFP8 map
-    differs from the per-tensor one), and refuses a dispatcher it would not price."""
+    differs from the per-tensor one) and MoE dispatcher (DeepEP's buffers on every layout),
+    and refuses what it would not price (Megatron-FSDP's optim strategy: the search runs
+    Megatron-FSDP as its zero2 and fsdp only)."""
     base = ["plot", "feasibility", "llama3-8b", "--gpu", "gb200", "--world-size", 16,
             "--precision", "fp8", "--global-batch-size", 64, "--map", "headroom"]
     maps = []
@@ -760,7 +762,17 @@ def test_plot_feasibility_searches_the_jobs_precision_and_refuses_what_it_cannot
         assert code == 0, err
         maps.append(_svg_drawing(path))
     assert maps[0] != maps[1], "plot feasibility dropped --fp8-recipe"
-    code, out, err = run(capsys, "plot", "feasibility", "qwen3-30b-a3b", "--gpu", "gb200",
-                         "--ep", 4, "--world-size", 8, "--moe-dispatcher", "deepep",
-                         "--output", tmp_path / "moe.svg")
-    assert code == 2 and out == "" and err.count("\n") == 1 and "moe_dispatcher" in err
+    moe = []
+    for extra in ([], ["--moe-dispatcher", "deepep"]):
+        path = tmp_path / f"moe{len(extra)}.svg"
+        code, out, err = run(capsys, "plot", "feasibility", "qwen3-30b-a3b", "--gpu", "gb200",
+                             "--ep", 4, "--world-size", 8, "--map", "headroom", *extra,
+                             "--output", path)
+        assert code == 0, err
+        moe.append(_svg_drawing(path))
+    assert moe[0] != moe[1], "plot feasibility dropped --moe-dispatcher"
+    code, out, err = run(capsys, "plot", "feasibility", "llama3-8b", "--gpu", "gb200",
+                         "--world-size", 8, "--use-megatron-fsdp",
+                         "--data-parallel-sharding-strategy", "optim",
+                         "--output", tmp_path / "fsdp.svg")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "megatron_fsdp" in err

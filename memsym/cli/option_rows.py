@@ -215,6 +215,9 @@ _SWITCH_ROWS = (
 )
 
 
+#: The switches a search holds fixed over its layouts (memsym.search.Space).
+_SEARCH_SWITCHES = ("--tp-comm-overlap",)
+
 #: The switches' flags (memsym.cli.option_table.switches).
 SWITCH_FLAGS = tuple(row[0] for row in _SWITCH_ROWS)
 
@@ -324,7 +327,9 @@ def _run_rows():
            search="same", effect="memory, time",
            help="whose launch rules and runtime apply (torchtitan: FSDP2 with pipeline "
            "parallelism on torchtitan's own layer split)"),
-        *(flag(name, group="training", field=field, value=value, help=text, effect=effect)
+        *(flag(name, group="training", field=field, value=value, help=text, effect=effect,
+               **({"commands": JOB_AND_SEARCH, "search": "same"} if name in _SEARCH_SWITCHES
+                  else {}))
           for name, field, value, text, effect in _SWITCH_ROWS),
         option("--wgrad-deferral-limit", group="training", type=T.layer_count, metavar="N",
            field="wgrad_deferral_limit", default=0, source=JOB_DEFAULTS + " (Megatron's: "
@@ -355,6 +360,7 @@ def _run_rows():
               "full-iteration graph keeps per micro-batch)"),
         option("--moe-dispatcher", group="training", choices=MOE_DISPATCHERS,
            field="moe_dispatcher", default="alltoall", source=MEGATRON_ARGS, effect="memory",
+           commands=JOB_AND_SEARCH, search="same",
            help="Megatron-core's MoE token dispatcher: alltoall, allgather, or the flex "
            "dispatcher's deepep / hybridep backend, whose buffers (outside PyTorch's "
            "allocator) are counted"),

@@ -113,6 +113,12 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
     if getattr(args, "schedule", None):
         out["schedule"] = args.schedule
     out["framework"] = framework
+    if getattr(args, "moe_dispatcher", None) is not None:
+        # held fixed over the layouts, its buffers priced per row (memsym.search.Space)
+        out["moe_dispatcher"] = args.moe_dispatcher
+    if getattr(args, "tp_comm_overlap", None):
+        # on in every row with sequence parallelism (memsym.search.Space.comm_fields)
+        out["tp_comm_overlap"] = True
     if getattr(args, "fp8_recipe", None) is not None:
         out["fp8_recipe"] = args.fp8_recipe
     out["sharding"] = args.sharding   # None: what the framework runs (memsym.search)

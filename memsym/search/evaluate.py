@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from ..symbols import V
 from .. import rules as _rules
 from ..numeric import unique_rows
-from ..training import (ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS, allowance_values,
-                        arch_values)
+from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
+                        STATE_KEYS as _STATE_KEYS, allowance_values, arch_values)
 
 from ..model import moe_layer_pattern
 from .space import Space, CHOICE_RULES, KNOBS, recompute_layers
@@ -39,7 +39,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     out_cols: dict = {k: [] for k in ("row", "t", "p", "c", "d", "e", "v", "b", "m", "recompute",
                                        "sharding", "sequence_parallel", "offload", "memory",
                                        "stage", "step_time", "f", "l") + TIME_PARTS
-                      + _STATE_KEYS + ("activations",) + _ALLOW}
+                      + _TERM_COLUMNS}
     if per_stage:
         out_cols["stage_memory"] = []
     if n == 0:
@@ -92,7 +92,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
         out_cols["stage"].append(best_stage)
         if per_stage:
             out_cols["stage_memory"].append(stage_mem)
-        for key in _STATE_KEYS + ("activations",) + _ALLOW:
+        for key in _TERM_COLUMNS:
             col = best_parts[key]
             # a term some stage has and the row's most-loaded stage lacks (experts on a
             # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
@@ -109,10 +109,15 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
         if out_cols[name]:
             cols[name] = np.array(values, dtype=object)[cols[name]]
     # drop term columns that are absent everywhere
-    for key in _STATE_KEYS:
+    for key in _STATE_KEYS + _OUTSIDE:
         if key in cols and (not len(cols[key]) or np.all(np.isnan(cols[key]))):
             del cols[key]
     return cols
+
+
+#: The per-term columns of a search: the model states, the activations (with the peak phase's
+#: transients), the allowances and the buffers outside PyTorch's allocator.
+_TERM_COLUMNS = _STATE_KEYS + ("activations",) + _ALLOW + _OUTSIDE
 
 
 def _pick(kw, rows):
@@ -239,7 +244,7 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple)
     nslot, slot_stage = slots.count, slots.stage
     best_mem = np.full(len(idx), -np.inf)
     best_stage = np.zeros(len(idx), dtype=np.int64)
-    best_parts = {key: np.full(len(idx), np.nan) for key in _STATE_KEYS + ("activations",) + _ALLOW}
+    best_parts = {key: np.full(len(idx), np.nan) for key in _TERM_COLUMNS}
     stage_mem = np.full((len(idx), nslot), np.nan)
     for j in range(nslot):
         ridx = np.flatnonzero(slot_stage[j, idx] >= 0)
@@ -265,12 +270,15 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple)
             parts["activations"][sub] = act_q + peak
             for key, value in states.items():
                 parts.setdefault(key, np.zeros(len(ridx)))[sub] = value
-        allocated = sum(parts.values())
+        # the allowances are over what PyTorch's allocator holds; the buffers outside it
+        # (memsym.training.outside_allocator) are added after them
+        allocated = sum(val for key, val in parts.items() if key not in _OUTSIDE)
+        outside = sum(val for key, val in parts.items() if key in _OUTSIDE)
         akw = dict(allow, M_alloc=allocated)
         for term in allowance_template():
             parts[term.key] = np.broadcast_to(np.asarray(call_compiled(term.expr, akw), dtype=float),
                                               len(ridx))
-        mem = allocated + sum(parts[key] for key in _ALLOW)
+        mem = allocated + sum(parts[key] for key in _ALLOW) + outside
         stage_mem[ridx, j] = mem
         # strictly larger: on a tie the lower stage stays (as training_memory picks)
         better = mem > best_mem[ridx]
@@ -290,8 +298,8 @@ def _choice_times(space: Space, grid: dict, m_, f_, l_, idx, rc, spf, scheme,
     n = len(grid["t"])
     t_ = grid["t"]
     # the step time depends on the choice only through (recompute, SP, DDP / ZeRO-3 /
-    # a sharded optimizer): priced once per such triple over every row, then indexed
-    tkey = (rc, spf, scheme if scheme in ("ddp", "zero3") else "sharded")
+    # FSDP / a sharded optimizer): priced once per such triple over every row, then indexed
+    tkey = (rc, spf, scheme if scheme in ("ddp", "zero3", "fsdp") else "sharded")
     if tkey not in time_cache:
         rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
         full = _step_time(space, {k: grid[k][rows_t] for k in KNOBS}, m_[rows_t],
@@ -334,14 +342,15 @@ def launch_overlaps(framework: str, sharding: str) -> dict:
     return FRAMEWORK[framework].launch_overlap_options(sharding)
 
 
-def _search_overlap(space: Space, sharding: str):
+def _search_overlap(space: Space, sharding: str, comm: dict | None = None):
     """The :class:`memsym.timing.step.Overlap` of :func:`launch_overlaps` (or of the space's
-    own ``overlaps``, a job's), as the job with those options gets it
+    own ``overlaps``, a job's) and ``comm`` (the row's carried communication fields:
+    :meth:`Space.comm_fields`), as the job with those options gets it
     (:func:`memsym.timing.step.overlap_of`)."""
     framework = space.framework
     given = launch_overlaps(framework, sharding) if space.overlaps is None \
         else dict(space.overlaps)
-    return overlap_of(Training(framework=framework, sharding=sharding, **given))
+    return overlap_of(Training(framework=framework, sharding=sharding, **given, **(comm or {})))
 
 
 def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme: str) -> dict:
@@ -402,7 +411,7 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     out = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
                          e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
                          m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
-                         overlap=_search_overlap(space, scheme),
+                         overlap=_search_overlap(space, scheme, space.comm_fields(bool(spf))),
                          eta_gemm=eta, first_stage_layers=first, last_stage_layers=last)
     col = {k: np.broadcast_to(np.asarray(out[k], dtype=float), (n,)) for k in (
         "step", "compute", "memory", "bubble", "optimizer", "tp", "ep", "cp", "pp", "dp",
@@ -420,7 +429,7 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
 def binding_columns(cols: dict):
     import numpy as np
 
-    keys = [k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in cols]
+    keys = [k for k in _TERM_COLUMNS if k in cols]
     if not len(cols["memory"]):
         return np.array([], dtype=object)
     # the first largest term of each row (argmax over the stacked terms, NaN as -1), as a

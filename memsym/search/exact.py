@@ -8,7 +8,8 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..training import ALLOWANCE_KEYS as _ALLOW, Layout, STATE_KEYS as _STATE_KEYS, training_values
+from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
+                        STATE_KEYS as _STATE_KEYS, training_values)
 
 from .space import Space, KNOBS, scheme_row
 from .grid import with_split
@@ -32,11 +33,13 @@ def exact_row(space: Space, row: Mapping) -> dict:
 
 def group_bytes(bd: Mapping) -> dict:
     """Exact per-term bytes grouped as ``memsym estimate --json`` reports them: model-state
-    keys, ``activations`` (every activation term), the allowances, ``total``."""
+    keys, ``activations`` (every activation term), the allowances, the buffers outside
+    PyTorch's allocator where the job has them, ``total``."""
     out = {k: bd[k] for k in _STATE_KEYS if k in bd}
     out["activations"] = sp.Add(*(val for key, val in bd.items()
-                                   if key not in _STATE_KEYS and key not in _ALLOW and key != "total"))
-    for key in _ALLOW:
+                                   if key not in _STATE_KEYS and key not in _ALLOW
+                                   and key not in _OUTSIDE and key != "total"))
+    for key in _ALLOW + _OUTSIDE:
         if key in bd:
             out[key] = bd[key]
     out["total"] = bd["total"]

@@ -212,6 +212,7 @@ def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
               "gpus_per_node": space.gpus_per_node,
               "first_stage_layers": space.first_stage_layers,
               "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,
+              "moe_dispatcher": space.moe_dispatcher,
               "m": None if B is None else B // (grid["b"] * grid["d"])})
     return k
 

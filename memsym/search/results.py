@@ -12,7 +12,8 @@ from typing import Callable
 
 from ..errors import InvalidValueError, NoFitError, UnknownNameError
 from .. import rules as _rules
-from ..training import ALLOWANCE_KEYS as _ALLOW, STATE_KEYS as _STATE_KEYS
+from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
+                        STATE_KEYS as _STATE_KEYS)
 
 from .space import RULES, Space, CHOICE_RULES, KNOBS, from_job, positive_whole, make_space
 from .grid import choice_knobs, grid_knobs, raw_grid, rule_masks
@@ -91,12 +92,16 @@ class SearchResult:
         out["time"] = None if math.isnan(st) else {
             k[len("time_"):]: float(col[k][i]) for k in TIME_PARTS}
         out["binding"] = str(col["binding"][i])
-        out["bytes"] = {k: float(col[k][i]) for k in self.term_keys if k in col}
+        # a buffer outside the allocator that another row has and this one lacks (the
+        # userbuffers of tp_comm_overlap on a row without SP) is no term of this row
+        out["bytes"] = {k: float(col[k][i]) for k in self.term_keys
+                        if k in col and not (k in _OUTSIDE and math.isnan(col[k][i]))}
         return out
 
     @property
     def term_keys(self) -> tuple:
-        return tuple(k for k in _STATE_KEYS + ("activations",) + _ALLOW if k in self.columns)
+        return tuple(k for k in _STATE_KEYS + ("activations",) + _ALLOW + _OUTSIDE
+                     if k in self.columns)
 
     def top(self, k: int = 10) -> list:
         """The ``k`` best fitting layouts as dicts (see :meth:`row`)."""

@@ -13,6 +13,7 @@ from ..errors import InvalidValueError, UnknownNameError, choose
 from ..limits import EFFICIENCY_RANGE
 from ..text import short
 from ..values import boolean, exact
+from ..vocabulary import MOE_DISPATCHERS
 from .. import hardware, model as models, rules as _rules
 from ..frameworks import FRAMEWORK, FRAMEWORK_SCHEMES
 from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
@@ -23,6 +24,9 @@ from ..model import moe_layer_pattern
 from ..training import ALLOWANCES, Training
 from ..job_record import FIELD_PARTS
 from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
+from .job_fields import (MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS, SEARCHED_FIELDS,  # noqa: F401
+                         global_batch_of, recompute_choice, refuse_unsearched,
+                         unsearched_fields)  # re-exported: the search's callers import them here
 
 
 #: The rules the search applies, by name (the name is what the output shows), from the one
@@ -34,7 +38,8 @@ RULES = {name: rule.summary for name, rule in _rules.RULES.items()}
 CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp")
 
 
-#: Sharding schemes searched by default (fsdp is the same memory as zero3).
+#: Sharding schemes searched by default (fsdp: ZeRO-3's states, or FSDP2 in a torchtitan search and
+#: Megatron-FSDP optim_grads_params in a Megatron one, asked for by name: scheme_row).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
 
 
@@ -135,10 +140,20 @@ def matched_choices(kind, given, accepted) -> tuple:
 
 def scheme_row(name, framework: str = "megatron") -> str:
     """A sharding scheme by name; FSDP keeps the same states as ZeRO-3, so it is one row,
-    except in a torchtitan search, where FSDP2 is the scheme (its own transients, with PP)."""
+    except in a torchtitan search, where FSDP2 is the scheme (its own transients, with PP),
+    and in a Megatron search, where it is Megatron-FSDP ``optim_grads_params`` (its own
+    buffers, :data:`MEGATRON_FSDP_STRATEGY`).
+
+    Examples
+    --------
+    >>> scheme_row("fsdp", "megatron"), scheme_row("fsdp", "deepspeed")
+    ('fsdp', 'zero3')
+    """
     key = choose("sharding", name, ALL_SCHEMES)
-    # FSDP2 with its own groups and transients (torchtitan's), else ZeRO-3's states
-    return "zero3" if key == "fsdp" and not FRAMEWORK[framework].fsdp_io_groups else key
+    fw = FRAMEWORK[framework]
+    # FSDP2 with its own groups and transients (torchtitan's), Megatron-FSDP (Megatron's),
+    # else ZeRO-3's states
+    return "zero3" if key == "fsdp" and not (fw.fsdp_io_groups or fw.megatron_options) else key
 
 
 #: What a torchtitan job can run: FSDP2 (data_parallel_shard_degree) or replicas
@@ -220,6 +235,13 @@ class Space:
     #: (memsym.search.evaluate.launch_overlaps); else a job's own ``(name, value)`` pairs of
     #: overlap_grad_reduce / overlap_param_gather (None: the framework's default)
     overlaps: tuple | None = None
+    #: Megatron-core's MoE token dispatcher, held fixed over the searched layouts (its
+    #: buffers priced per row as estimate prices them: memsym.terms.dispatcher_buffers)
+    moe_dispatcher: str = "alltoall"
+    #: Megatron's --tp-comm-overlap, held fixed: on in every row that runs sequence
+    #: parallelism (t > 1; validate_args asserts SP under it), with Transformer Engine's
+    #: userbuffers (memsym.terms.transients.tp_comm_userbuffers) and the overlapped TP time
+    tp_comm_overlap: bool = False
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -237,6 +259,19 @@ class Space:
         # a string's hash differs between processes: the kept hash is never pickled
         return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
+    def comm_fields(self, sp_on: bool) -> dict:
+        """The :class:`memsym.training.Training` communication fields of a row with sequence
+        parallelism ``sp_on``: ``tp_comm_overlap`` where it is carried and the row runs SP
+        (Megatron asserts SP under it), else none.
+
+        Examples
+        --------
+        >>> space = make_space("llama3-8b", "h100-80gb", tp_comm_overlap=True)
+        >>> space.comm_fields(True), space.comm_fields(False)
+        ({'tp_comm_overlap': True}, {})
+        """
+        return {"tp_comm_overlap": True} if self.tp_comm_overlap and sp_on else {}
+
     @property
     def uniform(self) -> bool:
         return (self.first_stage_layers is None and self.last_stage_layers is None
@@ -251,7 +286,7 @@ class Space:
                     offload="none", capacity_factor=self.capacity_factor,
                     finetune=self.finetune, lora_rank=self.lora_rank,
                     lora_targets=self.lora_targets, quantization=self.quantization,
-                    framework=self.framework)
+                    framework=self.framework, moe_dispatcher=self.moe_dispatcher)
         if self.fp8_recipe is not None:
             base["fp8_recipe"] = self.fp8_recipe
         if "recompute" in kw:
@@ -263,108 +298,12 @@ class Space:
             # buffer is memory the read-back counts (memsym.training.transients._transient_widths)
             base["overlap_grad_reduce"] = True
         base.update(kw)
-        if FRAMEWORK[self.framework].megatron_options and base["sharding"] == "zero2":
-            # Megatron-LM runs ZeRO-2 as Megatron-FSDP optim_grads (memsym.emit spells it so):
-            # priced as its own buffers, as the read-back counts them
-            base["megatron_fsdp"] = "optim_grads"
+        if FRAMEWORK[self.framework].megatron_options and base["sharding"] in MEGATRON_FSDP_STRATEGY:
+            # Megatron-LM runs ZeRO-2 as Megatron-FSDP optim_grads and FSDP as
+            # optim_grads_params (memsym.emit spells them so): priced with its own buffers,
+            # as the read-back counts them
+            base["megatron_fsdp"] = MEGATRON_FSDP_STRATEGY[base["sharding"]]
         return Training(**base)
-
-
-#: The :class:`memsym.training.Training` fields a search carries: the space's own settings
-#: (:meth:`Space.training`) and the choices it explores (recompute and its layer-wise form,
-#: sharding, offload, micro-batch size).  Any other field a job sets is not searched.
-SEARCHED_FIELDS = frozenset((
-    "seq_length", "micro_batch_size", "global_batch_size", "recompute", "recompute_method",
-    "recompute_num_layers", "flash_attention", "dropout", "schedule", "precision", "optimizer",
-    "sharding", "convention", "offload", "capacity_factor", "finetune", "lora_rank",
-    "lora_targets", "quantization", "framework", "fp8_recipe"))
-
-
-#: The data-parallel overlap fields a search can price a job's own values of (``overlaps``).
-OVERLAP_FIELDS = ("overlap_grad_reduce", "overlap_param_gather")
-
-
-def unsearched_fields(tr, carried=()) -> list:
-    """``"name value"`` of each field of the Training ``tr`` that a search does not carry
-    (not in :data:`SEARCHED_FIELDS`, nor in ``carried``: fields this search is given, such as
-    :data:`OVERLAP_FIELDS` with ``overlaps``) and that differs from :class:`Training`'s
-    default: a search of the job would price, and draw, a different job without it.
-
-    Examples
-    --------
-    >>> from memsym.training import Training
-    >>> unsearched_fields(Training(optimizer="sgd")), unsearched_fields(Training(metric="reserved"))
-    ([], ['metric reserved'])
-    """
-    default = Training()
-    return [f"{name} {val if isinstance(val, str) else short(val)}" for name, val in
-            ((name, tr.value(name)) for name in FIELD_PARTS)
-            if name not in SEARCHED_FIELDS and name not in carried
-            and val != default.value(name)]
-
-
-def refuse_unsearched(tr, what: str = "search", carried=()) -> None:
-    """Refuse, in one line, a job's setting that the search's space does not carry (it would
-    be priced, and emitted, without it): the MoE dispatcher, Megatron-FSDP's strategy and
-    double buffer (the search spells ZeRO-2 as Megatron-FSDP optim_grads itself), the
-    userbuffers config, NVFP4 parameters (``fp4_param_gather``), the optimizer step's CUDA
-    graph, and any other field outside :data:`SEARCHED_FIELDS`
-    (:func:`unsearched_fields`, ``carried`` as there).  ``what``: the command that searches,
-    as the message names it.
-
-    Examples
-    --------
-    >>> from memsym.training import Training
-    >>> refuse_unsearched(Training())            # the defaults: nothing to refuse
-    >>> refuse_unsearched(Training(metric="allocated"), "plot feasibility")
-    Traceback (most recent call last):
-    ...
-    memsym.errors.InvalidValueError: plot feasibility: the job's metric allocated is not a searched setting (the search prices the alltoall dispatcher, --sharding's own buffers, TE's default userbuffers and the job's settings the search keeps); estimate the layout instead
-    """
-    kept = unsearched_fields(tr, carried)
-    if kept:
-        raise InvalidValueError(f"{what}: the job's {', '.join(kept)} is not a searched setting "
-                                "(the search prices the alltoall dispatcher, --sharding's own "
-                                "buffers, TE's default userbuffers and the job's settings the "
-                                "search keeps); estimate the layout instead")
-
-
-def recompute_choice(memory) -> str:
-    """The search's recompute choice of a job's :class:`memsym.job_record.Memory` (the
-    inverse of :func:`recompute_fields`): its mode, or ``"block-N"`` / ``"every-N"`` for a
-    layer-wise full recompute.  Megatron's ``uniform`` grouping is not a search choice and is
-    refused in one line.
-
-    Examples
-    --------
-    >>> from memsym.job_record import Memory
-    >>> recompute_choice(Memory(recompute="selective"))
-    'selective'
-    >>> recompute_choice(Memory(recompute="full", recompute_method="block", recompute_num_layers=2))
-    'block-2'
-    """
-    if memory.recompute_method is None:
-        return memory.recompute
-    if memory.recompute_method not in ("block", "every"):
-        raise InvalidValueError(f"recompute method {memory.recompute_method} is not a search "
-                                "choice (block-N or every-N); estimate the layout instead")
-    return f"{memory.recompute_method}-{memory.recompute_num_layers or 1}"
-
-
-def global_batch_of(job) -> int | None:
-    """A job's global batch ``B`` [sequences]: its own, else its ``m`` micro-batches at its
-    layout, ``B = m b d`` (the same batch at every layout a search tries), else None.
-
-    Examples
-    --------
-    >>> from memsym.job import job
-    >>> global_batch_of(job("llama2-7b", dp=4, micro_batch_size=2, num_microbatches=8))
-    64
-    """
-    batch = job.training.batch
-    if batch.global_batch_size is not None or batch.num_microbatches is None:
-        return batch.global_batch_size
-    return batch.num_microbatches * batch.micro_batch_size * job.layout.d
 
 
 def from_job(model, gpu, options: dict):
@@ -386,6 +325,8 @@ def from_job(model, gpu, options: dict):
                      ("lora_rank", tr.adapters.lora_rank), ("lora_targets", tr.adapters.lora_targets),
                      ("quantization", tr.adapters.quantization), ("allowances", dict(model.allowances)),
                      ("framework", tr.framework), ("fp8_recipe", tr.states.fp8_recipe),
+                     ("moe_dispatcher", tr.memory.moe_dispatcher),
+                     ("tp_comm_overlap", tr.comm.tp_comm_overlap),
                      ("capacity", model.capacity)):
         if val is not None:
             options.setdefault(key, val)
@@ -405,7 +346,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                finetune="full", lora_rank=16, lora_targets="all", quantization=None,
                first_stage_layers=None, last_stage_layers=None, capacity=None,
                gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1, fp8_recipe=None,
-               uneven=True, framework="megatron", overlaps=None) -> Space:
+               uneven=True, framework="megatron", overlaps=None, moe_dispatcher="alltoall",
+               tp_comm_overlap=False) -> Space:
     """Validate the search keywords into a :class:`Space` (see :func:`search`).
 
     ``recompute`` and ``sharding`` default to what the framework offers: Megatron's none /
@@ -445,6 +387,11 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
             positive_whole(val, what)
     if B is not None:
         dev.peak(prec)   # the step time needs the GPU's peak at this precision: refuse early
+    dispatcher = _dispatcher(moe_dispatcher, arch, framework)
+    overlap = boolean(tp_comm_overlap, "tp_comm_overlap")
+    if overlap and not FRAMEWORK[framework].megatron_options:
+        raise InvalidValueError(f"tp_comm_overlap is Megatron's --tp-comm-overlap, not a "
+                                f"{framework} option")
     cf = exact(capacity_factor, "capacity_factor")
     if not cf > 0:
         raise InvalidValueError(f"capacity_factor must be > 0, got {capacity_factor}")
@@ -470,7 +417,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
         latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
-        framework=framework, fp8_recipe=fp8_recipe, overlaps=_overlaps(overlaps))
+        framework=framework, fp8_recipe=fp8_recipe, overlaps=_overlaps(overlaps),
+        moe_dispatcher=dispatcher, tp_comm_overlap=overlap)
 
 
 def _overlaps(given) -> tuple | None:
@@ -507,6 +455,18 @@ def space_differences(tr, space, **choices) -> list:
     return [f"{name} {tr.value(name)} (searched {mine.value(name)})" for name in FIELD_PARTS
             if name not in ("lora_targets", "quantization")
             and tr.value(name) != mine.value(name)]
+
+
+def _dispatcher(name, arch, framework) -> str:
+    """The MoE token dispatcher held fixed over the search, checked as a job checks it
+    (:mod:`memsym.job_checks`): Megatron-core's, and only with experts."""
+    name = choose("MoE token dispatcher", name, MOE_DISPATCHERS)
+    if name != "alltoall" and not FRAMEWORK[framework].megatron_options:
+        raise InvalidValueError(f"moe_dispatcher {name} is Megatron-core's, not {framework}'s")
+    if name != "alltoall" and not arch.num_experts:
+        raise InvalidValueError(f"moe_dispatcher {name} needs an MoE model (Megatron-core "
+                                "builds no token dispatcher without experts)")
+    return name
 
 
 def _device(gpu, cluster, gpus_per_node, capacity) -> tuple:

@@ -13,8 +13,8 @@ import sympy as sp
 from ..symbols import M_alloc, m
 from ..unchecked_job import UncheckedJob
 from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as _STATE_KEYS,
-                        allowance_terms, resolved_stage_activations, resolved_stage_total,
-                        stage_counts, states_and_transients)
+                        allowance_terms, outside_allocator, resolved_stage_activations,
+                        resolved_stage_total, stage_counts, states_and_transients)
 
 from .space import Space, recompute_layers
 from .grid import with_split
@@ -27,8 +27,13 @@ from ..model import moe_layer_pattern, stage_layers
 def _unchecked(space: Space, lay: Layout, trn) -> UncheckedJob:
     # not a memsym.job.Job: the layout stands for every t > 1 (t = 2) and every v > 1 (v = 2),
     # which the rule table could refuse for this model; the search checks each row it binds
-    # (memsym.search.grid).  m is the symbol each row binds, when the global batch is given
-    return UncheckedJob(space.arch, lay, trn, m if space.global_batch_size is not None else None)
+    # (memsym.search.grid).  m is the symbol each row binds, when the global batch is given;
+    # the GPU and cluster only where a term reads them (HybridEP's NVLink domain), so that
+    # every other template is built as before
+    where = dict(gpu=space.gpu, cluster=space.cluster) if space.moe_dispatcher == "hybridep" \
+        else {}
+    return UncheckedJob(space.arch, lay, trn, m if space.global_batch_size is not None else None,
+                        **where)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -146,7 +151,8 @@ def choice_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, s
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
     tot = resolved_stage_total(
-        _unchecked(space, lay, space.training(recompute=rc, sharding=scheme, offload=off)), stage)
+        _unchecked(space, lay, space.training(recompute=rc, sharding=scheme, offload=off,
+                                              **space.comm_fields(sp_on))), stage)
     allow = set(_ALLOW)
     kept = tuple(term for term in tot if term.key not in allow)
     states = tuple(term for term in kept if term.key in _STATE_KEYS or term.key.startswith("expert_"))
@@ -178,13 +184,19 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
     """:func:`choice_template`'s pieces (None, states, activations without the decoder layers,
     allowances, decoder layers) built from the two halves :func:`memsym.training.resolved_stage_total`
     adds (``states_and_transients`` and ``resolved_stage_activations``), the activations shared across
-    sharding schemes (tests check the sum against the exact per-layout total)."""
+    sharding schemes (tests check the sum against the exact per-layout total); the states
+    end with the buffers outside PyTorch's allocator
+    (:func:`memsym.training.outside_allocator`, keys of ``OUTSIDE_ALLOCATOR_KEYS``)."""
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
-    trn = space.training(recompute=rc, sharding=scheme, offload=off)
-    steady, trans = states_and_transients(_unchecked(space, lay, trn), stage)
-    states = tuple(steady)
+    trn = space.training(recompute=rc, sharding=scheme, offload=off, **space.comm_fields(sp_on))
+    job = _unchecked(space, lay, trn)
+    steady, trans = states_and_transients(job, stage)
+    # the buffers outside PyTorch's allocator (a carried MoE dispatcher's DeepEP / HybridEP
+    # buffers) ride with the states under their own keys; the evaluation adds them after the
+    # allowances, as memsym.training.resolved_stage_total does (no fragmentation on them)
+    states = tuple(steady) + outside_allocator(job, stage)
     rest, layer = _act_template(space, rc, sp_on, inter, off, pp, stage)
     # the phase transients depend on the scheme (FSDP2 / ZeRO buffers): per template; the
     # peak phase max(T_fwd, T_loss, T_bwd, T_opt - A) is taken per row with the row's
@@ -220,7 +232,7 @@ class StageTable:
         # a repr that does not say everything (an object's address, numpy's "..." in a long
         # array) is no key: such a space is compiled in each process
         lossy = " at 0x" in text or "..." in text
-        self.digest = None if lossy else compile_cache.input_key("search stages 2", text)
+        self.digest = None if lossy else compile_cache.input_key("search stages 3", text)
         self.codes, self.names, self.funcs, self.entries, self.counts = [], [], [], {}, {}
         self.index: dict = {}
         self.dirty = False

@@ -223,6 +223,26 @@ def _textbook_state(scheme, given, convention, offload, psi, dp) -> Total:
     return Total(f"model states per GPU ({scheme}, {given}, offload {offload})", tuple(terms))
 
 
+def _quantized_weights(lin, mx: str, fp4_param_gather: bool, fp8_param_gather: bool) -> Term:
+    """The low-precision linear weights of :func:`_framework_state`: NVFP4 parameters, FP8 /
+    MXFP8 parameters, or Transformer Engine's cached copies beside the 16-bit weights."""
+    if fp4_param_gather:
+        return Term("fp8_weights", lin * b_f8, "NVFP4 linear-layer weights "
+                    "(quantized_model_init: packed rowwise data in the buffer's "
+                    "uint8 param_data, gathered in NVFP4; columnwise copy made "
+                    "after the gather)", _NVFP4_PARAMS, label="fp4 weights")
+    elif fp8_param_gather:
+        return Term("fp8_weights", lin * b_f8, mx + "linear-layer weights "
+                    "(fp8_model_init, gathered in FP8)", _TE_FP8, label="fp8 weights")
+    else:
+        return Term("fp8_weights", lin * b_f8, "Transformer Engine's cached " + mx +
+                    "copies of the linear weights (" + ("rowwise + columnwise, "
+                    "a scale byte per 32 each" if mx == "MXFP8 " else
+                    "rowwise + columnwise, 4-bit with a scale byte per 16 each"
+                    if mx == "NVFP4 " else "rowwise + transpose") + ")", _TE_FP8,
+                    label="fp8 weight cache")
+
+
 def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
                      fp8_param_gather, linear_params, optimizer, fp8_recipe=None,
                      fp4_param_gather=False) -> Total:
@@ -281,21 +301,7 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
                 what += " (param_data of the buffer)" if scheme == "distributed-optimizer" else ""
             terms.append(Term("weights", per_gpu(b_hp, shard_w), what, src_w, label="weights"))
         if precision in ("fp8", "fp4"):
-            if fp4_param_gather:
-                terms.append(Term("fp8_weights", lin * b_f8, "NVFP4 linear-layer weights "
-                                  "(quantized_model_init: packed rowwise data in the buffer's "
-                                  "uint8 param_data, gathered in NVFP4; columnwise copy made "
-                                  "after the gather)", _NVFP4_PARAMS, label="fp4 weights"))
-            elif fp8_param_gather:
-                terms.append(Term("fp8_weights", lin * b_f8, mx + "linear-layer weights "
-                                  "(fp8_model_init, gathered in FP8)", _TE_FP8, label="fp8 weights"))
-            else:
-                terms.append(Term("fp8_weights", lin * b_f8, "Transformer Engine's cached " + mx +
-                                  "copies of the linear weights (" + ("rowwise + columnwise, "
-                                  "a scale byte per 32 each" if mx == "MXFP8 " else
-                                  "rowwise + columnwise, 4-bit with a scale byte per 16 each"
-                                  if mx == "NVFP4 " else "rowwise + transpose") + ")", _TE_FP8,
-                                  label="fp8 weight cache"))
+            terms.append(_quantized_weights(lin, mx, fp4_param_gather, fp8_param_gather))
     on_gpu_g = not (offload != "none" and scheme in ("zero2", "zero3", "fsdp"))
     if on_gpu_g and optimizer != "none":
         what = {"ddp": "gradient buffer (grad_data), whole on every rank",

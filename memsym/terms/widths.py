@@ -188,6 +188,16 @@ def has_main_grad_copy(scheme: str, precision: str, grad_dtype: str,
     return not (precision_aware and scheme == "distributed-optimizer")
 
 
+def _check_fp4_param_gather(fp4_param_gather: bool, precision: str, scheme: str) -> None:
+    """Refuse ``fp4_param_gather`` outside NVFP4 under the distributed optimizer: only
+    DistributedOptimizer casts its fp32 shards back to NVFP4 (distrib_optimizer.py:2853-2857
+    quantize_nvfp4_param_shard); optimizer.py, the DDP optimizer, has no NVFP4 path."""
+    if fp4_param_gather and (precision != "fp4" or scheme != "distributed-optimizer"):
+        raise InvalidValueError(f"fp4_param_gather needs precision fp4 and the distributed "
+                                f"optimizer, not {precision} under {scheme} (Megatron: "
+                                "--fp4-param-gather needs --fp4-format)")
+
+
 def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
                 optimizer: str = "adam", convention: str = "framework", *,
                 grad_dtype: str | None = None, fp8_param_gather: bool = False,
@@ -273,13 +283,7 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
         raise InvalidValueError(f"fp8_recipe {fp8_recipe} needs precision fp8, not {precision} "
                                 "(Megatron reads --fp8-recipe only with --fp8-format)")
     if convention == "framework":
-        if fp4_param_gather and (precision != "fp4" or scheme != "distributed-optimizer"):
-            # only DistributedOptimizer casts its fp32 shards back to NVFP4
-            # (distrib_optimizer.py:2853-2857 quantize_nvfp4_param_shard); optimizer.py, the
-            # DDP optimizer, has no NVFP4 path
-            raise InvalidValueError(f"fp4_param_gather needs precision fp4 and the distributed "
-                                    f"optimizer, not {precision} under {scheme} (Megatron: "
-                                    "--fp4-param-gather needs --fp4-format)")
+        _check_fp4_param_gather(fp4_param_gather, precision, scheme)
         widths = _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,
                                    precision_aware, main_params_dtype, exp_avg_dtype,
                                    exp_avg_sq_dtype, store_param_remainders)
@@ -290,11 +294,9 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
         return widths
     if fp8_recipe is not None or grad_dtype is not None or fp8_param_gather or precision_aware \
             or fp4_param_gather:
-        raise InvalidValueError(
-            f"fp8_recipe, grad_dtype, fp8_param_gather, fp4_param_gather and precision_aware "
-            f"describe a "
-            f"framework's tensors; convention {convention} has fixed widths (use "
-            f"convention='framework')")
+        raise InvalidValueError(f"fp8_recipe, grad_dtype, fp8_param_gather, fp4_param_gather and "
+                                f"precision_aware describe a framework's tensors; convention "
+                                f"{convention} has fixed widths (use convention='framework')")
     return _convention_widths(scheme, precision, optimizer, convention)
 
 

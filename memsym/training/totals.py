@@ -21,7 +21,7 @@ from .activations import layers_in_flight, resolved_stage_activations
 from .traits import resolve_arch, sequence_parallel_on, stage_role
 from .transients import PHASE_SOURCE, PHASES, states_and_transients
 
-#: Keys of the buffers a framework allocates outside PyTorch's allocator (:func:`_outside_allocator`).
+#: Keys of the buffers a framework allocates outside PyTorch's allocator (:func:`outside_allocator`).
 OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers", "deepep_buffers", "hybridep_buffers",
                           "hybridep_rdma_buffers")
 
@@ -124,13 +124,22 @@ def _moe_stage(j: Job | UncheckedJob, stage: int) -> bool:
         x, lay.p, stage, lay.first_stage_layers, lay.last_stage_layers, lay.pipeline_layout))
 
 
-def _outside_allocator(j: Job | UncheckedJob, stage: int) -> tuple:
+def outside_allocator(j: Job | UncheckedJob, stage: int) -> tuple:
     """Buffers a framework allocates outside PyTorch's caching allocator for the whole run,
     beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
     Transformer Engine's userbuffers under ``tp_comm_overlap``
     (:func:`memsym.terms.transients.tp_comm_userbuffers`) and the flex MoE dispatcher's
     DeepEP or HybridEP buffers on a stage with MoE layers
-    (:mod:`memsym.terms.dispatcher_buffers`)."""
+    (:mod:`memsym.terms.dispatcher_buffers`).  ``memsym.search`` adds the same Terms to each
+    row after the allowances.
+
+    Examples
+    --------
+    >>> from memsym.job import job
+    >>> j = job("qwen3-30b-a3b", e=4, d=4, moe_dispatcher="deepep")
+    >>> [term.key for term in outside_allocator(j, 0)]
+    ['deepep_buffers']
+    """
     training = j.training
     if training.states.convention != "framework" or training.memory.metric != "device":
         return ()   # PyTorch's counters miss them
@@ -149,7 +158,7 @@ def _beyond_allocated(terms, j: Job | UncheckedJob, stage: int) -> tuple:
     """What a total adds to its allocated ``terms``: the allowances (fragmentation a fraction
     of their sum) and the buffers outside PyTorch's allocator."""
     allocated = sp.Add(*(term.expr for term in terms))
-    return tuple(allowance_terms(allocated)) + _outside_allocator(j, stage)
+    return tuple(allowance_terms(allocated)) + outside_allocator(j, stage)
 
 
 def resolved_stage_total(j: Job | UncheckedJob, stage: int) -> Total:

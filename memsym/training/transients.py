@@ -141,7 +141,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
       parameter buffers (:func:`memsym.terms.transients.megatron_buckets`) and TE/Apex
       FusedAdam steps in chunks: no transient beyond the loss's.  (With ``tp_comm_overlap``,
       Transformer Engine's userbuffers are held throughout, outside PyTorch's allocator:
-      :func:`memsym.training.totals._outside_allocator`.)
+      :func:`memsym.training.totals.outside_allocator`.)
 
     The model states that exist only in the step (:data:`STEP_STATE_KEYS`) are not among
     these Terms: the total adds them to the optimizer phase.
