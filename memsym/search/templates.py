@@ -157,16 +157,24 @@ def choice_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, s
 
 
 @functools.lru_cache(maxsize=4096)
-def _act_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: int,
-                  stage: int) -> tuple:
-    """(activation sum without the decoder layers, the decoder layers' term) of one stage:
-    :func:`memsym.training.resolved_stage_activations`, the activations :func:`choice_template`'s total
-    holds; they do not depend on the sharding scheme, so one serves every scheme."""
+def _act_total(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: int,
+               stage: int):
+    """:func:`memsym.training.resolved_stage_activations` of one stage, the activations
+    :func:`choice_template`'s total holds; they do not depend on the sharding scheme, so one
+    serves every scheme (the phase transients of :func:`fast_template` read them too)."""
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
-    act = resolved_stage_activations(
+    return resolved_stage_activations(
         _unchecked(space, lay, space.training(recompute=rc, offload=off)), stage)
+
+
+@functools.lru_cache(maxsize=4096)
+def _act_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: int,
+                  stage: int) -> tuple:
+    """(activation sum without the decoder layers, the decoder layers' term) of one stage
+    (:func:`_act_total`)."""
+    act = _act_total(space, rc, sp_on, inter, off, pp, stage)
     rest = sp.Add(*(term.expr for term in act if term.key != "layer_activations"))
     layer = sp.Add(*(term.expr for term in act if term.key == "layer_activations"))
     return rest, layer
@@ -183,7 +191,8 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
     trn = space.training(recompute=rc, sharding=scheme, offload=off)
-    steady, trans = states_and_transients(_unchecked(space, lay, trn), stage)
+    steady, trans = states_and_transients(_unchecked(space, lay, trn), stage,
+                                          _act_total(space, rc, sp_on, inter, off, pp, stage))
     states = tuple(steady)
     rest, layer = _act_template(space, rc, sp_on, inter, off, pp, stage)
     # the phase transients depend on the scheme (FSDP2 / ZeRO buffers): per template; the

@@ -51,8 +51,9 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
 
 
 def _phase_parts(j: Job | UncheckedJob, stage: int):
-    states, trans = states_and_transients(j, stage)
-    act = list(resolved_stage_activations(j, stage).terms)
+    acts = resolved_stage_activations(j, stage)
+    states, trans = states_and_transients(j, stage, acts)   # built once: the costliest part
+    act = list(acts.terms)
     kept, pool = _cuda_graph_buffers(j, stage, act, trans)
     if pool:
         trans = {**trans, "optimizer": tuple(trans["optimizer"]) + pool}

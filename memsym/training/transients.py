@@ -95,7 +95,7 @@ def _gradients_not_yet_made(training: Training) -> bool:
             and training.states.convention == "framework" and training.adapters.finetune == "full")
 
 
-def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
+def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | None = None) -> dict:
     r"""The transient Terms of each phase of the step on pipeline stage ``stage`` [bytes].
 
     ``forward`` (end of the forward of the last micro-batch: every in-flight micro-batch's
@@ -151,6 +151,18 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
     :data:`memsym.terms.transients.DEFAULTS` (``n_ag`` = 2, fp32 reduce, ...);
     ``N_ll`` is the largest layer on one GPU (:func:`stage_counts`).
 
+    Parameters
+    ----------
+    j : Job or UncheckedJob
+        The job.
+    stage : int
+        The pipeline stage.
+    activations : Total, optional
+        The stage's activations, :func:`memsym.training.resolved_stage_activations` of ``j``
+        at ``stage``, where the caller already built them (the total and the search do: it
+        is the costliest part of a cold search's templates to build twice); computed when
+        None.
+
     Returns
     -------
     dict
@@ -168,7 +180,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
     """
     x, layout, training = j.model, j.layout, j.training
     out = {ph: [] for ph in PHASES}
-    acts = resolved_stage_activations(j, stage).terms
+    acts = (resolved_stage_activations(j, stage) if activations is None else activations).terms
     for ph in ("forward", "loss-backward"):    # only the blocks' backward rematerialises
         out[ph] += [tm.working_set_absent(a_) for a_ in acts if a_.key == "recompute_working_set"]
     if stage == output_stage(layout, training):
@@ -323,16 +335,17 @@ def _add_gradients_not_yet_made(out: dict, j: Job | UncheckedJob, stage: int, ac
             label="gradients made as freed"))
 
 
-def states_and_transients(j: Job | UncheckedJob, stage: int) -> tuple:
+def states_and_transients(j: Job | UncheckedJob, stage: int,
+                          activations: Total | None = None) -> tuple:
     """(steady model-state Terms, phase -> transient Terms) of one stage, in the count symbols
     of :func:`stage_counts`: the model states held through forward and backward, and
-    :func:`phase_transients` with the step-only states (:data:`STEP_STATE_KEYS`) in the
-    optimizer phase."""
+    :func:`phase_transients` (given the stage's ``activations`` where the caller has them)
+    with the step-only states (:data:`STEP_STATE_KEYS`) in the optimizer phase."""
     training = j.training
     terms = state_terms(stage_has_experts(j.model, j.layout, stage), state_training(training))
     step = tuple(term for term in terms
                  if training.states.convention == "framework" and term.key in STEP_STATE_KEYS)
-    trans = phase_transients(j, stage)
+    trans = phase_transients(j, stage, activations)
     if step:
         trans = {**trans, "optimizer": step + tuple(trans["optimizer"])}
     return [term for term in terms if term not in step], trans
