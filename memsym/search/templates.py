@@ -402,6 +402,7 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int) -> tu
             _COUNTS.clear()
         lay = Layout(t=tt, p=pp, e=ee, first_stage_layers=space.first_stage_layers,
                      last_stage_layers=space.last_stage_layers)
-        _COUNTS[key] = tuple((str(k), v) for k, v in
+        # a symbol's name, not str(): printing each one costs more than the counts
+        _COUNTS[key] = tuple((k.name, v) for k, v in
                              stage_counts(_unchecked(space, lay, space.training()), stage).items())
     return _COUNTS[key]

@@ -9,6 +9,7 @@ states and activations; :func:`states_and_transients` splits the model states of
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import sympy as sp
@@ -198,10 +199,16 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
             out["loss-backward"], output_layer_activations(x, layout, training)))
     cp.add_phase_buffers(out, None if isinstance(j, UncheckedJob) else layout.c, training.framework,
                          training.comm.cp_comm_type, activation_width(training))
-    widths = _transient_widths(training)
-    # widths are symbols -> integers: xreplace, not subs' pattern matching (cold search)
-    return {ph: tuple(replace(term, expr=as_expr(term.expr).xreplace(widths)) for term in terms)
-            for ph, terms in out.items()}
+    widths = tuple(_transient_widths(training).items())
+    return {ph: tuple(_widened(term, widths) for term in terms) for ph, terms in out.items()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _widened(term: Term, widths: tuple) -> Term:
+    # the Term with the knobs' values in: widths are symbols -> integers, so xreplace, not
+    # subs' pattern matching; remembered, since a cold search asks for the same loss and
+    # sharding Terms in each of its hundreds of stage templates
+    return replace(term, expr=as_expr(term.expr).xreplace(dict(widths)))
 
 
 def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> None:
