@@ -332,6 +332,26 @@ def stage_function(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sc
     return _Pieces(tuple(_bound(table.funcs[i], table.names[i]) for i in ids), keys, phases)
 
 
+@functools.lru_cache(maxsize=64)
+def allowance_function(space: Space):
+    """:func:`allowance_template`'s Terms as compiled functions of the keyword values (the
+    allocated bytes ``M_alloc`` and the allowances), kept in the space's :class:`StageTable`
+    as the stage templates are, so that a search in a new process prints and compiles
+    nothing it met before: ``call_stage``-style ``[call(kw) for call in fn.calls]`` returns
+    each Term's value as :func:`call_compiled` does."""
+    table = stage_table(space)
+    terms = allowance_template()
+    keys = tuple(term.key for term in terms)
+    entry = table.entries.get("allowances")
+    if entry is None or entry[1] != keys:
+        exprs = tuple(term.expr for term in terms)
+        if any(_code(e) is None for e in exprs):
+            return _Pieces(tuple(functools.partial(call_compiled, e) for e in exprs), keys, 0)
+        entry = table.add("allowances", exprs, keys, 0)
+    ids, keys, _ = entry
+    return _Pieces(tuple(_bound(table.funcs[i], table.names[i]) for i in ids), keys, 0)
+
+
 def _bound(fn, names):
     return lambda kw: fn(*[kw[n] for n in names])[0]
 
