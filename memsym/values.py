@@ -21,7 +21,7 @@ from .text import short
 from .limits import check_limit
 
 __all__ = ["exact", "whole", "positive", "fraction_in", "boolean", "as_values", "as_expr",
-           "lazy_min", "cached_max"]
+           "lazy_min", "cached_max", "holds_float"]
 
 
 #: The most bits an exact number's numerator or denominator may have (about 1,233 digits):
@@ -344,8 +344,33 @@ def as_expr(value, what: str = "value") -> sp.Expr:
         raise InvalidValueError(f"{what} must be a number or a SymPy expression, got "
                                 f"{type(value).__name__}") from None
     # floats are read through their decimal repr here, once, so every term stays exact
+    if not holds_float(expr):
+        return expr
     floats = expr.atoms(sp.Float)
     return expr.xreplace({x: exact(x, what) for x in floats}) if floats else expr
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def holds_float(expr: sp.Basic) -> bool:
+    """Whether ``expr`` holds a SymPy Float anywhere in its tree.
+
+    Remembered per subtree: a Term is built from subexpressions already checked (every
+    :class:`memsym.term.Term` checks its expression, :func:`as_expr`), so checking a new
+    sum or product visits only its new nodes, where ``expr.atoms(Float)`` walks the whole
+    tree again each time (a cold search builds thousands of Terms).  Exact: SymPy's ``==``
+    tells a Float from an equal Integer or Rational (``Float(2.0) != 2``), so a remembered
+    ``2*x`` never stands for ``2.0*x``.
+
+    Examples
+    --------
+    >>> from sympy import Float, Symbol
+    >>> x = Symbol("x")
+    >>> holds_float(2 * x), holds_float(Float(2.0) * x), holds_float(x + Float(0.5))
+    (False, True, True)
+    """
+    if isinstance(expr, sp.Float):
+        return True
+    return any(holds_float(arg) for arg in expr.args)
 
 
 def lazy_min(*args) -> sp.Expr:

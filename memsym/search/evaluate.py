@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 from ..symbols import V
 from .. import rules as _rules
-from ..numeric import unique_rows
+from ..numeric import distinct, unique_rows
 from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
                         STATE_KEYS as _STATE_KEYS, allowance_values, arch_values)
 
 from ..model import moe_layer_pattern
 from .space import Space, CHOICE_RULES, KNOBS, recompute_layers
 from .grid import choice_knobs, grid_knobs, splits_of, with_split
-from .templates import (allowance_template, call_compiled, call_stage, check_stages,
+from .templates import (allowance_function, call_stage, check_stages,
                         save_stage_tables, stage_count_floats, stage_function, stage_template)
 from ..frameworks import FRAMEWORK
 from ..timing.step import Settings, most_layers_per_rank, overlap_of, step_time_grid
@@ -49,7 +49,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     m_ = (B // (b_ * d_)) if B is not None else np.zeros(n, dtype=np.int64)
     scal = {str(k): float(v) for k, v in arch_values(x, 1).items()}
     allow = {str(k): float(v) for k, v in allowance_values(dict(space.allowances)).items()}
-    Vpad = {int(tt): float(arch_values(x, int(tt))[V]) for tt in np.unique(t_)}
+    Vpad = {int(tt): float(arch_values(x, int(tt))[V]) for tt in distinct(t_)}
     V_row = np.array([Vpad[int(tt)] for tt in t_])
     f_, l_ = splits_of(space, grid)
     slots = _stage_slots(space, grid, f_, l_)
@@ -76,7 +76,8 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
             continue
         idx = np.flatnonzero(sel)
         best_mem, best_stage, best_parts, stage_mem = _most_loaded_stage(
-            slots, _pick(base_kw, idx), idx, allow, (rc, spf, inter, off, scheme))
+            slots, _pick(base_kw, idx), idx, allow, (rc, spf, inter, off, scheme),
+            allowance_function(space))
         out_cols["row"].append(idx)
         for k in ("t", "p", "c", "d", "e", "v", "b"):
             out_cols[k].append(grid[k][idx])
@@ -235,9 +236,11 @@ class _ChoiceRows:
         return sel
 
 
-def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple) -> tuple:
+def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
+                       allowances) -> tuple:
     """``(memory, stage, parts, stage_memory)`` of rows ``idx`` under one discrete choice:
-    the most-loaded stage's bytes, its index and its terms, and every slot's bytes."""
+    the most-loaded stage's bytes, its index and its terms, and every slot's bytes
+    (``allowances``: the space's :func:`memsym.search.templates.allowance_function`)."""
     import numpy as np
 
     rc, spf, inter, off, scheme = choice
@@ -255,7 +258,7 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple)
         rkw.update({name: arr[j, rows] for name, arr in slots.counts.items()})
         parts = {"activations": np.zeros(len(ridx))}
         tid = slots.template[j, rows]
-        for q in np.unique(tid):
+        for q in distinct(tid):
             sub = np.flatnonzero(tid == q)
             skw = rkw if len(sub) == len(ridx) else _pick(rkw, sub)
             sub_space, pq, stq = slots.templates[q]
@@ -275,9 +278,8 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple)
         allocated = sum(val for key, val in parts.items() if key not in _OUTSIDE)
         outside = sum(val for key, val in parts.items() if key in _OUTSIDE)
         akw = dict(allow, M_alloc=allocated)
-        for term in allowance_template():
-            parts[term.key] = np.broadcast_to(np.asarray(call_compiled(term.expr, akw), dtype=float),
-                                              len(ridx))
+        for key, call in zip(allowances.state_keys, allowances.calls):
+            parts[key] = np.broadcast_to(np.asarray(call(akw), dtype=float), len(ridx))
         mem = allocated + sum(parts[key] for key in _ALLOW) + outside
         stage_mem[ridx, j] = mem
         # strictly larger: on a tie the lower stage stays (as training_memory picks)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ..errors import NoFitError
+from ..numeric import distinct
 from .space import CHOICE_KEYS, KNOBS, RULES, divisors_of
 from .grid import rule_masks, stage_splits
 from .evaluate import binding_columns, evaluate_grid
@@ -91,7 +92,7 @@ def smallest_d_by_divisors(space, knobs, maxg: int, report: Callable) -> tuple:
     # finite candidates: b*d must divide B; memory is nonincreasing in d (fewer
     # micro-batches in flight, more sharding), so the first divisor that fits is the answer
     best = {}
-    dvs = sorted({dv for bb in np.unique(knobs["b"]) for dv in divisors_of(B // int(bb))})
+    dvs = sorted({dv for bb in distinct(knobs["b"]) for dv in divisors_of(B // int(bb))})
     for done, dv in enumerate(dvs, 1):
         report(done, len(dvs))
         ok_rows = np.flatnonzero((B % (knobs["b"] * dv) == 0)
@@ -187,8 +188,10 @@ def _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report) -> 
     top_ok = fits_at(live, dstar[live])
     low = live[top_ok & (dstar[live] > step[live])]
     low_fits = fits_at(low, dstar[low] - step[low])
-    redo = np.union1d(np.union1d(live[~top_ok], low[low_fits]), np.flatnonzero(~linear))
-    verified = np.setdiff1d(live[top_ok], redo)
+    # np.union1d / np.setdiff1d, spelled with distinct (numpy's import numpy.ma at once)
+    redo = distinct(np.concatenate([live[~top_ok], low[low_fits], np.flatnonzero(~linear)]))
+    verified = distinct(live[top_ok])
+    verified = verified[~np.isin(verified, redo, assume_unique=True)]
     if len(verified) and len(redo):
         # a row needs d >= step: one whose smallest G already exceeds a verified row's
         # answer cannot win (or tie), so it is not searched
@@ -268,7 +271,7 @@ def with_splits(num_layers: int, grid: dict, cand_v) -> dict:
     import numpy as np
 
     parts = []
-    for pp in np.unique(grid["p"]):
+    for pp in distinct(grid["p"]):
         idx = np.flatnonzero(grid["p"] == pp)
         pairs = ([(0, 0)] if num_layers % int(pp) == 0 else []) + list(
             stage_splits(num_layers, int(pp), cand_v))

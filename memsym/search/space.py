@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import re
@@ -278,6 +279,16 @@ class Space:
                 and len(set(moe_layer_pattern(self.arch))) == 1)
 
     def training(self, **kw):
+        """The :class:`memsym.training.Training` of this space with ``kw`` changed, one
+        (immutable) record per distinct set of changes: a cold search asks for the same few
+        hundreds of times while it builds its templates."""
+        try:
+            return _space_training(self, tuple(sorted(kw.items())))
+        except TypeError:    # an unhashable value (or a refused keyword: raised again below)
+            return self.build_training(**kw)
+
+    def build_training(self, **kw):
+        """:meth:`training`, built anew."""
         base = dict(seq_length=self.seq_length, micro_batch_size=1,
                     global_batch_size=self.global_batch_size, recompute="none",
                     flash_attention=self.flash_attention, dropout=self.dropout,
@@ -304,6 +315,11 @@ class Space:
             # as the read-back counts them
             base["megatron_fsdp"] = MEGATRON_FSDP_STRATEGY[base["sharding"]]
         return Training(**base)
+
+
+@functools.lru_cache(maxsize=4096)
+def _space_training(space: Space, changes: tuple):
+    return space.build_training(**dict(changes))
 
 
 def from_job(model, gpu, options: dict):

@@ -163,16 +163,24 @@ def choice_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, s
 
 
 @functools.lru_cache(maxsize=4096)
-def _act_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: int,
-                  stage: int) -> tuple:
-    """(activation sum without the decoder layers, the decoder layers' term) of one stage:
-    :func:`memsym.training.resolved_stage_activations`, the activations :func:`choice_template`'s total
-    holds; they do not depend on the sharding scheme, so one serves every scheme."""
+def _act_total(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: int,
+               stage: int):
+    """:func:`memsym.training.resolved_stage_activations` of one stage, the activations
+    :func:`choice_template`'s total holds; they do not depend on the sharding scheme, so one
+    serves every scheme (the phase transients of :func:`fast_template` read them too)."""
     lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
-    act = resolved_stage_activations(
+    return resolved_stage_activations(
         _unchecked(space, lay, space.training(recompute=rc, offload=off)), stage)
+
+
+@functools.lru_cache(maxsize=4096)
+def _act_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: int,
+                  stage: int) -> tuple:
+    """(activation sum without the decoder layers, the decoder layers' term) of one stage
+    (:func:`_act_total`)."""
+    act = _act_total(space, rc, sp_on, inter, off, pp, stage)
     rest = sp.Add(*(term.expr for term in act if term.key != "layer_activations"))
     layer = sp.Add(*(term.expr for term in act if term.key == "layer_activations"))
     return rest, layer
@@ -192,7 +200,8 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
                  last_stage_layers=space.last_stage_layers)
     trn = space.training(recompute=rc, sharding=scheme, offload=off, **space.comm_fields(sp_on))
     job = _unchecked(space, lay, trn)
-    steady, trans = states_and_transients(job, stage)
+    steady, trans = states_and_transients(job, stage,
+                                          _act_total(space, rc, sp_on, inter, off, pp, stage))
     # the buffers outside PyTorch's allocator (a carried MoE dispatcher's DeepEP / HybridEP
     # buffers) ride with the states under their own keys; the evaluation adds them after the
     # allowances, as memsym.training.resolved_stage_total does (no fragmentation on them)
@@ -232,7 +241,7 @@ class StageTable:
         # a repr that does not say everything (an object's address, numpy's "..." in a long
         # array) is no key: such a space is compiled in each process
         lossy = " at 0x" in text or "..." in text
-        self.digest = None if lossy else compile_cache.input_key("search stages 3", text)
+        self.digest = None if lossy else compile_cache.input_key("search stages 4", text)
         self.codes, self.names, self.funcs, self.entries, self.counts = [], [], [], {}, {}
         self.index: dict = {}
         self.dirty = False
@@ -335,6 +344,26 @@ def stage_function(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sc
     return _Pieces(tuple(_bound(table.funcs[i], table.names[i]) for i in ids), keys, phases)
 
 
+@functools.lru_cache(maxsize=64)
+def allowance_function(space: Space):
+    """:func:`allowance_template`'s Terms as compiled functions of the keyword values (the
+    allocated bytes ``M_alloc`` and the allowances), kept in the space's :class:`StageTable`
+    as the stage templates are, so that a search in a new process prints and compiles
+    nothing it met before: ``call_stage``-style ``[call(kw) for call in fn.calls]`` returns
+    each Term's value as :func:`call_compiled` does."""
+    table = stage_table(space)
+    terms = allowance_template()
+    keys = tuple(term.key for term in terms)
+    entry = table.entries.get("allowances")
+    if entry is None or entry[1] != keys:
+        exprs = tuple(term.expr for term in terms)
+        if any(_code(e) is None for e in exprs):
+            return _Pieces(tuple(functools.partial(call_compiled, e) for e in exprs), keys, 0)
+        entry = table.add("allowances", exprs, keys, 0)
+    ids, keys, _ = entry
+    return _Pieces(tuple(_bound(table.funcs[i], table.names[i]) for i in ids), keys, 0)
+
+
 def _bound(fn, names):
     return lambda kw: fn(*[kw[n] for n in names])[0]
 
@@ -405,6 +434,7 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int) -> tu
             _COUNTS.clear()
         lay = Layout(t=tt, p=pp, e=ee, first_stage_layers=space.first_stage_layers,
                      last_stage_layers=space.last_stage_layers)
-        _COUNTS[key] = tuple((str(k), v) for k, v in
+        # a symbol's name, not str(): printing each one costs more than the counts
+        _COUNTS[key] = tuple((k.name, v) for k, v in
                              stage_counts(_unchecked(space, lay, space.training()), stage).items())
     return _COUNTS[key]

@@ -54,6 +54,8 @@ References
 
 from __future__ import annotations
 
+import functools
+
 import sympy as sp
 
 from ..errors import InvalidValueError, choose
@@ -282,10 +284,20 @@ def add_phase_buffers(out: dict, cp_size: int, framework: str, given, width=2) -
     method = cp_method(framework, given)
     if cp_size == 1 or method is None:
         return
-    implementation = FRAMEWORK[framework].cp_attention[0]
+    for phase, terms in _phase_buffers(FRAMEWORK[framework].cp_attention[0], method, width,
+                                       cp_size is None):
+        out[phase] += list(terms)
+
+
+@functools.lru_cache(maxsize=256)
+def _phase_buffers(implementation: str, method: str, width, symbolic: bool) -> tuple:
+    # ((phase, Terms), ...) of add_phase_buffers, built once per argument set (Terms are
+    # immutable): a cold search asks for the same buffers in each of its hundreds of templates
     n_kv = a if implementation == "torch" else g
+    out = []
     for phase, terms in cp_attention_transients(implementation, method, n_kv, width).items():
-        if cp_size is None:      # c stays a symbol (a search template): nothing at c = 1
+        if symbolic:      # c stays a symbol (a search template): nothing at c = 1
             terms = [Term(x.key, sp.Piecewise((0, sp.Eq(c, 1)), (x.expr, True)),
                           x.description, x.source, label=x.label) for x in terms]
-        out[phase] += list(terms)
+        out.append((phase, tuple(terms)))
+    return tuple(out)

@@ -16,6 +16,8 @@ References
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import InvalidValueError
@@ -130,12 +132,19 @@ def bubble_in_stages(st: Settings, p, m, v) -> tuple:
         sched = "gpipe" if st.schedule == "gpipe" else ("1f1b" if vv_ == 1 else "interleaved")
         if vv_ > 1 and N is not None and N < pp_:
             N = None
-        vals[i] = float(bubble_fraction(sched, pp_, mm_, vv_, N, backward_ratio=ratio)) * mm_
-        # Megatron's interleaving rule; GPipe / torch's LoopedBFS have none
-        ok[i] = sched == "gpipe" or schedule_rule(pp_, mm_, vv_, N) is None
+        vals[i], ok[i] = _bubble_entry(sched, int(pp_), int(mm_), int(vv_), N, ratio)
     beta = vals[inv.ravel()].reshape(p.shape)
     launchable = ok[inv.ravel()].reshape(p.shape)
     return beta, launchable
+
+
+@functools.lru_cache(maxsize=65536)
+def _bubble_entry(sched: str, pp_: int, mm_: int, vv_: int, N, ratio: float) -> tuple:
+    # (bubble in stage units, launchable) of one distinct layout: remembered, since a search
+    # prices the same (p, m, v) under each of its recompute / SP / sharding choices
+    val = float(bubble_fraction(sched, pp_, mm_, vv_, N, backward_ratio=ratio)) * mm_
+    # Megatron's interleaving rule; GPipe / torch's LoopedBFS have none
+    return val, sched == "gpipe" or schedule_rule(pp_, mm_, vv_, N) is None
 
 
 def simulated_pipeline(st: Settings, pipeline, tau: dict, p2p_exposed, p, m, v):

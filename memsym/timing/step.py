@@ -24,6 +24,8 @@ References
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import InvalidValueError, choose
@@ -44,6 +46,7 @@ from ..job import canonical, dropout_kept, recompute_modules_of
 from ..vocabulary import FP8_RECIPES
 from ..vocabulary import RECOMPUTE_MODULES
 from ..training import microbatches
+from ..numeric import unique_rows
 
 __all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
            "most_layers_per_rank",
@@ -271,7 +274,38 @@ def _mean_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tu
     """Forward and backward parts of the mean decoder layer (MoE layers spread evenly over
     the stages, an assumption), its collectives as issued (:func:`layer_time`) and what an
     MoE layer's all-to-alls add when nothing overlaps them: the issued forward and backward
-    EP seconds less the exposed ones [s] (0 without MoE)."""
+    EP seconds less the exposed ones [s] (0 without MoE).
+
+    A layer's time depends on the layout only through (t, c, e, t_e, b, d): a grid of many
+    layouts (a search's, where p, v and the stage split vary too) is priced once per distinct
+    combination and spread back (elementwise arithmetic: the same numbers to the last bit)."""
+    knobs = np.broadcast_arrays(t, c, e, t_e, b, d)
+    shape = knobs[0].shape
+    # settings given per row (a recompute fraction per layout) are priced row by row
+    per_row = any(isinstance(v, (np.ndarray, list)) and np.ndim(v)
+                  for v in (getattr(st, f.name) for f in dataclasses.fields(st)))
+    if not per_row and knobs[0].size > 64 and all(np.array_equal(k, np.floor(k)) for k in knobs) \
+            and all(np.all(k >= 0) for k in knobs):
+        uq, inv = unique_rows(*(k.ravel() for k in knobs))
+        if 2 * len(uq) <= knobs[0].size:
+            got = _mean_layer_of(x, st, dev, clu, *(uq[:, i].astype(float) for i in range(6)),
+                                 eta_gemm=eta_gemm, overlap=overlap)
+            return _spread(got, inv, shape)
+    return _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
+                          overlap=overlap)
+
+
+def _spread(value, inv, shape):
+    # the per-distinct-row values of _mean_layer back on every row (numbers stay numbers)
+    if isinstance(value, dict):
+        return {k: _spread(v, inv, shape) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_spread(v, inv, shape) for v in value)
+    return value[inv].reshape(shape) if np.ndim(value) else value
+
+
+def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
+    """:func:`_mean_layer` on every row as given."""
     lf, lb = {}, {}
     ep_alone = 0.0
     raw_dense, raw_moe = {}, {}

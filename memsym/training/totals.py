@@ -52,8 +52,9 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
 
 
 def _phase_parts(j: Job | UncheckedJob, stage: int):
-    states, trans = states_and_transients(j, stage)
-    act = list(resolved_stage_activations(j, stage).terms)
+    acts = resolved_stage_activations(j, stage)
+    states, trans = states_and_transients(j, stage, acts)   # built once: the costliest part
+    act = list(acts.terms)
     step = sp.Add(*(term.expr for term in trans["optimizer"]))
     if j.training.memory.optimizer_cuda_graph and j.training.memory.metric != "allocated" \
             and step != 0:

@@ -9,6 +9,7 @@ states and activations; :func:`states_and_transients` splits the model states of
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import sympy as sp
@@ -95,14 +96,13 @@ def _gradients_not_yet_made(training: Training) -> bool:
             and training.states.convention == "framework" and training.adapters.finetune == "full")
 
 
-def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
+def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | None = None) -> dict:
     r"""The transient Terms of each phase of the step on pipeline stage ``stage`` [bytes].
 
-    ``forward`` (end of the forward of the last micro-batch: every in-flight micro-batch's
-    activations are held), ``loss-backward`` (the start of the backward: the loss's
-    gradients while every activation is alive), ``backward`` (the blocks' backward: the
-    output layer's activations freed, the sharding scheme's backward buffers) and
-    ``optimizer`` (all activations freed):
+    ``forward`` (the last micro-batch's forward ends: every in-flight activation held),
+    ``loss-backward`` (the loss's gradients while every activation is alive), ``backward``
+    (the blocks' backward: the output layer's activations freed, the sharding scheme's
+    backward buffers) and ``optimizer`` (all activations freed):
 
     * last stage: the loss's buffers beyond what it saves, by implementation
       (:func:`memsym.training.traits.loss_kind`): Megatron-core's fused cross-entropy
@@ -132,8 +132,8 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
     * full recompute: the working set exists only in the blocks' backward
       (:func:`memsym.terms.torch_moments.working_set_absent` in forward and loss-backward);
     * torchtitan with PP: the receive buffers of ``torch.distributed.pipelining``
-      (:func:`memsym.terms.pipelining_buffers.pipelining_recv_buffers`) in the optimizer phase (the other phases count them
-      with the activations, ``pipeline_buffers``);
+      (:func:`memsym.terms.pipelining_buffers.pipelining_recv_buffers`) in the optimizer
+      phase (the others count them with the activations, ``pipeline_buffers``);
     * DeepSpeed ZeRO-3: :func:`memsym.terms.transients.zero3_transients` in forward and
       both backward phases; ZeRO-1/2: the IPG buckets
       (:func:`memsym.terms.transients.deepspeed_ipg_buckets`) from the first backward on;
@@ -148,8 +148,17 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
 
     The sharding buffers apply under ``convention="framework"`` (the default); the textbook
     conventions keep only the loss's transients.  Knobs take
-    :data:`memsym.terms.transients.DEFAULTS` (``n_ag`` = 2, fp32 reduce, ...);
-    ``N_ll`` is the largest layer on one GPU (:func:`stage_counts`).
+    :data:`memsym.terms.transients.DEFAULTS`; ``N_ll`` is the largest layer on one GPU.
+
+    Parameters
+    ----------
+    j : Job or UncheckedJob
+        The job.
+    stage : int
+        The pipeline stage.
+    activations : Total, optional
+        The stage's activations where the caller already built them (the costliest part of a
+        cold search's templates); :func:`resolved_stage_activations` when None.
 
     Returns
     -------
@@ -158,7 +167,6 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
 
     Examples
     --------
-    >>> from memsym.model import preset
     >>> from memsym.job import job as make_job
     >>> ph = phase_transients(make_job("llama2-7b"), 0)
     >>> [t_.key for t_ in ph["forward"]], [t_.key for t_ in ph["loss-backward"]]
@@ -168,7 +176,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
     """
     x, layout, training = j.model, j.layout, j.training
     out = {ph: [] for ph in PHASES}
-    acts = resolved_stage_activations(j, stage).terms
+    acts = (resolved_stage_activations(j, stage) if activations is None else activations).terms
     for ph in ("forward", "loss-backward"):    # only the blocks' backward rematerialises
         out[ph] += [tm.working_set_absent(a_) for a_ in acts if a_.key == "recompute_working_set"]
     if stage == output_stage(layout, training):
@@ -186,10 +194,16 @@ def phase_transients(j: Job | UncheckedJob, stage: int) -> dict:
             out["loss-backward"], output_layer_activations(x, layout, training)))
     cp.add_phase_buffers(out, None if isinstance(j, UncheckedJob) else layout.c, training.framework,
                          training.comm.cp_comm_type, activation_width(training))
-    widths = _transient_widths(training)
-    # widths are symbols -> integers: xreplace, not subs' pattern matching (cold search)
-    return {ph: tuple(replace(term, expr=as_expr(term.expr).xreplace(widths)) for term in terms)
-            for ph, terms in out.items()}
+    widths = tuple(_transient_widths(training).items())
+    return {ph: tuple(_widened(term, widths) for term in terms) for ph, terms in out.items()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _widened(term: Term, widths: tuple) -> Term:
+    # the Term with the knobs' values in: widths are symbols -> integers, so xreplace, not
+    # subs' pattern matching; remembered, since a cold search asks for the same loss and
+    # sharding Terms in each of its hundreds of stage templates
+    return replace(term, expr=as_expr(term.expr).xreplace(dict(widths)))
 
 
 def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> None:
@@ -323,16 +337,17 @@ def _add_gradients_not_yet_made(out: dict, j: Job | UncheckedJob, stage: int, ac
             label="gradients made as freed"))
 
 
-def states_and_transients(j: Job | UncheckedJob, stage: int) -> tuple:
+def states_and_transients(j: Job | UncheckedJob, stage: int,
+                          activations: Total | None = None) -> tuple:
     """(steady model-state Terms, phase -> transient Terms) of one stage, in the count symbols
     of :func:`stage_counts`: the model states held through forward and backward, and
-    :func:`phase_transients` with the step-only states (:data:`STEP_STATE_KEYS`) in the
-    optimizer phase."""
+    :func:`phase_transients` (given the stage's ``activations`` where the caller has them)
+    with the step-only states (:data:`STEP_STATE_KEYS`) in the optimizer phase."""
     training = j.training
     terms = state_terms(stage_has_experts(j.model, j.layout, stage), state_training(training))
     step = tuple(term for term in terms
                  if training.states.convention == "framework" and term.key in STEP_STATE_KEYS)
-    trans = phase_transients(j, stage)
+    trans = phase_transients(j, stage, activations)
     if step:
         trans = {**trans, "optimizer": step + tuple(trans["optimizer"])}
     return [term for term in terms if term not in step], trans
