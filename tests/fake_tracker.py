@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import inspect
 
 
 #: What every tracker test module needs, each skipped cleanly without it.
@@ -442,10 +443,11 @@ def hf_differences(name: str, *, layers: int = 2, batch: int = 1, seq: int = 409
     return out
 
 
-@functools.lru_cache(maxsize=None)
 def compare(name: str, **job) -> dict:
     """The tracker's peak and memsym's prediction of one job, side by side (cached: a
-    configuration runs once per process; do not mutate the result).
+    configuration runs once per process, however it is spelled: ``compare("llama3-8b")``
+    and ``compare("llama3-8b", layers=2, batch=1, recompute="none")`` are one run; do not
+    mutate the result).
 
     Returns
     -------
@@ -455,6 +457,14 @@ def compare(name: str, **job) -> dict:
         (:func:`hf_differences`) and ``expected``: memsym's total plus the named
         differences.
     """
+    unknown = set(job) - set(_JOB_DEFAULTS)
+    if unknown:
+        raise TypeError(f"compare() got unexpected keywords {sorted(unknown)}")
+    return _compare(name, tuple(sorted({**_JOB_DEFAULTS, **job}.items())))
+
+
+def _compared(name: str, **job) -> dict:
+    """compare's comparison, uncached."""
     tracked = track(name, **job)
     est = predict(name, **job)
     terms = {t.key: int(t.evaluate(est.values)) for t in est.total.terms}
@@ -462,6 +472,17 @@ def compare(name: str, **job) -> dict:
     total = int(est.bytes_total)
     return {"tracker": tracked, "memsym": total, "terms": terms, "phase": est.phase,
             "named": named, "expected": total + sum(named.values())}
+
+
+#: memsym_job's keywords, each with its default (track's are the same): the cache key of
+#: compare, so that a configuration given with and without its defaults runs once
+_JOB_DEFAULTS = {k: p.default for k, p in inspect.signature(memsym_job).parameters.items()
+                 if p.kind is p.KEYWORD_ONLY}
+
+
+@functools.lru_cache(maxsize=None)
+def _compare(name: str, job: tuple) -> dict:
+    return _compared(name, **dict(job))
 
 
 # --- the checks every configuration shares --------------------------------------------------

@@ -1,4 +1,4 @@
-"""Run a function on every rank of a CPU gloo process group (spawned processes).
+"""Run a function on every rank of a CPU gloo process group (processes of a fork server).
 
 ``run_group(worker, world, arg)`` starts ``world`` processes running
 ``worker(rank, world, port, arg, queue)`` on a free local port; each puts ``(rank, result)``
@@ -27,7 +27,12 @@ def run_group(worker, world: int, arg=None, timeout: float = 120) -> dict:
     """
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    # the server imports torch and torch.distributed once (about 3 s of CPU) and forks every
+    # rank of every group from itself: a spawned rank imported them anew, 4 ranks for
+    # test_engine_fsdp2.py's group.  The server never runs an operator, so it has no OpenMP
+    # pool and no process group a fork could copy; each rank starts as a spawned one did.
+    ctx.set_forkserver_preload(["torch", "torch.distributed"])
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=worker, args=(r, world, port, arg, queue)) for r in range(world)]

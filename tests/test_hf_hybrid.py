@@ -13,9 +13,6 @@ Mamba-2 mixer against the modules counted by hand.  No network: every config is 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from memsym.errors import InvalidValueError, UnknownNameError
@@ -182,14 +179,23 @@ def test_a_hybrids_layer_kinds_are_its_mlp_kinds(tmp_path):
     assert layer_kinds(from_hf_config(_write(tmp_path, SMALL["bamba"], "b"))) == {False}
 
 
-def test_the_cli_refuses_a_mamba1_estimate_in_one_line(tmp_path):
+def test_the_cli_refuses_a_mamba1_estimate_in_one_line(tmp_path, capsys):
     # estimates of Mamba-2 hybrids: tests/test_hybrid_estimate.py
     path = _write(tmp_path, SMALL["jamba"])
-    run = subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path), "--seq-length",
-                          "64"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and run.stdout == ""
-    assert run.stderr.count("\n") == 1 and "not modelled" in run.stderr
-    assert "Mamba-1" in run.stderr
+    code, out, err = _estimate(capsys, path, "--seq-length", 64)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "not modelled" in err
+    assert "Mamba-1" in err
+
+
+def _estimate(capsys, *argv):
+    """``memsym estimate ARGV`` in this process (memsym.cli.main, what the installed command
+    runs): (exit status, stdout, stderr).  A fresh process is tests/test_cli.py's subject."""
+    from memsym.cli import main
+
+    code = main(["estimate", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 # zamba and zamba2 (shared transformer blocks) are read: tests/test_hf_zamba.py

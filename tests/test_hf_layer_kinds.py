@@ -237,17 +237,23 @@ REAL["lfm2-1.2b"] = {
     "conv_bias": False}
 
 
-def test_an_lfm2_estimate_holds_its_short_conv_activations(tmp_path):
+def _estimate(capsys, *argv):
+    """``memsym estimate ARGV`` in this process (memsym.cli.main, what the installed command
+    runs): (exit status, stdout, stderr).  A fresh process is tests/test_cli.py's subject."""
+    from memsym.cli import main
+
+    code = main(["estimate", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_an_lfm2_estimate_holds_its_short_conv_activations(tmp_path, capsys):
     # the memory estimate of LFM2 runs (weights of the exact count, activations with the
     # short-convolution term) where the linear-attention mixers' are refused
-    import subprocess
-    import sys
-
     path = _write(tmp_path, REAL["lfm2-1.2b"], "lfm2")
-    run = subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path),
-                          "--seq-length", "4096"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    weights = next(line for line in run.stdout.splitlines() if line.startswith("weights"))
+    code, out, err = _estimate(capsys, path, "--seq-length", 4096)
+    assert code == 0, err
+    weights = next(line for line in out.splitlines() if line.startswith("weights"))
     assert f"{2 * 1_170_340_608:,}" in weights
 
 
@@ -318,17 +324,13 @@ def test_qwen3_next_hand_count_and_the_published_totals(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["qwen3_next", "minimax"])
-def test_an_estimate_of_the_linear_attention_mixers_runs(tmp_path, case):
+def test_an_estimate_of_the_linear_attention_mixers_runs(tmp_path, case, capsys):
     # the Gated DeltaNet and lightning mixers' activations are modelled (see the measurements
     # below): the memory estimate of a small config runs
-    import subprocess
-    import sys
-
     path = _write(tmp_path, SMALL[case])
-    run = subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path)],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert any(line.startswith("activations") for line in run.stdout.splitlines())
+    code, out, err = _estimate(capsys, path)
+    assert code == 0, err
+    assert any(line.startswith("activations") for line in out.splitlines())
 
 
 # --------------------------------------------------------------------------------------------
@@ -602,17 +604,13 @@ def test_the_fla_kernel_terms_are_the_saved_tensors_of_its_forward():
     assert sp.expand(kernel - s * b * per_token) == 0
 
 
-def test_a_qwen3_next_estimate_holds_the_gated_deltanet_activations(tmp_path):
+def test_a_qwen3_next_estimate_holds_the_gated_deltanet_activations(tmp_path, capsys):
     # the memory estimate of Qwen3-Next runs: weights of the exact count, activations with the
     # Gated DeltaNet term (36 of its 48 layers)
-    import subprocess
-    import sys
-
     path = _write(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n")
-    run = subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path),
-                          "--seq-length", "4096"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert any(line.startswith("activations") for line in run.stdout.splitlines())
+    code, out, err = _estimate(capsys, path, "--seq-length", 4096)
+    assert code == 0, err
+    assert any(line.startswith("activations") for line in out.splitlines())
 
 
 def _backward_bytes(module, x) -> int:

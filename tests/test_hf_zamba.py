@@ -10,9 +10,6 @@ refused, each in one line.  No network: every config is written here.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from memsym.errors import InvalidValueError
@@ -157,13 +154,22 @@ def test_pipeline_parallelism_is_refused_in_one_line(tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_the_cli_refuses_the_estimate_in_one_line(tmp_path):
+def test_the_cli_refuses_the_estimate_in_one_line(tmp_path, capsys):
     path = _write(tmp_path, SMALL["zamba2"])
-    run = subprocess.run([sys.executable, "-m", "memsym", "estimate", str(path), "--seq-length",
-                          "64"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and run.stdout == ""
-    assert run.stderr.count("\n") == 1 and "shared transformer block" in run.stderr
-    assert "not modelled" in run.stderr
+    code, out, err = _estimate(capsys, path, "--seq-length", 64)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "shared transformer block" in err
+    assert "not modelled" in err
+
+
+def _estimate(capsys, *argv):
+    """``memsym estimate ARGV`` in this process (memsym.cli.main, what the installed command
+    runs): (exit status, stdout, stderr).  A fresh process is tests/test_cli.py's subject."""
+    from memsym.cli import main
+
+    code = main(["estimate", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 @pytest.mark.parametrize("cfg,match", [

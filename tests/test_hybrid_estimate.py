@@ -11,9 +11,6 @@ backward (Korthikanti §4.1 for attention and MLP, mamba_ssm's fused kernel for 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import sympy as sp_
 
@@ -162,19 +159,24 @@ def test_mixers_megatron_does_not_train_are_refused(tmp_path, name, match):
     assert "\n" not in str(err.value)
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "memsym", "estimate", *args],
-                          capture_output=True, text=True, timeout=120)
+def _cli(capsys, *argv):
+    """``memsym estimate ARGV`` in this process (memsym.cli.main, what the installed command
+    runs): (exit status, stdout, stderr).  A fresh process is tests/test_cli.py's subject."""
+    from memsym.cli import main
+
+    code = main(["estimate", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
-def test_the_cli_estimates_a_hybrid_and_refuses_its_step_time(nemotron):
-    ok = _cli(str(nemotron), "--seq-length", "8192", "--micro-batch-size", "1")
-    assert ok.returncode == 0 and "activations" in ok.stdout
-    timed = _cli(str(nemotron), "--seq-length", "8192", "--micro-batch-size", "1",
-                 "--gpu", "h100", "--global-batch-size", "8")
-    assert timed.returncode == 2 and timed.stdout == ""
-    assert timed.stderr.count("\n") == 1 and "step time" in timed.stderr
-    assert "not modelled" in timed.stderr
+def test_the_cli_estimates_a_hybrid_and_refuses_its_step_time(nemotron, capsys):
+    code, out, err = _cli(capsys, nemotron, "--seq-length", "8192", "--micro-batch-size", "1")
+    assert code == 0 and "activations" in out, err
+    code, out, err = _cli(capsys, nemotron, "--seq-length", "8192", "--micro-batch-size", "1",
+                          "--gpu", "h100", "--global-batch-size", "8")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "step time" in err
+    assert "not modelled" in err
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
