@@ -123,6 +123,10 @@ class Settings:
         The userbuffers config ``--tp-comm-overlap`` runs with (a key of
         :data:`memsym.timing.userbuffers.UB_CONFIGS`, e.g. a Megatron-Bridge recipe's
         ``comm_overlap.tp_comm_overlap_cfg``); None: Transformer Engine's default.
+    moe_dispatcher : {"alltoall", "allgather", "deepep", "hybridep"}
+        Megatron-core's MoE token dispatcher (``--moe-token-dispatcher-type``, the flex
+        backends by name): DeepEP and HybridEP send a token once per EP rank and NVLink domain
+        its experts sit on (:mod:`memsym.timing.flex_dispatch`), the others a row per expert.
     """
 
     seq_length: int = 2048
@@ -144,6 +148,7 @@ class Settings:
     recompute_fraction: float = 1.0
     recompute_modules: tuple = ("core_attn",)
     tp_overlap_cfg: str | None = None
+    moe_dispatcher: str = "alltoall"
 
 
 @dataclass(frozen=True)
