@@ -308,3 +308,17 @@ def test_the_dispatcher_is_the_recipes(runs):
     assert time_accuracy.recipe_moe_dispatcher(
         by_id["mbridge.26.04.01.gb200.deepseek-v3.mxfp8"]) == "hybridep"
     assert time_accuracy.recipe_moe_dispatcher(by_id["korthikanti.t5.22b.full"]) == "alltoall"
+
+
+def test_release_rows_run_without_the_ep_overlap_their_config_left_off(runs):
+    """The 25.11 / 26.02 perf configs (Megatron-Bridge v0.2.2 / v0.3.0, whose
+    docs/performance-summary.md prints the rows) set moe_a2a_overlap=False for DeepSeek-V3
+    (deepseek/workload_base_configs.py, deepseek/deepseek_workload_base_configs.py) and leave
+    WorkloadBaseConfig's False for Qwen3-30B-A3B on GB300 / GB200 / B300 and GPT-OSS on GB200;
+    the recipes read at 067f987df0 turn overlap_moe_expert_parallel_comm on later."""
+    off = [r for r in runs if r.get("release") in ("25.11", "26.02")
+           and r["preset"] in ("deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b")
+           and r["gpu"] != "h100-80gb"] if runs else []
+    assert len(off) >= 11
+    for run in off:
+        assert run["settings"]["ep_comm_overlap"] is False, run["id"]
