@@ -363,3 +363,24 @@ def test_perf_recipe_built_on_another_and_what_is_not_read():
     assert {k: v for k, v in big["values"].items() if small["values"].get(k) != v} == \
         {"train.global_batch_size": 1024}
     assert any(c.startswith("perf_recipes/_common.py:67: if hasattr") for c in big["computed"])
+
+
+def test_perf_recipe_inherits_its_base_flex_dispatcher():
+    """recipes/deepseek/h100/deepseek_v3.py:159-160 sets moe_token_dispatcher_type "alltoall"
+    with backend "hybridep" and ends (:256) in apply_flex_dispatcher_backend, which turns the
+    dispatcher "flex" (training/flex_dispatcher_backend.py:84) on the GPUs the perf recipes
+    target; the perf recipes start from that config (deepseek_v3_pretrain_config), the B200
+    MXFP8 one then naming DeepEP (perf_recipes/deepseek/b200/deepseek_v3.py:141), the GB200
+    BF16 one keeping HybridEP (Megatron-Bridge 067f987df0).  Neither sets the dispatcher
+    type itself, so the base's call is what makes them flex."""
+    for name, backend in (("deepseek_v3_pretrain_256gpu_b200_fp8mx_config", "deepep"),
+                          ("deepseek_v3_pretrain_256gpu_gb200_bf16_config", "hybridep")):
+        reading = read_bridge_recipe(name)
+        assert reading["values"]["model.moe_token_dispatcher_type"] == "alltoall"
+        assert reading["values"]["model.moe_flex_dispatcher_backend"] == backend
+        assert any(c.startswith("recipes/deepseek/h100/deepseek_v3.py:256: "
+                                "apply_flex_dispatcher_backend") for c in reading["computed"])
+        assert _opts(name)[1]["moe_dispatcher"] == backend
+    # GPT-OSS's base sets backend "deepep" beside "alltoall" and never applies it
+    # (recipes/gpt_oss/h100/gpt_oss.py:80-81): the all-to-all dispatcher stays
+    assert _opts("gpt_oss_120b_pretrain_64gpu_b200_bf16_config")[1]["moe_dispatcher"] == "alltoall"

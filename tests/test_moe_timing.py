@@ -268,3 +268,62 @@ def test_grouped_gemm_rates_against_published_microbenchmarks():
     assert len(big) == 4 and all(abs(n - 1) < 0.1 for n in big)
     best, before, after = k0_fit()
     assert after < before
+
+
+# --- the flex dispatcher (memsym.timing.flex_dispatch) and the combined 1F1B pairing
+
+def test_flex_dispatcher_sends_a_token_once_per_rank_and_per_node():
+    # fused_a2a.py FusedDispatch.forward (Megatron-LM d98e8a64dd): get_dispatch_layout marks
+    # the ranks (is_token_in_rank) and nodes (num_tokens_per_rdma_rank) holding one of a
+    # token's experts; dispatch sends it once to each.  With one expert per rank (E = e) the k
+    # experts are k ranks: the all-to-all dispatcher's k copies, the same ring inside a node.
+    from memsym.timing.flex_dispatch import destinations_per_token, flex_alltoall_time
+    c = cluster("dgx-b200")
+    S = 4096 * 2048 * 2
+    flex_s, flex_b = flex_alltoall_time(S, 8, 4, 8, 8, c)
+    assert float(flex_s) == pytest.approx(float(moe.ep_alltoall_time(4 * S, 8, 1, c)), rel=1e-12)
+    assert float(flex_b) == pytest.approx(7 / 8 * 4 * S, rel=1e-12)
+    # top-8 of 128 over 8 ranks (16 each): a rank is missed with C(112, 8) / C(128, 8)
+    miss = np.prod([(112 - i) / (128 - i) for i in range(8)])
+    assert float(destinations_per_token(128, 8, 8)) == pytest.approx(8 * (1 - miss), rel=1e-12)
+    # two nodes of 8, one expert per rank, top-2: the other node is reached with probability
+    # 1 - C(8, 2) / C(16, 2) = 92/120, once through the NIC however many of its ranks it hits
+    # (the all-to-all dispatcher sends 2 x 8/16 = 1 copy there)
+    t, b = flex_alltoall_time(S, 16, 2, 16, 8, c)
+    nic = 92 / 120 * S / c.inter_node_bandwidth
+    assert float(t) == pytest.approx(nic + 15 * 10e-6, rel=1e-12)
+
+
+def test_ep_overlap_pairs_each_all_to_all_with_the_other_micro_batch():
+    # TransformerLayerSchedulePlan.run (models/common/model_chunk_schedule_plan.py at
+    # d98e8a64dd): comm stream combine_bwd | dispatch_fwd -> dispatch_bwd | combine_fwd beside
+    # compute pre_dispatch_fwd | mlp_bwd -> mlp_bwd_dw -> mlp_fwd | pre_dispatch_bwd.  A
+    # dispatch shorter than the experts' work and a combine shorter than the attention
+    # block's hide entirely: DeepSeek-V3's layer at MBS 1 inside one GB200 NVL72 domain
+    from memsym.hardware import cluster_for, gpu as gpu_of
+    from memsym.timing.layer import layer_time
+    from memsym.timing.records import Overlap, Settings
+    st = Settings(seq_length=4096, micro_batch_size=1, sequence_parallel=False,
+                  moe_dispatcher="hybridep")
+    dev = gpu_of("gb200")
+    f, b = layer_time(shape_of(preset("deepseek-v3")), st, dev, cluster_for(dev.name), 1.0, 1.0,
+                      64.0, 1.0, 1.0, moe=True, eta_gemm=None, overlap=Overlap(ep_a2a=True),
+                      dp=64.0)
+    assert float(f["ep"]) == 0.0 and float(b["ep"]) == 0.0
+
+
+def test_interleaved_ep_overlap_warm_up_and_cool_down_run_alone():
+    # schedules.py get_pp_rank_microbatches (d98e8a64dd): the first rank's warm-up is
+    # 2 (p - 1) + (v - 1) g forwards, one more under overlap_moe_expert_parallel_comm, at most
+    # m v; its cool-down as many backwards; each a model chunk of L_moe / (p v) MoE layers
+    from memsym.timing.records import Overlap
+    from memsym.timing.step import _ep_alone_passes
+    x = shape_of(preset("deepseek-v3"))
+    on = Overlap(ep_a2a=True)
+    got = float(_ep_alone_passes(x, on, 8, 2, 128, 8, 1.0))
+    assert got == pytest.approx((2 * 7 + 8 + 1) * x.L_moe / 16, rel=1e-12)
+    # all in warm-up (m v = 16 < 23): every pass alone, the rank's L_moe / p layers for each of
+    # the m = 8 micro-batches
+    assert float(_ep_alone_passes(x, on, 8, 2, 8, 8, 1.0)) == pytest.approx(8 * x.L_moe / 8)
+    assert float(_ep_alone_passes(x, on, 1, 1, 64, 1, 1.0)) == pytest.approx(x.L_moe)
+    assert float(_ep_alone_passes(x, Overlap(), 8, 2, 128, 8, 1.0)) == 0.0

@@ -100,6 +100,12 @@ for _rel in ("26.04.01", "26.04", "26.02.01", "25.11"):
         f"{_FRAG}: 188.6 GB predicted, 171.6 without the margin, against 180 GB at EP 8 (with "
         "Transformer Engine's fused cross-entropy keeping the 16-bit logits, 6.7 GB at vocab "
         "201088, MBS 4, seq 4096)")
+XFAIL["mbridge.25.11.gb200.deepseek-v3.bf16"] = (
+    f"{_FRAG} takes it over since the recipe is read with the flex dispatcher its base's "
+    "apply_flex_dispatcher_backend sets (recipes/deepseek/h100/deepseek_v3.py:256 at "
+    "Megatron-Bridge 067f987df0: HybridEP on GB200, whose buffers at EP 64 are 4.2 GB, "
+    "memsym.terms.dispatcher_buffers): 187.8 GB predicted, 171.2 without the margin, against "
+    "186 GB on the middle stage of PP 4 VPP 4")
 XFAIL["mbridge.25.11.h100.gpt-oss-120b.bf16"] = (
     "the row's MBS 4 contradicts its own GA 2 (GBS 512 / (MBS 4 x DP 16) = 8; the TOML's "
     "table_note): at MBS 4, PP 4 the first stage holds 75.9 GB of activations, 128.3 GB "

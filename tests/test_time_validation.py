@@ -272,3 +272,60 @@ def test_bridge_recipe_job_prices_the_recipes_userbuffers_as_the_validation(runs
     assert ours == pytest.approx(time_accuracy.predict(run)["step"], rel=1e-9)
     te, none = step("comm_overlap.tp_comm_overlap_cfg=null")
     assert none is None and te > ours * 1.02
+
+
+def test_rows_run_by_their_release_config_say_so(runs):
+    """The 25.11 / 26.02 Qwen3-30B-A3B rows whose layout is not the recipe read at 067f987df0
+    ran their release's perf config (Megatron-Bridge v0.2.2 / v0.3.0, whose
+    docs/performance-summary.md prints them): B200 FP8-MX, scripts/performance/configs/
+    qwen3/workload_base_configs.py:211-219 (v0.2.2) and qwen/qwen3_workload_base_configs.py:
+    397-405 (v0.3.0) set no dispatcher backend and no moe_a2a_overlap (WorkloadBaseConfig:
+    MBS 1, None, False), so Qwen3MoEModelProvider's "alltoall" runs without the EP overlap;
+    H100 FP8-CS (v0.2.2 :233-239, v0.3.0 :421-429) set moe_a2a_overlap True, v0.3.0 with
+    moe_flex_dispatcher_backend "deepep"."""
+    want = {"mbridge.25.11.b200.qwen3-30b-a3b.mxfp8": (1, False, "alltoall"),
+            "mbridge.26.02.b200.qwen3-30b-a3b.mxfp8": (1, False, "alltoall"),
+            "mbridge.25.11.h100.qwen3-30b-a3b.fp8": (2, True, "alltoall"),
+            "mbridge.26.02.h100.qwen3-30b-a3b.fp8": (1, True, "deepep")}
+    by_id = {r["id"]: r for r in runs}
+    for rid, (mbs, overlap, dispatcher) in want.items():
+        run = by_id[rid]
+        st = run["settings"]
+        assert (st["b"], st["ep_comm_overlap"], st["moe_dispatcher"]) == (mbs, overlap, dispatcher)
+        assert st["b"] == run["table"]["mbs"]
+        assert "release's config" in run["open"][0]
+        assert time_accuracy._settings(run).moe_dispatcher == dispatcher
+
+
+def test_the_dispatcher_is_the_recipes(runs):
+    """perf_recipes/deepseek/b200/deepseek_v3.py:141 names DeepEP on top of a base whose
+    apply_flex_dispatcher_backend makes the dispatcher flex (recipes/deepseek/h100/
+    deepseek_v3.py:256 at Megatron-Bridge 067f987df0); the GB200 one keeps HybridEP."""
+    by_id = {r["id"]: r for r in runs}
+    b200 = by_id["mbridge.26.04.01.b200.deepseek-v3.mxfp8"]
+    assert 'model.moe_flex_dispatcher_backend = "deepep"' in b200["recipe_settings"]
+    assert time_accuracy.recipe_moe_dispatcher(b200) == "deepep"
+    assert time_accuracy.recipe_moe_dispatcher(
+        by_id["mbridge.26.04.01.gb200.deepseek-v3.mxfp8"]) == "hybridep"
+    assert time_accuracy.recipe_moe_dispatcher(by_id["korthikanti.t5.22b.full"]) == "alltoall"
+
+
+def test_release_rows_run_without_the_ep_overlap_their_config_left_off(runs):
+    """The 25.11 / 26.02 perf configs (Megatron-Bridge v0.2.2 / v0.3.0, whose
+    docs/performance-summary.md prints the rows) set moe_a2a_overlap=False for DeepSeek-V3
+    (deepseek/workload_base_configs.py, deepseek/deepseek_workload_base_configs.py) and leave
+    WorkloadBaseConfig's False for Qwen3-30B-A3B on GB300 / GB200 / B300 and GPT-OSS on GB200;
+    the recipes read at 067f987df0 turn overlap_moe_expert_parallel_comm on later."""
+    off = [r for r in runs if r.get("release") in ("25.11", "26.02")
+           and r["preset"] in ("deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b")
+           and r["gpu"] != "h100-80gb"] if runs else []
+    # the later releases' configs (v0.4.0: 26.02.01, 26.04-alpha.rc2: 26.04, v0.4.2:
+    # 26.04.01) keep it off for Qwen3-30B-A3B and for DeepSeek-V3 on GB300 / GB200
+    # (qwen/qwen3_workload_base_configs.py, deepseek/deepseek_workload_base_configs.py)
+    off += [r for r in runs if r.get("release") in ("26.02.01", "26.04", "26.04.01")
+            and (r.get("preset") == "qwen3-30b-a3b" and r["gpu"] != "h100-80gb"
+                 or r.get("preset") == "deepseek-v3" and r["gpu"] in ("gb300", "gb200"))
+            and r["settings"].get("precision") == "fp8"]
+    assert len(off) >= 29
+    for run in off:
+        assert run["settings"]["ep_comm_overlap"] is False, run["id"]

@@ -477,7 +477,11 @@ class _Perf:
         if where == "megatron.bridge.training.mixed_precision":
             return _Obj({"": fn.name})                    # bf16_with_fp8_current_scaling_mixed
         if fn.name in self.base and not where.startswith("megatron.bridge.perf_recipes"):
-            values, hf = self.base[fn.name]
+            values, hf, unread = self.base[fn.name]
+            # the base's own unread statements run too: DeepSeek-V3's base ends in
+            # apply_flex_dispatcher_backend (recipes/deepseek/h100/deepseek_v3.py:256), which
+            # the perf recipes built on it inherit (memsym.readers.recipe_mechanisms)
+            self.computed += unread
             return _Ref(_Cfg(values, hf), "")
         args = [self.value_of(a, env, module) for a in node.args]
         return self.call(where, fn, args, kwargs)
@@ -698,7 +702,7 @@ def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
             if name.startswith("_") or "_pretrain_" not in name or not name.endswith("_config"):
                 continue
             values, hf, computed = _run(file, name, [], common)
-            base[name] = (values, hf)
+            base[name] = (values, hf, [f"{rel}:{line}" for line in computed])
             if hf not in HF_PRESETS:
                 continue
             keep = {k: v for k, v in sorted(values.items()) if k in FIELDS}

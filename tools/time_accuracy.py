@@ -33,6 +33,7 @@ from memsym.job import Training  # noqa: E402
 from memsym.model import preset  # noqa: E402
 from memsym.model.architecture import Architecture  # noqa: E402
 from memsym.readers.bridge import read_bridge_recipe  # noqa: E402
+from memsym.readers.recipe_mechanisms import recipe_dispatcher  # noqa: E402
 from memsym.readers.jobs import torchtitan_positions  # noqa: E402
 from memsym.timing import efficiency  # noqa: E402
 from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
@@ -44,6 +45,7 @@ from tools.time_scaling import scaling_lines  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
            "calibrate", "recipe_recompute_modules", "recipe_end_stages", "recipe_ub_config",
+           "recipe_moe_dispatcher",
            "describe", "slices", "skipped", "accuracy_markdown", "summary",
            "write_docs", "main"]
 
@@ -98,7 +100,35 @@ def _settings(run) -> Settings:
                     distributed_optimizer=st["distopt"], grad_bytes=st.get("grad_bytes", 4),
                     gather_per_microbatch=fsdp, pipelined_fsdp=titan and run["layout"]["p"] > 1,
                     torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules,
-                    tp_overlap_cfg=recipe_ub_config(run))
+                    tp_overlap_cfg=recipe_ub_config(run),
+                    # a row whose config is not the recipe read states its dispatcher
+                    moe_dispatcher=st.get("moe_dispatcher") or recipe_moe_dispatcher(run))
+
+
+def recipe_moe_dispatcher(run) -> str:
+    """The MoE token dispatcher a run's Megatron-Bridge recipe resolves to ("alltoall" else).
+
+    Read from the recipe as Bridge builds it (:func:`memsym.readers.bridge.read_bridge_recipe`,
+    :func:`memsym.readers.recipe_mechanisms.recipe_dispatcher`): the DeepSeek-V3 perf recipes
+    inherit the flex dispatcher from their base, whose last statement is
+    ``apply_flex_dispatcher_backend(cfg.model, cfg.model.moe_flex_dispatcher_backend)``
+    (recipes/deepseek/h100/deepseek_v3.py:256 at Megatron-Bridge 067f987df0), and the B200
+    MXFP8 one then names DeepEP (perf_recipes/deepseek/b200/deepseek_v3.py:141).
+
+    Examples
+    --------
+    >>> r = next(x for x in runs() if x["id"] == "mbridge.26.04.01.b200.deepseek-v3.mxfp8")
+    >>> recipe_moe_dispatcher(r)
+    'deepep'
+    """
+    recipe = run.get("recipe", "")
+    if ":" not in recipe or not _arch(run).num_experts:
+        return "alltoall"
+    try:
+        reading = read_bridge_recipe(recipe.split(":")[-1].split()[0])
+    except MemsymError:
+        return "alltoall"
+    return recipe_dispatcher(reading["values"], reading.get("computed") or ())["moe_dispatcher"]
 
 
 def recipe_ub_config(run) -> str | None:

@@ -91,7 +91,8 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     ep_raw = [0.0, 0.0, 0.0, 0.0]
     if moe:
         f_ep, b_ep, f_c, b_c, ep_raw = _expert_parallel(x, st, gemms, dev, clu, t, e, t_e, T,
-                                                        eta_gemm=eta_gemm, overlap=overlap)
+                                                        eta_gemm=eta_gemm, overlap=overlap,
+                                                        attention=(f_att, b_att))
         f_mem, b_mem = f_mem + f_c, b_mem + b_c
     f_cp, b_cp, cp_raw = _context_parallel(x, clu, t, c, dp, T, overlap, f_att, b_att)
     fwd = {"gemm": f_gemm, "attention": f_att, "memory": f_mem, "tp": f_tp, "ep": f_ep,
@@ -191,21 +192,38 @@ def _tp_backward(st: Settings, gemms, dev, eta_gemm, overlap: Overlap, f_tp, one
 
 
 def _expert_parallel(x, st: Settings, gemms, dev, clu, t, e, t_e, T, *, eta_gemm,
-                     overlap: Overlap):
+                     overlap: Overlap, attention=(0.0, 0.0)):
     """An MoE layer's exposed EP seconds (forward, backward), the dispatcher's memory-bound
-    seconds (forward, backward) and its EP collectives as issued."""
+    seconds (forward, backward) and its EP collectives as issued.
+
+    Under ``overlap_moe_expert_parallel_comm`` Megatron-core runs one micro-batch's forward
+    of a layer beside another's backward (``TransformerLayerSchedulePlan.run``,
+    megatron/core/models/common/model_chunk_schedule_plan.py at Megatron-LM d98e8a64dd):
+    the backward's combine beside the forward's pre-dispatch work (attention block, router,
+    shared experts), both dispatches beside the experts' backward and forward, and the
+    forward's combine beside the backward's pre-dispatch work.  Each all-to-all is exposed
+    by what its compute partner leaves (``attention``: the attention core's forward and
+    backward seconds)."""
     prec = st.precision
     tok = T / (as_array(t) if st.sequence_parallel else 1)
     # all-to-alls by where EP ranks sit, expert-TP AG/RS, dispatcher copies (.moe)
     f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(
         gemms, tok, x.k, e, t_e, clu, dev, prec,
-        fp8_recipe="nvfp4" if prec == "fp4" else st.fp8_recipe)
+        fp8_recipe="nvfp4" if prec == "fp4" else st.fp8_recipe, dispatcher=st.moe_dispatcher)
     ep_raw = [f_ep, b_ep, f_b, b_b]
     if overlap.ep_a2a:
-        exp_f = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm)
-                    for q in gemms if q.name.startswith("expert"))
-        f_ep = np.maximum(0, f_ep - exp_f)
-        b_ep = np.maximum(0, b_ep - 2 * exp_f)
+        def seconds(which, experts):
+            return sum(gemm_seconds(q, w, dev, prec, eta_gemm=eta_gemm) for q in gemms
+                       for w in which if q.name.startswith("expert") == experts)
+        exp_f = seconds(("forward",), True)
+        pre_f = seconds(("forward",), False) + attention[0]
+        pre_b = seconds(("dgrad", "wgrad"), False) + attention[1]
+        one = b_ep / 2                   # one all-to-all (the backward's dispatch or combine)
+        counts = f_ep - b_ep             # the forward's token-count gather, before its dispatch
+        dispatch = np.maximum(0, 2 * one + counts - 3 * exp_f)   # beside mlp bwd, dw, fwd
+        share = (one + counts) / np.maximum(2 * one + counts, 1e-30)
+        f_ep = np.maximum(0, one - pre_b) + share * dispatch     # combine fwd | pre-dispatch bwd
+        b_ep = np.maximum(0, one - pre_f) + (1 - share) * dispatch   # combine bwd | pre fwd
     return f_ep, b_ep, f_c, b_c, ep_raw
 
 

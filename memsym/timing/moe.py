@@ -52,6 +52,7 @@ from ..hardware import gpu as _gpu
 from .collectives import (LINK_LATENCY, NVLINK_NCCL_EFFICIENCY, collective_bytes,
                           collective_time, group_bandwidth)
 from .efficiency import K0, LAUNCH_OVERHEAD, TILES, ceiling, gemm_time, memory_time
+from .flex_dispatch import FLEX_DISPATCHERS, flex_alltoall_time
 from .moe_eager import eager_seconds
 
 __all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "gemm_seconds",
@@ -462,7 +463,7 @@ def token_count_gather_time(E, e, t_e, cluster):
 
 
 def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, *,
-                     fp8_recipe: str | None = None):
+                     fp8_recipe: str | None = None, dispatcher: str = "alltoall"):
     """What one MoE layer adds on one GPU beyond its GEMMs and the memory-bound bytes of
     :func:`memsym.timing.gemm.memory_bytes` (what :mod:`memsym.timing.step` prices).
 
@@ -500,6 +501,10 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
         The GEMM precision.
     fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
         Under fp8, the recipe (MXFP8 writes scale bytes in the cast, :func:`grouped_quantize_bytes`).
+    dispatcher : {"alltoall", "allgather", "deepep", "hybridep"}
+        The token dispatcher: the flex backends send a token once per rank and per NVLink
+        domain it reaches (:func:`memsym.timing.flex_dispatch.flex_alltoall_time`), the
+        others one row per routed expert.
 
     Examples
     --------
@@ -526,8 +531,14 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
     E = _arr(next(q for q in gemms if q.name == "router").N)      # the router's N is E
     h = _arr(fc1.K)
     held = tokens * k * h * 2
-    seconds = 2 * ep_alltoall_time(held, e, t_e, cluster)
-    sent = 2 * collective_bytes("all-to-all", held, e)
+    if dispatcher in FLEX_DISPATCHERS:
+        domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
+        one_s, one_b = flex_alltoall_time(tokens * h * 2, int(E), k, e,
+                                          ep_ranks_inside(e, t_e, domain), cluster)
+        seconds, sent = 2 * one_s, 2 * one_b
+    else:
+        seconds = 2 * ep_alltoall_time(held, e, t_e, cluster)
+        sent = 2 * collective_bytes("all-to-all", held, e)
     etp_s, etp_b = expert_tp_collectives(held * t_e, t_e, cluster)
     n = _arr(e) * t_e
     counts = token_count_gather_time(E, e, t_e, cluster)

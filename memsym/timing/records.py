@@ -125,6 +125,10 @@ class Settings:
         ``comm_overlap.tp_comm_overlap_cfg``, or a user's config as
         :func:`memsym.timing.userbuffers.user_ub_config` reads Megatron's
         ``--tp-comm-overlap-cfg`` file); None: Transformer Engine's default.
+    moe_dispatcher : {"alltoall", "allgather", "deepep", "hybridep"}
+        Megatron-core's MoE token dispatcher (``--moe-token-dispatcher-type``, the flex
+        backends by name): DeepEP and HybridEP send a token once per EP rank and NVLink domain
+        its experts sit on (:mod:`memsym.timing.flex_dispatch`), the others a row per expert.
     """
 
     seq_length: int = 2048
@@ -146,6 +150,7 @@ class Settings:
     recompute_fraction: float = 1.0
     recompute_modules: tuple = ("core_attn",)
     tp_overlap_cfg: str | tuple | None = None
+    moe_dispatcher: str = "alltoall"
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from .pipeline import (bubble_in_stages, busiest_stage, most_layers_per_rank, si
                        stage_layers, stage_times)
 from ..job import canonical, dropout_kept, recompute_modules_of
 from ..vocabulary import FP8_RECIPES
-from ..vocabulary import RECOMPUTE_MODULES
+from ..vocabulary import MOE_DISPATCHERS, RECOMPUTE_MODULES
 from ..training import microbatches
 from ..numeric import unique_rows
 
@@ -160,7 +160,8 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
                                                            (first, middle, last))
     sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, tau["first"],
                               pipeline, p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_)
-    edges = _ep_alone_passes(x, overlap, p, ep_alone)
+    group = p if st.group_size is None else st.group_size
+    edges = _ep_alone_passes(x, overlap, p, v, m, group, ep_alone)
     step = pipeline + edges + sync["dp"] + sync["optimizer"]
     per_stage_mb = m * layers_max
     out = {"step": step, "pipeline": pipeline + edges, "bubble": bubble,
@@ -199,15 +200,20 @@ def _pp_p2p(x, clu, overlap, T, t, p, c, d, v) -> tuple:
     return msg, p2p, p2p_exposed
 
 
-def _ep_alone_passes(x, overlap: Overlap, p, ep_alone):
+def _ep_alone_passes(x, overlap: Overlap, p, v, m, group, ep_alone):
     """Seconds of one step's all-to-alls the EP overlap cannot hide beyond its steady state.
 
     Megatron-core's combined 1F1B without pipelining (``overlap_moe_expert_parallel_comm``,
     p = 1: ``combined_1f1b_schedule_for_no_pipelining`` in pipeline_parallel/combined_1f1b.py
     at d98e8a64dd) runs the first micro-batch's forward and the last one's backward alone,
     "no a2a overlapping": once per step every MoE layer's issued forward and backward
-    all-to-alls less their exposed part (``ep_alone``) [s]."""
-    return np.where(p == 1, x.L_moe * ep_alone, 0.0) if overlap.ep_a2a else 0.0 * p
+    all-to-alls less their exposed part (``ep_alone``) [s].  Interleaved (p > 1), the first
+    rank's warm-up forwards and cool-down backwards run alone: ``2 (p - 1) + (v - 1) g + 1``
+    model-chunk passes each way (schedules.py ``get_pp_rank_microbatches``: one more warm-up
+    micro-batch under the overlap; g the micro-batch group size), at most m v, each through
+    L_moe / (p v) MoE layers."""
+    alone = np.minimum(2 * (p - 1) + (v - 1) * group + 1, m * v)
+    return x.L_moe * alone / (p * v) * ep_alone if overlap.ep_a2a else 0.0 * p
 
 
 def _layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0) -> dict:
@@ -253,6 +259,7 @@ def _check_settings(st, overlap, dev) -> None:
     for mod in st.recompute_modules:
         choose("recompute module", mod, RECOMPUTE_MODULES)
     choose("pipeline schedule", st.schedule, ("1f1b", "gpipe"))
+    choose("MoE dispatcher", st.moe_dispatcher, MOE_DISPATCHERS)
 
 
 def _layout_knobs(t, p, d, c, e, v, b, m, t_e) -> tuple:
@@ -503,7 +510,8 @@ def _settings_of(arch, layout, training) -> Settings:
                                        if mem.recompute == "selective" else ("core_attn",)),
                     group_size=pipe.microbatch_group_size, torch_rounds=titan,
                     schedule=pipe.schedule, output_first=pipe.stage_placement == "v",
-                    tp_overlap_cfg=training.comm.tp_comm_overlap_cfg)
+                    tp_overlap_cfg=training.comm.tp_comm_overlap_cfg,
+                    moe_dispatcher=mem.moe_dispatcher)
 
 
 def _communication_of(first_of, parts: dict) -> dict:
