@@ -34,7 +34,7 @@ from memsym.model import preset  # noqa: E402
 from memsym.model.architecture import Architecture  # noqa: E402
 from memsym.readers.bridge import read_bridge_recipe  # noqa: E402
 from memsym.readers.jobs import torchtitan_positions  # noqa: E402
-from memsym.timing import efficiency  # noqa: E402
+from memsym.timing import efficiency, moe_host  # noqa: E402
 from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
 from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.step import (Overlap, Settings, layer_time, overlap_of,  # noqa: E402
@@ -43,7 +43,8 @@ from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 from tools.time_scaling import scaling_lines  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
-           "calibrate", "recipe_recompute_modules", "recipe_end_stages", "recipe_ub_config",
+           "calibrate", "calibrate_moe_host", "recipe_recompute_modules", "recipe_end_stages",
+           "recipe_ub_config",
            "describe", "slices", "skipped", "accuracy_markdown", "summary",
            "write_docs", "main"]
 
@@ -336,6 +337,28 @@ def calibrate(klass: str, precision: str, *, run_id=None, lo=0.05, hi=1.0,
     return (lo + hi) / 2
 
 
+def calibrate_moe_host(*, lo=0.0, hi=0.05, iterations=40) -> float:
+    """The MoE layer's host seconds that make its one run match its measured step [s].
+
+    Bisection on :data:`memsym.timing.moe_host.MOE_HOST_RUN` (the step rises with the host
+    floor); restores the stored :data:`memsym.timing.moe_host.MOE_LAYER_HOST`.
+    """
+    run = next(r for r in runs() if r["id"] == moe_host.MOE_HOST_RUN)
+    target = measured_step(run)
+    saved = moe_host.MOE_LAYER_HOST
+    try:
+        for _ in range(int(iterations)):
+            mid = (lo + hi) / 2
+            moe_host.MOE_LAYER_HOST = mid
+            if predict(run)["step"] > target:
+                hi = mid
+            else:
+                lo = mid
+    finally:
+        moe_host.MOE_LAYER_HOST = saved
+    return (lo + hi) / 2
+
+
 def _restore(key, saved):
     if saved is None:
         efficiency.GEMM_CEILING.pop(key, None)
@@ -574,10 +597,18 @@ def accuracy_markdown() -> str:
         "| --- | --- | --- |",
     ]
     for r in runs():
-        if r["role"] == "calibration":
+        if r["role"] == "calibration" and r["calibrates"] != "moe/host":
             k, prec = r["calibrates"].split("/")
             lines.append(f"| {k} / {prec} | {efficiency.GEMM_CEILING[(k, prec)]:.3f} | "
                          f"`{r['id']}` ({r['locator']}) |")
+    host = next(r for r in runs() if r["id"] == moe_host.MOE_HOST_RUN)
+    lines += ["", f"One more constant, not a ceiling: the host seconds to issue one MoE layer "
+              f"({moe_host.MOE_LAYER_HOST * 1e3:.2f} ms",
+              f"per layer, micro-batch and direction, `memsym.timing.moe_host`), fixed on "
+              f"`{host['id']}`", f"({host['locator']}).  Every Megatron-core dispatcher waits "
+              "on the host once per MoE layer", "(`_maybe_dtoh_and_synchronize`, HybridEP's "
+              "`tokens_per_expert.sum()`), so an MoE layer takes at least", "that long each "
+              "way; dense layers have no such wait and no floor."]
     lines += ["", "B200 and GB200 (Blackwell) share one class (`blackwell`), B300 and GB300",
               "(Blackwell Ultra) another (`blackwell-ultra`, memsym.hardware), each GPU priced at",
               "its own datasheet peak and bandwidths.  The blackwell fp8 ceiling is fixed after",
