@@ -48,7 +48,7 @@ import numpy as np
 
 from ..term import Source
 
-__all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "MOE_HOST_SOURCE", "host_exposed"]
+__all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "MOE_HOST_SOURCE", "host_exposed", "floored_growth"]
 
 #: Host seconds to issue one MoE layer's forward (and, equal, its backward) for one
 #: micro-batch [s].  Fixed on ONE published run, :data:`MOE_HOST_RUN` (Megatron-Bridge 26.02,
@@ -56,7 +56,7 @@ __all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "MOE_HOST_SOURCE", "host_exposed"]
 #: the smallest, 48 MoE layers of 3B active parameters on 4,096 tokens, so the host floor
 #: sets most of its step), by bisection on its measured step (tools/time_accuracy.py
 #: ``calibrate_moe_host``); not fitted to any other run.
-MOE_LAYER_HOST = 4.31e-3
+MOE_LAYER_HOST = 4.314e-3
 #: The run :data:`MOE_LAYER_HOST` is fixed on (formulas/measured_time.toml).
 MOE_HOST_RUN = "mbridge.26.02.b200.qwen3-30b-a3b.mxfp8"
 #: Where the per-layer host synchronisation is (a key of memsym/references.toml).
@@ -98,3 +98,38 @@ def host_exposed(gpu_seconds, host=None):
     """
     h = MOE_LAYER_HOST if host is None else host
     return np.maximum(0.0, h - np.asarray(gpu_seconds, dtype=float))
+
+
+def floored_growth(gpu_seconds, extra, host=None):
+    r"""How much one MoE layer's direction lengthens when its GPU work grows by ``extra`` [s].
+
+    Under the host floor the layer takes :math:`\max(G, H)`, so ``extra`` GPU seconds (the
+    all-to-all the EP overlap hides in steady state but not in the first forward and last
+    backward, :func:`memsym.timing.step.step_time_grid`) add
+
+    .. math::
+
+        \Delta t = \max(G + x,\; H) - \max(G,\; H)
+
+    Parameters
+    ----------
+    gpu_seconds : array_like
+        The layer's GPU seconds in one direction, G [s].
+    extra : array_like
+        The GPU seconds added, x [s].
+    host : float, optional
+        Host seconds to issue the layer, H [s] (default :data:`MOE_LAYER_HOST`).
+
+    Returns
+    -------
+    numpy.ndarray
+        The growth [s]: x where G is above the floor, less (down to 0) where it is below.
+
+    Examples
+    --------
+    >>> [round(float(s), 5) for s in floored_growth([1e-3, 3e-3, 6e-3], 2e-3, 4e-3)]
+    [0.0, 0.001, 0.002]
+    """
+    g = np.asarray(gpu_seconds, dtype=float)
+    x = np.asarray(extra, dtype=float)
+    return (g + x + host_exposed(g + x, host)) - (g + host_exposed(g, host))
