@@ -55,7 +55,9 @@ __all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "MOE_HOST_SOURCE", "host_exposed", 
 #: DGX-B200, Qwen3-30B-A3B MXFP8, MBS 1: the validation run whose GPU work per MoE layer is
 #: the smallest, 48 MoE layers of 3B active parameters on 4,096 tokens, so the host floor
 #: sets most of its step), by bisection on its measured step (tools/time_accuracy.py
-#: ``calibrate_moe_host``); not fitted to any other run.
+#: ``calibrate_moe_host``); not fitted to any other run.  Chosen after the H100 GPT-OSS
+#: MBS 1 row had been tried (7.7 ms there, which prices the Qwen3 rows up to 77 % too slow;
+#: docs/time-accuracy.md, Known gaps).
 MOE_LAYER_HOST = 4.314e-3
 #: The run :data:`MOE_LAYER_HOST` is fixed on (formulas/measured_time.toml).
 MOE_HOST_RUN = "mbridge.26.02.b200.qwen3-30b-a3b.mxfp8"
