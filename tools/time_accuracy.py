@@ -43,7 +43,8 @@ from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 from tools.time_scaling import scaling_lines  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
-           "calibrate", "calibrate_moe_host", "recipe_recompute_modules", "recipe_end_stages",
+           "calibrate", "calibrate_moe_host", "recipe_moe_host_sync", "recipe_recompute_modules",
+           "recipe_end_stages",
            "recipe_ub_config",
            "describe", "slices", "skipped", "accuracy_markdown", "summary",
            "write_docs", "main"]
@@ -99,7 +100,28 @@ def _settings(run) -> Settings:
                     distributed_optimizer=st["distopt"], grad_bytes=st.get("grad_bytes", 4),
                     gather_per_microbatch=fsdp, pipelined_fsdp=titan and run["layout"]["p"] > 1,
                     torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules,
-                    tp_overlap_cfg=recipe_ub_config(run))
+                    tp_overlap_cfg=recipe_ub_config(run), moe_host_sync=recipe_moe_host_sync(run))
+
+
+def recipe_moe_host_sync(run) -> bool:
+    """Whether the run's MoE dispatcher waits on the host every MoE layer
+    (:mod:`memsym.timing.moe_host`): not under the perf recipes' full-iteration MXFP8 helpers
+    (Megatron-Bridge 067f987df0 perf_recipes/deepseek/common.py
+    ``_enable_deepseek_full_iteration_mxfp8``, perf_recipes/qwen/common.py
+    ``_enable_hybridep_full_iteration_mxfp8``: ``cuda_graph_impl = "full_iteration"`` and a static
+    HybridEP budget, ``moe_expert_rank_capacity_factor = 1.5``, so ``_HybridEPManager`` never
+    reads the token counts on the host).
+
+    Examples
+    --------
+    >>> by = {r["id"]: r for r in runs()}
+    >>> [recipe_moe_host_sync(by[i]) for i in ("mbridge.26.02.b200.qwen3-30b-a3b.mxfp8",
+    ...                                         "mbridge.26.02.gb200.qwen3-30b-a3b.mxfp8")]
+    [True, False]
+    """
+    return not any("full_iteration_mxfp8(" in line or 'cuda_graph_impl = "full_iteration"' in line
+                   or "moe_expert_rank_capacity_factor" in line or "pad_expert_input_to_capacity"
+                   in line for line in run.get("recipe_settings", ()))
 
 
 def recipe_ub_config(run) -> str | None:

@@ -102,7 +102,7 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     _recompute(x, st, dev, gemms, (t, c, b, T), eta_gemm, fwd, bwd, (tp_raw, ep_raw, cp_raw),
                moe=moe, dispatch_f=f_c)
     gpu = (sum(fwd.values()), sum(bwd.values()))
-    if moe:
+    if moe and st.moe_host_sync:
         # the dispatcher's host sync drains the GPU queue each MoE layer: the layer takes at
         # least the host's time to issue it, each direction (memsym.timing.moe_host); counted
         # with the memory-bound part

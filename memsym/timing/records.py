@@ -123,6 +123,11 @@ class Settings:
         The userbuffers config ``--tp-comm-overlap`` runs with (a key of
         :data:`memsym.timing.userbuffers.UB_CONFIGS`, e.g. a Megatron-Bridge recipe's
         ``comm_overlap.tp_comm_overlap_cfg``); None: Transformer Engine's default.
+    moe_host_sync : bool
+        Whether the MoE token dispatcher waits on the host in every MoE layer (Megatron-core's
+        default, :mod:`memsym.timing.moe_host`); False where it cannot: full-iteration CUDA
+        graphs with a static HybridEP budget (``moe_expert_rank_capacity_factor``) or
+        drop-and-pad (``moe_pad_expert_input_to_capacity``).
     """
 
     seq_length: int = 2048
@@ -144,6 +149,7 @@ class Settings:
     recompute_fraction: float = 1.0
     recompute_modules: tuple = ("core_attn",)
     tp_overlap_cfg: str | None = None
+    moe_host_sync: bool = True
 
 
 @dataclass(frozen=True)
