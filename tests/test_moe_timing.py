@@ -226,11 +226,13 @@ def test_core_attn_is_priced_only_when_named():
     assert float(b1["attention"] - b0["attention"]) == pytest.approx(float(f0["attention"]))
 
 
-def _gpt_oss_step(m, ep_a2a, p=1):
+def _gpt_oss_step(m, ep_a2a, p=1, b=4):
     from memsym.timing.records import Overlap, Settings
     from memsym.timing.step import step_time_grid
     ov = Overlap(grad_reduce=False, param_gather=False, ep_a2a=ep_a2a)
-    st = Settings(seq_length=4096, micro_batch_size=1, sequence_parallel=False)
+    # MBS 4: each MoE layer's GPU work above the host floor (memsym.timing.moe_host), where
+    # hiding GPU seconds shortens the layer
+    st = Settings(seq_length=4096, micro_batch_size=b, sequence_parallel=False)
     return step_time_grid(preset("gpt-oss-120b"), "b200", t=1, p=p, d=8, e=8, m=m,
                           settings=st, overlap=ov)
 
@@ -247,6 +249,15 @@ def test_ep_overlap_hides_nothing_in_the_first_forward_and_last_backward():
     assert saved[1] == pytest.approx(0.0, abs=1e-12)
     assert saved[2] > 0
     assert saved[3] == pytest.approx(2 * saved[2], rel=1e-9)
+
+
+def test_host_floor_hides_what_the_overlap_would_hide_below_it():
+    # at MBS 1 GPT-OSS's MoE layer on a B200 is shorter on the GPU than the host takes to
+    # issue it (memsym.timing.moe_host): the all-to-all the overlap hides was waiting on the
+    # host anyway, so the overlap saves nothing there, at any m
+    for m in (1, 2, 3):
+        st = {ov: _gpt_oss_step(m, ov, b=1) for ov in (False, True)}
+        assert float(st[False]["step"] - st[True]["step"]) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_grouped_gemm_rates_against_published_microbenchmarks():
@@ -327,3 +338,19 @@ def test_interleaved_ep_overlap_warm_up_and_cool_down_run_alone():
     assert float(_ep_alone_passes(x, on, 8, 2, 8, 8, 1.0)) == pytest.approx(8 * x.L_moe / 8)
     assert float(_ep_alone_passes(x, on, 1, 1, 64, 1, 1.0)) == pytest.approx(x.L_moe)
     assert float(_ep_alone_passes(x, Overlap(), 8, 2, 128, 8, 1.0)) == 0.0
+
+
+def test_moe_layer_takes_at_least_the_host_time_each_way(monkeypatch):
+    # memsym.timing.moe_host: with the dispatcher's host sync an MoE layer takes
+    # max(G, H) each way; G from the same layer priced with no floor (H = 0), the max by hand
+    from memsym.timing import moe_host
+    arch = preset("qwen3-30b-a3b")
+    monkeypatch.setattr(moe_host, "MOE_LAYER_HOST", 0.0)
+    f0, b0 = _moe_layer(arch, (), b=1)
+    g_f, g_b = float(sum(f0.values())), float(sum(b0.values()))
+    assert g_f < g_b
+    for host in (0.5 * g_f, (g_f + g_b) / 2, 2 * g_b):
+        monkeypatch.setattr(moe_host, "MOE_LAYER_HOST", host)
+        f, b = _moe_layer(arch, (), b=1)
+        assert float(sum(f.values())) == pytest.approx(max(g_f, host), rel=1e-12)
+        assert float(sum(b.values())) == pytest.approx(max(g_b, host), rel=1e-12)

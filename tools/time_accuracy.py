@@ -35,7 +35,7 @@ from memsym.model.architecture import Architecture  # noqa: E402
 from memsym.readers.bridge import read_bridge_recipe  # noqa: E402
 from memsym.readers.recipe_mechanisms import recipe_dispatcher  # noqa: E402
 from memsym.readers.jobs import torchtitan_positions  # noqa: E402
-from memsym.timing import efficiency  # noqa: E402
+from memsym.timing import efficiency, moe_host  # noqa: E402
 from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
 from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.step import (Overlap, Settings, layer_time, overlap_of,  # noqa: E402
@@ -44,8 +44,8 @@ from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 from tools.time_scaling import scaling_lines  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
-           "calibrate", "recipe_recompute_modules", "recipe_end_stages", "recipe_ub_config",
-           "recipe_moe_dispatcher",
+           "calibrate", "calibrate_moe_host", "recipe_moe_host_sync", "recipe_recompute_modules",
+           "recipe_end_stages", "recipe_ub_config", "recipe_moe_dispatcher",
            "describe", "slices", "skipped", "accuracy_markdown", "summary",
            "write_docs", "main"]
 
@@ -102,7 +102,8 @@ def _settings(run) -> Settings:
                     torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules,
                     tp_overlap_cfg=recipe_ub_config(run),
                     # a row whose config is not the recipe read states its dispatcher
-                    moe_dispatcher=st.get("moe_dispatcher") or recipe_moe_dispatcher(run))
+                    moe_dispatcher=st.get("moe_dispatcher") or recipe_moe_dispatcher(run),
+                    moe_host_sync=recipe_moe_host_sync(run))
 
 
 def recipe_moe_dispatcher(run) -> str:
@@ -129,6 +130,27 @@ def recipe_moe_dispatcher(run) -> str:
     except MemsymError:
         return "alltoall"
     return recipe_dispatcher(reading["values"], reading.get("computed") or ())["moe_dispatcher"]
+
+
+def recipe_moe_host_sync(run) -> bool:
+    """Whether the run's MoE dispatcher waits on the host every MoE layer
+    (:mod:`memsym.timing.moe_host`): not under the perf recipes' full-iteration MXFP8 helpers
+    (Megatron-Bridge 067f987df0 perf_recipes/deepseek/common.py
+    ``_enable_deepseek_full_iteration_mxfp8``, perf_recipes/qwen/common.py
+    ``_enable_hybridep_full_iteration_mxfp8``: ``cuda_graph_impl = "full_iteration"`` and a static
+    HybridEP budget, ``moe_expert_rank_capacity_factor = 1.5``, so ``_HybridEPManager`` never
+    reads the token counts on the host).
+
+    Examples
+    --------
+    >>> by = {r["id"]: r for r in runs()}
+    >>> [recipe_moe_host_sync(by[i]) for i in ("mbridge.26.02.b200.qwen3-30b-a3b.mxfp8",
+    ...                                         "mbridge.26.02.gb200.qwen3-30b-a3b.mxfp8")]
+    [True, False]
+    """
+    return not any("full_iteration_mxfp8(" in line or 'cuda_graph_impl = "full_iteration"' in line
+                   or "moe_expert_rank_capacity_factor" in line or "pad_expert_input_to_capacity"
+                   in line for line in run.get("recipe_settings", ()))
 
 
 def recipe_ub_config(run) -> str | None:
@@ -363,6 +385,28 @@ def calibrate(klass: str, precision: str, *, run_id=None, lo=0.05, hi=1.0,
                 hi = mid
     finally:
         _restore(key, saved)
+    return (lo + hi) / 2
+
+
+def calibrate_moe_host(*, lo=0.0, hi=0.05, iterations=40) -> float:
+    """The MoE layer's host seconds that make its one run match its measured step [s].
+
+    Bisection on :data:`memsym.timing.moe_host.MOE_HOST_RUN` (the step rises with the host
+    floor); restores the stored :data:`memsym.timing.moe_host.MOE_LAYER_HOST`.
+    """
+    run = next(r for r in runs() if r["id"] == moe_host.MOE_HOST_RUN)
+    target = measured_step(run)
+    saved = moe_host.MOE_LAYER_HOST
+    try:
+        for _ in range(int(iterations)):
+            mid = (lo + hi) / 2
+            moe_host.MOE_LAYER_HOST = mid
+            if predict(run)["step"] > target:
+                hi = mid
+            else:
+                lo = mid
+    finally:
+        moe_host.MOE_LAYER_HOST = saved
     return (lo + hi) / 2
 
 
@@ -604,10 +648,18 @@ def accuracy_markdown() -> str:
         "| --- | --- | --- |",
     ]
     for r in runs():
-        if r["role"] == "calibration":
+        if r["role"] == "calibration" and r["calibrates"] != "moe/host":
             k, prec = r["calibrates"].split("/")
             lines.append(f"| {k} / {prec} | {efficiency.GEMM_CEILING[(k, prec)]:.3f} | "
                          f"`{r['id']}` ({r['locator']}) |")
+    host = next(r for r in runs() if r["id"] == moe_host.MOE_HOST_RUN)
+    lines += ["", f"One more constant, not a ceiling: the host seconds to issue one MoE layer "
+              f"({moe_host.MOE_LAYER_HOST * 1e3:.2f} ms",
+              f"per layer, micro-batch and direction, `memsym.timing.moe_host`), fixed on "
+              f"`{host['id']}`", f"({host['locator']}).  Every Megatron-core dispatcher waits "
+              "on the host once per MoE layer", "(`_maybe_dtoh_and_synchronize`, HybridEP's "
+              "`tokens_per_expert.sum()`), so an MoE layer takes at least", "that long each "
+              "way; dense layers have no such wait and no floor."]
     lines += ["", "B200 and GB200 (Blackwell) share one class (`blackwell`), B300 and GB300",
               "(Blackwell Ultra) another (`blackwell-ultra`, memsym.hardware), each GPU priced at",
               "its own datasheet peak and bandwidths.  The blackwell fp8 ceiling is fixed after",

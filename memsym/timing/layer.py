@@ -23,6 +23,7 @@ from .collectives import collective_bytes, collective_time, group_bandwidth
 from .efficiency import ceiling, exp_time, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
 from .moe import gemm_seconds, moe_layer_extras
+from .moe_host import host_exposed
 from .records import Overlap, Settings
 from .recompute import module_recompute
 from .userbuffers import UB_COMM_SMS, UB_PIPELINE_SPLITS, ub_config
@@ -101,8 +102,17 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
            "cp": b_cp}
     _recompute(x, st, dev, gemms, (t, c, b, T), eta_gemm, fwd, bwd, (tp_raw, ep_raw, cp_raw),
                moe=moe, dispatch_f=f_c)
+    gpu = (sum(fwd.values()), sum(bwd.values()))
+    if moe and st.moe_host_sync:
+        # the dispatcher's host sync drains the GPU queue each MoE layer: the layer takes at
+        # least the host's time to issue it, each direction (memsym.timing.moe_host); counted
+        # with the memory-bound part
+        fwd["memory"] = fwd["memory"] + host_exposed(gpu[0])
+        bwd["memory"] = bwd["memory"] + host_exposed(gpu[1])
     if raw is not None:
         raw.update(tp=tuple(tp_raw), ep=tuple(ep_raw), cp=tuple(cp_raw))
+        if moe:     # the GPU seconds before the host floor (forward, backward)
+            raw["gpu"] = gpu
     return fwd, bwd
 
 

@@ -129,6 +129,11 @@ class Settings:
         Megatron-core's MoE token dispatcher (``--moe-token-dispatcher-type``, the flex
         backends by name): DeepEP and HybridEP send a token once per EP rank and NVLink domain
         its experts sit on (:mod:`memsym.timing.flex_dispatch`), the others a row per expert.
+    moe_host_sync : bool
+        Whether the MoE token dispatcher waits on the host in every MoE layer (Megatron-core's
+        default, :mod:`memsym.timing.moe_host`); False where it cannot: full-iteration CUDA
+        graphs with a static HybridEP budget (``moe_expert_rank_capacity_factor``) or
+        drop-and-pad (``moe_pad_expert_input_to_capacity``).
     """
 
     seq_length: int = 2048
@@ -151,6 +156,7 @@ class Settings:
     recompute_modules: tuple = ("core_attn",)
     tp_overlap_cfg: str | tuple | None = None
     moe_dispatcher: str = "alltoall"
+    moe_host_sync: bool = True
 
 
 @dataclass(frozen=True)

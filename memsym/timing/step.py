@@ -36,6 +36,7 @@ from . import data_parallel
 from .collectives import collective_time, group_bandwidth
 from .data_parallel import OPTIMIZER_BYTES, data_parallel_sync, parameters_per_gpu
 from .efficiency import gemm_time, memory_time
+from .moe_host import floored_growth
 from .records import Overlap, Settings, StepTime
 from .gemm import output_gemm, shape_of
 from .layer import (BACKWARD_MEMORY, FLASH_BACKWARD, FLASH_FORWARD, UB_COMM_SMS,  # noqa: F401
@@ -328,7 +329,10 @@ def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) ->
             lb[key] = (1 - share) * dense_b[key] + share * moe_b[key]
         raw_layer = {g: tuple((1 - share) * u + share * w for u, w in zip(raw_dense[g], raw_moe[g]))
                      for g in raw_dense}
-        ep_alone = (raw_moe["ep"][0] - moe_f["ep"]) + (raw_moe["ep"][1] - moe_b["ep"])
+        # what the all-to-alls the overlap hides add when they run alone, under the MoE
+        # layer's host floor (memsym.timing.moe_host)
+        ep_alone = (floored_growth(raw_moe["gpu"][0], raw_moe["ep"][0] - moe_f["ep"])
+                    + floored_growth(raw_moe["gpu"][1], raw_moe["ep"][1] - moe_b["ep"]))
     else:
         lf, lb = dense_f, dense_b
     return lf, lb, raw_layer, ep_alone

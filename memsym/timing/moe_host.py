@@ -1,0 +1,137 @@
+r"""The host floor of an MoE layer: the CPU time to issue one MoE layer, which the
+dispatcher's per-layer host synchronisation exposes when the GPU work is shorter.
+
+Every token dispatcher of Megatron-core (the runs' ``alltoall`` and ``flex``) waits on the
+host in each MoE layer's forward: the all-to-all dispatcher copies the token counts to the
+host and blocks on them before the all-to-all (``_maybe_dtoh_and_synchronize``: the DtoH
+copies on ``cuda_dtoh_stream``, then ``self.d2h_event.synchronize()`` at
+``cuda_sync_point = "before_ep_alltoall"`` whenever EP > 1; CUDA graphs of
+``moe_preprocess`` only move the copies to ``before_ep_alltoall``, the wait stays), and the
+flex dispatcher's HybridEP path resolves the received-row count on the host
+(``_HybridEPManager.dispatch``: ``num_permuted_tokens = tokens_per_expert.sum()``, "CPU sync
+in dispatch") [megatron-moe-host].  Only dropping and padding to capacity
+(``moe_pad_expert_input_to_capacity``) skips it; no validation run sets it.
+
+At the wait the GPU's queue drains, so the CPU cannot run ahead of the GPU across MoE
+layers: issuing one MoE layer (router, dispatcher pre-processing and copies, the
+all-to-alls, TE's grouped GEMMs one cuBLAS call per local expert, the combine) takes
+:math:`H` seconds of host time that the GPU waits through whenever its own work on the
+layer, :math:`G`, is shorter.  The backward starts from the drained queue and runs at least
+as long as its issue, too.  Per MoE layer, micro-batch and direction:
+
+.. math::
+
+    t = \max(G, H) = G + \max(0,\; H - G)
+
+:math:`H` is one constant, :data:`MOE_LAYER_HOST`, fixed on one published run (below), the
+same for forward and backward, every GPU, dispatcher and CUDA-graph scope: a stated
+simplification.  Dense layers have no host synchronisation inside the step: the CPU runs
+ahead over layers and micro-batches and their issue (one attention block and one MLP, some
+twenty kernels) hides behind the GPU, so no floor is priced for them.  The same :math:`H`
+as a floor on dense layers (on their forward plus backward, as no sync separates them)
+would price seed 001's H100 FP8 run +23 % and the GPT-3 / Llama 2 NeMo 24.07 rows up to
++30 %: a dense layer's host time is far below an MoE layer's.
+
+References
+----------
+.. [megatron-moe-host] Megatron-LM d98e8a64dd (2026-08-22):
+   megatron/core/transformer/moe/token_dispatcher.py, ``MoEAlltoAllTokenDispatcher``
+   (``__init__``: ``cuda_sync_point``, ``cuda_dtoh_point``; ``preprocess``:
+   ``_maybe_update_cuda_sync_point("before_ep_alltoall")``; ``_maybe_dtoh_and_synchronize``:
+   ``self.d2h_event.synchronize()``) and ``_HybridEPManager.dispatch``
+   (``self.num_permuted_tokens = self.tokens_per_expert.sum()``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..term import Source
+
+__all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "MOE_HOST_SOURCE", "host_exposed", "floored_growth"]
+
+#: Host seconds to issue one MoE layer's forward (and, equal, its backward) for one
+#: micro-batch [s].  Fixed on ONE published run, :data:`MOE_HOST_RUN` (Megatron-Bridge 26.02,
+#: DGX-B200, Qwen3-30B-A3B MXFP8, MBS 1: the validation run whose GPU work per MoE layer is
+#: the smallest, 48 MoE layers of 3B active parameters on 4,096 tokens, so the host floor
+#: sets most of its step), by bisection on its measured step (tools/time_accuracy.py
+#: ``calibrate_moe_host``); not fitted to any other run.  Chosen after the H100 GPT-OSS
+#: MBS 1 row had been tried (7.7 ms there, which prices the Qwen3 rows up to 77 % too slow;
+#: docs/time-accuracy.md, Known gaps).
+MOE_LAYER_HOST = 4.314e-3
+#: The run :data:`MOE_LAYER_HOST` is fixed on (formulas/measured_time.toml).
+MOE_HOST_RUN = "mbridge.26.02.b200.qwen3-30b-a3b.mxfp8"
+#: Where the per-layer host synchronisation is (a key of memsym/references.toml).
+MOE_HOST_SOURCE = Source("megatron-moe-host",
+                         "token_dispatcher.py: MoEAlltoAllTokenDispatcher."
+                         "_maybe_dtoh_and_synchronize (d2h_event.synchronize() at "
+                         "before_ep_alltoall); _HybridEPManager.dispatch (tokens_per_expert.sum())")
+
+
+def host_exposed(gpu_seconds, host=None):
+    r"""Seconds the GPU waits for the host in one MoE layer, micro-batch and direction [s].
+
+    .. math::
+
+        t_{\text{host}} = \max(0,\; H - G)
+
+    with :math:`G` the layer's GPU seconds in that direction (GEMMs, attention, memory-bound
+    work, exposed communication) and :math:`H` the host seconds to issue it
+    (:data:`MOE_LAYER_HOST` unless given): the layer then takes :math:`\max(G, H)`.
+
+    Parameters
+    ----------
+    gpu_seconds : array_like
+        The layer's GPU seconds in one direction, G [s].
+    host : float, optional
+        Host seconds to issue it, H [s] (default :data:`MOE_LAYER_HOST`).
+
+    Returns
+    -------
+    numpy.ndarray
+        The exposed host seconds [s]; 0 where the GPU work is the longer.
+
+    Examples
+    --------
+    A layer of 1 ms on the GPU issued in 4.31 ms waits 3.31 ms; one of 9 ms waits none:
+
+    >>> [round(float(s), 5) for s in host_exposed([1e-3, 9e-3], 4.31e-3)]
+    [0.00331, 0.0]
+    """
+    h = MOE_LAYER_HOST if host is None else host
+    return np.maximum(0.0, h - np.asarray(gpu_seconds, dtype=float))
+
+
+def floored_growth(gpu_seconds, extra, host=None):
+    r"""How much one MoE layer's direction lengthens when its GPU work grows by ``extra`` [s].
+
+    Under the host floor the layer takes :math:`\max(G, H)`, so ``extra`` GPU seconds (the
+    all-to-all the EP overlap hides in steady state but not in the first forward and last
+    backward, :func:`memsym.timing.step.step_time_grid`) add
+
+    .. math::
+
+        \Delta t = \max(G + x,\; H) - \max(G,\; H)
+
+    Parameters
+    ----------
+    gpu_seconds : array_like
+        The layer's GPU seconds in one direction, G [s].
+    extra : array_like
+        The GPU seconds added, x [s].
+    host : float, optional
+        Host seconds to issue the layer, H [s] (default :data:`MOE_LAYER_HOST`).
+
+    Returns
+    -------
+    numpy.ndarray
+        The growth [s]: x where G is above the floor, less (down to 0) where it is below.
+
+    Examples
+    --------
+    >>> [round(float(s), 5) for s in floored_growth([1e-3, 3e-3, 6e-3], 2e-3, 4e-3)]
+    [0.0, 0.001, 0.002]
+    """
+    g = np.asarray(gpu_seconds, dtype=float)
+    x = np.asarray(extra, dtype=float)
+    return (g + x + host_exposed(g + x, host)) - (g + host_exposed(g, host))
