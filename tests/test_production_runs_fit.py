@@ -100,7 +100,7 @@ for _rel in ("26.04.01", "26.04", "26.02.01", "25.11"):
         f"{_FRAG}: 188.6 GB predicted, 171.6 without the margin, against 180 GB at EP 8 (with "
         "Transformer Engine's fused cross-entropy keeping the 16-bit logits, 6.7 GB at vocab "
         "201088, MBS 4, seq 4096)")
-XFAIL["mbridge.25.11.gb200.deepseek-v3.bf16"] = (
+TIGHT["mbridge.25.11.gb200.deepseek-v3.bf16"] = (
     f"{_FRAG} takes it over since the recipe is read with the flex dispatcher its base's "
     "apply_flex_dispatcher_backend sets (recipes/deepseek/h100/deepseek_v3.py:256 at "
     "Megatron-Bridge 067f987df0: HybridEP on GB200, whose buffers at EP 64 are 4.2 GB, "
