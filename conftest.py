@@ -20,5 +20,5 @@ import sys
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-if "torch" in sys.modules:      # a plugin imported it before this file ran
-    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+if sys.modules.get("torch") is not None:   # a plugin imported it before this file ran (None:
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # import blocked)

@@ -398,7 +398,10 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   gather_per_microbatch=scheme in ("zero3", "fsdp"),
                   pipelined_fsdp=scheme == "fsdp" and FRAMEWORK[space.framework].torch_pipelining,
                   torch_rounds=FRAMEWORK[space.framework].torch_pipelining,
-                  schedule="gpipe" if space.schedule == "gpipe" else "1f1b")
+                  schedule="gpipe" if space.schedule == "gpipe" else "1f1b",
+                  # the carried dispatcher prices its all-to-all as estimate does (DeepEP /
+                  # HybridEP send a token once per rank and NVLink domain: timing.flex_dispatch)
+                  moe_dispatcher=space.moe_dispatcher)
     even = (f_ == 0) & (l_ == 0)
     # the even split as explicit end stages of L/p layers (the middle then holds L/p too)
     first = np.where(f_ > 0, f_, L_ / p_)

@@ -533,7 +533,8 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
     held = tokens * k * h * 2
     if dispatcher in FLEX_DISPATCHERS:
         domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
-        one_s, one_b = flex_alltoall_time(tokens * h * 2, int(E), k, e,
+        # E is the model's (one value, broadcast over a search's grid)
+        one_s, one_b = flex_alltoall_time(tokens * h * 2, int(np.ravel(E)[0]), k, e,
                                           ep_ranks_inside(e, t_e, domain), cluster)
         seconds, sent = 2 * one_s, 2 * one_b
     else:
