@@ -21,6 +21,7 @@ from memsym.model.architecture import layer_kinds, mixer_counts
 from memsym.model.counts import symbolic_parameters
 
 from test_hf_configs import _TOKENS, _small, _transformers_count, _write
+from in_process import estimate
 
 _MAMBA2 = {"mamba_n_heads": 8, "mamba_d_state": 16}
 
@@ -182,20 +183,11 @@ def test_a_hybrids_layer_kinds_are_its_mlp_kinds(tmp_path):
 def test_the_cli_refuses_a_mamba1_estimate_in_one_line(tmp_path, capsys):
     # estimates of Mamba-2 hybrids: tests/test_hybrid_estimate.py
     path = _write(tmp_path, SMALL["jamba"])
-    code, out, err = _estimate(capsys, path, "--seq-length", 64)
+    code, out, err = estimate(capsys, path, "--seq-length", 64)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "not modelled" in err
     assert "Mamba-1" in err
 
-
-def _estimate(capsys, *argv):
-    """``memsym estimate ARGV`` in this process (memsym.cli.main, what the installed command
-    runs): (exit status, stdout, stderr).  A fresh process is tests/test_cli.py's subject."""
-    from memsym.cli import main
-
-    code = main(["estimate", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # zamba and zamba2 (shared transformer blocks) are read: tests/test_hf_zamba.py

@@ -19,6 +19,7 @@ from memsym.model.hf_config import HF_MODEL_TYPES
 
 from test_hf_configs import _TOKENS, _small, _write
 from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
+from in_process import estimate
 
 TYPES = {"dbrx", "deepseek_v32", "qwen3_next", "lfm2", "minimax"}
 
@@ -237,21 +238,12 @@ REAL["lfm2-1.2b"] = {
     "conv_bias": False}
 
 
-def _estimate(capsys, *argv):
-    """``memsym estimate ARGV`` in this process (memsym.cli.main, what the installed command
-    runs): (exit status, stdout, stderr).  A fresh process is tests/test_cli.py's subject."""
-    from memsym.cli import main
-
-    code = main(["estimate", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 def test_an_lfm2_estimate_holds_its_short_conv_activations(tmp_path, capsys):
     # the memory estimate of LFM2 runs (weights of the exact count, activations with the
     # short-convolution term) where the linear-attention mixers' are refused
     path = _write(tmp_path, REAL["lfm2-1.2b"], "lfm2")
-    code, out, err = _estimate(capsys, path, "--seq-length", 4096)
+    code, out, err = estimate(capsys, path, "--seq-length", 4096)
     assert code == 0, err
     weights = next(line for line in out.splitlines() if line.startswith("weights"))
     assert f"{2 * 1_170_340_608:,}" in weights
@@ -328,7 +320,7 @@ def test_an_estimate_of_the_linear_attention_mixers_runs(tmp_path, case, capsys)
     # the Gated DeltaNet and lightning mixers' activations are modelled (see the measurements
     # below): the memory estimate of a small config runs
     path = _write(tmp_path, SMALL[case])
-    code, out, err = _estimate(capsys, path)
+    code, out, err = estimate(capsys, path)
     assert code == 0, err
     assert any(line.startswith("activations") for line in out.splitlines())
 
@@ -608,7 +600,7 @@ def test_a_qwen3_next_estimate_holds_the_gated_deltanet_activations(tmp_path, ca
     # the memory estimate of Qwen3-Next runs: weights of the exact count, activations with the
     # Gated DeltaNet term (36 of its 48 layers)
     path = _write(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n")
-    code, out, err = _estimate(capsys, path, "--seq-length", 4096)
+    code, out, err = estimate(capsys, path, "--seq-length", 4096)
     assert code == 0, err
     assert any(line.startswith("activations") for line in out.splitlines())
 

@@ -18,6 +18,7 @@ from memsym.model.hf_config import HF_MODEL_TYPES
 
 from test_hf_configs import _TOKENS, _write
 from test_hf_newer_types import _language_model_count
+from in_process import estimate
 
 _HYBRID = ["mamba", "hybrid", "mamba", "hybrid", "hybrid", "mamba", "hybrid", "mamba"]
 # Zamba: the default pattern (layers 2, then every attn_layer_period from attn_layer_offset)
@@ -156,20 +157,11 @@ def test_pipeline_parallelism_is_refused_in_one_line(tmp_path):
 
 def test_the_cli_refuses_the_estimate_in_one_line(tmp_path, capsys):
     path = _write(tmp_path, SMALL["zamba2"])
-    code, out, err = _estimate(capsys, path, "--seq-length", 64)
+    code, out, err = estimate(capsys, path, "--seq-length", 64)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "shared transformer block" in err
     assert "not modelled" in err
 
-
-def _estimate(capsys, *argv):
-    """``memsym estimate ARGV`` in this process (memsym.cli.main, what the installed command
-    runs): (exit status, stdout, stderr).  A fresh process is tests/test_cli.py's subject."""
-    from memsym.cli import main
-
-    code = main(["estimate", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("cfg,match", [

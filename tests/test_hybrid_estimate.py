@@ -21,6 +21,7 @@ from memsym.training import job_memory
 
 from test_hf_configs import _write
 from test_hf_hybrid import NEMOTRON_H_8B, SMALL
+from in_process import estimate
 
 PATTERN = NEMOTRON_H_8B["hybrid_override_pattern"]
 H, V, F = 4096, 131072, 21504                  # hidden, vocabulary (a multiple of 128), MLP
@@ -159,20 +160,11 @@ def test_mixers_megatron_does_not_train_are_refused(tmp_path, name, match):
     assert "\n" not in str(err.value)
 
 
-def _cli(capsys, *argv):
-    """``memsym estimate ARGV`` in this process (memsym.cli.main, what the installed command
-    runs): (exit status, stdout, stderr).  A fresh process is tests/test_cli.py's subject."""
-    from memsym.cli import main
-
-    code = main(["estimate", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 def test_the_cli_estimates_a_hybrid_and_refuses_its_step_time(nemotron, capsys):
-    code, out, err = _cli(capsys, nemotron, "--seq-length", "8192", "--micro-batch-size", "1")
+    code, out, err = estimate(capsys, nemotron, "--seq-length", "8192", "--micro-batch-size", "1")
     assert code == 0 and "activations" in out, err
-    code, out, err = _cli(capsys, nemotron, "--seq-length", "8192", "--micro-batch-size", "1",
+    code, out, err = estimate(capsys, nemotron, "--seq-length", "8192", "--micro-batch-size", "1",
                           "--gpu", "h100", "--global-batch-size", "8")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "step time" in err
