@@ -435,10 +435,11 @@ def test_json_without_emit_dir_carries_the_text(capsys):
                                           ("tp_comm_overlap_cfg",
                                            "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"),
                                           ("fp4_param_gather", True),
+                                          ("fp8_param_gather", True),
                                           ("optimizer_cuda_graph", True)])
 def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
     """A job's Megatron-FSDP strategy (other than the search's zero2 / fsdp spellings) or
-    double buffer, its userbuffers config, NVFP4 parameters or optimizer CUDA graph is no
+    double buffer, its userbuffers config, FP8 or NVFP4 parameters or optimizer CUDA graph is no
     searched setting: searching (and so emitting) the job is refused in one line, never
     priced without it (the MoE dispatcher and tp_comm_overlap are carried:
     test_search_carries_the_moe_dispatcher)."""
@@ -449,7 +450,8 @@ def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
     extra = {"megatron_fsdp": dict(sharding="distributed-optimizer"),
              "fsdp_double_buffer": dict(sharding="fsdp", megatron_fsdp="optim_grads_params"),
              "tp_comm_overlap_cfg": dict(t=4, sequence_parallel=True, tp_comm_overlap=True),
-             "fp4_param_gather": dict(precision="fp4")}
+             "fp4_param_gather": dict(precision="fp4"),
+             "fp8_param_gather": dict(precision="fp8")}
     kw = {**extra.get(field, {}), field: value}
     j = job(base, gpu=GPU, global_batch_size=64, **kw)
     with pytest.raises(InvalidValueError) as exc:
