@@ -132,6 +132,27 @@ def _read_deepseek(c: ConfigFields, mtype: str, notes: list) -> dict:
 
 
 
+def _mla_moe_fields(c: ConfigFields, heads: int, pattern: tuple, q_rank, expert_keys, *,
+                    experts: int, moe_ffn: int, topk: int, qk_nope: int, v_head: int) -> dict:
+    """The multi-latent attention and DeepSeek-style MoE fields (a router, routed experts of
+    ``moe_intermediate_size``, a shared MLP of ``n_shared_experts`` of them; no router bias,
+    no MTP layer in transformers) of GLM-4 MoE Lite and DeepSeek-V3.2, read with each config
+    class's own defaults (the keywords)."""
+    n_exp = c.int(expert_keys, experts)
+    moe_f = c.int("moe_intermediate_size", moe_ffn)
+    n_shared = c.int("n_shared_experts", 1, allow_zero=True)
+    v_dim = c.int("v_head_dim", v_head)
+    return dict(num_query_groups=heads, kv_channels=v_dim, num_experts=n_exp,
+                moe_router_topk=c.int("num_experts_per_tok", topk), moe_ffn_hidden_size=moe_f,
+                moe_layer_freq=pattern,
+                moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+                multi_latent_attention=True, q_lora_rank=q_rank,
+                kv_lora_rank=c.int("kv_lora_rank", 512),
+                qk_head_dim=c.int("qk_nope_head_dim", qk_nope),
+                qk_pos_emb_head_dim=c.int("qk_rope_head_dim", 64), v_head_dim=v_dim,
+                moe_router_bias=False, mtp_num_layers=0)
+
+
 def _read_glm4_moe_lite(c: ConfigFields, mtype: str, notes: list) -> dict:
     # Glm4MoeLiteAttention: DeepSeek-V3's multi-latent attention (q_a_proj, q_a_layernorm,
     # q_b_proj or q_proj; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; o_proj), with
@@ -155,18 +176,11 @@ def _read_glm4_moe_lite(c: ConfigFields, mtype: str, notes: list) -> dict:
                          "unless mlp_layer_types says otherwise")
     else:
         pattern = _mlp_layer_types(c, n_layers)
-    n_exp = c.int(("n_routed_experts", "num_local_experts"), 64)
-    moe_f = c.int("moe_intermediate_size", 1536)
-    n_shared = c.int("n_shared_experts", 1, allow_zero=True)
-    v_head = c.int("v_head_dim", 256)
-    kw.update(num_query_groups=heads, kv_channels=v_head, num_experts=n_exp,
-              moe_router_topk=c.int("num_experts_per_tok", 4), moe_ffn_hidden_size=moe_f,
-              moe_layer_freq=pattern, moe_shared_expert_intermediate_size=n_shared * moe_f or None,
-              multi_latent_attention=True, q_lora_rank=c.int("q_lora_rank", 768, null=None),
-              kv_lora_rank=c.int("kv_lora_rank", 512), qk_head_dim=c.int("qk_nope_head_dim", 192),
-              qk_pos_emb_head_dim=c.int("qk_rope_head_dim", 64), v_head_dim=v_head,
-              moe_router_bias=False, mtp_num_layers=0)
-    _uncounted_notes(c, notes, pattern, n_exp, "Glm4MoeLite", mtp=True)
+    # Glm4MoeLiteConfig's defaults
+    kw.update(_mla_moe_fields(c, heads, pattern, c.int("q_lora_rank", 768, null=None),
+                              ("n_routed_experts", "num_local_experts"), experts=64,
+                              moe_ffn=1536, topk=4, qk_nope=192, v_head=256))
+    _uncounted_notes(c, notes, pattern, kw["num_experts"], "Glm4MoeLite", mtp=True)
     return kw
 
 
@@ -203,23 +217,16 @@ def _read_deepseek_v32(c: ConfigFields, mtype: str, notes: list) -> dict:
     if q_rank is None:
         raise c._bad("q_lora_rank null: transformers' DeepseekV32Attention and its indexer "
                      "always build q_a_proj and wq_b of q_lora_rank")
-    n_exp = c.int(("n_routed_experts", "num_local_experts", "num_experts"), 256)
-    moe_f = c.int("moe_intermediate_size", 2048)
-    n_shared = c.int("n_shared_experts", 1, allow_zero=True)
-    v_head = c.int("v_head_dim", 128)
-    kw.update(num_query_groups=heads, kv_channels=v_head, num_experts=n_exp,
-              moe_router_topk=c.int("num_experts_per_tok", 8), moe_ffn_hidden_size=moe_f,
-              moe_layer_freq=pattern, moe_shared_expert_intermediate_size=n_shared * moe_f or None,
-              multi_latent_attention=True, q_lora_rank=q_rank,
-              kv_lora_rank=c.int("kv_lora_rank", 512), qk_head_dim=c.int("qk_nope_head_dim", 128),
-              qk_pos_emb_head_dim=c.int("qk_rope_head_dim", 64), v_head_dim=v_head,
+    # DeepseekV32Config's defaults
+    kw.update(_mla_moe_fields(c, heads, pattern, q_rank,
+                              ("n_routed_experts", "num_local_experts", "num_experts"),
+                              experts=256, moe_ffn=2048, topk=8, qk_nope=128, v_head=128),
               dsa_index_heads=c.int("index_n_heads", 64),
-              dsa_index_head_dim=c.int("index_head_dim", 128),
-              moe_router_bias=False, mtp_num_layers=0)
+              dsa_index_head_dim=c.int("index_head_dim", 128))
     notes.append("DeepSeek Sparse Attention: the indexer's weights counted as any weight; its "
                  "forward keeps no activation (torch.no_grad in transformers' "
                  "DeepseekV32Indexer); attention estimated as dense")
-    _uncounted_notes(c, notes, pattern, n_exp, "DeepseekV32", mtp=True)
+    _uncounted_notes(c, notes, pattern, kw["num_experts"], "DeepseekV32", mtp=True)
     return kw
 
 
