@@ -113,8 +113,9 @@ def test_a_full_size_zamba2_copy_matches_transformers(tmp_path):
 
 
 # Full size from the config classes' own defaults (transformers 5.25 documents ZambaConfig
-# with checkpoint Zyphra/Zamba-7B-v1 and Zamba2Config with Zyphra/Zamba2-2.7B; whether the
-# defaults equal those hub files is not checked), written out so memsym reads them from a file.
+# with checkpoint Zyphra/Zamba-7B-v1 and Zamba2Config with Zyphra/Zamba2-2.7B, but they are not
+# those models: Zamba2Config's 8 Mamba heads and single block against the 2.7B's 80 and 2, see
+# tests/data/hf/zamba2-2.7b), written out so memsym reads them from a file.
 _CLASS_DEFAULTS = {
     "zamba": {"model_type": "zamba", "hidden_size": 3712, "num_hidden_layers": 76,
               "num_attention_heads": 16, "intermediate_size": 14848, "vocab_size": 32000},
