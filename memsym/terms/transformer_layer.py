@@ -11,7 +11,15 @@ regenerates the dropout mask from the RNG state (FlashAttention §3.1; PyTorch's
 mean, 1/σ) or :math:`4\tau/\sigma` (RMSNorm) per norm.  Norms on Q and K (``qk_norm``) keep
 their inputs and fp32 statistics, :math:`2\tau(a+g)d_h/t + 4\tau(a+g)/t` per head (True or
 ``"head"``, Qwen3) or :math:`+\,8\tau` over the whole projection (``"full"``, OLMo 2)
-(``qk_norm_inputs``; the normalised Q and K are the ``qk`` term).  Multi-latent attention
+(``qk_norm_inputs``; the normalised Q and K are the ``qk`` term).  An output gate
+(``output_gate``, Qwen3-Next: q_proj also makes a gate, the output is
+``attn_output * sigmoid(gate)``) keeps :math:`4\tau a d_h/t` more (``output_gate``): the
+sigmoid's output, kept by the sigmoid and the product (one storage), and the ungated attention
+output the product keeps, the output projection now keeping the gated product
+(``proj_input``; transformers v5.25.0 ``Qwen3NextAttention.forward``, measured in
+``tests/test_qwen3_next_gate.py``).  Megatron-core's ``Attention._apply_output_gate``
+(``--attention-output-gate``, d98e8a64dd) computes the product in fp32 under ``jit_fuser``;
+what its fused kernel keeps is not measured here.  Multi-latent attention
 (``mla``): Q and K are :math:`a(d_{qk} + d_r)` wide, V :math:`a d_v`, and the latents (the
 inputs of the q/kv up-projections and their norms, :math:`4\tau r` each) are replicated over t.
 
@@ -136,6 +144,9 @@ RECOMPUTE_MODULE_SOURCES = {
 }
 
 _TK = Source(_K, "§4.1 (attention block, MLP, LayerNorm)")
+_GATE = Source("hf-transformers-5", "v5.25.0 models/qwen3_next/modeling_qwen3_next.py "
+               "Qwen3NextAttention.forward (lines 270-303: q_proj split into query and gate, "
+               "attn_output * torch.sigmoid(gate), then o_proj)")
 _TE = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
              "the quantized input); layernorm_linear.py (ln_out quantized by the fused norm)")
 
@@ -197,6 +208,7 @@ class _Layer:
     dropout: bool
     att_drop: bool
     qk_norm: object
+    output_gate: bool
     mla: dict | None
     moe: bool
     shared_expert: bool
@@ -236,15 +248,15 @@ class _Layer:
 
 
 def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
-           attention_dropout, qk_norm, mla, moe, shared_expert) -> _Layer:
+           attention_dropout, qk_norm, output_gate, mla, moe, shared_expert) -> _Layer:
     """The options of one layer with what each recomputed module no longer keeps."""
     # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
     # spec only the norms before MLA and before an MoE layer are TENorm modules that
     # "layernorm" checkpoints; the others are fused into linear_qkv / linear_fc1
     return _Layer(
         tok, sig, gated, flash, fp8, norm, norm_statistics, dropout,
-        dropout if attention_dropout is None else attention_dropout, qk_norm, mla, moe,
-        shared_expert,
+        dropout if attention_dropout is None else attention_dropout, qk_norm, output_gate, mla,
+        moe, shared_expert,
         drop_core=recompute == "selective" and "core_attn" in mods,
         drop_in_norm="layernorm" in mods and bool(mla),
         drop_pre_mlp_norm="layernorm" in mods and moe,
@@ -332,6 +344,15 @@ def _attention_terms(ly: _Layer, terms: _Terms, proj_width) -> None:
               "output projection" + (" (FP8 copy" + (" beside the attention's 16-bit output)"
                                                      if o_bytes > 1 else ")")
                                      if ly.fp8 else ""), ly.gsrc)
+    if ly.output_gate:
+        # attn_output * sigmoid(gate): the sigmoid keeps its output, the product its two
+        # operands (that output and the ungated attention output); o_proj keeps the product.
+        # Under FP8 with flash, proj_input already holds the attention's 16-bit output.
+        ungated = 0 if o_bytes > ly.gx else 2
+        terms.add("output_gate", (2 + ungated) * tok * proj_width / t,
+                  "output gate: sigmoid(gate), kept by the sigmoid and the product"
+                  + (", and the ungated attention output the product keeps" if ungated else ""),
+                  _GATE)
     terms.add("attn_dropout_mask", ly.delta * tok * h / ly.sig,
               "dropout mask after the attention block")
 
@@ -383,7 +404,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       recompute: str = "none", dropout: bool = True, norm: str = "layernorm",
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
-                      qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None) -> Total:
+                      qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
+                      output_gate: bool = False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -397,7 +419,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         \text{attention:}\;& \tfrac{4\tau h}{\sigma} + \tfrac{2\tau h}{\sigma}
             + \tfrac{2\tau (a+g) d_h}{t} + \tfrac{2\tau g d_h}{t}
             + \tfrac{(2 + 3\delta)\,a s \tau}{t} + \tfrac{2\tau a d_h}{t}
-            + \tfrac{\delta\,\tau h}{\sigma} \\
+            + \tfrac{\delta\,\tau h}{\sigma}
+            + [\mathrm{gate}]\,\tfrac{4\tau a d_h}{t} \\
         \text{dense MLP:}\;& \tfrac{2\tau h}{\sigma} + \tfrac{(2 + 2\gamma)\,\tau f}{t}
             + \tfrac{2\tau f}{t} + \tfrac{\delta\,\tau h}{\sigma} \\
         \text{MoE layer:}\;& \tfrac{2\tau h}{\sigma} + \tfrac{4\tau E}{\sigma}
@@ -430,6 +453,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         An MoE layer instead of a dense MLP; with shared experts of width ``f_sh``.
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
+    output_gate : bool
+        A sigmoid output gate on the attention (Qwen3-Next's gated q_proj,
+        ``attention_output_gate``): the ``output_gate`` term.  Not under ``"selective-op"``.
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
         Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte; ``"mxfp8"``:
         1 + 1/32 with the block scales; ``"nvfp4"``: NVFP4, 1/2 + 1/16).
@@ -452,12 +478,18 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     >>> sp.simplify(A.expr.subs(gpt) - b*h*s*(34 + 5*a*s/h))
     0
 
+    Qwen3-Next's output gate keeps the sigmoid's output and the ungated attention output:
+
+    >>> layer_activations(output_gate=True)["output_gate"].expr
+    4*a*b*d_h*s/(c*t)
+
     References
     ----------
     Korthikanti et al. 2022 §4.1–4.3; FlashAttention (arXiv:2205.14135, 2307.08691);
     Switch Transformers (arXiv:2101.03961) §2.2; Transformer Engine ``pytorch/module/linear.py``
     and ``layernorm_linear.py`` (``saved_inputmat`` / ``ln_out`` quantized before
-    ``save_for_backward``).
+    ``save_for_backward``); transformers v5.25.0 ``models/qwen3_next/modeling_qwen3_next.py``
+    ``Qwen3NextAttention.forward`` (the output gate; hf-transformers-5).
     """
     recompute, tok, sig = _common(sequence_parallel, recompute)
     mods = (("core_attn",) if modules is None else recompute_modules(modules)) \
@@ -470,7 +502,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                             sequence_parallel=sequence_parallel)
     ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
-                attention_dropout=attention_dropout, moe=moe, shared_expert=shared_expert)
+                output_gate=output_gate, attention_dropout=attention_dropout, moe=moe,
+                shared_expert=shared_expert)
     terms = _Terms()
     _norm_terms(ly, terms)
     _attention_terms(ly, terms, _qkv_terms(ly, terms))

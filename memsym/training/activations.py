@@ -214,6 +214,8 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
                      if fp8_in else {}))
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
+    if getattr(x, "attention_output_gate", False) and recompute != "selective-op":
+        common["output_gate"] = True     # Qwen3-Next's sigmoid gate on the attention output
     shared = bool(x.moe_shared_expert_intermediate_size)
 
     # Megatron's --recompute-modules (default core_attn) under selective recompute

@@ -1,0 +1,130 @@
+"""Qwen3-Next's gated attention: the gate's parameters and the activations it keeps.
+
+transformers v5.25.0 ``models/qwen3_next/modeling_qwen3_next.py`` ``Qwen3NextAttention``:
+``q_proj`` is ``h -> 2 a d_h`` (query and gate, split per head), and the output is
+``o_proj(attn_output * torch.sigmoid(gate))``.  The parameters: q_proj's gate half, ``h a d_h``
+per full-attention layer (bias-free).  The activations, derived by hand from that code: the
+sigmoid keeps its output (``2 s b a d_h`` bytes, 16-bit), the product keeps its two operands
+(that output again, one storage, and the ungated attention output, ``2 s b a d_h``), and o_proj
+keeps the gated product where an ungated layer's o_proj keeps the attention output: ``4 s b a
+d_h`` more per layer at t = c = 1.  Measured against transformers' own layer (CPU, bf16,
+``saved_tensors_hooks``) as the difference to Qwen3's ungated ``Qwen3Attention``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import sympy as sp
+
+from memsym.model import from_hf_config, parameter_count
+from memsym.symbols import a, b, c, d_h, p, s, t
+from memsym.terms.activations import layer_activations
+from memsym.terms.mamba import hybrid_layer_activations
+
+from test_hf_configs import _write
+from test_hf_layer_kinds import REAL
+
+GATE = 4 * s * b * a * d_h / (c * t)        # the hand derivation above, per layer [bytes]
+
+
+def test_the_gate_half_of_q_proj_is_counted(tmp_path):
+    # Qwen3-Next-80B-A3B: 12 full-attention layers, h = 2048, a = 16, d_h = 256: the gate half
+    # of each q_proj is h a d_h
+    arch = from_hf_config(_write(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
+    assert arch.attention_output_gate and arch.layer_mixers.count("attention") == 12
+    ungated = dataclasses.replace(arch, attention_output_gate=False)
+    assert parameter_count(arch) - parameter_count(ungated) == 12 * 2048 * 16 * 256
+
+
+def test_the_gate_term_by_hand():
+    def gate(**kw):
+        return sp.simplify(layer_activations(output_gate=True, **kw).expr
+                           - layer_activations(**kw).expr)
+
+    assert gate() == GATE
+    assert layer_activations(output_gate=True)["output_gate"].expr == GATE
+    # the product is outside core attention: recomputing core_attn keeps it
+    assert gate(recompute="selective", flash=True) == GATE
+    assert gate(recompute="full") == 0
+    # FP8 with flash: proj_input already holds the attention's 16-bit output beside its FP8
+    # copy; the gate adds the sigmoid's output only
+    assert gate(flash=True, fp8_inputs=True) == GATE / 2
+    # a hybrid model's attention layer holds it too
+    hybrid = hybrid_layer_activations(("attention", True), output_gate=True, norm="rmsnorm")
+    assert hybrid["attn_output_gate"].expr == GATE
+
+
+def test_a_qwen3_next_stage_holds_the_gate_of_its_attention_layers(tmp_path):
+    from memsym.training import Training, stage_activations
+
+    arch = from_hf_config(_write(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
+    ungated = dataclasses.replace(arch, attention_output_gate=False)
+    trn = Training()
+
+    def layers(x):
+        return stage_activations(x, training=trn)["layer_activations"].expr
+
+    # the first stage of 1F1B holds p micro-batches of its 12 attention layers' gates
+    assert sp.simplify(layers(arch) - layers(ungated) - 12 * p * GATE) == 0
+
+
+def _saved_bytes(attention, rope, s_, b_, h_):
+    """Bytes of the distinct storages autograd keeps for one call of ``attention`` on a
+    [b, s, h] bf16 input, its parameters and the RoPE tables (one per model) left out."""
+    import torch
+
+    x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
+    with torch.no_grad():
+        cos, sin = rope(x, torch.arange(s_)[None].expand(b_, s_))
+    own = {p.untyped_storage().data_ptr() for p in attention.parameters()}
+    own |= {cos.untyped_storage().data_ptr(), sin.untyped_storage().data_ptr()}
+    kept = {}
+
+    def pack(tensor):
+        ptr = tensor.untyped_storage().data_ptr()
+        if ptr not in own:
+            kept[ptr] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        attention(x, (cos, sin), None)
+    return sum(kept.values())
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("shape", [(4, 1, 2, 1, 4), (5, 2, 4, 2, 8), (3, 3, 4, 1, 6),
+                                   (7, 2, 2, 2, 4), (6, 1, 6, 3, 2)])
+def test_the_gate_is_measured_in_transformers_layer(shape):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.qwen3 import modeling_qwen3 as q3
+    from transformers.models.qwen3_next import modeling_qwen3_next as q3n
+
+    s_, b_, a_, g_, d_ = shape
+    sizes = dict(hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_,
+                 head_dim=d_, vocab_size=8, intermediate_size=8, num_hidden_layers=1)
+    nxt = transformers.Qwen3NextConfig(**sizes, layer_types=["full_attention"], num_experts=0)
+    old = transformers.Qwen3Config(**sizes)
+    for conf in (nxt, old):
+        conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    gated = q3n.Qwen3NextAttention(nxt, 0).to(torch.bfloat16)
+    assert tuple(gated.q_proj.weight.shape) == (2 * a_ * d_, a_ * d_)   # query and gate
+    measured = (_saved_bytes(gated, q3n.Qwen3NextRotaryEmbedding(nxt), s_, b_, a_ * d_)
+                - _saved_bytes(q3.Qwen3Attention(old, 0).to(torch.bfloat16),
+                               q3.Qwen3RotaryEmbedding(old), s_, b_, a_ * d_))
+    sbad, sbgd = s_ * b_ * a_ * d_, s_ * b_ * g_ * d_
+    # the other differences between the two layers, each read from modeling_qwen3_next.py:
+    # Qwen3NextRMSNorm multiplies its fp32 normed input by (1 + weight) in fp32, keeping that
+    # fp32 product input (4 bytes, where Qwen3RMSNorm keeps a bf16 cast) and (1 + weight)
+    # itself (4 d_h per norm): +2 s b (a + g) d_h + 2 x 4 d_h for q_norm and k_norm
+    zero_centred_norms = 2 * sbad + 2 * sbgd + 2 * 4 * d_
+    # its apply_rotary_pos_emb concatenates the rotated and the pass-through parts
+    # (partial_rotary_factor), so Q comes out [b, a, s, d_h]-contiguous and SDPA's output is
+    # too: sdpa_attention_forward's transpose(1, 2).contiguous() then copies it, a second
+    # 16-bit attention output (2 s b a d_h) besides the one the flash kernel keeps
+    rope_concat_copy = 2 * sbad
+    gate = GATE.xreplace({s: s_, b: b_, a: a_, d_h: d_, c: 1, t: 1})
+    assert measured == gate + zero_centred_norms + rope_concat_copy
