@@ -157,10 +157,10 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     pipeline, bubble, launchable = _pipeline(st, tau, p2p_exposed, out_f, out_b, p, m, v,
                                              exact_schedule)
     # data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
-    dense_gpu, expert_gpu, layers_max = parameters_per_gpu(x, st, p, t, e, t_e_,
-                                                           (first, middle, last))
-    sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, tau["first"],
-                              pipeline, p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_)
+    dense_gpu, expert_gpu, layers_max, ends_gpu = parameters_per_gpu(
+        x, st, p, t, e, t_e_, (first, middle, last))
+    sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, tau["first"], pipeline,
+                              p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_, ends_gpu=ends_gpu)
     group = p if st.group_size is None else st.group_size
     edges = _ep_alone_passes(x, overlap, p, v, m, group, ep_alone)
     step = pipeline + edges + sync["dp"] + sync["optimizer"]
@@ -172,7 +172,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         out.update(data_parallel.communication(
             st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e_, sync["ndp"],
             sync["edp"], st.grad_bytes, dense_gpu, expert_gpu, p2p, msg,
-            (sync["rs"], sync["ag"], sync["once"], sync["again"])))
+            (sync["rs"], sync["ag"], sync["once"], sync["again"]), ends_gpu=ends_gpu))
     return out
 
 
@@ -248,6 +248,9 @@ def _check_settings(st, overlap, dev) -> None:
         if st.precision != "fp8":
             raise InvalidValueError(f"fp8_recipe {st.fp8_recipe} needs precision fp8, "
                                     f"not {st.precision}")
+    if st.fp8_param_gather and st.precision != "fp8" or st.fp4_param_gather and st.precision != "fp4":
+        raise InvalidValueError(f"fp8_param_gather needs precision fp8 and fp4_param_gather "
+                                f"precision fp4, not {st.precision}")
     if st.precision == "fp4":
         dev.peak("fp4")     # NVFP4 GEMMs need the FP4 peak the vendor prints (refused else)
     if st.fp8_recipe == "mxfp8" and dev.arch_class not in ("blackwell", "blackwell-ultra"):
@@ -501,6 +504,8 @@ def _settings_of(arch, layout, training) -> Settings:
                     sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
                     flash_attention=mem.flash_attention, dropout=dropout_kept(training),
                     precision=states.precision, fp8_recipe=states.fp8_recipe,
+                    fp8_param_gather=bool(states.fp8_param_gather),
+                    fp4_param_gather=bool(states.fp4_param_gather),
                     # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
                     distributed_optimizer=states.sharding != "ddp",
                     # --grad-reduce-in-bf16 (grad_dtype bf16) reduces 2-byte gradients, as the
