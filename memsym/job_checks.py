@@ -96,6 +96,10 @@ def check_fields(layout: Layout, training: Training) -> None:
     flag(training.memory.optimizer_cuda_graph, "optimizer_cuda_graph")
     flag(training.states.fsdp_double_buffer, "fsdp_double_buffer")
     flag(training.memory.compiled_loss, "compiled_loss")
+    flag(training.memory.compiled_model, "compiled_model")
+    if training.memory.compiled_model and training.memory.recompute != "selective-op":
+        raise InvalidValueError("compiled_model changes only recompute 'selective-op' (torchtitan's "
+                                f"per-op SAC), got recompute {training.memory.recompute!r}")
     flag(training.memory.loss_parallel, "loss_parallel")
     flag(training.memory.fsdp_root_group, "fsdp_root_group")
     flag(training.comm.tp_comm_overlap, "tp_comm_overlap")

@@ -58,6 +58,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                      "megatron_fsdp": training.states.megatron_fsdp,
                      "fsdp_double_buffer": training.states.fsdp_double_buffer,
                      "compiled_loss": training.memory.compiled_loss,
+                     "compiled_model": training.memory.compiled_model,
                      "loss_parallel": training.memory.loss_parallel,
                      "cross_entropy_fusion_impl": training.memory.cross_entropy_fusion_impl,
                      "cpu_offloading_num_layers": training.memory.cpu_offloading_num_layers,

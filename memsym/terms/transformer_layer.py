@@ -405,7 +405,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
-                      output_gate: bool = False) -> Total:
+                      output_gate: bool = False, compiled: bool = False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -458,6 +458,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     mla : dict, optional
         Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
         ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers).
+    compiled : bool
+        ``"selective-op"`` under ``torch.compile`` (:func:`memsym.terms.op_sac.op_sac_layer`).
 
     Returns
     -------
@@ -491,7 +493,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         return _full_recompute(tok, sig)
     if recompute == "selective-op":
         return op_sac_layer(tok, sig, gated=gated, flash=flash, moe=moe, mla=mla,
-                            sequence_parallel=sequence_parallel)
+                            sequence_parallel=sequence_parallel, compiled=compiled)
     ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
                 output_gate=output_gate, attention_dropout=attention_dropout, moe=moe,
