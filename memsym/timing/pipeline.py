@@ -5,12 +5,20 @@ layers' time plus the embedding (first stage) and the output layer (last, or fir
 V placement).  The pipeline runs ``m`` micro-batches of the slowest stage and the fill and
 drain once through the others, weighted by the exact bubble of the schedule
 (:func:`bubble_in_stages`, or a simulation with each stage's own durations,
-:func:`simulated_pipeline`).
+:func:`simulated_pipeline`).  An uneven custom layout (``--pipeline-model-parallel-layout``,
+``--account-for-embedding/loss-in-pipeline-split``) is simulated chunk by chunk, each with
+its own decoder layers, the embedding in the first virtual stage and the output layer in the
+last (:func:`chunk_times`); the busiest stage is its heaviest rank (:func:`heaviest_middle`).
 
 References
 ----------
 .. [megatron-lm] core/pipeline_parallel/schedules.py (get_pp_rank_microbatches,
-   get_schedule_table); arguments.py (decoder_first/last_pipeline_num_layers).
+   get_schedule_table); arguments.py (decoder_first/last_pipeline_num_layers);
+   core/transformer/transformer_block.py:76 get_num_layers_to_build (every chunk of a rank
+   equal under first/last sizes; one fewer beside the embedding / loss under account-for);
+   core/transformer/pipeline_parallel_layer_layout.py:153 get_num_layers_to_build (a custom
+   layout's chunk); training/training.py:2391-2394 get_model (pre_process / post_process
+   on the first / last virtual stage), all at rev d98e8a64dd.
 .. [narayanan] arXiv:2104.04473 §2.2.
 """
 

@@ -68,7 +68,9 @@ SOURCES = {
     "dp": Source("megatron-schedules", "distributed_data_parallel_config.py: overlap_grad_reduce, "
                  "overlap_param_gather"),
     "bubble": Source("megatron-schedules", "schedules.py: get_pp_rank_microbatches, "
-                     "get_schedule_table (simulated in memsym.timing.schedule)"),
+                     "get_schedule_table (simulated in memsym.timing.schedule); each chunk's "
+                     "layers: transformer_block.py get_num_layers_to_build, "
+                     "pipeline_parallel_layer_layout.py (memsym.timing.pipeline.chunk_times)"),
     "optimizer": Source("memsym-derivation", "OPTIMIZER_BYTES per parameter at HBM bandwidth"),
     "collectives": Source("nccl-tests", "doc/PERFORMANCE.md (bus bandwidth factors)"),
 }
