@@ -19,11 +19,13 @@ import pytest
 
 from memsym.errors import InvalidValueError
 from memsym.job import job
+from memsym.model import preset
 from memsym.model.pipeline_layout import PipelineLayout
 from memsym.terms.pipeline_order import simulate
 from memsym.timing.job_step import job_step_time
 from memsym.timing.pipeline import chunk_times, simulated_pipeline
 from memsym.timing.records import Settings
+from memsym.timing.step import step_time_grid
 
 #: Layer counts of the hand-derived 1F1B case: 4 stages of 3, 5, 5, 3 layers.
 LAYERS = (3, 5, 5, 3)
@@ -44,7 +46,9 @@ def test_one_f_one_b_makespan_of_3_5_5_3_by_hand():
     * m >= 2 in general: micro-batch 0 reaches rank 3 at 3 + 5 + 5 = 13 and comes back to
       rank 2 at 13 + 3 + 6 = 22 (rank 2 meanwhile ran F1, [13,18]).  From 22 rank 2 never
       idles: rank 3 returns each B(k) within f3 + b3 = 9 of F(k), under rank 2's 10 of
-      B(k-1), and rank 1, two warm-ups ahead, has F(k) ready.  Rank 2 runs its m
+      B(k-1), and rank 1, as loaded (15 per micro-batch) and two warm-ups ahead, hands over
+      F(k) as rank 2 ends B(k-2) (m = 4 traced: rank 1 F2 [13,18], F3 [42,47]; rank 2 B0
+      [22,32] F2 [32,37] B1 [37,47] F3 [47,52] B2 [52,62] B3 [62,72]).  Rank 2 runs its m
       backwards and its m - 2 remaining forwards, 10 m + 5 (m - 2) = 15 m - 10, to
       15 m + 12; B(m-1) then drains through rank 1 (10) and rank 0 (6):
 
@@ -121,6 +125,11 @@ def test_simulate_refuses_bad_chunk_durations():
         simulate(2, 2, 2, forward=[(0, 0), (1, 1)], backward=[2])
     # an empty chunk (a virtual stage of the embedding alone) is fine
     assert simulate(2, 2, 2, forward=[(0, 1), (1, 1)], backward=[(0, 2), (2, 2)]).makespan > 0
+    # the step's chunk layers describe one layout: p ranks of v chunks
+    with pytest.raises(InvalidValueError, match="p ranks of v chunks"):
+        step_time_grid(preset("llama3-8b"), "h100", p=4, m=8, chunk_layers=((8,), (8,), (16,)))
+    with pytest.raises(InvalidValueError, match="p ranks of v chunks"):
+        step_time_grid(preset("llama3-8b"), "h100", p=[2, 4], m=8, chunk_layers=((16,), (16,)))
 
 
 _LLAMA8 = dict(p=4, d=2, seq_length=4096, global_batch_size=64, gpu="h100")
