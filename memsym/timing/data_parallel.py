@@ -38,7 +38,8 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
     """Dense and expert parameters of the busiest pipeline rank's GPU, its layers, and of its
     dense ones those outside the decoder layers.
 
-    ``stages``: the decoder layers of the (first, middle, last) stages.  The dense ones are
+    ``stages``: the decoder layers of the (first, middle, last) stages, and of the heaviest
+    middle stage where the middle ones differ (a fourth entry).  The dense ones are
     split over TP, the experts over EP x expert TP; the end stages hold the embedding or the
     output layer and the final norm (the fourth value: not linear-layer weights, gathered at
     16 bits under FP8 / NVFP4 parameters).
@@ -52,7 +53,7 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
     >>> float(expert), float(layers), round(float(dense) / 1e9, 2), int(ends)  # 2 V h + h
     (0.0, 32.0, 6.74, 262148096)
     """
-    first, middle, last = stages
+    first, _, last, middle = stages if len(stages) == 4 else (*stages, stages[1])
     dense_p, _ = layer_params(x, moe=False)
     if x.L_moe:
         moe_dense, moe_expert = layer_params(x, moe=True)
