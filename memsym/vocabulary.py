@@ -13,7 +13,8 @@ from __future__ import annotations
 from .errors import InvalidValueError, choose
 from .limits import check_limit
 
-__all__ = ["SCHEMES", "MEGATRON_FSDP_SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES",
+__all__ = ["SCHEMES", "MEGATRON_FSDP_SCHEMES", "SEARCH_SHARDING", "CONVENTIONS",
+           "CONVENTION_ALIASES",
            "FRAMEWORK_CONVENTIONS", "OFFLOADS", "GRAD_DTYPES", "PRECISION_NAMES", "FP8_RECIPES",
            "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
            "RECOMPUTE_METHODS",
@@ -29,6 +30,9 @@ SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
 #: ``megatron_fsdp`` (:func:`memsym.terms.model_state.megatron_fsdp_state`).
 MEGATRON_FSDP_SCHEMES = {"no_shard": "ddp", "optim": "distributed-optimizer",
                          "optim_grads": "zero2", "optim_grads_params": "fsdp"}
+#: The sharding a search can be asked for: every scheme, and (in a Megatron-LM search)
+#: Megatron-FSDP's strategies by their own names (memsym.search.space.scheme_row).
+SEARCH_SHARDING = SCHEMES + tuple(MEGATRON_FSDP_SCHEMES)
 #: How model states are counted.  ``framework`` (default): what the framework's code allocates
 #: (ddp and distributed-optimizer: Megatron-core; zero1/2/3: DeepSpeed; fsdp: FSDP2).
 #: ``seed000``: seed 000's distributed optimizer (fp32 gradients sharded, 2 + 16/d) and ZeRO's
