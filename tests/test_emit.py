@@ -706,12 +706,23 @@ def test_search_carries_a_jobs_userbuffers_config(capsys, tmp_path):
     (("--sharding", "optim", "--emit", "deepspeed"), "Megatron-FSDP's strategy"),
     (("--sharding", "ddp", "--fsdp-double-buffer"), "fsdp_double_buffer is Megatron-FSDP's"),
     (("--tp-comm-overlap-cfg", "x.yaml"), "tp_comm_overlap, which is off"),
+    (("--sharding", "optim", "--optimizer", "adafactor"), "does not support the adafactor"),
 ])
 def test_megatron_fsdp_search_settings_refused_in_one_line(capsys, tmp_path, options, says):
-    """Megatron-FSDP's strategies are a Megatron-LM search's only; its double buffer needs
-    one of them searched, and a userbuffers config needs --tp-comm-overlap."""
+    """Megatron-FSDP's strategies are a Megatron-LM search's only, with Adam or SGD (validate_args
+    l. 1150); its double buffer needs one of them searched, and a userbuffers config needs
+    --tp-comm-overlap."""
     if "x.yaml" in options:
         (tmp_path / "x.yaml").write_text(USER_UB, encoding="utf-8")
         options = ("--tp-comm-overlap-cfg", tmp_path / "x.yaml")
     code, out, err = run(capsys, "search", "llama3-8b", "--gpu", GPU, "--gpus", 8, *options)
     assert code == 2 and out == "" and says in err and err.strip().count("\n") == 0
+
+
+def test_megatron_search_leaves_megatron_fsdp_out_under_another_optimizer():
+    """Under an optimizer Megatron-FSDP does not step (validate_args l. 1150: sgd or adam), a
+    Megatron search's default schemes hold no Megatron-FSDP row (its zero2); with Adam they do."""
+    from memsym.search import make_space
+
+    assert "zero2" not in make_space("llama3-8b", GPU, optimizer="adafactor").sharding
+    assert "zero2" in make_space("llama3-8b", GPU).sharding

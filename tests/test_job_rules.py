@@ -85,6 +85,8 @@ def test_megatron_fsdp_runs_with_pipeline_and_expert_parallelism(strategy):
     (["--pp", "2", "--sharding", "zero2"], "ZeRO-2/3"),                 # DeepSpeed's ZeRO-2
     (["--pp", "2", "--use-torch-fsdp2"], "ZeRO-2/3 and FSDP need p = 1"),  # Torch-FSDP2
     (["--ep", "2", "--use-torch-fsdp2"], "--use-torch-fsdp2 needs e = 1"),
+    # l. 1150: Megatron-FSDP steps sgd or adam only
+    (["--use-megatron-fsdp", "--optimizer", "adafactor"], "does not support the adafactor"),
 ])
 def test_fsdp_combinations_megatron_refuses_in_one_line(capsys, argv, rule):
     code, out, err = cli(capsys, "estimate", "mixtral-8x7b", "--world-size", "16",

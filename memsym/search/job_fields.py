@@ -6,12 +6,14 @@ them (:func:`recompute_choice`, :func:`global_batch_of`).
 
 from __future__ import annotations
 
-from ..errors import InvalidValueError
+from ..errors import InvalidValueError, UnknownNameError
+from ..frameworks import FRAMEWORK
 from ..job_record import FIELD_PARTS
 from ..text import short
 from ..training import Training
 from ..timing.userbuffers import ub_config
-from ..vocabulary import MEGATRON_FSDP_SCHEMES
+from ..values import boolean
+from ..vocabulary import MEGATRON_FSDP_OPTIMIZERS, MEGATRON_FSDP_SCHEMES
 
 
 #: The rows of a Megatron search that run as Megatron-FSDP, with the
@@ -165,3 +167,46 @@ def carried_ub_config(cfg, tp_comm_overlap: bool):
                                 f"a user's config tuple), got {type(cfg).__name__}")
     ub_config(cfg)              # an unknown name or malformed tuple: refused in one line
     return cfg
+
+
+def checked_overlaps(given) -> tuple | None:
+    """``overlaps`` of :func:`memsym.search.space.make_space` as the Space holds it: None (the
+    launch's), else ``(name, value)`` pairs of :data:`OVERLAP_FIELDS`, each None or a bool.
+
+    Examples
+    --------
+    >>> checked_overlaps({"overlap_grad_reduce": True})
+    (('overlap_grad_reduce', True), ('overlap_param_gather', None))
+    """
+    if given is None:
+        return None
+    given = dict(given)
+    for key in given:
+        if key not in OVERLAP_FIELDS:
+            raise UnknownNameError("overlap", key, OVERLAP_FIELDS)
+    return tuple((key, None if given.get(key) is None else boolean(given[key], key))
+                 for key in OVERLAP_FIELDS)
+
+
+def megatron_fsdp_rows(shard: tuple, optimizer: str, framework: str, given: bool) -> tuple:
+    """The sharding rows ``shard`` of a search whose optimizer is ``optimizer``: Megatron-FSDP
+    steps Adam and SGD only (:data:`memsym.vocabulary.MEGATRON_FSDP_OPTIMIZERS`, Megatron-LM's
+    validate_args), so under another optimizer a Megatron search's Megatron-FSDP rows
+    (:data:`MEGATRON_FSDP_STRATEGY`) are left out of its default schemes, and refused in one
+    line where asked for by name (``given``).
+
+    Examples
+    --------
+    >>> megatron_fsdp_rows(("ddp", "zero2"), "adafactor", "megatron", given=False)
+    ('ddp',)
+    >>> megatron_fsdp_rows(("ddp", "zero2"), "adafactor", "deepspeed", given=True)
+    ('ddp', 'zero2')
+    """
+    if not FRAMEWORK[framework].megatron_options or optimizer in MEGATRON_FSDP_OPTIMIZERS:
+        return shard
+    fsdp = [row for row in shard if row in MEGATRON_FSDP_STRATEGY]
+    if fsdp and given:
+        raise InvalidValueError(f"sharding {', '.join(fsdp)}: Megatron-FSDP does not support "
+                                f"the {optimizer} optimizer (Megatron-LM's validate_args: sgd "
+                                "or adam)")
+    return tuple(row for row in shard if row not in MEGATRON_FSDP_STRATEGY)

@@ -27,8 +27,9 @@ from ..job_record import FIELD_PARTS
 from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
 # re-exported: the search's callers import them here
 from .job_fields import (MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS, SEARCHED_FIELDS,  # noqa: F401
-                         carried_ub_config, global_batch_of, recompute_choice,
-                         refuse_unsearched, states_scheme, unsearched_fields)
+                         carried_ub_config, checked_overlaps, global_batch_of,
+                         megatron_fsdp_rows, recompute_choice, refuse_unsearched, states_scheme,
+                         unsearched_fields)
 
 
 #: The rules the search applies, by name (the name is what the output shows), from the one
@@ -414,6 +415,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     prec = choose("precision", precision, PRECISIONS)
     shard, recompute, modes = _framework_choices(framework, arch, sharding, recompute,
                                                  finetune, flash_attention, prec)
+    shard = megatron_fsdp_rows(shard, choose("optimizer", optimizer, OPTIMIZERS), framework,
+                               given=sharding is not None)
     for scheme in shard:   # a scheme the precision is not modelled under: refused before searching
         byte_widths(states_scheme(scheme), prec, choose("optimizer", optimizer, OPTIMIZERS),
                     convention)
@@ -465,22 +468,9 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
         latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
-        framework=framework, fp8_recipe=fp8_recipe, overlaps=_overlaps(overlaps),
+        framework=framework, fp8_recipe=fp8_recipe, overlaps=checked_overlaps(overlaps),
         moe_dispatcher=dispatcher, tp_comm_overlap=overlap, fsdp_double_buffer=double,
         tp_comm_overlap_cfg=carried_ub_config(tp_comm_overlap_cfg, overlap))
-
-
-def _overlaps(given) -> tuple | None:
-    """``overlaps`` of :func:`make_space` as the Space holds it: None (the launch's), else
-    ``(name, value)`` pairs of :data:`OVERLAP_FIELDS`, each None or a bool."""
-    if given is None:
-        return None
-    given = dict(given)
-    for key in given:
-        if key not in OVERLAP_FIELDS:
-            raise UnknownNameError("overlap", key, OVERLAP_FIELDS)
-    return tuple((key, None if given.get(key) is None else boolean(given[key], key))
-                 for key in OVERLAP_FIELDS)
 
 
 def space_differences(tr, space, **choices) -> list:
