@@ -374,16 +374,28 @@ RULES: dict = {r.name: r for r in (
                 "TransformerConfig.__post_init__ (\"Currently there is no support for Pipeline "
                 "parallelism with CPU offloading\")"),
          InvalidValueError),
-    Rule("zero-pp", "ZeRO-2/3 and FSDP shard gradients per micro-batch: no pipeline parallelism",
+    Rule("zero-pp", "ZeRO-2/3 and FSDP shard gradients per micro-batch: no pipeline parallelism "
+         "(except Megatron-FSDP, which Megatron-LM runs with PP, and torchtitan's FSDP2)",
          lambda x, k: (k["p"] > 1) & k.get("shards_gradients", False)
-         & _not(k.get("torchtitan", False)),
+         & _not(k.get("torchtitan", False)) & _not(k.get("megatron_fsdp", False)),
          lambda x, k: ("ZeRO-2/3 and FSDP need p = 1: DeepSpeed's PipelineEngine asserts ZeRO "
                        "stage < 2 and Megatron-LM refuses --use-torch-fsdp2 with pipeline "
-                       "parallelism (use zero1 or the distributed optimizer with PP; "
+                       "parallelism (use zero1 or the distributed optimizer with PP, or "
+                       "Megatron-FSDP: megatron_fsdp optim_grads / optim_grads_params; "
                        "torchtitan runs FSDP2 with PP: framework=\"torchtitan\")"),
          Source("deepspeed-pipe", "PipelineEngine.__init__ (assert zero_optimization_stage() < 2); "
-                "Megatron-LM megatron/training/arguments.py validate_args (--use-torch-fsdp2 "
-                "is not supported with pipeline parallelism)"),
+                "Megatron-LM megatron/training/arguments.py at d98e8a64dd, validate_args: "
+                "--use-torch-fsdp2 asserts pipeline_model_parallel_size == 1 (l. 1034), the "
+                "use_megatron_fsdp block (l. 1118-1187) checks no pipeline size"),
+         InvalidValueError),
+    Rule("fsdp2-ep", "Megatron-LM's --use-torch-fsdp2 runs without expert parallelism (e = 1)",
+         lambda x, k: (k["e"] > 1) & k.get("torch_fsdp2", False),
+         lambda x, k: (f"--use-torch-fsdp2 needs e = 1 (got e = {k['e']}): Megatron-LM refuses "
+                       "expert parallelism with Torch-FSDP2 (Megatron-FSDP runs with it: "
+                       "megatron_fsdp optim_grads_params)"),
+         Source("megatron-lm-arguments", "megatron/training/arguments.py at d98e8a64dd, "
+                "validate_args l. 1036 (--use-torch-fsdp2 is not supported with expert "
+                "parallelism)"),
          InvalidValueError),
     Rule("fp4-fp8-param-gather", "--fp4-param-gather and --fp8-param-gather exclude each other",
          lambda x, k: k.get("fp4_param_gather", False) & k.get("fp8_param_gather", False),
@@ -489,6 +501,10 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
         k.update({"s": training.batch.seq_length, "b": training.batch.micro_batch_size,
                   "B": training.batch.global_batch_size, "offload": training.states.offload != "none",
                   "shards_gradients": training.states.sharding in ("zero2", "zero3", "fsdp"),
+                  # Megatron-FSDP (any strategy), and Megatron-LM's other FSDP: Torch-FSDP2
+                  "megatron_fsdp": training.states.megatron_fsdp is not None,
+                  "torch_fsdp2": (fw.megatron_options and training.states.sharding == "fsdp"
+                                  and training.states.megatron_fsdp is None),
                   "torchtitan": fw.torch_pipelining, "deepspeed": fw.hf_model_code,
                   "tp_sequence_parallel": fw.tp_sequence_parallel,
                   "gpipe": training.pipeline.schedule == "gpipe",
