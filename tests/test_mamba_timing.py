@@ -11,7 +11,7 @@ import pytest
 
 from memsym.errors import InvalidValueError
 from memsym.hardware import cluster_for, gpu
-from memsym.model import Architecture
+from memsym.model import Architecture, active_parameter_count, parameter_count, preset
 from memsym.timing.efficiency import ceiling
 from memsym.timing.gemm import (Shape, attention_flops, forward_flops_per_token, layer_gemms,
                                 memory_bytes, shape_of)
@@ -179,3 +179,15 @@ def test_mixers_without_a_price_are_refused_in_one_line():
     with pytest.raises(InvalidValueError, match="Mamba-1") as err:
         shape_of(arch)
     assert "\n" not in str(err.value)
+
+
+def test_the_nemotron_3_nano_preset_is_its_card():
+    # NVIDIA's model card of nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 and Megatron-Bridge's
+    # docs/models/nemotron/nemotron3-nano.md (067f987df0): 52 layers, 23 Mamba-2, 23 MoE,
+    # 6 attention; 31.6B parameters in total, 3.5B active ("3.6B including embeddings")
+    arch = preset("nemotron-3-nano")
+    kinds = {kind: n for kind, n, _, _ in shape_of(arch).kinds}
+    assert kinds == {("mamba", None): 23, ("none", True): 23, ("attention", None): 6}
+    assert abs(parameter_count(arch) - 31.6e9) <= 0.05e9
+    assert abs(active_parameter_count(arch) - 3.6e9) <= 0.05e9
+
