@@ -86,12 +86,15 @@ class NoFitError(MemsymError):
         Keys of the terms that do not shrink with the unknown and set the floor.
     floor : sympy.Expr
         The memory [bytes] that stays whatever the unknown (the limit of the total).
+    hint : str
+        One line on what else could fit (the command line prints it below the message).
     """
 
-    def __init__(self, message: str, binding=(), floor=None):
+    def __init__(self, message: str, binding=(), floor=None, hint: str = ""):
         super().__init__(message)
         self.binding = tuple(binding)
         self.floor = floor
+        self.hint = hint
 
 
 class LimitError(InvalidValueError):

@@ -96,6 +96,10 @@ def check_fields(layout: Layout, training: Training) -> None:
     flag(training.memory.optimizer_cuda_graph, "optimizer_cuda_graph")
     flag(training.states.fsdp_double_buffer, "fsdp_double_buffer")
     flag(training.memory.compiled_loss, "compiled_loss")
+    flag(training.memory.compiled_model, "compiled_model")
+    if training.memory.compiled_model and training.memory.recompute != "selective-op":
+        raise InvalidValueError("compiled_model changes only recompute 'selective-op' (torchtitan's "
+                                f"per-op SAC), got recompute {training.memory.recompute!r}")
     flag(training.memory.loss_parallel, "loss_parallel")
     flag(training.memory.fsdp_root_group, "fsdp_root_group")
     flag(training.comm.tp_comm_overlap, "tp_comm_overlap")
@@ -212,13 +216,12 @@ def validate(x, layout: Layout, training: Training):
                                    else " without fp8_param_gather"))
     if training.states.fp4_param_gather and not (
             framework_record(training.framework).megatron_options
-            and training.states.precision == "fp4"
             and training.states.sharding == "distributed-optimizer"):
-        # NVFP4 parameters: Megatron's --fp4-param-gather (memsym.terms.widths.nvfp4_weight_bytes)
+        # NVFP4 parameters: Megatron's --fp4-param-gather (memsym.terms.widths.nvfp4_weight_bytes),
+        # modelled under the distributed optimizer only; its precision is a rule (memsym.rules)
         raise InvalidValueError("fp4_param_gather is Megatron's NVFP4 parameters: framework "
-                                "megatron, precision fp4 and the distributed optimizer, not "
-                                f"{training.framework}, {training.states.precision} under "
-                                f"{training.states.sharding}")
+                                "megatron and the distributed optimizer, not "
+                                f"{training.framework} under {training.states.sharding}")
     if training.memory.optimizer_cuda_graph and not framework_record(
             training.framework).megatron_options:
         raise InvalidValueError("optimizer_cuda_graph is Megatron's --optimizer-cuda-graph "

@@ -220,11 +220,12 @@ class Memory:
         (:func:`memsym.job.resolve_dropout`); :func:`memsym.job.job` resolves it.
         torchtitan's models have no dropout layers: with ``framework="torchtitan"`` it is
         off (asking for it is refused).
-    compiled_loss : bool
-        The loss runs under ``torch.compile`` (torchtitan's ``compile.enable`` with ``"loss"``
-        in ``compile.components``, since bbb1b616e): the 16-bit logits and 8 bytes of
-        statistics per token kept, no fp32 copy (:func:`memsym.terms.activations.
-        output_activations`).  Default False: Megatron's loss and eager PyTorch.
+    compiled_loss, compiled_model : bool
+        ``torch.compile`` of the loss (torchtitan's ``compile.components`` with ``"loss"``, since
+        bbb1b616e: the 16-bit logits and 8 bytes per token kept, no fp32 copy; :func:`memsym.
+        terms.activations.output_activations`) and of each block (``"model"``, before that
+        ``training.compile``: under ``"selective-op"`` a block keeps only what its backward
+        reads, :func:`memsym.terms.op_sac.op_sac_layer`).  Default False: eager PyTorch.
     loss_parallel : bool
         torchtitan's loss parallel (default True: ``disable_loss_parallel = false``): with
         t > 1 the logits stay vocab-sharded and the cross-entropy runs in ``loss_parallel()``
@@ -260,6 +261,7 @@ class Memory:
     flash_attention: bool = True
     dropout: bool | None = None
     compiled_loss: bool = False
+    compiled_model: bool = False
     loss_parallel: bool = True
     fsdp_root_group: bool = False
     capacity_factor: int | Rational = 1
@@ -336,8 +338,7 @@ PARTS: dict = {"batch": Batch, "pipeline": PipelineSchedule, "states": ModelStat
 #: Every flat field name of a Training -> the sub-record that owns it ("" for ``framework``,
 #: a field of Training itself), in the order the options are listed.
 FIELD_PARTS: dict = {name: part for name, part in (
-    *((n, "batch") for n in ("seq_length", "micro_batch_size", "num_microbatches",
-                             "global_batch_size")),
+    *((n, "batch") for n in ("seq_length", "micro_batch_size", "num_microbatches", "global_batch_size")),
     *((n, "memory") for n in ("recompute", "recompute_method", "recompute_num_layers",
                               "recompute_modules", "flash_attention", "dropout")),
     ("schedule", "pipeline"), ("stage_placement", "pipeline"), *((n, "states") for n in (
@@ -353,9 +354,8 @@ FIELD_PARTS: dict = {name: part for name, part in (
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
         "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "megatron_fsdp",
         "fsdp_double_buffer", "fp4_param_gather")),
-    *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers",
-                              "moe_dispatcher", "cuda_graph_impl", "cuda_graph_modules",
-                              "batch_attention_mask", "optimizer_cuda_graph")))}
+    *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",
+        "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model")))}
 
 
 @dataclass(frozen=True, init=False)

@@ -385,6 +385,28 @@ RULES: dict = {r.name: r for r in (
                 "Megatron-LM megatron/training/arguments.py validate_args (--use-torch-fsdp2 "
                 "is not supported with pipeline parallelism)"),
          InvalidValueError),
+    Rule("fp4-fp8-param-gather", "--fp4-param-gather and --fp8-param-gather exclude each other",
+         lambda x, k: k.get("fp4_param_gather", False) & k.get("fp8_param_gather", False),
+         lambda x, k: ("fp4_param_gather and fp8_param_gather cannot be used together: Megatron "
+                       "needs --fp4-format for the one, --fp8-format for the other, and refuses "
+                       "both formats at once"),
+         Source("megatron-lm-arguments", "megatron/training/arguments.py:1099-1105 validate_args "
+                "(\"--fp4-format and --fp8-format cannot be used simultaneously\"; "
+                "\"--fp4-param-gather must be used together with --fp4-format\"); "
+                "megatron/core/transformer/transformer_config.py:1566-1582"),
+         InvalidValueError),
+    Rule("fp4-param-gather-format", "--fp4-param-gather needs the NVFP4 format (precision fp4)",
+         lambda x, k: k.get("fp4_param_gather", False) & (k.get("precision", "fp4") != "fp4"),
+         lambda x, k: (f"fp4_param_gather needs precision fp4, not {k.get('precision')} "
+                       "(Megatron: --fp4-param-gather must be used together with --fp4-format)"),
+         Source("megatron-lm-arguments", "megatron/training/arguments.py:1103-1105 validate_args"),
+         InvalidValueError),
+    Rule("fp8-param-gather-format", "--fp8-param-gather needs the FP8 format (precision fp8)",
+         lambda x, k: k.get("fp8_param_gather", False) & (k.get("precision", "fp8") != "fp8"),
+         lambda x, k: (f"fp8_param_gather needs precision fp8, not {k.get('precision')} "
+                       "(Megatron: fp8_param must be used together with fp8 mode)"),
+         Source("megatron-lm-arguments", "megatron/core/transformer/transformer_config.py:1566-1567"),
+         InvalidValueError),
     Rule("deepep-group", "the flex dispatcher's DeepEP backend needs e*t_e among DeepEP's "
          "configured group sizes",
          lambda x, k: _deepep_group(k) if _moe(x) and k.get("moe_dispatcher") == "deepep"
@@ -472,7 +494,10 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "gpipe": training.pipeline.schedule == "gpipe",
                   "v_placement": training.pipeline.stage_placement == "v",
                   "microbatch_group_size": training.pipeline.microbatch_group_size,
-                  "moe_dispatcher": training.memory.moe_dispatcher})
+                  "moe_dispatcher": training.memory.moe_dispatcher,
+                  "precision": training.states.precision,
+                  "fp4_param_gather": bool(training.states.fp4_param_gather),
+                  "fp8_param_gather": bool(training.states.fp8_param_gather)})
     return k
 
 

@@ -370,3 +370,34 @@ def test_positions_bound_the_sequence_only_where_the_framework_does():
     learned = dataclasses.replace(llama, position_embedding_type="learned_absolute")
     with pytest.raises(InvalidValueError, match="exceeds max_position_embeddings"):
         job(learned, framework="deepspeed", d=8, seq_length=8192)
+
+
+# --- the quantized-parameter flags (issue 31): Megatron-LM d98e8a64dd validate_args -----------
+# arguments.py:1099-1105: --fp4-format and --fp8-format exclude each other, and
+# --fp4-param-gather must be used together with --fp4-format; transformer_config.py:1566-1567:
+# fp8_param (--fp8-param-gather) must be used together with fp8 mode.
+@pytest.mark.parametrize("flags, rule, needle", [
+    (("--precision", "bf16", "--fp4-param-gather"), "fp4-param-gather-format",
+     "fp4_param_gather needs precision fp4, not bf16"),
+    (("--precision", "fp8", "--fp4-param-gather"), "fp4-param-gather-format",
+     "fp4_param_gather needs precision fp4, not fp8"),
+    (("--precision", "bf16", "--fp8-param-gather"), "fp8-param-gather-format",
+     "fp8_param_gather needs precision fp8, not bf16"),
+    (("--precision", "fp4", "--fp4-param-gather", "--fp8-param-gather"), "fp4-fp8-param-gather",
+     "cannot be used together"),
+])
+def test_quantized_parameter_flags_are_refused_in_one_line(capsys, flags, rule, needle):
+    code, out, err = cli(capsys, "estimate", "llama3-8b", "--dp", "8", "--seq-length", "8192",
+                         *flags)
+    assert code == 2 and not out
+    assert err.count("\n") == 1 and needle in err, err
+    assert rule in rules.LAUNCH
+
+
+def test_quantized_parameter_flags_pass_with_their_format():
+    k = {"precision": "fp4", "fp4_param_gather": True, "fp8_param_gather": False}
+    assert not rules.broken(None, k, ["fp4-param-gather-format", "fp4-fp8-param-gather",
+                                      "fp8-param-gather-format"])
+    k = {"precision": "fp8", "fp4_param_gather": False, "fp8_param_gather": True}
+    assert not rules.broken(None, k, ["fp4-param-gather-format", "fp4-fp8-param-gather",
+                                      "fp8-param-gather-format"])

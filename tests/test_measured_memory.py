@@ -221,13 +221,39 @@ def test_seed001_vpp10_above_baseline():
     assert abs(float(vpp10.total - base.total) - 1.4e9) < 0.5e9
 
 
-def test_torchtitan_compiled_loss_rows_within_five_percent():
+def test_torchtitan_compiled_loss_rows_within_ten_percent():
     """The Trainy runs (torchtitan e7c0cae, whose build_cross_entropy_loss compiles the loss):
-    48.0 and 47.0 GiB reserved on H200, predicted within 5 % once the compiled loss keeps the
-    16-bit logits (they were +26 % with the eager loss's fp32 copies)."""
+    48.0 and 47.0 GiB reserved on H200, predicted within 10 % once the compiled loss keeps the
+    16-bit logits (they were +26 % with the eager loss's fp32 copies).  They were within 5 %
+    while the compiled blocks were counted with eager SAC's w2 outputs (4.3 GB they do not
+    keep: tests/test_op_sac_compile.py); what is left is the caching allocator's reserve, 18
+    to 20 % above memsym's allocated bytes where its default allows 10 %."""
+    rows = {r.point.id: r for r in measured.report()}
     for pid in ("torchtitan.trainy.4nodes", "torchtitan.trainy.8nodes"):
-        row = next(r for r in measured.report() if r.point.id == pid)
-        assert abs(row.error_pct) < 5, (pid, row.error_pct)
+        assert abs(rows[pid].error_pct) < 10, (pid, rows[pid].error_pct)
+
+
+def test_torchtitan_eager_and_compiled_rows_reserve_alike():
+    """Tables 1 and 3 of torchtitan's 2024 benchmark run the same job eager and compiled
+    (per-op SAC, 8B, 2 x 8192 tokens): eager measures 5.4 and 5.0 GiB more.  memsym puts the
+    difference in the blocks' w2 outputs, which eager SAC's cache keeps and the compiled
+    block's partition does not save (tests/test_op_sac_compile.py measures both), 32 x 2 tau h
+    = 4.3 GB.  Then both runs of a table reserve the same fraction above memsym's allocated
+    bytes (within 1.5 points; with the w2 outputs counted in both, the compiled runs were 8
+    to 9 points below the eager ones)."""
+    rows = {r.point.id: r for r in measured.report()}
+
+    def reserve(pid):
+        return float(rows[pid].measured) / float(rows[pid].allocated)
+
+    for table in ("t1", "t3"):
+        eager = reserve(f"torchtitan.2412.{table}.fsdp")
+        for compiled in ("fsdp-compile", "fsdp-compile-float8"):
+            assert abs(reserve(f"torchtitan.2412.{table}.{compiled}") - eager) < 0.015, table
+    tau, h, layers = 2 * 8192, 4096, 32
+    drop = (measured.predict("torchtitan.2412.t1.fsdp").total
+            - measured.predict("torchtitan.2412.t1.fsdp-compile").total)
+    assert drop == sp.Rational(11, 10) * layers * 2 * tau * h       # with the 10 % margin
 
 
 def test_torchtitan_pipeline_rows_are_predicted():

@@ -436,7 +436,7 @@ def test_every_report_lists_the_defaults_it_applied(capsys):
 #: below; every option of `estimate` that Megatron does not spell must be listed here or in
 #: _NOT_JOB_OPTIONS (the test fails on a new one, so none can be dropped unnoticed).
 _OWN_VALUES = {
-    "--compiled-loss": [], "--convention": ["seed000"], "--cp": ["2"], "--dp": ["4"],
+    "--compiled-loss": [], "--compiled-model": [], "--convention": ["seed000"], "--cp": ["2"], "--dp": ["4"],
     "--data-parallel-size": ["4"], "--disable-loss-parallel": [], "--efficiency": ["0.3"],
     "--ep": ["2"], "--etp": ["1"], "--fragmentation": ["0"], "--framework": ["torchtitan"],
     "--gpu": ["a100-40gb"], "--gpu-memory": ["40GB"], "--gpus-per-node": ["4"],

@@ -334,8 +334,14 @@ def test_torchtitan_compile_and_per_op_ac_reach_the_job():
     assert cfg["training"]["compiled_loss"] is False             # only the model compiled
     j = torchtitan_job(cfg)
     assert (j.training.recompute, j.training.compiled_loss) == ("selective-op", False)
+    # components = ["model"]: apply_compile compiles each block (compiled per-op SAC)
+    assert cfg["training"]["compiled_model"] is True and j.training.compiled_model
+    assert c405["training"]["compiled_model"] is True            # full AC: nothing to change
+    assert not torchtitan_job(c405).training.compiled_model
+    assert cds["training"]["compiled_model"] is False            # components = ["loss"]
     assert not any("Korthikanti" in n for n in j.notes)
-    assert read_torchtitan_toml("[training]\nseq_len = 8\n", world_size=1)["training"]["compiled_loss"] is False
+    default = read_torchtitan_toml("[training]\nseq_len = 8\n", world_size=1)["training"]
+    assert default["compiled_loss"] is False and default["compiled_model"] is False
     with pytest.raises(InvalidValueError, match="components"):
         read_torchtitan_toml("[compile]\ncomponents = [\"optimizer\"]\n", world_size=1)
 

@@ -32,6 +32,7 @@ from memsym.hardware import cluster as _cluster, gpu as _gpu  # noqa: E402
 from memsym.job import Training  # noqa: E402
 from memsym.model import preset  # noqa: E402
 from memsym.model.architecture import Architecture  # noqa: E402
+from memsym.model.pipeline_layout import PipelineLayout  # noqa: E402
 from memsym.readers.bridge import read_bridge_recipe  # noqa: E402
 from memsym.readers.recipe_mechanisms import recipe_dispatcher  # noqa: E402
 from memsym.readers.jobs import torchtitan_positions  # noqa: E402
@@ -45,7 +46,7 @@ from tools.time_scaling import scaling_lines  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
            "calibrate", "calibrate_moe_host", "recipe_moe_host_sync", "recipe_recompute_modules",
-           "recipe_end_stages", "recipe_ub_config", "recipe_moe_dispatcher",
+           "recipe_end_stages", "recipe_chunk_layers", "recipe_ub_config", "recipe_moe_dispatcher",
            "describe", "slices", "skipped", "accuracy_markdown", "summary",
            "write_docs", "main"]
 
@@ -205,6 +206,25 @@ def recipe_recompute_modules(run) -> tuple | None:
     return tuple(m.strip("'\"") for m in mods[-1].strip("[]").split(",") if m)
 
 
+def _recipe_account_flags(run):
+    # the recipe's (account_for_embedding, account_for_loss) where either is set and the
+    # split divides p; None where the run states its own split, has no pipeline, no known
+    # Bridge recipe, or neither flag
+    lay = run["layout"]
+    recipe = run.get("recipe", "")
+    if "first" in lay or "last" in lay or lay["p"] == 1 or ":" not in recipe:
+        return None
+    try:
+        values = read_bridge_recipe(recipe.split(":")[-1].split()[0])["values"]
+    except MemsymError:
+        return None
+    emb = bool(values.get("model.account_for_embedding_in_pipeline_split"))
+    loss = bool(values.get("model.account_for_loss_in_pipeline_split"))
+    if not (emb or loss) or (_arch(run).num_layers + emb + loss) % lay["p"]:
+        return None
+    return emb, loss
+
+
 def recipe_end_stages(run) -> tuple:
     """Decoder layers on the first and last pipeline rank under the run's Bridge recipe.
 
@@ -225,21 +245,37 @@ def recipe_end_stages(run) -> tuple:
     >>> recipe_end_stages(r)          # 126 layers, PP 8: 16 per rank, 15 on the end ranks
     (15, 15)
     """
-    lay = run["layout"]
-    recipe = run.get("recipe", "")
-    if "first" in lay or "last" in lay or lay["p"] == 1 or ":" not in recipe:
+    flags = _recipe_account_flags(run)
+    if flags is None:
         return None, None
-    try:
-        values = read_bridge_recipe(recipe.split(":")[-1].split()[0])["values"]
-    except MemsymError:
-        return None, None
-    emb = bool(values.get("model.account_for_embedding_in_pipeline_split"))
-    loss = bool(values.get("model.account_for_loss_in_pipeline_split"))
-    total = _arch(run).num_layers + emb + loss
-    if not (emb or loss) or total % lay["p"]:
-        return None, None
-    per = total // lay["p"]
+    emb, loss = flags
+    per = (_arch(run).num_layers + emb + loss) // run["layout"]["p"]
     return (per - 1 if emb else None), (per - 1 if loss else None)
+
+
+def recipe_chunk_layers(run):
+    """Decoder layers of each model chunk of each rank under the recipe's account-for split,
+    for an interleaved run (v > 1), where the end ranks' chunks differ (one layer fewer in
+    the first / last virtual stage) and first / last sizes cannot say it; None otherwise
+    (:meth:`memsym.model.pipeline_layout.PipelineLayout.from_account_flags`, Megatron's
+    ``get_num_layers_to_build``; what ``memsym estimate --bridge-recipe`` prices).
+
+    Examples
+    --------
+    >>> r = next(x for x in runs() if x["id"] == "mbridge.26.04.01.gb300.llama3-405b.fp8")
+    >>> chunks = recipe_chunk_layers(r)   # PP 8, VP 4: 16 per rank, 4 per chunk
+    >>> chunks[0], chunks[1], chunks[7]
+    ((3, 4, 4, 4), (4, 4, 4, 4), (4, 4, 4, 3))
+    """
+    flags, lay = _recipe_account_flags(run), run["layout"]
+    if flags is None or lay.get("v", 1) == 1:
+        return None
+    try:
+        split = PipelineLayout.from_account_flags(_arch(run).num_layers, lay["p"], lay["v"],
+                                                  embedding=flags[0], loss=flags[1])
+    except MemsymError:
+        return None
+    return tuple(split.chunk_layers(r) for r in range(lay["p"]))
 
 
 def _overlap(run) -> Overlap:
@@ -330,11 +366,14 @@ def predict(run, *, overlap: Overlap | None = None, eta_gemm=None) -> dict:
     m = run["settings"]["B"] // (st.micro_batch_size * lay["d"])
     first, last = recipe_end_stages(run)
     first, last = lay.get("first", first), lay.get("last", last)
+    # an interleaved account-for split: each chunk's own layers, run through the schedule
+    chunks = recipe_chunk_layers(run)
     out = step_time_grid(_arch(run), run["gpu"], t=lay["t"], p=lay["p"], d=lay["d"],
                          c=lay.get("c", 1), e=lay.get("e", 1), v=lay.get("v", 1), m=m, settings=st,
                          cluster=_cluster(run["cluster"]),
                          overlap=_overlap(run) if overlap is None else overlap,
-                         eta_gemm=eta_gemm, first_stage_layers=first, last_stage_layers=last)
+                         eta_gemm=eta_gemm, first_stage_layers=first, last_stage_layers=last,
+                         chunk_layers=chunks, exact_schedule=chunks is not None)
     return {k: float(np.asarray(val).ravel()[0]) for k, val in out.items()}
 
 

@@ -118,6 +118,8 @@ def main(argv=None) -> int:
         return 2
     except NoFitError as exc:
         print(f"memsym: {printable(str(exc), 400)}", file=sys.stderr)
+        if exc.hint:
+            print(f"memsym: hint: {printable(exc.hint, 400)}", file=sys.stderr)
         return 1
     except MemsymError as exc:
         print(f"memsym: error: {printable(str(exc), 400)}", file=sys.stderr)

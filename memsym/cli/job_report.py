@@ -19,7 +19,6 @@ def _num(value) -> int:
 def report_for(args, j, *, cluster: bool = True) -> dict:
     """The report of one validated :class:`memsym.job.Job`, evaluated on every stage; with
     ``cluster`` and cluster options, communication and time too."""
-    from ..job import recompute_modules_of
     from ..model import parameter_count
     from ..text import printable
     from ..training import job_memory
@@ -38,50 +37,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                    "ep": layout.e, "etp": layout.expert_tp, "vpp": layout.v,
                    "sequence_parallel": layout.sequence_parallel,
                    "world_size": layout.world_size},
-        "training": {"seq_length": training.batch.seq_length,
-                     "micro_batch_size": training.batch.micro_batch_size,
-                     "recompute": training.memory.recompute,
-                     "recompute_method": training.memory.recompute_method,
-                     "recompute_num_layers": training.memory.recompute_num_layers,
-                     "recompute_modules": list(recompute_modules_of(training))
-                     if training.memory.recompute == "selective" else None,
-                     "flash_attention": training.memory.flash_attention,
-                     "dropout": training.memory.dropout, "schedule": training.pipeline.schedule,
-                     "stage_placement": training.pipeline.stage_placement,
-                     "framework": training.framework,
-                     # the weight precision and state sharding, each as the job reads it
-                     "precision": training.states.precision,
-                     "fp8_recipe": training.states.fp8_recipe,
-                     "fp4_param_gather": training.states.fp4_param_gather,
-                     "optimizer": training.states.optimizer,
-                     "sharding": training.states.sharding,
-                     "megatron_fsdp": training.states.megatron_fsdp,
-                     "fsdp_double_buffer": training.states.fsdp_double_buffer,
-                     "compiled_loss": training.memory.compiled_loss,
-                     "loss_parallel": training.memory.loss_parallel,
-                     "cross_entropy_fusion_impl": training.memory.cross_entropy_fusion_impl,
-                     "cpu_offloading_num_layers": training.memory.cpu_offloading_num_layers,
-                     "cuda_graph_impl": training.memory.cuda_graph_impl,
-                     "cuda_graph_modules": list(training.memory.cuda_graph_modules),
-                     "batch_attention_mask": training.memory.batch_attention_mask,
-                     "optimizer_cuda_graph": training.memory.optimizer_cuda_graph,
-                     "moe_dispatcher": training.memory.moe_dispatcher,
-                     "main_params_dtype": training.states.main_params_dtype,
-                     "exp_avg_dtype": training.states.exp_avg_dtype,
-                     "exp_avg_sq_dtype": training.states.exp_avg_sq_dtype,
-                     "overlap_grad_reduce": training.comm.overlap_grad_reduce,
-                     "overlap_param_gather": training.comm.overlap_param_gather,
-                     "tp_comm_overlap": training.comm.tp_comm_overlap,
-                     "tp_comm_overlap_cfg": training.comm.tp_comm_overlap_cfg,
-                     "overlap_moe_expert_parallel_comm":
-                         training.comm.overlap_moe_expert_parallel_comm,
-                     "overlap_p2p_comm": training.pipeline.overlap_p2p_comm,
-                     "defer_embedding_wgrad_compute": training.pipeline.defer_embedding_wgrad_compute,
-                     "wgrad_deferral_limit": training.pipeline.wgrad_deferral_limit,
-                     "first_stage_layers": layout.first_stage_layers,
-                     "last_stage_layers": layout.last_stage_layers,
-                     "pipeline_layout": None if layout.pipeline_layout is None
-                     else layout.pipeline_layout.describe()},
+        "training": _training_fields(j),
         "convention": args.convention,
         # every default the job applied because it was not given, and where it comes from
         "defaults": [{"option": k_, "value": v_, "source": src} for k_, v_, src in j.defaults],
@@ -116,6 +72,58 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
             "params": int(parameter_count(arch)),
             "notes": list(est.notes) + [printable(n, 200) for n in arch.extra.get("notes", ())],
             **extra, "_total": byt["total"]}
+
+
+def _training_fields(j) -> dict:
+    """The job's training options as the report prints them, each as the job reads it."""
+    from ..job import recompute_modules_of
+
+    layout, training = j.layout, j.training
+    return {"seq_length": training.batch.seq_length,
+            "micro_batch_size": training.batch.micro_batch_size,
+            "recompute": training.memory.recompute,
+            "recompute_method": training.memory.recompute_method,
+            "recompute_num_layers": training.memory.recompute_num_layers,
+            "recompute_modules": list(recompute_modules_of(training))
+                if training.memory.recompute == "selective" else None,
+            "flash_attention": training.memory.flash_attention,
+            "dropout": training.memory.dropout, "schedule": training.pipeline.schedule,
+            "stage_placement": training.pipeline.stage_placement,
+            "framework": training.framework,
+            # the weight precision and state sharding, each as the job reads it
+            "precision": training.states.precision,
+            "fp8_recipe": training.states.fp8_recipe,
+            "fp4_param_gather": training.states.fp4_param_gather,
+            "optimizer": training.states.optimizer,
+            "sharding": training.states.sharding,
+            "megatron_fsdp": training.states.megatron_fsdp,
+            "fsdp_double_buffer": training.states.fsdp_double_buffer,
+            "compiled_loss": training.memory.compiled_loss,
+            "compiled_model": training.memory.compiled_model,
+            "loss_parallel": training.memory.loss_parallel,
+            "cross_entropy_fusion_impl": training.memory.cross_entropy_fusion_impl,
+            "cpu_offloading_num_layers": training.memory.cpu_offloading_num_layers,
+            "cuda_graph_impl": training.memory.cuda_graph_impl,
+            "cuda_graph_modules": list(training.memory.cuda_graph_modules),
+            "batch_attention_mask": training.memory.batch_attention_mask,
+            "optimizer_cuda_graph": training.memory.optimizer_cuda_graph,
+            "moe_dispatcher": training.memory.moe_dispatcher,
+            "main_params_dtype": training.states.main_params_dtype,
+            "exp_avg_dtype": training.states.exp_avg_dtype,
+            "exp_avg_sq_dtype": training.states.exp_avg_sq_dtype,
+            "overlap_grad_reduce": training.comm.overlap_grad_reduce,
+            "overlap_param_gather": training.comm.overlap_param_gather,
+            "tp_comm_overlap": training.comm.tp_comm_overlap,
+            "tp_comm_overlap_cfg": training.comm.tp_comm_overlap_cfg,
+            "overlap_moe_expert_parallel_comm":
+                training.comm.overlap_moe_expert_parallel_comm,
+            "overlap_p2p_comm": training.pipeline.overlap_p2p_comm,
+            "defer_embedding_wgrad_compute": training.pipeline.defer_embedding_wgrad_compute,
+            "wgrad_deferral_limit": training.pipeline.wgrad_deferral_limit,
+            "first_stage_layers": layout.first_stage_layers,
+            "last_stage_layers": layout.last_stage_layers,
+            "pipeline_layout": None if layout.pipeline_layout is None
+                else layout.pipeline_layout.describe()}
 
 
 def metric_report(args, j, rep: dict, total) -> int:

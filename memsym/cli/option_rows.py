@@ -185,6 +185,9 @@ def _layout_rows():
 _SWITCH_ROWS = (
     ("--compiled-loss", "compiled_loss", True, "the loss runs under torch.compile (torchtitan's "
      "compile.enable with 'loss' in components): 16-bit logits kept, no fp32 copy", "memory"),
+    ("--compiled-model", "compiled_model", True, "each block runs under torch.compile "
+     "(torchtitan's 'model' in compile.components): per-op SAC keeps only what the backward "
+     "reads, no w2 output", "memory"),
     ("--disable-loss-parallel", "loss_parallel", False, "torchtitan's flag (--framework "
      "torchtitan, --tp > 1): the logits are gathered and the loss is eager F.cross_entropy, not "
      "torch's loss_parallel", "memory"),

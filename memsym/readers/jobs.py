@@ -267,7 +267,8 @@ def torchtitan_job(cfg: dict, model=None, **options):
     checkpointing ``full`` -> full recompute, ``selective`` with ``selective_ac_option = "op"``
     -> torchtitan's per-op SAC (``recompute="selective-op"``), with a layer frequency n ->
     every n-th block of a rank fully checkpointed (``recompute_method="every"``: floor(b/n)
-    of a rank's b blocks); a compiled loss (``[compile]``) -> ``compiled_loss``.
+    of a rank's b blocks); a compiled loss (``[compile]``) -> ``compiled_loss``, compiled
+    blocks under per-op SAC -> ``compiled_model``.
 
     Examples
     --------
@@ -315,6 +316,8 @@ def torchtitan_job(cfg: dict, model=None, **options):
         notes.append("float8 (torchao Float8Linear): parameters counted in bf16 compute and "
                      "fp32 states as FSDP2 keeps them; the per-GEMM fp8 casts are transient")
     _add_torchtitan_recompute(opts, trn, arch, ac, per_op, ranks, notes)
+    # compiled blocks change only what per-op SAC keeps (memsym.terms.op_sac)
+    opts["compiled_model"] = bool(trn.get("compiled_model")) and opts["recompute"] == "selective-op"
     if lay.get("dp_replicate", 1) > 1 and lay.get("dp_shard", 1) > 1:
         notes.append("HSDP: the states are counted as sharded over the whole data-parallel "
                      "group (torchtitan shards them over data_parallel_shard_degree only)")

@@ -181,6 +181,9 @@ def torchtitan_settings(pairs, world_size: int | None = None, notes=()) -> dict:
                      "selective_ac_option": _value(values, "activation_checkpoint", "selective_ac_option"),
                      "enable_cpu_offload": _value(values, "training", "enable_cpu_offload"),
                      "compiled_loss": compiled_loss,
+                     # apply_compile: each TransformerBlock under torch.compile
+                     "compiled_model": bool(_value(values, "compile", "enable"))
+                     and "model" in _value(values, "compile", "components"),
                      # parallel_dims.py loss_parallel_enabled: tp > 1 and not disabled
                      "loss_parallel": not _value(values, "parallelism", "disable_loss_parallel")},
         "precision": {"mixed_precision_param": _value(values, "training", "mixed_precision_param"),

@@ -20,6 +20,7 @@ from .space import CHOICE_KEYS, KNOBS, RULES, divisors_of
 from .grid import rule_masks, stage_splits
 from .evaluate import binding_columns, evaluate_grid
 from .exact import exact_row
+from .results import no_fit_hint
 
 __all__ = ["candidate_knobs", "evaluate_rows", "smallest_d_by_divisors", "smallest_d_by_fit",
            "smallest_multiple", "with_splits", "no_valid_choice", "nothing_fits_error"]
@@ -223,7 +224,7 @@ def nothing_fits_error(space, knobs, maxg: int) -> NoFitError:
         f"p={cols['p'][j]}, c={cols['c'][j]}, d={cols['d'][j]}, b={cols['b'][j]}, "
         f"{cols['recompute'][j]} recompute, {cols['sharding'][j]}); binding term: "
         f"{cols['binding'][j]}", binding=(str(cols["binding"][j]),),
-        floor=exact_row(space, least)["bytes"]["total"])
+        floor=exact_row(space, least)["bytes"]["total"], hint=no_fit_hint(space))
 
 
 def smallest_multiple(fits: Callable, step, kmax):

@@ -21,6 +21,38 @@ from .evaluate import TIME_PARTS, binding_columns, evaluate_grid
 from .exact import exact_row
 
 
+def no_fit_hint(space: Space, tight: int | None = None) -> str:
+    """What else could fit when no layout of ``space`` does, in one line: the tight layouts
+    (within the GPU only without the fragmentation margin; ``tight``: how many, None when not
+    counted), and the memory-saving choices the space leaves out.
+
+    Examples
+    --------
+    >>> sp_ = make_space("llama2-7b", "a100-80gb", recompute=["none"])
+    >>> print(no_fit_hint(sp_))
+    layouts are judged with the fragmentation margin, so a tight one (within the GPU only without it) is excluded: --fragmentation 0 admits it; more could fit with --recompute full, --offload optimizer
+    >>> print(no_fit_hint(sp_, tight=0))
+    more could fit with --recompute full, --offload optimizer
+    """
+    more = []
+    if not any(str(r).startswith("full") for r in space.recompute):
+        more.append("--recompute full")
+    if space.tp is not None or space.pp is not None:
+        more.append("larger --tp/--pp")
+    if tuple(space.offload) == ("none",):
+        more.append("--offload optimizer")
+    margin = dict(space.allowances).get("fragmentation", 1)
+    if not margin or tight == 0:
+        first = ""
+    elif tight is None:
+        first = ("layouts are judged with the fragmentation margin, so a tight one (within the "
+                 "GPU only without it) is excluded: --fragmentation 0 admits it")
+    else:
+        first = "--fragmentation 0 admits the tight layout" + ("s" if tight > 1 else "")
+    more_text = "more could fit with " + ", ".join(more) if more else ""
+    return "; ".join(x for x in (first, more_text) if x)
+
+
 @dataclass
 class SearchResult:
     """The feasible layouts of one search, as numpy columns, with ranking helpers.
@@ -135,7 +167,8 @@ class SearchResult:
             + (f"; {tight} layout{'s' if tight > 1 else ''} would fit without the fragmentation "
                "margin (tight: the allocator's reserve decides; expandable segments keep it "
                "small)" if tight else ""),
-            binding=(r["binding"],), floor=exact_row(self.space, r)["bytes"]["total"])
+            binding=(r["binding"],), floor=exact_row(self.space, r)["bytes"]["total"],
+            hint=no_fit_hint(self.space, tight))
 
     def pareto(self) -> list:
         """Fitting layouts on the Pareto front of headroom (more is better) vs step time

@@ -15,9 +15,16 @@ __all__ = ["op_sac_layer"]
 _TT_SAC = Source("torchtitan", "torchtitan/distributed/activation_checkpoint.py, "
                  "_apply_op_sac / _custom_policy (_save_list: aten.mm, SDPA flash/efficient, "
                  "reduce_scatter_tensor, abs, max; every second mm recomputed)")
+_SAC_CACHE = Source("pytorch-checkpoint-sac", "torch/utils/checkpoint.py, "
+                    "_CachingTorchDispatchMode.__torch_dispatch__ (eager: every MUST_SAVE "
+                    "output stored until the recompute pops it)")
+_PARTITION = Source("pytorch-aot-partitioner", "torch/_functorch/partitioners.py, "
+                    "min_cut_rematerialization_partition (compiled: saves only what the "
+                    "backward graph reads; must_recompute for PREFER_RECOMPUTE)")
 
 
-def op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel) -> Total:
+def op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel,
+                 compiled=False) -> Total:
     r"""torchtitan's per-op selective activation checkpointing of one dense block [bytes].
 
     The policy saves the outputs of ``aten.mm`` except every second one (counted per block and
@@ -39,6 +46,24 @@ def op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel) -> Tota
     sum before its reduce-scatter).  Dense layers with a gated MLP and flash/efficient
     attention only: other blocks raise :class:`memsym.errors.InvalidValueError`.
 
+    That is what *eager* SAC keeps: PyTorch's ``_CachingTorchDispatchMode`` stores the output
+    of every op the policy marks ``MUST_SAVE`` from the forward to the recompute, whether or
+    not the backward reads it.  The ``w2`` output (mm 7) and, under SP, its reduce-scatter
+    are read by no backward (they only feed the residual add, whose backward keeps nothing).
+    With the block under ``torch.compile`` (``compiled=True``: torchtitan's
+    ``apply_compile``, each checkpointed ``TransformerBlock`` compiled) the SAC tags become
+    partitioner constraints and AOTAutograd's min-cut partition saves only tensors the
+    backward graph reads, so the compiled block keeps
+
+    .. math::
+
+        A_\text{compiled} = A_\text{eager} - 2\tau h
+            - [\mathrm{SP}]\,\tfrac{2\tau h}{\sigma}
+
+    (``tests/test_engine_sac.py`` runs a port of torchtitan's block both ways: eager, measured
+    with torch's ``MemTracker`` under ``FakeTensorMode``; compiled, the forward graph's saved
+    outputs under the Inductor partition).
+
     Examples
     --------
     Llama-3 8B (h = 4096, a = 32, g = 8, d_h = 128, f = 14336), one 8192-token sequence, t = 1:
@@ -49,9 +74,18 @@ def op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel) -> Tota
     ...     8192 * (2 * 4096 * 4 + 2 * 1024 + 4 * 32 + 2 * 14336)
     True
 
+    Compiled, the w2 output is not kept:
+
+    >>> C = layer_activations(gated=True, flash=True, recompute="selective-op", compiled=True)
+    >>> A.evaluate(s=8192, b=1, c=1, t=1, h=4096, a=32, g=8, d_h=128, f=14336) - \
+    ...     C.evaluate(s=8192, b=1, c=1, t=1, h=4096, a=32, g=8, d_h=128, f=14336) == 2 * 8192 * 4096
+    True
+
     References
     ----------
-    torchtitan ``torchtitan/distributed/activation_checkpoint.py`` (``_apply_op_sac``).
+    torchtitan ``torchtitan/distributed/activation_checkpoint.py`` (``_apply_op_sac``);
+    PyTorch ``torch/utils/checkpoint.py`` (``_CachingTorchDispatchMode``) and
+    ``torch/_functorch/partitioners.py`` (``min_cut_rematerialization_partition``).
     """
     if moe or mla or not gated or not flash:
         raise InvalidValueError("recompute 'selective-op' (torchtitan per-op SAC) is modelled for "
@@ -67,10 +101,14 @@ def op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel) -> Tota
              label="attention output"),
         Term("w1_output", 2 * tok * f / t, "w1 output (mm 5, saved; w3, mm 6, recomputed)",
              _TT_SAC, label="w1 output"),
-        Term("w2_output", 2 * tok * h, "w2 output (mm 7, saved)", _TT_SAC, label="w2 output"),
     ]
+    if not compiled:   # eager: the SAC cache holds it though no backward reads it
+        terms.append(Term("w2_output", 2 * tok * h, "w2 output (mm 7, saved by eager SAC's "
+                          "cache; no backward reads it)", _SAC_CACHE, label="w2 output"))
     if sequence_parallel:
-        terms.append(Term("reduce_scatter_outputs", 2 * 2 * tok * h / sig,
-                          "reduce-scatter outputs of wo and w2 (saved)", _TT_SAC,
+        n_rs = 1 if compiled else 2
+        terms.append(Term("reduce_scatter_outputs", n_rs * 2 * tok * h / sig,
+                          "reduce-scatter outputs of wo" + ("" if compiled else " and w2")
+                          + " (saved)", _PARTITION if compiled else _TT_SAC,
                           label="reduce-scatter outputs"))
     return Total("activations per layer (torchtitan per-op SAC)", tuple(terms))

@@ -311,21 +311,34 @@ class Simulation:
 @_doc
 def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
              gpipe: bool = False) -> Simulation:
-    r"""Run the schedule on its data dependencies; durations per rank (whole-stage, all v chunks).
+    r"""Run the schedule on its data dependencies; durations per rank or per model chunk.
 
     ``forward`` / ``backward``: one duration per rank (or one for all), the time of a whole
-    stage's forward / backward of one microbatch; a chunk takes 1/v of it.  Exact rationals.
+    stage's forward / backward of one microbatch, a chunk taking 1/v of it; or, per rank, a
+    sequence of its v chunks' own durations (uneven chunks: Megatron's
+    ``--pipeline-model-parallel-layout``).  Exact rationals.
     ``gpipe=True`` runs GPipe's order (all forwards, then all backwards; with v > 1 torch's
     breadth-first ``ScheduleLoopedBFS``).
+
+    .. math::
+
+        e(\pi) = \max\big(e(\pi^{-}_{r}),\ e(\operatorname{dep}\pi)\big) + d_{r,j},
+        \qquad \text{makespan} = \max_\pi e(\pi)
+
+    each pass :math:`\pi` (a forward or backward of one micro-batch through chunk j of rank
+    r) ending :math:`d_{r,j}` after both the rank's previous pass :math:`\pi^{-}_{r}` and its
+    dependency (the previous virtual stage's forward, the next one's backward) have ended;
+    :math:`d_{r,j}` is the rank's whole-stage time / v, or the chunk's own.
 
     Parameters
     ----------
     {schedule_params}
     group_size : int, optional
         ``microbatch_group_size_per_vp_stage`` N (default p).
-    forward, backward : sequence of number
-        A whole stage's forward / backward of one micro-batch, one per rank or one for all
-        (whole numbers and fractions stay exact; floats are taken as seconds).
+    forward, backward : sequence
+        Per rank (or one for all): a whole stage's forward / backward of one micro-batch
+        [time units], or a sequence of the rank's v chunks' durations [time units] (whole
+        numbers and fractions stay exact; floats are taken as seconds).
     gpipe : bool
         GPipe's order (breadth-first over the chunks when v > 1).
 
@@ -341,18 +354,25 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
     (Fraction(3, 8), Fraction(7, 2))
     >>> simulate(4, 8, 2).bubble  # interleaved, m a multiple of p: (p-1)/(v m)
     Fraction(3, 16)
+
+    Uneven chunks, p = v = 2 (layout ``Et|tt|tt|tL``: 1 + 2 and 2 + 1 layers, a layer's
+    forward 1 and backward 2; hand-traced in tests/test_uneven_step.py):
+
+    >>> simulate(2, 2, 2, forward=[(1, 2), (2, 1)], backward=[(2, 4), (4, 2)]).makespan
+    Fraction(22, 1)
+
+    References
+    ----------
+    Megatron-LM schedules.py (rev d98e8a6); pipeline_parallel_layer_layout.py
+    ``get_num_layers_to_build`` (a chunk's layers).
     """
     p, m, v = _whole(p, "p"), _whole(m, "m"), _whole(v, "v")
     N = p if group_size is None else _whole(group_size, "group_size")
     if 2 * p * m * v > MAX_OPS:
         raise InvalidValueError(f"schedule of {2 * p * m * v} passes exceeds {MAX_OPS}")
     # whole numbers and fractions stay exact; floats (seconds) are simulated in floats
-    num = (lambda x: float(x)) if any(isinstance(x, float) for x in (*forward, *backward)) \
-        else Fraction
-    fw = [num(x) for x in (forward if len(forward) == p else list(forward) * p)]
-    bw = [num(x) for x in (backward if len(backward) == p else list(backward) * p)]
-    if len(fw) != p or len(bw) != p or min(fw + bw) <= 0:
-        raise InvalidValueError("forward/backward: one positive duration, or one per rank")
+    num = _number([*forward, *backward])
+    fw, bw = _chunk_durations(p, v, forward, num), _chunk_durations(p, v, backward, num)
     orders = [rank_order(r, p, m, v, N, gpipe) for r in range(p)]
     pos = [0] * p
     free = [num(0)] * p
@@ -374,7 +394,7 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
                 if dep is not None and dep not in done:
                     break
                 start = max(free[r], done[dep]) if dep is not None else free[r]
-                end = start + (fw[r] if kind == "F" else bw[r]) / v
+                end = start + (fw[r][ch] if kind == "F" else bw[r][ch])
                 done[(kind, mb, gs)] = end
                 free[r] = end
                 flight[r] += 1 if kind == "F" else -1
@@ -385,8 +405,47 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
         if not progressed:
             raise InvalidValueError(f"schedule p={p} m={m} v={v} N={N} deadlocks")
     makespan = max(free)
-    busy = max(m * (fw[r] + bw[r]) for r in range(p))
+    busy = max(m * (_whole_stage(forward, r, p, fw, num) + _whole_stage(backward, r, p, bw, num))
+               for r in range(p))
     return Simulation(makespan, busy, makespan / busy - 1, tuple(peak))
+
+
+def _per_rank(p: int, durations) -> list:
+    # one entry per rank: the one given for all repeated, or the p given
+    durations = list(durations)
+    out = durations if len(durations) == p else durations * p
+    if len(out) != p:
+        raise InvalidValueError("forward/backward: one positive duration, or one per rank")
+    return out
+
+
+def _number(durations):
+    # whole numbers and fractions stay exact; any float (seconds) makes every duration a float
+    flat = [x for d in durations for x in (d if _is_seq(d) else (d,))]
+    return (lambda x: float(x)) if any(isinstance(x, float) for x in flat) else Fraction
+
+
+def _is_seq(d) -> bool:
+    return isinstance(d, (tuple, list))
+
+
+def _chunk_durations(p: int, v: int, durations, num) -> list:
+    """Each rank's v chunk-pass durations: a whole-stage duration split in v, or the v given."""
+    out = []
+    for d in _per_rank(p, durations):
+        # a chunk may take no time (a virtual stage of the embedding alone); a rank may not
+        row = [num(x) for x in d] if _is_seq(d) else [num(d) / v] * v
+        if len(row) != v or min(row) < 0 or sum(row) <= 0:
+            raise InvalidValueError(f"forward/backward: positive durations, one per rank or "
+                                    f"{v} per rank (one per chunk)")
+        out.append(row)
+    return out
+
+
+def _whole_stage(durations, r: int, p: int, chunks: list, num):
+    # rank r's whole-stage duration: as given, or the sum of its chunks' own
+    d = _per_rank(p, durations)[r]
+    return sum(chunks[r]) if _is_seq(d) else num(d)
 
 
 @lru_cache(maxsize=4096)

@@ -405,7 +405,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
-                      output_gate: bool = False) -> Total:
+                      output_gate: bool = False, compiled: bool = False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -428,17 +428,14 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
             + \tfrac{\delta\,\tau h}{\sigma}
         \end{aligned}
 
-    (:math:`\delta` = 1 with dropout, :math:`\gamma` = 1 for a gated MLP; per routed copy the
-    expert fc1 input, activation input, fc2 input and the output kept for the combine; shared
-    experts add a dense MLP of width :math:`f_{sh}`).  What flash attention, the norms'
-    statistics, Q/K norms, MLA, FP8 inputs and each recomputed module change is derived in
-    :mod:`memsym.terms.transformer_layer`.
+    (:math:`\delta` = 1 with dropout, :math:`\gamma` = 1 gated; per routed copy the expert fc1,
+    activation and fc2 inputs and the output kept for the combine; shared experts add a dense
+    MLP of width :math:`f_{sh}`).  The other switches are derived in this module.
 
     Parameters
     ----------
-    gated, flash : bool
-        Gated MLP (SwiGLU: gate and up projections kept); flash attention (no s^2 tensors).
-    sequence_parallel : bool
+    gated, flash, sequence_parallel : bool
+        Gated MLP (SwiGLU: gate and up projections kept); flash attention (no s^2 tensors);
         Megatron sequence parallelism (the h-wide tensors divided by t).
     recompute : {"none", "selective", "selective-op", "full"}
     modules : sequence of str, optional
@@ -448,20 +445,21 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         Hidden dropout masks kept (1 byte per element); attention dropout (None: ``dropout``).
     norm : {"layernorm", "rmsnorm"}
     norm_statistics : bool
-        Count the norms' fp32 per-token statistics (False reproduces the paper).
+        The norms' fp32 per-token statistics (False reproduces the paper).
     moe, shared_expert : bool
         An MoE layer instead of a dense MLP; with shared experts of width ``f_sh``.
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
     output_gate : bool
-        A sigmoid output gate on the attention (Qwen3-Next's gated q_proj,
-        ``attention_output_gate``): the ``output_gate`` term.  Not under ``"selective-op"``.
+        Qwen3-Next's sigmoid attention gate (``attention_output_gate``; not "selective-op").
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
         Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte; ``"mxfp8"``:
         1 + 1/32 with the block scales; ``"nvfp4"``: NVFP4, 1/2 + 1/16).
     mla : dict, optional
         Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
         ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers).
+    compiled : bool
+        ``"selective-op"`` under ``torch.compile`` (:func:`memsym.terms.op_sac.op_sac_layer`).
 
     Returns
     -------
@@ -477,19 +475,15 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     >>> gpt = {c: 1, t: 1, g: a, d_h: h / a, f: 4 * h}
     >>> sp.simplify(A.expr.subs(gpt) - b*h*s*(34 + 5*a*s/h))
     0
-
-    Qwen3-Next's output gate keeps the sigmoid's output and the ungated attention output:
-
-    >>> layer_activations(output_gate=True)["output_gate"].expr
+    >>> layer_activations(output_gate=True)["output_gate"].expr   # Qwen3-Next's gate
     4*a*b*d_h*s/(c*t)
 
     References
     ----------
     Korthikanti et al. 2022 §4.1–4.3; FlashAttention (arXiv:2205.14135, 2307.08691);
     Switch Transformers (arXiv:2101.03961) §2.2; Transformer Engine ``pytorch/module/linear.py``
-    and ``layernorm_linear.py`` (``saved_inputmat`` / ``ln_out`` quantized before
-    ``save_for_backward``); transformers v5.25.0 ``models/qwen3_next/modeling_qwen3_next.py``
-    ``Qwen3NextAttention.forward`` (the output gate; hf-transformers-5).
+    and ``layernorm_linear.py`` (``saved_inputmat`` / ``ln_out`` quantized before saving);
+    transformers v5.25.0 ``qwen3_next/modeling_qwen3_next.py`` (the gate; hf-transformers-5).
     """
     recompute, tok, sig = _common(sequence_parallel, recompute)
     mods = (("core_attn",) if modules is None else recompute_modules(modules)) \
@@ -499,15 +493,19 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         return _full_recompute(tok, sig)
     if recompute == "selective-op":
         return op_sac_layer(tok, sig, gated=gated, flash=flash, moe=moe, mla=mla,
-                            sequence_parallel=sequence_parallel)
+                            sequence_parallel=sequence_parallel, compiled=compiled)
     ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
                 output_gate=output_gate, attention_dropout=attention_dropout, moe=moe,
                 shared_expert=shared_expert)
+    what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
+    return _layer_total(ly, f"activations per layer ({'MoE' if moe else 'dense'}, recompute {what})")
+
+
+def _layer_total(ly, name: str) -> Total:
+    """The layer's terms in order (norms, Q/K/V, attention, then the MLP or MoE) as ``name``."""
     terms = _Terms()
     _norm_terms(ly, terms)
     _attention_terms(ly, terms, _qkv_terms(ly, terms))
-    (_moe_terms if moe else _dense_mlp_terms)(ly, terms)
-    what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
-    return Total(f"activations per layer ({'MoE' if moe else 'dense'}, recompute {what})",
-                 tuple(terms))
+    (_moe_terms if ly.moe else _dense_mlp_terms)(ly, terms)
+    return Total(name, tuple(terms))

@@ -25,7 +25,7 @@ from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, FP8_RECIPES, GRAD_DTYP
 
 __all__ = ["PRECISIONS", "OPTIMIZERS", "STATE_DTYPES", "FP8_RECIPES", "MXFP8_BLOCK", "NVFP4_BLOCK",
            "nvfp4_element_bytes", "nvfp4_weight_bytes", "byte_widths",
-           "fp8_weight_bytes", "normalize_scheme", "normalize_convention"]
+           "fp8_weight_bytes", "param_gather_bytes", "normalize_scheme", "normalize_convention"]
 
 #: Bytes of the precision-aware optimizer's state dtypes (Megatron ``optimizer_config.py``).
 STATE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -415,6 +415,79 @@ def nvfp4_weight_bytes(fp4_param_gather: bool = False) -> sp.Expr:
     # the same bytes with or without the flag: the NVFP4 parameter holds both directions
     del fp4_param_gather
     return 2 * nvfp4_element_bytes()
+
+
+def param_gather_bytes(precision: str = "bf16", fp8_recipe: str | None = None,
+                       fp8_param_gather: bool = False, fp4_param_gather: bool = False, *,
+                       linear: bool = True) -> sp.Expr:
+    r"""Bytes per parameter the distributed optimizer's all-gather moves [bytes/parameter].
+
+    The parameter all-gather moves the DDP buffer's ``param_data``, whose dtype is the parameter's
+    storage dtype (``group_params_for_buffers``): the 16-bit weight (2 B; fp32 weights 4 B),
+    with ``--fp8-param-gather`` under per-tensor scaling the uint8 FP8 weight (1 B; the
+    per-tensor scale is an all-reduced amax, not gathered), with ``--fp4-param-gather`` the
+    NVFP4 weight's packed rowwise bytes (``numel/2`` uint8, 1/2 B; its E4M3 block scales stay
+    outside the buffer: every rank recomputes them from the fp32 amax of each 16 x 16 tile,
+    all-reduced over DP in the optimizer step, 4 B per 256 parameters, not priced here).
+    MXFP8 parameters cannot be remapped into the buffer (TE ``replace_raw_data`` refuses
+    MXFP8Tensor), so Megatron gathers them as bf16 through the gradient buffer
+    (``reuse_grad_buf_for_mxfp8_param_ag``: the fp32 main shards copied in as bf16) and
+    re-quantizes after the gather: 2 B, scales included, with or without the flag.  Only
+    Transformer Engine's linear weights are quantized; the others (``linear=False``:
+    embeddings, the output layer, norms) gather at the 16-bit (fp32) width.
+
+    .. math::
+        b_{ag} = \begin{cases} 1 & \text{fp8, fp8\_param\_gather, per-tensor scaling}\\
+        1/2 & \text{fp4, fp4\_param\_gather}\\
+        4 & \text{fp32}\\ 2 & \text{otherwise (bf16, fp16, MXFP8)} \end{cases}
+
+    A ring all-gather of :math:`N` parameters over :math:`d` ranks then sends
+    :math:`(d-1)/d\cdot N\,b_{ag}` bytes per GPU
+    (:func:`memsym.timing.collectives.collective_bytes`).
+
+    Parameters
+    ----------
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
+        The training precision.
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        Megatron's ``--fp8-recipe`` (fp8 only).
+    fp8_param_gather, fp4_param_gather : bool
+        Megatron's ``--fp8-param-gather`` (fp8 only) and ``--fp4-param-gather`` (fp4 only).
+    linear : bool
+        A Transformer Engine linear-layer weight (True) or another weight (False).
+
+    Returns
+    -------
+    sympy.Rational
+        :math:`b_{ag}` [bytes/parameter].
+
+    Examples
+    --------
+    >>> param_gather_bytes(), param_gather_bytes("fp8", None, True)
+    (2, 1)
+    >>> param_gather_bytes("fp4", fp4_param_gather=True)   # packed nibbles, numel/2 uint8
+    1/2
+    >>> param_gather_bytes("fp8", "mxfp8", True), param_gather_bytes("fp8", None, True, linear=False)
+    (2, 2)
+
+    References
+    ----------
+    megatron-core: distributed/param_and_grad_buffer.py:888-923 (param_dtype uint8 for FP8 /
+    NVFP4 parameters), 1160-1187 (MXFP8: param_data a bf16 view of the gradient buffer; NVFP4:
+    ``nvfp4_packed_numel``), 301-326 (_post_param_sync re-quantizes the gathered MXFP8 weights);
+    optimizer/distrib_optimizer.py:2904-2930 (_copy_main_params_to_param_buffer);
+    transformer-engine: pytorch/tensor/utils.py:30-84 (replace_raw_data: MXFP8Tensor not
+    supported), 752-848 (_cast_master_weights_to_nvfp4_2d: 16 x 16 tile amaxes all-reduced).
+    """
+    precision = choose("precision", precision, PRECISIONS)
+    recipe = None if fp8_recipe is None else choose("FP8 recipe", fp8_recipe, FP8_RECIPES)
+    if precision == "fp32":
+        return sp.Integer(4)
+    if linear and precision == "fp8" and fp8_param_gather and recipe != "mxfp8":
+        return sp.Integer(1)
+    if linear and precision == "fp4" and fp4_param_gather:
+        return sp.Rational(1, 2)
+    return sp.Integer(2)
 
 
 def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather,

@@ -4,7 +4,11 @@ all-gather, the optimizer step, and each group's collectives as issued.
 After the pipeline flush the data-parallel gradient reduce-scatter / all-reduce and the
 parameter all-gather are exposed beyond what the last backward / first forward hides (ZeRO-3
 and FSDP: every micro-batch, behind the pipeline's compute where it fits), then the optimizer
-step reads and writes :data:`OPTIMIZER_BYTES` per parameter of the GPU's shard.
+step reads and writes :data:`OPTIMIZER_BYTES` per parameter of the GPU's shard.  The
+all-gather moves each parameter at the width of
+:func:`memsym.terms.widths.param_gather_bytes` (the one rule the step time and the
+communication report share): 2 B for bf16, 1 B for FP8 linear weights under
+``--fp8-param-gather``, 1/2 B for NVFP4 ones under ``--fp4-param-gather``.
 
 References
 ----------
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..terms.widths import param_gather_bytes
 from .collectives import collective_bytes, collective_time, group_bandwidth, group_link
 from .efficiency import memory_time
 from .gemm import layer_params
@@ -30,23 +35,26 @@ OPTIMIZER_BYTES = 42
 
 
 def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
-    """Dense and expert parameters of the busiest pipeline rank's GPU, and its layers.
+    """Dense and expert parameters of the busiest pipeline rank's GPU, its layers, and of its
+    dense ones those outside the decoder layers.
 
-    ``stages``: the decoder layers of the (first, middle, last) stages.  The dense ones are
+    ``stages``: the decoder layers of the (first, middle, last) stages, and of the heaviest
+    middle stage where the middle ones differ (a fourth entry).  The dense ones are
     split over TP, the experts over EP x expert TP; the end stages hold the embedding or the
-    output layer and the final norm.  A hybrid's layer is the mean of its kinds' weights
+    output layer and the final norm (the fourth value: not linear-layer weights, gathered at
+    16 bits under FP8 / NVFP4 parameters).  A hybrid's layer is the mean of its kinds' weights
     (``Shape.kinds``).
 
     Examples
     --------
     >>> from memsym.model import preset
     >>> from memsym.timing.gemm import shape_of
-    >>> dense, expert, layers = parameters_per_gpu(shape_of(preset("llama2-7b")), Settings(),
-    ...                                            np.array(1.0), 1.0, 1.0, 1.0, (32, 32, 32))
-    >>> float(expert), float(layers), round(float(dense) / 1e9, 2)
-    (0.0, 32.0, 6.74)
+    >>> dense, expert, layers, ends = parameters_per_gpu(shape_of(preset("llama2-7b")),
+    ...     Settings(), np.array(1.0), 1.0, 1.0, 1.0, (32, 32, 32))
+    >>> float(expert), float(layers), round(float(dense) / 1e9, 2), int(ends)  # 2 V h + h
+    (0.0, 32.0, 6.74, 262148096)
     """
-    first, middle, last = stages
+    first, _, last, middle = stages if len(stages) == 4 else (*stages, stages[1])
     dense_p, _ = layer_params(x, moe=False)
     if x.kinds:     # a hybrid's layers by kind (memsym.model.hybrid_layers)
         per_layer_dense = sum(n * dense for _, n, dense, _ in x.kinds) / x.L
@@ -62,17 +70,41 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
     # final norm (last); with p = 1 one GPU holds them all, both matrices when untied
     ends = x.V * x.h * np.where((p == 1) & bool(x.untied), 2, 1) + x.h
     dense_gpu = (layers_max * per_layer_dense + ends) / t
+    ends_gpu = ends / t
     if st.output_first:
         # V placement: the first rank holds both matrices, the others only layers
-        dense_gpu = np.where(p > 1, np.maximum(first * per_layer_dense + 2 * x.V * x.h + x.h,
-                                               np.maximum(middle, last) * per_layer_dense) / t,
-                             dense_gpu)
+        v_first = first * per_layer_dense + 2 * x.V * x.h + x.h
+        v_rest = np.maximum(middle, last) * per_layer_dense
+        dense_gpu = np.where(p > 1, np.maximum(v_first, v_rest) / t, dense_gpu)
+        ends_gpu = np.where((p > 1) & (v_first < v_rest), 0.0,
+                            np.where(p > 1, (2 * x.V * x.h + x.h) / t, ends_gpu))
     expert_gpu = layers_max * per_layer_expert / (e * t_e)
-    return dense_gpu, expert_gpu, layers_max
+    return dense_gpu, expert_gpu, layers_max, ends_gpu
+
+
+def gathered_bytes(st: Settings, dense_gpu, expert_gpu, ends_gpu=0.0) -> tuple:
+    """The bytes of the dense and the expert parameters the parameter all-gather assembles on
+    one GPU [bytes]: linear-layer weights at the width of
+    :func:`memsym.terms.widths.param_gather_bytes` (FP8 / NVFP4 parameters), the ``ends_gpu``
+    embedding, output-layer and final-norm weights at 16 bits (the decoder layers' norms and
+    routers are counted as linear weights).
+
+    Examples
+    --------
+    >>> gathered_bytes(Settings(), 10.0, 4.0, 2.0)
+    (20.0, 8.0)
+    >>> gathered_bytes(Settings(precision="fp4", fp4_param_gather=True), 10.0, 4.0, 2.0)
+    (8.0, 2.0)
+    """
+    lin = float(param_gather_bytes(st.precision, st.fp8_recipe, st.fp8_param_gather,
+                                   st.fp4_param_gather))
+    other = float(param_gather_bytes(st.precision, linear=False))
+    return (dense_gpu - ends_gpu) * lin + ends_gpu * other, expert_gpu * lin
 
 
 def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expert_gpu,
-                       first_stage: tuple, pipeline, *, p, m, t, c, d, e, t_e) -> dict:
+                       first_stage: tuple, pipeline, *, p, m, t, c, d, e, t_e,
+                       ends_gpu=0.0) -> dict:
     """The exposed data-parallel seconds of one step and the optimizer step's seconds.
 
     ``first_stage``: the first stage's (forward, backward) of one micro-batch, which hide the
@@ -80,7 +112,8 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     per-micro-batch collectives of ZeRO-3 / FSDP.  Returns ``dp`` and ``optimizer`` [s], the
     group sizes ``ndp`` (DP x CP) and ``edp`` (expert DP) [GPUs], and the collectives' seconds
     as issued: ``rs``, ``ag`` (once) and, per micro-batch, ``once`` and ``again`` (None
-    without ZeRO-3 / FSDP).
+    without ZeRO-3 / FSDP).  ``ends_gpu``: of ``dense_gpu``, the weights outside the
+    decoder layers (:func:`gathered_bytes`).
 
     Examples
     --------
@@ -104,8 +137,9 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     if st.distributed_optimizer:
         rs = collective_time("reduce-scatter", dense_gpu * gb, ndp, ebw_dp, elat_dp) \
             + collective_time("reduce-scatter", expert_gpu * gb, edp, ebw_dp, elat_dp)
-        ag = collective_time("all-gather", dense_gpu * 2, ndp, ebw_dp, elat_dp) \
-            + collective_time("all-gather", expert_gpu * 2, edp, ebw_dp, elat_dp)
+        dense_ag, expert_ag = gathered_bytes(st, dense_gpu, expert_gpu, ends_gpu)
+        ag = collective_time("all-gather", dense_ag, ndp, ebw_dp, elat_dp) \
+            + collective_time("all-gather", expert_ag, edp, ebw_dp, elat_dp)
     else:
         rs = collective_time("all-reduce", dense_gpu * gb, ndp, ebw_dp, elat_dp) \
             + collective_time("all-reduce", expert_gpu * gb, edp, ebw_dp, elat_dp)
@@ -124,7 +158,7 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
         # per micro-batch: the forward's all-gather, the backward's again and the
         # reduce-scatter (ZeRO §7: 3 Psi), hidden behind the pipeline's compute where it fits
         once = rs + ag
-        again = once * 2 / (2 + gb)                     # the backward's all-gather
+        again = ag                                      # the backward's all-gather
         per_mb = np.maximum(0, np.maximum(m, 1) * (once + again) - pipeline)
         if st.pipelined_fsdp:     # torch.distributed.pipelining syncs once per step at p > 1
             per_mb = np.where(p > 1, dp_exposed, per_mb)
@@ -134,7 +168,7 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
 
 
 def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, ndp, edp, gb,
-                  dense_gpu, expert_gpu, p2p, msg, dp_times) -> dict:
+                  dense_gpu, expert_gpu, p2p, msg, dp_times, ends_gpu=0.0) -> dict:
     """``comm_<group>_s``, ``_bytes``, ``_intra`` of
     :func:`memsym.timing.step.step_time_grid` (``communication``): the same collectives,
     bandwidths and links the step prices, before any overlap.
@@ -155,14 +189,17 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
     # PP: one message each way per micro-batch and chunk pass
     out["comm_pp_s"] = np.where(p > 1, m * 2 * v * p2p, 0.0)
     out["comm_pp_bytes"] = np.where(p > 1, m * 2 * v * collective_bytes("p2p", msg, p), 0.0)
-    # DP: reduce-scatter of the gradients (gb bytes each) + all-gather of the 2-byte weights
-    # (distributed optimizer), or the all-reduce (DDP); ZeRO-3 / FSDP every micro-batch
+    # DP: reduce-scatter of the gradients (gb bytes each) + all-gather of the weights at
+    # the data_parallel_sync widths (gathered_bytes; distributed optimizer), or the all-reduce
+    # (DDP); ZeRO-3 / FSDP every micro-batch
     rs, ag, once, again = dp_times
+    ag_b = 0.0
     if st.distributed_optimizer:
+        dense_ag, expert_ag = gathered_bytes(st, dense_gpu, expert_gpu, ends_gpu)
+        ag_b = (collective_bytes("all-gather", dense_ag, ndp)
+                + collective_bytes("all-gather", expert_ag, edp))
         one_b = (collective_bytes("reduce-scatter", dense_gpu * gb, ndp)
-                 + collective_bytes("reduce-scatter", expert_gpu * gb, edp)
-                 + collective_bytes("all-gather", dense_gpu * 2, ndp)
-                 + collective_bytes("all-gather", expert_gpu * 2, edp))
+                 + collective_bytes("reduce-scatter", expert_gpu * gb, edp) + ag_b)
     else:
         one_b = (collective_bytes("all-reduce", dense_gpu * gb, ndp)
                  + collective_bytes("all-reduce", expert_gpu * gb, edp))
@@ -170,7 +207,7 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
     if once is not None:
         per_mb = np.maximum(m, 1)
         dp_s = per_mb * (once + again)
-        dp_b = per_mb * one_b * (1 + 2 / (2 + gb))   # the backward's all-gather again
+        dp_b = per_mb * (one_b + ag_b)                # the backward's all-gather again
         if st.pipelined_fsdp:
             dp_s, dp_b = np.where(p > 1, rs + ag, dp_s), np.where(p > 1, one_b, dp_b)
     out["comm_dp_s"], out["comm_dp_bytes"] = dp_s, dp_b

@@ -5,12 +5,20 @@ layers' time plus the embedding (first stage) and the output layer (last, or fir
 V placement).  The pipeline runs ``m`` micro-batches of the slowest stage and the fill and
 drain once through the others, weighted by the exact bubble of the schedule
 (:func:`bubble_in_stages`, or a simulation with each stage's own durations,
-:func:`simulated_pipeline`).
+:func:`simulated_pipeline`).  An uneven custom layout (``--pipeline-model-parallel-layout``,
+``--account-for-embedding/loss-in-pipeline-split``) is simulated chunk by chunk, each with
+its own decoder layers, the embedding in the first virtual stage and the output layer in the
+last (:func:`chunk_times`); the busiest stage is its heaviest rank (:func:`heaviest_middle`).
 
 References
 ----------
 .. [megatron-lm] core/pipeline_parallel/schedules.py (get_pp_rank_microbatches,
-   get_schedule_table); arguments.py (decoder_first/last_pipeline_num_layers).
+   get_schedule_table); arguments.py (decoder_first/last_pipeline_num_layers);
+   core/transformer/transformer_block.py:76 get_num_layers_to_build (every chunk of a rank
+   equal under first/last sizes; one fewer beside the embedding / loss under account-for);
+   core/transformer/pipeline_parallel_layer_layout.py:153 get_num_layers_to_build (a custom
+   layout's chunk); training/training.py:2391-2394 get_model (pre_process / post_process
+   on the first / last virtual stage), all at rev d98e8a64dd.
 .. [narayanan] arXiv:2104.04473 §2.2.
 """
 
@@ -49,6 +57,20 @@ def stage_layers(L, p, first, last):
     return (fl if first is not None else rest), rest, (ll if last is not None else rest)
 
 
+def heaviest_middle(chunks, middle):
+    """Decoder layers of the heaviest middle rank: of ``chunks`` (``chunks[r][j]``, chunk j
+    of rank r) where given, else ``middle`` (the middle ranks are equal).
+
+    Examples
+    --------
+    >>> heaviest_middle(((8,), (6,), (10,), (8,)), 8.0), heaviest_middle(None, 8.0)
+    (10, 8.0)
+    """
+    if chunks is None or len(chunks) < 3:
+        return middle
+    return max(sum(row) for row in chunks[1:-1])
+
+
 def microbatch_group(st: Settings, p: int, m: int, v: int):
     """The warm-up group of one layout: torch's round size under ``torch_rounds``
     (interleaved only), else Megatron's ``microbatch_group_size_per_vp_stage``.
@@ -65,17 +87,20 @@ def microbatch_group(st: Settings, p: int, m: int, v: int):
 
 def stage_times(st: Settings, layers: tuple, layer_f, layer_b, emb, out_f, out_b) -> dict:
     """Forward and backward seconds of one micro-batch on the ``first``, ``middle`` and
-    ``last`` stages (``layers``: their decoder layers), the embedding on the first stage and
-    the output layer on the last (the first under the V placement), without PP p2p.
+    ``last`` stages (``layers``: their decoder layers, the middle ones' mean; a fourth entry:
+    the heaviest middle stage's, ``middle_max``), the embedding on the first stage and the
+    output layer on the last (the first under the V placement), without PP p2p.
 
     Examples
     --------
     >>> stage_times(Settings(), (1, 2, 1), 1.0, 2.0, 0.5, 0.25, 0.5)["last"]
     (1.25, 2.5)
+    >>> stage_times(Settings(), (1, 2, 1, 3), 1.0, 2.0, 0.5, 0.25, 0.5)["middle_max"]
+    (3.0, 6.0)
     """
     tau = {}
     out_role = "first" if st.output_first else "last"
-    for role, n in zip(("first", "middle", "last"), layers):
+    for role, n in zip(("first", "middle", "last", "middle_max"), layers):
         fr = n * layer_f + (emb if role == "first" else 0) + (out_f if role == out_role else 0)
         br = n * layer_b + (out_b if role == out_role else 0)
         tau[role] = (fr, br)
@@ -84,7 +109,9 @@ def stage_times(st: Settings, layers: tuple, layer_f, layer_b, emb, out_f, out_b
 
 def busiest_stage(st: Settings, tau: dict, p, p2p_exposed, out_f, out_b) -> tuple:
     """The slowest stage's forward + backward of one micro-batch and the sum over all stages
-    [s], each stage with its exposed p2p both ways (one GPU, ``p = 1``: the whole model).
+    [s], each stage with its exposed p2p both ways (one GPU, ``p = 1``: the whole model);
+    the middle stages sum at their mean (``tau["middle"]``), the slowest is the heaviest one
+    (``tau["middle_max"]`` where :func:`stage_times` has it).
 
     Examples
     --------
@@ -94,11 +121,13 @@ def busiest_stage(st: Settings, tau: dict, p, p2p_exposed, out_f, out_b) -> tupl
     """
     tau_first = sum(tau["first"]) + 2 * p2p_exposed
     tau_mid = sum(tau["middle"]) + 2 * p2p_exposed
+    tau_mid_max = sum(tau["middle_max"]) + 2 * p2p_exposed if "middle_max" in tau else tau_mid
     tau_last = sum(tau["last"]) + 2 * p2p_exposed
     single = p == 1
     tau_first = np.where(single, sum(tau["first"]) + (0 if st.output_first else out_f + out_b),
                          tau_first)
-    tau_max = np.where(single, tau_first, np.maximum(np.maximum(tau_first, tau_last), tau_mid))
+    tau_max = np.where(single, tau_first,
+                       np.maximum(np.maximum(tau_first, tau_last), tau_mid_max))
     total_tau = np.where(single, tau_first, tau_first + tau_last + np.maximum(p - 2, 0) * tau_mid)
     return tau_max, total_tau
 
@@ -147,9 +176,74 @@ def _bubble_entry(sched: str, pp_: int, mm_: int, vv_: int, N, ratio: float) -> 
     return val, sched == "gpipe" or schedule_rule(pp_, mm_, vv_, N) is None
 
 
-def simulated_pipeline(st: Settings, pipeline, tau: dict, p2p_exposed, p, m, v):
+def chunk_times(st: Settings, chunks: tuple, layer_f, layer_b, emb, out_f, out_b,
+                p2p_exposed) -> tuple:
+    r"""Forward and backward seconds of each chunk pass of one micro-batch on each rank.
+
+    .. math::
+
+        d^{\text{fwd}}_{r,j} = n_{r,j}\,t^{\text{fwd}}_{\text{layer}}
+            + [r = 0,\ j = 0]\,t_{\text{emb}}
+            + [r = r_{\text{out}},\ j = v - 1]\,t^{\text{fwd}}_{\text{out}}
+            + \frac{t^{\text{p2p}}_{\text{exposed}}}{v}
+
+    (the backward alike, without the embedding), :math:`n_{r,j}` the decoder layers of
+    chunk j of rank r (Megatron's ``get_num_layers_to_build``), the embedding in the first
+    virtual stage and the output layer in the last (``pre_process`` / ``post_process``:
+    ``is_vp_first_stage`` / ``is_vp_last_stage`` on the first / last pipeline rank;
+    :math:`r_{\text{out}}` the last rank, the first under the V placement);
+    ``p2p_exposed`` is v chunk passes' worth.  At v = 1 this is the whole-stage time of
+    :func:`stage_times` plus the p2p, to the last bit.
+
+    Parameters
+    ----------
+    st : Settings
+        ``output_first`` places the output layer on rank 0.
+    chunks : tuple of tuple of int
+        ``chunks[r][j]``: decoder layers of chunk j of rank r [layers].
+    layer_f, layer_b : float or numpy.ndarray
+        One decoder layer's forward / backward of one micro-batch [s].
+    emb, out_f, out_b : float or numpy.ndarray
+        The embedding, the output layer's forward and backward [s].
+    p2p_exposed : float or numpy.ndarray
+        Exposed PP p2p of one stage-micro-batch (v chunk passes), each direction [s].
+
+    Returns
+    -------
+    tuple
+        ``(forward, backward)``: per rank, a list of its v chunks' seconds [s].
+
+    Examples
+    --------
+    >>> fw, bw = chunk_times(Settings(), ((1, 2), (2, 1)), 1.0, 2.0, 0.5, 1.0, 2.0, 0.0)
+    >>> fw, bw
+    ([[1.5, 2.0], [2.0, 2.0]], [[2.0, 4.0], [4.0, 4.0]])
+
+    References
+    ----------
+    Megatron-LM transformer_block.py ``get_num_layers_to_build``;
+    pipeline_parallel_layer_layout.py ``get_num_layers_to_build``; training/training.py
+    ``get_model`` (``pre_process`` / ``post_process`` per virtual stage) (rev d98e8a6).
+    """
+    p, v = len(chunks), len(chunks[0])
+    out_rank = 0 if st.output_first else p - 1
+    fw, bw = [], []
+    for r, row in enumerate(chunks):
+        fw.append([]), bw.append([])
+        for j, n in enumerate(row):
+            # stage_times' terms in its order, times v, plus the p2p, over v: at v = 1 the
+            # whole-stage expression term for term
+            head, tail = r == 0 and j == 0, r == out_rank and j == v - 1
+            fw[r].append(((v * n) * layer_f + (v * emb if head else 0)
+                          + (v * out_f if tail else 0) + p2p_exposed) / v)
+            bw[r].append(((v * n) * layer_b + (v * out_b if tail else 0) + p2p_exposed) / v)
+    return fw, bw
+
+
+def simulated_pipeline(st: Settings, pipeline, tau: dict, p2p_exposed, p, m, v, chunk_tau=None):
     """The pipeline seconds of each layout simulated with each stage's own durations (the
-    first, middle and last stages of ``tau`` plus the exposed p2p); ``pipeline`` where p = 1.
+    first, middle and last stages of ``tau`` plus the exposed p2p, or each chunk's own,
+    ``chunk_tau`` from :func:`chunk_times`); ``pipeline`` where p = 1.
 
     Examples
     --------
@@ -167,10 +261,14 @@ def simulated_pipeline(st: Settings, pipeline, tau: dict, p2p_exposed, p, m, v):
         pp_ = int(p[idx])
         if pp_ == 1:
             continue
-        fw = [float(fwd["middle"][idx])] * pp_
-        bw = [float(bwd["middle"][idx])] * pp_
-        fw[0], bw[0] = float(fwd["first"][idx]), float(bwd["first"][idx])
-        fw[-1], bw[-1] = float(fwd["last"][idx]), float(bwd["last"][idx])
+        if chunk_tau is not None:
+            fw, bw = ([tuple(float(np.broadcast_to(d, p.shape)[idx]) for d in row) for row in side]
+                      for side in chunk_tau)
+        else:
+            fw = [float(fwd["middle"][idx])] * pp_
+            bw = [float(bwd["middle"][idx])] * pp_
+            fw[0], bw[0] = float(fwd["first"][idx]), float(bwd["first"][idx])
+            fw[-1], bw[-1] = float(fwd["last"][idx]), float(bwd["last"][idx])
         N = microbatch_group(st, pp_, int(m[idx]), int(v[idx]))
         N = N if (N is None or N >= pp_) else None
         sim = simulate(pp_, int(m[idx]), int(v[idx]), N, forward=fw, backward=bw,

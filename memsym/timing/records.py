@@ -86,6 +86,10 @@ class Settings:
         Megatron's ``--fp8-recipe`` under fp8 (None: per-tensor scaling).  ``"mxfp8"``: the
         GEMMs at the FP8 peak and ceiling (Blackwell only), the FP8 tensors it moves carry
         one scale byte per 32 elements (:data:`memsym.terms.widths.FP8_RECIPES`).
+    fp8_param_gather, fp4_param_gather : bool
+        Megatron's ``--fp8-param-gather`` (fp8) and ``--fp4-param-gather`` (fp4): the
+        parameter all-gather moves the linear weights in FP8 (1 B; MXFP8 still 2 B) or NVFP4
+        (1/2 B) (:func:`memsym.terms.widths.param_gather_bytes`).
     distributed_optimizer : bool
         Gradient reduce-scatter + parameter all-gather (else an all-reduce).
     grad_bytes : int
@@ -145,6 +149,8 @@ class Settings:
     precision: str = "bf16"
     distributed_optimizer: bool = True
     fp8_recipe: str | None = None
+    fp8_param_gather: bool = False
+    fp4_param_gather: bool = False
     grad_bytes: int = 4
     group_size: int | None = None
     torch_rounds: bool = False

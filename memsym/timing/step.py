@@ -41,8 +41,8 @@ from .records import Overlap, Settings, StepTime
 from .gemm import output_gemm, shape_of
 from .layer import (BACKWARD_MEMORY, FLASH_BACKWARD, FLASH_FORWARD, UB_COMM_SMS,  # noqa: F401
                     UB_PIPELINE_SPLITS, as_array, layer_time)
-from .pipeline import (bubble_in_stages, busiest_stage, most_layers_per_rank, simulated_pipeline,
-                       stage_layers, stage_times)
+from .pipeline import (bubble_in_stages, busiest_stage, chunk_times, heaviest_middle,
+                       most_layers_per_rank, simulated_pipeline, stage_layers, stage_times)
 from ..job import canonical, dropout_kept, recompute_modules_of
 from ..vocabulary import FP8_RECIPES
 from ..vocabulary import MOE_DISPATCHERS, RECOMPUTE_MODULES
@@ -68,7 +68,9 @@ SOURCES = {
     "dp": Source("megatron-schedules", "distributed_data_parallel_config.py: overlap_grad_reduce, "
                  "overlap_param_gather"),
     "bubble": Source("megatron-schedules", "schedules.py: get_pp_rank_microbatches, "
-                     "get_schedule_table (simulated in memsym.timing.schedule)"),
+                     "get_schedule_table (simulated in memsym.timing.schedule); each chunk's "
+                     "layers: transformer_block.py get_num_layers_to_build, "
+                     "pipeline_parallel_layer_layout.py (memsym.timing.pipeline.chunk_times)"),
     "optimizer": Source("memsym-derivation", "OPTIMIZER_BYTES per parameter at HBM bandwidth"),
     "collectives": Source("nccl-tests", "doc/PERFORMANCE.md (bus bandwidth factors)"),
 }
@@ -78,7 +80,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
                    settings: Settings = Settings(), cluster: Cluster | None = None,
                    overlap: Overlap = Overlap(), eta_gemm=None, first_stage_layers=None,
                    last_stage_layers=None, exact_schedule: bool = False,
-                   communication: bool = False) -> dict:
+                   communication: bool = False, chunk_layers=None) -> dict:
     r"""Step time [s] of many layouts at once: numpy arrays of the knobs broadcast together.
 
     .. math::
@@ -125,14 +127,16 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     first_stage_layers, last_stage_layers : int, optional
         Uneven pipeline: decoder layers on the first / last stage [1].
     exact_schedule : bool
-        Simulate the schedule with each stage's own durations (at most 1,000 layouts)
-        instead of the uniform-stage bubble.
+        The first two terms as the schedule's makespan, run with each stage's (or chunk's)
+        own durations (at most 1,000 layouts; :func:`memsym.timing.pipeline.simulated_pipeline`).
     communication : bool
         Also return, for each group ``g`` of tp, ep, cp, pp, dp, ``comm_g_s`` (its
         collectives' seconds as issued in one step of the busiest stage, before any overlap
         hides them), ``comm_g_bytes`` (the bytes one GPU sends for them) and ``comm_g_intra``
         (True where the group's ring stays on the intra-node link,
         :attr:`memsym.hardware.Cluster.domain`): what the step's ``g`` part exposes of.
+    chunk_layers : tuple of tuple of int, optional
+        One layout's decoder layers of chunk j of rank r, ``chunk_layers[r][j]`` [layers].
 
     Examples
     --------
@@ -149,18 +153,16 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     t, p, d, c, e, v, b, m, t_e_ = _layout_knobs(t, p, d, c, e, v, b, m, t_e)
     lf, lb, raw_layer, ep_alone = _mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
                                               eta_gemm=eta_gemm, overlap=overlap)
-    first, middle, last = stage_layers(x.L, p, first_stage_layers, last_stage_layers)
     out_f, out_b, emb = _end_layers(x, st, dev, b, t, c, eta_gemm)
     msg, p2p, p2p_exposed = _pp_p2p(x, clu, overlap, b * st.seq_length / c, t, p, c, d, v)
-    tau = stage_times(st, (first, middle, last), sum(lf.values()), sum(lb.values()), emb,
-                      out_f, out_b)
+    stages, tau, chunk_tau = _stage_durations(st, x.L, p, v, first_stage_layers, last_stage_layers,
+                                              chunk_layers, lf, lb, (emb, out_f, out_b), p2p_exposed)
     pipeline, bubble, launchable = _pipeline(st, tau, p2p_exposed, out_f, out_b, p, m, v,
-                                             exact_schedule)
+                                             exact_schedule, chunk_tau)
     # data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
-    dense_gpu, expert_gpu, layers_max = parameters_per_gpu(x, st, p, t, e, t_e_,
-                                                           (first, middle, last))
-    sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, tau["first"],
-                              pipeline, p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_)
+    dense_gpu, expert_gpu, layers_max, ends_gpu = parameters_per_gpu(x, st, p, t, e, t_e_, stages)
+    sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, tau["first"], pipeline,
+                              p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_, ends_gpu=ends_gpu)
     group = p if st.group_size is None else st.group_size
     edges = _ep_alone_passes(x, overlap, p, v, m, group, ep_alone)
     step = pipeline + edges + sync["dp"] + sync["optimizer"]
@@ -172,20 +174,49 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         out.update(data_parallel.communication(
             st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e_, sync["ndp"],
             sync["edp"], st.grad_bytes, dense_gpu, expert_gpu, p2p, msg,
-            (sync["rs"], sync["ag"], sync["once"], sync["again"])))
+            (sync["rs"], sync["ag"], sync["once"], sync["again"]), ends_gpu=ends_gpu))
     return out
 
 
-def _pipeline(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule: bool) -> tuple:
+def _pipeline(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule: bool,
+              chunk_tau=None) -> tuple:
     """The pipeline's seconds (m tau_max plus the bubble in stage units, or the simulated
-    schedule), its bubble [s] and whether Megatron's interleaving rule lets it launch."""
+    schedule, with each chunk's own durations where ``chunk_tau`` gives them), its bubble [s]
+    and whether Megatron's interleaving rule lets it launch."""
     tau_max, total_tau = busiest_stage(st, tau, p, p2p_exposed, out_f, out_b)
     beta, launchable = bubble_in_stages(st, p, m, v)
     others = np.where(p == 1, 0.0, (total_tau - tau_max) / np.maximum(p - 1, 1))
     pipeline = m * tau_max + beta * others
     if exact_schedule:
-        pipeline = simulated_pipeline(st, pipeline, tau, p2p_exposed, p, m, v)
+        pipeline = simulated_pipeline(st, pipeline, tau, p2p_exposed, p, m, v, chunk_tau)
     return pipeline, pipeline - m * tau_max, launchable
+
+
+def _stages(L, p, v, first, last, chunks) -> tuple:
+    """Decoder layers of the (first, middle (mean), last, heaviest middle) stages: of the
+    given first / last sizes, or of a one-layout ``chunk_layers`` (its p ranks of v chunks
+    checked against the layout's p and v)."""
+    if chunks is not None:
+        if np.size(p) != 1 or np.size(v) != 1 or len(chunks) != int(np.ravel(p)[0]) \
+                or any(len(row) != int(np.ravel(v)[0]) for row in chunks):
+            raise InvalidValueError("chunk_layers must give p ranks of v chunks of one layout")
+        first, last = sum(chunks[0]), sum(chunks[-1])
+    first, middle, last = stage_layers(L, p, first, last)
+    return first, middle, last, heaviest_middle(chunks, middle)
+
+
+def _stage_durations(st, L, p, v, first, last, chunks, lf: dict, lb: dict, end_layers,
+                     p2p_exposed) -> tuple:
+    """The stages' decoder layers (:func:`_stages`), their :func:`stage_times` and, where
+    ``chunks`` is given, each chunk's (:func:`chunk_times`); ``lf`` / ``lb``: the mean
+    decoder layer's forward / backward parts, ``end_layers``: the embedding, the output
+    layer's forward and backward [s]."""
+    stages = _stages(L, p, v, first, last, chunks)
+    layer_f, layer_b = sum(lf.values()), sum(lb.values())
+    tau = stage_times(st, stages, layer_f, layer_b, *end_layers)
+    chunk_tau = None if chunks is None else chunk_times(st, chunks, layer_f, layer_b,
+                                                         *end_layers, p2p_exposed)
+    return stages, tau, chunk_tau
 
 
 def _pp_p2p(x, clu, overlap, T, t, p, c, d, v) -> tuple:
@@ -248,6 +279,9 @@ def _check_settings(st, overlap, dev) -> None:
         if st.precision != "fp8":
             raise InvalidValueError(f"fp8_recipe {st.fp8_recipe} needs precision fp8, "
                                     f"not {st.precision}")
+    if st.fp8_param_gather and st.precision != "fp8" or st.fp4_param_gather and st.precision != "fp4":
+        raise InvalidValueError(f"fp8_param_gather needs precision fp8 and fp4_param_gather "
+                                f"precision fp4, not {st.precision}")
     if st.precision == "fp4":
         dev.peak("fp4")     # NVFP4 GEMMs need the FP4 peak the vendor prints (refused else)
     if st.fp8_recipe == "mxfp8" and dev.arch_class not in ("blackwell", "blackwell-ultra"):
@@ -490,16 +524,17 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     if overlap is None:
         overlap = overlap_of(training)
     st = _settings_of(arch, layout, training)
-    first, last = layout.first_stage_layers, layout.last_stage_layers
     pl = getattr(layout, "pipeline_layout", None)
-    if pl is not None and layout.p > 1:
-        # a custom layout: its end ranks' layers (the middle ranks priced at their mean)
-        first, last = pl.rank_layers(0), pl.rank_layers(layout.p - 1)
+    # a custom layout (--pipeline-model-parallel-layout, the account-for switches): each
+    # chunk's own layers; else Megatron's first/last sizes, every chunk of a rank equal
+    chunks = tuple(pl.chunk_layers(r) for r in range(layout.p)) \
+        if pl is not None and layout.p > 1 else None
     out = step_time_grid(arch, gpu_name, t=layout.t, p=layout.p, d=layout.d, c=layout.c,
                          e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
                          cluster=cluster, overlap=overlap, eta_gemm=eta_gemm,
-                         first_stage_layers=first, last_stage_layers=last,
-                         exact_schedule=True, communication=True)
+                         first_stage_layers=layout.first_stage_layers,
+                         last_stage_layers=layout.last_stage_layers,
+                         exact_schedule=True, communication=True, chunk_layers=chunks)
 
     def first_of(key):
         return np.asarray(out[key]).ravel()[0]
@@ -527,6 +562,8 @@ def _settings_of(arch, layout, training) -> Settings:
                     sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
                     flash_attention=mem.flash_attention, dropout=dropout_kept(training),
                     precision=states.precision, fp8_recipe=states.fp8_recipe,
+                    fp8_param_gather=bool(states.fp8_param_gather),
+                    fp4_param_gather=bool(states.fp4_param_gather),
                     # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
                     distributed_optimizer=states.sharding != "ddp",
                     # --grad-reduce-in-bf16 (grad_dtype bf16) reduces 2-byte gradients, as the

@@ -230,7 +230,8 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
 
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
         layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
-                                  modules=mods if mode == "selective" else None, **common)
+                                  modules=mods if mode == "selective" else None,
+                                  compiled=training.memory.compiled_model, **common)
         return layer.expr - (frozen_linear_inputs(layer, targets) if frozen else 0) \
             + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
 

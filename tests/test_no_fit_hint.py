@@ -1,0 +1,43 @@
+"""A sizing question with no answer (issue 30): the one-line "nothing fits" message, then one
+hint line naming what the search left out: the tight layouts the fragmentation margin excludes
+(``--fragmentation 0`` admits them) and the memory-saving choices outside the space
+(``--recompute full``, larger ``--tp``/``--pp``, ``--offload optimizer``); exit status 1."""
+
+from memsym.cli import main
+
+SMALL = ("llama2-7b", "--gpu", "h100-80gb", "--gpu-memory", "8GB", "--seq-length", "2048")
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err.strip().splitlines()
+
+
+def test_min_gpus_names_the_tight_layouts_and_the_knobs(capsys):
+    code, out, err = _run(capsys, "min-gpus", *SMALL, "--tp", "1", "--pp", "1",
+                          "--recompute", "none", "--max-gpus", "8")
+    assert code == 1 and out == ""
+    assert len(err) == 2 and err[0].startswith("memsym: nothing fits within 8 x h100-80gb")
+    hint = err[1]
+    assert hint.startswith("memsym: hint: layouts are judged with the fragmentation margin")
+    assert "--fragmentation 0 admits it" in hint
+    assert hint.endswith("more could fit with --recompute full, larger --tp/--pp, "
+                         "--offload optimizer")
+
+
+def test_search_leaves_out_what_it_already_searched(capsys):
+    # the default space searches full recompute and every TP/PP: only the offload is left
+    code, out, err = _run(capsys, "search", *SMALL, "--gpus", "1")
+    assert code == 1 and out == ""
+    assert len(err) == 2 and "no layout of 1 x h100-80gb fits" in err[0]
+    # 7B on 8 GB: no layout comes within the GPU even without the margin (none is tight)
+    assert err[1] == "memsym: hint: more could fit with --offload optimizer"
+
+
+def test_nothing_left_to_say_no_hint(capsys):
+    # no margin, full recompute, every TP/PP and the optimizer offload searched: one line
+    code, out, err = _run(capsys, "min-gpus", *SMALL, "--fragmentation", "0", "--offload",
+                          "none", "optimizer", "--max-gpus", "1")
+    assert code == 1 and out == ""
+    assert len(err) == 1 and err[0].startswith("memsym: nothing fits within 1 x h100-80gb")
