@@ -191,3 +191,20 @@ def test_the_nemotron_3_nano_preset_is_its_card():
     assert abs(parameter_count(arch) - 31.6e9) <= 0.05e9
     assert abs(active_parameter_count(arch) - 3.6e9) <= 0.05e9
 
+
+
+def test_context_parallel_mamba_sends_its_projections_and_output_all_to_all():
+    # MambaContextParallel (megatron/core/ssm/mamba_context_parallel.py at d98e8a64dd):
+    # pre_conv_ssm's all-to-alls of z, x, B, C, dt and post_conv_ssm's of y.  A rank of c = 2
+    # holds T = s / 2 tokens and sends the other rank half of its bf16 payload
+    # 2 T (3 d_ssm + 2 G N + H); the backward sends the gradients back the same way
+    dev = gpu("h100")
+    s = 1024
+    raw = {}
+    layer_time(shape_of(_hybrid()), Settings(seq_length=s, precision="bf16"), dev,
+               cluster_for(dev.name), np.array(1.0), np.array(2.0), np.array(1.0),
+               np.array(1.0), 1, moe=False, eta_gemm=None, overlap=Overlap(),
+               dp=np.array(1.0), raw=raw, mixer="mamba", mlp=False)
+    T = s / 2
+    sent = 2 * T * (3 * D + 2 * G * N + H) / 2
+    assert float(raw["cp"][2]) == pytest.approx(sent) == pytest.approx(float(raw["cp"][3]))

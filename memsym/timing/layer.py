@@ -108,7 +108,7 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
                                                         attention=(f_att, b_att))
         f_mem, b_mem = f_mem + f_c, b_mem + b_c
     f_cp, b_cp, cp_raw = _context_parallel(x, clu, t, c, dp, T, overlap, f_att, b_att,
-                                           attention=mixer == "attention")
+                                           mixer=mixer)
     fwd = {"gemm": f_gemm, "attention": f_att, "memory": f_mem, "tp": f_tp, "ep": f_ep,
            "cp": f_cp}
     bwd = {"gemm": b_gemm, "attention": b_att, "memory": b_mem, "tp": b_tp, "ep": b_ep,
@@ -268,13 +268,18 @@ def _expert_parallel(x, st: Settings, gemms, dev, clu, t, e, t_e, T, *, eta_gemm
 
 
 def _context_parallel(x, clu, t, c, dp, T, overlap: Overlap, f_att, b_att, *,
-                      attention: bool = True):
-    """The layer's exposed CP ring seconds (forward, backward) and its ring as issued:
-    K and V blocks passed c - 1 times (forward), K, V and dK, dV (backward); none for a
-    layer without attention (a Mamba mixer's CP all-to-alls are not priced)."""
+                      mixer: str = "attention"):
+    """The layer's exposed CP seconds (forward, backward) and its CP traffic as issued.
+
+    Attention: the ring, K and V blocks passed c - 1 times (forward), K, V and dK, dV
+    (backward), hidden under the attention core with ``overlap.cp_ring``.  A Mamba-2 mixer
+    (:func:`_mamba_context_parallel`): two all-to-alls each way, exposed.  None without a
+    token mixer."""
+    if mixer == "mamba":
+        return _mamba_context_parallel(x, clu, t, c, dp, T)
     kv = 2 * 2 * T * x.g * x.d_qk / as_array(t) if not x.mla else 2 * T * x.a * (x.d_qk + x.d_v) / as_array(t)
     cbw, clat = group_bandwidth("cp", c, clu, t=t, c=c, d=dp)
-    cc = as_array(c) if attention else np.ones_like(as_array(c))
+    cc = as_array(c) if mixer == "attention" else np.ones_like(as_array(c))
     f_cp = np.where(cc > 1, (cc - 1) * collective_time("p2p", kv, cc, cbw, clat), 0.0)
     b_cp = 2 * f_cp
     cp_bytes = np.where(cc > 1, (cc - 1) * collective_bytes("p2p", kv, cc), 0.0)
@@ -283,6 +288,27 @@ def _context_parallel(x, clu, t, c, dp, T, overlap: Overlap, f_att, b_att, *,
         f_cp = np.maximum(0, f_cp - f_att)
         b_cp = np.maximum(0, b_cp - b_att)
     return f_cp, b_cp, cp_raw
+
+
+def _mamba_context_parallel(x, clu, t, c, dp, T):
+    """A Mamba-2 mixer's CP all-to-alls (forward, backward seconds; as issued).
+
+    Megatron-core's ``MambaContextParallel`` (megatron/core/ssm/mamba_context_parallel.py at
+    Megatron-LM d98e8a64dd): ``pre_conv_ssm`` turns in_proj's output from sequence- to
+    head-sharded with all-to-alls of z, x, B, C and dt (``_all_to_all_cp2hp``), the scan
+    runs on the whole sequence for H/(t c) heads, ``post_conv_ssm`` turns y back
+    (``_all_to_all_hp2cp``); the backward runs the transposed all-to-alls of the gradients.
+    Each rank sends its bf16 ``[T, (2 d_ssm + 2 G N + H)/t]`` and ``[T, d_ssm/t]`` (T the
+    CP rank's tokens), nothing hides them (issued on the compute stream)."""
+    d, N, H, G, _ = x.ssm
+    cc = as_array(c)
+    payload = 2 * T * (2 * d + 2 * G * N + H + d) / as_array(t)
+    cbw, clat = group_bandwidth("cp", c, clu, t=t, c=c, d=dp)
+    # one all-to-all for the projections and one for y, counted as one payload (the ring
+    # latency of the five z, x, B, C, dt calls of pre_conv_ssm not separated)
+    f_cp = np.where(cc > 1, collective_time("all-to-all", payload, cc, cbw, clat), 0.0)
+    cp_bytes = np.where(cc > 1, collective_bytes("all-to-all", payload, cc), 0.0)
+    return f_cp, f_cp, [f_cp, f_cp, cp_bytes, cp_bytes]
 
 
 def _recompute(x, st: Settings, dev, gemms, knobs, eta_gemm, fwd: dict, bwd: dict, raws, *,
