@@ -198,6 +198,34 @@ XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
     "margin, against 279 GB")
 
 
+#: Runs memsym cannot estimate yet, by the TOML id: the mechanism it lacks.  Each is an
+#: expected failure (``xfail(strict=True)``) estimated from the model's preset with the
+#: table's layout and the recipe's settings (:func:`_preset_command`), so that modelling the
+#: mechanism makes the suite say so.  Nemotron 3 Nano (a hybrid Mamba-2 model, its step time
+#: priced since issue 31): memsym's Bridge reader does not read the nemotronh perf recipes
+#: (HybridModelProvider built in the recipe body), and its FP8 / MXFP8 rows need the FP8
+#: activations of a Mamba mixer, which memsym.terms.mamba does not model.
+UNPRICED = {r["id"]: ("FP8 activations of a Mamba-2 mixer (memsym.terms.mamba counts them in "
+                      "16 bits only) and the nemotronh perf recipes (not read by "
+                      "memsym.readers.bridge)")
+            for r in RUNS if r.get("preset") == "nemotron-3-nano"}
+
+
+def _preset_command(run) -> list:
+    """The estimate of a run whose recipe memsym does not read: its preset, the table's
+    layout and batch, and the recipe's precision, optimizer and dispatcher as options."""
+    lay, st = run["layout"], run["settings"]
+    argv = ["estimate", run["preset"], "--tp", str(lay["t"]), "--pp", str(lay["p"]),
+            "--cp", str(lay["c"]), "--ep", str(lay.get("e", 1)), "--etp", "1",
+            "--micro-batch-size", str(st["b"]), "--global-batch-size", str(st["B"]),
+            "--seq-length", str(st["seq"]), "--precision", st["precision"],
+            "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+            "--grad-reduce-in-bf16", "--moe-dispatcher", st.get("moe_dispatcher", "alltoall")]
+    if st.get("fp8_recipe"):
+        argv += ["--fp8-recipe", st["fp8_recipe"], "--fp8-param-gather"]
+    return argv + ["--world-size", str(run["table"]["gpus"]), "--gpu", run["gpu"], "--json"]
+
+
 def _recipe(run) -> str:
     """The run's recipe as memsym names it: its function, or, for a perf recipe named like
     the base recipe it builds on (gpt_oss/h100/gpt_oss.py's
@@ -211,7 +239,10 @@ def _recipe(run) -> str:
 
 
 def command(run) -> list:
-    """The estimate command of one run: its recipe, the table's settings where they differ."""
+    """The estimate command of one run: its recipe, the table's settings where they differ
+    (:func:`_preset_command` for the runs of :data:`UNPRICED`)."""
+    if run["id"] in UNPRICED:
+        return _preset_command(run)
     name = _recipe(run)
     values = read_bridge_recipe(name)["values"]
     want = {KEYS[k]: run["layout"][k] for k in KEYS}
@@ -270,8 +301,8 @@ def result(run) -> dict:
 def _params():
     out = []
     for run in RUNS:
-        marks = [pytest.mark.xfail(strict=True, reason=XFAIL[run["id"]])] \
-            if run["id"] in XFAIL else []
+        why = XFAIL.get(run["id"]) or UNPRICED.get(run["id"])
+        marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
         out.append(pytest.param(run, id=run["id"], marks=marks))
     return out
 
@@ -281,7 +312,8 @@ def test_the_table_runs_are_read():
     assert len(RUNS) >= 60
     from memsym.readers._bridge_recipes import PERF_RECIPES
 
-    assert all(_recipe(r) in PERF_RECIPES for r in RUNS)
+    assert all(_recipe(r) in PERF_RECIPES for r in RUNS if r["id"] not in UNPRICED)
+    assert not any(_recipe(r) in PERF_RECIPES for r in RUNS if r["id"] in UNPRICED)
     assert set(XFAIL) | set(TIGHT) <= {r["id"] for r in RUNS}, \
         sorted((set(XFAIL) | set(TIGHT)) - {r["id"] for r in RUNS})
 

@@ -158,7 +158,7 @@ def test_every_run_is_priced_and_every_slice_counted(runs, results):
 
 def test_skipped_rows_say_why_and_are_not_expressible():
     rows = time_accuracy.skipped()
-    assert len(rows) >= 75
+    assert len(rows) >= 62   # 75 less the 13 Nemotron 3 Nano rows priced since issue 31
     for row in rows:
         loc, why = row["locator"], row["reason"]
         assert row["source"] in (MBRIDGE, "nemo-perf-2407", "nemo-long-sequence") and why
@@ -167,8 +167,11 @@ def test_skipped_rows_say_why_and_are_not_expressible():
             assert "25.09 NeMo Container" in loc
     # the MXFP8 and NVFP4 rows left out are those of models memsym has no step time for
     mx = [r for r in rows if r["locator"].endswith((" MXFP8", " FP8-MX", " NVFP4"))]
-    assert mx and {r["reason"] for r in mx} == {"no memsym preset for the model",
-                                               "hybrid Mamba model (no step time in memsym)"}
+    assert mx and {r["reason"] for r in mx} == {
+        "no memsym preset for the model",
+        "latent MoE (moe_latent_size, Nemotron 3 Super) not modelled: no memsym preset"}
+    # hybrid Mamba-2 models have a step time (memsym.timing.ssm): none is left out for it
+    assert not [r for r in rows if "Mamba" in r["reason"]]
     # a row of a precision memsym has is never left out for its precision
     assert not [r for r in rows if r["locator"].endswith((" BF16", " FP8", " FP8-CS", " MXFP8",
                                                           " FP8-MX", " NVFP4"))

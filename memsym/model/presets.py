@@ -140,7 +140,7 @@ def preset(name: str) -> Architecture:
     >>> preset("llama2-7")
     Traceback (most recent call last):
     ...
-    memsym.errors.UnknownNameError: unknown model 'llama2-7'; did you mean llama2-7b or llama2-70b or llama3-70b? (accepted: deepseek-v3, gpt-oss-120b, gpt3-175b, llama2-13b, llama2-70b, llama2-7b, llama3-405b, llama3-70b, llama3-8b, mistral-7b, mixtral-8x7b, qwen3-30b-a3b, ...)
+    memsym.errors.UnknownNameError: unknown model 'llama2-7'; did you mean llama2-7b or llama2-70b or llama3-70b? (accepted: deepseek-v3, gpt-oss-120b, gpt3-175b, llama2-13b, llama2-70b, llama2-7b, llama3-405b, llama3-70b, llama3-8b, mistral-7b, mixtral-8x7b, nemotron-3-nano, ...)
     """
     if not isinstance(name, str):
         raise InvalidValueError(f"a model name must be a string, got {type(name).__name__}")
@@ -178,3 +178,33 @@ def resolve_model(name_or_path) -> Architecture:
     if is_hub_spelling(name_or_path):
         return from_hub(name_or_path)
     return preset(name_or_path)
+
+
+#: Nemotron 3 Nano (30B-A3B), as Megatron-Bridge's recipe builds it
+#: (recipes/nemotronh/h100/nemotron_3_nano.py nemotron_3_nano_pretrain_8gpu_h100_bf16_config at
+#: Megatron-Bridge 067f987df0: HybridModelProvider with hybrid_layer_pattern
+#: "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", hidden 2688, 64 Mamba heads of 64,
+#: state 128, 8 groups, 32 attention heads, 2 query groups, kv_channels 128, 128 experts of
+#: 1856, a shared expert of 3712, top-6, squared ReLU; the provider's defaults: RMSNorm, no
+#: biases, no position embedding, untied output, dropout 0) and the checkpoint's config.json
+#: (vocab_size 131072, tie_word_embeddings false: the Bridge's AutoBridge test fixture,
+#: tests/unit_tests/models/nemotronh/test_nemotron_h_bridge.py).  One norm per layer
+#: (NemotronHBlock / Megatron's MambaLayer and the hybrid specs); the router's expert bias
+#: (moe_router_enable_expert_bias) is a buffer, not a parameter.
+_NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+PRESETS["nemotron-3-nano"] = Architecture(
+    name="nemotron-3-nano", num_layers=len(_NANO_PATTERN), hidden_size=2688,
+    num_attention_heads=32, num_query_groups=2, kv_channels=128, ffn_hidden_size=1856,
+    swiglu=False, normalization="RMSNorm", vocab_size=131072,
+    untie_embeddings_and_output_weights=True, position_embedding_type="none",
+    add_bias_linear=False, norms_per_layer=1, num_experts=128, moe_router_topk=6,
+    moe_ffn_hidden_size=1856, moe_shared_expert_intermediate_size=3712,
+    moe_layer_freq=tuple(int(ch == "E") for ch in _NANO_PATTERN),
+    layer_mixers=tuple({"M": "mamba", "*": "attention"}.get(ch, "none") for ch in _NANO_PATTERN),
+    ffn_layers=tuple(int(ch in "E-") for ch in _NANO_PATTERN),
+    mamba_inner_size=64 * 64, mamba_state_dim=128, mamba_num_heads=64, mamba_num_groups=8,
+    mamba_conv_kernel=4)
+RECIPES["nemotron-3-nano"] = (
+    {"dropout": False},
+    "megatron-bridge-recipes: HybridModelProvider's hidden_dropout and attention_dropout 0.0 "
+    "(models/hybrid/hybrid_provider.py)")
