@@ -346,3 +346,28 @@ def test_moe_host_constant_comes_from_its_run(runs):
     assert time_accuracy.calibrate_moe_host() == pytest.approx(moe_host.MOE_LAYER_HOST,
                                                                abs=0.02e-3)
     assert time_accuracy.predict(run)["step"] == pytest.approx(measured, rel=0.005)
+
+
+def test_release_rows_wait_on_the_host_where_the_recipe_would_not(runs):
+    """The recipe read (067f987df0, perf_recipes/qwen/common.py
+    _enable_hybridep_full_iteration_mxfp8, perf_recipes/deepseek/common.py
+    _enable_deepseek_full_iteration_mxfp8) gives the GB300 / GB200 / B300 Qwen3-30B-A3B and
+    DeepSeek-V3 MXFP8 rows full-iteration CUDA graphs and moe_expert_rank_capacity_factor 1.5
+    (no host read); the releases' perf configs that ran them (Megatron-Bridge v0.2.2, v0.3.0,
+    v0.4.0, 26.04-alpha.rc2, v0.4.2: scripts/performance/configs/qwen*/ and deepseek/
+    *workload_base_configs.py) set neither, so HybridEP reads tokens_per_expert.sum() on the
+    host every layer (token_dispatcher.py _HybridEPManager.dispatch at core_v0.17.0)."""
+    rows = [r for r in runs if r.get("release") in ("25.11", "26.02", "26.02.01", "26.04",
+                                                    "26.04.01")
+            and r.get("preset") in ("qwen3-30b-a3b", "deepseek-v3")
+            and r["gpu"] in ("gb300", "gb200", "b300")
+            and r["settings"].get("fp8_recipe") == "mxfp8"]
+    # 25.11: GB300 and GB200 only (4 rows); 26.02 ... 26.04.01: three GPUs, two models
+    assert len(rows) == 4 + 4 * 6
+    for run in rows:
+        assert time_accuracy.recipe_moe_host_sync(run) is False, run["id"]
+        assert run["settings"]["moe_host_sync"] is True, run["id"]
+        assert time_accuracy._settings(run).moe_host_sync is True, run["id"]
+        assert "full_iteration" not in " ".join(run["unmodelled"]), run["id"]
+        assert any("release's perf config" in o and "capacity_factor" in o
+                   for o in run["open"]), run["id"]

@@ -103,7 +103,8 @@ def _settings(run) -> Settings:
                     tp_overlap_cfg=recipe_ub_config(run),
                     # a row whose config is not the recipe read states its dispatcher
                     moe_dispatcher=st.get("moe_dispatcher") or recipe_moe_dispatcher(run),
-                    moe_host_sync=recipe_moe_host_sync(run))
+                    # a row run by its release's perf config, not the recipe read, states it
+                    moe_host_sync=st.get("moe_host_sync", recipe_moe_host_sync(run)))
 
 
 def recipe_moe_dispatcher(run) -> str:
