@@ -137,7 +137,7 @@ def test_calibration_runs_are_exactly_the_named_ones(runs):
                                         ("blackwell-ultra", "fp4")])
 def test_blackwell_ceilings_come_from_their_runs(klass, prec):
     # the stored value reproduces its run's measured step (the Hopper and Ampere ones:
-    # tests/test_timing.py); not Hopper's 0.587 / 0.548 any more (Hopper has no fp4)
+    # tests/test_timing.py); not Hopper's 0.587 / 0.570 any more (Hopper has no fp4)
     fitted = time_accuracy.calibrate(klass, prec)
     stored = efficiency.GEMM_CEILING[(klass, prec)]
     assert fitted == pytest.approx(stored, abs=0.002)
