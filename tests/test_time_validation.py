@@ -375,3 +375,24 @@ def test_release_rows_wait_on_the_host_where_the_recipe_would_not(runs):
         assert "full_iteration" not in " ".join(run["unmodelled"]), run["id"]
         assert any("release's perf config" in o and "capacity_factor" in o
                    for o in run["open"]), run["id"]
+
+
+def test_release_rows_recompute_what_their_config_names(runs):
+    """The DeepSeek-V3 MXFP8 rows' release configs (Megatron-Bridge scripts/performance/
+    configs/deepseek/*workload_base_configs.py) name other recompute modules than the recipe
+    read at 067f987df0: GB300 ["moe_act"] in v0.2.2 (:38), ["mla_up_proj"] in v0.3.0 ...
+    v0.4.2 (:53), where the recipe names none; GB200 ["mlp"] in v0.4.0, 26.04-alpha.rc2 and
+    v0.4.2 (:81), where the recipe names ["mla_up_proj"].  The row's own list is priced."""
+    by_id = {r["id"]: r for r in runs}
+    want = {"mbridge.25.11.gb300.deepseek-v3.mxfp8": ("moe_act",),
+            **{f"mbridge.{rel}.gb300.deepseek-v3.mxfp8": ("mla_up_proj",)
+               for rel in ("26.02", "26.02.01", "26.04", "26.04.01")},
+            **{f"mbridge.{rel}.gb200.deepseek-v3.mxfp8": ("mlp",)
+               for rel in ("26.02.01", "26.04", "26.04.01")}}
+    for rid, mods in want.items():
+        run = by_id[rid]
+        assert time_accuracy.recipe_recompute_modules(run) != mods, rid
+        st = time_accuracy._settings(run)
+        assert (st.recompute, st.recompute_modules) == ("selective", mods), rid
+    # the 26.02 GB200 config (v0.3.0 :81) names the recipe's own ["mla_up_proj"]
+    assert "recompute_modules" not in by_id["mbridge.26.02.gb200.deepseek-v3.mxfp8"]["settings"]

@@ -89,7 +89,9 @@ def _settings(run) -> Settings:
         lay = run["layout"]
         frac = st["recompute_layers"] / (_arch(run).num_layers / (lay["p"] * lay.get("v", 1)))
     recompute, modules = st["recompute"], ("core_attn",)
-    named = recipe_recompute_modules(run)
+    # a row run by its release's perf config, not the recipe read, states its modules
+    named = (tuple(st["recompute_modules"]) if "recompute_modules" in st
+             else recipe_recompute_modules(run))
     if named is not None and recompute == "none":
         # a recipe's --recompute-modules under selective granularity: those modules only
         recompute, modules = "selective", named
