@@ -97,7 +97,7 @@ KNOWN_GAPS = (
     "  output gradient is cast by a kernel of its own, a bf16 read and two quantized",
     "  copies written, priced at HBM bandwidth; the fp8 / fp4 ceilings were re-derived on",
     "  their runs (hopper 0.548 -> 0.570, blackwell 0.493 -> 0.519, blackwell-ultra 0.595",
-    "  -> 0.638, fp4 0.424 -> 0.450).  Cast bytes per FLOP go as 1/N + 1/K, four to six",
+    "  -> 0.638, fp4 0.424 -> 0.450).  Cast bytes per FLOP go as 1/N + 1/K, three to six",
     "  times more on Qwen3-30B-A3B's experts (K, N 768-2048) than on Llama 3's layers:",
     "  the Qwen3 MXFP8 rows gain 2-3 points, while the Llama 3 70B / 405B FP8 and MXFP8",
     "  rows, whose GEMMs are larger than the 8B calibration run's, move 2-4 points",

@@ -29,7 +29,7 @@ over the layer's forward GEMMs :math:`g = [M, K] \times [K, N]`, :math:`c_g` of 
 experts); :math:`F` the GEMMs whose input is not cast here (:data:`NOT_CAST_FORWARD`),
 :math:`U` those that do not run quantized (:data:`UNQUANTIZED`).  A GEMM of shape
 :math:`M, N, K` runs :math:`6MNK` FLOPs for :math:`(2 + 2w)(MK + MN)` cast bytes: the casts
-weigh :math:`\tfrac{1}{3}(1/N + 1/K)(2 + 2w)` bytes per FLOP, four to six times more on
+weigh :math:`\tfrac{1}{6}(1/N + 1/K)(2 + 2w)` bytes per FLOP, three to six times more on
 Qwen3-30B-A3B's experts (K, N of 768-2048) than on Llama 3's layers (4096-28672).
 
 References
