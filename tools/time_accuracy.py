@@ -90,7 +90,9 @@ def _settings(run) -> Settings:
         lay = run["layout"]
         frac = st["recompute_layers"] / (_arch(run).num_layers / (lay["p"] * lay.get("v", 1)))
     recompute, modules = st["recompute"], ("core_attn",)
-    named = recipe_recompute_modules(run)
+    # a row run by its release's perf config, not the recipe read, states its modules
+    named = (tuple(st["recompute_modules"]) if "recompute_modules" in st
+             else recipe_recompute_modules(run))
     if named is not None and recompute == "none":
         # a recipe's --recompute-modules under selective granularity: those modules only
         recompute, modules = "selective", named
@@ -104,7 +106,8 @@ def _settings(run) -> Settings:
                     tp_overlap_cfg=recipe_ub_config(run),
                     # a row whose config is not the recipe read states its dispatcher
                     moe_dispatcher=st.get("moe_dispatcher") or recipe_moe_dispatcher(run),
-                    moe_host_sync=recipe_moe_host_sync(run))
+                    # a row run by its release's perf config, not the recipe read, states it
+                    moe_host_sync=st.get("moe_host_sync", recipe_moe_host_sync(run)))
 
 
 def recipe_moe_dispatcher(run) -> str:

@@ -25,6 +25,7 @@ from .gemm import attention_flops, layer_gemms, memory_bytes
 from .ssm import ssd_flops
 from .moe import gemm_seconds, moe_layer_extras
 from .moe_host import host_exposed
+from .quantize import cast_bytes
 from .records import Overlap, Settings
 from .recompute import module_recompute
 from .userbuffers import UB_COMM_SMS, UB_PIPELINE_SPLITS, ub_config
@@ -95,6 +96,11 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     # one gradient (norm, activation, softmax: 3 tensors to the forward's 2; dropout and
     # residual pass the gradient through): about 1.5 x the forward bytes (memsym's count)
     f_mem, b_mem = mem, BACKWARD_MEMORY * mem
+    if prec in ("fp8", "fp4"):
+        # Transformer Engine's casts of each quantized GEMM's input and output gradient
+        # (memsym.timing.quantize)
+        f_q, b_q = cast_bytes(gemms, fp8_element_bytes(st))
+        f_mem, b_mem = f_mem + memory_time(f_q, dev), b_mem + memory_time(b_q, dev)
     T = as_array(b) * s / as_array(c)     # tokens of one micro-batch on one CP rank
     f_gemm, b_gemm, f_tp, b_tp, tp_raw = _tensor_parallel(
         x, st, gemms, dev, clu, t, c, dp, T, moe=moe, eta_gemm=eta_gemm, overlap=overlap,
