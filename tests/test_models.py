@@ -217,6 +217,50 @@ def test_new_moe_presets_match_transformers(name):
     assert counted == parameter_count(preset(name)) - buffers
 
 
+def _nemotron_by_hand(L_, h_, a_, g_, f_, V_=256000):
+    """NeMo's Nemotron layer from its config (hand): q and o h x h, k and v h x g d_h (d_h =
+    h / a), up and down h x f (squared ReLU, no gate), two LayerNorms of weight and bias, no
+    linear biases; untied embedding and head V x h; the final LayerNorm 2h."""
+    d_h = h_ // a_
+    per_layer = 2 * h_ * h_ + 2 * h_ * g_ * d_h + 2 * h_ * f_ + 2 * 2 * h_
+    return L_ * per_layer + 2 * V_ * h_ + 2 * h_
+
+
+def test_nemotron_presets_by_hand_and_published():
+    assert parameter_count(preset("nemotron3-8b")) == _nemotron_by_hand(32, 4096, 32, 32, 16384)
+    assert parameter_count(preset("nemotron4-22b")) == _nemotron_by_hand(40, 6144, 48, 48, 24576)
+    arch = preset("nemotron4-340b")
+    total = _nemotron_by_hand(96, 18432, 96, 8, 73728)
+    assert parameter_count(arch) == total
+    # Nemotron-4 340B report (arXiv:2406.11704, section 2): "9.4 billion embedding parameters
+    # and 331.6 billion non-embedding parameters"
+    embedding = 2 * 256000 * 18432
+    assert round(embedding / 1e8) == 94 and round((total - embedding) / 1e8) == 3316
+    # the names' sizes, counted: "8B" 8.5B (2.1B of it embedding and head), "22B" 21.3B
+    assert int(parameter_count(preset("nemotron3-8b")) / 1e8) == 85
+    assert int(parameter_count(preset("nemotron4-22b")) / 1e8) == 212
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name,g", [("nemotron3-8b", 32), ("nemotron4-22b", 48),
+                                    ("nemotron4-340b", 8)])
+def test_nemotron_presets_match_transformers(name, g):
+    """transformers' NemotronForCausalLM (NemotronLayerNorm1P, relu2 MLP without a gate) built
+    from the preset's fields on the meta device: sum(p.numel())."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    arch = preset(name)
+    conf = transformers.NemotronConfig(
+        hidden_size=arch.hidden_size, intermediate_size=arch.ffn_hidden_size,
+        num_hidden_layers=arch.num_layers, num_attention_heads=arch.num_attention_heads,
+        num_key_value_heads=g, vocab_size=256000, partial_rotary_factor=0.5,
+        max_position_embeddings=4096, tie_word_embeddings=False, attention_bias=False,
+        mlp_bias=False)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(conf)
+    assert sum(p.numel() for p in model.parameters()) == parameter_count(arch)
+
+
 # --------------------------------------------------------------------------------------------
 # symbolic forms
 # --------------------------------------------------------------------------------------------
@@ -431,7 +475,8 @@ def test_preset_names_case_insensitive():
     assert all(n == n.lower() and " " not in n and "_" not in n for n in PRESETS)
     for required in ("gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b",
                      "llama3-70b", "llama3-405b", "mistral-7b", "mixtral-8x7b", "deepseek-v3",
-                     "qwen3-30b-a3b", "gpt-oss-120b", "qwen3-235b-a22b", "kimi-k2"):
+                     "qwen3-30b-a3b", "gpt-oss-120b", "qwen3-235b-a22b", "kimi-k2",
+                     "nemotron3-8b", "nemotron4-22b", "nemotron4-340b"):
         assert required in PRESETS
 
 

@@ -89,6 +89,32 @@ PRESETS: dict = {
     "qwen3-235b-a22b": _llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936,
                               kv_channels=128, qk_layernorm=True, max_position_embeddings=40960,
                               num_experts=128, moe_router_topk=8, moe_ffn_hidden_size=1536),
+    # Nemotron (NeMo 24.07 nemo/collections/llm/gpt/model/nemotron.py at 8e3d65dcfe,
+    # NemotronConfig and its sizes): LayerNorm (zero-centred gamma: a weight and a bias),
+    # squared-ReLU MLP without a gate, no linear biases, RoPE on half of each head
+    # (rotary_percent 0.5, no parameters), untied embeddings, sequence 4096; the Nemotron
+    # tokenizer's 256,000 tokens (Nemotron-4 340B report, arXiv:2406.11704, Table 1).  8B
+    # (Nemotron3Config8B) and 22B (Nemotron4Config22B) leave num_query_groups None: MHA.
+    "nemotron3-8b": Architecture(
+        name="nemotron3-8b", num_layers=32, hidden_size=4096, num_attention_heads=32,
+        ffn_hidden_size=16384, normalization="LayerNorm", vocab_size=256000,
+        untie_embeddings_and_output_weights=True, position_embedding_type="rope",
+        max_position_embeddings=4096, add_bias_linear=False,
+        extra={"activation": "squared_relu", "rotary_percent": 0.5}),
+    "nemotron4-22b": Architecture(
+        name="nemotron4-22b", num_layers=40, hidden_size=6144, num_attention_heads=48,
+        ffn_hidden_size=24576, normalization="LayerNorm", vocab_size=256000,
+        untie_embeddings_and_output_weights=True, position_embedding_type="rope",
+        max_position_embeddings=4096, add_bias_linear=False,
+        extra={"activation": "squared_relu", "rotary_percent": 0.5}),
+    # Nemotron4Config340B; arXiv:2406.11704 Table 1: 96 layers, hidden 18432, 96 heads, 8 KV
+    # heads, sequence 4096, vocabulary 256,000 (ffn 73728 from the NeMo config).
+    "nemotron4-340b": Architecture(
+        name="nemotron4-340b", num_layers=96, hidden_size=18432, num_attention_heads=96,
+        num_query_groups=8, ffn_hidden_size=73728, normalization="LayerNorm",
+        vocab_size=256000, untie_embeddings_and_output_weights=True,
+        position_embedding_type="rope", max_position_embeddings=4096, add_bias_linear=False,
+        extra={"activation": "squared_relu", "rotary_percent": 0.5}),
     # gpt-oss-120b: 36 layers, all MoE (128 experts, top-4, expert ffn 2880), GQA 64/8 heads of 64,
     # biases on every linear layer (attention, experts, router), one sink logit per head, untied.
     # Sliding-window (128) attention on alternate layers changes activations, not parameters.
