@@ -58,7 +58,12 @@ OPEN = {"mbridge.25.11.gb300.deepseek-v3.bf16": (_DS_PP2_VP4,),
                                                             + ["tmL"]),),
         **{f"mbridge.{rel}.b300.deepseek-v3.mxfp8":
            ("comm_overlap.overlap_moe_expert_parallel_comm=False",)
-           for rel in ("26.04.01", "26.04", "26.02.01", "26.02")}}
+           for rel in ("26.04.01", "26.04", "26.02.01", "26.02")},
+        # the Qwen3-235B-A22B MXFP8 rows the table prints at PP > 1 without VP: the same
+        **{f"mbridge.{rid}.qwen3-235b-a22b.mxfp8":
+           ("comm_overlap.overlap_moe_expert_parallel_comm=False",)
+           for rid in ("26.04.01.b300", "26.04.01.b200", "26.04.b300", "26.02.01.gb300",
+                       "26.02.01.gb200", "26.02.gb300", "26.02.gb200", "26.02.b200")}}
 
 _FRAG = ("memsym's 10 % fragmentation allowance (memsym.terms.allowances: phi_frag 1/10, "
          "from Bridge's memory-tuning guide's 80 GB H100 case; no published (max allocated, "
@@ -189,6 +194,18 @@ TIGHT["mbridge.26.04.01.b200.deepseek-v3.mxfp8"] = (
     f"Engine's CUDA graphs ({_CG_TE}: 1.4 GB): 167.6 GB without the margin, 184.2 GB with "
     "it, against 180 GB (PP 8 VP 2 EP 32; 166.2 / 182.7 before the graphs were counted)")
 XFAIL["mbridge.25.11.gb200.qwen3-30b-a3b.mxfp8"] = XFAIL["mbridge.26.02.gb200.qwen3-30b-a3b.mxfp8"]
+TIGHT["mbridge.25.11.gb300.qwen3-235b-a22b.bf16"] = (
+    f"{_FRAG} takes it over: at the row's PP 4 VP 12, MBS 2 in bf16 (the recipe at 067f987df0 "
+    "runs no VP, EP 32) stage 1 holds 233.5 GB of activations, with HybridEP's buffers (1.2 GB) "
+    f"and the static inputs of Transformer Engine's CUDA graphs ({_CG_TE}: 3.3 GB): 271.7 GB "
+    "without the margin, 298.6 GB with it, against 279 GB")
+XFAIL["mbridge.25.11.b200.qwen3-235b-a22b.mxfp8"] = (
+    "the row's VP 2 at 64 GPUs (the recipe at 067f987df0 runs no VP there: 168.2 GB predicted, "
+    "fits; the 25.11 release config, v0.2.2 QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG, prints VP 4, "
+    "no recompute): interleaving keeps 1 + (p - 1)/(p v) times a stage's activations in flight "
+    "(129.9 GB on stage 1 at MBS 1), and with EP 8 = DP 8 the expert optimizer states are not "
+    "sharded (43.5 GB): 213.3 GB predicted, 194.0 without the margin, against 180 GB; what the "
+    "25.11 branch ran to fit it is not in the recipe or the release config read")
 #: NVFP4 (precision fp4) with the recipes' fp4_param_gather: NVFP4 linear weights only,
 #: rowwise + columnwise, 9/8 B each (memsym.terms.widths.nvfp4_weight_bytes); every NVFP4
 #: row at the recipe's layout fits (26.02.01's GB200 405B row at its VP 4: 185.0 GB of 186).
