@@ -225,9 +225,11 @@ def emit(framework: str, row: dict, space, gpus: int, model=None, folder=None) -
     if row["offload"] != "none" and not FRAMEWORK[framework].reads_offload:
         raise NotExpressible(f"offload {row['offload']}: memsym's {framework} reader reads no "
                              "CPU offload")
-    if framework == "megatron":
-        return _megatron(row, space, int(gpus), folder)
-    return {"torchtitan": _torchtitan, "deepspeed": _deepspeed}[framework](row, space, int(gpus))
+    # one writer per framework; Megatron's alone may write a file beside the command
+    writers = {"megatron": lambda: _megatron(row, space, int(gpus), folder),
+               "torchtitan": lambda: _torchtitan(row, space, int(gpus)),
+               "deepspeed": lambda: _deepspeed(row, space, int(gpus))}
+    return writers[framework]()
 
 
 # ---------------------------------------------------------------------------------------------
