@@ -24,6 +24,7 @@ emitted as something that reads back differently.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ from .frameworks import FRAMEWORK
 from .job import resolve_dropout
 from .model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.jobs import DEEPSPEED_SCHEMES
+from .readers.megatron_userbuffers import ub_yaml
 from .search import launch_overlaps
 from .search.space import MEGATRON_FSDP_STRATEGY, recompute_layers
 
@@ -46,6 +48,8 @@ EMIT_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 FILE_SUFFIX = {name: FRAMEWORK[name].config_suffix for name in EMIT_FRAMEWORKS}
 #: The frameworks whose launch is words on a command line as well as a file.
 EMIT_AS_WORDS = ("megatron",)
+#: The file a carried userbuffers config is written to (Megatron-LM's --tp-comm-overlap-cfg).
+UB_FILE = "tp_comm_overlap_cfg.yaml"
 
 #: memsym's scheme -> DeepSpeed's ``zero_optimization.stage`` (the reader's table inverted).
 _DEEPSPEED_STAGE = {scheme: stage for stage, scheme in DEEPSPEED_SCHEMES.items()}
@@ -84,6 +88,9 @@ class Emitted:
         The GPUs of the job [GPUs].
     seq_length : int
         Sequence length [tokens].
+    files : tuple of (str, str)
+        The other files the arguments name, as (file name, content): the userbuffers config
+        of ``--tp-comm-overlap-cfg`` (:data:`UB_FILE`).
     """
 
     framework: str
@@ -92,6 +99,7 @@ class Emitted:
     host: tuple
     world_size: int
     seq_length: int
+    files: tuple = ()
 
     @property
     def suffix(self) -> str:
@@ -186,7 +194,7 @@ def _batch(row, space) -> tuple:
     return b, m, B
 
 
-def emit(framework: str, row: dict, space, gpus: int, model=None) -> Emitted:
+def emit(framework: str, row: dict, space, gpus: int, model=None, folder=None) -> Emitted:
     """One row of a search in ``framework``'s input (see the module's docstring).
 
     Parameters
@@ -200,6 +208,9 @@ def emit(framework: str, row: dict, space, gpus: int, model=None) -> Emitted:
         The world size [GPUs].
     model : str, optional
         The MODEL the search was given (see :func:`check_emittable`).
+    folder : str, optional
+        Where the other files (:attr:`Emitted.files`) are written: the arguments name them
+        there (without it, by their bare names).
 
     Returns
     -------
@@ -214,14 +225,27 @@ def emit(framework: str, row: dict, space, gpus: int, model=None) -> Emitted:
     if row["offload"] != "none" and not FRAMEWORK[framework].reads_offload:
         raise NotExpressible(f"offload {row['offload']}: memsym's {framework} reader reads no "
                              "CPU offload")
-    return {"megatron": _megatron, "torchtitan": _torchtitan,
-            "deepspeed": _deepspeed}[framework](row, space, int(gpus))
+    if framework == "megatron":
+        return _megatron(row, space, int(gpus), folder)
+    return {"torchtitan": _torchtitan, "deepspeed": _deepspeed}[framework](row, space, int(gpus))
 
 
 # ---------------------------------------------------------------------------------------------
 # Megatron-LM
 # ---------------------------------------------------------------------------------------------
-def _megatron_sharding(scheme: str) -> list:
+def _megatron_sharding(scheme: str, double_buffer: bool = False) -> list:
+    """Megatron-LM's sharding arguments of a row's scheme: none for DDP, the distributed
+    optimizer's flag, or Megatron-FSDP's strategy (:data:`MEGATRON_FSDP_STRATEGY`: ``no_shard``
+    and ``optim`` rows by name, zero2 and fsdp as ``optim_grads`` / ``optim_grads_params``)
+    with its double buffer where the search carried it.
+
+    Examples
+    --------
+    >>> _megatron_sharding("no_shard", double_buffer=True)[:4]
+    ['--use-megatron-fsdp', '--data-parallel-sharding-strategy', 'no_shard', '--ckpt-format']
+    >>> _megatron_sharding("optim", double_buffer=True)[-1]
+    '--fsdp-double-buffer'
+    """
     if scheme == "ddp":
         return []                     # Megatron-LM's DDP: no flag (arguments.py store_true)
     if scheme == "distributed-optimizer":
@@ -237,7 +261,7 @@ def _megatron_sharding(scheme: str) -> list:
     # validate_args asserts the fsdp_dtensor checkpoint format under Megatron-FSDP (and
     # turns the distributed optimizer on itself: Megatron-FSDP v1)
     return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
-            "--ckpt-format", "fsdp_dtensor"]
+            "--ckpt-format", "fsdp_dtensor"] + (["--fsdp-double-buffer"] if double_buffer else [])
 
 
 def _megatron_dispatcher(space) -> list:
@@ -308,7 +332,7 @@ def _megatron_precision(precision: str, fp8_recipe) -> list:
             "fp4": ["--bf16", "--fp4-format", "e2m1"]}[precision]
 
 
-def _megatron(row, space, gpus) -> Emitted:
+def _megatron(row, space, gpus, folder=None) -> Emitted:
     b, _, B = _batch(row, space)
     if row["p"] > 1 and space.schedule == "gpipe":
         raise NotExpressible("schedule gpipe: Megatron-LM runs 1F1B (interleaved with v > 1)")
@@ -322,15 +346,20 @@ def _megatron(row, space, gpus) -> Emitted:
                       ("--decoder-last-pipeline-num-layers", "last_stage_layers")):
         if row.get(key) is not None:
             words += [flag, str(row[key])]
+    files = ()
     if row["sequence_parallel"] and row["t"] > 1:
         words.append("--sequence-parallel")
         if space.tp_comm_overlap:   # as the search priced it: on where SP is (validate_args)
             words.append("--tp-comm-overlap")
+            if space.tp_comm_overlap_cfg is not None:   # its userbuffers config, as a file
+                files = ((UB_FILE, ub_yaml(space.tp_comm_overlap_cfg)),)
+                words += ["--tp-comm-overlap-cfg",
+                          UB_FILE if folder is None else os.path.join(str(folder), UB_FILE)]
     words += ["--world-size", str(gpus), "--seq-length", str(space.seq_length),
               "--micro-batch-size", str(b), "--global-batch-size", str(B)]
     words += _megatron_precision(space.precision, space.fp8_recipe)
     words += ["--optimizer", "sgd" if space.optimizer == "sgd" else "adam"]
-    words += _megatron_sharding(row["sharding"])
+    words += _megatron_sharding(row["sharding"], space.fsdp_double_buffer)
     words += _megatron_dispatcher(space)
     words += _megatron_recompute(row["recompute"])
     rate = _MEGATRON_DROPOUT if space.dropout else "0.0"
@@ -359,7 +388,7 @@ def _megatron(row, space, gpus) -> Emitted:
         # likewise fp32 is Megatron's default (no --bf16/--fp16), memsym's is bf16
         host += ("--precision", "fp32")
     return Emitted("megatron", "\n".join(lines) + "\n", tuple(words), host, gpus,
-                   space.seq_length)
+                   space.seq_length, files)
 
 
 # ---------------------------------------------------------------------------------------------

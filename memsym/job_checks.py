@@ -29,6 +29,7 @@ from .terms.dispatcher_buffers import check_deepep_group
 from .terms.context_parallel import cp_method
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout
+from .vocabulary import MEGATRON_FSDP_OPTIMIZERS
 from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MEGATRON_FSDP_SCHEMES,
                          MOE_DISPATCHERS, RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 from .job_record import Layout, Training, check_zero_buckets, microbatches, whole
@@ -114,7 +115,8 @@ def check_fields(layout: Layout, training: Training) -> None:
 
 def _check_megatron_fsdp(training: Training) -> None:
     """Megatron-FSDP's strategy: Megatron's, and the job's sharding the scheme that shards the
-    same states (:data:`MEGATRON_FSDP_SCHEMES`); its double buffer only with Megatron-FSDP."""
+    same states (:data:`MEGATRON_FSDP_SCHEMES`); its double buffer only with Megatron-FSDP;
+    its optimizer one it steps (:data:`MEGATRON_FSDP_OPTIMIZERS`)."""
     strategy = training.states.megatron_fsdp
     if strategy is None:
         if training.states.fsdp_double_buffer:
@@ -129,6 +131,9 @@ def _check_megatron_fsdp(training: Training) -> None:
         raise InvalidValueError(f"Megatron-FSDP {strategy} shards as sharding "
                                 f"{MEGATRON_FSDP_SCHEMES[strategy]}, not "
                                 f"{training.states.sharding}")
+    if training.states.optimizer not in MEGATRON_FSDP_OPTIMIZERS:
+        raise InvalidValueError(f"Megatron-FSDP does not support the {training.states.optimizer} "
+                                "optimizer (Megatron-LM's validate_args: sgd or adam)")
 
 
 def _named_choices() -> dict:

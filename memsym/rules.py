@@ -9,12 +9,13 @@ grid of layouts (search); :func:`broken` names the rules one layout breaks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Mapping
 
-from .errors import DivisibilityError, InvalidValueError
+from .errors import InvalidValueError
 from .frameworks import framework
 from .model.architecture import is_hybrid, layer_kinds, mixer_counts
+from .rule import Rule, negate
+from .rules_states import STATE_RULES
 from .term import Source
 from .terms.dispatcher_buffers import DEEPEP_DISPATCH_CONFIGS
 from .text import shared_doc
@@ -34,38 +35,6 @@ _MLM_ARGS = "megatron/training/arguments.py, validate_args"
 _MLM_TC = "megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__"
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One framework rule.
-
-    Attributes
-    ----------
-    name : str
-        Short identifier, shown by the search (``tp-heads``).
-    summary : str
-        The rule in words.
-    test : callable
-        ``test(x, k) -> bool or numpy bool array``: True where the rule is *broken*, for a
-        resolved architecture ``x`` and knob values ``k`` (see :func:`knobs`); ``&``, ``|``,
-        ``%`` only, so one function serves integers and arrays.
-    message : callable
-        ``message(x, k) -> str``: the refusal for one (scalar) job.
-    source : Source
-        Where the framework states the rule.
-    error : type
-        The exception :func:`check` raises.
-    kind : str
-        ``"launch"``: the framework refuses to start; ``"preference"``: memsym's search
-        prefers it (TP inside a node) but an estimate of a given job does not refuse it.
-    """
-
-    name: str
-    summary: str
-    test: Callable
-    message: Callable
-    source: Source
-    error: type = DivisibilityError
-    kind: str = "launch"
 
 
 def _ffn_sizes(x) -> tuple:
@@ -187,8 +156,8 @@ def _torch_pp_microbatches(x, k):
     q = m_ // p_
     rounds = q + (q == 0)              # max(1, m // p), for ints and numpy arrays alike
     gpipe = k.get("gpipe", False)      # GPipe and LoopedBFS: no micro-batch rule
-    single = (v_ == 1) & (p_ > 1) & (m_ < p_) & _not(gpipe)
-    return single | ((v_ > 1) & (m_ % rounds != 0) & _not(gpipe))
+    single = (v_ == 1) & (p_ > 1) & (m_ < p_) & negate(gpipe)
+    return single | ((v_ > 1) & (m_ % rounds != 0) & negate(gpipe))
 
 
 def _torch_pp_microbatches_msg(x, k):
@@ -199,11 +168,6 @@ def _torch_pp_microbatches_msg(x, k):
     rounds = max(1, m_ // p_)
     return (f"torch's ScheduleInterleaved1F1B needs m a multiple of its rounds max(1, m // p) "
             f"= {rounds} (m = {m_}, p = {p_})")
-
-
-def _not(flag):
-    # a numpy bool array negates with ~, a Python bool with not (~True is -2)
-    return ~flag if hasattr(flag, "dtype") else not flag
 
 
 def _moe(x) -> bool:
@@ -285,7 +249,7 @@ RULES: dict = {r.name: r for r in (
                                "forward_backward_pipelining_with_interleaving")),
     Rule("gpipe-chunks", "GPipe runs one stage per rank (v = 1); v stages per rank "
          "breadth-first is torch's ScheduleLoopedBFS (torchtitan)",
-         lambda x, k: (k["v"] > 1) & k.get("gpipe", False) & _not(k.get("torchtitan", False)),
+         lambda x, k: (k["v"] > 1) & k.get("gpipe", False) & negate(k.get("torchtitan", False)),
          lambda x, k: (f"GPipe runs one stage per rank, got v={k['v']}; looping v stages per "
                        f"rank breadth-first is torch's ScheduleLoopedBFS "
                        f"(framework=\"torchtitan\", pipeline_parallel_schedule = \"LoopedBFS\")"),
@@ -296,7 +260,7 @@ RULES: dict = {r.name: r for r in (
          "ZBVZeroBubble / DualPipeV: torchtitan, p > 1, 2 stages per rank, 1F1B",
          lambda x, k: k.get("v_placement", False) & (
              (k["v"] != 2) | (k["p"] < 2) | k.get("gpipe", False)
-             | _not(k.get("torchtitan", False)) | _mixed_layers(x)),
+             | negate(k.get("torchtitan", False)) | _mixed_layers(x)),
          lambda x, k: (f"the V stage placement runs 2 stages per rank on a pipeline (torch's "
                        f"ZBVZeroBubble / DualPipeV under torchtitan, schedule 1f1b), got p="
                        f"{k['p']}, v={k['v']}" + (", GPipe" if k.get("gpipe") else "")
@@ -328,7 +292,7 @@ RULES: dict = {r.name: r for r in (
          Source("megatron-lm", "megatron/core/parallel_state.py, initialize_model_parallel "
                                "(expert data-parallel size = world/(ETP EP PP))")),
     Rule("moe-tp-sp", "MoE with t > 1 needs sequence parallelism (Megatron-LM)",
-         lambda x, k: ((k["t"] > 1) & _not(k["sequence_parallel"])) if _moe(x) else False,
+         lambda x, k: ((k["t"] > 1) & negate(k["sequence_parallel"])) if _moe(x) else False,
          lambda x, k: ("MoE with tensor parallelism needs sequence parallelism (Megatron-LM "
                        "refuses t > 1 without --sequence-parallel in training; add it)"),
          Source("megatron-lm", "megatron/core/transformer/moe/moe_layer.py, MoELayer.forward "
@@ -336,7 +300,7 @@ RULES: dict = {r.name: r for r in (
          InvalidValueError),
     Rule("torchtitan-tp-sp", "torchtitan's tensor parallelism is sequence parallel (t > 1 "
          "needs sequence parallelism)",
-         lambda x, k: ((k["t"] > 1) & _not(k["sequence_parallel"])
+         lambda x, k: ((k["t"] > 1) & negate(k["sequence_parallel"])
                        & k.get("tp_sequence_parallel", k.get("torchtitan", False))),
          lambda x, k: ("torchtitan's tensor parallelism always shards the norms and the block "
                        "outputs over the sequence: t > 1 needs sequence parallelism"),
@@ -366,47 +330,7 @@ RULES: dict = {r.name: r for r in (
                        f"data-parallel size b*d={k['b'] * k['d']}"),
          Source("megatron-lm", "megatron/core/num_microbatches_calculator.py "
                                "(global_batch_size % (micro_batch_size x data_parallel_size))")),
-    Rule("offload-pp", "CPU offload only with p = 1 (Megatron-Core refuses PP with offloading)",
-         lambda x, k: (k["p"] > 1) & k.get("offload", False),
-         lambda x, k: ("CPU offload needs p = 1: Megatron-Core refuses pipeline parallelism "
-                       "with CPU offloading"),
-         Source("megatron-lm-arguments", "megatron/core/transformer/transformer_config.py, "
-                "TransformerConfig.__post_init__ (\"Currently there is no support for Pipeline "
-                "parallelism with CPU offloading\")"),
-         InvalidValueError),
-    Rule("zero-pp", "ZeRO-2/3 and FSDP shard gradients per micro-batch: no pipeline parallelism",
-         lambda x, k: (k["p"] > 1) & k.get("shards_gradients", False)
-         & _not(k.get("torchtitan", False)),
-         lambda x, k: ("ZeRO-2/3 and FSDP need p = 1: DeepSpeed's PipelineEngine asserts ZeRO "
-                       "stage < 2 and Megatron-LM refuses --use-torch-fsdp2 with pipeline "
-                       "parallelism (use zero1 or the distributed optimizer with PP; "
-                       "torchtitan runs FSDP2 with PP: framework=\"torchtitan\")"),
-         Source("deepspeed-pipe", "PipelineEngine.__init__ (assert zero_optimization_stage() < 2); "
-                "Megatron-LM megatron/training/arguments.py validate_args (--use-torch-fsdp2 "
-                "is not supported with pipeline parallelism)"),
-         InvalidValueError),
-    Rule("fp4-fp8-param-gather", "--fp4-param-gather and --fp8-param-gather exclude each other",
-         lambda x, k: k.get("fp4_param_gather", False) & k.get("fp8_param_gather", False),
-         lambda x, k: ("fp4_param_gather and fp8_param_gather cannot be used together: Megatron "
-                       "needs --fp4-format for the one, --fp8-format for the other, and refuses "
-                       "both formats at once"),
-         Source("megatron-lm-arguments", "megatron/training/arguments.py:1099-1105 validate_args "
-                "(\"--fp4-format and --fp8-format cannot be used simultaneously\"; "
-                "\"--fp4-param-gather must be used together with --fp4-format\"); "
-                "megatron/core/transformer/transformer_config.py:1566-1582"),
-         InvalidValueError),
-    Rule("fp4-param-gather-format", "--fp4-param-gather needs the NVFP4 format (precision fp4)",
-         lambda x, k: k.get("fp4_param_gather", False) & (k.get("precision", "fp4") != "fp4"),
-         lambda x, k: (f"fp4_param_gather needs precision fp4, not {k.get('precision')} "
-                       "(Megatron: --fp4-param-gather must be used together with --fp4-format)"),
-         Source("megatron-lm-arguments", "megatron/training/arguments.py:1103-1105 validate_args"),
-         InvalidValueError),
-    Rule("fp8-param-gather-format", "--fp8-param-gather needs the FP8 format (precision fp8)",
-         lambda x, k: k.get("fp8_param_gather", False) & (k.get("precision", "fp8") != "fp8"),
-         lambda x, k: (f"fp8_param_gather needs precision fp8, not {k.get('precision')} "
-                       "(Megatron: fp8_param must be used together with fp8 mode)"),
-         Source("megatron-lm-arguments", "megatron/core/transformer/transformer_config.py:1566-1567"),
-         InvalidValueError),
+    *STATE_RULES,
     Rule("deepep-group", "the flex dispatcher's DeepEP backend needs e*t_e among DeepEP's "
          "configured group sizes",
          lambda x, k: _deepep_group(k) if _moe(x) and k.get("moe_dispatcher") == "deepep"
@@ -489,6 +413,10 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
         k.update({"s": training.batch.seq_length, "b": training.batch.micro_batch_size,
                   "B": training.batch.global_batch_size, "offload": training.states.offload != "none",
                   "shards_gradients": training.states.sharding in ("zero2", "zero3", "fsdp"),
+                  # Megatron-FSDP (any strategy), and Megatron-LM's other FSDP: Torch-FSDP2
+                  "megatron_fsdp": training.states.megatron_fsdp is not None,
+                  "torch_fsdp2": (fw.megatron_options and training.states.sharding == "fsdp"
+                                  and training.states.megatron_fsdp is None),
                   "torchtitan": fw.torch_pipelining, "deepspeed": fw.hf_model_code,
                   "tp_sequence_parallel": fw.tp_sequence_parallel,
                   "gpipe": training.pipeline.schedule == "gpipe",

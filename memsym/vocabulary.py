@@ -13,7 +13,9 @@ from __future__ import annotations
 from .errors import InvalidValueError, choose
 from .limits import check_limit
 
-__all__ = ["SCHEMES", "MEGATRON_FSDP_SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES",
+__all__ = ["SCHEMES", "MEGATRON_FSDP_SCHEMES", "SEARCH_SHARDING", "MEGATRON_FSDP_OPTIMIZERS",
+           "CONVENTIONS",
+           "CONVENTION_ALIASES",
            "FRAMEWORK_CONVENTIONS", "OFFLOADS", "GRAD_DTYPES", "PRECISION_NAMES", "FP8_RECIPES",
            "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
            "RECOMPUTE_METHODS",
@@ -29,6 +31,12 @@ SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
 #: ``megatron_fsdp`` (:func:`memsym.terms.model_state.megatron_fsdp_state`).
 MEGATRON_FSDP_SCHEMES = {"no_shard": "ddp", "optim": "distributed-optimizer",
                          "optim_grads": "zero2", "optim_grads_params": "fsdp"}
+#: The optimizers Megatron-FSDP steps (Megatron-LM arguments.py at d98e8a64dd, validate_args
+#: l. 1150: ``args.optimizer in ('sgd', 'adam')``; Megatron's adam is AdamW, memsym's adamw).
+MEGATRON_FSDP_OPTIMIZERS = ("adam", "adamw", "sgd")
+#: The sharding a search can be asked for: every scheme, and (in a Megatron-LM search)
+#: Megatron-FSDP's strategies by their own names (memsym.search.space.scheme_row).
+SEARCH_SHARDING = SCHEMES + tuple(MEGATRON_FSDP_SCHEMES)
 #: How model states are counted.  ``framework`` (default): what the framework's code allocates
 #: (ddp and distributed-optimizer: Megatron-core; zero1/2/3: DeepSpeed; fsdp: FSDP2).
 #: ``seed000``: seed 000's distributed optimizer (fp32 gradients sharded, 2 + 16/d) and ZeRO's

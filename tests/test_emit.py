@@ -109,6 +109,23 @@ MEGATRON_CASES = {
     "megatron-fsdp": ("llama3-8b", 16, "--tp", 1, 2, "--pp", 1, "--sharding", "fsdp",
                       "distributed-optimizer", "--recompute", "none", "full",
                       "--global-batch-size", 64, "--top", 6),
+    # Megatron-FSDP's strategies asked for by their own names: no_shard (DDP's states) under
+    # PP and interleaving, optim (the distributed optimizer's) beside the distributed optimizer
+    # itself, optim_grads (the zero2 row) with PP -- validate_args checks no PP size under
+    # --use-megatron-fsdp (arguments.py l. 1118-1187 at d98e8a64dd)
+    "mfsdp-no_shard-pp": ("llama3-8b", 16, "--tp", 2, "--pp", 2, "--sharding", "no_shard",
+                          "--recompute", "full", "--global-batch-size", 64),
+    "mfsdp-optim": ("llama3-8b", 16, "--tp", 2, "--pp", 1, "--cp", 1, "--sharding", "optim",
+                    "distributed-optimizer", "--recompute", "full", "--global-batch-size", 64,
+                    "--top", 6),
+    "mfsdp-optim_grads-pp": ("llama3-8b", 16, "--tp", 1, "--pp", 2, "--cp", 1, "--sharding",
+                             "optim_grads", "--recompute", "selective",
+                             "--global-batch-size", 64),
+    # --fsdp-double-buffer carried to every Megatron-FSDP row (and to none other)
+    "mfsdp-double-buffer": ("llama3-8b", 16, "--tp", 2, "--pp", 1, "--cp", 1, "--sharding",
+                            "optim_grads_params", "optim", "distributed-optimizer",
+                            "--fsdp-double-buffer", "--recompute", "full",
+                            "--global-batch-size", 64, "--top", 8),
     # a mixture of experts: expert parallelism (expert TP = t, Megatron's default)
     "moe-ep": ("qwen3-30b-a3b", 16, "--tp", 2, "--pp", 1, "--ep", 4,
                "--sharding", "distributed-optimizer", "--recompute", "full", "--top", 1,
@@ -130,6 +147,14 @@ def test_megatron_round_trip(capsys, tmp_path, case):
                     *(() if "--top" in options else ("--top", 2)), *options)
     if case == "megatron-fsdp":
         assert {row["layout"]["sharding"] for row in rows} == {"fsdp", "distributed-optimizer"}
+    if case.startswith("mfsdp-"):
+        # the strategy rows asked for are searched (optim_grads is the zero2 row), with PP
+        wanted = {"mfsdp-no_shard-pp": {"no_shard"}, "mfsdp-optim": {"optim",
+                  "distributed-optimizer"}, "mfsdp-optim_grads-pp": {"zero2"},
+                  "mfsdp-double-buffer": {"fsdp", "optim", "distributed-optimizer"}}[case]
+        assert {row["layout"]["sharding"] for row in rows} == wanted
+        if case.endswith("-pp"):
+            assert {row["layout"]["pp"] for row in rows} == {2}
     for row in emitted_rows(rows):
         path = row["emit"]["file"]
         assert os.path.basename(path).startswith("layout_") and path.endswith(".txt")
@@ -144,13 +169,23 @@ def test_megatron_round_trip(capsys, tmp_path, case):
         for key in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
             side = key.split("_")[1]
             assert trn[f"{side}_stage_layers"] == row["layout"][key]
-        if row["layout"]["sharding"] in ("zero2", "fsdp"):
+        strategy = {"zero2": "optim_grads", "fsdp": "optim_grads_params",
+                    "no_shard": "no_shard", "optim": "optim"}.get(row["layout"]["sharding"])
+        text = " ".join(row["emit"]["arguments"])
+        assert trn["megatron_fsdp"] == strategy
+        if strategy is not None:
             # Megatron-FSDP, with the checkpoint format validate_args asserts under it
-            strategy = {"zero2": "optim_grads", "fsdp": "optim_grads_params"}
-            assert trn["megatron_fsdp"] == strategy[row["layout"]["sharding"]]
             assert ("--use-megatron-fsdp --data-parallel-sharding-strategy "
-                    f"{trn['megatron_fsdp']} --ckpt-format fsdp_dtensor") in \
-                " ".join(row["emit"]["arguments"])
+                    f"{strategy} --ckpt-format fsdp_dtensor") in text
+            # the states of the scheme memsym.vocabulary.MEGATRON_FSDP_SCHEMES names
+            assert trn["sharding"] == {"no_shard": "ddp", "optim": "distributed-optimizer",
+                                       "optim_grads": "zero2",
+                                       "optim_grads_params": "fsdp"}[strategy]
+        else:
+            assert "--use-megatron-fsdp" not in text
+        double = case == "mfsdp-double-buffer" and strategy is not None
+        assert bool(trn["fsdp_double_buffer"]) == double
+        assert ("--fsdp-double-buffer" in row["emit"]["arguments"]) == double
         # the same words pasted, not from the file, read back the same
         words = ["estimate", model, *row["emit"]["arguments"], "--gpu", GPU, "--json"]
         words += [w for w in shlex.split(row["emit"]["read_back"])
@@ -430,27 +465,20 @@ def test_json_without_emit_dir_carries_the_text(capsys):
     assert json.loads(row["emit"]["text"])["zero_optimization"]["stage"] == 2
 
 
-@pytest.mark.parametrize("field, value", [("megatron_fsdp", "optim"),
-                                          ("fsdp_double_buffer", True),
-                                          ("tp_comm_overlap_cfg",
-                                           "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"),
-                                          ("fp4_param_gather", True),
+@pytest.mark.parametrize("field, value", [("fp4_param_gather", True),
                                           ("fp8_param_gather", True),
                                           ("optimizer_cuda_graph", True)])
 def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
-    """A job's Megatron-FSDP strategy (other than the search's zero2 / fsdp spellings) or
-    double buffer, its userbuffers config, FP8 or NVFP4 parameters or optimizer CUDA graph is no
-    searched setting: searching (and so emitting) the job is refused in one line, never
-    priced without it (the MoE dispatcher and tp_comm_overlap are carried:
-    test_search_carries_the_moe_dispatcher)."""
+    """A job's FP8 or NVFP4 parameters or optimizer CUDA graph is no searched setting:
+    searching (and so emitting) the job is refused in one line, never priced without it (the
+    MoE dispatcher, tp_comm_overlap and its userbuffers config, Megatron-FSDP's strategy and
+    double buffer are carried: test_search_carries_the_moe_dispatcher,
+    test_search_carries_a_megatron_fsdp_job, test_search_carries_the_userbuffers_config)."""
     from memsym.errors import InvalidValueError
     from memsym.job import job
 
     base = "llama3-8b"
-    extra = {"megatron_fsdp": dict(sharding="distributed-optimizer"),
-             "fsdp_double_buffer": dict(sharding="fsdp", megatron_fsdp="optim_grads_params"),
-             "tp_comm_overlap_cfg": dict(t=4, sequence_parallel=True, tp_comm_overlap=True),
-             "fp4_param_gather": dict(precision="fp4"),
+    extra = {"fp4_param_gather": dict(precision="fp4"),
              "fp8_param_gather": dict(precision="fp8")}
     kw = {**extra.get(field, {}), field: value}
     j = job(base, gpu=GPU, global_batch_size=64, **kw)
@@ -570,3 +598,131 @@ def test_search_refuses_a_dispatcher_without_experts_in_one_line(capsys):
                          "--moe-dispatcher", "deepep", "--emit", "megatron")
     assert code == 2 and out == "" and "needs an MoE model" in err
     assert err.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize("strategy", ["no_shard", "optim", "optim_grads", "optim_grads_params"])
+def test_search_carries_a_megatron_fsdp_job(strategy):
+    """A Megatron-FSDP job (any strategy, with its double buffer) is searched over Megatron-
+    FSDP's strategies, its double buffer held fixed: the row of its own layout and strategy
+    is its estimate, to the byte, and emits its strategy and --fsdp-double-buffer."""
+    from memsym.job import job
+    from memsym.training import job_memory
+    from memsym.vocabulary import MEGATRON_FSDP_SCHEMES
+
+    j = job("llama3-8b", gpu=GPU, global_batch_size=64, t=2, p=2, d=4, sequence_parallel=True,
+            sharding=MEGATRON_FSDP_SCHEMES[strategy], megatron_fsdp=strategy,
+            fsdp_double_buffer=True, recompute="full", micro_batch_size=1)
+    res = search(j, gpus=16, tp=[2], pp=[2], cp=[1], vpp=[1], micro_batch_sizes=[1],
+                 sequence_parallel=[True], recompute=["full"])
+    assert res.space.fsdp_double_buffer
+    assert set(res.space.sharding) == {"no_shard", "optim", "zero2", "fsdp"}
+    row_name = {"optim_grads": "zero2", "optim_grads_params": "fsdp"}.get(strategy, strategy)
+    (i,) = [i for i in range(len(res)) if res.row(i)["sharding"] == row_name
+            and not res.row(i).get("first_stage_layers")
+            and not res.row(i).get("last_stage_layers")]
+    assert res.exact(i)["bytes"]["total"] == job_memory(j).bytes_total
+    words = emit("megatron", res.row(i), res.space, 16, "llama3-8b").arguments
+    assert " ".join(words).count(f"--data-parallel-sharding-strategy {strategy} ") == 1
+    assert "--fsdp-double-buffer" in words
+
+
+#: A user's userbuffers config (Megatron-LM's --tp-comm-overlap-cfg YAML): entries that differ
+#: from Transformer Engine's defaults (memsym.timing.userbuffers UB_CONFIGS "te-default"), so
+#: that the overlapped TP time depends on it.
+USER_UB = """\
+proj_fprop:
+  method: pipeline
+  num_sm: 32
+  num_splits: 8
+fc2_fprop:
+  method: pipeline
+  num_sm: 32
+  num_splits: 8
+"""
+
+
+def test_search_carries_the_userbuffers_config(capsys, tmp_path):
+    """--tp-comm-overlap-cfg is held fixed with --tp-comm-overlap: the rows running the TP
+    overlap are timed with it (not with TE's default), and each emitted layout names the
+    config, written beside it, so that the read-back prices the same bytes and step time."""
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text(USER_UB, encoding="utf-8")
+    base = ("search", "llama3-8b", "--gpu", GPU, "--gpus", 16, "--tp", 2, 4, "--pp", 1, "--cp", 1,
+            "--sharding", "distributed-optimizer", "--recompute", "selective",
+            "--global-batch-size", 64, "--top", 6, "--tp-comm-overlap", "--json")
+    code, out, err = run(capsys, *base)
+    assert code == 0, err
+    plain = {json.dumps(r["layout"], sort_keys=True): r["step_time_s"] for r in json.loads(out)}
+    folder = tmp_path / "out"
+    code, out, err = run(capsys, *base, "--tp-comm-overlap-cfg", cfg, "--emit", "megatron",
+                         "--emit-dir", folder)
+    assert code == 0, err
+    rows = emitted_rows(json.loads(out))
+    assert any(r["layout"]["sequence_parallel"] for r in rows)
+    compared = 0
+    for row in rows:
+        on = row["layout"]["sequence_parallel"]
+        words = row["emit"]["arguments"]
+        assert ("--tp-comm-overlap-cfg" in words) == on
+        if on:
+            path = words[words.index("--tp-comm-overlap-cfg") + 1]
+            assert path == str(folder / "tp_comm_overlap_cfg.yaml") and os.path.isfile(path)
+            assert "tp_comm_overlap_cfg.yaml" in row["emit"]["files"]
+            key = json.dumps(row["layout"], sort_keys=True)
+            if key in plain:      # the same layout with TE's default config: another time
+                assert row["step_time_s"] != pytest.approx(plain[key], rel=1e-9)
+                compared += 1
+        assert_same(row, read_back(capsys, row["emit"]["read_back"]))
+    assert compared
+
+
+def test_search_carries_a_jobs_userbuffers_config(capsys, tmp_path):
+    """A job's userbuffers config (a Megatron-Bridge config's name) is carried through the
+    search into the emitted arguments, as a YAML file Megatron-LM reads: the read-back gives
+    the bytes and step time the search priced."""
+    from memsym.job import job
+
+    name = "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"
+    j = job("llama3-8b", gpu=GPU, t=4, d=4, sequence_parallel=True, tp_comm_overlap=True,
+            tp_comm_overlap_cfg=name, global_batch_size=64, recompute="selective")
+    res = search(j, gpus=16, tp=[4], pp=[1], cp=[1], sequence_parallel=[True],
+                 sharding=["distributed-optimizer"], recompute=["selective"])
+    assert res.space.tp_comm_overlap_cfg == name
+    row = res.row(int(res.order()[0]))
+    got = emit("megatron", row, res.space, 16, "llama3-8b", folder=str(tmp_path))
+    (file_name, text), = got.files
+    (tmp_path / file_name).write_text(text, encoding="utf-8")
+    assert got.arguments[got.arguments.index("--tp-comm-overlap-cfg") + 1] == \
+        str(tmp_path / file_name)
+    code, out, err = run(capsys, "estimate", "llama3-8b", *got.read_back(), "--json")
+    assert code == 0, err
+    est = json.loads(out)
+    assert est["bytes"]["total"] == bytes_json(res.exact(int(res.order()[0]))["bytes"])["total"]
+    assert est["step_time_s"] == pytest.approx(row["step_time"], rel=1e-12)
+
+
+@pytest.mark.parametrize("options, says", [
+    (("--sharding", "no_shard", "--framework", "torchtitan"), "Megatron-FSDP's strategy"),
+    (("--sharding", "optim", "--emit", "deepspeed"), "Megatron-FSDP's strategy"),
+    (("--sharding", "ddp", "--fsdp-double-buffer"), "fsdp_double_buffer is Megatron-FSDP's"),
+    (("--tp-comm-overlap-cfg", "x.yaml"), "tp_comm_overlap, which is off"),
+    (("--sharding", "optim", "--optimizer", "adafactor"), "does not support the adafactor"),
+])
+def test_megatron_fsdp_search_settings_refused_in_one_line(capsys, tmp_path, options, says):
+    """Megatron-FSDP's strategies are a Megatron-LM search's only, with Adam or SGD (validate_args
+    l. 1150); its double buffer needs one of them searched, and a userbuffers config needs
+    --tp-comm-overlap."""
+    if "x.yaml" in options:
+        (tmp_path / "x.yaml").write_text(USER_UB, encoding="utf-8")
+        options = ("--tp-comm-overlap-cfg", tmp_path / "x.yaml")
+    code, out, err = run(capsys, "search", "llama3-8b", "--gpu", GPU, "--gpus", 8, *options)
+    assert code == 2 and out == "" and says in err and err.strip().count("\n") == 0
+
+
+def test_megatron_search_leaves_megatron_fsdp_out_under_another_optimizer():
+    """Under an optimizer Megatron-FSDP does not step (validate_args l. 1150: sgd or adam), a
+    Megatron search's default schemes hold no Megatron-FSDP row (its zero2); with Adam they do."""
+    from memsym.search import make_space
+
+    assert "zero2" not in make_space("llama3-8b", GPU, optimizer="adafactor").sharding
+    assert "zero2" in make_space("llama3-8b", GPU).sharding

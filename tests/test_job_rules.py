@@ -68,6 +68,59 @@ def test_job_refuses_what_the_framework_refuses(options, kind, needle):
         job("llama2-70b", **options)
 
 
+# Megatron-LM's validate_args (megatron/training/arguments.py at d98e8a64dd): the
+# use_megatron_fsdp block (l. 1118-1187) checks no pipeline or expert size and turns the
+# distributed optimizer on itself (v1); --use-torch-fsdp2 asserts p = 1 (l. 1034) and e = 1
+# (l. 1036).  DeepSpeed's PipelineEngine asserts ZeRO stage < 2.
+@pytest.mark.parametrize("strategy", ["no_shard", "optim", "optim_grads", "optim_grads_params"])
+def test_megatron_fsdp_runs_with_pipeline_and_expert_parallelism(strategy):
+    from memsym.vocabulary import MEGATRON_FSDP_SCHEMES
+
+    j = job("mixtral-8x7b", tp=2, pp=2, ep=2, world_size=16, sequence_parallel=True,
+            sharding=MEGATRON_FSDP_SCHEMES[strategy], megatron_fsdp=strategy)
+    assert (j.layout.p, j.layout.e, j.training.states.megatron_fsdp) == (2, 2, strategy)
+
+
+@pytest.mark.parametrize("argv, rule", [
+    (["--pp", "2", "--sharding", "zero2"], "ZeRO-2/3"),                 # DeepSpeed's ZeRO-2
+    (["--pp", "2", "--use-torch-fsdp2"], "ZeRO-2/3 and FSDP need p = 1"),  # Torch-FSDP2
+    (["--ep", "2", "--use-torch-fsdp2"], "--use-torch-fsdp2 needs e = 1"),
+    # l. 1150: Megatron-FSDP steps sgd or adam only
+    (["--use-megatron-fsdp", "--optimizer", "adafactor"], "does not support the adafactor"),
+])
+def test_fsdp_combinations_megatron_refuses_in_one_line(capsys, argv, rule):
+    code, out, err = cli(capsys, "estimate", "mixtral-8x7b", "--world-size", "16",
+                         "--untie-embeddings-and-output-weights", *argv)
+    assert code == 2 and out == "" and rule in err and err.strip().count("\n") == 0
+
+
+def test_megatron_fsdp_no_shard_reads_with_the_distributed_optimizer(capsys):
+    # v1 turns --use-distributed-optimizer on itself: given too, no_shard is still no_shard
+    code, out, err = cli(capsys, "estimate", "llama3-8b", "--world-size", "16", "--pp", "2",
+                         "--use-megatron-fsdp", "--use-distributed-optimizer",
+                         "--data-parallel-sharding-strategy", "no_shard", "--json")
+    assert code == 0, err
+    trn = json.loads(out)["training"]
+    assert (trn["megatron_fsdp"], trn["sharding"]) == ("no_shard", "ddp")
+
+
+@pytest.mark.parametrize("version, code", [("1", 0), ("2", 2)])
+def test_megatron_fsdp_version_2_refuses_the_distributed_optimizer(capsys, version, code):
+    # validate_args l. 1124-1126: v2 asserts not --use-distributed-optimizer; v1 turns it on
+    got, out, err = cli(capsys, "estimate", "--num-layers", "32", "--hidden-size", "4096",
+                        "--num-attention-heads", "32", "--ffn-hidden-size", "11008",
+                        "--seq-length", "4096", "--max-position-embeddings", "4096",
+                        "--vocab-size", "32000", "--micro-batch-size", "1", "--bf16",
+                        "--global-batch-size", "64", "--world-size", "16", "--gpu", "h100-80gb",
+                        "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "4",
+                        "--use-megatron-fsdp", "--use-distributed-optimizer",
+                        "--megatron-fsdp-version", version, "--ckpt-format", "fsdp_dtensor",
+                        "--data-parallel-sharding-strategy", "no_shard")
+    assert got == code, err
+    if code:
+        assert "--megatron-fsdp-version 2" in err and err.strip().count("\n") == 0
+
+
 def test_interleaving_needs_m_a_multiple_of_p():
     # Megatron's interleaved schedule: p <= N <= m and m mod N in {0} or >= p, N = p by
     # default (schedules.py); p = 4, v = 2, m = 6 -> 6 mod 4 = 2 < 4: refused; m = 8 launches

@@ -43,7 +43,7 @@ LAYERS = (
     ("terms", ("memsym.terms",)),
     # architectures, exact parameter counts, stage splits, presets, config.json; the one rule
     # table, which reads only the architecture (the stage split checks a layout against it)
-    ("model", ("memsym.model", "memsym.rules")),
+    ("model", ("memsym.model", "memsym.rule", "memsym.rules", "memsym.rules_states")),
     # the job record and the frameworks' defaults
     ("job", ("memsym.job_record", "memsym.job", "memsym.job_checks", "memsym.job_framework",
              "memsym.unchecked_job")),

@@ -43,6 +43,8 @@ PUBLISHED = {
     # HF safetensors of Qwen/Qwen3-30B-A3B ("30.5B") and Qwen/Qwen3-8B ("8.2B").
     "qwen3-30b-a3b": 30_532_122_624,
     "qwen3-8b": 8_190_735_360,
+    # HF safetensors of Qwen/Qwen3-235B-A22B ("235B"; API safetensors.total 235,093,634,560).
+    "qwen3-235b-a22b": 235_093_634_560,
 }
 
 
@@ -142,6 +144,121 @@ def test_qwen3_30b_a3b_active():
     active = active_parameter_count(preset("qwen3-30b-a3b"))
     assert active == 30_532_122_624 - 48 * 120 * 3 * 2048 * 768 == 3_353_032_704
     assert int(active / 1e8) == 33
+
+
+def test_qwen3_235b_a22b_by_hand_and_active():
+    # Qwen/Qwen3-235B-A22B config.json by hand: per layer q, o 2 * 4096 * 64 * 128, k, v
+    # 2 * 4096 * 4 * 128, q/k norms 2 * 128, 2 norms 2 * 4096, router 4096 * 128, experts
+    # 128 * 3 * 4096 * 1536; 94 layers; untied embedding and head 2 * 151936 * 4096; final norm
+    per_layer = (2 * 4096 * 8192 + 2 * 4096 * 512 + 256 + 8192 + 4096 * 128
+                 + 128 * 3 * 4096 * 1536)
+    total = 94 * per_layer + 2 * 151936 * 4096 + 4096
+    assert parameter_count(preset("qwen3-235b-a22b")) == total == 235_093_634_560
+    # model card: "235B in total and 22B activated" (8 of 128 experts)
+    active = active_parameter_count(preset("qwen3-235b-a22b"))
+    assert active == total - 94 * 120 * 3 * 4096 * 1536
+    assert round(active / 1e9) == 22
+
+
+def test_kimi_k2_by_hand_and_published():
+    # moonshotai/Kimi-K2-Instruct config.json by hand (DeepSeek-V3's MLA and MoE shapes):
+    # MLA per layer q_a 7168 x 1536 + its norm, q_b 1536 x 64 x (128 + 64), kv_a 7168 x (512
+    # + 64) + its norm 512, kv_b 512 x 64 x (128 + 128), o 64 x 128 x 7168
+    attn = (7168 * 1536 + 1536 + 1536 * 64 * 192 + 7168 * 576 + 512 + 512 * 64 * 256
+            + 64 * 128 * 7168)
+    assert attn == 101_124_096
+    dense_mlp = 3 * 7168 * 18432                         # first_k_dense_replace 1
+    moe = (384 + 1) * 3 * 7168 * 2048 + 384 * 7168 + 384   # routed + shared, router + bias
+    norms = 2 * 7168
+    total = (61 * (attn + norms) + dense_mlp + 60 * moe + 2 * 163840 * 7168 + 7168)
+    arch = preset("kimi-k2")
+    assert parameter_count(arch) == total
+    # the Kimi-K2-Instruct checkpoint's tensors (less the FP8 weight_scale_inv blocks, with
+    # e_score_correction_bias) hold 1,026,408,232,448 elements, as counted from its shard
+    # headers; the model card's "1 trillion total parameters" (the tech report's "1.04T")
+    assert total == 1_026_408_232_448
+    assert arch.mtp_num_layers == 0 and moe_layer_pattern(arch) == (False,) + (True,) * 60
+    # "32 billion activated parameters" (model card): 8 of 384 routed experts, the shared one
+    assert round(active_parameter_count(arch, embedding=False) / 1e9) == 32
+    assert active_parameter_count(arch) == total - 60 * 376 * 3 * 7168 * 2048
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", ["qwen3-235b-a22b", "kimi-k2"])
+def test_new_moe_presets_match_transformers(name):
+    """transformers' own model of the release's config, on the meta device: sum(p.numel()).
+    Kimi K2's config.json names model_type kimi_k2 with remote code (DeepseekV3ForCausalLM's
+    modules); the same fields are built here as transformers' DeepseekV3Config, which keeps
+    e_score_correction_bias as a buffer (60 MoE layers x 384 not counted)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("memsym reads the models of transformers 5")
+    if name == "qwen3-235b-a22b":
+        conf = transformers.Qwen3MoeConfig(
+            hidden_size=4096, intermediate_size=12288, head_dim=128, num_attention_heads=64,
+            num_key_value_heads=4, num_hidden_layers=94, num_experts=128,
+            num_experts_per_tok=8, moe_intermediate_size=1536, decoder_sparse_step=1,
+            mlp_only_layers=[], vocab_size=151936, tie_word_embeddings=False,
+            attention_bias=False, max_position_embeddings=40960)
+        buffers = 0
+    else:
+        conf = transformers.DeepseekV3Config(
+            hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+            num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64,
+            n_shared_experts=1, n_routed_experts=384, kv_lora_rank=512, q_lora_rank=1536,
+            qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128, num_experts_per_tok=8,
+            n_group=1, topk_group=1, first_k_dense_replace=1, vocab_size=163840,
+            max_position_embeddings=131072, tie_word_embeddings=False, attention_bias=False)
+        buffers = 60 * 384
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(conf)
+    counted = sum(p.numel() for p in model.parameters())
+    assert counted == parameter_count(preset(name)) - buffers
+
+
+def _nemotron_by_hand(L_, h_, a_, g_, f_, V_=256000):
+    """NeMo's Nemotron layer from its config (hand): q and o h x h, k and v h x g d_h (d_h =
+    h / a), up and down h x f (squared ReLU, no gate), two LayerNorms of weight and bias, no
+    linear biases; untied embedding and head V x h; the final LayerNorm 2h."""
+    d_h = h_ // a_
+    per_layer = 2 * h_ * h_ + 2 * h_ * g_ * d_h + 2 * h_ * f_ + 2 * 2 * h_
+    return L_ * per_layer + 2 * V_ * h_ + 2 * h_
+
+
+def test_nemotron_presets_by_hand_and_published():
+    assert parameter_count(preset("nemotron3-8b")) == _nemotron_by_hand(32, 4096, 32, 32, 16384)
+    assert parameter_count(preset("nemotron4-22b")) == _nemotron_by_hand(40, 6144, 48, 48, 24576)
+    arch = preset("nemotron4-340b")
+    total = _nemotron_by_hand(96, 18432, 96, 8, 73728)
+    assert parameter_count(arch) == total
+    # Nemotron-4 340B report (arXiv:2406.11704, section 2): "9.4 billion embedding parameters
+    # and 331.6 billion non-embedding parameters"
+    embedding = 2 * 256000 * 18432
+    assert round(embedding / 1e8) == 94 and round((total - embedding) / 1e8) == 3316
+    # the names' sizes, counted: "8B" 8.5B (2.1B of it embedding and head), "22B" 21.3B
+    assert int(parameter_count(preset("nemotron3-8b")) / 1e8) == 85
+    assert int(parameter_count(preset("nemotron4-22b")) / 1e8) == 212
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name,g", [("nemotron3-8b", 32), ("nemotron4-22b", 48),
+                                    ("nemotron4-340b", 8)])
+def test_nemotron_presets_match_transformers(name, g):
+    """transformers' NemotronForCausalLM (NemotronLayerNorm1P, relu2 MLP without a gate) built
+    from the preset's fields on the meta device: sum(p.numel())."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    arch = preset(name)
+    conf = transformers.NemotronConfig(
+        hidden_size=arch.hidden_size, intermediate_size=arch.ffn_hidden_size,
+        num_hidden_layers=arch.num_layers, num_attention_heads=arch.num_attention_heads,
+        num_key_value_heads=g, vocab_size=256000, partial_rotary_factor=0.5,
+        max_position_embeddings=4096, tie_word_embeddings=False, attention_bias=False,
+        mlp_bias=False)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(conf)
+    assert sum(p.numel() for p in model.parameters()) == parameter_count(arch)
 
 
 # --------------------------------------------------------------------------------------------
@@ -358,7 +475,8 @@ def test_preset_names_case_insensitive():
     assert all(n == n.lower() and " " not in n and "_" not in n for n in PRESETS)
     for required in ("gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b",
                      "llama3-70b", "llama3-405b", "mistral-7b", "mixtral-8x7b", "deepseek-v3",
-                     "qwen3-30b-a3b", "gpt-oss-120b"):
+                     "qwen3-30b-a3b", "gpt-oss-120b", "qwen3-235b-a22b", "kimi-k2",
+                     "nemotron3-8b", "nemotron4-22b", "nemotron4-340b"):
         assert required in PRESETS
 
 

@@ -58,7 +58,12 @@ OPEN = {"mbridge.25.11.gb300.deepseek-v3.bf16": (_DS_PP2_VP4,),
                                                             + ["tmL"]),),
         **{f"mbridge.{rel}.b300.deepseek-v3.mxfp8":
            ("comm_overlap.overlap_moe_expert_parallel_comm=False",)
-           for rel in ("26.04.01", "26.04", "26.02.01", "26.02")}}
+           for rel in ("26.04.01", "26.04", "26.02.01", "26.02")},
+        # the Qwen3-235B-A22B MXFP8 rows the table prints at PP > 1 without VP: the same
+        **{f"mbridge.{rid}.qwen3-235b-a22b.mxfp8":
+           ("comm_overlap.overlap_moe_expert_parallel_comm=False",)
+           for rid in ("26.04.01.b300", "26.04.01.b200", "26.04.b300", "26.02.01.gb300",
+                       "26.02.01.gb200", "26.02.gb300", "26.02.gb200", "26.02.b200")}}
 
 _FRAG = ("memsym's 10 % fragmentation allowance (memsym.terms.allowances: phi_frag 1/10, "
          "from Bridge's memory-tuning guide's 80 GB H100 case; no published (max allocated, "
@@ -95,7 +100,8 @@ for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
         f"{_FRAG} takes it over: 183.8 GB without the margin, 201.8 GB with it (18.1 GB), "
         "against 186 GB on stage 1 of TP 4 PP 16 VPP 4; what the allocator leaves unused at "
         "this size (expandable segments, the recipe's PYTORCH_CUDA_ALLOC_CONF) is not measured")
-for _rel in ("26.04.01", "26.04", "26.02.01", "25.11"):
+# (the 25.11 row ran EP 64, its release's config: 133.4 GB predicted, it fits)
+for _rel in ("26.04.01", "26.04", "26.02.01"):
     TIGHT[f"mbridge.{_rel}.b200.gpt-oss-120b.bf16"] = (
         f"{_FRAG}: 188.6 GB predicted, 171.6 without the margin, against 180 GB at EP 8 (with "
         "Transformer Engine's fused cross-entropy keeping the 16-bit logits, 6.7 GB at vocab "
@@ -188,6 +194,18 @@ TIGHT["mbridge.26.04.01.b200.deepseek-v3.mxfp8"] = (
     f"Engine's CUDA graphs ({_CG_TE}: 1.4 GB): 167.6 GB without the margin, 184.2 GB with "
     "it, against 180 GB (PP 8 VP 2 EP 32; 166.2 / 182.7 before the graphs were counted)")
 XFAIL["mbridge.25.11.gb200.qwen3-30b-a3b.mxfp8"] = XFAIL["mbridge.26.02.gb200.qwen3-30b-a3b.mxfp8"]
+TIGHT["mbridge.25.11.gb300.qwen3-235b-a22b.bf16"] = (
+    f"{_FRAG} takes it over: at the row's PP 4 VP 12, MBS 2 in bf16 (the recipe at 067f987df0 "
+    "runs no VP, EP 32) stage 1 holds 233.5 GB of activations, with HybridEP's buffers (1.2 GB) "
+    f"and the static inputs of Transformer Engine's CUDA graphs ({_CG_TE}: 3.3 GB): 271.7 GB "
+    "without the margin, 298.6 GB with it, against 279 GB")
+XFAIL["mbridge.25.11.b200.qwen3-235b-a22b.mxfp8"] = (
+    "the row's VP 2 at 64 GPUs (the recipe at 067f987df0 runs no VP there: 168.2 GB predicted, "
+    "fits; the 25.11 release config, v0.2.2 QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG, prints VP 4, "
+    "no recompute): interleaving keeps 1 + (p - 1)/(p v) times a stage's activations in flight "
+    "(129.9 GB on stage 1 at MBS 1), and with EP 8 = DP 8 the expert optimizer states are not "
+    "sharded (43.5 GB): 213.3 GB predicted, 194.0 without the margin, against 180 GB; what the "
+    "25.11 branch ran to fit it is not in the recipe or the release config read")
 #: NVFP4 (precision fp4) with the recipes' fp4_param_gather: NVFP4 linear weights only,
 #: rowwise + columnwise, 9/8 B each (memsym.terms.widths.nvfp4_weight_bytes); every NVFP4
 #: row at the recipe's layout fits (26.02.01's GB200 405B row at its VP 4: 185.0 GB of 186).
@@ -196,6 +214,34 @@ XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
     "distributed optimizer alone every GPU holds the 70B model's NVFP4 weights "
     "(fp4_param_gather) and fp32 gradient buffer, 574.8 GB predicted, 522.6 without the "
     "margin, against 279 GB")
+
+
+#: Runs memsym cannot estimate yet, by the TOML id: the mechanism it lacks.  Each is an
+#: expected failure (``xfail(strict=True)``) estimated from the model's preset with the
+#: table's layout and the recipe's settings (:func:`_preset_command`), so that modelling the
+#: mechanism makes the suite say so.  Nemotron 3 Nano (a hybrid Mamba-2 model, its step time
+#: priced since issue 31): memsym's Bridge reader does not read the nemotronh perf recipes
+#: (HybridModelProvider built in the recipe body), and its FP8 / MXFP8 rows need the FP8
+#: activations of a Mamba mixer, which memsym.terms.mamba does not model.
+UNPRICED = {r["id"]: ("FP8 activations of a Mamba-2 mixer (memsym.terms.mamba counts them in "
+                      "16 bits only) and the nemotronh perf recipes (not read by "
+                      "memsym.readers.bridge)")
+            for r in RUNS if r.get("preset") == "nemotron-3-nano"}
+
+
+def _preset_command(run) -> list:
+    """The estimate of a run whose recipe memsym does not read: its preset, the table's
+    layout and batch, and the recipe's precision, optimizer and dispatcher as options."""
+    lay, st = run["layout"], run["settings"]
+    argv = ["estimate", run["preset"], "--tp", str(lay["t"]), "--pp", str(lay["p"]),
+            "--cp", str(lay["c"]), "--ep", str(lay.get("e", 1)), "--etp", "1",
+            "--micro-batch-size", str(st["b"]), "--global-batch-size", str(st["B"]),
+            "--seq-length", str(st["seq"]), "--precision", st["precision"],
+            "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+            "--grad-reduce-in-bf16", "--moe-dispatcher", st.get("moe_dispatcher", "alltoall")]
+    if st.get("fp8_recipe"):
+        argv += ["--fp8-recipe", st["fp8_recipe"], "--fp8-param-gather"]
+    return argv + ["--world-size", str(run["table"]["gpus"]), "--gpu", run["gpu"], "--json"]
 
 
 def _recipe(run) -> str:
@@ -211,7 +257,10 @@ def _recipe(run) -> str:
 
 
 def command(run) -> list:
-    """The estimate command of one run: its recipe, the table's settings where they differ."""
+    """The estimate command of one run: its recipe, the table's settings where they differ
+    (:func:`_preset_command` for the runs of :data:`UNPRICED`)."""
+    if run["id"] in UNPRICED:
+        return _preset_command(run)
     name = _recipe(run)
     values = read_bridge_recipe(name)["values"]
     want = {KEYS[k]: run["layout"][k] for k in KEYS}
@@ -270,8 +319,8 @@ def result(run) -> dict:
 def _params():
     out = []
     for run in RUNS:
-        marks = [pytest.mark.xfail(strict=True, reason=XFAIL[run["id"]])] \
-            if run["id"] in XFAIL else []
+        why = XFAIL.get(run["id"]) or UNPRICED.get(run["id"])
+        marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
         out.append(pytest.param(run, id=run["id"], marks=marks))
     return out
 
@@ -281,7 +330,8 @@ def test_the_table_runs_are_read():
     assert len(RUNS) >= 60
     from memsym.readers._bridge_recipes import PERF_RECIPES
 
-    assert all(_recipe(r) in PERF_RECIPES for r in RUNS)
+    assert all(_recipe(r) in PERF_RECIPES for r in RUNS if r["id"] not in UNPRICED)
+    assert not any(_recipe(r) in PERF_RECIPES for r in RUNS if r["id"] in UNPRICED)
     assert set(XFAIL) | set(TIGHT) <= {r["id"] for r in RUNS}, \
         sorted((set(XFAIL) | set(TIGHT)) - {r["id"] for r in RUNS})
 

@@ -91,8 +91,10 @@ def test_vectorized_equals_training_memory():
                      sequence_parallel=row["sequence_parallel"],
                      first_stage_layers=row["first_stage_layers"],
                      last_stage_layers=row["last_stage_layers"])
+        # a Megatron search's zero2 row is Megatron-FSDP optim_grads (with PP too)
         tr = Training(seq_length=2048, micro_batch_size=row["b"], global_batch_size=64,
-                      recompute=row["recompute"], sharding=row["sharding"])
+                      recompute=row["recompute"], sharding=row["sharding"],
+                      megatron_fsdp={"zero2": "optim_grads"}.get(row["sharding"]))
         est = training_memory("llama2-7b", lay, tr)
         assert row["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12)
         ex = res.exact(int(i))
@@ -382,6 +384,9 @@ def _training_of(row, seq_length, global_batch, dropout=None):
     tr = Training(seq_length=seq_length, micro_batch_size=row["b"],
                   global_batch_size=global_batch, recompute=row["recompute"],
                   sharding=row["sharding"], dropout=dropout,
+                  # a Megatron search's zero2 / fsdp rows are Megatron-FSDP (memsym.emit)
+                  megatron_fsdp={"zero2": "optim_grads",
+                                 "fsdp": "optim_grads_params"}.get(row["sharding"]),
                   **launch_overlaps("megatron", row["sharding"]))
     return lay, tr
 
@@ -577,8 +582,9 @@ def test_llama3_405b_top_rows_are_launchable(llama3_405b_16k):
         _launch_check(res, row)
         # m < p never wins by a mispriced bubble: every top row has m >= p
         assert row["m"] >= row["p"], row
-        # ZeRO-2/3 with pipeline parallelism is refused (DeepSpeed PipelineEngine)
-        assert not (row["p"] > 1 and row["sharding"] in ("zero2", "zero3")), row
+        # ZeRO-3 with pipeline parallelism is refused (DeepSpeed PipelineEngine); a Megatron
+        # search's zero2 row is Megatron-FSDP optim_grads, which Megatron-LM runs with PP
+        assert not (row["p"] > 1 and row["sharding"] == "zero3"), row
     # the old ranking's top rows (p = 2, one micro-batch, v up to 63) are refused, by name
     assert "vpp-microbatches" in explain(res.space, {"t": 8, "p": 2, "c": 1, "d": 1024,
                                                      "v": 3, "b": 2})
@@ -725,7 +731,8 @@ def test_explain_names_exactly_the_rules_the_search_counts():
 def test_torchtitan_search_launches_fsdp_with_pipelines_on_its_split():
     # torchtitan composes FSDP2 with pipeline parallelism and splits the layers itself
     # (generate_llm_fqn_per_model_part): a torchtitan search offers those layouts, which the
-    # Megatron search refuses (rule zero-pp), and prices each as `estimate` prices the job
+    # Megatron search refuses for its DeepSpeed ZeRO-3 rows (rule zero-pp), and prices each as
+    # `estimate` prices the job
     from memsym.job import job
     from memsym.model.stages import torchtitan_rank_layers
     from memsym.training import job_memory

@@ -79,8 +79,11 @@ def test_layout_and_settings_are_the_rows(tabled, mbridge):
     na = lambda v: 1 if v == "n/a" else v      # noqa: E731  (the table prints n/a for 1)
     for run in tabled:
         tb, lay, st = run["table"], run["layout"], run["settings"]
-        assert (lay["t"], lay["p"], lay["c"], lay["v"], lay.get("e", 1)) == (
-            tb["tp"], tb["pp"], tb["cp"], na(tb["vp"]), na(tb.get("ep", 1))), run["id"]
+        # two rows' layouts contradict their release's config and their measured step; the
+        # entry says so (table_note) and prices the config's layout
+        printed = (lay["t"], lay["p"], lay["c"], lay["v"], lay.get("e", 1)) == (
+            tb["tp"], tb["pp"], tb["cp"], na(tb["vp"]), na(tb.get("ep", 1)))
+        assert printed != ("release's config" in run.get("table_note", "")), run["id"]
         assert time_accuracy.gpus_of(run) == tb["gpus"], run["id"]
         assert (st["b"], st["B"], st["seq"]) == (tb["mbs"], tb["gbs"], tb["seq"]), run["id"]
         assert st.get("fsdp", False) == (tb.get("fsdp", 0) > 0), run["id"]
@@ -91,14 +94,17 @@ def test_layout_and_settings_are_the_rows(tabled, mbridge):
         # the MXFP8 rows (26.x MXFP8, 25.11 FP8-MX) and only they run the mxfp8 recipe
         assert (st.get("fp8_recipe") == "mxfp8") == (tb["precision"] in ("MXFP8", "FP8-MX")), \
             run["id"]
-        # EP is carved from the data-parallel ranks (Megatron: expert layers reuse DP x CP)
-        assert (lay["d"] * lay["c"]) % lay.get("e", 1) == 0, run["id"]
+        # EP is carved from the data-parallel ranks (Megatron: expert layers reuse DP x CP,
+        # and TP too where the expert tensor-parallel size t_e is below it)
+        edp = lay["d"] * lay["c"] * lay["t"] // lay.get("t_e", lay["t"])
+        assert edp % lay.get("e", 1) == 0, run["id"]
         if "ga" in tb:   # the 25.11 tables print the accumulation count: GBS / (MBS x DP)
             agrees = tb["ga"] * tb["mbs"] * lay["d"] == tb["gbs"]
             # one row contradicts itself; the entry says so (table_note) and prices its layout
             assert agrees != ("GA" in run.get("table_note", "")), run["id"]
     noted = [r["id"] for r in mbridge if "table_note" in r]
-    assert noted == ["mbridge.25.11.h100.gpt-oss-120b.bf16"]
+    assert noted == ["mbridge.26.02.01.h100.qwen3-30b-a3b.fp8", "mbridge.25.11.b200.gpt-oss-120b.bf16",
+                     "mbridge.25.11.h100.gpt-oss-120b.bf16", "mbridge.25.11.gb300.qwen3-235b-a22b.bf16"]
 
 
 def test_flops_per_token_agree_within_each_model(tabled):
@@ -137,7 +143,7 @@ def test_calibration_runs_are_exactly_the_named_ones(runs):
                                         ("blackwell-ultra", "fp4")])
 def test_blackwell_ceilings_come_from_their_runs(klass, prec):
     # the stored value reproduces its run's measured step (the Hopper and Ampere ones:
-    # tests/test_timing.py); not Hopper's 0.587 / 0.548 any more (Hopper has no fp4)
+    # tests/test_timing.py); not Hopper's 0.587 / 0.570 any more (Hopper has no fp4)
     fitted = time_accuracy.calibrate(klass, prec)
     stored = efficiency.GEMM_CEILING[(klass, prec)]
     assert fitted == pytest.approx(stored, abs=0.002)
@@ -158,17 +164,23 @@ def test_every_run_is_priced_and_every_slice_counted(runs, results):
 
 def test_skipped_rows_say_why_and_are_not_expressible():
     rows = time_accuracy.skipped()
-    assert len(rows) >= 75
+    # 75 before the Qwen3-235B-A22B, Nemotron and Nemotron 3 Nano presets made 35 rows and one
+    # entry runs
+    assert len(rows) >= 39
     for row in rows:
         loc, why = row["locator"], row["reason"]
         assert row["source"] in (MBRIDGE, "nemo-perf-2407", "nemo-long-sequence") and why
         assert not why.startswith("precision "), loc   # every printed precision is memsym's
         if "25.09" in why:
             assert "25.09 NeMo Container" in loc
-    # the MXFP8 and NVFP4 rows left out are those of models memsym has no step time for
+    # the MXFP8 and NVFP4 rows left out are those of models memsym has no step time for:
+    # hybrid Mamba models, and Kimi K2, trained with Muon (memsym prices Adam)
     mx = [r for r in rows if r["locator"].endswith((" MXFP8", " FP8-MX", " NVFP4"))]
-    assert mx and {r["reason"] for r in mx} == {"no memsym preset for the model",
-                                               "hybrid Mamba model (no step time in memsym)"}
+    assert mx and {r["reason"].split(" (")[0] for r in mx} == {
+        "Muon optimizer", "latent MoE"}
+    assert all("Kimi_K2" in r["locator"] for r in mx if r["reason"].startswith("Muon"))
+    # hybrid Mamba-2 models have a step time (memsym.timing.ssm): none is left out for it
+    assert not [r for r in rows if "Mamba" in r["reason"]]
     # a row of a precision memsym has is never left out for its precision
     assert not [r for r in rows if r["locator"].endswith((" BF16", " FP8", " FP8-CS", " MXFP8",
                                                           " FP8-MX", " NVFP4"))
@@ -391,3 +403,49 @@ def test_moe_host_constant_comes_from_its_run(runs):
     assert time_accuracy.calibrate_moe_host() == pytest.approx(moe_host.MOE_LAYER_HOST,
                                                                abs=0.02e-3)
     assert time_accuracy.predict(run)["step"] == pytest.approx(measured, rel=0.005)
+
+
+def test_release_rows_wait_on_the_host_where_the_recipe_would_not(runs):
+    """The recipe read (067f987df0, perf_recipes/qwen/common.py
+    _enable_hybridep_full_iteration_mxfp8, perf_recipes/deepseek/common.py
+    _enable_deepseek_full_iteration_mxfp8) gives the GB300 / GB200 / B300 Qwen3-30B-A3B and
+    DeepSeek-V3 MXFP8 rows full-iteration CUDA graphs and moe_expert_rank_capacity_factor 1.5
+    (no host read); the releases' perf configs that ran them (Megatron-Bridge v0.2.2, v0.3.0,
+    v0.4.0, 26.04-alpha.rc2, v0.4.2: scripts/performance/configs/qwen*/ and deepseek/
+    *workload_base_configs.py) set neither, so HybridEP reads tokens_per_expert.sum() on the
+    host every layer (token_dispatcher.py _HybridEPManager.dispatch at core_v0.17.0)."""
+    rows = [r for r in runs if r.get("release") in ("25.11", "26.02", "26.02.01", "26.04",
+                                                    "26.04.01")
+            and r.get("preset") in ("qwen3-30b-a3b", "deepseek-v3")
+            and r["gpu"] in ("gb300", "gb200", "b300")
+            and r["settings"].get("fp8_recipe") == "mxfp8"]
+    # 25.11: GB300 and GB200 only (4 rows); 26.02 ... 26.04.01: three GPUs, two models
+    assert len(rows) == 4 + 4 * 6
+    for run in rows:
+        assert time_accuracy.recipe_moe_host_sync(run) is False, run["id"]
+        assert run["settings"]["moe_host_sync"] is True, run["id"]
+        assert time_accuracy._settings(run).moe_host_sync is True, run["id"]
+        assert "full_iteration" not in " ".join(run["unmodelled"]), run["id"]
+        assert any("release's perf config" in o and "capacity_factor" in o
+                   for o in run["open"]), run["id"]
+
+
+def test_release_rows_recompute_what_their_config_names(runs):
+    """The DeepSeek-V3 MXFP8 rows' release configs (Megatron-Bridge scripts/performance/
+    configs/deepseek/*workload_base_configs.py) name other recompute modules than the recipe
+    read at 067f987df0: GB300 ["moe_act"] in v0.2.2 (:38), ["mla_up_proj"] in v0.3.0 ...
+    v0.4.2 (:53), where the recipe names none; GB200 ["mlp"] in v0.4.0, 26.04-alpha.rc2 and
+    v0.4.2 (:81), where the recipe names ["mla_up_proj"].  The row's own list is priced."""
+    by_id = {r["id"]: r for r in runs}
+    want = {"mbridge.25.11.gb300.deepseek-v3.mxfp8": ("moe_act",),
+            **{f"mbridge.{rel}.gb300.deepseek-v3.mxfp8": ("mla_up_proj",)
+               for rel in ("26.02", "26.02.01", "26.04", "26.04.01")},
+            **{f"mbridge.{rel}.gb200.deepseek-v3.mxfp8": ("mlp",)
+               for rel in ("26.02.01", "26.04", "26.04.01")}}
+    for rid, mods in want.items():
+        run = by_id[rid]
+        assert time_accuracy.recipe_recompute_modules(run) != mods, rid
+        st = time_accuracy._settings(run)
+        assert (st.recompute, st.recompute_modules) == ("selective", mods), rid
+    # the 26.02 GB200 config (v0.3.0 :81) names the recipe's own ["mla_up_proj"]
+    assert "recompute_modules" not in by_id["mbridge.26.02.gb200.deepseek-v3.mxfp8"]["settings"]

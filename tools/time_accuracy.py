@@ -91,7 +91,9 @@ def _settings(run) -> Settings:
         lay = run["layout"]
         frac = st["recompute_layers"] / (_arch(run).num_layers / (lay["p"] * lay.get("v", 1)))
     recompute, modules = st["recompute"], ("core_attn",)
-    named = recipe_recompute_modules(run)
+    # a row run by its release's perf config, not the recipe read, states its modules
+    named = (tuple(st["recompute_modules"]) if "recompute_modules" in st
+             else recipe_recompute_modules(run))
     if named is not None and recompute == "none":
         # a recipe's --recompute-modules under selective granularity: those modules only
         recompute, modules = "selective", named
@@ -103,9 +105,10 @@ def _settings(run) -> Settings:
                     gather_per_microbatch=fsdp, pipelined_fsdp=titan and run["layout"]["p"] > 1,
                     torch_rounds=titan, recompute_fraction=frac, recompute_modules=modules,
                     tp_overlap_cfg=recipe_ub_config(run),
-                    # a row whose config is not the recipe read states its dispatcher
+                    # a row whose config is not the recipe read states its dispatcher (and
+                    # whether it waits on the host, where the recipe's CUDA graph is not its)
                     moe_dispatcher=st.get("moe_dispatcher") or recipe_moe_dispatcher(run),
-                    moe_host_sync=recipe_moe_host_sync(run))
+                    moe_host_sync=st.get("moe_host_sync", recipe_moe_host_sync(run)))
 
 
 def recipe_moe_dispatcher(run) -> str:
@@ -421,7 +424,8 @@ def predict(run, *, overlap: Overlap | None = None, eta_gemm=None) -> dict:
     # an interleaved account-for split: each chunk's own layers, run through the schedule
     chunks = recipe_chunk_layers(run)
     out = step_time_grid(_arch(run), run["gpu"], t=lay["t"], p=lay["p"], d=lay["d"],
-                         c=lay.get("c", 1), e=lay.get("e", 1), v=lay.get("v", 1), m=m, settings=st,
+                         c=lay.get("c", 1), e=lay.get("e", 1), t_e=lay.get("t_e"), v=lay.get("v", 1),
+                         m=m, settings=st,
                          cluster=_cluster(run["cluster"]),
                          overlap=_overlap(run) if overlap is None else overlap,
                          eta_gemm=eta_gemm, first_stage_layers=first, last_stage_layers=last,

@@ -37,6 +37,11 @@ def command_rows():
            help="with --emit: write one file per layout into DIR (created if missing; at most "
            "--top files): layout_N.txt (Megatron-LM argument file), layout_N.toml or "
            "layout_N.json"),
+        # a job reads it as Megatron's own argument (memsym.readers.megatron_userbuffers)
+        option("--tp-comm-overlap-cfg", group="search", metavar="FILE", commands=search,
+           effect="time", help="with --tp-comm-overlap: Megatron's userbuffers config (YAML), "
+           "held fixed; the rows running the TP overlap are timed with it, and --emit megatron "
+           "writes it beside each layout (tp_comm_overlap_cfg.yaml)"),
         option("--max-gpus", group="search", type=T.positive_int, metavar="N", commands=ming,
            parser_default=1 << 17, default=1 << 17, source="memsym", effect="none",
            help="search bound"),

@@ -10,7 +10,7 @@ from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, CP_METHODS, CUDA_GRAPH_I
                           CUDA_GRAPH_MODULES, FINETUNES, MOE_DISPATCHERS,
                           FRAMEWORK_CONVENTIONS, FRAMEWORKS, METRIC_NAMES, OFFLOADS,
                           OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_METHODS, RECOMPUTE_MODULES,
-                          SCHEDULES, SCHEMES)
+                          SCHEDULES, SCHEMES, SEARCH_SHARDING)
 from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
 from ..vocabulary import PRECISION_NAMES as PRECISIONS
 from ..vocabulary import FP8_RECIPES
@@ -91,7 +91,10 @@ def _state_rows():
            source=JOB_DEFAULTS + " (Megatron-core's distributed optimizer, as the recipes); a "
            "Megatron-LM command without MODEL: ddp unless --use-distributed-optimizer",
            help="how model states are sharded over data parallel: " + ", ".join(SCHEMES),
-           search_help="sharding schemes to try (default every scheme the framework has)"),
+           search_type=T.choice("sharding", SEARCH_SHARDING),
+           search_help="sharding schemes to try (default every scheme the framework has; in a "
+           "Megatron-LM search also Megatron-FSDP's strategies no_shard, optim, optim_grads, "
+           "optim_grads_params by name)"),
         flag("--use-distributed-optimizer", group="states",
               help="Megatron's flag: same as --sharding distributed-optimizer"),
         option("--convention", group="states",
@@ -177,6 +180,10 @@ def _layout_rows():
               "other stages split the rest evenly)"),
         flag("--no-sequence-parallel", group="search", commands=SEARCH,
               help="do not try Megatron sequence parallelism"),
+        # a job reads it as Megatron's own flag (memsym.readers.megatron_precision)
+        flag("--fsdp-double-buffer", group="search", commands=SEARCH,
+              help="Megatron's flag, held fixed: every Megatron-FSDP row (sharding no_shard, "
+              "optim, zero2, fsdp) keeps its buckets in persistent double-buffered pools"),
     ]
 
 

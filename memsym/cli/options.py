@@ -141,7 +141,7 @@ fraction = efficiency
 def choice(kind: str, names):
     """A type that accepts one of ``names`` (case-insensitive) and suggests on a miss."""
     names = tuple(names)
-    table = {n.lower(): n for n in names}
+    table = {n.lower().replace("_", "-"): n for n in names}   # Megatron's no_shard as typed
 
     def parse(text: str) -> str:
         key = str(text).strip().lower().replace("_", "-")

@@ -119,6 +119,15 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
     if getattr(args, "tp_comm_overlap", None):
         # on in every row with sequence parallelism (memsym.search.Space.comm_fields)
         out["tp_comm_overlap"] = True
+    if getattr(args, "tp_comm_overlap_cfg", None) is not None:
+        from ..readers.megatron_userbuffers import read_tp_comm_overlap_cfg
+
+        # held fixed with --tp-comm-overlap (memsym.search.Space.tp_comm_overlap_cfg); what
+        # memsym does not read of it is not priced (as estimate notes it)
+        out["tp_comm_overlap_cfg"] = read_tp_comm_overlap_cfg(args.tp_comm_overlap_cfg, [])
+    if getattr(args, "fsdp_double_buffer", None):
+        # on in every Megatron-FSDP row (memsym.search.Space.fsdp_double_buffer)
+        out["fsdp_double_buffer"] = True
     if getattr(args, "fp8_recipe", None) is not None:
         out["fp8_recipe"] = args.fp8_recipe
     out["sharding"] = args.sharding   # None: what the framework runs (memsym.search)
@@ -288,7 +297,7 @@ def _emitted(args, res, rows) -> list:
     out = []
     for n, (row, _) in enumerate(rows, 1):
         try:
-            got = emit(args.emit, row, res.space, res.gpus, args.model)
+            got = emit(args.emit, row, res.space, res.gpus, args.model, folder=args.emit_dir)
         except NotExpressible as exc:
             got = str(exc)
         out.append([n, got, None])
@@ -303,11 +312,14 @@ def _emitted(args, res, rows) -> list:
             if isinstance(item[1], str):
                 continue
             item[2] = os.path.join(folder, item[1].file_name(item[0]))
-            # O_NOFOLLOW: a link planted at layout_N.* is refused, not written through
-            fd = os.open(item[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                         | getattr(os, "O_NOFOLLOW", 0), 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(item[1].text)
+            for path, text in ((item[2], item[1].text),
+                               *((os.path.join(folder, name), body)
+                                 for name, body in item[1].files)):
+                # O_NOFOLLOW: a link planted at layout_N.* is refused, not written through
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                             | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(text)
     return out
 
 
@@ -331,7 +343,8 @@ def _emit_json(args, item) -> dict:
     if isinstance(got, str):
         return {"framework": args.emit, "refused": got}
     return {"framework": got.framework, "text": got.text, "arguments": list(got.arguments),
-            "file": path, "read_back": _read_back(args, n, got, path)}
+            "file": path, "read_back": _read_back(args, n, got, path),
+            **({"files": dict(got.files)} if got.files else {})}
 
 
 def _emit_text(args, res, rows, emitted, assumed) -> str:
@@ -359,6 +372,9 @@ def _emit_text(args, res, rows, emitted, assumed) -> str:
             lines.append(f"# wrote {path}")
         else:
             lines.append(got.text.rstrip("\n"))
+            for name, body in got.files:     # what the arguments name, to save beside them
+                lines.append(f"# {name}:")
+                lines += [f"#   {line}" for line in body.splitlines()]
     return "\n".join(lines)
 
 

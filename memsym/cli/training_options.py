@@ -296,6 +296,12 @@ def job_from_args(args, **override):
         o = read_megatron_overrides(pasted, num_layers=arch.get("num_layers", base.num_layers),
                                     p=opts.get("p", 1), has_experts=bool(base.num_experts),
                                     tp_comm_overlap=bool(opts.get("tp_comm_overlap")))
+        if "megatron_fsdp" in o.options and getattr(args, "use_distributed_optimizer", False) \
+                and getattr(args, "sharding", None) is None:
+            # Megatron-FSDP v1 runs the distributed optimizer itself (validate_args turns
+            # --use-distributed-optimizer on, arguments.py l. 1128-1135 at d98e8a64dd): the
+            # flag beside it names no other sharding
+            opts.pop("sharding", None)
         for key, value in o.options.items():
             mine = opts.get(key, arch.get(key))
             if mine is not None and mine != value:

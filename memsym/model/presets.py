@@ -61,11 +61,60 @@ PRESETS: dict = {
         qk_pos_emb_head_dim=64, v_head_dim=128, kv_channels=128, mtp_num_layers=1,
         moe_router_bias=True,   # e_score_correction_bias (noaux_tc routing), a parameter in HF
         extra={"first_k_dense_replace": 3, "n_shared_experts": 1}),
+    # moonshotai/Kimi-K2-Instruct config.json (model_type kimi_k2, DeepseekV3ForCausalLM's
+    # modules; Megatron-Bridge 067f987df0 models/kimi/kimi_bridge.py builds it as MLA with
+    # moe_layer_freq [0] * first_k_dense_replace + [1] * 60, shared expert
+    # moe_intermediate_size x n_shared_experts, untied, expert bias): DeepSeek-V3's shapes with
+    # 64 heads, 384 routed experts (top-8, one shared), one dense layer, vocabulary 163840 and
+    # num_nextn_predict_layers 0 (no MTP layer).
+    "kimi-k2": Architecture(
+        name="kimi-k2", num_layers=61, hidden_size=7168, num_attention_heads=64,
+        ffn_hidden_size=18432, swiglu=True, normalization="RMSNorm", vocab_size=163840,
+        untie_embeddings_and_output_weights=True, position_embedding_type="rope",
+        max_position_embeddings=131072, add_bias_linear=False,
+        num_experts=384, moe_router_topk=8, moe_ffn_hidden_size=2048,
+        moe_shared_expert_intermediate_size=2048, moe_layer_freq=(0,) + (1,) * 60,
+        multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
+        qk_pos_emb_head_dim=64, v_head_dim=128, kv_channels=128, mtp_num_layers=0,
+        moe_router_bias=True,   # e_score_correction_bias (noaux_tc routing), in the checkpoint
+        extra={"first_k_dense_replace": 1, "n_shared_experts": 1}),
     "qwen3-8b": _llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, kv_channels=128,
                        qk_layernorm=True, max_position_embeddings=40960),
     "qwen3-30b-a3b": _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, kv_channels=128,
                             qk_layernorm=True, max_position_embeddings=40960, num_experts=128,
                             moe_router_topk=8, moe_ffn_hidden_size=768),
+    # Qwen/Qwen3-235B-A22B config.json: 94 layers, all MoE (decoder_sparse_step 1, no
+    # mlp_only_layers; intermediate_size 12288 unused), 128 experts top-8 of width 1536, GQA
+    # 64/4 heads of 128, q/k RMSNorm, untied.
+    "qwen3-235b-a22b": _llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936,
+                              kv_channels=128, qk_layernorm=True, max_position_embeddings=40960,
+                              num_experts=128, moe_router_topk=8, moe_ffn_hidden_size=1536),
+    # Nemotron (NeMo 24.07 nemo/collections/llm/gpt/model/nemotron.py at 8e3d65dcfe,
+    # NemotronConfig and its sizes): LayerNorm (zero-centred gamma: a weight and a bias),
+    # squared-ReLU MLP without a gate, no linear biases, RoPE on half of each head
+    # (rotary_percent 0.5, no parameters), untied embeddings, sequence 4096; the Nemotron
+    # tokenizer's 256,000 tokens (Nemotron-4 340B report, arXiv:2406.11704, Table 1).  8B
+    # (Nemotron3Config8B) and 22B (Nemotron4Config22B) leave num_query_groups None: MHA.
+    "nemotron3-8b": Architecture(
+        name="nemotron3-8b", num_layers=32, hidden_size=4096, num_attention_heads=32,
+        ffn_hidden_size=16384, normalization="LayerNorm", vocab_size=256000,
+        untie_embeddings_and_output_weights=True, position_embedding_type="rope",
+        max_position_embeddings=4096, add_bias_linear=False,
+        extra={"activation": "squared_relu", "rotary_percent": 0.5}),
+    "nemotron4-22b": Architecture(
+        name="nemotron4-22b", num_layers=40, hidden_size=6144, num_attention_heads=48,
+        ffn_hidden_size=24576, normalization="LayerNorm", vocab_size=256000,
+        untie_embeddings_and_output_weights=True, position_embedding_type="rope",
+        max_position_embeddings=4096, add_bias_linear=False,
+        extra={"activation": "squared_relu", "rotary_percent": 0.5}),
+    # Nemotron4Config340B; arXiv:2406.11704 Table 1: 96 layers, hidden 18432, 96 heads, 8 KV
+    # heads, sequence 4096, vocabulary 256,000 (ffn 73728 from the NeMo config).
+    "nemotron4-340b": Architecture(
+        name="nemotron4-340b", num_layers=96, hidden_size=18432, num_attention_heads=96,
+        num_query_groups=8, ffn_hidden_size=73728, normalization="LayerNorm",
+        vocab_size=256000, untie_embeddings_and_output_weights=True,
+        position_embedding_type="rope", max_position_embeddings=4096, add_bias_linear=False,
+        extra={"activation": "squared_relu", "rotary_percent": 0.5}),
     # gpt-oss-120b: 36 layers, all MoE (128 experts, top-4, expert ffn 2880), GQA 64/8 heads of 64,
     # biases on every linear layer (attention, experts, router), one sink logit per head, untied.
     # Sliding-window (128) attention on alternate layers changes activations, not parameters.
@@ -91,7 +140,8 @@ _NO_DROPOUT = ({"dropout": False},
                "attention_dropout 0.0 from its config.json")
 RECIPES: dict = {name: _NO_DROPOUT for name in (
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b",
-    "mistral-7b", "mixtral-8x7b", "deepseek-v3", "qwen3-8b", "qwen3-30b-a3b", "gpt-oss-120b")}
+    "mistral-7b", "mixtral-8x7b", "deepseek-v3", "qwen3-8b", "qwen3-30b-a3b", "gpt-oss-120b",
+    "qwen3-235b-a22b", "kimi-k2")}
 
 
 def recipe(model) -> tuple:
@@ -140,7 +190,7 @@ def preset(name: str) -> Architecture:
     >>> preset("llama2-7")
     Traceback (most recent call last):
     ...
-    memsym.errors.UnknownNameError: unknown model 'llama2-7'; did you mean llama2-7b or llama2-70b or llama3-70b? (accepted: deepseek-v3, gpt-oss-120b, gpt3-175b, llama2-13b, llama2-70b, llama2-7b, llama3-405b, llama3-70b, llama3-8b, mistral-7b, mixtral-8x7b, qwen3-30b-a3b, ...)
+    memsym.errors.UnknownNameError: unknown model 'llama2-7'; did you mean llama2-7b or llama2-70b or llama3-70b? (accepted: deepseek-v3, gpt-oss-120b, gpt3-175b, kimi-k2, llama2-13b, llama2-70b, llama2-7b, llama3-405b, llama3-70b, llama3-8b, mistral-7b, mixtral-8x7b, ...)
     """
     if not isinstance(name, str):
         raise InvalidValueError(f"a model name must be a string, got {type(name).__name__}")
@@ -178,3 +228,33 @@ def resolve_model(name_or_path) -> Architecture:
     if is_hub_spelling(name_or_path):
         return from_hub(name_or_path)
     return preset(name_or_path)
+
+
+#: Nemotron 3 Nano (30B-A3B), as Megatron-Bridge's recipe builds it
+#: (recipes/nemotronh/h100/nemotron_3_nano.py nemotron_3_nano_pretrain_8gpu_h100_bf16_config at
+#: Megatron-Bridge 067f987df0: HybridModelProvider with hybrid_layer_pattern
+#: "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", hidden 2688, 64 Mamba heads of 64,
+#: state 128, 8 groups, 32 attention heads, 2 query groups, kv_channels 128, 128 experts of
+#: 1856, a shared expert of 3712, top-6, squared ReLU; the provider's defaults: RMSNorm, no
+#: biases, no position embedding, untied output, dropout 0) and the checkpoint's config.json
+#: (vocab_size 131072, tie_word_embeddings false: the Bridge's AutoBridge test fixture,
+#: tests/unit_tests/models/nemotronh/test_nemotron_h_bridge.py).  One norm per layer
+#: (NemotronHBlock / Megatron's MambaLayer and the hybrid specs); the router's expert bias
+#: (moe_router_enable_expert_bias) is a buffer, not a parameter.
+_NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+PRESETS["nemotron-3-nano"] = Architecture(
+    name="nemotron-3-nano", num_layers=len(_NANO_PATTERN), hidden_size=2688,
+    num_attention_heads=32, num_query_groups=2, kv_channels=128, ffn_hidden_size=1856,
+    swiglu=False, normalization="RMSNorm", vocab_size=131072,
+    untie_embeddings_and_output_weights=True, position_embedding_type="none",
+    add_bias_linear=False, norms_per_layer=1, num_experts=128, moe_router_topk=6,
+    moe_ffn_hidden_size=1856, moe_shared_expert_intermediate_size=3712,
+    moe_layer_freq=tuple(int(ch == "E") for ch in _NANO_PATTERN),
+    layer_mixers=tuple({"M": "mamba", "*": "attention"}.get(ch, "none") for ch in _NANO_PATTERN),
+    ffn_layers=tuple(int(ch in "E-") for ch in _NANO_PATTERN),
+    mamba_inner_size=64 * 64, mamba_state_dim=128, mamba_num_heads=64, mamba_num_groups=8,
+    mamba_conv_kernel=4)
+RECIPES["nemotron-3-nano"] = (
+    {"dropout": False},
+    "megatron-bridge-recipes: HybridModelProvider's hidden_dropout and attention_dropout 0.0 "
+    "(models/hybrid/hybrid_provider.py)")

@@ -55,6 +55,7 @@ HF_PRESETS = {
     "meta-llama/Meta-Llama-3.1-405B": ("llama3-405b", {}),
     "Qwen/Qwen3-8B": ("qwen3-8b", {}),
     "Qwen/Qwen3-30B-A3B": ("qwen3-30b-a3b", {}),
+    "Qwen/Qwen3-235B-A22B": ("qwen3-235b-a22b", {}),
     "deepseek-ai/DeepSeek-V3": ("deepseek-v3", {}),
     "openai/gpt-oss-120b": ("gpt-oss-120b", {}),
 }

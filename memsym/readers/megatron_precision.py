@@ -192,6 +192,9 @@ def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) 
                            ("megatron_fsdp_grad_comm_dtype", "auto")):
             out[k] = r.choice(k, ("fp32", "bf16", "fp16", "auto"), default)
         out["megatron_fsdp_version"] = int(r.choice("megatron_fsdp_version", ("1", "2"), "1"))
+        if out["megatron_fsdp_version"] == 2 and distopt:   # validate_args l. 1124-1126
+            raise InvalidValueError("--megatron-fsdp-version 2 is not compatible with "
+                                    "--use-distributed-optimizer (Megatron-LM's validate_args)")
         out.update(megatron_fsdp_options(r))
     return out
 

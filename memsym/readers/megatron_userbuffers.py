@@ -17,10 +17,11 @@ from __future__ import annotations
 import re
 
 from ..errors import InvalidValueError
-from ..timing.userbuffers import user_ub_config
+from ..timing.userbuffers import UB_KEYS, ub_config, user_ub_config
 from ._values import read_bounded
 
-__all__ = ["parse_ub_yaml", "read_tp_comm_overlap_cfg", "megatron_ub_option", "UB_DEST"]
+__all__ = ["parse_ub_yaml", "read_tp_comm_overlap_cfg", "megatron_ub_option", "UB_DEST",
+           "ub_yaml"]
 
 #: A key line of the subset: indentation, a plain key, a colon, an optional plain scalar.
 _LINE = re.compile(r"( *)([A-Za-z_][A-Za-z0-9_]{0,63}) *:(?: +(.*?))? *")
@@ -81,6 +82,31 @@ def parse_ub_yaml(text: str, what: str = "--tp-comm-overlap-cfg") -> dict:
             raise InvalidValueError(f"{where}: {gemm}.{key} is given twice")
         out[gemm][key] = _scalar(value, where)
     return out
+
+
+def ub_yaml(cfg) -> str:
+    """A userbuffers config (a Megatron-Bridge config's name or a user's config tuple, as the
+    job field ``tp_comm_overlap_cfg`` holds it) as the file Megatron-LM's
+    ``--tp-comm-overlap-cfg`` reads: every GEMM memsym prices with each key memsym reads
+    (:data:`memsym.timing.userbuffers.UB_KEYS`), in the subset :func:`parse_ub_yaml` reads
+    back to the same entries.
+
+    Examples
+    --------
+    >>> text = ub_yaml("userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192")
+    >>> text.splitlines()[:2]
+    ['qkv_fprop:', '  method: ring_exchange']
+    >>> cfg, _ = user_ub_config(parse_ub_yaml(text))
+    >>> ub_config(cfg) == ub_config("userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192")
+    True
+    """
+    lines = []
+    for gemm, entry in ub_config(cfg).items():
+        lines.append(f"{gemm}:")
+        for key in UB_KEYS:
+            value = getattr(entry, key)
+            lines.append(f"  {key}: {str(value).lower() if isinstance(value, bool) else value}")
+    return "\n".join(lines) + "\n"
 
 
 def read_tp_comm_overlap_cfg(path, notes: list) -> tuple:

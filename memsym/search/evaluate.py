@@ -15,7 +15,7 @@ from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUT
                         STATE_KEYS as _STATE_KEYS, allowance_values, arch_values)
 
 from ..model import moe_layer_pattern
-from .space import Space, CHOICE_RULES, KNOBS, recompute_layers
+from .space import Space, CHOICE_RULES, KNOBS, recompute_layers, states_scheme
 from .grid import choice_knobs, grid_knobs, splits_of, with_split
 from .templates import (allowance_function, call_stage, check_stages,
                         save_stage_tables, stage_count_floats, stage_function, stage_template)
@@ -301,6 +301,8 @@ def _choice_times(space: Space, grid: dict, m_, f_, l_, idx, rc, spf, scheme,
     t_ = grid["t"]
     # the step time depends on the choice only through (recompute, SP, DDP / ZeRO-3 /
     # FSDP / a sharded optimizer): priced once per such triple over every row, then indexed
+    # (a Megatron-FSDP strategy row is priced as the scheme whose states it keeps)
+    scheme = states_scheme(scheme)
     tkey = (rc, spf, scheme if scheme in ("ddp", "zero3", "fsdp") else "sharded")
     if tkey not in time_cache:
         rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
@@ -340,8 +342,10 @@ def launch_overlaps(framework: str, sharding: str) -> dict:
     ({'overlap_grad_reduce': True}, {})
     >>> launch_overlaps("deepspeed", "zero2")
     {'overlap_grad_reduce': True, 'overlap_param_gather': False}
+    >>> launch_overlaps("megatron", "no_shard")       # Megatron-FSDP no_shard: DDP's states
+    {'overlap_grad_reduce': True}
     """
-    return FRAMEWORK[framework].launch_overlap_options(sharding)
+    return FRAMEWORK[framework].launch_overlap_options(states_scheme(sharding))
 
 
 def _search_overlap(space: Space, sharding: str, comm: dict | None = None):
@@ -401,7 +405,9 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   schedule="gpipe" if space.schedule == "gpipe" else "1f1b",
                   # the carried dispatcher prices its all-to-all as estimate does (DeepEP /
                   # HybridEP send a token once per rank and NVLink domain: timing.flex_dispatch)
-                  moe_dispatcher=space.moe_dispatcher)
+                  moe_dispatcher=space.moe_dispatcher,
+                  # the carried userbuffers config, where the row runs the TP overlap
+                  tp_overlap_cfg=space.comm_fields(bool(spf)).get("tp_comm_overlap_cfg"))
     even = (f_ == 0) & (l_ == 0)
     # the even split as explicit end stages of L/p layers (the middle then holds L/p too)
     first = np.where(f_ > 0, f_, L_ / p_)

@@ -14,7 +14,8 @@ from ..errors import InvalidValueError
 from .. import rules as _rules
 from ..numeric import unique_rows
 
-from .space import Space, CHOICE_RULES, KNOBS, divisors_of, scheme_row, make_space
+from .space import (Space, CHOICE_RULES, KNOBS, MEGATRON_FSDP_STRATEGY, divisors_of, scheme_row,
+                    make_space, states_scheme)
 from ..model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
 
 
@@ -209,6 +210,7 @@ def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
               "gpipe": space.schedule == "gpipe",
               "deepspeed": FRAMEWORK[space.framework].hf_model_code,
               "tp_sequence_parallel": FRAMEWORK[space.framework].tp_sequence_parallel,
+              "megatron_options": FRAMEWORK[space.framework].megatron_options,
               "gpus_per_node": space.gpus_per_node,
               "first_stage_layers": space.first_stage_layers,
               "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,
@@ -258,8 +260,12 @@ def _groups(f_, l_):
 
 
 def choice_knobs(k: dict, spf: bool, off: str, scheme: str) -> dict:
+    """The knobs ``k`` of one discrete choice: sequence parallelism, offload, whether the
+    row's scheme shards gradients, and whether it runs as Megatron-FSDP (a Megatron search's
+    :data:`MEGATRON_FSDP_STRATEGY` rows), as :func:`memsym.rules.knobs` names them."""
     return dict(k, sequence_parallel=spf, offload=off != "none",
-                shards_gradients=scheme in ("zero2", "zero3", "fsdp"))
+                shards_gradients=states_scheme(scheme) in ("zero2", "zero3", "fsdp"),
+                megatron_fsdp=bool(k.get("megatron_options")) and scheme in MEGATRON_FSDP_STRATEGY)
 
 
 def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:

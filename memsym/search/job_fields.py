@@ -6,19 +6,40 @@ them (:func:`recompute_choice`, :func:`global_batch_of`).
 
 from __future__ import annotations
 
-from ..errors import InvalidValueError
+from ..errors import InvalidValueError, UnknownNameError
+from ..frameworks import FRAMEWORK
 from ..job_record import FIELD_PARTS
 from ..text import short
 from ..training import Training
-from ..vocabulary import MEGATRON_FSDP_SCHEMES
+from ..timing.userbuffers import ub_config
+from ..values import boolean
+from ..vocabulary import MEGATRON_FSDP_OPTIMIZERS, MEGATRON_FSDP_SCHEMES
 
 
-#: The search's schemes a Megatron search runs as Megatron-FSDP, with the
-#: ``--data-parallel-sharding-strategy`` each is (memsym.vocabulary.MEGATRON_FSDP_SCHEMES
-#: inverted): ZeRO-2's states as ``optim_grads``, FSDP's as ``optim_grads_params``, each
-#: priced with Megatron-FSDP's own buffers, as ``memsym estimate`` reads the launch back.
-MEGATRON_FSDP_STRATEGY = {scheme: strategy for strategy, scheme in MEGATRON_FSDP_SCHEMES.items()
-                          if scheme in ("zero2", "fsdp")}
+#: The rows of a Megatron search that run as Megatron-FSDP, with the
+#: ``--data-parallel-sharding-strategy`` each is: ZeRO-2's states as ``optim_grads``, FSDP's as
+#: ``optim_grads_params`` (no other Megatron-LM flag shards them), and the two strategies whose
+#: states a plain Megatron scheme also keeps (DDP's, the distributed optimizer's) as rows of
+#: their own names, ``no_shard`` and ``optim`` (:data:`MEGATRON_FSDP_ROWS`); each priced with
+#: Megatron-FSDP's own buffers, as ``memsym estimate`` reads the launch back.
+MEGATRON_FSDP_STRATEGY = {"no_shard": "no_shard", "optim": "optim", "zero2": "optim_grads",
+                          "fsdp": "optim_grads_params"}
+
+#: The rows named by their Megatron-FSDP strategy -> the scheme whose states they keep
+#: (memsym.vocabulary.MEGATRON_FSDP_SCHEMES): the scheme a row's memory and time are priced as.
+MEGATRON_FSDP_ROWS = {row: MEGATRON_FSDP_SCHEMES[row] for row in ("no_shard", "optim")}
+
+
+def states_scheme(row: str) -> str:
+    """The sharding scheme of a search row's sharding choice: a Megatron-FSDP strategy row's
+    (:data:`MEGATRON_FSDP_ROWS`), else the choice itself.
+
+    Examples
+    --------
+    >>> states_scheme("no_shard"), states_scheme("optim"), states_scheme("zero2")
+    ('ddp', 'distributed-optimizer', 'zero2')
+    """
+    return MEGATRON_FSDP_ROWS.get(row, row)
 
 
 #: The :class:`memsym.training.Training` fields a search carries: the space's own settings
@@ -29,7 +50,7 @@ SEARCHED_FIELDS = frozenset((
     "recompute_num_layers", "flash_attention", "dropout", "schedule", "precision", "optimizer",
     "sharding", "convention", "offload", "capacity_factor", "finetune", "lora_rank",
     "lora_targets", "quantization", "framework", "fp8_recipe", "moe_dispatcher",
-    "tp_comm_overlap"))
+    "tp_comm_overlap", "fsdp_double_buffer", "tp_comm_overlap_cfg"))
 
 
 #: The data-parallel overlap fields a search can price a job's own values of (``overlaps``).
@@ -57,34 +78,28 @@ def unsearched_fields(tr, carried=()) -> list:
 
 def refuse_unsearched(tr, what: str = "search", carried=()) -> None:
     """Refuse, in one line, a job's setting that the search's space does not carry (it would
-    be priced, and emitted, without it): a Megatron-FSDP strategy other than the one the
-    search spells the job's scheme as (ZeRO-2 as ``optim_grads``, FSDP as
-    ``optim_grads_params``: :data:`MEGATRON_FSDP_STRATEGY`), Megatron-FSDP's double buffer,
-    the userbuffers config, NVFP4 parameters (``fp4_param_gather``), the optimizer step's CUDA
-    graph, and any other field outside :data:`SEARCHED_FIELDS` (:func:`unsearched_fields`,
-    ``carried`` as there).  ``what``: the command that searches, as the message names it.
-    The MoE dispatcher and ``tp_comm_overlap`` are carried (:attr:`Space.moe_dispatcher`,
-    :attr:`Space.tp_comm_overlap`).
+    be priced, and emitted, without it): NVFP4 parameters (``fp4_param_gather``), the
+    optimizer step's CUDA graph, and any other field outside
+    :data:`SEARCHED_FIELDS` (:func:`unsearched_fields`, ``carried`` as there).  ``what``: the
+    command that searches, as the message names it.  Megatron-FSDP's strategy is a row of the
+    search (:data:`MEGATRON_FSDP_STRATEGY`); its double buffer, the MoE dispatcher,
+    ``tp_comm_overlap`` and its userbuffers config are carried (:class:`Space`).
 
     Examples
     --------
     >>> from memsym.training import Training
     >>> refuse_unsearched(Training())            # the defaults: nothing to refuse
-    >>> refuse_unsearched(Training(sharding="fsdp", megatron_fsdp="optim_grads_params"))
-    >>> refuse_unsearched(Training(megatron_fsdp="optim"))
+    >>> refuse_unsearched(Training(sharding="ddp", megatron_fsdp="no_shard"))
+    >>> refuse_unsearched(Training(metric="reserved"))
     Traceback (most recent call last):
     ...
-    memsym.errors.InvalidValueError: search: the job's megatron_fsdp optim is not a searched setting (the search runs Megatron-FSDP as zero2 = optim_grads and fsdp = optim_grads_params, without its double buffer, TE's default userbuffers and the job's settings the search keeps); estimate the layout instead
+    memsym.errors.InvalidValueError: search: the job's metric reserved is not a searched setting (the search prices the job's settings it keeps); estimate the layout instead
     """
-    if tr.states.megatron_fsdp == MEGATRON_FSDP_STRATEGY.get(tr.states.sharding):
-        carried = (*carried, "megatron_fsdp")       # the search's own spelling of the scheme
-    kept = unsearched_fields(tr, carried)
+    kept = unsearched_fields(tr, (*carried, "megatron_fsdp"))  # a strategy is a searched row
     if kept:
         raise InvalidValueError(f"{what}: the job's {', '.join(kept)} is not a searched setting "
-                                "(the search runs Megatron-FSDP as zero2 = optim_grads and "
-                                "fsdp = optim_grads_params, without its double buffer, TE's "
-                                "default userbuffers and the job's settings the search keeps); "
-                                "estimate the layout instead")
+                                "(the search prices the job's settings it keeps); estimate "
+                                "the layout instead")
 
 
 def recompute_choice(memory) -> str:
@@ -123,3 +138,75 @@ def global_batch_of(job) -> int | None:
     if batch.global_batch_size is not None or batch.num_microbatches is None:
         return batch.global_batch_size
     return batch.num_microbatches * batch.micro_batch_size * job.layout.d
+
+
+def carried_ub_config(cfg, tp_comm_overlap: bool):
+    """The userbuffers config a search holds fixed (``tp_comm_overlap_cfg``: a
+    Megatron-Bridge config's name or a user's config as
+    :func:`memsym.timing.userbuffers.user_ub_config` makes it), checked as a job checks it:
+    known (:func:`memsym.timing.userbuffers.ub_config`) and only with ``tp_comm_overlap``.
+
+    Examples
+    --------
+    >>> carried_ub_config(None, False) is None
+    True
+    >>> carried_ub_config("userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192", False)
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: tp_comm_overlap_cfg is the userbuffers config of tp_comm_overlap, which is off
+    """
+    if cfg is None:
+        return None
+    if not tp_comm_overlap:
+        raise InvalidValueError("tp_comm_overlap_cfg is the userbuffers config of "
+                                "tp_comm_overlap, which is off")
+    if isinstance(cfg, list):
+        cfg = tuple(tuple(entry) for entry in cfg)
+    if not isinstance(cfg, (str, tuple)):
+        raise InvalidValueError(f"tp_comm_overlap_cfg names a userbuffers config (a string or "
+                                f"a user's config tuple), got {type(cfg).__name__}")
+    ub_config(cfg)              # an unknown name or malformed tuple: refused in one line
+    return cfg
+
+
+def checked_overlaps(given) -> tuple | None:
+    """``overlaps`` of :func:`memsym.search.space.make_space` as the Space holds it: None (the
+    launch's), else ``(name, value)`` pairs of :data:`OVERLAP_FIELDS`, each None or a bool.
+
+    Examples
+    --------
+    >>> checked_overlaps({"overlap_grad_reduce": True})
+    (('overlap_grad_reduce', True), ('overlap_param_gather', None))
+    """
+    if given is None:
+        return None
+    given = dict(given)
+    for key in given:
+        if key not in OVERLAP_FIELDS:
+            raise UnknownNameError("overlap", key, OVERLAP_FIELDS)
+    return tuple((key, None if given.get(key) is None else boolean(given[key], key))
+                 for key in OVERLAP_FIELDS)
+
+
+def megatron_fsdp_rows(shard: tuple, optimizer: str, framework: str, given: bool) -> tuple:
+    """The sharding rows ``shard`` of a search whose optimizer is ``optimizer``: Megatron-FSDP
+    steps Adam and SGD only (:data:`memsym.vocabulary.MEGATRON_FSDP_OPTIMIZERS`, Megatron-LM's
+    validate_args), so under another optimizer a Megatron search's Megatron-FSDP rows
+    (:data:`MEGATRON_FSDP_STRATEGY`) are left out of its default schemes, and refused in one
+    line where asked for by name (``given``).
+
+    Examples
+    --------
+    >>> megatron_fsdp_rows(("ddp", "zero2"), "adafactor", "megatron", given=False)
+    ('ddp',)
+    >>> megatron_fsdp_rows(("ddp", "zero2"), "adafactor", "deepspeed", given=True)
+    ('ddp', 'zero2')
+    """
+    if not FRAMEWORK[framework].megatron_options or optimizer in MEGATRON_FSDP_OPTIMIZERS:
+        return shard
+    fsdp = [row for row in shard if row in MEGATRON_FSDP_STRATEGY]
+    if fsdp and given:
+        raise InvalidValueError(f"sharding {', '.join(fsdp)}: Megatron-FSDP does not support "
+                                f"the {optimizer} optimizer (Megatron-LM's validate_args: sgd "
+                                "or adam)")
+    return tuple(row for row in shard if row not in MEGATRON_FSDP_STRATEGY)

@@ -14,7 +14,7 @@ from ..errors import InvalidValueError, UnknownNameError, choose
 from ..limits import EFFICIENCY_RANGE
 from ..text import short
 from ..values import boolean, exact
-from ..vocabulary import MOE_DISPATCHERS
+from ..vocabulary import MEGATRON_FSDP_SCHEMES, MOE_DISPATCHERS, SEARCH_SHARDING
 from .. import hardware, model as models, rules as _rules
 from ..frameworks import FRAMEWORK, FRAMEWORK_SCHEMES
 from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
@@ -25,9 +25,11 @@ from ..model import moe_layer_pattern
 from ..training import ALLOWANCES, Training
 from ..job_record import FIELD_PARTS
 from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
+# re-exported: the search's callers import them here
 from .job_fields import (MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS, SEARCHED_FIELDS,  # noqa: F401
-                         global_batch_of, recompute_choice, refuse_unsearched,
-                         unsearched_fields)  # re-exported: the search's callers import them here
+                         carried_ub_config, checked_overlaps, global_batch_of,
+                         megatron_fsdp_rows, recompute_choice, refuse_unsearched, states_scheme,
+                         unsearched_fields)
 
 
 #: The rules the search applies, by name (the name is what the output shows), from the one
@@ -140,18 +142,28 @@ def matched_choices(kind, given, accepted) -> tuple:
 
 
 def scheme_row(name, framework: str = "megatron") -> str:
-    """A sharding scheme by name; FSDP keeps the same states as ZeRO-3, so it is one row,
-    except in a torchtitan search, where FSDP2 is the scheme (its own transients, with PP),
-    and in a Megatron search, where it is Megatron-FSDP ``optim_grads_params`` (its own
-    buffers, :data:`MEGATRON_FSDP_STRATEGY`).
+    """A sharding scheme by name, as the search's row; FSDP keeps the same states as ZeRO-3,
+    so it is one row, except in a torchtitan search, where FSDP2 is the scheme (its own
+    transients, with PP), and in a Megatron search, where it is Megatron-FSDP
+    ``optim_grads_params`` (its own buffers, :data:`MEGATRON_FSDP_STRATEGY`).  A Megatron
+    search also takes Megatron-FSDP's strategies by name: ``optim_grads`` is its zero2 row,
+    ``optim_grads_params`` its fsdp row, ``no_shard`` and ``optim`` rows of their own.
 
     Examples
     --------
     >>> scheme_row("fsdp", "megatron"), scheme_row("fsdp", "deepspeed")
     ('fsdp', 'zero3')
+    >>> scheme_row("optim_grads"), scheme_row("no_shard")
+    ('zero2', 'no_shard')
     """
-    key = choose("sharding", name, ALL_SCHEMES)
     fw = FRAMEWORK[framework]
+    if not fw.megatron_options and isinstance(name, str) \
+            and name.strip() in MEGATRON_FSDP_SCHEMES:
+        raise InvalidValueError(f"sharding {name.strip()} is Megatron-FSDP's strategy: a "
+                                f"Megatron-LM search's, not {fw.title}'s")
+    key = choose("sharding", name, SEARCH_SHARDING if fw.megatron_options else ALL_SCHEMES)
+    if key in MEGATRON_FSDP_SCHEMES:       # Megatron-FSDP's strategy: its row's name
+        return {"optim_grads": "zero2", "optim_grads_params": "fsdp"}.get(key, key)
     # FSDP2 with its own groups and transients (torchtitan's), Megatron-FSDP (Megatron's),
     # else ZeRO-3's states
     return "zero3" if key == "fsdp" and not (fw.fsdp_io_groups or fw.megatron_options) else key
@@ -243,6 +255,12 @@ class Space:
     #: parallelism (t > 1; validate_args asserts SP under it), with Transformer Engine's
     #: userbuffers (memsym.terms.transients.tp_comm_userbuffers) and the overlapped TP time
     tp_comm_overlap: bool = False
+    #: Megatron-FSDP's --fsdp-double-buffer, held fixed: on in every Megatron-FSDP row (its
+    #: persistent bucket pools, memsym.terms.transients.megatron_fsdp_buckets)
+    fsdp_double_buffer: bool = False
+    #: Megatron's --tp-comm-overlap-cfg, held fixed with tp_comm_overlap: the userbuffers
+    #: config the overlapped TP GEMMs are timed with (None: Transformer Engine's default)
+    tp_comm_overlap_cfg: object = None
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -271,7 +289,10 @@ class Space:
         >>> space.comm_fields(True), space.comm_fields(False)
         ({'tp_comm_overlap': True}, {})
         """
-        return {"tp_comm_overlap": True} if self.tp_comm_overlap and sp_on else {}
+        if not (self.tp_comm_overlap and sp_on):
+            return {}
+        cfg = self.tp_comm_overlap_cfg
+        return {"tp_comm_overlap": True, **({} if cfg is None else {"tp_comm_overlap_cfg": cfg})}
 
     @property
     def uniform(self) -> bool:
@@ -310,10 +331,12 @@ class Space:
             base["overlap_grad_reduce"] = True
         base.update(kw)
         if FRAMEWORK[self.framework].megatron_options and base["sharding"] in MEGATRON_FSDP_STRATEGY:
-            # Megatron-LM runs ZeRO-2 as Megatron-FSDP optim_grads and FSDP as
-            # optim_grads_params (memsym.emit spells them so): priced with its own buffers,
-            # as the read-back counts them
+            # Megatron-LM runs ZeRO-2 as Megatron-FSDP optim_grads, FSDP as optim_grads_params
+            # and the no_shard / optim rows as themselves (memsym.emit spells them so): priced
+            # with its own buffers, as the read-back counts them
             base["megatron_fsdp"] = MEGATRON_FSDP_STRATEGY[base["sharding"]]
+            base["sharding"] = states_scheme(base["sharding"])
+            base["fsdp_double_buffer"] = self.fsdp_double_buffer
         return Training(**base)
 
 
@@ -343,9 +366,13 @@ def from_job(model, gpu, options: dict):
                      ("framework", tr.framework), ("fp8_recipe", tr.states.fp8_recipe),
                      ("moe_dispatcher", tr.memory.moe_dispatcher),
                      ("tp_comm_overlap", tr.comm.tp_comm_overlap),
+                     ("fsdp_double_buffer", tr.states.fsdp_double_buffer),
+                     ("tp_comm_overlap_cfg", tr.comm.tp_comm_overlap_cfg),
                      ("capacity", model.capacity)):
         if val is not None:
             options.setdefault(key, val)
+    if tr.states.megatron_fsdp is not None:   # searched over Megatron-FSDP's strategies
+        options.setdefault("sharding", tuple(MEGATRON_FSDP_STRATEGY))
     if gpu is None and model.gpu is not None:
         gpu = model.gpu.name
     return model.model, gpu
@@ -363,7 +390,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                first_stage_layers=None, last_stage_layers=None, capacity=None,
                gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1, fp8_recipe=None,
                uneven=True, framework="megatron", overlaps=None, moe_dispatcher="alltoall",
-               tp_comm_overlap=False) -> Space:
+               tp_comm_overlap=False, fsdp_double_buffer=False, tp_comm_overlap_cfg=None) -> Space:
     """Validate the search keywords into a :class:`Space` (see :func:`search`).
 
     ``recompute`` and ``sharding`` default to what the framework offers: Megatron's none /
@@ -388,8 +415,11 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     prec = choose("precision", precision, PRECISIONS)
     shard, recompute, modes = _framework_choices(framework, arch, sharding, recompute,
                                                  finetune, flash_attention, prec)
+    shard = megatron_fsdp_rows(shard, choose("optimizer", optimizer, OPTIMIZERS), framework,
+                               given=sharding is not None)
     for scheme in shard:   # a scheme the precision is not modelled under: refused before searching
-        byte_widths(scheme, prec, choose("optimizer", optimizer, OPTIMIZERS), convention)
+        byte_widths(states_scheme(scheme), prec, choose("optimizer", optimizer, OPTIMIZERS),
+                    convention)
     al = tuple(sorted((k, v) for k, v in (allowances or {}).items()))
     for key, _ in al:
         if key not in ALLOWANCES:
@@ -408,6 +438,11 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     if overlap and not FRAMEWORK[framework].megatron_options:
         raise InvalidValueError(f"tp_comm_overlap is Megatron's --tp-comm-overlap, not a "
                                 f"{framework} option")
+    double = boolean(fsdp_double_buffer, "fsdp_double_buffer")
+    if double and not (FRAMEWORK[framework].megatron_options
+                       and set(shard) & set(MEGATRON_FSDP_STRATEGY)):
+        raise InvalidValueError("fsdp_double_buffer is Megatron-FSDP's: search one of its "
+                                "strategies (sharding no_shard, optim, zero2, fsdp)")
     cf = exact(capacity_factor, "capacity_factor")
     if not cf > 0:
         raise InvalidValueError(f"capacity_factor must be > 0, got {capacity_factor}")
@@ -433,21 +468,9 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
         latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
-        framework=framework, fp8_recipe=fp8_recipe, overlaps=_overlaps(overlaps),
-        moe_dispatcher=dispatcher, tp_comm_overlap=overlap)
-
-
-def _overlaps(given) -> tuple | None:
-    """``overlaps`` of :func:`make_space` as the Space holds it: None (the launch's), else
-    ``(name, value)`` pairs of :data:`OVERLAP_FIELDS`, each None or a bool."""
-    if given is None:
-        return None
-    given = dict(given)
-    for key in given:
-        if key not in OVERLAP_FIELDS:
-            raise UnknownNameError("overlap", key, OVERLAP_FIELDS)
-    return tuple((key, None if given.get(key) is None else boolean(given[key], key))
-                 for key in OVERLAP_FIELDS)
+        framework=framework, fp8_recipe=fp8_recipe, overlaps=checked_overlaps(overlaps),
+        moe_dispatcher=dispatcher, tp_comm_overlap=overlap, fsdp_double_buffer=double,
+        tp_comm_overlap_cfg=carried_ub_config(tp_comm_overlap_cfg, overlap))
 
 
 def space_differences(tr, space, **choices) -> list:

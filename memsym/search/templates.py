@@ -241,7 +241,7 @@ class StageTable:
         # a repr that does not say everything (an object's address, numpy's "..." in a long
         # array) is no key: such a space is compiled in each process
         lossy = " at 0x" in text or "..." in text
-        self.digest = None if lossy else compile_cache.input_key("search stages 4", text)
+        self.digest = None if lossy else compile_cache.input_key("search stages 5", text)
         self.codes, self.names, self.funcs, self.entries, self.counts = [], [], [], {}, {}
         self.index: dict = {}
         self.dirty = False

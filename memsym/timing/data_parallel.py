@@ -42,7 +42,8 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
     middle stage where the middle ones differ (a fourth entry).  The dense ones are
     split over TP, the experts over EP x expert TP; the end stages hold the embedding or the
     output layer and the final norm (the fourth value: not linear-layer weights, gathered at
-    16 bits under FP8 / NVFP4 parameters).
+    16 bits under FP8 / NVFP4 parameters).  A hybrid's layer is the mean of its kinds' weights
+    (``Shape.kinds``).
 
     Examples
     --------
@@ -55,7 +56,10 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
     """
     first, _, last, middle = stages if len(stages) == 4 else (*stages, stages[1])
     dense_p, _ = layer_params(x, moe=False)
-    if x.L_moe:
+    if x.kinds:     # a hybrid's layers by kind (memsym.model.hybrid_layers)
+        per_layer_dense = sum(n * dense for _, n, dense, _ in x.kinds) / x.L
+        per_layer_expert = sum(n * expert for _, n, _, expert in x.kinds) / x.L
+    elif x.L_moe:
         moe_dense, moe_expert = layer_params(x, moe=True)
         per_layer_dense = ((x.L - x.L_moe) * dense_p + x.L_moe * moe_dense) / x.L
         per_layer_expert = x.L_moe * moe_expert / x.L

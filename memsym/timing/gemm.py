@@ -23,7 +23,9 @@ import numpy as np
 
 from ..errors import InvalidValueError
 from ..model.architecture import is_hybrid, moe_layer_pattern, padded_vocab_size, resolve
+from ..model.hybrid_layers import hybrid_layer_parameters, layer_kind_pattern
 from ..text import shared_doc
+from .ssm import mamba_memory_bytes, ssd_flops
 
 __all__ = ["Gemm", "Shape", "shape_of", "layer_gemms", "attention_flops", "memory_bytes",
            "layer_params", "forward_flops_per_token"]
@@ -83,6 +85,14 @@ class Shape:
         The routed experts' GLU input is clamped first (Megatron's
         ``activation_func_clamp_value``; GPT-OSS's ``swiglu_limit``), in eager PyTorch
         (:func:`memsym.timing.moe.glu_clamp_bytes`).
+    kinds : tuple
+        A hybrid Mamba-2 / attention model's layers by kind: ``((mixer, ffn), count, dense,
+        expert)`` with ``mixer`` ``"attention"``, ``"mamba"`` or ``"none"``, ``ffn`` None (no
+        MLP), False (dense MLP) or True (MoE), ``count`` such layers and ``dense``/``expert``
+        one layer's weights [parameters] (:func:`memsym.model.hybrid_layers.layer_kind_pattern`);
+        ``()`` for a transformer, whose every layer has attention and an MLP.
+    ssm : tuple
+        The Mamba-2 mixers' ``(d_ssm, N, H, G, conv kernel)`` [1] (``()`` without any).
     """
 
     L: int
@@ -104,6 +114,33 @@ class Shape:
     rope: bool = True
     expert_bias: bool = False
     expert_clamp: bool = False
+    kinds: tuple = ()
+    ssm: tuple = ()
+
+
+#: The hybrid token mixers the time model prices (Mamba-2, attention, none).
+_PRICED_MIXERS = ("attention", "mamba", "none")
+
+
+def _hybrid_kinds(x) -> tuple:
+    """``Shape.kinds`` of a resolved hybrid architecture; refuses the mixers not priced."""
+    pattern = layer_kind_pattern(x)
+    names = {"mamba1": "Mamba-1", "parallel": "parallel Mamba/attention", "gdn": "Gated DeltaNet",
+             "conv": "short-convolution", "lightning": "lightning-attention",
+             "shared": "shared-block"}
+    other = sorted({names[m] for m, _ in pattern if m not in _PRICED_MIXERS})
+    if other:
+        what = "/".join(other)
+        raise InvalidValueError(
+            f"the step time of {x.name!r}, a hybrid {what}/attention model, is not modelled "
+            f"(its {what} layers are not priced; Mamba-2 is); its memory estimate "
+            "is: leave out --gpu and the time options")
+    out = []
+    for kind in dict.fromkeys(pattern):
+        parts = dict(hybrid_layer_parameters(x, kind))
+        out.append((kind, pattern.count(kind), parts["tp"] + parts["replicated"],
+                    parts["experts"]))
+    return tuple(out)
 
 
 def shape_of(arch, t: int = 1) -> Shape:
@@ -128,15 +165,11 @@ def shape_of(arch, t: int = 1) -> Shape:
     (80, 8192, 64, 8, 28672, True)
     """
     x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
-    if is_hybrid(x):
-        # every timing path prices the layers through this shape, which has no Mamba mixer
-        names = {"mamba": "Mamba", "parallel": "Mamba", "gdn": "Gated DeltaNet",
-                 "conv": "short-convolution", "lightning": "lightning-attention"}
-        what = "/".join(sorted({names[m] for m in x.layer_mixers or () if m in names})) or "Mamba"
-        raise InvalidValueError(
-            f"the step time of {x.name!r}, a hybrid {what}/attention model, is not modelled "
-            f"(its {what} layers' projections and scan are not priced); its memory estimate "
-            "is: leave out --gpu and the time options")
+    kinds = _hybrid_kinds(x) if is_hybrid(x) else ()
+    ssm = ()
+    if any(kind[0][0] == "mamba" for kind in kinds):
+        ssm = (x.mamba_inner_size, x.mamba_state_dim, x.mamba_num_heads, x.mamba_num_groups,
+               x.mamba_conv_kernel)
     mla = ()
     d_qk = d_v = x.kv_channels
     if x.multi_latent_attention:
@@ -155,7 +188,8 @@ def shape_of(arch, t: int = 1) -> Shape:
                  expert_bias=bool(E and x.add_bias_linear),
                  # the preset's extra (HF config.json's swiglu_limit); the Bridge sets it as
                  # activation_func_clamp_value
-                 expert_clamp=bool(E and x.swiglu and (x.extra or {}).get("swiglu_limit")))
+                 expert_clamp=bool(E and x.swiglu and (x.extra or {}).get("swiglu_limit")),
+                 kinds=kinds, ssm=ssm)
 
 
 @dataclass(frozen=True)
@@ -190,14 +224,17 @@ class Gemm:
 
 
 @_doc
-def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -> list:
+def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
+                mixer: str = "attention", mlp: bool = True) -> list:
     r"""Forward GEMMs of one layer on one GPU for one micro-batch (attention core excluded).
 
     Tokens on a rank: :math:`T = b\,s/c` (sequence parallelism all-gathers the :math:`T/t`
     tokens back to :math:`T` before each column-parallel GEMM).  Column-parallel weights
     split their output dimension by t, row-parallel their input.  A MoE layer's experts
     receive, per GPU, :math:`b\,s\,k\,t_e/(t\,c)` routed rows (balanced routing) spread
-    over its :math:`E/e` local experts.
+    over its :math:`E/e` local experts.  A Mamba-2 mixer (Megatron-core's ``MambaMixer``)
+    projects with in_proj ``[T, h] x [h, (2 d_ssm + 2 G N + H)/t]`` (column-parallel: z, x, B,
+    C, dt) and out_proj ``[T, d_ssm/t] x [d_ssm/t, h]`` (row-parallel).
 
     Parameters
     ----------
@@ -205,6 +242,10 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -
     {parallel_params}
     moe : bool
         A MoE layer (router, routed and shared experts) instead of a dense MLP.
+    mixer : {{"attention", "mamba", "none"}}
+        The layer's token mixer (a hybrid's layer kind; a transformer's is attention).
+    mlp : bool
+        The layer has an MLP or MoE block (a hybrid's Mamba and attention layers have none).
 
     Returns
     -------
@@ -221,6 +262,15 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -
     [('qkv', 2048, 4608, 12288), ('proj', 2048, 12288, 1536)]
     >>> float(sum(q.flops for q in g)) == 2 * 2048 * 12 * 12288**2 / 8
     True
+
+    A Mamba-2 layer alone, d_ssm = 64, N = 16, H = 2, G = 1, h = 32, t = 2, T = 8: in_proj
+    [8, 32] x [32, (128 + 32 + 2) / 2], out_proj [8, 32] x [32, 32].
+
+    >>> x = Shape(L=1, h=32, a=1, g=1, d_qk=32, d_v=32, f=0, gated=False, V=128, E=0, k=0,
+    ...           f_e=0, f_sh=0, L_moe=0, mla=(), untied=False, ssm=(64, 16, 2, 1, 4))
+    >>> [(q.name, int(q.M), int(q.N), int(q.K))
+    ...  for q in layer_gemms(x, 8, 1, t=2, mixer="mamba", mlp=False)]
+    [('in_proj', 8, 81, 32), ('out_proj', 8, 32, 32)]
     """
     t = np.asarray(t, float)
     c = np.asarray(c, float)
@@ -229,7 +279,13 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -
     T = np.asarray(b, float) * s / c
     out = []
     h = x.h
-    if x.mla:
+    if mixer == "mamba":
+        d, N, H, G, _ = x.ssm
+        out.append(Gemm("in_proj", T, (2 * d + 2 * G * N + H) / t, h))
+        out.append(Gemm("out_proj", T, h + 0 * t, d / t))
+    elif mixer != "attention":
+        pass
+    elif x.mla:
         r_q, r_kv, d_r = x.mla
         if r_q:
             out.append(Gemm("q_down", T, r_q + 0 * t, h))
@@ -243,6 +299,8 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False) -
         out.append(Gemm("qkv", T, (x.a + 2 * x.g) * x.d_qk / t, h))
         out.append(Gemm("proj", T, h + 0 * t, x.a * x.d_v / t))
     mult = 2 if x.gated else 1
+    if not mlp:
+        return out
     if not moe:
         out.append(Gemm("fc1", T, mult * x.f / t, h))
         out.append(Gemm("fc2", T, h + 0 * t, x.f / t))
@@ -314,7 +372,8 @@ def attention_flops(x: Shape, s, b, t=1, c=1, *, causal_skip: bool):
 
 @_doc
 def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence_parallel: bool,
-                 flash: bool, dropout: bool, width: int = 2):
+                 flash: bool, dropout: bool, width: int = 2, mixer: str = "attention",
+                 mlp: bool = True):
     r"""HBM bytes of one layer's memory-bound forward operations on one GPU [bytes].
 
     Per element of the hidden state (:math:`T h`, divided by t under sequence parallelism,
@@ -325,7 +384,9 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     attention dropout).  MoE layers add the routed experts' and shared expert's activations (the
     all-to-all dispatcher's router, permute, sort and unpermute copies are
     :func:`memsym.timing.moe.dispatch_bytes`).  The backward pass moves about 1.5 times these
-    bytes (memsym.timing.step).  Memsym's count (assumption).
+    bytes (memsym.timing.step).  A hybrid's layer holds one norm and one residual add per
+    block it has (a mixer, an MLP); a Mamba-2 mixer adds its conv1d, scan and gated-norm
+    bytes (:func:`memsym.timing.ssm.mamba_memory_bytes`).  Memsym's count (assumption).
 
     Parameters
     ----------
@@ -336,6 +397,10 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
         dropout on.
     width : int
         Bytes per element [bytes/element] (bf16: 2).
+    mixer : {"attention", "mamba", "none"}
+        The layer's token mixer.
+    mlp : bool
+        The layer has an MLP or MoE block.
 
     Returns
     -------
@@ -356,9 +421,12 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     t_e = t if t_e is None else np.asarray(t_e, float)
     T = np.asarray(b, float) * s / c
     hidden = T * x.h / (t if sequence_parallel else 1)
-    elems = (10 + (5 if dropout else 0)) * hidden
+    blocks = (mixer != "none") + bool(mlp)
+    elems = blocks * (5 + (2.5 if dropout else 0)) * hidden
     act = 3 if x.gated else 2
-    if moe:
+    if not mlp:
+        pass
+    elif moe:
         # the dispatcher's router, permute, sort and unpermute copies are priced with their
         # mirror backward in memsym.timing.moe.moe_layer_extras
         rows = np.asarray(b, float) * s * x.k * t_e / (t * c)
@@ -367,6 +435,11 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
             elems = elems + act * T * x.f_sh / t
     else:
         elems = elems + act * T * x.f / t
+    extra = 0.0
+    if mixer == "mamba":
+        extra = mamba_memory_bytes(x.ssm, T, t, width=width)
+    if mixer != "attention":
+        return width * elems + extra
     if x.rope:
         elems = elems + 2 * T * (x.a + x.g) * x.d_qk / t
     if not flash:
@@ -401,6 +474,9 @@ def layer_params(x: Shape, *, moe: bool) -> tuple:
 def forward_flops_per_token(x: Shape, s, *, causal: bool = True) -> float:
     """Model forward FLOPs per token (all layers, the logits, attention): the MFU numerator / 3.
 
+    A hybrid's layers are summed kind by kind (``Shape.kinds``): each kind's GEMMs, its
+    attention core or its SSD scan's forward matmuls (:func:`memsym.timing.ssm.ssd_flops`).
+
     Parameters
     ----------
     x : Shape
@@ -423,6 +499,17 @@ def forward_flops_per_token(x: Shape, s, *, causal: bool = True) -> float:
     >>> f == 24 * 96 * 12288**2 * (1 + 2048 / (6 * 12288) + x.V / (12 * 12288 * 96))
     True
     """
+    if x.kinds:
+        total = 0.0
+        for (mixer, ffn), n, _, _ in x.kinds:
+            lay = sum(q.flops for q in layer_gemms(x, s, 1, moe=bool(ffn), mixer=mixer,
+                                                   mlp=ffn is not None)) / s
+            if mixer == "attention":
+                lay = lay + attention_flops(x, s, 1, causal_skip=causal) / s
+            elif mixer == "mamba":
+                lay = lay + ssd_flops(x.ssm, s)[0] / s
+            total = total + n * lay
+        return float(total + 2 * x.h * x.V)
     dense = sum(q.flops for q in layer_gemms(x, s, 1)) / s
     per_layer_att = attention_flops(x, s, 1, causal_skip=causal) / s
     total = (x.L - x.L_moe) * (dense + per_layer_att)

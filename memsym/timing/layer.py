@@ -22,8 +22,10 @@ import numpy as np
 from .collectives import collective_bytes, collective_time, group_bandwidth
 from .efficiency import ceiling, exp_time, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
+from .ssm import ssd_flops
 from .moe import gemm_seconds, moe_layer_extras
 from .moe_host import host_exposed
+from .quantize import cast_bytes
 from .records import Overlap, Settings
 from .recompute import module_recompute
 from .userbuffers import UB_COMM_SMS, UB_PIPELINE_SPLITS, ub_config
@@ -43,7 +45,7 @@ FLASH_BACKWARD = 0.75
 
 
 #: The column-parallel GEMMs, whose backward collectives Megatron issues asynchronously.
-COLUMN_PARALLEL = ("qkv", "q", "q_up", "kv_up", "fc1", "shared_fc1")
+COLUMN_PARALLEL = ("qkv", "q", "q_up", "kv_up", "fc1", "shared_fc1", "in_proj")
 
 
 def as_array(x):
@@ -59,34 +61,50 @@ def as_array(x):
 
 
 def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, overlap: Overlap,
-               dp, raw: dict | None = None):
+               dp, raw: dict | None = None, mixer: str = "attention", mlp: bool = True):
     """Forward and backward seconds of one layer and one micro-batch on one GPU (arrays).
 
     ``raw``, when given, receives for ``tp``, ``ep`` and ``cp`` the layer's collectives as
     issued, before any overlap hides them: ``(forward s, backward s, forward bytes, backward
     bytes)`` (bytes one GPU sends, :func:`memsym.timing.collectives.collective_bytes`), the
     backward including a fully recomputed forward's.  Under Transformer Engine's userbuffers
-    they are the plain collectives the overlap replaces."""
+    they are the plain collectives the overlap replaces.
+
+    A hybrid's layer is one kind (``mixer``: ``"attention"``, ``"mamba"`` or ``"none"``;
+    ``mlp``: an MLP or MoE block, ``moe`` which): its ``"attention"`` part is the token
+    mixer's core, the attention or the Mamba-2 SSD scan (:func:`_ssd`)."""
     s = st.seq_length
     prec = st.precision
-    gemms = layer_gemms(x, s, b, t, c, e, t_e, moe=moe)
+    moe = moe and mlp
+    gemms = layer_gemms(x, s, b, t, c, e, t_e, moe=moe, mixer=mixer, mlp=mlp)
     # experts as TE's grouped GEMM, the router in the input dtype (memsym.timing.moe)
     f_gemm = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm) for q in gemms)
     # backward: data gradient [M,N]x[N,K] and weight gradient [K,M]x[M,N]
     b_gemm = sum(gemm_seconds(q, "dgrad", dev, prec, eta_gemm=eta_gemm)
                  + gemm_seconds(q, "wgrad", dev, prec, eta_gemm=eta_gemm) for q in gemms)
-    f_att, b_att = _attention(x, st, dev, t, c, b, eta_gemm)
+    if mixer == "attention":
+        f_att, b_att = _attention(x, st, dev, t, c, b, eta_gemm)
+    elif mixer == "mamba":
+        f_att, b_att = _ssd(x, st, dev, t, c, b, eta_gemm)
+    else:
+        f_att = b_att = 0.0 * as_array(t)
     mem = memory_time(memory_bytes(x, s, b, t, c, e, t_e, moe=moe,
                                    sequence_parallel=st.sequence_parallel,
-                                   flash=st.flash_attention, dropout=st.dropout), dev)
+                                   flash=st.flash_attention, dropout=st.dropout,
+                                   mixer=mixer, mlp=mlp), dev)
     # backward of an elementwise op reads its saved input and the incoming gradient and writes
     # one gradient (norm, activation, softmax: 3 tensors to the forward's 2; dropout and
     # residual pass the gradient through): about 1.5 x the forward bytes (memsym's count)
     f_mem, b_mem = mem, BACKWARD_MEMORY * mem
+    if prec in ("fp8", "fp4"):
+        # Transformer Engine's casts of each quantized GEMM's input and output gradient
+        # (memsym.timing.quantize)
+        f_q, b_q = cast_bytes(gemms, fp8_element_bytes(st))
+        f_mem, b_mem = f_mem + memory_time(f_q, dev), b_mem + memory_time(b_q, dev)
     T = as_array(b) * s / as_array(c)     # tokens of one micro-batch on one CP rank
     f_gemm, b_gemm, f_tp, b_tp, tp_raw = _tensor_parallel(
         x, st, gemms, dev, clu, t, c, dp, T, moe=moe, eta_gemm=eta_gemm, overlap=overlap,
-        f_gemm=f_gemm, b_gemm=b_gemm)
+        f_gemm=f_gemm, b_gemm=b_gemm, blocks=((mixer != "none") + (mlp and not moe)))
     # --- expert parallel all-to-all: dispatch + combine of the rank's routed rows
     f_ep = b_ep = f_c = 0.0
     ep_raw = [0.0, 0.0, 0.0, 0.0]
@@ -95,13 +113,14 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
                                                         eta_gemm=eta_gemm, overlap=overlap,
                                                         attention=(f_att, b_att))
         f_mem, b_mem = f_mem + f_c, b_mem + b_c
-    f_cp, b_cp, cp_raw = _context_parallel(x, clu, t, c, dp, T, overlap, f_att, b_att)
+    f_cp, b_cp, cp_raw = _context_parallel(x, clu, t, c, dp, T, overlap, f_att, b_att,
+                                           mixer=mixer)
     fwd = {"gemm": f_gemm, "attention": f_att, "memory": f_mem, "tp": f_tp, "ep": f_ep,
            "cp": f_cp}
     bwd = {"gemm": b_gemm, "attention": b_att, "memory": b_mem, "tp": b_tp, "ep": b_ep,
            "cp": b_cp}
     _recompute(x, st, dev, gemms, (t, c, b, T), eta_gemm, fwd, bwd, (tp_raw, ep_raw, cp_raw),
-               moe=moe, dispatch_f=f_c)
+               moe=moe, dispatch_f=f_c, attention=mixer == "attention")
     gpu = (sum(fwd.values()), sum(bwd.values()))
     if moe and st.moe_host_sync:
         # the dispatcher's host sync drains the GPU queue each MoE layer: the layer takes at
@@ -140,22 +159,39 @@ def _attention(x, st: Settings, dev, t, c, b, eta_gemm):
     return f_att, b_att
 
 
+def _ssd(x, st: Settings, dev, t, c, b, eta_gemm):
+    """Forward and backward seconds of a Mamba-2 layer's SSD scan matmuls
+    (:func:`memsym.timing.ssm.ssd_flops`) at the GEMM ceiling of the 16-bit peak (mamba_ssm's
+    Triton kernels take bf16 inputs under any recipe); its memory-bound state passing is
+    :func:`memsym.timing.ssm.mamba_memory_bytes`'s."""
+    aprec = "bf16" if st.precision in ("fp8", "fp4") else st.precision
+    ceil = ceiling(dev, aprec) if eta_gemm is None else float(eta_gemm)
+    fl_f, fl_b = ssd_flops(x.ssm, as_array(b) * st.seq_length / as_array(c), t)
+    rate = dev.peak(aprec) * ceil
+    return fl_f / rate, fl_b / rate
+
+
 def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool, eta_gemm,
-                     overlap: Overlap, f_gemm, b_gemm):
+                     overlap: Overlap, f_gemm, b_gemm, blocks: int = 2):
     """The layer's GEMM seconds and exposed TP seconds, forward and backward, after the
-    overlaps, and its TP collectives as issued ``[f s, b s, f bytes, b bytes]``."""
+    overlaps, and its TP collectives as issued ``[f s, b s, f bytes, b bytes]``.
+
+    ``blocks``: the layer's blocks that open with a column-parallel and close with a
+    row-parallel GEMM (attention, a Mamba mixer (MambaMixer's in_proj and out_proj), a dense
+    MLP; an MoE block's are the dispatcher's), each one all-reduce (SP: an all-gather and a
+    reduce-scatter) forward."""
     prec = st.precision
     # --- tensor parallel: bytes of the full activation [T, h] in bf16
     act = 2 * T * x.h
     bw, lat = group_bandwidth("tp", t, clu, t=t, c=c, d=dp)
     one = None
     if st.sequence_parallel:
-        calls = 2 if moe else 4   # fwd: AG + RS around attention (and MLP when dense)
+        calls = 2 * blocks   # fwd: AG + RS around attention (and MLP when dense)
         one = collective_time("all-gather", act, t, bw, lat)
         f_tp = calls * one
         f_tp_bytes = calls * collective_bytes("all-gather", act, t)
     else:
-        calls = 1 if moe else 2
+        calls = blocks
         f_tp = calls * collective_time("all-reduce", act, t, bw, lat)
         f_tp_bytes = calls * collective_bytes("all-reduce", act, t)
     # as issued: the backward repeats the forward's collectives, plus (SP) the input re-gather
@@ -164,7 +200,7 @@ def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool
     tp_raw = [f_tp, sp_back * f_tp, f_tp_bytes, sp_back * f_tp_bytes]
     b_tp = _tp_backward(st, gemms, dev, eta_gemm, overlap, f_tp, one, calls)
     if overlap.tp_comm and overlap.tp_comm_split and st.sequence_parallel and not moe \
-            and not x.mla:
+            and not x.mla and {"qkv", "fc1"} <= {q.name for q in gemms}:
         # userbuffers exist only with t > 1 (Bridge and TE turn the overlap off at t = 1)
         ub = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat,
                           ag_width=fp8_element_bytes(st), cfg=ub_config(st.tp_overlap_cfg))
@@ -237,12 +273,19 @@ def _expert_parallel(x, st: Settings, gemms, dev, clu, t, e, t_e, T, *, eta_gemm
     return f_ep, b_ep, f_c, b_c, ep_raw
 
 
-def _context_parallel(x, clu, t, c, dp, T, overlap: Overlap, f_att, b_att):
-    """The layer's exposed CP ring seconds (forward, backward) and its ring as issued:
-    K and V blocks passed c - 1 times (forward), K, V and dK, dV (backward)."""
+def _context_parallel(x, clu, t, c, dp, T, overlap: Overlap, f_att, b_att, *,
+                      mixer: str = "attention"):
+    """The layer's exposed CP seconds (forward, backward) and its CP traffic as issued.
+
+    Attention: the ring, K and V blocks passed c - 1 times (forward), K, V and dK, dV
+    (backward), hidden under the attention core with ``overlap.cp_ring``.  A Mamba-2 mixer
+    (:func:`_mamba_context_parallel`): two all-to-alls each way, exposed.  None without a
+    token mixer."""
+    if mixer == "mamba":
+        return _mamba_context_parallel(x, clu, t, c, dp, T)
     kv = 2 * 2 * T * x.g * x.d_qk / as_array(t) if not x.mla else 2 * T * x.a * (x.d_qk + x.d_v) / as_array(t)
     cbw, clat = group_bandwidth("cp", c, clu, t=t, c=c, d=dp)
-    cc = as_array(c)
+    cc = as_array(c) if mixer == "attention" else np.ones_like(as_array(c))
     f_cp = np.where(cc > 1, (cc - 1) * collective_time("p2p", kv, cc, cbw, clat), 0.0)
     b_cp = 2 * f_cp
     cp_bytes = np.where(cc > 1, (cc - 1) * collective_bytes("p2p", kv, cc), 0.0)
@@ -253,8 +296,29 @@ def _context_parallel(x, clu, t, c, dp, T, overlap: Overlap, f_att, b_att):
     return f_cp, b_cp, cp_raw
 
 
+def _mamba_context_parallel(x, clu, t, c, dp, T):
+    """A Mamba-2 mixer's CP all-to-alls (forward, backward seconds; as issued).
+
+    Megatron-core's ``MambaContextParallel`` (megatron/core/ssm/mamba_context_parallel.py at
+    Megatron-LM d98e8a64dd): ``pre_conv_ssm`` turns in_proj's output from sequence- to
+    head-sharded with all-to-alls of z, x, B, C and dt (``_all_to_all_cp2hp``), the scan
+    runs on the whole sequence for H/(t c) heads, ``post_conv_ssm`` turns y back
+    (``_all_to_all_hp2cp``); the backward runs the transposed all-to-alls of the gradients.
+    Each rank sends its bf16 ``[T, (2 d_ssm + 2 G N + H)/t]`` and ``[T, d_ssm/t]`` (T the
+    CP rank's tokens), nothing hides them (issued on the compute stream)."""
+    d, N, H, G, _ = x.ssm
+    cc = as_array(c)
+    payload = 2 * T * (2 * d + 2 * G * N + H + d) / as_array(t)
+    cbw, clat = group_bandwidth("cp", c, clu, t=t, c=c, d=dp)
+    # one all-to-all for the projections and one for y, counted as one payload (the ring
+    # latency of the five z, x, B, C, dt calls of pre_conv_ssm not separated)
+    f_cp = np.where(cc > 1, collective_time("all-to-all", payload, cc, cbw, clat), 0.0)
+    cp_bytes = np.where(cc > 1, collective_bytes("all-to-all", payload, cc), 0.0)
+    return f_cp, f_cp, [f_cp, f_cp, cp_bytes, cp_bytes]
+
+
 def _recompute(x, st: Settings, dev, gemms, knobs, eta_gemm, fwd: dict, bwd: dict, raws, *,
-               moe: bool, dispatch_f):
+               moe: bool, dispatch_f, attention: bool = True):
     """Add to ``bwd`` (and to the backward of each issued ``raws`` entry) the forward work
     the recompute mode runs again (``knobs``: t, c, b and the tokens T of a CP rank;
     ``dispatch_f``: an MoE layer's forward dispatcher seconds, rerun by ``moe``)."""
@@ -281,7 +345,7 @@ def _recompute(x, st: Settings, dev, gemms, knobs, eta_gemm, fwd: dict, bwd: dic
             for q in gemms if q.name in rerun)
         bwd["memory"] = bwd["memory"] + f_mem
     elif st.recompute == "selective":
-        if "core_attn" in st.recompute_modules:
+        if "core_attn" in st.recompute_modules and attention:
             bwd["attention"] = bwd["attention"] + f_att
             if not st.flash_attention:  # the softmax and its dropout run again
                 scores = as_array(b) * (x.a / as_array(t)) * (s / as_array(c)) * s

@@ -351,6 +351,9 @@ def _spread(value, inv, shape):
 
 def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
     """:func:`_mean_layer` on every row as given."""
+    if x.kinds:
+        return _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
+                                  overlap=overlap)
     lf, lb = {}, {}
     ep_alone = 0.0
     raw_dense, raw_moe = {}, {}
@@ -372,6 +375,29 @@ def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) ->
                     + floored_growth(raw_moe["gpu"][1], raw_moe["ep"][1] - moe_b["ep"]))
     else:
         lf, lb = dense_f, dense_b
+    return lf, lb, raw_layer, ep_alone
+
+
+def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
+    """:func:`_mean_layer_of` for a hybrid model: each layer kind of ``x.kinds`` priced alone
+    (:func:`layer_time` with its mixer and MLP), weighted by its share of the L layers (the
+    kinds spread evenly over the stages, an assumption)."""
+    lf, lb, raw_layer = {}, {}, {}
+    ep_alone = 0.0
+    for (mixer, ffn), n, _, _ in x.kinds:
+        raw = {}
+        f, bw = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=bool(ffn), eta_gemm=eta_gemm,
+                           overlap=overlap, dp=d, raw=raw, mixer=mixer, mlp=ffn is not None)
+        share = n / x.L
+        for key in f:
+            lf[key] = lf.get(key, 0.0) + share * f[key]
+            lb[key] = lb.get(key, 0.0) + share * bw[key]
+        for g in ("tp", "ep", "cp"):
+            raw_layer[g] = tuple(u + share * w for u, w in
+                                 zip(raw_layer.get(g, (0.0,) * 4), raw[g]))
+        if ffn:     # the MoE layers' all-to-alls alone (as _mean_layer_of)
+            ep_alone = (floored_growth(raw["gpu"][0], raw["ep"][0] - f["ep"])
+                        + floored_growth(raw["gpu"][1], raw["ep"][1] - bw["ep"]))
     return lf, lb, raw_layer, ep_alone
 
 

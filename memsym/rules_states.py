@@ -1,0 +1,69 @@
+"""The framework rules on a job's training states: offloading, gradient sharding, Torch-FSDP2
+and Megatron-FSDP beside pipeline and expert parallelism, and the precision of the parameter
+gather.  They join :data:`memsym.rules.RULES` (checked and searched with every other rule).
+"""
+
+from __future__ import annotations
+
+from .errors import InvalidValueError
+from .rule import Rule, negate
+from .term import Source
+
+__all__ = ["STATE_RULES"]
+
+#: The rules on the states, in the order the table checks them.
+STATE_RULES = (
+    Rule("offload-pp", "CPU offload only with p = 1 (Megatron-Core refuses PP with offloading)",
+         lambda x, k: (k["p"] > 1) & k.get("offload", False),
+         lambda x, k: ("CPU offload needs p = 1: Megatron-Core refuses pipeline parallelism "
+                       "with CPU offloading"),
+         Source("megatron-lm-arguments", "megatron/core/transformer/transformer_config.py, "
+                "TransformerConfig.__post_init__ (\"Currently there is no support for Pipeline "
+                "parallelism with CPU offloading\")"),
+         InvalidValueError),
+    Rule("zero-pp", "ZeRO-2/3 and FSDP shard gradients per micro-batch: no pipeline parallelism "
+         "(except Megatron-FSDP, which Megatron-LM runs with PP, and torchtitan's FSDP2)",
+         lambda x, k: (k["p"] > 1) & k.get("shards_gradients", False)
+         & negate(k.get("torchtitan", False)) & negate(k.get("megatron_fsdp", False)),
+         lambda x, k: ("ZeRO-2/3 and FSDP need p = 1: DeepSpeed's PipelineEngine asserts ZeRO "
+                       "stage < 2 and Megatron-LM refuses --use-torch-fsdp2 with pipeline "
+                       "parallelism (use zero1 or the distributed optimizer with PP, or "
+                       "Megatron-FSDP: megatron_fsdp optim_grads / optim_grads_params; "
+                       "torchtitan runs FSDP2 with PP: framework=\"torchtitan\")"),
+         Source("deepspeed-pipe", "PipelineEngine.__init__ (assert zero_optimization_stage() < 2); "
+                "Megatron-LM megatron/training/arguments.py at d98e8a64dd, validate_args: "
+                "--use-torch-fsdp2 asserts pipeline_model_parallel_size == 1 (l. 1034), the "
+                "use_megatron_fsdp block (l. 1118-1187) checks no pipeline size"),
+         InvalidValueError),
+    Rule("fsdp2-ep", "Megatron-LM's --use-torch-fsdp2 runs without expert parallelism (e = 1)",
+         lambda x, k: (k["e"] > 1) & k.get("torch_fsdp2", False),
+         lambda x, k: (f"--use-torch-fsdp2 needs e = 1 (got e = {k['e']}): Megatron-LM refuses "
+                       "expert parallelism with Torch-FSDP2 (Megatron-FSDP runs with it: "
+                       "megatron_fsdp optim_grads_params)"),
+         Source("megatron-lm-arguments", "megatron/training/arguments.py at d98e8a64dd, "
+                "validate_args l. 1036 (--use-torch-fsdp2 is not supported with expert "
+                "parallelism)"),
+         InvalidValueError),
+    Rule("fp4-fp8-param-gather", "--fp4-param-gather and --fp8-param-gather exclude each other",
+         lambda x, k: k.get("fp4_param_gather", False) & k.get("fp8_param_gather", False),
+         lambda x, k: ("fp4_param_gather and fp8_param_gather cannot be used together: Megatron "
+                       "needs --fp4-format for the one, --fp8-format for the other, and refuses "
+                       "both formats at once"),
+         Source("megatron-lm-arguments", "megatron/training/arguments.py:1099-1105 validate_args "
+                "(\"--fp4-format and --fp8-format cannot be used simultaneously\"; "
+                "\"--fp4-param-gather must be used together with --fp4-format\"); "
+                "megatron/core/transformer/transformer_config.py:1566-1582"),
+         InvalidValueError),
+    Rule("fp4-param-gather-format", "--fp4-param-gather needs the NVFP4 format (precision fp4)",
+         lambda x, k: k.get("fp4_param_gather", False) & (k.get("precision", "fp4") != "fp4"),
+         lambda x, k: (f"fp4_param_gather needs precision fp4, not {k.get('precision')} "
+                       "(Megatron: --fp4-param-gather must be used together with --fp4-format)"),
+         Source("megatron-lm-arguments", "megatron/training/arguments.py:1103-1105 validate_args"),
+         InvalidValueError),
+    Rule("fp8-param-gather-format", "--fp8-param-gather needs the FP8 format (precision fp8)",
+         lambda x, k: k.get("fp8_param_gather", False) & (k.get("precision", "fp8") != "fp8"),
+         lambda x, k: (f"fp8_param_gather needs precision fp8, not {k.get('precision')} "
+                       "(Megatron: fp8_param must be used together with fp8 mode)"),
+         Source("megatron-lm-arguments", "megatron/core/transformer/transformer_config.py:1566-1567"),
+         InvalidValueError),
+)

@@ -1,0 +1,114 @@
+r"""HBM traffic of Transformer Engine's casts of each GEMM's input and output gradient under
+FP8, MXFP8 or NVFP4: separate kernels, priced at HBM bandwidth.
+
+Transformer Engine quantizes what a low-precision GEMM reads itself, one kernel per tensor
+[te-quantize]:
+
+* forward, the input: ``_Linear.forward`` runs ``inputmat = input_quantizer(inputmat)``
+  (row-wise for the forward GEMM, column-wise for the weight gradient, saved for backward);
+  ``_GroupedLinear.forward`` runs ``tex.split_quantize`` over the experts' rows;
+  ``_LayerNormLinear`` writes its norm's output already quantized (``with_quantized_norm``),
+  so a norm-fused GEMM's input costs no cast of its own;
+* backward, the output gradient: ``grad_output_preprocess`` quantizes it with
+  ``set_usage(rowwise=True, columnwise=True)``, the row-wise copy for the data gradient and the
+  column-wise one for the weight gradient (``tex.split_quantize`` per expert in
+  ``_GroupedLinear.backward``).
+
+Each cast reads the bf16 tensor (2 bytes an element) and writes two quantized copies of
+:math:`w` bytes an element (:func:`memsym.timing.layer.fp8_element_bytes`: 1, MXFP8
+:math:`1 + 1/32`, NVFP4 :math:`1/2 + 1/16`).  Per-tensor FP8 writes the column-wise copy as a
+transpose in the backward instead (``set_usage(columnwise=False)`` for Float8 quantizers in
+the forward): the same bytes within one read, not told apart here.  Per layer:
+
+.. math::
+
+    B_{\text{fwd}} = (2 + 2w)\sum_{g \notin F} M_g K_g c_g,\qquad
+    B_{\text{bwd}} = (2 + 2w)\sum_{g \notin U} M_g N_g c_g
+
+over the layer's forward GEMMs :math:`g = [M, K] \times [K, N]`, :math:`c_g` of them (local
+experts); :math:`F` the GEMMs whose input is not cast here (:data:`NOT_CAST_FORWARD`),
+:math:`U` those that do not run quantized (:data:`UNQUANTIZED`).  A GEMM of shape
+:math:`M, N, K` runs :math:`6MNK` FLOPs for :math:`(2 + 2w)(MK + MN)` cast bytes: the casts
+weigh :math:`\tfrac{1}{6}(1/N + 1/K)(2 + 2w)` bytes per FLOP, three to six times more on
+Qwen3-30B-A3B's experts (K, N of 768-2048) than on Llama 3's layers (4096-28672).
+
+References
+----------
+.. [te-quantize] NVIDIA/TransformerEngine v2.8: transformer_engine/pytorch/module/linear.py
+   (``_Linear.forward``: ``inputmat = input_quantizer(inputmat)``; ``_Linear.backward``:
+   ``quantizer.set_usage(rowwise=True, columnwise=True)`` for the output gradient),
+   module/base.py (``grad_output_preprocess``: ``grad_output = quantizer(grad_output)``),
+   module/layernorm_linear.py (``with_quantized_norm``: the norm writes the quantized
+   input), module/grouped_linear.py (``tex.split_quantize`` of the inputs and of the output
+   gradients).
+.. [megatron-specs] Megatron-LM core_v0.17.0 megatron/core/models/gpt/gpt_layer_specs.py:
+   ``linear_qkv`` and the dense ``linear_fc1`` are ``column_parallel_layer_norm_linear``, MLA's
+   ``linear_q_up_proj`` / ``linear_kv_up_proj`` too under ``qk_layernorm``;
+   ``linear_proj``, ``linear_fc2``, MLA's down projections and the shared experts are plain
+   TE linears.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["NORM_FUSED", "UNQUANTIZED", "NOT_CAST_FORWARD", "cast_bytes"]
+
+#: GEMMs whose input Transformer Engine's fused norm writes quantized ([megatron-specs]:
+#: ``TELayerNormColumnParallelLinear``; MLA's up projections with their q / kv layernorm).
+NORM_FUSED = ("qkv", "fc1", "q_up", "kv_up")
+#: GEMMs that run in the input dtype, no cast (the router, ``router_gating_linear``,
+#: :func:`memsym.timing.moe.gemm_seconds`).
+UNQUANTIZED = ("router",)
+#: GEMMs whose forward input cast is not counted here: the norm-fused ones, the unquantized
+#: ones and the experts' fc1, whose cast :func:`memsym.timing.moe.grouped_quantize_bytes`
+#: prices with the MoE layer.
+NOT_CAST_FORWARD = NORM_FUSED + UNQUANTIZED + ("expert_fc1",)
+
+
+def cast_bytes(gemms, width):
+    r"""HBM bytes (forward, backward) of one layer's input and output-gradient casts [bytes].
+
+    Parameters
+    ----------
+    gemms : list of memsym.timing.gemm.Gemm
+        The layer's forward GEMMs (:func:`memsym.timing.gemm.layer_gemms`).
+    width : float
+        Bytes per element of one quantized copy, w [bytes] (1 FP8, 1 + 1/32 MXFP8).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Forward and backward HBM bytes [bytes].
+
+    Examples
+    --------
+    Hand count, one dense GPT layer (h 4096, f 16384, 4 x 2048 = 8192 tokens, no TP) in FP8:
+    the forward casts proj's input [8192, 4096] and fc2's [8192, 16384] (qkv's and fc1's come
+    from the fused norms), 4 bytes an element; the backward casts the four output gradients,
+    [8192, 12288], [8192, 4096], [8192, 16384], [8192, 4096]:
+
+    >>> from memsym.timing.gemm import Gemm
+    >>> g = [Gemm("qkv", 8192, 12288, 4096), Gemm("proj", 8192, 4096, 4096),
+    ...      Gemm("fc1", 8192, 16384, 4096), Gemm("fc2", 8192, 4096, 16384)]
+    >>> f, b = cast_bytes(g, 1)
+    >>> int(f) == 4 * 8192 * (4096 + 16384), int(b) == 4 * 8192 * (12288 + 4096 + 16384 + 4096)
+    (True, True)
+
+    MoE: the router is not cast, the experts' fc1 input is cast with the dispatcher
+    (:func:`memsym.timing.moe.grouped_quantize_bytes`), fc2's input and both output gradients
+    here, over all 16 local experts' 2,048 rows, MXFP8 (w = 1 + 1/32):
+
+    >>> g = [Gemm("router", 4096, 128, 2048), Gemm("expert_fc1", 2048, 1536, 2048, 16),
+    ...      Gemm("expert_fc2", 2048, 2048, 768, 16)]
+    >>> f, b = cast_bytes(g, 1 + 1 / 32)
+    >>> rows = 16 * 2048
+    >>> float(f) == (2 + 2 * 33 / 32) * rows * 768, float(b) == 4.0625 * rows * (1536 + 2048)
+    (True, True)
+    """
+    per = 2.0 + 2.0 * float(width)
+    fwd = sum((np.asarray(q.M, float) * q.K * q.count for q in gemms
+               if q.name not in NOT_CAST_FORWARD), np.zeros(()))
+    bwd = sum((np.asarray(q.M, float) * q.N * q.count for q in gemms
+               if q.name not in UNQUANTIZED), np.zeros(()))
+    return per * fwd, per * bwd

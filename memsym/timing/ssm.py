@@ -1,0 +1,140 @@
+r"""Mamba-2's state-space dual (SSD) scan on one GPU: its matmul FLOPs and its memory-bound
+bytes, as Megatron-core trains a Mamba layer.
+
+Megatron-core's ``MambaMixer._ssm_training`` (``megatron/core/ssm/mamba_mixer.py`` at Megatron-LM
+d98e8a64dd) runs in_proj (column-parallel, to ``zxBCdt``), mamba_ssm's
+``mamba_split_conv1d_scan_combined`` (the depthwise causal conv1d on x, B, C, then the chunked
+SSD scan with chunk length ``chunk_size`` = 128, the mixer's default, the z gate applied in the
+kernel), the group-wise RMSNorm ``ExtendedRMSNorm`` (``group_size = d_inner_local_tp /
+ngroups_local_tp``: no TP communication, as ``ngroups % tp_size == 0``) and out_proj
+(row-parallel); in_proj and out_proj are priced with the layer's other GEMMs
+(:func:`memsym.timing.gemm.layer_gemms`).  Tensor parallelism splits the heads H and the groups
+G (``nheads_local_tp``, ``ngroups_local_tp``), so every d_ssm-, G- and H-wide count below is
+divided by t.
+
+The chunked algorithm (Dao & Gu 2024, arXiv:2405.21060, §6 and Listing 1 ``ssd_minimal``), per
+chunk of Q tokens, head of P = d_ssm/H channels and state N:
+
+1. the intra-chunk (diagonal) blocks: :math:`CB^\top` (:math:`Q\times N\cdot N\times Q`, per
+   group) and the masked :math:`(L\circ CB^\top)X` (:math:`Q\times Q\cdot Q\times P`, per head):
+   :math:`2Q(GN + d_{ssm})` FLOPs per token;
+2. the chunk states :math:`B^\top X` (:math:`N\times Q\cdot Q\times P`): :math:`2N d_{ssm}`;
+3. the state passing between chunks (a scan of the T/Q chunk states, elementwise):
+   memory-bound, the fp32 states written, read and written by the scan, read by step 4;
+4. the output from the states :math:`C\,S` (:math:`Q\times N\cdot N\times P`): :math:`2N d_{ssm}`.
+
+References
+----------
+.. [mamba2] Dao and Gu 2024, arXiv:2405.21060 §6 (the SSD algorithm: block decomposition,
+   chunk length Q), §7 (the Mamba-2 block).
+.. [megatron-lm] megatron/core/ssm/mamba_mixer.py at d98e8a64dd (MambaMixer: ``chunk_size=128``,
+   in_proj ColumnParallel, out_proj RowParallel, ``_ssm_training``).
+.. [mamba-ssm] mamba_ssm/ops/triton/ssd_combined.py (``MambaSplitConv1dScanCombinedFn``: the
+   forward saves zxBCdt and the output only; ``_mamba_chunk_scan_combined_bwd`` recomputes
+   ``CB`` (``_bmm_chunk_fwd``) and the chunk states (``_chunk_state_fwd``,
+   ``_state_passing_fwd``) before the gradients).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["MAMBA_CHUNK", "ssd_flops", "mamba_memory_bytes"]
+
+#: Megatron-core MambaMixer's SSD chunk length Q [tokens] (``chunk_size=128``,
+#: megatron/core/ssm/mamba_mixer.py at d98e8a64dd; the Nemotron-H specs keep it).
+MAMBA_CHUNK = 128
+
+
+def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
+    r"""Matmul FLOPs of one Mamba-2 layer's SSD scan on one GPU, forward and backward.
+
+    .. math::
+
+        F_{\text{fwd}} = \frac{T}{t}\bigl(2Q\,(GN + d_{ssm}) + 4N d_{ssm}\bigr),\qquad
+        F_{\text{bwd}} = 2F_{\text{fwd}} + \frac{T}{t}\bigl(2QGN + 2Nd_{ssm}\bigr)
+
+    The backward takes both operands' gradients of each forward matmul (twice its FLOPs) and
+    first recomputes :math:`CB^\top` and the chunk states, which the fused kernel does not
+    keep.  The intra-chunk blocks are counted whole (the masked half included, as the paper's
+    block matmuls).
+
+    Parameters
+    ----------
+    ssm : tuple
+        ``(d_ssm, N, H, G, conv kernel)``: the mixer's inner width, state size, heads, B/C
+        groups [1] and conv taps [1].
+    T : array_like
+        Tokens of one micro-batch on the GPU's context-parallel rank [tokens].
+    t : array_like
+        Tensor-parallel size [GPUs].
+    chunk : int
+        Chunk length Q [tokens].
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Forward and backward FLOPs [FLOP].
+
+    Examples
+    --------
+    Hand count: d_ssm = 64, N = 16, H = 2, G = 1, Q = 4, T = 8, t = 1: forward
+    8 (2 * 4 * (16 + 64) + 4 * 16 * 64) = 8 * 4736; backward twice that plus
+    8 (2 * 4 * 16 + 2 * 16 * 64) = 8 * 2176.
+
+    >>> f, b = ssd_flops((64, 16, 2, 1, 4), 8, chunk=4)
+    >>> float(f) == 8 * 4736, float(b) == 2 * 8 * 4736 + 8 * 2176
+    (True, True)
+    """
+    d, N, _, G, _ = ssm
+    per = np.asarray(T, float) / np.asarray(t, float)
+    fwd = per * (2 * chunk * (G * N + d) + 4 * N * d)
+    return fwd, 2 * fwd + per * (2 * chunk * G * N + 2 * N * d)
+
+
+def mamba_memory_bytes(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK, width: int = 2):
+    r"""HBM bytes of one Mamba-2 mixer's memory-bound forward work on one GPU [bytes].
+
+    Per token, 16-bit elements (``width`` bytes) and the fp32 chunk states:
+
+    .. math::
+
+        \frac{w\,\bigl(2(d_{ssm} + 2GN) + (3d_{ssm} + 2GN + H) + 2d_{ssm}\bigr)
+        + 4 \cdot 4\, d_{ssm} N / Q}{t}
+
+    the causal conv1d reading and writing x, B, C; the scan reading the conv output, dt and z
+    and writing y; the gated RMSNorm reading y and writing its output; the chunk states
+    (:math:`H P N = d_{ssm}N` fp32 values per chunk of Q tokens) written, read and written by
+    the state passing and read by the output step.  The layer's own norm and residual are
+    :func:`memsym.timing.gemm.memory_bytes`'s.  Memsym's count.
+
+    Parameters
+    ----------
+    ssm : tuple
+        ``(d_ssm, N, H, G, conv kernel)`` [1].
+    T : array_like
+        Tokens of one micro-batch on the CP rank [tokens].
+    t : array_like
+        Tensor-parallel size [GPUs].
+    chunk : int
+        Chunk length Q [tokens].
+    width : int
+        Bytes per activation element [bytes/element].
+
+    Returns
+    -------
+    numpy.ndarray
+        HBM bytes [bytes].
+
+    Examples
+    --------
+    d_ssm = 64, N = 16, H = 2, G = 1, Q = 4, T = 8: 8 (2 (2 * 96 + 226 + 128) + 16 * 64 * 16 / 4)
+    = 8 * 5188 bytes.
+
+    >>> float(mamba_memory_bytes((64, 16, 2, 1, 4), 8, chunk=4)) == 8 * 5188
+    True
+    """
+    d, N, H, G, _ = ssm
+    per = np.asarray(T, float) / np.asarray(t, float)
+    elems = 2 * (d + 2 * G * N) + (3 * d + 2 * G * N + H) + 2 * d
+    return per * (width * elems + 16 * d * N / chunk)

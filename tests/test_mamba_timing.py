@@ -1,0 +1,210 @@
+"""Step time of hybrid Mamba-2 / attention models (memsym.timing.ssm, the hybrid paths of
+memsym.timing.gemm / layer / step).  Each expectation is derived by hand from the cited
+sources: Dao & Gu 2024 (arXiv:2405.21060) §6, Listing 1 ``ssd_minimal_discrete`` (the chunked
+SSD's four steps as einsums) and Megatron-core's MambaMixer (megatron/core/ssm/mamba_mixer.py
+at Megatron-LM d98e8a64dd: in_proj of ``d_inner * 2 + 2 * ngroups * d_state + nheads``
+outputs, ColumnParallel; out_proj of ``d_inner`` inputs, RowParallel; ``chunk_size=128``);
+never copied from memsym's output."""
+
+import numpy as np
+import pytest
+
+from memsym.errors import InvalidValueError
+from memsym.hardware import cluster_for, gpu
+from memsym.model import Architecture, active_parameter_count, parameter_count, preset
+from memsym.timing.efficiency import ceiling
+from memsym.timing.gemm import (Shape, attention_flops, forward_flops_per_token, layer_gemms,
+                                memory_bytes, shape_of)
+from memsym.timing.layer import layer_time
+from memsym.timing.records import Overlap, Settings
+from memsym.timing.ssm import MAMBA_CHUNK, mamba_memory_bytes, ssd_flops
+from memsym.timing.step import step_time_grid
+
+# a small Mamba-2 mixer: d_inner = H P = 8 x 16 = 128, N = 32, G = 2, Q = 64
+D, N, H, G, Q = 128, 32, 8, 2, 64
+P = D // H
+
+
+def _einsum_flops(T):
+    """Listing 1's einsums on T tokens in T/Q chunks, each a batched matmul of 2 m n k FLOPs
+    (per chunk; CB per group as the Triton kernel's _bmm_chunk_fwd, the rest per head)."""
+    chunks = T // Q
+    cb = chunks * G * 2 * Q * Q * N          # C B^T: [Q, N] x [N, Q] per group
+    diag = chunks * H * 2 * Q * Q * P        # (L o CB^T) X: [Q, Q] x [Q, P] per head
+    states = chunks * H * 2 * N * Q * P      # B^T X: [N, Q] x [Q, P] per head
+    out = chunks * H * 2 * Q * N * P         # C S: [Q, N] x [N, P] per head
+    return cb, diag, states, out
+
+
+def test_ssd_forward_flops_are_listing_ones_matmuls():
+    T = 4 * Q
+    f, _ = ssd_flops((D, N, H, G, 4), T, chunk=Q)
+    assert float(f) == sum(_einsum_flops(T))
+
+
+def test_ssd_backward_is_both_gradients_and_the_recomputed_cb_and_states():
+    # each forward matmul's two operand gradients (2x), plus CB and the chunk states that the
+    # fused kernel recomputes in its backward (it keeps only zxBCdt and the output)
+    T = 2 * Q
+    cb, diag, states, out = _einsum_flops(T)
+    _, b = ssd_flops((D, N, H, G, 4), T, chunk=Q)
+    assert float(b) == 2 * (cb + diag + states + out) + cb + states
+
+
+def test_tensor_parallel_splits_heads_and_groups():
+    T = 2 * Q
+    one = ssd_flops((D, N, H, G, 4), T, 1, chunk=Q)
+    two = ssd_flops((D, N, H, G, 4), T, 2, chunk=Q)
+    assert [float(a) for a in two] == [float(a) / 2 for a in one]
+
+
+def test_megatrons_chunk_size():
+    assert MAMBA_CHUNK == 128
+
+
+def _shape(**kw):
+    base = dict(L=1, h=256, a=4, g=2, d_qk=64, d_v=64, f=512, gated=False, V=1024, E=0, k=0,
+                f_e=0, f_sh=0, L_moe=0, mla=(), untied=True, rope=False, ssm=(D, N, H, G, 4))
+    base.update(kw)
+    return Shape(**base)
+
+
+def test_mamba_projections_are_megatrons_in_and_out_proj():
+    x = _shape()
+    T, t = 64, 2
+    g = {q.name: (int(q.M), int(q.N), int(q.K)) for q in
+         layer_gemms(x, T, 1, t=t, mixer="mamba", mlp=False)}
+    assert g == {"in_proj": (T, (2 * D + 2 * G * N + H) // t, 256), "out_proj": (T, 256, D // t)}
+
+
+def test_a_mixer_or_an_mlp_alone():
+    x = _shape()
+    names = {k: [q.name for q in layer_gemms(x, 64, 1, mixer=m, mlp=f)]
+             for k, (m, f) in {"*": ("attention", False), "-": ("none", True),
+                               "M": ("mamba", False)}.items()}
+    assert names == {"*": ["qkv", "proj"], "-": ["fc1", "fc2"], "M": ["in_proj", "out_proj"]}
+
+
+def test_memory_bytes_of_a_mamba_layer():
+    # one norm (read + write) and one residual add (2 reads + 1 write) of h, 2 bytes each,
+    # plus the mixer's conv1d (x, B, C read and written), scan (x, B, C, dt, z read, y
+    # written), gated norm (y read, output written) and fp32 chunk states (4 passes)
+    x = _shape()
+    T = 64
+    per_token = 2 * (2 * (D + 2 * G * N) + (D + 2 * G * N + H + D) + D + 2 * D) \
+        + 4 * 4 * H * P * N / MAMBA_CHUNK
+    assert float(mamba_memory_bytes(x.ssm, T)) == pytest.approx(T * per_token)
+    got = memory_bytes(x, T, 1, moe=False, sequence_parallel=False, flash=True,
+                       dropout=False, mixer="mamba", mlp=False)
+    assert float(got) == pytest.approx(T * (2 * 5 * 256 + per_token))
+
+
+def _hybrid(pattern="M*M-"):
+    # Nemotron-H's layout: one norm and one mixer or MLP per layer (NemotronHBlock)
+    mix = tuple({"M": "mamba", "*": "attention", "-": "none", "E": "none"}[c] for c in pattern)
+    return Architecture(
+        name="tiny-hybrid", num_layers=len(pattern), hidden_size=256, num_attention_heads=4,
+        num_query_groups=2, kv_channels=64, ffn_hidden_size=512, normalization="RMSNorm",
+        vocab_size=1024, untie_embeddings_and_output_weights=True, position_embedding_type="none",
+        add_bias_linear=False, norms_per_layer=1, layer_mixers=mix, ffn_layers=tuple(int(c in "-E") for c in pattern),
+        mamba_inner_size=D, mamba_state_dim=N, mamba_num_heads=H, mamba_num_groups=G,
+        max_position_embeddings=4096)
+
+
+def test_forward_flops_of_a_hybrid_sum_its_layers():
+    s = 256
+    x = shape_of(_hybrid())
+    h, f, V = 256, 512, 1024
+    mamba = 2 * h * (2 * D + 2 * G * N + H) + 2 * D * h \
+        + (2 * MAMBA_CHUNK * (G * N + D) + 4 * N * D)
+    att = 2 * h * (4 + 2 * 2) * 64 + 2 * 4 * 64 * h + 2 * s * 4 * 128 / 2   # causal half
+    mlp = 2 * h * f + 2 * f * h
+    assert forward_flops_per_token(x, s) == pytest.approx(2 * mamba + att + mlp + 2 * h * V)
+    assert float(attention_flops(x, s, 1, causal_skip=True)) / s == 2 * s * 4 * 128 / 2
+
+
+def test_kinds_carry_their_weights():
+    x = shape_of(_hybrid())
+    kinds = {kind: (n, dense, expert) for kind, n, dense, expert in x.kinds}
+    h = 256
+    mamba = h * (2 * D + 2 * G * N + H) + (D + 2 * G * N) * 5 + 3 * H + D + D * h + h
+    assert kinds[("mamba", None)] == (2, mamba, 0)
+    assert kinds[("none", False)] == (1, 2 * h * 512 + h, 0)
+
+
+def test_a_mamba_layer_issues_the_tp_collectives_of_one_block():
+    # MambaMixer: a ColumnParallel in_proj and a RowParallel out_proj, as attention's qkv and
+    # proj: under SP one all-gather and one reduce-scatter forward, half a dense layer's
+    dev = gpu("h100")
+    clu = cluster_for(dev.name)
+    st = Settings(seq_length=1024, precision="bf16", sequence_parallel=True)
+    x = shape_of(_hybrid())
+    raws = {}
+    for key, (m, f) in {"M": ("mamba", False), "*": ("attention", False),
+                        "-": ("none", True), "*-": ("attention", True)}.items():
+        raws[key] = {}
+        layer_time(x, st, dev, clu, np.array(4.0), np.array(1.0), np.array(1.0), np.array(4.0),
+                   1, moe=False, eta_gemm=None, overlap=Overlap(), dp=np.array(1.0),
+                   raw=raws[key], mixer=m, mlp=f)
+    fwd = {k: float(v["tp"][2]) for k, v in raws.items()}
+    assert fwd["M"] == fwd["*"] == fwd["-"] == fwd["*-"] / 2 > 0
+
+
+def test_the_scan_runs_at_the_sixteen_bit_gemm_ceiling():
+    dev = gpu("h100")
+    st = Settings(seq_length=1024, precision="fp8")
+    x = shape_of(_hybrid())
+    f, b = layer_time(x, st, dev, cluster_for(dev.name), np.array(1.0), np.array(1.0),
+                      np.array(1.0), np.array(1.0), 2, moe=False, eta_gemm=None,
+                      overlap=Overlap(), dp=np.array(1.0), mixer="mamba", mlp=False)
+    rate = dev.peak("bf16") * ceiling(dev, "bf16")
+    fl_f, fl_b = ssd_flops(x.ssm, 2 * 1024)
+    assert float(f["attention"]) == pytest.approx(float(fl_f) / rate)
+    assert float(b["attention"]) == pytest.approx(float(fl_b) / rate)
+    assert float(f["cp"]) == 0.0
+
+
+def test_a_hybrid_step_is_priced_and_tp_shortens_it():
+    st = Settings(seq_length=2048, precision="bf16", micro_batch_size=1)
+    out = step_time_grid(_hybrid("M*M-" * 4), "h100", t=[1, 2], d=[2, 1], m=8, settings=st)
+    assert np.all(np.isfinite(out["step"])) and np.all(out["step"] > 0)
+    assert out["compute"][1] < out["compute"][0]
+
+
+def test_mixers_without_a_price_are_refused_in_one_line():
+    arch = Architecture(
+        name="m1", num_layers=2, hidden_size=64, num_attention_heads=2,
+        position_embedding_type="none", layer_mixers=("mamba", "attention"), mamba_version=1,
+        mamba_inner_size=128, mamba_state_dim=16, mamba_dt_rank=4)
+    with pytest.raises(InvalidValueError, match="Mamba-1") as err:
+        shape_of(arch)
+    assert "\n" not in str(err.value)
+
+
+def test_the_nemotron_3_nano_preset_is_its_card():
+    # NVIDIA's model card of nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 and Megatron-Bridge's
+    # docs/models/nemotron/nemotron3-nano.md (067f987df0): 52 layers, 23 Mamba-2, 23 MoE,
+    # 6 attention; 31.6B parameters in total, 3.5B active ("3.6B including embeddings")
+    arch = preset("nemotron-3-nano")
+    kinds = {kind: n for kind, n, _, _ in shape_of(arch).kinds}
+    assert kinds == {("mamba", None): 23, ("none", True): 23, ("attention", None): 6}
+    assert abs(parameter_count(arch) - 31.6e9) <= 0.05e9
+    assert abs(active_parameter_count(arch) - 3.6e9) <= 0.05e9
+
+
+
+def test_context_parallel_mamba_sends_its_projections_and_output_all_to_all():
+    # MambaContextParallel (megatron/core/ssm/mamba_context_parallel.py at d98e8a64dd):
+    # pre_conv_ssm's all-to-alls of z, x, B, C, dt and post_conv_ssm's of y.  A rank of c = 2
+    # holds T = s / 2 tokens and sends the other rank half of its bf16 payload
+    # 2 T (3 d_ssm + 2 G N + H); the backward sends the gradients back the same way
+    dev = gpu("h100")
+    s = 1024
+    raw = {}
+    layer_time(shape_of(_hybrid()), Settings(seq_length=s, precision="bf16"), dev,
+               cluster_for(dev.name), np.array(1.0), np.array(2.0), np.array(1.0),
+               np.array(1.0), 1, moe=False, eta_gemm=None, overlap=Overlap(),
+               dp=np.array(1.0), raw=raw, mixer="mamba", mlp=False)
+    T = s / 2
+    sent = 2 * T * (3 * D + 2 * G * N + H) / 2
+    assert float(raw["cp"][2]) == pytest.approx(sent) == pytest.approx(float(raw["cp"][3]))
