@@ -289,6 +289,51 @@ def test_bridge_recipe_job_prices_the_recipes_userbuffers_as_the_validation(runs
     assert none is None and te > ours * 1.02
 
 
+def test_recipe_pipeline_layout_is_priced_per_rank_and_chunk(runs):
+    """The H100 Llama 3 70B FP8 recipe's ``"Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"`` (perf_recipes/
+    llama/h100/llama3.py at Megatron-Bridge 067f987df0), PP 8, VP 5: 40 stages, stage
+    8 j + r chunk j of rank r; stage 35 (rank 3, chunk 4) holds 3 layers, stage 39 (rank 7,
+    chunk 4) 1 beside the loss, every other 2.  DeepSeek-V3 at the table's PP 16 where the
+    recipe sets PP 8, VP 2: Bridge's sync_model_pipeline_layout rebuilds the layout with
+    _get_deepseek_v3_pipeline_layout (recipes/deepseek/h100/deepseek_v3.py), (16, 1):
+    4 layers per rank, the last holding 1 and the MTP layer (priced as a decoder layer).
+    Its map has no (2, 4): that row keeps the even split."""
+    by_id = {r["id"]: r for r in runs}
+    chunks = time_accuracy.recipe_chunk_layers(by_id["mbridge.26.04.01.h100.llama3-70b.fp8"])
+    want = [(2, 2, 2, 2, 2)] * 8
+    want[3], want[7] = (2, 2, 2, 2, 3), (2, 2, 2, 2, 1)
+    assert list(chunks) == want
+    ds = by_id["mbridge.26.04.b300.deepseek-v3.mxfp8"]
+    assert (ds["layout"]["p"], ds["layout"]["v"]) == (16, 1)
+    assert time_accuracy.recipe_chunk_layers(ds) == ((4,),) * 15 + ((2,),)
+    assert time_accuracy.recipe_pipeline_layout(by_id["mbridge.25.11.gb300.deepseek-v3.bf16"]) \
+        is None
+    # no "priced as even chunks" left where the layout is priced; the rows without one say why
+    for r in runs:
+        notes = " ".join(r.get("open", ()))
+        assert "priced as even chunks" not in notes, r["id"]
+        if time_accuracy.recipe_pipeline_layout(r) is not None:
+            assert "priced per rank and chunk" in notes, r["id"]
+
+
+@pytest.mark.parametrize("rid", ["mbridge.26.04.01.h100.llama3-70b.fp8",
+                                 "mbridge.26.04.01.b200.deepseek-v3.mxfp8"])
+def test_bridge_recipe_job_prices_the_recipes_layout_as_the_validation(runs, capsys, rid):
+    # memsym estimate --bridge-recipe reads the recipe's pipeline_model_parallel_layout (the
+    # 70B string; DeepSeek-V3's set_deepseek_v3_pipeline_model_parallel_layout, MTP layer
+    # included) into the job: its step is the validation's pricing of the same row
+    import json
+
+    from memsym.cli import main
+
+    run = {r["id"]: r for r in runs}[rid]
+    recipe = run["recipe"].split(":")[-1].split()[0]
+    assert main(["estimate", "--bridge-recipe", recipe, "--gpu", run["gpu"], "--json"]) in (0, 1)
+    out = json.loads(capsys.readouterr().out)
+    assert time_accuracy.recipe_pipeline_layout(run) is not None
+    assert out["step_time_s"] == pytest.approx(time_accuracy.predict(run)["step"], rel=1e-9)
+
+
 def test_rows_run_by_their_release_config_say_so(runs):
     """The 25.11 / 26.02 Qwen3-30B-A3B rows whose layout is not the recipe read at 067f987df0
     ran their release's perf config (Megatron-Bridge v0.2.2 / v0.3.0, whose

@@ -203,3 +203,37 @@ def test_even_layouts_price_as_before(name):
     kw = dict(kw)
     got = job_step_time(job(kw.pop("model"), **kw))
     assert (got.total, got.bubble, got.parts["compute"]) == want
+
+
+def test_mtp_layer_runs_as_one_more_decoder_layer_on_its_stage():
+    r"""Megatron-LM's ``MultiTokenPredictionLayer`` (multi_token_prediction.py, rev d98e8a6)
+    holds one ``TransformerLayer`` of the decoder's spec beside its norms and ``eh_proj``;
+    the layout's ``m`` puts it in the loss's stage.  Layout ``Et|tmL``, p = 2, v = 1: rank 0
+    runs 1 layer, rank 1 the decoder layer and the MTP layer, 2.
+
+    1F1B on 2 ranks, a layer's forward 1 and backward 2, no end layers: f = (1, 2),
+    b = (2, 4).  Rank 1 never idles once micro-batch 0 arrives at f0 = 1 (rank 0 hands over
+    F(k+1) within b0 + f0 = 3 of B(k) reaching it, under rank 1's f1 + b1 = 6), so with m
+    micro-batches the makespan is f0 + m (f1 + b1) + b0 = 1 + 6 m + 2; m = 4: 27.  Without
+    the MTP layer both ranks hold 1 layer: (m - 1) 3 + (3 + 3) = 15.
+    """
+    lay = PipelineLayout.from_spec("Et|tmL", 2)
+    assert [lay.chunk_layers(r) for r in range(2)] == [(1,), (1,)]
+    assert [lay.chunk_timed_layers(r) for r in range(2)] == [(1,), (2,)]
+    fw, bw = chunk_times(Settings(), ((1,), (2,)), 1.0, 2.0, 0.0, 0.0, 0.0, 0.0)
+    assert fw == [[1.0], [2.0]] and bw == [[2.0], [4.0]]
+    assert simulate(2, 4, forward=[1, 2], backward=[2, 4]).makespan == 27
+    assert simulate(2, 4, forward=[1, 1], backward=[2, 2]).makespan == 15
+    # DeepSeek-V3 on 16 ranks (Megatron-Bridge's layout, recipes/deepseek/h100/deepseek_v3.py
+    # _get_deepseek_v3_pipeline_layout at 067f987df0): the last rank runs its decoder layer
+    # and the MTP layer
+    bridge = PipelineLayout.from_spec("Et*4|(tttt|)*14,tmL", 16)
+    assert bridge.chunk_timed_layers(15) == (2,) and bridge.chunk_layers(15) == (1,)
+    # the job's step: a last rank of 16 decoder layers and the MTP layer is the busiest, its
+    # compute part 17 layers' against the 4 of the Bridge layout's busiest rank (the same
+    # mean layer, m micro-batches each)
+    kw = dict(p=16, d=1, e=1, seq_length=4096, global_batch_size=64, gpu="h100")
+    four = job_step_time(job("deepseek-v3", pipeline_model_parallel_layout=bridge.text, **kw))
+    heavy = job_step_time(job("deepseek-v3", pipeline_model_parallel_layout="Et*3|(ttt|)*14,t*16mL",
+                              **kw))
+    assert heavy.parts["compute"] / four.parts["compute"] == pytest.approx(17 / 4, rel=1e-12)

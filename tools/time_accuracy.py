@@ -33,7 +33,7 @@ from memsym.job import Training  # noqa: E402
 from memsym.model import preset  # noqa: E402
 from memsym.model.architecture import Architecture  # noqa: E402
 from memsym.model.pipeline_layout import PipelineLayout  # noqa: E402
-from memsym.readers.bridge import read_bridge_recipe  # noqa: E402
+from memsym.readers.bridge import bridge_job_options, read_bridge_recipe  # noqa: E402
 from memsym.readers.recipe_mechanisms import recipe_dispatcher  # noqa: E402
 from memsym.readers.jobs import torchtitan_positions  # noqa: E402
 from memsym.timing import efficiency, moe_host  # noqa: E402
@@ -46,7 +46,8 @@ from tools.time_scaling import scaling_lines  # noqa: E402
 
 __all__ = ["RUNS_PATH", "DOC_PATH", "runs", "Result", "predict", "measured_step", "validate",
            "calibrate", "calibrate_moe_host", "recipe_moe_host_sync", "recipe_recompute_modules",
-           "recipe_end_stages", "recipe_chunk_layers", "recipe_ub_config", "recipe_moe_dispatcher",
+           "recipe_end_stages", "recipe_chunk_layers", "recipe_pipeline_layout", "recipe_ub_config",
+           "recipe_moe_dispatcher",
            "describe", "slices", "skipped", "accuracy_markdown", "summary",
            "write_docs", "main"]
 
@@ -256,10 +257,52 @@ def recipe_end_stages(run) -> tuple:
     return (per - 1 if emb else None), (per - 1 if loss else None)
 
 
+def recipe_pipeline_layout(run):
+    """The run's Bridge recipe's ``pipeline_model_parallel_layout`` at the run's PP and VP
+    (:class:`memsym.model.pipeline_layout.PipelineLayout`), as ``memsym estimate
+    --bridge-recipe`` reads it; None where the run states its own first / last stage, has no
+    pipeline, no known Bridge recipe, or the recipe gives no layout there.
+
+    Where the table's PP / VP differ from the recipe's, they are the overrides a run of the
+    table's layout gives: Bridge's ``sync_model_pipeline_layout`` (run_recipe.py at
+    Megatron-Bridge 067f987df0) rebuilds DeepSeek-V3's layout with its builder
+    (recipes/deepseek/h100/deepseek_v3.py ``_get_deepseek_v3_pipeline_layout``), which has
+    no layout for some (PP, VP): those rows keep Megatron's even split
+    (:func:`memsym.readers.bridge.bridge_job_options` refuses them).
+
+    Examples
+    --------
+    >>> r = next(x for x in runs() if x["id"] == "mbridge.26.04.b200.deepseek-v3.mxfp8")
+    >>> lay = recipe_pipeline_layout(r)   # PP 16: E + 4 | 4 x 14 | one decoder layer, MTP, loss
+    >>> lay.chunk_layers(0), lay.chunk_layers(1), lay.chunk_layers(15)
+    ((4,), (4,), (1,))
+    """
+    lay, recipe = run["layout"], run.get("recipe", "")
+    if "first" in lay or "last" in lay or lay["p"] == 1 or ":" not in recipe:
+        return None
+    name, v = recipe.split(":")[-1].split()[0], lay.get("v", 1)
+    try:
+        values = read_bridge_recipe(name)["values"]
+        over = []
+        if values.get("model.pipeline_model_parallel_size") != lay["p"]:
+            over.append(f"model.pipeline_model_parallel_size={lay['p']}")
+        if (values.get("model.virtual_pipeline_model_parallel_size") or 1) != v:
+            over.append(f"model.virtual_pipeline_model_parallel_size={v if v > 1 else 'null'}")
+        spec = bridge_job_options(read_bridge_recipe(name, over))[1].get("pipeline_layout")
+        if spec is None:
+            return None
+        split = PipelineLayout.from_spec(spec, lay["p"])
+        split.validate(_arch(run).num_layers, _arch(run).mtp_num_layers or 0)
+    except MemsymError:
+        return None
+    return split if split.v == v else None
+
+
 def recipe_chunk_layers(run):
-    """Decoder layers of each model chunk of each rank under the recipe's account-for split,
-    for an interleaved run (v > 1), where the end ranks' chunks differ (one layer fewer in
-    the first / last virtual stage) and first / last sizes cannot say it; None otherwise
+    """Decoder layers of each model chunk of each rank under the recipe's pipeline layout
+    (:func:`recipe_pipeline_layout`), or, for an interleaved run (v > 1), under its
+    account-for split, where the end ranks' chunks differ (one layer fewer in the first /
+    last virtual stage) and first / last sizes cannot say it; None otherwise
     (:meth:`memsym.model.pipeline_layout.PipelineLayout.from_account_flags`, Megatron's
     ``get_num_layers_to_build``; what ``memsym estimate --bridge-recipe`` prices).
 
@@ -269,8 +312,17 @@ def recipe_chunk_layers(run):
     >>> chunks = recipe_chunk_layers(r)   # PP 8, VP 4: 16 per rank, 4 per chunk
     >>> chunks[0], chunks[1], chunks[7]
     ((3, 4, 4, 4), (4, 4, 4, 4), (4, 4, 4, 3))
+    >>> r = next(x for x in runs() if x["id"] == "mbridge.26.04.01.h100.llama3-70b.fp8")
+    >>> chunks = recipe_chunk_layers(r)   # "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL": PP 8, VP 5
+    >>> chunks[0], chunks[3], chunks[7]
+    ((2, 2, 2, 2, 2), (2, 2, 2, 2, 3), (2, 2, 2, 2, 1))
     """
     flags, lay = _recipe_account_flags(run), run["layout"]
+    custom = recipe_pipeline_layout(run)
+    if custom is not None:
+        # each chunk's decoder layers and MTP layers (one decoder layer each), as the step
+        # of memsym estimate --bridge-recipe runs them
+        return tuple(custom.chunk_timed_layers(r) for r in range(lay["p"]))
     if flags is None or lay.get("v", 1) == 1:
         return None
     try:

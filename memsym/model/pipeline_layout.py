@@ -222,6 +222,20 @@ class PipelineLayout:
         """Decoder layers of each of ``rank``'s chunks [layers]."""
         return tuple(chunk.count("decoder") for chunk in self.stages[rank])
 
+    def chunk_timed_layers(self, rank: int) -> tuple:
+        """Decoder and MTP layers of each of ``rank``'s chunks [layers]: what the step time
+        runs there, an MTP layer as one decoder layer (Megatron-LM's
+        ``MultiTokenPredictionLayer`` holds one ``TransformerLayer`` of the decoder's spec,
+        beside two norms and its ``eh_proj``; multi_token_prediction.py, rev d98e8a6).
+
+        Examples
+        --------
+        >>> lay = PipelineLayout.from_spec("Et*4|(tttt|)*14,tmL", 16)
+        >>> lay.chunk_layers(15), lay.chunk_timed_layers(15), lay.chunk_timed_layers(0)
+        ((1,), (2,), (4,))
+        """
+        return tuple(chunk.count("decoder") + chunk.count("mtp") for chunk in self.stages[rank])
+
     def rank_layers(self, rank: int) -> int:
         """Decoder layers on ``rank`` [layers]."""
         return sum(self.chunk_layers(rank))

@@ -136,7 +136,9 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         (True where the group's ring stays on the intra-node link,
         :attr:`memsym.hardware.Cluster.domain`): what the step's ``g`` part exposes of.
     chunk_layers : tuple of tuple of int, optional
-        One layout's decoder layers of chunk j of rank r, ``chunk_layers[r][j]`` [layers].
+        One layout's layers of chunk j of rank r, ``chunk_layers[r][j]`` [layers]: its
+        decoder layers, and its MTP layers, each priced as one decoder layer
+        (:meth:`memsym.model.pipeline_layout.PipelineLayout.chunk_timed_layers`).
 
     Examples
     --------
@@ -200,7 +202,8 @@ def _stages(L, p, v, first, last, chunks) -> tuple:
         if np.size(p) != 1 or np.size(v) != 1 or len(chunks) != int(np.ravel(p)[0]) \
                 or any(len(row) != int(np.ravel(v)[0]) for row in chunks):
             raise InvalidValueError("chunk_layers must give p ranks of v chunks of one layout")
-        first, last = sum(chunks[0]), sum(chunks[-1])
+        # the layers the chunks run (the decoder's L, plus any MTP layers they count)
+        L, first, last = sum(map(sum, chunks)), sum(chunks[0]), sum(chunks[-1])
     first, middle, last = stage_layers(L, p, first, last)
     return first, middle, last, heaviest_middle(chunks, middle)
 
@@ -526,8 +529,9 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     st = _settings_of(arch, layout, training)
     pl = getattr(layout, "pipeline_layout", None)
     # a custom layout (--pipeline-model-parallel-layout, the account-for switches): each
-    # chunk's own layers; else Megatron's first/last sizes, every chunk of a rank equal
-    chunks = tuple(pl.chunk_layers(r) for r in range(layout.p)) \
+    # chunk's own layers, an MTP layer as one more; else Megatron's first/last sizes, every
+    # chunk of a rank equal
+    chunks = tuple(pl.chunk_timed_layers(r) for r in range(layout.p)) \
         if pl is not None and layout.p > 1 else None
     out = step_time_grid(arch, gpu_name, t=layout.t, p=layout.p, d=layout.d, c=layout.c,
                          e=layout.e, t_e=layout.t_e, v=layout.v or 1, m=mm, settings=st,
