@@ -299,11 +299,12 @@ def _choice_times(space: Space, grid: dict, m_, f_, l_, idx, rc, spf, scheme,
 
     n = len(grid["t"])
     t_ = grid["t"]
-    # the step time depends on the choice only through (recompute, SP, DDP / ZeRO-3 /
-    # FSDP / a sharded optimizer): priced once per such triple over every row, then indexed
-    # (a Megatron-FSDP strategy row is priced as the scheme whose states it keeps)
+    # the step time depends on the choice only through (recompute, SP, DDP / ZeRO-2 (its
+    # gradients reduced every micro-batch) / ZeRO-3 / FSDP / a sharded optimizer): priced once
+    # per such triple over every row, then indexed (a Megatron-FSDP strategy row is priced as
+    # the scheme whose states it keeps)
     scheme = states_scheme(scheme)
-    tkey = (rc, spf, scheme if scheme in ("ddp", "zero3", "fsdp") else "sharded")
+    tkey = (rc, spf, scheme if scheme in ("ddp", "zero2", "zero3", "fsdp") else "sharded")
     if tkey not in time_cache:
         rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
         full = _step_time(space, {k: grid[k][rows_t] for k in KNOBS}, m_[rows_t],
@@ -400,6 +401,7 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   else "bf16", fp8_recipe=space.fp8_recipe if space.precision == "fp8" else None,
                   distributed_optimizer=scheme != "ddp",
                   gather_per_microbatch=scheme in ("zero3", "fsdp"),
+                  reduce_per_microbatch=scheme == "zero2",
                   pipelined_fsdp=scheme == "fsdp" and FRAMEWORK[space.framework].torch_pipelining,
                   torch_rounds=FRAMEWORK[space.framework].torch_pipelining,
                   schedule="gpipe" if space.schedule == "gpipe" else "1f1b",

@@ -163,6 +163,11 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
         if st.pipelined_fsdp:     # torch.distributed.pipelining syncs once per step at p > 1
             per_mb = np.where(p > 1, dp_exposed, per_mb)
         dp_exposed = per_mb
+    elif st.reduce_per_microbatch:
+        # ZeRO-2: every micro-batch's gradients reduce-scattered (Settings), the weights
+        # gathered once after the optimizer step
+        once, again = rs, np.zeros_like(rs)
+        dp_exposed = np.maximum(0, np.maximum(m, 1) * rs - pipeline) + ag_exp
     return {"dp": dp_exposed, "optimizer": optimizer, "ndp": ndp, "edp": edp,
             "rs": rs, "ag": ag, "once": once, "again": again}
 
@@ -204,7 +209,10 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
         one_b = (collective_bytes("all-reduce", dense_gpu * gb, ndp)
                  + collective_bytes("all-reduce", expert_gpu * gb, edp))
     dp_s, dp_b = rs + ag, one_b
-    if once is not None:
+    if once is not None and st.reduce_per_microbatch:
+        per_mb = np.maximum(m, 1)                     # ZeRO-2: the reduce-scatter alone again
+        dp_s, dp_b = per_mb * once + ag, per_mb * (one_b - ag_b) + ag_b
+    elif once is not None:
         per_mb = np.maximum(m, 1)
         dp_s = per_mb * (once + again)
         dp_b = per_mb * (one_b + ag_b)                # the backward's all-gather again

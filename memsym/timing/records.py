@@ -111,6 +111,12 @@ class Settings:
         gradients reduce-scattered for every micro-batch, hidden behind the pipeline's compute
         where they fit (else once per step, overlapped with the first forward and last
         backward).
+    reduce_per_microbatch : bool
+        ZeRO-2 (DeepSpeed stage 2, Megatron-FSDP ``optim_grads``): the gradients are
+        reduce-scattered after every micro-batch's backward (Megatron-LM d98e8a64dd
+        ``megatron_fsdp.py``: ``grad_reduce_every_bprop`` for ``optim_grads`` and
+        ``optim_grads_params``), hidden behind the pipeline's compute where they fit; the
+        parameters are gathered once per step.
     pipelined_fsdp : bool
         FSDP2 under ``torch.distributed.pipelining`` (torchtitan with PP): nothing reshards
         and gradients sync after the last micro-batch, so where p > 1 the stage is gathered
@@ -157,6 +163,7 @@ class Settings:
     schedule: str = "1f1b"
     output_first: bool = False
     gather_per_microbatch: bool = False
+    reduce_per_microbatch: bool = False
     pipelined_fsdp: bool = False
     recompute_fraction: float = 1.0
     recompute_modules: tuple = ("core_attn",)

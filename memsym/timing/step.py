@@ -574,6 +574,7 @@ def _settings_of(arch, layout, training) -> Settings:
                     # memory counts its buffer; otherwise Megatron's fp32 main-grad buffer
                     grad_bytes=2 if states.grad_dtype in ("bf16", "fp16") else 4,
                     gather_per_microbatch=states.sharding in ("zero3", "fsdp"),
+                    reduce_per_microbatch=states.sharding == "zero2",
                     pipelined_fsdp=states.sharding == "fsdp" and titan,
                     recompute_fraction=_recompute_fraction(arch, layout, training),
                     # Megatron's --recompute-modules under selective (default core_attn)
