@@ -26,7 +26,7 @@ from .symbols import L, lookup
 from .term import Term, Total
 from .terms.activations import korthikanti
 from .terms.model_state import byte_widths, model_state
-from .training import Layout, Training, allowance_terms, training_memory
+from .training import Layout, allowance_terms, training_memory
 from .timing.step import step_time
 from . import search as search_mod
 from .analysis import smallest
@@ -172,10 +172,10 @@ def _one_by_one(res, rows) -> float:
                      sequence_parallel=row["sequence_parallel"],
                      first_stage_layers=row["first_stage_layers"],
                      last_stage_layers=row["last_stage_layers"])
-        tr = Training(seq_length=sp_.seq_length, micro_batch_size=row["b"],
-                      global_batch_size=sp_.global_batch_size, recompute=row["recompute"],
-                      sharding=row["sharding"], flash_attention=sp_.flash_attention,
-                      dropout=sp_.dropout)
+        # the space's own Training of the row (Megatron runs ZeRO-2 as Megatron-FSDP
+        # optim_grads: the strategy goes with the scheme, memsym.search.space.Space.training)
+        tr = sp_.training(micro_batch_size=row["b"], recompute=row["recompute"],
+                          sharding=row["sharding"])
         training_memory(sp_.arch, lay, tr)
         step_time(sp_.arch, lay, tr, sp_.gpu.name, sp_.cluster)
     return (time.perf_counter() - start) / len(rows)
