@@ -211,6 +211,7 @@ class _ChoiceRows:
         self.rank_max = most_layers_per_rank(x.num_layers, grid["p"], f_, l_)
         self.chunk_max = self.rank_max / grid["v"]
         self.one_kind = len(set(moe_layer_pattern(x))) == 1
+        self._refused: dict = {}    # (SP, offload, scheme) -> rows a choice rule refuses
 
     def __call__(self, rc, spf, inter, off, scheme):
         t_, v_, f_, l_, only = self.grid["t"], self.grid["v"], self.f_, self.l_, self.only
@@ -227,13 +228,25 @@ class _ChoiceRows:
         elif method == "every":
             # every-N wraps no block of a rank with fewer than N: that is no recompute
             sel &= n_layers <= self.rank_max
-        for mask in _rules.masks(self.arch, choice_knobs(self.knob_k, spf, off, scheme),
-                                 CHOICE_RULES).values():
-            sel &= ~mask
+        sel &= ~self._refused_by_rules(spf, off, scheme)
         if only is not None:
             sel &= ((only["recompute"] == rc) & (only["sharding"] == scheme)
                     & (only["sequence_parallel"] == spf) & (only["offload"] == off))
         return sel
+
+    def _refused_by_rules(self, spf, off, scheme):
+        """The rows the choice rules refuse under (SP, offload, scheme): the same for every
+        recompute and interleaving, so computed once per triple."""
+        import numpy as np
+
+        key = (spf, off, scheme)
+        if key not in self._refused:
+            refused = np.zeros(len(self.grid["t"]), dtype=bool)
+            for mask in _rules.masks(self.arch, choice_knobs(self.knob_k, spf, off, scheme),
+                                     CHOICE_RULES).values():
+                refused |= mask
+            self._refused[key] = refused
+        return self._refused[key]
 
 
 def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
