@@ -67,6 +67,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
                "offload": space.offload}
     rows_of = _ChoiceRows(space, grid, f_, l_, only)
     time_cache: dict = {}
+    present: set = set()    # the term columns some row has
 
     for done, (rc, spf, inter, off, scheme) in enumerate(combos, 1):
         if progress is not None:
@@ -97,7 +98,10 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
             col = best_parts[key]
             # a term some stage has and the row's most-loaded stage lacks (experts on a
             # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
-            out_cols[key].append(col if np.isnan(col).all() else np.nan_to_num(col, nan=0.0))
+            if not np.isnan(col).all():
+                present.add(key)
+                col = np.nan_to_num(col, nan=0.0)
+            out_cols[key].append(col)
         if want_time and B is not None:
             secs = _choice_times(space, grid, m_, f_, l_, idx, rc, spf, scheme, time_cache)
         else:
@@ -105,14 +109,13 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
         for key, col in secs.items():
             out_cols[key].append(col)
     save_stage_tables()   # the templates built here, for the next process (compile cache)
+    # term columns absent everywhere (NaN on every row) are dropped, not concatenated
+    for key in set(_STATE_KEYS + _OUTSIDE) - present:
+        del out_cols[key]
     cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
     for name, values in choices.items():
         if out_cols[name]:
             cols[name] = np.array(values, dtype=object)[cols[name]]
-    # drop term columns that are absent everywhere
-    for key in _STATE_KEYS + _OUTSIDE:
-        if key in cols and (not len(cols[key]) or np.all(np.isnan(cols[key]))):
-            del cols[key]
     return cols
 
 
