@@ -67,6 +67,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
                "offload": space.offload}
     rows_of = _ChoiceRows(space, grid, f_, l_, only)
     time_cache: dict = {}
+    present: set = set()    # the term columns some row has
 
     for done, (rc, spf, inter, off, scheme) in enumerate(combos, 1):
         if progress is not None:
@@ -97,7 +98,10 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
             col = best_parts[key]
             # a term some stage has and the row's most-loaded stage lacks (experts on a
             # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
-            out_cols[key].append(col if np.isnan(col).all() else np.nan_to_num(col, nan=0.0))
+            if not np.isnan(col).all():
+                present.add(key)
+                col = np.nan_to_num(col, nan=0.0)
+            out_cols[key].append(col)
         if want_time and B is not None:
             secs = _choice_times(space, grid, m_, f_, l_, idx, rc, spf, scheme, time_cache)
         else:
@@ -105,14 +109,13 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
         for key, col in secs.items():
             out_cols[key].append(col)
     save_stage_tables()   # the templates built here, for the next process (compile cache)
+    # term columns absent everywhere (NaN on every row) are dropped, not concatenated
+    for key in set(_STATE_KEYS + _OUTSIDE) - present:
+        del out_cols[key]
     cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
     for name, values in choices.items():
         if out_cols[name]:
             cols[name] = np.array(values, dtype=object)[cols[name]]
-    # drop term columns that are absent everywhere
-    for key in _STATE_KEYS + _OUTSIDE:
-        if key in cols and (not len(cols[key]) or np.all(np.isnan(cols[key]))):
-            del cols[key]
     return cols
 
 
@@ -211,6 +214,7 @@ class _ChoiceRows:
         self.rank_max = most_layers_per_rank(x.num_layers, grid["p"], f_, l_)
         self.chunk_max = self.rank_max / grid["v"]
         self.one_kind = len(set(moe_layer_pattern(x))) == 1
+        self._refused: dict = {}    # (SP, offload, scheme) -> rows a choice rule refuses
 
     def __call__(self, rc, spf, inter, off, scheme):
         t_, v_, f_, l_, only = self.grid["t"], self.grid["v"], self.f_, self.l_, self.only
@@ -227,13 +231,25 @@ class _ChoiceRows:
         elif method == "every":
             # every-N wraps no block of a rank with fewer than N: that is no recompute
             sel &= n_layers <= self.rank_max
-        for mask in _rules.masks(self.arch, choice_knobs(self.knob_k, spf, off, scheme),
-                                 CHOICE_RULES).values():
-            sel &= ~mask
+        sel &= ~self._refused_by_rules(spf, off, scheme)
         if only is not None:
             sel &= ((only["recompute"] == rc) & (only["sharding"] == scheme)
                     & (only["sequence_parallel"] == spf) & (only["offload"] == off))
         return sel
+
+    def _refused_by_rules(self, spf, off, scheme):
+        """The rows the choice rules refuse under (SP, offload, scheme): the same for every
+        recompute and interleaving, so computed once per triple."""
+        import numpy as np
+
+        key = (spf, off, scheme)
+        if key not in self._refused:
+            refused = np.zeros(len(self.grid["t"]), dtype=bool)
+            for mask in _rules.masks(self.arch, choice_knobs(self.knob_k, spf, off, scheme),
+                                     CHOICE_RULES).values():
+                refused |= mask
+            self._refused[key] = refused
+        return self._refused[key]
 
 
 def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
