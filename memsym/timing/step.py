@@ -108,10 +108,8 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         The GPU (:mod:`memsym.hardware`).
     t, p, d, c, e : array_like
         Tensor-, pipeline-, data-, context- and expert-parallel sizes [GPUs].
-    t_e : array_like, optional
-        Expert tensor-parallel size [GPUs] (default t).
-    v : array_like
-        Model chunks per pipeline rank [1].
+    t_e, v : array_like
+        Expert tensor-parallel size [GPUs] (default t); model chunks per pipeline rank [1].
     b : array_like, optional
         Micro-batch size [sequences] (default ``settings.micro_batch_size``).
     m : array_like
@@ -130,11 +128,10 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         The first two terms as the schedule's makespan, run with each stage's (or chunk's)
         own durations (at most 1,000 layouts; :func:`memsym.timing.pipeline.simulated_pipeline`).
     communication : bool
-        Also return, for each group ``g`` of tp, ep, cp, pp, dp, ``comm_g_s`` (its
-        collectives' seconds as issued in one step of the busiest stage, before any overlap
-        hides them), ``comm_g_bytes`` (the bytes one GPU sends for them) and ``comm_g_intra``
-        (True where the group's ring stays on the intra-node link,
-        :attr:`memsym.hardware.Cluster.domain`): what the step's ``g`` part exposes of.
+        Also return, per group ``g`` of tp, ep, cp, pp, dp, ``comm_g_s`` (its collectives'
+        seconds as issued in one step of the busiest stage, before overlap), ``comm_g_bytes``
+        (the bytes one GPU sends) and ``comm_g_intra`` (True where its ring stays on the
+        intra-node link, :attr:`memsym.hardware.Cluster.domain`).
     chunk_layers : tuple of tuple of int, optional
         One layout's layers of chunk j of rank r, ``chunk_layers[r][j]`` [layers]: its
         decoder layers, and its MTP layers, each priced as one decoder layer
