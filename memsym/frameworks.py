@@ -158,6 +158,12 @@ class Framework:
         saves no input for the backward: Transformer Engine's ``Linear`` saves its input only
         when the weight requires a gradient (:func:`memsym.terms.adapters.frozen_linear_inputs`
         cites it); torch's ``nn.Linear`` (DeepSpeed, torchtitan) is not modelled so.
+    searched_schemes : tuple
+        The schemes a search offers when none is named (empty: every scheme it runs): those
+        its launch arguments spell (:mod:`memsym.emit`).  Megatron-LM's are DDP, the
+        distributed optimizer and Megatron-FSDP's ``optim_grads`` / ``optim_grads_params``
+        (the zero2 and fsdp rows); DeepSpeed's ZeRO-1/3, which memsym prices under a Megatron
+        job too, have no Megatron-LM flag and are searched only when named.
     """
 
     name: str
@@ -189,6 +195,7 @@ class Framework:
     reads_offload: bool
     cp_attention: tuple = ()
     frozen_linear_keeps_no_input: bool = False
+    searched_schemes: tuple = ()
 
     def overlaps_by_default(self, scheme: str) -> bool:
         """Whether the data-parallel collectives overlap under ``scheme`` with nothing set.
@@ -242,7 +249,9 @@ FRAMEWORK = {
         # Megatron-LM arguments.py: --cp-comm-type default ["p2p"]; Transformer Engine runs it
         # (attn_forward_func_with_cp: "p2p", "a2a+p2p", "all_gather", "a2a")
         cp_attention=("transformer-engine", ("p2p", "all_gather", "a2a", "a2a+p2p")),
-        frozen_linear_keeps_no_input=True),
+        frozen_linear_keeps_no_input=True,
+        # what memsym.emit spells as Megatron-LM arguments (zero2 / fsdp: Megatron-FSDP)
+        searched_schemes=("ddp", "zero2", "fsdp", "distributed-optimizer")),
     "deepspeed": Framework(
         name="deepspeed", title="DeepSpeed", schemes=("ddp", "zero1", "zero2", "zero3"),
         default_scheme="ddp",

@@ -551,8 +551,9 @@ def _framework_choices(framework, arch, sharding, recompute, finetune, flash_att
     titan = FRAMEWORK[framework].layer_selective_ac     # torchtitan's AC and FSDP2 choices
     dense_op = bool(arch.swiglu and not arch.num_experts and not arch.multi_latent_attention
                     and flash_attention)
-    if sharding is None:   # what the framework runs (memsym.job.FRAMEWORK_SCHEMES)
-        sharding = TORCHTITAN_SCHEMES if titan else FRAMEWORK_SCHEMES.get(framework, SCHEMES)
+    if sharding is None:   # what the framework launches (Framework.searched_schemes)
+        sharding = TORCHTITAN_SCHEMES if titan else (
+            FRAMEWORK[framework].searched_schemes or FRAMEWORK_SCHEMES.get(framework, SCHEMES))
         if precision in ("fp8", "fp4") and FRAMEWORK[framework].megatron_options:
             sharding = tuple(x for x in sharding if x in ("ddp", "distributed-optimizer"))
     if recompute is None:
