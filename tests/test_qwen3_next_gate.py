@@ -80,7 +80,7 @@ def test_transformers_qwen3_next_attention_terms_by_hand():
     assert extra(flash=True, expected=QK_FP32 + OUT_COPY) == 0
     full = layer_activations(hf_qwen3_next=True, qk_norm=True, output_gate=True, flash=True)
     assert full["qk_norm_fp32_output"].expr == QK_FP32
-    assert full["attn_output_copy"].expr == OUT_COPY
+    assert full["sdpa_output_copy"].expr == OUT_COPY
     # eager attention keeps no matmul output: nothing to copy
     assert extra(expected=QK_FP32) == 0
     # a recomputed core attention keeps no kernel output either; the norms run before it
@@ -92,7 +92,7 @@ def test_transformers_qwen3_next_attention_terms_by_hand():
     hybrid = hybrid_layer_activations(("attention", True), output_gate=True, norm="rmsnorm",
                                       qk_norm=True, hf_qwen3_next=True, flash=True)
     assert hybrid["attn_qk_norm_fp32_output"].expr == QK_FP32
-    assert hybrid["attn_attn_output_copy"].expr == OUT_COPY
+    assert hybrid["attn_sdpa_output_copy"].expr == OUT_COPY
 
 
 def test_a_qwen3_next_stage_holds_the_gate_of_its_attention_layers(tmp_path):

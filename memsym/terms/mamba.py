@@ -133,7 +133,7 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
 #: layer_activations`' keys), besides its norm (``norm_inputs`` and ``norm_statistics`` hold
 #: both norms of the layer: one each to the attention and to the MLP / MoE part).
 _ATTENTION_KEYS = ("qkv_input", "qk", "qk_norm_inputs", "qk_norm_fp32_output", "v",
-                   "softmax_stats", "scores", "proj_input", "output_gate", "attn_output_copy",
+                   "softmax_stats", "scores", "proj_input", "output_gate", "sdpa_output_copy",
                    "attn_dropout_mask")
 _MLP_KEYS = ("mlp_input", "mlp_activation", "fc2_input", "mlp_dropout_mask")
 _MOE_KEYS = ("moe_input", "router", "routed_tokens", "expert_activation", "expert_fc2_input",

@@ -28,7 +28,7 @@ multiplies by ``(1 + weight)`` in fp32, so that multiply keeps the fp32 normalis
 (``apply_rotary_pos_emb``) concatenates the rotated and the pass-through parts, which leaves Q
 head-major (``[b, a, s, d_h]``-contiguous), so the flash kernel's output is head-major too and
 ``sdpa_attention_forward``'s ``transpose(1, 2).contiguous()`` copies it: the kernel keeps its
-own output, the next op the copy, :math:`2\tau a d_h/t` (``attn_output_copy``; not when the
+own output, the next op the copy, :math:`2\tau a d_h/t` (``sdpa_output_copy``; not when the
 kernel is recomputed, nor without flash, where the matmul keeps no output).  Measured in
 ``tests/test_qwen3_next_gate.py``.  Megatron's own layer (Transformer Engine's norms, its RoPE)
 runs neither class, so neither term applies there.  Multi-latent attention (``mla``): Q and K
@@ -379,7 +379,7 @@ def _attention_terms(ly: _Layer, terms: _Terms, proj_width) -> None:
                   + (", and the ungated attention output the product keeps" if ungated else ""),
                   _GATE)
     if ly.hf_qwen3_next and ly.flash and not ly.drop_core:
-        terms.add("attn_output_copy", 2 * tok * proj_width / t, "a second 16-bit attention "
+        terms.add("sdpa_output_copy", 2 * tok * proj_width / t, "a second 16-bit attention "
                   "output: partial RoPE's torch.cat leaves Q, so the kernel's output, head-major, "
                   "and SDPA's transpose(1, 2).contiguous() copies it", _Q3N_ROPE)
     terms.add("attn_dropout_mask", ly.delta * tok * h / ly.sig,
