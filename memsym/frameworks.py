@@ -90,7 +90,8 @@ class Framework:
         ``attention_dropout``; :func:`memsym.job.framework_dropout`), and RoPE's angles are
         computed for any position (``LlamaRotaryEmbedding.forward``: ``inv_freq`` x
         ``position_ids``), so only a learned position table bounds the sequence (rule
-        ``seq-positions``).
+        ``seq-positions``), and a gated attention is transformers' ``Qwen3NextAttention``
+        (``hf_qwen3_next`` of :func:`memsym.terms.activations.layer_activations`).
     layer_selective_ac : bool
         Whether it checkpoints every n-th block (``recompute_method="every"``: torchtitan's
         ``selective_ac_option = "N"``, ``_apply_ac_to_transformer_block``); Megatron

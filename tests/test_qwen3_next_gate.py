@@ -9,6 +9,18 @@ sigmoid keeps its output (``2 s b a d_h`` bytes, 16-bit), the product keeps its 
 keeps the gated product where an ungated layer's o_proj keeps the attention output: ``4 s b a
 d_h`` more per layer at t = c = 1.  Measured against transformers' own layer (CPU, bf16,
 ``saved_tensors_hooks``) as the difference to Qwen3's ungated ``Qwen3Attention``.
+
+Transformers' own Qwen3NextAttention (``hf_qwen3_next``: what a framework that trains the
+model's code, DeepSpeed, runs) differs from Qwen3Attention in two more ways, read from the same
+file.  Qwen3NextRMSNorm (q_norm, k_norm) computes ``(x.float() normalised) * (1.0 +
+weight.float())`` and casts after: that multiply keeps its fp32 input, the normalised Q and K (4
+bytes where Qwen3RMSNorm's ``weight * x.to(bf16)`` keeps 2), and ``1 + weight`` (fp32, d_h per
+norm): ``2 s b (a + g) d_h + 8 d_h`` more.  Its ``apply_rotary_pos_emb`` concatenates the rotated
+and the pass-through parts (``torch.cat``, a fresh contiguous [b, a, s, d_h] tensor), so SDPA's
+flash output is [b, a, s, d_h]-contiguous too and ``sdpa_attention_forward``'s ``transpose(1,
+2).contiguous()`` copies it (Qwen3's Q, a transposed view, gives an output already [b, s, a,
+d_h] in memory, so its copy is a no-op): the kernel keeps its output and the product keeps the
+copy, ``2 s b a d_h`` more.  Eager attention keeps no output of its matmul, so no copy there.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ import pytest
 import sympy as sp
 
 from memsym.model import from_hf_config, parameter_count
-from memsym.symbols import a, b, c, d_h, p, s, t
+from memsym.symbols import a, b, c, d_h, g, p, s, t
 from memsym.terms.activations import layer_activations
 from memsym.terms.mamba import hybrid_layer_activations
 
@@ -27,6 +39,8 @@ from test_hf_configs import _write
 from test_hf_layer_kinds import REAL
 
 GATE = 4 * s * b * a * d_h / (c * t)        # the hand derivation above, per layer [bytes]
+QK_FP32 = 2 * s * b * (a + g) * d_h / (c * t) + 2 * 4 * d_h      # Qwen3NextRMSNorm on Q and K
+OUT_COPY = 2 * s * b * a * d_h / (c * t)    # SDPA's copy of the head-major flash output
 
 
 def test_the_gate_half_of_q_proj_is_counted(tmp_path):
@@ -56,6 +70,31 @@ def test_the_gate_term_by_hand():
     assert hybrid["attn_output_gate"].expr == GATE
 
 
+def test_transformers_qwen3_next_attention_terms_by_hand():
+    def extra(**kw):          # what hf_qwen3_next adds, less ``expected``: 0 when they agree
+        expected = kw.pop("expected")
+        kw.update(qk_norm=True, output_gate=True)
+        return sp.simplify(layer_activations(hf_qwen3_next=True, **kw).expr
+                           - layer_activations(**kw).expr - expected)
+
+    assert extra(flash=True, expected=QK_FP32 + OUT_COPY) == 0
+    full = layer_activations(hf_qwen3_next=True, qk_norm=True, output_gate=True, flash=True)
+    assert full["qk_norm_fp32_output"].expr == QK_FP32
+    assert full["sdpa_output_copy"].expr == OUT_COPY
+    # eager attention keeps no matmul output: nothing to copy
+    assert extra(expected=QK_FP32) == 0
+    # a recomputed core attention keeps no kernel output either; the norms run before it
+    assert extra(flash=True, recompute="selective", expected=QK_FP32) == 0
+    assert extra(flash=True, recompute="full", expected=0) == 0
+    # without Q/K norms there is no Qwen3NextRMSNorm to keep its product
+    assert sp.simplify(layer_activations(hf_qwen3_next=True, flash=True).expr
+                       - layer_activations(flash=True).expr - OUT_COPY) == 0
+    hybrid = hybrid_layer_activations(("attention", True), output_gate=True, norm="rmsnorm",
+                                      qk_norm=True, hf_qwen3_next=True, flash=True)
+    assert hybrid["attn_qk_norm_fp32_output"].expr == QK_FP32
+    assert hybrid["attn_sdpa_output_copy"].expr == OUT_COPY
+
+
 def test_a_qwen3_next_stage_holds_the_gate_of_its_attention_layers(tmp_path):
     from memsym.training import Training, stage_activations
 
@@ -68,6 +107,26 @@ def test_a_qwen3_next_stage_holds_the_gate_of_its_attention_layers(tmp_path):
 
     # the first stage of 1F1B holds p micro-batches of its 12 attention layers' gates
     assert sp.simplify(layers(arch) - layers(ungated) - 12 * p * GATE) == 0
+
+
+def test_deepspeed_runs_transformers_qwen3_next_attention(tmp_path):
+    from memsym.training import Training, stage_activations
+
+    arch = from_hf_config(_write(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
+    ungated = dataclasses.replace(arch, attention_output_gate=False)
+
+    def layers(x, framework):
+        trn = Training(framework=framework)
+        flash = trn.memory.flash_attention
+        return stage_activations(x, training=trn)["layer_activations"].expr, flash
+
+    # DeepSpeed trains the model's own code: Qwen3NextAttention's norms and copy besides the
+    # gate; Megatron-LM runs its own attention (the gate alone, as above)
+    gated, flash = layers(arch, "deepspeed")
+    extra = GATE + QK_FP32 + (OUT_COPY if flash else 0)
+    assert sp.simplify(gated - layers(ungated, "deepspeed")[0] - 12 * p * extra) == 0
+    assert sp.simplify(layers(arch, "megatron")[0] - layers(ungated, "megatron")[0]
+                       - 12 * p * GATE) == 0
 
 
 def _saved_bytes(attention, rope, s_, b_, h_):
@@ -94,9 +153,10 @@ def _saved_bytes(attention, rope, s_, b_, h_):
 
 
 @pytest.mark.torch
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
 @pytest.mark.parametrize("shape", [(4, 1, 2, 1, 4), (5, 2, 4, 2, 8), (3, 3, 4, 1, 6),
                                    (7, 2, 2, 2, 4), (6, 1, 6, 3, 2)])
-def test_the_gate_is_measured_in_transformers_layer(shape):
+def test_the_gate_is_measured_in_transformers_layer(shape, attention):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from transformers.models.qwen3 import modeling_qwen3 as q3
@@ -108,23 +168,19 @@ def test_the_gate_is_measured_in_transformers_layer(shape):
     nxt = transformers.Qwen3NextConfig(**sizes, layer_types=["full_attention"], num_experts=0)
     old = transformers.Qwen3Config(**sizes)
     for conf in (nxt, old):
-        conf._attn_implementation = "sdpa"
+        conf._attn_implementation = attention
     torch.manual_seed(0)
     gated = q3n.Qwen3NextAttention(nxt, 0).to(torch.bfloat16)
     assert tuple(gated.q_proj.weight.shape) == (2 * a_ * d_, a_ * d_)   # query and gate
     measured = (_saved_bytes(gated, q3n.Qwen3NextRotaryEmbedding(nxt), s_, b_, a_ * d_)
                 - _saved_bytes(q3.Qwen3Attention(old, 0).to(torch.bfloat16),
                                q3.Qwen3RotaryEmbedding(old), s_, b_, a_ * d_))
-    sbad, sbgd = s_ * b_ * a_ * d_, s_ * b_ * g_ * d_
-    # the other differences between the two layers, each read from modeling_qwen3_next.py:
-    # Qwen3NextRMSNorm multiplies its fp32 normed input by (1 + weight) in fp32, keeping that
-    # fp32 product input (4 bytes, where Qwen3RMSNorm keeps a bf16 cast) and (1 + weight)
-    # itself (4 d_h per norm): +2 s b (a + g) d_h + 2 x 4 d_h for q_norm and k_norm
-    zero_centred_norms = 2 * sbad + 2 * sbgd + 2 * 4 * d_
-    # its apply_rotary_pos_emb concatenates the rotated and the pass-through parts
-    # (partial_rotary_factor), so Q comes out [b, a, s, d_h]-contiguous and SDPA's output is
-    # too: sdpa_attention_forward's transpose(1, 2).contiguous() then copies it, a second
-    # 16-bit attention output (2 s b a d_h) besides the one the flash kernel keeps
-    rope_concat_copy = 2 * sbad
-    gate = GATE.xreplace({s: s_, b: b_, a: a_, d_h: d_, c: 1, t: 1})
-    assert measured == gate + zero_centred_norms + rope_concat_copy
+    # memsym's transformers' Qwen3NextAttention less its Qwen3 attention (per-head Q/K norms):
+    # the gate, the fp32 norm products and, under SDPA's flash kernel, the copied output
+    flags = dict(flash=attention == "sdpa", qk_norm=True, norm="rmsnorm", dropout=False)
+    ours = (layer_activations(output_gate=True, hf_qwen3_next=True, **flags).expr
+            - layer_activations(**flags).expr)
+    at = {s: s_, b: b_, a: a_, g: g_, d_h: d_, c: 1, t: 1}
+    assert measured == ours.xreplace(at)
+    # and the hand derivation of the module docstring
+    assert measured == (GATE + QK_FP32 + (OUT_COPY if attention == "sdpa" else 0)).xreplace(at)

@@ -132,8 +132,9 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
 #: What each part of a transformer layer keeps (:func:`memsym.terms.activations.
 #: layer_activations`' keys), besides its norm (``norm_inputs`` and ``norm_statistics`` hold
 #: both norms of the layer: one each to the attention and to the MLP / MoE part).
-_ATTENTION_KEYS = ("qkv_input", "qk", "qk_norm_inputs", "v", "softmax_stats", "scores",
-                   "proj_input", "output_gate", "attn_dropout_mask")
+_ATTENTION_KEYS = ("qkv_input", "qk", "qk_norm_inputs", "qk_norm_fp32_output", "v",
+                   "softmax_stats", "scores", "proj_input", "output_gate", "sdpa_output_copy",
+                   "attn_dropout_mask")
 _MLP_KEYS = ("mlp_input", "mlp_activation", "fc2_input", "mlp_dropout_mask")
 _MOE_KEYS = ("moe_input", "router", "routed_tokens", "expert_activation", "expert_fc2_input",
              "combine", "shared_expert", "mlp_dropout_mask")
@@ -270,8 +271,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     context_parallel : bool
         c > 1: refused for a Mamba layer (Megatron's ``MambaContextParallel`` is not modelled).
     **common
-        The transformer term's switches (``gated``, ``flash``, ``sequence_parallel``,
-        ``dropout``, ``norm``, ``qk_norm``, ``output_gate``, ``fp8_inputs``, ``mla``).
+        :func:`~memsym.terms.activations.layer_activations`' switches (``gated``, ``flash``,
+        ``norm``, ``qk_norm``, ``output_gate``, ``hf_qwen3_next``, ``fp8_inputs``, ...).
 
     Returns
     -------

@@ -19,9 +19,21 @@ output the product keeps, the output projection now keeping the gated product
 (``proj_input``; transformers v5.25.0 ``Qwen3NextAttention.forward``, measured in
 ``tests/test_qwen3_next_gate.py``).  Megatron-core's ``Attention._apply_output_gate``
 (``--attention-output-gate``, d98e8a64dd) computes the product in fp32 under ``jit_fuser``;
-what its fused kernel keeps is not measured here.  Multi-latent attention
-(``mla``): Q and K are :math:`a(d_{qk} + d_r)` wide, V :math:`a d_v`, and the latents (the
-inputs of the q/kv up-projections and their norms, :math:`4\tau r` each) are replicated over t.
+what its fused kernel keeps is not measured here.  Transformers' own ``Qwen3NextAttention``
+(``hf_qwen3_next``: a framework that trains the model's code, DeepSpeed) keeps two tensors
+more, read from v5.25.0 ``modeling_qwen3_next.py``: its ``Qwen3NextRMSNorm`` on Q and K
+multiplies by ``(1 + weight)`` in fp32, so that multiply keeps the fp32 normalised Q and K
+(4 bytes where a 16-bit norm output is 2) and ``1 + weight`` (4 d_h per norm):
+:math:`2\tau(a+g)d_h/t + 8d_h` (``qk_norm_fp32_output``); its partial RoPE
+(``apply_rotary_pos_emb``) concatenates the rotated and the pass-through parts, which leaves Q
+head-major (``[b, a, s, d_h]``-contiguous), so the flash kernel's output is head-major too and
+``sdpa_attention_forward``'s ``transpose(1, 2).contiguous()`` copies it: the kernel keeps its
+own output, the next op the copy, :math:`2\tau a d_h/t` (``sdpa_output_copy``; not when the
+kernel is recomputed, nor without flash, where the matmul keeps no output).  Measured in
+``tests/test_qwen3_next_gate.py``.  Megatron's own layer (Transformer Engine's norms, its RoPE)
+runs neither class, so neither term applies there.  Multi-latent attention (``mla``): Q and K
+are :math:`a(d_{qk} + d_r)` wide, V :math:`a d_v`, and the latents (the inputs of the q/kv
+up-projections and their norms, :math:`4\tau r` each) are replicated over t.
 
 An MoE layer replaces the dense MLP: the router keeps fp32 probabilities (:math:`4\tau
 E/\sigma`), each expert GPU receives :math:`R = c_f\,k\,\tau\,t_e/t` routed token copies
@@ -147,6 +159,13 @@ _TK = Source(_K, "§4.1 (attention block, MLP, LayerNorm)")
 _GATE = Source("hf-transformers-5", "v5.25.0 models/qwen3_next/modeling_qwen3_next.py "
                "Qwen3NextAttention.forward (lines 270-303: q_proj split into query and gate, "
                "attn_output * torch.sigmoid(gate), then o_proj)")
+_Q3N = "v5.25.0 models/qwen3_next/modeling_qwen3_next.py "
+_Q3N_NORM = Source("hf-transformers-5", _Q3N + "Qwen3NextRMSNorm.forward (lines 135-140: "
+                   "output * (1.0 + self.weight.float()), then type_as(x)); Qwen3NextAttention."
+                   "__init__ (q_norm, k_norm of head_dim)")
+_Q3N_ROPE = Source("hf-transformers-5", _Q3N + "apply_rotary_pos_emb (lines 186-188: torch.cat "
+                   "of q_embed and q_pass); integrations/sdpa_attention.py sdpa_attention_forward "
+                   "(line 196: attn_output.transpose(1, 2).contiguous())")
 _TE = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
              "the quantized input); layernorm_linear.py (ln_out quantized by the fused norm)")
 
@@ -209,6 +228,7 @@ class _Layer:
     att_drop: bool
     qk_norm: object
     output_gate: bool
+    hf_qwen3_next: bool
     mla: dict | None
     moe: bool
     shared_expert: bool
@@ -248,15 +268,16 @@ class _Layer:
 
 
 def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
-           attention_dropout, qk_norm, output_gate, mla, moe, shared_expert) -> _Layer:
+           attention_dropout, qk_norm, output_gate, hf_qwen3_next, mla, moe,
+           shared_expert) -> _Layer:
     """The options of one layer with what each recomputed module no longer keeps."""
     # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
     # spec only the norms before MLA and before an MoE layer are TENorm modules that
     # "layernorm" checkpoints; the others are fused into linear_qkv / linear_fc1
     return _Layer(
         tok, sig, gated, flash, fp8, norm, norm_statistics, dropout,
-        dropout if attention_dropout is None else attention_dropout, qk_norm, output_gate, mla,
-        moe, shared_expert,
+        dropout if attention_dropout is None else attention_dropout, qk_norm, output_gate,
+        hf_qwen3_next, mla, moe, shared_expert,
         drop_core=recompute == "selective" and "core_attn" in mods,
         drop_in_norm="layernorm" in mods and bool(mla),
         drop_pre_mlp_norm="layernorm" in mods and moe,
@@ -318,6 +339,10 @@ def _qkv_terms(ly: _Layer, terms: _Terms):
                   "inputs of the per-head Q and K norms and their fp32 statistics (qk_layernorm)",
                   Source("megatron-core", "core/transformer/attention.py, SelfAttention."
                          "get_query_key_value_tensors (q_layernorm, k_layernorm before RoPE)"))
+        if ly.hf_qwen3_next:
+            terms.add("qk_norm_fp32_output", 2 * tok * (a + g) * d_h / t + 2 * 4 * d_h,
+                      "Qwen3NextRMSNorm on Q and K: the fp32 normalised Q and K its (1 + weight) "
+                      "multiply keeps (4 bytes, not 2) and 1 + weight (4 d_h per norm)", _Q3N_NORM)
     terms.add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
     return a * d_h
 
@@ -353,6 +378,10 @@ def _attention_terms(ly: _Layer, terms: _Terms, proj_width) -> None:
                   "output gate: sigmoid(gate), kept by the sigmoid and the product"
                   + (", and the ungated attention output the product keeps" if ungated else ""),
                   _GATE)
+    if ly.hf_qwen3_next and ly.flash and not ly.drop_core:
+        terms.add("sdpa_output_copy", 2 * tok * proj_width / t, "a second 16-bit attention "
+                  "output: partial RoPE's torch.cat leaves Q, so the kernel's output, head-major, "
+                  "and SDPA's transpose(1, 2).contiguous() copies it", _Q3N_ROPE)
     terms.add("attn_dropout_mask", ly.delta * tok * h / ly.sig,
               "dropout mask after the attention block")
 
@@ -405,13 +434,13 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
-                      output_gate: bool = False, compiled: bool = False) -> Total:
+                      output_gate: bool = False, compiled: bool = False,
+                      hf_qwen3_next: bool = False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
-    Per micro-batch and GPU, with :math:`\tau = sb/c` tokens on this context-parallel rank,
-    :math:`\sigma = t` under sequence parallelism (else 1) and, in an MoE layer,
-    :math:`R = c_f\,k\,\tau\,t_e/t` routed token copies per expert GPU (top-k, the ETP
-    all-gather, the capacity factor :math:`c_f` for the busiest rank; Switch Transformer §2.2):
+    Per micro-batch and GPU, :math:`\tau = sb/c` tokens on this context-parallel rank,
+    :math:`\sigma = t` under sequence parallelism (else 1), in an MoE layer :math:`R = c_f k\tau
+    t_e/t` routed token copies per expert GPU (top-k, the ETP all-gather, capacity factor c_f):
 
     .. math::
 
@@ -450,8 +479,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         An MoE layer instead of a dense MLP; with shared experts of width ``f_sh``.
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
-    output_gate : bool
-        Qwen3-Next's sigmoid attention gate (``attention_output_gate``; not "selective-op").
+    output_gate, hf_qwen3_next : bool
+        Qwen3-Next's sigmoid attention gate (``attention_output_gate``; not "selective-op");
+        transformers' own ``Qwen3NextAttention`` (its fp32 Q/K norm products, a copied output).
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
         Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte; ``"mxfp8"``:
         1 + 1/32 with the block scales; ``"nvfp4"``: NVFP4, 1/2 + 1/16).
@@ -480,10 +510,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
 
     References
     ----------
-    Korthikanti et al. 2022 §4.1–4.3; FlashAttention (arXiv:2205.14135, 2307.08691);
-    Switch Transformers (arXiv:2101.03961) §2.2; Transformer Engine ``pytorch/module/linear.py``
-    and ``layernorm_linear.py`` (``saved_inputmat`` / ``ln_out`` quantized before saving);
-    transformers v5.25.0 ``qwen3_next/modeling_qwen3_next.py`` (the gate; hf-transformers-5).
+    Korthikanti et al. 2022 §4.1–4.3; FlashAttention (arXiv:2205.14135, 2307.08691); Switch
+    Transformers (arXiv:2101.03961) §2.2; Transformer Engine ``linear.py``, ``layernorm_linear.py``
+    (inputs saved quantized); transformers v5.25.0 ``modeling_qwen3_next.py`` (Qwen3-Next).
     """
     recompute, tok, sig = _common(sequence_parallel, recompute)
     mods = (("core_attn",) if modules is None else recompute_modules(modules)) \
@@ -496,8 +525,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                             sequence_parallel=sequence_parallel, compiled=compiled)
     ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
-                output_gate=output_gate, attention_dropout=attention_dropout, moe=moe,
-                shared_expert=shared_expert)
+                output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, moe=moe,
+                attention_dropout=attention_dropout, shared_expert=shared_expert)
     what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
     return _layer_total(ly, f"activations per layer ({'MoE' if moe else 'dense'}, recompute {what})")
 

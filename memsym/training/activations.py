@@ -216,6 +216,10 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
     if getattr(x, "attention_output_gate", False) and recompute != "selective-op":
         common["output_gate"] = True     # Qwen3-Next's sigmoid gate on the attention output
+        if framework_record(training.framework).hf_model_code:
+            # the model's own transformers code: Qwen3NextAttention, the one class with the
+            # gate (its fp32 Q/K norm products and its copied attention output)
+            common["hf_qwen3_next"] = True
     shared = bool(x.moe_shared_expert_intermediate_size)
 
     # Megatron's --recompute-modules (default core_attn) under selective recompute
