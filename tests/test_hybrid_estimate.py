@@ -81,23 +81,28 @@ def test_tensor_parallelism_splits_the_mamba_mixer(nemotron):
     assert job_memory(j, stage=0).grouped()["weights"] == 2 * by_hand
 
 
-def _layer_bytes(t: int, sp: bool) -> dict:
+def _layer_bytes(t: int, sp: bool, bx=2) -> dict:
     """Bytes each layer kind keeps for its backward, per micro-batch (s = 8192, b = 1, flash
-    attention, hidden and attention dropout 0.1 kept as 1-byte masks, RMSNorm)."""
+    attention, hidden and attention dropout 0.1 kept as 1-byte masks, RMSNorm).  ``bx``: the
+    bytes per element of a GEMM input saved for the weight gradient (2 in bf16; Transformer
+    Engine FP8 saves the quantized input, 1 byte, MXFP8 1 + 1/32: linear.py saved_inputmat,
+    layernorm_linear.py ln_out, columnwise only)."""
     tok, sig = sp_.Integer(S), (t if sp else 1)       # exact: SymPy rationals
     stats = 4 * tok / sig                            # fp32 rstd of one RMSNorm per token
-    mamba = (2 * tok * H / sig + 2 * tok * H / sig   # norm input, in_proj input
+    mamba = (2 * tok * H / sig + bx * tok * H / sig  # norm input, in_proj input
              + 2 * tok * (2 * D_SSM + 2 * G * N + HEADS) / t   # zxBCdt (kernel input)
              + 2 * tok * D_SSM / t                   # scan output (out_x)
              + (2 * tok * D_SSM + 4 * G * tok) / t   # gated RMSNorm input and rstd
-             + 2 * tok * D_SSM / t                   # out_proj input
+             + bx * tok * D_SSM / t                  # out_proj input
              + tok * H / sig + stats)                # dropout mask, the fused norm's rstd
-    attention = (2 * tok * H / sig + stats + 2 * tok * H / sig     # norm in, rstd, QKV input
+    # under FP8 the fused attention keeps its own 16-bit output beside the FP8 copy
+    proj = bx + (2 if bx != 2 else 0)
+    attention = (2 * tok * H / sig + stats + bx * tok * H / sig    # norm in, rstd, QKV input
                  + 2 * tok * (A + KV) * D_H / t + 2 * tok * KV * D_H / t   # Q, K and V
                  + 4 * A * tok / t                   # flash: logsumexp per row and head
-                 + 2 * tok * A * D_H / t + tok * H / sig)          # proj input, dropout mask
-    mlp = (2 * tok * H / sig + stats + 2 * tok * H / sig           # norm in, rstd, fc1 input
-           + 2 * tok * F / t + 2 * tok * F / t + tok * H / sig)    # fc1 out, fc2 in, mask
+                 + proj * tok * A * D_H / t + tok * H / sig)       # proj input, dropout mask
+    mlp = (2 * tok * H / sig + stats + bx * tok * H / sig          # norm in, rstd, fc1 input
+           + 2 * tok * F / t + bx * tok * F / t + tok * H / sig)   # fc1 out, fc2 in, mask
     return {"M": mamba, "*": attention, "-": mlp}
 
 
@@ -107,6 +112,18 @@ def test_the_activations_sum_the_per_layer_terms(nemotron, t, sp):
             global_batch_size=8)
     per = _layer_bytes(t, sp)
     by_hand = sum(per[ch] for ch in PATTERN)         # p = 1: one micro-batch in flight
+    assert job_memory(j, stage=0).activations()["layer_activations"] == by_hand
+
+
+@pytest.mark.parametrize("recipe,bx", [(None, 1), ("mxfp8", 1 + sp_.Rational(1, 32))])
+def test_fp8_saves_the_mamba_projections_inputs_quantized(nemotron, recipe, bx):
+    # in_proj (TELayerNormColumnParallelLinear) and out_proj (TERowParallelLinear) keep their
+    # inputs in FP8 as the attention's and MLP's linears do; zxBCdt, out_x, the gated norm's
+    # input stay 16-bit (no GEMM input)
+    j = job(nemotron, seq_length=S, micro_batch_size=1, precision="fp8", fp8_recipe=recipe,
+            global_batch_size=8)
+    per = _layer_bytes(1, False, bx)
+    by_hand = sum(per[ch] for ch in PATTERN)
     assert job_memory(j, stage=0).activations()["layer_activations"] == by_hand
 
 
@@ -143,7 +160,6 @@ def test_megatron_splits_mamba_heads_and_groups_over_tp(tmp_path, over, match):
 @pytest.mark.parametrize("kw,match", [
     (dict(pp=2, vpp=2), "no virtual pipeline stages"),
     (dict(cp=2), "context parallelism"),
-    (dict(precision="fp8"), "FP8 activations of a Mamba mixer"),
 ])
 def test_unmodelled_layouts_are_refused(nemotron, kw, match):
     with pytest.raises(InvalidValueError, match=match) as err:

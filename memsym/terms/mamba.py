@@ -10,14 +10,17 @@ then mamba_ssm's fused kernel ``mamba_split_conv1d_scan_combined`` on the in_pro
 ======================================  ===================================  =================
 tensor kept for backward                 elements per token                   memsym key
 ======================================  ===================================  =================
-norm input, norm output = in_proj input  2h                                   ``norm_inputs``,
-                                                                              ``in_proj_input``
+norm input, norm output = in_proj input  2h                                   ``norm_inputs``
 in_proj output zxBCdt (kernel input)     2 d_ssm + 2 G N + H                  ``zxbcdt``
 the scan's output before the z gate      d_ssm                                ``scan_output``
 gated output = RMSNorm input; rstd       d_ssm; G fp32                        ``norm_input``
 RMSNorm output = out_proj input          d_ssm                                ``out_proj_input``
 hidden dropout mask (1 byte)             h                                    ``dropout_mask``
 ======================================  ===================================  =================
+
+Under Transformer Engine FP8 the two GEMM inputs (in_proj's, the fused norm's output, and
+out_proj's) are saved quantized, 1 byte per element (MXFP8 :math:`1 + 1/32`), as the
+attention's and MLP's (:mod:`memsym.terms.transformer_layer`); the other tensors stay 16-bit.
 
 The kernel saves ``zxbcdt`` and ``out_x`` only (``MambaSplitConv1dScanCombinedFn.forward``,
 ``ctx.save_for_backward``); its backward recomputes the depthwise conv1d output and the
@@ -42,26 +45,50 @@ from .activations import layer_activations
 from .gated_deltanet import gdn_activations
 from .lightning import lightning_activations
 from .short_conv import short_conv_activations
+from .widths import saved_input_bytes
 
 __all__ = ["mamba_layer_activations", "hybrid_layer_activations", "hybrid_stack"]
 
 _MIXER = "megatron/core/ssm/mamba_mixer.py at d98e8a64dd, MambaMixer._ssm_training"
+_TE_LN = ("pytorch/module/layernorm_linear.py:478-487, :526-536 at d0067d0da6 (the fused "
+          "norm's output ln_out saved quantized, columnwise only)")
+_TE_LIN = ("pytorch/module/linear.py:616-621 at d0067d0da6 (saved_inputmat: the quantized "
+           "input, columnwise only)")
 _KERNEL = "ops/triton/ssd_combined.py MambaSplitConv1dScanCombinedFn.forward, ctx.save_for_backward"
 
 
+def _projection_sources(fp8: bool) -> tuple:
+    """The sources of in_proj's and out_proj's saved inputs: Transformer Engine's under FP8."""
+    if fp8:
+        return (Source("transformer-engine", _TE_LN + "; megatron-core models/hybrid/"
+                       "hybrid_layer_specs.py (in_proj=TELayerNormColumnParallelLinear)"),
+                Source("transformer-engine", _TE_LIN + "; megatron-core " + _MIXER
+                       + " (self.out_proj(y), out_proj=TERowParallelLinear)"))
+    return (Source("megatron-core", "megatron/core/models/hybrid/hybrid_layer_specs.py "
+                   "(in_proj=TELayerNormColumnParallelLinear); mamba_layer.py MambaLayer.forward"),
+            Source("megatron-core", _MIXER + " (self.out_proj(y))"))
+
+
 def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = False,
-                            gated_norm: bool = True) -> Total:
+                            gated_norm: bool = True, fp8_inputs: bool | str = False) -> Total:
     r"""Activations one Mamba-2 layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, with :math:`\sigma = t` under sequence parallelism (else 1):
 
     .. math::
 
-        \frac{4sbh}{\sigma} + \frac{2sb\,(2d_{ssm} + 2GN + H)}{t} + \frac{2sb\,d_{ssm}}{t}
-        + \frac{(2 d_{ssm} + 4G)\,sb}{t} + \frac{2sb\,d_{ssm}}{t} + \frac{\delta\, sbh}{\sigma}
+        \frac{(2 + b_x)\,sbh}{\sigma} + \frac{2sb\,(2d_{ssm} + 2GN + H)}{t}
+        + \frac{2sb\,d_{ssm}}{t} + \frac{(2 d_{ssm} + 4G)\,sb}{t} + \frac{b_x\,sb\,d_{ssm}}{t}
+        + \frac{\delta\, sbh}{\sigma}
 
     (:math:`\delta` = 1 with hidden dropout; without the gated RMSNorm, out_proj keeps the
-    kernel's gated output and the norm terms drop).
+    kernel's gated output and the norm terms drop).  :math:`b_x` is the width of the two
+    GEMM inputs in_proj and out_proj save (:func:`~memsym.terms.widths.saved_input_bytes`):
+    2 in 16 bits; under Transformer Engine FP8 the fused norm's output is saved quantized
+    (``_LayerNormLinear``: ``ln_out``, columnwise only) and out_proj's input too (``_Linear``:
+    ``saved_inputmat``), 1 byte (MXFP8 :math:`1 + 1/32`, NVFP4 :math:`1/2 + 1/16`); the norm
+    input, ``zxBCdt`` (in_proj's 16-bit output), the kernel's ``out_x`` and the gated
+    RMSNorm's input are no GEMM input and stay 16-bit.
 
     Parameters
     ----------
@@ -71,6 +98,8 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
         Hidden dropout after the mixer (its 1-byte mask; Megatron's ``hidden_dropout``).
     gated_norm : bool
         The gated RMSNorm over d_ssm before out_proj (Megatron's ``rmsnorm``, default True).
+    fp8_inputs : bool or {"mxfp8", "nvfp4"}
+        Transformer Engine FP8 compute (as :func:`~memsym.terms.activations.layer_activations`).
 
     Returns
     -------
@@ -80,7 +109,9 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
     References
     ----------
     Megatron-core ``megatron/core/ssm/mamba_mixer.py`` and ``mamba_layer.py`` (megatron-core);
-    mamba_ssm ``ops/triton/ssd_combined.py`` (mamba-ssm); Dao & Gu 2024 §7 (mamba2).
+    mamba_ssm ``ops/triton/ssd_combined.py`` (mamba-ssm); Dao & Gu 2024 §7 (mamba2);
+    Transformer Engine ``pytorch/module/linear.py`` and ``layernorm_linear.py`` at d0067d0da6
+    (transformer-engine).
 
     Examples
     --------
@@ -89,14 +120,21 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
     ['norm_inputs', 'zxbcdt', 'scan_output', 'norm_input', 'out_proj_input']
     >>> tot.expr.subs({s: 1, b: 1, t: 1, h: 4, d_ssm: 8, G_ssm: 1, N_ssm: 2, H_ssm: 2})
     112
+
+    Under FP8 in_proj's 4 and out_proj's 8 saved inputs take 1 byte each, 12 fewer:
+
+    >>> mamba_layer_activations(fp8_inputs=True).expr.subs(
+    ...     {s: 1, b: 1, t: 1, h: 4, d_ssm: 8, G_ssm: 1, N_ssm: 2, H_ssm: 2})
+    100
     """
     sigma = t if sequence_parallel else 1
     tok = s * b
+    bx = saved_input_bytes(fp8_inputs)
+    fp8 = " (FP8)" if fp8_inputs else ""
+    norm_src, out_src = _projection_sources(bool(fp8_inputs))
     terms = [
-        Term("norm_inputs", 2 * 2 * tok * h / sigma,
-             "the fused norm's input and its output = in_proj's input (16-bit)",
-             Source("megatron-core", "megatron/core/models/hybrid/hybrid_layer_specs.py "
-                    "(in_proj=TELayerNormColumnParallelLinear); mamba_layer.py MambaLayer.forward"),
+        Term("norm_inputs", (2 + bx) * tok * h / sigma,
+             "the fused norm's input (16-bit) and its output = in_proj's input" + fp8, norm_src,
              label="norm"),
         Term("zxbcdt", 2 * tok * (2 * d_ssm + 2 * G_ssm * N_ssm + H_ssm) / t,
              "in_proj output z, x, B, C, dt, saved by the fused kernel (conv1d recomputed)",
@@ -113,14 +151,14 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
                  Source("mamba-ssm", "ops/triton/layernorm_gated.py LayerNormFn.forward, "
                         "ctx.save_for_backward(x, ..., rstd) (rstd: ngroups fp32 per token); "
                         + _MIXER + " (self.norm)"), label="RMSNorm"),
-            Term("out_proj_input", 2 * tok * d_ssm / t, "out_proj's input (the norm's output)",
-                 Source("megatron-core", _MIXER + " (self.out_proj(y))"), label="out_proj"),
+            Term("out_proj_input", bx * tok * d_ssm / t,
+                 "out_proj's input (the norm's output)" + fp8,
+                 out_src, label="out_proj"),
         ]
     else:
-        terms.append(Term("out_proj_input", 2 * tok * d_ssm / t,
-                          "out_proj's input (the kernel's gated output)",
-                          Source("megatron-core", _MIXER + " (self.out_proj(y))"),
-                          label="out_proj"))
+        terms.append(Term("out_proj_input", bx * tok * d_ssm / t,
+                          "out_proj's input (the kernel's gated output)" + fp8,
+                          out_src, label="out_proj"))
     if dropout:
         terms.append(Term("dropout_mask", tok * h / sigma, "hidden dropout mask (1 byte)",
                           Source("megatron-core", "megatron/core/ssm/mamba_layer.py "
@@ -187,17 +225,17 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
                                 "Mamba/attention model is not modelled")
     what = {"mamba": "a Mamba mixer", "conv": "a short-convolution mixer",
             "gdn": "a Gated DeltaNet mixer", "lightning": "a lightning-attention mixer"}.get(mixer)
-    if what and common.get("fp8_inputs"):
+    if what and mixer != "mamba" and common.get("fp8_inputs"):
         raise InvalidValueError(f"FP8 activations of {what} are not modelled (use bf16 for a "
                                 "hybrid model)")
     if what and context_parallel:
         raise InvalidValueError(f"context parallelism (c > 1) of {what} is not modelled")
 
 
-def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat) -> list:
+def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat, fp8) -> list:
     """The Mamba-2 mixer's terms of a hybrid layer [bytes], its fused pre-norm's statistics too."""
     mamba = mamba_layer_activations(sequence_parallel=sp_on, dropout=dropout,
-                                    gated_norm=gated_norm)
+                                    gated_norm=gated_norm, fp8_inputs=fp8)
     terms = [Term(f"mamba_{term.key}", term.expr, term.description, term.source,
                   label=f"mamba {term.label}") for term in mamba]
     if one_stat != 0:
@@ -283,7 +321,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     ------
     InvalidValueError
         A Mamba-1 or side-by-side (Falcon-H1) mixer, MLA, torchtitan's per-op recompute, FP8
-        or context parallelism with a Mamba mixer: one line naming what is not modelled.
+        of a non-Mamba mixer, or context parallelism: one line naming what is not modelled.
 
     References
     ----------
@@ -316,7 +354,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
         dense = layer_activations(recompute=recompute, modules=modules, **common)
         terms += _norm(dense, "attn", one_stat) + _part(dense, "attn", _ATTENTION_KEYS)
     if mixer == "mamba":
-        terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat)
+        terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat, common.get("fp8_inputs"))
     if mixer in _PRE_NORM:
         terms += _other_mixer(mixer, sp_on, dropout, one_stat)
     if ffn is not None:

@@ -107,7 +107,7 @@ from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..vocabulary import RECOMPUTE, recompute_modules
 from .op_sac import op_sac_layer
-from .widths import MXFP8_BLOCK, nvfp4_element_bytes
+from .widths import saved_input_bytes
 
 __all__ = ["NORMS", "RECOMPUTE_MODULE_SOURCES", "layer_activations", "token_split"]
 
@@ -245,11 +245,7 @@ class _Layer:
     def gx(self):
         """Bytes per element of a saved GEMM input: FP8 under Transformer Engine (MXFP8: one
         E8M0 scale byte per 32 elements more), else 16-bit."""
-        if self.fp8 == "mxfp8":
-            return 1 + sp.Rational(1, MXFP8_BLOCK)
-        if self.fp8 == "nvfp4":
-            return nvfp4_element_bytes()
-        return 1 if self.fp8 else 2
+        return saved_input_bytes(self.fp8)
 
     @property
     def gsrc(self) -> Source:

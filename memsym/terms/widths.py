@@ -24,7 +24,7 @@ from ..symbols import b_f8, b_g, b_hp, b_m, b_mg, b_o
 from ..vocabulary import CONVENTION_ALIASES, CONVENTIONS, FP8_RECIPES, GRAD_DTYPES, SCHEMES
 
 __all__ = ["PRECISIONS", "OPTIMIZERS", "STATE_DTYPES", "FP8_RECIPES", "MXFP8_BLOCK", "NVFP4_BLOCK",
-           "nvfp4_element_bytes", "nvfp4_weight_bytes", "byte_widths",
+           "nvfp4_element_bytes", "nvfp4_weight_bytes", "saved_input_bytes", "byte_widths",
            "fp8_weight_bytes", "param_gather_bytes", "normalize_scheme", "normalize_convention"]
 
 #: Bytes of the precision-aware optimizer's state dtypes (Megatron ``optimizer_config.py``).
@@ -366,6 +366,45 @@ def nvfp4_element_bytes() -> sp.Expr:
     get_scale_shape), common/recipe/__init__.py (NVFP4BlockScaling).
     """
     return sp.Rational(1, 2) + sp.Rational(1, NVFP4_BLOCK)
+
+
+def saved_input_bytes(fp8_inputs: bool | str = False) -> sp.Expr:
+    r"""Bytes per element of a GEMM input a Transformer Engine linear saves for its backward.
+
+    .. math:: b_x = 2 \ (\text{16-bit}),\quad 1 \ (\text{FP8}),\quad
+              1 + 1/32 \ (\text{MXFP8}),\quad 1/2 + 1/16 \ (\text{NVFP4})
+
+    Under FP8 the weight gradient reads the quantized input: ``_Linear.forward`` keeps it as
+    ``saved_inputmat`` with only the columnwise usage (``update_usage(rowwise_usage=False,
+    columnwise_usage=True)``), ``_LayerNormLinear.forward`` keeps the fused norm's quantized
+    output ``ln_out`` the same way (``ln_out.update_usage(rowwise_usage=False)``), each with its
+    block scales (MXFP8: an E8M0 byte per 32 elements; NVFP4: 4-bit data, an E4M3 byte per 16).
+
+    Parameters
+    ----------
+    fp8_inputs : bool or {"mxfp8", "nvfp4"}
+        False: 16-bit compute; True: per-tensor FP8; ``"mxfp8"``; ``"nvfp4"``.
+
+    Returns
+    -------
+    sympy.Expr
+        [bytes/element].
+
+    Examples
+    --------
+    >>> [saved_input_bytes(x) for x in (False, True, "mxfp8", "nvfp4")]
+    [2, 1, 33/32, 9/16]
+
+    References
+    ----------
+    transformer-engine at d0067d0da6: pytorch/module/linear.py:616-621 (saved_inputmat),
+    pytorch/module/layernorm_linear.py:478-487, :526-536 (ln_out saved columnwise).
+    """
+    if fp8_inputs == "mxfp8":
+        return 1 + sp.Rational(1, MXFP8_BLOCK)
+    if fp8_inputs == "nvfp4":
+        return nvfp4_element_bytes()
+    return sp.Integer(1 if fp8_inputs else 2)
 
 
 def nvfp4_weight_bytes(fp4_param_gather: bool = False) -> sp.Expr:
