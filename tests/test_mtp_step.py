@@ -109,3 +109,25 @@ def test_deepseek_v3_first_last_split_and_the_bridge_layout_price_the_same():
                                 pipeline_model_parallel_layout="Et*4|(tttt|)*14,tmL", **kw))
     assert spelled.total == pytest.approx(split.total, rel=1e-12)
     assert spelled.parts == pytest.approx(split.parts, rel=1e-12)
+
+
+def test_search_rows_price_the_mtp_layer_as_the_estimate_does():
+    # a search row of a model with an MTP layer is the estimate of that job (memsym.search's
+    # grid prices the MTP layer on the last stage as step_time does)
+    from memsym.search import launch_overlaps, search
+    from memsym.timing.step import step_time
+
+    arch = dataclasses.replace(preset("llama3-8b"), mtp_num_layers=1)
+    res = search(arch, "h100-80gb", 8, seq_length=4096, global_batch_size=32, pp=[1, 2],
+                 tp=[2], sharding=["distributed-optimizer"], recompute=["none"])
+    rows = [res.row(i) for i in range(len(res))]
+    assert {r["p"] for r in rows} == {1, 2}
+    for r in rows[:6]:
+        j = job(arch, t=r["t"], p=r["p"], c=r["c"], d=r["d"], e=r["e"],
+                v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"], recompute="none",
+                sharding=r["sharding"], sequence_parallel=r["sequence_parallel"],
+                first_stage_layers=r["first_stage_layers"],
+                last_stage_layers=r["last_stage_layers"], gpu="h100-80gb", seq_length=4096,
+                global_batch_size=32, **launch_overlaps("megatron", r["sharding"]))
+        assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
+            pytest.approx(r["step_time"], rel=1e-9), r
