@@ -79,6 +79,25 @@ def _arch(run):
     return preset(run["preset"])
 
 
+def mtp_layers_of(run) -> int:
+    """The multi-token-prediction layers a run trained [layers]: none where Megatron-Bridge's
+    performance summary labels its row "w/o MTP", else the model's (DeepSeek-V3's one;
+    Megatron-Bridge's DeepSeek-V3 recipes keep ``model.mtp_num_layers = 1``), priced on the
+    last stage beside the loss (:func:`memsym.timing.step.step_time_grid`).
+
+    Examples
+    --------
+    >>> by_id = {x["id"]: x for x in runs()}
+    >>> mtp_layers_of(by_id["mbridge.25.11.gb200.deepseek-v3.bf16"])     # w/o MTP
+    0
+    >>> mtp_layers_of(by_id["mbridge.26.04.b200.deepseek-v3.mxfp8"])
+    1
+    """
+    if "w/o MTP" in run.get("locator", ""):
+        return 0
+    return _arch(run).mtp_num_layers or 0
+
+
 def _settings(run) -> Settings:
     st = run["settings"]
     # torchtitan (FSDP2): the parameters gathered in every micro-batch's forward and backward,
@@ -429,7 +448,8 @@ def predict(run, *, overlap: Overlap | None = None, eta_gemm=None) -> dict:
                          cluster=_cluster(run["cluster"]),
                          overlap=_overlap(run) if overlap is None else overlap,
                          eta_gemm=eta_gemm, first_stage_layers=first, last_stage_layers=last,
-                         chunk_layers=chunks, exact_schedule=chunks is not None)
+                         chunk_layers=chunks, exact_schedule=chunks is not None,
+                         mtp_layers=mtp_layers_of(run))
     return {k: float(np.asarray(val).ravel()[0]) for k, val in out.items()}
 
 

@@ -441,7 +441,8 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                          e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
                          m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
                          overlap=_search_overlap(space, scheme, space.comm_fields(bool(spf))),
-                         eta_gemm=eta, first_stage_layers=first, last_stage_layers=last)
+                         eta_gemm=eta, first_stage_layers=first, last_stage_layers=last,
+                         mtp_layers=x.mtp_num_layers or 0)
     col = {k: np.broadcast_to(np.asarray(out[k], dtype=float), (n,)) for k in (
         "step", "compute", "memory", "bubble", "optimizer", "tp", "ep", "cp", "pp", "dp",
         "pipeline")}

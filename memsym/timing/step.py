@@ -35,13 +35,12 @@ from ..term import Source
 from . import data_parallel
 from .collectives import collective_time, group_bandwidth
 from .data_parallel import OPTIMIZER_BYTES, data_parallel_sync, parameters_per_gpu
-from .efficiency import gemm_time, memory_time
 from .moe_host import floored_growth
 from .records import Overlap, Settings, StepTime
-from .gemm import output_gemm, shape_of
+from .gemm import shape_of
 from .layer import (BACKWARD_MEMORY, FLASH_BACKWARD, FLASH_FORWARD, UB_COMM_SMS,  # noqa: F401
                     UB_PIPELINE_SPLITS, as_array, layer_time)
-from .pipeline import (bubble_in_stages, busiest_stage, chunk_times, heaviest_middle,
+from .pipeline import (bubble_in_stages, busiest_stage, chunk_times, end_layers, heaviest_middle,
                        most_layers_per_rank, simulated_pipeline, stage_layers, stage_times)
 from ..job import canonical, dropout_kept, recompute_modules_of
 from ..vocabulary import FP8_RECIPES
@@ -80,7 +79,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
                    settings: Settings = Settings(), cluster: Cluster | None = None,
                    overlap: Overlap = Overlap(), eta_gemm=None, first_stage_layers=None,
                    last_stage_layers=None, exact_schedule: bool = False,
-                   communication: bool = False, chunk_layers=None) -> dict:
+                   communication: bool = False, chunk_layers=None, mtp_layers: int = 0) -> dict:
     r"""Step time [s] of many layouts at once: numpy arrays of the knobs broadcast together.
 
     .. math::
@@ -89,16 +88,14 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
             + t_{\text{DP, exposed}} + t_{\text{optimizer}},
         \qquad \tau_r = t^{\text{fwd}}_r + t^{\text{bwd}}_r
 
-    with :math:`\tau_r` the stage's forward + backward of one micro-batch (every layer's
-    GEMMs, attention, memory-bound work and exposed TP/EP/CP traffic, the embedding and output
-    layer on the end stages, exposed PP p2p) and :math:`\beta` the exact bubble in stage
-    units (:func:`memsym.timing.schedule.bubble_fraction` times m; :math:`(p-1)/v` where
-    Megatron's closed form holds).
+    with :math:`\tau_r` the stage's forward + backward of one micro-batch (every layer's GEMMs,
+    attention, memory-bound work and exposed TP/EP/CP traffic, the embedding and output layer
+    on the end stages, exposed PP p2p) and :math:`\beta` the exact bubble in stage units
+    (:func:`memsym.timing.schedule.bubble_fraction` times m; (p - 1)/v in the closed form).
 
-    Returns a dict of arrays: ``step`` and the parts ``compute``, ``bubble``, ``tp``, ``ep``,
-    ``cp``, ``pp``, ``dp``, ``optimizer``, ``memory`` (seconds of one step of the busiest
-    stage, the communication parts being the exposed time), and ``launchable`` (False where
-    Megatron's interleaved-schedule rule refuses the layout; the step is still priced).
+    Returns a dict of arrays: ``step``; the parts ``compute``, ``bubble``, ``tp``, ``ep``, ``cp``,
+    ``pp``, ``dp``, ``optimizer``, ``memory`` [s] (of the busiest stage, communication exposed);
+    ``launchable`` (False where Megatron's interleaving rule refuses the layout, still priced).
 
     Parameters
     ----------
@@ -133,9 +130,11 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         (the bytes one GPU sends) and ``comm_g_intra`` (True where its ring stays on the
         intra-node link, :attr:`memsym.hardware.Cluster.domain`).
     chunk_layers : tuple of tuple of int, optional
-        One layout's layers of chunk j of rank r, ``chunk_layers[r][j]`` [layers]: its
-        decoder layers, and its MTP layers, each priced as one decoder layer
-        (:meth:`memsym.model.pipeline_layout.PipelineLayout.chunk_timed_layers`).
+        One layout's decoder and MTP layers of chunk j of rank r, ``chunk_layers[r][j]``
+        (:meth:`memsym.model.pipeline_layout.PipelineLayout.chunk_timed_layers`) [layers].
+    mtp_layers : int
+        MTP layers N on the output (Megatron: last) stage, each one decoder layer (counted in
+        ``chunk_layers`` where given) and :func:`memsym.timing.pipeline.end_layers`' [layers].
 
     Examples
     --------
@@ -152,10 +151,11 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     t, p, d, c, e, v, b, m, t_e_ = _layout_knobs(t, p, d, c, e, v, b, m, t_e)
     lf, lb, raw_layer, ep_alone = _mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
                                               eta_gemm=eta_gemm, overlap=overlap)
-    out_f, out_b, emb = _end_layers(x, st, dev, b, t, c, eta_gemm)
+    out_f, out_b, emb = end_layers(x, st, dev, b, t, c, eta_gemm, mtp_layers)
     msg, p2p, p2p_exposed = _pp_p2p(x, clu, overlap, b * st.seq_length / c, t, p, c, d, v)
     stages, tau, chunk_tau = _stage_durations(st, x.L, p, v, first_stage_layers, last_stage_layers,
-                                              chunk_layers, lf, lb, (emb, out_f, out_b), p2p_exposed)
+                                              chunk_layers, lf, lb, (emb, out_f, out_b),
+                                              p2p_exposed, mtp_layers)
     pipeline, bubble, launchable = _pipeline(st, tau, p2p_exposed, out_f, out_b, p, m, v,
                                              exact_schedule, chunk_tau)
     # data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
@@ -191,10 +191,11 @@ def _pipeline(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule:
     return pipeline, pipeline - m * tau_max, launchable
 
 
-def _stages(L, p, v, first, last, chunks) -> tuple:
+def _stages(st, L, p, v, first, last, chunks, mtp=0) -> tuple:
     """Decoder layers of the (first, middle (mean), last, heaviest middle) stages: of the
-    given first / last sizes, or of a one-layout ``chunk_layers`` (its p ranks of v chunks
-    checked against the layout's p and v)."""
+    given first / last sizes plus the ``mtp`` MTP layers on the output stage (the last, the
+    first under the V placement; p = 1: the one stage), or of a one-layout ``chunk_layers``
+    (its p ranks of v chunks checked against the layout's p and v; its MTP layers its own)."""
     if chunks is not None:
         if np.size(p) != 1 or np.size(v) != 1 or len(chunks) != int(np.ravel(p)[0]) \
                 or any(len(row) != int(np.ravel(v)[0]) for row in chunks):
@@ -202,20 +203,24 @@ def _stages(L, p, v, first, last, chunks) -> tuple:
         # the layers the chunks run (the decoder's L, plus any MTP layers they count)
         L, first, last = sum(map(sum, chunks)), sum(chunks[0]), sum(chunks[-1])
     first, middle, last = stage_layers(L, p, first, last)
+    if mtp and chunks is None:
+        single = np.asarray(p) == 1
+        first = first + np.where(single | st.output_first, mtp, 0)
+        last = last + np.where(single | (not st.output_first), mtp, 0)
     return first, middle, last, heaviest_middle(chunks, middle)
 
 
-def _stage_durations(st, L, p, v, first, last, chunks, lf: dict, lb: dict, end_layers,
-                     p2p_exposed) -> tuple:
+def _stage_durations(st, L, p, v, first, last, chunks, lf: dict, lb: dict, ends,
+                     p2p_exposed, mtp=0) -> tuple:
     """The stages' decoder layers (:func:`_stages`), their :func:`stage_times` and, where
     ``chunks`` is given, each chunk's (:func:`chunk_times`); ``lf`` / ``lb``: the mean
-    decoder layer's forward / backward parts, ``end_layers``: the embedding, the output
-    layer's forward and backward [s]."""
-    stages = _stages(L, p, v, first, last, chunks)
+    decoder layer's forward / backward parts, ``ends``: the embedding, the output
+    layer's forward and backward [s]; ``mtp``: MTP layers on the output stage."""
+    stages = _stages(st, L, p, v, first, last, chunks, mtp)
     layer_f, layer_b = sum(lf.values()), sum(lb.values())
-    tau = stage_times(st, stages, layer_f, layer_b, *end_layers)
+    tau = stage_times(st, stages, layer_f, layer_b, *ends)
     chunk_tau = None if chunks is None else chunk_times(st, chunks, layer_f, layer_b,
-                                                         *end_layers, p2p_exposed)
+                                                         *ends, p2p_exposed)
     return stages, tau, chunk_tau
 
 
@@ -398,24 +403,6 @@ def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap
     return lf, lb, raw_layer, ep_alone
 
 
-def _end_layers(x, st, dev, b, t, c, eta_gemm) -> tuple:
-    """Seconds of the output layer + cross-entropy (forward, backward; fp32 logits: ~16 bytes
-    per logit, forward + backward) and of the embedding lookup with its gradient scatter."""
-    s = st.seq_length
-    prec = st.precision
-    og = output_gemm(x, s, b, t, c)
-    oprec = "bf16" if prec in ("fp8", "fp4") else prec    # TE: the output layer stays 16-bit
-    out_f = gemm_time(og.M, og.N, og.K, dev, oprec, eta_gemm=eta_gemm)
-    out_b = (gemm_time(og.M, og.K, og.N, dev, oprec, eta_gemm=eta_gemm)
-             + gemm_time(og.K, og.N, og.M, dev, oprec, eta_gemm=eta_gemm))
-    logits = og.M * og.N
-    out_f = out_f + memory_time(6 * logits, dev)
-    out_b = out_b + memory_time(10 * logits, dev)
-    T = b * s / c
-    emb = memory_time(4 * T * x.h, dev)   # embedding lookup + its gradient scatter
-    return out_f, out_b, emb
-
-
 def _recompute_fraction(arch, layout, training) -> float:
     # Megatron's --recompute-method block N reruns the first N layers of each model chunk;
     # torchtitan's layer SAC every N-th block of a rank (floor(n/N) of its n, the rank with
@@ -527,7 +514,7 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     pl = getattr(layout, "pipeline_layout", None)
     # a custom layout (--pipeline-model-parallel-layout, the account-for switches): each
     # chunk's own layers, an MTP layer as one more; else Megatron's first/last sizes, every
-    # chunk of a rank equal
+    # chunk of a rank equal, the MTP layers on the last stage
     chunks = tuple(pl.chunk_timed_layers(r) for r in range(layout.p)) \
         if pl is not None and layout.p > 1 else None
     out = step_time_grid(arch, gpu_name, t=layout.t, p=layout.p, d=layout.d, c=layout.c,
@@ -535,7 +522,8 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                          cluster=cluster, overlap=overlap, eta_gemm=eta_gemm,
                          first_stage_layers=layout.first_stage_layers,
                          last_stage_layers=layout.last_stage_layers,
-                         exact_schedule=True, communication=True, chunk_layers=chunks)
+                         exact_schedule=True, communication=True, chunk_layers=chunks,
+                         mtp_layers=getattr(arch, "mtp_num_layers", 0) or 0)
 
     def first_of(key):
         return np.asarray(out[key]).ravel()[0]
