@@ -78,9 +78,7 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     .. math:: t_{fwd} = \sum_{GEMMs} t_{GEMM} + t_{attn} + t_{mem} + t_{tp} + t_{ep} + t_{cp},
        \quad t_{bwd} = \sum_{GEMMs} (t_{dgrad} + t_{wgrad}) + t'_{attn} + 1.5\,t_{mem}
        + t'_{tp} + t'_{ep} + t'_{cp} \;(+\,t_{fwd} \text{ recomputed})
-
-    each part a dict entry (``gemm``, ``attention``, ``memory``, ``tp``, ``ep``, ``cp``),
-    the collectives' seconds those the overlap leaves exposed.
+    (dict entries ``gemm`` ... ``cp``; the collectives' seconds the overlap leaves exposed).
 
     ``raw``, when given, receives for ``tp``, ``ep`` and ``cp`` the layer's collectives as
     issued, before any overlap hides them: ``(forward s, backward s, forward bytes, backward
@@ -98,8 +96,7 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     forward GEMMs are 2 T N = 2 x 4096 x 218103808 FLOPs (N = h (a + 2g) d + a d h + 3 h f)
     at 494.7 TFLOP/s, 3.61 ms (by hand), and the backward's twice those FLOPs:
 
-    >>> from memsym.hardware import cluster_for, gpu
-    >>> from memsym.model import preset
+    >>> from memsym.hardware import cluster_for, gpu; from memsym.model import preset
     >>> from memsym.timing.gemm import shape_of
     >>> dev, one = gpu("h100"), np.array(1.0)
     >>> f, b = layer_time(shape_of(preset("llama3-8b")), Settings(seq_length=4096), dev,
@@ -111,7 +108,6 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     References
     ----------
     .. [narayanan] arXiv:2104.04473 §5.1 (the backward pass: twice the forward's FLOPs).
-    .. [korthikanti] arXiv:2205.05198 §4-5 (the memory-bound operations, recomputation).
     """
     s = st.seq_length
     prec = st.precision
