@@ -164,6 +164,17 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     without ZeRO-3 / FSDP).  ``ends_gpu``: of ``dense_gpu``, the weights outside the
     decoder layers (:func:`gathered_bytes`).
 
+    Parameters
+    ----------
+    st, dev, clu, overlap : Settings, GPU, Cluster, Overlap
+        The run's settings, its GPU, interconnect and overlaps.
+    dense_gpu, expert_gpu, ends_gpu : array_like
+        The GPU's parameters (:func:`parameters_per_gpu`) [parameters].
+    first_stage, pipeline : tuple, array_like
+        The first stage's (forward, backward) and the pipeline's seconds [s].
+    p, m, t, c, d, e, t_e : array_like
+        Pipeline size [GPUs], micro-batches [1], TP, CP, DP, EP, expert-TP sizes [GPUs].
+
     Examples
     --------
     >>> from memsym.hardware import cluster_for, gpu
@@ -233,6 +244,25 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
 
     The columns of :func:`memsym.timing.step.step_time_grid` (``communication``): the same
     collectives, bandwidths and links the step prices, before any overlap.
+
+    Parameters
+    ----------
+    st, clu : Settings, Cluster
+        The run's settings and interconnect.
+    raw_layer : dict
+        Per group, one layer's (forward s, backward s, forward bytes, backward bytes) [s, bytes].
+    per_stage_mb, m, v : array_like
+        Layer passes of the busiest stage [layers], micro-batches [1], chunks per rank [1].
+    p, t, c, d, e, t_e, ndp, edp : array_like
+        Parallel sizes, DP x CP and expert DP [GPUs].
+    gb : float
+        Gradient bytes per parameter [bytes].
+    dense_gpu, expert_gpu, ends_gpu : array_like
+        The GPU's parameters [parameters].
+    p2p, msg : array_like
+        One PP message's seconds [s] and size [bytes].
+    dp_times : tuple
+        ``rs``, ``ag``, ``once``, ``again`` of :func:`data_parallel_sync` [s].
 
     Examples
     --------

@@ -333,6 +333,15 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
 def output_gemm(x: Shape, s, b, t=1, c=1) -> Gemm:
     """The output layer (logits) on the last stage: ``[T, h] x [h, V/t]``.
 
+    Parameters
+    ----------
+    x : Shape
+        The architecture (:func:`shape_of`).
+    s, b : int
+        Sequence length [tokens] and micro-batch size [sequences].
+    t, c : array_like
+        Tensor- and context-parallel sizes [GPUs].
+
     Examples
     --------
     >>> from memsym.model import preset
@@ -478,6 +487,13 @@ def layer_params(x: Shape, *, moe: bool) -> tuple:
     (an MoE layer: the router :math:`hE` and the shared experts' :math:`k\,h\,f_{sh}` in
     place of the MLP, and :math:`N_{expert} = E\,k\,h\,f_e`; MLA's low-rank projections in
     place of :math:`h(a+2g)d_{qk}`).
+
+    Parameters
+    ----------
+    x : Shape
+        The architecture (:func:`shape_of`).
+    moe : bool
+        An MoE layer (router, shared and routed experts) instead of a dense MLP.
 
     Examples
     --------

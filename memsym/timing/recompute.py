@@ -65,6 +65,11 @@ def norms_recomputed(*, mla: bool, moe: bool) -> int:
     Megatron-core does not checkpoint); MLA keeps a separate input norm, an MoE layer a
     separate pre-MLP norm.
 
+    Parameters
+    ----------
+    mla, moe : bool
+        Multi-latent attention; an MoE layer.
+
     Examples
     --------
     >>> norms_recomputed(mla=False, moe=True), norms_recomputed(mla=True, moe=True)

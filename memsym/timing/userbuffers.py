@@ -183,6 +183,11 @@ def user_ub_config(entries) -> tuple:
     of :data:`UB_GEMMS`, the form :func:`ub_config` and the job field ``tp_comm_overlap_cfg``
     take.  A method memsym does not price for a GEMM (:data:`UB_METHODS`) is refused.
 
+    Parameters
+    ----------
+    entries : dict
+        GEMM name -> its entry (``method``, ``num_sm`` [SMs], ``num_splits`` [1], ...).
+
     Examples
     --------
     >>> cfg, ignored = user_ub_config({"proj_fprop": {"method": "pipeline", "num_sm": 4,
