@@ -122,8 +122,15 @@ def collective_bytes(kind: str, nbytes, n):
 
     Examples
     --------
+    All-reduce of 8 GB over 8 ranks: 2 (8 - 1) / 8 x 8e9 = 14e9 bytes (by hand); a group of 1
+    sends nothing:
+
     >>> float(collective_bytes("all-reduce", 8e9, 8)), float(collective_bytes("all-gather", 8e9, 1))
     (14000000000.0, 0.0)
+
+    References
+    ----------
+    .. [nccl-tests] doc/PERFORMANCE.md (bus bandwidth factors).
     """
     kind = choose("collective", kind, KINDS)
     return _evaluate("bytes", kind, nbytes=np.asarray(nbytes, float), n=np.asarray(n, float))
@@ -152,7 +159,10 @@ def _evaluate(what: str, kind: str, *, nbytes, n, bandwidth=1.0, latency=0.0):
 
 
 def group_stride(group: str, t=1, c=1, d=1, e=1, t_e=None):
-    """Stride between neighbouring ranks of ``group`` in the order tp-cp-ep-dp-pp [GPUs].
+    r"""Stride between neighbouring ranks of ``group`` in the order tp-cp-ep-dp-pp [GPUs].
+
+    .. math:: \sigma_{tp} = 1,\ \sigma_{cp} = t,\ \sigma_{ep} = t_e,\
+       \sigma_{dp} = t\,c,\ \sigma_{pp} = t\,c\,d
 
     The dense mesh is tp-cp-dp-pp (Megatron folds EP into DP for non-expert layers); the
     expert mesh is expert-tp, ep, expert-dp, pp, so EP's stride is the expert TP size.
@@ -173,8 +183,15 @@ def group_stride(group: str, t=1, c=1, d=1, e=1, t_e=None):
 
     Examples
     --------
+    t = 8, c = 2, d = 4: strides 1, t = 8, t c = 16, t c d = 64 (by hand):
+
     >>> [int(group_stride(g, t=8, c=2, d=4)) for g in ("tp", "cp", "dp", "pp")]
     [1, 8, 16, 64]
+
+    References
+    ----------
+    .. [megatron-lm] megatron/core/parallel_state.py, initialize_model_parallel
+       (order="tp-cp-ep-dp-pp").
     """
     group = choose("group", group, ("tp", "cp", "ep", "dp", "pp"))
     t, c, d = (np.asarray(x, float) for x in (t, c, d))
@@ -184,27 +201,60 @@ def group_stride(group: str, t=1, c=1, d=1, e=1, t_e=None):
 
 
 def group_link(group: str, size, gpus_per_node: int, **layout):
-    """Whether each group runs inside a node (True) or crosses nodes (False).
+    r"""Whether each group runs inside a node (True) or crosses nodes (False).
+
+    .. math:: \text{inside} = \sigma_{group}\, n \le G_{node}
 
     ``gpus_per_node`` is the GPUs that share the intra-node link: pass
     :attr:`memsym.hardware.Cluster.domain` (72 on an NVL72 rack).
+
+    Parameters
+    ----------
+    group : {"tp", "cp", "ep", "dp", "pp"}
+        The process group.
+    size : array_like
+        Ranks in the group [GPUs].
+    gpus_per_node : int
+        GPUs on the intra-node link [GPUs].
+    **layout
+        ``t``, ``c``, ``d``, ``e``, ``t_e`` as :func:`group_stride` [GPUs].
 
     Examples
     --------
     >>> bool(group_link("tp", 8, 8, t=8)), bool(group_link("dp", 2, 8, t=4, d=2))
     (True, True)
-    >>> bool(group_link("pp", 4, 8, t=4, d=2, c=1))
+    >>> bool(group_link("pp", 4, 8, t=4, d=2, c=1))     # stride t d = 8, span 32 > 8
     False
+
+    References
+    ----------
+    .. [megatron-lm] megatron/core/parallel_state.py, initialize_model_parallel
+       (order="tp-cp-ep-dp-pp").
     """
     stride = group_stride(group, **layout)
     return stride * np.asarray(size, float) <= gpus_per_node
 
 
 def group_bandwidth(group: str, size, cluster, **layout):
-    """(bandwidth [bytes/s], latency [s]) for each group: NVLink inside a node, else the NIC.
+    r"""(bandwidth [bytes/s], latency [s]) for each group: NVLink inside a node, else the NIC.
+
+    .. math:: \beta = \begin{cases} \eta_{NCCL}\,\beta_{intra} & \text{inside (NVLink)}\\
+       \beta_{inter} & \text{otherwise}\end{cases}, \quad
+       \eta_{NCCL} = 370/450
 
     Inside an NVLink node the bandwidth is what NCCL delivers of the line rate
     (:data:`NVLINK_NCCL_EFFICIENCY`).
+
+    Parameters
+    ----------
+    group : {"tp", "cp", "ep", "dp", "pp"}
+        The process group.
+    size : array_like
+        Ranks in the group [GPUs].
+    cluster : Cluster
+        The interconnect.
+    **layout
+        ``t``, ``c``, ``d``, ``e``, ``t_e`` as :func:`group_stride` [GPUs].
 
     Examples
     --------
@@ -212,6 +262,10 @@ def group_bandwidth(group: str, size, cluster, **layout):
     >>> bw, lat = group_bandwidth("tp", 8, cluster("dgx-h100"), t=8)
     >>> round(float(bw) / 1e9, 6), float(lat)      # 450 GB/s line rate, NCCL's 370
     (370.0, 5e-06)
+
+    References
+    ----------
+    .. [nccl-nvlink-efficiency] NVIDIA/nccl-tests issue #212 (370 GB/s effective of 450).
     """
     inside = group_link(group, size, _domain(cluster), **layout)
     intra = float(cluster.intra_node_bandwidth)
@@ -228,7 +282,9 @@ def _domain(cluster) -> int:
 
 
 def link_name(group: str, size, cluster, **layout) -> str:
-    """``"intra"`` or ``"inter"``: the link :func:`group_bandwidth` prices one group on.
+    r"""``"intra"`` or ``"inter"``: the link :func:`group_bandwidth` prices one group on.
+
+    .. math:: \text{intra} \iff \sigma_{group}\, n \le G_{domain}
 
     Parameters
     ----------
@@ -248,6 +304,11 @@ def link_name(group: str, size, cluster, **layout) -> str:
     'intra'
     >>> link_name("dp", 16, cluster("gb200-nvl72"), t=4, c=1, d=16)  # 64 of the rack's 72
     'intra'
+
+    References
+    ----------
+    .. [megatron-lm] megatron/core/parallel_state.py, initialize_model_parallel
+       (order="tp-cp-ep-dp-pp").
     """
     inside = group_link(group, size, _domain(cluster), **layout)
     return "intra" if bool(np.asarray(inside).ravel()[0]) else "inter"

@@ -35,8 +35,13 @@ OPTIMIZER_BYTES = 42
 
 
 def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
-    """Dense and expert parameters of the busiest pipeline rank's GPU, its layers, and of its
-    dense ones those outside the decoder layers.
+    r"""Dense and expert parameters of the busiest pipeline rank's GPU [parameters].
+
+    Also its decoder layers, and of its dense parameters those outside the decoder layers:
+
+    .. math:: N_{dense} = \frac{L_{max}\,\bar N_{layer} + N_{ends}}{t}, \quad
+       N_{expert} = \frac{L_{max}\,\bar N_{expert}}{e\,t_e}, \quad
+       N_{ends} = V h\,(1 + [p = 1 \wedge \text{untied}]) + h
 
     ``stages``: the decoder layers of the (first, middle, last) stages, and of the heaviest
     middle stage where the middle ones differ (a fourth entry).  The dense ones are
@@ -45,14 +50,32 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
     16 bits under FP8 / NVFP4 parameters).  A hybrid's layer is the mean of its kinds' weights
     (``Shape.kinds``).
 
+    Parameters
+    ----------
+    x : Shape
+        The model's GEMM shapes (:func:`memsym.timing.gemm.shape_of`).
+    st : Settings
+        The run's settings.
+    p, t, e, t_e : array_like
+        Pipeline-, tensor-, expert- and expert-tensor-parallel sizes [GPUs].
+    stages : tuple
+        Decoder layers of the first, middle, last (and heaviest middle) stage [layers].
+
     Examples
     --------
+    Llama-2-7B on one GPU: 2 V h + h = 2 x 32000 x 4096 + 4096 = 262148096 end weights (by
+    hand), 6.74e9 parameters in all (the model card's 6.74B):
+
     >>> from memsym.model import preset
     >>> from memsym.timing.gemm import shape_of
     >>> dense, expert, layers, ends = parameters_per_gpu(shape_of(preset("llama2-7b")),
     ...     Settings(), np.array(1.0), 1.0, 1.0, 1.0, (32, 32, 32))
     >>> float(expert), float(layers), round(float(dense) / 1e9, 2), int(ends)  # 2 V h + h
     (0.0, 32.0, 6.74, 262148096)
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §2 (parameters split over tensor and pipeline ranks).
     """
     first, _, last, middle = stages if len(stages) == 4 else (*stages, stages[1])
     dense_p, _ = layer_params(x, moe=False)
@@ -83,18 +106,38 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
 
 
 def gathered_bytes(st: Settings, dense_gpu, expert_gpu, ends_gpu=0.0) -> tuple:
-    """The bytes of the dense and the expert parameters the parameter all-gather assembles on
-    one GPU [bytes]: linear-layer weights at the width of
+    r"""The bytes of the dense and the expert parameters the all-gather assembles on a GPU [bytes].
+
+    .. math:: B_{dense} = (N_{dense} - N_{ends})\,w_{lin} + N_{ends}\,w_{16}, \quad
+       B_{expert} = N_{expert}\,w_{lin}
+
+    Linear-layer weights at the width of
     :func:`memsym.terms.widths.param_gather_bytes` (FP8 / NVFP4 parameters), the ``ends_gpu``
     embedding, output-layer and final-norm weights at 16 bits (the decoder layers' norms and
     routers are counted as linear weights).
 
+    Parameters
+    ----------
+    st : Settings
+        The run's settings (precision, FP8 / FP4 parameter gather).
+    dense_gpu, expert_gpu : array_like
+        Dense and expert parameters of the GPU [parameters].
+    ends_gpu : array_like
+        Of ``dense_gpu``, the weights outside the decoder layers [parameters].
+
     Examples
     --------
+    bf16: (10 - 2) x 2 + 2 x 2 = 20 and 4 x 2 = 8 bytes; NVFP4 gather: 8 x 1/2 + 2 x 2 = 8
+    and 4 x 1/2 = 2 (by hand):
+
     >>> gathered_bytes(Settings(), 10.0, 4.0, 2.0)
     (20.0, 8.0)
     >>> gathered_bytes(Settings(precision="fp4", fp4_param_gather=True), 10.0, 4.0, 2.0)
     (8.0, 2.0)
+
+    References
+    ----------
+    .. [megatron-lm-arguments] ``--fp8-param-gather``, ``--fp4-param-gather``.
     """
     lin = float(param_gather_bytes(st.precision, st.fp8_recipe, st.fp8_param_gather,
                                    st.fp4_param_gather))
@@ -105,7 +148,13 @@ def gathered_bytes(st: Settings, dense_gpu, expert_gpu, ends_gpu=0.0) -> tuple:
 def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expert_gpu,
                        first_stage: tuple, pipeline, *, p, m, t, c, d, e, t_e,
                        ends_gpu=0.0) -> dict:
-    """The exposed data-parallel seconds of one step and the optimizer step's seconds.
+    r"""The exposed data-parallel seconds of one step and the optimizer step's seconds.
+
+    .. math:: t_{dp} = \max(0, t_{rs} - t_{bwd,1}) + \max(0, t_{ag} - t_{fwd,1}), \quad
+       t_{opt} = \frac{42\,(N_{dense}/d_{shard} + N_{expert}/e_{dp})}{B_{HBM}}
+
+    (each ``max`` only where that overlap is on; ZeRO-3 / FSDP:
+    :math:`\max(0, m\,(t_{rs} + 2 t_{ag}) - t_{pipeline})`).
 
     ``first_stage``: the first stage's (forward, backward) of one micro-batch, which hide the
     all-gather and the reduce-scatter; ``pipeline``: the pipeline's seconds, which hide the
@@ -114,6 +163,17 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     as issued: ``rs``, ``ag`` (once) and, per micro-batch, ``once`` and ``again`` (None
     without ZeRO-3 / FSDP).  ``ends_gpu``: of ``dense_gpu``, the weights outside the
     decoder layers (:func:`gathered_bytes`).
+
+    Parameters
+    ----------
+    st, dev, clu, overlap : Settings, GPU, Cluster, Overlap
+        The run's settings, its GPU, interconnect and overlaps.
+    dense_gpu, expert_gpu, ends_gpu : array_like
+        The GPU's parameters (:func:`parameters_per_gpu`) [parameters].
+    first_stage, pipeline : tuple, array_like
+        The first stage's (forward, backward) and the pipeline's seconds [s].
+    p, m, t, c, d, e, t_e : array_like
+        Pipeline size [GPUs], micro-batches [1], TP, CP, DP, EP, expert-TP sizes [GPUs].
 
     Examples
     --------
@@ -126,6 +186,12 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     1.567
     >>> bool(out["dp"] == out["rs"] + out["ag"])   # nothing hides it here
     True
+
+    References
+    ----------
+    .. [zero] arXiv:1910.02054 §7 (3 Psi per step under stage 3).
+    .. [megatron-lm] distributed/distributed_data_parallel_config.py (overlap_grad_reduce,
+       overlap_param_gather).
     """
     ndp = d * c
     ebw_dp, elat_dp = group_bandwidth("dp", ndp, clu, t=t, c=np.ones_like(c), d=ndp)
@@ -174,9 +240,29 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
 
 def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, ndp, edp, gb,
                   dense_gpu, expert_gpu, p2p, msg, dp_times, ends_gpu=0.0) -> dict:
-    """``comm_<group>_s``, ``_bytes``, ``_intra`` of
-    :func:`memsym.timing.step.step_time_grid` (``communication``): the same collectives,
-    bandwidths and links the step prices, before any overlap.
+    """``comm_<group>_s``, ``_bytes``, ``_intra``: each group's collectives before overlap.
+
+    The columns of :func:`memsym.timing.step.step_time_grid` (``communication``): the same
+    collectives, bandwidths and links the step prices, before any overlap.
+
+    Parameters
+    ----------
+    st, clu : Settings, Cluster
+        The run's settings and interconnect.
+    raw_layer : dict
+        Per group, one layer's (forward s, backward s, forward bytes, backward bytes) [s, bytes].
+    per_stage_mb, m, v : array_like
+        Layer passes of the busiest stage [layers], micro-batches [1], chunks per rank [1].
+    p, t, c, d, e, t_e, ndp, edp : array_like
+        Parallel sizes, DP x CP and expert DP [GPUs].
+    gb : float
+        Gradient bytes per parameter [bytes].
+    dense_gpu, expert_gpu, ends_gpu : array_like
+        The GPU's parameters [parameters].
+    p2p, msg : array_like
+        One PP message's seconds [s] and size [bytes].
+    dp_times : tuple
+        ``rs``, ``ag``, ``once``, ``again`` of :func:`data_parallel_sync` [s].
 
     Examples
     --------
@@ -185,6 +271,10 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
     >>> out = step_time_grid(preset("llama3-8b"), "h100", t=2, d=4, communication=True)
     >>> bool(out["comm_tp_intra"]), bool(out["comm_tp_s"] >= out["tp"])   # issued >= exposed
     (True, True)
+
+    References
+    ----------
+    .. [nccl-tests] doc/PERFORMANCE.md (bus bandwidth factors).
     """
     out = {}
     for g in ("tp", "ep", "cp"):

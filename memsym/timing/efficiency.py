@@ -103,12 +103,26 @@ def _dev(device) -> GPU:
 
 
 def ceiling(device, precision: str = "bf16") -> float:
-    """The large-GEMM ceiling of ``device`` at ``precision`` [1].
+    r"""The large-GEMM ceiling of ``device`` at ``precision`` [1].
+
+    .. math:: \eta_{\max} = \text{GEMM\_CEILING}[\text{class}, \text{precision}]
+
+    Parameters
+    ----------
+    device : str or GPU
+        The GPU (a :mod:`memsym.hardware` name or record).
+    precision : str
+        The GEMM's input precision (fp16 shares bf16's ceiling).
 
     Examples
     --------
     >>> ceiling("a100-80gb") == GEMM_CEILING[("ampere", "bf16")]
     True
+
+    References
+    ----------
+    .. [nvidia-gemm-guide] "Matrix Multiplication Background User's Guide" (large GEMMs
+       reach a fraction of the dense peak).
     """
     dev = _dev(device)
     key = ceiling_key(dev.arch_class, precision)
@@ -119,13 +133,32 @@ def ceiling(device, precision: str = "bf16") -> float:
 
 
 def ceiling_key(klass: str, precision: str) -> tuple:
-    """The :data:`GEMM_CEILING` key that prices ``klass`` at ``precision`` (its own, or the
-    one :data:`SHARED_CEILING` names where it has none).
+    r"""The :data:`GEMM_CEILING` key that prices ``klass`` at ``precision``.
+
+    Its own key, or the one :data:`SHARED_CEILING` names where it has none; fp16 is priced
+    as bf16 (the same tensor-core rate):
+
+    .. math:: k = (\text{class}, \text{precision}) \text{ if measured, else }
+       \text{SHARED\_CEILING}[k]
+
+    Parameters
+    ----------
+    klass : str
+        The GPU's ``arch_class``.
+    precision : str
+        The GEMM's input precision.
 
     Examples
     --------
+    Blackwell Ultra's bf16 is priced at Blackwell's ceiling (:data:`SHARED_CEILING`), its
+    fp8 at its own entry:
+
     >>> ceiling_key("blackwell-ultra", "fp16"), ceiling_key("blackwell-ultra", "fp8")
     (('blackwell', 'bf16'), ('blackwell-ultra', 'fp8'))
+
+    References
+    ----------
+    .. [nvidia-blackwell-ultra] HGX B300 platform page (the class's dense rates).
     """
     key = (klass, "bf16" if precision == "fp16" else precision)
     return key if key in GEMM_CEILING else SHARED_CEILING.get(key, key)
@@ -178,7 +211,8 @@ def gemm_efficiency(M, N, K, device, precision: str = "bf16", *, eta_gemm=None):
 
     References
     ----------
-    NVIDIA Matrix Multiplication Background User's Guide.
+    .. [nvidia-gemm-guide] "Matrix Multiplication Background User's Guide" (tile and wave
+       quantisation).
     """
     dev = _dev(device)
     t = gemm_time(M, N, K, dev, precision, eta_gemm=eta_gemm)
@@ -222,6 +256,11 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
     >>> t = float(gemm_time(4096, 4096, 4096, "a100-80gb"))
     >>> round(2 * 4096**3 / t / 312e12, 2) <= 0.800
     True
+
+    References
+    ----------
+    .. [nvidia-gemm-guide] "Matrix Multiplication Background User's Guide" (math vs memory
+       bound, tile and wave quantisation).
     """
     dev = _dev(device)
     precision = choose("precision", precision, ("bf16", "fp16", "fp8", "fp32", "fp4"))
@@ -243,12 +282,27 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
 
 
 def memory_time(nbytes, device):
-    """Seconds to stream ``nbytes`` through HBM (memory-bound operations) [s].
+    r"""Seconds to stream ``nbytes`` through HBM (memory-bound operations) [s].
+
+    .. math:: t = \frac{B}{B_{HBM}}
+
+    Parameters
+    ----------
+    nbytes : array_like
+        Bytes read and written [bytes].
+    device : str or GPU
+        The GPU; its ``hbm_bandwidth`` [bytes/s].
 
     Examples
     --------
+    3.35 TB at the H100 SXM's 3.35 TB/s (its datasheet) is one second:
+
     >>> round(float(memory_time(3.35e12, "h100")), 3)
     1.0
+
+    References
+    ----------
+    .. [nvidia-datasheets] H100 SXM datasheet (3.35 TB/s HBM3).
     """
     return np.asarray(nbytes, float) / _dev(device).hbm_bandwidth
 
@@ -285,7 +339,7 @@ def exp_time(count, device):
 
     References
     ----------
-    NVIDIA technical blog (2025), "Inside NVIDIA Blackwell Ultra: The Chip Powering the AI
+    .. [nvidia-blackwell-ultra] NVIDIA technical blog (2025), "Inside NVIDIA Blackwell Ultra: The Chip Powering the AI
     Factory Era" (attention-layer acceleration) and "Making Softmax More Efficient with NVIDIA
     Blackwell Ultra" (MUFU.EX2 throughput doubled over Blackwell).
     """

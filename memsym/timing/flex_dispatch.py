@@ -79,7 +79,8 @@ def destinations_per_token(E, k, groups):
 
     References
     ----------
-    .. [megatron-flex] (module references).
+    Megatron-LM d98e8a64dd megatron/core/transformer/moe/fused_a2a.py (``FusedDispatch``),
+    token_dispatcher.py (``MoEFlexTokenDispatcher``); [deepep] (the kernels it calls).
     """
     g = np.asarray(groups, dtype=float)
     out = np.empty(g.shape)
@@ -143,7 +144,8 @@ def flex_alltoall_time(row_bytes, E, k, e, inside, cluster):
 
     References
     ----------
-    .. [megatron-flex] (module references).
+    Megatron-LM d98e8a64dd megatron/core/transformer/moe/fused_a2a.py (``FusedDispatch``),
+    token_dispatcher.py (``MoEFlexTokenDispatcher``); [deepep] (the kernels it calls).
     """
     S = np.asarray(row_bytes, dtype=float)
     e, inside = np.asarray(e, dtype=float), np.asarray(inside, dtype=float)

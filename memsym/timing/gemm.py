@@ -163,6 +163,11 @@ def shape_of(arch, t: int = 1) -> Shape:
     >>> x = shape_of(preset("llama3-70b"))
     >>> (x.L, x.h, x.a, x.g, x.f, x.gated)
     (80, 8192, 64, 8, 28672, True)
+
+    References
+    ----------
+    .. [hf-transformers] the models' config.json fields (hidden_size, num_attention_heads,
+       num_key_value_heads, intermediate_size, vocab_size).
     """
     x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
     kinds = _hybrid_kinds(x) if is_hybrid(x) else ()
@@ -271,6 +276,10 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
     >>> [(q.name, int(q.M), int(q.N), int(q.K))
     ...  for q in layer_gemms(x, 8, 1, t=2, mixer="mamba", mlp=False)]
     [('in_proj', 8, 81, 32), ('out_proj', 8, 32, 32)]
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §3.5 (the GEMMs of a transformer layer and their FLOPs).
     """
     t = np.asarray(t, float)
     c = np.asarray(c, float)
@@ -324,11 +333,24 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
 def output_gemm(x: Shape, s, b, t=1, c=1) -> Gemm:
     """The output layer (logits) on the last stage: ``[T, h] x [h, V/t]``.
 
+    Parameters
+    ----------
+    x : Shape
+        The architecture (:func:`shape_of`).
+    s, b : int
+        Sequence length [tokens] and micro-batch size [sequences].
+    t, c : array_like
+        Tensor- and context-parallel sizes [GPUs].
+
     Examples
     --------
     >>> from memsym.model import preset
     >>> int(output_gemm(shape_of(preset("gpt3-175b")), 2048, 1, t=8).N)
     6288
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §3.5 (the GEMMs of a transformer layer and their FLOPs).
     """
     T = np.asarray(b, float) * s / np.asarray(c, float)
     return Gemm("output", T, x.V / np.asarray(t, float), x.h)
@@ -364,6 +386,10 @@ def attention_flops(x: Shape, s, b, t=1, c=1, *, causal_skip: bool):
     >>> fl = attention_flops(shape_of(preset("gpt3-175b")), 2048, 1, 8, causal_skip=False)
     >>> float(fl) == 4 * 2048**2 * 12288 / 8
     True
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §3.5 (the GEMMs of a transformer layer and their FLOPs).
     """
     full = 2.0 * np.asarray(b, float) * (s / np.asarray(c, float)) * s * (x.a / np.asarray(t, float)) \
         * (x.d_qk + x.d_v)
@@ -415,6 +441,10 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     ...                   dropout=False)
     >>> float(nb) == 2 * (10 * 2048 * 12288 / 8 + 2 * 2048 * 4 * 12288 / 8)
     True
+
+    References
+    ----------
+    .. [korthikanti] arXiv:2205.05198 §4 (the activations a layer reads and writes).
     """
     t = np.asarray(t, float)
     c = np.asarray(c, float)
@@ -449,14 +479,34 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
 
 
 def layer_params(x: Shape, *, moe: bool) -> tuple:
-    """(dense, expert) weight parameters of one layer (norms included in dense).
+    r"""(dense, expert) weight parameters of one layer (norms included in dense).
+
+    .. math:: N_{dense} = h\,(a + 2g)\,d_{qk} + a\,d_v\,h + k\,h\,f + 2h, \quad
+       k = 3 \text{ (gated MLP) else } 2
+
+    (an MoE layer: the router :math:`hE` and the shared experts' :math:`k\,h\,f_{sh}` in
+    place of the MLP, and :math:`N_{expert} = E\,k\,h\,f_e`; MLA's low-rank projections in
+    place of :math:`h(a+2g)d_{qk}`).
+
+    Parameters
+    ----------
+    x : Shape
+        The architecture (:func:`shape_of`).
+    moe : bool
+        An MoE layer (router, shared and routed experts) instead of a dense MLP.
 
     Examples
     --------
+    Llama-3-70B (h 8192, 64 heads, 8 KV heads of 128, f 28672; its config.json) by hand:
+
     >>> from memsym.model import preset
     >>> dense, expert = layer_params(shape_of(preset("llama3-70b")), moe=False)
     >>> dense == 8192 * (64 + 16) * 128 + 64 * 128 * 8192 + 3 * 8192 * 28672 + 2 * 8192, expert
     (True, 0)
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §3.5 (a layer's weight matrices).
     """
     h = x.h
     if x.mla:
@@ -472,7 +522,9 @@ def layer_params(x: Shape, *, moe: bool) -> tuple:
 
 
 def forward_flops_per_token(x: Shape, s, *, causal: bool = True) -> float:
-    """Model forward FLOPs per token (all layers, the logits, attention): the MFU numerator / 3.
+    r"""Model forward FLOPs per token (all layers, the logits, attention): the MFU numerator / 3.
+
+    .. math:: F_{tok} = \sum_{\text{layers}} \frac{F_{GEMM} + F_{attn}}{s} + 2\,h\,V
 
     A hybrid's layers are summed kind by kind (``Shape.kinds``): each kind's GEMMs, its
     attention core or its SSD scan's forward matmuls (:func:`memsym.timing.ssm.ssd_flops`).
@@ -498,6 +550,11 @@ def forward_flops_per_token(x: Shape, s, *, causal: bool = True) -> float:
     >>> f = forward_flops_per_token(x, 2048, causal=False)
     >>> f == 24 * 96 * 12288**2 * (1 + 2048 / (6 * 12288) + x.V / (12 * 12288 * 96))
     True
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §5.1 (the model FLOPs per token, 24 L h^2 (1 + s/6h +
+       V/12Lh) for GPT without the gated MLP).
     """
     if x.kinds:
         total = 0.0

@@ -42,6 +42,10 @@ def job_step_time(j: Job, *, overlap: Overlap | None = None, eta_gemm=None,
     ...         global_batch_size=32, gpu="h100")
     >>> job_step_time(j).assumptions["microbatches"]      # m = 32/4, the job's
     8
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §2.2 (m = B / (d b) micro-batches per step).
     """
     if j.gpu is None:
         raise InvalidValueError("the step time needs the job's GPU (job(..., gpu=NAME), --gpu)")

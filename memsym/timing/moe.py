@@ -129,6 +129,10 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
     True
     >>> bool(grouped_gemm_time(4096, 4096, 4096, 1, "h100") == gemm_time(4096, 4096, 4096, "h100"))
     True
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd moe/experts.py (``TEGroupedMLP``), [transformer-engine] GroupedLinear.
     """
     dev = _gpu(device)
     M, N, K, count = (_arr(x) for x in (M, N, K, count))
@@ -151,7 +155,9 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
 
 
 def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
-    """Seconds of one forward GEMM record ``q`` (:class:`memsym.timing.gemm.Gemm`) in one pass.
+    r"""Seconds of one forward GEMM record ``q`` (:class:`memsym.timing.gemm.Gemm`) in one pass.
+
+    .. math:: t_{fwd} = t(M, N, K),\ t_{dgrad} = t(M, K, N),\ t_{wgrad} = t(K, N, M)
 
     ``which``: ``"forward"`` (``[M, K] x [K, N]``), ``"dgrad"`` (``[M, N] x [N, K]``) or
     ``"wgrad"`` (``[K, M] x [M, N]``).  The routed experts (``expert_fc1``, ``expert_fc2``)
@@ -185,6 +191,10 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
     >>> fp8 = gemm_seconds(r, "forward", "h100", "fp8")
     >>> bool(fp8 == gemm_time(4096, 128, 2048, "h100", "bf16"))
     True
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd moe/router.py (``gating``); [narayanan] arXiv:2104.04473 §5.1.
     """
     M, N, K = {"forward": (q.M, q.N, q.K), "dgrad": (q.M, q.K, q.N),
                "wgrad": (q.K, q.N, q.M)}[which]
@@ -244,6 +254,10 @@ def dispatch_bytes(tokens, sent, received, h, E, local, *, width: int = 2):
     964165632
     >>> 15 * 4096 * 128 + 2 * 2048 * (7 * 32768 + 4096)
     964165632
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd moe/token_dispatcher.py, moe_utils.py (``permute``, ``unpermute``).
     """
     tokens, sent, received, local = (_arr(x) for x in (tokens, sent, received, local))
     router = ROUTER_BYTES_PER_LOGIT * tokens * E
@@ -274,6 +288,10 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None):
     True
     >>> int(grouped_quantize_bytes(32768, 2048, "mxfp8")) == (4 + 1 / 16) * 32768 * 2048
     True
+
+    References
+    ----------
+    [transformer-engine] ``GroupedLinear`` (the input cast, one split per expert).
     """
     # NVFP4 (precision fp4): a 2-byte read, two copies of 1/2 + 1/16 bytes written
     per = (2 + 2 * (0.5 + 1 / 16) if fp8_recipe == "nvfp4"
@@ -282,7 +300,9 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None):
 
 
 def ep_ranks_inside(e, t_e, domain: int):
-    """Ranks of an EP group inside one NVLink domain (this GPU's included) [GPUs].
+    r"""Ranks of an EP group inside one NVLink domain (this GPU's included) [GPUs].
+
+    .. math:: e_{in} = \min\!\bigl(e, \max(1, \lfloor D / t_e \rfloor)\bigr)
 
     EP ranks sit ``t_e`` apart (expert TP innermost, Megatron's expert mesh order, as
     :func:`memsym.timing.collectives.group_stride`), so a domain of ``domain`` GPUs holds
@@ -307,6 +327,10 @@ def ep_ranks_inside(e, t_e, domain: int):
     --------
     >>> [int(ep_ranks_inside(e, t_e, d)) for e, t_e, d in ((16, 1, 8), (8, 1, 8), (64, 2, 72))]
     [8, 8, 36]
+
+    References
+    ----------
+    [megatron-lm] megatron/core/parallel_state.py (the expert mesh: EP ranks ``t_e`` apart).
     """
     e, t_e = _arr(e), _arr(t_e)
     return np.clip(np.floor(domain / t_e), 1, e)
@@ -356,6 +380,10 @@ def ep_alltoall_time(nbytes, e, t_e, cluster):
     >>> t = float(ep_alltoall_time(S, 16, 1, cluster("dgx-h100")))
     >>> round(t - 15 * 10e-6, 6) == round(8 / 16 * S / 50e9, 6)
     True
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd moe/token_dispatcher.py (``token_dispatch``); [nccl-nvlink-efficiency].
     """
     e, t_e = _arr(e), _arr(t_e)
     nbytes = _arr(nbytes)
@@ -373,8 +401,9 @@ def ep_alltoall_time(nbytes, e, t_e, cluster):
 
 
 def expert_tp_collectives(nbytes, t_e, cluster):
-    r"""(seconds, bytes one GPU sends) of the expert-TP all-gather and reduce-scatter of one
-    MoE layer's forward.
+    r"""(seconds, bytes one GPU sends) of one MoE layer's forward expert-TP collectives.
+
+    .. math:: t = t_{AG}(S, t_e) + t_{RS}(S, t_e), \quad B = 2\,(t_e - 1)\,S / t_e
 
     With expert tensor parallelism (``t_e > 1``) the all-to-all dispatcher all-gathers the
     received rows over the expert-TP group before the experts
@@ -406,6 +435,10 @@ def expert_tp_collectives(nbytes, t_e, cluster):
     >>> s, b = expert_tp_collectives(4e9, 4, cluster("dgx-h100"))
     >>> float(b), round(float(s), 6) == round(2 * (3 / 4 * 4e9 / 370e9 + 3 * 5e-6), 6)
     (6000000000.0, True)
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd moe/token_dispatcher.py (``dispatch_postprocess``).
     """
     t_e = _arr(t_e)
     bw, lat = group_bandwidth("tp", t_e, cluster, t=t_e)
@@ -450,6 +483,10 @@ def token_count_gather_time(E, e, t_e, cluster):
     >>> t = float(token_count_gather_time(128, 16, 1, cluster("dgx-h100")))
     >>> t == 15 / 16 * 16 * 128 * 8 / 50e9 + 15 * 10e-6
     True
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd moe/token_dispatcher.py (``preprocess``).
     """
     n = _arr(e) * _arr(t_e)
     domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
@@ -464,9 +501,12 @@ def token_count_gather_time(E, e, t_e, cluster):
 
 def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, *,
                      fp8_recipe: str | None = None, dispatcher: str = "alltoall"):
-    """What one MoE layer adds on one GPU beyond its GEMMs and the memory-bound bytes of
-    :func:`memsym.timing.gemm.memory_bytes` (what :mod:`memsym.timing.step` prices).
+    r"""What one MoE layer adds on one GPU beyond its GEMMs and memory-bound bytes [s, bytes].
 
+    .. math:: t_{fwd} = 2\,t_{a2a} + t_{etp} + t_{count},\ t_{bwd} = 2\,t_{a2a} + t_{etp},
+       \ t_{mem} = (B_{dispatch} + B_{cast} + B_{eager}) / B_{HBM}
+
+    Beyond :func:`memsym.timing.gemm.memory_bytes` (what :mod:`memsym.timing.step` prices).
     Returns ``(forward s, backward s, forward bytes, backward bytes, forward memory s,
     backward memory s)``:
 
@@ -524,6 +564,10 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
     >>> copies = 15 * 4096 * 128 + 2 * 2048 * (7 * 32768 + 4096)
     >>> float(bm) == copies / 3.35e12, abs(float(fm - bm) - 4 * 32768 * 2048 / 3.35e12) < 1e-15
     (True, True)
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd moe/token_dispatcher.py (MoEAlltoAllTokenDispatcher).
     """
     t_e = _arr(t_e)
     tokens = _arr(tokens)

@@ -67,7 +67,8 @@ def expert_bias_bytes(rows, h, *, width: int = 2):
     .. [megatron-moe-bias] Megatron-LM core_v0.15.0 ... core_v0.17.0 (the containers of
        Megatron-Bridge 25.11 ... 26.04): megatron/core/transformer/moe/experts.py,
        ``TEGroupedMLP.__init__`` (``linear_fc2``: ``bias=config.add_bias_linear,
-       skip_bias_add=True``) and ``TEGroupedMLP._apply_bias``.
+       skip_bias_add=True``) and ``TEGroupedMLP._apply_bias``; ``add_bias_linear`` in
+       transformer_config.py [megatron-lm-arguments].
 
     Examples
     --------
@@ -82,8 +83,9 @@ def expert_bias_bytes(rows, h, *, width: int = 2):
 
 
 def glu_clamp_bytes(rows, f, *, width: int = 2):
-    r"""HBM bytes (forward, backward) of clamping the routed experts' GLU input, one MoE layer
-    [bytes].
+    r"""HBM bytes (forward, backward) of clamping the routed experts' GLU input [bytes].
+
+    One MoE layer's.
 
     With ``activation_func_clamp_value`` set (GPT-OSS: 7.0, the Bridge's
     ``activation_func_clamp_value`` from ``swiglu_limit``), ``weighted_bias_quick_geglu_impl``
@@ -122,7 +124,8 @@ def glu_clamp_bytes(rows, f, *, width: int = 2):
     .. [megatron-glu-clamp] Megatron-LM core_v0.15.0 ... core_v0.17.0:
        megatron/core/fusions/fused_bias_geglu.py ``weighted_bias_quick_geglu_impl`` (a plain
        function; only ``weighted_quick_geglu`` and its backward are ``jit_fuser``-compiled),
-       called from experts.py ``TEGroupedMLP`` with ``activation_func_clamp_value``.
+       called from experts.py ``TEGroupedMLP`` with ``activation_func_clamp_value`` (a
+       transformer_config.py field [megatron-lm-arguments]).
 
     Examples
     --------
@@ -137,7 +140,10 @@ def glu_clamp_bytes(rows, f, *, width: int = 2):
 
 
 def eager_seconds(gemms, device):
-    """(forward, backward) seconds of the eager passes on a MoE layer's expert GEMM outputs [s].
+    r"""(forward, backward) seconds of the eager passes on a MoE layer's expert GEMM outputs [s].
+
+    .. math:: t_{fwd} = \frac{\sum_q B^{fwd}_{eager}(q)}{B_{HBM}}, \quad
+       t_{bwd} = \frac{\sum_q B^{bwd}_{eager}(q)}{B_{HBM}}
 
     For each routed-expert GEMM record (``expert_fc1``, ``expert_fc2``) its ``eager`` passes,
     over the rows its local experts produce (``M`` times ``count``): ``"clamp"`` on fc1's
@@ -165,6 +171,11 @@ def eager_seconds(gemms, device):
     >>> rows = 4096 * 16
     >>> bool(f == (8 * 2 * rows * 2880 + 6 * 2 * rows * 2880) / 8e12)
     True
+
+    References
+    ----------
+    [megatron-lm-arguments] transformer_config.py (``add_bias_linear``,
+    ``activation_func_clamp_value``: the passes these enable).
     """
     fwd = bwd = 0.0
     for q in gemms:

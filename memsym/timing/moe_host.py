@@ -97,6 +97,10 @@ def host_exposed(gpu_seconds, host=None):
 
     >>> [round(float(s), 5) for s in host_exposed([1e-3, 9e-3], 4.31e-3)]
     [0.00331, 0.0]
+
+    References
+    ----------
+    .. [megatron-moe-host] token_dispatcher.py at d98e8a64dd (the dispatcher's host sync).
     """
     h = MOE_LAYER_HOST if host is None else host
     return np.maximum(0.0, h - np.asarray(gpu_seconds, dtype=float))
@@ -131,6 +135,10 @@ def floored_growth(gpu_seconds, extra, host=None):
     --------
     >>> [round(float(s), 5) for s in floored_growth([1e-3, 3e-3, 6e-3], 2e-3, 4e-3)]
     [0.0, 0.001, 0.002]
+
+    References
+    ----------
+    .. [megatron-moe-host] token_dispatcher.py at d98e8a64dd (the dispatcher's host sync).
     """
     g = np.asarray(gpu_seconds, dtype=float)
     x = np.asarray(extra, dtype=float)

@@ -69,6 +69,12 @@ NOT_CAST_FORWARD = NORM_FUSED + UNQUANTIZED + ("expert_fc1",)
 def cast_bytes(gemms, width):
     r"""HBM bytes (forward, backward) of one layer's input and output-gradient casts [bytes].
 
+    .. math:: B_{fwd} = (2 + 2w) \sum_q M_q K_q n_q, \quad
+       B_{bwd} = (2 + 2w) \sum_q M_q N_q n_q
+
+    (each cast reads the bf16 tensor, 2 B, and writes a row-wise and a column-wise copy of
+    :math:`w` B; the sums over the GEMMs whose input, resp. output gradient, is cast).
+
     Parameters
     ----------
     gemms : list of memsym.timing.gemm.Gemm
@@ -105,6 +111,10 @@ def cast_bytes(gemms, width):
     >>> rows = 16 * 2048
     >>> float(f) == (2 + 2 * 33 / 32) * rows * 768, float(b) == 4.0625 * rows * (1536 + 2048)
     (True, True)
+
+    References
+    ----------
+    .. [transformer-engine] csrc/extensions/cast.cu (rowwise data and data_transpose).
     """
     per = 2.0 + 2.0 * float(width)
     fwd = sum((np.asarray(q.M, float) * q.K * q.count for q in gemms

@@ -56,12 +56,19 @@ MODULE_GEMMS = {"mlp": ("fc1", "fc2"),
 
 
 def norms_recomputed(*, mla: bool, moe: bool) -> int:
-    """How many of a layer's norms ``layernorm`` recomputes [1].
+    r"""How many of a layer's norms ``layernorm`` recomputes [1].
+
+    .. math:: n = [\text{MLA}] + [\text{MoE}]
 
     Transformer Engine's layer spec fuses the input norm into ``linear_qkv`` and the
     pre-MLP norm into a dense MLP's ``linear_fc1`` (``IdentityOp`` in the layer, which
     Megatron-core does not checkpoint); MLA keeps a separate input norm, an MoE layer a
     separate pre-MLP norm.
+
+    Parameters
+    ----------
+    mla, moe : bool
+        Multi-latent attention; an MoE layer.
 
     Examples
     --------
@@ -69,6 +76,11 @@ def norms_recomputed(*, mla: bool, moe: bool) -> int:
     (1, 2)
     >>> norms_recomputed(mla=False, moe=False)
     0
+
+    References
+    ----------
+    [megatron-lm-arguments] ``--recompute-modules layernorm``; Megatron-LM d98e8a64dd
+    megatron/core/models/gpt/gpt_layer_specs.py (the TE spec's fused norms).
     """
     return int(mla) + int(moe)
 
@@ -80,8 +92,9 @@ def _activation_bytes(rows, f, gated: bool, width: int = 2):
 
 def module_recompute(x, modules, gemms, dev, prec: str, T, t, *, moe: bool, sequence_parallel: bool,
                      eta_gemm=None) -> tuple:
-    r"""Seconds one layer's backward spends rerunning the selective-recompute modules'
-    forwards (``core_attn`` excepted), for one micro-batch on one GPU.
+    r"""Seconds one layer's backward spends rerunning the selective-recompute modules [s].
+
+    Their forwards (``core_attn`` excepted), for one micro-batch on one GPU.
 
     .. math::
 
@@ -133,6 +146,11 @@ def module_recompute(x, modules, gemms, dev, prec: str, T, t, *, moe: bool, sequ
     ...                                moe=True, sequence_parallel=False)
     >>> float(g), bool(m == 4 * 4096 * 2880 / 8e12), rerun
     (0.0, True, False)
+
+    References
+    ----------
+    .. [korthikanti] arXiv:2205.05198 §5 (selective activation recomputation).
+    [megatron-lm-arguments] ``--recompute-modules``.
     """
     mods = set(modules)
     names = {n for mod in mods if mod in MODULE_GEMMS for n in MODULE_GEMMS[mod]}

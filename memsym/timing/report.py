@@ -111,6 +111,10 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     16.7
     >>> rep["assumptions"]["layout_order"]
     'tp, cp, pp, dp'
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §5.1 (model FLOPs and MFU).
     """
     vals, clu, precision_key = _inputs(values, precision, sharding, cluster, gpu, efficiency,
                                        gpus_per_node, intra_node_bandwidth, inter_node_bandwidth)

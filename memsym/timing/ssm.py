@@ -85,6 +85,10 @@ def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     >>> f, b = ssd_flops((64, 16, 2, 1, 4), 8, chunk=4)
     >>> float(f) == 8 * 4736, float(b) == 2 * 8 * 4736 + 8 * 2176
     (True, True)
+
+    References
+    ----------
+    .. [mamba2] arXiv:2405.21060 §6 (the SSD algorithm: chunks of length Q).
     """
     d, N, _, G, _ = ssm
     per = np.asarray(T, float) / np.asarray(t, float)
@@ -133,6 +137,10 @@ def mamba_memory_bytes(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK, width: int 
 
     >>> float(mamba_memory_bytes((64, 16, 2, 1, 4), 8, chunk=4)) == 8 * 5188
     True
+
+    References
+    ----------
+    .. [mamba2] arXiv:2405.21060 §6-7 (the SSD chunk states, the Mamba-2 block).
     """
     d, N, H, G, _ = ssm
     per = np.asarray(T, float) / np.asarray(t, float)

@@ -169,7 +169,12 @@ def _ub_whole(value, what: str) -> int:
 
 
 def user_ub_config(entries) -> tuple:
-    """``(config, ignored)``: a user's userbuffers config (Megatron-LM's ``--tp-comm-overlap-cfg``
+    r"""``(config, ignored)``: a user's userbuffers config merged over the default of each GEMM.
+
+    .. math:: \text{cfg}_g = \text{default}_g \oplus \text{user}_g \quad
+       (g \in \text{UB\_GEMMS}; \text{the user's keys replace the default's})
+
+    A user's config (Megatron-LM's ``--tp-comm-overlap-cfg``
     YAML as read: GEMM name -> its entry) merged, as Transformer Engine's ``initialize_ub``
     merges it, over the default of each GEMM (:data:`UB_CONFIGS` ``"te-default"``), and the
     names memsym does not read (GEMMs outside :data:`UB_GEMMS`, keys outside :data:`UB_KEYS`).
@@ -177,6 +182,11 @@ def user_ub_config(entries) -> tuple:
     ``config`` is a tuple of ``(gemm, method, num_sm, set_sm_margin, num_splits)`` per GEMM
     of :data:`UB_GEMMS`, the form :func:`ub_config` and the job field ``tp_comm_overlap_cfg``
     take.  A method memsym does not price for a GEMM (:data:`UB_METHODS`) is refused.
+
+    Parameters
+    ----------
+    entries : dict
+        GEMM name -> its entry (``method``, ``num_sm`` [SMs], ``num_splits`` [1], ...).
 
     Examples
     --------
@@ -239,7 +249,8 @@ def ub_config(name=None) -> dict:
 
     References
     ----------
-    Transformer Engine base.py ``initialize_ub``; Megatron-Bridge comm_overlap.py.
+    Transformer Engine d0067d0da6 transformer_engine/pytorch/module/base.py ``initialize_ub``;
+    [megatron-bridge] comm_overlap.py.
     """
     if isinstance(name, tuple):     # a user's config: checked as user_ub_config makes it
         if not all(isinstance(x, tuple) and len(x) == 5 for x in name) or \
