@@ -131,3 +131,27 @@ def test_search_rows_price_the_mtp_layer_as_the_estimate_does():
                 global_batch_size=32, **launch_overlaps("megatron", r["sharding"]))
         assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
             pytest.approx(r["step_time"], rel=1e-9), r
+
+
+def _mtp_growth(moe_layer_freq):
+    # one stage, m = 4: the pipeline is m tau, so one MTP layer grows it by m (its layer + x)
+    arch = dataclasses.replace(preset("mixtral-8x7b"), num_layers=4,
+                               moe_layer_freq=moe_layer_freq)
+    kw = dict(p=1, m=4, settings=Settings(seq_length=4096))
+    return float(step_time_grid(arch, "h100", mtp_layers=1, **kw)["pipeline"]) \
+        - float(step_time_grid(arch, "h100", **kw)["pipeline"])
+
+
+@pytest.mark.parametrize("mixed, alike, other", [
+    ((0, 1, 1, 1), (1, 1, 1, 1), (0, 0, 0, 0)),     # DeepSeek-V3's kind: dense first, MoE last
+    ((1, 1, 1, 0), (0, 0, 0, 0), (1, 1, 1, 1)),     # the last layer dense
+])
+def test_mtp_layer_runs_the_last_layers_kind(mixed, alike, other):
+    # Megatron-LM builds each MTP layer's TransformerLayer from the decoder block's last layer
+    # spec (get_gpt_mtp_block_spec_for_backend, models/gpt/gpt_layer_specs.py at d98e8a64dd):
+    # its cost is the last layer's kind's, whatever the other layers are, so a mixed model's
+    # MTP layer costs what it costs in the model whose every layer is of that kind (where the
+    # mean layer is that kind); eh_proj, embedding and output layer are the same in all three
+    grown = _mtp_growth(mixed)
+    assert grown == pytest.approx(_mtp_growth(alike), rel=1e-12)
+    assert grown != pytest.approx(_mtp_growth(other), rel=1e-3)     # not the other kind's

@@ -295,6 +295,12 @@ def recipe_pipeline_layout(run):
     >>> lay = recipe_pipeline_layout(r)   # PP 16: E + 4 | 4 x 14 | one decoder layer, MTP, loss
     >>> lay.chunk_layers(0), lay.chunk_layers(1), lay.chunk_layers(15)
     ((4,), (4,), (1,))
+    >>> lay.chunk_timed_layers(15)        # its last stage runs a decoder layer and the MTP
+    (2,)
+    >>> r = next(x for x in runs() if x["id"] == "mbridge.25.11.gb200.deepseek-v3.bf16")
+    >>> lay = recipe_pipeline_layout(r)  # PP 4, VP 4: the 16 stages above, rank 3's last t + L
+    >>> (lay.p, lay.v), lay.chunk_timed_layers(3)   # w/o MTP: no m, so the last chunk runs 1
+    ((4, 4), (4, 4, 4, 1))
     """
     lay, recipe = run["layout"], run.get("recipe", "")
     if "first" in lay or "last" in lay or lay["p"] == 1 or ":" not in recipe:
@@ -312,6 +318,10 @@ def recipe_pipeline_layout(run):
             return None
         split = PipelineLayout.from_spec(spec, lay["p"])
         split.validate(_arch(run).num_layers, _arch(run).mtp_num_layers or 0)
+        if not mtp_layers_of(run):
+            # a "w/o MTP" row: the builder's layout at mtp_num_layers = 0 keeps every stage's
+            # decoder layers and drops the m (PipelineLayout.without_mtp)
+            split = split.without_mtp()
     except MemsymError:
         return None
     return split if split.v == v else None

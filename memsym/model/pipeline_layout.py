@@ -236,6 +236,25 @@ class PipelineLayout:
         """
         return tuple(chunk.count("decoder") + chunk.count("mtp") for chunk in self.stages[rank])
 
+    def without_mtp(self) -> "PipelineLayout":
+        """The layout with its MTP layers (m) dropped and every stage's decoder layers kept:
+        what Megatron-Bridge's DeepSeek-V3 builder gives at ``mtp_num_layers = 0`` (its last
+        stage ``["mtp"] * mtp_layers + ["loss"]`` becomes ``["loss"]``;
+        recipes/deepseek/h100/deepseek_v3.py ``_get_deepseek_v3_pipeline_layout`` at
+        Megatron-Bridge 067f987df0).
+
+        Examples
+        --------
+        >>> lay = PipelineLayout.from_spec("Et*4|(tttt|)*14,tmL", 16).without_mtp()
+        >>> lay.chunk_timed_layers(15), lay.chunk_layers(15), lay.text
+        ((1,), (1,), 'Et*4|(tttt|)*14,tL')
+        """
+        stages = tuple(tuple(tuple(k for k in chunk if k != "mtp") for chunk in row)
+                       for row in self.stages)
+        # "m" is the MTP layer's only character in Megatron's layout string
+        text = None if self.text is None else self.text.replace("m", "")
+        return PipelineLayout(self.p, self.v, stages, text)
+
     def rank_layers(self, rank: int) -> int:
         """Decoder layers on ``rank`` [layers]."""
         return sum(self.chunk_layers(rank))

@@ -51,7 +51,10 @@ __all__ = ["GEMM_CEILING", "SHARED_CEILING", "TILES", "LAUNCH_OVERHEAD", "EXP_RA
 #: embedding beside four decoder layers, the loss beside one and the MTP layer, where the even
 #: split had put 3.8 layers beside the output layer): blackwell/bf16 0.520 -> 0.507, the
 #: ceilings whose runs' bf16 output layer follows it 0.519 -> 0.527 (blackwell/fp8), 0.638 ->
-#: 0.650 (blackwell-ultra/fp8), 0.450 -> 0.461 (blackwell-ultra/fp4).
+#: 0.650 (blackwell-ultra/fp8), 0.450 -> 0.461 (blackwell-ultra/fp4).  The row trained
+#: without MTP ("w/o MTP"): its layout's MTP layer dropped as the builder drops it at
+#: mtp_num_layers = 0 (the loss beside one decoder layer only), blackwell/bf16 stays 0.507
+#: (calibrate gives 0.5072).
 #: blackwell-ultra (B300, GB300: Blackwell Ultra, its own class since GB300's FP8 rows were
 #: seen priced 11-27 % too slow at Blackwell's values, memsym.hardware says why) has its fp8
 #: ceiling fixed on Megatron-Bridge's 25.11 DGX-GB300 Llama 3 8B FP8-CS row (8 GPUs, MBS 2,

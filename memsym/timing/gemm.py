@@ -93,6 +93,10 @@ class Shape:
         ``()`` for a transformer, whose every layer has attention and an MLP.
     ssm : tuple
         The Mamba-2 mixers' ``(d_ssm, N, H, G, conv kernel)`` [1] (``()`` without any).
+    last_moe : bool
+        The last decoder layer is an MoE layer: the kind of each MTP layer's
+        ``TransformerLayer`` (Megatron-LM's ``get_gpt_mtp_block_spec_for_backend`` takes the
+        decoder block's ``layer_specs[-1]``; models/gpt/gpt_layer_specs.py, rev d98e8a64dd).
     """
 
     L: int
@@ -116,6 +120,7 @@ class Shape:
     expert_clamp: bool = False
     kinds: tuple = ()
     ssm: tuple = ()
+    last_moe: bool = False
 
 
 #: The hybrid token mixers the time model prices (Mamba-2, attention, none).
@@ -181,20 +186,21 @@ def shape_of(arch, t: int = 1) -> Shape:
         mla = (x.q_lora_rank or 0, x.kv_lora_rank, x.qk_pos_emb_head_dim)
         d_qk, d_v = x.qk_head_dim + x.qk_pos_emb_head_dim, x.v_head_dim
     E = x.num_experts or 0
+    pattern = moe_layer_pattern(x)
     return Shape(L=x.num_layers, h=x.hidden_size, a=x.num_attention_heads, g=x.num_query_groups,
                  d_qk=d_qk, d_v=d_v, f=x.ffn_hidden_size, gated=bool(x.swiglu),
                  V=padded_vocab_size(x.vocab_size, 1, x.make_vocab_size_divisible_by),
                  E=E, k=x.moe_router_topk if E else 0,
                  f_e=(x.moe_ffn_hidden_size or 0) if E else 0,
                  f_sh=(x.moe_shared_expert_intermediate_size or 0) if E else 0,
-                 L_moe=sum(moe_layer_pattern(x)), mla=mla,
+                 L_moe=sum(pattern), mla=mla,
                  untied=bool(x.untie_embeddings_and_output_weights),
                  rope=x.position_embedding_type == "rope",
                  expert_bias=bool(E and x.add_bias_linear),
                  # the preset's extra (HF config.json's swiglu_limit); the Bridge sets it as
                  # activation_func_clamp_value
                  expert_clamp=bool(E and x.swiglu and (x.extra or {}).get("swiglu_limit")),
-                 kinds=kinds, ssm=ssm)
+                 kinds=kinds, ssm=ssm, last_moe=bool(pattern and pattern[-1]))
 
 
 @dataclass(frozen=True)

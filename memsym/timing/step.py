@@ -133,8 +133,8 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
         One layout's decoder and MTP layers of chunk j of rank r, ``chunk_layers[r][j]``
         (:meth:`memsym.model.pipeline_layout.PipelineLayout.chunk_timed_layers`) [layers].
     mtp_layers : int
-        MTP layers N on the output (Megatron: last) stage, each one decoder layer (counted in
-        ``chunk_layers`` where given) and :func:`memsym.timing.pipeline.end_layers`' [layers].
+        MTP layers N on the output (Megatron: last) stage, each a layer of the last layer's kind
+        (counted in ``chunk_layers`` where given) and :func:`_output_ends`' work [layers].
 
     Examples
     --------
@@ -149,9 +149,9 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     _check_settings(st, overlap, dev)
     x, b = shape_of(arch), (st.micro_batch_size if b is None else b)
     t, p, d, c, e, v, b, m, t_e_ = _layout_knobs(t, p, d, c, e, v, b, m, t_e)
-    lf, lb, raw_layer, ep_alone = _mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
-                                              eta_gemm=eta_gemm, overlap=overlap)
-    out_f, out_b, emb = end_layers(x, st, dev, b, t, c, eta_gemm, mtp_layers)
+    lf, lb, raw_layer, ep_alone, kind = _mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
+                                                    eta_gemm=eta_gemm, overlap=overlap)
+    out_f, out_b, emb = _output_ends(x, st, dev, b, t, c, eta_gemm, mtp_layers, kind)
     msg, p2p, p2p_exposed = _pp_p2p(x, clu, overlap, b * st.seq_length / c, t, p, c, d, v)
     stages, tau, chunk_tau = _stage_durations(st, x.L, p, v, first_stage_layers, last_stage_layers,
                                               chunk_layers, lf, lb, (emb, out_f, out_b),
@@ -175,6 +175,15 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
             sync["edp"], st.grad_bytes, dense_gpu, expert_gpu, p2p, msg,
             (sync["rs"], sync["ag"], sync["once"], sync["again"]), ends_gpu=ends_gpu))
     return out
+
+
+def _output_ends(x, st, dev, b, t, c, eta_gemm, mtp_layers, kind) -> tuple:
+    """:func:`memsym.timing.pipeline.end_layers`' output-layer forward and backward and
+    embedding [s], the output stage's MTP layers priced as the last decoder layer's kind
+    (``Shape.last_moe``): ``kind``, that kind's forward and backward seconds beyond the mean
+    layer's, which the stage's layer count prices them as [s]."""
+    out_f, out_b, emb = end_layers(x, st, dev, b, t, c, eta_gemm, mtp_layers)
+    return out_f + mtp_layers * kind[0], out_b + mtp_layers * kind[1], emb
 
 
 def _pipeline(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule: bool,
@@ -321,7 +330,8 @@ def _mean_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tu
     """Forward and backward parts of the mean decoder layer (MoE layers spread evenly over
     the stages, an assumption), its collectives as issued (:func:`layer_time`) and what an
     MoE layer's all-to-alls add when nothing overlaps them: the issued forward and backward
-    EP seconds less the exposed ones [s] (0 without MoE).
+    EP seconds less the exposed ones [s] (0 without MoE), and the forward and backward
+    seconds a layer of the last layer's kind (an MTP layer's) takes beyond the mean [s].
 
     A layer's time depends on the layout only through (t, c, e, t_e, b, d): a grid of many
     layouts (a search's, where p, v and the stage split vary too) is priced once per distinct
@@ -357,7 +367,7 @@ def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) ->
         return _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
                                   overlap=overlap)
     lf, lb = {}, {}
-    ep_alone = 0.0
+    ep_alone, kind = 0.0, (0.0, 0.0)
     raw_dense, raw_moe = {}, {}
     dense_f, dense_b = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=False, eta_gemm=eta_gemm,
                                   overlap=overlap, dp=d, raw=raw_dense)
@@ -375,15 +385,17 @@ def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) ->
         # layer's host floor (memsym.timing.moe_host)
         ep_alone = (floored_growth(raw_moe["gpu"][0], raw_moe["ep"][0] - moe_f["ep"])
                     + floored_growth(raw_moe["gpu"][1], raw_moe["ep"][1] - moe_b["ep"]))
+        last_f, last_b = (moe_f, moe_b) if x.last_moe else (dense_f, dense_b)
+        kind = (sum(last_f.values()) - sum(lf.values()), sum(last_b.values()) - sum(lb.values()))
     else:
         lf, lb = dense_f, dense_b
-    return lf, lb, raw_layer, ep_alone
+    return lf, lb, raw_layer, ep_alone, kind
 
 
 def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
     """:func:`_mean_layer_of` for a hybrid model: each layer kind of ``x.kinds`` priced alone
     (:func:`layer_time` with its mixer and MLP), weighted by its share of the L layers (the
-    kinds spread evenly over the stages, an assumption)."""
+    kinds spread evenly over the stages, an assumption); an MTP layer priced as the mean."""
     lf, lb, raw_layer = {}, {}, {}
     ep_alone = 0.0
     for (mixer, ffn), n, _, _ in x.kinds:
@@ -400,7 +412,7 @@ def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap
         if ffn:     # the MoE layers' all-to-alls alone (as _mean_layer_of)
             ep_alone = (floored_growth(raw["gpu"][0], raw["ep"][0] - f["ep"])
                         + floored_growth(raw["gpu"][1], raw["ep"][1] - bw["ep"]))
-    return lf, lb, raw_layer, ep_alone
+    return lf, lb, raw_layer, ep_alone, (0.0, 0.0)
 
 
 def _recompute_fraction(arch, layout, training) -> float:
