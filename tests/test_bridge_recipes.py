@@ -240,6 +240,20 @@ def test_deepseek_layout_is_rebuilt_after_a_pipeline_override():
             "deepseek_v3_pretrain_config", ["model.pipeline_model_parallel_size=2"]))
 
 
+def test_deepseek_layout_holds_the_models_mtp_layers():
+    """The builder's last stage is ``["mtp"] * mtp_layers + ["loss"]`` with ``mtp_layers`` the
+    model's ``mtp_num_layers`` or 0 (deepseek_v3.py:52, :86 at 067f987df0): none, one or two
+    MTP layers before the loss, every decoder stage the same."""
+    def last_stage(mtp):
+        _, opts, _ = bridge_job_options(read_bridge_recipe(
+            "deepseek_v3_pretrain_config", ["model.pipeline_model_parallel_size=8",
+                                            f"model.mtp_num_layers={mtp}"]))
+        stages = opts["pipeline_layout"].split("|")
+        assert stages[:7] == ["E" + "t" * 8] + ["t" * 8] * 6
+        return stages[7]
+    assert [last_stage(n) for n in (0, 1, 2)] == ["tttttL", "tttttmL", "tttttmmL"]
+
+
 def test_mixed_precision_fp8_field_turns_fp8_on_and_off():
     """MixedPrecisionConfig.fp8 (training/mixed_precision.py:49, None = off): "hybrid" on
     bf16_mixed is FP8 without FP8 parameters (bf16_mixed's fp8_param_gather False); null on

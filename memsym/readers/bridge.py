@@ -451,8 +451,11 @@ def bridge_job_options(reading: dict) -> tuple:
             raise InvalidValueError(f"DeepSeek-V3's layout builder has no layout for PP {pv[0]}, "
                                     f"VPP {pv[1]} (it has {', '.join(map(str, _DSV3_LAYOUTS))}): "
                                     "give model.pipeline_model_parallel_layout")
-        if pv in _DSV3_LAYOUTS and opts.get("mtp_num_layers", 1) == 1:
-            opts["pipeline_layout"] = _DSV3_LAYOUTS[pv]
+        if pv in _DSV3_LAYOUTS:
+            # the builder's last stage is ["mtp"] * mtp_layers + ["loss"], mtp_layers the
+            # model's mtp_num_layers or 0 (recipes/deepseek/h100/deepseek_v3.py:52, :86)
+            mtp = opts.get("mtp_num_layers", 1) or 0
+            opts["pipeline_layout"] = _DSV3_LAYOUTS[pv].replace("mL", "m" * mtp + "L")
     # recipes/common.py:53: distributed_fused_adam_with_cosine_annealing, Adam
     opts.setdefault("optimizer", "adam")
     prec = recipe_precision(values, notes)
