@@ -156,14 +156,14 @@ RECOMPUTE_MODULE_SOURCES = {
 }
 
 _TK = Source(_K, "§4.1 (attention block, MLP, LayerNorm)")
-_GATE = Source("hf-transformers-5", "v5.25.0 models/qwen3_next/modeling_qwen3_next.py "
+_GATE = Source("hf-transformers-5-25", "models/qwen3_next/modeling_qwen3_next.py "
                "Qwen3NextAttention.forward (lines 270-303: q_proj split into query and gate, "
                "attn_output * torch.sigmoid(gate), then o_proj)")
-_Q3N = "v5.25.0 models/qwen3_next/modeling_qwen3_next.py "
-_Q3N_NORM = Source("hf-transformers-5", _Q3N + "Qwen3NextRMSNorm.forward (lines 135-140: "
+_Q3N = "models/qwen3_next/modeling_qwen3_next.py "
+_Q3N_NORM = Source("hf-transformers-5-25", _Q3N + "Qwen3NextRMSNorm.forward (lines 135-140: "
                    "output * (1.0 + self.weight.float()), then type_as(x)); Qwen3NextAttention."
                    "__init__ (q_norm, k_norm of head_dim)")
-_Q3N_ROPE = Source("hf-transformers-5", _Q3N + "apply_rotary_pos_emb (lines 186-188: torch.cat "
+_Q3N_ROPE = Source("hf-transformers-5-25", _Q3N + "apply_rotary_pos_emb (lines 186-188: torch.cat "
                    "of q_embed and q_pass); integrations/sdpa_attention.py sdpa_attention_forward "
                    "(line 196: attn_output.transpose(1, 2).contiguous())")
 _TE = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
