@@ -41,12 +41,32 @@ __all__ = ["most_layers_per_rank"]
 
 
 def stage_layers(L, p, first, last):
-    """Decoder layers on (first, middle, last) stages (Megatron's uneven first/last option).
+    r"""Decoder layers on (first, middle, last) stages (Megatron's uneven first/last option).
+
+    .. math:: n_{\text{mid}} = \frac{L - f - l}{p - [f\ \text{given}] - [l\ \text{given}]}
+
+    with :math:`n_{\text{first}} = f`, :math:`n_{\text{last}} = l` where given, else
+    :math:`n_{\text{mid}}` (neither given: :math:`L/p` on every stage).
+
+    Parameters
+    ----------
+    L : int
+        Decoder layers [1].
+    p : int or array_like
+        Pipeline-parallel size [GPUs].
+    first, last : int or array_like or None
+        ``--decoder-first/last-pipeline-num-layers`` [1]; None when not given.
 
     Examples
     --------
+    >>> # hand: (126 - 7 - 7) / (16 - 2) = 8 layers on each of the 14 middle stages
     >>> [float(n) for n in stage_layers(126, 16, 7, 7)]
     [7.0, 8.0, 7.0]
+
+    References
+    ----------
+    Megatron-LM megatron/core/transformer/transformer_block.py ``get_num_layers_to_build``
+    (rev d98e8a64dd).
     """
     p = as_array(p)
     if first is None and last is None:
@@ -60,13 +80,23 @@ def stage_layers(L, p, first, last):
 
 
 def heaviest_middle(chunks, middle):
-    """Decoder layers of the heaviest middle rank: of ``chunks`` (``chunks[r][j]``, chunk j
-    of rank r) where given, else ``middle`` (the middle ranks are equal).
+    r"""Decoder layers of the heaviest middle rank [1].
+
+    .. math:: n_{\max} = \max_{0 < r < p - 1} \sum_j n_{r,j}
+
+    of ``chunks`` (``chunks[r][j]``: decoder layers of chunk j of rank r) where given (three
+    ranks or more), else ``middle`` (the middle ranks are equal).
 
     Examples
     --------
+    >>> # hand: middle ranks hold 6 and 10 layers, the heavier 10
     >>> heaviest_middle(((8,), (6,), (10,), (8,)), 8.0), heaviest_middle(None, 8.0)
     (10, 8.0)
+
+    References
+    ----------
+    Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py
+    ``get_num_layers_to_build`` (a custom layout's chunk) (rev d98e8a64dd).
     """
     if chunks is None or len(chunks) < 3:
         return middle
@@ -74,13 +104,36 @@ def heaviest_middle(chunks, middle):
 
 
 def microbatch_group(st: Settings, p: int, m: int, v: int):
-    """The warm-up group of one layout: torch's round size under ``torch_rounds``
-    (interleaved only), else Megatron's ``microbatch_group_size_per_vp_stage``.
+    r"""The micro-batch group size N of one layout's warm-up (None: the schedule's default).
+
+    .. math:: N = \left\lfloor \frac{m}{\max(1, \lfloor m/p \rfloor)} \right\rfloor
+
+    under ``torch_rounds`` (interleaved, v > 1, no group size set: torch's round size), else
+    Megatron's ``microbatch_group_size_per_vp_stage`` as set (``st.group_size``).
+
+    Parameters
+    ----------
+    st : Settings
+        ``torch_rounds`` and ``group_size``.
+    p : int
+        Pipeline-parallel size [GPUs].
+    m : int
+        Micro-batches per step [1].
+    v : int
+        Virtual stages per rank [1].
 
     Examples
     --------
+    >>> # hand: m = 8, p = 4: floor(8 / max(1, floor(8/4))) = 4
+    >>> microbatch_group(Settings(torch_rounds=True), 4, 8, 2)
+    4
     >>> microbatch_group(Settings(), 4, 8, 2) is None
     True
+
+    References
+    ----------
+    .. [pytorch-pipelining] schedules.py ScheduleInterleaved1F1B (number_of_rounds).
+    .. [megatron-schedules] forward_backward_pipelining_with_interleaving (N).
     """
     if st.torch_rounds and v > 1 and st.group_size is None:
         return int(torch_round_size(m, p))
@@ -88,9 +141,11 @@ def microbatch_group(st: Settings, p: int, m: int, v: int):
 
 
 def end_layers(x, st: Settings, dev, b, t, c, eta_gemm=None, mtp_layers: int = 0) -> tuple:
-    r"""Seconds of the output layer + loss (forward, backward) and of the embedding lookup
-    with its gradient scatter, one micro-batch on one GPU; with multi-token prediction the
-    output stage's extra work of its ``mtp_layers`` depths beside their decoder layers.
+    r"""Seconds of the output layer + loss and of the embedding, one micro-batch on one GPU.
+
+    The output layer + loss (forward, backward) and the embedding lookup with its gradient
+    scatter; with multi-token prediction the output stage's extra work of its ``mtp_layers``
+    depths beside their decoder layers.
 
     .. math::
 
@@ -170,17 +225,29 @@ def end_layers(x, st: Settings, dev, b, t, c, eta_gemm=None, mtp_layers: int = 0
 
 
 def stage_times(st: Settings, layers: tuple, layer_f, layer_b, emb, out_f, out_b) -> dict:
-    """Forward and backward seconds of one micro-batch on the ``first``, ``middle`` and
-    ``last`` stages (``layers``: their decoder layers, the middle ones' mean; a fourth entry:
-    the heaviest middle stage's, ``middle_max``), the embedding on the first stage and the
-    output layer on the last (the first under the V placement), without PP p2p.
+    r"""Forward and backward seconds of one micro-batch on the first, middle and last stages.
+
+    ``layers``: their decoder layers, the middle ones' mean; a fourth entry: the heaviest
+    middle stage's, ``middle_max``.  The embedding runs on the first stage and the output
+    layer on the last (the first under the V placement), without PP p2p:
+
+    .. math:: \tau^{\text{fwd}} = n\,t^{\text{fwd}}_{\text{layer}} + [\text{first}]\,
+        t_{\text{emb}} + [\text{out}]\,t^{\text{fwd}}_{\text{out}},\qquad
+        \tau^{\text{bwd}} = n\,t^{\text{bwd}}_{\text{layer}}
+        + [\text{out}]\,t^{\text{bwd}}_{\text{out}}
 
     Examples
     --------
+    >>> # hand: last stage 1 layer: forward 1*1.0 + 0.25, backward 1*2.0 + 0.5
     >>> stage_times(Settings(), (1, 2, 1), 1.0, 2.0, 0.5, 0.25, 0.5)["last"]
     (1.25, 2.5)
     >>> stage_times(Settings(), (1, 2, 1, 3), 1.0, 2.0, 0.5, 0.25, 0.5)["middle_max"]
     (3.0, 6.0)
+
+    References
+    ----------
+    Megatron-LM megatron/training/training.py ``get_model`` (``pre_process`` /
+    ``post_process`` on the first / last stage) (rev d98e8a64dd).
     """
     tau = {}
     out_role = "first" if st.output_first else "last"
@@ -192,16 +259,27 @@ def stage_times(st: Settings, layers: tuple, layer_f, layer_b, emb, out_f, out_b
 
 
 def busiest_stage(st: Settings, tau: dict, p, p2p_exposed, out_f, out_b) -> tuple:
-    """The slowest stage's forward + backward of one micro-batch and the sum over all stages
-    [s], each stage with its exposed p2p both ways (one GPU, ``p = 1``: the whole model);
-    the middle stages sum at their mean (``tau["middle"]``), the slowest is the heaviest one
-    (``tau["middle_max"]`` where :func:`stage_times` has it).
+    r"""The slowest stage's forward + backward of one micro-batch and their sum over stages [s].
+
+    .. math:: \tau_{\max} = \max(\tau_{\text{first}}, \tau_{\text{last}},
+        \tau_{\text{mid,max}}),\qquad \sum \tau = \tau_{\text{first}} + \tau_{\text{last}}
+        + \max(p - 2, 0)\,\tau_{\text{mid}}
+
+    each :math:`\tau = f + b + 2\,t^{\text{p2p}}_{\text{exposed}}` (one GPU, ``p = 1``: the
+    whole model, output layer included, without p2p); the middle stages sum at their mean
+    (``tau["middle"]``), the slowest is the heaviest one (``tau["middle_max"]`` where
+    :func:`stage_times` has it).
 
     Examples
     --------
+    >>> # hand: stages 3, 6, 6, 3 s: slowest 6, sum 3 + 3 + 2 * 6 = 18
     >>> tau = {"first": (1.0, 2.0), "middle": (2.0, 4.0), "last": (1.0, 2.0)}
     >>> [float(q) for q in busiest_stage(Settings(), tau, np.array(4.0), 0.0, 0.0, 0.0)]
     [6.0, 18.0]
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §2.2 (the step is bounded by the slowest stage).
     """
     tau_first = sum(tau["first"]) + 2 * p2p_exposed
     tau_mid = sum(tau["middle"]) + 2 * p2p_exposed
@@ -217,15 +295,25 @@ def busiest_stage(st: Settings, tau: dict, p, p2p_exposed, out_f, out_b) -> tupl
 
 
 def bubble_in_stages(st: Settings, p, m, v) -> tuple:
-    """The exact bubble in stage units (``bubble_fraction`` times m) of every layout, one
-    schedule per distinct (p, m, v, backward/forward ratio), and whether Megatron's
-    interleaving rule lets it launch.
+    r"""The exact bubble in stage units of every layout, and whether Megatron launches it.
+
+    .. math:: \beta = m\,\text{bubble\_fraction}(p, m, v, N, 2 + r)
+
+    one schedule per distinct (p, m, v, backward/forward ratio :math:`2 + r`, r the full
+    recompute fraction); 1F1B gives :math:`p - 1`, the interleaved schedule
+    :math:`(p - 1)/v`.  ``launchable``: Megatron's interleaving rule (GPipe has none).
 
     Examples
     --------
+    >>> # hand: 1F1B, p = 4: (p - 1) = 3 stage units of bubble (arXiv:2104.04473 §2.2.1)
     >>> beta, ok = bubble_in_stages(Settings(), np.array([4.0]), np.array([8.0]), np.array([1.0]))
     >>> float(beta[0]), bool(ok[0])
     (3.0, True)
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §2.2.1 (1F1B), §2.2.2 (interleaved: (p - 1)/v).
+    .. [megatron-schedules] forward_backward_pipelining_with_interleaving (its rule).
     """
     # exact bubble in stage units per unique (p, m, v, N, backward/forward ratio)
     frac = np.broadcast_to(np.asarray(st.recompute_fraction if st.recompute == "full" else 0.0,
@@ -325,16 +413,27 @@ def chunk_times(st: Settings, chunks: tuple, layer_f, layer_b, emb, out_f, out_b
 
 
 def simulated_pipeline(st: Settings, pipeline, tau: dict, p2p_exposed, p, m, v, chunk_tau=None):
-    """The pipeline seconds of each layout simulated with each stage's own durations (the
-    first, middle and last stages of ``tau`` plus the exposed p2p, or each chunk's own,
-    ``chunk_tau`` from :func:`chunk_times`); ``pipeline`` where p = 1.
+    r"""The pipeline seconds of each layout simulated with each stage's own durations [s].
+
+    .. math:: T = \text{makespan}\bigl(\text{schedule}(p, m, v, N);\ f_r + t^{\text{p2p}},
+        b_r + t^{\text{p2p}}\bigr)
+
+    the first, middle and last stages of ``tau`` plus the exposed p2p, or each chunk's own
+    (``chunk_tau`` from :func:`chunk_times`); ``pipeline`` as given where p = 1.  Equal
+    stages under 1F1B: :math:`(m + p - 1)(f + b)`.
 
     Examples
     --------
+    >>> # hand: (m + p - 1)(f + b) = (4 + 2 - 1)(1 + 2) = 15
     >>> tau = {"first": (1.0, 2.0), "middle": (1.0, 2.0), "last": (1.0, 2.0)}
     >>> p, m, v = np.array([2]), np.array([4]), np.array([1])    # 1F1B: (m + p - 1)(f + b)
     >>> float(simulated_pipeline(Settings(), np.array([0.0]), tau, 0.0, p, m, v)[0])
     15.0
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §2.2.1.
+    .. [megatron-schedules] forward_backward_pipelining_without_interleaving.
     """
     pipeline = np.array(pipeline, dtype=float)
     if pipeline.size > 1000:
@@ -384,8 +483,14 @@ def most_layers_per_rank(num_layers: int, p, first=0, last=0):
 
     Examples
     --------
+    >>> # hand: max(7, 7, (126 - 14) / 14) = 8; 80 / 4 = 20
     >>> float(most_layers_per_rank(126, 16, 7, 7)), float(most_layers_per_rank(80, 4))
     (8.0, 20.0)
+
+    References
+    ----------
+    Megatron-LM megatron/core/transformer/transformer_block.py ``get_num_layers_to_build``
+    (rev d98e8a64dd).
     """
     p, f_, l_ = as_array(p), as_array(first), as_array(last)
     mid = np.where((f_ == 0) & (l_ == 0), num_layers / p,

@@ -88,11 +88,9 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
             + t_{\text{DP, exposed}} + t_{\text{optimizer}},
         \qquad \tau_r = t^{\text{fwd}}_r + t^{\text{bwd}}_r
 
-    with :math:`\tau_r` the stage's forward + backward of one micro-batch (every layer's GEMMs,
-    attention, memory-bound work and exposed TP/EP/CP traffic, the embedding and output layer
-    on the end stages, exposed PP p2p) and :math:`\beta` the exact bubble in stage units
-    (:func:`memsym.timing.schedule.bubble_fraction` times m; (p - 1)/v in the closed form).
-
+    with :math:`\tau_r` stage r's forward + backward of one micro-batch (its layers, end layers
+    and exposed TP/EP/CP/PP traffic) and :math:`\beta` the exact bubble in stage units
+    (:func:`memsym.timing.pipeline.bubble_in_stages`; (p - 1)/v in the closed form).
     Returns a dict of arrays: ``step``; the parts ``compute``, ``bubble``, ``tp``, ``ep``, ``cp``,
     ``pp``, ``dp``, ``optimizer``, ``memory`` [s] (of the busiest stage, communication exposed);
     ``launchable`` (False where Megatron's interleaving rule refuses the layout, still priced).
@@ -122,16 +120,14 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     first_stage_layers, last_stage_layers : int, optional
         Uneven pipeline: decoder layers on the first / last stage [1].
     exact_schedule : bool
-        The first two terms as the schedule's makespan, run with each stage's (or chunk's)
-        own durations (at most 1,000 layouts; :func:`memsym.timing.pipeline.simulated_pipeline`).
+        The first two terms as the simulated makespan (:func:`.pipeline.simulated_pipeline`).
     communication : bool
         Also return, per group ``g`` of tp, ep, cp, pp, dp, ``comm_g_s`` (its collectives'
         seconds as issued in one step of the busiest stage, before overlap), ``comm_g_bytes``
         (the bytes one GPU sends) and ``comm_g_intra`` (True where its ring stays on the
         intra-node link, :attr:`memsym.hardware.Cluster.domain`).
     chunk_layers : tuple of tuple of int, optional
-        One layout's decoder and MTP layers of chunk j of rank r, ``chunk_layers[r][j]``
-        (:meth:`memsym.model.pipeline_layout.PipelineLayout.chunk_timed_layers`) [layers].
+        One layout's decoder and MTP layers of chunk j of rank r, ``chunk_layers[r][j]`` [layers].
     mtp_layers : int
         MTP layers N on the output (Megatron: last) stage, each a layer of the last layer's kind
         (counted in ``chunk_layers`` where given) and :func:`_output_ends`' work [layers].
@@ -143,6 +139,10 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     ...                      m=[16, 32], settings=Settings(seq_length=4096, precision="fp8"))
     >>> bool(out["step"][1] > out["step"][0])   # TP 8 is slower (seed 001)
     True
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §2.2 (the bubble), §3.2; [megatron-schedules].
     """
     st, dev = settings, _gpu(gpu_name)
     clu = cluster if cluster is not None else cluster_for(dev.name)
@@ -431,11 +431,11 @@ def _recompute_fraction(arch, layout, training) -> float:
 
 
 def overlap_of(training) -> Overlap:
-    """The overlaps a job runs with: its ``overlap_grad_reduce`` / ``overlap_param_gather`` /
-    ``tp_comm_overlap`` / ``overlap_moe_expert_parallel_comm`` / ``overlap_p2p_comm``, each
-    unset one at its framework's default (:meth:`memsym.frameworks.Framework.overlaps_by_default`).
+    """The overlaps a job runs with, each one left unset at its framework's default.
 
-    Megatron-LM's ``--overlap-grad-reduce`` and ``--overlap-param-gather`` are ``store_true``
+    Its ``overlap_grad_reduce`` / ``overlap_param_gather`` / ``tp_comm_overlap`` /
+    ``overlap_moe_expert_parallel_comm`` / ``overlap_p2p_comm``; the defaults from
+    :meth:`memsym.frameworks.Framework.overlaps_by_default`.  Megatron-LM's ``--overlap-grad-reduce`` and ``--overlap-param-gather`` are ``store_true``
     flags (off unless given); torchtitan's FSDP2 and torch DDP overlap in the backward;
     DeepSpeed's ``overlap_comm`` defaults to on for ZeRO-3 only.  The other switches keep
     :class:`Overlap`'s defaults (Megatron's own: ``overlap_p2p_comm`` with interleaving, the
@@ -450,6 +450,11 @@ def overlap_of(training) -> Overlap:
     >>> o = overlap_of(Training(overlap_grad_reduce=True, overlap_param_gather=True))
     >>> o.grad_reduce, o.param_gather, o.tp_comm
     (True, True, False)
+
+    References
+    ----------
+    .. [megatron-lm-arguments] --overlap-grad-reduce, --overlap-param-gather (store_true).
+    .. [torchtitan-job-config] FSDP2; [deepspeed-config] zero/config.py overlap_comm.
     """
     fw = framework(training.framework)
     default = fw.overlaps_by_default(training.states.sharding)
@@ -471,18 +476,16 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
               m: int | None = None) -> StepTime:
     r"""Step time of one layout [s], with a breakdown (memsym Layout and Training records).
 
-    ``layout``: :class:`memsym.training.Layout`; ``training``:
-    :class:`memsym.training.Training` (its ``num_microbatches`` or ``global_batch_size``
-    gives m).  ``eta_gemm`` overrides the efficiency curve with one achieved GEMM
-    efficiency.  ``flops_per_token`` (model FLOPs per token) adds the MFU.
+    :func:`step_time_grid` of one layout, m from ``training``'s ``num_microbatches`` or
+    ``global_batch_size``.
 
     Parameters
     ----------
     arch : memsym.model.Architecture
         The model.
-    layout : Layout
+    layout : memsym.training.Layout
         The parallel layout.
-    training : Training
+    training : memsym.training.Training
         The training step (gives s, b and m).
     gpu_name : str or GPU
         The GPU (:mod:`memsym.hardware`).
@@ -514,6 +517,10 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     (0.0, 8)
     >>> sorted(st.parts)[:4]
     ['bubble', 'compute', 'cp', 'dp']
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §2.2, §3.2, §5.1.
     """
     training = canonical(training)        # "GPipe" is GPipe here too
     # a Job's m (Job.m, computed once when it was built), else from the batch sizes
