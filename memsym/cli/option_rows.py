@@ -92,9 +92,10 @@ def _state_rows():
            "Megatron-LM command without MODEL: ddp unless --use-distributed-optimizer",
            help="how model states are sharded over data parallel: " + ", ".join(SCHEMES),
            search_type=T.choice("sharding", SEARCH_SHARDING),
-           search_help="sharding schemes to try (default every scheme the framework has; in a "
-           "Megatron-LM search also Megatron-FSDP's strategies no_shard, optim, optim_grads, "
-           "optim_grads_params by name)"),
+           search_help="sharding schemes to try (default: those the framework launches, for "
+           "Megatron-LM ddp, distributed-optimizer, zero2 and fsdp, the last two Megatron-FSDP; "
+           "also by name DeepSpeed's zero1, zero3 and Megatron-FSDP's no_shard, optim, "
+           "optim_grads, optim_grads_params)"),
         flag("--use-distributed-optimizer", group="states",
               help="Megatron's flag: same as --sharding distributed-optimizer"),
         option("--convention", group="states",
