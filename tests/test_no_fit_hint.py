@@ -41,3 +41,19 @@ def test_nothing_left_to_say_no_hint(capsys):
                           "none", "optimizer", "--max-gpus", "1")
     assert code == 1 and out == ""
     assert len(err) == 1 and err[0].startswith("memsym: nothing fits within 1 x h100-80gb")
+
+
+def test_min_gpus_names_a_megatron_fsdp_row_by_its_strategy(capsys):
+    """A Megatron answer whose scheme is Megatron-FSDP's says which strategy it launches
+    (fsdp: Megatron-LM's --data-parallel-sharding-strategy optim_grads_params, the one that
+    shards weights, gradients and optimizer states, megatron/core/distributed/fsdp at
+    d98e8a64dd); a DeepSpeed answer, whose zero3 is DeepSpeed's own, names none."""
+    import json
+
+    for framework, want in (("megatron", {"fsdp": "optim_grads_params", "zero2": "optim_grads"}),
+                            ("deepspeed", {})):
+        code = main(["min-gpus", "llama3-70b", "--gpu", "h100-80gb", "--framework", framework,
+                     "--json"])
+        layout = json.loads(capsys.readouterr().out)["layout"]
+        assert code == 0
+        assert layout.get("megatron_fsdp") == want.get(layout["sharding"]), layout

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .option_table import add_command
 from .options import emit_json
-from .search import Progress, bytes_json, layout_json, search_model, search_options
+from .search import (Progress, bytes_json, layout_json, megatron_fsdp_of, search_model,
+                     search_options)
 
 
 def add_parser(sub) -> None:
@@ -28,16 +29,17 @@ def run(args) -> int:
         prog.close()
     row = dict(res.layout)
     row.setdefault("m", None)
+    lay = {**layout_json(row),
+           **megatron_fsdp_of(getattr(args, "framework", None) or "megatron", row["sharding"])}
     if args.json:
         emit_json({
-            "gpus": res.gpus, "layout": layout_json(row), "bytes": bytes_json(res.bytes),
+            "gpus": res.gpus, "layout": lay, "bytes": bytes_json(res.bytes),
             "method": res.method, "margin_bytes": args.margin_bytes,
             "closed_form": None if res.closed_form is None else sp.sstr(res.closed_form),
             "bound": None if res.bound is None else float(res.bound),
             "units": "bytes",
         })
         return 0
-    lay = layout_json(row)
     print(f"memsym min-gpus: {res.gpus} GPUs")
     print("layout: " + ", ".join(f"{k} {v}" for k, v in lay.items() if v is not None))
     print(res.explanation() + "  (C: GPU memory in bytes"

@@ -194,7 +194,19 @@ def layout_json(row: dict, framework: str | None = None) -> dict:
                    recompute_num_layers=fields["recompute_num_layers"])
     if framework is not None:
         out.update(launch_overlaps(framework, row["sharding"]))
+        out.update(megatron_fsdp_of(framework, row["sharding"]))
     return out
+
+
+def megatron_fsdp_of(framework: str, sharding: str) -> dict:
+    """``{"megatron_fsdp": strategy}`` where a Megatron-LM row's scheme is Megatron-FSDP's
+    (zero2 as ``optim_grads``, fsdp as ``optim_grads_params``, :mod:`memsym.emit` spells them
+    so), else empty: the row's sharding in Megatron's own word."""
+    from ..search.job_fields import MEGATRON_FSDP_STRATEGY
+
+    if FRAMEWORK[framework].megatron_options and sharding in MEGATRON_FSDP_STRATEGY:
+        return {"megatron_fsdp": MEGATRON_FSDP_STRATEGY[sharding]}
+    return {}
 
 
 def bytes_json(grouped: dict) -> dict:
