@@ -398,3 +398,42 @@ def test_perf_recipe_inherits_its_base_flex_dispatcher():
     # GPT-OSS's base sets backend "deepep" beside "alltoall" and never applies it
     # (recipes/gpt_oss/h100/gpt_oss.py:80-81): the all-to-all dispatcher stays
     assert _opts("gpt_oss_120b_pretrain_64gpu_b200_bf16_config")[1]["moe_dispatcher"] == "alltoall"
+
+
+# recipes/nemotronh/h100/nemotron_3_nano.py at Megatron-Bridge 067f987df0, read by hand
+# (legacy name nemotron_3_nano_pretrain_config, recipes/nemotronh/nemotron_3_nano.py:29):
+# :118-125 HybridModelProvider(TP 1, PP 1, CP 1, SP False, ETP 1, EP 8); :131 seq 8192;
+# :140-141 flex dispatcher, HybridEP; :146-147 GBS 1024, MBS 1; :155-156 TE CUDA graphs of
+# attn and mamba (utils/cuda_graph.py:77-86); :170-171 selective recompute of moe, layernorm;
+# :192-198 fp32 Adam states, not precision-aware, bf16 grad reduce; 8 GPUs (its name).
+def test_nemotron_3_nano_recipe_reads_its_layout_and_settings():
+    model, opts, _ = bridge_job_options(read_bridge_recipe("nemotron_3_nano_pretrain_config"))
+    assert model == "nemotron-3-nano"
+    assert (opts["t"], opts["p"], opts["c"], opts["e"], opts["t_e"]) == (1, 1, 1, 8, 1)
+    assert opts["sequence_parallel"] is False and opts["world_size"] == 8
+    assert (opts["micro_batch_size"], opts["global_batch_size"], opts["seq_length"]) == (
+        1, 1024, 8192)
+    assert opts["recompute"] == "selective" and opts["recompute_modules"] == ("moe", "layernorm")
+    assert (opts["cuda_graph_impl"], opts["cuda_graph_modules"]) == (
+        "transformer_engine", ("attn", "mamba"))
+    assert opts["moe_dispatcher"] == "hybridep" and opts["precision"] == "bf16"
+    assert opts["grad_dtype"] == "bf16" and opts["precision_aware"] is False
+    # :80-98: the provider's architecture keywords are the preset's (built from them)
+    assert (opts["num_layers"], opts["hidden_size"], opts["num_experts"],
+            opts["moe_router_topk"], opts["moe_ffn_hidden_size"]) == (52, 2688, 128, 6, 1856)
+
+
+def test_nemotron_3_nano_recipe_estimate_runs(capsys):
+    """At its 8 GPUs EP 8 leaves one expert data-parallel rank, so each GPU keeps the fp32 main
+    params and both Adam moments (12 bytes) of its 128 / 8 = 16 experts in each of the 23 MoE
+    layers of the pattern (:80), each expert fc1 2688 x 1856 and fc2 1856 x 2688 (squared ReLU,
+    no gate): 23 * 16 * 2 * 2688 * 1856 * 12 bytes; it does not fit an 80 GB H100 (exit 1).
+    On 16 GPUs (the convergence workload of :189-191, expert DP 2) it does (exit 0)."""
+    code, out, err = cli(capsys, "estimate", "--bridge-recipe", "nemotron_3_nano_pretrain_config",
+                         "--gpu", "h100", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["fits"] is False
+    assert data["bytes"]["expert_optimizer"] == 23 * 16 * 2 * 2688 * 1856 * 12
+    code, out, err = cli(capsys, "estimate", "--bridge-recipe", "nemotron_3_nano_pretrain_config",
+                         "--gpu", "h100", "--world-size", "16")
+    assert code == 0, err

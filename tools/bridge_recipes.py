@@ -15,6 +15,9 @@ preset for (:data:`memsym.readers.bridge.HF_PRESETS`): the value each field mems
 * ``cfg.section.field = LITERAL`` (and ``cfg.section = Config(field=LITERAL, ...)``): the
   literal; ``torch.bfloat16`` is ``"bfloat16"``; a module-level string constant is its value;
 * ``cfg.model = AutoBridge.from_hf_pretrained("ID")...``: the row's ``hf_model``;
+* ``cfg.model = HybridModelProvider(field=LITERAL, ...)`` (:data:`INLINE_PROVIDERS`): its
+  keywords; the row's ``hf_model`` is the recipe's ``cfg.tokenizer.tokenizer_model`` (or its
+  ``cfg.model.hf_model_id``); ``set_cuda_graph_modules(cfg.model, [...])``: the modules;
 * ``cfg.mixed_precision = bf16_mixed()`` / ``get_mixed_precision_config(NAME)``: the recipe's
   name; ``MixedPrecisionConfig(...)``: its keywords;
 * any other statement (a call, an ``if``, a computed value) is listed in the row's ``computed``
@@ -64,10 +67,16 @@ IMPORTED_CONSTANTS = (_BASE + "recipes/utils/tokenizer_utils.py",)
 #: The files whose pretrain recipe functions are read.
 RECIPE_FILES = ("recipes/llama/h100/llama3.py", "recipes/qwen/h100/qwen3.py",
                 "recipes/qwen/h100/qwen3_moe.py", "recipes/deepseek/h100/deepseek_v3.py",
-                "recipes/gpt_oss/h100/gpt_oss.py")
+                "recipes/gpt_oss/h100/gpt_oss.py", "recipes/nemotronh/h100/nemotron_3_nano.py")
 #: The files of legacy names (``from ... import full_name as legacy_name``).
 ALIAS_FILES = ("recipes/llama/llama3.py", "recipes/qwen/qwen3.py", "recipes/qwen/qwen3_moe.py",
-               "recipes/deepseek/deepseek_v3.py", "recipes/gpt_oss/gpt_oss.py")
+               "recipes/deepseek/deepseek_v3.py", "recipes/gpt_oss/gpt_oss.py",
+               "recipes/nemotronh/nemotron_3_nano.py")
+#: Model providers a recipe builds inline (``cfg.model = HybridModelProvider(num_layers=52,
+#: ...)``, recipes/nemotronh/h100/nemotron_3_nano.py:78): their literal keywords are the
+#: ``model.*`` values, and the row's Hugging Face model is the checkpoint the recipe names as
+#: its tokenizer (``cfg.tokenizer.tokenizer_model``), whose architecture the keywords spell.
+INLINE_PROVIDERS = ("HybridModelProvider",)
 _SECTIONS = ("model", "train", "dataset", "ddp", "optimizer", "comm_overlap", "mixed_precision",
              "tokenizer")
 
@@ -155,12 +164,22 @@ def _run(file: _File, name: str, args, common: dict):
     fn = file.functions[name]
     env = dict(file.constants)
     env.update({a.arg: v for a, v in zip(fn.args.args, args)})
-    values, hf, computed, local = {}, None, [], {}
+    values, hf, computed, local, inline = {}, None, [], {}, False
     for stmt in fn.body:
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
             continue                                          # the docstring
         if isinstance(stmt, ast.Return) or isinstance(stmt, ast.Assert):
             continue
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == \
+                "set_cuda_graph_modules" and [ast.unparse(a) for a in call.args[:1]] == ["cfg.model"]:
+            # utils/cuda_graph.py:77-86: the modules (Megatron-LM's cuda_graph_modules, which
+            # memsym reads as cuda_graph_scope), the deprecated scope cleared
+            try:
+                values["model.cuda_graph_scope"] = _value(call.args[1], env)
+                continue
+            except (_Unknown, IndexError):
+                pass
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
             target, node = stmt.targets[0], stmt.value
             chain = ast.unparse(target)
@@ -183,6 +202,16 @@ def _run(file: _File, name: str, args, common: dict):
             if chain == "cfg.model" and _hf_id(node, env) is not None:
                 hf = _hf_id(node, env)
                 continue
+            if chain == "cfg.model" and isinstance(node, ast.Call) \
+                    and getattr(node.func, "id", None) in INLINE_PROVIDERS and not node.args:
+                values = {k: v for k, v in values.items() if not k.startswith("model.")}
+                _config_call(node, env, "model", values, computed, stmt.lineno)
+                inline = True
+                continue
+            if chain == "cfg.mixed_precision" and isinstance(node, ast.Call) \
+                    and getattr(node.func, "id", None) == "get_mixed_precision_config" \
+                    and [ast.unparse(a) for a in node.args] == ["cfg.mixed_precision"]:
+                continue                     # the named recipe as its config: the same values
             parts = chain.split(".")
             if parts[0] == "cfg" and len(parts) == 2 and parts[1] in _SECTIONS:
                 sec = parts[1]
@@ -216,6 +245,11 @@ def _run(file: _File, name: str, args, common: dict):
             continue
         text = ast.unparse(stmt).splitlines()[0]
         computed.append(f"{stmt.lineno}: {text[:100]}")
+    if inline and hf is None:
+        hf = values.get("tokenizer.tokenizer_model")
+    if values.get("model.hf_model_id"):
+        # a recipe built on another that names its own checkpoint (nemotron_3_nano.py:272)
+        hf = values["model.hf_model_id"]
     return values, hf, computed
 
 

@@ -58,6 +58,8 @@ HF_PRESETS = {
     "Qwen/Qwen3-235B-A22B": ("qwen3-235b-a22b", {}),
     "deepseek-ai/DeepSeek-V3": ("deepseek-v3", {}),
     "openai/gpt-oss-120b": ("gpt-oss-120b", {}),
+    # recipes/nemotronh/h100/nemotron_3_nano.py:34, :78-126 (the recipe's inline provider)
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": ("nemotron-3-nano", {}),
 }
 
 #: ``section.field`` -> what memsym makes of it: ("job", option), ("arch", field), or
