@@ -120,6 +120,39 @@ def test_parameter_unit_matches_the_registry(where, obj, pname, unit):
     assert f"[{unit}]" in text, f"{where}: parameter {pname} needs its unit [{unit}]"
 
 
+#: A parameter's documented type that names a number: its description carries a unit.
+_NUMBER = re.compile(r"\b(int|float|number|array_like|ndarray)\b")
+
+
+def _timing_parameters():
+    """(where, parameter, documenting text or None) of every parameter of every public
+    function and exported record of a module under memsym/timing (issue 29)."""
+    import memsym.timing
+
+    for info in pkgutil.walk_packages(memsym.timing.__path__, "memsym.timing."):
+        mod = importlib.import_module(info.name)
+        for name, obj in vars(mod).items():
+            public = inspect.isfunction(obj) or name in getattr(mod, "__all__", ())
+            if name.startswith("_") or not public or getattr(obj, "__module__", "") != mod.__name__:
+                continue
+            for pname, par in _signature(obj).items():
+                if par.kind not in (par.VAR_POSITIONAL, par.VAR_KEYWORD):
+                    yield f"{mod.__name__}.{name}", pname, _documented(inspect.getdoc(obj) or "", pname)
+
+
+def test_every_timing_parameter_is_documented_with_its_unit():
+    # every parameter of a public timing function is documented, and one whose type names a
+    # number (int, float, array_like ...) carries its unit in brackets; flags, names and
+    # records (bool, str, {...}, Settings) have none
+    found = list(_timing_parameters())
+    assert len(found) > 300
+    undocumented = [(w, p) for w, p, text in found if text is None]
+    assert not undocumented, undocumented
+    unitless = [(w, p) for w, p, text in found if _NUMBER.search(text.splitlines()[0].split(" : ", 1)[1])
+                and not re.search(r"\[[^\]\s][^\]]*\]", text)]
+    assert not unitless, unitless
+
+
 def test_no_control_characters_in_the_sources():
     # a math block written through a non-raw string turns \t, \f, \b, \r into control
     # characters ("\tau" -> tab + "au"): none may reach a source file of the package

@@ -328,16 +328,16 @@ def test_interleaved_ep_overlap_warm_up_and_cool_down_run_alone():
     # 2 (p - 1) + (v - 1) g forwards, one more under overlap_moe_expert_parallel_comm, at most
     # m v; its cool-down as many backwards; each a model chunk of L_moe / (p v) MoE layers
     from memsym.timing.records import Overlap
-    from memsym.timing.step import _ep_alone_passes
+    from memsym.timing.makespan import ep_alone_passes
     x = shape_of(preset("deepseek-v3"))
     on = Overlap(ep_a2a=True)
-    got = float(_ep_alone_passes(x, on, 8, 2, 128, 8, 1.0))
+    got = float(ep_alone_passes(x, on, 8, 2, 128, 8, 1.0))
     assert got == pytest.approx((2 * 7 + 8 + 1) * x.L_moe / 16, rel=1e-12)
     # all in warm-up (m v = 16 < 23): every pass alone, the rank's L_moe / p layers for each of
     # the m = 8 micro-batches
-    assert float(_ep_alone_passes(x, on, 8, 2, 8, 8, 1.0)) == pytest.approx(8 * x.L_moe / 8)
-    assert float(_ep_alone_passes(x, on, 1, 1, 64, 1, 1.0)) == pytest.approx(x.L_moe)
-    assert float(_ep_alone_passes(x, Overlap(), 8, 2, 128, 8, 1.0)) == 0.0
+    assert float(ep_alone_passes(x, on, 8, 2, 8, 8, 1.0)) == pytest.approx(8 * x.L_moe / 8)
+    assert float(ep_alone_passes(x, on, 1, 1, 64, 1, 1.0)) == pytest.approx(x.L_moe)
+    assert float(ep_alone_passes(x, Overlap(), 8, 2, 128, 8, 1.0)) == 0.0
 
 
 def test_moe_layer_takes_at_least_the_host_time_each_way(monkeypatch):

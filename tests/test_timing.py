@@ -15,7 +15,8 @@ from memsym.model.architecture import Architecture
 from memsym.terms.schedule import stage_microbatches
 from memsym.timing import collectives, efficiency, schedule
 from memsym.timing.gemm import layer_gemms, shape_of
-from memsym.timing.step import Overlap, Settings, layer_time, step_time_grid
+from memsym.timing.layer import layer_time
+from memsym.timing.step import Overlap, Settings, step_time_grid
 from tools import time_accuracy
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -591,7 +592,7 @@ def test_tp_comm_overlap_runs_as_transformer_engines_userbuffers():
 
     from memsym.timing.efficiency import gemm_time
     from memsym.timing.gemm import layer_gemms, shape_of
-    from memsym.timing.step import layer_time
+    from memsym.timing.layer import layer_time
 
     x, dev, clu = shape_of(preset("llama3-70b")), gpu("h100-80gb"), cluster("dgx-h100")
     few = dataclasses.replace(dev, sm_count=116, bf16=dev.bf16 * 116 / 132,

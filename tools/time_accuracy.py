@@ -39,8 +39,8 @@ from memsym.readers.jobs import torchtitan_positions  # noqa: E402
 from memsym.timing import efficiency, moe_host  # noqa: E402
 from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
 from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
-from memsym.timing.step import (Overlap, Settings, layer_time, overlap_of,  # noqa: E402
-                                step_time_grid)
+from memsym.timing.layer import layer_time  # noqa: E402
+from memsym.timing.step import Overlap, Settings, overlap_of, step_time_grid  # noqa: E402
 from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 from tools.time_scaling import scaling_lines  # noqa: E402
 

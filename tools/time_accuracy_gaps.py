@@ -26,7 +26,7 @@ KNOWN_GAPS = (
     "  `moe_act` recompute (the rerun of the pre-MLP norm, clamp and GLU,",
     "  `memsym.timing.recompute`) and the first forward and last backward, whose",
     "  all-to-all the GB200 recipe's EP overlap cannot hide (combined_1f1b.py runs them",
-    "  alone, `memsym.timing.step`).  Not priced, each a few per cent at most with",
+    "  alone, `memsym.timing.makespan`).  Not priced, each a few per cent at most with",
     "  memsym's own rates: head dimension 64 (cuDNN's backward about 0.84 of",
     "  its head-dimension-128 rate, FlashAttention-3 paper Fig. 6: +2 %), and the",
     "  128-token sliding window",

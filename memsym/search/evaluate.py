@@ -20,7 +20,8 @@ from .grid import choice_knobs, grid_knobs, splits_of, with_split
 from .templates import (allowance_function, call_stage, check_stages,
                         save_stage_tables, stage_count_floats, stage_function, stage_template)
 from ..frameworks import FRAMEWORK
-from ..timing.step import Settings, most_layers_per_rank, overlap_of, step_time_grid
+from ..timing.pipeline import most_layers_per_rank
+from ..timing.step import Settings, overlap_of, step_time_grid
 from ..job import Training
 
 

@@ -245,7 +245,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
     eta_gemm : float, optional
         Override: a fixed achieved math-side GEMM efficiency in (0, 1] [1].
     count : int or array_like
-        How many such GEMMs.
+        How many such GEMMs [GEMMs].
 
     Returns
     -------

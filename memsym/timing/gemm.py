@@ -214,7 +214,7 @@ class Gemm:
     M, N, K : array_like
         GEMM dimensions [elements] (``N`` a GEMM dimension, not a parameter count).
     count : int or array_like
-        How many such GEMMs (the local experts).
+        How many such GEMMs (the local experts) [GEMMs].
     eager : tuple of str
         Element-wise passes Megatron-core runs on this GEMM's output in eager PyTorch, outside
         any fused kernel: ``"bias"`` (the routed experts' fc2 bias,

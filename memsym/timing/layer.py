@@ -80,15 +80,31 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
        + t'_{tp} + t'_{ep} + t'_{cp} \;(+\,t_{fwd} \text{ recomputed})
     (dict entries ``gemm`` ... ``cp``; the collectives' seconds the overlap leaves exposed).
 
-    ``raw``, when given, receives for ``tp``, ``ep`` and ``cp`` the layer's collectives as
-    issued, before any overlap hides them: ``(forward s, backward s, forward bytes, backward
-    bytes)`` (bytes one GPU sends, :func:`memsym.timing.collectives.collective_bytes`), the
-    backward including a fully recomputed forward's.  Under Transformer Engine's userbuffers
-    they are the plain collectives the overlap replaces.
-
-    A hybrid's layer is one kind (``mixer``: ``"attention"``, ``"mamba"`` or ``"none"``;
-    ``mlp``: an MLP or MoE block, ``moe`` which): its ``"attention"`` part is the token
-    mixer's core, the attention or the Mamba-2 SSD scan (:func:`_ssd`).
+    Parameters
+    ----------
+    x : memsym.timing.gemm.Shape
+        The model's shape.
+    st : Settings
+        What the step does beyond the layout.
+    dev, clu : GPU, Cluster
+        The GPU and the interconnect.
+    t, c, e, t_e, dp : array_like
+        Tensor-, context-, expert-, expert-tensor- and data-parallel sizes [GPUs].
+    b : array_like
+        Micro-batch size [sequences].
+    moe, mlp : bool
+        The layer's MLP block is an MoE block; the layer has an MLP or MoE block at all.
+    eta_gemm : float or None
+        A fixed achieved GEMM efficiency in (0, 1] [1] (None: the efficiency curve).
+    overlap : Overlap
+        Which communication hides behind compute.
+    raw : dict, optional
+        Receives for ``tp``, ``ep`` and ``cp`` the collectives as issued, before overlap:
+        ``(forward [s], backward [s], forward [bytes], backward [bytes])`` (one GPU sends,
+        the backward with a recomputed forward's; under userbuffers the plain collectives).
+    mixer : {"attention", "mamba", "none"}
+        A hybrid's token mixer: the ``"attention"`` part is its core, the attention or the
+        Mamba-2 SSD scan (:func:`_ssd`).
 
     Examples
     --------
@@ -109,35 +125,11 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     ----------
     .. [narayanan] arXiv:2104.04473 §5.1 (the backward pass: twice the forward's FLOPs).
     """
-    s = st.seq_length
-    prec = st.precision
     moe = moe and mlp
-    gemms = layer_gemms(x, s, b, t, c, e, t_e, moe=moe, mixer=mixer, mlp=mlp)
-    # experts as TE's grouped GEMM, the router in the input dtype (memsym.timing.moe)
-    f_gemm = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm) for q in gemms)
-    # backward: data gradient [M,N]x[N,K] and weight gradient [K,M]x[M,N]
-    b_gemm = sum(gemm_seconds(q, "dgrad", dev, prec, eta_gemm=eta_gemm)
-                 + gemm_seconds(q, "wgrad", dev, prec, eta_gemm=eta_gemm) for q in gemms)
-    if mixer == "attention":
-        f_att, b_att = _attention(x, st, dev, t, c, b, eta_gemm)
-    elif mixer == "mamba":
-        f_att, b_att = _ssd(x, st, dev, t, c, b, eta_gemm)
-    else:
-        f_att = b_att = 0.0 * as_array(t)
-    mem = memory_time(memory_bytes(x, s, b, t, c, e, t_e, moe=moe,
-                                   sequence_parallel=st.sequence_parallel,
-                                   flash=st.flash_attention, dropout=st.dropout,
-                                   mixer=mixer, mlp=mlp), dev)
-    # backward of an elementwise op reads its saved input and the incoming gradient and writes
-    # one gradient (norm, activation, softmax: 3 tensors to the forward's 2; dropout and
-    # residual pass the gradient through): about 1.5 x the forward bytes (memsym's count)
-    f_mem, b_mem = mem, BACKWARD_MEMORY * mem
-    if prec in ("fp8", "fp4"):
-        # Transformer Engine's casts of each quantized GEMM's input and output gradient
-        # (memsym.timing.quantize)
-        f_q, b_q = cast_bytes(gemms, fp8_element_bytes(st))
-        f_mem, b_mem = f_mem + memory_time(f_q, dev), b_mem + memory_time(b_q, dev)
-    T = as_array(b) * s / as_array(c)     # tokens of one micro-batch on one CP rank
+    gemms = layer_gemms(x, st.seq_length, b, t, c, e, t_e, moe=moe, mixer=mixer, mlp=mlp)
+    f_gemm, b_gemm, f_att, b_att, f_mem, b_mem = _compute(x, st, dev, gemms, (t, c, e, t_e, b),
+                                                          eta_gemm, moe=moe, mixer=mixer, mlp=mlp)
+    T = as_array(b) * st.seq_length / as_array(c)     # tokens of one micro-batch on one CP rank
     f_gemm, b_gemm, f_tp, b_tp, tp_raw = _tensor_parallel(
         x, st, gemms, dev, clu, t, c, dp, T, moe=moe, eta_gemm=eta_gemm, overlap=overlap,
         f_gemm=f_gemm, b_gemm=b_gemm, blocks=((mixer != "none") + (mlp and not moe)))
@@ -169,6 +161,39 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
         if moe:     # the GPU seconds before the host floor (forward, backward)
             raw["gpu"] = gpu
     return fwd, bwd
+
+
+def _compute(x, st: Settings, dev, gemms, knobs, eta_gemm, *, moe: bool, mixer: str, mlp: bool):
+    """One layer's GEMM, attention-core (or SSD scan) and memory-bound seconds, forward and
+    backward, before any communication (``knobs``: t, c, e, t_e, b)."""
+    t, c, e, t_e, b = knobs
+    s = st.seq_length
+    prec = st.precision
+    # experts as TE's grouped GEMM, the router in the input dtype (memsym.timing.moe)
+    f_gemm = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm) for q in gemms)
+    # backward: data gradient [M,N]x[N,K] and weight gradient [K,M]x[M,N]
+    b_gemm = sum(gemm_seconds(q, "dgrad", dev, prec, eta_gemm=eta_gemm)
+                 + gemm_seconds(q, "wgrad", dev, prec, eta_gemm=eta_gemm) for q in gemms)
+    if mixer == "attention":
+        f_att, b_att = _attention(x, st, dev, t, c, b, eta_gemm)
+    elif mixer == "mamba":
+        f_att, b_att = _ssd(x, st, dev, t, c, b, eta_gemm)
+    else:
+        f_att = b_att = 0.0 * as_array(t)
+    mem = memory_time(memory_bytes(x, s, b, t, c, e, t_e, moe=moe,
+                                   sequence_parallel=st.sequence_parallel,
+                                   flash=st.flash_attention, dropout=st.dropout,
+                                   mixer=mixer, mlp=mlp), dev)
+    # backward of an elementwise op reads its saved input and the incoming gradient and writes
+    # one gradient (norm, activation, softmax: 3 tensors to the forward's 2; dropout and
+    # residual pass the gradient through): about 1.5 x the forward bytes (memsym's count)
+    f_mem, b_mem = mem, BACKWARD_MEMORY * mem
+    if prec in ("fp8", "fp4"):
+        # Transformer Engine's casts of each quantized GEMM's input and output gradient
+        # (memsym.timing.quantize)
+        f_q, b_q = cast_bytes(gemms, fp8_element_bytes(st))
+        f_mem, b_mem = f_mem + memory_time(f_q, dev), b_mem + memory_time(b_q, dev)
+    return f_gemm, b_gemm, f_att, b_att, f_mem, b_mem
 
 
 def _attention(x, st: Settings, dev, t, c, b, eta_gemm):

@@ -268,19 +268,21 @@ def dispatch_bytes(tokens, sent, received, h, E, local, *, width: int = 2):
 def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None):
     r"""HBM bytes of FP8-quantising the routed rows entering the grouped fc1 GEMM [bytes].
 
-    Under FP8, TE's ``GroupedLinear`` casts its input itself, one split per expert
-    (transformer_engine/pytorch/module/grouped_linear.py, ``_GroupedLinear.forward``:
-    ``inputmats = tex.split_quantize(inp_view, m_splits, input_quantizers)``): it reads the
-    bf16 rows (2 bytes an element) and writes the FP8 row-wise copy for the forward GEMM and the
-    column-wise one the weight gradient reads (1 + 1).  A dense layer's fc1 gets its input
-    already quantised from the fused norm (``TELayerNormColumnParallelLinear``), so this cast is
-    the MoE layer's own; the other casts (fc2's input, the gradients) have dense counterparts
-    memsym does not price either.  Current scaling's amax pre-pass over the input (one more
-    2-byte read) is not counted.  MXFP8 (``fp8_recipe="mxfp8"``) writes each copy's E8M0
-    scales as well, one byte per 32 elements (``MXFP8Quantizer.get_scale_shape``):
-    :math:`4 R h + 2 R h / 32`.
+    .. math:: 4\,R\,h \;(\text{MXFP8: } + 2 R h / 32)
 
-    .. math:: 4\,R\,h
+    TE's ``GroupedLinear`` (grouped_linear.py ``_GroupedLinear.forward``: ``split_quantize``,
+    one split per expert) reads the bf16 rows (2 bytes), writes the FP8 row-wise and
+    column-wise copies (1 + 1; MXFP8: a scale byte per 32 elements each); a dense fc1's input
+    comes quantised from the fused norm.  Current scaling's amax pre-pass is not counted.
+
+    Parameters
+    ----------
+    rows : array_like
+        Routed rows R entering the grouped GEMM [rows].
+    k_dim : float
+        Their width h [elements].
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8", "nvfp4"}
+        The quantization recipe (``"nvfp4"``: precision fp4).
 
     Examples
     --------

@@ -87,6 +87,13 @@ def heaviest_middle(chunks, middle):
     of ``chunks`` (``chunks[r][j]``: decoder layers of chunk j of rank r) where given (three
     ranks or more), else ``middle`` (the middle ranks are equal).
 
+    Parameters
+    ----------
+    chunks : tuple of tuple of int or None
+        Decoder layers of chunk j of rank r, ``chunks[r][j]`` [layers].
+    middle : array_like
+        The middle ranks' (mean) decoder layers [layers].
+
     Examples
     --------
     >>> # hand: middle ranks hold 6 and 10 layers, the heavier 10
@@ -236,6 +243,18 @@ def stage_times(st: Settings, layers: tuple, layer_f, layer_b, emb, out_f, out_b
         \tau^{\text{bwd}} = n\,t^{\text{bwd}}_{\text{layer}}
         + [\text{out}]\,t^{\text{bwd}}_{\text{out}}
 
+    Parameters
+    ----------
+    st : Settings
+        The run's settings (``output_first``: the V placement).
+    layers : tuple of array_like
+        Decoder layers n of the first, middle (mean), last (and heaviest middle) stages
+        [layers].
+    layer_f, layer_b : array_like
+        One decoder layer's forward and backward [s].
+    emb, out_f, out_b : array_like
+        The embedding's, the output layer's forward and backward seconds [s].
+
     Examples
     --------
     >>> # hand: last stage 1 layer: forward 1*1.0 + 0.25, backward 1*2.0 + 0.5
@@ -270,6 +289,19 @@ def busiest_stage(st: Settings, tau: dict, p, p2p_exposed, out_f, out_b) -> tupl
     (``tau["middle"]``), the slowest is the heaviest one (``tau["middle_max"]`` where
     :func:`stage_times` has it).
 
+    Parameters
+    ----------
+    st : Settings
+        The run's settings (``output_first``: the V placement).
+    tau : dict
+        Each stage's (forward, backward) seconds [s] (:func:`stage_times`).
+    p : array_like
+        Pipeline-parallel size [GPUs].
+    p2p_exposed : array_like
+        Exposed PP p2p seconds per direction and stage-microbatch [s].
+    out_f, out_b : array_like
+        The output layer's forward and backward seconds [s].
+
     Examples
     --------
     >>> # hand: stages 3, 6, 6, 3 s: slowest 6, sum 3 + 3 + 2 * 6 = 18
@@ -302,6 +334,13 @@ def bubble_in_stages(st: Settings, p, m, v) -> tuple:
     one schedule per distinct (p, m, v, backward/forward ratio :math:`2 + r`, r the full
     recompute fraction); 1F1B gives :math:`p - 1`, the interleaved schedule
     :math:`(p - 1)/v`.  ``launchable``: Megatron's interleaving rule (GPipe has none).
+
+    Parameters
+    ----------
+    st : Settings
+        The schedule, the micro-batch group size and the full recompute fraction.
+    p, m, v : numpy.ndarray
+        Pipeline-parallel size [GPUs], micro-batches [1] and model chunks per rank [1].
 
     Examples
     --------
@@ -421,6 +460,21 @@ def simulated_pipeline(st: Settings, pipeline, tau: dict, p2p_exposed, p, m, v, 
     the first, middle and last stages of ``tau`` plus the exposed p2p, or each chunk's own
     (``chunk_tau`` from :func:`chunk_times`); ``pipeline`` as given where p = 1.  Equal
     stages under 1F1B: :math:`(m + p - 1)(f + b)`.
+
+    Parameters
+    ----------
+    st : Settings
+        The schedule and the micro-batch group size.
+    pipeline : array_like
+        The closed form's pipeline seconds, kept where p = 1 [s].
+    tau : dict
+        Each stage's (forward, backward) seconds [s] (:func:`stage_times`).
+    p2p_exposed : array_like
+        Exposed PP p2p seconds per direction and stage-microbatch [s].
+    p, m, v : array_like
+        Pipeline-parallel size [GPUs], micro-batches [1] and model chunks per rank [1].
+    chunk_tau : tuple, optional
+        Each chunk's (forward, backward) seconds [s] (:func:`chunk_times`).
 
     Examples
     --------

@@ -93,10 +93,10 @@ class Settings:
     distributed_optimizer : bool
         Gradient reduce-scatter + parameter all-gather (else an all-reduce).
     grad_bytes : int
-        Bytes per gradient element reduced (Megatron: fp32 main grads, 4; 2 with
+        Bytes per gradient element reduced [bytes] (Megatron: fp32 main grads, 4; 2 with
         ``--grad-reduce-in-bf16``).
     group_size : int or None
-        ``microbatch_group_size_per_vp_stage`` (None = p).
+        ``microbatch_group_size_per_vp_stage`` [micro-batches] (None = p).
     torch_rounds : bool
         torch's interleaved schedules (torchtitan): the warm-up runs rounds of
         ``m // max(1, m // p)`` micro-batches (:func:`memsym.terms.schedule.torch_round_size`)
@@ -179,7 +179,23 @@ class StepTime:
     ``communication`` holds, per group (tp, cp, pp, dp, ep), ``bytes`` (what one GPU sends in
     the step), ``seconds`` (its collectives as issued, before overlap), ``exposed_seconds``
     (the step's part of that group) and ``link`` (``"intra"`` / ``"inter"``): the one
-    communication model both the step time and the estimate's report use."""
+    communication model both the step time and the estimate's report use.
+
+    Attributes
+    ----------
+    total : float
+        The step [s].
+    parts : dict
+        Its breakdown [s] (:func:`memsym.timing.step.step_time_grid`'s parts).
+    bubble : float
+        The pipeline's idle seconds [s].
+    mfu : float or None
+        Model FLOPs utilisation [1] (None without FLOPs per token).
+    assumptions : dict
+        What the step assumed (overlap, micro-batches, settings, sources).
+    communication : dict
+        Per group its bytes [bytes], seconds [s], exposed seconds [s] and link.
+    """
 
     total: float
     parts: dict

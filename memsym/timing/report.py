@@ -53,46 +53,45 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         ``d_h`` for CP; ``k``, ``L_m`` for EP), the layout (``t``, ``p``, ``d``, ``c``,
         ``e``, ``v``), ``b`` and ``m``; optional ``b_c`` (default 2), ``b_g`` / ``b_hp``
         (default from the sharding's byte widths), ``eta``, ``omega``.
-    cluster : str or Cluster, optional
-        A preset (:func:`memsym.hardware.cluster`); or ``gpu`` with the bandwidth keywords.
+    cluster, gpu : str or Cluster, str or GPU, optional
+        A cluster preset (:func:`memsym.hardware.cluster`), or a GPU to build one around.
+    gpus_per_node : int, optional
+        GPUs of one node [GPUs] (default the cluster's, 8 around ``gpu``).
+    intra_node_bandwidth, inter_node_bandwidth : float, optional
+        Each link's bandwidth per direction [B/s] (default the cluster's).
     precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
-        Byte widths (:func:`memsym.terms.model_state.byte_widths`) and the peak
-        (:meth:`memsym.hardware.GPU.peak`; fp32 is priced at the TF32 tensor-core peak, which
-        ``assumptions["peak_note"]`` says).
-    efficiency : number, optional
-        :math:`\\eta`; default ``values["eta"]`` or :data:`DEFAULT_EFFICIENCY` (1/2) for the
-        closed form; with ``arch`` the explicit achieved-GEMM-efficiency override (None: the
-        calibrated model of :mod:`memsym.timing.efficiency`).
+        Byte widths (:func:`memsym.terms.model_state.byte_widths`) and the peak (fp32: the
+        TF32 tensor-core peak, which ``assumptions["peak_note"]`` says).
+    sharding : str or None
+        The data-parallel scheme (:data:`memsym.terms.model_state.SCHEMES`); None: no DP.
+    recompute, overlap, formula : str
+        The closed forms' options: {"none", "selective", "full"}, {"none", "full",
+        "fraction"}, {"memsym", "korthikanti", "6n"} (:func:`step_time`).
+    context : {"ring", "all-gather", "ulysses"} or None
+        The CP variant (default ring where c > 1).
+    sequence_parallel, expert, interleaved, scatter_gather, pipelined_fsdp : bool
+        Megatron SP; the EP term (also where e > 1); the interleaved schedule; Narayanan's
+        scatter/gather PP sends; FSDP2 under ``torch.distributed.pipelining`` (one
+        all-gather and reduce-scatter per step) (:func:`memsym.terms.communication.
+        communication_per_step`).
+    efficiency : float, optional
+        :math:`\\eta` [1]; default ``values["eta"]`` or :data:`DEFAULT_EFFICIENCY` (1/2); with
+        ``arch`` the achieved-GEMM-efficiency override (None: :mod:`memsym.timing.efficiency`).
     dp_params : int, optional
-        Parameters whose gradients the data-parallel group reduces, before the :math:`p\\,t`
-        split (default ``values["N"]``).  ``N`` prices the FLOPs, which for a mixture of
-        experts follow the *active* parameters; every expert's gradients are reduced, so pass
-        the total count there (Mixtral 8x7B: 46.7e9 total against 12.9e9 active).
-    pipelined_fsdp : bool
-        FSDP2 stages under ``torch.distributed.pipelining`` (torchtitan with PP): the DP
-        traffic is one all-gather and one reduce-scatter per step
-        (:func:`memsym.terms.communication.communication_per_step`).
+        Parameters whose gradients the DP group reduces, before the :math:`p\\,t` split
+        [parameters] (default ``values["N"]``, which prices the FLOPs: for a mixture of
+        experts pass the total, Mixtral 8x7B 46.7e9 against 12.9e9 active).
     arch, layout, training : optional
-        A resolved architecture with its :class:`memsym.training.Layout` and
-        :class:`memsym.training.Training`: then the step time, the bubble and the MFU are
-        predicted by :func:`memsym.timing.step.step_time` (GEMMs after the splits on the
-        GPU's efficiency curve, collectives with overlap, Megatron's exact schedule; the
-        breakdown in ``step_time_parts_s``), ``efficiency`` being the explicit achieved GEMM
-        efficiency override (None: predicted), and ``communication`` is the step time's own
-        (:attr:`memsym.timing.step.StepTime.communication`: bytes, seconds before overlap,
-        ``exposed_seconds``, link); without them, the closed form :func:`step_time` at
-        ``efficiency`` and the closed-form traffic of
-        :mod:`memsym.terms.communication`.
+        A resolved architecture, :class:`memsym.training.Layout` and
+        :class:`memsym.training.Training`: the step time, bubble and MFU then come from
+        :func:`memsym.timing.step.step_time` (breakdown in ``step_time_parts_s``; its
+        ``communication``: bytes, seconds before overlap, ``exposed_seconds``, link);
+        without them, the closed forms :func:`step_time` and :mod:`memsym.terms.communication`.
     mfu_flops : {"gemm", "6n"}
-        The MFU numerator with ``arch``: ``"gemm"`` the model FLOPs counted from the GEMM
-        shapes and causal attention (:func:`memsym.timing.gemm.forward_flops_per_token`
-        x 3, as Meta and docs/time-accuracy.md count them), ``"6n"`` the 6N-per-token
-        convention of :func:`flops_per_iteration`.
+        The MFU numerator with ``arch``: the GEMM shapes' and causal attention's FLOPs
+        (:func:`memsym.timing.gemm.forward_flops_per_token` x 3) or 6N per token.
     m : int, optional
-        Micro-batches per step and pipeline [1] with ``arch``: the job's ``m`` (default: from
-        ``training``).
-    Other keywords as :func:`memsym.terms.communication.communication_per_step` and
-    :func:`step_time`.
+        Micro-batches per step and pipeline [1] with ``arch`` (default: from ``training``).
 
     Returns
     -------
@@ -116,6 +115,14 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
     ----------
     .. [narayanan] arXiv:2104.04473 §5.1 (model FLOPs and MFU).
     """
+    return _report(**locals())     # every argument as given
+
+
+def _report(values: dict, *, cluster, gpu, precision, sharding, recompute, sequence_parallel,
+            context, expert, interleaved, scatter_gather, overlap, efficiency, formula,
+            gpus_per_node, intra_node_bandwidth, inter_node_bandwidth, dp_params, arch, layout,
+            training, mfu_flops, pipelined_fsdp, m) -> dict:
+    """:func:`step_report`'s work, its keywords all given."""
     vals, clu, precision_key = _inputs(values, precision, sharding, cluster, gpu, efficiency,
                                        gpus_per_node, intra_node_bandwidth, inter_node_bandwidth)
     context, expert = _parallel_kinds(vals, context, expert)

@@ -24,8 +24,6 @@ References
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..errors import InvalidValueError, choose
@@ -33,25 +31,20 @@ from ..frameworks import framework
 from ..hardware import Cluster, cluster_for, gpu as _gpu
 from ..term import Source
 from . import data_parallel
-from .collectives import collective_time, group_bandwidth
-from .data_parallel import OPTIMIZER_BYTES, data_parallel_sync, parameters_per_gpu
-from .moe_host import floored_growth
-from .records import Overlap, Settings, StepTime
+from .data_parallel import data_parallel_sync, parameters_per_gpu
 from .gemm import shape_of
-from .layer import (BACKWARD_MEMORY, FLASH_BACKWARD, FLASH_FORWARD, UB_COMM_SMS,  # noqa: F401
-                    UB_PIPELINE_SPLITS, as_array, layer_time)
-from .pipeline import (bubble_in_stages, busiest_stage, chunk_times, end_layers, heaviest_middle,
-                       most_layers_per_rank, simulated_pipeline, stage_layers, stage_times)
+from .layer import as_array
+from .makespan import pipeline_parts
+from .mean_layer import layer_parts, mean_layer
+from .pipeline import most_layers_per_rank
+from .records import Overlap, Settings, StepTime
 from ..job import canonical, dropout_kept, recompute_modules_of
 from ..vocabulary import FP8_RECIPES
 from ..vocabulary import MOE_DISPATCHERS, RECOMPUTE_MODULES
 from ..training import microbatches
-from ..numeric import unique_rows
 
 __all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
-           "most_layers_per_rank",
-           "OPTIMIZER_BYTES", "SOURCES",
-           "FLASH_FORWARD", "FLASH_BACKWARD"]
+           "SOURCES"]
 
 #: Where each part of the breakdown comes from (keys of memsym/references.toml).
 SOURCES = {
@@ -91,41 +84,35 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     with :math:`\tau_r` stage r's forward + backward of one micro-batch (its layers, end layers
     and exposed TP/EP/CP/PP traffic) and :math:`\beta` the exact bubble in stage units
     (:func:`memsym.timing.pipeline.bubble_in_stages`; (p - 1)/v in the closed form).
-    Returns a dict of arrays: ``step``; the parts ``compute``, ``bubble``, ``tp``, ``ep``, ``cp``,
-    ``pp``, ``dp``, ``optimizer``, ``memory`` [s] (of the busiest stage, communication exposed);
-    ``launchable`` (False where Megatron's interleaving rule refuses the layout, still priced).
+    Returns a dict of arrays: ``step``; its parts [s] (``compute``, ``memory``, exposed ``tp``,
+    ``ep``, ``cp``, ``pp`` of the busiest stage, ``bubble``, ``dp``, ``optimizer``); ``launchable``
+    (False where Megatron's interleaving rule refuses the layout, still priced).
 
     Parameters
     ----------
-    arch : memsym.model.Architecture
-        The model.
-    gpu_name : str or GPU
-        The GPU (:mod:`memsym.hardware`).
-    t, p, d, c, e : array_like
-        Tensor-, pipeline-, data-, context- and expert-parallel sizes [GPUs].
-    t_e, v : array_like
-        Expert tensor-parallel size [GPUs] (default t); model chunks per pipeline rank [1].
+    arch, gpu_name : memsym.model.Architecture, str or GPU
+        The model; the GPU (:mod:`memsym.hardware`).
+    t, p, d, c, e, t_e : array_like
+        Tensor-, pipeline-, data-, context-, expert- and expert-tensor-parallel (default t)
+        sizes [GPUs].
     b : array_like, optional
         Micro-batch size [sequences] (default ``settings.micro_batch_size``).
-    m : array_like
-        Micro-batches per step [1].
-    settings : Settings
-        What the step does beyond the layout.
+    v, m : array_like
+        Model chunks per pipeline rank and micro-batches per step [1].
+    settings, overlap : Settings, Overlap
+        What the step does beyond the layout; which communication hides behind compute.
     cluster : Cluster, optional
         The interconnect (default: the GPU's usual cluster).
-    overlap : Overlap
-        Which communication hides behind compute.
     eta_gemm : float, optional
         A fixed achieved GEMM efficiency in (0, 1] [1] replacing the efficiency curve.
     first_stage_layers, last_stage_layers : int, optional
-        Uneven pipeline: decoder layers on the first / last stage [1].
+        Uneven pipeline: decoder layers on the first / last stage [layers].
     exact_schedule : bool
         The first two terms as the simulated makespan (:func:`.pipeline.simulated_pipeline`).
     communication : bool
         Also return, per group ``g`` of tp, ep, cp, pp, dp, ``comm_g_s`` (its collectives'
         seconds as issued in one step of the busiest stage, before overlap), ``comm_g_bytes``
-        (the bytes one GPU sends) and ``comm_g_intra`` (True where its ring stays on the
-        intra-node link, :attr:`memsym.hardware.Cluster.domain`).
+        (one GPU sends) and ``comm_g_intra`` (True where its ring stays intra-node).
     chunk_layers : tuple of tuple of int, optional
         One layout's decoder and MTP layers of chunk j of rank r, ``chunk_layers[r][j]`` [layers].
     mtp_layers : int
@@ -149,128 +136,28 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     _check_settings(st, overlap, dev)
     x, b = shape_of(arch), (st.micro_batch_size if b is None else b)
     t, p, d, c, e, v, b, m, t_e_ = _layout_knobs(t, p, d, c, e, v, b, m, t_e)
-    lf, lb, raw_layer, ep_alone, kind = _mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
-                                                    eta_gemm=eta_gemm, overlap=overlap)
-    out_f, out_b, emb = _output_ends(x, st, dev, b, t, c, eta_gemm, mtp_layers, kind)
-    msg, p2p, p2p_exposed = _pp_p2p(x, clu, overlap, b * st.seq_length / c, t, p, c, d, v)
-    stages, tau, chunk_tau = _stage_durations(st, x.L, p, v, first_stage_layers, last_stage_layers,
-                                              chunk_layers, lf, lb, (emb, out_f, out_b),
-                                              p2p_exposed, mtp_layers)
-    pipeline, bubble, launchable = _pipeline(st, tau, p2p_exposed, out_f, out_b, p, m, v,
-                                             exact_schedule, chunk_tau)
+    lf, lb, raw_layer, ep_alone, kind = mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
+                                                   eta_gemm=eta_gemm, overlap=overlap)
+    pp = pipeline_parts(x, st, dev, clu, overlap, (t, p, d, c, v, b, m), (lf, lb, ep_alone, kind),
+                        eta_gemm=eta_gemm, first=first_stage_layers, last=last_stage_layers,
+                        chunks=chunk_layers, mtp_layers=mtp_layers, exact_schedule=exact_schedule)
     # data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
-    dense_gpu, expert_gpu, layers_max, ends_gpu = parameters_per_gpu(x, st, p, t, e, t_e_, stages)
-    sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, tau["first"], pipeline,
-                              p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_, ends_gpu=ends_gpu)
-    group = p if st.group_size is None else st.group_size
-    edges = _ep_alone_passes(x, overlap, p, v, m, group, ep_alone)
-    step = pipeline + edges + sync["dp"] + sync["optimizer"]
+    dense_gpu, expert_gpu, layers_max, ends_gpu = parameters_per_gpu(x, st, p, t, e, t_e_,
+                                                                     pp["stages"])
+    sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, pp["tau"]["first"],
+                              pp["pipeline"], p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_,
+                              ends_gpu=ends_gpu)
+    step = pp["pipeline"] + pp["edges"] + sync["dp"] + sync["optimizer"]
     per_stage_mb = m * layers_max
-    out = {"step": step, "pipeline": pipeline + edges, "bubble": bubble,
-           **_layer_parts(lf, lb, per_stage_mb, edges), "pp": m * 2 * p2p_exposed,
-           "dp": sync["dp"], "optimizer": sync["optimizer"], "launchable": launchable}
+    out = {"step": step, "pipeline": pp["pipeline"] + pp["edges"], "bubble": pp["bubble"],
+           **layer_parts(lf, lb, per_stage_mb, pp["edges"]), "pp": m * 2 * pp["p2p_exposed"],
+           "dp": sync["dp"], "optimizer": sync["optimizer"], "launchable": pp["launchable"]}
     if communication:
         out.update(data_parallel.communication(
             st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e_, sync["ndp"],
-            sync["edp"], st.grad_bytes, dense_gpu, expert_gpu, p2p, msg,
+            sync["edp"], st.grad_bytes, dense_gpu, expert_gpu, pp["p2p"], pp["msg"],
             (sync["rs"], sync["ag"], sync["once"], sync["again"]), ends_gpu=ends_gpu))
     return out
-
-
-def _output_ends(x, st, dev, b, t, c, eta_gemm, mtp_layers, kind) -> tuple:
-    """:func:`memsym.timing.pipeline.end_layers`' output-layer forward and backward and
-    embedding [s], the output stage's MTP layers priced as the last decoder layer's kind
-    (``Shape.last_moe``): ``kind``, that kind's forward and backward seconds beyond the mean
-    layer's, which the stage's layer count prices them as [s]."""
-    out_f, out_b, emb = end_layers(x, st, dev, b, t, c, eta_gemm, mtp_layers)
-    return out_f + mtp_layers * kind[0], out_b + mtp_layers * kind[1], emb
-
-
-def _pipeline(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule: bool,
-              chunk_tau=None) -> tuple:
-    """The pipeline's seconds (m tau_max plus the bubble in stage units, or the simulated
-    schedule, with each chunk's own durations where ``chunk_tau`` gives them), its bubble [s]
-    and whether Megatron's interleaving rule lets it launch."""
-    tau_max, total_tau = busiest_stage(st, tau, p, p2p_exposed, out_f, out_b)
-    beta, launchable = bubble_in_stages(st, p, m, v)
-    others = np.where(p == 1, 0.0, (total_tau - tau_max) / np.maximum(p - 1, 1))
-    pipeline = m * tau_max + beta * others
-    if exact_schedule:
-        pipeline = simulated_pipeline(st, pipeline, tau, p2p_exposed, p, m, v, chunk_tau)
-    return pipeline, pipeline - m * tau_max, launchable
-
-
-def _stages(st, L, p, v, first, last, chunks, mtp=0) -> tuple:
-    """Decoder layers of the (first, middle (mean), last, heaviest middle) stages: of the
-    given first / last sizes plus the ``mtp`` MTP layers on the output stage (the last, the
-    first under the V placement; p = 1: the one stage), or of a one-layout ``chunk_layers``
-    (its p ranks of v chunks checked against the layout's p and v; its MTP layers its own)."""
-    if chunks is not None:
-        if np.size(p) != 1 or np.size(v) != 1 or len(chunks) != int(np.ravel(p)[0]) \
-                or any(len(row) != int(np.ravel(v)[0]) for row in chunks):
-            raise InvalidValueError("chunk_layers must give p ranks of v chunks of one layout")
-        # the layers the chunks run (the decoder's L, plus any MTP layers they count)
-        L, first, last = sum(map(sum, chunks)), sum(chunks[0]), sum(chunks[-1])
-    first, middle, last = stage_layers(L, p, first, last)
-    if mtp and chunks is None:
-        single = np.asarray(p) == 1
-        first = first + np.where(single | st.output_first, mtp, 0)
-        last = last + np.where(single | (not st.output_first), mtp, 0)
-    return first, middle, last, heaviest_middle(chunks, middle)
-
-
-def _stage_durations(st, L, p, v, first, last, chunks, lf: dict, lb: dict, ends,
-                     p2p_exposed, mtp=0) -> tuple:
-    """The stages' decoder layers (:func:`_stages`), their :func:`stage_times` and, where
-    ``chunks`` is given, each chunk's (:func:`chunk_times`); ``lf`` / ``lb``: the mean
-    decoder layer's forward / backward parts, ``ends``: the embedding, the output
-    layer's forward and backward [s]; ``mtp``: MTP layers on the output stage."""
-    stages = _stages(st, L, p, v, first, last, chunks, mtp)
-    layer_f, layer_b = sum(lf.values()), sum(lb.values())
-    tau = stage_times(st, stages, layer_f, layer_b, *ends)
-    chunk_tau = None if chunks is None else chunk_times(st, chunks, layer_f, layer_b,
-                                                         *ends, p2p_exposed)
-    return stages, tau, chunk_tau
-
-
-def _pp_p2p(x, clu, overlap, T, t, p, c, d, v) -> tuple:
-    """The PP p2p message [bytes], its seconds and its exposed seconds per stage-microbatch:
-    one [T, h] (/t under SP) bf16 message per chunk pass and direction."""
-    pbw, plat = group_bandwidth("pp", p, clu, t=t, c=c, d=d)
-    # /t: SP splits the sent tensor; without SP Megatron's scatter/gather optimisation
-    # (Narayanan §4.1) sends 1/t and all-gathers it over NVLink (not priced)
-    msg = 2 * T * x.h / t
-    p2p = np.where(p > 1, collective_time("p2p", msg, p, pbw, plat), 0.0)
-    hide_p2p = overlap.pp_p2p & (v > 1)
-    p2p_exposed = np.where(hide_p2p, 0.0, p2p) * v   # v chunk passes per stage-microbatch
-    return msg, p2p, p2p_exposed
-
-
-def _ep_alone_passes(x, overlap: Overlap, p, v, m, group, ep_alone):
-    """Seconds of one step's all-to-alls the EP overlap cannot hide beyond its steady state.
-
-    Megatron-core's combined 1F1B without pipelining (``overlap_moe_expert_parallel_comm``,
-    p = 1: ``combined_1f1b_schedule_for_no_pipelining`` in pipeline_parallel/combined_1f1b.py
-    at d98e8a64dd) runs the first micro-batch's forward and the last one's backward alone,
-    "no a2a overlapping": once per step every MoE layer's issued forward and backward
-    all-to-alls less their exposed part (``ep_alone``) [s].  Interleaved (p > 1), the first
-    rank's warm-up forwards and cool-down backwards run alone: ``2 (p - 1) + (v - 1) g + 1``
-    model-chunk passes each way (schedules.py ``get_pp_rank_microbatches``: one more warm-up
-    micro-batch under the overlap; g the micro-batch group size), at most m v, each through
-    L_moe / (p v) MoE layers."""
-    alone = np.minimum(2 * (p - 1) + (v - 1) * group + 1, m * v)
-    return x.L_moe * alone / (p * v) * ep_alone if overlap.ep_a2a else 0.0 * p
-
-
-def _layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0) -> dict:
-    """The step's parts spent in the busiest stage's layers [s]: compute (GEMMs and the
-    attention core), memory-bound work and the exposed TP, EP (plus ``ep_once``, the
-    all-to-alls exposed once per step) and CP communication."""
-    return {"compute": per_stage_mb * (lf["gemm"] + lb["gemm"] + lf["attention"] + lb["attention"]),
-            "memory": per_stage_mb * (lf["memory"] + lb["memory"]),
-            "tp": per_stage_mb * (lf["tp"] + lb["tp"]),
-            "ep": per_stage_mb * (lf["ep"] + lb["ep"]) + ep_once,
-            "cp": per_stage_mb * (lf["cp"] + lb["cp"])}
 
 
 def _check_settings(st, overlap, dev) -> None:
@@ -326,95 +213,6 @@ def _layout_knobs(t, p, d, c, e, v, b, m, t_e) -> tuple:
     return t, p, d, c, e, v, b, m, t_e_
 
 
-def _mean_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
-    """Forward and backward parts of the mean decoder layer (MoE layers spread evenly over
-    the stages, an assumption), its collectives as issued (:func:`layer_time`) and what an
-    MoE layer's all-to-alls add when nothing overlaps them: the issued forward and backward
-    EP seconds less the exposed ones [s] (0 without MoE), and the forward and backward
-    seconds a layer of the last layer's kind (an MTP layer's) takes beyond the mean [s].
-
-    A layer's time depends on the layout only through (t, c, e, t_e, b, d): a grid of many
-    layouts (a search's, where p, v and the stage split vary too) is priced once per distinct
-    combination and spread back (elementwise arithmetic: the same numbers to the last bit)."""
-    knobs = np.broadcast_arrays(t, c, e, t_e, b, d)
-    shape = knobs[0].shape
-    # settings given per row (a recompute fraction per layout) are priced row by row
-    per_row = any(isinstance(v, (np.ndarray, list)) and np.ndim(v)
-                  for v in (getattr(st, f.name) for f in dataclasses.fields(st)))
-    if not per_row and knobs[0].size > 64 and all(np.array_equal(k, np.floor(k)) for k in knobs) \
-            and all(np.all(k >= 0) for k in knobs):
-        uq, inv = unique_rows(*(k.ravel() for k in knobs))
-        if 2 * len(uq) <= knobs[0].size:
-            got = _mean_layer_of(x, st, dev, clu, *(uq[:, i].astype(float) for i in range(6)),
-                                 eta_gemm=eta_gemm, overlap=overlap)
-            return _spread(got, inv, shape)
-    return _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
-                          overlap=overlap)
-
-
-def _spread(value, inv, shape):
-    # the per-distinct-row values of _mean_layer back on every row (numbers stay numbers)
-    if isinstance(value, dict):
-        return {k: _spread(v, inv, shape) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_spread(v, inv, shape) for v in value)
-    return value[inv].reshape(shape) if np.ndim(value) else value
-
-
-def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
-    """:func:`_mean_layer` on every row as given."""
-    if x.kinds:
-        return _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
-                                  overlap=overlap)
-    lf, lb = {}, {}
-    ep_alone, kind = 0.0, (0.0, 0.0)
-    raw_dense, raw_moe = {}, {}
-    dense_f, dense_b = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=False, eta_gemm=eta_gemm,
-                                  overlap=overlap, dp=d, raw=raw_dense)
-    raw_layer = raw_dense
-    if x.L_moe:
-        moe_f, moe_b = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=True, eta_gemm=eta_gemm,
-                                  overlap=overlap, dp=d, raw=raw_moe)
-        share = x.L_moe / x.L   # MoE layers spread evenly over stages (assumption)
-        for key in dense_f:
-            lf[key] = (1 - share) * dense_f[key] + share * moe_f[key]
-            lb[key] = (1 - share) * dense_b[key] + share * moe_b[key]
-        raw_layer = {g: tuple((1 - share) * u + share * w for u, w in zip(raw_dense[g], raw_moe[g]))
-                     for g in raw_dense}
-        # what the all-to-alls the overlap hides add when they run alone, under the MoE
-        # layer's host floor (memsym.timing.moe_host)
-        ep_alone = (floored_growth(raw_moe["gpu"][0], raw_moe["ep"][0] - moe_f["ep"])
-                    + floored_growth(raw_moe["gpu"][1], raw_moe["ep"][1] - moe_b["ep"]))
-        last_f, last_b = (moe_f, moe_b) if x.last_moe else (dense_f, dense_b)
-        kind = (sum(last_f.values()) - sum(lf.values()), sum(last_b.values()) - sum(lb.values()))
-    else:
-        lf, lb = dense_f, dense_b
-    return lf, lb, raw_layer, ep_alone, kind
-
-
-def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
-    """:func:`_mean_layer_of` for a hybrid model: each layer kind of ``x.kinds`` priced alone
-    (:func:`layer_time` with its mixer and MLP), weighted by its share of the L layers (the
-    kinds spread evenly over the stages, an assumption); an MTP layer priced as the mean."""
-    lf, lb, raw_layer = {}, {}, {}
-    ep_alone = 0.0
-    for (mixer, ffn), n, _, _ in x.kinds:
-        raw = {}
-        f, bw = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=bool(ffn), eta_gemm=eta_gemm,
-                           overlap=overlap, dp=d, raw=raw, mixer=mixer, mlp=ffn is not None)
-        share = n / x.L
-        for key in f:
-            lf[key] = lf.get(key, 0.0) + share * f[key]
-            lb[key] = lb.get(key, 0.0) + share * bw[key]
-        for g in ("tp", "ep", "cp"):
-            raw_layer[g] = tuple(u + share * w for u, w in
-                                 zip(raw_layer.get(g, (0.0,) * 4), raw[g]))
-        if ffn:     # the MoE layers' all-to-alls alone (as _mean_layer_of)
-            ep_alone = (floored_growth(raw["gpu"][0], raw["ep"][0] - f["ep"])
-                        + floored_growth(raw["gpu"][1], raw["ep"][1] - bw["ep"]))
-    return lf, lb, raw_layer, ep_alone, (0.0, 0.0)
-
-
 def _recompute_fraction(arch, layout, training) -> float:
     # Megatron's --recompute-method block N reruns the first N layers of each model chunk;
     # torchtitan's layer SAC every N-th block of a rank (floor(n/N) of its n, the rank with
@@ -440,6 +238,11 @@ def overlap_of(training) -> Overlap:
     DeepSpeed's ``overlap_comm`` defaults to on for ZeRO-3 only.  The other switches keep
     :class:`Overlap`'s defaults (Megatron's own: ``overlap_p2p_comm`` with interleaving, the
     backward's async TP collectives, Transformer Engine's ring attention).
+
+    Parameters
+    ----------
+    training : memsym.training.Training
+        The training step (its framework, sharding and overlap switches).
 
     Examples
     --------

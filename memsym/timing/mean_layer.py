@@ -1,0 +1,203 @@
+r"""The mean decoder layer of a model: each layer kind priced once, weighted by its share.
+
+The step (:mod:`memsym.timing.step`) multiplies one layer's time by the layers of each
+pipeline stage.  A model whose layers differ (dense and MoE layers, a hybrid's Mamba-2,
+attention and MLP layers) is priced kind by kind (:func:`memsym.timing.layer.layer_time`)
+and the kinds weighted by their share of the L decoder layers, spread evenly over the stages
+(an assumption).  :func:`layer_parts` turns the mean layer into the busiest stage's parts of
+the step's breakdown.
+
+References
+----------
+.. [narayanan] arXiv:2104.04473 §2.2, §3.2.
+.. [megatron-lm] core/transformer/transformer_block.py (the decoder's layers, one after the
+   other, each a TransformerLayer of its own spec).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..numeric import unique_rows
+from .layer import layer_time
+from .moe_host import floored_growth
+from .records import Overlap, Settings
+
+__all__ = ["mean_layer", "layer_parts"]
+
+
+def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
+               overlap: Overlap) -> tuple:
+    r"""The mean decoder layer's forward and backward parts of one micro-batch [s].
+
+    .. math::
+
+        \bar t = \Bigl(1 - \frac{L_{moe}}{L}\Bigr) t_{dense} + \frac{L_{moe}}{L}\,t_{moe},
+        \qquad \Delta_{last} = t_{last} - \bar t
+
+    per part (``gemm``, ``attention``, ``memory``, ``tp``, ``ep``, ``cp``; a hybrid: every
+    kind of ``x.kinds`` weighted by its share n / L).  Returns ``(lf, lb, raw, ep_alone,
+    kind)``: the forward and backward parts (dicts of arrays [s]); the layer's collectives as
+    issued (:func:`memsym.timing.layer.layer_time`'s ``raw``); what an MoE layer's
+    all-to-alls add when nothing overlaps them, the issued forward and backward EP seconds
+    less the exposed ones under the host floor (:func:`memsym.timing.moe_host.floored_growth`)
+    [s] (0 without MoE); and ``kind`` :math:`\Delta_{last}`, the forward and backward seconds
+    a layer of the last layer's kind takes beyond the mean [s] ((0, 0) for a hybrid).
+
+    A layer's time depends on the layout only through (t, c, e, t_e, b, d): a grid of many
+    layouts (a search's, where p, v and the stage split vary too) is priced once per distinct
+    combination and spread back (elementwise arithmetic: the same numbers to the last bit).
+
+    Parameters
+    ----------
+    x : memsym.timing.gemm.Shape
+        The model's shape.
+    st : Settings
+        What the step does beyond the layout.
+    dev : GPU
+        The GPU.
+    clu : Cluster
+        The interconnect.
+    t, c, e, t_e, d : array_like
+        Tensor-, context-, expert-, expert-tensor- and data-parallel sizes [GPUs].
+    b : array_like
+        Micro-batch size [sequences].
+    eta_gemm : float or None
+        A fixed achieved GEMM efficiency in (0, 1] [1] (None: the efficiency curve).
+    overlap : Overlap
+        Which communication hides behind compute.
+
+    Examples
+    --------
+    A dense model's mean layer is its one layer: no MoE all-to-alls, no other kind.
+
+    >>> from memsym.hardware import cluster_for, gpu; from memsym.model import preset
+    >>> from memsym.timing.gemm import shape_of
+    >>> dev, one = gpu("h100"), np.array(1.0)
+    >>> lf, lb, raw, alone, kind = mean_layer(shape_of(preset("llama3-8b")),
+    ...     Settings(seq_length=4096), dev, cluster_for(dev.name), one, one, one, one, one, one,
+    ...     eta_gemm=0.5, overlap=Overlap())
+    >>> round(float(lf["gemm"]) * 1e3, 1), alone, kind   # layer_time's 3.6 ms
+    (3.6, 0.0, (0.0, 0.0))
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §3.2 (every stage runs its layers one after the other).
+    """
+    knobs = np.broadcast_arrays(t, c, e, t_e, b, d)
+    shape = knobs[0].shape
+    # settings given per row (a recompute fraction per layout) are priced row by row
+    per_row = any(isinstance(v, (np.ndarray, list)) and np.ndim(v)
+                  for v in (getattr(st, f.name) for f in dataclasses.fields(st)))
+    if not per_row and knobs[0].size > 64 and all(np.array_equal(k, np.floor(k)) for k in knobs) \
+            and all(np.all(k >= 0) for k in knobs):
+        uq, inv = unique_rows(*(k.ravel() for k in knobs))
+        if 2 * len(uq) <= knobs[0].size:
+            got = _mean_layer_of(x, st, dev, clu, *(uq[:, i].astype(float) for i in range(6)),
+                                 eta_gemm=eta_gemm, overlap=overlap)
+            return _spread(got, inv, shape)
+    return _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
+                          overlap=overlap)
+
+
+def _spread(value, inv, shape):
+    # the per-distinct-row values of mean_layer back on every row (numbers stay numbers)
+    if isinstance(value, dict):
+        return {k: _spread(v, inv, shape) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_spread(v, inv, shape) for v in value)
+    return value[inv].reshape(shape) if np.ndim(value) else value
+
+
+def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
+    """:func:`mean_layer` on every row as given."""
+    if x.kinds:
+        return _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
+                                  overlap=overlap)
+    lf, lb = {}, {}
+    ep_alone, kind = 0.0, (0.0, 0.0)
+    raw_dense, raw_moe = {}, {}
+    dense_f, dense_b = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=False, eta_gemm=eta_gemm,
+                                  overlap=overlap, dp=d, raw=raw_dense)
+    raw_layer = raw_dense
+    if x.L_moe:
+        moe_f, moe_b = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=True, eta_gemm=eta_gemm,
+                                  overlap=overlap, dp=d, raw=raw_moe)
+        share = x.L_moe / x.L   # MoE layers spread evenly over stages (assumption)
+        for key in dense_f:
+            lf[key] = (1 - share) * dense_f[key] + share * moe_f[key]
+            lb[key] = (1 - share) * dense_b[key] + share * moe_b[key]
+        raw_layer = {g: tuple((1 - share) * u + share * w for u, w in zip(raw_dense[g], raw_moe[g]))
+                     for g in raw_dense}
+        # what the all-to-alls the overlap hides add when they run alone, under the MoE
+        # layer's host floor (memsym.timing.moe_host)
+        ep_alone = (floored_growth(raw_moe["gpu"][0], raw_moe["ep"][0] - moe_f["ep"])
+                    + floored_growth(raw_moe["gpu"][1], raw_moe["ep"][1] - moe_b["ep"]))
+        last_f, last_b = (moe_f, moe_b) if x.last_moe else (dense_f, dense_b)
+        kind = (sum(last_f.values()) - sum(lf.values()), sum(last_b.values()) - sum(lb.values()))
+    else:
+        lf, lb = dense_f, dense_b
+    return lf, lb, raw_layer, ep_alone, kind
+
+
+def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
+    """:func:`_mean_layer_of` for a hybrid model: each layer kind of ``x.kinds`` priced alone
+    (:func:`layer_time` with its mixer and MLP), weighted by its share of the L layers (the
+    kinds spread evenly over the stages, an assumption); an MTP layer priced as the mean."""
+    lf, lb, raw_layer = {}, {}, {}
+    ep_alone = 0.0
+    for (mixer, ffn), n, _, _ in x.kinds:
+        raw = {}
+        f, bw = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=bool(ffn), eta_gemm=eta_gemm,
+                           overlap=overlap, dp=d, raw=raw, mixer=mixer, mlp=ffn is not None)
+        share = n / x.L
+        for key in f:
+            lf[key] = lf.get(key, 0.0) + share * f[key]
+            lb[key] = lb.get(key, 0.0) + share * bw[key]
+        for g in ("tp", "ep", "cp"):
+            raw_layer[g] = tuple(u + share * w for u, w in
+                                 zip(raw_layer.get(g, (0.0,) * 4), raw[g]))
+        if ffn:     # the MoE layers' all-to-alls alone (as _mean_layer_of)
+            ep_alone = (floored_growth(raw["gpu"][0], raw["ep"][0] - f["ep"])
+                        + floored_growth(raw["gpu"][1], raw["ep"][1] - bw["ep"]))
+    return lf, lb, raw_layer, ep_alone, (0.0, 0.0)
+
+
+def layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0) -> dict:
+    r"""The step's parts spent in the busiest stage's layers [s].
+
+    .. math:: t_{part} = m\,L_{max}\,(t^{fwd}_{part} + t^{bwd}_{part})
+
+    ``compute`` (GEMMs and the attention core), ``memory`` (memory-bound work) and the
+    exposed ``tp``, ``ep`` (plus ``ep_once``, the all-to-alls exposed once per step) and
+    ``cp`` communication.
+
+    Parameters
+    ----------
+    lf, lb : dict
+        The mean layer's forward and backward parts [s] (:func:`mean_layer`).
+    per_stage_mb : array_like
+        Layer passes of the busiest stage in one step, m L_max [layers].
+    ep_once : array_like
+        All-to-all seconds exposed once per step [s].
+
+    Examples
+    --------
+    8 micro-batches of 4 layers, each 1 ms of GEMMs forward and 2 ms backward: 32 x 3 ms.
+
+    >>> parts = dict(gemm=1e-3, attention=0.0, memory=0.0, tp=0.0, ep=0.0, cp=0.0)
+    >>> out = layer_parts(parts, {**parts, "gemm": 2e-3}, 8 * 4)
+    >>> round(out["compute"], 6), out["tp"]
+    (0.096, 0.0)
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §2.2 (the slowest stage runs all m micro-batches).
+    """
+    return {"compute": per_stage_mb * (lf["gemm"] + lb["gemm"] + lf["attention"] + lb["attention"]),
+            "memory": per_stage_mb * (lf["memory"] + lb["memory"]),
+            "tp": per_stage_mb * (lf["tp"] + lb["tp"]),
+            "ep": per_stage_mb * (lf["ep"] + lb["ep"]) + ep_once,
+            "cp": per_stage_mb * (lf["cp"] + lb["cp"])}
