@@ -31,14 +31,18 @@ def _mtp_depth_by_hand(s, h, V):
     """One MTP depth's work beside its decoder layer on one H100, t = c = b = 1, bf16 [s]:
     eh_proj [s, 2h] x [2h, h] forward, dgrad [s, h] x [h, 2h] and wgrad [2h, s] x [s, h];
     the embedding lookup + gradient scatter (4 s h bytes); the output layer [s, h] x [h, V]
-    forward (+ 6 bytes per fp32 logit) and its dgrad and wgrad (+ 10 bytes per logit)."""
+    forward (+ 6 bytes per fp32 logit) and its dgrad and wgrad (+ 10 bytes per logit);
+    enorm, hnorm and final_layernorm each reading and writing the bf16 [s, h] (4 s h bytes)
+    forward and 1.5 times that backward (MultiTokenPredictionLayer.__init__ :1157-1167,
+    :1247 at d98e8a64dd; memsym's backward memory ratio)."""
     dev = gpu("h100")
     eh = (gemm_time(s, h, 2 * h, dev) + gemm_time(s, 2 * h, h, dev)
           + gemm_time(2 * h, h, s, dev))
     emb = memory_time(4 * s * h, dev)
     out = (gemm_time(s, V, h, dev) + memory_time(6 * s * V, dev)
            + gemm_time(s, h, V, dev) + gemm_time(h, V, s, dev) + memory_time(10 * s * V, dev))
-    return eh + emb + out
+    norms = (1 + 1.5) * 3 * memory_time(4 * s * h, dev)
+    return eh + emb + out + norms
 
 
 @pytest.mark.parametrize("p", [1, 2])

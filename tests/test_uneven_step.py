@@ -229,11 +229,15 @@ def test_mtp_layer_runs_as_one_more_decoder_layer_on_its_stage():
     # and the MTP layer
     bridge = PipelineLayout.from_spec("Et*4|(tttt|)*14,tmL", 16)
     assert bridge.chunk_timed_layers(15) == (2,) and bridge.chunk_layers(15) == (1,)
-    # the job's step: a last rank of 16 decoder layers and the MTP layer is the busiest, its
-    # compute part 17 layers' against the 4 of the Bridge layout's busiest rank (the same
-    # mean layer, m micro-batches each)
+    # the job's step: a last rank of 16 decoder layers (and the MTP layer) is the busiest, its
+    # decoder layers' compute 16 mean layers' against the 4 of the Bridge layout's busiest
+    # rank (m micro-batches each); the MTP layer adds one layer of the last layer's kind, an
+    # MoE layer, dearer than the mean of DeepSeek-V3's 3 dense and 58 MoE layers
     kw = dict(p=16, d=1, e=1, seq_length=4096, global_batch_size=64, gpu="h100")
     four = job_step_time(job("deepseek-v3", pipeline_model_parallel_layout=bridge.text, **kw))
     heavy = job_step_time(job("deepseek-v3", pipeline_model_parallel_layout="Et*3|(ttt|)*14,t*16mL",
                               **kw))
-    assert heavy.parts["compute"] / four.parts["compute"] == pytest.approx(17 / 4, rel=1e-12)
+    plain = job_step_time(job("deepseek-v3", mtp_num_layers=0,
+                              pipeline_model_parallel_layout="Et*3|(ttt|)*14,t*16L", **kw))
+    assert plain.parts["compute"] / four.parts["compute"] == pytest.approx(16 / 4, rel=1e-12)
+    assert heavy.parts["compute"] - plain.parts["compute"] > four.parts["compute"] / 4

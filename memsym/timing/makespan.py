@@ -24,6 +24,7 @@ from ..errors import InvalidValueError
 from .collectives import collective_time, group_bandwidth
 from .pipeline import (bubble_in_stages, busiest_stage, chunk_times, end_layers, heaviest_middle,
                        simulated_pipeline, stage_layers, stage_times)
+from .mtp import mtp_depth
 from .records import Overlap, Settings
 
 __all__ = ["pipeline_parts", "ep_alone_passes"]
@@ -44,7 +45,8 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     ``edges`` (:func:`ep_alone_passes`) [s]; ``launchable``; ``stages`` (the decoder layers
     of the first, middle, last (and heaviest middle) stages [layers]); ``tau`` (each stage's
     forward and backward [s]); ``msg`` [bytes], ``p2p`` and ``p2p_exposed`` [s] (the PP
-    message, its seconds and its exposed seconds per stage-microbatch).
+    message, its seconds and its exposed seconds per stage-microbatch); ``mtp_busy`` (the MTP
+    layers among the busiest stage's, where the output stage holds the most layers [layers]).
 
     Parameters
     ----------
@@ -63,8 +65,8 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
         [GPUs], model chunks per rank [1], micro-batch size [sequences], micro-batches [1].
     layer : tuple
         :func:`memsym.timing.mean_layer.mean_layer`'s forward and backward parts [s], its
-        EP seconds alone [s] and the last layer's kind beyond the mean [s]:
-        ``(lf, lb, ep_alone, kind)``.
+        EP seconds alone [s] and an MTP layer's forward and backward parts [s]:
+        ``(lf, lb, ep_alone, (mf, mb))``.
     eta_gemm : float, optional
         A fixed achieved GEMM efficiency in (0, 1] [1].
     first, last : int, optional
@@ -72,7 +74,8 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     chunks : tuple of tuple of int, optional
         One layout's decoder and MTP layers of chunk j of rank r [layers].
     mtp_layers : int
-        MTP depths on the output stage [layers].
+        MTP depths on the output stage [layers]: each its layer (``(mf, mb)``) and
+        :func:`memsym.timing.mtp.mtp_depth`'s work beside it.
     exact_schedule : bool
         The makespan as the simulated schedule.
 
@@ -85,10 +88,10 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     >>> from memsym.timing.mean_layer import mean_layer
     >>> dev, one = gpu("h100"), np.array(1.0)
     >>> x, st = shape_of(preset("llama3-8b")), Settings(seq_length=4096)
-    >>> lf, lb, _, alone, kind = mean_layer(x, st, dev, cluster_for(dev.name), one, one, one,
-    ...                                     one, one, one, eta_gemm=0.5, overlap=Overlap())
+    >>> lf, lb, _, alone, mtp = mean_layer(x, st, dev, cluster_for(dev.name), one, one, one,
+    ...                                    one, one, one, eta_gemm=0.5, overlap=Overlap())
     >>> out = pipeline_parts(x, st, dev, cluster_for(dev.name), Overlap(), (one,) * 7,
-    ...                      (lf, lb, alone, kind), eta_gemm=0.5)
+    ...                      (lf, lb, alone, mtp), eta_gemm=0.5)
     >>> float(out["bubble"]), float(out["p2p"]), float(out["edges"]), float(out["stages"][0])
     (0.0, 0.0, 0.0, 32.0)
 
@@ -97,8 +100,9 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     .. [narayanan] arXiv:2104.04473 §2.2 (the bubble), §3.2; [megatron-schedules].
     """
     t, p, d, c, v, b, m = knobs
-    lf, lb, ep_alone, kind = layer
-    out_f, out_b, emb = _output_ends(x, st, dev, b, t, c, eta_gemm, mtp_layers, kind)
+    lf, lb, ep_alone, mtp = layer
+    out_f, out_b, emb = _output_ends(x, st, dev, clu, overlap, (t, c, d, b), eta_gemm,
+                                     mtp_layers, layer)
     msg, p2p, p2p_exposed = _pp_p2p(x, clu, overlap, b * st.seq_length / c, t, p, c, d, v)
     stages, tau, chunk_tau = _stage_durations(st, x.L, p, v, first, last, chunks, lf, lb,
                                               (emb, out_f, out_b), p2p_exposed, mtp_layers)
@@ -106,17 +110,29 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
                                              exact_schedule, chunk_tau)
     group = p if st.group_size is None else st.group_size
     edges = ep_alone_passes(x, overlap, p, v, m, group, ep_alone)
+    # the output stage (the last; the first under the V placement) holds the MTP layers
+    out_stage = stages[0] if st.output_first else stages[2]
+    busiest = np.maximum(np.maximum(stages[0], stages[2]), stages[3])
     return {"pipeline": pipeline, "bubble": bubble, "edges": edges, "launchable": launchable,
-            "stages": stages, "tau": tau, "msg": msg, "p2p": p2p, "p2p_exposed": p2p_exposed}
+            "stages": stages, "tau": tau, "msg": msg, "p2p": p2p, "p2p_exposed": p2p_exposed,
+            "mtp_busy": np.where(out_stage == busiest, mtp_layers, 0)}
 
 
-def _output_ends(x, st, dev, b, t, c, eta_gemm, mtp_layers, kind) -> tuple:
+def _output_ends(x, st, dev, clu, overlap, knobs, eta_gemm, mtp_layers, layer) -> tuple:
     """:func:`memsym.timing.pipeline.end_layers`' output-layer forward and backward and
-    embedding [s], the output stage's MTP layers priced as the last decoder layer's kind
-    (``Shape.last_moe``): ``kind``, that kind's forward and backward seconds beyond the mean
-    layer's, which the stage's layer count prices them as [s]."""
-    out_f, out_b, emb = end_layers(x, st, dev, b, t, c, eta_gemm, mtp_layers)
-    return out_f + mtp_layers * kind[0], out_b + mtp_layers * kind[1], emb
+    embedding [s], with the output stage's ``mtp_layers`` MTP depths: each one's work beside
+    its layer (:func:`memsym.timing.mtp.mtp_depth`) and what its layer (``layer``'s MTP
+    parts: the last layer's kind at the MTP block's precision) takes beyond the mean layer,
+    which the stage's layer count prices it as [s]."""
+    t, c, d, b = knobs
+    out_f, out_b, emb = end_layers(x, st, dev, b, t, c, eta_gemm)
+    if not mtp_layers:
+        return out_f, out_b, emb
+    lf, lb, _, (mf, mb) = layer
+    dep_f, dep_b = mtp_depth(x, st, dev, clu, overlap, knobs, (out_f, out_b, emb),
+                             eta_gemm=eta_gemm)
+    kind_f, kind_b = sum(mf.values()) - sum(lf.values()), sum(mb.values()) - sum(lb.values())
+    return out_f + mtp_layers * (dep_f + kind_f), out_b + mtp_layers * (dep_b + kind_b), emb
 
 
 def _pipeline(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule: bool,

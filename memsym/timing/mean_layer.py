@@ -23,28 +23,30 @@ import numpy as np
 from ..numeric import unique_rows
 from .layer import layer_time
 from .moe_host import floored_growth
+from .mtp import mtp_settings
 from .records import Overlap, Settings
 
 __all__ = ["mean_layer", "layer_parts"]
 
 
 def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
-               overlap: Overlap) -> tuple:
+               overlap: Overlap, mtp_layers: int = 0) -> tuple:
     r"""The mean decoder layer's forward and backward parts of one micro-batch [s].
 
     .. math::
 
         \bar t = \Bigl(1 - \frac{L_{moe}}{L}\Bigr) t_{dense} + \frac{L_{moe}}{L}\,t_{moe},
-        \qquad \Delta_{last} = t_{last} - \bar t
+        \qquad t_{MTP} = t_{last}\ \text{(at the MTP block's precision)}
 
     per part (``gemm``, ``attention``, ``memory``, ``tp``, ``ep``, ``cp``; a hybrid: every
     kind of ``x.kinds`` weighted by its share n / L).  Returns ``(lf, lb, raw, ep_alone,
-    kind)``: the forward and backward parts (dicts of arrays [s]); the layer's collectives as
+    mtp)``: the forward and backward parts (dicts of arrays [s]); the layer's collectives as
     issued (:func:`memsym.timing.layer.layer_time`'s ``raw``); what an MoE layer's
     all-to-alls add when nothing overlaps them, the issued forward and backward EP seconds
     less the exposed ones under the host floor (:func:`memsym.timing.moe_host.floored_growth`)
-    [s] (0 without MoE); and ``kind`` :math:`\Delta_{last}`, the forward and backward seconds
-    a layer of the last layer's kind takes beyond the mean [s] ((0, 0) for a hybrid).
+    [s] (0 without MoE); and ``mtp``, an MTP layer's forward and backward parts [s]: a layer of
+    the last layer's kind (``Shape.last_moe``; a hybrid's: the mean), under FP4 priced at 16
+    bits where ``mtp_layers`` are given (:func:`memsym.timing.mtp.mtp_settings`).
 
     A layer's time depends on the layout only through (t, c, e, t_e, b, d): a grid of many
     layouts (a search's, where p, v and the stage split vary too) is priced once per distinct
@@ -68,6 +70,8 @@ def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
         A fixed achieved GEMM efficiency in (0, 1] [1] (None: the efficiency curve).
     overlap : Overlap
         Which communication hides behind compute.
+    mtp_layers : int
+        MTP layers of the model [layers] (their precision differs under FP4).
 
     Examples
     --------
@@ -76,11 +80,11 @@ def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
     >>> from memsym.hardware import cluster_for, gpu; from memsym.model import preset
     >>> from memsym.timing.gemm import shape_of
     >>> dev, one = gpu("h100"), np.array(1.0)
-    >>> lf, lb, raw, alone, kind = mean_layer(shape_of(preset("llama3-8b")),
+    >>> lf, lb, raw, alone, mtp = mean_layer(shape_of(preset("llama3-8b")),
     ...     Settings(seq_length=4096), dev, cluster_for(dev.name), one, one, one, one, one, one,
     ...     eta_gemm=0.5, overlap=Overlap())
-    >>> round(float(lf["gemm"]) * 1e3, 1), alone, kind   # layer_time's 3.6 ms
-    (3.6, 0.0, (0.0, 0.0))
+    >>> round(float(lf["gemm"]) * 1e3, 1), alone, mtp == (lf, lb)   # layer_time's 3.6 ms
+    (3.6, 0.0, True)
 
     References
     ----------
@@ -96,10 +100,10 @@ def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
         uq, inv = unique_rows(*(k.ravel() for k in knobs))
         if 2 * len(uq) <= knobs[0].size:
             got = _mean_layer_of(x, st, dev, clu, *(uq[:, i].astype(float) for i in range(6)),
-                                 eta_gemm=eta_gemm, overlap=overlap)
+                                 eta_gemm=eta_gemm, overlap=overlap, mtp=bool(mtp_layers))
             return _spread(got, inv, shape)
     return _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
-                          overlap=overlap)
+                          overlap=overlap, mtp=bool(mtp_layers))
 
 
 def _spread(value, inv, shape):
@@ -111,13 +115,24 @@ def _spread(value, inv, shape):
     return value[inv].reshape(shape) if np.ndim(value) else value
 
 
-def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
+def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap, mtp) -> tuple:
     """:func:`mean_layer` on every row as given."""
+    got = _kinds(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm, overlap=overlap)
+    if mtp and mtp_settings(st) is not st:
+        # the MTP block runs at 16 bits under FP4 (memsym.timing.mtp): its layer repriced
+        bf16 = _kinds(x, mtp_settings(st), dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
+                      overlap=overlap)
+        got = (*got[:4], bf16[4])
+    return got
+
+
+def _kinds(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
+    """The mean layer's parts, collectives, EP seconds alone and the last layer's kind's parts."""
     if x.kinds:
         return _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
                                   overlap=overlap)
     lf, lb = {}, {}
-    ep_alone, kind = 0.0, (0.0, 0.0)
+    ep_alone = 0.0
     raw_dense, raw_moe = {}, {}
     dense_f, dense_b = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=False, eta_gemm=eta_gemm,
                                   overlap=overlap, dp=d, raw=raw_dense)
@@ -135,15 +150,15 @@ def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) ->
         # layer's host floor (memsym.timing.moe_host)
         ep_alone = (floored_growth(raw_moe["gpu"][0], raw_moe["ep"][0] - moe_f["ep"])
                     + floored_growth(raw_moe["gpu"][1], raw_moe["ep"][1] - moe_b["ep"]))
-        last_f, last_b = (moe_f, moe_b) if x.last_moe else (dense_f, dense_b)
-        kind = (sum(last_f.values()) - sum(lf.values()), sum(last_b.values()) - sum(lb.values()))
+        last = (moe_f, moe_b) if x.last_moe else (dense_f, dense_b)
     else:
         lf, lb = dense_f, dense_b
-    return lf, lb, raw_layer, ep_alone, kind
+        last = (lf, lb)
+    return lf, lb, raw_layer, ep_alone, last
 
 
 def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
-    """:func:`_mean_layer_of` for a hybrid model: each layer kind of ``x.kinds`` priced alone
+    """:func:`_kinds` for a hybrid model: each layer kind of ``x.kinds`` priced alone
     (:func:`layer_time` with its mixer and MLP), weighted by its share of the L layers (the
     kinds spread evenly over the stages, an assumption); an MTP layer priced as the mean."""
     lf, lb, raw_layer = {}, {}, {}
@@ -159,20 +174,22 @@ def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap
         for g in ("tp", "ep", "cp"):
             raw_layer[g] = tuple(u + share * w for u, w in
                                  zip(raw_layer.get(g, (0.0,) * 4), raw[g]))
-        if ffn:     # the MoE layers' all-to-alls alone (as _mean_layer_of)
+        if ffn:     # the MoE layers' all-to-alls alone (as _kinds)
             ep_alone = (floored_growth(raw["gpu"][0], raw["ep"][0] - f["ep"])
                         + floored_growth(raw["gpu"][1], raw["ep"][1] - bw["ep"]))
-    return lf, lb, raw_layer, ep_alone, (0.0, 0.0)
+    return lf, lb, raw_layer, ep_alone, (lf, lb)
 
 
-def layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0) -> dict:
+def layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0, mtp=None) -> dict:
     r"""The step's parts spent in the busiest stage's layers [s].
 
-    .. math:: t_{part} = m\,L_{max}\,(t^{fwd}_{part} + t^{bwd}_{part})
+    .. math:: t_{part} = m\,(L_{max} - N_{MTP})\,(t^{fwd}_{part} + t^{bwd}_{part})
+        + m\,N_{MTP}\,(t^{fwd}_{MTP,part} + t^{bwd}_{MTP,part})
 
     ``compute`` (GEMMs and the attention core), ``memory`` (memory-bound work) and the
     exposed ``tp``, ``ep`` (plus ``ep_once``, the all-to-alls exposed once per step) and
-    ``cp`` communication.
+    ``cp`` communication; the stage's MTP layers :math:`N_{MTP}` at their own parts (the
+    last layer's kind, at the MTP block's precision), as the step's total prices them.
 
     Parameters
     ----------
@@ -182,6 +199,10 @@ def layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0) -> dict:
         Layer passes of the busiest stage in one step, m L_max [layers].
     ep_once : array_like
         All-to-all seconds exposed once per step [s].
+    mtp : tuple, optional
+        ``(mf, mb, n)``: an MTP layer's forward and backward parts [s]
+        (:func:`mean_layer`) and the MTP layer passes among ``per_stage_mb``, m N_MTP
+        [layers].
 
     Examples
     --------
@@ -192,10 +213,20 @@ def layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0) -> dict:
     >>> round(out["compute"], 6), out["tp"]
     (0.096, 0.0)
 
+    One of the 4 layers an MTP layer of 2 ms forward and 4 ms backward: 24 x 3 + 8 x 6 ms.
+
+    >>> mtp = ({**parts, "gemm": 2e-3}, {**parts, "gemm": 4e-3}, 8 * 1)
+    >>> round(layer_parts(parts, {**parts, "gemm": 2e-3}, 8 * 4, mtp=mtp)["compute"], 6)
+    0.12
+
     References
     ----------
     .. [narayanan] arXiv:2104.04473 §2.2 (the slowest stage runs all m micro-batches).
     """
+    if mtp is not None:
+        mf, mb, n = mtp
+        rest, own = layer_parts(lf, lb, per_stage_mb - n, ep_once), layer_parts(mf, mb, n)
+        return {k: rest[k] + own[k] for k in rest}
     return {"compute": per_stage_mb * (lf["gemm"] + lb["gemm"] + lf["attention"] + lb["attention"]),
             "memory": per_stage_mb * (lf["memory"] + lb["memory"]),
             "tp": per_stage_mb * (lf["tp"] + lb["tp"]),

@@ -147,28 +147,19 @@ def microbatch_group(st: Settings, p: int, m: int, v: int):
     return st.group_size
 
 
-def end_layers(x, st: Settings, dev, b, t, c, eta_gemm=None, mtp_layers: int = 0) -> tuple:
+def end_layers(x, st: Settings, dev, b, t, c, eta_gemm=None) -> tuple:
     r"""Seconds of the output layer + loss and of the embedding, one micro-batch on one GPU.
-
-    The output layer + loss (forward, backward) and the embedding lookup with its gradient
-    scatter; with multi-token prediction the output stage's extra work of its ``mtp_layers``
-    depths beside their decoder layers.
 
     .. math::
 
-        t^{\text{fwd}}_{\text{out}} \mathrel{+}= N\,\bigl(t_{\text{GEMM}}(T, h/t, 2h)
-            + t_{\text{emb}} + t^{\text{fwd}}_{\text{out}}\bigr),\qquad
-        t^{\text{bwd}}_{\text{out}} \mathrel{+}= N\,\bigl(t_{\text{GEMM}}(T, 2h, h/t)
-            + t_{\text{GEMM}}(2h, h/t, T) + t^{\text{bwd}}_{\text{out}}\bigr)
+        t^{\text{fwd}}_{\text{out}} = t_{\text{GEMM}}(T, V/t, h) + \frac{6\,T V/t}{B_{HBM}},
+        \quad t^{\text{bwd}}_{\text{out}} = t_{\text{GEMM}}(T, h, V/t) + t_{\text{GEMM}}(h, V/t, T)
+            + \frac{10\,T V/t}{B_{HBM}},\quad t_{\text{emb}} = \frac{4\,T h}{B_{HBM}}
 
-    with :math:`T = bs/c` tokens: each MTP depth's ``eh_proj`` (a column-parallel ``2h -> h``
-    linear on the concatenated embedding and hidden state, its forward and its dgrad and
-    wgrad GEMMs; FP8 under the global FP8 context, 16-bit under FP4), the embedding of the
-    shifted tokens (``_get_embeddings``) and one more output layer + cross-entropy on its
-    hidden states (``process_mtp_loss``).  The output layer runs 16-bit (Transformer
-    Engine keeps it out of FP8), its fp32 logits cost ~16 bytes per logit forward +
-    backward; the embedding 4 T h bytes.  The MTP depths' decoder layers are counted as
-    layers by the caller; the eh_proj's TP all-gather and the norms are not priced.
+    with :math:`T = bs/c` tokens.  The output layer runs 16-bit (Transformer Engine keeps it
+    out of FP8), its fp32 logits cost ~16 bytes per logit forward + backward; the embedding
+    lookup and its gradient scatter 4 T h bytes.  The MTP depths' work beside their decoder
+    layers is :func:`memsym.timing.mtp.mtp_depth`'s.
 
     Parameters
     ----------
@@ -182,8 +173,6 @@ def end_layers(x, st: Settings, dev, b, t, c, eta_gemm=None, mtp_layers: int = 0
         Micro-batch size [sequences], tensor- and context-parallel sizes [GPUs].
     eta_gemm : float, optional
         A fixed achieved GEMM efficiency in (0, 1] [1].
-    mtp_layers : int
-        Multi-token-prediction depths N on the output stage [layers].
 
     Returns
     -------
@@ -196,17 +185,13 @@ def end_layers(x, st: Settings, dev, b, t, c, eta_gemm=None, mtp_layers: int = 0
     >>> from memsym.model import preset
     >>> from memsym.timing.gemm import shape_of
     >>> x, h100 = shape_of(preset("llama3-8b")), gpu("h100")
-    >>> f0, b0, emb = end_layers(x, Settings(), h100, 1, 1, 1)
-    >>> f1, b1, _ = end_layers(x, Settings(), h100, 1, 1, 1, mtp_layers=1)
-    >>> bool(f1 > 2 * f0 + emb and b1 > 2 * b0)
+    >>> f, b, emb = end_layers(x, Settings(), h100, 1, 1, 1)
+    >>> bool(np.isclose(emb, memory_time(4 * 2048 * 4096, h100)))   # T h = 2048 x 4096
     True
 
     References
     ----------
-    Megatron-LM megatron/core/transformer/multi_token_prediction.py (rev d98e8a64dd):
-    ``MultiTokenPredictionLayer.__init__`` (``eh_proj``: ``hidden_size * 2 -> hidden_size``,
-    column-parallel), ``_get_embeddings``, ``_proj_and_transformer_layer`` (the FP8 context;
-    FP4 ignored), ``process_mtp_loss`` (``output_layer`` and the loss once per MTP layer).
+    .. [narayanan] arXiv:2104.04473 §3.2 (the output layer on the last stage).
     """
     s = st.seq_length
     prec = st.precision
@@ -220,14 +205,6 @@ def end_layers(x, st: Settings, dev, b, t, c, eta_gemm=None, mtp_layers: int = 0
     out_b = out_b + memory_time(10 * logits, dev)
     T = b * s / c
     emb = memory_time(4 * T * x.h, dev)   # embedding lookup + its gradient scatter
-    if mtp_layers:
-        eprec = "bf16" if prec == "fp4" else prec
-        proj_n = x.h / np.asarray(t, float)
-        eh_f = gemm_time(og.M, proj_n, 2 * x.h, dev, eprec, eta_gemm=eta_gemm)
-        eh_b = (gemm_time(og.M, 2 * x.h, proj_n, dev, eprec, eta_gemm=eta_gemm)
-                + gemm_time(2 * x.h, proj_n, og.M, dev, eprec, eta_gemm=eta_gemm))
-        out_f, out_b = (out_f + mtp_layers * (eh_f + emb + out_f),
-                        out_b + mtp_layers * (eh_b + out_b))
     return out_f, out_b, emb
 
 

@@ -81,9 +81,8 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
             + t_{\text{DP, exposed}} + t_{\text{optimizer}},
         \qquad \tau_r = t^{\text{fwd}}_r + t^{\text{bwd}}_r
 
-    with :math:`\tau_r` stage r's forward + backward of one micro-batch (its layers, end layers
-    and exposed TP/EP/CP/PP traffic) and :math:`\beta` the exact bubble in stage units
-    (:func:`memsym.timing.pipeline.bubble_in_stages`; (p - 1)/v in the closed form).
+    :math:`\tau_r`: stage r's forward + backward of one micro-batch (layers, end layers, exposed
+    TP/EP/CP/PP); :math:`\beta` the exact bubble in stage units ((p - 1)/v in the closed form).
     Returns a dict of arrays: ``step``; its parts [s] (``compute``, ``memory``, exposed ``tp``,
     ``ep``, ``cp``, ``pp`` of the busiest stage, ``bubble``, ``dp``, ``optimizer``); ``launchable``
     (False where Megatron's interleaving rule refuses the layout, still priced).
@@ -110,14 +109,12 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     exact_schedule : bool
         The first two terms as the simulated makespan (:func:`.pipeline.simulated_pipeline`).
     communication : bool
-        Also return, per group ``g`` of tp, ep, cp, pp, dp, ``comm_g_s`` (its collectives'
-        seconds as issued in one step of the busiest stage, before overlap), ``comm_g_bytes``
-        (one GPU sends) and ``comm_g_intra`` (True where its ring stays intra-node).
+        Also return per group ``g`` (tp, ep, cp, pp, dp) ``comm_g_s`` (as issued in one step
+        of the busiest stage), ``comm_g_bytes`` (one GPU sends), ``comm_g_intra``.
     chunk_layers : tuple of tuple of int, optional
-        One layout's decoder and MTP layers of chunk j of rank r, ``chunk_layers[r][j]`` [layers].
+        One layout's decoder and MTP layers of chunk j of rank r [layers].
     mtp_layers : int
-        MTP layers N on the output (Megatron: last) stage, each a layer of the last layer's kind
-        (counted in ``chunk_layers`` where given) and :func:`_output_ends`' work [layers].
+        MTP layers on the output stage [layers]: the last layer's kind and :mod:`.mtp`'s work.
 
     Examples
     --------
@@ -136,9 +133,10 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     _check_settings(st, overlap, dev)
     x, b = shape_of(arch), (st.micro_batch_size if b is None else b)
     t, p, d, c, e, v, b, m, t_e_ = _layout_knobs(t, p, d, c, e, v, b, m, t_e)
-    lf, lb, raw_layer, ep_alone, kind = mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
-                                                   eta_gemm=eta_gemm, overlap=overlap)
-    pp = pipeline_parts(x, st, dev, clu, overlap, (t, p, d, c, v, b, m), (lf, lb, ep_alone, kind),
+    lf, lb, raw_layer, ep_alone, mtp = mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
+                                                  eta_gemm=eta_gemm, overlap=overlap,
+                                                  mtp_layers=mtp_layers)
+    pp = pipeline_parts(x, st, dev, clu, overlap, (t, p, d, c, v, b, m), (lf, lb, ep_alone, mtp),
                         eta_gemm=eta_gemm, first=first_stage_layers, last=last_stage_layers,
                         chunks=chunk_layers, mtp_layers=mtp_layers, exact_schedule=exact_schedule)
     # data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
@@ -150,7 +148,9 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     step = pp["pipeline"] + pp["edges"] + sync["dp"] + sync["optimizer"]
     per_stage_mb = m * layers_max
     out = {"step": step, "pipeline": pp["pipeline"] + pp["edges"], "bubble": pp["bubble"],
-           **layer_parts(lf, lb, per_stage_mb, pp["edges"]), "pp": m * 2 * pp["p2p_exposed"],
+           **layer_parts(lf, lb, per_stage_mb, pp["edges"],
+                         (*mtp, m * pp["mtp_busy"]) if mtp_layers else None),
+           "pp": m * 2 * pp["p2p_exposed"],
            "dp": sync["dp"], "optimizer": sync["optimizer"], "launchable": pp["launchable"]}
     if communication:
         out.update(data_parallel.communication(
