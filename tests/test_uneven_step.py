@@ -6,8 +6,8 @@ pipeline_parallel_layer_layout.py for ``--pipeline-model-parallel-layout``, rev 
 embedding in the first virtual stage and the output layer in the last (training/training.py
 ``get_model``: ``pre_process`` / ``post_process``).  The schedule's makespan then follows the
 slowest stage, not the stages' mean.  Hand-traced schedules pin the simulator with per-rank
-and per-chunk durations; a regression guard holds even and first/last layouts to the values
-they had before.
+and per-chunk durations; a layout spelling an even or first/last split prices as the job
+without one.
 """
 
 from __future__ import annotations
@@ -163,46 +163,75 @@ def test_heaviest_middle_rank_governs_the_step():
     assert heavy.total > even.total
 
 
-#: Before/after regression guard, NOT an oracle: each job's step time [s], bubble [s] and
-#: compute part [s] as memsym computed them at b9a41b0 (before issue 31's change), for
-#: layouts whose schedule the change must leave alone: even splits (1F1B, interleaved,
-#: GPipe, MoE, no pipeline), Megatron's first/last sizes, and the account-for split with one
-#: chunk per rank (ranks 7, 8 x 14, 7: first/last sizes by another name).
-BEFORE = {
-    "llama3-8b p4": (dict(model="llama3-8b", **_LLAMA8),
-                     (4.0146642800920755, 0.27197922819542386, 2.7473349017606172)),
-    "llama3-70b p4 v5": (dict(model="llama3-70b", t=4, p=4, v=5, d=2, sequence_parallel=True,
-                              seq_length=4096, global_batch_size=64, gpu="h100"),
-                         (7.76606989316037, 0.13463732013668928, 6.417973106555371)),
+#: Jobs without a custom layout and the ``--pipeline-model-parallel-layout`` that spells
+#: the same split (Megatron builds the same model: transformer_block.py
+#: get_num_layers_to_build and pipeline_parallel_layer_layout.py at d98e8a6, the embedding in
+#: the first virtual stage, the loss in the last): even 1F1B, GPipe, MoE with full
+#: recompute, Megatron's first/last sizes, one stage.
+SPELLED = {
+    "llama3-8b p4": (dict(model="llama3-8b", **_LLAMA8), "Et*8|t*8|t*8|t*8L"),
     "llama3-70b p8 gpipe": (dict(model="llama3-70b", t=4, p=8, d=1, sequence_parallel=True,
                                  seq_length=4096, global_batch_size=12, gpu="h100",
-                                 schedule="gpipe"),
-                            (2.319629443951024, 0.7902153104450407, 1.203369957479132)),
+                                 schedule="gpipe"), "Et*10|(t*10|)*6,t*10L"),
     "llama3-405b p16 7/7": (dict(model="llama3-405b", t=8, p=16, first_stage_layers=7,
                                  last_stage_layers=7, sequence_parallel=True, seq_length=8192,
-                                 global_batch_size=32, gpu="h100"),
-                            (15.703755340644404, 4.945033726611033, 9.502812385565376)),
-    "llama3-405b p16 account": (dict(model="llama3-405b", t=8, p=16,
-                                     account_for_embedding_in_pipeline_split=True,
-                                     account_for_loss_in_pipeline_split=True,
-                                     sequence_parallel=True, seq_length=8192,
-                                     global_batch_size=32, gpu="h100"),
-                                (15.703755340644404, 4.945033726611033, 9.502812385565376)),
+                                 global_batch_size=32, gpu="h100"), "Et*7|(t*8|)*14,t*7L"),
     "mixtral p4 e8": (dict(model="mixtral-8x7b", t=2, p=4, e=8, d=8, sequence_parallel=True,
                            seq_length=4096, global_batch_size=256, gpu="h100", recompute="full"),
-                      (4.8205534813917374, 0.4013514765486885, 3.170307786588818)),
+                      "Et*8|t*8|t*8|t*8L"),
     "llama3-8b p1": (dict(model="llama3-8b", t=2, d=4, seq_length=4096, global_batch_size=32,
-                          gpu="h100"),
-                     (1.7019006532184122, 0.0, 1.3817637833664056)),
+                          gpu="h100"), "Et*32L"),
 }
 
 
-@pytest.mark.parametrize("name", sorted(BEFORE))
-def test_even_layouts_price_as_before(name):
-    kw, want = BEFORE[name]
+def _without_split(kw: dict) -> dict:
+    return {k: v for k, v in kw.items() if k not in ("first_stage_layers", "last_stage_layers")}
+
+
+@pytest.mark.parametrize("name", sorted(SPELLED))
+def test_a_layout_spelling_the_split_prices_as_the_job_without_one(name):
+    # the same ranks holding the same layers, the embedding on the first and the loss on the
+    # last: the per-chunk path (the layout) and the per-stage path (first / middle / last)
+    # are one schedule of the same durations, to the last bit
+    kw, layout = SPELLED[name]
     kw = dict(kw)
-    got = job_step_time(job(kw.pop("model"), **kw))
-    assert (got.total, got.bubble, got.parts["compute"]) == want
+    model = kw.pop("model")
+    plain = job_step_time(job(model, **kw))
+    spelled = job_step_time(job(model, pipeline_model_parallel_layout=layout,
+                                **_without_split(kw)))
+    assert (spelled.total, spelled.bubble) == (plain.total, plain.bubble)
+    assert spelled.parts == plain.parts
+
+
+def test_account_for_embedding_and_loss_is_first_last_seven():
+    # --account-for-embedding/loss-in-pipeline-split on Llama 3 405B, p = 16: Megatron counts
+    # the embedding and the loss as one layer each, (126 + 2) / 16 = 8 per stage, so the
+    # first and the last stage build 8 - 1 = 7 decoder layers (transformer_block.py
+    # get_num_layers_to_build): the job of first / last sizes 7 and 7
+    kw = dict(model="llama3-405b", t=8, p=16, sequence_parallel=True, seq_length=8192,
+              global_batch_size=32, gpu="h100")
+    model = kw.pop("model")
+    account = job_step_time(job(model, account_for_embedding_in_pipeline_split=True,
+                                account_for_loss_in_pipeline_split=True, **kw))
+    sizes = job_step_time(job(model, first_stage_layers=7, last_stage_layers=7, **kw))
+    assert (account.total, account.bubble, account.parts) == (sizes.total, sizes.bubble,
+                                                               sizes.parts)
+
+
+def test_interleaved_layout_moves_only_the_end_layers_chunk():
+    # Llama 3 70B, p = 4, v = 5: 20 virtual stages of 4 layers, spelled and not.  Every layer
+    # part, the DP sync and the optimizer step are the same work; the layout runs the
+    # embedding in the first virtual stage and the output layer in the last only, where the
+    # per-stage path spreads them over a rank's v chunk passes, so the makespan moves by a
+    # small share of the end layers' time (here under 1e-4 of the step), nothing else
+    kw = dict(t=4, p=4, v=5, d=2, sequence_parallel=True, seq_length=4096,
+              global_batch_size=64, gpu="h100")
+    plain = job_step_time(job("llama3-70b", **kw))
+    spelled = job_step_time(job("llama3-70b", pipeline_model_parallel_layout="Et*4|(t*4|)*18,t*4L",
+                                **kw))
+    for part in ("compute", "memory", "tp", "ep", "cp", "pp", "dp", "optimizer"):
+        assert spelled.parts[part] == plain.parts[part], part
+    assert spelled.total == pytest.approx(plain.total, rel=1e-4)
 
 
 def test_mtp_layer_runs_as_one_more_decoder_layer_on_its_stage():
