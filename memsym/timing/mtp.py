@@ -16,7 +16,7 @@ layer each enter ``get_fp8_context(self.config)``, the run's own FP8 recipe; oth
 ``nullcontext()``, and "currently ignoring FP4 in MTP layers" (:1394): FP4 and FP8 exclude each
 other (transformer_config.py:1581), so under FP4 ``config.fp8`` is unset and the MTP block runs
 in the 16-bit compute dtype while the decoder's layers each enter ``get_fp4_context``
-(transformer_block.py:358).
+(transformer_block.py:358 when built, :692-694 in the forward).
 
 References
 ----------
