@@ -165,6 +165,21 @@ class Framework:
         distributed optimizer and Megatron-FSDP's ``optim_grads`` / ``optim_grads_params``
         (the zero2 and fsdp rows); DeepSpeed's ZeRO-1/3, which memsym prices under a Megatron
         job too, have no Megatron-LM flag and are searched only when named.
+    moe_combine_keeps_outputs : bool
+        Whether an MoE layer keeps each routed copy's expert output for the backward of its
+        probability-weighted combine (``combine_kept`` of
+        :func:`memsym.terms.activations.layer_activations`).  torchtitan multiplies the
+        expert outputs by the router scores in its combine (``models/common/
+        token_dispatcher.py:160`` at b5bcd76c6), which keeps them; DeepSpeed's MoE is not
+        read here and keeps the term (memsym's reading before this field).  Megatron-core
+        (d98e8a64dd) multiplies the probabilities into the expert activation before fc2
+        (``moe/experts.py:943-1028``, ``TEGroupedMLP.forward``: ``bias_act_func`` with
+        ``permuted_probs``) and unpermutes with a plain sum: no dispatcher passes ``probs`` to
+        ``moe_utils.unpermute`` (``token_dispatcher.py:891-899``, ``:1459-1467``; HybridEP's
+        ``hybrid_ep_combine`` at ``:1189``), whose unfused path is a ``scatter_add_``
+        (``moe_utils.py:615``, only the indices kept) and whose fused one Transformer
+        Engine's ``moe_unpermute`` without ``merging_probs`` (d0067d0da6
+        ``pytorch/permutation.py:803-808``: only the row map saved).
     """
 
     name: str
@@ -197,6 +212,7 @@ class Framework:
     cp_attention: tuple = ()
     frozen_linear_keeps_no_input: bool = False
     searched_schemes: tuple = ()
+    moe_combine_keeps_outputs: bool = True
 
     def overlaps_by_default(self, scheme: str) -> bool:
         """Whether the data-parallel collectives overlap under ``scheme`` with nothing set.
@@ -252,7 +268,8 @@ FRAMEWORK = {
         cp_attention=("transformer-engine", ("p2p", "all_gather", "a2a", "a2a+p2p")),
         frozen_linear_keeps_no_input=True,
         # what memsym.emit spells as Megatron-LM arguments (zero2 / fsdp: Megatron-FSDP)
-        searched_schemes=("ddp", "zero2", "fsdp", "distributed-optimizer")),
+        searched_schemes=("ddp", "zero2", "fsdp", "distributed-optimizer"),
+        moe_combine_keeps_outputs=False),
     "deepspeed": Framework(
         name="deepspeed", title="DeepSpeed", schemes=("ddp", "zero1", "zero2", "zero3"),
         default_scheme="ddp",

@@ -113,6 +113,29 @@ def test_moe_layer_routed_tokens():
     assert two - one == 4096 * per_copy   # one more routed copy of each of the 4096 tokens
 
 
+def test_megatron_moe_keeps_no_expert_output_for_the_combine():
+    """Megatron-core (d98e8a64dd) multiplies the router probabilities into the expert
+    activation before fc2 (moe/experts.py:943-1028, bias_act_func with permuted_probs) and
+    combines by a sum: no dispatcher passes probs to moe_utils.unpermute
+    (token_dispatcher.py:891-899, :1459-1467; HybridEP's combine at :1189), whose
+    scatter_add_ keeps only the indices (moe_utils.py:615) and whose fused path, Transformer
+    Engine's moe_unpermute without merging_probs, saves only the row map (d0067d0da6
+    pytorch/permutation.py:803-808).  torchtitan scales the expert outputs in its combine
+    (b5bcd76c6 models/common/token_dispatcher.py:158-161) and keeps them."""
+    from memsym.frameworks import FRAMEWORK
+
+    assert FRAMEWORK["megatron"].moe_combine_keeps_outputs is False
+    assert FRAMEWORK["torchtitan"].moe_combine_keeps_outputs is True
+    A = layer_activations(moe=True, gated=True, sequence_parallel=True, dropout=False,
+                          combine_kept=False)
+    assert "combine" not in {term.key for term in A.terms}
+    sizes = dict(s=4096, b=1, t=1, t_e=1, c=1, c_f=1, h=4096, a=32, g=8, d_h=128, E=8,
+                 f_e=14336)
+    # per routed copy: the fc1 input (2h), the SwiGLU input (2 x 2 f_e), the fc2 input (2 f_e)
+    per_copy = 2 * 4096 + 4 * 14336 + 2 * 14336
+    assert A.evaluate(k=2, **sizes) - A.evaluate(k=1, **sizes) == 4096 * per_copy
+
+
 def test_logits_tens_of_gb_seed002_pattern3():
     # seed 002 failure pattern 3: the logits are s*b*V and reach tens of GB
     lg = output_activations()["logits"].evaluate(s=8192, b=8, c=1, t=1, V=128256)

@@ -76,9 +76,6 @@ _FRAG = ("memsym's 10 % fragmentation allowance (memsym.terms.allowances: phi_fr
 #: checks that exactly these are tight).
 XFAIL = {}
 TIGHT = {}
-#: Transformer Engine's per-layer CUDA graphs (memsym.terms.cuda_graphs.te_graph_inputs).
-_CG_TE = ("one static input per graphed layer and micro-batch in flight, partial graphs "
-          "adding the mask alone, memsym.terms.cuda_graphs")
 for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
     for _gpu, _off, _cap, _with, _left in (("gb300", 20, 279, "287.4", "261.4"),
                                            ("gb200", 40, 186, "201.7", "183.4")):
@@ -100,28 +97,23 @@ for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
         f"{_FRAG} takes it over: 183.8 GB without the margin, 201.8 GB with it (18.1 GB), "
         "against 186 GB on stage 1 of TP 4 PP 16 VPP 4; what the allocator leaves unused at "
         "this size (expandable segments, the recipe's PYTORCH_CUDA_ALLOC_CONF) is not measured")
-# (the 25.11 row ran EP 64, its release's config: 133.4 GB predicted, it fits)
-for _rel in ("26.04.01", "26.04", "26.02.01"):
-    TIGHT[f"mbridge.{_rel}.b200.gpt-oss-120b.bf16"] = (
-        f"{_FRAG}: 188.6 GB predicted, 171.6 without the margin, against 180 GB at EP 8 (with "
-        "Transformer Engine's fused cross-entropy keeping the 16-bit logits, 6.7 GB at vocab "
-        "201088, MBS 4, seq 4096)")
-TIGHT["mbridge.25.11.gb200.deepseek-v3.bf16"] = (
-    f"{_FRAG} takes it over since the recipe is read with the flex dispatcher its base's "
-    "apply_flex_dispatcher_backend sets (recipes/deepseek/h100/deepseek_v3.py:256 at "
-    "Megatron-Bridge 067f987df0: HybridEP on GB200, whose buffers at EP 64 are 4.2 GB, "
-    "memsym.terms.dispatcher_buffers): 187.8 GB predicted, 171.2 without the margin, against "
-    "186 GB on the middle stage of PP 4 VPP 4")
+#: Megatron-core keeps no expert output for its MoE combine (the probabilities weight the
+#: expert activation before fc2, the combine is a sum: memsym.frameworks.Framework.
+#: moe_combine_keeps_outputs; Megatron-LM d98e8a64dd moe/experts.py:943-1028,
+#: token_dispatcher.py:891-899 and :1189, TransformerEngine d0067d0da6
+#: pytorch/permutation.py:803-808).  Counting 2h per routed copy
+#: there had put these runs over or near their GPU; without it they fit: the B200 GPT-OSS
+#: rows (26.04.01 / 26.04 / 26.02.01: 173.6 GB of 180), the 25.11 GB200 DeepSeek-V3 bf16
+#: row (156.6 of 186), the 25.11 H100 Qwen3-30B-A3B row (79.9 of 84.9), the Qwen3-30B-A3B
+#: MXFP8 rows (GB300 / B300 at MBS 8: 269.2 GB of 279 / 288, once 325.9 and XFAIL "an
+#: excess not yet found"; GB200 at MBS 4: 180.9 of 186, once 209.2; B200: 166.4 of 180),
+#: the 26.04.01 B200 DeepSeek-V3 MXFP8 row (141.4 of 180), the 25.11 GB300 Qwen3-235B-A22B
+#: bf16 row (240.7 of 279), the 25.11 B200 Qwen3-235B-A22B MXFP8 row at its VP 2 (176.1 of
+#: 180, once 213.3) and the H100 Nemotron 3 Nano FP8 rows (82.4 of 84.9).
 XFAIL["mbridge.25.11.h100.gpt-oss-120b.bf16"] = (
     "the row's MBS 4 contradicts its own GA 2 (GBS 512 / (MBS 4 x DP 16) = 8; the TOML's "
-    "table_note): at MBS 4, PP 4 the first stage holds 75.9 GB of activations, 128.3 GB "
-    "predicted against 85 GB; the recipe's MBS 1 (the 26.x rows) fits at 65.7 GB")
-XFAIL["mbridge.25.11.h100.qwen3-30b-a3b.fp8"] = (
-    f"over its GPU even without {_FRAG}: 93.7 GB predicted on the last stage of PP 2 VPP 24, "
-    "85.3 without the margin, "
-    "against 84.9 GB (with Transformer Engine's fused cross-entropy keeping the 16-bit logits, "
-    "HybridEP's buffers, 0.3 GB, and the attention masks of Transformer Engine's CUDA graphs, "
-    f"{_CG_TE}, 1.6 GB)")
+    "table_note): at MBS 4, PP 4 the first stage holds 62.3 GB of activations, 113.4 GB "
+    "predicted against 85 GB; the recipe's MBS 1 (the 26.x rows) fits at 62.0 GB")
 
 
 #: MXFP8 (bf16_with_mxfp8_mixed: fp8_param_gather) keeps each linear weight as an MXFP8
@@ -143,15 +135,7 @@ _MX = "MXFP8's columnwise weight copy and block scales (33/16 B per linear weigh
 #: host spill"); reloads come back at the padded capacity shape (paged_stash.py:531). memsym
 #: counts those activations at the balanced size (c_f 1, memsym.terms.transformer_layer), so
 #: modelling the stash with the 1.5 capacity padding would raise the prediction, not lower it.
-_STASH = ("an excess not yet found: Megatron-Core's MoE paged stash is not it (its CUDA page "
-          "buffer holds 1.2x the balanced in-flight expert activations, memsym counts 1x, and "
-          "the host buffer only takes spill: moe/paged_stash.py:551-612, :199 at d98e8a64dd)")
-#: The full-iteration CUDA graph (memsym.terms.cuda_graphs): its pool holds the
-#: forward-backward's peak while the optimizer step makes the fp32 main-gradient shard beside
-#: it, and it keeps the step's micro-batches.
-_CG_FULL = ("the full-iteration CUDA graph's pool held through the optimizer step, where the "
-            "fp32 main-gradient shard is made (memsym.terms.cuda_graphs; the peak phase is the "
-            "optimizer step), and its static micro-batches")
+#: (The Qwen3-30B-A3B MXFP8 rows it was examined for now fit: the combine note above.)
 _MXRELS = ("26.04.01", "26.04", "26.02.01", "26.02")
 for _rel in _MXRELS:
     TIGHT[f"mbridge.{_rel}.gb300.llama3-405b.mxfp8"] = (
@@ -160,52 +144,20 @@ for _rel in _MXRELS:
     TIGHT[f"mbridge.{_rel}.gb200.llama3-405b.mxfp8"] = (
         f"{_FRAG} takes it over, with {_MX}: 179.5 GB without the margin, 197.1 GB with it, "
         "against 186 GB (TP 4 PP 16 VP 8)")
-    XFAIL[f"mbridge.{_rel}.gb200.qwen3-30b-a3b.mxfp8"] = (
-        f"{_MX} and {_CG_FULL} (1.1 GB): 190.3 GB without the margin, 209.2 GB with it, "
-        "against 186 GB (MBS 4, EP 8; 174.0 / 191.2 before the graph was counted)")
-    XFAIL[f"mbridge.{_rel}.gb300.qwen3-30b-a3b.mxfp8"] = (
-        f"{_STASH}, and {_CG_FULL} (1.1 GB): 325.9 GB predicted, 296.5 without the margin, "
-        "against 279 GB (MBS 8, EP 8; 307.9 / 280.1 before the graph was counted)")
-    XFAIL[f"mbridge.{_rel}.b300.qwen3-30b-a3b.mxfp8"] = (
-        f"{_STASH}, and {_CG_FULL} (1.1 GB): 325.9 GB predicted, 296.5 without the margin, "
-        "against 288 GB (MBS 8, EP 8; 307.9 / 280.1 before the graph was counted)")
     XFAIL[f"mbridge.{_rel}.gb300.deepseek-v3.mxfp8"] = (
-        "the row's MBS 2 (the recipe at 067f987df0 sets MBS 1: 257.5 GB predicted there, it "
+        "the row's MBS 2 (the recipe at 067f987df0 sets MBS 1: 227.0 GB predicted there, it "
         "fits): at PP 2 VP 8 EP 32 the first stage keeps twice the in-flight activations, "
-        "408.2 GB predicted, 371.6 without the margin (with the full-iteration CUDA graph's "
+        "347.2 GB predicted, 316.1 without the margin (with the full-iteration CUDA graph's "
         "static micro-batches, 0.5 GB), against 279 GB; what the release "
         "branch did to fit it (offloading, recompute) is not in the recipe read")
     if _rel != "26.02.01":
         TIGHT[f"mbridge.{_rel}.gb300.llama3-70b.mxfp8"] = (
             f"{_FRAG} takes it over, with {_MX} (+21.4 GB): 269.0 GB without the margin, "
             "295.8 GB with it, against 279 GB (PP 4 VP 5, MBS 1)")
-for _rel in ("26.04.01", "26.04", "26.02.01"):
-    TIGHT[f"mbridge.{_rel}.b200.qwen3-30b-a3b.mxfp8"] = (
-        f"{_FRAG} takes it over, with {_MX} and the attention masks of Transformer Engine's "
-        f"CUDA graphs ({_CG_TE}: 3.2 GB, 48 layers x MBS 4 x s^2 at p 1): 177.2 GB without the "
-        "margin, 194.8 GB with it, against 180 GB (MBS 4, EP 8; 174.0 / 191.2 before the "
-        "graphs were counted)")
 XFAIL["mbridge.26.02.01.gb300.llama3-70b.mxfp8"] = (
     "the row's MBS 2 at PP 4 without VP (the recipe at 067f987df0 sets MBS 1, VP 5: 295.8 GB "
     "predicted there): 442.5 GB predicted, 402.4 without the margin, against 279 GB; what the "
     "26.02.01 branch set to fit it is not in the recipe read")
-TIGHT["mbridge.26.04.01.b200.deepseek-v3.mxfp8"] = (
-    f"{_FRAG} takes it over, with {_MX} (+6.5 GB) and the attention masks of Transformer "
-    f"Engine's CUDA graphs ({_CG_TE}: 1.4 GB): 167.6 GB without the margin, 184.2 GB with "
-    "it, against 180 GB (PP 8 VP 2 EP 32; 166.2 / 182.7 before the graphs were counted)")
-XFAIL["mbridge.25.11.gb200.qwen3-30b-a3b.mxfp8"] = XFAIL["mbridge.26.02.gb200.qwen3-30b-a3b.mxfp8"]
-TIGHT["mbridge.25.11.gb300.qwen3-235b-a22b.bf16"] = (
-    f"{_FRAG} takes it over: at the row's PP 4 VP 12, MBS 2 in bf16 (the recipe at 067f987df0 "
-    "runs no VP, EP 32) stage 1 holds 233.5 GB of activations, with HybridEP's buffers (1.2 GB) "
-    f"and the static inputs of Transformer Engine's CUDA graphs ({_CG_TE}: 3.3 GB): 271.7 GB "
-    "without the margin, 298.6 GB with it, against 279 GB")
-XFAIL["mbridge.25.11.b200.qwen3-235b-a22b.mxfp8"] = (
-    "the row's VP 2 at 64 GPUs (the recipe at 067f987df0 runs no VP there: 168.2 GB predicted, "
-    "fits; the 25.11 release config, v0.2.2 QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG, prints VP 4, "
-    "no recompute): interleaving keeps 1 + (p - 1)/(p v) times a stage's activations in flight "
-    "(129.9 GB on stage 1 at MBS 1), and with EP 8 = DP 8 the expert optimizer states are not "
-    "sharded (43.5 GB): 213.3 GB predicted, 194.0 without the margin, against 180 GB; what the "
-    "25.11 branch ran to fit it is not in the recipe or the release config read")
 #: NVFP4 (precision fp4) with the recipes' fp4_param_gather: NVFP4 linear weights only,
 #: rowwise + columnwise, 9/8 B each (memsym.terms.widths.nvfp4_weight_bytes); every NVFP4
 #: row at the recipe's layout fits (26.02.01's GB200 405B row at its VP 4: 185.0 GB of 186).
@@ -219,17 +171,10 @@ XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
 #: Runs whose recipe memsym's Bridge reader does not read, by the TOML id: each is estimated
 #: from the model's preset with the table's layout and the recipe's settings
 #: (:func:`_preset_command`).  Nemotron 3 Nano (a hybrid Mamba-2 model): the nemotronh perf
-#: recipes build HybridModelProvider in the recipe body.  Its MXFP8 rows fit, its H100 FP8 rows
-#: are tight (:data:`TIGHT`), with the Mamba-2 mixer's in_proj and out_proj inputs saved in
-#: FP8 (memsym.terms.mamba; 16-bit only before: the estimate was refused).
+#: recipes build HybridModelProvider in the recipe body.  Its rows fit, with the Mamba-2 mixer's
+#: in_proj and out_proj inputs saved in FP8 (memsym.terms.mamba; 16-bit only before: the
+#: estimate was refused).
 UNREAD = {r["id"] for r in RUNS if r.get("preset") == "nemotron-3-nano"}
-for _rel in ("26.04.01", "26.04", "26.02.01"):
-    TIGHT[f"mbridge.{_rel}.h100.nemotron-3-nano.fp8"] = (
-        f"{_FRAG} takes it over: with the recipe's fp8_cs (current scaling, fp8_param_gather: "
-        "FP8 weights) and the Mamba-2 mixers' in_proj / out_proj "
-        "inputs saved in FP8, 81.1 GB without the margin, 89.1 GB with it, against 84.9 GB "
-        "(the table's EP 8 on 16 GPUs: 22.0 GB of expert Adam states at expert-DP 2; the "
-        "recipe's layernorm recompute not counted)")
 
 
 def _preset_command(run) -> list:

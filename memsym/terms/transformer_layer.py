@@ -39,9 +39,12 @@ An MoE layer replaces the dense MLP: the router keeps fp32 probabilities (:math:
 E/\sigma`), each expert GPU receives :math:`R = c_f\,k\,\tau\,t_e/t` routed token copies
 (top-k, the ETP all-gather, the capacity factor :math:`c_f` for the busiest rank; Switch
 Transformer §2.2) and keeps for each its fc1 input :math:`2h`, activation input
-:math:`(2 + 2\gamma) f_e/t_e`, fc2 input :math:`2f_e/t_e` and the expert output for the
-probability-weighted combine :math:`2h`; shared experts keep a dense MLP of width
-:math:`f_{sh}` (their input is the router's input, counted once).
+:math:`(2 + 2\gamma) f_e/t_e`, fc2 input :math:`2f_e/t_e` and, where the combine weights the
+expert outputs by the router's probabilities (``combine_kept``: torchtitan), the expert output
+:math:`2h`; Megatron-core multiplies the probabilities into the expert activation before fc2
+and combines by a plain sum, which keeps no expert output
+(:attr:`memsym.frameworks.Framework.moe_combine_keeps_outputs` cites both).  Shared experts
+keep a dense MLP of width :math:`f_{sh}` (their input is the router's input, counted once).
 
 FP8 compute in Transformer Engine (``fp8_inputs``) saves each GEMM's input for the
 weight gradient as the quantized FP8 tensor it multiplied, 1 byte per element instead of
@@ -76,6 +79,13 @@ module              terms dropped (or reduced)
 ``moe_act``         MoE layers: ``expert_fc2_input`` (the activation output)
 ``shared_experts``  MoE layers: ``shared_expert``
 ==================  =====================================================================
+
+Megatron-core's MoE layer keeps no expert output for its combine (``combine_kept=False``):
+
+>>> keys = lambda T: {term.key for term in T.terms}
+>>> sorted(keys(layer_activations(moe=True)) - keys(layer_activations(moe=True,
+...                                                                 combine_kept=False)))
+['combine']
 
 Full recompute keeps only the layer input :math:`2\tau h/\sigma` (Table 2: 2sbh);
 ``selective-op`` is torchtitan's per-op policy (:func:`memsym.terms.op_sac.op_sac_layer`).
@@ -240,6 +250,7 @@ class _Layer:
     drop_moe: bool
     drop_moe_act: bool
     drop_shared: bool
+    combine_kept: bool
 
     @property
     def gx(self):
@@ -265,7 +276,7 @@ class _Layer:
 
 def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
            attention_dropout, qk_norm, output_gate, hf_qwen3_next, mla, moe,
-           shared_expert) -> _Layer:
+           shared_expert, combine_kept) -> _Layer:
     """The options of one layer with what each recomputed module no longer keeps."""
     # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
     # spec only the norms before MLA and before an MoE layer are TENorm modules that
@@ -281,7 +292,8 @@ def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistic
         drop_mlp="mlp" in mods and not moe,
         drop_moe="moe" in mods and moe,
         drop_moe_act=("moe_act" in mods or "moe" in mods) and moe,
-        drop_shared=("shared_experts" in mods or "moe" in mods) and moe)
+        drop_shared=("shared_experts" in mods or "moe" in mods) and moe,
+        combine_kept=combine_kept)
 
 
 def _norm_terms(ly: _Layer, terms: _Terms) -> None:
@@ -417,8 +429,9 @@ def _moe_terms(ly: _Layer, terms: _Terms) -> None:
             terms.add("expert_fc2_input", ly.gx * routed * f_e / t_e, "expert activation "
                       "outputs, input of fc2" + (" (FP8)" if ly.fp8 else ""),
                       _TE if ly.fp8 else moe_src)
-        terms.add("combine", 2 * routed * h, "expert outputs kept for the probability-weighted "
-                  "combine", moe_src)
+        if ly.combine_kept:
+            terms.add("combine", 2 * routed * h, "expert outputs kept for the probability-"
+                      "weighted combine", moe_src)
     if ly.shared_expert and not ly.drop_shared:
         terms.add("shared_expert", (4 + 2 * gam) * tok * f_sh / t,
                   "shared-expert activation and fc2 inputs", moe_src)
@@ -431,7 +444,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
                       output_gate: bool = False, compiled: bool = False,
-                      hf_qwen3_next: bool = False) -> Total:
+                      hf_qwen3_next: bool = False, combine_kept: bool = True) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -449,13 +462,14 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         \text{dense MLP:}\;& \tfrac{2\tau h}{\sigma} + \tfrac{(2 + 2\gamma)\,\tau f}{t}
             + \tfrac{2\tau f}{t} + \tfrac{\delta\,\tau h}{\sigma} \\
         \text{MoE layer:}\;& \tfrac{2\tau h}{\sigma} + \tfrac{4\tau E}{\sigma}
-            + R\,\Bigl(2h + \tfrac{(2 + 2\gamma) f_e}{t_e} + \tfrac{2 f_e}{t_e} + 2h\Bigr)
+            + R\,\Bigl(2h + \tfrac{(2 + 2\gamma) f_e}{t_e} + \tfrac{2 f_e}{t_e}
+            + [\mathrm{kept}]\,2h\Bigr)
             + \tfrac{\delta\,\tau h}{\sigma}
         \end{aligned}
 
     (:math:`\delta` = 1 with dropout, :math:`\gamma` = 1 gated; per routed copy the expert fc1,
-    activation and fc2 inputs and the output kept for the combine; shared experts add a dense
-    MLP of width :math:`f_{sh}`).  The other switches are derived in this module.
+    activation and fc2 inputs and, with ``combine_kept``, the output kept for the combine; shared
+    experts add a dense MLP of width :math:`f_{sh}`).  The other switches are derived here.
 
     Parameters
     ----------
@@ -464,20 +478,19 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         Megatron sequence parallelism (the h-wide tensors divided by t).
     recompute : {"none", "selective", "selective-op", "full"}
     modules : sequence of str, optional
-        Under ``"selective"``, Megatron's ``--recompute-modules`` (:func:`recompute_modules`;
-        None = Megatron's default ``("core_attn",)``); ignored under the other modes.
+        Under ``"selective"``, Megatron's ``--recompute-modules`` (None: ``("core_attn",)``).
     dropout, attention_dropout : bool
         Hidden dropout masks kept (1 byte per element); attention dropout (None: ``dropout``).
-    norm : {"layernorm", "rmsnorm"}
-    norm_statistics : bool
-        The norms' fp32 per-token statistics (False reproduces the paper).
-    moe, shared_expert : bool
-        An MoE layer instead of a dense MLP; with shared experts of width ``f_sh``.
+    norm, norm_statistics : {"layernorm", "rmsnorm"}, bool
+        The normalisation; its fp32 per-token statistics kept (False reproduces the paper).
+    moe, shared_expert, combine_kept : bool
+        An MoE layer instead of a dense MLP; with shared experts of width ``f_sh``; keeping the
+        expert outputs for the combine (module docstring; Megatron-core keeps none).
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
     output_gate, hf_qwen3_next : bool
-        Qwen3-Next's sigmoid attention gate (``attention_output_gate``; not "selective-op");
-        transformers' own ``Qwen3NextAttention`` (its fp32 Q/K norm products, a copied output).
+        Qwen3-Next's attention gate (``attention_output_gate``; not "selective-op"); transformers'
+        own ``Qwen3NextAttention`` (its fp32 Q/K norm products, a copied output).
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
         Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte; ``"mxfp8"``:
         1 + 1/32 with the block scales; ``"nvfp4"``: NVFP4, 1/2 + 1/16).
@@ -494,8 +507,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
 
     Examples
     --------
-    The paper's GPT layer (t = c = 1, g = a, d_h = h/a, f = 4h) is Eq. 1 plus the norm
-    statistics the paper neglects:
+    The GPT layer (t = c = 1, g = a, d_h = h/a, f = 4h) is Eq. 1 plus the norm statistics:
 
     >>> A = layer_activations().without("norm_statistics")
     >>> gpt = {c: 1, t: 1, g: a, d_h: h / a, f: 4 * h}
@@ -522,7 +534,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
                 output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, moe=moe,
-                attention_dropout=attention_dropout, shared_expert=shared_expert)
+                attention_dropout=attention_dropout, shared_expert=shared_expert,
+                combine_kept=combine_kept)
     what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
     return _layer_total(ly, f"activations per layer ({'MoE' if moe else 'dense'}, recompute {what})")
 

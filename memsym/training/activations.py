@@ -221,6 +221,9 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
             # gate (its fp32 Q/K norm products and its copied attention output)
             common["hf_qwen3_next"] = True
     shared = bool(x.moe_shared_expert_intermediate_size)
+    # Megatron-core weights the expert activation by the probabilities before fc2 and
+    # combines by a sum: no expert output kept (Framework.moe_combine_keeps_outputs)
+    common["combine_kept"] = framework_record(training.framework).moe_combine_keeps_outputs
 
     # Megatron's --recompute-modules (default core_attn) under selective recompute
     mods = recompute_modules_of(training)
