@@ -251,7 +251,7 @@ def _other_mixer(mixer: str, sp_on: bool, dropout: bool, one_stat) -> list:
     parts')."""
     sigma = t if sp_on else 1
     where, terms_of = _PRE_NORM[mixer]
-    src = Source("hf-transformers-5", where)
+    src = Source("hf-transformers-5-25", where)
     terms = [Term(f"{mixer}_norm_input", 2 * s * b * h / sigma, "input of the mixer's pre-norm",
                   src, label=f"{mixer} norm")]
     if one_stat != 0:

@@ -107,7 +107,7 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
 
     References
     ----------
-    .. [narayanan] arXiv:2104.04473 §5.1 (the backward pass: twice the forward's FLOPs).
+    .. [narayanan] arXiv:2104.04473 Appendix (the backward pass: twice the forward's FLOPs).
     """
     s = st.seq_length
     prec = st.precision
