@@ -217,7 +217,7 @@ RULES: dict = {r.name: r for r in (
     Rule("tp-per-node", "t must not exceed the GPUs per node (TP's all-reduces stay on NVLink)",
          lambda x, k: (k["t"] > k["gpus_per_node"]) if k.get("gpus_per_node") else False,
          lambda x, k: f"t={k['t']} exceeds the {k['gpus_per_node']} GPUs of a node",
-         Source("narayanan", "§3.3, Takeaway #1 (tensor model parallelism up to degree g "
+         Source("narayanan", "§3.2, Takeaway #1 (tensor model parallelism up to degree g "
                              "on g-GPU servers)"), InvalidValueError, "preference"),
     Rule("tp-heads", "t must divide the attention heads",
          lambda x, k: x.num_attention_heads % k["t"] != 0,

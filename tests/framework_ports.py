@@ -11,7 +11,11 @@ This module is *not* part of memsym.  It is a line-by-line port of
   (``estimate_training_memory`` and its private helpers) and ``calculate_padded_vocab_size``,
 
 kept as close to the published text as possible so that tests/test_conventions.py can compare
-memsym's symbolic conventions against an independent implementation, to the byte.
+memsym's symbolic conventions against an independent implementation, to the byte; and
+
+* torchtitan's per-op selective activation-checkpointing policy
+  (:func:`torchtitan_op_sac_context`), shared by tests/test_op_sac_compile.py and
+  tests/test_engine_sac.py, each with its version's save set.
 
 The only departures from the published text, all made so that the arithmetic is exact:
 
@@ -912,3 +916,48 @@ def bridge_config(arch, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=None, s, b,
         optimizer=SimpleNamespace(use_distributed_optimizer=distributed_optimizer),
         data_parallel_size=F(d),
     )
+
+
+# --- torchtitan's per-op selective AC --------------------------------------------------------
+
+def torchtitan_op_sac_context(save_ops):
+    """A ``context_fn`` for ``torch.utils.checkpoint.checkpoint``: torchtitan's per-op SAC
+    policy over the ops ``save_ops`` (test-only port; torch needed).
+
+    The same rule at both torchtitan versions the tests port: count the ``aten.mm`` calls
+    apart in the forward and in the recompute; save the output of every op of the save set
+    except every second mm (``MUST_SAVE``); recompute the rest (``PREFER_RECOMPUTE``); fresh
+    counters for each checkpointed call.
+
+    * 9dec370 ``torchtitan/parallelisms/parallelize_llama.py``: ``_save_list`` lines 214-223
+      (mm, the efficient and flash SDPA kernels, reduce_scatter_tensor, abs and max, the last
+      two for float8's amax), ``_get_custom_policy`` lines 250-266 and
+      ``selective_checkpointing_context_fn`` lines 268-270 (``meta = defaultdict(int)``);
+    * b5bcd76c6 ``torchtitan/distributed/activation_checkpoint.py``: ``_get_default_save_ops``
+      lines 31-94 and ``_get_custom_policy`` lines 243-274 (``meta`` per context).  The
+      branches this port leaves out never fire in the tests' CPU blocks: the forced-recompute
+      mm shapes (``force_recompute_mm_shapes_by_fqns``, empty by default), the CUDA-to-CPU
+      ``_to_copy`` always saved, and ``aten.linear`` as a leaf op (CPU decomposes it into mm).
+
+    Parameters
+    ----------
+    save_ops : iterable of torch op overloads
+        The save set (each version's, as its test transcribes it).
+    """
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    import torch
+
+    mm = torch.ops.aten.mm.default
+    save = frozenset(save_ops)
+
+    def context_fn():
+        meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
+
+        def policy(ctx, func, *args, **kwargs):
+            key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
+            if func == mm:
+                meta[key] += 1
+            keep = func in save and not (func == mm and meta[key] % 2 == 0)
+            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+        return create_selective_checkpoint_contexts(policy)
+    return context_fn

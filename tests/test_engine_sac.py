@@ -1,22 +1,22 @@
 """torchtitan's per-op selective activation checkpointing, run for real on CPU.
 
 A Llama block (wq, wk, wv, SDPA, wo; w1, w3, SiLU-gate, w2) is checkpointed with PyTorch's
-``create_selective_checkpoint_contexts`` and a port of torchtitan's ``_custom_policy``
+``create_selective_checkpoint_contexts`` and torchtitan's ``_custom_policy``
 (``torchtitan/distributed/activation_checkpoint.py``: save ``aten.mm`` outputs except every
-second one, save SDPA).  The matmul FLOPs its backward runs, counted by a dispatch mode, minus
+second one, save SDPA; the port shared with tests/test_op_sac_compile.py,
+``framework_ports.torchtitan_op_sac_context``).  The matmul FLOPs its backward runs, counted by a dispatch mode, minus
 those of the same block without checkpointing are the recomputed forward: memsym's step time
 (``memsym.timing.step``, ``recompute="selective-op"``) prices wk, wo and w3.
 """
-
-from functools import partial
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,  # noqa: E402
-                                    create_selective_checkpoint_contexts)
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+import framework_ports as port  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -25,19 +25,14 @@ aten = torch.ops.aten
 
 
 def _policy():
-    # the port: torchtitan _apply_op_sac._get_custom_policy (mm_count per mode, % 2 == 0)
-    save = {aten.mm.default, aten._scaled_dot_product_flash_attention_for_cpu.default,
-            aten._scaled_dot_product_efficient_attention.default,
-            aten._scaled_dot_product_flash_attention.default}
-    meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
-
-    def policy(ctx, func, *args, **kwargs):
-        key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
-        if func == aten.mm.default:
-            meta[key] += 1
-        keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
-        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
-    return partial(create_selective_checkpoint_contexts, policy)
+    # torchtitan b5bcd76c6's save set as it bears on this block (activation_checkpoint.py
+    # _get_default_save_ops: mm among the compute-intensive ops, the SDPA kernels; its max,
+    # topk, flex and collectives never run here), the CPU flash kernel the one SDPA runs; the
+    # shared port of _get_custom_policy (framework_ports.torchtitan_op_sac_context)
+    return port.torchtitan_op_sac_context(
+        {aten.mm.default, aten._scaled_dot_product_flash_attention_for_cpu.default,
+         aten._scaled_dot_product_efficient_attention.default,
+         aten._scaled_dot_product_flash_attention.default})
 
 
 class _MmFlops(TorchDispatchMode):

@@ -210,6 +210,14 @@ def test_the_cli_refuses_the_estimate_in_one_line(tmp_path, capsys):
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "shared transformer block" in err
     assert "not modelled" in err
+    # the feature named (transformers' Zamba2HybridLayer: the shared block on the 2h-wide
+    # concatenation of hidden state and embeddings, per-use adapters and linear), not a reason
+    # about Megatron-core's mixers that a DeepSpeed job never meets
+    for framework in ("megatron", "deepspeed"):
+        code, out, err = estimate(capsys, path, "--seq-length", 64, "--framework", framework)
+        assert code == 2 and err.count("\n") == 1
+        assert "2h-wide concatenation" in err and "per-use LoRA adapters" in err
+        assert "Megatron-core" not in err
 
 
 

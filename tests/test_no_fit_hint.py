@@ -57,3 +57,29 @@ def test_min_gpus_names_a_megatron_fsdp_row_by_its_strategy(capsys):
         layout = json.loads(capsys.readouterr().out)["layout"]
         assert code == 0
         assert layout.get("megatron_fsdp") == want.get(layout["sharding"]), layout
+
+
+def test_min_gpus_says_the_megatron_fsdp_strategy_as_search_does(capsys):
+    """The text names a Megatron-FSDP row in Megatron-LM's words: the fsdp scheme is
+    ``--data-parallel-sharding-strategy optim_grads_params`` (megatron/training/arguments.py:
+    3190-3191 at d98e8a64dd, the strategy sharding weights, gradients and optimizer states);
+    the JSON layout is the one ``memsym search --json`` gives the same row (the same keys, with
+    the overlaps it launches and ``megatron_fsdp``)."""
+    import json
+
+    argv = ["llama3-70b", "--gpu", "h100-80gb", "--framework", "megatron", "--tp", "1",
+            "--pp", "1", "--cp", "1", "--sharding", "fsdp", "--recompute", "full"]
+    assert main(["min-gpus", *argv]) == 0
+    text = capsys.readouterr().out.splitlines()
+    layout_line = next(line for line in text if line.startswith("layout: "))
+    assert "sharding fsdp (Megatron-FSDP optim_grads_params)" in layout_line
+    assert "megatron_fsdp" not in layout_line
+    assert main(["min-gpus", *argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lay = out["layout"]
+    assert lay["sharding"] == "fsdp" and lay["megatron_fsdp"] == "optim_grads_params"
+    assert main(["search", *argv, "--gpus", str(out["gpus"]), "--global-batch-size",
+                 str(out["gpus"]), "--json"]) == 0
+    searched = json.loads(capsys.readouterr().out)
+    row = searched[0]["layout"]     # a list of rows, best first
+    assert set(row) == set(lay) and row["megatron_fsdp"] == lay["megatron_fsdp"]

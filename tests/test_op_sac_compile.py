@@ -5,7 +5,8 @@ in fp32 then ``type_as``, complex RoPE in fp32, ``repeat_kv``, SDPA, SwiGLU ``w2
 w3(x))``; ``torchtitan/models/norms.py`` ``RMSNorm``) under torch's non-reentrant
 ``checkpoint`` with a port of torchtitan's policy (``parallelisms/parallelize_llama.py``
 ``_apply_ac_to_transformer_block``: ``_save_list`` of mm, the SDPA kernels, abs and max; every
-second mm recomputed; the CPU flash kernel added, the one SDPA runs here), run two ways:
+second mm recomputed; the CPU flash kernel added, the one SDPA runs here; the port is
+``framework_ports.torchtitan_op_sac_context``), run two ways:
 
 * eager (torchtitan without ``training.compile``): torch's ``MemTracker`` under
   ``FakeTensorMode`` counts the activations alive once the forward returns;
@@ -20,13 +21,14 @@ no backward reads it; the compiled block does not save it.  memsym's
 
 import functools
 import gc
-from collections import defaultdict
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from memsym.terms.activations import layer_activations  # noqa: E402
+
+import framework_ports as port  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -89,22 +91,14 @@ class _Block(nn.Module):
 
 
 def _context_fn():
-    # the port of torchtitan's _get_custom_policy / selective_checkpointing_context_fn
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
-
+    # torchtitan 9dec370's _save_list (parallelize_llama.py:214-223, without
+    # reduce_scatter_tensor: no collective here), the CPU flash kernel added (the one SDPA runs
+    # here); the shared port of the policy (framework_ports.torchtitan_op_sac_context)
     save = {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
             aten._scaled_dot_product_flash_attention.default,
             aten._scaled_dot_product_flash_attention_for_cpu.default,
             aten.abs.default, aten.max.default}
-    meta = defaultdict(int)
-
-    def policy(ctx, func, *args, **kwargs):
-        key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
-        if func == aten.mm.default:
-            meta[key] += 1
-        keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
-        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
-    return create_selective_checkpoint_contexts(policy)
+    return port.torchtitan_op_sac_context(save)()
 
 
 def _sac(block):

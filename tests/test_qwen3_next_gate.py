@@ -113,7 +113,8 @@ def test_deepspeed_runs_transformers_qwen3_next_attention(tmp_path):
     from memsym.training import Training, stage_activations
 
     arch = from_hf_config(_write(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
-    ungated = dataclasses.replace(arch, attention_output_gate=False)
+    # without the gate and without the fp32 (1 + weight) Q/K norms (qk_norm_fp32_scale)
+    ungated = dataclasses.replace(arch, attention_output_gate=False, qk_norm_fp32_scale=False)
 
     def layers(x, framework):
         trn = Training(framework=framework)

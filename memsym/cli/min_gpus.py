@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from .option_table import add_command
 from .options import emit_json
-from .search import (Progress, bytes_json, layout_json, megatron_fsdp_of, search_model,
-                     search_options)
+from .search import Progress, bytes_json, layout_json, search_model, search_options
 
 
 def add_parser(sub) -> None:
@@ -22,15 +21,17 @@ def run(args) -> int:
     from ..search import min_gpus
 
     prog = Progress("memsym min-gpus")
+    options = search_options(args)
     try:
         res = min_gpus(search_model(args), args.gpu, max_gpus=args.max_gpus, progress=prog,
-                       **search_options(args))
+                       **options)
     finally:
         prog.close()
     row = dict(res.layout)
     row.setdefault("m", None)
-    lay = {**layout_json(row),
-           **megatron_fsdp_of(getattr(args, "framework", None) or "megatron", row["sharding"])}
+    # as a search JSON row says it: with the overlaps it launches and, for a Megatron-FSDP
+    # scheme, its strategy (megatron_fsdp, from memsym.search.job_fields.MEGATRON_FSDP_STRATEGY)
+    lay = layout_json(row, options["framework"])
     if args.json:
         emit_json({
             "gpus": res.gpus, "layout": lay, "bytes": bytes_json(res.bytes),
@@ -41,7 +42,7 @@ def run(args) -> int:
         })
         return 0
     print(f"memsym min-gpus: {res.gpus} GPUs")
-    print("layout: " + ", ".join(f"{k} {v}" for k, v in lay.items() if v is not None))
+    print("layout: " + layout_text(lay))
     print(res.explanation() + "  (C: GPU memory in bytes"
           + (f", less the {args.margin_bytes / 1e9:.4g} GB --margin)" if args.margin_bytes
              else ")"))
@@ -50,3 +51,28 @@ def run(args) -> int:
     print("bytes on the most-loaded GPU: " + ", ".join(
         f"{k} {float(v) / 1e9:.3f} GB" for k, v in res.bytes.items()))
     return 0
+
+
+def layout_text(lay: dict) -> str:
+    """The text of a :func:`memsym.cli.search.layout_json` layout: its knobs as ``name value``
+    (the launch overlaps left to the JSON, as the search table leaves them), a Megatron-FSDP
+    scheme in Megatron-LM's words, its ``--data-parallel-sharding-strategy`` beside it (what
+    ``memsym search --emit megatron`` launches).
+
+    Examples
+    --------
+    >>> layout_text({"tp": 2, "dp": 4, "sharding": "fsdp", "num_microbatches": None,
+    ...              "overlap_grad_reduce": True, "megatron_fsdp": "optim_grads_params"})
+    'tp 2, dp 4, sharding fsdp (Megatron-FSDP optim_grads_params)'
+    >>> layout_text({"tp": 1, "sharding": "zero3"})
+    'tp 1, sharding zero3'
+    """
+    said = []
+    for key, value in lay.items():
+        if value is None or key in ("megatron_fsdp", "overlap_grad_reduce",
+                                    "overlap_param_gather"):
+            continue
+        if key == "sharding" and "megatron_fsdp" in lay:
+            value = f"{value} (Megatron-FSDP {lay['megatron_fsdp']})"
+        said.append(f"{key} {value}")
+    return ", ".join(said)

@@ -514,10 +514,10 @@ def _component_sources(x: Architecture) -> dict:
         "mamba": Source("mamba2" if x.mamba_version == 2 else "mamba1",
                         "§7 Mamba-2 block" if x.mamba_version == 2 else
                         "Algorithm 2 (selective SSM); JambaMambaMixer's dt/B/C norms"),
-        "linear_attention": Source("hf-transformers-5", "modeling_qwen3_next.py "
+        "linear_attention": Source("hf-transformers-5-25", "modeling_qwen3_next.py "
                                    "Qwen3NextGatedDeltaNet; modeling_minimax.py "
                                    "MiniMaxLightningAttention"),
-        "short_conv": Source("hf-transformers-5", "modeling_lfm2.py Lfm2ShortConv"),
+        "short_conv": Source("hf-transformers-5-25", "modeling_lfm2.py Lfm2ShortConv"),
         "mlp": Source("megatron-lm", mega + ": 2γhf"),
         "norms": (Source("hf-transformers-5", "modeling_<model_type>.py: the norms each decoder layer "
                                          "builds (η per element) + final (+ embedding) norm")

@@ -232,6 +232,7 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
         kw["norms_per_layer"] = 4
     if mtype == "gemma3_text":
         kw["qk_layernorm"] = True           # Gemma3RMSNorm(head_dim) on q and on k
+        kw["qk_norm_fp32_scale"] = True     # its output * (1.0 + weight.float()) in fp32
     if mtype == "olmo":
         kw["norm_affine"] = False           # OlmoLayerNorm: F.layer_norm(x, shape, None, None)
         kw["normalization"] = "LayerNorm"

@@ -292,6 +292,7 @@ def _read_qwen3_next(c: ConfigFields, notes: list) -> dict:
     kw.update(layer_mixers=tuple("gdn" if k == "linear_attention" else "attention"
                                  for k in kinds),
               attention_bias=c.bool("attention_bias", False), qk_layernorm=True,
+              qk_norm_fp32_scale=True,        # Qwen3NextRMSNorm: output * (1.0 + weight.float())
               attention_output_gate=True,
               gdn_key_heads=c.int("linear_num_key_heads", 16),
               gdn_value_heads=c.int("linear_num_value_heads", 32),

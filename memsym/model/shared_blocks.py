@@ -68,7 +68,7 @@ def shared_block_parts(x: Architecture) -> dict:
     References
     ----------
     transformers 5.25.0 ``modeling_zamba.py`` ZambaAttentionDecoderLayer, ``modeling_zamba2.py``
-    Zamba2AttentionDecoderLayer (hf-transformers-5).
+    Zamba2AttentionDecoderLayer (hf-transformers-5-25).
 
     Examples
     --------
@@ -105,7 +105,7 @@ def shared_use_parts(x: Architecture, adapters_only: bool = False) -> dict:
     References
     ----------
     transformers 5.25.0 ``modeling_zamba2.py`` Zamba2HybridLayer, Zamba2Attention,
-    Zamba2MLP (hf-transformers-5).
+    Zamba2MLP (hf-transformers-5-25).
 
     Examples
     --------

@@ -48,7 +48,7 @@ def gdn_parts(x: Architecture) -> tuple:
     References
     ----------
     transformers 5.25.0 ``models/qwen3_next/modeling_qwen3_next.py``, ``Qwen3NextGatedDeltaNet``
-    (hf-transformers-5); Yang et al. 2024, arXiv:2412.06464, §3.
+    (hf-transformers-5-25); Yang et al. 2024, arXiv:2412.06464, §3.
 
     Examples
     --------
@@ -86,7 +86,7 @@ def conv_parts(x: Architecture) -> tuple:
 
     References
     ----------
-    transformers 5.25.0 ``models/lfm2/modeling_lfm2.py``, ``Lfm2ShortConv`` (hf-transformers-5).
+    transformers 5.25.0 ``models/lfm2/modeling_lfm2.py``, ``Lfm2ShortConv`` (hf-transformers-5-25).
 
     Examples
     --------
@@ -122,7 +122,7 @@ def lightning_parts(x: Architecture) -> tuple:
     References
     ----------
     transformers 5.25.0 ``models/minimax/modeling_minimax.py``,
-    ``MiniMaxLightningAttention`` (hf-transformers-5).
+    ``MiniMaxLightningAttention`` (hf-transformers-5-25).
 
     Examples
     --------

@@ -20,7 +20,7 @@ References
 ----------
 .. [megatron-lm-arguments] Megatron-Core ``transformer_config.py``: CPU offloading refuses
    p > 1; VPP needs (L/p) % v == 0.
-.. [narayanan] arXiv:2104.04473 (layouts, bubble, step time; §3.3 Takeaway #1: tensor
+.. [narayanan] arXiv:2104.04473 (layouts, bubble, step time; §3.2 Takeaway #1: tensor
    parallelism stays inside a node, t <= GPUs per node).
 
 The package: :mod:`.space` (the problem), :mod:`.grid` (the raw grid and the rules),

@@ -105,7 +105,7 @@ def gemm_flops_per_token(*, gated: bool = True, causal: bool = True) -> Total:
 
     References
     ----------
-    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §5.1 (the GEMMs of a layer).
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, Appendix (the GEMMs of a layer).
     """
     kappa = sp.Rational(1, 2) if causal else 1
     terms = (
@@ -154,7 +154,7 @@ def flops_per_iteration_gemm(kind: str = "model", recompute: str = "none", *,
     References
     ----------
     .. [korthikanti] Korthikanti et al. 2022, arXiv:2205.05198, Appendix A (model FLOPs).
-    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §5.1 (FLOPs of a layer).
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, Appendix (FLOPs of a layer).
     """
     kind = choose("FLOP kind", kind, FLOP_KINDS)
     recompute = choose("recompute", recompute, RECOMPUTE)

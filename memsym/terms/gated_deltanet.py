@@ -94,7 +94,7 @@ def gdn_activations(*, sequence_parallel: bool = False) -> Total:
 
     References
     ----------
-    transformers 5.25.0 ``models/qwen3_next/modeling_qwen3_next.py`` (hf-transformers-5);
+    transformers 5.25.0 ``models/qwen3_next/modeling_qwen3_next.py`` (hf-transformers-5-25);
     flash-linear-attention at bc3b101dcb ``fla/ops/gated_delta_rule/chunk.py`` (fla).
 
     Examples
@@ -109,33 +109,33 @@ def gdn_activations(*, sequence_parallel: bool = False) -> Total:
     tok = s * b
     conv = 2 * H_gk * d_gk + H_gv * d_gv
     hv, vd = H_gv, H_gv * d_gv
-    fwd = Source("hf-transformers-5", _FORWARD + " (line 737)")
+    fwd = Source("hf-transformers-5-25", _FORWARD + " (line 737)")
     return Total("activations of one Gated DeltaNet mixer", (
         Term("in_proj_input", 2 * tok * h / sigma, "the projections' input (the pre-norm's "
              "output; in_proj_qkvz and in_proj_ba share it)", fwd, label="in_proj"),
         Term("conv_input", 2 * tok * conv / t, "the depthwise conv's input, q k v concatenated",
-             Source("hf-transformers-5", "models/qwen3_next/modeling_qwen3_next.py "
+             Source("hf-transformers-5-25", "models/qwen3_next/modeling_qwen3_next.py "
                     "causal_conv1d_fn (F.conv1d, line 350)"), label="conv in"),
         Term("conv_output", 2 * b * (s + k_gdn - 1) * conv / t, "the conv's output before SiLU, "
              "k_gdn - 1 padded rows per sequence (kept by SiLU)",
-             Source("hf-transformers-5", "models/qwen3_next/modeling_qwen3_next.py "
+             Source("hf-transformers-5-25", "models/qwen3_next/modeling_qwen3_next.py "
                     "causal_conv1d_fn (F.conv1d(..., padding)[:, :, :seq_len], ACT2FN)"),
              label="conv out"),
         Term("beta", 2 * tok * hv / t, "beta = sigmoid(b), kept by the sigmoid and the kernel "
-             "(one storage)", Source("hf-transformers-5", _FORWARD + " (b.sigmoid(), line 768)"),
+             "(one storage)", Source("hf-transformers-5-25", _FORWARD + " (b.sigmoid(), line 768)"),
              label="beta"),
         Term("gate_softplus", 8 * tok * hv / t, "softplus(a + dt_bias)'s fp32 input and output "
              "(the output kept by the product with -exp(A_log))",
-             Source("hf-transformers-5", _FORWARD + " (line 770)"),
+             Source("hf-transformers-5-25", _FORWARD + " (line 770)"),
              label="g softplus"),
         Term("decay_rates", 8 * hv / t, "exp(A_log) and its negation, fp32, once per layer",
-             Source("hf-transformers-5", _FORWARD + " (line 770)"),
+             Source("hf-transformers-5-25", _FORWARD + " (line 770)"),
              label="decay rates"),
         Term("gated_norm", tok * (16 * vd + 4 * hv) / t, "the gated RMSNorm's fp32 input copy, "
              "fp32 1/rms per head, bf16 normed input, fp32 z, fp32 SiLU(z), bf16 weighted input",
-             Source("hf-transformers-5", _NORM), label="gated norm"),
+             Source("hf-transformers-5-25", _NORM), label="gated norm"),
         Term("out_proj_input", 2 * tok * vd / t, "out_proj's input",
-             Source("hf-transformers-5", _FORWARD + " (line 855)"),
+             Source("hf-transformers-5-25", _FORWARD + " (line 855)"),
              label="out_proj"),
         Term("kernel_qk", 4 * tok * H_gk * d_gk / t, "fla: q and k after l2norm_fwd (new "
              "16-bit tensors)", Source("fla", _SAVE), label="fla q k"),

@@ -75,7 +75,7 @@ def lightning_activations(*, sequence_parallel: bool = False) -> Total:
     References
     ----------
     transformers 5.25.0 ``models/minimax/modeling_minimax.py``, ``MiniMaxLightningAttention``
-    and ``MiniMaxRMSNorm`` (hf-transformers-5); Qin et al. 2024, *Lightning Attention-2*,
+    and ``MiniMaxRMSNorm`` (hf-transformers-5-25); Qin et al. 2024, *Lightning Attention-2*,
     arXiv:2401.04658 (the intra/inter-block split).
 
     Examples
@@ -86,32 +86,33 @@ def lightning_activations(*, sequence_parallel: bool = False) -> Total:
     """
     sigma = t if sequence_parallel else 1
     tok, n = s * b, a * d_h
-    fwd = Source("hf-transformers-5", _FORWARD)
-    norm = Source("hf-transformers-5", "models/minimax/modeling_minimax.py MiniMaxRMSNorm.forward")
+    fwd = Source("hf-transformers-5-25", _FORWARD)
+    norm = Source("hf-transformers-5-25",
+                  "models/minimax/modeling_minimax.py MiniMaxRMSNorm.forward")
     return Total("activations of one lightning-attention mixer", (
         Term("in_proj_input", 2 * tok * h / sigma, "qkv_proj's and output_gate's input (the "
              "pre-norm's output)", fwd, label="in_proj"),
         Term("qkv_silu_input", 6 * tok * n / t, "the SiLU's input, qkv_proj's output",
-             Source("hf-transformers-5", _FORWARD + " (self.act_fn(self.qkv_proj(...)), "
+             Source("hf-transformers-5-25", _FORWARD + " (self.act_fn(self.qkv_proj(...)), "
                     "line 188)"), label="qkv"),
         Term("block_copies", 6 * tok * n / t, "q, k, v block copies the intra products keep",
-             Source("hf-transformers-5", _FORWARD + " (lines 229-230)"), label="blocks"),
+             Source("hf-transformers-5-25", _FORWARD + " (lines 229-230)"), label="blocks"),
         Term("inter_copies", 6 * b * n * (s - B_lin) / t, "the decayed-q copies of the inter "
              "products (not the first block's: its state is zero) and the decayed-k and v "
              "copies of the state updates (not the last block's)",
-             Source("hf-transformers-5", _FORWARD + " (lines 233, 240-243)"), label="inter"),
+             Source("hf-transformers-5-25", _FORWARD + " (lines 233, 240-243)"), label="inter"),
         Term("intra_scores", 2 * tok * a * B_lin / t, "Q K^T times the diagonal decay, "
-             "B_lin by B_lin per block and head", Source("hf-transformers-5", _FORWARD +
+             "B_lin by B_lin per block and head", Source("hf-transformers-5-25", _FORWARD +
                                                           " (line 230)"), label="scores"),
         Term("block_states", 2 * a * b * d_h**2 * s / (B_lin * t), "the running state "
              "before each block (d_h by d_h per head), kept by the inter product",
-             Source("hf-transformers-5", _FORWARD + " (line 233)"), label="states"),
+             Source("hf-transformers-5-25", _FORWARD + " (line 233)"), label="states"),
         Term("norm", 6 * tok * n / t + 4 * tok, "the RMSNorm's fp32 input copy and bf16 cast, "
              "and its fp32 1/rms per token", norm, label="norm"),
         Term("norm_output", 2 * tok * n / t, "the RMSNorm's output, kept by the gate product",
-             Source("hf-transformers-5", _FORWARD + " (line 266)"), label="norm out"),
+             Source("hf-transformers-5-25", _FORWARD + " (line 266)"), label="norm out"),
         Term("gate", 2 * tok * n / t, "sigmoid(output_gate(x)), kept by the sigmoid and the "
-             "product", Source("hf-transformers-5", _FORWARD + " (line 266)"), label="gate"),
+             "product", Source("hf-transformers-5-25", _FORWARD + " (line 266)"), label="gate"),
         Term("out_proj_input", 2 * tok * n / t, "out_proj's input",
-             Source("hf-transformers-5", _FORWARD + " (line 267)"), label="out_proj"),
+             Source("hf-transformers-5-25", _FORWARD + " (line 267)"), label="out_proj"),
     ))

@@ -210,10 +210,17 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
     if mixer not in ("attention", "mamba", "none", *_PRE_NORM) or ffn not in (None, False, True):
+        if mixer == "shared":
+            # transformers 5.25.0 modeling_zamba2.py Zamba2HybridLayer.forward (lines
+            # 1140-1192) and Zamba2AttentionDecoderLayer.forward (torch.concatenate, line 1060)
+            raise InvalidValueError(
+                "the activations of a shared transformer block's uses are not modelled "
+                "(Zamba, Zamba2: each hybrid layer runs the shared attention and MLP on the "
+                "2h-wide concatenation of its hidden state and the input embeddings, with "
+                "per-use LoRA adapters, then a per-use linear, before its Mamba layer; only "
+                "their parameters are counted, memsym.model.parameter_count)")
         what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
                 "parallel": "attention and Mamba side by side in one layer (Falcon-H1)",
-                "shared": "a shared transformer block's uses (Zamba, Zamba2: the attention "
-                          "of the 2h-wide concatenated embedding and hidden state, per use)"
                 }.get(mixer, f"the layer kind {kind!r}")
         raise InvalidValueError(f"the activations of {what} are not modelled (Megatron-core "
                                 "trains Mamba-2 mixers, one mixer per layer)")
@@ -251,7 +258,7 @@ def _other_mixer(mixer: str, sp_on: bool, dropout: bool, one_stat) -> list:
     parts')."""
     sigma = t if sp_on else 1
     where, terms_of = _PRE_NORM[mixer]
-    src = Source("hf-transformers-5", where)
+    src = Source("hf-transformers-5-25", where)
     terms = [Term(f"{mixer}_norm_input", 2 * s * b * h / sigma, "input of the mixer's pre-norm",
                   src, label=f"{mixer} norm")]
     if one_stat != 0:

@@ -60,7 +60,7 @@ def short_conv_activations(*, sequence_parallel: bool = False) -> Total:
     References
     ----------
     transformers 5.25.0 ``models/lfm2/modeling_lfm2.py``, ``Lfm2ShortConv.forward`` and
-    ``causal_conv1d_fn`` (hf-transformers-5).
+    ``causal_conv1d_fn`` (hf-transformers-5-25).
 
     Examples
     --------
@@ -74,18 +74,18 @@ def short_conv_activations(*, sequence_parallel: bool = False) -> Total:
     tok = s * b
     return Total("activations of one short-convolution mixer", (
         Term("in_proj_input", 2 * tok * h / sigma, "in_proj's input (the pre-norm's output)",
-             Source("hf-transformers-5", _FORWARD + " (self.in_proj(hidden_states))"),
+             Source("hf-transformers-5-25", _FORWARD + " (self.in_proj(hidden_states))"),
              label="in_proj"),
         Term("bcx", 2 * tok * 3 * h / t, "in_proj output B, C, x (one storage), kept by the "
-             "products B x and C y", Source("hf-transformers-5", _FORWARD + " (B * x, C * ...)"),
+             "products B x and C y", Source("hf-transformers-5-25", _FORWARD + " (B * x, C * ...)"),
              label="BCx"),
         Term("conv_input", 2 * tok * h / t, "the depthwise conv's input B x",
-             Source("hf-transformers-5", "models/lfm2/modeling_lfm2.py causal_conv1d_fn "
+             Source("hf-transformers-5-25", "models/lfm2/modeling_lfm2.py causal_conv1d_fn "
                     "(F.conv1d)"), label="conv in"),
         Term("conv_output", 2 * b * (s + k_sc - 1) * h / t,
              "the conv's output, k_sc - 1 padded rows per sequence (kept by C y)",
-             Source("hf-transformers-5", "models/lfm2/modeling_lfm2.py causal_conv1d_fn "
+             Source("hf-transformers-5-25", "models/lfm2/modeling_lfm2.py causal_conv1d_fn "
                     "(F.conv1d(..., padding=k - 1)[:, :, :seq_len])"), label="conv out"),
         Term("out_proj_input", 2 * tok * h / t, "out_proj's input C y (made contiguous)",
-             Source("hf-transformers-5", _FORWARD + " (self.out_proj(y))"), label="out_proj"),
+             Source("hf-transformers-5-25", _FORWARD + " (self.out_proj(y))"), label="out_proj"),
     ))

@@ -31,7 +31,11 @@ head-major (``[b, a, s, d_h]``-contiguous), so the flash kernel's output is head
 own output, the next op the copy, :math:`2\tau a d_h/t` (``sdpa_output_copy``; not when the
 kernel is recomputed, nor without flash, where the matmul keeps no output).  Measured in
 ``tests/test_qwen3_next_gate.py``.  Megatron's own layer (Transformer Engine's norms, its RoPE)
-runs neither class, so neither term applies there.  Multi-latent attention (``mla``): Q and K
+runs neither class, so neither term applies there.  Gemma 3's ``Gemma3RMSNorm`` on Q and K
+(transformers 5.24.0 ``modeling_gemma3.py`` lines 128-133) is the same fp32 ``(1 + weight)``
+multiply: ``qk_norm_fp32`` (the config's ``qk_norm_fp32_scale``, under the model's own code)
+keeps ``qk_norm_fp32_output`` alone, its full RoPE leaving Q token-major (no copy).
+Multi-latent attention (``mla``): Q and K
 are :math:`a(d_{qk} + d_r)` wide, V :math:`a d_v`, and the latents (the inputs of the q/kv
 up-projections and their norms, :math:`4\tau r` each) are replicated over t.
 
@@ -173,6 +177,10 @@ _Q3N = "models/qwen3_next/modeling_qwen3_next.py "
 _Q3N_NORM = Source("hf-transformers-5-25", _Q3N + "Qwen3NextRMSNorm.forward (lines 135-140: "
                    "output * (1.0 + self.weight.float()), then type_as(x)); Qwen3NextAttention."
                    "__init__ (q_norm, k_norm of head_dim)")
+_FP32_QK_NORM = Source("hf-transformers-5", "models/gemma3/modeling_gemma3.py Gemma3RMSNorm."
+                       "forward (lines 128-133: output * (1.0 + self.weight.float()), then "
+                       "type_as(x)); Gemma3Attention (q_norm, k_norm of head_dim, lines 310-311, "
+                       "329-330)")
 _Q3N_ROPE = Source("hf-transformers-5-25", _Q3N + "apply_rotary_pos_emb (lines 186-188: torch.cat "
                    "of q_embed and q_pass); integrations/sdpa_attention.py sdpa_attention_forward "
                    "(line 196: attn_output.transpose(1, 2).contiguous())")
@@ -239,6 +247,7 @@ class _Layer:
     qk_norm: object
     output_gate: bool
     hf_qwen3_next: bool
+    qk_fp32: bool
     mla: dict | None
     moe: bool
     shared_expert: bool
@@ -275,7 +284,7 @@ class _Layer:
 
 
 def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
-           attention_dropout, qk_norm, output_gate, hf_qwen3_next, mla, moe,
+           attention_dropout, qk_norm, output_gate, hf_qwen3_next, qk_fp32, mla, moe,
            shared_expert, combine_kept) -> _Layer:
     """The options of one layer with what each recomputed module no longer keeps."""
     # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
@@ -284,7 +293,7 @@ def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistic
     return _Layer(
         tok, sig, gated, flash, fp8, norm, norm_statistics, dropout,
         dropout if attention_dropout is None else attention_dropout, qk_norm, output_gate,
-        hf_qwen3_next, mla, moe, shared_expert,
+        hf_qwen3_next, qk_fp32 or hf_qwen3_next, mla, moe, shared_expert,
         drop_core=recompute == "selective" and "core_attn" in mods,
         drop_in_norm="layernorm" in mods and bool(mla),
         drop_pre_mlp_norm="layernorm" in mods and moe,
@@ -347,10 +356,12 @@ def _qkv_terms(ly: _Layer, terms: _Terms):
                   "inputs of the per-head Q and K norms and their fp32 statistics (qk_layernorm)",
                   Source("megatron-core", "core/transformer/attention.py, SelfAttention."
                          "get_query_key_value_tensors (q_layernorm, k_layernorm before RoPE)"))
-        if ly.hf_qwen3_next:
+        if ly.qk_fp32:
+            # transformers' Qwen3NextRMSNorm and Gemma3RMSNorm: output * (1.0 + weight.float())
             terms.add("qk_norm_fp32_output", 2 * tok * (a + g) * d_h / t + 2 * 4 * d_h,
-                      "Qwen3NextRMSNorm on Q and K: the fp32 normalised Q and K its (1 + weight) "
-                      "multiply keeps (4 bytes, not 2) and 1 + weight (4 d_h per norm)", _Q3N_NORM)
+                      "Q and K norms scaling by 1 + weight in fp32: the fp32 normalised Q and K "
+                      "the multiply keeps (4 bytes, not 2) and 1 + weight (4 d_h per norm)",
+                      _Q3N_NORM if ly.hf_qwen3_next else _FP32_QK_NORM)
     terms.add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
     return a * d_h
 
@@ -444,7 +455,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
                       output_gate: bool = False, compiled: bool = False,
-                      hf_qwen3_next: bool = False, combine_kept: bool = True) -> Total:
+                      hf_qwen3_next: bool = False, qk_norm_fp32: bool = False,
+                      combine_kept: bool = True) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -488,9 +500,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         expert outputs for the combine (module docstring; Megatron-core keeps none).
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
-    output_gate, hf_qwen3_next : bool
-        Qwen3-Next's attention gate (``attention_output_gate``; not "selective-op"); transformers'
-        own ``Qwen3NextAttention`` (its fp32 Q/K norm products, a copied output).
+    output_gate, hf_qwen3_next, qk_norm_fp32 : bool
+        Qwen3-Next's gate (``attention_output_gate``; not "selective-op"); transformers'
+        ``Qwen3NextAttention`` (fp32 Q/K norms, a copied output); fp32 ``1 + w`` Q/K norms.
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
         Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte; ``"mxfp8"``:
         1 + 1/32 with the block scales; ``"nvfp4"``: NVFP4, 1/2 + 1/16).
@@ -533,8 +545,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                             sequence_parallel=sequence_parallel, compiled=compiled)
     ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
-                output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, moe=moe,
-                attention_dropout=attention_dropout, shared_expert=shared_expert,
+                output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, qk_fp32=qk_norm_fp32,
+                moe=moe, attention_dropout=attention_dropout, shared_expert=shared_expert,
                 combine_kept=combine_kept)
     what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
     return _layer_total(ly, f"activations per layer ({'MoE' if moe else 'dense'}, recompute {what})")

@@ -9,7 +9,7 @@ Every count is vectorised over numpy arrays of the layout knobs.
 
 References
 ----------
-.. [narayanan] arXiv:2104.04473 §5.1 (the GEMMs of a GPT layer; backward = 2 x forward).
+.. [narayanan] arXiv:2104.04473 Appendix (the GEMMs of a GPT layer; backward = 2 x forward).
 .. [korthikanti] arXiv:2205.05198 §4 (sequence parallelism), §5 (selective recompute), App. A.
 .. [flash-attention] Dao et al. 2022 / 2023: causal blocks above the diagonal are skipped;
    the backward runs 5 matrix multiplies to the forward's 2 (2.5x the FLOPs).
@@ -285,7 +285,7 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
 
     References
     ----------
-    .. [narayanan] arXiv:2104.04473 §3.5 (the GEMMs of a transformer layer and their FLOPs).
+    .. [narayanan] arXiv:2104.04473 Appendix (a layer's GEMMs and their FLOPs).
     """
     t = np.asarray(t, float)
     c = np.asarray(c, float)
@@ -356,7 +356,7 @@ def output_gemm(x: Shape, s, b, t=1, c=1) -> Gemm:
 
     References
     ----------
-    .. [narayanan] arXiv:2104.04473 §3.5 (the GEMMs of a transformer layer and their FLOPs).
+    .. [narayanan] arXiv:2104.04473 Appendix (a layer's GEMMs and their FLOPs).
     """
     T = np.asarray(b, float) * s / np.asarray(c, float)
     return Gemm("output", T, x.V / np.asarray(t, float), x.h)
@@ -395,7 +395,7 @@ def attention_flops(x: Shape, s, b, t=1, c=1, *, causal_skip: bool):
 
     References
     ----------
-    .. [narayanan] arXiv:2104.04473 §3.5 (the GEMMs of a transformer layer and their FLOPs).
+    .. [narayanan] arXiv:2104.04473 Appendix (a layer's GEMMs and their FLOPs).
     """
     full = 2.0 * np.asarray(b, float) * (s / np.asarray(c, float)) * s * (x.a / np.asarray(t, float)) \
         * (x.d_qk + x.d_v)
@@ -512,7 +512,7 @@ def layer_params(x: Shape, *, moe: bool) -> tuple:
 
     References
     ----------
-    .. [narayanan] arXiv:2104.04473 §3.5 (a layer's weight matrices).
+    .. [narayanan] arXiv:2104.04473 Appendix (a layer's GEMMs, its weight matrices).
     """
     h = x.h
     if x.mla:

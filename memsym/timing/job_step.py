@@ -45,7 +45,7 @@ def job_step_time(j: Job, *, overlap: Overlap | None = None, eta_gemm=None,
 
     References
     ----------
-    .. [narayanan] arXiv:2104.04473 §2.2 (m = B / (d b) micro-batches per step).
+    .. [narayanan] arXiv:2104.04473 §3.1 (m = B / (d b) micro-batches per step).
     """
     if j.gpu is None:
         raise InvalidValueError("the step time needs the job's GPU (job(..., gpu=NAME), --gpu)")

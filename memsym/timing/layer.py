@@ -123,7 +123,7 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
 
     References
     ----------
-    .. [narayanan] arXiv:2104.04473 §5.1 (the backward pass: twice the forward's FLOPs).
+    .. [narayanan] arXiv:2104.04473 Appendix (the backward pass: twice the forward's FLOPs).
     """
     moe = moe and mlp
     gemms = layer_gemms(x, st.seq_length, b, t, c, e, t_e, moe=moe, mixer=mixer, mlp=mlp)

@@ -455,11 +455,11 @@ def token_count_gather_time(E, e, t_e, cluster):
     r"""Seconds of the dispatcher's all-gather of per-expert token counts, one MoE layer [s].
 
     Before each forward all-to-all the dispatcher all-gathers every rank's ``[E]`` int64 token
-    counts over the expert-TP x EP group (token_dispatcher.py ``preprocess``:
+    counts over the expert-TP x EP group (token_dispatcher.py ``preprocess``, lines 570-572:
     ``gather_from_sequence_parallel_region(num_local_tokens_per_expert,
     group=self.tp_ep_group)``) to size the all-to-all, then waits for them on the host
-    (``_maybe_update_cuda_sync_point("before_ep_alltoall")``) [megatron-moe].  A few kB: its
-    :math:`n - 1` ring steps' latency is the cost, on the network when the
+    (``_maybe_update_cuda_sync_point("before_ep_alltoall")``, line 596) [megatron-moe].
+    A few kB: its :math:`n - 1` ring steps' latency is the cost, on the network when the
     :math:`n = t_e e` ranks leave the NVLink domain.  The backward reuses the splits.
 
     Parameters
@@ -488,7 +488,8 @@ def token_count_gather_time(E, e, t_e, cluster):
 
     References
     ----------
-    Megatron-LM d98e8a64dd moe/token_dispatcher.py (``preprocess``).
+    Megatron-LM d98e8a64dd megatron/core/transformer/moe/token_dispatcher.py:501-596
+    (``preprocess``; gathers only if ep or tp > 1, 557), 87 (tp_ep), 702-704 (host wait).
     """
     n = _arr(e) * _arr(t_e)
     domain = int(getattr(cluster, "domain", cluster.gpus_per_node))

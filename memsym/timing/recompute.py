@@ -80,7 +80,13 @@ def norms_recomputed(*, mla: bool, moe: bool) -> int:
     References
     ----------
     [megatron-lm-arguments] ``--recompute-modules layernorm``; Megatron-LM d98e8a64dd
-    megatron/core/models/gpt/gpt_layer_specs.py (the TE spec's fused norms).
+    megatron/core/models/gpt/gpt_layer_specs.py (the TE spec's submodules): lines 318-336
+    (no ``input_layernorm``, ``linear_qkv`` a ``column_parallel_layer_norm_linear``;
+    ``pre_mlp_layernorm`` only with experts), 295-313 (MLA:
+    ``input_layernorm=backend.layer_norm``; an ``IdentityOp`` with ``mla_down_proj_fusion``,
+    257-259), 542-543 (a dense MLP's fused ``linear_fc1``);
+    megatron/core/transformer/transformer_layer.py lines 278, 288 (``IdentityOp`` defaults),
+    476-477, 523-527 (only a norm that is not an ``IdentityOp`` is recomputed).
     """
     return int(mla) + int(moe)
 

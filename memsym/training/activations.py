@@ -214,6 +214,9 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
                      if fp8_in else {}))
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
+        if getattr(x, "qk_norm_fp32_scale", False) and \
+                framework_record(training.framework).hf_model_code:
+            common["qk_norm_fp32"] = True     # the model's own fp32 (1 + weight) Q/K norms
     if getattr(x, "attention_output_gate", False) and recompute != "selective-op":
         common["output_gate"] = True     # Qwen3-Next's sigmoid gate on the attention output
         if framework_record(training.framework).hf_model_code:
