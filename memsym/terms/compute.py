@@ -45,7 +45,6 @@ _EQ4 = Source("narayanan", "§5.1, Eq. (4)")
 _KAPLAN = Source("kaplan2020", "§2.1 (C ≈ 6N per token)")
 
 
-
 def parameters_narayanan() -> sp.Expr:
     r"""Parameters of a GPT model (Narayanan Eq. 2) [parameters].
 
