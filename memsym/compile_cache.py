@@ -158,10 +158,6 @@ _MAGIC = "# memsym compiled cache 1"
 _HEADER_MAX = 256          # the longest first line read [bytes]
 
 
-def _version() -> str:
-    return str(__version__)
-
-
 def _seal(digest: str, source: str, version: str | None = None) -> str:
     """The first line of the file that holds ``source`` under key ``digest``.
 
@@ -175,7 +171,7 @@ def _seal(digest: str, source: str, version: str | None = None) -> str:
     """
     import hashlib
 
-    version = _version() if version is None else version
+    version = str(__version__) if version is None else version
     h = hashlib.sha256(f"{digest}\n{version}\n".encode() + source.encode("utf-8")).hexdigest()
     return f"{_MAGIC}; memsym {version}; sha256 {h}\n"
 

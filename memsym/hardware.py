@@ -79,11 +79,11 @@ GB = UNITS["GB"]
 TFLOPS = 10**12
 
 
-def _nv(name, mem, bf16_tf, fp8_tf, nvlink_gb, locator, note="", aliases=(), fp16_tf=None,
-        source=None, unit="GB", bridge=False, pcie_gb=32, fp4_tf=None, domain=None):
+def _nv(name, mem, bf16_tf, fp8_tf, nvlink_gb, locator, note="", aliases=(), source=None,
+        bridge=False, pcie_gb=32, fp4_tf=None, domain=None):
     hbm_gb, sms, klass = _TIMING[name]
     total, total_src = _CUDA_TOTAL.get(name, (None, None))
-    return GPU(name, mem, unit, bf16_tf * TFLOPS, (fp16_tf or bf16_tf) * TFLOPS,
+    return GPU(name, mem, "GB", bf16_tf * TFLOPS, bf16_tf * TFLOPS,
                None if fp8_tf is None else fp8_tf * TFLOPS,
                None if nvlink_gb is None else nvlink_gb * GB,
                source or "nvidia-datasheets", locator, note, tuple(aliases), bridge, pcie_gb * GB,

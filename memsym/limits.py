@@ -299,7 +299,6 @@ def check_limit(name: str, value, what: str | None = None):
     return value
 
 
-
 #: The limit of every size field of :class:`memsym.model.Architecture`,
 #: :class:`memsym.training.Layout` and :class:`memsym.training.Training` (one table, so a new
 #: field without a limit is visible in review; ``tests/test_limits.py`` checks the names exist).

@@ -528,7 +528,6 @@ def references_latex(total) -> str:
     return "{\\raggedright\n\\begin{enumerate}\n" + "\n".join(items) + "\n\\end{enumerate}}"
 
 
-
 def snippet_latex(total, widths: Mapping | None = None, solution=None) -> str:
     r"""An ``align*`` block for ``\input`` into a design document (needs amsmath).
 

@@ -216,8 +216,6 @@ N_a = _register("N_a", r"N_{\mathrm{a}}", "trainable adapter parameters held by 
                 "parameters", "nonnegative")
 N_u = _register("N_u", r"N_{\mathrm{u}}", "frozen parameters kept unquantized on one GPU "
                 "(embeddings, norms, output layer under QLoRA)", "parameters", "nonnegative")
-N_e = _register("N_e", r"N_{\mathrm{e}}", "routed-expert parameters on one GPU of a pipeline stage "
-                "(the stage's experts divided by e t_e)", "parameters", "nonnegative")
 
 # --- one pipeline stage's parameters (memsym/training/model_states.py): the per-GPU total's counts --------
 N_tp = _register("N_tp", r"N_{\mathrm{tp}}", "parameters of the pipeline stage that tensor "

@@ -32,7 +32,7 @@ MAX_BITS = 4096
 
 def _bounded(num: sp.Expr, what: str) -> sp.Expr:
     if num.is_Rational and max(int(num.p).bit_length(), int(num.q).bit_length()) > MAX_BITS:
-        raise LimitError(f"{what} = {_short(num)} has more than {int(MAX_BITS * 0.30103)} digits; "
+        raise LimitError(f"{what} = {short(num)} has more than {int(MAX_BITS * 0.30103)} digits; "
                          "memsym's sizes stop far below (see memsym.limits)", what, MAX_BITS)
     return num
 
@@ -66,7 +66,7 @@ def exact(value, what: str = "value") -> sp.Expr:
         if isinstance(value, sp.Float):  # read like a Python float: its shortest decimal
             x = float(value)
             if not math.isfinite(x):  # Float('1e1000') is finite to SymPy, not as a float
-                raise InvalidValueError(f"{what} must be within float range, got {_short(value)}")
+                raise InvalidValueError(f"{what} must be within float range, got {short(value)}")
             frac = Fraction(repr(x))
             return sp.Rational(frac.numerator, frac.denominator)
         return _bounded(value, what)
@@ -83,17 +83,13 @@ def exact(value, what: str = "value") -> sp.Expr:
     raise InvalidValueError(f"{what} must be a number, got {type(value).__name__} {value!r:.60}")
 
 
-def _short(value) -> str:
-    return short(value)
-
-
 def _limit(value, what, limit):
     if limit is None:
         return
     if isinstance(limit, str):
         check_limit(limit, value, what)
     elif value > limit:
-        raise LimitError(f"{what} = {_short(value)} is above the limit {limit}", what, limit)
+        raise LimitError(f"{what} = {short(value)} is above the limit {limit}", what, limit)
 
 
 def whole(value, what: str = "value", *, minimum: int = 1, limit=None,
@@ -140,7 +136,7 @@ def whole(value, what: str = "value", *, minimum: int = 1, limit=None,
     elif isinstance(value, sp.Integer):
         n = int(value)
     elif isinstance(value, (str, bytes, bytearray)):
-        raise InvalidValueError(f"{accepted}, got the text {_short(str(value))} "
+        raise InvalidValueError(f"{accepted}, got the text {short(str(value))} "
                                 "(memsym never parses text)")
     elif isinstance(value, float) or (not isinstance(value, sp.Basic)
                                       and hasattr(value, "__float__")):
@@ -151,9 +147,9 @@ def whole(value, what: str = "value", *, minimum: int = 1, limit=None,
             raise InvalidValueError(f"{accepted}, got {x!r}")
         n = int(Fraction(x))
     else:
-        raise InvalidValueError(f"{accepted}, got {type(value).__name__} {_short(value)}")
+        raise InvalidValueError(f"{accepted}, got {type(value).__name__} {short(value)}")
     if n < minimum:
-        raise InvalidValueError(f"{accepted}, got {_short(n)}")
+        raise InvalidValueError(f"{accepted}, got {short(n)}")
     _limit(n, what, limit)
     return n
 
@@ -175,9 +171,9 @@ def positive(value, what: str = "value", *, limit=None, allow_zero: bool = False
     """
     num = exact(value, what)
     if allow_zero and num < 0:
-        raise InvalidValueError(f"{what} must be >= 0, got {_short(num)}")
+        raise InvalidValueError(f"{what} must be >= 0, got {short(num)}")
     if not allow_zero and not num > 0:
-        raise InvalidValueError(f"{what} must be > 0, got {_short(num)}")
+        raise InvalidValueError(f"{what} must be > 0, got {short(num)}")
     _limit(num, what, limit)
     return num
 
@@ -199,7 +195,7 @@ def fraction_in(value, what: str = "value", *, low=0, high=1, include_high: bool
     num = exact(value, what)
     close = "]" if include_high else ")"
     if num < low or num > high or (num == high and not include_high):
-        raise InvalidValueError(f"{what} must be in [{low}, {high}{close}, got {_short(num)}")
+        raise InvalidValueError(f"{what} must be in [{low}, {high}{close}, got {short(num)}")
     return num
 
 
@@ -224,7 +220,7 @@ def boolean(value, what: str = "flag") -> bool:
     np = sys.modules.get("numpy")  # numpy's bool is not a Python bool; never import it here
     if np is not None and isinstance(value, np.bool_):
         return bool(value)
-    raise InvalidValueError(f"{what} must be True or False, got {type(value).__name__} {_short(value)}")
+    raise InvalidValueError(f"{what} must be True or False, got {type(value).__name__} {short(value)}")
 
 
 def _check_domain(sym: sp.Symbol, val: sp.Expr) -> None:
@@ -264,7 +260,7 @@ def _check_symbolic_domain(sym: sp.Symbol, expr: sp.Expr) -> None:
     the expression's own symbols: ``N = -t`` (negative), ``d = t/3`` (fractional), ``d = t - 1``
     (0 at t = 1, where 1/d is ``zoo``) are refused, ``d = 2*t`` is accepted."""
     meta = info(sym)
-    shown = _short(expr)
+    shown = short(expr)
     if expr.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
         raise InvalidValueError(f"{sym.name} ({meta.meaning}) must be finite, got {shown}")
     if expr.is_real is False:

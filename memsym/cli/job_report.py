@@ -191,7 +191,6 @@ def advice_report(j) -> list:
              "step_time_s": lv.step_time} for lv in levers(j)]
 
 
-
 #: (option, dest) of the cluster options that price communication and time (--gpu alone may
 #: also just supply the capacity, so it is not among them).
 PRICING = (("--gpus-per-node", "gpus_per_node"), ("--intra-node-bandwidth", "intra_node_bandwidth"),

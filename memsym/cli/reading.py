@@ -126,8 +126,7 @@ def _take(words, i, name, arity, inline):
     return option_values(words, i, arity)
 
 
-def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool = True,
-                    from_file=frozenset()) -> JobWords:
+def split_job_words(parser, words, *, positionals: int = 0, from_file=frozenset()) -> JobWords:
     """Sort the words of a job command for its two readers (see the module's docstring).
 
     Parameters
@@ -138,8 +137,6 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
         The words after the subcommand (and after ``solve``'s unknown).
     positionals : int
         Positional words the subcommand takes before its MODEL (``plot``: its KIND).
-    model_allowed : bool
-        Whether a MODEL positional follows them.
     from_file : set of int
         Indices of ``words`` read from a launch script or argument file: those never name
         the MODEL (a stray word there is an error naming it).
@@ -165,12 +162,12 @@ def split_job_words(parser, words, *, positionals: int = 0, model_allowed: bool 
     bridge = any(w.partition("=")[0] in ("--bridge-recipe", "--recipe") for w in words) \
         and "--bridge-recipe" in own
     mine, theirs, pos, convenience = _sort_words(words, own, bridge, from_file, out)
-    if len(pos) > positionals + (1 if model_allowed else 0):
-        extra = pos[positionals + (1 if model_allowed else 0)]
+    if len(pos) > positionals + 1:
+        extra = pos[positionals + 1]
         raise InvalidValueError(
             f"unexpected word {extra[:60]!r}: one MODEL (a preset, a config.json or a Hub id) is taken; is "
             "it the value of a flag that takes none, or a value with a space in it (quote it)?")
-    out.model = pos[positionals] if model_allowed and len(pos) > positionals else None
+    out.model = pos[positionals] if len(pos) > positionals else None
     if out.model is None and (theirs or out.launcher or _names_a_model(mine)) \
             and not _model_states_only(mine) and not bridge:
         # a Megatron-LM command without a model: Megatron's reader reads every argument it

@@ -279,7 +279,6 @@ def capacity_label(args) -> str:
             f"{getattr(args, 'capacity_note', 'as given')})")
 
 
-
 def render_step(rep: dict) -> str:
     """The communication / bubble / step-time / MFU block of a report (text output)."""
     comm = rep["communication"]
@@ -311,7 +310,6 @@ def render_step(rep: dict) -> str:
                  + f"; MFU {100 * rep['mfu']:.1f} %")
     lines += [f"warning: {w}" for w in rep.get("warnings", [])]
     return "\n".join(lines)
-
 
 
 def render_advice(rows: list) -> str:

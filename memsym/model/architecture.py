@@ -232,10 +232,6 @@ _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
 MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "shared", "none")
 """The ``layer_mixers`` entries: a layer's token mixer(s)."""
-_MAMBA_INT_FIELDS = ("mamba_inner_size", "mamba_state_dim", "mamba_num_heads", "mamba_num_groups",
-                     "mamba_conv_kernel", "mamba_dt_rank")
-_MAMBA_BOOL_FIELDS = ("mamba_conv_bias", "mamba_in_proj_bias", "mamba_out_proj_bias",
-                      "mamba_gated_norm", "mamba_inner_norms")
 
 
 def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architecture:

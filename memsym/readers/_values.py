@@ -106,8 +106,6 @@ def read_bounded(path, what: str, limit: int = MAX_BYTES_INPUT, errors: str = "s
         raise InvalidValueError(f"{what} {shown!r} is not UTF-8 text (byte {exc.start})") from None
 
 
-
-
 def _refuse_constant(name):
     # json's hook for NaN, Infinity, -Infinity: not JSON (RFC 8259 §6) and never a size
     raise InvalidValueError(f"{name} is not a JSON number")

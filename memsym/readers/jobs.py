@@ -21,7 +21,6 @@ __all__ = ["megatron_job", "deepspeed_job", "torchtitan_job", "torchtitan_positi
            "MEGATRON_FSDP_SCHEMES", "DEEPSPEED_SCHEMES"]
 
 
-
 def megatron_job(mj, model=None, **options):
     """The :class:`memsym.job.Job` of a :class:`memsym.readers.megatron.MegatronJob`.
 

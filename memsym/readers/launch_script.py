@@ -79,9 +79,6 @@ class LaunchScript:
 # ----------------------------------------------------------------------------------------------
 
 _SCRIPT = re.compile(r"(?:^|/)pretrain_[A-Za-z0-9_]*\.py$|(?:^|/)train_[A-Za-z0-9_]*\.py$")
-_LAUNCHERS = {"torchrun", "python", "python3", "python3.10", "python3.11", "python3.12", "srun",
-              "deepspeed", "uv", "run", "-m", "-u", "torch.distributed.run",
-              "torch.distributed.launch", "nsys", "exec"}
 
 
 def _find_command(commands):

@@ -16,7 +16,6 @@ __all__ = ["parse_moe_layer_freq", "MAX_PATTERN_CHARS"]
 MAX_PATTERN_CHARS = 10_000      # longest --moe-layer-freq pattern read
 
 
-
 def parse_moe_layer_freq(text, num_layers: int | None = None):
     """Megatron's ``--moe-layer-freq``: an int q, or a 0/1 pattern such as ``([0]*3+[1]*58)``.
 

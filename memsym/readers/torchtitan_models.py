@@ -34,7 +34,7 @@ from ..errors import InvalidValueError
 from ..model import Architecture
 
 __all__ = ["TORCHTITAN_FLAVORS", "TORCHTITAN_ALIASES", "NOT_COUNTED", "TORCHTITAN_SOURCES",
-           "torchtitan_architecture", "torchtitan_flavor_names"]
+           "torchtitan_architecture"]
 
 V022 = "pytorch/torchtitan v0.2.2 (73a0e6979dd1)"
 HEAD = "pytorch/torchtitan b5bcd76c66d0 (2026-08-21)"
@@ -158,15 +158,6 @@ NOT_COUNTED = {
     "muse_glimmer": "a multimodal model",
     "llama3_ft": "a torchft fault-tolerance wrapper (its TOML names llama3)",
 }
-
-
-def torchtitan_flavor_names() -> tuple:
-    """Every ``name flavor`` memsym knows, aliases included, sorted.
-
-    >>> "deepseek_v3 671B" in torchtitan_flavor_names()
-    True
-    """
-    return tuple(sorted(f"{n} {f}" for n, f in (*TORCHTITAN_FLAVORS, *TORCHTITAN_ALIASES)))
 
 
 def torchtitan_architecture(name: str, flavor: str, mtp_layers: int = 0) -> Architecture:

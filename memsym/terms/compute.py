@@ -26,7 +26,7 @@ from .activations import RECOMPUTE
 from .pipeline import bubble_fraction
 
 __all__ = ["FLOP_KINDS", "OVERLAPS", "RECOMPUTE", "parameters_narayanan", "flops_per_iteration",
-           "gemm_flops_per_token", "flops_per_iteration_gemm", "FLOP_CONVENTIONS",
+           "gemm_flops_per_token", "flops_per_iteration_gemm",
            "step_time", "mfu", "hfu", "training_time", "training_time_from_steps",
            "gpu_hours", "training_cost", "DEFAULT_EFFICIENCY"]
 
@@ -43,7 +43,6 @@ _EQ3 = Source("narayanan", "§5.1, Eq. (3)")
 _APPA = Source("korthikanti", "Appendix A")
 _EQ4 = Source("narayanan", "§5.1, Eq. (4)")
 _KAPLAN = Source("kaplan2020", "§2.1 (C ≈ 6N per token)")
-
 
 
 def parameters_narayanan() -> sp.Expr:
@@ -67,10 +66,6 @@ def parameters_narayanan() -> sp.Expr:
     return 12 * L * h**2 * (1 + sp.Rational(13, 12) / h + (V + s) / (12 * L * h))
 
 
-#: Named FLOP conventions: ``gemm-count`` (default: every GEMM of a GQA / gated-MLP layer
-#: counted from its shapes, attention included) and ``6n`` (Kaplan's 6 N per token, no
-#: attention term) — kept so a user can reproduce numbers quoted with it.
-FLOP_CONVENTIONS = ("gemm-count", "6n")
 _GEMM_COUNT = Source("memsym-derivation", "GEMM count: 2 x rows x cols per weight matrix, "
                      "2 s (d_qk + d_v) per head for attention (Narayanan §5.1 generalised)")
 

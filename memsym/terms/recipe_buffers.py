@@ -33,9 +33,6 @@ __all__ = ["OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "check_optimizer_dtypes", "te_
            "offloaded_activations", "offloaded_layers", "with_te_logits", "check_cpu_offloading",
            "check_recipe_fields"]
 
-_OPT_CFG = Source("megatron-core", "optimizer/optimizer_config.py:433-480 (precision-aware "
-                  "optimizer: Adam only; without it main_params_dtype, exp_avg_dtype and "
-                  "exp_avg_sq_dtype must be fp32)")
 _TE_CE = Source("transformer-engine-v2-17", "pytorch/cross_entropy.py CrossEntropyFunction.forward "
                 "(ctx.save_for_backward(inp)); pytorch/triton/cross_entropy.py "
                 "cross_entropy_forward (loss_1d, m_d_X_y and its TP all-gather; the gradient "

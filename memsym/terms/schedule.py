@@ -63,7 +63,6 @@ _doc = shared_doc(schedule_params="""
     """)
 
 
-
 def _schedule(schedule: str) -> str:
     return choose("pipeline schedule", schedule, SCHEDULES)
 

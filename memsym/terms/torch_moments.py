@@ -29,7 +29,7 @@ from ..symbols import N_lin, N_ll, N_rep, N_tp, V, b, b_r, b_u, c, d, h, m, p, s
 from ..term import Source, Term
 
 __all__ = ["working_set_absent", "gathered_logits", "dtensor_gathered_inputs",
-           "first_block_gathered", "first_block_start_excess", "output_group_backward",
+           "first_block_gathered", "output_group_backward",
            "grads_as_stages_run"]
 
 _CKPT = Source("megatron-core", "megatron/core/tensor_parallel/random.py, CheckpointFunction."
@@ -128,31 +128,6 @@ def first_block_gathered(unsharded: Term, group_params=None) -> Term:
     return Term(unsharded.key, b_u * (n + V * h / t), "the first block's parameters and the "
                 "embedding's, prefetched by its backward, in param_dtype", _FSDP,
                 label=unsharded.label)
-
-
-def first_block_start_excess(group_params=None) -> sp.Expr:
-    r"""What the last block's backward holds beyond the first block's [bytes].
-
-    The last block's backward gathers two blocks, the first block's one block and the
-    embedding (:func:`first_block_gathered`); the excess is negative where the embedding
-    outweighs a block:
-
-    .. math:: (N_{ll} - Vh/t)\, b_u
-
-    References
-    ----------
-    torchtitan ``models/llama3/infra/parallelize.py`` at 018740b7aae7 (``apply_fsdp``); PyTorch
-    ``distributed/fsdp/_fully_shard/_fsdp_state.py`` and ``_fsdp_param_group.py`` (the
-    backward prefetch, ``post_backward``) (pytorch-fsdp2).
-
-    By hand, a block of 100 parameters and an embedding of 10 x 4 in bf16 (2 bytes):
-    2 (100 - 40) = 120.
-
-    >>> first_block_start_excess().subs({N_ll: 100, V: 10, h: 4, t: 1, b_u: 2})
-    120
-    """
-    n = N_ll if group_params is None else group_params
-    return b_u * (n - V * h / t)
 
 
 def output_group_backward(loss_terms, output, group_params=None) -> Term:

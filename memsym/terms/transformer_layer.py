@@ -209,7 +209,6 @@ def token_split(sequence_parallel: bool) -> tuple:
     return tok, sp_div
 
 
-
 def _common(sp_on: bool, recompute: str):
     """(the recompute mode checked, tokens on this context-parallel rank, the SP divisor)."""
     return (choose("recompute mode", recompute, RECOMPUTE), *token_split(sp_on))
