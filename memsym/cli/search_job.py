@@ -149,6 +149,11 @@ def search_job(args, opts: dict):
     opts.update({k: [v] for k, v in choices.items()})
     if args.sharding is not None:     # else the framework's schemes (from_job: the job's)
         opts["sharding"] = args.sharding
+    elif tr.states.fp8_param_gather:
+        # Megatron's --fp8-param-gather needs the distributed optimizer or FSDP
+        # (validate_args); under FP8 the search's Megatron schemes are DDP and the
+        # distributed optimizer (memsym.search.space): the DDP rows are left out
+        opts["sharding"] = ["distributed-optimizer"]
     opts["overlaps"] = {k: tr.value(k) for k in OVERLAP_FIELDS}
     gpus, whence = (args.gpus, "--gpus") if args.gpus is not None else \
         (job.layout.world_size, "the job's world size")
@@ -195,6 +200,8 @@ def held_settings(space) -> dict:
            "allowances": {k: v if isinstance(v, (int, float, str)) else str(v)
                           for k, v in space.allowances}}
     out.update({k: v for k, v in (space.overlaps or ())})
+    out.update({k: v if isinstance(v, (bool, int, float, str)) else str(v)
+                for k, v in space.held})
     return out
 
 
