@@ -83,15 +83,21 @@ def read_job(words):
     """``(Job, estimate's namespace)`` of the job's words, read exactly as ``memsym estimate``
     reads them (its parser and :func:`memsym.cli.reading.prepare_argv`, done by the caller:
     ``words.reading``; its job builders here)."""
-    from .training_options import framework_job_from_args, job_from_args, wants_training
+    from .training_options import (framework_job_from_args, framework_read_as, job_from_args,
+                                   wants_training)
 
     est = words.reading
     if not wants_training(est):
         from ..errors import InvalidValueError
 
         raise InvalidValueError("search needs a model: a MODEL, or a job that names one")
-    job = framework_job_from_args(est) or job_from_args(est)
-    return job, est
+    framework = framework_job_from_args(est)
+    if framework is not None:        # how estimate says it read the config or recipe
+        said = getattr(est, "reading", None) or {"read_as": None, "ignored": []}
+        est.reading = said            # framework_read_as reads a Bridge recipe's from it
+        est.reading = {"ignored": list(said["ignored"]), "read_as": framework_read_as(est)}
+        return framework, est
+    return job_from_args(est), est
 
 
 def _job_recompute(memory) -> str:
@@ -155,25 +161,11 @@ def search_job(args, opts: dict):
         # distributed optimizer (memsym.search.space): the DDP rows are left out
         opts["sharding"] = ["distributed-optimizer"]
     opts["overlaps"] = {k: tr.value(k) for k in OVERLAP_FIELDS}
+    # --gpus asks the question (the job's own world size, its --world-size included, is
+    # how the job was read; the search is on --gpus), else the job's world size
     gpus, whence = (args.gpus, "--gpus") if args.gpus is not None else \
         (job.layout.world_size, "the job's world size")
-    said = _world_size_word(words.job)
-    if said is not None and args.gpus is not None and said != str(args.gpus):
-        from ..errors import InvalidValueError
-
-        raise InvalidValueError(f"--world-size {printable(said, 20)} is the job's GPU count, "
-                                f"--gpus {args.gpus} the search's: give one of them")
     return SearchJob(job, est, words, opts, gpus, whence, choices)
-
-
-def _world_size_word(words) -> str | None:
-    """The value of the last ``--world-size`` among the job's words on the command line."""
-    got = None
-    for i, w in enumerate(words):
-        name, eq, inline = w.partition("=")
-        if name == "--world-size":
-            got = inline if eq else (words[i + 1] if i + 1 < len(words) else None)
-    return got
 
 
 def _source(sj: SearchJob) -> str:
@@ -239,8 +231,9 @@ def job_lines(sj: SearchJob, res) -> list:
     return [f"job: {rep['source']} (read as {rep['read_as']}); model {rep['model']}",
             f"held from the job: {shown}",
             f"the job's own layout, not pinned: t={lay['tp']} p={lay['pp']} c={lay['cp']} "
-            f"d={lay['dp']} e={lay['ep']} v={lay['vpp'] or 1} b={lay['micro_batch_size']}, "
-            f"sharding {lay['sharding']}; searched on {rep['gpus']} GPUs ({rep['gpus_from']})"]
+            f"d={lay['dp']} e={lay['ep']} v={lay['vpp'] or 1} b={lay['micro_batch_size']} on "
+            f"{lay['world_size']} GPUs, sharding {lay['sharding']}; searched on {rep['gpus']} "
+            f"GPUs ({rep['gpus_from']})"]
 
 
 def relaunch(sj: SearchJob, got):
