@@ -111,6 +111,23 @@ def test_the_jobs_layout_is_not_pinned_unless_asked(capsys, script):
     assert wider[0]["job"]["job_layout"]["world_size"] == 64
 
 
+def test_a_pasted_commands_layout_is_the_jobs_not_a_pin(capsys):
+    # after torchrun ... pretrain_gpt.py the words are the job's: its
+    # --tensor-model-parallel-size 2 is its own layout (8 GPUs: d = 4), not the search's pin
+    command = ["torchrun", "--nproc_per_node", 8, "pretrain_gpt.py", "--num-layers", 16,
+               "--hidden-size", 2048, "--num-attention-heads", 16, "--seq-length", 4096,
+               "--max-position-embeddings", 4096, "--vocab-size", 32000, "--bf16",
+               "--micro-batch-size", 1, "--global-batch-size", 64,
+               "--tensor-model-parallel-size", 2, "--use-distributed-optimizer"]
+    rows = as_json(capsys, "search", *GPU, *command, "--top", "100")
+    assert rows[0]["job"]["job_layout"]["tp"] == 2 and rows[0]["job"]["job_layout"]["dp"] == 4
+    assert rows[0]["job"]["source"] == "pasted Megatron-LM arguments"
+    assert len({r["layout"]["tp"] for r in rows}) > 1 and rows[0]["gpus"] == 8
+    # the same words before the launcher are the search's: a pin
+    pinned = as_json(capsys, "search", "--tp", 2, *GPU, *command, "--top", "100")
+    assert {r["layout"]["tp"] for r in pinned} == {2}
+
+
 def test_a_bridge_recipe_is_searched(capsys):
     # llama3_8b_pretrain_config: t = p = 1, c = 2, micro-batch 1, the distributed optimizer
     # (tests/test_bridge_recipes.py checks it against the explicit command); on 8 GPUs d = 4

@@ -40,8 +40,8 @@ from ..text import looks_like_option, option_values
 from .option_table import memsym_spellings
 
 __all__ = ["JobWords", "split_job_words", "LAUNCHER_WORDS", "MEMSYM_SPELLINGS", "option_arities",
-           "take_values", "subparser", "expand_files", "JOB_INPUTS", "SEARCH_OWN", "SearchWords",
-           "prepare_search"]
+           "take_values", "subparser", "expand_files", "JOB_INPUTS", "SEARCH_OWN", "PASTED_KNOBS",
+           "SearchWords", "prepare_search"]
 
 #: Words of a launcher that precede the training script (dropped): torchrun and its module
 #: spellings, the Python interpreter and its unbuffered flag, DeepSpeed's and uv's launchers.
@@ -422,6 +422,12 @@ SEARCH_OWN = frozenset((
     "json", "gpu", "gpu_memory", "margin", "gpus_per_node", "efficiency"))
 
 
+#: The searched knobs a pasted Megatron-LM command spells too: after its launcher or script
+#: (``torchrun``, ``pretrain_gpt.py``) they are the job's own layout, not the search's pins.
+PASTED_KNOBS = frozenset(("tp", "pp", "cp", "ep", "vpp", "micro_batch_size",
+                          "recompute_granularity", "first_stage_layers", "last_stage_layers"))
+
+
 @dataclass
 class SearchWords:
     """The job's words of a ``memsym search`` command line (:func:`prepare_search`).
@@ -452,7 +458,8 @@ def prepare_search(parser, raw):
     """``(argv for argparse, SearchWords or None)`` of a ``memsym search`` command line
     ``raw``: without a job (no file, recipe, config or pasted framework argument) the words
     as given; with one, the search's own options (:data:`SEARCH_OWN`) for argparse and the
-    rest, in order, for ``estimate``'s reading.
+    rest, in order, for ``estimate``'s reading (after a pasted command's launcher or script,
+    its layout words too: :data:`PASTED_KNOBS`).
 
     Examples
     --------
@@ -467,14 +474,15 @@ def prepare_search(parser, raw):
     if sub is None or any(w in ("-h", "--help") for w in words):
         return list(raw), None
     arities = option_arities(sub)
-    own = {o for a in sub._actions if a.dest in SEARCH_OWN for o in a.option_strings}
-    mine, out, job = [], SearchWords(), False
+    dests = {o: a.dest for a in sub._actions for o in a.option_strings}
+    own = {o for o, dest in dests.items() if dest in SEARCH_OWN}
+    mine, out, job, pasted = [], SearchWords(), False, False
     i = 0
     while i < len(words):
         w = words[i]
         name, eq, inline = w.partition("=")
         option = looks_like_option(w)
-        if option and name in own:
+        if option and name in own and not (pasted and dests[name] in PASTED_KNOBS):
             got, i = take_values(words, i + 1, name, arities[name], inline if eq else None)
             mine += [w, *got]
             continue
@@ -482,9 +490,10 @@ def prepare_search(parser, raw):
             job = True
             value = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
             out.sources.append(f"{name} {value}".strip())
-        elif (option and name not in arities and name != "--world-size") \
-                or (not option and _launcher_word(w)):
-            job = True                  # a pasted framework argument or launcher
+        elif not option and _launcher_word(w):
+            job = pasted = True         # a pasted command: its layout words are the job's
+        elif option and name not in arities and name != "--world-size":
+            job = True                  # a pasted framework argument
         out.job.append(w)
         i += 1
     if not job:
