@@ -414,12 +414,13 @@ JOB_INPUTS = ("--launch-script", "--args-file", "--bridge-recipe", "--recipe",
 
 #: The destinations of ``memsym search``'s options that stay the search's beside a job: the
 #: searched knobs (pins), the GPU count, the machine searched on and the output.  Every other
-#: option is the job's, read as ``estimate`` reads it.
+#: option is the job's, read as ``estimate`` reads it (Megatron-LM's ``--fsdp-double-buffer``
+#: and ``--tp-comm-overlap-cfg`` too: with a job they are its arguments).
 SEARCH_OWN = frozenset((
     "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sharding", "recompute_granularity",
     "offload", "first_stage_layers", "last_stage_layers", "gpus", "top", "emit", "emit_dir",
-    "no_uneven_stages", "no_sequence_parallel", "fsdp_double_buffer", "tp_comm_overlap_cfg",
-    "json", "gpu", "gpu_memory", "margin", "gpus_per_node", "efficiency"))
+    "no_uneven_stages", "no_sequence_parallel", "json", "gpu", "gpu_memory", "margin",
+    "gpus_per_node", "efficiency"))
 
 
 #: The searched knobs a pasted Megatron-LM command spells too: after its launcher or script

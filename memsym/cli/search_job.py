@@ -4,9 +4,9 @@ A job is what ``memsym estimate`` reads: a launch script (``--launch-script``), 
 file (``--args-file``), a pasted Megatron-LM command, a Megatron-Bridge recipe with its
 overrides (``--bridge-recipe``), a DeepSpeed config or a torchtitan config beside a MODEL, or
 a MODEL (a preset or a Hugging Face config.json) with memsym's options.  The command line is
-split once (:func:`memsym.cli.reading.prepare_search`): the search's own words (the searched knobs as pins, the
-GPU count, the machine and the output) stay the search's; every other word is the job's, read
-by ``estimate``'s parser and readers (:mod:`memsym.cli.reading`,
+split once (:func:`memsym.cli.reading.prepare_search`): the search's own words (the searched
+knobs as pins, the GPU count, the machine and the output) stay the search's; every other
+word is the job's, read by ``estimate``'s parser and readers (:mod:`memsym.cli.reading`,
 :func:`memsym.cli.training_options.job_from_args`: one reading, the same conflicts refused).
 
 The job's settings that the search does not vary are held fixed over every layout
@@ -112,22 +112,6 @@ def _job_recompute(memory) -> str:
     return recompute_choice(memory)
 
 
-def _held_by_line(args, job) -> None:
-    """Refuse, in one line, a search option held fixed over the layouts (not a pin) that the
-    command line and the job give with different values: as ``estimate``, give one of them."""
-    from ..errors import InvalidValueError
-
-    tr = job.training
-    if getattr(args, "fsdp_double_buffer", False) and tr.states.megatron_fsdp is not None \
-            and not tr.states.fsdp_double_buffer:
-        raise InvalidValueError("--fsdp-double-buffer: the job runs Megatron-FSDP without "
-                                "its double buffer; give one of them")
-    cfg = getattr(args, "tp_comm_overlap_cfg", None)
-    if cfg is not None and tr.comm.tp_comm_overlap_cfg is not None:
-        raise InvalidValueError("--tp-comm-overlap-cfg: the job names its own userbuffers "
-                                "config; give one of them")
-
-
 def search_job(args, opts: dict):
     """The :class:`SearchJob` of a search whose command line holds a job, else None.
 
@@ -141,14 +125,12 @@ def search_job(args, opts: dict):
     if getattr(words, "reading", None) is None:
         return None
     job, est = read_job(words)
-    _held_by_line(args, job)
     args.framework = job.training.framework       # --emit must agree with the job's
     args.model = est.model                         # the MODEL the job names, if any
     tr = job.training
     keep = {"capacity", "gpus_per_node", "efficiency", "tp", "pp", "cp", "ep", "vpp",
             "sequence_parallel", "first_stage_layers", "last_stage_layers", "uneven",
-            "micro_batch_sizes", "recompute", "offload", "fsdp_double_buffer",
-            "tp_comm_overlap_cfg"}
+            "micro_batch_sizes", "recompute", "offload"}
     opts = {k: v for k, v in opts.items() if k in keep and v is not None}
     choices = {k: v for k, v in (("recompute", _job_recompute(tr.memory)),
                                  ("offload", tr.states.offload)) if k not in opts}
