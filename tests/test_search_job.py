@@ -229,3 +229,30 @@ def test_an_moe_rows_bytes_do_not_depend_on_the_other_rows():
             megatron_fsdp="optim_grads", recompute="none",
             overlap_grad_reduce=True, overlap_param_gather=True)
     assert res.exact(i)["bytes"]["total"] == job_memory(j).bytes_total
+
+
+@pytest.mark.parametrize("kw", [dict(precision="fp8", fp8_param_gather=True),
+                                dict(optimizer_cuda_graph=True)])
+def test_search_of_a_job_holds_its_other_settings(kw):
+    # search(job) holds the job's FP8 parameter gathers / optimizer CUDA graph: each row is
+    # the job at that layout (memsym.training.job_memory, estimate's path); FP8 parameter
+    # gathers need the distributed optimizer (Megatron's validate_args): no DDP row
+    from memsym.job import job
+    from memsym.search import search
+    from memsym.training import job_memory
+
+    base = dict(gpu="h100-80gb", global_batch_size=64, overlap_grad_reduce=True,
+                overlap_param_gather=True, **kw)
+    res = search(job("llama3-8b", **base), gpus=16, recompute=["selective"],
+                 overlaps={"overlap_grad_reduce": True, "overlap_param_gather": True})
+    for i in res.order()[:4]:
+        r = res.row(int(i))
+        fsdp = {"zero2": "optim_grads", "fsdp": "optim_grads_params"}.get(r["sharding"])
+        assert r["sharding"] != "ddp"
+        at = job("llama3-8b", **base, t=r["t"], p=r["p"], c=r["c"], d=r["d"],
+                 v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"],
+                 recompute="selective", sequence_parallel=r["sequence_parallel"],
+                 first_stage_layers=r["first_stage_layers"],
+                 last_stage_layers=r["last_stage_layers"],
+                 sharding=r["sharding"], **({} if fsdp is None else {"megatron_fsdp": fsdp}))
+        assert res.exact(int(i))["bytes"]["total"] == job_memory(at).bytes_total

@@ -137,11 +137,6 @@ def search_job(args, opts: dict):
     opts.update({k: [v] for k, v in choices.items()})
     if args.sharding is not None:     # else the framework's schemes (from_job: the job's)
         opts["sharding"] = args.sharding
-    elif tr.states.fp8_param_gather:
-        # Megatron's --fp8-param-gather needs the distributed optimizer or FSDP
-        # (validate_args); under FP8 the search's Megatron schemes are DDP and the
-        # distributed optimizer (memsym.search.space): the DDP rows are left out
-        opts["sharding"] = ["distributed-optimizer"]
     opts["overlaps"] = {k: tr.value(k) for k in OVERLAP_FIELDS}
     # --gpus asks the question (the job's own world size, its --world-size included, is
     # how the job was read; the search is on --gpus), else the job's world size

@@ -378,6 +378,8 @@ def from_job(model, gpu, options: dict):
             options.setdefault(key, val)
     if tr.states.megatron_fsdp is not None:   # searched over Megatron-FSDP's strategies
         options.setdefault("sharding", tuple(MEGATRON_FSDP_STRATEGY))
+    if tr.states.fp8_param_gather:   # Megatron's validate_args: DistOpt or FSDP, not DDP
+        options.setdefault("sharding", ("distributed-optimizer",))
     if gpu is None and model.gpu is not None:
         gpu = model.gpu.name
     return model.model, gpu
