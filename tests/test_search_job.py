@@ -182,6 +182,25 @@ def test_emit_megatron_from_a_script_reads_back_the_same(capsys, script):
         assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
 
 
+def test_emit_from_a_model_with_an_args_file_and_a_deepspeed_config(capsys, tmp_path):
+    args = tmp_path / "args.txt"
+    args.write_text("--seq-length 4096 --micro-batch-size 1 --global-batch-size 64 "
+                    "--use-distributed-optimizer --overlap-grad-reduce --lr 3e-4", encoding="utf-8")
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps(DS_ZERO2), encoding="utf-8")
+    for job, emit in ((["llama3-8b", "--args-file", args, "--gpus", 16], "megatron"),
+                      (["llama2-7b", "--deepspeed-config", config, "--world-size", 8,
+                        "--seq-length", 2048, "--cp", 1], "deepspeed")):
+        rows = as_json(capsys, "search", *job, *GPU, "--top", "2", "--emit", emit,
+                       "--emit-dir", tmp_path / emit)
+        for row in rows:
+            words = shlex.split(row["emit"]["read_back"])
+            assert str(args) not in words and str(config) not in words
+            back = json.loads(run(capsys, *words[1:])[1])
+            assert back["bytes"]["total"] == row["bytes"]["total"]
+            assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+
+
 @pytest.mark.parametrize("extra", [
     ("--precision", "fp16"),                 # the script says --bf16 (estimate's rule)
     ("--fp16",),                             # beside the script's --bf16 (Megatron's rule)

@@ -213,25 +213,33 @@ def job_lines(sj: SearchJob, res) -> list:
             f"GPUs ({rep['gpus_from']})"]
 
 
+def _kept_words(words) -> list:
+    """``words`` without the job's config or recipe (:data:`_CONFIGS`), the launcher's options
+    and the settings an emitted layout spells (:data:`_LAYOUT_DESTS`), each with its values
+    (Megatron-LM's arities, :data:`memsym.readers.megatron_arguments.TABLE`)."""
+    from ..readers.megatron_arguments import TABLE
+
+    kept, i = [], 0
+    while i < len(words):
+        name, eq, _ = words[i].partition("=")
+        dest, arity, _ = TABLE.get(name, (None, 1 if name in _CONFIGS else 0, None))
+        j = i + 1 if eq or arity == 0 else option_values(words, i + 1, arity)[1]
+        if dest not in _LAYOUT_DESTS and not str(dest).startswith("torchrun_") \
+                and name not in _CONFIGS:
+            kept += words[i:j]
+        i = j
+    return kept
+
+
 def relaunch(sj: SearchJob, got):
     """An emitted Megatron-LM layout as the job's whole argument list: the job's own
     Megatron-LM words without those the layout spells (:data:`_LAYOUT_DESTS`) or the
     launcher's (the world size is the layout's), then the layout's.  Without Megatron-LM
     words (a MODEL and memsym's options) the layout as emitted."""
-    from ..readers.megatron_arguments import TABLE
-
     words = list(sj.reading.job_words.megatron) if sj.reading.job_words is not None else []
     if not words:
         return got
-    kept, i = [], 0
-    while i < len(words):
-        name, eq, _ = words[i].partition("=")
-        dest, arity, _ = TABLE.get(name, (None, 0, None))
-        j = i + 1 if eq or arity == 0 else option_values(words, i + 1, arity)[1]
-        if dest not in _LAYOUT_DESTS and not str(dest).startswith("torchrun_"):
-            kept += words[i:j]
-        i = j
-    arguments = tuple(kept) + tuple(got.arguments)
+    arguments = tuple(_kept_words(words)) + tuple(got.arguments)
     lines, i = [], 0
     while i < len(arguments):            # one argument and its values per line
         j = i + 1
@@ -244,19 +252,10 @@ def relaunch(sj: SearchJob, got):
 
 def read_back_words(sj: SearchJob) -> list:
     """memsym's own options of the job that its read-back repeats: the MODEL and the job's
-    memsym options, not its files or config (the emitted arguments or file hold what they
-    set)."""
+    memsym options, not its files or config, nor what the emitted layout sets
+    (:func:`_kept_words`)."""
     est = sj.reading
-    words = list(est.job_words.argparse) if est.job_words is not None else []
-    out, i = [], 0
-    while i < len(words):
-        name, eq, _ = words[i].partition("=")
-        if name in _CONFIGS:
-            i += 1 if eq else 2
-            continue
-        out.append(words[i])
-        i += 1
-    return out
+    return _kept_words(list(est.job_words.argparse) if est.job_words is not None else [])
 
 
 def check_emittable_job(sj: SearchJob) -> None:
