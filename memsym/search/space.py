@@ -351,9 +351,9 @@ def _space_training(space: Space, changes: tuple):
 
 def from_job(model, gpu, options: dict):
     """A :class:`memsym.job.Job` as the search's model: its resolved architecture, and its
-    training settings, allowances, GPU and capacity as the defaults of ``options`` (the
-    layout is what the search explores; micro-batches given as its global batch,
-    :func:`global_batch_of`); a setting the search does not carry is refused
+    training settings (its HELD_FIELDS as ``held``), allowances, GPU and capacity as the
+    defaults of ``options`` (the layout is what the search explores; micro-batches given as
+    its global batch, :func:`global_batch_of`); another setting is refused
     (:func:`refuse_unsearched`; the overlaps are carried when ``options`` gives ``overlaps``)."""
     if not isinstance(model, Job):
         return model, gpu
