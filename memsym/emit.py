@@ -334,6 +334,14 @@ def _megatron_precision(precision: str, fp8_recipe) -> list:
             "fp4": ["--bf16", "--fp4-format", "e2m1"]}[precision]
 
 
+def _overlaps(space, row) -> dict:
+    """The data-parallel overlaps a row's step was priced with: the launch's
+    (:func:`memsym.search.launch_overlaps`), or a searched job's own (``space.overlaps``)."""
+    if space.overlaps is None:
+        return launch_overlaps(space.framework, row["sharding"])
+    return {k: v for k, v in space.overlaps if v is not None}
+
+
 def _megatron(row, space, gpus, folder=None) -> Emitted:
     b, _, B = _batch(row, space)
     if row["p"] > 1 and space.schedule == "gpipe":
@@ -369,7 +377,7 @@ def _megatron(row, space, gpus, folder=None) -> Emitted:
     if not space.flash_attention:
         words += ["--attention-backend", "unfused"]
     # the overlaps the search priced the step time with (memsym.search.launch_overlaps)
-    over = launch_overlaps("megatron", row["sharding"])
+    over = _overlaps(space, row)
     words += [flag for flag, key in (("--overlap-grad-reduce", "overlap_grad_reduce"),
                                      ("--overlap-param-gather", "overlap_param_gather"))
               if over.get(key)]
@@ -484,8 +492,7 @@ def _deepspeed(row, space, gpus) -> Emitted:
                              "a ZeRO stage (1-3), not plain data parallelism")
     zero = {"stage": stage}
     # the overlap the search priced the step time with (memsym.search.launch_overlaps)
-    zero["overlap_comm"] = bool(launch_overlaps("deepspeed", row["sharding"])
-                                .get("overlap_grad_reduce"))
+    zero["overlap_comm"] = bool(_overlaps(space, row).get("overlap_grad_reduce"))
     if row["offload"] in ("optimizer", "optimizer+params"):
         zero["offload_optimizer"] = {"device": "cpu"}
     if row["offload"] == "optimizer+params":

@@ -465,15 +465,14 @@ def test_json_without_emit_dir_carries_the_text(capsys):
     assert json.loads(row["emit"]["text"])["zero_optimization"]["stage"] == 2
 
 
-@pytest.mark.parametrize("field, value", [("fp4_param_gather", True),
-                                          ("fp8_param_gather", True),
-                                          ("optimizer_cuda_graph", True)])
+@pytest.mark.parametrize("field, value", [("fp4_param_gather", True)])
 def test_search_refuses_a_job_setting_it_does_not_carry(field, value):
-    """A job's FP8 or NVFP4 parameters or optimizer CUDA graph is no searched setting:
-    searching (and so emitting) the job is refused in one line, never priced without it (the
-    MoE dispatcher, tp_comm_overlap and its userbuffers config, Megatron-FSDP's strategy and
-    double buffer are carried: test_search_carries_the_moe_dispatcher,
-    test_search_carries_a_megatron_fsdp_job, test_search_carries_the_userbuffers_config)."""
+    """A job's NVFP4 parameters are no searched setting: searching (and so emitting) the job
+    is refused in one line, never priced without them (the MoE dispatcher, tp_comm_overlap
+    and its userbuffers config, Megatron-FSDP's strategy and double buffer are carried:
+    test_search_carries_the_moe_dispatcher, test_search_carries_a_megatron_fsdp_job,
+    test_search_carries_the_userbuffers_config; FP8 parameter gathers and the optimizer's
+    CUDA graph are held, tests/test_search_job.py)."""
     from memsym.errors import InvalidValueError
     from memsym.job import job
 

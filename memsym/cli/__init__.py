@@ -63,6 +63,22 @@ def build_parser(command: str | None = None) -> ArgumentParser:
     return parser
 
 
+def _search_words(parser, raw):
+    """``memsym search``'s words: with a job, the search's own for its parser, and the job's
+    read as ``memsym estimate`` reads them (its parser, named ``memsym search`` in its
+    errors), carried in ``words.reading`` (:mod:`memsym.cli.search_job`)."""
+    from .reading import prepare_argv, prepare_search, subparser
+
+    ordered, words = prepare_search(parser, raw)
+    if words is not None:
+        estimate = build_parser("estimate")
+        subparser(estimate, "estimate").prog = "memsym search"
+        argv, sorted_words = prepare_argv(estimate, ["estimate", *words.job])
+        words.reading = estimate.parse_args(argv)
+        words.reading.job_words = sorted_words
+    return ordered, words
+
+
 def main(argv=None) -> int:
     """Run the command line; returns the exit status.
 
@@ -101,6 +117,8 @@ def main(argv=None) -> int:
                 from .reading import prepare_argv
 
                 ordered, words = prepare_argv(parser, raw)
+                if raw and raw[0] == "search":      # a job's words beside the search's own
+                    ordered, words = _search_words(parser, raw)
             finally:
                 if startup:
                     gc.freeze()

@@ -22,7 +22,10 @@ def command_rows():
     json_cmds = (JOB_AND_SEARCH - {"plot", "latex"}) | {"time", "models", "gpus"}
     return [
         option("--gpus", group="search", type=T.positive_int, metavar="N", commands=search,
-           required=True, effect="memory, time", help="number of GPUs (world size)"),
+           effect="memory, time",
+           help="number of GPUs (world size); with a job (--launch-script, --args-file, "
+           "--bridge-recipe, --deepspeed-config, --torchtitan-config, pasted arguments) the "
+           "job's world size when not given (its --world-size, launcher or recipe)"),
         option("--top", group="output", type=T.top_count, metavar="K", commands=search,
            parser_default=10, default=10, source="memsym", effect="output",
            help="how many layouts to show, 1..1000 (memsym.limits.MAX_TOP)"),

@@ -16,7 +16,7 @@ from ..vocabulary import PRECISION_NAMES as PRECISIONS
 from ..vocabulary import FP8_RECIPES
 from . import options as T
 from .command_rows import check_rows, command_rows, model_rows, time_rows
-from .option_schema import (ALLOWANCES_SOURCE, JOB_AND_SEARCH, JOB_DEFAULTS,
+from .option_schema import (ALLOWANCES_SOURCE, JOB, JOB_AND_SEARCH, JOB_DEFAULTS,
                             MEGATRON_ARGS, RECIPE_SOURCE, SEARCH, flag, option)
 
 __all__ = ["OPTIONS", "SWITCH_FLAGS", "TIME_JOB_OPTIONS"]
@@ -437,23 +437,30 @@ def _allowance_rows():
     ]
 
 
+#: The commands that read a job from a file or recipe (search: the job whose layout it looks
+#: for, memsym.cli.search_job).
+_JOB_IN = JOB | {"search"}
+
+
 def _input_rows():
     return [
-        option("--args-file", group="framework", metavar="FILE", effect="input",
+        option("--args-file", group="framework", metavar="FILE", effect="input", commands=_JOB_IN,
            help="a file of pretrain_gpt.py arguments"),
         option("--launch-script", group="framework", metavar="SCRIPT.sh", effect="input",
+           commands=_JOB_IN,
            help="a bash launch script: its torchrun/pretrain_gpt.py command is read "
            "(assignments, arrays and $VAR substituted; never executed)"),
         option("--deepspeed-config", group="framework", metavar="ds_config.json", effect="input",
+           commands=_JOB_IN,
            help="a DeepSpeed config (ZeRO stage, offload, bf16/fp16, batch) for MODEL; "
            "--world-size gives the data-parallel size"),
         option("--torchtitan-config", group="framework", metavar="JOB.toml|JOB.py[:FUNC]",
-           effect="input",
+           effect="input", commands=_JOB_IN,
            help="a torchtitan job: a v0.2 TOML ([parallelism], [training], "
            "[activation_checkpoint], [float8]) or a newer Python config (config_registry.py"
            ":llama3_8b, read with ast, never run); the model from MODEL or the config's"),
         option(("--bridge-recipe", "--recipe"), "bridge_recipe", group="framework",
-           metavar="NAME", effect="input", commands=frozenset({"estimate"}),
+           metavar="NAME", effect="input", commands=frozenset({"estimate", "search"}),
            help="a Megatron-Bridge pretrain recipe (run_recipe.py --recipe NAME, e.g. "
            "llama3_8b_pretrain_config); section.field=VALUE words and run_recipe.py's -tp/-gb/... "
            "override it, with Bridge's meaning"),

@@ -100,10 +100,10 @@ def add_options(parser, command: str, *, skip=()) -> None:
             if o.metavar:
                 kw["metavar"] = o.metavar
         if o.positional:
-            # MODEL is optional for a job (--params N estimates the model states alone),
-            # required for a search
+            # MODEL is optional for a job (--params N estimates the model states alone) and
+            # for a search (a job's file or recipe may name the model), required for min-gpus
             kw.pop("nargs", None)
-            if o.nargs is not None and command not in SEARCH:
+            if o.nargs is not None and command != "min-gpus":
                 kw.update(nargs=o.nargs, default=None)
             target.add_argument(o.dest, **kw)
             continue

@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 from ..text import looks_like_option, option_values
 from .option_table import memsym_spellings
 
-__all__ = ["JobWords", "split_job_words", "LAUNCHER_WORDS", "MEMSYM_SPELLINGS"]
+__all__ = ["JobWords", "split_job_words", "LAUNCHER_WORDS", "MEMSYM_SPELLINGS", "option_arities",
+           "take_values", "subparser", "expand_files", "JOB_INPUTS", "SEARCH_OWN", "PASTED_KNOBS",
+           "SearchWords", "prepare_search"]
 
 #: Words of a launcher that precede the training script (dropped): torchrun and its module
 #: spellings, the Python interpreter and its unbuffered flag, DeepSpeed's and uv's launchers.
@@ -107,14 +109,14 @@ def _arity(action) -> object:
     return n
 
 
-def _own_options(parser) -> dict:
+def option_arities(parser) -> dict:
     """option string -> arity of every option of ``parser`` (0, 1, '+', '*', or a count; an
     optional value ``nargs='?'`` with choices is the set of its choices)."""
     return {o: (frozenset(a.choices) if a.nargs == "?" and a.choices else _arity(a))
             for a in parser._actions for o in a.option_strings}
 
 
-def _take(words, i, name, arity, inline):
+def take_values(words, i, name, arity, inline):
     """The values of option ``name`` at ``words[i:]``: (values, next index)."""
     if isinstance(arity, frozenset):   # an optional value: only one of its choices
         take = inline is None and i < len(words) and words[i] in arity
@@ -157,7 +159,7 @@ def split_job_words(parser, words, *, positionals: int = 0, from_file=frozenset(
     """
     from ..errors import InvalidValueError
 
-    own = _own_options(parser)
+    own = option_arities(parser)
     out = JobWords()
     bridge = any(w.partition("=")[0] in ("--bridge-recipe", "--recipe") for w in words) \
         and "--bridge-recipe" in own
@@ -213,14 +215,14 @@ def _sort_words(words, own, bridge, from_file, out):
         name, eq, inline = w.partition("=")
         inline = inline if eq else None
         if name in _DEEPSPEED_LAUNCHER or name in _DEEPSPEED_LAUNCHER_IGNORED:
-            got, i = _take(words, i, name, 1, inline)
+            got, i = take_values(words, i, name, 1, inline)
             if name in _DEEPSPEED_LAUNCHER:
                 theirs.append((_DEEPSPEED_LAUNCHER[name], got if inline is None else [inline]))
             out.launcher = True
             continue
         arity = own.get(name)
         if arity is not None:
-            got, i = _take(words, i, name, arity, inline)
+            got, i = take_values(words, i, name, arity, inline)
             if arity == 1 and inline is None and not got:
                 shown = f", got {words[i][:40]!r}" if i < n else ""
                 raise InvalidValueError(f"{name} needs a value{shown} (a value starting with '-' "
@@ -260,7 +262,7 @@ def _megatron_option(words, i, name, inline):
     arity = megatron_arity(name)
     if arity is None:
         raise ArgumentError(name)
-    got, i = _take(words, i, name, arity, inline)
+    got, i = take_values(words, i, name, arity, inline)
     if name == "--step-batch-size-schedule":
         # its entries split into words by an unquoted ${ARR[@]}: the reader takes them back
         while i < len(words) and SCHEDULE_ENTRY.fullmatch(words[i]):
@@ -335,7 +337,7 @@ def _model_states_only(mine) -> bool:
 JOB_COMMANDS = {"estimate": 0, "solve": 0, "plot": 0, "latex": 0, "check": 1}
 
 
-def _subparser(parser, name):
+def subparser(parser, name):
     for action in parser._actions:
         choices = getattr(action, "choices", None)
         if isinstance(choices, dict) and name in choices:
@@ -348,13 +350,13 @@ def prepare_argv(parser, raw):
     command's words sorted by :func:`split_job_words`, any other command's left as given."""
     if not raw or raw[0] not in JOB_COMMANDS:
         return list(raw), None
-    head, sub = [raw[0]], _subparser(parser, raw[0])
+    head, sub = [raw[0]], subparser(parser, raw[0])
     rest = list(raw[1:])
     if raw[0] in ("solve", "plot"):          # solve's UNKNOWN, plot's KIND: a subparser each
         if not rest or looks_like_option(rest[0]):
             return list(raw), None          # argparse says which unknowns (kinds) exist
         head.append(rest.pop(0))
-        sub = _subparser(sub, head[-1])
+        sub = subparser(sub, head[-1])
         if sub is None:
             return list(raw), None
     positionals = JOB_COMMANDS[raw[0]]
@@ -363,12 +365,12 @@ def prepare_argv(parser, raw):
 
         if rest[0] in UNKNOWNS:              # `plot memory-vs dp MODEL`: the swept unknown
             rest = ["--vs", *rest]
-    expanded, from_file = _expand_files(rest)
+    expanded, from_file = expand_files(rest)
     words = split_job_words(sub, expanded, positionals=positionals, from_file=from_file)
     return head + words.argparse, words
 
 
-def _expand_files(words):
+def expand_files(words):
     """``--launch-script FILE`` and ``--args-file FILE`` replaced by the words they hold, in
     place, so that a script or an argument file is read exactly as the same words pasted
     (later words win, as in argparse); and the indices of the words from files."""
@@ -398,3 +400,100 @@ def _expand_files(words):
         from_file.update(range(len(out), len(out) + len(got)))
         out += got
     return out, frozenset(from_file)
+
+
+# ---------------------------------------------------------------------------------------------
+# memsym search: a job beside the search's own words (memsym.cli.search_job)
+# ---------------------------------------------------------------------------------------------
+#: The options that name a job's file or recipe: any of them makes a search a job's.
+JOB_INPUTS = ("--launch-script", "--args-file", "--bridge-recipe", "--recipe",
+              "--deepspeed-config", "--torchtitan-config")
+
+#: The destinations of ``memsym search``'s options that stay the search's beside a job: the
+#: searched knobs (pins), the GPU count, the machine searched on and the output.  Every other
+#: option is the job's, read as ``estimate`` reads it (Megatron-LM's ``--fsdp-double-buffer``
+#: and ``--tp-comm-overlap-cfg`` too: with a job they are its arguments).
+SEARCH_OWN = frozenset((
+    "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sharding", "recompute_granularity",
+    "offload", "first_stage_layers", "last_stage_layers", "gpus", "top", "emit", "emit_dir",
+    "no_uneven_stages", "no_sequence_parallel", "json", "gpu", "gpu_memory", "margin",
+    "gpus_per_node", "efficiency"))
+
+
+#: The searched knobs a pasted Megatron-LM command spells too: after its launcher or script
+#: (``torchrun``, ``pretrain_gpt.py``) they are the job's own layout, not the search's pins.
+PASTED_KNOBS = frozenset(("tp", "pp", "cp", "ep", "vpp", "micro_batch_size",
+                          "recompute_granularity", "first_stage_layers", "last_stage_layers"))
+
+
+@dataclass
+class SearchWords:
+    """The job's words of a ``memsym search`` command line (:func:`prepare_search`).
+
+    Attributes
+    ----------
+    job : list of str
+        The words ``estimate``'s reading reads (the MODEL, the files, pasted arguments,
+        memsym's job options).
+    sources : list of str
+        The files and recipe named (``--launch-script run.sh``), as given.
+    reading : argparse.Namespace
+        ``memsym estimate``'s reading of the job's words (its parsed options, ``job_words``
+        their sorting), set by :func:`memsym.cli.main`.
+    """
+
+    job: list = field(default_factory=list)
+    sources: list = field(default_factory=list)
+    reading: object = None
+
+
+def _launcher_word(w: str) -> bool:
+    return w in LAUNCHER_WORDS or w.endswith(".py") or \
+        w.rsplit("/", 1)[-1].startswith(("python", "torchrun"))
+
+
+def prepare_search(parser, raw):
+    """``(argv for argparse, SearchWords or None)`` of a ``memsym search`` command line
+    ``raw``: without a job (no file, recipe, config or pasted framework argument) the words
+    as given; with one, the search's own options (:data:`SEARCH_OWN`) for argparse and the
+    rest, in order, for ``estimate``'s reading (after a pasted command's launcher or script,
+    its layout words too: :data:`PASTED_KNOBS`).
+
+    Examples
+    --------
+    >>> from memsym.cli import build_parser
+    >>> argv, words = prepare_search(build_parser("search"), ["search", "--launch-script",
+    ...     "run.sh", "--gpu", "h100-80gb", "--tp", "2", "4", "--seq-length", "8192"])
+    >>> argv, words.job, words.sources
+    (['search', '--gpu', 'h100-80gb', '--tp', '2', '4'], ['--launch-script', 'run.sh', '--seq-length', '8192'], ['--launch-script run.sh'])
+    """
+    sub = subparser(parser, "search")
+    words = list(raw[1:])
+    if sub is None or any(w in ("-h", "--help") for w in words):
+        return list(raw), None
+    arities = option_arities(sub)
+    dests = {o: a.dest for a in sub._actions for o in a.option_strings}
+    own = {o for o, dest in dests.items() if dest in SEARCH_OWN}
+    mine, out, job, pasted = [], SearchWords(), False, False
+    i = 0
+    while i < len(words):
+        w = words[i]
+        name, eq, inline = w.partition("=")
+        option = looks_like_option(w)
+        if option and name in own and not (pasted and dests[name] in PASTED_KNOBS):
+            got, i = take_values(words, i + 1, name, arities[name], inline if eq else None)
+            mine += [w, *got]
+            continue
+        if option and name in JOB_INPUTS:
+            job = True
+            value = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
+            out.sources.append(f"{name} {value}".strip())
+        elif not option and _launcher_word(w):
+            job = pasted = True         # a pasted command: its layout words are the job's
+        elif option and name not in arities and name != "--world-size":
+            job = True                  # a pasted framework argument
+        out.job.append(w)
+        i += 1
+    if not job:
+        return list(raw), None
+    return [raw[0], *mine], out

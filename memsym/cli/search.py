@@ -175,10 +175,11 @@ def add_parser(sub) -> None:
     parser.set_defaults(framework=None)
 
 
-def layout_json(row: dict, framework: str | None = None) -> dict:
+def layout_json(row: dict, framework: str | None = None, overlaps=None) -> dict:
     """The layout part of a JSON row (Megatron-like names; a block-N or every-N recompute
     choice also as its ``recompute_method`` / ``recompute_num_layers``; with ``framework``,
-    the overlap options the search priced the step with, :func:`memsym.search.launch_overlaps`)."""
+    the overlap options the search priced the step with, :func:`memsym.search.launch_overlaps`,
+    or ``overlaps``, a job's own, :attr:`memsym.search.Space.overlaps`)."""
     from ..search import launch_overlaps
     from ..search.space import recompute_fields
 
@@ -193,7 +194,8 @@ def layout_json(row: dict, framework: str | None = None) -> dict:
         out.update(recompute_method=fields["recompute_method"],
                    recompute_num_layers=fields["recompute_num_layers"])
     if framework is not None:
-        out.update(launch_overlaps(framework, row["sharding"]))
+        out.update(launch_overlaps(framework, row["sharding"]) if overlaps is None
+                   else {k: v for k, v in overlaps if v is not None})
         out.update(megatron_fsdp_of(framework, row["sharding"]))
     return out
 
@@ -242,61 +244,98 @@ def _emit_framework(args) -> None:
                                 f"--framework {args.framework} contradicts it")
 
 
+def _problem(args):
+    """``(model, gpu, options, gpus, job)`` of the search: a job's (:mod:`memsym.cli.search_job`)
+    or the MODEL's with the command line's options (``job`` None)."""
+    from ..errors import InvalidValueError
+    from .search_job import search_job
+
+    # a job beside the search's words (memsym.cli.reading.SearchWords, read by memsym.cli.main)
+    sj = search_job(args, search_options(args)) \
+        if getattr(getattr(args, "job_words", None), "reading", None) is not None else None
+    if sj is not None:
+        return sj.job, args.gpu, dict(sj.options), sj.gpus, sj
+    if args.model is None:
+        raise InvalidValueError("search needs a MODEL (a preset, a config.json or a Hub id) "
+                                "or a job (--launch-script, --args-file, --bridge-recipe, "
+                                "--deepspeed-config, --torchtitan-config)")
+    if args.gpus is None:
+        raise InvalidValueError("give the number of GPUs: --gpus N (or --world-size N)")
+    return search_model(args), args.gpu, search_options(args, assume_batch=True), args.gpus, None
+
+
 def run(args) -> int:
     from ..search import search
 
     _emit_framework(args)
+    model, gpu, options, gpus, sj = _problem(args)
+    args.search_job = sj
     # without a global batch there is no step time to rank by: assume Llama 2's 4M tokens
-    assumed = args.global_batch_size is None
-    model, gpu, options = search_model(args), args.gpu, search_options(args, assume_batch=True)
+    assumed = sj is None and args.global_batch_size is None
     if args.emit:   # the shared settings --emit cannot spell: refused before any searching
         from ..emit import check_emittable
         from ..search.space import from_job, make_space
 
+        if sj is not None:
+            from .search_job import check_emittable_job
+
+            check_emittable_job(sj)
         model, gpu = from_job(model, gpu, options)
         options = {"space": make_space(model, gpu, **options)}
         check_emittable(args.emit, options["space"], args.model)
     prog = Progress("memsym search")
     try:
-        res = search(model, gpu, args.gpus, progress=prog, **options)
+        res = search(model, gpu, gpus, progress=prog, **options)
     finally:
         prog.close()
     order = res.order()[: args.top]
     if not len(order):
         raise res.no_fit()
-    rows = []
-    for i in order:
-        row = res.row(int(i))
-        exact = res.exact(int(i))
-        rows.append((row, exact))
-    cap = res.space.capacity          # what a layout must fit within: capacity - margin
+    rows = [(res.row(int(i)), res.exact(int(i))) for i in order]
     emitted = _emitted(args, res, rows) if args.emit else None
     if args.json:
-        emit_json([{
-            "layout": layout_json(row, res.space.framework), "gpus": res.gpus,
-            **({"torchtitan": _torchtitan_stages(res.space, row)}
-               if FRAMEWORK[res.space.framework].torch_pipelining else {}),
-            "bytes": bytes_json(exact["bytes"]),
-            "gpu_memory_bytes": number_out(cap + args.margin_bytes),
-            "margin_bytes": args.margin_bytes,
-            "headroom_bytes": number_out(cap - exact["bytes"]["total"]),
-            "fits": bool(exact["bytes"]["total"] <= cap),
-            "stage": exact["stage"], "binding": row["binding"],
-            "step_time_s": row["step_time"],
-            "step_time_parts_s": row.get("time"), "units": "bytes",
-            **({"emit": _emit_json(args, got)} if emitted else {}),
-        } for (row, exact), got in zip(rows, emitted or [None] * len(rows))])
+        _print_json(args, res, rows, emitted)
         return 0
     if emitted:
         print(_emit_text(args, res, rows, emitted, assumed))
         return 0
-    text = render(res, rows, margin=args.margin_bytes)
+    text = render(res, rows, margin=args.margin_bytes, job=sj is not None)
+    if sj is not None:
+        from .search_job import job_lines
+
+        head, _, rest = text.partition("\n")
+        text = "\n".join([head, *job_lines(sj, res), rest])
     if assumed:
         text = text.replace("\n", f"\nnote: no --global-batch-size: assumed B = "
                             f"{res.space.global_batch_size} sequences (about 4M tokens per step, "
                             "as Llama 2 trained)\n", 1)
     print(text)
     return 0
+
+
+def _print_json(args, res, rows, emitted) -> None:
+    """The JSON rows of a search (with a job, each names it: ``job``)."""
+    cap = res.space.capacity          # what a layout must fit within: capacity - margin
+    sj = args.search_job
+    if sj is not None:
+        from .search_job import job_report
+
+        job = job_report(sj, res)
+    emit_json([{
+        "layout": layout_json(row, res.space.framework, res.space.overlaps), "gpus": res.gpus,
+        **({"torchtitan": _torchtitan_stages(res.space, row)}
+           if FRAMEWORK[res.space.framework].torch_pipelining else {}),
+        "bytes": bytes_json(exact["bytes"]),
+        "gpu_memory_bytes": number_out(cap + args.margin_bytes),
+        "margin_bytes": args.margin_bytes,
+        "headroom_bytes": number_out(cap - exact["bytes"]["total"]),
+        "fits": bool(exact["bytes"]["total"] <= cap),
+        "stage": exact["stage"], "binding": row["binding"],
+        "step_time_s": row["step_time"],
+        "step_time_parts_s": row.get("time"), "units": "bytes",
+        **({"emit": _emit_json(args, got)} if emitted else {}),
+        **({"job": job} if sj is not None else {}),
+    } for (row, exact), got in zip(rows, emitted or [None] * len(rows))])
 
 
 def _emitted(args, res, rows) -> list:
@@ -310,6 +349,10 @@ def _emitted(args, res, rows) -> list:
     for n, (row, _) in enumerate(rows, 1):
         try:
             got = emit(args.emit, row, res.space, res.gpus, args.model, folder=args.emit_dir)
+            if args.search_job is not None and got.arguments:
+                from .search_job import relaunch
+
+                got = relaunch(args.search_job, got)    # the job's whole argument list
         except NotExpressible as exc:
             got = str(exc)
         out.append([n, got, None])
@@ -347,7 +390,13 @@ def _read_back(args, n, got, path) -> str:
     cap = [] if args.gpu_memory is None else ["--gpu-memory", f"{int(args.gpu_memory)}"]
     if getattr(args, "margin_bytes", 0):
         cap += ["--margin", f"{args.margin_bytes}B"]
-    return shlex.join(["memsym", "estimate", args.model, *got.read_back(path), *cap, "--json"])
+    if args.search_job is not None:   # the job's MODEL and memsym options, as it was read
+        from .search_job import read_back_words
+
+        head = read_back_words(args.search_job)
+    else:
+        head = [args.model]
+    return shlex.join(["memsym", "estimate", *head, *got.read_back(path), *cap, "--json"])
 
 
 def _emit_json(args, item) -> dict:
@@ -390,9 +439,10 @@ def _emit_text(args, res, rows, emitted, assumed) -> str:
     return "\n".join(lines)
 
 
-def render(res, rows, *, margin: int = 0) -> str:
+def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
     """A table of the best layouts and, under each, its breakdown in GB (``margin``: the
-    bytes ``--margin`` keeps free; the space's capacity is already less it)."""
+    bytes ``--margin`` keeps free; the space's capacity is already less it; ``job``: the
+    settings are a job's, said by the caller, not assumed)."""
     sp_ = res.space
     full = sp_.capacity + margin
     whence = (f": CUDA total {sp_.gpu.cuda_total_gib:g} GiB"
@@ -408,14 +458,15 @@ def render(res, rows, *, margin: int = 0) -> str:
     excl = [f"{k} {v}" for k, v in res.excluded.items() if v]
     if excl:
         lines.append("excluded by rule: " + ", ".join(excl))
-    lines.append(f"assumed: flash attention {'on' if sp_.flash_attention else 'off'}, dropout "
+    lines.append(f"{'held' if job else 'assumed'}: flash attention {'on' if sp_.flash_attention else 'off'}, dropout "
                  f"{'on' if sp_.dropout else 'off'} ("
-                 + ("torchtitan's models have none; --no-flash-attn to change)"
+                 + ("the job's)" if job else
+                    "torchtitan's models have none; --no-flash-attn to change)"
                     if not FRAMEWORK[sp_.framework].dropout_layers else
                     "memsym.job.DEFAULTS, as estimate; --no-flash-attn, --hidden-dropout 0 "
                     "--attention-dropout 0 to change)"))
     launch = FRAMEWORK[sp_.framework].launch_overlaps
-    if res.ranked_by == "step time" and launch != "always":
+    if res.ranked_by == "step time" and launch != "always" and sp_.overlaps is None:
         lines.append("step times as launched with the data-parallel overlaps on ("
                      + ("--overlap-grad-reduce, and --overlap-param-gather with a sharded "
                         "optimizer" if launch == "flags" else "overlap_comm")

@@ -378,13 +378,7 @@ def estimate_training(args) -> int:
     framework = j = framework_job_from_args(args)
     if framework is not None:
         rep = report_for(args, framework)
-        python = str(args.torchtitan_config or "").rpartition(":")[0].endswith(".py") or \
-            str(args.torchtitan_config or "").endswith(".py")
-        rep["read_as"] = ("a DeepSpeed config" if args.deepspeed_config else
-                          "a torchtitan Python config (read with ast, not run)" if python
-                          and args.torchtitan_config else
-                          "a torchtitan job TOML (v0.2 keys)" if args.torchtitan_config else
-                          args.reading["read_as"])
+        rep["read_as"] = framework_read_as(args)
         if getattr(args, "bridge_recipe", None):
             rep["ignored"] = list(args.reading["ignored"])
         rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + list(framework.notes)))
@@ -431,6 +425,15 @@ def estimate_training(args) -> int:
           else render_estimate(rep, args, fits=fits, device=device,
                                wide=getattr(args, "wide", False)))
     return status
+
+
+def framework_read_as(args) -> str:
+    """How a framework's config or recipe was read (:func:`framework_job_from_args`)."""
+    path = str(args.torchtitan_config or "")
+    python = path.rpartition(":")[0].endswith(".py") or path.endswith(".py")
+    return ("a DeepSpeed config" if args.deepspeed_config else
+            "a torchtitan Python config (read with ast, not run)" if python and path else
+            "a torchtitan job TOML (v0.2 keys)" if path else args.reading["read_as"])
 
 
 def verdict_report(metric: dict, device: int, usable, j=None) -> dict:

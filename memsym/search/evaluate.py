@@ -23,6 +23,7 @@ from ..frameworks import FRAMEWORK
 from ..timing.pipeline import most_layers_per_rank
 from ..timing.step import Settings, overlap_of, step_time_grid
 from ..job import Training
+from ..job_record import recompute_modules_of
 
 
 def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
@@ -374,7 +375,10 @@ def _search_overlap(space: Space, sharding: str, comm: dict | None = None):
     framework = space.framework
     given = launch_overlaps(framework, sharding) if space.overlaps is None \
         else dict(space.overlaps)
-    return overlap_of(Training(framework=framework, sharding=sharding, **given, **(comm or {})))
+    held = {k: v for k, v in space.held if k in ("overlap_moe_expert_parallel_comm",
+                                                  "overlap_p2p_comm")}   # a job's own
+    return overlap_of(Training(framework=framework, sharding=sharding, **given, **held,
+                               **(comm or {})))
 
 
 def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme: str) -> dict:
@@ -426,7 +430,8 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   # HybridEP send a token once per rank and NVLink domain: timing.flex_dispatch)
                   moe_dispatcher=space.moe_dispatcher,
                   # the carried userbuffers config, where the row runs the TP overlap
-                  tp_overlap_cfg=space.comm_fields(bool(spf)).get("tp_comm_overlap_cfg"))
+                  tp_overlap_cfg=space.comm_fields(bool(spf)).get("tp_comm_overlap_cfg"),
+                  **_held_settings(space, rc))
     even = (f_ == 0) & (l_ == 0)
     # the even split as explicit end stages of L/p layers (the middle then holds L/p too)
     first = np.where(f_ > 0, f_, L_ / p_)
@@ -455,6 +460,18 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     # residue of the subtraction is not a part
     res["time_other"] = np.where(np.abs(other) <= 1e-9 * np.abs(res["step_time"]), 0.0, other)
     return res
+
+
+def _held_settings(space: Space, rc: str) -> dict:
+    """The :class:`memsym.timing.records.Settings` fields a job's held settings give
+    (:data:`memsym.search.job_fields.HELD_FIELDS`), as the job's step time reads them: FP8
+    parameter gathers, the reduced gradient's width and the selective recompute's modules."""
+    held = dict(space.held)
+    out = {"fp8_param_gather": bool(held.get("fp8_param_gather", False)),
+           "grad_bytes": 2 if held.get("grad_dtype") in ("bf16", "fp16") else 4}
+    if rc == "selective" and held.get("recompute_modules") is not None:
+        out["recompute_modules"] = recompute_modules_of(space.training(recompute=rc))
+    return out
 
 
 def binding_columns(cols: dict):

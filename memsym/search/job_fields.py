@@ -56,6 +56,56 @@ SEARCHED_FIELDS = frozenset((
 #: The data-parallel overlap fields a search can price a job's own values of (``overlaps``).
 OVERLAP_FIELDS = ("overlap_grad_reduce", "overlap_param_gather")
 
+#: The other :class:`memsym.training.Training` fields a search holds fixed at a job's values
+#: (``held``, :meth:`Space.training`): the memory terms read them from each row's Training,
+#: as estimate's do; those the step time reads (the gradient width, FP8 parameter gathers,
+#: the selective recompute's modules, the MoE and P2P overlaps) are passed to it
+#: (:mod:`memsym.search.evaluate`).  Fields that change which stage holds what (the V
+#: placement, micro-batch groups, layer offloading), NVFP4 parameters and the metric stay
+#: refused (:func:`refuse_unsearched`).
+HELD_FIELDS = (
+    "grad_dtype", "fp8_param_gather", "recompute_modules", "precision_aware",
+    "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "zero_buckets",
+    "cross_entropy_fusion_impl", "batch_attention_mask", "compiled_loss", "compiled_model",
+    "loss_parallel", "cuda_graph_impl", "cuda_graph_modules", "optimizer_cuda_graph",
+    "overlap_moe_expert_parallel_comm", "overlap_p2p_comm")
+
+
+def held_of(tr) -> tuple:
+    """``(name, value)`` of each :data:`HELD_FIELDS` field where the Training ``tr`` differs
+    from :class:`Training`'s default: what a search of the job holds fixed beside its own
+    settings.
+
+    Examples
+    --------
+    >>> from memsym.training import Training
+    >>> held_of(Training(grad_dtype="bf16")), held_of(Training())
+    ((('grad_dtype', 'bf16'),), ())
+    """
+    default = Training()
+    return tuple((name, tr.value(name)) for name in HELD_FIELDS
+                 if tr.value(name) != default.value(name))
+
+
+def checked_held(given) -> tuple:
+    """``held`` of :func:`memsym.search.space.make_space` as the Space holds it: ``(name,
+    value)`` pairs of :data:`HELD_FIELDS`, each checked as a Training checks it.
+
+    Examples
+    --------
+    >>> checked_held({"grad_dtype": "bf16"})
+    (('grad_dtype', 'bf16'),)
+    >>> checked_held({"metric": "reserved"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    memsym.errors.UnknownNameError: unknown held setting 'metric' (accepted: batch_attention_mask, ...)
+    """
+    pairs = tuple(sorted(dict(given or {}).items()))
+    for key, _ in pairs:
+        if key not in HELD_FIELDS:
+            raise UnknownNameError("held setting", key, HELD_FIELDS)
+    return held_of(Training(**dict(pairs)))
+
 
 def unsearched_fields(tr, carried=()) -> list:
     """``"name value"`` of each field of the Training ``tr`` that a search does not carry

@@ -26,8 +26,9 @@ from ..training import ALLOWANCES, Training
 from ..job_record import FIELD_PARTS
 from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
 # re-exported: the search's callers import them here
-from .job_fields import (MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS, SEARCHED_FIELDS,  # noqa: F401
-                         carried_ub_config, checked_overlaps, global_batch_of,
+from .job_fields import (HELD_FIELDS, MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS,  # noqa: F401
+                         SEARCHED_FIELDS, carried_ub_config, checked_held, checked_overlaps,
+                         global_batch_of, held_of,
                          megatron_fsdp_rows, recompute_choice, refuse_unsearched, states_scheme,
                          unsearched_fields)
 
@@ -261,6 +262,8 @@ class Space:
     #: Megatron's --tp-comm-overlap-cfg, held fixed with tp_comm_overlap: the userbuffers
     #: config the overlapped TP GEMMs are timed with (None: Transformer Engine's default)
     tp_comm_overlap_cfg: object = None
+    #: a job's other settings, held fixed: (name, value) pairs of HELD_FIELDS (job_fields)
+    held: tuple = ()
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -321,6 +324,7 @@ class Space:
                     framework=self.framework, moe_dispatcher=self.moe_dispatcher)
         if self.fp8_recipe is not None:
             base["fp8_recipe"] = self.fp8_recipe
+        base.update(self.held)
         if "recompute" in kw:
             kw = {**kw, **recompute_fields(kw["recompute"])}
         if self.overlaps is not None:      # a job's own overlaps (plot feasibility's)
@@ -347,15 +351,16 @@ def _space_training(space: Space, changes: tuple):
 
 def from_job(model, gpu, options: dict):
     """A :class:`memsym.job.Job` as the search's model: its resolved architecture, and its
-    training settings, allowances, GPU and capacity as the defaults of ``options`` (the
-    layout is what the search explores; micro-batches given as its global batch,
-    :func:`global_batch_of`); a setting the search does not carry is refused
+    training settings (its HELD_FIELDS as ``held``), allowances, GPU and capacity as the
+    defaults of ``options`` (the layout is what the search explores; micro-batches given as
+    its global batch, :func:`global_batch_of`); another setting is refused
     (:func:`refuse_unsearched`; the overlaps are carried when ``options`` gives ``overlaps``)."""
     if not isinstance(model, Job):
         return model, gpu
     tr = model.training
-    refuse_unsearched(tr, carried=("num_microbatches",) + (
+    refuse_unsearched(tr, carried=("num_microbatches",) + HELD_FIELDS + (
         OVERLAP_FIELDS if options.get("overlaps") is not None else ()))
+    options.setdefault("held", dict(held_of(tr)))
     for key, val in (("seq_length", tr.batch.seq_length), ("global_batch_size", global_batch_of(model)),
                      ("precision", tr.states.precision), ("optimizer", tr.states.optimizer),
                      ("convention", tr.states.convention), ("flash_attention", tr.memory.flash_attention),
@@ -373,6 +378,8 @@ def from_job(model, gpu, options: dict):
             options.setdefault(key, val)
     if tr.states.megatron_fsdp is not None:   # searched over Megatron-FSDP's strategies
         options.setdefault("sharding", tuple(MEGATRON_FSDP_STRATEGY))
+    if tr.states.fp8_param_gather:   # Megatron's validate_args: DistOpt or FSDP, not DDP
+        options.setdefault("sharding", ("distributed-optimizer",))
     if gpu is None and model.gpu is not None:
         gpu = model.gpu.name
     return model.model, gpu
@@ -390,7 +397,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                first_stage_layers=None, last_stage_layers=None, capacity=None,
                gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1, fp8_recipe=None,
                uneven=True, framework="megatron", overlaps=None, moe_dispatcher="alltoall",
-               tp_comm_overlap=False, fsdp_double_buffer=False, tp_comm_overlap_cfg=None) -> Space:
+               tp_comm_overlap=False, fsdp_double_buffer=False, tp_comm_overlap_cfg=None,
+               held=None) -> Space:
     """Validate the search keywords into a :class:`Space` (see :func:`search`).
 
     ``recompute`` and ``sharding`` default to what the framework offers: Megatron's none /
@@ -470,7 +478,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
         framework=framework, fp8_recipe=fp8_recipe, overlaps=checked_overlaps(overlaps),
         moe_dispatcher=dispatcher, tp_comm_overlap=overlap, fsdp_double_buffer=double,
-        tp_comm_overlap_cfg=carried_ub_config(tp_comm_overlap_cfg, overlap))
+        tp_comm_overlap_cfg=carried_ub_config(tp_comm_overlap_cfg, overlap),
+        held=checked_held(held))
 
 
 def space_differences(tr, space, **choices) -> list:

@@ -424,11 +424,12 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int) -> tu
     Full training's counts (N_tp, N_rep, N_exp of all the ranks together, N_lin per TP rank)
     depend on the layout only through t (vocabulary padding, N_lin/t), the stage's layers,
     whether it is first / last, and p > 1 (the tied output copy): computed once per such key
-    and shared across p and e (LoRA's per-GPU counts also depend on e: kept in the key)."""
+    and shared across p, and across e without experts (LoRA's per-GPU counts, and with
+    experts the largest layer on one GPU, N_ll, also depend on e: kept in the key)."""
     rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
     key = (space.arch, space.finetune, space.lora_rank, space.lora_targets, tt, rng.start,
            rng.stop, stage == 0, stage == pp - 1, pp > 1,
-           ee if space.finetune != "full" else None)
+           ee if space.finetune != "full" or space.arch.num_experts else None)
     if key not in _COUNTS:
         if len(_COUNTS) > 65536:
             _COUNTS.clear()

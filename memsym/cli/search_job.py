@@ -1,0 +1,269 @@
+"""``memsym search`` of a whole job (issue 32): which layout to launch for this job on N GPUs.
+
+A job is what ``memsym estimate`` reads: a launch script (``--launch-script``), an argument
+file (``--args-file``), a pasted Megatron-LM command, a Megatron-Bridge recipe with its
+overrides (``--bridge-recipe``), a DeepSpeed config or a torchtitan config beside a MODEL, or
+a MODEL (a preset or a Hugging Face config.json) with memsym's options.  The command line is
+split once (:func:`memsym.cli.reading.prepare_search`): the search's own words (the searched
+knobs as pins, the GPU count, the machine and the output) stay the search's; every other
+word is the job's, read by ``estimate``'s parser and readers (:mod:`memsym.cli.reading`,
+:func:`memsym.cli.training_options.job_from_args`: one reading, the same conflicts refused).
+
+The job's settings that the search does not vary are held fixed over every layout
+(:func:`memsym.search.space.from_job`), its overlaps and recompute and offload choice
+included; its own layout (t, p, c, d, e, v, micro-batch, sharding, sequence parallelism) is
+not pinned: the search looks for the best one, on ``--gpus`` GPUs or, without it, on the
+job's world size.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field, replace
+
+from ..text import looks_like_option, option_values, printable
+
+__all__ = ["SearchJob", "search_job", "job_report", "job_lines", "relaunch",
+           "read_back_words", "check_emittable_job"]
+
+#: The options of a job's config or recipe, which ``estimate``'s parser reads itself (a
+#: launch script and an argument file are read as their words, before it).
+_CONFIGS = ("--bridge-recipe", "--recipe", "--deepspeed-config", "--torchtitan-config")
+
+#: The job's settings an emitted Megatron-LM layout spells itself (Megatron-LM's argument
+#: destinations, :data:`memsym.readers.megatron_arguments.TABLE`): a job's own words for them
+#: are replaced by the layout's when it is written out as the job's whole argument list.
+_LAYOUT_DESTS = frozenset((
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+    "expert_model_parallel_size", "expert_tensor_parallel_size",
+    "num_virtual_stages_per_pipeline_rank", "num_layers_per_virtual_pipeline_stage",
+    "virtual_pipeline_model_parallel_size", "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers", "sequence_parallel", "tp_comm_overlap",
+    "tp_comm_overlap_cfg", "world_size", "seq_length", "micro_batch_size", "global_batch_size",
+    "bf16", "fp16", "fp8", "fp8_recipe", "fp4", "fp4_recipe", "optimizer",
+    "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
+    "ckpt_format", "use_torch_fsdp2", "fsdp_double_buffer", "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend", "recompute_granularity", "recompute_method",
+    "recompute_num_layers", "hidden_dropout", "attention_dropout", "attention_backend",
+    "use_flash_attn", "overlap_grad_reduce", "overlap_param_gather"))
+
+
+@dataclass
+class SearchJob:
+    """A job read for a search (:func:`search_job`).
+
+    Attributes
+    ----------
+    job : memsym.job.Job
+        The job as ``estimate`` reads it.
+    reading : argparse.Namespace
+        ``estimate``'s parsed options of the job's words (``job_words``: their sorting).
+    words : memsym.cli.reading.SearchWords
+    options : dict
+        :func:`memsym.search.search` keywords: the search's own (pins, capacity, cluster),
+        the job's overlaps, recompute and offload unless the command line lists them.
+    gpus : int
+        The GPU count searched [GPUs].
+    gpus_from : str
+        Where it comes from (``--gpus`` or the job's world size).
+    choices : dict
+        The job's recompute and offload choices held (those the command line lists none of).
+    """
+
+    job: object
+    reading: object
+    words: object
+    options: dict
+    gpus: int
+    gpus_from: str
+    choices: dict = field(default_factory=dict)
+
+
+def read_job(words):
+    """``(Job, estimate's namespace)`` of the job's words, read exactly as ``memsym estimate``
+    reads them (its parser and :func:`memsym.cli.reading.prepare_argv`, done by the caller:
+    ``words.reading``; its job builders here)."""
+    from .training_options import (framework_job_from_args, framework_read_as, job_from_args,
+                                   wants_training)
+
+    est = words.reading
+    if not wants_training(est):
+        from ..errors import InvalidValueError
+
+        raise InvalidValueError("search needs a model: a MODEL, or a job that names one")
+    framework = framework_job_from_args(est)
+    if framework is not None:        # how estimate says it read the config or recipe
+        said = getattr(est, "reading", None) or {"read_as": None, "ignored": []}
+        est.reading = said            # framework_read_as reads a Bridge recipe's from it
+        est.reading = {"ignored": list(said["ignored"]), "read_as": framework_read_as(est)}
+        return framework, est
+    return job_from_args(est), est
+
+
+def _job_recompute(memory) -> str:
+    """The search's recompute choice of the job: Megatron's full recompute of every layer
+    (``--recompute-method uniform --recompute-num-layers 1``, how ``--emit megatron``
+    spells full) is the search's ``full``; block-N and every-N as they are."""
+    from ..search.space import recompute_choice
+
+    if memory.recompute == "full" and memory.recompute_method == "uniform" \
+            and memory.recompute_num_layers in (None, 1):
+        return "full"
+    return recompute_choice(memory)
+
+
+def search_job(args, opts: dict):
+    """The :class:`SearchJob` of a search whose command line holds a job, else None.
+
+    ``opts``: the search's options (:func:`memsym.cli.search.search_options`), of which only
+    the search's own are kept (the pins, capacity and margin, the cluster); the job's settings
+    come from the job (:func:`memsym.search.space.from_job`), with its own overlaps, and its
+    recompute and offload where the command line lists none."""
+    from ..search.space import OVERLAP_FIELDS
+
+    words = getattr(args, "job_words", None)
+    if getattr(words, "reading", None) is None:
+        return None
+    job, est = read_job(words)
+    args.framework = job.training.framework       # --emit must agree with the job's
+    args.model = est.model                         # the MODEL the job names, if any
+    tr = job.training
+    keep = {"capacity", "gpus_per_node", "efficiency", "tp", "pp", "cp", "ep", "vpp",
+            "sequence_parallel", "first_stage_layers", "last_stage_layers", "uneven",
+            "micro_batch_sizes", "recompute", "offload"}
+    opts = {k: v for k, v in opts.items() if k in keep and v is not None}
+    choices = {k: v for k, v in (("recompute", _job_recompute(tr.memory)),
+                                 ("offload", tr.states.offload)) if k not in opts}
+    opts.update({k: [v] for k, v in choices.items()})
+    if args.sharding is not None:     # else the framework's schemes (from_job: the job's)
+        opts["sharding"] = args.sharding
+    opts["overlaps"] = {k: tr.value(k) for k in OVERLAP_FIELDS}
+    # --gpus asks the question (the job's own world size, its --world-size included, is
+    # how the job was read; the search is on --gpus), else the job's world size
+    gpus, whence = (args.gpus, "--gpus") if args.gpus is not None else \
+        (job.layout.world_size, "the job's world size")
+    return SearchJob(job, est, words, opts, gpus, whence, choices)
+
+
+def _source(sj: SearchJob) -> str:
+    """Where the job was read from: its files or recipe, its MODEL, pasted arguments."""
+    est = sj.reading
+    parts = list(sj.words.sources)
+    if est.model is not None:
+        parts.insert(0, f"MODEL {est.model}")
+    if est.job_words is not None and est.job_words.megatron and not parts:
+        parts.append("pasted Megatron-LM arguments")
+    return printable(", ".join(parts) or "memsym's options", 300)
+
+
+def held_settings(space) -> dict:
+    """The job's settings held fixed over every searched layout, as the space holds them."""
+    out = {"seq_length": space.seq_length, "global_batch_size": space.global_batch_size,
+           "precision": space.precision, "fp8_recipe": space.fp8_recipe,
+           "optimizer": space.optimizer, "framework": space.framework,
+           "convention": space.convention, "flash_attention": space.flash_attention,
+           "dropout": bool(space.dropout), "schedule": space.schedule,
+           "finetune": space.finetune, "moe_dispatcher": space.moe_dispatcher,
+           "tp_comm_overlap": space.tp_comm_overlap,
+           "fsdp_double_buffer": space.fsdp_double_buffer,
+           "allowances": {k: v if isinstance(v, (int, float, str)) else str(v)
+                          for k, v in space.allowances}}
+    out.update({k: v for k, v in (space.overlaps or ())})
+    out.update({k: v if isinstance(v, (bool, int, float, str)) else str(v)
+                for k, v in space.held})
+    return out
+
+
+def job_report(sj: SearchJob, res) -> dict:
+    """The ``job`` entry of a search's JSON rows: where the job was read from, what it holds
+    fixed, its own layout (not pinned), the GPU count and where it comes from."""
+    j, est = sj.job, sj.reading
+    lay, tr = j.layout, j.training
+    return {
+        "source": _source(sj),
+        "read_as": est.reading.get("read_as") or "memsym's options over the MODEL's recipe",
+        "model": printable(j.model.name),
+        "held": {**held_settings(res.space), **sj.choices},
+        "job_layout": {"tp": lay.t, "pp": lay.p, "cp": lay.c, "dp": lay.d, "ep": lay.e,
+                       "vpp": lay.v, "micro_batch_size": tr.batch.micro_batch_size,
+                       "sharding": tr.states.sharding,
+                       "sequence_parallel": bool(lay.sequence_parallel),
+                       "world_size": lay.world_size},
+        "searched": ["tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch_size", "sharding",
+                     "sequence_parallel"] + [k for k in ("recompute", "offload")
+                                             if k not in sj.choices],
+        "gpus": res.gpus, "gpus_from": sj.gpus_from,
+        "ignored": [printable(x) for x in est.reading.get("ignored", [])],
+        "notes": [printable(n, 300) for n in j.notes],
+    }
+
+
+def job_lines(sj: SearchJob, res) -> list:
+    """The text lines that say where the job came from and what it holds fixed."""
+    rep = job_report(sj, res)
+    held = rep["held"]
+    shown = ", ".join(f"{k} {v}" for k, v in held.items()
+                      if k != "allowances" and v is not None)
+    lay = rep["job_layout"]
+    return [f"job: {rep['source']} (read as {rep['read_as']}); model {rep['model']}",
+            f"held from the job: {shown}",
+            f"the job's own layout, not pinned: t={lay['tp']} p={lay['pp']} c={lay['cp']} "
+            f"d={lay['dp']} e={lay['ep']} v={lay['vpp'] or 1} b={lay['micro_batch_size']} on "
+            f"{lay['world_size']} GPUs, sharding {lay['sharding']}; searched on {rep['gpus']} "
+            f"GPUs ({rep['gpus_from']})"]
+
+
+def _kept_words(words) -> list:
+    """``words`` without the job's config or recipe (:data:`_CONFIGS`), the launcher's options
+    and the settings an emitted layout spells (:data:`_LAYOUT_DESTS`), each with its values
+    (Megatron-LM's arities, :data:`memsym.readers.megatron_arguments.TABLE`)."""
+    from ..readers.megatron_arguments import TABLE
+
+    kept, i = [], 0
+    while i < len(words):
+        name, eq, _ = words[i].partition("=")
+        dest, arity, _ = TABLE.get(name, (None, 1 if name in _CONFIGS else 0, None))
+        j = i + 1 if eq or arity == 0 else option_values(words, i + 1, arity)[1]
+        if dest not in _LAYOUT_DESTS and not str(dest).startswith("torchrun_") \
+                and name not in _CONFIGS:
+            kept += words[i:j]
+        i = j
+    return kept
+
+
+def relaunch(sj: SearchJob, got):
+    """An emitted Megatron-LM layout as the job's whole argument list: the job's own
+    Megatron-LM words without those the layout spells (:data:`_LAYOUT_DESTS`) or the
+    launcher's (the world size is the layout's), then the layout's.  Without Megatron-LM
+    words (a MODEL and memsym's options) the layout as emitted."""
+    words = list(sj.reading.job_words.megatron) if sj.reading.job_words is not None else []
+    if not words:
+        return got
+    arguments = tuple(_kept_words(words)) + tuple(got.arguments)
+    lines, i = [], 0
+    while i < len(arguments):            # one argument and its values per line
+        j = i + 1
+        while j < len(arguments) and not looks_like_option(arguments[j]):
+            j += 1
+        lines.append(shlex.join(arguments[i:j]))
+        i = j
+    return replace(got, text="\n".join(lines) + "\n", arguments=arguments)
+
+
+def read_back_words(sj: SearchJob) -> list:
+    """memsym's own options of the job that its read-back repeats: the MODEL and the job's
+    memsym options, not its files or config, nor what the emitted layout sets
+    (:func:`_kept_words`)."""
+    est = sj.reading
+    return _kept_words(list(est.job_words.argparse) if est.job_words is not None else [])
+
+
+def check_emittable_job(sj: SearchJob) -> None:
+    """Refuse ``--emit`` for a Megatron-Bridge recipe in one line: its model is the recipe's
+    (with its overrides), which no emitted argument list names."""
+    from ..errors import InvalidValueError
+
+    if getattr(sj.reading, "bridge_recipe", None) is not None:
+        raise InvalidValueError("--emit: a Megatron-Bridge recipe's model and settings are the "
+                                "recipe's; search it without --emit and set the layout with "
+                                "its overrides (-tp, -pp, ...)")

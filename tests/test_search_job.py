@@ -1,0 +1,277 @@
+"""``memsym search`` of a whole job (issue 32, "every framework's job in, and the layout out").
+
+The oracles are two independent paths through the command line: ``memsym estimate`` of the
+same job (its reading, its Job, ``memsym.training.job_memory`` and the one-layout step time)
+against the search's row of exactly the layout the job sets (the vectorized templates and the
+grid step time), and the read-back of each ``--emit megatron`` layout by ``memsym estimate``.
+The layouts pinned are typed from the scripts themselves (NVIDIA/Megatron-LM examples at
+d98e8a64dd, held verbatim in tests/test_readers_megatron.py), never from memsym's output.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from memsym.cli import main
+from test_readers_megatron import SCRIPTS
+
+GPU = ("--gpu", "h100-80gb")
+
+# a DeepSpeed config of ZeRO-2 with a batch of 64 = 2 per GPU x 4 steps x 8 GPUs
+DS_ZERO2 = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
+            "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+            "zero_optimization": {"stage": 2, "overlap_comm": True}}
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def as_json(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code in (0, 1) and out, err
+    return json.loads(out)
+
+
+@pytest.fixture
+def script(tmp_path):
+    def write(key):
+        path = tmp_path / f"{key}.sh"
+        path.write_text(SCRIPTS[key][2], encoding="utf-8")
+        return str(path)
+    return write
+
+
+def _same_row(capsys, job, pins):
+    """The search's row of the pinned layout and estimate's report of the same job."""
+    est = as_json(capsys, "estimate", *job, *GPU)
+    rows = as_json(capsys, "search", *job, *GPU, *pins, "--no-uneven-stages", "--top", "1")
+    assert len(rows) == 1
+    return rows[0], est
+
+
+# the layouts the scripts set, typed from them: train_mixtral_8x7b_distributed.sh passes
+# --tensor-model-parallel-size 1 --pipeline-model-parallel-size 4 --expert-model-parallel-size 8
+# --micro-batch-size 1 --use-distributed-optimizer (64 GPUs: its README's 8 nodes);
+# train_llama3_8b_h100_fp8.sh TP_SIZE=1 CP_SIZE=1 (no PP), MICRO_BATCH_SIZE=1,
+# --use-distributed-optimizer, on its torchrun's 8 x 1 GPUs
+PINNED = {
+    "mixtral_8x7b": (["--world-size", "64", "--vocab-size", "32000"],
+                     ["--tp", 1, "--pp", 4, "--cp", 1, "--ep", 8, "--vpp", 1,
+                      "--micro-batch-size", 1, "--sharding", "distributed-optimizer"]),
+    "llama3_8b_fp8": ([], ["--tp", 1, "--pp", 1, "--cp", 1, "--ep", 1, "--vpp", 1,
+                           "--micro-batch-size", 1, "--sharding", "distributed-optimizer"]),
+}
+
+
+@pytest.mark.parametrize("key", sorted(PINNED))
+def test_the_scripts_layout_row_equals_estimate(capsys, script, key):
+    extra, pins = PINNED[key]
+    job = ["--launch-script", script(key), *extra]
+    row, est = _same_row(capsys, job, pins)
+    assert row["bytes"]["total"] == est["bytes"]["total"]
+    assert {k: v for k, v in row["bytes"].items()} == est["bytes"]
+    assert row["step_time_s"] == pytest.approx(est["step_time_s"], rel=1e-12)
+    # the job's own world size is searched when --gpus is not given, and said so
+    assert row["gpus"] == est["layout"]["world_size"]
+    assert row["job"]["gpus_from"] == "the job's world size"
+    assert row["job"]["read_as"] == est["read_as"]
+    assert row["job"]["source"] == f"--launch-script {job[1]}"
+
+
+def test_the_fp8_scripts_settings_are_held(capsys, script):
+    # train_llama3_8b_h100_fp8.sh: --seq-length 8192, --global-batch-size 128,
+    # --fp8-format hybrid, --fp8-param-gather, --grad-reduce-in-bf16, the overlaps
+    rows = as_json(capsys, "search", "--launch-script", script("llama3_8b_fp8"), *GPU,
+                   "--top", "3")
+    held = rows[0]["job"]["held"]
+    assert (held["seq_length"], held["global_batch_size"], held["precision"]) == (8192, 128, "fp8")
+    assert held["fp8_param_gather"] is True and held["grad_dtype"] == "bf16"
+    assert held["overlap_grad_reduce"] is True and held["overlap_param_gather"] is True
+    # --fp8-param-gather needs the distributed optimizer (Megatron's validate_args)
+    assert {r["layout"]["sharding"] for r in rows} == {"distributed-optimizer"}
+
+
+def test_the_jobs_layout_is_not_pinned_unless_asked(capsys, script):
+    job = ["--launch-script", script("mixtral_8x7b"), "--world-size", "64",
+           "--vocab-size", "32000"]
+    rows = as_json(capsys, "search", *job, *GPU, "--top", "200")
+    assert len({(r["layout"]["pp"], r["layout"]["dp"]) for r in rows}) > 1
+    assert rows[0]["job"]["job_layout"]["pp"] == 4      # the script's, reported
+    pinned = as_json(capsys, "search", *job, *GPU, "--pp", "2", "--top", "200")
+    assert {r["layout"]["pp"] for r in pinned} == {2}
+    # the job read at its --world-size, the search on --gpus
+    wider = as_json(capsys, "search", *job, *GPU, "--gpus", "128", "--top", "1")
+    assert wider[0]["gpus"] == 128 and wider[0]["job"]["gpus_from"] == "--gpus"
+    assert wider[0]["job"]["job_layout"]["world_size"] == 64
+
+
+def test_a_pasted_commands_layout_is_the_jobs_not_a_pin(capsys):
+    # after torchrun ... pretrain_gpt.py the words are the job's: its
+    # --tensor-model-parallel-size 2 is its own layout (8 GPUs: d = 4), not the search's pin
+    command = ["torchrun", "--nproc_per_node", 8, "pretrain_gpt.py", "--num-layers", 16,
+               "--hidden-size", 2048, "--num-attention-heads", 16, "--seq-length", 4096,
+               "--max-position-embeddings", 4096, "--vocab-size", 32000, "--bf16",
+               "--micro-batch-size", 1, "--global-batch-size", 64,
+               "--tensor-model-parallel-size", 2, "--use-distributed-optimizer"]
+    rows = as_json(capsys, "search", *GPU, *command, "--top", "100")
+    assert rows[0]["job"]["job_layout"]["tp"] == 2 and rows[0]["job"]["job_layout"]["dp"] == 4
+    assert rows[0]["job"]["source"] == "pasted Megatron-LM arguments"
+    assert len({r["layout"]["tp"] for r in rows}) > 1 and rows[0]["gpus"] == 8
+    # the same words before the launcher are the search's: a pin
+    pinned = as_json(capsys, "search", "--tp", 2, *GPU, *command, "--top", "100")
+    assert {r["layout"]["tp"] for r in pinned} == {2}
+
+
+def test_a_bridge_recipe_is_searched(capsys):
+    # llama3_8b_pretrain_config: t = p = 1, c = 2, micro-batch 1, the distributed optimizer
+    # (tests/test_bridge_recipes.py checks it against the explicit command); on 8 GPUs d = 4
+    job = ["--bridge-recipe", "llama3_8b_pretrain_config", "--world-size", "8"]
+    row, est = _same_row(capsys, job, ["--tp", 1, "--pp", 1, "--cp", 2, "--vpp", 1,
+                                       "--micro-batch-size", 1, "--sharding",
+                                       "distributed-optimizer"])
+    assert row["bytes"] == est["bytes"] and row["layout"]["dp"] == 4
+    assert row["step_time_s"] == pytest.approx(est["step_time_s"], rel=1e-12)
+    assert row["job"]["source"] == "--bridge-recipe llama3_8b_pretrain_config"
+    assert "Megatron-Bridge recipe" in row["job"]["read_as"]
+
+
+def test_a_deepspeed_config_is_searched(capsys, tmp_path):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(DS_ZERO2), encoding="utf-8")
+    job = ["llama2-7b", "--deepspeed-config", path, "--world-size", "8", "--seq-length", "2048"]
+    row, est = _same_row(capsys, job, ["--tp", 1, "--pp", 1, "--cp", 1,
+                                       "--micro-batch-size", 2, "--sharding", "zero2"])
+    assert row["bytes"] == est["bytes"] and row["layout"]["num_microbatches"] == 4
+    assert row["step_time_s"] == pytest.approx(est["step_time_s"], rel=1e-12)
+    held = row["job"]["held"]
+    assert held["framework"] == "deepspeed" and held["global_batch_size"] == 64
+    assert held["overlap_grad_reduce"] is True                  # its overlap_comm
+    assert row["job"]["source"] == f"MODEL llama2-7b, --deepspeed-config {path}"
+
+
+def test_a_torchtitan_config_is_searched(capsys):
+    # torchtitan v0.2.2 llama3_8b.toml: FSDP2 over the data-parallel ranks (no TP/PP/CP),
+    # local_batch_size 1, activation_checkpoint mode "selective" with selective_ac_option "op"
+    path = "tests/data/torchtitan/v0.2.2/llama3__llama3_8b.toml"
+    job = ["llama3-8b", "--torchtitan-config", path, "--world-size", "8"]
+    row, est = _same_row(capsys, job, ["--tp", 1, "--pp", 1, "--cp", 1, "--vpp", 1,
+                                       "--micro-batch-size", 1, "--sharding", "fsdp"])
+    assert row["bytes"] == est["bytes"] and row["layout"]["recompute"] == "selective-op"
+    assert row["step_time_s"] == pytest.approx(est["step_time_s"], rel=1e-12)
+    assert row["job"]["read_as"] == est["read_as"] == "a torchtitan job TOML (v0.2 keys)"
+    assert row["job"]["held"]["framework"] == "torchtitan"
+
+
+def test_emit_megatron_from_a_script_reads_back_the_same(capsys, script):
+    job = ["--launch-script", script("mixtral_8x7b"), "--world-size", "64",
+           "--vocab-size", "32000"]
+    rows = as_json(capsys, "search", *job, *GPU, "--top", "3", "--emit", "megatron")
+    for row in rows:
+        words = shlex.split(row["emit"]["read_back"])
+        assert words[:2] == ["memsym", "estimate"] and "--launch-script" not in words
+        back = json.loads(run(capsys, *words[1:])[1])
+        assert back["bytes"]["total"] == row["bytes"]["total"]
+        assert back["layout"]["tp"] == row["layout"]["tp"]
+        assert back["layout"]["pp"] == row["layout"]["pp"]
+        assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+
+
+def test_emit_from_a_model_with_an_args_file_and_a_deepspeed_config(capsys, tmp_path):
+    args = tmp_path / "args.txt"
+    args.write_text("--seq-length 4096 --micro-batch-size 1 --global-batch-size 64 "
+                    "--use-distributed-optimizer --overlap-grad-reduce --lr 3e-4", encoding="utf-8")
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps(DS_ZERO2), encoding="utf-8")
+    for job, emit in ((["llama3-8b", "--args-file", args, "--gpus", 16], "megatron"),
+                      (["llama2-7b", "--deepspeed-config", config, "--world-size", 8,
+                        "--seq-length", 2048, "--cp", 1], "deepspeed")):
+        rows = as_json(capsys, "search", *job, *GPU, "--top", "2", "--emit", emit,
+                       "--emit-dir", tmp_path / emit)
+        for row in rows:
+            words = shlex.split(row["emit"]["read_back"])
+            assert str(args) not in words and str(config) not in words
+            back = json.loads(run(capsys, *words[1:])[1])
+            assert back["bytes"]["total"] == row["bytes"]["total"]
+            assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("extra", [
+    ("--precision", "fp16"),                 # the script says --bf16 (estimate's rule)
+    ("--fp16",),                             # beside the script's --bf16 (Megatron's rule)
+    ("--sharding", "ddp"),                   # a pin the script's --fp8-param-gather refuses
+    ("--not-a-megatron-flag", "1"),
+    ("--emit", "torchtitan"),                # a Megatron-LM job priced under torchtitan
+])
+def test_conflicts_are_one_line_and_exit_2(capsys, script, extra):
+    code, out, err = run(capsys, "search", "--launch-script", script("llama3_8b_fp8"), *GPU,
+                         *extra)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_same_conflict_is_refused_as_estimate_refuses_it(capsys, script):
+    path = script("llama3_8b_fp8")
+    _, _, by_estimate = run(capsys, "estimate", "--launch-script", path, "--precision", "fp16")
+    code, out, by_search = run(capsys, "search", "--launch-script", path, *GPU,
+                               "--precision", "fp16")
+    assert code == 2 and out == "" and by_search == by_estimate
+
+
+@pytest.mark.parametrize("argv", [
+    ("--bridge-recipe", "llama3_8b_pretrain_config", "llama3-8b"),   # a MODEL beside it
+    ("--bridge-recipe", "llama3_8b_pretrain_config", "--emit", "megatron"),
+    ("--gpus", "8"),                                                  # no MODEL, no job
+])
+def test_bad_job_inputs_are_one_line(capsys, argv):
+    code, out, err = run(capsys, "search", *GPU, *argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_moe_rows_bytes_do_not_depend_on_the_other_rows():
+    # ZeRO-2 / FSDP buffers hold the largest layer on one GPU (N_ll), which depends on e:
+    # the row e = 8 is the job e = 8's (memsym.training.job_memory), whatever e was met first
+    from memsym.job import job
+    from memsym.search import search
+    from memsym.training import job_memory
+
+    res = search("mixtral-8x7b", "h100-80gb", 64, global_batch_size=256, seq_length=4096,
+                 tp=[1], pp=[1], cp=[1], ep=[4, 8], micro_batch_sizes=[1],
+                 sharding=["zero2"], recompute=["none"])
+    i = next(int(i) for i in res.order() if res.row(int(i))["e"] == 8)
+    j = job("mixtral-8x7b", gpu="h100-80gb", t=1, p=1, c=1, e=8, d=64, micro_batch_size=1,
+            global_batch_size=256, seq_length=4096, sharding="zero2",
+            megatron_fsdp="optim_grads", recompute="none",
+            overlap_grad_reduce=True, overlap_param_gather=True)
+    assert res.exact(i)["bytes"]["total"] == job_memory(j).bytes_total
+
+
+@pytest.mark.parametrize("kw", [dict(precision="fp8", fp8_param_gather=True),
+                                dict(optimizer_cuda_graph=True)])
+def test_search_of_a_job_holds_its_other_settings(kw):
+    # search(job) holds the job's FP8 parameter gathers / optimizer CUDA graph: each row is
+    # the job at that layout (memsym.training.job_memory, estimate's path); FP8 parameter
+    # gathers need the distributed optimizer (Megatron's validate_args): no DDP row
+    from memsym.job import job
+    from memsym.search import search
+    from memsym.training import job_memory
+
+    base = dict(gpu="h100-80gb", global_batch_size=64, overlap_grad_reduce=True,
+                overlap_param_gather=True, **kw)
+    res = search(job("llama3-8b", **base), gpus=16, recompute=["selective"],
+                 overlaps={"overlap_grad_reduce": True, "overlap_param_gather": True})
+    for i in res.order()[:4]:
+        r = res.row(int(i))
+        fsdp = {"zero2": "optim_grads", "fsdp": "optim_grads_params"}.get(r["sharding"])
+        assert r["sharding"] != "ddp"
+        at = job("llama3-8b", **base, t=r["t"], p=r["p"], c=r["c"], d=r["d"],
+                 v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"],
+                 recompute="selective", sequence_parallel=r["sequence_parallel"],
+                 first_stage_layers=r["first_stage_layers"],
+                 last_stage_layers=r["last_stage_layers"],
+                 sharding=r["sharding"], **({} if fsdp is None else {"megatron_fsdp": fsdp}))
+        assert res.exact(int(i))["bytes"]["total"] == job_memory(at).bytes_total
