@@ -424,6 +424,7 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "microbatch_group_size": training.pipeline.microbatch_group_size,
                   "moe_dispatcher": training.memory.moe_dispatcher,
                   "precision": training.states.precision,
+                  "muon": training.states.optimizer == "muon",
                   "fp4_param_gather": bool(training.states.fp4_param_gather),
                   "fp8_param_gather": bool(training.states.fp8_param_gather)})
     return k

@@ -161,7 +161,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     # data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
     dense_gpu, expert_gpu, layers_max, ends_gpu = parameters_per_gpu(x, st, p, t, e, t_e_, stages)
     sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, tau["first"], pipeline,
-                              p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_, ends_gpu=ends_gpu)
+                              p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_, ends_gpu=ends_gpu, muon=(arch, layers_max))
     group = p if st.group_size is None else st.group_size
     edges = _ep_alone_passes(x, overlap, p, v, m, group, ep_alone)
     step = pipeline + edges + sync["dp"] + sync["optimizer"]
@@ -587,7 +587,7 @@ def _settings_of(arch, layout, training) -> Settings:
                     group_size=pipe.microbatch_group_size, torch_rounds=titan,
                     schedule=pipe.schedule, output_first=pipe.stage_placement == "v",
                     tp_overlap_cfg=training.comm.tp_comm_overlap_cfg,
-                    moe_dispatcher=mem.moe_dispatcher)
+                    moe_dispatcher=mem.moe_dispatcher, optimizer=states.optimizer)
 
 
 def _communication_of(first_of, parts: dict) -> dict:
