@@ -68,8 +68,9 @@ STATE_RULES = (
          Source("megatron-lm-arguments", "megatron/core/transformer/transformer_config.py:1566-1567"),
          InvalidValueError),
     Rule("muon-sharding", "Muon runs under DDP or the (layer-wise) distributed optimizer only: "
-         "no ZeRO-2/3, FSDP, Megatron-FSDP, DeepSpeed or torchtitan",
+         "no ZeRO-1/2/3, FSDP, Megatron-FSDP, DeepSpeed or torchtitan",
          lambda x, k: k.get("muon", False) & (k.get("shards_gradients", False)
+                                              | k.get("zero1", False)
                                               | k.get("megatron_fsdp", False)
                                               | k.get("torchtitan", False)
                                               | k.get("deepspeed", False)),

@@ -118,6 +118,7 @@ def test_layer_wise_shares_the_orthogonalization_over_data_parallel():
     (Training(optimizer="muon", sharding="zero3"), "Megatron-core's"),
     (Training(optimizer="muon", sharding="fsdp", megatron_fsdp="optim_grads_params"), "muon"),
     (Training(optimizer="muon", framework="deepspeed", sharding="zero1"), "Megatron-core's"),
+    (Training(optimizer="muon", sharding="zero1"), "Megatron-core's"),
 ])
 def test_muon_launches_megatron_refuses_are_refused(training, words):
     with pytest.raises(InvalidValueError, match=words):
@@ -129,3 +130,15 @@ def test_the_cli_prices_muon(capsys):
 
     assert main(["estimate", "llama2-7b", "--optimizer", "muon", "--precision", "fp16"]) == 2
     assert "fp16" in capsys.readouterr().err
+
+
+def test_the_search_keeps_muon_to_its_schemes(capsys):
+    from memsym.cli import main
+
+    argv = ["search", "llama2-7b", "--optimizer", "muon", "--gpus", "8", "--gpu", "h100"]
+    assert main(argv + ["--sharding", "zero3"]) != 0
+    out = capsys.readouterr()
+    assert "muon-sharding" in out.out + out.err
+    assert main(argv + ["--precision", "fp16"]) != 0
+    out = capsys.readouterr()
+    assert "muon-fp16" in out.out + out.err
