@@ -142,3 +142,22 @@ def test_the_search_keeps_muon_to_its_schemes(capsys):
     assert main(argv + ["--precision", "fp16"]) != 0
     out = capsys.readouterr()
     assert "muon-fp16" in out.out + out.err
+
+
+def test_the_kimi_k2_recipe_reads_as_muon():
+    # perf_recipes/kimi/gb300/kimi_k2.py:138 on kimi_k2_pretrain_config, whose
+    # _apply_kimi_k2_optimizer(cfg, "muon") (recipes/kimi/h100/kimi_k2.py:200) sets
+    # optimizer "dist_muon" (recipes/utils/optimizer_utils.py:79), ddp.use_distributed_optimizer
+    # False: Bridge's layer-wise distributed optimizer (training/optim.py:103-110)
+    from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
+
+    reading = read_bridge_recipe("kimi_k2_pretrain_256gpu_gb300_fp8mx_config")
+    assert reading["values"]["optimizer.optimizer"] == "dist_muon"
+    assert reading["values"]["ddp.use_distributed_optimizer"] is False
+    preset, opts, _ = bridge_job_options(reading)
+    assert (preset, opts["optimizer"], opts["sharding"]) == ("kimi-k2", "muon",
+                                                             "distributed-optimizer")
+    # _get_kimi_k2_pipeline_layout(4, 4) (kimi_k2.py:38): an embedding and 4 decoder layers,
+    # 14 stages of 4, one decoder layer and the loss
+    assert opts["pipeline_layout"] == "E" + "tttt|" * 15 + "tL"
+    assert (opts["p"], opts["v"], opts["e"]) == (4, 4, 64)

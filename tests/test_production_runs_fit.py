@@ -222,7 +222,7 @@ XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
 #: recipes build HybridModelProvider in the recipe body.  Its MXFP8 rows fit, its H100 FP8 rows
 #: are tight (:data:`TIGHT`), with the Mamba-2 mixer's in_proj and out_proj inputs saved in
 #: FP8 (memsym.terms.mamba; 16-bit only before: the estimate was refused).
-UNREAD = {r["id"] for r in RUNS if r.get("preset") in ("nemotron-3-nano", "kimi-k2")}
+UNREAD = {r["id"] for r in RUNS if r.get("preset") == "nemotron-3-nano"}
 for _rel in ("26.04.01", "26.04", "26.02.01"):
     # Kimi K2 with Muon (memsym.terms.muon): the layer-wise distributed optimizer's states at
     # expert-DP 1 (EP 64 = DP 64) are not split: 31.7 GB of fp32 main weights and momentum
@@ -253,16 +253,7 @@ def _preset_command(run) -> list:
             "--grad-reduce-in-bf16", "--moe-dispatcher", st.get("moe_dispatcher", "alltoall")]
     if st.get("fp8_recipe"):
         argv += ["--fp8-recipe", st["fp8_recipe"]]
-    if st.get("optimizer") == "muon":
-        # Kimi K2: Megatron-Bridge's dist_muon, the layer-wise distributed optimizer (Megatron-LM
-        # spells it --optimizer muon --use-distributed-optimizer, arguments.py:1725-1736)
-        argv += ["--optimizer", "muon"]
-    if st.get("pipeline_layout"):
-        argv += ["--pipeline-model-parallel-layout", st["pipeline_layout"]]
-    if st.get("recompute_modules"):     # the recipe's selective recompute, as the row states it
-        argv += ["--recompute-granularity", "selective", "--recompute-modules",
-                 *st["recompute_modules"]]
-    if st["precision"] == "fp8" and st.get("fp8_param_gather", True):
+    if st["precision"] == "fp8":
         # every FP8 mixed-precision config of Megatron-Bridge gathers FP8 parameters
         # (training/mixed_precision.py at 067f987df0: fp8_param_gather = True, e.g. :264
         # bf16_with_mxfp8_mixed, :302 bf16_with_fp8_current_scaling_mixed, the perf fp8_cs)

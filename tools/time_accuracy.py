@@ -306,10 +306,6 @@ def recipe_pipeline_layout(run):
     ((4, 4), (4, 4, 4, 1))
     """
     lay, recipe = run["layout"], run.get("recipe", "")
-    if "pipeline_layout" in run["settings"]:     # a row whose recipe memsym does not read
-        split = PipelineLayout.from_spec(run["settings"]["pipeline_layout"], lay["p"])
-        split.validate(_arch(run).num_layers, _arch(run).mtp_num_layers or 0)
-        return split
     if "first" in lay or "last" in lay or lay["p"] == 1 or ":" not in recipe:
         return None
     name, v = recipe.split(":")[-1].split()[0], lay.get("v", 1)
