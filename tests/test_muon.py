@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memsym.errors import InvalidValueError
+from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.hardware import cluster_for, gpu
 from memsym.job import Layout, Training, job
 from memsym.model import Architecture, stage_parameters
@@ -161,3 +161,22 @@ def test_the_kimi_k2_recipe_reads_as_muon():
     # 14 stages of 4, one decoder layer and the loss
     assert opts["pipeline_layout"] == "E" + "tttt|" * 15 + "tL"
     assert (opts["p"], opts["v"], opts["e"]) == (4, 4, 64)
+
+
+def test_megatron_reads_dist_muon_as_muon_with_the_distributed_optimizer():
+    # arguments.py:1727-1733: dist_muon is muon with the layer-wise distributed optimizer
+    from memsym.readers.megatron_arguments import MegatronArguments, parse_megatron_argv
+    from memsym.readers.megatron_precision import megatron_optimizer, megatron_precision
+
+    for argv, distopt in ((["--optimizer", "dist_muon"], True), (["--optimizer", "muon"], False),
+                          (["--optimizer", "muon", "--use-distributed-optimizer"], True)):
+        r = MegatronArguments(*parse_megatron_argv(argv)[::2])
+        out = megatron_optimizer(r, {"untie_embeddings_and_output_weights": False},
+                                 {"sequence_parallel": False}, megatron_precision(r))
+        assert (out["optimizer"], out["use_distributed_optimizer"]) == ("muon", distopt)
+
+
+def test_an_unknown_tp_mode_is_refused():
+    with pytest.raises(UnknownNameError, match="muon_tp_mode"):
+        muon_step_time(TINY, gpu("h100"), cluster_for("h100"), 2, t=1, e=1, t_e=1, ndp=1, edp=1,
+                       layer_wise=False, tp_mode="sideways")

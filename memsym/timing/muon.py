@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import choose
 from ..model import moe_layer_pattern, resolve
 from ..model.muon_matrices import muon_matrices
 from .collectives import collective_time, group_bandwidth
@@ -131,6 +132,7 @@ def muon_step_time(arch, dev, clu, layers, *, t, e, t_e, ndp, edp, layer_wise: b
     .. [megatron-core] ``core/optimizer/layer_wise_optimizer.py`` (whole parameters per DP
        rank), ``emerging_optimizers.py`` (``TensorParallelMuon``).
     """
+    tp_mode = choose("muon_tp_mode", tp_mode, MUON_TP_MODES)
     t, e, t_e = (np.asarray(v, dtype=float) for v in (t, e, t_e))
     moe = bool(arch.num_experts)
     total = np.zeros_like(t * e * np.asarray(layers, dtype=float))
