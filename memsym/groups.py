@@ -9,8 +9,8 @@ __all__ = ["STATE_KEYS", "ACTIVATION_KEYS", "BUFFER_KEYS", "ALLOWANCE_KEYS"]
 
 #: Model states (weights, gradients, optimizer states and their expert and FP8 variants).
 STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
-              "main_gradients", "optimizer", "fp8_weights", "expert_weights", "expert_gradients",
-              "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
+              "main_gradients", "optimizer", "muon_adam_moment", "fp8_weights", "expert_weights",
+              "expert_gradients", "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
 #: Activations, phase transients included.
 ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
                    "output_activations", "mtp_activations", "pipeline_buffers",

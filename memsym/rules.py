@@ -413,6 +413,7 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
         k.update({"s": training.batch.seq_length, "b": training.batch.micro_batch_size,
                   "B": training.batch.global_batch_size, "offload": training.states.offload != "none",
                   "shards_gradients": training.states.sharding in ("zero2", "zero3", "fsdp"),
+                  "zero1": training.states.sharding == "zero1",
                   # Megatron-FSDP (any strategy), and Megatron-LM's other FSDP: Torch-FSDP2
                   "megatron_fsdp": training.states.megatron_fsdp is not None,
                   "torch_fsdp2": (fw.megatron_options and training.states.sharding == "fsdp"
@@ -424,6 +425,7 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "microbatch_group_size": training.pipeline.microbatch_group_size,
                   "moe_dispatcher": training.memory.moe_dispatcher,
                   "precision": training.states.precision,
+                  "muon": training.states.optimizer == "muon",
                   "fp4_param_gather": bool(training.states.fp4_param_gather),
                   "fp8_param_gather": bool(training.states.fp8_param_gather)})
     return k

@@ -6,6 +6,7 @@ gather.  They join :data:`memsym.rules.RULES` (checked and searched with every o
 from __future__ import annotations
 
 from .errors import InvalidValueError
+from .model.architecture import is_hybrid
 from .rule import Rule, negate
 from .term import Source
 
@@ -65,5 +66,32 @@ STATE_RULES = (
          lambda x, k: (f"fp8_param_gather needs precision fp8, not {k.get('precision')} "
                        "(Megatron: fp8_param must be used together with fp8 mode)"),
          Source("megatron-lm-arguments", "megatron/core/transformer/transformer_config.py:1566-1567"),
+         InvalidValueError),
+    Rule("muon-sharding", "Muon runs under DDP or the (layer-wise) distributed optimizer only: "
+         "no ZeRO-1/2/3, FSDP, Megatron-FSDP, DeepSpeed or torchtitan",
+         lambda x, k: k.get("muon", False) & (k.get("shards_gradients", False)
+                                              | k.get("zero1", False)
+                                              | k.get("megatron_fsdp", False)
+                                              | k.get("torchtitan", False)
+                                              | k.get("deepspeed", False)),
+         lambda x, k: ("optimizer muon is Megatron-core's (--optimizer muon): it runs under DDP or "
+                       "--use-distributed-optimizer (the layer-wise distributed optimizer), and "
+                       "Megatron-LM refuses it with Torch-FSDP2 and Megatron-FSDP"),
+         Source("megatron-lm-arguments", "megatron/training/arguments.py:1724-1740 validate_args "
+                "(\"Emerging optimizer does not support Torch-FSDP2 / Megatron-FSDP for now\"); "
+                "megatron/core/optimizer/__init__.py:758-759 (MFSDP v2)"),
+         InvalidValueError),
+    Rule("muon-fp16", "Muon does not run under fp16",
+         lambda x, k: k.get("muon", False) & (k.get("precision") == "fp16"),
+         lambda x, k: "optimizer muon under fp16: Megatron-core refuses it (emerging optimizer "
+                      "with fp16 is not supported); use bf16",
+         Source("megatron-core", "core/optimizer/__init__.py:774-775, "
+                "_get_megatron_emerging_optimizer"),
+         InvalidValueError),
+    Rule("muon-hybrid", "memsym prices Muon for transformer models only (not hybrid Mamba ones)",
+         lambda x, k: k.get("muon", False) & is_hybrid(x),
+         lambda x, k: ("optimizer muon on a hybrid model: memsym does not count which Mamba "
+                       "weights Megatron leaves to the scalar Adam (in_proj opts out of Muon)"),
+         Source("megatron-core", "core/ssm/mamba_mixer.py:309 (in_proj.weight use_muon False)"),
          InvalidValueError),
 )

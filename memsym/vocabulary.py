@@ -71,7 +71,7 @@ PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8", "fp4")
 #: and tensorwise alike; mxfp8: memsym.terms.widths.FP8_RECIPES says what it changes).
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
 #: Optimizers (their state bytes: memsym.terms.model_state.OPTIMIZERS).
-OPTIMIZER_NAMES = ("adam", "adamw", "sgd", "adam8bit", "adafactor", "none")
+OPTIMIZER_NAMES = ("adam", "adamw", "sgd", "muon", "adam8bit", "adafactor", "none")
 #: Activation recomputation: none, Megatron's selective (core attention) and full, torchtitan's
 #: per-op selective AC.
 RECOMPUTE = ("none", "selective", "full", "selective-op")

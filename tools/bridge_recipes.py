@@ -67,16 +67,41 @@ IMPORTED_CONSTANTS = (_BASE + "recipes/utils/tokenizer_utils.py",)
 #: The files whose pretrain recipe functions are read.
 RECIPE_FILES = ("recipes/llama/h100/llama3.py", "recipes/qwen/h100/qwen3.py",
                 "recipes/qwen/h100/qwen3_moe.py", "recipes/deepseek/h100/deepseek_v3.py",
-                "recipes/gpt_oss/h100/gpt_oss.py", "recipes/nemotronh/h100/nemotron_3_nano.py")
+                "recipes/gpt_oss/h100/gpt_oss.py", "recipes/nemotronh/h100/nemotron_3_nano.py",
+                "recipes/kimi/h100/kimi_k2.py")
 #: The files of legacy names (``from ... import full_name as legacy_name``).
 ALIAS_FILES = ("recipes/llama/llama3.py", "recipes/qwen/qwen3.py", "recipes/qwen/qwen3_moe.py",
                "recipes/deepseek/deepseek_v3.py", "recipes/gpt_oss/gpt_oss.py",
-               "recipes/nemotronh/nemotron_3_nano.py")
+               "recipes/nemotronh/nemotron_3_nano.py", "recipes/kimi/kimi_k2.py")
 #: Model providers a recipe builds inline (``cfg.model = HybridModelProvider(num_layers=52,
 #: ...)``, recipes/nemotronh/h100/nemotron_3_nano.py:78): their literal keywords are the
 #: ``model.*`` values, and the row's Hugging Face model is the checkpoint the recipe names as
 #: its tokenizer (``cfg.tokenizer.tokenizer_model``), whose architecture the keywords spell.
 INLINE_PROVIDERS = ("HybridModelProvider",)
+#: Same-file helpers a recipe calls on ``cfg`` with literal arguments whose body is not
+#: literal assignments (a branch on the argument, a factory from another module), transcribed
+#: from their source at COMMIT: (function, arguments) -> (where, the sections they replace,
+#: the fields they set).  ``_apply_kimi_k2_optimizer(cfg, "muon")``
+#: (recipes/kimi/h100/kimi_k2.py:54-88, its muon branch 66-75) sets ``cfg.optimizer`` to
+#: ``distributed_muon_with_cosine_annealing(...)`` (recipes/utils/optimizer_utils.py:20-97:
+#: an OptimizerConfig with optimizer "dist_muon" and the muon_* defaults it passes), then the
+#: dtypes, the gradient reduction and the DDP flags (kimi_k2.py:73-88; mixed_precision is the
+#: recipe's MixedPrecisionConfig, not a string, so its grad_reduce_in_fp32 is set too).
+HELPER_CALLS = {
+    ("_apply_kimi_k2_optimizer", ("muon",)): (
+        "recipes/kimi/h100/kimi_k2.py:54-88, recipes/utils/optimizer_utils.py:20-97",
+        ("optimizer",),
+        {"optimizer.optimizer": "dist_muon", "optimizer.bf16": True, "optimizer.fp16": False,
+         "optimizer.muon_momentum": 0.95, "optimizer.muon_nesterov": True,
+         "optimizer.muon_scale_mode": "spectral", "optimizer.muon_fp32_matmul_prec": "medium",
+         "optimizer.muon_num_ns_steps": 5, "optimizer.muon_tp_mode": "blockwise",
+         "optimizer.muon_extra_scale_factor": 1.0, "optimizer.muon_scalar_optimizer": "adam",
+         "ddp.grad_reduce_in_fp32": True, "ddp.use_distributed_optimizer": False,
+         "ddp.overlap_param_gather": False, "optimizer.use_precision_aware_optimizer": False,
+         "optimizer.main_grads_dtype": "float32", "optimizer.main_params_dtype": "float32",
+         "optimizer.exp_avg_dtype": "float32", "optimizer.exp_avg_sq_dtype": "float32",
+         "mixed_precision.grad_reduce_in_fp32": True}),
+}
 _SECTIONS = ("model", "train", "dataset", "ddp", "optimizer", "comm_overlap", "mixed_precision",
              "tokenizer")
 
@@ -159,6 +184,24 @@ def _common_values(text: str) -> dict:
     return values
 
 
+def _helper_call(call, env, values) -> bool:
+    """Apply a :data:`HELPER_CALLS` call ``helper(cfg, *literals)`` to ``values``; False when
+    ``call`` is not one."""
+    if [ast.unparse(a) for a in call.args[:1]] != ["cfg"] or call.keywords:
+        return False
+    try:
+        key = (getattr(call.func, "id", None), tuple(_value(a, env) for a in call.args[1:]))
+    except _Unknown:
+        return False
+    if key not in HELPER_CALLS:
+        return False
+    _, replaced, fields = HELPER_CALLS[key]
+    for k in [k for k in values if k.split(".")[0] in replaced]:
+        del values[k]
+    values.update(fields)
+    return True
+
+
 def _run(file: _File, name: str, args, common: dict):
     """(values, hf_model, computed) of recipe function ``name`` called with ``args``."""
     fn = file.functions[name]
@@ -171,6 +214,8 @@ def _run(file: _File, name: str, args, common: dict):
         if isinstance(stmt, ast.Return) or isinstance(stmt, ast.Assert):
             continue
         call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if isinstance(call, ast.Call) and _helper_call(call, env, values):
+            continue
         if isinstance(call, ast.Call) and getattr(call.func, "id", None) == \
                 "set_cuda_graph_modules" and [ast.unparse(a) for a in call.args[:1]] == ["cfg.model"]:
             # utils/cuda_graph.py:77-86: the modules (Megatron-LM's cuda_graph_modules, which
@@ -370,7 +415,7 @@ def section_fields(bridge: str, mcore: str) -> dict:
 # --- performance recipes ---------------------------------------------------------------------
 #: The families of ``perf_recipes/<family>/<system>/<model>.py`` read (those whose models
 #: memsym has presets for); each function ``*_pretrain_*_config`` is one row of PERF_RECIPES.
-PERF_FAMILIES = ("llama", "qwen", "deepseek", "gpt_oss")
+PERF_FAMILIES = ("llama", "qwen", "deepseek", "gpt_oss", "kimi")
 _PERF = _BASE + "perf_recipes/"
 
 

@@ -127,7 +127,10 @@ def _settings(run) -> Settings:
                     # a row whose config is not the recipe read states its dispatcher (and
                     # whether it waits on the host, where the recipe's CUDA graph is not its)
                     moe_dispatcher=st.get("moe_dispatcher") or recipe_moe_dispatcher(run),
-                    moe_host_sync=st.get("moe_host_sync", recipe_moe_host_sync(run)))
+                    moe_host_sync=st.get("moe_host_sync", recipe_moe_host_sync(run)),
+                    # Muon (Kimi K2's rows): the optimizer and its TP mode as the row states
+                    optimizer=st.get("optimizer", "adam"),
+                    muon_tp_mode=st.get("muon_tp_mode", "duplicated"))
 
 
 def recipe_moe_dispatcher(run) -> str:
@@ -387,8 +390,11 @@ def _overlap(run) -> Overlap:
     # Megatron-Bridge recipes: --tp-comm-overlap as the recipe sets it (Transformer Engine's
     # default userbuffers when the recipe gives no tp_comm_overlap_cfg), and
     # overlap_moe_expert_parallel_comm where the recipe switches it on
+    # (and overlap_param_gather, on unless the row says the recipe turns it off: Kimi K2's
+    # _apply_kimi_k2_optimizer(cfg, "muon") does)
     return Overlap(tp_comm=bool(run["settings"].get("tp_comm_overlap", False)),
-                   ep_a2a=bool(run["settings"].get("ep_comm_overlap", False)))
+                   ep_a2a=bool(run["settings"].get("ep_comm_overlap", False)),
+                   param_gather=bool(run["settings"].get("overlap_param_gather", True)))
 
 
 def gpus_of(run) -> int:

@@ -60,6 +60,8 @@ HF_PRESETS = {
     "openai/gpt-oss-120b": ("gpt-oss-120b", {}),
     # recipes/nemotronh/h100/nemotron_3_nano.py:34, :78-126 (the recipe's inline provider)
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": ("nemotron-3-nano", {}),
+    # recipes/kimi/h100/kimi_k2.py:99-101 (AutoBridge, KimiK2Bridge)
+    "moonshotai/Kimi-K2-Instruct": ("kimi-k2", {}),
 }
 
 #: ``section.field`` -> what memsym makes of it: ("job", option), ("arch", field), or
@@ -356,6 +358,17 @@ _DSV3_LAYOUTS = {
     (8, 2): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL",
     (4, 4): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL",
 }
+#: Kimi K2's layout builder (recipes/kimi/h100/kimi_k2.py:29-51, _get_kimi_k2_pipeline_layout,
+#: no MTP layer); (1, 1) is None there: the even split.
+_KIMI_K2_LAYOUTS = {
+    (4, 1): "E" + "t" * 16 + "|" + ("t" * 16 + "|") * 2 + "t" * 13 + "L",
+    (8, 1): "E" + "t" * 8 + "|" + ("t" * 8 + "|") * 6 + "t" * 5 + "L",
+    (4, 2): "E" + "t" * 8 + "|" + ("t" * 8 + "|") * 6 + "t" * 5 + "L",
+    (16, 1): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tL",
+    (8, 2): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tL",
+    (4, 4): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tL",
+    (2, 8): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tL",
+}
 
 
 #: The job options of :data:`FIELDS` that are switches, and those that are names.
@@ -432,36 +445,14 @@ def bridge_job_options(reading: dict) -> tuple:
             raise InvalidValueError("model.recompute_modules: give a list, e.g. [core_attn]")
         opts["recompute_modules"] = tuple(modules)
     notes += _unmodelled(values, resolve_model(preset))
-    layout = values.get("model.pipeline_model_parallel_layout")
-    if preset == "deepseek-v3" and "model.pipeline_model_parallel_layout" not in \
-            reading["overridden"] and {"model.pipeline_model_parallel_size",
-                                       "model.virtual_pipeline_model_parallel_size"} & \
-            set(reading["overridden"]):
-        # recipe_runner.py:373 sync_model_pipeline_layout: a PP/VPP override rebuilds the
-        # layout with the recipe's builder (deepseek_v3.py:322), replacing a perf recipe's string
-        layout = None
-    if isinstance(layout, str):
+    layout = _recipe_layout(preset, values, reading, opts)
+    if layout is not None:
         opts["pipeline_layout"] = layout
-    elif layout is not None:
-        raise InvalidValueError("model.pipeline_model_parallel_layout: give Megatron's layout "
-                                "string (e.g. \"Ett|tt|ttL\")")
-    elif preset == "deepseek-v3" and "model.pipeline_model_parallel_layout" not in reading["overridden"]:
-        pv = (opts.get("p", 1), opts.get("v") or 1)
-        if pv != (1, 1) and pv not in _DSV3_LAYOUTS:
-            # run_recipe.py sync_model_pipeline_layout calls the recipe's layout builder, which
-            # raises for a (PP, VPP) its table lacks (deepseek_v3.py:63-67)
-            raise InvalidValueError(f"DeepSeek-V3's layout builder has no layout for PP {pv[0]}, "
-                                    f"VPP {pv[1]} (it has {', '.join(map(str, _DSV3_LAYOUTS))}): "
-                                    "give model.pipeline_model_parallel_layout")
-        if pv in _DSV3_LAYOUTS:
-            # the builder's last stage is ["mtp"] * mtp_layers + ["loss"], mtp_layers the
-            # model's mtp_num_layers or 0 (recipes/deepseek/h100/deepseek_v3.py:52, :86)
-            mtp = opts.get("mtp_num_layers", 1) or 0
-            opts["pipeline_layout"] = _DSV3_LAYOUTS[pv].replace("mL", "m" * mtp + "L")
     # recipes/common.py:53: distributed_fused_adam_with_cosine_annealing, Adam
     opts.setdefault("optimizer", "adam")
     prec = recipe_precision(values, notes)
     opts["sharding"] = recipe_sharding(values, prec, notes)
+    _recipe_muon(values, opts, notes)
     opts.update(prec)
     tp_overlap = recipe_flag(values, "comm_overlap.tp_comm_overlap", False)
     # comm_overlap.py:442-448: Bridge turns TP overlap off at TP < 2 or without SP
@@ -481,6 +472,60 @@ def bridge_job_options(reading: dict) -> tuple:
                                     f"t*p*c = {group}: give --world-size N (run_recipe.py takes "
                                     "WORLD_SIZE from its launcher)")
     return preset, opts, notes
+
+
+def _recipe_layout(preset, values, reading, opts):
+    """The recipe's pipeline layout as Megatron's layout string (None: the even split): the
+    recipe's own string, or its layout builder's at the run's (PP, VPP)."""
+    layout = values.get("model.pipeline_model_parallel_layout")
+    overridden = "model.pipeline_model_parallel_layout" in reading["overridden"]
+    if preset == "deepseek-v3" and not overridden and {
+            "model.pipeline_model_parallel_size",
+            "model.virtual_pipeline_model_parallel_size"} & set(reading["overridden"]):
+        # recipe_runner.py:373 sync_model_pipeline_layout: a PP/VPP override rebuilds the
+        # layout with the recipe's builder (deepseek_v3.py:322), replacing a perf recipe's string
+        layout = None
+    if isinstance(layout, str):
+        return layout
+    if layout is not None:
+        raise InvalidValueError("model.pipeline_model_parallel_layout: give Megatron's layout "
+                                "string (e.g. \"Ett|tt|ttL\")")
+    builders = {"deepseek-v3": ("DeepSeek-V3", _DSV3_LAYOUTS, "deepseek_v3.py:63-67"),
+                "kimi-k2": ("Kimi K2", _KIMI_K2_LAYOUTS, "kimi/h100/kimi_k2.py:43-47")}
+    if preset not in builders or overridden:
+        return None
+    name, table, where = builders[preset]
+    pv = (opts.get("p", 1), opts.get("v") or 1)
+    if pv != (1, 1) and pv not in table:
+        # run_recipe.py sync_model_pipeline_layout calls the recipe's layout builder, which
+        # raises for a (PP, VPP) its table lacks
+        raise InvalidValueError(f"{name}'s layout builder has no layout for PP {pv[0]}, VPP "
+                                f"{pv[1]} (it has {', '.join(map(str, table))}; {where}): "
+                                "give model.pipeline_model_parallel_layout")
+    if pv not in table:
+        return None
+    # DeepSeek-V3's last stage is ["mtp"] * mtp_layers + ["loss"], mtp_layers the model's
+    # mtp_num_layers or 0 (recipes/deepseek/h100/deepseek_v3.py:52, :86)
+    mtp = opts.get("mtp_num_layers", 1) or 0
+    return table[pv].replace("mL", "m" * mtp + "L")
+
+
+def _recipe_muon(values, opts, notes) -> None:
+    """Muon as Megatron-Bridge builds it: ``optimizer.optimizer`` ``dist_muon`` (or ``muon``
+    with ``use_layer_wise_distributed_optimizer``) is Megatron-core's layer-wise distributed
+    optimizer (training/optim.py:103-110 ``layer_wise_distributed_optimizer="dist" in name``),
+    whose states memsym counts as the distributed optimizer's, split over d c; plain ``muon``
+    keeps them whole (ddp)."""
+    if opts.get("optimizer") not in ("muon", "dist_muon"):
+        return
+    layer_wise = opts["optimizer"] == "dist_muon" or recipe_flag(
+        values, "optimizer.use_layer_wise_distributed_optimizer", False)
+    opts["optimizer"] = "muon"
+    opts["sharding"] = "distributed-optimizer" if layer_wise else "ddp"
+    mode = values.get("optimizer.muon_tp_mode", "duplicated")
+    if mode != "duplicated" and opts.get("t", 1) > 1:
+        notes.append(f"optimizer.muon_tp_mode {mode}: the memory counts the largest matrix's "
+                     "Newton-Schulz workspace whole (duplicated)")
 
 
 def _unmodelled(values, model) -> list:

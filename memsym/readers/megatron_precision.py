@@ -157,9 +157,18 @@ def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) 
     """
     opt = r.choice("optimizer", ("adam", "sgd", "muon", "dist_muon", "lion", "soap",
                                  "adaptive_muon"), "adam")
-    if opt not in ("adam", "sgd"):
-        r.note(f"--optimizer {opt}: memsym models adam and sgd states only")
+    if opt not in ("adam", "sgd", "muon", "dist_muon"):
+        r.note(f"--optimizer {opt}: memsym models adam, sgd and muon states only")
     distopt = r.flag("use_distributed_optimizer")
+    if opt == "dist_muon":
+        # arguments.py:1727-1733: deprecated, muon with the layer-wise distributed optimizer
+        # (--use-distributed-optimizer under muon is that optimizer, 1735-1737)
+        r.note("--optimizer dist_muon: Megatron-LM's muon with --use-distributed-optimizer "
+               "(the layer-wise distributed optimizer)")
+        distopt = True
+    if opt in ("muon", "dist_muon") and (r.given("muon_tp_mode") or r.given("muon_num_ns_steps")):
+        r.note("--muon-tp-mode and --muon-num-ns-steps not read: memsym prices Megatron-LM's "
+               "defaults (duplicated: the whole matrix on every TP rank; 5 Newton-Schulz steps)")
     mfsdp = r.flag("use_megatron_fsdp")
     fsdp2 = r.flag("use_torch_fsdp2")
     if mfsdp and fsdp2:
@@ -176,7 +185,8 @@ def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) 
     if not distopt and not mfsdp and not fsdp2:
         r.note("no --use-distributed-optimizer: Megatron keeps the whole optimizer state on "
                "every data-parallel rank")
-    out = {"optimizer": opt, "use_distributed_optimizer": distopt, "use_megatron_fsdp": mfsdp,
+    out = {"optimizer": "muon" if opt == "dist_muon" else opt,
+           "use_distributed_optimizer": distopt, "use_megatron_fsdp": mfsdp,
            "data_parallel_sharding_strategy": strategy, "use_torch_fsdp2": fsdp2,
            "overlap_grad_reduce": og, "overlap_param_gather": opg,
            "ddp_bucket_size": r.int("ddp_bucket_size", None, hi=MAX_BATCH),

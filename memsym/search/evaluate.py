@@ -428,7 +428,7 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   schedule="gpipe" if space.schedule == "gpipe" else "1f1b",
                   # the carried dispatcher prices its all-to-all as estimate does (DeepEP /
                   # HybridEP send a token once per rank and NVLink domain: timing.flex_dispatch)
-                  moe_dispatcher=space.moe_dispatcher,
+                  moe_dispatcher=space.moe_dispatcher, optimizer=space.optimizer,
                   # the carried userbuffers config, where the row runs the TP overlap
                   tp_overlap_cfg=space.comm_fields(bool(spf)).get("tp_comm_overlap_cfg"),
                   **_held_settings(space, rc))

@@ -214,8 +214,8 @@ def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
               "gpus_per_node": space.gpus_per_node,
               "first_stage_layers": space.first_stage_layers,
               "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,
-              "moe_dispatcher": space.moe_dispatcher,
-              "m": None if B is None else B // (grid["b"] * grid["d"])})
+              "moe_dispatcher": space.moe_dispatcher, "muon": space.optimizer == "muon",
+              "precision": space.precision, "m": None if B is None else B // (grid["b"] * grid["d"])})
     return k
 
 
@@ -265,6 +265,7 @@ def choice_knobs(k: dict, spf: bool, off: str, scheme: str) -> dict:
     :data:`MEGATRON_FSDP_STRATEGY` rows), as :func:`memsym.rules.knobs` names them."""
     return dict(k, sequence_parallel=spf, offload=off != "none",
                 shards_gradients=states_scheme(scheme) in ("zero2", "zero3", "fsdp"),
+                zero1=states_scheme(scheme) == "zero1",
                 megatron_fsdp=bool(k.get("megatron_options")) and scheme in MEGATRON_FSDP_STRATEGY)
 
 

@@ -39,7 +39,7 @@ RULES = {name: rule.summary for name, rule in _rules.RULES.items()}
 
 
 #: Rules on the discrete choices (checked per recompute/sharding/SP/offload combination).
-CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp")
+CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp", "muon-sharding")
 
 
 #: Sharding schemes searched by default (fsdp: ZeRO-3's states, or FSDP2 in a torchtitan search and

@@ -62,11 +62,16 @@ NVFP4_BLOCK = 16
 #: in total); Dettmers et al. 2022 arXiv:2110.02861 (8-bit Adam: two 1-byte states; its
 #: block-wise fp32 scales, 8 bytes per 2048 parameters, are neglected); Shazeer & Stern 2018
 #: arXiv:1804.04235 (Adafactor without momentum: the factored second moment is O(rows+cols)
-#: per matrix, about 8/h bytes per parameter of an h x h matrix, counted as 0 here).
+#: per matrix, about 8/h bytes per parameter of an h x h matrix, counted as 0 here).  Muon:
+#: one fp32 ``momentum_buffer`` (``torch.zeros_like(p.data)`` of the fp32 main parameter,
+#: Emerging-Optimizers fd77292 orthogonalized_optimizer.py:154) on every parameter it steps;
+#: the parameters Megatron routes to its scalar Adam (embeddings, output layer, 1-D: the
+#: second moment beyond this) are :func:`memsym.terms.model_state.muon_scalar_moment`.
 OPTIMIZERS = {
     "adam": 8,
     "adamw": 8,
     "sgd": 4,
+    "muon": 4,
     "adam8bit": 2,
     "adafactor": 0,
     "none": 0,

@@ -25,6 +25,7 @@ from ..terms.widths import param_gather_bytes
 from .collectives import collective_bytes, collective_time, group_bandwidth, group_link
 from .efficiency import memory_time
 from .gemm import layer_params
+from .muon import muon_step_time
 from .records import Overlap, Settings
 
 __all__ = ["OPTIMIZER_BYTES"]
@@ -147,7 +148,7 @@ def gathered_bytes(st: Settings, dense_gpu, expert_gpu, ends_gpu=0.0) -> tuple:
 
 def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expert_gpu,
                        first_stage: tuple, pipeline, *, p, m, t, c, d, e, t_e,
-                       ends_gpu=0.0) -> dict:
+                       ends_gpu=0.0, muon=None) -> dict:
     r"""The exposed data-parallel seconds of one step and the optimizer step's seconds.
 
     .. math:: t_{dp} = \max(0, t_{rs} - t_{bwd,1}) + \max(0, t_{ag} - t_{fwd,1}), \quad
@@ -162,7 +163,11 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     group sizes ``ndp`` (DP x CP) and ``edp`` (expert DP) [GPUs], and the collectives' seconds
     as issued: ``rs``, ``ag`` (once) and, per micro-batch, ``once`` and ``again`` (None
     without ZeRO-3 / FSDP).  ``ends_gpu``: of ``dense_gpu``, the weights outside the
-    decoder layers (:func:`gathered_bytes`).
+    decoder layers (:func:`gathered_bytes`).  ``muon``: ``(arch, layers)``, the model and the
+    busiest stage's decoder layers, whose Newton-Schulz seconds
+    (:func:`memsym.timing.muon.muon_step_time`) join the optimizer step under
+    ``st.optimizer == "muon"``; Muon under the distributed optimizer is Megatron's layer-wise
+    one: the gradients all-reduced (DDP), the parameters all-gathered after the step.
 
     Parameters
     ----------
@@ -200,16 +205,17 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     # a dense model has no expert buffer: its expert collectives are not issued (an empty
     # one would still be charged its ring's latency steps)
     edp = np.where(expert_gpu > 0, edp, 1)
+    # the gradients: reduce-scatter under the distributed optimizer, all-reduce under DDP and
+    # Muon's layer-wise distributed optimizer (layer_wise_optimizer.py:167-181: DDP all-reduces,
+    # each rank steps its whole parameters and all-gathers them, allgather_params 816-868)
+    red = "reduce-scatter" if st.distributed_optimizer and st.optimizer != "muon" else "all-reduce"
+    rs = collective_time(red, dense_gpu * gb, ndp, ebw_dp, elat_dp) \
+        + collective_time(red, expert_gpu * gb, edp, ebw_dp, elat_dp)
+    ag = np.zeros_like(rs)
     if st.distributed_optimizer:
-        rs = collective_time("reduce-scatter", dense_gpu * gb, ndp, ebw_dp, elat_dp) \
-            + collective_time("reduce-scatter", expert_gpu * gb, edp, ebw_dp, elat_dp)
         dense_ag, expert_ag = gathered_bytes(st, dense_gpu, expert_gpu, ends_gpu)
         ag = collective_time("all-gather", dense_ag, ndp, ebw_dp, elat_dp) \
             + collective_time("all-gather", expert_ag, edp, ebw_dp, elat_dp)
-    else:
-        rs = collective_time("all-reduce", dense_gpu * gb, ndp, ebw_dp, elat_dp) \
-            + collective_time("all-reduce", expert_gpu * gb, edp, ebw_dp, elat_dp)
-        ag = np.zeros_like(rs)
     single = p == 1
     last_bwd = np.where(single, first_stage[1], first_stage[1])
     first_fwd = first_stage[0]
@@ -218,6 +224,10 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     shard = ndp if st.distributed_optimizer else 1
     optimizer = memory_time(OPTIMIZER_BYTES * (dense_gpu / shard + expert_gpu / np.where(
         st.distributed_optimizer, edp, 1)), dev)
+    if st.optimizer == "muon" and muon is not None:
+        optimizer = optimizer + muon_step_time(
+            muon[0], dev, clu, muon[1], t=t, e=e, t_e=t_e, ndp=ndp, edp=edp,
+            layer_wise=st.distributed_optimizer, tp_mode=st.muon_tp_mode, steps=st.muon_ns_steps)
     dp_exposed = rs_exp + ag_exp
     once = again = None
     if st.gather_per_microbatch:
@@ -293,11 +303,9 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
         dense_ag, expert_ag = gathered_bytes(st, dense_gpu, expert_gpu, ends_gpu)
         ag_b = (collective_bytes("all-gather", dense_ag, ndp)
                 + collective_bytes("all-gather", expert_ag, edp))
-        one_b = (collective_bytes("reduce-scatter", dense_gpu * gb, ndp)
-                 + collective_bytes("reduce-scatter", expert_gpu * gb, edp) + ag_b)
-    else:
-        one_b = (collective_bytes("all-reduce", dense_gpu * gb, ndp)
-                 + collective_bytes("all-reduce", expert_gpu * gb, edp))
+    red = "reduce-scatter" if st.distributed_optimizer and st.optimizer != "muon" else "all-reduce"
+    one_b = (collective_bytes(red, dense_gpu * gb, ndp) + collective_bytes(red, expert_gpu * gb, edp)
+             + ag_b)
     dp_s, dp_b = rs + ag, one_b
     if once is not None and st.reduce_per_microbatch:
         per_mb = np.maximum(m, 1)                     # ZeRO-2: the reduce-scatter alone again

@@ -144,6 +144,16 @@ class Settings:
         default, :mod:`memsym.timing.moe_host`); False where it cannot: full-iteration CUDA
         graphs with a static HybridEP budget (``moe_expert_rank_capacity_factor``) or
         drop-and-pad (``moe_pad_expert_input_to_capacity``).
+    optimizer : {"adam", "sgd", "muon"}
+        The optimizer; ``"muon"`` adds its Newton-Schulz GEMMs to the step
+        (:mod:`memsym.timing.muon`) and, with ``distributed_optimizer``, runs as Megatron's
+        layer-wise distributed optimizer: gradients all-reduced, whole parameters stepped on
+        one DP rank each and all-gathered after the step.
+    muon_tp_mode : {"blockwise", "duplicated", "distributed"}
+        ``--muon-tp-mode`` (Megatron-LM's default duplicated; Megatron-Bridge's Muon recipes
+        blockwise).
+    muon_ns_steps : int
+        ``--muon-num-ns-steps`` (default 5).
     """
 
     seq_length: int = 2048
@@ -170,6 +180,9 @@ class Settings:
     tp_overlap_cfg: str | tuple | None = None
     moe_dispatcher: str = "alltoall"
     moe_host_sync: bool = True
+    optimizer: str = "adam"
+    muon_tp_mode: str = "duplicated"
+    muon_ns_steps: int = 5
 
 
 @dataclass(frozen=True)

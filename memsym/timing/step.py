@@ -144,7 +144,7 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
                                                                      pp["stages"])
     sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, pp["tau"]["first"],
                               pp["pipeline"], p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_,
-                              ends_gpu=ends_gpu)
+                              ends_gpu=ends_gpu, muon=(arch, layers_max))
     step = pp["pipeline"] + pp["edges"] + sync["dp"] + sync["optimizer"]
     per_stage_mb = m * layers_max
     out = {"step": step, "pipeline": pp["pipeline"] + pp["edges"], "bubble": pp["bubble"],
@@ -390,7 +390,7 @@ def _settings_of(arch, layout, training) -> Settings:
                     group_size=pipe.microbatch_group_size, torch_rounds=titan,
                     schedule=pipe.schedule, output_first=pipe.stage_placement == "v",
                     tp_overlap_cfg=training.comm.tp_comm_overlap_cfg,
-                    moe_dispatcher=mem.moe_dispatcher)
+                    moe_dispatcher=mem.moe_dispatcher, optimizer=states.optimizer)
 
 
 def _communication_of(first_of, parts: dict) -> dict:

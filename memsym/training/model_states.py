@@ -16,8 +16,10 @@ import sympy as sp
 from ..errors import choose
 from ..job import Job, Layout, Training, job as make_job
 from .. import model as models
-from ..symbols import (N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_tp, N_u, b_g, b_m, b_mg, b_o, c, d,
-                       e, t, t_e)
+from ..model.muon_matrices import scalar_adam_parameters
+from ..symbols import (N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_u, b_g, b_m, b_mg, b_o,
+                       c, d, e, t, t_e)
+from ..terms import muon
 from ..terms import recipe_buffers as rb
 from ..terms.adapters import LORA_TARGETS, lora
 from ..terms.model_state import (CONVENTIONS, OPTIMIZERS, byte_widths, megatron_fsdp_state,
@@ -86,8 +88,12 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
                    + sp.Rational(q["experts"], layout.e * layout.expert_tp)
                    for q in per_kind.values()), default=sp.Integer(0))
     if training.adapters.finetune == "full":
-        return {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
-                N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}
+        counts = {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
+                  N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}
+        if training.states.optimizer == "muon":     # Muon's scalar-Adam parameters
+            sc = scalar_adam_parameters(x, sp_, layout.t)
+            counts[N_sc] = sp.Rational(sc.numerator, sc.denominator)
+        return counts
 
     quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
     targets = LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets
@@ -174,6 +180,11 @@ def state_terms(experts: bool, training: Training) -> tuple:
                          linear_params=N_lin if training.states.precision in ("fp8", "fp4") else None,
                          **fp8).subs(widths)
     terms = list(states.terms)
+    if training.states.optimizer == "muon":
+        # the scalar Adam's second moment; the layer-wise distributed optimizer splits the
+        # states over d c (Megatron-LM arguments.py:1735-1736), plain DDP keeps them whole
+        terms.append(muon.muon_scalar_moment(N_sc, 1 if training.states.sharding == "ddp"
+                                             else d * c))
     if experts:
         edp = d * c * t / (e * t_e)
         ex = model_state(training.states.sharding, convention=conv, offload=training.states.offload,

@@ -20,6 +20,8 @@ from ..symbols import N_bkt, N_ll, N_pf, N_rep, N_tp, b_hp, b_r, b_u, c, d, m, n
 from ..term import Source, Term, Total
 from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments as tm,
                      transients as tr)
+from ..model.muon_matrices import largest_muon_matrix
+from ..terms import muon
 from ..terms.pipelining_buffers import pipelining_recv_buffers
 from ..terms.widths import STATE_DTYPES, default_grad_dtype
 from ..unchecked_job import UncheckedJob
@@ -306,6 +308,11 @@ def _add_fsdp2_transients(out: dict, x, training: Training) -> tuple:
             start_excess, own_groups = fs["unsharded_params"].expr - first.expr, True
     if training.states.optimizer == "adam":
         out["optimizer"] += list(tr.optimizer_step_transient((N_tp / t + N_rep) / (d * c)).terms)
+    if training.states.optimizer == "muon" and not isinstance(layout.t, sp.Basic):
+        # the largest matrix's Newton-Schulz workspace, whole (Megatron-LM's default
+        # --muon-tp-mode duplicated gathers it) and with Nesterov: the upper bounds
+        out["optimizer"] += list(muon.newton_schulz_workspace(largest_muon_matrix(
+            x, layout.t, layout.expert_tp or layout.t, gathered=True), 1).terms)
     return start_excess, own_groups
 
 

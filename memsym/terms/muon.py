@@ -1,0 +1,154 @@
+r"""Muon's optimizer states and its Newton-Schulz work, as Megatron-core runs them.
+
+Megatron-LM d98e8a64dd builds ``--optimizer muon`` in
+``megatron/core/optimizer/__init__.py:_get_megatron_emerging_optimizer`` (727-990): Muon
+(``TensorParallelMuon``, ``emerging_optimizers.py:177``) steps every 2-D parameter that is not
+an embedding or the output layer (``_is_muon_excluded``, ``emerging_optimizers.py:140-147``;
+Mamba's ``in_proj`` opts out, ``ssm/mamba_mixer.py:309``), and a scalar Adam
+(``--muon-scalar-optimizer adam``, the default) the rest.  Both are wrapped in
+``Float16OptimizerWithFloat16Params`` (fp32 main parameters) under bf16 (899-904), or, with
+``--use-distributed-optimizer`` (the layer-wise distributed optimizer,
+``arguments.py:1725-1736``), after each whole parameter is assigned to one data-parallel rank
+(``layer_wise_optimizer.py:614-762``).
+
+Muon's state is one ``momentum_buffer`` per parameter, ``torch.zeros_like(p.data)`` of the
+fp32 main parameter (Emerging-Optimizers ``orthogonalized_optimizer.py:154``): 4 bytes
+(:data:`memsym.terms.widths.OPTIMIZERS` ``"muon"``).  Adam's parameters keep a second moment
+beyond it (:func:`muon_scalar_moment`).
+
+Each step orthogonalizes each matrix's momentum (Nesterov: ``grad.lerp(momentum_buffer)``, a
+new fp32 tensor, ``orthogonalized_optimizer.py:196-197``) by ``--muon-num-ns-steps`` (default
+5) Newton-Schulz iterations on the orientation with rows <= columns (``muon_utils.py:205-208``),
+each ``A = X X^T``, ``B = b A + c A A``, ``X = a X + B X`` (``newton_schulz_step``, 348-378),
+in bf16 under ``--muon-fp32-matmul-prec medium`` (the default; 245-262).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..symbols import N_sc
+from ..term import Source, Term, Total
+from ..values import as_expr
+
+__all__ = ["muon_scalar_moment", "newton_schulz_flops", "newton_schulz_workspace"]
+
+_SCALAR = Source("megatron-core", "core/optimizer/emerging_optimizers.py:140-147 "
+                 "(_is_muon_excluded: embeddings, output layer, non-2-D to the scalar "
+                 "optimizer), __init__.py:805-814 (muon_scalar_optimizer adam)")
+_NS = Source("emerging-optimizers", "orthogonalized_optimizers/muon_utils.py:348-378 "
+             "(newton_schulz_step), 205-208 (transpose to rows <= columns)")
+_WORK = Source("emerging-optimizers", "orthogonalized_optimizer.py:193-208 (Nesterov lerp, "
+               "orthogonalize); muon_utils.py:201-273 (fp32 normalize, bf16 X, A, B, fp32 "
+               "result); Megatron-LM d98e8a64dd emerging_optimizers.py:236-237 (scaled copies)")
+
+
+def muon_scalar_moment(params=None, shard=1) -> Term:
+    r"""The scalar Adam's second moment on the parameters Muon leaves to it [bytes].
+
+    .. math:: \frac{4\,N_{sc}}{\sigma}
+
+    Muon's optimizer width :math:`b_o = 4` counts one fp32 state per parameter; the
+    parameters the scalar Adam steps (embedding, output layer, norms) keep
+    ``exp_avg`` and ``exp_avg_sq``, the second 4 bytes here.  :math:`\sigma`: the
+    data-parallel ranks the states are split over (the layer-wise distributed optimizer's
+    d c; 1 without it).
+
+    Parameters
+    ----------
+    params : sympy.Expr, optional
+        Parameters on one GPU that the scalar Adam steps [parameters]; default
+        :math:`N_{sc}`.
+    shard : sympy.Expr or int
+        Data-parallel ranks the optimizer states are split over [GPUs].
+
+    Examples
+    --------
+    A GPU holding 1000 embedding rows of 8 and a norm of 8 (8008 scalar-Adam parameters),
+    states split over 4 ranks: 4 x 8008 / 4 = 8008 bytes (by hand):
+
+    >>> muon_scalar_moment(8008, 4).expr
+    8008
+
+    References
+    ----------
+    .. [megatron-core] ``core/optimizer/emerging_optimizers.py`` (``_is_muon_excluded``).
+    """
+    n = N_sc if params is None else as_expr(params)
+    return Term("muon_adam_moment", 4 * n / as_expr(shard),
+                "the scalar Adam's exp_avg_sq (fp32) on the parameters Muon does not step "
+                "(embedding, output layer, norms)", _SCALAR, label="scalar-Adam 2nd moment")
+
+
+def newton_schulz_flops(rows, cols, steps=5) -> sp.Expr:
+    r"""FLOPs of Muon's Newton-Schulz iterations on one matrix [FLOPs].
+
+    With :math:`m = \min(r, c)`, :math:`n = \max(r, c)` and ``steps`` iterations
+    of ``A = X X^T`` (:math:`2m^2n`), ``B = bA + cAA`` (:math:`2m^3`) and ``X = aX + BX``
+    (:math:`2m^2n`):
+
+    .. math:: F_{NS} = k\,(4m^2n + 2m^3)
+
+    Parameters
+    ----------
+    rows, cols : int or sympy.Expr
+        The matrix's shape as the iteration sees it [elements].
+    steps : int
+        ``--muon-num-ns-steps`` [1].
+
+    Examples
+    --------
+    A 4 x 6 matrix, 5 steps: m = 4, n = 6; 4 x 16 x 6 + 2 x 64 = 512 per step, 2560 (by
+    hand):
+
+    >>> newton_schulz_flops(6, 4), newton_schulz_flops(4, 6, steps=1)
+    (2560, 512)
+
+    References
+    ----------
+    .. [emerging-optimizers] ``muon_utils.py`` (``newton_schulz_step``).
+    .. [muon-blog] Jordan et al. 2024 (the quintic iteration, 5 steps).
+    """
+    r, c = as_expr(rows), as_expr(cols)
+    m, n = sp.Min(r, c), sp.Max(r, c)
+    return as_expr(steps) * (4 * m**2 * n + 2 * m**3)
+
+
+def newton_schulz_workspace(rows, cols, *, nesterov: bool = True) -> Total:
+    r"""The optimizer step's peak beside the states while Muon orthogonalizes one matrix [bytes].
+
+    Of :math:`m = \min(r, c)`, :math:`n = \max(r, c)`, at the step's end (fp32: the Nesterov
+    momentum, the orthogonalized result and the two scaled copies of
+    ``orth_grad * scale_factor * extra_scale_factor``), which exceeds the iteration's own
+    peak (the Nesterov copy, the old and the new bf16 X and the bf16 A and B,
+    :math:`8mn + 4m^2 \le 12mn`):
+
+    .. math:: W = 4mn\,[\text{nesterov}] + 12mn
+
+    Parameters
+    ----------
+    rows, cols : int or sympy.Expr
+        The largest Muon matrix on the GPU, as the iteration sees it (gathered over TP under
+        ``--muon-tp-mode duplicated``) [elements].
+    nesterov : bool
+        ``--muon-nesterov`` (Megatron-LM's default off; Megatron-Bridge's Muon recipes on).
+
+    Examples
+    --------
+    A 2 x 3 matrix with Nesterov: 16 x 6 = 96 bytes; without: 72 (by hand):
+
+    >>> newton_schulz_workspace(2, 3).evaluate(), newton_schulz_workspace(3, 2, nesterov=False).evaluate()
+    (96, 72)
+
+    References
+    ----------
+    .. [emerging-optimizers] ``orthogonalized_optimizer.py`` (``step``), ``muon_utils.py``
+       (``newton_schulz``).
+    """
+    mn = as_expr(rows) * as_expr(cols)
+    terms = [Term("newton_schulz_result", 12 * mn, "the orthogonalized fp32 update and its two "
+                  "scaled copies of the largest Muon matrix", _WORK, label="NS result")]
+    if nesterov:
+        terms.append(Term("muon_nesterov", 4 * mn, "the Nesterov momentum, a new fp32 tensor "
+                          "(grad.lerp) of the largest Muon matrix", _WORK, label="Nesterov"))
+    return Total("Muon step transient", tuple(terms))
