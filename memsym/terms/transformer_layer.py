@@ -41,7 +41,11 @@ E/\sigma`), each expert GPU receives :math:`R = c_f\,k\,\tau\,t_e/t` routed toke
 Transformer §2.2) and keeps for each its fc1 input :math:`2h`, activation input
 :math:`(2 + 2\gamma) f_e/t_e`, fc2 input :math:`2f_e/t_e` and the expert output for the
 probability-weighted combine :math:`2h`; shared experts keep a dense MLP of width
-:math:`f_{sh}` (their input is the router's input, counted once).
+:math:`f_{sh}` (their input is the router's input, counted once).  A latent MoE
+(``latent``, Megatron-core's ``moe_latent_size``) projects the norm output to :math:`h_{lat}`
+before the dispatch and back after the combine (moe_layer.py:489-490, 591-592): the routed
+copies and the combine are :math:`h_{lat}` wide, fc2_latent_proj keeps its input
+:math:`2\tau h_{lat}/\sigma` and, under FP8, fc1_latent_proj its quantized input.
 
 FP8 compute in Transformer Engine (``fp8_inputs``) saves each GEMM's input for the
 weight gradient as the quantized FP8 tensor it multiplied, 1 byte per element instead of
@@ -103,7 +107,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from ..errors import choose
-from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
+from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, h_lat, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..vocabulary import RECOMPUTE, recompute_modules
 from .op_sac import op_sac_layer
@@ -166,6 +170,9 @@ _Q3N_NORM = Source("hf-transformers-5-25", _Q3N + "Qwen3NextRMSNorm.forward (lin
 _Q3N_ROPE = Source("hf-transformers-5-25", _Q3N + "apply_rotary_pos_emb (lines 186-188: torch.cat "
                    "of q_embed and q_pass); integrations/sdpa_attention.py sdpa_attention_forward "
                    "(line 196: attn_output.transpose(1, 2).contiguous())")
+_LATENT = Source("megatron-core", "megatron/core/transformer/moe/moe_layer.py:489-490 "
+                 "(preprocess: fc1_latent_proj before the dispatch), 591-592 (postprocess: "
+                 "fc2_latent_proj after the combine), 266-304 (TELinear, duplicated)")
 _TE = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
              "the quantized input); layernorm_linear.py (ln_out quantized by the fused norm)")
 
@@ -240,6 +247,7 @@ class _Layer:
     drop_moe: bool
     drop_moe_act: bool
     drop_shared: bool
+    latent: bool = False
 
     @property
     def gx(self):
@@ -265,7 +273,7 @@ class _Layer:
 
 def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
            attention_dropout, qk_norm, output_gate, hf_qwen3_next, mla, moe,
-           shared_expert) -> _Layer:
+           shared_expert, latent=False) -> _Layer:
     """The options of one layer with what each recomputed module no longer keeps."""
     # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
     # spec only the norms before MLA and before an MoE layer are TENorm modules that
@@ -281,7 +289,7 @@ def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistic
         drop_mlp="mlp" in mods and not moe,
         drop_moe="moe" in mods and moe,
         drop_moe_act=("moe_act" in mods or "moe" in mods) and moe,
-        drop_shared=("shared_experts" in mods or "moe" in mods) and moe)
+        drop_shared=("shared_experts" in mods or "moe" in mods) and moe, latent=latent)
 
 
 def _norm_terms(ly: _Layer, terms: _Terms) -> None:
@@ -402,13 +410,14 @@ def _moe_terms(ly: _Layer, terms: _Terms) -> None:
     tok, sig, gam = ly.tok, ly.sig, ly.gam
     routed = c_f * k * tok * t_e / t   # token copies one expert GPU receives per micro-batch
     moe_src = Source("memsym-derivation", "layer_activations docstring (MoE layer)")
+    w = h_lat if ly.latent else h      # a latent MoE dispatches and combines h_lat wide
     if not ly.drop_pre_mlp_norm:
         terms.add("moe_input", 2 * tok * h / sig,
                   "norm output, input of the router and the shared experts")
     if not ly.drop_moe:
         terms.add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts",
                   moe_src)
-        terms.add("routed_tokens", ly.gx * routed * h, "dispatched token copies, input of the "
+        terms.add("routed_tokens", ly.gx * routed * w, "dispatched token copies, input of the "
                   "expert fc1 (top-k, capacity factor c_f)" + (", FP8" if ly.fp8 else ""),
                   _TE if ly.fp8 else Source("shazeer-switch", "§2.2, expert capacity"))
         terms.add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
@@ -417,12 +426,26 @@ def _moe_terms(ly: _Layer, terms: _Terms) -> None:
             terms.add("expert_fc2_input", ly.gx * routed * f_e / t_e, "expert activation "
                       "outputs, input of fc2" + (" (FP8)" if ly.fp8 else ""),
                       _TE if ly.fp8 else moe_src)
-        terms.add("combine", 2 * routed * h, "expert outputs kept for the probability-weighted "
+        terms.add("combine", 2 * routed * w, "expert outputs kept for the probability-weighted "
                   "combine", moe_src)
+        if ly.latent:
+            _latent_terms(ly, terms)
     if ly.shared_expert and not ly.drop_shared:
         terms.add("shared_expert", (4 + 2 * gam) * tok * f_sh / t,
                   "shared-expert activation and fc2 inputs", moe_src)
     terms.add("mlp_dropout_mask", ly.delta * tok * h / sig, "dropout mask after the MoE block")
+
+
+def _latent_terms(ly: _Layer, terms: _Terms) -> None:
+    """A latent MoE's projections: what fc1_latent_proj and fc2_latent_proj keep."""
+    tok, sig = ly.tok, ly.sig
+    if ly.fp8:
+        # fc1_latent_proj's bf16 input is the norm output moe_input already holds; under FP8
+        # its TELinear keeps the quantized copy it multiplied
+        terms.add("latent_fc1_input", ly.gx * tok * h / sig, "FP8 copy of the norm output, "
+                  "input of fc1_latent_proj (h -> h_lat)", _LATENT)
+    terms.add("latent_fc2_input", ly.gx * tok * h_lat / sig, "combined expert output, input "
+              "of fc2_latent_proj (h_lat -> h)" + (" (FP8)" if ly.fp8 else ""), _LATENT)
 
 
 def layer_activations(*, gated: bool = False, flash: bool = False, sequence_parallel: bool = False,
@@ -431,7 +454,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
                       output_gate: bool = False, compiled: bool = False,
-                      hf_qwen3_next: bool = False) -> Total:
+                      hf_qwen3_next: bool = False, latent: bool = False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -471,8 +494,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     norm : {"layernorm", "rmsnorm"}
     norm_statistics : bool
         The norms' fp32 per-token statistics (False reproduces the paper).
-    moe, shared_expert : bool
-        An MoE layer instead of a dense MLP; with shared experts of width ``f_sh``.
+    moe, shared_expert, latent : bool
+        An MoE layer; its shared experts (width ``f_sh``); latent MoE (``moe_latent_size``).
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
     output_gate, hf_qwen3_next : bool
@@ -522,7 +545,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
                 output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, moe=moe,
-                attention_dropout=attention_dropout, shared_expert=shared_expert)
+                attention_dropout=attention_dropout, shared_expert=shared_expert, latent=latent)
     what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
     return _layer_total(ly, f"activations per layer ({'MoE' if moe else 'dense'}, recompute {what})")
 

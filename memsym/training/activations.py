@@ -221,6 +221,8 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
             # gate (its fp32 Q/K norm products and its copied attention output)
             common["hf_qwen3_next"] = True
     shared = bool(x.moe_shared_expert_intermediate_size)
+    if getattr(x, "moe_latent_size", None):
+        common["latent"] = True          # latent MoE: dispatch and experts h_lat wide
 
     # Megatron's --recompute-modules (default core_attn) under selective recompute
     mods = recompute_modules_of(training)

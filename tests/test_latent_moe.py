@@ -1,0 +1,130 @@
+"""Latent MoE (Megatron-core ``moe_latent_size``) and the Nemotron 3 Super preset.
+
+Every expected value is hand arithmetic from the shapes Megatron-core builds at d98e8a64dd
+(moe_layer.py:266-304 the latent projections, experts.py:217-245 the experts at the latent
+width, mlp.py:215-244 the shared experts at the hidden width, router.py:64 the router at the
+hidden width) or a number Megatron-Bridge prints (067f987df0).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memsym.errors import InvalidValueError
+from memsym.model import (Architecture, active_parameter_count, parameter_count,
+                          parameter_counts, preset, symbolic_parameters)
+
+# Nemotron 3 Super's sizes (Megatron-LM nemotron3_super_release_gb200/model_config.yaml)
+H, LAT, V, E, K, F_E, F_SH = 4096, 1024, 131072, 512, 22, 2688, 5376
+D_SSM, N_SSM, G_SSM, H_SSM, K_CONV = 128 * 64, 128, 8, 128, 4
+A, G, D_H = 32, 2, 128
+
+
+def _mamba():
+    # NemotronHMamba2Mixer / Megatron's MambaMixer: in_proj h -> 2 d + 2 G N + H, conv1d over
+    # d + 2 G N channels with bias, dt_bias, A_log, D per head, gated norm over d, out_proj
+    proj = 2 * D_SSM + 2 * G_SSM * N_SSM + H_SSM
+    conv = D_SSM + 2 * G_SSM * N_SSM
+    return H * proj + conv * K_CONV + conv + 3 * H_SSM + D_SSM + D_SSM * H + H   # + its norm
+
+
+def _attention():
+    return H * (A + 2 * G) * D_H + A * D_H * H + H                                 # + its norm
+
+
+def _moe(experts=E):
+    router = E * H
+    latent = H * LAT + LAT * H
+    routed = experts * (LAT * F_E + F_E * LAT)          # squared ReLU: fc1 and fc2
+    shared = H * F_SH + F_SH * H
+    return router + latent + routed + shared + H                                   # + its norm
+
+
+def test_nemotron_3_super_count_is_the_hand_count_and_the_checkpoint_card():
+    main = 40 * _mamba() + 8 * _attention() + 40 * _moe() + 2 * V * H + H   # + final norm
+    arch = preset("nemotron-3-super")
+    assert parameter_count(arch) == main == 120_668_687_360
+    # the Bridge's verification card (examples/model_verification_cards/
+    # nemotron-3-super-120b-a12b/card.yaml): its export "reproduces all 42,683 source
+    # tensors and 123,611,033,088 elements, including the 41 FP32 router correction-bias
+    # tensors": the main model, one MTP block (eh_proj 2h -> h, enorm, hnorm, an attention
+    # and a latent-MoE layer, a final norm) and 40 + 1 routers' E biases
+    mtp = 2 * H * H + 2 * H + _attention() + _moe() + H
+    assert main + mtp + 41 * E == 123_611_033_088
+    # docs/models/nemotron/nemotron3-super.md: "12B active parameters and 120B parameters in
+    # total" (the name's A12B: 22 of 512 experts, without the input embedding)
+    assert int(parameter_count(arch) / 1e9) == 120
+    active = main - 40 * (E - K) * (2 * LAT * F_E) - V * H
+    assert active_parameter_count(arch, embedding=False) == active
+    assert int(active / 1e9) == 12
+
+
+def test_nemotron_3_super_layer_kinds():
+    arch = preset("nemotron-3-super")
+    assert arch.layer_mixers.count("mamba") == 40 and arch.layer_mixers.count("attention") == 8
+    assert sum(arch.moe_layer_freq) == 40 and arch.moe_latent_size == LAT
+
+
+def test_latent_projections_are_replicated_and_the_experts_latent():
+    arch = preset("nemotron-3-super")
+    counts = parameter_counts(arch)
+    assert counts["latent_projections"] == 40 * 2 * H * LAT
+    assert counts["experts"] == 40 * E * 2 * LAT * F_E
+    assert counts["router"] == 40 * E * H and counts["shared_experts"] == 40 * 2 * H * F_SH
+    assert str(symbolic_parameters(arch, "latent_projections", per_layer=True)) == "2*h*h_lat"
+
+
+def test_latent_without_experts_is_refused():
+    arch = Architecture(num_layers=1, hidden_size=64, num_attention_heads=2,
+                        position_embedding_type="rope", moe_latent_size=16)
+    with pytest.raises(InvalidValueError, match="moe_latent_size"):
+        parameter_count(arch)
+
+
+def test_a_nemotron_h_config_with_moe_latent_size_is_read(tmp_path):
+    from test_hf_configs import _small, _write
+    from memsym.model import from_hf_config
+    cfg = _small("nemotron_h", hybrid_override_pattern="M*E", mamba_num_heads=8,
+                 mamba_head_dim=16, ssm_state_size=16, n_groups=2, n_routed_experts=4,
+                 moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
+                 head_dim=16, moe_latent_size=24)
+    plain = from_hf_config(_write(tmp_path, {**cfg, "moe_latent_size": None}))
+    arch = from_hf_config(_write(tmp_path, cfg))
+    h = arch.hidden_size
+    assert arch.moe_latent_size == 24
+    # two latent projections h x 24 added; four experts of 2 x 32 x (24 instead of h)
+    assert parameter_count(arch) - parameter_count(plain) == 2 * h * 24 + 4 * 2 * 32 * (24 - h)
+
+
+def test_latent_moe_activations_by_hand():
+    # per micro-batch: tau = s b / c tokens, R = c_f k tau t_e / t routed copies; a latent
+    # MoE keeps its routed copies (the experts' fc1 input) and the expert outputs for the
+    # combine h_lat wide instead of h (the dispatcher moves fc1_latent_proj's output,
+    # moe_layer.py:489-493) and fc2_latent_proj keeps its input, the combined [tau, h_lat]
+    # (moe_layer.py:591-592; TE's linear.py saves the input of a weight's GEMM)
+    import sympy as sp
+    from memsym.symbols import b, c, c_f, h, h_lat, k, s, t, t_e
+    from memsym.terms.activations import layer_activations
+    tau, R = s * b / c, c_f * k * (s * b / c) * t_e / t
+    plain = layer_activations(moe=True, flash=True, sequence_parallel=True)
+    lat = layer_activations(moe=True, flash=True, sequence_parallel=True, latent=True)
+    assert sp.simplify(lat["routed_tokens"].expr - 2 * R * h_lat) == 0
+    assert sp.simplify(lat["combine"].expr - 2 * R * h_lat) == 0
+    assert sp.simplify(lat["latent_fc2_input"].expr - 2 * tau * h_lat / t) == 0
+    assert "latent_fc1_input" not in lat            # bf16: the norm output moe_input holds
+    assert sp.simplify(lat.expr - plain.expr
+                       - (4 * R * (h_lat - h) + 2 * tau * h_lat / t)) == 0
+    # FP8: fc1_latent_proj keeps its own 1-byte copy of the norm output
+    fp8 = layer_activations(moe=True, flash=True, latent=True, fp8_inputs=True)
+    assert sp.simplify(fp8["latent_fc1_input"].expr - tau * h) == 0
+    assert sp.simplify(fp8["latent_fc2_input"].expr - tau * h_lat) == 0
+    # "moe" recompute checkpoints the whole MoELayer forward (moe_layer.py:700-717), the
+    # latent projections with it
+    rec = layer_activations(moe=True, latent=True, recompute="selective", modules=("moe",))
+    assert "latent_fc2_input" not in rec and "routed_tokens" not in rec
+
+
+def test_a_hybrid_latent_moe_layer_keeps_the_latent_terms():
+    from memsym.terms.mamba import hybrid_layer_activations
+    layer = hybrid_layer_activations(("none", True), latent=True)
+    assert "moe_latent_fc2_input" in layer and "moe_routed_tokens" in layer
