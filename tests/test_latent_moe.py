@@ -128,3 +128,33 @@ def test_a_hybrid_latent_moe_layer_keeps_the_latent_terms():
     from memsym.terms.mamba import hybrid_layer_activations
     layer = hybrid_layer_activations(("none", True), latent=True)
     assert "moe_latent_fc2_input" in layer and "moe_routed_tokens" in layer
+
+
+def test_latent_moe_gemms_by_hand():
+    # T = 4096 tokens, t = 2 (sequence parallel: T/t = 2048 on each rank), EP 64 (8 local of
+    # 512 experts), t_e = 1: fc1_latent_proj [2048, 4096] x [4096, 1024] and fc2_latent_proj
+    # [2048, 1024] x [1024, 4096] (duplicated, moe_layer.py:276-304); the experts' fc1 reads
+    # 1024 and fc2 writes 1024 (experts.py:217-245); the shared expert keeps h (mlp.py:215-244)
+    from memsym.timing.gemm import layer_gemms, shape_of
+    x = shape_of(preset("nemotron-3-super"))
+    g = {q.name: (float(q.M), float(q.N), float(q.K))
+         for q in layer_gemms(x, 4096, 1, t=2, e=64, t_e=1, moe=True, mixer="none")}
+    assert g["latent_fc1"] == (2048, LAT, H) and g["latent_fc2"] == (2048, H, LAT)
+    rows = 4096 * K / 2 / (E / 64)           # b s k t_e / (t c) rows over E/e local experts
+    assert g["expert_fc1"] == (rows, F_E, LAT) and g["expert_fc2"] == (rows, LAT, F_E)
+    assert g["shared_fc1"] == (4096, F_SH / 2, H) and g["router"] == (4096, E, H)
+
+
+def test_latent_moe_dispatches_latent_rows():
+    # the all-to-all dispatcher sends each token's k copies h_lat wide (token_dispatcher.py:
+    # the dispatcher sees fc1_latent_proj's output, moe_layer.py:489-493): per GPU and way
+    # (e - 1)/e of T k h_lat 2 bytes, dispatch and combine
+    from memsym.hardware import cluster
+    from memsym.timing.gemm import layer_gemms, shape_of
+    from memsym.timing.moe import moe_layer_extras
+    x = shape_of(preset("nemotron-3-super"))
+    T, e = 8192, 8
+    gemms = layer_gemms(x, T, 1, t=1, e=e, t_e=1, moe=True, mixer="none")
+    _, _, fwd_b, bwd_b, _, _ = moe_layer_extras(gemms, T, K, e, 1, cluster("dgx-b200"), "b200",
+                                                "bf16")
+    assert float(bwd_b) == pytest.approx(2 * (e - 1) / e * T * K * LAT * 2)
