@@ -60,6 +60,8 @@ HF_PRESETS = {
     "openai/gpt-oss-120b": ("gpt-oss-120b", {}),
     # recipes/nemotronh/h100/nemotron_3_nano.py:34, :78-126 (the recipe's inline provider)
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": ("nemotron-3-nano", {}),
+    # recipes/nemotronh/h100/nemotron_3_super.py:29, :44 (AutoBridge from the checkpoint)
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16": ("nemotron-3-super", {}),
 }
 
 #: ``section.field`` -> what memsym makes of it: ("job", option), ("arch", field), or
