@@ -31,6 +31,7 @@ import pytest
 from memsym.cli import main
 from memsym.hardware import gpu as gpu_spec
 from memsym.readers.bridge import read_bridge_recipe
+from tools.time_accuracy import recipe_recompute_modules
 
 TOML = Path(__file__).resolve().parent.parent / "formulas" / "measured_time.toml"
 RUNS = [r for r in tomllib.loads(TOML.read_text())["run"]
@@ -222,14 +223,28 @@ XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
 #: recipes build HybridModelProvider in the recipe body.  Its MXFP8 rows fit, its H100 FP8 rows
 #: are tight (:data:`TIGHT`), with the Mamba-2 mixer's in_proj and out_proj inputs saved in
 #: FP8 (memsym.terms.mamba; 16-bit only before: the estimate was refused).
-UNREAD = {r["id"] for r in RUNS if r.get("preset") == "nemotron-3-nano"}
+#: Nemotron 3 Super (latent MoE) likewise: its perf recipes (perf_recipes/nemotronh/<system>/
+#: nemotronh.py) are not read either, and run from the preset nemotron-3-super.
+UNREAD = {r["id"] for r in RUNS if r.get("preset") in ("nemotron-3-nano", "nemotron-3-super")}
 for _rel in ("26.04.01", "26.04", "26.02.01"):
     TIGHT[f"mbridge.{_rel}.h100.nemotron-3-nano.fp8"] = (
         f"{_FRAG} takes it over: with the recipe's fp8_cs (current scaling, fp8_param_gather: "
         "FP8 weights) and the Mamba-2 mixers' in_proj / out_proj "
-        "inputs saved in FP8, 81.1 GB without the margin, 89.1 GB with it, against 84.9 GB "
+        "inputs saved in FP8, 80.1 GB without the margin, 88.0 GB with it, against 84.9 GB "
         "(the table's EP 8 on 16 GPUs: 22.0 GB of expert Adam states at expert-DP 2; the "
-        "recipe's layernorm recompute not counted)")
+        "recipe's layernorm recompute counted: 81.1 / 89.1 GB before)")
+#: Nemotron 3 Super's B200 MXFP8 rows (EP 64, MBS 1, seq 8192, the recipe's moe_act and
+#: layernorm recompute): its other rows fit (GB300, B300 at 203-248 GB without the margin of
+#: 279 / 288; GB200 at TP 2 118-127 GB of 186).
+for _rel in ("26.04.01", "26.04"):
+    XFAIL[f"mbridge.{_rel}.b200.nemotron-3-super.mxfp8"] = (
+        f"over its GPU even without {_FRAG}: 198.5 GB predicted, 181.2 without the margin, "
+        "against 180 GB, of which 111.8 GB activations (40 latent-MoE, 40 Mamba-2, 8 attention "
+        f"layers) and {_MX} (16.9 GB); the candidate excess: memsym's combine term keeps each "
+        "routed copy's expert output for a probability-weighted combine (2 R h_lat: 0.37 GB a "
+        "layer, 14.8 GB), where Megatron-core at d98e8a64dd multiplies the probabilities in "
+        "the experts' activation (moe/experts.py:545, the weighted squared ReLU) so the "
+        "unpermute may keep no expert output; not verified, so not changed")
 
 
 def _preset_command(run) -> list:
@@ -244,6 +259,11 @@ def _preset_command(run) -> list:
             "--grad-reduce-in-bf16", "--moe-dispatcher", st.get("moe_dispatcher", "alltoall")]
     if st.get("fp8_recipe"):
         argv += ["--fp8-recipe", st["fp8_recipe"]]
+    if st["sp"]:
+        argv += ["--sequence-parallel"]     # the recipes set it with TP (Super at TP 2)
+    mods = recipe_recompute_modules(run)    # the recipe's selective recompute, as priced
+    if mods:
+        argv += ["--recompute-granularity", "selective", "--recompute-modules", *mods]
     if st["precision"] == "fp8":
         # every FP8 mixed-precision config of Megatron-Bridge gathers FP8 parameters
         # (training/mixed_precision.py at 067f987df0: fp8_param_gather = True, e.g. :264
