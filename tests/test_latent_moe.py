@@ -158,3 +158,21 @@ def test_latent_moe_dispatches_latent_rows():
     _, _, fwd_b, bwd_b, _, _ = moe_layer_extras(gemms, T, K, e, 1, cluster("dgx-b200"), "b200",
                                                 "bf16")
     assert float(bwd_b) == pytest.approx(2 * (e - 1) / e * T * K * LAT * 2)
+
+
+def test_a_megatron_command_with_moe_latent_size_is_read():
+    # --moe-latent-size (Megatron-LM arguments.py:1980-1981, argument_utils.py:363): 4 layers
+    # of h 64, 8 experts of 128 (not gated): the latent width 16 adds 2 x 64 x 16 per layer
+    # and takes each expert's fc1 / fc2 from 64 to 16 wide
+    from memsym.readers.megatron import read_megatron_args
+    base = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "8",
+            "--seq-length", "128", "--max-position-embeddings", "128", "--micro-batch-size",
+            "1", "--tokenizer-type", "NullTokenizer", "--vocab-size", "1000",
+            "--num-experts", "8", "--moe-ffn-hidden-size", "128"]
+    plain = Architecture(**read_megatron_args(base).architecture)
+    lat = Architecture(**read_megatron_args(base + ["--moe-latent-size", "16"]).architecture)
+    assert lat.moe_latent_size == 16
+    # Megatron's default add_bias_linear: the projections' biases (16 + 64, moe_layer.py:284,
+    # 296) and each expert's fc2 bias 16 wide instead of 64 (experts.py:238-246)
+    assert parameter_count(lat) - parameter_count(plain) == 4 * (
+        2 * 64 * 16 + 8 * 2 * 128 * (16 - 64) + (16 + 64) + 8 * (16 - 64))

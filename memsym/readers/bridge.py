@@ -110,6 +110,7 @@ FIELDS = {
     "model.moe_router_topk": ("arch", "moe_router_topk"),
     "model.moe_ffn_hidden_size": ("arch", "moe_ffn_hidden_size"),
     "model.moe_shared_expert_intermediate_size": ("arch", "moe_shared_expert_intermediate_size"),
+    "model.moe_latent_size": ("arch", "moe_latent_size"),
     "model.mtp_num_layers": ("arch", "mtp_num_layers"),
     "model.vocab_size": ("arch", "vocab_size"),
     "model.make_vocab_size_divisible_by": ("arch", "make_vocab_size_divisible_by"),
