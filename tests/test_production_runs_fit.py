@@ -224,7 +224,8 @@ XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
 #: are tight (:data:`TIGHT`), with the Mamba-2 mixer's in_proj and out_proj inputs saved in
 #: FP8 (memsym.terms.mamba; 16-bit only before: the estimate was refused).
 #: Nemotron 3 Super (latent MoE) likewise: its perf recipes (perf_recipes/nemotronh/<system>/
-#: nemotronh.py) are not read either, and run from the preset nemotron-3-super.
+#: nemotronh.py) are not read either, and run from the preset nemotron-3-super, which holds no
+#: MTP block (the recipe's two MTP passes' weights and activations are not counted).
 UNREAD = {r["id"] for r in RUNS if r.get("preset") in ("nemotron-3-nano", "nemotron-3-super")}
 for _rel in ("26.04.01", "26.04", "26.02.01"):
     TIGHT[f"mbridge.{_rel}.h100.nemotron-3-nano.fp8"] = (
