@@ -309,6 +309,7 @@ FIELD_LIMITS = MappingProxyType({
     "vocab_size": "vocab", "make_vocab_size_divisible_by": "vocab",
     "max_position_embeddings": "sequence", "num_experts": "experts", "moe_router_topk": "experts",
     "moe_ffn_hidden_size": "ffn", "moe_shared_expert_intermediate_size": "ffn",
+    "moe_latent_size": "hidden",
     "q_lora_rank": "rank", "kv_lora_rank": "rank", "qk_head_dim": "head_dim",
     "qk_pos_emb_head_dim": "head_dim", "v_head_dim": "head_dim", "mtp_num_layers": "layers",
     "norms_per_layer": "norms", "moe_layer_freq": "layers",

@@ -113,6 +113,8 @@ k = _register("k", "k", "experts each token is routed to (top-k)", "1", "positiv
 f_e = _register("f_e", r"f_{\mathrm{e}}", "expert feed-forward hidden size", "1", "positive integer")
 f_sh = _register("f_sh", r"f_{\mathrm{sh}}", "shared-expert feed-forward hidden size", "1",
                  "nonnegative")
+h_lat = _register("h_lat", r"h_{\mathrm{lat}}", "latent MoE width (moe_latent_size): the routed "
+                  "experts' input and output width", "1", "positive integer")
 # --- communication, compute and time (NCCL tests; Narayanan et al. 2021) --------------------
 n = _register("n", "n", "number of ranks taking part in a collective", "GPUs", "positive integer")
 S = _register("S", "S", "size of the buffer a collective operates on", "bytes")

@@ -403,7 +403,8 @@ def lm_args(arch, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=None, s, b,
         moe_router_topk=F(arch.moe_router_topk),
         moe_shared_expert_intermediate_size=(F(arch.moe_shared_expert_intermediate_size)
                                              if arch.moe_shared_expert_intermediate_size else None),
-        moe_latent_size=None, add_bias_linear=arch.add_bias_linear,
+        moe_latent_size=F(arch.moe_latent_size) if arch.moe_latent_size else None,
+        add_bias_linear=arch.add_bias_linear,
         mtp_num_layers=arch.mtp_num_layers if arch.mtp_num_layers else None,
         multi_latent_attention=arch.multi_latent_attention,
         q_lora_rank=F(arch.q_lora_rank) if arch.q_lora_rank is not None else None,
@@ -907,7 +908,7 @@ def bridge_config(arch, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=None, s, b,
         moe_layer_freq=arch.moe_layer_freq, moe_router_topk=F(arch.moe_router_topk),
         moe_ffn_hidden_size=opt(arch.moe_ffn_hidden_size),
         moe_shared_expert_intermediate_size=opt(arch.moe_shared_expert_intermediate_size),
-        moe_latent_size=None, mtp_num_layers=arch.mtp_num_layers or None,
+        moe_latent_size=opt(arch.moe_latent_size), mtp_num_layers=arch.mtp_num_layers or None,
         gated_linear_unit=arch.swiglu, activation_func=SILU if arch.swiglu else "gelu",
     )
     return SimpleNamespace(

@@ -437,3 +437,38 @@ def test_nemotron_3_nano_recipe_estimate_runs(capsys):
     code, out, err = cli(capsys, "estimate", "--bridge-recipe", "nemotron_3_nano_pretrain_config",
                          "--gpu", "h100", "--world-size", "16")
     assert code == 0, err
+
+
+# recipes/nemotronh/h100/nemotron_3_super.py at Megatron-Bridge 067f987df0, read by hand: the
+# legacy name nemotron_3_super_pretrain_config returns _nemotron_3_super_pretrain_64gpu_h100_
+# bf16_config() (recipes/nemotronh/nemotron_3_super.py:32-34), built on the 16-GPU recipe
+# (:171): :175-182 TP 1, PP 2, CP 1, SP False, ETP 1, EP 32; :186-191 seq 4096, GBS 1280,
+# MBS 1; :193-194 flex dispatcher, HybridEP; :217-220 selective recompute of layernorm,
+# moe_act, moe, core_attn; :222-226 precision-aware optimizer (fp16 main params, bf16
+# moments); :44 the model from nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16; 64 GPUs.
+def test_nemotron_3_super_recipe_reads_its_layout_and_settings():
+    model, opts, _ = bridge_job_options(read_bridge_recipe("nemotron_3_super_pretrain_config"))
+    assert model == "nemotron-3-super"
+    assert (opts["t"], opts["p"], opts["c"], opts["e"], opts["t_e"]) == (1, 2, 1, 32, 1)
+    assert opts["sequence_parallel"] is False and opts["world_size"] == 64
+    assert (opts["micro_batch_size"], opts["global_batch_size"], opts["seq_length"]) == (
+        1, 1280, 4096)
+    assert opts["recompute"] == "selective" and opts["recompute_modules"] == (
+        "layernorm", "moe_act", "moe", "core_attn")
+    assert opts["moe_dispatcher"] == "hybridep" and opts["precision"] == "bf16"
+    assert opts["precision_aware"] is True
+    # the 16-GPU recipe the perf recipes start from (perf_recipes/nemotronh/common.py:23-25):
+    # :47-54 TP 8, SP, EP 16; :68 the alltoall dispatcher
+    model, opts, _ = bridge_job_options(read_bridge_recipe(
+        "nemotron_3_super_pretrain_16gpu_h100_bf16_config"))
+    assert model == "nemotron-3-super"
+    assert (opts["t"], opts["e"], opts["sequence_parallel"], opts["world_size"]) == (
+        8, 16, True, 16)
+    assert opts["moe_dispatcher"] == "alltoall"
+
+
+def test_nemotron_3_super_recipe_estimate_runs(capsys):
+    code, out, err = cli(capsys, "estimate", "--bridge-recipe", "nemotron_3_super_pretrain_config",
+                         "--gpu", "h100", "--json")
+    assert code == 0, err
+    assert json.loads(out)["fits"] is True

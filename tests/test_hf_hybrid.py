@@ -202,7 +202,6 @@ def test_a_misspelt_hybrid_type_is_refused_not_read(tmp_path):
 
 @pytest.mark.parametrize("cfg,match", [
     ({**SMALL["nemotron_h"], "hybrid_override_pattern": "M-X"}, "hybrid_override_pattern"),
-    ({**SMALL["nemotron_h"], "moe_latent_size": 16}, "moe_latent_size"),
     ({**SMALL["nemotron_h"], "mlp_bias": True}, "mlp_bias true with MoE"),
     ({**SMALL["nemotron_h"], "hybrid_override_pattern": "M" * 257}, "config_layers|at most"),
     ({**SMALL["granitemoehybrid"], "layer_types": ["mamba"]}, "must list 4 layer types"),

@@ -269,7 +269,7 @@ def test_conflicting_and_invalid_combinations():
         (["--use-torch-fsdp2"], "untie"),
         (["--tensor-model-parallel-size", "2", "--tp-comm-overlap"], "sequence-parallel"),
         (["--no-position-embedding"], "deprecated"),
-        (["--moe-latent-size", "16"], "does not model"),
+        (["--moe-latent-size", "16"], "needs routed experts"),
         (["--num-experts", "6", "--expert-model-parallel-size", "4"], "multiple"),
         (["--context-parallel-size", "3"], "2 x"),
         (["--recompute-granularity", "full", "--recompute-method", "uniform",

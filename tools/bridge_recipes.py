@@ -68,11 +68,12 @@ IMPORTED_CONSTANTS = (_BASE + "recipes/utils/tokenizer_utils.py",)
 RECIPE_FILES = ("recipes/llama/h100/llama3.py", "recipes/qwen/h100/qwen3.py",
                 "recipes/qwen/h100/qwen3_moe.py", "recipes/deepseek/h100/deepseek_v3.py",
                 "recipes/gpt_oss/h100/gpt_oss.py", "recipes/nemotronh/h100/nemotron_3_nano.py",
-                "recipes/kimi/h100/kimi_k2.py")
+                "recipes/nemotronh/h100/nemotron_3_super.py", "recipes/kimi/h100/kimi_k2.py")
 #: The files of legacy names (``from ... import full_name as legacy_name``).
 ALIAS_FILES = ("recipes/llama/llama3.py", "recipes/qwen/qwen3.py", "recipes/qwen/qwen3_moe.py",
                "recipes/deepseek/deepseek_v3.py", "recipes/gpt_oss/gpt_oss.py",
-               "recipes/nemotronh/nemotron_3_nano.py", "recipes/kimi/kimi_k2.py")
+               "recipes/nemotronh/nemotron_3_nano.py", "recipes/nemotronh/nemotron_3_super.py",
+               "recipes/kimi/kimi_k2.py")
 #: Model providers a recipe builds inline (``cfg.model = HybridModelProvider(num_layers=52,
 #: ...)``, recipes/nemotronh/h100/nemotron_3_nano.py:78): their literal keywords are the
 #: ``model.*`` values, and the row's Hugging Face model is the checkpoint the recipe names as
@@ -756,7 +757,23 @@ def _aliases(source: str) -> dict:
                 for a in n.names:
                     if a.asname:
                         out[a.asname] = a.name
+            target = _wrapped(n)
+            if target:
+                out[n.name] = target
     return out
+
+
+def _wrapped(node) -> str | None:
+    """The recipe a legacy name's one-line wrapper returns (``def name(): return
+    _full_name()``, recipes/nemotronh/nemotron_3_super.py:32-34), else None."""
+    if not isinstance(node, ast.FunctionDef) or node.args.args:
+        return None
+    body = [stmt for stmt in node.body
+            if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))]
+    if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call) \
+            and isinstance(body[0].value.func, ast.Name) and not body[0].value.args:
+        return body[0].value.func.id
+    return None
 
 
 def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
@@ -775,10 +792,12 @@ def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
     for path in IMPORTED_CONSTANTS:
         imported.update(_File(_show(source, path), path).constants)
     rows, base = {}, {}
+    wrapped = set(_aliases(source).values())   # a private recipe a legacy name returns is read
     for rel in RECIPE_FILES:
         file = _File(_show(source, _BASE + rel), rel, imported)
         for name, fn in file.functions.items():
-            if name.startswith("_") or "_pretrain_" not in name or not name.endswith("_config"):
+            if (name.startswith("_") and name not in wrapped) or "_pretrain_" not in name \
+                    or not name.endswith("_config"):
                 continue
             values, hf, computed = _run(file, name, [], common)
             base[name] = (values, hf, [f"{rel}:{line}" for line in computed])

@@ -95,6 +95,12 @@ def mtp_layers_of(run) -> int:
     """
     if "w/o MTP" in run.get("locator", ""):
         return 0
+    if "mtp_layers" in run["settings"]:
+        # a recipe's MTP the preset does not hold (Nemotron 3 Super: the base recipe's
+        # mtp_num_layers 2 passes of one shared block, recipes/nemotronh/h100/
+        # nemotron_3_super.py:98-102): its passes priced, each an eh_proj, a layer and the
+        # output layer with the loss again
+        return run["settings"]["mtp_layers"]
     return _arch(run).mtp_num_layers or 0
 
 

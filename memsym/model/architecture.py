@@ -78,6 +78,11 @@ class Architecture:
       Cohere); recorded for activation models, it changes no parameter count by itself.
     * ``xielu_activation``: the MLP's activation is xIELU with two learned scalars (``alpha_p``,
       ``alpha_n``) per MLP (Apertus).
+    * ``moe_latent_size``: latent MoE (Megatron-core's ``moe_latent_size``, Nemotron 3 Super):
+      each MoE layer projects its input h -> latent (``fc1_latent_proj``) before the dispatch
+      and back latent -> h (``fc2_latent_proj``) after the combine, both replicated on every
+      TP rank; the routed experts run latent -> expert width -> latent; the router and the
+      shared experts keep the hidden width.  None: no latent projections.
     * ``dsa_index_heads``, ``dsa_index_head_dim``: DeepSeek-V3.2's sparse-attention indexer in
       every MLA layer (wq_b r_q -> H_idx d_idx, wk h -> d_idx, a LayerNorm of d_idx, weights_proj
       h -> H_idx); None: no indexer.
@@ -137,6 +142,7 @@ class Architecture:
     moe_ffn_hidden_size: Optional[int] = None
     moe_shared_expert_intermediate_size: Optional[int] = None
     moe_layer_freq: Union[int, tuple] = 1          # int q: layer i is MoE iff i % q == 0; or a 0/1 tuple
+    moe_latent_size: Optional[int] = None          # latent MoE width (routed experts, dispatch)
     # Multi-latent attention (DeepSeek-V3)
     multi_latent_attention: bool = False
     q_lora_rank: Optional[int] = None
@@ -221,7 +227,7 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "mamba_conv_kernel", "mamba_dt_rank", "dsa_index_heads", "dsa_index_head_dim",
                "gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim",
                "gdn_conv_kernel", "short_conv_kernel", "lightning_block_size", "shared_blocks",
-               "shared_adapter_rank", "shared_adapter_sets")
+               "shared_adapter_rank", "shared_adapter_sets", "moe_latent_size")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
@@ -291,6 +297,9 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
                                 "multi_latent_attention is not modelled")
     if arch.moe_router_bias is None:
         upd["moe_router_bias"] = bool(arch.add_bias_linear)
+    if arch.moe_latent_size is not None and not arch.num_experts:
+        raise InvalidValueError("moe_latent_size (latent MoE projections) needs routed "
+                                "experts (num_experts)")
     _resolve_hybrid(arch, upd)
     fields = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
     fields.update(upd)

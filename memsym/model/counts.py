@@ -9,7 +9,7 @@ from ..errors import InvalidValueError, UnknownNameError
 from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, mixer_layer_count,
                            moe_layer_count, moe_layer_pattern, padded_vocab_size, resolve)
 from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_lin, L_m, L_ssm,
-                       N_ssm, V, a, d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, k,
+                       N_ssm, V, a, d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, h_lat, k,
                        k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from .lora_counts import lora_parameter_count
@@ -35,7 +35,7 @@ _doc = shared_doc(count_params="""
 
 
 COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "linear_attention",
-              "short_conv", "mlp", "norms", "router",
+              "short_conv", "mlp", "norms", "router", "latent_projections",
               "shared_experts", "experts", "output_layer", "mtp", "mtp_experts")
 """Keys of :func:`parameter_expression` / :func:`parameter_counts`, in model order."""
 
@@ -103,14 +103,15 @@ def _attention_parts(x: Architecture):
     return tp, rep
 
 
-def _mlp_parts(x: Architecture, width):
-    """An MLP of inner size ``width``: (TP-sharded, replicated) weights and biases."""
+def _mlp_parts(x: Architecture, width, io=h):
+    """An MLP of inner size ``width`` from and to ``io`` (h; a latent MoE's experts h_lat):
+    (TP-sharded, replicated) weights and biases."""
     gated = x.gated
-    tp = (3 if gated else 2) * h * width
+    tp = (3 if gated else 2) * io * width
     rep = ZERO
     if x.add_bias_linear:
         tp += (2 if gated else 1) * width   # column-parallel fc1 (gate and up) biases
-        rep += h                            # row-parallel fc2 bias
+        rep += io                           # row-parallel fc2 bias
     if x.xielu_activation:
         rep += 2                            # xIELU's alpha_p and alpha_n (Apertus), one each
     return tp, rep
@@ -165,7 +166,14 @@ def layer_parts(x: Architecture, moe: bool) -> dict:
         if x.moe_shared_expert_gate:
             sr += h
         parts["shared_experts"] = (st, sr, ZERO)
-    et, er = _mlp_parts(x, f_e)
+    if x.moe_latent_size:
+        # Megatron-core moe_layer.py:266-304 (MoELayer.__init__): fc1_latent_proj h -> h_lat
+        # and fc2_latent_proj h_lat -> h, TELinear(parallel_mode="duplicated"): whole on every
+        # TP rank, biased with add_bias_linear
+        bias = h_lat + h if x.add_bias_linear else ZERO
+        parts["latent_projections"] = (ZERO, 2 * h * h_lat + bias, ZERO)
+    # the routed experts run at the latent width (experts.py:217-245, TEGroupedMLP)
+    et, er = _mlp_parts(x, f_e, h_lat if x.moe_latent_size else h)
     parts["experts"] = (ZERO, ZERO, E * (et + er))
     return parts
 
@@ -259,7 +267,7 @@ def parameter_expression(arch: Architecture) -> dict:
         out["norms"] += norm_params(x) * h
     if any_dense:
         out["mlp"] = n_dense * sum(dense_parts["mlp"], ZERO)
-    for key in ("router", "shared_experts", "experts"):
+    for key in ("router", "latent_projections", "shared_experts", "experts"):
         if key in moe_parts:
             out[key] = n_moe * sum(moe_parts[key], ZERO)
     if x.mtp_num_layers:
@@ -316,6 +324,8 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
     if x.is_moe:
         vals.update({E: x.num_experts, k: x.moe_router_topk, f_e: x.moe_ffn_hidden_size,
                      f_sh: x.moe_shared_expert_intermediate_size or 0})
+        if x.moe_latent_size:
+            vals[h_lat] = x.moe_latent_size
     if x.multi_latent_attention:
         vals.update({r_kv: x.kv_lora_rank, d_qk: x.qk_head_dim, d_r: x.qk_pos_emb_head_dim,
                      d_v: x.v_head_dim})
@@ -462,14 +472,16 @@ def gpt_parameter_expression(final_norm: bool = True) -> sp.Expr:
 
 
 _PER_LAYER = {"attention": False, "mamba": False, "norms": False, "mlp": False, "layer": False,
-              "router": True, "shared_experts": True, "experts": True, "moe_layer": True}
+              "router": True, "latent_projections": True, "shared_experts": True,
+              "experts": True, "moe_layer": True}
 
 
 def symbolic_parameters(model, component: str = "total", per_layer: bool = False) -> sp.Expr:
     """One component's parameter count as a SymPy expression, for a preset name or Architecture.
 
     ``per_layer=True`` gives one decoder layer's share: ``attention``, ``norms``, ``mlp``,
-    ``layer`` (a dense layer), ``router``, ``shared_experts``, ``experts``, ``moe_layer``.
+    ``layer`` (a dense layer), ``router``, ``latent_projections``, ``shared_experts``,
+    ``experts``, ``moe_layer``.
     Otherwise a key of :data:`COMPONENTS` or ``"total"``.
 
     Examples
@@ -524,6 +536,8 @@ def _component_sources(x: Architecture) -> dict:
                   if x.norms_per_layer != 2 or x.embedding_norm or not x.norm_affine
                   else Source("megatron-lm", mega + ": 2ηh per layer + ηh")),
         "router": Source("megatron-lm", mega + ": hE (+E)"),
+        "latent_projections": Source("megatron-core", "megatron/core/transformer/moe/"
+                                     "moe_layer.py:266-304 (fc1_latent_proj, fc2_latent_proj)"),
         "shared_experts": Source("megatron-lm", mega + ": 2γh f_sh"),
         "experts": Source("megatron-lm", mega + ": 2γh f_e E"),
         "output_layer": (Source("hf-transformers-5", "modeling_gptj.py GPTJForCausalLM.lm_head "
@@ -557,6 +571,7 @@ def parameter_total(arch: Architecture):
             "short_conv": "short-convolution mixers (in/out projections, conv1d)",
             "mlp": "dense MLPs",
             "norms": "normalisation weights (per layer and final)", "router": "MoE routers",
+            "latent_projections": "latent MoE projections (h -> h_lat -> h)",
             "shared_experts": "shared experts", "experts": "routed experts",
             "output_layer": "output layer (untied weight, bias)", "mtp": "multi-token-prediction layers",
             "mtp_experts": "routed experts of the MTP layers"}

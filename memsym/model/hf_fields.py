@@ -61,6 +61,7 @@ FIELD_LIMITS = {
     "moe_topk": "moe_router_topk",  # HunYuan MoE
     "shared_intermediate_size": "ffn_hidden_size",
     "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+    "moe_latent_size": "moe_latent_size",
     "expert_layer_period": "num_layers", "expert_layer_offset": "num_layers",
     "attn_layer_period": "num_layers", "attn_layer_offset": "num_layers",
     # DBRX (top-level and its attn_config / ffn_config) and DeepSeek-V3.2's indexer

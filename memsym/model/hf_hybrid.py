@@ -203,8 +203,6 @@ def _read_nemotron_h(c: ConfigFields, notes: list) -> dict:
                    for k in kinds)
     moe = tuple(int(k == "moe") for k in kinds)
     mlp_bias = c.bool("mlp_bias", False)
-    if c.data.get("moe_latent_size") is not None and any(moe):
-        raise c._bad("moe_latent_size (a latent projection around the experts) is not modelled")
     if mlp_bias and any(moe):
         raise c._bad("mlp_bias true with MoE layers is not modelled (the shared expert gets "
                      "biases, the routed experts none)")
@@ -224,6 +222,11 @@ def _read_nemotron_h(c: ConfigFields, notes: list) -> dict:
                   moe_shared_expert_intermediate_size=c.int(
                       "moe_shared_expert_intermediate_size", 7688),
                   moe_layer_freq=moe, moe_router_bias=False)
+        # Nemotron 3 Super's latent MoE (the Bridge's provider_bridge reads moe_latent_size:
+        # nemotron_h_bridge.py:320-321 at Megatron-Bridge 067f987df0)
+        latent = c.int("moe_latent_size", None, null=None)
+        if latent is not None:
+            kw["moe_latent_size"] = latent
         notes.append(f"e_score_correction_bias ({sum(moe)} x {kw['num_experts']}) not counted: "
                      "a buffer, not a parameter, in transformers' NemotronHTopkRouter")
     n_mtp = c.int("num_nextn_predict_layers", 0, allow_zero=True)

@@ -90,7 +90,8 @@ def hybrid_layer_parameters(x, kind: tuple) -> tuple:
         # weights are the model's, not this layer's (memsym.model.stages places them)
         tp += sum(shared_use_parts(x).values(), ZERO)
     if ffn is not None:
-        for key in ("router", "shared_experts", "experts") if ffn else ("mlp",):
+        for key in ("router", "latent_projections", "shared_experts", "experts") if ffn \
+                else ("mlp",):
             if key in parts:
                 tp, rep, ex = tp + parts[key][0], rep + parts[key][1], ex + parts[key][2]
     vals = parameter_values(x)

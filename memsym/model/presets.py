@@ -258,3 +258,45 @@ RECIPES["nemotron-3-nano"] = (
     {"dropout": False},
     "megatron-bridge-recipes: HybridModelProvider's hidden_dropout and attention_dropout 0.0 "
     "(models/hybrid/hybrid_provider.py)")
+
+
+#: Nemotron 3 Super (120B-A12B), as Megatron-Bridge builds it: the recipe
+#: recipes/nemotronh/h100/nemotron_3_super.py:44 at 067f987df0 takes its model from the
+#: checkpoint nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 (line 29) through
+#: models/nemotronh/nemotron_h_bridge.py provider_bridge (lines 287-332: no position embedding,
+#: squared ReLU, moe_latent_size from the config, line 321) into a HybridModelProvider.  The
+#: config's values, as Megatron-LM d98e8a64dd launches the same model
+#: (tests/functional_tests/test_cases/nemotron/nemotron3_super_release_gb200/model_config.yaml
+#: 57-100 and examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh
+#: 20-52): hidden 4096, 88 layers of pattern
+#: "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME",
+#: 128 Mamba heads of 64, 32 attention heads, 2 query groups, kv_channels 128, 512 experts of
+#: 2688 at the latent width 1024, a shared expert of 5376, top-22, squared ReLU, RMSNorm, no
+#: biases, untied; Mamba state 128 and 8 groups are Megatron-core's defaults
+#: (transformer_config.py:1259, 1265), d_conv 4 (mamba_mixer.py:179); the Bridge's recipe test
+#: (tests/unit_tests/recipes/nemotronh/test_nemotron_3_super.py:349-354) asserts the MoE sizes.
+#: Vocabulary 131072 (the Nemotron-H tokenizer of Nano): the Bridge's verification card
+#: (examples/model_verification_cards/nemotron-3-super-120b-a12b/card.yaml) counts
+#: 123,611,033,088 checkpoint elements, which these sizes give with the MTP block and the 41
+#: routers' e_score_correction_bias buffers (tests/test_models.py checks it by hand).  The
+#: recipe's multi-token prediction (mtp_num_layers 2 passes of one shared "*E" block,
+#: mtp_use_repeated_layer, recipe lines 96-102) is not in the preset: memsym's MTP counts
+#: distinct DeepSeek-V3 blocks of the last layer's kind.
+_SUPER_PATTERN = ("MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*"
+                  "EMEMEMEME")
+PRESETS["nemotron-3-super"] = Architecture(
+    name="nemotron-3-super", num_layers=len(_SUPER_PATTERN), hidden_size=4096,
+    num_attention_heads=32, num_query_groups=2, kv_channels=128, ffn_hidden_size=2688,
+    swiglu=False, normalization="RMSNorm", vocab_size=131072,
+    untie_embeddings_and_output_weights=True, position_embedding_type="none",
+    add_bias_linear=False, norms_per_layer=1, num_experts=512, moe_router_topk=22,
+    moe_ffn_hidden_size=2688, moe_shared_expert_intermediate_size=5376, moe_latent_size=1024,
+    moe_layer_freq=tuple(int(ch == "E") for ch in _SUPER_PATTERN),
+    layer_mixers=tuple({"M": "mamba", "*": "attention"}.get(ch, "none") for ch in _SUPER_PATTERN),
+    ffn_layers=tuple(int(ch in "E-") for ch in _SUPER_PATTERN),
+    mamba_inner_size=128 * 64, mamba_state_dim=128, mamba_num_heads=128, mamba_num_groups=8,
+    mamba_conv_kernel=4)
+RECIPES["nemotron-3-super"] = (
+    {"dropout": False},
+    "megatron-bridge-recipes: HybridModelProvider's hidden_dropout and attention_dropout 0.0 "
+    "(models/hybrid/hybrid_provider.py)")

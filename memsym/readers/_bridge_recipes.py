@@ -9,6 +9,12 @@ COMMIT = '067f987df03b8355b03192d88d70f1709fedf51a'
 MCORE_COMMIT = '2a75ac12c54ba6a42b34024756820bf819a2e25f'
 
 RECIPES = {
+    '_nemotron_3_super_pretrain_64gpu_h100_bf16_config': {
+        'source': 'src/megatron/bridge/recipes/nemotronh/h100/nemotron_3_super.py:160 _nemotron_3_super_pretrain_64gpu_h100_bf16_config',
+        'hf_model': 'nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16',
+        'computed': (),
+        'values': {'dataset.seq_length': 4096, 'ddp.data_parallel_sharding_strategy': 'optim_grads_params', 'ddp.grad_reduce_in_fp32': False, 'ddp.overlap_grad_reduce': False, 'ddp.overlap_param_gather': False, 'ddp.use_distributed_optimizer': True, 'mixed_precision': 'bf16_mixed', 'mixed_precision.grad_reduce_in_fp32': False, 'model.context_parallel_size': 1, 'model.cross_entropy_fusion_impl': 'te', 'model.cuda_graph_impl': 'none', 'model.cuda_graph_scope': [], 'model.expert_model_parallel_size': 32, 'model.expert_tensor_parallel_size': 1, 'model.moe_expert_capacity_factor': 1.1, 'model.moe_flex_dispatcher_backend': 'hybridep', 'model.moe_token_dispatcher_type': 'flex', 'model.mtp_num_layers': 2, 'model.pipeline_model_parallel_layout': None, 'model.pipeline_model_parallel_size': 2, 'model.recompute_granularity': 'selective', 'model.recompute_modules': ['layernorm', 'moe_act', 'moe', 'core_attn'], 'model.seq_length': 4096, 'model.sequence_parallel': False, 'model.tensor_model_parallel_size': 1, 'model.virtual_pipeline_model_parallel_size': None, 'optimizer.exp_avg_dtype': 'bfloat16', 'optimizer.exp_avg_sq_dtype': 'bfloat16', 'optimizer.main_params_dtype': 'float16', 'optimizer.use_precision_aware_optimizer': True, 'tokenizer.tokenizer_type': 'HuggingFaceTokenizer', 'tokenizer.use_tokenizer_vocab_size': False, 'train.global_batch_size': 1280, 'train.micro_batch_size': 1},
+    },
     'deepseek_v3_pretrain_1024gpu_h100_bf16_config': {
         'source': 'src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py:105 deepseek_v3_pretrain_1024gpu_h100_bf16_config',
         'hf_model': 'deepseek-ai/DeepSeek-V3',
@@ -128,6 +134,12 @@ RECIPES = {
         'hf_model': 'nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16',
         'computed': (),
         'values': {'comm_overlap.overlap_moe_expert_parallel_comm': False, 'comm_overlap.tp_comm_overlap': True, 'dataset.seq_length': 8192, 'ddp.data_parallel_sharding_strategy': 'optim_grads_params', 'ddp.grad_reduce_in_fp32': False, 'ddp.overlap_grad_reduce': True, 'ddp.overlap_param_gather': True, 'ddp.use_distributed_optimizer': True, 'mixed_precision': 'bf16_mixed', 'mixed_precision.grad_reduce_in_fp32': False, 'model.context_parallel_size': 1, 'model.cross_entropy_fusion_impl': 'native', 'model.cross_entropy_loss_fusion': True, 'model.cuda_graph_impl': 'transformer_engine', 'model.cuda_graph_scope': ['attn', 'mamba'], 'model.expert_model_parallel_size': 8, 'model.expert_tensor_parallel_size': 1, 'model.ffn_hidden_size': 1856, 'model.fine_grained_activation_offloading': False, 'model.hidden_size': 2688, 'model.kv_channels': 128, 'model.make_vocab_size_divisible_by': 128, 'model.moe_ffn_hidden_size': 1856, 'model.moe_flex_dispatcher_backend': 'hybridep', 'model.moe_router_topk': 6, 'model.moe_shared_expert_intermediate_size': 3712, 'model.moe_token_dispatcher_type': 'flex', 'model.num_attention_heads': 32, 'model.num_layers': 52, 'model.num_moe_experts': 128, 'model.num_query_groups': 2, 'model.offload_modules': None, 'model.pipeline_model_parallel_layout': None, 'model.pipeline_model_parallel_size': 1, 'model.recompute_granularity': 'selective', 'model.recompute_method': None, 'model.recompute_modules': ['moe', 'layernorm'], 'model.recompute_num_layers': None, 'model.seq_length': 8192, 'model.sequence_parallel': False, 'model.tensor_model_parallel_size': 1, 'model.virtual_pipeline_model_parallel_size': None, 'optimizer.exp_avg_dtype': 'float32', 'optimizer.exp_avg_sq_dtype': 'float32', 'optimizer.main_params_dtype': 'float32', 'optimizer.use_precision_aware_optimizer': False, 'tokenizer.tokenizer_type': 'HuggingFaceTokenizer', 'tokenizer.use_tokenizer_vocab_size': True, 'train.global_batch_size': 1024, 'train.micro_batch_size': 1},
+    },
+    'nemotron_3_super_pretrain_16gpu_h100_bf16_config': {
+        'source': 'src/megatron/bridge/recipes/nemotronh/h100/nemotron_3_super.py:32 nemotron_3_super_pretrain_16gpu_h100_bf16_config',
+        'hf_model': 'nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16',
+        'computed': (),
+        'values': {'dataset.seq_length': 8192, 'ddp.data_parallel_sharding_strategy': 'optim_grads_params', 'ddp.grad_reduce_in_fp32': False, 'ddp.overlap_grad_reduce': False, 'ddp.overlap_param_gather': False, 'ddp.use_distributed_optimizer': True, 'mixed_precision': 'bf16_mixed', 'mixed_precision.grad_reduce_in_fp32': False, 'model.context_parallel_size': 1, 'model.cross_entropy_fusion_impl': 'te', 'model.cuda_graph_impl': 'transformer_engine', 'model.cuda_graph_scope': ['attn', 'mamba', 'moe_router', 'moe_preprocess'], 'model.expert_model_parallel_size': 16, 'model.expert_tensor_parallel_size': 1, 'model.moe_flex_dispatcher_backend': 'hybridep', 'model.moe_token_dispatcher_type': 'alltoall', 'model.mtp_num_layers': 2, 'model.pipeline_model_parallel_layout': None, 'model.pipeline_model_parallel_size': 1, 'model.seq_length': 8192, 'model.sequence_parallel': True, 'model.tensor_model_parallel_size': 8, 'model.virtual_pipeline_model_parallel_size': None, 'optimizer.exp_avg_dtype': 'bfloat16', 'optimizer.exp_avg_sq_dtype': 'bfloat16', 'optimizer.main_params_dtype': 'float16', 'optimizer.use_precision_aware_optimizer': True, 'tokenizer.tokenizer_type': 'HuggingFaceTokenizer', 'tokenizer.use_tokenizer_vocab_size': True, 'train.global_batch_size': 1024, 'train.micro_batch_size': 1},
     },
     'qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config': {
         'source': 'src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py:228 qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config',
@@ -455,6 +467,7 @@ ALIASES = {'deepseek_v3_pretrain_config': 'deepseek_v3_pretrain_1024gpu_h100_bf1
  'llama3_8b_low_precision_pretrain_config': 'llama3_8b_pretrain_2gpu_h100_fp8cs_config',
  'llama3_8b_pretrain_config': 'llama3_8b_pretrain_2gpu_h100_bf16_config',
  'nemotron_3_nano_pretrain_config': 'nemotron_3_nano_pretrain_8gpu_h100_bf16_config',
+ 'nemotron_3_super_pretrain_config': '_nemotron_3_super_pretrain_64gpu_h100_bf16_config',
  'qwen3_235b_a22b_pretrain_config': 'qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config',
  'qwen3_30b_a3b_pretrain_config': 'qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config',
  'qwen3_8b_pretrain_config': 'qwen3_8b_pretrain_16gpu_h100_bf16_config'}

@@ -62,6 +62,8 @@ HF_PRESETS = {
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": ("nemotron-3-nano", {}),
     # recipes/kimi/h100/kimi_k2.py:99-101 (AutoBridge, KimiK2Bridge)
     "moonshotai/Kimi-K2-Instruct": ("kimi-k2", {}),
+    # recipes/nemotronh/h100/nemotron_3_super.py:29, :44 (AutoBridge from the checkpoint)
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16": ("nemotron-3-super", {}),
 }
 
 #: ``section.field`` -> what memsym makes of it: ("job", option), ("arch", field), or
@@ -110,6 +112,7 @@ FIELDS = {
     "model.moe_router_topk": ("arch", "moe_router_topk"),
     "model.moe_ffn_hidden_size": ("arch", "moe_ffn_hidden_size"),
     "model.moe_shared_expert_intermediate_size": ("arch", "moe_shared_expert_intermediate_size"),
+    "model.moe_latent_size": ("arch", "moe_latent_size"),
     "model.mtp_num_layers": ("arch", "mtp_num_layers"),
     "model.vocab_size": ("arch", "vocab_size"),
     "model.make_vocab_size_divisible_by": ("arch", "make_vocab_size_divisible_by"),

@@ -245,6 +245,9 @@ def _experts(r: MegatronArguments, a: dict):
     # MoE: --num-experts 0 means dense (args: "if args.num_experts == 0: None").
     E = r.int("num_experts", None, lo=0, hi=MAX_HEADS)
     if not E:
+        if r.given("moe_latent_size"):
+            raise InvalidValueError("--moe-latent-size (latent MoE projections) needs routed "
+                                    "experts (--num-experts)")
         return
     a["num_experts"] = E
     a["moe_router_topk"] = r.int("moe_router_topk", 2, hi=E)
@@ -258,6 +261,8 @@ def _experts(r: MegatronArguments, a: dict):
         a["moe_shared_expert_intermediate_size"] = r.int(
             "moe_shared_expert_intermediate_size", hi=MAX_HIDDEN * 64)
         a["moe_shared_expert_gate"] = r.flag("moe_shared_expert_gate")
+    if r.given("moe_latent_size"):      # arguments.py:1980-1981; moe_layer.py:266-304
+        a["moe_latent_size"] = r.int("moe_latent_size", hi=MAX_HIDDEN)
     a["moe_layer_freq"] = parse_moe_layer_freq(r.raw.get("moe_layer_freq", 1), a["num_layers"])
     # router.py: the router's bias Parameter exists iff add_bias_linear; the expert bias
     # (--moe-router-enable-expert-bias) is an fp32 buffer, not a parameter.

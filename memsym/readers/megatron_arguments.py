@@ -103,6 +103,7 @@ MODELLED = {
     "use_rotary_position_embeddings", "add_position_embedding", "max_position_embeddings",
     "add_bias_linear", "add_qkv_bias", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_layer_freq",
+    "moe_latent_size",
     "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
     "v_head_dim", "mtp_num_layers", "qk_layernorm", "moe_router_enable_expert_bias",
     "moe_grouped_gemm",
@@ -140,7 +141,6 @@ MODELLED = {
 #: Accepted, but they change the model's structure in ways memsym's Architecture cannot express:
 #: refused rather than silently dropped (the count would be wrong).
 STRUCTURE_NOT_MODELLED = {
-    "moe_latent_size": "latent MoE projections",
     "hybrid_layer_pattern": "hybrid Mamba/attention layer patterns",
     "heterogeneous_layers_config_path": "heterogeneous per-layer configurations",
     "experimental_attention_variant": "gated-delta-net / DSA attention variants",

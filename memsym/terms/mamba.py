@@ -175,7 +175,8 @@ _ATTENTION_KEYS = ("qkv_input", "qk", "qk_norm_inputs", "qk_norm_fp32_output", "
                    "attn_dropout_mask")
 _MLP_KEYS = ("mlp_input", "mlp_activation", "fc2_input", "mlp_dropout_mask")
 _MOE_KEYS = ("moe_input", "router", "routed_tokens", "expert_activation", "expert_fc2_input",
-             "combine", "shared_expert", "mlp_dropout_mask")
+             "combine", "latent_fc1_input", "latent_fc2_input", "shared_expert",
+             "mlp_dropout_mask")
 _TE_NORM = Source("transformer-engine", "pytorch/module/layernorm_linear.py (the fused norm "
                   "saves its per-token rstd); Megatron-core models/hybrid/hybrid_layer_specs.py "
                   "(in_proj = TELayerNormColumnParallelLinear)")

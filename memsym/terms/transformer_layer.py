@@ -49,6 +49,10 @@ expert outputs by the router's probabilities (``combine_kept``: torchtitan), the
 and combines by a plain sum, which keeps no expert output
 (:attr:`memsym.frameworks.Framework.moe_combine_keeps_outputs` cites both).  Shared experts
 keep a dense MLP of width :math:`f_{sh}` (their input is the router's input, counted once).
+A latent MoE (``latent``, Megatron-core's ``moe_latent_size``) projects the norm output to
+:math:`h_{lat}` before the dispatch and back after the combine (moe_layer.py:489-490,
+591-592): the routed copies and the combine are :math:`h_{lat}` wide, fc2_latent_proj keeps
+its input :math:`2\tau h_{lat}/\sigma` and, under FP8, fc1_latent_proj its quantized input.
 
 FP8 compute in Transformer Engine (``fp8_inputs``) saves each GEMM's input for the
 weight gradient as the quantized FP8 tensor it multiplied, 1 byte per element instead of
@@ -117,7 +121,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from ..errors import choose
-from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, k, s, t, t_e
+from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, h_lat, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..vocabulary import RECOMPUTE, recompute_modules
 from .op_sac import op_sac_layer
@@ -184,6 +188,9 @@ _FP32_QK_NORM = Source("hf-transformers-5", "models/gemma3/modeling_gemma3.py Ge
 _Q3N_ROPE = Source("hf-transformers-5-25", _Q3N + "apply_rotary_pos_emb (lines 186-188: torch.cat "
                    "of q_embed and q_pass); integrations/sdpa_attention.py sdpa_attention_forward "
                    "(line 196: attn_output.transpose(1, 2).contiguous())")
+_LATENT = Source("megatron-core", "megatron/core/transformer/moe/moe_layer.py:489-490 "
+                 "(preprocess: fc1_latent_proj before the dispatch), 591-592 (postprocess: "
+                 "fc2_latent_proj after the combine), 266-304 (TELinear, duplicated)")
 _TE = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
              "the quantized input); layernorm_linear.py (ln_out quantized by the fused norm)")
 
@@ -259,6 +266,7 @@ class _Layer:
     drop_moe_act: bool
     drop_shared: bool
     combine_kept: bool
+    latent: bool = False
 
     @property
     def gx(self):
@@ -284,7 +292,7 @@ class _Layer:
 
 def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
            attention_dropout, qk_norm, output_gate, hf_qwen3_next, qk_fp32, mla, moe,
-           shared_expert, combine_kept) -> _Layer:
+           shared_expert, combine_kept, latent=False) -> _Layer:
     """The options of one layer with what each recomputed module no longer keeps."""
     # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
     # spec only the norms before MLA and before an MoE layer are TENorm modules that
@@ -301,7 +309,7 @@ def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistic
         drop_moe="moe" in mods and moe,
         drop_moe_act=("moe_act" in mods or "moe" in mods) and moe,
         drop_shared=("shared_experts" in mods or "moe" in mods) and moe,
-        combine_kept=combine_kept)
+        combine_kept=combine_kept, latent=latent)
 
 
 def _norm_terms(ly: _Layer, terms: _Terms) -> None:
@@ -424,13 +432,14 @@ def _moe_terms(ly: _Layer, terms: _Terms) -> None:
     tok, sig, gam = ly.tok, ly.sig, ly.gam
     routed = c_f * k * tok * t_e / t   # token copies one expert GPU receives per micro-batch
     moe_src = Source("memsym-derivation", "layer_activations docstring (MoE layer)")
+    w = h_lat if ly.latent else h      # a latent MoE dispatches and combines h_lat wide
     if not ly.drop_pre_mlp_norm:
         terms.add("moe_input", 2 * tok * h / sig,
                   "norm output, input of the router and the shared experts")
     if not ly.drop_moe:
         terms.add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts",
                   moe_src)
-        terms.add("routed_tokens", ly.gx * routed * h, "dispatched token copies, input of the "
+        terms.add("routed_tokens", ly.gx * routed * w, "dispatched token copies, input of the "
                   "expert fc1 (top-k, capacity factor c_f)" + (", FP8" if ly.fp8 else ""),
                   _TE if ly.fp8 else Source("shazeer-switch", "§2.2, expert capacity"))
         terms.add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
@@ -440,12 +449,26 @@ def _moe_terms(ly: _Layer, terms: _Terms) -> None:
                       "outputs, input of fc2" + (" (FP8)" if ly.fp8 else ""),
                       _TE if ly.fp8 else moe_src)
         if ly.combine_kept:
-            terms.add("combine", 2 * routed * h, "expert outputs kept for the probability-"
+            terms.add("combine", 2 * routed * w, "expert outputs kept for the probability-"
                       "weighted combine", moe_src)
+        if ly.latent:
+            _latent_terms(ly, terms)
     if ly.shared_expert and not ly.drop_shared:
         terms.add("shared_expert", (4 + 2 * gam) * tok * f_sh / t,
                   "shared-expert activation and fc2 inputs", moe_src)
     terms.add("mlp_dropout_mask", ly.delta * tok * h / sig, "dropout mask after the MoE block")
+
+
+def _latent_terms(ly: _Layer, terms: _Terms) -> None:
+    """A latent MoE's projections: what fc1_latent_proj and fc2_latent_proj keep."""
+    tok, sig = ly.tok, ly.sig
+    if ly.fp8:
+        # fc1_latent_proj's bf16 input is the norm output moe_input already holds; under FP8
+        # its TELinear keeps the quantized copy it multiplied
+        terms.add("latent_fc1_input", ly.gx * tok * h / sig, "FP8 copy of the norm output, "
+                  "input of fc1_latent_proj (h -> h_lat)", _LATENT)
+    terms.add("latent_fc2_input", ly.gx * tok * h_lat / sig, "combined expert output, input "
+              "of fc2_latent_proj (h_lat -> h)" + (" (FP8)" if ly.fp8 else ""), _LATENT)
 
 
 def layer_activations(*, gated: bool = False, flash: bool = False, sequence_parallel: bool = False,
@@ -455,7 +478,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
                       output_gate: bool = False, compiled: bool = False,
                       hf_qwen3_next: bool = False, qk_norm_fp32: bool = False,
-                      combine_kept: bool = True) -> Total:
+                      combine_kept: bool = True, latent: bool = False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -494,9 +517,10 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         Hidden dropout masks kept (1 byte per element); attention dropout (None: ``dropout``).
     norm, norm_statistics : {"layernorm", "rmsnorm"}, bool
         The normalisation; its fp32 per-token statistics kept (False reproduces the paper).
-    moe, shared_expert, combine_kept : bool
+    moe, shared_expert, combine_kept, latent : bool
         An MoE layer instead of a dense MLP; with shared experts of width ``f_sh``; keeping the
-        expert outputs for the combine (module docstring; Megatron-core keeps none).
+        expert outputs for the combine (module docstring; Megatron-core keeps none); latent MoE
+        (``moe_latent_size``).
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
     output_gate, hf_qwen3_next, qk_norm_fp32 : bool
@@ -546,7 +570,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
                 output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, qk_fp32=qk_norm_fp32,
                 moe=moe, attention_dropout=attention_dropout, shared_expert=shared_expert,
-                combine_kept=combine_kept)
+                combine_kept=combine_kept, latent=latent)
     what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
     return _layer_total(ly, f"activations per layer ({'MoE' if moe else 'dense'}, recompute {what})")
 

@@ -93,6 +93,8 @@ class Shape:
         ``()`` for a transformer, whose every layer has attention and an MLP.
     ssm : tuple
         The Mamba-2 mixers' ``(d_ssm, N, H, G, conv kernel)`` [1] (``()`` without any).
+    h_lat : int
+        A latent MoE's width (``moe_latent_size``; 0: none) [1]: the experts' and dispatch's.
     last_moe : bool
         The last decoder layer is an MoE layer: the kind of each MTP layer's
         ``TransformerLayer`` (Megatron-LM's ``get_gpt_mtp_block_spec_for_backend`` takes the
@@ -121,6 +123,7 @@ class Shape:
     kinds: tuple = ()
     ssm: tuple = ()
     last_moe: bool = False
+    h_lat: int = 0
 
 
 #: The hybrid token mixers the time model prices (Mamba-2, attention, none).
@@ -200,7 +203,8 @@ def shape_of(arch, t: int = 1) -> Shape:
                  # the preset's extra (HF config.json's swiglu_limit); the Bridge sets it as
                  # activation_func_clamp_value
                  expert_clamp=bool(E and x.swiglu and (x.extra or {}).get("swiglu_limit")),
-                 kinds=kinds, ssm=ssm, last_moe=bool(pattern and pattern[-1]))
+                 kinds=kinds, ssm=ssm, last_moe=bool(pattern and pattern[-1]),
+                 h_lat=(x.moe_latent_size or 0) if E else 0)
 
 
 @dataclass(frozen=True)
@@ -243,7 +247,9 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
     tokens back to :math:`T` before each column-parallel GEMM).  Column-parallel weights
     split their output dimension by t, row-parallel their input.  A MoE layer's experts
     receive, per GPU, :math:`b\,s\,k\,t_e/(t\,c)` routed rows (balanced routing) spread
-    over its :math:`E/e` local experts.  A Mamba-2 mixer (Megatron-core's ``MambaMixer``)
+    over its :math:`E/e` local experts; a latent MoE (``h_lat``) adds ``latent_fc1``
+    ``[T/t, h] x [h, h_lat]`` and ``latent_fc2`` ``[T/t, h_lat] x [h_lat, h]`` (replicated)
+    and its experts read and write ``h_lat``.  A Mamba-2 mixer (Megatron-core's ``MambaMixer``)
     projects with in_proj ``[T, h] x [h, (2 d_ssm + 2 G N + H)/t]`` (column-parallel: z, x, B,
     C, dt) and out_proj ``[T, d_ssm/t] x [d_ssm/t, h]`` (row-parallel).
 
@@ -320,9 +326,19 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
         out.append(Gemm("fc1", T, mult * x.f / t, h))
         out.append(Gemm("fc2", T, h + 0 * t, x.f / t))
         return out
-    out.append(Gemm("router", T, x.E + 0 * t, h))
-    rows = np.asarray(b, float) * s * x.k * t_e / (t * c)
-    local = x.E / e
+    return out + _moe_gemms(x, T, np.asarray(b, float) * s * x.k * t_e / (t * c), t, e, t_e, mult)
+
+
+def _moe_gemms(x: Shape, T, rows, t, e, t_e, mult) -> list:
+    """An MoE layer's forward GEMMs: router, latent projections (moe_layer.py:266-304,
+    489-490, 591-592: duplicated on every TP rank over its T/t tokens, MoE with TP training
+    under SP), experts, shared experts."""
+    h, local = x.h, x.E / e
+    out = [Gemm("router", T, x.E + 0 * t, h)]
+    if x.h_lat:
+        out += [Gemm("latent_fc1", T / t, x.h_lat + 0 * t, h),
+                Gemm("latent_fc2", T / t, h + 0 * t, x.h_lat)]
+        h = x.h_lat
     per_expert = rows / local
     # TEGroupedMLP clamps fc1's output in eager PyTorch before the fused GLU, builds
     # linear_fc2 with skip_bias_add=True and adds that bias after it (memsym.timing.moe)
@@ -331,8 +347,9 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
     out.append(Gemm("expert_fc2", per_expert, h + 0 * t, x.f_e / t_e, local,
                     eager=("bias",) if x.expert_bias else ()))
     if x.f_sh:
-        out.append(Gemm("shared_fc1", T, mult * x.f_sh / t, h))
-        out.append(Gemm("shared_fc2", T, h + 0 * t, x.f_sh / t))
+        # the shared experts keep the hidden width (mlp.py:215-244: is_expert False)
+        out.append(Gemm("shared_fc1", T, mult * x.f_sh / t, x.h))
+        out.append(Gemm("shared_fc2", T, x.h + 0 * t, x.f_sh / t))
     return out
 
 
@@ -491,8 +508,8 @@ def layer_params(x: Shape, *, moe: bool) -> tuple:
        k = 3 \text{ (gated MLP) else } 2
 
     (an MoE layer: the router :math:`hE` and the shared experts' :math:`k\,h\,f_{sh}` in
-    place of the MLP, and :math:`N_{expert} = E\,k\,h\,f_e`; MLA's low-rank projections in
-    place of :math:`h(a+2g)d_{qk}`).
+    place of the MLP (a latent MoE's :math:`2h\,h_{lat}` too), :math:`N_{expert} = E\,k\,h\,f_e`
+    (:math:`h_{lat}` for h); MLA's low-rank projections in place of :math:`h(a+2g)d_{qk}`).
 
     Parameters
     ----------
@@ -524,7 +541,8 @@ def layer_params(x: Shape, *, moe: bool) -> tuple:
     mult = 3 if x.gated else 2
     if not moe:
         return att + mult * h * x.f + 2 * h, 0
-    return att + h * x.E + mult * h * x.f_sh + 2 * h, x.E * mult * h * x.f_e
+    return (att + h * x.E + mult * h * x.f_sh + 2 * h * x.h_lat + 2 * h,
+            x.E * mult * (x.h_lat or h) * x.f_e)
 
 
 def forward_flops_per_token(x: Shape, s, *, causal: bool = True) -> float:

@@ -50,7 +50,8 @@ __all__ = ["MODULE_GEMMS", "norms_recomputed", "module_recompute"]
 
 #: The forward GEMMs (:func:`memsym.timing.gemm.layer_gemms` names) each module reruns.
 MODULE_GEMMS = {"mlp": ("fc1", "fc2"),
-                "moe": ("router", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2"),
+                "moe": ("router", "latent_fc1", "latent_fc2", "expert_fc1", "expert_fc2",
+                        "shared_fc1", "shared_fc2"),
                 "shared_experts": ("shared_fc1", "shared_fc2"),
                 "mla_up_proj": ("q_up", "kv_up")}
 

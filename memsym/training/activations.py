@@ -227,6 +227,8 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     # Megatron-core weights the expert activation by the probabilities before fc2 and
     # combines by a sum: no expert output kept (Framework.moe_combine_keeps_outputs)
     common["combine_kept"] = framework_record(training.framework).moe_combine_keeps_outputs
+    if getattr(x, "moe_latent_size", None):
+        common["latent"] = True          # latent MoE: dispatch and experts h_lat wide
 
     # Megatron's --recompute-modules (default core_attn) under selective recompute
     mods = recompute_modules_of(training)
