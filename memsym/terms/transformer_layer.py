@@ -501,9 +501,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
             + \tfrac{\delta\,\tau h}{\sigma}
         \end{aligned}
 
-    (:math:`\delta` = 1 with dropout, :math:`\gamma` = 1 gated; per routed copy the expert fc1,
-    activation and fc2 inputs and, with ``combine_kept``, the output kept for the combine; shared
-    experts add a dense MLP of width :math:`f_{sh}`).  The other switches are derived here.
+    (:math:`\delta` = 1 with dropout, :math:`\gamma` = 1 gated, [kept] = ``combine_kept``; shared
+    experts add a dense MLP of width :math:`f_{sh}`).
 
     Parameters
     ----------
@@ -518,9 +517,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     norm, norm_statistics : {"layernorm", "rmsnorm"}, bool
         The normalisation; its fp32 per-token statistics kept (False reproduces the paper).
     moe, shared_expert, combine_kept, latent : bool
-        An MoE layer instead of a dense MLP; with shared experts of width ``f_sh``; keeping the
-        expert outputs for the combine (module docstring; Megatron-core keeps none); latent MoE
-        (``moe_latent_size``).
+        An MoE layer; shared experts (width ``f_sh``); the expert outputs kept for the combine
+        (module docstring; Megatron-core keeps none); latent MoE (``moe_latent_size``).
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
     output_gate, hf_qwen3_next, qk_norm_fp32 : bool

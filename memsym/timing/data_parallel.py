@@ -163,11 +163,8 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     group sizes ``ndp`` (DP x CP) and ``edp`` (expert DP) [GPUs], and the collectives' seconds
     as issued: ``rs``, ``ag`` (once) and, per micro-batch, ``once`` and ``again`` (None
     without ZeRO-3 / FSDP).  ``ends_gpu``: of ``dense_gpu``, the weights outside the
-    decoder layers (:func:`gathered_bytes`).  ``muon``: ``(arch, layers)``, the model and the
-    busiest stage's decoder layers, whose Newton-Schulz seconds
-    (:func:`memsym.timing.muon.muon_step_time`) join the optimizer step under
-    ``st.optimizer == "muon"``; Muon under the distributed optimizer is Megatron's layer-wise
-    one: the gradients all-reduced (DDP), the parameters all-gathered after the step.
+    decoder layers (:func:`gathered_bytes`).  Muon under the distributed optimizer is
+    Megatron's layer-wise one: gradients all-reduced, parameters all-gathered after the step.
 
     Parameters
     ----------
@@ -179,6 +176,9 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
         The first stage's (forward, backward) and the pipeline's seconds [s].
     p, m, t, c, d, e, t_e : array_like
         Pipeline size [GPUs], micro-batches [1], TP, CP, DP, EP, expert-TP sizes [GPUs].
+    muon : tuple, optional
+        ``(arch, layers)``, the busiest stage's decoder layers [layers]: Muon's Newton-Schulz
+        seconds (:func:`memsym.timing.muon.muon_step_time`) join the optimizer step.
 
     Examples
     --------

@@ -98,16 +98,14 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
     ----------
     M, N, K : array_like
         One expert's GEMM dimensions [elements] (M: that expert's routed rows).
-    count : array_like
-        Local experts [1].
+    count, streams : array_like, int
+        Local experts [1]; concurrent compute streams [1].
     device : str or GPU
         The GPU.
     precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
         The GEMM's input precision.
     eta_gemm : float, optional
         A fixed achieved math-side efficiency replacing the ceiling and quantisation [1].
-    streams : int
-        Concurrent compute streams [1].
 
     Returns
     -------
@@ -458,9 +456,9 @@ def token_count_gather_time(E, e, t_e, cluster):
     counts over the expert-TP x EP group (token_dispatcher.py ``preprocess``, lines 570-572:
     ``gather_from_sequence_parallel_region(num_local_tokens_per_expert,
     group=self.tp_ep_group)``) to size the all-to-all, then waits for them on the host
-    (``_maybe_update_cuda_sync_point("before_ep_alltoall")``, line 596) [megatron-moe].
-    A few kB: its :math:`n - 1` ring steps' latency is the cost, on the network when the
-    :math:`n = t_e e` ranks leave the NVLink domain.  The backward reuses the splits.
+    (``_maybe_update_cuda_sync_point("before_ep_alltoall")``, line 596) [megatron-moe]: a few
+    kB, whose :math:`n - 1` ring steps' latency is the cost (on the network when the
+    :math:`n = t_e e` ranks leave the NVLink domain).  The backward reuses the splits.
 
     Parameters
     ----------

@@ -153,7 +153,7 @@ class Settings:
         ``--muon-tp-mode`` (Megatron-LM's default duplicated; Megatron-Bridge's Muon recipes
         blockwise).
     muon_ns_steps : int
-        ``--muon-num-ns-steps`` (default 5).
+        ``--muon-num-ns-steps`` [iterations] (default 5).
     """
 
     seq_length: int = 2048
