@@ -5,8 +5,8 @@ Same oracle as ``tests/test_hf_layer_kinds.py``: transformers (5.25.0 when check
 ``sum(p.numel())`` of its parameters (each tied shared block once) must equal memsym's count,
 for small configs (one or several shared blocks, adapters on Q/K/V or not, tied or untied,
 biases) and for the published Zamba2 1.2B, 2.7B and 7B configs (tests/data/hf, with a hand
-derivation and the published sizes).  The memory estimate and pipeline parallelism are
-refused, each in one line.  No network: every config is written here or read from tests/data/hf.
+derivation and the published sizes).  Pipeline parallelism is refused in one line; the
+activations of Zamba2's shared-block uses are tested in tests/test_zamba2_activations.py.  No network: every config is written here or read from tests/data/hf.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from memsym.model.hf_config import HF_MODEL_TYPES
 
 from test_hf_configs import _TOKENS, _write
 from test_hf_newer_types import _language_model_count
-from in_process import estimate
 
 _HYBRID = ["mamba", "hybrid", "mamba", "hybrid", "hybrid", "mamba", "hybrid", "mamba"]
 # Zamba: the default pattern (layers 2, then every attn_layer_period from attn_layer_offset)
@@ -202,23 +201,6 @@ def test_pipeline_parallelism_is_refused_in_one_line(tmp_path):
     with pytest.raises(InvalidValueError, match="shared transformer blocks") as err:
         stage_parameters(arch, t=1, p=2, stage=0, pad_vocab=False)
     assert "\n" not in str(err.value)
-
-
-def test_the_cli_refuses_the_estimate_in_one_line(tmp_path, capsys):
-    path = _write(tmp_path, SMALL["zamba2"])
-    code, out, err = estimate(capsys, path, "--seq-length", 64)
-    assert code == 2 and out == ""
-    assert err.count("\n") == 1 and "shared transformer block" in err
-    assert "not modelled" in err
-    # the feature named (transformers' Zamba2HybridLayer: the shared block on the 2h-wide
-    # concatenation of hidden state and embeddings, per-use adapters and linear), not a reason
-    # about Megatron-core's mixers that a DeepSpeed job never meets
-    for framework in ("megatron", "deepspeed"):
-        code, out, err = estimate(capsys, path, "--seq-length", 64, "--framework", framework)
-        assert code == 2 and err.count("\n") == 1
-        assert "2h-wide concatenation" in err and "per-use LoRA adapters" in err
-        assert "Megatron-core" not in err
-
 
 
 @pytest.mark.parametrize("cfg,match", [

@@ -7,8 +7,9 @@ the ``layers_block_type`` Mamba layers and ``"shared"`` for its ``"hybrid"`` lay
 layer after one use of a shared block); the shared blocks are counted once each and every use's
 linear layer and adapters once per use (:mod:`memsym.model.shared_blocks`), so that the
 parameter count equals ``sum(p.numel())`` of ``AutoModelForCausalLM.from_config`` on the meta
-device (transformers 5.25.0, ``tests/test_hf_zamba.py``).  The memory estimate is refused
-(the activations of a shared block's uses are not modelled), and so is pipeline parallelism.
+device (transformers 5.25.0, ``tests/test_hf_zamba.py``).  A Zamba2 hybrid layer's activations
+are its Mamba-2 layer's and one use of the shared block's (:mod:`memsym.terms.shared_block`);
+Zamba's Mamba-1 mixers are not modelled (its estimate is refused), nor is pipeline parallelism.
 
 REF: transformers 5.25.0 ``models/zamba/configuration_zamba.py`` and ``modeling_zamba.py``
 (ZambaMambaMixer, ZambaAttentionDecoderLayer, ZambaHybridLayer, ZambaModel),
@@ -96,7 +97,8 @@ def _read_zamba(c: ConfigFields, notes: list) -> dict:
               mamba_conv_bias=c.bool("mamba_conv_bias", True), mamba_in_proj_bias=bias,
               mamba_out_proj_bias=bias, mamba_gated_norm=False, mamba_inner_norms=False)
     notes.append("zamba: the shared transformer block counted once, each hybrid layer's linear "
-                 "layer once per use; memory estimate and pipeline parallelism not modelled")
+                 "layer once per use; the Mamba-1 mixers' activations and pipeline parallelism "
+                 "not modelled")
     _untied_copies(c, kw, notes, 1)
     return kw
 
@@ -130,8 +132,8 @@ def _read_zamba2(c: ConfigFields, notes: list) -> dict:
               shared_adapter_rank=c.int("adapter_rank", 128, allow_zero=True) or None,
               shared_attention_adapters=c.bool("use_shared_attention_adapter", False))
     notes.append("zamba2: each shared transformer block counted once, each hybrid layer's "
-                 "linear layer and LoRA adapters once per use; memory estimate and pipeline "
-                 "parallelism not modelled")
+                 "linear layer and LoRA adapters once per use, the activations of each use "
+                 "(memsym.terms.shared_block); pipeline parallelism not modelled")
     _untied_copies(c, kw, notes, kw["shared_blocks"])
     return kw
 

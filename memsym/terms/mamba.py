@@ -44,6 +44,7 @@ from ..term import Source, Term, Total
 from .activations import layer_activations
 from .gated_deltanet import gdn_activations
 from .lightning import lightning_activations
+from .shared_block import shared_block_activations
 from .short_conv import short_conv_activations
 from .widths import saved_input_bytes
 
@@ -207,19 +208,13 @@ _PRE_NORM = {"conv": ("models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
                            "(input_layernorm before self_attn)", lightning_activations)}
 
 
-def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, common: dict) -> None:
+def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, common: dict,
+                       shared_block=None) -> None:
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
-    if mixer not in ("attention", "mamba", "none", *_PRE_NORM) or ffn not in (None, False, True):
-        if mixer == "shared":
-            # transformers 5.25.0 modeling_zamba2.py Zamba2HybridLayer.forward (lines
-            # 1140-1192) and Zamba2AttentionDecoderLayer.forward (torch.concatenate, line 1060)
-            raise InvalidValueError(
-                "the activations of a shared transformer block's uses are not modelled "
-                "(Zamba, Zamba2: each hybrid layer runs the shared attention and MLP on the "
-                "2h-wide concatenation of its hidden state and the input embeddings, with "
-                "per-use LoRA adapters, then a per-use linear, before its Mamba layer; only "
-                "their parameters are counted, memsym.model.parameter_count)")
+    if mixer == "shared":
+        _refuse_shared(recompute, context_parallel, common, shared_block)
+    elif mixer not in ("attention", "mamba", "none", *_PRE_NORM) or ffn not in (None, False, True):
         what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
                 "parallel": "attention and Mamba side by side in one layer (Falcon-H1)",
                 }.get(mixer, f"the layer kind {kind!r}")
@@ -238,6 +233,30 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
                                 "hybrid model)")
     if what and context_parallel:
         raise InvalidValueError(f"context parallelism (c > 1) of {what} is not modelled")
+
+
+def _refuse_shared(recompute: str, context_parallel: bool, common: dict, shared_block) -> None:
+    """Raise InvalidValueError for a use of a shared block (Zamba) that is not modelled."""
+    # transformers 5.25.0 modeling_zamba2.py Zamba2HybridLayer.forward (lines 1140-1192) and
+    # Zamba2AttentionDecoderLayer.forward (torch.concatenate, line 1060): memsym.terms.
+    # shared_block models a use given the block's adapters (shared_block)
+    what = None
+    if shared_block is None:
+        what = ("the activations of a shared transformer block's uses without the block's "
+                "sizes (Zamba, Zamba2: the shared attention and MLP on the 2h-wide "
+                "concatenation of hidden state and embeddings, with per-use LoRA adapters, "
+                "then a per-use linear)")
+    elif shared_block.get("mamba1"):
+        what = "the activations of Zamba's Mamba-1 mixers (Megatron-core trains Mamba-2 mixers)"
+    elif recompute in ("selective", "selective-op"):
+        what = f"{recompute} recompute of a shared transformer block (Zamba2)"
+    elif common.get("fp8_inputs"):
+        what = "FP8 activations of a shared transformer block (use bf16 for Zamba2)"
+    elif context_parallel or common.get("mla"):
+        what = ("context parallelism (c > 1)" if context_parallel else "multi-latent "
+                "attention") + " in a shared transformer block (Zamba2)"
+    if what:
+        raise InvalidValueError(f"{what} is not modelled")
 
 
 def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat, fp8) -> list:
@@ -275,9 +294,28 @@ def _other_mixer(mixer: str, sp_on: bool, dropout: bool, one_stat) -> list:
     return terms
 
 
+def _mixer_terms(mixer: str, common: dict, gated_norm: bool, one_stat, shared_block) -> list:
+    """The terms of a hybrid layer's non-attention mixer [bytes]: a shared block's use (Zamba2)
+    and the Mamba-2 mixer it feeds, a Mamba-2 mixer, or a short-conv / GDN / lightning mixer."""
+    sp_on, dropout = common.get("sequence_parallel", False), common.get("dropout", True)
+    terms: list = []
+    if mixer == "shared":
+        use = shared_block_activations(
+            adapter_rank=shared_block.get("adapter_rank", 0),
+            attention_adapters=shared_block.get("attention_adapters", False),
+            sequence_parallel=sp_on, flash=common.get("flash", True))
+        terms += [Term(f"shared_{term.key}", term.expr, term.description, term.source,
+                       label=f"shared {term.label}") for term in use]
+    if mixer in ("mamba", "shared"):
+        terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat, common.get("fp8_inputs"))
+    if mixer in _PRE_NORM:
+        terms += _other_mixer(mixer, sp_on, dropout, one_stat)
+    return terms
+
+
 def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=None,
                              shared_expert: bool = False, gated_norm: bool = True,
-                             context_parallel: bool = False, **common) -> Total:
+                             context_parallel: bool = False, shared_block=None, **common) -> Total:
     r"""Activations one layer of a hybrid Mamba / attention model keeps for its backward [bytes].
 
     A hybrid layer ``kind = (mixer, ffn)`` (:func:`memsym.model.stages.layer_kind_pattern`) is
@@ -291,6 +329,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     * a short-convolution (LFM2), Gated DeltaNet (Qwen3-Next) or lightning (MiniMax-01)
       mixer: its pre-norm's input and statistics and the ``short_conv``, ``gated_deltanet``
       or ``lightning`` module's term;
+    * a use of a shared block and a Mamba-2 mixer (``"shared"``, Zamba2): :func:`~memsym.
+      terms.shared_block.shared_block_activations` and the Mamba-2 mixer's terms;
     * an MLP (``ffn`` False) or MoE block (``ffn`` True): the other half of
       :func:`~memsym.terms.activations.layer_activations` of that kind.
 
@@ -316,6 +356,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
         The Mamba mixer's gated RMSNorm before out_proj.
     context_parallel : bool
         c > 1: refused for a Mamba layer (Megatron's ``MambaContextParallel`` is not modelled).
+    shared_block : dict, optional
+        A ``"shared"`` layer's block: ``adapter_rank`` [1], ``attention_adapters``, ``mamba1``.
     **common
         :func:`~memsym.terms.activations.layer_activations`' switches (``gated``, ``flash``,
         ``norm``, ``qk_norm``, ``output_gate``, ``hf_qwen3_next``, ``fp8_inputs``, ...).
@@ -349,8 +391,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     0
     """
     mixer, ffn = kind
-    _refuse_unmodelled(kind, recompute, context_parallel, common)
-    sp_on, dropout = common.get("sequence_parallel", False), common.get("dropout", True)
+    _refuse_unmodelled(kind, recompute, context_parallel, common, shared_block)
     if recompute == "full":
         return Total("activations per hybrid layer (full recompute)", tuple(
             layer_activations(recompute="full", **common)))
@@ -361,10 +402,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     if mixer == "attention":
         dense = layer_activations(recompute=recompute, modules=modules, **common)
         terms += _norm(dense, "attn", one_stat) + _part(dense, "attn", _ATTENTION_KEYS)
-    if mixer == "mamba":
-        terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat, common.get("fp8_inputs"))
-    if mixer in _PRE_NORM:
-        terms += _other_mixer(mixer, sp_on, dropout, one_stat)
+    terms += _mixer_terms(mixer, common, gated_norm, one_stat, shared_block)
     if ffn is not None:
         block = layer_activations(recompute=recompute, modules=modules, moe=ffn,
                                   shared_expert=shared_expert and ffn, **common)
@@ -378,7 +416,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
 
 
 def hybrid_stack(kinds, recompute: str, modules, shared_expert: bool, context_parallel: bool,
-                 common: dict) -> sp.Expr:
+                 common: dict, shared_block=None) -> sp.Expr:
     r"""The activations of a hybrid stage's layers, each kind's times its count [bytes].
 
     .. math:: A_{\mathrm{stage}} = \sum_k n_k\, A_{\mathrm{layer}}(\mathrm{kind}_k)
@@ -397,6 +435,8 @@ def hybrid_stack(kinds, recompute: str, modules, shared_expert: bool, context_pa
         As in :func:`hybrid_layer_activations`.
     common : dict
         The transformer term's switches.
+    shared_block : dict, optional
+        A shared block's sizes (Zamba2), as in :func:`hybrid_layer_activations`.
 
     Returns
     -------
@@ -417,5 +457,6 @@ def hybrid_stack(kinds, recompute: str, modules, shared_expert: bool, context_pa
     mods = modules if recompute == "selective" else None
     return sum((n * hybrid_layer_activations(kind, recompute=recompute, modules=mods,
                                              shared_expert=shared_expert, gated_norm=gated,
-                                             context_parallel=context_parallel, **common).expr
+                                             context_parallel=context_parallel,
+                                             shared_block=shared_block, **common).expr
                 for kind, n, gated in kinds), 0)

@@ -185,6 +185,7 @@ class _StageLayers(NamedTuple):
     kinds: list         # the same, of this stage's layers
     hybrid: tuple       # a hybrid model's layer kinds on the stage (models.stages.hybrid_kinds)
     uniform: bool       # an even split of one layer kind: the count stays symbolic (L/p)
+    shared_block: dict | None = None   # a shared block's sizes (Zamba2: memsym.terms.mamba)
 
 
 def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
@@ -196,7 +197,11 @@ def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
     kinds, hybrid = [pattern[i] for i in rng], models.stages.hybrid_kinds(x, rng)
     uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
                and pl is None and len(set(pattern)) == 1 and not hybrid)
-    return _StageLayers(pattern, kinds, hybrid, uniform)
+    # Zamba's shared blocks: the per-use adapters' rank and placement, the Mamba version
+    shared_block = dict(adapter_rank=x.shared_adapter_rank or 0,
+                        attention_adapters=bool(x.shared_attention_adapters),
+                        mamba1=x.mamba_version == 1) if x.shared_blocks else None
+    return _StageLayers(pattern, kinds, hybrid, uniform, shared_block)
 
 
 def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple:
@@ -256,12 +261,13 @@ def _layer_stack(layers: _StageLayers, layer_model: tuple, layout: Layout, train
     the stage's layers by kind (a hybrid's by :mod:`memsym.terms.mamba`), under the
     recompute method's split (:func:`_chunk_activations`)."""
     per_layer, common, mods, shared = layer_model
-    pattern, kinds, hybrid, uniform = layers
+    pattern, kinds, hybrid, uniform, shared_block = layers
     n_moe = sum(kinds)
 
     def layer_stack(mode: str):
         if uniform or hybrid:   # a hybrid's layers by their kinds (memsym/terms/mamba.py)
-            return hybrid_terms.hybrid_stack(hybrid, mode, mods, shared, layout.c > 1, common) \
+            return hybrid_terms.hybrid_stack(hybrid, mode, mods, shared, layout.c > 1, common,
+                                             shared_block) \
                 if hybrid else per_chunk * per_layer(pattern[0], mode)
         out = (sp.Integer(len(kinds) - n_moe) * per_layer(False, mode) if len(kinds) > n_moe
                else 0) + (sp.Integer(n_moe) * per_layer(True, mode) if n_moe else 0)
