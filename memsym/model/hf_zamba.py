@@ -132,8 +132,8 @@ def _read_zamba2(c: ConfigFields, notes: list) -> dict:
               shared_adapter_rank=c.int("adapter_rank", 128, allow_zero=True) or None,
               shared_attention_adapters=c.bool("use_shared_attention_adapter", False))
     notes.append("zamba2: each shared transformer block counted once, each hybrid layer's "
-                 "linear layer and LoRA adapters once per use, the activations of each use "
-                 "(memsym.terms.shared_block); pipeline parallelism not modelled")
+                 "linear layer, LoRA adapters and block activations once per use; pipeline "
+                 "parallelism not modelled")
     _untied_copies(c, kw, notes, kw["shared_blocks"])
     return kw
 
