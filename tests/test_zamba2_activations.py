@@ -13,7 +13,11 @@ from transformers' code, the same as ``tests/test_hf_activations.py`` names for 
   normalised tensor (2), where memsym counts the bf16 input (2): +4 bytes per element, for
   input_layernorm (2h wide) and pre_ff_layernorm (h wide);
 * the unfused SwiGLU ``act_fn(gate) * up`` keeps SiLU's output (2f bytes a token), which
-  Megatron's fused kernel recomputes.
+  Megatron's fused kernel recomputes;
+* with eager attention (memsym's ``flash=False``), the fp32 softmax and, under GQA, K and V
+  repeated to a heads (SDPA, memsym's flash terms, has neither).
+
+Each holds exactly, at every shape tried (with and without adapters, RoPE, GQA).
 
 The Mamba mixer of the hybrid layer is not measured here: on the CPU transformers runs its
 ``torch_forward``, not the CUDA kernel path memsym models (:mod:`memsym.terms.mamba`).
@@ -36,12 +40,12 @@ from test_hf_zamba import SMALL, _ZAMBA2
 from in_process import estimate
 
 
-def _memsym(s_, b_, h_, a_, g_, f_, r_, att) -> int:
-    expr = shared_block_activations(adapter_rank=r_, attention_adapters=att).expr
+def _memsym(s_, b_, h_, a_, g_, f_, r_, att, flash=True) -> int:
+    expr = shared_block_activations(adapter_rank=r_, attention_adapters=att, flash=flash).expr
     return expr.subs({s: s_, b: b_, h: h_, a: a_, g: g_, d_h: 2 * h_ // a_, f: f_, t: 1, c: 1})
 
 
-def _measured(s_, b_, h_, a_, g_, f_, r_, att, rope) -> int:
+def _measured(s_, b_, h_, a_, g_, f_, r_, att, rope, attention="sdpa") -> int:
     """Bytes autograd keeps for one use of transformers' Zamba2 shared block and its linear."""
     import torch
     import transformers
@@ -52,7 +56,7 @@ def _measured(s_, b_, h_, a_, g_, f_, r_, att, rope) -> int:
         adapter_rank=r_, use_shared_attention_adapter=att, use_mem_rope=rope,
         num_hidden_layers=2, layers_block_type=["hybrid", "mamba"], n_mamba_heads=2,
         mamba_d_state=4, mamba_headdim=h_, vocab_size=16, num_mem_blocks=1)
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = attention
     torch.manual_seed(0)
     model = mz.Zamba2ForCausalLM(cfg).to(torch.bfloat16)
     layer = model.model.layers[0]
@@ -98,6 +102,25 @@ def test_a_use_of_the_shared_block_is_memsym_plus_named_differences(shape):
     silu_output = 2 * s_ * b_ * f_
     assert _measured(*shape) == _memsym(s_, b_, h_, a_, g_, f_, r_, att) \
         + rmsnorm_fp32 + silu_output
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1]])
+def test_eager_attention_adds_the_fp32_softmax_and_the_repeated_kv(shape):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    s_, b_, h_, a_, g_, f_, r_, att, rope = shape
+    d_ = 2 * h_ // a_
+    rmsnorm_fp32 = 4 * s_ * b_ * (2 * h_ + h_)
+    silu_output = 2 * s_ * b_ * f_
+    # eager_attention_forward (modeling_zamba2.py:183-205): softmax(..., dtype=float32) keeps
+    # its fp32 output (4 a s^2 b) besides the bf16 cast memsym counts; repeat_kv (lines 193-194)
+    # makes K and V a heads wide for the matmuls, which keep those copies (none when g = a)
+    softmax_fp32 = 4 * a_ * s_ * s_ * b_
+    repeat_kv = 2 * 2 * s_ * b_ * (a_ - g_) * d_
+    assert _measured(*shape, attention="eager") \
+        == _memsym(s_, b_, h_, a_, g_, f_, r_, att, flash=False) \
+        + rmsnorm_fp32 + silu_output + softmax_fp32 + repeat_kv
 
 
 def test_the_formula_by_hand():
