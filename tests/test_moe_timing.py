@@ -48,6 +48,22 @@ def test_router_gemm_runs_in_the_input_dtype_under_fp8():
         gemm_time(2048, 4096, 8192, "h100", "fp8"))
 
 
+def test_router_gemm_runs_on_the_sequence_parallel_shard():
+    # Megatron-LM d98e8a64dd: the MoE layer routes the pre-MLP norm's output as it comes, the
+    # sequence-parallel shard (router.py:111 gating on ``input``; :614-624 "num_local_tokens
+    # (= activation.shape[0]) is sequence-parallel sharded"; moe_layer.py:636-640 rejects TP
+    # without SP in training).  Qwen3-30B-A3B (h 2048, 128 experts), s 4096, b 2, t 4, c 2:
+    # T = 2 x 4096 / 2 = 4096 tokens, the router sees 4096 / 4 = 1024 rows:
+    # [1024, 2048] x [2048, 128], 2 M N K = 2 x 1024 x 2048 x 128 = 536,870,912 FLOPs.
+    x = shape_of(preset("qwen3-30b-a3b"))
+    g = {q.name: q for q in layer_gemms(x, 4096, 2, t=4, c=2, e=8, moe=True)}
+    r = g["router"]
+    assert (float(r.M), float(r.N), float(r.K)) == (1024, 128, 2048)
+    assert float(r.flops) == 2 * 1024 * 2048 * 128 == 536_870_912
+    # the routed experts still receive b s k t_e / (t c) rows (t_e = t = 4) over E/e
+    assert float(g["expert_fc1"].M) * float(g["expert_fc1"].count) == 2 * 4096 * 8 * 4 / (4 * 2)
+
+
 def test_dispatch_bytes_by_hand():
     # one GPU, 1,000 tokens, top-2 of 8 experts, h = 10: router 15 B x 1000 x 8; permute reads
     # and writes 2,000 rows, sort + un-sort read and write 2,000 received rows twice (4 local
