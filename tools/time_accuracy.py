@@ -136,7 +136,8 @@ def _settings(run) -> Settings:
                     moe_host_sync=st.get("moe_host_sync", recipe_moe_host_sync(run)),
                     # Muon (Kimi K2's rows): the optimizer and its TP mode as the row states
                     optimizer=st.get("optimizer", "adam"),
-                    muon_tp_mode=st.get("muon_tp_mode", "duplicated"))
+                    muon_tp_mode=st.get("muon_tp_mode", "duplicated"),
+                    muon_nesterov=bool(st.get("muon_nesterov", False)))
 
 
 def recipe_moe_dispatcher(run) -> str:

@@ -154,6 +154,9 @@ class Settings:
         blockwise).
     muon_ns_steps : int
         ``--muon-num-ns-steps`` [iterations] (default 5).
+    muon_nesterov : bool
+        ``--muon-nesterov`` (Megatron-LM's default off, optimizer_config.py:266): one more
+        element-wise pass per Muon parameter (:func:`memsym.timing.muon.muon_step_bytes`).
     """
 
     seq_length: int = 2048
@@ -183,6 +186,7 @@ class Settings:
     optimizer: str = "adam"
     muon_tp_mode: str = "duplicated"
     muon_ns_steps: int = 5
+    muon_nesterov: bool = False
 
 
 @dataclass(frozen=True)
