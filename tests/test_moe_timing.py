@@ -213,6 +213,35 @@ def test_layernorm_and_moe_act_recompute_rerun_their_hbm_bytes():
     assert float(b1["gemm"]) == float(b0["gemm"])                   # no GEMM reruns
 
 
+def test_layernorm_recompute_of_an_mla_moe_layer_follows_the_down_proj_fusion():
+    # Megatron-LM d98e8a64dd gpt_layer_specs.py: MLA's input norm is a TENorm of its own
+    # (295-296, mla_down_proj_fusion False by default, transformer_config.py:3338) and an MoE
+    # layer's pre-MLP norm too (313); --mla-down-proj-fusion makes the input norm an IdentityOp
+    # fused into the q/kv down-projection (257-264), which transformer_layer.py:476-477 does
+    # not recompute.  DeepSeek-V3 (h 7168), one MoE layer, t = c = 1, b = 1, s = 4096 on a
+    # B200 (8 TB/s): each norm rerun reads and writes T h bf16, 4 x 4096 x 7168 bytes.
+    from dataclasses import replace
+    from memsym.hardware import cluster_for, gpu as gpu_of
+    from memsym.timing.layer import layer_time
+    from memsym.timing.records import Overlap, Settings
+    dev = gpu_of("b200")
+    one_norm = 4 * 4096 * 7168 / 8e12
+    base = Settings(seq_length=4096, micro_batch_size=1, recompute="selective",
+                    recompute_modules=(), sequence_parallel=False)
+
+    def backward_memory(st):
+        _, bwd = layer_time(shape_of(preset("deepseek-v3")), st, dev, cluster_for(dev.name),
+                            1.0, 1.0, 8.0, 1.0, 1.0, moe=True, eta_gemm=None,
+                            overlap=Overlap(), dp=8.0)
+        return float(bwd["memory"])
+
+    none = backward_memory(base)
+    ln = replace(base, recompute_modules=("layernorm",))
+    assert backward_memory(ln) - none == pytest.approx(2 * one_norm, rel=1e-12)
+    fused = replace(ln, mla_down_proj_fusion=True)
+    assert backward_memory(fused) - none == pytest.approx(one_norm, rel=1e-12)
+
+
 def test_mla_up_proj_recompute_reruns_the_up_projection_gemms():
     # DeepSeek-V3, one layer, t = 1, b = 1, s = 4096 (T = 4096): MLASelfAttention reruns
     # linear_q_up_proj [T, r_q] x [r_q, a d_qk] and linear_kv_up_proj

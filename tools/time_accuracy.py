@@ -137,7 +137,8 @@ def _settings(run) -> Settings:
                     # Muon (Kimi K2's rows): the optimizer and its TP mode as the row states
                     optimizer=st.get("optimizer", "adam"),
                     muon_tp_mode=st.get("muon_tp_mode", "duplicated"),
-                    muon_nesterov=bool(st.get("muon_nesterov", False)))
+                    muon_nesterov=bool(st.get("muon_nesterov", False)),
+                    mla_down_proj_fusion=bool(st.get("mla_down_proj_fusion", False)))
 
 
 def recipe_moe_dispatcher(run) -> str:

@@ -157,6 +157,10 @@ class Settings:
     muon_nesterov : bool
         ``--muon-nesterov`` (Megatron-LM's default off, optimizer_config.py:266): one more
         element-wise pass per Muon parameter (:func:`memsym.timing.muon.muon_step_bytes`).
+    mla_down_proj_fusion : bool
+        ``--mla-down-proj-fusion`` (default off): MLA's input norm fused into the q/kv
+        down-projection, not rerun by ``layernorm`` (:func:`memsym.timing.recompute.
+        norms_recomputed`).
     """
 
     seq_length: int = 2048
@@ -187,6 +191,7 @@ class Settings:
     muon_tp_mode: str = "duplicated"
     muon_ns_steps: int = 5
     muon_nesterov: bool = False
+    mla_down_proj_fusion: bool = False
 
 
 @dataclass(frozen=True)
