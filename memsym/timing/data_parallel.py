@@ -4,7 +4,8 @@ all-gather, the optimizer step, and each group's collectives as issued.
 After the pipeline flush the data-parallel gradient reduce-scatter / all-reduce and the
 parameter all-gather are exposed beyond what the last backward / first forward hides (ZeRO-3
 and FSDP: every micro-batch, behind the pipeline's compute where it fits), then the optimizer
-step reads and writes :data:`OPTIMIZER_BYTES` per parameter of the GPU's shard.  The
+step reads and writes :data:`OPTIMIZER_BYTES` per parameter of the GPU's shard (Muon's
+matrices :func:`memsym.timing.muon.muon_step_bytes`).  The
 all-gather moves each parameter at the width of
 :func:`memsym.terms.widths.param_gather_bytes` (the one rule the step time and the
 communication report share): 2 B for bf16, 1 B for FP8 linear weights under
