@@ -142,7 +142,8 @@ def test_latent_moe_gemms_by_hand():
     assert g["latent_fc1"] == (2048, LAT, H) and g["latent_fc2"] == (2048, H, LAT)
     rows = 4096 * K / 2 / (E / 64)           # b s k t_e / (t c) rows over E/e local experts
     assert g["expert_fc1"] == (rows, F_E, LAT) and g["expert_fc2"] == (rows, LAT, F_E)
-    assert g["shared_fc1"] == (4096, F_SH / 2, H) and g["router"] == (4096, E, H)
+    # the router scores the SP shard, T/t = 2048 tokens (router.py:111, :614-624)
+    assert g["shared_fc1"] == (4096, F_SH / 2, H) and g["router"] == (2048, E, H)
 
 
 def test_latent_moe_dispatches_latent_rows():

@@ -48,6 +48,22 @@ def test_router_gemm_runs_in_the_input_dtype_under_fp8():
         gemm_time(2048, 4096, 8192, "h100", "fp8"))
 
 
+def test_router_gemm_runs_on_the_sequence_parallel_shard():
+    # Megatron-LM d98e8a64dd: the MoE layer routes the pre-MLP norm's output as it comes, the
+    # sequence-parallel shard (router.py:111 gating on ``input``; :614-624 "num_local_tokens
+    # (= activation.shape[0]) is sequence-parallel sharded"; moe_layer.py:636-640 rejects TP
+    # without SP in training).  Qwen3-30B-A3B (h 2048, 128 experts), s 4096, b 2, t 4, c 2:
+    # T = 2 x 4096 / 2 = 4096 tokens, the router sees 4096 / 4 = 1024 rows:
+    # [1024, 2048] x [2048, 128], 2 M N K = 2 x 1024 x 2048 x 128 = 536,870,912 FLOPs.
+    x = shape_of(preset("qwen3-30b-a3b"))
+    g = {q.name: q for q in layer_gemms(x, 4096, 2, t=4, c=2, e=8, moe=True)}
+    r = g["router"]
+    assert (float(r.M), float(r.N), float(r.K)) == (1024, 128, 2048)
+    assert float(r.flops) == 2 * 1024 * 2048 * 128 == 536_870_912
+    # the routed experts still receive b s k t_e / (t c) rows (t_e = t = 4) over E/e
+    assert float(g["expert_fc1"].M) * float(g["expert_fc1"].count) == 2 * 4096 * 8 * 4 / (4 * 2)
+
+
 def test_dispatch_bytes_by_hand():
     # one GPU, 1,000 tokens, top-2 of 8 experts, h = 10: router 15 B x 1000 x 8; permute reads
     # and writes 2,000 rows, sort + un-sort read and write 2,000 received rows twice (4 local
@@ -195,6 +211,35 @@ def test_layernorm_and_moe_act_recompute_rerun_their_hbm_bytes():
     assert float(b1["memory"] - b0["memory"]) == pytest.approx(want, rel=1e-12)
     assert all(float(f1[k]) == float(f0[k]) for k in f0)           # the forward is unchanged
     assert float(b1["gemm"]) == float(b0["gemm"])                   # no GEMM reruns
+
+
+def test_layernorm_recompute_of_an_mla_moe_layer_follows_the_down_proj_fusion():
+    # Megatron-LM d98e8a64dd gpt_layer_specs.py: MLA's input norm is a TENorm of its own
+    # (295-296, mla_down_proj_fusion False by default, transformer_config.py:3338) and an MoE
+    # layer's pre-MLP norm too (313); --mla-down-proj-fusion makes the input norm an IdentityOp
+    # fused into the q/kv down-projection (257-264), which transformer_layer.py:476-477 does
+    # not recompute.  DeepSeek-V3 (h 7168), one MoE layer, t = c = 1, b = 1, s = 4096 on a
+    # B200 (8 TB/s): each norm rerun reads and writes T h bf16, 4 x 4096 x 7168 bytes.
+    from dataclasses import replace
+    from memsym.hardware import cluster_for, gpu as gpu_of
+    from memsym.timing.layer import layer_time
+    from memsym.timing.records import Overlap, Settings
+    dev = gpu_of("b200")
+    one_norm = 4 * 4096 * 7168 / 8e12
+    base = Settings(seq_length=4096, micro_batch_size=1, recompute="selective",
+                    recompute_modules=(), sequence_parallel=False)
+
+    def backward_memory(st):
+        _, bwd = layer_time(shape_of(preset("deepseek-v3")), st, dev, cluster_for(dev.name),
+                            1.0, 1.0, 8.0, 1.0, 1.0, moe=True, eta_gemm=None,
+                            overlap=Overlap(), dp=8.0)
+        return float(bwd["memory"])
+
+    none = backward_memory(base)
+    ln = replace(base, recompute_modules=("layernorm",))
+    assert backward_memory(ln) - none == pytest.approx(2 * one_norm, rel=1e-12)
+    fused = replace(ln, mla_down_proj_fusion=True)
+    assert backward_memory(fused) - none == pytest.approx(one_norm, rel=1e-12)
 
 
 def test_mla_up_proj_recompute_reruns_the_up_projection_gemms():

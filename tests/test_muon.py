@@ -12,9 +12,12 @@ from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.hardware import cluster_for, gpu
 from memsym.job import Layout, Training, job
 from memsym.model import Architecture, stage_parameters
+from memsym.model import preset as preset_of
 from memsym.model.muon_matrices import largest_muon_matrix, muon_matrices, scalar_adam_parameters
 from memsym.terms.muon import muon_scalar_moment, newton_schulz_flops, newton_schulz_workspace
-from memsym.timing.muon import muon_step_time, newton_schulz_time
+from memsym.timing.data_parallel import data_parallel_sync
+from memsym.timing.muon import muon_parameters, muon_step_time, newton_schulz_time
+from memsym.timing.records import Overlap, Settings
 from memsym.training import job_memory
 
 #: A small GQA transformer: h 64, 4 heads of 16, 2 KV heads, SwiGLU f 128, 2 layers, V 256
@@ -102,10 +105,17 @@ def test_layer_wise_shares_the_orthogonalization_over_data_parallel():
     eight = float(muon_step_time(TINY, dev, clu, 2, ndp=8, layer_wise=True, **kw))
     ddp = float(muon_step_time(TINY, dev, clu, 2, ndp=8, layer_wise=False, **kw))
     assert eight == pytest.approx(one / 8) and ddp == pytest.approx(one)
-    # two layers of the six matrices, each priced once
+    # two layers of the six matrices, each priced once: the GEMMs, and the element-wise passes
+    # around each iteration at 3.35 TB/s: duplicated mode, every matrix TP-split, 32 B an
+    # element (F.normalize 12, the bf16 cast 6 and back 6, torch.cat of the gathered shards
+    # 8; muon_utils.py:216, 262, 269, 330) and the split Q, K, V blocks' reshape and cat 16 B
+    # an element (emerging_optimizers.py:426-437): q 64 x 64, k, v 32 x 64, proj 64 x 64,
+    # fc1 256 x 64, fc2 64 x 128
     per_layer = sum(float(newton_schulz_time(r, c, dev)) for _, r, c, _, _ in
                     muon_matrices(TINY, False))
-    assert one == pytest.approx(2 * per_layer)
+    elems = 64 * 64 + 2 * 32 * 64 + 64 * 64 + 256 * 64 + 64 * 128
+    ew = (32 * elems + 16 * (64 * 64 + 2 * 32 * 64)) / 3.35e12
+    assert one == pytest.approx(2 * (per_layer + ew), rel=1e-12)
     # blockwise at TP 2: each shard alone, cheaper than the whole matrix on every rank
     kw2 = dict(e=1, t_e=1, ndp=1, edp=1, layer_wise=False)
     block = muon_step_time(TINY, dev, clu, 2, t=np.array(2.0), tp_mode="blockwise", **kw2)
@@ -180,3 +190,38 @@ def test_an_unknown_tp_mode_is_refused():
     with pytest.raises(UnknownNameError, match="muon_tp_mode"):
         muon_step_time(TINY, gpu("h100"), cluster_for("h100"), 2, t=1, e=1, t_e=1, ndp=1, edp=1,
                        layer_wise=False, tp_mode="sideways")
+
+
+def test_muon_steps_its_matrices_at_its_own_bytes_and_the_rest_at_adams():
+    # Muon's element-wise step per fp32 parameter (Float16OptimizerWithFloat16Params around
+    # TensorParallelMuon, Emerging-Optimizers orthogonalized_optimizer.py:185-210): grad-norm
+    # read 4, decoupled decay p.add_(p) 4 + 4 (mixin.py:48), momentum lerp_ reads m, g and
+    # writes m 12 (:193), two scalings of the update 2 x 8 (emerging_optimizers.py:237),
+    # p.add_(update) 12 (:208), fp32 -> bf16 copy 6, grad-buffer zeroing 4: 62 B; Adam's 42
+    # for the embeddings, output layer and norms (emerging_optimizers.py:140-147).
+    # TINY on one H100, DDP: 2 layers of 36,864 matrix elements (q 4096, k, v 2048 each,
+    # proj 4096, fc1 16384, fc2 8192) Muon; embedding and output 2 x 256 x 64, norms
+    # 2 x (2 x 64) + 64 Adam.
+    dev, one = gpu("h100"), np.array(1.0)
+    clu = cluster_for(dev.name)
+    muon_n = 2 * (4096 + 2 * 2048 + 4096 + 16384 + 8192)
+    adam_n = 2 * 256 * 64 + 2 * 2 * 64 + 64
+    kw = dict(p=one, m=one, t=one, c=one, d=one, e=one, t_e=one, muon=(TINY, 2.0))
+    ns = float(muon_step_time(TINY, dev, clu, 2.0, t=1, e=1, t_e=1, ndp=1, edp=1,
+                              layer_wise=False))
+    for nesterov, per in ((False, 62), (True, 62 + 12)):   # --muon-nesterov: grad.lerp(m) 12
+        st = Settings(optimizer="muon", distributed_optimizer=False, muon_nesterov=nesterov)
+        out = data_parallel_sync(st, dev, clu, Overlap(), np.array(float(muon_n + adam_n)),
+                                 np.array(0.0), (0.0, 0.0), one, **kw)
+        want = (42 * adam_n + per * muon_n) / 3.35e12
+        assert float(out["optimizer"]) - ns == pytest.approx(want, rel=1e-9)
+
+
+def test_muon_parameters_of_an_moe_layer_by_hand():
+    # Qwen3-30B-A3B (h 2048, 32 heads and 4 KV groups of 128, 128 experts of 768, SwiGLU, no
+    # shared expert), one layer at TP 2, EP 8, expert TP 1: Q 4096 x 2048, K, V 512 x 2048,
+    # proj 2048 x 4096 halved by TP; the router 128 x 2048 replicated (a plain parameter, not
+    # TP-split); 128 / 8 = 16 local experts of 3 x 2048 x 768
+    dense, expert = muon_parameters(preset_of("qwen3-30b-a3b"), 1, t=2, e=8, t_e=1)
+    assert float(dense) == (4096 * 2048 + 2 * 512 * 2048 + 2048 * 4096) / 2 + 128 * 2048
+    assert float(expert) == 16 * 3 * 2048 * 768

@@ -134,9 +134,12 @@ def _settings(run) -> Settings:
                     # whether it waits on the host, where the recipe's CUDA graph is not its)
                     moe_dispatcher=st.get("moe_dispatcher") or recipe_moe_dispatcher(run),
                     moe_host_sync=st.get("moe_host_sync", recipe_moe_host_sync(run)),
-                    # Muon (Kimi K2's rows): the optimizer and its TP mode as the row states
+                    # Muon (Kimi K2's rows): the optimizer, its TP mode and Nesterov as the
+                    # row states (Megatron-LM's defaults where it does not)
                     optimizer=st.get("optimizer", "adam"),
-                    muon_tp_mode=st.get("muon_tp_mode", "duplicated"))
+                    muon_tp_mode=st.get("muon_tp_mode", "duplicated"),
+                    muon_nesterov=bool(st.get("muon_nesterov", False)),
+                    mla_down_proj_fusion=bool(st.get("mla_down_proj_fusion", False)))
 
 
 def recipe_moe_dispatcher(run) -> str:

@@ -4,7 +4,8 @@ all-gather, the optimizer step, and each group's collectives as issued.
 After the pipeline flush the data-parallel gradient reduce-scatter / all-reduce and the
 parameter all-gather are exposed beyond what the last backward / first forward hides (ZeRO-3
 and FSDP: every micro-batch, behind the pipeline's compute where it fits), then the optimizer
-step reads and writes :data:`OPTIMIZER_BYTES` per parameter of the GPU's shard.  The
+step reads and writes :data:`OPTIMIZER_BYTES` per parameter of the GPU's shard (Muon's
+matrices :func:`memsym.timing.muon.muon_step_bytes`).  The
 all-gather moves each parameter at the width of
 :func:`memsym.terms.widths.param_gather_bytes` (the one rule the step time and the
 communication report share): 2 B for bf16, 1 B for FP8 linear weights under
@@ -25,7 +26,7 @@ from ..terms.widths import param_gather_bytes
 from .collectives import collective_bytes, collective_time, group_bandwidth, group_link
 from .efficiency import memory_time
 from .gemm import layer_params
-from .muon import muon_step_time
+from .muon import muon_parameters, muon_step_bytes, muon_step_time
 from .records import Overlap, Settings
 
 __all__ = ["OPTIMIZER_BYTES"]
@@ -154,8 +155,9 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     .. math:: t_{dp} = \max(0, t_{rs} - t_{bwd,1}) + \max(0, t_{ag} - t_{fwd,1}), \quad
        t_{opt} = \frac{42\,(N_{dense}/d_{shard} + N_{expert}/e_{dp})}{B_{HBM}}
 
-    (each ``max`` only where that overlap is on; ZeRO-3 / FSDP:
-    :math:`\max(0, m\,(t_{rs} + 2 t_{ag}) - t_{pipeline})`).
+    (Muon: its matrices, :func:`memsym.timing.muon.muon_parameters`, at
+    :func:`memsym.timing.muon.muon_step_bytes` in place of 42; each ``max`` only where that
+    overlap is on; ZeRO-3 / FSDP: :math:`\max(0, m\,(t_{rs} + 2 t_{ag}) - t_{pipeline})`).
 
     ``first_stage``: the first stage's (forward, backward) of one micro-batch, which hide the
     all-gather and the reduce-scatter; ``pipeline``: the pipeline's seconds, which hide the
@@ -221,13 +223,7 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     first_fwd = first_stage[0]
     rs_exp = np.maximum(0, rs - last_bwd) if overlap.grad_reduce else rs
     ag_exp = np.maximum(0, ag - first_fwd) if (overlap.param_gather and st.distributed_optimizer) else ag
-    shard = ndp if st.distributed_optimizer else 1
-    optimizer = memory_time(OPTIMIZER_BYTES * (dense_gpu / shard + expert_gpu / np.where(
-        st.distributed_optimizer, edp, 1)), dev)
-    if st.optimizer == "muon" and muon is not None:
-        optimizer = optimizer + muon_step_time(
-            muon[0], dev, clu, muon[1], t=t, e=e, t_e=t_e, ndp=ndp, edp=edp,
-            layer_wise=st.distributed_optimizer, tp_mode=st.muon_tp_mode, steps=st.muon_ns_steps)
+    optimizer = _optimizer_time(st, dev, clu, dense_gpu, expert_gpu, muon, (t, e, t_e, ndp, edp))
     dp_exposed = rs_exp + ag_exp
     once = again = None
     if st.gather_per_microbatch:
@@ -246,6 +242,27 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
         dp_exposed = np.maximum(0, np.maximum(m, 1) * rs - pipeline) + ag_exp
     return {"dp": dp_exposed, "optimizer": optimizer, "ndp": ndp, "edp": edp,
             "rs": rs, "ag": ag, "once": once, "again": again}
+
+
+def _optimizer_time(st: Settings, dev, clu, dense_gpu, expert_gpu, muon, groups):
+    """The optimizer step's seconds on one GPU: :data:`OPTIMIZER_BYTES` per parameter of its
+    share (Muon: its matrices at :func:`memsym.timing.muon.muon_step_bytes`, and the
+    Newton-Schulz work of :func:`memsym.timing.muon.muon_step_time`); ``groups``: t, e, t_e,
+    ndp, edp."""
+    t, e, t_e, ndp, edp = groups
+    shard = ndp if st.distributed_optimizer else 1
+    eshard = np.where(st.distributed_optimizer, edp, 1)
+    opt_bytes = OPTIMIZER_BYTES * (dense_gpu / shard + expert_gpu / eshard)
+    if st.optimizer != "muon" or muon is None:
+        return memory_time(opt_bytes, dev)
+    # the matrices Muon steps at its own bytes, the rest (embeddings, norms, biases) at Adam's
+    m_dense, m_expert = muon_parameters(muon[0], muon[1], t=t, e=e, t_e=t_e)
+    m_dense, m_expert = np.minimum(m_dense, dense_gpu), np.minimum(m_expert, expert_gpu)
+    opt_bytes = opt_bytes + (muon_step_bytes(st.muon_nesterov) - OPTIMIZER_BYTES) * (
+        m_dense / shard + m_expert / eshard)
+    return memory_time(opt_bytes, dev) + muon_step_time(
+        muon[0], dev, clu, muon[1], t=t, e=e, t_e=t_e, ndp=ndp, edp=edp,
+        layer_wise=st.distributed_optimizer, tp_mode=st.muon_tp_mode, steps=st.muon_ns_steps)
 
 
 def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, ndp, edp, gb,

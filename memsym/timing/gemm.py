@@ -247,9 +247,10 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
     tokens back to :math:`T` before each column-parallel GEMM).  Column-parallel weights
     split their output dimension by t, row-parallel their input.  A MoE layer's experts
     receive, per GPU, :math:`b\,s\,k\,t_e/(t\,c)` routed rows (balanced routing) spread
-    over its :math:`E/e` local experts; a latent MoE (``h_lat``) adds ``latent_fc1``
-    ``[T/t, h] x [h, h_lat]`` and ``latent_fc2`` ``[T/t, h_lat] x [h_lat, h]`` (replicated)
-    and its experts read and write ``h_lat``.  A Mamba-2 mixer (Megatron-core's ``MambaMixer``)
+    over its :math:`E/e` local experts; its router ``[T/t, h] x [h, E]`` runs on the SP shard
+    (MoE training rejects TP without SP), a latent MoE (``h_lat``) adds ``latent_fc1`` ``[T/t,
+    h] x [h, h_lat]`` and ``latent_fc2`` ``[T/t, h_lat] x [h_lat, h]`` (replicated) and its
+    experts read and write ``h_lat``.  A Mamba-2 mixer (Megatron-core's ``MambaMixer``)
     projects with in_proj ``[T, h] x [h, (2 d_ssm + 2 G N + H)/t]`` (column-parallel: z, x, B,
     C, dt) and out_proj ``[T, d_ssm/t] x [d_ssm/t, h]`` (row-parallel).
 
@@ -330,11 +331,10 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
 
 
 def _moe_gemms(x: Shape, T, rows, t, e, t_e, mult) -> list:
-    """An MoE layer's forward GEMMs: router, latent projections (moe_layer.py:266-304,
-    489-490, 591-592: duplicated on every TP rank over its T/t tokens, MoE with TP training
-    under SP), experts, shared experts."""
+    """MoE GEMMs: router (router.py:111, :614-624) and latent projections (moe_layer.py:266-304,
+    489-490, 591-592) on each TP rank's T/t SP tokens (:636-640), routed and shared experts."""
     h, local = x.h, x.E / e
-    out = [Gemm("router", T, x.E + 0 * t, h)]
+    out = [Gemm("router", T / t, x.E + 0 * t, h)]
     if x.h_lat:
         out += [Gemm("latent_fc1", T / t, x.h_lat + 0 * t, h),
                 Gemm("latent_fc2", T / t, h + 0 * t, x.h_lat)]

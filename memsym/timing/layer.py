@@ -415,7 +415,8 @@ def _recompute(x, st: Settings, dev, gemms, knobs, eta_gemm, fwd: dict, bwd: dic
         # the other --recompute-modules (memsym.timing.recompute)
         g_s, m_s, dispatch = module_recompute(x, st.recompute_modules, gemms, dev, prec, T, t,
                                               moe=moe, sequence_parallel=st.sequence_parallel,
-                                              eta_gemm=eta_gemm)
+                                              eta_gemm=eta_gemm,
+                                              mla_fused=st.mla_down_proj_fusion)
         bwd["gemm"] = bwd["gemm"] + g_s
         bwd["memory"] = bwd["memory"] + m_s
         if dispatch:   # moe: router, dispatch and combine rerun, all-to-alls included

@@ -16,10 +16,19 @@ Per matrix (:func:`memsym.model.muon_matrices.muon_matrices`), oriented so that
   rank runs the whole matrix; ``distributed`` splits ``X X^T`` and ``BX`` over TP with one
   all-reduce of the m x m Gram matrix per step (Emerging-Optimizers ``muon_utils.py:277-378``).
 
+Its memory-bound work (Emerging-Optimizers fd77292 ``orthogonalized_optimizer.py:185-210``
+in Megatron's ``Float16OptimizerWithFloat16Params``, which keeps fp32 main weights, gradients
+and momentum): :func:`muon_step_bytes` per parameter a GPU steps, and
+:data:`NS_ELEMENT_BYTES` per element of each matrix as its iteration sees it.  The parameters
+Muon leaves to Adam (embeddings, output layer, norms, biases;
+``emerging_optimizers.py:140-147``) keep Adam's bytes
+(:data:`memsym.timing.data_parallel.OPTIMIZER_BYTES`).
+
 References
 ----------
 .. [emerging-optimizers] ``muon_utils.py`` (``newton_schulz``, ``newton_schulz_tp``,
-   ``newton_schulz_step``).
+   ``newton_schulz_step``), ``orthogonalized_optimizer.py`` (``step``), ``mixin.py``
+   (``_apply_weight_decay_inplace``).
 .. [muon-blog] Jordan et al. 2024.
 """
 
@@ -31,12 +40,119 @@ from ..errors import choose
 from ..model import moe_layer_pattern, resolve
 from ..model.muon_matrices import muon_matrices
 from .collectives import collective_time, group_bandwidth
-from .efficiency import gemm_time
+from .efficiency import gemm_time, memory_time
 
-__all__ = ["MUON_TP_MODES", "newton_schulz_time", "muon_step_time"]
+__all__ = ["MUON_TP_MODES", "MUON_STEP_BYTES", "NESTEROV_BYTES", "NS_ELEMENT_BYTES",
+           "TP_MODE_BYTES", "QKV_SPLIT_BYTES", "muon_step_bytes", "newton_schulz_time",
+           "muon_parameters", "muon_step_time"]
 
 #: ``--muon-tp-mode`` (Megatron-LM arguments.py:2650-2655, d98e8a64dd).
 MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
+
+#: HBM bytes per parameter Muon steps on a GPU [bytes/parameter], all fp32: the grad-norm
+#: read (4, clip_grads.py); decoupled weight decay ``p.add_(p, alpha=-wd lr)`` reads and writes
+#: p (8, mixin.py:48; Megatron's weight_decay 0.01); ``momentum_buffer.lerp_(grad)`` reads m
+#: and g and writes m (12, orthogonalized_optimizer.py:193); the update's two scalings
+#: ``orth_grad * scale_factor * extra_scale_factor`` read and write it twice (16,
+#: emerging_optimizers.py:237); ``p.add_(orth_grad)`` reads p and the update and writes p (12,
+#: :208); the fp32 -> bf16 copy (6, optimizer.py ``_copy_main_params_to_model_params``);
+#: zeroing the grad buffer (4).  Memsym's count, as Adam's 42.
+MUON_STEP_BYTES = 62
+#: ``--muon-nesterov`` (off in Megatron-LM, optimizer_config.py:266): ``grad.lerp(m)`` reads
+#: g and m and writes a new tensor (orthogonalized_optimizer.py:197) [bytes/parameter].
+NESTEROV_BYTES = 12
+#: HBM bytes per element of a matrix as its Newton-Schulz iteration sees it [bytes/element]:
+#: ``F.normalize`` reads it for the norm and reads and writes it to divide (12,
+#: muon_utils.py:216), the casts to bf16 (4 + 2, :262) and back to fp32 (2 + 4, :269).
+NS_ELEMENT_BYTES = 24
+#: Added per such element of a TP-split matrix by ``--muon-tp-mode`` [bytes/element]:
+#: duplicated ``torch.cat`` of the gathered shards (read + write, muon_utils.py:330);
+#: distributed ``distributed_normalize_p2`` (``x * x`` 8, ``sum`` 4, ``x / norm`` 8: 20 for
+#: 12, :140-146).
+TP_MODE_BYTES = {"blockwise": 0, "duplicated": 8, "distributed": 8}
+#: Per element of split Q, K, V [bytes/element]: each block's ``reshape`` copies it and
+#: ``torch.cat`` joins them again (emerging_optimizers.py:426-437).
+QKV_SPLIT_BYTES = 16
+
+
+def muon_step_bytes(nesterov: bool = False) -> int:
+    r"""HBM bytes per parameter of Muon's element-wise step [bytes/parameter].
+
+    .. math:: c_{Muon} = 62 + 12\,[\text{nesterov}]
+
+    Parameters
+    ----------
+    nesterov : bool
+        ``--muon-nesterov`` (Megatron-LM's default off; Megatron-Bridge's recipes on).
+
+    Examples
+    --------
+    4 + 8 + 12 + 16 + 12 + 6 + 4 by hand, Nesterov's ``lerp`` 12 more:
+
+    >>> muon_step_bytes(), muon_step_bytes(nesterov=True)
+    (62, 74)
+
+    References
+    ----------
+    .. [emerging-optimizers] ``orthogonalized_optimizer.py:185-210``.
+    """
+    return MUON_STEP_BYTES + (NESTEROV_BYTES if nesterov else 0)
+
+
+def _layer_matrices(arch):
+    """Each matrix of a mean decoder layer: (share of layers, name, rows, cols, split, count,
+    expert) (a mixed MoE model's dense and MoE layers weighted by their share)."""
+    x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
+    L = float(x.num_layers)
+    n_moe = float(sum(moe_layer_pattern(x))) if arch.num_experts else 0.0
+    for kind, share in ((False, (L - n_moe) / L), (True, n_moe / L)):
+        if share == 0:
+            continue
+        for name, rows, cols, split, count in muon_matrices(arch, kind):
+            yield share, name, rows, cols, split, count, bool(split) and split.startswith("expert")
+
+
+def muon_parameters(arch, layers, *, t, e, t_e) -> tuple:
+    r"""(dense, expert) parameters Muon steps on one GPU of the busiest stage [parameters].
+
+    .. math:: N_{Muon} = L_{max} \sum_{matrices} \frac{r\,c\,n}{w}
+
+    with :math:`w` the TP (expert: expert-TP) size for a split matrix, 1 for a replicated one,
+    and :math:`n` its count (routed experts: :math:`E/e`).
+
+    Parameters
+    ----------
+    arch : Architecture
+        The model.
+    layers : array_like
+        Decoder layers of the busiest stage [layers].
+    t, e, t_e : array_like
+        TP, EP and expert-TP sizes [GPUs].
+
+    Examples
+    --------
+    Llama-2-7B, one layer at TP 2: Q, K, V, proj 4 x 4096^2 and fc1, fc2 3 x 4096 x 11008,
+    halved (by hand):
+
+    >>> from memsym.model import preset
+    >>> dense, expert = muon_parameters(preset("llama2-7b"), 1, t=2, e=1, t_e=1)
+    >>> float(dense) == (4 * 4096**2 + 3 * 4096 * 11008) / 2, float(expert)
+    (True, 0.0)
+
+    References
+    ----------
+    .. [megatron-core] ``core/optimizer/emerging_optimizers.py:140-147`` (2-D, not an
+       embedding or the output layer: Muon).
+    """
+    t, e, t_e = (np.asarray(v, dtype=float) for v in (t, e, t_e))
+    dense = expert = np.zeros_like(t * e * t_e)
+    for share, _, rows, cols, split, count, is_expert in _layer_matrices(arch):
+        if is_expert:
+            expert = expert + share * rows * cols * count / (e * t_e)
+        else:
+            dense = dense + share * rows * cols * count / (t if split else 1)
+    layers = np.asarray(layers, dtype=float)
+    return layers * dense, layers * expert
 
 
 def newton_schulz_time(rows, cols, dev, *, steps: int = 5, split=1, count=1, eta_gemm=None):
@@ -88,14 +204,18 @@ def muon_step_time(arch, dev, clu, layers, *, t, e, t_e, ndp, edp, layer_wise: b
                    tp_mode: str = "duplicated", steps: int = 5):
     r"""Seconds of Muon's orthogonalization in one GPU's optimizer step [s].
 
-    .. math:: t_{Muon} = L_{max}\Bigl(\frac{\sum_{dense} t_{NS}}{d_{share}}
-       + \frac{\sum_{expert} t_{NS}\,E/e}{e_{share}}\Bigr) + t_{TP}
+    .. math:: t_{Muon} = L_{max}\Bigl(\frac{\sum_{dense} t_{NS} + t_{ew}}{d_{share}}
+       + \frac{\sum_{expert} (t_{NS} + t_{ew})\,E/e}{e_{share}}\Bigr) + t_{TP}, \quad
+       t_{ew} = \frac{(c_{NS} + c_{mode})\,m\,n/\sigma + c_{qkv}\,N_{local}}{B_{HBM}}
 
     with :math:`d_{share} = d\,c` and :math:`e_{share} = e_{dp}` under the layer-wise
     distributed optimizer (1 under DDP), :math:`L_{max}` the busiest stage's decoder layers
-    (a mixed MoE model's layers priced as its mean layer), and :math:`t_{TP}` the TP-mode's
-    collectives (``duplicated``: an all-gather of each fp32 shard; ``distributed``: k
-    all-reduces of the bf16 Gram matrix).
+    (a mixed MoE model's layers priced as its mean layer), :math:`t_{ew}` the element-wise
+    passes around each matrix's iteration (:data:`NS_ELEMENT_BYTES`, :data:`TP_MODE_BYTES` for
+    a TP-split one, :data:`QKV_SPLIT_BYTES` per local element of Q, K, V), and :math:`t_{TP}`
+    the TP-mode's collectives (``duplicated``: an all-gather of each fp32 shard;
+    ``distributed``: k all-reduces of the bf16 Gram matrix).  The per-parameter step is
+    :func:`muon_step_bytes`'s (:func:`memsym.timing.data_parallel.data_parallel_sync`).
 
     Parameters
     ----------
@@ -134,33 +254,29 @@ def muon_step_time(arch, dev, clu, layers, *, t, e, t_e, ndp, edp, layer_wise: b
     """
     tp_mode = choose("muon_tp_mode", tp_mode, MUON_TP_MODES)
     t, e, t_e = (np.asarray(v, dtype=float) for v in (t, e, t_e))
-    moe = bool(arch.num_experts)
     total = np.zeros_like(t * e * np.asarray(layers, dtype=float))
     comm = np.zeros_like(total)
-    x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
-    L, n_moe = float(x.num_layers), float(sum(moe_layer_pattern(x))) if moe else 0.0
-    for kind, share_of_layers in ((False, (L - n_moe) / L), (True, n_moe / L)):
-        if share_of_layers == 0:
-            continue
-        for _, rows, cols, split, count in muon_matrices(arch, kind):
-            expert = bool(split) and split.startswith("expert")
-            ways = t_e if expert else t
-            if split is None:
-                ways = np.ones_like(t)
-            cnt = count / e if expert else count
-            r = rows / ways if split and split.endswith("rows") and tp_mode == "blockwise" else rows
-            c = cols / ways if split and split.endswith("cols") and tp_mode == "blockwise" else cols
-            part = np.where(ways > 1, ways, 1) if (split and tp_mode == "distributed") else 1
-            sec = newton_schulz_time(r, c, dev, steps=steps, split=part, count=cnt)
-            total = total + share_of_layers * sec / (np.where(layer_wise, edp if expert else ndp, 1))
-            if split and tp_mode != "blockwise":
-                bw, lat = group_bandwidth("tp", ways, clu, t=ways, c=np.ones_like(ways),
-                                          d=np.ones_like(ways))
-                nbytes = (4.0 * rows * cols if tp_mode == "duplicated"
-                          else 2.0 * steps * min(rows, cols) ** 2)
-                kind_ = "all-gather" if tp_mode == "duplicated" else "all-reduce"
-                comm = comm + share_of_layers * cnt * np.where(
-                    ways > 1, collective_time(kind_, nbytes, ways, bw, lat), 0.0) / np.where(
-                    layer_wise, edp if expert else ndp, 1)
-    return np.asarray(layers, dtype=float) * (total + comm)
-
+    nbytes_ns = np.zeros_like(total)
+    for share, name, rows, cols, split, count, expert in _layer_matrices(arch):
+        ways = (t_e if expert else t) if split else np.ones_like(t)
+        cnt = count / e if expert else count
+        r = rows / ways if split and split.endswith("rows") and tp_mode == "blockwise" else rows
+        c = cols / ways if split and split.endswith("cols") and tp_mode == "blockwise" else cols
+        part = np.where(ways > 1, ways, 1) if (split and tp_mode == "distributed") else 1
+        sec = newton_schulz_time(r, c, dev, steps=steps, split=part, count=cnt)
+        owner = np.where(layer_wise, edp if expert else ndp, 1)
+        total = total + share * sec / owner
+        # the element-wise passes around the iteration: the matrix it sees, and the local
+        # Q, K, V blocks' split copies
+        per = NS_ELEMENT_BYTES + (TP_MODE_BYTES[tp_mode] if split else 0)
+        qkv = QKV_SPLIT_BYTES * rows * cols / ways if name in ("q", "k", "v") else 0.0
+        nbytes_ns = nbytes_ns + share * cnt * (per * r * c / part + qkv) / owner
+        if split and tp_mode != "blockwise":
+            bw, lat = group_bandwidth("tp", ways, clu, t=ways, c=np.ones_like(ways),
+                                      d=np.ones_like(ways))
+            nbytes = (4.0 * rows * cols if tp_mode == "duplicated"
+                      else 2.0 * steps * min(rows, cols) ** 2)
+            kind_ = "all-gather" if tp_mode == "duplicated" else "all-reduce"
+            comm = comm + share * cnt * np.where(
+                ways > 1, collective_time(kind_, nbytes, ways, bw, lat), 0.0) / owner
+    return np.asarray(layers, dtype=float) * (total + memory_time(nbytes_ns, dev) + comm)

@@ -56,27 +56,30 @@ MODULE_GEMMS = {"mlp": ("fc1", "fc2"),
                 "mla_up_proj": ("q_up", "kv_up")}
 
 
-def norms_recomputed(*, mla: bool, moe: bool) -> int:
+def norms_recomputed(*, mla: bool, moe: bool, mla_fused: bool = False) -> int:
     r"""How many of a layer's norms ``layernorm`` recomputes [1].
 
-    .. math:: n = [\text{MLA}] + [\text{MoE}]
+    .. math:: n = [\text{MLA} \wedge \neg\,\text{fused}] + [\text{MoE}]
 
     Transformer Engine's layer spec fuses the input norm into ``linear_qkv`` and the
     pre-MLP norm into a dense MLP's ``linear_fc1`` (``IdentityOp`` in the layer, which
-    Megatron-core does not checkpoint); MLA keeps a separate input norm, an MoE layer a
-    separate pre-MLP norm.
+    Megatron-core does not checkpoint); MLA keeps a separate input norm (a ``TENorm``,
+    Megatron's default) unless ``--mla-down-proj-fusion`` fuses it into the q/kv
+    down-projection, an MoE layer a separate pre-MLP norm.
 
     Parameters
     ----------
     mla, moe : bool
         Multi-latent attention; an MoE layer.
+    mla_fused : bool
+        ``--mla-down-proj-fusion`` (``TransformerConfig.mla_down_proj_fusion``, default off).
 
     Examples
     --------
     >>> norms_recomputed(mla=False, moe=True), norms_recomputed(mla=True, moe=True)
     (1, 2)
-    >>> norms_recomputed(mla=False, moe=False)
-    0
+    >>> norms_recomputed(mla=False, moe=False), norms_recomputed(mla=True, moe=True, mla_fused=True)
+    (0, 1)
 
     References
     ----------
@@ -85,11 +88,13 @@ def norms_recomputed(*, mla: bool, moe: bool) -> int:
     (no ``input_layernorm``, ``linear_qkv`` a ``column_parallel_layer_norm_linear``;
     ``pre_mlp_layernorm`` only with experts), 295-313 (MLA:
     ``input_layernorm=backend.layer_norm``; an ``IdentityOp`` with ``mla_down_proj_fusion``,
-    257-259), 542-543 (a dense MLP's fused ``linear_fc1``);
+    257-259, the q/kv down-projection then a ``TELayerNormColumnParallelLinear``, 260-264),
+    542-543 (a dense MLP's fused ``linear_fc1``); transformer_config.py:3338
+    (``mla_down_proj_fusion = False``);
     megatron/core/transformer/transformer_layer.py lines 278, 288 (``IdentityOp`` defaults),
     476-477, 523-527 (only a norm that is not an ``IdentityOp`` is recomputed).
     """
-    return int(mla) + int(moe)
+    return int(mla and not mla_fused) + int(moe)
 
 
 def _activation_bytes(rows, f, gated: bool, width: int = 2):
@@ -98,7 +103,7 @@ def _activation_bytes(rows, f, gated: bool, width: int = 2):
 
 
 def module_recompute(x, modules, gemms, dev, prec: str, T, t, *, moe: bool, sequence_parallel: bool,
-                     eta_gemm=None) -> tuple:
+                     eta_gemm=None, mla_fused: bool = False) -> tuple:
     r"""Seconds one layer's backward spends rerunning the selective-recompute modules [s].
 
     Their forwards (``core_attn`` excepted), for one micro-batch on one GPU.
@@ -134,6 +139,8 @@ def module_recompute(x, modules, gemms, dev, prec: str, T, t, *, moe: bool, sequ
         Megatron sequence parallelism.
     eta_gemm : float, optional
         A fixed GEMM efficiency [1].
+    mla_fused : bool
+        ``--mla-down-proj-fusion``: MLA's input norm fused, not recomputed.
 
     Returns
     -------
@@ -170,7 +177,8 @@ def module_recompute(x, modules, gemms, dev, prec: str, T, t, *, moe: bool, sequ
     nbytes = 0.0
     if "layernorm" in mods:
         hidden = np.asarray(T, float) * x.h / (np.asarray(t, float) if sequence_parallel else 1)
-        nbytes = nbytes + norms_recomputed(mla=bool(x.mla), moe=moe) * 4 * hidden
+        nbytes = nbytes + norms_recomputed(mla=bool(x.mla), moe=moe,
+                                                   mla_fused=mla_fused) * 4 * hidden
     by_name = {q.name: q for q in gemms}
     if not moe and "mlp" in mods and "fc1" in by_name:
         q = by_name["fc1"]

@@ -154,6 +154,13 @@ class Settings:
         blockwise).
     muon_ns_steps : int
         ``--muon-num-ns-steps`` [iterations] (default 5).
+    muon_nesterov : bool
+        ``--muon-nesterov`` (Megatron-LM's default off, optimizer_config.py:266): one more
+        element-wise pass per Muon parameter (:func:`memsym.timing.muon.muon_step_bytes`).
+    mla_down_proj_fusion : bool
+        ``--mla-down-proj-fusion`` (default off): MLA's input norm fused into the q/kv
+        down-projection, not rerun by ``layernorm`` (:func:`memsym.timing.recompute.
+        norms_recomputed`).
     """
 
     seq_length: int = 2048
@@ -183,6 +190,8 @@ class Settings:
     optimizer: str = "adam"
     muon_tp_mode: str = "duplicated"
     muon_ns_steps: int = 5
+    muon_nesterov: bool = False
+    mla_down_proj_fusion: bool = False
 
 
 @dataclass(frozen=True)
