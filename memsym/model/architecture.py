@@ -69,6 +69,8 @@ class Architecture:
       OLMo 2, Cohere).
     * ``qk_norm_fp32_scale``: the Q and K norms multiply by ``1 + weight`` in fp32 before the
       cast back (transformers' Gemma3RMSNorm, Qwen3NextRMSNorm); changes no parameter count.
+    * ``norm_fp32_scale``: the decoder layer's own norms do the same (GemmaRMSNorm,
+      Gemma2/3RMSNorm, Qwen3NextRMSNorm); changes no parameter count.
     * ``attention_bias``: biases on Q, K, V and the output projection; None follows
       ``add_bias_linear`` (False with ``add_bias_linear`` True: GPT-J, GPT-NeoX without
       attention bias, where only the MLP has biases).
@@ -165,6 +167,7 @@ class Architecture:
     norm_bias: Optional[bool] = None               # None: LayerNorm has a shift, RMSNorm not
     qk_norm_width: str = "head"                    # "head": 2*d_h; "full": (a+g)*d_h (OLMo 2, Cohere)
     qk_norm_fp32_scale: bool = False               # Q/K norms scale by 1 + weight in fp32 (Gemma 3)
+    norm_fp32_scale: bool = False                  # layer norms scale by 1 + weight in fp32 (Gemma)
     attention_bias: Optional[bool] = None          # Q, K, V, O biases; None = add_bias_linear
     output_layer_bias: bool = False                # V biases on the output layer (GPT-J)
     embedding_norm: bool = False                   # norm after the word embedding (BLOOM)

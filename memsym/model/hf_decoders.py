@@ -230,6 +230,9 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
         # input, post_attention, pre_feedforward and post_feedforward norms (Glm4DecoderLayer:
         # input, post_self_attn, post_attention and post_mlp)
         kw["norms_per_layer"] = 4
+    if mtype in ("gemma", "gemma2", "gemma3_text"):
+        # GemmaRMSNorm, Gemma2RMSNorm, Gemma3RMSNorm: output * (1.0 + weight.float()) in fp32
+        kw["norm_fp32_scale"] = True
     if mtype == "gemma3_text":
         kw["qk_layernorm"] = True           # Gemma3RMSNorm(head_dim) on q and on k
         kw["qk_norm_fp32_scale"] = True     # its output * (1.0 + weight.float()) in fp32

@@ -296,6 +296,7 @@ def _read_qwen3_next(c: ConfigFields, notes: list) -> dict:
                                  for k in kinds),
               attention_bias=c.bool("attention_bias", False), qk_layernorm=True,
               qk_norm_fp32_scale=True,        # Qwen3NextRMSNorm: output * (1.0 + weight.float())
+              norm_fp32_scale=True,           # input_layernorm, post_attention_layernorm too
               attention_output_gate=True,
               gdn_key_heads=c.int("linear_num_key_heads", 16),
               gdn_value_heads=c.int("linear_num_value_heads", 32),

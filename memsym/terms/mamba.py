@@ -188,8 +188,14 @@ def _part(total: Total, prefix: str, keys) -> list:
                  label=f"{prefix} {term.label}") for term in total if term.key in keys]
 
 
-def _norm(total: Total, prefix: str, stats) -> list:
-    """The part's own norm: half the layer's two norm inputs, and the statistics ``stats``."""
+def _half(total: Total, key: str):
+    """Half of ``total``'s term ``key`` (one of a layer's two norms), 0 without it [bytes]."""
+    return total[key].expr / 2 if key in total else 0
+
+
+def _norm(total: Total, prefix: str, stats, fp32=0) -> list:
+    """The part's own norm: half the layer's two norm inputs, the statistics ``stats`` and
+    what its fp32 ``1 + weight`` product keeps, ``fp32`` (:mod:`memsym.terms.hf_norms`)."""
     out = [Term(f"{prefix}_norm_input", total["norm_inputs"].expr / 2,
                 "input of the part's pre-norm (one of a layer's two)",
                 total["norm_inputs"].source, label=f"{prefix} norm")]
@@ -197,7 +203,16 @@ def _norm(total: Total, prefix: str, stats) -> list:
         out.append(Term(f"{prefix}_norm_statistics", stats, "fp32 per-token statistics of the "
                         "part's pre-norm", total["norm_statistics"].source,
                         label=f"{prefix} norm stats"))
-    return out
+    return out + _fp32_norm(prefix, fp32, total)
+
+
+def _fp32_norm(prefix: str, expr, total: Total) -> list:
+    """A part's pre-norm's fp32 ``1 + weight`` product ``expr`` [bytes], if any."""
+    if expr == 0:
+        return []
+    return [Term(f"{prefix}_norm_fp32_output", expr, "the part's pre-norm scaling by 1 + weight "
+                 "in fp32: its fp32 normalised output and 1 + weight",
+                 total["norm_fp32_output"].source, label=f"{prefix} norm fp32 output")]
 
 
 _PRE_NORM = {"conv": ("models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
@@ -395,21 +410,21 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     if recompute == "full":
         return Total("activations per hybrid layer (full recompute)", tuple(
             layer_activations(recompute="full", **common)))
-    # one norm's statistics: half of an un-recomputed layer's two (the same norm)
-    plain = layer_activations(**common)
-    one_stat = plain["norm_statistics"].expr / 2 if "norm_statistics" in plain else 0
+    plain = layer_activations(**common)       # one norm's share: half of its two norms' terms
+    one_stat, one_fp32 = (_half(plain, k) for k in ("norm_statistics", "norm_fp32_output"))
     terms: list = []
     if mixer == "attention":
         dense = layer_activations(recompute=recompute, modules=modules, **common)
-        terms += _norm(dense, "attn", one_stat) + _part(dense, "attn", _ATTENTION_KEYS)
-    terms += _mixer_terms(mixer, common, gated_norm, one_stat, shared_block)
+        terms += _norm(dense, "attn", one_stat, one_fp32) + _part(dense, "attn", _ATTENTION_KEYS)
+    terms += _mixer_terms(mixer, common, gated_norm, one_stat, shared_block) \
+        + (_fp32_norm(mixer, one_fp32, plain) if mixer in _PRE_NORM else [])
     if ffn is not None:
         block = layer_activations(recompute=recompute, modules=modules, moe=ffn,
                                   shared_expert=shared_expert and ffn, **common)
-        stats = block["norm_statistics"].expr - one_stat if "norm_statistics" in block else 0
-        prefix = "moe" if ffn else "mlp"
-        terms += _norm(block, prefix, stats) + _part(block, prefix,
-                                                       _MOE_KEYS if ffn else _MLP_KEYS)
+        stats, fp32 = (block[key].expr - one if key in block else 0 for key, one in
+                       (("norm_statistics", one_stat), ("norm_fp32_output", one_fp32)))
+        prefix, keys = ("moe", _MOE_KEYS) if ffn else ("mlp", _MLP_KEYS)
+        terms += _norm(block, prefix, stats, fp32) + _part(block, prefix, keys)
     return Total(f"activations per hybrid layer ({mixer}, "
                  f"{ {None: 'no MLP', False: 'MLP', True: 'MoE'}[ffn] }, recompute {recompute})",
                  tuple(terms))

@@ -32,9 +32,11 @@ own output, the next op the copy, :math:`2\tau a d_h/t` (``sdpa_output_copy``; n
 kernel is recomputed, nor without flash, where the matmul keeps no output).  Measured in
 ``tests/test_qwen3_next_gate.py``.  Megatron's own layer (Transformer Engine's norms, its RoPE)
 runs neither class, so neither term applies there.  Gemma 3's ``Gemma3RMSNorm`` on Q and K
-(transformers 5.24.0 ``modeling_gemma3.py`` lines 128-133) is the same fp32 ``(1 + weight)``
-multiply: ``qk_norm_fp32`` (the config's ``qk_norm_fp32_scale``, under the model's own code)
-keeps ``qk_norm_fp32_output`` alone, its full RoPE leaving Q token-major (no copy).
+is the same fp32 ``(1 + weight)`` multiply: ``qk_norm_fp32`` keeps ``qk_norm_fp32_output``
+alone, its full RoPE leaving Q token-major (no copy).  The same norm as the layer's main norms
+(``norm_fp32``: Gemma, Qwen3-Next) keeps ``norm_fp32_output``, :math:`2\tau h/\sigma + 4h` per
+norm, and Gemma 2/3's post-attention and post-MLP norms (``post_norms``) their inputs and
+statistics, :math:`2(2\tau h + 4\tau)/\sigma` (:mod:`memsym.terms.hf_norms` derives all three).
 Multi-latent attention (``mla``): Q and K
 are :math:`a(d_{qk} + d_r)` wide, V :math:`a d_v`, and the latents (the inputs of the q/kv
 up-projections and their norms, :math:`4\tau r` each) are replicated over t.
@@ -124,6 +126,7 @@ from ..errors import choose
 from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, h_lat, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..vocabulary import RECOMPUTE, recompute_modules
+from .hf_norms import fp32_scale_norms, fp32_scale_qk_norms, post_norms
 from .op_sac import op_sac_layer
 from .widths import saved_input_bytes
 
@@ -178,13 +181,6 @@ _GATE = Source("hf-transformers-5-25", "models/qwen3_next/modeling_qwen3_next.py
                "Qwen3NextAttention.forward (lines 270-303: q_proj split into query and gate, "
                "attn_output * torch.sigmoid(gate), then o_proj)")
 _Q3N = "models/qwen3_next/modeling_qwen3_next.py "
-_Q3N_NORM = Source("hf-transformers-5-25", _Q3N + "Qwen3NextRMSNorm.forward (lines 135-140: "
-                   "output * (1.0 + self.weight.float()), then type_as(x)); Qwen3NextAttention."
-                   "__init__ (q_norm, k_norm of head_dim)")
-_FP32_QK_NORM = Source("hf-transformers-5", "models/gemma3/modeling_gemma3.py Gemma3RMSNorm."
-                       "forward (lines 128-133: output * (1.0 + self.weight.float()), then "
-                       "type_as(x)); Gemma3Attention (q_norm, k_norm of head_dim, lines 310-311, "
-                       "329-330)")
 _Q3N_ROPE = Source("hf-transformers-5-25", _Q3N + "apply_rotary_pos_emb (lines 186-188: torch.cat "
                    "of q_embed and q_pass); integrations/sdpa_attention.py sdpa_attention_forward "
                    "(line 196: attn_output.transpose(1, 2).contiguous())")
@@ -267,6 +263,8 @@ class _Layer:
     drop_shared: bool
     combine_kept: bool
     latent: bool = False
+    norm_fp32: bool = False        # main norms scale by 1 + weight in fp32 (transformers' Gemma)
+    post_norms: bool = False       # post-attention and post-MLP norms (Gemma 2/3, GLM-4)
 
     @property
     def gx(self):
@@ -292,7 +290,8 @@ class _Layer:
 
 def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
            attention_dropout, qk_norm, output_gate, hf_qwen3_next, qk_fp32, mla, moe,
-           shared_expert, combine_kept, latent=False) -> _Layer:
+           shared_expert, combine_kept, latent=False, norm_fp32=False,
+           post_norms=False) -> _Layer:
     """The options of one layer with what each recomputed module no longer keeps."""
     # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
     # spec only the norms before MLA and before an MoE layer are TENorm modules that
@@ -309,7 +308,7 @@ def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistic
         drop_moe="moe" in mods and moe,
         drop_moe_act=("moe_act" in mods or "moe" in mods) and moe,
         drop_shared=("shared_experts" in mods or "moe" in mods) and moe,
-        combine_kept=combine_kept, latent=latent)
+        combine_kept=combine_kept, latent=latent, norm_fp32=norm_fp32, post_norms=post_norms)
 
 
 def _norm_terms(ly: _Layer, terms: _Terms) -> None:
@@ -328,6 +327,11 @@ def _norm_terms(ly: _Layer, terms: _Terms) -> None:
               "norm" + ("s" if n_stats == 2 else "") + " (the paper neglects them"
               + (f"; recomputed: {', '.join(stat_mods)}" if stat_mods else "") + ")",
               RECOMPUTE_MODULE_SOURCES[stat_mods[-1]] if stat_mods else _DERIVED)
+    if ly.post_norms:
+        terms.append(post_norms(tok, sig, NORMS[ly.norm] if ly.norm_statistics else 0))
+    if ly.norm_fp32:     # the pre-norms that stay saved and the post-norms
+        terms.append(fp32_scale_norms(tok, sig, 2 - ly.drop_in_norm - ly.drop_pre_mlp_norm
+                                      - ly.drop_mlp + 2 * ly.post_norms))
     if not ly.drop_in_norm:
         terms.add("qkv_input", ly.gx * tok * h / sig, "norm output, input of the QKV projection"
                   + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
@@ -365,10 +369,7 @@ def _qkv_terms(ly: _Layer, terms: _Terms):
                          "get_query_key_value_tensors (q_layernorm, k_layernorm before RoPE)"))
         if ly.qk_fp32:
             # transformers' Qwen3NextRMSNorm and Gemma3RMSNorm: output * (1.0 + weight.float())
-            terms.add("qk_norm_fp32_output", 2 * tok * (a + g) * d_h / t + 2 * 4 * d_h,
-                      "Q and K norms scaling by 1 + weight in fp32: the fp32 normalised Q and K "
-                      "the multiply keeps (4 bytes, not 2) and 1 + weight (4 d_h per norm)",
-                      _Q3N_NORM if ly.hf_qwen3_next else _FP32_QK_NORM)
+            terms.append(fp32_scale_qk_norms(tok, qwen3_next=ly.hf_qwen3_next))
     terms.add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
     return a * d_h
 
@@ -476,9 +477,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       moe: bool = False, shared_expert: bool = False, mla: dict | None = None,
                       attention_dropout: bool | None = None, norm_statistics: bool = True,
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
-                      output_gate: bool = False, compiled: bool = False,
-                      hf_qwen3_next: bool = False, qk_norm_fp32: bool = False,
-                      combine_kept: bool = True, latent: bool = False) -> Total:
+                      output_gate: bool = False, compiled: bool = False, norm_fp32: bool = False,
+                      hf_qwen3_next: bool = False, qk_norm_fp32: bool = False, latent: bool = False,
+                      post_norms: bool = False, combine_kept: bool = True) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -521,9 +522,10 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         (module docstring; Megatron-core keeps none); latent MoE (``moe_latent_size``).
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
-    output_gate, hf_qwen3_next, qk_norm_fp32 : bool
+    output_gate, hf_qwen3_next, qk_norm_fp32, norm_fp32, post_norms : bool
         Qwen3-Next's gate (``attention_output_gate``; not "selective-op"); transformers'
-        ``Qwen3NextAttention`` (fp32 Q/K norms, a copied output); fp32 ``1 + w`` Q/K norms.
+        ``Qwen3NextAttention`` (fp32 Q/K norms, a copied output); fp32 ``1 + w`` Q/K norms, main
+        norms; Gemma 2/3's and GLM-4's post-norms (all three: :mod:`memsym.terms.hf_norms`).
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
         Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte; ``"mxfp8"``:
         1 + 1/32 with the block scales; ``"nvfp4"``: NVFP4, 1/2 + 1/16).
@@ -566,15 +568,17 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                             sequence_parallel=sequence_parallel, compiled=compiled)
     ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
-                output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, qk_fp32=qk_norm_fp32,
-                moe=moe, attention_dropout=attention_dropout, shared_expert=shared_expert,
-                combine_kept=combine_kept, latent=latent)
+                output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, qk_fp32=qk_norm_fp32, moe=moe,
+                attention_dropout=attention_dropout, shared_expert=shared_expert, latent=latent,
+                combine_kept=combine_kept, norm_fp32=norm_fp32, post_norms=post_norms)
+    return _layer_total(ly, recompute, mods)
+
+
+def _layer_total(ly, recompute: str, mods) -> Total:
+    """The layer's terms in order (norms, Q/K/V, attention, then the MLP or MoE), named by the
+    layer kind and the recompute mode (its modules under ``"selective"``)."""
     what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
-    return _layer_total(ly, f"activations per layer ({'MoE' if moe else 'dense'}, recompute {what})")
-
-
-def _layer_total(ly, name: str) -> Total:
-    """The layer's terms in order (norms, Q/K/V, attention, then the MLP or MoE) as ``name``."""
+    name = f"activations per layer ({'MoE' if ly.moe else 'dense'}, recompute {what})"
     terms = _Terms()
     _norm_terms(ly, terms)
     _attention_terms(ly, terms, _qkv_terms(ly, terms))

@@ -222,6 +222,10 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
         if getattr(x, "qk_norm_fp32_scale", False) and \
                 framework_record(training.framework).hf_model_code:
             common["qk_norm_fp32"] = True     # the model's own fp32 (1 + weight) Q/K norms
+    if framework_record(training.framework).hf_model_code:
+        # the model's own norms (memsym.terms.hf_norms): fp32 (1 + weight) products, post-norms
+        common.update(norm_fp32=getattr(x, "norm_fp32_scale", False),
+                      post_norms=getattr(x, "norms_per_layer", 2) == 4)
     if getattr(x, "attention_output_gate", False) and recompute != "selective-op":
         common["output_gate"] = True     # Qwen3-Next's sigmoid gate on the attention output
         if framework_record(training.framework).hf_model_code:

@@ -1,0 +1,155 @@
+r"""What transformers' own norms keep beyond memsym's norm, under a framework that trains them.
+
+memsym counts a norm as Megatron's fused kernel keeps it: its 16-bit input and fp32
+statistics, :math:`2\tau h/\sigma + 4\tau/\sigma` (RMSNorm).  Hugging Face transformers'
+``LlamaRMSNorm`` keeps, instead of the 16-bit input, an fp32 copy of it (``pow`` and ``mul``
+save ``x.float()``, one storage) and the 16-bit normalised tensor that ``weight *`` keeps; that
+common difference, :math:`4\tau h/\sigma` per norm, is left out for every transformers model
+(``tests/test_hf_activations.py`` names it).  Three things beyond it are counted here.
+
+**Norms scaled by 1 + weight in fp32** (``GemmaRMSNorm``, ``Gemma2RMSNorm``,
+``Gemma3RMSNorm``, ``Qwen3NextRMSNorm``): ``output = self._norm(x.float()); output = output *
+(1.0 + self.weight.float()); return output.type_as(x)`` (transformers 5.25.0
+``modeling_gemma3.py`` lines 128-133, ``modeling_qwen3_next.py`` 135-140).  ``x.pow(2)`` and
+``x * rsqrt(...)`` keep the fp32 copy and the fp32 ``rsqrt`` (the statistics; ``mean`` and the
+``+ eps`` keep nothing), the ``(1 + weight)`` multiply keeps its two operands: the fp32
+normalised tensor, 4 bytes an element where Llama's 16-bit one is 2, and ``1 + weight``, a fresh
+fp32 tensor of the norm's width (``type_as`` keeps nothing).  Per norm of width w over
+:math:`\tau` tokens:
+
+.. math::
+
+    \Delta_{\mathrm{fp32}} = 2\tau w + 4w \quad [\text{bytes}]
+
+On Q and K (per head, :math:`w = d_h` over :math:`(a + g)/t` heads) that is
+``qk_norm_fp32_output``; on the decoder layer's main norms (:math:`w = h`) ``norm_fp32_output``.
+
+**Post-norms** (Gemma 2/3's ``post_attention_layernorm`` and ``post_feedforward_layernorm``,
+GLM-4's ``post_self_attn_layernorm`` and ``post_mlp_layernorm``: ``Gemma3DecoderLayer.forward``
+lines 394 and 400 normalise the attention and MLP outputs before the residual add) are two
+norms more per layer than the two pre-norms memsym's layer holds: each keeps its input and its
+statistics, :math:`2\tau h/\sigma + 4\tau/\sigma`; their outputs go to the residual add, which
+keeps nothing (``post_norms``).
+
+Measured on transformers' ``Gemma3DecoderLayer`` and ``Qwen3NextDecoderLayer`` in
+``tests/test_hf_norms.py``.
+
+References
+----------
+.. [hf-transformers-5-25] transformers 5.25.0 ``models/gemma3/modeling_gemma3.py``,
+   ``models/qwen3_next/modeling_qwen3_next.py``.
+"""
+
+from __future__ import annotations
+
+from ..symbols import a, d_h, g, h, t
+from ..term import Source, Term
+
+__all__ = ["fp32_scale_qk_norms", "fp32_scale_norms", "post_norms"]
+
+_G3 = "models/gemma3/modeling_gemma3.py "
+_Q3N = "models/qwen3_next/modeling_qwen3_next.py "
+_NORM = ("RMSNorm.forward: output * (1.0 + self.weight.float()), then type_as(x) (" + _G3
+         + "Gemma3RMSNorm lines 128-133; " + _Q3N + "Qwen3NextRMSNorm lines 135-140)")
+_Q3N_QK = Source("hf-transformers-5-25", _Q3N + "Qwen3NextRMSNorm.forward (lines 135-140: "
+                 "output * (1.0 + self.weight.float()), then type_as(x)); Qwen3NextAttention."
+                 "__init__ (q_norm, k_norm of head_dim)")
+_G3_QK = Source("hf-transformers-5", _G3 + "Gemma3RMSNorm.forward (lines 128-133: output * "
+                "(1.0 + self.weight.float()), then type_as(x)); Gemma3Attention (q_norm, k_norm "
+                "of head_dim, lines 310-311, 329-330)")
+
+
+def fp32_scale_qk_norms(tok, *, qwen3_next: bool = False) -> Term:
+    r"""What Q and K norms scaling by 1 + weight in fp32 keep beyond a 16-bit norm [bytes].
+
+    .. math:: \frac{2\tau (a + g) d_h}{t} + 2 \cdot 4 d_h
+
+    Parameters
+    ----------
+    tok : sympy.Expr
+        Tokens of one micro-batch on this context-parallel rank, :math:`\tau = sb/c` [tokens].
+    qwen3_next : bool
+        Cite ``Qwen3NextRMSNorm`` (else ``Gemma3RMSNorm``).
+
+    Examples
+    --------
+    >>> from memsym.symbols import s, b
+    >>> fp32_scale_qk_norms(s * b).expr
+    2*b*d_h*s*(a + g)/t + 8*d_h
+
+    References
+    ----------
+    hf-transformers-5-25: transformers 5.25.0 ``modeling_gemma3.py`` 128-133,
+    ``modeling_qwen3_next.py`` 135-140.
+    """
+    return Term("qk_norm_fp32_output", 2 * tok * (a + g) * d_h / t + 2 * 4 * d_h,
+                "Q and K norms scaling by 1 + weight in fp32: the fp32 normalised Q and K the "
+                "multiply keeps (4 bytes, not 2) and 1 + weight (4 d_h per norm)",
+                _Q3N_QK if qwen3_next else _G3_QK, label="qk norm fp32 output")
+
+
+def fp32_scale_norms(tok, sig, n_norms) -> Term:
+    r"""What ``n_norms`` main norms scaling by 1 + weight in fp32 keep beyond 16-bit ones [bytes].
+
+    .. math:: n \left(\frac{2\tau h}{\sigma} + 4h\right)
+
+    Parameters
+    ----------
+    tok : sympy.Expr
+        Tokens of one micro-batch on this context-parallel rank, :math:`\tau = sb/c` [tokens].
+    sig : int or sympy.Expr
+        The sequence-parallel divisor :math:`\sigma` [1].
+    n_norms : int
+        Norms of the layer whose products stay saved [norms].
+
+    Examples
+    --------
+    >>> from memsym.symbols import s, b
+    >>> fp32_scale_norms(s * b, 1, 4).expr
+    8*b*h*s + 16*h
+
+    References
+    ----------
+    hf-transformers-5-25: transformers 5.25.0 ``modeling_gemma3.py`` 128-133,
+    ``modeling_qwen3_next.py`` 135-140.
+    """
+    return Term("norm_fp32_output", n_norms * (2 * tok * h / sig + 4 * h),
+                f"{n_norms} norms scaling by 1 + weight in fp32: the fp32 normalised output the "
+                "multiply keeps (4 bytes, not 2) and 1 + weight (4h per norm)",
+                Source("hf-transformers-5-25", _NORM), label="norm fp32 output")
+
+
+def post_norms(tok, sig, stat_bytes) -> Term:
+    r"""The inputs and statistics of a layer's two post-norms [bytes].
+
+    .. math:: 2 \left(\frac{2\tau h}{\sigma} + \frac{\beta\tau}{\sigma}\right)
+
+    Parameters
+    ----------
+    tok : sympy.Expr
+        Tokens of one micro-batch on this context-parallel rank, :math:`\tau = sb/c` [tokens].
+    sig : int or sympy.Expr
+        The sequence-parallel divisor :math:`\sigma` [1].
+    stat_bytes : int
+        :math:`\beta`, fp32 statistics per token of one norm (RMSNorm 4, LayerNorm 8, 0 when
+        left out) [bytes].
+
+    Examples
+    --------
+    >>> from memsym.symbols import s, b
+    >>> post_norms(s * b, 1, 4).expr
+    4*b*h*s + 8*b*s
+
+    References
+    ----------
+    hf-transformers-5-25: transformers 5.25.0 ``modeling_gemma3.py``
+    ``Gemma3DecoderLayer.forward`` (lines 394, 400); ``modeling_glm4.py``
+    ``Glm4DecoderLayer.forward`` (lines 103, 109).
+    """
+    return Term("post_norms", 2 * (2 * tok * h + stat_bytes * tok) / sig,
+                "inputs and fp32 statistics of the post-attention and post-MLP norms (the "
+                "outputs go to the residual add, which keeps nothing)",
+                Source("hf-transformers-5-25", _G3 + "Gemma3DecoderLayer.forward (lines 394, "
+                       "400: post_attention_layernorm, post_feedforward_layernorm before the "
+                       "residual adds); models/glm4/modeling_glm4.py Glm4DecoderLayer.forward "
+                       "(lines 103, 109)"), label="post norms")

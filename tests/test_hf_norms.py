@@ -1,0 +1,245 @@
+"""The main norms of Gemma and Qwen3-Next, and Gemma 2/3's post-norms, under the model's own code.
+
+transformers 5.25.0 ``Gemma3RMSNorm.forward`` (``models/gemma3/modeling_gemma3.py`` lines
+128-133; ``Qwen3NextRMSNorm`` lines 135-140 of ``modeling_qwen3_next.py`` is the same code)::
+
+    output = self._norm(x.float())          # x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    output = output * (1.0 + self.weight.float())
+    return output.type_as(x)
+
+What autograd keeps, by op, for a bf16 input of width w over tau tokens:
+
+* ``x.float()`` keeps nothing; ``pow(2)`` keeps its input, the fp32 copy (4 tau w);
+* ``mean`` and ``+ eps`` keep nothing; ``rsqrt`` keeps its output, the fp32 statistic (4 tau);
+* ``x * rsqrt(...)`` keeps both operands: the fp32 copy and the statistic again (one storage
+  each);
+* ``output * (1.0 + weight.float())`` keeps both operands: the fp32 normalised tensor (4 tau w)
+  and ``1 + weight``, a fresh fp32 tensor (4 w);
+* ``type_as`` keeps nothing.
+
+Per norm: 8 tau w + 4 tau + 4 w.  Llama's ``LlamaRMSNorm`` keeps the fp32 copy, the statistic
+and a bf16 normalised tensor (``weight * x.to(bf16)``): 6 tau w + 4 tau.  memsym counts a norm
+as Megatron's fused kernel keeps it, its 16-bit input and its statistic, 2 tau w + 4 tau; the
+fp32 copy's excess over that, 4 tau w per norm, is the difference every transformers RMSNorm
+has (``tests/test_hf_activations.py``'s RMSNORM_FP32), left out.  Beyond Llama's norm the
+``1 + weight`` norm keeps
+
+    2 tau w + 4 w   [bytes]   (the normalised tensor in fp32, not bf16, and 1 + weight)
+
+which memsym counts for the Q and K norms (``qk_norm_fp32_output``, w = d_h per head) and, here,
+for the layer's main norms (``norm_fp32_output``, w = h).
+
+Gemma 2/3 run four norms per layer (``Gemma3DecoderLayer.forward`` lines 384-401):
+input_layernorm and pre_feedforward_layernorm before attention and MLP (memsym's two), and
+post_attention_layernorm and post_feedforward_layernorm on the attention and MLP outputs
+before the residual adds.  Each post-norm keeps what memsym counts for a norm, its input and
+statistic, 2 tau h + 4 tau (``post_norms``); its output goes to the residual add, which keeps
+nothing.  GLM-4's post_self_attn_layernorm and post_mlp_layernorm (``modeling_glm4.py`` lines
+103, 109) are the same two.
+
+The oracle: transformers' own ``Gemma3DecoderLayer`` and ``Qwen3NextDecoderLayer`` built from
+tiny configs, run in bf16 on the CPU under ``torch.autograd.graph.saved_tensors_hooks``
+(``memsym.measure.saved_bytes``: distinct storages, parameters left out), equal memsym's
+per-layer formula plus the named differences derived below, exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import sympy as sp
+
+from memsym.model import from_hf_config
+from memsym.symbols import L, a, b, c, d_h, f, g, h, p, s, t
+from memsym.terms.activations import layer_activations
+from memsym.terms.mamba import hybrid_layer_activations
+
+from test_hf_configs import REAL, _write
+from test_hf_layer_kinds import REAL as HYBRID
+
+TAU = s * b / c
+FP32_NORM = 2 * TAU * h + 4 * h                 # one 1 + weight norm beyond a bf16 one
+POST_NORM = 2 * TAU * h + 4 * TAU               # one RMSNorm: its input and fp32 statistic
+BASE = dict(gated=True, flash=True, norm="rmsnorm", dropout=False)
+
+
+def test_the_terms_by_hand():
+    def extra(recompute="none", **kw):
+        return sp.simplify(layer_activations(**BASE, recompute=recompute, **kw).expr
+                           - layer_activations(**BASE, recompute=recompute).expr)
+
+    assert sp.simplify(extra(norm_fp32=True) - 2 * FP32_NORM) == 0
+    assert sp.simplify(extra(post_norms=True) - 2 * POST_NORM) == 0
+    # Gemma 2/3 under the model's code: four 1 + weight norms and two of them post-norms
+    assert sp.simplify(extra(norm_fp32=True, post_norms=True)
+                       - 4 * FP32_NORM - 2 * POST_NORM) == 0
+    # LayerNorm statistics are 8 bytes a token (mean and 1/sigma)
+    ln = layer_activations(post_norms=True, norm="layernorm")["post_norms"].expr
+    assert sp.simplify(ln - 2 * (2 * TAU * h + 8 * TAU)) == 0
+    # full recompute keeps the layer input alone
+    assert extra(norm_fp32=True, post_norms=True, recompute="full") == 0
+    # a recomputed dense MLP rebuilds its fused norm (Megatron's "mlp" module): one kept
+    mlp = dict(recompute="selective", modules=["core_attn", "mlp"])
+    assert sp.simplify(layer_activations(**BASE, **mlp, norm_fp32=True).expr
+                       - layer_activations(**BASE, **mlp).expr - FP32_NORM) == 0
+
+
+def test_the_hybrid_parts_split_the_norms():
+    # Qwen3-Next's layers: each part's pre-norm keeps one norm's product
+    flags = dict(BASE, norm_fp32=True, qk_norm=True)
+    for kind, parts in ((("attention", True), ("attn", "moe")), (("gdn", True), ("gdn", "moe")),
+                        (("gdn", False), ("gdn", "mlp"))):
+        total = hybrid_layer_activations(kind, **flags)
+        for part in parts:
+            assert sp.simplify(total[f"{part}_norm_fp32_output"].expr - FP32_NORM) == 0
+        plain = hybrid_layer_activations(kind, **dict(flags, norm_fp32=False))
+        assert sp.simplify(total.expr - plain.expr - 2 * FP32_NORM) == 0
+
+
+def test_the_configs_read(tmp_path):
+    gemma3 = from_hf_config(_write(tmp_path, REAL["gemma-3-1b"], "g3"))
+    assert gemma3.norm_fp32_scale and gemma3.norms_per_layer == 4
+    q3n = from_hf_config(_write(tmp_path, HYBRID["qwen3-next-80b-a3b"], "q3n"))
+    assert q3n.norm_fp32_scale and q3n.norms_per_layer == 2
+    # Qwen3RMSNorm multiplies weight * x.to(input_dtype): a bf16 product
+    qwen3 = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128}
+    assert not from_hf_config(_write(tmp_path, qwen3, "q3")).norm_fp32_scale
+
+
+def _layers(x, framework):
+    from memsym.training import Training, stage_activations
+
+    return stage_activations(x, training=Training(framework=framework))["layer_activations"].expr
+
+
+def test_deepspeed_keeps_gemma3_norms(tmp_path):
+    arch = from_hf_config(_write(tmp_path, REAL["gemma-3-1b"], "g3"))
+    plain = dataclasses.replace(arch, norm_fp32_scale=False, norms_per_layer=2)
+    # gemma-3-1b: 26 layers; the first 1F1B stage holds L layer copies in all
+    per_layer = 4 * FP32_NORM + 2 * POST_NORM
+    extra = (_layers(arch, "deepspeed") - _layers(plain, "deepspeed")).subs(L, 26)
+    assert sp.simplify(extra - 26 * per_layer) == 0
+    # Megatron-LM runs its own layer (Transformer Engine's norms): neither term
+    assert sp.simplify(_layers(arch, "megatron") - _layers(plain, "megatron")) == 0
+
+
+def test_deepspeed_keeps_qwen3_next_norms(tmp_path):
+    arch = from_hf_config(_write(tmp_path, HYBRID["qwen3-next-80b-a3b"], "q3n"))
+    plain = dataclasses.replace(arch, norm_fp32_scale=False)
+    # 48 layers (36 Gated DeltaNet, 12 attention) of two 1 + weight norms each; the first
+    # stage holds p micro-batches of each
+    extra = _layers(arch, "deepspeed") - _layers(plain, "deepspeed")
+    assert sp.simplify(extra - 48 * p * 2 * FP32_NORM) == 0
+    assert sp.simplify(_layers(arch, "megatron") - _layers(plain, "megatron")) == 0
+
+
+# --- the measurement ---------------------------------------------------------------------------
+# Named differences between transformers' layer and memsym's, each derived from the code:
+# every RMSNorm's fp32 copy of its input beyond memsym's 16-bit input (module docstring),
+# for the layer's norms (width h) and the per-head Q and K norms (a + g heads of d_h) ...
+def _norm_copies(n_norms):
+    return 4 * TAU * (n_norms * h + (a + g) * d_h)
+
+
+# ... the activation's output, which the product with up_proj keeps (GELU-tanh in Gemma 3,
+# SiLU in Qwen3-Next; Megatron's fused kernel recomputes it): 2 tau f ...
+ACT_OUTPUT = 2 * TAU * f
+
+
+# ... and RoPE's cos and sin tables (bf16, [b, s, d_rot]) its multiplies keep, computed once
+# per model for all layers: Gemma 3 rotates all of d_h, Qwen3-Next a quarter
+# (partial_rotary_factor 0.25).
+def _rope_tables(d_rot):
+    return 2 * 2 * TAU * d_rot
+
+
+SHAPES = [(5, 2, 4, 2, 8, 12), (3, 1, 2, 1, 8, 4), (4, 3, 6, 3, 16, 8), (7, 1, 4, 4, 8, 6)]
+
+
+def _measure(layer, rope, s_, b_, h_, **rope_kw):
+    """Saved bytes of one call of ``layer`` as its model calls it (RoPE tables without grad)."""
+    import torch
+
+    from memsym.measure import saved_bytes
+
+    x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
+    pos = torch.arange(s_)[None].expand(b_, s_)
+
+    class Called(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x):
+            with torch.no_grad():
+                tables = rope(x, pos, **rope_kw)
+            return self.layer(x, position_embeddings=tables, position_ids=pos)
+
+    return saved_bytes(Called(), (x,), depth=2)
+
+
+def _at(shape):
+    s_, b_, a_, g_, d_, f_ = shape
+    return {s: s_, b: b_, a: a_, g: g_, d_h: d_, f: f_, h: a_ * d_, c: 1, t: 1}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gemma3_decoder_layer_is_memsym_plus_named_differences(shape):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gemma3 import modeling_gemma3 as g3
+
+    s_, b_, a_, g_, d_, f_ = shape
+    conf = transformers.Gemma3TextConfig(
+        hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_, head_dim=d_,
+        intermediate_size=f_, num_hidden_layers=1, vocab_size=16, max_position_embeddings=64,
+        layer_types=["full_attention"])
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = g3.Gemma3DecoderLayer(conf, 0).to(torch.bfloat16)
+    got = _measure(layer, g3.Gemma3RotaryEmbedding(conf), s_, b_, a_ * d_,
+                   layer_type="full_attention")
+    # each of the four norms by hand (module docstring): 8 tau h + 4 tau + 4 h
+    tau, h_ = s_ * b_, a_ * d_
+    for norm in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                 "post_feedforward_layernorm"):
+        assert got.groups[f"layer.{norm}"] == 8 * tau * h_ + 4 * tau + 4 * h_
+    # memsym under the model's code (SDPA on the CPU is the flash kernel): four 1 + weight
+    # norms, two of them post-norms, and 1 + weight Q and K norms
+    ours = layer_activations(**BASE, qk_norm=True, qk_norm_fp32=True, norm_fp32=True,
+                             post_norms=True).expr
+    named = _norm_copies(4) + ACT_OUTPUT + _rope_tables(d_h)
+    assert got.total == (ours + named).xreplace(_at(shape))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("shape", SHAPES)
+def test_qwen3_next_decoder_layer_is_memsym_plus_named_differences(shape):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.qwen3_next import modeling_qwen3_next as q3n
+
+    s_, b_, a_, g_, d_, f_ = shape
+    # a full-attention layer with a dense MLP (num_experts 0): the norms around the attention
+    conf = transformers.Qwen3NextConfig(
+        hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_, head_dim=d_,
+        intermediate_size=f_, num_hidden_layers=1, vocab_size=16,
+        layer_types=["full_attention"], num_experts=0)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = q3n.Qwen3NextDecoderLayer(conf, 0).to(torch.bfloat16)
+    assert isinstance(layer.mlp, q3n.Qwen3NextMLP)
+    got = _measure(layer, q3n.Qwen3NextRotaryEmbedding(conf), s_, b_, a_ * d_)
+    tau, h_ = s_ * b_, a_ * d_
+    for norm in ("input_layernorm", "post_attention_layernorm"):
+        assert got.groups[f"layer.{norm}"] == 8 * tau * h_ + 4 * tau + 4 * h_
+    # memsym's transformers Qwen3NextAttention (gate, fp32 Q/K norms, copied SDPA output) and
+    # its two 1 + weight norms
+    ours = layer_activations(**BASE, qk_norm=True, output_gate=True, hf_qwen3_next=True,
+                             norm_fp32=True).expr
+    named = _norm_copies(2) + ACT_OUTPUT + _rope_tables(d_h / 4)
+    assert got.total == (ours + named).xreplace(_at(shape))
