@@ -3,7 +3,7 @@
 transformers 5.25.0 ``Gemma3RMSNorm.forward`` (``models/gemma3/modeling_gemma3.py`` lines
 128-133; ``Qwen3NextRMSNorm`` lines 135-140 of ``modeling_qwen3_next.py`` is the same code)::
 
-    output = self._norm(x.float())          # x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    output = self._norm(x.float())   # x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     output = output * (1.0 + self.weight.float())
     return output.type_as(x)
 
@@ -243,3 +243,39 @@ def test_qwen3_next_decoder_layer_is_memsym_plus_named_differences(shape):
                              norm_fp32=True).expr
     named = _norm_copies(2) + ACT_OUTPUT + _rope_tables(d_h / 4)
     assert got.total == (ours + named).xreplace(_at(shape))
+
+
+def test_glm4_reads_two_post_norms_in_bf16(tmp_path):
+    glm4 = {"model_type": "glm4", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128}
+    arch = from_hf_config(_write(tmp_path, glm4, "glm4"))
+    # Glm4RMSNorm is LlamaRMSNorm (weight * x.to(input_dtype)): post-norms, no fp32 product
+    assert arch.norms_per_layer == 4 and not arch.norm_fp32_scale
+    extra = _layers(arch, "deepspeed") - _layers(dataclasses.replace(arch, norms_per_layer=2),
+                                                 "deepspeed")
+    assert sp.simplify(extra.subs(L, 2) - 2 * 2 * POST_NORM) == 0
+
+
+@pytest.mark.torch
+def test_glm4_post_norms_are_measured():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.glm4 import modeling_glm4 as glm4
+
+    s_, b_, a_, g_, d_, f_ = shape = SHAPES[0]
+    conf = transformers.Glm4Config(
+        hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_, head_dim=d_,
+        intermediate_size=f_, num_hidden_layers=1, vocab_size=16, pad_token_id=0)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = glm4.Glm4DecoderLayer(conf, 0).to(torch.bfloat16)
+    got = _measure(layer, glm4.Glm4RotaryEmbedding(conf), s_, b_, a_ * d_)
+    # one post-norm: memsym's input and statistic plus the fp32 copy every transformers
+    # RMSNorm keeps beyond it (4 tau h): 6 tau h + 4 tau, the fp32 copy, the rsqrt and the
+    # bf16 normalised tensor that weight * keeps
+    ours = layer_activations(post_norms=True, norm="rmsnorm")["post_norms"].expr
+    one = (ours / 2 + 4 * TAU * h).xreplace(_at(shape))
+    assert one == 6 * s_ * b_ * a_ * d_ + 4 * s_ * b_
+    for norm in ("post_self_attn_layernorm", "post_mlp_layernorm"):
+        assert got.groups[f"layer.{norm}"] == one
