@@ -54,7 +54,8 @@ class Architecture:
     Qwen3), ``moe_router_bias`` (E router biases per MoE layer: gpt-oss's router bias,
     DeepSeek-V3's ``e_score_correction_bias``; None follows ``add_bias_linear``),
     ``moe_shared_expert_gate`` (Qwen2-MoE's h→1 gate), ``attention_sinks`` (one learned logit per
-    head, gpt-oss), ``untie_embeddings_and_output_weights`` as in Megatron.
+    head, gpt-oss), ``untie_embeddings_and_output_weights`` as in Megatron, ``mtp_repeated``
+    (Megatron's ``mtp_use_repeated_layer``: one MTP block built, run ``mtp_num_layers`` times).
 
     Fields added for the Hugging Face families (each default keeps Megatron's layer):
 
@@ -153,6 +154,7 @@ class Architecture:
     dsa_index_heads: Optional[int] = None          # DeepSeek-V3.2 indexer heads; None = no indexer
     dsa_index_head_dim: Optional[int] = None       # DeepSeek-V3.2 indexer head dim
     mtp_num_layers: int = 0
+    mtp_repeated: bool = False                     # one MTP block's weights for all the passes
     extra: dict = field(default_factory=dict, compare=False, hash=False)  # documented extras per preset
     # --- added by the models module (issue 3) ---
     qk_layernorm: bool = False                     # per-head norm on Q and K (Qwen3): 2*d_h per layer
@@ -233,7 +235,8 @@ _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linea
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
                 "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms",
-                "attention_output_gate", "short_conv_bias", "shared_attention_adapters")
+                "attention_output_gate", "short_conv_bias", "shared_attention_adapters",
+                "mtp_repeated")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
 MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "shared", "none")

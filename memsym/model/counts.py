@@ -202,6 +202,8 @@ def parameter_expression(arch: Architecture) -> dict:
           + L_m\\,(hE + P_{\\text{sh}} + E\\,P_{\\text{exp}}) + n_{\\text{norm}}\\eta h L + \\eta h
           + [\\text{untied}]\\,Vh + n_{\\text{mtp}}(\\dots)
 
+    (one MTP block in place of n_mtp with ``mtp_repeated``)
+
     with n_norm = ``norms_per_layer`` (2), η parameters per normalised element (2 LayerNorm,
     1 RMSNorm or bias-free LayerNorm, 0 non-parametric), plus V for an output-layer bias and ηh
     for an embedding norm where the model has them.
@@ -272,9 +274,12 @@ def parameter_expression(arch: Architecture) -> dict:
             out[key] = n_moe * sum(moe_parts[key], ZERO)
     if x.mtp_num_layers:
         last_moe = pattern[-1]
-        out["mtp"] = n_mtp * (_per_layer_total(x, last_moe, experts=False) + mtp_extra(x))
+        # mtp_use_repeated_layer: Megatron builds one MTP layer and runs it n_mtp times
+        # (multi_token_prediction.py:1960-1969, 1985-1996, 2049 at d98e8a64dd)
+        blocks = 1 if x.mtp_repeated else n_mtp
+        out["mtp"] = blocks * (_per_layer_total(x, last_moe, experts=False) + mtp_extra(x))
         if last_moe:
-            out["mtp_experts"] = n_mtp * layer_parts(x, True)["experts"][2]
+            out["mtp_experts"] = blocks * layer_parts(x, True)["experts"][2]
     return {key: sp.expand(val) if key in ("mtp", "mtp_experts") else val
             for key, val in out.items()}
 

@@ -280,8 +280,8 @@ RECIPES["nemotron-3-nano"] = (
 #: 123,611,033,088 checkpoint elements, which these sizes give with the MTP block and the 41
 #: routers' e_score_correction_bias buffers (tests/test_models.py checks it by hand).  The
 #: recipe's multi-token prediction (mtp_num_layers 2 passes of one shared "*E" block,
-#: mtp_use_repeated_layer, recipe lines 96-102) is not in the preset: memsym's MTP counts
-#: distinct DeepSeek-V3 blocks of the last layer's kind.
+#: mtp_use_repeated_layer, recipe lines 96-102) is not in the preset: the recipe's reading
+#: sets mtp_num_layers 2 and mtp_repeated (one block's weights, two passes' activations).
 _SUPER_PATTERN = ("MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*"
                   "EMEMEMEME")
 PRESETS["nemotron-3-super"] = Architecture(

@@ -563,12 +563,13 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
             tp += as_int(V, vals)
         if x.mtp_num_layers:
             # each MTP layer: a block of the last layer's kind, its three norms (replicated) and
-            # the 2h -> h projection (counted as TP-sharded)
-            block = per[pattern[-1]]
+            # the 2h -> h projection (counted as TP-sharded); one layer's weights when it is
+            # run repeatedly (mtp_use_repeated_layer, multi_token_prediction.py:1960-1996)
+            block, n = per[pattern[-1]], 1 if x.mtp_repeated else x.mtp_num_layers
             norms = 3 * norm_params(x) * x.hidden_size
             proj = as_int(mtp_extra(x), vals) - norms
-            tp += x.mtp_num_layers * (block["tp"] + proj)
-            rep += x.mtp_num_layers * (block["replicated"] + norms)
-            ex += x.mtp_num_layers * block["experts"]
+            tp += n * (block["tp"] + proj)
+            rep += n * (block["replicated"] + norms)
+            ex += n * block["experts"]
     return StageParameters(stage, rng, first, last, bool(last and x.mtp_num_layers), tp, rep, ex,
                            t, e, t_e)

@@ -114,6 +114,7 @@ FIELDS = {
     "model.moe_shared_expert_intermediate_size": ("arch", "moe_shared_expert_intermediate_size"),
     "model.moe_latent_size": ("arch", "moe_latent_size"),
     "model.mtp_num_layers": ("arch", "mtp_num_layers"),
+    "model.mtp_use_repeated_layer": ("arch", "mtp_repeated"),
     "model.vocab_size": ("arch", "vocab_size"),
     "model.make_vocab_size_divisible_by": ("arch", "make_vocab_size_divisible_by"),
     "train.micro_batch_size": ("job", "micro_batch_size"),
@@ -378,7 +379,7 @@ _KIMI_K2_LAYOUTS = {
 _SWITCHES = frozenset({"sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
                        "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute",
                        "precision_aware", "account_for_embedding_in_pipeline_split",
-                       "account_for_loss_in_pipeline_split"})
+                       "account_for_loss_in_pipeline_split", "mtp_repeated"})
 _NAMES = frozenset({"recompute_method", "optimizer"})
 
 
