@@ -109,3 +109,35 @@ def test_super_with_the_recipes_mtp_counts_one_block():
     assert parameter_count(replace(arch, mtp_num_layers=2, mtp_repeated=True)) == one
     assert parameter_count(replace(arch, mtp_num_layers=2)) - parameter_count(arch) \
         == 2 * (one - parameter_count(arch))
+
+
+def test_super_recipe_estimate_holds_one_block_on_its_last_stage():
+    # the 64-GPU recipe: t = 1, p = 2, e = 32 (nemotron_3_super.py:175-182); the last stage
+    # holds the MTP block once.  The block by hand (tests/test_latent_moe.py's shapes): eh_proj
+    # 2h x h, enorm, hnorm and the final norm, an attention layer with its norm, a latent-MoE
+    # layer with its norm (router, latent projections, shared expert; 512 experts apart)
+    from test_latent_moe import H, E, LAT, F_E, _attention, _moe
+    block = 2 * H * H + 3 * H + _attention() + _moe(experts=0)
+    experts = E * 2 * LAT * F_E
+    arch = preset("nemotron-3-super")
+    kw = dict(t=1, p=2, stage=1, e=32, pad_vocab=False)
+    base = stage_parameters(arch, **kw)
+    rep = stage_parameters(replace(arch, mtp_num_layers=2, mtp_repeated=True), **kw)
+    assert rep.tp + rep.replicated - base.tp - base.replicated == block
+    assert rep.experts - base.experts == experts
+
+
+def test_mtp_layer_pattern_is_checked():
+    import pytest
+    from memsym.errors import InvalidValueError
+    from memsym.model import resolve
+    hybrid = Architecture(num_layers=2, hidden_size=64, num_attention_heads=4,
+                          position_embedding_type="none", layer_mixers=("mamba", "attention"),
+                          ffn_layers=(0, 0), mamba_inner_size=128, mamba_state_dim=16,
+                          mamba_num_heads=8, mtp_num_layers=1)
+    assert resolve(replace(hybrid, mtp_layer_pattern="M*-")).mtp_layer_pattern == "M*-"
+    for bad in ("", "*X", "*E", 3):       # E: no experts in this model
+        with pytest.raises(InvalidValueError, match="mtp_layer_pattern"):
+            resolve(replace(hybrid, mtp_layer_pattern=bad))
+    with pytest.raises(InvalidValueError, match="mtp_layer_pattern"):
+        resolve(replace(GPT, mtp_layer_pattern="*-"))       # a GPT's MTP is its last layer's kind

@@ -54,8 +54,7 @@ class Architecture:
     Qwen3), ``moe_router_bias`` (E router biases per MoE layer: gpt-oss's router bias,
     DeepSeek-V3's ``e_score_correction_bias``; None follows ``add_bias_linear``),
     ``moe_shared_expert_gate`` (Qwen2-MoE's h→1 gate), ``attention_sinks`` (one learned logit per
-    head, gpt-oss), ``untie_embeddings_and_output_weights`` as in Megatron, ``mtp_repeated``
-    (Megatron's ``mtp_use_repeated_layer``: one MTP block built, run ``mtp_num_layers`` times).
+    head, gpt-oss), ``mtp_repeated`` (``mtp_use_repeated_layer``: one MTP block, n passes).
 
     Fields added for the Hugging Face families (each default keeps Megatron's layer):
 
@@ -155,6 +154,7 @@ class Architecture:
     dsa_index_head_dim: Optional[int] = None       # DeepSeek-V3.2 indexer head dim
     mtp_num_layers: int = 0
     mtp_repeated: bool = False                     # one MTP block's weights for all the passes
+    mtp_layer_pattern: Optional[str] = None        # a hybrid's MTP block ("*E"); None: last kind
     extra: dict = field(default_factory=dict, compare=False, hash=False)  # documented extras per preset
     # --- added by the models module (issue 3) ---
     qk_layernorm: bool = False                     # per-head norm on Q and K (Qwen3): 2*d_h per layer
@@ -416,6 +416,11 @@ def _resolve_hybrid(arch: Architecture, upd: dict) -> None:
                 m and not v for m, v in zip(moe, upd["ffn_layers"])):
             raise InvalidValueError("moe_layer_freq marks a layer that ffn_layers says has no "
                                     "MLP or MoE block")
+    pat = arch.mtp_layer_pattern     # Megatron's hybrid letters, E only with experts
+    if pat is not None and (mixers is None or not isinstance(pat, str) or not 0 < len(pat) <= 64
+                            or set(pat) - set("M*-E" if upd.get("num_experts") else "M*-")):
+        raise InvalidValueError("mtp_layer_pattern: a hybrid model's MTP block in Megatron's "
+                                "letters M * - E (E with experts), e.g. '*E'")
     if arch.mamba_version not in (1, 2) or isinstance(arch.mamba_version, bool):
         raise InvalidValueError(f"mamba_version must be 1 or 2, got "
                                 f"{printable(repr(arch.mamba_version), 40)}")
