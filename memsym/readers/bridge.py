@@ -10,7 +10,7 @@ its file:line.  Bridge's performance recipes (``perf_recipes/<family>/<system>/`
 ``llama3_70b_pretrain_64gpu_h100_fp8cs_config``) are read the same way
 (:data:`memsym.readers._bridge_recipes.PERF_RECIPES`: the base recipe with the perf helpers'
 precision, bf16 gradient reduction, recompute modules, layout, offloading, CUDA graphs and
-dispatcher); what memsym does not count is said in a note, FP4 is refused.  An override is applied with Bridge's meaning for the fields memsym models
+dispatcher); what memsym does not count is said in a note, NVFP4 is read as fp4.  An override is applied with Bridge's meaning for the fields memsym models
 (:data:`FIELDS`); a field of a known section memsym does not model is listed as ignored; an
 unknown section is refused.  Override values are read as literals (integers, decimals,
 true/false, null, quoted strings, ``[lists]``), never evaluated.
