@@ -234,9 +234,8 @@ _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linea
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
-                "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms",
-                "attention_output_gate", "short_conv_bias", "shared_attention_adapters",
-                "mtp_repeated")
+                "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms", "mtp_repeated",
+                "attention_output_gate", "short_conv_bias", "shared_attention_adapters")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
 MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "shared", "none")
@@ -416,11 +415,9 @@ def _resolve_hybrid(arch: Architecture, upd: dict) -> None:
                 m and not v for m, v in zip(moe, upd["ffn_layers"])):
             raise InvalidValueError("moe_layer_freq marks a layer that ffn_layers says has no "
                                     "MLP or MoE block")
-    pat = arch.mtp_layer_pattern     # Megatron's hybrid letters, E only with experts
-    if pat is not None and (mixers is None or not isinstance(pat, str) or not 0 < len(pat) <= 64
-                            or set(pat) - set("M*-E" if upd.get("num_experts") else "M*-")):
-        raise InvalidValueError("mtp_layer_pattern: a hybrid model's MTP block in Megatron's "
-                                "letters M * - E (E with experts), e.g. '*E'")
+    p, ok = arch.mtp_layer_pattern, set("M*-E" if upd.get("num_experts") else "M*-")
+    if p is not None and not (mixers and isinstance(p, str) and 0 < len(p) <= 64 and set(p) <= ok):
+        raise InvalidValueError("mtp_layer_pattern: a hybrid's MTP letters of M*-E, e.g. '*E'")
     if arch.mamba_version not in (1, 2) or isinstance(arch.mamba_version, bool):
         raise InvalidValueError(f"mamba_version must be 1 or 2, got "
                                 f"{printable(repr(arch.mamba_version), 40)}")
