@@ -8,6 +8,8 @@ hidden width) or a number Megatron-Bridge prints (067f987df0).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from memsym.errors import InvalidValueError
@@ -51,6 +53,13 @@ def test_nemotron_3_super_count_is_the_hand_count_and_the_checkpoint_card():
     # and a latent-MoE layer, a final norm) and 40 + 1 routers' E biases
     mtp = 2 * H * H + 2 * H + _attention() + _moe() + H
     assert main + mtp + 41 * E == 123_611_033_088
+    # the recipe's MTP (nemotron_3_super.py:98, 102: two passes of one repeated "*E" block):
+    # memsym counts the block once; the 41 expert biases are buffers (Megatron-LM d98e8a64dd
+    # router.py:181-195 register_buffer), in the checkpoint but not parameters
+    recipe = replace(arch, mtp_num_layers=2, mtp_repeated=True)
+    assert parameter_count(recipe) == main + mtp
+    assert parameter_count(recipe) + 41 * E == 123_611_033_088
+    assert parameter_count(replace(recipe, mtp_repeated=False)) == main + 2 * mtp
     # docs/models/nemotron/nemotron3-super.md: "12B active parameters and 120B parameters in
     # total" (the name's A12B: 22 of 512 experts, without the input embedding)
     assert int(parameter_count(arch) / 1e9) == 120

@@ -31,7 +31,6 @@ import pytest
 from memsym.cli import main
 from memsym.hardware import gpu as gpu_spec
 from memsym.readers.bridge import read_bridge_recipe
-from tools.time_accuracy import recipe_recompute_modules
 
 TOML = Path(__file__).resolve().parent.parent / "formulas" / "measured_time.toml"
 RUNS = [r for r in tomllib.loads(TOML.read_text())["run"]
@@ -110,7 +109,7 @@ for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
 #: excess not yet found"; GB200 at MBS 4: 180.9 of 186, once 209.2; B200: 166.4 of 180),
 #: the 26.04.01 B200 DeepSeek-V3 MXFP8 row (141.4 of 180), the 25.11 GB300 Qwen3-235B-A22B
 #: bf16 row (240.7 of 279), the 25.11 B200 Qwen3-235B-A22B MXFP8 row at its VP 2 (176.1 of
-#: 180, once 213.3) and the H100 Nemotron 3 Nano FP8 rows (82.4 of 84.9).
+#: 180, once 213.3) and the H100 Nemotron 3 Nano FP8 rows (80.4 of 84.9).
 XFAIL["mbridge.25.11.h100.gpt-oss-120b.bf16"] = (
     "the row's MBS 4 contradicts its own GA 2 (GBS 512 / (MBS 4 x DP 16) = 8; the TOML's "
     "table_note): at MBS 4, PP 4 the first stage holds 62.3 GB of activations, 113.4 GB "
@@ -169,48 +168,19 @@ XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
     "margin, against 279 GB")
 
 
-#: Runs whose recipe memsym's Bridge reader does not read, by the TOML id: each is estimated
-#: from the model's preset with the table's layout and the recipe's settings
-#: (:func:`_preset_command`).  Nemotron 3 Nano (a hybrid Mamba-2 model): the nemotronh perf
-#: recipes build HybridModelProvider in the recipe body.  Its rows fit, with the Mamba-2 mixer's
-#: in_proj and out_proj inputs saved in FP8 (memsym.terms.mamba; 16-bit only before: the
-#: estimate was refused).
-#: Nemotron 3 Super (latent MoE) likewise: its perf recipes (perf_recipes/nemotronh/<system>/
-#: nemotronh.py) are not read either, and run from the preset nemotron-3-super, which holds no
-#: MTP block (the recipe's two MTP passes' weights and activations are not counted).
-UNREAD = {r["id"] for r in RUNS if r.get("preset") in ("nemotron-3-nano", "nemotron-3-super")}
+#: Nemotron 3 Nano and Super (hybrid Mamba-2 models, Super's experts latent) are read from
+#: their perf recipes (perf_recipes/nemotronh/<system>/nemotronh.py): Super's with the
+#: recipe's multi-token prediction, two passes of one repeated "*E" block
+#: (mtp_use_repeated_layer: the block's weights once, its activations per pass).
 for _rel in ("26.04.01", "26.04"):
     # Nemotron 3 Super's B200 MXFP8 rows (EP 64, MBS 1, seq 8192, the recipe's moe_act and
-    # layernorm recompute); its GB300, B300 and GB200 rows fit
+    # layernorm recompute); its GB300, B300 and GB200 rows fit (B300 at its EP 8: 280.8 GB of
+    # 288)
     TIGHT[f"mbridge.{_rel}.b200.nemotron-3-super.mxfp8"] = (
-        f"{_FRAG} takes it over, with {_MX} (16.9 GB): 166.4 GB without the margin, 182.3 GB "
-        "with it, against 180 GB, of which 97.1 GB activations (40 latent-MoE, 40 Mamba-2, 8 "
-        "attention layers; Megatron-core's combine keeps no expert output)")
-
-
-def _preset_command(run) -> list:
-    """The estimate of a run whose recipe memsym does not read: its preset, the table's
-    layout and batch, and the recipe's precision, optimizer and dispatcher as options."""
-    lay, st = run["layout"], run["settings"]
-    argv = ["estimate", run["preset"], "--tp", str(lay["t"]), "--pp", str(lay["p"]),
-            "--cp", str(lay["c"]), "--ep", str(lay.get("e", 1)), "--etp", "1",
-            "--micro-batch-size", str(st["b"]), "--global-batch-size", str(st["B"]),
-            "--seq-length", str(st["seq"]), "--precision", st["precision"],
-            "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
-            "--grad-reduce-in-bf16", "--moe-dispatcher", st.get("moe_dispatcher", "alltoall")]
-    if st.get("fp8_recipe"):
-        argv += ["--fp8-recipe", st["fp8_recipe"]]
-    if st["sp"]:
-        argv += ["--sequence-parallel"]     # the recipes set it with TP (Super at TP 2)
-    mods = recipe_recompute_modules(run)    # the recipe's selective recompute, as priced
-    if mods:
-        argv += ["--recompute-granularity", "selective", "--recompute-modules", *mods]
-    if st["precision"] == "fp8":
-        # every FP8 mixed-precision config of Megatron-Bridge gathers FP8 parameters
-        # (training/mixed_precision.py at 067f987df0: fp8_param_gather = True, e.g. :264
-        # bf16_with_mxfp8_mixed, :302 bf16_with_fp8_current_scaling_mixed, the perf fp8_cs)
-        argv += ["--fp8-param-gather"]
-    return argv + ["--world-size", str(run["table"]["gpus"]), "--gpu", run["gpu"], "--json"]
+        f"{_FRAG} takes it over, with {_MX} (17.0 GB): 179.96 GB without the margin, 197.2 GB "
+        "with it, against 180 GB, of which 109.4 GB activations (40 latent-MoE, 40 Mamba-2, 8 "
+        "attention layers, and 12.3 GB for the two MTP passes, each a layer and its own "
+        "logits; Megatron-core's combine keeps no expert output)")
 
 
 def _recipe(run) -> str:
@@ -226,10 +196,7 @@ def _recipe(run) -> str:
 
 
 def command(run) -> list:
-    """The estimate command of one run: its recipe, the table's settings where they differ
-    (:func:`_preset_command` for the runs of :data:`UNREAD`)."""
-    if run["id"] in UNREAD:
-        return _preset_command(run)
+    """The estimate command of one run: its recipe, the table's settings where they differ."""
     name = _recipe(run)
     values = read_bridge_recipe(name)["values"]
     want = {KEYS[k]: run["layout"][k] for k in KEYS}
@@ -299,8 +266,7 @@ def test_the_table_runs_are_read():
     assert len(RUNS) >= 60
     from memsym.readers._bridge_recipes import PERF_RECIPES
 
-    assert all(_recipe(r) in PERF_RECIPES for r in RUNS if r["id"] not in UNREAD)
-    assert not any(_recipe(r) in PERF_RECIPES for r in RUNS if r["id"] in UNREAD)
+    assert all(_recipe(r) in PERF_RECIPES for r in RUNS)
     assert set(XFAIL) | set(TIGHT) <= {r["id"] for r in RUNS}, \
         sorted((set(XFAIL) | set(TIGHT)) - {r["id"] for r in RUNS})
 

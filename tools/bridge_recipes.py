@@ -416,7 +416,7 @@ def section_fields(bridge: str, mcore: str) -> dict:
 # --- performance recipes ---------------------------------------------------------------------
 #: The families of ``perf_recipes/<family>/<system>/<model>.py`` read (those whose models
 #: memsym has presets for); each function ``*_pretrain_*_config`` is one row of PERF_RECIPES.
-PERF_FAMILIES = ("llama", "qwen", "deepseek", "gpt_oss", "kimi")
+PERF_FAMILIES = ("llama", "qwen", "deepseek", "gpt_oss", "kimi", "nemotronh")
 _PERF = _BASE + "perf_recipes/"
 
 
@@ -546,6 +546,14 @@ class _Perf:
             raise _Unknown(fname)
         where, fn = found
         kwargs = {kw.arg: self.value_of(kw.value, env, module) for kw in node.keywords if kw.arg}
+        if (where, fn.name) == ("megatron.bridge.utils.cuda_graph", "set_cuda_graph_modules"):
+            # utils/cuda_graph.py:77-86, as the base recipes' reader takes it: the modules
+            # (Megatron-LM's cuda_graph_modules, read as cuda_graph_scope)
+            target, modules = (self.value_of(a, env, module) for a in node.args[:2])
+            if isinstance(target, _Ref) and target.path == "model" and isinstance(modules, list):
+                target.cfg.values["model.cuda_graph_scope"] = modules
+                return None
+            raise _Unknown("set_cuda_graph_modules")
         if isinstance(fn, ast.ClassDef):                  # CommOverlapConfig(...)
             obj = _Obj({"": fn.name})
             for kw in node.keywords:
@@ -677,6 +685,10 @@ class _Perf:
             self._note(module, stmt)
             return
         key = f"{ref.path}.{attr}"
+        if key == "model.hf_model_id" and isinstance(value, str):
+            # a perf recipe naming another checkpoint (Nemotron 3.5 Lightning on Nano's recipe,
+            # perf_recipes/nemotronh/h100/nemotronh.py:226): the row's model is that one
+            ref.cfg.hf = value
         if value is _UNSET:
             values.pop(key, None)
             self._note(module, stmt)

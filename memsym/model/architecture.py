@@ -54,7 +54,7 @@ class Architecture:
     Qwen3), ``moe_router_bias`` (E router biases per MoE layer: gpt-oss's router bias,
     DeepSeek-V3's ``e_score_correction_bias``; None follows ``add_bias_linear``),
     ``moe_shared_expert_gate`` (Qwen2-MoE's h→1 gate), ``attention_sinks`` (one learned logit per
-    head, gpt-oss), ``untie_embeddings_and_output_weights`` as in Megatron.
+    head, gpt-oss), ``mtp_repeated`` (``mtp_use_repeated_layer``: one MTP block, n passes).
 
     Fields added for the Hugging Face families (each default keeps Megatron's layer):
 
@@ -155,6 +155,8 @@ class Architecture:
     dsa_index_heads: Optional[int] = None          # DeepSeek-V3.2 indexer heads; None = no indexer
     dsa_index_head_dim: Optional[int] = None       # DeepSeek-V3.2 indexer head dim
     mtp_num_layers: int = 0
+    mtp_repeated: bool = False                     # one MTP block's weights for all the passes
+    mtp_layer_pattern: Optional[str] = None        # a hybrid's MTP block ("*E"); None: last kind
     extra: dict = field(default_factory=dict, compare=False, hash=False)  # documented extras per preset
     # --- added by the models module (issue 3) ---
     qk_layernorm: bool = False                     # per-head norm on Q and K (Qwen3): 2*d_h per layer
@@ -235,7 +237,7 @@ _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linea
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
                 "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
-                "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms",
+                "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms", "mtp_repeated",
                 "attention_output_gate", "short_conv_bias", "shared_attention_adapters")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
 _QK_NORM_WIDTHS = ("head", "full")
@@ -416,6 +418,9 @@ def _resolve_hybrid(arch: Architecture, upd: dict) -> None:
                 m and not v for m, v in zip(moe, upd["ffn_layers"])):
             raise InvalidValueError("moe_layer_freq marks a layer that ffn_layers says has no "
                                     "MLP or MoE block")
+    p, ok = arch.mtp_layer_pattern, set("M*-E" if upd.get("num_experts") else "M*-")
+    if p is not None and not (mixers and isinstance(p, str) and 0 < len(p) <= 64 and set(p) <= ok):
+        raise InvalidValueError("mtp_layer_pattern: a hybrid's MTP letters of M*-E, e.g. '*E'")
     if arch.mamba_version not in (1, 2) or isinstance(arch.mamba_version, bool):
         raise InvalidValueError(f"mamba_version must be 1 or 2, got "
                                 f"{printable(repr(arch.mamba_version), 40)}")

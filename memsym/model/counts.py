@@ -190,6 +190,25 @@ def mtp_extra(x: Architecture):
     return 3 * norm_params(x) * h + 2 * h * h
 
 
+_MTP_LETTERS = {"*": ("attention",), "M": (), "-": ("mlp",),   # beside each letter's norms
+                "E": ("router", "latent_projections", "shared_experts")}
+
+
+def _mtp_block(x: Architecture, last_moe: bool) -> tuple:
+    # one MTP block (routed experts apart): a layer of the last layer's kind (GPT path), or a
+    # hybrid's MTP pattern, a layer per letter (multi_token_prediction.py:1199-1229, HybridStack)
+    if not x.mtp_layer_pattern:
+        return (_per_layer_total(x, last_moe, experts=False),
+                layer_parts(x, True)["experts"][2] if last_moe else ZERO)
+    body = experts = ZERO
+    for ch in x.mtp_layer_pattern:
+        parts = layer_parts(x, ch == "E")
+        body += parts["norms"][1] + (sum(mamba_parts(x), ZERO) if ch == "M" else ZERO)
+        body += sum((sum(parts[k][:2], ZERO) for k in _MTP_LETTERS[ch] if k in parts), ZERO)
+        experts += parts["experts"][2] if ch == "E" else ZERO
+    return body, experts
+
+
 def parameter_expression(arch: Architecture) -> dict:
     """The parameter count of each component as a SymPy expression in registry symbols.
 
@@ -202,7 +221,7 @@ def parameter_expression(arch: Architecture) -> dict:
           + L_m\\,(hE + P_{\\text{sh}} + E\\,P_{\\text{exp}}) + n_{\\text{norm}}\\eta h L + \\eta h
           + [\\text{untied}]\\,Vh + n_{\\text{mtp}}(\\dots)
 
-    with n_norm = ``norms_per_layer`` (2), η parameters per normalised element (2 LayerNorm,
+    (one MTP block in place of n_mtp with ``mtp_repeated``) with n_norm = ``norms_per_layer`` (2), η parameters per normalised element (2 LayerNorm,
     1 RMSNorm or bias-free LayerNorm, 0 non-parametric), plus V for an output-layer bias and ηh
     for an embedding norm where the model has them.
 
@@ -271,10 +290,11 @@ def parameter_expression(arch: Architecture) -> dict:
         if key in moe_parts:
             out[key] = n_moe * sum(moe_parts[key], ZERO)
     if x.mtp_num_layers:
-        last_moe = pattern[-1]
-        out["mtp"] = n_mtp * (_per_layer_total(x, last_moe, experts=False) + mtp_extra(x))
-        if last_moe:
-            out["mtp_experts"] = n_mtp * layer_parts(x, True)["experts"][2]
+        # mtp_use_repeated_layer: Megatron builds one MTP layer and runs it n_mtp times
+        # (multi_token_prediction.py:1960-1969, 1985-1996, 2049 at d98e8a64dd)
+        blocks = 1 if x.mtp_repeated else n_mtp
+        body, experts = _mtp_block(x, pattern[-1])
+        out["mtp"], out["mtp_experts"] = blocks * (body + mtp_extra(x)), blocks * experts
     return {key: sp.expand(val) if key in ("mtp", "mtp_experts") else val
             for key, val in out.items()}
 

@@ -18,7 +18,8 @@ from .shared_blocks import shared_use_parts
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm, k_sc
 
-__all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mamba_values"]
+__all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mamba_values",
+           "mtp_layer_kinds"]
 
 
 #: A hybrid layer's token mixers by its ``layer_mixers`` entry (``"mamba1"``: a Mamba-1 mixer).
@@ -66,6 +67,32 @@ def _kind_pattern(x) -> tuple:
     one = "mamba1" if x.mamba_version == 1 else "mamba"
     return tuple((one if m == "mamba" else m, bool(is_moe) if has_ffn else None)
                  for m, has_ffn, is_moe in zip(mixers, ffn, moe))
+
+
+#: Megatron's hybrid pattern letters (an MTP block's) as layer kinds; "M" is the model's Mamba.
+_LETTER_KINDS = {"*": ("attention", None), "-": ("none", False), "E": ("none", True)}
+
+
+def mtp_layer_kinds(arch: Architecture) -> tuple:
+    """The layer kinds of one multi-token-prediction layer's block: a hybrid model's
+    ``mtp_layer_pattern`` (one layer per letter: Megatron-core builds the MTP layer's
+    ``HybridStack`` from its pattern, multi_token_prediction.py:1199-1214 at d98e8a64dd), else
+    one layer of the last decoder layer's kind (the GPT path, lines 1215-1229).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> from dataclasses import replace
+    >>> mtp_layer_kinds(replace(preset("nemotron-3-super"), mtp_num_layers=1))
+    (('attention', None), ('none', True))
+    >>> mtp_layer_kinds(preset("deepseek-v3"))
+    (True,)
+    """
+    x = lenient(arch)
+    if not x.mtp_layer_pattern:
+        return (_kind_pattern(x)[-1],)
+    mamba = ("mamba1" if x.mamba_version == 1 else "mamba", None)
+    return tuple(_LETTER_KINDS.get(ch, mamba) for ch in x.mtp_layer_pattern)
 
 
 @functools.lru_cache(maxsize=256)

@@ -280,8 +280,11 @@ RECIPES["nemotron-3-nano"] = (
 #: 123,611,033,088 checkpoint elements, which these sizes give with the MTP block and the 41
 #: routers' e_score_correction_bias buffers (tests/test_models.py checks it by hand).  The
 #: recipe's multi-token prediction (mtp_num_layers 2 passes of one shared "*E" block,
-#: mtp_use_repeated_layer, recipe lines 96-102) is not in the preset: memsym's MTP counts
-#: distinct DeepSeek-V3 blocks of the last layer's kind.
+#: mtp_use_repeated_layer, recipe lines 96-102) is not in the preset: the recipe's reading
+#: sets mtp_num_layers 2 and mtp_repeated (one block's weights, two passes' activations).  The
+#: block's pattern "*E" (an attention and a latent-MoE layer) is the checkpoint's
+#: mtp_hybrid_override_pattern (Bridge nemotron_h_bridge.py:281-285, 325-326) and Megatron-LM's
+#: "...EMEMEME/*E/*E" (the release test's model_config.yaml:65, "/": the MTP depths).
 _SUPER_PATTERN = ("MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*"
                   "EMEMEMEME")
 PRESETS["nemotron-3-super"] = Architecture(
@@ -295,7 +298,7 @@ PRESETS["nemotron-3-super"] = Architecture(
     layer_mixers=tuple({"M": "mamba", "*": "attention"}.get(ch, "none") for ch in _SUPER_PATTERN),
     ffn_layers=tuple(int(ch in "E-") for ch in _SUPER_PATTERN),
     mamba_inner_size=128 * 64, mamba_state_dim=128, mamba_num_heads=128, mamba_num_groups=8,
-    mamba_conv_kernel=4)
+    mamba_conv_kernel=4, mtp_layer_pattern="*E")
 RECIPES["nemotron-3-super"] = (
     {"dropout": False},
     "megatron-bridge-recipes: HybridModelProvider's hidden_dropout and attention_dropout 0.0 "

@@ -13,7 +13,8 @@ from ..errors import DivisibilityError, InvalidValueError
 from .architecture import Architecture, lenient, pos_int, resolve
 from .counts import ZERO, as_int, norm_params, layer_parts, mtp_extra, parameter_values
 from .shared_blocks import shared_model_parts
-from .hybrid_layers import hybrid_kinds, hybrid_layer_parameters, layer_kind_pattern, mamba_values
+from .hybrid_layers import (hybrid_kinds, hybrid_layer_parameters, layer_kind_pattern,
+                            mamba_values, mtp_layer_kinds)
 from ..symbols import V, h
 from ..text import shared_doc
 
@@ -537,8 +538,8 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     rng = stage_layers(x, p, stage, first_stage_layers, last_stage_layers, pipeline_layout)
     # each layer's kind (dense / MoE, or a hybrid's mixer and MLP): one count per kind
     pattern = layer_kind_pattern(x)
-    per = {kind: layer_parameters(x, kind) for kind in {pattern[i] for i in rng}
-           | ({pattern[-1]} if x.mtp_num_layers else set())}
+    mtp_kinds = mtp_layer_kinds(x) if x.mtp_num_layers else ()
+    per = {kind: layer_parameters(x, kind) for kind in {pattern[i] for i in rng} | set(mtp_kinds)}
     tp = sum(per[pattern[i]]["tp"] for i in rng)
     rep = sum(per[pattern[i]]["replicated"] for i in rng)
     ex = sum(per[pattern[i]]["experts"] for i in rng)
@@ -562,13 +563,14 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
         if x.output_layer_bias:                 # GPT-J's lm_head bias, one per (padded) row
             tp += as_int(V, vals)
         if x.mtp_num_layers:
-            # each MTP layer: a block of the last layer's kind, its three norms (replicated) and
-            # the 2h -> h projection (counted as TP-sharded)
-            block = per[pattern[-1]]
+            # each MTP layer: its block (mtp_layer_kinds), its three norms (replicated) and
+            # the 2h -> h projection (counted as TP-sharded); one layer's weights when it is
+            # run repeatedly (mtp_use_repeated_layer, multi_token_prediction.py:1960-1996)
+            n = 1 if x.mtp_repeated else x.mtp_num_layers
             norms = 3 * norm_params(x) * x.hidden_size
             proj = as_int(mtp_extra(x), vals) - norms
-            tp += x.mtp_num_layers * (block["tp"] + proj)
-            rep += x.mtp_num_layers * (block["replicated"] + norms)
-            ex += x.mtp_num_layers * block["experts"]
+            tp += n * (sum(per[k]["tp"] for k in mtp_kinds) + proj)
+            rep += n * (sum(per[k]["replicated"] for k in mtp_kinds) + norms)
+            ex += n * sum(per[k]["experts"] for k in mtp_kinds)
     return StageParameters(stage, rng, first, last, bool(last and x.mtp_num_layers), tp, rep, ex,
                            t, e, t_e)

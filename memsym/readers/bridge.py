@@ -10,7 +10,7 @@ its file:line.  Bridge's performance recipes (``perf_recipes/<family>/<system>/`
 ``llama3_70b_pretrain_64gpu_h100_fp8cs_config``) are read the same way
 (:data:`memsym.readers._bridge_recipes.PERF_RECIPES`: the base recipe with the perf helpers'
 precision, bf16 gradient reduction, recompute modules, layout, offloading, CUDA graphs and
-dispatcher); what memsym does not count is said in a note, FP4 is refused.  An override is applied with Bridge's meaning for the fields memsym models
+dispatcher); what memsym does not count is said in a note, NVFP4 is read as fp4.  An override is applied with Bridge's meaning for the fields memsym models
 (:data:`FIELDS`); a field of a known section memsym does not model is listed as ignored; an
 unknown section is refused.  Override values are read as literals (integers, decimals,
 true/false, null, quoted strings, ``[lists]``), never evaluated.
@@ -114,6 +114,7 @@ FIELDS = {
     "model.moe_shared_expert_intermediate_size": ("arch", "moe_shared_expert_intermediate_size"),
     "model.moe_latent_size": ("arch", "moe_latent_size"),
     "model.mtp_num_layers": ("arch", "mtp_num_layers"),
+    "model.mtp_use_repeated_layer": ("arch", "mtp_repeated"),
     "model.vocab_size": ("arch", "vocab_size"),
     "model.make_vocab_size_divisible_by": ("arch", "make_vocab_size_divisible_by"),
     "train.micro_batch_size": ("job", "micro_batch_size"),
@@ -378,7 +379,7 @@ _KIMI_K2_LAYOUTS = {
 _SWITCHES = frozenset({"sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
                        "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute",
                        "precision_aware", "account_for_embedding_in_pipeline_split",
-                       "account_for_loss_in_pipeline_split"})
+                       "account_for_loss_in_pipeline_split", "mtp_repeated"})
 _NAMES = frozenset({"recompute_method", "optimizer"})
 
 

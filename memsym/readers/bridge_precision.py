@@ -20,13 +20,15 @@ __all__ = ["PRECISION_RECIPES", "recipe_precision", "recipe_sharding"]
 #: bf16_with_fp8_delayed_scaling_mixed 217 (fp8_param_gather 231), bf16_with_mxfp8_mixed 255
 #: (264; fp8_recipe "mxfp8" 263: memsym's fp8_recipe mxfp8), bf16_with_fp8_current_scaling_mixed
 #: 285 (302), bf16_with_nvfp4_mixed 405 (fp4 "e2m1": memsym's fp4; fp4_param_gather 416,
-#: NVFP4 parameters, memsym.terms.widths.nvfp4_weight_bytes).
+#: NVFP4 parameters, memsym.terms.widths.nvfp4_weight_bytes); nemotron_3_super_bf16_with_nvfp4_mixed
+#: 421-429 is bf16_with_nvfp4_mixed with the last 14 layers in BF16 (said in a note).
 PRECISION_RECIPES = {
     "bf16_mixed": ("bf16", False), "fp16_mixed": ("fp16", False),
     "bf16_with_fp8_delayed_scaling_mixed": ("fp8", True),
     "bf16_with_mxfp8_mixed": ("fp8", True),
     "bf16_with_fp8_current_scaling_mixed": ("fp8", True),
     "bf16_with_nvfp4_mixed": ("fp4", True),
+    "nemotron_3_super_bf16_with_nvfp4_mixed": ("fp4", True),
 }
 
 
@@ -45,6 +47,9 @@ def recipe_precision(values, notes) -> dict:
         gather = False
     elif recipe in PRECISION_RECIPES:
         prec, gather = PRECISION_RECIPES[recipe]
+        if recipe.startswith("nemotron_3_super"):     # first_last_layers_bf16, 14 at the end
+            notes.append(f"{recipe}: its last 14 layers run in BF16 (mixed_precision.py:421-429); "
+                         "counted at the run's NVFP4 like the others")
     else:
         raise InvalidValueError(f"mixed_precision={str(recipe)[:60]}: memsym reads "
                                 f"{', '.join(PRECISION_RECIPES)}")

@@ -183,6 +183,8 @@ _OVERRIDE_SWITCHES = {
     "use_precision_aware_optimizer": ("precision_aware", True),
     "use_torch_fsdp2": ("sharding", "fsdp"),
     "recompute_activations": ("recompute", "selective"),
+    # transformer_config.py:82: one MTP layer built and run mtp_num_layers times
+    "mtp_use_repeated_layer": ("mtp_repeated", True),
 }
 
 #: Accepted with a model and changing nothing memsym counts (the model's own vocabulary and

@@ -120,6 +120,9 @@ def megatron_architecture(r: MegatronArguments) -> dict:
     if a["multi_latent_attention"]:
         _latent_attention(r, a)
     a["mtp_num_layers"] = r.int("mtp_num_layers", 0, lo=0, hi=MAX_LAYERS)
+    # --mtp-use-repeated-layer (transformer_config.py:82): one MTP layer built, run
+    # mtp_num_layers times (multi_token_prediction.py:1985-1996, 2049)
+    a["mtp_repeated"] = bool(a["mtp_num_layers"]) and r.flag("mtp_use_repeated_layer")
     return a
 
 

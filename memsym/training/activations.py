@@ -353,6 +353,8 @@ def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, per_
                   else Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)"),
                   label="output layer")]
     if x.mtp_num_layers:
+        # one set per pass, a repeated layer's too (mtp_use_repeated_layer runs layers[0] on
+        # each pass's own inputs, multi_token_prediction.py:2048-2115 at d98e8a64dd)
         last_kind = pattern[-1]
         terms.append(Term("mtp_activations",
                           n_out * x.mtp_num_layers * (per_layer(last_kind) + out),
