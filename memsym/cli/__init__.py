@@ -79,6 +79,19 @@ def _search_words(parser, raw):
     return ordered, words
 
 
+def _settle(args) -> None:
+    """Megatron-LM's spellings memsym's options take as more than one setting
+    (``--optimizer dist_muon``: :func:`memsym.cli.options.expand_dist_muon`), in the
+    command's namespace and in a search's job reading."""
+    from .option_schema import SEARCH
+    from .options import expand_dist_muon
+
+    expand_dist_muon(args, args.command in SEARCH)
+    reading = getattr(args.job_words, "reading", None)
+    if reading is not None:
+        expand_dist_muon(reading, False)
+
+
 def main(argv=None) -> int:
     """Run the command line; returns the exit status.
 
@@ -125,6 +138,7 @@ def main(argv=None) -> int:
                     gc.enable()
             args = parser.parse_args(ordered)
             args.job_words = words
+            _settle(args)
             status = int(args.run(args) or 0)
         write_stdout(buffer.getvalue())
         return status

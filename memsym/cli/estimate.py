@@ -194,14 +194,14 @@ def model_state_sensitivity(rep: dict) -> list:
 def render_markdown(terms: dict, total, rep: dict, args, fits) -> str:
     """The model-state estimate as Markdown (:func:`memsym.cli.report_text.markdown_table`)."""
     from .report_text import (capacity_label, margin_text, markdown_references, markdown_table,
-                              markdown_text)
+                              markdown_text, scheme_words)
 
     values, cap = rep["values"], args.gpu_memory
     rows = {k: number_out(v, round_up=True) for k, v in terms.items()}
     rows["total"] = sum(rows.values())
     refs = list(dict.fromkeys(rep["sources"][k] for k in terms if rep["sources"].get(k)))
-    lines = [f"### memsym estimate: model states, {rep['scheme']} ({args.convention} "
-             "convention)", "",
+    lines = [f"### memsym estimate: model states, {scheme_words(rep['scheme'], args.optimizer)} "
+             f"({args.convention} convention)", "",
              f"N = {int(values['N']):,} parameters; d = {values['d']}, t = {values['t']}, "
              f"p = {values['p']}; {args.precision} weights, {args.optimizer} optimizer, "
              f"offload {args.offload}", ""]
@@ -219,7 +219,10 @@ def render_markdown(terms: dict, total, rep: dict, args, fits) -> str:
 def render_table(terms: dict, total, rep: dict, args, fits) -> str:
     """A plain-text table: bytes, GB (1e9) and GiB (2^30) per term, with sources."""
     values = rep["values"]
-    head = (f"memsym estimate: {rep['scheme']} ({args.convention} convention), "
+    from .report_text import scheme_words
+
+    head = (f"memsym estimate: {scheme_words(rep['scheme'], args.optimizer)} "
+            f"({args.convention} convention), "
             f"{args.precision} weights, {args.optimizer} optimizer, offload {args.offload}\n"
             f"N = {int(values['N']):,} parameters; d = {values['d']}, t = {values['t']}, "
             f"p = {values['p']}")
