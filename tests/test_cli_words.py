@@ -139,3 +139,29 @@ def test_an_hgx_node_is_still_eight(capsys):
     code, out, _ = run(capsys, "estimate", "llama3-8b", "--gpu", "h100-80gb",
                        "--world-size", "16", "--tp", "2")
     assert "communication per GPU per step (h100-80gb, 8 GPUs per node):" in out
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Lines a user met
+# ----------------------------------------------------------------------------------------------
+def test_a_pasted_dense_command_gets_no_note_for_an_expert_argument_it_never_gave(capsys):
+    # Megatron-LM arguments.py:587-588 (d98e8a64dd): expert_tensor_parallel_size None is TP's size:
+    # a dense command that leaves it out has nothing to be told about it
+    code, out, _ = run(capsys, "estimate", *PASTED, "--wide")
+    assert code == 0 and "expert_tensor_parallel_size" not in out
+    code, out, _ = run(capsys, "estimate", *PASTED, "--expert-tensor-parallel-size", "1",
+                       "--wide")
+    assert "expert_tensor_parallel_size (--expert-tensor-parallel-size) has effect only" in out
+
+
+def test_an_unknown_argument_is_named_by_its_command(capsys):
+    # argparse's own wording ("unrecognized arguments"), prog as for every other bad argument
+    err = refused(capsys, "models", "--json", "--x")
+    assert err.startswith("memsym models: error: unrecognized arguments: --x")
+
+
+def test_search_without_gpus_names_the_option_it_takes(capsys):
+    err = refused(capsys, "search", "llama3-8b", "--gpu", "h100-80gb")
+    assert "--gpus N" in err and "--world-size" not in err
+    err = refused(capsys, "search", "llama3-8b", "--gpu", "h100-80gb", "--world-size", "16")
+    assert "unrecognized arguments: --world-size 16" in err and "--gpus N" in err

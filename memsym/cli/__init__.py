@@ -136,7 +136,12 @@ def main(argv=None) -> int:
                 if startup:
                     gc.freeze()
                     gc.enable()
-            args = parser.parse_args(ordered)
+            args, unknown = parser.parse_known_args(ordered)
+            if unknown:     # named by its command, as argparse names a bad argument
+                hint = "; the GPUs to search on are --gpus N" if "--world-size" in unknown \
+                    and args.command == "search" else ""
+                raise UsageError(f"memsym {args.command}: error: unrecognized arguments: "
+                                 + " ".join(unknown) + hint)
             args.job_words = words
             _settle(args)
             status = int(args.run(args) or 0)

@@ -281,7 +281,8 @@ def _problem(args):
                                 "or a job (--launch-script, --args-file, --bridge-recipe, "
                                 "--deepspeed-config, --torchtitan-config)")
     if args.gpus is None:
-        raise InvalidValueError("give the number of GPUs: --gpus N (or --world-size N)")
+        # --world-size is a job's (a pasted command's, a launch script's): the search's is --gpus
+        raise InvalidValueError("give the number of GPUs to search on: --gpus N")
     return search_model(args), args.gpu, search_options(args, assume_batch=True), args.gpus, None
 
 
