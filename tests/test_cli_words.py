@@ -124,6 +124,9 @@ def test_nvl72_estimate_says_the_tray_and_the_domain(capsys, gpu):
     code, out, _ = run(capsys, *argv)
     assert code == 0
     assert f"communication per GPU per step ({gpu}, 4 GPUs per node, NVLink domain 72):" in out
+    # the dp group of 8 spans two trays of 4 and stays in the domain: not "intra-node"
+    assert any(l.startswith("dp ") and l.endswith("intra (NVLink domain)")
+               for l in out.splitlines())
     code, out, _ = run(capsys, *argv, "--json")
     data = json.loads(out)
     assert data["assumptions"]["gpus_per_node"] == 4

@@ -313,9 +313,12 @@ def render_step(rep: dict) -> str:
     lines = [f"communication per GPU per step ({asm.get('gpu', '?')}, "
              f"{asm.get('gpus_per_node', '?')} GPUs per node{_domain_text(asm)}):",
              f"{'group':<{wide}}{'bytes':>22}{'GB':>12}{'seconds':>12}  link"]
+    # on an NVL72 rack "intra" is the NVLink domain, which spans compute trays (nodes)
+    domain = " (NVLink domain)" if _domain_text(asm) else ""
     for key, row in comm.items():
+        link = row["link"] + (domain if row["link"] == "intra" else "")
         lines.append(f"{key:<{wide}}{row['bytes']:>22,}{row['bytes'] / 1e9:>12.3f}"
-                     f"{row['seconds']:>12.4g}  {row['link']}")
+                     f"{row['seconds']:>12.4g}  {link}")
     m_ = rep["global_batch"] // max(1, rep["layout"]["dp"] * rep["training"]["micro_batch_size"])
     v_ = rep["layout"].get("vpp") or 1
     # the schedule whose bubble it is: (p-1)/m for 1F1B and GPipe, (p-1)/(v m) interleaved
