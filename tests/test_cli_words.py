@@ -86,6 +86,16 @@ def test_dist_muon_with_another_sharding_is_one_line(capsys):
     assert "dist_muon" in err and "--sharding ddp" in err
 
 
+@pytest.mark.parametrize("extra", [["--sharding", "zero3"], ["--precision", "fp16"]])
+def test_muon_model_states_alone_are_refused_as_a_jobs_are(capsys, extra):
+    # Megatron-LM arguments.py:1739-1740 ("Emerging optimizer does not support Torch-FSDP2 /
+    # Megatron-FSDP") and core/optimizer/__init__.py:774-775 (no fp16): refused with --params
+    # as with a MODEL, in the same words
+    alone = refused(capsys, "estimate", "--params", "8B", "--optimizer", "muon", *extra)
+    job = refused(capsys, "estimate", "llama3-8b", "--optimizer", "muon", *extra)
+    assert alone == job and "muon" in alone
+
+
 # ----------------------------------------------------------------------------------------------
 # 2. A Megatron-FSDP row in Megatron-LM's words, in search's text as in min-gpus'
 # ----------------------------------------------------------------------------------------------

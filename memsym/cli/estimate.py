@@ -78,6 +78,7 @@ def check_model_state_only(args) -> None:
         raise InvalidValueError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} "
                                 "a MODEL (a preset, a config.json or a Hub id); "
                                 "with --params alone memsym estimates model states only")
+    _check_muon_states(args)
     ws = getattr(args, "world_size", None)
     if ws is not None:
         t_, p_ = args.tp or 1, args.pp or 1
@@ -88,6 +89,21 @@ def check_model_state_only(args) -> None:
         elif args.dp * t_ * p_ != ws:
             raise InvalidValueError(f"world size {ws} != t*p*d = {t_}*{p_}*{args.dp} = "
                                     f"{t_ * p_ * args.dp}")
+
+
+def _check_muon_states(args) -> None:
+    """Megatron's Muon rules on the model states alone, as a job's estimate applies them
+    (:data:`memsym.rules.RULES` ``muon-sharding``, ``muon-fp16``): DDP or the (layer-wise)
+    distributed optimizer only, and no fp16."""
+    from ..rules import RULES
+    from .options import resolve_scheme
+
+    scheme = resolve_scheme(args)
+    k = {"muon": args.optimizer == "muon", "precision": args.precision,
+         "shards_gradients": scheme in ("zero2", "zero3", "fsdp"), "zero1": scheme == "zero1"}
+    for rule in (RULES["muon-sharding"], RULES["muon-fp16"]):
+        if bool(rule.test(None, k)):
+            raise rule.error(rule.message(None, k))
 
 
 def run(args) -> int:
