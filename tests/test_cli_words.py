@@ -178,3 +178,16 @@ def test_search_without_gpus_names_the_option_it_takes(capsys):
     assert "--gpus N" in err and "--world-size" not in err
     err = refused(capsys, "search", "llama3-8b", "--gpu", "h100-80gb", "--world-size", "16")
     assert "unrecognized arguments: --world-size 16" in err and "--gpus N" in err
+
+
+@pytest.mark.parametrize("quoted", [" ".join(PASTED), "python pretrain_gpt.py --num-layers 32"])
+def test_a_command_pasted_in_quotes_is_one_clear_line(capsys, quoted):
+    # one shell word holding the whole command: before, its launcher word was dropped and the
+    # rest with it ("give the parameter count with --params N")
+    err = refused(capsys, "estimate", quoted)
+    assert "without the quotes" in err and "--params" not in err
+
+
+def test_arguments_pasted_in_quotes_are_one_clear_line(capsys):
+    err = refused(capsys, "estimate", "llama3-8b", "--tp 2")
+    assert "several arguments ('--tp 2')" in err and "without the quotes" in err
