@@ -79,6 +79,19 @@ def _search_words(parser, raw):
     return ordered, words
 
 
+def _settle(args) -> None:
+    """Megatron-LM's spellings memsym's options take as more than one setting
+    (``--optimizer dist_muon``: :func:`memsym.cli.options.expand_dist_muon`), in the
+    command's namespace and in a search's job reading."""
+    from .option_schema import SEARCH
+    from .options import expand_dist_muon
+
+    expand_dist_muon(args, args.command in SEARCH)
+    reading = getattr(args.job_words, "reading", None)
+    if reading is not None:
+        expand_dist_muon(reading, False)
+
+
 def main(argv=None) -> int:
     """Run the command line; returns the exit status.
 
@@ -123,8 +136,14 @@ def main(argv=None) -> int:
                 if startup:
                     gc.freeze()
                     gc.enable()
-            args = parser.parse_args(ordered)
+            args, unknown = parser.parse_known_args(ordered)
+            if unknown:     # named by its command, as argparse names a bad argument
+                hint = "; the GPUs to search on are --gpus N" if "--world-size" in unknown \
+                    and args.command == "search" else ""
+                raise UsageError(f"memsym {args.command}: error: unrecognized arguments: "
+                                 + " ".join(unknown) + hint)
             args.job_words = words
+            _settle(args)
             status = int(args.run(args) or 0)
         write_stdout(buffer.getvalue())
         return status

@@ -78,6 +78,7 @@ def check_model_state_only(args) -> None:
         raise InvalidValueError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} "
                                 "a MODEL (a preset, a config.json or a Hub id); "
                                 "with --params alone memsym estimates model states only")
+    _check_muon_states(args)
     ws = getattr(args, "world_size", None)
     if ws is not None:
         t_, p_ = args.tp or 1, args.pp or 1
@@ -88,6 +89,21 @@ def check_model_state_only(args) -> None:
         elif args.dp * t_ * p_ != ws:
             raise InvalidValueError(f"world size {ws} != t*p*d = {t_}*{p_}*{args.dp} = "
                                     f"{t_ * p_ * args.dp}")
+
+
+def _check_muon_states(args) -> None:
+    """Megatron's Muon rules on the model states alone, as a job's estimate applies them
+    (:data:`memsym.rules.RULES` ``muon-sharding``, ``muon-fp16``): DDP or the (layer-wise)
+    distributed optimizer only, and no fp16."""
+    from ..rules import RULES
+    from .options import resolve_scheme
+
+    scheme = resolve_scheme(args)
+    k = {"muon": args.optimizer == "muon", "precision": args.precision,
+         "shards_gradients": scheme in ("zero2", "zero3", "fsdp"), "zero1": scheme == "zero1"}
+    for rule in (RULES["muon-sharding"], RULES["muon-fp16"]):
+        if bool(rule.test(None, k)):
+            raise rule.error(rule.message(None, k))
 
 
 def run(args) -> int:
@@ -194,14 +210,14 @@ def model_state_sensitivity(rep: dict) -> list:
 def render_markdown(terms: dict, total, rep: dict, args, fits) -> str:
     """The model-state estimate as Markdown (:func:`memsym.cli.report_text.markdown_table`)."""
     from .report_text import (capacity_label, margin_text, markdown_references, markdown_table,
-                              markdown_text)
+                              markdown_text, scheme_words)
 
     values, cap = rep["values"], args.gpu_memory
     rows = {k: number_out(v, round_up=True) for k, v in terms.items()}
     rows["total"] = sum(rows.values())
     refs = list(dict.fromkeys(rep["sources"][k] for k in terms if rep["sources"].get(k)))
-    lines = [f"### memsym estimate: model states, {rep['scheme']} ({args.convention} "
-             "convention)", "",
+    lines = [f"### memsym estimate: model states, {scheme_words(rep['scheme'], args.optimizer)} "
+             f"({args.convention} convention)", "",
              f"N = {int(values['N']):,} parameters; d = {values['d']}, t = {values['t']}, "
              f"p = {values['p']}; {args.precision} weights, {args.optimizer} optimizer, "
              f"offload {args.offload}", ""]
@@ -219,7 +235,10 @@ def render_markdown(terms: dict, total, rep: dict, args, fits) -> str:
 def render_table(terms: dict, total, rep: dict, args, fits) -> str:
     """A plain-text table: bytes, GB (1e9) and GiB (2^30) per term, with sources."""
     values = rep["values"]
-    head = (f"memsym estimate: {rep['scheme']} ({args.convention} convention), "
+    from .report_text import scheme_words
+
+    head = (f"memsym estimate: {scheme_words(rep['scheme'], args.optimizer)} "
+            f"({args.convention} convention), "
             f"{args.precision} weights, {args.optimizer} optimizer, offload {args.offload}\n"
             f"N = {int(values['N']):,} parameters; d = {values['d']}, t = {values['t']}, "
             f"p = {values['p']}")

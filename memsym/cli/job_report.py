@@ -9,7 +9,8 @@ from ..frameworks import FRAMEWORK
 from .options import number_out
 
 __all__ = ["report_for", "metric_report", "sensitivity_report", "sensitivity_rows",
-           "advice_report", "communication_report", "cluster_known", "PRICING"]
+           "advice_report", "communication_report", "cluster_known", "node_size", "PRICING",
+           "defaults_rows", "LAYER_WISE"]
 
 
 def _num(value) -> int:
@@ -40,7 +41,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
         "training": _training_fields(j),
         "convention": args.convention,
         # every default the job applied because it was not given, and where it comes from
-        "defaults": [{"option": k_, "value": v_, "source": src} for k_, v_, src in j.defaults],
+        "defaults": defaults_rows(j.defaults, j.training.states),
         "units": "bytes",
     }
     if args.convention in ("megatron-lm", "megatron-bridge"):
@@ -72,6 +73,42 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
             "params": int(parameter_count(arch)),
             "notes": list(est.notes) + [printable(n, 200) for n in arch.extra.get("notes", ())],
             **extra, "_total": byt["total"]}
+
+
+#: What ``--use-distributed-optimizer`` is under Muon, and what memsym counts for it.
+LAYER_WISE = ("under muon it is Megatron-core's layer-wise distributed optimizer, as with "
+              "the deprecated --optimizer dist_muon (Megatron-LM arguments.py:1724-1737; "
+              "Megatron-Bridge training/optim.py:103-110): every rank keeps the whole weights "
+              "and gradients and the optimizer states of its share of the parameters "
+              "(core/optimizer/layer_wise_optimizer.py:167-181), counted as the distributed "
+              "optimizer's, split over d c")
+
+
+def defaults_rows(defaults, states) -> list:
+    """The report's ``defaults`` rows: ``(option, value, source)`` each as a dict, less a
+    sharding default another argument overrode (``--optimizer dist_muon`` is Muon with the
+    layer-wise distributed optimizer, not Megatron's DDP default), and the distributed
+    optimizer's row under Muon saying it is the layer-wise one (:data:`LAYER_WISE`).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> defaults_rows([("sharding", "ddp", "plain DDP")],
+    ...               NS(sharding="distributed-optimizer", optimizer="muon"))
+    []
+    >>> [r["source"][:30] for r in defaults_rows([("sharding", "distributed-optimizer", "DistOpt")],
+    ...                                          NS(sharding="distributed-optimizer", optimizer="muon"))]
+    ['DistOpt; under muon it is Mega']
+    """
+    rows = []
+    for option, value, source in defaults:
+        if option == "sharding" and value != states.sharding:
+            continue        # set by another argument: not a default that applied
+        if option == "sharding" and value == "distributed-optimizer" \
+                and states.optimizer == "muon":
+            source = f"{source}; {LAYER_WISE}"
+        rows.append({"option": option, "value": value, "source": source})
+    return rows
 
 
 def _training_fields(j) -> dict:
@@ -197,6 +234,40 @@ PRICING = (("--gpus-per-node", "gpus_per_node"), ("--intra-node-bandwidth", "int
             ("--inter-node-bandwidth", "inter_node_bandwidth"), ("--efficiency", "efficiency"))
 
 
+def node_size(args) -> int | None:
+    """GPUs per node the step is priced with [GPUs]: ``--gpus-per-node``, else the compute tray
+    of an NVL72 rack where the ``--gpu`` is one (its catalogue system's node is smaller than
+    its NVLink domain: 4 of 72 on GB200 and GB300), else None (the HGX node of 8,
+    :func:`memsym.hardware.cluster_for`).
+
+    The link a group is priced on follows the NVLink domain (:attr:`memsym.devices.Cluster.domain`,
+    72 on an NVL72 rack either way), so the tray changes the words, not the step time.
+
+    References: NVIDIA Multi-Node NVLink tuning guide, "Understanding Your Grace-Blackwell
+    Systems" (GB200 72x1: 18 compute trays, 4 GPUs per compute tray, 9 NVL72 NVLink switch
+    trays); NVIDIA NVL72 AI Factory enterprise reference architecture, "System Hardware &
+    Components" (GB300 NVL compute tray: 4 Blackwell Ultra GPUs; 9 NVSwitch trays join all 72).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> node_size(NS(gpu="gb300", gpus_per_node=None)), node_size(NS(gpu="gb200-186gb",
+    ...     gpus_per_node=None))
+    (4, 4)
+    >>> node_size(NS(gpu="h100-80gb", gpus_per_node=None)), node_size(NS(gpu="gb300",
+    ...     gpus_per_node=8))
+    (None, 8)
+    """
+    from ..hardware import cluster, clusters, gpu
+
+    if getattr(args, "gpus_per_node", None) is not None or getattr(args, "gpu", None) is None:
+        return getattr(args, "gpus_per_node", None)
+    name = gpu(args.gpu).name
+    trays = [c.gpus_per_node for c in map(cluster, clusters())
+             if c.gpu.name == name and (c.nvlink_domain or 0) > c.gpus_per_node]
+    return trays[0] if trays else None
+
+
 def cluster_known(args) -> bool:
     """Whether the options describe a cluster (with a model: communication and time are priced)."""
     return getattr(args, "gpu", None) is not None or \
@@ -238,7 +309,7 @@ def communication_report(args, j) -> dict:
         values, gpu=args.gpu or "h100-80gb", precision=training.states.precision,
         sharding=training.states.sharding, recompute=training.memory.recompute,
         sequence_parallel=layout.sequence_parallel, interleaved=(layout.v or 1) > 1,
-        efficiency=args.efficiency, gpus_per_node=args.gpus_per_node,
+        efficiency=args.efficiency, gpus_per_node=node_size(args),
         intra_node_bandwidth=None if args.intra_node_bandwidth is None else args.intra_node_bandwidth * gb,
         inter_node_bandwidth=None if args.inter_node_bandwidth is None else args.inter_node_bandwidth * gb,
         dp_params=dp_params, formula="6n", arch=arch, layout=layout, training=training,

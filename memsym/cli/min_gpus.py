@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .option_table import add_command
 from .options import emit_json
-from .search import Progress, bytes_json, layout_json, search_model, search_options
+from .search import (Progress, bytes_json, layout_json, search_model, search_options,
+                     sharding_words)
 
 
 def add_parser(sub) -> None:
@@ -72,7 +73,7 @@ def layout_text(lay: dict) -> str:
         if value is None or key in ("megatron_fsdp", "overlap_grad_reduce",
                                     "overlap_param_gather"):
             continue
-        if key == "sharding" and "megatron_fsdp" in lay:
-            value = f"{value} (Megatron-FSDP {lay['megatron_fsdp']})"
+        if key == "sharding":
+            value = sharding_words(value, lay.get("megatron_fsdp"))
         said.append(f"{key} {value}")
     return ", ".join(said)

@@ -117,10 +117,12 @@ def _state_rows():
            help="Megatron's --fp8-recipe under --precision fp8: " + ", ".join(FP8_RECIPES)
            + " (mxfp8: Transformer Engine's MXFP8, a scale byte per 32 elements and rowwise + "
            "columnwise weight copies; Blackwell only)"),
-        option("--optimizer", group="states", type=T.choice("optimizer", OPTIMIZERS),
+        option("--optimizer", group="states", type=T.optimizer_choice(OPTIMIZERS),
            field="optimizer", default="adam", source=JOB_DEFAULTS + " (Megatron-LM's "
            "--optimizer adam)", commands=JOB_AND_SEARCH, search="same",
-           help="optimizer: " + ", ".join(OPTIMIZERS)),
+           help="optimizer: " + ", ".join(OPTIMIZERS) + "; dist_muon (Megatron-LM's "
+           "deprecated spelling) is muon with the distributed optimizer, under muon the "
+           "layer-wise one"),
         option("--offload", group="states", type=T.choice("offload", OFFLOADS), field="offload",
            default="none", source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="list",
            help="CPU offload: " + ", ".join(OFFLOADS), search_help="CPU offload modes to try (default none)"),
@@ -478,7 +480,9 @@ def _cluster_rows():
            "for it where cited (h100-80gb: 79.11 GiB), else its datasheet figure, unless "
            "--gpu-memory is given"),
         option("--gpus-per-node", group="cluster", type=T.positive_int, metavar="K",
-           field="gpus_per_node", default=8, source="memsym.hardware (an HGX node)",
+           field="gpus_per_node", default=8, source="memsym.hardware (an HGX node; "
+           "a gb200 or gb300 step is priced on the NVL72 compute tray of 4, its 72 GPUs one "
+           "NVLink domain; a search keeps 8)",
            commands=pricing | drawn, search="same", effect="time",
            help="GPUs per node (t may not exceed it in a search)"),
         option("--intra-node-bandwidth", group="cluster", type=T.bandwidth, metavar="GB/s",

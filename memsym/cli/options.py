@@ -16,6 +16,7 @@ __all__ = [
     "positive_int", "count", "capacity", "fraction", "choice", "number_in", "efficiency",
     "bandwidth", "tflops", "price", "top_count", "margin", "margin_bytes",
     "model_state_setup", "model_state_convention", "emit_json", "number_out",
+    "optimizer_choice", "expand_dist_muon", "DIST_MUON",
 ]
 
 
@@ -331,6 +332,60 @@ def recompute_mode(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{key[:-2]}-N takes a number of layers, e.g. "
                                          f"{key[:-2]}-2")
     return _RECOMPUTE_MODES(text)
+
+
+#: Megatron-LM's deprecated ``--optimizer dist_muon``: Muon with the layer-wise distributed
+#: optimizer (arguments.py:1727-1733 at d98e8a64dd turn it into ``muon`` with
+#: ``use_layer_wise_distributed_optimizer``; Megatron-Bridge training/optim.py:103-110 at
+#: 067f987df0: ``layer_wise_distributed_optimizer="dist" in optimizer``).
+DIST_MUON = "dist_muon"
+
+
+def optimizer_choice(names):
+    """The ``--optimizer`` type: one of ``names``, or :data:`DIST_MUON` (kept as typed, for
+    :func:`expand_dist_muon`)."""
+    plain = choice("optimizer", names)
+
+    def parse(text: str) -> str:
+        if str(text).strip().lower().replace("-", "_") == DIST_MUON:
+            return DIST_MUON
+        try:
+            return plain(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                str(UnknownNameError("optimizer", text, (*names, DIST_MUON)))) from None
+
+    parse.__name__ = "optimizer"
+    return parse
+
+
+def expand_dist_muon(args, listed: bool) -> None:
+    """``--optimizer dist_muon`` as Megatron-LM reads it: ``muon`` with the distributed
+    optimizer (under Muon, the layer-wise one), the sharding set to ``distributed-optimizer``
+    (a list of it where the command searches, ``listed``); a ``--sharding`` that says otherwise
+    is refused.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> a = NS(optimizer="dist_muon", sharding=None); expand_dist_muon(a, False)
+    >>> a.optimizer, a.sharding
+    ('muon', 'distributed-optimizer')
+    """
+    from ..errors import InvalidValueError
+
+    if getattr(args, "optimizer", None) != DIST_MUON:
+        return
+    given = getattr(args, "sharding", None)
+    wrong = [s for s in (given if isinstance(given, list) else [given])
+             if s not in (None, "distributed-optimizer")]
+    if wrong:
+        raise InvalidValueError(f"--optimizer dist_muon is muon with the (layer-wise) distributed "
+                                f"optimizer (Megatron-LM: --optimizer muon "
+                                f"--use-distributed-optimizer): it contradicts --sharding "
+                                f"{wrong[0]}")
+    args.optimizer = "muon"
+    args.sharding = ["distributed-optimizer"] if listed else "distributed-optimizer"
 
 
 def resolve_scheme(args) -> str:

@@ -234,11 +234,23 @@ def _sort_words(words, own, bridge, from_file, out):
     return mine, theirs, pos, convenience
 
 
+def _clipped(word: str) -> str:
+    """A word quoted for a message, its first 40 characters where it is longer."""
+    return repr(word) if len(word) <= 40 else repr(word[:40]) + "..."
+
+
 def _plain_word(w, from_file, before_options, out, pos):
     """Sort a word that is not an option: an environment assignment (before any option), a
     launcher's word, or a positional one (an error when read from a file)."""
     from ..errors import InvalidValueError
 
+    head = w.split(None, 1)
+    if len(head) == 2 and (head[0] in LAUNCHER_WORDS or head[0].endswith(".py")
+                           or head[0].rsplit("/", 1)[-1].startswith(("python", "torchrun"))):
+        # a whole command in one word (pasted in quotes): never a launcher word to drop
+        raise InvalidValueError(
+            f"one word holds a whole command ({_clipped(w)}): paste it without the quotes, "
+            "as the shell splits it, or save it as a script for --launch-script")
     if _ASSIGNMENT.match(w) and before_options:
         name, _, value = w.partition("=")
         out.environment[name] = value
@@ -257,7 +269,12 @@ def _plain_word(w, from_file, before_options, out, pos):
 def _megatron_option(words, i, name, inline):
     """``(values, index after them)`` of Megatron-LM's option ``name`` at ``words[i - 1]``."""
     # Megatron's table is read only where a word is not memsym's own (a pasted command)
+    from ..errors import InvalidValueError
     from ..readers.megatron import SCHEDULE_ENTRY, ArgumentError, megatron_arity
+
+    if len(name.split()) > 1:      # several arguments in one word (pasted in quotes)
+        raise InvalidValueError(f"one word holds several arguments ({_clipped(name)}): paste "
+                                "them without the quotes, as the shell splits them")
 
     arity = megatron_arity(name)
     if arity is None:

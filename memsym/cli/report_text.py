@@ -13,7 +13,7 @@ import textwrap
 __all__ = ["WIDTH", "render_estimate", "render_step", "render_advice", "capacity_label",
            "tight_text",
            "margin_text", "render_markdown", "markdown_table",
-           "markdown_references", "markdown_text", "render_sensitivity"]
+           "markdown_references", "markdown_text", "render_sensitivity", "scheme_words"]
 
 #: The widest line of the default report [columns].
 WIDTH = 100
@@ -132,13 +132,27 @@ def _states_text(trn: dict) -> str:
         return ""
     prec = trn["precision"] + (f" ({trn['fp8_recipe']})" if trn.get("fp8_recipe") else "") \
         + (" (NVFP4 parameters, fp4_param_gather)" if trn.get("fp4_param_gather") else "")
-    out = f"; precision {prec}, sharding {trn['sharding']}"
+    out = f"; precision {prec}, sharding {scheme_words(trn['sharding'], trn.get('optimizer'))}"
     if trn.get("megatron_fsdp"):
         out += f" (Megatron-FSDP {trn['megatron_fsdp']}"
         out += ", double buffer)" if trn.get("fsdp_double_buffer") else ")"
     if trn.get("moe_dispatcher", "alltoall") != "alltoall":
         out += f", MoE dispatcher {trn['moe_dispatcher']}"
     return out
+
+
+def scheme_words(sharding: str, optimizer: str | None) -> str:
+    """A sharding scheme as the report says it: the distributed optimizer under Muon is
+    Megatron-core's layer-wise one (:data:`memsym.cli.job_report.LAYER_WISE`).
+
+    Examples
+    --------
+    >>> scheme_words("distributed-optimizer", "muon"), scheme_words("ddp", "muon")
+    ('distributed-optimizer (layer-wise under muon)', 'ddp')
+    """
+    if sharding == "distributed-optimizer" and optimizer == "muon":
+        return f"{sharding} (layer-wise under muon)"
+    return sharding
 
 
 def _references(rep: dict) -> list:
@@ -279,17 +293,32 @@ def capacity_label(args) -> str:
             f"{getattr(args, 'capacity_note', 'as given')})")
 
 
+def _domain_text(asm: dict) -> str:
+    """``, NVLink domain 72``: where the GPU's NVLink domain is wider than its node (an NVL72
+    rack's compute tray holds 4 of the 72 GPUs one NVLink switch domain joins), else empty."""
+    from ..hardware import gpu
+
+    try:
+        domain = gpu(asm["gpu"]).nvlink_domain or 0
+    except (KeyError, ValueError):      # no GPU named: the node is the domain
+        return ""
+    return f", NVLink domain {domain}" if domain > int(asm.get("gpus_per_node") or 0) else ""
+
+
 def render_step(rep: dict) -> str:
     """The communication / bubble / step-time / MFU block of a report (text output)."""
     comm = rep["communication"]
     asm = rep.get("assumptions", {})
     wide = max([len("group")] + [len(key) for key in comm]) + 2
     lines = [f"communication per GPU per step ({asm.get('gpu', '?')}, "
-             f"{asm.get('gpus_per_node', '?')} GPUs per node):",
+             f"{asm.get('gpus_per_node', '?')} GPUs per node{_domain_text(asm)}):",
              f"{'group':<{wide}}{'bytes':>22}{'GB':>12}{'seconds':>12}  link"]
+    # on an NVL72 rack "intra" is the NVLink domain, which spans compute trays (nodes)
+    domain = " (NVLink domain)" if _domain_text(asm) else ""
     for key, row in comm.items():
+        link = row["link"] + (domain if row["link"] == "intra" else "")
         lines.append(f"{key:<{wide}}{row['bytes']:>22,}{row['bytes'] / 1e9:>12.3f}"
-                     f"{row['seconds']:>12.4g}  {row['link']}")
+                     f"{row['seconds']:>12.4g}  {link}")
     m_ = rep["global_batch"] // max(1, rep["layout"]["dp"] * rep["training"]["micro_batch_size"])
     v_ = rep["layout"].get("vpp") or 1
     # the schedule whose bubble it is: (p-1)/m for 1F1B and GPipe, (p-1)/(v m) interleaved

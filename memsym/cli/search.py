@@ -9,7 +9,7 @@ from ..frameworks import FRAMEWORK
 from .option_table import add_command
 from .options import emit_json, number_out
 
-__all__ = ["add_parser", "run", "search_options", "Progress"]
+__all__ = ["add_parser", "run", "search_options", "Progress", "sharding_words"]
 
 
 #: Tokens per step assumed when no global batch is given: Llama 2's 4M-token batch
@@ -204,11 +204,32 @@ def megatron_fsdp_of(framework: str, sharding: str) -> dict:
     """``{"megatron_fsdp": strategy}`` where a Megatron-LM row's scheme is Megatron-FSDP's
     (zero2 as ``optim_grads``, fsdp as ``optim_grads_params``, :mod:`memsym.emit` spells them
     so), else empty: the row's sharding in Megatron's own word."""
+    # imported here, not at the top: memsym.search's package pulls in SymPy and the search
+    # (about a second), which `memsym --help` and `memsym search --help` would pay
+    # (memsym.cli: SymPy-heavy imports stay inside the functions that run)
     from ..search.job_fields import MEGATRON_FSDP_STRATEGY
 
     if FRAMEWORK[framework].megatron_options and sharding in MEGATRON_FSDP_STRATEGY:
         return {"megatron_fsdp": MEGATRON_FSDP_STRATEGY[sharding]}
     return {}
+
+
+def sharding_words(sharding: str, megatron_fsdp: str | None = None) -> str:
+    """A layout's sharding as the text says it: a Megatron-FSDP scheme in Megatron-LM's words,
+    its ``--data-parallel-sharding-strategy`` beside it (``megatron_fsdp``, as
+    :func:`megatron_fsdp_of` gives it), what ``memsym search --emit megatron`` launches.
+
+    Examples
+    --------
+    >>> sharding_words("fsdp", "optim_grads_params"), sharding_words("zero3")
+    ('fsdp (Megatron-FSDP optim_grads_params)', 'zero3')
+    """
+    return sharding if megatron_fsdp is None else f"{sharding} (Megatron-FSDP {megatron_fsdp})"
+
+
+def _row_sharding(framework: str, sharding: str) -> str:
+    """A search row's sharding in words (:func:`sharding_words`) for its framework."""
+    return sharding_words(sharding, megatron_fsdp_of(framework, sharding).get("megatron_fsdp"))
 
 
 def bytes_json(grouped: dict) -> dict:
@@ -260,7 +281,8 @@ def _problem(args):
                                 "or a job (--launch-script, --args-file, --bridge-recipe, "
                                 "--deepspeed-config, --torchtitan-config)")
     if args.gpus is None:
-        raise InvalidValueError("give the number of GPUs: --gpus N (or --world-size N)")
+        # --world-size is a job's (a pasted command's, a launch script's): the search's is --gpus
+        raise InvalidValueError("give the number of GPUs to search on: --gpus N")
     return search_model(args), args.gpu, search_options(args, assume_batch=True), args.gpus, None
 
 
@@ -421,7 +443,8 @@ def _emit_text(args, res, rows, emitted, assumed) -> str:
         total = bytes_json(exact["bytes"])["total"]
         head = (f"# layout {n}: t={row['t']} p={row['p']} c={row['c']} d={row['d']} "
                 f"e={row['e']} v={row['v']} b={row['b']}{ends}, recompute {row['recompute']}, "
-                f"sharding {row['sharding']}, SP {'on' if row['sequence_parallel'] else 'off'}: "
+                f"sharding {_row_sharding(res.space.framework, row['sharding'])}, "
+                f"SP {'on' if row['sequence_parallel'] else 'off'}: "
                 f"{total} bytes ({total / 1e9:.3f} GB)")
         lines.append("")
         if isinstance(got, str):
@@ -474,17 +497,19 @@ def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
     for note in res.notes:
         lines.append("note: " + note)
     lines.append("")
+    said = [_row_sharding(sp_.framework, row["sharding"]) for row, _ in rows]
+    wide = max([22] + [len(w) + 1 for w in said])     # the column widens for the longest
     lines.append(f"{'#':>3} {'t':>3} {'p':>4} {'c':>4} {'d':>6} {'e':>3} {'v':>3} {'b':>3} "
-                 f"{'ends':>7} {'recompute':<10}{'sharding':<22}{'SP':<4}{'GB':>9}{'free GB':>9}"
-                 f"{'step s':>10}  binding")
-    for n, (row, exact) in enumerate(rows, 1):
+                 f"{'ends':>7} {'recompute':<10}{'sharding':<{wide}}{'SP':<4}{'GB':>9}"
+                 f"{'free GB':>9}{'step s':>10}  binding")
+    for n, ((row, exact), words) in enumerate(zip(rows, said), 1):
         tot = float(exact["bytes"]["total"])
         st = "" if row["step_time"] is None else f"{row['step_time']:.4g}"
         f_, l_ = row.get("first_stage_layers"), row.get("last_stage_layers")
         ends = "even" if f_ is None and l_ is None else f"{f_ or '-'}/{l_ or '-'}"
         lines.append(f"{n:>3} {row['t']:>3} {row['p']:>4} {row['c']:>4} {row['d']:>6} {row['e']:>3} "
                      f"{row['v']:>3} {row['b']:>3} {ends:>7} {row['recompute']:<10}"
-                     f"{row['sharding']:<22}"
+                     f"{words:<{wide}}"
                      f"{'yes' if row['sequence_parallel'] else 'no':<4}{tot / 1e9:>9.3f}"
                      f"{(sp_.capacity - tot) / 1e9:>9.3f}{st:>10}  {row['binding']}")
         parts = ", ".join(f"{k} {float(v) / 1e9:.3f}" for k, v in exact["bytes"].items()

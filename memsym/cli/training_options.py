@@ -168,12 +168,24 @@ def megatron_job_from_args(args):
             if base.training.value(option) != own[option]:
                 raise InvalidValueError(f"--{option} {own[option]} contradicts {said[0]} "
                                         f"({base.training.value(option)}); give one of them")
-    if "sharding" in own:   # memsym's --sharding decides: Megatron's DDP default is not used
-        import dataclasses
+    import dataclasses
 
+    if mj.layout.get("t_e") == mj.layout.get("t") and not _given_etp(given):
+        # Megatron's --expert-tensor-parallel-size defaults to TP (the reader fills it in):
+        # left to the job's own default, so no "has effect only on a model with experts"
+        # note for an argument the command never gave
+        mj = dataclasses.replace(mj, layout={**mj.layout, "t_e": None})
+    if "sharding" in own:   # memsym's --sharding decides: Megatron's DDP default is not used
         mj = dataclasses.replace(mj, notes=tuple(
             n for n in mj.notes if not n.startswith("no --use-distributed-optimizer")))
     return megatron_job(mj, **own), mj
+
+
+def _given_etp(words) -> bool:
+    """Whether a pasted command gives the expert tensor-parallel size (any spelling)."""
+    names = {w.split("=", 1)[0].lstrip("-").replace("_", "-") for w in words
+             if str(w).startswith("-")}
+    return bool(names & {"expert-tensor-parallel-size", "etp"})
 
 
 def wants_training(args) -> bool:
