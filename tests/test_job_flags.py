@@ -144,3 +144,27 @@ def test_refusals_and_notes_as_megatron():
     mj = read_megatron_args(adam + ["--muon-nesterov"])
     assert "muon_nesterov" not in mj.optimizer
     assert any(n.startswith("--muon-nesterov: Muon-only") for n in mj.notes)
+
+
+@pytest.mark.parametrize("sharding", ["ddp", "distributed-optimizer"])
+def test_the_newton_schulz_workspace_follows_tp_mode_and_nesterov(sharding):
+    from memsym.training.transients import phase_transients
+
+    # Llama-2-7B's largest Muon matrix is fc1, 2 x 11008 rows by 4096 (SwiGLU): whole under
+    # duplicated (Megatron's default gathers it), its half under blockwise at t = 2; the step's
+    # end keeps the fp32 result and its two scaled copies (12 B/element), and Nesterov's
+    # grad.lerp copy (4 B/element) only with --muon-nesterov (terms.muon, Emerging-Optimizers
+    # orthogonalized_optimizer.py:193-208); distributed keeps the iterate sharded too
+    # (Emerging-Optimizers fd77292 muon_utils.py:334-341: newton_schulz on the local shard
+    # with the TP group; duplicated all-gathers it whole, 327-332)
+    whole = 2 * 11008 * 4096
+
+    def optimizer_phase(**kw):
+        j = job("llama2-7b", t=2, world_size=8, optimizer="muon", sharding=sharding, **kw)
+        return {term.key: term.evaluate() for term in phase_transients(j, 0)["optimizer"]}
+
+    assert optimizer_phase() == {"newton_schulz_result": 12 * whole}
+    assert optimizer_phase(muon_nesterov=True) == {"newton_schulz_result": 12 * whole,
+                                                  "muon_nesterov": 4 * whole}
+    assert optimizer_phase(muon_tp_mode="blockwise") == {"newton_schulz_result": 12 * whole // 2}
+    assert optimizer_phase(muon_tp_mode="distributed") == {"newton_schulz_result": 12 * whole // 2}
