@@ -287,6 +287,17 @@ SETTING_DEFAULTS: dict = {
     "tp_comm_overlap_cfg": ("Transformer Engine's default userbuffers config (no "
                             "--tp-comm-overlap-cfg; memsym.timing.userbuffers)",
                             lambda x, trn: trn.comm.tp_comm_overlap),
+    # Megatron-LM arguments.py:2633, 2648-2655 at d98e8a64dd
+    "muon_tp_mode": ("Megatron-LM arguments.py: --muon-tp-mode duplicated (the whole matrix "
+                     "orthogonalized on every TP rank)", lambda x, trn: trn.states.optimizer == "muon"),
+    "muon_num_ns_steps": ("Megatron-LM arguments.py: --muon-num-ns-steps 5",
+                          lambda x, trn: trn.states.optimizer == "muon"),
+    "muon_nesterov": ("Megatron-LM arguments.py: --muon-nesterov off",
+                      lambda x, trn: trn.states.optimizer == "muon"),
+    # arguments.py:3566-3572: the MLA input norm a TENorm of its own, recomputed by layernorm
+    "mla_down_proj_fusion": ("Megatron-LM arguments.py: --mla-down-proj-fusion off",
+                             lambda x, trn: bool(x.multi_latent_attention)
+                             and "layernorm" in (trn.memory.recompute_modules or ())),
 }
 
 

@@ -20,7 +20,7 @@ from .limits import FIELD_LIMITS, check_limit
 from .terms.activations import RECOMPUTE, recompute_modules as _modules
 from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
 from .terms.schedule import SCHEDULES
-from .vocabulary import FP8_RECIPES
+from .vocabulary import FP8_RECIPES, MUON_TP_MODES
 from . import rules
 from .terms.adapters import LORA_TARGETS, QUANTIZATIONS
 from .terms.cuda_graphs import check_cuda_graphs
@@ -32,7 +32,7 @@ from .model.stages import check_layout
 from .vocabulary import MEGATRON_FSDP_OPTIMIZERS
 from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MEGATRON_FSDP_SCHEMES,
                          MOE_DISPATCHERS, RECOMPUTE_METHODS, STAGE_PLACEMENTS)
-from .job_record import Layout, Training, check_zero_buckets, microbatches, whole
+from .job_record import Layout, Training, microbatches, whole
 
 __all__ = ["check_fields", "canonical", "validate"]
 
@@ -108,6 +108,9 @@ def check_fields(layout: Layout, training: Training) -> None:
     flag(training.pipeline.overlap_p2p_comm, "overlap_p2p_comm")
     flag(training.pipeline.defer_embedding_wgrad_compute, "defer_embedding_wgrad_compute")
     whole(training.pipeline.wgrad_deferral_limit, "wgrad_deferral_limit", minimum=0)
+    flag(training.states.muon_nesterov, "muon_nesterov")
+    whole(training.states.muon_num_ns_steps, "muon_num_ns_steps")
+    flag(training.memory.mla_down_proj_fusion, "mla_down_proj_fusion")
     for name in ("overlap_grad_reduce", "overlap_param_gather"):
         if training.value(name) is not None:
             flag(training.value(name), name)
@@ -149,6 +152,7 @@ def _named_choices() -> dict:
             "finetune": ("fine-tuning mode", FINETUNES),
             "metric": ("memory metric", tuple(METRICS)),
             "moe_dispatcher": ("MoE token dispatcher", MOE_DISPATCHERS),
+            "muon_tp_mode": ("muon_tp_mode (--muon-tp-mode)", MUON_TP_MODES),
             "framework": ("framework", FRAMEWORKS)}
 
 
@@ -243,6 +247,9 @@ def validate(x, layout: Layout, training: Training):
     if not isinstance(training.memory.batch_attention_mask, bool):
         raise InvalidValueError("batch_attention_mask must be True or False")
     _check_dispatcher(x, layout, names["moe_dispatcher"], training.framework)
+    if training.memory.mla_down_proj_fusion and not x.multi_latent_attention:
+        raise InvalidValueError("mla_down_proj_fusion (--mla-down-proj-fusion) needs "
+                                "multi-latent attention (Megatron-LM's validate_args)")
     if training.states.fp8_recipe is not None:   # Megatron reads --fp8-recipe under --fp8-format
         choose("FP8 recipe", training.states.fp8_recipe, FP8_RECIPES)
         if names["precision"] != "fp8":
@@ -399,3 +406,26 @@ def _check_recompute_modules(x, training: Training) -> None:
     if "mla_up_proj" in mods and not x.multi_latent_attention:
         raise InvalidValueError("recompute module mla_up_proj needs multi-latent attention "
                                 "(Megatron's TransformerConfig)")
+
+
+#: The names Training.zero_buckets takes, each with its limit (memsym.limits).
+ZERO_BUCKET_NAMES = {"reduce_bucket_size": "parameters", "stage3_prefetch_bucket_size":
+                     "parameters", "ipg_buffers": None}
+
+
+def check_zero_buckets(pairs) -> None:
+    """Refuse a ``zero_buckets`` that is not (name, whole number) pairs of known names."""
+    if not isinstance(pairs, tuple):
+        raise InvalidValueError("zero_buckets must be a tuple of (name, value) pairs")
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and pair[0] in ZERO_BUCKET_NAMES):
+            raise InvalidValueError("zero_buckets holds (name, value) pairs named "
+                                    + ", ".join(ZERO_BUCKET_NAMES))
+        name, value = pair
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidValueError(f"zero_buckets {name} must be a whole number >= 0")
+        if ZERO_BUCKET_NAMES[name]:
+            check_limit(ZERO_BUCKET_NAMES[name], value, name)
+        elif value > 2:
+            raise InvalidValueError("zero_buckets ipg_buffers is 0, 1 or 2 (DeepSpeed's "
+                                    "setup_buckets)")

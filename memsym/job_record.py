@@ -18,13 +18,12 @@ from sympy import Rational
 
 from .errors import InvalidValueError
 from .model.pipeline_layout import PipelineLayout
-from .limits import check_limit
 from .rules import check as check_rule
 from .vocabulary import recompute_modules
 
 __all__ = ["Layout", "Training", "Batch", "PipelineSchedule", "ModelStates", "Memory", "Adapters",
            "CommOverlap", "PARTS", "FIELD_PARTS", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS",
-           "whole", "microbatches", "recompute_modules_of", "check_zero_buckets", "ZERO_BUCKET_NAMES"]
+           "whole", "microbatches", "recompute_modules_of"]
 
 
 # the parts ------------------------------------------------------------------------------------
@@ -164,6 +163,11 @@ class ModelStates:
     megatron_fsdp, fsdp_double_buffer
         Megatron-FSDP's ``--data-parallel-sharding-strategy`` (None: not Megatron-FSDP;
         :func:`memsym.terms.model_state.megatron_fsdp_state`), ``--fsdp-double-buffer``.
+    muon_tp_mode, muon_num_ns_steps, muon_nesterov : str, int, bool
+        Under ``optimizer="muon"``, Megatron-LM's ``--muon-tp-mode`` (duplicated,
+        :data:`memsym.vocabulary.MUON_TP_MODES`), ``--muon-num-ns-steps`` (5 [iterations]) and
+        ``--muon-nesterov`` (off): arguments.py:2648-2655, 2633 at d98e8a64dd
+        (:mod:`memsym.timing.muon`).
     """
 
     precision: str = "bf16"
@@ -182,6 +186,9 @@ class ModelStates:
     zero_buckets: tuple[tuple[str, int], ...] = ()
     megatron_fsdp: str | None = None
     fsdp_double_buffer: bool = False
+    muon_tp_mode: str = "duplicated"
+    muon_num_ns_steps: int = 5
+    muon_nesterov: bool = False
 
 
 @dataclass(frozen=True)
@@ -247,6 +254,10 @@ class Memory:
     moe_dispatcher : {"alltoall", "allgather", "deepep", "hybridep"}
         Megatron's MoE token dispatcher (``--moe-token-dispatcher-type``; the flex one named
         by its ``--moe-flex-dispatcher-backend``): :mod:`memsym.terms.dispatcher_buffers`.
+    mla_down_proj_fusion : bool
+        Megatron's ``--mla-down-proj-fusion`` (off, arguments.py:3566-3572; needs MLA,
+        1976-1977): MLA's input norm fused into the q/kv down-projection, so ``layernorm``
+        recompute does not rerun it (:func:`memsym.timing.recompute.norms_recomputed`).
     metric : {"device", "reserved", "allocated"}
         Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
         ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
@@ -273,6 +284,7 @@ class Memory:
     optimizer_cuda_graph: bool = False
     moe_dispatcher: str = "alltoall"
     metric: str = "device"
+    mla_down_proj_fusion: bool = False
 
 
 @dataclass(frozen=True)
@@ -355,7 +367,9 @@ FIELD_PARTS: dict = {name: part for name, part in (
         "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "megatron_fsdp",
         "fsdp_double_buffer", "fp4_param_gather")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",
-        "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model")))}
+        "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model",
+        "mla_down_proj_fusion")),
+    *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov")))}
 
 
 @dataclass(frozen=True, init=False)
@@ -575,26 +589,3 @@ def recompute_modules_of(training: Training) -> tuple:
         return ()
     mods = training.memory.recompute_modules
     return ("core_attn",) if mods is None else recompute_modules(mods)
-
-
-#: The names Training.zero_buckets takes, each with its limit (memsym.limits).
-ZERO_BUCKET_NAMES = {"reduce_bucket_size": "parameters", "stage3_prefetch_bucket_size":
-                     "parameters", "ipg_buffers": None}
-
-
-def check_zero_buckets(pairs) -> None:
-    """Refuse a ``zero_buckets`` that is not (name, whole number) pairs of known names."""
-    if not isinstance(pairs, tuple):
-        raise InvalidValueError("zero_buckets must be a tuple of (name, value) pairs")
-    for pair in pairs:
-        if not (isinstance(pair, tuple) and len(pair) == 2 and pair[0] in ZERO_BUCKET_NAMES):
-            raise InvalidValueError("zero_buckets holds (name, value) pairs named "
-                                    + ", ".join(ZERO_BUCKET_NAMES))
-        name, value = pair
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidValueError(f"zero_buckets {name} must be a whole number >= 0")
-        if ZERO_BUCKET_NAMES[name]:
-            check_limit(ZERO_BUCKET_NAMES[name], value, name)
-        elif value > 2:
-            raise InvalidValueError("zero_buckets ipg_buffers is 0, 1 or 2 (DeepSpeed's "
-                                    "setup_buckets)")

@@ -21,7 +21,7 @@ __all__ = ["SCHEMES", "MEGATRON_FSDP_SCHEMES", "SEARCH_SHARDING", "MEGATRON_FSDP
            "RECOMPUTE_METHODS",
            "SCHEDULES", "STAGE_PLACEMENTS", "FRAMEWORKS", "FINETUNES", "METRIC_NAMES",
            "ALLOWANCE_KEYS", "OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "MOE_DISPATCHERS",
-           "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "recompute_modules"]
+           "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "MUON_TP_MODES", "recompute_modules"]
 
 #: How model states are sharded over data parallelism (memsym.terms.model_state).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
@@ -65,6 +65,9 @@ CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mam
 #: Megatron-core's MoE token dispatchers: alltoall, allgather, and the flex dispatcher with its
 #: DeepEP or HybridEP backend (memsym.terms.dispatcher_buffers).
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
+#: Megatron-LM's ``--muon-tp-mode`` (arguments.py:2650-2655 at d98e8a64dd; default duplicated):
+#: how Muon orthogonalizes a TP-split matrix (memsym.timing.muon).
+MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
 #: Weight precisions (their byte widths: memsym.terms.model_state.PRECISIONS).
 PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8", "fp4")
 #: Megatron's ``--fp8-recipe`` values memsym counts under fp8 (None: per-tensor scaling, delayed

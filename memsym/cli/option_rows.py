@@ -7,7 +7,7 @@ A row spelling a Megatron-LM argument uses Megatron's name first and Megatron's 
 from __future__ import annotations
 
 from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, CP_METHODS, CUDA_GRAPH_IMPLS,
-                          CUDA_GRAPH_MODULES, FINETUNES, MOE_DISPATCHERS,
+                          CUDA_GRAPH_MODULES, FINETUNES, MOE_DISPATCHERS, MUON_TP_MODES,
                           FRAMEWORK_CONVENTIONS, FRAMEWORKS, METRIC_NAMES, OFFLOADS,
                           OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_METHODS, RECOMPUTE_MODULES,
                           SCHEDULES, SCHEMES, SEARCH_SHARDING)
@@ -123,6 +123,14 @@ def _state_rows():
            help="optimizer: " + ", ".join(OPTIMIZERS) + "; dist_muon (Megatron-LM's "
            "deprecated spelling) is muon with the distributed optimizer, under muon the "
            "layer-wise one"),
+        option("--muon-tp-mode", group="states", choices=MUON_TP_MODES, field="muon_tp_mode",
+           default="duplicated", source=MEGATRON_ARGS, effect="time",
+           help="Megatron's (--optimizer muon): how a TP-split matrix is orthogonalized: "
+           "blockwise (each shard), duplicated (gathered whole on every TP rank) or "
+           "distributed (the Gram matrices all-reduced)"),
+        option("--muon-num-ns-steps", group="states", type=T.positive_int, metavar="K",
+           field="muon_num_ns_steps", default=5, source=MEGATRON_ARGS, effect="time",
+           help="Megatron's (--optimizer muon): Newton-Schulz iterations per matrix and step"),
         option("--offload", group="states", type=T.choice("offload", OFFLOADS), field="offload",
            default="none", source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="list",
            help="CPU offload: " + ", ".join(OFFLOADS), search_help="CPU offload modes to try (default none)"),
@@ -221,6 +229,12 @@ _SWITCH_ROWS = (
      "flag (PP > 1): the output layer's weight gradients wait for the pipeline flush, and the "
      "last stage keeps each micro-batch's output-layer input and logits gradient until then",
      "memory, time"),
+    ("--muon-nesterov", "muon_nesterov", True, "Megatron's flag (--optimizer muon; off "
+     "unless given, arguments.py:2633): Nesterov momentum, one more element-wise pass per Muon "
+     "parameter in the optimizer step", "time"),
+    ("--mla-down-proj-fusion", "mla_down_proj_fusion", True, "Megatron's flag (needs "
+     "--multi-latent-attention; arguments.py:3566-3572): MLA's input norm fused into the q/kv "
+     "down-projection, not rerun by --recompute-modules layernorm in the step time", "time"),
     ("--optimizer-cuda-graph", "optimizer_cuda_graph", True, "Megatron's flag: the optimizer "
      "step captured in a CUDA graph, whose pool keeps what the step allocates (the fp32 "
      "main-gradient shard under --grad-reduce-in-bf16) reserved through forward and backward",
@@ -511,7 +525,8 @@ def _all_rows() -> tuple:
 TIME_JOB_OPTIONS = frozenset({
     "tp", "pp", "cp", "ep", "etp", "vpp", "sequence_parallel", "seq_length", "micro_batch_size",
     "global_batch_size", "sharding", "no_flash_attn", "overlap_grad_reduce",
-    "overlap_param_gather", "tp_comm_overlap", "gpus_per_node", "efficiency"})
+    "overlap_param_gather", "tp_comm_overlap", "gpus_per_node", "efficiency", "optimizer",
+    "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov", "mla_down_proj_fusion"})
 
 
 def _with_time(rows) -> tuple:

@@ -131,12 +131,17 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
                                      "batch_attention_mask", "optimizer_cuda_graph") if k in trn})
     if trn.get("moe_dispatcher", "alltoall") != "alltoall":   # memsym.terms.dispatcher_buffers
         opts["moe_dispatcher"] = trn["moe_dispatcher"]
+    if trn.get("mla_down_proj_fusion"):   # --mla-down-proj-fusion (memsym.timing.recompute)
+        opts["mla_down_proj_fusion"] = True
 
 
 def _add_megatron_step(opts: dict, opt: dict, notes: list) -> None:
     """Add a MegatronJob's optimizer, step overlaps and sharding scheme to ``opts`` (a note
     when Megatron-FSDP's strategy is counted as a memsym sharding scheme)."""
     opts["optimizer"] = opt.get("optimizer", "adam")
+    # Muon's --muon-tp-mode, --muon-num-ns-steps, --muon-nesterov (megatron_muon; Muon only)
+    opts.update({k: opt[k] for k in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov")
+                 if k in opt})
     # the step's overlaps, as the command sets them (Megatron's store_true flags: off unless given)
     opts["overlap_grad_reduce"] = bool(opt.get("overlap_grad_reduce"))
     opts["overlap_param_gather"] = bool(opt.get("overlap_param_gather"))

@@ -33,7 +33,8 @@ from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  ArgumentError, MegatronArguments, megatron_arity,
                                  parse_megatron_argv)
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
-from .megatron_precision import megatron_fsdp_options, megatron_optimizer, megatron_precision
+from .megatron_precision import (MUON_DESTS, megatron_fsdp_options, megatron_muon,
+                                 megatron_optimizer, megatron_precision)
 from .megatron_training import checked_recompute_modules, megatron_layout, megatron_training
 from .megatron_userbuffers import UB_DEST, megatron_ub_option
 from .recipe_mechanisms import CUDA_GRAPH_DESTS, megatron_cuda_graph_options, megatron_dispatcher
@@ -182,6 +183,7 @@ _OVERRIDE_SWITCHES = {
     "use_rotary_position_embeddings": ("position_embedding_type", "rope"),
     "use_precision_aware_optimizer": ("precision_aware", True),
     "use_torch_fsdp2": ("sharding", "fsdp"),
+    "mla_down_proj_fusion": ("mla_down_proj_fusion", True),
     "recompute_activations": ("recompute", "selective"),
     # transformer_config.py:82: one MTP layer built and run mtp_num_layers times
     "mtp_use_repeated_layer": ("mtp_repeated", True),
@@ -208,7 +210,8 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
     "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
     "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe", "fp4",
     "fp4_recipe", "megatron_fsdp_main_grads_dtype", "megatron_fsdp_main_params_dtype",
-    "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub", *CUDA_GRAPH_DESTS}
+    "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub", *CUDA_GRAPH_DESTS,
+    *(d for d, _ in MUON_DESTS)}
 
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
@@ -268,6 +271,8 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     _override_layout(r, opts, num_layers, p)
     if any(r.given(dest) for dest in CUDA_GRAPH_DESTS):
         opts.update(megatron_cuda_graph_options(r))
+    # Muon's arguments given change the job's (checked as Megatron's argparse checks them)
+    opts.update({k: v for k, v in megatron_muon(r, True).items() if r.given(k)})
     if has_experts and any(r.given(dest) for dest in _DISPATCHER_DESTS):
         # the MODEL's experts are dispatched as the command says (a dense model builds no
         # token dispatcher: the flags are then ignored, as Megatron-core ignores them)

@@ -136,7 +136,8 @@ MODELLED = {
     "optimizer_cuda_graph",
     "external_cuda_graph", "create_attention_mask_in_dataloader", "check_for_nan_in_loss_and_grad",
     "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_enable_deepep",
-    "moe_flex_dispatcher_num_sms",
+    "moe_flex_dispatcher_num_sms", "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov",
+    "mla_down_proj_fusion",
 }
 
 #: Accepted, but they change the model's structure in ways memsym's Architecture cannot express:

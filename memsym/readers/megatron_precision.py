@@ -16,10 +16,12 @@ Revision read: NVIDIA/Megatron-LM ``d98e8a64dd`` (main, 2026-08-22).  ``args`` b
 from __future__ import annotations
 
 from ..errors import InvalidValueError
+from ..vocabulary import MUON_TP_MODES
 from ._values import MAX_BATCH
 from .megatron_arguments import MegatronArguments
 
-__all__ = ["megatron_precision", "megatron_optimizer", "megatron_fsdp_options"]
+__all__ = ["megatron_precision", "megatron_optimizer", "megatron_fsdp_options", "megatron_muon",
+           "MUON_DESTS"]
 
 
 def megatron_precision(r: MegatronArguments) -> dict:
@@ -166,9 +168,7 @@ def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) 
         r.note("--optimizer dist_muon: Megatron-LM's muon with --use-distributed-optimizer "
                "(the layer-wise distributed optimizer)")
         distopt = True
-    if opt in ("muon", "dist_muon") and (r.given("muon_tp_mode") or r.given("muon_num_ns_steps")):
-        r.note("--muon-tp-mode and --muon-num-ns-steps not read: memsym prices Megatron-LM's "
-               "defaults (duplicated: the whole matrix on every TP rank; 5 Newton-Schulz steps)")
+    muon = megatron_muon(r, opt in ("muon", "dist_muon"))
     mfsdp = r.flag("use_megatron_fsdp")
     fsdp2 = r.flag("use_torch_fsdp2")
     if mfsdp and fsdp2:
@@ -194,7 +194,7 @@ def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) 
            "overlap_moe_expert_parallel_comm": r.flag("overlap_moe_expert_parallel_comm"),
            "overlap_p2p_comm": bool(r.raw.get("overlap_p2p_comm", True)),
            "defer_embedding_wgrad_compute": r.flag("defer_embedding_wgrad_compute"),
-           "wgrad_deferral_limit": r.int("wgrad_deferral_limit", 0, lo=0, hi=MAX_BATCH)}
+           "wgrad_deferral_limit": r.int("wgrad_deferral_limit", 0, lo=0, hi=MAX_BATCH), **muon}
     if mfsdp:
         # argparse defaults: main params fp32, main grads and grad communication auto
         for k, default in (("megatron_fsdp_main_grads_dtype", "auto"),
@@ -270,3 +270,35 @@ def _checked_overlaps(r: MegatronArguments, lay: dict, prec: dict, opt: str, sha
         raise InvalidValueError("--tp-comm-overlap needs --sequence-parallel (Megatron's "
                                 "validate_args)")
     return og, opg, tpo
+
+
+#: Muon's arguments and Megatron-LM's defaults (arguments.py:2633, 2648-2655 at d98e8a64dd).
+MUON_DESTS = (("muon_tp_mode", "duplicated"), ("muon_num_ns_steps", 5), ("muon_nesterov", False))
+
+
+def megatron_muon(r: MegatronArguments, muon: bool) -> dict:
+    """Muon's ``--muon-tp-mode``, ``--muon-num-ns-steps`` and ``--muon-nesterov`` with
+    Megatron-LM's defaults (duplicated, 5, off), read under ``--optimizer muon`` (``muon``);
+    under another optimizer they are checked, noted as without effect, and not returned.
+
+    Examples
+    --------
+    >>> from memsym.readers.megatron_arguments import parse_megatron_argv
+    >>> r = MegatronArguments(*parse_megatron_argv(["--muon-tp-mode", "blockwise",
+    ...                                             "--muon-nesterov"])[::2])
+    >>> megatron_muon(r, True)
+    {'muon_tp_mode': 'blockwise', 'muon_num_ns_steps': 5, 'muon_nesterov': True}
+    >>> megatron_muon(r, False), r.notes[-1][:46]
+    ({}, '--muon-tp-mode, --muon-nesterov: Muon-only arg')
+    """
+    # argparse's choices and type=int refuse these before the optimizer is built
+    out = {"muon_tp_mode": r.choice("muon_tp_mode", MUON_TP_MODES, "duplicated"),
+           "muon_num_ns_steps": r.int("muon_num_ns_steps", 5, lo=1, hi=MAX_BATCH),
+           "muon_nesterov": r.flag("muon_nesterov")}
+    if muon:
+        return out
+    given = [r.name(d) for d, _ in MUON_DESTS if r.given(d) and r.raw[d] is not False]
+    if given:
+        r.note(f"{', '.join(given)}: Muon-only arguments, without effect under --optimizer "
+               "other than muon")
+    return {}

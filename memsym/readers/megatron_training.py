@@ -238,6 +238,11 @@ def megatron_training(r: MegatronArguments, arch: dict, lay: dict) -> dict:
                                        "--attention-dropout")
     tr["moe_router_enable_expert_bias"] = bool(arch.get("num_experts")) and \
         r.flag("moe_router_enable_expert_bias")
+    # --mla-down-proj-fusion (store_true, arguments.py:3566-3572 at d98e8a64dd)
+    if r.flag("mla_down_proj_fusion") and not arch.get("multi_latent_attention"):
+        raise InvalidValueError("--mla-down-proj-fusion requires --multi-latent-attention "
+                                "(Megatron's validate_args)")
+    tr["mla_down_proj_fusion"] = r.flag("mla_down_proj_fusion")
     return tr
 
 
@@ -379,9 +384,11 @@ def _check_selective(r: MegatronArguments, arch: dict, method, nrec, mods: tuple
                "each norm is its own module and its output is kept or recomputed "
                "differently")
     if "layernorm" in mods and r.flag("mla_down_proj_fusion"):
+        # the step time prices it (memsym.timing.recompute.norms_recomputed); the activations
+        # (memsym.terms.transformer_layer) still drop the MLA input norm's output
         r.note("--mla-down-proj-fusion fuses the MLA input norm into the down "
-               "projection, so layernorm does not recompute it; memsym counts the "
-               "unfused norm's output as recomputed")
+               "projection, so layernorm does not recompute it: priced in the step time; "
+               "the memory counts the unfused norm's output as recomputed")
     if not r.given("recompute_modules"):
         r.note("selective recompute with Megatron's default --recompute-modules core_attn")
 

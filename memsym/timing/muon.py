@@ -39,6 +39,7 @@ import numpy as np
 from ..errors import choose
 from ..model import moe_layer_pattern, resolve
 from ..model.muon_matrices import muon_matrices
+from ..vocabulary import MUON_TP_MODES
 from .collectives import collective_time, group_bandwidth
 from .efficiency import gemm_time, memory_time
 
@@ -46,8 +47,6 @@ __all__ = ["MUON_TP_MODES", "MUON_STEP_BYTES", "NESTEROV_BYTES", "NS_ELEMENT_BYT
            "TP_MODE_BYTES", "QKV_SPLIT_BYTES", "muon_step_bytes", "newton_schulz_time",
            "muon_parameters", "muon_step_time"]
 
-#: ``--muon-tp-mode`` (Megatron-LM arguments.py:2650-2655, d98e8a64dd).
-MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
 
 #: HBM bytes per parameter Muon steps on a GPU [bytes/parameter], all fp32: the grad-norm
 #: read (4, clip_grads.py); decoupled weight decay ``p.add_(p, alpha=-wd lr)`` reads and writes

@@ -390,7 +390,11 @@ def _settings_of(arch, layout, training) -> Settings:
                     group_size=pipe.microbatch_group_size, torch_rounds=titan,
                     schedule=pipe.schedule, output_first=pipe.stage_placement == "v",
                     tp_overlap_cfg=training.comm.tp_comm_overlap_cfg,
-                    moe_dispatcher=mem.moe_dispatcher, optimizer=states.optimizer)
+                    moe_dispatcher=mem.moe_dispatcher, optimizer=states.optimizer,
+                    # the job's Muon and MLA switches, Megatron-LM's names (memsym.job_record)
+                    muon_tp_mode=states.muon_tp_mode, muon_ns_steps=states.muon_num_ns_steps,
+                    muon_nesterov=states.muon_nesterov,
+                    mla_down_proj_fusion=mem.mla_down_proj_fusion)
 
 
 def _communication_of(first_of, parts: dict) -> dict:

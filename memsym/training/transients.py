@@ -243,6 +243,8 @@ def _add_sharding_transients(out: dict, x, layout: Layout, training: Training) -
     if scheme is not None and training.states.megatron_fsdp:
         _add_megatron_fsdp_transients(out, training)
         return 0, False
+    if scheme in ("ddp", "distributed-optimizer") and training.states.optimizer == "muon":
+        _add_muon_workspace(out, x, layout, training)   # Muon runs under these two only
     if scheme == "fsdp" and layout.p > 1 and framework_record(training.framework).torch_pipelining:
         # torch.distributed.pipelining: nothing reshards and gradients accumulate unsharded
         # until the last micro-batch's backward reduce-scatters them, one block at a time
@@ -264,6 +266,20 @@ def _add_sharding_transients(out: dict, x, layout: Layout, training: Training) -
         for ph in ("loss-backward", "backward", "optimizer"):
             out[ph] += list(ipg)
     return 0, False
+
+
+def _add_muon_workspace(out: dict, x, layout: Layout, training: Training) -> None:
+    """Add to ``out["optimizer"]`` Muon's Newton-Schulz workspace of the largest matrix one
+    GPU orthogonalizes (:func:`memsym.terms.muon.newton_schulz_workspace`): gathered whole
+    under ``--muon-tp-mode duplicated`` (Megatron-LM's default), its TP shard under blockwise
+    and distributed; the Nesterov copy under ``--muon-nesterov``.  A symbolic t (the search's
+    templates) has no largest matrix: nothing is added."""
+    if isinstance(layout.t, sp.Basic):
+        return
+    elements = largest_muon_matrix(x, layout.t, layout.expert_tp or layout.t,
+                                   gathered=training.states.muon_tp_mode == "duplicated")
+    out["optimizer"] += list(muon.newton_schulz_workspace(
+        elements, 1, nesterov=training.states.muon_nesterov).terms)
 
 
 def _add_megatron_fsdp_transients(out: dict, training: Training) -> None:
@@ -308,11 +324,6 @@ def _add_fsdp2_transients(out: dict, x, training: Training) -> tuple:
             start_excess, own_groups = fs["unsharded_params"].expr - first.expr, True
     if training.states.optimizer == "adam":
         out["optimizer"] += list(tr.optimizer_step_transient((N_tp / t + N_rep) / (d * c)).terms)
-    if training.states.optimizer == "muon" and not isinstance(layout.t, sp.Basic):
-        # the largest matrix's Newton-Schulz workspace, whole (Megatron-LM's default
-        # --muon-tp-mode duplicated gathers it) and with Nesterov: the upper bounds
-        out["optimizer"] += list(muon.newton_schulz_workspace(largest_muon_matrix(
-            x, layout.t, layout.expert_tp or layout.t, gathered=True), 1).terms)
     return start_excess, own_groups
 
 
