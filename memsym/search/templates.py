@@ -241,7 +241,7 @@ class StageTable:
         # a repr that does not say everything (an object's address, numpy's "..." in a long
         # array) is no key: such a space is compiled in each process
         lossy = " at 0x" in text or "..." in text
-        self.digest = None if lossy else compile_cache.input_key("search stages 5", text)
+        self.digest = None if lossy else compile_cache.input_key("search stages 6", text)
         self.codes, self.names, self.funcs, self.entries, self.counts = [], [], [], {}, {}
         self.index: dict = {}
         self.dirty = False
@@ -427,8 +427,9 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int) -> tu
     and shared across p, and across e without experts (LoRA's per-GPU counts, and with
     experts the largest layer on one GPU, N_ll, also depend on e: kept in the key)."""
     rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
-    key = (space.arch, space.finetune, space.lora_rank, space.lora_targets, tt, rng.start,
-           rng.stop, stage == 0, stage == pp - 1, pp > 1,
+    # the optimizer decides which counts exist (Muon's N_sc beside Adam's): in the key
+    key = (space.arch, space.optimizer, space.finetune, space.lora_rank, space.lora_targets, tt,
+           rng.start, rng.stop, stage == 0, stage == pp - 1, pp > 1,
            ee if space.finetune != "full" or space.arch.num_experts else None)
     if key not in _COUNTS:
         if len(_COUNTS) > 65536:
