@@ -38,8 +38,9 @@ statistic, 2 tau h + 4 tau (``post_norms``); its output goes to the residual add
 nothing.  GLM-4's post_self_attn_layernorm and post_mlp_layernorm (``modeling_glm4.py`` lines
 103, 109) are the same two.
 
-The oracle: transformers' own ``Gemma3DecoderLayer`` and ``Qwen3NextDecoderLayer`` built from
-tiny configs, run in bf16 on the CPU under ``torch.autograd.graph.saved_tensors_hooks``
+The oracle: transformers' own ``Gemma3DecoderLayer`` and ``Qwen3NextDecoderLayer`` (and
+``Glm4DecoderLayer``'s post-norms, ``DeepseekV3Attention``'s latent norms) built from tiny
+configs, run in bf16 on the CPU under ``torch.autograd.graph.saved_tensors_hooks``
 (``memsym.measure.saved_bytes``: distinct storages, parameters left out), equal memsym's
 per-layer formula plus the named differences derived below, exactly.
 """
@@ -280,3 +281,42 @@ def test_glm4_post_norms_are_measured():
     assert one == 6 * s_ * b_ * a_ * d_ + 4 * s_ * b_
     for norm in ("post_self_attn_layernorm", "post_mlp_layernorm"):
         assert got.groups[f"layer.{norm}"] == one
+
+
+@pytest.mark.torch
+def test_deepseek_v3_latent_norms_are_measured():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
+
+    s_, b_, h_, r_q, r_kv = 5, 2, 32, 12, 8
+    conf = transformers.DeepseekV3Config(
+        hidden_size=h_, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=r_q,
+        kv_lora_rank=r_kv, qk_nope_head_dim=4, qk_rope_head_dim=2, v_head_dim=4,
+        intermediate_size=16, num_hidden_layers=1, vocab_size=16)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+
+    class Attention(ds.DeepseekV3Attention):   # as DeepseekV3DecoderLayer calls its self_attn
+        def forward(self, x, position_embeddings, position_ids):
+            return super().forward(x, position_embeddings, attention_mask=None)[0]
+
+    attn = Attention(conf, 0).to(torch.bfloat16)
+    got = _measure(attn, ds.DeepseekV3RotaryEmbedding(conf), s_, b_, h_)
+    tau = s_ * b_
+    # DeepseekV3RMSNorm is LlamaRMSNorm: the fp32 copy, the rsqrt, the bf16 normalised tensor
+    for norm, r in (("q_a_layernorm", r_q), ("kv_a_layernorm", r_kv)):
+        assert got.groups[f"layer.{norm}"] == 6 * tau * r + 4 * tau
+        up_proj = norm.split("_a_")[0] + "_b_proj"             # it keeps its input, 2 tau r
+        assert got.groups[f"layer.{up_proj}"] == 2 * tau * r
+    # memsym's latents (each norm's input and the up-projection's input, 4 tau r) and the fp32
+    # copies, against the four groups; named: the latent norms' fp32 statistics (4 tau each),
+    # which memsym leaves out under every framework
+    mla = dict(q_lora_rank=r_q, kv_lora_rank=r_kv, qk_head_dim=4, qk_pos_emb_head_dim=2,
+               v_head_dim=4)
+    ours = layer_activations(**BASE, mla=mla, hf_norms=True)
+    kept = (ours["mla_latents"].expr + ours["mla_latent_norm_fp32_input"].expr).xreplace(
+        {s: s_, b: b_, c: 1, t: 1})
+    measured = sum(got.groups[f"layer.{m}"] for m in ("q_a_layernorm", "kv_a_layernorm",
+                                                     "q_b_proj", "kv_b_proj"))
+    assert measured == kept + 2 * 4 * tau

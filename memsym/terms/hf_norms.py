@@ -21,8 +21,11 @@ that is :math:`6\tau w + 4\tau`, against memsym's :math:`2\tau w + 4\tau`:
 
 (the fp32 copy in place of the 16-bit input, :math:`+2\tau w`, and the normalised tensor,
 :math:`+2\tau w`), ``norm_fp32_input`` for the layer's main norms and post-norms
-(:math:`w = h`) and ``qk_norm_fp32_input`` for the per-head Q and K norms (:math:`w = d_h` over
-:math:`(a + g)/t` heads; over the whole projection the same :math:`(a + g) d_h`).  Every
+(:math:`w = h`), ``qk_norm_fp32_input`` for the per-head Q and K norms (:math:`w = d_h` over
+:math:`(a + g)/t` heads; over the whole projection the same :math:`(a + g) d_h`) and
+``mla_latent_norm_fp32_input`` for MLA's ``q_a_layernorm`` and ``kv_a_layernorm``
+(:math:`w = r_q + r_{kv}`; their fp32 statistics, :math:`4\tau` each, memsym leaves out under
+every framework).  Every
 RMSNorm class of the transformer families memsym reads starts with the same fp32 copy
 (Qwen2/3, Mistral, Mixtral, Phi-3, DeepSeek, GLM-4, ...: the same code; Gemma's below keeps the
 copy too).  ``nn.LayerNorm`` in 16 bits (``native_layer_norm``) keeps its 16-bit input and fp32
@@ -53,8 +56,8 @@ statistics, :math:`2\tau h/\sigma + 4\tau/\sigma`; their outputs go to the resid
 keeps nothing (``post_norms``).
 
 Measured on transformers' ``LlamaDecoderLayer``, ``Qwen2DecoderLayer`` and ``Qwen3DecoderLayer``
-in ``tests/test_hf_activations.py``, on ``Gemma3DecoderLayer``, ``Qwen3NextDecoderLayer`` and
-``Glm4DecoderLayer`` in ``tests/test_hf_norms.py``.
+in ``tests/test_hf_activations.py``, on ``Gemma3DecoderLayer``, ``Qwen3NextDecoderLayer``,
+``Glm4DecoderLayer`` and ``DeepseekV3Attention`` in ``tests/test_hf_norms.py``.
 
 References
 ----------
@@ -85,13 +88,13 @@ _G3_QK = Source("hf-transformers-5", _G3 + "Gemma3RMSNorm.forward (lines 128-133
                 "of head_dim, lines 310-311, 329-330)")
 
 
-def fp32_input_copies(tok, sig, n_norms, qk_norm=False) -> list:
+def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0) -> list:
     r"""What transformers' RMSNorms keep beyond memsym's 16-bit norms: their fp32 copies [bytes].
 
     .. math::
 
         n\,\frac{4\tau h}{\sigma} \;\text{and, with Q and K norms,}\;
-        \frac{4\tau (a + g) d_h}{t}
+        \frac{4\tau (a + g) d_h}{t} \;\text{or, with MLA's latent norms,}\; 4\tau r
 
     Parameters
     ----------
@@ -103,11 +106,15 @@ def fp32_input_copies(tok, sig, n_norms, qk_norm=False) -> list:
         The layer's h-wide norms whose saved tensors stay kept (pre- and post-norms) [norms].
     qk_norm : bool or str
         Norms on Q and K (per head or over the whole projection: the same elements).
+    latent_rank : int or sympy.Expr
+        :math:`r`, MLA's latent norms' widths together, ``q_lora_rank + kv_lora_rank``
+        (``q_a_layernorm``, ``kv_a_layernorm``; replicated over t; 0 without them) [elements].
 
     Returns
     -------
     list of Term
-        ``norm_fp32_input`` and, with Q and K norms, ``qk_norm_fp32_input``.
+        ``norm_fp32_input`` and, with Q and K norms, ``qk_norm_fp32_input``, with latent
+        norms ``mla_latent_norm_fp32_input``.
 
     Examples
     --------
@@ -129,6 +136,11 @@ def fp32_input_copies(tok, sig, n_norms, qk_norm=False) -> list:
         out.append(Term("qk_norm_fp32_input", 4 * tok * (a + g) * d_h / t,
                         "transformers RMSNorms on Q and K: the fp32 copy of each input and the "
                         "16-bit normalised tensor", src, label="qk norm fp32 input"))
+    if latent_rank:
+        out.append(Term("mla_latent_norm_fp32_input", 4 * tok * latent_rank, "transformers "
+                        "RMSNorms on MLA's latents (q_a_layernorm, kv_a_layernorm): the fp32 "
+                        "copy of each input and the 16-bit normalised tensor", src,
+                        label="mla latent norm fp32 input"))
     return out
 
 

@@ -37,8 +37,8 @@ alone, its full RoPE leaving Q token-major (no copy).  The same norm as the laye
 (``norm_fp32``: Gemma, Qwen3-Next) keeps ``norm_fp32_output``, :math:`2\tau h/\sigma + 4h` per
 norm, and Gemma 2/3's post-attention and post-MLP norms (``post_norms``) their inputs and
 statistics, :math:`2(2\tau h + 4\tau)/\sigma`; every transformers RMSNorm (``hf_norms``)
-keeps an fp32 copy of its input, :math:`4\tau h/\sigma` per norm and :math:`4\tau(a+g)d_h/t` on
-Q and K (:mod:`memsym.terms.hf_norms` derives all four).
+keeps an fp32 copy of its input, :math:`4\tau h/\sigma` per norm, :math:`4\tau(a+g)d_h/t` on
+Q and K, :math:`4\tau r` on MLA's latents (:mod:`memsym.terms.hf_norms` derives all four).
 Multi-latent attention (``mla``): Q and K
 are :math:`a(d_{qk} + d_r)` wide, V :math:`a d_v`, and the latents (the inputs of the q/kv
 up-projections and their norms, :math:`4\tau r` each) are replicated over t.
@@ -336,8 +336,10 @@ def _norm_terms(ly: _Layer, terms: _Terms, copies: bool = False) -> None:
     kept = 2 - ly.drop_in_norm - ly.drop_pre_mlp_norm - ly.drop_mlp + 2 * ly.post_norms
     if ly.norm_fp32:     # the pre-norms that stay saved and the post-norms
         terms.append(fp32_scale_norms(tok, sig, kept))
-    if copies:           # Q and K norms too, unless MLA (no per-head norm)
-        terms.extend(fp32_input_copies(tok, sig, kept, ly.qk_norm and not ly.mla))
+    if copies:           # Q and K norms, or MLA's latent norms unless mla_up_proj rebuilds them
+        rank = ly.mla["kv_lora_rank"] + (ly.mla.get("q_lora_rank") or 0) if ly.mla else 0
+        terms.extend(fp32_input_copies(tok, sig, kept, ly.qk_norm and not ly.mla,
+                                       0 if ly.drop_up_proj else sp.Integer(rank)))
     if not ly.drop_in_norm:
         terms.add("qkv_input", ly.gx * tok * h / sig, "norm output, input of the QKV projection"
                   + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
