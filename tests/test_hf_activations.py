@@ -8,7 +8,9 @@ the exact per-layer polynomial over many shapes (verified on held-back shapes), 
 
     measured = memsym's layer_activations(architecture flags) + the named differences
 
-where every difference is derived by hand below from what transformers' code saves.  Bytes
+where every difference is derived by hand below from what transformers' code saves.
+memsym's flags are the ones a framework running transformers' code (DeepSpeed) sets:
+``hf_norms`` counts each LlamaRMSNorm's fp32 copy of its input (``memsym.terms.hf_norms``).  Bytes
 per layer and micro-batch; t = c = 1; h = a d_h.
 """
 
@@ -40,11 +42,28 @@ def _memsym(**flags) -> sp.Expr:
     return sp.expand(expr.xreplace({t: sp.Integer(1), c: sp.Integer(1), h: H}))
 
 
-# --- differences, each derived from transformers' code (modeling_llama.py & co.) -------------
+# --- memsym's fp32 copies, derived by hand (modeling_llama.py lines 62-67) -----------------
 # LlamaRMSNorm upcasts its input to fp32 and keeps that copy (4sbh, saved by pow and mul:
-# one storage) and the bf16 cast multiplied by the weight (2sbh), where memsym counts the bf16
-# input (2sbh); both keep the fp32 1/rms per token (4sb).  Per norm: +4sbh, two norms.
+# one storage) and the bf16 cast multiplied by the weight (2sbh), where a fused norm keeps the
+# bf16 input (2sbh); both keep the fp32 1/rms per token (4sb).  Per norm: +4sbh, two norms.
 RMSNORM_FP32 = 2 * 4 * s * b * H
+
+
+def test_hf_norms_counts_llama_rmsnorm_fp32_copies():
+    plain = layer_activations(**LLAMA_FLAGS).expr
+    hf = layer_activations(**LLAMA_FLAGS, hf_norms=True).expr
+    assert sp.expand((hf - plain).xreplace({t: 1, c: 1, h: H}) - RMSNORM_FP32) == 0
+    # nn.LayerNorm (native_layer_norm) keeps the bf16 input and fp32 mean and rstd: no copy
+    ln = dict(LLAMA_FLAGS, norm="layernorm")
+    assert layer_activations(**ln, hf_norms=True).expr == layer_activations(**ln).expr
+    # Qwen3's per-head q_norm and k_norm: 4 bytes a head element more, a + g heads
+    qk = dict(LLAMA_FLAGS, qk_norm=True)
+    extra = layer_activations(**qk, hf_norms=True).expr - layer_activations(**qk).expr
+    assert sp.expand(extra.xreplace({t: 1, c: 1, h: H})
+                     - RMSNORM_FP32 - 4 * s * b * (a + g) * d_h) == 0
+
+
+# --- differences, each derived from transformers' code (modeling_llama.py & co.) -------------
 # Unfused SwiGLU: down_proj(act(gate) * up) keeps SiLU's output for the product's backward
 # (2sbf); Megatron's fused bias_swiglu keeps only the fc1 output and recomputes it.
 SILU_OUTPUT = 2 * s * b * f
@@ -58,26 +77,25 @@ REPEAT_KV = 2 * (2 * s * b * H - 2 * s * b * g * d_h)
 # ... and the softmax runs in fp32 (4 a s^2 b kept) and is cast to bf16 for the matmul with V
 # (2 a s^2 b kept), where memsym counts one bf16 softmax output (2 a s^2 b).
 SOFTMAX_FP32 = 4 * a * s**2 * b
-# Qwen3's per-head q_norm and k_norm are RMSNorms: each keeps its fp32 input copy, the bf16
-# cast and the fp32 1/rms per head and token: (6sbh + 4sba) for Q, (6 s b g d_h + 4sbg) for K.
-QK_NORM = 6 * s * b * H + 4 * s * b * a + 6 * s * b * g * d_h + 4 * s * b * g
 
 LLAMA_FLAGS = dict(gated=True, norm="rmsnorm", dropout=False, sequence_parallel=False)
 
 
 @pytest.mark.parametrize("family, attention, differences", [
-    ("llama", "sdpa", RMSNORM_FP32 + SILU_OUTPUT + ROPE_TABLES),
-    ("llama", "eager", RMSNORM_FP32 + SILU_OUTPUT + ROPE_TABLES + REPEAT_KV + SOFTMAX_FP32),
+    ("llama", "sdpa", SILU_OUTPUT + ROPE_TABLES),
+    ("llama", "eager", SILU_OUTPUT + ROPE_TABLES + REPEAT_KV + SOFTMAX_FP32),
     # Qwen2 is Llama with biases on q, k and v: biases save nothing more
-    ("qwen2", "sdpa", RMSNORM_FP32 + SILU_OUTPUT + ROPE_TABLES),
-    ("qwen3", "sdpa", RMSNORM_FP32 + SILU_OUTPUT + ROPE_TABLES + QK_NORM),
+    ("qwen2", "sdpa", SILU_OUTPUT + ROPE_TABLES),
+    # Qwen3's per-head q_norm and k_norm (memsym's qk_norm, each with its fp32 copy)
+    ("qwen3", "sdpa", SILU_OUTPUT + ROPE_TABLES),
 ])
 def test_rope_decoder_layer_is_memsym_plus_named_differences(family, attention, differences):
     make, inputs = hf_layer(family, attention=attention)
     fit = derive_saved_bytes(make, inputs, LLAMA_SYMBOLS, **LLAMA_FIT)
     # SDPA on the CPU runs the flash kernel (Q, K, V at g heads, output, fp32 logsumexp 4asb):
     # memsym's flash=True terms; eager keeps the s^2 softmax: flash=False
-    ours = _memsym(flash=attention == "sdpa", **LLAMA_FLAGS)
+    ours = _memsym(flash=attention == "sdpa", hf_norms=True, qk_norm=family == "qwen3",
+                   **LLAMA_FLAGS)
     assert sp.expand(fit.expr - ours - differences) == 0, sp.factor_terms(
         sp.expand(fit.expr - ours - differences))
     if attention == "sdpa":
@@ -90,7 +108,7 @@ def test_gpt2_block_with_dropout_is_memsym_plus_named_differences():
                              max_degree=dict(b=1, a=1, d_h=1),
                              ranges=dict(s=(1, 6), b=(1, 3), a=(1, 4), d_h=(1, 4)))
     # memsym: Korthikanti's GPT layer (LayerNorm, 4h GeLU MLP, dropout, softmax attention)
-    ours = _memsym(gated=False, flash=False, norm="layernorm", dropout=True,
+    ours = _memsym(gated=False, flash=False, norm="layernorm", dropout=True, hf_norms=True,
                    sequence_parallel=False).xreplace({g: a, f: 4 * H})
     # F.dropout on the CPU keeps a bf16 scaled-noise tensor (2 bytes per element) where the
     # fused CUDA kernel keeps a 1-byte mask: +1 byte per element of the attention

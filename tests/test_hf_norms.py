@@ -20,9 +20,10 @@ What autograd keeps, by op, for a bf16 input of width w over tau tokens:
 Per norm: 8 tau w + 4 tau + 4 w.  Llama's ``LlamaRMSNorm`` keeps the fp32 copy, the statistic
 and a bf16 normalised tensor (``weight * x.to(bf16)``): 6 tau w + 4 tau.  memsym counts a norm
 as Megatron's fused kernel keeps it, its 16-bit input and its statistic, 2 tau w + 4 tau; the
-fp32 copy's excess over that, 4 tau w per norm, is the difference every transformers RMSNorm
-has (``tests/test_hf_activations.py``'s RMSNORM_FP32), left out.  Beyond Llama's norm the
-``1 + weight`` norm keeps
+fp32 copy's excess over that, 4 tau w per norm, which every transformers RMSNorm has, is
+``norm_fp32_input`` (w = h) and ``qk_norm_fp32_input`` (w = d_h per head) under ``hf_norms``
+(``tests/test_hf_activations.py`` measures Llama's).  Beyond Llama's norm the ``1 + weight``
+norm keeps
 
     2 tau w + 4 w   [bytes]   (the normalised tensor in fp32, not bf16, and 1 + weight)
 
@@ -37,8 +38,9 @@ statistic, 2 tau h + 4 tau (``post_norms``); its output goes to the residual add
 nothing.  GLM-4's post_self_attn_layernorm and post_mlp_layernorm (``modeling_glm4.py`` lines
 103, 109) are the same two.
 
-The oracle: transformers' own ``Gemma3DecoderLayer`` and ``Qwen3NextDecoderLayer`` built from
-tiny configs, run in bf16 on the CPU under ``torch.autograd.graph.saved_tensors_hooks``
+The oracle: transformers' own ``Gemma3DecoderLayer`` and ``Qwen3NextDecoderLayer`` (and
+``Glm4DecoderLayer``'s post-norms, ``DeepseekV3Attention``'s latent norms) built from tiny
+configs, run in bf16 on the CPU under ``torch.autograd.graph.saved_tensors_hooks``
 (``memsym.measure.saved_bytes``: distinct storages, parameters left out), equal memsym's
 per-layer formula plus the named differences derived below, exactly.
 """
@@ -61,6 +63,7 @@ from test_hf_layer_kinds import REAL as HYBRID
 TAU = s * b / c
 FP32_NORM = 2 * TAU * h + 4 * h                 # one 1 + weight norm beyond a bf16 one
 POST_NORM = 2 * TAU * h + 4 * TAU               # one RMSNorm: its input and fp32 statistic
+COPY = 4 * TAU * h                              # one transformers RMSNorm's fp32 input copy
 BASE = dict(gated=True, flash=True, norm="rmsnorm", dropout=False)
 
 
@@ -77,12 +80,16 @@ def test_the_terms_by_hand():
     # LayerNorm statistics are 8 bytes a token (mean and 1/sigma)
     ln = layer_activations(post_norms=True, norm="layernorm")["post_norms"].expr
     assert sp.simplify(ln - 2 * (2 * TAU * h + 8 * TAU)) == 0
+    # every transformers RMSNorm's fp32 copy: four norms with the post-norms, Q and K per head
+    assert sp.simplify(extra(hf_norms=True, post_norms=True) - 2 * POST_NORM - 4 * COPY) == 0
+    qk = extra(hf_norms=True, qk_norm=True) - extra(qk_norm=True)
+    assert sp.simplify(qk - 2 * COPY - 4 * TAU * (a + g) * d_h / t) == 0
     # full recompute keeps the layer input alone
-    assert extra(norm_fp32=True, post_norms=True, recompute="full") == 0
+    assert extra(norm_fp32=True, post_norms=True, hf_norms=True, recompute="full") == 0
     # a recomputed dense MLP rebuilds its fused norm (Megatron's "mlp" module): one kept
     mlp = dict(recompute="selective", modules=["core_attn", "mlp"])
-    assert sp.simplify(layer_activations(**BASE, **mlp, norm_fp32=True).expr
-                       - layer_activations(**BASE, **mlp).expr - FP32_NORM) == 0
+    assert sp.simplify(layer_activations(**BASE, **mlp, norm_fp32=True, hf_norms=True).expr
+                       - layer_activations(**BASE, **mlp).expr - FP32_NORM - COPY) == 0
 
 
 def test_the_hybrid_parts_split_the_norms():
@@ -118,8 +125,9 @@ def _layers(x, framework):
 def test_deepspeed_keeps_gemma3_norms(tmp_path):
     arch = from_hf_config(_write(tmp_path, REAL["gemma-3-1b"], "g3"))
     plain = dataclasses.replace(arch, norm_fp32_scale=False, norms_per_layer=2)
-    # gemma-3-1b: 26 layers; the first 1F1B stage holds L layer copies in all
-    per_layer = 4 * FP32_NORM + 2 * POST_NORM
+    # gemma-3-1b: 26 layers; the first 1F1B stage holds L layer copies in all; the two
+    # post-norms keep their fp32 input copies too
+    per_layer = 4 * FP32_NORM + 2 * POST_NORM + 2 * COPY
     extra = (_layers(arch, "deepspeed") - _layers(plain, "deepspeed")).subs(L, 26)
     assert sp.simplify(extra - 26 * per_layer) == 0
     # Megatron-LM runs its own layer (Transformer Engine's norms): neither term
@@ -138,13 +146,7 @@ def test_deepspeed_keeps_qwen3_next_norms(tmp_path):
 
 # --- the measurement ---------------------------------------------------------------------------
 # Named differences between transformers' layer and memsym's, each derived from the code:
-# every RMSNorm's fp32 copy of its input beyond memsym's 16-bit input (module docstring),
-# for the layer's norms (width h) and the per-head Q and K norms (a + g heads of d_h) ...
-def _norm_copies(n_norms):
-    return 4 * TAU * (n_norms * h + (a + g) * d_h)
-
-
-# ... the activation's output, which the product with up_proj keeps (GELU-tanh in Gemma 3,
+# the activation's output, which the product with up_proj keeps (GELU-tanh in Gemma 3,
 # SiLU in Qwen3-Next; Megatron's fused kernel recomputes it): 2 tau f ...
 ACT_OUTPUT = 2 * TAU * f
 
@@ -211,8 +213,8 @@ def test_gemma3_decoder_layer_is_memsym_plus_named_differences(shape):
     # memsym under the model's code (SDPA on the CPU is the flash kernel): four 1 + weight
     # norms, two of them post-norms, and 1 + weight Q and K norms
     ours = layer_activations(**BASE, qk_norm=True, qk_norm_fp32=True, norm_fp32=True,
-                             post_norms=True).expr
-    named = _norm_copies(4) + ACT_OUTPUT + _rope_tables(d_h)
+                             post_norms=True, hf_norms=True).expr
+    named = ACT_OUTPUT + _rope_tables(d_h)
     assert got.total == (ours + named).xreplace(_at(shape))
 
 
@@ -240,8 +242,8 @@ def test_qwen3_next_decoder_layer_is_memsym_plus_named_differences(shape):
     # memsym's transformers Qwen3NextAttention (gate, fp32 Q/K norms, copied SDPA output) and
     # its two 1 + weight norms
     ours = layer_activations(**BASE, qk_norm=True, output_gate=True, hf_qwen3_next=True,
-                             norm_fp32=True).expr
-    named = _norm_copies(2) + ACT_OUTPUT + _rope_tables(d_h / 4)
+                             norm_fp32=True, hf_norms=True).expr
+    named = ACT_OUTPUT + _rope_tables(d_h / 4)
     assert got.total == (ours + named).xreplace(_at(shape))
 
 
@@ -254,7 +256,7 @@ def test_glm4_reads_two_post_norms_in_bf16(tmp_path):
     assert arch.norms_per_layer == 4 and not arch.norm_fp32_scale
     extra = _layers(arch, "deepspeed") - _layers(dataclasses.replace(arch, norms_per_layer=2),
                                                  "deepspeed")
-    assert sp.simplify(extra.subs(L, 2) - 2 * 2 * POST_NORM) == 0
+    assert sp.simplify(extra.subs(L, 2) - 2 * 2 * (POST_NORM + COPY)) == 0
 
 
 @pytest.mark.torch
@@ -271,11 +273,50 @@ def test_glm4_post_norms_are_measured():
     torch.manual_seed(0)
     layer = glm4.Glm4DecoderLayer(conf, 0).to(torch.bfloat16)
     got = _measure(layer, glm4.Glm4RotaryEmbedding(conf), s_, b_, a_ * d_)
-    # one post-norm: memsym's input and statistic plus the fp32 copy every transformers
-    # RMSNorm keeps beyond it (4 tau h): 6 tau h + 4 tau, the fp32 copy, the rsqrt and the
-    # bf16 normalised tensor that weight * keeps
-    ours = layer_activations(post_norms=True, norm="rmsnorm")["post_norms"].expr
-    one = (ours / 2 + 4 * TAU * h).xreplace(_at(shape))
+    # one post-norm: memsym's input and statistic plus its fp32 copy (a quarter of the four
+    # norms' norm_fp32_input): 6 tau h + 4 tau, the fp32 copy, the rsqrt and the bf16
+    # normalised tensor that weight * keeps
+    ours = layer_activations(post_norms=True, norm="rmsnorm", hf_norms=True)
+    one = (ours["post_norms"].expr / 2 + ours["norm_fp32_input"].expr / 4).xreplace(_at(shape))
     assert one == 6 * s_ * b_ * a_ * d_ + 4 * s_ * b_
     for norm in ("post_self_attn_layernorm", "post_mlp_layernorm"):
         assert got.groups[f"layer.{norm}"] == one
+
+
+@pytest.mark.torch
+def test_deepseek_v3_latent_norms_are_measured():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
+
+    s_, b_, h_, r_q, r_kv = 5, 2, 32, 12, 8
+    conf = transformers.DeepseekV3Config(
+        hidden_size=h_, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=r_q,
+        kv_lora_rank=r_kv, qk_nope_head_dim=4, qk_rope_head_dim=2, v_head_dim=4,
+        intermediate_size=16, num_hidden_layers=1, vocab_size=16)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+
+    class Attention(ds.DeepseekV3Attention):   # as DeepseekV3DecoderLayer calls its self_attn
+        def forward(self, x, position_embeddings, position_ids):
+            return super().forward(x, position_embeddings, attention_mask=None)[0]
+
+    attn = Attention(conf, 0).to(torch.bfloat16)
+    got = _measure(attn, ds.DeepseekV3RotaryEmbedding(conf), s_, b_, h_)
+    tau = s_ * b_
+    # DeepseekV3RMSNorm is LlamaRMSNorm: the fp32 copy, the rsqrt, the bf16 normalised tensor
+    for norm, r in (("q_a_layernorm", r_q), ("kv_a_layernorm", r_kv)):
+        assert got.groups[f"layer.{norm}"] == 6 * tau * r + 4 * tau
+        up_proj = norm.split("_a_")[0] + "_b_proj"             # it keeps its input, 2 tau r
+        assert got.groups[f"layer.{up_proj}"] == 2 * tau * r
+    # memsym's latents (each norm's input and the up-projection's input, 4 tau r) and the fp32
+    # copies, against the four groups; named: the latent norms' fp32 statistics (4 tau each),
+    # which memsym leaves out under every framework
+    mla = dict(q_lora_rank=r_q, kv_lora_rank=r_kv, qk_head_dim=4, qk_pos_emb_head_dim=2,
+               v_head_dim=4)
+    ours = layer_activations(**BASE, mla=mla, hf_norms=True)
+    kept = (ours["mla_latents"].expr + ours["mla_latent_norm_fp32_input"].expr).xreplace(
+        {s: s_, b: b_, c: 1, t: 1})
+    measured = sum(got.groups[f"layer.{m}"] for m in ("q_a_layernorm", "kv_a_layernorm",
+                                                     "q_b_proj", "kv_b_proj"))
+    assert measured == kept + 2 * 4 * tau

@@ -2,10 +2,34 @@ r"""What transformers' own norms keep beyond memsym's norm, under a framework th
 
 memsym counts a norm as Megatron's fused kernel keeps it: its 16-bit input and fp32
 statistics, :math:`2\tau h/\sigma + 4\tau/\sigma` (RMSNorm).  Hugging Face transformers'
-``LlamaRMSNorm`` keeps, instead of the 16-bit input, an fp32 copy of it (``pow`` and ``mul``
-save ``x.float()``, one storage) and the 16-bit normalised tensor that ``weight *`` keeps; that
-common difference, :math:`4\tau h/\sigma` per norm, is left out for every transformers model
-(``tests/test_hf_activations.py`` names it).  Three things beyond it are counted here.
+``LlamaRMSNorm`` (``modeling_llama.py`` lines 62-67) runs::
+
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+    return self.weight * hidden_states.to(input_dtype)
+
+``to`` keeps nothing; ``pow(2)`` keeps its input, the fp32 copy; ``mean`` and ``+ eps`` keep
+nothing; ``rsqrt`` keeps its output, the fp32 statistic; ``x * rsqrt`` keeps both again (one
+storage each); ``weight *`` keeps the 16-bit normalised tensor (the weight is a parameter).
+The norm's 16-bit input is kept by none of them.  Per norm of width w over :math:`\tau` tokens
+that is :math:`6\tau w + 4\tau`, against memsym's :math:`2\tau w + 4\tau`:
+
+.. math::
+
+    \Delta_{\mathrm{copy}} = 4\tau w \quad [\text{bytes}]
+
+(the fp32 copy in place of the 16-bit input, :math:`+2\tau w`, and the normalised tensor,
+:math:`+2\tau w`), ``norm_fp32_input`` for the layer's main norms and post-norms
+(:math:`w = h`), ``qk_norm_fp32_input`` for the per-head Q and K norms (:math:`w = d_h` over
+:math:`(a + g)/t` heads; over the whole projection the same :math:`(a + g) d_h`) and
+``mla_latent_norm_fp32_input`` for MLA's ``q_a_layernorm`` and ``kv_a_layernorm``
+(:math:`w = r_q + r_{kv}`; their fp32 statistics, :math:`4\tau` each, memsym leaves out under
+every framework).  Every
+RMSNorm class of the transformer families memsym reads starts with the same fp32 copy
+(Qwen2/3, Mistral, Mixtral, Phi-3, DeepSeek, GLM-4, ...: the same code; Gemma's below keeps the
+copy too).  ``nn.LayerNorm`` in 16 bits (``native_layer_norm``) keeps its 16-bit input and fp32
+mean and 1/σ, as memsym counts: no copy.  Three things beyond the copy are counted here.
 
 **Norms scaled by 1 + weight in fp32** (``GemmaRMSNorm``, ``Gemma2RMSNorm``,
 ``Gemma3RMSNorm``, ``Qwen3NextRMSNorm``): ``output = self._norm(x.float()); output = output *
@@ -31,12 +55,14 @@ norms more per layer than the two pre-norms memsym's layer holds: each keeps its
 statistics, :math:`2\tau h/\sigma + 4\tau/\sigma`; their outputs go to the residual add, which
 keeps nothing (``post_norms``).
 
-Measured on transformers' ``Gemma3DecoderLayer`` and ``Qwen3NextDecoderLayer`` in
-``tests/test_hf_norms.py``.
+Measured on transformers' ``LlamaDecoderLayer``, ``Qwen2DecoderLayer`` and ``Qwen3DecoderLayer``
+in ``tests/test_hf_activations.py``, on ``Gemma3DecoderLayer``, ``Qwen3NextDecoderLayer``,
+``Glm4DecoderLayer`` and ``DeepseekV3Attention`` in ``tests/test_hf_norms.py``.
 
 References
 ----------
-.. [hf-transformers-5-25] transformers 5.25.0 ``models/gemma3/modeling_gemma3.py``,
+.. [hf-transformers-5-25] transformers 5.25.0 ``models/llama/modeling_llama.py``,
+   ``models/gemma3/modeling_gemma3.py``,
    ``models/qwen3_next/modeling_qwen3_next.py``.
 """
 
@@ -45,9 +71,12 @@ from __future__ import annotations
 from ..symbols import a, d_h, g, h, t
 from ..term import Source, Term
 
-__all__ = ["fp32_scale_qk_norms", "fp32_scale_norms", "post_norms"]
+__all__ = ["fp32_input_copies", "fp32_scale_qk_norms", "fp32_scale_norms", "post_norms"]
 
 _G3 = "models/gemma3/modeling_gemma3.py "
+_LLAMA_NORM = ("models/llama/modeling_llama.py LlamaRMSNorm.forward (lines 64-67: "
+               "hidden_states.to(torch.float32), kept by pow(2) and by the rsqrt multiply; "
+               "self.weight * hidden_states.to(input_dtype) keeps the 16-bit normalised tensor)")
 _Q3N = "models/qwen3_next/modeling_qwen3_next.py "
 _NORM = ("RMSNorm.forward: output * (1.0 + self.weight.float()), then type_as(x) (" + _G3
          + "Gemma3RMSNorm lines 128-133; " + _Q3N + "Qwen3NextRMSNorm lines 135-140)")
@@ -57,6 +86,62 @@ _Q3N_QK = Source("hf-transformers-5-25", _Q3N + "Qwen3NextRMSNorm.forward (lines
 _G3_QK = Source("hf-transformers-5", _G3 + "Gemma3RMSNorm.forward (lines 128-133: output * "
                 "(1.0 + self.weight.float()), then type_as(x)); Gemma3Attention (q_norm, k_norm "
                 "of head_dim, lines 310-311, 329-330)")
+
+
+def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0) -> list:
+    r"""What transformers' RMSNorms keep beyond memsym's 16-bit norms: their fp32 copies [bytes].
+
+    .. math::
+
+        n\,\frac{4\tau h}{\sigma} \;\text{and, with Q and K norms,}\;
+        \frac{4\tau (a + g) d_h}{t} \;\text{or, with MLA's latent norms,}\; 4\tau r
+
+    Parameters
+    ----------
+    tok : sympy.Expr
+        Tokens of one micro-batch on this context-parallel rank, :math:`\tau = sb/c` [tokens].
+    sig : int or sympy.Expr
+        The sequence-parallel divisor :math:`\sigma` [1].
+    n_norms : int
+        The layer's h-wide norms whose saved tensors stay kept (pre- and post-norms) [norms].
+    qk_norm : bool or str
+        Norms on Q and K (per head or over the whole projection: the same elements).
+    latent_rank : int or sympy.Expr
+        :math:`r`, MLA's latent norms' widths together, ``q_lora_rank + kv_lora_rank``
+        (``q_a_layernorm``, ``kv_a_layernorm``; replicated over t; 0 without them) [elements].
+
+    Returns
+    -------
+    list of Term
+        ``norm_fp32_input`` and, with Q and K norms, ``qk_norm_fp32_input``, with latent
+        norms ``mla_latent_norm_fp32_input``.
+
+    Examples
+    --------
+    >>> from memsym.symbols import s, b
+    >>> [x.expr for x in fp32_input_copies(s * b, 1, 2, qk_norm=True)]
+    [8*b*h*s, 4*b*d_h*s*(a + g)/t]
+
+    References
+    ----------
+    hf-transformers-5-25: transformers 5.25.0 ``modeling_llama.py`` ``LlamaRMSNorm.forward``
+    (lines 62-67).
+    """
+    src = Source("hf-transformers-5-25", _LLAMA_NORM)
+    out = [Term("norm_fp32_input", n_norms * 4 * tok * h / sig,
+                f"{n_norms} transformers RMSNorms: the fp32 copy of each input (kept in place of "
+                "the 16-bit input) and the 16-bit normalised tensor weight * keeps",
+                src, label="norm fp32 input")] if n_norms else []
+    if qk_norm:
+        out.append(Term("qk_norm_fp32_input", 4 * tok * (a + g) * d_h / t,
+                        "transformers RMSNorms on Q and K: the fp32 copy of each input and the "
+                        "16-bit normalised tensor", src, label="qk norm fp32 input"))
+    if latent_rank:
+        out.append(Term("mla_latent_norm_fp32_input", 4 * tok * latent_rank, "transformers "
+                        "RMSNorms on MLA's latents (q_a_layernorm, kv_a_layernorm): the fp32 "
+                        "copy of each input and the 16-bit normalised tensor", src,
+                        label="mla latent norm fp32 input"))
+    return out
 
 
 def fp32_scale_qk_norms(tok, *, qwen3_next: bool = False) -> Term:

@@ -36,7 +36,9 @@ is the same fp32 ``(1 + weight)`` multiply: ``qk_norm_fp32`` keeps ``qk_norm_fp3
 alone, its full RoPE leaving Q token-major (no copy).  The same norm as the layer's main norms
 (``norm_fp32``: Gemma, Qwen3-Next) keeps ``norm_fp32_output``, :math:`2\tau h/\sigma + 4h` per
 norm, and Gemma 2/3's post-attention and post-MLP norms (``post_norms``) their inputs and
-statistics, :math:`2(2\tau h + 4\tau)/\sigma` (:mod:`memsym.terms.hf_norms` derives all three).
+statistics, :math:`2(2\tau h + 4\tau)/\sigma`; every transformers RMSNorm (``hf_norms``)
+keeps an fp32 copy of its input, :math:`4\tau h/\sigma` per norm, :math:`4\tau(a+g)d_h/t` on
+Q and K, :math:`4\tau r` on MLA's latents (:mod:`memsym.terms.hf_norms` derives all four).
 Multi-latent attention (``mla``): Q and K
 are :math:`a(d_{qk} + d_r)` wide, V :math:`a d_v`, and the latents (the inputs of the q/kv
 up-projections and their norms, :math:`4\tau r` each) are replicated over t.
@@ -126,7 +128,7 @@ from ..errors import choose
 from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, h_lat, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..vocabulary import RECOMPUTE, recompute_modules
-from .hf_norms import fp32_scale_norms, fp32_scale_qk_norms, post_norms
+from .hf_norms import fp32_input_copies, fp32_scale_norms, fp32_scale_qk_norms, post_norms
 from .op_sac import op_sac_layer
 from .widths import saved_input_bytes
 
@@ -311,8 +313,10 @@ def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistic
         combine_kept=combine_kept, latent=latent, norm_fp32=norm_fp32, post_norms=post_norms)
 
 
-def _norm_terms(ly: _Layer, terms: _Terms) -> None:
-    """The two norms' inputs and statistics, and the QKV projection's input."""
+def _norm_terms(ly: _Layer, terms: _Terms, copies: bool = False) -> None:
+    """The two norms' inputs and statistics (and, ``copies``, the fp32 copies that transformers'
+    RMSNorms keep: :func:`~memsym.terms.hf_norms.fp32_input_copies`), the QKV projection's
+    input."""
     tok, sig = ly.tok, ly.sig
     terms.add("norm_inputs", 2 * 2 * tok * h / sig, "inputs of the two norms (attention and MLP)",
               Source(_K, "§4.1, LayerNorm: 4sbh"))
@@ -329,9 +333,13 @@ def _norm_terms(ly: _Layer, terms: _Terms) -> None:
               RECOMPUTE_MODULE_SOURCES[stat_mods[-1]] if stat_mods else _DERIVED)
     if ly.post_norms:
         terms.append(post_norms(tok, sig, NORMS[ly.norm] if ly.norm_statistics else 0))
+    kept = 2 - ly.drop_in_norm - ly.drop_pre_mlp_norm - ly.drop_mlp + 2 * ly.post_norms
     if ly.norm_fp32:     # the pre-norms that stay saved and the post-norms
-        terms.append(fp32_scale_norms(tok, sig, 2 - ly.drop_in_norm - ly.drop_pre_mlp_norm
-                                      - ly.drop_mlp + 2 * ly.post_norms))
+        terms.append(fp32_scale_norms(tok, sig, kept))
+    if copies:           # Q and K norms, or MLA's latent norms unless mla_up_proj rebuilds them
+        rank = ly.mla["kv_lora_rank"] + (ly.mla.get("q_lora_rank") or 0) if ly.mla else 0
+        terms.extend(fp32_input_copies(tok, sig, kept, ly.qk_norm and not ly.mla,
+                                       0 if ly.drop_up_proj else sp.Integer(rank)))
     if not ly.drop_in_norm:
         terms.add("qkv_input", ly.gx * tok * h / sig, "norm output, input of the QKV projection"
                   + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
@@ -479,7 +487,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
                       output_gate: bool = False, compiled: bool = False, norm_fp32: bool = False,
                       hf_qwen3_next: bool = False, qk_norm_fp32: bool = False, latent: bool = False,
-                      post_norms: bool = False, combine_kept: bool = True) -> Total:
+                      post_norms: bool = False, combine_kept: bool = True,
+                      hf_norms: bool = False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -511,8 +520,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         Gated MLP (SwiGLU: gate and up projections kept); flash attention (no s^2 tensors);
         Megatron sequence parallelism (the h-wide tensors divided by t).
     recompute : {"none", "selective", "selective-op", "full"}
-    modules : sequence of str, optional
-        Under ``"selective"``, Megatron's ``--recompute-modules`` (None: ``("core_attn",)``).
+    modules, compiled : sequence of str or None, bool
+        Under ``"selective"``, Megatron's ``--recompute-modules`` (None: ``("core_attn",)``);
+        ``"selective-op"`` under ``torch.compile`` (:func:`memsym.terms.op_sac.op_sac_layer`).
     dropout, attention_dropout : bool
         Hidden dropout masks kept (1 byte per element); attention dropout (None: ``dropout``).
     norm, norm_statistics : {"layernorm", "rmsnorm"}, bool
@@ -522,18 +532,16 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         (module docstring; Megatron-core keeps none); latent MoE (``moe_latent_size``).
     qk_norm : bool or {"head", "full"}
         Norms on Q and K (``qk_layernorm``), per head (True, ``"head"``) or whole (``"full"``).
-    output_gate, hf_qwen3_next, qk_norm_fp32, norm_fp32, post_norms : bool
+    output_gate, hf_qwen3_next, qk_norm_fp32, norm_fp32, post_norms, hf_norms : bool
         Qwen3-Next's gate (``attention_output_gate``; not "selective-op"); transformers'
-        ``Qwen3NextAttention`` (fp32 Q/K norms, a copied output); fp32 ``1 + w`` Q/K norms, main
-        norms; Gemma 2/3's and GLM-4's post-norms (all three: :mod:`memsym.terms.hf_norms`).
+        ``Qwen3NextAttention`` (fp32 Q/K norms, a copied output); fp32 ``1 + w`` Q/K, main norms;
+        post-norms (Gemma 2/3, GLM-4); RMSNorms' fp32 input copies (:mod:`memsym.terms.hf_norms`).
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
         Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte; ``"mxfp8"``:
         1 + 1/32 with the block scales; ``"nvfp4"``: NVFP4, 1/2 + 1/16).
     mla : dict, optional
         Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
         ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers).
-    compiled : bool
-        ``"selective-op"`` under ``torch.compile`` (:func:`memsym.terms.op_sac.op_sac_layer`).
 
     Returns
     -------
@@ -571,16 +579,17 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                 output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, qk_fp32=qk_norm_fp32, moe=moe,
                 attention_dropout=attention_dropout, shared_expert=shared_expert, latent=latent,
                 combine_kept=combine_kept, norm_fp32=norm_fp32, post_norms=post_norms)
-    return _layer_total(ly, recompute, mods)
+    return _layer_total(ly, recompute, mods, copies=hf_norms and norm == "rmsnorm")
 
 
-def _layer_total(ly, recompute: str, mods) -> Total:
+def _layer_total(ly, recompute: str, mods, copies: bool = False) -> Total:
     """The layer's terms in order (norms, Q/K/V, attention, then the MLP or MoE), named by the
-    layer kind and the recompute mode (its modules under ``"selective"``)."""
+    layer kind and the recompute mode (its modules under ``"selective"``); ``copies``: with
+    transformers' RMSNorms' fp32 input copies (nn.LayerNorm keeps none)."""
     what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
     name = f"activations per layer ({'MoE' if ly.moe else 'dense'}, recompute {what})"
     terms = _Terms()
-    _norm_terms(ly, terms)
+    _norm_terms(ly, terms, copies)
     _attention_terms(ly, terms, _qkv_terms(ly, terms))
     (_moe_terms if ly.moe else _dense_mlp_terms)(ly, terms)
     return Total(name, tuple(terms))

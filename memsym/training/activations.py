@@ -223,8 +223,9 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
                 framework_record(training.framework).hf_model_code:
             common["qk_norm_fp32"] = True     # the model's own fp32 (1 + weight) Q/K norms
     if framework_record(training.framework).hf_model_code:
-        # the model's own norms (memsym.terms.hf_norms): fp32 (1 + weight) products, post-norms
-        common.update(norm_fp32=getattr(x, "norm_fp32_scale", False),
+        # the model's own norms (memsym.terms.hf_norms): RMSNorms' fp32 input copies, fp32
+        # (1 + weight) products, post-norms
+        common.update(hf_norms=True, norm_fp32=getattr(x, "norm_fp32_scale", False),
                       post_norms=getattr(x, "norms_per_layer", 2) == 4)
     if getattr(x, "attention_output_gate", False) and recompute != "selective-op":
         common["output_gate"] = True     # Qwen3-Next's sigmoid gate on the attention output
