@@ -52,3 +52,25 @@ def test_the_flag_must_be_a_bool():
     with pytest.raises(InvalidValueError):
         training_memory("qwen3-8b", Layout(t=2, d=4, sequence_parallel=True),
                         Training(seq_length=8192, bias_activation_fusion="no"))
+
+
+def test_experts_keep_three_products_by_hand():
+    # Megatron-core moe/experts.py:995-1016: the eager glu keeps silu(x_glu) and x_linear + 0.0,
+    # and ``* permuted_probs`` keeps the glu output: 3 bf16 tensors of R x f_e / t_e elements.
+    # Qwen3-30B-A3B (48 MoE layers, top-8, f_e = 768) at TP 4, ETP 1, s = 2048, b = 1: a rank
+    # receives R = 8 x 2048 x 1 / 4 = 4096 routed copies (balanced, capacity factor 1)
+    R, f_e = 8 * 2048 // 4, 768
+    per_layer = unfused_glu_products(False, moe=True).evaluate(
+        s=2048, b=1, c=1, c_f=1, k=8, t=4, t_e=1, f_e=f_e)
+    assert per_layer == 3 * 2 * R * f_e
+    layout = Layout(t=4, d=2, e=4, t_e=1, sequence_parallel=True)
+
+    def acts(fused):
+        tr = Training(seq_length=2048, micro_batch_size=1, global_batch_size=32, finetune="lora",
+                      lora_rank=8, lora_targets=("q", "k", "v", "o"),
+                      bias_activation_fusion=fused, metric="allocated")
+        return training_memory("qwen3-30b-a3b", layout, tr).grouped()["activations"]
+
+    delta = acts(False) - acts(True)
+    assert delta == 48 * 3 * 2 * R * f_e
+    assert round(float(delta) / GB, 2) == 0.91

@@ -249,16 +249,18 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     frozen = training.adapters.finetune != "full" and targets != "all" \
         and framework_record(training.framework).frozen_linear_keeps_no_input
 
-    # Megatron's eager SwiGLU (bias_activation_fusion off) keeps two more products in a dense
-    # MLP whose activations are kept (not under full recompute or selective "mlp")
-    unfused = unfused_glu_products(training.memory.bias_activation_fusion or not x.swiglu).expr
+    # Megatron's eager SwiGLU (bias_activation_fusion off) keeps more products, in a dense MLP
+    # and in the grouped experts, where their activations are kept (not recomputed)
+    fused = training.memory.bias_activation_fusion or not x.swiglu
+    unfused = {moe: unfused_glu_products(fused, moe=moe).expr for moe in (False, True)}
+    kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop it
 
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
         layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
                                   modules=mods if mode == "selective" else None,
                                   compiled=training.memory.compiled_model, **common)
-        glu = unfused if not moe and (mode == "none" or mode == "selective"
-                                      and "mlp" not in (mods or ())) else 0
+        glu = unfused[moe] if mode == "none" or mode == "selective" and not set(
+            kept[moe]) & set(mods or ()) else 0
         return layer.expr - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
             + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
 
