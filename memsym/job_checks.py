@@ -98,6 +98,7 @@ def check_fields(layout: Layout, training: Training) -> None:
     flag(training.states.fsdp_double_buffer, "fsdp_double_buffer")
     flag(training.memory.compiled_loss, "compiled_loss")
     flag(training.memory.compiled_model, "compiled_model")
+    flag(training.memory.bias_activation_fusion, "bias_activation_fusion")
     if training.memory.compiled_model and training.memory.recompute != "selective-op":
         raise InvalidValueError("compiled_model changes only recompute 'selective-op' (torchtitan's "
                                 f"per-op SAC), got recompute {training.memory.recompute!r}")

@@ -1,9 +1,8 @@
 r"""The job record: the layout and the training step of a job, and their defaults.
 
-:class:`Layout` (how the GPUs are split) and :class:`Training` (what one step does), with the
-one table of defaults (:data:`DEFAULTS`), the option spellings accepted beside the field names,
-the defaults every report lists, the one whole-number validator and the micro-batch count
-:math:`m = B/(b\,d)`.  :func:`memsym.job.job` builds, validates and resolves them.
+:class:`Layout` (how the GPUs are split) and :class:`Training` (what one step does), with the one table of
+defaults (:data:`DEFAULTS`), the option spellings accepted beside the field names, the defaults every report
+lists, the one whole-number validator and :math:`m = B/(b\,d)`; :func:`memsym.job.job` builds them.
 
 .. math:: G = t\,p\,c\,d, \qquad B = m\,b\,d
 """
@@ -245,6 +244,8 @@ class Memory:
     capacity_factor : int or Rational
         MoE routed-token load of the busiest expert rank over a balanced one (1; Megatron's
         ``--moe-expert-capacity-factor`` when tokens are dropped).
+    bias_activation_fusion : bool
+        Megatron's fused dense SwiGLU (True; False: :func:`memsym.terms.activations.unfused_glu_products`).
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
         Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
@@ -276,6 +277,7 @@ class Memory:
     loss_parallel: bool = True
     fsdp_root_group: bool = False
     capacity_factor: int | Rational = 1
+    bias_activation_fusion: bool = True
     cross_entropy_fusion_impl: str = "native"
     cpu_offloading_num_layers: int = 0
     cuda_graph_impl: str = "none"
@@ -368,7 +370,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
         "fsdp_double_buffer", "fp4_param_gather")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",
         "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model",
-        "mla_down_proj_fusion")),
+        "mla_down_proj_fusion", "bias_activation_fusion")),
     *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov")))}
 
 
@@ -382,10 +384,9 @@ class Training:
         Training(seq_length=8192, recompute="full")
         Training(batch=Batch(seq_length=8192), memory=Memory(recompute="full"))
 
-    The defaults are :data:`DEFAULTS` (one table for every command and API).  Reading a flat
-    name (``training.recompute``) is a convenience for users and notebooks; memsym's own code
-    reads the sub-record (``training.memory.recompute``; tests/test_job_record.py checks).
-    :meth:`replace` takes the same flat keywords.
+    The defaults are :data:`DEFAULTS` (one table for every command and API).  Reading a flat name
+    (``training.recompute``) is a convenience for users and notebooks; memsym's own code reads the sub-record
+    (``training.memory.recompute``; tests/test_job_record.py checks); :meth:`replace` takes the same keywords.
 
     Attributes
     ----------
@@ -396,8 +397,7 @@ class Training:
     states : ModelStates
         Precision, optimizer, sharding, convention, offload, state dtypes, ZeRO buffers.
     memory : Memory
-        Recomputation, attention kernel, dropout, loss, FSDP2 grouping, MoE capacity factor,
-        the memory metric.
+        Recomputation, attention, dropout, loss, FSDP2 grouping, MoE capacity, fusion, metric.
     adapters : Adapters
         Full training or LoRA / QLoRA adapters.
     comm : CommOverlap

@@ -50,7 +50,7 @@ SETTINGS = {
     "async_tp": bool, "expandable_segments": bool, "lora_regather": bool,
     "grad_reduce_in_fp32": bool, "fp8_param_gather": bool, "compiled_loss": bool,
     "fsdp_root_group": bool, "defer_embedding_wgrad_compute": bool,
-    "wgrad_deferral_limit": int, "packed_sequence": bool,
+    "wgrad_deferral_limit": int, "packed_sequence": bool, "bias_activation_fusion": bool,
     "recompute": str, "lora_targets": str, "precision": str, "sharding": str, "schedule": str,
     "moe_dispatcher": str, "cuda_graph_impl": str, "cuda_graph_modules": str,
 }
@@ -396,6 +396,8 @@ def job(point: Point) -> Job:
                         lora_targets=_lora_targets(cfg.get("lora_targets")),
                         lora_regather=bool(cfg.get("lora_regather", False)),
                         compiled_loss=bool(cfg.get("compiled_loss", False)),
+                        # Megatron's fused SwiGLU unless the model's bridge leaves it off
+                        bias_activation_fusion=bool(cfg.get("bias_activation_fusion", True)),
                         # torchtitan's apply_compile: each block under torch.compile
                         compiled_model=bool(cfg.get("compile", False))
                         and recompute == "selective-op",
@@ -652,6 +654,8 @@ def _setting_text(pt: Point) -> str:
         parts.append(f"LoRA r{c.get('lora_rank', 32)} {mods.replace(',', '/')}"
                      + ("*" if "lora_rank" in pt.assumed or "lora_targets" in pt.assumed else "")
                      + (", re-gather" if c.get("lora_regather") else ""))
+    if c.get("bias_activation_fusion") is False:     # Megatron's eager SwiGLU
+        parts.append("unfused SwiGLU" + ("*" if "bias_activation_fusion" in pt.assumed else ""))
     return ", ".join(parts)
 
 
@@ -756,7 +760,8 @@ _EXPLANATIONS = [
     "the recipes' 2048 their predicted savings are 0.40 and 0.42 GB against 1.57 and 0.81 GB. "
     "The same 2sbh per layer, about 2 % above the measurement as on the 8B row, needs "
     "s = 8192 for Qwen3-30B-A3B (1.61 GB) and 4096 for GPT-OSS-120B (0.85 GB); at those "
-    "lengths the peaks would be −14 % (25.7 GB) and −15 % (44.5 GB). That second reading comes "
+    "lengths the peaks would be −2 % (29.3 GB, with the eager SwiGLU below) and −15 % (44.5 GB). "
+    "That second reading comes "
     "from the measured savings, not from a source, so the table keeps the recipes' 2048. "
     "Modelled for LoRA under Megatron: Transformer Engine keeps no GEMM input for a frozen "
     "weight (`backward_needs_input = is_grad_enabled and weight_requires_grad` in `Linear` and "
@@ -765,17 +770,41 @@ _EXPLANATIONS = [
     "gradient (`memsym.terms.adapters.frozen_linear_inputs`): the 30B recipe's experts carry "
     "no adapter and keep neither their fc1 nor their fc2 input, 1.1 GB less at s = 2048 "
     "(`tests/test_adapters.py` derives it by hand). Even so the absolute peaks are low at the "
-    "recipes' lengths (8B −20 %, 30B −40 %, GPT-OSS −27 %), the more so since the expert "
+    "recipes' lengths without the eager SwiGLU below (8B −20 %, 30B −40 %, GPT-OSS −27 %), the "
+    "more so since the expert "
     "outputs are no longer counted for the MoE combine, which Megatron-core weights before fc2 "
     "and sums, keeping none (`memsym.frameworks.Framework.moe_combine_keeps_outputs`: 0.8 GB "
     "less on each MoE row at s = 2048, which were −37 % and −26 %; −3 % and −12 % at the "
-    "longer lengths above). No allocation found in Bridge, "
-    "Megatron-Core or Transformer Engine accounts for the ~10 GB the Qwen3-8B run holds beyond "
-    "memsym's states (8.2 GB of bf16 weights, 0.7 GB of adapter states), layer activations "
-    "(20.3 GB), gathered LoRA-A inputs (4.8 GB) and fused cross entropy (bf16 logits and "
-    "their fp32 copy, 3.7 GB). Ruled out: LoRA dropout (0.0 gives `nn.Identity`), LoRA-A/B "
-    "outputs (rank-wide, or full-width but not saved), gradient buffers for the frozen base "
-    "(DDP skips parameters without `requires_grad`), CUDA graphs (the recipes set "
+    "longer lengths above). Most of the ~10 GB the Qwen3-8B run held beyond memsym's states "
+    "(8.2 GB of bf16 weights, 0.7 GB of adapter states), layer activations (20.3 GB), gathered "
+    "LoRA-A inputs (4.8 GB) and fused cross entropy (bf16 logits and their fp32 copy, 3.7 GB) "
+    "is the eager SwiGLU: Bridge's Qwen3 bridge leaves `bias_activation_fusion` at "
+    "Megatron-core's default False (`models/qwen/qwen3_bridge.py:43-55` at 33655ef845 sets "
+    "hidden_dropout, qk_layernorm, not it; `models/llama/llama_bridge.py:65` sets it True; "
+    "`transformer_config.py:496` at d98e8a64dd), so `MLP.forward` runs "
+    "`silu(x_glu) * (x_linear + glu_linear_offset)` (`transformer/mlp.py:320-334`; "
+    "`glu_linear_offset` 0.0 at `transformer_config.py:231` still makes a new tensor): beside "
+    "the fc1 output it keeps the 16-bit silu output and `x_linear + 0.0`, 2 · 2τf/t per dense "
+    "layer, 36 × 4 × 8192 × 12288 / 2 = 7.25 GB "
+    "(`memsym.terms.activations.unfused_glu_products`; the data file sets "
+    "`bias_activation_fusion = false` on the two 8B rows: −20 % and −23 % become −5 % and −6 %). "
+    "The Qwen3-30B-A3B bridge (`qwen3_moe_bridge.py`) leaves it off too: its grouped experts "
+    "run the same eager gate and then weight its output by the routing probabilities "
+    "(`moe/experts.py:995-1016`), keeping the silu output, `x_linear + 0.0` and the gate's "
+    "output, 3 · 2Rf_e/t_e per layer for the R = 8 × 2048 / 4 = 4096 routed copies a rank "
+    "receives: 48 × 6 × 4096 × 768 = 0.91 GB (−40 % and −38 % become −37 % and −35 %). "
+    "About 2.4 GB of the 8B rows stays unexplained. Ruled out: LoRA dropout (0.0 gives `nn.Identity`, `peft/utils.py:1037` at "
+    "33655ef845), LoRA-A/B outputs (rank-wide, or full-width but not saved: `linear_output + "
+    "adapter_output` and `x * (alpha / dim)` keep no operand, `peft/lora_layers.py:91-93`, "
+    "`peft/utils.py:1221`), gradient buffers for the frozen base (PEFT is applied in the "
+    "pre-wrap hook before DDP, `training/setup.py:454-519`, and DDP skips parameters without "
+    "`requires_grad`), the optimizer (the 8B recipe sets `use_distributed_optimizer = False` and "
+    "`grad_reduce_in_fp32 = False`, `recipes/qwen/qwen3.py:1523, 1527`: adapter states only), "
+    "the output layer (frozen; `LinearWithGradAccumulationAndAsyncCommunication` saves its "
+    "local input, `tensor_parallel/layers.py:604` at d98e8a64dd), the loss (the recipe sets "
+    "`cross_entropy_loss_fusion = True`, `cross_entropy_fusion_impl = \"native\"`, "
+    "`recipes/qwen/qwen3.py:1490-1491`: `fused_cross_entropy.py` keeps one fp32 softmax, "
+    "counted), hidden dropout (0.0 in the Qwen3 bridge), CUDA graphs (the recipes set "
     "`cuda_graph_impl=\"none\"`), recompute (none), GPT-OSS's clamped GeGLU (fused: "
     "`bias_activation_fusion = True` in its bridge, one saved input). Whether the printed peak is "
     "Bridge's `mem-max-allocated` or `mem-max-reserved` is not stated.",

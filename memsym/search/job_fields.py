@@ -68,7 +68,7 @@ HELD_FIELDS = (
     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "zero_buckets",
     "cross_entropy_fusion_impl", "batch_attention_mask", "compiled_loss", "compiled_model",
     "loss_parallel", "cuda_graph_impl", "cuda_graph_modules", "optimizer_cuda_graph",
-    "overlap_moe_expert_parallel_comm", "overlap_p2p_comm")
+    "overlap_moe_expert_parallel_comm", "overlap_p2p_comm", "bias_activation_fusion")
 
 
 def held_of(tr) -> tuple:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import choose
-from ..symbols import V, a, c, d_h, f, g, h, t
+from ..symbols import V, a, c, c_f, d_h, f, f_e, g, h, k, t, t_e
 from ..term import Source, Term, Total
 from ..values import as_expr
 from ..vocabulary import RECOMPUTE, RECOMPUTE_MODULES, recompute_modules  # noqa: F401
@@ -61,7 +61,7 @@ __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS", "RECOMPUTE_MODULES", "RECOMPUTE_MODULE_SOURCES",
     "recompute_modules", "korthikanti", "korthikanti_terms",
     "layer_activations", "embedding_activations", "output_activations", "lora_gathered_inputs",
-    "paper_layer", "paper_first_stage",
+    "unfused_glu_products", "paper_layer", "paper_first_stage",
 ]
 
 _K = "korthikanti"
@@ -227,6 +227,69 @@ def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
                 Source("megatron-bridge-peft", "src/megatron/bridge/peft/lora.py, LoRA "
                        "(sequence_parallel_input_regather); peft/utils.py, ParallelLinearAdapter"),
                 label="LoRA-A gathered inputs")
+
+
+def unfused_glu_products(fused: bool = True, *, moe: bool = False) -> Term:
+    r"""What an unfused SwiGLU keeps beyond its input [bytes per layer].
+
+    Per micro-batch and layer, with :math:`\tau = sb/c` and the routed token copies
+    :math:`R = c_f k \tau t_e / t` an expert rank receives:
+
+    .. math:: \text{dense: } 2 \cdot 2\tau f / t, \qquad \text{MoE: } 3 \cdot 2 R f_e / t_e
+
+    Without ``bias_activation_fusion`` (Megatron-core's default, which Megatron-Bridge's Qwen3
+    bridges keep; its Llama bridge sets it) the gate runs eagerly:
+    ``silu(x_glu) * (x_linear + glu_linear_offset)``.  ``silu`` keeps its input (a view of the
+    fc1 output, ``mlp_activation`` / ``expert_activation``); the product keeps both operands, the
+    16-bit ``silu`` output and ``x_linear + 0.0``, a new tensor because the offset is added even
+    at its default 0.0.  The experts then weight the gate's output by the routing
+    probabilities (``intermediate_parallel * permuted_probs``), which keeps that output too.
+    The fused kernels keep only their inputs.  0 when fused.
+
+    Parameters
+    ----------
+    fused : bool
+        Megatron's ``bias_activation_fusion`` [1].
+    moe : bool
+        An MoE layer's grouped experts (``TEGroupedMLP``) instead of a dense MLP [1].
+
+    Examples
+    --------
+    Qwen3-8B (f = 12288, 36 layers) at t = 2, s = 8192, b = 1: 36 x 2 x 2 x 8192 x 6144 bytes,
+    7.25 GB:
+
+    >>> per_layer = unfused_glu_products(False).evaluate(s=8192, b=1, c=1, f=12288, t=2)
+    >>> 36 * per_layer == 36 * 2 * 2 * 8192 * 12288 // 2
+    True
+    >>> unfused_glu_products(True).expr, unfused_glu_products(True, moe=True).expr
+    (0, 0)
+
+    References
+    ----------
+    .. [megatron-core] megatron/core/transformer/mlp.py:320-334 at d98e8a64dd (``else:`` of
+       ``elif self.config.bias_activation_fusion``, ``def glu``), moe/experts.py:995-1016
+       (``TEGroupedMLP.forward``, ``bias_act_func``: the same ``glu``, then ``*
+       permuted_probs``), transformer_config.py:231 (``glu_linear_offset: float = 0.0``) and
+       :496 (``bias_activation_fusion: bool = False``); the same code at 8b3d8a5d97, the
+       Megatron-LM of Megatron-Bridge 33655ef845 (mlp.py:313-327, experts.py:763-783).
+    .. [megatron-bridge] src/megatron/bridge/models/qwen/qwen3_bridge.py:43-55 and
+       qwen3_moe_bridge.py at 33655ef845 (``provider_bridge`` leaves it unset),
+       models/llama/llama_bridge.py:65 (sets it True).
+    """
+    tok, _ = token_split(False)
+    if fused:
+        expr = sp.Integer(0)
+    elif moe:
+        expr = 3 * 2 * (c_f * k * tok * t_e / t) * f_e / t_e
+    else:
+        expr = 2 * 2 * tok * f / t
+    return Term("unfused_glu_products", expr, "16-bit silu(gate) and gate-offset up product "
+                "operands kept by an unfused SwiGLU (bias_activation_fusion False)"
+                + (", and its output the probability weighting keeps" if moe else ""),
+                Source("megatron-core", "transformer/mlp.py:320-334 (unfused glu), "
+                       "moe/experts.py:995-1016, transformer_config.py:231, :496 at "
+                       "d98e8a64dd"),
+                label="unfused SwiGLU")
 
 
 def paper_layer(parallel: str = "none", recompute: str = "none") -> Total:

@@ -22,7 +22,7 @@ from ..symbols import L, m, p, v
 from ..term import Source, Term, Total
 from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
 from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
-                                 lora_gathered_inputs, output_activations)
+                                 lora_gathered_inputs, output_activations, unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
@@ -250,11 +250,19 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     frozen = training.adapters.finetune != "full" and targets != "all" \
         and framework_record(training.framework).frozen_linear_keeps_no_input
 
+    # Megatron's eager SwiGLU (bias_activation_fusion off) keeps more products, in a dense MLP
+    # and in the grouped experts, where their activations are kept (not recomputed)
+    fused = training.memory.bias_activation_fusion or not x.swiglu
+    unfused = {moe: unfused_glu_products(fused, moe=moe).expr for moe in (False, True)}
+    kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop it
+
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
         layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
                                   modules=mods if mode == "selective" else None,
                                   compiled=training.memory.compiled_model, **common)
-        return layer.expr - (frozen_linear_inputs(layer, targets) if frozen else 0) \
+        glu = unfused[moe] if mode == "none" or mode == "selective" and not set(
+            kept[moe]) & set(mods or ()) else 0
+        return layer.expr - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
             + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
 
     return per_layer, common, mods, shared
