@@ -101,6 +101,9 @@ LIMITS = _limits(
     Limit("recompute_modules", 64, "names", "2^6",
           "names given to --recompute-modules: Megatron-Core accepts 11 distinct ones and a "
           "repeated name changes nothing"),
+    Limit("iterations", 1000, "iterations", "10^3",
+          "Newton-Schulz iterations of a Muon step: Megatron-LM's default is 5 "
+          "(arguments.py --muon-num-ns-steps); each one costs three matrix products per matrix"),
     Limit("top", 1000, "layouts", "10^3",
           "layouts memsym search prints, each with its exact breakdown; a screen shows ~10"),
 )
@@ -328,6 +331,7 @@ FIELD_LIMITS = MappingProxyType({
     "num_microbatches": "microbatches", "global_batch_size": "global_batch",
     "microbatch_group_size": "microbatches", "lora_rank": "rank", "recompute_num_layers": "layers",
     "wgrad_deferral_limit": "microbatches", "cpu_offloading_num_layers": "layers",
+    "muon_num_ns_steps": "iterations",
 })
 
 #: The limit of every size key a Hugging Face ``config.json`` may carry (read by

@@ -52,10 +52,10 @@ are not divided (derived: the adapters are not sharded by any framework memsym r
 
 from __future__ import annotations
 
-import sympy as sp
 
 from ..symbols import b, h, r_lora, s, t
 from ..term import Source, Term, Total
+from ..values import as_expr
 from .activations import layer_activations
 
 __all__ = ["shared_block_activations"]
@@ -127,7 +127,7 @@ def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False
     200
     """
     sigma = t if sequence_parallel else 1
-    tok, rank = s * b, sp.sympify(adapter_rank)
+    tok, rank = s * b, as_expr(adapter_rank, "adapter_rank")
     dense = layer_activations(gated=True, flash=flash, norm="rmsnorm", dropout=False,
                               sequence_parallel=sequence_parallel)
     terms = [
