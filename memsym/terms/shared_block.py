@@ -52,7 +52,6 @@ are not divided (derived: the adapters are not sharded by any framework memsym r
 
 from __future__ import annotations
 
-
 from ..symbols import b, h, r_lora, s, t
 from ..term import Source, Term, Total
 from ..values import as_expr
