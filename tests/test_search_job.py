@@ -275,3 +275,82 @@ def test_search_of_a_job_holds_its_other_settings(kw):
                  last_stage_layers=r["last_stage_layers"],
                  sharding=r["sharding"], **({} if fsdp is None else {"megatron_fsdp": fsdp}))
         assert res.exact(int(i))["bytes"]["total"] == job_memory(at).bytes_total
+
+
+# ---------------------------------------------------------------------------------------------
+# A Hugging Face DeepSpeed config: "auto" batch values
+# ---------------------------------------------------------------------------------------------
+def _hf_config(tmp_path, name):
+    from test_deepspeed_configs import HF_ZERO2, HF_ZERO3
+
+    path = tmp_path / f"{name}.json"
+    path.write_text({"zero2": HF_ZERO2, "zero3": HF_ZERO3}[name], encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("name, sharding", [("zero2", "zero2"), ("zero3", "zero3")])
+def test_an_auto_micro_batch_is_searched(capsys, tmp_path, name, sharding):
+    # transformers' ds_config_zero2/3.json: train_micro_batch_size_per_gpu, train_batch_size
+    # and gradient_accumulation_steps "auto".  The Trainer fills them from its arguments
+    # (trainer_config_process: micro-batch <- --per_device_train_batch_size, train_batch_size
+    # = world x micro x accumulation), so the search varies b and holds B = 64: its row
+    # b = 2 on 8 GPUs is the estimate of --per_device_train_batch_size 2 with 64 / (2 x 8) = 4
+    # accumulation steps (train_batch_size 2 x 4 x 8 = 64)
+    path = _hf_config(tmp_path, name)
+    common = ["llama2-7b", "--deepspeed-config", path, "--world-size", 8, "--seq-length", 2048,
+              "--precision", "bf16"]
+    est = as_json(capsys, "estimate", *common, "--micro-batch-size", 2,
+                  "--num-microbatches", 4, *GPU)
+    rows = as_json(capsys, "search", *common, "--global-batch-size", 64, *GPU,
+                   "--tp", 1, "--pp", 1, "--cp", 1, "--micro-batch-size", 2,
+                   "--sharding", sharding, "--top", 1)
+    row = rows[0]
+    assert row["layout"]["micro_batch_size"] == 2 and row["layout"]["num_microbatches"] == 4
+    assert row["bytes"] == est["bytes"]
+    assert row["step_time_s"] == pytest.approx(est["step_time_s"], rel=1e-12)
+    job = row["job"]
+    assert job["job_layout"]["micro_batch_size"] == "auto"
+    assert job["held"]["global_batch_size"] == 64 and job["held"]["framework"] == "deepspeed"
+    # unpinned, the micro-batch is searched (the largest the 64 sequences allow on d = 8: 8)
+    free = as_json(capsys, "search", *common, "--global-batch-size", 64, *GPU, "--top", 300)
+    assert len({r["layout"]["micro_batch_size"] for r in free}) > 1
+
+
+def test_an_auto_micro_batch_reads_back_from_the_emitted_config(capsys, tmp_path):
+    path = _hf_config(tmp_path, "zero2")
+    rows = as_json(capsys, "search", "llama2-7b", "--deepspeed-config", path, "--world-size", 8,
+                   "--seq-length", 2048, "--precision", "bf16", "--global-batch-size", 64,
+                   "--cp", 1, *GPU, "--top", 2, "--emit", "deepspeed", "--emit-dir",
+                   tmp_path / "out")
+    for row in rows:
+        words = shlex.split(row["emit"]["read_back"])
+        assert str(path) not in words
+        back = json.loads(run(capsys, *words[1:])[1])
+        assert back["bytes"]["total"] == row["bytes"]["total"]
+        assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("extra, named", [
+    ((), "--global-batch-size"),                       # train_batch_size "auto": B unknown
+    (("--global-batch-size", 64, "--num-microbatches", 4), "--num-microbatches"),
+])
+def test_an_auto_batch_without_its_global_batch_is_one_line(capsys, tmp_path, extra, named):
+    path = _hf_config(tmp_path, "zero2")
+    code, out, err = run(capsys, "search", "llama2-7b", "--deepspeed-config", path,
+                         "--world-size", 8, "--precision", "bf16", *extra, *GPU)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert named in err
+
+
+def test_a_numeric_train_batch_is_held_under_an_auto_micro_batch(capsys, tmp_path):
+    # DeepSpeedExamples autotuning/hf/dsconfigs style: micro-batch "auto", a train batch of 64
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto",
+                                "train_batch_size": 64, "bf16": {"enabled": True},
+                                "zero_optimization": {"stage": 2}}), encoding="utf-8")
+    rows = as_json(capsys, "search", "llama2-7b", "--deepspeed-config", path, "--gpus", 8,
+                   "--seq-length", 2048, *GPU, "--top", 1)
+    assert rows[0]["job"]["held"]["global_batch_size"] == 64 and rows[0]["gpus"] == 8
+    code, out, err = run(capsys, "search", "llama2-7b", "--deepspeed-config", path, "--gpus", 8,
+                         "--global-batch-size", 32, *GPU)
+    assert code == 2 and "train_batch_size 64" in err and len(err.strip().splitlines()) == 1

@@ -19,6 +19,7 @@ job's world size.
 from __future__ import annotations
 
 import shlex
+from argparse import Namespace
 from dataclasses import dataclass, field, replace
 
 from ..text import looks_like_option, option_values, printable
@@ -68,6 +69,9 @@ class SearchJob:
         Where it comes from (``--gpus`` or the job's world size).
     choices : dict
         The job's recompute and offload choices held (those the command line lists none of).
+    batch_auto : bool
+        Whether the job's micro-batch is the DeepSpeed config's ``"auto"`` (searched; its
+        global batch held, :func:`_searched_deepspeed`).
     """
 
     job: object
@@ -77,12 +81,15 @@ class SearchJob:
     gpus: int
     gpus_from: str
     choices: dict = field(default_factory=dict)
+    batch_auto: bool = False
 
 
-def read_job(words):
-    """``(Job, estimate's namespace)`` of the job's words, read exactly as ``memsym estimate``
-    reads them (its parser and :func:`memsym.cli.reading.prepare_argv`, done by the caller:
-    ``words.reading``; its job builders here)."""
+def read_job(words, gpus=None):
+    """``(Job, estimate's namespace, global batch or None)`` of the job's words, read exactly
+    as ``memsym estimate`` reads them (its parser and :func:`memsym.cli.reading.prepare_argv`,
+    done by the caller: ``words.reading``; its job builders here).  A DeepSpeed config whose
+    micro-batch is ``"auto"`` is read with its batch searched
+    (:func:`_searched_deepspeed`): the global batch it holds is the third item."""
     from .training_options import (framework_job_from_args, framework_read_as, job_from_args,
                                    wants_training)
 
@@ -91,13 +98,48 @@ def read_job(words):
         from ..errors import InvalidValueError
 
         raise InvalidValueError("search needs a model: a MODEL, or a job that names one")
-    framework = framework_job_from_args(est)
+    framework, batch = _searched_deepspeed(est, gpus)
+    if framework is None:
+        framework = framework_job_from_args(est)
     if framework is not None:        # how estimate says it read the config or recipe
         said = getattr(est, "reading", None) or {"read_as": None, "ignored": []}
         est.reading = said            # framework_read_as reads a Bridge recipe's from it
         est.reading = {"ignored": list(said["ignored"]), "read_as": framework_read_as(est)}
-        return framework, est
-    return job_from_args(est), est
+        return framework, est, batch
+    return job_from_args(est), est, None
+
+
+def _searched_deepspeed(est, gpus):
+    """``(Job, global batch)`` of a DeepSpeed config whose micro-batch the search varies, else
+    ``(None, None)``.
+
+    Under the Hugging Face Trainer a ``"auto"`` ``train_micro_batch_size_per_gpu`` is the
+    ``--per_device_train_batch_size`` the user picks (transformers' ``HfTrainerDeepSpeedConfig.
+    trainer_config_process``), so the search varies it like any job's micro-batch and holds the
+    global batch (the config's ``train_batch_size`` or ``--global-batch-size``:
+    :func:`memsym.readers.deepspeed.searched_deepspeed_config`); the config is read by
+    ``estimate``'s path with a one-sequence stand-in batch on the job's GPUs."""
+    from ..readers.deepspeed import searched_deepspeed_config
+    from .training_options import framework_job_from_args
+
+    if getattr(est, "deepspeed_config", None) is None:
+        return None, None
+    world = est.world_size if est.world_size is not None else gpus
+    got = searched_deepspeed_config(est.deepspeed_config, world, est.global_batch_size)
+    if got is None:
+        return None, None
+    if est.num_microbatches is not None:
+        from ..errors import InvalidValueError
+
+        raise InvalidValueError("--num-microbatches: the search sets the gradient accumulation "
+                                "of each layout (global batch / (micro-batch x GPUs)); give "
+                                "--global-batch-size")
+    reading = Namespace(**vars(est))
+    reading.deepspeed_config, reading.world_size, reading.global_batch_size = got[0], world, None
+    job = framework_job_from_args(reading)
+    est.reading = reading.reading
+    est.micro_batch_auto = got[2]
+    return job, got[1]
 
 
 def _job_recompute(memory) -> str:
@@ -124,7 +166,7 @@ def search_job(args, opts: dict):
     words = getattr(args, "job_words", None)
     if getattr(words, "reading", None) is None:
         return None
-    job, est = read_job(words)
+    job, est, batch = read_job(words, args.gpus)
     args.framework = job.training.framework       # --emit must agree with the job's
     args.model = est.model                         # the MODEL the job names, if any
     tr = job.training
@@ -137,12 +179,19 @@ def search_job(args, opts: dict):
     opts.update({k: [v] for k, v in choices.items()})
     if args.sharding is not None:     # else the framework's schemes (from_job: the job's)
         opts["sharding"] = args.sharding
+    elif choices.get("offload") == "optimizer+params" and tr.states.megatron_fsdp is None:
+        # parameters offload only where they are sharded (memsym.terms.model_state; DeepSpeed's
+        # offload_param is ZeRO-3's): the job's own scheme, not the framework's others
+        opts["sharding"] = [tr.states.sharding]
     opts["overlaps"] = {k: tr.value(k) for k in OVERLAP_FIELDS}
+    if batch is not None:    # a searched DeepSpeed batch: its global batch, not the stand-in's
+        opts["global_batch_size"] = batch
     # --gpus asks the question (the job's own world size, its --world-size included, is
     # how the job was read; the search is on --gpus), else the job's world size
     gpus, whence = (args.gpus, "--gpus") if args.gpus is not None else \
         (job.layout.world_size, "the job's world size")
-    return SearchJob(job, est, words, opts, gpus, whence, choices)
+    return SearchJob(job, est, words, opts, gpus, whence, choices,
+                     bool(getattr(est, "micro_batch_auto", False)))
 
 
 def _source(sj: SearchJob) -> str:
@@ -185,7 +234,8 @@ def job_report(sj: SearchJob, res) -> dict:
         "model": printable(j.model.name),
         "held": {**held_settings(res.space), **sj.choices},
         "job_layout": {"tp": lay.t, "pp": lay.p, "cp": lay.c, "dp": lay.d, "ep": lay.e,
-                       "vpp": lay.v, "micro_batch_size": tr.batch.micro_batch_size,
+                       "vpp": lay.v, "micro_batch_size": "auto" if sj.batch_auto
+                       else tr.batch.micro_batch_size,
                        "sharding": tr.states.sharding,
                        "sequence_parallel": bool(lay.sequence_parallel),
                        "world_size": lay.world_size},
