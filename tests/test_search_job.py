@@ -224,7 +224,7 @@ def test_the_same_conflict_is_refused_as_estimate_refuses_it(capsys, script):
 
 @pytest.mark.parametrize("argv", [
     ("--bridge-recipe", "llama3_8b_pretrain_config", "llama3-8b"),   # a MODEL beside it
-    ("--bridge-recipe", "llama3_8b_pretrain_config", "--emit", "megatron"),
+    ("--bridge-recipe", "llama3_8b_pretrain_config", "--emit", "deepspeed"),  # Megatron's
     ("--gpus", "8"),                                                  # no MODEL, no job
 ])
 def test_bad_job_inputs_are_one_line(capsys, argv):
@@ -354,3 +354,69 @@ def test_a_numeric_train_batch_is_held_under_an_auto_micro_batch(capsys, tmp_pat
     code, out, err = run(capsys, "search", "llama2-7b", "--deepspeed-config", path, "--gpus", 8,
                          "--global-batch-size", 32, *GPU)
     assert code == 2 and "train_batch_size 64" in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# A Megatron-Bridge recipe out: run_recipe.py's --recipe NAME and section.field=value overrides
+# ---------------------------------------------------------------------------------------------
+def test_a_bridge_layout_is_emitted_as_run_recipe_overrides(capsys, tmp_path):
+    # llama3_8b_pretrain_2gpu_h100_bf16_config (recipes/llama/h100/llama3.py:235-263 at
+    # 067f987df0): t = 1, c = 2, seq 8192, global batch 512, micro-batch 1.  The layout
+    # pinned here, t = 2 with SP and c = 1 under the distributed optimizer, is written as
+    # run_recipe.py takes it (scripts/training/run_recipe.py: --recipe, --mode, trailing
+    # KEY=VALUE overrides) with the global batch the recipe holds
+    job = ["--bridge-recipe", "llama3_8b_pretrain_config", "--world-size", 8]
+    rows = as_json(capsys, "search", *job, *GPU, "--tp", 2, "--pp", 1, "--cp", 1, "--vpp", 1,
+                   "--micro-batch-size", 1, "--sharding", "distributed-optimizer",
+                   "--top", 1, "--emit", "megatron")
+    emitted = rows[0]["emit"]
+    words = emitted["arguments"]
+    assert words[:4] == ["--recipe", "llama3_8b_pretrain_config", "--mode", "pretrain"]
+    for override in ("model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=1",
+                     "model.context_parallel_size=1", "model.sequence_parallel=true",
+                     "train.micro_batch_size=1", "train.global_batch_size=512",
+                     "ddp.use_distributed_optimizer=true", "ddp.use_megatron_fsdp=false"):
+        assert override in words, override
+    assert not any(w.startswith("--") for w in words[4:])    # no Megatron-LM argument
+    assert emitted["text"].splitlines()[0] == "--recipe llama3_8b_pretrain_config"
+
+
+@pytest.mark.parametrize("job, pins", [
+    (["--bridge-recipe", "llama3_8b_pretrain_config", "--world-size", 8],
+     ["--sharding", "ddp", "distributed-optimizer", "fsdp"]),
+    # the job's own overrides are kept (those the layout sets are replaced), and a searched
+    # recompute is written out
+    (["--bridge-recipe", "llama3_8b_pretrain_config", "-tp", 2, "mixed_precision=bf16_mixed",
+      "--world-size", 8], ["--recompute", "selective", "full"]),
+    # a TP-overlapped recipe (t = 4, SP, comm_overlap.tp_comm_overlap) at other layouts
+    (["--bridge-recipe", "llama3_70b_pretrain_config", "--world-size", 64],
+     ["--tp", 1, 8, "--sharding", "ddp", "distributed-optimizer"]),
+    # the same at t = 1 (-tp 1): the search holds no TP overlap, so a t = 8 layout is
+    # written with comm_overlap.tp_comm_overlap=false (Bridge would turn it on at t > 1 with SP)
+    (["--bridge-recipe", "llama3_70b_pretrain_config", "-tp", 1, "--world-size", 64],
+     ["--tp", 8]),
+    # an MoE recipe (expert parallelism, the precision-aware optimizer held)
+    (["--bridge-recipe", "qwen3_30b_a3b_pretrain_config", "--gpus", 32], []),
+])
+def test_a_bridge_layout_reads_back_the_same(capsys, tmp_path, job, pins):
+    for where in (None, tmp_path / str(len(pins))):
+        rows = as_json(capsys, "search", *job, *GPU, *pins, "--top", 4, "--emit", "megatron",
+                       *([] if where is None else ["--emit-dir", where]))
+        for row in rows:
+            words = shlex.split(row["emit"]["read_back"])
+            assert "--bridge-recipe" not in words
+            if where is None:
+                assert "--recipe" in words
+            else:       # the file is run_recipe.py's argument list, read back as one
+                path = words[words.index("--args-file") + 1]
+                assert open(path, encoding="utf-8").read().startswith("--recipe ")
+            code, out, err = run(capsys, *words[1:])
+            assert code in (0, 1), err
+            back = json.loads(out)
+            assert back["bytes"] == row["bytes"]
+            assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+            lay = row["layout"]
+            if job[1] == "llama3_70b_pretrain_config" and "-tp" in job and lay["sequence_parallel"]:
+                assert "comm_overlap.tp_comm_overlap=false" in row["emit"]["arguments"]
+            assert (back["layout"]["tp"], back["layout"]["pp"], back["layout"]["cp"],
+                    back["layout"]["ep"]) == (lay["tp"], lay["pp"], lay["cp"], lay["ep"])

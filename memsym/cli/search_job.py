@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from ..text import looks_like_option, option_values, printable
 
 __all__ = ["SearchJob", "search_job", "job_report", "job_lines", "relaunch",
-           "read_back_words", "check_emittable_job"]
+           "read_back_words", "check_emittable_job", "bridge_overrides", "bridge_relaunch"]
 
 #: The options of a job's config or recipe, which ``estimate``'s parser reads itself (a
 #: launch script and an argument file are read as their words, before it).
@@ -183,6 +183,10 @@ def search_job(args, opts: dict):
         # parameters offload only where they are sharded (memsym.terms.model_state; DeepSpeed's
         # offload_param is ZeRO-3's): the job's own scheme, not the framework's others
         opts["sharding"] = [tr.states.sharding]
+    elif tr.states.precision_aware and tr.states.megatron_fsdp is None:
+        # the precision-aware optimizer is the distributed optimizer's (memsym.terms.widths,
+        # Megatron's --use-precision-aware-optimizer): no DDP or ZeRO rows beside it
+        opts["sharding"] = ["distributed-optimizer"]
     opts["overlaps"] = {k: tr.value(k) for k in OVERLAP_FIELDS}
     if batch is not None:    # a searched DeepSpeed batch: its global batch, not the stand-in's
         opts["global_batch_size"] = batch
@@ -286,6 +290,8 @@ def relaunch(sj: SearchJob, got):
     Megatron-LM words without those the layout spells (:data:`_LAYOUT_DESTS`) or the
     launcher's (the world size is the layout's), then the layout's.  Without Megatron-LM
     words (a MODEL and memsym's options) the layout as emitted."""
+    if getattr(sj.reading, "bridge_recipe", None) is not None:
+        return bridge_relaunch(sj, got)
     words = list(sj.reading.job_words.megatron) if sj.reading.job_words is not None else []
     if not words:
         return got
@@ -309,11 +315,124 @@ def read_back_words(sj: SearchJob) -> list:
 
 
 def check_emittable_job(sj: SearchJob) -> None:
-    """Refuse ``--emit`` for a Megatron-Bridge recipe in one line: its model is the recipe's
-    (with its overrides), which no emitted argument list names."""
-    from ..errors import InvalidValueError
+    """Refuse ``--emit`` of a job in one line where its layouts cannot be read back: none
+    today (a Megatron-Bridge recipe's are written as its overrides, :func:`bridge_relaunch`)."""
 
-    if getattr(sj.reading, "bridge_recipe", None) is not None:
-        raise InvalidValueError("--emit: a Megatron-Bridge recipe's model and settings are the "
-                                "recipe's; search it without --emit and set the layout with "
-                                "its overrides (-tp, -pp, ...)")
+
+# ---------------------------------------------------------------------------------------------
+# A Megatron-Bridge recipe's layout out: run_recipe.py's arguments, section.field=value
+# ---------------------------------------------------------------------------------------------
+#: Megatron-LM's layout arguments of an emitted row (:func:`memsym.emit.emit`) -> the
+#: ConfigContainer field Megatron-Bridge sets from the same value (scripts/training/
+#: run_recipe.py at 067f987df0: trailing KEY=VALUE overrides, :50-68 its -tp ... spellings of
+#: them) and the value written where the argument is absent (Megatron's default: one rank,
+#: no virtual stages or uneven ends, no sequence parallelism, no recompute).
+_BRIDGE_FIELDS = {
+    "--tensor-model-parallel-size": ("model.tensor_model_parallel_size", "1"),
+    "--pipeline-model-parallel-size": ("model.pipeline_model_parallel_size", "1"),
+    "--context-parallel-size": ("model.context_parallel_size", "1"),
+    "--expert-model-parallel-size": ("model.expert_model_parallel_size", "1"),
+    "--num-virtual-stages-per-pipeline-rank": ("model.virtual_pipeline_model_parallel_size",
+                                               "null"),
+    "--decoder-first-pipeline-num-layers": ("model.num_layers_in_first_pipeline_stage", "null"),
+    "--decoder-last-pipeline-num-layers": ("model.num_layers_in_last_pipeline_stage", "null"),
+    "--sequence-parallel": ("model.sequence_parallel", "false"),
+    "--micro-batch-size": ("train.micro_batch_size", None),
+    "--global-batch-size": ("train.global_batch_size", None),
+}
+_BRIDGE_RECOMPUTE = {"--recompute-granularity": "model.recompute_granularity",
+                     "--recompute-method": "model.recompute_method",
+                     "--recompute-num-layers": "model.recompute_num_layers"}
+
+
+def _values(words) -> dict:
+    """Megatron-LM option -> its value (``"true"`` for a switch) of an emitted word list."""
+    out, i = {}, 0
+    while i < len(words):
+        j = i + 1
+        while j < len(words) and not looks_like_option(words[j]):
+            j += 1
+        out[words[i]] = words[i + 1] if j > i + 1 else "true"
+        i = j
+    return out
+
+
+def _bridge_sharding(given: dict) -> list:
+    """The DDP overrides of an emitted row's sharding.  Megatron-FSDP: its strategy (Bridge
+    turns the distributed optimizer on itself, training/config.py:1084-1085; its checkpoint
+    format is asserted, :1107); else the distributed optimizer on or off in both the DDP and
+    the optimizer config (Bridge turns both on where either is, config.py:2111-2123), and
+    under DDP no parameter-gather overlap."""
+    if "--use-megatron-fsdp" in given:
+        return ["ddp.use_megatron_fsdp=true",
+                f"ddp.data_parallel_sharding_strategy={given['--data-parallel-sharding-strategy']}",
+                f"ddp.fsdp_double_buffer={'true' if '--fsdp-double-buffer' in given else 'false'}",
+                "checkpoint.ckpt_format=fsdp_dtensor"]
+    on = "true" if "--use-distributed-optimizer" in given else "false"
+    out = ["ddp.use_megatron_fsdp=false", f"ddp.use_distributed_optimizer={on}",
+           f"optimizer.use_distributed_optimizer={on}"]
+    if on == "false":   # DDP gathers no parameters: off in both (synced the same way, :2125)
+        out += ["ddp.overlap_param_gather=false", "optimizer.overlap_param_gather=false"]
+    return out
+
+
+def bridge_overrides(got, recompute: bool) -> list:
+    """The Megatron-Bridge overrides of an emitted Megatron-LM layout ``got``: the parallel
+    sizes, the pipeline's ends, sequence parallelism, the batch (the global batch always:
+    run_recipe.py weak-scales a benchmark recipe's unless it is given, :357), the sharding and,
+    when ``recompute`` (searched, not the job's own), the recompute (Megatron-Core's default
+    modules under selective, ``[core_attn]``).
+
+    Examples
+    --------
+    >>> from memsym.emit import Emitted
+    >>> got = Emitted("megatron", "", ("--tensor-model-parallel-size", "2",
+    ...     "--pipeline-model-parallel-size", "1", "--sequence-parallel", "--micro-batch-size",
+    ...     "1", "--global-batch-size", "64", "--use-distributed-optimizer"), (), 8, 4096)
+    >>> bridge_overrides(got, False)[:3]
+    ['model.tensor_model_parallel_size=2', 'model.pipeline_model_parallel_size=1', 'model.context_parallel_size=1']
+    >>> bridge_overrides(got, False)[7:]
+    ['model.sequence_parallel=true', 'train.micro_batch_size=1', 'train.global_batch_size=64', 'ddp.use_megatron_fsdp=false', 'ddp.use_distributed_optimizer=true', 'optimizer.use_distributed_optimizer=true']
+    """
+    given = _values(list(got.arguments))
+    out = [f"{key}={given.get(flag, absent)}" for flag, (key, absent) in _BRIDGE_FIELDS.items()]
+    out += _bridge_sharding(given)
+    if recompute:
+        out += [f"{key}={given.get(flag, 'null')}" for flag, key in _BRIDGE_RECOMPUTE.items()]
+        if given.get("--recompute-granularity") == "selective":
+            out.append("model.recompute_modules=[core_attn]")
+    return out
+
+
+def bridge_relaunch(sj: SearchJob, got):
+    """An emitted layout of a Megatron-Bridge recipe as run_recipe.py's arguments: ``--recipe
+    NAME --mode pretrain``, the job's own overrides but those the layout sets, then the
+    layout's (:func:`bridge_overrides`; a trailing override wins, run_recipe.py :27-28).  The
+    world size is the launcher's (torchrun's, Bridge reads no argument for it): the read-back
+    gives it as memsym's ``--world-size``; memsym's options a recipe refuses beside it
+    (``--sharding``, ``--precision``: the recipe's own) are dropped from the read-back."""
+    from ..readers.bridge import read_bridge_recipe
+
+    est = sj.reading
+    layout = bridge_overrides(got, "recompute" not in sj.choices)
+    if not sj.job.training.comm.tp_comm_overlap and not any(
+            w == "--tp-comm-overlap" for w in got.arguments):
+        # the search held no TP overlap (the job's layout had none): a recipe that asks for
+        # it would run it at t > 1 with SP (Bridge's comm_overlap.py:442-448), so it is off
+        values = read_bridge_recipe(est.bridge_recipe, est.job_words.bridge)["values"]
+        if values.get("comm_overlap.tp_comm_overlap"):
+            layout.append("comm_overlap.tp_comm_overlap=false")
+    # the layout's fields, and the pipeline layout Bridge rebuilds for a new PP / VP
+    # (recipe_runner.py sync_model_pipeline_layout) unless it is given
+    owned = {w.partition("=")[0] for w in layout} | {"model.pipeline_model_parallel_layout"}
+    kept = [w for w in est.job_words.bridge if w.partition("=")[0].lstrip("+~") not in owned]
+    arguments = ("--recipe", est.bridge_recipe, "--mode", "pretrain", *kept, *layout)
+    lines = [shlex.join(arguments[:2]), shlex.join(arguments[2:4])]
+    lines += [shlex.quote(w) for w in arguments[4:]]
+    host, pairs = [], list(got.host)
+    for i in range(0, len(pairs) - 1, 2):
+        if pairs[i] not in ("--sharding", "--precision"):
+            host += pairs[i:i + 2]
+    host += ["--world-size", str(got.world_size)]
+    return replace(got, text="\n".join(lines) + "\n", arguments=arguments, host=tuple(host),
+                   files=())
