@@ -225,6 +225,10 @@ def test_the_same_conflict_is_refused_as_estimate_refuses_it(capsys, script):
 @pytest.mark.parametrize("argv", [
     ("--bridge-recipe", "llama3_8b_pretrain_config", "llama3-8b"),   # a MODEL beside it
     ("--bridge-recipe", "llama3_8b_pretrain_config", "--emit", "deepspeed"),  # Megatron's
+    # DeepSeek-V3's recipe places its layers with a pipeline layout (deepseek_v3.py:53-61),
+    # Llama 3.1 405B's counts the embedding and loss in the split: neither is searched
+    ("--bridge-recipe", "deepseek_v3_pretrain_1024gpu_h100_bf16_config", "--emit", "megatron"),
+    ("--bridge-recipe", "llama31_405b_pretrain_256gpu_h100_bf16_config", "--emit", "megatron"),
     ("--gpus", "8"),                                                  # no MODEL, no job
 ])
 def test_bad_job_inputs_are_one_line(capsys, argv):

@@ -315,8 +315,20 @@ def read_back_words(sj: SearchJob) -> list:
 
 
 def check_emittable_job(sj: SearchJob) -> None:
-    """Refuse ``--emit`` of a job in one line where its layouts cannot be read back: none
-    today (a Megatron-Bridge recipe's are written as its overrides, :func:`bridge_relaunch`)."""
+    """Refuse ``--emit`` in one line where the job's layouts cannot be read back the same: a
+    Megatron-Bridge recipe that places its layers itself (a pipeline layout, or the
+    embedding / loss counted in the split: ``sj.job.layout.pipeline_layout``), which the
+    searched even and first/last splits do not price (its other layouts are written as its
+    overrides, :func:`bridge_relaunch`)."""
+    from ..errors import InvalidValueError
+
+    if getattr(sj.reading, "bridge_recipe", None) is None \
+            or sj.job.layout.pipeline_layout is None:
+        return
+    raise InvalidValueError(
+        f"--emit: {printable(sj.reading.bridge_recipe, 80)} places its layers itself (a "
+        "pipeline layout, or account_for_embedding/loss_in_pipeline_split), which the "
+        "searched splits do not price: search it without --emit, or override that away first")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,6 +408,13 @@ def bridge_overrides(got, recompute: bool) -> list:
     """
     given = _values(list(got.arguments))
     out = [f"{key}={given.get(flag, absent)}" for flag, (key, absent) in _BRIDGE_FIELDS.items()]
+    if "--decoder-first-pipeline-num-layers" in given or \
+            "--decoder-last-pipeline-num-layers" in given:
+        # uneven ends: no layout string and no embedding/loss accounting beside them
+        # (Megatron-Core refuses either with first/last stage sizes)
+        out += ["model.pipeline_model_parallel_layout=null",
+                "model.account_for_embedding_in_pipeline_split=false",
+                "model.account_for_loss_in_pipeline_split=false"]
     out += _bridge_sharding(given)
     if recompute:
         out += [f"{key}={given.get(flag, 'null')}" for flag, key in _BRIDGE_RECOMPUTE.items()]
