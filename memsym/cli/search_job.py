@@ -336,8 +336,9 @@ def check_emittable_job(sj: SearchJob) -> None:
 # ---------------------------------------------------------------------------------------------
 #: Megatron-LM's layout arguments of an emitted row (:func:`memsym.emit.emit`) -> the
 #: ConfigContainer field Megatron-Bridge sets from the same value (scripts/training/
-#: run_recipe.py at 067f987df0: trailing KEY=VALUE overrides, :50-68 its -tp ... spellings of
-#: them) and the value written where the argument is absent (Megatron's default: one rank,
+#: run_recipe.py at 067f987df0: trailing KEY=VALUE overrides after its own options, parse_args
+#: :445-452; COMMON_OVERRIDE_FIELDS :135, its -tp ... spellings) and the value written where
+#: the argument is absent (Megatron's default: one rank,
 #: no virtual stages or uneven ends, no sequence parallelism, no recompute).
 _BRIDGE_FIELDS = {
     "--tensor-model-parallel-size": ("model.tensor_model_parallel_size", "1"),
