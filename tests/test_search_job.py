@@ -224,7 +224,11 @@ def test_the_same_conflict_is_refused_as_estimate_refuses_it(capsys, script):
 
 @pytest.mark.parametrize("argv", [
     ("--bridge-recipe", "llama3_8b_pretrain_config", "llama3-8b"),   # a MODEL beside it
-    ("--bridge-recipe", "llama3_8b_pretrain_config", "--emit", "megatron"),
+    ("--bridge-recipe", "llama3_8b_pretrain_config", "--emit", "deepspeed"),  # Megatron's
+    # DeepSeek-V3's recipe places its layers with a pipeline layout (deepseek_v3.py:53-61),
+    # Llama 3.1 405B's counts the embedding and loss in the split: neither is searched
+    ("--bridge-recipe", "deepseek_v3_pretrain_1024gpu_h100_bf16_config", "--emit", "megatron"),
+    ("--bridge-recipe", "llama31_405b_pretrain_256gpu_h100_bf16_config", "--emit", "megatron"),
     ("--gpus", "8"),                                                  # no MODEL, no job
 ])
 def test_bad_job_inputs_are_one_line(capsys, argv):
@@ -275,3 +279,148 @@ def test_search_of_a_job_holds_its_other_settings(kw):
                  last_stage_layers=r["last_stage_layers"],
                  sharding=r["sharding"], **({} if fsdp is None else {"megatron_fsdp": fsdp}))
         assert res.exact(int(i))["bytes"]["total"] == job_memory(at).bytes_total
+
+
+# ---------------------------------------------------------------------------------------------
+# A Hugging Face DeepSpeed config: "auto" batch values
+# ---------------------------------------------------------------------------------------------
+def _hf_config(tmp_path, name):
+    from test_deepspeed_configs import HF_ZERO2, HF_ZERO3
+
+    path = tmp_path / f"{name}.json"
+    path.write_text({"zero2": HF_ZERO2, "zero3": HF_ZERO3}[name], encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("name, sharding", [("zero2", "zero2"), ("zero3", "zero3")])
+def test_an_auto_micro_batch_is_searched(capsys, tmp_path, name, sharding):
+    # transformers' ds_config_zero2/3.json: train_micro_batch_size_per_gpu, train_batch_size
+    # and gradient_accumulation_steps "auto".  The Trainer fills them from its arguments
+    # (trainer_config_process: micro-batch <- --per_device_train_batch_size, train_batch_size
+    # = world x micro x accumulation), so the search varies b and holds B = 64: its row
+    # b = 2 on 8 GPUs is the estimate of --per_device_train_batch_size 2 with 64 / (2 x 8) = 4
+    # accumulation steps (train_batch_size 2 x 4 x 8 = 64)
+    path = _hf_config(tmp_path, name)
+    common = ["llama2-7b", "--deepspeed-config", path, "--world-size", 8, "--seq-length", 2048,
+              "--precision", "bf16"]
+    est = as_json(capsys, "estimate", *common, "--micro-batch-size", 2,
+                  "--num-microbatches", 4, *GPU)
+    rows = as_json(capsys, "search", *common, "--global-batch-size", 64, *GPU,
+                   "--tp", 1, "--pp", 1, "--cp", 1, "--micro-batch-size", 2,
+                   "--sharding", sharding, "--top", 1)
+    row = rows[0]
+    assert row["layout"]["micro_batch_size"] == 2 and row["layout"]["num_microbatches"] == 4
+    assert row["bytes"] == est["bytes"]
+    assert row["step_time_s"] == pytest.approx(est["step_time_s"], rel=1e-12)
+    job = row["job"]
+    assert job["job_layout"]["micro_batch_size"] == "auto"
+    assert job["held"]["global_batch_size"] == 64 and job["held"]["framework"] == "deepspeed"
+    # unpinned, the micro-batch is searched (the largest the 64 sequences allow on d = 8: 8)
+    free = as_json(capsys, "search", *common, "--global-batch-size", 64, *GPU, "--top", 300)
+    assert len({r["layout"]["micro_batch_size"] for r in free}) > 1
+
+
+def test_an_auto_micro_batch_reads_back_from_the_emitted_config(capsys, tmp_path):
+    path = _hf_config(tmp_path, "zero2")
+    rows = as_json(capsys, "search", "llama2-7b", "--deepspeed-config", path, "--world-size", 8,
+                   "--seq-length", 2048, "--precision", "bf16", "--global-batch-size", 64,
+                   "--cp", 1, *GPU, "--top", 2, "--emit", "deepspeed", "--emit-dir",
+                   tmp_path / "out")
+    for row in rows:
+        words = shlex.split(row["emit"]["read_back"])
+        assert str(path) not in words
+        back = json.loads(run(capsys, *words[1:])[1])
+        assert back["bytes"]["total"] == row["bytes"]["total"]
+        assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("extra, named", [
+    ((), "--global-batch-size"),                       # train_batch_size "auto": B unknown
+    (("--global-batch-size", 64, "--num-microbatches", 4), "--num-microbatches"),
+])
+def test_an_auto_batch_without_its_global_batch_is_one_line(capsys, tmp_path, extra, named):
+    path = _hf_config(tmp_path, "zero2")
+    code, out, err = run(capsys, "search", "llama2-7b", "--deepspeed-config", path,
+                         "--world-size", 8, "--precision", "bf16", *extra, *GPU)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert named in err
+
+
+def test_a_numeric_train_batch_is_held_under_an_auto_micro_batch(capsys, tmp_path):
+    # DeepSpeedExamples autotuning/hf/dsconfigs style: micro-batch "auto", a train batch of 64
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto",
+                                "train_batch_size": 64, "bf16": {"enabled": True},
+                                "zero_optimization": {"stage": 2}}), encoding="utf-8")
+    rows = as_json(capsys, "search", "llama2-7b", "--deepspeed-config", path, "--gpus", 8,
+                   "--seq-length", 2048, *GPU, "--top", 1)
+    assert rows[0]["job"]["held"]["global_batch_size"] == 64 and rows[0]["gpus"] == 8
+    code, out, err = run(capsys, "search", "llama2-7b", "--deepspeed-config", path, "--gpus", 8,
+                         "--global-batch-size", 32, *GPU)
+    assert code == 2 and "train_batch_size 64" in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# A Megatron-Bridge recipe out: run_recipe.py's --recipe NAME and section.field=value overrides
+# ---------------------------------------------------------------------------------------------
+def test_a_bridge_layout_is_emitted_as_run_recipe_overrides(capsys, tmp_path):
+    # llama3_8b_pretrain_2gpu_h100_bf16_config (recipes/llama/h100/llama3.py:235-263 at
+    # 067f987df0): t = 1, c = 2, seq 8192, global batch 512, micro-batch 1.  The layout
+    # pinned here, t = 2 with SP and c = 1 under the distributed optimizer, is written as
+    # run_recipe.py takes it (scripts/training/run_recipe.py: --recipe, --mode, trailing
+    # KEY=VALUE overrides) with the global batch the recipe holds
+    job = ["--bridge-recipe", "llama3_8b_pretrain_config", "--world-size", 8]
+    rows = as_json(capsys, "search", *job, *GPU, "--tp", 2, "--pp", 1, "--cp", 1, "--vpp", 1,
+                   "--micro-batch-size", 1, "--sharding", "distributed-optimizer",
+                   "--top", 1, "--emit", "megatron")
+    emitted = rows[0]["emit"]
+    words = emitted["arguments"]
+    assert words[:4] == ["--recipe", "llama3_8b_pretrain_config", "--mode", "pretrain"]
+    for override in ("model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=1",
+                     "model.context_parallel_size=1", "model.sequence_parallel=true",
+                     "train.micro_batch_size=1", "train.global_batch_size=512",
+                     "ddp.use_distributed_optimizer=true", "ddp.use_megatron_fsdp=false"):
+        assert override in words, override
+    assert not any(w.startswith("--") for w in words[4:])    # no Megatron-LM argument
+    assert emitted["text"].splitlines()[0] == "--recipe llama3_8b_pretrain_config"
+
+
+@pytest.mark.parametrize("job, pins", [
+    (["--bridge-recipe", "llama3_8b_pretrain_config", "--world-size", 8],
+     ["--sharding", "ddp", "distributed-optimizer", "fsdp"]),
+    # the job's own overrides are kept (those the layout sets are replaced), and a searched
+    # recompute is written out
+    (["--bridge-recipe", "llama3_8b_pretrain_config", "-tp", 2, "mixed_precision=bf16_mixed",
+      "--world-size", 8], ["--recompute", "selective", "full"]),
+    # a TP-overlapped recipe (t = 4, SP, comm_overlap.tp_comm_overlap) at other layouts
+    (["--bridge-recipe", "llama3_70b_pretrain_config", "--world-size", 64],
+     ["--tp", 1, 8, "--sharding", "ddp", "distributed-optimizer"]),
+    # the same at t = 1 (-tp 1): the search holds no TP overlap, so a t = 8 layout is
+    # written with comm_overlap.tp_comm_overlap=false (Bridge would turn it on at t > 1 with SP)
+    (["--bridge-recipe", "llama3_70b_pretrain_config", "-tp", 1, "--world-size", 64],
+     ["--tp", 8]),
+    # an MoE recipe (expert parallelism, the precision-aware optimizer held)
+    (["--bridge-recipe", "qwen3_30b_a3b_pretrain_config", "--gpus", 32], []),
+])
+def test_a_bridge_layout_reads_back_the_same(capsys, tmp_path, job, pins):
+    for where in (None, tmp_path / str(len(pins))):
+        rows = as_json(capsys, "search", *job, *GPU, *pins, "--top", 4, "--emit", "megatron",
+                       *([] if where is None else ["--emit-dir", where]))
+        for row in rows:
+            words = shlex.split(row["emit"]["read_back"])
+            assert "--bridge-recipe" not in words
+            if where is None:
+                assert "--recipe" in words
+            else:       # the file is run_recipe.py's argument list, read back as one
+                path = words[words.index("--args-file") + 1]
+                assert open(path, encoding="utf-8").read().startswith("--recipe ")
+            code, out, err = run(capsys, *words[1:])
+            assert code in (0, 1), err
+            back = json.loads(out)
+            assert back["bytes"] == row["bytes"]
+            assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+            lay = row["layout"]
+            if job[1] == "llama3_70b_pretrain_config" and "-tp" in job and lay["sequence_parallel"]:
+                assert "comm_overlap.tp_comm_overlap=false" in row["emit"]["arguments"]
+            assert (back["layout"]["tp"], back["layout"]["pp"], back["layout"]["cp"],
+                    back["layout"]["ep"]) == (lay["tp"], lay["pp"], lay["cp"], lay["ep"])

@@ -19,12 +19,13 @@ job's world size.
 from __future__ import annotations
 
 import shlex
+from argparse import Namespace
 from dataclasses import dataclass, field, replace
 
 from ..text import looks_like_option, option_values, printable
 
 __all__ = ["SearchJob", "search_job", "job_report", "job_lines", "relaunch",
-           "read_back_words", "check_emittable_job"]
+           "read_back_words", "check_emittable_job", "bridge_overrides", "bridge_relaunch"]
 
 #: The options of a job's config or recipe, which ``estimate``'s parser reads itself (a
 #: launch script and an argument file are read as their words, before it).
@@ -68,6 +69,9 @@ class SearchJob:
         Where it comes from (``--gpus`` or the job's world size).
     choices : dict
         The job's recompute and offload choices held (those the command line lists none of).
+    batch_auto : bool
+        Whether the job's micro-batch is the DeepSpeed config's ``"auto"`` (searched; its
+        global batch held, :func:`_searched_deepspeed`).
     """
 
     job: object
@@ -77,12 +81,15 @@ class SearchJob:
     gpus: int
     gpus_from: str
     choices: dict = field(default_factory=dict)
+    batch_auto: bool = False
 
 
-def read_job(words):
-    """``(Job, estimate's namespace)`` of the job's words, read exactly as ``memsym estimate``
-    reads them (its parser and :func:`memsym.cli.reading.prepare_argv`, done by the caller:
-    ``words.reading``; its job builders here)."""
+def read_job(words, gpus=None):
+    """``(Job, estimate's namespace, global batch or None)`` of the job's words, read exactly
+    as ``memsym estimate`` reads them (its parser and :func:`memsym.cli.reading.prepare_argv`,
+    done by the caller: ``words.reading``; its job builders here).  A DeepSpeed config whose
+    micro-batch is ``"auto"`` is read with its batch searched
+    (:func:`_searched_deepspeed`): the global batch it holds is the third item."""
     from .training_options import (framework_job_from_args, framework_read_as, job_from_args,
                                    wants_training)
 
@@ -91,13 +98,48 @@ def read_job(words):
         from ..errors import InvalidValueError
 
         raise InvalidValueError("search needs a model: a MODEL, or a job that names one")
-    framework = framework_job_from_args(est)
+    framework, batch = _searched_deepspeed(est, gpus)
+    if framework is None:
+        framework = framework_job_from_args(est)
     if framework is not None:        # how estimate says it read the config or recipe
         said = getattr(est, "reading", None) or {"read_as": None, "ignored": []}
         est.reading = said            # framework_read_as reads a Bridge recipe's from it
         est.reading = {"ignored": list(said["ignored"]), "read_as": framework_read_as(est)}
-        return framework, est
-    return job_from_args(est), est
+        return framework, est, batch
+    return job_from_args(est), est, None
+
+
+def _searched_deepspeed(est, gpus):
+    """``(Job, global batch)`` of a DeepSpeed config whose micro-batch the search varies, else
+    ``(None, None)``.
+
+    Under the Hugging Face Trainer a ``"auto"`` ``train_micro_batch_size_per_gpu`` is the
+    ``--per_device_train_batch_size`` the user picks (transformers' ``HfTrainerDeepSpeedConfig.
+    trainer_config_process``), so the search varies it like any job's micro-batch and holds the
+    global batch (the config's ``train_batch_size`` or ``--global-batch-size``:
+    :func:`memsym.readers.deepspeed.searched_deepspeed_config`); the config is read by
+    ``estimate``'s path with a one-sequence stand-in batch on the job's GPUs."""
+    from ..readers.deepspeed import searched_deepspeed_config
+    from .training_options import framework_job_from_args
+
+    if getattr(est, "deepspeed_config", None) is None:
+        return None, None
+    world = est.world_size if est.world_size is not None else gpus
+    got = searched_deepspeed_config(est.deepspeed_config, world, est.global_batch_size)
+    if got is None:
+        return None, None
+    if est.num_microbatches is not None:
+        from ..errors import InvalidValueError
+
+        raise InvalidValueError("--num-microbatches: the search sets the gradient accumulation "
+                                "of each layout (global batch / (micro-batch x GPUs)); give "
+                                "--global-batch-size")
+    reading = Namespace(**vars(est))
+    reading.deepspeed_config, reading.world_size, reading.global_batch_size = got[0], world, None
+    job = framework_job_from_args(reading)
+    est.reading = reading.reading
+    est.micro_batch_auto = got[2]
+    return job, got[1]
 
 
 def _job_recompute(memory) -> str:
@@ -124,7 +166,7 @@ def search_job(args, opts: dict):
     words = getattr(args, "job_words", None)
     if getattr(words, "reading", None) is None:
         return None
-    job, est = read_job(words)
+    job, est, batch = read_job(words, args.gpus)
     args.framework = job.training.framework       # --emit must agree with the job's
     args.model = est.model                         # the MODEL the job names, if any
     tr = job.training
@@ -137,12 +179,23 @@ def search_job(args, opts: dict):
     opts.update({k: [v] for k, v in choices.items()})
     if args.sharding is not None:     # else the framework's schemes (from_job: the job's)
         opts["sharding"] = args.sharding
+    elif choices.get("offload") == "optimizer+params" and tr.states.megatron_fsdp is None:
+        # parameters offload only where they are sharded (memsym.terms.model_state; DeepSpeed's
+        # offload_param is ZeRO-3's): the job's own scheme, not the framework's others
+        opts["sharding"] = [tr.states.sharding]
+    elif tr.states.precision_aware and tr.states.megatron_fsdp is None:
+        # the precision-aware optimizer is the distributed optimizer's (memsym.terms.widths,
+        # Megatron's --use-precision-aware-optimizer): no DDP or ZeRO rows beside it
+        opts["sharding"] = ["distributed-optimizer"]
     opts["overlaps"] = {k: tr.value(k) for k in OVERLAP_FIELDS}
+    if batch is not None:    # a searched DeepSpeed batch: its global batch, not the stand-in's
+        opts["global_batch_size"] = batch
     # --gpus asks the question (the job's own world size, its --world-size included, is
     # how the job was read; the search is on --gpus), else the job's world size
     gpus, whence = (args.gpus, "--gpus") if args.gpus is not None else \
         (job.layout.world_size, "the job's world size")
-    return SearchJob(job, est, words, opts, gpus, whence, choices)
+    return SearchJob(job, est, words, opts, gpus, whence, choices,
+                     bool(getattr(est, "micro_batch_auto", False)))
 
 
 def _source(sj: SearchJob) -> str:
@@ -185,7 +238,8 @@ def job_report(sj: SearchJob, res) -> dict:
         "model": printable(j.model.name),
         "held": {**held_settings(res.space), **sj.choices},
         "job_layout": {"tp": lay.t, "pp": lay.p, "cp": lay.c, "dp": lay.d, "ep": lay.e,
-                       "vpp": lay.v, "micro_batch_size": tr.batch.micro_batch_size,
+                       "vpp": lay.v, "micro_batch_size": "auto" if sj.batch_auto
+                       else tr.batch.micro_batch_size,
                        "sharding": tr.states.sharding,
                        "sequence_parallel": bool(lay.sequence_parallel),
                        "world_size": lay.world_size},
@@ -236,6 +290,8 @@ def relaunch(sj: SearchJob, got):
     Megatron-LM words without those the layout spells (:data:`_LAYOUT_DESTS`) or the
     launcher's (the world size is the layout's), then the layout's.  Without Megatron-LM
     words (a MODEL and memsym's options) the layout as emitted."""
+    if getattr(sj.reading, "bridge_recipe", None) is not None:
+        return bridge_relaunch(sj, got)
     words = list(sj.reading.job_words.megatron) if sj.reading.job_words is not None else []
     if not words:
         return got
@@ -259,11 +315,144 @@ def read_back_words(sj: SearchJob) -> list:
 
 
 def check_emittable_job(sj: SearchJob) -> None:
-    """Refuse ``--emit`` for a Megatron-Bridge recipe in one line: its model is the recipe's
-    (with its overrides), which no emitted argument list names."""
+    """Refuse ``--emit`` in one line where the job's layouts cannot be read back the same: a
+    Megatron-Bridge recipe that places its layers itself (a pipeline layout, or the
+    embedding / loss counted in the split: ``sj.job.layout.pipeline_layout``), which the
+    searched even and first/last splits do not price (its other layouts are written as its
+    overrides, :func:`bridge_relaunch`)."""
     from ..errors import InvalidValueError
 
-    if getattr(sj.reading, "bridge_recipe", None) is not None:
-        raise InvalidValueError("--emit: a Megatron-Bridge recipe's model and settings are the "
-                                "recipe's; search it without --emit and set the layout with "
-                                "its overrides (-tp, -pp, ...)")
+    if getattr(sj.reading, "bridge_recipe", None) is None \
+            or sj.job.layout.pipeline_layout is None:
+        return
+    raise InvalidValueError(
+        f"--emit: {printable(sj.reading.bridge_recipe, 80)} places its layers itself (a "
+        "pipeline layout, or account_for_embedding/loss_in_pipeline_split), which the "
+        "searched splits do not price: search it without --emit, or override that away first")
+
+
+# ---------------------------------------------------------------------------------------------
+# A Megatron-Bridge recipe's layout out: run_recipe.py's arguments, section.field=value
+# ---------------------------------------------------------------------------------------------
+#: Megatron-LM's layout arguments of an emitted row (:func:`memsym.emit.emit`) -> the
+#: ConfigContainer field Megatron-Bridge sets from the same value (scripts/training/
+#: run_recipe.py at 067f987df0: trailing KEY=VALUE overrides after its own options, parse_args
+#: :445-452; COMMON_OVERRIDE_FIELDS :135, its -tp ... spellings) and the value written where
+#: the argument is absent (Megatron's default: one rank,
+#: no virtual stages or uneven ends, no sequence parallelism, no recompute).
+_BRIDGE_FIELDS = {
+    "--tensor-model-parallel-size": ("model.tensor_model_parallel_size", "1"),
+    "--pipeline-model-parallel-size": ("model.pipeline_model_parallel_size", "1"),
+    "--context-parallel-size": ("model.context_parallel_size", "1"),
+    "--expert-model-parallel-size": ("model.expert_model_parallel_size", "1"),
+    "--num-virtual-stages-per-pipeline-rank": ("model.virtual_pipeline_model_parallel_size",
+                                               "null"),
+    "--decoder-first-pipeline-num-layers": ("model.num_layers_in_first_pipeline_stage", "null"),
+    "--decoder-last-pipeline-num-layers": ("model.num_layers_in_last_pipeline_stage", "null"),
+    "--sequence-parallel": ("model.sequence_parallel", "false"),
+    "--micro-batch-size": ("train.micro_batch_size", None),
+    "--global-batch-size": ("train.global_batch_size", None),
+}
+_BRIDGE_RECOMPUTE = {"--recompute-granularity": "model.recompute_granularity",
+                     "--recompute-method": "model.recompute_method",
+                     "--recompute-num-layers": "model.recompute_num_layers"}
+
+
+def _values(words) -> dict:
+    """Megatron-LM option -> its value (``"true"`` for a switch) of an emitted word list."""
+    out, i = {}, 0
+    while i < len(words):
+        j = i + 1
+        while j < len(words) and not looks_like_option(words[j]):
+            j += 1
+        out[words[i]] = words[i + 1] if j > i + 1 else "true"
+        i = j
+    return out
+
+
+def _bridge_sharding(given: dict) -> list:
+    """The DDP overrides of an emitted row's sharding.  Megatron-FSDP: its strategy (Bridge
+    turns the distributed optimizer on itself, training/config.py:1084-1085; its checkpoint
+    format is asserted, :1107); else the distributed optimizer on or off in both the DDP and
+    the optimizer config (Bridge turns both on where either is, config.py:2111-2123), and
+    under DDP no parameter-gather overlap."""
+    if "--use-megatron-fsdp" in given:
+        return ["ddp.use_megatron_fsdp=true",
+                f"ddp.data_parallel_sharding_strategy={given['--data-parallel-sharding-strategy']}",
+                f"ddp.fsdp_double_buffer={'true' if '--fsdp-double-buffer' in given else 'false'}",
+                "checkpoint.ckpt_format=fsdp_dtensor"]
+    on = "true" if "--use-distributed-optimizer" in given else "false"
+    out = ["ddp.use_megatron_fsdp=false", f"ddp.use_distributed_optimizer={on}",
+           f"optimizer.use_distributed_optimizer={on}"]
+    if on == "false":   # DDP gathers no parameters: off in both (synced the same way, :2125)
+        out += ["ddp.overlap_param_gather=false", "optimizer.overlap_param_gather=false"]
+    return out
+
+
+def bridge_overrides(got, recompute: bool) -> list:
+    """The Megatron-Bridge overrides of an emitted Megatron-LM layout ``got``: the parallel
+    sizes, the pipeline's ends, sequence parallelism, the batch (the global batch always:
+    run_recipe.py weak-scales a benchmark recipe's unless it is given, :357), the sharding and,
+    when ``recompute`` (searched, not the job's own), the recompute (Megatron-Core's default
+    modules under selective, ``[core_attn]``).
+
+    Examples
+    --------
+    >>> from memsym.emit import Emitted
+    >>> got = Emitted("megatron", "", ("--tensor-model-parallel-size", "2",
+    ...     "--pipeline-model-parallel-size", "1", "--sequence-parallel", "--micro-batch-size",
+    ...     "1", "--global-batch-size", "64", "--use-distributed-optimizer"), (), 8, 4096)
+    >>> bridge_overrides(got, False)[:3]
+    ['model.tensor_model_parallel_size=2', 'model.pipeline_model_parallel_size=1', 'model.context_parallel_size=1']
+    >>> bridge_overrides(got, False)[7:]
+    ['model.sequence_parallel=true', 'train.micro_batch_size=1', 'train.global_batch_size=64', 'ddp.use_megatron_fsdp=false', 'ddp.use_distributed_optimizer=true', 'optimizer.use_distributed_optimizer=true']
+    """
+    given = _values(list(got.arguments))
+    out = [f"{key}={given.get(flag, absent)}" for flag, (key, absent) in _BRIDGE_FIELDS.items()]
+    if "--decoder-first-pipeline-num-layers" in given or \
+            "--decoder-last-pipeline-num-layers" in given:
+        # uneven ends: no layout string and no embedding/loss accounting beside them
+        # (Megatron-Core refuses either with first/last stage sizes)
+        out += ["model.pipeline_model_parallel_layout=null",
+                "model.account_for_embedding_in_pipeline_split=false",
+                "model.account_for_loss_in_pipeline_split=false"]
+    out += _bridge_sharding(given)
+    if recompute:
+        out += [f"{key}={given.get(flag, 'null')}" for flag, key in _BRIDGE_RECOMPUTE.items()]
+        if given.get("--recompute-granularity") == "selective":
+            out.append("model.recompute_modules=[core_attn]")
+    return out
+
+
+def bridge_relaunch(sj: SearchJob, got):
+    """An emitted layout of a Megatron-Bridge recipe as run_recipe.py's arguments: ``--recipe
+    NAME --mode pretrain``, the job's own overrides but those the layout sets, then the
+    layout's (:func:`bridge_overrides`; a trailing override wins, run_recipe.py :27-28).  The
+    world size is the launcher's (torchrun's, Bridge reads no argument for it): the read-back
+    gives it as memsym's ``--world-size``; memsym's options a recipe refuses beside it
+    (``--sharding``, ``--precision``: the recipe's own) are dropped from the read-back."""
+    from ..readers.bridge import read_bridge_recipe
+
+    est = sj.reading
+    layout = bridge_overrides(got, "recompute" not in sj.choices)
+    if not sj.job.training.comm.tp_comm_overlap and not any(
+            w == "--tp-comm-overlap" for w in got.arguments):
+        # the search held no TP overlap (the job's layout had none): a recipe that asks for
+        # it would run it at t > 1 with SP (Bridge's comm_overlap.py:442-448), so it is off
+        values = read_bridge_recipe(est.bridge_recipe, est.job_words.bridge)["values"]
+        if values.get("comm_overlap.tp_comm_overlap"):
+            layout.append("comm_overlap.tp_comm_overlap=false")
+    # the layout's fields, and the pipeline layout Bridge rebuilds for a new PP / VP
+    # (recipe_runner.py sync_model_pipeline_layout) unless it is given
+    owned = {w.partition("=")[0] for w in layout} | {"model.pipeline_model_parallel_layout"}
+    kept = [w for w in est.job_words.bridge if w.partition("=")[0].lstrip("+~") not in owned]
+    arguments = ("--recipe", est.bridge_recipe, "--mode", "pretrain", *kept, *layout)
+    lines = [shlex.join(arguments[:2]), shlex.join(arguments[2:4])]
+    lines += [shlex.quote(w) for w in arguments[4:]]
+    host, pairs = [], list(got.host)
+    for i in range(0, len(pairs) - 1, 2):
+        if pairs[i] not in ("--sharding", "--precision"):
+            host += pairs[i:i + 2]
+    host += ["--world-size", str(got.world_size)]
+    return replace(got, text="\n".join(lines) + "\n", arguments=arguments, host=tuple(host),
+                   files=())

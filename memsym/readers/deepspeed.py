@@ -26,8 +26,8 @@ from .deepspeed_values import HF_ACCELERATE, HF_TRAINER, deepspeed_count, deepsp
 from .deepspeed_zero import (HIDDEN_AUTO_KEYS, ZERO_DEFAULTS, read_zero_optimization,
                              resolve_hidden_autos)
 
-__all__ = ["read_deepspeed_config", "resolve_hidden_autos", "ZERO_DEFAULTS", "HF_TRAINER",
-           "HF_ACCELERATE", "HIDDEN_AUTO_KEYS"]
+__all__ = ["read_deepspeed_config", "searched_deepspeed_config", "resolve_hidden_autos",
+           "ZERO_DEFAULTS", "HF_TRAINER", "HF_ACCELERATE", "HIDDEN_AUTO_KEYS"]
 
 #: precision sections: the keys that change memory (the rest: loss scaling, no memory)
 _DTYPE_KEYS = {"fp16": ("fp16_master_weights_and_grads",),
@@ -126,6 +126,79 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
             "precision": {"params_dtype": params, "grad_accum_dtype": grad_accum},
             "optimizer": optimizer, "sharding": sh, "defaults": tuple(defaults),
             "ignored": tuple(ignored), "notes": tuple(notes)}
+
+
+def searched_deepspeed_config(source, world_size: int | None,
+                              global_batch_size: int | None = None):
+    """A DeepSpeed config read for a search that varies its micro-batch size, or None.
+
+    Under the Hugging Face Trainer a ``"auto"`` ``train_micro_batch_size_per_gpu`` is the
+    ``per_device_train_batch_size`` the user picks (``trainer_config_process``), so a search
+    varies it as it varies b for any job; what it holds is the global batch, which must then be
+    a number: the config's ``train_batch_size``, else ``global_batch_size`` (refused in one line
+    without it, since a ``"auto"`` train batch is b GAS d and changes with every layout)
+
+    .. math:: B = b \\cdot \\text{GAS} \\cdot d \\quad\\text{(held; b, GAS and d searched)}
+
+    Returns None when the config's micro-batch is a number and no ``global_batch_size`` is
+    given (the config is read as ``estimate`` reads it); else ``(config, B, auto)``: the config
+    with its batch triple replaced by a stand-in that DeepSpeed's batch rule accepts on
+    ``world_size`` GPUs (GAS = 1, b = 1 for ``"auto"`` or the config's own, ``train_batch_size``
+    = b d; each searched layout sets its own), B [sequences], and whether b was ``"auto"``.
+
+    Parameters
+    ----------
+    source : str, path or dict
+        The config (:func:`read_deepspeed_config`).
+    world_size : int or None
+        The GPUs the job is read on [GPUs] (the job's ``--world-size``, else the search's).
+    global_batch_size : int, optional
+        The global batch [sequences] (per_device_train_batch_size x gradient_accumulation_steps
+        x GPUs), needed where ``train_batch_size`` is ``"auto"`` or absent.
+
+    References
+    ----------
+    :data:`HF_TRAINER` ``.trainer_config_process`` (the batch "auto"s); DeepSpeed 0.19.6
+    ``runtime/config.py`` ``_set_batch_related_parameters``, ``_batch_assertion``.
+
+    Examples
+    --------
+    >>> cfg, B, auto = searched_deepspeed_config({"train_micro_batch_size_per_gpu": "auto",
+    ...     "train_batch_size": 64, "gradient_accumulation_steps": "auto"}, 8)
+    >>> B, auto, cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"]
+    (64, True, 8, 1)
+    >>> searched_deepspeed_config({"train_micro_batch_size_per_gpu": 2}, 8) is None
+    True
+    """
+    data = _load(source)
+    auto = data.get("train_micro_batch_size_per_gpu") == "auto"
+    if not auto and global_batch_size is None:
+        return None
+    tb = data.get("train_batch_size")
+    if tb not in (None, "auto"):
+        tb = deepspeed_count(tb, "train_batch_size", 1, limit="global_batch")
+        if global_batch_size is not None and global_batch_size != tb:
+            raise InvalidValueError(f"--global-batch-size {global_batch_size} contradicts the "
+                                    f"DeepSpeed config's train_batch_size {tb}; drop the option "
+                                    'or set train_batch_size to "auto"')
+    elif global_batch_size is None:
+        said = "absent" if tb is None else '"auto"'
+        raise InvalidValueError('train_micro_batch_size_per_gpu is "auto" (searched) and '
+                                f"train_batch_size is {said}: "
+                                "give the global batch held over the layouts, --global-batch-size "
+                                "(per_device_train_batch_size x gradient_accumulation_steps x "
+                                "GPUs)")
+    else:
+        tb = deepspeed_count(global_batch_size, "--global-batch-size", 1, limit="global_batch")
+    if world_size is None:
+        raise InvalidValueError('train_micro_batch_size_per_gpu is "auto": give the GPUs, '
+                                "--gpus N or --world-size N")
+    world_size = deepspeed_count(world_size, "world size", 1, MAX_GPUS, "gpus")
+    mb = 1 if auto else data.get("train_micro_batch_size_per_gpu")
+    mb = 1 if mb is None else deepspeed_count(mb, "train_micro_batch_size_per_gpu", 1,
+                                              limit="micro_batch")
+    return {**data, "train_batch_size": mb * world_size, "train_micro_batch_size_per_gpu": mb,
+            "gradient_accumulation_steps": 1}, tb, auto
 
 
 def _load(source):
