@@ -10,6 +10,8 @@ Every expected value is that count written out by hand.
 
 from __future__ import annotations
 
+from memsym.job import job
+from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
 from memsym.readers.jobs import megatron_job
 from memsym.readers.megatron import read_megatron_args, read_megatron_overrides
 from memsym.training import training_memory
@@ -53,3 +55,33 @@ def test_override_with_a_model_turns_the_fusion_off():
     o = read_megatron_overrides(["--no-bias-swiglu-fusion"], num_layers=36)
     assert o.options["bias_activation_fusion"] is False
     assert o.ignored == ()
+
+
+# Megatron-Bridge 067f987df0: Qwen3's model bridges leave bias_activation_fusion unset
+# (qwen/qwen3_bridge.py:43-55), so TransformerConfig's False stands unless the recipe sets it;
+# Llama's sets it True (llama/llama_bridge.py:56); the Qwen3-MoE perf recipes set it True
+# (e.g. perf_recipes/qwen/h100/qwen3_moe.py:72).
+
+def _bridge(name, *overrides):
+    return bridge_job_options(read_bridge_recipe(name, list(overrides)))
+
+
+def test_bridge_qwen3_keeps_the_eager_gate_llama_fuses():
+    assert _bridge("qwen3_8b_pretrain_config")[1]["bias_activation_fusion"] is False
+    assert _bridge("llama3_8b_pretrain_config")[1]["bias_activation_fusion"] is True
+    assert _bridge("qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config")[1][
+        "bias_activation_fusion"] is True
+    on = _bridge("qwen3_8b_pretrain_config", "model.bias_activation_fusion=true")
+    assert on[1]["bias_activation_fusion"] is True
+
+
+def test_bridge_qwen3_8b_recipe_by_hand():
+    # qwen3_8b_pretrain_config: TP 1, PP 1, s 4096, MBS 1, no recompute; Qwen3-8B has 36 dense
+    # layers of f = 12288: 36 x 2 tensors x 2 bytes x 4096 x 12288 more than fused
+    model, opts, _ = _bridge("qwen3_8b_pretrain_config")
+    assert (opts["t"], opts["p"], opts["seq_length"], opts["micro_batch_size"],
+            opts["recompute"]) == (1, 1, 4096, 1, "none")
+    eager = training_memory(job(model, **opts)).grouped()["activations"]
+    fused = training_memory(job(model, **{**opts, "bias_activation_fusion": True})
+                            ).grouped()["activations"]
+    assert eager - fused == 36 * 2 * 2 * 4096 * 12288
