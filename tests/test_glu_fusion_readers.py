@@ -10,6 +10,11 @@ Every expected value is that count written out by hand.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+
+from memsym.cli import main
 from memsym.job import job
 from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
 from memsym.readers.jobs import megatron_job
@@ -85,3 +90,17 @@ def test_bridge_qwen3_8b_recipe_by_hand():
     fused = training_memory(job(model, **{**opts, "bias_activation_fusion": True})
                             ).grouped()["activations"]
     assert eager - fused == 36 * 2 * 2 * 4096 * 12288
+
+
+def _cli_activations(*extra: str) -> int:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["estimate", "qwen3-8b", "--tp", "2", "--seq-length", "8192",
+                     "--micro-batch-size", "1", "--json", *extra]) == 0
+    return json.loads(out.getvalue())["bytes"]["activations"]
+
+
+def test_cli_no_bias_swiglu_fusion_by_hand():
+    # Qwen3-8B at TP 2, s 8192: 36 layers x 2 tensors x 2 bytes x 8192 x 12288 / 2
+    delta = _cli_activations("--no-bias-swiglu-fusion") - _cli_activations()
+    assert delta == 36 * 2 * 2 * 8192 * 12288 // 2
