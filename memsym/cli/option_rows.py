@@ -235,6 +235,10 @@ _SWITCH_ROWS = (
     ("--mla-down-proj-fusion", "mla_down_proj_fusion", True, "Megatron's flag (needs "
      "--multi-latent-attention; arguments.py:3566-3572): MLA's input norm fused into the q/kv "
      "down-projection, not rerun by --recompute-modules layernorm in the step time", "time"),
+    ("--no-bias-swiglu-fusion", "bias_activation_fusion", False, "Megatron's flag (fused "
+     "unless given; arguments.py:2896-2898, argument_utils.py:314-317): the SwiGLU runs "
+     "eagerly and keeps silu(gate) and the up product, two more f/t-wide 16-bit tensors per "
+     "dense layer (three per expert copy)", "memory"),
     ("--optimizer-cuda-graph", "optimizer_cuda_graph", True, "Megatron's flag: the optimizer "
      "step captured in a CUDA graph, whose pool keeps what the step allocates (the fp32 "
      "main-gradient shard under --grad-reduce-in-bf16) reserved through forward and backward",

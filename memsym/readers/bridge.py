@@ -96,6 +96,7 @@ FIELDS = {
     "model.moe_token_dispatcher_type": ("bridge", "dispatcher"),
     "model.moe_flex_dispatcher_backend": ("bridge", "dispatcher"),
     "model.moe_expert_capacity_factor": ("job", "capacity_factor"),
+    "model.bias_activation_fusion": ("job", "bias_activation_fusion"),
     "model.cuda_graph_impl": ("bridge", "cuda_graphs"),
     "optimizer.optimizer_cuda_graph": ("bridge", "cuda_graphs"),
     "dataset.create_attention_mask": ("bridge", "cuda_graphs"),
@@ -379,7 +380,15 @@ _KIMI_K2_LAYOUTS = {
 _SWITCHES = frozenset({"sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
                        "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute",
                        "precision_aware", "account_for_embedding_in_pipeline_split",
-                       "account_for_loss_in_pipeline_split", "mtp_repeated"})
+                       "account_for_loss_in_pipeline_split", "mtp_repeated",
+                       "bias_activation_fusion"})
+
+#: The presets whose model bridge leaves ``bias_activation_fusion`` unset, so that
+#: TransformerConfig's False (Megatron-LM transformer_config.py:496 at d98e8a64dd) applies when
+#: the recipe does not set it: qwen/qwen3_bridge.py:43-55 and qwen3_moe_bridge.py:51-68
+#: (``provider_bridge``).  The others' bridges set it True (llama_bridge.py:56,
+#: deepseek_v3_bridge.py:80, gpt_oss_bridge.py:73, kimi_bridge.py:68); Nemotron's have no SwiGLU.
+_UNFUSED_GLU_PRESETS = frozenset({"qwen3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b"})
 _NAMES = frozenset({"recompute_method", "optimizer"})
 
 
@@ -424,6 +433,8 @@ def bridge_job_options(reading: dict) -> tuple:
     for key, (kind, name) in FIELDS.items():
         if kind in ("job", "arch") and values.get(key) is not None:
             opts[name] = _typed(key, name, values[key])
+    # a recipe's (or override's) model.bias_activation_fusion, else its model bridge's
+    opts.setdefault("bias_activation_fusion", preset not in _UNFUSED_GLU_PRESETS)
     # run_recipe.py: the dataset owns the sequence length; the model's is synchronized from it
     seq = values.get("dataset.seq_length", values.get("model.seq_length"))
     if seq is not None:

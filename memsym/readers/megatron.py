@@ -140,17 +140,42 @@ def read_megatron_args(argv: Sequence[str], *, tp_comm_overlap: bool = False) ->
     ub = megatron_ub_option(r, optimizer["tp_comm_overlap"] or tp_comm_overlap)
     if ub is not None:
         optimizer["tp_comm_overlap_cfg"] = ub
+    training["bias_activation_fusion"] = _glu_fusion(r)
     ignored = []
     for name in order:
         dest = TABLE[name][0]
         r.not_modelled(name, dest)
-        if dest not in MODELLED and not (dest == UB_DEST and ub is not None):
+        if dest not in MODELLED and not (dest == UB_DEST and ub is not None) \
+                and not (dest == _SWIGLU_FUSION and r.flag("swiglu")):
             ignored.append(name)
     defaults = tuple((option, value, where) for option, dests, value, where in MEGATRON_DEFAULTS
                      if not any(r.given(d) for d in dests))
     return MegatronJob(architecture=arch, layout=layout, training=training, precision=precision,
                        optimizer=optimizer, ignored=tuple(ignored), notes=tuple(r.notes),
                        defaults=defaults)
+
+
+#: ``--no-bias-swiglu-fusion``'s dest (store_false, args:2896-2898 at d98e8a64dd: fused unless
+#: given); ``--no-bias-gelu-fusion`` (``bias_gelu_fusion``, args:2893-2894) sets the fusion of
+#: a model without ``--swiglu`` (argument_utils.py:314-319), whose eager path memsym counts as
+#: the fused one (:func:`memsym.terms.activations.unfused_glu_products` is SwiGLU's).
+_SWIGLU_FUSION = "bias_swiglu_fusion"
+
+
+def _glu_fusion(r: MegatronArguments) -> bool:
+    """``TransformerConfig.bias_activation_fusion`` of a ``--swiglu`` model (True otherwise).
+
+    ``core_transformer_config_from_args`` (argument_utils.py:314-317 at d98e8a64dd) sets it to
+    ``args.bias_swiglu_fusion`` under ``--swiglu``; ``validate_args`` turns off only
+    ``bias_gelu_fusion`` (args:1604-1606, without ``--disable-bias-linear``'s biases), never
+    the SwiGLU one.
+
+    >>> from .megatron_arguments import parse_megatron_argv
+    >>> raw, _, spelled = parse_megatron_argv(["--swiglu", "--no-bias-swiglu-fusion"])
+    >>> _glu_fusion(MegatronArguments(raw, spelled))
+    False
+    """
+    return not r.flag("swiglu") or r.raw.get(_SWIGLU_FUSION, True) is not False
 
 
 @dataclass(frozen=True)
@@ -286,8 +311,11 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     ub = megatron_ub_option(r, tp_comm_overlap or r.flag("tp_comm_overlap"))
     if ub is not None:
         opts["tp_comm_overlap_cfg"] = ub
+    if r.given(_SWIGLU_FUSION):   # the MODEL's SwiGLU, if it has one, runs eagerly
+        opts["bias_activation_fusion"] = False
     ignored = _override_ignored(r, order, (_DISPATCHER_DESTS if has_experts else ())
-                                + ((UB_DEST,) if ub is not None else ()))
+                                + ((UB_DEST,) if ub is not None else ())
+                                + ((_SWIGLU_FUSION,) if r.given(_SWIGLU_FUSION) else ()))
     return MegatronOverrides(options=opts, ignored=tuple(ignored), notes=tuple(r.notes))
 
 
