@@ -247,6 +247,45 @@ def test_qwen3_next_decoder_layer_is_memsym_plus_named_differences(shape):
     assert got.total == (ours + named).xreplace(_at(shape))
 
 
+def _part_norm(total, part):
+    """A hybrid part's pre-norm as memsym splits it: input, statistics, fp32 product, copy."""
+    return sum(total[f"{part}_norm_{key}"].expr for key in ("input", "statistics",
+                                                             "fp32_output", "fp32_input"))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("block", ["full_attention", "linear_attention"])
+def test_qwen3_next_hybrid_parts_are_measured(block):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.qwen3_next import modeling_qwen3_next as q3n
+
+    s_, b_, a_, g_, d_, f_ = shape = SHAPES[0]
+    conf = transformers.Qwen3NextConfig(
+        hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_, head_dim=d_,
+        intermediate_size=f_, num_hidden_layers=1, vocab_size=16, layer_types=[block],
+        num_experts=0, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+        linear_value_head_dim=8, linear_conv_kernel_dim=4)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = q3n.Qwen3NextDecoderLayer(conf, 0).to(torch.bfloat16)
+    got = _measure(layer, q3n.Qwen3NextRotaryEmbedding(conf), s_, b_, a_ * d_)
+    mixer, prefix = {"full_attention": ("attention", "attn"),
+                     "linear_attention": ("gdn", "gdn")}[block]
+    flags = dict(BASE, qk_norm=True, output_gate=True, hf_qwen3_next=True, norm_fp32=True,
+                 hf_norms=True)
+    ours = hybrid_layer_activations((mixer, False), **flags)
+    # each part's pre-norm, by hand: 8 tau h + 4 tau + 4 h (module docstring), which memsym's
+    # part keeps as its input, statistics, fp32 product and fp32 input copy
+    tau, h_ = s_ * b_, a_ * d_
+    for group, part in (("input_layernorm", prefix), ("post_attention_layernorm", "mlp")):
+        assert got.groups[f"layer.{group}"] == 8 * tau * h_ + 4 * tau + 4 * h_
+        assert _part_norm(ours, part).xreplace(_at(shape)) == got.groups[f"layer.{group}"]
+    if block == "full_attention":    # the whole layer, Q and K norms' copies included
+        named = ACT_OUTPUT + _rope_tables(d_h / 4)
+        assert got.total == (ours.expr + named).xreplace(_at(shape))
+
+
 def test_glm4_reads_two_post_norms_in_bf16(tmp_path):
     glm4 = {"model_type": "glm4", "hidden_size": 64, "intermediate_size": 128,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
