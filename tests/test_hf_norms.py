@@ -359,3 +359,43 @@ def test_deepseek_v3_latent_norms_are_measured():
     measured = sum(got.groups[f"layer.{m}"] for m in ("q_a_layernorm", "kv_a_layernorm",
                                                      "q_b_proj", "kv_b_proj"))
     assert measured == kept + 2 * 4 * tau
+
+
+def test_deepspeed_final_norm_keeps_its_fp32_copy():
+    from memsym.job import Layout, Training
+    from memsym.model import preset, resolve
+    from memsym.training.activations import output_layer_activations
+
+    x = resolve(preset("llama2-7b"), seq_length=4096)
+
+    def final(framework):
+        out = output_layer_activations(x, Layout(), Training(framework=framework))
+        return out["final_norm_input"]
+
+    # LlamaModel.forward's self.norm is a LlamaRMSNorm (module docstring): its fp32 copy (4 tau h)
+    # and the bf16 normalised tensor weight * keeps (2 tau h), not the bf16 input
+    ds = final("deepspeed")
+    assert sp.simplify(ds.expr - 6 * TAU * h) == 0
+    assert ds.source.key == "hf-transformers-5-25"
+    # Megatron-LM's fused norm keeps the bf16 input (Korthikanti §4.3: 2sbh/t, no SP here)
+    assert sp.simplify(final("megatron").expr - 2 * TAU * h) == 0
+
+
+@pytest.mark.torch
+def test_llama_final_norm_is_measured():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.models.llama import modeling_llama as llama
+
+    from memsym.measure import saved_bytes
+    from memsym.terms.activations import output_activations
+
+    s_, b_, h_ = 5, 3, 24
+    norm = llama.LlamaRMSNorm(h_).to(torch.bfloat16)
+    x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
+    got = saved_bytes(norm, (x,)).total
+    tau = s_ * b_
+    assert got == 6 * tau * h_ + 4 * tau       # fp32 copy, bf16 product, fp32 rsqrt, by hand
+    out = output_activations(norm="rmsnorm", fp32_norm="transformers")
+    kept = out["final_norm_input"].expr + out["final_norm_statistics"].expr
+    assert kept.xreplace({s: s_, b: b_, c: 1, h: h_}) == got

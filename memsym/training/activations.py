@@ -102,10 +102,13 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
     sp_on = sequence_parallel_on(layout)
     # torchtitan's output layer: torch's ColwiseParallel (saves the gathered input), fp32 norm
     titan = framework_record(training.framework).torch_output_layer
+    # transformers' model code (DeepSpeed): its final LlamaRMSNorm keeps the same fp32 copy
+    hf = framework_record(training.framework).hf_model_code
     out = output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
                              compiled_loss=training.memory.compiled_loss,
                              gathered_output_input=sp_on and titan,
-                             fp32_norm=titan and x.normalization.lower() == "rmsnorm")
+                             fp32_norm=x.normalization.lower() == "rmsnorm" and (
+                                 "torchtitan" if titan else "transformers" if hf else False))
     if loss_kind(layout, training) == "te":
         return rb.with_te_logits(out)
     return Total(out.name, tm.gathered_logits(out.terms)) if logits_gathered(layout, training) \
