@@ -399,3 +399,69 @@ def test_llama_final_norm_is_measured():
     out = output_activations(norm="rmsnorm", fp32_norm="transformers")
     kept = out["final_norm_input"].expr + out["final_norm_statistics"].expr
     assert kept.xreplace({s: s_, b: b_, c: 1, h: h_}) == got
+
+
+# --- the reader's norm kinds, by class ------------------------------------------------------
+# transformers 5.25.0, each class's forward after the fp32 copy and the rsqrt multiply:
+# "product": (self.weight * hidden_states).to(input_dtype) with a bf16 weight and an fp32
+#   normalised tensor: the multiply keeps the fp32 tensor (4 tau w), the weight is a parameter;
+#   beyond Llama's bf16 normalised tensor (2 tau w) that is 2 tau w.
+# "scale": output * (1.0 + self.weight.float()) or self.weight.to(torch.float32) * x: the
+#   multiply keeps the fp32 tensor and a fresh fp32 weight, 2 tau w + 4 w beyond Llama's.
+NORM_KINDS = [("gpt_oss", "GptOssRMSNorm", "product", {}),
+              ("olmo2", "Olmo2RMSNorm", "product", {}),
+              ("olmo3", "Olmo3RMSNorm", "product", {}),
+              ("flex_olmo", "FlexOlmoRMSNorm", "product", dict(num_experts=4,
+                                                                    num_experts_per_tok=2)),
+              ("helium", "HeliumRMSNorm", "scale", {}),
+              ("vaultgemma", "VaultGemmaRMSNorm", "scale", {}),
+              ("nemotron_h", "NemotronHRMSNorm", "scale", dict(
+                  layers_block_type=["mamba", "attention", "mlp"], num_hidden_layers=3,
+                  mamba_num_heads=4, mamba_head_dim=8, n_groups=1, ssm_state_size=8))]
+
+
+def _tiny_config(tmp_path, mtype, extra):
+    transformers = pytest.importorskip("transformers")
+    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=8, vocab_size=64)
+    conf = transformers.AutoConfig.for_model(mtype, **{**sizes, **extra}).to_dict()
+    # JSON has no Infinity (NemotronH's time_step_limit): leave such entries out
+    conf = {k: v for k, v in conf.items() if not (isinstance(v, float) and abs(v) == float("inf"))
+            and not (isinstance(v, (list, tuple)) and float("inf") in v)}
+    return from_hf_config(_write(tmp_path, conf, mtype))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mtype, cls, kind, extra", NORM_KINDS)
+def test_each_norm_kind_is_read_and_measured(tmp_path, mtype, cls, kind, extra):
+    import importlib
+
+    torch = pytest.importorskip("torch")
+    from memsym.measure import saved_bytes
+
+    arch = _tiny_config(tmp_path, mtype, extra)
+    assert (arch.norm_fp32_product, arch.norm_fp32_scale) == (kind == "product", kind == "scale")
+    module = importlib.import_module(f"transformers.models.{mtype}.modeling_{mtype}")
+    s_, b_, w = 5, 3, 24
+    x = torch.randn(b_, s_, w, dtype=torch.bfloat16, requires_grad=True)
+    got = saved_bytes(getattr(module, cls)(w).to(torch.bfloat16), (x,)).total
+    tau = s_ * b_
+    # by hand: Llama's 6 tau w + 4 tau, plus the class's excess (comment above)
+    assert got == 6 * tau * w + 4 * tau + 2 * tau * w + (4 * w if kind == "scale" else 0)
+    # memsym's one norm under the model's code: half of the layer's two norms' terms
+    ours = layer_activations(**BASE, hf_norms="fp32_product" if kind == "product" else True,
+                             norm_fp32=kind == "scale")
+    one = sum(ours[k].expr for k in ("norm_inputs", "norm_statistics", "norm_fp32_input",
+                                     "norm_fp32_output") if k in ours) / 2
+    assert one.xreplace({s: s_, b: b_, c: 1, h: w}) == got
+
+
+def test_olmo2_q_and_k_norms_keep_the_fp32_product(tmp_path):
+    pytest.importorskip("transformers")
+    arch = _tiny_config(tmp_path, "olmo2", {})
+    plain = dataclasses.replace(arch, norm_fp32_product=False)
+    # two layers; per layer two h-wide norms and the whole-projection Q and K norms
+    # (Olmo2Attention: q_norm of a d_h, k_norm of g d_h), each 2 tau w more
+    extra = (_layers(arch, "deepspeed") - _layers(plain, "deepspeed")).subs(L, 2)
+    assert sp.simplify(extra - 2 * (2 * 2 * TAU * h + 2 * TAU * (a + g) * d_h / t)) == 0
+    assert sp.simplify(_layers(arch, "megatron") - _layers(plain, "megatron")) == 0

@@ -228,7 +228,8 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     if framework_record(training.framework).hf_model_code:
         # the model's own norms (memsym.terms.hf_norms): RMSNorms' fp32 input copies, fp32
         # (1 + weight) products, post-norms
-        common.update(hf_norms=True, norm_fp32=getattr(x, "norm_fp32_scale", False),
+        common.update(hf_norms="fp32_product" if getattr(x, "norm_fp32_product", False) else True,
+                      norm_fp32=getattr(x, "norm_fp32_scale", False),
                       post_norms=getattr(x, "norms_per_layer", 2) == 4)
     if getattr(x, "attention_output_gate", False) and recompute != "selective-op":
         common["output_gate"] = True     # Qwen3-Next's sigmoid gate on the attention output
