@@ -247,6 +247,45 @@ def test_qwen3_next_decoder_layer_is_memsym_plus_named_differences(shape):
     assert got.total == (ours + named).xreplace(_at(shape))
 
 
+def _part_norm(total, part):
+    """A hybrid part's pre-norm as memsym splits it: input, statistics, fp32 product, copy."""
+    return sum(total[f"{part}_norm_{key}"].expr for key in ("input", "statistics",
+                                                             "fp32_output", "fp32_input"))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("block", ["full_attention", "linear_attention"])
+def test_qwen3_next_hybrid_parts_are_measured(block):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.qwen3_next import modeling_qwen3_next as q3n
+
+    s_, b_, a_, g_, d_, f_ = shape = SHAPES[0]
+    conf = transformers.Qwen3NextConfig(
+        hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_, head_dim=d_,
+        intermediate_size=f_, num_hidden_layers=1, vocab_size=16, layer_types=[block],
+        num_experts=0, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+        linear_value_head_dim=8, linear_conv_kernel_dim=4)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = q3n.Qwen3NextDecoderLayer(conf, 0).to(torch.bfloat16)
+    got = _measure(layer, q3n.Qwen3NextRotaryEmbedding(conf), s_, b_, a_ * d_)
+    mixer, prefix = {"full_attention": ("attention", "attn"),
+                     "linear_attention": ("gdn", "gdn")}[block]
+    flags = dict(BASE, qk_norm=True, output_gate=True, hf_qwen3_next=True, norm_fp32=True,
+                 hf_norms=True)
+    ours = hybrid_layer_activations((mixer, False), **flags)
+    # each part's pre-norm, by hand: 8 tau h + 4 tau + 4 h (module docstring), which memsym's
+    # part keeps as its input, statistics, fp32 product and fp32 input copy
+    tau, h_ = s_ * b_, a_ * d_
+    for group, part in (("input_layernorm", prefix), ("post_attention_layernorm", "mlp")):
+        assert got.groups[f"layer.{group}"] == 8 * tau * h_ + 4 * tau + 4 * h_
+        assert _part_norm(ours, part).xreplace(_at(shape)) == got.groups[f"layer.{group}"]
+    if block == "full_attention":    # the whole layer, Q and K norms' copies included
+        named = ACT_OUTPUT + _rope_tables(d_h / 4)
+        assert got.total == (ours.expr + named).xreplace(_at(shape))
+
+
 def test_glm4_reads_two_post_norms_in_bf16(tmp_path):
     glm4 = {"model_type": "glm4", "hidden_size": 64, "intermediate_size": 128,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -320,3 +359,109 @@ def test_deepseek_v3_latent_norms_are_measured():
     measured = sum(got.groups[f"layer.{m}"] for m in ("q_a_layernorm", "kv_a_layernorm",
                                                      "q_b_proj", "kv_b_proj"))
     assert measured == kept + 2 * 4 * tau
+
+
+def test_deepspeed_final_norm_keeps_its_fp32_copy():
+    from memsym.job import Layout, Training
+    from memsym.model import preset, resolve
+    from memsym.training.activations import output_layer_activations
+
+    x = resolve(preset("llama2-7b"), seq_length=4096)
+
+    def final(framework):
+        out = output_layer_activations(x, Layout(), Training(framework=framework))
+        return out["final_norm_input"]
+
+    # LlamaModel.forward's self.norm is a LlamaRMSNorm (module docstring): its fp32 copy (4 tau h)
+    # and the bf16 normalised tensor weight * keeps (2 tau h), not the bf16 input
+    ds = final("deepspeed")
+    assert sp.simplify(ds.expr - 6 * TAU * h) == 0
+    assert ds.source.key == "hf-transformers-5-25"
+    # Megatron-LM's fused norm keeps the bf16 input (Korthikanti §4.3: 2sbh/t, no SP here)
+    assert sp.simplify(final("megatron").expr - 2 * TAU * h) == 0
+
+
+@pytest.mark.torch
+def test_llama_final_norm_is_measured():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.models.llama import modeling_llama as llama
+
+    from memsym.measure import saved_bytes
+    from memsym.terms.activations import output_activations
+
+    s_, b_, h_ = 5, 3, 24
+    norm = llama.LlamaRMSNorm(h_).to(torch.bfloat16)
+    x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
+    got = saved_bytes(norm, (x,)).total
+    tau = s_ * b_
+    assert got == 6 * tau * h_ + 4 * tau       # fp32 copy, bf16 product, fp32 rsqrt, by hand
+    out = output_activations(norm="rmsnorm", fp32_norm="transformers")
+    kept = out["final_norm_input"].expr + out["final_norm_statistics"].expr
+    assert kept.xreplace({s: s_, b: b_, c: 1, h: h_}) == got
+
+
+# --- the reader's norm kinds, by class ------------------------------------------------------
+# transformers 5.25.0, each class's forward after the fp32 copy and the rsqrt multiply:
+# "product": (self.weight * hidden_states).to(input_dtype) with a bf16 weight and an fp32
+#   normalised tensor: the multiply keeps the fp32 tensor (4 tau w), the weight is a parameter;
+#   beyond Llama's bf16 normalised tensor (2 tau w) that is 2 tau w.
+# "scale": output * (1.0 + self.weight.float()) or self.weight.to(torch.float32) * x: the
+#   multiply keeps the fp32 tensor and a fresh fp32 weight, 2 tau w + 4 w beyond Llama's.
+NORM_KINDS = [("gpt_oss", "GptOssRMSNorm", "product", {}),
+              ("olmo2", "Olmo2RMSNorm", "product", {}),
+              ("olmo3", "Olmo3RMSNorm", "product", {}),
+              ("flex_olmo", "FlexOlmoRMSNorm", "product", dict(num_experts=4,
+                                                                    num_experts_per_tok=2)),
+              ("helium", "HeliumRMSNorm", "scale", {}),
+              ("vaultgemma", "VaultGemmaRMSNorm", "scale", {}),
+              ("nemotron_h", "NemotronHRMSNorm", "scale", dict(
+                  layers_block_type=["mamba", "attention", "mlp"], num_hidden_layers=3,
+                  mamba_num_heads=4, mamba_head_dim=8, n_groups=1, ssm_state_size=8))]
+
+
+def _tiny_config(tmp_path, mtype, extra):
+    transformers = pytest.importorskip("transformers")
+    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=8, vocab_size=64)
+    conf = transformers.AutoConfig.for_model(mtype, **{**sizes, **extra}).to_dict()
+    # JSON has no Infinity (NemotronH's time_step_limit): leave such entries out
+    conf = {k: v for k, v in conf.items() if not (isinstance(v, float) and abs(v) == float("inf"))
+            and not (isinstance(v, (list, tuple)) and float("inf") in v)}
+    return from_hf_config(_write(tmp_path, conf, mtype))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mtype, cls, kind, extra", NORM_KINDS)
+def test_each_norm_kind_is_read_and_measured(tmp_path, mtype, cls, kind, extra):
+    import importlib
+
+    torch = pytest.importorskip("torch")
+    from memsym.measure import saved_bytes
+
+    arch = _tiny_config(tmp_path, mtype, extra)
+    assert (arch.norm_fp32_product, arch.norm_fp32_scale) == (kind == "product", kind == "scale")
+    module = importlib.import_module(f"transformers.models.{mtype}.modeling_{mtype}")
+    s_, b_, w = 5, 3, 24
+    x = torch.randn(b_, s_, w, dtype=torch.bfloat16, requires_grad=True)
+    got = saved_bytes(getattr(module, cls)(w).to(torch.bfloat16), (x,)).total
+    tau = s_ * b_
+    # by hand: Llama's 6 tau w + 4 tau, plus the class's excess (comment above)
+    assert got == 6 * tau * w + 4 * tau + 2 * tau * w + (4 * w if kind == "scale" else 0)
+    # memsym's one norm under the model's code: half of the layer's two norms' terms
+    ours = layer_activations(**BASE, hf_norms="fp32_product" if kind == "product" else True,
+                             norm_fp32=kind == "scale")
+    one = sum(ours[k].expr for k in ("norm_inputs", "norm_statistics", "norm_fp32_input",
+                                     "norm_fp32_output") if k in ours) / 2
+    assert one.xreplace({s: s_, b: b_, c: 1, h: w}) == got
+
+
+def test_olmo2_q_and_k_norms_keep_the_fp32_product(tmp_path):
+    pytest.importorskip("transformers")
+    arch = _tiny_config(tmp_path, "olmo2", {})
+    plain = dataclasses.replace(arch, norm_fp32_product=False)
+    # two layers; per layer two h-wide norms and the whole-projection Q and K norms
+    # (Olmo2Attention: q_norm of a d_h, k_norm of g d_h), each 2 tau w more
+    extra = (_layers(arch, "deepspeed") - _layers(plain, "deepspeed")).subs(L, 2)
+    assert sp.simplify(extra - 2 * (2 * 2 * TAU * h + 2 * TAU * (a + g) * d_h / t)) == 0
+    assert sp.simplify(_layers(arch, "megatron") - _layers(plain, "megatron")) == 0

@@ -67,10 +67,10 @@ class Architecture:
     * ``qk_norm_width``: with ``qk_layernorm``, ``"head"`` = one norm of d_h for Q and one for K
       shared by all heads (Qwen3, Gemma 3: 2·d_h); ``"full"`` = over all heads ((a + g)·d_h:
       OLMo 2, Cohere).
-    * ``qk_norm_fp32_scale``: the Q and K norms multiply by ``1 + weight`` in fp32 before the
-      cast back (transformers' Gemma3RMSNorm, Qwen3NextRMSNorm); changes no parameter count.
-    * ``norm_fp32_scale``: the decoder layer's own norms do the same (GemmaRMSNorm,
-      Gemma2/3RMSNorm, Qwen3NextRMSNorm); changes no parameter count.
+    * ``qk_norm_fp32_scale`` / ``norm_fp32_scale``: the Q and K / the layer's norms multiply by a
+      fresh fp32 weight, ``1 + weight.float()`` (Gemma, Qwen3-Next, VaultGemma) or
+      ``weight.to(float32)`` (Helium, Nemotron-H); ``norm_fp32_product``: all its RMSNorms by the
+      16-bit weight into fp32 (OLMo 2/3, FlexOlmo, GPT-OSS).  None changes a parameter count.
     * ``attention_bias``: biases on Q, K, V and the output projection; None follows
       ``add_bias_linear`` (False with ``add_bias_linear`` True: GPT-J, GPT-NeoX without
       attention bias, where only the MLP has biases).
@@ -117,9 +117,8 @@ class Architecture:
       ``shared_adapter_rank`` the per-use LoRA rank on the shared MLP's gate/up projection (None:
       none), ``shared_attention_adapters`` per-use LoRA on Q, K, V too, ``shared_adapter_sets``
       the adapter sets built (None: one per use; more where untied blocks each hold every
-      use's) (:mod:`memsym.model.shared_blocks`).
-
-    Every size is bounded by :data:`LIMITS`; the name is kept printable (:func:`printable`).
+      use's) (:mod:`memsym.model.shared_blocks`).  Every size is bounded by :data:`LIMITS`;
+    the name is kept printable (:func:`printable`).
     """
 
     name: str = "custom"
@@ -170,6 +169,7 @@ class Architecture:
     qk_norm_width: str = "head"                    # "head": 2*d_h; "full": (a+g)*d_h (OLMo 2, Cohere)
     qk_norm_fp32_scale: bool = False               # Q/K norms scale by 1 + weight in fp32 (Gemma 3)
     norm_fp32_scale: bool = False                  # layer norms scale by 1 + weight in fp32 (Gemma)
+    norm_fp32_product: bool = False                # RMSNorms' (weight * x) in fp32 (OLMo 2, GPT-OSS)
     attention_bias: Optional[bool] = None          # Q, K, V, O biases; None = add_bias_linear
     output_layer_bias: bool = False                # V biases on the output layer (GPT-J)
     embedding_norm: bool = False                   # norm after the word embedding (BLOOM)

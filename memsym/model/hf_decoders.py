@@ -230,9 +230,14 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
         # input, post_attention, pre_feedforward and post_feedforward norms (Glm4DecoderLayer:
         # input, post_self_attn, post_attention and post_mlp)
         kw["norms_per_layer"] = 4
-    if mtype in ("gemma", "gemma2", "gemma3_text"):
-        # GemmaRMSNorm, Gemma2RMSNorm, Gemma3RMSNorm: output * (1.0 + weight.float()) in fp32
+    if mtype in ("gemma", "gemma2", "gemma3_text", "vaultgemma", "helium"):
+        # GemmaRMSNorm, Gemma2RMSNorm, Gemma3RMSNorm, VaultGemmaRMSNorm: output * (1.0 +
+        # weight.float()) in fp32; HeliumRMSNorm: weight.to(torch.float32) * hidden_states
         kw["norm_fp32_scale"] = True
+    if mtype in ("gpt_oss", "olmo2", "olmo3", "flex_olmo"):
+        # GptOssRMSNorm, Olmo2/Olmo3/FlexOlmoRMSNorm: (self.weight * hidden_states) in fp32,
+        # then .to(input_dtype): the multiply keeps the fp32 normalised tensor (Q/K norms too)
+        kw["norm_fp32_product"] = True
     if mtype == "gemma3_text":
         kw["qk_layernorm"] = True           # Gemma3RMSNorm(head_dim) on q and on k
         kw["qk_norm_fp32_scale"] = True     # its output * (1.0 + weight.float()) in fp32

@@ -209,6 +209,7 @@ def _read_nemotron_h(c: ConfigFields, notes: list) -> dict:
     proj_bias = c.bool("use_bias", False)
     kw.update(layer_mixers=mixers, ffn_layers=tuple(int(k in ("mlp", "moe")) for k in kinds),
               swiglu=False, add_bias_linear=mlp_bias, norms_per_layer=1,
+              norm_fp32_scale=True,     # NemotronHRMSNorm: weight.to(torch.float32) * x
               mamba_in_proj_bias=proj_bias, mamba_out_proj_bias=proj_bias,
               **mamba2_fields(c, c.int("mamba_num_heads", 128) * c.int("mamba_head_dim", 64),
                         heads="mamba_num_heads", groups=("n_groups", "mamba_n_groups"),

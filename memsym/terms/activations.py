@@ -99,7 +99,7 @@ def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = Tr
 
 def output_activations(*, sequence_parallel: bool = False, norm: str = "layernorm",
                        norm_statistics: bool = True, compiled_loss: bool = False,
-                       gathered_output_input: bool = False, fp32_norm: bool = False) -> Total:
+                       gathered_output_input: bool = False, fp32_norm=False) -> Total:
     r"""Activations of the final norm, the output layer and the loss on the last stage [bytes].
 
     .. math::
@@ -134,7 +134,11 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     :math:`4\tau/\sigma` and the 16-bit normalised output :math:`2\tau h/\sigma`, not the 16-bit
     input, where Megatron's fused norm keeps the input and the statistics
     (``tests/test_transients.py`` hooks a port; torch 2.13's ``nn.RMSNorm`` keeps the
-    normalised output in fp32, :math:`8\tau h/\sigma` in all).
+    normalised output in fp32, :math:`8\tau h/\sigma` in all).  ``fp32_norm="transformers"``:
+    the same :math:`6\tau h/\sigma` under a framework that runs transformers' model code
+    (DeepSpeed): ``LlamaModel.forward``'s ``self.norm`` is a ``LlamaRMSNorm``, whose fp32 copy
+    and 16-bit ``weight *`` product autograd keeps (:mod:`memsym.terms.hf_norms`); ``True`` or
+    ``"torchtitan"`` cites torchtitan.
 
     Examples
     --------
@@ -147,18 +151,25 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     ----------
     .. [korthikanti] arXiv:2205.05198, §4.3 (final norm 2sbh/t, output input 2sbh/t, 4sbv/t).
     .. [torchtitan] ``models/norms.py`` ``RMSNorm.forward`` at 9dec370; ``components/loss.py``.
+    .. [hf-transformers-5-25] transformers 5.25.0 ``models/llama/modeling_llama.py``
+       ``LlamaModel.forward`` (line 404, ``self.norm``) and ``LlamaRMSNorm.forward`` (62-67).
     .. [pytorch-tensor-parallel] ``distributed/tensor/parallel/style.py``, ``ColwiseParallel``.
     """
     tok, sig = token_split(sequence_parallel)
     norm = choose("normalization", norm, NORMS)
     src = Source(_K, "§4.3 (final LayerNorm 2sbh/t, output-layer input 2sbh/t, logits 4sbv/t)")
     fp32_src = Source("torchtitan", "torchtitan/models/norms.py RMSNorm.forward at 9dec370 "
-                      "(_norm(x.float()).type_as(x) * weight)")
+                      "(_norm(x.float()).type_as(x) * weight)") if fp32_norm != "transformers" \
+        else Source("hf-transformers-5-25", "models/llama/modeling_llama.py LlamaModel.forward "
+                    "(line 404: self.norm, a LlamaRMSNorm); LlamaRMSNorm.forward (lines 64-67: "
+                    "the fp32 copy kept by pow(2) and the rsqrt multiply, the 16-bit weight * "
+                    "product)")
     terms = (
         Term("final_norm_input", 2 * tok * h / sig, "input of the final norm", src)
         if not fp32_norm else
         Term("final_norm_input", 6 * tok * h / sig, "the final norm's fp32 copy of its input and "
-             "its 16-bit normalised output (eager RMSNorm)", fp32_src),
+             "its 16-bit normalised output (eager RMSNorm"
+             + (", transformers'" if fp32_norm == "transformers" else "") + ")", fp32_src),
         Term("final_norm_statistics", NORMS[norm] * tok / sig if norm_statistics else 0,
              "fp32 statistics of the final norm", _DERIVED),
         Term("output_input", 2 * tok * h / sig, "final norm output, input of the output layer", src)

@@ -77,9 +77,15 @@ _G3 = "models/gemma3/modeling_gemma3.py "
 _LLAMA_NORM = ("models/llama/modeling_llama.py LlamaRMSNorm.forward (lines 64-67: "
                "hidden_states.to(torch.float32), kept by pow(2) and by the rsqrt multiply; "
                "self.weight * hidden_states.to(input_dtype) keeps the 16-bit normalised tensor)")
+_PRODUCT_NORM = ("models/olmo2/modeling_olmo2.py Olmo2RMSNorm.forward (lines 58-63: the fp32 "
+                 "copy kept by pow(2) and the rsqrt multiply; (self.weight * hidden_states) keeps "
+                 "the fp32 normalised tensor); the same in GptOssRMSNorm, Olmo3RMSNorm, "
+                 "FlexOlmoRMSNorm")
 _Q3N = "models/qwen3_next/modeling_qwen3_next.py "
 _NORM = ("RMSNorm.forward: output * (1.0 + self.weight.float()), then type_as(x) (" + _G3
-         + "Gemma3RMSNorm lines 128-133; " + _Q3N + "Qwen3NextRMSNorm lines 135-140)")
+         + "Gemma3RMSNorm lines 128-133; " + _Q3N + "Qwen3NextRMSNorm lines 135-140; "
+         "VaultGemmaRMSNorm); HeliumRMSNorm and NemotronHRMSNorm: self.weight.to(torch.float32) "
+         "* hidden_states, the same bytes")
 _Q3N_QK = Source("hf-transformers-5-25", _Q3N + "Qwen3NextRMSNorm.forward (lines 135-140: "
                  "output * (1.0 + self.weight.float()), then type_as(x)); Qwen3NextAttention."
                  "__init__ (q_norm, k_norm of head_dim)")
@@ -88,13 +94,20 @@ _G3_QK = Source("hf-transformers-5", _G3 + "Gemma3RMSNorm.forward (lines 128-133
                 "of head_dim, lines 310-311, 329-330)")
 
 
-def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0) -> list:
+def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0, *,
+                      product: bool = False) -> list:
     r"""What transformers' RMSNorms keep beyond memsym's 16-bit norms: their fp32 copies [bytes].
 
     .. math::
 
-        n\,\frac{4\tau h}{\sigma} \;\text{and, with Q and K norms,}\;
-        \frac{4\tau (a + g) d_h}{t} \;\text{or, with MLA's latent norms,}\; 4\tau r
+        n\,\frac{k\tau h}{\sigma} \;\text{and, with Q and K norms,}\;
+        \frac{k\tau (a + g) d_h}{t} \;\text{or, with MLA's latent norms,}\; k\tau r
+
+    with :math:`k = 4`, or :math:`k = 6` with ``product``: ``(self.weight * hidden_states)
+    .to(input_dtype)`` (``GptOssRMSNorm``, ``Olmo2RMSNorm``, ``Olmo3RMSNorm``,
+    ``FlexOlmoRMSNorm``) multiplies the 16-bit weight into the fp32 normalised tensor, which the
+    multiply keeps in fp32, :math:`4\tau w` where Llama's 16-bit one is :math:`2\tau w` (the
+    weight is a parameter, not counted).
 
     Parameters
     ----------
@@ -115,31 +128,37 @@ def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0) -> list:
     list of Term
         ``norm_fp32_input`` and, with Q and K norms, ``qk_norm_fp32_input``, with latent
         norms ``mla_latent_norm_fp32_input``.
+    product : bool
+        The norm multiplies the weight in fp32 (the fp32 normalised tensor kept).
 
     Examples
     --------
     >>> from memsym.symbols import s, b
     >>> [x.expr for x in fp32_input_copies(s * b, 1, 2, qk_norm=True)]
     [8*b*h*s, 4*b*d_h*s*(a + g)/t]
+    >>> [x.expr for x in fp32_input_copies(s * b, 1, 2, qk_norm=True, product=True)]
+    [12*b*h*s, 6*b*d_h*s*(a + g)/t]
 
     References
     ----------
     hf-transformers-5-25: transformers 5.25.0 ``modeling_llama.py`` ``LlamaRMSNorm.forward``
-    (lines 62-67).
+    (lines 62-67); ``modeling_olmo2.py`` ``Olmo2RMSNorm.forward`` (lines 58-63).
     """
-    src = Source("hf-transformers-5-25", _LLAMA_NORM)
-    out = [Term("norm_fp32_input", n_norms * 4 * tok * h / sig,
+    src = Source("hf-transformers-5-25", _LLAMA_NORM) if not product else Source(
+        "hf-transformers-5-25", _PRODUCT_NORM)
+    k, what = (6, "fp32") if product else (4, "16-bit")
+    out = [Term("norm_fp32_input", n_norms * k * tok * h / sig,
                 f"{n_norms} transformers RMSNorms: the fp32 copy of each input (kept in place of "
-                "the 16-bit input) and the 16-bit normalised tensor weight * keeps",
+                f"the 16-bit input) and the {what} normalised tensor weight * keeps",
                 src, label="norm fp32 input")] if n_norms else []
     if qk_norm:
-        out.append(Term("qk_norm_fp32_input", 4 * tok * (a + g) * d_h / t,
+        out.append(Term("qk_norm_fp32_input", k * tok * (a + g) * d_h / t,
                         "transformers RMSNorms on Q and K: the fp32 copy of each input and the "
-                        "16-bit normalised tensor", src, label="qk norm fp32 input"))
+                        f"{what} normalised tensor", src, label="qk norm fp32 input"))
     if latent_rank:
-        out.append(Term("mla_latent_norm_fp32_input", 4 * tok * latent_rank, "transformers "
+        out.append(Term("mla_latent_norm_fp32_input", k * tok * latent_rank, "transformers "
                         "RMSNorms on MLA's latents (q_a_layernorm, kv_a_layernorm): the fp32 "
-                        "copy of each input and the 16-bit normalised tensor", src,
+                        f"copy of each input and the {what} normalised tensor", src,
                         label="mla latent norm fp32 input"))
     return out
 

@@ -171,7 +171,8 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
 #: What each part of a transformer layer keeps (:func:`memsym.terms.activations.
 #: layer_activations`' keys), besides its norm (``norm_inputs`` and ``norm_statistics`` hold
 #: both norms of the layer: one each to the attention and to the MLP / MoE part).
-_ATTENTION_KEYS = ("qkv_input", "qk", "qk_norm_inputs", "qk_norm_fp32_output", "v",
+_ATTENTION_KEYS = ("qkv_input", "qk", "qk_norm_inputs", "qk_norm_fp32_output",
+                   "qk_norm_fp32_input", "v",
                    "softmax_stats", "scores", "proj_input", "output_gate", "sdpa_output_copy",
                    "attn_dropout_mask")
 _MLP_KEYS = ("mlp_input", "mlp_activation", "fc2_input", "mlp_dropout_mask")
@@ -193,9 +194,10 @@ def _half(total: Total, key: str):
     return total[key].expr / 2 if key in total else 0
 
 
-def _norm(total: Total, prefix: str, stats, fp32=0) -> list:
-    """The part's own norm: half the layer's two norm inputs, the statistics ``stats`` and
-    what its fp32 ``1 + weight`` product keeps, ``fp32`` (:mod:`memsym.terms.hf_norms`)."""
+def _norm(total: Total, prefix: str, stats, fp32=0, copy=0) -> list:
+    """The part's own norm: half the layer's two norm inputs, the statistics ``stats``, what
+    its fp32 ``1 + weight`` product keeps, ``fp32``, and its fp32 input copy, ``copy``
+    (:mod:`memsym.terms.hf_norms`)."""
     out = [Term(f"{prefix}_norm_input", total["norm_inputs"].expr / 2,
                 "input of the part's pre-norm (one of a layer's two)",
                 total["norm_inputs"].source, label=f"{prefix} norm")]
@@ -203,16 +205,30 @@ def _norm(total: Total, prefix: str, stats, fp32=0) -> list:
         out.append(Term(f"{prefix}_norm_statistics", stats, "fp32 per-token statistics of the "
                         "part's pre-norm", total["norm_statistics"].source,
                         label=f"{prefix} norm stats"))
-    return out + _fp32_norm(prefix, fp32, total)
+    return out + _fp32_norm(prefix, fp32, total) + _fp32_norm(prefix, copy, total, "input")
 
 
-def _fp32_norm(prefix: str, expr, total: Total) -> list:
-    """A part's pre-norm's fp32 ``1 + weight`` product ``expr`` [bytes], if any."""
+_FP32_WHAT = {"output": "scaling by 1 + weight in fp32: its fp32 normalised output and 1 + weight",
+              "input": "(a transformers RMSNorm): its fp32 input copy and the 16-bit normalised "
+                       "tensor"}
+
+
+def _fp32_norm(prefix: str, expr, total: Total, which: str = "output") -> list:
+    """A part's pre-norm's fp32 ``1 + weight`` product (``which`` "output") or fp32 input copy
+    (``"input"``), ``expr`` [bytes], if any: one of ``total``'s two norms' ``norm_fp32_*``."""
     if expr == 0:
         return []
-    return [Term(f"{prefix}_norm_fp32_output", expr, "the part's pre-norm scaling by 1 + weight "
-                 "in fp32: its fp32 normalised output and 1 + weight",
-                 total["norm_fp32_output"].source, label=f"{prefix} norm fp32 output")]
+    return [Term(f"{prefix}_norm_fp32_{which}", expr, f"the part's pre-norm {_FP32_WHAT[which]}",
+                 total[f"norm_fp32_{which}"].source, label=f"{prefix} norm fp32 {which}")]
+
+
+def _ffn_part(block: Total, moe: bool, ones) -> list:
+    """The MLP or MoE part of ``block`` (a whole layer's terms) with its pre-norm: what the
+    layer's norms keep less the mixer's share ``ones`` (statistics, fp32 product, fp32 copy)."""
+    own = [block[key].expr - one if key in block else 0 for key, one in
+           zip(("norm_statistics", "norm_fp32_output", "norm_fp32_input"), ones)]
+    prefix, keys = ("moe", _MOE_KEYS) if moe else ("mlp", _MLP_KEYS)
+    return _norm(block, prefix, *own) + _part(block, prefix, keys)
 
 
 _PRE_NORM = {"conv": ("models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
@@ -411,20 +427,18 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
         return Total("activations per hybrid layer (full recompute)", tuple(
             layer_activations(recompute="full", **common)))
     plain = layer_activations(**common)       # one norm's share: half of its two norms' terms
-    one_stat, one_fp32 = (_half(plain, k) for k in ("norm_statistics", "norm_fp32_output"))
+    ones = [_half(plain, k) for k in ("norm_statistics", "norm_fp32_output", "norm_fp32_input")]
     terms: list = []
     if mixer == "attention":
         dense = layer_activations(recompute=recompute, modules=modules, **common)
-        terms += _norm(dense, "attn", one_stat, one_fp32) + _part(dense, "attn", _ATTENTION_KEYS)
-    terms += _mixer_terms(mixer, common, gated_norm, one_stat, shared_block) \
-        + (_fp32_norm(mixer, one_fp32, plain) if mixer in _PRE_NORM else [])
+        terms += _norm(dense, "attn", *ones) + _part(dense, "attn", _ATTENTION_KEYS)
+    terms += _mixer_terms(mixer, common, gated_norm, ones[0], shared_block)
+    if mixer in _PRE_NORM:
+        terms += _fp32_norm(mixer, ones[1], plain) + _fp32_norm(mixer, ones[2], plain, "input")
     if ffn is not None:
-        block = layer_activations(recompute=recompute, modules=modules, moe=ffn,
-                                  shared_expert=shared_expert and ffn, **common)
-        stats, fp32 = (block[key].expr - one if key in block else 0 for key, one in
-                       (("norm_statistics", one_stat), ("norm_fp32_output", one_fp32)))
-        prefix, keys = ("moe", _MOE_KEYS) if ffn else ("mlp", _MLP_KEYS)
-        terms += _norm(block, prefix, stats, fp32) + _part(block, prefix, keys)
+        terms += _ffn_part(layer_activations(recompute=recompute, modules=modules, moe=ffn,
+                                             shared_expert=shared_expert and ffn, **common),
+                           ffn, ones)
     return Total(f"activations per hybrid layer ({mixer}, "
                  f"{ {None: 'no MLP', False: 'MLP', True: 'MoE'}[ffn] }, recompute {recompute})",
                  tuple(terms))

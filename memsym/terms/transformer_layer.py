@@ -339,7 +339,8 @@ def _norm_terms(ly: _Layer, terms: _Terms, copies: bool = False) -> None:
     if copies:           # Q and K norms, or MLA's latent norms unless mla_up_proj rebuilds them
         rank = ly.mla["kv_lora_rank"] + (ly.mla.get("q_lora_rank") or 0) if ly.mla else 0
         terms.extend(fp32_input_copies(tok, sig, kept, ly.qk_norm and not ly.mla,
-                                       0 if ly.drop_up_proj else sp.Integer(rank)))
+                                       0 if ly.drop_up_proj else sp.Integer(rank),
+                                       product=copies == "fp32_product"))
     if not ly.drop_in_norm:
         terms.add("qkv_input", ly.gx * tok * h / sig, "norm output, input of the QKV projection"
                   + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
@@ -487,8 +488,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
                       output_gate: bool = False, compiled: bool = False, norm_fp32: bool = False,
                       hf_qwen3_next: bool = False, qk_norm_fp32: bool = False, latent: bool = False,
-                      post_norms: bool = False, combine_kept: bool = True,
-                      hf_norms: bool = False) -> Total:
+                      post_norms: bool = False, combine_kept: bool = True, hf_norms=False) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -535,7 +535,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     output_gate, hf_qwen3_next, qk_norm_fp32, norm_fp32, post_norms, hf_norms : bool
         Qwen3-Next's gate (``attention_output_gate``; not "selective-op"); transformers'
         ``Qwen3NextAttention`` (fp32 Q/K norms, a copied output); fp32 ``1 + w`` Q/K, main norms;
-        post-norms (Gemma 2/3, GLM-4); RMSNorms' fp32 input copies (:mod:`memsym.terms.hf_norms`).
+        post-norms (Gemma 2/3, GLM-4); RMSNorms' fp32 input copies (:mod:`memsym.terms.hf_norms`;
+        ``"fp32_product"``: with the fp32 ``weight *`` product, OLMo 2, GPT-OSS).
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
         Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte; ``"mxfp8"``:
         1 + 1/32 with the block scales; ``"nvfp4"``: NVFP4, 1/2 + 1/16).
@@ -579,7 +580,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                 output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, qk_fp32=qk_norm_fp32, moe=moe,
                 attention_dropout=attention_dropout, shared_expert=shared_expert, latent=latent,
                 combine_kept=combine_kept, norm_fp32=norm_fp32, post_norms=post_norms)
-    return _layer_total(ly, recompute, mods, copies=hf_norms and norm == "rmsnorm")
+    return _layer_total(ly, recompute, mods, copies=hf_norms if norm == "rmsnorm" else False)
 
 
 def _layer_total(ly, recompute: str, mods, copies: bool = False) -> Total:

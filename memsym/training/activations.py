@@ -102,10 +102,13 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
     sp_on = sequence_parallel_on(layout)
     # torchtitan's output layer: torch's ColwiseParallel (saves the gathered input), fp32 norm
     titan = framework_record(training.framework).torch_output_layer
+    # transformers' model code (DeepSpeed): its final LlamaRMSNorm keeps the same fp32 copy
+    hf = framework_record(training.framework).hf_model_code
     out = output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
                              compiled_loss=training.memory.compiled_loss,
                              gathered_output_input=sp_on and titan,
-                             fp32_norm=titan and x.normalization.lower() == "rmsnorm")
+                             fp32_norm=x.normalization.lower() == "rmsnorm" and (
+                                 "torchtitan" if titan else "transformers" if hf else False))
     if loss_kind(layout, training) == "te":
         return rb.with_te_logits(out)
     return Total(out.name, tm.gathered_logits(out.terms)) if logits_gathered(layout, training) \
@@ -225,7 +228,8 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     if framework_record(training.framework).hf_model_code:
         # the model's own norms (memsym.terms.hf_norms): RMSNorms' fp32 input copies, fp32
         # (1 + weight) products, post-norms
-        common.update(hf_norms=True, norm_fp32=getattr(x, "norm_fp32_scale", False),
+        common.update(hf_norms="fp32_product" if getattr(x, "norm_fp32_product", False) else True,
+                      norm_fp32=getattr(x, "norm_fp32_scale", False),
                       post_norms=getattr(x, "norms_per_layer", 2) == 4)
     if getattr(x, "attention_output_gate", False) and recompute != "selective-op":
         common["output_gate"] = True     # Qwen3-Next's sigmoid gate on the attention output
