@@ -97,15 +97,20 @@ def test_pasted_run_recipe_command_equals_the_overrides(capsys):
 
 
 def test_an_override_changes_exactly_its_field():
+    """Plain DDP takes both sections' use_distributed_optimizer off: Bridge turns both on when
+    either is (training/config.py:2101-2123), and _pretrain_common's optimizer helper sets the
+    optimizer's (recipes/utils/optimizer_utils.py:150)."""
     base = bridge_job_options(read_bridge_recipe("llama3_8b_pretrain_config", world_size=4))[1]
-    for word, changed in (("model.tensor_model_parallel_size=2", {"t": 2}),
-                          ("train.global_batch_size=256", {"global_batch_size": 256}),
-                          ("model.recompute_granularity=selective", {"recompute": "selective"}),
-                          ("dataset.seq_length=4096", {"seq_length": 4096}),
-                          ("ddp.use_distributed_optimizer=false", {"sharding": "ddp"})):
-        got = bridge_job_options(read_bridge_recipe("llama3_8b_pretrain_config", [word],
+    for words, changed in ((["model.tensor_model_parallel_size=2"], {"t": 2}),
+                           (["train.global_batch_size=256"], {"global_batch_size": 256}),
+                           (["model.recompute_granularity=selective"], {"recompute": "selective"}),
+                           (["dataset.seq_length=4096"], {"seq_length": 4096}),
+                           (["ddp.use_distributed_optimizer=false"], {}),
+                           (["ddp.use_distributed_optimizer=false",
+                             "optimizer.use_distributed_optimizer=false"], {"sharding": "ddp"})):
+        got = bridge_job_options(read_bridge_recipe("llama3_8b_pretrain_config", words,
                                                     world_size=4))[1]
-        assert {k: v for k, v in got.items() if base.get(k) != v} == changed, word
+        assert {k: v for k, v in got.items() if base.get(k) != v} == changed, words
         assert set(got) == set(base)
 
 

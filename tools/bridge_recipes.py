@@ -9,7 +9,9 @@ preset for (:data:`memsym.readers.bridge.HF_PRESETS`): the value each field mems
 (:data:`memsym.readers.bridge.FIELDS`) has when the function returns, in statement order:
 
 * ``cfg = _pretrain_common()``: the keyword values of the ``ConfigContainer(...)`` built in
-  ``recipes/common.py:_pretrain_common``;
+  ``recipes/common.py:_pretrain_common``, its optimizer the literal keywords of the
+  ``OptimizerConfig(...)`` its helper builds (``recipes/utils/optimizer_utils.py``, the
+  helper's parameters bound to the call's literal keywords, else their defaults);
 * ``cfg = other_recipe()`` / ``cfg = _helper("literal")``: that function's values (its
   parameters bound to the literal arguments);
 * ``cfg.section.field = LITERAL`` (and ``cfg.section = Config(field=LITERAL, ...)``): the
@@ -62,6 +64,8 @@ OUT = Path(__file__).resolve().parent.parent / "memsym" / "readers" / "_bridge_r
 _BASE = "src/megatron/bridge/"
 COMMON = _BASE + "recipes/common.py"
 MIXED_PRECISION = _BASE + "training/mixed_precision.py"
+#: The optimizer helpers ``_pretrain_common`` builds its optimizer config with.
+OPTIMIZER_UTILS = _BASE + "recipes/utils/optimizer_utils.py"
 #: Module constants the recipes import (``DEFAULT_NULL_TOKENIZER_VOCAB_SIZE``).
 IMPORTED_CONSTANTS = (_BASE + "recipes/utils/tokenizer_utils.py",)
 #: The files whose pretrain recipe functions are read.
@@ -85,7 +89,9 @@ INLINE_PROVIDERS = ("HybridModelProvider",)
 #: the fields they set).  ``_apply_kimi_k2_optimizer(cfg, "muon")``
 #: (recipes/kimi/h100/kimi_k2.py:54-88, its muon branch 66-75) sets ``cfg.optimizer`` to
 #: ``distributed_muon_with_cosine_annealing(...)`` (recipes/utils/optimizer_utils.py:20-97:
-#: an OptimizerConfig with optimizer "dist_muon" and the muon_* defaults it passes), then the
+#: an OptimizerConfig with optimizer "dist_muon" and the muon_* defaults it passes; it passes
+#: no use_distributed_optimizer nor overlap_param_gather, so OptimizerConfig's False stays,
+#: Megatron-LM 2a75ac12c5 optimizer_config.py:324, :333), then the
 #: dtypes, the gradient reduction and the DDP flags (kimi_k2.py:73-88; mixed_precision is the
 #: recipe's MixedPrecisionConfig, not a string, so its grad_reduce_in_fp32 is set too).
 HELPER_CALLS = {
@@ -97,6 +103,7 @@ HELPER_CALLS = {
          "optimizer.muon_scale_mode": "spectral", "optimizer.muon_fp32_matmul_prec": "medium",
          "optimizer.muon_num_ns_steps": 5, "optimizer.muon_tp_mode": "blockwise",
          "optimizer.muon_extra_scale_factor": 1.0, "optimizer.muon_scalar_optimizer": "adam",
+         "optimizer.use_distributed_optimizer": False, "optimizer.overlap_param_gather": False,
          "ddp.grad_reduce_in_fp32": True, "ddp.use_distributed_optimizer": False,
          "ddp.overlap_param_gather": False, "optimizer.use_precision_aware_optimizer": False,
          "optimizer.main_grads_dtype": "float32", "optimizer.main_params_dtype": "float32",
@@ -168,20 +175,59 @@ class _File:
                     self.constants[target.id] = n.value.value
 
 
-def _common_values(text: str) -> dict:
+def _optimizer_helper(text: str, call) -> dict:
+    """The literal keywords of the ``OptimizerConfig(...)`` an optimizer helper of ``text``
+    (recipes/utils/optimizer_utils.py) builds, its parameters bound to ``call``'s literal
+    keywords, else to their defaults: ``{"optimizer.field": value}``.
+
+    ``_pretrain_common``'s ``distributed_fused_adam_with_cosine_annealing(...)``
+    (recipes/common.py:53-58) gives ``optimizer="adam"`` and ``use_distributed_optimizer=True``
+    (optimizer_utils.py:140-152); a keyword that is not a literal (``bf16=precision == ...``)
+    is not read."""
+    name = getattr(call.func, "id", None)
+    fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    params = fn.args.args[len(fn.args.args) - len(fn.args.defaults):]
+    env = {}
+    for arg, node in [(a.arg, d) for a, d in zip(params, fn.args.defaults)] + [
+            (kw.arg, kw.value) for kw in call.keywords]:
+        try:
+            env[arg] = _value(node, {})
+        except _Unknown:
+            env.pop(arg, None)
+    cfg = next(n for n in ast.walk(fn) if isinstance(n, ast.Call)
+               and getattr(n.func, "id", None) == "OptimizerConfig")
+    values = {}
+    for kw in cfg.keywords:
+        try:
+            values[f"optimizer.{kw.arg}"] = _value(kw.value, env)
+        except _Unknown:
+            pass
+    return values
+
+
+def _common_values(text: str, optimizer_utils: str = "") -> dict:
+    """``_pretrain_common``'s values: its ConfigContainer's literal keywords, and the optimizer
+    config its optimizer helper builds (``opt_cfg, scheduler_cfg = helper(...)``)."""
     tree = ast.parse(text)
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_pretrain_common")
     call = next(n for n in ast.walk(fn) if isinstance(n, ast.Call)
                 and getattr(n.func, "id", None) == "ConfigContainer")
+    helpers = {}    # opt_cfg -> the helper call that builds it
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple) \
+                and isinstance(n.value, ast.Call) and optimizer_utils:
+            helpers[ast.unparse(n.targets[0].elts[0])] = n.value
     values, computed = {}, []
     for kw in call.keywords:
         if isinstance(kw.value, ast.Call):
             _config_call(kw.value, {}, kw.arg, values, computed, kw.value.lineno)
+        elif kw.arg == "optimizer" and ast.unparse(kw.value) in helpers:
+            values.update(_optimizer_helper(optimizer_utils, helpers[ast.unparse(kw.value)]))
         else:
             try:
                 values[kw.arg] = _value(kw.value, {})
             except _Unknown:
-                pass   # opt_cfg, scheduler_cfg: built by a helper
+                pass   # scheduler_cfg: built by a helper, not read
     return values
 
 
@@ -799,7 +845,7 @@ def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
         if name and name not in fields[section]:
             raise SystemExit(f"{key} is not a field of Bridge's {section} config")
 
-    common = _common_values(_show(source, COMMON))
+    common = _common_values(_show(source, COMMON), _show(source, OPTIMIZER_UTILS))
     imported = {}
     for path in IMPORTED_CONSTANTS:
         imported.update(_File(_show(source, path), path).constants)

@@ -34,6 +34,7 @@ from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
 from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
+from .bridge_optimizer import MUON_FIELDS, recipe_muon, synced_flag
 from .bridge_precision import PRECISION_RECIPES, recipe_precision, recipe_sharding
 from .bridge_userbuffers import recipe_ub_option
 from .recipe_mechanisms import recipe_dispatcher, recipe_mechanism_options
@@ -124,7 +125,9 @@ FIELDS = {
     "ddp.use_megatron_fsdp": ("bridge", "sharding"),
     "ddp.data_parallel_sharding_strategy": ("bridge", "sharding"),
     "ddp.overlap_grad_reduce": ("job", "overlap_grad_reduce"),
-    "ddp.overlap_param_gather": ("job", "overlap_param_gather"),
+    "ddp.overlap_param_gather": ("bridge", "overlap_param_gather"),
+    "optimizer.overlap_param_gather": ("bridge", "overlap_param_gather"),
+    "optimizer.use_distributed_optimizer": ("bridge", "sharding"),
     "ddp.grad_reduce_in_fp32": ("bridge", "grad_dtype"),
     "ddp.megatron_fsdp_main_grads_dtype": ("bridge", "grad_dtype"),
     "ddp.fsdp_double_buffer": ("bridge", "sharding"), "ddp.nccl_ub": ("bridge", "sharding"),
@@ -146,6 +149,9 @@ FIELDS = {
     "optimizer.exp_avg_dtype": ("bridge", "moments"),
     "optimizer.exp_avg_sq_dtype": ("bridge", "moments"),
     "optimizer.main_params_dtype": ("bridge", "moments"),
+    **{key: ("bridge", "muon") for key in MUON_FIELDS},
+    "optimizer.use_layer_wise_distributed_optimizer": ("bridge", "muon"),
+    "model.mla_down_proj_fusion": ("job", "mla_down_proj_fusion"),
     "tokenizer.tokenizer_type": ("bridge", "vocab"),
     "tokenizer.vocab_size": ("bridge", "vocab"),
     "tokenizer.use_tokenizer_vocab_size": ("bridge", "vocab"),
@@ -351,29 +357,24 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
             "computed": row["computed"]}
 
 
-# DeepSeek-V3's pipeline layouts, by (PP, VPP): recipes/deepseek/h100/deepseek_v3.py:53-61
-# (_get_deepseek_v3_pipeline_layout, one MTP layer before the loss), rebuilt after the
-# overrides (run_recipe.py sync_model_pipeline_layout), in Megatron's layout string
-# (E embedding, t decoder layer, m MTP, L loss, | between stages).
-_DSV3_LAYOUTS = {
-    (4, 1): "E" + "t" * 16 + "|" + ("t" * 16 + "|") * 2 + "t" * 13 + "mL",
-    (8, 1): "E" + "t" * 8 + "|" + ("t" * 8 + "|") * 6 + "t" * 5 + "mL",
-    (4, 2): "E" + "t" * 8 + "|" + ("t" * 8 + "|") * 6 + "t" * 5 + "mL",
-    (16, 1): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL",
-    (8, 2): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL",
-    (4, 4): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL",
-}
-#: Kimi K2's layout builder (recipes/kimi/h100/kimi_k2.py:29-51, _get_kimi_k2_pipeline_layout,
-#: no MTP layer); (1, 1) is None there: the even split.
-_KIMI_K2_LAYOUTS = {
-    (4, 1): "E" + "t" * 16 + "|" + ("t" * 16 + "|") * 2 + "t" * 13 + "L",
-    (8, 1): "E" + "t" * 8 + "|" + ("t" * 8 + "|") * 6 + "t" * 5 + "L",
-    (4, 2): "E" + "t" * 8 + "|" + ("t" * 8 + "|") * 6 + "t" * 5 + "L",
-    (16, 1): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tL",
-    (8, 2): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tL",
-    (4, 4): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tL",
-    (2, 8): "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tL",
-}
+def _builder_layouts(tail: str, more=()) -> dict:
+    """(PP, VPP) -> the layout string of DeepSeek-V3's and Kimi K2's layout builders, whose
+    stages are the same but for the last one's ``tail`` (Megatron's layout string: E
+    embedding, t decoder layer, m MTP, L loss, | between stages); ``more``: the (PP, VPP)
+    pairs of 16 stages of 4 layers a builder has beyond the six they share.
+
+    DeepSeek-V3's (recipes/deepseek/h100/deepseek_v3.py:50-61, tail ``["mtp"] * mtp_layers +
+    ["loss"]``) and Kimi K2's (recipes/kimi/h100/kimi_k2.py:29-40, tail ``["loss"]``, and
+    (2, 8)); their (1, 1) is None there, the even split.  run_recipe.py
+    sync_model_pipeline_layout rebuilds the layout after the overrides.
+
+    >>> _builder_layouts("L")[(8, 1)].split("|")[-1], _builder_layouts("mL")[(16, 1)][-5:]
+    ('tttttL', 't|tmL')
+    """
+    of4 = "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "t" + tail
+    of8 = "E" + "t" * 8 + "|" + ("t" * 8 + "|") * 6 + "t" * 5 + tail
+    return {(4, 1): "E" + "t" * 16 + "|" + ("t" * 16 + "|") * 2 + "t" * 13 + tail,
+            (8, 1): of8, (4, 2): of8, **{pv: of4 for pv in ((16, 1), (8, 2), (4, 4)) + more}}
 
 
 #: The job options of :data:`FIELDS` that are switches, and those that are names.
@@ -381,7 +382,7 @@ _SWITCHES = frozenset({"sequence_parallel", "overlap_grad_reduce", "overlap_para
                        "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute",
                        "precision_aware", "account_for_embedding_in_pipeline_split",
                        "account_for_loss_in_pipeline_split", "mtp_repeated",
-                       "bias_activation_fusion"})
+                       "bias_activation_fusion", "mla_down_proj_fusion"})
 
 #: The presets whose model bridge leaves ``bias_activation_fusion`` unset, so that
 #: TransformerConfig's False (Megatron-LM transformer_config.py:496 at d98e8a64dd) applies when
@@ -433,6 +434,12 @@ def bridge_job_options(reading: dict) -> tuple:
     for key, (kind, name) in FIELDS.items():
         if kind in ("job", "arch") and values.get(key) is not None:
             opts[name] = _typed(key, name, values[key])
+    if "mla_down_proj_fusion" in opts and not resolve_model(preset).multi_latent_attention:
+        # a field of MLATransformerConfig (Megatron-LM 2a75ac12c5 transformer_config.py:3076),
+        # so of Bridge's MLAModelProvider (models/mla_provider.py:28) alone: Hydra refuses a
+        # key the model's config lacks (struct mode, training/utils/omegaconf_utils.py:180)
+        raise InvalidValueError(f"model.mla_down_proj_fusion: a field of Bridge's MLA model "
+                                f"providers; {preset} has no multi-latent attention")
     # a recipe's (or override's) model.bias_activation_fusion, else its model bridge's
     opts.setdefault("bias_activation_fusion", preset not in _UNFUSED_GLU_PRESETS)
     # run_recipe.py: the dataset owns the sequence length; the model's is synchronized from it
@@ -445,8 +452,10 @@ def bridge_job_options(reading: dict) -> tuple:
         if isinstance(seq, int) and seq > (opts.get("max_position_embeddings")
                                            or base.max_position_embeddings or seq):
             opts["max_position_embeddings"] = seq
-    if opts.get("overlap_param_gather") and not opts.get("overlap_grad_reduce"):
-        # Bridge runs it (training/config.py:2125-2137 only syncs the DDP and optimizer flags);
+    # Bridge sets the ddp and optimizer sections' flag when either is (config.py:2125-2137)
+    opts["overlap_param_gather"] = synced_flag(values, "overlap_param_gather", False, notes)
+    if opts["overlap_param_gather"] and not opts.get("overlap_grad_reduce"):
+        # Bridge runs it (training/config.py:2125-2137 only syncs the two sections' flags);
         # Megatron-LM's validate_args, whose rule memsym's job applies, refuses it
         opts["overlap_param_gather"] = False
         notes.append("ddp.overlap_param_gather without ddp.overlap_grad_reduce (Bridge runs it, "
@@ -467,7 +476,7 @@ def bridge_job_options(reading: dict) -> tuple:
     opts.setdefault("optimizer", "adam")
     prec = recipe_precision(values, notes)
     opts["sharding"] = recipe_sharding(values, prec, notes)
-    _recipe_muon(values, opts, notes)
+    recipe_muon(values, opts, notes)
     opts.update(prec)
     tp_overlap = recipe_flag(values, "comm_overlap.tp_comm_overlap", False)
     # comm_overlap.py:442-448: Bridge turns TP overlap off at TP < 2 or without SP
@@ -477,7 +486,7 @@ def bridge_job_options(reading: dict) -> tuple:
     opts.update(recipe_mechanism_options(values, opts))
     if resolve_model(preset).num_experts:   # the flex dispatcher's DeepEP / HybridEP buffers
         opts.update(recipe_dispatcher(values, reading.get("computed") or ()))
-    opts.update(_vocab(values, preset, notes))
+    opts.update(_vocab(values, preset, notes, reading.get("computed") or ()))
     world = reading["world_size"]
     if world is not None:
         opts["world_size"] = world
@@ -505,11 +514,15 @@ def _recipe_layout(preset, values, reading, opts):
     if layout is not None:
         raise InvalidValueError("model.pipeline_model_parallel_layout: give Megatron's layout "
                                 "string (e.g. \"Ett|tt|ttL\")")
-    builders = {"deepseek-v3": ("DeepSeek-V3", _DSV3_LAYOUTS, "deepseek_v3.py:63-67"),
-                "kimi-k2": ("Kimi K2", _KIMI_K2_LAYOUTS, "kimi/h100/kimi_k2.py:43-47")}
+    # DeepSeek-V3's last stage is ["mtp"] * mtp_layers + ["loss"], mtp_layers the model's
+    # mtp_num_layers or 0 (recipes/deepseek/h100/deepseek_v3.py:52, :86)
+    mtp = "m" * (opts.get("mtp_num_layers", 1) or 0)
+    builders = {"deepseek-v3": ("DeepSeek-V3", (mtp + "L",), "deepseek_v3.py:63-67"),
+                "kimi-k2": ("Kimi K2", ("L", ((2, 8),)), "kimi/h100/kimi_k2.py:43-47")}
     if preset not in builders or overridden:
         return None
-    name, table, where = builders[preset]
+    name, tail, where = builders[preset]
+    table = _builder_layouts(*tail)
     pv = (opts.get("p", 1), opts.get("v") or 1)
     if pv != (1, 1) and pv not in table:
         # run_recipe.py sync_model_pipeline_layout calls the recipe's layout builder, which
@@ -517,30 +530,7 @@ def _recipe_layout(preset, values, reading, opts):
         raise InvalidValueError(f"{name}'s layout builder has no layout for PP {pv[0]}, VPP "
                                 f"{pv[1]} (it has {', '.join(map(str, table))}; {where}): "
                                 "give model.pipeline_model_parallel_layout")
-    if pv not in table:
-        return None
-    # DeepSeek-V3's last stage is ["mtp"] * mtp_layers + ["loss"], mtp_layers the model's
-    # mtp_num_layers or 0 (recipes/deepseek/h100/deepseek_v3.py:52, :86)
-    mtp = opts.get("mtp_num_layers", 1) or 0
-    return table[pv].replace("mL", "m" * mtp + "L")
-
-
-def _recipe_muon(values, opts, notes) -> None:
-    """Muon as Megatron-Bridge builds it: ``optimizer.optimizer`` ``dist_muon`` (or ``muon``
-    with ``use_layer_wise_distributed_optimizer``) is Megatron-core's layer-wise distributed
-    optimizer (training/optim.py:103-110 ``layer_wise_distributed_optimizer="dist" in name``),
-    whose states memsym counts as the distributed optimizer's, split over d c; plain ``muon``
-    keeps them whole (ddp)."""
-    if opts.get("optimizer") not in ("muon", "dist_muon"):
-        return
-    layer_wise = opts["optimizer"] == "dist_muon" or recipe_flag(
-        values, "optimizer.use_layer_wise_distributed_optimizer", False)
-    opts["optimizer"] = "muon"
-    opts["sharding"] = "distributed-optimizer" if layer_wise else "ddp"
-    mode = values.get("optimizer.muon_tp_mode", "duplicated")
-    if mode != "duplicated" and opts.get("t", 1) > 1:
-        notes.append(f"optimizer.muon_tp_mode {mode}: the memory counts the largest matrix's "
-                     "Newton-Schulz workspace whole (duplicated)")
+    return table.get(pv)
 
 
 def _unmodelled(values, model) -> list:
@@ -559,7 +549,7 @@ def _unmodelled(values, model) -> list:
     return notes
 
 
-def _vocab(values, preset, notes) -> dict:
+def _vocab(values, preset, notes, computed=()) -> dict:
     # _pretrain_common: use_tokenizer_vocab_size=True, so setup.py:762 takes the tokenizer's
     # vocabulary (padded); a NullTokenizer's is the vocab_size given (null_tokenizer.py:60).
     # The perf recipes set it False (perf_recipes/_common.py:51): the model's own vocabulary
@@ -569,6 +559,9 @@ def _vocab(values, preset, notes) -> dict:
         return {}
     if values.get("tokenizer.tokenizer_type") == "NullTokenizer":
         size = values.get("tokenizer.vocab_size")
+        if size is None and any(c.endswith("tokenizer.vocab_size = cfg.model.vocab_size")
+                                for c in computed):
+            return {}    # kimi_k2.py:130: the NullTokenizer takes the model's own vocabulary
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise InvalidValueError("tokenizer.vocab_size: a NullTokenizer needs a whole number")
         return {"vocab_size": size}

@@ -3,14 +3,16 @@
 :func:`recipe_precision` reads ``mixed_precision`` (a named recipe of
 ``training/mixed_precision.py`` at 067f987df0, or its fields overridden) into memsym's
 precision, ``fp8_param_gather``, ``fp8_recipe``, ``fp4_param_gather`` and gradient dtype;
-:func:`recipe_sharding` reads the DDP config (distributed optimizer, Megatron-FSDP and its
-strategy) into memsym's sharding scheme, saying in ``notes`` what it counts otherwise.
+:func:`recipe_sharding` reads the DDP config (distributed optimizer, synced with the optimizer
+config's, Megatron-FSDP and its strategy) into memsym's sharding scheme, saying in ``notes``
+what it counts otherwise.
 """
 
 from __future__ import annotations
 
 from ..errors import InvalidValueError
 from ._values import recipe_flag
+from .bridge_optimizer import synced_flag
 from ..vocabulary import MEGATRON_FSDP_SCHEMES
 
 __all__ = ["PRECISION_RECIPES", "recipe_precision", "recipe_sharding"]
@@ -133,7 +135,8 @@ def recipe_sharding(values, prec: dict, notes) -> str:
             notes.append(f"Megatron-FSDP {strategy} {why} (supported by Bridge): memsym counts "
                          "the job as bf16, without the FP8 weights and FP8 saved inputs")
         return scheme
-    distributed = recipe_flag(values, "ddp.use_distributed_optimizer", True)
+    # Bridge sets both sections' flags when either is set (training/config.py:2101-2123)
+    distributed = synced_flag(values, "use_distributed_optimizer", True, notes)
     gather = prec.pop("fp4_param_gather", None)
     if gather and distributed:
         prec["fp4_param_gather"] = True   # NVFP4 parameters: the distributed optimizer's
