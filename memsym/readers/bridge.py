@@ -19,6 +19,9 @@ Sources (Megatron-Bridge 067f987df0 unless said): ``recipes/common.py:_pretrain_
 ``training/mixed_precision.py`` (the precision recipes; a recipe's fields replace the DDP
 config's fields of the same name, ``update_config_with_precision_overrides``);
 ``training/setup.py:762`` (``use_tokenizer_vocab_size``: the tokenizer's vocabulary, padded);
+``training/config.py:2101-2137`` (the ddp and optimizer sections' ``use_distributed_optimizer``
+and ``overlap_param_gather``, either one's True setting both) and Muon's fields
+(:mod:`memsym.readers.bridge_optimizer`);
 ``training/comm_overlap.py:442-448`` (TP overlap off at TP < 2 or without sequence
 parallelism); Megatron-LM d98e8a64dd ``megatron/core/tokenizers/text/libraries/
 null_tokenizer.py:60`` (the NullTokenizer's vocabulary is the ``vocab_size`` given).
