@@ -232,9 +232,37 @@ def _read_nemotron_h(c: ConfigFields, notes: list) -> dict:
                      "a buffer, not a parameter, in transformers' NemotronHTopkRouter")
     n_mtp = c.int("num_nextn_predict_layers", 0, allow_zero=True)
     if n_mtp:
+        kw["mtp_layer_pattern"] = _nemotron_h_mtp_pattern(c, any(moe))
         notes.append(f"num_nextn_predict_layers={n_mtp} not counted: transformers' "
-                     "NemotronHForCausalLM builds no MTP layer")
+                     "NemotronHForCausalLM builds no MTP layer (its block "
+                     f"{kw['mtp_layer_pattern']!r} is kept for a run's mtp_num_layers)")
     return kw
+
+
+def _nemotron_h_mtp_pattern(c: ConfigFields, has_moe: bool) -> str:
+    # NemotronHConfig.__post_init__ (transformers 5.25.0): mtp_layers_block_type (legacy names
+    # remapped), else ["full_attention", "moe"]; the legacy mtp_hybrid_override_pattern
+    # replaces only that default (_pattern_to_list); validate_layer_type's four names
+    block = c.data.get("mtp_layers_block_type")
+    legacy = c.data.get("mtp_hybrid_override_pattern")
+    if block is None or block in (["full_attention", "moe"], ["attention", "moe"]):
+        if legacy is not None:
+            if not isinstance(legacy, str) or not legacy or len(legacy) > 64 or any(
+                    ch not in _PATTERN for ch in legacy):
+                raise c._bad("field 'mtp_hybrid_override_pattern' must be 1 to 64 of the "
+                             "characters M (Mamba), * (attention), - (MLP), E (MoE)")
+            block = [_PATTERN[ch] for ch in legacy]
+        block = block or ["full_attention", "moe"]
+    letter = {v: k for k, v in _PATTERN.items()}
+    if not isinstance(block, list) or not 0 < len(block) <= 64 or any(
+            not isinstance(v, str) or _LEGACY.get(v, v) not in letter for v in block):
+        raise c._bad("field 'mtp_layers_block_type' must list 1 to 64 layer types, each one of "
+                     "linear_attention, full_attention, mlp, moe")
+    pattern = "".join(letter[_LEGACY.get(v, v)] for v in block)
+    if "E" in pattern and not has_moe:
+        raise c._bad(f"the MTP block {pattern!r} has an MoE layer (E) but the model has none: "
+                     "memsym takes the experts' sizes from the decoder's MoE layers")
+    return pattern
 
 
 def _read_granitemoehybrid(c: ConfigFields, notes: list) -> dict:

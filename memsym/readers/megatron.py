@@ -428,6 +428,11 @@ def _override_layout(r: MegatronArguments, opts: dict, num_layers: int, p: int):
         r.note(f"world size {world} from the launcher's GPUs per node x nodes")
 
 
+#: The hybrid layer patterns: read from a whole command (memsym.readers.megatron_architecture),
+#: refused beside a MODEL (they replace its layers).
+_HYBRID_DESTS = ("hybrid_layer_pattern", "hybrid_override_pattern", "mtp_hybrid_override_pattern")
+
+
 def _override_ignored(r: MegatronArguments, order: list, read=()) -> list:
     """The arguments given that change nothing memsym counts; the others not read are noted
     (or refused, when they change the model's structure).  ``read``: dests read for this
@@ -437,6 +442,9 @@ def _override_ignored(r: MegatronArguments, order: list, read=()) -> list:
         dest = TABLE[name][0]
         if r.not_modelled(name, dest):
             pass
+        elif dest in _HYBRID_DESTS:
+            raise InvalidValueError(f"{name} sets a hybrid model's layers: give the whole "
+                                    "Megatron command without a MODEL")
         elif dest in _OVERRIDE_HANDLED or dest in read:
             continue
         elif dest in _OVERRIDE_NO_EFFECT or dest not in MODELLED:

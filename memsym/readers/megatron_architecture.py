@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..errors import InvalidValueError
 from ._values import MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ, MAX_VOCAB
 from .megatron_arguments import KNOWN_TOKENIZER_VOCAB, MegatronArguments
-from .megatron_pattern import parse_moe_layer_freq
+from .megatron_pattern import parse_hybrid_pattern, parse_moe_layer_freq, unified_hybrid_pattern
 
 __all__ = ["POSITION_EMBEDDING_TYPES", "counted_position_type", "megatron_architecture"]
 
@@ -102,7 +102,9 @@ def megatron_architecture(r: MegatronArguments) -> dict:
     (16, 128, 128)
     """
     a = {}
-    a["num_layers"] = r.require("num_layers", 1, MAX_LAYERS)
+    hybrid = _hybrid_pattern(r)
+    # args:787-797: a hybrid pattern's main layers replace --num-layers
+    a["num_layers"] = (len(hybrid.main) if hybrid else r.require("num_layers", 1, MAX_LAYERS))
     a["hidden_size"] = r.require("hidden_size", 1, MAX_HIDDEN)
     a["num_attention_heads"] = r.require("num_attention_heads", 1, MAX_HEADS)
     a["multi_latent_attention"] = r.flag("multi_latent_attention")
@@ -120,6 +122,8 @@ def megatron_architecture(r: MegatronArguments) -> dict:
     if a["multi_latent_attention"]:
         _latent_attention(r, a)
     a["mtp_num_layers"] = r.int("mtp_num_layers", 0, lo=0, hi=MAX_LAYERS)
+    if hybrid:
+        _hybrid(r, a, hybrid)
     # --mtp-use-repeated-layer (transformer_config.py:82): one MTP layer built, run
     # mtp_num_layers times (multi_token_prediction.py:1985-1996, 2049)
     a["mtp_repeated"] = bool(a["mtp_num_layers"]) and r.flag("mtp_use_repeated_layer")
@@ -284,3 +288,90 @@ def _latent_attention(r: MegatronArguments, a: dict):
     if not a["qk_layernorm"]:
         r.note("--multi-latent-attention without --qk-layernorm: Megatron builds no "
                "norms on the q/kv latents, memsym's MLA count includes them")
+
+
+#: Megatron's hybrid symbols as memsym's per-layer mixer (``layer_mixers``).
+_HYBRID_MIXERS = {"M": "mamba", "*": "attention", "-": "none", "E": "none"}
+_NOT_MODELLED = {"G": "Gated DeltaNet (G)", "D": "DSA attention (D)", "+": "MLA (+)"}
+
+
+def _hybrid_pattern(r: MegatronArguments):
+    """The command's unified hybrid pattern, parsed (None: not a hybrid model)."""
+    text = unified_hybrid_pattern(r.raw.get("hybrid_layer_pattern"),
+                                  r.raw.get("hybrid_override_pattern"),
+                                  r.raw.get("mtp_hybrid_override_pattern"),
+                                  r.int("mtp_num_layers", None, lo=0, hi=MAX_LAYERS))
+    if text is None:
+        return None
+    parsed = parse_hybrid_pattern(text)
+    # the layer kinds memsym builds from a Megatron command, and no '|' stage boundaries
+    # (args:799-862: they set the pipeline layout and virtual stages)
+    other = [_NOT_MODELLED[ch] for ch in _NOT_MODELLED if ch in text]
+    if other:
+        raise InvalidValueError(f"--hybrid-layer-pattern: {', '.join(other)} layers are not "
+                                "modelled from a Megatron command (M, *, -, E are)")
+    if "|" in (parsed.main or ""):
+        raise InvalidValueError("--hybrid-layer-pattern: '|' pipeline-stage boundaries are not "
+                                "modelled; give the pattern without them and "
+                                "--pipeline-model-parallel-size")
+    if not parsed.main:
+        raise InvalidValueError("the hybrid layer pattern has no decoder layers before its "
+                                "'/' (Megatron's layer count is 0; --mtp-hybrid-override-pattern "
+                                "needs --hybrid-layer-pattern)")
+    if len(parsed.main) > MAX_LAYERS:
+        raise InvalidValueError(f"--hybrid-layer-pattern has {len(parsed.main)} layers, over "
+                                f"{MAX_LAYERS}")
+    if r.given("num_layers") and r.int("num_layers", lo=1, hi=MAX_LAYERS) != len(parsed.main):
+        r.note(f"--num-layers ignored: --hybrid-layer-pattern gives {len(parsed.main)} layers "
+               "(Megatron's validate_args)")
+    return parsed
+
+
+def _hybrid(r: MegatronArguments, a: dict, parsed) -> None:
+    """The hybrid fields of a Megatron hybrid model: one layer per symbol of the main
+    pattern, each with one norm (HybridStack's layers: Mamba, attention, MLP or MoE alone),
+    the Mamba-2 mixer's sizes and the MTP block's pattern and depths."""
+    main, block = parsed.main, parsed.mtp or ""
+    a["layer_mixers"] = tuple(_HYBRID_MIXERS[ch] for ch in main)
+    a["ffn_layers"] = tuple(int(ch in "-E") for ch in main)
+    a["norms_per_layer"] = 1
+    if "E" in main + block and not a.get("num_experts"):
+        raise InvalidValueError("--hybrid-layer-pattern has MoE layers (E) but no --num-experts")
+    if a.get("num_experts"):
+        if r.given("moe_layer_freq"):
+            r.note("--moe-layer-freq ignored: the hybrid pattern's E symbols are the MoE layers")
+        a["moe_layer_freq"] = tuple(int(ch == "E") for ch in main)
+    if "M" in main + block:
+        # TransformerConfig's Mamba defaults (transformer_config.py:1259-1268); MambaMixer
+        # (mamba_mixer.py:181, 217-251): d_inner = heads * head_dim, or expand (2) * h split
+        # into heads of head_dim; d_conv 4 (:179), no in/out projection bias, conv bias, the
+        # gated RMSNorm (:276-278 assert them)
+        head_dim = r.int("mamba_head_dim", 64, hi=MAX_HIDDEN)
+        heads = r.int("mamba_num_heads", None, hi=MAX_HIDDEN)
+        if heads is None:
+            if (2 * a["hidden_size"]) % head_dim:
+                raise InvalidValueError(f"Mamba: d_inner = 2 x --hidden-size = "
+                                        f"{2 * a['hidden_size']} must be a multiple of "
+                                        f"--mamba-head-dim {head_dim} (Megatron's MambaMixer)")
+            heads = 2 * a["hidden_size"] // head_dim
+        a.update(mamba_inner_size=heads * head_dim, mamba_num_heads=heads,
+                 mamba_state_dim=r.int("mamba_state_dim", 128, hi=MAX_HIDDEN),
+                 mamba_num_groups=r.int("mamba_num_groups", 8, hi=MAX_HIDDEN),
+                 mamba_conv_kernel=4)
+    given = a["mtp_num_layers"]
+    if parsed.depths:
+        # args:864-879: the pattern's depth count wins over --mtp-num-layers
+        if r.given("mtp_num_layers") and given != parsed.depths:
+            r.note(f"--mtp-num-layers {given} ignored: --hybrid-layer-pattern has "
+                   f"{parsed.depths} MTP depths (Megatron uses the pattern's)")
+        a["mtp_num_layers"], a["mtp_layer_pattern"] = parsed.depths, block
+        a["mtp_repeated"] = r.flag("mtp_use_repeated_layer")
+    elif given:
+        # args:897-907 warns; HybridModel builds MTP only from a pattern (hybrid_model.py:220)
+        r.note(f"--mtp-num-layers {given} ignored: a hybrid model builds MTP layers only from "
+               "the '/' part of --hybrid-layer-pattern (Megatron's HybridModel)")
+        a["mtp_num_layers"] = 0
+        a["mtp_repeated"] = False
+    if a["mtp_num_layers"] and a["position_embedding_type"] not in ("rope", "none"):
+        raise InvalidValueError("multi-token prediction needs --position-embedding-type rope "
+                                "or none (Megatron's validate_args)")

@@ -106,6 +106,8 @@ MODELLED = {
     "moe_latent_size",
     "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
     "v_head_dim", "mtp_num_layers", "mtp_use_repeated_layer", "qk_layernorm",
+    "hybrid_layer_pattern", "hybrid_override_pattern", "mtp_hybrid_override_pattern",
+    "mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads",
     "moe_router_enable_expert_bias",
     "moe_grouped_gemm",
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
@@ -143,7 +145,6 @@ MODELLED = {
 #: Accepted, but they change the model's structure in ways memsym's Architecture cannot express:
 #: refused rather than silently dropped (the count would be wrong).
 STRUCTURE_NOT_MODELLED = {
-    "hybrid_layer_pattern": "hybrid Mamba/attention layer patterns",
     "heterogeneous_layers_config_path": "heterogeneous per-layer configurations",
     "experimental_attention_variant": "gated-delta-net / DSA attention variants",
     "num_experts_per_layer": "per-layer expert counts",

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import InvalidValueError
 from ..model.architecture import is_hybrid, moe_layer_pattern, padded_vocab_size, resolve
-from ..model.hybrid_layers import hybrid_layer_parameters, layer_kind_pattern
+from ..model.hybrid_layers import hybrid_layer_parameters, layer_kind_pattern, mtp_layer_kinds
 from ..text import shared_doc
 from .ssm import mamba_memory_bytes, ssd_flops
 
@@ -96,9 +96,10 @@ class Shape:
     h_lat : int
         A latent MoE's width (``moe_latent_size``; 0: none) [1]: the experts' and dispatch's.
     last_moe : bool
-        The last decoder layer is an MoE layer: the kind of each MTP layer's
-        ``TransformerLayer`` (Megatron-LM's ``get_gpt_mtp_block_spec_for_backend`` takes the
-        decoder block's ``layer_specs[-1]``; models/gpt/gpt_layer_specs.py, rev d98e8a64dd).
+        The last decoder layer is MoE: each MTP layer's kind (Megatron-LM's
+        ``get_gpt_mtp_block_spec_for_backend`` takes ``layer_specs[-1]``, gpt_layer_specs.py).
+    mtp_kinds : tuple
+        A hybrid's MTP block instead: a ``(mixer, ffn)`` per letter (:func:`mtp_layer_kinds`).
     """
 
     L: int
@@ -124,6 +125,7 @@ class Shape:
     ssm: tuple = ()
     last_moe: bool = False
     h_lat: int = 0
+    mtp_kinds: tuple = ()
 
 
 #: The hybrid token mixers the time model prices (Mamba-2, attention, none).
@@ -134,8 +136,7 @@ def _hybrid_kinds(x) -> tuple:
     """``Shape.kinds`` of a resolved hybrid architecture; refuses the mixers not priced."""
     pattern = layer_kind_pattern(x)
     names = {"mamba1": "Mamba-1", "parallel": "parallel Mamba/attention", "gdn": "Gated DeltaNet",
-             "conv": "short-convolution", "lightning": "lightning-attention",
-             "shared": "shared-block"}
+             "conv": "short-convolution", "lightning": "lightning-attention", "shared": "shared-block"}
     other = sorted({names[m] for m, _ in pattern if m not in _PRICED_MIXERS})
     if other:
         what = "/".join(other)
@@ -179,10 +180,10 @@ def shape_of(arch, t: int = 1) -> Shape:
     """
     x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
     kinds = _hybrid_kinds(x) if is_hybrid(x) else ()
-    ssm = ()
-    if any(kind[0][0] == "mamba" for kind in kinds):
-        ssm = (x.mamba_inner_size, x.mamba_state_dim, x.mamba_num_heads, x.mamba_num_groups,
-               x.mamba_conv_kernel)
+    mtp_kinds = mtp_layer_kinds(x) if kinds and x.mtp_layer_pattern else ()
+    ssm = ((x.mamba_inner_size, x.mamba_state_dim, x.mamba_num_heads, x.mamba_num_groups,
+            x.mamba_conv_kernel)
+           if ("mamba", None) in mtp_kinds or any(k[0][0] == "mamba" for k in kinds) else ())
     mla = ()
     d_qk = d_v = x.kv_channels
     if x.multi_latent_attention:
@@ -196,15 +197,14 @@ def shape_of(arch, t: int = 1) -> Shape:
                  E=E, k=x.moe_router_topk if E else 0,
                  f_e=(x.moe_ffn_hidden_size or 0) if E else 0,
                  f_sh=(x.moe_shared_expert_intermediate_size or 0) if E else 0,
-                 L_moe=sum(pattern), mla=mla,
-                 untied=bool(x.untie_embeddings_and_output_weights),
+                 L_moe=sum(pattern), mla=mla, untied=bool(x.untie_embeddings_and_output_weights),
                  rope=x.position_embedding_type == "rope",
                  expert_bias=bool(E and x.add_bias_linear),
                  # the preset's extra (HF config.json's swiglu_limit); the Bridge sets it as
                  # activation_func_clamp_value
                  expert_clamp=bool(E and x.swiglu and (x.extra or {}).get("swiglu_limit")),
                  kinds=kinds, ssm=ssm, last_moe=bool(pattern and pattern[-1]),
-                 h_lat=(x.moe_latent_size or 0) if E else 0)
+                 h_lat=(x.moe_latent_size or 0) if E else 0, mtp_kinds=mtp_kinds)
 
 
 @dataclass(frozen=True)

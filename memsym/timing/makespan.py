@@ -122,8 +122,8 @@ def _output_ends(x, st, dev, clu, overlap, knobs, eta_gemm, mtp_layers, layer) -
     """:func:`memsym.timing.pipeline.end_layers`' output-layer forward and backward and
     embedding [s], with the output stage's ``mtp_layers`` MTP depths: each one's work beside
     its layer (:func:`memsym.timing.mtp.mtp_depth`) and what its layer (``layer``'s MTP
-    parts: the last layer's kind at the MTP block's precision) takes beyond the mean layer,
-    which the stage's layer count prices it as [s]."""
+    parts: the last layer's kind, or a hybrid's MTP pattern's layers, at the MTP block's
+    precision) takes beyond the mean layer, which the stage's layer count prices it as [s]."""
     t, c, d, b = knobs
     out_f, out_b, emb = end_layers(x, st, dev, b, t, c, eta_gemm)
     if not mtp_layers:

@@ -23,7 +23,7 @@ import numpy as np
 from ..numeric import unique_rows
 from .layer import layer_time
 from .moe_host import floored_growth
-from .mtp import mtp_settings
+from .mtp import mtp_block, mtp_settings
 from .records import Overlap, Settings
 
 __all__ = ["mean_layer", "layer_parts"]
@@ -45,8 +45,9 @@ def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
     all-to-alls add when nothing overlaps them, the issued forward and backward EP seconds
     less the exposed ones under the host floor (:func:`memsym.timing.moe_host.floored_growth`)
     [s] (0 without MoE); and ``mtp``, an MTP layer's forward and backward parts [s]: a layer of
-    the last layer's kind (``Shape.last_moe``; a hybrid's: the mean), under FP4 priced at 16
-    bits where ``mtp_layers`` are given (:func:`memsym.timing.mtp.mtp_settings`).
+    the last layer's kind (``Shape.last_moe``; a hybrid's: its MTP pattern's layers,
+    :func:`memsym.timing.mtp.mtp_block`, else the mean), under FP4 priced at 16 bits where
+    ``mtp_layers`` are given (:func:`memsym.timing.mtp.mtp_settings`).
 
     A layer's time depends on the layout only through (t, c, e, t_e, b, d): a grid of many
     layouts (a search's, where p, v and the stage split vary too) is priced once per distinct
@@ -118,7 +119,12 @@ def _spread(value, inv, shape):
 def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap, mtp) -> tuple:
     """:func:`mean_layer` on every row as given."""
     got = _kinds(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm, overlap=overlap)
-    if mtp and mtp_settings(st) is not st:
+    if mtp and x.mtp_kinds:
+        # a hybrid's MTP block: its pattern's layers, at the MTP block's precision
+        block = mtp_block(x, mtp_settings(st), dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
+                          overlap=overlap)
+        got = (*got[:4], block)
+    elif mtp and mtp_settings(st) is not st:
         # the MTP block runs at 16 bits under FP4 (memsym.timing.mtp): its layer repriced
         bf16 = _kinds(x, mtp_settings(st), dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
                       overlap=overlap)
@@ -189,7 +195,8 @@ def layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0, mtp=None) -> dict
     ``compute`` (GEMMs and the attention core), ``memory`` (memory-bound work) and the
     exposed ``tp``, ``ep`` (plus ``ep_once``, the all-to-alls exposed once per step) and
     ``cp`` communication; the stage's MTP layers :math:`N_{MTP}` at their own parts (the
-    last layer's kind, at the MTP block's precision), as the step's total prices them.
+    last layer's kind, or a hybrid's MTP pattern's layers, at the MTP block's precision), as
+    the step's total prices them.
 
     Parameters
     ----------

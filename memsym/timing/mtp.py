@@ -8,8 +8,9 @@ tokens (``_get_embeddings``); ``enorm`` on it and ``hnorm`` on the incoming hidd
 concatenated ``[T, 2h]`` to ``h`` with ``gather_output=False`` (:1174-1186), whose output is
 all-gathered over TP (``gather_from_tensor_model_parallel_region``, :1353) and, under sequence
 parallelism, scattered back (``scatter_to_sequence_parallel_region``, :1358); one
-``TransformerLayer`` of the decoder's last layer spec; ``final_layernorm`` (:1247, applied in
-``_postprocess`` :1439); and one more output layer + loss (``process_mtp_loss``).
+``TransformerLayer`` of the decoder's last layer spec (a hybrid model's: a ``HybridStack`` of
+its MTP pattern's layers, :1199-1214, :func:`mtp_block`); ``final_layernorm`` (:1247, applied
+in ``_postprocess`` :1439); and one more output layer + loss (``process_mtp_loss``).
 
 Precision (``_proj_and_transformer_layer``, :1386-1394): under FP8 the projection and the
 layer each enter ``get_fp8_context(self.config)``, the run's own FP8 recipe; otherwise
@@ -35,10 +36,10 @@ import numpy as np
 
 from .collectives import collective_time, group_bandwidth
 from .efficiency import gemm_time, memory_time
-from .layer import BACKWARD_MEMORY, as_array
+from .layer import BACKWARD_MEMORY, as_array, layer_time
 from .records import Overlap, Settings
 
-__all__ = ["mtp_settings", "mtp_depth"]
+__all__ = ["mtp_settings", "mtp_depth", "mtp_block"]
 
 #: Norms of one MTP depth: ``enorm``, ``hnorm`` and ``final_layernorm``.
 MTP_NORMS = 3
@@ -67,6 +68,78 @@ def mtp_settings(st: Settings) -> Settings:
     ``_proj_and_transformer_layer`` (rev d98e8a64dd).
     """
     return dataclasses.replace(st, precision="bf16") if st.precision == "fp4" else st
+
+
+def mtp_block(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap: Overlap) -> tuple:
+    r"""Forward and backward parts of one hybrid MTP depth's block: its pattern's layers [s].
+
+    .. math:: t^{\text{fwd}}_{\text{block},q} = \sum_{\ell \in \text{pattern}}
+        t^{\text{fwd}}_{q}(\text{kind}_\ell), \qquad
+        t^{\text{bwd}}_{\text{block},q} = \sum_{\ell \in \text{pattern}}
+        t^{\text{bwd}}_{q}(\text{kind}_\ell)
+
+    per part q (``gemm``, ``attention``, ``memory``, ``tp``, ``ep``, ``cp``), one
+    :func:`memsym.timing.layer.layer_time` per letter of ``x.mtp_kinds``: ``*`` an
+    attention-only layer, ``E`` an MoE-only layer, ``-`` an MLP-only layer, ``M`` a Mamba-2
+    layer, each as the decoder's layers of that kind, under ``st`` (the caller passes
+    :func:`mtp_settings`' 16 bits under FP4).
+
+    Parameters
+    ----------
+    x : memsym.timing.gemm.Shape
+        The model's shape, ``x.mtp_kinds`` non-empty.
+    st : Settings
+        The settings the MTP block runs under.
+    dev, clu : GPU, Cluster
+        The GPU and the interconnect.
+    t, c, e, t_e, d : array_like
+        Tensor-, context-, expert-, expert-tensor- and data-parallel sizes [GPUs].
+    b : array_like
+        Micro-batch size [sequences].
+    eta_gemm : float or None
+        A fixed achieved GEMM efficiency in (0, 1] [1] (None: the efficiency curve).
+    overlap : Overlap
+        Which communication hides behind compute.
+
+    Examples
+    --------
+    Nemotron 3 Super's "*E" block is its attention-only layer plus its MoE-only layer:
+
+    >>> from dataclasses import replace
+    >>> from memsym.hardware import cluster_for, gpu; from memsym.model import preset
+    >>> from memsym.timing.gemm import shape_of
+    >>> dev, x = gpu("h100"), shape_of(replace(preset("nemotron-3-super"), mtp_num_layers=1))
+    >>> x.mtp_kinds
+    (('attention', None), ('none', True))
+    >>> kw = dict(eta_gemm=0.5, overlap=Overlap())
+    >>> st, clu, one = Settings(seq_length=4096), cluster_for(dev.name), np.array(1.0)
+    >>> f, _ = mtp_block(x, st, dev, clu, one, one, one, one, one, one, **kw)
+    >>> att, _ = layer_time(x, st, dev, clu, one, one, one, one, one, moe=False, dp=one,
+    ...                     mixer="attention", mlp=False, **kw)
+    >>> moe, _ = layer_time(x, st, dev, clu, one, one, one, one, one, moe=True, dp=one,
+    ...                     mixer="none", **kw)
+    >>> bool(np.isclose(f["gemm"], att["gemm"] + moe["gemm"]))
+    True
+
+    References
+    ----------
+    Megatron-LM megatron/core/transformer/multi_token_prediction.py:1199-1214 (rev
+    d98e8a64dd): a hybrid model's ``MultiTokenPredictionLayer`` builds its inner layers as a
+    ``HybridStack`` of ``mtp_layer_pattern``, one layer per symbol.
+    """
+    fwd, bwd = {}, {}
+    for (mixer, ffn), n in _counts(x.mtp_kinds):
+        f, bw = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=bool(ffn), eta_gemm=eta_gemm,
+                           overlap=overlap, dp=d, mixer=mixer, mlp=ffn is not None)
+        for key in f:
+            fwd[key] = fwd.get(key, 0.0) + n * f[key]
+            bwd[key] = bwd.get(key, 0.0) + n * bw[key]
+    return fwd, bwd
+
+
+def _counts(kinds: tuple) -> tuple:
+    """Each distinct kind of ``kinds`` and how often it occurs, in first-seen order."""
+    return tuple((k, kinds.count(k)) for k in dict.fromkeys(kinds))
 
 
 def mtp_depth(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, ends: tuple, *,
