@@ -151,11 +151,11 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
                moe=moe, dispatch_f=f_c, attention=mixer == "attention")
     gpu = (sum(fwd.values()), sum(bwd.values()))
     if moe and st.moe_host_sync:
-        # the dispatcher's host sync drains the GPU queue each MoE layer: the layer takes at
-        # least the host's time to issue it, each direction (memsym.timing.moe_host); counted
-        # with the memory-bound part
+        # the dispatcher's host sync drains the GPU queue in each MoE layer's forward: the
+        # forward takes at least the host's time to issue it; the backward has no sync (it
+        # reuses the forward's split sizes) and runs behind a CPU that is ahead of it
+        # (memsym.timing.moe_host); counted with the memory-bound part
         fwd["memory"] = fwd["memory"] + host_exposed(gpu[0])
-        bwd["memory"] = bwd["memory"] + host_exposed(gpu[1])
     if raw is not None:
         raw.update(tp=tuple(tp_raw), ep=tuple(ep_raw), cp=tuple(cp_raw))
         if moe:     # the GPU seconds before the host floor (forward, backward)

@@ -43,7 +43,8 @@ def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
     mtp)``: the forward and backward parts (dicts of arrays [s]); the layer's collectives as
     issued (:func:`memsym.timing.layer.layer_time`'s ``raw``); what an MoE layer's
     all-to-alls add when nothing overlaps them, the issued forward and backward EP seconds
-    less the exposed ones under the host floor (:func:`memsym.timing.moe_host.floored_growth`)
+    less the exposed ones, the forward's under the host floor
+    (:func:`memsym.timing.moe_host.floored_growth`)
     [s] (0 without MoE); and ``mtp``, an MTP layer's forward and backward parts [s]: a layer of
     the last layer's kind (``Shape.last_moe``; a hybrid's: its MTP pattern's layers,
     :func:`memsym.timing.mtp.mtp_block`, else the mean), under FP4 priced at 16 bits where
@@ -155,7 +156,7 @@ def _kinds(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
         # what the all-to-alls the overlap hides add when they run alone, under the MoE
         # layer's host floor (memsym.timing.moe_host)
         ep_alone = (floored_growth(raw_moe["gpu"][0], raw_moe["ep"][0] - moe_f["ep"])
-                    + floored_growth(raw_moe["gpu"][1], raw_moe["ep"][1] - moe_b["ep"]))
+                    + (raw_moe["ep"][1] - moe_b["ep"]))     # the backward has no floor
         last = (moe_f, moe_b) if x.last_moe else (dense_f, dense_b)
     else:
         lf, lb = dense_f, dense_b
@@ -182,7 +183,7 @@ def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap
                                  zip(raw_layer.get(g, (0.0,) * 4), raw[g]))
         if ffn:     # the MoE layers' all-to-alls alone (as _kinds)
             ep_alone = (floored_growth(raw["gpu"][0], raw["ep"][0] - f["ep"])
-                        + floored_growth(raw["gpu"][1], raw["ep"][1] - bw["ep"]))
+                        + (raw["ep"][1] - bw["ep"]))     # the backward has no floor
     return lf, lb, raw_layer, ep_alone, (lf, lb)
 
 

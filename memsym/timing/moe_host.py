@@ -13,24 +13,34 @@ in dispatch") [megatron-moe-host].  Only dropping and padding to capacity
 (``moe_pad_expert_input_to_capacity``) skips it; no validation run sets it.
 
 At the wait the GPU's queue drains, so the CPU cannot run ahead of the GPU across MoE
-layers: issuing one MoE layer (router, dispatcher pre-processing and copies, the
-all-to-alls, TE's grouped GEMMs one cuBLAS call per local expert, the combine) takes
-:math:`H` seconds of host time that the GPU waits through whenever its own work on the
-layer, :math:`G`, is shorter.  The backward starts from the drained queue and runs at least
-as long as its issue, too.  Per MoE layer, micro-batch and direction:
+layers in the forward: issuing one MoE layer's forward (router, dispatcher pre-processing
+and copies, the all-to-alls, TE's grouped GEMMs one cuBLAS call per local expert, the
+combine) takes :math:`H` seconds of host time that the GPU waits through whenever its own
+forward work on the layer, :math:`G`, is shorter.  Per MoE layer and micro-batch:
 
 .. math::
 
-    t = \max(G, H) = G + \max(0,\; H - G)
+    t_{fwd} = \max(G_{fwd}, H) = G_{fwd} + \max(0,\; H - G_{fwd}),\qquad t_{bwd} = G_{bwd}
+
+The backward waits on nothing: every sync above sits in the forward's dispatch
+(``dispatch_preprocess``, ``token_dispatch``, ``dispatch_postprocess`` and
+``_HybridEPManager.dispatch``), and the backward reuses the sizes the forward resolved, on
+the host, in its autograd context: ``_AllToAll.backward`` swaps ``ctx.input_split_sizes``
+and ``ctx.output_split_sizes`` (megatron/core/tensor_parallel/mappings.py),
+``HybridEPDispatch.backward`` runs ``combine_with_unpermute`` with the saved ``handle`` and
+``HybridEPCombine.backward`` the dispatch with ``ctx.num_permuted_tokens``
+(moe/fused_a2a.py) [megatron-moe-host].  With no sync between the last forward layer and
+the backward's end, the CPU runs ahead of the GPU through the backward, as through a dense
+layer, and no floor is priced there.
 
 :math:`H` is one constant, :data:`MOE_LAYER_HOST`, fixed on one published run (below), the
-same for forward and backward, every GPU, dispatcher and CUDA-graph scope: a stated
-simplification.  Dense layers have no host synchronisation inside the step: the CPU runs
-ahead over layers and micro-batches and their issue (one attention block and one MLP, some
-twenty kernels) hides behind the GPU, so no floor is priced for them.  The same :math:`H`
-as a floor on dense layers (on their forward plus backward, as no sync separates them)
-would price seed 001's H100 FP8 run +23 % and the GPT-3 / Llama 2 NeMo 24.07 rows up to
-+30 %: a dense layer's host time is far below an MoE layer's.
+same for every GPU, dispatcher and CUDA-graph scope: a stated simplification.  Dense layers
+have no host synchronisation inside the step: the CPU runs ahead over layers and
+micro-batches and their issue (one attention block and one MLP, some twenty kernels) hides
+behind the GPU, so no floor is priced for them.  The same :math:`H` as a floor on dense
+layers (on their forward plus backward, as no sync separates them) would price seed 001's
+H100 FP8 run +23 % and the GPT-3 / Llama 2 NeMo 24.07 rows up to +30 %: a dense layer's host
+time is far below an MoE layer's.
 
 References
 ----------
@@ -39,7 +49,10 @@ References
    (``__init__``: ``cuda_sync_point``, ``cuda_dtoh_point``; ``preprocess``:
    ``_maybe_update_cuda_sync_point("before_ep_alltoall")``; ``_maybe_dtoh_and_synchronize``:
    ``self.d2h_event.synchronize()``) and ``_HybridEPManager.dispatch``
-   (``self.num_permuted_tokens = self.tokens_per_expert.sum()``).
+   (``self.num_permuted_tokens = self.tokens_per_expert.sum()``); the backward's sizes from
+   the forward's context: megatron/core/tensor_parallel/mappings.py:424-483
+   (``_AllToAll.backward``), megatron/core/transformer/moe/fused_a2a.py:449-476
+   (``HybridEPDispatch.backward``), 502-519 (``HybridEPCombine.backward``).
 """
 
 from __future__ import annotations
@@ -50,15 +63,15 @@ from ..term import Source
 
 __all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "MOE_HOST_SOURCE", "host_exposed", "floored_growth"]
 
-#: Host seconds to issue one MoE layer's forward (and, equal, its backward) for one
-#: micro-batch [s].  Fixed on ONE published run, :data:`MOE_HOST_RUN` (Megatron-Bridge 26.02,
+#: Host seconds to issue one MoE layer's forward for one micro-batch [s] (the backward has
+#: no floor).  Fixed on ONE published run, :data:`MOE_HOST_RUN` (Megatron-Bridge 26.02,
 #: DGX-B200, Qwen3-30B-A3B MXFP8, MBS 1: the validation run whose GPU work per MoE layer is
 #: the smallest, 48 MoE layers of 3B active parameters on 4,096 tokens, so the host floor
 #: sets most of its step), by bisection on its measured step (tools/time_accuracy.py
 #: ``calibrate_moe_host``); not fitted to any other run.  Chosen after the H100 GPT-OSS
-#: MBS 1 row had been tried (7.7 ms there, which prices the Qwen3 rows up to 77 % too slow;
-#: docs/time-accuracy.md, Known gaps).
-MOE_LAYER_HOST = 4.314e-3
+#: MBS 1 row had been tried (docs/time-accuracy.md, Known gaps).  Refixed on the same run
+#: when the floor left the backward (it was 4.31 ms a direction with a floor each way).
+MOE_LAYER_HOST = 6.813e-3
 #: The run :data:`MOE_LAYER_HOST` is fixed on (formulas/measured_time.toml).
 MOE_HOST_RUN = "mbridge.26.02.b200.qwen3-30b-a3b.mxfp8"
 #: Where the per-layer host synchronisation is (a key of memsym/references.toml).
@@ -69,20 +82,20 @@ MOE_HOST_SOURCE = Source("megatron-moe-host",
 
 
 def host_exposed(gpu_seconds, host=None):
-    r"""Seconds the GPU waits for the host in one MoE layer, micro-batch and direction [s].
+    r"""Seconds the GPU waits for the host in one MoE layer's forward, one micro-batch [s].
 
     .. math::
 
         t_{\text{host}} = \max(0,\; H - G)
 
-    with :math:`G` the layer's GPU seconds in that direction (GEMMs, attention, memory-bound
+    with :math:`G` the layer's forward GPU seconds (GEMMs, attention, memory-bound
     work, exposed communication) and :math:`H` the host seconds to issue it
     (:data:`MOE_LAYER_HOST` unless given): the layer then takes :math:`\max(G, H)`.
 
     Parameters
     ----------
     gpu_seconds : array_like
-        The layer's GPU seconds in one direction, G [s].
+        The layer's forward GPU seconds, G [s].
     host : float, optional
         Host seconds to issue it, H [s] (default :data:`MOE_LAYER_HOST`).
 
@@ -107,7 +120,7 @@ def host_exposed(gpu_seconds, host=None):
 
 
 def floored_growth(gpu_seconds, extra, host=None):
-    r"""How much one MoE layer's direction lengthens when its GPU work grows by ``extra`` [s].
+    r"""How much one MoE layer's forward lengthens when its GPU work grows by ``extra`` [s].
 
     Under the host floor the layer takes :math:`\max(G, H)`, so ``extra`` GPU seconds (the
     all-to-all the EP overlap hides in steady state but not in the first forward and last
@@ -120,7 +133,7 @@ def floored_growth(gpu_seconds, extra, host=None):
     Parameters
     ----------
     gpu_seconds : array_like
-        The layer's GPU seconds in one direction, G [s].
+        The layer's forward GPU seconds, G [s].
     extra : array_like
         The GPU seconds added, x [s].
     host : float, optional
