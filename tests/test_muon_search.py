@@ -14,8 +14,12 @@ import pytest
 
 from memsym.cli import main
 from memsym.hardware import cluster_for, gpu
+from memsym.job import job
 from memsym.model import Architecture
+from memsym.search import launch_overlaps, search
 from memsym.timing.muon import muon_step_time
+from memsym.timing.step import step_time
+from memsym.training import job_memory, phase_totals, phase_transients, training_values
 
 
 def run(capsys, *argv):
@@ -122,3 +126,75 @@ def test_tp_modes_at_tp_1_cost_their_element_wise_passes_and_no_collective():
     assert _step("duplicated", 1) - block == pytest.approx(extra, rel=1e-9)
     assert _step("distributed", 1) - block == pytest.approx(extra, rel=1e-9)
 
+
+
+# ----------------------------------------------------------------------------------------------
+# A search under Muon prices each row as estimate (and the step time) prices that row's job
+# ----------------------------------------------------------------------------------------------
+MUON_CASES = (
+    # Megatron-LM's default (duplicated), Megatron-Bridge's (blockwise, Nesterov on), the
+    # distributed mode with 3 Newton-Schulz steps, over DDP and the layer-wise optimizer
+    ({"muon_tp_mode": "duplicated"}, "distributed-optimizer"),
+    ({"muon_tp_mode": "blockwise", "muon_nesterov": True}, "distributed-optimizer"),
+    ({"muon_tp_mode": "distributed", "muon_num_ns_steps": 3}, "ddp"),
+)
+
+
+def _row_job(r, held, sharding):
+    return job("llama3-8b", t=r["t"], p=r["p"], c=r["c"], d=r["d"], e=r["e"],
+               v=r["v"] if r["v"] > 1 else None, micro_batch_size=r["b"],
+               recompute=r["recompute"], sharding=sharding,
+               sequence_parallel=r["sequence_parallel"], gpu="h100-80gb", seq_length=512,
+               global_batch_size=64, optimizer="muon", **held,
+               **launch_overlaps("megatron", sharding))
+
+
+def phase_peak(j):
+    """The phase whose total is the job's peak (memsym.training.phase_totals)."""
+    vals = training_values(j.model, j.layout, j.training, dict(j.allowances))
+    tots = phase_totals(j, 0)
+    return max(tots, key=lambda ph: float(tots[ph].evaluate(vals)))
+
+
+def test_search_rows_are_the_estimate_and_step_time_of_their_jobs():
+    for held, sharding in MUON_CASES:
+        # short sequences, full recompute: the optimizer step's phase is the peak, where the
+        # Newton-Schulz workspace counts
+        res = search("llama3-8b", "h100-80gb", 16, seq_length=512, global_batch_size=64,
+                     optimizer="muon", sharding=[sharding], recompute=["full"],
+                     tp=[1, 2, 4], pp=[1, 2], held=held)
+        rows = [res.row(i) for i in range(len(res))]
+        picked = {}
+        for r in rows:                      # one row per (t, p, SP)
+            picked.setdefault((r["t"], r["p"], r["sequence_parallel"]), r)
+        assert {k[0] for k in picked} == {1, 2, 4}
+        peaks = set()
+        for r in picked.values():
+            j = _row_job(r, held, sharding)
+            peaks.add(phase_peak(j))
+            assert float(job_memory(j).bytes_total) == pytest.approx(r["memory"], rel=1e-12), \
+                (held, r)
+            assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
+                pytest.approx(r["step_time"], rel=1e-9), (held, r)
+        assert "optimizer" in peaks
+        # the exact bytes the table prints for a row: the estimate's too
+        i = int(res.order()[0])
+        r = res.row(i)
+        j = _row_job(r, held, sharding)
+        assert float(res.exact(i)["bytes"]["total"]) == \
+            pytest.approx(float(job_memory(j).bytes_total), rel=1e-12)
+
+
+def test_the_blockwise_workspace_is_the_tp_shard_by_hand():
+    # blockwise orthogonalizes each TP shard (emerging_optimizers.py:403: partition_dim None);
+    # Llama-3-8B's largest Muon matrix is fc1, 2 x 14336 x 4096 (SwiGLU), column-parallel:
+    # the step's fp32 result and its two scaled copies are 12 bytes per element of its shard,
+    # Nesterov's lerp 4 more (orthogonalized_optimizer.py:197, emerging_optimizers.py:237)
+    fc1 = 2 * 14336 * 4096
+    for t in (1, 2, 4):
+        j = job("llama3-8b", t=t, d=2, optimizer="muon", muon_tp_mode="blockwise",
+                muon_nesterov=True, sharding="ddp")
+        tr = phase_transients(j, 0)["optimizer"]
+        got = {term.key: term.expr.subs(training_values(j.model, j.layout, j.training)) for term in tr
+               if term.key in ("newton_schulz_result", "muon_nesterov")}
+        assert got == {"newton_schulz_result": 12 * fc1 // t, "muon_nesterov": 4 * fc1 // t}

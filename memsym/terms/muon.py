@@ -29,11 +29,11 @@ from dataclasses import replace
 
 import sympy as sp
 
-from ..symbols import N_sc
+from ..symbols import N_sc, t as t_sym, t_e as t_e_sym
 from ..term import Source, Term, Total
 from ..values import as_expr
 
-__all__ = ["muon_scalar_moment", "muon_states", "newton_schulz_flops", "newton_schulz_workspace"]
+__all__ = ["largest_muon_elements", "muon_scalar_moment", "muon_states", "newton_schulz_flops", "newton_schulz_workspace"]
 
 _SCALAR = Source("megatron-core", "core/optimizer/emerging_optimizers.py:140-147 "
                  "(_is_muon_excluded: embeddings, output layer, non-2-D to the scalar "
@@ -189,6 +189,53 @@ def newton_schulz_flops(rows, cols, steps=5) -> sp.Expr:
     r, c = as_expr(rows), as_expr(cols)
     m, n = sp.Min(r, c), sp.Max(r, c)
     return as_expr(steps) * (4 * m**2 * n + 2 * m**3)
+
+
+def largest_muon_elements(matrices, *, gathered: bool) -> sp.Expr:
+    r"""Elements of the largest matrix one GPU orthogonalizes, in the TP sizes [elements].
+
+    .. math:: n_{max} = \max\Bigl(\max_{rep} r c,\; \frac{\max_{TP} r c}{t},\;
+       \frac{\max_{ETP} r c}{t_e}\Bigr)
+
+    over the replicated matrices, the TP-split ones and the routed experts' (split over expert
+    TP); every matrix whole when ``gathered`` (``--muon-tp-mode duplicated``, whose
+    ``newton_schulz_tp`` all-gathers the shard, Emerging-Optimizers ``muon_utils.py:328-330``).
+    Symbolic in :math:`t` and :math:`t_e`, so that one expression serves every TP size (the
+    search binds it per layout, estimate at its own).
+
+    Parameters
+    ----------
+    matrices : iterable of tuple
+        ``(name, rows, cols, split, count)`` of each matrix
+        (:func:`memsym.model.muon_matrices.muon_matrices`) [elements].
+    gathered : bool
+        The whole matrix rather than its TP shard.
+
+    Examples
+    --------
+    A 8 x 4 column-parallel matrix, a 6 x 2 replicated one and a 16 x 4 expert matrix, at
+    t = 2, t_e = 4: max(12, 32/2, 64/4) = 16; gathered: 64 (by hand):
+
+    >>> mats = [("a", 8, 4, "rows", 1), ("r", 6, 2, None, 1), ("x", 16, 4, "expert-rows", 8)]
+    >>> from memsym.symbols import t, t_e
+    >>> largest_muon_elements(mats, gathered=False).subs({t: 2, t_e: 4})
+    16
+    >>> largest_muon_elements(mats, gathered=True)
+    64
+
+    References
+    ----------
+    .. [megatron-core] ``core/optimizer/emerging_optimizers.py:382-440`` (``orthogonalize``:
+       the shard, or ``newton_schulz_tp``).
+    """
+    best = {None: 0, "tp": 0, "etp": 0}
+    for _, rows, cols, split, _ in matrices:
+        kind = None if gathered or split is None else (
+            "etp" if split.startswith("expert") else "tp")
+        best[kind] = max(best[kind], int(rows) * int(cols))
+    parts = [sp.Integer(best[None])] if best[None] else []
+    parts += [sp.Integer(best[k]) / w for k, w in (("tp", t_sym), ("etp", t_e_sym)) if best[k]]
+    return sp.Max(*parts) if parts else sp.Integer(0)
 
 
 def newton_schulz_workspace(rows, cols, *, nesterov: bool = True) -> Total:
