@@ -198,3 +198,15 @@ def test_the_blockwise_workspace_is_the_tp_shard_by_hand():
         got = {term.key: term.expr.subs(training_values(j.model, j.layout, j.training)) for term in tr
                if term.key in ("newton_schulz_result", "muon_nesterov")}
         assert got == {"newton_schulz_result": 12 * fc1 // t, "muon_nesterov": 4 * fc1 // t}
+
+
+def test_search_takes_the_muon_switches_and_holds_them(capsys):
+    # before, a search refused them ("not a searched setting"); now held over every layout
+    code, out, err = run(capsys, "search", "llama2-7b", "--gpus", "8", "--gpu", "h100-80gb",
+                         "--optimizer", "muon", "--muon-tp-mode", "blockwise",
+                         "--muon-nesterov", "--muon-num-ns-steps", "3",
+                         "--global-batch-size", "64", "--top", "1")
+    assert code == 0, err
+    held = next(l for l in out.splitlines() if l.startswith("held from the job: "))
+    for words in ("muon_tp_mode blockwise", "muon_nesterov True", "muon_num_ns_steps 3"):
+        assert words in held
