@@ -210,3 +210,34 @@ def test_search_takes_the_muon_switches_and_holds_them(capsys):
     held = next(l for l in out.splitlines() if l.startswith("held from the job: "))
     for words in ("muon_tp_mode blockwise", "muon_nesterov True", "muon_num_ns_steps 3"):
         assert words in held
+
+
+#: a small MLA model: q and kv down-projections (q_lora_rank 384, kv_lora_rank 256)
+MLA = Architecture(num_layers=4, hidden_size=1024, num_attention_heads=8, ffn_hidden_size=2816,
+                   vocab_size=32768, swiglu=True, normalization="RMSNorm",
+                   max_position_embeddings=4096, position_embedding_type="rope",
+                   add_bias_linear=False, multi_latent_attention=True, q_lora_rank=384,
+                   kv_lora_rank=256, qk_head_dim=64, qk_pos_emb_head_dim=32, v_head_dim=64,
+                   untie_embeddings_and_output_weights=True)
+
+
+def test_search_carries_mla_down_proj_fusion_into_the_step_time():
+    # --mla-down-proj-fusion fuses MLA's input norm into the down-projection (Megatron-LM
+    # arguments.py:3566-3572): --recompute-modules layernorm has no norm to rerun, so the
+    # fused row is faster, and each row is the step time of its own job
+    got = {}
+    for fused in (False, True):
+        held = {"mla_down_proj_fusion": fused, "recompute_modules": ("layernorm",)}
+        res = search(MLA, "h100-80gb", 8, seq_length=2048, global_batch_size=64,
+                     sharding=["distributed-optimizer"], recompute=["selective"], tp=[1, 2],
+                     pp=[1], micro_batch_sizes=[1], held=held)
+        r = res.row(int(res.order()[0]))
+        j = job(MLA, t=r["t"], p=r["p"], c=r["c"], d=r["d"], e=r["e"], micro_batch_size=r["b"],
+                recompute="selective", sharding="distributed-optimizer",
+                sequence_parallel=r["sequence_parallel"], gpu="h100-80gb", seq_length=2048,
+                global_batch_size=64, **held,
+                **launch_overlaps("megatron", "distributed-optimizer"))
+        assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
+            pytest.approx(r["step_time"], rel=1e-9)
+        got[fused] = (r["t"], r["sequence_parallel"], r["step_time"])
+    assert got[True][:2] == got[False][:2] and got[True][2] < got[False][2]
