@@ -160,8 +160,11 @@ def test_the_newton_schulz_workspace_follows_tp_mode_and_nesterov(sharding):
     whole = 2 * 11008 * 4096
 
     def optimizer_phase(**kw):
+        from memsym.training import training_values
+
         j = job("llama2-7b", t=2, world_size=8, optimizer="muon", sharding=sharding, **kw)
-        return {term.key: term.evaluate() for term in phase_transients(j, 0)["optimizer"]}
+        vals = training_values(j.model, j.layout, j.training)   # the workspace is in t
+        return {term.key: term.evaluate(vals) for term in phase_transients(j, 0)["optimizer"]}
 
     assert optimizer_phase() == {"newton_schulz_result": 12 * whole}
     assert optimizer_phase(muon_nesterov=True) == {"newton_schulz_result": 12 * whole,

@@ -43,7 +43,7 @@ def run(args) -> int:
         })
         return 0
     print(f"memsym min-gpus: {res.gpus} GPUs")
-    print("layout: " + layout_text(lay))
+    print("layout: " + layout_text(lay, options.get("optimizer")))
     print(res.explanation() + "  (C: GPU memory in bytes"
           + (f", less the {args.margin_bytes / 1e9:.4g} GB --margin)" if args.margin_bytes
              else ")"))
@@ -54,11 +54,12 @@ def run(args) -> int:
     return 0
 
 
-def layout_text(lay: dict) -> str:
+def layout_text(lay: dict, optimizer: str | None = None) -> str:
     """The text of a :func:`memsym.cli.search.layout_json` layout: its knobs as ``name value``
     (the launch overlaps left to the JSON, as the search table leaves them), a Megatron-FSDP
     scheme in Megatron-LM's words, its ``--data-parallel-sharding-strategy`` beside it (what
-    ``memsym search --emit megatron`` launches).
+    ``memsym search --emit megatron`` launches), any other scheme as ``memsym estimate`` says
+    it under ``optimizer`` (:func:`memsym.cli.search.sharding_words`).
 
     Examples
     --------
@@ -67,6 +68,8 @@ def layout_text(lay: dict) -> str:
     'tp 2, dp 4, sharding fsdp (Megatron-FSDP optim_grads_params)'
     >>> layout_text({"tp": 1, "sharding": "zero3"})
     'tp 1, sharding zero3'
+    >>> layout_text({"tp": 1, "sharding": "distributed-optimizer"}, "muon")
+    'tp 1, sharding distributed-optimizer (layer-wise under muon)'
     """
     said = []
     for key, value in lay.items():
@@ -74,6 +77,6 @@ def layout_text(lay: dict) -> str:
                                     "overlap_param_gather"):
             continue
         if key == "sharding":
-            value = sharding_words(value, lay.get("megatron_fsdp"))
+            value = sharding_words(value, lay.get("megatron_fsdp"), optimizer)
         said.append(f"{key} {value}")
     return ", ".join(said)

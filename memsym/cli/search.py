@@ -8,6 +8,7 @@ import time
 from ..frameworks import FRAMEWORK
 from .option_table import add_command
 from .options import emit_json, number_out
+from .report_text import scheme_words
 
 __all__ = ["add_parser", "run", "search_options", "Progress", "sharding_words"]
 
@@ -214,22 +215,31 @@ def megatron_fsdp_of(framework: str, sharding: str) -> dict:
     return {}
 
 
-def sharding_words(sharding: str, megatron_fsdp: str | None = None) -> str:
+def sharding_words(sharding: str, megatron_fsdp: str | None = None,
+                   optimizer: str | None = None) -> str:
     """A layout's sharding as the text says it: a Megatron-FSDP scheme in Megatron-LM's words,
     its ``--data-parallel-sharding-strategy`` beside it (``megatron_fsdp``, as
-    :func:`megatron_fsdp_of` gives it), what ``memsym search --emit megatron`` launches.
+    :func:`megatron_fsdp_of` gives it), what ``memsym search --emit megatron`` launches; any
+    other scheme as ``memsym estimate`` says it under ``optimizer``
+    (:func:`memsym.cli.report_text.scheme_words`: the layer-wise one under Muon).
 
     Examples
     --------
     >>> sharding_words("fsdp", "optim_grads_params"), sharding_words("zero3")
     ('fsdp (Megatron-FSDP optim_grads_params)', 'zero3')
+    >>> sharding_words("distributed-optimizer", optimizer="muon")
+    'distributed-optimizer (layer-wise under muon)'
     """
-    return sharding if megatron_fsdp is None else f"{sharding} (Megatron-FSDP {megatron_fsdp})"
+    if megatron_fsdp is None:
+        return scheme_words(sharding, optimizer)
+    return f"{sharding} (Megatron-FSDP {megatron_fsdp})"
 
 
-def _row_sharding(framework: str, sharding: str) -> str:
-    """A search row's sharding in words (:func:`sharding_words`) for its framework."""
-    return sharding_words(sharding, megatron_fsdp_of(framework, sharding).get("megatron_fsdp"))
+def _row_sharding(space, sharding: str) -> str:
+    """A search row's sharding in words (:func:`sharding_words`) for its space's framework
+    and optimizer."""
+    return sharding_words(sharding, megatron_fsdp_of(space.framework, sharding)
+                          .get("megatron_fsdp"), space.optimizer)
 
 
 def bytes_json(grouped: dict) -> dict:
@@ -443,7 +453,7 @@ def _emit_text(args, res, rows, emitted, assumed) -> str:
         total = bytes_json(exact["bytes"])["total"]
         head = (f"# layout {n}: t={row['t']} p={row['p']} c={row['c']} d={row['d']} "
                 f"e={row['e']} v={row['v']} b={row['b']}{ends}, recompute {row['recompute']}, "
-                f"sharding {_row_sharding(res.space.framework, row['sharding'])}, "
+                f"sharding {_row_sharding(res.space, row['sharding'])}, "
                 f"SP {'on' if row['sequence_parallel'] else 'off'}: "
                 f"{total} bytes ({total / 1e9:.3f} GB)")
         lines.append("")
@@ -497,7 +507,7 @@ def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
     for note in res.notes:
         lines.append("note: " + note)
     lines.append("")
-    said = [_row_sharding(sp_.framework, row["sharding"]) for row, _ in rows]
+    said = [_row_sharding(sp_, row["sharding"]) for row, _ in rows]
     wide = max([22] + [len(w) + 1 for w in said])     # the column widens for the longest
     lines.append(f"{'#':>3} {'t':>3} {'p':>4} {'c':>4} {'d':>6} {'e':>3} {'v':>3} {'b':>3} "
                  f"{'ends':>7} {'recompute':<10}{'sharding':<{wide}}{'SP':<4}{'GB':>9}"

@@ -23,6 +23,7 @@ from argparse import Namespace
 from dataclasses import dataclass, field, replace
 
 from ..text import looks_like_option, option_values, printable
+from .report_text import scheme_words
 
 __all__ = ["SearchJob", "search_job", "job_report", "job_lines", "relaunch",
            "read_back_words", "check_emittable_job", "bridge_overrides", "bridge_relaunch"]
@@ -263,8 +264,9 @@ def job_lines(sj: SearchJob, res) -> list:
             f"held from the job: {shown}",
             f"the job's own layout, not pinned: t={lay['tp']} p={lay['pp']} c={lay['cp']} "
             f"d={lay['dp']} e={lay['ep']} v={lay['vpp'] or 1} b={lay['micro_batch_size']} on "
-            f"{lay['world_size']} GPUs, sharding {lay['sharding']}; searched on {rep['gpus']} "
-            f"GPUs ({rep['gpus_from']})"]
+            f"{lay['world_size']} GPUs, sharding "
+            f"{scheme_words(lay['sharding'], sj.job.training.states.optimizer)}; searched on "
+            f"{rep['gpus']} GPUs ({rep['gpus_from']})"]
 
 
 def _kept_words(words) -> list:

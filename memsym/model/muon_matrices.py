@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from ..symbols import t as t_sym, t_e as t_e_sym
+from ..terms.muon import largest_muon_elements
 from .architecture import Architecture, resolve
 from .counts import norm_params
 from .sizes import padded_vocab_size
@@ -148,9 +150,7 @@ def largest_muon_matrix(arch: Architecture, t: int, t_e: int, *, gathered: bool,
     >>> largest_muon_matrix(x, 2, 2, gathered=False), largest_muon_matrix(x, 2, 2, gathered=True)
     (45088768, 90177536)
     """
-    best = 0
-    for moe in {False, bool(arch.num_experts)}:
-        for _, rows, cols, split, _ in muon_matrices(arch, moe, split_qkv=split_qkv):
-            ways = 1 if gathered or split is None else (t_e if split.startswith("expert") else t)
-            best = max(best, rows * cols // ways)
-    return best
+    # the one formula (terms.muon), at these sizes
+    mats = [mat for moe in {False, bool(arch.num_experts)}
+            for mat in muon_matrices(arch, moe, split_qkv=split_qkv)]
+    return int(largest_muon_elements(mats, gathered=gathered).subs({t_sym: t, t_e_sym: t_e}))

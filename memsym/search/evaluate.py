@@ -465,10 +465,18 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
 def _held_settings(space: Space, rc: str) -> dict:
     """The :class:`memsym.timing.records.Settings` fields a job's held settings give
     (:data:`memsym.search.job_fields.HELD_FIELDS`), as the job's step time reads them: FP8
-    parameter gathers, the reduced gradient's width and the selective recompute's modules."""
+    parameter gathers, the reduced gradient's width, the selective recompute's modules, Muon's
+    TP mode, Newton-Schulz steps and Nesterov, and MLA's down-projection fusion."""
     held = dict(space.held)
     out = {"fp8_param_gather": bool(held.get("fp8_param_gather", False)),
            "grad_bytes": 2 if held.get("grad_dtype") in ("bf16", "fp16") else 4}
+    # Muon's and MLA's switches, as memsym.timing.step reads a job's (Settings' defaults
+    # are the Training's: a field not held keeps it)
+    for field, name in (("muon_tp_mode", "muon_tp_mode"), ("muon_num_ns_steps", "muon_ns_steps"),
+                        ("muon_nesterov", "muon_nesterov"),
+                        ("mla_down_proj_fusion", "mla_down_proj_fusion")):
+        if field in held:
+            out[name] = held[field]
     if rc == "selective" and held.get("recompute_modules") is not None:
         out["recompute_modules"] = recompute_modules_of(space.training(recompute=rc))
     return out

@@ -62,13 +62,17 @@ OVERLAP_FIELDS = ("overlap_grad_reduce", "overlap_param_gather")
 #: the selective recompute's modules, the MoE and P2P overlaps) are passed to it
 #: (:mod:`memsym.search.evaluate`).  Fields that change which stage holds what (the V
 #: placement, micro-batch groups, layer offloading), NVFP4 parameters and the metric stay
-#: refused (:func:`refuse_unsearched`).
+#: refused (:func:`refuse_unsearched`).  Muon's switches and MLA's down-projection fusion
+#: (Megatron-LM's ``--muon-tp-mode``, ``--muon-num-ns-steps``, ``--muon-nesterov``,
+#: ``--mla-down-proj-fusion``) are held too: the Newton-Schulz workspace and the optimizer
+#: step read the first three, the recomputed norms the last, as estimate's do.
 HELD_FIELDS = (
     "grad_dtype", "fp8_param_gather", "recompute_modules", "precision_aware",
     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "zero_buckets",
     "cross_entropy_fusion_impl", "batch_attention_mask", "compiled_loss", "compiled_model",
     "loss_parallel", "cuda_graph_impl", "cuda_graph_modules", "optimizer_cuda_graph",
-    "overlap_moe_expert_parallel_comm", "overlap_p2p_comm", "bias_activation_fusion")
+    "overlap_moe_expert_parallel_comm", "overlap_p2p_comm", "bias_activation_fusion",
+    "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov", "mla_down_proj_fusion")
 
 
 def held_of(tr) -> tuple:

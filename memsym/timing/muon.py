@@ -67,7 +67,12 @@ NS_ELEMENT_BYTES = 24
 #: Added per such element of a TP-split matrix by ``--muon-tp-mode`` [bytes/element]:
 #: duplicated ``torch.cat`` of the gathered shards (read + write, muon_utils.py:330);
 #: distributed ``distributed_normalize_p2`` (``x * x`` 8, ``sum`` 4, ``x / norm`` 8: 20 for
-#: 12, :140-146).
+#: 12, :140-146).  At TP size 1 too: Transformer Engine sets ``partition_dim`` on every linear
+#: weight whatever the TP size (TE d0067d0da linear.py:1857-1862), ``orthogonalize`` passes it
+#: on unless blockwise (Megatron-LM d98e8a64dd emerging_optimizers.py:403) and
+#: ``newton_schulz_tp`` takes its TP branch on the one-rank group (muon_utils.py:317-343): the
+#: ``torch.cat`` of one shard and the distributed normalization still run; only the
+#: collectives' time is nothing (the ring's (n - 1)/n, :func:`muon_step_time`).
 TP_MODE_BYTES = {"blockwise": 0, "duplicated": 8, "distributed": 8}
 #: Per element of split Q, K, V [bytes/element]: each block's ``reshape`` copies it and
 #: ``torch.cat`` joins them again (emerging_optimizers.py:426-437).
@@ -213,7 +218,8 @@ def muon_step_time(arch, dev, clu, layers, *, t, e, t_e, ndp, edp, layer_wise: b
     passes around each matrix's iteration (:data:`NS_ELEMENT_BYTES`, :data:`TP_MODE_BYTES` for
     a TP-split one, :data:`QKV_SPLIT_BYTES` per local element of Q, K, V), and :math:`t_{TP}`
     the TP-mode's collectives (``duplicated``: an all-gather of each fp32 shard;
-    ``distributed``: k all-reduces of the bf16 Gram matrix).  The per-parameter step is
+    ``distributed``: k all-reduces of the bf16 Gram matrix), none at TP size 1, where the
+    TP-mode's element-wise passes still run (:data:`TP_MODE_BYTES`).  The per-parameter step is
     :func:`muon_step_bytes`'s (:func:`memsym.timing.data_parallel.data_parallel_sync`).
 
     Parameters

@@ -191,6 +191,8 @@ def state_terms(experts: bool, training: Training) -> tuple:
                          params=N_exp / (e * t_e), dp=edp, **fp8).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
+    if training.states.optimizer == "muon":   # cited where Muon makes its states
+        return muon.muon_states(terms, layer_wise=training.states.sharding != "ddp")
     return tuple(terms)
 
 
@@ -216,4 +218,6 @@ def _megatron_fsdp_terms(experts: bool, training: Training) -> tuple:
                                  dp=d * c * t / (e * t_e), main_copy=main_copy).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
+    if training.states.optimizer == "muon":   # cited where Muon makes its states
+        return muon.muon_states(terms, layer_wise=training.states.sharding != "ddp")
     return tuple(terms)

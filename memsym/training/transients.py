@@ -20,7 +20,7 @@ from ..symbols import N_bkt, N_ll, N_pf, N_rep, N_tp, b_hp, b_r, b_u, c, d, m, n
 from ..term import Source, Term, Total
 from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments as tm,
                      transients as tr)
-from ..model.muon_matrices import largest_muon_matrix
+from ..model.muon_matrices import muon_matrices
 from ..terms import muon
 from ..terms.pipelining_buffers import pipelining_recv_buffers
 from ..terms.widths import STATE_DTYPES, default_grad_dtype
@@ -272,12 +272,12 @@ def _add_muon_workspace(out: dict, x, layout: Layout, training: Training) -> Non
     """Add to ``out["optimizer"]`` Muon's Newton-Schulz workspace of the largest matrix one
     GPU orthogonalizes (:func:`memsym.terms.muon.newton_schulz_workspace`): gathered whole
     under ``--muon-tp-mode duplicated`` (Megatron-LM's default), its TP shard under blockwise
-    and distributed; the Nesterov copy under ``--muon-nesterov``.  A symbolic t (the search's
-    templates) has no largest matrix: nothing is added."""
-    if isinstance(layout.t, sp.Basic):
-        return
-    elements = largest_muon_matrix(x, layout.t, layout.expert_tp or layout.t,
-                                   gathered=training.states.muon_tp_mode == "duplicated")
+    and distributed; the Nesterov copy under ``--muon-nesterov``.  In the symbols t and t_e
+    (:func:`memsym.terms.muon.largest_muon_elements`): the search's templates, which stand
+    for every t, bind them per layout."""
+    mats = [mat for moe in {False, bool(x.num_experts)} for mat in muon_matrices(x, moe)]
+    elements = muon.largest_muon_elements(
+        mats, gathered=training.states.muon_tp_mode == "duplicated")
     out["optimizer"] += list(muon.newton_schulz_workspace(
         elements, 1, nesterov=training.states.muon_nesterov).terms)
 
