@@ -38,6 +38,7 @@ from memsym.training import job_memory
 from test_hf_configs import _write
 from test_hf_zamba import SMALL, _ZAMBA2
 from in_process import estimate
+from framework_ports import saved_storage_bytes
 
 
 def _memsym(s_, b_, h_, a_, g_, f_, r_, att, flash=True) -> int:
@@ -63,26 +64,20 @@ def _measured(s_, b_, h_, a_, g_, f_, r_, att, rope, attention="sdpa") -> int:
     assert isinstance(layer, mz.Zamba2HybridLayer)
     x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
     emb = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
-    own = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    own = list(model.parameters())
     tables = None
     if rope:
         with torch.no_grad():
             tables = model.model.rotary_emb(x, torch.arange(s_)[None].expand(b_, s_))
-        own |= {tab.untyped_storage().data_ptr() for tab in tables}
-    kept = {}
+        own += list(tables)
 
-    def pack(tensor):
-        ptr = tensor.untyped_storage().data_ptr()
-        if ptr not in own:
-            kept[ptr] = tensor.untyped_storage().nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    def run():
         out = layer.shared_transformer(x, original_hidden_states=emb,
                                        layer_idx=cfg.hybrid_layer_ids[0],
                                        attention_mask=None, position_embeddings=tables)
         layer.linear(out)
-    return sum(kept.values())
+
+    return saved_storage_bytes(run, own)
 
 
 # (s, b, h, a, g, f, adapter rank, attention adapters, RoPE)

@@ -144,23 +144,23 @@ def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0, *,
     hf-transformers-5-25: transformers 5.25.0 ``modeling_llama.py`` ``LlamaRMSNorm.forward``
     (lines 62-67); ``modeling_olmo2.py`` ``Olmo2RMSNorm.forward`` (lines 58-63).
     """
-    src = Source("hf-transformers-5-25", _LLAMA_NORM) if not product else Source(
-        "hf-transformers-5-25", _PRODUCT_NORM)
+    src = Source("hf-transformers-5-25", _PRODUCT_NORM if product else _LLAMA_NORM)
     k, what = (6, "fp32") if product else (4, "16-bit")
-    out = [Term("norm_fp32_input", n_norms * k * tok * h / sig,
-                f"{n_norms} transformers RMSNorms: the fp32 copy of each input (kept in place of "
-                f"the 16-bit input) and the {what} normalised tensor weight * keeps",
-                src, label="norm fp32 input")] if n_norms else []
-    if qk_norm:
-        out.append(Term("qk_norm_fp32_input", k * tok * (a + g) * d_h / t,
-                        "transformers RMSNorms on Q and K: the fp32 copy of each input and the "
-                        f"{what} normalised tensor", src, label="qk norm fp32 input"))
-    if latent_rank:
-        out.append(Term("mla_latent_norm_fp32_input", k * tok * latent_rank, "transformers "
-                        "RMSNorms on MLA's latents (q_a_layernorm, kv_a_layernorm): the fp32 "
-                        f"copy of each input and the {what} normalised tensor", src,
-                        label="mla latent norm fp32 input"))
-    return out
+    wanted = (("norm_fp32_input", n_norms * k * tok * h / sig, bool(n_norms),
+               f"{n_norms} transformers RMSNorms: the fp32 copy of each input (kept in place of "
+               "the 16-bit input)"),
+              ("qk_norm_fp32_input", k * tok * (a + g) * d_h / t, bool(qk_norm),
+               "transformers RMSNorms on Q and K: the fp32 copy of each input"),
+              ("mla_latent_norm_fp32_input", k * tok * latent_rank, bool(latent_rank),
+               "transformers RMSNorms on MLA's latents (q_a_layernorm, kv_a_layernorm): the fp32 "
+               "copy of each input"))
+    return [_copy_term(key, expr, whose, what, src) for key, expr, on, whose in wanted if on]
+
+
+def _copy_term(key: str, expr, whose: str, what: str, src: Source) -> Term:
+    """One group of RMSNorms' fp32 input copies and ``what`` normalised tensors [bytes]."""
+    return Term(key, expr, f"{whose} and the {what} normalised tensor", src,
+                label=key.replace("_", " "))
 
 
 def fp32_scale_qk_norms(tok, *, qwen3_next: bool = False) -> Term:
@@ -186,10 +186,9 @@ def fp32_scale_qk_norms(tok, *, qwen3_next: bool = False) -> Term:
     hf-transformers-5-25: transformers 5.25.0 ``modeling_gemma3.py`` 128-133,
     ``modeling_qwen3_next.py`` 135-140.
     """
-    return Term("qk_norm_fp32_output", 2 * tok * (a + g) * d_h / t + 2 * 4 * d_h,
-                "Q and K norms scaling by 1 + weight in fp32: the fp32 normalised Q and K the "
-                "multiply keeps (4 bytes, not 2) and 1 + weight (4 d_h per norm)",
-                _Q3N_QK if qwen3_next else _G3_QK, label="qk norm fp32 output")
+    return _scale_term("qk_norm_fp32_output", tok * (a + g) * d_h / t, 2 * d_h,
+                       "Q and K norms", "Q and K", "4 d_h per norm",
+                       _Q3N_QK if qwen3_next else _G3_QK)
 
 
 def fp32_scale_norms(tok, sig, n_norms) -> Term:
@@ -217,10 +216,17 @@ def fp32_scale_norms(tok, sig, n_norms) -> Term:
     hf-transformers-5-25: transformers 5.25.0 ``modeling_gemma3.py`` 128-133,
     ``modeling_qwen3_next.py`` 135-140.
     """
-    return Term("norm_fp32_output", n_norms * (2 * tok * h / sig + 4 * h),
-                f"{n_norms} norms scaling by 1 + weight in fp32: the fp32 normalised output the "
-                "multiply keeps (4 bytes, not 2) and 1 + weight (4h per norm)",
-                Source("hf-transformers-5-25", _NORM), label="norm fp32 output")
+    return _scale_term("norm_fp32_output", n_norms * tok * h / sig, n_norms * h,
+                       f"{n_norms} norms", "output", "4h per norm",
+                       Source("hf-transformers-5-25", _NORM))
+
+
+def _scale_term(key: str, elems, weights, whose: str, what: str, per: str, src: Source) -> Term:
+    """What norms scaling by a fresh fp32 weight keep beyond 16-bit ones: their ``elems``
+    normalised elements at 4 bytes, not 2, and ``weights`` fp32 weight elements [bytes]."""
+    return Term(key, 2 * elems + 4 * weights,
+                f"{whose} scaling by 1 + weight in fp32: the fp32 normalised {what} the multiply "
+                f"keeps (4 bytes, not 2) and 1 + weight ({per})", src, label=key.replace("_", " "))
 
 
 def post_norms(tok, sig, stat_bytes) -> Term:
