@@ -55,6 +55,13 @@ norms more per layer than the two pre-norms memsym's layer holds: each keeps its
 statistics, :math:`2\tau h/\sigma + 4\tau/\sigma`; their outputs go to the residual add, which
 keeps nothing (``post_norms``).
 
+The pre-norm of a hybrid model's Mamba layer is its RMSNorm class too (``NemotronHBlock.norm``,
+``Zamba2MambaDecoderLayer.input_layernorm``, Bamba's ``input_layernorm``) and keeps the same
+(:mod:`memsym.terms.mamba`); the Mamba2 mixer's gated norm does not: in training transformers
+hands its weight to mamba_ssm's fused ``mamba_split_conv1d_scan_combined`` (``rmsnorm_weight=
+self.norm.weight``, ``modeling_nemotron_h.py`` lines 670-690), whose Triton norm keeps its
+rstd, no fp32 copy.
+
 Measured on transformers' ``LlamaDecoderLayer``, ``Qwen2DecoderLayer`` and ``Qwen3DecoderLayer``
 in ``tests/test_hf_activations.py``, on ``Gemma3DecoderLayer``, ``Qwen3NextDecoderLayer``,
 ``Glm4DecoderLayer`` and ``DeepseekV3Attention`` in ``tests/test_hf_norms.py``.

@@ -325,22 +325,31 @@ def _other_mixer(mixer: str, sp_on: bool, dropout: bool, one_stat) -> list:
     return terms
 
 
-def _mixer_terms(mixer: str, common: dict, gated_norm: bool, one_stat, shared_block) -> list:
+def _mixer_terms(mixer: str, common: dict, gated_norm: bool, norm: tuple, shared_block) -> list:
     """The terms of a hybrid layer's non-attention mixer [bytes]: a shared block's use (Zamba2)
-    and the Mamba-2 mixer it feeds, a Mamba-2 mixer, or a short-conv / GDN / lightning mixer."""
+    and the Mamba-2 mixer it feeds, a Mamba-2 mixer, or a short-conv / GDN / lightning mixer.
+    ``norm``: (one norm's statistics, fp32 product and fp32 copy; the layer terms they halve)."""
     sp_on, dropout = common.get("sequence_parallel", False), common.get("dropout", True)
+    (one_stat, one_fp32, one_copy), plain = norm
     terms: list = []
     if mixer == "shared":
         use = shared_block_activations(
             adapter_rank=shared_block.get("adapter_rank", 0),
             attention_adapters=shared_block.get("attention_adapters", False),
-            sequence_parallel=sp_on, flash=common.get("flash", True))
+            sequence_parallel=sp_on, flash=common.get("flash", True),
+            hf_norms=bool(common.get("hf_norms")))
         terms += [Term(f"shared_{term.key}", term.expr, term.description, term.source,
                        label=f"shared {term.label}") for term in use]
     if mixer in ("mamba", "shared"):
         terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat, common.get("fp8_inputs"))
     if mixer in _PRE_NORM:
         terms += _other_mixer(mixer, sp_on, dropout, one_stat)
+    # the mixer's pre-norm is the model's RMSNorm class (NemotronHBlock.norm,
+    # Zamba2MambaDecoderLayer.input_layernorm, Bamba's input_layernorm): under the model's own
+    # code the same fp32 product and input copy as the attention's pre-norm (none without one)
+    part = "mamba" if mixer == "shared" else mixer
+    if mixer in ("mamba", "shared", *_PRE_NORM):
+        terms += _fp32_norm(part, one_fp32, plain) + _fp32_norm(part, one_copy, plain, "input")
     return terms
 
 
@@ -357,6 +366,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
       softmax statistics, the projection input, the dropout mask);
     * a Mamba-2 mixer: :func:`mamba_layer_activations` and the fused norm's fp32 statistics
       (Transformer Engine's ``LayerNormColumnParallelLinear`` keeps them as for the QKV norm);
+      with ``hf_norms`` its pre-norm's fp32 copy and product as the other parts'
+      (:mod:`memsym.terms.hf_norms`; transformers' fused kernel runs the gated norm);
     * a short-convolution (LFM2), Gated DeltaNet (Qwen3-Next) or lightning (MiniMax-01)
       mixer: its pre-norm's input and statistics and the ``short_conv``, ``gated_deltanet``
       or ``lightning`` module's term;
@@ -432,9 +443,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     if mixer == "attention":
         dense = layer_activations(recompute=recompute, modules=modules, **common)
         terms += _norm(dense, "attn", *ones) + _part(dense, "attn", _ATTENTION_KEYS)
-    terms += _mixer_terms(mixer, common, gated_norm, ones[0], shared_block)
-    if mixer in _PRE_NORM:
-        terms += _fp32_norm(mixer, ones[1], plain) + _fp32_norm(mixer, ones[2], plain, "input")
+    terms += _mixer_terms(mixer, common, gated_norm, (ones, plain), shared_block)
     if ffn is not None:
         terms += _ffn_part(layer_activations(recompute=recompute, modules=modules, moe=ffn,
                                              shared_expert=shared_expert and ffn, **common),
