@@ -430,11 +430,23 @@ EXCESS = {"plain": lambda tau, w: 0, "product": lambda tau, w: 2 * tau * w,
           "scale": lambda tau, w: 2 * tau * w + 4 * w}
 
 
+TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, vocab_size=64)
+
+
+def _tiny_model(mtype, extra):
+    """transformers' own model of ``_tiny_config``'s sizes, in bf16."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    # no padding row (FlexOlmo's default pad_token_id lies past the tiny vocabulary)
+    conf = transformers.AutoConfig.for_model(mtype, **{**TINY, **extra}, pad_token_id=None)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(conf).to(torch.bfloat16)
+
+
 def _tiny_config(tmp_path, mtype, extra):
     transformers = pytest.importorskip("transformers")
-    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=8, vocab_size=64)
-    conf = transformers.AutoConfig.for_model(mtype, **{**sizes, **extra}).to_dict()
+    conf = transformers.AutoConfig.for_model(mtype, **{**TINY, **extra}).to_dict()
     # JSON has no Infinity (NemotronH's time_step_limit): leave such entries out
     conf = {k: v for k, v in conf.items() if not (isinstance(v, float) and abs(v) == float("inf"))
             and not (isinstance(v, (list, tuple)) and float("inf") in v)}
@@ -508,16 +520,11 @@ MAMBA_PRE_NORMS = [
 @pytest.mark.parametrize("mtype, kind, extra, parts", MAMBA_PRE_NORMS)
 def test_the_mamba_layers_pre_norm_is_measured(tmp_path, mtype, kind, extra, parts):
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     from framework_ports import saved_storage_bytes
 
     arch = _tiny_config(tmp_path, mtype, extra)
     assert (arch.norm_fp32_product, arch.norm_fp32_scale) == (False, kind == "scale")
-    sizes = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=8, vocab_size=64)
-    conf = transformers.AutoConfig.for_model(mtype, **{**sizes, **extra})
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(conf).to(torch.bfloat16)
+    model = _tiny_model(mtype, extra)
     norm, in_proj = parts(model.model.layers[0])
     s_, b_, h_ = 5, 3, 32
     x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
@@ -548,3 +555,26 @@ def test_deepspeed_keeps_every_nemotron_h_layers_norm(tmp_path):
     # and each keeps its fp32 input copy beyond Megatron-LM's layer
     assert sp.simplify(_layers(plain, "deepspeed") - _layers(plain, "megatron")
                        - 3 * p * COPY) == 0
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mtype, cls, kind, extra", NORM_KINDS)
+def test_deepspeed_final_norm_follows_the_norm_kind(tmp_path, mtype, cls, kind, extra):
+    torch = pytest.importorskip("torch")
+    from framework_ports import saved_storage_bytes
+    from memsym.job import Layout, Training
+    from memsym.training.activations import output_layer_activations
+
+    # the model's final norm (self.norm; NemotronHModel's norm_f) is the layers' class
+    model = _tiny_model(mtype, extra)
+    norm = getattr(model.model, "norm_f", None) or model.model.norm
+    assert type(norm).__name__ == cls
+    s_, b_, h_ = 5, 3, TINY["hidden_size"]
+    x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
+    got = saved_storage_bytes(lambda: norm(x), list(model.parameters()))
+    tau = s_ * b_
+    assert got == 6 * tau * h_ + 4 * tau + EXCESS[kind](tau, h_)     # by hand, as above
+    out = output_layer_activations(_tiny_config(tmp_path, mtype, extra), Layout(),
+                                   Training(framework="deepspeed"))
+    kept = sum(term.expr for term in out if term.key.startswith("final_norm"))
+    assert kept.xreplace({s: s_, b: b_, c: 1, h: h_}) == got

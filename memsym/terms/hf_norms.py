@@ -55,6 +55,10 @@ norms more per layer than the two pre-norms memsym's layer holds: each keeps its
 statistics, :math:`2\tau h/\sigma + 4\tau/\sigma`; their outputs go to the residual add, which
 keeps nothing (``post_norms``).
 
+The model's final norm is the layers' class (``Gemma3TextModel.norm``, ``Olmo2Model.norm``,
+``NemotronHModel.norm_f``, ...): beyond Llama's :math:`6\tau h` it keeps what the class keeps
+beyond Llama's (``final_norm_excess``).
+
 The pre-norm of a hybrid model's Mamba layer is its RMSNorm class too (``NemotronHBlock.norm``,
 ``Zamba2MambaDecoderLayer.input_layernorm``, Bamba's ``input_layernorm``) and keeps the same
 (:mod:`memsym.terms.mamba`); the Mamba2 mixer's gated norm does not: in training transformers
@@ -78,7 +82,8 @@ from __future__ import annotations
 from ..symbols import a, d_h, g, h, t
 from ..term import Source, Term
 
-__all__ = ["fp32_input_copies", "fp32_scale_qk_norms", "fp32_scale_norms", "post_norms"]
+__all__ = ["final_norm_excess", "fp32_input_copies", "fp32_scale_qk_norms", "fp32_scale_norms",
+           "post_norms"]
 
 _G3 = "models/gemma3/modeling_gemma3.py "
 _LLAMA_NORM = ("models/llama/modeling_llama.py LlamaRMSNorm.forward (lines 64-67: "
@@ -270,3 +275,68 @@ def post_norms(tok, sig, stat_bytes) -> Term:
                        "400: post_attention_layernorm, post_feedforward_layernorm before the "
                        "residual adds); models/glm4/modeling_glm4.py Glm4DecoderLayer.forward "
                        "(lines 103, 109)"), label="post norms")
+
+
+_FINAL = ("the final norm (Gemma3TextModel.norm, models/gemma3/modeling_gemma3.py line 473; "
+          "Qwen3NextModel.norm, modeling_qwen3_next.py 1068; NemotronHModel.norm_f, "
+          "modeling_nemotron_h.py 1177; GemmaRMSNorm, Gemma2RMSNorm, VaultGemmaRMSNorm, "
+          "HeliumRMSNorm)")
+_FINAL_PRODUCT = ("models/olmo2/modeling_olmo2.py Olmo2Model.norm (line 345), Olmo2RMSNorm."
+                  "forward (line 63: (self.weight * hidden_states).to(input_dtype), the fp32 "
+                  "product kept); GptOssModel.norm (modeling_gpt_oss.py 422), Olmo3Model.norm "
+                  "(modeling_olmo3.py 370), FlexOlmoModel.norm (modeling_flex_olmo.py 428)")
+
+
+def final_norm_excess(tok, sig, *, scale: bool = False, product: bool = False) -> list:
+    r"""What a transformers model's final norm keeps beyond Llama's ``LlamaRMSNorm`` [bytes].
+
+    Llama's keeps :math:`6\tau h/\sigma` and its statistics
+    (:func:`memsym.terms.activations.output_activations`, ``fp32_norm="transformers"``); a
+    final norm of the model's own class keeps, as the layer's norms of that class,
+
+    .. math::
+
+        \frac{2\tau h}{\sigma} + 4h \;\text{(scale)}, \qquad
+        \frac{2\tau h}{\sigma} \;\text{(product)}
+
+    more: the fp32 normalised tensor (4 bytes, not 2) and, scaling by a fresh fp32 weight
+    (``1 + weight.float()``, ``weight.to(torch.float32)``), that weight.
+
+    Parameters
+    ----------
+    tok : sympy.Expr
+        Tokens of one micro-batch on this context-parallel rank, :math:`\tau = sb/c` [tokens].
+    sig : int or sympy.Expr
+        The sequence-parallel divisor :math:`\sigma` [1].
+    scale : bool
+        The norm scales by a fresh fp32 weight (the architecture's ``norm_fp32_scale``).
+    product : bool
+        The norm multiplies its 16-bit weight in fp32 (``norm_fp32_product``).
+
+    Returns
+    -------
+    list of Term
+        ``final_norm_fp32_output`` or ``final_norm_fp32_product``; none for Llama's class.
+
+    Examples
+    --------
+    >>> from memsym.symbols import s, b
+    >>> [x.expr for x in final_norm_excess(s * b, 1, scale=True)]
+    [2*b*h*s + 4*h]
+    >>> [x.expr for x in final_norm_excess(s * b, 1, product=True)]
+    [2*b*h*s]
+
+    References
+    ----------
+    hf-transformers-5-25: transformers 5.25.0 ``modeling_gemma3.py`` 128-133 and 473,
+    ``modeling_olmo2.py`` 58-63 and 345.
+    """
+    if scale:
+        return [_scale_term("final_norm_fp32_output", tok * h / sig, h, "the final norm",
+                            "output", "4h", Source("hf-transformers-5-25", _NORM + "; " + _FINAL))]
+    if product:
+        return [Term("final_norm_fp32_product", 2 * tok * h / sig, "the final norm's fp32 "
+                     "weight * product (4 bytes, not Llama's 2)",
+                     Source("hf-transformers-5-25", _FINAL_PRODUCT),
+                     label="final norm fp32 product")]
+    return []
