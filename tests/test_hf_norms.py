@@ -53,10 +53,11 @@ import pytest
 import sympy as sp
 
 from memsym.model import from_hf_config
-from memsym.symbols import L, a, b, c, d_h, f, g, h, p, s, t
+from memsym.symbols import L, a, b, c, d_h, d_ssm, f, g, h, p, s, t
 from memsym.terms.activations import layer_activations
 from memsym.terms.mamba import hybrid_layer_activations
 
+from framework_ports import saved_storage_bytes
 from test_hf_configs import REAL, _write
 from test_hf_layer_kinds import REAL as HYBRID
 
@@ -520,7 +521,6 @@ MAMBA_PRE_NORMS = [
 @pytest.mark.parametrize("mtype, kind, extra, parts", MAMBA_PRE_NORMS)
 def test_the_mamba_layers_pre_norm_is_measured(tmp_path, mtype, kind, extra, parts):
     torch = pytest.importorskip("torch")
-    from framework_ports import saved_storage_bytes
 
     arch = _tiny_config(tmp_path, mtype, extra)
     assert (arch.norm_fp32_product, arch.norm_fp32_scale) == (False, kind == "scale")
@@ -552,16 +552,18 @@ def test_deepspeed_keeps_every_nemotron_h_layers_norm(tmp_path):
     # included; the first stage holds p micro-batches of each
     extra = _layers(arch, "deepspeed") - _layers(plain, "deepspeed")
     assert sp.simplify(extra - 3 * p * FP32_NORM) == 0
-    # and each keeps its fp32 input copy beyond Megatron-LM's layer
+    # and each keeps its fp32 input copy beyond Megatron-LM's layer; the Mamba mixer's gated
+    # norm and out_proj run inside mamba_ssm's fused kernel (NemotronHMamba2Mixer.forward,
+    # rmsnorm_weight and outproj_weight), which keeps neither the norm's bf16 input nor
+    # out_proj's (d_ssm wide each, split over t) that Megatron's ExtendedRMSNorm and out_proj keep
     assert sp.simplify(_layers(plain, "deepspeed") - _layers(plain, "megatron")
-                       - 3 * p * COPY) == 0
+                       - 3 * p * COPY + p * 2 * 2 * s * b * d_ssm / t) == 0
 
 
 @pytest.mark.torch
 @pytest.mark.parametrize("mtype, cls, kind, extra", NORM_KINDS)
 def test_deepspeed_final_norm_follows_the_norm_kind(tmp_path, mtype, cls, kind, extra):
     torch = pytest.importorskip("torch")
-    from framework_ports import saved_storage_bytes
     from memsym.job import Layout, Training
     from memsym.training.activations import output_layer_activations
 

@@ -158,7 +158,10 @@ def _by_hand_small(s_: int, r_: int = 128, att: bool = False, hf: bool = True) -
     group, d_state 16) of which 4 run a use of the shared block first; no dropout kept.  ``hf``:
     transformers' Zamba2RMSNorms run (DeepSpeed), each keeping an fp32 copy of its input and the
     bf16 normalised tensor, 4 bytes an element beyond the bf16 input: the Mamba layer's
-    input_layernorm (h wide), the block's input_layernorm (2h) and pre_ff_layernorm (h)."""
+    input_layernorm (h wide), the block's input_layernorm (2h) and pre_ff_layernorm (h); and
+    the mixer's gated norm and out_proj run inside mamba_ssm's fused kernel
+    (``Zamba2MambaMixer.forward`` passes rmsnorm_weight and outproj_weight), which keeps the
+    norm's rstd only: neither its bf16 input nor out_proj's input (D wide each)."""
     tok, H, D, N, HEADS, F, A, DH = s_, 64, 128, 16, 8, 96, 4, 32
     mamba = (2 * tok * H + 2 * tok * H + 4 * tok          # norm input, in_proj input, rstd
              + 2 * tok * (2 * D + 2 * N + HEADS)          # zxBCdt
@@ -169,7 +172,7 @@ def _by_hand_small(s_: int, r_: int = 128, att: bool = False, hf: bool = True) -
            + 2 * tok * H + 4 * tok + 2 * tok * H + 2 * tok * r_    # pre-MLP norm, MLP input
            + 4 * tok * F + 2 * tok * F + 2 * tok * H)     # SwiGLU, fc2 and linear inputs
     if hf:
-        mamba += 4 * tok * H
+        mamba += 4 * tok * H - 2 * tok * D - 2 * tok * D
         use += 4 * tok * (2 * H + H)
     return 8 * mamba + 4 * use
 
