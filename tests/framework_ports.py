@@ -15,7 +15,10 @@ memsym's symbolic conventions against an independent implementation, to the byte
 
 * torchtitan's per-op selective activation-checkpointing policy
   (:func:`torchtitan_op_sac_context`), shared by tests/test_op_sac_compile.py and
-  tests/test_engine_sac.py, each with its version's save set.
+  tests/test_engine_sac.py, each with its version's save set; and
+
+* the saved-tensor measurement of transformers' code (:func:`saved_storage_bytes`), shared by
+  tests/test_zamba2_activations.py, tests/test_qwen3_next_gate.py and tests/test_hf_norms.py.
 
 The only departures from the published text, all made so that the arithmetic is exact:
 
@@ -962,3 +965,30 @@ def torchtitan_op_sac_context(save_ops):
             return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
         return create_selective_checkpoint_contexts(policy)
     return context_fn
+
+
+# --- the bytes autograd keeps while transformers' code runs ----------------------------------
+
+def saved_storage_bytes(run, own=()) -> int:
+    """Call ``run()`` and return the bytes of the distinct storages autograd saves meanwhile,
+    the storages of the tensors in ``own`` (the model's parameters, RoPE tables computed once
+    per model) left out [bytes].
+
+    Every tensor saved through ``torch.autograd.graph.saved_tensors_hooks`` is traced to its
+    storage; each storage is counted once and in full (a saved view keeps its whole base
+    alive).
+    """
+    import torch
+
+    left_out = {tensor.untyped_storage().data_ptr() for tensor in own}
+    kept = {}
+
+    def pack(tensor):
+        ptr = tensor.untyped_storage().data_ptr()
+        if ptr not in left_out:
+            kept[ptr] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        run()
+    return sum(kept.values())

@@ -53,10 +53,11 @@ import pytest
 import sympy as sp
 
 from memsym.model import from_hf_config
-from memsym.symbols import L, a, b, c, d_h, f, g, h, p, s, t
+from memsym.symbols import L, a, b, c, d_h, d_ssm, f, g, h, p, s, t
 from memsym.terms.activations import layer_activations
 from memsym.terms.mamba import hybrid_layer_activations
 
+from framework_ports import saved_storage_bytes
 from test_hf_configs import REAL, _write
 from test_hf_layer_kinds import REAL as HYBRID
 
@@ -95,13 +96,15 @@ def test_the_terms_by_hand():
 def test_the_hybrid_parts_split_the_norms():
     # Qwen3-Next's layers: each part's pre-norm keeps one norm's product
     flags = dict(BASE, norm_fp32=True, qk_norm=True)
+    # and Nemotron-H's / Bamba's: a Mamba layer's pre-norm, an MLP-only layer's one norm
     for kind, parts in ((("attention", True), ("attn", "moe")), (("gdn", True), ("gdn", "moe")),
-                        (("gdn", False), ("gdn", "mlp"))):
+                        (("gdn", False), ("gdn", "mlp")), (("mamba", None), ("mamba",)),
+                        (("mamba", False), ("mamba", "mlp")), (("none", False), ("mlp",))):
         total = hybrid_layer_activations(kind, **flags)
         for part in parts:
             assert sp.simplify(total[f"{part}_norm_fp32_output"].expr - FP32_NORM) == 0
         plain = hybrid_layer_activations(kind, **dict(flags, norm_fp32=False))
-        assert sp.simplify(total.expr - plain.expr - 2 * FP32_NORM) == 0
+        assert sp.simplify(total.expr - plain.expr - len(parts) * FP32_NORM) == 0
 
 
 def test_the_configs_read(tmp_path):
@@ -408,6 +411,9 @@ def test_llama_final_norm_is_measured():
 #   beyond Llama's bf16 normalised tensor (2 tau w) that is 2 tau w.
 # "scale": output * (1.0 + self.weight.float()) or self.weight.to(torch.float32) * x: the
 #   multiply keeps the fp32 tensor and a fresh fp32 weight, 2 tau w + 4 w beyond Llama's.
+# "plain": Llama's own self.weight * hidden_states.to(input_dtype) (MiniMaxM2RMSNorm lines
+#   137-142 of modeling_minimax_m2.py, OlmoeRMSNorm lines 53-58 of modeling_olmoe.py): the
+#   bf16 normalised tensor, nothing beyond Llama's.
 NORM_KINDS = [("gpt_oss", "GptOssRMSNorm", "product", {}),
               ("olmo2", "Olmo2RMSNorm", "product", {}),
               ("olmo3", "Olmo3RMSNorm", "product", {}),
@@ -417,14 +423,31 @@ NORM_KINDS = [("gpt_oss", "GptOssRMSNorm", "product", {}),
               ("vaultgemma", "VaultGemmaRMSNorm", "scale", {}),
               ("nemotron_h", "NemotronHRMSNorm", "scale", dict(
                   layers_block_type=["mamba", "attention", "mlp"], num_hidden_layers=3,
-                  mamba_num_heads=4, mamba_head_dim=8, n_groups=1, ssm_state_size=8))]
+                  mamba_num_heads=4, mamba_head_dim=8, n_groups=1, ssm_state_size=8)),
+              ("minimax_m2", "MiniMaxM2RMSNorm", "plain", dict(num_local_experts=4,
+                                                               num_experts_per_tok=2)),
+              ("olmoe", "OlmoeRMSNorm", "plain", dict(num_experts=4, num_experts_per_tok=2))]
+EXCESS = {"plain": lambda tau, w: 0, "product": lambda tau, w: 2 * tau * w,
+          "scale": lambda tau, w: 2 * tau * w + 4 * w}
+
+
+TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, vocab_size=64)
+
+
+def _tiny_model(mtype, extra):
+    """transformers' own model of ``_tiny_config``'s sizes, in bf16."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    # no padding row (FlexOlmo's default pad_token_id lies past the tiny vocabulary)
+    conf = transformers.AutoConfig.for_model(mtype, **{**TINY, **extra}, pad_token_id=None)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(conf).to(torch.bfloat16)
 
 
 def _tiny_config(tmp_path, mtype, extra):
     transformers = pytest.importorskip("transformers")
-    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=8, vocab_size=64)
-    conf = transformers.AutoConfig.for_model(mtype, **{**sizes, **extra}).to_dict()
+    conf = transformers.AutoConfig.for_model(mtype, **{**TINY, **extra}).to_dict()
     # JSON has no Infinity (NemotronH's time_step_limit): leave such entries out
     conf = {k: v for k, v in conf.items() if not (isinstance(v, float) and abs(v) == float("inf"))
             and not (isinstance(v, (list, tuple)) and float("inf") in v)}
@@ -447,7 +470,7 @@ def test_each_norm_kind_is_read_and_measured(tmp_path, mtype, cls, kind, extra):
     got = saved_bytes(getattr(module, cls)(w).to(torch.bfloat16), (x,)).total
     tau = s_ * b_
     # by hand: Llama's 6 tau w + 4 tau, plus the class's excess (comment above)
-    assert got == 6 * tau * w + 4 * tau + 2 * tau * w + (4 * w if kind == "scale" else 0)
+    assert got == 6 * tau * w + 4 * tau + EXCESS[kind](tau, w)
     # memsym's one norm under the model's code: half of the layer's two norms' terms
     ours = layer_activations(**BASE, hf_norms="fp32_product" if kind == "product" else True,
                              norm_fp32=kind == "scale")
@@ -465,3 +488,95 @@ def test_olmo2_q_and_k_norms_keep_the_fp32_product(tmp_path):
     extra = (_layers(arch, "deepspeed") - _layers(plain, "deepspeed")).subs(L, 2)
     assert sp.simplify(extra - 2 * (2 * 2 * TAU * h + 2 * TAU * (a + g) * d_h / t)) == 0
     assert sp.simplify(_layers(arch, "megatron") - _layers(plain, "megatron")) == 0
+
+
+# --- the Mamba layers' pre-norms ----------------------------------------------------------------
+# Each Mamba layer of a transformers hybrid model normalises its input with the model's RMSNorm
+# class and feeds the mixer's in_proj: NemotronHBlock.forward (self.norm, then self.mixer;
+# modeling_nemotron_h.py lines 1064-1081), Zamba2MambaDecoderLayer.forward (input_layernorm,
+# then self.mamba; modeling_zamba2.py 1120-1122), BambaDecoderLayer.forward (input_layernorm,
+# then self.mamba).  In training the mixer hands in_proj's output to mamba_ssm's fused
+# mamba_split_conv1d_scan_combined with the gated norm's weight (rmsnorm_weight=self.norm.weight,
+# modeling_nemotron_h.py 670-690): that norm runs in the Triton kernel, which keeps its rstd,
+# not an fp32 copy, so the gated norm classes' torch forward (an fp32 upcast) does not run.
+# The pre-norm and in_proj keep, by hand: the fp32 copy (4 tau h), the rsqrt (4 tau), the
+# class's normalised tensor (Llama's bf16 2 tau h; NemotronHRMSNorm's fp32 4 tau h and a fresh
+# fp32 weight 4 h) and in_proj's bf16 input (2 tau h).
+MAMBA_PRE_NORMS = [
+    ("zamba2", "plain", dict(
+        num_hidden_layers=2, layers_block_type=["mamba", "hybrid"], n_mamba_heads=4,
+        mamba_headdim=16, mamba_d_state=8, num_mem_blocks=1, adapter_rank=4),
+     lambda layer: (layer.input_layernorm, layer.mamba.in_proj)),
+    ("nemotron_h", "scale", dict(
+        layers_block_type=["mamba", "attention", "mlp"], num_hidden_layers=3, mamba_num_heads=4,
+        mamba_head_dim=8, n_groups=1, ssm_state_size=8),
+     lambda layer: (layer.norm, layer.mixer.in_proj)),
+    ("bamba", "plain", dict(
+        num_hidden_layers=2, attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=16,
+        mamba_d_state=8, mamba_n_groups=1),
+     lambda layer: (layer.input_layernorm, layer.mamba.in_proj))]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mtype, kind, extra, parts", MAMBA_PRE_NORMS)
+def test_the_mamba_layers_pre_norm_is_measured(tmp_path, mtype, kind, extra, parts):
+    torch = pytest.importorskip("torch")
+
+    arch = _tiny_config(tmp_path, mtype, extra)
+    assert (arch.norm_fp32_product, arch.norm_fp32_scale) == (False, kind == "scale")
+    model = _tiny_model(mtype, extra)
+    norm, in_proj = parts(model.model.layers[0])
+    s_, b_, h_ = 5, 3, 32
+    x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
+    got = saved_storage_bytes(lambda: in_proj(norm(x)), list(model.parameters()))
+    tau = s_ * b_
+    assert got == 6 * tau * h_ + 4 * tau + EXCESS[kind](tau, h_) + 2 * tau * h_
+    # memsym's Mamba layer under the model's code: its pre-norm's terms
+    ours = hybrid_layer_activations(("mamba", None), **BASE, hf_norms=True,
+                                    norm_fp32=kind == "scale")
+    pre_norm = ("mamba_norm_inputs", "mamba_norm_statistics", "mamba_norm_fp32_output",
+                "mamba_norm_fp32_input")     # mamba_norm_input is the gated norm's
+    mine = sum(ours[key].expr for key in pre_norm if key in ours)
+    assert mine.xreplace({s: s_, b: b_, c: 1, t: 1, h: h_}) == got
+    # Megatron's Mamba layer (Transformer Engine's fused norm) keeps its input, output, rstd
+    megatron = hybrid_layer_activations(("mamba", None), **BASE)
+    assert sum(megatron[key].expr for key in pre_norm if key in megatron).xreplace(
+        {s: s_, b: b_, c: 1, t: 1, h: h_}) == 4 * tau * h_ + 4 * tau
+
+
+def test_deepspeed_keeps_every_nemotron_h_layers_norm(tmp_path):
+    pytest.importorskip("transformers")
+    arch = _tiny_config(tmp_path, "nemotron_h", MAMBA_PRE_NORMS[1][2])
+    plain = dataclasses.replace(arch, norm_fp32_scale=False)
+    # three layers (Mamba, attention, MLP) of one NemotronHRMSNorm each, the Mamba layer's
+    # included; the first stage holds p micro-batches of each
+    extra = _layers(arch, "deepspeed") - _layers(plain, "deepspeed")
+    assert sp.simplify(extra - 3 * p * FP32_NORM) == 0
+    # and each keeps its fp32 input copy beyond Megatron-LM's layer; the Mamba mixer's gated
+    # norm and out_proj run inside mamba_ssm's fused kernel (NemotronHMamba2Mixer.forward,
+    # rmsnorm_weight and outproj_weight), which keeps neither the norm's bf16 input nor
+    # out_proj's (d_ssm wide each, split over t) that Megatron's ExtendedRMSNorm and out_proj keep
+    assert sp.simplify(_layers(plain, "deepspeed") - _layers(plain, "megatron")
+                       - 3 * p * COPY + p * 2 * 2 * s * b * d_ssm / t) == 0
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mtype, cls, kind, extra", NORM_KINDS)
+def test_deepspeed_final_norm_follows_the_norm_kind(tmp_path, mtype, cls, kind, extra):
+    torch = pytest.importorskip("torch")
+    from memsym.job import Layout, Training
+    from memsym.training.activations import output_layer_activations
+
+    # the model's final norm (self.norm; NemotronHModel's norm_f) is the layers' class
+    model = _tiny_model(mtype, extra)
+    norm = getattr(model.model, "norm_f", None) or model.model.norm
+    assert type(norm).__name__ == cls
+    s_, b_, h_ = 5, 3, TINY["hidden_size"]
+    x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
+    got = saved_storage_bytes(lambda: norm(x), list(model.parameters()))
+    tau = s_ * b_
+    assert got == 6 * tau * h_ + 4 * tau + EXCESS[kind](tau, h_)     # by hand, as above
+    out = output_layer_activations(_tiny_config(tmp_path, mtype, extra), Layout(),
+                                   Training(framework="deepspeed"))
+    kept = sum(term.expr for term in out if term.key.startswith("final_norm"))
+    assert kept.xreplace({s: s_, b: b_, c: 1, h: h_}) == got

@@ -37,6 +37,7 @@ from memsym.terms.mamba import hybrid_layer_activations
 
 from test_hf_configs import _write
 from test_hf_layer_kinds import REAL
+from framework_ports import saved_storage_bytes
 
 GATE = 4 * s * b * a * d_h / (c * t)        # the hand derivation above, per layer [bytes]
 QK_FP32 = 2 * s * b * (a + g) * d_h / (c * t) + 2 * 4 * d_h      # Qwen3NextRMSNorm on Q and K
@@ -138,19 +139,8 @@ def _saved_bytes(attention, rope, s_, b_, h_):
     x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
     with torch.no_grad():
         cos, sin = rope(x, torch.arange(s_)[None].expand(b_, s_))
-    own = {p.untyped_storage().data_ptr() for p in attention.parameters()}
-    own |= {cos.untyped_storage().data_ptr(), sin.untyped_storage().data_ptr()}
-    kept = {}
-
-    def pack(tensor):
-        ptr = tensor.untyped_storage().data_ptr()
-        if ptr not in own:
-            kept[ptr] = tensor.untyped_storage().nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        attention(x, (cos, sin), None)
-    return sum(kept.values())
+    return saved_storage_bytes(lambda: attention(x, (cos, sin), None),
+                               [*attention.parameters(), cos, sin])
 
 
 @pytest.mark.torch

@@ -10,8 +10,9 @@ model, not to a use).  The measurement equals memsym's
 from transformers' code, the same as ``tests/test_hf_activations.py`` names for Llama:
 
 * ``Zamba2RMSNorm`` keeps an fp32 copy of its input (4 bytes an element) and the bf16
-  normalised tensor (2), where memsym counts the bf16 input (2): +4 bytes per element, for
-  input_layernorm (2h wide) and pre_ff_layernorm (h wide);
+  normalised tensor (2), where memsym's Megatron-style norm keeps the bf16 input (2): +4 bytes
+  per element, for input_layernorm (2h wide) and pre_ff_layernorm (h wide), which memsym
+  counts under the model's own code (``hf_norms``: DeepSpeed);
 * the unfused SwiGLU ``act_fn(gate) * up`` keeps SiLU's output (2f bytes a token), which
   Megatron's fused kernel recomputes;
 * with eager attention (memsym's ``flash=False``), the fp32 softmax and, under GQA, K and V
@@ -20,7 +21,9 @@ from transformers' code, the same as ``tests/test_hf_activations.py`` names for 
 Each holds exactly, at every shape tried (with and without adapters, RoPE, GQA).
 
 The Mamba mixer of the hybrid layer is not measured here: on the CPU transformers runs its
-``torch_forward``, not the CUDA kernel path memsym models (:mod:`memsym.terms.mamba`).
+torch path, not the CUDA kernel path memsym models (:mod:`memsym.terms.mamba`).  Its pre-norm
+is: ``Zamba2MambaDecoderLayer.input_layernorm`` and the mixer's ``in_proj`` that reads its
+output, measured alone.
 """
 
 from __future__ import annotations
@@ -38,10 +41,12 @@ from memsym.training import job_memory
 from test_hf_configs import _write
 from test_hf_zamba import SMALL, _ZAMBA2
 from in_process import estimate
+from framework_ports import saved_storage_bytes
 
 
-def _memsym(s_, b_, h_, a_, g_, f_, r_, att, flash=True) -> int:
-    expr = shared_block_activations(adapter_rank=r_, attention_adapters=att, flash=flash).expr
+def _memsym(s_, b_, h_, a_, g_, f_, r_, att, flash=True, hf_norms=False) -> int:
+    expr = shared_block_activations(adapter_rank=r_, attention_adapters=att, flash=flash,
+                                    hf_norms=hf_norms).expr
     return expr.subs({s: s_, b: b_, h: h_, a: a_, g: g_, d_h: 2 * h_ // a_, f: f_, t: 1, c: 1})
 
 
@@ -63,26 +68,20 @@ def _measured(s_, b_, h_, a_, g_, f_, r_, att, rope, attention="sdpa") -> int:
     assert isinstance(layer, mz.Zamba2HybridLayer)
     x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
     emb = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
-    own = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    own = list(model.parameters())
     tables = None
     if rope:
         with torch.no_grad():
             tables = model.model.rotary_emb(x, torch.arange(s_)[None].expand(b_, s_))
-        own |= {tab.untyped_storage().data_ptr() for tab in tables}
-    kept = {}
+        own += list(tables)
 
-    def pack(tensor):
-        ptr = tensor.untyped_storage().data_ptr()
-        if ptr not in own:
-            kept[ptr] = tensor.untyped_storage().nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    def run():
         out = layer.shared_transformer(x, original_hidden_states=emb,
                                        layer_idx=cfg.hybrid_layer_ids[0],
                                        attention_mask=None, position_embeddings=tables)
         layer.linear(out)
-    return sum(kept.values())
+
+    return saved_storage_bytes(run, own)
 
 
 # (s, b, h, a, g, f, adapter rank, attention adapters, RoPE)
@@ -102,6 +101,9 @@ def test_a_use_of_the_shared_block_is_memsym_plus_named_differences(shape):
     silu_output = 2 * s_ * b_ * f_
     assert _measured(*shape) == _memsym(s_, b_, h_, a_, g_, f_, r_, att) \
         + rmsnorm_fp32 + silu_output
+    # memsym counts the norms' fp32 copies under the model's own code
+    assert _measured(*shape) == _memsym(s_, b_, h_, a_, g_, f_, r_, att, hf_norms=True) \
+        + silu_output
 
 
 @pytest.mark.torch
@@ -150,10 +152,16 @@ def test_a_shared_layer_is_its_block_use_and_its_mamba_layer():
 # the estimate
 # --------------------------------------------------------------------------------------------
 
-def _by_hand_small(s_: int, r_: int = 128, att: bool = False) -> int:
+def _by_hand_small(s_: int, r_: int = 128, att: bool = False, hf: bool = True) -> int:
     """The layer activations of SMALL["zamba2"] (tests/test_hf_zamba.py) at b = 1, t = 1: h = 64,
     a = g = 4 heads of d_h = 2h/a = 32, f = 96, 8 Mamba-2 layers (d_inner 128, 8 heads, one
-    group, d_state 16) of which 4 run a use of the shared block first; no dropout kept."""
+    group, d_state 16) of which 4 run a use of the shared block first; no dropout kept.  ``hf``:
+    transformers' Zamba2RMSNorms run (DeepSpeed), each keeping an fp32 copy of its input and the
+    bf16 normalised tensor, 4 bytes an element beyond the bf16 input: the Mamba layer's
+    input_layernorm (h wide), the block's input_layernorm (2h) and pre_ff_layernorm (h); and
+    the mixer's gated norm and out_proj run inside mamba_ssm's fused kernel
+    (``Zamba2MambaMixer.forward`` passes rmsnorm_weight and outproj_weight), which keeps the
+    norm's rstd only: neither its bf16 input nor out_proj's input (D wide each)."""
     tok, H, D, N, HEADS, F, A, DH = s_, 64, 128, 16, 8, 96, 4, 32
     mamba = (2 * tok * H + 2 * tok * H + 4 * tok          # norm input, in_proj input, rstd
              + 2 * tok * (2 * D + 2 * N + HEADS)          # zxBCdt
@@ -163,6 +171,9 @@ def _by_hand_small(s_: int, r_: int = 128, att: bool = False) -> int:
            + 2 * tok * DH * 2 * A + 2 * tok * DH * A + 4 * A * tok + 2 * tok * A * DH
            + 2 * tok * H + 4 * tok + 2 * tok * H + 2 * tok * r_    # pre-MLP norm, MLP input
            + 4 * tok * F + 2 * tok * F + 2 * tok * H)     # SwiGLU, fc2 and linear inputs
+    if hf:
+        mamba += 4 * tok * H - 2 * tok * D - 2 * tok * D
+        use += 4 * tok * (2 * H + H)
     return 8 * mamba + 4 * use
 
 
@@ -170,7 +181,8 @@ def _by_hand_small(s_: int, r_: int = 128, att: bool = False) -> int:
 def test_the_estimate_holds_the_shared_block_uses(tmp_path, framework):
     path = _write(tmp_path, SMALL["zamba2"])
     j = job(path, seq_length=64, micro_batch_size=1, global_batch_size=8, framework=framework)
-    assert job_memory(j).activations()["layer_activations"] == _by_hand_small(64)
+    assert job_memory(j).activations()["layer_activations"] == _by_hand_small(
+        64, hf=framework == "deepspeed")
 
 
 def test_attention_adapters_add_their_inputs(tmp_path):

@@ -55,6 +55,17 @@ norms more per layer than the two pre-norms memsym's layer holds: each keeps its
 statistics, :math:`2\tau h/\sigma + 4\tau/\sigma`; their outputs go to the residual add, which
 keeps nothing (``post_norms``).
 
+The model's final norm is the layers' class (``Gemma3TextModel.norm``, ``Olmo2Model.norm``,
+``NemotronHModel.norm_f``, ...): beyond Llama's :math:`6\tau h` it keeps what the class keeps
+beyond Llama's (``final_norm_excess``).
+
+The pre-norm of a hybrid model's Mamba layer is its RMSNorm class too (``NemotronHBlock.norm``,
+``Zamba2MambaDecoderLayer.input_layernorm``, Bamba's ``input_layernorm``) and keeps the same
+(:mod:`memsym.terms.mamba`); the Mamba2 mixer's gated norm does not: in training transformers
+hands its weight to mamba_ssm's fused ``mamba_split_conv1d_scan_combined`` (``rmsnorm_weight=
+self.norm.weight``, ``modeling_nemotron_h.py`` lines 670-690), whose Triton norm keeps its
+rstd, no fp32 copy.
+
 Measured on transformers' ``LlamaDecoderLayer``, ``Qwen2DecoderLayer`` and ``Qwen3DecoderLayer``
 in ``tests/test_hf_activations.py``, on ``Gemma3DecoderLayer``, ``Qwen3NextDecoderLayer``,
 ``Glm4DecoderLayer`` and ``DeepseekV3Attention`` in ``tests/test_hf_norms.py``.
@@ -71,7 +82,8 @@ from __future__ import annotations
 from ..symbols import a, d_h, g, h, t
 from ..term import Source, Term
 
-__all__ = ["fp32_input_copies", "fp32_scale_qk_norms", "fp32_scale_norms", "post_norms"]
+__all__ = ["final_norm_excess", "fp32_input_copies", "fp32_scale_qk_norms", "fp32_scale_norms",
+           "post_norms"]
 
 _G3 = "models/gemma3/modeling_gemma3.py "
 _LLAMA_NORM = ("models/llama/modeling_llama.py LlamaRMSNorm.forward (lines 64-67: "
@@ -144,23 +156,23 @@ def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0, *,
     hf-transformers-5-25: transformers 5.25.0 ``modeling_llama.py`` ``LlamaRMSNorm.forward``
     (lines 62-67); ``modeling_olmo2.py`` ``Olmo2RMSNorm.forward`` (lines 58-63).
     """
-    src = Source("hf-transformers-5-25", _LLAMA_NORM) if not product else Source(
-        "hf-transformers-5-25", _PRODUCT_NORM)
+    src = Source("hf-transformers-5-25", _PRODUCT_NORM if product else _LLAMA_NORM)
     k, what = (6, "fp32") if product else (4, "16-bit")
-    out = [Term("norm_fp32_input", n_norms * k * tok * h / sig,
-                f"{n_norms} transformers RMSNorms: the fp32 copy of each input (kept in place of "
-                f"the 16-bit input) and the {what} normalised tensor weight * keeps",
-                src, label="norm fp32 input")] if n_norms else []
-    if qk_norm:
-        out.append(Term("qk_norm_fp32_input", k * tok * (a + g) * d_h / t,
-                        "transformers RMSNorms on Q and K: the fp32 copy of each input and the "
-                        f"{what} normalised tensor", src, label="qk norm fp32 input"))
-    if latent_rank:
-        out.append(Term("mla_latent_norm_fp32_input", k * tok * latent_rank, "transformers "
-                        "RMSNorms on MLA's latents (q_a_layernorm, kv_a_layernorm): the fp32 "
-                        f"copy of each input and the {what} normalised tensor", src,
-                        label="mla latent norm fp32 input"))
-    return out
+    wanted = (("norm_fp32_input", n_norms * k * tok * h / sig, bool(n_norms),
+               f"{n_norms} transformers RMSNorms: the fp32 copy of each input (kept in place of "
+               "the 16-bit input)"),
+              ("qk_norm_fp32_input", k * tok * (a + g) * d_h / t, bool(qk_norm),
+               "transformers RMSNorms on Q and K: the fp32 copy of each input"),
+              ("mla_latent_norm_fp32_input", k * tok * latent_rank, bool(latent_rank),
+               "transformers RMSNorms on MLA's latents (q_a_layernorm, kv_a_layernorm): the fp32 "
+               "copy of each input"))
+    return [_copy_term(key, expr, whose, what, src) for key, expr, on, whose in wanted if on]
+
+
+def _copy_term(key: str, expr, whose: str, what: str, src: Source) -> Term:
+    """One group of RMSNorms' fp32 input copies and ``what`` normalised tensors [bytes]."""
+    return Term(key, expr, f"{whose} and the {what} normalised tensor", src,
+                label=key.replace("_", " "))
 
 
 def fp32_scale_qk_norms(tok, *, qwen3_next: bool = False) -> Term:
@@ -186,10 +198,9 @@ def fp32_scale_qk_norms(tok, *, qwen3_next: bool = False) -> Term:
     hf-transformers-5-25: transformers 5.25.0 ``modeling_gemma3.py`` 128-133,
     ``modeling_qwen3_next.py`` 135-140.
     """
-    return Term("qk_norm_fp32_output", 2 * tok * (a + g) * d_h / t + 2 * 4 * d_h,
-                "Q and K norms scaling by 1 + weight in fp32: the fp32 normalised Q and K the "
-                "multiply keeps (4 bytes, not 2) and 1 + weight (4 d_h per norm)",
-                _Q3N_QK if qwen3_next else _G3_QK, label="qk norm fp32 output")
+    return _scale_term("qk_norm_fp32_output", tok * (a + g) * d_h / t, 2 * d_h,
+                       "Q and K norms", "Q and K", "4 d_h per norm",
+                       _Q3N_QK if qwen3_next else _G3_QK)
 
 
 def fp32_scale_norms(tok, sig, n_norms) -> Term:
@@ -217,10 +228,17 @@ def fp32_scale_norms(tok, sig, n_norms) -> Term:
     hf-transformers-5-25: transformers 5.25.0 ``modeling_gemma3.py`` 128-133,
     ``modeling_qwen3_next.py`` 135-140.
     """
-    return Term("norm_fp32_output", n_norms * (2 * tok * h / sig + 4 * h),
-                f"{n_norms} norms scaling by 1 + weight in fp32: the fp32 normalised output the "
-                "multiply keeps (4 bytes, not 2) and 1 + weight (4h per norm)",
-                Source("hf-transformers-5-25", _NORM), label="norm fp32 output")
+    return _scale_term("norm_fp32_output", n_norms * tok * h / sig, n_norms * h,
+                       f"{n_norms} norms", "output", "4h per norm",
+                       Source("hf-transformers-5-25", _NORM))
+
+
+def _scale_term(key: str, elems, weights, whose: str, what: str, per: str, src: Source) -> Term:
+    """What norms scaling by a fresh fp32 weight keep beyond 16-bit ones: their ``elems``
+    normalised elements at 4 bytes, not 2, and ``weights`` fp32 weight elements [bytes]."""
+    return Term(key, 2 * elems + 4 * weights,
+                f"{whose} scaling by 1 + weight in fp32: the fp32 normalised {what} the multiply "
+                f"keeps (4 bytes, not 2) and 1 + weight ({per})", src, label=key.replace("_", " "))
 
 
 def post_norms(tok, sig, stat_bytes) -> Term:
@@ -257,3 +275,68 @@ def post_norms(tok, sig, stat_bytes) -> Term:
                        "400: post_attention_layernorm, post_feedforward_layernorm before the "
                        "residual adds); models/glm4/modeling_glm4.py Glm4DecoderLayer.forward "
                        "(lines 103, 109)"), label="post norms")
+
+
+_FINAL = ("the final norm (Gemma3TextModel.norm, models/gemma3/modeling_gemma3.py line 473; "
+          "Qwen3NextModel.norm, modeling_qwen3_next.py 1068; NemotronHModel.norm_f, "
+          "modeling_nemotron_h.py 1177; GemmaRMSNorm, Gemma2RMSNorm, VaultGemmaRMSNorm, "
+          "HeliumRMSNorm)")
+_FINAL_PRODUCT = ("models/olmo2/modeling_olmo2.py Olmo2Model.norm (line 345), Olmo2RMSNorm."
+                  "forward (line 63: (self.weight * hidden_states).to(input_dtype), the fp32 "
+                  "product kept); GptOssModel.norm (modeling_gpt_oss.py 422), Olmo3Model.norm "
+                  "(modeling_olmo3.py 370), FlexOlmoModel.norm (modeling_flex_olmo.py 428)")
+
+
+def final_norm_excess(tok, sig, *, scale: bool = False, product: bool = False) -> list:
+    r"""What a transformers model's final norm keeps beyond Llama's ``LlamaRMSNorm`` [bytes].
+
+    Llama's keeps :math:`6\tau h/\sigma` and its statistics
+    (:func:`memsym.terms.activations.output_activations`, ``fp32_norm="transformers"``); a
+    final norm of the model's own class keeps, as the layer's norms of that class,
+
+    .. math::
+
+        \frac{2\tau h}{\sigma} + 4h \;\text{(scale)}, \qquad
+        \frac{2\tau h}{\sigma} \;\text{(product)}
+
+    more: the fp32 normalised tensor (4 bytes, not 2) and, scaling by a fresh fp32 weight
+    (``1 + weight.float()``, ``weight.to(torch.float32)``), that weight.
+
+    Parameters
+    ----------
+    tok : sympy.Expr
+        Tokens of one micro-batch on this context-parallel rank, :math:`\tau = sb/c` [tokens].
+    sig : int or sympy.Expr
+        The sequence-parallel divisor :math:`\sigma` [1].
+    scale : bool
+        The norm scales by a fresh fp32 weight (the architecture's ``norm_fp32_scale``).
+    product : bool
+        The norm multiplies its 16-bit weight in fp32 (``norm_fp32_product``).
+
+    Returns
+    -------
+    list of Term
+        ``final_norm_fp32_output`` or ``final_norm_fp32_product``; none for Llama's class.
+
+    Examples
+    --------
+    >>> from memsym.symbols import s, b
+    >>> [x.expr for x in final_norm_excess(s * b, 1, scale=True)]
+    [2*b*h*s + 4*h]
+    >>> [x.expr for x in final_norm_excess(s * b, 1, product=True)]
+    [2*b*h*s]
+
+    References
+    ----------
+    hf-transformers-5-25: transformers 5.25.0 ``modeling_gemma3.py`` 128-133 and 473,
+    ``modeling_olmo2.py`` 58-63 and 345.
+    """
+    if scale:
+        return [_scale_term("final_norm_fp32_output", tok * h / sig, h, "the final norm",
+                            "output", "4h", Source("hf-transformers-5-25", _NORM + "; " + _FINAL))]
+    if product:
+        return [Term("final_norm_fp32_product", 2 * tok * h / sig, "the final norm's fp32 "
+                     "weight * product (4 bytes, not Llama's 2)",
+                     Source("hf-transformers-5-25", _FINAL_PRODUCT),
+                     label="final norm fp32 product")]
+    return []

@@ -28,6 +28,11 @@ chunked scan's states from them, so neither the conv1d output nor any SSM state
 (:math:`H \cdot P \cdot N` per chunk) is kept between forward and backward.  Mamba-2 (Dao & Gu
 2024 §7) names the projections: x, z of d_ssm = H·P, B and C of G·N each, dt of H.
 
+transformers' mixers (Nemotron-H, Zamba2, Bamba) hand the gated norm's and out_proj's weights to
+the same kernel in training, which then keeps the norm's rstd only: its output is recomputed in
+backward and its input rebuilt from ``out_x`` and ``z``, so ``norm_input`` and
+``out_proj_input`` give way to ``gated_norm_rstd`` under the model's own code (``hf_norms``).
+
 Conventions as :mod:`memsym.terms.activations`: 2 bytes per 16-bit element, 1 per dropout-mask
 element, per micro-batch of ``b`` sequences of ``s`` tokens on one GPU; tensor parallelism
 divides the d_ssm-, G- and H-wide tensors by t (Megatron shards heads and groups), sequence
@@ -290,10 +295,28 @@ def _refuse_shared(recompute: str, context_parallel: bool, common: dict, shared_
         raise InvalidValueError(f"{what} is not modelled")
 
 
-def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat, fp8) -> list:
-    """The Mamba-2 mixer's terms of a hybrid layer [bytes], its fused pre-norm's statistics too."""
+_FUSED_NORM = Source("mamba-ssm", "ops/triton/ssd_combined.py at e9594ce1c7, "
+                     "MambaSplitConv1dScanCombinedFn.forward lines 872 (rstd of the gated norm "
+                     "run in the kernel), 888-889 (saved: zxbcdt, out_x, rstd), backward line 913 "
+                     "(recompute_output: the norm's output rebuilt for out_proj's weight "
+                     "gradient); transformers 5.25.0 modeling_nemotron_h.py NemotronHMamba2Mixer."
+                     "forward lines 670-690 (rmsnorm_weight=self.norm.weight, outproj_weight=self."
+                     "out_proj.weight; Zamba2, Bamba, GraniteMoeHybrid the same)")
+
+
+def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat, fp8,
+                 hf: bool = False) -> list:
+    """The Mamba-2 mixer's terms of a hybrid layer [bytes], its fused pre-norm's statistics too;
+    ``hf``: transformers' training path, the gated norm and out_proj run inside mamba_ssm's
+    kernel, which keeps the norm's fp32 rstd, :math:`4G\tau/t`, and neither the norm's input
+    (rebuilt from out_x and z, kept already) nor its output (out_proj's input, recomputed)."""
     mamba = mamba_layer_activations(sequence_parallel=sp_on, dropout=dropout,
                                     gated_norm=gated_norm, fp8_inputs=fp8)
+    if hf and gated_norm:
+        mamba = [term for term in mamba if term.key not in ("norm_input", "out_proj_input")] + [
+            Term("gated_norm_rstd", 4 * G_ssm * s * b / t, "the gated RMSNorm's per-group fp32 "
+                 "rstd, saved by the fused kernel (its output recomputed)", _FUSED_NORM,
+                 label="gated norm rstd")]
     terms = [Term(f"mamba_{term.key}", term.expr, term.description, term.source,
                   label=f"mamba {term.label}") for term in mamba]
     if one_stat != 0:
@@ -325,22 +348,32 @@ def _other_mixer(mixer: str, sp_on: bool, dropout: bool, one_stat) -> list:
     return terms
 
 
-def _mixer_terms(mixer: str, common: dict, gated_norm: bool, one_stat, shared_block) -> list:
+def _mixer_terms(mixer: str, common: dict, gated_norm: bool, norm: tuple, shared_block) -> list:
     """The terms of a hybrid layer's non-attention mixer [bytes]: a shared block's use (Zamba2)
-    and the Mamba-2 mixer it feeds, a Mamba-2 mixer, or a short-conv / GDN / lightning mixer."""
+    and the Mamba-2 mixer it feeds, a Mamba-2 mixer, or a short-conv / GDN / lightning mixer.
+    ``norm``: (one norm's statistics, fp32 product and fp32 copy; the layer terms they halve)."""
     sp_on, dropout = common.get("sequence_parallel", False), common.get("dropout", True)
+    (one_stat, one_fp32, one_copy), plain = norm
     terms: list = []
     if mixer == "shared":
         use = shared_block_activations(
             adapter_rank=shared_block.get("adapter_rank", 0),
             attention_adapters=shared_block.get("attention_adapters", False),
-            sequence_parallel=sp_on, flash=common.get("flash", True))
+            sequence_parallel=sp_on, flash=common.get("flash", True),
+            hf_norms=bool(common.get("hf_norms")))
         terms += [Term(f"shared_{term.key}", term.expr, term.description, term.source,
                        label=f"shared {term.label}") for term in use]
     if mixer in ("mamba", "shared"):
-        terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat, common.get("fp8_inputs"))
+        terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat, common.get("fp8_inputs"),
+                              hf=bool(common.get("hf_norms")))
     if mixer in _PRE_NORM:
         terms += _other_mixer(mixer, sp_on, dropout, one_stat)
+    # the mixer's pre-norm is the model's RMSNorm class (NemotronHBlock.norm,
+    # Zamba2MambaDecoderLayer.input_layernorm, Bamba's input_layernorm): under the model's own
+    # code the same fp32 product and input copy as the attention's pre-norm (none without one)
+    part = "mamba" if mixer == "shared" else mixer
+    if mixer in ("mamba", "shared", *_PRE_NORM):
+        terms += _fp32_norm(part, one_fp32, plain) + _fp32_norm(part, one_copy, plain, "input")
     return terms
 
 
@@ -357,6 +390,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
       softmax statistics, the projection input, the dropout mask);
     * a Mamba-2 mixer: :func:`mamba_layer_activations` and the fused norm's fp32 statistics
       (Transformer Engine's ``LayerNormColumnParallelLinear`` keeps them as for the QKV norm);
+      with ``hf_norms`` its pre-norm's fp32 copy and product as the other parts'
+      (:mod:`memsym.terms.hf_norms`; transformers' fused kernel runs the gated norm);
     * a short-convolution (LFM2), Gated DeltaNet (Qwen3-Next) or lightning (MiniMax-01)
       mixer: its pre-norm's input and statistics and the ``short_conv``, ``gated_deltanet``
       or ``lightning`` module's term;
@@ -432,9 +467,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     if mixer == "attention":
         dense = layer_activations(recompute=recompute, modules=modules, **common)
         terms += _norm(dense, "attn", *ones) + _part(dense, "attn", _ATTENTION_KEYS)
-    terms += _mixer_terms(mixer, common, gated_norm, ones[0], shared_block)
-    if mixer in _PRE_NORM:
-        terms += _fp32_norm(mixer, ones[1], plain) + _fp32_norm(mixer, ones[2], plain, "input")
+    terms += _mixer_terms(mixer, common, gated_norm, (ones, plain), shared_block)
     if ffn is not None:
         terms += _ffn_part(layer_activations(recompute=recompute, modules=modules, moe=ffn,
                                              shared_expert=shared_expert and ffn, **common),

@@ -40,9 +40,12 @@ and ``ZambaHybridLayer.forward``) builds the same block without adapters (r = 0)
 transformers' own code keeps more than these conventions count, as for every model it runs
 (``tests/test_hf_activations.py``): ``Zamba2RMSNorm`` (lines 81-86) keeps an fp32 copy of its
 input and the 16-bit normalised product besides the statistics (:math:`+4\,\mathrm{width}`
-bytes per token and norm), the unfused SwiGLU keeps SiLU's output (:math:`+2f`), and RoPE
-(``use_mem_rope``) the model's cos and sin tables; ``tests/test_zamba2_activations.py``
-measures a use under ``saved_tensors_hooks`` and finds exactly these differences.
+bytes per token and norm, ``norm_fp32_input`` with ``hf_norms``, as
+:mod:`memsym.terms.hf_norms` counts every transformers RMSNorm: :math:`4\tau (2h + h)/\sigma`
+for input_layernorm and pre_ff_layernorm), the unfused SwiGLU keeps SiLU's output
+(:math:`+2f`), and RoPE (``use_mem_rope``) the model's cos and sin tables;
+``tests/test_zamba2_activations.py`` measures a use under ``saved_tensors_hooks`` and finds
+exactly these differences.
 
 Conventions as :mod:`memsym.terms.mamba`: 2 bytes per 16-bit element, per micro-batch of
 ``b`` sequences of ``s`` tokens on one GPU; tensor parallelism divides the head- and
@@ -69,7 +72,8 @@ def _src(where: str) -> Source:
 
 
 def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False,
-                             sequence_parallel: bool = False, flash: bool = True) -> Total:
+                             sequence_parallel: bool = False, flash: bool = True,
+                             hf_norms: bool = False) -> Total:
     r"""Activations one use of a shared transformer block keeps for its backward [bytes].
 
     Per micro-batch and GPU, with :math:`\sigma = t` under sequence parallelism (else 1),
@@ -96,6 +100,9 @@ def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False
         Megatron-style sequence parallelism (the h- and 2h-wide tensors divided by t).
     flash : bool
         Flash attention (the SDPA kernel) rather than the materialised softmax.
+    hf_norms : bool
+        transformers' own ``Zamba2RMSNorm`` runs (DeepSpeed): each norm's fp32 input copy,
+        :math:`4\tau (2h + h)/\sigma` more (``norm_fp32_input``).
 
     Returns
     -------
@@ -124,6 +131,7 @@ def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False
     >>> from memsym.symbols import c
     >>> tot.expr.subs({s: 1, b: 1, t: 1, c: 1, h: 4, a: 2, g: 2, d_h: 4, f: 8, r_lora: 2})
     200
+
     """
     sigma = t if sequence_parallel else 1
     tok, rank = s * b, as_expr(adapter_rank, "adapter_rank")
@@ -156,6 +164,40 @@ def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False
                           "adapter's up-projection", _src("1014 (gate_up_proj_adapter_list)"),
                           label="MLP adapter"))
     terms += [dense[k] for k in _MLP_KEYS]
+    if hf_norms:
+        terms.append(_fp32_copies(tok, sigma))
     terms.append(Term("linear_input", 2 * tok * h / sigma, "the block's output, input of the "
                       "use's own h-by-h linear", _src("1180 (self.linear)"), label="linear"))
     return Total("activations of one use of a shared transformer block", tuple(terms))
+
+
+def _fp32_copies(tok, sigma) -> Term:
+    r"""What the block's two ``Zamba2RMSNorm`` keep beyond 16-bit inputs: fp32 copies [bytes].
+
+    .. math:: \frac{4\tau (2h + h)}{\sigma}
+
+    ``hidden_states.to(torch.float32)`` is kept by ``pow(2)`` and by the rsqrt multiply, and the
+    16-bit ``self.weight *`` product is kept: 4 bytes an element beyond the 16-bit input
+    (:mod:`memsym.terms.hf_norms`), on input_layernorm (2h wide) and pre_ff_layernorm (h).
+
+    Parameters
+    ----------
+    tok : sympy.Expr
+        Tokens of one micro-batch on this rank, :math:`\tau = sb` [tokens].
+    sigma : int or sympy.Expr
+        The sequence-parallel divisor :math:`\sigma` [1].
+
+    Examples
+    --------
+    >>> _fp32_copies(s * b, 1).expr.subs({s: 1, b: 1, h: 4})
+    48
+
+    References
+    ----------
+    hf-transformers-5-25: transformers 5.25.0 ``models/zamba2/modeling_zamba2.py`` lines 81-86.
+    """
+    return Term("norm_fp32_input", 4 * tok * (2 * h + h) / sigma,
+                "the fp32 input copies and 16-bit normalised tensors of input_layernorm (2h "
+                "wide) and pre_ff_layernorm (h), beyond their 16-bit inputs",
+                _src("81-86 (Zamba2RMSNorm.forward: hidden_states.to(torch.float32); "
+                     "self.weight * hidden_states.to(input_dtype))"), label="norm fp32 input")

@@ -24,9 +24,11 @@ from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments a
 from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
                                  lora_gathered_inputs, output_activations, unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
+from ..terms.hf_norms import final_norm_excess
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
 from ..terms.dispatcher_buffers import allgather_dispatch_buffer
+from ..terms.transformer_layer import token_split
 from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                               stage_microbatches, torch_round_size, v_stage_microbatches)
 from ..unchecked_job import UncheckedJob, unchecked
@@ -109,6 +111,11 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
                              gathered_output_input=sp_on and titan,
                              fp32_norm=x.normalization.lower() == "rmsnorm" and (
                                  "torchtitan" if titan else "transformers" if hf else False))
+    if hf and x.normalization.lower() == "rmsnorm":
+        # the final norm is the model's own RMSNorm class, of the layers' kind
+        out = Total(out.name, (*out.terms, *final_norm_excess(
+            *token_split(sp_on), scale=getattr(x, "norm_fp32_scale", False),
+            product=getattr(x, "norm_fp32_product", False))))
     if loss_kind(layout, training) == "te":
         return rb.with_te_logits(out)
     return Total(out.name, tm.gathered_logits(out.terms)) if logits_gathered(layout, training) \
