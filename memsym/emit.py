@@ -342,6 +342,46 @@ def _overlaps(space, row) -> dict:
     return {k: v for k, v in space.overlaps if v is not None}
 
 
+def _megatron_overlaps(over: dict, scheme: str) -> list:
+    """Megatron-LM's data-parallel overlap flags of the overlaps a row was priced with
+    (:func:`_overlaps`), refused where Megatron-LM's ``validate_args`` refuses them
+    (``megatron/training/arguments.py:1024-1029`` at ``d98e8a64dd``):
+    ``--overlap-param-gather`` only with ``--use-distributed-optimizer``, Megatron-FSDP (or
+    dist_muon, which memsym does not emit) and only with ``--overlap-grad-reduce``.  memsym's
+    own job refuses the same (:mod:`memsym.job_checks`), so such a row is no job to read back;
+    it also refuses the overlap on Megatron-FSDP ``no_shard`` (DDP's states), which Megatron
+    accepts, so that row is refused too.
+
+    Examples
+    --------
+    >>> _megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True},
+    ...                    "distributed-optimizer")
+    ['--overlap-grad-reduce', '--overlap-param-gather']
+    >>> _megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": False}, "ddp")
+    ['--overlap-grad-reduce']
+    >>> try:
+    ...     _megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True}, "ddp")
+    ... except NotExpressible as why:
+    ...     print(str(why)[:76])
+    overlap_param_gather with sharding ddp: Megatron-LM's --overlap-param-gather
+    """
+    og, opg = bool(over.get("overlap_grad_reduce")), bool(over.get("overlap_param_gather"))
+    if opg and scheme == "no_shard":
+        # Megatron-LM accepts it (--use-megatron-fsdp), but memsym's job refuses the overlap
+        # on DDP's states (memsym.job_checks), so it would not read back
+        raise NotExpressible("overlap_param_gather with Megatron-FSDP no_shard: memsym reads "
+                             "--overlap-param-gather back only with sharded optimizer states "
+                             "(no_shard keeps DDP's)")
+    if opg and scheme == "ddp":
+        raise NotExpressible(f"overlap_param_gather with sharding {scheme}: Megatron-LM's "
+                             "--overlap-param-gather needs --use-distributed-optimizer or "
+                             "Megatron-FSDP (validate_args; plain DDP gathers no parameters)")
+    if opg and not og:
+        raise NotExpressible("overlap_param_gather without overlap_grad_reduce: Megatron-LM's "
+                             "--overlap-param-gather needs --overlap-grad-reduce (validate_args)")
+    return ["--overlap-grad-reduce"] * og + ["--overlap-param-gather"] * opg
+
+
 def _megatron(row, space, gpus, folder=None) -> Emitted:
     b, _, B = _batch(row, space)
     if row["p"] > 1 and space.schedule == "gpipe":
@@ -376,11 +416,7 @@ def _megatron(row, space, gpus, folder=None) -> Emitted:
     words += ["--hidden-dropout", rate, "--attention-dropout", rate]
     if not space.flash_attention:
         words += ["--attention-backend", "unfused"]
-    # the overlaps the search priced the step time with (memsym.search.launch_overlaps)
-    over = _overlaps(space, row)
-    words += [flag for flag, key in (("--overlap-grad-reduce", "overlap_grad_reduce"),
-                                     ("--overlap-param-gather", "overlap_param_gather"))
-              if over.get(key)]
+    words += _megatron_overlaps(_overlaps(space, row), row["sharding"])
     lines, i = [], 0
     while i < len(words):            # one argument (and its values) per line
         j = i + 1
