@@ -6,7 +6,8 @@
   at ``d98e8a64dd``, the commit :mod:`memsym.readers.megatron` reads), the layout, batch,
   precision, sharding, recompute, dropout and overlap arguments only (the model stays the
   MODEL the user named), plus ``--world-size`` (memsym's addition: Megatron reads
-  ``WORLD_SIZE`` from the launcher);
+  ``WORLD_SIZE`` from the launcher); ``--overlap-param-gather`` only where ``validate_args``
+  allows it (:func:`_megatron_overlaps`: left out on plain DDP, which gathers no parameters);
 * ``torchtitan``: a job TOML fragment with the ``[parallelism]``, ``[training]`` and
   ``[activation_checkpoint]`` keys of torchtitan v0.2.2 (``torchtitan/config/job_config.py``,
   the keys :mod:`memsym.readers.torchtitan` reads);
@@ -342,6 +343,48 @@ def _overlaps(space, row) -> dict:
     return {k: v for k, v in space.overlaps if v is not None}
 
 
+def _megatron_overlaps(over: dict, scheme: str) -> list:
+    """Megatron-LM's data-parallel overlap flags of the overlaps a row was priced with
+    (:func:`_overlaps`), as Megatron-LM's ``validate_args`` allows them
+    (``megatron/training/arguments.py:1024-1029`` at ``d98e8a64dd``): ``--overlap-param-gather``
+    only with ``--use-distributed-optimizer``, Megatron-FSDP (or dist_muon, which memsym does
+    not emit) and only with ``--overlap-grad-reduce``.
+
+    A plain DDP row (a job's own overlaps searched over DDP too) gathers no parameters, so
+    the flag is left out, as Megatron-LM requires and as the Megatron-Bridge form writes it
+    (``ddp.overlap_param_gather=false``): the row's bytes and step time are the same (memsym
+    prices no parameter all-gather without the distributed optimizer,
+    :mod:`memsym.timing.data_parallel`).  Refused instead: the parameter-gather overlap
+    without the gradient-reduce one (Megatron-LM refuses it, and dropping it would change
+    the priced step), and on Megatron-FSDP ``no_shard`` (DDP's states; Megatron-LM accepts
+    it, memsym's job refuses it, :mod:`memsym.job_checks`, so it would not read back).
+
+    Examples
+    --------
+    >>> _megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True},
+    ...                    "distributed-optimizer")
+    ['--overlap-grad-reduce', '--overlap-param-gather']
+    >>> _megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True}, "ddp")
+    ['--overlap-grad-reduce']
+    >>> try:
+    ...     _megatron_overlaps({"overlap_param_gather": True}, "fsdp")
+    ... except NotExpressible as why:
+    ...     print(str(why)[:60])
+    overlap_param_gather without overlap_grad_reduce: Megatron-L
+    """
+    og, opg = bool(over.get("overlap_grad_reduce")), bool(over.get("overlap_param_gather"))
+    if scheme == "ddp":
+        opg = False               # no --use-distributed-optimizer: no parameter all-gather
+    if opg and scheme == "no_shard":
+        raise NotExpressible("overlap_param_gather with Megatron-FSDP no_shard: memsym reads "
+                             "--overlap-param-gather back only with sharded optimizer states "
+                             "(no_shard keeps DDP's)")
+    if opg and not og:
+        raise NotExpressible("overlap_param_gather without overlap_grad_reduce: Megatron-LM's "
+                             "--overlap-param-gather needs --overlap-grad-reduce (validate_args)")
+    return ["--overlap-grad-reduce"] * og + ["--overlap-param-gather"] * opg
+
+
 def _megatron(row, space, gpus, folder=None) -> Emitted:
     b, _, B = _batch(row, space)
     if row["p"] > 1 and space.schedule == "gpipe":
@@ -376,11 +419,7 @@ def _megatron(row, space, gpus, folder=None) -> Emitted:
     words += ["--hidden-dropout", rate, "--attention-dropout", rate]
     if not space.flash_attention:
         words += ["--attention-backend", "unfused"]
-    # the overlaps the search priced the step time with (memsym.search.launch_overlaps)
-    over = _overlaps(space, row)
-    words += [flag for flag, key in (("--overlap-grad-reduce", "overlap_grad_reduce"),
-                                     ("--overlap-param-gather", "overlap_param_gather"))
-              if over.get(key)]
+    words += _megatron_overlaps(_overlaps(space, row), row["sharding"])
     lines, i = [], 0
     while i < len(words):            # one argument (and its values) per line
         j = i + 1

@@ -299,6 +299,40 @@ def test_megatron_text_lists_refused_rows_in_one_line(capsys):
     assert out.count("# read back: memsym estimate llama3-8b ") == 4 - len(refused)
 
 
+def test_megatron_job_with_param_gather_overlap_emits_its_ddp_rows_without_it(capsys,
+                                                                             tmp_path):
+    """A pasted job with ``--overlap-param-gather`` (the distributed optimizer's) searched over
+    DDP too: Megatron-LM's validate_args asserts ``--overlap-param-gather`` only with
+    ``--use-distributed-optimizer`` / Megatron-FSDP (arguments.py:1024-1027 at d98e8a64dd), so
+    a DDP row is written without it (it was written with it, and did not read back); DDP
+    gathers no parameters, so it reads back the bytes and step time the search priced.  The
+    distributed optimizer's rows carry both overlaps."""
+    args = tmp_path / "args.txt"
+    args.write_text("--tensor-model-parallel-size 2\n--world-size 8\n--seq-length 4096\n"
+                    "--micro-batch-size 1\n--global-batch-size 64\n--bf16\n"
+                    "--use-distributed-optimizer\n--overlap-grad-reduce\n"
+                    "--overlap-param-gather\n")
+    code, out, err = run(capsys, "search", "llama2-7b", "--args-file", args, "--gpu", GPU,
+                         "--tp", 2, "--pp", 1, "--cp", 1, "--sharding", "ddp",
+                         "distributed-optimizer", "--recompute", "full", "--top", 8,
+                         "--emit", "megatron", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    by = {s: [r for r in rows if r["layout"]["sharding"] == s]
+          for s in ("ddp", "distributed-optimizer")}
+    assert by["ddp"] and by["distributed-optimizer"]
+    for row in rows:
+        words = row["emit"]["arguments"]
+        assert "--overlap-grad-reduce" in words
+        assert ("--overlap-param-gather" in words) == \
+            ("--use-distributed-optimizer" in words) == \
+            (row["layout"]["sharding"] == "distributed-optimizer")
+        est = read_back(capsys, row["emit"]["read_back"])
+        assert_same(row, est)
+        assert bool(est["training"]["overlap_param_gather"]) == \
+            (row["layout"]["sharding"] == "distributed-optimizer")
+
+
 # ---------------------------------------------------------------------------------------------
 # DeepSpeed
 # ---------------------------------------------------------------------------------------------
