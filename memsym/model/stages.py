@@ -23,7 +23,7 @@ from ..text import shared_doc
 # ----------------------------------------------------------------------------------------------
 
 __all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters",
-           "layer_kind_pattern", "hybrid_kinds", "mamba_values",
+           "layer_kind_pattern", "hybrid_kinds", "mamba_values", "mtp_layer_kinds",
            "torchtitan_rank_layers", "torchtitan_end_stages", "torchtitan_stages_per_rank",
            "torchtitan_layers_per_stage"]
 

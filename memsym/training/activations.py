@@ -358,10 +358,12 @@ def _embedding_term(schedule: str, training: Training, sp_on: bool, *, vv, mm, g
                 label="embedding")
 
 
-def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, per_layer,
-                  pattern) -> list:
+def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, layer_model: tuple,
+                  layers: _StageLayers, recompute: str) -> list:
     """The output stage's ``output_activations`` (final norm, output layer, logits) and, with
-    multi-token prediction, ``mtp_activations``."""
+    multi-token prediction, ``mtp_activations``: each MTP layer's block is a hybrid's
+    ``mtp_layer_pattern`` (:func:`memsym.model.stages.mtp_layer_kinds`), else one layer of the
+    last decoder layer's kind."""
     n_out = logits_microbatches(schedule, mm=mm)
     out_total = output_layer_activations(x, layout, training)
     out = out_total.expr
@@ -375,12 +377,27 @@ def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, per_
     if x.mtp_num_layers:
         # one set per pass, a repeated layer's too (mtp_use_repeated_layer runs layers[0] on
         # each pass's own inputs, multi_token_prediction.py:2048-2115 at d98e8a64dd)
-        last_kind = pattern[-1]
         terms.append(Term("mtp_activations",
-                          n_out * x.mtp_num_layers * (per_layer(last_kind) + out),
+                          n_out * x.mtp_num_layers * (_mtp_block(x, layout, layer_model, layers,
+                                                                 recompute) + out),
                           "multi-token-prediction layers: one layer and one more logits each",
                           _DERIVED, label="MTP"))
     return terms
+
+
+def _mtp_block(x, layout: Layout, layer_model: tuple, layers: _StageLayers,
+               recompute: str) -> sp.Expr:
+    """One MTP layer's block of one micro-batch [bytes]: a hybrid's pattern letters counted by
+    kind (Megatron-core builds the block as a ``HybridStack`` of ``mtp_layer_pattern``,
+    multi_token_prediction.py:1199-1214 at d98e8a64dd), else the last decoder layer's kind."""
+    per_layer, common, mods, shared = layer_model
+    if not (layers.hybrid and x.mtp_layer_pattern):
+        return per_layer(layers.pattern[-1])
+    counts: dict = {}
+    for kind in models.stages.mtp_layer_kinds(x):
+        counts[kind] = counts.get(kind, 0) + 1
+    counted = tuple((kind, n, bool(x.mamba_gated_norm)) for kind, n in counts.items())
+    return hybrid_terms.hybrid_stack(counted, recompute, mods, shared, layout.c > 1, common)
 
 
 def _working_set_terms(layout: Layout, training: Training, stage: int, kinds, per_chunk,
@@ -451,7 +468,8 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
         terms.append(_embedding_term(schedule, training, sp_on, vv=vv, mm=mm, group=group,
                                      live=live))
     if stage == output_stage(layout, training):
-        terms += _output_terms(x, layout, training, schedule, mm, per_layer, layers.pattern)
+        terms += _output_terms(x, layout, training, schedule, mm, layer_model, layers,
+                               recompute)
     terms += _working_set_terms(layout, training, stage, layers.kinds, per_chunk, per_layer,
                                 recompute)
     return Total(f"activations of pipeline stage {stage} ({stage_role(stage, pp)})", tuple(terms))
