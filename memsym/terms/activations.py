@@ -138,7 +138,9 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     the same :math:`6\tau h/\sigma` under a framework that runs transformers' model code
     (DeepSpeed): ``LlamaModel.forward``'s ``self.norm`` is a ``LlamaRMSNorm``, whose fp32 copy
     and 16-bit ``weight *`` product autograd keeps (:mod:`memsym.terms.hf_norms`); ``True`` or
-    ``"torchtitan"`` cites torchtitan.
+    ``"torchtitan"`` cites torchtitan.  This is the plain kind only: a model whose norm scales
+    by ``1 + w`` in fp32 (Gemma) or multiplies the weight in fp32 (GPT-OSS, OLMo 2) keeps more,
+    which :func:`memsym.terms.hf_norms.final_norm_excess` adds beside this Total.
 
     Examples
     --------
