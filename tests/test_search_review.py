@@ -52,3 +52,23 @@ def test_plain_ddp_rows_run_without_the_parameter_gather():
         assert res.space.training(sharding=row["sharding"]).comm.overlap_param_gather \
             == lay["overlap_param_gather"]
     assert seen == {"ddp": False, "distributed-optimizer": True, "no_shard": True}
+
+
+def test_deepspeed_config_with_numeric_micro_batch_searches_on_gpus(capsys, tmp_path):
+    # train_micro_batch_size_per_gpu 2 and gradient_accumulation_steps 4, no train_batch_size
+    # and no --world-size: the config is read on the searched --gpus 8, so DeepSpeed's batch
+    # rule (train_batch_size = micro x accumulation x world size) holds 2 x 4 x 8 = 64
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2,
+                               "gradient_accumulation_steps": 4,
+                               "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}))
+    code, out, err = cli(capsys, "search", "llama2-7b", "--gpu", "h100", "--deepspeed-config",
+                         str(cfg), "--gpus", "8", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert rows
+    for row in rows:
+        lay = row["layout"]
+        assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == 8
+        assert lay["micro_batch_size"] * lay["num_microbatches"] * lay["dp"] == 64
+    assert rows[0]["job"]["gpus_from"] == "--gpus"

@@ -128,6 +128,9 @@ def _searched_deepspeed(est, gpus):
     world = est.world_size if est.world_size is not None else gpus
     got = searched_deepspeed_config(est.deepspeed_config, world, est.global_batch_size)
     if got is None:
+        # a numeric micro-batch: the config read as estimate reads it, on the searched GPUs
+        # (--gpus) where no --world-size is given, as the "auto" path above
+        est.world_size = world
         return None, None
     if est.num_microbatches is not None:
         from ..errors import InvalidValueError
