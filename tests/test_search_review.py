@@ -72,3 +72,22 @@ def test_deepspeed_config_with_numeric_micro_batch_searches_on_gpus(capsys, tmp_
         assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == 8
         assert lay["micro_batch_size"] * lay["num_microbatches"] * lay["dp"] == 64
     assert rows[0]["job"]["gpus_from"] == "--gpus"
+
+
+def test_deepspeed_config_search_keeps_to_zero_data_parallelism(capsys, tmp_path):
+    # deepspeed.initialize (deepspeed/__init__.py) runs a plain model (the HF Trainer's, as an
+    # "auto" micro-batch implies) on DeepSpeedEngine, never the PipelineEngine, and the config
+    # holds no TP / CP degree: every row is t = p = c = 1, d = 8, and --emit deepspeed writes it
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "train_batch_size": 64,
+                               "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}))
+    code, out, err = cli(capsys, "search", "llama2-7b", "--gpu", "h100", "--deepspeed-config",
+                         str(cfg), "--gpus", "8", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert rows
+    assert {(r["layout"]["tp"], r["layout"]["pp"], r["layout"]["cp"], r["layout"]["dp"])
+            for r in rows} == {(1, 1, 1, 8)}
+    code, _, err = cli(capsys, "search", "llama2-7b", "--gpu", "h100", "--deepspeed-config",
+                       str(cfg), "--gpus", "8", "--emit", "deepspeed", "--emit-dir", str(tmp_path / "o"))
+    assert code == 0, err
