@@ -356,8 +356,9 @@ def _megatron_overlaps(over: dict, scheme: str) -> list:
     prices no parameter all-gather without the distributed optimizer,
     :mod:`memsym.timing.data_parallel`).  Refused instead: the parameter-gather overlap
     without the gradient-reduce one (Megatron-LM refuses it, and dropping it would change
-    the priced step), and on Megatron-FSDP ``no_shard`` (DDP's states; Megatron-LM accepts
-    it, memsym's job refuses it, :mod:`memsym.job_checks`, so it would not read back).
+    the priced step).  Megatron-FSDP ``no_shard`` (DDP's states) keeps the flag: Megatron-LM
+    accepts it with ``--use-megatron-fsdp`` whatever the strategy (``arguments.py``
+    l. 1024-1026 at ``d98e8a64dd``), and so does memsym's job (:mod:`memsym.job_checks`).
 
     Examples
     --------
@@ -366,6 +367,9 @@ def _megatron_overlaps(over: dict, scheme: str) -> list:
     ['--overlap-grad-reduce', '--overlap-param-gather']
     >>> _megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True}, "ddp")
     ['--overlap-grad-reduce']
+    >>> _megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True},
+    ...                    "no_shard")
+    ['--overlap-grad-reduce', '--overlap-param-gather']
     >>> try:
     ...     _megatron_overlaps({"overlap_param_gather": True}, "fsdp")
     ... except NotExpressible as why:
@@ -375,10 +379,6 @@ def _megatron_overlaps(over: dict, scheme: str) -> list:
     og, opg = bool(over.get("overlap_grad_reduce")), bool(over.get("overlap_param_gather"))
     if scheme == "ddp":
         opg = False               # no --use-distributed-optimizer: no parameter all-gather
-    if opg and scheme == "no_shard":
-        raise NotExpressible("overlap_param_gather with Megatron-FSDP no_shard: memsym reads "
-                             "--overlap-param-gather back only with sharded optimizer states "
-                             "(no_shard keeps DDP's)")
     if opg and not og:
         raise NotExpressible("overlap_param_gather without overlap_grad_reduce: Megatron-LM's "
                              "--overlap-param-gather needs --overlap-grad-reduce (validate_args)")

@@ -322,7 +322,9 @@ def _check_overlaps(x, layout: Layout, training: Training) -> None:
         if not training.comm.overlap_grad_reduce:
             raise InvalidValueError("--overlap-param-gather needs --overlap-grad-reduce "
                                     "(Megatron's validate_args)")
-        if training.states.sharding == "ddp":
+        # arguments.py 1024-1026: the distributed optimizer or Megatron-FSDP, any strategy
+        # (no_shard included, whose states are DDP's)
+        if training.states.sharding == "ddp" and training.states.megatron_fsdp is None:
             raise InvalidValueError("--overlap-param-gather needs the distributed optimizer "
                                     "(--use-distributed-optimizer) or Megatron-FSDP")
     if training.pipeline.defer_embedding_wgrad_compute and layout.p == 1:  # model_parallel_config

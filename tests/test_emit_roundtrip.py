@@ -52,9 +52,6 @@ ON = {"overlap_grad_reduce": True, "overlap_param_gather": True}
 OFF = {"overlap_grad_reduce": False, "overlap_param_gather": False}
 GRAD_ONLY = {"overlap_grad_reduce": True, "overlap_param_gather": False}
 PARAM_ONLY = {"overlap_grad_reduce": False, "overlap_param_gather": True}
-#: Megatron-FSDP's no_shard: Megatron-LM accepts the flag (--use-megatron-fsdp), memsym's job
-#: refuses the overlap on DDP's states (memsym.job_checks), so the emitter refuses the row
-OPG_NO_SHARD = "only with sharded optimizer states (no_shard keeps DDP's)"
 #: arguments.py:1028-1029: and it needs the gradient-reduce overlap
 OPG_ALONE = "--overlap-param-gather needs --overlap-grad-reduce"
 #: DeepSpeed's ZeRO-1 / ZeRO-3 have no Megatron-LM flag that reads back as them
@@ -67,11 +64,12 @@ CASES = {
                               dict(tp=[2], pp=[1], sharding=SHARDINGS + ["zero1", "zero3"],
                                    recompute=["full"]),
                               {"zero1": ZERO, "zero3": ZERO}),
-    # a job's own overlaps, both on: the DDP row without the parameter gather (none to overlap)
+    # a job's own overlaps, both on: the DDP row without the parameter gather (none to
+    # overlap); Megatron-FSDP's no_shard keeps it (arguments.py:1024-1026 accept it with
+    # --use-megatron-fsdp, whatever the strategy) and reads back
     "dense-overlaps-on": ("llama2-7b", "h100-80gb", 8,
                           dict(tp=[2], pp=[2], vpp=[1], sharding=SHARDINGS, uneven=False,
-                               recompute=["selective"], overlaps=ON),
-                          {"no_shard": OPG_NO_SHARD}),
+                               recompute=["selective"], overlaps=ON), {}),
     "dense-overlaps-off": ("llama2-7b", "h100-80gb", 8,
                            dict(tp=[1], pp=[2], vpp=[1], sharding=SHARDINGS, uneven=False,
                                 recompute=["none", "full"], overlaps=OFF), {}),

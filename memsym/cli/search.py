@@ -182,6 +182,7 @@ def layout_json(row: dict, framework: str | None = None, overlaps=None) -> dict:
     the overlap options the search priced the step with, :func:`memsym.search.launch_overlaps`,
     or ``overlaps``, a job's own, :attr:`memsym.search.Space.overlaps`)."""
     from ..search import launch_overlaps
+    from ..search.job_fields import row_overlaps
     from ..search.space import recompute_fields
 
     out = {"tp": row["t"], "pp": row["p"], "cp": row["c"], "dp": row["d"], "ep": row["e"],
@@ -196,7 +197,7 @@ def layout_json(row: dict, framework: str | None = None, overlaps=None) -> dict:
                    recompute_num_layers=fields["recompute_num_layers"])
     if framework is not None:
         out.update(launch_overlaps(framework, row["sharding"]) if overlaps is None
-                   else {k: v for k, v in overlaps if v is not None})
+                   else row_overlaps(overlaps, framework, row["sharding"]))
         out.update(megatron_fsdp_of(framework, row["sharding"]))
     return out
 

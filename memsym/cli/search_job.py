@@ -128,6 +128,9 @@ def _searched_deepspeed(est, gpus):
     world = est.world_size if est.world_size is not None else gpus
     got = searched_deepspeed_config(est.deepspeed_config, world, est.global_batch_size)
     if got is None:
+        # a numeric micro-batch: the config read as estimate reads it, on the searched GPUs
+        # (--gpus) where no --world-size is given, as the "auto" path above
+        est.world_size = world
         return None, None
     if est.num_microbatches is not None:
         from ..errors import InvalidValueError
@@ -178,6 +181,14 @@ def search_job(args, opts: dict):
     choices = {k: v for k, v in (("recompute", _job_recompute(tr.memory)),
                                  ("offload", tr.states.offload)) if k not in opts}
     opts.update({k: [v] for k, v in choices.items()})
+    if getattr(est, "deepspeed_config", None) is not None:
+        # a DeepSpeed config's job runs ZeRO data parallelism: deepspeed.initialize
+        # (deepspeed/__init__.py) builds the PipelineEngine only for a PipelineModule, which
+        # the HF Trainer / Accelerate ("auto" batch) never pass, and the config holds no TP or
+        # CP degree memsym reads (t = p = 1; --emit deepspeed refuses them), so none is
+        # searched unless the command line pins one
+        for key in ("tp", "pp", "cp", "vpp"):
+            opts.setdefault(key, [1])
     if args.sharding is not None:     # else the framework's schemes (from_job: the job's)
         opts["sharding"] = args.sharding
     elif choices.get("offload") == "optimizer+params" and tr.states.megatron_fsdp is None:

@@ -16,6 +16,7 @@ from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUT
 
 from ..model import moe_layer_pattern
 from .space import Space, CHOICE_RULES, KNOBS, recompute_layers, states_scheme
+from .job_fields import row_overlaps
 from .grid import choice_knobs, grid_knobs, splits_of, with_split
 from .templates import (allowance_function, call_stage, check_stages,
                         save_stage_tables, stage_count_floats, stage_function, stage_template)
@@ -374,7 +375,7 @@ def _search_overlap(space: Space, sharding: str, comm: dict | None = None):
     (:func:`memsym.timing.step.overlap_of`)."""
     framework = space.framework
     given = launch_overlaps(framework, sharding) if space.overlaps is None \
-        else dict(space.overlaps)
+        else row_overlaps(space.overlaps, framework, sharding)
     held = {k: v for k, v in space.held if k in ("overlap_moe_expert_parallel_comm",
                                                   "overlap_p2p_comm")}   # a job's own
     return overlap_of(Training(framework=framework, sharding=sharding, **given, **held,

@@ -242,6 +242,27 @@ def checked_overlaps(given) -> tuple | None:
                  for key in OVERLAP_FIELDS)
 
 
+def row_overlaps(overlaps, framework: str, sharding: str) -> dict:
+    """A job's own ``overlaps`` (:func:`checked_overlaps`' pairs) as one row of ``sharding``
+    runs them: a Megatron-LM plain DDP row without ``overlap_param_gather`` (DDP gathers no
+    parameters, and ``arguments.py`` l. 1024-1026 at ``d98e8a64dd`` refuses the flag without
+    the distributed optimizer or Megatron-FSDP; :mod:`memsym.emit` leaves it out), the None
+    values (the framework's defaults) left out.
+
+    Examples
+    --------
+    >>> on = checked_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True})
+    >>> row_overlaps(on, "megatron", "ddp"), row_overlaps(on, "megatron", "no_shard")
+    ({'overlap_grad_reduce': True, 'overlap_param_gather': False}, \
+{'overlap_grad_reduce': True, 'overlap_param_gather': True})
+    """
+    out = {k: v for k, v in overlaps if v is not None}
+    if sharding == "ddp" and FRAMEWORK[framework].megatron_options \
+            and "overlap_param_gather" in out:
+        out["overlap_param_gather"] = False
+    return out
+
+
 def megatron_fsdp_rows(shard: tuple, optimizer: str, framework: str, given: bool) -> tuple:
     """The sharding rows ``shard`` of a search whose optimizer is ``optimizer``: Megatron-FSDP
     steps Adam and SGD only (:data:`memsym.vocabulary.MEGATRON_FSDP_OPTIMIZERS`, Megatron-LM's

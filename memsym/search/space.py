@@ -27,7 +27,7 @@ from ..job_record import FIELD_PARTS
 from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
 # re-exported: the search's callers import them here
 from .job_fields import (HELD_FIELDS, MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS,  # noqa: F401
-                         SEARCHED_FIELDS, carried_ub_config, checked_held, checked_overlaps,
+                         SEARCHED_FIELDS, carried_ub_config, checked_held, checked_overlaps, row_overlaps,
                          global_batch_of, held_of,
                          megatron_fsdp_rows, recompute_choice, refuse_unsearched, states_scheme,
                          unsearched_fields)
@@ -328,7 +328,7 @@ class Space:
         if "recompute" in kw:
             kw = {**kw, **recompute_fields(kw["recompute"])}
         if self.overlaps is not None:      # a job's own overlaps (plot feasibility's)
-            base.update(self.overlaps)
+            base.update(row_overlaps(self.overlaps, self.framework, kw.get("sharding", "")))
         elif FRAMEWORK[self.framework].launch_overlaps == "overlap_comm":
             # the emitted config's overlap_comm (evaluate.launch_overlaps): its second IPG
             # buffer is memory the read-back counts (memsym.training.transients._transient_widths)
