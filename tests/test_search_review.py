@@ -91,3 +91,19 @@ def test_deepspeed_config_search_keeps_to_zero_data_parallelism(capsys, tmp_path
     code, _, err = cli(capsys, "search", "llama2-7b", "--gpu", "h100", "--deepspeed-config",
                        str(cfg), "--gpus", "8", "--emit", "deepspeed", "--emit-dir", str(tmp_path / "o"))
     assert code == 0, err
+
+
+def test_deepspeed_config_without_a_world_size_is_one_clear_line(capsys, tmp_path):
+    # no train_batch_size: DeepSpeed's d comes from the launcher's world size alone
+    # (train_batch_size = micro-batch x accumulation x d is the only place a config gives it),
+    # so estimate asks for --world-size instead of failing inside the layout check
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2,
+                               "gradient_accumulation_steps": 4,
+                               "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}))
+    code, out, err = cli(capsys, "estimate", "llama2-7b", "--deepspeed-config", str(cfg))
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "give --world-size N" in err
+    code, out, _ = cli(capsys, "estimate", "llama2-7b", "--deepspeed-config", str(cfg),
+                       "--world-size", "8", "--json")
+    assert code == 0 and json.loads(out)["layout"]["dp"] == 8

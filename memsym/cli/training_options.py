@@ -100,6 +100,11 @@ def framework_job_from_args(args):
                                     micro_batch_size=getattr(args, "micro_batch_size", None),
                                     gradient_accumulation_steps=getattr(args, "num_microbatches", None),
                                     precision=getattr(args, "precision", None))
+        if cfg["layout"]["d"] is None:
+            # DeepSpeed takes the data-parallel size from the launcher's world size; the config
+            # gives it only through train_batch_size = micro-batch x accumulation x d
+            raise InvalidValueError("the DeepSpeed config leaves the data-parallel size unknown "
+                                    "(no train_batch_size): give --world-size N")
         args.reading = {"read_as": "a DeepSpeed config", "ignored": list(cfg["ignored"])}
         return deepspeed_job(cfg, args.model, **extra)
     return torchtitan_job(read_torchtitan_config(tt, world_size=args.world_size), args.model,
