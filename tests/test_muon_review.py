@@ -26,3 +26,14 @@ def test_distributed_orientation_follows_partition_dim():
     got = float(newton_schulz_time(1024, 8192, gpu("h100"), split=8, partition_dim=1,
                                    eta_gemm=0.5))
     assert abs(got - want) < 1e-9 * want
+
+
+def test_muon_terms_refuse_bad_sizes():
+    import pytest
+    from memsym.errors import MemsymError
+    from memsym.terms.muon import muon_scalar_moment, newton_schulz_flops, newton_schulz_workspace
+    for call in (lambda: muon_scalar_moment(10, 0), lambda: newton_schulz_flops(4, 6, -1),
+                 lambda: newton_schulz_workspace(-2, 3)):
+        with pytest.raises(MemsymError):
+            call()
+    assert newton_schulz_flops(4, 6, steps=1) == 4 * 16 * 6 + 2 * 64
