@@ -37,3 +37,18 @@ def test_muon_terms_refuse_bad_sizes():
         with pytest.raises(MemsymError):
             call()
     assert newton_schulz_flops(4, 6, steps=1) == 4 * 16 * 6 + 2 * 64
+
+
+def test_output_gate_is_a_fourth_qkv_block():
+    # Megatron _get_qkv_split_shapes (emerging_optimizers.py:150-160): [q, gate, k, v], per
+    # group a/g d, d, d; whole layer: q and gate a d rows each, k and v g d rows each.
+    from dataclasses import replace
+    from memsym.model import preset
+    from memsym.model.muon_matrices import muon_matrices
+    x = replace(preset("llama2-7b"), attention_output_gate=True)
+    got = [(n, r, c) for n, r, c, _, _ in muon_matrices(x, False)][:4]
+    assert got == [("q", 32 * 128, 4096), ("gate", 32 * 128, 4096), ("k", 32 * 128, 4096),
+                   ("v", 32 * 128, 4096)]
+    (name, rows, cols, _, _), = [m for m in muon_matrices(x, False, split_qkv=False)
+                                 if m[0] == "qkv"]
+    assert rows == (2 * 32 + 2 * 32) * 128

@@ -304,7 +304,7 @@ def muon_step_time(arch, dev, clu, layers, *, t, e, t_e, ndp, edp, layer_wise: b
         # the element-wise passes around the iteration: the matrix it sees, and the local
         # Q, K, V blocks' split copies
         per = NS_ELEMENT_BYTES + (TP_MODE_BYTES[tp_mode] if split else 0)
-        qkv = QKV_SPLIT_BYTES * rows * cols / ways if name in ("q", "k", "v") else 0.0
+        qkv = QKV_SPLIT_BYTES * rows * cols / ways if name in ("q", "gate", "k", "v") else 0.0
         nbytes_ns = nbytes_ns + share * cnt * (per * r * c / part + qkv) / owner
         if split and tp_mode != "blockwise":
             bw, lat = group_bandwidth("tp", ways, clu, t=ways, c=np.ones_like(ways),
