@@ -66,11 +66,14 @@ def muon_matrices(arch: Architecture, moe: bool, *, split_qkv: bool = True) -> t
                 ("kv_up", a * (x.qk_head_dim + d_v), r_kv, "rows", 1)]
     else:
         d_qk = d_v = x.kv_channels
+        # an output gate is a fourth block after Q (emerging_optimizers.py:150-160)
+        gate = bool(x.attention_output_gate)
         if split_qkv:
-            out += [("q", a * d_qk, h, "rows", 1), ("k", g * d_qk, h, "rows", 1),
-                    ("v", g * d_qk, h, "rows", 1)]
+            out += [("q", a * d_qk, h, "rows", 1)] + ([("gate", a * d_qk, h, "rows", 1)]
+                                                       if gate else [])
+            out += [("k", g * d_qk, h, "rows", 1), ("v", g * d_qk, h, "rows", 1)]
         else:
-            out.append(("qkv", (a + 2 * g) * d_qk, h, "rows", 1))
+            out.append(("qkv", ((2 if gate else 1) * a + 2 * g) * d_qk, h, "rows", 1))
     out.append(("proj", h, a * d_v, "cols", 1))
     mult = 2 if x.swiglu else 1
 

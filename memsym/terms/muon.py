@@ -31,7 +31,14 @@ import sympy as sp
 
 from ..symbols import N_sc, t as t_sym, t_e as t_e_sym
 from ..term import Source, Term, Total
-from ..values import as_expr
+from ..values import as_expr, positive
+
+def _size(value, what, *, allow_zero=False):
+    """A symbol as it is; a number checked > 0 (>= 0 with ``allow_zero``), memsym's error."""
+    if isinstance(value, sp.Basic) and not value.is_number:
+        return value
+    return positive(value, what, allow_zero=allow_zero)
+
 
 __all__ = ["largest_muon_elements", "muon_scalar_moment", "muon_states", "newton_schulz_flops", "newton_schulz_workspace"]
 
@@ -97,8 +104,8 @@ def muon_scalar_moment(params=None, shard=1) -> Term:
     ----------
     .. [megatron-core] ``core/optimizer/emerging_optimizers.py`` (``_is_muon_excluded``).
     """
-    n = N_sc if params is None else as_expr(params)
-    return Term("muon_adam_moment", 4 * n / as_expr(shard),
+    n = N_sc if params is None else _size(params, "params", allow_zero=True)
+    return Term("muon_adam_moment", 4 * n / _size(shard, "shard"),
                 "the scalar Adam's exp_avg_sq (fp32) on the parameters Muon does not step "
                 "(embedding, output layer, norms)", _SCALAR, label="scalar-Adam 2nd moment")
 
@@ -186,9 +193,9 @@ def newton_schulz_flops(rows, cols, steps=5) -> sp.Expr:
     .. [emerging-optimizers] ``muon_utils.py`` (``newton_schulz_step``).
     .. [muon-blog] Jordan et al. 2024 (the quintic iteration, 5 steps).
     """
-    r, c = as_expr(rows), as_expr(cols)
+    r, c = _size(rows, "rows"), _size(cols, "cols")
     m, n = sp.Min(r, c), sp.Max(r, c)
-    return as_expr(steps) * (4 * m**2 * n + 2 * m**3)
+    return _size(steps, "steps") * (4 * m**2 * n + 2 * m**3)
 
 
 def largest_muon_elements(matrices, *, gathered: bool) -> sp.Expr:
@@ -269,7 +276,7 @@ def newton_schulz_workspace(rows, cols, *, nesterov: bool = True) -> Total:
     .. [emerging-optimizers] ``orthogonalized_optimizer.py`` (``step``), ``muon_utils.py``
        (``newton_schulz``).
     """
-    mn = as_expr(rows) * as_expr(cols)
+    mn = _size(rows, "rows") * _size(cols, "cols")
     terms = [Term("newton_schulz_result", 12 * mn, "the orthogonalized fp32 update and its two "
                   "scaled copies of the largest Muon matrix", _WORK, label="NS result")]
     if nesterov:

@@ -159,14 +159,19 @@ def muon_parameters(arch, layers, *, t, e, t_e) -> tuple:
     return layers * dense, layers * expert
 
 
-def newton_schulz_time(rows, cols, dev, *, steps: int = 5, split=1, count=1, eta_gemm=None):
+def newton_schulz_time(rows, cols, dev, *, steps: int = 5, split=1, partition_dim=None, count=1,
+                       eta_gemm=None):
     r"""Seconds of ``count`` matrices' Newton-Schulz iterations on one GPU [s].
 
     .. math:: t = k\,\bigl(t_{GEMM}(m, m, n/\sigma) + t_{GEMM}(m, m, m)
        + t_{GEMM}(m, n/\sigma, m)\bigr), \quad m = \min(r, c),\; n = \max(r, c)
 
-    (``split`` :math:`\sigma`: ``--muon-tp-mode distributed``'s share of the long dimension;
-    1 otherwise).
+    (``split`` :math:`\sigma`: ``--muon-tp-mode distributed``'s ranks; 1 otherwise).  With a
+    ``partition_dim`` the orientation is the split's, not the shorter side's:
+    ``newton_schulz_tp`` transposes exactly when ``partition_dim`` is 0
+    (``muon_utils.py:336-341``), so :math:`m = c,\ n = r` for 0 (column-parallel) and
+    :math:`m = r,\ n = c` for 1 (row-parallel), the Gram on the long side when the split one
+    is the shorter (its docstring's warning, :291-293).
 
     Parameters
     ----------
@@ -177,7 +182,10 @@ def newton_schulz_time(rows, cols, dev, *, steps: int = 5, split=1, count=1, eta
     steps : int
         ``--muon-num-ns-steps`` [1].
     split : array_like
-        Ranks the long dimension is split over [GPUs].
+        Ranks the matrix is split over [GPUs].
+    partition_dim : {None, 0, 1}
+        The split dimension (0 rows, 1 columns), fixing the orientation; None: the Gram
+        matrix on the shorter side.
     count : array_like
         Such matrices [1].
     eta_gemm : float, optional
@@ -193,11 +201,26 @@ def newton_schulz_time(rows, cols, dev, *, steps: int = 5, split=1, count=1, eta
     >>> round(sec * 1e3, 2), round(15 * 2 * 4096**3 / (0.5 * 989e12) * 1e3, 2)  # + launches
     (4.23, 4.17)
 
+    A 1024 x 8192 column-parallel matrix (Llama-3-70B's K) split over 8 ranks: the Gram is
+    8192 x 8192 of 128-long rows (by hand: each GEMM the slower of its FLOPs at 50 % of
+    989.4 TFLOP/s and its bf16 bytes at 3.35 TB/s, plus 4 us):
+
+    >>> def g(M, N, K):
+    ...     return max(2 * M * N * K / 494.7e12, 2 * (M * K + K * N + M * N) / 3.35e12) + 4e-6
+    >>> sec = float(newton_schulz_time(1024, 8192, gpu("h100"), split=8, partition_dim=0,
+    ...                                eta_gemm=0.5))
+    >>> round(sec * 1e3, 3), round(5 * (2 * g(8192, 8192, 128) + g(8192, 8192, 8192)) * 1e3, 3)
+    (11.586, 11.586)
+
     References
     ----------
-    .. [emerging-optimizers] ``muon_utils.py:348-378`` (``newton_schulz_step``).
+    .. [emerging-optimizers] ``muon_utils.py:348-378`` (``newton_schulz_step``), :277-345
+       (``newton_schulz_tp``).
     """
-    m, n = np.minimum(rows, cols), np.maximum(rows, cols) / split
+    if partition_dim is None:
+        m, n = np.minimum(rows, cols), np.maximum(rows, cols) / split
+    else:
+        m, n = (cols, rows / split) if partition_dim == 0 else (rows, cols / split)
     one = (gemm_time(m, m, n, dev, "bf16", eta_gemm=eta_gemm)
            + gemm_time(m, m, m, dev, "bf16", eta_gemm=eta_gemm)
            + gemm_time(m, n, m, dev, "bf16", eta_gemm=eta_gemm))
@@ -241,16 +264,19 @@ def muon_step_time(arch, dev, clu, layers, *, t, e, t_e, ndp, edp, layer_wise: b
 
     Examples
     --------
-    Llama-2-7B's 32 layers on one H100: about 0.4 s of Newton-Schulz GEMMs, 8 times less
-    with the states split over 8 data-parallel ranks:
+    Llama-2-7B's 32 layers on one H100: 0.662 PFLOP of Newton-Schulz GEMMs (by hand: 5 steps
+    of :math:`4 m^2 n + 2 m^3` for m 4096 and n 4096 (Q, K, V, proj), 22016 (fc1), 11008
+    (fc2)), about 1.2 s at the efficiency curve's ~56 % of 989 TFLOP/s, 1.3 s with the
+    element-wise passes; 8 times less with the states split over 8 data-parallel ranks:
 
     >>> from memsym.hardware import cluster_for, gpu
     >>> from memsym.model import preset
     >>> dev = gpu("h100")
     >>> one = [float(muon_step_time(preset("llama2-7b"), dev, cluster_for(dev.name), 32, t=1,
     ...        e=1, t_e=1, ndp=n, edp=1, layer_wise=True)) for n in (1, 8)]
-    >>> round(one[0] / one[1], 6)
-    8.0
+    >>> flops = 32 * 5 * sum(4 * 4096**2 * n + 2 * 4096**3 for n in [4096] * 4 + [22016, 11008])
+    >>> round(flops / 1e15, 3), round(one[0], 1), round(one[0] / one[1], 6)
+    (0.662, 1.3, 8.0)
 
     References
     ----------
@@ -267,20 +293,24 @@ def muon_step_time(arch, dev, clu, layers, *, t, e, t_e, ndp, edp, layer_wise: b
         cnt = count / e if expert else count
         r = rows / ways if split and split.endswith("rows") and tp_mode == "blockwise" else rows
         c = cols / ways if split and split.endswith("cols") and tp_mode == "blockwise" else cols
-        part = np.where(ways > 1, ways, 1) if (split and tp_mode == "distributed") else 1
-        sec = newton_schulz_time(r, c, dev, steps=steps, split=part, count=cnt)
+        distributed = bool(split) and tp_mode == "distributed"
+        part = np.where(ways > 1, ways, 1) if distributed else 1
+        # distributed: newton_schulz_tp orients by partition_dim (0 for a row split)
+        pdim = (0 if split.endswith("rows") else 1) if distributed else None
+        sec = newton_schulz_time(r, c, dev, steps=steps, split=part, partition_dim=pdim,
+                                 count=cnt)
         owner = np.where(layer_wise, edp if expert else ndp, 1)
         total = total + share * sec / owner
         # the element-wise passes around the iteration: the matrix it sees, and the local
         # Q, K, V blocks' split copies
         per = NS_ELEMENT_BYTES + (TP_MODE_BYTES[tp_mode] if split else 0)
-        qkv = QKV_SPLIT_BYTES * rows * cols / ways if name in ("q", "k", "v") else 0.0
+        qkv = QKV_SPLIT_BYTES * rows * cols / ways if name in ("q", "gate", "k", "v") else 0.0
         nbytes_ns = nbytes_ns + share * cnt * (per * r * c / part + qkv) / owner
         if split and tp_mode != "blockwise":
             bw, lat = group_bandwidth("tp", ways, clu, t=ways, c=np.ones_like(ways),
                                       d=np.ones_like(ways))
             nbytes = (4.0 * rows * cols if tp_mode == "duplicated"
-                      else 2.0 * steps * min(rows, cols) ** 2)
+                      else 2.0 * steps * (cols if pdim == 0 else rows) ** 2)
             kind_ = "all-gather" if tp_mode == "duplicated" else "all-reduce"
             comm = comm + share * cnt * np.where(
                 ways > 1, collective_time(kind_, nbytes, ways, bw, lat), 0.0) / owner
