@@ -52,3 +52,20 @@ def test_output_gate_is_a_fourth_qkv_block():
     (name, rows, cols, _, _), = [m for m in muon_matrices(x, False, split_qkv=False)
                                  if m[0] == "qkv"]
     assert rows == (2 * 32 + 2 * 32) * 128
+
+
+def test_muon_options_that_change_the_step_are_noted_not_ignored():
+    # Lion (Emerging-Optimizers scalar_optimizers/base.py:171, state_keys ("exp_avg",)) keeps
+    # one moment where Adam keeps two, and --muon-no-split-qkv orthogonalizes linear_qkv whole
+    # (megatron/core/optimizer/emerging_optimizers.py:407-437): neither is "without effect"
+    from memsym.readers.megatron import read_megatron_args
+    base = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+            "--seq-length", "128", "--max-position-embeddings", "128", "--micro-batch-size", "1",
+            "--vocab-size", "1000", "--tokenizer-type", "NullTokenizer", "--optimizer", "muon"]
+    job = read_megatron_args(base + ["--muon-scalar-optimizer", "lion", "--muon-no-split-qkv"])
+    assert not {"--muon-scalar-optimizer", "--muon-no-split-qkv"} & set(job.ignored)
+    said = " ".join(job.notes)
+    assert "Lion" in said and "unsplit QKV" in said
+    # Adam, the default, changes nothing
+    assert "--muon-scalar-optimizer" in read_megatron_args(
+        base + ["--muon-scalar-optimizer", "adam"]).ignored

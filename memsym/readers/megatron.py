@@ -144,7 +144,8 @@ def read_megatron_args(argv: Sequence[str], *, tp_comm_overlap: bool = False) ->
     ignored = []
     for name in order:
         dest = TABLE[name][0]
-        r.not_modelled(name, dest)
+        if r.not_modelled(name, dest):
+            continue        # noted: it changes memory or time, so it is not "without effect"
         if dest not in MODELLED and not (dest == UB_DEST and ub is not None) \
                 and not (dest == _SWIGLU_FUSION and r.flag("swiglu")):
             ignored.append(name)

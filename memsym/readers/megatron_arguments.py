@@ -157,6 +157,18 @@ MEMORY_NOT_MODELLED = {
     "moe_expert_capacity_factor": "expert capacity (token dropping)",
 }
 
+#: Accepted, but one value of theirs changes memory or time in a way memsym does not model
+#: (said in the notes, not listed as without effect): (value, what it does).
+VALUE_NOT_MODELLED = {
+    # Emerging-Optimizers scalar_optimizers/base.py:171 (fd77292): Lion keeps exp_avg only,
+    # where memsym counts --muon-scalar-optimizer adam's two moments
+    "muon_scalar_optimizer": ("lion", "Lion as Muon's scalar optimizer (one moment; memsym "
+                                      "counts Adam's two)"),
+    # emerging_optimizers.py:407-437 at d98e8a64dd: linear_qkv orthogonalized whole
+    "muon_split_qkv": (False, "one unsplit QKV matrix in Muon's Newton-Schulz step (memsym "
+                              "times Q, K and V apart)"),
+}
+
 #: Cited vocabulary sizes of tokenizers a launch script names but memsym cannot open.
 KNOWN_TOKENIZER_VOCAB = {
     # GPT-2 BPE: gpt2-vocab.json (encoder.json) has 50257 entries; Hugging Face openai-community/gpt2
@@ -452,6 +464,9 @@ class MegatronArguments:
     def not_modelled(self, name: str, dest: str) -> bool:
         """Refuse an argument that changes the model's structure beyond memsym's Architecture;
         note one that changes memory in a way memsym does not model (True when noted)."""
+        if dest in VALUE_NOT_MODELLED and self.raw[dest] == VALUE_NOT_MODELLED[dest][0]:
+            self.note(f"{name}: {VALUE_NOT_MODELLED[dest][1]} is not modelled")
+            return True
         if self.raw[dest] in (None, False):
             return False
         if dest in STRUCTURE_NOT_MODELLED:
