@@ -18,7 +18,7 @@ from fractions import Fraction
 
 from ..symbols import t as t_sym, t_e as t_e_sym
 from ..terms.muon import largest_muon_elements
-from .architecture import Architecture, resolve
+from .architecture import Architecture, lenient
 from .counts import norm_params
 from .sizes import padded_vocab_size
 from .stages import StageParameters
@@ -52,7 +52,7 @@ def muon_matrices(arch: Architecture, moe: bool, *, split_qkv: bool = True) -> t
     >>> [(n, r, c) for n, r, c, _, _ in muon_matrices(preset("llama2-7b"), False)]
     [('q', 4096, 4096), ('k', 4096, 4096), ('v', 4096, 4096), ('proj', 4096, 4096), ('fc1', 22016, 4096), ('fc2', 4096, 11008)]
     """
-    x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
+    x = lenient(arch)
     h, a, g = x.hidden_size, x.num_attention_heads, x.num_query_groups
     out = []
     if x.multi_latent_attention:
@@ -116,7 +116,7 @@ def scalar_adam_parameters(arch: Architecture, sp_: StageParameters, t: int) -> 
     >>> scalar_adam_parameters(x, stage_parameters(x), 1) == 2 * 32000 * 4096 + 65 * 4096
     True
     """
-    x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
+    x = lenient(arch)
     vh = padded_vocab_size(x.vocab_size, t, x.make_vocab_size_divisible_by) * x.hidden_size
     mats = int(sp_.embedding) + int(sp_.output_layer and (
         bool(x.untie_embeddings_and_output_weights) or not sp_.embedding))

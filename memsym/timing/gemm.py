@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InvalidValueError
-from ..model.architecture import is_hybrid, moe_layer_pattern, padded_vocab_size, resolve
+from ..model.architecture import is_hybrid, lenient, moe_layer_pattern, padded_vocab_size
 from ..model.hybrid_layers import hybrid_layer_parameters, layer_kind_pattern, mtp_layer_kinds
 from ..text import shared_doc
 from .ssm import mamba_memory_bytes, ssd_flops
@@ -178,7 +178,7 @@ def shape_of(arch, t: int = 1) -> Shape:
     .. [hf-transformers] the models' config.json fields (hidden_size, num_attention_heads,
        num_key_value_heads, intermediate_size, vocab_size).
     """
-    x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
+    x = lenient(arch)
     kinds = _hybrid_kinds(x) if is_hybrid(x) else ()
     mtp_kinds = mtp_layer_kinds(x) if kinds and x.mtp_layer_pattern else ()
     ssm = ((x.mamba_inner_size, x.mamba_state_dim, x.mamba_num_heads, x.mamba_num_groups,

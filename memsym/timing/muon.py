@@ -37,7 +37,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import choose
-from ..model import moe_layer_pattern, resolve
+from ..model import moe_layer_pattern
+from ..model.architecture import lenient
 from ..model.muon_matrices import muon_matrices
 from ..vocabulary import MUON_TP_MODES
 from .collectives import collective_time, group_bandwidth
@@ -106,7 +107,7 @@ def muon_step_bytes(nesterov: bool = False) -> int:
 def _layer_matrices(arch):
     """Each matrix of a mean decoder layer: (share of layers, name, rows, cols, split, count,
     expert) (a mixed MoE model's dense and MoE layers weighted by their share)."""
-    x = resolve(arch, seq_length=1) if arch.max_position_embeddings is None else resolve(arch)
+    x = lenient(arch)
     L = float(x.num_layers)
     n_moe = float(sum(moe_layer_pattern(x))) if arch.num_experts else 0.0
     for kind, share in ((False, (L - n_moe) / L), (True, n_moe / L)):

@@ -42,7 +42,7 @@ def arch_values(arch, t_: int = 1) -> dict:
     >>> vals[h], vals[g], vals[f], vals[V]
     (4096, 32, 11008, 32000)
     """
-    x = models.resolve(arch, seq_length=1) if arch.max_position_embeddings is None else models.resolve(arch)
+    x = models.architecture.lenient(arch)
     vals = {h: x.hidden_size, a: x.num_attention_heads, g: x.num_query_groups,
             d_h: x.kv_channels, f: x.ffn_hidden_size, L: x.num_layers,
             V: models.padded_vocab_size(x.vocab_size, t_, x.make_vocab_size_divisible_by)}
