@@ -54,16 +54,21 @@ def test_plain_ddp_rows_run_without_the_parameter_gather():
     assert seen == {"ddp": False, "distributed-optimizer": True, "no_shard": True}
 
 
+def _deepspeed_search(capsys, tmp_path, config: dict, *more):
+    """``memsym search llama2-7b --gpu h100 --gpus 8`` on ``config`` written as a file."""
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(config))
+    return cli(capsys, "search", "llama2-7b", "--gpu", "h100", "--deepspeed-config", str(cfg),
+               "--gpus", "8", *more)
+
+
 def test_deepspeed_config_with_numeric_micro_batch_searches_on_gpus(capsys, tmp_path):
     # train_micro_batch_size_per_gpu 2 and gradient_accumulation_steps 4, no train_batch_size
     # and no --world-size: the config is read on the searched --gpus 8, so DeepSpeed's batch
     # rule (train_batch_size = micro x accumulation x world size) holds 2 x 4 x 8 = 64
-    cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2,
-                               "gradient_accumulation_steps": 4,
-                               "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}))
-    code, out, err = cli(capsys, "search", "llama2-7b", "--gpu", "h100", "--deepspeed-config",
-                         str(cfg), "--gpus", "8", "--json")
+    code, out, err = _deepspeed_search(capsys, tmp_path, {
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+        "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}, "--json")
     assert code == 0, err
     rows = json.loads(out)
     assert rows
@@ -78,18 +83,16 @@ def test_deepspeed_config_search_keeps_to_zero_data_parallelism(capsys, tmp_path
     # deepspeed.initialize (deepspeed/__init__.py) runs a plain model (the HF Trainer's, as an
     # "auto" micro-batch implies) on DeepSpeedEngine, never the PipelineEngine, and the config
     # holds no TP / CP degree: every row is t = p = c = 1, d = 8, and --emit deepspeed writes it
-    cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "train_batch_size": 64,
-                               "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}))
-    code, out, err = cli(capsys, "search", "llama2-7b", "--gpu", "h100", "--deepspeed-config",
-                         str(cfg), "--gpus", "8", "--json")
+    config = {"train_micro_batch_size_per_gpu": "auto", "train_batch_size": 64,
+              "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}
+    code, out, err = _deepspeed_search(capsys, tmp_path, config, "--json")
     assert code == 0, err
     rows = json.loads(out)
     assert rows
     assert {(r["layout"]["tp"], r["layout"]["pp"], r["layout"]["cp"], r["layout"]["dp"])
             for r in rows} == {(1, 1, 1, 8)}
-    code, _, err = cli(capsys, "search", "llama2-7b", "--gpu", "h100", "--deepspeed-config",
-                       str(cfg), "--gpus", "8", "--emit", "deepspeed", "--emit-dir", str(tmp_path / "o"))
+    code, _, err = _deepspeed_search(capsys, tmp_path, config, "--emit", "deepspeed",
+                                     "--emit-dir", str(tmp_path / "o"))
     assert code == 0, err
 
 
