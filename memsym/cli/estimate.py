@@ -95,6 +95,10 @@ def _check_muon_states(args) -> None:
     """Megatron's Muon rules on the model states alone, as a job's estimate applies them
     (:data:`memsym.rules.RULES` ``muon-sharding``, ``muon-fp16``): DDP or the (layer-wise)
     distributed optimizer only, and no fp16."""
+    if args.optimizer != "muon":
+        # both rules hold only under Muon: without it the rule table (and the model package
+        # it imports, a twentieth of `memsym estimate`'s start-up) is not needed
+        return
     from ..rules import RULES
     from .options import resolve_scheme
 
