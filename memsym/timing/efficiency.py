@@ -169,11 +169,16 @@ def ceiling_key(klass: str, precision: str) -> tuple:
 
 def _quantisation(M, N, sms):
     """Best over TILES of (useful outputs / outputs computed in whole waves) x tile efficiency."""
+    # each tile edge's count once (TILES repeat them), and the computed outputs as one
+    # product: waves, SMs and tile sizes are whole numbers far below 2**53, so the product
+    # is exact in any order (the same numbers to the last bit as tile by tile)
+    rows = {tm: np.ceil(M / tm) for tm, _, _ in TILES}
+    cols = {tn: np.ceil(N / tn) for _, tn, _ in TILES}
+    useful = M * N
     best = np.zeros(np.broadcast(M, N).shape)
     for tm, tn, rel in TILES:
-        tiles = np.ceil(M / tm) * np.ceil(N / tn)
-        waves = np.ceil(tiles / sms)
-        best = np.maximum(best, rel * (M * N) / (waves * sms * tm * tn))
+        waves = np.ceil(rows[tm] * cols[tn] / sms)
+        best = np.maximum(best, (useful if rel == 1 else rel * useful) / (waves * (sms * tm * tn)))
     return best
 
 

@@ -50,9 +50,12 @@ def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
     :func:`memsym.timing.mtp.mtp_block`, else the mean), under FP4 priced at 16 bits where
     ``mtp_layers`` are given (:func:`memsym.timing.mtp.mtp_settings`).
 
-    A layer's time depends on the layout only through (t, c, e, t_e, b, d): a grid of many
-    layouts (a search's, where p, v and the stage split vary too) is priced once per distinct
-    combination and spread back (elementwise arithmetic: the same numbers to the last bit).
+    A layer's time depends on the layout only through (t, c, e, t_e, b): d reaches it only as
+    the place of its TP and CP groups in the tp-cp-ep-dp-pp mesh, whose strides (1 and t,
+    :func:`memsym.timing.collectives.group_stride`) do not depend on d.  A grid of many
+    layouts (a search's, where d, p, v and the stage split vary too) is priced once per
+    distinct combination, with one of its rows' d, and spread back (elementwise arithmetic:
+    the same numbers to the last bit).
 
     Parameters
     ----------
@@ -99,10 +102,13 @@ def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
                   for v in (getattr(st, f.name) for f in dataclasses.fields(st)))
     if not per_row and knobs[0].size > 64 and all(np.array_equal(k, np.floor(k)) for k in knobs) \
             and all(np.all(k >= 0) for k in knobs):
-        uq, inv = unique_rows(*(k.ravel() for k in knobs))
+        uq, inv = unique_rows(*(k.ravel() for k in knobs[:5]))
         if 2 * len(uq) <= knobs[0].size:
-            got = _mean_layer_of(x, st, dev, clu, *(uq[:, i].astype(float) for i in range(6)),
-                                 eta_gemm=eta_gemm, overlap=overlap, mtp=bool(mtp_layers))
+            # a search's grid has several d for each (t, c, e, t_e, b): a sixth of its rows
+            rep = np.empty(len(uq))
+            rep[inv] = knobs[5].ravel()     # each combination's d: one of its rows'
+            got = _mean_layer_of(x, st, dev, clu, *(uq[:, i].astype(float) for i in range(5)),
+                                 rep, eta_gemm=eta_gemm, overlap=overlap, mtp=bool(mtp_layers))
             return _spread(got, inv, shape)
     return _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
                           overlap=overlap, mtp=bool(mtp_layers))
