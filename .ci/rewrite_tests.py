@@ -6,22 +6,54 @@ back whenever the source's mtime and size match (``_pytest/assertion/rewrite.py`
 ``AssertionRewritingHook.exec_module``), but writes only where byte code may be written.  CI
 sets ``PYTHONDONTWRITEBYTECODE``, so each xdist worker, which collects the whole suite, rewrote
 all the test modules itself: about 6 s of CPU per worker.  Here they are rewritten once, in
-parallel, by pytest's own functions; the workers then only read them.
+parallel; the workers then only read them.
 
-Best effort: with a pytest whose rewrite functions differ from these, nothing is written and
-each worker rewrites as before (the files are a cache, checked by pytest on every read).
-Repository tooling, run by ``.ci/run``; never imported by memsym.
+The rewriting itself is pytest's ``rewrite_asserts`` (``_pytest.assertion.rewrite``: a
+function pytest documents nowhere, and the only code that rewrites asserts as pytest does;
+no public API runs it without importing the test modules, which is the work saved here).
+Everything around it is plain code: the file is CPython's timestamp pyc (PEP 552: magic
+number, zero flags, the source's mtime and size as 32-bit little-endian numbers, the
+marshalled code), named ``<module>.<cache tag>-pytest-<version>.pyc`` in the source's
+``__pycache__`` (or under ``sys.pycache_prefix``), as pytest's ``AssertionRewritingHook``
+names and reads it (pytest 9.0.3 ``_pytest/assertion/rewrite.py``: ``PYTEST_TAG``,
+``get_cache_dir``, ``_write_pyc_fp``, ``_read_pyc``).
+
+Best effort: with a pytest that rewrites, names or checks the files otherwise, nothing is
+written or what is written is not read, and each worker rewrites as before (the files are a
+cache, checked by pytest on every read).  Repository tooling, run by ``.ci/run``; never
+imported by memsym.
 """
 
 import ast
+import importlib.util
+import marshal
 import os
 import pathlib
+import struct
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
+import pytest
+
+
+def cache_dir(fn: pathlib.Path) -> pathlib.Path:
+    """Where pytest looks for the rewritten byte code of ``fn``: beside it in
+    ``__pycache__``, or its directory under ``sys.pycache_prefix`` where one is set."""
+    if sys.pycache_prefix:
+        return pathlib.Path(sys.pycache_prefix, *fn.parts[1:-1])
+    return fn.parent / "__pycache__"
+
+
+def pyc_bytes(stat: os.stat_result, code) -> bytes:
+    """A timestamp pyc of ``code`` compiled from a source of ``stat`` (PEP 552)."""
+    # the 32-bit fields hold the low bits of larger numbers, as CPython and pytest write them
+    header = struct.pack("<4sLLL", importlib.util.MAGIC_NUMBER, 0,
+                         int(stat.st_mtime) & 0xFFFFFFFF, stat.st_size & 0xFFFFFFFF)
+    return header + marshal.dumps(code)
+
 
 def _rewrite(path: str) -> None:
-    from _pytest.assertion.rewrite import PYC_TAIL, _write_pyc_fp, get_cache_dir, rewrite_asserts
+    from _pytest.assertion.rewrite import rewrite_asserts
 
     fn = pathlib.Path(path)
     stat = os.stat(fn)
@@ -29,12 +61,13 @@ def _rewrite(path: str) -> None:
     tree = ast.parse(source, filename=path)
     rewrite_asserts(tree, source, path, None)   # None: no assertion-pass hook (pytest's default)
     code = compile(tree, path, "exec", dont_inherit=True)
-    cache = get_cache_dir(fn)
+    cache = cache_dir(fn)
     cache.mkdir(parents=True, exist_ok=True)
-    pyc = cache / (fn.name[:-3] + PYC_TAIL)
+    tag = f"{sys.implementation.cache_tag}-pytest-{pytest.__version__}"
+    pyc = cache / f"{fn.name[:-3]}.{tag}.pyc"
     tmp = f"{pyc}.{os.getpid()}"
     with open(tmp, "wb") as fp:
-        _write_pyc_fp(fp, stat, code)
+        fp.write(pyc_bytes(stat, code))
     os.replace(tmp, pyc)    # atomic, as pytest writes it
 
 
