@@ -310,10 +310,6 @@ def run(args) -> int:
         from ..emit import check_emittable, held_for_emit
         from ..search.space import from_job, make_space
 
-        if sj is not None:
-            from .search_job import check_emittable_job
-
-            check_emittable_job(sj)
         # the sizes its file cannot spell held (a job's own pinned already), said in the output
         held = held_for_emit(args.emit, options)
         model, gpu = from_job(model, gpu, options)
