@@ -12,7 +12,8 @@
   ``[activation_checkpoint]`` keys of torchtitan v0.2.2 (``torchtitan/config/job_config.py``,
   the keys :mod:`memsym.readers.torchtitan` reads);
 * ``deepspeed``: a ``ds_config.json`` (the batch triple, ``bf16``/``fp16`` and
-  ``zero_optimization`` of DeepSpeed 0.19.6, the keys :mod:`memsym.readers.deepspeed` reads).
+  ``zero_optimization`` of DeepSpeed 0.19.6, the keys :mod:`memsym.readers.deepspeed` reads),
+  expert parallelism as AutoEP's ``expert_parallel`` section (:data:`AUTOEP_NOTE`).
 
 The contract is the round trip: reading the emitted arguments back (``memsym estimate MODEL
 ...``, :meth:`Emitted.read_back`) gives the layout and the per-GPU bytes the search priced.
@@ -38,8 +39,8 @@ from .readers.megatron_userbuffers import ub_yaml
 from .search import launch_overlaps
 from .search.space import MEGATRON_FSDP_STRATEGY, recompute_layers
 
-__all__ = ["EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "emit",
-           "check_emittable"]
+__all__ = ["AUTOEP_NOTE", "EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "emit",
+           "check_emittable", "held_for_emit", "UNSPELLED"]
 
 #: The frameworks a layout is emitted for, as ``memsym search --emit`` names them.
 EMIT_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
@@ -63,6 +64,45 @@ _MEGATRON_DROPOUT = "0.1"
 #: torch.distributed.pipelining ScheduleGPipe / ScheduleLoopedBFS and Schedule1F1B /
 #: ScheduleInterleaved1F1B, the pairs :func:`memsym.readers.jobs.torchtitan_job` reads back.
 _TORCHTITAN_SCHEDULES = {"gpipe": ("GPipe", "LoopedBFS"), "1f1b": ("1F1B", "Interleaved1F1B")}
+
+
+#: What an emitted ``expert_parallel`` section needs beside the config.  DeepSpeed (edaa722126)
+#: reads it as AutoEP: ``runtime/config.py:128-133`` (``get_expert_parallel_config``),
+#: ``runtime/engine.py:570-643`` (``_configure_expert_parallel``: EP groups of ``autoep_size``
+#: ranks, then the detected MoE blocks replaced), ``module_inject/auto_ep_config.py:270-290``
+#: (``autoep_size`` divides each layer's experts); it detects the transformers blocks of its
+#: presets (``module_inject/auto_ep_presets/registry.py:19-25``, each needing transformers
+#: >= 5.0, ``mixtral.py:26-27``).  Without AutoEP, DeepSpeed's MoE is model code:
+#: ``moe/layer.py:42`` ``MoE(..., ep_size=1, ...)``, an argument no config sets.
+AUTOEP_NOTE = ("expert_parallel is DeepSpeed's AutoEP: it replaces the transformers MoE blocks "
+               "it detects (presets mixtral, qwen3_moe/qwen2_moe, qwen3_5_moe, deepseek_v2, "
+               "deepseek_v3, with transformers >= 5.0; another model needs its "
+               "moe_layer_pattern/router_pattern/expert_pattern keys); a model built on "
+               "deepspeed.moe.layer.MoE ignores it and needs MoE(ep_size=E) in its own code")
+
+
+#: The searched sizes a framework's file spells only as here, and why: an ``--emit`` search
+#: holds those the command line leaves unnamed (:func:`held_for_emit`), so that it ranks rows it
+#: can write.  DeepSpeed pipelines only a model-code ``PipelineModule`` (``deepspeed/__init__.py
+#: :213`` at edaa722126), and activation checkpointing is the model code's call too.
+UNSPELLED = {"deepspeed": ({"tp": [1], "pp": [1], "cp": [1], "vpp": [1], "recompute": ["none"]},
+                           "a ds_config.json holds ZeRO data parallelism and AutoEP's expert "
+                           "parallelism, not TP, PP, CP or activation checkpointing")}
+
+
+def held_for_emit(framework: str, options: dict) -> str | None:
+    """Hold in ``options`` (:func:`memsym.search.search`'s keywords) the sizes ``framework``'s
+    file cannot spell (:data:`UNSPELLED`) where none is given; the line saying so, or None.
+
+    >>> opts = {"tp": None, "pp": [2], "cp": None, "vpp": None}
+    >>> held_for_emit("deepspeed", opts)[:40], opts["tp"], opts["pp"]
+    ('tp 1, cp 1, vpp 1, recompute none: a ds_', [1], [2])
+    """
+    sizes, why = UNSPELLED.get(framework, ({}, ""))
+    held = [key for key, value in sizes.items() if options.get(key) is None]
+    options.update({key: list(sizes[key]) for key in held})
+    said = ", ".join(f"{key} {' '.join(map(str, sizes[key]))}" for key in held)
+    return f"{said}: {why}" if held else None
 
 
 class NotExpressible(InvalidValueError):
@@ -92,6 +132,9 @@ class Emitted:
     files : tuple of (str, str)
         The other files the arguments name, as (file name, content): the userbuffers config
         of ``--tp-comm-overlap-cfg`` (:data:`UB_FILE`).
+    notes : tuple of str
+        What the user must know to launch it that the file cannot say (a JSON config holds
+        no comments): DeepSpeed's AutoEP and the model code it needs (:data:`AUTOEP_NOTE`).
     """
 
     framework: str
@@ -101,6 +144,7 @@ class Emitted:
     world_size: int
     seq_length: int
     files: tuple = ()
+    notes: tuple = ()
 
     @property
     def suffix(self) -> str:
@@ -512,10 +556,11 @@ def _torchtitan(row, space, gpus) -> Emitted:
 # ---------------------------------------------------------------------------------------------
 def _deepspeed(row, space, gpus) -> Emitted:
     b, m, B = _batch(row, space)
-    split = [f"{k} = {row[k]}" for k in ("t", "p", "c", "e", "v") if row[k] > 1]
+    split = [f"{k} = {row[k]}" for k in ("t", "p", "c", "v") if row[k] > 1]
     if split:
         raise NotExpressible(f"{', '.join(split)}: a DeepSpeed config holds ZeRO data "
-                             "parallelism only (memsym reads t = p = 1 from it)")
+                             "parallelism and AutoEP's expert parallelism only (memsym reads "
+                             "t = p = 1 from it)")
     stage = _DEEPSPEED_STAGE.get(row["sharding"])
     if stage is None:
         raise NotExpressible(f"sharding {row['sharding']}: DeepSpeed's ZeRO stages are ddp, "
@@ -544,5 +589,11 @@ def _deepspeed(row, space, gpus) -> Emitted:
     if space.precision in ("bf16", "fp16"):
         cfg[space.precision] = {"enabled": True}
     cfg["zero_optimization"] = zero
+    notes = ()
+    if row["e"] > 1:
+        # AutoEP (AUTOEP_NOTE): the one config key that splits the experts, what
+        # memsym.readers.deepspeed reads back as e
+        cfg["expert_parallel"] = {"enabled": True, "autoep_size": row["e"]}
+        notes = (AUTOEP_NOTE,)
     return Emitted("deepspeed", json.dumps(cfg, indent=2) + "\n", (), _host(space), gpus,
-                   space.seq_length)
+                   space.seq_length, notes=notes)

@@ -347,6 +347,9 @@ DEEPSPEED_CASES = {
                 "optimizer+params", "--top", 2, "--global-batch-size", 64),
     "fp16": ("llama2-7b", 8, "--sharding", "zero2", "--precision", "fp16", "--top", 2,
              "--global-batch-size", 32),
+    # Mixtral's 8 experts split by AutoEP's expert_parallel section (the search's e)
+    "autoep": ("mixtral-8x7b", 16, "--ep", 2, 8, "--sharding", "zero2", "zero3", "--seq-length",
+               1024, "--top", 3, "--global-batch-size", 64),
 }
 
 
@@ -368,8 +371,29 @@ def test_deepspeed_round_trip(capsys, tmp_path, case):
             {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3}[lay["sharding"]]
         assert ("offload_param" in cfg["zero_optimization"]) == \
             (lay["offload"] == "optimizer+params")
+        # DeepSpeed's AutoEP section (runtime/config.py get_expert_parallel_config ->
+        # module_inject/auto_ep_config.py parse_autoep_config: enabled, autoep_size), with the
+        # note that it needs a model AutoEP detects (a JSON config holds no comment)
+        assert cfg.get("expert_parallel") == \
+            ({"enabled": True, "autoep_size": lay["ep"]} if lay["ep"] > 1 else None)
+        assert bool(row["emit"].get("notes")) == (lay["ep"] > 1)
         trn = assert_same(row, read_back(capsys, row["emit"]["read_back"]))
         assert trn["recompute"] == "none"
+
+
+def test_deepspeed_emit_search_ranks_only_what_its_config_holds(capsys):
+    """Unnamed, the sizes a ds_config.json cannot hold are held at 1 (recompute none) and the
+    output says so: every ranked row is written, Mixtral's experts split by AutoEP (the
+    search's e divides its 8 experts, auto_ep_config.py:285)."""
+    code, out, err = run(capsys, "search", "mixtral-8x7b", "--gpu", GPU, "--gpus", 16,
+                         "--seq-length", 1024, "--global-batch-size", 64, "--top", 4,
+                         "--emit", "deepspeed")
+    assert code == 0, err
+    assert "# held by --emit deepspeed: tp 1, pp 1, cp 1, vpp 1, recompute none" in out
+    heads = [line for line in out.splitlines() if line.startswith("# layout ")]
+    assert len(heads) == 4 and not any("not emitted" in line for line in heads)
+    assert all(" t=1 p=1 c=1 " in line and " v=1 " in line for line in heads)
+    assert '"autoep_size": 8' in out and "# note: expert_parallel is DeepSpeed's AutoEP" in out
 
 
 def test_deepspeed_refuses_what_its_config_cannot_hold(capsys):

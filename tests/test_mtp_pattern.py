@@ -228,8 +228,10 @@ def test_cli_bad_pattern_is_one_line_exit_2():
                                              "--world-size", "64"))
     assert res.returncode == 2 and res.stdout == "", res.stderr[-500:]
     assert res.stderr.count("\n") == 1 and "identical" in res.stderr
+    # beside a MODEL the pattern defines its layers (tests/test_hybrid_override.py); one it
+    # cannot build is one line too
     res = run_python(None, seconds=60, args=("estimate", "nemotron-3-super",
-                                             "--hybrid-layer-pattern", "M*E/*E",
+                                             "--hybrid-layer-pattern", "M*E/*E/E*",
                                              "--world-size", "64"))
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr[-500:]
 

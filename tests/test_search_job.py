@@ -225,10 +225,6 @@ def test_the_same_conflict_is_refused_as_estimate_refuses_it(capsys, script):
 @pytest.mark.parametrize("argv", [
     ("--bridge-recipe", "llama3_8b_pretrain_config", "llama3-8b"),   # a MODEL beside it
     ("--bridge-recipe", "llama3_8b_pretrain_config", "--emit", "deepspeed"),  # Megatron's
-    # DeepSeek-V3's recipe places its layers with a pipeline layout (deepseek_v3.py:53-61),
-    # Llama 3.1 405B's counts the embedding and loss in the split: neither is searched
-    ("--bridge-recipe", "deepseek_v3_pretrain_1024gpu_h100_bf16_config", "--emit", "megatron"),
-    ("--bridge-recipe", "llama31_405b_pretrain_256gpu_h100_bf16_config", "--emit", "megatron"),
     ("--gpus", "8"),                                                  # no MODEL, no job
 ])
 def test_bad_job_inputs_are_one_line(capsys, argv):
@@ -424,3 +420,74 @@ def test_a_bridge_layout_reads_back_the_same(capsys, tmp_path, job, pins):
                 assert "comm_overlap.tp_comm_overlap=false" in row["emit"]["arguments"]
             assert (back["layout"]["tp"], back["layout"]["pp"], back["layout"]["cp"],
                     back["layout"]["ep"]) == (lay["tp"], lay["pp"], lay["cp"], lay["ep"])
+
+
+# ---------------------------------------------------------------------------------------------
+# A job that places its layers itself: emitted as the even (or first/last) split it was priced
+# ---------------------------------------------------------------------------------------------
+#: Llama 3 8B as a Megatron-LM argument file that counts the embedding and the loss as layers
+#: in the pipeline split (arguments.py --account-for-embedding/loss-in-pipeline-split at
+#: d98e8a64dd): 32 + 2 units, 17 per stage at p = 2, none at p = 2 with v = 16.
+_ACCOUNTED = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+              "--group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 --swiglu "
+              "--seq-length 4096 --max-position-embeddings 8192 --position-embedding-type rope "
+              "--normalization RMSNorm --untie-embeddings-and-output-weights "
+              "--disable-bias-linear --vocab-size 128256 --tokenizer-type NullTokenizer "
+              "--micro-batch-size 1 --global-batch-size 64 --bf16 --tensor-model-parallel-size 2 "
+              "--pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split "
+              "--account-for-loss-in-pipeline-split --use-distributed-optimizer --world-size 16")
+
+
+@pytest.mark.parametrize("job, pins, said", [
+    # the layouts the search prices (t = p = 2, v = 16: one layer per virtual stage) would
+    # not launch beside the accounting (34 units over 32 virtual stages): it is left out
+    ("args", ["--gpus", 16, "--tp", 2, "--pp", 2, "--vpp", 16, "--no-uneven-stages"],
+     "--account-for-embedding-in-pipeline-split"),
+    # Llama 3.1 405B's perf recipe counts the embedding and loss in its split
+    # (perf_recipes llama31_405b 256gpu h100: account_for_*_in_pipeline_split True)
+    (["--bridge-recipe", "llama31_405b_pretrain_256gpu_h100_bf16_config"],
+     ["--gpus", 256, "--tp", 8, "--pp", 8, "--cp", 4, "--gpu-memory", "2000GB"],
+     "model.account_for_loss_in_pipeline_split"),
+    # DeepSeek-V3's recipe builds its layout for each (PP, VP) (deepseek_v3.py:154-155):
+    # written null, which run_recipe.py's sync_model_pipeline_layout keeps
+    (["--bridge-recipe", "deepseek_v3_pretrain_1024gpu_h100_bf16_config"],
+     ["--gpus", 1024, "--tp", 2, "--pp", 8, "--cp", 1, "--ep", 64, "--gpu-memory", "2000GB"],
+     "model._pipeline_model_parallel_layout_builder"),
+])
+def test_a_job_placing_its_layers_is_emitted_as_searched(capsys, tmp_path, job, pins, said):
+    if job == "args":
+        path = tmp_path / "args.txt"
+        path.write_text(_ACCOUNTED + "\n", encoding="utf-8")
+        job = ["--args-file", path]
+    rows = as_json(capsys, "search", *job, *GPU, *pins, "--top", 2, "--emit", "megatron")
+    for row in rows:
+        emitted = row["emit"]
+        assert any(said in note for note in emitted["notes"]), emitted
+        words = emitted["arguments"]
+        assert not any(w.startswith("--account-for") for w in words)
+        if "--recipe" in words:
+            for off in ("model.pipeline_model_parallel_layout=null",
+                        "model.account_for_embedding_in_pipeline_split=false",
+                        "model.account_for_loss_in_pipeline_split=false"):
+                assert off in words
+        code, out, err = run(capsys, *shlex.split(emitted["read_back"])[1:])
+        assert code in (0, 1), err
+        back = json.loads(out)
+        assert back["bytes"] == row["bytes"]
+        lay = row["layout"]
+        assert (back["layout"]["tp"], back["layout"]["pp"], back["layout"]["vpp"] or 1) == \
+            (lay["tp"], lay["pp"], lay["vpp"])
+
+
+def test_a_recipe_with_its_own_expert_tp_reads_back_as_searched(capsys):
+    # DeepSeek-V3's GB300 FSDP recipe sets expert_tensor_parallel_size 1; the search prices
+    # expert TP = t (Megatron-core's None default, model_parallel_config.py:506-507), so a
+    # t = 2 layout is written with model.expert_tensor_parallel_size=null
+    job = ["--bridge-recipe", "deepseek_v3_pretrain_64gpu_gb300_bf16_fsdp_config"]
+    rows = as_json(capsys, "search", *job, "--gpu", "gb300", "--gpus", 64, "--tp", 2, "--pp", 1,
+                   "--cp", 1, "--no-uneven-stages", "--top", 1, "--emit", "megatron")
+    words = rows[0]["emit"]["arguments"]
+    assert "model.expert_tensor_parallel_size=null" in words
+    code, out, err = run(capsys, *shlex.split(rows[0]["emit"]["read_back"])[1:])
+    assert code in (0, 1), err
+    assert json.loads(out)["bytes"] == rows[0]["bytes"]

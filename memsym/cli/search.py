@@ -305,14 +305,13 @@ def run(args) -> int:
     args.search_job = sj
     # without a global batch there is no step time to rank by: assume Llama 2's 4M tokens
     assumed = sj is None and args.global_batch_size is None
+    held = None
     if args.emit:   # the shared settings --emit cannot spell: refused before any searching
-        from ..emit import check_emittable
+        from ..emit import check_emittable, held_for_emit
         from ..search.space import from_job, make_space
 
-        if sj is not None:
-            from .search_job import check_emittable_job
-
-            check_emittable_job(sj)
+        # the sizes its file cannot spell held (a job's own pinned already), said in the output
+        held = held_for_emit(args.emit, options)
         model, gpu = from_job(model, gpu, options)
         options = {"space": make_space(model, gpu, **options)}
         check_emittable(args.emit, options["space"], args.model)
@@ -330,7 +329,8 @@ def run(args) -> int:
         _print_json(args, res, rows, emitted)
         return 0
     if emitted:
-        print(_emit_text(args, res, rows, emitted, assumed))
+        text = _emit_text(args, res, rows, emitted, assumed)
+        print(text.replace("\n", f"\n# held by --emit {args.emit}: {held}\n", 1) if held else text)
         return 0
     text = render(res, rows, margin=args.margin_bytes, job=sj is not None)
     if sj is not None:
@@ -438,7 +438,8 @@ def _emit_json(args, item) -> dict:
         return {"framework": args.emit, "refused": got}
     return {"framework": got.framework, "text": got.text, "arguments": list(got.arguments),
             "file": path, "read_back": _read_back(args, n, got, path),
-            **({"files": dict(got.files)} if got.files else {})}
+            **({"files": dict(got.files)} if got.files else {}),
+            **({"notes": list(got.notes)} if got.notes else {})}
 
 
 def _emit_text(args, res, rows, emitted, assumed) -> str:
@@ -463,6 +464,7 @@ def _emit_text(args, res, rows, emitted, assumed) -> str:
             continue
         lines.append(head)
         lines.append("# read back: " + _read_back(args, n, got, path))
+        lines += [f"# note: {note}" for note in got.notes]
         if path is not None:
             lines.append(f"# wrote {path}")
         else:

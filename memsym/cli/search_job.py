@@ -26,11 +26,20 @@ from ..text import looks_like_option, option_values, printable
 from .report_text import scheme_words
 
 __all__ = ["SearchJob", "search_job", "job_report", "job_lines", "relaunch",
-           "read_back_words", "check_emittable_job", "bridge_overrides", "bridge_relaunch"]
+           "read_back_words", "bridge_overrides", "bridge_relaunch", "placement_note",
+           "PLACEMENT_DESTS"]
 
 #: The options of a job's config or recipe, which ``estimate``'s parser reads itself (a
 #: launch script and an argument file are read as their words, before it).
 _CONFIGS = ("--bridge-recipe", "--recipe", "--deepspeed-config", "--torchtitan-config")
+
+#: How a job places its layers on the pipeline stages itself (Megatron-LM's destinations;
+#: Megatron-Bridge's ``model.`` fields of the same names): a layout string, or the embedding /
+#: loss counted as a layer in the split (``--account-for-*``, arguments.py at d98e8a64dd).  The
+#: search prices the even split or the first/last stage sizes, so an emitted layout writes
+#: them off, with a note naming them (:func:`placement_note`).
+PLACEMENT_DESTS = ("pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
+                   "account_for_loss_in_pipeline_split")
 
 #: The job's settings an emitted Megatron-LM layout spells itself (Megatron-LM's argument
 #: destinations, :data:`memsym.readers.megatron_arguments.TABLE`): a job's own words for them
@@ -47,7 +56,7 @@ _LAYOUT_DESTS = frozenset((
     "ckpt_format", "use_torch_fsdp2", "fsdp_double_buffer", "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend", "recompute_granularity", "recompute_method",
     "recompute_num_layers", "hidden_dropout", "attention_dropout", "attention_backend",
-    "use_flash_attn", "overlap_grad_reduce", "overlap_param_gather"))
+    "use_flash_attn", "overlap_grad_reduce", "overlap_param_gather", *PLACEMENT_DESTS))
 
 
 @dataclass
@@ -309,6 +318,9 @@ def relaunch(sj: SearchJob, got):
     if not words:
         return got
     arguments = tuple(_kept_words(words)) + tuple(got.arguments)
+    from ..readers.megatron_arguments import TABLE
+
+    placed = [w for w in words if TABLE.get(w.partition("=")[0], ("",))[0] in PLACEMENT_DESTS]
     lines, i = [], 0
     while i < len(arguments):            # one argument and its values per line
         j = i + 1
@@ -316,7 +328,22 @@ def relaunch(sj: SearchJob, got):
             j += 1
         lines.append(shlex.join(arguments[i:j]))
         i = j
-    return replace(got, text="\n".join(lines) + "\n", arguments=arguments)
+    return replace(got, text="\n".join(lines) + "\n", arguments=arguments,
+                   notes=got.notes + placement_note(placed))
+
+
+def placement_note(features) -> tuple:
+    """The note of an emitted layout whose job placed its layers itself (``features``: the
+    options or fields it did so by, :data:`PLACEMENT_DESTS`), or none.
+
+    >>> placement_note(["--account-for-loss-in-pipeline-split"])[0][:62]
+    'the job places its layers itself (--account-for-loss-in-pipeli'
+    """
+    if not features:
+        return ()
+    return (f"the job places its layers itself ({', '.join(dict.fromkeys(features))}); the "
+            "search priced them split evenly over the stages (or by the row's first/last "
+            "stage sizes), so the layout is launched without it",)
 
 
 def read_back_words(sj: SearchJob) -> list:
@@ -325,23 +352,6 @@ def read_back_words(sj: SearchJob) -> list:
     (:func:`_kept_words`)."""
     est = sj.reading
     return _kept_words(list(est.job_words.argparse) if est.job_words is not None else [])
-
-
-def check_emittable_job(sj: SearchJob) -> None:
-    """Refuse ``--emit`` in one line where the job's layouts cannot be read back the same: a
-    Megatron-Bridge recipe that places its layers itself (a pipeline layout, or the
-    embedding / loss counted in the split: ``sj.job.layout.pipeline_layout``), which the
-    searched even and first/last splits do not price (its other layouts are written as its
-    overrides, :func:`bridge_relaunch`)."""
-    from ..errors import InvalidValueError
-
-    if getattr(sj.reading, "bridge_recipe", None) is None \
-            or sj.job.layout.pipeline_layout is None:
-        return
-    raise InvalidValueError(
-        f"--emit: {printable(sj.reading.bridge_recipe, 80)} places its layers itself (a "
-        "pipeline layout, or account_for_embedding/loss_in_pipeline_split), which the "
-        "searched splits do not price: search it without --emit, or override that away first")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,6 +368,9 @@ _BRIDGE_FIELDS = {
     "--pipeline-model-parallel-size": ("model.pipeline_model_parallel_size", "1"),
     "--context-parallel-size": ("model.context_parallel_size", "1"),
     "--expert-model-parallel-size": ("model.expert_model_parallel_size", "1"),
+    # the search prices expert TP = t, Megatron-core's default for None (model_parallel_config
+    # .py:506-507 at d98e8a64dd); a recipe's own (e.g. 1) would read back otherwise
+    "--expert-tensor-parallel-size": ("model.expert_tensor_parallel_size", "null"),
     "--num-virtual-stages-per-pipeline-rank": ("model.virtual_pipeline_model_parallel_size",
                                                "null"),
     "--decoder-first-pipeline-num-layers": ("model.num_layers_in_first_pipeline_stage", "null"),
@@ -402,12 +415,13 @@ def _bridge_sharding(given: dict) -> list:
     return out
 
 
-def bridge_overrides(got, recompute: bool) -> list:
+def bridge_overrides(got, recompute: bool, placed: bool = False) -> list:
     """The Megatron-Bridge overrides of an emitted Megatron-LM layout ``got``: the parallel
     sizes, the pipeline's ends, sequence parallelism, the batch (the global batch always:
     run_recipe.py weak-scales a benchmark recipe's unless it is given, :357), the sharding and,
     when ``recompute`` (searched, not the job's own), the recompute (Megatron-Core's default
-    modules under selective, ``[core_attn]``).
+    modules under selective, ``[core_attn]``); ``placed``: the recipe places its layers itself
+    (:func:`recipe_placement`), written off.
 
     Examples
     --------
@@ -417,15 +431,17 @@ def bridge_overrides(got, recompute: bool) -> list:
     ...     "1", "--global-batch-size", "64", "--use-distributed-optimizer"), (), 8, 4096)
     >>> bridge_overrides(got, False)[:3]
     ['model.tensor_model_parallel_size=2', 'model.pipeline_model_parallel_size=1', 'model.context_parallel_size=1']
-    >>> bridge_overrides(got, False)[7:]
+    >>> bridge_overrides(got, False)[8:]
     ['model.sequence_parallel=true', 'train.micro_batch_size=1', 'train.global_batch_size=64', 'ddp.use_megatron_fsdp=false', 'ddp.use_distributed_optimizer=true', 'optimizer.use_distributed_optimizer=true']
     """
     given = _values(list(got.arguments))
     out = [f"{key}={given.get(flag, absent)}" for flag, (key, absent) in _BRIDGE_FIELDS.items()]
-    if "--decoder-first-pipeline-num-layers" in given or \
+    if placed or "--decoder-first-pipeline-num-layers" in given or \
             "--decoder-last-pipeline-num-layers" in given:
         # uneven ends: no layout string and no embedding/loss accounting beside them
-        # (Megatron-Core refuses either with first/last stage sizes)
+        # (Megatron-Core refuses either with first/last stage sizes); an even split: none
+        # either, and a layout given keeps run_recipe.py's sync_model_pipeline_layout
+        # (recipe_runner.py:373-388 at 067f987df0) from rebuilding the recipe's own
         out += ["model.pipeline_model_parallel_layout=null",
                 "model.account_for_embedding_in_pipeline_split=false",
                 "model.account_for_loss_in_pipeline_split=false"]
@@ -447,7 +463,8 @@ def bridge_relaunch(sj: SearchJob, got):
     from ..readers.bridge import read_bridge_recipe
 
     est = sj.reading
-    layout = bridge_overrides(got, "recompute" not in sj.choices)
+    placed = recipe_placement(est)
+    layout = bridge_overrides(got, "recompute" not in sj.choices, bool(placed))
     if not sj.job.training.comm.tp_comm_overlap and not any(
             w == "--tp-comm-overlap" for w in got.arguments):
         # the search held no TP overlap (the job's layout had none): a recipe that asks for
@@ -468,4 +485,20 @@ def bridge_relaunch(sj: SearchJob, got):
             host += pairs[i:i + 2]
     host += ["--world-size", str(got.world_size)]
     return replace(got, text="\n".join(lines) + "\n", arguments=arguments, host=tuple(host),
-                   files=())
+                   files=(), notes=got.notes + placement_note(placed))
+
+
+def recipe_placement(est) -> list:
+    """The ``model.`` fields by which a Megatron-Bridge recipe (with its overrides) places its
+    layers itself: a layout string, its layout builder (DeepSeek-V3's, Kimi K2's:
+    ``model._pipeline_model_parallel_layout_builder``, which run_recipe.py calls again for a
+    new PP / VP), the embedding or loss counted in the split."""
+    from ..readers.bridge import read_bridge_recipe
+
+    got = read_bridge_recipe(est.bridge_recipe, est.job_words.bridge)
+    values, out = got["values"], []
+    if "model.pipeline_model_parallel_layout" not in got["overridden"] and any(
+            "_pipeline_model_parallel_layout_builder" in line for line in got["computed"] or ()):
+        out.append("model._pipeline_model_parallel_layout_builder")
+    out += [f"model.{dest}" for dest in PLACEMENT_DESTS if values.get(f"model.{dest}")]
+    return out

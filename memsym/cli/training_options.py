@@ -312,7 +312,16 @@ def job_from_args(args, **override):
         base = resolve_model(args.model)
         o = read_megatron_overrides(pasted, num_layers=arch.get("num_layers", base.num_layers),
                                     p=opts.get("p", 1), has_experts=bool(base.num_experts),
+                                    mamba=bool(base.mamba_inner_size),
+                                    mtp_layers=arch.get("mtp_num_layers", base.mtp_num_layers),
                                     tp_comm_overlap=bool(opts.get("tp_comm_overlap")))
+        if "layer_mixers" in o.options:
+            # Megatron's validate_args (arguments.py:787-797 at d98e8a64dd): the hybrid pattern
+            # gives the layer count, its E symbols the MoE layers, its '/' parts the MTP depths
+            for key in ("num_layers", "moe_layer_freq", "mtp_num_layers"):
+                if key in arch and arch[key] != o.options.get(key, arch[key]):
+                    notes.append(f"memsym's {key} {arch.pop(key)!r} ignored: the hybrid "
+                                 "layer pattern sets it (Megatron's validate_args)")
         if "megatron_fsdp" in o.options and getattr(args, "use_distributed_optimizer", False) \
                 and getattr(args, "sharding", None) is None:
             # Megatron-FSDP v1 runs the distributed optimizer itself (validate_args turns

@@ -27,7 +27,7 @@ from ..vocabulary import recompute_modules
 from ._values import (MAX_GPUS, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ,
                       MAX_VOCAB)
 from .megatron_architecture import (POSITION_EMBEDDING_TYPES, counted_position_type,
-                                    megatron_architecture)
+                                    hybrid_override, megatron_architecture)
 from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  MEGATRON_FSDP_SCHEMES, MODELLED, SCHEDULE_ENTRY, TABLE,
                                  ArgumentError, MegatronArguments, megatron_arity,
@@ -241,7 +241,7 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
 
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
-                            has_experts: bool = False,
+                            has_experts: bool = False, mamba: bool = False, mtp_layers: int = 0,
                             tp_comm_overlap: bool = False) -> MegatronOverrides:
     """Read Megatron-LM arguments as changes to a model memsym already knows.
 
@@ -262,7 +262,12 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     p : int
         Pipeline-parallel size [GPUs] (``--num-layers-per-virtual-pipeline-stage``).
     has_experts : bool
-        Whether the model has experts (``--disable-bias-linear`` also drops router biases).
+        Whether the model has experts (``--disable-bias-linear`` also drops router biases;
+        a hybrid pattern's ``E`` needs them).
+    mamba : bool
+        Whether the model has Mamba mixer sizes (a hybrid pattern's ``M`` needs them).
+    mtp_layers : int
+        The model's MTP depths [layers] (the legacy ``--mtp-hybrid-override-pattern``).
     tp_comm_overlap : bool
         TP overlap is on (memsym's ``--tp-comm-overlap``): ``--tp-comm-overlap-cfg FILE`` is
         read (:func:`memsym.readers.megatron_userbuffers.megatron_ub_option`), else ignored.
@@ -289,7 +294,14 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     r = MegatronArguments(raw, spelled)
     opts = {}
     _override_switches(r, opts, has_experts)
-    _override_model(r, opts, num_layers)
+    # a hybrid layer pattern defines the layers over the MODEL's sizes (hybrid_override)
+    hybrid = hybrid_override(r, num_experts=has_experts, mamba=mamba, mtp_layers=mtp_layers)
+    if hybrid is not None:
+        opts.update(hybrid)
+        num_layers = hybrid["num_layers"]
+        if r.given("moe_layer_freq"):
+            r.note("--moe-layer-freq ignored: the hybrid pattern's E symbols are the MoE layers")
+    _override_model(r, opts, num_layers, hybrid is None)
     _override_precision(r, opts)
     _override_attention(r, opts)
     _override_recompute(r, opts)
@@ -333,8 +345,9 @@ def _override_switches(r: MegatronArguments, opts: dict, has_experts: bool):
             opts["moe_router_bias"] = False
 
 
-def _override_model(r: MegatronArguments, opts: dict, num_layers: int):
-    """The positions, the MoE layer pattern and the sequence length."""
+def _override_model(r: MegatronArguments, opts: dict, num_layers: int, moe_freq: bool = True):
+    """The positions, the MoE layer pattern (``moe_freq``: not a hybrid pattern's) and the
+    sequence length."""
     if r.given("position_embedding_type"):
         pos = r.choice("position_embedding_type", POSITION_EMBEDDING_TYPES)
         opts["position_embedding_type"] = counted_position_type(r, pos)
@@ -342,7 +355,7 @@ def _override_model(r: MegatronArguments, opts: dict, num_layers: int):
             and opts.get("position_embedding_type") != "rope":
         raise InvalidValueError("--no-position-embedding is refused by Megatron unless the "
                                 "positions are rope; use --position-embedding-type")
-    if r.given("moe_layer_freq"):
+    if moe_freq and r.given("moe_layer_freq"):
         opts["moe_layer_freq"] = parse_moe_layer_freq(r.raw["moe_layer_freq"], num_layers)
     for dest in ("encoder_seq_length", "decoder_seq_length"):
         if r.given(dest):
@@ -429,8 +442,8 @@ def _override_layout(r: MegatronArguments, opts: dict, num_layers: int, p: int):
         r.note(f"world size {world} from the launcher's GPUs per node x nodes")
 
 
-#: The hybrid layer patterns: read from a whole command (memsym.readers.megatron_architecture),
-#: refused beside a MODEL (they replace its layers).
+#: The hybrid layer patterns: the layers of a whole command or over a MODEL's sizes
+#: (memsym.readers.megatron_architecture.hybrid_override), read by read_megatron_overrides.
 _HYBRID_DESTS = ("hybrid_layer_pattern", "hybrid_override_pattern", "mtp_hybrid_override_pattern")
 
 
@@ -443,10 +456,7 @@ def _override_ignored(r: MegatronArguments, order: list, read=()) -> list:
         dest = TABLE[name][0]
         if r.not_modelled(name, dest):
             pass
-        elif dest in _HYBRID_DESTS:
-            raise InvalidValueError(f"{name} sets a hybrid model's layers: give the whole "
-                                    "Megatron command without a MODEL")
-        elif dest in _OVERRIDE_HANDLED or dest in read:
+        elif dest in _OVERRIDE_HANDLED or dest in read or dest in _HYBRID_DESTS:
             continue
         elif dest in _OVERRIDE_NO_EFFECT or dest not in MODELLED:
             ignored.append(name)

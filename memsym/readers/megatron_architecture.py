@@ -17,7 +17,8 @@ from ._values import MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ, MAX_VOCAB
 from .megatron_arguments import KNOWN_TOKENIZER_VOCAB, MegatronArguments
 from .megatron_pattern import parse_hybrid_pattern, parse_moe_layer_freq, unified_hybrid_pattern
 
-__all__ = ["POSITION_EMBEDDING_TYPES", "counted_position_type", "megatron_architecture"]
+__all__ = ["POSITION_EMBEDDING_TYPES", "counted_position_type", "megatron_architecture",
+           "hybrid_override"]
 
 #: The values ``--position-embedding-type`` accepts (args: its choices).
 POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none")
@@ -295,12 +296,14 @@ _HYBRID_MIXERS = {"M": "mamba", "*": "attention", "-": "none", "E": "none"}
 _NOT_MODELLED = {"G": "Gated DeltaNet (G)", "D": "DSA attention (D)", "+": "MLA (+)"}
 
 
-def _hybrid_pattern(r: MegatronArguments):
-    """The command's unified hybrid pattern, parsed (None: not a hybrid model)."""
+def _hybrid_pattern(r: MegatronArguments, mtp_layers=None):
+    """The command's unified hybrid pattern, parsed (None: not a hybrid model);
+    ``mtp_layers``: the MTP depths where the command does not spell them (a MODEL's)."""
+    if mtp_layers is None:
+        mtp_layers = r.int("mtp_num_layers", None, lo=0, hi=MAX_LAYERS)
     text = unified_hybrid_pattern(r.raw.get("hybrid_layer_pattern"),
                                   r.raw.get("hybrid_override_pattern"),
-                                  r.raw.get("mtp_hybrid_override_pattern"),
-                                  r.int("mtp_num_layers", None, lo=0, hi=MAX_LAYERS))
+                                  r.raw.get("mtp_hybrid_override_pattern"), mtp_layers)
     if text is None:
         return None
     parsed = parse_hybrid_pattern(text)
@@ -325,6 +328,62 @@ def _hybrid_pattern(r: MegatronArguments):
         r.note(f"--num-layers ignored: --hybrid-layer-pattern gives {len(parsed.main)} layers "
                "(Megatron's validate_args)")
     return parsed
+
+
+def hybrid_override(r: MegatronArguments, *, num_experts, mamba: bool, mtp_layers: int = 0):
+    """The Architecture fields a hybrid layer pattern sets over a MODEL (None: no pattern).
+
+    As Megatron reads ``--hybrid-layer-pattern`` (args:787-797 at d98e8a64dd), the pattern
+    defines the decoder: its main part's length is the layer count (``--num-layers``
+    ignored, ``hybrid_layer_allocation.py:128-142``), one layer per symbol, each with one
+    norm, its ``E`` symbols the MoE layers, and its ``/`` parts the MTP depths (none without
+    them: HybridModel builds MTP only from the pattern, ``hybrid_model.py:220``).  The
+    MODEL's sizes stay: its Mamba mixer sizes, its experts.
+
+    Parameters
+    ----------
+    r : MegatronArguments
+        The pasted arguments (notes recorded there).
+    num_experts : int or None
+        The MODEL's experts [experts]: ``E`` needs some.
+    mamba : bool
+        Whether the MODEL has Mamba mixer sizes: ``M`` needs them.
+    mtp_layers : int
+        The MODEL's (or memsym's option's) MTP depths [layers], for the legacy
+        ``--mtp-hybrid-override-pattern``.
+
+    Returns
+    -------
+    dict or None
+
+    Examples
+    --------
+    >>> from memsym.readers.megatron_arguments import parse_megatron_argv
+    >>> r = MegatronArguments(*parse_megatron_argv(["--hybrid-layer-pattern", "M*-E/*E"])[::2])
+    >>> o = hybrid_override(r, num_experts=8, mamba=True)
+    >>> o["num_layers"], o["layer_mixers"], o["ffn_layers"], o["moe_layer_freq"]
+    (4, ('mamba', 'attention', 'none', 'none'), (0, 0, 1, 1), (0, 0, 0, 1))
+    >>> o["mtp_num_layers"], o["mtp_layer_pattern"]
+    (1, '*E')
+    """
+    parsed = _hybrid_pattern(r, mtp_layers)
+    if parsed is None:
+        return None
+    main, block = parsed.main, parsed.mtp or ""
+    if "E" in main + block and not num_experts:
+        raise InvalidValueError("--hybrid-layer-pattern has MoE layers (E) but the MODEL has "
+                                "no experts")
+    if "M" in main + block and not mamba:
+        raise InvalidValueError("--hybrid-layer-pattern has Mamba layers (M) but the MODEL has "
+                                "no Mamba sizes: give the whole Megatron command without a "
+                                "MODEL")
+    out = {"num_layers": len(main), "layer_mixers": tuple(_HYBRID_MIXERS[ch] for ch in main),
+           "ffn_layers": tuple(int(ch in "-E") for ch in main), "norms_per_layer": 1,
+           "mtp_num_layers": parsed.depths, "mtp_layer_pattern": block or None,
+           "mtp_repeated": bool(parsed.depths) and r.flag("mtp_use_repeated_layer")}
+    if num_experts:
+        out["moe_layer_freq"] = tuple(int(ch == "E") for ch in main)
+    return out
 
 
 def _hybrid(r: MegatronArguments, a: dict, parsed) -> None:
