@@ -246,3 +246,18 @@ def test_search_carries_mla_down_proj_fusion_into_the_step_time():
             pytest.approx(r["step_time"], rel=1e-9)
         got[fused] = (r["t"], r["sequence_parallel"], r["step_time"])
     assert got[True][:2] == got[False][:2] and got[True][2] < got[False][2]
+
+
+def test_min_gpus_takes_the_muon_options_and_holds_them(capsys):
+    # review item 2: min-gpus takes estimate's --muon-* options (the same rows) and holds them
+    from memsym.cli import build_parser
+    from memsym.cli.search import search_options
+
+    args = build_parser("min-gpus").parse_args([
+        "min-gpus", "llama2-7b", "--gpu", "h100-80gb", "--optimizer", "muon",
+        "--muon-tp-mode", "blockwise", "--muon-nesterov", "--muon-num-ns-steps", "3"])
+    assert search_options(args)["held"] == {"muon_tp_mode": "blockwise", "muon_nesterov": True,
+                                            "muon_num_ns_steps": 3}
+    code, _, err = run(capsys, "min-gpus", "llama2-7b", "--gpu", "h100-80gb",
+                       "--optimizer", "muon", "--muon-tp-mode", "bogus")
+    assert code == 2 and len(err.strip().splitlines()) == 1

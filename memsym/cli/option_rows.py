@@ -124,12 +124,14 @@ def _state_rows():
            "deprecated spelling) is muon with the distributed optimizer, under muon the "
            "layer-wise one"),
         option("--muon-tp-mode", group="states", choices=MUON_TP_MODES, field="muon_tp_mode",
-           default="duplicated", source=MEGATRON_ARGS, effect="time",
+           default="duplicated", source=MEGATRON_ARGS, effect="memory, time", **_MUON_HELD,
            help="Megatron's (--optimizer muon): how a TP-split matrix is orthogonalized: "
            "blockwise (each shard), duplicated (gathered whole on every TP rank) or "
-           "distributed (the Gram matrices all-reduced)"),
+           "distributed (the Gram matrices all-reduced); the Newton-Schulz workspace is "
+           "the shard's, the whole matrix's or the shard's with the whole Gram matrix"),
         option("--muon-num-ns-steps", group="states", type=T.positive_int, metavar="K",
            field="muon_num_ns_steps", default=5, source=MEGATRON_ARGS, effect="time",
+           **_MUON_HELD,
            help="Megatron's (--optimizer muon): Newton-Schulz iterations per matrix and step"),
         option("--offload", group="states", type=T.choice("offload", OFFLOADS), field="offload",
            default="none", source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="list",
@@ -231,7 +233,8 @@ _SWITCH_ROWS = (
      "memory, time"),
     ("--muon-nesterov", "muon_nesterov", True, "Megatron's flag (--optimizer muon; off "
      "unless given, arguments.py:2633): Nesterov momentum, one more element-wise pass per Muon "
-     "parameter in the optimizer step", "time"),
+     "parameter in the optimizer step and one more fp32 copy of the matrix it orthogonalizes",
+     "memory, time"),
     ("--mla-down-proj-fusion", "mla_down_proj_fusion", True, "Megatron's flag (needs "
      "--multi-latent-attention; arguments.py:3566-3572): MLA's input norm fused into the q/kv "
      "down-projection, not rerun by --recompute-modules layernorm in the step time", "time"),
@@ -248,6 +251,12 @@ _SWITCH_ROWS = (
 
 #: The switches a search holds fixed over its layouts (memsym.search.Space).
 _SEARCH_SWITCHES = ("--tp-comm-overlap",)
+
+#: Muon's options as ``min-gpus`` takes them too: held fixed over its layouts
+#: (memsym.search.job_fields.HELD_FIELDS), the meaning estimate's.  ``search`` reads them as a
+#: job's words through estimate's parser (memsym.cli.search_job), so it is not listed here.
+_MUON_HELD = {"commands": JOB | {"min-gpus"}}
+_MUON_SWITCHES = ("--muon-nesterov",)
 
 #: The switches' flags (memsym.cli.option_table.switches).
 SWITCH_FLAGS = tuple(row[0] for row in _SWITCH_ROWS)
@@ -360,7 +369,7 @@ def _run_rows():
            "parallelism on torchtitan's own layer split)"),
         *(flag(name, group="training", field=field, value=value, help=text, effect=effect,
                **({"commands": JOB_AND_SEARCH, "search": "same"} if name in _SEARCH_SWITCHES
-                  else {}))
+                  else _MUON_HELD if name in _MUON_SWITCHES else {}))
           for name, field, value, text, effect in _SWITCH_ROWS),
         option("--wgrad-deferral-limit", group="training", type=T.layer_count, metavar="N",
            field="wgrad_deferral_limit", default=0, source=JOB_DEFAULTS + " (Megatron's: "

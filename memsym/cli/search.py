@@ -10,7 +10,10 @@ from .option_table import add_command
 from .options import emit_json, number_out
 from .report_text import scheme_words
 
-__all__ = ["add_parser", "run", "search_options", "Progress", "sharding_words"]
+__all__ = ["add_parser", "run", "search_options", "Progress", "sharding_words", "MUON_HELD"]
+
+#: Muon's options ``min-gpus`` takes (memsym.cli.option_rows), held over its layouts.
+MUON_HELD = ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov")
 
 
 #: Tokens per step assumed when no global batch is given: Llama 2's 4M-token batch
@@ -132,6 +135,12 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
     if getattr(args, "fp8_recipe", None) is not None:
         out["fp8_recipe"] = args.fp8_recipe
     out["sharding"] = args.sharding   # None: what the framework runs (memsym.search)
+    # min-gpus's Muon options (search reads them as the job's words): held fixed over every
+    # layout, as a job's are (memsym.search.job_fields.HELD_FIELDS)
+    held = {name: getattr(args, name) for name in MUON_HELD
+            if getattr(args, name, None) is not None}
+    if held:
+        out["held"] = held
     if args.offload:
         out["offload"] = args.offload
     return out
