@@ -459,8 +459,11 @@ _FRAMEWORK = {"torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 
 #: What each framework's own memory log reads when a source does not say (``unstated``):
 #: Megatron-LM / Bridge report ``torch.cuda.max_memory_allocated`` (training.py
-#: report_memory, "max allocated"), torchtitan ``max_memory_reserved`` (metrics.py,
-#: DeviceMemoryMonitor).
+#: report_memory, "max allocated"), torchtitan ``max_memory_reserved``: its ``memory:`` log line
+#: prints ``reserved_bytes.all.peak`` in GiB (at 9dec370, the Dec 2024 runs: torchtitan/metrics.py
+#: :62 and train.py:393; at b5bcd76c6: torchtitan/components/metrics.py:68 and :531), reset after
+#: each log (:541), and torchao's float8 benchmark keeps the largest of those lines (pytorch/ao
+#: 36027d82d benchmarks/float8/training/parse_torchtitan_logs.py:26 and :43).
 _FRAMEWORK_METRIC = {"megatron-bridge": "allocated", "megatron-lm": "allocated",
                      "torchtitan": "reserved"}
 
