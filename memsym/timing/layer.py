@@ -22,7 +22,7 @@ import numpy as np
 from .collectives import collective_bytes, collective_time, group_bandwidth
 from .efficiency import ceiling, exp_time, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
-from .ssm import ssd_flops
+from .ssm import SSD_FRACTION, ssd_kernel_flops
 from .moe import gemm_seconds, moe_layer_extras
 from .moe_host import host_exposed
 from .quantize import cast_bytes
@@ -221,14 +221,14 @@ def _attention(x, st: Settings, dev, t, c, b, eta_gemm):
 
 
 def _ssd(x, st: Settings, dev, t, c, b, eta_gemm):
-    """Forward and backward seconds of a Mamba-2 layer's SSD scan matmuls
-    (:func:`memsym.timing.ssm.ssd_flops`) at the GEMM ceiling of the 16-bit peak (mamba_ssm's
-    Triton kernels take bf16 inputs under any recipe); its memory-bound state passing is
+    """Forward and backward seconds of a Mamba-2 layer's SSD matmul kernels
+    (:func:`memsym.timing.ssm.ssd_kernel_flops`) at the share of the 16-bit peak mamba_ssm's
+    Triton kernels reach (:data:`memsym.timing.ssm.SSD_FRACTION`, measured; they take bf16
+    inputs under any recipe); its memory-bound state passing is
     :func:`memsym.timing.ssm.mamba_memory_bytes`'s."""
     aprec = "bf16" if st.precision in ("fp8", "fp4") else st.precision
-    ceil = ceiling(dev, aprec) if eta_gemm is None else float(eta_gemm)
-    fl_f, fl_b = ssd_flops(x.ssm, as_array(b) * st.seq_length / as_array(c), t)
-    rate = dev.peak(aprec) * ceil
+    fl_f, fl_b = ssd_kernel_flops(x.ssm, as_array(b) * st.seq_length / as_array(c), t)
+    rate = dev.peak(aprec) * SSD_FRACTION
     return fl_f / rate, fl_b / rate
 
 

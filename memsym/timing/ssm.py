@@ -39,11 +39,29 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAMBA_CHUNK", "ssd_flops", "mamba_memory_bytes"]
+__all__ = ["MAMBA_CHUNK", "SSD_TRITON_H800", "H800_BF16_PEAK", "SSD_FRACTION", "ssd_flops",
+           "ssd_kernel_flops", "mamba_memory_bytes"]
 
 #: Megatron-core MambaMixer's SSD chunk length Q [tokens] (``chunk_size=128``,
 #: megatron/core/ssm/mamba_mixer.py at d98e8a64dd; the Nemotron-H specs keep it).
 MAMBA_CHUNK = 128
+
+#: mamba_ssm's Triton ``_chunk_scan_fwd`` measured on one H800 SXM at sequence length 8192
+#: (batch 8, 80 heads of 64, 1 group, state 128, chunk 256), counted as
+#: :math:`T(Qd_{ssm} + 2Nd_{ssm})` FLOPs (the causal half of the intra-chunk block plus
+#: :math:`CS`) [FLOP/s]: tile-ai/tilelang benchmark/mamba2/README.md and
+#: mamba_benchmark_result.png at a35008a42 (Triton v3.5.0, mamba-ssm 2.2.6.post3; the red
+#: "Triton" bar of config CC3 = seq_len 8192, read off the figure: about 91 TFLOP/s).
+SSD_TRITON_H800 = 91e12
+
+#: The H800 SXM's dense BF16 tensor-core peak [FLOP/s] (NVIDIA's H800 datasheet: 1,979
+#: TFLOPS with sparsity, half of it dense, the H100 SXM's rate).
+H800_BF16_PEAK = 989.4e12
+
+#: The SSD kernels' achieved share of the 16-bit peak [1]: the one published Triton
+#: measurement, applied to every SSD matmul kernel and, for want of a measurement there, to
+#: every GPU class (an assumption).
+SSD_FRACTION = SSD_TRITON_H800 / H800_BF16_PEAK
 
 
 def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
@@ -94,6 +112,58 @@ def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     per = np.asarray(T, float) / np.asarray(t, float)
     fwd = per * (2 * chunk * (G * N + d) + 4 * N * d)
     return fwd, 2 * fwd + per * (2 * chunk * G * N + 2 * N * d)
+
+
+def ssd_kernel_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
+    r"""FLOPs of the SSD matmul kernels mamba_ssm launches for one Mamba-2 layer on one GPU.
+
+    .. math::
+
+        F_{\text{fwd}} = \frac{T}{t}\bigl(2QGN + Qd_{ssm} + 4Nd_{ssm}\bigr),\qquad
+        F_{\text{bwd}} = \frac{T}{t}\bigl(6QGN + 3Qd_{ssm} + 10Nd_{ssm}\bigr)
+
+    As the kernels run them (mamba_ssm ``ssd_combined.py``): forward ``_bmm_chunk_fwd``
+    (:math:`CB^\top`, whole, ``causal=False``), ``_chunk_state_fwd`` (:math:`B^\top X`) and
+    ``_chunk_scan_fwd`` (causal: its K loop stops at the diagonal, :math:`Qd` and :math:`CS`);
+    backward the recomputed ``_bmm_chunk_fwd`` and ``_chunk_state_fwd``, then
+    ``_chunk_scan_bwd_dstates``, ``_chunk_scan_chunk_state_bwd_dx`` (causal half plus
+    :math:`B\,dS`), ``_chunk_state_bwd_db``, ``_chunk_scan_bwd_dC``, ``_chunk_scan_bwd_dcb``
+    (causal half), two ``_bmm_chunk_bwd`` and ``_chunk_scan_bwd_ddAcs_stable`` (causal half).
+
+    Parameters
+    ----------
+    ssm : tuple
+        ``(d_ssm, N, H, G, conv kernel)`` [1].
+    T : array_like
+        Tokens of one micro-batch on the CP rank [tokens].
+    t : array_like
+        Tensor-parallel size [GPUs].
+    chunk : int
+        Chunk length Q [tokens].
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Forward and backward FLOPs [FLOP].
+
+    Examples
+    --------
+    d_ssm = 64, N = 16, G = 1, Q = 4, T = 8: forward 8 (128 + 256 + 4096) = 8 * 4480,
+    backward 8 (384 + 768 + 10240) = 8 * 11392.
+
+    >>> f, b = ssd_kernel_flops((64, 16, 2, 1, 4), 8, chunk=4)
+    >>> float(f) == 8 * 4480, float(b) == 8 * 11392
+    (True, True)
+
+    References
+    ----------
+    .. [mamba-ssm] mamba_ssm/ops/triton/ssd_combined.py, ssd_chunk_scan.py, ssd_chunk_state.py,
+       ssd_bmm.py (state-spaces/mamba e9594ce).
+    """
+    d, N, _, G, _ = ssm
+    per = np.asarray(T, float) / np.asarray(t, float)
+    qgn, qd, nd = chunk * G * N, chunk * d, N * d
+    return per * (2 * qgn + qd + 4 * nd), per * (6 * qgn + 3 * qd + 10 * nd)
 
 
 def mamba_memory_bytes(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK, width: int = 2):
