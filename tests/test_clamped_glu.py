@@ -112,3 +112,55 @@ def test_only_megatron_core_keeps_the_copy():
     assert FRAMEWORK["megatron"].moe_glu_clamp_copy
     assert not FRAMEWORK["torchtitan"].moe_glu_clamp_copy
     assert not FRAMEWORK["deepspeed"].moe_glu_clamp_copy
+
+
+# A pasted Megatron-LM command: --activation-func-clamp-value is TransformerConfig's
+# activation_func_clamp_value (transformer_config.py:235), so a --quick-geglu MoE model keeps
+# the clamped copy; 4 MoE layers, 32 experts top-4 over EP 8 (d = 8), s = 4096, b = 1, t = 1.
+_CMD = ("--num-layers 4 --hidden-size 2880 --num-attention-heads 64 --group-query-attention "
+        "--num-query-groups 8 --kv-channels 64 --ffn-hidden-size 2880 --num-experts 32 "
+        "--moe-router-topk 4 --quick-geglu --seq-length 4096 --max-position-embeddings 4096 "
+        "--micro-batch-size 1 --vocab-size 201088 --bf16 --moe-grouped-gemm "
+        "--expert-model-parallel-size 8 --disable-bias-linear --world-size 8 "
+        "--gpu h100-80gb --json").split()
+
+
+def _activations(capsys, *extra):
+    import json
+
+    from in_process import estimate
+
+    code, out, err = estimate(capsys, *_CMD, *extra)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_megatron_clamp_flag_keeps_the_copy(capsys):
+    base = _activations(capsys)
+    clamped = _activations(capsys, "--activation-func-clamp-value", "7.0")
+    assert "--activation-func-clamp-value" not in clamped["ignored"]
+    # a rank receives 4096 x 4 routed rows (balanced over EP 8 from 8 ranks' 4096 tokens);
+    # each keeps 2 x 2880 more bf16 elements; 4 layers
+    assert clamped["bytes"]["activations"] - base["bytes"]["activations"] \
+        == 4 * (4096 * 4) * (2 * 2880) * 2
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--activation-func-clamp-value", "0"), "greater than zero"),
+    (("--activation-func-clamp-value", "inf"), "must be a number"),
+])
+def test_megatron_clamp_flag_bad_values(capsys, extra, message):
+    from in_process import estimate
+
+    code, out, err = estimate(capsys, *_CMD, *extra)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and message in err
+
+
+def test_megatron_clamped_swiglu_needs_experts(capsys):
+    from in_process import estimate
+
+    dense = " ".join(_CMD).replace("--num-experts 32 --moe-router-topk 4 ", "").replace(
+        "--moe-grouped-gemm --expert-model-parallel-size 8 ", "").replace(
+        "--quick-geglu", "--swiglu").split()
+    code, out, err = estimate(capsys, *dense, "--activation-func-clamp-value", "7.0")
+    assert (code, out) == (2, "") and "needs MoE" in err
