@@ -243,3 +243,39 @@ def test_a_models_matrices_are_what_the_workspace_reads():
     assert [(n, r, c, sp) for n, r, c, sp, _ in muon_matrices(WIDE, False)] == [
         ("q", 256, 256, "rows"), ("k", 64, 256, "rows"), ("v", 64, 256, "rows"),
         ("proj", 256, 256, "cols"), ("fc1", 64, 256, "rows"), ("fc2", 256, 64, "cols")]
+
+
+#: a small MLA model (test_muon_search.py's MLA): q_down 384 x 1024 and kv_down 288 x 1024
+#: (replicated), q_up 768 x 384, kv_up 1024 x 256, proj 1024 x 512, fc1 5632 x 1024,
+#: fc2 1024 x 2816
+MLA = Architecture(num_layers=4, hidden_size=1024, num_attention_heads=8, ffn_hidden_size=2816,
+                   vocab_size=32768, swiglu=True, normalization="RMSNorm",
+                   max_position_embeddings=4096, position_embedding_type="rope",
+                   add_bias_linear=False, multi_latent_attention=True, q_lora_rank=384,
+                   kv_lora_rank=256, qk_head_dim=64, qk_pos_emb_head_dim=32, v_head_dim=64,
+                   untie_embeddings_and_output_weights=True)
+
+
+def test_mlas_down_projections_take_the_tp_path_in_the_step_time():
+    # At t = 1 duplicated runs the same Newton-Schulz GEMMs as blockwise (one shard, the
+    # whole matrix, rows <= columns) but torch.cat's the gathered shard: 8 bytes more per
+    # element (read + write, muon_utils.py:330) of every weight with a partition_dim, MLA's
+    # two down-projections included (TE marks them 0); no collective on one rank
+    import numpy as np
+
+    from memsym.hardware import cluster_for, gpu
+    from memsym.timing.muon import muon_step_time
+
+    dev = gpu("h100")
+    shapes = {"q_down": (384, 1024), "q_up": (768, 384), "kv_down": (288, 1024),
+              "kv_up": (1024, 256), "proj": (1024, 512), "fc1": (5632, 1024),
+              "fc2": (1024, 2816)}
+    assert {n: (r, c) for n, r, c, _, _ in muon_matrices(MLA, False)} == shapes
+
+    def step(mode):
+        return float(muon_step_time(MLA, dev, cluster_for(dev.name), 4, t=np.array(1.0), e=1,
+                                    t_e=1, ndp=1, edp=1, layer_wise=False, tp_mode=mode))
+
+    elements = sum(r * c for r, c in shapes.values())
+    assert step("duplicated") - step("blockwise") == \
+        pytest.approx(4 * 8 * elements / dev.hbm_bandwidth, rel=1e-9)
