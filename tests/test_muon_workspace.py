@@ -279,3 +279,29 @@ def test_mlas_down_projections_take_the_tp_path_in_the_step_time():
     elements = sum(r * c for r, c in shapes.values())
     assert step("duplicated") - step("blockwise") == \
         pytest.approx(4 * 8 * elements / dev.hbm_bandwidth, rel=1e-9)
+
+
+EO_MIRROR = "/work/.mirror/NVIDIA-NeMo+Emerging-Optimizers/repo"
+
+
+@pytest.mark.torch
+def test_the_source_run_on_one_rank_holds_what_memsym_counts():
+    # Emerging-Optimizers' own muon_utils.py at fd77292 inside TensorParallelMuon's lines
+    # (tools/muon_workspace_check.py), on a gloo group of one CPU process: the peak bytes of
+    # the storages the step creates, each case against memsym (the t = 2 and 3 groups: run
+    # the tool itself, python tools/muon_workspace_check.py)
+    import os
+
+    pytest.importorskip("torch")
+    if not os.path.isdir(EO_MIRROR):
+        pytest.skip("no Emerging-Optimizers git directory")
+    import torch.distributed as dist
+
+    from tools.muon_workspace_check import load_muon_utils, measure, memsym_peaks
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        got = measure(load_muon_utils(EO_MIRROR), dist.new_group([0]), 1)
+    finally:
+        dist.destroy_process_group()
+    assert len(got) == 66 and got == memsym_peaks(1)
