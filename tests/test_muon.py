@@ -14,7 +14,7 @@ from memsym.job import Layout, Training, job
 from memsym.model import Architecture, stage_parameters
 from memsym.model import preset as preset_of
 from memsym.model.muon_matrices import largest_muon_matrix, muon_matrices, scalar_adam_parameters
-from memsym.terms.muon import muon_scalar_moment, newton_schulz_flops, newton_schulz_workspace
+from memsym.terms.muon import muon_scalar_moment, newton_schulz_flops
 from memsym.timing.data_parallel import data_parallel_sync
 from memsym.timing.muon import muon_parameters, muon_step_time, newton_schulz_time
 from memsym.timing.records import Overlap, Settings
@@ -87,11 +87,9 @@ def test_newton_schulz_time_is_its_flops_at_the_gemm_rate():
     assert flops / (0.5 * 989e12) < sec < flops / (0.5 * 989e12) + 1e-4
 
 
-def test_newton_schulz_workspace_by_hand():
-    # 16 bytes per element of the largest matrix with Nesterov (4 + 12), 12 without
-    assert newton_schulz_workspace(256, 64).evaluate() == 16 * 256 * 64
-    assert newton_schulz_workspace(256, 64, nesterov=False).evaluate() == 12 * 256 * 64
-    # TINY's largest: fc1 256 x 64, halved by TP 2 unless gathered (duplicated mode)
+def test_largest_muon_matrix_by_hand():
+    # TINY's largest: fc1 256 x 64, halved by TP 2 unless gathered (duplicated mode); the
+    # Newton-Schulz workspace of each mode: tests/test_muon_workspace.py
     assert largest_muon_matrix(TINY, 1, 1, gathered=False) == 256 * 64
     assert largest_muon_matrix(TINY, 2, 2, gathered=False) == 128 * 64
     assert largest_muon_matrix(TINY, 2, 2, gathered=True) == 256 * 64

@@ -31,9 +31,11 @@ def test_distributed_orientation_follows_partition_dim():
 def test_muon_terms_refuse_bad_sizes():
     import pytest
     from memsym.errors import MemsymError
-    from memsym.terms.muon import muon_scalar_moment, newton_schulz_flops, newton_schulz_workspace
+    from memsym.terms.muon import muon_scalar_moment, newton_schulz_flops, newton_schulz_peak
     for call in (lambda: muon_scalar_moment(10, 0), lambda: newton_schulz_flops(4, 6, -1),
-                 lambda: newton_schulz_workspace(-2, 3)):
+                 lambda: newton_schulz_peak(-2, 3, tp_mode="blockwise"),
+                 lambda: newton_schulz_peak(2, 3, tp_mode="sideways"),
+                 lambda: newton_schulz_peak(2, 3, tp_mode="duplicated", partition_dim=2)):
         with pytest.raises(MemsymError):
             call()
     assert newton_schulz_flops(4, 6, steps=1) == 4 * 16 * 6 + 2 * 64

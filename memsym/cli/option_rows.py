@@ -128,7 +128,8 @@ def _state_rows():
            help="Megatron's (--optimizer muon): how a TP-split matrix is orthogonalized: "
            "blockwise (each shard), duplicated (gathered whole on every TP rank) or "
            "distributed (the Gram matrices all-reduced); the Newton-Schulz workspace is "
-           "the shard's, the whole matrix's or the shard's with the whole Gram matrix"),
+           "the shard's, the gathered shards' with the whole matrix's, or the shard's with "
+           "the Gram matrix of its unsplit side"),
         option("--muon-num-ns-steps", group="states", type=T.positive_int, metavar="K",
            field="muon_num_ns_steps", default=5, source=MEGATRON_ARGS, effect="time",
            **_MUON_HELD,

@@ -18,9 +18,11 @@ beyond it (:func:`muon_scalar_moment`).
 
 Each step orthogonalizes each matrix's momentum (Nesterov: ``grad.lerp(momentum_buffer)``, a
 new fp32 tensor, ``orthogonalized_optimizer.py:196-197``) by ``--muon-num-ns-steps`` (default
-5) Newton-Schulz iterations on the orientation with rows <= columns (``muon_utils.py:205-208``),
-each ``A = X X^T``, ``B = b A + c A A``, ``X = a X + B X`` (``newton_schulz_step``, 348-378),
-in bf16 under ``--muon-fp32-matmul-prec medium`` (the default; 245-262).
+5) Newton-Schulz iterations, each ``A = X X^T``, ``B = b A + c A A``, ``X = a X + B X``
+(``newton_schulz_step``, 348-378), in bf16 under ``--muon-fp32-matmul-prec medium`` (the
+default; 245-262).  The orientation follows ``--muon-tp-mode`` (:func:`newton_schulz_peak`):
+rows <= columns (``muon_utils.py:205-208``) for a blockwise shard, a replicated matrix and the
+gathered whole matrix under duplicated; the TP split under distributed (336-341).
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from dataclasses import replace
 
 import sympy as sp
 
+from ..errors import InvalidValueError, choose
 from ..symbols import N_sc, t as t_sym, t_e as t_e_sym
 from ..term import Source, Term, Total
 from ..values import as_expr, positive
+from ..vocabulary import MUON_TP_MODES
 
 def _size(value, what, *, allow_zero=False):
     """A symbol as it is; a number checked > 0 (>= 0 with ``allow_zero``), memsym's error."""
@@ -40,7 +44,8 @@ def _size(value, what, *, allow_zero=False):
     return positive(value, what, allow_zero=allow_zero)
 
 
-__all__ = ["largest_muon_elements", "muon_scalar_moment", "muon_states", "newton_schulz_flops", "newton_schulz_workspace"]
+__all__ = ["largest_muon_elements", "muon_scalar_moment", "muon_states", "newton_schulz_flops",
+           "newton_schulz_peak", "newton_schulz_workspace", "QKV_BLOCKS", "TE_DUPLICATED"]
 
 _SCALAR = Source("megatron-core", "core/optimizer/emerging_optimizers.py:140-147 "
                  "(_is_muon_excluded: embeddings, output layer, non-2-D to the scalar "
@@ -69,8 +74,25 @@ _GRADS_LAYER_WISE = Source("megatron-core", "core/optimizer/layer_wise_optimizer
 _NS = Source("emerging-optimizers", "orthogonalized_optimizers/muon_utils.py:348-378 "
              "(newton_schulz_step), 205-208 (transpose to rows <= columns)")
 _WORK = Source("emerging-optimizers", "orthogonalized_optimizer.py:193-208 (Nesterov lerp, "
-               "orthogonalize); muon_utils.py:201-273 (fp32 normalize, bf16 X, A, B, fp32 "
-               "result); Megatron-LM d98e8a64dd emerging_optimizers.py:236-237 (scaled copies)")
+               "orthogonalize); muon_utils.py:204-274 (orientation, fp32 normalize, bf16 X, A, "
+               "B, fp32 result), 317-345 (newton_schulz_tp: duplicated all-gathers and cats, "
+               "distributed orients by partition_dim); Megatron-LM d98e8a64dd "
+               "emerging_optimizers.py:227-237 (scaled copies), 403 (blockwise: partition_dim "
+               "None)")
+
+#: MLA's q and kv down-projections, replicated over TP, yet with a ``partition_dim``: Megatron
+#: builds them as ``TELinear(parallel_mode="duplicated")`` (Megatron-LM d98e8a64dd
+#: ``multi_latent_attention.py:526-527, 573-574``), which hands Transformer Engine
+#: ``parallel_mode=None`` (``transformer_engine.py:1251-1258``) and only marks the weight
+#: ``tensor_model_parallel`` False (1313-1318); TE marks every linear weight ``partition_dim``
+#: 1 if row-parallel else 0 (TE d0067d0da ``linear.py:1857-1862``).  Muon's ``orthogonalize``
+#: passes that 0 on (``emerging_optimizers.py:403``), so ``newton_schulz_tp`` treats the replicated
+#: weight as the TP group's row shards: duplicated stacks t copies, distributed orients by it.
+#: The router's weight is a plain ``nn.Parameter`` (``moe/router.py:64``): no partition_dim.
+TE_DUPLICATED = ("q_down", "kv_down")
+#: ``linear_qkv``'s blocks in the order Megatron splits them (``_get_qkv_split_shapes``,
+#: ``emerging_optimizers.py:150-162``; the output gate after Q)
+QKV_BLOCKS = ("q", "gate", "k", "v")
 
 
 def muon_scalar_moment(params=None, shard=1) -> Term:
@@ -245,41 +267,201 @@ def largest_muon_elements(matrices, *, gathered: bool) -> sp.Expr:
     return sp.Max(*parts) if parts else sp.Integer(0)
 
 
-def newton_schulz_workspace(rows, cols, *, nesterov: bool = True) -> Total:
+def newton_schulz_peak(rows, cols, *, tp_mode: str, partition_dim=None, ways=1,
+                       nesterov: bool = False) -> sp.Expr:
     r"""The optimizer step's peak beside the states while Muon orthogonalizes one matrix [bytes].
 
-    Of :math:`m = \min(r, c)`, :math:`n = \max(r, c)`, at the step's end (fp32: the Nesterov
-    momentum, the orthogonalized result and the two scaled copies of
-    ``orth_grad * scale_factor * extra_scale_factor``), which exceeds the iteration's own
-    peak (the Nesterov copy, the old and the new bf16 X and the bf16 A and B,
-    :math:`8mn + 4m^2 \le 12mn`):
+    The matrix one GPU holds is :math:`r \times c`, :math:`s = r c` elements, its
+    ``partition_dim`` :math:`\pi` (None: no such attribute) over a TP group of :math:`w`
+    ranks.  Every tensor that is alive at once, in bytes (fp32 4, bf16 2), :math:`\nu` for
+    ``--muon-nesterov`` (the new fp32 ``grad.lerp`` of the shard, alive through the step):
 
-    .. math:: W = 4mn\,[\text{nesterov}] + 12mn
+    - **blockwise, or no partition_dim** (``emerging_optimizers.py:403``,
+      ``muon_utils.py:317-319``): ``newton_schulz`` on the shard, transposed to rows <=
+      columns (205-208), so the Gram side is :math:`m = \min(r, c) \le n`.  The fp32
+      normalized copy and its bf16 cast (:math:`6s`), then per iteration the old and new bf16
+      X and the bf16 A and B (:math:`4s + 4m^2 \le 8s`), the fp32 result and the bf16 X
+      (:math:`6s`), and at the end the result with its two scaled copies
+      ``orth_grad * scale_factor * extra_scale_factor`` (:math:`12s`, 236-237):
+
+      .. math:: P = 4\nu s + 12 s
+
+    - **distributed**: ``newton_schulz`` on the shard, transposed exactly when
+      :math:`\pi = 0` (``muon_utils.py:334-341``), so :math:`m = c` for :math:`\pi = 0`,
+      :math:`m = r` for :math:`\pi = 1`, which may exceed :math:`n` (its docstring's
+      warning, 292-294); the iteration's :math:`4s + 4m^2` then may top the end's
+      :math:`12s`:
+
+      .. math:: P = 4\nu s + 4s + \max(8s,\ 4m^2)
+
+    - **duplicated**: ``newton_schulz_tp`` all-gathers the :math:`w` fp32 shards
+      (``x_shards``, :math:`4W`, :math:`W = w s`) and ``torch.cat``'s them (:math:`4W`), both
+      alive until it returns (327-333), while ``newton_schulz`` runs on the whole matrix in the
+      rows <= columns orientation (:math:`m = \min` of the gathered shape): its fp32
+      normalized copy and bf16 cast (:math:`6W`), its iteration (:math:`4W + 4m^2`) or its fp32
+      result and bf16 X (:math:`6W`); afterwards the whole result (the returned chunk is a view
+      of it) and the shard's two scaled copies (:math:`4W + 8s`):
+
+      .. math:: P = 4\nu s + 12W + \max(2W,\ 4m^2)
 
     Parameters
     ----------
     rows, cols : int or sympy.Expr
-        The largest Muon matrix on the GPU, as the iteration sees it (gathered over TP under
-        ``--muon-tp-mode duplicated``) [elements].
+        The matrix (TP shard) one GPU holds [elements].
+    tp_mode : {"blockwise", "duplicated", "distributed"}
+        ``--muon-tp-mode``.
+    partition_dim : {None, 0, 1}
+        The weight's ``partition_dim`` (0 rows, 1 columns; None: a plain parameter).
+    ways : int or sympy.Expr
+        Ranks of its TP (expert: expert-TP) group [GPUs].
     nesterov : bool
-        ``--muon-nesterov`` (Megatron-LM's default off; Megatron-Bridge's Muon recipes on).
+        ``--muon-nesterov`` (Megatron-LM's default off: ``optimizer_config.py:266``, and the
+        config's value is what Megatron passes, ``emerging_optimizers.py:533-556``, not
+        ``TensorParallelMuon``'s own default True, 185).
 
     Examples
     --------
-    A 2 x 3 matrix with Nesterov: 16 x 6 = 96 bytes; without: 72 (by hand):
+    A 1 x 4 row shard over 2 ranks (s = 4), by hand: blockwise 12 x 4 = 48; distributed
+    transposes it to 4 x 1, m = 4 > n = 1: 16 + max(32, 64) = 80; duplicated gathers 2 x 4
+    (W = 8, m = 2): 96 + max(16, 16) = 112; with Nesterov 16 more each:
 
-    >>> newton_schulz_workspace(2, 3).evaluate(), newton_schulz_workspace(3, 2, nesterov=False).evaluate()
-    (96, 72)
+    >>> [newton_schulz_peak(1, 4, tp_mode=mode, partition_dim=0, ways=2)
+    ...  for mode in ("blockwise", "distributed", "duplicated")]
+    [48, 80, 112]
+    >>> newton_schulz_peak(1, 4, tp_mode="duplicated", partition_dim=0, ways=2, nesterov=True)
+    128
+
+    References
+    ----------
+    .. [emerging-optimizers] ``muon_utils.py`` (``newton_schulz``, ``newton_schulz_tp``,
+       ``newton_schulz_step``), ``orthogonalized_optimizer.py`` (``step``).
+    .. [megatron-core] ``core/optimizer/emerging_optimizers.py`` (``TensorParallelMuon``).
+    """
+    mode = choose("muon_tp_mode", tp_mode, MUON_TP_MODES)
+    r, c, w = _size(rows, "rows"), _size(cols, "cols"), _size(ways, "ways")
+    if partition_dim not in (None, 0, 1):
+        raise InvalidValueError(f"partition_dim must be None, 0 or 1, got {partition_dim!r}")
+    s = r * c
+    nest = 4 * s if nesterov else 0
+    if mode == "blockwise" or partition_dim is None:
+        return nest + 12 * s
+    if mode == "distributed":
+        m = c if partition_dim == 0 else r
+        return nest + 4 * s + sp.Max(8 * s, 4 * m**2)
+    whole = w * s
+    m = sp.Min(w * r, c) if partition_dim == 0 else sp.Min(r, w * c)
+    return nest + 12 * whole + sp.Max(2 * whole, 4 * m**2)
+
+
+def _shard(name, rows, cols, split) -> tuple:
+    """``(rows, cols, partition_dim, ways)`` of the matrix one GPU holds, in the symbols t and
+    t_e (:func:`newton_schulz_workspace`)."""
+    if split is None:
+        return (rows, cols) + ((0, t_sym) if name in TE_DUPLICATED else (None, 1))
+    ways = t_e_sym if split.startswith("expert") else t_sym
+    if split.endswith("rows"):
+        return sp.Integer(rows) / ways, cols, 0, ways
+    return rows, sp.Integer(cols) / ways, 1, ways
+
+
+def _split_qkv_peak(blocks, mode: str, nesterov: bool, groups) -> sp.Expr:
+    """The step's peak of ``linear_qkv`` orthogonalized as its blocks (``QKV_BLOCKS`` order,
+    each ``(rows, cols, partition_dim, ways)``) [bytes] (:func:`newton_schulz_workspace`)."""
+    sizes = [r * c for r, c, _, _ in blocks]
+    fused, ways = sum(sizes), blocks[0][3]
+    # the blocks' reshape copies: 1 when more than one KV group is local (g/t an integer > 1),
+    # 0 when one is (g = t: each block is contiguous, a view) or fewer (t > g)
+    copies = 4 * fused * sp.Min(1, sp.Max(0, sp.Integer(groups) / ways - 1))
+    cands, done = [8 * fused], 0
+    for (r, c, pdim, w), size in zip(blocks, sizes):
+        cands.append(copies + 4 * done + newton_schulz_peak(r, c, tp_mode=mode,
+                                                             partition_dim=pdim, ways=w))
+        done += size
+    return (4 * fused if nesterov else 0) + sp.Max(*cands)
+
+
+def newton_schulz_workspace(matrices, *, tp_mode: str = "duplicated", nesterov: bool = False,
+                            qkv_groups=None) -> Total:
+    r"""The largest of the optimizer step's peaks over the matrices one GPU orthogonalizes [bytes].
+
+    .. math:: W_{NS} = \max\Bigl(\max_{matrices} P,\; P_{qkv}\Bigr)
+
+    of each matrix's :func:`newton_schulz_peak` on the shard it is held as, in the symbols
+    :math:`t` (TP) and :math:`t_e` (expert TP, routed experts), so that one expression serves
+    every TP size: a column-parallel matrix (``"rows"``) is :math:`r/w \times c` with
+    ``partition_dim`` 0, a row-parallel one (``"cols"``) :math:`r \times c/w` with 1, a
+    replicated one whole, with ``partition_dim`` 0 over :math:`t` for MLA's down-projections
+    (:data:`TE_DUPLICATED`) and none for the router.
+
+    With ``qkv_groups`` (:math:`g`, KV groups), ``linear_qkv`` is one parameter orthogonalized
+    as its blocks :data:`QKV_BLOCKS` (Megatron-LM ``emerging_optimizers.py:407-437``; shards
+    :math:`s_q, (s_{gate},) s_k, s_v`, :math:`s_f` their sum): the view
+    :math:`(g/t,\ \ldots,\ h)` split by block and each ``reshape``'d, a copy unless one
+    group is local (:math:`\kappa = [g/t > 1]`), alive while every block is orthogonalized,
+    the blocks done so far kept as their scaled results, and the ``torch.cat`` of them at the
+    end; the Nesterov copy is the fused shard's:
+
+    .. math:: P_{qkv} = 4\nu s_f + \max\Bigl(8 s_f,\ \max_b \bigl(4\kappa s_f
+       + 4\textstyle\sum_{b' < b} s_{b'} + P_b|_{\nu=0}\bigr)\Bigr)
+
+    Parameters
+    ----------
+    matrices : iterable of tuple
+        ``(name, rows, cols, split, count)`` of each matrix
+        (:func:`memsym.model.muon_matrices.muon_matrices`) [elements].
+    tp_mode : {"blockwise", "duplicated", "distributed"}
+        ``--muon-tp-mode`` (Megatron-LM's default duplicated).
+    nesterov : bool
+        ``--muon-nesterov`` (Megatron-LM's default off).
+    qkv_groups : int, optional
+        The model's KV groups [1] when ``q``, ``gate``, ``k``, ``v`` are blocks of one
+        ``linear_qkv`` (not MLA); None: each matrix its own parameter.
+
+    Examples
+    --------
+    A 2 x 3 column-parallel matrix at t = 1 (by hand): blockwise 12 x 6 = 72; distributed
+    keeps it 2 x 3 transposed to 3 x 2, m = 3: 24 + max(48, 36) = 72; duplicated gathers the
+    one shard, m = 2: 72 + max(12, 16) = 88:
+
+    >>> from memsym.symbols import t
+    >>> [newton_schulz_workspace([("a", 2, 3, "rows", 1)], tp_mode=mode).evaluate({t: 1})
+    ...  for mode in ("blockwise", "distributed", "duplicated")]
+    [72, 72, 88]
+
+    Q 4 x 2, K and V 2 x 2 of 2 KV groups at t = 1, blockwise: the copies 4 x 16, then
+    max(12 x 8, 32 + 12 x 4, 48 + 12 x 4) = 96 (Q's and V's), 160 in all, over the
+    cat's 8 x 16 (by hand):
+
+    >>> qkv = [("q", 4, 2, "rows", 1), ("k", 2, 2, "rows", 1), ("v", 2, 2, "rows", 1)]
+    >>> newton_schulz_workspace(qkv, tp_mode="blockwise", qkv_groups=2).evaluate({t: 1})
+    160
 
     References
     ----------
     .. [emerging-optimizers] ``orthogonalized_optimizer.py`` (``step``), ``muon_utils.py``
-       (``newton_schulz``).
+       (``newton_schulz``, ``newton_schulz_tp``).
+    .. [megatron-core] ``core/optimizer/emerging_optimizers.py:382-440`` (``orthogonalize``).
     """
-    mn = _size(rows, "rows") * _size(cols, "cols")
-    terms = [Term("newton_schulz_result", 12 * mn, "the orthogonalized fp32 update and its two "
-                  "scaled copies of the largest Muon matrix", _WORK, label="NS result")]
-    if nesterov:
-        terms.append(Term("muon_nesterov", 4 * mn, "the Nesterov momentum, a new fp32 tensor "
-                          "(grad.lerp) of the largest Muon matrix", _WORK, label="Nesterov"))
-    return Total("Muon step transient", tuple(terms))
+    mode = choose("muon_tp_mode", tp_mode, MUON_TP_MODES)
+    peaks, blocks = set(), []
+    for name, rows, cols, split, _ in matrices:
+        if qkv_groups is not None and name in QKV_BLOCKS:
+            blocks.append(_shard(name, rows, cols, split))
+            continue
+        r, c, pdim, ways = _shard(name, rows, cols, split)
+        peaks.add(newton_schulz_peak(r, c, tp_mode=mode, partition_dim=pdim, ways=ways,
+                                     nesterov=nesterov))
+    if blocks:
+        peaks.add(_split_qkv_peak(blocks, mode, nesterov, _size(qkv_groups, "qkv_groups")))
+    # the numbers reduced here; the symbolic peaks left unevaluated (SymPy would try to order
+    # every pair of them, slowly; each is bound to numbers later)
+    numbers = [p for p in peaks if p.is_number]
+    rest = [p for p in peaks if not p.is_number] + ([max(numbers)] if numbers else [])
+    expr = sp.Max(*rest, evaluate=False) if len(rest) > 1 else (rest[0] if rest else sp.Integer(0))
+    what = {"blockwise": "its TP shard", "distributed": "its TP shard, oriented by the split",
+            "duplicated": "the all-gathered shards and the whole matrix"}[mode]
+    words = (f"Newton-Schulz workspace of the costliest Muon matrix ({what}; bf16 X, A, B, the "
+             f"fp32 result and its two scaled copies" + ("; the Nesterov lerp)" if nesterov
+                                                         else ")"))
+    return Total("Muon step transient", (Term("newton_schulz_workspace", expr, words, _WORK,
+                                              label="NS workspace"),))

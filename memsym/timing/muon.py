@@ -1,7 +1,8 @@
 r"""Muon's optimizer step: the Newton-Schulz GEMMs each GPU runs on its matrices.
 
 Per matrix (:func:`memsym.model.muon_matrices.muon_matrices`), oriented so that
-:math:`m \le n`, ``--muon-num-ns-steps`` k iterations of ``A = X X^T`` (:math:`[m, n]
+:math:`m \le n` (under ``--muon-tp-mode distributed`` by the TP split instead,
+:func:`newton_schulz_time`), ``--muon-num-ns-steps`` k iterations of ``A = X X^T`` (:math:`[m, n]
 \times [n, m]`), ``B = bA + cAA`` (:math:`[m, m]^2`) and ``X = aX + BX`` (:math:`[m, m]
 \times [m, n]`), in bf16 (``--muon-fp32-matmul-prec medium``), at the GPU's GEMM rate
 (:func:`memsym.timing.efficiency.gemm_time`).  Which matrices a GPU orthogonalizes:
@@ -40,6 +41,7 @@ from ..errors import choose
 from ..model import moe_layer_pattern
 from ..model.architecture import lenient
 from ..model.muon_matrices import muon_matrices
+from ..terms.muon import TE_DUPLICATED
 from ..vocabulary import MUON_TP_MODES
 from .collectives import collective_time, group_bandwidth
 from .efficiency import gemm_time, memory_time
@@ -243,7 +245,10 @@ def muon_step_time(arch, dev, clu, layers, *, t, e, t_e, ndp, edp, layer_wise: b
     a TP-split one, :data:`QKV_SPLIT_BYTES` per local element of Q, K, V), and :math:`t_{TP}`
     the TP-mode's collectives (``duplicated``: an all-gather of each fp32 shard;
     ``distributed``: k all-reduces of the bf16 Gram matrix), none at TP size 1, where the
-    TP-mode's element-wise passes still run (:data:`TP_MODE_BYTES`).  The per-parameter step is
+    TP-mode's element-wise passes still run (:data:`TP_MODE_BYTES`).  MLA's replicated
+    down-projections carry ``partition_dim`` 0 (:data:`memsym.terms.muon.TE_DUPLICATED`):
+    outside blockwise, their TP group's t copies are the row shards of a :math:`t r \times c`
+    matrix.  The per-parameter step is
     :func:`muon_step_bytes`'s (:func:`memsym.timing.data_parallel.data_parallel_sync`).
 
     Parameters
@@ -290,6 +295,10 @@ def muon_step_time(arch, dev, clu, layers, *, t, e, t_e, ndp, edp, layer_wise: b
     comm = np.zeros_like(total)
     nbytes_ns = np.zeros_like(total)
     for share, name, rows, cols, split, count, expert in _layer_matrices(arch):
+        if split is None and name in TE_DUPLICATED and tp_mode != "blockwise":
+            # MLA's down-projections: replicated, yet partition_dim 0 (TE_DUPLICATED), so
+            # newton_schulz_tp takes the TP group's copies for a column-parallel matrix's shards
+            rows, split = rows * t, "rows"
         ways = (t_e if expert else t) if split else np.ones_like(t)
         cnt = count / e if expert else count
         r = rows / ways if split and split.endswith("rows") and tp_mode == "blockwise" else rows

@@ -269,17 +269,17 @@ def _add_sharding_transients(out: dict, x, layout: Layout, training: Training) -
 
 
 def _add_muon_workspace(out: dict, x, layout: Layout, training: Training) -> None:
-    """Add to ``out["optimizer"]`` Muon's Newton-Schulz workspace of the largest matrix one
-    GPU orthogonalizes (:func:`memsym.terms.muon.newton_schulz_workspace`): gathered whole
-    under ``--muon-tp-mode duplicated`` (Megatron-LM's default), its TP shard under blockwise
-    and distributed; the Nesterov copy under ``--muon-nesterov``.  In the symbols t and t_e
-    (:func:`memsym.terms.muon.largest_muon_elements`): the search's templates, which stand
-    for every t, bind them per layout."""
+    """Add to ``out["optimizer"]`` Muon's Newton-Schulz workspace, the largest over the matrices
+    one GPU orthogonalizes (:func:`memsym.terms.muon.newton_schulz_workspace`), as
+    ``--muon-tp-mode`` runs each (its shard; under duplicated the gathered whole matrix; under
+    distributed oriented by the split) with the Nesterov copy under ``--muon-nesterov``, and
+    ``linear_qkv`` as its Q, K, V blocks (not MLA, whose projections are weights of their
+    own).  In the symbols t and t_e: the search's templates, which stand for every t, bind
+    them per layout."""
     mats = [mat for moe in {False, bool(x.num_experts)} for mat in muon_matrices(x, moe)]
-    elements = muon.largest_muon_elements(
-        mats, gathered=training.states.muon_tp_mode == "duplicated")
     out["optimizer"] += list(muon.newton_schulz_workspace(
-        elements, 1, nesterov=training.states.muon_nesterov).terms)
+        mats, tp_mode=training.states.muon_tp_mode, nesterov=training.states.muon_nesterov,
+        qkv_groups=None if x.multi_latent_attention else x.num_query_groups).terms)
 
 
 def _add_megatron_fsdp_transients(out: dict, training: Training) -> None:
