@@ -149,20 +149,19 @@ def exact_one_f_one_b(st, pipeline, tau: dict, p2p_exposed, p, m, v):
     pipeline = np.asarray(pipeline, dtype=float)
     if st.schedule == "gpipe":
         return pipeline
-    use = (np.asarray(v) == 1) & (np.asarray(p) > 1)
-    shape = np.broadcast_shapes(pipeline.shape, use.shape, np.shape(m), np.shape(p2p_exposed),
+    shape = np.broadcast_shapes(pipeline.shape, np.shape(p), np.shape(m), np.shape(v),
+                                np.shape(p2p_exposed),
                                 *(np.shape(x) for r in ("first", "middle", "last") for x in tau[r]))
     out = np.array(np.broadcast_to(pipeline, shape))
-    if not use.any():
-        return out
-    use = np.broadcast_to(use, shape)
-
-    def rows(x):
-        # the 1F1B rows only: the form's work where it applies
-        return np.broadcast_to(np.asarray(x, dtype=float), shape)[use]
-    fwd = tuple(rows(tau[r][0] + p2p_exposed) for r in ("first", "middle", "last"))
-    bwd = tuple(rows(tau[r][1] + p2p_exposed) for r in ("first", "middle", "last"))
-    out[use] = one_f_one_b_makespan(rows(p), np.maximum(rows(m), 1), fwd, bwd)
+    fwd = [np.broadcast_to(tau[r][0] + p2p_exposed, shape) for r in ("first", "middle", "last")]
+    bwd = [np.broadcast_to(tau[r][1] + p2p_exposed, shape) for r in ("first", "middle", "last")]
+    # the 1F1B rows only, by index (a boolean mask gathers several times slower)
+    rows = np.flatnonzero((np.broadcast_to(v, shape) == 1) & (np.broadcast_to(p, shape) > 1))
+    if rows.size:
+        def take(x):
+            return np.broadcast_to(x, shape).ravel().take(rows)
+        out.reshape(-1)[rows] = one_f_one_b_makespan(
+            take(p), np.maximum(take(m), 1), [take(x) for x in fwd], [take(x) for x in bwd])
     return out
 
 
