@@ -254,7 +254,9 @@ UNEVEN = {"dense-vpp": ("llama3-8b", 16, dict(tp=[2], pp=[2], vpp=[2], first_sta
           "moe-pp": ("qwen3-30b-a3b", 16, dict(tp=[1], pp=[2], vpp=[1], ep=[8],
                                                first_stage_layers=25, last_stage_layers=23)),
           "dense-pp": ("llama2-7b", 8, dict(tp=[1], pp=[2], vpp=[1], first_stage_layers=17,
-                                            last_stage_layers=15))}
+                                            last_stage_layers=15)),
+          "dense-pp4": ("llama3-8b", 16, dict(tp=[2], pp=[4], vpp=[1], first_stage_layers=10,
+                                              last_stage_layers=6))}
 
 
 def uneven_round_trip(case):
@@ -271,7 +273,7 @@ def uneven_round_trip(case):
     assert est["step_time_s"] == pytest.approx(row["step_time"], rel=1e-12)
 
 
-@pytest.mark.parametrize("case", ["dense-pp", "moe-pp"])
+@pytest.mark.parametrize("case", ["dense-pp", "dense-pp4", "moe-pp"])
 def test_uneven_end_stages_step_time_round_trips(case):
     """1F1B (v = 1): the search prices the schedule's exact makespan
     (:func:`memsym.timing.one_f_one_b.one_f_one_b_makespan`), the estimate's simulated one."""

@@ -52,6 +52,18 @@ def test_equals_the_simulated_schedule_on_random_stages(p):
         np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=f"p={p} m={m}")
 
 
+@pytest.mark.parametrize("p,m", [(24, 2), (24, 23), (24, 24), (24, 51), (64, 3), (64, 63),
+                                 (64, 64), (64, 129), (4, 2048), (16, 1920)])
+def test_equals_the_simulated_schedule_on_deep_pipelines_and_long_steps(p, m):
+    """The search's deepest pipelines (p = 64) and longest steps (m in the thousands), around
+    the warm-up's depth: equal to the simulation to floating rounding (its sequential sums
+    of a few thousand passes drift by ~1e-13)."""
+    rng = np.random.default_rng(p * 10_000 + m)
+    d = _durations(rng, 3)
+    got = one_f_one_b_makespan(p, m, (d[:, 0], d[:, 2], d[:, 4]), (d[:, 1], d[:, 3], d[:, 5]))
+    np.testing.assert_allclose(got, [_simulated(p, m, row) for row in d], rtol=1e-12)
+
+
 def test_vectorised_over_p_and_m():
     """One call over rows of different (p, m) equals each row's simulation."""
     rng = np.random.default_rng(0)
