@@ -44,8 +44,9 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     (:func:`memsym.timing.step.step_time_grid`'s first terms).  Under 1F1B (v = 1) that form
     is the schedule's exact makespan where the last stage is the slowest, forward and
     backward (the longest path then runs along the last stage, the fill and drain through
-    the others); a heavier first or middle stage (the embedding, an uneven split, MTP under
-    the V placement) runs below it.  So 1F1B's layouts (no custom layout) take the exact
+    the others); with a heavier first or middle stage (the embedding, an uneven split, MTP
+    under the V placement) the schedule runs off it: below it where the first stage is the
+    slowest in both passes (its fill overlaps), either side otherwise.  So 1F1B's layouts (no custom layout) take the exact
     makespan of their first, middle and last stages
     (:func:`memsym.timing.one_f_one_b.one_f_one_b_makespan`, the simulated schedule's).
     Interleaved (v > 1) the form is exact with equal stages only (unequal ones: off the
