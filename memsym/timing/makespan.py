@@ -25,6 +25,7 @@ from .collectives import collective_time, group_bandwidth
 from .pipeline import (bubble_in_stages, busiest_stage, chunk_times, end_layers, heaviest_middle,
                        simulated_pipeline, stage_layers, stage_times)
 from .mtp import mtp_depth
+from .one_f_one_b import exact_one_f_one_b
 from .records import Overlap, Settings
 
 __all__ = ["pipeline_parts", "ep_alone_passes"]
@@ -40,8 +41,18 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
         t_{\text{pipeline}} = m\,\max_r \tau_r + \beta\,\frac{\sum_r \tau_r - \max_r \tau_r}{p - 1}
             + t_{\text{EP alone}}
 
-    (:func:`memsym.timing.step.step_time_grid`'s first terms).  Returns a dict: ``pipeline``
-    (the makespan, or the simulated schedule's with ``exact_schedule``), ``bubble``,
+    (:func:`memsym.timing.step.step_time_grid`'s first terms).  Under 1F1B (v = 1) that form
+    is the schedule's exact makespan where the last stage is the slowest, forward and
+    backward (the longest path then runs along the last stage, the fill and drain through
+    the others); with a heavier first or middle stage (the embedding, an uneven split, MTP
+    under the V placement) the schedule runs off it: below it where the first stage is the
+    slowest in both passes (its fill overlaps), either side otherwise.  So 1F1B's layouts (no custom layout) take the exact
+    makespan of their first, middle and last stages
+    (:func:`memsym.timing.one_f_one_b.one_f_one_b_makespan`, the simulated schedule's).
+    Interleaved (v > 1) the form is exact with equal stages only (unequal ones: off the
+    simulated schedule by up to a few per cent), and kept, as under GPipe; with
+    ``exact_schedule`` every layout takes the simulated schedule.  Returns a dict: ``pipeline``
+    (the makespan), ``bubble``,
     ``edges`` (:func:`ep_alone_passes`) [s]; ``launchable``; ``stages`` (the decoder layers
     of the first, middle, last (and heaviest middle) stages [layers]); ``tau`` (each stage's
     forward and backward [s]); ``msg`` [bytes], ``p2p`` and ``p2p_exposed`` [s] (the PP
@@ -146,6 +157,10 @@ def _pipeline(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule:
     pipeline = m * tau_max + beta * others
     if exact_schedule:
         pipeline = simulated_pipeline(st, pipeline, tau, p2p_exposed, p, m, v, chunk_tau)
+    elif chunk_tau is None:
+        # the closed form is exact only where the last stage is the slowest: 1F1B's rows
+        # (v = 1) take the schedule's exact makespan, as the simulated schedule prices them
+        pipeline = exact_one_f_one_b(st, pipeline, tau, p2p_exposed, p, m, v)
     return pipeline, pipeline - m * tau_max, launchable
 
 

@@ -35,6 +35,7 @@ from ..terms.schedule import torch_round_size
 from .efficiency import gemm_time, memory_time
 from .gemm import output_gemm
 from .layer import as_array
+from .one_f_one_b import alike_ranks, exact_one_f_one_b
 from .records import Settings
 
 __all__ = ["most_layers_per_rank"]
@@ -436,7 +437,9 @@ def simulated_pipeline(st: Settings, pipeline, tau: dict, p2p_exposed, p, m, v, 
 
     the first, middle and last stages of ``tau`` plus the exposed p2p, or each chunk's own
     (``chunk_tau`` from :func:`chunk_times`); ``pipeline`` as given where p = 1.  Equal
-    stages under 1F1B: :math:`(m + p - 1)(f + b)`.
+    stages under 1F1B: :math:`(m + p - 1)(f + b)`.  1F1B without chunks (v = 1) takes the
+    schedule's exact closed form (:func:`memsym.timing.one_f_one_b.one_f_one_b_makespan`,
+    equal to the simulation), so any number of those layouts; at most 1,000 others.
 
     Parameters
     ----------
@@ -467,13 +470,25 @@ def simulated_pipeline(st: Settings, pipeline, tau: dict, p2p_exposed, p, m, v, 
     .. [megatron-schedules] forward_backward_pipelining_without_interleaving.
     """
     pipeline = np.array(pipeline, dtype=float)
-    if pipeline.size > 1000:
+    # 1F1B (v = 1) of a first, middle and last stage: its exact closed form, at numpy speed
+    closed = np.zeros(p.shape, dtype=bool)
+    if chunk_tau is not None and v.size == 1 and int(np.ravel(v)[0]) == 1:
+        # a one-chunk custom layout whose middle ranks run alike: the same form, its stages
+        # the ranks' own durations (the exposed p2p already in them), as its first/last spelling
+        alike = alike_ranks(chunk_tau)
+        if alike is not None:
+            tau, p2p_exposed, chunk_tau = alike, 0.0, None
+    if chunk_tau is None:
+        pipeline = np.array(np.broadcast_to(
+            exact_one_f_one_b(st, pipeline, tau, p2p_exposed, p, m, v), p.shape))
+        closed = np.broadcast_to((v == 1) & (st.schedule != "gpipe"), p.shape)
+    if np.count_nonzero(~closed & (p > 1)) > 1000:
         raise InvalidValueError("exact_schedule simulates each layout: at most 1,000")
     fwd = {r: np.broadcast_to(tau[r][0] + p2p_exposed, p.shape) for r in tau}
     bwd = {r: np.broadcast_to(tau[r][1] + p2p_exposed, p.shape) for r in tau}
     for idx in np.ndindex(p.shape):
         pp_ = int(p[idx])
-        if pp_ == 1:
+        if pp_ == 1 or closed[idx]:
             continue
         if chunk_tau is not None:
             fw, bw = ([tuple(float(np.broadcast_to(d, p.shape)[idx]) for d in row) for row in side]
