@@ -921,7 +921,11 @@ _EXPLANATIONS = [
     "expandable segments left no reserve beyond the pools, those two sources would be at "
     "+4 % (B200) and −5 % (H100 torchao) and every torchtitan row within −9 to +7 % (median "
     "3.1 %); but no published (allocated, reserved) pair with expandable segments exists to "
-    "test that (`formulas/allocator_reserve.toml`), so it would be a fit. Otherwise memsym's "
+    "test that (`formulas/allocator_reserve.toml`), so it would be a fit, and the one other "
+    "torchtitan log with them, pytorch/torchtitan#1884 (Llama 3 8B through `run_train.sh` on "
+    "4 H100 96GB, FSDP 2 × CP 2, full AC, flex attention, eager: 44.84 GiB at step 10; not in "
+    "the data file, memsym has no flex-attention CP), reads against it: −8 % today, −12 % "
+    "with the pools and no margin, −5.5 % with both. Otherwise memsym's "
     "allocation of torchtitan 6fc499f's job (compiled loss, `[norm, output]` group, torch 2.9) "
     "is at least 1.5 GB high. Until one of the two is shown, the pools stay out of the total.",
 ]
