@@ -662,6 +662,8 @@ def _setting_text(pt: Point) -> str:
                      + (", re-gather" if c.get("lora_regather") else ""))
     if c.get("bias_activation_fusion") is False:     # Megatron's eager SwiGLU
         parts.append("unfused SwiGLU" + ("*" if "bias_activation_fusion" in pt.assumed else ""))
+    if c.get("sac_saves_attention") is False:       # torchtitan's SAC off cuDNN's SDPA
+        parts.append("SDPA recomputed" + ("*" if "sac_saves_attention" in pt.assumed else ""))
     return ", ".join(parts)
 
 
