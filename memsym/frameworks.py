@@ -180,6 +180,14 @@ class Framework:
         (``moe_utils.py:615``, only the indices kept) and whose fused one Transformer
         Engine's ``moe_unpermute`` without ``merging_probs`` (d0067d0da6
         ``pytorch/permutation.py:803-808``: only the row map saved).
+    moe_glu_clamp_copy : bool
+        Whether a clamped gated expert activation (GPT-OSS's ``swiglu_limit``, Megatron's
+        ``activation_func_clamp_value``) keeps a clamped copy of the fc1 output beside it
+        (:func:`memsym.terms.activations.clamped_glu_copy`): Megatron-core's
+        ``weighted_bias_quick_geglu_impl`` clamps the two halves eagerly, concatenates them
+        and its fused function saves the concatenation (d98e8a64dd
+        ``core/fusions/fused_bias_geglu.py:424-440``, ``:326-327``), while the clamps keep
+        the fc1 output.  The other frameworks' GPT-OSS experts are not read here.
     """
 
     name: str
@@ -213,6 +221,7 @@ class Framework:
     frozen_linear_keeps_no_input: bool = False
     searched_schemes: tuple = ()
     moe_combine_keeps_outputs: bool = True
+    moe_glu_clamp_copy: bool = False
 
     def overlaps_by_default(self, scheme: str) -> bool:
         """Whether the data-parallel collectives overlap under ``scheme`` with nothing set.
@@ -269,7 +278,7 @@ FRAMEWORK = {
         frozen_linear_keeps_no_input=True,
         # what memsym.emit spells as Megatron-LM arguments (zero2 / fsdp: Megatron-FSDP)
         searched_schemes=("ddp", "zero2", "fsdp", "distributed-optimizer"),
-        moe_combine_keeps_outputs=False),
+        moe_combine_keeps_outputs=False, moe_glu_clamp_copy=True),
     "deepspeed": Framework(
         name="deepspeed", title="DeepSpeed", schemes=("ddp", "zero1", "zero2", "zero3"),
         default_scheme="ddp",

@@ -249,7 +249,8 @@ class Memory:
         MoE routed-token load of the busiest expert rank over a balanced one (1; Megatron's
         ``--moe-expert-capacity-factor`` when tokens are dropped).
     bias_activation_fusion : bool
-        Megatron's fused dense SwiGLU (True; False: :func:`memsym.terms.activations.unfused_glu_products`).
+        Megatron's fused dense SwiGLU (True; False: :func:`memsym.terms.activations.unfused_glu_products`;
+        fused and clamped, GPT-OSS's experts: :func:`memsym.terms.activations.clamped_glu_copy`).
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
         Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.

@@ -409,6 +409,18 @@ def test_deepspeed_refuses_what_its_config_cannot_hold(capsys):
         emit("deepspeed", res.row(int(res.order()[0])), res.space, 8, "llama2-7b")
 
 
+def test_deepspeed_emit_no_fit_hints_only_what_its_config_can_hold(capsys):
+    """Nothing fits: the hint names no larger TP/PP and no recompute, which a ds_config.json
+    cannot spell (deepspeed/__init__.py:213 pipelines only a PipelineModule); the offload it
+    can (zero_optimization.offload_optimizer) stays."""
+    code, out, err = run(capsys, "search", "llama2-70b", "--gpu", GPU, "--gpus", 8,
+                         "--global-batch-size", 64, "--emit", "deepspeed")
+    assert (code, out) == (1, "")
+    hint = [line for line in err.splitlines() if "hint" in line]
+    assert len(hint) == 1 and "--offload optimizer" in hint[0]
+    assert "--tp" not in hint[0] and "--recompute" not in hint[0]
+
+
 # ---------------------------------------------------------------------------------------------
 # torchtitan
 # ---------------------------------------------------------------------------------------------

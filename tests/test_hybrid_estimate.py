@@ -259,3 +259,43 @@ def test_the_hybrid_rules_mask_a_grid_as_they_refuse_one_job(nemotron):
         assert [n for n in names if masks[n][i]] == rules.broken(x, one, names)
     assert masks["tp-mamba-groups"].tolist() == [False, False, False, True]   # 4 groups
     assert masks["hybrid-pipeline"].tolist() == [False, False, True, False]
+
+
+# Megatron-LM's own hybrid example (examples/mamba/train.sh at d98e8a64dd, MODEL_SCALE 8B), as
+# its script launches it: pretrain_hybrid.py, TP 4 with SP, GQA 32/8, h 4096, ffn 4h (Megatron's
+# default), GeLU not gated, Megatron's Mamba defaults (state 128, head 64, 8 groups, expand 2).
+MAMBA_EXAMPLE = """torchrun --nproc_per_node 8 ../../pretrain_hybrid.py \\
+  --tensor-model-parallel-size 4 --sequence-parallel --pipeline-model-parallel-size 1 \\
+  --use-distributed-optimizer --overlap-param-gather --overlap-grad-reduce \\
+  --untie-embeddings-and-output-weights --position-embedding-type none \\
+  --hybrid-layer-pattern M-M-M--M-M*-M-M-M-M--M*-M-M-M-M-M*--M-M-M-M-M*-M--M-M-M- \\
+  --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 \\
+  --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 4 --global-batch-size 8 \\
+  --disable-bias-linear --normalization RMSNorm --bf16 --attention-dropout 0.0 \\
+  --hidden-dropout 0.0 --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model /tok/model
+"""
+
+
+def test_megatron_mamba_example_is_read_as_pretrain_hybrid(capsys, tmp_path):
+    import json
+
+    script = tmp_path / "train.sh"
+    script.write_text(MAMBA_EXAMPLE)
+    code, out, err = estimate(capsys, "--launch-script", script, "--vocab-size", "256000",
+                              "--gpu", "h100-80gb", "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["read_as"].startswith("Megatron-LM arguments (pretrain_hybrid.py")
+    t, h, v, f = 4, 4096, 256000, 4 * 4096
+    d_ssm, g, n, heads = 2 * h, 8, 128, 2 * h // 64
+    # one TP rank (megatron/core/ssm/mamba_mixer.py:263-437): in_proj, conv1d (+bias), dt_bias,
+    # A_log, D and the gated norm all split over TP; the pre-norm fused into in_proj is whole
+    mamba = ((2 * d_ssm + 2 * g * n + heads) * h + 5 * (d_ssm + 2 * g * n) + 3 * heads
+             + d_ssm + d_ssm * h) // t + h
+    mlp = 2 * h * f // t + h
+    attention = (h * 32 * 128 + 2 * h * 8 * 128 + 32 * 128 * h) // t + h
+    rank = 24 * mamba + 28 * mlp + 4 * attention + 2 * v * h // t + h
+    assert got["bytes"]["weights"] == 2 * rank == 4_327_608_832
+    whole = (24 * (mamba - h) * t + 24 * h + 28 * ((mlp - h) * t + h)
+             + 4 * ((attention - h) * t + h) + 2 * v * h + h)
+    assert got["params"] == whole == 8_654_517_248

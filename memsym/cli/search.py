@@ -314,13 +314,14 @@ def run(args) -> int:
     args.search_job = sj
     # without a global batch there is no step time to rank by: assume Llama 2's 4M tokens
     assumed = sj is None and args.global_batch_size is None
-    held = None
+    held, unspelled = None, ()
     if args.emit:   # the shared settings --emit cannot spell: refused before any searching
-        from ..emit import check_emittable, held_for_emit
+        from ..emit import UNSPELLED, check_emittable, held_for_emit
         from ..search.space import from_job, make_space
 
         # the sizes its file cannot spell held (a job's own pinned already), said in the output
         held = held_for_emit(args.emit, options)
+        unspelled = tuple(UNSPELLED.get(args.emit, ({}, ""))[0])   # no hint to change them
         model, gpu = from_job(model, gpu, options)
         options = {"space": make_space(model, gpu, **options)}
         check_emittable(args.emit, options["space"], args.model)
@@ -331,7 +332,7 @@ def run(args) -> int:
         prog.close()
     order = res.order()[: args.top]
     if not len(order):
-        raise res.no_fit()
+        raise res.no_fit(unspelled)
     rows = [(res.row(int(i)), res.exact(int(i))) for i in order]
     emitted = _emitted(args, res, rows) if args.emit else None
     if args.json:
@@ -497,9 +498,10 @@ def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
     lines = [f"memsym search: {sp_.arch.name} on {res.gpus} x {sp_.gpu.name} "
              f"({full / 1e9:.4g} GB each{whence}), s = {sp_.seq_length}"
              + (f", B = {sp_.global_batch_size}" if sp_.global_batch_size else "")
-             + f"; {res.valid} of {res.raw} layouts pass the rules ({len(res)} with the "
-             f"recompute/sharding/SP choices), {int(res.columns['fits'].sum()) if len(res) else 0} "
-             f"fit; ranked by {res.ranked_by}"]
+             + f"; {res.valid} of {res.raw} layouts pass the rules, {len(res)} candidates with "
+             f"the recompute/sharding/SP choices, "
+             f"{int(res.columns['fits'].sum()) if len(res) else 0} of them fit; ranked by "
+             f"{res.ranked_by}"]
     excl = [f"{k} {v}" for k, v in res.excluded.items() if v]
     if excl:
         lines.append("excluded by rule: " + ", ".join(excl))

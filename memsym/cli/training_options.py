@@ -292,8 +292,13 @@ def job_from_args(args, **override):
                                 "from the MODEL or the architecture options (drop --params)")
     if megatron_mode(args):
         j, mj = megatron_job_from_args(args)
-        args.reading = {"read_as": "Megatron-LM arguments (pretrain_gpt.py semantics and "
-                        "defaults)", "ignored": list(mj.ignored)}
+        # a hybrid layer pattern is a HybridModel, built by pretrain_hybrid.py (Megatron-LM
+        # d98e8a64dd pretrain_hybrid.py:44; pretrain_mamba.py is its deprecated wrapper); the
+        # argument parser and its defaults are the same as pretrain_gpt.py's
+        hybrid = mj.architecture.get("layer_mixers") is not None   # set by a layer pattern only
+        script = "pretrain_hybrid.py" if hybrid else "pretrain_gpt.py"
+        args.reading = {"read_as": f"Megatron-LM arguments ({script} semantics and defaults)",
+                        "ignored": list(mj.ignored)}
         return j.replace(**override) if override else j
     arch = arch_overrides(args)
     opts = _memsym_options(args)

@@ -13,7 +13,7 @@ Revision read: NVIDIA/Megatron-LM ``d98e8a64dd`` (main, 2026-08-22).  ``args`` b
 from __future__ import annotations
 
 from ..errors import InvalidValueError
-from ._values import MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ, MAX_VOCAB
+from ._values import MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ, MAX_VOCAB, fraction
 from .megatron_arguments import KNOWN_TOKENIZER_VOCAB, MegatronArguments
 from .megatron_pattern import parse_hybrid_pattern, parse_moe_layer_freq, unified_hybrid_pattern
 
@@ -120,6 +120,7 @@ def megatron_architecture(r: MegatronArguments) -> dict:
     _max_positions(r, a)
     _vocab(r, a)
     _experts(r, a)
+    _glu_clamp(r, a)
     if a["multi_latent_attention"]:
         _latent_attention(r, a)
     a["mtp_num_layers"] = r.int("mtp_num_layers", 0, lo=0, hi=MAX_LAYERS)
@@ -175,6 +176,38 @@ def _feed_forward(r: MegatronArguments, a: dict):
                f"{a['ffn_hidden_size']}")
     else:
         a["ffn_hidden_size"] = 4 * h
+
+
+#: The largest ``--activation-func-clamp-value`` read [1]: a bound on the input, not Megatron's.
+MAX_GLU_CLAMP = 10**6
+
+
+def _glu_clamp(r: MegatronArguments, a: dict):
+    """``--activation-func-clamp-value`` (``TransformerConfig.activation_func_clamp_value``,
+    transformer_config.py:235 at d98e8a64dd): the gated unit's halves clamped before the
+    activation.  Under ``--quick-geglu`` the experts' fused path clamps them eagerly and keeps
+    the clamped copy (fused_bias_geglu.py:424-440, moe/experts.py:973-981): memsym's
+    ``swiglu_limit`` (GPT-OSS's name for it).  Under ``--swiglu`` the fused kernel clamps in
+    place (fused_bias_swiglu.py:266-283) and Megatron takes it with MoE only and finite > 0
+    (transformer_config.py:2470-2485)."""
+    if not r.given("activation_func_clamp_value"):
+        return
+    name = r.name("activation_func_clamp_value")
+    if not a["swiglu"]:   # used only inside the gated unit (mlp.py:280-330, experts.py:1003-1006)
+        r.note(f"{name} has no effect without --swiglu or --quick-geglu")
+        return
+    value = fraction(r.raw["activation_func_clamp_value"], name, lo=0, hi=MAX_GLU_CLAMP)
+    if value <= 0:
+        raise InvalidValueError(f"{name} must be a finite number greater than zero (Megatron's "
+                                f"TransformerConfig check), got {value}")
+    if r.flag("swiglu"):
+        if not a.get("num_experts"):
+            raise InvalidValueError(f"{name} with --swiglu needs MoE (--num-experts): "
+                                    "Megatron's TransformerConfig supports it only with MoE")
+        r.note(f"{name} with --swiglu: clamped inside the fused SwiGLU kernel, no memory "
+               "effect")
+        return
+    a["extra"] = {**a.get("extra", {}), "swiglu_limit": float(value)}
 
 
 def _positions(r: MegatronArguments) -> str:

@@ -98,6 +98,7 @@ TABLE = {**FLAGS, **_TORCHRUN, **_MEMSYM, **_LEGACY}
 MODELLED = {
     "num_layers", "hidden_size", "num_attention_heads", "group_query_attention", "num_query_groups",
     "kv_channels", "ffn_hidden_size", "swiglu", "quick_geglu", "squared_relu", "normalization",
+    "activation_func_clamp_value",
     "vocab_size", "make_vocab_size_divisible_by", "tokenizer_type", "tokenizer_model", "vocab_file",
     "pad_vocab_size", "untie_embeddings_and_output_weights", "position_embedding_type",
     "use_rotary_position_embeddings", "add_position_embedding", "max_position_embeddings",

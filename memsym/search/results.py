@@ -21,10 +21,11 @@ from .evaluate import TIME_PARTS, binding_columns, evaluate_grid
 from .exact import exact_row
 
 
-def no_fit_hint(space: Space, tight: int | None = None) -> str:
+def no_fit_hint(space: Space, tight: int | None = None, held: tuple = ()) -> str:
     """What else could fit when no layout of ``space`` does, in one line: the tight layouts
     (within the GPU only without the fragmentation margin; ``tight``: how many, None when not
-    counted), and the memory-saving choices the space leaves out.
+    counted), and the memory-saving choices the space leaves out, save those the caller
+    cannot change (``held``: knob names, e.g. what ``--emit deepspeed``'s file cannot spell).
 
     Examples
     --------
@@ -33,11 +34,13 @@ def no_fit_hint(space: Space, tight: int | None = None) -> str:
     layouts are judged with the fragmentation margin, so a tight one (within the GPU only without it) is excluded: --fragmentation 0 admits it; more could fit with --recompute full, --offload optimizer
     >>> print(no_fit_hint(sp_, tight=0))
     more could fit with --recompute full, --offload optimizer
+    >>> print(no_fit_hint(sp_, tight=0, held=("recompute",)))
+    more could fit with --offload optimizer
     """
     more = []
-    if not any(str(r).startswith("full") for r in space.recompute):
+    if "recompute" not in held and not any(str(r).startswith("full") for r in space.recompute):
         more.append("--recompute full")
-    if space.tp is not None or space.pp is not None:
+    if (space.tp is not None or space.pp is not None) and not {"tp", "pp"} <= set(held):
         more.append("larger --tp/--pp")
     if tuple(space.offload) == ("none",):
         more.append("--offload optimizer")
@@ -146,7 +149,9 @@ class SearchResult:
             return self.row(int(idx[0]))
         raise self.no_fit()
 
-    def no_fit(self) -> NoFitError:
+    def no_fit(self, held: tuple = ()) -> NoFitError:
+        """The error of a search where nothing fits, with :func:`no_fit_hint`'s line (``held``:
+        the knobs the caller cannot change)."""
         import numpy as np
 
         if not len(self):
@@ -168,7 +173,7 @@ class SearchResult:
                "margin (tight: the allocator's reserve decides; expandable segments keep it "
                "small)" if tight else ""),
             binding=(r["binding"],), floor=exact_row(self.space, r)["bytes"]["total"],
-            hint=no_fit_hint(self.space, tight))
+            hint=no_fit_hint(self.space, tight, held))
 
     def pareto(self) -> list:
         """Fitting layouts on the Pareto front of headroom (more is better) vs step time

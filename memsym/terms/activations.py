@@ -61,7 +61,7 @@ __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS", "RECOMPUTE_MODULES", "RECOMPUTE_MODULE_SOURCES",
     "recompute_modules", "korthikanti", "korthikanti_terms",
     "layer_activations", "embedding_activations", "output_activations", "lora_gathered_inputs",
-    "unfused_glu_products", "paper_layer", "paper_first_stage",
+    "unfused_glu_products", "clamped_glu_copy", "paper_layer", "paper_first_stage",
 ]
 
 _K = "korthikanti"
@@ -303,6 +303,68 @@ def unfused_glu_products(fused: bool = True, *, moe: bool = False) -> Term:
                        "moe/experts.py:995-1016, transformer_config.py:231, :496 at "
                        "d98e8a64dd"),
                 label="unfused SwiGLU")
+
+
+def clamped_glu_copy(clamped: bool = True) -> Term:
+    r"""The clamped copy of the experts' fc1 output that a clamped quick-GeGLU keeps [bytes].
+
+    Per micro-batch and MoE layer, with :math:`\tau = sb/c` and the routed token copies
+    :math:`R = c_f k \tau t_e / t` an expert rank receives:
+
+    .. math:: 2 \cdot 2 R f_e / t_e
+
+    With ``activation_func_clamp_value`` set (GPT-OSS: 7.0, the Bridge's value for the HF
+    config's ``swiglu_limit``), Megatron-core's experts run ``weighted_bias_quick_geglu_impl``,
+    which clamps the two halves of the :math:`[R, 2f_e/t_e]` fc1 output in eager PyTorch
+    before its fused function::
+
+        x_glu, x_linear = input.chunk(2, -1)
+        input = torch.cat((x_glu.clamp(min=None, max=c), x_linear.clamp(min=-c, max=c)), -1)
+
+    Each ``clamp`` keeps its input for its backward, a view of the fc1 output that
+    ``expert_activation`` already counts; ``cat`` keeps only its dimension; and
+    ``WeightedQuickGeGLUFunction`` saves the concatenation, a new 16-bit tensor as wide as the
+    fc1 output: :math:`2 f_e/t_e` elements of 2 bytes per routed row.  The experts' fc1 adds
+    its bias inside the GEMM (``skip_bias_add=False``), so the unbiased function runs.  Inside
+    a recomputed ``moe_act`` or ``moe`` the copy is rebuilt in the backward (not kept).
+    ``activation_func_fp8_input_store`` (1 byte per element) is not modelled.  0 unclamped.
+
+    Parameters
+    ----------
+    clamped : bool
+        The routed experts' GLU input is clamped under Megatron-core (GPT-OSS's
+        ``swiglu_limit``; :attr:`memsym.frameworks.Framework.moe_glu_clamp_copy`) [1].
+
+    Examples
+    --------
+    GPT-OSS-120B (f_e = 2880, top-4) at s = 2048, b = 1, TP 2, ETP 1: R = 4 x 2048 / 2 = 4096
+    routed rows, each keeping 2 x 2880 more 16-bit elements, 36 layers:
+
+    >>> per_layer = clamped_glu_copy().evaluate(s=2048, b=1, c=1, c_f=1, k=4, t=2, t_e=1,
+    ...                                         f_e=2880)
+    >>> per_layer == 4096 * 2 * 2880 * 2, round(float(36 * per_layer) / 1e9, 2)
+    (True, 1.7)
+    >>> clamped_glu_copy(False).expr
+    0
+
+    References
+    ----------
+    .. [megatron-core] megatron/core/fusions/fused_bias_geglu.py:410-442 at d98e8a64dd
+       (``weighted_bias_quick_geglu_impl``: the clamps and ``torch.cat`` at :424-433,
+       ``WeightedQuickGeGLUFunction.apply`` at :440) and :326-327 (``ctx.save_for_backward(
+       input_for_backward, ...)``); moe/experts.py:973-981 (``TEGroupedMLP.forward``,
+       ``bias_act_func``) and :224 (fc1 ``skip_bias_add=False``); the same code at
+       8b3d8a5d97, the Megatron-LM of Megatron-Bridge 33655ef845.
+    .. [pytorch] ``ClampBackward1`` saves ``self``, ``CatBackward0`` only ``dim`` (torch
+       2.13.0: the nodes' ``_saved_*`` attributes; ``tests/test_clamped_glu.py``).
+    """
+    tok, _ = token_split(False)
+    expr = 2 * 2 * (c_f * k * tok * t_e / t) * f_e / t_e if clamped else sp.Integer(0)
+    return Term("clamped_glu_copy", expr, "16-bit clamped copy of the expert fc1 output "
+                "(torch.cat of the clamped halves) saved by the fused quick-GeGLU",
+                Source("megatron-core", "core/fusions/fused_bias_geglu.py:424-440, :326-327; "
+                       "moe/experts.py:973-981, :224 at d98e8a64dd"),
+                label="clamped GLU copy")
 
 
 def paper_layer(parallel: str = "none", recompute: str = "none") -> Total:

@@ -89,8 +89,9 @@ def glu_clamp_bytes(rows, f, *, width: int = 2):
 
     With ``activation_func_clamp_value`` set (GPT-OSS: 7.0, the Bridge's
     ``activation_func_clamp_value`` from ``swiglu_limit``), ``weighted_bias_quick_geglu_impl``
-    (the same in ``weighted_bias_swiglu_impl``'s clamped path) clamps the fc1 output before the
-    compiled GLU kernel, in eager PyTorch [megatron-glu-clamp]::
+    clamps the fc1 output before the compiled GLU kernel, in eager PyTorch
+    [megatron-glu-clamp] (a clamped SwiGLU has no such pass: at d98e8a64dd its fused kernel
+    clamps in place, ``fused_bias_swiglu.py:266-276``)::
 
         x_glu, x_linear = input.chunk(2, -1)
         input = torch.cat((x_glu.clamp(max=c), x_linear.clamp(min=-c, max=c)), -1)

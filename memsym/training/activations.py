@@ -22,7 +22,8 @@ from ..symbols import L, m, p, v
 from ..term import Source, Term, Total
 from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
 from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
-                                 lora_gathered_inputs, output_activations, unfused_glu_products)
+                                 clamped_glu_copy, lora_gathered_inputs, output_activations,
+                                 unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.hf_norms import final_norm_excess
 from ..terms.op_sac import sac_attention_recomputed
@@ -265,14 +266,20 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     # Megatron's eager SwiGLU (bias_activation_fusion off) keeps more products, in a dense MLP
     # and in the grouped experts, where their activations are kept (not recomputed)
     fused = training.memory.bias_activation_fusion or not x.swiglu
-    unfused = {moe: unfused_glu_products(fused, moe=moe).expr for moe in (False, True)}
-    kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop it
+    # and Megatron-core's fused clamped quick-GeGLU (GPT-OSS's swiglu_limit, the Bridge's
+    # activation_func_clamp_value) a clamped copy of the experts' fc1 output; the eager
+    # path's clamped products are not modelled
+    clamp = clamped_glu_copy(bool(fused and x.swiglu and (x.extra or {}).get("swiglu_limit")
+                                  and framework_record(training.framework).moe_glu_clamp_copy))
+    glu_kept = {moe: unfused_glu_products(fused, moe=moe).expr + (clamp.expr if moe else 0)
+                for moe in (False, True)}
+    kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
 
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
         layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
                                   modules=mods if mode == "selective" else None,
                                   compiled=training.memory.compiled_model, **common)
-        glu = unfused[moe] if mode == "none" or mode == "selective" and not set(
+        glu = glu_kept[moe] if mode == "none" or mode == "selective" and not set(
             kept[moe]) & set(mods or ()) else 0
         # torchtitan's SAC recomputes a cuDNN SDPA off its _save_list (memsym.terms.op_sac)
         attn = sac_attention_recomputed(layer) if mode == "selective-op" \

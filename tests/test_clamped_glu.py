@@ -1,0 +1,166 @@
+"""GPT-OSS's clamped quick-GeGLU keeps a clamped copy of the experts' fc1 output (issue 30).
+
+Megatron-core at d98e8a64dd, ``megatron/core/fusions/fused_bias_geglu.py``:
+
+* :410-440 ``weighted_bias_quick_geglu_impl``: with ``clamp_value`` set,
+  ``x_glu, x_linear = input.chunk(2, -1)`` and
+  ``input = torch.cat((x_glu.clamp(min=None, max=clamp_value),
+  x_linear.clamp(min=-clamp_value, max=clamp_value)), -1)``, then
+  ``WeightedQuickGeGLUFunction.apply(input, weights, fp8_input_store, linear_offset)`` (no bias:
+  ``moe/experts.py:224`` builds the experts' fc1 with ``skip_bias_add=False``);
+* :326-327 ``WeightedQuickGeGLUFunction.forward``: ``ctx.save_for_backward(input_for_backward,
+  weights, linear_offset)``, the concatenation itself (no FP8 store).
+
+Each clamp keeps its input (a view of the fc1 output, which memsym already counts as
+``expert_activation``); the concatenation is a new ``[R, 2 f_e / t_e]`` 16-bit tensor: 2 x 2 f_e
+/ t_e bytes per routed row.  The expected values below are that count written out by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from memsym.frameworks import FRAMEWORK
+from memsym.model import preset
+from memsym.terms.activations import clamped_glu_copy
+from memsym.training import Layout, Training, training_memory
+
+
+def test_copy_by_hand_small_config():
+    # s = 16, b = 2, top-2, TP 2, ETP 1: a rank receives R = 2 x 16 x 2 / 2 = 32 routed rows;
+    # each keeps 2 f_e = 16 more bf16 elements (32 bytes): 32 x 32 = 1024 bytes per layer
+    per_layer = clamped_glu_copy().evaluate(s=16, b=2, c=1, c_f=1, k=2, t=2, t_e=1, f_e=8)
+    assert per_layer == 1024
+    # ETP 2 halves each expert's f_e on a rank and doubles the rows it receives (the all-gather)
+    assert clamped_glu_copy().evaluate(s=16, b=2, c=1, c_f=1, k=2, t=2, t_e=2, f_e=8) == 1024
+    assert clamped_glu_copy(False).expr == 0
+
+
+def test_the_saved_width_replayed_in_torch():
+    # the source's eager code (fused_bias_geglu.py:424-440) with a stand-in for
+    # WeightedQuickGeGLUFunction that saves what its forward saves (:326-327); the saved
+    # storages are read through torch's saved-tensor hooks, not from memsym
+    torch = pytest.importorskip("torch")
+
+    class SavesInput(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, inp, weights, linear_offset):
+            ctx.save_for_backward(inp, weights, linear_offset)
+            return inp[..., : inp.shape[-1] // 2] * weights
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None, None, None
+
+    rows, f_e, clamp = 6, 5, 7.0
+    fc1 = torch.randn(rows, 2 * f_e, dtype=torch.bfloat16, requires_grad=True)
+    weights = torch.rand(rows, 1, dtype=torch.float32)
+    saved = {}
+
+    def pack(x):
+        st = x.untyped_storage()
+        saved[st.data_ptr()] = st.nbytes()
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        out = fc1 * 1                     # the fc1 GEMM's output (no grad_fn saves it)
+        saved.clear()
+        x_glu, x_linear = out.chunk(2, -1)
+        inp = torch.cat((x_glu.clamp(min=None, max=clamp),
+                         x_linear.clamp(min=-clamp, max=clamp)), -1)
+        inp = inp.view(-1, out.shape[-1])
+        offset = torch.tensor(1.0, dtype=inp.dtype)
+        SavesInput.apply(inp, weights, offset)
+    fc1_storage = out.untyped_storage().data_ptr()
+    assert fc1_storage in saved                          # the clamps keep the fc1 output
+    # beside it, the routing weights and the scalar offset, the function saves one new tensor
+    others = {fc1_storage, weights.untyped_storage().data_ptr(),
+              offset.untyped_storage().data_ptr()}
+    new = {p: n for p, n in saved.items() if p not in others}
+    assert new == {inp.untyped_storage().data_ptr(): rows * 2 * f_e * 2}   # one 2f_e bf16 copy
+
+
+def _gpt_oss_activations(clamped: bool, **training) -> int:
+    arch = preset("gpt-oss-120b")
+    if not clamped:    # a copy is no longer the preset: dropout is given, not the recipe's
+        arch = dataclasses.replace(arch, extra={k: v for k, v in arch.extra.items()
+                                                if k != "swiglu_limit"})
+    layout = Layout(t=2, d=4, e=8, t_e=1, sequence_parallel=True)
+    tr = Training(seq_length=2048, micro_batch_size=1, global_batch_size=128, finetune="lora",
+                  lora_rank=32, dropout=False, metric="allocated", **training)
+    return training_memory(arch, layout, tr).grouped()["activations"]
+
+
+def test_gpt_oss_120b_lora_row_by_hand():
+    # seed 001's GPT-OSS-120B LoRA row (TP 2, EP 8, ETP 1, s 2048, mbs 1, top-4, f_e = 2880,
+    # 36 MoE layers): R = 4 x 2048 / 2 = 4096 rows, 36 x 4096 x 2 x 2880 x 2 = 1.70 GB more
+    delta = _gpt_oss_activations(True) - _gpt_oss_activations(False)
+    assert delta == 36 * 4096 * 2 * 2880 * 2
+    assert round(float(delta) / 1e9, 2) == 1.70
+
+
+def test_recomputed_moe_act_keeps_no_copy():
+    # CheckpointWithoutOutput of bias_act_func (moe/experts.py:1019-1024): the clamps and the
+    # concatenation run inside it, so nothing of them is kept until the backward
+    kw = dict(recompute="selective", recompute_modules=("core_attn", "moe_act"))
+    assert _gpt_oss_activations(True, **kw) == _gpt_oss_activations(False, **kw)
+
+
+def test_only_megatron_core_keeps_the_copy():
+    assert FRAMEWORK["megatron"].moe_glu_clamp_copy
+    assert not FRAMEWORK["torchtitan"].moe_glu_clamp_copy
+    assert not FRAMEWORK["deepspeed"].moe_glu_clamp_copy
+
+
+# A pasted Megatron-LM command: --activation-func-clamp-value is TransformerConfig's
+# activation_func_clamp_value (transformer_config.py:235), so a --quick-geglu MoE model keeps
+# the clamped copy; 4 MoE layers, 32 experts top-4 over EP 8 (d = 8), s = 4096, b = 1, t = 1.
+_CMD = ("--num-layers 4 --hidden-size 2880 --num-attention-heads 64 --group-query-attention "
+        "--num-query-groups 8 --kv-channels 64 --ffn-hidden-size 2880 --num-experts 32 "
+        "--moe-router-topk 4 --quick-geglu --seq-length 4096 --max-position-embeddings 4096 "
+        "--micro-batch-size 1 --vocab-size 201088 --bf16 --moe-grouped-gemm "
+        "--expert-model-parallel-size 8 --disable-bias-linear --world-size 8 "
+        "--gpu h100-80gb --json").split()
+
+
+def _activations(capsys, *extra):
+    import json
+
+    from in_process import estimate
+
+    code, out, err = estimate(capsys, *_CMD, *extra)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_megatron_clamp_flag_keeps_the_copy(capsys):
+    base = _activations(capsys)
+    clamped = _activations(capsys, "--activation-func-clamp-value", "7.0")
+    assert "--activation-func-clamp-value" not in clamped["ignored"]
+    # a rank receives 4096 x 4 routed rows (balanced over EP 8 from 8 ranks' 4096 tokens);
+    # each keeps 2 x 2880 more bf16 elements; 4 layers
+    assert clamped["bytes"]["activations"] - base["bytes"]["activations"] \
+        == 4 * (4096 * 4) * (2 * 2880) * 2
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--activation-func-clamp-value", "0"), "greater than zero"),
+    (("--activation-func-clamp-value", "inf"), "must be a number"),
+])
+def test_megatron_clamp_flag_bad_values(capsys, extra, message):
+    from in_process import estimate
+
+    code, out, err = estimate(capsys, *_CMD, *extra)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and message in err
+
+
+def test_megatron_clamped_swiglu_needs_experts(capsys):
+    from in_process import estimate
+
+    dense = " ".join(_CMD).replace("--num-experts 32 --moe-router-topk 4 ", "").replace(
+        "--moe-grouped-gemm --expert-model-parallel-size 8 ", "").replace(
+        "--quick-geglu", "--swiglu").split()
+    code, out, err = estimate(capsys, *dense, "--activation-func-clamp-value", "7.0")
+    assert (code, out) == (2, "") and "needs MoE" in err
