@@ -17,7 +17,8 @@ ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activ
                    "recompute_working_set", "phase_transient", "cpu_offloaded_activations",
                    "dispatcher_gather_buffer")
 #: Framework buffers allocated through PyTorch's allocator beside states and activations, one
-#: row each: the CUDA graphs' static buffers and pools (memsym.terms.cuda_graphs).
+#: row each: the CUDA graphs' static buffers and pools (memsym.terms.cuda_graphs), FSDP2's
+#: side-stream pools (memsym.terms.sharding_transients.fsdp2_stream_pools).
 BUFFER_KEYS = ("cuda_graph_static_inputs", "cuda_graph_static_batches", "cuda_graph_pool",
-               "optimizer_graph_pool")
+               "optimizer_graph_pool", "reduce_scatter_pool", "all_gather_pool")
 from .vocabulary import ALLOWANCE_KEYS  # the named allowances (memsym.terms.allowances)

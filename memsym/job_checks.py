@@ -98,6 +98,10 @@ def check_fields(layout: Layout, training: Training) -> None:
     flag(training.states.fsdp_double_buffer, "fsdp_double_buffer")
     flag(training.memory.compiled_loss, "compiled_loss")
     flag(training.memory.compiled_model, "compiled_model")
+    flag(training.memory.sac_saves_attention, "sac_saves_attention")
+    if not training.memory.sac_saves_attention and training.memory.recompute != "selective-op":
+        raise InvalidValueError("sac_saves_attention changes only recompute 'selective-op' "
+                                f"(torchtitan's per-op SAC), got {training.memory.recompute!r}")
     flag(training.memory.bias_activation_fusion, "bias_activation_fusion")
     if training.memory.compiled_model and training.memory.recompute != "selective-op":
         raise InvalidValueError("compiled_model changes only recompute 'selective-op' (torchtitan's "

@@ -232,6 +232,10 @@ class Memory:
         terms.activations.output_activations`) and of each block (``"model"``, before that
         ``training.compile``: under ``"selective-op"`` a block keeps only what its backward
         reads, :func:`memsym.terms.op_sac.op_sac_layer`).  Default False: eager PyTorch.
+    sac_saves_attention : bool
+        Whether per-op SAC saves the SDPA output (default True).  False where the kernel SDPA
+        runs is not on torchtitan's ``_save_list``: cuDNN's, first on compute capability 10
+        since torchtitan #1196 and listed only since b39377f9f (:func:`memsym.terms.op_sac.op_sac_layer`).
     loss_parallel : bool
         torchtitan's loss parallel (default True: ``disable_loss_parallel = false``): with
         t > 1 the logits stay vocab-sharded and the cross-entropy runs in ``loss_parallel()``
@@ -275,6 +279,7 @@ class Memory:
     dropout: bool | None = None
     compiled_loss: bool = False
     compiled_model: bool = False
+    sac_saves_attention: bool = True
     loss_parallel: bool = True
     fsdp_root_group: bool = False
     capacity_factor: int | Rational = 1
@@ -371,7 +376,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
         "fsdp_double_buffer", "fp4_param_gather")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",
         "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model",
-        "mla_down_proj_fusion", "bias_activation_fusion")),
+        "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention")),
     *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov")))}
 
 

@@ -222,8 +222,11 @@ def test_the_loss_and_the_gradients_as_each_framework_makes_them():
     """torchtitan: torch's cross-entropy on a .float() copy of the logits, loss_parallel at
     t > 1, zero_grad(set_to_none) before the step and its own embedding / output FSDP groups;
     Megatron-core's fused vocab-parallel cross-entropy (its per-token fp32 buffers) for Megatron
-    and DeepSpeed.  Megatron's torch-FSDP2 path keeps its gradients and its groups."""
-    titan = _keys(job("llama3-8b", d=8, framework="torchtitan", global_batch_size=8))
+    and DeepSpeed.  Megatron's torch-FSDP2 path keeps its gradients and its groups.  (The
+    allocated count: the reserved and device counts keep the gradients' blocks in the
+    reduce-scatter stream's pool, memsym.training.transients.stream_pools.)"""
+    titan = _keys(job("llama3-8b", d=8, framework="torchtitan", global_batch_size=8,
+                      metric="allocated"))
     assert {"logits_fp32_copy", "gradients_not_yet_made", "output_group_gathered"} <= titan
     assert "ce_per_token" not in titan
     for name, scheme in (("megatron", "distributed-optimizer"), ("deepspeed", "zero1")):

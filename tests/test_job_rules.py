@@ -245,13 +245,15 @@ def test_torchtitan_runs_fsdp_with_pipeline_parallelism_on_its_own_split():
 def test_torchtitan_pipeline_memory_keeps_the_stage_unsharded():
     # FSDP2 under PP keeps the stage's bf16 parameters gathered and accumulates its fp32
     # gradients unsharded: 2 + 4 bytes per stage parameter on one GPU in backward (beyond
-    # the sharded 16/d), 2 in forward; memsym's estimate shows both in its phases
+    # the sharded 16/d), 2 in forward; memsym's estimate shows both in its phases (of the
+    # tensors allocated: the reserved and device counts keep the sharded gradients' blocks in
+    # the reduce-scatter stream's pool in every phase, tests/test_stream_pools.py)
     from memsym.model import layer_parameters, stage_parameters
     from memsym.training import training_memory
 
     j = job("llama3-405b", framework="torchtitan", t=8, p=8, d=8, sharding="fsdp",
             seq_length=8192, micro_batch_size=4, num_microbatches=8, recompute="full",
-            dropout=False)
+            dropout=False, metric="allocated")
     est = training_memory(j.model, j.layout, j.training, allowances={"workspace": 0, "nccl": 0,
                                                                       "fragmentation": 0})
     phases = dict(est.phase_bytes)

@@ -226,11 +226,27 @@ def test_torchtitan_compiled_loss_rows_within_ten_percent():
     48.0 and 47.0 GiB reserved on H200, predicted within 10 % once the compiled loss keeps the
     16-bit logits (they were +26 % with the eager loss's fp32 copies).  They were within 5 %
     while the compiled blocks were counted with eager SAC's w2 outputs (4.3 GB they do not
-    keep: tests/test_op_sac_compile.py); what is left is the caching allocator's reserve, 18
-    to 20 % above memsym's allocated bytes where its default allows 10 %."""
+    keep: tests/test_op_sac_compile.py); what was left, 18 to 20 % above memsym's allocated
+    bytes where its margin allows 10 %, is mostly FSDP2's side-stream pools (issue 30): with
+    them both are within 3 %."""
     rows = {r.point.id: r for r in measured.report()}
     for pid in ("torchtitan.trainy.4nodes", "torchtitan.trainy.8nodes"):
         assert abs(rows[pid].error_pct) < 10, (pid, rows[pid].error_pct)
+
+
+def test_torchtitan_rows_with_the_side_stream_pools():
+    """torchtitan's memory log is max_memory_reserved: with FSDP2's side-stream pools counted
+    (the reduce-scatter outputs cached for their stream from the last step, two all-gather
+    outputs cached for the copy-in stream; tests/test_stream_pools.py) every torchtitan and
+    torchao row is within 10 % and their median within 5 % (it was 7.2 % without the pools,
+    the rows 4 to 16 % low but the B200 ones).  The B200 rows keep no SDPA output (torchtitan
+    6fc499f's SAC recomputes cuDNN attention, tests/test_sac_attention.py): the MI300X rows,
+    the same job with a flash kernel that keeps it, reserve 5.4 GiB more."""
+    rows = [r for r in measured.report() if r.point.framework == "torchtitan"]
+    assert len(rows) >= 32
+    errors = sorted(abs(r.error_pct) for r in rows)
+    assert errors[-1] < 10, [(r.point.id, r.error_pct) for r in rows if abs(r.error_pct) >= 10]
+    assert errors[len(errors) // 2] < 5
 
 
 def test_torchtitan_eager_and_compiled_rows_reserve_alike():

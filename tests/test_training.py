@@ -473,9 +473,11 @@ def test_torchtitan_fsdp2_phases_by_hand():
     # output layer's activations are freed by then in both), and at its end (the first
     # block's backward) the prefetched group is the embedding (2 V h), not a block; the
     # output group's own backward (the output's fp32 reduce-scatter, 4 V h (1 + 1/8), beside
-    # the last block prefetched, 12 bytes per logit freed) stays below the loss's backward
+    # the last block prefetched, 12 bytes per logit freed) stays below the loss's backward.
+    # These are the tensors allocated: the reserved and device counts keep the gradients'
+    # blocks in the reduce-scatter stream's pool in every phase (tests/test_stream_pools.py)
     common = dict(seq_length=8192, micro_batch_size=1, global_batch_size=8, sharding="fsdp",
-                  recompute="full", dropout=False)
+                  recompute="full", dropout=False, metric="allocated")
     tt, plain = (training_memory("llama3-8b", Layout(d=8), Training(framework=fw, **common),
                                  allowances=NOALLOW).phases() for fw in ("torchtitan", "megatron"))
     grads = 4 * 8030261248 // 8

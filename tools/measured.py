@@ -49,7 +49,7 @@ SETTINGS = {
     "sequence_parallel": bool, "flash_attention": bool, "dropout": bool, "compile": bool,
     "async_tp": bool, "expandable_segments": bool, "lora_regather": bool,
     "grad_reduce_in_fp32": bool, "fp8_param_gather": bool, "compiled_loss": bool,
-    "fsdp_root_group": bool, "defer_embedding_wgrad_compute": bool,
+    "fsdp_root_group": bool, "defer_embedding_wgrad_compute": bool, "sac_saves_attention": bool,
     "wgrad_deferral_limit": int, "packed_sequence": bool, "bias_activation_fusion": bool,
     "recompute": str, "lora_targets": str, "precision": str, "sharding": str, "schedule": str,
     "moe_dispatcher": str, "cuda_graph_impl": str, "cuda_graph_modules": str,
@@ -401,6 +401,8 @@ def job(point: Point) -> Job:
                         # torchtitan's apply_compile: each block under torch.compile
                         compiled_model=bool(cfg.get("compile", False))
                         and recompute == "selective-op",
+                        # torchtitan's SAC and the SDPA kernel the GPU runs (memsym.terms.op_sac)
+                        sac_saves_attention=bool(cfg.get("sac_saves_attention", True)),
                         fsdp_root_group=bool(cfg.get("fsdp_root_group", False)),
                         defer_embedding_wgrad_compute=bool(
                             cfg.get("defer_embedding_wgrad_compute", False)),
@@ -534,8 +536,9 @@ def predict(point) -> Prediction:
         j = job(point)
         est = training_memory(j.model, j.layout, j.training, allowances=j.allowances)
         grp = est.grouped()
-        allocated = sp.Add(*(v for k, v in grp.items()
-                             if k not in ("workspace", "nccl", "fragmentation", "total")))
+        allocated = sp.Add(*(v for k, v in grp.items()       # FSDP2's pools are not allocated
+                             if k not in ("workspace", "nccl", "fragmentation", "total",
+                                          "reduce_scatter_pool", "all_gather_pool")))
         if len(_PREDICTIONS) >= _MAX_POINTS:
             _PREDICTIONS.clear()
         _PREDICTIONS[key] = Prediction(grp["total"], allocated, est.stage, j.notes, est.phase)
@@ -659,6 +662,8 @@ def _setting_text(pt: Point) -> str:
                      + (", re-gather" if c.get("lora_regather") else ""))
     if c.get("bias_activation_fusion") is False:     # Megatron's eager SwiGLU
         parts.append("unfused SwiGLU" + ("*" if "bias_activation_fusion" in pt.assumed else ""))
+    if c.get("sac_saves_attention") is False:       # torchtitan's SAC off cuDNN's SDPA
+        parts.append("SDPA recomputed" + ("*" if "sac_saves_attention" in pt.assumed else ""))
     return ", ".join(parts)
 
 
@@ -679,7 +684,8 @@ def render(rows, relations) -> str:
         "converted exactly); error = (predicted − measured)/measured. Settings marked * are "
         "not printed by the source: memsym assumes them (each is named in the data file's "
         "`open` list). \"states + act.\" is the prediction without allowances (workspace, "
-        "NCCL, fragmentation). \"peak phase\" is the phase of the training step the peak "
+        "NCCL, fragmentation) and without FSDP2's side-stream pools (reserved, not allocated). "
+        "\"peak phase\" is the phase of the training step the peak "
         "occurs in on the most-loaded stage (end of forward, the loss's backward, the blocks' "
         "backward, optimizer step; "
         "`memsym.training.TrainingEstimate.phase`). memsym's target is a median absolute "
@@ -830,7 +836,8 @@ _EXPLANATIONS = [
     "Bridge's `mem-max-allocated` or `mem-max-reserved` is not stated.",
     "* **torchtitan.** Its `Memory(GiB)` is the peak *reserved* by PyTorch's caching "
     "allocator, which rounds blocks and keeps freed ones: memsym's 10 % fragmentation "
-    "default stands for that reserve and is not fitted. Modelled for these rows: torchtitan's "
+    "default stands for that reserve and is not fitted, beside FSDP2's side-stream pools "
+    "(next item). Modelled for these rows: torchtitan's "
     "per-op selective AC (`recompute=\"selective-op\"`: the outputs of every second matmul "
     "and of SDPA kept), RoPE tables built for the training sequence (`update_from_config`: no "
     "position limit, so Table 2's 32k–256k rows are predicted), and the train step phase by "
@@ -863,17 +870,23 @@ _EXPLANATIONS = [
     "layers. Eager and compiled rows of one table then reserve the same fraction above "
     "memsym's allocated bytes (Table 1: 1.20 eager, 1.19 compiled; Table 3: 1.15 and 1.15; "
     "they were 1.12 and 1.07 compiled with the w2 output counted), and the measured eager − "
-    "compiled gaps (5.4 and 5.0 GiB) are those 4.3 GB times that reserve. What is left is the "
-    "reserve: Tables 1–5, the Trainy and the H100 torchao rows reserve 15–24 % above memsym's "
-    "allocated bytes where its default allows 10 % (the published pairs of "
-    "`formulas/allocator_reserve.toml` hold 20–39 %), so they are 4–11 % low. The MXFP8 page "
+    "compiled gaps (5.4 and 5.0 GiB) are those 4.3 GB times that reserve. Most of what was left "
+    "above memsym's allocated bytes (15–24 % on Tables 1–5, the Trainy and the H100 torchao "
+    "rows, where the margin allows 10 %) is FSDP2's side-stream pools, counted since issue 30 "
+    "(next item). The MXFP8 page "
     "and torchao's float8 README print \"Peak Memory (GB)\", "
     "but torchao's scripts that made them (`benchmarks/float8/training/llama3.sh`, "
     "`parse_torchtitan_logs.py`) read torchtitan's `memory: {x}GiB` log: GiB of max reserved. "
-    "The B200 rows (12–13 % above allocated) are then within −3 to −1 % and the H100 rows (an "
-    "eager loss: their torch and torchao builds predate bbb1b616e) within −10 %; the MI300X "
-    "rows, the same job on ROCm in the same month, reserve 5.4 GiB more than on B200 and are "
-    "16 % low (ROCm's attention kernels and hipBLASLt workspaces are not modelled). Beyond "
+    "The H100 torchao rows run an eager loss (their torch and torchao builds predate "
+    "bbb1b616e). The B200 rows keep no SDPA output (`sac_saves_attention = false`: torchtitan "
+    "6fc499f runs cuDNN attention first on compute capability 10.0, `models/attention.py:"
+    "205-211`, since #1196, whose B200 log read 1.8 GiB less with it, and its `_save_list`, "
+    "`models/llama3/infra/parallelize.py:234-243`, names only the flash and efficient kernels "
+    "until b39377f9f, December 2025: 32 × (2τ a d_h + 4aτ) = 2.2 GB recomputed, "
+    "`memsym.terms.op_sac.sac_attention_recomputed`); the MI300X rows, the same job on ROCm in "
+    "the same month, run SDPA's flash op (torchtitan's first choice below compute capability "
+    "10; ROCm's AOTriton or CK), keep it, and reserve 5.4 GiB more (ROCm's "
+    "attention kernels and hipBLASLt workspaces are not modelled). Beyond "
     "the w2 output, what compiled blocks fuse away is not modelled (it is recomputed under "
     "per-op SAC, and full AC keeps only the block input either way). "
     "The 405B pipeline rows (Tables 5 and 6) are the "
@@ -900,6 +913,44 @@ _EXPLANATIONS = [
     "(`memsym.timing.schedule.live_by_held_gradients`, on torch's own schedule tables; "
     "`tests/test_engine_fsdp2.py` watches the gradients come and go on a gloo pipeline, and "
     "1F1B holds its stage's whole gradients beside its 8 micro-batches). That ordering holds.",
+    "* **torchtitan: FSDP2's side-stream pools (issue 30).** PyTorch's caching allocator ties "
+    "each block to the stream that allocated it and re-uses a freed block only on that stream "
+    "(`c10/cuda/CUDACachingAllocator.cpp`, its opening comment; with expandable segments each "
+    "stream has its own segment, `find_expandable_block`), so what a side stream once held "
+    "stays reserved and out of the default stream's reach until `empty_cache` or an "
+    "allocation failure. FSDP2 keeps two such pools (torch's `_fully_shard/"
+    "_fsdp_collectives.py`): the reduce-scatter outputs, which become the sharded gradients "
+    "(`foreach_reduce`: `reduce_output` allocated under `reduce_scatter_stream` in "
+    "`reduce_dtype`, fp32 by torchtitan's `mixed_precision_reduce`), freed together by the "
+    "next step's `zero_grad()` and cached for that stream through the forward and the loss's "
+    "backward, where these rows peak: 4P/d bytes, 4.0 GB for Llama 3 8B on 8 GPUs; and the "
+    "all-gather outputs (`foreach_all_gather` under `all_gather_copy_in_stream` in forward "
+    "and pre-backward; in forward a group's output is freed only after the next group's "
+    "all-gather, `_fsdp_param_group.py` `AllGatherState`), a pool of two consecutive groups "
+    "in `param_dtype` (the root group or the `[norm, output]` group with one block: 2.5 and "
+    "1.5 GB at 8B). FSDP2's author names the effect in pytorch/pytorch#129721, which moved the "
+    "reduce-scatter *input* to the default stream because memory in a non-default stream's "
+    "pool cannot be reused by the default stream, and kept the outputs in the reduce-scatter "
+    "stream; #132445, which would have moved them too, was closed. memsym counts both in the "
+    "reserved and device counts of torchtitan's FSDP2 (`memsym.terms.sharding_transients."
+    "fsdp2_stream_pools`, `memsym.training.transients.stream_pools`): the gradients leave the "
+    "phases, whose peak the 10 % margin is a fraction of, and return as the reduce-scatter "
+    "pool after the allowances, beside the all-gather pool (`tests/test_stream_pools.py` "
+    "derives both by hand). The 32 torchtitan rows' median error goes from 7.2 % to 2.9 % "
+    "(all rows 7.5 % to 3.3 %; beyond 10 %: 9 rows to 4, none torchtitan's): Tables 1–3 and "
+    "the Trainy rows within −2 to +1 %, the MI300X rows −16 % to −3 %, the H100 torchao rows "
+    "−10 % to +3 %, the 405B pipeline rows −6 to +7 % (the all-gather pool only: their peak "
+    "is in the backward, beside the gradients), Table 4 −9 and −3 %, and the B200 rows, with "
+    "their recomputed attention (above), +6 to +7 % (without the cuDNN finding they were "
+    "+12 to +14 %). The B200 and H100 torchao runs went through torchao's `llama3.sh` and "
+    "torchtitan's `run_train.sh`, which sets expandable segments (still one segment per "
+    "stream); the MI300X run had them ignored (ROCm builds gained them with "
+    "pytorch/pytorch#173330, 2026) and the Trainy runs called `torchrun` without them. The "
+    "one other torchtitan log with them, pytorch/torchtitan#1884 (Llama 3 8B through "
+    "`run_train.sh` on 4 H100 96GB, FSDP 2 × CP 2, full AC, flex attention, eager: 44.84 GiB "
+    "at step 10; not in the data file, memsym has no flex-attention CP), is −5.5 % with the "
+    "pools and the margin (−8 % without the pools, −12 % with them and no margin): no "
+    "smaller margin with expandable segments is read from it.",
 ]
 
 

@@ -137,6 +137,7 @@ def _training_fields(j) -> dict:
             "fsdp_double_buffer": training.states.fsdp_double_buffer,
             "compiled_loss": training.memory.compiled_loss,
             "compiled_model": training.memory.compiled_model,
+            "sac_saves_attention": training.memory.sac_saves_attention,
             "loss_parallel": training.memory.loss_parallel,
             "cross_entropy_fusion_impl": training.memory.cross_entropy_fusion_impl,
             "cpu_offloading_num_layers": training.memory.cpu_offloading_num_layers,

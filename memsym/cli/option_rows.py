@@ -209,6 +209,9 @@ _SWITCH_ROWS = (
     ("--compiled-model", "compiled_model", True, "each block runs under torch.compile "
      "(torchtitan's 'model' in compile.components): per-op SAC keeps only what the backward "
      "reads, no w2 output", "memory"),
+    ("--sac-recomputes-attention", "sac_saves_attention", False, "per-op SAC recomputes the "
+     "SDPA output (torchtitan before b39377f9f on compute capability 10: cuDNN attention, not "
+     "on its _save_list)", "memory"),
     ("--disable-loss-parallel", "loss_parallel", False, "torchtitan's flag (--framework "
      "torchtitan, --tp > 1): the logits are gathered and the loss is eager F.cross_entropy, not "
      "torch's loss_parallel", "memory"),

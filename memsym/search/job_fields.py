@@ -72,7 +72,8 @@ HELD_FIELDS = (
     "cross_entropy_fusion_impl", "batch_attention_mask", "compiled_loss", "compiled_model",
     "loss_parallel", "cuda_graph_impl", "cuda_graph_modules", "optimizer_cuda_graph",
     "overlap_moe_expert_parallel_comm", "overlap_p2p_comm", "bias_activation_fusion",
-    "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov", "mla_down_proj_fusion")
+    "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov", "mla_down_proj_fusion",
+    "sac_saves_attention")
 
 
 def held_of(tr) -> tuple:

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import sympy as sp
+
 from ..errors import InvalidValueError
 from ..symbols import a, d_h, f, g, h, t
 from ..term import Source, Term, Total
 
-__all__ = ["op_sac_layer"]
+__all__ = ["op_sac_layer", "sac_attention_recomputed"]
 
 
 _TT_SAC = Source("torchtitan", "torchtitan/distributed/activation_checkpoint.py, "
@@ -112,3 +114,46 @@ def op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel,
                           + " (saved)", _PARTITION if compiled else _TT_SAC,
                           label="reduce-scatter outputs"))
     return Total("activations per layer (torchtitan per-op SAC)", tuple(terms))
+
+
+def sac_attention_recomputed(layer: Total) -> sp.Expr:
+    r"""What a per-op SAC block does not keep when SDPA runs a kernel off the save list [bytes].
+
+    :func:`op_sac_layer` keeps the SDPA output because torchtitan's ``_save_list`` names the
+    flash and efficient kernels.  At 6fc499f ``models/attention.py:205-211`` puts cuDNN
+    attention first on compute capability 10.0 (B200; since #1196) and the llama3 list
+    (``models/llama3/infra/parallelize.py:234-243``) does not name
+    ``_scaled_dot_product_cudnn_attention`` (b39377f9f, #2095, added it in December 2025 "to
+    avoid recomputing attention during backward"): the policy recomputes the attention and
+    the block keeps neither its 16-bit output nor its fp32 logsumexp:
+
+    .. math:: \Delta A = \tfrac{2\tau a d_h}{t} + \tfrac{4 a \tau}{t}
+
+    Parameters
+    ----------
+    layer : Total
+        One block's :func:`op_sac_layer` [bytes].
+
+    Returns
+    -------
+    sympy.Expr
+        The bytes it no longer keeps [bytes].
+
+    Examples
+    --------
+    Llama-3 8B (a = 32 heads of d_h = 128), one 8192-token sequence, t = 1: the bf16 output,
+    8192 x 4096 x 2 bytes, and the logsumexp, 8192 x 32 x 4 bytes.
+
+    >>> from memsym.symbols import a, b, c, d_h, s, t
+    >>> from memsym.terms.activations import layer_activations
+    >>> A = layer_activations(gated=True, flash=True, recompute="selective-op", compiled=True)
+    >>> sac_attention_recomputed(A).subs({s: 8192, b: 1, c: 1, t: 1, a: 32, d_h: 128}) == \
+    ...     8192 * 4096 * 2 + 8192 * 32 * 4
+    True
+
+    References
+    ----------
+    torchtitan ``models/attention.py`` and ``models/llama3/infra/parallelize.py`` at 6fc499f;
+    b39377f9f (#2095); #1196 (B200 memory 46.39 GiB before, 44.59 GiB after cuDNN).
+    """
+    return sp.Add(*(term.expr for term in layer if term.key == "attention_output"))

@@ -20,7 +20,7 @@ from ..term import Source, Term, Total
 from ..values import as_expr
 from .model_state import MEGATRON_FSDP_STRATEGIES
 
-__all__ = ["fsdp2_transients", "fsdp2_io_groups", "fsdp2_reshards_after_forward",
+__all__ = ["fsdp2_transients", "fsdp2_io_groups", "fsdp2_stream_pools", "fsdp2_reshards_after_forward",
            "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
            "deepspeed_ipg_buckets", "megatron_buckets", "megatron_fsdp_fp8_unsharded",
            "megatron_fsdp_buckets"]
@@ -164,6 +164,81 @@ def fsdp2_io_groups(root_group: bool = False, untied: bool = True, group_params=
                 label="output grad unsharded")
     return {"forward": (root, one_block), "loss-backward": (root, one_block),
             "backward": (root, grad)}
+
+
+_POOLS = Source("pytorch-fsdp2", "_fsdp_collectives.py foreach_reduce (reduce_output allocated "
+                "under reduce_scatter_stream), foreach_all_gather (all_gather_output under "
+                "all_gather_copy_in_stream); _fsdp_param_group.py AllGatherState (freed after the "
+                "next group's all-gather); c10/cuda/CUDACachingAllocator.cpp: a freed block is "
+                "re-used only on the stream that allocated it; pytorch/pytorch#129721")
+
+
+def fsdp2_stream_pools(grads, group_params=None, *, root_group: bool = False,
+                       untied: bool = True, first: bool = True, last: bool = True) -> tuple:
+    r"""The caching allocator's FSDP2 side-stream pools, reserved beside the default stream's [bytes].
+
+    PyTorch's caching allocator re-uses a freed block only on the stream that allocated it.
+    FSDP2 allocates the reduce-scatter outputs, which become the sharded gradients, in its
+    reduce-scatter stream: freed together by the next step's ``zero_grad()``, their blocks
+    stay reserved for that stream while the default stream runs the forward and the loss
+    (pytorch/pytorch#129721 keeps them there and moved the reduce-scatter *input* to the
+    default stream for that reason).  It allocates each group's all-gather output in its
+    copy-in stream, and in forward frees it only after the next group's all-gather, so that
+    pool holds the largest two consecutive groups in ``param_dtype``.  With :math:`G` the
+    sharded gradients (``reduce_dtype``), :math:`N_{\mathrm{ll}}` a block,
+    :math:`P_e = Vh/t` the embedding and :math:`P_o = Vh/t + h` the ``[norm, output]`` group
+    on the stages that hold them:
+
+    .. math::
+
+        M_{\mathrm{rs}} = G,\qquad
+        M_{\mathrm{ag}} = b_u \max\bigl(2N_{\mathrm{ll}},\; P_e + N_{\mathrm{ll}},\;
+        N_{\mathrm{ll}} + P_o\bigr)
+
+    and with torchtitan's root group (before 83e694105), gathered first,
+    :math:`M_{\mathrm{ag}} = b_u (P_{\mathrm{root}} + N_{\mathrm{ll}})`.
+
+    Parameters
+    ----------
+    grads : sympy.Expr
+        The sharded gradients :math:`G` on one GPU [bytes].
+    group_params : sympy.Expr, optional
+        Parameters of one block on one GPU [parameters]; default ``N_ll``.
+    root_group, untied, first, last : bool
+        torchtitan's root group; an output projection of its own; the stage holds the
+        embedding; the stage holds the final norm and output.
+
+    Returns
+    -------
+    tuple of Term
+        ``reduce_scatter_pool`` and ``all_gather_pool``.
+
+    Examples
+    --------
+    Llama-3 8B on 8 GPUs (V = 128256, h = 4096, a block of 218112000 parameters, bf16): the
+    fp32 gradient shard, 4 x 8030261248 / 8 bytes, and the ``[norm, output]`` group with one
+    block, 2 x (128256 x 4096 + 4096 + 218112000) bytes:
+
+    >>> rs, ag = fsdp2_stream_pools(sp.Integer(4 * 8030261248 // 8))
+    >>> rs.expr, ag.evaluate(V=128256, h=4096, t=1, N_ll=218112000, b_u=2)
+    (4015130624, 1486905344)
+
+    References
+    ----------
+    .. [pytorch-fsdp2] ``_fsdp_collectives.py`` (``foreach_reduce``, ``foreach_all_gather``).
+    .. [pytorch-cuda-allocator] caching per stream.
+    """
+    n = N_ll if group_params is None else as_expr(group_params)
+    emb = V * h / t if first and untied else 0
+    out = V * h / t + h if last else 0
+    pairs = [(emb + out + n)] if root_group and (emb or out) else \
+        [2 * n] + ([emb + n] if emb else []) + ([n + out] if last else [])
+    return (Term("reduce_scatter_pool", as_expr(grads), "the reduce-scatter stream's cached "
+                 "outputs: the sharded gradients, freed by zero_grad and kept reserved for "
+                 "that stream", _POOLS, label="reduce-scatter pool"),
+            Term("all_gather_pool", b_u * sp.Max(*pairs), "the all-gather copy-in stream's "
+                 "cached outputs: two consecutive groups in param_dtype", _POOLS,
+                 label="all-gather pool"))
 
 
 def fsdp2_reshards_after_forward(setting="default", *, is_root=False, pp_enabled=False,

@@ -26,6 +26,7 @@ from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activat
                                  unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.hf_norms import final_norm_excess
+from ..terms.op_sac import sac_attention_recomputed
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
 from ..terms.dispatcher_buffers import allgather_dispatch_buffer
@@ -280,7 +281,10 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
                                   compiled=training.memory.compiled_model, **common)
         glu = glu_kept[moe] if mode == "none" or mode == "selective" and not set(
             kept[moe]) & set(mods or ()) else 0
-        return layer.expr - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
+        # torchtitan's SAC recomputes a cuDNN SDPA off its _save_list (memsym.terms.op_sac)
+        attn = sac_attention_recomputed(layer) if mode == "selective-op" \
+            and not training.memory.sac_saves_attention else 0
+        return layer.expr - attn - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
             + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
 
     return per_layer, common, mods, shared

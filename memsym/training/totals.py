@@ -19,11 +19,11 @@ from ..unchecked_job import UncheckedJob, unchecked
 from ..values import cached_max
 from .activations import layers_in_flight, resolved_stage_activations
 from .traits import resolve_arch, sequence_parallel_on, stage_role
-from .transients import PHASE_SOURCE, PHASES, states_and_transients
+from .transients import PHASE_SOURCE, PHASES, states_and_transients, stream_pools
 
 #: Keys of the buffers a framework allocates outside PyTorch's allocator (:func:`outside_allocator`).
 OUTSIDE_ALLOCATOR_KEYS = ("tp_comm_userbuffers", "deepep_buffers", "hybridep_buffers",
-                          "hybridep_rdma_buffers")
+                          "hybridep_rdma_buffers", "reduce_scatter_pool", "all_gather_pool")
 
 
 def stage_total(arch, layout: Layout = Layout(), training: Training = Training(),
@@ -127,8 +127,11 @@ def _moe_stage(j: Job | UncheckedJob, stage: int) -> bool:
 
 def outside_allocator(j: Job | UncheckedJob, stage: int) -> tuple:
     """Buffers a framework allocates outside PyTorch's caching allocator for the whole run,
-    beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them):
-    Transformer Engine's userbuffers under ``tp_comm_overlap``
+    beside the ``workspace`` and ``nccl`` allowances (no fragmentation margin on them), and
+    the memory PyTorch's allocator holds outside the default stream's reach: FSDP2's
+    side-stream pools in the reserved and device counts
+    (:func:`memsym.training.transients.stream_pools`); Transformer Engine's userbuffers under
+    ``tp_comm_overlap``
     (:func:`memsym.terms.transients.tp_comm_userbuffers`) and the flex MoE dispatcher's
     DeepEP or HybridEP buffers on a stage with MoE layers
     (:mod:`memsym.terms.dispatcher_buffers`).  ``memsym.search`` adds the same Terms to each
@@ -142,9 +145,9 @@ def outside_allocator(j: Job | UncheckedJob, stage: int) -> tuple:
     ['deepep_buffers']
     """
     training = j.training
+    out = stream_pools(j, stage)    # the reserved count holds them too
     if training.states.convention != "framework" or training.memory.metric != "device":
-        return ()   # PyTorch's counters miss them
-    out = ()
+        return out   # PyTorch's counters miss the rest
     if training.comm.tp_comm_overlap:
         out += (tr.tp_comm_userbuffers(training.states.precision == "fp8"),)
     if training.memory.moe_dispatcher in ("deepep", "hybridep") and _moe_stage(j, stage):

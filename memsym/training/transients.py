@@ -23,6 +23,7 @@ from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments
 from ..model.muon_matrices import muon_matrices
 from ..terms import muon
 from ..terms.pipelining_buffers import pipelining_recv_buffers
+from ..terms.sharding_transients import fsdp2_stream_pools
 from ..terms.widths import STATE_DTYPES, default_grad_dtype
 from ..unchecked_job import UncheckedJob
 from ..values import as_expr
@@ -96,6 +97,71 @@ def _gradients_not_yet_made(training: Training) -> bool:
     Megatron's gradient buffer and DeepSpeed's partitions persist."""
     return (framework_record(training.framework).grads_set_to_none and training.states.sharding == "fsdp"
             and training.states.convention == "framework" and training.adapters.finetune == "full")
+
+
+def _pools_apart(training: Training) -> bool:
+    """Whether the total counts FSDP2's side-stream pools apart (:func:`stream_pools`): a
+    reserved or device count of the sharded gradients torchtitan sets to None each step."""
+    return training.memory.metric != "allocated" and _gradients_not_yet_made(training)
+
+
+def stream_pools(j: Job | UncheckedJob, stage: int) -> tuple:
+    r"""FSDP2's side-stream pools on stage ``stage`` where the count sees them [bytes].
+
+    .. math:: M_{\mathrm{rs}} + M_{\mathrm{ag}}
+
+    (:func:`memsym.terms.sharding_transients.fsdp2_stream_pools`).  Under torchtitan's FSDP2
+    the reserved and device counts hold the sharded gradients' blocks in the reduce-scatter
+    stream's pool in every phase, the default stream never re-using them: the stage's
+    gradient states and their absence before the blocks' backward
+    (:func:`_gradients_not_yet_made`) leave the phases, whose peak the fragmentation margin
+    is a fraction of, and come back here, after the allowances, with the all-gather pool.
+    Empty for an ``allocated`` count and for other runtimes.
+
+    Parameters
+    ----------
+    j : Job or UncheckedJob
+        The job.
+    stage : int
+        The pipeline stage.
+
+    Returns
+    -------
+    tuple of Term
+        ``reduce_scatter_pool`` and ``all_gather_pool``, or none.
+
+    Examples
+    --------
+    >>> from memsym.job import job as make_job
+    >>> [t_.key for t_ in stream_pools(make_job("llama3-8b", d=8, framework="torchtitan",
+    ...                                         sharding="fsdp", metric="reserved"), 0)]
+    ['reduce_scatter_pool', 'all_gather_pool']
+    >>> stream_pools(make_job("llama3-8b", d=8, framework="torchtitan", sharding="fsdp",
+    ...                       metric="allocated"), 0)
+    ()
+
+    References
+    ----------
+    .. [pytorch-fsdp2] ``foreach_reduce``, ``foreach_all_gather``.
+    """
+    training = j.training
+    if not _pools_apart(training):
+        return ()
+    x, layout = j.model, j.layout
+    grads = sp.Add(*(term.expr for term in state_terms(stage_has_experts(x, layout, stage),
+                                                       state_training(training))
+                     if term.key in _GRAD_KEYS))
+    io = framework_record(training.framework).fsdp_io_groups
+    pools = fsdp2_stream_pools(grads, N_ll, root_group=training.memory.fsdp_root_group,
+                               untied=bool(x.untie_embeddings_and_output_weights),
+                               first=io and stage == 0,
+                               last=io and stage == output_stage(layout, training))
+    widths = tuple(_transient_widths(training).items())
+    return tuple(_widened(term, widths) for term in pools)
+
+
+#: The sharded-gradient state keys (FSDP2's reduce-scatter outputs).
+_GRAD_KEYS = ("gradients", "expert_gradients")
 
 
 def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | None = None) -> dict:
@@ -189,7 +255,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
             stage, layout.p, v if (layout.v or 1) > 1 else None, m,
             boundary_bytes(sequence_parallel_on(layout), training), training.pipeline.stage_placement))
     start_excess, own_groups = _add_sharding_transients(out, x, layout, training)
-    if _gradients_not_yet_made(training):
+    if _gradients_not_yet_made(training) and not _pools_apart(training):
         _add_gradients_not_yet_made(out, j, stage, acts, start_excess)
     if own_groups and stage == output_stage(layout, training):   # FSDP2's [norm, output] backward
         out["loss-backward"].append(tm.output_group_backward(
@@ -363,6 +429,8 @@ def states_and_transients(j: Job | UncheckedJob, stage: int,
     with the step-only states (:data:`STEP_STATE_KEYS`) in the optimizer phase."""
     training = j.training
     terms = state_terms(stage_has_experts(j.model, j.layout, stage), state_training(training))
+    if _pools_apart(training):   # the gradients are in the reduce-scatter pool (stream_pools)
+        terms = tuple(term for term in terms if term.key not in _GRAD_KEYS)
     step = tuple(term for term in terms
                  if training.states.convention == "framework" and term.key in STEP_STATE_KEYS)
     trans = phase_transients(j, stage, activations)
