@@ -150,14 +150,17 @@ def test_refusals_and_notes_as_megatron():
 def test_the_newton_schulz_workspace_follows_tp_mode_and_nesterov(sharding):
     from memsym.training.transients import phase_transients
 
-    # Llama-2-7B's largest Muon matrix is fc1, 2 x 11008 rows by 4096 (SwiGLU): whole under
-    # duplicated (Megatron's default gathers it), its half under blockwise at t = 2; the step's
-    # end keeps the fp32 result and its two scaled copies (12 B/element), and Nesterov's
-    # grad.lerp copy (4 B/element) only with --muon-nesterov (terms.muon, Emerging-Optimizers
-    # orthogonalized_optimizer.py:193-208); distributed keeps the iterate sharded too
-    # (Emerging-Optimizers fd77292 muon_utils.py:334-341: newton_schulz on the local shard
-    # with the TP group; duplicated all-gathers it whole, 327-332)
+    # Llama-2-7B's largest Muon matrix is fc1, 2 x 11008 rows by 4096 (SwiGLU), W elements,
+    # its shard s = W/2 at t = 2 (column-parallel).  As Emerging-Optimizers fd77292
+    # muon_utils.py allocates it (memsym.terms.muon.newton_schulz_peak):
+    # - duplicated (Megatron's default, 327-332): the gathered shards and their torch.cat stay
+    #   alive through the whole-matrix iteration: 12 W, plus max(2 W, 4 m^2) with m = 4096
+    #   the shorter side (2 W is the larger): 14 W;
+    # - blockwise (partition_dim None, emerging_optimizers.py:403): the shard alone, 12 s;
+    # - distributed (334-341): 4 s + max(8 s, 4 m^2) with the 4096 x 4096 Gram: 12 s;
+    # Nesterov's grad.lerp copy is the shard's, 4 s (orthogonalized_optimizer.py:193-208).
     whole = 2 * 11008 * 4096
+    shard = whole // 2
 
     def optimizer_phase(**kw):
         from memsym.training import training_values
@@ -166,8 +169,8 @@ def test_the_newton_schulz_workspace_follows_tp_mode_and_nesterov(sharding):
         vals = training_values(j.model, j.layout, j.training)   # the workspace is in t
         return {term.key: term.evaluate(vals) for term in phase_transients(j, 0)["optimizer"]}
 
-    assert optimizer_phase() == {"newton_schulz_result": 12 * whole}
-    assert optimizer_phase(muon_nesterov=True) == {"newton_schulz_result": 12 * whole,
-                                                  "muon_nesterov": 4 * whole}
-    assert optimizer_phase(muon_tp_mode="blockwise") == {"newton_schulz_result": 12 * whole // 2}
-    assert optimizer_phase(muon_tp_mode="distributed") == {"newton_schulz_result": 12 * whole // 2}
+    assert optimizer_phase() == {"newton_schulz_workspace": 14 * whole}
+    assert optimizer_phase(muon_nesterov=True) == {"newton_schulz_workspace": 14 * whole
+                                                   + 4 * shard}
+    assert optimizer_phase(muon_tp_mode="blockwise") == {"newton_schulz_workspace": 12 * shard}
+    assert optimizer_phase(muon_tp_mode="distributed") == {"newton_schulz_workspace": 12 * shard}

@@ -353,6 +353,10 @@ _CALL = re.compile(r"(?<![\w.])(eval|exec)\(|\bsympify\(|\bparse_expr\(|\bsp\.S\
 
 #: (file, the call line stripped) -> why its argument is never user text.
 REVIEWED = {
+    ("tools/muon_workspace_check.py", 'exec(compile(text, PATH, "exec"), mod.__dict__)'):
+        "load_muon_utils: runs Emerging-Optimizers' muon_utils.py at the pinned COMMIT, read "
+        "from the local git mirror (the oracle the check compares memsym with); a repository "
+        "tool, never given user input",
     ("tools/data/megatron-lm-d98e8a64dd/megatron/training/arguments.py", "return eval(pattern)"):
         "Megatron-LM's _eval_pattern, vendored unmodified (blob-checked) as the input of "
         "tools/megatron_flags.py: a type= converter argparse calls only to parse a --*-freq "

@@ -168,7 +168,8 @@ def mamba_values(arch: Architecture) -> dict:
     [1, 2, 4, 16]
     """
     x = lenient(arch)
-    kinds = [kind[0] for kind in _kind_pattern(x) if isinstance(kind, tuple)]
+    # a plain model's pattern holds no mixers (and may be 10^6 layers long): not walked
+    kinds = {kind[0] for kind in set(_kind_pattern(x))} if is_hybrid(x) else set()
     vals = parameter_values(x)
     out = {sym: vals[sym] for sym in (k_sc,) if "conv" in kinds}
     if "gdn" in kinds or "lightning" in kinds:
