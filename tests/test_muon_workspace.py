@@ -38,6 +38,8 @@ from memsym.symbols import t as t_sym, t_e as t_e_sym
 from memsym.terms.muon import newton_schulz_peak, newton_schulz_workspace
 from memsym.training import phase_transients, training_values
 
+from test_muon_search import MLA   # the small MLA model both files price
+
 
 # ----------------------------------------------------------------------------------------------
 # A replay of the allocations: +name bytes, -name; the peak of what is alive
@@ -245,15 +247,9 @@ def test_a_models_matrices_are_what_the_workspace_reads():
         ("proj", 256, 256, "cols"), ("fc1", 64, 256, "rows"), ("fc2", 256, 64, "cols")]
 
 
-#: a small MLA model (test_muon_search.py's MLA): q_down 384 x 1024 and kv_down 288 x 1024
+#: MLA (from test_muon_search.py): q_down 384 x 1024 and kv_down 288 x 1024
 #: (replicated), q_up 768 x 384, kv_up 1024 x 256, proj 1024 x 512, fc1 5632 x 1024,
 #: fc2 1024 x 2816
-MLA = Architecture(num_layers=4, hidden_size=1024, num_attention_heads=8, ffn_hidden_size=2816,
-                   vocab_size=32768, swiglu=True, normalization="RMSNorm",
-                   max_position_embeddings=4096, position_embedding_type="rope",
-                   add_bias_linear=False, multi_latent_attention=True, q_lora_rank=384,
-                   kv_lora_rank=256, qk_head_dim=64, qk_pos_emb_head_dim=32, v_head_dim=64,
-                   untie_embeddings_and_output_weights=True)
 
 
 def test_mlas_down_projections_take_the_tp_path_in_the_step_time():
