@@ -10,7 +10,8 @@
   allows it (:func:`_megatron_overlaps`: left out on plain DDP, which gathers no parameters);
 * ``torchtitan``: a job TOML fragment with the ``[parallelism]``, ``[training]`` and
   ``[activation_checkpoint]`` keys of torchtitan v0.2.2 (``torchtitan/config/job_config.py``,
-  the keys :mod:`memsym.readers.torchtitan` reads);
+  the keys :mod:`memsym.readers.torchtitan` reads), expert parallelism as
+  ``expert_parallel_degree`` with ``expert_tensor_parallel_degree`` = TP;
 * ``deepspeed``: a ``ds_config.json`` (the batch triple, ``bf16``/``fp16`` and
   ``zero_optimization`` of DeepSpeed 0.19.6, the keys :mod:`memsym.readers.deepspeed` reads),
   expert parallelism as AutoEP's ``expert_parallel`` section (:data:`AUTOEP_NOTE`).
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from .errors import InvalidValueError
 from .frameworks import FRAMEWORK
 from .job import resolve_dropout
+from .emit_rules import AUTOEP_NOTE, UNSPELLED, held_for_emit
 from .model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.jobs import DEEPSPEED_SCHEMES
 from .readers.megatron_userbuffers import ub_yaml
@@ -64,45 +66,6 @@ _MEGATRON_DROPOUT = "0.1"
 #: torch.distributed.pipelining ScheduleGPipe / ScheduleLoopedBFS and Schedule1F1B /
 #: ScheduleInterleaved1F1B, the pairs :func:`memsym.readers.jobs.torchtitan_job` reads back.
 _TORCHTITAN_SCHEDULES = {"gpipe": ("GPipe", "LoopedBFS"), "1f1b": ("1F1B", "Interleaved1F1B")}
-
-
-#: What an emitted ``expert_parallel`` section needs beside the config.  DeepSpeed (edaa722126)
-#: reads it as AutoEP: ``runtime/config.py:128-133`` (``get_expert_parallel_config``),
-#: ``runtime/engine.py:570-643`` (``_configure_expert_parallel``: EP groups of ``autoep_size``
-#: ranks, then the detected MoE blocks replaced), ``module_inject/auto_ep_config.py:270-290``
-#: (``autoep_size`` divides each layer's experts); it detects the transformers blocks of its
-#: presets (``module_inject/auto_ep_presets/registry.py:19-25``, each needing transformers
-#: >= 5.0, ``mixtral.py:26-27``).  Without AutoEP, DeepSpeed's MoE is model code:
-#: ``moe/layer.py:42`` ``MoE(..., ep_size=1, ...)``, an argument no config sets.
-AUTOEP_NOTE = ("expert_parallel is DeepSpeed's AutoEP: it replaces the transformers MoE blocks "
-               "it detects (presets mixtral, qwen3_moe/qwen2_moe, qwen3_5_moe, deepseek_v2, "
-               "deepseek_v3, with transformers >= 5.0; another model needs its "
-               "moe_layer_pattern/router_pattern/expert_pattern keys); a model built on "
-               "deepspeed.moe.layer.MoE ignores it and needs MoE(ep_size=E) in its own code")
-
-
-#: The searched sizes a framework's file spells only as here, and why: an ``--emit`` search
-#: holds those the command line leaves unnamed (:func:`held_for_emit`), so that it ranks rows it
-#: can write.  DeepSpeed pipelines only a model-code ``PipelineModule`` (``deepspeed/__init__.py
-#: :213`` at edaa722126), and activation checkpointing is the model code's call too.
-UNSPELLED = {"deepspeed": ({"tp": [1], "pp": [1], "cp": [1], "vpp": [1], "recompute": ["none"]},
-                           "a ds_config.json holds ZeRO data parallelism and AutoEP's expert "
-                           "parallelism, not TP, PP, CP or activation checkpointing")}
-
-
-def held_for_emit(framework: str, options: dict) -> str | None:
-    """Hold in ``options`` (:func:`memsym.search.search`'s keywords) the sizes ``framework``'s
-    file cannot spell (:data:`UNSPELLED`) where none is given; the line saying so, or None.
-
-    >>> opts = {"tp": None, "pp": [2], "cp": None, "vpp": None}
-    >>> held_for_emit("deepspeed", opts)[:40], opts["tp"], opts["pp"]
-    ('tp 1, cp 1, vpp 1, recompute none: a ds_', [1], [2])
-    """
-    sizes, why = UNSPELLED.get(framework, ({}, ""))
-    held = [key for key, value in sizes.items() if options.get(key) is None]
-    options.update({key: list(sizes[key]) for key in held})
-    said = ", ".join(f"{key} {' '.join(map(str, sizes[key]))}" for key in held)
-    return f"{said}: {why}" if held else None
 
 
 class NotExpressible(InvalidValueError):
@@ -507,13 +470,24 @@ def _torchtitan(row, space, gpus) -> Emitted:
     if bool(row["sequence_parallel"]) != (t > 1):
         raise NotExpressible("torchtitan's tensor parallelism always shards the sequence: "
                              "sequence parallelism on exactly when t > 1")
-    if row["e"] > 1:
-        raise NotExpressible("expert parallelism: torchtitan's expert_tensor_parallel_degree is "
-                             "not read back (memsym counts expert TP = t in the search)")
     par = {"data_parallel_replicate_degree": d if row["sharding"] == "ddp" else 1,
            "data_parallel_shard_degree": d if row["sharding"] == "fsdp" else 1,
            "tensor_parallel_degree": t, "pipeline_parallel_degree": p,
            "context_parallel_degree": row["c"]}
+    if row["e"] > 1:
+        # the search splits the experts' weights over t as well (expert TP = t), which
+        # torchtitan v0.2.2 spells etp = tp (parallel_dims.py:59 takes etp = tp or 1) and
+        # memsym's reader reads back; its expert mesh is (pp, dp_replicate, efsdp, ep, etp)
+        # with efsdp = dp_shard * cp * tp // (etp * ep) (parallel_dims.py:138, 154-157), so
+        # EP borrows from the sharded data and context ranks only
+        shard = d if row["sharding"] == "fsdp" else 1
+        if (shard * row["c"]) % row["e"]:
+            raise NotExpressible(f"e = {row['e']} over data_parallel_shard_degree {shard} x "
+                                 f"context_parallel_degree {row['c']}: torchtitan's expert "
+                                 "parallelism borrows from those ranks only (efsdp = dp_shard "
+                                 "x cp / ep with etp = tp)")
+        par["expert_parallel_degree"] = row["e"]
+        par["expert_tensor_parallel_degree"] = t
     L = space.arch.num_layers
     if p > 1:
         single, looped = _TORCHTITAN_SCHEDULES[space.schedule or "1f1b"]
@@ -558,9 +532,9 @@ def _deepspeed(row, space, gpus) -> Emitted:
     b, m, B = _batch(row, space)
     split = [f"{k} = {row[k]}" for k in ("t", "p", "c", "v") if row[k] > 1]
     if split:
-        raise NotExpressible(f"{', '.join(split)}: a DeepSpeed config holds ZeRO data "
-                             "parallelism and AutoEP's expert parallelism only (memsym reads "
-                             "t = p = 1 from it)")
+        raise NotExpressible(f"{', '.join(split)}: memsym's DeepSpeed reader reads ZeRO data "
+                             "parallelism and AutoEP's expert parallelism from a config, "
+                             "t = p = 1 and the whole sequence (UNSPELLED)")
     stage = _DEEPSPEED_STAGE.get(row["sharding"])
     if stage is None:
         raise NotExpressible(f"sharding {row['sharding']}: DeepSpeed's ZeRO stages are ddp, "
