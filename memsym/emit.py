@@ -2,7 +2,8 @@
 
 :func:`emit` turns one row of :func:`memsym.search.search` into what the framework reads:
 
-* ``megatron``: ``pretrain_gpt.py`` arguments (Megatron-LM ``megatron/training/arguments.py``
+* ``megatron``: ``pretrain_gpt.py`` arguments, ``pretrain_hybrid.py``'s for a hybrid Mamba model
+  (:func:`megatron_script`; Megatron-LM ``megatron/training/arguments.py``
   at ``d98e8a64dd``, the commit :mod:`memsym.readers.megatron` reads), the layout, batch,
   precision, sharding, recompute, dropout and overlap arguments only (the model stays the
   MODEL the user named), plus ``--world-size`` (memsym's addition: Megatron reads
@@ -42,7 +43,7 @@ from .search import launch_overlaps
 from .search.space import MEGATRON_FSDP_STRATEGY, recompute_layers
 
 __all__ = ["AUTOEP_NOTE", "EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "emit",
-           "check_emittable", "held_for_emit", "UNSPELLED"]
+           "check_emittable", "held_for_emit", "megatron_script", "UNSPELLED"]
 
 #: The frameworks a layout is emitted for, as ``memsym search --emit`` names them.
 EMIT_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
@@ -66,6 +67,20 @@ _MEGATRON_DROPOUT = "0.1"
 #: torch.distributed.pipelining ScheduleGPipe / ScheduleLoopedBFS and Schedule1F1B /
 #: ScheduleInterleaved1F1B, the pairs :func:`memsym.readers.jobs.torchtitan_job` reads back.
 _TORCHTITAN_SCHEDULES = {"gpipe": ("GPipe", "LoopedBFS"), "1f1b": ("1F1B", "Interleaved1F1B")}
+
+
+def megatron_script(arch) -> str:
+    """The Megatron-LM script a model's arguments are given to: ``pretrain_hybrid.py`` for a
+    hybrid layer pattern (``layer_mixers``: a HybridModel, Megatron-LM ``d98e8a64dd``
+    ``pretrain_hybrid.py:44``; the same arguments and defaults), else ``pretrain_gpt.py``, as
+    memsym's Megatron reader names it (:mod:`memsym.cli.training_options`).
+
+    >>> from memsym.model.presets import preset
+    >>> megatron_script(preset("llama3-8b")), megatron_script(preset("nemotron-3-nano"))
+    ('pretrain_gpt.py', 'pretrain_hybrid.py')
+    """
+    return "pretrain_gpt.py" if getattr(arch, "layer_mixers", None) is None else \
+        "pretrain_hybrid.py"
 
 
 class NotExpressible(InvalidValueError):
@@ -98,6 +113,9 @@ class Emitted:
     notes : tuple of str
         What the user must know to launch it that the file cannot say (a JSON config holds
         no comments): DeepSpeed's AutoEP and the model code it needs (:data:`AUTOEP_NOTE`).
+    script : str
+        The script Megatron-LM's arguments are given to (:func:`megatron_script`; Bridge's
+        ``run_recipe.py`` for a recipe's); empty for the config-file frameworks.
     """
 
     framework: str
@@ -108,6 +126,7 @@ class Emitted:
     seq_length: int
     files: tuple = ()
     notes: tuple = ()
+    script: str = ""
 
     @property
     def suffix(self) -> str:
@@ -444,7 +463,7 @@ def _megatron(row, space, gpus, folder=None) -> Emitted:
         # likewise fp32 is Megatron's default (no --bf16/--fp16), memsym's is bf16
         host += ("--precision", "fp32")
     return Emitted("megatron", "\n".join(lines) + "\n", tuple(words), host, gpus,
-                   space.seq_length, files)
+                   space.seq_length, files, script=megatron_script(space.arch))
 
 
 # ---------------------------------------------------------------------------------------------

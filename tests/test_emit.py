@@ -834,3 +834,19 @@ def test_megatron_search_leaves_megatron_fsdp_out_under_another_optimizer():
 
     assert "zero2" not in make_space("llama3-8b", GPU, optimizer="adafactor").sharding
     assert "zero2" in make_space("llama3-8b", GPU).sharding
+
+
+def test_megatron_emit_names_the_script_of_the_model(capsys, tmp_path):
+    """A hybrid layer pattern is a HybridModel, built by Megatron-LM's pretrain_hybrid.py
+    (d98e8a64dd pretrain_hybrid.py:44 imports HybridModel; pretrain_gpt.py builds GPTModel):
+    the emitted arguments say which script they are for, in the text and the JSON."""
+    for model, script in (("nemotron-3-nano", "pretrain_hybrid.py"),
+                          ("llama3-8b", "pretrain_gpt.py")):
+        code, out, err = run(capsys, "search", model, "--gpu", GPU, "--gpus", 16, "--tp", 1,
+                             "--pp", 1, "--global-batch-size", 64, "--top", 1,
+                             "--emit", "megatron")
+        assert code == 0, err
+        assert f"\n# arguments of {script}\n" in out
+        rows = searched(capsys, tmp_path / model, "megatron", model, 16, "--tp", 1, "--pp", 1,
+                        "--global-batch-size", 64, "--top", 1)
+        assert rows[0]["emit"]["script"] == script
