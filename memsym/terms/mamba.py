@@ -32,6 +32,12 @@ transformers' mixers (Nemotron-H, Zamba2, Bamba) hand the gated norm's and out_p
 the same kernel in training, which then keeps the norm's rstd only: its output is recomputed in
 backward and its input rebuilt from ``out_x`` and ``z``, so ``norm_input`` and
 ``out_proj_input`` give way to ``gated_norm_rstd`` under the model's own code (``hf_norms``).
+This assumes transformers' fused path runs: its ``mamba2_split_conv1d_scan_combined`` is the
+Hub kernel or mamba_ssm's (``use_kernel_func_from_hub_with_fallback("mamba_split_conv1d_scan_
+combined", "mamba_ssm")``, transformers 5.25.0 ``modeling_nemotron_h.py`` lines 542-564); with
+neither installed it is a stub returning None and the mixer falls back to its torch path
+(lines 692-693, from 699 on: the conv1d output, the chunked scan's per-chunk states and the
+norm's fp32 copies kept by autograd), which keeps far more than memsym counts.
 
 Conventions as :mod:`memsym.terms.activations`: 2 bytes per 16-bit element, 1 per dropout-mask
 element, per micro-batch of ``b`` sequences of ``s`` tokens on one GPU; tensor parallelism
