@@ -111,7 +111,8 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
     gated_norm : bool
         The gated RMSNorm over d_ssm before out_proj (Megatron's ``rmsnorm``, default True).
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
-        Transformer Engine FP8 compute (as :func:`~memsym.terms.activations.layer_activations`).
+        Transformer Engine FP8 compute (as :func:`~memsym.terms.activations.layer_activations`;
+        another value raises InvalidValueError).
 
     Returns
     -------
@@ -248,6 +249,15 @@ _PRE_NORM = {"conv": ("models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
                      "(input_layernorm before linear_attn)", gdn_activations),
              "lightning": ("models/minimax/modeling_minimax.py MiniMaxDecoderLayer.forward "
                            "(input_layernorm before self_attn)", lightning_activations)}
+
+
+def _pair(kind) -> tuple:
+    """A hybrid layer's ``(mixer, ffn)``, refused in one line when it is not a pair."""
+    if not isinstance(kind, (tuple, list)) or len(kind) != 2:
+        raise InvalidValueError("kind must be a (mixer, ffn) pair: mixer 'attention', 'mamba', "
+                                "'conv', 'gdn', 'lightning', 'shared' or 'none', ffn None, False "
+                                f"or True; got {kind!r:.40}")
+    return tuple(kind)
 
 
 def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, common: dict,
@@ -442,8 +452,9 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     Raises
     ------
     InvalidValueError
-        A Mamba-1 or side-by-side (Falcon-H1) mixer, MLA, torchtitan's per-op recompute, FP8
-        of a non-Mamba mixer, or context parallelism: one line naming what is not modelled.
+        ``kind`` not a (mixer, ffn) pair; a Mamba-1 or side-by-side (Falcon-H1) mixer, MLA,
+        torchtitan's per-op recompute, FP8 of a non-Mamba mixer, or context parallelism: one
+        line naming what is not modelled.
 
     References
     ----------
@@ -462,7 +473,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     >>> (att.expr + mlp.expr - layer_activations(gated=False, flash=True).expr).expand()
     0
     """
-    mixer, ffn = kind
+    mixer, ffn = kind = _pair(kind)
     _refuse_unmodelled(kind, recompute, context_parallel, common, shared_block)
     if recompute == "full":
         return Total("activations per hybrid layer (full recompute)", tuple(

@@ -55,6 +55,7 @@ are not divided (derived: the adapters are not sharded by any framework memsym r
 
 from __future__ import annotations
 
+from ..errors import InvalidValueError
 from ..symbols import b, h, r_lora, s, t
 from ..term import Source, Term, Total
 from ..values import as_expr
@@ -69,6 +70,16 @@ _MLP_KEYS = ("mlp_activation", "fc2_input")
 
 def _src(where: str) -> Source:
     return Source("hf-transformers-5-25", f"{_ZAMBA2}:{where}")
+
+
+def _rank(adapter_rank):
+    """The adapters' rank as an expression; a number must be a whole count >= 0 (a negative or
+    fractional rank would price negative or fractional bytes)."""
+    rank = as_expr(adapter_rank, "adapter_rank")
+    if rank.is_number and not (rank.is_integer and rank >= 0):
+        raise InvalidValueError(f"adapter_rank must be a whole number >= 0 (0: no adapters) "
+                                f"or a SymPy symbol, got {adapter_rank!r:.40}")
+    return rank
 
 
 def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False,
@@ -93,7 +104,7 @@ def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False
     Parameters
     ----------
     adapter_rank : int or sympy.Expr
-        The adapters' rank r [1] (0: no adapters, Zamba).
+        The adapters' rank r [1] (0: no adapters, Zamba); a whole number or a symbol.
     attention_adapters : bool
         Q, K and V have per-use adapters too (Zamba2's ``use_shared_attention_adapter``).
     sequence_parallel : bool
@@ -134,7 +145,7 @@ def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False
 
     """
     sigma = t if sequence_parallel else 1
-    tok, rank = s * b, as_expr(adapter_rank, "adapter_rank")
+    tok, rank = s * b, _rank(adapter_rank)
     dense = layer_activations(gated=True, flash=flash, norm="rmsnorm", dropout=False,
                               sequence_parallel=sequence_parallel)
     terms = [
