@@ -440,6 +440,8 @@ TORCHTITAN_CASES = {
     # (expert_tensor_parallel_degree, which ParallelDims takes as tp or 1)
     "experts": ("mixtral-8x7b", 16, "--tp", 1, 2, "--pp", 1, "--top", 4,
                 "--global-batch-size", 64),
+    "experts-tp2": ("mixtral-8x7b", 16, "--tp", 2, "--pp", 1, "--sharding", "fsdp", "--top", 2,
+                    "--global-batch-size", 64),
 }
 
 
