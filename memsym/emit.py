@@ -2,7 +2,8 @@
 
 :func:`emit` turns one row of :func:`memsym.search.search` into what the framework reads:
 
-* ``megatron``: ``pretrain_gpt.py`` arguments (Megatron-LM ``megatron/training/arguments.py``
+* ``megatron``: ``pretrain_gpt.py`` arguments, ``pretrain_hybrid.py``'s for a hybrid Mamba model
+  (:func:`megatron_script`; Megatron-LM ``megatron/training/arguments.py``
   at ``d98e8a64dd``, the commit :mod:`memsym.readers.megatron` reads), the layout, batch,
   precision, sharding, recompute, dropout and overlap arguments only (the model stays the
   MODEL the user named), plus ``--world-size`` (memsym's addition: Megatron reads
@@ -10,7 +11,8 @@
   allows it (:func:`_megatron_overlaps`: left out on plain DDP, which gathers no parameters);
 * ``torchtitan``: a job TOML fragment with the ``[parallelism]``, ``[training]`` and
   ``[activation_checkpoint]`` keys of torchtitan v0.2.2 (``torchtitan/config/job_config.py``,
-  the keys :mod:`memsym.readers.torchtitan` reads);
+  the keys :mod:`memsym.readers.torchtitan` reads), expert parallelism as
+  ``expert_parallel_degree`` with ``expert_tensor_parallel_degree`` = TP;
 * ``deepspeed``: a ``ds_config.json`` (the batch triple, ``bf16``/``fp16`` and
   ``zero_optimization`` of DeepSpeed 0.19.6, the keys :mod:`memsym.readers.deepspeed` reads),
   expert parallelism as AutoEP's ``expert_parallel`` section (:data:`AUTOEP_NOTE`).
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from .errors import InvalidValueError
 from .frameworks import FRAMEWORK
 from .job import resolve_dropout
+from .emit_rules import AUTOEP_NOTE, UNSPELLED, held_for_emit
 from .model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.jobs import DEEPSPEED_SCHEMES
 from .readers.megatron_userbuffers import ub_yaml
@@ -40,7 +43,7 @@ from .search import launch_overlaps
 from .search.space import MEGATRON_FSDP_STRATEGY, recompute_layers
 
 __all__ = ["AUTOEP_NOTE", "EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "emit",
-           "check_emittable", "held_for_emit", "UNSPELLED"]
+           "check_emittable", "held_for_emit", "megatron_script", "UNSPELLED"]
 
 #: The frameworks a layout is emitted for, as ``memsym search --emit`` names them.
 EMIT_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
@@ -66,43 +69,18 @@ _MEGATRON_DROPOUT = "0.1"
 _TORCHTITAN_SCHEDULES = {"gpipe": ("GPipe", "LoopedBFS"), "1f1b": ("1F1B", "Interleaved1F1B")}
 
 
-#: What an emitted ``expert_parallel`` section needs beside the config.  DeepSpeed (edaa722126)
-#: reads it as AutoEP: ``runtime/config.py:128-133`` (``get_expert_parallel_config``),
-#: ``runtime/engine.py:570-643`` (``_configure_expert_parallel``: EP groups of ``autoep_size``
-#: ranks, then the detected MoE blocks replaced), ``module_inject/auto_ep_config.py:270-290``
-#: (``autoep_size`` divides each layer's experts); it detects the transformers blocks of its
-#: presets (``module_inject/auto_ep_presets/registry.py:19-25``, each needing transformers
-#: >= 5.0, ``mixtral.py:26-27``).  Without AutoEP, DeepSpeed's MoE is model code:
-#: ``moe/layer.py:42`` ``MoE(..., ep_size=1, ...)``, an argument no config sets.
-AUTOEP_NOTE = ("expert_parallel is DeepSpeed's AutoEP: it replaces the transformers MoE blocks "
-               "it detects (presets mixtral, qwen3_moe/qwen2_moe, qwen3_5_moe, deepseek_v2, "
-               "deepseek_v3, with transformers >= 5.0; another model needs its "
-               "moe_layer_pattern/router_pattern/expert_pattern keys); a model built on "
-               "deepspeed.moe.layer.MoE ignores it and needs MoE(ep_size=E) in its own code")
+def megatron_script(arch) -> str:
+    """The Megatron-LM script a model's arguments are given to: ``pretrain_hybrid.py`` for a
+    hybrid layer pattern (``layer_mixers``: a HybridModel, Megatron-LM ``d98e8a64dd``
+    ``pretrain_hybrid.py:44``; the same arguments and defaults), else ``pretrain_gpt.py``, as
+    memsym's Megatron reader names it (:mod:`memsym.cli.training_options`).
 
-
-#: The searched sizes a framework's file spells only as here, and why: an ``--emit`` search
-#: holds those the command line leaves unnamed (:func:`held_for_emit`), so that it ranks rows it
-#: can write.  DeepSpeed pipelines only a model-code ``PipelineModule`` (``deepspeed/__init__.py
-#: :213`` at edaa722126), and activation checkpointing is the model code's call too.
-UNSPELLED = {"deepspeed": ({"tp": [1], "pp": [1], "cp": [1], "vpp": [1], "recompute": ["none"]},
-                           "a ds_config.json holds ZeRO data parallelism and AutoEP's expert "
-                           "parallelism, not TP, PP, CP or activation checkpointing")}
-
-
-def held_for_emit(framework: str, options: dict) -> str | None:
-    """Hold in ``options`` (:func:`memsym.search.search`'s keywords) the sizes ``framework``'s
-    file cannot spell (:data:`UNSPELLED`) where none is given; the line saying so, or None.
-
-    >>> opts = {"tp": None, "pp": [2], "cp": None, "vpp": None}
-    >>> held_for_emit("deepspeed", opts)[:40], opts["tp"], opts["pp"]
-    ('tp 1, cp 1, vpp 1, recompute none: a ds_', [1], [2])
+    >>> from memsym.model.presets import preset
+    >>> megatron_script(preset("llama3-8b")), megatron_script(preset("nemotron-3-nano"))
+    ('pretrain_gpt.py', 'pretrain_hybrid.py')
     """
-    sizes, why = UNSPELLED.get(framework, ({}, ""))
-    held = [key for key, value in sizes.items() if options.get(key) is None]
-    options.update({key: list(sizes[key]) for key in held})
-    said = ", ".join(f"{key} {' '.join(map(str, sizes[key]))}" for key in held)
-    return f"{said}: {why}" if held else None
+    return "pretrain_gpt.py" if getattr(arch, "layer_mixers", None) is None else \
+        "pretrain_hybrid.py"
 
 
 class NotExpressible(InvalidValueError):
@@ -135,6 +113,9 @@ class Emitted:
     notes : tuple of str
         What the user must know to launch it that the file cannot say (a JSON config holds
         no comments): DeepSpeed's AutoEP and the model code it needs (:data:`AUTOEP_NOTE`).
+    script : str
+        The script Megatron-LM's arguments are given to (:func:`megatron_script`; Bridge's
+        ``run_recipe.py`` for a recipe's); empty for the config-file frameworks.
     """
 
     framework: str
@@ -145,6 +126,7 @@ class Emitted:
     seq_length: int
     files: tuple = ()
     notes: tuple = ()
+    script: str = ""
 
     @property
     def suffix(self) -> str:
@@ -481,7 +463,7 @@ def _megatron(row, space, gpus, folder=None) -> Emitted:
         # likewise fp32 is Megatron's default (no --bf16/--fp16), memsym's is bf16
         host += ("--precision", "fp32")
     return Emitted("megatron", "\n".join(lines) + "\n", tuple(words), host, gpus,
-                   space.seq_length, files)
+                   space.seq_length, files, script=megatron_script(space.arch))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,13 +489,24 @@ def _torchtitan(row, space, gpus) -> Emitted:
     if bool(row["sequence_parallel"]) != (t > 1):
         raise NotExpressible("torchtitan's tensor parallelism always shards the sequence: "
                              "sequence parallelism on exactly when t > 1")
-    if row["e"] > 1:
-        raise NotExpressible("expert parallelism: torchtitan's expert_tensor_parallel_degree is "
-                             "not read back (memsym counts expert TP = t in the search)")
     par = {"data_parallel_replicate_degree": d if row["sharding"] == "ddp" else 1,
            "data_parallel_shard_degree": d if row["sharding"] == "fsdp" else 1,
            "tensor_parallel_degree": t, "pipeline_parallel_degree": p,
            "context_parallel_degree": row["c"]}
+    if row["e"] > 1:
+        # the search splits the experts' weights over t as well (expert TP = t), which
+        # torchtitan v0.2.2 spells etp = tp (parallel_dims.py:59 takes etp = tp or 1) and
+        # memsym's reader reads back; its expert mesh is (pp, dp_replicate, efsdp, ep, etp)
+        # with efsdp = dp_shard * cp * tp // (etp * ep) (parallel_dims.py:138, 154-157), so
+        # EP borrows from the sharded data and context ranks only
+        shard = d if row["sharding"] == "fsdp" else 1
+        if (shard * row["c"]) % row["e"]:
+            raise NotExpressible(f"e = {row['e']} over data_parallel_shard_degree {shard} x "
+                                 f"context_parallel_degree {row['c']}: torchtitan's expert "
+                                 "parallelism borrows from those ranks only (efsdp = dp_shard "
+                                 "x cp / ep with etp = tp)")
+        par["expert_parallel_degree"] = row["e"]
+        par["expert_tensor_parallel_degree"] = t
     L = space.arch.num_layers
     if p > 1:
         single, looped = _TORCHTITAN_SCHEDULES[space.schedule or "1f1b"]
@@ -558,9 +551,9 @@ def _deepspeed(row, space, gpus) -> Emitted:
     b, m, B = _batch(row, space)
     split = [f"{k} = {row[k]}" for k in ("t", "p", "c", "v") if row[k] > 1]
     if split:
-        raise NotExpressible(f"{', '.join(split)}: a DeepSpeed config holds ZeRO data "
-                             "parallelism and AutoEP's expert parallelism only (memsym reads "
-                             "t = p = 1 from it)")
+        raise NotExpressible(f"{', '.join(split)}: memsym's DeepSpeed reader reads ZeRO data "
+                             "parallelism and AutoEP's expert parallelism from a config, "
+                             "t = p = 1 and the whole sequence (UNSPELLED)")
     stage = _DEEPSPEED_STAGE.get(row["sharding"])
     if stage is None:
         raise NotExpressible(f"sharding {row['sharding']}: DeepSpeed's ZeRO stages are ddp, "

@@ -382,14 +382,17 @@ def test_deepspeed_round_trip(capsys, tmp_path, case):
 
 
 def test_deepspeed_emit_search_ranks_only_what_its_config_holds(capsys):
-    """Unnamed, the sizes a ds_config.json cannot hold are held at 1 (recompute none) and the
-    output says so: every ranked row is written, Mixtral's experts split by AutoEP (the
+    """Unnamed, the sizes memsym's DeepSpeed reader does not read from a ds_config.json
+    (DeepSpeed reads AutoTP, Ulysses and activation_checkpointing keys, deepspeed/__init__.py
+    :203-211, but the reader counts t = 1, the whole sequence, no recompute) are held at 1
+    (recompute none) and the output says so, naming the reader: every ranked row is written, Mixtral's experts split by AutoEP (the
     search's e divides its 8 experts, auto_ep_config.py:285)."""
     code, out, err = run(capsys, "search", "mixtral-8x7b", "--gpu", GPU, "--gpus", 16,
                          "--seq-length", 1024, "--global-batch-size", 64, "--top", 4,
                          "--emit", "deepspeed")
     assert code == 0, err
-    assert "# held by --emit deepspeed: tp 1, pp 1, cp 1, vpp 1, recompute none" in out
+    assert "# held by --emit deepspeed: tp 1, pp 1, cp 1, vpp 1, recompute none: memsym's " \
+        "DeepSpeed reader reads ZeRO data parallelism" in out
     heads = [line for line in out.splitlines() if line.startswith("# layout ")]
     assert len(heads) == 4 and not any("not emitted" in line for line in heads)
     assert all(" t=1 p=1 c=1 " in line and " v=1 " in line for line in heads)
@@ -397,7 +400,7 @@ def test_deepspeed_emit_search_ranks_only_what_its_config_holds(capsys):
 
 
 def test_deepspeed_refuses_what_its_config_cannot_hold(capsys):
-    """Tensor parallelism and recompute are not in a ds_config.json memsym reads: every row
+    """Tensor parallelism and recompute are not read from a ds_config.json by memsym: every row
     refused is one stderr line and exit 2 when none is left."""
     code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--tp", 2,
                          "--pp", 1, "--global-batch-size", 64, "--top", 2,
@@ -433,6 +436,12 @@ TORCHTITAN_CASES = {
                          "--global-batch-size", 64),
     "per-op": ("llama3-8b", 8, "--tp", 1, "--pp", 1, "--cp", 1, "--recompute", "selective-op",
                "--top", 1, "--global-batch-size", 64),
+    # expert parallelism: expert_parallel_degree, with the experts' TP = t
+    # (expert_tensor_parallel_degree, which ParallelDims takes as tp or 1)
+    "experts": ("mixtral-8x7b", 16, "--tp", 1, 2, "--pp", 1, "--top", 4,
+                "--global-batch-size", 64),
+    "experts-tp2": ("mixtral-8x7b", 16, "--tp", 2, "--pp", 1, "--sharding", "fsdp", "--top", 2,
+                    "--global-batch-size", 64),
 }
 
 
@@ -455,12 +464,44 @@ def test_torchtitan_round_trip(capsys, tmp_path, case):
                 lay["num_microbatches"]
         assert trn_cfg["global_batch_size"] == lay["micro_batch_size"] * \
             lay["num_microbatches"] * lay["dp"]
+        if lay["ep"] > 1:
+            # job_config.py v0.2.2: expert_parallel_degree, expert_tensor_parallel_degree =
+            # tp (the search's expert TP); parallel_dims.py:138 efsdp = dp_shard*cp*tp //
+            # (etp*ep) must be whole
+            assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == \
+                (lay["ep"], lay["tp"])
+            assert par["data_parallel_shard_degree"] * lay["cp"] % lay["ep"] == 0
+        else:
+            assert "expert_parallel_degree" not in par
         trn = assert_same(row, read_back(capsys, row["emit"]["read_back"]))
         rc = lay["recompute"]
         if rc.startswith("every-"):
             assert cfg["activation_checkpoint"] == {"mode": "selective",
                                                     "selective_ac_option": rc[6:]}
             assert (trn["recompute"], trn["recompute_method"]) == ("full", "every")
+
+
+def test_torchtitan_emits_experts_of_a_moe_search(capsys):
+    """A MoE search emitted for torchtitan writes every ranked row (it failed on all of them
+    when expert_parallel_degree was refused): Mixtral's 8 experts over EP 8."""
+    code, out, err = run(capsys, "search", "mixtral-8x7b", "--framework", "torchtitan",
+                         "--emit", "torchtitan", "--top", 3, "--gpu", GPU, "--gpus", 16,
+                         "--global-batch-size", 64)
+    assert code == 0, err
+    heads = [line for line in out.splitlines() if line.startswith("# layout ")]
+    assert len(heads) == 3 and not any("not emitted" in line for line in heads)
+    assert out.count("expert_parallel_degree = 8") == 3
+
+
+def test_torchtitan_refuses_experts_over_replicas():
+    """torchtitan's expert mesh borrows EP from dp_shard x cp (parallel_dims.py:138, efsdp =
+    dp_shard*cp*tp // (etp*ep)): 8 experts over plain replicas (dp_shard 1, cp 1) cannot be
+    spelled."""
+    res = search("mixtral-8x7b", GPU, 16, framework="torchtitan", global_batch_size=64,
+                 tp=[2], pp=[1], cp=[1], sharding=["ddp"])
+    row = next(res.row(int(i)) for i in res.order() if res.row(int(i))["e"] == 8)
+    with pytest.raises(NotExpressible, match="e = 8 over data_parallel_shard_degree 1"):
+        emit("torchtitan", row, res.space, 16, "mixtral-8x7b")
 
 
 def test_torchtitan_refuses_fsdp_over_one_rank():
@@ -795,3 +836,19 @@ def test_megatron_search_leaves_megatron_fsdp_out_under_another_optimizer():
 
     assert "zero2" not in make_space("llama3-8b", GPU, optimizer="adafactor").sharding
     assert "zero2" in make_space("llama3-8b", GPU).sharding
+
+
+def test_megatron_emit_names_the_script_of_the_model(capsys, tmp_path):
+    """A hybrid layer pattern is a HybridModel, built by Megatron-LM's pretrain_hybrid.py
+    (d98e8a64dd pretrain_hybrid.py:44 imports HybridModel; pretrain_gpt.py builds GPTModel):
+    the emitted arguments say which script they are for, in the text and the JSON."""
+    for model, script in (("nemotron-3-nano", "pretrain_hybrid.py"),
+                          ("llama3-8b", "pretrain_gpt.py")):
+        code, out, err = run(capsys, "search", model, "--gpu", GPU, "--gpus", 16, "--tp", 1,
+                             "--pp", 1, "--global-batch-size", 64, "--top", 1,
+                             "--emit", "megatron")
+        assert code == 0, err
+        assert f"\n# arguments of {script}\n" in out
+        rows = searched(capsys, tmp_path / model, "megatron", model, 16, "--tp", 1, "--pp", 1,
+                        "--global-batch-size", 64, "--top", 1)
+        assert rows[0]["emit"]["script"] == script

@@ -494,7 +494,7 @@ def test_olmo2_q_and_k_norms_keep_the_fp32_product(tmp_path):
 # Each Mamba layer of a transformers hybrid model normalises its input with the model's RMSNorm
 # class and feeds the mixer's in_proj: NemotronHBlock.forward (self.norm, then self.mixer;
 # modeling_nemotron_h.py lines 1064-1081), Zamba2MambaDecoderLayer.forward (input_layernorm,
-# then self.mamba; modeling_zamba2.py 1120-1122), BambaDecoderLayer.forward (input_layernorm,
+# then self.mamba; modeling_zamba2.py 1116-1118), BambaDecoderLayer.forward (input_layernorm,
 # then self.mamba).  In training the mixer hands in_proj's output to mamba_ssm's fused
 # mamba_split_conv1d_scan_combined with the gated norm's weight (rmsnorm_weight=self.norm.weight,
 # modeling_nemotron_h.py 670-690): that norm runs in the Triton kernel, which keeps its rstd,

@@ -32,7 +32,8 @@ def command_rows():
         option("--emit", group="output", choices=("megatron", "torchtitan", "deepspeed"),
            commands=search, effect="output",
            help="print each top layout as the framework's own input instead of the table: "
-           "pretrain_gpt.py arguments, a torchtitan v0.2 job TOML fragment or a "
+           "Megatron-LM arguments (of pretrain_gpt.py, of pretrain_hybrid.py for a hybrid "
+           "Mamba model), a torchtitan v0.2 job TOML fragment or a "
            "ds_config.json, and the memsym estimate command that reads it back; prices the "
            "layouts under that framework's rules (--framework); a layout the framework cannot "
            "spell is named in one line, not emitted"),

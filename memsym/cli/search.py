@@ -447,6 +447,7 @@ def _emit_json(args, item) -> dict:
     if isinstance(got, str):
         return {"framework": args.emit, "refused": got}
     return {"framework": got.framework, "text": got.text, "arguments": list(got.arguments),
+            **({"script": got.script} if got.script else {}),
             "file": path, "read_back": _read_back(args, n, got, path),
             **({"files": dict(got.files)} if got.files else {}),
             **({"notes": list(got.notes)} if got.notes else {})}
@@ -473,6 +474,8 @@ def _emit_text(args, res, rows, emitted, assumed) -> str:
             lines.append(f"{head}; not emitted: {got}")
             continue
         lines.append(head)
+        if got.script:      # which script the arguments are given to (a hybrid's is its own)
+            lines.append(f"# arguments of {got.script}")
         lines.append("# read back: " + _read_back(args, n, got, path))
         lines += [f"# note: {note}" for note in got.notes]
         if path is not None:

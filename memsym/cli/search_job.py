@@ -485,7 +485,7 @@ def bridge_relaunch(sj: SearchJob, got):
             host += pairs[i:i + 2]
     host += ["--world-size", str(got.world_size)]
     return replace(got, text="\n".join(lines) + "\n", arguments=arguments, host=tuple(host),
-                   files=(), notes=got.notes + placement_note(placed))
+                   files=(), notes=got.notes + placement_note(placed), script="run_recipe.py")
 
 
 def recipe_placement(est) -> list:

@@ -64,7 +64,9 @@ The pre-norm of a hybrid model's Mamba layer is its RMSNorm class too (``Nemotro
 (:mod:`memsym.terms.mamba`); the Mamba2 mixer's gated norm does not: in training transformers
 hands its weight to mamba_ssm's fused ``mamba_split_conv1d_scan_combined`` (``rmsnorm_weight=
 self.norm.weight``, ``modeling_nemotron_h.py`` lines 670-690), whose Triton norm keeps its
-rstd, no fp32 copy.
+rstd, no fp32 copy.  That assumes the fused kernel is there (the Hub kernel or mamba_ssm,
+lines 542-564); without either the function is a stub returning None and the mixer runs its
+torch path (lines 692-693, from 699 on), which keeps far more than counted here.
 
 Measured on transformers' ``LlamaDecoderLayer``, ``Qwen2DecoderLayer`` and ``Qwen3DecoderLayer``
 in ``tests/test_hf_activations.py``, on ``Gemma3DecoderLayer``, ``Qwen3NextDecoderLayer``,
@@ -101,7 +103,7 @@ _NORM = ("RMSNorm.forward: output * (1.0 + self.weight.float()), then type_as(x)
 _Q3N_QK = Source("hf-transformers-5-25", _Q3N + "Qwen3NextRMSNorm.forward (lines 135-140: "
                  "output * (1.0 + self.weight.float()), then type_as(x)); Qwen3NextAttention."
                  "__init__ (q_norm, k_norm of head_dim)")
-_G3_QK = Source("hf-transformers-5", _G3 + "Gemma3RMSNorm.forward (lines 128-133: output * "
+_G3_QK = Source("hf-transformers-5-25", _G3 + "Gemma3RMSNorm.forward (lines 128-133: output * "
                 "(1.0 + self.weight.float()), then type_as(x)); Gemma3Attention (q_norm, k_norm "
                 "of head_dim, lines 310-311, 329-330)")
 
@@ -134,14 +136,14 @@ def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0, *,
     latent_rank : int or sympy.Expr
         :math:`r`, MLA's latent norms' widths together, ``q_lora_rank + kv_lora_rank``
         (``q_a_layernorm``, ``kv_a_layernorm``; replicated over t; 0 without them) [elements].
+    product : bool
+        The norm multiplies the weight in fp32 (the fp32 normalised tensor kept).
 
     Returns
     -------
     list of Term
         ``norm_fp32_input`` and, with Q and K norms, ``qk_norm_fp32_input``, with latent
         norms ``mla_latent_norm_fp32_input``.
-    product : bool
-        The norm multiplies the weight in fp32 (the fp32 normalised tensor kept).
 
     Examples
     --------

@@ -32,6 +32,12 @@ transformers' mixers (Nemotron-H, Zamba2, Bamba) hand the gated norm's and out_p
 the same kernel in training, which then keeps the norm's rstd only: its output is recomputed in
 backward and its input rebuilt from ``out_x`` and ``z``, so ``norm_input`` and
 ``out_proj_input`` give way to ``gated_norm_rstd`` under the model's own code (``hf_norms``).
+This assumes transformers' fused path runs: its ``mamba2_split_conv1d_scan_combined`` is the
+Hub kernel or mamba_ssm's (``use_kernel_func_from_hub_with_fallback("mamba_split_conv1d_scan_
+combined", "mamba_ssm")``, transformers 5.25.0 ``modeling_nemotron_h.py`` lines 542-564); with
+neither installed it is a stub returning None and the mixer falls back to its torch path
+(lines 692-693, from 699 on: the conv1d output, the chunked scan's per-chunk states and the
+norm's fp32 copies kept by autograd), which keeps far more than memsym counts.
 
 Conventions as :mod:`memsym.terms.activations`: 2 bytes per 16-bit element, 1 per dropout-mask
 element, per micro-batch of ``b`` sequences of ``s`` tokens on one GPU; tensor parallelism
@@ -105,7 +111,8 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
     gated_norm : bool
         The gated RMSNorm over d_ssm before out_proj (Megatron's ``rmsnorm``, default True).
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
-        Transformer Engine FP8 compute (as :func:`~memsym.terms.activations.layer_activations`).
+        Transformer Engine FP8 compute (as :func:`~memsym.terms.activations.layer_activations`;
+        another value raises InvalidValueError).
 
     Returns
     -------
@@ -242,6 +249,15 @@ _PRE_NORM = {"conv": ("models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
                      "(input_layernorm before linear_attn)", gdn_activations),
              "lightning": ("models/minimax/modeling_minimax.py MiniMaxDecoderLayer.forward "
                            "(input_layernorm before self_attn)", lightning_activations)}
+
+
+def _pair(kind) -> tuple:
+    """A hybrid layer's ``(mixer, ffn)``, refused in one line when it is not a pair."""
+    if not isinstance(kind, (tuple, list)) or len(kind) != 2:
+        raise InvalidValueError("kind must be a (mixer, ffn) pair: mixer 'attention', 'mamba', "
+                                "'conv', 'gdn', 'lightning', 'shared' or 'none', ffn None, False "
+                                f"or True; got {kind!r:.40}")
+    return tuple(kind)
 
 
 def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, common: dict,
@@ -436,8 +452,9 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     Raises
     ------
     InvalidValueError
-        A Mamba-1 or side-by-side (Falcon-H1) mixer, MLA, torchtitan's per-op recompute, FP8
-        of a non-Mamba mixer, or context parallelism: one line naming what is not modelled.
+        ``kind`` not a (mixer, ffn) pair; a Mamba-1 or side-by-side (Falcon-H1) mixer, MLA,
+        torchtitan's per-op recompute, FP8 of a non-Mamba mixer, or context parallelism: one
+        line naming what is not modelled.
 
     References
     ----------
@@ -456,7 +473,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     >>> (att.expr + mlp.expr - layer_activations(gated=False, flash=True).expr).expand()
     0
     """
-    mixer, ffn = kind
+    mixer, ffn = kind = _pair(kind)
     _refuse_unmodelled(kind, recompute, context_parallel, common, shared_block)
     if recompute == "full":
         return Total("activations per hybrid layer (full recompute)", tuple(

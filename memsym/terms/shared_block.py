@@ -10,7 +10,7 @@ runs the attention on it (``Zamba2Attention``: a heads of :math:`d_h = 2h/a`, Q,
 the 2h-wide input, o_proj writes h), normalises the attention output (``pre_ff_layernorm``)
 and runs the gated MLP (``Zamba2MLP``); no residual is added inside the block.  Each use has
 its own LoRA-style adapters of rank r: on the MLP's gate/up projection always (Zamba2), on
-Q, K and V with ``use_shared_attention_adapter`` (lines 293-297, 1011-1019).  What one use
+Q, K and V with ``use_shared_attention_adapter`` (lines 294-298, 1011-1019).  What one use
 keeps, counted with memsym's conventions for a transformer layer
 (:func:`memsym.terms.activations.layer_activations`: a norm keeps its 16-bit input and fp32
 per-token statistics, a linear its 16-bit input, SwiGLU its fc1 output, flash attention Q, K,
@@ -55,6 +55,7 @@ are not divided (derived: the adapters are not sharded by any framework memsym r
 
 from __future__ import annotations
 
+from ..errors import InvalidValueError
 from ..symbols import b, h, r_lora, s, t
 from ..term import Source, Term, Total
 from ..values import as_expr
@@ -69,6 +70,16 @@ _MLP_KEYS = ("mlp_activation", "fc2_input")
 
 def _src(where: str) -> Source:
     return Source("hf-transformers-5-25", f"{_ZAMBA2}:{where}")
+
+
+def _rank(adapter_rank):
+    """The adapters' rank as an expression; a number must be a whole count >= 0 (a negative or
+    fractional rank would price negative or fractional bytes)."""
+    rank = as_expr(adapter_rank, "adapter_rank")
+    if rank.is_number and not (rank.is_integer and rank >= 0):
+        raise InvalidValueError(f"adapter_rank must be a whole number >= 0 (0: no adapters) "
+                                f"or a SymPy symbol, got {adapter_rank!r:.40}")
+    return rank
 
 
 def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False,
@@ -93,7 +104,7 @@ def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False
     Parameters
     ----------
     adapter_rank : int or sympy.Expr
-        The adapters' rank r [1] (0: no adapters, Zamba).
+        The adapters' rank r [1] (0: no adapters, Zamba); a whole number or a symbol.
     attention_adapters : bool
         Q, K and V have per-use adapters too (Zamba2's ``use_shared_attention_adapter``).
     sequence_parallel : bool
@@ -134,7 +145,7 @@ def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False
 
     """
     sigma = t if sequence_parallel else 1
-    tok, rank = s * b, as_expr(adapter_rank, "adapter_rank")
+    tok, rank = s * b, _rank(adapter_rank)
     dense = layer_activations(gated=True, flash=flash, norm="rmsnorm", dropout=False,
                               sequence_parallel=sequence_parallel)
     terms = [
@@ -145,13 +156,13 @@ def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False
              "RMSNorms (input_layernorm, pre_ff_layernorm)", _src("81-86 (Zamba2RMSNorm)"),
              label="norm stats"),
         Term("qkv_input", 2 * tok * 2 * h / sigma, "the norm's 2h-wide output, input of Q, K, V "
-             "and of their adapters' down-projections", _src("290-292 (q_proj, k_proj, v_proj)"),
+             "and of their adapters' down-projections", _src("291-293 (q_proj, k_proj, v_proj)"),
              label="QKV in"),
     ]
     if attention_adapters and rank != 0:
         terms.append(Term("attention_adapters", 3 * 2 * tok * rank,
                           "the rank-r inputs of the Q, K, V adapters' up-projections",
-                          _src("293-297 (linear_q/k/v_adapter_list)"), label="QKV adapters"))
+                          _src("294-298 (linear_q/k/v_adapter_list)"), label="QKV adapters"))
     terms += [dense[k] for k in _ATTENTION_KEYS if k in dense]
     terms += [
         Term("ff_norm_input", 2 * tok * h / sigma, "o_proj's output, pre_ff_layernorm's input",

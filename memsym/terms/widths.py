@@ -388,7 +388,8 @@ def saved_input_bytes(fp8_inputs: bool | str = False) -> sp.Expr:
     Parameters
     ----------
     fp8_inputs : bool or {"mxfp8", "nvfp4"}
-        False: 16-bit compute; True: per-tensor FP8; ``"mxfp8"``; ``"nvfp4"``.
+        False (or None): 16-bit compute; True: per-tensor FP8; ``"mxfp8"``; ``"nvfp4"``;
+        anything else raises InvalidValueError.
 
     Returns
     -------
@@ -405,6 +406,10 @@ def saved_input_bytes(fp8_inputs: bool | str = False) -> sp.Expr:
     transformer-engine at d0067d0da6: pytorch/module/linear.py:616-621 (saved_inputmat),
     pytorch/module/layernorm_linear.py:478-487, :526-536 (ln_out saved columnwise).
     """
+    if fp8_inputs not in (None, False, True, "mxfp8", "nvfp4"):
+        # a misspelt recipe would otherwise be truthy, priced as per-tensor FP8
+        raise InvalidValueError(f"fp8_inputs must be False (16-bit), True (FP8), 'mxfp8' or "
+                                f"'nvfp4', got {fp8_inputs!r:.40}")
     if fp8_inputs == "mxfp8":
         return 1 + sp.Rational(1, MXFP8_BLOCK)
     if fp8_inputs == "nvfp4":

@@ -3,14 +3,19 @@ dispatcher's per-layer host synchronisation exposes when the GPU work is shorter
 
 Every token dispatcher of Megatron-core (the runs' ``alltoall`` and ``flex``) waits on the
 host in each MoE layer's forward: the all-to-all dispatcher copies the token counts to the
-host and blocks on them before the all-to-all (``_maybe_dtoh_and_synchronize``: the DtoH
-copies on ``cuda_dtoh_stream``, then ``self.d2h_event.synchronize()`` at
-``cuda_sync_point = "before_ep_alltoall"`` whenever EP > 1; CUDA graphs of
-``moe_preprocess`` only move the copies to ``before_ep_alltoall``, the wait stays), and the
-flex dispatcher's HybridEP path resolves the received-row count on the host
-(``_HybridEPManager.dispatch``: ``num_permuted_tokens = tokens_per_expert.sum()``, "CPU sync
-in dispatch") [megatron-moe-host].  Only dropping and padding to capacity
-(``moe_pad_expert_input_to_capacity``) skips it; no validation run sets it.
+host and blocks on them (``_maybe_dtoh_and_synchronize``: the DtoH copies on
+``cuda_dtoh_stream``, then ``self.d2h_event.synchronize()`` at the ``cuda_sync_point`` that
+``preprocess`` sets: ``"before_ep_alltoall"`` whenever EP > 1 or TP > 1, ``"before_finish"``
+with EP = TP = 1, earlier still with token dropping or router padding; ``token_dispatcher.py``
+lines 548-605 at ``d98e8a64dd``; CUDA graphs of ``moe_preprocess`` only move the copies, the
+wait stays), and the flex dispatcher's HybridEP path resolves the received-row count on the
+host (``_HybridEPManager.dispatch``: ``num_permuted_tokens = tokens_per_expert.sum()``, "CPU
+sync in dispatch") [megatron-moe-host].  Two settings skip it: dropping and padding to
+capacity (``moe_pad_expert_input_to_capacity``: ``preprocess`` returns the token counts it
+computes on the CPU before any sync point is set, lines 517-540), and HybridEP's static
+budget (``moe_expert_rank_capacity_factor``: ``num_permuted_tokens`` fixed on the host,
+lines 1098-1111); no validation run sets either (``moe_host_sync`` off,
+:class:`memsym.timing.records.Settings`).
 
 At the wait the GPU's queue drains, so the CPU cannot run ahead of the GPU across MoE
 layers in the forward: issuing one MoE layer's forward (router, dispatcher pre-processing

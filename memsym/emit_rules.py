@@ -1,0 +1,56 @@
+"""What ``memsym search --emit`` holds for a framework's file: the searched sizes the file
+cannot spell so that memsym's reader of that framework reads them back, and what an emitted
+DeepSpeed expert split needs beside its config (:mod:`memsym.emit` writes the files).
+"""
+
+from __future__ import annotations
+
+__all__ = ["AUTOEP_NOTE", "UNSPELLED", "held_for_emit"]
+
+#: What an emitted ``expert_parallel`` section needs beside the config.  DeepSpeed (edaa722126)
+#: reads it as AutoEP: ``runtime/config.py:128-133`` (``get_expert_parallel_config``),
+#: ``runtime/engine.py:570-643`` (``_configure_expert_parallel``: EP groups of ``autoep_size``
+#: ranks, then the detected MoE blocks replaced), ``module_inject/auto_ep_config.py:270-290``
+#: (``autoep_size`` divides each layer's experts); it detects the transformers blocks of its
+#: presets (``module_inject/auto_ep_presets/registry.py:19-25``, each needing transformers
+#: >= 5.0, ``mixtral.py:26-27``).  Without AutoEP, DeepSpeed's MoE is model code:
+#: ``moe/layer.py:42`` ``MoE(..., ep_size=1, ...)``, an argument no config sets.
+AUTOEP_NOTE = ("expert_parallel is DeepSpeed's AutoEP: it replaces the transformers MoE blocks "
+               "it detects (presets mixtral, qwen3_moe/qwen2_moe, qwen3_5_moe, deepseek_v2, "
+               "deepseek_v3, with transformers >= 5.0; another model needs its "
+               "moe_layer_pattern/router_pattern/expert_pattern keys); a model built on "
+               "deepspeed.moe.layer.MoE ignores it and needs MoE(ep_size=E) in its own code")
+
+
+#: The searched sizes a framework's file spells only as here, and why: an ``--emit`` search
+#: holds those the command line leaves unnamed (:func:`held_for_emit`), so that it ranks rows it
+#: can write.  DeepSpeed (edaa722126) does read a config's AutoTP (``tensor_parallel.autotp_size``,
+#: ``deepspeed/__init__.py:209-211``), Ulysses' ``sequence_parallel_size`` (:203-206) and an
+#: ``activation_checkpointing`` section, but memsym's DeepSpeed reader counts them as t = 1, the
+#: whole sequence per GPU and no recompute (:data:`memsym.readers.deepspeed_notes.NOTED_TOP`), so
+#: a row using them would read back as another layout; and DeepSpeed pipelines only a model-code
+#: ``PipelineModule`` (``deepspeed/__init__.py:213``).  torchtitan's file spells every searched
+#: size (:mod:`memsym.emit` writes its expert parallelism too).
+UNSPELLED = {"deepspeed": ({"tp": [1], "pp": [1], "cp": [1], "vpp": [1], "recompute": ["none"]},
+                           "memsym's DeepSpeed reader reads ZeRO data parallelism and AutoEP's "
+                           "expert parallelism from a ds_config.json; its AutoTP, sequence "
+                           "parallelism and activation checkpointing it counts as t = 1, the "
+                           "whole sequence and no recompute, and pipelines are model code "
+                           "(PipelineModule)")}
+
+
+def held_for_emit(framework: str, options: dict) -> str | None:
+    """Hold in ``options`` (:func:`memsym.search.search`'s keywords) the sizes ``framework``'s
+    file cannot spell (:data:`UNSPELLED`) where none is given; the line saying so, or None.
+
+    >>> opts = {"tp": None, "pp": [2], "cp": None, "vpp": None}
+    >>> held_for_emit("deepspeed", opts)[:48], opts["tp"], opts["pp"]
+    ("tp 1, cp 1, vpp 1, recompute none: memsym's Deep", [1], [2])
+    >>> held_for_emit("torchtitan", opts) is None
+    True
+    """
+    sizes, why = UNSPELLED.get(framework, ({}, ""))
+    held = [key for key, value in sizes.items() if options.get(key) is None]
+    options.update({key: list(sizes[key]) for key in held})
+    said = ", ".join(f"{key} {' '.join(map(str, sizes[key]))}" for key in held)
+    return f"{said}: {why}" if held else None
