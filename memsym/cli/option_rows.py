@@ -478,10 +478,10 @@ _JOB_IN = JOB | {"search"}
 def _input_rows():
     return [
         option("--args-file", group="framework", metavar="FILE", effect="input", commands=_JOB_IN,
-           help="a file of pretrain_gpt.py arguments"),
+           help="a file of pretrain_gpt.py or pretrain_hybrid.py arguments"),
         option("--launch-script", group="framework", metavar="SCRIPT.sh", effect="input",
            commands=_JOB_IN,
-           help="a bash launch script: its torchrun/pretrain_gpt.py command is read "
+           help="a bash launch script: its torchrun pretrain_*.py command is read "
            "(assignments, arrays and $VAR substituted; never executed)"),
         option("--deepspeed-config", group="framework", metavar="ds_config.json", effect="input",
            commands=_JOB_IN,
