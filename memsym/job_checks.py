@@ -387,6 +387,11 @@ def _check_recompute_layers(x, layout: Layout, training: Training) -> None:
         raise InvalidValueError(f"recompute_num_layers 0 with recompute_method {method}: "
                                 "Megatron's uniform loop never advances (core/recompute.py); "
                                 "block 0 checkpoints no layer")
+    if method == "uniform" and n != 1 and x.mtp_num_layers:
+        # multi_token_prediction.py:1621-1627 at d98e8a64dd: MTP's checkpoint asserts it
+        raise InvalidValueError(f"recompute_method uniform with recompute_num_layers {n} and "
+                                "multi-token prediction: Megatron asserts recompute_num_layers "
+                                "must be 1 for MTP recompute")
     if method == "every" and (not framework_record(training.framework).layer_selective_ac
                               or layout.pipeline_layout is not None):
         raise InvalidValueError("recompute_method \"every\" is torchtitan's layer selective AC "

@@ -14,6 +14,7 @@ from typing import Mapping
 from .errors import InvalidValueError
 from .frameworks import framework
 from .model.architecture import is_hybrid, layer_kinds, mixer_counts
+from .model.hybrid_layers import layer_kind_pattern, mtp_layer_kinds
 from .rule import Rule, negate
 from .rules_states import STATE_RULES
 from .term import Source
@@ -200,6 +201,29 @@ def _mamba_tp(x, k, field: str):
     return (getattr(x, field) % k["t"] != 0) if _mamba2(x) else False
 
 
+#: The hybrid layers' mixers whose activations memsym prices at c = 1 only (the refusal of
+#: memsym.terms.mamba.hybrid_layer_activations under context parallelism); Mamba-1 and
+#: side-by-side mixers are refused at any c.
+_CP_UNMODELLED = {"mamba": "Mamba mixers", "shared": "a shared transformer block (Zamba2)",
+                  "conv": "short-convolution mixers", "gdn": "Gated DeltaNet mixers",
+                  "lightning": "lightning-attention mixers"}
+
+
+def _cp_unmodelled_mixers(x) -> tuple:
+    """The :data:`_CP_UNMODELLED` mixers of a hybrid model's layers (its MTP block's too), in
+    the order they first appear."""
+    if not is_hybrid(x):
+        return ()
+    kinds = layer_kind_pattern(x) + (mtp_layer_kinds(x) if x.mtp_num_layers else ())
+    return tuple(dict.fromkeys(m for m, _ in kinds if m in _CP_UNMODELLED))
+
+
+def _hybrid_cp_msg(x, k):
+    what = " and ".join(_CP_UNMODELLED[m] for m in _cp_unmodelled_mixers(x))
+    return (f"context parallelism (c={k['c']} > 1) of {what} is not modelled (memsym prices "
+            "these hybrid layers' activations at c = 1 only)")
+
+
 def _hybrid_pipeline(x, k):
     if not is_hybrid(x):
         return False
@@ -360,6 +384,15 @@ RULES: dict = {r.name: r for r in (
                        "config.json does not carry"),
          Source("megatron-lm", "megatron/core/models/hybrid/hybrid_layer_allocation.py at "
                 "d98e8a64dd, select_pipeline_segment (VPP without '|' separators raises)"),
+         InvalidValueError),
+    Rule("hybrid-cp", "a hybrid model's Mamba, shared-block, short-convolution, Gated DeltaNet "
+         "and lightning-attention layers are priced at c = 1 only",
+         lambda x, k: (k.get("c", 1) > 1) & bool(_cp_unmodelled_mixers(x)),
+         _hybrid_cp_msg,
+         Source("memsym-derivation", "memsym/terms/mamba.py, _refuse_unmodelled and "
+                "_refuse_shared (Megatron-core's all-to-all context parallelism of a Mamba "
+                "mixer, megatron/core/ssm/mamba_context_parallel.py at d98e8a64dd, is not "
+                "modelled)"),
          InvalidValueError),
 )}
 

@@ -250,15 +250,32 @@ def test_the_hybrid_rules_mask_a_grid_as_they_refuse_one_job(nemotron):
 
     x = resolve(from_hf_config(_write(nemotron.parent.parent, {**NEMOTRON_H_8B, "n_groups": 4},
                                       "g4")))
-    names = ["tp-mamba-heads", "tp-mamba-groups", "hybrid-pipeline"]
+    names = ["tp-mamba-heads", "tp-mamba-groups", "hybrid-pipeline", "hybrid-cp"]
     grid = {"t": np.array([1, 2, 4, 8]), "p": np.array([1, 2, 2, 2]),
-            "v": np.array([1, 1, 2, 1]), "pipeline_layout": False}
+            "v": np.array([1, 1, 2, 1]), "c": np.array([1, 2, 1, 1]), "pipeline_layout": False}
     masks = rules.masks(x, grid, names)
     for i in range(4):
         one = {key: (val[i] if hasattr(val, "shape") else val) for key, val in grid.items()}
         assert [n for n in names if masks[n][i]] == rules.broken(x, one, names)
     assert masks["tp-mamba-groups"].tolist() == [False, False, False, True]   # 4 groups
     assert masks["hybrid-pipeline"].tolist() == [False, False, True, False]
+    # the activation terms refuse a Mamba mixer at c > 1 (memsym.terms.mamba): so does the grid
+    assert masks["hybrid-cp"].tolist() == [False, True, False, False]
+
+
+def test_search_emits_no_layout_the_estimate_refuses_under_cp(nemotron):
+    # every c > 1 layout of a Mamba hybrid is refused by the estimate; the search's grid
+    # excludes them by the same rule, and its ranked rows keep c = 1
+    from memsym.search import search
+
+    with pytest.raises(InvalidValueError, match="context parallelism") as err:
+        job_memory(job(nemotron, seq_length=S, micro_batch_size=1, global_batch_size=8, cp=2))
+    assert "\n" not in str(err.value)
+    res = search(str(nemotron), "h100-80gb", 8, global_batch_size=8, seq_length=S,
+                 recompute=["full"], sharding=["distributed-optimizer"],
+                 sequence_parallel=[False], uneven=False)
+    assert res.excluded["hybrid-cp"] > 0
+    assert len(res.columns["c"]) and set(res.columns["c"].tolist()) == {1}
 
 
 # Megatron-LM's own hybrid example (examples/mamba/train.sh at d98e8a64dd, MODEL_SCALE 8B), as

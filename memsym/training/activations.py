@@ -389,26 +389,40 @@ def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, laye
         # one set per pass, a repeated layer's too (mtp_use_repeated_layer runs layers[0] on
         # each pass's own inputs, multi_token_prediction.py:2048-2115 at d98e8a64dd)
         terms.append(Term("mtp_activations",
-                          n_out * x.mtp_num_layers * (_mtp_block(x, layout, layer_model, layers,
+                          n_out * x.mtp_num_layers * (_mtp_block(x, layout, training,
+                                                                 layer_model, layers,
                                                                  recompute) + out),
                           "multi-token-prediction layers: one layer and one more logits each",
                           _DERIVED, label="MTP"))
     return terms
 
 
-def _mtp_block(x, layout: Layout, layer_model: tuple, layers: _StageLayers,
+def _mtp_block(x, layout: Layout, training: Training, layer_model: tuple, layers: _StageLayers,
                recompute: str) -> sp.Expr:
     """One MTP layer's block of one micro-batch [bytes]: a hybrid's pattern letters counted by
     kind (Megatron-core builds the block as a ``HybridStack`` of ``mtp_layer_pattern``,
-    multi_token_prediction.py:1199-1214 at d98e8a64dd), else the last decoder layer's kind."""
+    multi_token_prediction.py:1199-1214 at d98e8a64dd), else the last decoder layer's kind.
+
+    Under full recompute with ``recompute_method`` block, the MTP layer is not checkpointed
+    (multi_token_prediction.py:1630-1648: "not supported for MTP yet. Skipping recompute"):
+    the GPT path's one layer keeps everything; a hybrid's ``HybridStack`` still runs its own
+    ``checkpointed_forward`` (models/hybrid/hybrid_block.py:360-371), whose block method checkpoints the
+    first N of its layers and keeps everything of the rest (megatron/core/recompute.py:167-181)."""
     per_layer, common, mods, shared = layer_model
+    block = recompute == "full" and training.memory.recompute_method == "block"
     if not (layers.hybrid and x.mtp_layer_pattern):
-        return per_layer(layers.pattern[-1])
+        return per_layer(layers.pattern[-1], "none" if block else recompute)
+    n_rec = training.memory.recompute_num_layers if block else None
     counts: dict = {}
-    for kind in models.stages.mtp_layer_kinds(x):
-        counts[kind] = counts.get(kind, 0) + 1
-    counted = tuple((kind, n, bool(x.mamba_gated_norm)) for kind, n in counts.items())
-    return hybrid_terms.hybrid_stack(counted, recompute, mods, shared, layout.c > 1, common)
+    for i, kind in enumerate(models.stages.mtp_layer_kinds(x)):
+        mode = "none" if block and i >= n_rec else recompute
+        counts[(kind, mode)] = counts.get((kind, mode), 0) + 1
+    total = sp.Integer(0)
+    for mode in dict.fromkeys(m for _, m in counts):
+        counted = tuple((kind, n, bool(x.mamba_gated_norm))
+                        for (kind, m), n in counts.items() if m == mode)
+        total += hybrid_terms.hybrid_stack(counted, mode, mods, shared, layout.c > 1, common)
+    return total
 
 
 def _working_set_terms(layout: Layout, training: Training, stage: int, kinds, per_chunk,
