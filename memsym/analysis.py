@@ -93,13 +93,14 @@ def _linear_root(expr: sp.Expr, unknown: sp.Symbol):
 
 
 def _inside_min_max(expr: sp.Expr, unknown: sp.Symbol) -> bool:
-    """Whether ``unknown`` is inside a ``Min`` or ``Max`` of ``expr``.
+    """Whether ``unknown`` is inside a ``Min``, ``Max``, ``ceiling`` or ``floor`` of ``expr``.
 
-    ``sympy.solve`` has no method for it (it rewrites ``Abs`` piecewise, not ``Min``/``Max``,
-    and cannot invert them): it raises NotImplementedError, after factoring for tens of
-    seconds on a whole job's total (a torchtitan total's ``Min`` of two phases)."""
-    return any(isinstance(node, (sp.Min, sp.Max)) and unknown in node.free_symbols
-               for node in sp.preorder_traversal(expr))
+    ``sympy.solve`` has no method for them (it rewrites ``Abs`` piecewise, not ``Min``/``Max``,
+    and cannot invert them or a rounding): it raises NotImplementedError or finds nothing,
+    after factoring for tens of seconds on a whole job's total (a torchtitan total's ``Min``
+    of two phases; HybridEP's buffers, ``ceiling(b s / (64 c t))``: 40 s for t)."""
+    return any(isinstance(node, (sp.Min, sp.Max, sp.ceiling, sp.floor))
+               and unknown in node.free_symbols for node in sp.preorder_traversal(expr))
 
 
 @functools.lru_cache(maxsize=256)
