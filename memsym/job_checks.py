@@ -101,7 +101,8 @@ def check_fields(layout: Layout, training: Training) -> None:
     flag(training.memory.sac_saves_attention, "sac_saves_attention")
     if not training.memory.sac_saves_attention and training.memory.recompute != "selective-op":
         raise InvalidValueError("sac_saves_attention changes only recompute 'selective-op' "
-                                f"(torchtitan's per-op SAC), got {training.memory.recompute!r}")
+                                "(torchtitan's per-op SAC; --sac-recomputes-attention on the "
+                                f"command line), got {training.memory.recompute!r}")
     flag(training.memory.bias_activation_fusion, "bias_activation_fusion")
     if training.memory.compiled_model and training.memory.recompute != "selective-op":
         raise InvalidValueError("compiled_model changes only recompute 'selective-op' (torchtitan's "
