@@ -1123,3 +1123,32 @@ def test_fp8_search_on_megatron_searches_the_schemes_fp8_is_modelled_under(capsy
                  "fp8", "--sharding", "zero1", "--global-batch-size", "64"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "zero1" in err
+
+
+@pytest.mark.parametrize("held", [
+    {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ("attn",)},
+    {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ()},
+    {"cuda_graph_impl": "full_iteration", "optimizer_cuda_graph": True},
+])
+def test_cuda_graph_rows_equal_training_memory(held):
+    # every row's memory is the exact per-layout total, CUDA graphs' buffers included: the
+    # search once compiled its grid without Transformer Engine's static inputs, and ranked,
+    # counted as fitting and emitted layouts whose own estimate did not fit (a Nemotron 3
+    # Nano search: 74.8 GB on the grid, 83.0 GB exact).  Uneven first/last stages share a
+    # template whose layer term is scaled; the graphs' buffers are not, so they must stay exact.
+    res = search("llama3-8b", "h100-80gb", 16, seq_length=4096, global_batch_size=64,
+                 pp=[1, 2, 3, 4], recompute=["selective", "full"],
+                 sharding=["distributed-optimizer"], micro_batch_sizes=[1, 2], held=held)
+    assert len(res)
+    keys = [k for k in res.columns if k.startswith("cuda_graph") or k == "optimizer_graph_pool"]
+    assert keys or held["cuda_graph_impl"] == "full_iteration"
+    uneven = [i for i in range(len(res)) if res.columns["f"][i]]
+    picks = sorted(set(range(0, len(res), max(1, len(res) // 10))) | set(uneven[:4]))
+    for i in picks:
+        row = res.row(i)
+        lay, tr = _training_of(row, 4096, 64)
+        est = training_memory("llama3-8b", lay, replace(tr, **held))
+        assert row["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12), row
+        assert res.exact(i)["bytes"]["total"] == est.bytes_total
+        for key in keys:   # the grid's column is the estimate's own term
+            assert row["bytes"][key] == pytest.approx(float(est.grouped().get(key, 0)), rel=1e-12)

@@ -18,6 +18,7 @@ from ..model import moe_layer_pattern
 from .space import Space, CHOICE_RULES, KNOBS, recompute_layers, states_scheme
 from .job_fields import row_overlaps
 from .grid import choice_knobs, grid_knobs, splits_of, with_split
+from .exact import TERM_COLUMNS as _TERM_COLUMNS
 from .templates import (allowance_function, call_stage, check_stages,
                         save_stage_tables, stage_count_floats, stage_function, stage_template)
 from ..frameworks import FRAMEWORK
@@ -113,7 +114,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
             out_cols[key].append(col)
     save_stage_tables()   # the templates built here, for the next process (compile cache)
     # term columns absent everywhere (NaN on every row) are dropped, not concatenated
-    for key in set(_STATE_KEYS + _OUTSIDE) - present:
+    for key in set(_TERM_COLUMNS) - present - {"activations"} - set(_ALLOW):
         del out_cols[key]
     cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
     for name, values in choices.items():
@@ -122,9 +123,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     return cols
 
 
-#: The per-term columns of a search: the model states, the activations (with the peak phase's
-#: transients), the allowances and the buffers outside PyTorch's allocator.
-_TERM_COLUMNS = _STATE_KEYS + ("activations",) + _ALLOW + _OUTSIDE
+
 
 
 def _pick(kw, rows):
