@@ -20,8 +20,13 @@ chunk of Q tokens, head of P = d_ssm/H channels and state N:
    :math:`2Q(GN + d_{ssm})` FLOPs per token;
 2. the chunk states :math:`B^\top X` (:math:`N\times Q\cdot Q\times P`): :math:`2N d_{ssm}`;
 3. the state passing between chunks (a scan of the T/Q chunk states, elementwise):
-   memory-bound, the fp32 states written, read and written by the scan, read by step 4;
+   memory-bound, the fp32 states read and written in ``state_dtype`` (bf16), read by step 4;
 4. the output from the states :math:`C\,S` (:math:`Q\times N\cdot N\times P`): :math:`2N d_{ssm}`.
+
+:func:`ssd_kernels` lists every kernel the fused op and the norm launch, forward and
+backward, with its FLOPs and the bytes of the buffers it reads and writes; the step prices a
+matmul kernel at the longer of its FLOPs at :data:`SSD_FRACTION` of the 16-bit peak and its
+bytes at HBM bandwidth, the others at HBM bandwidth (:mod:`memsym.timing.layer`).
 
 References
 ----------
