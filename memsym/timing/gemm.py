@@ -25,7 +25,7 @@ from ..errors import InvalidValueError
 from ..model.architecture import is_hybrid, lenient, moe_layer_pattern, padded_vocab_size
 from ..model.hybrid_layers import hybrid_layer_parameters, layer_kind_pattern, mtp_layer_kinds
 from ..text import shared_doc
-from .ssm import mamba_memory_bytes, ssd_flops
+from .ssm import ssd_flops
 
 __all__ = ["Gemm", "Shape", "shape_of", "layer_gemms", "attention_flops", "memory_bytes",
            "layer_params", "forward_flops_per_token"]
@@ -434,8 +434,9 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     all-to-all dispatcher's router, permute, sort and unpermute copies are
     :func:`memsym.timing.moe.dispatch_bytes`).  The backward pass moves about 1.5 times these
     bytes (memsym.timing.step).  A hybrid's layer holds one norm and one residual add per
-    block it has (a mixer, an MLP); a Mamba-2 mixer adds its conv1d, scan and gated-norm
-    bytes (:func:`memsym.timing.ssm.mamba_memory_bytes`).  Memsym's count (assumption).
+    block it has (a mixer, an MLP); a Mamba-2 mixer's own kernels are
+    :func:`memsym.timing.ssm.ssd_kernels`'s, forward and backward.  Memsym's count
+    (assumption).
 
     Parameters
     ----------
@@ -488,11 +489,8 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
             elems = elems + act * T * x.f_sh / t
     else:
         elems = elems + act * T * x.f / t
-    extra = 0.0
-    if mixer == "mamba":
-        extra = mamba_memory_bytes(x.ssm, T, t, width=width)
     if mixer != "attention":
-        return width * elems + extra
+        return width * elems
     if x.rope:
         elems = elems + 2 * T * (x.a + x.g) * x.d_qk / t
     if not flash:
