@@ -48,7 +48,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import choose
-from ..symbols import V, a, c, c_f, d_h, f, f_e, g, h, k, t, t_e
+from ..symbols import V, a, c, c_f, d_h, f, f_e, f_sh, g, h, k, t, t_e
 from ..term import Source, Term, Total
 from ..values import as_expr
 from ..vocabulary import RECOMPUTE, RECOMPUTE_MODULES, recompute_modules  # noqa: F401
@@ -61,7 +61,8 @@ __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS", "RECOMPUTE_MODULES", "RECOMPUTE_MODULE_SOURCES",
     "recompute_modules", "korthikanti", "korthikanti_terms",
     "layer_activations", "embedding_activations", "output_activations", "lora_gathered_inputs",
-    "unfused_glu_products", "clamped_glu_copy", "paper_layer", "paper_first_stage",
+    "unfused_glu_products", "clamped_glu_copy", "fp8_glu_input", "paper_layer",
+    "paper_first_stage",
 ]
 
 _K = "korthikanti"
@@ -327,7 +328,8 @@ def clamped_glu_copy(clamped: bool = True) -> Term:
     fc1 output: :math:`2 f_e/t_e` elements of 2 bytes per routed row.  The experts' fc1 adds
     its bias inside the GEMM (``skip_bias_add=False``), so the unbiased function runs.  Inside
     a recomputed ``moe_act`` or ``moe`` the copy is rebuilt in the backward (not kept).
-    ``activation_func_fp8_input_store`` (1 byte per element) is not modelled.  0 unclamped.
+    ``activation_func_fp8_input_store`` is for SwiGLU only (Megatron-core refuses it for
+    another activation, transformer_config.py:2467-2469): :func:`fp8_glu_input`.  0 unclamped.
 
     Parameters
     ----------
@@ -365,6 +367,68 @@ def clamped_glu_copy(clamped: bool = True) -> Term:
                 Source("megatron-core", "core/fusions/fused_bias_geglu.py:424-440, :326-327; "
                        "moe/experts.py:973-981, :224 at d98e8a64dd"),
                 label="clamped GLU copy")
+
+
+def fp8_glu_input(stored: bool = True, *, moe: bool = False, shared: bool = False) -> Term:
+    r"""What storing the SwiGLU's input in FP8 saves [bytes per layer], a negative term.
+
+    Per micro-batch and layer, with :math:`\tau = sb/c` and the routed token copies
+    :math:`R = c_f k \tau t_e / t` an expert rank receives:
+
+    .. math:: \text{dense: } -2\tau f / t, \qquad
+              \text{MoE: } -2 R f_e / t_e \; (- 2\tau f_{sh} / t \text{ with kept shared experts})
+
+    Megatron-core's ``activation_func_fp8_input_store`` (a ``TransformerConfig`` field; no
+    Megatron-LM flag, arguments.py:2306-2329 lists it among the fields with no CLI argument;
+    Bridge's ``model.activation_func_fp8_input_store``) makes the fused SwiGLU save its input,
+    the :math:`2f/t`-wide fc1 output, as ``torch.float8_e4m3fn``: one byte per element where
+    the layer terms count two (``mlp_activation``, ``expert_activation``, ``shared_expert``).
+    The 16-bit fc1 output itself is kept by nothing else (TE's linears keep no output) and is
+    freed.  Only the fused path reads it (``bias_activation_fusion``); the eager gate and a
+    recomputed MLP or ``moe_act`` keep no FP8 copy.  0 when not stored.
+
+    Parameters
+    ----------
+    stored : bool
+        ``activation_func_fp8_input_store`` on a fused SwiGLU [1].
+    moe : bool
+        An MoE layer: the routed experts' fc1 outputs (``TEGroupedMLP``) [1].
+    shared : bool
+        The MoE layer's shared experts keep their activation (not recomputed) [1].
+
+    Examples
+    --------
+    Qwen3-30B-A3B's experts (f_e = 768, top-8) at s = 4096, b = 1, TP 1, ETP 1: R = 8 x 4096 =
+    32768 routed rows, each 2 x 768 elements stored in one byte instead of two:
+
+    >>> fp8_glu_input(moe=True).evaluate(s=4096, b=1, c=1, c_f=1, k=8, t=1, t_e=1, f_e=768)
+    -50331648
+    >>> fp8_glu_input().evaluate(s=4096, b=1, c=1, f=14336, t=2) == -4096 * 14336
+    True
+    >>> fp8_glu_input(False).expr
+    0
+
+    References
+    ----------
+    .. [megatron-core] megatron/core/fusions/fused_bias_swiglu.py:180-184, :232-235 and
+       :269-270 at d98e8a64dd (``input_for_backward = input.to(torch.float8_e4m3fn) if
+       fp8_input_store else input``; ``ctx.save_for_backward(input_for_backward, ...)``);
+       transformer/mlp.py:283-316 (the fused calls), moe/experts.py:966-972 and
+       moe/shared_experts.py:285-290; transformer_config.py:227 (default False), :2467-2469.
+    """
+    tok, _ = token_split(False)
+    if not stored:
+        expr = sp.Integer(0)
+    elif moe:
+        expr = -2 * (c_f * k * tok * t_e / t) * f_e / t_e - (2 * tok * f_sh / t if shared else 0)
+    else:
+        expr = -2 * tok * f / t
+    return Term("fp8_glu_input", expr, "one byte per element saved on the SwiGLU input kept "
+                "in FP8 (activation_func_fp8_input_store)",
+                Source("megatron-core", "core/fusions/fused_bias_swiglu.py:180-184, :232-235, "
+                       ":269-270; transformer/mlp.py:283-316; moe/experts.py:966-972; "
+                       "transformer_config.py:227, :2467-2469 at d98e8a64dd"),
+                label="FP8 SwiGLU input")
 
 
 def paper_layer(parallel: str = "none", recompute: str = "none") -> Total:

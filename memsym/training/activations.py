@@ -22,8 +22,8 @@ from ..symbols import L, m, p, v
 from ..term import Source, Term, Total
 from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
 from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
-                                 clamped_glu_copy, lora_gathered_inputs, output_activations,
-                                 unfused_glu_products)
+                                 clamped_glu_copy, fp8_glu_input, lora_gathered_inputs,
+                                 output_activations, unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.hf_norms import final_norm_excess
 from ..terms.op_sac import sac_attention_recomputed
@@ -271,7 +271,13 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     # path's clamped products are not modelled
     clamp = clamped_glu_copy(bool(fused and x.swiglu and (x.extra or {}).get("swiglu_limit")
                                   and framework_record(training.framework).moe_glu_clamp_copy))
+    # activation_func_fp8_input_store: the fused SwiGLU saves its input in FP8 (Megatron-core
+    # refuses it for another activation, which memsym.job_checks mirrors)
+    fp8_glu = bool(fused and x.swiglu and training.memory.activation_func_fp8_input_store)
+    shared_kept = shared and not (recompute == "selective"
+                                  and {"shared_experts", "moe"} & set(mods or ()))
     glu_kept = {moe: unfused_glu_products(fused, moe=moe).expr + (clamp.expr if moe else 0)
+                + fp8_glu_input(fp8_glu, moe=moe, shared=shared_kept and moe).expr
                 for moe in (False, True)}
     kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
 
