@@ -73,7 +73,8 @@ from .errors import InvalidValueError, UnknownNameError
 from .units import UNITS
 
 __all__ = ["GPU", "Cluster", "gpu", "cluster", "gpus", "clusters", "register_gpu",
-           "register_cluster", "GB", "TFLOPS", "PRECISIONS", "FP32_PEAK_NOTE"]
+           "register_cluster", "GB", "TFLOPS", "PRECISIONS", "FP32_PEAK_NOTE",
+           "GATHER_FRACTION", "GATHER_FRACTION_SOURCE", "gather_fraction"]
 
 GB = UNITS["GB"]
 TFLOPS = 10**12
@@ -136,6 +137,54 @@ _TIMING = {  # name -> (HBM GB/s, SMs, efficiency class)
     "gb300": (8000, 160, "blackwell-ultra"), "mi325x-256gb": (6000, 304, "cdna3"),
     "mi355x-288gb": (8000, 256, "cdna3"),
 }
+
+
+# REF: tileops-moe-permute (tile-ai/TileOPs pull request #2125, "Parallelize staged token
+# movement", Benchmark, MoePrePermuteFwdOp): the MoE token permute, a gather of each token's
+# hidden row into expert order, shape (tokens 4096, top-k 8, experts 128, hidden 7168), bf16,
+# on an NVIDIA H200: 0.220384 ms, printed as 2.399 TB/s = (4096 + 4096 x 8) rows x 7168 x 2
+# bytes / 0.220384 ms, against the H200 datasheet's 4.8 TB/s: 0.4998; the vLLM Triton kernel
+# beside it, 0.274944 ms, reaches 0.40.  A row gather (copies addressed by an index, one
+# 14 KB row per slot) reaches half of the HBM bandwidth a streaming kernel does.  Per
+# efficiency class where a measurement is published: only Hopper's is; the other classes
+# take it (an assumption: no Ampere or Blackwell measurement of a permute kernel was found).
+GATHER_FRACTION = {"hopper": 2.399 / 4.8}
+#: Where :data:`GATHER_FRACTION` is measured (a key of memsym/references.toml, the locator).
+GATHER_FRACTION_SOURCE = ("tileops-moe-permute", "PR #2125, Benchmark, MoePrePermuteFwdOp, "
+                          "row (4096, 8, 128, 7168) bfloat16: 0.220384 ms, 2.399 TB/s, H200")
+
+
+def gather_fraction(klass) -> float:
+    r"""Fraction of the datasheet HBM bandwidth an MoE row-gather kernel reaches [1].
+
+    .. math:: f = B_{measured} / B_{datasheet}
+
+    The MoE dispatcher's token permute, chunk sort and unpermute copy whole hidden rows by
+    an index; the one published measurement (:data:`GATHER_FRACTION`, H200) is the hopper
+    class's and every other class takes it (stated, not measured).
+
+    Parameters
+    ----------
+    klass : str
+        The GPU's efficiency class (:attr:`GPU.arch_class`) [1].
+
+    Returns
+    -------
+    float
+        The fraction [1].
+
+    Examples
+    --------
+    2.399 TB/s of the H200's 4.8 TB/s:
+
+    >>> round(gather_fraction("hopper"), 4), gather_fraction("blackwell") == 2.399 / 4.8
+    (0.4998, True)
+
+    References
+    ----------
+    .. [tileops-moe-permute] tile-ai/TileOPs PR #2125 (MoePrePermuteFwdOp on an H200).
+    """
+    return GATHER_FRACTION.get(klass, GATHER_FRACTION["hopper"])
 
 
 # REF: vendor datasheets (dense = "with sparsity" / 2).  Each locator names the document.
