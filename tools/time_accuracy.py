@@ -815,9 +815,9 @@ def accuracy_markdown() -> str:
               f"{GATHER_FRACTION_SOURCE[1]}); the other classes take that one",
               "measurement.  Before (every copy at the datasheet rate, the flex dispatcher's "
               "counted as the all-to-all",
-              "dispatcher's; ceilings and floor fixed then) the all-runs error was 11.39 %, MoE "
-              "15.1 %, B300 22.5 % (this page",
-              "at 20bf6a4)."]
+              "dispatcher's; ceilings and floor fixed then) the all-runs error was 11.38 %, MoE "
+              "15.1 %, B300 22.4 % (this page",
+              "at 13ec6ae)."]
     lines += ["", "B200 and GB200 (Blackwell) share one class (`blackwell`), B300 and GB300",
               "(Blackwell Ultra) another (`blackwell-ultra`, memsym.hardware), each GPU priced at",
               "its own datasheet peak and bandwidths.  The blackwell fp8 ceiling is fixed after",
