@@ -341,7 +341,10 @@ def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
                   # GptOssExperts clamps gate (max) and up (both sides) at config.swiglu_limit
                   # (GptOssConfig default 7.0): kept where the gpt-oss-120b preset keeps it,
                   # which the time model reads (memsym.timing.gemm.shape_of expert_clamp)
-                  extra={"swiglu_limit": c.positive("swiglu_limit", 7.0)})
+                  # and the Bridge sets YaRN's factor 32.0 whatever the file says
+                  # (gpt_oss_bridge.py:94), which runs RoPE eager (memsym.timing.rope)
+                  extra={"swiglu_limit": c.positive("swiglu_limit", 7.0),
+                         "yarn_rotary_scaling_factor": 32.0})
 
 
 def read_llama4(fields: ConfigFields, mtype: str, notes: list) -> dict:

@@ -125,7 +125,10 @@ PRESETS: dict = {
         position_embedding_type="rope", max_position_embeddings=131072, add_bias_linear=True,
         num_experts=128, moe_router_topk=4, moe_ffn_hidden_size=2880, attention_sinks=True,
         extra={"sliding_window": 128, "layer_types": "sliding/full alternating",
-               "swiglu_limit": 7.0}),
+               "swiglu_limit": 7.0,
+               # YaRN: config.json rope_scaling factor 32; the Bridge sets
+               # yarn_rotary_scaling_factor 32.0 (gpt_oss_bridge.py:94)
+               "yarn_rotary_scaling_factor": 32.0}),
 }
 
 
