@@ -27,6 +27,7 @@ References
 from __future__ import annotations
 
 import functools
+import hashlib
 
 import numpy as np
 
@@ -232,9 +233,26 @@ def exact_interleaved(st, pipeline, tau: dict, p2p_exposed, p, m, v):
         if schedule_levels(pp_, mm_, vv_, N) is None:
             continue         # deadlocks: the closed form stands (Megatron refuses it)
         sel = rows[inv.ravel() == j]
-        flat[sel] = interleaved_makespan(pp_, mm_, vv_, N, [x[sel] for x in fwd],
-                                         [x[sel] for x in bwd])
+        flat[sel] = _remembered(pp_, mm_, vv_, N, [x[sel] for x in fwd], [x[sel] for x in bwd])
     return out
+
+
+#: Makespans already run, by shape and a digest of the durations: a search prices the same
+#: stages under each sharding choice (their durations do not depend on it), so most of its
+#: calls repeat one.  At most :data:`_SEEN_LIMIT` makespans are kept [1].
+_SEEN: dict = {}
+_SEEN_LIMIT = 1_000_000
+
+
+def _remembered(p: int, m: int, v: int, group: int, fwd: list, bwd: list):
+    # interleaved_makespan of these durations, run once per distinct bytes
+    dur = np.stack([np.asarray(x, dtype=float) for x in (*fwd, *bwd)])
+    key = (p, m, v, group, dur.shape, hashlib.blake2b(dur.tobytes(), digest_size=16).digest())
+    if key not in _SEEN:
+        if sum(x.size for x in _SEEN.values()) + dur.shape[-1] > _SEEN_LIMIT:
+            _SEEN.clear()
+        _SEEN[key] = interleaved_makespan(p, m, v, group, fwd, bwd)
+    return _SEEN[key]
 
 
 def _group(st, p: int, m: int, v: int) -> int:
