@@ -417,6 +417,8 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     st = Settings(seq_length=space.seq_length, micro_batch_size=int(knobs["b"][0]),
                   recompute="full" if method is not None else rc,
                   recompute_fraction=frac, sequence_parallel=bool(spf),
+                  # block skips the MTP layer's recompute (multi_token_prediction.py:1630)
+                  mtp_recompute=method != "block",
                   flash_attention=space.flash_attention, dropout=space.dropout,
                   precision=space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32", "fp4")
                   else "bf16", fp8_recipe=space.fp8_recipe if space.precision == "fp8" else None,
