@@ -7,7 +7,9 @@ Oracle: transformers' own ``ZambaForCausalLM`` (5.25.0 when checked), built from
 distinct storages autograd keeps are summed (the parameters left out).  The expected values are
 derived by hand from the torch path's code (modeling_zamba.py lines 251-272, 376-481, 580-681),
 tensor by tensor, in ``_by_hand``; memsym's :func:`~memsym.terms.mamba1.mamba1_mixer_activations`
-must equal both.
+must equal both.  A whole ``ZambaHybridLayer`` (the shared block's use, its linear and the
+Mamba layer) measured equals memsym's layer plus SiLU's output, the difference named for Zamba2
+in ``tests/test_zamba2_activations.py``.
 """
 
 from __future__ import annotations
@@ -150,6 +152,15 @@ def test_the_estimate_holds_the_mamba1_layers(tmp_path):
     assert job_memory(j).activations()["layer_activations"] == _small_zamba_by_hand(64)
 
 
+def test_full_recompute_keeps_each_layer_input(tmp_path):
+    # ZambaHybridLayer and ZambaMambaDecoderLayer are GradientCheckpointingLayers (lines 749,
+    # 802): each keeps its 2sbh input
+    path = _write(tmp_path, SMALL["zamba"])
+    j = job(path, seq_length=64, micro_batch_size=1, global_batch_size=8,
+            framework="deepspeed", recompute="full")
+    assert job_memory(j).activations()["layer_activations"] == 8 * 2 * 64 * 64
+
+
 def test_the_cli_estimates_zamba(tmp_path, capsys):
     code, out, err = estimate(capsys, _write(tmp_path, SMALL["zamba"]), "--seq-length", 64,
                               "--framework", "deepspeed")
@@ -181,3 +192,49 @@ def test_the_terms_refuse_what_is_not_modelled(kind, kw, match):
     with pytest.raises(InvalidValueError, match=match) as err:
         hybrid_layer_activations(kind, **kw)
     assert "\n" not in str(err.value)
+
+
+def _measured_hybrid(s_, b_, h_, a_, g_, f_, heads, n_, r_, k_) -> int:
+    """Bytes autograd keeps for one ZambaHybridLayer: the shared block on the concatenation of
+    hidden state and embeddings, the layer's linear, its Mamba layer (CPU torch path, SDPA)."""
+    import torch
+    import transformers
+    from transformers.models.zamba import modeling_zamba as mz
+
+    # two hybrid layers: ZambaModel ties layers 1.. to layer 0's block, and refuses no tie
+    cfg = transformers.ZambaConfig(
+        hidden_size=h_, num_attention_heads=a_, num_key_value_heads=g_, intermediate_size=f_,
+        n_mamba_heads=heads, mamba_d_state=n_, mamba_dt_rank=r_, mamba_d_conv=k_,
+        num_hidden_layers=2, layers_block_type=["hybrid", "hybrid"], vocab_size=16)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = mz.ZambaForCausalLM(cfg).to(torch.bfloat16)
+    layer = model.model.layers[0]
+    assert isinstance(layer, mz.ZambaHybridLayer)
+    x = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
+    emb = torch.randn(b_, s_, h_, dtype=torch.bfloat16, requires_grad=True)
+
+    def run():
+        layer(x, original_hidden_states=emb, layer_idx=0, attention_mask=None, causal_mask=None)
+
+    return saved_storage_bytes(run, list(model.parameters()))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("shape", [(4, 2, 8, 2, 2, 12, 2, 4, 2, 4),
+                                   (5, 1, 8, 4, 1, 10, 1, 3, 1, 3)])    # GQA, one Mamba head
+def test_a_hybrid_layer_is_memsym_plus_the_silu_output(shape):
+    # ZambaHybridLayer.forward (modeling_zamba.py:835-852): memsym's shared-block use (no
+    # adapters: Zamba has none) and its Mamba layer under transformers' code (hf_norms); the
+    # unfused ZambaMLP act_fn(gate_proj(x)) * up_proj(x) (line 697) keeps SiLU's output too,
+    # 2f bytes a token, the difference tests/test_zamba2_activations.py names for Zamba2
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from memsym.symbols import a, d_h, f, g
+
+    s_, b_, h_, a_, g_, f_, heads, n_, r_, k_ = shape
+    layer = hybrid_layer_activations(("shared", None), shared_block={"mamba1": True},
+                                     hf_norms=True, norm="rmsnorm", gated=True, dropout=False)
+    sizes = {s: s_, b: b_, h: h_, a: a_, g: g_, d_h: 2 * h_ // a_, f: f_, d_ssm: 2 * h_,
+             N_ssm: n_, H_ssm: heads, r_dt: r_, k_conv: k_, t: 1, c: 1}
+    assert _measured_hybrid(*shape) == layer.expr.subs(sizes) + 2 * s_ * b_ * f_
