@@ -42,7 +42,9 @@ With ``mamba_ssm`` installed transformers 5.25 swaps in its ``selective_scan_fn`
 alone (``use_kernel_func_from_hub_with_fallback("selective_scan_fn", "mamba_ssm")``; the
 projections and the conv stay torch, or ``causal_conv1d``): mamba_ssm's ``SelectiveScanFn.
 forward`` (``ops/selective_scan_interface.py`` lines 37-68 at e9594ce1c7) saves u, delta, A, B,
-C, D, z, delta_bias, the chunk states x and the un-gated output, not the per-step states.
+C, D, z, delta_bias, the chunk states x and the un-gated output, not the per-step states: x is
+(b, P, :math:`\lceil s/2048 \rceil`, 2N) fp32 and out is delta-shaped (``csrc/selective_scan/
+selective_scan.cpp`` lines 307-313), a few bytes a channel and token instead of ~14N.
 Zamba does not use the fused ``mamba_inner_fn`` (``MambaInnerFn``, lines 196-291: xz, x_dbl,
 the scan intermediates and out, conv1d_out and delta recomputed at ``checkpoint_lvl`` 1).
 Neither kernel path is modelled: memsym prices the torch path only.
