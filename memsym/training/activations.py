@@ -212,7 +212,9 @@ def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
     # Zamba's shared blocks: the per-use adapters' rank and placement, the Mamba version
     shared_block = dict(adapter_rank=x.shared_adapter_rank or 0,
                         attention_adapters=bool(x.shared_attention_adapters),
-                        mamba1=x.mamba_version == 1) if x.shared_blocks else None
+                        mamba1=x.mamba_version == 1,
+                        # transformers shards no Zamba Mamba-1 mixer (memsym.terms.mamba1)
+                        tensor_parallel=layout.t != 1) if x.shared_blocks else None
     return _StageLayers(pattern, kinds, hybrid, uniform, shared_block)
 
 
