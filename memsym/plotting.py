@@ -22,7 +22,7 @@ from .symbols import lookup, registry
 from .values import as_values, exact
 
 __all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS", "plot_text", "MAX_TEXT",
-           "breakdown_bars", "memory_vs_d", "feasibility_map", "stage_breakdown", "phase_breakdown",
+           "breakdown_bars", "feasibility_map", "stage_breakdown", "phase_breakdown",
            "step_time_bars", "phase_timeline", "binding_code"]
 
 _GB = GB
@@ -272,35 +272,6 @@ def _x_axis(ax, x, xs, skipped, MaxNLocator) -> None:
     elif meta is not None and meta.integer:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(_axis_label(x.name) + skipped_note)
-
-
-def memory_vs_d(total, values: Mapping, capacity, *, d_max: int | None = None, solution=None,
-                ax=None):
-    """Memory per GPU against the data-parallel size d, the capacity line and the solved
-    smallest d marked (:func:`memory_vs` in ``d``).
-
-    Parameters
-    ----------
-    total : memsym.term.Total
-        A total depending on ``d``.
-    values : mapping
-        Every other symbol's value.
-    capacity : number
-        [bytes].
-    solution : memsym.analysis.Solution, optional
-        Default: :func:`memsym.analysis.smallest` of ``total`` in d.
-
-    Examples
-    --------
-    >>> from memsym import model_state, byte_widths
-    >>> M = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
-    >>> fig = memory_vs_d(M, {"N": 70e9, "t": 1, "p": 1}, 80e9)
-    >>> fig.axes[0].get_xlabel()
-    'data-parallel size d [GPUs]'
-    """
-    cands = None if d_max is None else list(range(1, int(d_max) + 1))
-    return memory_vs(total, "d", values, capacity, candidates=cands, solution=solution, ax=ax,
-                     title="Memory per GPU against the data-parallel size d")
 
 
 # ---------------------------------------------------------------------------------------------
