@@ -157,45 +157,44 @@ def read_llama_like(fields: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
+#: model_type -> the bias switches its attention and MLP modules read: Architecture field ->
+#: (the config field, or its aliases, and transformers' default), or a constant.  Types not
+#: listed (mistral, mixtral, phi3, exaone4, ministral, ministral3, minimax_m2) build every
+#: projection with bias=False whatever the file says.
+_LLAMA_BIASES = {"attention_bias": ("attention_bias", False), "add_bias_linear": ("mlp_bias", False)}
+_BIASES = {
+    # LlamaAttention / GraniteAttention / SmolLM3Attention / ArceeAttention: q, k, v, o with
+    # bias=config.attention_bias; their MLPs' projections with bias=config.mlp_bias.
+    # AutoModelForCausalLM builds LlamaForCausalLM of ExaoneConfig / InternLM3Config
+    # (InternLM3Config.attribute_map: qkv_bias -> attention_bias, bias -> mlp_bias)
+    **dict.fromkeys(("llama", "granite", "smollm3", "arcee", "exaone"), _LLAMA_BIASES),
+    "internlm3": {"attention_bias": (("attention_bias", "qkv_bias"), False),
+                  "add_bias_linear": (("mlp_bias", "bias"), False)},
+    # q, k, v, o bias=config.attention_bias; the MLP / experts never biased
+    **dict.fromkeys(("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
+                     "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus",
+                     "olmo3", "cohere2", "vaultgemma", "hunyuan_v1_moe", "flex_olmo",
+                     "granitemoeshared"), {"attention_bias": ("attention_bias", False)}),
+    "qwen2": {"add_qkv_bias": True},     # Qwen2Attention: q, k, v with bias=True, o without
+    "qwen2_moe": {"add_qkv_bias": ("qkv_bias", True)},
+    # Glm4Attention / GlmAttention: q, k, v with bias=config.attention_bias (default True),
+    # o_proj bias=False
+    **dict.fromkeys(("glm4", "glm"), {"add_qkv_bias": ("attention_bias", True)}),
+    # HeliumAttention: q, k, v bias=config.attention_bias, o_proj bias=False; HeliumMLP:
+    # bias=config.mlp_bias
+    "helium": {"add_qkv_bias": ("attention_bias", False), "attention_bias": False,
+               "add_bias_linear": ("mlp_bias", False)},
+    # CwmAttention: q, k, v, o bias=False; CwmMLP: bias=config.mlp_bias
+    "cwm": {"attention_bias": False, "add_bias_linear": ("mlp_bias", False)},
+    # Ernie4_5Attention q, k, v, o and Ernie4_5MLP gate, up, down: bias=config.use_bias
+    "ernie4_5": {"add_bias_linear": ("use_bias", False)},
+}
+
+
 def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
-    if mtype in ("llama", "granite", "smollm3", "arcee"):
-        # LlamaAttention / GraniteAttention / SmolLM3Attention / ArceeAttention: q, k, v, o with
-        # bias=config.attention_bias; their MLPs' projections with bias=config.mlp_bias
-        kw["attention_bias"] = c.bool("attention_bias", False)
-        kw["add_bias_linear"] = c.bool("mlp_bias", False)
-    elif mtype in ("exaone", "internlm3"):
-        # AutoModelForCausalLM builds LlamaForCausalLM of ExaoneConfig / InternLM3Config:
-        # LlamaAttention's q, k, v, o bias=config.attention_bias, LlamaMLP's bias=config.mlp_bias
-        # (InternLM3Config.attribute_map: qkv_bias -> attention_bias, bias -> mlp_bias)
-        alias = mtype == "internlm3"
-        kw["attention_bias"] = c.bool(("attention_bias", "qkv_bias") if alias else
-                                      "attention_bias", False)
-        kw["add_bias_linear"] = c.bool(("mlp_bias", "bias") if alias else "mlp_bias", False)
-    elif mtype in ("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
-                   "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus",
-                   "olmo3", "cohere2", "vaultgemma", "hunyuan_v1_moe", "flex_olmo",
-                   "granitemoeshared"):
-        kw["attention_bias"] = c.bool("attention_bias", False)   # MLP / experts never biased
-    elif mtype == "qwen2":
-        kw["add_qkv_bias"] = True           # Qwen2Attention: q, k, v with bias=True, o without
-    elif mtype == "qwen2_moe":
-        kw["add_qkv_bias"] = c.bool("qkv_bias", True)
-    elif mtype in ("glm4", "glm"):
-        # Glm4Attention / GlmAttention: q, k, v with bias=config.attention_bias (default True),
-        # o_proj bias=False
-        kw["add_qkv_bias"] = c.bool("attention_bias", True)
-    elif mtype == "helium":
-        # HeliumAttention: q, k, v bias=config.attention_bias, o_proj bias=False; HeliumMLP:
-        # bias=config.mlp_bias
-        kw.update(add_qkv_bias=c.bool("attention_bias", False), attention_bias=False,
-                  add_bias_linear=c.bool("mlp_bias", False))
-    elif mtype == "cwm":
-        # CwmAttention: q, k, v, o bias=False; CwmMLP: bias=config.mlp_bias
-        kw.update(attention_bias=False, add_bias_linear=c.bool("mlp_bias", False))
-    elif mtype == "ernie4_5":
-        # Ernie4_5Attention q, k, v, o and Ernie4_5MLP gate, up, down: bias=config.use_bias
-        kw["add_bias_linear"] = c.bool("use_bias", False)
-    elif mtype == "seed_oss":
+    for field_, read in _BIASES.get(mtype, {}).items():
+        kw[field_] = read if isinstance(read, bool) else c.bool(*read)
+    if mtype == "seed_oss":
         # SeedOssAttention: q, k, v bias=config.attention_bias, o bias=config.attention_out_bias;
         # SeedOssMLP: bias=config.mlp_bias
         qkv, out = c.bool("attention_bias", True), c.bool("attention_out_bias", False)
@@ -203,8 +202,6 @@ def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
             raise c._bad("attention_out_bias true with attention_bias false (an output-projection "
                          "bias without q, k, v biases) is not modelled")
         kw.update(attention_bias=out, add_qkv_bias=qkv, add_bias_linear=c.bool("mlp_bias", False))
-    # mistral, mixtral, phi3, exaone4, ministral, ministral3, minimax_m2: every projection
-    # bias=False whatever the file says
 
 
 def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
