@@ -161,7 +161,8 @@ def read_llama_like(fields: ConfigFields, mtype: str, notes: list) -> dict:
 #: (the config field, or its aliases, and transformers' default), or a constant.  Types not
 #: listed (mistral, mixtral, phi3, exaone4, ministral, ministral3, minimax_m2) build every
 #: projection with bias=False whatever the file says.
-_LLAMA_BIASES = {"attention_bias": ("attention_bias", False), "add_bias_linear": ("mlp_bias", False)}
+_LLAMA_BIASES = {"attention_bias": ("attention_bias", False),
+                 "add_bias_linear": ("mlp_bias", False)}
 _BIASES = {
     # LlamaAttention / GraniteAttention / SmolLM3Attention / ArceeAttention: q, k, v, o with
     # bias=config.attention_bias; their MLPs' projections with bias=config.mlp_bias.
@@ -276,33 +277,32 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
         kw.update(normalization="LayerNorm", output_layer_bias=c.bool("lm_head_bias", False))
 
 
+#: model_type -> (its expert-count field or aliases, their default, the top-k default) of the
+#: types whose every layer is one MoE block: a router E x h (no bias; MiniMax-M2's
+#: e_score_correction_bias is an nn.Buffer) and E gated experts of intermediate_size
+#: (MixtralSparseMoeBlock, PhimoeSparseMoeBlock, GraniteMoeMoE, FlexOlmoSparseMoeBlock,
+#: MiniMaxM2SparseMoeBlock); a null count or top-k reads as the default
+_EVERY_LAYER_MOE = {
+    "mixtral": ("num_local_experts", 8, 2),
+    "phimoe": ("num_local_experts", 16, 2),
+    "granitemoe": ("num_local_experts", 8, 2),
+    "granitemoeshared": ("num_local_experts", 8, 2),
+    "flex_olmo": (("num_experts", "num_local_experts"), 7, 5),
+    "minimax_m2": (("num_local_experts", "num_experts"), 256, 8),
+}
+
+
 def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
-    if mtype == "mixtral":
-        kw.update(num_experts=c.int("num_local_experts", 8),
-                  moe_router_topk=c.int("num_experts_per_tok", 2),
-                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
-    if mtype == "phimoe":
-        kw.update(num_experts=c.int("num_local_experts", 16),
-                  moe_router_topk=c.int("num_experts_per_tok", 2),
-                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
-    if mtype in ("granitemoe", "granitemoeshared"):
-        kw.update(num_experts=c.int("num_local_experts", 8, null=8),
-                  moe_router_topk=c.int("num_experts_per_tok", 2, null=2),
+    if mtype in _EVERY_LAYER_MOE:
+        keys, experts, topk = _EVERY_LAYER_MOE[mtype]
+        kw.update(num_experts=c.int(keys, experts),
+                  moe_router_topk=c.int("num_experts_per_tok", topk),
                   moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
     if mtype == "granitemoeshared":
         # GraniteMoeSharedDecoderLayer: a gated shared_mlp (input_linear h -> 2 f_sh,
         # output_linear, no bias) beside the experts unless shared_intermediate_size is 0
         kw["moe_shared_expert_intermediate_size"] = c.int(
             "shared_intermediate_size", 0, allow_zero=True) or None
-    if mtype in ("flex_olmo", "minimax_m2"):
-        # FlexOlmoSparseMoeBlock / MiniMaxM2SparseMoeBlock in every layer: a router weight E x h
-        # (MiniMax-M2's e_score_correction_bias is an nn.Buffer), E gated experts of
-        # intermediate_size, no shared expert
-        flex = mtype == "flex_olmo"
-        kw.update(num_experts=c.int(("num_experts", "num_local_experts") if flex else
-                                    ("num_local_experts", "num_experts"), 7 if flex else 256),
-                  moe_router_topk=c.int("num_experts_per_tok", 5 if flex else 8),
-                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
     if mtype == "hunyuan_v1_moe":
         # HunYuanMoEV1Moe in every layer: a gate wg h x E (no bias), E gated experts and one
         # gated shared_mlp, all of intermediate_size; num_experts a number (HunYuanMoEV1Config
