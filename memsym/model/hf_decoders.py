@@ -317,10 +317,7 @@ def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
     if mtype in ("qwen2_moe", "qwen3_moe"):
         n_layers = kw["num_layers"]
         n_exp = c.int("num_experts", 60 if mtype == "qwen2_moe" else 128)
-        step = c.int("decoder_sparse_step", 1)
-        dense_only = set(c.int_list("mlp_only_layers"))
-        # DecoderLayer: sparse iff i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
-        pattern = tuple(int(i not in dense_only and (i + 1) % step == 0) for i in range(n_layers))
+        pattern = c.sparse_step_layers(n_layers)
         kw.update(num_experts=n_exp,
                   moe_router_topk=c.int("num_experts_per_tok", 4 if mtype == "qwen2_moe" else 8),
                   moe_ffn_hidden_size=c.int("moe_intermediate_size",

@@ -197,6 +197,14 @@ class ConfigFields:
                             "(layer indices)")
         return val
 
+    def sparse_step_layers(self, n_layers: int) -> tuple:
+        """Qwen's MoE pattern (1: an MoE layer): layer i is sparse iff i is not in
+        ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0`` (transformers'
+        Qwen2MoeDecoderLayer, Qwen3MoeDecoderLayer, Qwen3NextDecoderLayer)."""
+        step = self.int("decoder_sparse_step", 1)
+        dense_only = set(self.int_list("mlp_only_layers"))
+        return tuple(int(i not in dense_only and (i + 1) % step == 0) for i in range(n_layers))
+
 
 def read_config_json(path) -> dict:
     if not isinstance(path, (str, os.PathLike)):
