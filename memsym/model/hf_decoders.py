@@ -205,48 +205,55 @@ def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
         kw.update(attention_bias=out, add_qkv_bias=qkv, add_bias_linear=c.bool("mlp_bias", False))
 
 
+#: (model types, the Architecture fields their norms and MLPs fix), applied in order
+_NORM_FLAGS = (
+    # Qwen3 / Exaone4 / Apertus q_norm, k_norm and HunYuan's query_layernorm, key_layernorm:
+    # an RMSNorm(head_dim) each on q and on k
+    (("qwen3", "qwen3_moe", "exaone4", "hunyuan_v1_dense", "apertus", "hunyuan_v1_moe"),
+     {"qk_layernorm": True}),
+    # ArceeMLP / ApertusMLP: up_proj, act, down_proj (no gate)
+    (("arcee", "apertus"), {"swiglu": False}),
+    # input, post_attention, pre_feedforward and post_feedforward norms (Glm4DecoderLayer:
+    # input, post_self_attn, post_attention and post_mlp)
+    (("gemma2", "gemma3_text", "glm4"), {"norms_per_layer": 4}),
+    # GemmaRMSNorm, Gemma2RMSNorm, Gemma3RMSNorm, VaultGemmaRMSNorm: output * (1.0 +
+    # weight.float()) in fp32; HeliumRMSNorm: weight.to(torch.float32) * hidden_states
+    (("gemma", "gemma2", "gemma3_text", "vaultgemma", "helium"), {"norm_fp32_scale": True}),
+    # GptOssRMSNorm, Olmo2/Olmo3/FlexOlmoRMSNorm: (self.weight * hidden_states) in fp32,
+    # then .to(input_dtype): the multiply keeps the fp32 normalised tensor (Q/K norms too)
+    (("gpt_oss", "olmo2", "olmo3", "flex_olmo"), {"norm_fp32_product": True}),
+    # Gemma3RMSNorm(head_dim) on q and on k, its output * (1.0 + weight.float()) in fp32
+    (("gemma3_text",), {"qk_layernorm": True, "qk_norm_fp32_scale": True}),
+    # OlmoLayerNorm: F.layer_norm(x, shape, None, None)
+    (("olmo",), {"norm_affine": False, "normalization": "LayerNorm"}),
+    # Olmo2RMSNorm / Olmo3RMSNorm / FlexOlmoRMSNorm / MiniMaxM2RMSNorm (a*d_h) on q and
+    # (g*d_h) on k; OLMo's post_attention and post_feedforward norms (Olmo3's sliding-window
+    # layers change no parameter)
+    (("olmo2", "olmo3", "flex_olmo", "minimax_m2"),
+     {"qk_layernorm": True, "qk_norm_width": "full"}),
+    # CohereLayerNorm / Cohere2LayerNorm: a weight, no bias; one input norm feeding attention
+    # and MLP in parallel
+    (("cohere", "cohere2"), {"normalization": "LayerNorm", "norm_bias": False,
+                             "norms_per_layer": 1, "parallel_attention": True}),
+    # PhiMoE: nn.LayerNorm(elementwise_affine=True) norms
+    (("phimoe",), {"normalization": "LayerNorm"}),
+)
+
+
 def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
-    if mtype in ("qwen3", "qwen3_moe", "exaone4", "hunyuan_v1_dense", "apertus",
-                 "hunyuan_v1_moe"):
-        # Qwen3 / Exaone4 / Apertus q_norm, k_norm and HunYuan's query_layernorm,
-        # key_layernorm: an RMSNorm(head_dim) each on q and on k
-        kw["qk_layernorm"] = True
+    for types, fields in _NORM_FLAGS:
+        if mtype in types:
+            kw.update(fields)
     if mtype in ("hunyuan_v1_dense", "hunyuan_v1_moe", "ministral") and kw["kv_channels"] is None:
         # HunYuanDenseV1Attention / HunYuanMoEV1Attention / MinistralAttention read
         # config.head_dim, whose default is None: transformers cannot build the model without it
         cls = {"hunyuan_v1_dense": "HunYuanDenseV1Attention",
                "hunyuan_v1_moe": "HunYuanMoEV1Attention"}.get(mtype, "MinistralAttention")
         raise c._bad(f"missing field 'head_dim' (transformers' {cls} needs it)")
-    if mtype in ("arcee", "apertus"):
-        # ArceeMLP / ApertusMLP: up_proj, act, down_proj (no gate)
-        kw["swiglu"] = False
     if mtype == "apertus":
         # ApertusMLP replaces the activation by XIELU (learned alpha_p, alpha_n) iff
         # hidden_act == "xielu"; every other ACT2FN activation has no parameter
         kw["xielu_activation"] = c.str("hidden_act", "xielu") == "xielu"
-    if mtype in ("gemma2", "gemma3_text", "glm4"):
-        # input, post_attention, pre_feedforward and post_feedforward norms (Glm4DecoderLayer:
-        # input, post_self_attn, post_attention and post_mlp)
-        kw["norms_per_layer"] = 4
-    if mtype in ("gemma", "gemma2", "gemma3_text", "vaultgemma", "helium"):
-        # GemmaRMSNorm, Gemma2RMSNorm, Gemma3RMSNorm, VaultGemmaRMSNorm: output * (1.0 +
-        # weight.float()) in fp32; HeliumRMSNorm: weight.to(torch.float32) * hidden_states
-        kw["norm_fp32_scale"] = True
-    if mtype in ("gpt_oss", "olmo2", "olmo3", "flex_olmo"):
-        # GptOssRMSNorm, Olmo2/Olmo3/FlexOlmoRMSNorm: (self.weight * hidden_states) in fp32,
-        # then .to(input_dtype): the multiply keeps the fp32 normalised tensor (Q/K norms too)
-        kw["norm_fp32_product"] = True
-    if mtype == "gemma3_text":
-        kw["qk_layernorm"] = True           # Gemma3RMSNorm(head_dim) on q and on k
-        kw["qk_norm_fp32_scale"] = True     # its output * (1.0 + weight.float()) in fp32
-    if mtype == "olmo":
-        kw["norm_affine"] = False           # OlmoLayerNorm: F.layer_norm(x, shape, None, None)
-        kw["normalization"] = "LayerNorm"
-    if mtype in ("olmo2", "olmo3", "flex_olmo", "minimax_m2"):
-        # Olmo2RMSNorm / Olmo3RMSNorm / FlexOlmoRMSNorm / MiniMaxM2RMSNorm (a*d_h) on q and
-        # (g*d_h) on k; OLMo's post_attention and post_feedforward norms (Olmo3's
-        # sliding-window layers change no parameter)
-        kw.update(qk_layernorm=True, qk_norm_width="full")
     if mtype == "olmoe":
         # OlmoeAttention: q_norm = RMSNorm(h), k_norm = RMSNorm((h // a) * g), which are a*d_h
         # and g*d_h only when d_h = h / a; OlmoeSparseMoeBlock in every layer: a router h x E
@@ -264,17 +271,12 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
             # HeliumAttention's o_proj is h x h: it takes a*d_h inputs only when a*d_h = h
             raise c._bad("a Helium head_dim * num_attention_heads other than hidden_size is not "
                          "modelled (transformers' o_proj keeps the hidden size)")
-    if mtype in ("cohere", "cohere2"):
-        # CohereLayerNorm / Cohere2LayerNorm: a weight, no bias; one input norm feeding
-        # attention and MLP in parallel; use_qk_norm (Cohere only): CohereLayerNorm((a, d_h)) on
-        # q and ((g, d_h)) on k
-        kw.update(normalization="LayerNorm", norm_bias=False, norms_per_layer=1,
-                  parallel_attention=True)
-        if mtype == "cohere" and c.bool("use_qk_norm", False):
-            kw.update(qk_layernorm=True, qk_norm_width="full")
+    if mtype == "cohere" and c.bool("use_qk_norm", False):
+        # use_qk_norm (Cohere only): CohereLayerNorm((a, d_h)) on q and ((g, d_h)) on k
+        kw.update(qk_layernorm=True, qk_norm_width="full")
     if mtype == "phimoe":
-        # nn.LayerNorm(elementwise_affine=True) norms; lm_head bias=config.lm_head_bias
-        kw.update(normalization="LayerNorm", output_layer_bias=c.bool("lm_head_bias", False))
+        # lm_head bias=config.lm_head_bias
+        kw["output_layer_bias"] = c.bool("lm_head_bias", False)
 
 
 #: model_type -> (its expert-count field or aliases, their default, the top-k default) of the
