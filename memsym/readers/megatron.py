@@ -35,7 +35,8 @@ from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
 from .megatron_precision import (MUON_DESTS, megatron_fsdp_options, megatron_muon,
                                  megatron_optimizer, megatron_precision)
-from .megatron_training import checked_recompute_modules, megatron_layout, megatron_training
+from .megatron_training import (attention_kernels, checked_recompute_modules, keeps_no_scores,
+                                megatron_layout, megatron_training)
 from .megatron_userbuffers import UB_DEST, megatron_ub_option
 from .recipe_mechanisms import CUDA_GRAPH_DESTS, megatron_cuda_graph_options, megatron_dispatcher
 
@@ -385,11 +386,7 @@ def _override_precision(r: MegatronArguments, opts: dict):
 def _override_attention(r: MegatronArguments, opts: dict):
     """Whether the attention keeps no s x s score matrix (backend and implementation)."""
     if r.given("attention_backend") or r.given("transformer_impl"):
-        backend = r.choice("attention_backend", ("flash", "fused", "unfused", "local", "auto"),
-                           "auto")
-        impl = r.choice("transformer_impl", ("local", "transformer_engine",
-                                             "inference_optimized"), "transformer_engine")
-        opts["flash_attention"] = backend in ("flash", "fused", "auto") and impl != "local"
+        opts["flash_attention"] = keeps_no_scores(*attention_kernels(r))
 
 
 def _override_recompute(r: MegatronArguments, opts: dict):
