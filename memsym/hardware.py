@@ -69,7 +69,7 @@ from __future__ import annotations
 
 
 from .devices import FP32_PEAK_NOTE, GPU, PRECISIONS, Cluster
-from .errors import InvalidValueError, UnknownNameError
+from .errors import InvalidValueError, UnknownNameError, catalogue_key
 from .units import UNITS
 
 __all__ = ["GPU", "Cluster", "gpu", "cluster", "gpus", "clusters", "register_gpu",
@@ -276,10 +276,6 @@ _GPU_ALIASES: dict = {}
 _CLUSTER_TABLE: dict = {}
 
 
-def _key(name) -> str:
-    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
-
-
 def register_gpu(new: GPU, *, replace_existing: bool = False) -> GPU:
     """Add a GPU to the catalogue (its name and aliases become valid ``--gpu`` values).
 
@@ -293,13 +289,13 @@ def register_gpu(new: GPU, *, replace_existing: bool = False) -> GPU:
     """
     if not isinstance(new, GPU):
         raise InvalidValueError(f"register_gpu expects a GPU, got {type(new).__name__}")
-    key = _key(new.name)
+    key = catalogue_key(new.name)
     if not replace_existing and (key in _GPU_TABLE or key in _GPU_ALIASES):
         raise InvalidValueError(f"GPU {new.name!r} is already in the catalogue "
                                 "(pass replace_existing=True to replace it)")
     _GPU_TABLE[key] = new
     for alias in new.aliases:
-        _GPU_ALIASES[_key(alias)] = key
+        _GPU_ALIASES[catalogue_key(alias)] = key
     return new
 
 
@@ -318,7 +314,7 @@ def gpu(name) -> GPU:
     """
     if isinstance(name, GPU):
         return name
-    key = _key(name)
+    key = catalogue_key(name)
     key = _GPU_ALIASES.get(key, key)
     if key not in _GPU_TABLE:
         raise UnknownNameError("GPU", name, list(_GPU_TABLE) + list(_GPU_ALIASES))
@@ -346,7 +342,7 @@ def register_cluster(new: Cluster, *, replace_existing: bool = False) -> Cluster
     """
     if not isinstance(new, Cluster):
         raise InvalidValueError(f"register_cluster expects a Cluster, got {type(new).__name__}")
-    key = _key(new.name)
+    key = catalogue_key(new.name)
     if key in _CLUSTER_TABLE and not replace_existing:
         raise InvalidValueError(f"cluster {new.name!r} already exists (pass replace_existing=True)")
     _CLUSTER_TABLE[key] = new
@@ -363,7 +359,7 @@ def cluster(name) -> Cluster:
     """
     if isinstance(name, Cluster):
         return name
-    key = _key(name)
+    key = catalogue_key(name)
     if key not in _CLUSTER_TABLE:
         raise UnknownNameError("cluster", name, list(_CLUSTER_TABLE))
     return _CLUSTER_TABLE[key]

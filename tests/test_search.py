@@ -489,7 +489,7 @@ def test_search_step_time_is_the_timing_model_mixtral():
 
 
 def test_efficiency_and_capacity_factor_are_checked():
-    from memsym.cli.options import fraction
+    from memsym.cli.options import efficiency
     from memsym.errors import InvalidValueError
 
     for bad in (1.5, 0, -0.5):
@@ -497,7 +497,7 @@ def test_efficiency_and_capacity_factor_are_checked():
             search("llama2-7b", "h100-80gb", 8, efficiency=bad)
     with pytest.raises(InvalidValueError, match="capacity_factor"):
         search("mixtral-8x7b", "h100-80gb", 8, capacity_factor=0)
-    assert fraction("1") == 1.0 and fraction("0.25") == 0.25
+    assert efficiency("1") == 1.0 and efficiency("0.25") == 0.25
     for cmd in (["search", "llama2-7b", "--gpus", "8"], ["min-gpus", "llama2-7b"]):
         assert main(cmd + ["--gpu", "h100-80gb", "--efficiency", "1.5"]) == 2
 
