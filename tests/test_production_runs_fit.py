@@ -171,16 +171,25 @@ XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
 #: Nemotron 3 Nano and Super (hybrid Mamba-2 models, Super's experts latent) are read from
 #: their perf recipes (perf_recipes/nemotronh/<system>/nemotronh.py): Super's with the
 #: recipe's multi-token prediction, two passes of one repeated "*E" block
-#: (mtp_use_repeated_layer: the block's weights once, its activations per pass).
+#: (mtp_use_repeated_layer: the block's weights once, its activations per pass).  Super's
+#: recipes leave model.cross_entropy_loss_fusion unset: its AutoBridge provider,
+#: HybridModelProvider, sets it True (Megatron-Bridge 067f987df0 models/hybrid/
+#: hybrid_provider.py:149; nemotron_h_bridge.py:236), so _benchmark_common's "te"
+#: (perf_recipes/_common.py:70) runs Transformer Engine's fused cross-entropy, which keeps
+#: each pass's 16-bit logits with the gradient written into them
+#: (memsym.terms.recipe_buffers.te_cross_entropy); read as unfused (TransformerConfig's False),
+#: the three passes' fp32 softmax and the loss's transient had put the B200 row 8.6 GB higher
+#: (179.96 GB without the margin, 0.04 GB inside its GPU).
 for _rel in ("26.04.01", "26.04"):
     # Nemotron 3 Super's B200 MXFP8 rows (EP 64, MBS 1, seq 8192, the recipe's moe_act and
-    # layernorm recompute); its GB300, B300 and GB200 rows fit (B300 at its EP 8: 280.8 GB of
+    # layernorm recompute); its GB300, B300 and GB200 rows fit (B300 at its EP 8: 271.3 GB of
     # 288)
     TIGHT[f"mbridge.{_rel}.b200.nemotron-3-super.mxfp8"] = (
-        f"{_FRAG} takes it over, with {_MX} (17.0 GB): 179.96 GB without the margin, 197.2 GB "
-        "with it, against 180 GB, of which 109.4 GB activations (40 latent-MoE, 40 Mamba-2, 8 "
-        "attention layers, and 12.3 GB for the two MTP passes, each a layer and its own "
-        "logits; Megatron-core's combine keeps no expert output)")
+        f"{_FRAG} takes it over, with {_MX} (17.0 GB): 171.4 GB without the margin, 187.8 GB "
+        "with it, against 180 GB, of which 100.8 GB activations (40 latent-MoE, 40 Mamba-2, 8 "
+        "attention layers, and 8.0 GB for the two MTP passes, each a layer and its own "
+        "16-bit logits under Transformer Engine's fused cross-entropy; Megatron-core's "
+        "combine keeps no expert output)")
 
 
 def _recipe(run) -> str:
