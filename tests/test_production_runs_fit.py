@@ -182,14 +182,15 @@ XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
 #: (179.96 GB without the margin, 0.04 GB inside its GPU).
 for _rel in ("26.04.01", "26.04"):
     # Nemotron 3 Super's B200 MXFP8 rows (EP 64, MBS 1, seq 8192, the recipe's moe_act and
-    # layernorm recompute); its GB300, B300 and GB200 rows fit (B300 at its EP 8: 271.3 GB of
+    # layernorm recompute); its GB300, B300 and GB200 rows fit (B300 at its EP 8: 271.8 GB of
     # 288)
     TIGHT[f"mbridge.{_rel}.b200.nemotron-3-super.mxfp8"] = (
-        f"{_FRAG} takes it over, with {_MX} (17.0 GB): 171.4 GB without the margin, 187.8 GB "
-        "with it, against 180 GB, of which 100.8 GB activations (40 latent-MoE, 40 Mamba-2, 8 "
-        "attention layers, and 8.0 GB for the two MTP passes, each a layer and its own "
-        "16-bit logits under Transformer Engine's fused cross-entropy; Megatron-core's "
-        "combine keeps no expert output)")
+        f"{_FRAG} takes it over, with {_MX} (17.0 GB): 171.8 GB without the margin, 188.2 GB "
+        "with it, against 180 GB, of which 101.2 GB activations (40 latent-MoE, 40 Mamba-2, 8 "
+        "attention layers, and 8.5 GB for the two MTP passes: each a layer, its own 16-bit "
+        "logits under Transformer Engine's fused cross-entropy and its inputs, 0.2 GB: the "
+        "embedding's ids, enorm's and hnorm's inputs and eh_proj's MXFP8 2h-wide input; "
+        "Megatron-core's combine keeps no expert output)")
 
 
 def _recipe(run) -> str:
