@@ -56,13 +56,14 @@ from .korthikanti import PARALLEL, korthikanti, korthikanti_terms
 from .schedule import first_stage_layers
 # one layer's derivation, term by term, re-exported: every name stays importable from here
 from .transformer_layer import NORMS, RECOMPUTE_MODULE_SOURCES, layer_activations, token_split
+from .widths import saved_input_bytes
 
 __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS", "RECOMPUTE_MODULES", "RECOMPUTE_MODULE_SOURCES",
     "recompute_modules", "korthikanti", "korthikanti_terms",
-    "layer_activations", "embedding_activations", "output_activations", "lora_gathered_inputs",
-    "unfused_glu_products", "clamped_glu_copy", "fp8_glu_input", "paper_layer",
-    "paper_first_stage",
+    "layer_activations", "embedding_activations", "output_activations", "mtp_input_activations",
+    "lora_gathered_inputs", "unfused_glu_products", "clamped_glu_copy", "fp8_glu_input",
+    "paper_layer", "paper_first_stage",
 ]
 
 _K = "korthikanti"
@@ -189,6 +190,93 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
                     "(torch.compile(loss_fn) when compile.enable and 'loss' in components)")),
     )
     return Total("activations of the output layer and loss", tuple(x for x in terms if x.expr != 0))
+
+
+_MTP = ("megatron/core/transformer/multi_token_prediction.py at d98e8a64dd, "
+        "MultiTokenPredictionLayer.")
+
+
+def mtp_input_activations(*, sequence_parallel: bool = False, norm: str = "layernorm",
+                          dropout: bool = True, checkpointed: bool = False,
+                          fp8_inputs: bool | str = False) -> Total:
+    r"""Activations of one multi-token-prediction pass's own inputs, beside its block [bytes].
+
+    Per micro-batch and MTP pass, with :math:`\tau = sb/c`, :math:`\sigma` as in
+    :func:`token_split`, :math:`\nu` the norm's fp32 statistics per token (8 LayerNorm, 4
+    RMSNorm) and :math:`\delta` 1 with dropout:
+
+    .. math::
+
+        8\tau + \delta\,\frac{\tau h}{\sigma} + \frac{2\tau h}{\sigma}
+        + \frac{2\tau h}{\sigma} + \kappa\Big(2\nu\,\frac{\tau}{\sigma}
+        + b_x\,\frac{2\tau h}{\sigma}\Big)
+
+    ``_get_embeddings`` (lines 1279-1302) rolls the token ids and embeds them again, outside
+    any checkpoint: the int64 ids the lookup's backward reads and the embedding dropout mask,
+    as :func:`embedding_activations`.  ``_concat_embeddings`` (lines 1331-1359): ``enorm`` and
+    ``hnorm`` (Transformer Engine norms, which save their input and fp32 statistics) on the
+    embedding and on the previous depth's normalised output, then ``torch.cat`` of the two
+    into the :math:`2h`-wide input that ``eh_proj`` (a column-parallel linear, which saves its
+    sequence-parallel shard) keeps.  With the MTP layer checkpointed (``checkpointed``, full
+    recompute other than block: lines 1584-1629, ``tensor_parallel.checkpoint`` of
+    ``hidden_states`` and ``decoder_input``) only the two norms' inputs, the checkpoint's
+    arguments, stay (:math:`\kappa = 0`); else :math:`\kappa = 1`.  The concatenation runs
+    in the FP8 context under FP8 (lines 1387-1397): ``eh_proj`` keeps it quantized,
+    :math:`b_x` bytes an element (:func:`memsym.terms.widths.saved_input_bytes`; 2 at 16 bits
+    and under FP4, which the MTP layer ignores).
+
+    Parameters
+    ----------
+    sequence_parallel : bool
+        Megatron sequence parallelism (the MTP inputs are scattered over t).
+    norm : str
+        ``"layernorm"`` or ``"rmsnorm"``.
+    dropout : bool
+        Whether the embedding keeps a dropout mask.
+    checkpointed : bool
+        Whether the MTP layer runs under Megatron's MTP checkpoint.
+    fp8_inputs : bool or {"mxfp8"}
+        Transformer Engine FP8 compute (:func:`memsym.terms.widths.saved_input_bytes`).
+
+    Examples
+    --------
+    >>> mtp_input_activations(dropout=False).expr
+    8*b*h*s/c + 24*b*s/c
+    >>> mtp_input_activations(norm="rmsnorm", dropout=False, checkpointed=True).expr
+    4*b*h*s/c + 8*b*s/c
+    >>> mtp_input_activations(dropout=False, fp8_inputs=True)["eh_proj_input"].expr
+    2*b*h*s/c
+
+    References
+    ----------
+    .. [megatron-lm] ``megatron/core/transformer/multi_token_prediction.py`` at d98e8a64dd,
+       ``_get_embeddings``, ``_concat_embeddings``, ``_checkpointed_forward``.
+    .. [transformer-engine] ``transformer_engine/pytorch/ops/basic/layer_norm.py:228`` and
+       ``rmsnorm.py:209`` at d0067d0da6 (``save_for_backward(x, means, rstdevs)``).
+    """
+    tok, sig = token_split(sequence_parallel)
+    norm = choose("normalization", norm, NORMS)
+    keep = 0 if checkpointed else 1
+    emb = embedding_activations(sequence_parallel=sequence_parallel, dropout=dropout)
+    terms = (
+        Term("mtp_input_ids", emb["input_ids"].expr, "the rolled int64 token ids the MTP "
+             "embedding's backward reads", Source("megatron-lm", _MTP + "_get_embeddings "
+                                                  "(lines 1279-1302)")),
+        Term("mtp_embedding_dropout_mask", emb.expr - emb["input_ids"].expr,
+             "the MTP embedding's dropout mask", Source(_K, "§4.3 (sbhp/t)")),
+        Term("mtp_norm_inputs", 2 * (2 * tok * h / sig), "inputs of enorm (the embedding) and "
+             "hnorm (the previous depth's output): the checkpoint's arguments when checkpointed",
+             Source("megatron-lm", _MTP + "_concat_embeddings (lines 1335, 1337); "
+                    "_checkpointed_forward (lines 1584-1629)")),
+        Term("mtp_norm_statistics", keep * 2 * NORMS[norm] * tok / sig,
+             "fp32 statistics of enorm and hnorm", Source("transformer-engine", "transformer_"
+             "engine/pytorch/ops/basic/layer_norm.py:228, rmsnorm.py:209 at d0067d0da6")),
+        Term("eh_proj_input", keep * saved_input_bytes(fp8_inputs) * tok * (2 * h) / sig,
+             "the 2h-wide concatenation eh_proj keeps" + (" (FP8)" if fp8_inputs else ""),
+             Source("megatron-lm", _MTP + "_concat_embeddings (lines 1341-1342: torch.cat, "
+                    "then eh_proj); the FP8 context at lines 1387-1397")),
+    )
+    return Total("activations of an MTP pass's inputs", tuple(x for x in terms if x.expr != 0))
 
 
 def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
