@@ -187,7 +187,9 @@ class Framework:
         ``weighted_bias_quick_geglu_impl`` clamps the two halves eagerly, concatenates them
         and its fused function saves the concatenation (d98e8a64dd
         ``core/fusions/fused_bias_geglu.py:424-440``, ``:326-327``), while the clamps keep
-        the fc1 output.  The other frameworks' GPT-OSS experts are not read here.
+        the fc1 output; unfused, its eager ``glu`` keeps the clamped gate half
+        (:func:`memsym.terms.eager_glu.eager_clamped_glu_input`).  The other frameworks'
+        GPT-OSS experts are not read here.
     """
 
     name: str

@@ -249,8 +249,8 @@ class Memory:
         MoE routed-token load of the busiest expert rank over a balanced one (1; Megatron's
         ``--moe-expert-capacity-factor`` when tokens are dropped).
     bias_activation_fusion : bool
-        Megatron's fused dense SwiGLU (True; False: :func:`memsym.terms.activations.unfused_glu_products`;
-        fused and clamped, GPT-OSS's experts: :func:`memsym.terms.activations.clamped_glu_copy`).
+        Megatron's fused gated unit (True; False: ``memsym.terms.activations.unfused_glu_products``,
+        clamped ``memsym.terms.eager_glu``; fused and clamped, GPT-OSS's: ``clamped_glu_copy``).
     activation_func_fp8_input_store : bool
         Megatron-core's FP8 SwiGLU input (False): :func:`memsym.terms.activations.fp8_glu_input`.
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int

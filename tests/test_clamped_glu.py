@@ -24,7 +24,8 @@ import pytest
 
 from memsym.frameworks import FRAMEWORK
 from memsym.model import preset
-from memsym.terms.activations import clamped_glu_copy
+from memsym.terms.activations import clamped_glu_copy, unfused_glu_products
+from memsym.terms.eager_glu import eager_clamped_glu_input
 from memsym.training import Layout, Training, training_memory
 
 
@@ -117,12 +118,17 @@ def test_only_megatron_core_keeps_the_copy():
 # A pasted Megatron-LM command: --activation-func-clamp-value is TransformerConfig's
 # activation_func_clamp_value (transformer_config.py:235), so a --quick-geglu MoE model keeps
 # the clamped copy; 4 MoE layers, 32 experts top-4 over EP 8 (d = 8), s = 4096, b = 1, t = 1.
+# Biases stay on (no --disable-bias-linear), so bias_gelu_fusion, the fusion of a model without
+# --swiglu (argument_utils.py:318-319), stays on: the fused path (moe/experts.py:973-981).
 _CMD = ("--num-layers 4 --hidden-size 2880 --num-attention-heads 64 --group-query-attention "
         "--num-query-groups 8 --kv-channels 64 --ffn-hidden-size 2880 --num-experts 32 "
         "--moe-router-topk 4 --quick-geglu --seq-length 4096 --max-position-embeddings 4096 "
         "--micro-batch-size 1 --vocab-size 201088 --bf16 --moe-grouped-gemm "
-        "--expert-model-parallel-size 8 --disable-bias-linear --world-size 8 "
-        "--gpu h100-80gb --json").split()
+        "--expert-model-parallel-size 8 --world-size 8 --gpu h100-80gb --json").split()
+_CLAMP = ("--activation-func-clamp-value", "7.0")
+# a rank receives R = 4096 x 4 routed rows (balanced over EP 8 from 8 ranks' 4096 tokens) of
+# f_e = 2880 per expert; 4 layers; 2 bytes per bf16 element
+_ROWS, _FE, _LAYERS = 4096 * 4, 2880, 4
 
 
 def _activations(capsys, *extra):
@@ -137,12 +143,93 @@ def _activations(capsys, *extra):
 
 def test_megatron_clamp_flag_keeps_the_copy(capsys):
     base = _activations(capsys)
-    clamped = _activations(capsys, "--activation-func-clamp-value", "7.0")
+    clamped = _activations(capsys, *_CLAMP)
     assert "--activation-func-clamp-value" not in clamped["ignored"]
-    # a rank receives 4096 x 4 routed rows (balanced over EP 8 from 8 ranks' 4096 tokens);
-    # each keeps 2 x 2880 more bf16 elements; 4 layers
+    # fused: one concatenated copy of the fc1 output, 2 f_e bf16 elements per row
     assert clamped["bytes"]["activations"] - base["bytes"]["activations"] \
-        == 4 * (4096 * 4) * (2 * 2880) * 2
+        == _LAYERS * _ROWS * (2 * _FE) * 2
+
+
+@pytest.mark.parametrize("unfuse", [("--no-bias-gelu-fusion",), ("--disable-bias-linear",)])
+def test_megatron_eager_quick_geglu(capsys, unfuse):
+    # --no-bias-gelu-fusion, or --disable-bias-linear (validate_args turns bias_gelu_fusion off,
+    # arguments.py:1604-1606): the experts run the eager glu (moe/experts.py:995-1016).  Per
+    # routed row it keeps, beside the fc1 output: quick_gelu's output, x_linear + offset and
+    # the gate's output the probability weighting keeps (3 f_e), and clamped, the clamped gate
+    # half that the torch.compile'd quick_gelu saves (1 f_e more); the replay below measures it
+    eager = _activations(capsys, *unfuse)
+    eager_clamped = _activations(capsys, *unfuse, *_CLAMP)
+    assert unfuse[0] not in eager["ignored"]
+    assert eager_clamped["bytes"]["activations"] - eager["bytes"]["activations"] \
+        == _LAYERS * _ROWS * _FE * 2
+    if unfuse[0] == "--no-bias-gelu-fusion":    # the same model fused, biases and all
+        fused = _activations(capsys)
+        fused_clamped = _activations(capsys, *_CLAMP)
+        assert eager["bytes"]["activations"] - fused["bytes"]["activations"] \
+            == _LAYERS * _ROWS * 3 * _FE * 2
+        assert eager_clamped["bytes"]["activations"] - fused_clamped["bytes"]["activations"] \
+            == _LAYERS * _ROWS * (3 + 1 - 2) * _FE * 2
+
+
+def test_gelu_fusion_flag_is_ignored_without_a_gated_unit(capsys):
+    plain = [w for w in _CMD if w != "--quick-geglu"]
+    from in_process import estimate
+    import json
+
+    code, out, err = estimate(capsys, *plain, "--no-bias-gelu-fusion")
+    assert code == 0, err
+    assert "--no-bias-gelu-fusion" in json.loads(out)["ignored"]
+
+
+def _eager_glu_saved(torch, quick_gelu, *, clamp, moe, rows=6, f=5):
+    """The 16-bit elements per row the eager glu (moe/experts.py:996-1016; dense:
+    transformer/mlp.py:321-334) saves beyond the fc1 output and the routing weights."""
+    fc1 = torch.randn(rows, 2 * f, dtype=torch.bfloat16, requires_grad=True)
+    probs = torch.rand(rows, 1, dtype=torch.float32, requires_grad=True)
+    saved = {}
+
+    def pack(x):
+        st = x.untyped_storage()
+        saved[st.data_ptr()] = st.nbytes()
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        out = fc1 * 1                     # the fc1 GEMM's output (no grad_fn saves it)
+        saved.clear()
+        x_glu, x_linear = torch.chunk(out, 2, dim=-1)
+        if clamp:
+            x_glu = x_glu.clamp(min=None, max=7.0)
+            x_linear = x_linear.clamp(min=-7.0, max=7.0)
+        y = quick_gelu(x_glu) * (x_linear + 1.0)
+        if moe:
+            y = (y * probs).to(torch.bfloat16)
+    y.float().sum().backward()
+    others = {out.untyped_storage().data_ptr(), probs.untyped_storage().data_ptr()}
+    return sum(n for ptr, n in saved.items() if ptr not in others) // 2 // rows
+
+
+@pytest.mark.parametrize("moe", [True, False])
+def test_the_eager_products_replayed_in_torch(moe):
+    # Megatron's quick_gelu is @jit_fuser (fused_bias_geglu.py:184-187), torch.compile from
+    # torch 2.2 (core/jit.py:16-21, :33); Inductor partitions the graph with the min-cut
+    # partitioner, as the aot_eager_decomp_partition backend does without a C++ compiler
+    torch = pytest.importorskip("torch")
+
+    def quick_gelu(y):
+        return y * torch.sigmoid(1.702 * y)
+
+    compiled = torch.compile(quick_gelu, backend="aot_eager_decomp_partition", dynamic=False)
+    f, t = 5, 1
+    sizes = dict(s=6, b=1, c=1, c_f=1, k=1, t=t, t_e=1, f=f, f_e=f)    # 6 rows
+    per_row = {clamp: (unfused_glu_products(False, moe=moe).evaluate(**sizes)
+                       + eager_clamped_glu_input(clamp, moe=moe).evaluate(**sizes)) // 2 // 6
+               for clamp in (False, True)}
+    for clamp in (False, True):
+        measured = _eager_glu_saved(torch, compiled, clamp=clamp, moe=moe, f=f)
+        # the compiled quick_gelu saves its input only (as silu does): MoE 3f / 4f, dense
+        # 2f / 3f, the same count as memsym's terms
+        assert measured == ((3 if moe else 2) + clamp) * f
+        assert per_row[clamp] == measured
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -1,7 +1,7 @@
 """The readers set ``bias_activation_fusion`` as the frameworks do (issue 30's follow-up).
 
 Megatron-LM d98e8a64dd: ``--no-bias-swiglu-fusion`` is ``store_false`` with dest
-``bias_swiglu_fusion`` (arguments.py:2896-2898: fused unless given), and
+``bias_swiglu_fusion`` (arguments.py:2895-2898: fused unless given), and
 ``core_transformer_config_from_args`` sets ``bias_activation_fusion = args.bias_swiglu_fusion``
 under ``--swiglu`` (argument_utils.py:314-317).  Unfused, ``MLP.forward`` keeps silu(x_glu) and
 ``x_linear + 0.0`` (transformer/mlp.py:320-334): 2 bf16 tensors of s b f / t elements per layer.
@@ -37,7 +37,7 @@ def _acts(*extra: str) -> float:
 
 
 def test_megatron_default_is_fused():
-    # arguments.py:2896-2898: store_false, so fused when the flag is absent
+    # arguments.py:2895-2898: store_false, so fused when the flag is absent
     assert read_megatron_args(_CMD).training["bias_activation_fusion"] is True
 
 

@@ -133,7 +133,7 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
         opts["moe_dispatcher"] = trn["moe_dispatcher"]
     if trn.get("mla_down_proj_fusion"):   # --mla-down-proj-fusion (memsym.timing.recompute)
         opts["mla_down_proj_fusion"] = True
-    if trn.get("bias_activation_fusion") is False:   # --swiglu --no-bias-swiglu-fusion
+    if trn.get("bias_activation_fusion") is False:   # eager gated unit (megatron._glu_fusion)
         opts["bias_activation_fusion"] = False
 
 

@@ -149,7 +149,8 @@ def read_megatron_args(argv: Sequence[str], *, tp_comm_overlap: bool = False) ->
         if r.not_modelled(name, dest):
             continue        # noted: it changes memory or time, so it is not "without effect"
         if dest not in MODELLED and not (dest == UB_DEST and ub is not None) \
-                and not (dest == _SWIGLU_FUSION and r.flag("swiglu")):
+                and not (dest == _SWIGLU_FUSION and r.flag("swiglu")) \
+                and not (dest == _GELU_FUSION and r.flag("quick_geglu")):
             ignored.append(name)
     defaults = tuple((option, value, where) for option, dests, value, where in MEGATRON_DEFAULTS
                      if not any(r.given(d) for d in dests))
@@ -158,27 +159,37 @@ def read_megatron_args(argv: Sequence[str], *, tp_comm_overlap: bool = False) ->
                        defaults=defaults)
 
 
-#: ``--no-bias-swiglu-fusion``'s dest (store_false, args:2896-2898 at d98e8a64dd: fused unless
-#: given); ``--no-bias-gelu-fusion`` (``bias_gelu_fusion``, args:2893-2894) sets the fusion of
-#: a model without ``--swiglu`` (argument_utils.py:314-319), whose eager path memsym counts as
-#: the fused one (:func:`memsym.terms.activations.unfused_glu_products` is SwiGLU's).
+#: ``--no-bias-swiglu-fusion``'s dest (store_false, args:2895-2898 at d98e8a64dd: fused unless
+#: given), the fusion of a ``--swiglu`` model (argument_utils.py:314-317).
 _SWIGLU_FUSION = "bias_swiglu_fusion"
+#: ``--no-bias-gelu-fusion``'s dest (store_false, args:2892-2894), the fusion of a model without
+#: ``--swiglu`` (argument_utils.py:318-319): a ``--quick-geglu`` model's gated unit.
+_GELU_FUSION = "bias_gelu_fusion"
 
 
 def _glu_fusion(r: MegatronArguments) -> bool:
-    """``TransformerConfig.bias_activation_fusion`` of a ``--swiglu`` model (True otherwise).
+    """``TransformerConfig.bias_activation_fusion`` of a gated model (True without a gated unit).
 
-    ``core_transformer_config_from_args`` (argument_utils.py:314-317 at d98e8a64dd) sets it to
-    ``args.bias_swiglu_fusion`` under ``--swiglu``; ``validate_args`` turns off only
-    ``bias_gelu_fusion`` (args:1604-1606, without ``--disable-bias-linear``'s biases), never
-    the SwiGLU one.
+    ``core_transformer_config_from_args`` (argument_utils.py:314-319 at d98e8a64dd) sets it to
+    ``args.bias_swiglu_fusion`` under ``--swiglu``, else to ``args.bias_gelu_fusion``, which
+    ``validate_args`` turns off with ``--disable-bias-linear`` (args:1604-1606); a
+    ``--quick-geglu`` model's experts then run the eager ``glu`` (moe/experts.py:995-1016).
 
     >>> from .megatron_arguments import parse_megatron_argv
-    >>> raw, _, spelled = parse_megatron_argv(["--swiglu", "--no-bias-swiglu-fusion"])
-    >>> _glu_fusion(MegatronArguments(raw, spelled))
-    False
+    >>> def fusion(*argv):
+    ...     raw, _, spelled = parse_megatron_argv(list(argv))
+    ...     return _glu_fusion(MegatronArguments(raw, spelled))
+    >>> fusion("--swiglu", "--no-bias-swiglu-fusion"), fusion("--swiglu", "--disable-bias-linear")
+    (False, True)
+    >>> fusion("--quick-geglu"), fusion("--quick-geglu", "--disable-bias-linear")
+    (True, False)
     """
-    return not r.flag("swiglu") or r.raw.get(_SWIGLU_FUSION, True) is not False
+    if r.flag("swiglu"):
+        return r.raw.get(_SWIGLU_FUSION, True) is not False
+    if not r.flag("quick_geglu"):
+        return True         # no gated unit: the non-gated activations keep what they keep
+    return r.raw.get(_GELU_FUSION, True) is not False \
+        and r.raw.get("add_bias_linear", True) is not False
 
 
 @dataclass(frozen=True)
@@ -328,9 +339,13 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
         opts["tp_comm_overlap_cfg"] = ub
     if r.given(_SWIGLU_FUSION):   # the MODEL's SwiGLU, if it has one, runs eagerly
         opts["bias_activation_fusion"] = False
+    geglu = r.flag("quick_geglu")   # the command's own quick-GeGLU (bias_gelu_fusion's unit)
+    if geglu and not _glu_fusion(r):
+        opts["bias_activation_fusion"] = False
     ignored = _override_ignored(r, order, (_DISPATCHER_DESTS if has_experts else ())
                                 + ((UB_DEST,) if ub is not None else ())
-                                + ((_SWIGLU_FUSION,) if r.given(_SWIGLU_FUSION) else ()))
+                                + ((_SWIGLU_FUSION,) if r.given(_SWIGLU_FUSION) else ())
+                                + ((_GELU_FUSION,) if geglu else ()))
     return MegatronOverrides(options=opts, ignored=tuple(ignored), notes=tuple(r.notes))
 
 

@@ -26,6 +26,7 @@ from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activat
                                  mtp_input_activations,
                                  output_activations, unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
+from ..terms.eager_glu import eager_clamped_glu_input
 from ..terms.hf_norms import final_norm_excess
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.pipeline_order import chunk_peak
@@ -269,17 +270,19 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     # Megatron's eager SwiGLU (bias_activation_fusion off) keeps more products, in a dense MLP
     # and in the grouped experts, where their activations are kept (not recomputed)
     fused = training.memory.bias_activation_fusion or not x.swiglu
-    # and Megatron-core's fused clamped quick-GeGLU (GPT-OSS's swiglu_limit, the Bridge's
-    # activation_func_clamp_value) a clamped copy of the experts' fc1 output; the eager
-    # path's clamped products are not modelled
-    clamp = clamped_glu_copy(bool(fused and x.swiglu and (x.extra or {}).get("swiglu_limit")
-                                  and framework_record(training.framework).moe_glu_clamp_copy))
+    # and Megatron-core's clamped GLU (GPT-OSS's swiglu_limit, the Bridge's
+    # activation_func_clamp_value): the fused quick-GeGLU keeps a clamped copy of the experts'
+    # fc1 output, the eager one (--no-bias-gelu-fusion) the clamped gate half, dense or MoE
+    limit = bool(x.swiglu and (x.extra or {}).get("swiglu_limit") is not None   # 0 clamps too
+                 and framework_record(training.framework).moe_glu_clamp_copy)
+    clamp = {moe: (clamped_glu_copy(limit and moe) if fused
+                   else eager_clamped_glu_input(limit, moe=moe)).expr for moe in (False, True)}
     # activation_func_fp8_input_store: the fused SwiGLU saves its input in FP8 (Megatron-core
     # refuses it for another activation, which memsym.job_checks mirrors)
     fp8_glu = bool(fused and x.swiglu and training.memory.activation_func_fp8_input_store)
     shared_kept = shared and not (recompute == "selective"
                                   and {"shared_experts", "moe"} & set(mods or ()))
-    glu_kept = {moe: unfused_glu_products(fused, moe=moe).expr + (clamp.expr if moe else 0)
+    glu_kept = {moe: unfused_glu_products(fused, moe=moe).expr + clamp[moe]
                 + fp8_glu_input(fp8_glu, moe=moe, shared=shared_kept and moe).expr
                 for moe in (False, True)}
     kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
