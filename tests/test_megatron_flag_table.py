@@ -18,6 +18,7 @@ import pytest
 
 from memsym.errors import InvalidValueError
 from memsym.readers._megatron_flags import FLAGS
+from memsym.readers._megatron_modelopt_flags import MODELOPT
 from tools import megatron_flags as gen
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -36,6 +37,14 @@ def test_shipped_table_is_current(generated):
     """The shipped file equals, byte for byte, what the generator writes from the pinned files."""
     summary = gen.difference(TABLE.read_text(encoding="utf-8"), generated[0])
     assert summary is None, f"{gen.OUTPUT} is stale ({summary}): run python -m tools.megatron_flags"
+
+
+def test_shipped_modelopt_table_is_current():
+    """ModelOpt's options (post_training/arguments.py:add_modelopt_args), generated beside it."""
+    shipped = (ROOT / gen.MODELOPT_OUTPUT).read_text(encoding="utf-8")
+    summary = gen.difference(shipped, gen.render(modelopt=True))
+    assert summary is None, f"{gen.MODELOPT_OUTPUT} is stale ({summary})"
+    assert not set(MODELOPT) & set(FLAGS)   # argparse would refuse a conflicting option
 
 
 def test_the_module_names_its_generator():
@@ -146,9 +155,12 @@ def test_check_reports_a_stale_table_in_one_line(generated, tmp_path, monkeypatc
     stale.parent.mkdir(parents=True)
     text = TABLE.read_text(encoding="utf-8")
     stale.write_text(text.replace("    '--bf16': ('bf16', 0, True),\n", ""), encoding="utf-8")
+    modelopt = (ROOT / gen.MODELOPT_OUTPUT).read_text(encoding="utf-8")
+    (tmp_path / gen.MODELOPT_OUTPUT).write_text(modelopt, encoding="utf-8")   # current
     monkeypatch.setattr(gen, "ROOT", tmp_path)
     # main's logic only: the generator's output is the fixture's (it ran once already)
-    monkeypatch.setattr(gen, "render", lambda source=gen.VENDORED: generated[0])
+    monkeypatch.setattr(gen, "render", lambda source=gen.VENDORED, opt=False:
+                        modelopt if opt else generated[0])
     assert gen.main(["--check"]) == 1
     out, err = capsys.readouterr()
     assert out == ""
@@ -156,7 +168,7 @@ def test_check_reports_a_stale_table_in_one_line(generated, tmp_path, monkeypatc
                    "(run python -m tools.megatron_flags)\n")
     # without --check it rewrites the file, after which it is current
     assert gen.main([]) == 0 and stale.read_text(encoding="utf-8") == generated[0]
-    assert capsys.readouterr().out == f"wrote {gen.OUTPUT}\n"
+    assert capsys.readouterr().out == f"wrote {gen.OUTPUT} and {gen.MODELOPT_OUTPUT}\n"
     assert gen.main(["--check"]) == 0 and gen.main([]) == 0
     assert capsys.readouterr() == ("", "")
 

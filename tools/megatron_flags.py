@@ -66,8 +66,9 @@ if __package__ in (None, ""):  # run as `python tools/megatron_flags.py`: this c
 
 from memsym.errors import InvalidValueError, MemsymError  # noqa: E402
 
-__all__ = ["COMMIT", "PINNED", "BARE", "STUBS", "VENDORED", "OUTPUT", "check_source", "flags",
-           "render", "difference", "write", "main"]
+__all__ = ["COMMIT", "PINNED", "BARE", "STUBS", "VENDORED", "OUTPUT",
+           "MODELOPT_OUTPUT", "check_source", "flags",
+           "modelopt_flags", "render", "difference", "write", "main"]
 
 #: The Megatron-LM commit the table is generated from (NVIDIA/Megatron-LM, main, 2026-08-22).
 COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
@@ -75,6 +76,8 @@ COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 VENDORED = ROOT / "tools" / "data" / "megatron-lm-d98e8a64dd"
 #: The generated table, relative to the repository root.
 OUTPUT = pathlib.Path("memsym") / "readers" / "_megatron_flags.py"
+#: ModelOpt's options, generated beside it (``pretrain_gpt.py`` adds them when ModelOpt imports).
+MODELOPT_OUTPUT = pathlib.Path("memsym") / "readers" / "_megatron_modelopt_flags.py"
 
 #: The Megatron-LM files executed to build the parser: path -> (git blob id, size in bytes)
 #: at :data:`COMMIT` (``git rev-parse COMMIT:path``, ``git cat-file -s COMMIT:path``).
@@ -101,11 +104,14 @@ PINNED = {
     # the public stub of the unreleased Kitchen extension: HAVE_KITCHEN = False, so
     # _add_kitchen_quantization_arguments adds nothing
     "megatron/core/extensions/kitchen.py": ("a8a83fb341c68e5b02ef0886b108ec8c2d7c803b", 1013),
+    # ModelOpt's options: pretrain_gpt.py:83-90 imports add_modelopt_args when nvidia-modelopt
+    # imports, and :525-526 passes it to parse_and_validate_args (arguments.py:125-126)
+    "megatron/post_training/arguments.py": ("2b1442b08ecdc6c1837c56af87299849eacf47da", 6034),
 }
 
 #: Packages whose ``__init__`` is not run (each imports much of Megatron-Core).
 BARE = ("megatron", "megatron.core", "megatron.training", "megatron.core.inference",
-        "megatron.core.extensions")
+        "megatron.core.extensions", "megatron.post_training")
 
 #: Stand-in modules (and their submodules) -> what the loaded files take from them; none of
 #: it is called while the parser is built.
@@ -287,15 +293,9 @@ def _sandbox(root: pathlib.Path):
 # ----------------------------------------------------------------------------------------------
 # the table
 # ----------------------------------------------------------------------------------------------
-def flags(source=VENDORED) -> dict[str, tuple]:
-    """``{option: (dest, arity, constant)}`` in the parser's order, from Megatron's own parser.
-
-    Raises
-    ------
-    InvalidValueError
-        When ``source`` is not a Megatron-LM tree at :data:`COMMIT` (:func:`check_source`), or
-        its code imports a module the sandbox neither runs nor stands in for.
-    """
+def _tables(source=VENDORED) -> tuple[dict, dict]:
+    """Megatron's options and ModelOpt's, each ``{option: (dest, arity, constant)}`` in the
+    parser's order, from the parser ``pretrain_gpt.py`` builds when ModelOpt imports."""
     root = check_source(source)
     try:
         with _sandbox(root):
@@ -304,12 +304,20 @@ def flags(source=VENDORED) -> dict[str, tuple]:
             parser = argparse.ArgumentParser(description="Megatron-LM Arguments",
                                              allow_abbrev=False)
             arguments.add_megatron_arguments(parser)
+            own = len(parser._actions)
+            # parse_args:125-126 (extra_args_provider), pretrain_gpt.py:525-526
+            importlib.import_module("megatron.post_training.arguments").add_modelopt_args(parser)
     except ModuleNotFoundError as err:  # what moving the pin would meet: a new import
         raise InvalidValueError(f"building Megatron's parser imported {err.name!r}, which "
                                 f"tools/megatron_flags.py neither runs nor stands in for (add "
                                 f"it to PINNED, BARE or STUBS)") from None
+    return _rows(parser._actions[:own]), _rows(parser._actions[own:])
+
+
+def _rows(actions) -> dict[str, tuple]:
+    """``{option: (dest, arity, constant)}`` of argparse actions."""
     table = {}
-    for action in parser._actions:
+    for action in actions:
         if isinstance(action, argparse._HelpAction):
             continue  # argparse's -h/--help: prints the usage and exits, not a Megatron option
         arity = 1 if action.nargs is None else action.nargs
@@ -322,6 +330,24 @@ def flags(source=VENDORED) -> dict[str, tuple]:
                 constant = action.const
             table[option] = (action.dest, arity, constant)
     return table
+
+
+def flags(source=VENDORED) -> dict[str, tuple]:
+    """``{option: (dest, arity, constant)}`` in the parser's order, from Megatron's own parser.
+
+    Raises
+    ------
+    InvalidValueError
+        When ``source`` is not a Megatron-LM tree at :data:`COMMIT` (:func:`check_source`), or
+        its code imports a module the sandbox neither runs nor stands in for.
+    """
+    return _tables(source)[0]
+
+
+def modelopt_flags(source=VENDORED) -> dict[str, tuple]:
+    """ModelOpt's options (``megatron/post_training/arguments.py:add_modelopt_args``), as
+    :func:`flags` dumps Megatron's."""
+    return _tables(source)[1]
 
 
 _DOCSTRING = f'''\
@@ -338,17 +364,33 @@ NVIDIA/Megatron-LM ``{COMMIT[:10]}`` (main, 2026-08-22; the dataclass-generated 
 ``option: (dest, arity, constant)``.  Arity: 0 for store_true/store_false/BooleanOptional
 actions, 1 for a single value, ``'+'``/``'*'`` for lists, an int for a fixed count; the
 constant is the value a 0-arity flag stores (None otherwise; a ``BooleanOptionalAction``
-stores True for ``--x`` and False for ``--no-x``).  Left out: argparse's own ``-h``/``--help``
-and the options of extensions a plain install lacks (``pretrain_gpt.py`` adds ModelOpt's only
-when ``nvidia-modelopt`` imports; Kitchen's need ``HAVE_KITCHEN``, False at this commit).
+stores True for ``--x`` and False for ``--no-x``).  Left out: argparse's own ``-h``/``--help``,
+Kitchen's options (``HAVE_KITCHEN`` is False at this commit) and ModelOpt's, which
+:mod:`memsym.readers._megatron_modelopt_flags` holds (``pretrain_gpt.py:83-90`` adds them).
 Megatron parses with ``allow_abbrev=False`` (``parse_args``), so prefixes are not accepted.
 """
 '''
 
 
-def render(source=VENDORED) -> str:
-    """The text of ``memsym/readers/_megatron_flags.py`` generated from ``source``."""
-    rows = "".join(f"    {option!r}: {row!r},\n" for option, row in flags(source).items())
+_MODELOPT_DOCSTRING = f'''\
+"""ModelOpt's Megatron-LM options: those ``pretrain_gpt.py`` adds when ``nvidia-modelopt`` imports.
+
+GENERATED by ``tools/megatron_flags.py`` beside :mod:`memsym.readers._megatron_flags` (same
+format, same parser); do not edit.  ``pretrain_gpt.py:83-90`` at ``{COMMIT[:10]}`` imports
+``megatron/post_training/arguments.py:add_modelopt_args`` when ModelOpt imports and passes it to
+``parse_and_validate_args`` as ``extra_args_provider`` (``:525-526``; ``arguments.py:125-126``
+runs it on the parser after Megatron's own options).
+"""
+'''
+
+
+def render(source=VENDORED, modelopt: bool = False) -> str:
+    """The text of ``memsym/readers/_megatron_flags.py`` generated from ``source``
+    (``modelopt``: of :data:`MODELOPT_OUTPUT`)."""
+    table = _tables(source)[1 if modelopt else 0]
+    rows = "".join(f"    {option!r}: {row!r},\n" for option, row in table.items())
+    if modelopt:
+        return _MODELOPT_DOCSTRING + "\nMODELOPT = {\n" + rows + "}\n"
     return _DOCSTRING + "\nFLAGS = {\n" + rows + "}\n"
 
 
@@ -387,37 +429,42 @@ def difference(old: str, new: str) -> str | None:
 
 
 def write(source=VENDORED, root=None) -> bool:
-    """Write the table under ``root`` (default: this checkout) if it changed; True if written."""
-    text = render(source)
-    path = pathlib.Path(root or ROOT) / OUTPUT
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.write_text(text, encoding="utf-8")
-    return True
+    """Write the tables under ``root`` (default: this checkout) if changed; True if written."""
+    written = False
+    for output, modelopt in ((OUTPUT, False), (MODELOPT_OUTPUT, True)):
+        text = render(source, modelopt)
+        path = pathlib.Path(root or ROOT) / output
+        if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+            path.write_text(text, encoding="utf-8")
+            written = True
+    return written
 
 
 def main(argv=None) -> int:
     """``python -m tools.megatron_flags [--source DIR] [--check]``: exit 0, 1 (stale), 2."""
     parser = argparse.ArgumentParser(prog="python -m tools.megatron_flags",
-                                     description=f"Regenerate {OUTPUT} from Megatron-LM's "
-                                     f"argument parser at {COMMIT[:10]}.")
+                                     description=f"Regenerate {OUTPUT} and {MODELOPT_OUTPUT} "
+                                     f"from Megatron-LM's argument parser at {COMMIT[:10]}.")
     parser.add_argument("--source", default=str(VENDORED),
                         help="a Megatron-LM source tree at the pinned commit "
                         "(default: the vendored files, tools/data/megatron-lm-d98e8a64dd)")
     parser.add_argument("--check", action="store_true",
-                        help=f"write nothing; exit 1 if {OUTPUT} is stale")
+                        help=f"write nothing; exit 1 if {OUTPUT} or {MODELOPT_OUTPUT} is stale")
     args = parser.parse_args(argv)
     try:
         if args.check:
-            path = ROOT / OUTPUT
-            old = path.read_text(encoding="utf-8") if path.is_file() else ""
-            summary = difference(old, render(args.source))
-            if summary:
-                print(f"stale: {OUTPUT}: {summary} (run python -m tools.megatron_flags)",
-                      file=sys.stderr)
-            return 1 if summary else 0
+            stale = 0
+            for output, modelopt in ((OUTPUT, False), (MODELOPT_OUTPUT, True)):
+                path = ROOT / output
+                old = path.read_text(encoding="utf-8") if path.is_file() else ""
+                summary = difference(old, render(args.source, modelopt))
+                if summary:
+                    print(f"stale: {output}: {summary} (run python -m tools.megatron_flags)",
+                          file=sys.stderr)
+                    stale = 1
+            return stale
         if write(args.source):
-            print(f"wrote {OUTPUT}")
+            print(f"wrote {OUTPUT} and {MODELOPT_OUTPUT}")
     except (MemsymError, OSError) as err:  # one line, like the memsym command: no traceback
         print(f"python -m tools.megatron_flags: {err}", file=sys.stderr)
         return 2

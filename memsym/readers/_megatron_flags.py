@@ -11,9 +11,9 @@ NVIDIA/Megatron-LM ``d98e8a64dd`` (main, 2026-08-22; the dataclass-generated gro
 ``option: (dest, arity, constant)``.  Arity: 0 for store_true/store_false/BooleanOptional
 actions, 1 for a single value, ``'+'``/``'*'`` for lists, an int for a fixed count; the
 constant is the value a 0-arity flag stores (None otherwise; a ``BooleanOptionalAction``
-stores True for ``--x`` and False for ``--no-x``).  Left out: argparse's own ``-h``/``--help``
-and the options of extensions a plain install lacks (``pretrain_gpt.py`` adds ModelOpt's only
-when ``nvidia-modelopt`` imports; Kitchen's need ``HAVE_KITCHEN``, False at this commit).
+stores True for ``--x`` and False for ``--no-x``).  Left out: argparse's own ``-h``/``--help``,
+Kitchen's options (``HAVE_KITCHEN`` is False at this commit) and ModelOpt's, which
+:mod:`memsym.readers._megatron_modelopt_flags` holds (``pretrain_gpt.py:83-90`` adds them).
 Megatron parses with ``allow_abbrev=False`` (``parse_args``), so prefixes are not accepted.
 """
 

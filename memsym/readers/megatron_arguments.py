@@ -24,6 +24,7 @@ from ..text import looks_like_option, option_values   # argparse's rules, shared
 # re-exported: Megatron-FSDP's strategy -> the scheme that shards the same states
 from ..vocabulary import MEGATRON_FSDP_SCHEMES
 from ._megatron_flags import FLAGS
+from ._megatron_modelopt_flags import MODELOPT
 from ._values import MAX_ARGS, MAX_GPUS, MAX_SEQ, MAX_WORD, whole
 
 __all__ = ["MEGATRON_FSDP_SCHEMES", "MEGATRON_DEFAULTS", "TABLE", "MODELLED",
@@ -92,7 +93,7 @@ _LEGACY = {"--virtual-pipeline-model-parallel-size": ("virtual_pipeline_model_pa
            "--tokenizer-hf-include-special-tokens": ("tokenizer_hf_include_special_tokens", 0, True)}
 
 #: Every argument accepted: its spelling -> (dest, arity, const), as argparse stores it.
-TABLE = {**FLAGS, **_TORCHRUN, **_MEMSYM, **_LEGACY}
+TABLE = {**FLAGS, **MODELOPT, **_TORCHRUN, **_MEMSYM, **_LEGACY}
 
 #: Destinations whose value this reader models; every other accepted argument is "ignored".
 MODELLED = {
@@ -149,7 +150,18 @@ STRUCTURE_NOT_MODELLED = {
     "heterogeneous_layers_config_path": "heterogeneous per-layer configurations",
     "experimental_attention_variant": "gated-delta-net / DSA attention variants",
     "num_experts_per_layer": "per-layer expert counts",
+    # ModelOpt's options (pretrain_gpt.py:83-90, :525-526): these two switch on its model
+    # builder (model_provider.py:55-57; post_training/utils.py:19-30), a distillation teacher
+    "modelopt_enabled": "ModelOpt's model builder",
+    "export_kd_teacher_load": "a ModelOpt distillation teacher beside the model",
 }
+
+#: ModelOpt's other options: read only by its model builder (post_training/model_builder.py)
+#: or its own scripts (examples/post_training/modelopt), so without effect on pretrain_gpt.py
+#: unless ModelOpt is enabled (noted, not listed as without effect).
+MODELOPT_NOTE = ("a ModelOpt option, read only once ModelOpt is enabled (--modelopt-enabled, "
+                 "--export-kd-teacher-load, or a ModelOpt checkpoint at --load, which memsym "
+                 "assumes absent): not modelled")
 
 #: Accepted and listed, but they change memory in ways memsym does not model (said in the notes).
 MEMORY_NOT_MODELLED = {
@@ -486,5 +498,8 @@ class MegatronArguments:
                                     "in a way memsym does not model")
         if dest in MEMORY_NOT_MODELLED:
             self.note(f"{name}: {MEMORY_NOT_MODELLED[dest]} changes memory and is not modelled")
+            return True
+        if name in MODELOPT:
+            self.note(f"{name}: {MODELOPT_NOTE}")
             return True
         return False
