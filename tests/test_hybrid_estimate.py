@@ -316,3 +316,21 @@ def test_megatron_mamba_example_is_read_as_pretrain_hybrid(capsys, tmp_path):
     whole = (24 * (mamba - h) * t + 24 * h + 28 * ((mlp - h) * t + h)
              + 4 * ((attention - h) * t + h) + 2 * v * h + h)
     assert got["params"] == whole == 8_654_517_248
+
+
+def test_a_pattern_beside_moe_layer_freq_sets_the_layers(capsys):
+    # Megatron-LM d98e8a64dd validate_args (arguments.py:787-797): --hybrid-layer-pattern
+    # sets num_layers (4 here, not Qwen3-30B-A3B's 48) and its E symbols are the MoE layers;
+    # the hybrid model never reads --moe-layer-freq, so a list of another length than the
+    # model's 48 layers is no error and changes nothing
+    import json
+
+    base = ("qwen3-30b-a3b", "--world-size", "8", "--expert-model-parallel-size", "8",
+            "--hybrid-layer-pattern", "*E*E", "--json")
+    code, out, err = estimate(capsys, *base, "--moe-layer-freq", "[1,0,1,0]")
+    assert code == 0, err
+    with_freq = json.loads(out)
+    assert any("moe_layer_freq (1, 0, 1, 0) ignored" in n for n in with_freq["notes"])
+    code, out, err = estimate(capsys, *base)
+    assert code == 0, err
+    assert json.loads(out)["bytes"] == with_freq["bytes"]

@@ -378,8 +378,22 @@ def arch_overrides(args) -> dict:
 
         layers = arch.get("num_layers") or (resolve_model(args.model).num_layers
                                             if args.model is not None else None)
+        if _hybrid_pattern_pasted(args):
+            # the pattern sets the layer count and its E symbols the MoE layers (Megatron's
+            # validate_args, arguments.py:787-797 at d98e8a64dd); the hybrid model never
+            # reads --moe-layer-freq, so its length is not checked (job_from_args notes it)
+            layers = None
         arch["moe_layer_freq"] = parse_moe_layer_freq(arch["moe_layer_freq"], layers)
     return arch
+
+
+def _hybrid_pattern_pasted(args) -> bool:
+    """Whether the pasted Megatron-LM arguments give a hybrid layer pattern (or its deprecated
+    spelling, which validate_args copies into it: arguments.py:746-754 at d98e8a64dd)."""
+    words = getattr(args, "job_words", None)
+    pasted = (words.megatron if words is not None else None) or ()
+    return any(w.split("=", 1)[0] in ("--hybrid-layer-pattern", "--hybrid-override-pattern")
+               for w in pasted)
 
 
 def query_groups(model):
