@@ -491,3 +491,25 @@ def test_a_recipe_with_its_own_expert_tp_reads_back_as_searched(capsys):
     code, out, err = run(capsys, *shlex.split(rows[0]["emit"]["read_back"])[1:])
     assert code in (0, 1), err
     assert json.loads(out)["bytes"] == rows[0]["bytes"]
+
+
+def test_gpus_is_the_world_size_of_an_args_file_without_one(capsys, tmp_path):
+    # search's --gpus is "the number of GPUs (world size)" (memsym.cli.command_rows): a
+    # Megatron argument file without --world-size or a launcher is read on those GPUs, the
+    # same rows as the file with --world-size 8 in it
+    words = ["--num-layers", "16", "--hidden-size", "2048", "--num-attention-heads", "16",
+             "--seq-length", "4096", "--max-position-embeddings", "4096", "--vocab-size",
+             "32000", "--bf16", "--micro-batch-size", "1", "--global-batch-size", "64",
+             "--use-distributed-optimizer"]
+    bare, sized = tmp_path / "bare.txt", tmp_path / "sized.txt"
+    bare.write_text(" ".join(words), encoding="utf-8")
+    sized.write_text(" ".join(words + ["--world-size", "8"]), encoding="utf-8")
+    def searched(path):
+        rows = as_json(capsys, "search", "--args-file", path, "--gpus", 8, *GPU, "--top", 5)
+        for row in rows:
+            assert row["job"].pop("source") == f"--args-file {path}"
+        return rows
+
+    rows = searched(bare)
+    assert rows[0]["gpus"] == 8 and rows[0]["job"]["job_layout"]["world_size"] == 8
+    assert rows == searched(sized)

@@ -108,6 +108,11 @@ def read_job(words, gpus=None):
         from ..errors import InvalidValueError
 
         raise InvalidValueError("search needs a model: a MODEL, or a job that names one")
+    if gpus is not None and getattr(est, "world_size", None) is None \
+            and getattr(est, "deepspeed_config", None) is None:
+        # --gpus is the world size of a job that gives none (command_rows: "the job's world
+        # size when not given"), as for a DeepSpeed config (_searched_deepspeed)
+        _read_on(est, gpus)
     framework, batch = _searched_deepspeed(est, gpus)
     if framework is None:
         framework = framework_job_from_args(est)
@@ -117,6 +122,21 @@ def read_job(words, gpus=None):
         est.reading = {"ignored": list(said["ignored"]), "read_as": framework_read_as(est)}
         return framework, est, batch
     return job_from_args(est), est, None
+
+
+def _read_on(est, gpus: int) -> None:
+    """Read a job that gives no world size on the searched ``gpus``: memsym's own
+    ``--world-size``, and a pasted Megatron-LM command's (whose reader needs it) unless its
+    launcher's words fix one."""
+    from ..readers.megatron_arguments import MegatronArguments, parse_megatron_argv
+    from .training_options import megatron_mode
+
+    if megatron_mode(est):
+        raw, _, spelled = parse_megatron_argv(est.job_words.megatron)
+        if MegatronArguments(raw, spelled).world_size() is not None:
+            return
+        est.job_words.megatron = [*est.job_words.megatron, "--world-size", str(gpus)]
+    est.world_size = gpus
 
 
 def _searched_deepspeed(est, gpus):
