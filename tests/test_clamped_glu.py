@@ -232,22 +232,53 @@ def test_the_eager_products_replayed_in_torch(moe):
         assert per_row[clamp] == measured
 
 
-@pytest.mark.parametrize("extra, message", [
-    (("--activation-func-clamp-value", "0"), "greater than zero"),
-    (("--activation-func-clamp-value", "inf"), "must be a number"),
+@pytest.mark.parametrize("value, message", [
+    # argparse's type=float takes inf; memsym's own bound of 10^6 refuses it, naming itself
+    ("inf", "its own bound, not Megatron's"),
+    # the token as written, not 1e400's 401 digits
+    ("1e400", "--activation-func-clamp-value 1e400: memsym reads finite values up to 1000000"),
+    ("abc", "must be a number, got 'abc'"),
 ])
-def test_megatron_clamp_flag_bad_values(capsys, extra, message):
+def test_megatron_clamp_flag_bad_values(capsys, value, message):
     from in_process import estimate
 
-    code, out, err = estimate(capsys, *_CMD, *extra)
+    code, out, err = estimate(capsys, *_CMD, "--activation-func-clamp-value", value)
     assert (code, out) == (2, "") and err.count("\n") == 1 and message in err
+    assert len(err) < 300
+
+
+@pytest.mark.parametrize("value", ["0", "-1.5"])
+def test_quick_geglu_takes_any_clamp_value(capsys, value):
+    # transformer_config.py:2470-2485 checks the value for SwiGLU only (activation_func ==
+    # F.silu); under quick_gelu the experts clamp with it whatever it is (experts.py:1004-1006,
+    # fused_bias_geglu.py:424-433 run whenever it is not None): the same copy as 7.0
+    base = _activations(capsys, *_CLAMP)
+    assert _activations(capsys, "--activation-func-clamp-value", value)["bytes"] \
+        == base["bytes"]
+
+
+def _swiglu(*drop):
+    cmd = " ".join(_CMD).replace("--quick-geglu", "--swiglu")
+    for words in drop:
+        cmd = cmd.replace(words, "")
+    return cmd.split()
+
+
+@pytest.mark.parametrize("value", ["0", "-7", "inf"])
+def test_megatron_clamped_swiglu_needs_a_positive_finite_value(capsys, value):
+    # transformer_config.py:2470-2480: "activation_func_clamp_value for SwiGLU must be finite
+    # and greater than zero."
+    from in_process import estimate
+
+    code, out, err = estimate(capsys, *_swiglu(), "--activation-func-clamp-value", value)
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "for SwiGLU must be finite and greater than zero" in err
 
 
 def test_megatron_clamped_swiglu_needs_experts(capsys):
     from in_process import estimate
 
-    dense = " ".join(_CMD).replace("--num-experts 32 --moe-router-topk 4 ", "").replace(
-        "--moe-grouped-gemm --expert-model-parallel-size 8 ", "").replace(
-        "--quick-geglu", "--swiglu").split()
+    dense = _swiglu("--num-experts 32 --moe-router-topk 4 ",
+                    "--moe-grouped-gemm --expert-model-parallel-size 8 ")
     code, out, err = estimate(capsys, *dense, "--activation-func-clamp-value", "7.0")
     assert (code, out) == (2, "") and "needs MoE" in err

@@ -39,9 +39,12 @@ def _parsed(text, what: str, kind: str, pattern, convert):
     return convert(s)
 
 
-def _within(value, what: str, lo, hi):
+def _within(value, what: str, lo, hi, shown=None):
+    """``value`` if in [lo, hi]; else an error naming ``what`` and ``shown`` (the user's token,
+    when given: ``1e400`` as written, not its 401 digits)."""
     if not lo <= value <= hi:
-        raise InvalidValueError(f"{what} must be between {lo} and {hi}, got {value}")
+        raise InvalidValueError(f"{what} must be between {lo} and {hi}, got "
+                                f"{value if shown is None else shown}")
     return value
 
 
@@ -59,8 +62,17 @@ def fraction(text, what: str, lo=0, hi=1) -> Fraction:
     elif isinstance(text, float):
         value = Fraction(str(text))     # the decimal the user wrote, not the binary float
     else:
-        value = _parsed(text, what, "a number", _FLOAT, Fraction)
+        return _within(decimal(text, what), what, lo, hi, str(text).strip())
     return _within(value, what, lo, hi)
+
+
+def decimal(text, what: str) -> Fraction:
+    """``text`` (a decimal such as ``-7.0`` or ``1e-2``) as an exact Fraction, unbounded.
+
+    >>> decimal("1e3", "--x"), decimal("-7.5", "--x")
+    (Fraction(1000, 1), Fraction(-15, 2))
+    """
+    return _parsed(text, what, "a number", _FLOAT, Fraction)
 
 
 def recipe_flag(values, key: str, default=False):

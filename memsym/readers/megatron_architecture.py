@@ -12,8 +12,10 @@ Revision read: NVIDIA/Megatron-LM ``d98e8a64dd`` (main, 2026-08-22).  ``args`` b
 
 from __future__ import annotations
 
+import re
+
 from ..errors import InvalidValueError
-from ._values import MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ, MAX_VOCAB, fraction
+from ._values import MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ, MAX_VOCAB, decimal
 from .megatron_arguments import KNOWN_TOKENIZER_VOCAB, MegatronArguments
 from .megatron_pattern import parse_hybrid_pattern, parse_moe_layer_freq, unified_hybrid_pattern
 
@@ -178,8 +180,11 @@ def _feed_forward(r: MegatronArguments, a: dict):
         a["ffn_hidden_size"] = 4 * h
 
 
-#: The largest ``--activation-func-clamp-value`` read [1]: a bound on the input, not Megatron's.
+#: The largest ``--activation-func-clamp-value`` magnitude read: memsym's own bound on the
+#: input, not Megatron's (its argparse takes any float).
 MAX_GLU_CLAMP = 10**6
+#: Python's float() spellings of infinity and NaN (argparse's type=float takes them).
+_NON_FINITE = re.compile(r"[+-]?(inf|infinity|nan)", re.I)
 
 
 def _glu_clamp(r: MegatronArguments, a: dict):
@@ -187,19 +192,25 @@ def _glu_clamp(r: MegatronArguments, a: dict):
     transformer_config.py:235 at d98e8a64dd): the gated unit's halves clamped before the
     activation.  Under ``--quick-geglu`` the experts' fused path clamps them eagerly and keeps
     the clamped copy (fused_bias_geglu.py:424-440, moe/experts.py:973-981): memsym's
-    ``swiglu_limit`` (GPT-OSS's name for it).  Under ``--swiglu`` the fused kernel clamps in
-    place (fused_bias_swiglu.py:266-283) and Megatron takes it with MoE only and finite > 0
-    (transformer_config.py:2470-2485)."""
+    ``swiglu_limit`` (GPT-OSS's name for it); Megatron checks no value there.  Under
+    ``--swiglu`` the fused kernel clamps in place (fused_bias_swiglu.py:266-283) and
+    ``TransformerConfig`` takes it with MoE only and finite > 0 (transformer_config.py:2470-2485).
+    Beyond those, memsym reads magnitudes up to :data:`MAX_GLU_CLAMP` only (its own bound)."""
     if not r.given("activation_func_clamp_value"):
         return
     name = r.name("activation_func_clamp_value")
     if not a["swiglu"]:   # used only inside the gated unit (mlp.py:280-330, experts.py:1003-1006)
         r.note(f"{name} has no effect without --swiglu or --quick-geglu")
         return
-    value = fraction(r.raw["activation_func_clamp_value"], name, lo=0, hi=MAX_GLU_CLAMP)
-    if value <= 0:
-        raise InvalidValueError(f"{name} must be a finite number greater than zero (Megatron's "
-                                f"TransformerConfig check), got {value}")
+    token = str(r.raw["activation_func_clamp_value"]).strip()
+    # argparse's type=float (arguments.py) also takes inf and nan: None here
+    value = None if _NON_FINITE.fullmatch(token) else decimal(token, name)
+    if r.flag("swiglu") and (value is None or value <= 0):
+        raise InvalidValueError(f"{name} for SwiGLU must be finite and greater than zero "
+                                f"(Megatron's TransformerConfig check), got {token[:60]}")
+    if value is None or abs(value) > MAX_GLU_CLAMP:
+        raise InvalidValueError(f"{name} {token[:60]}: memsym reads finite values up to "
+                                f"{MAX_GLU_CLAMP} in magnitude (its own bound, not Megatron's)")
     if r.flag("swiglu"):
         if not a.get("num_experts"):
             raise InvalidValueError(f"{name} with --swiglu needs MoE (--num-experts): "
