@@ -12,14 +12,21 @@ __all__ = ["AUTOEP_NOTE", "UNSPELLED", "held_for_emit"]
 #: ``runtime/engine.py:570-643`` (``_configure_expert_parallel``: EP groups of ``autoep_size``
 #: ranks, then the detected MoE blocks replaced), ``module_inject/auto_ep_config.py:270-290``
 #: (``autoep_size`` divides each layer's experts); it detects the transformers blocks of its
-#: presets (``module_inject/auto_ep_presets/registry.py:19-25``, each needing transformers
-#: >= 5.0, ``mixtral.py:26-27``).  Without AutoEP, DeepSpeed's MoE is model code:
-#: ``moe/layer.py:42`` ``MoE(..., ep_size=1, ...)``, an argument no config sets.
+#: presets (``module_inject/auto_ep_presets/registry.py:19-25``), whose experts may be
+#: transformers 5's fused 3-D tensors or a legacy ``nn.ModuleList`` (``auto_ep.py:310-312``,
+#: :153-156).  Only the deepseek_v2, deepseek_v3 and qwen3_5_moe adapters check the installed
+#: transformers (``_requires_transformers_version_validation``: ``deepseek_v2.py:45-46``,
+#: ``deepseek_v3.py:45-46``, ``qwen3_5_moe.py:53-54``; >= 5.0, 5.0, 5.2; the default adapter,
+#: mixtral's and qwen3_moe's do not, ``auto_ep_presets/base.py:185-226``).  Without AutoEP,
+#: DeepSpeed's MoE is model code: ``moe/layer.py:42`` ``MoE(..., ep_size=1, ...)``, an argument
+#: no config sets.
 AUTOEP_NOTE = ("expert_parallel is DeepSpeed's AutoEP: it replaces the transformers MoE blocks "
                "it detects (presets mixtral, qwen3_moe/qwen2_moe, qwen3_5_moe, deepseek_v2, "
-               "deepseek_v3, with transformers >= 5.0; another model needs its "
-               "moe_layer_pattern/router_pattern/expert_pattern keys); a model built on "
-               "deepspeed.moe.layer.MoE ignores it and needs MoE(ep_size=E) in its own code")
+               "deepseek_v3; experts as fused tensors or a legacy nn.ModuleList; DeepSpeed "
+               "requires transformers >= 5.0 for deepseek_v2/v3 and >= 5.2 for qwen3_5_moe; "
+               "another model needs its moe_layer_pattern/router_pattern/expert_pattern keys); "
+               "a model built on deepspeed.moe.layer.MoE ignores it and needs MoE(ep_size=E) "
+               "in its own code")
 
 
 #: The searched sizes a framework's file spells only as here, and why: an ``--emit`` search

@@ -852,3 +852,16 @@ def test_megatron_emit_names_the_script_of_the_model(capsys, tmp_path):
         rows = searched(capsys, tmp_path / model, "megatron", model, 16, "--tp", 1, "--pp", 1,
                         "--global-batch-size", 64, "--top", 1)
         assert rows[0]["emit"]["script"] == script
+
+
+def test_the_autoep_note_says_which_presets_check_transformers():
+    # DeepSpeed edaa722126: the detector takes legacy nn.ModuleList experts beside transformers
+    # 5's fused tensors (module_inject/auto_ep.py:310-312); only the deepseek_v2/v3 (>= 5.0) and
+    # qwen3_5_moe (>= 5.2) adapters check the installed transformers (their
+    # _requires_transformers_version_validation returns True; the default adapter's False,
+    # auto_ep_presets/base.py:223-226), so mixtral and qwen3_moe need no transformers 5
+    from memsym.emit_rules import AUTOEP_NOTE
+
+    assert "legacy nn.ModuleList" in AUTOEP_NOTE
+    assert "transformers >= 5.0 for deepseek_v2/v3 and >= 5.2 for qwen3_5_moe" in AUTOEP_NOTE
+    assert "with transformers >= 5.0;" not in AUTOEP_NOTE
