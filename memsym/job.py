@@ -36,7 +36,7 @@ from .job_framework import (dropout_kept, framework_dropout, framework_layout,  
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
            "recompute_modules_of", "resolve_dropout", "dropout_kept",
-           "microbatches", "validate"]
+           "microbatches", "validate", "muon_no_effect_note"]
 
 #: Megatron's switches that count the embedding / loss as a layer of the pipeline split
 #: (:meth:`memsym.model.pipeline_layout.PipelineLayout.from_account_flags`).
@@ -378,7 +378,34 @@ def _no_effect_notes(x, lay: Layout, trn: Training, fw) -> list:
     if trn.memory.fsdp_root_group is True and (not fw.fsdp_io_groups or trn.states.sharding != "fsdp"
                                                or lay.p > 1):
         notes.append("fsdp_root_group has effect only for torchtitan's FSDP2 without pipelining")
-    return notes
+    muon = muon_no_effect_note(trn.states.optimizer,
+                               {name: trn.value(name) for name in _MUON_FIELDS})
+    return notes + ([muon] if muon else [])
+
+
+#: The Muon settings, whose defaults are Megatron-LM's (:class:`memsym.job_record.ModelStates`).
+_MUON_FIELDS = ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov")
+_DEFAULT_STATES = Training().states
+
+
+def muon_no_effect_note(optimizer: str | None, values: Mapping) -> str | None:
+    """The note for Muon settings set away from their defaults under another optimizer.
+
+    Megatron-core reads them only to build Muon (optimizer/emerging_optimizers.py:554-561,
+    ``_muon_config_to_kwargs``, registered for ``"muon"`` at :587, at d98e8a64dd).
+
+    >>> muon_no_effect_note("adam", {"muon_nesterov": True, "muon_tp_mode": "duplicated"})
+    'muon_nesterov (--muon-nesterov) has effect only with optimizer muon (Megatron-core reads it only to build Muon)'
+    >>> muon_no_effect_note("muon", {"muon_nesterov": True}) is None
+    True
+    """
+    given = [f"{name} (--{name.replace('_', '-')})" for name in _MUON_FIELDS
+             if values.get(name, getattr(_DEFAULT_STATES, name)) != getattr(_DEFAULT_STATES, name)]
+    if not given or (optimizer or "adam") == "muon":
+        return None
+    one = len(given) == 1
+    return (f"{', '.join(given)} {'has' if one else 'have'} effect only with optimizer muon "
+            f"(Megatron-core reads {'it' if one else 'them'} only to build Muon)")
 
 
 def _hardware(gpu, cluster, gpus_per_node, capacity) -> tuple:

@@ -334,3 +334,40 @@ def test_a_pattern_beside_moe_layer_freq_sets_the_layers(capsys):
     code, out, err = estimate(capsys, *base)
     assert code == 0, err
     assert json.loads(out)["bytes"] == with_freq["bytes"]
+
+
+def test_a_pattern_over_a_preset_says_which_layers_are_priced(capsys):
+    # arguments.py:787-797 at d98e8a64dd: the pattern's count replaces --num-layers (with a
+    # warning); Llama-3-8B's sizes (h 4096, 8 KV heads of 128, f 14336, vocabulary 128256,
+    # untied) over "*-*-*-*-": 4 attention layers (input norm, Q, K, V, O) and 4 MLP layers
+    # (pre-MLP norm, gate, up, down), the two embeddings and the final norm
+    import json
+
+    code, out, err = estimate(capsys, "llama3-8b", "--hybrid-layer-pattern", "*-*-*-*-",
+                              "--world-size", "8", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert "--hybrid-layer-pattern sets 8 layers: the model's 32 are not the ones priced" \
+        in " ".join(data["notes"])
+    h, f, kv, vocab = 4096, 14336, 8 * 128, 128256
+    attention = h + h * h + 2 * h * kv + h * h
+    mlp = h + 3 * h * f
+    assert data["params"] == 2 * vocab * h + 4 * attention + 4 * mlp + h
+
+
+@pytest.mark.parametrize("command", ["estimate", "min-gpus"])
+def test_muon_settings_under_adam_are_noted(capsys, command):
+    # Megatron-core reads --muon-tp-mode / --muon-nesterov only to build Muon
+    # (optimizer/emerging_optimizers.py:554-561 at d98e8a64dd): ignored under the default Adam
+    from memsym.cli import main
+
+    extra = ["--world-size", "8"] if command == "estimate" else []
+    # estimate's exit status 1: the job does not fit (the note is printed all the same)
+    assert main([command, "llama3-8b", "--gpu", "h100-80gb", "--muon-tp-mode", "blockwise",
+                 "--muon-nesterov", *extra]) in (0, 1)
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("muon_tp_mode (--muon-tp-mode), muon_nesterov (--muon-nesterov) have effect only "
+            "with optimizer muon") in out
+    assert main([command, "llama3-8b", "--gpu", "h100-80gb", "--optimizer", "muon",
+                 "--muon-nesterov", *extra]) in (0, 1)
+    assert "effect only with optimizer muon" not in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..job import muon_no_effect_note
 from .option_table import add_command
 from .options import emit_json
 from .search import (Progress, bytes_json, layout_json, search_model, search_options,
@@ -47,7 +48,8 @@ def run(args) -> int:
     print(res.explanation() + "  (C: GPU memory in bytes"
           + (f", less the {args.margin_bytes / 1e9:.4g} GB --margin)" if args.margin_bytes
              else ")"))
-    for note in res.notes:
+    muon = muon_no_effect_note(options.get("optimizer"), options.get("held", {}))
+    for note in res.notes + ([muon] if muon else []):
         print("note: " + note)
     print("bytes on the most-loaded GPU: " + ", ".join(
         f"{k} {float(v) / 1e9:.3f} GB" for k, v in res.bytes.items()))

@@ -311,6 +311,11 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     hybrid = hybrid_override(r, num_experts=has_experts, mamba=mamba, mtp_layers=mtp_layers)
     if hybrid is not None:
         opts.update(hybrid)
+        if hybrid["num_layers"] != num_layers:
+            # validate_args (arguments.py:787-797 at d98e8a64dd): the pattern's layer count
+            # replaces --num-layers, with a warning; the MODEL's sizes are kept
+            r.note(f"{r.name(_pattern_dest(r))} sets {hybrid['num_layers']} layers: the "
+                   f"model's {num_layers} are not the ones priced (Megatron's validate_args)")
         num_layers = hybrid["num_layers"]
         if r.given("moe_layer_freq"):
             r.note("--moe-layer-freq ignored: the hybrid pattern's E symbols are the MoE layers")
@@ -457,6 +462,12 @@ def _override_layout(r: MegatronArguments, opts: dict, num_layers: int, p: int):
 #: The hybrid layer patterns: the layers of a whole command or over a MODEL's sizes
 #: (memsym.readers.megatron_architecture.hybrid_override), read by read_megatron_overrides.
 _HYBRID_DESTS = ("hybrid_layer_pattern", "hybrid_override_pattern", "mtp_hybrid_override_pattern")
+
+
+def _pattern_dest(r: MegatronArguments) -> str:
+    """The hybrid layer pattern's dest as given (its deprecated spelling included)."""
+    return next(d for d in _HYBRID_DESTS[:2] if r.given(d)) \
+        if any(r.given(d) for d in _HYBRID_DESTS[:2]) else _HYBRID_DESTS[0]
 
 
 def _override_ignored(r: MegatronArguments, order: list, read=()) -> list:
