@@ -5,10 +5,12 @@ Every token dispatcher of Megatron-core (the runs' ``alltoall`` and ``flex``) wa
 host in each MoE layer's forward: the all-to-all dispatcher copies the token counts to the
 host and blocks on them (``_maybe_dtoh_and_synchronize``: the DtoH copies on
 ``cuda_dtoh_stream``, then ``self.d2h_event.synchronize()`` at the ``cuda_sync_point`` that
-``preprocess`` sets: ``"before_ep_alltoall"`` whenever EP > 1 or TP > 1, ``"before_finish"``
-with EP = TP = 1, earlier still with token dropping or router padding; ``token_dispatcher.py``
-lines 548-605 at ``d98e8a64dd``; CUDA graphs of ``moe_preprocess`` only move the copies, the
-wait stays), and the flex dispatcher's HybridEP path resolves the received-row count on the
+``preprocess`` sets: ``"before_ep_alltoall"`` whenever EP > 1 or TP > 1; with EP = TP = 1
+``"before_permutation_2"`` when a rank holds more than one local expert and
+``moe_permute_fusion`` is off (lines 607-616), else ``"before_finish"``; earlier still,
+``"before_permutation_1"``, with token dropping or router padding; the earliest point set
+wins, ``_maybe_update_cuda_sync_point`` lines 910-919; ``token_dispatcher.py`` lines 545-616
+at ``d98e8a64dd``; CUDA graphs of ``moe_preprocess`` only move the copies, the wait stays), and the flex dispatcher's HybridEP path resolves the received-row count on the
 host (``_HybridEPManager.dispatch``: ``num_permuted_tokens = tokens_per_expert.sum()``, "CPU
 sync in dispatch") [megatron-moe-host].  Two settings skip it: dropping and padding to
 capacity (``moe_pad_expert_input_to_capacity``: ``preprocess`` returns the token counts it
