@@ -282,3 +282,23 @@ def test_megatron_clamped_swiglu_needs_experts(capsys):
                     "--moe-grouped-gemm --expert-model-parallel-size 8 ")
     code, out, err = estimate(capsys, *dense, "--activation-func-clamp-value", "7.0")
     assert (code, out) == (2, "") and "needs MoE" in err
+
+
+def test_a_dense_mlp_cannot_fuse_quick_geglu(capsys):
+    # MLP.forward (transformer/mlp.py:299-319): with bias_activation_fusion and no
+    # per_token_scale it fuses gelu and swiglu only, else raises "Only support fusion of gelu
+    # and swiglu"; a dense first layer of a --quick-geglu model with biases (fusion on) fails
+    from in_process import estimate
+
+    code, out, err = estimate(capsys, *_CMD, "--moe-layer-freq", "[0]+[1]*3")
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "mlp.py:299-319" in err
+
+
+def test_the_eager_clamp_of_a_dense_layer(capsys):
+    # unfused, the dense MLP runs the same eager glu (mlp.py:321-334): clamped, the
+    # torch.compile'd quick_gelu keeps the clamped gate half, s b f / t = 4096 x 2880 bf16
+    # elements in the dense layer; the 3 MoE layers keep f_e per routed row each
+    dense = ("--moe-layer-freq", "[0]+[1]*3", "--no-bias-gelu-fusion")
+    delta = _activations(capsys, *dense, *_CLAMP)["bytes"]["activations"] \
+        - _activations(capsys, *dense)["bytes"]["activations"]
+    assert delta == 4096 * 2880 * 2 + 3 * _ROWS * _FE * 2

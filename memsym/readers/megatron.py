@@ -143,6 +143,11 @@ def read_megatron_args(argv: Sequence[str], *, tp_comm_overlap: bool = False) ->
     if ub is not None:
         optimizer["tp_comm_overlap_cfg"] = ub
     training["bias_activation_fusion"] = _glu_fusion(r)
+    if r.flag("quick_geglu") and training["bias_activation_fusion"] and _dense_mlp(arch):
+        raise InvalidValueError(
+            "--quick-geglu with the bias-GELU fusion on (give --no-bias-gelu-fusion or "
+            "--disable-bias-linear) fails in a dense or shared-expert MLP: Megatron-core's "
+            "MLP fuses only gelu and swiglu (transformer/mlp.py:299-319 at d98e8a64dd)")
     ignored = []
     for name in order:
         dest = TABLE[name][0]
@@ -190,6 +195,20 @@ def _glu_fusion(r: MegatronArguments) -> bool:
         return True         # no gated unit: the non-gated activations keep what they keep
     return r.raw.get(_GELU_FUSION, True) is not False \
         and r.raw.get("add_bias_linear", True) is not False
+
+
+def _dense_mlp(arch: dict) -> bool:
+    """Whether a layer runs Megatron-core's ``MLP`` (a dense layer, a hybrid pattern's ``-``
+    or shared experts, whose ``SharedExpertMLP.forward`` is ``MLP.forward``)."""
+    experts = bool(arch.get("num_experts"))
+    freq = arch.get("moe_layer_freq", 1)
+    ffn = arch.get("ffn_layers")
+    if ffn is not None:       # a hybrid pattern: its '-' layers are the dense MLPs
+        moe = freq if isinstance(freq, (tuple, list)) else (0,) * len(ffn)
+        dense = any(f and not m for f, m in zip(ffn, moe))
+    else:
+        dense = not experts or (0 in freq if isinstance(freq, (tuple, list)) else freq != 1)
+    return dense or (experts and bool(arch.get("moe_shared_expert_intermediate_size")))
 
 
 @dataclass(frozen=True)
