@@ -302,3 +302,33 @@ def test_the_eager_clamp_of_a_dense_layer(capsys):
     delta = _activations(capsys, *dense, *_CLAMP)["bytes"]["activations"] \
         - _activations(capsys, *dense)["bytes"]["activations"]
     assert delta == 4096 * 2880 * 2 + 3 * _ROWS * _FE * 2
+
+
+def test_a_gpt_oss_model_with_megatron_arguments_runs_the_eager_glu(capsys):
+    # GPT-OSS's clamped gated unit is Megatron's quick-GeGLU, whose fusion is
+    # bias_gelu_fusion's (argument_utils.py:318-319), off with --disable-bias-linear
+    # (arguments.py:1604-1606) or --no-bias-gelu-fusion; --no-bias-swiglu-fusion (a
+    # --swiglu model's) does not reach it
+    import json
+
+    from in_process import estimate
+    from memsym.readers.megatron import read_megatron_overrides
+
+    for argv in (["--no-bias-gelu-fusion"], ["--disable-bias-linear"]):
+        o = read_megatron_overrides(argv, num_layers=36, has_experts=True, quick_geglu=True)
+        assert o.options["bias_activation_fusion"] is False and o.ignored == ()
+    o = read_megatron_overrides(["--no-bias-swiglu-fusion"], num_layers=36, quick_geglu=True)
+    assert "bias_activation_fusion" not in o.options and o.ignored == ("--no-bias-swiglu-fusion",)
+    assert read_megatron_overrides(["--no-bias-gelu-fusion"], num_layers=36).ignored \
+        == ("--no-bias-gelu-fusion",)     # a SwiGLU model's fusion is not bias_gelu_fusion
+
+    def acts(*extra):
+        code, out, err = estimate(capsys, "gpt-oss-120b", "--framework", "megatron",
+                                  "--world-size", "8", "--expert-model-parallel-size", "8",
+                                  "--gpu", "h100-80gb", "--json", *extra)
+        assert code in (0, 1), err
+        return json.loads(out)["bytes"]["activations"]
+
+    # 36 MoE layers, s = 4096, top-4 over EP 8: R = 4 x 4096 routed rows a rank; eager
+    # (3 + 1) f_e against the fused copy's 2 f_e, f_e = 2880, 2 bytes
+    assert acts("--disable-bias-linear") - acts() == 36 * 4 * 4096 * (4 - 2) * 2880 * 2

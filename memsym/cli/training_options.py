@@ -319,7 +319,11 @@ def job_from_args(args, **override):
                                     p=opts.get("p", 1), has_experts=bool(base.num_experts),
                                     mamba=bool(base.mamba_inner_size),
                                     mtp_layers=arch.get("mtp_num_layers", base.mtp_num_layers),
-                                    tp_comm_overlap=bool(opts.get("tp_comm_overlap")))
+                                    tp_comm_overlap=bool(opts.get("tp_comm_overlap")),
+                                    # GPT-OSS's clamped gated unit is Megatron's quick-GeGLU
+                                    # (memsym.terms.activations.clamped_glu_copy)
+                                    quick_geglu=bool(base.swiglu and (base.extra or {}).get(
+                                        "swiglu_limit") is not None))
         if "layer_mixers" in o.options:
             # Megatron's validate_args (arguments.py:787-797 at d98e8a64dd): the hybrid pattern
             # gives the layer count, its E symbols the MoE layers, its '/' parts the MTP depths

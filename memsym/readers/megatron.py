@@ -193,6 +193,11 @@ def _glu_fusion(r: MegatronArguments) -> bool:
         return r.raw.get(_SWIGLU_FUSION, True) is not False
     if not r.flag("quick_geglu"):
         return True         # no gated unit: the non-gated activations keep what they keep
+    return _gelu_fusion(r)
+
+
+def _gelu_fusion(r: MegatronArguments) -> bool:
+    """``args.bias_gelu_fusion`` after ``validate_args`` (off with --disable-bias-linear)."""
     return r.raw.get(_GELU_FUSION, True) is not False \
         and r.raw.get("add_bias_linear", True) is not False
 
@@ -274,7 +279,8 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
                             has_experts: bool = False, mamba: bool = False, mtp_layers: int = 0,
-                            tp_comm_overlap: bool = False) -> MegatronOverrides:
+                            tp_comm_overlap: bool = False,
+                            quick_geglu: bool = False) -> MegatronOverrides:
     """Read Megatron-LM arguments as changes to a model memsym already knows.
 
     With a MODEL (a preset or config.json) the model's recipe is the baseline and each
@@ -303,6 +309,9 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     tp_comm_overlap : bool
         TP overlap is on (memsym's ``--tp-comm-overlap``): ``--tp-comm-overlap-cfg FILE`` is
         read (:func:`memsym.readers.megatron_userbuffers.megatron_ub_option`), else ignored.
+    quick_geglu : bool
+        The model's gated unit is Megatron's quick-GeGLU (GPT-OSS's clamped one), whose fusion
+        is ``bias_gelu_fusion``'s (argument_utils.py:318-319), not ``--no-bias-swiglu-fusion``'s.
 
     Returns
     -------
@@ -361,15 +370,9 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     ub = megatron_ub_option(r, tp_comm_overlap or r.flag("tp_comm_overlap"))
     if ub is not None:
         opts["tp_comm_overlap_cfg"] = ub
-    if r.given(_SWIGLU_FUSION):   # the MODEL's SwiGLU, if it has one, runs eagerly
-        opts["bias_activation_fusion"] = False
-    geglu = r.flag("quick_geglu")   # the command's own quick-GeGLU (bias_gelu_fusion's unit)
-    if geglu and not _glu_fusion(r):
-        opts["bias_activation_fusion"] = False
+    fusion = _override_fusion(r, opts, quick_geglu)
     ignored = _override_ignored(r, order, (_DISPATCHER_DESTS if has_experts else ())
-                                + ((UB_DEST,) if ub is not None else ())
-                                + ((_SWIGLU_FUSION,) if r.given(_SWIGLU_FUSION) else ())
-                                + ((_GELU_FUSION,) if geglu else ()))
+                                + ((UB_DEST,) if ub is not None else ()) + fusion)
     return MegatronOverrides(options=opts, ignored=tuple(ignored), notes=tuple(r.notes))
 
 
@@ -481,6 +484,18 @@ def _override_layout(r: MegatronArguments, opts: dict, num_layers: int, p: int):
 #: The hybrid layer patterns: the layers of a whole command or over a MODEL's sizes
 #: (memsym.readers.megatron_architecture.hybrid_override), read by read_megatron_overrides.
 _HYBRID_DESTS = ("hybrid_layer_pattern", "hybrid_override_pattern", "mtp_hybrid_override_pattern")
+
+
+def _override_fusion(r: MegatronArguments, opts: dict, quick_geglu: bool) -> tuple:
+    """The gated unit's ``bias_activation_fusion`` the arguments turn off over the MODEL's
+    (argument_utils.py:314-319: ``--no-bias-swiglu-fusion`` a SwiGLU's, ``bias_gelu_fusion``
+    the command's or the MODEL's quick-GeGLU's); returns the dests so read."""
+    geglu = (r.flag("quick_geglu") or quick_geglu) and not r.flag("swiglu") \
+        and not r.flag("squared_relu")
+    swiglu_off = r.given(_SWIGLU_FUSION) and not geglu
+    if swiglu_off or (geglu and not _gelu_fusion(r)):
+        opts["bias_activation_fusion"] = False     # the MODEL's gated unit runs eagerly
+    return ((_SWIGLU_FUSION,) if swiglu_off else ()) + ((_GELU_FUSION,) if geglu else ())
 
 
 def _pattern_dest(r: MegatronArguments) -> str:
