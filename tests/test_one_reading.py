@@ -273,13 +273,15 @@ def test_lora_on_estimate(capsys):
     assert adapters == 207_093_760
     data = estimate_json(capsys, "llama3-70b", "--tp", 8, "--seq-length", 4096,
                          "--finetune", "lora", "--lora-rank", 16)
-    # the adapters are trained in fp32 (4 bytes), split over t = 8 like their base matrices
-    assert data["bytes"]["adapter_weights"] == 4 * adapters // 8
+    # Megatron-Bridge builds the adapters in the model's bf16 (2 bytes; peft/lora_layers.py:435
+    # at 067f987df0, ``dtype = lora_dtype or base_dtype``), split over t = 8 like their base
+    # matrices
+    assert data["bytes"]["adapter_weights"] == 2 * adapters // 8
     full = estimate_json(capsys, "llama3-70b", "--tp", 8, "--seq-length", 4096)
     assert data["bytes"]["total"] < full["bytes"]["total"]
     qv = estimate_json(capsys, "llama3-70b", "--tp", 8, "--seq-length", 4096,
                        "--finetune", "lora", "--lora-targets", "q,v")
-    assert qv["bytes"]["adapter_weights"] == 4 * 80 * 16 * (2 * 8192 + 8192 + 1024) // 8
+    assert qv["bytes"]["adapter_weights"] == 2 * 80 * 16 * (2 * 8192 + 8192 + 1024) // 8
 
 
 def test_recompute_num_layers_zero_as_megatron_runs_it(capsys):

@@ -336,7 +336,9 @@ def job(point: Point) -> Job:
     * torchtitan builds RoPE tables for its ``seq_len``
       (:func:`memsym.readers.jobs.torchtitan_positions`): no position limit;
     * LoRA: frozen bf16 base (``optimizer="none"``) plus
-      :func:`memsym.terms.adapters.adapter_state` of the adapter parameters;
+      :func:`memsym.terms.adapters.adapter_state` of the adapter parameters, at Megatron's
+      widths (:func:`memsym.terms.adapters.megatron_adapter_widths`: bf16 adapters, the DDP
+      gradient buffer, the distributed optimizer's fp32 main copy and moments over d c);
     * allowances: memsym's defaults, except no fragmentation for an ``allocated`` metric
       (allocated bytes contain no allocator slack).
 

@@ -26,7 +26,7 @@ from ..symbols import L_lora, N, N_a, b_g, b_m, b_o, d, h, p, r_lora, t
 from ..term import Source, Term, Total
 from ..values import as_expr  # library arguments: text refused, never parsed
 
-__all__ = ["QUANTIZATIONS", "ADAPTER_DTYPES", "quantization_bits", "quantization_bytes",
+__all__ = ["QUANTIZATIONS", "ADAPTER_DTYPES", "megatron_adapter_widths", "quantization_bits", "quantization_bytes",
            "lora_parameters", "frozen_weights", "adapter_state",
            "lora", "qlora", "LORA_TARGETS", "FROZEN_LINEAR_INPUTS", "frozen_linear_inputs"]
 
@@ -354,3 +354,63 @@ def frozen_linear_inputs(layer: Total, targets) -> sp.Expr:
     chosen = set(targets)
     names = {k for group, keys in FROZEN_LINEAR_INPUTS if not chosen & set(group) for k in keys}
     return sp.Add(*(term.expr for term in layer.terms if term.key in names))
+
+
+def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = None, *,
+                            optimizer_bytes: int = 8, shards=1) -> dict:
+    r"""Byte widths of a Megatron-Bridge LoRA adapter parameter: weight, gradient, optimizer.
+
+    .. math:: M = N_a\,\Bigl(b_a + b_g + \frac{b_m + b_o}{n}\Bigr)
+
+    Megatron-Bridge creates the adapters in the base weight's dtype (``lora_dtype`` None:
+    the model's ``params_dtype``, bf16 under bf16 mixed precision), Megatron-core's DDP gives
+    every trainable parameter a slot in its gradient buffer (fp32 under
+    ``grad_reduce_in_fp32``, else the parameter's dtype), and its optimizer keeps an fp32 main
+    copy (none for fp32 parameters) and the Adam moments, split over the data-parallel ranks
+    by the distributed optimizer (``shards`` = d c), whole otherwise.  The frozen base has no
+    gradient slot (requires_grad False).  The result is the ``adapter_dtype`` of
+    :func:`adapter_state` and its ``b_g``, ``b_m``, ``b_o``.
+
+    Parameters
+    ----------
+    precision : str
+        The model's parameter precision [1] ("fp32", "fp16"; anything else trains bf16
+        parameters, FP8 included).
+    grad_dtype : {"fp32", "bf16", "fp16"}, optional
+        The gradient buffer's dtype [1]; None: fp32 (``grad_reduce_in_fp32``, bf16_mixed's).
+    optimizer_bytes : int
+        The optimizer's state bytes per parameter [bytes] (Adam: 8).
+    shards : sympy.Expr or int
+        Ranks that split the main copy and the moments [1] (d c under the distributed
+        optimizer, 1 otherwise).
+
+    Examples
+    --------
+    Qwen3-8B's LoRA (bf16, fp32 gradient buffer, Adam, distributed optimizer over d = 4):
+    2 + 4 + (4 + 8)/4 = 9 bytes per adapter parameter:
+
+    >>> w = megatron_adapter_widths(shards=4)
+    >>> w["adapter_dtype"], w[b_g] + (w[b_m] + w[b_o])
+    ('bf16', 7)
+    >>> adapter_state(w["adapter_dtype"]).subs({k: v for k, v in w.items()
+    ...                                        if k != "adapter_dtype"}).evaluate(N_a=1)
+    9
+
+    References
+    ----------
+    .. [megatron-bridge] src/megatron/bridge/peft/lora.py:154 and lora_layers.py:413-435 at
+       067f987df0 (``dtype = lora_dtype or base_dtype``); training/mixed_precision.py:185-197
+       (bf16_mixed: ``grad_reduce_in_fp32=True``) and :113-135 (``setup`` writes it into the
+       DDP config) at 33655ef845, training/config.py:1812-1833 there (the distributed optimizer
+       enabled on the DDP config when the optimizer config asks for it).
+    .. [megatron-core] megatron/core/distributed/distributed_data_parallel.py:180 (frozen
+       parameters skipped) and :192 (buffers grouped by ``grad_reduce_in_fp32``),
+       megatron/core/optimizer/distrib_optimizer.py:445 (``shard_model_param.clone().float()``,
+       the fp32 main shard of a 16-bit parameter) at d98e8a64dd.
+    """
+    dtype = precision if precision in ("fp32", "fp16") else "bf16"
+    grad = {"fp32": 4, "bf16": 2, "fp16": 2}[grad_dtype or "fp32"]
+    main = 0 if dtype == "fp32" else 4
+    n = as_expr(shards)
+    return {"adapter_dtype": dtype, b_g: sp.Integer(grad), b_m: sp.Integer(main) / n,
+            b_o: sp.Integer(optimizer_bytes) / n}

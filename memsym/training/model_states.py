@@ -21,7 +21,8 @@ from ..symbols import (N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_u, b_g
                        c, d, e, t, t_e)
 from ..terms import muon
 from ..terms import recipe_buffers as rb
-from ..terms.adapters import LORA_TARGETS, lora
+from ..frameworks import framework as framework_record
+from ..terms.adapters import LORA_TARGETS, lora, megatron_adapter_widths
 from ..terms.model_state import (CONVENTIONS, OPTIMIZERS, byte_widths, megatron_fsdp_state,
                                  model_state)
 from ..terms.widths import default_grad_dtype
@@ -128,7 +129,7 @@ def state_training(training: Training) -> Training:
     >>> state_training(Training(seq_length=4096)) == state_training(Training(seq_length=8192))
     True
     """
-    keep = ("finetune", "sharding", "convention", "precision", "optimizer", "offload",
+    keep = ("framework", "finetune", "sharding", "convention", "precision", "optimizer", "offload",
             "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe",
             "fp4_param_gather", "megatron_fsdp",
             *rb.OPTIMIZER_DTYPES)
@@ -152,8 +153,17 @@ def state_terms(experts: bool, training: Training) -> tuple:
         # adapters train in fp32 with the optimizer's moments (PEFT); ZeRO-3/FSDP shards the
         # frozen base over data parallel, every other scheme keeps it whole on each GPU
         widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.states.optimizer]}
+        dtype = "fp32"
+        if framework_record(training.framework).megatron_options:
+            # Megatron-Bridge: adapters in the model's dtype, Megatron-core's gradient buffer
+            # and (distributed) optimizer with an fp32 main copy
+            widths = megatron_adapter_widths(
+                training.states.precision, training.states.grad_dtype,
+                optimizer_bytes=OPTIMIZERS[training.states.optimizer],
+                shards=d * c if training.states.sharding == "distributed-optimizer" else 1)
+            dtype = widths.pop("adapter_dtype")
         quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else "bf16")
-        tot = lora(quant, "fp32", params=N_q, adapters=N_a, unquantized=N_u,
+        tot = lora(quant, dtype, params=N_q, adapters=N_a, unquantized=N_u,
                    sharded=training.states.sharding in ("zero3", "fsdp")).subs(widths)
         return tuple(tot.terms)
     conv = choose("convention", training.states.convention, CONVENTIONS)
