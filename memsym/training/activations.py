@@ -22,8 +22,8 @@ from ..symbols import L, m, p, v
 from ..term import Source, Term, Total
 from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
 from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
-                                 clamped_glu_copy, fp8_glu_input, lora_gathered_inputs,
-                                 mtp_input_activations,
+                                 checkpointed_qkv_storage, clamped_glu_copy, fp8_glu_input,
+                                 lora_gathered_inputs, mtp_input_activations,
                                  output_activations, unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.eager_glu import eager_clamped_glu_input
@@ -286,6 +286,11 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
                 + fp8_glu_input(fp8_glu, moe=moe, shared=shared_kept and moe).expr
                 for moe in (False, True)}
     kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
+    # Megatron-core's checkpointed core attention saves the V view, so the whole fused QKV
+    # output (not MLA's, nor a gated one's, which split otherwise) stays saved
+    qkv_view = checkpointed_qkv_storage(bool(
+        framework_record(training.framework).megatron_options and "core_attn" in (mods or ())
+        and not common.get("mla") and not common.get("output_gate"))).expr
 
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
         layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
@@ -297,6 +302,7 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
         attn = sac_attention_recomputed(layer) if mode == "selective-op" \
             and not training.memory.sac_saves_attention else 0
         return layer.expr - attn - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
+            + (qkv_view if mode == "selective" else 0) \
             + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
 
     return per_layer, common, mods, shared
