@@ -5,7 +5,7 @@ forward pre-hook that waits on the bucket before it (param_and_grad_buffer.py:53
 module's pre-hook waits on every bucket holding one of its parameters
 (distributed_data_parallel.py:517-551); buckets are max(40e6, 1e6 x DP) elements
 (distributed_data_parallel.py:133-134) and close at the parameter that fills them
-(param_and_grad_buffer.py:986); Transformer Engine's GroupedLinear keeps each local expert's
+(param_and_grad_buffer.py:986, distrib_optimizer.py:567-574); Transformer Engine's GroupedLinear keeps each local expert's
 weight as its own parameter (grouped_linear.py:1740-1741).  Expected values by hand.
 """
 

@@ -167,7 +167,8 @@ def gather_wait_fraction(x, e, t_e, d):
     Transformer Engine's ``GroupedLinear`` holds each local expert's weight as its own
     parameter (grouped_linear.py:1740-1741, ``moe_single_grouped_weight`` False by
     default), and a bucket closes at the first parameter that takes it to :math:`S`
-    elements (param_and_grad_buffer.py:986), so an fc1 / fc2 module spans
+    elements (param_and_grad_buffer.py:986; the distributed optimizer's layout alike,
+    distrib_optimizer.py:567-574), so an fc1 / fc2 module spans
     :math:`\lceil E_l / k_i \rceil` buckets of :math:`k_i` experts: only the first was
     dispatched ahead, the others run while the GPU waits.
 
@@ -195,7 +196,8 @@ def gather_wait_fraction(x, e, t_e, d):
     References
     ----------
     .. [megatron-lm] distributed/distributed_data_parallel.py:133-134, 517-551;
-       distributed/param_and_grad_buffer.py:538-567, 986 (d98e8a64dd).
+       distributed/param_and_grad_buffer.py:538-567, 986;
+       optimizer/distrib_optimizer.py:567-574 (d98e8a64dd).
     .. [transformer-engine] pytorch/module/grouped_linear.py:1740-1741 (d0067d0da6).
     """
     e, t_e, d = (np.asarray(v, dtype=float) for v in (e, t_e, d))
