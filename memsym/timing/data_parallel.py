@@ -29,7 +29,11 @@ from .gemm import layer_params
 from .muon import muon_parameters, muon_step_bytes, muon_step_time
 from .records import Overlap, Settings
 
-__all__ = ["OPTIMIZER_BYTES"]
+__all__ = ["OPTIMIZER_BYTES", "gather_wait_fraction"]
+
+#: Megatron-core's default bucket of the gradient / parameter buffers: max(40e6, 1e6 x DP)
+#: elements (distributed_data_parallel.py:133-134, Megatron-LM d98e8a64dd) [elements].
+BUCKET_FLOOR, BUCKET_PER_DP = 40_000_000, 1_000_000
 
 #: HBM bytes per parameter of one optimizer step (Megatron Float16Optimizer path): grad-norm read (4), Adam reads g, p, m, v (16) and writes p, m, v (12), fp32 -> bf16 copy (6), zeroing the grad buffer (4).  Memsym count; was: read the fp32 gradient
 #: (4), read and write master (8), m (8), v (8), write the bf16 weight (2).  Memsym's count.
@@ -147,12 +151,74 @@ def gathered_bytes(st: Settings, dense_gpu, expert_gpu, ends_gpu=0.0) -> tuple:
     return (dense_gpu - ends_gpu) * lin + ends_gpu * other, expert_gpu * lin
 
 
+def gather_wait_fraction(x, e, t_e, d):
+    r"""Of the experts' parameter all-gather, the share the first forward waits for [1].
+
+    .. math:: \phi = \frac{w_1 \max(0, E_l - k_1) + w_2 \max(0, E_l - k_2)}
+       {E_l\,(w_1 + w_2)}, \quad k_i = \lceil S / w_i \rceil, \quad
+       S = \max(4 \cdot 10^7, 10^6 d), \quad E_l = E / e
+
+    with :math:`w_1 = (k - 1)\,h_e f_e / t_e`, :math:`w_2 = h_e f_e / t_e` one local
+    expert's fc1 and fc2 weights (:math:`k` = 3 gated, else 2; :math:`h_e` the latent width
+    where there is one).  Under ``overlap_param_gather`` each bucket's all-gather is
+    dispatched when the forward pre-hook waits on the one before it, one bucket ahead
+    (param_and_grad_buffer.py:538-567), and the pre-hook of a module waits on every
+    bucket holding one of its parameters in turn (distributed_data_parallel.py:517-551).
+    Transformer Engine's ``GroupedLinear`` holds each local expert's weight as its own
+    parameter (grouped_linear.py:1740-1741, ``moe_single_grouped_weight`` False by
+    default), and a bucket closes at the first parameter that takes it to :math:`S`
+    elements (param_and_grad_buffer.py:986; the distributed optimizer's layout alike,
+    distrib_optimizer.py:567-574), so an fc1 / fc2 module spans
+    :math:`\lceil E_l / k_i \rceil` buckets of :math:`k_i` experts: only the first was
+    dispatched ahead, the others run while the GPU waits.
+
+    Parameters
+    ----------
+    x : Shape
+        The model's GEMM shapes (:func:`memsym.timing.gemm.shape_of`).
+    e, t_e, d : array_like
+        Expert-, expert-tensor- and data-parallel sizes [GPUs].
+
+    Examples
+    --------
+    GPT-OSS 120B at EP 8, DP 64 (128 experts, h = f_e = 2880, gated): 16 local experts,
+    S = 64e6, fc1 weights 16 588 800 (k_1 = 4), fc2 8 294 400 (k_2 = 8), so
+    (2 x 12 + 1 x 8) / (3 x 16) = 2/3 (by hand):
+
+    >>> from memsym.model import preset
+    >>> from memsym.timing.gemm import shape_of
+    >>> x = shape_of(preset("gpt-oss-120b"))
+    >>> round(float(gather_wait_fraction(x, 8, 1, 64)), 4)
+    0.6667
+    >>> float(gather_wait_fraction(x, 64, 1, 64))   # 2 local experts: one bucket a module
+    0.0
+
+    References
+    ----------
+    .. [megatron-lm] distributed/distributed_data_parallel.py:133-134, 517-551;
+       distributed/param_and_grad_buffer.py:538-567, 986;
+       optimizer/distrib_optimizer.py:567-574 (d98e8a64dd).
+    .. [transformer-engine] pytorch/module/grouped_linear.py:1740-1741 (d0067d0da6).
+    """
+    e, t_e, d = (np.asarray(v, dtype=float) for v in (e, t_e, d))
+    if not x.E:
+        return np.zeros(np.broadcast(e, t_e, d).shape)
+    local = x.E / e
+    width = (x.h_lat or x.h) * x.f_e / t_e
+    w1, w2 = ((3 if x.gated else 2) - 1) * width, width
+    size = np.maximum(BUCKET_FLOOR, BUCKET_PER_DP * d)
+    wait1 = np.maximum(0, local - np.ceil(size / w1))
+    wait2 = np.maximum(0, local - np.ceil(size / w2))
+    return (w1 * wait1 + w2 * wait2) / (local * (w1 + w2))
+
+
 def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expert_gpu,
                        first_stage: tuple, pipeline, *, p, m, t, c, d, e, t_e,
-                       ends_gpu=0.0, muon=None) -> dict:
+                       ends_gpu=0.0, muon=None, gather_wait=0.0) -> dict:
     r"""The exposed data-parallel seconds of one step and the optimizer step's seconds.
 
-    .. math:: t_{dp} = \max(0, t_{rs} - t_{bwd,1}) + \max(0, t_{ag} - t_{fwd,1}), \quad
+    .. math:: t_{dp} = \max(0, t_{rs} - t_{bwd,1}) + \max(\phi\,t_{ag,exp},\ t_{ag} - t_{fwd,1}),
+       \quad
        t_{opt} = \frac{42\,(N_{dense}/d_{shard} + N_{expert}/e_{dp})}{B_{HBM}}
 
     (Muon: its matrices, :func:`memsym.timing.muon.muon_parameters`, at
@@ -160,7 +226,10 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     overlap is on; ZeRO-3 / FSDP: :math:`\max(0, m\,(t_{rs} + 2 t_{ag}) - t_{pipeline})`).
 
     ``first_stage``: the first stage's (forward, backward) of one micro-batch, which hide the
-    all-gather and the reduce-scatter; ``pipeline``: the pipeline's seconds, which hide the
+    all-gather and the reduce-scatter (the gradients' buckets are reduced as the last
+    micro-batch's backward fills them, ``no_sync`` holding them back before it; the
+    all-gather one bucket ahead of the forward's pre-hooks, so at least the share
+    :math:`\phi` of the experts' waits, :func:`gather_wait_fraction`); ``pipeline``: the pipeline's seconds, which hide the
     per-micro-batch collectives of ZeRO-3 / FSDP.  Returns ``dp`` and ``optimizer`` [s], the
     group sizes ``ndp`` (DP x CP) and ``edp`` (expert DP) [GPUs], and the collectives' seconds
     as issued: ``rs``, ``ag`` (once) and, per micro-batch, ``once`` and ``again`` (None
@@ -181,6 +250,9 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     muon : tuple, optional
         ``(arch, layers)``, the busiest stage's decoder layers [layers]: Muon's Newton-Schulz
         seconds (:func:`memsym.timing.muon.muon_step_time`) join the optimizer step.
+    gather_wait : array_like
+        :math:`\phi`, the share of the experts' all-gather the first forward waits for
+        (:func:`gather_wait_fraction`) [1].
 
     Examples
     --------
@@ -213,16 +285,13 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     red = "reduce-scatter" if st.distributed_optimizer and st.optimizer != "muon" else "all-reduce"
     rs = collective_time(red, dense_gpu * gb, ndp, ebw_dp, elat_dp) \
         + collective_time(red, expert_gpu * gb, edp, ebw_dp, elat_dp)
-    ag = np.zeros_like(rs)
-    if st.distributed_optimizer:
-        dense_ag, expert_ag = gathered_bytes(st, dense_gpu, expert_gpu, ends_gpu)
-        ag = collective_time("all-gather", dense_ag, ndp, ebw_dp, elat_dp) \
-            + collective_time("all-gather", expert_ag, edp, ebw_dp, elat_dp)
-    single = p == 1
-    last_bwd = np.where(single, first_stage[1], first_stage[1])
+    ag, ag_wait = _gather_times(st, overlap.grad_reduce, (dense_gpu, expert_gpu, ends_gpu),
+                                (ndp, edp, ebw_dp, elat_dp), gather_wait, np.zeros_like(rs))
+    last_bwd = first_stage[1]
     first_fwd = first_stage[0]
     rs_exp = np.maximum(0, rs - last_bwd) if overlap.grad_reduce else rs
-    ag_exp = np.maximum(0, ag - first_fwd) if (overlap.param_gather and st.distributed_optimizer) else ag
+    ag_exp = np.maximum(ag_wait, ag - first_fwd) \
+        if (overlap.param_gather and st.distributed_optimizer) else ag
     optimizer = _optimizer_time(st, dev, clu, dense_gpu, expert_gpu, muon, (t, e, t_e, ndp, edp))
     dp_exposed = rs_exp + ag_exp
     once = again = None
@@ -242,6 +311,23 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
         dp_exposed = np.maximum(0, np.maximum(m, 1) * rs - pipeline) + ag_exp
     return {"dp": dp_exposed, "optimizer": optimizer, "ndp": ndp, "edp": edp,
             "rs": rs, "ag": ag, "once": once, "again": again}
+
+
+def _gather_times(st: Settings, bucketed, params, groups, gather_wait, zero):
+    """The parameter all-gather's seconds and those the first forward waits for at least.
+
+    ``params``: dense, expert and end weights of the GPU; ``groups``: ndp, edp, bandwidth,
+    latency; ``bucketed``: ``overlap_grad_reduce`` (buckets of
+    :func:`gather_wait_fraction`; without it one bucket a buffer,
+    distributed_data_parallel.py:135-137, so the first pre-hook waits on all of it)."""
+    if not st.distributed_optimizer:
+        return zero, zero
+    dense_gpu, expert_gpu, ends_gpu = params
+    ndp, edp, bw, lat = groups
+    dense_ag, expert_ag = gathered_bytes(st, dense_gpu, expert_gpu, ends_gpu)
+    ag_expert = collective_time("all-gather", expert_ag, edp, bw, lat)
+    ag = collective_time("all-gather", dense_ag, ndp, bw, lat) + ag_expert
+    return ag, (ag_expert * gather_wait if bucketed else ag)
 
 
 def _optimizer_time(st: Settings, dev, clu, dense_gpu, expert_gpu, muon, groups):

@@ -31,7 +31,7 @@ from ..frameworks import framework
 from ..hardware import Cluster, cluster_for, gpu as _gpu
 from ..term import Source
 from . import data_parallel
-from .data_parallel import data_parallel_sync, parameters_per_gpu
+from .data_parallel import data_parallel_sync, gather_wait_fraction, parameters_per_gpu
 from .gemm import shape_of
 from .layer import as_array
 from .makespan import pipeline_parts
@@ -144,7 +144,8 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
                                                                      pp["stages"])
     sync = data_parallel_sync(st, dev, clu, overlap, dense_gpu, expert_gpu, pp["tau"]["first"],
                               pp["pipeline"], p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_,
-                              ends_gpu=ends_gpu, muon=(arch, layers_max))
+                              ends_gpu=ends_gpu, muon=(arch, layers_max),
+                              gather_wait=gather_wait_fraction(x, e, t_e_, d))
     step = pp["pipeline"] + pp["edges"] + sync["dp"] + sync["optimizer"]
     per_stage_mb = m * layers_max
     out = {"step": step, "pipeline": pp["pipeline"] + pp["edges"], "bubble": pp["bubble"],
