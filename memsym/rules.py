@@ -315,6 +315,14 @@ RULES: dict = {r.name: r for r in (
                        f"must divide t*c*d={k['t'] * k['c'] * k['d']}"),
          Source("megatron-lm", "megatron/core/parallel_state.py, initialize_model_parallel "
                                "(expert data-parallel size = world/(ETP EP PP))")),
+    Rule("torchtitan-etp", "torchtitan's expert TP is t_e = t, or t_e = 1 under EP (v0.2.2)",
+         lambda x, k: (k["t_e"] != k["t"]) & ((k["e"] == 1) | (k["t_e"] != 1))
+         & k.get("torchtitan", False),
+         lambda x, k: (f"torchtitan splits the experts over t_e = t, or t_e = 1 with e > 1 "
+                       f"(got t = {k['t']}, e = {k['e']}, t_e = {k['t_e']})"),
+         Source("torchtitan", "v0.2.2 distributed/parallel_dims.py:58-59 (ETP=TP or ETP=1 with "
+                "ep > 1); models/llama4/infra/parallelize.py:561-563 (without EP the experts "
+                "take the TP mesh)"), InvalidValueError),
     Rule("moe-tp-sp", "MoE with t > 1 needs sequence parallelism (Megatron-LM)",
          lambda x, k: ((k["t"] > 1) & negate(k["sequence_parallel"])) if _moe(x) else False,
          lambda x, k: ("MoE with tensor parallelism needs sequence parallelism (Megatron-LM "

@@ -368,8 +368,9 @@ _BRIDGE_FIELDS = {
     "--pipeline-model-parallel-size": ("model.pipeline_model_parallel_size", "1"),
     "--context-parallel-size": ("model.context_parallel_size", "1"),
     "--expert-model-parallel-size": ("model.expert_model_parallel_size", "1"),
-    # the search prices expert TP = t, Megatron-core's default for None (model_parallel_config
-    # .py:506-507 at d98e8a64dd); a recipe's own (e.g. 1) would read back otherwise
+    # the row's expert TP: 1 where the search priced t_e = 1 (memsym.emit spells the flag
+    # then), else null, Megatron-core's default of t for None (model_parallel_config.py:506-507
+    # at d98e8a64dd); a recipe's own (e.g. 1) would read back otherwise
     "--expert-tensor-parallel-size": ("model.expert_tensor_parallel_size", "null"),
     "--num-virtual-stages-per-pipeline-rank": ("model.virtual_pipeline_model_parallel_size",
                                                "null"),

@@ -39,7 +39,8 @@ RULES = {name: rule.summary for name, rule in _rules.RULES.items()}
 
 
 #: Rules on the discrete choices (checked per recompute/sharding/SP/offload combination).
-CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp", "muon-sharding")
+CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp", "muon-sharding",
+                "torchtitan-ep-replicas")
 
 
 #: Sharding schemes searched by default (fsdp: ZeRO-3's states, or FSDP2 in a torchtitan search and
@@ -47,7 +48,7 @@ CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp", "muon-
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
 
 
-KNOBS = ("t", "p", "c", "d", "e", "v", "b")
+KNOBS = ("t", "p", "c", "d", "e", "v", "b", "t_e")
 
 
 CHOICE_KEYS = ("recompute", "sharding", "sequence_parallel", "offload")
