@@ -51,7 +51,7 @@ STATE_RULES = (
          & negate(k.get("shards_gradients", True)),
          lambda x, k: (f"torchtitan with expert parallelism (e = {k['e']}) shards the model with "
                        "FSDP2 over the expert mesh (dp_replicate x efsdp): sharding ddp has no "
-                       "such job; use sharding fsdp"),
+                       "such job; use sharding fsdp (data_parallel_shard_degree > 1)"),
          Source("torchtitan", "v0.2.2 models/llama4/infra/parallelize.py:181 (apply_fsdp when "
                 "fsdp_enabled or ep_enabled; apply_ddp only otherwise, 217-219); b5bcd76c6 "
                 "distributed/parallel_dims.py:205-208 (efsdp kept whenever ep > 1: \"we need "

@@ -441,3 +441,15 @@ def test_python_config_experts_over_ep_only(tmp_path):
                   "model_spec=model_registry('8B'), parallelism=ParallelismConfig("
                   "tensor_parallel_degree=2, expert_parallel_degree=4))\n")
     assert read_torchtitan_python(path, world_size=8)["layout"]["t_e"] == 1
+
+
+def test_toml_experts_over_replicas_refused_in_one_line():
+    """dp_shard 1 with EP: v0.2.2 parallelize.py:181 applies FSDP2 whenever ep_enabled (no
+    plain DDP, which memsym would price for replicas): refused by torchtitan-ep-replicas."""
+    from memsym.readers import read_torchtitan_toml
+    toml = ("[model]\nname = \"deepseek_v3\"\nflavor = \"16B\"\n[parallelism]\n"
+            "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1\n"
+            "context_parallel_degree = 2\nexpert_parallel_degree = 2\n")
+    with pytest.raises(InvalidValueError) as err:
+        torchtitan_job(read_torchtitan_toml(toml, 16))
+    assert "shards the model with FSDP2" in str(err.value) and "\n" not in str(err.value)

@@ -195,7 +195,8 @@ def layout_json(row: dict, framework: str | None = None, overlaps=None) -> dict:
     from ..search.space import recompute_fields
 
     out = {"tp": row["t"], "pp": row["p"], "cp": row["c"], "dp": row["d"], "ep": row["e"],
-           "etp": row.get("t_e") or row["t"], "vpp": row["v"], "micro_batch_size": row["b"], "num_microbatches": row.get("m"),
+           "etp": row.get("t_e") or row["t"], "vpp": row["v"], "micro_batch_size": row["b"],
+           "num_microbatches": row.get("m"),
            "decoder_first_pipeline_num_layers": row.get("first_stage_layers"),
            "decoder_last_pipeline_num_layers": row.get("last_stage_layers"),
            "recompute": row["recompute"], "sharding": row["sharding"],
