@@ -1156,3 +1156,24 @@ def test_expert_tp_not_searched_where_no_framework_has_it():
                      cp=[1], vpp=[1], micro_batch_sizes=[1], global_batch_size=64,
                      framework=fw, sharding=["zero1"] if fw == "deepspeed" else None)
         assert all(res.row(i)["t_e"] == res.row(i)["t"] for i in range(len(res)))
+
+
+def test_expert_tp_prices_the_expert_states():
+    """Mixtral's routed experts: 32 layers x 8 experts x 3 x 4096 x 14336 = 45,097,156,608
+    parameters.  At t = 2, e = 4 on 16 GPUs (d = 8) one GPU holds N_exp / (e t_e) of them:
+    bf16 weights 2 bytes and fp32 gradients 4 bytes each, so t_e = 1 holds twice t_e = 2's;
+    the distributed optimizer's 12 bytes are sharded over the expert data-parallel group
+    t c d / (e t_e) (parallel_state.py: world / (t_e e p)), 12 N_exp / (t c d) either way."""
+    n_exp = 32 * 8 * 3 * 4096 * 14336
+    res = search("mixtral-8x7b", "h100-80gb", 16, tp=[2], pp=[1], cp=[1], ep=[4], vpp=[1],
+                 micro_batch_sizes=[1], global_batch_size=64, sharding=["distributed-optimizer"],
+                 recompute=["full"])
+    got = {}
+    for i in range(len(res)):
+        if res.row(i)["sequence_parallel"]:
+            got[res.row(i)["t_e"]] = res.exact(i)["bytes"]
+    assert set(got) == {1, 2}
+    for te, b in got.items():
+        assert b["expert_weights"] == 2 * n_exp // (4 * te)
+        assert b["expert_gradients"] == 4 * n_exp // (4 * te)
+        assert b["expert_optimizer"] == 12 * n_exp // (2 * 1 * 8)
