@@ -487,6 +487,8 @@ def test_a_recipe_with_its_own_expert_tp_reads_back_as_searched(capsys):
     job = ["--bridge-recipe", "deepseek_v3_pretrain_64gpu_gb300_bf16_fsdp_config"]
     rows = as_json(capsys, "search", *job, "--gpu", "gb300", "--gpus", 64, "--tp", 2, "--pp", 1,
                    "--cp", 1, "--no-uneven-stages", "--top", 4, "--emit", "megatron")
+    # the recipe's own etp (1) is reported and searched, not pinned
+    assert rows[0]["job"]["job_layout"]["etp"] == 1 and "etp" in rows[0]["job"]["searched"]
     for row in rows:
         words = row["emit"]["arguments"]
         said = "1" if row["layout"]["etp"] == 1 else "null"

@@ -259,12 +259,12 @@ def job_report(sj: SearchJob, res) -> dict:
         "model": printable(j.model.name),
         "held": {**held_settings(res.space), **sj.choices},
         "job_layout": {"tp": lay.t, "pp": lay.p, "cp": lay.c, "dp": lay.d, "ep": lay.e,
-                       "vpp": lay.v, "micro_batch_size": "auto" if sj.batch_auto
+                       "etp": lay.expert_tp, "vpp": lay.v, "micro_batch_size": "auto" if sj.batch_auto
                        else tr.batch.micro_batch_size,
                        "sharding": tr.states.sharding,
                        "sequence_parallel": bool(lay.sequence_parallel),
                        "world_size": lay.world_size},
-        "searched": ["tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch_size", "sharding",
+        "searched": ["tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch_size", "sharding",
                      "sequence_parallel"] + [k for k in ("recompute", "offload")
                                              if k not in sj.choices],
         "gpus": res.gpus, "gpus_from": sj.gpus_from,
@@ -283,7 +283,9 @@ def job_lines(sj: SearchJob, res) -> list:
     return [f"job: {rep['source']} (read as {rep['read_as']}); model {rep['model']}",
             f"held from the job: {shown}",
             f"the job's own layout, not pinned: t={lay['tp']} p={lay['pp']} c={lay['cp']} "
-            f"d={lay['dp']} e={lay['ep']} v={lay['vpp'] or 1} b={lay['micro_batch_size']} on "
+            f"d={lay['dp']} e={lay['ep']}"
+            + (f" t_e={lay['etp']}" if lay["etp"] != lay["tp"] else "")
+            + f" v={lay['vpp'] or 1} b={lay['micro_batch_size']} on "
             f"{lay['world_size']} GPUs, sharding "
             f"{scheme_words(lay['sharding'], sj.job.training.states.optimizer)}; searched on "
             f"{rep['gpus']} GPUs ({rep['gpus_from']})"]
