@@ -1177,3 +1177,17 @@ def test_expert_tp_prices_the_expert_states():
         assert b["expert_weights"] == 2 * n_exp // (4 * te)
         assert b["expert_gradients"] == 4 * n_exp // (4 * te)
         assert b["expert_optimizer"] == 12 * n_exp // (2 * 1 * 8)
+
+
+def test_expert_tp_asked_for_by_name(capsys):
+    """``--etp`` (``etp=``) names the experts' TP sizes tried, each still checked by the rules:
+    by hand as in test_expert_tp_is_searched_megatron, t = 4 with t_e = 2 only, e t_e | 16
+    keeps e in {1, 2, 4, 8} (8 x 2 = 16): 4 layouts; a model without experts is refused in
+    one line (exit 2)."""
+    res = search("mixtral-8x7b", "h100-80gb", 16, tp=[4], pp=[1], cp=[1], vpp=[1],
+                 micro_batch_sizes=[1], global_batch_size=64, etp=[2])
+    assert (res.raw, res.valid) == (4, 4)
+    assert {res.row(i)["t_e"] for i in range(len(res))} == {2}
+    code = main(["search", "llama3-8b", "--gpu", "h100-80gb", "--gpus", "8", "--etp", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs a model with experts" in err and len(err.strip().splitlines()) == 1

@@ -100,7 +100,7 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
                dropout=_dropout_on(args), finetune=given("finetune"),
                lora_rank=given("lora_rank"), capacity=capacity,
                gpus_per_node=args.gpus_per_node, efficiency=args.efficiency,
-               tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, vpp=args.vpp,
+               tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, vpp=args.vpp, etp=args.etp,
                sequence_parallel=(False,) if args.no_sequence_parallel else (False, True),
                first_stage_layers=args.first_stage_layers,
                last_stage_layers=args.last_stage_layers,

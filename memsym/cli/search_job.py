@@ -183,7 +183,7 @@ def search_job(args, opts: dict):
     args.framework = job.training.framework       # --emit must agree with the job's
     args.model = est.model                         # the MODEL the job names, if any
     tr = job.training
-    keep = {"capacity", "gpus_per_node", "efficiency", "tp", "pp", "cp", "ep", "vpp",
+    keep = {"capacity", "gpus_per_node", "efficiency", "tp", "pp", "cp", "ep", "etp", "vpp",
             "sequence_parallel", "first_stage_layers", "last_stage_layers", "uneven",
             "micro_batch_sizes", "recompute", "offload"}
     opts = {k: v for k, v in opts.items() if k in keep and v is not None}

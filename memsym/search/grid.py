@@ -189,7 +189,8 @@ def expert_tp_sizes(space: Space, t: int) -> tuple:
     and between 1 and t is rarely what a recipe runs; the rules (``ep-group``, ``tp-ffn``,
     ``deepep-group``) then keep those the framework accepts.  torchtitan v0.2.2 takes exactly
     these two under EP (``etp == tp or etp == 1``, parallel_dims.py:58-59); without experts,
-    or where the framework has no separate expert TP (DeepSpeed's AutoEP), t_e = t.
+    or where the framework has no separate expert TP (DeepSpeed's AutoEP), t_e = t.  Sizes
+    asked for by name (``etp=``, ``--etp``) are tried instead, at every t.
 
     Parameters
     ----------
@@ -205,6 +206,12 @@ def expert_tp_sizes(space: Space, t: int) -> tuple:
     >>> expert_tp_sizes(make_space("llama3-8b", "h100-80gb"), 4)
     (4,)
     """
+    if space.etp is not None:      # asked for by name: each still checked by the rules
+        if not space.arch.num_experts or not FRAMEWORK[space.framework].expert_tp:
+            raise InvalidValueError(f"etp (the experts' TP) needs a model with experts and a "
+                                    f"framework that splits them ({space.arch.name}, "
+                                    f"{FRAMEWORK[space.framework].title})")
+        return space.etp
     if not space.arch.num_experts or t == 1 or not FRAMEWORK[space.framework].expert_tp:
         return (t,)
     return (t, 1)
