@@ -17,6 +17,7 @@ __all__ = [
     "LimitError",
     "BeyondSearchBound",
     "choose",
+    "catalogue_key",
 ]
 
 
@@ -71,6 +72,18 @@ def choose(kind: str, name, accepted) -> str:
     if key.replace("_", "-") in accepted:
         return key.replace("_", "-")
     raise UnknownNameError(kind, name, accepted)
+
+
+def catalogue_key(name) -> str:
+    """The key a catalogue (GPUs, clusters, model presets) files ``name`` under: lower case,
+    ``_`` and spaces read as ``-``.
+
+    Examples
+    --------
+    >>> catalogue_key(" H100_80GB "), catalogue_key("Llama 3 8B")
+    ('h100-80gb', 'llama-3-8b')
+    """
+    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
 
 
 class DivisibilityError(InvalidValueError):

@@ -13,9 +13,9 @@ STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
               "expert_gradients", "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
 #: Activations, phase transients included.
 ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
-                   "output_activations", "mtp_activations", "pipeline_buffers",
-                   "recompute_working_set", "phase_transient", "cpu_offloaded_activations",
-                   "dispatcher_gather_buffer")
+                   "output_activations", "mtp_activations", "mtp_input_activations",
+                   "pipeline_buffers", "recompute_working_set", "phase_transient",
+                   "cpu_offloaded_activations", "dispatcher_gather_buffer")
 #: Framework buffers allocated through PyTorch's allocator beside states and activations, one
 #: row each: the CUDA graphs' static buffers and pools (memsym.terms.cuda_graphs), FSDP2's
 #: side-stream pools (memsym.terms.sharding_transients.fsdp2_stream_pools).

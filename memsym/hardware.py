@@ -69,11 +69,12 @@ from __future__ import annotations
 
 
 from .devices import FP32_PEAK_NOTE, GPU, PRECISIONS, Cluster
-from .errors import InvalidValueError, UnknownNameError
+from .errors import InvalidValueError, UnknownNameError, catalogue_key
 from .units import UNITS
 
 __all__ = ["GPU", "Cluster", "gpu", "cluster", "gpus", "clusters", "register_gpu",
-           "register_cluster", "GB", "TFLOPS", "PRECISIONS", "FP32_PEAK_NOTE"]
+           "register_cluster", "GB", "TFLOPS", "PRECISIONS", "FP32_PEAK_NOTE",
+           "GATHER_FRACTION", "GATHER_FRACTION_SOURCE", "gather_fraction"]
 
 GB = UNITS["GB"]
 TFLOPS = 10**12
@@ -136,6 +137,54 @@ _TIMING = {  # name -> (HBM GB/s, SMs, efficiency class)
     "gb300": (8000, 160, "blackwell-ultra"), "mi325x-256gb": (6000, 304, "cdna3"),
     "mi355x-288gb": (8000, 256, "cdna3"),
 }
+
+
+# REF: tileops-moe-permute (tile-ai/TileOPs pull request #2125, "Parallelize staged token
+# movement", Benchmark, MoePrePermuteFwdOp): the MoE token permute, a gather of each token's
+# hidden row into expert order, shape (tokens 4096, top-k 8, experts 128, hidden 7168), bf16,
+# on an NVIDIA H200: 0.220384 ms, printed as 2.399 TB/s = (4096 + 4096 x 8) rows x 7168 x 2
+# bytes / 0.220384 ms, against the H200 datasheet's 4.8 TB/s: 0.4998; the vLLM Triton kernel
+# beside it, 0.274944 ms, reaches 0.40.  A row gather (copies addressed by an index, one
+# 14 KB row per slot) reaches half of the HBM bandwidth a streaming kernel does.  Per
+# efficiency class where a measurement is published: only Hopper's is; the other classes
+# take it (an assumption: no Ampere or Blackwell measurement of a permute kernel was found).
+GATHER_FRACTION = {"hopper": 2.399 / 4.8}
+#: Where :data:`GATHER_FRACTION` is measured (a key of memsym/references.toml, the locator).
+GATHER_FRACTION_SOURCE = ("tileops-moe-permute", "PR #2125, Benchmark, MoePrePermuteFwdOp, "
+                          "row (4096, 8, 128, 7168) bfloat16: 0.220384 ms, 2.399 TB/s, H200")
+
+
+def gather_fraction(klass) -> float:
+    r"""Fraction of the datasheet HBM bandwidth an MoE row-gather kernel reaches [1].
+
+    .. math:: f = B_{measured} / B_{datasheet}
+
+    The MoE dispatcher's token permute, chunk sort and unpermute copy whole hidden rows by
+    an index; the one published measurement (:data:`GATHER_FRACTION`, H200) is the hopper
+    class's and every other class takes it (stated, not measured).
+
+    Parameters
+    ----------
+    klass : str
+        The GPU's efficiency class (:attr:`GPU.arch_class`) [1].
+
+    Returns
+    -------
+    float
+        The fraction [1].
+
+    Examples
+    --------
+    2.399 TB/s of the H200's 4.8 TB/s:
+
+    >>> round(gather_fraction("hopper"), 4), gather_fraction("blackwell") == 2.399 / 4.8
+    (0.4998, True)
+
+    References
+    ----------
+    .. [tileops-moe-permute] tile-ai/TileOPs PR #2125 (MoePrePermuteFwdOp on an H200).
+    """
+    return GATHER_FRACTION.get(klass, GATHER_FRACTION["hopper"])
 
 
 # REF: vendor datasheets (dense = "with sparsity" / 2).  Each locator names the document.
@@ -227,10 +276,6 @@ _GPU_ALIASES: dict = {}
 _CLUSTER_TABLE: dict = {}
 
 
-def _key(name) -> str:
-    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
-
-
 def register_gpu(new: GPU, *, replace_existing: bool = False) -> GPU:
     """Add a GPU to the catalogue (its name and aliases become valid ``--gpu`` values).
 
@@ -244,13 +289,13 @@ def register_gpu(new: GPU, *, replace_existing: bool = False) -> GPU:
     """
     if not isinstance(new, GPU):
         raise InvalidValueError(f"register_gpu expects a GPU, got {type(new).__name__}")
-    key = _key(new.name)
+    key = catalogue_key(new.name)
     if not replace_existing and (key in _GPU_TABLE or key in _GPU_ALIASES):
         raise InvalidValueError(f"GPU {new.name!r} is already in the catalogue "
                                 "(pass replace_existing=True to replace it)")
     _GPU_TABLE[key] = new
     for alias in new.aliases:
-        _GPU_ALIASES[_key(alias)] = key
+        _GPU_ALIASES[catalogue_key(alias)] = key
     return new
 
 
@@ -269,7 +314,7 @@ def gpu(name) -> GPU:
     """
     if isinstance(name, GPU):
         return name
-    key = _key(name)
+    key = catalogue_key(name)
     key = _GPU_ALIASES.get(key, key)
     if key not in _GPU_TABLE:
         raise UnknownNameError("GPU", name, list(_GPU_TABLE) + list(_GPU_ALIASES))
@@ -297,7 +342,7 @@ def register_cluster(new: Cluster, *, replace_existing: bool = False) -> Cluster
     """
     if not isinstance(new, Cluster):
         raise InvalidValueError(f"register_cluster expects a Cluster, got {type(new).__name__}")
-    key = _key(new.name)
+    key = catalogue_key(new.name)
     if key in _CLUSTER_TABLE and not replace_existing:
         raise InvalidValueError(f"cluster {new.name!r} already exists (pass replace_existing=True)")
     _CLUSTER_TABLE[key] = new
@@ -314,7 +359,7 @@ def cluster(name) -> Cluster:
     """
     if isinstance(name, Cluster):
         return name
-    key = _key(name)
+    key = catalogue_key(name)
     if key not in _CLUSTER_TABLE:
         raise UnknownNameError("cluster", name, list(_CLUSTER_TABLE))
     return _CLUSTER_TABLE[key]

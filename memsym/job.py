@@ -110,7 +110,6 @@ class Job:
 
 _LAYOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Layout))
 _TRAINING_FIELDS = tuple(FIELD_PARTS)
-_ALLOWANCE_KEYS = ALLOWANCE_KEYS
 
 
 def _canonical(options: Mapping) -> dict:
@@ -259,12 +258,12 @@ def _sorted_options(opts: dict, allowances) -> tuple:
     lay_kw = {k: opts.pop(k) for k in list(opts) if k in _LAYOUT_FIELDS}
     trn_kw = {k: opts.pop(k) for k in list(opts) if k in _TRAINING_FIELDS}
     alw = dict(allowances or {})
-    alw.update({k: opts.pop(k) for k in list(opts) if k in _ALLOWANCE_KEYS})
+    alw.update({k: opts.pop(k) for k in list(opts) if k in ALLOWANCE_KEYS})
     account = {k: flag(opts.pop(k), k) for k in _ACCOUNT_FLAGS if k in opts}
     if opts:
         name = next(iter(opts))
         raise UnknownNameError("job option", name, list(_LAYOUT_FIELDS + _TRAINING_FIELDS)
-                               + list(OPTION_ALIASES) + list(_ALLOWANCE_KEYS))
+                               + list(OPTION_ALIASES) + list(ALLOWANCE_KEYS))
     return lay_kw, trn_kw, alw, account
 
 

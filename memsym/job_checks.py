@@ -117,9 +117,27 @@ def check_fields(layout: Layout, training: Training) -> None:
     flag(training.states.muon_nesterov, "muon_nesterov")
     whole(training.states.muon_num_ns_steps, "muon_num_ns_steps")
     flag(training.memory.mla_down_proj_fusion, "mla_down_proj_fusion")
+    flag(training.memory.activation_func_fp8_input_store, "activation_func_fp8_input_store")
     for name in ("overlap_grad_reduce", "overlap_param_gather"):
         if training.value(name) is not None:
             flag(training.value(name), name)
+
+
+def _check_fp8_glu_input(x, training: Training) -> None:
+    """``activation_func_fp8_input_store`` is Megatron-core's, for SwiGLU only: its
+    ``TransformerConfig.__post_init__`` refuses another activation (transformer_config.py:
+    2467-2469 at d98e8a64dd); memsym takes a clamped GLU (``swiglu_limit``) for GPT-OSS's
+    quick-GeGLU, which it refuses too."""
+    if not training.memory.activation_func_fp8_input_store:
+        return
+    if not framework_record(training.framework).megatron_options:
+        raise InvalidValueError("activation_func_fp8_input_store is Megatron-core's "
+                                f"TransformerConfig field (framework megatron), not "
+                                f"{training.framework}'s")
+    if not x.swiglu or (x.extra or {}).get("activation") or (x.extra or {}).get("swiglu_limit"):
+        raise InvalidValueError("activation_func_fp8_input_store: Megatron-core stores the "
+                                "activation input in FP8 for SwiGLU only (TransformerConfig "
+                                "refuses another activation)")
 
 
 def _check_megatron_fsdp(training: Training) -> None:
@@ -256,6 +274,7 @@ def validate(x, layout: Layout, training: Training):
     if training.memory.mla_down_proj_fusion and not x.multi_latent_attention:
         raise InvalidValueError("mla_down_proj_fusion (--mla-down-proj-fusion) needs "
                                 "multi-latent attention (Megatron-LM's validate_args)")
+    _check_fp8_glu_input(x, training)
     if training.states.fp8_recipe is not None:   # Megatron reads --fp8-recipe under --fp8-format
         choose("FP8 recipe", training.states.fp8_recipe, FP8_RECIPES)
         if names["precision"] != "fp8":

@@ -251,6 +251,8 @@ class Memory:
     bias_activation_fusion : bool
         Megatron's fused dense SwiGLU (True; False: :func:`memsym.terms.activations.unfused_glu_products`;
         fused and clamped, GPT-OSS's experts: :func:`memsym.terms.activations.clamped_glu_copy`).
+    activation_func_fp8_input_store : bool
+        Megatron-core's FP8 SwiGLU input (False): :func:`memsym.terms.activations.fp8_glu_input`.
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
         Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
@@ -284,6 +286,7 @@ class Memory:
     fsdp_root_group: bool = False
     capacity_factor: int | Rational = 1
     bias_activation_fusion: bool = True
+    activation_func_fp8_input_store: bool = False
     cross_entropy_fusion_impl: str = "native"
     cpu_offloading_num_layers: int = 0
     cuda_graph_impl: str = "none"
@@ -376,7 +379,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
         "fsdp_double_buffer", "fp4_param_gather")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",
         "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model",
-        "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention")),
+        "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention", "activation_func_fp8_input_store")),
     *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov")))}
 
 

@@ -20,7 +20,7 @@ from .text import short
 __all__ = ["Limit", "LIMITS", "SEARCH_BOUND", "MAX_CANDIDATES", "MAX_DIGITS", "SHELL_MAX_DEPTH",
            "SHELL_MAX_WORD_CHARS", "SHELL_MAX_EXPANDED_CHARS", "SHELL_MAX_NUMBER_DIGITS",
            "SHELL_MAX_COMMANDS", "BRIDGE_MAX_VALUE_CHARS", "check_limit",
-           "limit_of", "describe", "FIELD_LIMITS", "HF_LIMITS", "check_sizes", "MAX_INPUT_BYTES",
+           "limit_of", "describe", "FIELD_LIMITS", "MAX_INPUT_BYTES",
            "MAX_CONFIG_JSON_BYTES", "MAX_HUB_NAME_CHARS", "MAX_HUB_REVISION_CHARS", "MAX_NESTING", "MAX_CONFIG_CALL_DEPTH", "MAX_KEY_PARTS", "MAX_ELEMENTS", "MAX_NUMBER_CHARS",
            "MAX_TOP", "MAX_MARGIN_FRACTION", "EFFICIENCY_RANGE", "BANDWIDTH_RANGE", "TFLOPS_RANGE", "PRICE_RANGE",
            "check_text", "MAX_LOG_BYTES", "MAX_LOG_LINES", "MAX_LOG_LINE_CHARS", "CALIBRATION_RANGE"]
@@ -333,63 +333,6 @@ FIELD_LIMITS = MappingProxyType({
     "wgrad_deferral_limit": "microbatches", "cpu_offloading_num_layers": "layers",
     "muon_num_ns_steps": "iterations",
 })
-
-#: The limit of every size key a Hugging Face ``config.json`` may carry (read by
-#: :mod:`memsym.model.hf_config`); checked before any value is used, so a 60-byte file with
-#: ``num_hidden_layers = 10^8`` is refused at once instead of building 10^8 layers.
-HF_LIMITS = MappingProxyType({
-    "num_hidden_layers": "layers", "n_layer": "layers", "num_layers": "layers",
-    "hidden_size": "hidden", "n_embd": "hidden", "d_model": "hidden",
-    "num_attention_heads": "heads", "n_head": "heads", "num_key_value_heads": "heads",
-    "head_dim": "head_dim", "intermediate_size": "ffn", "n_inner": "ffn", "ffn_dim": "ffn",
-    "moe_intermediate_size": "ffn", "shared_expert_intermediate_size": "ffn",
-    "vocab_size": "vocab", "max_position_embeddings": "sequence", "n_positions": "sequence",
-    "num_local_experts": "experts", "num_experts": "experts", "n_routed_experts": "experts",
-    "n_shared_experts": "experts", "num_experts_per_tok": "experts", "moe_topk": "experts",
-    "first_k_dense_replace": "layers", "moe_layer_freq": "layers", "decoder_sparse_step": "layers",
-    "num_nextn_predict_layers": "layers", "q_lora_rank": "rank", "kv_lora_rank": "rank",
-    "qk_nope_head_dim": "head_dim", "qk_rope_head_dim": "head_dim", "v_head_dim": "head_dim",
-    "sliding_window": "sequence",
-})
-
-
-def check_sizes(values, table=FIELD_LIMITS, where: str = "") -> None:
-    """Check every size in ``values`` (a mapping or a dataclass) that ``table`` names.
-
-    Absent, ``None`` and non-numeric entries are left to the caller's own type checks (a
-    bool or text is not a size: :func:`memsym.values.whole` refuses those); only the limits
-    are checked here, before any value is used.
-
-    Parameters
-    ----------
-    values : mapping or dataclass instance
-        E.g. a parsed ``config.json``, an ``Architecture``, a ``Layout``.
-    table : mapping
-        Field name to limit name (:data:`FIELD_LIMITS`, :data:`HF_LIMITS`).
-    where : str
-        A prefix for the field name in the message (``"config.json: "``).
-
-    Examples
-    --------
-    >>> check_sizes({"num_hidden_layers": 32, "hidden_size": 4096}, HF_LIMITS)
-    >>> check_sizes({"num_hidden_layers": 10**8}, HF_LIMITS, "config.json: ")
-    Traceback (most recent call last):
-    ...
-    memsym.errors.LimitError: config.json: num_hidden_layers = 100000000 is above memsym's limit of 10^6 layers (layers: ~8000x the deepest published LLM (126 layers); per-layer and per-stage loops stay short)
-    """
-    from numbers import Real
-
-    get = values.get if hasattr(values, "get") else (lambda k, default=None: getattr(values, k, default))
-    for key, name in table.items():
-        val = get(key, None)
-        if isinstance(val, (list, tuple)):  # moe_layer_freq may be a 0/1 pattern
-            if len(val) > LIMITS["layers"].maximum:
-                check_limit("layers", len(val), f"{where}{key} (length)")
-            continue
-        if isinstance(val, bool) or not isinstance(val, Real):
-            continue
-        check_limit(name, val, f"{where}{key}")
-
 
 # What the pre-scan of :func:`check_text` stops at: a quote (a string starts), a comment, a
 # bracket, a separator, a newline, a dot (TOML: a key part) or a run that starts with a digit

@@ -16,7 +16,6 @@ from .training import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
 
 __all__ = ["breakdown", "breakdown_bars", "stage_breakdown", "phase_breakdown"]
 
-_GB = GB
 #: Term keys by group, as :meth:`memsym.training.TrainingEstimate.grouped` reports them.
 _GROUPS = (("model states", STATE_KEYS), ("activations", ("activations",) + ACTIVATION_KEYS),
            ("allowances", ALLOWANCE_KEYS))
@@ -80,7 +79,7 @@ def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
     fig, ax = figure(ax)
     bottom = np.zeros(len(labels))
     for g in groups:
-        vals = np.array([d.get(g, 0.0) / _GB for d in data])
+        vals = np.array([d.get(g, 0.0) / GB for d in data])
         ax.bar(labels, vals, bottom=bottom, label=g, color=_COLORS[g],
                edgecolor="white")
         bottom += vals
@@ -88,7 +87,7 @@ def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
         ax.annotate(f"{top:.1f} GB", (i, top), xytext=(0, 3), textcoords="offset points",
                     ha="center", va="bottom", fontsize="small")
     if capacity is not None:
-        cap = float(capacity) / _GB
+        cap = float(capacity) / GB
         ax.axhline(cap, color=CAPACITY_COLOR, linestyle="--", label=f"capacity {cap:.4g} GB")
         ax.set_ylim(0, max(cap, float(bottom.max(initial=0))) * 1.15)
     ax.set_ylabel("memory per GPU [GB = 1e9 bytes]")
@@ -127,12 +126,12 @@ def breakdown_bars(breakdowns: Mapping[str, Mapping], *, capacity=None, title: s
                 keys.append(key)
     bottom = np.zeros(len(labels))
     for n, key in enumerate(keys):
-        vals = np.array([float(breakdowns[lab].get(key, 0)) / _GB for lab in labels])
+        vals = np.array([float(breakdowns[lab].get(key, 0)) / GB for lab in labels])
         ax.bar(shown, vals, bottom=bottom, label=plot_text(key), color=color(n),
                edgecolor="white", hatch=_hatch(n))
         bottom += vals
     if capacity is not None:
-        ax.axhline(float(capacity) / _GB, color=CAPACITY_COLOR, linestyle="--", label="capacity")
+        ax.axhline(float(capacity) / GB, color=CAPACITY_COLOR, linestyle="--", label="capacity")
     ax.set_ylabel("memory per GPU [GB]")
     if title:
         ax.set_title(plot_text(title))

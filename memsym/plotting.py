@@ -22,10 +22,9 @@ from .symbols import lookup, registry
 from .values import as_values, exact
 
 __all__ = ["breakdown", "memory_vs", "feasibility", "save", "FORMATS", "plot_text", "MAX_TEXT",
-           "breakdown_bars", "memory_vs_d", "feasibility_map", "stage_breakdown", "phase_breakdown",
+           "breakdown_bars", "feasibility_map", "stage_breakdown", "phase_breakdown",
            "step_time_bars", "phase_timeline", "binding_code"]
 
-_GB = GB
 _MAX_POINTS = 4096   # points on a memory-vs curve (every size from a user is bounded)
 _RED = OKABE_ITO["vermillion"]   # the solved value and "nothing fits" (Okabe-Ito, plot_base)
 
@@ -127,10 +126,10 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
     none_drawn = False
     if evaluate is not None and cap is not None and solution is None:
         # the marked value is the best drawn candidate that fits when re-estimated
-        fit = [n for n, y in zip(xs, ys) if y * _GB <= float(cap)]
+        fit = [n for n, y in zip(xs, ys) if y * GB <= float(cap)]
         if fit:
             best = max(fit) if grows else min(fit)
-            solution = type("Found", (), {"value": best, "memory": ys[xs.index(best)] * _GB})()
+            solution = type("Found", (), {"value": best, "memory": ys[xs.index(best)] * GB})()
             nothing = False
         elif not nothing:
             none_drawn = True
@@ -205,7 +204,7 @@ def _curve(cands, evaluate, fixed, x) -> tuple:
             skipped.append(int(n))
             continue
         xs.append(int(n))
-        ys.append(float(val) / _GB)
+        ys.append(float(val) / GB)
     return xs, ys, skipped
 
 
@@ -213,10 +212,10 @@ def _capacity_and_floor(ax, x, cap, floor, grows) -> bool:
     """The capacity and floor lines; whether the floor leaves nothing that fits."""
     nothing = False
     if cap is not None:
-        capf = float(cap) / _GB
+        capf = float(cap) / GB
         ax.axhline(capf, color=CAPACITY_COLOR, linestyle="--", label=f"capacity C = {capf:.4g} GB")
     if floor is not None:
-        fl = float(floor) / _GB
+        fl = float(floor) / GB
         what = f"floor: memory no {x.name} removes" if not grows else \
             f"floor: memory that does not grow with {x.name}"
         ax.axhline(fl, color=OKABE_ITO["bluish green"], linestyle=":", label=f"{what} ({fl:.4g} GB)")
@@ -229,7 +228,7 @@ def _mark_solution(ax, x, solution, grows, xs) -> None:
     """The solved value: a vertical line, the point and its label."""
     word = "largest" if grows else "smallest"
     val = int(solution.value)
-    mem = float(solution.memory) / _GB
+    mem = float(solution.memory) / GB
     ax.axvline(val, color=_RED, linestyle="-.", linewidth=1)
     ax.plot([val], [mem], "o", color=_RED, markersize=7,
             label=f"{word} {x.name} that fits = {val}")
@@ -248,10 +247,10 @@ def _say_nothing_fits(ax, floor, cap) -> None:
     ypos, coords = 0.5, ax.transAxes
     if floor is not None and cap is not None:
         word = "reaches" if floor == cap else "is above"
-        msg += (f": the floor {float(floor) / _GB:.4g} GB\n{word} the "
-                f"{float(cap) / _GB:.4g} GB capacity")
+        msg += (f": the floor {float(floor) / GB:.4g} GB\n{word} the "
+                f"{float(cap) / GB:.4g} GB capacity")
         # below the floor no curve point lies: the message there covers no data
-        ypos, coords = float(floor) / _GB / 2, ax.get_yaxis_transform()
+        ypos, coords = float(floor) / GB / 2, ax.get_yaxis_transform()
     ax.text(0.5, ypos, msg, transform=coords, ha="center", va="center",
             fontsize="large", color=_RED,
             bbox=dict(boxstyle="round", facecolor="white", edgecolor=_RED))
@@ -272,35 +271,6 @@ def _x_axis(ax, x, xs, skipped, MaxNLocator) -> None:
     elif meta is not None and meta.integer:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(_axis_label(x.name) + skipped_note)
-
-
-def memory_vs_d(total, values: Mapping, capacity, *, d_max: int | None = None, solution=None,
-                ax=None):
-    """Memory per GPU against the data-parallel size d, the capacity line and the solved
-    smallest d marked (:func:`memory_vs` in ``d``).
-
-    Parameters
-    ----------
-    total : memsym.term.Total
-        A total depending on ``d``.
-    values : mapping
-        Every other symbol's value.
-    capacity : number
-        [bytes].
-    solution : memsym.analysis.Solution, optional
-        Default: :func:`memsym.analysis.smallest` of ``total`` in d.
-
-    Examples
-    --------
-    >>> from memsym import model_state, byte_widths
-    >>> M = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000"))
-    >>> fig = memory_vs_d(M, {"N": 70e9, "t": 1, "p": 1}, 80e9)
-    >>> fig.axes[0].get_xlabel()
-    'data-parallel size d [GPUs]'
-    """
-    cands = None if d_max is None else list(range(1, int(d_max) + 1))
-    return memory_vs(total, "d", values, capacity, candidates=cands, solution=solution, ax=ax,
-                     title="Memory per GPU against the data-parallel size d")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +323,7 @@ def _cells(result, xk, yk, value):
                     fast = np.flatnonzero(fits)
                     shown = fast[int(np.nanargmin(col["step_time"][fast]))]
             else:
-                grid[i, j] = np.max(col["headroom"][sel]) / _GB
+                grid[i, j] = np.max(col["headroom"][sel]) / GB
             binding[i, j] = str(col["binding"][shown])
     return xs, ys, grid, binding
 
@@ -549,7 +519,7 @@ def feasibility_map(result, *, ax=None):
         for j, pp in enumerate(ps):
             sel = (col["t"] == tt) & (col["p"] == pp)
             if sel.any():
-                grid[i, j] = np.max(col["headroom"][sel]) / _GB
+                grid[i, j] = np.max(col["headroom"][sel]) / GB
     fig, ax = figure(ax)
     lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
     img = ax.imshow(grid, cmap=DIVERGING_CMAP, vmin=-lim, vmax=lim, origin="lower", aspect="auto")

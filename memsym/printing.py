@@ -98,23 +98,25 @@ class Shown:
     tex: str = ""          # LaTeX to print instead of the expression (keeps phi before M_alloc)
 
 
+#: term key -> (the subscript, the meaning) of the placeholder of a long sum inside it
+_PLACEHOLDERS = {
+    "recompute_working_set": ("rc", "one layer's activations rematerialised during its backward"),
+    "output_activations": ("out", "output layer and logits activations for one micro-batch"),
+    "embedding_activations": ("emb", "embedding activations for one micro-batch"),
+    "cpu_offloaded_activations": ("off", "activations of the CPU-offloaded layers for one "
+                                         "micro-batch"),
+}
+
+
 def placeholder(term_key: str, sub: sp.Expr, index: int, taken: set):
     """A named symbol for a long sum inside a term, with its meaning."""
     if term_key in ("layer_activations", "mtp_activations"):
-        moe = sub.has(E_)
-        short = "moe" if moe else "layer"
-        meaning = ("activations of one MoE decoder layer for one micro-batch" if moe else
-                   "activations of one decoder layer for one micro-batch")
-    elif term_key == "recompute_working_set":
-        short, meaning = "rc", "one layer's activations rematerialised during its backward"
-    elif term_key == "output_activations":
-        short, meaning = "out", "output layer and logits activations for one micro-batch"
-    elif term_key == "embedding_activations":
-        short, meaning = "emb", "embedding activations for one micro-batch"
-    elif term_key == "cpu_offloaded_activations":
-        short, meaning = "off", "activations of the CPU-offloaded layers for one micro-batch"
+        short = "moe" if sub.has(E_) else "layer"
+        meaning = (f"activations of one {'MoE ' if sub.has(E_) else ''}decoder layer for one "
+                   "micro-batch")
     else:
-        short, meaning = escape(term_key.replace("_", " ")), f"part of {term_key}"
+        short, meaning = _PLACEHOLDERS.get(
+            term_key, (escape(term_key.replace("_", " ")), f"part of {term_key}"))
     name = r"A_{\mathrm{%s}}" % short
     k = 2
     while name in taken:

@@ -12,7 +12,6 @@ registry and never parses them.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
@@ -21,7 +20,7 @@ import sympy as sp
 
 from .errors import UnknownNameError
 
-__all__ = ["SymbolInfo", "info", "lookup", "registry", "suggest"]
+__all__ = ["SymbolInfo", "info", "lookup", "registry"]
 
 
 @dataclass(frozen=True)
@@ -288,33 +287,6 @@ def registry() -> Mapping[str, SymbolInfo]:
     'b_{\\\\mathrm{hp}}'
     """
     return MappingProxyType(_REGISTRY)
-
-
-def suggest(name: str, choices, n: int = 3) -> list[str]:
-    """The closest valid names to a misspelt one (case-insensitive).
-
-    Parameters
-    ----------
-    name : str
-        The misspelt name.
-    choices : iterable
-        The valid names.
-    n : int
-        At most this many suggestions (a count of names, not of ranks).
-
-    Returns
-    -------
-    list of str
-        The closest names, best first.
-
-    Examples
-    --------
-    >>> suggest("seq_lenght", ["seq_length", "micro_batch_size"])
-    ['seq_length']
-    """
-    lowered = {str(x).lower(): str(x) for x in choices}
-    hits = difflib.get_close_matches(str(name).lower(), list(lowered), n=n, cutoff=0.5)
-    return [lowered[x] for x in hits]
 
 
 def lookup(name: str) -> sp.Symbol:

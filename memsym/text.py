@@ -19,7 +19,7 @@ from numbers import Integral, Rational as _PyRational
 
 from .errors import InvalidValueError
 
-__all__ = ["printable", "short", "finite_json", "jsonable", "approx", "exact_text",
+__all__ = ["printable", "short", "finite_json", "jsonable", "approx",
            "looks_like_option", "option_values", "shared_doc"]
 
 #: Unicode categories never printed raw: controls (newline, ESC, DEL, C1), format characters
@@ -161,21 +161,6 @@ def approx(value, digits: int = 4) -> str:
     if mant.startswith("10"):  # rounding carried into the next power of ten
         mant, exp = "1", exp + 1
     return f"{sign}{mant}e{'+' if exp >= 0 else '-'}{abs(exp):02d}"
-
-
-def exact_text(value) -> str:
-    """An exact integer printed exactly (``7000000000``, never ``7e+09``); a non-integer
-    exact number as its ``%g`` approximation via :func:`approx`.
-
-    Examples
-    --------
-    >>> exact_text(10**30), exact_text(Fraction(3, 2))
-    ('1000000000000000000000000000000', '1.5')
-    """
-    x = _as_fraction(value, "value")
-    if x.denominator == 1:
-        return _int_text(x.numerator, 4000)
-    return approx(x, 6)
 
 
 def _as_fraction(value, where: str) -> Fraction:

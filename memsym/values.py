@@ -20,7 +20,7 @@ from .symbols import info, lookup
 from .text import short
 from .limits import check_limit
 
-__all__ = ["exact", "whole", "positive", "fraction_in", "boolean", "as_values", "as_expr",
+__all__ = ["exact", "whole", "positive", "boolean", "as_values", "as_expr",
            "lazy_min", "cached_max", "holds_float"]
 
 
@@ -175,27 +175,6 @@ def positive(value, what: str = "value", *, limit=None, allow_zero: bool = False
     if not allow_zero and not num > 0:
         raise InvalidValueError(f"{what} must be > 0, got {short(num)}")
     _limit(num, what, limit)
-    return num
-
-
-def fraction_in(value, what: str = "value", *, low=0, high=1, include_high: bool = False) -> sp.Rational:
-    """``value`` as an exact number in ``[low, high)`` (``[low, high]`` with ``include_high``).
-
-    Dropout probabilities live in ``[0, 1)`` (PyTorch ``nn.Dropout`` divides by ``1 - p``).
-
-    Examples
-    --------
-    >>> fraction_in(0.1, "hidden_dropout")
-    1/10
-    >>> fraction_in(2, "hidden_dropout")
-    Traceback (most recent call last):
-    ...
-    memsym.errors.InvalidValueError: hidden_dropout must be in [0, 1), got 2
-    """
-    num = exact(value, what)
-    close = "]" if include_high else ")"
-    if num < low or num > high or (num == high and not include_high):
-        raise InvalidValueError(f"{what} must be in [{low}, {high}{close}, got {short(num)}")
     return num
 
 

@@ -45,7 +45,6 @@ EXCEPTIONS = {
     ("memsym.rules.check", "k"): "the knob mapping the rules read, not top-k",
     ("memsym.model.stages.StageParameters", "tp"):
         "the stage's TP-sharded parameters [parameters], not the tensor-parallel size",
-    ("memsym.symbols.suggest", "n"): "how many names to suggest, not ranks of a collective",
 }
 
 #: Packages outside the check: the command line (argparse help is its documentation) and the

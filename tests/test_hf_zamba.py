@@ -40,6 +40,9 @@ SMALL = {
         **_ZAMBA, "tie_word_embeddings": False, "mamba_proj_bias": True,
         "mamba_conv_bias": False, "mamba_dt_rank": 5, "attention_head_dim": 8},
     "zamba-listed-layers": {**_ZAMBA, "layers_block_type": _HYBRID},
+    # the n_mamba_heads split of x_proj / dt_proj (per-head weights), other state and conv sizes
+    "zamba-four-heads-state-conv": {**_ZAMBA, "n_mamba_heads": 4, "mamba_d_state": 8,
+                                    "mamba_d_conv": 3, "mamba_expand": 3},
     "zamba2": _ZAMBA2,
     "zamba2-two-blocks-attention-adapters": {
         **_ZAMBA2, "num_mem_blocks": 2, "adapter_rank": 8, "use_shared_attention_adapter": True},

@@ -186,3 +186,22 @@ def test_a_megatron_command_with_moe_latent_size_is_read():
     # 296) and each expert's fc2 bias 16 wide instead of 64 (experts.py:238-246)
     assert parameter_count(lat) - parameter_count(plain) == 4 * (
         2 * 64 * 16 + 8 * 2 * 128 * (16 - 64) + (16 + 64) + 8 * (16 - 64))
+
+
+def test_the_shared_expert_under_mxfp8_by_hand():
+    # Megatron-core d98e8a64dd builds the shared expert of TE linears without a fused norm
+    # (models/gpt/moe_module_specs.py:74-84) and runs Nemotron's squared ReLU unfused
+    # (transformer/mlp.py:336; activations.py:9-11: pow(relu(x), 2), both keeping relu's
+    # output, 2 f_sh bytes a token); TE's linear keeps the quantized input of each GEMM, under
+    # MXFP8 a byte an element and an E8M0 scale per 32 (TransformerEngine d0067d0da6
+    # pytorch/module/linear.py:616-621): fc2 its input, f_sh wide, and fc1 its own copy of the
+    # h-wide norm output; in 16 bits fc1 reads the norm output the layer already keeps and fc2
+    # keeps the 16-bit activation output
+    from memsym.symbols import b, c, f_sh, h, s, t
+    from memsym.terms.activations import layer_activations
+    one = {s: 1, b: 1, c: 1, t: 1, h: H, f_sh: F_SH}
+    mx = layer_activations(moe=True, flash=True, shared_expert=True, fp8_inputs="mxfp8")
+    bf = layer_activations(moe=True, flash=True, shared_expert=True)
+    assert mx["shared_expert"].expr.subs(one) == \
+        2 * F_SH + F_SH + F_SH // 32 + H + H // 32 == 20_520
+    assert bf["shared_expert"].expr.subs(one) == 2 * F_SH + 2 * F_SH == 21_504

@@ -17,7 +17,9 @@ from memsym.timing.gemm import (Shape, attention_flops, forward_flops_per_token,
                                 memory_bytes, shape_of)
 from memsym.timing.layer import layer_time
 from memsym.timing.records import Overlap, Settings
-from memsym.timing.ssm import MAMBA_CHUNK, mamba_memory_bytes, ssd_flops, ssd_kernel_flops
+from memsym.timing.efficiency import memory_time
+from memsym.timing.ssm import (MAMBA_CHUNK, layout_copy_bytes, ssd_flops, ssd_kernel_flops,
+                              ssd_kernels)
 from memsym.timing.step import step_time_grid
 
 # a small Mamba-2 mixer: d_inner = H P = 8 x 16 = 128, N = 32, G = 2, Q = 64
@@ -85,18 +87,63 @@ def test_a_mixer_or_an_mlp_alone():
     assert names == {"*": ["qkv", "proj"], "-": ["fc1", "fc2"], "M": ["in_proj", "out_proj"]}
 
 
-def test_memory_bytes_of_a_mamba_layer():
-    # one norm (read + write) and one residual add (2 reads + 1 write) of h, 2 bytes each,
-    # plus the mixer's conv1d (x, B, C read and written), scan (x, B, C, dt, z read, y
-    # written), gated norm (y read, output written) and fp32 chunk states (4 passes)
+def test_memory_bytes_of_a_mamba_layer_are_its_norm_and_residual():
+    # one norm (read + write) and one residual add (2 reads + 1 write) of h, 2 bytes each; the
+    # mixer's own kernels are counted kernel by kernel (ssd_kernels), backward apart
     x = _shape()
     T = 64
-    per_token = 2 * (2 * (D + 2 * G * N) + (D + 2 * G * N + H + D) + D + 2 * D) \
-        + 4 * 4 * H * P * N / MAMBA_CHUNK
-    assert float(mamba_memory_bytes(x.ssm, T)) == pytest.approx(T * per_token)
     got = memory_bytes(x, T, 1, moe=False, sequence_parallel=False, flash=True,
                        dropout=False, mixer="mamba", mlp=False)
-    assert float(got) == pytest.approx(T * (2 * 5 * 256 + per_token))
+    assert float(got) == pytest.approx(T * 2 * 5 * 256)
+
+
+def _kernel_bytes():
+    """Bytes per token of the tensors each kernel reads and writes, from the buffers that
+    mamba_ssm e9594ce allocates (ssd_combined.py, ssd_chunk_state.py, ssd_chunk_scan.py,
+    ssd_state_passing.py, ssd_bmm.py): bf16 activations (2 bytes), fp32 chunk states of
+    D N values per chunk of Q tokens, fp32 CB / dCB (G Q Q per chunk), fp32 dB / dC."""
+    bf, f32 = 2, 4
+    x = z = y = D
+    xbc, b_ = D + 2 * G * N, G * N
+    st = D * N / Q                                   # chunk-state values per token
+    cb = G * Q                                       # CB values per token (G Q x Q per chunk)
+    fwd = {"conv1d": bf * (xbc + xbc),               # xBC in, conv output out
+           "chunk_state": bf * (b_ + x) + f32 * st,  # B, x in; fp32 states out
+           "state_passing": f32 * st + bf * st,      # fp32 states in, bf16 (state_dtype) out
+           "bmm_chunk": bf * 2 * b_ + f32 * cb,      # C, B in; fp32 CB out
+           "chunk_scan": f32 * cb + bf * (x + z + b_ + st) + bf * (y + y),  # out, out_x
+           "norm": bf * (y + y)}
+    bwd = {"norm": bf * 3 * y,                       # y, dy in; dx out
+           "conv1d": fwd["conv1d"], "bmm_chunk": fwd["bmm_chunk"],
+           "chunk_state": fwd["chunk_state"],
+           "state_passing": f32 * 2 * st,            # recomputed in fp32 (out_dtype None)
+           "dz": bf * (x + z + y + y) + bf * (z + y),            # x, z, out, dout; dz, dout_x
+           "dstates": bf * (b_ + y) + f32 * st,
+           "state_passing_bwd": f32 * 2 * st + bf * 2 * st,     # states, dstates -> bf16
+           "dx": bf * (x + b_ + y + st) + f32 * cb + bf * x,
+           "db": bf * (x + st + b_) + f32 * b_, "dc": bf * (st + y + b_) + f32 * b_,
+           "dc_sum": f32 * 2 * b_, "dcb": bf * (x + y) + f32 * cb, "dcb_sum": f32 * 2 * cb,
+           "bmm_chunk_bwd": 2 * (bf * b_ + f32 * cb + f32 * b_ + bf * b_),
+           "ddacs": bf * (x + y) + f32 * cb,
+           "conv1d_bwd": bf * 3 * xbc}                # xBC, dxBC in; dxBC_given out
+    return fwd, bwd
+
+
+def test_the_mixer_kernels_read_and_write_their_buffers():
+    fwd, bwd = ssd_kernels((D, N, H, G, 4), chunk=Q)
+    want_f, want_b = _kernel_bytes()
+    assert {k: by for k, _, by in fwd} == pytest.approx(want_f)
+    assert {k: by for k, _, by in bwd} == pytest.approx(want_b)
+    # the matmul kernels' FLOPs are ssd_kernel_flops', split kernel by kernel
+    f, b = ssd_kernel_flops((D, N, H, G, 4), 1, chunk=Q)
+    assert sum(fl for _, fl, _ in fwd) == float(f) and sum(fl for _, fl, _ in bwd) == float(b)
+
+
+def test_megatrons_layout_copies():
+    # _ssm_training: rearrange(zxBCdt, "l b d -> b l d").contiguous() and the output back;
+    # backward TE's grad_output_preprocess makes in_proj's permuted gradient contiguous
+    zx = D + D + 2 * G * N + H
+    assert layout_copy_bytes((D, N, H, G, 4)) == (2 * 2 * zx + 2 * 2 * D, 2 * 2 * zx)
 
 
 def _hybrid(pattern="M*M-"):
@@ -162,23 +209,42 @@ def test_ssd_kernel_flops_are_the_launched_triton_kernels():
     assert float(b) == 3 * cb + 3 * diag / 2 + 5 * states
 
 
-def test_the_scan_runs_at_the_measured_triton_rate():
+def test_the_scan_runs_at_the_measured_triton_rate_or_at_hbm_bandwidth():
     # tilelang benchmark/mamba2: mamba_ssm's Triton _chunk_scan_fwd at about 91 TFLOP/s on an
-    # H800 SXM (dense BF16 peak 989.4 TFLOP/s): that share of the H100's 16-bit peak, any recipe
+    # H800 SXM (dense BF16 peak 989.4 TFLOP/s): that share of the H100's 16-bit peak, any
+    # recipe; a matmul kernel takes at least its bytes at HBM bandwidth (3.35 TB/s), the
+    # memory-bound kernels their bytes; at b = 2 Megatron's layout copies are streamed too
     dev = gpu("h100")
-    st = Settings(seq_length=1024, precision="fp8")
     x = shape_of(_hybrid())
-    f, b = layer_time(x, st, dev, cluster_for(dev.name), np.array(1.0), np.array(1.0),
-                      np.array(1.0), np.array(1.0), 2, moe=False, eta_gemm=None,
-                      overlap=Overlap(), dp=np.array(1.0), mixer="mamba", mlp=False)
-    rate = dev.peak("bf16") * 91 / 989.4
+    one = np.array(1.0)
+    f, b = layer_time(x, Settings(seq_length=1024, precision="fp8"), dev,
+                      cluster_for(dev.name), one, one, one, one, 2, moe=False, eta_gemm=None,
+                      overlap=Overlap(), dp=one, mixer="mamba", mlp=False)
+    f16, b16 = layer_time(x, Settings(seq_length=1024, precision="bf16"), dev,
+                          cluster_for(dev.name), one, one, one, one, 2, moe=False,
+                          eta_gemm=None, overlap=Overlap(), dp=one, mixer="mamba", mlp=False)
+    rate, hbm = dev.peak("bf16") * 91 / 989.4, 3.35e12
     T = 2 * 1024
     chunks = T // MAMBA_CHUNK
     cb = chunks * G * 2 * MAMBA_CHUNK ** 2 * N
     diag = chunks * H * 2 * MAMBA_CHUNK ** 2 * P
     states = chunks * H * 2 * N * MAMBA_CHUNK * P
-    assert float(f["attention"]) == pytest.approx((cb + diag / 2 + 2 * states) / rate)
-    assert float(b["attention"]) == pytest.approx((3 * cb + 3 * diag / 2 + 5 * states) / rate)
+    fwd_flops = {"bmm_chunk": cb, "chunk_state": states, "chunk_scan": diag / 2 + states}
+    # bytes per token at Q = 128 (as _kernel_bytes): B / C, CB per token, conv channels, states
+    bc, cbv, xbc, sv = G * N, G * MAMBA_CHUNK, D + 2 * G * N, D * N / MAMBA_CHUNK
+    fwd_by = {"bmm_chunk": 4 * bc + 4 * cbv, "chunk_state": 2 * (bc + D) + 4 * sv,
+              "chunk_scan": 4 * cbv + 2 * (2 * D + bc + sv) + 4 * D}
+    want_f = sum(max(fwd_flops[k] / rate, T * fwd_by[k] / hbm) for k in fwd_flops)
+    assert float(f["attention"]) == pytest.approx(want_f) == float(f16["attention"])
+    assert float(b["attention"]) == float(b16["attention"]) > float(f["attention"])
+    # memory-bound: conv1d, state passing, norm (forward); norm, recomputed conv1d and fp32
+    # state passing, dz, state_passing_bwd, the dC and dCB sums, conv1d backward (backward)
+    fwd_mem = 4 * xbc + 6 * sv + 4 * D
+    bwd_mem = 6 * D + 4 * xbc + 8 * sv + 12 * D + 12 * sv + 8 * bc + 8 * cbv + 6 * xbc
+    copies_f, copies_b = layout_copy_bytes((D, N, H, G, 4))      # b = 2: Megatron's copies
+    norm_res = 2 * 5 * 256                           # the layer's own norm and residual
+    assert float(f16["memory"]) == pytest.approx(T * (norm_res + fwd_mem + copies_f) / hbm)
+    assert float(b16["memory"]) == pytest.approx(T * (1.5 * norm_res + bwd_mem + copies_b) / hbm)
     assert float(f["cp"]) == 0.0
 
 

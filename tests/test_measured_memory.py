@@ -7,6 +7,7 @@ are asserted elsewhere (by the lead) once the model is improved.
 
 from __future__ import annotations
 
+import math
 import pathlib
 
 import pytest
@@ -170,17 +171,20 @@ def test_seed001_orderings_and_lora_savings():
 
 def test_seed001_lora_rows_follow_the_bridge_recipes(data):
     """The LoRA rows take what the table leaves open from Bridge's PEFT recipes at 33655ef845:
-    Qwen3-30B-A3B dim 8 on linear_qkv + linear_proj (qwen3_30b_a3b_peft_config), the others
-    _peft_common's dim 32 on all four modules; ETP 1 (Bridge's
-    _set_moe_expert_tensor_parallel_default when EP > 1); the recipes' seq 2048 where the
-    table prints none."""
+    Qwen3-30B-A3B dim 8 on linear_qkv + linear_proj (qwen3_30b_a3b_peft_config) and TE's
+    fused cross entropy (qwen3_moe.py:604), the others _peft_common's dim 32 on all four
+    modules; ETP 1 (Bridge's _set_moe_expert_tensor_parallel_default when EP > 1); packed
+    sequences at micro-batch 1; the sequence length read off the measured savings (next test)."""
     by = {p.id: p for p in data[0]}
     moe = measured.job(by["seed001.qwen3-30b-a3b.lora"])
     assert moe.training.lora_rank == 8
     assert moe.training.adapters.lora_targets == ("q", "k", "v", "o")
     assert (moe.layout.t, moe.layout.e, moe.layout.expert_tp, moe.layout.d) == (4, 4, 1, 2)
+    assert moe.training.memory.cross_entropy_fusion_impl == "te"
+    assert moe.training.seq_length == 8192
     oss = measured.job(by["seed001.gpt-oss-120b.lora"])
-    assert oss.training.lora_rank == 32 and oss.training.seq_length == 2048
+    assert oss.training.lora_rank == 32 and oss.training.seq_length == 4096
+    assert oss.training.memory.cross_entropy_fusion_impl == "native"
     assert oss.training.adapters.lora_targets == ("q", "k", "v", "o", "gate", "up", "down")
     assert (oss.layout.t, oss.layout.e, oss.layout.expert_tp) == (2, 8, 1)
     for pid in ("seed001.qwen3-8b.lora", "seed001.qwen3-30b-a3b.lora", "seed001.gpt-oss-120b.lora"):
@@ -188,14 +192,36 @@ def test_seed001_lora_rows_follow_the_bridge_recipes(data):
         assert by[pid].recipe.startswith("Megatron-Bridge 33655ef845 src/megatron/bridge/recipes/")
 
 
+def test_seed001_moe_sequence_length_from_the_measured_savings(data):
+    """The MoE rows print no sequence length.  Re-gather frees one gathered 16-bit qkv LoRA-A
+    input, 2 s h bytes, per layer (the fc1/fc2 adapters of an all-MoE model are expert
+    adapters, which fall back), and packed sequences force micro-batch 1, so the measured
+    saving gives the tokens: 1.569e9 / (48 x 2 x 2048) = 7980 (Qwen3-30B-A3B) and
+    0.814e9 / (36 x 2 x 2880) = 3926 (GPT-OSS-120B).  The assumed lengths are the powers of
+    two nearest those (the 8B row, s = 8192 printed, measures 2 % below its 2sbh); the
+    recipes' 2048 would save a quarter and a half of what was measured."""
+    by = {p.id: p for p in data[0]}
+    for model, layers, hidden, saved in (("qwen3-30b-a3b", 48, 2048, 1.569e9),
+                                         ("gpt-oss-120b", 36, 2880, 0.814e9)):
+        tokens = saved / (layers * 2 * hidden)
+        nearest = 2 ** round(math.log2(tokens))
+        assert by[f"seed001.{model}.lora"].config()["seq_length"] == nearest, model
+        assert by[f"seed001.{model}.lora-regather"].config()["seq_length"] == nearest, model
+        assert 0.95 < tokens / nearest < 1      # below, as the 8B row (4.731 of 4.83 GB)
+        assert layers * 2 * 2048 * hidden < saved / 1.9     # s = 2048 saves at most half
+
+
 def test_seed001_moe_regather_savings_are_one_qkv_input_per_layer():
     """Only linear_qkv's LoRA-A is eligible in an all-MoE model (fc1/fc2 adapters are expert
     adapters, which fall back): the saving is L x 2 s h bytes (hand-derived: Qwen3-30B-A3B
-    48 x 2 x 2048 x 2048, GPT-OSS-120B 36 x 2 x 2048 x 2880)."""
-    for model, layers, hidden in (("qwen3-30b-a3b", 48, 2048), ("gpt-oss-120b", 36, 2880)):
+    48 x 2 x 8192 x 2048 = 1.61 GB against 1.569 measured, GPT-OSS-120B 36 x 2 x 4096 x 2880
+    = 0.85 GB against 0.814)."""
+    for model, layers, s, hidden, saved in (("qwen3-30b-a3b", 48, 8192, 2048, 1.569e9),
+                                            ("gpt-oss-120b", 36, 4096, 2880, 0.814e9)):
         saving = (measured.predict(f"seed001.{model}.lora").total
                   - measured.predict(f"seed001.{model}.lora-regather").total)
-        assert saving == layers * 2 * 2048 * hidden, model
+        assert saving == layers * 2 * s * hidden, model
+        assert abs(float(saving) / saved - 1) < 0.05, model
 
 
 def test_lora_targets_are_megatron_module_names(tmp_path):

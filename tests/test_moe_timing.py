@@ -66,10 +66,12 @@ def test_router_gemm_runs_on_the_sequence_parallel_shard():
 
 def test_dispatch_bytes_by_hand():
     # one GPU, 1,000 tokens, top-2 of 8 experts, h = 10: router 15 B x 1000 x 8; permute reads
-    # and writes 2,000 rows, sort + un-sort read and write 2,000 received rows twice (4 local
-    # experts), unpermute reads 2,000 rows and writes 1,000; 2 bytes an element
+    # the 1,000 token rows once and writes 2,000 routed rows (the count of the measured gather,
+    # TileOPs PR #2125: (tokens + tokens x top_k) rows), sort + un-sort read and write 2,000
+    # received rows twice (4 local experts), unpermute reads 2,000 rows and writes 1,000;
+    # 2 bytes an element
     got = float(moe.dispatch_bytes(1000, 2000, 2000, 10, 8, 4))
-    assert got == 15 * 1000 * 8 + 2 * 10 * (2 * 2000 + 4 * 2000 + 2000 + 1000)
+    assert got == 15 * 1000 * 8 + 2 * 10 * (1000 + 2000 + 4 * 2000 + 2000 + 1000)
     # one local expert: no sort_chunks_by_idxs
     one = float(moe.dispatch_bytes(1000, 2000, 2000, 10, 8, 1))
     assert got - one == 2 * 10 * 4 * 2000
@@ -89,8 +91,13 @@ def test_moe_layer_prices_the_dispatcher_copies_each_way():
     assert diff == pytest.approx(2 * (3 * rows * 768 - 3 * T * x.f), rel=1e-12)
     gemms = layer_gemms(x, 4096, 1, 1, 1, 8, moe=True)
     out = moe.moe_layer_extras(gemms, T, 8, 8, 1, cluster("dgx-h100"), "h100", "bf16")
-    copies = 15 * T * 128 + 2 * 2048 * (2 * rows + 4 * rows + rows + T)
-    assert float(out[4]) == pytest.approx(copies / 3.35e12, rel=1e-12)
+    # the router streams at the H100's 3.35 TB/s; the rows moved by index (permute: T token
+    # rows read once, the routed rows written, TileOPs PR #2125's count) run at the gather
+    # rate that PR measured on an H200, 2.399 of 4.8 TB/s
+    router = 15 * T * 128
+    moved = 2 * 2048 * ((T + rows) + 4 * rows + rows + T)
+    copies = router / 3.35e12 + moved / (3.35e12 * 2.399 / 4.8)
+    assert float(out[4]) == pytest.approx(copies, rel=1e-12)
     assert float(out[5]) == float(out[4])
 
 
@@ -170,11 +177,14 @@ def test_expert_clamp_and_fc2_bias_run_in_eager_pytorch():
     assert eager == {"expert_fc1": ("clamp",), "expert_fc2": ("bias",)}
     T, rows, h, f = 4 * 4096, 65536, 2880, 2880
     out = moe.moe_layer_extras(gemms, T, 4, 8, 1, cluster("dgx-b200"), "b200", "bf16")
-    copies = 15 * T * 128 + 2 * h * (2 * rows + 4 * rows + rows + T)
-    fwd = copies + 2 * (8 * rows * f + 6 * rows * h)
-    bwd = copies + 2 * (10 * rows * f + 8 * rows * h)
-    assert float(out[4]) == pytest.approx(fwd / 8e12, rel=1e-12)
-    assert float(out[5]) == pytest.approx(bwd / 8e12, rel=1e-12)
+    # the dispatcher's copies: the router streaming, the rows moved by index at the gather
+    # rate of TileOPs PR #2125 (2.399 of 4.8 TB/s), the permute counted as T + rows rows
+    copies = (15 * T * 128 / 8e12
+              + 2 * h * ((T + rows) + 4 * rows + rows + T) / (8e12 * 2.399 / 4.8))
+    fwd = copies + 2 * (8 * rows * f + 6 * rows * h) / 8e12
+    bwd = copies + 2 * (10 * rows * f + 8 * rows * h) / 8e12
+    assert float(out[4]) == pytest.approx(fwd, rel=1e-12)
+    assert float(out[5]) == pytest.approx(bwd, rel=1e-12)
     # a MoE model with neither (Qwen3-30B-A3B: no linear biases, no clamp) has no such pass
     q = shape_of(preset("qwen3-30b-a3b"))
     assert not (q.expert_bias or q.expert_clamp)
@@ -351,10 +361,10 @@ def test_grouped_gemm_rates_on_b200_against_torchao():
     # memsym's forward by hand: 8 experts over S = 4 streams on 148 SMs, 256 x 128 tiles:
     # 4 x 64 x 16 = 4096 tiles in ceil(4096 / 148) = 28 waves, q = 4 x 16384 x 2048 /
     # (28 x 148 x 256 x 128) (128 x 128: 8192 tiles in 56 waves, 0.95 x the same: less);
-    # efficiency 0.527 (blackwell/fp8) x q x 7168 / (7168 + 64); two rounds of four experts
+    # efficiency 0.525 (blackwell/fp8) x q x 7168 / (7168 + 64); two rounds of four experts
     # at the 4.5 PFLOP/s FP8 peak, plus eight launches of 4 us
     q = 4 * 16384 * 2048 / (28 * 148 * 256 * 128)
-    eff = 0.527 * q * 7168 / (7168 + 64)
+    eff = 0.525 * q * 7168 / (7168 + 64)
     t = 2 * (2 * 4 * 16384 * 2048 * 7168 / (4.5e15 * eff)) + 8 * 4e-6
     fwd = rows[(16384, 2048, 7168)]
     assert fwd["memsym"] == pytest.approx(2 * 8 * 16384 * 2048 * 7168 / t / 1e12, rel=1e-9)

@@ -135,3 +135,63 @@ def test_mtp_depth_is_zero_tp_traffic_on_one_gpu():
     norms = 12 * 4096 * 4096 / dev.hbm_bandwidth
     assert np.isclose(f1, gemm + norms, rtol=1e-12) and np.isclose(b1, 2 * gemm + 1.5 * norms,
                                                                    rtol=1e-12)
+
+
+# Full recompute (multi_token_prediction.py at d98e8a64dd): forward (:1705-1706) checkpoints
+# _proj_and_transformer_layer whole under recompute_method uniform (:1621-1629, which asserts
+# recompute_num_layers == 1) and under block warns "not supported for MTP yet. Skipping
+# recompute." and runs it plainly (:1630-1649).  What the checkpoint holds: _concat_embeddings
+# (enorm, hnorm, eh_proj, its output all-gather and the SP scatter, :1335-1358) and the layer;
+# the shifted tokens' embedding (_get_embeddings, before :1705), final_layernorm and the output
+# layer run outside it.
+
+@pytest.mark.parametrize("sp", [True, False])
+def test_uniform_recompute_reruns_the_checkpointed_projection_by_hand(sp):
+    # the figures of test_eh_proj_gemms_norms_and_tp_collectives_by_hand; the backward adds
+    # the rerun forward of the checkpoint beside the layer: eh_proj's GEMM, two of the three
+    # norms (enorm, hnorm; final_layernorm is outside) and eh_proj's forward collectives
+    h, T, t, eta = 4096, 4096, 2, 0.5
+    dev = gpu("h100")
+    gemm = 2 * T * 2 * h * (h / t) / (dev.peak("bf16") * eta) + 4e-6
+    norm = 4 * T * h / (t if sp else 1) / dev.hbm_bandwidth         # one norm, read + write
+    wide, narrow = 2 * T * 2 * h, 2 * T * h
+    if sp:
+        f_tp = _ring("all-gather", wide, t) + _ring("all-gather", narrow, t)
+        b_tp = (_ring("all-gather", narrow, t) + _ring("reduce-scatter", wide, t)
+                + _ring("all-gather", wide, t))
+    else:
+        f_tp, b_tp = _ring("all-gather", narrow, t), _ring("all-reduce", wide, t)
+    plain = 2 * gemm + 1.5 * 3 * norm + b_tp
+    for st, rerun in ((Settings(recompute="full"), gemm + 2 * norm + f_tp),
+                      # uniform with a decoder share below 1 (torchtitan-like): the MTP
+                      # checkpoint still reruns all of it
+                      (Settings(recompute="full", recompute_fraction=0.5), gemm + 2 * norm + f_tp),
+                      (Settings(recompute="full", recompute_fraction=0.25, mtp_recompute=False),
+                       0.0),
+                      (Settings(recompute="selective"), 0.0)):
+        st = dataclasses.replace(st, seq_length=T, sequence_parallel=sp)
+        _, b = mtp_depth(shape_of(preset("llama3-8b")), st, dev, cluster_for("h100"),
+                         Overlap(tp_async_backward=False), (t, 1, 1, 1), (0.0, 0.0, 0.0),
+                         eta_gemm=eta)
+        assert float(b) == pytest.approx(plain + rerun, rel=1e-12), st
+
+
+def test_block_recompute_runs_the_mtp_layer_as_without_recompute():
+    # one stage, m = 4: an MTP layer lengthens the pipeline by m (its layer + its depth's
+    # work), forward and backward.  Under block (Megatron skips the MTP recompute) that is
+    # what it adds without any recompute, whatever share of the decoder the block reruns;
+    # under uniform (the whole checkpoint rerun) it is that plus m times the rerun forward:
+    # the layer's forward (the growth's forward half under no recompute, less the depth's
+    # own forward beside it) and the projection's (test above)
+    arch = dataclasses.replace(preset("llama3-8b"), num_layers=4)
+
+    def growth(**st):
+        kw = dict(p=1, m=4, eta_gemm=0.5, settings=Settings(seq_length=4096, **st))
+        return float(step_time_grid(arch, "h100", mtp_layers=1, **kw)["pipeline"]) \
+            - float(step_time_grid(arch, "h100", **kw)["pipeline"])
+
+    none = growth()
+    blocked = growth(recompute="full", recompute_fraction=0.25, mtp_recompute=False)
+    assert blocked == pytest.approx(none, rel=1e-12)
+    # against the decoder's share: a quarter of the MTP layer's forward would have been rerun
+    assert growth(recompute="full", recompute_fraction=0.25) > none * 1.05

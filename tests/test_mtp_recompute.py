@@ -19,7 +19,13 @@ one GPU, bf16, flash attention, no dropout, LayerNorm: fp32 mean and rstd, 8 byt
   statistics 2 x 8;
 * the output layer: the final norm's input 2h and statistics 8, the output layer's input
   2h, the fp32 logits 4V;
-* a checkpointed layer: its input 2h.
+* a checkpointed layer: its input 2h; an MTP pass under the MTP checkpoint keeps of its
+  output part only the output layer's input 2h and the logits 4V (its final_layernorm runs
+  inside the checkpoint, ``_postprocess`` at line 1429);
+* an MTP pass's own inputs (``_get_embeddings``, ``_concat_embeddings``, lines 1279-1359):
+  the rolled int64 ids 8, enorm's and hnorm's inputs 2h each and their statistics 2 x 8, the
+  2h-wide concatenation eh_proj keeps 4h; under the MTP checkpoint only the checkpoint's
+  arguments (the two norms' inputs) and the ids.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from memsym.errors import InvalidValueError
 from memsym.job import Layout, Training, job
 from memsym.model import Architecture
 from memsym.model.stages import mamba_values
+from memsym.symbols import b, c, h, s
+from memsym.terms.activations import mtp_input_activations
 from memsym.training import stage_activations
 
 S, H, A, D, G, F, V = 128, 64, 4, 16, 4, 128, 1000
@@ -51,11 +59,11 @@ MLP_LAYER = 2 * H + 8 + 2 * H + 2 * F + 2 * F        # "-": one norm, then the M
 CHECKPOINTED = 2 * H
 
 
-def _mtp(arch, **recompute):
+def _mtp(arch, key="mtp_activations", **recompute):
     training = Training(seq_length=S, micro_batch_size=1, dropout=False, **recompute)
     return stage_activations(arch, Layout(), training).breakdown(
         s=S, b=1, t=1, c=1, p=1, L=2, h=H, a=A, g=G, d_h=D, f=F, V=V,
-        **{str(k): v for k, v in mamba_values(arch).items()})["mtp_activations"]
+        **{str(k): v for k, v in mamba_values(arch).items()})[key]
 
 
 def test_the_hand_counts_add_up():
@@ -70,9 +78,35 @@ def test_block_recompute_keeps_the_gpt_mtp_layer_whole(n):
         == want == _mtp(DENSE, recompute="none")
 
 
-def test_uniform_recompute_checkpoints_the_gpt_mtp_layer():
-    assert _mtp(DENSE, recompute="full", recompute_method="uniform",
-                recompute_num_layers=1) == S * (CHECKPOINTED + OUTPUT)
+@pytest.mark.parametrize("arch", [DENSE, HYBRID])
+def test_uniform_recompute_checkpoints_the_whole_mtp_layer(arch):
+    # the MTP checkpoint wraps eh_proj, the block and the layer's own final_layernorm
+    # (_postprocess, line 1429): those keep nothing; the pass keeps the output layer's input
+    # 2h and the fp32 logits 4V; the checkpoint's arguments (the two norms' inputs) are the
+    # MTP inputs' term
+    full = dict(recompute="full", recompute_method="uniform", recompute_num_layers=1)
+    assert _mtp(arch, **full) == S * (2 * H + 4 * V)
+    assert _mtp(arch, "mtp_input_activations", **full) == S * (8 + 2 * H + 2 * H)
+
+
+@pytest.mark.parametrize("recompute", [
+    dict(recompute="none"), dict(recompute="selective"),
+    dict(recompute="full", recompute_method="block", recompute_num_layers=1)])
+def test_an_mtp_pass_keeps_its_embedding_norm_inputs_and_the_concatenation(recompute):
+    # _get_embeddings: the rolled int64 ids (8 bytes a token); _concat_embeddings: enorm's and
+    # hnorm's inputs (2h each), their LayerNorm mean and rstd (2 x 8), the 2h-wide concatenation
+    # eh_proj keeps (2 x 2h); no dropout here
+    assert _mtp(DENSE, "mtp_input_activations", **recompute) \
+        == S * (8 + 2 * H + 2 * H + 2 * 8 + 2 * 2 * H) == 68_608
+
+
+def test_mtp_inputs_under_sequence_parallelism_and_dropout():
+    # every h-wide input is this rank's sequence shard (t = 2); the embedding's dropout mask is
+    # one byte an element; the ids are whole
+    training = Training(seq_length=S, micro_batch_size=1, dropout=True)
+    got = stage_activations(DENSE, Layout(t=2, sequence_parallel=True), training).breakdown(
+        s=S, b=1, t=2, c=1, p=1, L=2, h=H, a=A, g=G, d_h=D, f=F, V=V)["mtp_input_activations"]
+    assert got == S * 8 + S * (H + 2 * H + 2 * H + 2 * 8 + 4 * H) // 2 == 38_912
 
 
 @pytest.mark.parametrize("n,want", [
@@ -100,3 +134,14 @@ def test_uniform_recompute_of_more_than_one_layer_with_mtp_is_refused():
     # without MTP the same method is Megatron's ordinary uniform recompute
     job(replace(DENSE, mtp_num_layers=0), **kw)
     job(DENSE, **dict(kw, recompute_num_layers=1))
+
+
+def test_mtp_inputs_of_nemotron_3_super_under_mxfp8():
+    """Nemotron 3 Super's B200 MXFP8 run (h 4096, RMSNorm, no dropout, no SP): per token the
+    rolled int64 id 8, enorm's and hnorm's 16-bit inputs 2 x 2 x 4096, their fp32 rstd 2 x 4,
+    and eh_proj's columnwise MXFP8 copy of the 8192-wide concatenation, a byte an element
+    and an E8M0 scale per 32 (TransformerEngine d0067d0da6 pytorch/module/linear.py:616-621):
+    8192 + 8192 / 32."""
+    got = mtp_input_activations(norm="rmsnorm", dropout=False, fp8_inputs="mxfp8").expr
+    assert got.subs({s: 1, b: 1, c: 1, h: 4096}) == \
+        8 + 2 * 2 * 4096 + 2 * 4 + 8192 + 8192 // 32 == 24_848

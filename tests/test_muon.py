@@ -13,8 +13,9 @@ from memsym.hardware import cluster_for, gpu
 from memsym.job import Layout, Training, job
 from memsym.model import Architecture, stage_parameters
 from memsym.model import preset as preset_of
-from memsym.model.muon_matrices import largest_muon_matrix, muon_matrices, scalar_adam_parameters
-from memsym.terms.muon import muon_scalar_moment, newton_schulz_flops
+from memsym.model.muon_matrices import muon_matrices, scalar_adam_parameters
+from memsym.symbols import t, t_e
+from memsym.terms.muon import largest_muon_elements, muon_scalar_moment, newton_schulz_flops
 from memsym.timing.data_parallel import data_parallel_sync
 from memsym.timing.muon import muon_parameters, muon_step_time, newton_schulz_time
 from memsym.timing.records import Overlap, Settings
@@ -90,9 +91,12 @@ def test_newton_schulz_time_is_its_flops_at_the_gemm_rate():
 def test_largest_muon_matrix_by_hand():
     # TINY's largest: fc1 256 x 64, halved by TP 2 unless gathered (duplicated mode); the
     # Newton-Schulz workspace of each mode: tests/test_muon_workspace.py
-    assert largest_muon_matrix(TINY, 1, 1, gathered=False) == 256 * 64
-    assert largest_muon_matrix(TINY, 2, 2, gathered=False) == 128 * 64
-    assert largest_muon_matrix(TINY, 2, 2, gathered=True) == 256 * 64
+    def largest(tp, etp, gathered):
+        return largest_muon_elements(muon_matrices(TINY, False), gathered=gathered).subs(
+            {t: tp, t_e: etp})
+    assert largest(1, 1, gathered=False) == 256 * 64
+    assert largest(2, 2, gathered=False) == 128 * 64
+    assert largest(2, 2, gathered=True) == 256 * 64
 
 
 def test_layer_wise_shares_the_orthogonalization_over_data_parallel():

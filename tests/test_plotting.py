@@ -17,7 +17,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from memsym import byte_widths, model_state  # noqa: E402
 from memsym.errors import InvalidValueError  # noqa: E402
 from memsym.plotting import (breakdown, breakdown_bars, feasibility, feasibility_map,  # noqa: E402
-                             memory_vs, memory_vs_d, save)
+                             memory_vs, save)
 from memsym.search import search  # noqa: E402
 from memsym.symbols import L, N, b, h, s  # noqa: E402
 from memsym.term import Source, Term, Total  # noqa: E402
@@ -76,7 +76,7 @@ def test_breakdown_of_estimates_stacks_groups():
 def test_memory_vs_d_marks_smallest_d_and_integer_ticks(tmp_path):
     # ZeRO-3, 70B, 80 GB: 16 * 70e9 / d <= 80e9  ->  d >= 14 (by hand); floor 0 (all sharded)
     M = model_state("zero3", convention="zero-paper").subs(byte_widths("zero3", convention="zero-paper"))
-    fig = memory_vs_d(M, {"N": 70e9, "t": 1, "p": 1}, 80 * GB)
+    fig = memory_vs(M, "d", {"N": 70e9, "t": 1, "p": 1}, 80 * GB)
     ax = fig.axes[0]
     assert "smallest d that fits = 14" in _legend(ax)
     assert ax.get_xlabel() == "data-parallel size d [GPUs]"

@@ -107,9 +107,9 @@ for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
 #: row (156.6 of 186), the 25.11 H100 Qwen3-30B-A3B row (79.9 of 84.9), the Qwen3-30B-A3B
 #: MXFP8 rows (GB300 / B300 at MBS 8: 269.2 GB of 279 / 288, once 325.9 and XFAIL "an
 #: excess not yet found"; GB200 at MBS 4: 180.9 of 186, once 209.2; B200: 166.4 of 180),
-#: the 26.04.01 B200 DeepSeek-V3 MXFP8 row (141.4 of 180), the 25.11 GB300 Qwen3-235B-A22B
+#: the 26.04.01 B200 DeepSeek-V3 MXFP8 row (143.4 of 180), the 25.11 GB300 Qwen3-235B-A22B
 #: bf16 row (240.7 of 279), the 25.11 B200 Qwen3-235B-A22B MXFP8 row at its VP 2 (176.1 of
-#: 180, once 213.3) and the H100 Nemotron 3 Nano FP8 rows (80.4 of 84.9).
+#: 180, once 213.3) and the H100 Nemotron 3 Nano FP8 rows (80.2 of 84.9).
 XFAIL["mbridge.25.11.h100.gpt-oss-120b.bf16"] = (
     "the row's MBS 4 contradicts its own GA 2 (GBS 512 / (MBS 4 x DP 16) = 8; the TOML's "
     "table_note): at MBS 4, PP 4 the first stage holds 62.3 GB of activations, 113.4 GB "
@@ -145,9 +145,9 @@ for _rel in _MXRELS:
         f"{_FRAG} takes it over, with {_MX}: 179.5 GB without the margin, 197.1 GB with it, "
         "against 186 GB (TP 4 PP 16 VP 8)")
     XFAIL[f"mbridge.{_rel}.gb300.deepseek-v3.mxfp8"] = (
-        "the row's MBS 2 (the recipe at 067f987df0 sets MBS 1: 227.0 GB predicted there, it "
+        "the row's MBS 2 (the recipe at 067f987df0 sets MBS 1: 228.4 GB predicted there, it "
         "fits): at PP 2 VP 8 EP 32 the first stage keeps twice the in-flight activations, "
-        "347.2 GB predicted, 316.1 without the margin (with the full-iteration CUDA graph's "
+        "350.1 GB predicted, 318.7 without the margin (with the full-iteration CUDA graph's "
         "static micro-batches, 0.5 GB), against 279 GB; what the release "
         "branch did to fit it (offloading, recompute) is not in the recipe read")
     if _rel != "26.02.01":
@@ -171,16 +171,26 @@ XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
 #: Nemotron 3 Nano and Super (hybrid Mamba-2 models, Super's experts latent) are read from
 #: their perf recipes (perf_recipes/nemotronh/<system>/nemotronh.py): Super's with the
 #: recipe's multi-token prediction, two passes of one repeated "*E" block
-#: (mtp_use_repeated_layer: the block's weights once, its activations per pass).
+#: (mtp_use_repeated_layer: the block's weights once, its activations per pass).  Super's
+#: recipes leave model.cross_entropy_loss_fusion unset: its AutoBridge provider,
+#: HybridModelProvider, sets it True (Megatron-Bridge 067f987df0 models/hybrid/
+#: hybrid_provider.py:149; nemotron_h_bridge.py:236), so _benchmark_common's "te"
+#: (perf_recipes/_common.py:70) runs Transformer Engine's fused cross-entropy, which keeps
+#: each pass's 16-bit logits with the gradient written into them
+#: (memsym.terms.recipe_buffers.te_cross_entropy); read as unfused (TransformerConfig's False),
+#: the three passes' fp32 softmax and the loss's transient had put the B200 row 8.6 GB higher
+#: (179.96 GB without the margin, 0.04 GB inside its GPU).
 for _rel in ("26.04.01", "26.04"):
     # Nemotron 3 Super's B200 MXFP8 rows (EP 64, MBS 1, seq 8192, the recipe's moe_act and
-    # layernorm recompute); its GB300, B300 and GB200 rows fit (B300 at its EP 8: 280.8 GB of
+    # layernorm recompute); its GB300, B300 and GB200 rows fit (B300 at its EP 8: 271.4 GB of
     # 288)
     TIGHT[f"mbridge.{_rel}.b200.nemotron-3-super.mxfp8"] = (
-        f"{_FRAG} takes it over, with {_MX} (17.0 GB): 179.96 GB without the margin, 197.2 GB "
-        "with it, against 180 GB, of which 109.4 GB activations (40 latent-MoE, 40 Mamba-2, 8 "
-        "attention layers, and 12.3 GB for the two MTP passes, each a layer and its own "
-        "logits; Megatron-core's combine keeps no expert output)")
+        f"{_FRAG} takes it over, with {_MX} (17.0 GB): 171.4 GB without the margin, 187.8 GB "
+        "with it, against 180 GB, of which 100.9 GB activations (40 latent-MoE, 40 Mamba-2, 8 "
+        "attention layers, and 8.4 GB for the two MTP passes: each a layer, its own 16-bit "
+        "logits under Transformer Engine's fused cross-entropy and its inputs, 0.2 GB: the "
+        "embedding's ids, enorm's and hnorm's inputs and eh_proj's MXFP8 2h-wide input; "
+        "Megatron-core's combine keeps no expert output)")
 
 
 def _recipe(run) -> str:

@@ -130,6 +130,21 @@ def test_the_bridge_recipes_set_them():
                                               ["optimizer.exp_avg_dtype=int8"]))
 
 
+def test_an_unset_loss_fusion_is_the_model_providers():
+    """Nemotron 3 Super's recipes set cross_entropy_fusion_impl "te" (the base recipe,
+    recipes/nemotronh/h100/nemotron_3_super.py:93, and _benchmark_common,
+    perf_recipes/_common.py:70) and leave cross_entropy_loss_fusion unset: the AutoBridge's
+    HybridModelProvider sets it True (models/hybrid/hybrid_provider.py:149 at Megatron-Bridge
+    067f987df0), so the fused loss is TE's; a recipe's False stays False."""
+    name = "nemotron_3_super_pretrain_64gpu_b200_fp8mx_config"
+    assert "model.cross_entropy_loss_fusion" not in read_bridge_recipe(name)["values"]
+    _, opts, _ = bridge_job_options(read_bridge_recipe(name))
+    assert opts["cross_entropy_fusion_impl"] == "te"
+    _, opts, _ = bridge_job_options(read_bridge_recipe(
+        name, ["model.cross_entropy_loss_fusion=False"]))
+    assert opts.get("cross_entropy_fusion_impl", "native") == "native"
+
+
 # --- read from a Megatron-LM command --------------------------------------------------------
 
 _MEGATRON = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32",

@@ -489,7 +489,7 @@ def test_search_step_time_is_the_timing_model_mixtral():
 
 
 def test_efficiency_and_capacity_factor_are_checked():
-    from memsym.cli.options import fraction
+    from memsym.cli.options import efficiency
     from memsym.errors import InvalidValueError
 
     for bad in (1.5, 0, -0.5):
@@ -497,7 +497,7 @@ def test_efficiency_and_capacity_factor_are_checked():
             search("llama2-7b", "h100-80gb", 8, efficiency=bad)
     with pytest.raises(InvalidValueError, match="capacity_factor"):
         search("mixtral-8x7b", "h100-80gb", 8, capacity_factor=0)
-    assert fraction("1") == 1.0 and fraction("0.25") == 0.25
+    assert efficiency("1") == 1.0 and efficiency("0.25") == 0.25
     for cmd in (["search", "llama2-7b", "--gpus", "8"], ["min-gpus", "llama2-7b"]):
         assert main(cmd + ["--gpu", "h100-80gb", "--efficiency", "1.5"]) == 2
 
@@ -1191,3 +1191,32 @@ def test_expert_tp_asked_for_by_name(capsys):
     code = main(["search", "llama3-8b", "--gpu", "h100-80gb", "--gpus", "8", "--etp", "2"])
     err = capsys.readouterr().err
     assert code == 2 and "needs a model with experts" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("held", [
+    {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ("attn",)},
+    {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ()},
+    {"cuda_graph_impl": "full_iteration", "optimizer_cuda_graph": True},
+])
+def test_cuda_graph_rows_equal_training_memory(held):
+    # every row's memory is the exact per-layout total, CUDA graphs' buffers included: the
+    # search once compiled its grid without Transformer Engine's static inputs, and ranked,
+    # counted as fitting and emitted layouts whose own estimate did not fit (a Nemotron 3
+    # Nano search: 74.8 GB on the grid, 83.0 GB exact).  Uneven first/last stages share a
+    # template whose layer term is scaled; the graphs' buffers are not, so they must stay exact.
+    res = search("llama3-8b", "h100-80gb", 16, seq_length=4096, global_batch_size=64,
+                 pp=[1, 2, 3, 4], recompute=["selective", "full"],
+                 sharding=["distributed-optimizer"], micro_batch_sizes=[1, 2], held=held)
+    assert len(res)
+    keys = [k for k in res.columns if k.startswith("cuda_graph") or k == "optimizer_graph_pool"]
+    assert keys or held["cuda_graph_impl"] == "full_iteration"
+    uneven = [i for i in range(len(res)) if res.columns["f"][i]]
+    picks = sorted(set(range(0, len(res), max(1, len(res) // 10))) | set(uneven[:4]))
+    for i in picks:
+        row = res.row(i)
+        lay, tr = _training_of(row, 4096, 64)
+        est = training_memory("llama3-8b", lay, replace(tr, **held))
+        assert row["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12), row
+        assert res.exact(i)["bytes"]["total"] == est.bytes_total
+        for key in keys:   # the grid's column is the estimate's own term
+            assert row["bytes"][key] == pytest.approx(float(est.grouped().get(key, 0)), rel=1e-12)

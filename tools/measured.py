@@ -53,6 +53,7 @@ SETTINGS = {
     "wgrad_deferral_limit": int, "packed_sequence": bool, "bias_activation_fusion": bool,
     "recompute": str, "lora_targets": str, "precision": str, "sharding": str, "schedule": str,
     "moe_dispatcher": str, "cuda_graph_impl": str, "cuda_graph_modules": str,
+    "cross_entropy_fusion_impl": str,
 }
 _CHOICES = {
     "recompute": ("none", "selective", "selective-op", "full"),
@@ -61,6 +62,7 @@ _CHOICES = {
     "schedule": ("1f1b", "interleaved-1f1b", "gpipe"),
     "moe_dispatcher": ("alltoall", "allgather", "deepep", "hybridep"),
     "cuda_graph_impl": ("none", "local", "transformer_engine", "full_iteration"),
+    "cross_entropy_fusion_impl": ("native", "te"),
 }
 #: Megatron(-Bridge) LoRA target module -> memsym's adapted matrices
 #: (:data:`memsym.terms.adapters.LORA_TARGETS`).
@@ -415,6 +417,8 @@ def job(point: Point) -> Job:
                         cuda_graph_impl=cfg.get("cuda_graph_impl", "none"),
                         cuda_graph_modules=tuple(filter(None, cfg.get(
                             "cuda_graph_modules", "").split(","))),
+                        # the recipe's fused cross entropy: Megatron-core's ("native") or TE's
+                        cross_entropy_fusion_impl=cfg.get("cross_entropy_fusion_impl", "native"),
                         metric=_metric(point),
                         framework=_FRAMEWORK.get(point.framework, "megatron"))
     model = point.model
@@ -756,8 +760,8 @@ _EXPLANATIONS = [
     "`sequence_parallel_input_regather` and the table; the data file names each recipe and "
     "takes every setting the table leaves open from it (Qwen3-8B: `_peft_common`'s LoRA dim 32 "
     "on all four linear modules, packed SQuAD, micro-batch 1; Qwen3-30B-A3B: dim 8 on "
-    "linear_qkv and linear_proj, TP 4 EP 4 ETP 1, seq 2048; GPT-OSS-120B: dim 32 on all four, "
-    "seq 2048, ETP 1 because Bridge sets an unset ETP to 1 when EP > 1). At the pinned "
+    "linear_qkv and linear_proj, TP 4 EP 4 ETP 1, TE's fused cross entropy; GPT-OSS-120B: dim "
+    "32 on all four, ETP 1 because Bridge sets an unset ETP to 1 when EP > 1). At the pinned "
     "067f987df0 the 8B recipe has dim 8 on linear_qkv and linear_proj only, which would save "
     "2.4 GB with re-gather against the measured 4.73: the runs predate that change. "
     "Without re-gather each eligible column-parallel LoRA-A (linear_qkv, and linear_fc1 of "
@@ -765,14 +769,24 @@ _EXPLANATIONS = [
     "Transformer Engine returns (`return_layernorm_output_gathered`), 2sbh per layer and "
     "micro-batch, beside the local shard TE keeps because `return_layernorm_output` is set "
     "(`memsym.terms.activations.lora_gathered_inputs`). Qwen3-8B (s = 8192 printed) predicts a "
-    "4.83 GB saving against 4.73 GB measured. The MoE rows' sequence length is not printed; at "
-    "the recipes' 2048 their predicted savings are 0.40 and 0.42 GB against 1.57 and 0.81 GB. "
-    "The same 2sbh per layer, about 2 % above the measurement as on the 8B row, needs "
-    "s = 8192 for Qwen3-30B-A3B (1.61 GB) and 4096 for GPT-OSS-120B (0.85 GB); at those "
-    "lengths the peaks would be −2 % (29.3 GB, with the eager SwiGLU below) and −8 % (47.9 GB, "
-    "with the clamped GLU copy below). "
-    "That second reading comes "
-    "from the measured savings, not from a source, so the table keeps the recipes' 2048. "
+    "4.83 GB saving against 4.73 GB measured. The MoE rows' sequence length is not printed, "
+    "and the recipes' 2048 does not fit the table: there the predicted savings are 0.40 and "
+    "0.42 GB against 1.57 and 0.81 GB measured, a quarter and a half. Packed sequences force "
+    "micro-batch 1 (Bridge's `training/config.py:1397-1409` at 33655ef845), so the tokens of "
+    "a micro-batch are the packed length, and the measured saving solved for it gives "
+    "s = 1.569e9 / (48 × 2 × 2048) = 7980 and 0.814e9 / (36 × 2 × 2880) = 3926. The data file "
+    "takes 8192 (the 8B row's printed length) and 4096, whose 2sbh (1.61 and 0.85 GB) sit 3 % "
+    "and 4 % above the measured savings as the 8B row's sits 2 % above (the re-gather's one "
+    "transient gathered input): an open setting read off the table's own relation, not a fit "
+    "to the peaks (`tests/test_measured_memory.py` derives it by hand). At 2048 the MoE peaks "
+    "were −37 % and −24 % (issue 30); at these lengths they are −6 % and −8 %. "
+    "Qwen3-30B-A3B's recipe also sets `cross_entropy_fusion_impl = \"te\"` "
+    "(`recipes/qwen/qwen3_moe.py:604`; the 8B and GPT-OSS recipes set \"native\"): TE writes "
+    "the gradient into the kept 16-bit logits and keeps no fp32 softmax "
+    "(`memsym.terms.recipe_buffers.te_cross_entropy`), 1.2 GB less at s = 8192 (−2 % became "
+    "−6 %). What the MoE rows hold beyond that (1.8 and 4.3 GB) is not found; the figures "
+    "below that name s = 2048 give each mechanism's size at the recipes' length, when it was "
+    "added. "
     "Modelled for LoRA under Megatron: Transformer Engine keeps no GEMM input for a frozen "
     "weight (`backward_needs_input = is_grad_enabled and weight_requires_grad` in `Linear` and "
     "`GroupedLinear`; `LayerNormLinear` frees its norm output unless LoRA set "

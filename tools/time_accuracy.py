@@ -28,7 +28,8 @@ if __package__ in (None, ""):  # run as `python tools/time_accuracy.py`: this ch
     sys.path.insert(0, str(ROOT))
 
 from memsym.errors import InvalidValueError, MemsymError  # noqa: E402
-from memsym.hardware import cluster as _cluster, gpu as _gpu  # noqa: E402
+from memsym.hardware import (GATHER_FRACTION_SOURCE, cluster as _cluster,  # noqa: E402
+                             gather_fraction, gpu as _gpu)
 from memsym.job import Training  # noqa: E402
 from memsym.model import preset  # noqa: E402
 from memsym.model.architecture import Architecture  # noqa: E402
@@ -804,7 +805,19 @@ def accuracy_markdown() -> str:
               "dense layers.  With a floor each way as well (the",
               "backward's too) the same run fixes 4.31 ms and the MoE validation runs' mean "
               "absolute error is 20.2 %", "(-19.4 % signed; this page at aeeac79), against the forward-only floor's "
-              "figures in the tables below."]
+              "figures in the tables below.",
+              "", "Not fitted either, but measured: the MoE dispatcher's row copies (permute, chunk "
+              "sort, unpermute; under",
+              "DeepEP / HybridEP the landed tokens permuted into their experts' rows and back) "
+              "run at the fraction of",
+              f"HBM bandwidth a published permute kernel reaches, {gather_fraction('hopper'):.4f} "
+              f"(`memsym.hardware.gather_fraction`: {GATHER_FRACTION_SOURCE[0]},",
+              f"{GATHER_FRACTION_SOURCE[1]}); the other classes take that one",
+              "measurement.  Before (every copy at the datasheet rate, the flex dispatcher's "
+              "counted as the all-to-all",
+              "dispatcher's; ceilings and floor fixed then) the all-runs error was 11.38 %, MoE "
+              "15.1 %, B300 22.4 % (this page",
+              "at 13ec6ae)."]
     lines += ["", "B200 and GB200 (Blackwell) share one class (`blackwell`), B300 and GB300",
               "(Blackwell Ultra) another (`blackwell-ultra`, memsym.hardware), each GPU priced at",
               "its own datasheet peak and bandwidths.  The blackwell fp8 ceiling is fixed after",

@@ -7,7 +7,7 @@ and where that default comes from, whether it changes memory or time (or only wh
 and which subcommands take it (``memsym search`` and ``min-gpus`` take the same job options,
 some of them as a list of values to try).  The argparse parsers of the subcommands
 (:func:`add_options`), their ``--help`` text and the option reference
-(``docs/options.md``, :func:`reference_markdown`) are generated from :data:`OPTIONS`; a test
+(``docs/options.md``, written by ``tools/option_reference.py``) are generated from :data:`OPTIONS`; a test
 fails when the reference is stale or when an option is declared anywhere else.
 
 The Megatron-LM arguments a pasted launch command may carry are Megatron's own table
@@ -24,7 +24,7 @@ from .option_schema import (EFFECTS, GROUPS, JOB, JOB_COMMANDS, JOB_DEFAULTS, PL
                             PLOT_UNKNOWNS, SEARCH, SEARCH_COMMANDS, SOLVE_UNKNOWNS, Option)
 
 __all__ = ["Option", "OPTIONS", "GROUPS", "EFFECTS", "JOB_COMMANDS", "SEARCH_COMMANDS",
-           "add_options", "rows", "reference_markdown", "job_fields", "switches",
+           "add_options", "rows", "shown", "job_fields", "switches",
            "arch_options", "memsym_spellings", "fill_model_state_defaults", "PLOT_KINDS",
            "PLOT_UNKNOWNS", "SOLVE_UNKNOWNS", "help_text"]
 
@@ -36,7 +36,8 @@ def rows(command: str) -> tuple:
     return tuple(sorted(mine, key=lambda o: order.index(o.group)))
 
 
-def _shown(value) -> str:
+def shown(value) -> str:
+    """A default as the help and the option reference show it (``on``, ``64 MiB``, ``2``)."""
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, int) and value >= 2**20 and value % 2**20 == 0:
@@ -51,7 +52,7 @@ def help_text(o: Option, command: str) -> str:
         return (o.search_help or o.help).replace("%", "%%")
     text = o.help
     if o.default is not None and o.source:
-        text += f" (default {_shown(o.default)}: {o.source})"
+        text += f" (default {shown(o.default)}: {o.source})"
     elif o.source:
         text += f" (default: {o.source})"
     return text.replace("%", "%%")
@@ -165,39 +166,3 @@ def memsym_spellings() -> dict:
                 if alias.startswith("--"):
                     out[alias] = o.names[0]
     return out
-
-
-def reference_markdown() -> str:
-    """``docs/options.md``: every option of every subcommand, generated from :data:`OPTIONS`."""
-    lines = ["# Options reference", "",
-             "Generated from `memsym/cli/option_rows.py` (`python -m tools.option_reference`);",
-             "`tests/test_option_table.py` fails when this page is stale. Every option is one row",
-             "of that table: its names, the job option it sets, its default and where the",
-             "default comes from, what it changes, and the subcommands that take it. A pasted",
-             "Megatron-LM launch command may also carry any argument of Megatron-LM's own table",
-             "(`memsym/readers/_megatron_flags.py`), read with Megatron's meaning",
-             "(docs/howto-paste-launch-command.md).", ""]
-    for key, title in GROUPS.items():
-        members = [o for o in OPTIONS if o.group == key]
-        if not members:
-            continue
-        lines += [f"## {title[0].upper() + title[1:]}", "",
-                  "| option | sets | default | changes | commands | meaning |",
-                  "|---|---|---|---|---|---|"]
-        for o in members:
-            names = ", ".join(f"`{n}`" for n in o.names) if not o.positional \
-                else f"`{o.metavar or o.dest.upper()}`"
-            dflt = "" if o.default is None else f"{_shown(o.default)}"
-            if o.source:
-                dflt = f"{dflt} ({o.source})" if dflt else o.source
-            cmds = " ".join(c + ("[list]" if c in SEARCH and o.search == "list" else "")
-                            for c in _ordered(o.commands))
-            cells = [names, f"`{o.field}`" if o.field else "", dflt, o.effect, cmds, o.help]
-            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _ordered(commands) -> list:
-    order = list(JOB_COMMANDS) + list(SEARCH_COMMANDS) + ["time", "bench", "models", "gpus"]
-    return sorted(commands, key=lambda c: order.index(c) if c in order else len(order))

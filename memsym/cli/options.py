@@ -13,7 +13,7 @@ import sys
 from ..errors import MemsymError, UnknownNameError
 
 __all__ = [
-    "positive_int", "count", "capacity", "fraction", "choice", "number_in", "efficiency",
+    "positive_int", "count", "capacity", "choice", "number_in", "efficiency",
     "bandwidth", "tflops", "price", "top_count", "margin", "margin_bytes",
     "model_state_setup", "model_state_convention", "emit_json", "number_out",
     "optimizer_choice", "expand_dist_muon", "DIST_MUON",
@@ -135,8 +135,6 @@ bandwidth = number_in(*_BW, "a bandwidth", "GB/s", "50 for 400 Gb/s InfiniBand")
 tflops = number_in(*_TF, "an achieved throughput", "TFLOP/s", "400")
 #: --price-per-gpu-hour: memsym.limits.PRICE_RANGE.
 price = number_in(*_PRICE, "a price per GPU-hour", example="2.5")
-#: --efficiency under the name the tests use: ``fraction``.
-fraction = efficiency
 
 
 def choice(kind: str, names):

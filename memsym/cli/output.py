@@ -1,10 +1,10 @@
 """The command line's output: computed first, then written in one go; a failed write is an error.
 
-Commands build their whole output as text (:class:`Output`), and only once every value is
+Commands build their whole output as text, and only once every value is
 computed and validated is it written, with :func:`write_stdout` or :func:`write_file`.  A write
 that fails -- a closed pipe (``| head`` gone, EPIPE), stdout closed (``>&-``), a full disk
 (ENOSPC), a FIFO or device as ``--output`` -- raises :class:`OutputError`, an exit-2 error,
-instead of exiting 0 with the output lost.  Exact integers are printed exactly.
+instead of exiting 0 with the output lost.
 """
 
 from __future__ import annotations
@@ -15,61 +15,13 @@ import stat
 import sys
 
 from ..errors import MemsymError
-from ..text import exact_text, finite_json, printable
+from ..text import printable
 
-__all__ = ["OutputError", "Output", "write_stdout", "write_file", "number", "name"]
+__all__ = ["OutputError", "write_stdout", "write_file"]
 
 
 class OutputError(MemsymError):
     """The output could not be written (closed stdout, broken pipe, full disk, not a file)."""
-
-
-def number(value) -> str:
-    """An exact integer exactly (``200000000000000000000``), other numbers via ``%g``.
-
-    Examples
-    --------
-    >>> number(2 * 10**20), number(0.5)
-    ('200000000000000000000', '0.5')
-    """
-    return exact_text(value)
-
-
-def name(text, limit: int = 80) -> str:
-    """A name that came from a user or a file, inert (see :func:`memsym.text.printable`).
-
-    Examples
-    --------
-    >>> name("m\\nx: fits")
-    'm\\\\nx: fits'
-    """
-    return printable(text, limit)
-
-
-class Output:
-    """Output collected in memory, written only when the command has finished computing.
-
-    Examples
-    --------
-    >>> out = Output()
-    >>> out.line("total", number(10**20))
-    >>> out.json({"total": 10**20}); out.text()
-    'total 100000000000000000000\\n{\\n  "total": 100000000000000000000\\n}\\n'
-    """
-
-    def __init__(self):
-        self._parts: list[str] = []
-
-    def line(self, *parts) -> None:
-        """One line of text (parts joined by spaces; nothing is printed yet)."""
-        self._parts.append(" ".join(str(p) for p in parts) + "\n")
-
-    def json(self, obj, indent: int = 2) -> None:
-        """One JSON document (finite numbers only: :func:`memsym.text.finite_json`)."""
-        self._parts.append(finite_json(obj, indent=indent) + "\n")
-
-    def text(self) -> str:
-        return "".join(self._parts)
 
 
 def _silence_stdout() -> None:

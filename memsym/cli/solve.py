@@ -14,9 +14,6 @@ import sys
 from .option_table import SOLVE_UNKNOWNS, add_options
 from .options import emit_json
 
-#: unknown -> help (the unknowns of memsym.job_solver.solve_job)
-UNKNOWNS = SOLVE_UNKNOWNS
-
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("solve", help="smallest degree (largest size) that fits",
@@ -25,7 +22,7 @@ def add_parser(sub) -> None:
                             "against the estimate under the launch rules.")
     unknowns = parser.add_subparsers(dest="unknown", metavar="UNKNOWN", parser_class=type(parser))
     unknowns.required = True
-    for name, helptext in UNKNOWNS.items():
+    for name, helptext in SOLVE_UNKNOWNS.items():
         sp_ = unknowns.add_parser(name, help=helptext, description=helptext + ": model states + "
                                   "activations + allowances on the most-loaded GPU; candidates a "
                                   "launch rule refuses are skipped. Without MODEL, `solve dp "

@@ -15,14 +15,13 @@ from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from .lora_counts import lora_parameter_count
 from .shared_blocks import shared_parameter_parts
 from .presets import preset
-from ..term import Source, Term, Total
 from ..text import shared_doc
 
 # ----------------------------------------------------------------------------------------------
 # symbolic parameter counts
 # ----------------------------------------------------------------------------------------------
 
-__all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "parameter_total", "lora_parameter_count"]
+__all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "lora_parameter_count"]
 
 _doc = shared_doc(count_params="""
     arch : Architecture
@@ -534,67 +533,3 @@ def symbolic_parameters(model, component: str = "total", per_layer: bool = False
     if component not in exprs:
         raise UnknownNameError("parameter component", component, list(exprs) + ["total"])
     return exprs[component]
-
-
-def _component_sources(x: Architecture) -> dict:
-    mega = "theoretical_memory_usage.py (MEGATRON-ESTIMATORS.md §2.2)"
-    return {
-        "embedding": Source("narayanan", "§5.1 Eq. 2 (the Vh term)"),
-        "position_embedding": Source("narayanan", "§5.1 Eq. 2 (the sh term)"),
-        "attention": (Source("deepseek-v2", "§2.1.2-2.1.3 (MLA projections)")
-                      if x.multi_latent_attention else Source("megatron-lm", mega + ": 2dh(a+g)")),
-        "mamba": Source("mamba2" if x.mamba_version == 2 else "mamba1",
-                        "§7 Mamba-2 block" if x.mamba_version == 2 else
-                        "Algorithm 2 (selective SSM); JambaMambaMixer's dt/B/C norms"),
-        "linear_attention": Source("hf-transformers-5-25", "modeling_qwen3_next.py "
-                                   "Qwen3NextGatedDeltaNet; modeling_minimax.py "
-                                   "MiniMaxLightningAttention"),
-        "short_conv": Source("hf-transformers-5-25", "modeling_lfm2.py Lfm2ShortConv"),
-        "mlp": Source("megatron-lm", mega + ": 2γhf"),
-        "norms": (Source("hf-transformers-5", "modeling_<model_type>.py: the norms each decoder layer "
-                                         "builds (η per element) + final (+ embedding) norm")
-                  if x.norms_per_layer != 2 or x.embedding_norm or not x.norm_affine
-                  else Source("megatron-lm", mega + ": 2ηh per layer + ηh")),
-        "router": Source("megatron-lm", mega + ": hE (+E)"),
-        "latent_projections": Source("megatron-core", "megatron/core/transformer/moe/"
-                                     "moe_layer.py:266-304 (fc1_latent_proj, fc2_latent_proj)"),
-        "shared_experts": Source("megatron-lm", mega + ": 2γh f_sh"),
-        "experts": Source("megatron-lm", mega + ": 2γh f_e E"),
-        "output_layer": (Source("hf-transformers-5", "modeling_gptj.py GPTJForCausalLM.lm_head "
-                                                "(nn.Linear with bias)")
-                         if x.output_layer_bias else Source("megatron-lm", mega + ": hV when untied")),
-        "mtp": Source("deepseek-v3", "§2.2 (MTP modules: norms, projection M, one block)"),
-        "mtp_experts": Source("deepseek-v3", "§2.2 (the MTP block's routed experts)"),
-    }
-
-
-def parameter_total(arch: Architecture):
-    """The parameter count as a :class:`~memsym.term.Total` of cited terms [parameters].
-
-    Zero components are left out; evaluate with :func:`parameter_values`.
-
-    Examples
-    --------
-    >>> from memsym.model import preset
-    >>> tot = parameter_total(preset("llama2-7b"))
-    >>> [t.key for t in tot]
-    ['embedding', 'attention', 'mlp', 'norms', 'output_layer']
-    >>> tot.expr.xreplace(parameter_values(preset("llama2-7b")))
-    6738415616
-    """
-    x = lenient(arch)
-    sources = _component_sources(x)
-    what = {"embedding": "word embedding (V rows of h)", "position_embedding": "learned positions",
-            "attention": "attention projections per layer",
-            "mamba": "Mamba mixers (in/out projections, conv1d, A, D, dt, norm)",
-            "linear_attention": "linear-attention mixers (Gated DeltaNet, lightning)",
-            "short_conv": "short-convolution mixers (in/out projections, conv1d)",
-            "mlp": "dense MLPs",
-            "norms": "normalisation weights (per layer and final)", "router": "MoE routers",
-            "latent_projections": "latent MoE projections (h -> h_lat -> h)",
-            "shared_experts": "shared experts", "experts": "routed experts",
-            "output_layer": "output layer (untied weight, bias)", "mtp": "multi-token-prediction layers",
-            "mtp_experts": "routed experts of the MTP layers"}
-    terms = [Term(key, expr, what[key], sources[key], unit="parameters")
-             for key, expr in parameter_expression(x).items() if expr != 0]
-    return Total(f"parameters of {x.name}", tuple(terms), unit="parameters")

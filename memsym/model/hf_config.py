@@ -131,8 +131,8 @@ def from_hf_config(path) -> Architecture:
     (short convolutions), minimax (lightning attention) (:mod:`memsym.model.hf_hybrid`: mixers
     in ``layer_mixers``; counts exact, estimates of Mamba-2 and short-convolution mixers), and
     zamba, zamba2 (Mamba layers with shared transformer blocks, :mod:`memsym.model.hf_zamba`:
-    counts exact, no estimate).  The core sizes (hidden size,
-    layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
+    counts exact, estimates at p = 1, Zamba's under transformers' code).  The core sizes
+    (hidden size, layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
     text_config takes its text config class's defaults, as the released gemma3 files need, and
     says so in the notes); every other field defaults as transformers' config class defaults it,
     and the modules are those the transformers model builds, so the parameter count equals

@@ -157,45 +157,45 @@ def read_llama_like(fields: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
+#: model_type -> the bias switches its attention and MLP modules read: Architecture field ->
+#: (the config field, or its aliases, and transformers' default), or a constant.  Types not
+#: listed (mistral, mixtral, phi3, exaone4, ministral, ministral3, minimax_m2) build every
+#: projection with bias=False whatever the file says.
+_LLAMA_BIASES = {"attention_bias": ("attention_bias", False),
+                 "add_bias_linear": ("mlp_bias", False)}
+_BIASES = {
+    # LlamaAttention / GraniteAttention / SmolLM3Attention / ArceeAttention: q, k, v, o with
+    # bias=config.attention_bias; their MLPs' projections with bias=config.mlp_bias.
+    # AutoModelForCausalLM builds LlamaForCausalLM of ExaoneConfig / InternLM3Config
+    # (InternLM3Config.attribute_map: qkv_bias -> attention_bias, bias -> mlp_bias)
+    **dict.fromkeys(("llama", "granite", "smollm3", "arcee", "exaone"), _LLAMA_BIASES),
+    "internlm3": {"attention_bias": (("attention_bias", "qkv_bias"), False),
+                  "add_bias_linear": (("mlp_bias", "bias"), False)},
+    # q, k, v, o bias=config.attention_bias; the MLP / experts never biased
+    **dict.fromkeys(("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
+                     "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus",
+                     "olmo3", "cohere2", "vaultgemma", "hunyuan_v1_moe", "flex_olmo",
+                     "granitemoeshared"), {"attention_bias": ("attention_bias", False)}),
+    "qwen2": {"add_qkv_bias": True},     # Qwen2Attention: q, k, v with bias=True, o without
+    "qwen2_moe": {"add_qkv_bias": ("qkv_bias", True)},
+    # Glm4Attention / GlmAttention: q, k, v with bias=config.attention_bias (default True),
+    # o_proj bias=False
+    **dict.fromkeys(("glm4", "glm"), {"add_qkv_bias": ("attention_bias", True)}),
+    # HeliumAttention: q, k, v bias=config.attention_bias, o_proj bias=False; HeliumMLP:
+    # bias=config.mlp_bias
+    "helium": {"add_qkv_bias": ("attention_bias", False), "attention_bias": False,
+               "add_bias_linear": ("mlp_bias", False)},
+    # CwmAttention: q, k, v, o bias=False; CwmMLP: bias=config.mlp_bias
+    "cwm": {"attention_bias": False, "add_bias_linear": ("mlp_bias", False)},
+    # Ernie4_5Attention q, k, v, o and Ernie4_5MLP gate, up, down: bias=config.use_bias
+    "ernie4_5": {"add_bias_linear": ("use_bias", False)},
+}
+
+
 def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
-    if mtype in ("llama", "granite", "smollm3", "arcee"):
-        # LlamaAttention / GraniteAttention / SmolLM3Attention / ArceeAttention: q, k, v, o with
-        # bias=config.attention_bias; their MLPs' projections with bias=config.mlp_bias
-        kw["attention_bias"] = c.bool("attention_bias", False)
-        kw["add_bias_linear"] = c.bool("mlp_bias", False)
-    elif mtype in ("exaone", "internlm3"):
-        # AutoModelForCausalLM builds LlamaForCausalLM of ExaoneConfig / InternLM3Config:
-        # LlamaAttention's q, k, v, o bias=config.attention_bias, LlamaMLP's bias=config.mlp_bias
-        # (InternLM3Config.attribute_map: qkv_bias -> attention_bias, bias -> mlp_bias)
-        alias = mtype == "internlm3"
-        kw["attention_bias"] = c.bool(("attention_bias", "qkv_bias") if alias else
-                                      "attention_bias", False)
-        kw["add_bias_linear"] = c.bool(("mlp_bias", "bias") if alias else "mlp_bias", False)
-    elif mtype in ("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
-                   "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus",
-                   "olmo3", "cohere2", "vaultgemma", "hunyuan_v1_moe", "flex_olmo",
-                   "granitemoeshared"):
-        kw["attention_bias"] = c.bool("attention_bias", False)   # MLP / experts never biased
-    elif mtype == "qwen2":
-        kw["add_qkv_bias"] = True           # Qwen2Attention: q, k, v with bias=True, o without
-    elif mtype == "qwen2_moe":
-        kw["add_qkv_bias"] = c.bool("qkv_bias", True)
-    elif mtype in ("glm4", "glm"):
-        # Glm4Attention / GlmAttention: q, k, v with bias=config.attention_bias (default True),
-        # o_proj bias=False
-        kw["add_qkv_bias"] = c.bool("attention_bias", True)
-    elif mtype == "helium":
-        # HeliumAttention: q, k, v bias=config.attention_bias, o_proj bias=False; HeliumMLP:
-        # bias=config.mlp_bias
-        kw.update(add_qkv_bias=c.bool("attention_bias", False), attention_bias=False,
-                  add_bias_linear=c.bool("mlp_bias", False))
-    elif mtype == "cwm":
-        # CwmAttention: q, k, v, o bias=False; CwmMLP: bias=config.mlp_bias
-        kw.update(attention_bias=False, add_bias_linear=c.bool("mlp_bias", False))
-    elif mtype == "ernie4_5":
-        # Ernie4_5Attention q, k, v, o and Ernie4_5MLP gate, up, down: bias=config.use_bias
-        kw["add_bias_linear"] = c.bool("use_bias", False)
-    elif mtype == "seed_oss":
+    for field_, read in _BIASES.get(mtype, {}).items():
+        kw[field_] = read if isinstance(read, bool) else c.bool(*read)
+    if mtype == "seed_oss":
         # SeedOssAttention: q, k, v bias=config.attention_bias, o bias=config.attention_out_bias;
         # SeedOssMLP: bias=config.mlp_bias
         qkv, out = c.bool("attention_bias", True), c.bool("attention_out_bias", False)
@@ -203,52 +203,57 @@ def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
             raise c._bad("attention_out_bias true with attention_bias false (an output-projection "
                          "bias without q, k, v biases) is not modelled")
         kw.update(attention_bias=out, add_qkv_bias=qkv, add_bias_linear=c.bool("mlp_bias", False))
-    # mistral, mixtral, phi3, exaone4, ministral, ministral3, minimax_m2: every projection
-    # bias=False whatever the file says
+
+
+#: (model types, the Architecture fields their norms and MLPs fix), applied in order
+_NORM_FLAGS = (
+    # Qwen3 / Exaone4 / Apertus q_norm, k_norm and HunYuan's query_layernorm, key_layernorm:
+    # an RMSNorm(head_dim) each on q and on k
+    (("qwen3", "qwen3_moe", "exaone4", "hunyuan_v1_dense", "apertus", "hunyuan_v1_moe"),
+     {"qk_layernorm": True}),
+    # ArceeMLP / ApertusMLP: up_proj, act, down_proj (no gate)
+    (("arcee", "apertus"), {"swiglu": False}),
+    # input, post_attention, pre_feedforward and post_feedforward norms (Glm4DecoderLayer:
+    # input, post_self_attn, post_attention and post_mlp)
+    (("gemma2", "gemma3_text", "glm4"), {"norms_per_layer": 4}),
+    # GemmaRMSNorm, Gemma2RMSNorm, Gemma3RMSNorm, VaultGemmaRMSNorm: output * (1.0 +
+    # weight.float()) in fp32; HeliumRMSNorm: weight.to(torch.float32) * hidden_states
+    (("gemma", "gemma2", "gemma3_text", "vaultgemma", "helium"), {"norm_fp32_scale": True}),
+    # GptOssRMSNorm, Olmo2/Olmo3/FlexOlmoRMSNorm: (self.weight * hidden_states) in fp32,
+    # then .to(input_dtype): the multiply keeps the fp32 normalised tensor (Q/K norms too)
+    (("gpt_oss", "olmo2", "olmo3", "flex_olmo"), {"norm_fp32_product": True}),
+    # Gemma3RMSNorm(head_dim) on q and on k, its output * (1.0 + weight.float()) in fp32
+    (("gemma3_text",), {"qk_layernorm": True, "qk_norm_fp32_scale": True}),
+    # OlmoLayerNorm: F.layer_norm(x, shape, None, None)
+    (("olmo",), {"norm_affine": False, "normalization": "LayerNorm"}),
+    # Olmo2RMSNorm / Olmo3RMSNorm / FlexOlmoRMSNorm / MiniMaxM2RMSNorm (a*d_h) on q and
+    # (g*d_h) on k; OLMo's post_attention and post_feedforward norms (Olmo3's sliding-window
+    # layers change no parameter)
+    (("olmo2", "olmo3", "flex_olmo", "minimax_m2"),
+     {"qk_layernorm": True, "qk_norm_width": "full"}),
+    # CohereLayerNorm / Cohere2LayerNorm: a weight, no bias; one input norm feeding attention
+    # and MLP in parallel
+    (("cohere", "cohere2"), {"normalization": "LayerNorm", "norm_bias": False,
+                             "norms_per_layer": 1, "parallel_attention": True}),
+    # PhiMoE: nn.LayerNorm(elementwise_affine=True) norms
+    (("phimoe",), {"normalization": "LayerNorm"}),
+)
 
 
 def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
-    if mtype in ("qwen3", "qwen3_moe", "exaone4", "hunyuan_v1_dense", "apertus",
-                 "hunyuan_v1_moe"):
-        # Qwen3 / Exaone4 / Apertus q_norm, k_norm and HunYuan's query_layernorm,
-        # key_layernorm: an RMSNorm(head_dim) each on q and on k
-        kw["qk_layernorm"] = True
+    for types, fields in _NORM_FLAGS:
+        if mtype in types:
+            kw.update(fields)
     if mtype in ("hunyuan_v1_dense", "hunyuan_v1_moe", "ministral") and kw["kv_channels"] is None:
         # HunYuanDenseV1Attention / HunYuanMoEV1Attention / MinistralAttention read
         # config.head_dim, whose default is None: transformers cannot build the model without it
         cls = {"hunyuan_v1_dense": "HunYuanDenseV1Attention",
                "hunyuan_v1_moe": "HunYuanMoEV1Attention"}.get(mtype, "MinistralAttention")
         raise c._bad(f"missing field 'head_dim' (transformers' {cls} needs it)")
-    if mtype in ("arcee", "apertus"):
-        # ArceeMLP / ApertusMLP: up_proj, act, down_proj (no gate)
-        kw["swiglu"] = False
     if mtype == "apertus":
         # ApertusMLP replaces the activation by XIELU (learned alpha_p, alpha_n) iff
         # hidden_act == "xielu"; every other ACT2FN activation has no parameter
         kw["xielu_activation"] = c.str("hidden_act", "xielu") == "xielu"
-    if mtype in ("gemma2", "gemma3_text", "glm4"):
-        # input, post_attention, pre_feedforward and post_feedforward norms (Glm4DecoderLayer:
-        # input, post_self_attn, post_attention and post_mlp)
-        kw["norms_per_layer"] = 4
-    if mtype in ("gemma", "gemma2", "gemma3_text", "vaultgemma", "helium"):
-        # GemmaRMSNorm, Gemma2RMSNorm, Gemma3RMSNorm, VaultGemmaRMSNorm: output * (1.0 +
-        # weight.float()) in fp32; HeliumRMSNorm: weight.to(torch.float32) * hidden_states
-        kw["norm_fp32_scale"] = True
-    if mtype in ("gpt_oss", "olmo2", "olmo3", "flex_olmo"):
-        # GptOssRMSNorm, Olmo2/Olmo3/FlexOlmoRMSNorm: (self.weight * hidden_states) in fp32,
-        # then .to(input_dtype): the multiply keeps the fp32 normalised tensor (Q/K norms too)
-        kw["norm_fp32_product"] = True
-    if mtype == "gemma3_text":
-        kw["qk_layernorm"] = True           # Gemma3RMSNorm(head_dim) on q and on k
-        kw["qk_norm_fp32_scale"] = True     # its output * (1.0 + weight.float()) in fp32
-    if mtype == "olmo":
-        kw["norm_affine"] = False           # OlmoLayerNorm: F.layer_norm(x, shape, None, None)
-        kw["normalization"] = "LayerNorm"
-    if mtype in ("olmo2", "olmo3", "flex_olmo", "minimax_m2"):
-        # Olmo2RMSNorm / Olmo3RMSNorm / FlexOlmoRMSNorm / MiniMaxM2RMSNorm (a*d_h) on q and
-        # (g*d_h) on k; OLMo's post_attention and post_feedforward norms (Olmo3's
-        # sliding-window layers change no parameter)
-        kw.update(qk_layernorm=True, qk_norm_width="full")
     if mtype == "olmoe":
         # OlmoeAttention: q_norm = RMSNorm(h), k_norm = RMSNorm((h // a) * g), which are a*d_h
         # and g*d_h only when d_h = h / a; OlmoeSparseMoeBlock in every layer: a router h x E
@@ -266,46 +271,40 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
             # HeliumAttention's o_proj is h x h: it takes a*d_h inputs only when a*d_h = h
             raise c._bad("a Helium head_dim * num_attention_heads other than hidden_size is not "
                          "modelled (transformers' o_proj keeps the hidden size)")
-    if mtype in ("cohere", "cohere2"):
-        # CohereLayerNorm / Cohere2LayerNorm: a weight, no bias; one input norm feeding
-        # attention and MLP in parallel; use_qk_norm (Cohere only): CohereLayerNorm((a, d_h)) on
-        # q and ((g, d_h)) on k
-        kw.update(normalization="LayerNorm", norm_bias=False, norms_per_layer=1,
-                  parallel_attention=True)
-        if mtype == "cohere" and c.bool("use_qk_norm", False):
-            kw.update(qk_layernorm=True, qk_norm_width="full")
+    if mtype == "cohere" and c.bool("use_qk_norm", False):
+        # use_qk_norm (Cohere only): CohereLayerNorm((a, d_h)) on q and ((g, d_h)) on k
+        kw.update(qk_layernorm=True, qk_norm_width="full")
     if mtype == "phimoe":
-        # nn.LayerNorm(elementwise_affine=True) norms; lm_head bias=config.lm_head_bias
-        kw.update(normalization="LayerNorm", output_layer_bias=c.bool("lm_head_bias", False))
+        # lm_head bias=config.lm_head_bias
+        kw["output_layer_bias"] = c.bool("lm_head_bias", False)
+
+
+#: model_type -> (its expert-count field or aliases, their default, the top-k default) of the
+#: types whose every layer is one MoE block: a router E x h (no bias; MiniMax-M2's
+#: e_score_correction_bias is an nn.Buffer) and E gated experts of intermediate_size
+#: (MixtralSparseMoeBlock, PhimoeSparseMoeBlock, GraniteMoeMoE, FlexOlmoSparseMoeBlock,
+#: MiniMaxM2SparseMoeBlock); a null count or top-k reads as the default
+_EVERY_LAYER_MOE = {
+    "mixtral": ("num_local_experts", 8, 2),
+    "phimoe": ("num_local_experts", 16, 2),
+    "granitemoe": ("num_local_experts", 8, 2),
+    "granitemoeshared": ("num_local_experts", 8, 2),
+    "flex_olmo": (("num_experts", "num_local_experts"), 7, 5),
+    "minimax_m2": (("num_local_experts", "num_experts"), 256, 8),
+}
 
 
 def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
-    if mtype == "mixtral":
-        kw.update(num_experts=c.int("num_local_experts", 8),
-                  moe_router_topk=c.int("num_experts_per_tok", 2),
-                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
-    if mtype == "phimoe":
-        kw.update(num_experts=c.int("num_local_experts", 16),
-                  moe_router_topk=c.int("num_experts_per_tok", 2),
-                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
-    if mtype in ("granitemoe", "granitemoeshared"):
-        kw.update(num_experts=c.int("num_local_experts", 8, null=8),
-                  moe_router_topk=c.int("num_experts_per_tok", 2, null=2),
+    if mtype in _EVERY_LAYER_MOE:
+        keys, experts, topk = _EVERY_LAYER_MOE[mtype]
+        kw.update(num_experts=c.int(keys, experts),
+                  moe_router_topk=c.int("num_experts_per_tok", topk),
                   moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
     if mtype == "granitemoeshared":
         # GraniteMoeSharedDecoderLayer: a gated shared_mlp (input_linear h -> 2 f_sh,
         # output_linear, no bias) beside the experts unless shared_intermediate_size is 0
         kw["moe_shared_expert_intermediate_size"] = c.int(
             "shared_intermediate_size", 0, allow_zero=True) or None
-    if mtype in ("flex_olmo", "minimax_m2"):
-        # FlexOlmoSparseMoeBlock / MiniMaxM2SparseMoeBlock in every layer: a router weight E x h
-        # (MiniMax-M2's e_score_correction_bias is an nn.Buffer), E gated experts of
-        # intermediate_size, no shared expert
-        flex = mtype == "flex_olmo"
-        kw.update(num_experts=c.int(("num_experts", "num_local_experts") if flex else
-                                    ("num_local_experts", "num_experts"), 7 if flex else 256),
-                  moe_router_topk=c.int("num_experts_per_tok", 5 if flex else 8),
-                  moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
     if mtype == "hunyuan_v1_moe":
         # HunYuanMoEV1Moe in every layer: a gate wg h x E (no bias), E gated experts and one
         # gated shared_mlp, all of intermediate_size; num_experts a number (HunYuanMoEV1Config
@@ -320,10 +319,7 @@ def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
     if mtype in ("qwen2_moe", "qwen3_moe"):
         n_layers = kw["num_layers"]
         n_exp = c.int("num_experts", 60 if mtype == "qwen2_moe" else 128)
-        step = c.int("decoder_sparse_step", 1)
-        dense_only = set(c.int_list("mlp_only_layers"))
-        # DecoderLayer: sparse iff i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
-        pattern = tuple(int(i not in dense_only and (i + 1) % step == 0) for i in range(n_layers))
+        pattern = c.sparse_step_layers(n_layers)
         kw.update(num_experts=n_exp,
                   moe_router_topk=c.int("num_experts_per_tok", 4 if mtype == "qwen2_moe" else 8),
                   moe_ffn_hidden_size=c.int("moe_intermediate_size",
@@ -341,7 +337,10 @@ def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
                   # GptOssExperts clamps gate (max) and up (both sides) at config.swiglu_limit
                   # (GptOssConfig default 7.0): kept where the gpt-oss-120b preset keeps it,
                   # which the time model reads (memsym.timing.gemm.shape_of expert_clamp)
-                  extra={"swiglu_limit": c.positive("swiglu_limit", 7.0)})
+                  # and the Bridge sets YaRN's factor 32.0 whatever the file says
+                  # (gpt_oss_bridge.py:94), which runs RoPE eager (memsym.timing.rope)
+                  extra={"swiglu_limit": c.positive("swiglu_limit", 7.0),
+                         "yarn_rotary_scaling_factor": 32.0})
 
 
 def read_llama4(fields: ConfigFields, mtype: str, notes: list) -> dict:

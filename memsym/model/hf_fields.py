@@ -91,6 +91,11 @@ _LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_laye
 _MISSING = object()
 
 
+def _real(value) -> bool:
+    """An int or a float, not a boolean (JSON's numbers)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
 class ConfigFields:
     """Typed access to a parsed config dict; every refusal names the field and the file."""
 
@@ -135,41 +140,35 @@ class ConfigFields:
         except InvalidValueError as exc:
             raise self._bad(str(exc)) from None
 
-    def bool(self, key, default):
+    def _value(self, key, default, ok, kind, convert=None, shown=None):
+        """The field's value if ``ok(value)``, converted; ``default`` when absent or null; else
+        an error saying it must be ``kind`` (and what it is: ``shown(value)``, default its
+        repr)."""
         key, val = self._get(key)
         if val is _MISSING or val is None:
             return default
-        if not isinstance(val, bool):
-            raise self._bad(f"field {key!r} must be true or false, got {printable(repr(val), 40)}")
-        return val
+        if not ok(val):
+            got = shown(val) if shown else printable(repr(val), 40)
+            raise self._bad(f"field {key!r} must be {kind}, got {got}")
+        return convert(val) if convert else val
+
+    def bool(self, key, default):
+        return self._value(key, default, lambda v: isinstance(v, bool), "true or false")
 
     def probability(self, key, default):
         """A dropout probability in [0, 1]; ``default`` when absent or null."""
-        key, val = self._get(key)
-        if val is _MISSING or val is None:
-            return default
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:
-            raise self._bad(f"field {key!r} must be a probability between 0 and 1, got "
-                            f"{printable(repr(val), 40)}")
-        return float(val)
+        return self._value(key, default, lambda v: _real(v) and 0 <= v <= 1,
+                           "a probability between 0 and 1", float)
 
     def positive(self, key, default):
         """A finite number > 0 (an int or a float, not a boolean); ``default`` when absent or
         null (GPT-OSS's ``swiglu_limit``)."""
-        key, val = self._get(key)
-        if val is _MISSING or val is None:
-            return default
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 < val < 1e30:
-            raise self._bad(f"field {key!r} must be a number > 0, got {printable(repr(val), 40)}")
-        return float(val)
+        return self._value(key, default, lambda v: _real(v) and 0 < v < 1e30, "a number > 0",
+                           float)
 
     def str(self, key, default):
-        key, val = self._get(key)
-        if val is _MISSING or val is None:
-            return default
-        if not isinstance(val, str):
-            raise self._bad(f"field {key!r} must be a string, got {type(val).__name__}")
-        return val
+        return self._value(key, default, lambda v: isinstance(v, str), "a string",
+                           shown=lambda v: type(v).__name__)
 
     def layer_int(self, keys, default=..., allow_zero=False):
         """A whole number that a config may also give once per layer (transformers'
@@ -197,6 +196,14 @@ class ConfigFields:
             raise self._bad(f"field {key!r} must be a list of at most {most} whole numbers "
                             "(layer indices)")
         return val
+
+    def sparse_step_layers(self, n_layers: int) -> tuple:
+        """Qwen's MoE pattern (1: an MoE layer): layer i is sparse iff i is not in
+        ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0`` (transformers'
+        Qwen2MoeDecoderLayer, Qwen3MoeDecoderLayer, Qwen3NextDecoderLayer)."""
+        step = self.int("decoder_sparse_step", 1)
+        dense_only = set(self.int_list("mlp_only_layers"))
+        return tuple(int(i not in dense_only and (i + 1) % step == 0) for i in range(n_layers))
 
 
 def read_config_json(path) -> dict:

@@ -317,10 +317,7 @@ def _read_qwen3_next(c: ConfigFields, notes: list) -> dict:
     else:
         kinds = _layer_types(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
     n_exp = c.int("num_experts", 512, allow_zero=True)
-    step = c.int("decoder_sparse_step", 1)
-    dense_only = set(c.int_list("mlp_only_layers"))
-    pattern = tuple(int(n_exp > 0 and i not in dense_only and (i + 1) % step == 0)
-                    for i in range(n_layers))
+    pattern = tuple(int(n_exp > 0) * sparse for sparse in c.sparse_step_layers(n_layers))
     kw.update(layer_mixers=tuple("gdn" if k == "linear_attention" else "attention"
                                  for k in kinds),
               attention_bias=c.bool("attention_bias", False), qk_layernorm=True,

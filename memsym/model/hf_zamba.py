@@ -9,7 +9,11 @@ linear layer and adapters once per use (:mod:`memsym.model.shared_blocks`), so t
 parameter count equals ``sum(p.numel())`` of ``AutoModelForCausalLM.from_config`` on the meta
 device (transformers 5.25.0, ``tests/test_hf_zamba.py``).  A Zamba2 hybrid layer's activations
 are its Mamba-2 layer's and one use of the shared block's (:mod:`memsym.terms.shared_block`);
-Zamba's Mamba-1 mixers are not modelled (its estimate is refused), nor is pipeline parallelism.
+a Zamba layer's Mamba-1 mixer keeps what transformers' torch path keeps (the scan's fallback
+without the mamba_ssm kernels, :mod:`memsym.terms.mamba1`), priced under transformers' own
+model code (``--framework deepspeed``) without tensor parallelism.  Pipeline parallelism is
+refused: transformers builds no pipeline stages, and a shared block read by layers on several
+stages would need its weights (and their gradients' reduction) on each of them.
 
 REF: transformers 5.25.0 ``models/zamba/configuration_zamba.py`` and ``modeling_zamba.py``
 (ZambaMambaMixer, ZambaAttentionDecoderLayer, ZambaHybridLayer, ZambaModel),
@@ -82,8 +86,8 @@ def _read_zamba(c: ConfigFields, notes: list) -> dict:
     n = kw["num_layers"]
     default = ["mamba", "mamba", "hybrid"] + ["hybrid" if i % period == offset else "mamba"
                                               for i in range(n - 3)]
-    d_inner = c.int("mamba_expand", 2) * hs
-    if d_inner % c.int("n_mamba_heads", 2):
+    d_inner, n_heads = c.int("mamba_expand", 2) * hs, c.int("n_mamba_heads", 2)
+    if d_inner % n_heads:
         raise c._bad(f"the Mamba inner size {d_inner} is not a multiple of n_mamba_heads "
                      "(ZambaConfig refuses it)")
     rank = c.data.get("mamba_dt_rank", "auto")
@@ -91,14 +95,15 @@ def _read_zamba(c: ConfigFields, notes: list) -> dict:
     kw.update(kv_channels=c.int(("attention_head_dim", "head_dim"), 2 * hs // heads),
               position_embedding_type="none", add_bias_linear=False,
               layer_mixers=_block_types(c, n, default), mamba_version=1,
-              mamba_inner_size=d_inner, mamba_state_dim=c.int("mamba_d_state", 16),
+              mamba_inner_size=d_inner, mamba_num_heads=n_heads,
+              mamba_state_dim=c.int("mamba_d_state", 16),
               mamba_conv_kernel=c.int("mamba_d_conv", 4),
               mamba_dt_rank=-(-hs // 16) if rank == "auto" else c.int("mamba_dt_rank"),
               mamba_conv_bias=c.bool("mamba_conv_bias", True), mamba_in_proj_bias=bias,
               mamba_out_proj_bias=bias, mamba_gated_norm=False, mamba_inner_norms=False)
     notes.append("zamba: the shared transformer block counted once, each hybrid layer's linear "
-                 "layer once per use; the Mamba-1 mixers' activations and pipeline parallelism "
-                 "not modelled")
+                 "layer once per use; the Mamba-1 mixers' activations as transformers' torch "
+                 "path keeps them (no mamba_ssm kernels); pipeline parallelism not modelled")
     _untied_copies(c, kw, notes, 1)
     return kw
 

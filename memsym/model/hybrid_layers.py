@@ -16,7 +16,7 @@ from .architecture import Architecture, is_hybrid, lenient, moe_layer_pattern
 from .counts import ZERO, as_int, layer_parts, mamba_parts, parameter_values
 from .shared_blocks import shared_use_parts
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
-from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm, k_sc
+from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm, k_conv, k_sc, r_dt
 
 __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mamba_values",
            "mtp_layer_kinds"]
@@ -176,4 +176,8 @@ def mamba_values(arch: Architecture) -> dict:
         out.update(mixer_values(x))
     if x.mamba_version == 2 and any(kind in _HAS_MAMBA for kind in kinds):
         out.update({sym: vals[sym] for sym in (d_ssm, G_ssm, N_ssm, H_ssm)})
+    if x.mamba_version == 1 and x.shared_blocks and any(k in _HAS_MAMBA for k in kinds):
+        # Zamba's Mamba-1 mixers (memsym.terms.mamba1): its n_mamba_heads split x_proj
+        out.update({sym: vals[sym] for sym in (d_ssm, N_ssm, k_conv, r_dt)})
+        out[H_ssm] = x.mamba_num_heads or 1
     return out

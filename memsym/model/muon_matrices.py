@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..symbols import t as t_sym, t_e as t_e_sym
-from ..terms.muon import largest_muon_elements
 from .architecture import Architecture, lenient
 from .counts import norm_params
 from .sizes import padded_vocab_size
 from .stages import StageParameters
 
-__all__ = ["muon_matrices", "scalar_adam_parameters", "largest_muon_matrix"]
+__all__ = ["muon_matrices", "scalar_adam_parameters"]
 
 
 def muon_matrices(arch: Architecture, moe: bool, *, split_qkv: bool = True) -> tuple:
@@ -124,36 +122,3 @@ def scalar_adam_parameters(arch: Architecture, sp_: StageParameters, t: int) -> 
     norms = len(sp_.layers) * x.norms_per_layer * norm + (norm if sp_.output_layer else 0)
     return Fraction(mats * vh, t) + norms
 
-
-def largest_muon_matrix(arch: Architecture, t: int, t_e: int, *, gathered: bool,
-                        split_qkv: bool = True) -> int:
-    """Elements of the largest matrix one GPU orthogonalizes [elements].
-
-    Its TP shard (``gathered`` False: ``--muon-tp-mode blockwise``, or ``distributed``, whose
-    iterate stays sharded) or the whole matrix (``duplicated``, Megatron-LM's default:
-    ``newton_schulz_tp`` all-gathers it, Emerging-Optimizers ``muon_utils.py:328-330``).
-
-    Parameters
-    ----------
-    arch : Architecture
-        The model.
-    t, t_e : int
-        Tensor- and expert-tensor-parallel sizes [GPUs].
-    gathered : bool
-        The whole matrix (TP mode duplicated) rather than the TP shard.
-    split_qkv : bool
-        Q, K and V orthogonalized apart.
-
-    Examples
-    --------
-    Llama-2-7B's fc1, 22016 x 4096, over TP 2: a shard of half, or whole when gathered:
-
-    >>> from memsym.model import preset
-    >>> x = preset("llama2-7b")
-    >>> largest_muon_matrix(x, 2, 2, gathered=False), largest_muon_matrix(x, 2, 2, gathered=True)
-    (45088768, 90177536)
-    """
-    # the one formula (terms.muon), at these sizes
-    mats = [mat for moe in {False, bool(arch.num_experts)}
-            for mat in muon_matrices(arch, moe, split_qkv=split_qkv)]
-    return int(largest_muon_elements(mats, gathered=gathered).subs({t_sym: t, t_e_sym: t_e}))

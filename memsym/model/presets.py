@@ -6,7 +6,7 @@ import os
 
 
 
-from ..errors import InvalidValueError, UnknownNameError
+from ..errors import InvalidValueError, UnknownNameError, catalogue_key
 from .architecture import Architecture
 from .hf_config import from_hf_config
 from .hub import from_hub, is_hub_spelling
@@ -125,7 +125,10 @@ PRESETS: dict = {
         position_embedding_type="rope", max_position_embeddings=131072, add_bias_linear=True,
         num_experts=128, moe_router_topk=4, moe_ffn_hidden_size=2880, attention_sinks=True,
         extra={"sliding_window": 128, "layer_types": "sliding/full alternating",
-               "swiglu_limit": 7.0}),
+               "swiglu_limit": 7.0,
+               # YaRN: config.json rope_scaling factor 32; the Bridge sets
+               # yarn_rotary_scaling_factor 32.0 (gpt_oss_bridge.py:94)
+               "yarn_rotary_scaling_factor": 32.0}),
 }
 
 
@@ -155,11 +158,11 @@ def recipe(model) -> tuple:
     ({'dropout': False}, ({}, None), {'dropout': False})
     """
     if isinstance(model, Architecture):
-        key = _normalise_name(model.name)
+        key = catalogue_key(model.name)
         if PRESETS.get(key) is not model:
             return {}, None
     elif isinstance(model, str):
-        key = _normalise_name(model)
+        key = catalogue_key(model)
     else:
         return {}, None
     options, source = RECIPES.get(key, ({}, None))
@@ -169,10 +172,6 @@ def recipe(model) -> tuple:
 def preset_names() -> list:
     """The preset names, sorted."""
     return sorted(PRESETS)
-
-
-def _normalise_name(name: str) -> str:
-    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
 
 
 def preset(name: str) -> Architecture:
@@ -194,7 +193,7 @@ def preset(name: str) -> Architecture:
     """
     if not isinstance(name, str):
         raise InvalidValueError(f"a model name must be a string, got {type(name).__name__}")
-    key = _normalise_name(name)
+    key = catalogue_key(name)
     if key not in PRESETS:
         raise UnknownNameError("model", name, list(PRESETS))
     return PRESETS[key]

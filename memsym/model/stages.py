@@ -82,8 +82,9 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
         # a shared block serves layers on several stages: which rank owns its weights and how
         # its gradients are reduced is no framework's documented placement (memsym assumes none)
         raise InvalidValueError("pipeline parallelism (p > 1) of a model with shared "
-                                "transformer blocks (Zamba, Zamba2) is not modelled: a block "
-                                "serves layers on several stages and its owner is not known")
+                                "transformer blocks (Zamba, Zamba2) is not modelled: transformers "
+                                "builds no pipeline stages, and a block serving layers on several "
+                                "stages has no documented owner")
     if pipeline_layout is not None:
         rules.check(x, {"t": t, "p": p, "e": e, "t_e": t_e, "pipeline_layout": True},
                     ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts") + _HYBRID_RULES)

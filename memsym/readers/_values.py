@@ -9,17 +9,17 @@ from fractions import Fraction
 
 from ..errors import InvalidValueError
 from ..text import printable
-from ..limits import MAX_INPUT_BYTES, MAX_NUMBER_CHARS, check_text
+from ..limits import LIMITS, MAX_INPUT_BYTES, MAX_NUMBER_CHARS, check_text
 
-# Bounds on every size read from a user's command or file (the lead moves them to a shared
-# limits module).  They are generous for any real model, and keep arithmetic and loops bounded.
-MAX_LAYERS = 10**6
-MAX_HIDDEN = 2**24
-MAX_HEADS = 2**20
-MAX_VOCAB = 2**31
-MAX_SEQ = 2**31
-MAX_GPUS = 2**40
-MAX_BATCH = 2**40
+# Bounds on every size read from a user's command or file: memsym.limits' documented limits,
+# generous for any real model, keeping arithmetic and loops bounded.
+MAX_LAYERS = LIMITS["layers"].maximum
+MAX_HIDDEN = LIMITS["hidden"].maximum
+MAX_HEADS = LIMITS["heads"].maximum
+MAX_VOCAB = LIMITS["vocab"].maximum
+MAX_SEQ = LIMITS["sequence"].maximum
+MAX_GPUS = LIMITS["gpus"].maximum
+MAX_BATCH = LIMITS["global_batch"].maximum
 MAX_BYTES_INPUT = MAX_INPUT_BYTES  # 1 MiB: the largest script, argument file or config read
 MAX_ARGS = 100_000                 # words in one argument list
 MAX_WORD = 100_000                 # characters in one word

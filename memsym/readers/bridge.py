@@ -101,6 +101,8 @@ FIELDS = {
     "model.moe_flex_dispatcher_backend": ("bridge", "dispatcher"),
     "model.moe_expert_capacity_factor": ("job", "capacity_factor"),
     "model.bias_activation_fusion": ("job", "bias_activation_fusion"),
+    # TransformerConfig's FP8 SwiGLU input (memsym.terms.activations.fp8_glu_input)
+    "model.activation_func_fp8_input_store": ("job", "activation_func_fp8_input_store"),
     "model.cuda_graph_impl": ("bridge", "cuda_graphs"),
     "optimizer.optimizer_cuda_graph": ("bridge", "cuda_graphs"),
     "dataset.create_attention_mask": ("bridge", "cuda_graphs"),
@@ -385,7 +387,8 @@ _SWITCHES = frozenset({"sequence_parallel", "overlap_grad_reduce", "overlap_para
                        "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute",
                        "precision_aware", "account_for_embedding_in_pipeline_split",
                        "account_for_loss_in_pipeline_split", "mtp_repeated",
-                       "bias_activation_fusion", "mla_down_proj_fusion"})
+                       "bias_activation_fusion", "mla_down_proj_fusion",
+                       "activation_func_fp8_input_store"})
 
 #: The presets whose model bridge leaves ``bias_activation_fusion`` unset, so that
 #: TransformerConfig's False (Megatron-LM transformer_config.py:496 at d98e8a64dd) applies when

@@ -43,9 +43,7 @@ from .shell.lexer import Lexer
 from .shell.parser import Parser
 
 __all__ = ["LaunchScript", "LaunchScriptError", "parse_launch_script", "read_launch_script",
-           "read_argument_file", "MAX_EXPANSION_DEPTH"]
-
-MAX_EXPANSION_DEPTH = SHELL_MAX_DEPTH   # kept for callers of the old name
+           "read_argument_file"]
 
 
 @dataclass(frozen=True)
@@ -238,7 +236,7 @@ def _torchrun_sizes(launcher_opts):
 
 
 def _run_text(ev: Interpreter, text: str, depth: int):
-    if depth > MAX_EXPANSION_DEPTH:
+    if depth > SHELL_MAX_DEPTH:
         raise LaunchScriptError("command strings nested too deeply")
     nodes = Parser(Lexer(text).tokens()).parse()
     try:

@@ -33,9 +33,11 @@ from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  ArgumentError, MegatronArguments, megatron_arity,
                                  parse_megatron_argv)
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
-from .megatron_precision import (MUON_DESTS, megatron_fsdp_options, megatron_muon,
+from .megatron_precision import (FP4_FORMATS, FP4_RECIPES, FP8_FORMATS, MEGATRON_FP8_RECIPES,
+                                 MUON_DESTS, megatron_fsdp_options, megatron_muon,
                                  megatron_optimizer, megatron_precision)
-from .megatron_training import checked_recompute_modules, megatron_layout, megatron_training
+from .megatron_training import (attention_kernels, checked_recompute_modules, keeps_no_scores,
+                                megatron_layout, megatron_training)
 from .megatron_userbuffers import UB_DEST, megatron_ub_option
 from .recipe_mechanisms import CUDA_GRAPH_DESTS, megatron_cuda_graph_options, megatron_dispatcher
 
@@ -365,17 +367,17 @@ def _override_model(r: MegatronArguments, opts: dict, num_layers: int, moe_freq:
 def _override_precision(r: MegatronArguments, opts: dict):
     """FP8 (memsym's fp8 precision) and its recipe."""
     if r.given("fp8"):
-        r.choice("fp8", ("e4m3", "hybrid"))
+        r.choice("fp8", FP8_FORMATS)
         opts["precision"] = "fp8"
         if not (r.given("bf16") or r.given("fp16")):
             r.note("--fp8-format without --bf16: the weights are counted as bf16 with FP8 "
                    "GEMMs (memsym's fp8 precision)")
     if r.given("fp4"):      # --fp4-format e2m1 (--fp4-recipe nvfp4): memsym's fp4
-        r.choice("fp4", ("e2m1",))
-        r.choice("fp4_recipe", ("nvfp4",), "nvfp4")
+        r.choice("fp4", FP4_FORMATS)
+        r.choice("fp4_recipe", FP4_RECIPES, "nvfp4")
         opts["precision"] = "fp4"
     if r.given("fp8_recipe") and r.given("fp8"):
-        recipe = r.choice("fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"))
+        recipe = r.choice("fp8_recipe", MEGATRON_FP8_RECIPES)
         if recipe == "mxfp8":     # MXFP8 tensors and scales: memsym.terms.widths.MXFP8_BLOCK
             opts["fp8_recipe"] = "mxfp8"
         elif recipe in ("blockwise", "custom"):
@@ -385,11 +387,7 @@ def _override_precision(r: MegatronArguments, opts: dict):
 def _override_attention(r: MegatronArguments, opts: dict):
     """Whether the attention keeps no s x s score matrix (backend and implementation)."""
     if r.given("attention_backend") or r.given("transformer_impl"):
-        backend = r.choice("attention_backend", ("flash", "fused", "unfused", "local", "auto"),
-                           "auto")
-        impl = r.choice("transformer_impl", ("local", "transformer_engine",
-                                             "inference_optimized"), "transformer_engine")
-        opts["flash_attention"] = backend in ("flash", "fused", "auto") and impl != "local"
+        opts["flash_attention"] = keeps_no_scores(*attention_kernels(r))
 
 
 def _override_recompute(r: MegatronArguments, opts: dict):
@@ -409,8 +407,7 @@ def _override_sharding(r: MegatronArguments, opts: dict):
     if r.flag("use_megatron_fsdp"):
         if r.flag("use_torch_fsdp2"):
             raise InvalidValueError("--use-megatron-fsdp and --use-torch-fsdp2 are exclusive")
-        strategy = r.choice("data_parallel_sharding_strategy",
-                            ("no_shard", "optim", "optim_grads", "optim_grads_params"),
+        strategy = r.choice("data_parallel_sharding_strategy", MEGATRON_FSDP_SCHEMES,
                             "optim_grads_params")
         opts["sharding"] = MEGATRON_FSDP_SCHEMES[strategy]
         opts["megatron_fsdp"] = strategy

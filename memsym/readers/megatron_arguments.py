@@ -201,6 +201,16 @@ def megatron_arity(name: str):
     return None if row is None else row[1]
 
 
+#: TransformerConfig fields Megatron-LM keeps off its command line ("no CLI argument exists
+#: for these", arguments.py:2306-2329 at d98e8a64dd), by the spelling a user may try: where
+#: memsym takes each instead.
+CONFIG_ONLY = {
+    "--activation-func-fp8-input-store": "TransformerConfig.activation_func_fp8_input_store "
+    "has no Megatron-LM argument (arguments.py:2329 at d98e8a64dd); memsym takes it as the job "
+    "option activation_func_fp8_input_store or Bridge's model.activation_func_fp8_input_store",
+}
+
+
 class ArgumentError(UnknownNameError):
     """An argument pretrain_gpt.py does not accept (with the closest spellings)."""
 
@@ -209,7 +219,8 @@ class ArgumentError(UnknownNameError):
         self.kind, self.name = "Megatron-LM argument", name
         self.accepted = sorted(TABLE)
         self.suggestions = difflib.get_close_matches(name, self.accepted, n=3, cutoff=0.6)
-        hint = (f"; did you mean {' or '.join(self.suggestions)}?" if self.suggestions else
+        hint = (f": {CONFIG_ONLY[name]}" if name in CONFIG_ONLY else
+                f"; did you mean {' or '.join(self.suggestions)}?" if self.suggestions else
                 " (see `python pretrain_gpt.py --help` for the accepted arguments)")
         self.args = (f"unknown Megatron-LM argument {name[:80]!r}{hint}",)
 

@@ -16,12 +16,19 @@ Revision read: NVIDIA/Megatron-LM ``d98e8a64dd`` (main, 2026-08-22).  ``args`` b
 from __future__ import annotations
 
 from ..errors import InvalidValueError
-from ..vocabulary import MUON_TP_MODES
+from ..vocabulary import MEGATRON_FSDP_SCHEMES, MUON_TP_MODES
 from ._values import MAX_BATCH
 from .megatron_arguments import MegatronArguments
 
 __all__ = ["megatron_precision", "megatron_optimizer", "megatron_fsdp_options", "megatron_muon",
-           "MUON_DESTS"]
+           "MUON_DESTS", "FP8_FORMATS", "MEGATRON_FP8_RECIPES", "FP4_FORMATS", "FP4_RECIPES"]
+
+#: The values Megatron-LM's argparse accepts for --fp8-format, --fp8-recipe, --fp4-format and
+#: --fp4-recipe (arguments.py at d98e8a64dd).
+FP8_FORMATS = ("e4m3", "hybrid")
+MEGATRON_FP8_RECIPES = ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
+FP4_FORMATS = ("e2m1",)
+FP4_RECIPES = ("nvfp4",)
 
 
 def megatron_precision(r: MegatronArguments) -> dict:
@@ -87,17 +94,16 @@ def megatron_precision(r: MegatronArguments) -> dict:
     if bad and not pa:   # optimizer_config.py:468-480: OptimizerConfig asserts fp32 without it
         raise InvalidValueError(f"--{bad[0].replace('_', '-')} needs --use-precision-aware-"
                                 "optimizer (Megatron's OptimizerConfig: fp32 otherwise)")
-    fp8 = r.choice("fp8", ("e4m3", "hybrid"), None)
-    recipe = r.choice("fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
-                    "delayed")
+    fp8 = r.choice("fp8", FP8_FORMATS, None)
+    recipe = r.choice("fp8_recipe", MEGATRON_FP8_RECIPES, "delayed")
     fp8_pg = r.flag("fp8_param_gather")
     # --fp4-format e2m1 with --fp4-recipe nvfp4 (its default): memsym's fp4 (TE NVFP4BlockScaling)
-    fp4 = r.choice("fp4", ("e2m1",), None)
+    fp4 = r.choice("fp4", FP4_FORMATS, None)
     if fp4 and fp8:
         raise InvalidValueError("--fp4-format and --fp8-format cannot be used simultaneously "
                                 "(Megatron's validate_args)")
     if fp4:
-        r.choice("fp4_recipe", ("nvfp4",), "nvfp4")
+        r.choice("fp4_recipe", FP4_RECIPES, "nvfp4")
     if fp8 and recipe in ("blockwise", "custom"):
         r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
     if fp8_pg and not fp8:
@@ -176,8 +182,7 @@ def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) 
     if fsdp2 and not arch["untie_embeddings_and_output_weights"]:
         raise InvalidValueError("--use-torch-fsdp2 requires --untie-embeddings-and-output-weights"
                                 " (Megatron's validate_args)")
-    strategy = r.choice("data_parallel_sharding_strategy",
-                        ("no_shard", "optim", "optim_grads", "optim_grads_params"),
+    strategy = r.choice("data_parallel_sharding_strategy", MEGATRON_FSDP_SCHEMES,
                         "optim_grads_params") if mfsdp else None
     if mfsdp and not r.given("data_parallel_sharding_strategy"):
         r.note("Megatron-FSDP with the command line's default sharding optim_grads_params")

@@ -22,7 +22,8 @@ from ._values import MAX_BATCH, MAX_LAYERS, fraction
 from .megatron_arguments import RECOMPUTE_MODULES, MegatronArguments
 from .recipe_mechanisms import megatron_dispatcher, megatron_mechanism_options
 
-__all__ = ["checked_recompute_modules", "megatron_layout", "megatron_training"]
+__all__ = ["checked_recompute_modules", "megatron_layout", "megatron_training",
+           "attention_kernels", "keeps_no_scores"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -393,14 +394,25 @@ def _check_selective(r: MegatronArguments, arch: dict, method, nrec, mods: tuple
         r.note("selective recompute with Megatron's default --recompute-modules core_attn")
 
 
+def attention_kernels(r: MegatronArguments) -> tuple:
+    """``(--attention-backend, --transformer-impl)`` as Megatron reads them (defaults auto and
+    transformer_engine: TE picks a fused or flash kernel)."""
+    return (r.choice("attention_backend", ("flash", "fused", "unfused", "local", "auto"), "auto"),
+            r.choice("transformer_impl", ("local", "transformer_engine", "inference_optimized"),
+                     "transformer_engine"))
+
+
+def keeps_no_scores(backend: str, impl: str) -> bool:
+    """Whether the attention keeps no s x s score matrix: a flash or fused kernel, not the
+    local implementation."""
+    return backend in ("flash", "fused", "auto") and impl != "local"
+
+
 def _attention_backend(r: MegatronArguments, tr: dict):
     """The attention backend and whether it keeps no s x s score matrix."""
     # attention: --attention-backend (default auto: TE chooses fused or flash, no s^2 matrix);
     # --use-flash-attn is the legacy spelling of flash.
-    backend = r.choice("attention_backend", ("flash", "fused", "unfused", "local", "auto"),
-                       "auto")
-    impl = r.choice("transformer_impl", ("local", "transformer_engine",
-                                         "inference_optimized"), "transformer_engine")
+    backend, impl = attention_kernels(r)
     if r.flag("use_flash_attn"):
         if r.given("attention_backend") and backend not in ("flash", "auto"):
             raise InvalidValueError(f"--use-flash-attn conflicts with --attention-backend {backend}")
@@ -410,4 +422,4 @@ def _attention_backend(r: MegatronArguments, tr: dict):
                "fused/flash kernel, so no s x s score matrix is stored")
     tr["attention_backend"] = backend
     tr["transformer_impl"] = impl
-    tr["flash_attention"] = backend in ("flash", "fused", "auto") and impl != "local"
+    tr["flash_attention"] = keeps_no_scores(backend, impl)

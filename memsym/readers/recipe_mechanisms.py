@@ -53,8 +53,12 @@ def recipe_mechanism_options(values: dict, opts: dict) -> dict:
                                     f"{value!r:.40}")
         if _DTYPES[value] != "fp32" or opts.get("precision_aware"):
             out[name] = _DTYPES[value]
-    # model_parallel_config.py:320-325: the impl takes effect under cross_entropy_loss_fusion
-    if recipe_flag(values, "model.cross_entropy_loss_fusion", False):
+    # model_parallel_config.py:320-325: the impl takes effect under cross_entropy_loss_fusion.
+    # A recipe that leaves the flag unset keeps its model provider's: True in every provider
+    # memsym reads (Megatron-Bridge 067f987df0 models/gpt_provider.py:205, MLAModelProvider
+    # through it, models/hybrid/hybrid_provider.py:149, the one Nemotron 3 Super's AutoBridge
+    # builds, nemotron_h_bridge.py:236), not TransformerConfig's False
+    if recipe_flag(values, "model.cross_entropy_loss_fusion", True):
         impl = values.get("model.cross_entropy_fusion_impl", "native")
         if impl not in ("native", "te"):
             raise InvalidValueError(f"model.cross_entropy_fusion_impl must be native or te, got "

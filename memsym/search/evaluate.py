@@ -18,6 +18,7 @@ from ..model import moe_layer_pattern
 from .space import Space, CHOICE_RULES, KNOBS, recompute_layers, states_scheme
 from .job_fields import row_overlaps
 from .grid import choice_knobs, grid_knobs, splits_of, with_split
+from .exact import TERM_COLUMNS as _TERM_COLUMNS
 from .templates import (allowance_function, call_stage, check_stages,
                         save_stage_tables, stage_count_floats, stage_function, stage_template)
 from ..frameworks import FRAMEWORK
@@ -116,7 +117,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
             out_cols[key].append(col)
     save_stage_tables()   # the templates built here, for the next process (compile cache)
     # term columns absent everywhere (NaN on every row) are dropped, not concatenated
-    for key in set(_STATE_KEYS + _OUTSIDE) - present:
+    for key in set(_TERM_COLUMNS) - present - {"activations"} - set(_ALLOW):
         del out_cols[key]
     cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
     for name, values in choices.items():
@@ -125,9 +126,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     return cols
 
 
-#: The per-term columns of a search: the model states, the activations (with the peak phase's
-#: transients), the allowances and the buffers outside PyTorch's allocator.
-_TERM_COLUMNS = _STATE_KEYS + ("activations",) + _ALLOW + _OUTSIDE
+
 
 
 def _pick(kw, rows):
@@ -444,6 +443,8 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     st = Settings(seq_length=space.seq_length, micro_batch_size=int(knobs["b"][0]),
                   recompute="full" if method is not None else rc,
                   recompute_fraction=frac, sequence_parallel=bool(spf),
+                  # block skips the MTP layer's recompute (multi_token_prediction.py:1630)
+                  mtp_recompute=method != "block",
                   flash_attention=space.flash_attention, dropout=space.dropout,
                   precision=space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32", "fp4")
                   else "bf16", fp8_recipe=space.fp8_recipe if space.precision == "fp8" else None,

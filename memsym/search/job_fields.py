@@ -73,7 +73,7 @@ HELD_FIELDS = (
     "loss_parallel", "cuda_graph_impl", "cuda_graph_modules", "optimizer_cuda_graph",
     "overlap_moe_expert_parallel_comm", "overlap_p2p_comm", "bias_activation_fusion",
     "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov", "mla_down_proj_fusion",
-    "sac_saves_attention")
+    "sac_saves_attention", "activation_func_fp8_input_store")
 
 
 def held_of(tr) -> tuple:
@@ -103,7 +103,7 @@ def checked_held(given) -> tuple:
     >>> checked_held({"metric": "reserved"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    memsym.errors.UnknownNameError: unknown held setting 'metric' (accepted: batch_attention_mask, ...)
+    memsym.errors.UnknownNameError: unknown held setting 'metric' (accepted: activation_func_fp8_input_store, ...)
     """
     pairs = tuple(sorted(dict(given or {}).items()))
     for key, _ in pairs:

@@ -18,7 +18,7 @@ from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUT
 from .space import RULES, Space, CHOICE_RULES, KNOBS, from_job, positive_whole, make_space
 from .grid import choice_knobs, grid_knobs, raw_grid, rule_masks
 from .evaluate import TIME_PARTS, binding_columns, evaluate_grid
-from .exact import exact_row
+from .exact import TERM_COLUMNS, exact_row
 
 
 def no_fit_hint(space: Space, tight: int | None = None, held: tuple = ()) -> str:
@@ -136,8 +136,7 @@ class SearchResult:
 
     @property
     def term_keys(self) -> tuple:
-        return tuple(k for k in _STATE_KEYS + ("activations",) + _ALLOW + _OUTSIDE
-                     if k in self.columns)
+        return tuple(k for k in TERM_COLUMNS if k in self.columns)
 
     def top(self, k: int = 10) -> list:
         """The ``k`` best fitting layouts as dicts (see :meth:`row`)."""

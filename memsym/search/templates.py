@@ -14,7 +14,7 @@ from ..symbols import M_alloc, m
 from ..unchecked_job import UncheckedJob
 from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as _STATE_KEYS,
                         allowance_terms, outside_allocator, resolved_stage_activations,
-                        resolved_stage_total, stage_counts, states_and_transients)
+                        phase_parts, resolved_stage_total, stage_counts)
 
 from .space import Space, recompute_layers
 from .grid import with_split
@@ -120,11 +120,14 @@ def stage_template(space: Space, pp: int, f: int, l_: int, stage: int) -> tuple:
     mixed = (n_dense, n_moe) if n_dense and n_moe else None
     middle = None if stage in (0, pp - 1) else stage
     methods = {got[0] for got in map(recompute_layers, space.recompute) if got}
-    if ("block" in methods and len(set(pattern)) > 1) or "every" in methods:
+    graphs = space.training().memory.cuda_graph_impl != "none"
+    if ("block" in methods and len(set(pattern)) > 1) or "every" in methods or graphs:
         # block N recomputes min(N, layers/v) of a chunk, every-N floor(n/N) of a rank's n:
         # not proportional to the stage's layers, so each layer count keeps its own template
         # (a model of one layer kind offers block-N on even splits only, where p stays
-        # symbolic: evaluate.py)
+        # symbolic: evaluate.py); nor are the CUDA graphs' buffers, which the template keeps
+        # with the states (the static inputs per graphed layer in flight, the full
+        # iteration's pool over the activations), outside the scaled layer term
         mixed = (n_dense, n_moe)
     key = (space, stage == 0, stage == pp - 1, middle, n_dense > 0, n_moe > 0, mixed)
     if key not in _REPS:
@@ -191,7 +194,7 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
                    pp: int, stage: int) -> tuple:
     """:func:`choice_template`'s pieces (None, states, activations without the decoder layers,
     allowances, decoder layers) built from the two halves :func:`memsym.training.resolved_stage_total`
-    adds (``states_and_transients`` and ``resolved_stage_activations``), the activations shared across
+    adds (``phase_parts`` and ``resolved_stage_activations``), the activations shared across
     sharding schemes (tests check the sum against the exact per-layout total); the states
     end with the buffers outside PyTorch's allocator
     (:func:`memsym.training.outside_allocator`, keys of ``OUTSIDE_ALLOCATOR_KEYS``)."""
@@ -200,8 +203,9 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
                  last_stage_layers=space.last_stage_layers)
     trn = space.training(recompute=rc, sharding=scheme, offload=off, **space.comm_fields(sp_on))
     job = _unchecked(space, lay, trn)
-    steady, trans = states_and_transients(job, stage,
-                                          _act_total(space, rc, sp_on, inter, off, pp, stage))
+    # phase_parts: the model states with the framework's buffers kept in every phase (the
+    # CUDA graphs' static inputs, a captured optimizer step's pool), as resolved_stage_total
+    steady, _, trans = phase_parts(job, stage, _act_total(space, rc, sp_on, inter, off, pp, stage))
     # the buffers outside PyTorch's allocator (a carried MoE dispatcher's DeepEP / HybridEP
     # buffers) ride with the states under their own keys; the evaluation adds them after the
     # allowances, as memsym.training.resolved_stage_total does (no fragmentation on them)

@@ -48,7 +48,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import choose
-from ..symbols import V, a, c, c_f, d_h, f, f_e, g, h, k, t, t_e
+from ..symbols import V, a, c, c_f, d_h, f, f_e, f_sh, g, h, k, t, t_e
 from ..term import Source, Term, Total
 from ..values import as_expr
 from ..vocabulary import RECOMPUTE, RECOMPUTE_MODULES, recompute_modules  # noqa: F401
@@ -56,12 +56,14 @@ from .korthikanti import PARALLEL, korthikanti, korthikanti_terms
 from .schedule import first_stage_layers
 # one layer's derivation, term by term, re-exported: every name stays importable from here
 from .transformer_layer import NORMS, RECOMPUTE_MODULE_SOURCES, layer_activations, token_split
+from .widths import saved_input_bytes
 
 __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS", "RECOMPUTE_MODULES", "RECOMPUTE_MODULE_SOURCES",
     "recompute_modules", "korthikanti", "korthikanti_terms",
-    "layer_activations", "embedding_activations", "output_activations", "lora_gathered_inputs",
-    "unfused_glu_products", "clamped_glu_copy", "paper_layer", "paper_first_stage",
+    "layer_activations", "embedding_activations", "output_activations", "mtp_input_activations",
+    "lora_gathered_inputs", "unfused_glu_products", "clamped_glu_copy", "fp8_glu_input",
+    "paper_layer", "paper_first_stage",
 ]
 
 _K = "korthikanti"
@@ -188,6 +190,93 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
                     "(torch.compile(loss_fn) when compile.enable and 'loss' in components)")),
     )
     return Total("activations of the output layer and loss", tuple(x for x in terms if x.expr != 0))
+
+
+_MTP = ("megatron/core/transformer/multi_token_prediction.py at d98e8a64dd, "
+        "MultiTokenPredictionLayer.")
+
+
+def mtp_input_activations(*, sequence_parallel: bool = False, norm: str = "layernorm",
+                          dropout: bool = True, checkpointed: bool = False,
+                          fp8_inputs: bool | str = False) -> Total:
+    r"""Activations of one multi-token-prediction pass's own inputs, beside its block [bytes].
+
+    Per micro-batch and MTP pass, with :math:`\tau = sb/c`, :math:`\sigma` as in
+    :func:`token_split`, :math:`\nu` the norm's fp32 statistics per token (8 LayerNorm, 4
+    RMSNorm) and :math:`\delta` 1 with dropout:
+
+    .. math::
+
+        8\tau + \delta\,\frac{\tau h}{\sigma} + \frac{2\tau h}{\sigma}
+        + \frac{2\tau h}{\sigma} + \kappa\Big(2\nu\,\frac{\tau}{\sigma}
+        + b_x\,\frac{2\tau h}{\sigma}\Big)
+
+    ``_get_embeddings`` (lines 1279-1302) rolls the token ids and embeds them again, outside
+    any checkpoint: the int64 ids the lookup's backward reads and the embedding dropout mask,
+    as :func:`embedding_activations`.  ``_concat_embeddings`` (lines 1331-1359): ``enorm`` and
+    ``hnorm`` (Transformer Engine norms, which save their input and fp32 statistics) on the
+    embedding and on the previous depth's normalised output, then ``torch.cat`` of the two
+    into the :math:`2h`-wide input that ``eh_proj`` (a column-parallel linear, which saves its
+    sequence-parallel shard) keeps.  With the MTP layer checkpointed (``checkpointed``, full
+    recompute other than block: lines 1584-1629, ``tensor_parallel.checkpoint`` of
+    ``hidden_states`` and ``decoder_input``) only the two norms' inputs, the checkpoint's
+    arguments, stay (:math:`\kappa = 0`); else :math:`\kappa = 1`.  The concatenation runs
+    in the FP8 context under FP8 (lines 1387-1397): ``eh_proj`` keeps it quantized,
+    :math:`b_x` bytes an element (:func:`memsym.terms.widths.saved_input_bytes`; 2 at 16 bits
+    and under FP4, which the MTP layer ignores).
+
+    Parameters
+    ----------
+    sequence_parallel : bool
+        Megatron sequence parallelism (the MTP inputs are scattered over t).
+    norm : str
+        ``"layernorm"`` or ``"rmsnorm"``.
+    dropout : bool
+        Whether the embedding keeps a dropout mask.
+    checkpointed : bool
+        Whether the MTP layer runs under Megatron's MTP checkpoint.
+    fp8_inputs : bool or {"mxfp8"}
+        Transformer Engine FP8 compute (:func:`memsym.terms.widths.saved_input_bytes`).
+
+    Examples
+    --------
+    >>> mtp_input_activations(dropout=False).expr
+    8*b*h*s/c + 24*b*s/c
+    >>> mtp_input_activations(norm="rmsnorm", dropout=False, checkpointed=True).expr
+    4*b*h*s/c + 8*b*s/c
+    >>> mtp_input_activations(dropout=False, fp8_inputs=True)["eh_proj_input"].expr
+    2*b*h*s/c
+
+    References
+    ----------
+    .. [megatron-lm] ``megatron/core/transformer/multi_token_prediction.py`` at d98e8a64dd,
+       ``_get_embeddings``, ``_concat_embeddings``, ``_checkpointed_forward``.
+    .. [transformer-engine] ``transformer_engine/pytorch/ops/basic/layer_norm.py:228`` and
+       ``rmsnorm.py:209`` at d0067d0da6 (``save_for_backward(x, means, rstdevs)``).
+    """
+    tok, sig = token_split(sequence_parallel)
+    norm = choose("normalization", norm, NORMS)
+    keep = 0 if checkpointed else 1
+    emb = embedding_activations(sequence_parallel=sequence_parallel, dropout=dropout)
+    terms = (
+        Term("mtp_input_ids", emb["input_ids"].expr, "the rolled int64 token ids the MTP "
+             "embedding's backward reads", Source("megatron-lm", _MTP + "_get_embeddings "
+                                                  "(lines 1279-1302)")),
+        Term("mtp_embedding_dropout_mask", emb.expr - emb["input_ids"].expr,
+             "the MTP embedding's dropout mask", Source(_K, "§4.3 (sbhp/t)")),
+        Term("mtp_norm_inputs", 2 * (2 * tok * h / sig), "inputs of enorm (the embedding) and "
+             "hnorm (the previous depth's output): the checkpoint's arguments when checkpointed",
+             Source("megatron-lm", _MTP + "_concat_embeddings (lines 1335, 1337); "
+                    "_checkpointed_forward (lines 1584-1629)")),
+        Term("mtp_norm_statistics", keep * 2 * NORMS[norm] * tok / sig,
+             "fp32 statistics of enorm and hnorm", Source("transformer-engine", "transformer_"
+             "engine/pytorch/ops/basic/layer_norm.py:228, rmsnorm.py:209 at d0067d0da6")),
+        Term("eh_proj_input", keep * saved_input_bytes(fp8_inputs) * tok * (2 * h) / sig,
+             "the 2h-wide concatenation eh_proj keeps" + (" (FP8)" if fp8_inputs else ""),
+             Source("megatron-lm", _MTP + "_concat_embeddings (lines 1341-1342: torch.cat, "
+                    "then eh_proj); the FP8 context at lines 1387-1397")),
+    )
+    return Total("activations of an MTP pass's inputs", tuple(x for x in terms if x.expr != 0))
 
 
 def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
@@ -327,7 +416,8 @@ def clamped_glu_copy(clamped: bool = True) -> Term:
     fc1 output: :math:`2 f_e/t_e` elements of 2 bytes per routed row.  The experts' fc1 adds
     its bias inside the GEMM (``skip_bias_add=False``), so the unbiased function runs.  Inside
     a recomputed ``moe_act`` or ``moe`` the copy is rebuilt in the backward (not kept).
-    ``activation_func_fp8_input_store`` (1 byte per element) is not modelled.  0 unclamped.
+    ``activation_func_fp8_input_store`` is for SwiGLU only (Megatron-core refuses it for
+    another activation, transformer_config.py:2467-2469): :func:`fp8_glu_input`.  0 unclamped.
 
     Parameters
     ----------
@@ -365,6 +455,68 @@ def clamped_glu_copy(clamped: bool = True) -> Term:
                 Source("megatron-core", "core/fusions/fused_bias_geglu.py:424-440, :326-327; "
                        "moe/experts.py:973-981, :224 at d98e8a64dd"),
                 label="clamped GLU copy")
+
+
+def fp8_glu_input(stored: bool = True, *, moe: bool = False, shared: bool = False) -> Term:
+    r"""What storing the SwiGLU's input in FP8 saves [bytes per layer], a negative term.
+
+    Per micro-batch and layer, with :math:`\tau = sb/c` and the routed token copies
+    :math:`R = c_f k \tau t_e / t` an expert rank receives:
+
+    .. math:: \text{dense: } -2\tau f / t, \qquad
+              \text{MoE: } -2 R f_e / t_e \; (- 2\tau f_{sh} / t \text{ with kept shared experts})
+
+    Megatron-core's ``activation_func_fp8_input_store`` (a ``TransformerConfig`` field; no
+    Megatron-LM flag, arguments.py:2306-2329 lists it among the fields with no CLI argument;
+    Bridge's ``model.activation_func_fp8_input_store``) makes the fused SwiGLU save its input,
+    the :math:`2f/t`-wide fc1 output, as ``torch.float8_e4m3fn``: one byte per element where
+    the layer terms count two (``mlp_activation``, ``expert_activation``, ``shared_expert``).
+    The 16-bit fc1 output itself is kept by nothing else (TE's linears keep no output) and is
+    freed.  Only the fused path reads it (``bias_activation_fusion``); the eager gate and a
+    recomputed MLP or ``moe_act`` keep no FP8 copy.  0 when not stored.
+
+    Parameters
+    ----------
+    stored : bool
+        ``activation_func_fp8_input_store`` on a fused SwiGLU [1].
+    moe : bool
+        An MoE layer: the routed experts' fc1 outputs (``TEGroupedMLP``) [1].
+    shared : bool
+        The MoE layer's shared experts keep their activation (not recomputed) [1].
+
+    Examples
+    --------
+    Qwen3-30B-A3B's experts (f_e = 768, top-8) at s = 4096, b = 1, TP 1, ETP 1: R = 8 x 4096 =
+    32768 routed rows, each 2 x 768 elements stored in one byte instead of two:
+
+    >>> fp8_glu_input(moe=True).evaluate(s=4096, b=1, c=1, c_f=1, k=8, t=1, t_e=1, f_e=768)
+    -50331648
+    >>> fp8_glu_input().evaluate(s=4096, b=1, c=1, f=14336, t=2) == -4096 * 14336
+    True
+    >>> fp8_glu_input(False).expr
+    0
+
+    References
+    ----------
+    .. [megatron-core] megatron/core/fusions/fused_bias_swiglu.py:180-184, :232-235 and
+       :269-270 at d98e8a64dd (``input_for_backward = input.to(torch.float8_e4m3fn) if
+       fp8_input_store else input``; ``ctx.save_for_backward(input_for_backward, ...)``);
+       transformer/mlp.py:283-316 (the fused calls), moe/experts.py:966-972 and
+       moe/shared_experts.py:285-290; transformer_config.py:227 (default False), :2467-2469.
+    """
+    tok, _ = token_split(False)
+    if not stored:
+        expr = sp.Integer(0)
+    elif moe:
+        expr = -2 * (c_f * k * tok * t_e / t) * f_e / t_e - (2 * tok * f_sh / t if shared else 0)
+    else:
+        expr = -2 * tok * f / t
+    return Term("fp8_glu_input", expr, "one byte per element saved on the SwiGLU input kept "
+                "in FP8 (activation_func_fp8_input_store)",
+                Source("megatron-core", "core/fusions/fused_bias_swiglu.py:180-184, :232-235, "
+                       ":269-270; transformer/mlp.py:283-316; moe/experts.py:966-972; "
+                       "transformer_config.py:227, :2467-2469 at d98e8a64dd"),
+                label="FP8 SwiGLU input")
 
 
 def paper_layer(parallel: str = "none", recompute: str = "none") -> Total:

@@ -55,6 +55,7 @@ from ..term import Source, Term, Total
 from .activations import layer_activations
 from .gated_deltanet import gdn_activations
 from .lightning import lightning_activations
+from .mamba1 import mamba1_layer_terms, refuse_mamba1
 from .shared_block import shared_block_activations
 from .short_conv import short_conv_activations
 from .widths import saved_input_bytes
@@ -264,8 +265,13 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
                        shared_block=None) -> None:
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
+    if mixer == "mamba1" or (mixer == "shared" and (shared_block or {}).get("mamba1")):
+        # Zamba's Mamba-1 mixers, as transformers' torch path runs them (memsym.terms.mamba1)
+        refuse_mamba1(recompute, context_parallel, common, shared_block)
     if mixer == "shared":
         _refuse_shared(recompute, context_parallel, common, shared_block)
+    elif mixer == "mamba1" and ffn is None:
+        pass
     elif mixer not in ("attention", "mamba", "none", *_PRE_NORM) or ffn not in (None, False, True):
         what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
                 "parallel": "attention and Mamba side by side in one layer (Falcon-H1)",
@@ -298,8 +304,6 @@ def _refuse_shared(recompute: str, context_parallel: bool, common: dict, shared_
                 "sizes (Zamba, Zamba2: the shared attention and MLP on the 2h-wide "
                 "concatenation of hidden state and embeddings, with per-use LoRA adapters, "
                 "then a per-use linear)")
-    elif shared_block.get("mamba1"):
-        what = "the activations of Zamba's Mamba-1 mixers (Megatron-core trains Mamba-2 mixers)"
     elif recompute in ("selective", "selective-op"):
         what = f"{recompute} recompute of a shared transformer block (Zamba2)"
     elif common.get("fp8_inputs"):
@@ -379,7 +383,9 @@ def _mixer_terms(mixer: str, common: dict, gated_norm: bool, norm: tuple, shared
             hf_norms=bool(common.get("hf_norms")))
         terms += [Term(f"shared_{term.key}", term.expr, term.description, term.source,
                        label=f"shared {term.label}") for term in use]
-    if mixer in ("mamba", "shared"):
+    if mixer == "mamba1" or (mixer == "shared" and shared_block.get("mamba1")):
+        terms += mamba1_layer_terms(one_stat)        # Zamba (transformers' torch path)
+    elif mixer in ("mamba", "shared"):
         terms += _mamba_mixer(sp_on, dropout, gated_norm, one_stat, common.get("fp8_inputs"),
                               hf=bool(common.get("hf_norms")))
     if mixer in _PRE_NORM:
@@ -388,7 +394,8 @@ def _mixer_terms(mixer: str, common: dict, gated_norm: bool, norm: tuple, shared
     # Zamba2MambaDecoderLayer.input_layernorm, Bamba's input_layernorm): under the model's own
     # code the same fp32 product and input copy as the attention's pre-norm (none without one)
     part = "mamba" if mixer == "shared" else mixer
-    if mixer in ("mamba", "shared", *_PRE_NORM):
+    if mixer in ("mamba", "mamba1", "shared", *_PRE_NORM):
+        part = "mamba" if mixer == "mamba1" else part
         terms += _fp32_norm(part, one_fp32, plain) + _fp32_norm(part, one_copy, plain, "input")
     return terms
 
@@ -411,8 +418,9 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     * a short-convolution (LFM2), Gated DeltaNet (Qwen3-Next) or lightning (MiniMax-01)
       mixer: its pre-norm's input and statistics and the ``short_conv``, ``gated_deltanet``
       or ``lightning`` module's term;
-    * a use of a shared block and a Mamba-2 mixer (``"shared"``, Zamba2): :func:`~memsym.
-      terms.shared_block.shared_block_activations` and the Mamba-2 mixer's terms;
+    * a use of a shared block and its Mamba layer (``"shared"``): :func:`~memsym.terms.
+      shared_block.shared_block_activations` and the Mamba-2 (Zamba2) or Mamba-1 mixer's terms
+      (Zamba's, also ``"mamba1"``: :mod:`memsym.terms.mamba1`, transformers' code only);
     * an MLP (``ffn`` False) or MoE block (``ffn`` True): the other half of
       :func:`~memsym.terms.activations.layer_activations` of that kind.
 
@@ -427,8 +435,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     Parameters
     ----------
     kind : tuple
-        ``(mixer, ffn)``: mixer ``"attention"``, ``"mamba"``, ``"conv"``, ``"gdn"``,
-        ``"lightning"`` or ``"none"``; ffn None, False or True.
+        ``(mixer, ffn)``: mixer ``"attention"``, ``"mamba"``, ``"mamba1"``, ``"shared"``,
+        ``"conv"``, ``"gdn"``, ``"lightning"`` or ``"none"``; ffn None, False or True.
     recompute : {"none", "selective", "full"}
     modules : sequence of str, optional
         Megatron's ``--recompute-modules`` under selective recompute.
@@ -452,7 +460,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     Raises
     ------
     InvalidValueError
-        ``kind`` not a (mixer, ffn) pair; a Mamba-1 or side-by-side (Falcon-H1) mixer, MLA,
+        ``kind`` not a (mixer, ffn) pair; Mamba-1 outside Zamba, a side-by-side mixer, MLA,
         torchtitan's per-op recompute, FP8 of a non-Mamba mixer, or context parallelism: one
         line naming what is not modelled.
 

@@ -464,8 +464,11 @@ def _moe_terms(ly: _Layer, terms: _Terms) -> None:
         if ly.latent:
             _latent_terms(ly, terms)
     if ly.shared_expert and not ly.drop_shared:
-        terms.add("shared_expert", (4 + 2 * gam) * tok * f_sh / t,
-                  "shared-expert activation and fc2 inputs", moe_src)
+        # SharedExpertMLP's TE linears (no fused norm): under FP8 fc1 keeps a quantized copy
+        # of the norm output moe_input holds, fc2 one of the activation output
+        terms.add("shared_expert", (2 + 2 * gam + ly.gx) * tok * f_sh / t + (
+            ly.gx * tok * h / sig if ly.fp8 else 0), "shared-expert activation and fc2 inputs"
+            + (", fc1's FP8 input copy" if ly.fp8 else ""), _TE if ly.fp8 else moe_src)
     terms.add("mlp_dropout_mask", ly.delta * tok * h / sig, "dropout mask after the MoE block")
 
 
@@ -512,7 +515,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         \end{aligned}
 
     (:math:`\delta` = 1 with dropout, :math:`\gamma` = 1 gated, [kept] = ``combine_kept``; shared
-    experts add a dense MLP of width :math:`f_{sh}`).
+    experts add a dense MLP of width :math:`f_{sh}`; under FP8 also fc1's FP8 input copy).
 
     Parameters
     ----------

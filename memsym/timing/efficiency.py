@@ -54,7 +54,12 @@ __all__ = ["GEMM_CEILING", "SHARED_CEILING", "TILES", "LAUNCH_OVERHEAD", "EXP_RA
 #: 0.650 (blackwell-ultra/fp8), 0.450 -> 0.461 (blackwell-ultra/fp4).  The row trained
 #: without MTP ("w/o MTP"): its layout's MTP layer dropped as the builder drops it at
 #: mtp_num_layers = 0 (the loss beside one decoder layer only), blackwell/bf16 stays 0.507
-#: (calibrate gives 0.5072).
+#: (calibrate gives 0.5072).  And again when memsym.timing.moe_copies priced the dispatcher's
+#: row copies as gathers at the fraction of HBM bandwidth a published permute kernel reaches
+#: (memsym.hardware.gather_fraction, 0.4998) and the flex dispatcher's as it runs them (each
+#: landed token permuted into its experts' rows on arrival, no chunk sort): blackwell/bf16
+#: 0.507 -> 0.510, the ceilings whose runs' bf16 output layer follows it 0.527 -> 0.525
+#: (blackwell/fp8), 0.650 -> 0.647 (blackwell-ultra/fp8), 0.461 -> 0.458 (blackwell-ultra/fp4).
 #: blackwell-ultra (B300, GB300: Blackwell Ultra, its own class since GB300's FP8 rows were
 #: seen priced 11-27 % too slow at Blackwell's values, memsym.hardware says why) has its fp8
 #: ceiling fixed on Megatron-Bridge's 25.11 DGX-GB300 Llama 3 8B FP8-CS row (8 GPUs, MBS 2,
@@ -63,16 +68,16 @@ __all__ = ["GEMM_CEILING", "SHARED_CEILING", "TILES", "LAUNCH_OVERHEAD", "EXP_RA
 #: chosen by.
 #: blackwell-ultra/fp4 (NVFP4 GEMMs at the datasheet FP4 peak, GB200 and GB300 only: the GPUs
 #: whose FP4 peak memsym lists) on Megatron-Bridge's 26.04.01 DGX-GB300 Llama 3 70B NVFP4 row
-#: (64 GPUs, PP4 VP5, 7296 tokens/s/GPU), 0.461; GB200 (blackwell) shares it (SHARED_CEILING).
+#: (64 GPUs, PP4 VP5, 7296 tokens/s/GPU), 0.458; GB200 (blackwell) shares it (SHARED_CEILING).
 #: The other classes (ada, cdna3) carry the Hopper value (an assumption, not a calibration;
 #: say so when quoting them).  fp16 = bf16; fp32 runs as TF32 at the class's bf16 value.
 GEMM_CEILING = {
     ("ampere", "bf16"): 0.811, ("ampere", "fp32"): 0.811,
     ("hopper", "bf16"): 0.587, ("hopper", "fp32"): 0.587, ("hopper", "fp8"): 0.570,
     ("ada", "bf16"): 0.587, ("ada", "fp32"): 0.587, ("ada", "fp8"): 0.570,
-    ("blackwell", "bf16"): 0.507, ("blackwell", "fp32"): 0.507, ("blackwell", "fp8"): 0.527,
-    ("blackwell-ultra", "fp8"): 0.650,
-    ("blackwell-ultra", "fp4"): 0.461,
+    ("blackwell", "bf16"): 0.510, ("blackwell", "fp32"): 0.510, ("blackwell", "fp8"): 0.525,
+    ("blackwell-ultra", "fp8"): 0.647,
+    ("blackwell-ultra", "fp4"): 0.458,
     ("cdna3", "bf16"): 0.587, ("cdna3", "fp32"): 0.587, ("cdna3", "fp8"): 0.570,
 }
 #: Keys priced at another key's ceiling (a stated sharing, not a calibration): the key's own

@@ -25,7 +25,8 @@ from ..errors import InvalidValueError
 from ..model.architecture import is_hybrid, lenient, moe_layer_pattern, padded_vocab_size
 from ..model.hybrid_layers import hybrid_layer_parameters, layer_kind_pattern, mtp_layer_kinds
 from ..text import shared_doc
-from .ssm import mamba_memory_bytes, ssd_flops
+from .rope import rope_passes
+from .ssm import ssd_flops
 
 __all__ = ["Gemm", "Shape", "shape_of", "layer_gemms", "attention_flops", "memory_bytes",
            "layer_params", "forward_flops_per_token"]
@@ -75,8 +76,8 @@ class Shape:
         ``(q_lora_rank or 0, kv_lora_rank, rope dim)`` under MLA, else ``()``.
     untied : bool
         Output layer untied from the input embedding.
-    rope : bool
-        Rotary position embeddings (RoPE's memory-bound work is counted).
+    rope, rope_unfused : bool
+        RoPE (its memory-bound work counted); run eager (:mod:`memsym.timing.rope`).
     expert_bias : bool
         The routed experts' linear layers carry biases (``add_bias_linear`` on a MoE model):
         Megatron-core adds the fc2 bias outside the grouped GEMM, scaled by the routing
@@ -119,6 +120,7 @@ class Shape:
     mla: tuple  # (q_lora_rank or 0, kv_lora_rank, rope dim) or ()
     untied: bool
     rope: bool = True
+    rope_unfused: bool = False
     expert_bias: bool = False
     expert_clamp: bool = False
     kinds: tuple = ()
@@ -199,9 +201,9 @@ def shape_of(arch, t: int = 1) -> Shape:
                  f_sh=(x.moe_shared_expert_intermediate_size or 0) if E else 0,
                  L_moe=sum(pattern), mla=mla, untied=bool(x.untie_embeddings_and_output_weights),
                  rope=x.position_embedding_type == "rope",
+                 rope_unfused=float((x.extra or {}).get("yarn_rotary_scaling_factor", 1)) > 1,
                  expert_bias=bool(E and x.add_bias_linear),
-                 # the preset's extra (HF config.json's swiglu_limit); the Bridge sets it as
-                 # activation_func_clamp_value
+                 # extra's swiglu_limit (config.json; the Bridge's activation_func_clamp_value)
                  expert_clamp=bool(E and x.swiglu and (x.extra or {}).get("swiglu_limit")),
                  kinds=kinds, ssm=ssm, last_moe=bool(pattern and pattern[-1]),
                  h_lat=(x.moe_latent_size or 0) if E else 0, mtp_kinds=mtp_kinds)
@@ -434,8 +436,9 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     all-to-all dispatcher's router, permute, sort and unpermute copies are
     :func:`memsym.timing.moe.dispatch_bytes`).  The backward pass moves about 1.5 times these
     bytes (memsym.timing.step).  A hybrid's layer holds one norm and one residual add per
-    block it has (a mixer, an MLP); a Mamba-2 mixer adds its conv1d, scan and gated-norm
-    bytes (:func:`memsym.timing.ssm.mamba_memory_bytes`).  Memsym's count (assumption).
+    block it has (a mixer, an MLP); a Mamba-2 mixer's own kernels are
+    :func:`memsym.timing.ssm.ssd_kernels`'s, forward and backward.  Memsym's count
+    (assumption).
 
     Parameters
     ----------
@@ -488,13 +491,10 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
             elems = elems + act * T * x.f_sh / t
     else:
         elems = elems + act * T * x.f / t
-    extra = 0.0
-    if mixer == "mamba":
-        extra = mamba_memory_bytes(x.ssm, T, t, width=width)
     if mixer != "attention":
-        return width * elems + extra
+        return width * elems
     if x.rope:
-        elems = elems + 2 * T * (x.a + x.g) * x.d_qk / t
+        elems = elems + rope_passes(x.rope_unfused) * T * (x.a + x.g) * x.d_qk / t
     if not flash:
         scores = np.asarray(b, float) * (x.a / t) * (s / c) * s
         elems = elems + (2 + (2.5 if dropout else 0)) * scores

@@ -22,7 +22,7 @@ import numpy as np
 from .collectives import collective_bytes, collective_time, group_bandwidth
 from .efficiency import ceiling, exp_time, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
-from .ssm import SSD_FRACTION, ssd_kernel_flops
+from .ssm import SSD_FRACTION, layout_copy_bytes, ssd_kernels
 from .moe import gemm_seconds, moe_layer_extras
 from .moe_host import host_exposed
 from .quantize import cast_bytes
@@ -174,10 +174,11 @@ def _compute(x, st: Settings, dev, gemms, knobs, eta_gemm, *, moe: bool, mixer: 
     # backward: data gradient [M,N]x[N,K] and weight gradient [K,M]x[M,N]
     b_gemm = sum(gemm_seconds(q, "dgrad", dev, prec, eta_gemm=eta_gemm)
                  + gemm_seconds(q, "wgrad", dev, prec, eta_gemm=eta_gemm) for q in gemms)
+    f_ssm = b_ssm = 0.0
     if mixer == "attention":
         f_att, b_att = _attention(x, st, dev, t, c, b, eta_gemm)
     elif mixer == "mamba":
-        f_att, b_att = _ssd(x, st, dev, t, c, b, eta_gemm)
+        f_att, b_att, f_ssm, b_ssm = _ssd(x, st, dev, t, c, b)
     else:
         f_att = b_att = 0.0 * as_array(t)
     mem = memory_time(memory_bytes(x, s, b, t, c, e, t_e, moe=moe,
@@ -187,7 +188,8 @@ def _compute(x, st: Settings, dev, gemms, knobs, eta_gemm, *, moe: bool, mixer: 
     # backward of an elementwise op reads its saved input and the incoming gradient and writes
     # one gradient (norm, activation, softmax: 3 tensors to the forward's 2; dropout and
     # residual pass the gradient through): about 1.5 x the forward bytes (memsym's count)
-    f_mem, b_mem = mem, BACKWARD_MEMORY * mem
+    # a Mamba mixer's memory-bound kernels are counted kernel by kernel, backward included
+    f_mem, b_mem = mem + f_ssm, BACKWARD_MEMORY * mem + b_ssm
     if prec in ("fp8", "fp4"):
         # Transformer Engine's casts of each quantized GEMM's input and output gradient
         # (memsym.timing.quantize)
@@ -220,16 +222,26 @@ def _attention(x, st: Settings, dev, t, c, b, eta_gemm):
     return f_att, b_att
 
 
-def _ssd(x, st: Settings, dev, t, c, b, eta_gemm):
-    """Forward and backward seconds of a Mamba-2 layer's SSD matmul kernels
-    (:func:`memsym.timing.ssm.ssd_kernel_flops`) at the share of the 16-bit peak mamba_ssm's
-    Triton kernels reach (:data:`memsym.timing.ssm.SSD_FRACTION`, measured; they take bf16
-    inputs under any recipe); its memory-bound state passing is
-    :func:`memsym.timing.ssm.mamba_memory_bytes`'s."""
+def _ssd(x, st: Settings, dev, t, c, b):
+    """Forward and backward seconds of a Mamba-2 mixer's kernels (:func:`memsym.timing.ssm.
+    ssd_kernels`): ``(matmul f, matmul b, memory-bound f, memory-bound b)``.  Each SSD
+    matmul kernel takes the longer of its FLOPs at the share of the 16-bit peak mamba_ssm's
+    Triton kernels reach (:data:`memsym.timing.ssm.SSD_FRACTION`, measured; bf16 inputs
+    under any recipe) and its bytes at HBM bandwidth (a roofline: the measured rate is one
+    kernel's, its traffic inside it); the conv1d, state-passing, dz, norm and reduction
+    kernels and, at b > 1, Megatron-core's layout copies (:func:`memsym.timing.ssm.
+    layout_copy_bytes`) stream at HBM bandwidth."""
     aprec = "bf16" if st.precision in ("fp8", "fp4") else st.precision
-    fl_f, fl_b = ssd_kernel_flops(x.ssm, as_array(b) * st.seq_length / as_array(c), t)
     rate = dev.peak(aprec) * SSD_FRACTION
-    return fl_f / rate, fl_b / rate
+    per = as_array(b) * st.seq_length / (as_array(c) * as_array(t))  # tokens x (1/t) [tokens]
+    out = []
+    for kernels, copy in zip(ssd_kernels(x.ssm), layout_copy_bytes(x.ssm)):
+        mm = sum(np.maximum(per * fl / rate, memory_time(per * by, dev))
+                 for _, fl, by in kernels if fl)
+        streamed = sum(by for _, fl, by in kernels if not fl) + np.where(as_array(b) > 1, copy, 0)
+        out.append((mm, memory_time(per * streamed, dev)))
+    (f_mm, f_mem), (b_mm, b_mem) = out
+    return f_mm, b_mm, f_mem, b_mem
 
 
 def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool, eta_gemm,

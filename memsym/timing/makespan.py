@@ -25,6 +25,7 @@ from .collectives import collective_time, group_bandwidth
 from .pipeline import (bubble_in_stages, busiest_stage, chunk_times, end_layers, heaviest_middle,
                        simulated_pipeline, stage_layers, stage_times)
 from .mtp import mtp_depth
+from .interleaved import exact_interleaved
 from .one_f_one_b import exact_one_f_one_b
 from .records import Overlap, Settings
 
@@ -50,8 +51,11 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     makespan of their first, middle and last stages
     (:func:`memsym.timing.one_f_one_b.one_f_one_b_makespan`, the simulated schedule's).
     Interleaved (v > 1) the form is exact with equal stages only (unequal ones: off the
-    simulated schedule by up to a few per cent), and kept, as under GPipe; with
-    ``exact_schedule`` every layout takes the simulated schedule.  Returns a dict: ``pipeline``
+    simulated schedule by up to a few per cent): schedules of at most
+    :data:`memsym.timing.interleaved.MAX_PASSES` chunk passes take their longest path
+    (:func:`memsym.timing.interleaved.exact_interleaved`, the simulated schedule's), larger
+    ones keep the form, as GPipe does; with ``exact_schedule`` every layout takes the
+    simulated schedule.  Returns a dict: ``pipeline``
     (the makespan), ``bubble``,
     ``edges`` (:func:`ep_alone_passes`) [s]; ``launchable``; ``stages`` (the decoder layers
     of the first, middle, last (and heaviest middle) stages [layers]); ``tau`` (each stage's
@@ -159,8 +163,10 @@ def _pipeline(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule:
         pipeline = simulated_pipeline(st, pipeline, tau, p2p_exposed, p, m, v, chunk_tau)
     elif chunk_tau is None:
         # the closed form is exact only where the last stage is the slowest: 1F1B's rows
-        # (v = 1) take the schedule's exact makespan, as the simulated schedule prices them
+        # (v = 1) take the schedule's exact makespan, as the simulated schedule prices them,
+        # and so do the interleaved rows of a small schedule (its longest path, vectorised)
         pipeline = exact_one_f_one_b(st, pipeline, tau, p2p_exposed, p, m, v)
+        pipeline = exact_interleaved(st, pipeline, tau, p2p_exposed, p, m, v)
     return pipeline, pipeline - m * tau_max, launchable
 
 

@@ -20,7 +20,7 @@ with top-:math:`k` routing over :math:`E` experts, :math:`E/e` of them local:
    ``restore_output_by_local_experts``), the all-to-all, and ``unpermute`` (the :math:`Tk` rows
    scattered back with ``index_add_`` / ``scatter_add_`` into :math:`[T, h]`).
 
-This module prices 2, 4 and 6's copies at HBM bandwidth (:func:`dispatch_bytes`), 5 as TE
+This module prices 2, 4 and 6's copies as gathers (:mod:`memsym.timing.moe_copies`), 5 as TE
 launches it (:func:`grouped_gemm_time`), 1's GEMM at the input precision
 (:func:`gemm_seconds`), and 3 with the part of the EP group inside this GPU's NVLink domain on
 NVLink and the rest through its NIC (:func:`ep_alltoall_time`).
@@ -52,7 +52,8 @@ from ..hardware import gpu as _gpu
 from .collectives import (LINK_LATENCY, NVLINK_NCCL_EFFICIENCY, collective_bytes,
                           collective_time, group_bandwidth)
 from .efficiency import K0, LAUNCH_OVERHEAD, TILES, ceiling, gemm_time, memory_time
-from .flex_dispatch import FLEX_DISPATCHERS, flex_alltoall_time
+from .flex_dispatch import FLEX_DISPATCHERS, destinations_per_token, flex_alltoall_time
+from .moe_copies import ROUTER_BYTES_PER_LOGIT, dispatch_bytes, dispatch_seconds
 from .moe_eager import eager_seconds
 
 __all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "gemm_seconds",
@@ -62,11 +63,6 @@ __all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "ge
 #: Compute streams Transformer Engine spreads a grouped GEMM's per-expert cuBLAS calls over
 #: ([te-multistream]: ``num_compute_streams = 4``, GEMM i on stream i mod 4).
 TE_GEMM_STREAMS = 4
-#: HBM bytes per router logit [bytes] of the score function, top-k and aux-loss scores
-#: (router.py ``routing``; fused under ``moe_router_fusion``): read the bf16 logit (2), write
-#: the fp32 probability (4) and the 1-byte routing-map entry (1), and the aux-loss scores'
-#: fp32 softmax written and read back for the per-expert sum (8).  Memsym's count.
-ROUTER_BYTES_PER_LOGIT = 15
 
 
 def _arr(x):
@@ -201,66 +197,6 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
     if q.name == "router" and precision in ("fp8", "fp4"):
         precision = "bf16"
     return gemm_time(M, N, K, device, precision, eta_gemm=eta_gemm, count=q.count)
-
-
-def dispatch_bytes(tokens, sent, received, h, E, local, *, width: int = 2):
-    r"""HBM bytes of the all-to-all dispatcher's memory-bound forward work, one MoE layer [bytes].
-
-    .. math::
-
-        \underbrace{c_r\,T E}_{\text{router}}
-        + w\,h\,\bigl(\underbrace{2R_s}_{\text{permute}}
-        + \underbrace{4R_r\,[E/e > 1]}_{\text{sort, un-sort}}
-        + \underbrace{R_s + T}_{\text{unpermute}}\bigr)
-
-    with :math:`T` the tokens on the GPU, :math:`R_s = Tk` the routed rows it sends,
-    :math:`R_r` the rows its experts receive, :math:`c_r` :data:`ROUTER_BYTES_PER_LOGIT`.
-    ``permute`` gathers each routed row (read + write), ``sort_chunks_by_idxs`` reads and
-    writes the received rows before and after the experts when the GPU holds more than one,
-    ``unpermute`` reads the returned rows and writes the :math:`[T, h]` sum [megatron-moe].
-    The expert activation (SwiGLU with the routing probabilities, experts.py) is counted with
-    the layer's other activations (:func:`memsym.timing.gemm.memory_bytes`).  The backward
-    moves the same bytes (:func:`moe_layer_extras`).
-
-    Parameters
-    ----------
-    tokens : array_like
-        Tokens entering the MoE layer on this GPU, T [tokens].
-    sent, received : array_like
-        Routed rows it sends (T k) and its experts receive [rows].
-    h : int
-        Hidden size [1].
-    E : int
-        Routed experts [1].
-    local : array_like
-        Local experts, E / e [1].
-    width : int
-        Bytes per hidden-state element [bytes].
-
-    Returns
-    -------
-    numpy.ndarray
-        HBM bytes [bytes].
-
-    Examples
-    --------
-    Hand count, Qwen3-30B-A3B (h 2048, 128 experts, top-8) with EP 8, 4,096 tokens: 32,768
-    rows each way, 16 local experts; router 15 x 4096 x 128 bytes, copies
-    2 x 2048 x (2 + 4 + 1) x 32768 + 2 x 2048 x 4096:
-
-    >>> int(dispatch_bytes(4096, 32768, 32768, 2048, 128, 16))
-    964165632
-    >>> 15 * 4096 * 128 + 2 * 2048 * (7 * 32768 + 4096)
-    964165632
-
-    References
-    ----------
-    Megatron-LM d98e8a64dd moe/token_dispatcher.py, moe_utils.py (``permute``, ``unpermute``).
-    """
-    tokens, sent, received, local = (_arr(x) for x in (tokens, sent, received, local))
-    router = ROUTER_BYTES_PER_LOGIT * tokens * E
-    sort = np.where(local > 1, 4 * received, 0.0)
-    return router + width * h * (2 * sent + sort + sent + tokens)
 
 
 def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None):
@@ -500,12 +436,27 @@ def token_count_gather_time(E, e, t_e, cluster):
     return collective_time("all-gather", 8.0 * E * n, n, bw, lat)
 
 
+def _dispatch_traffic(tokens, h, E, k, e, t_e, cluster, dispatcher):
+    """The dispatch and combine all-to-alls (seconds, bytes sent) and the tokens landed on
+    this GPU under the flex dispatcher (None for the others); E is the model's, one value
+    broadcast over a search's grid."""
+    if dispatcher in FLEX_DISPATCHERS:
+        domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
+        one_s, one_b = flex_alltoall_time(tokens * h * 2, E, k, e,
+                                          ep_ranks_inside(e, t_e, domain), cluster)
+        # each token lands once on every EP rank its experts sit on, and is permuted there
+        return 2 * one_s, 2 * one_b, tokens * destinations_per_token(E, k, e)
+    held = tokens * k * h * 2
+    return (2 * ep_alltoall_time(held, e, t_e, cluster),
+            2 * collective_bytes("all-to-all", held, e), None)
+
+
 def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, *,
                      fp8_recipe: str | None = None, dispatcher: str = "alltoall"):
     r"""What one MoE layer adds on one GPU beyond its GEMMs and memory-bound bytes [s, bytes].
 
     .. math:: t_{fwd} = 2\,t_{a2a} + t_{etp} + t_{count},\ t_{bwd} = 2\,t_{a2a} + t_{etp},
-       \ t_{mem} = (B_{dispatch} + B_{cast} + B_{eager}) / B_{HBM}
+       \ t_{mem} = t_{copies} + (B_{cast} + B_{eager}) / B_{HBM}
 
     Beyond :func:`memsym.timing.gemm.memory_bytes` (what :mod:`memsym.timing.step` prices).
     Returns ``(forward s, backward s, forward bytes, backward bytes, forward memory s,
@@ -515,7 +466,8 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
       expert-TP all-gather and reduce-scatter (:func:`expert_tp_collectives`) each way, the
       forward's token-count all-gather (:func:`token_count_gather_time`; the backward reuses
       the splits), and the bytes one GPU sends in them;
-    * memory-bound work at HBM bandwidth: the dispatcher's copies (:func:`dispatch_bytes`),
+    * memory-bound work: the dispatcher's copies, the rows moved by index at the fraction of
+      HBM bandwidth a gather reaches (:func:`memsym.timing.moe_copies.dispatch_seconds`),
       whose backward is their mirror (permute's gradient is an unpermute and the reverse,
       sort's is the un-sort: the same bytes), and under FP8 the forward's cast of the routed
       rows into the grouped fc1 GEMM (:func:`grouped_quantize_bytes`; the backward reads the
@@ -562,9 +514,12 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
     (True, True)
     >>> abs(float(fs - bs) - (7 / 8 * 8 * 128 * 8 / 370e9 + 7 * 5e-6)) < 1e-15
     True
-    >>> copies = 15 * 4096 * 128 + 2 * 2048 * (7 * 32768 + 4096)
-    >>> float(bm) == copies / 3.35e12, abs(float(fm - bm) - 4 * 32768 * 2048 / 3.35e12) < 1e-15
-    (True, True)
+    >>> router, rows = 15 * 4096 * 128, 2 * 2048 * (2 * (4096 + 32768) + 4 * 32768)
+    >>> copies = router / 3.35e12 + rows / (3.35e12 * 2.399 / 4.8)   # gathers at 0.4998
+    >>> abs(float(bm) / copies - 1) < 1e-12
+    True
+    >>> abs(float(fm - bm) - 4 * 32768 * 2048 / 3.35e12) < 1e-15
+    True
 
     References
     ----------
@@ -576,21 +531,15 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
     E = _arr(next(q for q in gemms if q.name == "router").N)      # the router's N is E
     h = _arr(fc1.K)
     held = tokens * k * h * 2
-    if dispatcher in FLEX_DISPATCHERS:
-        domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
-        # E is the model's (one value, broadcast over a search's grid)
-        one_s, one_b = flex_alltoall_time(tokens * h * 2, int(np.ravel(E)[0]), k, e,
-                                          ep_ranks_inside(e, t_e, domain), cluster)
-        seconds, sent = 2 * one_s, 2 * one_b
-    else:
-        seconds = 2 * ep_alltoall_time(held, e, t_e, cluster)
-        sent = 2 * collective_bytes("all-to-all", held, e)
+    seconds, sent, landed = _dispatch_traffic(tokens, h, int(np.ravel(E)[0]), k, e, t_e,
+                                              cluster, dispatcher)
     etp_s, etp_b = expert_tp_collectives(held * t_e, t_e, cluster)
     n = _arr(e) * t_e
     counts = token_count_gather_time(E, e, t_e, cluster)
     counts_b = collective_bytes("all-gather", 8.0 * E * n, n)
     received = _arr(fc1.M) * fc1.count
-    copies = memory_time(dispatch_bytes(tokens, tokens * k, received, h, E, fc1.count), device)
+    copies = dispatch_seconds(tokens, tokens * k, received, h, E, fc1.count, device,
+                              landed=landed)
     cast = 0.0
     if precision in ("fp8", "fp4"):
         cast = memory_time(grouped_quantize_bytes(received, h, fp8_recipe), device)

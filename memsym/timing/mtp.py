@@ -46,28 +46,54 @@ MTP_NORMS = 3
 
 
 def mtp_settings(st: Settings) -> Settings:
-    r"""The settings an MTP depth runs under: the run's, at 16 bits where it runs FP4.
+    r"""The settings an MTP depth's block runs under: 16 bits under FP4, rerun whole or not.
+
+    The run's settings, at 16 bits where it runs FP4; under full recompute its whole forward
+    rerun in backward, or none of it.
 
     .. math:: \text{precision}_{MTP} = \begin{cases} \text{bf16} & \text{FP4 run} \\
-        \text{precision} & \text{otherwise (FP8: the global FP8 recipe)} \end{cases}
+        \text{precision} & \text{otherwise (FP8: the global FP8 recipe)} \end{cases},\qquad
+        r_{MTP} = \begin{cases} 1 & \text{full, uniform} \\ 0 & \text{full, block}
+        \end{cases}
+
+    Under ``recompute_granularity == 'full'`` the layer checkpoints ``_proj_and_transformer_
+    layer`` whole (:1705-1706, its ``recompute_method == 'uniform'`` branch :1621-1629, which
+    asserts ``recompute_num_layers == 1``), whatever share of the decoder's layers the method
+    reruns; ``block`` "is not supported for MTP yet.  Skipping recompute." (:1630-1649): the
+    block runs as without recompute.  The same object where nothing changes.
 
     Parameters
     ----------
     st : Settings
-        The run's settings.
+        The run's settings (``precision``, ``recompute``, ``recompute_fraction``,
+        ``mtp_recompute``).
 
     Examples
     --------
     >>> mtp_settings(Settings(precision="fp4")).precision, mtp_settings(Settings(
     ...     precision="fp8", fp8_recipe="mxfp8")).fp8_recipe
     ('bf16', 'mxfp8')
+    >>> blk = Settings(recompute="full", recompute_fraction=0.25, mtp_recompute=False)
+    >>> mtp_settings(blk).recompute, mtp_settings(Settings(recompute="full",
+    ...     recompute_fraction=0.25)).recompute_fraction
+    ('none', 1.0)
+    >>> st = Settings(recompute="full"); mtp_settings(st) is st
+    True
 
     References
     ----------
     Megatron-LM megatron/core/transformer/multi_token_prediction.py:1386-1394
-    ``_proj_and_transformer_layer`` (rev d98e8a64dd).
+    ``_proj_and_transformer_layer``, :1621-1649 ``_checkpointed_forward``, :1705-1706
+    ``forward`` (rev d98e8a64dd).
     """
-    return dataclasses.replace(st, precision="bf16") if st.precision == "fp4" else st
+    changes = {}
+    if st.precision == "fp4":
+        changes["precision"] = "bf16"
+    if st.recompute == "full" and not st.mtp_recompute:
+        changes["recompute"] = "none"
+    elif st.recompute == "full" and not np.all(np.asarray(st.recompute_fraction) == 1.0):
+        changes["recompute_fraction"] = 1.0
+    return dataclasses.replace(st, **changes) if changes else st
 
 
 def mtp_block(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap: Overlap) -> tuple:
@@ -152,6 +178,8 @@ def mtp_depth(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, ends: t
             + t_{\text{norms}} + t^{\text{fwd}}_{\text{TP}},\qquad
         t^{\text{bwd}} = t_{\text{GEMM}}(T, 2h, h/t) + t_{\text{GEMM}}(2h, h/t, T)
             + t^{\text{bwd}}_{\text{out}} + 1.5\,t_{\text{norms}} + t^{\text{bwd}}_{\text{TP}}
+            + r_{MTP}\,\bigl(t_{\text{GEMM}}(T, h/t, 2h) + \tfrac{2}{3}\,t_{\text{norms}}
+            + t^{\text{fwd}}_{\text{TP}}\bigr)
 
     with :math:`T = bs/c` tokens: ``eh_proj`` forward, dgrad and wgrad (FLOPs
     :math:`2\,T\,2h\,h/t` each) at the MTP block's precision (:func:`mtp_settings`); the
@@ -167,7 +195,12 @@ def mtp_depth(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, ends: t
     and the re-gather under the dgrad GEMM, as the decoder's column-parallel layers
     (:mod:`memsym.timing.layer`); the rest is exposed.  Not priced: the concatenation copy,
     the quantization casts of eh_proj's input under FP8, the embedding's and output layer's
-    own TP collectives (as for the model's).
+    own TP collectives (as for the model's).  Under full recompute with the block
+    checkpointed (:math:`r_{MTP} = 1`, :func:`mtp_settings`) the backward reruns what the
+    checkpointed ``_proj_and_transformer_layer`` runs beside the layer: ``_concat_embeddings``'
+    ``enorm`` and ``hnorm`` (two of the three norms), eh_proj's forward GEMM and its forward
+    TP collectives; the embedding (``_get_embeddings``), ``final_layernorm`` and the output
+    layer run outside the checkpoint (multi_token_prediction.py:1335-1358, :1695-1737).
 
     Parameters
     ----------
@@ -223,6 +256,9 @@ def mtp_depth(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, ends: t
     f_tp, b_tp = _eh_proj_tp(x, st, clu, overlap, T, (t, c, d), dgrad, wgrad)
     fwd = eh_f + emb + out_f + norms + f_tp
     bwd = dgrad + wgrad + out_b + BACKWARD_MEMORY * norms + b_tp
+    if mtp_settings(st).recompute == "full":
+        # the checkpointed projection reruns: enorm and hnorm, eh_proj and its forward TP
+        bwd = bwd + eh_f + norms * 2 / MTP_NORMS + f_tp
     return fwd, bwd
 
 

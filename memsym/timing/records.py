@@ -161,6 +161,11 @@ class Settings:
         ``--mla-down-proj-fusion`` (default off): MLA's input norm fused into the q/kv
         down-projection, not rerun by ``layernorm`` (:func:`memsym.timing.recompute.
         norms_recomputed`).
+    mtp_recompute : bool
+        Under full recompute, whether the backward reruns the MTP depths' checkpointed block
+        (their projection and layer, :func:`memsym.timing.mtp.mtp_settings`): Megatron's
+        ``--recompute-method uniform`` checkpoints it, ``block`` skips it
+        (multi_token_prediction.py:1621-1649 at d98e8a64dd).
     """
 
     seq_length: int = 2048
@@ -192,6 +197,7 @@ class Settings:
     muon_ns_steps: int = 5
     muon_nesterov: bool = False
     mla_down_proj_fusion: bool = False
+    mtp_recompute: bool = True
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,13 @@ chunk of Q tokens, head of P = d_ssm/H channels and state N:
    :math:`2Q(GN + d_{ssm})` FLOPs per token;
 2. the chunk states :math:`B^\top X` (:math:`N\times Q\cdot Q\times P`): :math:`2N d_{ssm}`;
 3. the state passing between chunks (a scan of the T/Q chunk states, elementwise):
-   memory-bound, the fp32 states written, read and written by the scan, read by step 4;
+   memory-bound, the fp32 states read and written in ``state_dtype`` (bf16), read by step 4;
 4. the output from the states :math:`C\,S` (:math:`Q\times N\cdot N\times P`): :math:`2N d_{ssm}`.
+
+:func:`ssd_kernels` lists every kernel the fused op and the norm launch, forward and
+backward, with its FLOPs and the bytes of the buffers it reads and writes; the step prices a
+matmul kernel at the longer of its FLOPs at :data:`SSD_FRACTION` of the 16-bit peak and its
+bytes at HBM bandwidth, the others at HBM bandwidth (:mod:`memsym.timing.layer`).
 
 References
 ----------
@@ -40,7 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["MAMBA_CHUNK", "SSD_TRITON_H800", "H800_BF16_PEAK", "SSD_FRACTION", "ssd_flops",
-           "ssd_kernel_flops", "mamba_memory_bytes"]
+           "ssd_kernel_flops", "ssd_kernels", "layout_copy_bytes"]
 
 #: Megatron-core MambaMixer's SSD chunk length Q [tokens] (``chunk_size=128``,
 #: megatron/core/ssm/mamba_mixer.py at d98e8a64dd; the Nemotron-H specs keep it).
@@ -166,53 +171,135 @@ def ssd_kernel_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     return per * (2 * qgn + qd + 4 * nd), per * (6 * qgn + 3 * qd + 10 * nd)
 
 
-def mamba_memory_bytes(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK, width: int = 2):
-    r"""HBM bytes of one Mamba-2 mixer's memory-bound forward work on one GPU [bytes].
+def ssd_kernels(ssm: tuple, chunk: int = MAMBA_CHUNK, width: int = 2) -> tuple:
+    r"""Per-token FLOPs and HBM bytes of each kernel one Mamba-2 mixer launches (t = 1).
 
-    Per token, 16-bit elements (``width`` bytes) and the fp32 chunk states:
+    Forward and backward, as mamba_ssm's ``MambaSplitConv1dScanCombinedFn`` and
+    Megatron-core's ``ExtendedRMSNorm`` run them on one GPU.  With :math:`w` bytes per 16-bit element, fp32 (4-byte) chunk states of
+    :math:`S = d_{ssm}N/Q` values per token, ``CB`` and ``dCB`` in fp32 (:math:`GQ` per
+    token) and ``dB``, ``dC`` accumulated in fp32, the kernels read and write (bytes per
+    token; FLOPs as :func:`ssd_kernel_flops` splits them):
 
     .. math::
 
-        \frac{w\,\bigl(2(d_{ssm} + 2GN) + (3d_{ssm} + 2GN + H) + 2d_{ssm}\bigr)
-        + 4 \cdot 4\, d_{ssm} N / Q}{t}
+        \begin{aligned}
+        &\text{conv1d}: 2w(d + 2GN),\quad \text{chunk\_state}: w(d + GN) + 4S,\quad
+        \text{state\_passing}: (4 + w)S,\\
+        &\text{bmm\_chunk}: 2wGN + 4GQ,\quad
+        \text{chunk\_scan}: w(4d + GN) + 4GQ + wS,\quad \text{norm}: 2wd
+        \end{aligned}
 
-    the causal conv1d reading and writing x, B, C; the scan reading the conv output, dt and z
-    and writing y; the gated RMSNorm reading y and writing its output; the chunk states
-    (:math:`H P N = d_{ssm}N` fp32 values per chunk of Q tokens) written, read and written by
-    the state passing and read by the output step.  The layer's own norm and residual are
-    :func:`memsym.timing.gemm.memory_bytes`'s.  Memsym's count.
+    forward (chunk_scan reads CB, x, z, C and the bf16 states and writes the gated output
+    and ``out_x``), and backward the norm's :math:`3wd`, the recomputed conv1d, bmm_chunk,
+    chunk_state and fp32 state passing (:math:`8S`), ``bwd_dz`` :math:`6wd`, ``dstates``
+    :math:`w(d + GN) + 4S`, ``state_passing_bwd`` :math:`(8 + 2w)S`, ``dx``
+    :math:`w(3d + GN) + 4GQ + wS`, ``dB`` and ``dC`` :math:`w(d + GN) + 4GN + wS` each,
+    ``dC.sum`` :math:`8GN`, ``dcb`` :math:`2wd + 4GQ`, ``dcb.sum`` :math:`8GQ`, two
+    ``bmm_chunk_bwd`` :math:`2wGN + 4GQ + 4GN` each, ``ddAcs_stable`` :math:`2wd + 4GQ`
+    and the conv1d backward :math:`3w(d + 2GN)`.  The per-head vectors (dt, dA_cumsum,
+    ddA: H wide) are left out (1 to 2 % of the bytes at Nemotron 3 Nano's shape).  Every
+    count is linear in :math:`d, G, H`, so a TP rank's share is the count over t.
 
     Parameters
     ----------
     ssm : tuple
         ``(d_ssm, N, H, G, conv kernel)`` [1].
-    T : array_like
-        Tokens of one micro-batch on the CP rank [tokens].
-    t : array_like
-        Tensor-parallel size [GPUs].
     chunk : int
         Chunk length Q [tokens].
+    width : int
+        Bytes per 16-bit activation element [bytes/element].
+
+    Returns
+    -------
+    tuple
+        ``(forward, backward)``, each a tuple of ``(kernel, FLOPs per token [FLOP],
+        bytes per token [bytes])``; FLOPs 0 for the memory-bound kernels.
+
+    Examples
+    --------
+    d_ssm = 64, N = 16, G = 1, Q = 4 (S = 256): the forward chunk scan moves
+    2 (256 + 16) + 16 + 2 * 256 = 1072 bytes per token for 4 * 64 + 2 * 16 * 64 FLOPs; the
+    backward's kernels FLOPs sum to :func:`ssd_kernel_flops`'s.
+
+    >>> f, b = ssd_kernels((64, 16, 2, 1, 4), chunk=4)
+    >>> dict((k, (fl, by)) for k, fl, by in f)["chunk_scan"]
+    (2304, 1072.0)
+    >>> sum(fl for _, fl, _ in b) == float(ssd_kernel_flops((64, 16, 2, 1, 4), 1, chunk=4)[1])
+    True
+
+    References
+    ----------
+    .. [mamba-ssm] mamba_ssm/ops/triton/ssd_combined.py at e9594ce
+       (``MambaSplitConv1dScanCombinedFn.forward`` / ``backward``,
+       ``_mamba_chunk_scan_combined_fwd`` / ``_bwd``), ssd_chunk_scan.py,
+       ssd_chunk_state.py, ssd_state_passing.py, ssd_bmm.py (the buffers' dtypes).
+    .. [megatron-lm] megatron/core/ssm/mamba_mixer.py at d98e8a64dd (``_ssm_training``:
+       ``state_dtype`` = params_dtype, the norm after the fused kernel).
+    """
+    d, N, _, G, _ = ssm
+    w, Q = width, chunk
+    gn, gq, S = G * N, G * Q, d * N / Q
+    conv = 2 * w * (d + 2 * gn)
+    state = ("chunk_state", 2 * N * d, w * (d + gn) + 4 * S)
+    bmm = ("bmm_chunk", 2 * Q * gn, 2 * w * gn + 4 * gq)
+    grads = w * (d + gn) + 4 * gn + w * S          # dB or dC: x or dY, B or C, states
+    fwd = (("conv1d", 0, conv), state, ("state_passing", 0, (4 + w) * S), bmm,
+           ("chunk_scan", Q * d + 2 * N * d, w * (4 * d + gn) + 4 * gq + w * S),
+           ("norm", 0, 2 * w * d))
+    bwd = (("norm", 0, 3 * w * d), ("conv1d", 0, conv), bmm, state,
+           ("state_passing", 0, 8 * S), ("dz", 0, 6 * w * d),
+           ("dstates", 2 * N * d, w * (d + gn) + 4 * S),
+           ("state_passing_bwd", 0, (8 + 2 * w) * S),
+           ("dx", Q * d + 2 * N * d, w * (3 * d + gn) + 4 * gq + w * S),
+           ("db", 2 * N * d, grads), ("dc", 2 * N * d, grads), ("dc_sum", 0, 8 * gn),
+           ("dcb", Q * d, 2 * w * d + 4 * gq), ("dcb_sum", 0, 8 * gq),
+           ("bmm_chunk_bwd", 4 * Q * gn, 2 * (2 * w * gn + 4 * gq + 4 * gn)),
+           ("ddacs", Q * d, 2 * w * d + 4 * gq), ("conv1d_bwd", 0, 1.5 * conv))
+    return fwd, bwd
+
+
+def layout_copy_bytes(ssm: tuple, width: int = 2) -> tuple:
+    r"""Per-token HBM bytes of Megatron-core's layout copies around the fused kernel [bytes].
+
+    Forward and backward, at micro-batch size b > 1 (t = 1):
+
+    .. math::
+
+        B_{\text{fwd}} = 2w\,(2d_{ssm} + 2GN + H) + 2w\,d_{ssm},\qquad
+        B_{\text{bwd}} = 2w\,(2d_{ssm} + 2GN + H)
+
+    ``_ssm_training`` copies in_proj's ``zxBCdt`` from ``[s, b, .]`` to ``[b, s, .]``
+    (``rearrange(...).contiguous()``) and the kernel's output back; in the backward
+    Transformer Engine's ``grad_output_preprocess`` makes in_proj's permuted output gradient
+    contiguous (``reshape``, ``contiguous``).  At b = 1 the permuted tensors are already
+    contiguous (PyTorch ignores a size-1 dimension's stride): no copy.
+
+    Parameters
+    ----------
+    ssm : tuple
+        ``(d_ssm, N, H, G, conv kernel)`` [1].
     width : int
         Bytes per activation element [bytes/element].
 
     Returns
     -------
-    numpy.ndarray
-        HBM bytes [bytes].
+    tuple of float
+        Forward and backward bytes per token [bytes].
 
     Examples
     --------
-    d_ssm = 64, N = 16, H = 2, G = 1, Q = 4, T = 8: 8 (2 (2 * 96 + 226 + 128) + 16 * 64 * 16 / 4)
-    = 8 * 5188 bytes.
+    d_ssm = 64, N = 16, H = 2, G = 1: in_proj's output is 2 * 64 + 32 + 2 = 162 wide.
 
-    >>> float(mamba_memory_bytes((64, 16, 2, 1, 4), 8, chunk=4)) == 8 * 5188
-    True
+    >>> layout_copy_bytes((64, 16, 2, 1, 4))
+    (904, 648)
 
     References
     ----------
-    .. [mamba2] arXiv:2405.21060 §6-7 (the SSD chunk states, the Mamba-2 block).
+    .. [megatron-lm] megatron/core/ssm/mamba_mixer.py at d98e8a64dd (``_ssm_training``: the
+       two ``rearrange(...).contiguous()``).
+    .. [transformer-engine] transformer_engine/pytorch/module/base.py at d0067d0da6
+       (``grad_output_preprocess``: ``reshape`` then ``contiguous``).
     """
     d, N, H, G, _ = ssm
-    per = np.asarray(T, float) / np.asarray(t, float)
-    elems = 2 * (d + 2 * G * N) + (3 * d + 2 * G * N + H) + 2 * d
-    return per * (width * elems + 16 * d * N / chunk)
+    zx = 2 * width * (2 * d + 2 * G * N + H)
+    return zx + 2 * width * d, zx

@@ -384,6 +384,8 @@ def _settings_of(arch, layout, training) -> Settings:
                     reduce_per_microbatch=states.sharding == "zero2",
                     pipelined_fsdp=states.sharding == "fsdp" and titan,
                     recompute_fraction=_recompute_fraction(arch, layout, training),
+                    # block skips the MTP layer's recompute (multi_token_prediction.py:1630)
+                    mtp_recompute=mem.recompute_method != "block",
                     # Megatron's --recompute-modules under selective (default core_attn)
                     recompute_modules=(recompute_modules_of(training)
                                        if mem.recompute == "selective" else ("core_attn",)),

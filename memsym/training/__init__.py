@@ -31,8 +31,8 @@ from .activations import resolved_stage_activations, stage_activations
 from .estimate import (TrainingEstimate, arch_values, candidate_stages, job_memory,
                        training_memory, training_values, validate)
 from .model_states import STEP_STATE_KEYS, job_stage_parameters, stage_counts
-from .totals import (OUTSIDE_ALLOCATOR_KEYS, outside_allocator, phase_totals, resolved_stage_total,
-                     stage_total)
+from .totals import (OUTSIDE_ALLOCATOR_KEYS, outside_allocator, phase_parts, phase_totals,
+                     resolved_stage_total, stage_total)
 from .traits import output_stage
 from .transients import PHASES, phase_transients, states_and_transients
 

@@ -22,8 +22,9 @@ from ..symbols import L, m, p, v
 from ..term import Source, Term, Total
 from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
 from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
-                                 clamped_glu_copy, lora_gathered_inputs, output_activations,
-                                 unfused_glu_products)
+                                 clamped_glu_copy, fp8_glu_input, lora_gathered_inputs,
+                                 mtp_input_activations,
+                                 output_activations, unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.hf_norms import final_norm_excess
 from ..terms.op_sac import sac_attention_recomputed
@@ -212,7 +213,9 @@ def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
     # Zamba's shared blocks: the per-use adapters' rank and placement, the Mamba version
     shared_block = dict(adapter_rank=x.shared_adapter_rank or 0,
                         attention_adapters=bool(x.shared_attention_adapters),
-                        mamba1=x.mamba_version == 1) if x.shared_blocks else None
+                        mamba1=x.mamba_version == 1,
+                        # transformers shards no Zamba Mamba-1 mixer (memsym.terms.mamba1)
+                        tensor_parallel=layout.t != 1) if x.shared_blocks else None
     return _StageLayers(pattern, kinds, hybrid, uniform, shared_block)
 
 
@@ -271,7 +274,13 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     # path's clamped products are not modelled
     clamp = clamped_glu_copy(bool(fused and x.swiglu and (x.extra or {}).get("swiglu_limit")
                                   and framework_record(training.framework).moe_glu_clamp_copy))
+    # activation_func_fp8_input_store: the fused SwiGLU saves its input in FP8 (Megatron-core
+    # refuses it for another activation, which memsym.job_checks mirrors)
+    fp8_glu = bool(fused and x.swiglu and training.memory.activation_func_fp8_input_store)
+    shared_kept = shared and not (recompute == "selective"
+                                  and {"shared_experts", "moe"} & set(mods or ()))
     glu_kept = {moe: unfused_glu_products(fused, moe=moe).expr + (clamp.expr if moe else 0)
+                + fp8_glu_input(fp8_glu, moe=moe, shared=shared_kept and moe).expr
                 for moe in (False, True)}
     kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
 
@@ -386,15 +395,39 @@ def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, laye
                   else Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)"),
                   label="output layer")]
     if x.mtp_num_layers:
+        checkpointed = _mtp_checkpointed(training, recompute)
+        # under the MTP checkpoint the layer's own final_layernorm (_postprocess, called at the
+        # end of _proj_and_transformer_layer, multi_token_prediction.py:1429 at d98e8a64dd)
+        # is recomputed: the pass keeps the output layer's input and the loss's logits only
+        mtp_out = out - sum((out_total[k].expr for k in ("final_norm_input",
+                                                         "final_norm_statistics")
+                             if k in out_total.keys), sp.Integer(0)) if checkpointed else out
         # one set per pass, a repeated layer's too (mtp_use_repeated_layer runs layers[0] on
         # each pass's own inputs, multi_token_prediction.py:2048-2115 at d98e8a64dd)
         terms.append(Term("mtp_activations",
                           n_out * x.mtp_num_layers * (_mtp_block(x, layout, training,
                                                                  layer_model, layers,
-                                                                 recompute) + out),
+                                                                 recompute) + mtp_out),
                           "multi-token-prediction layers: one layer and one more logits each",
                           _DERIVED, label="MTP"))
+        fp8_in = layer_model[1].get("fp8_inputs", False)   # the MTP layer ignores FP4
+        inputs = mtp_input_activations(
+            sequence_parallel=sequence_parallel_on(layout), norm=x.normalization.lower(),
+            dropout=dropout_kept(training), checkpointed=checkpointed,
+            fp8_inputs=False if fp8_in == "nvfp4" else fp8_in)
+        terms.append(Term("mtp_input_activations", n_out * x.mtp_num_layers * inputs.expr,
+                          "each MTP pass's embedding, enorm/hnorm inputs and statistics and "
+                          "eh_proj's 2h-wide input", Source(
+                              "megatron-lm", "megatron/core/transformer/multi_token_prediction.py"
+                              " at d98e8a64dd, _get_embeddings and _concat_embeddings "
+                              "(lines 1279-1359)"), label="MTP inputs"))
     return terms
+
+
+def _mtp_checkpointed(training: Training, recompute: str) -> bool:
+    # Megatron's MTP layer runs under its own checkpoint in full recompute, except with
+    # recompute_method block (multi_token_prediction.py:1621-1648 at d98e8a64dd)
+    return recompute == "full" and training.memory.recompute_method != "block"
 
 
 def _mtp_block(x, layout: Layout, training: Training, layer_model: tuple, layers: _StageLayers,
@@ -403,13 +436,20 @@ def _mtp_block(x, layout: Layout, training: Training, layer_model: tuple, layers
     kind (Megatron-core builds the block as a ``HybridStack`` of ``mtp_layer_pattern``,
     multi_token_prediction.py:1199-1214 at d98e8a64dd), else the last decoder layer's kind.
 
-    Under full recompute with ``recompute_method`` block, the MTP layer is not checkpointed
-    (multi_token_prediction.py:1630-1648: "not supported for MTP yet. Skipping recompute"):
-    the GPT path's one layer keeps everything; a hybrid's ``HybridStack`` still runs its own
-    ``checkpointed_forward`` (models/hybrid/hybrid_block.py:360-371), whose block method checkpoints the
-    first N of its layers and keeps everything of the rest (megatron/core/recompute.py:167-181)."""
+    Under full recompute the MTP layer runs under its own checkpoint (lines 1584-1629), so
+    its block keeps nothing (the checkpoint's arguments are
+    :func:`memsym.terms.activations.mtp_input_activations`), except with
+    ``recompute_method`` block (lines 1630-1648: "not supported for MTP yet. Skipping
+    recompute"): the GPT path's one layer keeps everything; a hybrid's ``HybridStack`` still
+    runs its own ``checkpointed_forward`` (models/hybrid/hybrid_block.py:360-371), whose block
+    method checkpoints the first N of its layers and keeps everything of the rest
+    (megatron/core/recompute.py:167-181)."""
     per_layer, common, mods, shared = layer_model
-    block = recompute == "full" and training.memory.recompute_method == "block"
+    if _mtp_checkpointed(training, recompute):
+        # the whole layer is checkpointed: it keeps only the checkpoint's two arguments,
+        # counted with its inputs (memsym.terms.activations.mtp_input_activations)
+        return sp.Integer(0)
+    block = recompute == "full"
     if not (layers.hybrid and x.mtp_layer_pattern):
         return per_layer(layers.pattern[-1], "none" if block else recompute)
     n_rec = training.memory.recompute_num_layers if block else None

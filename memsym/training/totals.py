@@ -51,8 +51,21 @@ def stage_total(arch, layout: Layout = Layout(), training: Training = Training()
     return resolved_stage_total(unchecked(resolve_arch(arch, training), layout, training), stage)
 
 
-def _phase_parts(j: Job | UncheckedJob, stage: int):
-    acts = resolved_stage_activations(j, stage)
+def phase_parts(j: Job | UncheckedJob, stage: int, acts: Total | None = None) -> tuple:
+    """(Terms kept in every phase, activation Terms, {phase: transient Terms}) of stage
+    ``stage``: the model states and the framework's buffers (the CUDA graphs', the captured
+    optimizer step's pool), the activations (``acts``: the stage's
+    :func:`resolved_stage_activations` when None) and each phase's transients, the pieces
+    :func:`resolved_stage_total` adds and ``memsym.search`` compiles over its grid.
+
+    Examples
+    --------
+    >>> from memsym.job import job
+    >>> states, act, trans = phase_parts(job("llama2-7b"), 0)
+    >>> [term.key for term in states][:3], sorted(trans) == sorted(PHASES)
+    (['weights', 'gradients', 'optimizer'], True)
+    """
+    acts = resolved_stage_activations(j, stage) if acts is None else acts
     states, trans = states_and_transients(j, stage, acts)   # built once: the costliest part
     act = list(acts.terms)
     step = sp.Add(*(term.expr for term in trans["optimizer"]))
@@ -170,7 +183,7 @@ def resolved_stage_total(j: Job | UncheckedJob, stage: int) -> Total:
     peak (model states + activations + the peak phase's transients + allowances), in the
     count symbols of :func:`stage_counts`; ``memsym.search`` compiles this same total over
     its grid."""
-    states, act, trans = _phase_parts(j, stage)
+    states, act, trans = phase_parts(j, stage)
     terms = states + act
     peak = _phase_term(act, trans)
     if peak is not None:
@@ -201,7 +214,7 @@ def phase_totals(j: Job | UncheckedJob, stage: int) -> dict:
     >>> sorted(tots)
     ['backward', 'forward', 'loss-backward', 'optimizer']
     """
-    states, act, trans = _phase_parts(j, stage)
+    states, act, trans = phase_parts(j, stage)
     out = {}
     for ph in PHASES:
         terms = list(states) + (list(act) if ph != "optimizer" else []) + list(trans[ph])

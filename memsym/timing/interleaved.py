@@ -1,0 +1,262 @@
+r"""The exact makespan of the interleaved schedule (v > 1) of a grid of layouts, vectorised.
+
+Megatron-LM's ``forward_backward_pipelining_with_interleaving`` run on its data dependencies
+(:func:`memsym.terms.pipeline_order.simulate`) is a longest path through a DAG of 2 p m v
+chunk passes whose shape depends on (p, m, v, N) alone: the durations only weight it.  So
+each distinct (p, m, v, N) is ordered once (:func:`schedule_levels`, remembered) into
+levels of passes whose predecessors all lie in earlier levels, and the longest path of every
+layout of that shape is then one numpy step per level over all of them
+(:func:`interleaved_makespan`): each pass ends at the later of its rank's previous pass and
+its dependency, plus its own duration, in the simulation's own arithmetic, so the search and
+``memsym estimate`` price the same makespan to the last bit.  A level's step costs about the
+same for one layout as for thousands, but a schedule has about 2 m v + 2 p v levels and a
+search prices each of its (recompute, SP, sharding) groups apart, so only schedules of at
+most :data:`MAX_PASSES` passes take it; larger ones keep the closed form
+(:func:`exact_interleaved`), off the simulated schedule by up to a few per cent where the
+end stages differ (no closed form of the interleaved longest path with unequal stages is
+known to memsym: the critical paths found for p = 2 alone fall into a dozen families).
+
+References
+----------
+.. [megatron-lm] core/pipeline_parallel/schedules.py (forward_backward_pipelining_with_
+   interleaving: num_warmup_microbatches = (p - rank - 1) * 2 + (v - 1) *
+   microbatch_group_size_per_vp_stage, capped at m v; get_schedule_table), rev d98e8a64dd.
+.. [narayanan] arXiv:2104.04473 §2.2.2 (the interleaved schedule).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+
+import numpy as np
+
+from ..errors import InvalidValueError
+from ..terms.pipeline_order import rank_order
+from .pipeline import microbatch_group
+
+__all__ = ["MAX_PASSES", "schedule_levels", "interleaved_makespan", "exact_interleaved"]
+
+#: The most chunk passes (2 p m v) of one (p, m, v, N) shape priced by its exact longest
+#: path in a grid; larger shapes keep the closed form (their levels, one numpy step each,
+#: would outweigh the rest of a search).
+MAX_PASSES = 128
+
+
+@functools.lru_cache(maxsize=512)
+def schedule_levels(p: int, m: int, v: int, group: int) -> tuple:
+    r"""The passes of one interleaved schedule in levels of its DAG, for vectorised pricing.
+
+    .. math:: \ell(\pi) = 1 + \max\bigl(\ell(\pi^{-}_{r}),\ \ell(\operatorname{dep}\pi)\bigr)
+
+    each pass :math:`\pi` (a forward or backward of one micro-batch through one chunk) one
+    level after its rank's previous pass and its dependency (the previous virtual stage's
+    forward; the next one's backward, or its own forward on the last), in Megatron's op order
+    (:func:`memsym.terms.pipeline_order.rank_order`).
+
+    Parameters
+    ----------
+    p, m, v : int
+        Pipeline-parallel size [GPUs], micro-batches [1] and model chunks per rank [1].
+    group : int
+        ``microbatch_group_size_per_vp_stage`` N [1].
+
+    Returns
+    -------
+    tuple
+        ``(levels, ends, n)``: per level ``(passes, rank_previous, dependency, duration)``
+        index arrays [1] (a missing predecessor is pass ``n``, which ends at 0; the duration
+        index 0..5 is forward of the first, middle, last rank, then backward); ``ends`` the
+        last pass of each rank [1]; ``n`` the number of passes [1].  None where the order
+        deadlocks (some layouts Megatron refuses: m mod N in (0, p)).
+
+    Examples
+    --------
+    >>> levels, ends, n = schedule_levels(2, 2, 2, 2)
+    >>> n, len(levels)          # by hand: 2 p m v = 16 passes; rank 0's 8 in a row at least
+    (16, 10)
+
+    References
+    ----------
+    .. [megatron-schedules] forward_backward_pipelining_with_interleaving (rev d98e8a64dd).
+    """
+    orders = [rank_order(r, p, m, v, group) for r in range(p)]
+    index, level = {}, []
+    pos, prev = [0] * p, [-1] * p
+    rows = []          # (pass, rank previous, dependency, duration index)
+    last = p * v - 1
+    remaining = 2 * p * m * v
+    while remaining:
+        before = remaining
+        for r in range(p):
+            role = 0 if r == 0 else (2 if r == p - 1 else 1)
+            while pos[r] < len(orders[r]):
+                kind, mb, ch = orders[r][pos[r]]
+                gs = ch * p + r
+                if kind == "F":
+                    dep = ("F", mb, gs - 1) if gs > 0 else None
+                else:
+                    dep = ("B", mb, gs + 1) if gs < last else ("F", mb, gs)
+                if dep is not None and dep not in index:
+                    break
+                i, d = len(level), (index[dep] if dep is not None else -1)
+                level.append(1 + max(level[prev[r]] if prev[r] >= 0 else -1,
+                                     level[d] if d >= 0 else -1))
+                rows.append((i, prev[r], d, role + (3 if kind == "B" else 0)))
+                index[(kind, mb, gs)] = prev[r] = i
+                pos[r] += 1
+                remaining -= 1
+        if remaining == before:
+            return None      # a layout Megatron refuses (m mod N below p) can deadlock
+    n = len(rows)
+    arr = np.array(rows, dtype=np.intp)
+    arr[arr < 0] = n
+    lev = np.array(level)
+    order = np.argsort(lev, kind="stable")
+    bounds = np.flatnonzero(np.diff(lev[order])) + 1
+    levels = tuple(tuple(arr[grp, k] for k in range(4)) for grp in np.split(order, bounds))
+    return levels, np.array(prev, dtype=np.intp), n
+
+
+def interleaved_makespan(p: int, m: int, v: int, group: int, fwd: tuple, bwd: tuple):
+    r"""Makespan of the interleaved schedule of many layouts of one shape [s].
+
+    .. math:: e(\pi) = \max\bigl(e(\pi^{-}_{r}),\ e(\operatorname{dep}\pi)\bigr)
+        + \frac{d_r}{v},\qquad T = \max_\pi e(\pi)
+
+    the simulated schedule's recurrence (:func:`memsym.terms.pipeline_order.simulate`) with
+    rank r's whole-stage forward or backward :math:`d_r` split evenly over its v chunks, the
+    ranks the first, p - 2 middle ones and the last, run level by level
+    (:func:`schedule_levels`) over all layouts at once.
+
+    Parameters
+    ----------
+    p, m, v, group : int
+        Pipeline-parallel size [GPUs], micro-batches [1], model chunks per rank [1] and the
+        micro-batch group size N [1].
+    fwd, bwd : tuple of array_like
+        ``(first, middle, last)``: each stage's forward / backward of one micro-batch [s],
+        arrays of the layouts, broadcast together.
+
+    Returns
+    -------
+    numpy.ndarray
+        The makespan of each layout [s].
+
+    Examples
+    --------
+    Equal stages, m a multiple of p: :math:`(m v + p - 1)(f + b)/v` (Narayanan §2.2.2; by
+    hand: (4 x 2 + 2 - 1) x 3 / 2 = 13.5):
+
+    >>> float(interleaved_makespan(2, 4, 2, 2, (1.0, 1.0, 1.0), (2.0, 2.0, 2.0)))
+    13.5
+
+    References
+    ----------
+    .. [megatron-schedules] forward_backward_pipelining_with_interleaving (rev d98e8a64dd).
+    """
+    got = schedule_levels(p, m, v, group)
+    if got is None:
+        raise InvalidValueError(f"schedule p={p} m={m} v={v} N={group} deadlocks")
+    levels, ends, n = got
+    # the simulation's chunk durations: the whole stage's float over v
+    vals = np.broadcast_arrays(*(np.asarray(x, dtype=float) / v for x in (*fwd, *bwd)))
+    dur = np.stack([x.ravel() for x in vals])
+    end = np.zeros((n + 1, dur.shape[1]))
+    for idx, prev, dep, which in levels:
+        end[idx] = np.maximum(end[prev], end[dep]) + dur[which]
+    return end[ends].max(axis=0).reshape(vals[0].shape)
+
+
+def exact_interleaved(st, pipeline, tau: dict, p2p_exposed, p, m, v):
+    r"""The pipeline seconds of a grid, its interleaved rows of a small shape priced exactly [s].
+
+    ``pipeline`` with its interleaved rows (v > 1, p > 1, not GPipe, 2 p m v <=
+    :data:`MAX_PASSES`, an order that does not deadlock) replaced by their schedule's longest
+    path, at the group size the simulated schedule runs (Megatron's N, p where it is below p):
+
+    .. math:: T = \text{interleaved\_makespan}(p, m, v, N;\ f_r + t^{\text{p2p}},\
+        b_r + t^{\text{p2p}})
+
+    each stage's forward and backward from ``tau`` (``first``, ``middle``, ``last``) plus
+    the exposed p2p, as the simulated schedule takes them
+    (:func:`memsym.timing.pipeline.simulated_pipeline`).
+
+    Parameters
+    ----------
+    st : memsym.timing.records.Settings
+        The schedule and the micro-batch group size.
+    pipeline : array_like
+        The pipeline seconds of every row, kept where the longest path is not taken [s].
+    tau : dict
+        Each stage's (forward, backward) seconds [s].
+    p2p_exposed : array_like
+        Exposed PP p2p seconds per direction and stage-microbatch [s].
+    p, m, v : array_like
+        Pipeline-parallel size [GPUs], micro-batches [1] and model chunks per rank [1].
+
+    Returns
+    -------
+    numpy.ndarray
+        The pipeline seconds [s].
+
+    Examples
+    --------
+    >>> from memsym.timing.records import Settings
+    >>> tau = {r: (1.0, 2.0) for r in ("first", "middle", "last")}
+    >>> float(exact_interleaved(Settings(), 0.0, tau, 0.0, 2, 4, 2))    # hand: see above
+    13.5
+
+    References
+    ----------
+    .. [megatron-schedules] forward_backward_pipelining_with_interleaving (rev d98e8a64dd).
+    """
+    pipeline = np.asarray(pipeline, dtype=float)
+    if st.schedule == "gpipe":
+        return pipeline
+    roles = ("first", "middle", "last")
+    shape = np.broadcast_shapes(pipeline.shape, np.shape(p), np.shape(m), np.shape(v),
+                                np.shape(p2p_exposed),
+                                *(np.shape(x) for r in roles for x in tau[r]))
+    P, M, V = (np.broadcast_to(x, shape).ravel() for x in (p, m, v))
+    rows = np.flatnonzero((V > 1) & (P > 1) & (2 * P * M * V <= MAX_PASSES))
+    out = np.array(np.broadcast_to(pipeline, shape))
+    if not rows.size:
+        return out
+    fwd = [np.broadcast_to(tau[r][0] + p2p_exposed, shape).ravel() for r in roles]
+    bwd = [np.broadcast_to(tau[r][1] + p2p_exposed, shape).ravel() for r in roles]
+    keys = np.stack([P[rows], M[rows], V[rows]]).astype(np.int64)
+    uniq, inv = np.unique(keys, axis=1, return_inverse=True)
+    flat = out.reshape(-1)
+    for j, (pp_, mm_, vv_) in enumerate(uniq.T.tolist()):
+        N = _group(st, pp_, mm_, vv_)
+        if schedule_levels(pp_, mm_, vv_, N) is None:
+            continue         # deadlocks: the closed form stands (Megatron refuses it)
+        sel = rows[inv.ravel() == j]
+        flat[sel] = _remembered(pp_, mm_, vv_, N, [x[sel] for x in fwd], [x[sel] for x in bwd])
+    return out
+
+
+#: Makespans already run, by shape and a digest of the durations: a search prices the same
+#: stages under each sharding choice (their durations do not depend on it), so most of its
+#: calls repeat one.  At most :data:`_SEEN_LIMIT` makespans are kept [1].
+_SEEN: dict = {}
+_SEEN_LIMIT = 1_000_000
+
+
+def _remembered(p: int, m: int, v: int, group: int, fwd: list, bwd: list):
+    # interleaved_makespan of these durations, run once per distinct bytes
+    dur = np.stack([np.asarray(x, dtype=float) for x in (*fwd, *bwd)])
+    key = (p, m, v, group, dur.shape, hashlib.blake2b(dur.tobytes(), digest_size=16).digest())
+    if key not in _SEEN:
+        if sum(x.size for x in _SEEN.values()) + dur.shape[-1] > _SEEN_LIMIT:
+            _SEEN.clear()
+        _SEEN[key] = interleaved_makespan(p, m, v, group, fwd, bwd)
+    return _SEEN[key]
+
+
+def _group(st, p: int, m: int, v: int) -> int:
+    # the group size the simulated schedule runs (memsym.timing.pipeline.simulated_pipeline):
+    # torch's round size or the set one, Megatron's default p below p
+    N = microbatch_group(st, p, m, v)
+    return p if N is None or N < p else N
