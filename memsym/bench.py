@@ -168,6 +168,7 @@ def _one_by_one(res, rows) -> float:
     start = time.perf_counter()
     for row in rows:
         lay = Layout(t=row["t"], p=row["p"], d=row["d"], c=row["c"], e=row["e"],
+                     t_e=row["t_e"] if sp_.arch.num_experts else None,
                      v=row["v"] if row["v"] > 1 else None,
                      sequence_parallel=row["sequence_parallel"],
                      first_stage_layers=row["first_stage_layers"],

@@ -421,6 +421,9 @@ def _megatron(row, space, gpus, folder=None) -> Emitted:
                       ("--num-virtual-stages-per-pipeline-rank", "v")):
         if row[key] > 1:
             words += [flag, str(row[key])]
+    if (row.get("t_e") or row["t"]) != row["t"]:
+        # validate_args sets expert_tensor_parallel_size to TP when unset (arguments.py:587)
+        words += ["--expert-tensor-parallel-size", str(row["t_e"])]
     for flag, key in (("--decoder-first-pipeline-num-layers", "first_stage_layers"),
                       ("--decoder-last-pipeline-num-layers", "last_stage_layers")):
         if row.get(key) is not None:
@@ -493,20 +496,24 @@ def _torchtitan(row, space, gpus) -> Emitted:
            "data_parallel_shard_degree": d if row["sharding"] == "fsdp" else 1,
            "tensor_parallel_degree": t, "pipeline_parallel_degree": p,
            "context_parallel_degree": row["c"]}
+    t_e = row.get("t_e") or t
+    if t_e != t and (row["e"] == 1 or t_e != 1):
+        # without EP the experts take the TP mesh (llama4/infra/parallelize.py:561-563)
+        raise NotExpressible(f"t_e = {t_e}: torchtitan v0.2.2 splits the experts over t_e = t, "
+                             "or t_e = 1 with e > 1 (parallel_dims.py:58-59)")
     if row["e"] > 1:
-        # the search splits the experts' weights over t as well (expert TP = t), which
-        # torchtitan v0.2.2 spells etp = tp (parallel_dims.py:59 takes etp = tp or 1) and
-        # memsym's reader reads back; its expert mesh is (pp, dp_replicate, efsdp, ep, etp)
-        # with efsdp = dp_shard * cp * tp // (etp * ep) (parallel_dims.py:138, 154-157), so
-        # EP borrows from the sharded data and context ranks only
+        # the experts' TP is torchtitan v0.2.2's etp (parallel_dims.py:59 takes etp = tp or
+        # 1), which memsym's reader reads back; its expert mesh is (pp, dp_replicate, efsdp,
+        # ep, etp) with efsdp = dp_shard * cp * tp // (etp * ep) (parallel_dims.py:138,
+        # 154-157), so EP borrows from the sharded data, context and (etp = 1) TP ranks only
         shard = d if row["sharding"] == "fsdp" else 1
-        if (shard * row["c"]) % row["e"]:
+        if (shard * row["c"] * t) % (row["e"] * t_e):
             raise NotExpressible(f"e = {row['e']} over data_parallel_shard_degree {shard} x "
                                  f"context_parallel_degree {row['c']}: torchtitan's expert "
                                  "parallelism borrows from those ranks only (efsdp = dp_shard "
-                                 "x cp / ep with etp = tp)")
+                                 f"x cp x tp / (ep x etp), etp = {t_e})")
         par["expert_parallel_degree"] = row["e"]
-        par["expert_tensor_parallel_degree"] = t
+        par["expert_tensor_parallel_degree"] = t_e
     L = space.arch.num_layers
     if p > 1:
         single, looped = _TORCHTITAN_SCHEDULES[space.schedule or "1f1b"]

@@ -190,6 +190,11 @@ class Framework:
         the fc1 output; unfused, its eager ``glu`` keeps the clamped gate half
         (:func:`memsym.terms.eager_glu.eager_clamped_glu_input`).  The other frameworks'
         GPT-OSS experts are not read here.
+    expert_tp : bool
+        Whether it splits the routed experts' GEMMs over an expert tensor-parallel size of
+        their own, t_e (searched as t_e = t or 1: :func:`memsym.search.grid.expert_tp_sizes`):
+        Megatron-LM's ``--expert-tensor-parallel-size``, torchtitan v0.2.2's
+        ``expert_tensor_parallel_degree``.  DeepSpeed's AutoEP has no such size (t_e = t).
     """
 
     name: str
@@ -224,6 +229,7 @@ class Framework:
     searched_schemes: tuple = ()
     moe_combine_keeps_outputs: bool = True
     moe_glu_clamp_copy: bool = False
+    expert_tp: bool = False
 
     def overlaps_by_default(self, scheme: str) -> bool:
         """Whether the data-parallel collectives overlap under ``scheme`` with nothing set.
@@ -280,7 +286,7 @@ FRAMEWORK = {
         frozen_linear_keeps_no_input=True,
         # what memsym.emit spells as Megatron-LM arguments (zero2 / fsdp: Megatron-FSDP)
         searched_schemes=("ddp", "zero2", "fsdp", "distributed-optimizer"),
-        moe_combine_keeps_outputs=False, moe_glu_clamp_copy=True),
+        moe_combine_keeps_outputs=False, moe_glu_clamp_copy=True, expert_tp=True),
     "deepspeed": Framework(
         name="deepspeed", title="DeepSpeed", schemes=("ddp", "zero1", "zero2", "zero3"),
         default_scheme="ddp",
@@ -307,7 +313,7 @@ FRAMEWORK = {
         config_optimizers=("adam", "adamw"), reads_offload=False,
         # torch's _cp_options.rotate_method default ALL_GATHER (torchtitan's
         # experimental.context_parallel_rotate_method "allgather")
-        cp_attention=("torch", ("allgather", "alltoall"))),
+        cp_attention=("torch", ("allgather", "alltoall")), expert_tp=True),
 }
 assert tuple(FRAMEWORK) == FRAMEWORKS      # the vocabulary and the table name the same three
 

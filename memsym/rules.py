@@ -315,6 +315,22 @@ RULES: dict = {r.name: r for r in (
                        f"must divide t*c*d={k['t'] * k['c'] * k['d']}"),
          Source("megatron-lm", "megatron/core/parallel_state.py, initialize_model_parallel "
                                "(expert data-parallel size = world/(ETP EP PP))")),
+    Rule("moe-bias-etp", "Megatron-core runs biased experts (add_bias_linear) with t_e = 1 only",
+         lambda x, k: ((k["t_e"] != 1) & bool(k.get("megatron_options", False))
+                       & bool(x.add_bias_linear)) if _moe(x) else False,
+         lambda x, k: (f"{x.name}'s experts have biases (add_bias_linear): Megatron-core needs "
+                       f"expert tensor parallelism 1, got t_e = {k['t_e']} "
+                       "(--expert-tensor-parallel-size 1)"),
+         Source("megatron-lm", _MLM_TC + " (transformer_config.py:2612-2615 at d98e8a64dd: "
+                "\"Bias in Moe is only supported when ETP==1\")"), InvalidValueError),
+    Rule("torchtitan-etp", "torchtitan's expert TP is t_e = t, or t_e = 1 under EP (v0.2.2)",
+         lambda x, k: (k["t_e"] != k["t"]) & ((k["e"] == 1) | (k["t_e"] != 1))
+         & k.get("torchtitan", False),
+         lambda x, k: (f"torchtitan splits the experts over t_e = t, or t_e = 1 with e > 1 "
+                       f"(got t = {k['t']}, e = {k['e']}, t_e = {k['t_e']})"),
+         Source("torchtitan", "v0.2.2 distributed/parallel_dims.py:58-59 (ETP=TP or ETP=1 with "
+                "ep > 1); models/llama4/infra/parallelize.py:561-563 (without EP the experts "
+                "take the TP mesh)"), InvalidValueError),
     Rule("moe-tp-sp", "MoE with t > 1 needs sequence parallelism (Megatron-LM)",
          lambda x, k: ((k["t"] > 1) & negate(k["sequence_parallel"])) if _moe(x) else False,
          lambda x, k: ("MoE with tensor parallelism needs sequence parallelism (Megatron-LM "
@@ -452,6 +468,7 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "torch_fsdp2": (fw.megatron_options and training.states.sharding == "fsdp"
                                   and training.states.megatron_fsdp is None),
                   "torchtitan": fw.torch_pipelining, "deepspeed": fw.hf_model_code,
+                  "megatron_options": fw.megatron_options,
                   "tp_sequence_parallel": fw.tp_sequence_parallel,
                   "gpipe": training.pipeline.schedule == "gpipe",
                   "v_placement": training.pipeline.stage_placement == "v",

@@ -45,6 +45,19 @@ STATE_RULES = (
                 "validate_args l. 1036 (--use-torch-fsdp2 is not supported with expert "
                 "parallelism)"),
          InvalidValueError),
+    Rule("torchtitan-ep-replicas", "torchtitan wraps an expert-parallel model in FSDP2: "
+         "e > 1 runs under fsdp, not as plain replicas (ddp)",
+         lambda x, k: (k["e"] > 1) & k.get("torchtitan", False)
+         & negate(k.get("shards_gradients", True)),
+         lambda x, k: (f"torchtitan with expert parallelism (e = {k['e']}) shards the model with "
+                       "FSDP2 over the expert mesh (dp_replicate x efsdp): sharding ddp has no "
+                       "such job; use sharding fsdp (data_parallel_shard_degree > 1)"),
+         Source("torchtitan", "v0.2.2 models/llama4/infra/parallelize.py:181 (apply_fsdp when "
+                "fsdp_enabled or ep_enabled; apply_ddp only otherwise, 217-219); b5bcd76c6 "
+                "distributed/parallel_dims.py:205-208 (efsdp kept whenever ep > 1: \"we need "
+                "FSDP wrapping to help the MoE layers\") and models/qwen3/parallelize.py:85 "
+                "(fully_shard on every model, no DDP)"),
+         InvalidValueError),
     Rule("fp4-fp8-param-gather", "--fp4-param-gather and --fp8-param-gather exclude each other",
          lambda x, k: k.get("fp4_param_gather", False) & k.get("fp8_param_gather", False),
          lambda x, k: ("fp4_param_gather and fp8_param_gather cannot be used together: Megatron "

@@ -57,7 +57,7 @@ def read_back(capsys, command):
 def assert_same(row, est):
     """The layout and the per-GPU bytes the search priced are what the estimate reads."""
     lay, got = row["layout"], est["layout"]
-    for key in ("tp", "pp", "cp", "dp", "ep"):
+    for key in ("tp", "pp", "cp", "dp", "ep", "etp"):
         assert got[key] == lay[key], (key, row["emit"]["read_back"])
     assert (got["vpp"] or 1) == lay["vpp"]
     assert got["sequence_parallel"] == lay["sequence_parallel"]
@@ -130,6 +130,11 @@ MEGATRON_CASES = {
     "moe-ep": ("qwen3-30b-a3b", 16, "--tp", 2, "--pp", 1, "--ep", 4,
                "--sharding", "distributed-optimizer", "--recompute", "full", "--top", 1,
                "--global-batch-size", 64),
+    # the experts' own TP searched: --expert-tensor-parallel-size 1 beside the default t_e = t
+    # (the top 4 of this search hold both)
+    "moe-etp": ("qwen3-30b-a3b", 16, "--tp", 2, "--pp", 1, "--ep", 4,
+                "--sharding", "distributed-optimizer", "--recompute", "full", "--top", 4,
+                "--global-batch-size", 64),
     # the settings Megatron's defaults and memsym's differ on: fp32/fp16, dropout, attention
     "fp16-dropout-unfused-sgd": ("llama2-7b", 8, "--tp", 2, "--pp", 1, "--sharding", "ddp",
                                  "--precision", "fp16", "--dropout", "--no-flash-attn",
@@ -147,6 +152,12 @@ def test_megatron_round_trip(capsys, tmp_path, case):
                     *(() if "--top" in options else ("--top", 2)), *options)
     if case == "megatron-fsdp":
         assert {row["layout"]["sharding"] for row in rows} == {"fsdp", "distributed-optimizer"}
+    if case == "moe-etp":
+        # t_e = t = 2 (validate_args' default, no flag) and t_e = 1 (the flag emitted)
+        assert {row["layout"]["etp"] for row in rows} == {1, 2}
+        for row in rows:
+            assert ("--expert-tensor-parallel-size 1" in " ".join(row["emit"]["arguments"])) \
+                == (row["layout"]["etp"] == 1)
     if case.startswith("mfsdp-"):
         # the strategy rows asked for are searched (optim_grads is the zero2 row), with PP
         wanted = {"mfsdp-no_shard-pp": {"no_shard"}, "mfsdp-optim": {"optim",
@@ -436,11 +447,11 @@ TORCHTITAN_CASES = {
                          "--global-batch-size", 64),
     "per-op": ("llama3-8b", 8, "--tp", 1, "--pp", 1, "--cp", 1, "--recompute", "selective-op",
                "--top", 1, "--global-batch-size", 64),
-    # expert parallelism: expert_parallel_degree, with the experts' TP = t
+    # expert parallelism: expert_parallel_degree, with the experts' TP t_e = t or 1
     # (expert_tensor_parallel_degree, which ParallelDims takes as tp or 1)
     "experts": ("mixtral-8x7b", 16, "--tp", 1, 2, "--pp", 1, "--top", 4,
                 "--global-batch-size", 64),
-    "experts-tp2": ("mixtral-8x7b", 16, "--tp", 2, "--pp", 1, "--sharding", "fsdp", "--top", 2,
+    "experts-tp2": ("mixtral-8x7b", 16, "--tp", 2, "--pp", 1, "--sharding", "fsdp", "--top", 4,
                     "--global-batch-size", 64),
 }
 
@@ -451,6 +462,9 @@ def test_torchtitan_round_trip(capsys, tmp_path, case):
 
     model, gpus, *options = TORCHTITAN_CASES[case]
     rows = searched(capsys, tmp_path, "torchtitan", model, gpus, *options)
+    if case == "experts-tp2":
+        # both expert TPs v0.2.2 takes under EP (parallel_dims.py:59: etp = tp or 1)
+        assert {row["layout"]["etp"] for row in rows} == {1, 2}
     for row in emitted_rows(rows):
         with open(row["emit"]["file"], "rb") as fh:
             cfg = tomllib.load(fh)
@@ -466,11 +480,13 @@ def test_torchtitan_round_trip(capsys, tmp_path, case):
             lay["num_microbatches"] * lay["dp"]
         if lay["ep"] > 1:
             # job_config.py v0.2.2: expert_parallel_degree, expert_tensor_parallel_degree =
-            # tp (the search's expert TP); parallel_dims.py:138 efsdp = dp_shard*cp*tp //
-            # (etp*ep) must be whole
+            # the search's expert TP, tp or 1 (parallel_dims.py:59); parallel_dims.py:138
+            # efsdp = dp_shard*cp*tp // (etp*ep) must be whole
             assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == \
-                (lay["ep"], lay["tp"])
-            assert par["data_parallel_shard_degree"] * lay["cp"] % lay["ep"] == 0
+                (lay["ep"], lay["etp"])
+            assert lay["etp"] in (lay["tp"], 1)
+            assert par["data_parallel_shard_degree"] * lay["cp"] * lay["tp"] % \
+                (lay["ep"] * lay["etp"]) == 0
         else:
             assert "expert_parallel_degree" not in par
         trn = assert_same(row, read_back(capsys, row["emit"]["read_back"]))
@@ -493,13 +509,20 @@ def test_torchtitan_emits_experts_of_a_moe_search(capsys):
     assert out.count("expert_parallel_degree = 8") == 3
 
 
-def test_torchtitan_refuses_experts_over_replicas():
-    """torchtitan's expert mesh borrows EP from dp_shard x cp (parallel_dims.py:138, efsdp =
-    dp_shard*cp*tp // (etp*ep)): 8 experts over plain replicas (dp_shard 1, cp 1) cannot be
-    spelled."""
+def test_torchtitan_masks_experts_over_replicas():
+    """torchtitan wraps an expert-parallel model in FSDP2 (v0.2.2 llama4/infra/parallelize.py
+    :181 applies FSDP when ep_enabled; b5bcd76c6 keeps the efsdp mesh whenever ep > 1), so a
+    search under sharding ddp offers no e > 1 row: the rule torchtitan-ep-replicas masks them
+    and the output counts them.  By hand, Mixtral (8 experts) on 16 GPUs at t = 2, p = c = 1
+    (d = 8): e in {2, 4, 8} x t_e in {2, 1} (e t_e divides t c d = 16 for all six) x b in
+    {1, 2, 4, 8} (64 = b x 8 x m) = 24 launchable rows with e > 1, refused under the one
+    SP-off choice the count reads.  A row spelled by hand is still refused by the emitter
+    (efsdp = dp_shard*cp*tp // (etp*ep), parallel_dims.py:138)."""
     res = search("mixtral-8x7b", GPU, 16, framework="torchtitan", global_batch_size=64,
                  tp=[2], pp=[1], cp=[1], sharding=["ddp"])
-    row = next(res.row(int(i)) for i in res.order() if res.row(int(i))["e"] == 8)
+    assert res.excluded["torchtitan-ep-replicas"] == 3 * 2 * 4
+    assert all(res.row(int(i))["e"] == 1 for i in range(len(res)))
+    row = dict(res.row(0), e=8, t_e=2)
     with pytest.raises(NotExpressible, match="e = 8 over data_parallel_shard_degree 1"):
         emit("torchtitan", row, res.space, 16, "mixtral-8x7b")
 
@@ -635,7 +658,7 @@ def test_search_carries_the_moe_dispatcher(capsys, tmp_path, case):
                 if key else "--moe-token-dispatcher-type " + name) in words
         # the search's total is estimate's at that layout, to the byte (memsym's own options)
         j = job("qwen3-30b-a3b", gpu=gpu, t=lay["tp"], p=lay["pp"], c=lay["cp"], e=lay["ep"],
-                d=lay["dp"],
+                d=lay["dp"], t_e=lay["etp"],
                 v=lay["vpp"] if lay["vpp"] > 1 else None, micro_batch_size=lay["micro_batch_size"],
                 global_batch_size=64, recompute="full", sharding="distributed-optimizer",
                 sequence_parallel=lay["sequence_parallel"], moe_dispatcher=name)

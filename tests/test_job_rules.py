@@ -456,3 +456,22 @@ def test_quantized_parameter_flags_pass_with_their_format():
     k = {"precision": "fp8", "fp4_param_gather": False, "fp8_param_gather": True}
     assert not rules.broken(None, k, ["fp4-param-gather-format", "fp4-fp8-param-gather",
                                       "fp8-param-gather-format"])
+
+
+def test_biased_experts_run_with_expert_tp_one_only():
+    """transformer_config.py:2612-2615 (Megatron-core d98e8a64dd): "Bias in Moe is only
+    supported when ETP==1".  GPT-OSS 120B's experts carry biases (add_bias_linear): at t = 2
+    the default t_e = t is refused, t_e = 1 is taken (Megatron-Bridge's GPT-OSS recipes set
+    expert_tensor_parallel_size = 1 beside TP 2, recipes/gpt_oss/h100/gpt_oss.py:58-65 at
+    067f987df0); torchtitan has no such rule.  A search offers only the t_e = 1 rows."""
+    from memsym.search import search
+    with pytest.raises(InvalidValueError, match="--expert-tensor-parallel-size 1"):
+        job("gpt-oss-120b", t=2, e=8, d=8, sequence_parallel=True)
+    assert job("gpt-oss-120b", t=2, t_e=1, e=8, d=8, sequence_parallel=True).layout.expert_tp == 1
+    res = search("gpt-oss-120b", "h100-80gb", 16, tp=[2], pp=[1], cp=[1], vpp=[1],
+                 micro_batch_sizes=[1], global_batch_size=64, sharding=["distributed-optimizer"])
+    # by hand: e in the 8 divisors of 128 experts x t_e in {2, 1}; at t_e = 1, e t_e | t c d
+    # = 16 leaves e in 1, 2, 4, 8, 16 (5 pass); the bias rule breaks all 8 rows at t_e = 2
+    # (each rule counts every row it breaks)
+    assert {res.row(i)["t_e"] for i in range(len(res))} == {1}
+    assert (res.raw, res.valid, res.excluded["moe-bias-etp"]) == (16, 5, 8)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import pytest
 
-from memsym.terms.activations import checkpointed_qkv_storage
+from memsym.terms.qkv_storage import checkpointed_qkv_storage
 from tests.framework_ports import saved_storage_bytes
 
 torch = pytest.importorskip("torch")

@@ -1125,6 +1125,74 @@ def test_fp8_search_on_megatron_searches_the_schemes_fp8_is_modelled_under(capsy
     assert err.count("\n") == 1 and "zero1" in err
 
 
+def test_expert_tp_is_searched_megatron():
+    """The experts' TP t_e is an axis of its own (Megatron-LM's --expert-tensor-parallel-size;
+    searched as t_e = t or 1).  By hand, Mixtral (8 experts, 8 KV heads, expert ffn 14336)
+    on 16 GPUs at t = 4, p = c = 1 (d = 4), b = 1: e in {1, 2, 4, 8} x t_e in {4, 1} = 8
+    layouts; parallel_state.py:874-884 (d98e8a64dd) needs t_e e p to divide the world, i.e.
+    e t_e | t c d = 16, which only (e, t_e) = (8, 4) breaks (32): 7 pass, 1 by ep-group."""
+    res = search("mixtral-8x7b", "h100-80gb", 16, tp=[4], pp=[1], cp=[1], vpp=[1],
+                 micro_batch_sizes=[1], global_batch_size=64)
+    assert (res.raw, res.valid, res.excluded["ep-group"]) == (8, 7, 1)
+    seen = {(res.row(i)["e"], res.row(i)["t_e"]) for i in range(len(res))}
+    assert seen == {(e, te) for e in (1, 2, 4, 8) for te in (4, 1)} - {(8, 4)}
+
+
+def test_expert_tp_is_searched_torchtitan():
+    """torchtitan v0.2.2 takes etp = tp or 1 under EP (parallel_dims.py:58-59) and gives the
+    experts the TP mesh without EP (llama4/infra/parallelize.py:561-563): the same 8 rows as
+    the Megatron count less (e, t_e) = (1, 1), refused by torchtitan-etp: 6 pass."""
+    res = search("mixtral-8x7b", "h100-80gb", 16, tp=[4], pp=[1], cp=[1], vpp=[1],
+                 micro_batch_sizes=[1], global_batch_size=64, framework="torchtitan",
+                 sharding=["fsdp"])
+    assert (res.raw, res.valid) == (8, 6)
+    assert (res.excluded["ep-group"], res.excluded["torchtitan-etp"]) == (1, 1)
+
+
+def test_expert_tp_not_searched_where_no_framework_has_it():
+    """A dense model, and DeepSpeed (AutoEP has no expert TP), keep t_e = t: one row per t."""
+    for model, fw in (("llama3-8b", "megatron"), ("mixtral-8x7b", "deepspeed")):
+        res = search(model, "h100-80gb", 8, tp=[1] if fw == "deepspeed" else [2], pp=[1],
+                     cp=[1], vpp=[1], micro_batch_sizes=[1], global_batch_size=64,
+                     framework=fw, sharding=["zero1"] if fw == "deepspeed" else None)
+        assert all(res.row(i)["t_e"] == res.row(i)["t"] for i in range(len(res)))
+
+
+def test_expert_tp_prices_the_expert_states():
+    """Mixtral's routed experts: 32 layers x 8 experts x 3 x 4096 x 14336 = 45,097,156,608
+    parameters.  At t = 2, e = 4 on 16 GPUs (d = 8) one GPU holds N_exp / (e t_e) of them:
+    bf16 weights 2 bytes and fp32 gradients 4 bytes each, so t_e = 1 holds twice t_e = 2's;
+    the distributed optimizer's 12 bytes are sharded over the expert data-parallel group
+    t c d / (e t_e) (parallel_state.py: world / (t_e e p)), 12 N_exp / (t c d) either way."""
+    n_exp = 32 * 8 * 3 * 4096 * 14336
+    res = search("mixtral-8x7b", "h100-80gb", 16, tp=[2], pp=[1], cp=[1], ep=[4], vpp=[1],
+                 micro_batch_sizes=[1], global_batch_size=64, sharding=["distributed-optimizer"],
+                 recompute=["full"])
+    got = {}
+    for i in range(len(res)):
+        if res.row(i)["sequence_parallel"]:
+            got[res.row(i)["t_e"]] = res.exact(i)["bytes"]
+    assert set(got) == {1, 2}
+    for te, b in got.items():
+        assert b["expert_weights"] == 2 * n_exp // (4 * te)
+        assert b["expert_gradients"] == 4 * n_exp // (4 * te)
+        assert b["expert_optimizer"] == 12 * n_exp // (2 * 1 * 8)
+
+
+def test_expert_tp_asked_for_by_name(capsys):
+    """``--etp`` (``etp=``) names the experts' TP sizes tried, each still checked by the rules:
+    by hand as in test_expert_tp_is_searched_megatron, t = 4 with t_e = 2 only, e t_e | 16
+    keeps e in {1, 2, 4, 8} (8 x 2 = 16): 4 layouts; a model without experts is refused in
+    one line (exit 2)."""
+    res = search("mixtral-8x7b", "h100-80gb", 16, tp=[4], pp=[1], cp=[1], vpp=[1],
+                 micro_batch_sizes=[1], global_batch_size=64, etp=[2])
+    assert (res.raw, res.valid) == (4, 4)
+    assert {res.row(i)["t_e"] for i in range(len(res))} == {2}
+    code = main(["search", "llama3-8b", "--gpu", "h100-80gb", "--gpus", "8", "--etp", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs a model with experts" in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("held", [
     {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ("attn",)},
     {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ()},

@@ -481,16 +481,24 @@ def test_a_job_placing_its_layers_is_emitted_as_searched(capsys, tmp_path, job, 
 
 def test_a_recipe_with_its_own_expert_tp_reads_back_as_searched(capsys):
     # DeepSeek-V3's GB300 FSDP recipe sets expert_tensor_parallel_size 1; the search prices
-    # expert TP = t (Megatron-core's None default, model_parallel_config.py:506-507), so a
-    # t = 2 layout is written with model.expert_tensor_parallel_size=null
+    # its own t_e (t or 1) and writes it: 1 as model.expert_tensor_parallel_size=1, t as
+    # null (Megatron-core's None default is t, model_parallel_config.py:506-507), never the
+    # recipe's value left in place; both read back as searched
     job = ["--bridge-recipe", "deepseek_v3_pretrain_64gpu_gb300_bf16_fsdp_config"]
     rows = as_json(capsys, "search", *job, "--gpu", "gb300", "--gpus", 64, "--tp", 2, "--pp", 1,
-                   "--cp", 1, "--no-uneven-stages", "--top", 1, "--emit", "megatron")
-    words = rows[0]["emit"]["arguments"]
-    assert "model.expert_tensor_parallel_size=null" in words
-    code, out, err = run(capsys, *shlex.split(rows[0]["emit"]["read_back"])[1:])
-    assert code in (0, 1), err
-    assert json.loads(out)["bytes"] == rows[0]["bytes"]
+                   "--cp", 1, "--no-uneven-stages", "--top", 4, "--emit", "megatron")
+    # the recipe's own etp (1) is reported and searched, not pinned
+    assert rows[0]["job"]["job_layout"]["etp"] == 1 and "etp" in rows[0]["job"]["searched"]
+    for row in rows:
+        words = row["emit"]["arguments"]
+        said = "1" if row["layout"]["etp"] == 1 else "null"
+        assert row["layout"]["etp"] in (1, 2)
+        assert f"model.expert_tensor_parallel_size={said}" in words
+        code, out, err = run(capsys, *shlex.split(row["emit"]["read_back"])[1:])
+        assert code in (0, 1), err
+        back = json.loads(out)
+        assert back["bytes"] == row["bytes"]
+        assert back["layout"]["etp"] == row["layout"]["etp"]
 
 
 def test_gpus_is_the_world_size_of_an_args_file_without_one(capsys, tmp_path):

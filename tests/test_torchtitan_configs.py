@@ -226,6 +226,10 @@ def test_python_config_never_runs_code(tmp_path):
     ("def job() -> Trainer.Config:\n    return job()\n", "more than 8 config functions"),
     ("def job() -> Trainer.Config:\n    return Trainer.Config(" + "(" * 70 + "1" + ")" * 70
      + ")\n", "nests deeper than 64"),
+    # b5bcd76c6's ParallelismConfig has no expert TP (config/configs.py:282): v0.2.x's key
+    ("def job() -> Trainer.Config:\n    return Trainer.Config(model_spec=model_registry('8B'), "
+     "parallelism=ParallelismConfig(expert_tensor_parallel_degree=1))\n",
+     "expert_tensor_parallel_degree is torchtitan v0.2.x's key"),
     ("def job(:\n", "not valid Python"),
     # chains without brackets escape check_text's count: the syntax tree's depth is bounded
     ("def job() -> Trainer.Config:\n    return Trainer.Config(dump_folder=(c" + "\n.a" * 500
@@ -403,3 +407,49 @@ def test_float32_params_and_refused_precisions_in_a_toml():
                        ('[activation_checkpoint]\nmode = "memory_budget"\n', "memory_budget")):
         with pytest.raises(InvalidValueError, match=said):
             torchtitan_job(read_torchtitan_config(base + line, 8))
+
+
+_ETP_TOML = ("[model]\nname = \"deepseek_v3\"\nflavor = \"16B\"\n[parallelism]\n"
+             "tensor_parallel_degree = 2\nexpert_parallel_degree = 8\n"
+             "expert_tensor_parallel_degree = {etp}\n")
+
+
+def test_toml_expert_tp_as_v0_2_2_takes_it():
+    """v0.2.2 (parallel_dims.py:58-59, 138): under EP etp is tp or 1, and efsdp =
+    dp_shard*cp*tp // (etp*ep) must be whole.  16 GPUs at tp 2: dp_shard = 8, so
+    dp_shard*cp*tp = 16; etp 1: 16 / 8 = 2, etp 2: 16 / 16 = 1; 8 GPUs: dp_shard 4,
+    8 / (2*8) is not whole.  The job's experts take etp (DeepSeek-V3 16B's 64 experts)."""
+    from memsym.readers import read_torchtitan_toml
+    for etp in (1, 2):
+        cfg = read_torchtitan_toml(_ETP_TOML.format(etp=etp), 16)
+        assert cfg["layout"]["t_e"] == etp
+        j = torchtitan_job(cfg)
+        assert (j.layout.t, j.layout.e, j.layout.expert_tp) == (2, 8, etp)
+    with pytest.raises(InvalidValueError, match="must divide dp_shard x cp x tp = 8"):
+        read_torchtitan_toml(_ETP_TOML.format(etp=2), 8)
+    with pytest.raises(InvalidValueError, match="TP or 1"):
+        read_torchtitan_toml(_ETP_TOML.format(etp=4).replace("= 2\n", "= 8\n", 1), 64)
+    # without EP the experts take the TP mesh (apply_moe_ep_tp: TensorParallel on tp_mesh)
+    lay = read_torchtitan_toml("[parallelism]\ntensor_parallel_degree = 2\n", 16)["layout"]
+    assert lay["t_e"] == 2
+
+
+def test_python_config_experts_over_ep_only(tmp_path):
+    """b5bcd76c6: EP borrows from dp_shard*cp*tp and the routed experts are sharded on EP alone
+    (models/common/MOE_SHARDING.md): the v0.2 key's etp = 1, the default the reader keeps."""
+    path = _write(tmp_path, "def job() -> Trainer.Config:\n    return Trainer.Config("
+                  "model_spec=model_registry('8B'), parallelism=ParallelismConfig("
+                  "tensor_parallel_degree=2, expert_parallel_degree=4))\n")
+    assert read_torchtitan_python(path, world_size=8)["layout"]["t_e"] == 1
+
+
+def test_toml_experts_over_replicas_refused_in_one_line():
+    """dp_shard 1 with EP: v0.2.2 parallelize.py:181 applies FSDP2 whenever ep_enabled (no
+    plain DDP, which memsym would price for replicas): refused by torchtitan-ep-replicas."""
+    from memsym.readers import read_torchtitan_toml
+    toml = ("[model]\nname = \"deepseek_v3\"\nflavor = \"16B\"\n[parallelism]\n"
+            "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1\n"
+            "context_parallel_degree = 2\nexpert_parallel_degree = 2\n")
+    with pytest.raises(InvalidValueError) as err:
+        torchtitan_job(read_torchtitan_toml(toml, 16))
+    assert "shards the model with FSDP2" in str(err.value) and "\n" not in str(err.value)

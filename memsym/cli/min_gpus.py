@@ -70,6 +70,8 @@ def layout_text(lay: dict, optimizer: str | None = None) -> str:
     'tp 2, dp 4, sharding fsdp (Megatron-FSDP optim_grads_params)'
     >>> layout_text({"tp": 1, "sharding": "zero3"})
     'tp 1, sharding zero3'
+    >>> layout_text({"tp": 2, "ep": 4, "etp": 1}), layout_text({"tp": 2, "etp": 2})
+    ('tp 2, ep 4, etp 1', 'tp 2')
     >>> layout_text({"tp": 1, "sharding": "distributed-optimizer"}, "muon")
     'tp 1, sharding distributed-optimizer (layer-wise under muon)'
     """
@@ -78,6 +80,8 @@ def layout_text(lay: dict, optimizer: str | None = None) -> str:
         if value is None or key in ("megatron_fsdp", "overlap_grad_reduce",
                                     "overlap_param_gather"):
             continue
+        if key == "etp" and value == lay.get("tp"):
+            continue        # the experts' TP said only where it is not tp (its default)
         if key == "sharding":
             value = sharding_words(value, lay.get("megatron_fsdp"), optimizer)
         said.append(f"{key} {value}")

@@ -160,7 +160,10 @@ def _layout_rows():
            search_help="the expert-parallel sizes tried (default: every size the launch rules allow)"),
         option(("--expert-tensor-parallel-size", "--etp"), "etp", group="layout",
            type=T.positive_int, field="t_e", metavar="T_E", source=MEGATRON_ARGS + ": t",
-           help="expert tensor-parallel size (default t, as Megatron-core)"),
+           commands=JOB_AND_SEARCH, search="list",
+           help="expert tensor-parallel size (default t, as Megatron-core)",
+           search_help="the expert tensor-parallel sizes tried (default: t and 1 for a model "
+                       "with experts)"),
         option(("--virtual-pipeline-model-parallel-size", "--vpp"), "vpp", group="layout",
            type=T.positive_int, field="v", metavar="V", commands=JOB_AND_SEARCH, search="list",
            source="no interleaving (one model chunk per rank)",

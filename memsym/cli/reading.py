@@ -431,7 +431,7 @@ JOB_INPUTS = ("--launch-script", "--args-file", "--bridge-recipe", "--recipe",
 #: option is the job's, read as ``estimate`` reads it (Megatron-LM's ``--fsdp-double-buffer``
 #: and ``--tp-comm-overlap-cfg`` too: with a job they are its arguments).
 SEARCH_OWN = frozenset((
-    "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sharding", "recompute_granularity",
+    "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "sharding", "recompute_granularity",
     "offload", "first_stage_layers", "last_stage_layers", "gpus", "top", "emit", "emit_dir",
     "no_uneven_stages", "no_sequence_parallel", "json", "gpu", "gpu_memory", "margin",
     "gpus_per_node", "efficiency"))
@@ -439,7 +439,7 @@ SEARCH_OWN = frozenset((
 
 #: The searched knobs a pasted Megatron-LM command spells too: after its launcher or script
 #: (``torchrun``, ``pretrain_gpt.py``) they are the job's own layout, not the search's pins.
-PASTED_KNOBS = frozenset(("tp", "pp", "cp", "ep", "vpp", "micro_batch_size",
+PASTED_KNOBS = frozenset(("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size",
                           "recompute_granularity", "first_stage_layers", "last_stage_layers"))
 
 

@@ -100,7 +100,7 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
                dropout=_dropout_on(args), finetune=given("finetune"),
                lora_rank=given("lora_rank"), capacity=capacity,
                gpus_per_node=args.gpus_per_node, efficiency=args.efficiency,
-               tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, vpp=args.vpp,
+               tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, vpp=args.vpp, etp=args.etp,
                sequence_parallel=(False,) if args.no_sequence_parallel else (False, True),
                first_stage_layers=args.first_stage_layers,
                last_stage_layers=args.last_stage_layers,
@@ -195,7 +195,8 @@ def layout_json(row: dict, framework: str | None = None, overlaps=None) -> dict:
     from ..search.space import recompute_fields
 
     out = {"tp": row["t"], "pp": row["p"], "cp": row["c"], "dp": row["d"], "ep": row["e"],
-           "vpp": row["v"], "micro_batch_size": row["b"], "num_microbatches": row.get("m"),
+           "etp": row.get("t_e") or row["t"], "vpp": row["v"], "micro_batch_size": row["b"],
+           "num_microbatches": row.get("m"),
            "decoder_first_pipeline_num_layers": row.get("first_stage_layers"),
            "decoder_last_pipeline_num_layers": row.get("last_stage_layers"),
            "recompute": row["recompute"], "sharding": row["sharding"],
@@ -453,6 +454,12 @@ def _emit_json(args, item) -> dict:
             **({"notes": list(got.notes)} if got.notes else {})}
 
 
+def _etp(row) -> str:
+    """`` t_e=N`` where the experts' TP is not t, else nothing."""
+    te = row.get("t_e") or row["t"]
+    return "" if te == row["t"] else f" t_e={te}"
+
+
 def _emit_text(args, res, rows, emitted, assumed) -> str:
     """Each layout's summary and read-back command as ``#`` lines, then its text (or the
     file written, or the one line saying why it is not emitted)."""
@@ -465,7 +472,8 @@ def _emit_text(args, res, rows, emitted, assumed) -> str:
         ends = "" if f_ is None and l_ is None else f" ends {f_ or '-'}/{l_ or '-'}"
         total = bytes_json(exact["bytes"])["total"]
         head = (f"# layout {n}: t={row['t']} p={row['p']} c={row['c']} d={row['d']} "
-                f"e={row['e']} v={row['v']} b={row['b']}{ends}, recompute {row['recompute']}, "
+                f"e={row['e']}{_etp(row)} v={row['v']} b={row['b']}{ends}, "
+                f"recompute {row['recompute']}, "
                 f"sharding {_row_sharding(res.space, row['sharding'])}, "
                 f"SP {'on' if row['sequence_parallel'] else 'off'}: "
                 f"{total} bytes ({total / 1e9:.3f} GB)")
@@ -526,7 +534,9 @@ def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
     lines.append("")
     said = [_row_sharding(sp_, row["sharding"]) for row, _ in rows]
     wide = max([22] + [len(w) + 1 for w in said])     # the column widens for the longest
-    lines.append(f"{'#':>3} {'t':>3} {'p':>4} {'c':>4} {'d':>6} {'e':>3} {'v':>3} {'b':>3} "
+    moe = bool(sp_.arch.num_experts)     # the experts' TP column where there are experts
+    lines.append(f"{'#':>3} {'t':>3} {'p':>4} {'c':>4} {'d':>6} {'e':>3} "
+                 + (f"{'te':>3} " if moe else "") + f"{'v':>3} {'b':>3} "
                  f"{'ends':>7} {'recompute':<10}{'sharding':<{wide}}{'SP':<4}{'GB':>9}"
                  f"{'free GB':>9}{'step s':>10}  binding")
     for n, ((row, exact), words) in enumerate(zip(rows, said), 1):
@@ -535,6 +545,7 @@ def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
         f_, l_ = row.get("first_stage_layers"), row.get("last_stage_layers")
         ends = "even" if f_ is None and l_ is None else f"{f_ or '-'}/{l_ or '-'}"
         lines.append(f"{n:>3} {row['t']:>3} {row['p']:>4} {row['c']:>4} {row['d']:>6} {row['e']:>3} "
+                     + (f"{row.get('t_e') or row['t']:>3} " if moe else "") +
                      f"{row['v']:>3} {row['b']:>3} {ends:>7} {row['recompute']:<10}"
                      f"{words:<{wide}}"
                      f"{'yes' if row['sequence_parallel'] else 'no':<4}{tot / 1e9:>9.3f}"

@@ -203,7 +203,7 @@ def search_job(args, opts: dict):
     args.framework = job.training.framework       # --emit must agree with the job's
     args.model = est.model                         # the MODEL the job names, if any
     tr = job.training
-    keep = {"capacity", "gpus_per_node", "efficiency", "tp", "pp", "cp", "ep", "vpp",
+    keep = {"capacity", "gpus_per_node", "efficiency", "tp", "pp", "cp", "ep", "etp", "vpp",
             "sequence_parallel", "first_stage_layers", "last_stage_layers", "uneven",
             "micro_batch_sizes", "recompute", "offload"}
     opts = {k: v for k, v in opts.items() if k in keep and v is not None}
@@ -279,12 +279,12 @@ def job_report(sj: SearchJob, res) -> dict:
         "model": printable(j.model.name),
         "held": {**held_settings(res.space), **sj.choices},
         "job_layout": {"tp": lay.t, "pp": lay.p, "cp": lay.c, "dp": lay.d, "ep": lay.e,
-                       "vpp": lay.v, "micro_batch_size": "auto" if sj.batch_auto
+                       "etp": lay.expert_tp, "vpp": lay.v, "micro_batch_size": "auto" if sj.batch_auto
                        else tr.batch.micro_batch_size,
                        "sharding": tr.states.sharding,
                        "sequence_parallel": bool(lay.sequence_parallel),
                        "world_size": lay.world_size},
-        "searched": ["tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch_size", "sharding",
+        "searched": ["tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch_size", "sharding",
                      "sequence_parallel"] + [k for k in ("recompute", "offload")
                                              if k not in sj.choices],
         "gpus": res.gpus, "gpus_from": sj.gpus_from,
@@ -303,7 +303,9 @@ def job_lines(sj: SearchJob, res) -> list:
     return [f"job: {rep['source']} (read as {rep['read_as']}); model {rep['model']}",
             f"held from the job: {shown}",
             f"the job's own layout, not pinned: t={lay['tp']} p={lay['pp']} c={lay['cp']} "
-            f"d={lay['dp']} e={lay['ep']} v={lay['vpp'] or 1} b={lay['micro_batch_size']} on "
+            f"d={lay['dp']} e={lay['ep']}"
+            + (f" t_e={lay['etp']}" if lay["etp"] != lay["tp"] else "")
+            + f" v={lay['vpp'] or 1} b={lay['micro_batch_size']} on "
             f"{lay['world_size']} GPUs, sharding "
             f"{scheme_words(lay['sharding'], sj.job.training.states.optimizer)}; searched on "
             f"{rep['gpus']} GPUs ({rep['gpus_from']})"]
@@ -388,8 +390,9 @@ _BRIDGE_FIELDS = {
     "--pipeline-model-parallel-size": ("model.pipeline_model_parallel_size", "1"),
     "--context-parallel-size": ("model.context_parallel_size", "1"),
     "--expert-model-parallel-size": ("model.expert_model_parallel_size", "1"),
-    # the search prices expert TP = t, Megatron-core's default for None (model_parallel_config
-    # .py:506-507 at d98e8a64dd); a recipe's own (e.g. 1) would read back otherwise
+    # the row's expert TP: 1 where the search priced t_e = 1 (memsym.emit spells the flag
+    # then), else null, Megatron-core's default of t for None (model_parallel_config.py:506-507
+    # at d98e8a64dd); a recipe's own (e.g. 1) would read back otherwise
     "--expert-tensor-parallel-size": ("model.expert_tensor_parallel_size", "null"),
     "--num-virtual-stages-per-pipeline-rank": ("model.virtual_pipeline_model_parallel_size",
                                                "null"),

@@ -303,6 +303,8 @@ def torchtitan_job(cfg: dict, model=None, **options):
     if lay["p"] > 1:
         pipe, ranks = _torchtitan_pipeline(lay, arch, local, notes)
     opts = {"t": lay["t"], "p": lay["p"], "c": lay["c"], "e": lay["e"], "d": lay["d"],
+            # the experts' TP where it is not t: expert_tensor_parallel_degree 1 under EP
+            **({"t_e": lay["t_e"]} if lay.get("t_e", lay["t"]) != lay["t"] else {}),
             "seq_length": trn["seq_len"], "micro_batch_size": local,
             "global_batch_size": trn.get("global_batch_size") if not pipe else None,
             "framework": "torchtitan", **pipe,

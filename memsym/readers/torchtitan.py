@@ -5,6 +5,12 @@ v0.2.2 (pytorch/torchtitan ``73a0e6979d``) and the degree rule of
 ``torchtitan/distributed/parallel_dims.py:ParallelDims._validate``.  Newer torchtitan moved to
 Python configs: :mod:`memsym.readers.torchtitan_python` reads them (with ast) into these keys,
 and :func:`torchtitan_settings` checks both forms alike.
+
+The expert tensor parallelism is the one key the two releases spell differently: a v0.2.2
+TOML takes ``parallelism.expert_tensor_parallel_degree`` (etp = tp or 1 under EP,
+``parallel_dims.py:58-59``), while the newest torchtitan (b5bcd76c6) has no such key (EP
+borrows from dp_shard x cp x tp and the experts are split over EP only, which is etp = 1):
+its Python config is refused in one line when it names the key.
 """
 
 from __future__ import annotations
@@ -262,9 +268,18 @@ def _degrees(values, world_size, notes):
     elif product != world_size:   # parallel_dims.py: the product must equal WORLD_SIZE
         raise InvalidValueError(f"torchtitan degrees dp_replicate {rep} x dp_shard {shard} x cp {c} "
                                 f"x tp {t} x pp {p} = {product} != world size {world_size}")
-    if e > 1 and t_e not in (t, 1):
+    if e > 1 and t_e not in (t, 1):     # parallel_dims.py:58-59 (v0.2.2)
         raise InvalidValueError("torchtitan supports expert_tensor_parallel_degree = TP or 1")
-    return rep, shard, t, p, c, e, t_e, world_size
+    if e > 1 and (shard * c * t) % (t_e * e):
+        # build_mesh (v0.2.2 parallel_dims.py:138, 154-157): the expert mesh (pp,
+        # dp_replicate, efsdp, ep, etp) with efsdp = dp_shard*cp*tp // (etp*ep) covers the
+        # world only when the division is whole
+        raise InvalidValueError(f"torchtitan expert_parallel_degree {e} x "
+                                f"expert_tensor_parallel_degree {t_e} must divide "
+                                f"dp_shard x cp x tp = {shard * c * t}")
+    # without EP the experts are tensor-parallel over the TP mesh (llama4/infra/parallelize.py
+    # apply_moe_ep_tp: experts_plan = TensorParallel() when ep_mesh is None): etp is unused
+    return rep, shard, t, p, c, e, (t_e if e > 1 else t), world_size
 
 
 def _batch_sizes(values, d):

@@ -356,12 +356,23 @@ def read_torchtitan_python(source, world_size: int | None = None) -> dict:
     return _settings(cfg, world_size)
 
 
+#: b5bcd76c6's ParallelismConfig (config/configs.py:282-291) has expert_parallel_degree and
+#: no expert TP: EP borrows its ranks from dp_shard x cp x tp (parallel_dims.py:187-192) and
+#: the routed experts are sharded on EP only (models/common/MOE_SHARDING.md), which the v0.2
+#: keys spell as expert_tensor_parallel_degree = 1 (its default)
+_NO_ETP = (f"{WHAT}: parallelism.expert_tensor_parallel_degree is torchtitan v0.2.x's key; "
+           "the Python config's ParallelismConfig (b5bcd76c6) has none (the experts are split "
+           "over expert_parallel_degree only): remove it")
+
+
 def _settings(cfg, world_size):
     # the model first: a model memsym does not count is the one line to say
     model, formats = _model(cfg.kwargs.get("model_spec"))
     pairs, notes = [], []
     read = {k for s, k in TORCHTITAN_KEYS if s == "parallelism"}
     par = _section(cfg, "parallelism", "ParallelismConfig")
+    if "expert_tensor_parallel_degree" in par:
+        raise InvalidValueError(_NO_ETP)
     for key, v in par.items():
         if key in read or key in ("num_pp_microbatches", "enable_sequence_parallel"):
             kind = (bool,) if key in ("enable_sequence_parallel", "disable_loss_parallel") else \

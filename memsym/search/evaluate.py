@@ -40,8 +40,9 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
 
     x = space.arch
     n = len(grid["t"])
-    out_cols: dict = {k: [] for k in ("row", "t", "p", "c", "d", "e", "v", "b", "m", "recompute",
-                                       "sharding", "sequence_parallel", "offload", "memory",
+    out_cols: dict = {k: [] for k in ("row", "t", "p", "c", "d", "e", "v", "b", "t_e", "m",
+                                       "recompute", "sharding", "sequence_parallel", "offload",
+                                       "memory",
                                        "stage", "step_time", "f", "l") + TIME_PARTS
                       + _TERM_COLUMNS}
     if per_stage:
@@ -49,7 +50,8 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     if n == 0:
         return {k: np.array([]) for k in out_cols}
     B = space.global_batch_size
-    t_, p_, c_, d_, e_, v_, b_ = (grid[k] for k in KNOBS)
+    t_, p_, c_, d_, e_, v_, b_ = (grid[k] for k in KNOBS[:7])
+    te_ = grid.get("t_e", t_)
     m_ = (B // (b_ * d_)) if B is not None else np.zeros(n, dtype=np.int64)
     scal = {str(k): float(v) for k, v in arch_values(x, 1).items()}
     allow = {str(k): float(v) for k, v in allowance_values(dict(space.allowances)).items()}
@@ -61,7 +63,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     base_kw.update(allow)
     base_kw.update({"s": float(space.seq_length), "c_f": float(space.capacity_factor),
                     "t": t_.astype(float), "p": p_.astype(float), "c": c_.astype(float),
-                    "d": d_.astype(float), "e": e_.astype(float), "t_e": t_.astype(float),
+                    "d": d_.astype(float), "e": e_.astype(float), "t_e": te_.astype(float),
                     "v": v_.astype(float), "b": b_.astype(float), "m": m_.astype(float),
                     "V": V_row})
     combos = list(itertools.product(space.recompute, space.sequence_parallel, (False, True),
@@ -70,13 +72,13 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     choices = {"recompute": space.recompute, "sharding": space.sharding,
                "offload": space.offload}
     rows_of = _ChoiceRows(space, grid, f_, l_, only)
-    time_cache: dict = {}
+    sels = [rows_of(*combo) for combo in combos]
+    time_cache: dict = {"need": _time_rows(combos, sels)}
     present: set = set()    # the term columns some row has
 
-    for done, (rc, spf, inter, off, scheme) in enumerate(combos, 1):
+    for done, ((rc, spf, inter, off, scheme), sel) in enumerate(zip(combos, sels), 1):
         if progress is not None:
             progress(done, len(combos))
-        sel = rows_of(rc, spf, inter, off, scheme)
         if not sel.any():
             continue
         idx = np.flatnonzero(sel)
@@ -86,6 +88,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
         out_cols["row"].append(idx)
         for k in ("t", "p", "c", "d", "e", "v", "b"):
             out_cols[k].append(grid[k][idx])
+        out_cols["t_e"].append(te_[idx])
         out_cols["f"].append(f_[idx])
         out_cols["l"].append(l_[idx])
         out_cols["m"].append(m_[idx])
@@ -157,6 +160,7 @@ def _stage_slots(space: Space, grid: dict, f_, l_) -> _Slots:
     import numpy as np
 
     t_, p_, e_ = grid["t"], grid["p"], grid["e"]
+    te_ = grid.get("t_e", t_)
     n = len(t_)
     # slot j of a row holds the j-th stage check_stages gives for its (p, f, l) (-1: none)
     uq, inv_pfl = unique_rows(p_, f_, l_)
@@ -171,7 +175,8 @@ def _stage_slots(space: Space, grid: dict, f_, l_) -> _Slots:
     # factor its decoder-layer activations scale by: see stage_template)
     # (the names are the same for every row; row 0's own split, which may be uneven)
     names = [name for name, _ in stage_count_floats(with_split(space, f_[0], l_[0]),
-                                                    int(t_[0]), int(p_[0]), int(e_[0]), 0)]
+                                                    int(t_[0]), int(p_[0]), int(e_[0]), 0,
+                                                    int(te_[0]))]
     counts = {name: np.zeros((nslot, n)) for name in names}
     tmpl_id = np.zeros((nslot, n), dtype=np.int64)
     scale = np.ones((nslot, n))
@@ -182,10 +187,11 @@ def _stage_slots(space: Space, grid: dict, f_, l_) -> _Slots:
         if not len(live):
             continue
         uniq, inv = unique_rows(t_[live], p_[live], e_[live], f_[live], l_[live],
-                                 slot_stage[j, live])
+                                 slot_stage[j, live], te_[live])
         table = np.array([[v for _, v in stage_count_floats(with_split(space, key[3], key[4]),
                                                             int(key[0]), int(key[1]),
-                                                            int(key[2]), int(key[5]))]
+                                                            int(key[2]), int(key[5]),
+                                                            int(key[6]))]
                           for key in uniq]).reshape(-1, len(names))
         for col, name in enumerate(names):
             counts[name][j, live] = table[inv, col]
@@ -322,16 +328,36 @@ def _choice_times(space: Space, grid: dict, m_, f_, l_, idx, rc, spf, scheme,
     # per such triple over every row, then indexed (a Megatron-FSDP strategy row is priced as
     # the scheme whose states it keeps)
     scheme = states_scheme(scheme)
-    tkey = (rc, spf, scheme if scheme in ("ddp", "zero2", "zero3", "fsdp") else "sharded")
+    tkey = _time_key(rc, spf, scheme)
     if tkey not in time_cache:
-        rows_t = np.flatnonzero(t_ > 1) if spf else np.arange(n)
-        full = _step_time(space, {k: grid[k][rows_t] for k in KNOBS}, m_[rows_t],
+        rows_t = np.flatnonzero(time_cache["need"][tkey]) if "need" in time_cache else \
+            (np.flatnonzero(t_ > 1) if spf else np.arange(n))
+        full = _step_time(space, {k: grid.get(k, grid["t"])[rows_t] for k in KNOBS}, m_[rows_t],
                           f_[rows_t], l_[rows_t], rc, spf, scheme)
         pos = np.full(n, -1, dtype=np.int64)
         pos[rows_t] = np.arange(len(rows_t))
         time_cache[tkey] = (full, pos)
     full, pos = time_cache[tkey]
     return {k: col[pos[idx]] for k, col in full.items()}
+
+
+def _time_rows(combos, sels) -> dict:
+    """``time key -> rows``: the step time is priced once per :func:`_time_key` over the
+    rows some choice of it takes (a row every choice rule of the key refuses, a MoE row
+    without SP at t > 1, is never priced)."""
+    need: dict = {}
+    for (rc, spf, _, _, scheme), sel in zip(combos, sels):
+        key = _time_key(rc, spf, scheme)
+        need[key] = need.get(key, False) | sel
+    return need
+
+
+def _time_key(rc, spf, scheme) -> tuple:
+    """What a row's step time depends on among its discrete choices: recompute, SP and DDP /
+    ZeRO-2 / ZeRO-3 / FSDP / a sharded optimizer (a Megatron-FSDP strategy row priced as the
+    scheme whose states it keeps)."""
+    scheme = states_scheme(scheme)
+    return (rc, spf, scheme if scheme in ("ddp", "zero2", "zero3", "fsdp") else "sharded")
 
 
 #: The step-time breakdown columns of a search [s]: the decoder layers' GEMM and attention
@@ -446,7 +472,7 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
         last = np.where(one_given & (l_ == 0), rest, last)
     eta = None if space.efficiency is None else float(space.efficiency)
     out = step_time_grid(x, space.gpu.name, t=knobs["t"], p=p_, d=knobs["d"], c=knobs["c"],
-                         e=knobs["e"], t_e=knobs["t"], v=knobs["v"], b=knobs["b"],
+                         e=knobs["e"], t_e=knobs["t_e"], v=knobs["v"], b=knobs["b"],
                          m=np.maximum(m_, 1), settings=st, cluster=space.cluster,
                          overlap=_search_overlap(space, scheme, space.comm_fields(bool(spf))),
                          eta_gemm=eta, first_stage_layers=first, last_stage_layers=last,

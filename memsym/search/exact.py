@@ -61,10 +61,12 @@ def row_totals(space: Space, row: Mapping):
     stage's exact parameter counts substituted (every Term keeps its own source)."""
     from dataclasses import replace as _replace
 
-    tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in KNOBS)
+    tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in KNOBS[:7])
+    te = int(row.get("t_e") or tt)
     space = with_split(space, row.get("first_stage_layers") or space.first_stage_layers or 0,
                  row.get("last_stage_layers") or space.last_stage_layers or 0)
     lay = Layout(t=tt, p=pp, d=dd, c=cc, e=ee, v=vv if vv > 1 else None,
+                 t_e=te if space.arch.num_experts else None,
                  first_stage_layers=space.first_stage_layers,
                  last_stage_layers=space.last_stage_layers)
     # m is set here (not from B by training_values): smallest_d asks at d = 1, where b d
@@ -80,7 +82,8 @@ def row_totals(space: Space, row: Mapping):
         tot = choice_template(space, rc, spf, vv > 1, row.get("offload", "none"),
                         scheme_row(row["sharding"], space.framework),
                         *template_rep(space, pp, stage))[0]
-        sub = {lookup(name): val for name, val in stage_count_items(space, tt, pp, ee, stage)}
+        sub = {lookup(name): val for name, val in stage_count_items(space, tt, pp, ee, stage,
+                                                                        te)}
         for name in sub:
             vals.pop(name, None)
         totals[stage] = Total(f"memory of pipeline stage {stage}",

@@ -151,6 +151,7 @@ def raw_grid(space: Space, gpus: int) -> dict:
         return ((first or 0, last or 0),)
 
     ev = np.array(list(itertools.product(cand_e, cand_v, space.micro_batch_sizes)), dtype=np.int64)
+    rows = [row + (te,) for row in rows for te in expert_tp_sizes(space, row[0])]
     blocks = []
     for row in rows:
         if titan and not given:
@@ -162,16 +163,58 @@ def raw_grid(space: Space, gpus: int) -> dict:
             nb = len(fl) * len(evv)
             if not nb:
                 continue
-            blk = np.empty((nb, 9), dtype=np.int64)
-            blk[:, 0:4] = row
+            blk = np.empty((nb, 10), dtype=np.int64)
+            blk[:, 0:4] = row[:4]
             blk[:, 4:7] = np.tile(evv, (len(fl), 1))
             blk[:, 7:9] = np.repeat(fl, len(evv), axis=0)
+            blk[:, 9] = row[4]
             blocks.append(blk)
     if not blocks:
         raise InvalidValueError(f"no layout of {gpus} GPUs has a pipeline split the framework "
                                 "makes")
     allr = np.concatenate(blocks)
-    return {k: allr[:, i] for i, k in enumerate(("t", "p", "c", "d", "e", "v", "b", "f", "l"))}
+    return {k: allr[:, i] for i, k in enumerate(("t", "p", "c", "d", "e", "v", "b", "f", "l",
+                                                 "t_e"))}
+
+
+def expert_tp_sizes(space: Space, t: int) -> tuple:
+    """The expert tensor-parallel sizes t_e the search offers beside tensor parallelism t.
+
+    A model with experts under a framework that splits the experts' GEMMs apart from the
+    dense ones is offered t_e = t (Megatron-LM's default: ``validate_args`` sets
+    ``expert_tensor_parallel_size`` to TP when unset, arguments.py:587-588 at d98e8a64dd) and
+    t_e = 1 (the experts whole on each rank, spread over EP alone).  Bounded to these two
+    (the limit of the axis): Megatron-LM takes any t_e whose expert groups t_e e p divide the
+    world (parallel_state.py:874-884), but t_e beyond t only widens the experts' all-to-all
+    and between 1 and t is rarely what a recipe runs; the rules (``ep-group``, ``tp-ffn``,
+    ``deepep-group``) then keep those the framework accepts.  torchtitan v0.2.2 takes exactly
+    these two under EP (``etp == tp or etp == 1``, parallel_dims.py:58-59); without experts,
+    or where the framework has no separate expert TP (DeepSpeed's AutoEP), t_e = t.  Sizes
+    asked for by name (``etp=``, ``--etp``) are tried instead, at every t.
+
+    Parameters
+    ----------
+    space : Space
+        The search problem.
+    t : int
+        Tensor-parallel size [GPUs].
+
+    Examples
+    --------
+    >>> expert_tp_sizes(make_space("mixtral-8x7b", "h100-80gb"), 4)
+    (4, 1)
+    >>> expert_tp_sizes(make_space("llama3-8b", "h100-80gb"), 4)
+    (4,)
+    """
+    if space.etp is not None:      # asked for by name: each still checked by the rules
+        if not space.arch.num_experts or not FRAMEWORK[space.framework].expert_tp:
+            raise InvalidValueError(f"etp (the experts' TP) needs a model with experts and a "
+                                    f"framework that splits them ({space.arch.name}, "
+                                    f"{FRAMEWORK[space.framework].title})")
+        return space.etp
+    if not space.arch.num_experts or t == 1 or not FRAMEWORK[space.framework].expert_tp:
+        return (t,)
+    return (t, 1)
 
 
 #: Stages per rank a torchtitan search offers: 1 (1F1B), 2 (the looped schedules' default)
@@ -202,10 +245,11 @@ def with_split(space: Space, f: int, l_: int) -> Space:
 
 
 def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
-    """The knob values :mod:`memsym.rules` reads, over a grid (expert TP = t here)."""
+    """The knob values :mod:`memsym.rules` reads, over a grid (expert TP t_e = t where the
+    grid has no t_e column)."""
     B = space.global_batch_size
-    k = {name: grid[name] for name in KNOBS}
-    k.update({"t_e": grid["t"], "s": space.seq_length, "B": B, "gpus": gpus,
+    k = {name: grid[name] for name in KNOBS if name in grid}
+    k.update({"t_e": grid.get("t_e", grid["t"]), "s": space.seq_length, "B": B, "gpus": gpus,
               "torchtitan": FRAMEWORK[space.framework].torch_pipelining,
               "gpipe": space.schedule == "gpipe",
               "deepspeed": FRAMEWORK[space.framework].hf_model_code,
@@ -239,7 +283,7 @@ def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
     out = {name: np.zeros(n, dtype=bool) for name in names}
     for (fv, lv), idx in _groups(f_, l_):
         sub = with_split(space, fv, lv)
-        g2 = {k: grid[k][idx] for k in KNOBS}
+        g2 = {k: grid[k][idx] for k in KNOBS if k in grid}
         for name, mask in _rules.masks(space.arch, grid_knobs(sub, g2, gpus), names).items():
             out[name][idx] = mask
     return out
@@ -281,7 +325,8 @@ def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
 
     space = space_or_model if isinstance(space_or_model, Space) else make_space(
         space_or_model, gpu, **kw)
-    grid = {k: np.array([int(layout.get(k, 1))], dtype=np.int64) for k in KNOBS}
+    grid = {k: np.array([int(layout.get(k) or (layout.get("t", 1) if k == "t_e" else 1))],
+                        dtype=np.int64) for k in KNOBS}
     space = with_split(space, layout.get("first_stage_layers") or space.first_stage_layers or 0,
                  layout.get("last_stage_layers") or space.last_stage_layers or 0)
     k = choice_knobs(grid_knobs(space, grid), bool(layout.get("sequence_parallel", False)),

@@ -112,6 +112,7 @@ class SearchResult:
         """One layout as a plain dict (knobs, choices, bytes per grouped term, step time)."""
         col = self.columns
         out = {k: int(col[k][i]) for k in ("t", "p", "c", "d", "e", "v", "b")}
+        out["t_e"] = int(col["t_e"][i]) if "t_e" in col else out["t"]
         out["m"] = None if col["m"][i] <= 0 else int(col["m"][i])
         for k in ("recompute", "sharding", "offload"):
             out[k] = str(col[k][i])

@@ -307,7 +307,7 @@ def _chosen_layout(model, gpu, space, gbest, cand) -> tuple:
     keyset = {key_of(r) for r in cand}
     for i in order:
         r = res.row(int(i))
-        if key_of(r) in keyset:
+        if key_of(r) in keyset and r["t_e"] == r["t"]:   # the fewest-GPU rows keep t_e = t
             chosen = r
             break
     if chosen is None:

@@ -39,7 +39,8 @@ RULES = {name: rule.summary for name, rule in _rules.RULES.items()}
 
 
 #: Rules on the discrete choices (checked per recompute/sharding/SP/offload combination).
-CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp", "muon-sharding")
+CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp", "muon-sharding",
+                "torchtitan-ep-replicas")
 
 
 #: Sharding schemes searched by default (fsdp: ZeRO-3's states, or FSDP2 in a torchtitan search and
@@ -47,7 +48,7 @@ CHOICE_RULES = ("moe-tp-sp", "torchtitan-tp-sp", "offload-pp", "zero-pp", "muon-
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "distributed-optimizer")
 
 
-KNOBS = ("t", "p", "c", "d", "e", "v", "b")
+KNOBS = ("t", "p", "c", "d", "e", "v", "b", "t_e")
 
 
 CHOICE_KEYS = ("recompute", "sharding", "sequence_parallel", "offload")
@@ -62,7 +63,7 @@ def divisors_of(n: int) -> list:
 _LIMIT_OF = {"gpus": "gpus", "max_gpus": "gpus", "gpus_per_node": "gpus", "seq_length": "sequence",
              "global_batch_size": "global_batch", "micro-batch size": "micro_batch",
              "lora_rank": "rank", "tp": "gpus", "pp": "gpus", "cp": "gpus", "ep": "gpus",
-             "vpp": "layers"}
+             "etp": "gpus", "vpp": "layers"}
 
 
 def positive_whole(value, what):
@@ -264,6 +265,7 @@ class Space:
     tp_comm_overlap_cfg: object = None
     #: a job's other settings, held fixed: (name, value) pairs of HELD_FIELDS (job_fields)
     held: tuple = ()
+    etp: tuple | None = None    # the experts' TP sizes tried (None: grid.expert_tp_sizes')
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -398,7 +400,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                gpus_per_node=None, cluster=None, efficiency=None, capacity_factor=1, fp8_recipe=None,
                uneven=True, framework="megatron", overlaps=None, moe_dispatcher="alltoall",
                tp_comm_overlap=False, fsdp_double_buffer=False, tp_comm_overlap_cfg=None,
-               held=None) -> Space:
+               held=None, etp=None) -> Space:
     """Validate the search keywords into a :class:`Space` (see :func:`search`).
 
     ``recompute`` and ``sharding`` default to what the framework offers: Megatron's none /
@@ -479,7 +481,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         framework=framework, fp8_recipe=fp8_recipe, overlaps=checked_overlaps(overlaps),
         moe_dispatcher=dispatcher, tp_comm_overlap=overlap, fsdp_double_buffer=double,
         tp_comm_overlap_cfg=carried_ub_config(tp_comm_overlap_cfg, overlap),
-        held=checked_held(held))
+        held=checked_held(held), etp=_int_list(etp, "etp"))
 
 
 def space_differences(tr, space, **choices) -> list:

@@ -401,15 +401,20 @@ def allowance_template() -> tuple:
 
 
 @functools.lru_cache(maxsize=65536)
-def stage_count_floats(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
+def stage_count_floats(space: Space, tt: int, pp: int, ee: int, stage: int,
+                       te: int | None = None) -> tuple:
     """:func:`stage_count_items` as floats (what the vectorized evaluation binds), kept in
     the space's :class:`StageTable`: a search in a new process computes no parameter count
     it met before."""
     table = stage_table(space)
-    key = repr((space.first_stage_layers, space.last_stage_layers, tt, pp, ee, stage))
+    te = tt if te is None else te
+    # t_e in the key only where it is not t (the keys saved before it was searched stand)
+    key = repr((space.first_stage_layers, space.last_stage_layers, tt, pp, ee, stage)
+               + ((te,) if te != tt else ()))
     got = table.counts.get(key)
     if got is None:
-        got = tuple((name, float(v)) for name, v in stage_count_items(space, tt, pp, ee, stage))
+        got = tuple((name, float(v)) for name, v in stage_count_items(space, tt, pp, ee, stage,
+                                                                      te))
         if all(math.isfinite(v) for _, v in got):   # repr(inf) would not read back
             table.counts[key] = got
             table.dirty = True
@@ -421,9 +426,10 @@ _COUNTS: dict = {}
 
 
 @functools.lru_cache(maxsize=65536)
-def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int) -> tuple:
+def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
+                      te: int | None = None) -> tuple:
     """``((symbol name, value), ...)``: the stage's parameter counts
-    (:func:`memsym.training.stage_counts`) at one (t, p, e).
+    (:func:`memsym.training.stage_counts`) at one (t, p, e, t_e) (t_e None: t).
 
     Full training's counts (N_tp, N_rep, N_exp of all the ranks together, N_lin per TP rank)
     depend on the layout only through t (vocabulary padding, N_lin/t), the stage's layers,
@@ -434,11 +440,14 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int) -> tu
     # the optimizer decides which counts exist (Muon's N_sc beside Adam's): in the key
     key = (space.arch, space.optimizer, space.finetune, space.lora_rank, space.lora_targets, tt,
            rng.start, rng.stop, stage == 0, stage == pp - 1, pp > 1,
-           ee if space.finetune != "full" or space.arch.num_experts else None)
+           ee if space.finetune != "full" or space.arch.num_experts else None,
+           # the experts' TP splits the largest layer's expert weights (N_ll) and LoRA's
+           te if space.arch.num_experts and te is not None else None)
     if key not in _COUNTS:
         if len(_COUNTS) > 65536:
             _COUNTS.clear()
-        lay = Layout(t=tt, p=pp, e=ee, first_stage_layers=space.first_stage_layers,
+        lay = Layout(t=tt, p=pp, e=ee, t_e=te if space.arch.num_experts else None,
+                     first_stage_layers=space.first_stage_layers,
                      last_stage_layers=space.last_stage_layers)
         # a symbol's name, not str(): printing each one costs more than the counts
         _COUNTS[key] = tuple((k.name, v) for k, v in

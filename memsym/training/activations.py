@@ -22,13 +22,14 @@ from ..symbols import L, m, p, v
 from ..term import Source, Term, Total
 from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
 from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
-                                 checkpointed_qkv_storage, clamped_glu_copy, fp8_glu_input,
-                                 lora_gathered_inputs, mtp_input_activations,
+                                 clamped_glu_copy, fp8_glu_input, lora_gathered_inputs,
+                                 mtp_input_activations,
                                  output_activations, unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.eager_glu import eager_clamped_glu_input
 from ..terms.hf_norms import final_norm_excess
 from ..terms.op_sac import sac_attention_recomputed
+from ..terms.qkv_storage import checkpointed_qkv_storage
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
 from ..terms.dispatcher_buffers import allgather_dispatch_buffer
