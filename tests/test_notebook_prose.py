@@ -1,5 +1,5 @@
 """The lessons' prose agrees with their code (issue 33): every number a notebook's markdown
-quotes with decimals and a unit ("91.00 GB", "16.7 ms", "9.6 %") is one the notebook itself
+quotes with decimals and a unit ("92.48 GB", "16.7 ms", "9.6 %") is one the notebook itself
 prints or asserts, to the precision quoted, or is listed below as cited from a source.
 
 The check, per notebook:
@@ -147,16 +147,16 @@ def _altered(path: Path, old: str, new: str) -> dict:
 
 
 def test_the_check_fails_on_an_altered_copy():
-    # the lesson says 91.00 GB because update() printed it; a copy whose prose says 91.50 GB
-    # (or 48.64 for 48.46: digits swapped) is caught, naming the number
+    # the lesson says 92.48 GB because update() printed it; a copy whose prose says 92.98 GB
+    # (or 49.02 for 49.20: digits swapped) is caught, naming the number
     path = ROOT / "notebooks" / "09_interactive_layout.ipynb"
     assert mismatches(json.loads(path.read_text(encoding="utf-8")), path.name) == []
-    bad = mismatches(_altered(path, "**91.00 GB**", "**91.50 GB**"), path.name)
-    assert len(bad) == 1 and "'91.50 GB'" in bad[0]
-    assert mismatches(_altered(path, "**48.46 GB**", "**48.64 GB**"), path.name)
-    # the precision quoted is the precision checked: 91.0 GB is 91.00 GB rounded, 91.1 is not
-    assert mismatches(_altered(path, "**91.00 GB**", "**91.0 GB**"), path.name) == []
-    assert mismatches(_altered(path, "**91.00 GB**", "**91.1 GB**"), path.name)
+    bad = mismatches(_altered(path, "**92.48 GB**", "**92.98 GB**"), path.name)
+    assert len(bad) == 1 and "'92.98 GB'" in bad[0]
+    assert mismatches(_altered(path, "**49.20 GB**", "**49.02 GB**"), path.name)
+    # the precision quoted is the precision checked: 92.5 GB is 92.48 GB rounded, 92.4 is not
+    assert mismatches(_altered(path, "**92.48 GB**", "**92.5 GB**"), path.name) == []
+    assert mismatches(_altered(path, "**92.48 GB**", "**92.4 GB**"), path.name)
 
 
 def test_a_comment_is_not_evidence():
