@@ -22,7 +22,7 @@ from memsym.cli import main
 from memsym.model import Architecture, parameter_count, preset
 from memsym.readers.launch_script import read_launch_script
 from memsym.readers.megatron_arguments import (MEMORY_NOT_MODELLED as _MEMORY_NOT_MODELLED,
-                                              MODELLED as _MODELLED,
+                                              MODELLED as _MODELLED, MODELOPT as _MODELOPT,
                                               STRUCTURE_NOT_MODELLED as _STRUCTURE_NOT_MODELLED,
                                               TABLE as _TABLE)
 from test_readers_megatron import EXPECTED, SCRIPTS
@@ -209,15 +209,16 @@ def _estimate_options() -> set:
     return {o for a in sub.choices["estimate"]._actions for o in a.option_strings}
 
 
-# Megatron flags memsym neither models nor refuses, so each is listed as ignored; not the
-# flags that are also memsym's own options (bare --finetune is memsym's --finetune full:
+# Megatron flags memsym neither models nor refuses, so each is listed as ignored; not
+# ModelOpt's options (noted: read only once ModelOpt is enabled), nor the flags that are also
+# memsym's own options (bare --finetune is memsym's --finetune full:
 # honoured, not ignored; test_megatrons_bare_finetune_flag_is_full_fine_tuning)
 _MEMSYMS_OWN = _estimate_options()
 _HARMLESS = sorted(n for n, (dest, arity, _) in _TABLE.items()
                    if dest not in _MODELLED and dest not in _STRUCTURE_NOT_MODELLED
                    and dest not in _MEMORY_NOT_MODELLED and arity in (0, 1)
                    and n.startswith("--") and not n.startswith(("--nproc", "--nnodes"))
-                   and n not in _MEMSYMS_OWN)
+                   and n not in _MEMSYMS_OWN and n not in _MODELOPT)
 _JOBS = [["llama2-7b", "--seq-length", "2048", "--tp", "2"],
          ["llama3-8b", "--seq-length", "4096", "--pp", "2", "--global-batch-size", "8",
           "--recompute-granularity", "selective"],
