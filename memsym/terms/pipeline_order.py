@@ -30,7 +30,7 @@ from ..errors import InvalidValueError, choose
 from . import pipeline
 from ..text import shared_doc
 
-__all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "schedule_table", "rank_order",
+__all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "schedule_table", "rank_order", "pass_dependency",
            "live_by_held_gradients", "simulate",
            "Simulation", "bubble_fraction", "chunk_peak"]
 
@@ -308,6 +308,42 @@ class Simulation:
     in_flight: tuple
 
 
+def pass_dependency(kind: str, mb: int, gs: int, last: int) -> tuple | None:
+    r"""The pass that pass ``(kind, mb, gs)`` waits for, or None [1].
+
+    .. math:: F(i, g) \leftarrow F(i, g - 1), \qquad
+        B(i, g) \leftarrow B(i, g + 1)\ (g < G),\quad B(i, G) \leftarrow F(i, G)
+
+    A forward of micro-batch :math:`i` on global stage :math:`g` (``chunk * p + rank``) needs
+    the previous stage's forward (the first stage none), a backward the next stage's backward,
+    and the last stage's backward its own forward: the order Megatron-core's p2p sends impose
+    (``schedules.py`` ``forward_backward_pipelining_*``).
+
+    Parameters
+    ----------
+    kind : {"F", "B"}
+        Forward or backward pass [1].
+    mb, gs : int
+        Micro-batch and global stage of the pass [1].
+    last : int
+        The last global stage, :math:`p v - 1` [1].
+
+    Examples
+    --------
+    >>> pass_dependency("F", 0, 0, 3), pass_dependency("F", 2, 1, 3)
+    (None, ('F', 2, 0))
+    >>> pass_dependency("B", 1, 3, 3), pass_dependency("B", 1, 2, 3)
+    (('F', 1, 3), ('B', 1, 3))
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd ``megatron/core/pipeline_parallel/schedules.py``.
+    """
+    if kind == "F":
+        return ("F", mb, gs - 1) if gs > 0 else None
+    return ("B", mb, gs + 1) if gs < last else ("F", mb, gs)
+
+
 @_doc
 def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
              gpipe: bool = False) -> Simulation:
@@ -387,10 +423,7 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
             while pos[r] < len(orders[r]):
                 kind, mb, ch = orders[r][pos[r]]
                 gs = ch * p + r
-                if kind == "F":
-                    dep = ("F", mb, gs - 1) if gs > 0 else None
-                else:
-                    dep = ("B", mb, gs + 1) if gs < last else ("F", mb, gs)
+                dep = pass_dependency(kind, mb, gs, last)
                 if dep is not None and dep not in done:
                     break
                 start = max(free[r], done[dep]) if dep is not None else free[r]

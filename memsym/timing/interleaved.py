@@ -32,7 +32,7 @@ import hashlib
 import numpy as np
 
 from ..errors import InvalidValueError
-from ..terms.pipeline_order import rank_order
+from ..terms.pipeline_order import pass_dependency, rank_order
 from .pipeline import microbatch_group
 
 __all__ = ["MAX_PASSES", "schedule_levels", "interleaved_makespan", "exact_interleaved"]
@@ -93,10 +93,7 @@ def schedule_levels(p: int, m: int, v: int, group: int) -> tuple:
             while pos[r] < len(orders[r]):
                 kind, mb, ch = orders[r][pos[r]]
                 gs = ch * p + r
-                if kind == "F":
-                    dep = ("F", mb, gs - 1) if gs > 0 else None
-                else:
-                    dep = ("B", mb, gs + 1) if gs < last else ("F", mb, gs)
+                dep = pass_dependency(kind, mb, gs, last)
                 if dep is not None and dep not in index:
                     break
                 i, d = len(level), (index[dep] if dep is not None else -1)
