@@ -154,9 +154,12 @@ def state_terms(experts: bool, training: Training) -> tuple:
         # frozen base over data parallel, every other scheme keeps it whole on each GPU
         widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.states.optimizer]}
         dtype = "fp32"
-        if framework_record(training.framework).megatron_options:
+        if framework_record(training.framework).megatron_options \
+                and training.adapters.finetune == "lora":
             # Megatron-Bridge: adapters in the model's dtype, Megatron-core's gradient buffer
-            # and (distributed) optimizer with an fp32 main copy
+            # and (distributed) optimizer with an fp32 main copy.  QLoRA keeps PEFT's widths:
+            # Bridge (067f987df0) has no 4-bit base (no NF4 or bitsandbytes in src/), so a
+            # QLoRA job is the bitsandbytes + PEFT one whatever the framework named
             widths = megatron_adapter_widths(
                 training.states.precision, training.states.grad_dtype,
                 optimizer_bytes=OPTIMIZERS[training.states.optimizer],
