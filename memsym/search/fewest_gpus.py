@@ -137,8 +137,13 @@ def smallest_d_by_fit(space, knobs, maxg: int, report: Callable) -> tuple:
     # most-loaded stage may change with d (deepseek-v3: dense first stages, MoE later),
     # so the max over stages is not of that form; each stage is fitted on its own.
     report(1, 3)
-    m1, m2, m4 = (evaluate_rows(space, knobs, np.full(nk, dv), per_stage=True)
-                  for dv in (1, 2, 4))
+    # the three probes in one evaluation (its cost is mostly per call), split back by row
+    tiled = np.tile(np.arange(nk), 3)
+    m124 = evaluate_rows(space, knobs, np.repeat([1, 2, 4], nk), rows=tiled, per_stage=True)
+    m1, m2, m4 = ({k: val[(m124["row"] // nk) == i] for k, val in m124.items()}
+                  for i in range(3))
+    for part in (m2, m4):
+        part["row"] = part["row"] % nk
     if not len(m1["row"]):   # every candidate breaks a rule of its discrete choices
         raise no_valid_choice(space, knobs, maxg)
     s1, s2, s4 = m1["stage_memory"], m2["stage_memory"], m4["stage_memory"]
@@ -186,22 +191,29 @@ def _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report) -> 
     # exactly instead (gallop and bisection; memory is nonincreasing in d)
     report(2, 3)
     live = np.flatnonzero(dstar > 0)
-    top_ok = fits_at(live, dstar[live])
-    low = live[top_ok & (dstar[live] > step[live])]
-    low_fits = fits_at(low, dstar[low] - step[low])
+    # both probes (d* and d* - step) in one evaluation: its cost is mostly per call
+    has_low = dstar[live] > step[live]
+    below = live[has_low]
+    both = fits_at(np.concatenate([live, below]),
+                   np.concatenate([dstar[live], dstar[below] - step[below]]))
+    top_ok = both[:len(live)]
+    low = below[top_ok[has_low]]
+    low_fits = both[len(live):][top_ok[has_low]]
     # np.union1d / np.setdiff1d, spelled with distinct (numpy's import numpy.ma at once)
     redo = distinct(np.concatenate([live[~top_ok], low[low_fits], np.flatnonzero(~linear)]))
     verified = distinct(live[top_ok])
     verified = verified[~np.isin(verified, redo, assume_unique=True)]
-    if len(verified) and len(redo):
+    g_known = None
+    if len(verified):
         # a row needs d >= step: one whose smallest G already exceeds a verified row's
         # answer cannot win (or tie), so it is not searched
         g_known = int((tpc0[verified] * dstar[verified]).min())
         redo = redo[tpc0[redo] * step[redo] <= g_known]
     if len(redo):
         report(3, 3)
+        # nor is a row once its smallest possible G exceeds one found fitting
         dstar[redo] = smallest_multiple(lambda r, dv: fits_at(redo[r], dv), step[redo],
-                                        kmax[redo])
+                                        kmax[redo], weight=tpc0[redo], known=g_known)
 
 
 def nothing_fits_error(space, knobs, maxg: int) -> NoFitError:
@@ -227,10 +239,16 @@ def nothing_fits_error(space, knobs, maxg: int) -> NoFitError:
         floor=exact_row(space, least)["bytes"]["total"], hint=no_fit_hint(space))
 
 
-def smallest_multiple(fits: Callable, step, kmax):
+def smallest_multiple(fits: Callable, step, kmax, weight=None, known=None):
     """For each row r the smallest d = k step[r] (1 <= k <= kmax[r]) with ``fits(rows, d)``
     true, 0 where none: galloping on k (1, 2, 4, ...), then bisection.  ``fits`` must be
     monotone in d (memory is nonincreasing in d); it is called on index arrays of rows.
+
+    With ``weight`` (GPUs per unit of d [GPUs], t p c) only the rows that can reach the
+    fewest GPUs are searched to the end: a row whose G = weight d is already known to exceed
+    ``known`` [GPUs] (or a G another row fits at) can neither win nor tie, so its search
+    stops: it is left with 0 (nothing fitting found yet) or the d it was last found to fit
+    at, either way more GPUs than the fewest.
 
     Examples
     --------
@@ -239,29 +257,45 @@ def smallest_multiple(fits: Callable, step, kmax):
     >>> smallest_multiple(lambda r, dv: dv >= need[r], np.array([1, 1, 4, 1]),
     ...                    np.array([64, 64, 64, 32])).tolist()
     [1, 5, 12, 0]
+    >>> smallest_multiple(lambda r, dv: dv >= need[r], np.array([1, 1, 4, 1]),
+    ...                    np.array([64, 64, 64, 32]), weight=np.array([8, 1, 1, 1])).tolist()
+    [1, 5, 0, 0]
     """
     import numpy as np
 
+    known = np.inf if known is None else known
     step = np.asarray(step, dtype=np.int64)
     kmax = np.asarray(kmax, dtype=np.int64)
     lo = np.zeros(len(step), dtype=np.int64)   # largest k known not to fit
     hi = np.zeros(len(step), dtype=np.int64)   # smallest k known to fit (0: none)
     k = np.ones(len(step), dtype=np.int64)
-    todo = np.flatnonzero(kmax >= 1)
+
+    def hopeful(rows):
+        """The rows whose fewest possible GPUs, weight (lo + 1) step, is within the best
+        G found so far (ties kept: they are ranked afterwards)."""
+        nonlocal known
+        if weight is None:
+            return rows
+        found = np.flatnonzero(hi > 0)
+        if len(found):
+            known = min(known, int((weight[found] * hi[found] * step[found]).min()))
+        return rows[weight[rows] * (lo[rows] + 1) * step[rows] <= known]
+
+    todo = hopeful(np.flatnonzero(kmax >= 1))
     while len(todo):
         ok = np.asarray(fits(todo, k[todo] * step[todo]), dtype=bool)
         hi[todo[ok]] = k[todo[ok]]
         miss = todo[~ok]
         lo[miss] = k[miss]
         k[miss] = np.minimum(2 * k[miss], kmax[miss])
-        todo = miss[lo[miss] < kmax[miss]]
-    todo = np.flatnonzero(hi - lo > 1)
+        todo = hopeful(miss[lo[miss] < kmax[miss]])
+    todo = hopeful(np.flatnonzero(hi - lo > 1))
     while len(todo):
         mid = (lo[todo] + hi[todo]) // 2
         ok = np.asarray(fits(todo, mid * step[todo]), dtype=bool)
         hi[todo[ok]] = mid[ok]
         lo[todo[~ok]] = mid[~ok]
-        todo = todo[hi[todo] - lo[todo] > 1]
+        todo = hopeful(todo[hi[todo] - lo[todo] > 1])
     return hi * step
 
 
