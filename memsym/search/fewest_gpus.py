@@ -126,7 +126,9 @@ def smallest_d_by_fit(space, knobs, maxg: int, report: Callable) -> tuple:
     .. math:: M(d) = \alpha + \beta / d, \qquad d^{*} = \max_{\text{stages}}
               \lceil \beta / (C - \alpha) \rceil
 
-    verified on the compiled totals and searched where it fails."""
+    verified on the compiled totals and searched where it fails.  A row that cannot reach
+    the fewest GPUs t p c d found (nor tie it) is not searched to the end: its d is then only
+    known to give more GPUs than the fewest (0, or a d that fits but may not be the least)."""
     import numpy as np
 
     x, cap = space.arch, float(space.capacity)
