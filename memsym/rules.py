@@ -401,6 +401,15 @@ RULES: dict = {r.name: r for r in (
          Source("megatron-lm", "megatron/core/models/hybrid/hybrid_layer_allocation.py at "
                 "d98e8a64dd, select_pipeline_segment (VPP without '|' separators raises)"),
          InvalidValueError),
+    Rule("shared-block-pipeline", "a model with shared transformer blocks (Zamba, Zamba2) runs "
+         "on one pipeline stage (p = 1)",
+         lambda x, k: (k["p"] > 1) if x.shared_blocks else False,
+         lambda x, k: ("pipeline parallelism (p > 1) of a model with shared transformer blocks "
+                       "(Zamba, Zamba2) is not modelled: transformers builds no pipeline stages, "
+                       "and a block serving layers on several stages has no documented owner"),
+         Source("hf-transformers", "transformers 5.25 models/zamba2/configuration_zamba2.py:26 "
+                "and zamba/configuration_zamba.py:26 (no base_model_pp_plan, which "
+                "llama/configuration_llama.py:57 sets)"), InvalidValueError),
     Rule("hybrid-cp", "a hybrid model's Mamba, shared-block, short-convolution, Gated DeltaNet "
          "and lightning-attention layers are priced at c = 1 only",
          lambda x, k: (k.get("c", 1) > 1) & bool(_cp_unmodelled_mixers(x)),

@@ -332,3 +332,41 @@ def test_a_gpt_oss_model_with_megatron_arguments_runs_the_eager_glu(capsys):
     # 36 MoE layers, s = 4096, top-4 over EP 8: R = 4 x 4096 routed rows a rank; eager
     # (3 + 1) f_e against the fused copy's 2 f_e, f_e = 2880, 2 bytes
     assert acts("--disable-bias-linear") - acts() == 36 * 4 * 4096 * (4 - 2) * 2880 * 2
+
+
+def test_memsyms_swiglu_fusion_option_is_megatrons(capsys):
+    # memsym's --no-bias-swiglu-fusion is Megatron's flag: core_transformer_config_from_args
+    # reads args.bias_swiglu_fusion under --swiglu only (argument_utils.py:314-319 at
+    # d98e8a64dd), so GPT-OSS's quick-GeGLU (whose fusion is bias_gelu_fusion) and a model
+    # without a gated unit keep their fused path and the flag is listed as ignored, with a
+    # preset as with a pasted Megatron-LM command
+    import json
+
+    from in_process import estimate
+
+    def run(*argv):
+        code, out, err = estimate(capsys, *argv, "--json")
+        assert code in (0, 1), err
+        got = json.loads(out)
+        return got["bytes"]["activations"], got.get("ignored") or []
+
+    oss = ("gpt-oss-120b", "--framework", "megatron", "--world-size", "8",
+           "--expert-model-parallel-size", "8", "--gpu", "h100-80gb")
+    fused, _ = run(*oss)
+    assert run(*oss, "--no-bias-swiglu-fusion") == (fused, ["--no-bias-swiglu-fusion"])
+    # with --no-bias-gelu-fusion the experts run the eager glu: (3 + 1) f_e per routed row
+    # against the fused copy's 2 f_e (test_a_gpt_oss_model_with_megatron_arguments_...)
+    eager, ignored = run(*oss, "--no-bias-swiglu-fusion", "--no-bias-gelu-fusion")
+    assert eager - fused == 36 * 4 * 4096 * (4 - 2) * 2880 * 2
+    assert ignored == ["--no-bias-swiglu-fusion"]
+    # the pasted command (no MODEL, --quick-geglu): Megatron's reader ignores it alike
+    cmd = [w for w in _CMD if w != "--json"]
+    assert run(*cmd, "--no-bias-swiglu-fusion") == (run(*cmd)[0], ["--no-bias-swiglu-fusion"])
+    # no gated unit (GPT-3): nothing reads it
+    gpt3 = ("gpt3-175b", "--seq-length", "2048", "--world-size", "8")
+    assert run(*gpt3, "--no-bias-swiglu-fusion") == (run(*gpt3)[0], ["--no-bias-swiglu-fusion"])
+    # a SwiGLU model (Llama 2 7B: 32 layers, f = 11008, s = 2048, b = 1, t = 1) runs the eager
+    # glu (mlp.py:325-332): silu(gate) and the product kept, 2 more s b f 16-bit tensors a layer
+    llama = ("llama2-7b", "--seq-length", "2048", "--world-size", "8")
+    on, off = run(*llama)[0], run(*llama, "--no-bias-swiglu-fusion")
+    assert off == (on + 32 * 2048 * 11008 * 2 * 2, [])

@@ -206,6 +206,20 @@ def test_pipeline_parallelism_is_refused_in_one_line(tmp_path):
     assert "\n" not in str(err.value)
 
 
+def test_a_search_leaves_out_the_pipelines_by_a_named_rule(tmp_path):
+    # memsym.search over 8 GPUs, even stages only, one choice of recompute / sharding / SP:
+    # the (t, p, c, d) with t*p*c*d = 8 are 20; those with p > 1 are p = 2 (t*c*d = 4: 6
+    # ordered triples), p = 4 (t*c*d = 2: 3), p = 8 (1): 10.  v is offered from the
+    # divisors of the 8 layers {1, 2, 4, 8}, b from (1, 2, 4, 8): 4 x 4 rows per layout.
+    from memsym.search import search
+
+    res = search(_write(tmp_path, _ZAMBA2), "h100-80gb", 8, seq_length=64, recompute=["full"],
+                 sharding=["distributed-optimizer"], sequence_parallel=[False], uneven=False)
+    assert res.raw == 20 * 4 * 4
+    assert res.excluded["shared-block-pipeline"] == 10 * 4 * 4
+    assert len(res) > 0 and set(res.columns["p"].tolist()) == {1}
+
+
 @pytest.mark.parametrize("cfg,match", [
     ({**_ZAMBA, "attention_hidden_size": 64}, "attention_hidden_size must be 2"),
     ({**_ZAMBA, "n_mamba_heads": 3}, "n_mamba_heads"),

@@ -205,6 +205,60 @@ def _moe_layer(arch, recompute_modules, *, s=4096, b=4, e=8, gpu="b200", eta_gem
                       float(b), moe=True, eta_gemm=eta_gemm, overlap=Overlap(), dp=float(e))
 
 
+def test_a_clamp_value_of_zero_clamps_a_quick_geglu():
+    # Megatron-LM d98e8a64dd transformer_config.py:2470-2480 asks > 0 of a SwiGLU's clamp only;
+    # the quick-GeGLU's glu clamps whenever the value is not None (experts.py:1003), 0 too
+    from dataclasses import replace
+    arch = preset("gpt-oss-120b")
+    zero = replace(arch, extra={**(arch.extra or {}), "swiglu_limit": 0})
+    assert shape_of(zero).expert_clamp
+    assert not shape_of(replace(arch, extra={**(arch.extra or {}), "swiglu_limit": None})
+                        ).expert_clamp
+
+
+def _unfused_moe_layer(arch, fused, modules=()):
+    from memsym.hardware import cluster_for, gpu as gpu_of
+    from memsym.timing.layer import layer_time
+    from memsym.timing.records import Overlap, Settings
+    st = Settings(seq_length=4096, micro_batch_size=4, sequence_parallel=False,
+                  bias_activation_fusion=fused, recompute="selective" if modules else "none",
+                  recompute_modules=modules or ("core_attn",))
+    dev = gpu_of("b200")
+    return layer_time(shape_of(arch), st, dev, cluster_for(dev.name), 1.0, 1.0, 8.0, 1.0, 4.0,
+                      moe=True, eta_gemm=None, overlap=Overlap(), dp=8.0)
+
+
+def test_the_unfused_clamped_glu_runs_its_eager_kernels():
+    # Without bias_activation_fusion TEGroupedMLP runs the eager glu (Megatron-LM d98e8a64dd
+    # moe/experts.py:995-1016), not weighted_bias_quick_geglu_impl's clamp-and-concatenate.
+    # Per routed row, in bf16 elements, forward: 2 clamps (read f, write f: 4f), quick_gelu
+    # (one jit_fuser kernel: 2f), x_linear + glu_linear_offset (2f), the product (read 2f,
+    # write f: 3f), the probability weighting (read f and 1 probability, write f: 2f + 1; the
+    # probabilities are bf16, probs.type_as(logits), so .to() is no kernel): 13f + 1, of which
+    # the fused kernel's 3f is priced either way: 10f + 1 against the fused path's clamps and
+    # cat, 8f.  Backward: weighting 2f + 1 (grad * p) and 4f + 1 (grad * out, row-summed),
+    # product 3f + 3f, quick_gelu 3f, clamps 3f + 3f, chunk's concatenation 4f: 25f + 2, of
+    # which 1.5 x 3f is priced either way; the fused path's clamps and cat 10f.
+    # GPT-OSS 120B on one B200 (8 TB/s), EP 8, b = 4, s = 4096: R = 65,536 rows, f = 2,880.
+    R, f = 65536, 2880
+    arch = preset("gpt-oss-120b")
+    f0, b0 = _unfused_moe_layer(arch, True)
+    f1, b1 = _unfused_moe_layer(arch, False)
+    fwd = 2 * R * ((10 * f + 1) - 8 * f) / 8e12
+    bwd = 2 * R * ((25 * f + 2) - 4.5 * f - 10 * f) / 8e12
+    assert float(f1["memory"] - f0["memory"]) == pytest.approx(fwd, rel=1e-12)
+    assert float(b1["memory"] - b0["memory"]) == pytest.approx(bwd, rel=1e-12)
+    # moe_act recompute reruns the eager forward in place of the fused clamps and cat
+    _, r0 = _unfused_moe_layer(arch, True, ("moe_act",))
+    _, r1 = _unfused_moe_layer(arch, False, ("moe_act",))
+    assert float((r1["memory"] - b1["memory"]) - (r0["memory"] - b0["memory"])) \
+        == pytest.approx(fwd, rel=1e-9)
+    # a model without the clamp tag (Qwen3-30B-A3B) is priced as before
+    q = preset("qwen3-30b-a3b")
+    assert float(_unfused_moe_layer(q, False)[0]["memory"]) \
+        == float(_unfused_moe_layer(q, True)[0]["memory"])
+
+
 def test_layernorm_and_moe_act_recompute_rerun_their_hbm_bytes():
     # GPT-OSS 120B, one MoE layer on one B200 (8 TB/s), t = c = 1, EP 8, b = 4, s = 4096:
     # T = 16,384 tokens, R = T k = 65,536 routed rows (balanced), h = f_e = 2,880, SwiGLU

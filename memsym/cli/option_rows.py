@@ -248,7 +248,8 @@ _SWITCH_ROWS = (
     ("--no-bias-swiglu-fusion", "bias_activation_fusion", False, "Megatron's flag (fused "
      "unless given; arguments.py:2896-2898, argument_utils.py:314-317): the SwiGLU runs "
      "eagerly and keeps silu(gate) and the up product, two more f/t-wide 16-bit tensors per "
-     "dense layer (three per expert copy)", "memory"),
+     "dense layer (three per expert copy); ignored without a SwiGLU (GPT-OSS's quick-GeGLU "
+     "reads --no-bias-gelu-fusion, argument_utils.py:318-319)", "memory"),
     ("--optimizer-cuda-graph", "optimizer_cuda_graph", True, "Megatron's flag: the optimizer "
      "step captured in a CUDA graph, whose pool keeps what the step allocates (the fp32 "
      "main-gradient shard under --grad-reduce-in-bf16) reserved through forward and backward",

@@ -310,6 +310,11 @@ def job_from_args(args, **override):
                                 "preset, a config.json or the architecture arguments), not "
                                 "--params")
     ignored = []
+    if args.model is not None and not _reads_swiglu_fusion(args, arch):
+        # Megatron reads --no-bias-swiglu-fusion under --swiglu only (argument_utils.py:314-319
+        # at d98e8a64dd; else bias_gelu_fusion): ignored, as the reader ignores it pasted
+        opts.pop("bias_activation_fusion", None)
+        ignored.append("--no-bias-swiglu-fusion")
     if pasted:
         from ..model import resolve_model
         from ..readers.megatron import read_megatron_overrides
@@ -320,10 +325,7 @@ def job_from_args(args, **override):
                                     mamba=bool(base.mamba_inner_size),
                                     mtp_layers=arch.get("mtp_num_layers", base.mtp_num_layers),
                                     tp_comm_overlap=bool(opts.get("tp_comm_overlap")),
-                                    # GPT-OSS's clamped gated unit is Megatron's quick-GeGLU
-                                    # (memsym.terms.activations.clamped_glu_copy)
-                                    quick_geglu=bool(base.swiglu and (base.extra or {}).get(
-                                        "swiglu_limit") is not None))
+                                    quick_geglu=_quick_geglu(base))
         if "layer_mixers" in o.options:
             # Megatron's validate_args (arguments.py:787-797 at d98e8a64dd): the hybrid pattern
             # gives the layer count, its E symbols the MoE layers, its '/' parts the MTP depths
@@ -344,7 +346,7 @@ def job_from_args(args, **override):
                                         f"options {mine!r}: give one of them")
             (arch if key in _ARCH_FIELDS else opts)[key] = value
         notes += o.notes
-        ignored = list(o.ignored)
+        ignored += [w for w in o.ignored if w not in ignored]
         if "--cross-entropy-loss-fusion" in pasted and opts.get("cross_entropy_fusion_impl") == "te":
             from ..readers.recipe_mechanisms import TE_LOSS_REFUSED
             raise InvalidValueError(TE_LOSS_REFUSED)   # as Megatron-LM's validate_args
@@ -365,6 +367,29 @@ def job_from_args(args, **override):
         opts.pop("world_size", None)
     args.reading = {"read_as": None, "ignored": ignored}
     return job(args.model, **opts)
+
+
+def _reads_swiglu_fusion(args, arch: dict) -> bool:
+    """Whether memsym's ``--no-bias-swiglu-fusion`` (if given) reaches the MODEL's gated unit.
+
+    ``core_transformer_config_from_args`` (Megatron-LM argument_utils.py:314-319 at
+    d98e8a64dd) sets ``bias_activation_fusion`` from ``args.bias_swiglu_fusion`` under
+    ``--swiglu`` only, else from ``args.bias_gelu_fusion``: a model without a SwiGLU, or with
+    GPT-OSS's clamped gated unit (Megatron's ``--quick-geglu``), never reads it.
+    """
+    if not getattr(args, "no_bias_swiglu_fusion", False):
+        return True
+    from ..model import resolve_model
+
+    base = resolve_model(args.model)
+    swiglu = arch.get("swiglu", base.swiglu)
+    return bool(swiglu) and not _quick_geglu(base)
+
+
+def _quick_geglu(base) -> bool:
+    """GPT-OSS's clamped gated unit is Megatron's quick-GeGLU
+    (memsym.terms.activations.clamped_glu_copy)."""
+    return bool(base.swiglu and (base.extra or {}).get("swiglu_limit") is not None)
 
 
 def arch_overrides(args) -> dict:

@@ -78,13 +78,9 @@ def check_layout(arch: Architecture, t: int = 1, p: int = 1, e: int = 1, t_e: Op
     x = lenient(arch)
     t, p, e = pos_int(t, "t"), pos_int(p, "p"), pos_int(e, "e")
     t_e = t if t_e is None else pos_int(t_e, "t_e")
-    if x.shared_blocks and p > 1:
-        # a shared block serves layers on several stages: which rank owns its weights and how
-        # its gradients are reduced is no framework's documented placement (memsym assumes none)
-        raise InvalidValueError("pipeline parallelism (p > 1) of a model with shared "
-                                "transformer blocks (Zamba, Zamba2) is not modelled: transformers "
-                                "builds no pipeline stages, and a block serving layers on several "
-                                "stages has no documented owner")
+    # a shared block serves layers on several stages: which rank owns its weights and how
+    # its gradients are reduced is no framework's documented placement (memsym assumes none)
+    rules.check(x, {"p": p}, ("shared-block-pipeline",))
     if pipeline_layout is not None:
         rules.check(x, {"t": t, "p": p, "e": e, "t_e": t_e, "pipeline_layout": True},
                     ("tp-heads", "tp-kv-heads", "tp-ffn", "ep-experts") + _HYBRID_RULES)

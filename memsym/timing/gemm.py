@@ -203,8 +203,8 @@ def shape_of(arch, t: int = 1) -> Shape:
                  rope=x.position_embedding_type == "rope",
                  rope_unfused=float((x.extra or {}).get("yarn_rotary_scaling_factor", 1)) > 1,
                  expert_bias=bool(E and x.add_bias_linear),
-                 # extra's swiglu_limit (config.json; the Bridge's activation_func_clamp_value)
-                 expert_clamp=bool(E and x.swiglu and (x.extra or {}).get("swiglu_limit")),
+                 expert_clamp=bool(E and x.swiglu)     # a swiglu_limit (0 too: quick-GeGLU)
+                 and (x.extra or {}).get("swiglu_limit") is not None,
                  kinds=kinds, ssm=ssm, last_moe=bool(pattern and pattern[-1]),
                  h_lat=(x.moe_latent_size or 0) if E else 0, mtp_kinds=mtp_kinds)
 
@@ -225,7 +225,7 @@ class Gemm:
         Element-wise passes Megatron-core runs on this GEMM's output in eager PyTorch, outside
         any fused kernel: ``"bias"`` (the routed experts' fc2 bias,
         :func:`memsym.timing.moe.expert_bias_bytes`), ``"clamp"`` (the clamp before the
-        experts' GLU, :func:`memsym.timing.moe.glu_clamp_bytes`).
+        experts' fused GLU, :func:`memsym.timing.moe.glu_clamp_bytes`), ``"glu"`` (their eager one).
     """
 
     name: str

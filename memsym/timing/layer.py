@@ -127,6 +127,11 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     """
     moe = moe and mlp
     gemms = layer_gemms(x, st.seq_length, b, t, c, e, t_e, moe=moe, mixer=mixer, mlp=mlp)
+    if not st.bias_activation_fusion:
+        # unfused, the clamped quick-GeGLU's experts run the eager glu (moe/experts.py:995-1016
+        # at d98e8a64dd), not the fused path's clamp-and-concatenate (memsym.timing.moe_eager)
+        gemms = [dataclasses.replace(q, eager=tuple("glu" if op == "clamp" else op
+                                                     for op in q.eager)) for q in gemms]
     f_gemm, b_gemm, f_att, b_att, f_mem, b_mem = _compute(x, st, dev, gemms, (t, c, e, t_e, b),
                                                           eta_gemm, moe=moe, mixer=mixer, mlp=mlp)
     T = as_array(b) * st.seq_length / as_array(c)     # tokens of one micro-batch on one CP rank

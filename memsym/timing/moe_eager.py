@@ -1,5 +1,6 @@
 r"""Element-wise passes Megatron-core's MoE experts run in eager PyTorch, outside any fused
-kernel: the clamp before a clamped GLU and the routed experts' fc2 bias.
+kernel: the clamp before a clamped GLU (or, unfused, the whole eager GLU) and the routed
+experts' fc2 bias.
 
 Each is priced by the HBM bytes its kernels move, forward and backward (the backward as
 autograd runs the same graph), at the GPU's HBM bandwidth; a GEMM record says which passes
@@ -20,7 +21,7 @@ import numpy as np
 
 from .efficiency import memory_time
 
-__all__ = ["expert_bias_bytes", "glu_clamp_bytes", "eager_seconds"]
+__all__ = ["expert_bias_bytes", "glu_clamp_bytes", "eager_glu_bytes", "eager_seconds"]
 
 
 def _arr(x):
@@ -140,6 +141,71 @@ def glu_clamp_bytes(rows, f, *, width: int = 2):
     return 8 * width * elems, 10 * width * elems
 
 
+def eager_glu_bytes(rows, f, *, clamp: bool = True, width: int = 2):
+    r"""HBM bytes (forward, backward) of the experts' eager quick-GeGLU beyond its kernel [bytes].
+
+    One MoE layer's, beyond the fused kernel's.  Without ``bias_activation_fusion`` ``TEGroupedMLP`` runs its ``glu`` in
+    eager PyTorch, then weights it by the routing probabilities (moe/experts.py:995-1016 at
+    d98e8a64dd)::
+
+        x_glu, x_linear = torch.chunk(x, 2, dim=-1)
+        x_glu = x_glu.clamp(min=None, max=val)              # when val is not None (0 too)
+        x_linear = x_linear.clamp(min=-val, max=val)
+        out = quick_gelu(x_glu) * (x_linear + glu_linear_offset)
+        out = (out * permuted_probs).to(out.dtype)
+
+    Per row of the :math:`[R, 2f]` fc1 output, in 16-bit elements (the probabilities are the
+    logits' dtype, ``probs.type_as(logits)`` in moe_utils.py, so ``.to`` is no kernel):
+    forward, each clamp reads and writes its half (:math:`2f`, :math:`c` = 1 when clamped),
+    ``quick_gelu`` (``jit_fuser``, one kernel, activations.py:14-17) :math:`2f`, the offset add
+    :math:`2f`, the product reads two and writes one (:math:`3f`), the weighting reads
+    :math:`f` and one probability and writes :math:`f`: :math:`(9 + 4c) f + 1`.  Backward
+    (autograd of the same graph): the weighting's two gradients (:math:`2f + 1` and the
+    product :math:`g \cdot out` reduced over the row, :math:`4f + 1`), the product's two
+    (:math:`3f` each), ``quick_gelu``'s (reads gradient and input, writes one: :math:`3f`),
+    each clamp's (:math:`3f`), ``chunk``'s concatenation of the halves (:math:`4f`):
+    :math:`(19 + 6c) f + 2`.  The fused kernel's :math:`3f` forward and
+    :func:`memsym.timing.layer` ``BACKWARD_MEMORY`` (1.5) times it backward are already in
+    :func:`memsym.timing.gemm.memory_bytes`, so this is the rest:
+
+    .. math:: \left(((6 + 4c) f + 1)\,R\,w,\; \left(\tfrac{29 + 12c}{2} f + 2\right) R\,w\right)
+
+    Parameters
+    ----------
+    rows : array_like
+        Routed rows the GPU's experts process, R [rows].
+    f : array_like
+        The expert's hidden size on this GPU (f_e / t_e), half of fc1's output width [1].
+    clamp : bool
+        ``activation_func_clamp_value`` is set [1].
+    width : int
+        Bytes per element [bytes] (bf16: 2).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Forward and backward HBM bytes [bytes].
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd megatron/core/transformer/moe/experts.py:995-1016 (``glu``),
+    megatron/core/activations.py:14-17 (``quick_gelu``), moe_utils.py
+    ``topk_routing_with_score_function`` (``probs.type_as(logits)``).
+
+    Examples
+    --------
+    GPT-OSS 120B, 65,536 rows of f = 2,880, clamped: (10 f + 1) and (20.5 f + 2) elements:
+
+    >>> f, b = eager_glu_bytes(65536, 2880)
+    >>> int(f) == (10 * 2880 + 1) * 65536 * 2, int(b) == (41 * 1440 + 2) * 65536 * 2
+    (True, True)
+    """
+    c = 1 if clamp else 0
+    elems = _arr(rows)
+    return (((6 + 4 * c) * _arr(f) + 1) * elems * width,
+            ((29 + 12 * c) * _arr(f) / 2 + 2) * elems * width)
+
+
 def eager_seconds(gemms, device):
     r"""(forward, backward) seconds of the eager passes on a MoE layer's expert GEMM outputs [s].
 
@@ -148,7 +214,8 @@ def eager_seconds(gemms, device):
 
     For each routed-expert GEMM record (``expert_fc1``, ``expert_fc2``) its ``eager`` passes,
     over the rows its local experts produce (``M`` times ``count``): ``"clamp"`` on fc1's
-    output (``N`` = 2f wide, :func:`glu_clamp_bytes`), ``"bias"`` on fc2's (``N`` = h,
+    output (``N`` = 2f wide, :func:`glu_clamp_bytes`), ``"glu"`` the eager clamped GLU in its
+    place (:func:`eager_glu_bytes`), ``"bias"`` on fc2's (``N`` = h,
     :func:`expert_bias_bytes`), at HBM bandwidth.
 
     Parameters
@@ -185,6 +252,7 @@ def eager_seconds(gemms, device):
         rows = _arr(q.M) * q.count
         for op in q.eager:
             nb = (glu_clamp_bytes(rows, _arr(q.N) / 2) if op == "clamp"
+                  else eager_glu_bytes(rows, _arr(q.N) / 2) if op == "glu"
                   else expert_bias_bytes(rows, _arr(q.N)))
             fwd = fwd + memory_time(nb[0], device)
             bwd = bwd + memory_time(nb[1], device)

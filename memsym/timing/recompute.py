@@ -44,7 +44,7 @@ import numpy as np
 
 from .efficiency import memory_time
 from .moe import gemm_seconds
-from .moe_eager import glu_clamp_bytes
+from .moe_eager import eager_glu_bytes, glu_clamp_bytes
 
 __all__ = ["MODULE_GEMMS", "norms_recomputed", "module_recompute"]
 
@@ -190,6 +190,8 @@ def module_recompute(x, modules, gemms, dev, prec: str, T, t, *, moe: bool, sequ
         nbytes = nbytes + _activation_bytes(rows, f, x.gated)
         if "clamp" in q.eager and not rerun_dispatch:   # moe: in the dispatcher's seconds
             nbytes = nbytes + glu_clamp_bytes(rows, f)[0]
+        if "glu" in q.eager and not rerun_dispatch:     # unfused: the eager glu reruns
+            nbytes = nbytes + eager_glu_bytes(rows, f)[0]
     if moe and (rerun_dispatch or "shared_experts" in mods) and "shared_fc1" in by_name:
         q = by_name["shared_fc1"]
         nbytes = nbytes + _activation_bytes(q.M, q.N / (2 if x.gated else 1), x.gated)

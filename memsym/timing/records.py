@@ -161,6 +161,10 @@ class Settings:
         ``--mla-down-proj-fusion`` (default off): MLA's input norm fused into the q/kv
         down-projection, not rerun by ``layernorm`` (:func:`memsym.timing.recompute.
         norms_recomputed`).
+    bias_activation_fusion : bool
+        Megatron's ``bias_activation_fusion`` (default on, as memsym's jobs): off, a clamped
+        quick-GeGLU's experts run the eager ``glu`` (moe/experts.py:995-1016 at d98e8a64dd,
+        :func:`memsym.timing.moe_eager.eager_glu_bytes`) in place of the fused kernel.
     mtp_recompute : bool
         Under full recompute, whether the backward reruns the MTP depths' checkpointed block
         (their projection and layer, :func:`memsym.timing.mtp.mtp_settings`): Megatron's
@@ -198,6 +202,7 @@ class Settings:
     muon_nesterov: bool = False
     mla_down_proj_fusion: bool = False
     mtp_recompute: bool = True
+    bias_activation_fusion: bool = True
 
 
 @dataclass(frozen=True)

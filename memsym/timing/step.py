@@ -397,7 +397,8 @@ def _settings_of(arch, layout, training) -> Settings:
                     # the job's Muon and MLA switches, Megatron-LM's names (memsym.job_record)
                     muon_tp_mode=states.muon_tp_mode, muon_ns_steps=states.muon_num_ns_steps,
                     muon_nesterov=states.muon_nesterov,
-                    mla_down_proj_fusion=mem.mla_down_proj_fusion)
+                    mla_down_proj_fusion=mem.mla_down_proj_fusion,
+                    bias_activation_fusion=bool(mem.bias_activation_fusion))
 
 
 def _communication_of(first_of, parts: dict) -> dict:
