@@ -1227,3 +1227,31 @@ def test_cuda_graph_rows_equal_training_memory(held):
         assert res.exact(i)["bytes"]["total"] == est.bytes_total
         for key in keys:   # the grid's column is the estimate's own term
             assert row["bytes"][key] == pytest.approx(float(est.grouped().get(key, 0)), rel=1e-12)
+
+
+def test_search_step_time_holds_the_bias_activation_fusion():
+    # a held bias_activation_fusion off (Megatron's --no-bias-gelu-fusion / --disable-bias-linear
+    # on a quick-GeGLU model) prices GPT-OSS's experts on the eager glu path in the search's
+    # rows as step_time prices the job (memsym.timing.moe_eager), and costs time
+    from memsym.job import job
+    from memsym.timing.step import step_time
+
+    kw = dict(seq_length=4096, global_batch_size=64)
+    opts = dict(tp=[1], pp=[4], cp=[1], ep=[8], vpp=[1], micro_batch_sizes=[1],
+                recompute=["full"], sharding=["distributed-optimizer"], **kw)
+    fused = search("gpt-oss-120b", "h100-80gb", 64, **opts)
+    eager = search("gpt-oss-120b", "h100-80gb", 64, held={"bias_activation_fusion": False},
+                   **opts)
+    assert len(fused) == len(eager) >= 1
+    for i in range(len(eager)):
+        r, f = eager.row(i), fused.row(i)
+        assert (r["d"], r["e"], r["t_e"], r["first_stage_layers"]) == \
+            (f["d"], f["e"], f["t_e"], f["first_stage_layers"])
+        j = job("gpt-oss-120b", t=r["t"], p=r["p"], c=r["c"], d=r["d"], e=r["e"],
+                first_stage_layers=r["first_stage_layers"],
+                last_stage_layers=r["last_stage_layers"], micro_batch_size=r["b"], recompute=r["recompute"], sharding=r["sharding"],
+                sequence_parallel=r["sequence_parallel"], gpu="h100-80gb",
+                bias_activation_fusion=False, **kw, **launch_overlaps("megatron", r["sharding"]))
+        assert step_time(j.model, j.layout, j.training, "h100-80gb").total == \
+            pytest.approx(r["step_time"], rel=1e-9)
+        assert r["step_time"] > f["step_time"]

@@ -494,7 +494,8 @@ def _held_settings(space: Space, rc: str) -> dict:
     """The :class:`memsym.timing.records.Settings` fields a job's held settings give
     (:data:`memsym.search.job_fields.HELD_FIELDS`), as the job's step time reads them: FP8
     parameter gathers, the reduced gradient's width, the selective recompute's modules, Muon's
-    TP mode, Newton-Schulz steps and Nesterov, and MLA's down-projection fusion."""
+    TP mode, Newton-Schulz steps and Nesterov, MLA's down-projection fusion and the bias-activation
+    fusion (off: a clamped GLU's eager kernels, memsym.timing.moe_eager)."""
     held = dict(space.held)
     out = {"fp8_param_gather": bool(held.get("fp8_param_gather", False)),
            "grad_bytes": 2 if held.get("grad_dtype") in ("bf16", "fp16") else 4}
@@ -502,7 +503,8 @@ def _held_settings(space: Space, rc: str) -> dict:
     # are the Training's: a field not held keeps it)
     for field, name in (("muon_tp_mode", "muon_tp_mode"), ("muon_num_ns_steps", "muon_ns_steps"),
                         ("muon_nesterov", "muon_nesterov"),
-                        ("mla_down_proj_fusion", "mla_down_proj_fusion")):
+                        ("mla_down_proj_fusion", "mla_down_proj_fusion"),
+                        ("bias_activation_fusion", "bias_activation_fusion")):
         if field in held:
             out[name] = held[field]
     if rc == "selective" and held.get("recompute_modules") is not None:
