@@ -11,6 +11,7 @@ import difflib
 __all__ = [
     "MemsymError",
     "InvalidValueError",
+    "StepTimeNotModelledError",
     "UnknownNameError",
     "DivisibilityError",
     "NoFitError",
@@ -27,6 +28,11 @@ class MemsymError(ValueError):
 
 class InvalidValueError(MemsymError):
     """A value of the wrong kind or range (zero degrees, NaN, malformed units, ...)."""
+
+
+class StepTimeNotModelledError(InvalidValueError):
+    """A model whose step time the timing layer does not price (its memory it does):
+    ``memsym search`` then ranks by memory headroom instead of refusing."""
 
 
 class UnknownNameError(MemsymError):

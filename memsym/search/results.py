@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import InvalidValueError, NoFitError, UnknownNameError
+from ..errors import InvalidValueError, NoFitError, StepTimeNotModelledError, UnknownNameError
 from .. import rules as _rules
 from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
                         STATE_KEYS as _STATE_KEYS)
@@ -19,6 +19,7 @@ from .space import RULES, Space, CHOICE_RULES, KNOBS, from_job, positive_whole, 
 from .grid import choice_knobs, grid_knobs, raw_grid, rule_masks
 from .evaluate import TIME_PARTS, binding_columns, evaluate_grid
 from .exact import TERM_COLUMNS, exact_row
+from ..timing.gemm import shape_of
 
 
 def no_fit_hint(space: Space, tight: int | None = None, held: tuple = ()) -> str:
@@ -78,6 +79,9 @@ class SearchResult:
         Raw layouts considered before the rules.
     seconds : float
         Wall time of the search.
+    timed : bool
+        False where the timing layer refuses the model (:class:`StepTimeNotModelledError`):
+        no step time, ranked by headroom even with a global batch.
     """
 
     space: Space
@@ -87,6 +91,7 @@ class SearchResult:
     raw: int
     seconds: float = 0.0
     valid: int = 0
+    timed: bool = True
     notes: list = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -94,7 +99,12 @@ class SearchResult:
 
     @property
     def ranked_by(self) -> str:
-        return "step time" if self.space.global_batch_size is not None else "memory headroom"
+        return "step time" if self.priced else "memory headroom"
+
+    @property
+    def priced(self) -> bool:
+        """Whether the rows hold a step time: a global batch, and a model the timing prices."""
+        return self.space.global_batch_size is not None and self.timed
 
     def order(self, fitting: bool = True):
         """Row indices best first: step time (then headroom) with a global batch, else headroom."""
@@ -102,7 +112,7 @@ class SearchResult:
 
         col = self.columns
         idx = np.flatnonzero(col["fits"]) if fitting else np.arange(len(self))
-        if self.space.global_batch_size is not None:
+        if self.priced:
             keys = (-col["headroom"][idx], col["step_time"][idx])   # lexsort: last key first
         else:
             keys = (-col["headroom"][idx],)
@@ -184,7 +194,7 @@ class SearchResult:
         idx = np.flatnonzero(col["fits"])
         if not len(idx):
             return []
-        if self.space.global_batch_size is None:
+        if not self.priced:
             return [self.row(int(idx[np.argmax(col["headroom"][idx])]))]
         order = idx[np.lexsort((-col["headroom"][idx], col["step_time"][idx]))]
         front, best_head = [], -np.inf
@@ -294,11 +304,28 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         raise InvalidValueError(f"no layout of {G_} GPUs passes the framework rules with these "
                                 "restrictions; excluded by " + "; ".join(names[:4]))
     valid = {k: grid[k][ok] for k in KNOBS + ("f", "l")}
-    cols = evaluate_grid(space, valid, progress)
+    timed = _timed(space)
+    cols = evaluate_grid(space, valid, progress, want_time=timed)
     cols["headroom"] = space.capacity - cols["memory"] if len(cols["memory"]) else np.array([])
     cols["fits"] = cols["headroom"] >= 0 if len(cols["memory"]) else np.array([], dtype=bool)
     cols["binding"] = binding_columns(cols)
-    res = SearchResult(space, G_, cols, excluded, raw, time.perf_counter() - start, valid=n_ok)
-    if space.global_batch_size is None:
+    res = SearchResult(space, G_, cols, excluded, raw, time.perf_counter() - start, valid=n_ok,
+                       timed=timed)
+    if not timed:
+        res.notes.append(f"step time not modelled for {space.arch.name}: ranked by headroom")
+    elif space.global_batch_size is None:
         res.notes.append("no global batch size: layouts ranked by memory headroom (no step time)")
     return res
+
+
+def _timed(space: Space) -> bool:
+    """Whether the timing layer prices ``space``'s model: False only on its own refusal
+    (:class:`StepTimeNotModelledError`, e.g. a shared-block hybrid), where the search keeps
+    the global batch for the memory and ranks by headroom; any other error still stops it."""
+    if space.global_batch_size is None:
+        return True
+    try:
+        shape_of(space.arch)
+    except StepTimeNotModelledError:
+        return False
+    return True

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InvalidValueError
+from ..errors import InvalidValueError, StepTimeNotModelledError
 from ..model.architecture import is_hybrid, lenient, moe_layer_pattern, padded_vocab_size
 from ..model.hybrid_layers import hybrid_layer_parameters, layer_kind_pattern, mtp_layer_kinds
 from ..text import shared_doc
@@ -142,7 +142,7 @@ def _hybrid_kinds(x) -> tuple:
     other = sorted({names[m] for m, _ in pattern if m not in _PRICED_MIXERS})
     if other:
         what = "/".join(other)
-        raise InvalidValueError(
+        raise StepTimeNotModelledError(
             f"the step time of {x.name!r}, a hybrid {what}/attention model, is not modelled "
             f"(its {what} layers are not priced; Mamba-2 is); its memory estimate "
             "is: leave out --gpu and the time options")

@@ -1,0 +1,88 @@
+"""``memsym search`` on a model whose step time the timing layer refuses (Zamba2's shared
+transformer block, memsym.timing.gemm): the rows are ranked by memory headroom with one note,
+not refused; ``memsym time`` / ``estimate --gpu`` keep the refusal (they ask for a time).
+
+The search's command line always has a global batch (memsym.cli.search assumes about 4M tokens
+per step), so before this it always priced the step time and stopped on the refusal.
+"""
+
+import json
+
+import pytest
+
+from memsym.cli import main
+from memsym.errors import InvalidValueError, StepTimeNotModelledError
+from memsym.search import search
+
+from test_hf_configs import _write
+from test_hf_zamba import SMALL
+
+# the shared block's selective recompute is refused by the memory terms (a separate refusal):
+# full and none are what a Zamba2 search can run
+_ARGS = ("--gpus", "8", "--gpu", "h100-80gb", "--seq-length", "64")
+
+
+def _search(capsys, path, *more):
+    code = main(["search", str(path), *_ARGS, *map(str, more)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_search_ranks_a_zamba2_by_headroom_with_a_note(tmp_path, capsys, recompute):
+    path = _write(tmp_path, SMALL["zamba2"])
+    code, out, err = _search(capsys, path, "--recompute-granularity", recompute, "--top", 5)
+    assert code == 0, err
+    assert "note: step time not modelled for zamba2: ranked by headroom" in out
+    assert "ranked by memory headroom" in out.splitlines()[0]
+    # the rows: "  n t p c d e v b ends recompute sharding... SP GB free-GB [step s] binding"
+    rows = [line.split() for line in out.splitlines()
+            if line[:3].strip().isdigit() and recompute in line.split()]
+    assert len(rows) == 5
+    assert [int(r[0]) for r in rows] == [1, 2, 3, 4, 5]
+    # the shared block runs on one pipeline stage (rule shared-block-pipeline): p = 1 on 8 GPUs
+    assert all(r[2] == "1" for r in rows)
+    # most headroom first: the printed free GB never rises down the table
+    free = [float(r[-2]) for r in rows]
+    assert free == sorted(free, reverse=True)
+
+
+def test_search_json_rows_have_no_step_time_and_most_headroom_first(tmp_path, capsys):
+    path = _write(tmp_path, SMALL["zamba2"])
+    code, out, err = _search(capsys, path, "--recompute-granularity", "full", "--global-batch-size",
+                             16, "--top", 4, "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert len(rows) == 4
+    assert all(r["step_time_s"] is None and r["step_time_parts_s"] is None for r in rows)
+    heads = [r["headroom_bytes"] for r in rows]
+    assert heads == sorted(heads, reverse=True)
+    # the global batch still sets the micro-batches: B / (b d) with d = 8 on p = 1
+    assert all(r["layout"]["num_microbatches"] == 16 // (r["layout"]["micro_batch_size"] * 8)
+               for r in rows)
+
+
+def test_the_library_search_says_so_and_other_refusals_still_stop(tmp_path):
+    path = _write(tmp_path, SMALL["zamba2"])
+    res = search(str(path), "h100-80gb", 8, seq_length=64, global_batch_size=16,
+                 recompute=["full"])
+    assert res.ranked_by == "memory headroom"
+    assert res.notes == ["step time not modelled for zamba2: ranked by headroom"]
+    assert res.best()["step_time"] is None
+    # only the timing layer's own refusal is caught: the memory terms' refusal of selective
+    # recompute of the shared block is an InvalidValueError and still stops the search
+    with pytest.raises(InvalidValueError, match="selective recompute") as info:
+        search(str(path), "h100-80gb", 8, seq_length=64, global_batch_size=16,
+               recompute=["selective"])
+    assert not isinstance(info.value, StepTimeNotModelledError)
+
+
+def test_time_and_estimate_with_a_gpu_keep_the_refusal(tmp_path, capsys):
+    path = _write(tmp_path, SMALL["zamba2"])
+    for cmd in (["time", str(path), "--gpu", "h100-80gb", "--tokens", "1024"],
+                ["estimate", str(path), "--gpu", "h100-80gb", "--global-batch-size", "8"]):
+        code = main([*cmd, "--seq-length", "64"])
+        err = capsys.readouterr().err
+        assert code == 2, cmd
+        assert "step time of 'zamba2'" in err and "is not modelled" in err
+        assert len(err.strip().splitlines()) == 1
