@@ -86,3 +86,13 @@ def test_time_and_estimate_with_a_gpu_keep_the_refusal(tmp_path, capsys):
         assert code == 2, cmd
         assert "step time of 'zamba2'" in err and "is not modelled" in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_min_gpus_sizes_a_zamba2_by_memory_with_the_note(tmp_path, capsys):
+    # min-gpus searches through memsym.search.search: it no longer stops on the step time
+    path = _write(tmp_path, SMALL["zamba2"])
+    code = main(["min-gpus", str(path), "--gpu", "h100-80gb", "--seq-length", "64",
+                 "--global-batch-size", "16", "--recompute-granularity", "full"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "note: step time not modelled for zamba2: ranked by headroom" in out
