@@ -96,3 +96,16 @@ def test_min_gpus_sizes_a_zamba2_by_memory_with_the_note(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "note: step time not modelled for zamba2: ranked by headroom" in out
+
+
+def test_a_plain_zamba2_search_leaves_out_the_refused_selective_recompute(tmp_path, capsys):
+    # without a recompute choice the search offers Megatron's three; a shared block's selective
+    # recompute is refused by the memory terms (memsym.terms.mamba), so the default choices leave
+    # it out, with a note, and the search runs on none and full
+    path = _write(tmp_path, SMALL["zamba2"])
+    code, out, err = _search(capsys, path, "--top", 8)
+    assert code == 0, err
+    assert "note: selective recompute of a shared transformer block is not modelled" in out
+    rows = [line.split() for line in out.splitlines() if line[:3].strip().isdigit()]
+    modes = {w for r in rows for w in r if w in ("none", "selective", "full")}
+    assert len(rows) == 8 and modes == {"none", "full"}

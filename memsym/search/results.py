@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..errors import InvalidValueError, NoFitError, StepTimeNotModelledError, UnknownNameError
@@ -280,6 +280,10 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     G_ = positive_whole(gpus, "gpus")
     model, gpu = from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
+    dropped = options.get("recompute") is None and space.arch.shared_blocks \
+        and "selective" in space.recompute
+    if dropped:   # the default choices: leave out the one a shared block refuses
+        space = replace(space, recompute=tuple(r for r in space.recompute if r != "selective"))
     grid = raw_grid(space, G_)
     masks = rule_masks(space, grid, G_)
     raw = len(grid["t"])
@@ -311,6 +315,9 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     cols["binding"] = binding_columns(cols)
     res = SearchResult(space, G_, cols, excluded, raw, time.perf_counter() - start, valid=n_ok,
                        timed=timed)
+    if dropped:
+        res.notes.append("selective recompute of a shared transformer block is not modelled: "
+                         "recompute none and full searched")
     if not timed:
         res.notes.append(f"step time not modelled for {space.arch.name}: ranked by headroom")
     elif space.global_batch_size is None:
