@@ -115,6 +115,16 @@ def test_pasted_arguments_without_a_world_size_say_which_flag(capsys, tmp_path):
     assert code == 2 and "--world-size" in err
 
 
+def test_megatrons_mixtral_script_on_one_node_says_which_flag(capsys, tmp_path):
+    # the script runs PP 4 x EP 8 and takes its node count from SLURM_NNODES (default 1), which
+    # memsym does not read: 8 GPUs cannot hold the expert groups of t_e e p = 32 (Megatron's
+    # RankGenerator refuses it too), and the error names --world-size
+    code, out, err = cli(capsys, "estimate", "--launch-script", script(tmp_path, "mixtral_8x7b"),
+                         "--vocab-size", "32000")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "t_e*e*p = 32" in err and "--world-size" in err
+
+
 # --- DeepSpeed and torchtitan configs as the layout/training part of a job --------------------
 def test_deepspeed_zero3_offload_for_a_preset(capsys, tmp_path):
     # DeepSpeed's JSON keys: micro-batch 2 x accumulation 4 x DP 8 = train_batch_size 64

@@ -122,16 +122,17 @@ def _data_parallel(r: MegatronArguments, arch: dict, lay: dict):
     world = r.world_size()
     lay["world_size"] = world
     if world is not None:
+        # a launch script's world size is often one node's GPUs (its node count from the
+        # scheduler's environment, which memsym does not read)
+        hint = "" if r.given("world_size") else \
+            "; add --world-size N (launch scripts give one node's GPUs)"
         model = t * p * c
         if world % model:   # args: "world size ... is not divisible by total_model_size"
-            raise InvalidValueError(
-                f"world size {world} is not divisible by t*p*c = {model}"
-                + ("; add --world-size N (launch scripts give one node's GPUs)"
-                   if not r.given("world_size") else ""))
+            raise InvalidValueError(f"world size {world} is not divisible by t*p*c = {model}{hint}")
         lay["d"] = world // model     # args: data_parallel_size excludes CP
         if arch.get("num_experts") and world % (t_e * e * p):
             raise InvalidValueError(f"world size {world} is not divisible by expert t_e*e*p = "
-                                    f"{t_e * e * p}")
+                                    f"{t_e * e * p}{hint}")
     else:
         r.note("world size unknown: add --world-size N for the data-parallel size")
 
