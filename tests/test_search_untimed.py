@@ -109,3 +109,15 @@ def test_a_plain_zamba2_search_leaves_out_the_refused_selective_recompute(tmp_pa
     rows = [line.split() for line in out.splitlines() if line[:3].strip().isdigit()]
     modes = {w for r in rows for w in r if w in ("none", "selective", "full")}
     assert len(rows) == 8 and modes == {"none", "full"}
+
+
+def test_a_space_with_selective_asked_for_is_not_rewritten(tmp_path):
+    # only the default recompute choices drop selective: a Space built with selective asked
+    # for (as min_gpus hands one over) is searched as asked, and the shared block refuses it
+    from memsym.search.space import make_space
+
+    path = _write(tmp_path, SMALL["zamba2"])
+    space = make_space(str(path), "h100-80gb", seq_length=64, global_batch_size=16,
+                       recompute=["selective", "full"])
+    with pytest.raises(InvalidValueError, match="selective recompute of a shared"):
+        search(str(path), "h100-80gb", 8, space=space)

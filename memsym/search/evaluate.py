@@ -126,9 +126,6 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     return cols
 
 
-
-
-
 def _pick(kw, rows):
     """The keyword values of ``rows``: arrays indexed, scalars as they are."""
     import numpy as np

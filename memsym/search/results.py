@@ -279,10 +279,13 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     start = time.perf_counter()
     G_ = positive_whole(gpus, "gpus")
     model, gpu = from_job(model, gpu, options)
-    space = options.pop("space", None) or make_space(model, gpu, **options)
-    dropped = options.get("recompute") is None and space.arch.shared_blocks \
-        and "selective" in space.recompute
-    if dropped:   # the default choices: leave out the one a shared block refuses
+    given = options.pop("space", None)
+    space = given or make_space(model, gpu, **options)
+    # the default recompute choices (none asked for, no Space given): leave out the one a
+    # shared block refuses; a selective asked for is priced, and refused, as asked
+    dropped = given is None and options.get("recompute") is None \
+        and bool(space.arch.shared_blocks) and "selective" in space.recompute
+    if dropped:
         space = replace(space, recompute=tuple(r for r in space.recompute if r != "selective"))
     grid = raw_grid(space, G_)
     masks = rule_masks(space, grid, G_)
@@ -317,7 +320,7 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
                        timed=timed)
     if dropped:
         res.notes.append("selective recompute of a shared transformer block is not modelled: "
-                         "recompute none and full searched")
+                         f"recompute {' and '.join(space.recompute)} searched")
     if not timed:
         res.notes.append(f"step time not modelled for {space.arch.name}: ranked by headroom")
     elif space.global_batch_size is None:
