@@ -78,3 +78,16 @@ def test_bridge_field_sets_it():
     off = training_memory(job(model, **{**opts, "activation_func_fp8_input_store": False})
                           ).grouped()["activations"]
     assert off - on == 32 * (8192 // 2) * 2 * 14336
+
+
+def test_moe_act_recompute_keeps_the_shared_experts_fp8_input():
+    # DeepSeek-V3: 58 MoE layers and its MTP layer (MoE too), the first 3 dense (f = 18432),
+    # one shared expert of f_sh = 2048.  Recomputing moe_act reruns the routed experts'
+    # activation (nothing of it kept), but Megatron's shared experts check only
+    # "shared_experts" (shared_experts.py:156-160): their fused SwiGLU still keeps its
+    # 4096 x 2 x 2048 fc1 output in 1 byte instead of 2, as the dense layers' MLPs keep theirs
+    lay = Layout(e=8, d=8)
+    kw = dict(recompute="selective", recompute_modules=("core_attn", "moe_act"))
+    saved = _acts("deepseek-v3", lay, **kw) - _acts("deepseek-v3", lay,
+                                                    activation_func_fp8_input_store=True, **kw)
+    assert saved == (58 + 1) * 4096 * 2 * 2048 + 3 * 4096 * 2 * 18432

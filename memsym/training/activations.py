@@ -284,8 +284,11 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     shared_kept = shared and not (recompute == "selective"
                                   and {"shared_experts", "moe"} & set(mods or ()))
     glu_kept = {moe: unfused_glu_products(fused, moe=moe).expr + clamp[moe]
-                + fp8_glu_input(fp8_glu, moe=moe, shared=shared_kept and moe).expr
-                for moe in (False, True)}
+                + fp8_glu_input(fp8_glu, moe=moe).expr for moe in (False, True)}
+    # the kept shared expert's own FP8 saving: moe_act does not reach the shared experts
+    # (shared_experts.py:156-160 checks only "shared_experts"), so it stays outside kept[True]
+    shared_fp8 = (fp8_glu_input(fp8_glu, moe=True, shared=True).expr
+                  - fp8_glu_input(fp8_glu, moe=True).expr) if shared_kept else 0
     kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
     # Megatron-core's checkpointed core attention saves the V view, so the whole fused QKV
     # output (not MLA's, nor a gated one's, which split otherwise) stays saved
@@ -303,6 +306,7 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
         attn = sac_attention_recomputed(layer) if mode == "selective-op" \
             and not training.memory.sac_saves_attention else 0
         return layer.expr - attn - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
+            + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
             + (qkv_view if mode == "selective" else 0) \
             + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
 
