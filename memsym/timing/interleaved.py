@@ -239,6 +239,7 @@ def exact_interleaved(st, pipeline, tau: dict, p2p_exposed, p, m, v):
 #: calls repeat one.  At most :data:`_SEEN_LIMIT` makespans are kept [1].
 _SEEN: dict = {}
 _SEEN_LIMIT = 1_000_000
+_SEEN_SIZE = [0]     # the makespans _SEEN holds, kept beside it (no sum over it per insert)
 
 
 def _remembered(p: int, m: int, v: int, group: int, fwd: list, bwd: list):
@@ -246,9 +247,11 @@ def _remembered(p: int, m: int, v: int, group: int, fwd: list, bwd: list):
     dur = np.stack([np.asarray(x, dtype=float) for x in (*fwd, *bwd)])
     key = (p, m, v, group, dur.shape, hashlib.blake2b(dur.tobytes(), digest_size=16).digest())
     if key not in _SEEN:
-        if sum(x.size for x in _SEEN.values()) + dur.shape[-1] > _SEEN_LIMIT:
+        if _SEEN_SIZE[0] + dur.shape[-1] > _SEEN_LIMIT:
             _SEEN.clear()
+            _SEEN_SIZE[0] = 0
         _SEEN[key] = interleaved_makespan(p, m, v, group, fwd, bwd)
+        _SEEN_SIZE[0] += np.size(_SEEN[key])
     return _SEEN[key]
 
 
