@@ -280,13 +280,9 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     G_ = positive_whole(gpus, "gpus")
     model, gpu = from_job(model, gpu, options)
     given = options.pop("space", None)
-    space = given or make_space(model, gpu, **options)
-    # the default recompute choices (none asked for, no Space given): leave out the one a
-    # shared block refuses; a selective asked for is priced, and refused, as asked
-    dropped = given is None and options.get("recompute") is None \
-        and bool(space.arch.shared_blocks) and "selective" in space.recompute
-    if dropped:
-        space = replace(space, recompute=tuple(r for r in space.recompute if r != "selective"))
+    space, dropped = _shared_block_choices(
+        given or make_space(model, gpu, **options),
+        defaulted=given is None and options.get("recompute") is None)
     grid = raw_grid(space, G_)
     masks = rule_masks(space, grid, G_)
     raw = len(grid["t"])
@@ -326,6 +322,16 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     elif space.global_batch_size is None:
         res.notes.append("no global batch size: layouts ranked by memory headroom (no step time)")
     return res
+
+
+def _shared_block_choices(space: Space, defaulted: bool) -> tuple:
+    """``(space, dropped)``: a shared-block model's default recompute choices (``defaulted``:
+    none asked for, no Space given) without the selective recompute its memory terms refuse
+    (memsym.terms.mamba); a selective asked for is priced, and refused, as asked."""
+    dropped = defaulted and bool(space.arch.shared_blocks) and "selective" in space.recompute
+    if dropped:
+        space = replace(space, recompute=tuple(r for r in space.recompute if r != "selective"))
+    return space, dropped
 
 
 def _timed(space: Space) -> bool:
