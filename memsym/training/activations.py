@@ -273,11 +273,17 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     fused = training.memory.bias_activation_fusion or not x.swiglu
     # and Megatron-core's clamped GLU (GPT-OSS's swiglu_limit, the Bridge's
     # activation_func_clamp_value): the fused quick-GeGLU keeps a clamped copy of the experts'
-    # fc1 output, the eager one (--no-bias-gelu-fusion) the clamped gate half, dense or MoE
-    limit = bool(x.swiglu and (x.extra or {}).get("swiglu_limit") is not None   # 0 clamps too
-                 and framework_record(training.framework).moe_glu_clamp_copy)
+    # fc1 output, the eager one (--no-bias-gelu-fusion) the clamped gate half, dense or MoE;
+    # a clamped --swiglu (swiglu_clamp) clamps inside its fused kernel (nothing kept), and its
+    # eager glu (--no-bias-swiglu-fusion) keeps the clamped gate half as quick-GeGLU's does
+    extra = x.extra or {}
+    megatron_clamp = x.swiglu and framework_record(training.framework).moe_glu_clamp_copy
+    limit = bool(megatron_clamp and extra.get("swiglu_limit") is not None)   # 0 clamps too
+    eager_limit = bool(megatron_clamp and (extra.get("swiglu_limit") is not None
+                                           or extra.get("swiglu_clamp") is not None))
     clamp = {moe: (clamped_glu_copy(limit and moe) if fused
-                   else eager_clamped_glu_input(limit, moe=moe)).expr for moe in (False, True)}
+                   else eager_clamped_glu_input(eager_limit, moe=moe)).expr
+             for moe in (False, True)}
     # activation_func_fp8_input_store: the fused SwiGLU saves its input in FP8 (Megatron-core
     # refuses it for another activation, which memsym.job_checks mirrors)
     fp8_glu = bool(fused and x.swiglu and training.memory.activation_func_fp8_input_store)
