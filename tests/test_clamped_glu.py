@@ -370,3 +370,38 @@ def test_memsyms_swiglu_fusion_option_is_megatrons(capsys):
     llama = ("llama2-7b", "--seq-length", "2048", "--world-size", "8")
     on, off = run(*llama)[0], run(*llama, "--no-bias-swiglu-fusion")
     assert off == (on + 32 * 2048 * 11008 * 2 * 2, [])
+
+
+def test_eager_silu_replayed_in_torch():
+    # --swiglu's activation is F.silu itself (not compiled): it saves its input, so the clamp
+    # adds the clamped gate half, one f per row, as under quick_gelu (measured, not assumed)
+    torch = pytest.importorskip("torch")
+    f = 5
+    for moe in (False, True):
+        plain = _eager_glu_saved(torch, torch.nn.functional.silu, clamp=False, moe=moe, f=f)
+        clamped = _eager_glu_saved(torch, torch.nn.functional.silu, clamp=True, moe=moe, f=f)
+        assert (plain, clamped) == ((3 if moe else 2) * f, (4 if moe else 3) * f)
+
+
+def test_megatron_eager_clamped_swiglu(capsys):
+    # --swiglu --no-bias-swiglu-fusion: bias_activation_fusion False (argument_utils.py:314-317),
+    # so the MLP and the experts run the eager glu with the clamp (mlp.py:327-329,
+    # moe/experts.py:1004-1006); F.silu saves the clamped gate half, a new bf16 tensor of f_e
+    # per routed row: 4 MoE layers x R = 4096 x 4 rows x 2880 x 2 bytes.  A dense first layer
+    # (--moe-layer-freq) keeps s b f = 4096 x 2880 elements more
+    def acts(*extra):
+        import json
+
+        from in_process import estimate
+
+        code, out, err = estimate(capsys, *_swiglu(), *extra)
+        assert code == 0, err
+        return json.loads(out)["bytes"]["activations"]
+
+    unfused = ("--no-bias-swiglu-fusion",)
+    assert acts(*unfused, *_CLAMP) - acts(*unfused) == _LAYERS * _ROWS * _FE * 2
+    dense = ("--moe-layer-freq", "[0]+[1]*3", *unfused)
+    assert acts(*dense, *_CLAMP) - acts(*dense) == 4096 * 2880 * 2 + 3 * _ROWS * _FE * 2
+    # fused: WeightedSwiGLUFunction clamps inside its forward and saves only its input
+    # (fused_bias_swiglu.py:266-276): no change
+    assert acts(*_CLAMP) == acts()
