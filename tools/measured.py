@@ -1018,8 +1018,8 @@ _EXPLANATIONS = [
     "rows 6–7 % high is common to the bf16 run and not found: without the 10 % margin they "
     "would be 2 % low, and the H100 torchao rows, run through the same scripts with "
     "expandable segments, 5 % low, so no one margin fits both. Their peak is the compiled "
-    "loss's backward, 2.3 GB above the end of forward by the logits' 16-bit gradient; that "
-    "gradient is a new buffer, not written over the saved logits (they are the compiled "
+    "loss's backward, 2.3 GB above the end of forward, 2.1 GB of it the logits' 16-bit "
+    "gradient (2 × 8192 × 128,256 bytes); that gradient is a new buffer, not written over the saved logits (they are the compiled "
     "graph's input, which AOTAutograd does not donate; `tests/test_engine_compile.py` runs it "
     "with Inductor on CPU), so it stays.",
 ]
