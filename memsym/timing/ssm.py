@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..text import shared_doc
+
 __all__ = ["MAMBA_CHUNK", "SSD_TRITON_H800", "H800_BF16_PEAK", "SSD_FRACTION", "ssd_flops",
            "ssd_kernel_flops", "ssd_kernels", "layout_copy_bytes"]
 
@@ -68,20 +70,7 @@ H800_BF16_PEAK = 989.4e12
 #: every GPU class (an assumption).
 SSD_FRACTION = SSD_TRITON_H800 / H800_BF16_PEAK
 
-
-def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
-    r"""Matmul FLOPs of one Mamba-2 layer's SSD scan on one GPU, forward and backward.
-
-    .. math::
-
-        F_{\text{fwd}} = \frac{T}{t}\bigl(2Q\,(GN + d_{ssm}) + 4N d_{ssm}\bigr),\qquad
-        F_{\text{bwd}} = 2F_{\text{fwd}} + \frac{T}{t}\bigl(2QGN + 2Nd_{ssm}\bigr)
-
-    The backward takes both operands' gradients of each forward matmul (twice its FLOPs) and
-    first recomputes :math:`CB^\top` and the chunk states, which the fused kernel does not
-    keep.  The intra-chunk blocks are counted whole (the masked half included, as the paper's
-    block matmuls).
-
+_doc = shared_doc(flops_params="""
     Parameters
     ----------
     ssm : tuple
@@ -98,6 +87,24 @@ def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     -------
     tuple of numpy.ndarray
         Forward and backward FLOPs [FLOP].
+    """)
+
+
+@_doc
+def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
+    r"""Matmul FLOPs of one Mamba-2 layer's SSD scan on one GPU, forward and backward.
+
+    .. math::
+
+        F_{\text{fwd}} = \frac{T}{t}\bigl(2Q\,(GN + d_{ssm}) + 4N d_{ssm}\bigr),\qquad
+        F_{\text{bwd}} = 2F_{\text{fwd}} + \frac{T}{t}\bigl(2QGN + 2Nd_{ssm}\bigr)
+
+    The backward takes both operands' gradients of each forward matmul (twice its FLOPs) and
+    first recomputes :math:`CB^\top` and the chunk states, which the fused kernel does not
+    keep.  The intra-chunk blocks are counted whole (the masked half included, as the paper's
+    block matmuls).
+
+    {flops_params}
 
     Examples
     --------
@@ -119,6 +126,7 @@ def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     return fwd, 2 * fwd + per * (2 * chunk * G * N + 2 * N * d)
 
 
+@_doc
 def ssd_kernel_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     r"""FLOPs of the SSD matmul kernels mamba_ssm launches for one Mamba-2 layer on one GPU.
 
@@ -136,21 +144,7 @@ def ssd_kernel_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     :math:`B\,dS`), ``_chunk_state_bwd_db``, ``_chunk_scan_bwd_dC``, ``_chunk_scan_bwd_dcb``
     (causal half), two ``_bmm_chunk_bwd`` and ``_chunk_scan_bwd_ddAcs_stable`` (causal half).
 
-    Parameters
-    ----------
-    ssm : tuple
-        ``(d_ssm, N, H, G, conv kernel)`` [1].
-    T : array_like
-        Tokens of one micro-batch on the CP rank [tokens].
-    t : array_like
-        Tensor-parallel size [GPUs].
-    chunk : int
-        Chunk length Q [tokens].
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        Forward and backward FLOPs [FLOP].
+    {flops_params}
 
     Examples
     --------
