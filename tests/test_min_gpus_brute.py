@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from memsym.model import Architecture
-from memsym.search import launch_overlaps, min_gpus
-from memsym.search.fewest_gpus import smallest_multiple
+from memsym.search import launch_overlaps, make_space, min_gpus
+from memsym.search.fewest_gpus import (candidate_knobs, evaluate_rows, smallest_d_by_fit,
+                                       smallest_multiple)
+from memsym.search.space import CHOICE_KEYS
 from memsym.training import Layout, Training, training_memory
 
 GB = 10**9
@@ -90,3 +92,18 @@ def test_pruned_search_keeps_a_tie():
     got = smallest_multiple(lambda r, dv: dv >= need[r], np.array([1, 1]), np.array([64, 64]),
                             weight=np.array([5, 1]))
     assert got.tolist() == [1, 5]
+
+
+def test_every_d_the_fit_search_returns_fits():
+    # smallest_d_by_fit returns per (layout, choice) 0 or a d; a d it returns must fit on the
+    # compiled totals, also for the rows it stops searching (their d only has to exceed the
+    # fewest GPUs).  Mixtral 8x7B on H100s has rows whose alpha + beta/d d* fails the check
+    # and that cannot win: they were once left with that unchecked d*.
+    space = make_space("mixtral-8x7b", "h100-80gb", micro_batch_sizes=(1,))
+    knobs, _ = candidate_knobs(space, 128)
+    rows, d = smallest_d_by_fit(space, knobs, 128, lambda *a: None)
+    live = np.flatnonzero(d > 0)
+    cols = evaluate_rows(space, knobs, d[live], rows=rows["knob"][live],
+                         only={k: rows[k][live] for k in CHOICE_KEYS})
+    assert len(cols["row"]) == len(live)
+    assert np.all(cols["memory"] <= float(space.capacity))
