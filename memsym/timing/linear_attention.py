@@ -210,7 +210,10 @@ def gdn_kernels(gdn: tuple, chunk: int = GDN_CHUNK, width: int = 2) -> tuple:
     channel, backward :math:`3w`), the input preparation (q, k made contiguous, fla's l2norm
     with its fp32 rstd, their expansion to :math:`H_v` heads, v and z made contiguous), the
     gates, the chunk-local cumsum of g, and the gated norm (:math:`3w` per value channel,
-    backward :math:`5w`), with their mirrors in the backward.
+    backward :math:`5w`), with their mirrors in the backward.  fla at bc3b101dcb launches
+    kkt_solve and wy as one kernel (``chunk_gated_delta_rule_fwd_intra``, which skips the six
+    upper 16 x 16 blocks of :math:`\beta KK^\top`): counted as the stand-alone kernels, whole
+    blocks and A's round trip through HBM included (an upper bound of a few per cent).
 
     Parameters
     ----------
