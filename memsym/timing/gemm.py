@@ -21,10 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InvalidValueError, StepTimeNotModelledError
+from ..errors import InvalidValueError
 from ..model.architecture import is_hybrid, lenient, moe_layer_pattern, padded_vocab_size
-from ..model.hybrid_layers import hybrid_layer_parameters, layer_kind_pattern, mtp_layer_kinds
+from ..model.hybrid_layers import mtp_layer_kinds
 from ..text import shared_doc
+from .linear_attention import gdn_flops, gdn_shape, priced_kinds, projection_widths
 from .rope import rope_passes, yarn_concentration
 from .ssm import ssd_flops
 
@@ -87,13 +88,18 @@ class Shape:
         ``activation_func_clamp_value``; GPT-OSS's ``swiglu_limit``), in eager PyTorch
         (:func:`memsym.timing.moe.glu_clamp_bytes`).
     kinds : tuple
-        A hybrid Mamba-2 / attention model's layers by kind: ``((mixer, ffn), count, dense,
-        expert)`` with ``mixer`` ``"attention"``, ``"mamba"`` or ``"none"``, ``ffn`` None (no
+        A hybrid model's layers by kind: ``((mixer, ffn), count, dense, expert)`` with
+        ``mixer`` ``"attention"``, ``"mamba"``, ``"gdn"`` or ``"none"``, ``ffn`` None (no
         MLP), False (dense MLP) or True (MoE), ``count`` such layers and ``dense``/``expert``
         one layer's weights [parameters] (:func:`memsym.model.hybrid_layers.layer_kind_pattern`);
         ``()`` for a transformer, whose every layer has attention and an MLP.
     ssm : tuple
         The Mamba-2 mixers' ``(d_ssm, N, H, G, conv kernel)`` [1] (``()`` without any).
+    gdn : tuple
+        The Gated DeltaNet mixers' ``(H_k, H_v, d_k, d_v, conv kernel)`` [1] (``()``: none).
+    output_gate : bool
+        Attention's output gate (``attention_output_gate``, Qwen3-Next): linear_qkv also
+        projects a d_qk gate channels (Megatron-LM attention.py:1689-1691).
     h_lat : int
         A latent MoE's width (``moe_latent_size``; 0: none) [1]: the experts' and dispatch's.
     last_moe : bool
@@ -128,30 +134,8 @@ class Shape:
     last_moe: bool = False
     h_lat: int = 0
     mtp_kinds: tuple = ()
-
-
-#: The hybrid token mixers the time model prices (Mamba-2, attention, none).
-_PRICED_MIXERS = ("attention", "mamba", "none")
-
-
-def _hybrid_kinds(x) -> tuple:
-    """``Shape.kinds`` of a resolved hybrid architecture; refuses the mixers not priced."""
-    pattern = layer_kind_pattern(x)
-    names = {"mamba1": "Mamba-1", "parallel": "parallel Mamba/attention", "gdn": "Gated DeltaNet",
-             "conv": "short-convolution", "lightning": "lightning-attention", "shared": "shared-block"}
-    other = sorted({names[m] for m, _ in pattern if m not in _PRICED_MIXERS})
-    if other:
-        what = "/".join(other)
-        raise StepTimeNotModelledError(
-            f"the step time of {x.name!r}, a hybrid {what}/attention model, is not modelled "
-            f"(its {what} layers are not priced; Mamba-2 is); its memory estimate "
-            "is: leave out --gpu and the time options")
-    out = []
-    for kind in dict.fromkeys(pattern):
-        parts = dict(hybrid_layer_parameters(x, kind))
-        out.append((kind, pattern.count(kind), parts["tp"] + parts["replicated"],
-                    parts["experts"]))
-    return tuple(out)
+    gdn: tuple = ()
+    output_gate: bool = False
 
 
 def shape_of(arch, t: int = 1) -> Shape:
@@ -181,7 +165,7 @@ def shape_of(arch, t: int = 1) -> Shape:
        num_key_value_heads, intermediate_size, vocab_size).
     """
     x = lenient(arch)
-    kinds = _hybrid_kinds(x) if is_hybrid(x) else ()
+    kinds = priced_kinds(x) if is_hybrid(x) else ()
     mtp_kinds = mtp_layer_kinds(x) if kinds and x.mtp_layer_pattern else ()
     ssm = ((x.mamba_inner_size, x.mamba_state_dim, x.mamba_num_heads, x.mamba_num_groups,
             x.mamba_conv_kernel)
@@ -206,7 +190,9 @@ def shape_of(arch, t: int = 1) -> Shape:
                  expert_clamp=bool(E and x.swiglu)     # a swiglu_limit (0 too: quick-GeGLU)
                  and (x.extra or {}).get("swiglu_limit") is not None,
                  kinds=kinds, ssm=ssm, last_moe=bool(pattern and pattern[-1]),
-                 h_lat=(x.moe_latent_size or 0) if E else 0, mtp_kinds=mtp_kinds)
+                 h_lat=(x.moe_latent_size or 0) if E else 0, mtp_kinds=mtp_kinds,
+                 gdn=gdn_shape(x) if any(k[0][0] == "gdn" for k in kinds) else (),
+                 output_gate=bool(x.attention_output_gate))
 
 
 @dataclass(frozen=True)
@@ -254,7 +240,10 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
     h] x [h, h_lat]`` and ``latent_fc2`` ``[T/t, h_lat] x [h_lat, h]`` (replicated) and its
     experts read and write ``h_lat``.  A Mamba-2 mixer (Megatron-core's ``MambaMixer``)
     projects with in_proj ``[T, h] x [h, (2 d_ssm + 2 G N + H)/t]`` (column-parallel: z, x, B,
-    C, dt) and out_proj ``[T, d_ssm/t] x [d_ssm/t, h]`` (row-parallel).
+    C, dt) and out_proj ``[T, d_ssm/t] x [d_ssm/t, h]`` (row-parallel); a Gated DeltaNet mixer
+    (``GatedDeltaNet``) in_proj ``[T, h] x [h, (2 H_k d_k + 2 H_v d_v + 2 H_v)/t]`` (q, k, v,
+    z, beta, alpha) and out_proj ``[T, H_v d_v/t] x [H_v d_v/t, h]``
+    (:func:`memsym.timing.linear_attention.projection_widths`).
 
     Parameters
     ----------
@@ -262,7 +251,7 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
     {parallel_params}
     moe : bool
         A MoE layer (router, routed and shared experts) instead of a dense MLP.
-    mixer : {{"attention", "mamba", "none"}}
+    mixer : {{"attention", "mamba", "gdn", "none"}}
         The layer's token mixer (a hybrid's layer kind; a transformer's is attention).
     mlp : bool
         The layer has an MLP or MoE block (a hybrid's Mamba and attention layers have none).
@@ -303,10 +292,10 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
     T = np.asarray(b, float) * s / c
     out = []
     h = x.h
-    if mixer == "mamba":
-        d, N, H, G, _ = x.ssm
-        out.append(Gemm("in_proj", T, (2 * d + 2 * G * N + H) / t, h))
-        out.append(Gemm("out_proj", T, h + 0 * t, d / t))
+    if mixer in ("mamba", "gdn"):
+        n_in, n_out = projection_widths(mixer, x.ssm, x.gdn)
+        out.append(Gemm("in_proj", T, n_in / t, h))
+        out.append(Gemm("out_proj", T, h + 0 * t, n_out / t))
     elif mixer != "attention":
         pass
     elif x.mla:
@@ -320,7 +309,7 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
         out.append(Gemm("kv_up", T, x.a * (x.d_qk - d_r + x.d_v) / t, r_kv))
         out.append(Gemm("proj", T, h + 0 * t, x.a * x.d_v / t))
     else:
-        out.append(Gemm("qkv", T, (x.a + 2 * x.g) * x.d_qk / t, h))
+        out.append(Gemm("qkv", T, (x.a * (1 + x.output_gate) + 2 * x.g) * x.d_qk / t, h))
         out.append(Gemm("proj", T, h + 0 * t, x.a * x.d_v / t))
     mult = 2 if x.gated else 1
     if not mlp:
@@ -437,8 +426,10 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
     :func:`memsym.timing.moe.dispatch_bytes`).  The backward pass moves about 1.5 times these
     bytes (memsym.timing.step).  A hybrid's layer holds one norm and one residual add per
     block it has (a mixer, an MLP); a Mamba-2 mixer's own kernels are
-    :func:`memsym.timing.ssm.ssd_kernels`'s, forward and backward.  Memsym's count
-    (assumption).
+    :func:`memsym.timing.ssm.ssd_kernels`'s, a Gated DeltaNet's
+    :func:`memsym.timing.linear_attention.gdn_kernels`', forward and backward; attention's
+    output gate (``_apply_output_gate``: reads the core's output and the gate, writes the
+    product) adds :math:`3T a d_v/t`.  Memsym's count (assumption).
 
     Parameters
     ----------
@@ -449,7 +440,7 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
         dropout on.
     width : int
         Bytes per element [bytes/element] (bf16: 2).
-    mixer : {"attention", "mamba", "none"}
+    mixer : {"attention", "mamba", "gdn", "none"}
         The layer's token mixer.
     mlp : bool
         The layer has an MLP or MoE block.
@@ -493,6 +484,8 @@ def memory_bytes(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool, sequence
         elems = elems + act * T * x.f / t
     if mixer != "attention":
         return width * elems
+    if x.output_gate:
+        elems = elems + 3 * T * x.a * x.d_v / t
     if x.rope:
         elems = elems + rope_passes(x.rope_unfused) * T * (x.a + x.g) * x.d_qk / t
     if not flash:
@@ -551,7 +544,8 @@ def forward_flops_per_token(x: Shape, s, *, causal: bool = True) -> float:
     .. math:: F_{tok} = \sum_{\text{layers}} \frac{F_{GEMM} + F_{attn}}{s} + 2\,h\,V
 
     A hybrid's layers are summed kind by kind (``Shape.kinds``): each kind's GEMMs, its
-    attention core or its SSD scan's forward matmuls (:func:`memsym.timing.ssm.ssd_flops`).
+    attention core or its SSD scan's forward matmuls (:func:`memsym.timing.ssm.ssd_flops`;
+    a Gated DeltaNet's chunked kernels, :func:`memsym.timing.linear_attention.gdn_flops`).
 
     Parameters
     ----------
@@ -589,6 +583,8 @@ def forward_flops_per_token(x: Shape, s, *, causal: bool = True) -> float:
                 lay = lay + attention_flops(x, s, 1, causal_skip=causal) / s
             elif mixer == "mamba":
                 lay = lay + ssd_flops(x.ssm, s)[0] / s
+            elif mixer == "gdn":
+                lay = lay + gdn_flops(x.gdn, s)[0] / s
             total = total + n * lay
         return float(total + 2 * x.h * x.V)
     dense = sum(q.flops for q in layer_gemms(x, s, 1)) / s

@@ -22,6 +22,7 @@ import numpy as np
 from .collectives import collective_bytes, collective_time, group_bandwidth
 from .efficiency import ceiling, exp_time, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
+from .linear_attention import gdn_copy_bytes, gdn_kernels, projection_widths
 from .ssm import SSD_FRACTION, layout_copy_bytes, ssd_kernels
 from .moe import gemm_seconds, moe_layer_extras
 from .moe_host import host_exposed
@@ -102,9 +103,9 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
         Receives for ``tp``, ``ep`` and ``cp`` the collectives as issued, before overlap:
         ``(forward [s], backward [s], forward [bytes], backward [bytes])`` (one GPU sends,
         the backward with a recomputed forward's; under userbuffers the plain collectives).
-    mixer : {"attention", "mamba", "none"}
-        A hybrid's token mixer: the ``"attention"`` part is its core, the attention or the
-        Mamba-2 SSD scan (:func:`_ssd`).
+    mixer : {"attention", "mamba", "gdn", "none"}
+        A hybrid's token mixer: the ``"attention"`` part is its core, the attention, the
+        Mamba-2 SSD scan or the Gated DeltaNet's chunked kernels (:func:`_chunked`).
 
     Examples
     --------
@@ -183,7 +184,11 @@ def _compute(x, st: Settings, dev, gemms, knobs, eta_gemm, *, moe: bool, mixer: 
     if mixer == "attention":
         f_att, b_att = _attention(x, st, dev, t, c, b, eta_gemm)
     elif mixer == "mamba":
-        f_att, b_att, f_ssm, b_ssm = _ssd(x, st, dev, t, c, b)
+        f_att, b_att, f_ssm, b_ssm = _chunked(ssd_kernels(x.ssm), layout_copy_bytes(x.ssm),
+                                              st, dev, t, c, b)
+    elif mixer == "gdn":
+        f_att, b_att, f_ssm, b_ssm = _chunked(gdn_kernels(x.gdn), gdn_copy_bytes(x.gdn),
+                                              st, dev, t, c, b)
     else:
         f_att = b_att = 0.0 * as_array(t)
     mem = memory_time(memory_bytes(x, s, b, t, c, e, t_e, moe=moe,
@@ -193,7 +198,7 @@ def _compute(x, st: Settings, dev, gemms, knobs, eta_gemm, *, moe: bool, mixer: 
     # backward of an elementwise op reads its saved input and the incoming gradient and writes
     # one gradient (norm, activation, softmax: 3 tensors to the forward's 2; dropout and
     # residual pass the gradient through): about 1.5 x the forward bytes (memsym's count)
-    # a Mamba mixer's memory-bound kernels are counted kernel by kernel, backward included
+    # a Mamba or GDN mixer's memory-bound kernels are counted kernel by kernel, backward included
     f_mem, b_mem = mem + f_ssm, BACKWARD_MEMORY * mem + b_ssm
     if prec in ("fp8", "fp4"):
         # Transformer Engine's casts of each quantized GEMM's input and output gradient
@@ -227,20 +232,21 @@ def _attention(x, st: Settings, dev, t, c, b, eta_gemm):
     return f_att, b_att
 
 
-def _ssd(x, st: Settings, dev, t, c, b):
+def _chunked(passes, copies, st: Settings, dev, t, c, b):
     """Forward and backward seconds of a Mamba-2 mixer's kernels (:func:`memsym.timing.ssm.
-    ssd_kernels`): ``(matmul f, matmul b, memory-bound f, memory-bound b)``.  Each SSD
-    matmul kernel takes the longer of its FLOPs at the share of the 16-bit peak mamba_ssm's
-    Triton kernels reach (:data:`memsym.timing.ssm.SSD_FRACTION`, measured; bf16 inputs
-    under any recipe) and its bytes at HBM bandwidth (a roofline: the measured rate is one
-    kernel's, its traffic inside it); the conv1d, state-passing, dz, norm and reduction
-    kernels and, at b > 1, Megatron-core's layout copies (:func:`memsym.timing.ssm.
-    layout_copy_bytes`) stream at HBM bandwidth."""
+    ssd_kernels`) or a Gated DeltaNet's (:func:`memsym.timing.linear_attention.gdn_kernels`):
+    ``(matmul f, matmul b, memory-bound f, memory-bound b)``.  Each chunked matmul kernel
+    (Triton, mamba_ssm's or fla's) takes the longer of its FLOPs at the share of the 16-bit
+    peak mamba_ssm's Triton kernels reach (:data:`memsym.timing.ssm.SSD_FRACTION`, measured
+    on the SSD scan and applied to fla's chunk kernels, an assumption; bf16 inputs under any
+    recipe) and its bytes at HBM bandwidth (a roofline: the measured rate is one kernel's,
+    its traffic inside it); the conv1d, state-passing, norm, gate and reduction kernels and,
+    at b > 1, Megatron-core's layout copies (``copies``) stream at HBM bandwidth."""
     aprec = "bf16" if st.precision in ("fp8", "fp4") else st.precision
     rate = dev.peak(aprec) * SSD_FRACTION
     per = as_array(b) * st.seq_length / (as_array(c) * as_array(t))  # tokens x (1/t) [tokens]
     out = []
-    for kernels, copy in zip(ssd_kernels(x.ssm), layout_copy_bytes(x.ssm)):
+    for kernels, copy in zip(passes, copies):
         mm = sum(np.maximum(per * fl / rate, memory_time(per * by, dev))
                  for _, fl, by in kernels if fl)
         streamed = sum(by for _, fl, by in kernels if not fl) + np.where(as_array(b) > 1, copy, 0)
@@ -359,8 +365,8 @@ def _context_parallel(x, clu, t, c, dp, T, overlap: Overlap, f_att, b_att, *,
     (backward), hidden under the attention core with ``overlap.cp_ring``.  A Mamba-2 mixer
     (:func:`_mamba_context_parallel`): two all-to-alls each way, exposed.  None without a
     token mixer."""
-    if mixer == "mamba":
-        return _mamba_context_parallel(x, clu, t, c, dp, T)
+    if mixer in ("mamba", "gdn"):
+        return _mamba_context_parallel(x, clu, t, c, dp, T, mixer)
     kv = 2 * 2 * T * x.g * x.d_qk / as_array(t) if not x.mla else 2 * T * x.a * (x.d_qk + x.d_v) / as_array(t)
     cbw, clat = group_bandwidth("cp", c, clu, t=t, c=c, d=dp)
     cc = as_array(c) if mixer == "attention" else np.ones_like(as_array(c))
@@ -374,8 +380,8 @@ def _context_parallel(x, clu, t, c, dp, T, overlap: Overlap, f_att, b_att, *,
     return f_cp, b_cp, cp_raw
 
 
-def _mamba_context_parallel(x, clu, t, c, dp, T):
-    """A Mamba-2 mixer's CP all-to-alls (forward, backward seconds; as issued).
+def _mamba_context_parallel(x, clu, t, c, dp, T, mixer="mamba"):
+    """A Mamba-2 or Gated DeltaNet mixer's CP all-to-alls (forward, backward seconds; as issued).
 
     Megatron-core's ``MambaContextParallel`` (megatron/core/ssm/mamba_context_parallel.py at
     Megatron-LM d98e8a64dd): ``pre_conv_ssm`` turns in_proj's output from sequence- to
@@ -383,10 +389,11 @@ def _mamba_context_parallel(x, clu, t, c, dp, T):
     runs on the whole sequence for H/(t c) heads, ``post_conv_ssm`` turns y back
     (``_all_to_all_hp2cp``); the backward runs the transposed all-to-alls of the gradients.
     Each rank sends its bf16 ``[T, (2 d_ssm + 2 G N + H)/t]`` and ``[T, d_ssm/t]`` (T the
-    CP rank's tokens), nothing hides them (issued on the compute stream)."""
-    d, N, H, G, _ = x.ssm
+    CP rank's tokens), nothing hides them (issued on the compute stream).  ``GatedDeltaNet``
+    does the same with its in_proj output and the gated norm's (``a2a_cp_to_hp``,
+    ``a2a_hp_to_cp``, megatron/core/ssm/gated_delta_net/gdn.py:175-183, common.py:366-368)."""
     cc = as_array(c)
-    payload = 2 * T * (2 * d + 2 * G * N + H + d) / as_array(t)
+    payload = 2 * T * sum(projection_widths(mixer, x.ssm, x.gdn)) / as_array(t)
     cbw, clat = group_bandwidth("cp", c, clu, t=t, c=c, d=dp)
     # one all-to-all for the projections and one for y, counted as one payload (the ring
     # latency of the five z, x, B, C, dt calls of pre_conv_ssm not separated)
