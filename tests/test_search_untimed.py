@@ -121,3 +121,30 @@ def test_a_space_with_selective_asked_for_is_not_rewritten(tmp_path):
                        recompute=["selective", "full"])
     with pytest.raises(InvalidValueError, match="selective recompute of a shared"):
         search(str(path), "h100-80gb", 8, space=space)
+
+
+@pytest.mark.parametrize("cmd", [
+    ["min-gpus", "--gpu", "h100-80gb", "--seq-length", "64"],
+    ["search", "--gpus", "8", "--gpu", "h100-80gb", "--seq-length", "64", "--emit", "megatron"]])
+def test_min_gpus_and_emit_leave_out_the_default_selective_too(tmp_path, capsys, cmd):
+    # min-gpus and search --emit build their own Space (make_space): the default recompute
+    # choices leave out the shared block's selective there as well, so neither stops on it
+    path = _write(tmp_path, SMALL["zamba2"])
+    code = main([cmd[0], str(path), *cmd[1:]])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "--recompute-granularity selective" not in out
+    if cmd[0] == "min-gpus":
+        assert "note: selective recompute of a shared transformer block is not modelled" in out
+
+
+def test_make_space_of_a_shared_block_model_defaults_to_none_and_full(tmp_path):
+    from memsym.search.space import make_space
+
+    path = _write(tmp_path, SMALL["zamba2"])
+    space = make_space(str(path), "h100-80gb", seq_length=64)
+    assert set(space.recompute) == {"none", "full"}
+    assert space.unmodelled_recompute == ("selective",)
+    # asked for, it stays (and is refused by the memory terms when priced)
+    asked = make_space(str(path), "h100-80gb", seq_length=64, recompute=["selective", "full"])
+    assert asked.recompute == ("selective", "full") and asked.unmodelled_recompute == ()
