@@ -144,8 +144,8 @@ def _hybrid_kinds(x) -> tuple:
         what = "/".join(other)
         raise StepTimeNotModelledError(
             f"the step time of {x.name!r}, a hybrid {what}/attention model, is not modelled "
-            f"(its {what} layers are not priced; Mamba-2 is); its memory estimate "
-            "is: leave out --gpu and the time options")
+            f"(its {what} layers are not priced; Mamba-2 is); its memory estimate and fit "
+            "are: leave out the time options (memsym estimate --gpu gives them)")
     out = []
     for kind in dict.fromkeys(pattern):
         parts = dict(hybrid_layer_parameters(x, kind))
