@@ -1,0 +1,42 @@
+"""``--etp`` where the framework has no experts' TP of its own (``Framework.expert_tp``):
+DeepSpeed splits the experts by the layers' TP size, so a t_e != t is refused in one line
+(exit 2), in estimate and in search alike, instead of being priced as t_e = t unsaid."""
+
+import pytest
+
+from memsym.cli import main
+from memsym.errors import InvalidValueError
+from memsym.frameworks import FRAMEWORK
+from memsym.training import Layout, Training, training_memory
+
+_SAID = "expert_tensor_parallel_size t_e=2 (--etp) is not a deepspeed option"
+
+
+def test_deepspeed_has_no_experts_tp_and_megatron_does():
+    assert not FRAMEWORK["deepspeed"].expert_tp and FRAMEWORK["megatron"].expert_tp
+
+
+@pytest.mark.parametrize("cmd", [
+    ["estimate", "mixtral-8x7b", "--framework", "deepspeed", "--etp", "2", "--world-size", "16"],
+    ["search", "mixtral-8x7b", "--framework", "deepspeed", "--gpus", "16", "--gpu",
+     "h100-80gb", "--etp", "2"]])
+def test_etp_under_deepspeed_is_refused_in_one_line(capsys, cmd):
+    assert main(cmd) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and _SAID in err
+
+
+def test_the_library_refuses_it_and_accepts_t_e_equal_t():
+    with pytest.raises(InvalidValueError, match=r"not a deepspeed option"):
+        training_memory("mixtral-8x7b", Layout(t=1, d=16, t_e=2),
+                        Training(seq_length=256, framework="deepspeed", sharding="zero1"))
+    # t_e = t is what DeepSpeed runs: the same bytes as t_e left out
+    same = [training_memory("mixtral-8x7b", Layout(t=2, d=8, t_e=te, sequence_parallel=True),
+                            Training(seq_length=256, framework="deepspeed", sharding="zero1"))
+            for te in (2, None)]
+    assert same[0].bytes_total == same[1].bytes_total
+
+
+def test_megatron_takes_etp(capsys):
+    assert main(["estimate", "mixtral-8x7b", "--etp", "2", "--tp", "2", "--world-size", "16",
+                 "--seq-length", "256", "--sequence-parallel"]) == 0
